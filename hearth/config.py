@@ -1,0 +1,66 @@
+"""Plain configuration records shared by every layer of hearth.
+
+Field docstrings (the string right under each field) double as CLI help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class ModelConfig:
+    """Hyper-parameters of one transformer, read from GGUF metadata by the model's registry entry."""
+
+    arch: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    context_length: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_dim: int = 0
+    """Rotated dims per head (0 = all of head_dim)."""
+    rope_local_theta: float = 0.0
+    """Rope base for sliding-window layers when it differs (gemma3: 10000); 0 = same as rope_theta."""
+    rope_scaling_factor: float = 1.0
+    """Linear rope scaling (positions are divided by it)."""
+    sliding_window: int = 0
+    """Window of sliding-window layers (0 = none)."""
+    sliding_window_pattern: tuple[bool, ...] = ()
+    """Per layer: True where the layer uses the sliding window."""
+    attn_scale: float = 0.0
+    """Softmax scale; 0 means 1/sqrt(head_dim)."""
+    final_logit_softcap: float = 0.0
+    attn_logit_softcap: float = 0.0
+    tie_word_embeddings: bool = False
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """How the engine runs a model: memory, batching and threads."""
+
+    model: str = "smollm2-135m"
+    """Catalog name, path to a .gguf file, or a hub reference org/repo:file.gguf."""
+    max_model_len: int = 0
+    """Longest sequence (prompt + output) in tokens; 0 = the model's own context length."""
+    block_size: int = 16
+    """Tokens per KV-cache block."""
+    num_kv_blocks: int = 0
+    """KV blocks to allocate; 0 = enough for max_num_seqs full-length sequences, capped by memory."""
+    kv_cache_memory_gb: float = 2.0
+    """Upper bound on KV-cache memory when num_kv_blocks is 0."""
+    max_num_seqs: int = 16
+    """Most sequences in one step."""
+    max_num_batched_tokens: int = 2048
+    """Token budget of one engine step (prefill chunks and decodes together)."""
+    threads: int = 0
+    """CPU threads for torch; 0 = all cores."""
+    device: str = "auto"
+    """cpu, cuda, or auto (cuda when present)."""
+    seed: int = 0
+    """Default seed for requests that give none."""
+    extra: dict = field(default_factory=dict)

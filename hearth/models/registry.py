@@ -1,0 +1,28 @@
+"""general.architecture -> model class. One line per architecture."""
+
+from __future__ import annotations
+
+import importlib
+
+from hearth.errors import UnsupportedError
+from hearth.loader.gguf_loader import GGUFFile
+
+ARCHITECTURES: dict[str, str] = {
+    "llama": "hearth.models.llama:LlamaForCausalLM",
+}
+
+
+def model_class(arch: str):
+    try:
+        module, name = ARCHITECTURES[arch].split(":")
+    except KeyError:
+        supported = ", ".join(sorted(ARCHITECTURES))
+        raise UnsupportedError(f"unsupported architecture {arch!r}; hearth supports: {supported}") from None
+    return getattr(importlib.import_module(module), name)
+
+
+def load_model(g: GGUFFile, progress=None):
+    """Build the model for a GGUF file -> (model, ModelConfig)."""
+    cls = model_class(g.arch)
+    cfg = cls.config_from_gguf(g)
+    return cls(cfg, g, progress=progress).eval(), cfg

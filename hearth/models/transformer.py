@@ -1,0 +1,200 @@
+"""The decoder-only transformer every supported architecture shares.
+
+An architecture file says how its GGUF metadata maps onto ModelConfig and which variations of the
+block it uses (an ArchSpec); the computation lives here once."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hearth.config import ModelConfig
+from hearth.errors import ModelLoadError
+from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv
+from hearth.layers.linear import build_embedding, build_linear
+from hearth.layers.norm import RMSNorm
+from hearth.layers.rotary import Rotary
+from hearth.loader.gguf_loader import GGUFFile
+
+ACTIVATIONS = {
+    "silu": F.silu,
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ArchSpec:
+    """How an architecture's block differs from llama's."""
+
+    neox_rope: bool = False
+    """Rotate halves (qwen, gemma) rather than adjacent pairs (llama GGUFs)."""
+    activation: str = "silu"
+    qk_norm: bool = False
+    """Per-head RMSNorm on q and k before rope (qwen3, gemma3)."""
+    sandwich_norm: bool = False
+    """Extra norms after attention and after the MLP (gemma2/3)."""
+    embed_scale: bool = False
+    """Multiply embeddings by sqrt(hidden_size) (gemma)."""
+
+
+def f32(g: GGUFFile, name: str) -> torch.Tensor:
+    t = g.tensor(name)
+    from gguf.quants import dequantize  # small tensors only: norms and biases
+
+    return torch.from_numpy(dequantize(t.data, t.qtype).reshape(t.shape).astype("float32"))
+
+
+def maybe_f32(g: GGUFFile, name: str) -> torch.Tensor | None:
+    return f32(g, name) if name in g.tensors else None
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int):
+        super().__init__()
+        p = f"blk.{i}."
+        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_size, self.kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        biases = [maybe_f32(g, n.replace(".weight", ".bias")) for n in names]
+        bias = torch.cat(biases) if all(b is not None for b in biases) else None
+        self.qkv = build_linear([g.tensor(n) for n in names], bias=bias)
+        self.o = build_linear(g.tensor(p + "attn_output.weight"))
+        self.q_norm = self.k_norm = None
+        if spec.qk_norm:
+            self.q_norm = RMSNorm(f32(g, p + "attn_q_norm.weight"), cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(f32(g, p + "attn_k_norm.weight"), cfg.rms_norm_eps)
+        sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
+        self.window = cfg.sliding_window if sliding else 0
+        theta = cfg.rope_local_theta if (sliding and cfg.rope_local_theta) else cfg.rope_theta
+        scale = 1.0 if sliding else cfg.rope_scaling_factor
+        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, cfg.context_length, spec.neox_rope, scale)
+        self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
+        self.softcap = cfg.attn_logit_softcap
+
+    def forward(self, x, positions, meta: AttentionMetadata, kv_cache):  # x: [T, hidden]
+        T = x.shape[0]
+        q, k, v = self.qkv(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(T, self.heads, self.head_dim)
+        k = k.view(T, self.kv_heads, self.head_dim)
+        v = v.view(T, self.kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rope(q, positions), self.rope(k, positions)
+        write_kv(kv_cache, k, v, meta.slot_mapping)
+        o = paged_attention(q, kv_cache, meta, self.scale, self.window, self.softcap)
+        return self.o(o.reshape(T, self.q_size))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int):
+        super().__init__()
+        p = f"blk.{i}."
+        self.gate_up = build_linear([g.tensor(p + "ffn_gate.weight"), g.tensor(p + "ffn_up.weight")])
+        self.down = build_linear(g.tensor(p + "ffn_down.weight"))
+        self.act = ACTIVATIONS[spec.activation]
+        self.inter = cfg.intermediate_size
+
+    def forward(self, x):  # x: [T, hidden]
+        gate, up = self.gate_up(x).split([self.inter, self.inter], dim=-1)
+        return self.down(self.act(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int):
+        super().__init__()
+        p, eps = f"blk.{i}.", cfg.rms_norm_eps
+        self.attn = Attention(cfg, spec, g, i)
+        self.mlp = MLP(cfg, spec, g, i)
+        self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
+        self.ffn_norm = RMSNorm(f32(g, p + "ffn_norm.weight"), eps)
+        self.post_attn_norm = self.post_ffn_norm = None
+        if spec.sandwich_norm:
+            self.post_attn_norm = RMSNorm(f32(g, p + "post_attention_norm.weight"), eps)
+            self.post_ffn_norm = RMSNorm(f32(g, p + "post_ffw_norm.weight"), eps)
+
+    def forward(self, x, positions, meta, kv_cache):
+        h = self.attn(self.attn_norm(x), positions, meta, kv_cache)
+        if self.post_attn_norm is not None:
+            h = self.post_attn_norm(h)
+        x = x + h
+        h = self.mlp(self.ffn_norm(x))
+        if self.post_ffn_norm is not None:
+            h = self.post_ffn_norm(h)
+        return x + h
+
+
+class CausalLM(nn.Module):
+    """Subclasses set `spec` and implement `config_from_gguf`."""
+
+    spec = ArchSpec()
+
+    def __init__(self, cfg: ModelConfig, g: GGUFFile, progress=None):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = build_embedding(g.tensor("token_embd.weight"))
+        self.embed_scale = math.sqrt(cfg.hidden_size) if self.spec.embed_scale else 1.0
+        layers = []
+        for i in range(cfg.num_layers):
+            layers.append(DecoderLayer(cfg, self.spec, g, i))
+            if progress is not None:
+                progress(i + 1, cfg.num_layers)
+        self.layers = nn.ModuleList(layers)
+        self.norm = RMSNorm(f32(g, "output_norm.weight"), cfg.rms_norm_eps)
+        head = g.tensors.get("output.weight") or g.tensor("token_embd.weight")
+        self.lm_head = build_linear(head)
+
+    @classmethod
+    def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:
+        raise NotImplementedError
+
+    def forward(self, ids, positions, meta: AttentionMetadata, kv_caches: list[torch.Tensor]):
+        # ids, positions: [T] -> hidden: [T, hidden]
+        x = self.embed(ids)
+        if self.embed_scale != 1.0:
+            x = x * self.embed_scale
+        for layer, kv in zip(self.layers, kv_caches):
+            x = layer(x, positions, meta, kv)
+        return self.norm(x)
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab]
+        logits = self.lm_head(hidden)
+        cap = self.cfg.final_logit_softcap
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+
+def require(g: GGUFFile, key: str):
+    v = g.arch_get(key)
+    if v is None:
+        raise ModelLoadError(f"{g.path}: metadata key {g.arch}.{key} is missing")
+    return v
+
+
+def base_config(g: GGUFFile, **overrides) -> ModelConfig:
+    """The fields every architecture reads the same way from `{arch}.*` keys."""
+    hidden, heads = int(require(g, "embedding_length")), int(require(g, "attention.head_count"))
+    kv_heads = g.arch_get("attention.head_count_kv", heads)
+    head_dim = int(g.arch_get("attention.key_length", hidden // heads))
+    vocab = g.arch_get("vocab_size") or g.tensor("token_embd.weight").shape[0]
+    fields = dict(
+        arch=g.arch,
+        num_layers=int(require(g, "block_count")),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=int(kv_heads),
+        head_dim=head_dim,
+        intermediate_size=int(require(g, "feed_forward_length")),
+        vocab_size=int(vocab),
+        context_length=int(g.arch_get("context_length", 2048)),
+        rms_norm_eps=float(g.arch_get("attention.layer_norm_rms_epsilon", 1e-5)),
+        rope_theta=float(g.arch_get("rope.freq_base", 10000.0)),
+        rope_dim=int(g.arch_get("rope.dimension_count", head_dim)),
+        tie_word_embeddings="output.weight" not in g.tensors,
+    )
+    if g.arch_get("rope.scaling.type") == "linear":
+        fields["rope_scaling_factor"] = float(g.arch_get("rope.scaling.factor", 1.0))
+    fields.update(overrides)
+    return ModelConfig(**fields)
