@@ -1,0 +1,14 @@
+"""hearth: local-first LLM inference for GGUF models."""
+
+from hearth.sampling_params import SamplingParams
+
+__all__ = ["LLM", "SamplingParams"]
+
+
+def __getattr__(name: str):
+    # LLM pulls in torch and the model stack; import it only when asked for
+    if name == "LLM":
+        from hearth.llm import LLM
+
+        return LLM
+    raise AttributeError(name)

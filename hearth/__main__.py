@@ -1,0 +1,5 @@
+import sys
+
+from hearth.cli import main
+
+sys.exit(main())

@@ -1,0 +1,24 @@
+"""A pool of KV-cache block ids. Plain Python so tests can check exact ids."""
+
+from __future__ import annotations
+
+from collections import deque
+
+
+class BlockPool:
+    def __init__(self, num_blocks: int):
+        self.num_blocks = num_blocks
+        self._free: deque[int] = deque(range(num_blocks))
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    def allocate(self, n: int) -> list[int] | None:
+        """n blocks, lowest ids first, or None (nothing taken) when fewer are free."""
+        if n > len(self._free):
+            return None
+        return [self._free.popleft() for _ in range(n)]
+
+    def free(self, block_ids: list[int]) -> None:
+        self._free.extend(block_ids)

@@ -1,0 +1,84 @@
+"""The engine step: schedule -> execute -> update, then detokenize what changed."""
+
+from __future__ import annotations
+
+import itertools
+
+from hearth.engine.detokenizer import IncrementalDetokenizer
+from hearth.engine.request import Request, RequestStatus
+from hearth.engine.scheduler import Scheduler
+from hearth.errors import HearthError, PromptTooLongError
+from hearth.outputs import EngineOutput
+from hearth.runner.messages import SampledToken
+from hearth.sampling_params import SamplingParams
+
+
+class InvalidPromptError(HearthError):
+    """A prompt that is empty or holds token ids outside the vocabulary."""
+
+
+class EngineCore:
+    def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int):
+        self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
+        self.max_model_len, self.vocab_size = max_model_len, vocab_size
+        self.detokenizers: dict[str, IncrementalDetokenizer] = {}
+        self._ids = itertools.count()
+
+    def check_prompt(self, prompt_token_ids: list[int]) -> None:
+        """Raise a one-line error for a prompt the engine cannot take; never truncate it."""
+        n = len(prompt_token_ids)
+        if n == 0:
+            raise InvalidPromptError("prompt is empty: give at least one token")
+        if n >= self.max_model_len:
+            raise PromptTooLongError(n, self.max_model_len)
+        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
+        if bad:
+            raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None) -> str:
+        self.check_prompt(prompt_token_ids)
+        rid = request_id if request_id is not None else str(next(self._ids))
+        eos = frozenset(self.tokenizer.eog_ids)
+        self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len))
+        self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)
+        return rid
+
+    def abort(self, request_id: str) -> None:
+        self.scheduler.finish_request(request_id)
+        self.detokenizers.pop(request_id, None)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    def step(self) -> list[EngineOutput]:
+        so = self.scheduler.schedule()
+        result = self.runner.execute(so)
+        changed = self.scheduler.update(so, result)
+        return [self._output(req, sampled) for req, sampled in changed]
+
+    def _output(self, req: Request, sampled: SampledToken) -> EngineOutput:
+        detok = self.detokenizers[req.request_id]
+        stop = detok.add(sampled.token_id, final=req.status.finished)
+        if stop is not None and not req.status.finished:
+            self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED, stop)
+        elif stop is not None:
+            req.finish(RequestStatus.FINISHED_STOPPED, stop)
+        finished = req.status.finished
+        if finished:
+            detok.flush()
+            del self.detokenizers[req.request_id]
+        logprobs = None
+        if sampled.logprob is not None:
+            logprobs = [{sampled.token_id: sampled.logprob, **(sampled.top_logprobs or {})}]
+        return EngineOutput(
+            request_id=req.request_id,
+            new_token_ids=[sampled.token_id],
+            new_text=detok.new_text(finished),
+            finished=finished,
+            finish_reason=req.status.value if finished else None,
+            stop_reason=req.stop_reason,
+            new_logprobs=logprobs,
+            num_prompt_tokens=len(req.prompt_token_ids),
+            num_cached_tokens=req.num_cached_tokens,
+        )

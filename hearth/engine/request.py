@@ -1,0 +1,69 @@
+"""A request's token state as the scheduler sees it: plain Python, no tensors."""
+
+from __future__ import annotations
+
+import enum
+import time
+
+from hearth.sampling_params import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED_STOPPED = "stop"
+    FINISHED_LENGTH = "length"
+    FINISHED_ABORTED = "abort"
+
+    @property
+    def finished(self) -> bool:
+        return self.value in ("stop", "length", "abort")
+
+
+class Request:
+    def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                 eos_ids: frozenset[int], max_len: int):
+        self.request_id = request_id
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.params = params
+        self.output_token_ids: list[int] = []
+        self.num_computed_tokens = 0
+        """Tokens whose K/V are in the cache. One rule covers prefill chunks, decodes and recompute."""
+        self.block_ids: list[int] = []
+        self.status = RequestStatus.WAITING
+        self.stop_reason: int | str | None = None
+        self.eos_ids = eos_ids
+        self.max_len = max_len
+        """Longest total length (prompt + output) this request may reach."""
+        self.arrival_time = time.monotonic()
+        self.first_token_time: float | None = None
+        self.num_cached_tokens = 0
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    @property
+    def all_token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output_token_ids
+
+    def append_token(self, token_id: int) -> None:
+        """Record a sampled token and decide whether the request is done."""
+        if self.first_token_time is None:
+            self.first_token_time = time.monotonic()
+        self.output_token_ids.append(token_id)
+        p, n_out = self.params, len(self.output_token_ids)
+        if n_out >= p.min_tokens:
+            if token_id in p.stop_token_ids:
+                self.finish(RequestStatus.FINISHED_STOPPED, token_id)
+                return
+            if not p.ignore_eos and token_id in self.eos_ids:
+                self.finish(RequestStatus.FINISHED_STOPPED, None)
+                return
+        if (p.max_tokens is not None and n_out >= p.max_tokens) or self.num_tokens >= self.max_len:
+            self.finish(RequestStatus.FINISHED_LENGTH)
+
+    def finish(self, status: RequestStatus, reason: int | str | None = None) -> None:
+        self.status = status
+        self.stop_reason = reason

@@ -1,0 +1,145 @@
+"""`LLM`: the offline Python entry point (vLLM's `LLM` shape) over the engine."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import fields
+
+import torch
+
+from hearth.api.chat_template import ChatTemplate
+from hearth.config import EngineConfig
+from hearth.engine.engine_core import EngineCore
+from hearth.engine.kv_cache_manager import KVCacheManager
+from hearth.engine.scheduler import Scheduler
+from hearth.loader.resolve import resolve_model
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.tokenizer import Tokenizer
+from hearth.models.registry import load_model
+from hearth.outputs import CompletionOutput, RequestOutput
+from hearth.runner.model_runner import ModelRunner
+from hearth.sampling_params import SamplingParams
+
+PromptType = str | dict
+
+
+class LLM:
+    def __init__(self, model: str = EngineConfig.model, *, progress: bool = True, **engine_args):
+        known = {f.name for f in fields(EngineConfig)}
+        unknown = sorted(set(engine_args) - known)
+        if unknown:
+            raise TypeError(f"unknown engine argument(s): {', '.join(unknown)}")
+        self.config = EngineConfig(model=model, **engine_args)
+        cfg = self.config
+        if cfg.threads > 0:
+            torch.set_num_threads(cfg.threads)
+        t0 = time.perf_counter()
+        self.path = resolve_model(model)
+        self.gguf = GGUFFile(self.path)
+        self.tokenizer = Tokenizer.from_gguf(self.gguf)
+        self.model, self.model_config = load_model(self.gguf, progress=_layer_progress(progress))
+        mc = self.model_config
+        self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
+        kv_dtype = torch.float16
+        num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, mc, self.max_model_len, kv_dtype)
+        self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, kv_dtype, cfg.seed)
+        scheduler = Scheduler(KVCacheManager(num_blocks, cfg.block_size), cfg.max_num_seqs,
+                              cfg.max_num_batched_tokens)
+        self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size)
+        self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
+                                          self.tokenizer.eos_token, self.gguf.arch)
+        self.load_time = time.perf_counter() - t0
+
+    def generate(self, prompts: PromptType | list[PromptType],
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+        """Run prompts to completion together; one RequestOutput per prompt, in order."""
+        prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+        if sampling_params is None:
+            sampling_params = SamplingParams()
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
+        if len(params) != len(prompts):
+            raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
+        encoded = [self._prompt_ids(prompt) for prompt in prompts]
+        for _, ids in encoded:  # validate every prompt before queueing any
+            self.engine.check_prompt(ids)
+        results, children = [], {}
+        for i, ((text, ids), p) in enumerate(zip(encoded, params)):
+            result = RequestOutput(str(i), text, ids, [])
+            results.append(result)
+            for j in range(p.n):
+                child = p if p.seed is None else _with_seed(p, p.seed + j)
+                rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}")
+                result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
+                children[rid] = (result, result.outputs[j])
+        while self.engine.has_unfinished():
+            for out in self.engine.step():
+                result, comp = children[out.request_id]
+                comp.token_ids.extend(out.new_token_ids)
+                comp.text += out.new_text
+                if out.new_logprobs is not None:
+                    comp.logprobs.extend(out.new_logprobs)
+                if out.finished:
+                    comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
+                    result.finished = all(c.finish_reason for c in result.outputs)
+        return results
+
+    def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None):
+        """Yield EngineOutput deltas of one request as they are generated."""
+        _, ids = self._prompt_ids(prompt)
+        rid = self.engine.add_request(ids, sampling_params or SamplingParams())
+        try:
+            while self.engine.has_unfinished():
+                for out in self.engine.step():
+                    if out.request_id == rid:
+                        yield out
+                        if out.finished:
+                            return
+        finally:
+            self.engine.abort(rid)  # a consumer that stops early frees the request's blocks
+
+    def chat(self, messages: list[dict], sampling_params: SamplingParams | None = None,
+             tools: list[dict] | None = None) -> RequestOutput:
+        ids = self.encode_chat(messages, tools)
+        return self.generate({"prompt_token_ids": ids}, sampling_params)[0]
+
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        text = self.chat_template.render(messages, tools=tools)
+        return self.tokenizer.encode(text, add_special_tokens=False, parse_special=True)
+
+    def _prompt_ids(self, prompt: PromptType) -> tuple[str | None, list[int]]:
+        if isinstance(prompt, str):
+            return prompt, self.tokenizer.encode(prompt)
+        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
+            return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
+        raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
+
+
+def _with_seed(p: SamplingParams, seed: int) -> SamplingParams:
+    from dataclasses import replace
+
+    return replace(p, seed=seed)
+
+
+def _num_blocks(cfg: EngineConfig, mc, max_len: int, dtype: torch.dtype) -> int:
+    """Enough blocks for max_num_seqs full-length sequences, within kv_cache_memory_gb."""
+    per_block = 2 * mc.num_layers * cfg.block_size * mc.num_kv_heads * mc.head_dim * dtype.itemsize
+    wanted = cfg.max_num_seqs * -(-max_len // cfg.block_size)
+    budget = int(cfg.kv_cache_memory_gb * 2**30) // per_block
+    return max(1, min(wanted, budget))
+
+
+def _layer_progress(enabled: bool):
+    if not enabled or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc="loading layers", unit="layer", leave=False, file=sys.stderr)
+
+    def update(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+        if done == total:
+            bar.close()
+
+    return update

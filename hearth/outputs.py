@@ -1,0 +1,44 @@
+"""What generation returns to callers (vLLM's RequestOutput / CompletionOutput shape)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    """"stop", "length", "abort" or None while running."""
+    stop_reason: int | str | None = None
+    """The stop string or token id that ended it, if any."""
+    logprobs: list[dict[int, float]] | None = None
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool = False
+    num_cached_tokens: int = 0
+    metrics: dict = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class EngineOutput:
+    """One step's news for one request: the delta since the previous EngineOutput."""
+
+    request_id: str
+    new_token_ids: list[int]
+    new_text: str
+    finished: bool = False
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    new_logprobs: list[dict[int, float]] | None = None
+    """Per new token: {token_id: logprob} with the sampled token first, then the top alternatives."""
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0

@@ -1,0 +1,51 @@
+"""Typed plain-data messages between the scheduler (engine/) and the runner (runner/).
+
+The scheduler never touches tensors; the runner never mutates scheduler state."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hearth.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class ScheduledSequence:
+    request_id: str
+    token_ids: list[int]
+    """The tokens to compute this step (a prefill chunk, or one decode token)."""
+    start_pos: int
+    """Position of token_ids[0] = tokens already in the cache."""
+    block_ids: list[int]
+    """The request's whole block table."""
+    sample: bool
+    """Sample a next token after this chunk (False for a chunk that ends inside the prompt)."""
+    params: SamplingParams
+    output_token_ids: list[int]
+    """Tokens generated so far (penalties read them)."""
+    prompt_token_ids: list[int] = field(default_factory=list)
+    """Only needed when a penalty is on."""
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    seqs: list[ScheduledSequence]
+    finished_request_ids: list[str] = field(default_factory=list)
+    """Requests that ended since the last step: the runner drops their per-request state."""
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(s.token_ids) for s in self.seqs)
+
+
+@dataclass(slots=True)
+class SampledToken:
+    token_id: int
+    logprob: float | None = None
+    top_logprobs: dict[int, float] | None = None
+
+
+@dataclass(slots=True)
+class RunnerOutput:
+    sampled: dict[str, SampledToken]
+    """request_id -> the token sampled for it this step (only sequences with sample=True)."""

@@ -1,0 +1,82 @@
+"""Runs one engine step: builds the flat batch, runs the model over the paged KV cache, samples.
+
+Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, returns RunnerOutput."""
+
+from __future__ import annotations
+
+import torch
+
+from hearth.config import ModelConfig
+from hearth.kernels.attention import AttentionMetadata
+from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.sample.sampler import sample
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
+                 kv_dtype: torch.dtype = torch.float16, seed: int = 0):
+        self.model, self.cfg, self.block_size = model, cfg, block_size
+        # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
+        shape = (2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.kv_caches = [torch.zeros(shape, dtype=kv_dtype) for _ in range(cfg.num_layers)]
+        self.generators: dict[str, torch.Generator] = {}
+        self._unseeded = torch.Generator().manual_seed(seed)
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.kv_caches)
+
+    @torch.inference_mode()
+    def execute(self, so: SchedulerOutput) -> RunnerOutput:
+        for rid in so.finished_request_ids:
+            self.generators.pop(rid, None)
+        if not so.seqs:
+            return RunnerOutput({})
+        ids, positions, meta = self._prepare(so)
+        hidden = self.model(ids, positions, meta, self.kv_caches)  # [T, hidden]
+        rows = [meta.query_start_loc[i + 1] - 1 for i, s in enumerate(so.seqs) if s.sample]
+        if not rows:
+            return RunnerOutput({})
+        seqs = [s for s in so.seqs if s.sample]
+        logits = self.model.compute_logits(hidden[rows]).float()  # [S, vocab]
+        params = [s.params for s in seqs]
+        gens = [self._generator(s.request_id, s.params) for s in seqs]
+        histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
+        tokens, logprobs = sample(logits, params, gens, histories)
+        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), logprobs[i])
+                             for i, s in enumerate(seqs)})
+
+    def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
+        bs = self.block_size
+        for s in so.seqs:
+            n = len(s.token_ids)
+            ids.extend(s.token_ids)
+            pos = range(s.start_pos, s.start_pos + n)
+            positions.extend(pos)
+            slots.extend(s.block_ids[p // bs] * bs + p % bs for p in pos)
+            qsl.append(qsl[-1] + n)
+            seq_lens.append(s.start_pos + n)
+            tables.append(s.block_ids)
+        meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs)
+        return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
+
+    def _generator(self, request_id: str, params) -> torch.Generator | None:
+        if params.greedy:
+            return None
+        if params.seed is None:
+            return self._unseeded
+        g = self.generators.get(request_id)
+        if g is None:
+            g = self.generators[request_id] = torch.Generator().manual_seed(params.seed)
+        return g
+
+    @staticmethod
+    def _result(params, token: int, logprobs: torch.Tensor) -> SampledToken:
+        if params.logprobs is None:
+            return SampledToken(token)
+        top = {}
+        if params.logprobs:
+            vals, idx = logprobs.topk(params.logprobs)
+            top = dict(zip(idx.tolist(), vals.tolist()))
+        return SampledToken(token, float(logprobs[token]), top)

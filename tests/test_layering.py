@@ -1,0 +1,66 @@
+"""The one-way import rule of DESIGN.md, checked by parsing every module's imports."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import hearth
+
+ROOT = Path(hearth.__file__).parent
+# Highest first: a package may import itself, anything after it in this list, and SHARED.
+ORDER = ["entry", "api", "engine", "runner", "models", "layers", "kernels", "loader", "sample"]
+ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
+SHARED = {"config", "sampling_params", "outputs", "errors"}
+NO_TORCH = {"api", "engine"}
+# engine talks to the runner only through its plain-data messages
+NARROW = {("engine", "runner"): {"hearth.runner.messages"}}
+
+
+def _package(module: str) -> str:
+    top = module.split(".")[1] if module.count(".") else "__init__"
+    return "entry" if top in ENTRY else top
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+    return names
+
+
+def _modules():
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT.parent).with_suffix("")
+        yield ".".join(rel.parts), path
+
+
+def test_every_package_is_placed():
+    for module, _ in _modules():
+        pkg = _package(module)
+        assert pkg in ORDER or pkg in SHARED, f"{module}: package {pkg!r} has no place in the import order"
+
+
+def test_imports_flow_one_way():
+    problems = []
+    for module, path in _modules():
+        src = _package(module)
+        for name in _imports(path):
+            if name.split(".")[0] == "torch" and src in NO_TORCH:
+                problems.append(f"{module} imports torch")
+            if not name.startswith("hearth.") and name != "hearth":
+                continue
+            dst = _package(name) if name != "hearth" else "entry"
+            if dst == src or dst in SHARED or src in SHARED and dst in SHARED:
+                continue
+            if src in SHARED:
+                problems.append(f"{module} (shared) imports {name}")
+            elif ORDER.index(dst) <= ORDER.index(src):
+                problems.append(f"{module} ({src}) imports {name} ({dst}), which is above it")
+            elif (src, dst) in NARROW and name not in NARROW[(src, dst)]:
+                problems.append(f"{module} may import only {sorted(NARROW[(src, dst)])} from {dst}")
+    assert not problems, "\n".join(problems)
