@@ -14,27 +14,36 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt"),
     "pull": ("hearth.commands.pull", "download a model (catalog name or org/repo:file.gguf) and print its path"),
     "models": ("hearth.commands.models", "list known models and which are downloaded"),
+    "plan": ("hearth.commands.plan", "will a model fit, how long a context, how many users, how fast at best"),
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hearth", description="Local-first LLM inference for GGUF models.")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(p)
-        p.set_defaults(_module=module)
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    return "usage: hearth COMMAND [ARGS]\n\nLocal-first LLM inference for GGUF models.\n\ncommands:\n" + "\n".join(lines)
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    module, help_text = COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"hearth {name}", description=help_text)
+    importlib.import_module(module).add_arguments(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "_module", None):
-        parser.print_help()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    name = argv[0]
+    if name not in COMMANDS:
+        print(f"hearth: error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    # one parser per command, parsed intermixed so options may sit between positionals
+    args = command_parser(name).parse_intermixed_args(argv[1:])
     try:
-        return int(importlib.import_module(args._module).main(args) or 0)
+        return int(importlib.import_module(COMMANDS[name][0]).main(args) or 0)
     except HearthError as e:
         print(f"hearth: error: {e}", file=sys.stderr)
         return 1

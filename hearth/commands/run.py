@@ -12,8 +12,8 @@ from hearth.config import EngineConfig
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=EngineConfig.model,
-                   help="catalog name, path to a .gguf file, or org/repo:file.gguf (default: %(default)s)")
-    p.add_argument("prompt", nargs="*", help="answer this prompt and exit (default: interactive chat)")
+                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {EngineConfig.model})")
+    p.add_argument("prompt", nargs="?", help="answer this prompt and exit (default: interactive chat)")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--top-p", type=float, default=0.95)
@@ -33,7 +33,7 @@ def main(args: argparse.Namespace) -> int:
                             seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt:
-        _answer(llm, history, " ".join(args.prompt), params, args.verbose)
+        _answer(llm, history, args.prompt, params, args.verbose)
         return 0
     interactive = sys.stdin.isatty()
     if interactive:

@@ -15,7 +15,6 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer, params: SamplingParams):
         self.tokenizer = tokenizer
         self.params = params
-        self.skip = set(getattr(tokenizer, "special_ids", ())) if params.skip_special_tokens else set()
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.text = ""
         self._hold = max((len(s) for s in params.stop), default=1) - 1
@@ -23,7 +22,7 @@ class IncrementalDetokenizer:
 
     def add(self, token_id: int, final: bool = False) -> str | None:
         """Append one token; returns the stop string if one now appears (text is cut before it)."""
-        piece = b"" if token_id in self.skip else self.tokenizer.token_to_bytes(token_id)
+        piece = self.tokenizer.token_to_bytes(token_id, skip_special_tokens=self.params.skip_special_tokens)
         start = max(0, len(self.text) - self._hold)
         self.text += self._decoder.decode(piece, final=final)
         for stop in self.params.stop:

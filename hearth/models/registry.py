@@ -9,6 +9,9 @@ from hearth.loader.gguf_loader import GGUFFile
 
 ARCHITECTURES: dict[str, str] = {
     "llama": "hearth.models.llama:LlamaForCausalLM",
+    "qwen2": "hearth.models.qwen2:Qwen2ForCausalLM",
+    "qwen3": "hearth.models.qwen3:Qwen3ForCausalLM",
+    "gemma3": "hearth.models.gemma3:Gemma3ForCausalLM",
 }
 
 

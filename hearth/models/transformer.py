@@ -136,7 +136,10 @@ class CausalLM(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.embed = build_embedding(g.tensor("token_embd.weight"))
-        self.embed_scale = math.sqrt(cfg.hidden_size) if self.spec.embed_scale else 1.0
+        # f32 sqrt like llama.cpp's sqrtf(n_embd); transformers casts it to the weight dtype, which is
+        # the same value in f32 (in bf16 it would round 25.298 -> 25.25 for gemma3-270m)
+        scale = torch.tensor(math.sqrt(cfg.hidden_size), dtype=torch.float32).item()
+        self.embed_scale = scale if self.spec.embed_scale else 1.0
         layers = []
         for i in range(cfg.num_layers):
             layers.append(DecoderLayer(cfg, self.spec, g, i))

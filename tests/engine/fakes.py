@@ -20,7 +20,6 @@ class LetterTokenizer:
     """Token i decodes to one letter; token 0 is the end of generation."""
 
     eog_ids = {0}
-    special_ids = {0}
 
-    def token_to_bytes(self, i: int) -> bytes:
-        return bytes([ord("a") + i % 26])
+    def token_to_bytes(self, i: int, skip_special_tokens: bool = False) -> bytes:
+        return b"" if i == 0 and skip_special_tokens else bytes([ord("a") + i % 26])

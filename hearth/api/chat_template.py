@@ -1,0 +1,210 @@
+"""Chat messages (+ tools) -> prompt text, by the model's Jinja chat template.
+
+Rendered the way Hugging Face `apply_chat_template` does (transformers/utils/chat_template_utils.py):
+an immutable sandbox with trim_blocks/lstrip_blocks, loop controls, `{% generation %}` blocks,
+`raise_exception`, `strftime_now`, a `tojson` that keeps non-ASCII text and takes indent, and inputs
+reduced to plain JSON data first so a template can only see dicts, lists and scalars. A GGUF without
+a template (gemma-3-270m's has none) gets a built-in one chosen by architecture.
+
+The prompt usually starts with the BOS text when the template writes `bos_token`; encode such a
+prompt with add_special_tokens=False (or strip the BOS text) so the model does not see BOS twice."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from hearth.errors import HearthError
+
+
+class ChatTemplateError(HearthError):
+    """The chat template refused the conversation (raise_exception) or failed to render."""
+
+
+# Gemma's turn format; a system message is folded into the first user turn.
+GEMMA_TEMPLATE = """{{ bos_token }}
+{%- macro text(content) -%}
+{%- if content is string -%}{{ content }}
+{%- else -%}{% for part in content if part['type'] == 'text' %}{{ part['text'] }}{% endfor %}
+{%- endif -%}
+{%- endmacro -%}
+{%- set ns = namespace(prefix='', turns=messages) -%}
+{%- if messages and messages[0]['role'] == 'system' -%}
+{%- set ns.prefix = text(messages[0]['content']) ~ '\n\n' -%}
+{%- set ns.turns = messages[1:] -%}
+{%- endif -%}
+{%- for message in ns.turns -%}
+{%- if (message['role'] == 'user') != (loop.index0 is even) -%}
+{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+{%- endif -%}
+{{ '<start_of_turn>' ~ ('model' if message['role'] == 'assistant' else message['role']) ~ '\n' }}
+{{- (ns.prefix if loop.first else '') ~ text(message['content']) | trim ~ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}
+"""
+
+# ChatML (<|im_start|>role ... <|im_end|>), llama.cpp's default when a model has no template.
+CHATML_TEMPLATE = """
+{%- for message in messages -%}
+{{ '<|im_start|>' ~ message['role'] ~ '\n' }}
+{%- if message['content'] is string -%}{{ message['content'] }}
+{%- else -%}{% for part in message['content'] if part['type'] == 'text' %}{{ part['text'] }}{% endfor %}
+{%- endif -%}
+{{ '<|im_end|>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}
+"""
+
+# general.architecture -> template used when the GGUF has none; anything else gets ChatML
+FALLBACK_TEMPLATES = {"gemma": GEMMA_TEMPLATE, "gemma2": GEMMA_TEMPLATE, "gemma3": GEMMA_TEMPLATE,
+                      "gemma3n": GEMMA_TEMPLATE}
+
+
+class ChatTemplate:
+    def __init__(self, template: str | None, bos_token: str | None, eos_token: str | None, arch: str):
+        self.is_fallback = not template
+        self.source: str = template or FALLBACK_TEMPLATES.get(arch, CHATML_TEMPLATE)
+        self.bos_token = bos_token or ""
+        self.eos_token = eos_token or ""
+        try:
+            self._template = _ENV.from_string(self.source)
+        except jinja2.TemplateSyntaxError as e:
+            raise ChatTemplateError(
+                f"the chat template does not parse: {e.message} (line {e.lineno})") from None
+
+    def render(self, messages: list, tools: list | None = None, add_generation_prompt: bool = True,
+               **kwargs: Any) -> str:
+        """The prompt for `messages` (dicts, dataclasses or pydantic models with role/content)."""
+        context = _plain({**kwargs, "messages": _alias_reasoning(_plain(messages)), "tools": tools,
+                          "add_generation_prompt": add_generation_prompt})
+        context.setdefault("bos_token", self.bos_token)
+        context.setdefault("eos_token", self.eos_token)
+        try:
+            return self._template.render(**context)
+        except ChatTemplateError:
+            raise
+        except jinja2.exceptions.SecurityError as e:
+            raise ChatTemplateError(f"the chat template tried something unsafe: {e}") from None
+        except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+                ZeroDivisionError) as e:
+            raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
+
+
+def _raise_exception(message: str):
+    raise ChatTemplateError(str(message))
+
+
+def _tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False) -> str:
+    # Jinja's own tojson HTML-escapes and has no ensure_ascii; templates expect json.dumps
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
+                      sort_keys=sort_keys)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+class _Namespace(jinja2.utils.Namespace):
+    """`namespace()` that refuses underscore names, the way into CPython internals."""
+
+    def __init__(*args, **kwargs):  # noqa: N805 - Jinja's signature trick keeps namespace(self=...) usable
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            _check_name(name)
+        jinja2.utils.Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name, value):
+        _check_name(name)
+        jinja2.utils.Namespace.__setitem__(self, name, value)
+
+
+def _check_name(name) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        raise jinja2.exceptions.SecurityError(f"namespace attribute {name!r} starts with an underscore")
+
+
+class _DictFactory:
+    """`dict(...)` and `dict.fromkeys(...)` for templates, without exposing the dict type itself."""
+
+    def __call__(self, *args, **kwargs) -> dict:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, *args) -> dict:
+        return dict.fromkeys(*args)
+
+
+class _GenerationBlock(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}` marks assistant text for training masks; here it
+    only renders its body."""
+    tags = {"generation"}
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_render"), [], [], body).set_lineno(lineno)
+
+    def _render(self, caller) -> str:
+        return caller()
+
+
+class _Sandbox(ImmutableSandboxedEnvironment):
+    """Jinja's sandbox turns an unsafe attribute (`__class__`, `__globals__`, ...) into an undefined
+    that only fails when used further; we refuse it at once, so no template can probe for them."""
+
+    def unsafe_undefined(self, obj, attribute):
+        raise jinja2.exceptions.SecurityError(
+            f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
+
+
+def _make_env() -> ImmutableSandboxedEnvironment:
+    env = _Sandbox(trim_blocks=True, lstrip_blocks=True,
+                   extensions=[_GenerationBlock, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = _tojson
+    env.globals.update(raise_exception=_raise_exception, strftime_now=_strftime_now,
+                       namespace=_Namespace, dict=_DictFactory())
+    return env
+
+
+_ENV = _make_env()
+_REASONING_KEYS = ("reasoning_content", "thinking", "reasoning")
+
+
+def _alias_reasoning(messages: list) -> list:
+    """Templates read reasoning as `reasoning_content` (Qwen3, DeepSeek) or `thinking` (gpt-oss)."""
+    out = []
+    for m in messages:
+        if isinstance(m, dict):
+            reasoning = next((m[k] for k in _REASONING_KEYS if m.get(k) is not None), None)
+            if reasoning is not None:
+                m = {"thinking": reasoning, **m, "reasoning_content": reasoning}
+        out.append(m)
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """JSON-like data only: the sandbox cannot know which methods of arbitrary objects are harmful."""
+    if value is None or type(value) in (str, int, float, bool):
+        return value
+    for base in (bool, str, int, float):  # enums, str/int subclasses... back to the builtin type
+        if isinstance(value, base):
+            return base(value)
+    if type(value).__module__ == "numpy" and callable(getattr(value, "item", None)):
+        return _plain(value.item())  # numpy scalar
+    if isinstance(value, Mapping):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if callable(getattr(value, "model_dump", None)):  # pydantic
+        return _plain(value.model_dump())
+    return f"<{type(value).__name__}>"

@@ -1,0 +1,76 @@
+"""Build a Hugging Face `tokenizers.Tokenizer` that splits text exactly like llama.cpp for a GGUF vocab.
+
+BOS/EOS are added by hearth's Tokenizer, not here; special tokens become added tokens (control and
+unknown ones "special", so `encode_special_tokens` turns their parsing off, as parse_special=False
+does in llama.cpp; user-defined ones are always parsed, as in llama.cpp)."""
+
+from __future__ import annotations
+
+import numpy as np
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers
+
+from hearth.errors import ModelLoadError
+from hearth.loader.spm_merges import spm_merges
+from hearth.loader.vocab import SPECIAL_ATTRS, Attr, GGUFVocab
+
+_SPACE = "\u2581"  # SentencePiece's visible space
+
+
+def build_backend(vocab: GGUFVocab) -> Tokenizer:
+    tk = _BUILDERS[vocab.model](vocab)
+    tk.add_tokens(_added_tokens(vocab))
+    return tk
+
+
+def _build_bpe(vocab: GGUFVocab) -> Tokenizer:
+    """Byte-level BPE (tokenizer.ggml.model == "gpt2"): regex splits, then bytes -> GPT-2 chars."""
+    tk = Tokenizer(models.BPE(vocab.token_to_id, _bpe_merges(vocab), ignore_merges=vocab.ignore_merges))
+    splits = [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in vocab.regexes]
+    tk.pre_tokenizer = pre_tokenizers.Sequence(
+        splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    return tk
+
+
+def _build_spm(vocab: GGUFVocab) -> Tokenizer:
+    """SentencePiece BPE (tokenizer.ggml.model == "llama"), as llama.cpp's llm_tokenizer_spm runs it:
+    no pre-splitting, spaces become U+2581, adjacent symbols merge highest score first, and pieces
+    left outside the vocabulary fall back to <0xXX> byte tokens."""
+    if vocab.scores is None:
+        raise ModelLoadError("SentencePiece tokenizer without tokenizer.ggml.scores")
+    unk = vocab.special["unk"]
+    tk = Tokenizer(models.BPE(vocab.token_to_id, spm_merges(vocab), byte_fallback=True,
+                              unk_token=None if unk is None else vocab.tokens[unk]))
+    # llama.cpp puts the space prefix before every text fragment that follows a special token (or
+    # starts the prompt); Prepend runs per fragment between added tokens, which is the same thing.
+    steps = [normalizers.Prepend(_SPACE)] if vocab.add_space_prefix else []
+    tk.normalizer = normalizers.Sequence(steps + [normalizers.Replace(" ", _SPACE)])
+    return tk
+
+
+_BUILDERS = {"gpt2": _build_bpe, "llama": _build_spm}
+
+
+def _bpe_merges(vocab: GGUFVocab) -> list[tuple[str, str]]:
+    """GGUF merges are "left right" split at the first space after position 0 (llama.cpp); pairs whose
+    parts or result are not tokens are dropped, since `tokenizers` cannot represent them."""
+    t2i = vocab.token_to_id
+    out = []
+    for m in vocab.merges:
+        cut = m.find(" ", 1)
+        if cut < 0:
+            continue
+        a, b = m[:cut], m[cut + 1:]
+        if a in t2i and b in t2i and a + b in t2i:
+            out.append((a, b))
+    return out
+
+
+def _added_tokens(vocab: GGUFVocab) -> list[AddedToken]:
+    ids = np.flatnonzero(vocab.attrs & SPECIAL_ATTRS)
+    out = []
+    for i in ids.tolist():
+        attr = int(vocab.attrs[i])
+        special = bool(attr & (Attr.CONTROL | Attr.UNKNOWN))
+        out.append(AddedToken(vocab.tokens[i], special=special, normalized=False,
+                              lstrip=bool(attr & Attr.LSTRIP), rstrip=bool(attr & Attr.RSTRIP)))
+    return out

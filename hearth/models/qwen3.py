@@ -1,0 +1,14 @@
+"""Qwen3 (dense): per-head RMSNorm on q and k before rope, neox rope, no biases.
+
+head_dim comes from `qwen3.attention.key_length` (128 on every size, not hidden / heads), which
+base_config reads."""
+
+from hearth.models.transformer import ArchSpec, CausalLM, base_config
+
+
+class Qwen3ForCausalLM(CausalLM):
+    spec = ArchSpec(neox_rope=True, activation="silu", qk_norm=True)
+
+    @classmethod
+    def config_from_gguf(cls, g):
+        return base_config(g)

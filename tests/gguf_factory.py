@@ -1,0 +1,262 @@
+"""Tiny random-weight GGUF files, written the way llama.cpp's converter writes real ones.
+
+write_tiny_gguf(path, arch) gives a 2-4 layer model with the metadata keys and tensor names llama.cpp
+uses for `arch`, plus a small but valid tokenizer section, so the same file loads in hearth, in
+transformers (`from_pretrained(dir, gguf_file=name)`) and in llama.cpp.
+
+Weights are drawn in Hugging Face layout and then transformed as convert_hf_to_gguf.py does:
+llama q/k rows are permuted for llama.cpp's adjacent-pair rope, gemma norms are stored as (w + 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import gguf
+import numpy as np
+from gguf import GGMLQuantizationType as Q
+
+
+@dataclass(frozen=True, slots=True)
+class TinyDims:
+    layers: int = 2
+    hidden: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 16
+    ffn: int = 128
+    vocab: int = 320
+    context: int = 256
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    tied: bool = True
+    sliding_window: int = 0
+    rope_scaling: float = 0.0
+    """gemma3: linear rope scaling factor of the global layers (0 = none)."""
+    tokenizer: str = "gpt2"
+    """gpt2 (byte-level BPE) or llama (sentencepiece)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchLayout:
+    """What the converter writes for an architecture beyond the llama basics."""
+
+    permute_qk: bool = False
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    sandwich_norm: bool = False
+    norm_shift: float = 0.0
+    write_key_length: bool = False
+    write_rope_dim: bool = False
+    write_vocab_size: bool = False
+
+
+LAYOUTS = {
+    "llama": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
+    "qwen2": ArchLayout(qkv_bias=True),
+    "qwen3": ArchLayout(qk_norm=True, write_key_length=True),
+    "gemma3": ArchLayout(qk_norm=True, sandwich_norm=True, norm_shift=1.0, write_key_length=True),
+}
+
+DEFAULT_DIMS = {
+    "llama": TinyDims(rope_theta=100000.0, tied=False, rms_eps=1e-5),
+    "qwen2": TinyDims(rope_theta=1000000.0),
+    "qwen3": TinyDims(layers=3, head_dim=32, rope_theta=1000000.0),
+    # 6 layers: five sliding ones then a global one, llama.cpp's gemma3 pattern
+    "gemma3": TinyDims(layers=6, kv_heads=1, head_dim=32, rope_theta=1000000.0, sliding_window=8,
+                       tokenizer="llama"),
+}
+
+MATRIX_TYPES = {"F32": Q.F32, "F16": Q.F16, "Q8_0": Q.Q8_0}
+
+
+def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, **dims) -> TinyDims:
+    """Write a random `arch` model to `path`; dims override DEFAULT_DIMS[arch]. Returns the dims."""
+    d = replace(DEFAULT_DIMS[arch], **dims)
+    layout = LAYOUTS[arch]
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), arch)
+    _write_hparams(w, arch, d, layout)
+    _write_tokenizer(w, d)
+    for name, value in _tensors(rng, d, layout):
+        _add_tensor(w, name, value, MATRIX_TYPES[qtype])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return d
+
+
+def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayout) -> None:
+    w.add_name(f"tiny-{arch}")
+    w.add_context_length(d.context)
+    w.add_embedding_length(d.hidden)
+    w.add_block_count(d.layers)
+    w.add_feed_forward_length(d.ffn)
+    w.add_head_count(d.heads)
+    w.add_head_count_kv(d.kv_heads)
+    w.add_layer_norm_rms_eps(d.rms_eps)
+    w.add_rope_freq_base(d.rope_theta)
+    if layout.write_key_length:
+        w.add_key_length(d.head_dim)
+        w.add_value_length(d.head_dim)
+    if layout.write_rope_dim:
+        w.add_rope_dimension_count(d.head_dim)
+    if layout.write_vocab_size:
+        w.add_vocab_size(d.vocab)
+    if d.sliding_window:
+        w.add_sliding_window(d.sliding_window)
+    if d.rope_scaling:
+        w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(d.rope_scaling)
+
+
+def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
+    """(gguf name, f32 array in torch order [out, in]) for every tensor of the model."""
+
+    def matrix(rows, cols):  # ~unit-variance outputs for unit-variance inputs
+        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    def norm(n):  # HF stores gemma's norm as w with (1 + w) applied; the converter adds the 1
+        return (rng.normal(0.0 if layout.norm_shift else 1.0, 0.1, n) + layout.norm_shift).astype(np.float32)
+
+    q_rows, kv_rows = d.heads * d.head_dim, d.kv_heads * d.head_dim
+    yield "token_embd.weight", rng.standard_normal((d.vocab, d.hidden)).astype(np.float32)
+    for i in range(d.layers):
+        p = f"blk.{i}."
+        q, k = matrix(q_rows, d.hidden), matrix(kv_rows, d.hidden)
+        if layout.permute_qk:
+            q, k = _permute(q, d.heads), _permute(k, d.kv_heads)
+        yield p + "attn_q.weight", q
+        yield p + "attn_k.weight", k
+        yield p + "attn_v.weight", matrix(kv_rows, d.hidden)
+        yield p + "attn_output.weight", matrix(d.hidden, q_rows)
+        if layout.qkv_bias:
+            for name, n in (("attn_q", q_rows), ("attn_k", kv_rows), ("attn_v", kv_rows)):
+                yield p + name + ".bias", (0.5 * rng.standard_normal(n)).astype(np.float32)
+        if layout.qk_norm:
+            yield p + "attn_q_norm.weight", norm(d.head_dim)
+            yield p + "attn_k_norm.weight", norm(d.head_dim)
+        yield p + "attn_norm.weight", norm(d.hidden)
+        yield p + "ffn_norm.weight", norm(d.hidden)
+        if layout.sandwich_norm:
+            yield p + "post_attention_norm.weight", norm(d.hidden)
+            yield p + "post_ffw_norm.weight", norm(d.hidden)
+        yield p + "ffn_gate.weight", matrix(d.ffn, d.hidden)
+        yield p + "ffn_up.weight", matrix(d.ffn, d.hidden)
+        yield p + "ffn_down.weight", matrix(d.hidden, d.ffn)
+    yield "output_norm.weight", norm(d.hidden)
+    if not d.tied:
+        yield "output.weight", matrix(d.vocab, d.hidden)
+
+
+def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.permute: each head's rows go from (half, pair) order to
+    (pair, half), so rotating adjacent pairs in llama.cpp equals HF's rotate-half."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def _add_tensor(w: gguf.GGUFWriter, name: str, value: np.ndarray, matrix_type: Q) -> None:
+    """Matrices in `matrix_type`; norms, biases (1-D) stay F32 as the converter keeps them."""
+    if value.ndim == 1 or matrix_type == Q.F32:
+        w.add_tensor(name, value)
+    elif matrix_type == Q.F16:
+        w.add_tensor(name, value.astype(np.float16))
+    else:
+        w.add_tensor(name, gguf.quants.quantize(value, matrix_type), raw_dtype=matrix_type)
+
+
+# ---- tokenizer section -------------------------------------------------------------------------
+
+WORDS = ("the capital of france is paris hello world and to in that it was for on are with as his "
+         "they be at one have this from or had by word but what some we can out other were all there "
+         "when up use your how said an each she which do their time if will way about many then them")
+
+
+def _write_tokenizer(w: gguf.GGUFWriter, d: TinyDims) -> None:
+    build = {"gpt2": _gpt2_vocab, "llama": _spm_vocab}[d.tokenizer]
+    tokens, types, scores, merges, special = build(d.vocab)
+    w.add_tokenizer_model(d.tokenizer)
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    if scores is not None:
+        w.add_token_scores(scores)
+    if merges is not None:
+        w.add_token_merges(merges)
+    w.add_bos_token_id(special["bos"])
+    w.add_eos_token_id(special["eos"])
+    if "unk" in special:
+        w.add_unk_token_id(special["unk"])
+    w.add_pad_token_id(special["pad"])
+    w.add_add_bos_token(d.tokenizer == "llama")
+    w.add_add_space_prefix(False)
+
+
+def _byte_chars() -> list[str]:
+    """GPT-2's printable stand-in for each byte value (byte-level BPE alphabet)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            chars[b] = chr(b)
+        else:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return [chars[b] for b in range(256)]
+
+
+def _grow(words: list[str], base: set[str], budget: int) -> tuple[list[str], list[str]]:
+    """Left-to-right merges of each word's symbols until `budget` new tokens exist."""
+    new, merges, seen = [], [], set(base)
+    for word in words:
+        cur = word[0]
+        for ch in word[1:]:
+            if len(new) == budget:
+                return new, merges
+            merged = cur + ch
+            if merged not in seen:
+                seen.add(merged)
+                new.append(merged)
+                merges.append(f"{cur} {ch}")
+            cur = merged
+    return new, merges
+
+
+def _gpt2_vocab(vocab: int):
+    byte_tokens = _byte_chars()
+    space = byte_tokens[ord(" ")]
+    words = [space + wd for wd in WORDS.split()]
+    specials = ["<|begin_of_text|>", "<|end_of_text|>"]
+    new, merges = _grow(words, set(byte_tokens), vocab - 256 - len(specials))
+    tokens = byte_tokens + new
+    tokens += [f"<|reserved_{i}|>" for i in range(vocab - len(specials) - len(tokens))] + specials
+    types = [gguf.TokenType.NORMAL] * (vocab - len(specials)) + [gguf.TokenType.CONTROL] * len(specials)
+    ids = {"bos": vocab - 2, "eos": vocab - 1, "pad": vocab - 1}
+    return tokens, [int(t) for t in types], None, merges, ids
+
+
+def _spm_vocab(vocab: int):
+    # gemma's layout: <pad> <eos> <bos> <unk>, then byte fallback pieces, then scored pieces
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    byte_pieces = [f"<0x{b:02X}>" for b in range(256)]
+    base = ["▁", *sorted(set(WORDS.replace(" ", "")))]
+    words = ["▁" + wd for wd in WORDS.split()]
+    budget = vocab - len(specials) - len(byte_pieces) - len(base)
+    new, _ = _grow(words, set(base), budget)
+    pieces = base + new
+    pieces += [f"<unused{i}>" for i in range(budget - len(new))]
+    tokens = specials + byte_pieces + pieces
+    types = ([gguf.TokenType.CONTROL] * 3 + [gguf.TokenType.UNKNOWN] + [gguf.TokenType.BYTE] * 256
+             + [gguf.TokenType.NORMAL] * len(pieces))
+    scores = [0.0] * (len(specials) + 256) + [-float(i) for i in range(len(pieces))]
+    ids = {"pad": 0, "eos": 1, "bos": 2, "unk": 3}
+    return tokens, [int(t) for t in types], scores, None, ids
+
+
+def tiny_dir(tmp: Path, arch: str, **kw) -> tuple[Path, str, TinyDims]:
+    """Write `arch` into directory `tmp` -> (dir, file name, dims), the pair transformers wants."""
+    name = f"tiny-{arch}.gguf"
+    dims = write_tiny_gguf(Path(tmp) / name, arch, **kw)
+    return Path(tmp), name, dims

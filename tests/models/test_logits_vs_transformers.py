@@ -1,0 +1,173 @@
+"""Every architecture against Hugging Face transformers on the same tiny GGUF file, and the paged
+cache's invariants: chunked prefill + decode == one prefill; two sequences batched == each alone."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hearth.kernels.attention import AttentionMetadata
+from hearth.layers.linear import use_linear_policy
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.registry import load_model
+from tests.gguf_factory import tiny_dir
+
+import transformers  # noqa: E402  (a test dependency, pinned in constraints.txt)
+transformers.logging.set_verbosity_error()
+
+SEQ_LEN = 24  # longer than gemma3's window of 8, so the sliding mask and the global layer both matter
+REL_TOL = 1e-4  # max |hearth - transformers| over all positions, relative to the largest |logit|
+# The fast linear paths round activations (and f16 weights) to bf16: measured 2e-3 .. 8.5e-3 on
+# these files over 3 seeds, against 2e-7 .. 5e-7 for the exact path.
+REL_TOL_FAST = 2e-2
+
+# (arch, matrix type, dims) -- one quantized and one f16 file too: transformers dequantizes them the
+# same way, so they check that hearth reads the blocks, not only f32.
+CASES = {
+    "llama": ("llama", "F32", {}),
+    "qwen2": ("qwen2", "F32", {}),
+    "qwen3": ("qwen3", "F32", {}),
+    "gemma3": ("gemma3", "F32", {}),
+    "gemma3-rope-scaled": ("gemma3", "F32", {"rope_scaling": 8.0}),
+    "llama-q8_0": ("llama", "Q8_0", {}),
+    "qwen3-f16": ("qwen3", "F16", {}),
+}
+
+
+def tf_overrides(arch: str, dims) -> dict:
+    """Config values transformers' GGUF loader does not read from the file (it keeps its class
+    defaults), set to what the file says so both sides run the same model."""
+    if arch == "qwen3":  # qwen3.attention.key_length is not mapped; the default would be 128
+        return {"head_dim": dims.head_dim}
+    if arch == "gemma3":
+        # query_pre_attn_scalar defaults to 256; llama.cpp scales by 1/sqrt(head_dim) (not 27B).
+        # rope.scaling.* is not mapped either; llama.cpp applies it to the global layers only.
+        full = {"rope_type": "default", "rope_theta": dims.rope_theta}
+        if dims.rope_scaling:
+            full = {"rope_type": "linear", "factor": dims.rope_scaling, "rope_theta": dims.rope_theta}
+        rope = {"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}, "full_attention": full}
+        return {"query_pre_attn_scalar": dims.head_dim, "rope_parameters": rope}
+    return {}
+
+
+class PagedDriver:
+    """A minimal stand-in for the runner: per-layer KV tensors, blocks handed out in a scrambled
+    order (a sequence's pages are never contiguous), one AttentionMetadata per step."""
+
+    def __init__(self, model, cfg, block_size: int = 4, num_blocks: int = 64, seed: int = 0):
+        self.model, self.block_size = model, block_size
+        # per layer [2, num_blocks, block_size, kv_heads, head_dim], f32 so comparisons are tight
+        self.kv = [torch.zeros(2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+                   for _ in range(cfg.num_layers)]
+        self.free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
+        self.tables: dict[str, list[int]] = {}
+        self.lens: dict[str, int] = {}
+
+    def step(self, batch: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+        """The new tokens of each sequence in one forward -> {seq: logits [n_new, vocab]}."""
+        ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
+        for seq, new in batch.items():
+            start = self.lens.get(seq, 0)
+            end = start + len(new)
+            table = self.tables.setdefault(seq, [])
+            while len(table) * self.block_size < end:
+                table.append(self.free.pop())
+            slots += [table[p // self.block_size] * self.block_size + p % self.block_size for p in range(start, end)]
+            ids += new
+            positions += range(start, end)
+            qsl.append(qsl[-1] + len(new))
+            seq_lens.append(end)
+            tables.append(table)
+            self.lens[seq] = end
+        meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), self.block_size)
+        with torch.no_grad():
+            hidden = self.model(torch.tensor(ids), torch.tensor(positions), meta, self.kv)
+            logits = self.model.compute_logits(hidden)
+        return {seq: logits[a:b] for seq, a, b in zip(batch, qsl, qsl[1:])}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(case, exact) -> (hearth model, ModelConfig, dir, file name, dims); each file written once.
+    exact=True builds the slow f32 reference linears, False the fast paths hearth runs with."""
+    files, built = {}, {}
+
+    def get(case: str, exact: bool = True):
+        if case not in files:
+            arch, qtype, dims = CASES[case]
+            files[case] = tiny_dir(tmp_path_factory.mktemp(case), arch, qtype=qtype, **dims)
+        if (case, exact) not in built:
+            d, name, dims = files[case]
+            with use_linear_policy(exact=exact):
+                model, cfg = load_model(GGUFFile(d / name))
+            built[case, exact] = (model, cfg, d, name, dims)
+        return built[case, exact]
+
+    return get
+
+
+def transformers_logits(case: str, d, name, dims, ids: list[int]) -> torch.Tensor:
+    arch = CASES[case][0]
+    ref_model = transformers.AutoModelForCausalLM.from_pretrained(
+        d, gguf_file=name, dtype=torch.float32, attn_implementation="eager", **tf_overrides(arch, dims)
+    ).eval()
+    with torch.no_grad():
+        return ref_model(torch.tensor([ids])).logits[0]  # [T, vocab]
+
+
+def prompt(vocab: int, n: int = SEQ_LEN, seed: int = 1) -> list[int]:
+    return torch.randint(0, vocab, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
+    return ((a - ref).abs().max() / ref.abs().max()).item()
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_logits_match_transformers(tiny, case):
+    model, cfg, d, name, dims = tiny(case, exact=True)
+    ids = prompt(cfg.vocab_size)
+    ours = PagedDriver(model, cfg).step({"a": ids})["a"]  # [SEQ_LEN, vocab]
+    ref = transformers_logits(case, d, name, dims, ids)
+
+    assert ours.shape == ref.shape == (SEQ_LEN, dims.vocab)
+    assert rel_err(ours, ref) < REL_TOL
+    # the comparison has teeth: logits at neighbouring positions are far apart
+    assert rel_err(ours[1:], ref[:-1]) > 0.1
+
+
+@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16"])
+def test_fast_linear_logits_near_transformers(tiny, case):
+    model, cfg, d, name, dims = tiny(case, exact=False)
+    ids = prompt(cfg.vocab_size)
+    ours = PagedDriver(model, cfg).step({"a": ids})["a"]
+    assert rel_err(ours, transformers_logits(case, d, name, dims, ids)) < REL_TOL_FAST
+
+
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
+    model, cfg, *_ = tiny(case, exact=False)  # f32 files: the fast path is plain f32 math
+    ids = prompt(cfg.vocab_size)
+    full = PagedDriver(model, cfg).step({"a": ids})["a"]
+
+    # two prefill chunks that end mid-block, then one token at a time through the cache
+    driver = PagedDriver(model, cfg, seed=7)
+    parts = [driver.step({"a": ids[:7]})["a"], driver.step({"a": ids[7:18]})["a"]]
+    parts += [driver.step({"a": [t]})["a"] for t in ids[18:]]
+    torch.testing.assert_close(torch.cat(parts), full, rtol=0, atol=1e-5 * full.abs().max().item())
+
+
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_two_sequences_batched_equal_each_alone(tiny, case):
+    model, cfg, *_ = tiny(case, exact=False)
+    a, b = prompt(cfg.vocab_size, 21, seed=2), prompt(cfg.vocab_size, 13, seed=3)
+    schedule = [{"a": a[:10], "b": b[:12]}, {"a": a[10:], "b": b[12:]}]  # prefill+prefill, prefill+decode
+
+    batched = PagedDriver(model, cfg)
+    together = [batched.step(s) for s in schedule]
+    for seq in ("a", "b"):
+        alone = PagedDriver(model, cfg, seed=3)
+        single = [alone.step({seq: s[seq]})[seq] for s in schedule]
+        got = torch.cat([t[seq] for t in together])
+        want = torch.cat(single)
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-5 * want.abs().max().item())

@@ -1,0 +1,33 @@
+"""general.architecture picks the model class; anything else is a one-line UnsupportedError."""
+
+import gguf
+import pytest
+
+from hearth.errors import UnsupportedError
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.registry import ARCHITECTURES, load_model
+from tests.gguf_factory import LAYOUTS, write_tiny_gguf
+
+
+@pytest.mark.parametrize("arch", sorted(LAYOUTS))
+def test_each_architecture_loads_its_own_class(tmp_path, arch):
+    path = tmp_path / f"{arch}.gguf"
+    dims = write_tiny_gguf(path, arch)
+    model, cfg = load_model(GGUFFile(path))
+    assert type(model).__name__ == ARCHITECTURES[arch].split(":")[1]
+    assert (cfg.arch, cfg.num_layers, cfg.head_dim, cfg.vocab_size) == (arch, dims.layers, dims.head_dim, dims.vocab)
+
+
+def test_unsupported_architecture_names_the_supported_ones(tmp_path):
+    path = tmp_path / "mamba.gguf"  # an architecture hearth has no implementation for
+    w = gguf.GGUFWriter(str(path), "mamba")
+    w.add_block_count(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(UnsupportedError) as e:
+        load_model(GGUFFile(path))
+    message = str(e.value)
+    assert "'mamba'" in message and "\n" not in message
+    assert all(arch in message for arch in ("gemma3", "llama", "qwen2", "qwen3"))

@@ -1,0 +1,22 @@
+import pytest
+
+from hearth.cli import COMMANDS, main
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_every_command_has_help(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([name, "--help"])
+    assert e.value.code == 0
+    assert f"hearth {name}" in capsys.readouterr().out
+
+
+def test_no_command_prints_usage(capsys):
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert all(name in out for name in COMMANDS)
+
+
+def test_unknown_command(capsys):
+    assert main(["frobnicate"]) == 2
+    assert "unknown command 'frobnicate'" in capsys.readouterr().err
