@@ -105,7 +105,11 @@ class LLM:
 
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         text = self.chat_template.render(messages, tools=tools)
-        return self.tokenizer.encode(text, add_special_tokens=False, parse_special=True)
+        tok = self.tokenizer
+        # BOS exactly once, as llama.cpp does: whether or not the template wrote it
+        if tok.add_bos and tok.bos_token and text.startswith(tok.bos_token):
+            text = text[len(tok.bos_token):]
+        return tok.encode(text, add_special_tokens=True, parse_special=True)
 
     def _prompt_ids(self, prompt: PromptType) -> tuple[str | None, list[int]]:
         if isinstance(prompt, str):

@@ -9,7 +9,7 @@ import hearth
 
 ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
-ORDER = ["entry", "api", "engine", "runner", "models", "layers", "kernels", "loader", "sample"]
+ORDER = ["entry", "api", "engine", "runner", "models", "layers", "kernels", "memory", "loader", "sample"]
 ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
 SHARED = {"config", "sampling_params", "outputs", "errors"}
 NO_TORCH = {"api", "engine"}

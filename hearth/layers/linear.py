@@ -1,51 +1,204 @@
 """Linear layers over GGUF weights that stay in their file format.
 
 build_linear(tensor) -> nn.Module with forward(x: [..., in_features] f32) -> [..., out_features] f32.
+
+Each tensor type has a path (FAST_PATHS), chosen by measurement on the CPU kernels torch ships:
+  int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
+           load for torch's int4pack kernel (decode); from `gemm_min_rows` rows on, expanded to
+           bf16 tiles for a dense AMX matmul (prefill).
+  bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32), F16, BF16.
+  f32      F32 weights, used in place from the memmap.
+The fast paths carry bf16 rounding (activations, scales, output: the int4pack kernel is ~27x slower
+with f32 activations). `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the slow,
+obvious twin instead: f32 math on blocks dequantized from the file at every call.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf.quants import dequantize
 from torch import nn
 
+from hearth.errors import UnsupportedError
+from hearth.kernels.qmatmul import Int4Weight, int4_dequant_t, int4_matmul
+from hearth.layers.embedding import build_embedding  # noqa: F401  (models import it from here)
+from hearth.layers.quant import as_bytes, dequantize, require_supported
+from hearth.layers.repack import dense_bf16, int4_planes
+from hearth.layers.residency import release_pages
 from hearth.loader.gguf_loader import GGUFTensor
 
 
-class DequantLinear(nn.Module):
-    """Temporary: expands the weight to f32 at load (to be replaced by quantized kernels)."""
+@dataclass(frozen=True, slots=True)
+class LinearPolicy:
+    exact: bool = False
+    """f32 math on weights dequantized from the file at every call (reference; slow)."""
+    gemm_min_rows: int = 32
+    """From this many rows on, int4 weights are expanded to bf16 tiles and multiplied densely."""
+    gemm_chunk_rows: int = 2048
+    """Output features expanded per tile on that path: bounds the temporary (a 262k-row head)."""
 
-    def __init__(self, tensors: list[GGUFTensor], bias: torch.Tensor | None):
+
+_policy = LinearPolicy(exact=os.environ.get("HEARTH_EXACT_LINEAR", "") == "1")
+
+
+def linear_policy() -> LinearPolicy:
+    return _policy
+
+
+@contextmanager
+def use_linear_policy(**changes) -> Iterator[LinearPolicy]:
+    """Layers built inside the block follow the changed policy, e.g. use_linear_policy(exact=True)."""
+    global _policy
+    old, _policy = _policy, replace(_policy, **changes)
+    try:
+        yield _policy
+    finally:
+        _policy = old
+
+
+class Int4Part(nn.Module):
+    """4-bit planes: the int4pack kernel for few rows (its cost grows ~linearly with rows); from
+    `gemm_min_rows` on, bf16 tiles of W.T expanded per call for a dense (AMX) matmul."""
+
+    def __init__(self, w: Int4Weight, policy: LinearPolicy):
         super().__init__()
-        ws = [dequantize(np.asarray(t.data), t.qtype).reshape(t.shape) for t in tensors]
-        w = np.concatenate(ws, axis=0)
-        self.weight = nn.Parameter(torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32)), requires_grad=False)
-        self.bias = bias
+        self.w, self.out_features = w, w.n
+        self.gemm_min_rows, self.chunk = policy.gemm_min_rows, policy.gemm_chunk_rows
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.w.nbytes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] f32 -> [M, N] f32
+        xb = x.to(torch.bfloat16)
+        if x.shape[0] < self.gemm_min_rows:
+            return int4_matmul(xb, self.w).float()
+        if self.w.n <= self.chunk:
+            return (xb @ int4_dequant_t(self.w)).float()
+        y = x.new_empty(x.shape[0], self.w.n)
+        for r in range(0, self.w.n, self.chunk):
+            y[:, r:r + self.chunk] = xb @ int4_dequant_t(self.w, slice(r, r + self.chunk))
+        return y
+
+
+class DensePart(nn.Module):
+    """A dense weight [N, K] in bf16 or f32; activations are cast to its dtype."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight, self.out_features = weight, weight.shape[0]
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.weight.nbytes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = x @ self.weight.T
-        return y + self.bias if self.bias is not None else y
+        return (x.to(self.weight.dtype) @ self.weight.T).float()
+
+
+class ReferencePart(nn.Module):
+    """Exact: dequantizes row chunks of the file's blocks at every call, then f32 matmul."""
+
+    def __init__(self, t: GGUFTensor, chunk_rows: int = 4096):
+        super().__init__()
+        self.raw, self.qtype, self.out_features = as_bytes(t.data, t.qtype), t.qtype, t.shape[0]
+        self.chunk = chunk_rows
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.raw.nbytes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        ys = [x @ dequantize(self.raw[r:r + self.chunk], self.qtype).T
+              for r in range(0, self.out_features, self.chunk)]
+        return ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
+
+
+def _int4(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
+    part = Int4Part(int4_planes(ts), policy)
+    _release(ts)
+    return part
+
+
+def _bf16(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
+    part = DensePart(torch.cat([dense_bf16(t) for t in ts]) if len(ts) > 1 else dense_bf16(ts[0]))
+    _release([t for t in ts if t.qtype != Q.BF16])  # BF16 weights are used in place
+    return part
+
+
+def _release(ts: list[GGUFTensor]) -> None:
+    for t in ts:  # repacked: the file pages we read are not needed in our resident set any more
+        release_pages(t.data)
+
+
+def _f32(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
+    ws = [dequantize(t.data, t.qtype) for t in ts]  # F32 dequantize is a view of the memmap
+    return DensePart(torch.cat(ws) if len(ws) > 1 else ws[0])
+
+
+BUILDERS: dict[str, Callable[[list[GGUFTensor], LinearPolicy], nn.Module]] = {
+    "int4x1": _int4, "int4x2": _int4, "bf16": _bf16, "f32": _f32,
+}
+# qtype -> path; neighbours in a fused list that share a path become one part
+FAST_PATHS: dict[Q, str] = {
+    Q.F32: "f32", Q.F16: "bf16", Q.BF16: "bf16",
+    Q.Q4_0: "int4x1", Q.Q4_1: "int4x1", Q.Q4_K: "int4x1",
+    Q.Q5_0: "int4x2", Q.Q5_1: "int4x2", Q.Q5_K: "int4x2", Q.Q8_0: "int4x2",
+    Q.Q2_K: "bf16", Q.Q3_K: "bf16", Q.Q6_K: "bf16",
+}
+
+
+class QuantLinear(nn.Module):
+    """Runs each fused part and concatenates their outputs along out_features."""
+
+    def __init__(self, parts: list[nn.Module], in_features: int, bias: torch.Tensor | None):
+        super().__init__()
+        self.parts = nn.ModuleList(parts)
+        self.in_features = in_features
+        self.out_features = sum(p.out_features for p in parts)
+        self.bias = None if bias is None else bias.float()
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weight data one forward reads (the repacked copy, or the file's blocks)."""
+        return sum(p.weight_bytes for p in self.parts)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., K] -> [..., N]
+        x2 = x.reshape(-1, self.in_features)
+        ys = [p(x2) for p in self.parts]
+        y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
+        if self.bias is not None:
+            y = y + self.bias
+        return y.view(*x.shape[:-1], self.out_features)
+
+
+def _runs(ts: list[GGUFTensor], key: Callable[[GGUFTensor], str]) -> list[list[GGUFTensor]]:
+    """Maximal runs of neighbours with the same key (fusing only neighbours keeps output order)."""
+    runs: list[list[GGUFTensor]] = []
+    for t in ts:
+        if runs and key(runs[-1][0]) == key(t):
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return runs
 
 
 def build_linear(t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> nn.Module:
     """One weight, or several with the same in_features fused along out_features (q|k|v, gate|up)."""
-    return DequantLinear(t if isinstance(t, list) else [t], bias)
-
-
-class Embedding(nn.Module):
-    """Token embedding whose rows are dequantized on lookup."""
-
-    def __init__(self, t: GGUFTensor):
-        super().__init__()
-        self.t = t
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: [T] -> [T, hidden]
-        rows = np.asarray(self.t.data)[ids.numpy()]
-        w = dequantize(rows, self.t.qtype).reshape(len(rows), self.t.shape[1])
-        return torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))
-
-
-def build_embedding(t: GGUFTensor) -> nn.Module:
-    return Embedding(t)
+    ts = t if isinstance(t, list) else [t]
+    k = ts[0].shape[-1]
+    for w in ts:
+        require_supported(w.name, w.qtype)  # a clear error before any work
+        if len(w.shape) != 2 or w.shape[1] != k:
+            raise UnsupportedError(f"{w.name}: shape {w.shape} cannot be fused with in_features {k}")
+    policy = _policy
+    if policy.exact:
+        return QuantLinear([ReferencePart(w) for w in ts], k, bias)
+    runs = _runs(ts, lambda w: FAST_PATHS[w.qtype])
+    parts = [BUILDERS[FAST_PATHS[run[0].qtype]](run, policy) for run in runs]
+    return QuantLinear(parts, k, bias)

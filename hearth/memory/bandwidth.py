@@ -1,0 +1,106 @@
+"""Measure this machine in a fresh process: `python -m hearth.memory.bandwidth` prints one JSON
+object. The only torch user of hearth.memory; hearth.memory.this_machine runs it and caches it.
+
+  runtime_bytes  resident memory of a fresh python once the libraries hearth's engine runs on are
+                 imported and a few small ops have run (their code pages fault in on first use):
+                 the fixed cost every hearth process pays before any model byte
+  bandwidth      streaming copy, best of 3: (bytes read + bytes written) / seconds, over buffers
+                 larger than any cache (decode reads weights the same way: once, in order)
+  peak_flops     bf16 matmul, best of 3: 2 n^3 / seconds
+On a CUDA machine the copy and the matmul run on the GPU, memory is the GPU's, and runtime_bytes
+is what the CUDA context takes (total - free after start-up)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+
+COPY_BYTES = 512 * 2**20  # per buffer; two of them, so 1 GiB in all, well past a 300 MB L3
+REPEATS = 3
+RUNTIME_MODULES = ("torch", "numpy", "gguf", "tokenizers", "jinja2", "tqdm")
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _best_seconds(fn, sync) -> float:
+    fn()  # warm-up: first touch of the pages, kernel selection
+    sync()
+    best = float("inf")
+    for _ in range(REPEATS):
+        t = time.perf_counter()
+        fn()
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def copy_bandwidth(torch, device: str, nbytes: int) -> float:
+    src = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    seconds = _best_seconds(lambda: dst.copy_(src), _sync(torch, device))
+    return 2 * nbytes / seconds  # each byte is read once and written once
+
+
+def matmul_flops(torch, device: str, n: int) -> float:
+    a = torch.randn(n, n, device=device).to(torch.bfloat16)
+    b = torch.randn(n, n, device=device).to(torch.bfloat16)
+    return 2 * n**3 / _best_seconds(lambda: a @ b, _sync(torch, device))
+
+
+def _sync(torch, device: str):
+    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+
+def import_runtime() -> None:
+    """What an engine process holds before its model: the libraries hearth's engine runs on."""
+    for name in RUNTIME_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+
+
+def warm_up(torch) -> None:
+    """One of each kind of op a decoder step runs, small: matmuls (f32, bf16), softmax, attention."""
+    x = torch.randn(64, 64)
+    for t in (x, x.to(torch.bfloat16)):
+        t @ t
+        torch.softmax(t, -1)
+        torch.nn.functional.silu(t)
+        torch.nn.functional.scaled_dot_product_attention(t[None, None], t[None, None], t[None, None])
+
+
+def measure() -> dict:
+    import_runtime()
+    import torch
+
+    if torch.cuda.is_available():
+        return _measure_cuda(torch)
+    warm_up(torch)
+    runtime = rss_bytes()
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {"kind": "cpu", "runtime_bytes": runtime, "threads": torch.get_num_threads(),
+            "bandwidth": copy_bandwidth(torch, "cpu", min(COPY_BYTES, mem // 16)),
+            "peak_flops": matmul_flops(torch, "cpu", 2048)}
+
+
+def _measure_cuda(torch) -> dict:
+    torch.cuda.init()
+    free, total = torch.cuda.mem_get_info()
+    return {"kind": "cuda", "name": torch.cuda.get_device_name(), "memory_bytes": total,
+            "runtime_bytes": total - free,
+            "bandwidth": copy_bandwidth(torch, "cuda", 4 * COPY_BYTES),
+            "peak_flops": matmul_flops(torch, "cuda", 8192)}
+
+
+if __name__ == "__main__":
+    json.dump(measure(), sys.stdout)

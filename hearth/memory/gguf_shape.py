@@ -1,0 +1,66 @@
+"""ModelShape from a GGUF file's `{arch}.*` metadata. Reads metadata only: works for any
+architecture llama.cpp writes, including ones hearth cannot run yet (planning comes first)."""
+
+from __future__ import annotations
+
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.memory import PlanError
+from hearth.memory.shape import SLIDING_PATTERNS, ModelShape
+
+
+def shape_from_gguf(g: GGUFFile) -> ModelShape:
+    layers = int(_require(g, "block_count"))
+    hidden, heads = int(_require(g, "embedding_length")), int(_require(g, "attention.head_count"))
+    kv = g.arch_get("attention.head_count_kv", heads)
+    kv_heads = tuple(int(k) for k in kv) if isinstance(kv, list) else (int(kv),) * layers
+    head_k = int(g.arch_get("attention.key_length", hidden // heads))
+    window = int(g.arch_get("attention.sliding_window", 0) or 0)
+    return ModelShape(
+        name=str(g.get("general.name", g.path.name)),
+        arch=g.arch,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_heads=heads,
+        kv_heads=kv_heads,
+        head_dim_k=head_k,
+        head_dim_v=int(g.arch_get("attention.value_length", head_k)),
+        ffn=_widest(g.arch_get("feed_forward_length", 0)),
+        vocab_size=int(g.arch_get("vocab_size") or g.tensor("token_embd.weight").shape[0]),
+        context_length=int(g.arch_get("context_length", 2048)),
+        num_experts=int(g.arch_get("expert_count", 0)),
+        active_experts=int(g.arch_get("expert_used_count", 0)),
+        expert_ffn=_expert_ffn(g),
+        shared_ffn=int(g.arch_get("expert_shared_feed_forward_length", 0)),
+        sliding_window=window,
+        sliding=_sliding(g, layers) if window else (),
+        tied_embeddings="output.weight" not in g.tensors,
+    )
+
+
+def _sliding(g: GGUFFile, layers: int) -> tuple[bool, ...]:
+    """The file's own per-layer pattern when it has one, else the architecture's known rule; an
+    unknown architecture counts every layer as global (an over-estimate, never an under-one)."""
+    stated = g.arch_get("attention.sliding_window_pattern")
+    if isinstance(stated, list) and len(stated) == layers:
+        return tuple(bool(s) for s in stated)
+    rule = SLIDING_PATTERNS.get(g.arch)
+    return rule(layers) if rule else ()
+
+
+def _expert_ffn(g: GGUFFile) -> int:
+    stated = g.arch_get("expert_feed_forward_length")
+    if stated:
+        return int(stated)
+    t = g.tensors.get("blk.0.ffn_gate_exps.weight")
+    return int(t.shape[1]) if t is not None else 0  # [experts, expert_ffn, hidden] in torch order
+
+
+def _widest(v) -> int:
+    return max(int(x) for x in v) if isinstance(v, list) else int(v or 0)
+
+
+def _require(g: GGUFFile, key: str):
+    v = g.arch_get(key)
+    if v is None:
+        raise PlanError(f"{g.path}: metadata key {g.arch}.{key} is missing")
+    return v

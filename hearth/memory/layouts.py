@@ -1,0 +1,71 @@
+"""How an engine holds each weight once loaded, which is what counts against memory.
+
+`file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
+`hearth-cpu`: what hearth's CPU linear layers keep (hearth.layers.linear FAST_PATHS; a test builds
+each one and compares):
+  int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
+            32 values = 5 bits a value; rows padded to a multiple of 64
+  int4 x2   Q5_0, Q5_1, Q5_K, Q8_0: two such planes, 10 bits a value
+  bf16      F16, Q2_K, Q3_K, Q6_K: expanded to 16 bits a value; BF16 is used in place (16 bits)
+  f32       F32 used in place from the memory map (32 bits)
+The token embedding is read row by row from the file (only looked-up rows become resident); a head
+tied to it is repacked like any other weight."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gguf import GGMLQuantizationType as Q
+
+from hearth.memory.shape import ModelShape
+from hearth.memory.weights import WeightTensor, role
+
+ROW_BLOCK = 64  # int4pack packs rows in blocks of 64
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    bits: float
+    """Bits a value as held in memory."""
+    row_block: int = 1
+
+
+INT4X1, INT4X2 = Held(4 + 32 / 32, ROW_BLOCK), Held(2 * (4 + 32 / 32), ROW_BLOCK)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    name: str
+    held: dict[Q, Held]
+    """Types the engine re-lays out; any other type is held as the file stores it."""
+    embedding_resident: bool
+    """Whether an untied embedding table is resident (GPU) or read from the file on demand (CPU)."""
+    about: str
+
+
+LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
+    Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
+    Layout("hearth-cpu", {
+        Q.F32: Held(32), Q.F16: Held(16), Q.BF16: Held(16),
+        Q.Q4_0: INT4X1, Q.Q4_1: INT4X1, Q.Q4_K: INT4X1,
+        Q.Q5_0: INT4X2, Q.Q5_1: INT4X2, Q.Q5_K: INT4X2, Q.Q8_0: INT4X2,
+        Q.Q2_K: Held(16), Q.Q3_K: Held(16), Q.Q6_K: Held(16),
+    }, False, "hearth's CPU kernels: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
+              "2/3/6-bit k-quants and F16 as bf16; embedding rows read from the file"),
+)}
+
+
+def held_bytes(t: WeightTensor, layout: Layout) -> int:
+    """Bytes of one weight as `layout` holds it."""
+    held = layout.held.get(t.qtype)
+    if held is None:
+        return t.n_bytes
+    rows = math.prod(t.shape[:-1]) if len(t.shape) > 1 else 1
+    padded = -(-rows // held.row_block) * held.row_block
+    return int(padded * t.shape[-1] * held.bits / 8)
+
+
+def resident_weight_bytes(tensors: list[WeightTensor], shape: ModelShape, layout: Layout) -> int:
+    return sum(held_bytes(t, layout) for t in tensors
+               if layout.embedding_resident or role(t, shape) != "embedding")

@@ -1,0 +1,33 @@
+"""One call from what a user typed to a Plan: `plan_for("smollm2-135m", device="this", ctx=4096)`.
+Used by `hearth plan` and by anything else that wants the ceilings (the benchmark's % of roofline)."""
+
+from __future__ import annotations
+
+from hearth.memory import PlanError
+from hearth.memory.devices import THIS, get_device
+from hearth.memory.kv_formats import kv_format
+from hearth.memory.model_input import model_input
+from hearth.memory.overhead import DEFAULT_BATCH_TOKENS
+from hearth.memory.planner import Plan, PlanRequest, check_request, plan
+
+DEFAULT_BLOCK = 16  # EngineConfig.block_size
+
+
+def build_request(model: str, device: str = THIS, ctx: int | None = None, concurrency: int = 1,
+                  kv_cache_dtype: str = "auto", block_size: int | None = None,
+                  batch_tokens: int = DEFAULT_BATCH_TOKENS, memory_gib: float | None = None,
+                  remeasure: bool = False, progress: bool = False) -> PlanRequest:
+    """Checks the cheap things first (names, numbers) so bad input never waits on a measurement."""
+    fmt = kv_format(kv_cache_dtype)
+    block = fmt.block_size(block_size, DEFAULT_BLOCK)
+    if block <= 0:
+        raise PlanError(f"--block-size must be positive, got {block}")
+    m = model_input(model, progress=progress)
+    ctx = m.shape.context_length if ctx is None else ctx
+    check_request(m.shape, ctx, concurrency, batch_tokens)
+    dev = get_device(device, memory_gib, refresh=remeasure)
+    return PlanRequest(m.shape, m.tensors, m.weights_source, dev, ctx, concurrency, fmt, block, batch_tokens)
+
+
+def plan_for(model: str, **options) -> Plan:
+    return plan(build_request(model, **options))

@@ -1,0 +1,103 @@
+"""`--device this`: this machine's memory (detected) with bandwidth, bf16 FLOP/s and runtime cost
+measured once by hearth.memory.bandwidth in a fresh process (about two seconds), then cached in
+$HEARTH_HOME/plan/this.json until the hardware or torch changes. `--remeasure` measures again and
+keeps the better bandwidth and FLOP/s of the two runs: they are ceilings, and a busy machine only
+ever measures low."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+from hearth.loader.store import hearth_home
+from hearth.memory import PlanError
+from hearth.memory.devices import Device
+
+CACHE = Path("plan") / "this.json"
+
+
+def this_device(home=None, refresh: bool = False) -> Device:
+    path = hearth_home(home) / CACHE
+    key = machine_key()
+    cached = _read(path, key)
+    if cached is not None and not refresh:
+        return _device(cached, key)
+    m = _run_measurement()
+    if cached is not None:
+        for ceiling in ("bandwidth", "peak_flops"):
+            m[ceiling] = max(m[ceiling], cached[ceiling])
+    _write(path, {"key": key, **m})
+    return _device(m, key)
+
+
+def machine_key() -> dict:
+    """What the figures depend on; a cached measurement with another key is measured again."""
+    try:
+        torch_version = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch_version = ""
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "memory_bytes": system_memory(),
+            "gpu": os.path.exists("/proc/driver/nvidia/gpus") and sorted(os.listdir("/proc/driver/nvidia/gpus")),
+            "torch": torch_version}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def system_memory() -> int:
+    """Physical memory, or the container's limit (cgroup v2 / v1) when that is lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def _device(m: dict, key: dict) -> Device:
+    cores = f"{key['cores']} cores" if m["kind"] == "cpu" else ""
+    name = m.get("name") or f"{key['cpu']}, {cores}"
+    return Device(f"this ({name})", m["kind"], int(m.get("memory_bytes") or key["memory_bytes"]),
+                  float(m["bandwidth"]), float(m["peak_flops"]),
+                  source=f"measured on this machine ({m['kind']}), cached in $HEARTH_HOME/{CACHE}",
+                  runtime_bytes=int(m["runtime_bytes"]))
+
+
+def _run_measurement() -> dict:
+    cmd = [sys.executable, "-m", "hearth.memory.bandwidth"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PlanError(f"measuring this machine failed: {last}")
+    return json.loads(done.stdout)
+
+
+def _read(path: Path, key: dict) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if data.get("key") == json.loads(json.dumps(key)) else None
+
+
+def _write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)

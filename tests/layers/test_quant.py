@@ -1,0 +1,90 @@
+"""hearth.layers.quant against gguf-py's dequantizer: bit-exact (compared as uint32 bit patterns,
+so even signed zeros agree) for every supported type. The real files' tensors are checked the same
+way in test_linear.py (which opens each file once)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
+
+from hearth.errors import UnsupportedError
+from hearth.layers.quant import SUPPORTED, affine_rows, as_bytes, block_format, dequantize
+from hearth.loader.gguf_loader import GGUFTensor
+
+# byte offsets of the f16 scale fields inside one block: random bytes there could be inf/nan
+F16_FIELDS = {
+    Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
+    Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+}
+FLOATS = (Q.F32, Q.F16, Q.BF16)
+QUANTS = tuple(F16_FIELDS)
+
+
+def random_tensor(qtype: Q, rows: int, cols: int, rng: np.random.Generator,
+                  scale: float = 0.01) -> GGUFTensor:
+    """A [rows, cols] tensor as the loader hands it out: random codes with finite f16 scales, or
+    random floats for the plain float types."""
+    if qtype in FLOATS:
+        w = rng.normal(0, 1.0, (rows, cols)).astype(np.float32)
+        data = {Q.F32: w, Q.F16: w.astype(np.float16)}.get(qtype)
+        data = gguf_quantize(w, Q.BF16) if data is None else data  # BF16 comes as raw uint8
+        return GGUFTensor("w", qtype, (rows, cols), data)
+    fmt = block_format(qtype)
+    raw = rng.integers(0, 256, (rows, cols // fmt.block_size * fmt.type_size), dtype=np.uint8)
+    blocks = raw.reshape(-1, fmt.type_size)
+    for at in F16_FIELDS[qtype]:
+        d = rng.normal(0, scale, (blocks.shape[0], 1)).astype(np.float16)
+        blocks[:, at:at + 2] = d.view(np.uint8)
+    return GGUFTensor("w", qtype, (rows, cols), raw)
+
+
+def gguf_reference(t: GGUFTensor) -> np.ndarray:
+    return gguf_dequantize(t.data, t.qtype).reshape(t.shape).astype(np.float32)
+
+
+def assert_bit_exact(ours: torch.Tensor, ref: np.ndarray) -> None:
+    ours = ours.reshape(ref.shape).numpy()
+    assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32))
+
+
+def test_every_listed_type_is_covered():
+    assert set(SUPPORTED) == set(FLOATS) | set(QUANTS)
+
+
+@pytest.mark.parametrize("qtype", FLOATS + QUANTS, ids=lambda q: q.name)
+def test_random_blocks_bit_exact(qtype):
+    t = random_tensor(qtype, 7, 512, np.random.default_rng(int(qtype)))
+    assert_bit_exact(dequantize(t.data, t.qtype), gguf_reference(t))
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda q: q.name)
+def test_gguf_quantized_weights_bit_exact(qtype):
+    """Codes from gguf's own quantizer (realistic, including all-equal blocks with zero scale)."""
+    w = np.random.default_rng(1).normal(0, 0.05, (6, 256)).astype(np.float32)
+    w[0, :32] = 0.25  # a constant block
+    data = gguf_quantize(w, qtype)
+    assert_bit_exact(dequantize(data, qtype), gguf_dequantize(data, qtype).astype(np.float32))
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_affine_form_is_what_repacking_reads(qtype):
+    """q fits its bit width; symmetric formats' offsets are -zero_code * scale; w == scale*q + offset."""
+    t = random_tensor(qtype, 3, 256, np.random.default_rng(2))
+    fmt = block_format(qtype)
+    q, s, o = affine_rows(as_bytes(t.data, qtype), qtype)
+    assert q.shape == (3, 256) and s.shape == o.shape == (3, 256 // fmt.group_size)
+    assert int(q.max()) < 2 ** fmt.q_bits
+    if fmt.zero_code is not None:
+        assert torch.equal(o, -fmt.zero_code * s)
+    w = s.repeat_interleave(fmt.group_size, 1) * q.float() + o.repeat_interleave(fmt.group_size, 1)
+    ref = torch.from_numpy(gguf_reference(t))
+    assert torch.allclose(w, ref, rtol=0, atol=1e-6 * float(ref.abs().max()))
+
+
+def test_unsupported_type_names_it_and_lists_supported():
+    with pytest.raises(UnsupportedError, match=r"IQ2_XXS is not supported; hearth supports: .*Q8_0.*Q4_K"):
+        dequantize(np.zeros((1, 66), dtype=np.uint8), Q.IQ2_XXS)

@@ -1,0 +1,98 @@
+"""KV bytes per token, hand-computed: every format, and whole models (no GQA, GQA, MoE, sliding)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.memory import PlanError
+from hearth.memory.describe import describe
+from hearth.memory.kv_cache import kv_bytes_at, kv_bytes_per_token, reserved_per_sequence, staging_bytes
+from hearth.memory.kv_formats import kv_format
+
+# one layer, 8 KV heads x head_dim 128, K and V: (format, block/tile size, bytes per token)
+FORMATS = [
+    ("f32", 16, 2 * 8 * 128 * 4),                 # 8,192
+    ("f16", 16, 2 * 8 * 128 * 2),                 # 4,096
+    ("bf16", 16, 2 * 8 * 128 * 2),                # 4,096
+    ("auto", 16, 2 * 8 * 128 * 2),                # auto = f16, the dtype hearth's cache uses
+    ("fp8_e4m3", 16, 2 * 8 * (128 + 4 / 16)),     # 128 bytes + a 4-byte scale per 16-token block: 2,052
+    ("q8_0", 16, 2 * 8 * (128 // 32) * 34),       # 4 blocks of 34 bytes per head vector: 2,176
+    ("q4_0", 16, 2 * 8 * (128 // 32) * 18),       # 4 blocks of 18 bytes: 1,152
+    # K: 128 x 4 bits = 64 B + (f16 scale + f16 zero) per channel per 128-token tile = 128 x 4 / 128 = 4 B
+    # V: 128 x 2 bits = 32 B + f16 scale + f16 zero per token = 4 B
+    ("kvarn_k4v2", 128, 8 * ((64 + 4) + (32 + 4))),   # 832
+    ("kvarn_k4v2", 64, 8 * ((64 + 8) + (32 + 4))),    # a 64-token tile doubles K's overhead: 864
+    ("kvarn_k4v4", 128, 8 * ((64 + 4) + (64 + 4))),   # 1,088
+]
+
+
+@pytest.mark.parametrize("name,block,expected", FORMATS)
+def test_format_bytes_per_token_per_layer(name, block, expected):
+    assert kv_format(name).token_layer_bytes(8, 128, 128, block) == expected
+
+
+def test_kvarn_k4v2_is_at_most_a_quarter_of_f16():
+    # issue 6 asks for <= 0.25x of f16 (832 / 4,096 = 0.203 at head_dim 128; 56 / 256 = 0.219 at 64 with a 64 tile)
+    for head_dim, tile in ((128, 128), (64, 64)):
+        ratio = kv_format("kvarn_k4v2").token_layer_bytes(1, head_dim, head_dim, tile) / (4 * head_dim)
+        assert ratio <= 0.25
+
+
+def test_ggml_block_formats_need_whole_blocks():
+    with pytest.raises(PlanError, match="multiple of the 32"):
+        kv_format("q4_0").token_layer_bytes(8, 80, 80, 16)
+
+
+def test_kvarn_needs_its_tile_size():
+    assert kv_format("kvarn_k4v4").block_size(None, 16) == 128
+    assert kv_format("q8_0").block_size(None, 16) == 16
+    with pytest.raises(PlanError, match="128 or 64"):
+        kv_format("kvarn_k4v2").block_size(32, 16)
+
+
+def test_staging_blocks():
+    shape, _ = describe("llama-70b")
+    # KVarN keeps the sink block and the block being filled in f16: 2 x 128 tokens x 80 layers x 4,096 B
+    assert staging_bytes(shape, kv_format("kvarn_k4v2"), 128) == 2 * 128 * 80 * 4096
+    # other quantized formats stage only the block being filled: 16 tokens x 80 x 4,096
+    assert staging_bytes(shape, kv_format("q4_0"), 16) == 16 * 80 * 4096
+    assert staging_bytes(shape, kv_format("f16"), 16) == 0
+
+
+# (model, format, ctx, bytes per token over all layers)
+MODELS = [
+    # llama 7B, no GQA: 32 layers x 2 (K, V) x 32 heads x 128 x 2 B = 524,288 (512 KiB)
+    ("llama-7b", "f16", 4096, 32 * 2 * 32 * 128 * 2),
+    # llama 70B, GQA 8 KV heads: 80 x 2 x 8 x 128 x 2 = 327,680
+    ("llama-70b", "f16", 8192, 80 * 2 * 8 * 128 * 2),
+    # same with q8_0: 80 x 2 x 8 x (4 x 34) = 174,080
+    ("llama-70b", "q8_0", 8192, 80 * 2 * 8 * 136),
+    # Mixtral 8x7B: experts do not touch KV: 32 x 2 x 8 x 128 x 2 = 131,072
+    ("mixtral-8x7b", "f16", 32768, 32 * 2 * 8 * 128 * 2),
+    # gemma3 27B: 62 layers, 16 KV heads x 128: 8,192 B a layer-token. Every 6th layer is global
+    # (10 of them), 52 slide over 1,024 tokens. At 8,192 tokens:
+    # (10 x 8,192 x 8,192 + 52 x 8,192 x 1,024) / 8,192 = 81,920 + 53,248 = 135,168
+    ("gemma3-27b", "f16", 8192, (10 * 8192 * 8192 + 52 * 8192 * 1024) / 8192),
+    # ... and within the window every layer holds every token: 62 x 8,192 = 507,904
+    ("gemma3-27b", "f16", 1024, 62 * 8192),
+]
+
+
+@pytest.mark.parametrize("preset,fmt,ctx,expected", MODELS)
+def test_model_bytes_per_token(preset, fmt, ctx, expected):
+    shape, _ = describe(preset)
+    assert kv_bytes_per_token(shape, kv_format(fmt), 16, ctx) == expected
+
+
+def test_sliding_layers_cap_a_sequence():
+    shape, _ = describe("gemma3-27b")
+    assert shape.num_sliding == 52
+    f16 = kv_format("f16")
+    # past the window only the 10 global layers grow: 10 x 8,192 B per extra token
+    assert kv_bytes_at(shape, f16, 16, 9000) - kv_bytes_at(shape, f16, 16, 8000) == 1000 * 10 * 8192
+
+
+def test_reservation_is_whole_blocks():
+    shape, _ = describe("llama-7b")
+    # 1,000 tokens take ceil(1000 / 16) = 63 blocks = 1,008 token slots of 524,288 B
+    assert reserved_per_sequence(shape, kv_format("f16"), 16, 1000) == 1008 * 524288

@@ -1,0 +1,42 @@
+"""The planner's table of how hearth's CPU kernels hold each weight type equals what
+hearth.layers.linear actually builds (so the two cannot drift apart)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hearth.layers.linear import FAST_PATHS, build_linear
+from hearth.memory.layouts import LAYOUTS, held_bytes
+from hearth.memory.weights import WeightTensor
+from tests.layers.test_quant import random_tensor
+
+ROWS, COLS = 80, 512  # 80 rows: int4pack pads them to 128
+
+
+def module_bytes(module: torch.nn.Module) -> int:
+    """Bytes of the distinct tensors a linear layer keeps (int4 weights hold two tensors each)."""
+    seen, total = set(), 0
+    for m in module.modules():
+        tensors = [v for v in vars(m).values() if isinstance(v, torch.Tensor)]
+        tensors += [t for v in vars(m).values() if hasattr(v, "packed") for t in (v.packed, v.scale_zero)]
+        tensors += list(m._parameters.values()) + list(m._buffers.values())
+        for t in tensors:
+            if t is not None and t.untyped_storage().data_ptr() not in seen:
+                seen.add(t.untyped_storage().data_ptr())
+                total += t.untyped_storage().nbytes()
+    return total
+
+
+def test_every_fast_path_type_is_in_the_table():
+    assert set(FAST_PATHS) == set(LAYOUTS["hearth-cpu"].held)
+
+
+@pytest.mark.parametrize("qtype", sorted(FAST_PATHS, key=lambda q: q.name), ids=lambda q: q.name)
+def test_held_bytes_match_the_linear_layer(qtype):
+    t = random_tensor(qtype, ROWS, COLS, np.random.default_rng(0))
+    held = held_bytes(WeightTensor("w", qtype, (ROWS, COLS)), LAYOUTS["hearth-cpu"])
+    assert held == module_bytes(build_linear(t))
+    # the file layout is the GGUF bytes themselves
+    assert held_bytes(WeightTensor("w", qtype, (ROWS, COLS)), LAYOUTS["file"]) == t.data.nbytes

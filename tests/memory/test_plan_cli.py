@@ -1,0 +1,71 @@
+"""`hearth plan` from the command line: the report, --json, and one-line errors for bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hearth.cli import main
+from hearth.memory.weights import weight_bytes, tensors_from_gguf
+
+JSON_KEYS = {"weight_bytes", "kv_bytes_per_token", "fits", "max_context", "max_concurrency",
+             "decode_tok_s_ceiling", "prefill_tok_s_ceiling"}
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main(["plan", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err.strip()
+
+
+def test_json_of_a_real_file(capsys, real_gguf):
+    g = real_gguf("smollm2-135m")
+    code, out, _ = run(capsys, str(g.path), "--device", "H200", "--ctx", "2048", "--concurrency", "4", "--json")
+    data = json.loads(out)
+    assert code == 0 and JSON_KEYS <= data.keys() and JSON_KEYS <= data["reasons"].keys()
+    assert data["weight_bytes"] == weight_bytes(tensors_from_gguf(g))
+    # 30 layers x 2 x 3 KV heads x 64 dims x 2 B = 23,040 B a token
+    assert data["kv_bytes_per_token"] == 23040
+    assert data["inputs"]["ctx"] == 2048 and data["inputs"]["concurrency"] == 4 and data["fits"] is True
+
+
+def test_report_has_every_figure_with_a_reason(capsys):
+    code, out, _ = run(capsys, "mixtral-8x7b", "--device", "m2-ultra", "--ctx", "8192", "--concurrency", "2",
+                       "--kv-cache-dtype", "q8_0")
+    assert code == 0
+    for label in ("weights", "KV per token", "fits", "max context", "max concurrency", "decode", "prefill"):
+        assert f"  {label} " in out
+    assert "2 of 8 experts" in out
+
+
+def test_description_on_the_command_line(capsys):
+    code, out, _ = run(capsys, "layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,quant=Q8_0",
+                       "--device", "rtx-4090", "--ctx", "4096", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["inputs"]["arch"] == "described"
+    assert data["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["llama-7b", "--device", "tpu"], "unknown device 'tpu'; known: this, h200"),
+    (["llama-7b", "--device", "h200", "--ctx", "0"], "--ctx must be a positive"),
+    (["llama-7b", "--device", "h200", "--ctx", "-3"], "--ctx must be a positive"),
+    (["llama-7b", "--device", "h200", "--ctx", "1000000"], "beyond the model's context length"),
+    (["llama-7b", "--device", "h200", "--concurrency", "0"], "--concurrency must be at least 1"),
+    (["llama-7b", "--device", "h200", "--concurrency", "-2"], "--concurrency must be at least 1"),
+    (["llama-7b", "--device", "h200", "--kv-cache-dtype", "int3"], "unknown KV cache dtype 'int3'"),
+    (["llama-7b", "--device", "h200", "--kv-cache-dtype", "kvarn_k4v2", "--block-size", "16"], "128 or 64"),
+    (["llama-7b", "--device", "h200", "--memory-gib", "-1"], "--memory-gib must be positive"),
+    (["llama-7b,quant=Q3_X", "--device", "h200"], "unknown weight quantization 'Q3_X'"),
+    (["layers=32,hidden=4096", "--device", "h200"], "description is missing heads, vocab"),
+    (["llama-7b,heads=x", "--device", "h200"], "heads='x' is not a whole number"),
+    (["llama-7b,colour=red", "--device", "h200"], "unknown description key 'colour'"),
+    (["no-such-model", "--device", "h200"], "unknown model 'no-such-model'"),
+    (["./missing.gguf", "--device", "h200"], "model file not found"),
+])
+def test_bad_input_is_one_line(capsys, argv, needle):
+    code, out, err = run(capsys, *argv)
+    assert code == 1 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and "Traceback" not in err
+    assert needle in err, err

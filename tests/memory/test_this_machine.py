@@ -1,0 +1,59 @@
+"""`--device this`: memory detected, bandwidth / FLOP/s / runtime measured once, then cached."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from hearth.memory import this_machine
+from hearth.memory.this_machine import CACHE, system_memory, this_device
+
+
+def test_measured_once_then_cached(plan_home, monkeypatch):
+    device = this_device(plan_home)
+    assert device.memory_bytes == system_memory()
+    assert system_memory() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    # sane physics for any machine hearth runs on
+    assert 0.5e9 < device.bandwidth < 20e12 and 5e9 < device.peak_flops < 5e15
+    assert 50 * 2**20 < device.runtime < 4 * 2**30
+    cached = json.loads((plan_home / CACHE).read_text())
+    assert cached["key"] == this_machine.machine_key() and cached["bandwidth"] == device.bandwidth
+
+    def no_measuring():
+        raise AssertionError("measured again despite a matching cache")
+
+    monkeypatch.setattr(this_machine, "_run_measurement", no_measuring)
+    assert this_device(plan_home) == device
+
+
+def test_other_hardware_is_measured_again(plan_home, monkeypatch):
+    this_device(plan_home)  # cached by now
+    key = {**this_machine.machine_key(), "cores": 4096}
+    monkeypatch.setattr(this_machine, "machine_key", lambda: key)
+    fake = {"kind": "cpu", "runtime_bytes": 1, "bandwidth": 2.0, "peak_flops": 3.0}
+    monkeypatch.setattr(this_machine, "_run_measurement", lambda: fake)
+    home = plan_home / "other"
+    (home / CACHE).parent.mkdir(parents=True)
+    (home / CACHE).write_text((plan_home / CACHE).read_text())
+    assert this_device(home).bandwidth == 2.0
+
+
+def test_a_failed_measurement_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setattr(this_machine.sys, "executable", "/bin/false")
+    with pytest.raises(this_machine.PlanError, match="measuring this machine failed"):
+        this_device(tmp_path)
+
+
+def test_remeasuring_keeps_the_better_ceilings(plan_home, monkeypatch, tmp_path):
+    home = tmp_path / "home"
+    (home / CACHE).parent.mkdir(parents=True)
+    (home / CACHE).write_text((plan_home / CACHE).read_text() if (plan_home / CACHE).exists()
+                              else json.dumps({"key": this_machine.machine_key(), "kind": "cpu", "runtime_bytes": 5,
+                                               "bandwidth": 1e9, "peak_flops": 1e11}))
+    old = this_device(home)
+    slower = {"kind": "cpu", "runtime_bytes": 7, "bandwidth": old.bandwidth / 2, "peak_flops": old.peak_flops * 2}
+    monkeypatch.setattr(this_machine, "_run_measurement", lambda: dict(slower))
+    new = this_device(home, refresh=True)
+    assert new.bandwidth == old.bandwidth and new.peak_flops == old.peak_flops * 2 and new.runtime == 7
