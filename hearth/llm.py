@@ -38,7 +38,12 @@ class LLM:
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
-        self.model, self.model_config = load_model(self.gguf, progress=_layer_progress(progress))
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
+        try:
+            self.model, self.model_config = load_model(self.gguf, progress=_layer_progress(progress))
+        finally:
+            torch.set_num_threads(threads)
         mc = self.model_config
         self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
         kv_dtype = torch.float16

@@ -1,24 +1,39 @@
-"""Open a GGUF file in place (memory-mapped through the `gguf` package) with clear errors.
+"""Open a GGUF file in place with clear errors.
 
-Nothing here copies tensor data: every `GGUFTensor.data` is a view into the file's memmap."""
+The header is parsed here in one pass over the memory map (gguf-py's GGUFReader builds an object per
+vocabulary entry: seconds and hundreds of MB for a 262k vocabulary). Tensor types and sizes still
+come from the `gguf` package's tables. Nothing copies tensor data: every `GGUFTensor.data` is a view
+into the file's memmap."""
 
 from __future__ import annotations
 
 import os
-import re
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
 from hearth.errors import ModelLoadError
 
 GGUF_MAGIC = b"GGUF"
-# Array fields this big are vocabularies; they are read lazily by the tokenizer, not eagerly here.
-_LAZY_ARRAY_FIELDS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
-                      "tokenizer.ggml.merges")
+DEFAULT_ALIGNMENT = 32
+# Array fields this big are vocabularies: kept out of `metadata`, read with field_array().
+_BIG_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type",
+               "tokenizer.ggml.merges")
+_SCALARS: dict[int, str] = {
+    GGUFValueType.UINT8: "<u1", GGUFValueType.INT8: "<i1", GGUFValueType.UINT16: "<u2",
+    GGUFValueType.INT16: "<i2", GGUFValueType.UINT32: "<u4", GGUFValueType.INT32: "<i4",
+    GGUFValueType.FLOAT32: "<f4", GGUFValueType.BOOL: "<u1", GGUFValueType.UINT64: "<u8",
+    GGUFValueType.INT64: "<i8", GGUFValueType.FLOAT64: "<f8",
+}
+# tensor types whose data is exposed typed (like gguf-py); every block type is raw uint8 rows
+_TYPED = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16,
+          GGMLQuantizationType.F64: np.float64, GGMLQuantizationType.I8: np.int8,
+          GGMLQuantizationType.I16: np.int16, GGMLQuantizationType.I32: np.int32,
+          GGMLQuantizationType.I64: np.int64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,31 +46,124 @@ class GGUFTensor:
     """Raw view into the file: typed for F32/F16/..., uint8 [rows, bytes_per_row] for block types."""
 
 
+class _Cursor:
+    """Little-endian reads from the memmap; running past the end is a truncated file."""
+
+    def __init__(self, buf: np.ndarray, path: Path):
+        self.buf, self.mv, self.pos, self.path = buf, memoryview(buf), 0, path
+
+    def _need(self, n: int) -> None:
+        if self.pos + n > len(self.buf):
+            raise ModelLoadError(f"{self.path}: truncated GGUF file (header ends at byte {len(self.buf)})")
+
+    def scalar(self, fmt: str):
+        size = struct.calcsize(fmt)
+        self._need(size)
+        (value,) = struct.unpack_from(fmt, self.mv, self.pos)
+        self.pos += size
+        return value
+
+    def string(self) -> str:
+        n = self.scalar("<Q")
+        self._need(n)
+        s = bytes(self.mv[self.pos : self.pos + n]).decode("utf-8", errors="replace")
+        self.pos += n
+        return s
+
+    def array(self, dtype: str, count: int) -> np.ndarray:
+        size = np.dtype(dtype).itemsize * count
+        self._need(size)
+        out = self.buf[self.pos : self.pos + size].view(dtype)
+        self.pos += size
+        return out
+
+    def value(self, vtype: int) -> Any:
+        if vtype == GGUFValueType.STRING:
+            return self.string()
+        if vtype == GGUFValueType.ARRAY:
+            etype, count = self.scalar("<I"), self.scalar("<Q")
+            if etype == GGUFValueType.STRING:
+                return [self.string() for _ in range(count)]
+            if etype == GGUFValueType.ARRAY:
+                return [self.value(GGUFValueType.ARRAY) for _ in range(count)]
+            return self.array(_dtype(etype, self.path), count)
+        value = self.array(_dtype(vtype, self.path), 1)[0].item()
+        return bool(value) if vtype == GGUFValueType.BOOL else value
+
+
+def _dtype(vtype: int, path: Path) -> str:
+    try:
+        return _SCALARS[vtype]
+    except KeyError:
+        raise ModelLoadError(f"{path}: corrupt GGUF metadata (unknown value type {vtype})") from None
+
+
 class GGUFFile:
     """Metadata and tensors of one GGUF file. `metadata` holds scalars and small arrays as Python
-    values; `field_array(key)` reads big arrays (vocabularies) on demand."""
+    values; `field_array(key)` gives the big vocabulary arrays."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         _check_header(self.path)
-        try:
-            self.reader = GGUFReader(self.path, "r")
-        except ValueError as e:  # the gguf package raises ValueError for every structural problem
-            raise ModelLoadError(f"{self.path}: not a readable GGUF file ({_short(e)})") from None
-        except (OSError, IndexError, KeyError, UnicodeDecodeError) as e:
-            raise ModelLoadError(f"{self.path}: corrupt or truncated GGUF file ({_short(e)})") from None
+        self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
+        cur = _Cursor(self._map, self.path)
+        cur.pos = 4
+        self.version = cur.scalar("<I")
+        if self.version not in (2, 3):
+            raise ModelLoadError(f"{self.path}: GGUF version {self.version} is not supported (2 and 3 are)")
+        n_tensors, n_kv = cur.scalar("<Q"), cur.scalar("<Q")
         self.metadata: dict[str, Any] = {}
-        for key, f in self.reader.fields.items():
-            if key in _LAZY_ARRAY_FIELDS:
-                continue
-            self.metadata[key] = _field_value(f)
+        self._arrays: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = cur.string()
+            value = cur.value(cur.scalar("<I"))
+            if isinstance(value, np.ndarray) and key not in _BIG_ARRAYS:
+                value = value.tolist()
+            (self._arrays if key in _BIG_ARRAYS else self.metadata)[key] = value
+        infos = [self._tensor_info(cur) for _ in range(n_tensors)]
+        align = int(self.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+        if align <= 0 or align & (align - 1):
+            raise ModelLoadError(f"{self.path}: invalid general.alignment {align}")
+        data_start = -(-cur.pos // align) * align
         self.tensors: dict[str, GGUFTensor] = {}
-        for t in self.reader.tensors:
-            shape = tuple(int(d) for d in reversed(t.shape.tolist()))
-            self.tensors[t.name] = GGUFTensor(t.name, t.tensor_type, shape, t.data)
+        for name, dims, qtype, offset in infos:
+            self.tensors[name] = self._tensor(name, dims, qtype, data_start + offset)
         self.arch: str = str(self.metadata.get("general.architecture", ""))
         if not self.arch:
             raise ModelLoadError(f"{self.path}: GGUF has no general.architecture key")
+
+    def _tensor_info(self, cur: _Cursor) -> tuple[str, list[int], GGMLQuantizationType, int]:
+        name = cur.string()
+        n_dims = cur.scalar("<I")
+        if n_dims > 8:
+            raise ModelLoadError(f"{self.path}: corrupt tensor info for {name!r} ({n_dims} dimensions)")
+        dims = [int(d) for d in cur.array("<u8", n_dims)]
+        type_id = cur.scalar("<I")
+        try:
+            qtype = GGMLQuantizationType(type_id)
+        except ValueError:
+            known = ", ".join(t.name for t in GGMLQuantizationType)
+            raise ModelLoadError(f"{self.path}: tensor {name!r} has unknown type id {type_id}; "
+                                 f"known types: {known}") from None
+        return name, dims, qtype, cur.scalar("<Q")
+
+    def _tensor(self, name: str, dims: list[int], qtype: GGMLQuantizationType, start: int) -> GGUFTensor:
+        block, type_size = GGML_QUANT_SIZES[qtype]
+        n_elems = int(np.prod(dims)) if dims else 1
+        if dims and dims[0] % block:
+            raise ModelLoadError(f"{self.path}: tensor {name!r} row of {dims[0]} is not a whole number "
+                                 f"of {qtype.name} blocks")
+        n_bytes = n_elems // block * type_size
+        if start + n_bytes > len(self._map):
+            raise ModelLoadError(f"{self.path}: truncated GGUF file: tensor {name!r} needs bytes up to "
+                                 f"{start + n_bytes} but the file has {len(self._map)}")
+        shape = tuple(reversed(dims))
+        raw = self._map[start : start + n_bytes]
+        if qtype in _TYPED:
+            data = raw.view(_TYPED[qtype]).reshape(shape)
+        else:
+            data = raw.reshape(*shape[:-1], shape[-1] // block * type_size)
+        return GGUFTensor(name, qtype, shape, data)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -64,9 +172,11 @@ class GGUFFile:
         """An `{arch}.{key}` metadata value, e.g. arch_get("block_count")."""
         return self.metadata.get(f"{self.arch}.{key}", default)
 
-    def field_array(self, key: str) -> list | None:
-        f = self.reader.fields.get(key)
-        return None if f is None else _field_value(f)
+    def field_array(self, key: str) -> list | np.ndarray | None:
+        """A metadata array by key, the vocabulary arrays included (numeric arrays as numpy)."""
+        if key in self._arrays:
+            return self._arrays[key]
+        return self.metadata.get(key)
 
     def tensor(self, name: str) -> GGUFTensor:
         try:
@@ -88,21 +198,3 @@ def _check_header(path: Path) -> None:
         magic = fh.read(4)
     if magic != GGUF_MAGIC:
         raise ModelLoadError(f"{path}: not a GGUF file (bad magic {magic!r}, expected b'GGUF')")
-
-
-def _field_value(f) -> Any:
-    if len(f.types) == 1 and f.types[0] == GGUFValueType.ARRAY and not f.data:
-        return []
-    try:
-        return f.contents()
-    except (ValueError, IndexError, UnicodeDecodeError) as e:
-        raise ModelLoadError(f"metadata field {f.name!r} is unreadable ({_short(e)})") from None
-
-
-def _short(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
-    m = re.match(r"(\d+) is not a valid GGMLQuantizationType", text)
-    if m:
-        known = ", ".join(t.name for t in GGMLQuantizationType)
-        return f"unknown tensor type id {m.group(1)}; known types: {known}"
-    return text.splitlines()[0][:200]

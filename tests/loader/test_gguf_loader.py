@@ -1,0 +1,38 @@
+"""hearth's one-pass GGUF parser reads exactly what gguf-py's GGUFReader reads."""
+
+from __future__ import annotations
+
+import gguf
+import numpy as np
+import pytest
+
+from hearth.loader.gguf_loader import GGUFFile
+from tests.gguf_factory import write_tiny_gguf
+
+
+def assert_same_as_gguf_py(path) -> None:
+    ours, ref = GGUFFile(path), gguf.GGUFReader(path)
+    for key, field in ref.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        got = ours.field_array(key)
+        got = got.tolist() if isinstance(got, np.ndarray) else got
+        assert got == pytest.approx(field.contents()), key
+    assert list(ours.tensors) == [t.name for t in ref.tensors]
+    for t in ref.tensors:
+        o = ours.tensors[t.name]
+        assert o.qtype == t.tensor_type and o.shape == tuple(reversed(t.shape.tolist()))
+        assert o.data.dtype == t.data.dtype and o.data.shape == t.data.shape
+        assert np.array_equal(o.data, t.data), t.name
+
+
+@pytest.mark.parametrize("arch,qtype", [("llama", "F32"), ("gemma3", "Q8_0"), ("qwen3", "F16")])
+def test_tiny_files(tmp_path, arch, qtype):
+    path = tmp_path / "m.gguf"
+    write_tiny_gguf(path, arch, qtype=qtype)
+    assert_same_as_gguf_py(path)
+
+
+@pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
+def test_real_files(model_path, name):
+    assert_same_as_gguf_py(model_path(name))
