@@ -2,9 +2,13 @@
 
 The runner builds one AttentionMetadata per step; every attention layer of the model reads it, so
 index and mask tensors are built once per step (cached on the metadata), not once per layer.
-Two paths: a batch of single-token decodes is one padded SDPA call; anything else (prefill
-chunks, mixed batches) loops over sequences. Both gather each sequence's pages, then run
-scaled-dot-product attention."""
+Three paths:
+- one sequence decoding one token (the common case): its context is a plain slice of the cache when
+  its blocks are consecutive ids, else one block gather; then q.K^T, softmax, .V as three ops;
+- a batch of single-token decodes: one padded SDPA call;
+- anything else (prefill chunks, mixed batches): a loop over sequences, causal SDPA without a
+  mask tensor when a sequence's queries are its whole context.
+K and V are read together ([2, ...] views) so each layer does one gather and one cast."""
 
 from __future__ import annotations
 
@@ -27,7 +31,8 @@ class AttentionMetadata:
     slot_mapping: torch.Tensor
     """[T] int64: flat cache slot (block_id * block_size + offset) where each new token's K/V go."""
     block_size: int
-    _cache: dict = field(default_factory=dict, repr=False)
+    cache: dict = field(default_factory=dict, repr=False)
+    """Per-step values shared by every layer (gather indices, masks, rope cos/sin)."""
 
     @property
     def is_decode(self) -> bool:
@@ -36,30 +41,60 @@ class AttentionMetadata:
     def context_slots(self, i: int) -> torch.Tensor:
         """[ctx] int64: flat cache slots of sequence i's whole context, in position order."""
         key = ("slots", i)
-        if key not in self._cache:
+        if key not in self.cache:
             pos = torch.arange(self.seq_lens[i])
             table = torch.tensor(self.block_tables[i], dtype=torch.long)
-            self._cache[key] = table[pos // self.block_size] * self.block_size + pos % self.block_size
-        return self._cache[key]
+            self.cache[key] = table[pos // self.block_size] * self.block_size + pos % self.block_size
+        return self.cache[key]
+
+    def context_blocks(self, i: int, start: int) -> tuple[int, int] | tuple[torch.Tensor, int]:
+        """How to read positions [start, seq_lens[i]) of sequence i: (first slot, -1) when their
+        blocks are consecutive ids (a slice), else (block ids [nb] int64, offset into the gather)."""
+        key = ("blocks", i, start)
+        if key not in self.cache:
+            bs, ctx = self.block_size, self.seq_lens[i]
+            blocks = self.block_tables[i][start // bs:(ctx - 1) // bs + 1]
+            if blocks[-1] - blocks[0] == len(blocks) - 1 and blocks == list(range(blocks[0], blocks[-1] + 1)):
+                self.cache[key] = (blocks[0] * bs + start % bs, -1)
+            else:
+                self.cache[key] = (torch.tensor(blocks, dtype=torch.long), start % bs)
+        return self.cache[key]
 
     def causal_mask(self, i: int, window: int) -> torch.Tensor:
         """[n_q, ctx] bool: query j sits at position ctx - n_q + j and sees keys at or before it (and,
         with a window, only keys less than `window` positions back: llama.cpp's and HF's rule)."""
         key = ("mask", i, window)
-        if key not in self._cache:
+        if key not in self.cache:
             n_q, ctx = self.query_start_loc[i + 1] - self.query_start_loc[i], self.seq_lens[i]
             qpos = torch.arange(ctx - n_q, ctx).unsqueeze(1)
             kpos = torch.arange(ctx).unsqueeze(0)
             mask = kpos <= qpos
             if window:
                 mask &= (qpos - kpos) < window
-            self._cache[key] = mask
-        return self._cache[key]
+            self.cache[key] = mask
+        return self.cache[key]
+
+    def additive_mask(self, i: int, window: int) -> torch.Tensor | None:
+        """causal_mask as f32 0 / -inf (what SDPA would convert a bool mask to on every call), or
+        None when plain causal attention is the same thing (queries = whole context, no window cut)."""
+        key = ("additive", i, window)
+        if key not in self.cache:
+            n_q, ctx = self.query_start_loc[i + 1] - self.query_start_loc[i], self.seq_lens[i]
+            if n_q == ctx and (not window or window >= ctx):
+                self.cache[key] = None
+            else:
+                self.cache[key] = _additive(self.causal_mask(i, window))
+        return self.cache[key]
+
+    def last_slot(self) -> int:
+        """The cache slot of a lone sequence's single new token (decode of one sequence)."""
+        p, bs = self.seq_lens[0] - 1, self.block_size
+        return self.block_tables[0][p // bs] * bs + p % bs
 
     def decode_gather(self, window: int) -> tuple[torch.Tensor, torch.Tensor]:
         """For an all-decode batch: slots [S, L] (padded with slot 0) and mask [S, 1, 1, L]."""
         key = ("decode", window)
-        if key not in self._cache:
+        if key not in self.cache:
             S, L = len(self.seq_lens), max(self.seq_lens)
             slots = torch.zeros(S, L, dtype=torch.long)
             for i, n in enumerate(self.seq_lens):
@@ -69,15 +104,44 @@ class AttentionMetadata:
             mask = kpos <= qpos
             if window:
                 mask &= (qpos - kpos) < window
-            self._cache[key] = (slots, mask[:, None, None, :])
-        return self._cache[key]
+            self.cache[key] = (slots, mask[:, None, None, :])
+        return self.cache[key]
+
+
+def _additive(mask: torch.Tensor) -> torch.Tensor:
+    return torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
+
+
+def _flat(kv_cache: torch.Tensor) -> torch.Tensor:
+    return kv_cache.view(2, -1, kv_cache.shape[-2], kv_cache.shape[-1])  # [2, slots, kv_heads, head_dim]
 
 
 def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor) -> None:
     """kv_cache: [2, num_blocks, block_size, kv_heads, head_dim]; k, v: [T, kv_heads, head_dim]."""
-    flat = kv_cache.view(2, -1, kv_cache.shape[-2], kv_cache.shape[-1])
+    flat = _flat(kv_cache)
     flat[0].index_copy_(0, slots, k.to(flat.dtype))
     flat[1].index_copy_(0, slots, v.to(flat.dtype))
+
+
+def write_kv_pair(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetadata) -> None:
+    """kv: [T, 2, kv_heads, head_dim] (k and v side by side, as the fused qkv projection leaves
+    them) -> the new tokens' slots, in one op (a cast-and-copy for a lone decode token)."""
+    flat = _flat(kv_cache)
+    if kv.shape[0] == 1 and len(meta.seq_lens) == 1:
+        flat[:, meta.last_slot()].copy_(kv[0])
+    else:
+        flat.index_copy_(1, meta.slot_mapping, kv.transpose(0, 1).to(flat.dtype))
+
+
+def context_kv(kv_cache: torch.Tensor, meta: AttentionMetadata, i: int, start: int = 0) -> torch.Tensor:
+    """[2, n, kv_heads, head_dim]: K and V of sequence i at positions [start, seq_lens[i]) -- a view
+    of the cache when its blocks are consecutive, else one gather of whole blocks."""
+    where, off = meta.context_blocks(i, start)
+    n = meta.seq_lens[i] - start
+    if off < 0:
+        return _flat(kv_cache)[:, where:where + n]
+    g = kv_cache.index_select(1, where)  # [2, nb, block_size, kv_heads, head_dim]
+    return g.view(2, -1, g.shape[-2], g.shape[-1])[:, off:off + n]
 
 
 def paged_attention(
@@ -88,22 +152,55 @@ def paged_attention(
     sliding_window: int = 0,
     softcap: float = 0.0,
 ) -> torch.Tensor:  # [T, heads, head_dim]
-    flat = kv_cache.view(2, -1, kv_cache.shape[-2], kv_cache.shape[-1])  # [2, slots, kv_heads, head_dim]
     if meta.is_decode:
-        slots, mask = meta.decode_gather(sliding_window)
-        k = flat[0][slots].transpose(1, 2).to(q.dtype)  # [S, kv_heads, L, head_dim]
-        v = flat[1][slots].transpose(1, 2).to(q.dtype)
-        o = _sdpa(q.unsqueeze(2), k, v, mask, scale, softcap)  # [S, heads, 1, head_dim]
-        return o.squeeze(2)
+        if len(meta.seq_lens) == 1:
+            return _decode_one(q, kv_cache, meta, scale, sliding_window, softcap)
+        return _decode_batch(q, kv_cache, meta, scale, sliding_window, softcap)
+    if len(meta.seq_lens) == 1:
+        return _prefill_one(q, kv_cache, meta, 0, scale, sliding_window, softcap)
     out = torch.empty_like(q)
     for i in range(len(meta.seq_lens)):
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        slots = meta.context_slots(i)
-        k = flat[0][slots].transpose(0, 1).to(q.dtype)  # [kv_heads, ctx, head_dim]
-        v = flat[1][slots].transpose(0, 1).to(q.dtype)
-        o = _sdpa(q[q0:q1].transpose(0, 1), k, v, meta.causal_mask(i, sliding_window), scale, softcap)
-        out[q0:q1] = o.transpose(0, 1)
+        out[q0:q1] = _prefill_one(q[q0:q1], kv_cache, meta, i, scale, sliding_window, softcap)
     return out
+
+
+_NOTHING = torch.zeros(1, 1, 1)  # baddbmm's ignored input (beta=0): the scale rides on alpha
+
+
+def _decode_one(q, kv_cache, meta, scale, window, softcap):
+    """q: [1, heads, d]. Only the keys in the window are read, so no mask is needed."""
+    ctx = meta.seq_lens[0]
+    kv = context_kv(kv_cache, meta, 0, max(0, ctx - window) if window else 0).to(q.dtype)  # [2, n, kvh, d]
+    kv_heads, d = kv.shape[-2], kv.shape[-1]
+    qg = q.view(kv_heads, -1, d)  # [kvh, group, d]: grouped-query heads share their kv head
+    s = torch.baddbmm(_NOTHING, qg, kv[0].permute(1, 2, 0), beta=0, alpha=scale)  # [kvh, group, n]
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    o = torch.bmm(torch.softmax(s, -1), kv[1].transpose(0, 1))  # [kvh, group, d]
+    return o.view(q.shape)
+
+
+def _decode_batch(q, kv_cache, meta, scale, window, softcap):
+    slots, mask = meta.decode_gather(window)  # [S, L], [S, 1, 1, L]
+    S, L = slots.shape
+    kv = _flat(kv_cache).index_select(1, slots.view(-1)).to(q.dtype)  # [2, S*L, kvh, d]
+    kv = kv.view(2, S, L, kv.shape[-2], kv.shape[-1]).transpose(2, 3)  # [2, S, kvh, L, d]
+    o = _sdpa(q.unsqueeze(2), kv[0], kv[1], mask, scale, softcap)  # [S, heads, 1, d]
+    return o.squeeze(2)
+
+
+def _prefill_one(q, kv_cache, meta, i, scale, window, softcap):
+    """q: [n_q, heads, d], the new tokens of sequence i -> [n_q, heads, d]."""
+    kv = context_kv(kv_cache, meta, i).to(q.dtype).transpose(1, 2)  # [2, kvh, ctx, d]
+    if softcap:
+        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap)
+        return o.transpose(0, 1)
+    mask = meta.additive_mask(i, window)
+    # 4-D inputs reach the flash kernel (3-D ones fell back to the unfused math path)
+    o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
+                                       attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
+    return o[0].transpose(0, 1)
 
 
 def _sdpa(q, k, v, mask, scale, softcap):

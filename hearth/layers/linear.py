@@ -1,6 +1,7 @@
 """Linear layers over GGUF weights that stay in their file format.
 
-build_linear(tensor) -> nn.Module with forward(x: [..., in_features] f32) -> [..., out_features] f32.
+build_linear(tensor) -> nn.Module with forward(x: [..., in_features]) -> [..., out_features] in x's
+dtype (f32 in, f32 out) and `in_dtype`, the activation dtype it computes in (no cast when given it).
 
 Each tensor type has a path (FAST_PATHS), chosen by measurement on the CPU kernels torch ships:
   int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
@@ -65,6 +66,8 @@ class Int4Part(nn.Module):
     """4-bit planes: the int4pack kernel for few rows (its cost grows ~linearly with rows); from
     `gemm_min_rows` on, bf16 tiles of W.T expanded per call for a dense (AMX) matmul."""
 
+    in_dtype = torch.bfloat16
+
     def __init__(self, w: Int4Weight, policy: LinearPolicy):
         super().__init__()
         self.w, self.out_features = w, w.n
@@ -74,16 +77,17 @@ class Int4Part(nn.Module):
     def weight_bytes(self) -> int:
         return self.w.nbytes
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] f32 -> [M, N] f32
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
         xb = x.to(torch.bfloat16)
         if x.shape[0] < self.gemm_min_rows:
-            return int4_matmul(xb, self.w).float()
-        if self.w.n <= self.chunk:
-            return (xb @ int4_dequant_t(self.w)).float()
-        y = x.new_empty(x.shape[0], self.w.n)
-        for r in range(0, self.w.n, self.chunk):
-            y[:, r:r + self.chunk] = xb @ int4_dequant_t(self.w, slice(r, r + self.chunk))
-        return y
+            y = int4_matmul(xb, self.w)
+        elif self.w.n <= self.chunk:
+            y = xb @ int4_dequant_t(self.w)
+        else:
+            y = xb.new_empty(x.shape[0], self.w.n)
+            for r in range(0, self.w.n, self.chunk):
+                torch.mm(xb, int4_dequant_t(self.w, slice(r, r + self.chunk)), out=y[:, r:r + self.chunk])
+        return y.to(x.dtype)
 
 
 class DensePart(nn.Module):
@@ -92,17 +96,20 @@ class DensePart(nn.Module):
     def __init__(self, weight: torch.Tensor):
         super().__init__()
         self.weight, self.out_features = weight, weight.shape[0]
+        self.in_dtype = weight.dtype
 
     @property
     def weight_bytes(self) -> int:
         return self.weight.nbytes
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.to(self.weight.dtype) @ self.weight.T).float()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
+        return (x.to(self.weight.dtype) @ self.weight.T).to(x.dtype)
 
 
 class ReferencePart(nn.Module):
     """Exact: dequantizes row chunks of the file's blocks at every call, then f32 matmul."""
+
+    in_dtype = torch.float32
 
     def __init__(self, t: GGUFTensor, chunk_rows: int = 4096):
         super().__init__()
@@ -114,6 +121,7 @@ class ReferencePart(nn.Module):
         return self.raw.nbytes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
         ys = [x @ dequantize(self.raw[r:r + self.chunk], self.qtype).T
               for r in range(0, self.out_features, self.chunk)]
         return ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
@@ -154,7 +162,11 @@ FAST_PATHS: dict[Q, str] = {
 
 
 class QuantLinear(nn.Module):
-    """Runs each fused part and concatenates their outputs along out_features."""
+    """Runs each fused part and concatenates their outputs along out_features.
+
+    `in_dtype` is the activation dtype every part computes in (bf16 for the fast paths, f32 if any
+    part is f32 or exact): a caller that hands it that dtype saves the cast. The output has the
+    input's dtype (f32 in, f32 out); with a bias it is f32."""
 
     def __init__(self, parts: list[nn.Module], in_features: int, bias: torch.Tensor | None):
         super().__init__()
@@ -162,6 +174,9 @@ class QuantLinear(nn.Module):
         self.in_features = in_features
         self.out_features = sum(p.out_features for p in parts)
         self.bias = None if bias is None else bias.float()
+        dtypes = {p.in_dtype for p in parts}
+        self.in_dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        self._one = parts[0].forward if len(parts) == 1 else None  # skips module-call overhead
 
     @property
     def weight_bytes(self) -> int:
@@ -169,12 +184,14 @@ class QuantLinear(nn.Module):
         return sum(p.weight_bytes for p in self.parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., K] -> [..., N]
-        x2 = x.reshape(-1, self.in_features)
-        ys = [p(x2) for p in self.parts]
-        y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=-1)
+        x2 = x if x.dim() == 2 else x.reshape(-1, self.in_features)
+        if self._one is not None:
+            y = self._one(x2)
+        else:
+            y = torch.cat([p(x2) for p in self.parts], dim=-1)
         if self.bias is not None:
             y = y + self.bias
-        return y.view(*x.shape[:-1], self.out_features)
+        return y if x.dim() == 2 else y.view(*x.shape[:-1], self.out_features)
 
 
 def _runs(ts: list[GGUFTensor], key: Callable[[GGUFTensor], str]) -> list[list[GGUFTensor]]:

@@ -1,4 +1,7 @@
-"""RMSNorm with the weight read from the GGUF (f32)."""
+"""RMSNorm with the weight read from the GGUF (f32).
+
+Math is f32 whatever comes in; `out_dtype` is what the consumer wants (bf16 before a fast linear,
+which would round its input to bf16 anyway), written directly so no separate cast op runs."""
 
 from __future__ import annotations
 
@@ -12,7 +15,15 @@ class RMSNorm(nn.Module):
         # offset: gemma stores (w - 1) in HF checkpoints but the GGUF converter already adds the 1 back
         self.weight = nn.Parameter(weight.float() + offset, requires_grad=False)
         self.eps = eps
+        self._eps = torch.tensor([eps], dtype=torch.float32)
+        self.out_dtype = torch.float32
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., dim]
-        var = x.pow(2).mean(-1, keepdim=True)
-        return x * torch.rsqrt(var + self.eps) * self.weight
+    def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """x: [..., dim] -> [..., dim] in out_dtype (or into `out`, which may alias x)."""
+        x = x.float()
+        # mean(x^2) as |x|^2 / dim: one reduction kernel instead of pow + sum + div
+        n = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+        r = torch.addcmul(self._eps, n, n, value=1.0 / x.shape[-1]).rsqrt_()
+        if out is not None:
+            return torch.mul(x * r, self.weight, out=out)
+        return (x * r).mul_(self.weight).to(self.out_dtype)

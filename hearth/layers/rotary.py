@@ -2,7 +2,12 @@
 
 llama-arch GGUFs are converted with q/k rows permuted so that rope rotates adjacent pairs
 (x[2i], x[2i+1]) -- llama.cpp's LLAMA_ROPE_TYPE_NORM; qwen2/qwen3/gemma3 rotate halves
-(x[i], x[i + d/2]) -- LLAMA_ROPE_TYPE_NEOX."""
+(x[i], x[i + d/2]) -- LLAMA_ROPE_TYPE_NEOX.
+
+cos/sin are computed for the step's positions only (no table sized to the whole context), once per
+step and rope configuration: `cache` is the step's AttentionMetadata cache, shared by all layers.
+Rotation is in place on f32 q|k, in one or three ops: adjacent pairs are complex numbers times
+e^(i*angle); halves are x * cos + [b, a] * [-sin, sin] (torch.roll makes [b, a])."""
 
 from __future__ import annotations
 
@@ -11,24 +16,34 @@ from torch import nn
 
 
 class Rotary(nn.Module):
-    def __init__(self, rot_dim: int, base: float, max_pos: int, neox: bool, scale: float = 1.0):
+    def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0):
         super().__init__()
         self.rot_dim, self.neox = rot_dim, neox
-        inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim))
-        t = torch.arange(max_pos, dtype=torch.float64) / scale
-        freqs = torch.outer(t, inv_freq)  # [max_pos, rot_dim/2]
-        self.register_buffer("cos", freqs.cos().float(), persistent=False)
-        self.register_buffer("sin", freqs.sin().float(), persistent=False)
+        self.key = ("rope", rot_dim, base, scale, neox)
+        # angles in float64: at position 32k a float32 angle would be off by ~1e-3 rad
+        self.inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)) / scale
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        # x: [T, heads, head_dim]; positions: [T]
-        cos = self.cos[positions].unsqueeze(1)  # [T, 1, rot_dim/2]
-        sin = self.sin[positions].unsqueeze(1)
-        rot, rest = x[..., : self.rot_dim], x[..., self.rot_dim :]
+    def tables(self, positions: torch.Tensor, cache: dict) -> tuple[torch.Tensor, ...]:
+        """Per step: (e^(i*angle) [T, 1, rot/2] complex64,) for pairs; (cos, signed sin) [T, 1, rot]
+        for halves."""
+        if self.key not in cache:
+            freqs = torch.outer(positions.to(torch.float64), self.inv_freq).unsqueeze(1)  # [T, 1, rot/2]
+            cos, sin = freqs.cos().float(), freqs.sin().float()
+            if self.neox:
+                cache[self.key] = (torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1))
+            else:
+                cache[self.key] = (torch.complex(cos, sin),)
+        return cache[self.key]
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: dict) -> torch.Tensor:
+        """x: [T, heads, head_dim] f32, rotated in place (a strided view of a wider row is fine)."""
+        T, heads, _ = x.shape
+        r = x if x.shape[-1] == self.rot_dim else x[..., : self.rot_dim]
         if self.neox:
-            a, b = rot.chunk(2, dim=-1)
-            out = torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
+            cos, sin = self.tables(positions, cache)
+            torch.addcmul(r * cos, r.roll(self.rot_dim // 2, -1), sin, out=r)
         else:
-            a, b = rot[..., 0::2], rot[..., 1::2]
-            out = torch.stack((a * cos - b * sin, b * cos + a * sin), dim=-1).flatten(-2)
-        return torch.cat((out, rest), dim=-1) if rest.numel() else out
+            (rot,) = self.tables(positions, cache)
+            pairs = torch.view_as_complex(r.view(T, heads, self.rot_dim // 2, 2))
+            torch.mul(pairs, rot, out=pairs)
+        return x

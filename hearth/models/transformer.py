@@ -14,7 +14,7 @@ from torch import nn
 
 from hearth.config import ModelConfig
 from hearth.errors import ModelLoadError
-from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv
+from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.layers.linear import build_embedding, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.layers.rotary import Rotary
@@ -63,30 +63,29 @@ class Attention(nn.Module):
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.qkv = build_linear([g.tensor(n) for n in names], bias=bias)
         self.o = build_linear(g.tensor(p + "attn_output.weight"))
-        self.q_norm = self.k_norm = None
-        if spec.qk_norm:
-            self.q_norm = RMSNorm(f32(g, p + "attn_q_norm.weight"), cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(f32(g, p + "attn_k_norm.weight"), cfg.rms_norm_eps)
+        self.qk_norm = None
+        if spec.qk_norm:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim]
+            qw, kw = f32(g, p + "attn_q_norm.weight"), f32(g, p + "attn_k_norm.weight")
+            w = torch.cat([qw.expand(self.heads, -1), kw.expand(self.kv_heads, -1)])
+            self.qk_norm = RMSNorm(w, cfg.rms_norm_eps)
         sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
         self.window = cfg.sliding_window if sliding else 0
         theta = cfg.rope_local_theta if (sliding and cfg.rope_local_theta) else cfg.rope_theta
         scale = 1.0 if sliding else cfg.rope_scaling_factor
-        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, cfg.context_length, spec.neox_rope, scale)
+        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, spec.neox_rope, scale)
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
 
     def forward(self, x, positions, meta: AttentionMetadata, kv_cache):  # x: [T, hidden]
-        T = x.shape[0]
-        q, k, v = self.qkv(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(T, self.heads, self.head_dim)
-        k = k.view(T, self.kv_heads, self.head_dim)
-        v = v.view(T, self.kv_heads, self.head_dim)
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rope(q, positions), self.rope(k, positions)
-        write_kv(kv_cache, k, v, meta.slot_mapping)
-        o = paged_attention(q, kv_cache, meta, self.scale, self.window, self.softcap)
-        return self.o(o.reshape(T, self.q_size))
+        T, H, KV, D = x.shape[0], self.heads, self.kv_heads, self.head_dim
+        y = self.qkv(x).float()  # [T, q | k | v] f32: q and k are normed and rotated in place
+        qk = y[:, :self.q_size + self.kv_size].view(T, H + KV, D)
+        if self.qk_norm is not None:
+            self.qk_norm(qk, out=qk)
+        self.rope(qk, positions, meta.cache)
+        write_kv_pair(kv_cache, y[:, self.q_size:].view(T, 2, KV, D), meta)
+        o = paged_attention(y[:, :self.q_size].view(T, H, D), kv_cache, meta, self.scale, self.window, self.softcap)
+        return self.o(o.reshape(T, self.q_size).to(self.o.in_dtype))
 
 
 class MLP(nn.Module):
@@ -99,8 +98,9 @@ class MLP(nn.Module):
         self.inter = cfg.intermediate_size
 
     def forward(self, x):  # x: [T, hidden]
-        gate, up = self.gate_up(x).split([self.inter, self.inter], dim=-1)
-        return self.down(self.act(gate) * up)
+        gate, up = self.gate_up(x).split(self.inter, dim=-1)
+        # in the linear's dtype: bf16 rounding here is finer than llama.cpp's 8-bit activations
+        return self.down(self.act(gate).mul_(up))
 
 
 class DecoderLayer(nn.Module):
@@ -111,20 +111,23 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg, spec, g, i)
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
         self.ffn_norm = RMSNorm(f32(g, p + "ffn_norm.weight"), eps)
+        # the norms feeding a linear write the dtype it computes in (bf16 on the fast paths)
+        self.attn_norm.out_dtype = self.attn.qkv.in_dtype
+        self.ffn_norm.out_dtype = self.mlp.gate_up.in_dtype
         self.post_attn_norm = self.post_ffn_norm = None
         if spec.sandwich_norm:
             self.post_attn_norm = RMSNorm(f32(g, p + "post_attention_norm.weight"), eps)
             self.post_ffn_norm = RMSNorm(f32(g, p + "post_ffw_norm.weight"), eps)
 
-    def forward(self, x, positions, meta, kv_cache):
+    def forward(self, x, positions, meta, kv_cache):  # x: [T, hidden] f32, the residual stream
         h = self.attn(self.attn_norm(x), positions, meta, kv_cache)
         if self.post_attn_norm is not None:
             h = self.post_attn_norm(h)
-        x = x + h
+        x = x + h  # f32 + bf16 promotes to f32: no cast op
         h = self.mlp(self.ffn_norm(x))
         if self.post_ffn_norm is not None:
             h = self.post_ffn_norm(h)
-        return x + h
+        return x.add_(h)
 
 
 class CausalLM(nn.Module):
@@ -163,8 +166,8 @@ class CausalLM(nn.Module):
             x = layer(x, positions, meta, kv)
         return self.norm(x)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab]
-        logits = self.lm_head(hidden)
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] f32
+        logits = self.lm_head(hidden.to(self.lm_head.in_dtype)).float()
         cap = self.cfg.final_logit_softcap
         return torch.tanh(logits / cap) * cap if cap else logits
 

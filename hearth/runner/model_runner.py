@@ -4,6 +4,9 @@ Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, 
 
 from __future__ import annotations
 
+import ctypes
+import sys
+
 import torch
 
 from hearth.config import ModelConfig
@@ -12,9 +15,27 @@ from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.sampler import sample
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
+
+
+def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
+    """Let glibc reuse freed memory instead of returning it to the OS: every layer's ~1 MB
+    temporaries (a cast KV context, prefill activations) would otherwise be page-faulted in anew
+    (SmolLM2 prefill measured ~1.3k -> ~1.9k tok/s here with this). No-op off glibc."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(M_MMAP_THRESHOLD, mmap_max)
+        libc.mallopt(M_TRIM_THRESHOLD, trim)
+    except (OSError, AttributeError):
+        pass
+
+
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
                  kv_dtype: torch.dtype = torch.float16, seed: int = 0):
+        keep_freed_pages()
         self.model, self.cfg, self.block_size = model, cfg, block_size
         # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
         shape = (2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
@@ -42,8 +63,9 @@ class ModelRunner:
         params = [s.params for s in seqs]
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
-        tokens, logprobs = sample(logits, params, gens, histories)
-        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), logprobs[i])
+        tokens, logprobs = sample(logits, params, gens, histories)  # logprobs: None if nobody asked
+        rows_lp = [None] * len(seqs) if logprobs is None else logprobs
+        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i])
                              for i, s in enumerate(seqs)})
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
@@ -72,7 +94,7 @@ class ModelRunner:
         return g
 
     @staticmethod
-    def _result(params, token: int, logprobs: torch.Tensor) -> SampledToken:
+    def _result(params, token: int, logprobs: torch.Tensor | None) -> SampledToken:
         if params.logprobs is None:
             return SampledToken(token)
         top = {}
