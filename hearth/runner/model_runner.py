@@ -5,8 +5,10 @@ Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, 
 from __future__ import annotations
 
 import ctypes
+import math
 import sys
 
+import numpy as np
 import torch
 
 from hearth.config import ModelConfig
@@ -32,6 +34,14 @@ def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
         pass
 
 
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Zeros whose pages become resident only when written: numpy's calloc maps fresh zero pages
+    for big buffers, where torch.zeros would touch all of them (a 2 GB KV pool would cost 2 GB RSS
+    and a second of load time before the first token)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
+
+
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
                  kv_dtype: torch.dtype = torch.float16, seed: int = 0):
@@ -39,7 +49,7 @@ class ModelRunner:
         self.model, self.cfg, self.block_size = model, cfg, block_size
         # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
         shape = (2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.kv_caches = [torch.zeros(shape, dtype=kv_dtype) for _ in range(cfg.num_layers)]
+        self.kv_caches = [lazy_zeros(shape, kv_dtype) for _ in range(cfg.num_layers)]
         self.generators: dict[str, torch.Generator] = {}
         self._unseeded = torch.Generator().manual_seed(seed)
 
