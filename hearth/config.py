@@ -39,11 +39,14 @@ class ModelConfig:
     tie_word_embeddings: bool = False
 
 
+DEFAULT_MODEL = "smollm2-135m"
+
+
 @dataclass(slots=True)
 class EngineConfig:
     """How the engine runs a model: memory, batching and threads."""
 
-    model: str = "smollm2-135m"
+    model: str = DEFAULT_MODEL
     """Catalog name, path to a .gguf file, or a hub reference org/repo:file.gguf."""
     max_model_len: int = 0
     """Longest sequence (prompt + output) in tokens; 0 = the model's own context length."""

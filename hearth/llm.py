@@ -9,7 +9,7 @@ from dataclasses import fields
 import torch
 
 from hearth.api.chat_template import ChatTemplate
-from hearth.config import EngineConfig
+from hearth.config import DEFAULT_MODEL, EngineConfig
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
@@ -25,7 +25,7 @@ PromptType = str | dict
 
 
 class LLM:
-    def __init__(self, model: str = EngineConfig.model, *, progress: bool = True, **engine_args):
+    def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, **engine_args):
         known = {f.name for f in fields(EngineConfig)}
         unknown = sorted(set(engine_args) - known)
         if unknown:

@@ -20,3 +20,12 @@ def test_no_command_prints_usage(capsys):
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+def test_run_defaults_to_the_default_model():
+    from hearth.cli import command_parser
+    from hearth.config import DEFAULT_MODEL
+    from hearth.loader.catalog import CATALOG
+
+    args = command_parser("run").parse_intermixed_args([])
+    assert args.model == DEFAULT_MODEL and DEFAULT_MODEL in CATALOG

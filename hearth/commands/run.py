@@ -7,12 +7,12 @@ import argparse
 import sys
 import time
 
-from hearth.config import EngineConfig
+from hearth.config import DEFAULT_MODEL
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", default=EngineConfig.model,
-                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {EngineConfig.model})")
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
     p.add_argument("prompt", nargs="?", help="answer this prompt and exit (default: interactive chat)")
     p.add_argument("--system", help="system prompt")
     p.add_argument("--temperature", type=float, default=0.7)

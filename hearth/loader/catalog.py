@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hearth.config import DEFAULT_MODEL  # noqa: F401  (re-exported: the default is a catalog name)
+
 
 @dataclass(frozen=True, slots=True)
 class WheelPart:
@@ -79,4 +81,3 @@ _ENTRIES = (
 )
 
 CATALOG: dict[str, CatalogEntry] = {e.name: e for e in _ENTRIES}
-DEFAULT_MODEL = "smollm2-135m"
