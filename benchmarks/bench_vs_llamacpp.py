@@ -32,22 +32,17 @@ WORKERS = {"llama.cpp": "bench_worker_llamacpp.py", "hearth": "bench_worker_hear
 def model_facts(path: str) -> dict:
     """Bytes a decode step streams: every tensor except the embedding table, which is read one row
     per token, unless it is tied and doubles as the output head (then it is read in full)."""
-    from gguf import GGUFReader
+    from hearth.loader.gguf_loader import GGUFFile  # one pass over the header, no per-token objects
 
-    reader = GGUFReader(path, "r")
-    sizes = {t.name: int(t.n_bytes) for t in reader.tensors}
+    g = GGUFFile(path)
+    sizes = {name: int(t.data.nbytes) for name, t in g.tensors.items()}
     tied = "output.weight" not in sizes
     weight_bytes = sum(n for name, n in sizes.items() if name != "token_embd.weight" or tied)
-
-    def scalar(key, default):
-        f = reader.fields.get(key)
-        return default if f is None else f.contents()
-
-    tokens = reader.fields["tokenizer.ggml.tokens"]
-    return {"weight_bytes": weight_bytes, "tied_head": tied, "n_vocab": len(tokens.data),
-            "bos_id": int(scalar("tokenizer.ggml.bos_token_id", -1)),
-            "add_bos": bool(scalar("tokenizer.ggml.add_bos_token", True)),
-            "arch": str(scalar("general.architecture", "?"))}
+    return {"weight_bytes": weight_bytes, "tied_head": tied,
+            "n_vocab": len(g.field_array("tokenizer.ggml.tokens")),
+            "bos_id": int(g.get("tokenizer.ggml.bos_token_id", -1)),
+            "add_bos": bool(g.get("tokenizer.ggml.add_bos_token", True)),
+            "arch": g.arch}
 
 
 def prompt_ids(facts: dict, n: int, seed: int) -> list[int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 
 import torch
 
@@ -73,7 +73,7 @@ class LLM:
             result = RequestOutput(str(i), text, ids, [])
             results.append(result)
             for j in range(p.n):
-                child = p if p.seed is None else _with_seed(p, p.seed + j)
+                child = p if p.seed is None else replace(p, seed=p.seed + j)
                 rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}")
                 result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                 children[rid] = (result, result.outputs[j])
@@ -122,12 +122,6 @@ class LLM:
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
             return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
-
-
-def _with_seed(p: SamplingParams, seed: int) -> SamplingParams:
-    from dataclasses import replace
-
-    return replace(p, seed=seed)
 
 
 def _num_blocks(cfg: EngineConfig, mc, max_len: int, dtype: torch.dtype) -> int:

@@ -260,3 +260,13 @@ def tiny_dir(tmp: Path, arch: str, **kw) -> tuple[Path, str, TinyDims]:
     name = f"tiny-{arch}.gguf"
     dims = write_tiny_gguf(Path(tmp) / name, arch, **kw)
     return Path(tmp), name, dims
+
+
+def write_header_only_gguf(path, arch: str) -> None:
+    """A valid GGUF with an architecture name, one metadata key and no tensors."""
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

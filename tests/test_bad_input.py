@@ -8,7 +8,7 @@ import gguf
 import pytest
 
 from hearth.cli import main
-from tests.gguf_factory import write_tiny_gguf
+from tests.gguf_factory import write_header_only_gguf, write_tiny_gguf
 
 
 def run_cli(capsys, *argv) -> tuple[int, str]:
@@ -70,12 +70,7 @@ def test_unknown_tensor_type(capsys, tiny):
 
 def test_unsupported_architecture(capsys, tmp_path):
     path = tmp_path / "mamba.gguf"
-    w = gguf.GGUFWriter(str(path), "mamba")
-    w.add_block_count(1)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_header_only_gguf(path, "mamba")
     code, err = run_cli(capsys, "run", str(path), "hi")
     assert_one_line_error(code, err, "mamba", "llama")
 
@@ -88,3 +83,50 @@ def test_prompt_longer_than_context(capsys, tiny):
 def test_unknown_model_name(capsys):
     code, err = run_cli(capsys, "run", "no-such-model", "hi")
     assert_one_line_error(code, err, "no-such-model")
+
+
+def test_directory_instead_of_file(capsys, tmp_path):
+    code, err = run_cli(capsys, "run", str(tmp_path), "hi")
+    assert_one_line_error(code, err, str(tmp_path))
+
+
+def test_unsupported_gguf_version(capsys, tiny):
+    with open(tiny, "r+b") as fh:
+        fh.seek(4)
+        fh.write((7).to_bytes(4, "little"))
+    code, err = run_cli(capsys, "run", str(tiny), "hi")
+    assert_one_line_error(code, err, "version 7")
+
+
+@pytest.fixture(scope="module")
+def tiny_llm(tmp_path_factory):
+    from hearth import LLM
+
+    path = tmp_path_factory.mktemp("m") / "tiny.gguf"
+    write_tiny_gguf(path, "llama")
+    return LLM(str(path), max_model_len=64, progress=False)
+
+
+@pytest.mark.parametrize("prompt,needle", [
+    ({"prompt_token_ids": []}, "prompt is empty"),
+    ({"prompt_token_ids": [1, 10**6]}, "token id 1000000 is outside the vocabulary"),
+    ({"prompt_token_ids": [1] * 64}, "context holds 64"),
+])
+def test_engine_rejects_bad_prompts_and_queues_nothing(tiny_llm, prompt, needle):
+    from hearth.errors import HearthError
+
+    with pytest.raises(HearthError, match=needle):
+        tiny_llm.generate([{"prompt_token_ids": [1, 2]}, prompt])
+    assert not tiny_llm.engine.has_unfinished()  # the good prompt before it was not queued either
+
+
+@pytest.mark.parametrize("field,value", [
+    ("n", 0), ("temperature", -1), ("top_p", 0), ("top_k", -2), ("min_p", 2), ("max_tokens", 0),
+    ("repetition_penalty", 0), ("presence_penalty", 3), ("frequency_penalty", -3), ("min_tokens", -1),
+    ("logprobs", -1),
+])
+def test_sampling_params_out_of_range_name_the_field(field, value):
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+
+    with pytest.raises(InvalidSamplingParams, match=field):
+        SamplingParams(**{field: value})

@@ -48,6 +48,14 @@ class Request:
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids
 
+    def token_slice(self, start: int, n: int) -> list[int]:
+        """all_token_ids[start:start + n] without joining prompt and output (a decode reads 1 token)."""
+        n_prompt = len(self.prompt_token_ids)
+        if start >= n_prompt:
+            return self.output_token_ids[start - n_prompt : start - n_prompt + n]
+        head = self.prompt_token_ids[start : start + n]
+        return head + self.output_token_ids[: n - len(head)]
+
     def append_token(self, token_id: int) -> None:
         """Record a sampled token and decide whether the request is done."""
         if self.first_token_time is None:

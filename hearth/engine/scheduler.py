@@ -84,17 +84,17 @@ class Scheduler:
 
     def _message(self, req: Request, n: int) -> ScheduledSequence:
         start = req.num_computed_tokens
-        tokens = req.all_token_ids[start : start + n]
         p = req.params
+        # the token history travels only when a penalty reads it: a copy per step is O(length)
         penalties = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
         return ScheduledSequence(
             request_id=req.request_id,
-            token_ids=tokens,
+            token_ids=req.token_slice(start, n),
             start_pos=start,
             block_ids=list(req.block_ids),
             sample=start + n == req.num_tokens,
             params=p,
-            output_token_ids=list(req.output_token_ids),
+            output_token_ids=list(req.output_token_ids) if penalties else [],
             prompt_token_ids=req.prompt_token_ids if penalties else [],
         )
 

@@ -17,6 +17,7 @@ from hearth.errors import ModelLoadError
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.layers.linear import build_embedding, build_linear
 from hearth.layers.norm import RMSNorm
+from hearth.layers.quant import dequantize
 from hearth.layers.rotary import Rotary
 from hearth.loader.gguf_loader import GGUFFile
 
@@ -42,10 +43,9 @@ class ArchSpec:
 
 
 def f32(g: GGUFFile, name: str) -> torch.Tensor:
+    """A small tensor (norm weight, bias) as its own f32 copy."""
     t = g.tensor(name)
-    from gguf.quants import dequantize  # small tensors only: norms and biases
-
-    return torch.from_numpy(dequantize(t.data, t.qtype).reshape(t.shape).astype("float32"))
+    return dequantize(t.data, t.qtype).reshape(t.shape).clone()
 
 
 def maybe_f32(g: GGUFFile, name: str) -> torch.Tensor | None:

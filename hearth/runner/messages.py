@@ -22,7 +22,7 @@ class ScheduledSequence:
     """Sample a next token after this chunk (False for a chunk that ends inside the prompt)."""
     params: SamplingParams
     output_token_ids: list[int]
-    """Tokens generated so far (penalties read them)."""
+    """Tokens generated so far; only when a penalty is on (penalties read them)."""
     prompt_token_ids: list[int] = field(default_factory=list)
     """Only needed when a penalty is on."""
 

@@ -81,3 +81,13 @@ def test_abort_returns_every_block():
     assert sched.kv.pool.num_free < 64
     engine.abort("x")
     assert sched.kv.pool.num_free == 64 and not engine.has_unfinished()
+
+
+def test_token_slice_spans_prompt_and_output():
+    from hearth.engine.request import Request
+
+    req = Request("r", [1, 2, 3], SamplingParams(), frozenset(), 100)
+    req.output_token_ids = [4, 5]
+    for start in range(5):
+        for n in range(1, 6 - start):
+            assert req.token_slice(start, n) == req.all_token_ids[start : start + n]

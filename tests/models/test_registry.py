@@ -1,12 +1,11 @@
 """general.architecture picks the model class; anything else is a one-line UnsupportedError."""
 
-import gguf
 import pytest
 
 from hearth.errors import UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import ARCHITECTURES, load_model
-from tests.gguf_factory import LAYOUTS, write_tiny_gguf
+from tests.gguf_factory import LAYOUTS, write_header_only_gguf, write_tiny_gguf
 
 
 @pytest.mark.parametrize("arch", sorted(LAYOUTS))
@@ -20,12 +19,7 @@ def test_each_architecture_loads_its_own_class(tmp_path, arch):
 
 def test_unsupported_architecture_names_the_supported_ones(tmp_path):
     path = tmp_path / "mamba.gguf"  # an architecture hearth has no implementation for
-    w = gguf.GGUFWriter(str(path), "mamba")
-    w.add_block_count(1)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    write_header_only_gguf(path, "mamba")
     with pytest.raises(UnsupportedError) as e:
         load_model(GGUFFile(path))
     message = str(e.value)
