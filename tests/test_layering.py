@@ -9,10 +9,10 @@ import hearth
 
 ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
-ORDER = ["entry", "api", "engine", "runner", "models", "layers", "kernels", "memory", "loader", "sample"]
+ORDER = ["entry", "api", "tool_parsers", "engine", "runner", "models", "layers", "kernels", "memory", "loader", "sample"]
 ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
 SHARED = {"config", "sampling_params", "outputs", "errors"}
-NO_TORCH = {"api", "engine"}
+NO_TORCH = {"api", "tool_parsers", "engine"}
 # engine talks to the runner only through its plain-data messages
 NARROW = {("engine", "runner"): {"hearth.runner.messages"}}
 
