@@ -60,6 +60,10 @@ class EngineConfig:
     """Most sequences in one step."""
     max_num_batched_tokens: int = 2048
     """Token budget of one engine step (prefill chunks and decodes together)."""
+    enable_prefix_caching: bool = True
+    """Reuse the K/V of full blocks whose prompt prefix was seen before."""
+    kv_cache_dtype: str = "auto"
+    """Storage format of the KV cache: auto (f16), f16 or bf16."""
     threads: int = 0
     """CPU threads for torch; 0 = all cores."""
     device: str = "auto"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from dataclasses import fields, replace
 
 import torch
@@ -13,6 +14,7 @@ from hearth.config import DEFAULT_MODEL, EngineConfig
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
+from hearth.kvstore.codecs import get_codec
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
@@ -46,11 +48,13 @@ class LLM:
             torch.set_num_threads(threads)
         mc = self.model_config
         self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
-        kv_dtype = torch.float16
-        num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, mc, self.max_model_len, kv_dtype)
-        self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, kv_dtype, cfg.seed)
-        scheduler = Scheduler(KVCacheManager(num_blocks, cfg.block_size), cfg.max_num_seqs,
-                              cfg.max_num_batched_tokens)
+        codec = get_codec(cfg.kv_cache_dtype)
+        block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, self.max_model_len, block_bytes)
+        self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed)
+        kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name),
+                            cfg.enable_prefix_caching)
+        scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
@@ -124,12 +128,18 @@ class LLM:
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
 
 
-def _num_blocks(cfg: EngineConfig, mc, max_len: int, dtype: torch.dtype) -> int:
+def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int) -> int:
     """Enough blocks for max_num_seqs full-length sequences, within kv_cache_memory_gb."""
-    per_block = 2 * mc.num_layers * cfg.block_size * mc.num_kv_heads * mc.head_dim * dtype.itemsize
     wanted = cfg.max_num_seqs * -(-max_len // cfg.block_size)
-    budget = int(cfg.kv_cache_memory_gb * 2**30) // per_block
+    budget = int(cfg.kv_cache_memory_gb * 2**30) // block_bytes
     return max(1, min(wanted, budget))
+
+
+def _cache_key(path: Path, codec: str) -> bytes:
+    """What makes cached K/V reusable: the same model file (by name, size and mtime; a content hash
+    comes with the disk tier) and the same KV format."""
+    st = path.stat()
+    return f"{path.name}|{st.st_size}|{st.st_mtime_ns}|{codec}".encode()
 
 
 def _layer_progress(enabled: bool):

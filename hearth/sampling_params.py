@@ -11,6 +11,26 @@ class InvalidSamplingParams(HearthError):
     """A sampling option outside its valid range."""
 
 
+@dataclass(frozen=True, slots=True)
+class StructuredOutput:
+    """A constraint on the generated text, enforced by masking logits with a grammar engine.
+    Exactly one field is set."""
+
+    json_schema: dict | None = None
+    """Output is one JSON value valid against this schema."""
+    json_object: bool = False
+    """Output is any JSON object."""
+    grammar: str | None = None
+    """A Lark grammar in llguidance's dialect (may embed `%json {schema}`)."""
+    regex: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [self.json_schema is not None, self.json_object, self.grammar is not None, self.regex is not None]
+        if sum(given) != 1:
+            raise InvalidSamplingParams("structured output needs exactly one of json_schema, json_object, "
+                                        f"grammar, regex; got {sum(given)}")
+
+
 @dataclass(slots=True)
 class SamplingParams:
     n: int = 1
@@ -36,6 +56,7 @@ class SamplingParams:
     """Return this many top logprobs per generated token (0: only the sampled token's)."""
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
+    structured_output: StructuredOutput | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

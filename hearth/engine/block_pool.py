@@ -1,24 +1,76 @@
-"""A pool of KV-cache block ids. Plain Python so tests can check exact ids."""
+"""KV-cache block ids with reference counts and a prefix cache. Plain Python so tests check exact ids.
+
+A block is free when no request holds it (ref_cnt 0). A free block that is full and hashed keeps its
+K/V and stays findable by its hash until it is handed out again: free blocks are reused in LRU
+order, so the least recently released cached block is evicted first (vLLM's free-block queue)."""
 
 from __future__ import annotations
 
-from collections import deque
+from collections import OrderedDict
 
 
 class BlockPool:
     def __init__(self, num_blocks: int):
         self.num_blocks = num_blocks
-        self._free: deque[int] = deque(range(num_blocks))
+        self.ref_cnt = [0] * num_blocks
+        self.block_hash: list[bytes | None] = [None] * num_blocks
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
+        """Blocks with ref_cnt 0, least recently freed first (the eviction order)."""
+        self._cached: dict[bytes, int] = {}
+        """hash -> block id holding that full block's K/V (held or free)."""
 
     @property
     def num_free(self) -> int:
         return len(self._free)
 
+    @property
+    def num_cached(self) -> int:
+        return len(self._cached)
+
     def allocate(self, n: int) -> list[int] | None:
-        """n blocks, lowest ids first, or None (nothing taken) when fewer are free."""
+        """n fresh blocks (ref_cnt 1) in eviction order, or None (nothing taken) when fewer are free."""
         if n > len(self._free):
             return None
-        return [self._free.popleft() for _ in range(n)]
+        blocks = []
+        for _ in range(n):
+            block, _ = self._free.popitem(last=False)
+            self._evict(block)
+            self.ref_cnt[block] = 1
+            blocks.append(block)
+        return blocks
+
+    def lookup(self, block_hash: bytes) -> int | None:
+        return self._cached.get(block_hash)
+
+    def touch(self, block_ids: list[int]) -> None:
+        """Take one more reference on cached blocks a new request reuses."""
+        for block in block_ids:
+            if self.ref_cnt[block] == 0:
+                del self._free[block]
+            self.ref_cnt[block] += 1
 
     def free(self, block_ids: list[int]) -> None:
-        self._free.extend(block_ids)
+        """Drop one reference each. Callers pass a request's table tail first, so its last blocks,
+        the least likely to be shared, are evicted before its first ones."""
+        for block in block_ids:
+            if self.ref_cnt[block] <= 0:
+                raise RuntimeError(f"block {block} freed twice")
+            self.ref_cnt[block] -= 1
+            if self.ref_cnt[block] == 0:
+                self._free[block] = None
+
+    def cache(self, block: int, block_hash: bytes) -> None:
+        """Make a full block findable by its hash (the first block with a given hash wins)."""
+        if self.block_hash[block] is None and block_hash not in self._cached:
+            self.block_hash[block] = block_hash
+            self._cached[block_hash] = block
+
+    def _evict(self, block: int) -> None:
+        h = self.block_hash[block]
+        if h is not None:
+            del self._cached[h]
+            self.block_hash[block] = None
+
+    def reset_prefix_cache(self) -> None:
+        for block in list(self._free):
+            self._evict(block)

@@ -31,6 +31,10 @@ class Request:
         self.num_computed_tokens = 0
         """Tokens whose K/V are in the cache. One rule covers prefill chunks, decodes and recompute."""
         self.block_ids: list[int] = []
+        self.block_hashes: list[bytes] = []
+        """Chained prefix-cache hashes of the full blocks so far (tokens never change once full)."""
+        self.num_registered_blocks = 0
+        """Leading blocks of block_ids already findable in the prefix cache."""
         self.status = RequestStatus.WAITING
         self.stop_reason: int | str | None = None
         self.eos_ids = eos_ids
@@ -39,6 +43,7 @@ class Request:
         self.arrival_time = time.monotonic()
         self.first_token_time: float | None = None
         self.num_cached_tokens = 0
+        """Prompt tokens whose K/V came from the prefix cache when first scheduled."""
 
     @property
     def num_tokens(self) -> int:

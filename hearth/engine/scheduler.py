@@ -56,9 +56,12 @@ class Scheduler:
             budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
-            if not self.kv.allocate_slots(req, n):
+            cached = self.kv.find_cached_prefix(req)
+            n = min(req.num_tokens - len(cached) * self.kv.block_size, budget)
+            if not self.kv.allocate_slots(req, n, cached):
                 break
+            if req.status is RequestStatus.WAITING:
+                req.num_cached_tokens = req.num_computed_tokens
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
@@ -107,6 +110,7 @@ class Scheduler:
             if req is None:  # aborted while the step ran
                 continue
             req.num_computed_tokens += len(seq.token_ids)
+            self.kv.cache_full_blocks(req)
             sampled = result.sampled.get(seq.request_id)
             if sampled is None:
                 continue

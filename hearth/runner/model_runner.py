@@ -13,6 +13,7 @@ import torch
 
 from hearth.config import ModelConfig
 from hearth.kernels.attention import AttentionMetadata
+from hearth.kvstore.codecs import CODECS, PlainCodec
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.sampler import sample
 
@@ -44,12 +45,12 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
-                 kv_dtype: torch.dtype = torch.float16, seed: int = 0):
+                 codec: PlainCodec = CODECS["f16"], seed: int = 0):
         keep_freed_pages()
         self.model, self.cfg, self.block_size = model, cfg, block_size
         # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
-        shape = (2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.kv_caches = [lazy_zeros(shape, kv_dtype) for _ in range(cfg.num_layers)]
+        shape = codec.shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.kv_caches = [lazy_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
         self.generators: dict[str, torch.Generator] = {}
         self._unseeded = torch.Generator().manual_seed(seed)
 

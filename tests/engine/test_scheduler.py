@@ -21,14 +21,6 @@ def run_all(engine):
     return outs
 
 
-def test_block_pool_gives_lowest_ids_and_takes_them_back():
-    pool = BlockPool(4)
-    assert pool.allocate(3) == [0, 1, 2]
-    assert pool.allocate(2) is None and pool.num_free == 1
-    pool.free([1])
-    assert pool.allocate(2) == [3, 1]
-
-
 def test_long_prompt_is_chunked_and_decodes_keep_running():
     engine, _, runner = make_engine(budget=8)
     engine.add_request([1, 2, 3], SamplingParams(max_tokens=6, temperature=0), "short")

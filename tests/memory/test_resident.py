@@ -64,18 +64,19 @@ def test_predicted_resident_memory_within_10_percent(real_gguf, plan_home, name)
 
 @pytest.mark.parametrize("name,ctx,seqs", [("smollm2-135m", 8192, 3), ("gemma3-270m", 512, 4)])
 def test_kv_reservation_equals_the_engines(real_gguf, name, ctx, seqs):
-    """The KV bytes the plan reserves are the bytes hearth's allocator (hearth.llm._num_blocks, f16)
-    sets aside. (gemma3 at ctx <= its 512 window: the engine does not yet shrink sliding layers.)"""
-    import torch
-
+    """The KV bytes the plan reserves are the bytes hearth's allocator (hearth.llm._num_blocks and
+    the KV codec) sets aside. (gemma3 at ctx <= its 512 window: the engine does not yet shrink
+    sliding layers.)"""
+    from hearth.kvstore.codecs import CODECS
     from hearth.llm import _num_blocks
     from hearth.models.registry import model_class
 
     g = real_gguf(name)
     m, mc = from_gguf(g), model_class(g.arch).config_from_gguf(g)
     cfg = EngineConfig(max_num_seqs=seqs, kv_cache_memory_gb=64)
-    blocks = _num_blocks(cfg, mc, ctx, torch.float16)
-    engine_bytes = blocks * 2 * mc.num_layers * cfg.block_size * mc.num_kv_heads * mc.head_dim * 2
-    p = plan(PlanRequest(m.shape, m.tensors, m.weights_source, get_device("H200"), ctx, seqs,
-                         kv_format("auto"), cfg.block_size, cfg.max_num_batched_tokens))
-    assert p["kv_cache_bytes"] == engine_bytes
+    for codec in CODECS.values():
+        block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        engine_bytes = _num_blocks(cfg, ctx, block_bytes) * block_bytes
+        p = plan(PlanRequest(m.shape, m.tensors, m.weights_source, get_device("H200"), ctx, seqs,
+                             codec.format, cfg.block_size, cfg.max_num_batched_tokens))
+        assert p["kv_cache_bytes"] == engine_bytes, codec.name

@@ -1,0 +1,173 @@
+"""AsyncEngine: the engine loop on a background thread, one asyncio stream of deltas per request.
+
+A model step blocks for milliseconds to seconds, so it runs on its own thread; the event loop (the
+server's) only sends commands and awaits outputs. Only the engine thread touches EngineCore after
+start(), except check_prompt, which reads nothing that changes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+
+from hearth.engine.engine_core import EngineCore
+from hearth.errors import HearthError
+from hearth.outputs import EngineOutput
+from hearth.sampling_params import SamplingParams
+
+log = logging.getLogger("hearth.engine")
+
+
+class EngineFullError(HearthError):
+    """Too many requests are queued (the server answers 429)."""
+
+
+class EngineStepError(HearthError):
+    """The model step failed; every request in flight ends with this error."""
+
+
+@dataclass(slots=True)
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+
+
+class RequestStream:
+    """Async iterator over one request's EngineOutput deltas. Use it as an async context manager:
+    leaving the block early (client gone, task cancelled) aborts the request and frees its blocks."""
+
+    def __init__(self, engine: AsyncEngine, request_id: str):
+        self.engine, self.request_id = engine, request_id
+        self.finished = False
+        self._queue: asyncio.Queue[EngineOutput | BaseException] = asyncio.Queue()
+        self._loop = asyncio.get_running_loop()
+
+    def _put(self, item: EngineOutput | BaseException) -> None:
+        """Called from the engine thread."""
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> EngineOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        item = await self._queue.get()
+        if isinstance(item, BaseException):
+            self._end()
+            raise item
+        if item.finished:
+            self._end()
+        return item
+
+    async def __aenter__(self) -> RequestStream:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.abort()
+
+    def abort(self) -> None:
+        if not self.finished:
+            self._end()
+            self.engine._send(("abort", self.request_id))
+
+    def _end(self) -> None:
+        self.finished = True
+        self.engine._in_flight -= 1
+
+
+class AsyncEngine:
+    def __init__(self, core: EngineCore, max_queued: int = 256):
+        self.core = core
+        self.max_in_flight = core.scheduler.max_num_seqs + max_queued
+        self._in_flight = 0
+        """Streams not yet finished; read and written on the event loop only."""
+        self._commands: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._streams: dict[str, RequestStream] = {}
+        """Engine-thread side: where each request's outputs go."""
+        self._ids = itertools.count()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="hearth-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout=30)
+
+    def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                    request_id: str | None = None) -> RequestStream:
+        """Queue a request; bad prompts and a full queue raise here, before any output."""
+        self.core.check_prompt(prompt_token_ids)
+        if self._in_flight >= self.max_in_flight:
+            raise EngineFullError(f"{self._in_flight} requests are in flight (limit {self.max_in_flight}); "
+                                  "retry later")
+        rid = request_id if request_id is not None else f"req-{next(self._ids)}"
+        stream = RequestStream(self, rid)
+        self._in_flight += 1
+        self._send(("add", stream, list(prompt_token_ids), params))
+        return stream
+
+    def stats(self) -> EngineStats:
+        """A snapshot for metrics; read from another thread, so the counts may be a step apart."""
+        s = self.core.scheduler
+        return EngineStats(len(s.running), len(s.waiting), s.kv.num_used_blocks, s.kv.pool.num_blocks,
+                           s.kv.stats.queries, s.kv.stats.hits)
+
+    def _send(self, command: tuple) -> None:
+        self._commands.put(command)
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            self._drain_commands()
+            if not self.core.has_unfinished():
+                self._wake.wait()
+                continue
+            try:
+                outputs = self.core.step()
+            except Exception as e:  # a failed step must not kill the server: fail its requests
+                log.exception("engine step failed")
+                self._fail_all(EngineStepError(f"engine step failed: {type(e).__name__}: {e}"))
+                continue
+            for out in outputs:
+                stream = self._streams.get(out.request_id)
+                if stream is not None:
+                    stream._put(out)
+                if out.finished:
+                    self._streams.pop(out.request_id, None)
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            if command[0] == "add":
+                _, stream, ids, params = command
+                try:
+                    self.core.add_request(ids, params, stream.request_id)
+                except HearthError as e:
+                    stream._put(e)
+                    continue
+                self._streams[stream.request_id] = stream
+            else:
+                self.core.abort(command[1])
+                self._streams.pop(command[1], None)
+
+    def _fail_all(self, error: EngineStepError) -> None:
+        for rid, stream in list(self._streams.items()):
+            self.core.abort(rid)
+            stream._put(error)
+        self._streams.clear()

@@ -1,0 +1,99 @@
+"""AsyncEngine: streams of deltas from a background thread, abort, backpressure, step failures."""
+
+import asyncio
+
+import pytest
+
+from hearth.engine.async_engine import AsyncEngine, EngineFullError, EngineStepError
+from hearth.engine.engine_core import InvalidPromptError
+from hearth.sampling_params import SamplingParams
+
+from tests.engine.test_scheduler import make_engine
+
+
+def greedy(n):
+    return SamplingParams(max_tokens=n, temperature=0)
+
+
+async def collect(stream):
+    async with stream:
+        return [out async for out in stream]
+
+
+def run(coro_fn, engine):
+    """Start an AsyncEngine over `engine`, run coro_fn(async_engine), always shut down."""
+    ae = AsyncEngine(engine, max_queued=2)
+    ae.start()
+    try:
+        return asyncio.run(coro_fn(ae))
+    finally:
+        ae.shutdown()
+
+
+def test_concurrent_streams_get_their_own_tokens():
+    engine, sched, _ = make_engine()
+
+    async def main(ae):
+        streams = [ae.add_request([i], greedy(4)) for i in (1, 10, 20)]
+        return await asyncio.gather(*(collect(s) for s in streams))
+
+    results = run(main, engine)
+    assert [sum((o.new_token_ids for o in outs), []) for outs in results] == [
+        [2, 3, 4, 5], [11, 12, 13, 14], [21, 22, 23, 24]]
+    assert all(outs[-1].finished and outs[-1].finish_reason == "length" for outs in results)
+    assert sched.kv.pool.num_free == 64
+
+
+def test_leaving_the_stream_early_aborts_and_frees_blocks():
+    engine, sched, _ = make_engine()
+
+    async def main(ae):
+        async with ae.add_request(list(range(1, 10)), greedy(10_000)) as stream:
+            async for out in stream:
+                if len(out.new_token_ids) and sched.kv.pool.num_free < 64:
+                    break
+        for _ in range(100):  # the abort lands on the engine thread within a step
+            if sched.kv.pool.num_free == 64 and not engine.has_unfinished():
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    assert run(main, engine)
+
+
+def test_bad_prompt_and_full_queue_raise_before_any_output():
+    engine, _, _ = make_engine(max_seqs=1)
+
+    async def main(ae):
+        with pytest.raises(InvalidPromptError):
+            ae.add_request([], greedy(1))
+        streams = [ae.add_request([1], greedy(3)) for _ in range(3)]  # 1 seq + 2 queued
+        with pytest.raises(EngineFullError, match="limit 3"):
+            ae.add_request([1], greedy(3))
+        await asyncio.gather(*(collect(s) for s in streams))
+        ae.add_request([1], greedy(1)).abort()  # room again once they finished
+
+    run(main, engine)
+
+
+def test_a_failing_step_ends_requests_with_an_error_and_the_engine_goes_on():
+    engine, sched, runner = make_engine()
+    real = runner.execute
+    calls = {"n": 0}
+
+    def flaky(so):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return real(so)
+
+    runner.execute = flaky
+
+    async def main(ae):
+        with pytest.raises(EngineStepError, match="RuntimeError: boom"):
+            await collect(ae.add_request([1], greedy(5)))
+        return await collect(ae.add_request([1], greedy(2)))
+
+    outs = run(main, engine)
+    assert sum((o.new_token_ids for o in outs), []) == [2, 3]
+    assert sched.kv.pool.num_free == 64
