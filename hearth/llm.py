@@ -21,6 +21,7 @@ from hearth.loader.tokenizer import Tokenizer
 from hearth.models.registry import load_model
 from hearth.outputs import CompletionOutput, RequestOutput
 from hearth.runner.model_runner import ModelRunner
+from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
 
 PromptType = str | dict
@@ -51,7 +52,8 @@ class LLM:
         codec = get_codec(cfg.kv_cache_dtype)
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
         num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, self.max_model_len, block_bytes)
-        self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed)
+        self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
+                                  GrammarCompiler(self.tokenizer, mc.vocab_size))
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name),
                             cfg.enable_prefix_caching)
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
@@ -70,8 +72,8 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
         encoded = [self._prompt_ids(prompt) for prompt in prompts]
-        for _, ids in encoded:  # validate every prompt before queueing any
-            self.engine.check_prompt(ids)
+        for (_, ids), p in zip(encoded, params):  # validate every request before queueing any
+            self.engine.check_request(ids, p)
         results, children = [], {}
         for i, ((text, ids), p) in enumerate(zip(encoded, params)):
             result = RequestOutput(str(i), text, ids, [])
@@ -84,6 +86,7 @@ class LLM:
         while self.engine.has_unfinished():
             for out in self.engine.step():
                 result, comp = children[out.request_id]
+                result.num_cached_tokens = out.num_cached_tokens
                 comp.token_ids.extend(out.new_token_ids)
                 comp.text += out.new_text
                 if out.new_logprobs is not None:

@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 
 
+GREEDY_EPS = 1e-5
+"""vLLM's _SAMPLING_EPS: a smaller temperature samples greedily (logits / T would overflow to inf)."""
+
+
 class InvalidSamplingParams(HearthError):
     """A sampling option outside its valid range."""
 
@@ -80,4 +84,4 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0 or self.top_k == 1
+        return self.temperature < GREEDY_EPS or self.top_k == 1

@@ -26,3 +26,11 @@ def model_path():
         return cache[name]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def smol_llm(model_path):
+    """One SmolLM2-135M engine shared by the tests that only add requests to it."""
+    from hearth import LLM
+
+    return LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048)

@@ -2,7 +2,7 @@
 
 A model step blocks for milliseconds to seconds, so it runs on its own thread; the event loop (the
 server's) only sends commands and awaits outputs. Only the engine thread touches EngineCore after
-start(), except check_prompt, which reads nothing that changes."""
+start(), except check_request, which reads nothing that changes."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ class AsyncEngine:
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None) -> RequestStream:
         """Queue a request; bad prompts and a full queue raise here, before any output."""
-        self.core.check_prompt(prompt_token_ids)
+        self.core.check_request(prompt_token_ids, params)
         if self._in_flight >= self.max_in_flight:
             raise EngineFullError(f"{self._in_flight} requests are in flight (limit {self.max_in_flight}); "
                                   "retry later")

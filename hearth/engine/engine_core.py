@@ -10,6 +10,7 @@ from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken
+from hearth.sample.grammar import compile_grammar
 from hearth.sampling_params import SamplingParams
 
 
@@ -35,9 +36,15 @@ class EngineCore:
         if bad:
             raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
 
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+        """check_prompt, and a structured-output constraint the grammar engine can compile."""
+        self.check_prompt(prompt_token_ids)
+        if params.structured_output is not None:
+            compile_grammar(params.structured_output)
+
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None) -> str:
-        self.check_prompt(prompt_token_ids)
+        self.check_request(prompt_token_ids, params)
         rid = request_id if request_id is not None else str(next(self._ids))
         eos = frozenset(self.tokenizer.eog_ids)
         self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len))

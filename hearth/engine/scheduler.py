@@ -22,6 +22,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._finished_ids: list[str] = []
+        self.num_preemptions = 0
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -80,6 +81,7 @@ class Scheduler:
         return True
 
     def _preempt(self, req: Request) -> None:
+        self.num_preemptions += 1
         self.kv.free(req)
         req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED

@@ -15,6 +15,7 @@ from hearth.config import ModelConfig
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.codecs import CODECS, PlainCodec
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
 
 
@@ -45,13 +46,15 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
-                 codec: PlainCodec = CODECS["f16"], seed: int = 0):
+                 codec: PlainCodec = CODECS["f16"], seed: int = 0, grammar: GrammarCompiler | None = None):
         keep_freed_pages()
         self.model, self.cfg, self.block_size = model, cfg, block_size
         # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
         shape = codec.shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
         self.kv_caches = [lazy_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
         self.generators: dict[str, torch.Generator] = {}
+        self.grammar = grammar
+        self.matchers: dict[str, GrammarMatcher] = {}
         self._unseeded = torch.Generator().manual_seed(seed)
 
     @property
@@ -62,6 +65,7 @@ class ModelRunner:
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
         for rid in so.finished_request_ids:
             self.generators.pop(rid, None)
+            self.matchers.pop(rid, None)
         if not so.seqs:
             return RunnerOutput({})
         ids, positions, meta = self._prepare(so)
@@ -72,9 +76,12 @@ class ModelRunner:
         seqs = [s for s in so.seqs if s.sample]
         logits = self.model.compute_logits(hidden[rows]).float()  # [S, vocab]
         params = [s.params for s in seqs]
+        matchers = self._constrain(seqs, logits)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
         tokens, logprobs = sample(logits, params, gens, histories)  # logprobs: None if nobody asked
+        for i, m in matchers:
+            m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
         return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i])
                              for i, s in enumerate(seqs)})
@@ -93,6 +100,22 @@ class ModelRunner:
             tables.append(s.block_ids)
         meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs)
         return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
+
+    def _constrain(self, seqs: list, logits: torch.Tensor) -> list[tuple[int, GrammarMatcher]]:
+        """Mask (in place) the logits of rows under a structured-output constraint."""
+        out = []
+        for i, s in enumerate(seqs):
+            so = s.params.structured_output
+            if so is None:
+                continue
+            m = self.matchers.get(s.request_id)
+            if m is None:
+                m = self.matchers[s.request_id] = self.grammar.matcher(so)
+            words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
+            allowed = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
+            logits[i].masked_fill_(allowed.flatten()[: logits.shape[1]] == 0, float("-inf"))
+            out.append((i, m))
+        return out
 
     def _generator(self, request_id: str, params) -> torch.Generator | None:
         if params.greedy:

@@ -1,79 +1,120 @@
 """Sampling as a pure function of (logits, per-request options, per-request generators).
 
-Fixed order, as vLLM's v1 sampler: logit bias -> penalties -> temperature -> top-k / top-p / min-p
--> sample. Each row draws its noise from its own generator, so a seeded request gives the same
-tokens alone or batched."""
+Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`):
+logit bias -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> top-p
+-> sample. Each filter sees what the one before left, renormalized (HF's warpers do the same, but
+run min-p last; min-p commutes with top-k, not with top-p). Each row draws its noise from its own
+generator, so a seeded request gives the same tokens alone or batched."""
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
-from hearth.sampling_params import SamplingParams
+from hearth.sampling_params import GREEDY_EPS, SamplingParams
+
+
+def _pairs(rows: list[int], token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(row index, token id) of every token in token_lists[j], which belongs to row rows[j]."""
+    lengths = torch.tensor([len(t) for t in token_lists])
+    cols = torch.tensor(list(itertools.chain.from_iterable(token_lists)), dtype=torch.long)
+    return torch.repeat_interleave(torch.tensor(rows), lengths), cols
 
 
 def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
                              histories: list[tuple[list[int], list[int]]]) -> torch.Tensor:
-    """logits: [S, V]; histories[i] = (prompt ids, output ids). Rows without options are untouched."""
-    for i, p in enumerate(params):
-        row = logits[i]
-        if p.logit_bias:
-            ids = torch.tensor(list(p.logit_bias.keys()), dtype=torch.long)
-            row.index_add_(0, ids, torch.tensor(list(p.logit_bias.values()), dtype=row.dtype))
-        prompt, output = histories[i]
-        if p.repetition_penalty != 1.0:
-            # HF/vLLM rule: divide positive logits, multiply negative ones, over prompt and output
-            seen = torch.tensor(sorted(set(prompt) | set(output)), dtype=torch.long)
-            if seen.numel():
-                vals = row[seen]
-                row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
-        if (p.presence_penalty or p.frequency_penalty) and output:
-            counts = torch.bincount(torch.tensor(output, dtype=torch.long), minlength=row.numel()).to(row.dtype)
-            row -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0).to(row.dtype)
+    """logits: [S, V], modified in place; histories[i] = (prompt ids, output ids).
+    Rows without options are untouched; one batched op per option, not one per row."""
+    bias = [(i, t, b) for i, p in enumerate(params) if p.logit_bias for t, b in p.logit_bias.items()]
+    if bias:
+        r, t, b = zip(*bias)
+        logits.index_put_((torch.tensor(r), torch.tensor(t)), torch.tensor(b, dtype=logits.dtype),
+                          accumulate=True)
+    rep = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
+    if rep:
+        # HF/vLLM rule over prompt and output: divide positive logits, multiply the others.
+        # A repeated id gathers the same old value, so writing it twice writes the same new one.
+        r, c = _pairs(rep, [histories[i][0] + histories[i][1] for i in rep])
+        pen = torch.tensor([p.repetition_penalty for p in params], dtype=logits.dtype)[r]
+        vals = logits[r, c]
+        logits[r, c] = torch.where(vals > 0, vals / pen, vals * pen)
+    pf = [i for i, p in enumerate(params) if (p.presence_penalty or p.frequency_penalty) and histories[i][1]]
+    if pf:
+        # OpenAI rule, over output tokens only: logit -= frequency * count + presence * (count > 0)
+        r, c = _pairs(pf, [histories[i][1] for i in pf])
+        V = logits.shape[-1]
+        flat, counts = torch.unique(r * V + c, return_counts=True)
+        r, c = flat // V, flat % V
+        freq = torch.tensor([p.frequency_penalty for p in params], dtype=logits.dtype)[r]
+        pres = torch.tensor([p.presence_penalty for p in params], dtype=logits.dtype)[r]
+        logits[r, c] -= freq * counts.to(logits.dtype) + pres
     return logits
 
 
 def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
                              min_p: torch.Tensor) -> torch.Tensor:
-    """logits: [S, V] already divided by temperature; top_k [S] (0 = off), top_p [S], min_p [S]."""
+    """logits: [S, V] already divided by temperature; top_k [S] (0 = off), top_p [S], min_p [S].
+    Filtered-out tokens become -inf. Order and tie rules follow vLLM's apply_min_p and
+    apply_top_k_top_p: min-p, then top-k keeping every token tied with the k-th, then top-p."""
     V = logits.shape[-1]
-    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
-        sorted_logits, order = logits.sort(dim=-1, descending=True)
-        k = torch.where(top_k > 0, top_k.clamp(max=V), torch.full_like(top_k, V))
-        ranks = torch.arange(V).unsqueeze(0)
-        drop = ranks >= k.unsqueeze(1)
-        probs = sorted_logits.softmax(-1)
-        # keep the smallest prefix whose mass reaches top_p (the first token is always kept)
-        drop |= (probs.cumsum(-1) - probs) >= top_p.unsqueeze(1)
-        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
-        logits = torch.empty_like(logits).scatter_(-1, order, sorted_logits)
     if bool((min_p > 0).any()):
+        # keep p >= min_p * p_max: a ratio, so the same before or after renormalizing
         probs = logits.softmax(-1)
         threshold = probs.max(-1, keepdim=True).values * min_p.unsqueeze(1)
         logits = logits.masked_fill(probs < threshold, float("-inf"))
-    return logits
+    use_k = (top_k > 0) & (top_k < V)
+    use_p = top_p < 1
+    if not bool(use_p.any()):
+        if bool(use_k.any()):  # top-k alone needs the k largest, not a full sort
+            k = torch.where(use_k, top_k, 1)
+            kth = logits.topk(int(k.max()), dim=-1).values.gather(1, (k - 1).unsqueeze(1))
+            kth = kth.masked_fill(~use_k.unsqueeze(1), float("-inf"))
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        return logits
+    # stable: tied tokens stay in id order, so top-p's prefix takes the lower ids first
+    sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
+    if bool(use_k.any()):
+        k = torch.where(use_k, top_k, V)
+        kth = sorted_logits.gather(1, (k - 1).unsqueeze(1))
+        sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
+    probs = sorted_logits.softmax(-1)  # renormalized over what min-p and top-k left
+    # keep the smallest prefix whose mass reaches top_p: drop a token once the mass before it
+    # (an exclusive cumsum, not cumsum - p, which cancels) reaches top_p; the first is always kept.
+    # Rows at top_p = 1 drop nothing, even where a float32 cumsum reaches 1.0 before the tail.
+    before = torch.cat([torch.zeros_like(probs[:, :1]), probs[:, :-1].cumsum(-1)], dim=-1)
+    drop = (before >= top_p.unsqueeze(1)) & use_p.unsqueeze(1)
+    sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None],
            histories: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits: [S, V] f32 (modified in place) -> (token ids [S], logprobs [S, V] of the raw logits,
-    or None when no request asked for logprobs: a full-vocab log_softmax is ~0.2 ms at 262k)."""
+    or None when no request asked for logprobs: a full-vocab log_softmax is ~0.2 ms at 262k).
+
+    Logprobs are vLLM's default logprobs_mode="raw_logprobs": log_softmax of the model's logits
+    before bias, penalties, temperature and filters. A temperature below GREEDY_EPS is greedy;
+    greedy is the first maximum after bias and penalties."""
     logprobs = logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
     logits = apply_bias_and_penalties(logits, params, histories)
     tokens = logits.max(-1).indices  # first maximum, like argmax, at a third of its cost here
-    if all(p.greedy for p in params):
+    greedy = [p.greedy for p in params]
+    if all(greedy):
         return tokens, logprobs
-    greedy = torch.tensor([p.greedy for p in params])
-    temp = torch.tensor([p.temperature if not p.greedy else 1.0 for p in params]).unsqueeze(1)
-    logits = logits / temp
+    temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
     logits = filter_top_k_top_p_min_p(
-        logits,
-        torch.tensor([max(p.top_k, 0) for p in params]),
-        torch.tensor([p.top_p for p in params]),
-        torch.tensor([p.min_p for p in params]),
+        logits / temp,
+        torch.tensor([0 if g else max(p.top_k, 0) for p, g in zip(params, greedy)]),
+        torch.tensor([1.0 if g else p.top_p for p, g in zip(params, greedy)]),
+        torch.tensor([0.0 if g else p.min_p for p, g in zip(params, greedy)]),
     )
     probs = logits.softmax(-1)
-    # exponential-race sampling: argmax(p / E) with E ~ Exp(1) draws from p; one generator per row
-    noise = torch.stack([torch.empty(probs.shape[-1]).exponential_(generator=g) for g in generators])
+    # exponential race: argmax(p / E) with E ~ Exp(1) draws from p; one generator per row, and
+    # greedy rows draw nothing, so a seeded row's noise never depends on its neighbours
+    V = probs.shape[-1]
+    noise = torch.stack([torch.ones(V) if g else torch.empty(V).exponential_(generator=gen)
+                         for g, gen in zip(greedy, generators)])
     sampled = (probs / noise).argmax(-1)
-    return torch.where(greedy, tokens, sampled), logprobs
+    return torch.where(torch.tensor(greedy), tokens, sampled), logprobs

@@ -1,0 +1,97 @@
+"""Structured output: a StructuredOutput becomes an llguidance grammar; a GrammarMatcher per request
+says which tokens may come next (a bitmask) and follows the tokens actually sampled.
+
+No torch here: the engine validates grammars with it when a request arrives (an invalid schema is
+the client's error), the runner turns the bitmask into a logit mask."""
+
+from __future__ import annotations
+
+import json
+from functools import cached_property
+
+import llguidance
+
+from hearth.errors import HearthError
+from hearth.sampling_params import StructuredOutput
+
+
+class InvalidStructuredOutput(HearthError):
+    """A JSON schema, grammar or regex the grammar engine cannot compile."""
+
+
+def compile_grammar(so: StructuredOutput) -> str:
+    """The llguidance grammar for a constraint; raises InvalidStructuredOutput naming the problem."""
+    if so.json_schema is not None:
+        kind, grammar = "json_schema", _from_schema(so.json_schema)
+    elif so.json_object:
+        kind, grammar = "json_object", _from_schema({"type": "object"})
+    elif so.grammar is not None:
+        kind, grammar = "grammar", llguidance.LLMatcher.grammar_from_lark(so.grammar)
+    else:
+        kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(so.regex)
+    error = llguidance.LLMatcher.validate_grammar(grammar)
+    if error:
+        raise InvalidStructuredOutput(f"invalid {kind}: {error.strip().splitlines()[0]}")
+    return grammar
+
+
+def _from_schema(schema: dict) -> str:
+    if not isinstance(schema, dict):
+        raise InvalidStructuredOutput(f"invalid json_schema: a schema is a JSON object, not {type(schema).__name__}")
+    try:
+        # whitespace as compact JSON allows: small models otherwise pad with newlines forever
+        return llguidance.LLMatcher.grammar_from_json_schema(
+            json.dumps(schema), overrides={"whitespace_flexible": False})
+    except ValueError as e:
+        raise InvalidStructuredOutput(f"invalid json_schema: {e}") from None
+
+
+class _Vocab:
+    """What llguidance's TokenizerWrapper reads: each token's exact bytes (as streamed to clients),
+    which tokens are special, and an encode callback."""
+
+    def __init__(self, tokenizer, vocab_size: int):
+        n = tokenizer.vocab_size
+        self.tokens = [tokenizer.token_to_bytes(i) for i in range(n)] + [b""] * (vocab_size - n)
+        self.special_token_ids = [i for i in range(n) if tokenizer.is_control(i)]
+        self.eos_token_id = min(tokenizer.eog_ids) if tokenizer.eog_ids else tokenizer.eos_id
+        self.bos_token_id = tokenizer.bos_id
+        self._tokenizer = tokenizer
+
+    def __call__(self, text: bytes) -> list[int]:
+        return self._tokenizer.encode(text.decode("utf-8", "replace"), add_special_tokens=False,
+                                      parse_special=False)
+
+
+class GrammarCompiler:
+    """Owns the llguidance view of the vocabulary (built once, on the first constrained request:
+    ~a second for a 262k vocabulary) and makes matchers."""
+
+    def __init__(self, tokenizer, vocab_size: int):
+        self.tokenizer, self.vocab_size = tokenizer, vocab_size
+
+    @cached_property
+    def ll_tokenizer(self) -> llguidance.LLTokenizer:
+        wrapper = llguidance.TokenizerWrapper(_Vocab(self.tokenizer, self.vocab_size))
+        eos = sorted(self.tokenizer.eog_ids) or None
+        return llguidance.LLTokenizer(wrapper, n_vocab=self.vocab_size, eos_token=eos)
+
+    def matcher(self, so: StructuredOutput) -> GrammarMatcher:
+        return GrammarMatcher(llguidance.LLMatcher(self.ll_tokenizer, compile_grammar(so), log_level=0))
+
+
+class GrammarMatcher:
+    def __init__(self, matcher: llguidance.LLMatcher):
+        self._m = matcher
+
+    def bitmask(self) -> bytes:
+        """Allowed next tokens, bit i of 32-bit word i // 32 (little-endian). Once the grammar is
+        complete only end-of-generation tokens are allowed; a matcher in error allows those too."""
+        return self._m.compute_bitmask()
+
+    def accept(self, token_id: int) -> bool:
+        return self._m.consume_token(token_id)
+
+    @property
+    def error(self) -> str | None:
+        return self._m.get_error() if self._m.is_error() else None

@@ -1,0 +1,20 @@
+"""Hermes / Qwen2.5 / Qwen3 / SmolLM tool calls: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
+one tag per call (a tag holding a list or several objects is accepted too).
+
+Qwen models sometimes write Qwen3-Coder's XML body inside the tags; that is parsed as qwen_xml."""
+
+from __future__ import annotations
+
+from hearth.tool_parsers import qwen_xml
+from hearth.tool_parsers.rescue import calls_from_json
+from hearth.tool_parsers.types import ToolCall
+
+START = "<tool_call>"
+END = "</tool_call>"
+
+
+def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:
+    """The calls in the text between START and END; ValueError if there are none."""
+    if qwen_xml.is_xml(text):
+        return qwen_xml.parse(text, tools)
+    return calls_from_json(text, tools)

@@ -1,0 +1,48 @@
+"""The one parser the server holds per response: reasoning is split off first, then tool calls are
+parsed from the content that remains. Streaming (feed/finish) and whole-output (parse) views agree."""
+
+from __future__ import annotations
+
+from hearth.tool_parsers.reasoning import StreamingReasoningParser
+from hearth.tool_parsers.stream import StreamingToolParser
+from hearth.tool_parsers.types import ContentDelta, Event, ParsedOutput, collect
+
+
+class OutputParser:
+    """`tool_format` None: no tool parsing (pass None when the request has no tools, else any
+    `{"name": ...}` the model writes would become a call). `tools` None accepts any tool name, an
+    empty list none."""
+
+    def __init__(self, tool_format: str | None = None, tools: list[dict] | None = None,
+                 reasoning: bool = False, starts_in_reasoning: bool = False):
+        self._config = (tool_format, tools, reasoning, starts_in_reasoning)
+        self._reasoning = (StreamingReasoningParser(starts_in_reasoning)
+                           if reasoning or starts_in_reasoning else None)
+        self._tools = StreamingToolParser(tool_format, tools) if tool_format else None
+
+    def feed(self, delta: str) -> list[Event]:
+        """Events for one text delta of the model's output."""
+        events = self._reasoning.feed(delta) if self._reasoning else [ContentDelta(delta)]
+        return self._route(events)
+
+    def finish(self) -> list[Event]:
+        """Events for what was held back, at the end of the output."""
+        events = self._route(self._reasoning.finish() if self._reasoning else [])
+        return events + self._tools.finish() if self._tools else events
+
+    def parse(self, text: str) -> ParsedOutput:
+        """A whole output at once (a fresh parser: this one's stream is untouched)."""
+        fresh = OutputParser(*self._config)
+        return collect(fresh.feed(text) + fresh.finish())
+
+    def _route(self, events: list[Event]) -> list[Event]:
+        """Content goes on through the tool parser; reasoning goes straight out."""
+        out: list[Event] = []
+        for event in events:
+            if not isinstance(event, ContentDelta):
+                out.append(event)
+            elif self._tools:
+                out += self._tools.feed(event.text)
+            elif event.text:
+                out.append(event)
+        return out

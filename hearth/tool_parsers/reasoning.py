@@ -1,0 +1,105 @@
+"""The reasoning channel: `<think>...</think>` (Qwen3, QwQ, DeepSeek-R1, SmolLM3).
+
+An output opens reasoning only with `<think>` at its very start; `<think>` later in an answer is
+just text, so content never waits on a `<` once it has begun. Templates that write `<think>` into
+the generation prompt (DeepSeek-R1, QwQ) make the output start inside reasoning, with only
+`</think>` to come: `starts_in_reasoning`. A repeated `<think>` at the start is then dropped.
+An output that never closes its reasoning is all reasoning, as in vLLM's parsers."""
+
+from __future__ import annotations
+
+import re
+
+from hearth.tool_parsers.holdback import Trim, held_prefix
+from hearth.tool_parsers.types import ContentDelta, Event, ReasoningDelta
+
+OPEN, CLOSE = "<think>", "</think>"
+_START, _REASONING, _CONTENT = "start", "reasoning", "content"
+# a string literal written after add_generation_prompt that opens <think> without closing it
+_OPENS_IN_PROMPT = re.compile(r"""(['"])(?:(?!\1).)*<think>(?:(?!\1|</think>).)*\1""", re.DOTALL)
+
+
+class StreamingReasoningParser:
+    def __init__(self, starts_in_reasoning: bool = False):
+        self._starts_in_reasoning = starts_in_reasoning
+        self._state = _START
+        self._buf = ""
+        self._reasoning = Trim(after_boundary=True)
+        self._content = Trim()
+        self._steps = {_START: self._start, _REASONING: self._think, _CONTENT: self._answer}
+
+    def feed(self, delta: str) -> list[Event]:
+        self._buf += delta
+        events: list[Event] = []
+        while self._steps[self._state](events):
+            pass
+        return events
+
+    def finish(self) -> list[Event]:
+        """End of output: held-back text belongs to the channel it was in."""
+        if self._state == _START:
+            self._state = _REASONING if self._starts_in_reasoning else _CONTENT
+        events: list[Event] = []
+        if self._state == _REASONING:
+            _emit(events, ReasoningDelta, self._reasoning.text(self._buf))
+        else:
+            _emit(events, ContentDelta, self._content.text(self._buf))
+        self._buf = ""
+        _emit(events, ContentDelta, self._content.flush())
+        return events
+
+    def _start(self, events: list[Event]) -> bool:
+        head = self._buf.lstrip()
+        if head.startswith(OPEN):
+            self._buf, self._state = head[len(OPEN):], _REASONING
+            return True
+        if OPEN.startswith(head):
+            return False  # whitespace or a prefix of <think>: wait
+        self._state = _REASONING if self._starts_in_reasoning else _CONTENT
+        return True
+
+    def _think(self, events: list[Event]) -> bool:
+        i = self._buf.find(CLOSE)
+        if i < 0:
+            keep = len(self._buf) - held_prefix(self._buf, CLOSE)
+            _emit(events, ReasoningDelta, self._reasoning.text(self._buf[:keep]))
+            self._buf = self._buf[keep:]
+            return False
+        _emit(events, ReasoningDelta, self._reasoning.text(self._buf[:i]))
+        self._reasoning.boundary()
+        self._content.boundary()
+        self._buf, self._state = self._buf[i + len(CLOSE):], _CONTENT
+        return True
+
+    def _answer(self, events: list[Event]) -> bool:
+        _emit(events, ContentDelta, self._content.text(self._buf))
+        self._buf = ""
+        return False
+
+
+def _emit(events: list[Event], kind: type, text: str) -> None:
+    if text:
+        events.append(kind(text))
+
+
+def split_reasoning(text: str, starts_in_reasoning: bool = False) -> tuple[str, str]:
+    """A whole output -> (reasoning, content)."""
+    parser = StreamingReasoningParser(starts_in_reasoning)
+    events = parser.feed(text) + parser.finish()
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    return reasoning, "".join(e.text for e in events if isinstance(e, ContentDelta))
+
+
+def detect_reasoning(template_source: str | None) -> tuple[bool, bool]:
+    """(the template knows a reasoning channel, its generation prompt opens `<think>`).
+    From the source alone this is a guess; prompt_opens_reasoning on the rendered prompt is exact."""
+    if not template_source or OPEN not in template_source and CLOSE not in template_source:
+        return False, False
+    tail = template_source.rsplit("add_generation_prompt", 1)[-1]
+    return True, bool(_OPENS_IN_PROMPT.search(tail))
+
+
+def prompt_opens_reasoning(prompt: str) -> bool:
+    """Whether a rendered prompt ends inside `<think>` (so the output starts in reasoning):
+    exact per request, e.g. Qwen3 with enable_thinking=False closes it in the prompt."""
+    return prompt.rfind(OPEN) > prompt.rfind(CLOSE)

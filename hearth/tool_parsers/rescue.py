@@ -1,0 +1,61 @@
+"""Turn whatever object a model wrote into a ToolCall, or refuse it. Models mix up key names
+across formats (`parameters` for Llama, `input` for Anthropic, `function: {...}` for OpenAI's
+wire, arguments as a JSON string), so every known spelling is accepted; a name that is not one of
+the request's tools is refused, so that text is never turned into a call nobody offered."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hearth.tool_parsers.lenient_json import json_values, loads_lenient
+from hearth.tool_parsers.types import ToolCall, new_call_id, tool_parameters
+
+_NAME_KEYS = ("name", "tool_name", "tool", "function", "function_name")
+_ARGUMENT_KEYS = ("arguments", "args", "parameters", "params", "input", "tool_input")
+_NAMESPACE = "functions."  # gpt-oss and OpenAI's own traces write functions.NAME
+
+
+def to_call(obj: Any, tools: list[dict] | None) -> ToolCall:
+    """The call `obj` describes; ValueError if it is not one."""
+    if not isinstance(obj, dict):
+        raise ValueError("a tool call is a JSON object")
+    if isinstance(obj.get("function"), dict):  # OpenAI wire: {"type": "function", "function": {...}}
+        obj = {**obj, **obj["function"]}
+    name = next((obj[k].strip() for k in _NAME_KEYS if isinstance(obj.get(k), str)), "")
+    if not name:
+        raise ValueError("a tool call needs a name")
+    name = _known_name(name, tools)
+    args = next((obj[k] for k in _ARGUMENT_KEYS if k in obj), None)
+    if isinstance(args, str):
+        args = loads_lenient(args) if args.strip() else None
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise ValueError(f"the arguments of {name!r} are not a JSON object")
+    return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
+
+
+def calls_from_json(text: str, tools: list[dict] | None) -> list[ToolCall]:
+    """Every call in the JSON values at the start of `text`; a list value holds several calls.
+    All or nothing: if one of them is not a call, none is, and the caller keeps the text. Text
+    after the last value is the model's chatter about its calls and is dropped (vLLM's parsers
+    drop all text after the first call)."""
+    objects: list[Any] = []
+    for value in json_values(text):
+        objects += value if isinstance(value, list) else [value]
+    if not objects:
+        raise ValueError("no JSON object where a tool call should be")
+    return [to_call(obj, tools) for obj in objects]
+
+
+def _known_name(name: str, tools: list[dict] | None) -> str:
+    """`name` if the request offers it (or offers no list to check against); ValueError if not."""
+    if tools is None:
+        return name
+    known = tool_parameters(tools)
+    if name not in known and name.startswith(_NAMESPACE) and name[len(_NAMESPACE):] in known:
+        name = name[len(_NAMESPACE):]
+    if name not in known:
+        raise ValueError(f"no tool named {name!r}")
+    return name

@@ -1,0 +1,79 @@
+"""What to constrain decoding to when tool_choice forces a call ("required" / Anthropic "any", or a
+named tool): a JSON schema for one call object, and the format's text around it, so a grammar
+engine (llguidance) can force `prefix + json + suffix`. Each branch of the schema pins `name` and
+that tool's own arguments schema together, so a valid name cannot carry another tool's arguments."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from hearth.tool_parsers.formats import get_format
+from hearth.tool_parsers.types import ToolParserError, tool_parameters
+
+# format -> (prefix, suffix, key of the arguments): what its parser reads back as one call.
+# qwen_xml gets hermes JSON inside its tags (its parser accepts that) because a JSON schema cannot
+# describe the XML; mistral gets the one-element list of its v3 form.
+_WRAPPERS = {
+    "hermes": ("<tool_call>\n", "\n</tool_call>", "arguments"),
+    "qwen_xml": ("<tool_call>\n", "\n</tool_call>", "arguments"),
+    "mistral": ("[TOOL_CALLS][", "]", "arguments"),
+    "llama3_json": ("", "", "parameters"),
+    "bare_json": ("", "", "arguments"),
+}
+_FORCING = ("required", "any")  # OpenAI's and Anthropic's words for "some tool, your pick"
+
+
+@dataclass(frozen=True, slots=True)
+class CallConstraint:
+    prefix: str
+    schema: dict
+    suffix: str
+
+    def lark(self) -> str:
+        """The constraint as an llguidance Lark grammar. Markers that are special tokens in the
+        model's vocabulary ([TOOL_CALLS], <|python_tag|>) need the grammar's token syntax instead."""
+        body = [json.dumps(self.prefix)] if self.prefix else []
+        body += ["call"] + ([json.dumps(self.suffix)] if self.suffix else [])
+        return f"start: {' '.join(body)}\ncall: %json {json.dumps(self.schema)}\n"
+
+
+def forced_tools(tools: list[dict] | None, tool_choice: str | dict | None) -> list[str] | None:
+    """The tool names a forced output must call one of; None when tool_choice leaves the model
+    free (absent, "auto", "none"). ToolParserError for a choice naming no offered tool."""
+    names = list(tool_parameters(tools))
+    kind = tool_choice.get("type") if isinstance(tool_choice, dict) else tool_choice
+    if kind in _FORCING:
+        return names
+    if kind not in ("function", "tool"):
+        return None
+    fn = tool_choice.get("function")
+    name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
+    if name not in names:
+        raise ToolParserError(f"tool_choice names {name!r}, which is not one of the tools")
+    return [name]
+
+
+def tool_call_schema(tools: list[dict] | None, tool_choice: str | dict,
+                     arguments_key: str = "arguments") -> dict:
+    """JSON schema of one call object `{"name": ..., arguments_key: {...}}` that tool_choice allows."""
+    names = forced_tools(tools, tool_choice)
+    if not names:
+        raise ToolParserError(f"tool_choice {tool_choice!r} forces no call (or no tools were given)")
+    params = tool_parameters(tools)
+    branches = [_call_schema(name, params[name], arguments_key) for name in names]
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
+def call_constraint(fmt: str, tools: list[dict] | None, tool_choice: str | dict) -> CallConstraint:
+    """Schema and wrapper for one forced call in format `fmt`."""
+    get_format(fmt)  # a clear error for an unknown name
+    prefix, suffix, key = _WRAPPERS[fmt]
+    return CallConstraint(prefix, tool_call_schema(tools, tool_choice, key), suffix)
+
+
+def _call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
+    arguments = parameters or {"type": "object"}
+    return {"type": "object",
+            "properties": {"name": {"const": name}, arguments_key: arguments},
+            "required": ["name", arguments_key], "additionalProperties": False}

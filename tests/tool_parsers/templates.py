@@ -1,0 +1,43 @@
+"""Excerpts of real chat templates: the parts that show their tool-call and reasoning syntax."""
+
+from __future__ import annotations
+
+_QWEN_TOOLS = """{%- if tools %}
+    {{- '<|im_start|>system\\n' }}
+    {{- "# Tools\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {%- for tool in tools %}{{- "\\n" }}{{- tool | tojson }}{%- endfor %}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+{%- endif %}
+{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endfor %}
+"""
+QWEN25 = _QWEN_TOOLS + """{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+{%- endif %}"""
+QWEN3 = _QWEN_TOOLS + """{%- if reasoning_content %}{{- '<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' }}{%- endif %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}"""
+QWEN3_CODER = _QWEN_TOOLS + """
+{%- for tool_call in message.tool_calls %}
+    {{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}
+    {%- for name, value in tool_call.arguments.items() %}{{- '<parameter=' + name + '>\\n' }}{%- endfor %}
+{%- endfor %}"""
+QWQ = _QWEN_TOOLS + """{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n<think>\\n' }}
+{%- endif %}"""
+DEEPSEEK_R1 = """{% for message in messages %}{% if message['role'] == 'assistant' %}{% set content = message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{% endif %}{% endfor %}{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"""
+MISTRAL = """{%- if tools is not none and (message == user_messages[-1]) %}
+    {{- "[AVAILABLE_TOOLS] [" }}{%- for tool in tools %}{{- tool | tojson }}{%- endfor %}{{- "[/AVAILABLE_TOOLS]" }}
+{%- endif %}
+{%- if message.tool_calls is defined %}{{- "[TOOL_CALLS] [" }}{%- endif %}"""
+LLAMA31 = """{%- if builtin_tools is defined or tools is not none %}{{- "Environment: ipython\\n" }}{%- endif %}
+{%- if builtin_tool_calls %}{{- "<|python_tag|>" + tool_call.name + ".call(" }}
+{%- else %}{{- '{"name": "' + tool_call.name + '", ' }}{{- '"parameters": ' }}{{- tool_call.arguments | tojson }}{{- "}" }}{%- endif %}"""
+LLAMA32 = """{%- if tools is not none %}{{- "Given the following functions, please respond with a JSON for a function call." }}{%- endif %}
+{{- '{"name": "' + tool_call.name + '", ' }}{{- '"parameters": ' }}{{- tool_call.arguments | tojson }}"""
+CHATML = """{%- for message in messages -%}{{ '<|im_start|>' ~ message['role'] ~ '\\n' ~ message['content'] ~ '<|im_end|>\\n' }}
+{%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"""
+TOOLS_ONLY_IN_TEXT = """You have no tools. {{ 'no tools here either' }}{{ messages[0]['content'] }}"""

@@ -1,0 +1,92 @@
+"""The schema for a forced call accepts exactly the calls tool_choice allows, and the grammar built
+from it makes llguidance produce text the format's parser reads back as that call."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from llguidance import LLMatcher, LLTokenizer, TokenizerWrapper
+
+from hearth.tool_parsers import (FORMATS, ToolParserError, call_constraint, forced_tools,
+                                 parse_tool_calls, tool_call_schema)
+from tests.tool_parsers.cases import ANTHROPIC_TOOLS, TOOLS
+
+ADD = {"name": "add", "arguments": {"a": 1, "b": 2}}
+WEATHER = {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}
+NAMED_ADD = {"type": "function", "function": {"name": "add"}}
+# tool_choice -> calls the schema must accept, calls it must refuse
+SCHEMA_CASES = [
+    ("required", [ADD, WEATHER],
+     [{"name": "add", "arguments": {"city": "Paris", "unit": "c"}},  # one tool's name, another's args
+      {"name": "nope", "arguments": {}}, {"name": "add"}, {"arguments": {"a": 1, "b": 2}},
+      {**ADD, "extra": 1}, {"name": "add", "arguments": {"a": "1", "b": 2}}]),
+    ({"type": "any"}, [ADD, WEATHER], [{"name": "nope", "arguments": {}}]),
+    (NAMED_ADD, [ADD], [WEATHER, {"name": "add", "arguments": {"a": 1}}]),
+    ({"type": "tool", "name": "get_weather"}, [WEATHER],
+     [ADD, {**WEATHER, "arguments": {"city": "P", "unit": "k"}}]),
+]
+
+
+@pytest.mark.parametrize("choice, valid, invalid", SCHEMA_CASES)
+def test_schema_accepts_what_the_choice_allows(choice, valid, invalid):
+    schema = tool_call_schema(TOOLS, choice)
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for call in valid:
+        jsonschema.validate(call, schema)
+    for call in invalid:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(call, schema)
+
+
+def test_anthropic_tools_and_llama_key():
+    schema = tool_call_schema(ANTHROPIC_TOOLS, {"type": "any"}, arguments_key="parameters")
+    jsonschema.validate({"name": "add", "parameters": {"a": 1, "b": 2}}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(ADD, schema)
+
+
+@pytest.mark.parametrize("choice", ["auto", "none", None, {"type": "auto"}])
+def test_free_choices_force_nothing(choice):
+    assert forced_tools(TOOLS, choice) is None
+    with pytest.raises(ToolParserError, match="forces no call"):
+        tool_call_schema(TOOLS, choice)
+
+
+def test_a_choice_naming_no_tool_is_a_clear_error():
+    with pytest.raises(ToolParserError, match="'nope', which is not one of the tools"):
+        forced_tools(TOOLS, {"type": "function", "function": {"name": "nope"}})
+
+
+class _Bytes:
+    """A tokenizer with one token per byte, so the grammar is checked on text alone."""
+    eos_token_id, bos_token_id, special_token_ids = 256, None, [256]
+    tokens = [bytes([i]) for i in range(256)] + [b"<eos>"]
+
+    def __call__(self, text):
+        return list(text.encode() if isinstance(text, str) else text)
+
+
+@pytest.fixture(scope="module")
+def byte_tokenizer():
+    return LLTokenizer(TokenizerWrapper(_Bytes()))
+
+
+def _accepts(tokenizer, grammar: str, text: str) -> bool:
+    matcher = LLMatcher(tokenizer, grammar)
+    tokens = list(text.encode())
+    return matcher.try_consume_tokens(tokens) == len(tokens) and matcher.is_accepting()
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_grammar_output_parses_back(fmt, byte_tokenizer):
+    constraint = call_constraint(fmt, TOOLS, "required")
+    grammar = constraint.lark()
+    assert LLMatcher.validate_grammar(grammar, byte_tokenizer) == ""
+    key = "parameters" if fmt == "llama3_json" else "arguments"
+    good = constraint.prefix + json.dumps({"name": "add", key: {"a": 1, "b": 2}}) + constraint.suffix
+    bad = constraint.prefix + json.dumps({"name": "add", key: {"a": "x"}}) + constraint.suffix
+    assert _accepts(byte_tokenizer, grammar, good) and not _accepts(byte_tokenizer, grammar, bad)
+    content, calls = parse_tool_calls(good, fmt, TOOLS)
+    assert content == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("add", {"a": 1, "b": 2})]
