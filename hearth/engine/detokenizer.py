@@ -20,11 +20,14 @@ class IncrementalDetokenizer:
         self._hold = max((len(s) for s in params.stop), default=1) - 1
         self._emitted = 0
 
-    def add(self, token_id: int, final: bool = False) -> str | None:
-        """Append one token; returns the stop string if one now appears (text is cut before it)."""
+    def add(self, token_id: int, final: bool = False, check_stop: bool = True) -> str | None:
+        """Append one token; returns the stop string if one now appears (text is cut before it).
+        check_stop=False (before min_tokens, as vLLM) only appends."""
         piece = self.tokenizer.token_to_bytes(token_id, skip_special_tokens=self.params.skip_special_tokens)
         start = max(0, len(self.text) - self._hold)
         self.text += self._decoder.decode(piece, final=final)
+        if not check_stop:
+            return None
         for stop in self.params.stop:
             at = self.text.find(stop, start)
             if at >= 0:

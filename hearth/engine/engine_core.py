@@ -66,7 +66,8 @@ class EngineCore:
 
     def _output(self, req: Request, sampled: SampledToken) -> EngineOutput:
         detok = self.detokenizers[req.request_id]
-        stop = detok.add(sampled.token_id, final=req.status.finished)
+        stop = detok.add(sampled.token_id, final=req.status.finished,
+                         check_stop=len(req.output_token_ids) >= req.params.min_tokens)
         if stop is not None and not req.status.finished:
             self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED, stop)
         elif stop is not None:

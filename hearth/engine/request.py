@@ -67,13 +67,13 @@ class Request:
             self.first_token_time = time.monotonic()
         self.output_token_ids.append(token_id)
         p, n_out = self.params, len(self.output_token_ids)
-        if n_out >= p.min_tokens:
-            if token_id in p.stop_token_ids:
-                self.finish(RequestStatus.FINISHED_STOPPED, token_id)
-                return
-            if not p.ignore_eos and token_id in self.eos_ids:
-                self.finish(RequestStatus.FINISHED_STOPPED, None)
-                return
+        # before min_tokens the runner never samples these (Scheduler._banned)
+        if token_id in p.stop_token_ids:
+            self.finish(RequestStatus.FINISHED_STOPPED, token_id)
+            return
+        if not p.ignore_eos and token_id in self.eos_ids:
+            self.finish(RequestStatus.FINISHED_STOPPED, None)
+            return
         if (p.max_tokens is not None and n_out >= p.max_tokens) or self.num_tokens >= self.max_len:
             self.finish(RequestStatus.FINISHED_LENGTH)
 

@@ -101,7 +101,16 @@ class Scheduler:
             params=p,
             output_token_ids=list(req.output_token_ids) if penalties else [],
             prompt_token_ids=req.prompt_token_ids if penalties else [],
+            banned_token_ids=self._banned(req),
         )
+
+    @staticmethod
+    def _banned(req: Request) -> list[int]:
+        """min_tokens, as vLLM: end-of-generation and stop token ids cannot be sampled before it."""
+        p = req.params
+        if len(req.output_token_ids) >= p.min_tokens:
+            return []
+        return sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else req.eos_ids))
 
     def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, SampledToken]]:
         """Advance every scheduled request; returns those that got a new token (some now finished)."""

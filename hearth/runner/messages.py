@@ -25,6 +25,8 @@ class ScheduledSequence:
     """Tokens generated so far; only when a penalty is on (penalties read them)."""
     prompt_token_ids: list[int] = field(default_factory=list)
     """Only needed when a penalty is on."""
+    banned_token_ids: list[int] = field(default_factory=list)
+    """Tokens that may not be sampled this step (end-of-generation and stop ids before min_tokens)."""
 
 
 @dataclass(slots=True)

@@ -76,6 +76,9 @@ class ModelRunner:
         seqs = [s for s in so.seqs if s.sample]
         logits = self.model.compute_logits(hidden[rows]).float()  # [S, vocab]
         params = [s.params for s in seqs]
+        for i, s in enumerate(seqs):
+            if s.banned_token_ids:
+                logits[i, s.banned_token_ids] = float("-inf")
         matchers = self._constrain(seqs, logits)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
