@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "pull": ("hearth.commands.pull", "download a model (catalog name or org/repo:file.gguf) and print its path"),
     "models": ("hearth.commands.models", "list known models and which are downloaded"),
     "plan": ("hearth.commands.plan", "will a model fit, how long a context, how many users, how fast at best"),
+    "bench": ("hearth.commands.bench", "measure latency, throughput vs the decode ceiling and greedy agreement"),
 }
 
 

@@ -1,0 +1,112 @@
+"""results.json and the summary printed at the end of a run."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from importlib import metadata
+
+from hearth.memory.this_machine import cpu_name, system_memory
+from hearth.memory.units import nbytes
+
+VERSION = 1
+
+
+def peak_rss_bytes() -> int | None:
+    """This process's peak resident memory, model load included (Linux reports KiB, macOS bytes)."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if platform.system() == "Darwin" else peak * 1024
+
+
+def machine() -> dict:
+    try:
+        hearth_version = metadata.version("hearth")
+    except metadata.PackageNotFoundError:
+        hearth_version = None
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "memory_bytes": system_memory(),
+            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+            "hearth": hearth_version}
+
+
+def build_results(workload, mode: str, target: dict, levels: list[dict], quality: dict,
+                  peak_rss: int | None) -> dict:
+    return {
+        "hearth_bench": VERSION,
+        "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "mode": mode,
+        "target": target,
+        "machine": machine(),
+        "workload": {"name": workload.name, "seed": workload.seed, "max_tokens": workload.max_tokens,
+                     "concurrency": [lv.concurrency for lv in workload.levels],
+                     "requests": [len(lv.requests) for lv in workload.levels], "sampling": "greedy"},
+        "levels": levels,
+        "peak_rss_bytes": peak_rss,
+        "speculative_decoding": None,
+        "acceptance_length": None,
+        "quality": quality,
+    }
+
+
+def _pair(summary: dict | None, a: str, b: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
+    if not summary:
+        return "-"
+    return f"{fmt.format(summary[a] * scale)} / {fmt.format(summary[b] * scale)}"
+
+
+COLUMNS = ("conc", "reqs", "fail", "out tok/s", "TTFT p50/p99 s", "ITL p50/p99 ms", "tok/s/req p50/p1", "% ceiling")
+
+
+def level_row(lv: dict) -> tuple[str, ...]:
+    ceiling = lv.get("decode_ceiling")
+    pct = _pct(ceiling.get("pct") if ceiling else None)
+    return (str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['output_tok_s']:.1f}",
+            _pair(lv["ttft_s"], "p50", "p99"), _pair(lv["itl_s"], "p50", "p99", 1000, "{:.1f}"),
+            _pair(lv["decode_tok_s"], "p50", "p1", fmt="{:.1f}"), pct)
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) for row in rows]
+
+
+def _agreement(a: dict) -> str:
+    return (f"{a['agreement']:.1%} of {a['unit']} identical, "
+            f"{a['exact_match']:.0%} of {a['compared']} outputs exactly equal")
+
+
+def _quality_line(q: dict) -> str:
+    head = f"greedy agreement: {q['status']} {q['reference']}"
+    if q.get("agreement") is not None:
+        return f"{head}: {_agreement(q)}"
+    if q.get("compared") == 0:
+        return f"{head}: no prompt in common"
+    return head
+
+
+def _pct(v: float | None) -> str:
+    if v is None:
+        return "n/a"
+    return f"{v:.0f}%" if v >= 10 else f"{v:.2g}%"
+
+
+def format_summary(results: dict, files: list[str]) -> str:
+    t, w = results["target"], results["workload"]
+    lines = [f"hearth bench  {w['name']} (seed {w['seed']}, up to {w['max_tokens']} tokens, greedy) "
+             f"on {t.get('model') or t.get('served_model')} via {t.get('url') or 'the in-process engine'}",
+             f"machine       {results['machine']['cpu']}, {results['machine']['cores']} cores", ""]
+    lines += _table([COLUMNS, *(level_row(lv) for lv in results["levels"])])
+    failed = [(lv["concurrency"], lv["errors"][0]) for lv in results["levels"] if lv["errors"]]
+    lines += [f"failed at concurrency {c}: {error}" for c, error in failed]
+    rss = results["peak_rss_bytes"]
+    lines += ["", f"peak RSS {nbytes(rss) if rss else 'n/a (not in-process)'}; "
+                  "acceptance length n/a (no speculative decoding)", _quality_line(results["quality"])]
+    ceiling = next((lv["decode_ceiling"] for lv in results["levels"] if lv.get("decode_ceiling")), None)
+    lines.append(f"decode ceiling: {ceiling['reason']}" if ceiling else
+                 "decode ceiling: n/a (give --model a local GGUF to compare with the roofline)")
+    lines.append("wrote " + ", ".join(files))
+    return "\n".join(lines)

@@ -1,0 +1,61 @@
+"""Bad input to `hearth bench`: one line `hearth: error: ...` on stderr and exit status 1, before
+any model loads or request is sent."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from hearth.cli import main
+from tests.bench.fake_openai import FakeServer
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bad")
+    (d / "broken.json").write_text("{not json")
+    (d / "other.json").write_text(json.dumps({"a": 1}))
+    (d / "seed1.json").write_text(json.dumps({"hearth_bench_reference": 1, "workload": "chat", "seed": 1,
+                                              "max_tokens": 128, "outputs": {}}))
+    (d / "a-file").write_text("")
+    return d
+
+
+CASES = [
+    (["--workload", "poetry"], "unknown workload 'poetry'; known: chat, long-prompt, code-edit, concurrency-sweep"),
+    (["--concurrency", "0"], "--concurrency must be between 1 and 1024, got 0"),
+    (["--requests", "0"], "--requests must be at least 1, got 0"),
+    (["--max-tokens", "-3"], "--max-tokens must be at least 1, got -3"),
+    (["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
+    (["--ctx", "0"], "--ctx must be a positive number of tokens, got 0"),
+    (["--threads", "-2"], "--threads must be 0 (all cores) or more, got -2"),
+    (["--model", "{d}/missing.gguf"], "missing.gguf"),
+    (["--device", "tpu9000", "--model", "{d}/a-file"], "unknown device 'tpu9000'"),
+    (["--reference", "{d}/broken.json"], "cannot be read as JSON"),
+    (["--reference", "{d}/other.json"], "is not a hearth bench reference"),
+    (["--reference", "{d}/seed1.json"], "was made with seed 1, this run has 0"),
+    (["--output", "{d}/a-file"], "is a file; give a folder"),
+    (["--url", "ftp://example.com/v1"], "--url must be an http:// or https:// address"),
+    (["--url", "http://127.0.0.1:{closed}"], "cannot reach http://127.0.0.1:{closed}: "),
+    (["--url", "{fake}", "--model", "./nowhere/model.gguf"], "--model ./nowhere/model.gguf: no such file"),
+]
+
+
+@pytest.mark.parametrize("argv, needle", CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_one_line_error(argv, needle, files, capsys):
+    closed = _closed_port()
+    with FakeServer() as fake:
+        fill = {"d": files, "closed": closed, "fake": fake.url}
+        code = main(["bench", *(a.format(**fill) for a in argv)])
+    err = capsys.readouterr().err.strip()
+    assert code == 1, err
+    assert len(err.splitlines()) == 1 and err.startswith("hearth: error: "), err
+    assert needle.format(**fill) in err

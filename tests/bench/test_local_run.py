@@ -1,0 +1,69 @@
+"""`hearth bench` in-process on a tiny random model: the whole path from CLI to results.json,
+reference.json and the PNG charts, then a second run checked against the first's reference."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hearth.cli import main
+from tests.gguf_factory import write_tiny_gguf
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bench-model") / "tiny.gguf"
+    write_tiny_gguf(path, "llama", context=2048)  # room for chat prompts in its byte-level vocabulary
+    return path
+
+
+def _bench(tiny, out, *extra):
+    # a datasheet device: the ceiling without measuring this machine
+    return main(["bench", "--model", str(tiny), "--workload", "concurrency-sweep", "--concurrency", "2",
+                 "--requests", "2", "--max-tokens", "4", "--ignore-eos", "--ctx", "2048", "--threads", "1",
+                 "--device", "h200", "--output", str(out), *extra])
+
+
+def test_sweep_writes_results_reference_and_charts(tiny, tmp_path, capsys):
+    ref = tmp_path / "ref.json"
+    assert _bench(tiny, tmp_path / "one", "--reference", str(ref)) == 0
+    out = capsys.readouterr().out
+    assert "hearth bench  concurrency-sweep" in out and "% ceiling" in out and "peak RSS" in out
+
+    results = json.loads((tmp_path / "one" / "results.json").read_text())
+    assert results["mode"] == "local" and results["target"]["device"] == "H200"
+    assert results["workload"]["concurrency"] == [1, 2] and results["workload"]["sampling"] == "greedy"
+    for level in results["levels"]:
+        assert (level["requests"], level["failed"], level["output_tokens"]) == (2, 0, 8)
+        assert level["prompt_tokens"] > 0 and level["output_tok_s"] > 0
+        assert level["ttft_s"]["p50"] > 0 and level["itl_s"]["n"] == 6 and level["decode_tok_s"]["p99"] > 0
+        ceiling = level["decode_ceiling"]
+        assert ceiling["tok_s_aggregate"] > 0 and ceiling["pct"] > 0 and "H200" in ceiling["reason"]
+    assert results["peak_rss_bytes"] > 50 * 2**20
+    assert "acceptance_length" in results and results["acceptance_length"] is None
+    assert len(results["requests"]) == 4
+
+    quality = results["quality"]
+    assert quality["status"] == "reference written to" and ref.exists()
+    saved = json.loads(ref.read_text())
+    assert saved == json.loads((tmp_path / "one" / "reference.json").read_text())
+    assert all(len(o["token_ids"]) == 4 for o in saved["outputs"].values())
+    for png in ("throughput_vs_concurrency.png", "latency.png"):
+        assert (tmp_path / "one" / png).read_bytes()[:8] == PNG
+
+    # greedy, same prompts: the same tokens again
+    assert _bench(tiny, tmp_path / "two", "--reference", str(ref)) == 0
+    quality = json.loads((tmp_path / "two" / "results.json").read_text())["quality"]
+    assert quality["status"] == "compared with" and quality["unit"] == "tokens"
+    assert quality["compared"] == 4 and quality["agreement"] == 1.0 and quality["exact_match"] == 1.0
+    assert "100.0% of tokens identical" in capsys.readouterr().out
+
+
+def test_prompt_too_long_for_the_context(tiny, tmp_path, capsys):
+    code = main(["bench", "--model", str(tiny), "--ctx", "64", "--requests", "1", "--threads", "1",
+                 "--device", "h200", "--output", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith("hearth: error: chat prompt 0 is ") and "raise --ctx" in err[-1]

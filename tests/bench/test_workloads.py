@@ -1,0 +1,103 @@
+"""Workloads are a pure function of (workload, seed): same seed, same prompts, on any machine."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hearth.bench import BenchError, corpus
+from hearth.bench.workloads import LONG_PROMPT_WORDS, WORKLOADS, build_workload, sweep_levels, warmup_request
+
+
+def _prompts(w):
+    return [[r.messages for r in level.requests] for level in w.levels]
+
+
+def _shas(w):
+    return [r.prompt_sha for level in w.levels for r in level.requests]
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_same_seed_same_prompts(name):
+    a, b = build_workload(name, seed=7), build_workload(name, seed=7)
+    assert json.dumps(_prompts(a)) == json.dumps(_prompts(b))
+    assert _shas(a) == _shas(b)
+
+
+@pytest.mark.parametrize("name", sorted(WORKLOADS))
+def test_another_seed_other_prompts(name):
+    a, b = build_workload(name, seed=1, requests=4), build_workload(name, seed=2, requests=4)
+    assert _prompts(a) != _prompts(b)
+
+
+def test_fewer_requests_send_a_prefix():
+    short, long = build_workload("chat", seed=3, requests=3), build_workload("chat", seed=3, requests=8)
+    assert _prompts(short)[0] == _prompts(long)[0][:3]
+    assert [r.index for r in long.levels[0].requests] == list(range(8))
+
+
+def test_pinned_prompts_do_not_drift():
+    # a changed generator or data file would silently break every saved reference: say so here
+    w = build_workload("chat", seed=0, requests=2)
+    assert [r.prompt_sha for r in w.levels[0].requests] == ["a1503b6171c96b22", "18e9442d4a26b14c"]
+
+
+def test_defaults_and_overrides():
+    w = build_workload("code-edit")
+    spec = WORKLOADS["code-edit"]
+    assert (w.max_tokens, w.max_concurrency, w.num_requests) == (spec.max_tokens, spec.concurrency, spec.requests)
+    w = build_workload("chat", requests=5, concurrency=3, max_tokens=9)
+    assert (w.max_tokens, w.max_concurrency, w.num_requests) == (9, 3, 5)
+    assert all(r.max_tokens == 9 for r in w.levels[0].requests)
+
+
+def test_sweep_levels():
+    assert sweep_levels(1) == [1]
+    assert sweep_levels(8) == [1, 2, 4, 8]
+    assert sweep_levels(6) == [1, 2, 4, 6]
+    w = build_workload("concurrency-sweep", concurrency=4)
+    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 2), (2, 4), (4, 8)]
+    w = build_workload("concurrency-sweep", concurrency=4, requests=3)
+    assert [len(lv.requests) for lv in w.levels] == [3, 3, 3]
+    # no prompt twice: a repeat would hit the prefix cache and flatter its TTFT
+    assert [r.index for lv in w.levels for r in lv.requests] == list(range(9))
+    assert _prompts(w)[0] == _prompts(build_workload("chat", requests=3))[0]
+
+
+def test_warmup_prompt_is_no_workloads():
+    warm = warmup_request(4)
+    assert warm.max_tokens == 4 and warm.index == -1
+    for name in WORKLOADS:
+        assert warm.prompt_sha not in _shas(build_workload(name, requests=40))
+
+
+def test_prompt_shapes():
+    chat = build_workload("chat", requests=16).levels[0].requests
+    assert all(r.messages[-1]["role"] == "user" for r in chat)
+    assert any(len(r.messages) > 2 for r in chat) and any(r.messages[0]["role"] == "system" for r in chat)
+    long = build_workload("long-prompt").levels[0].requests[0].messages
+    words = len(long[0]["content"].split())
+    assert LONG_PROMPT_WORDS <= words < LONG_PROMPT_WORDS + 250
+    edit = build_workload("code-edit").levels[0].requests[0].messages
+    assert edit[0]["role"] == "system" and "```python\n" in edit[1]["content"]
+
+
+def test_shipped_text_is_complete():
+    data = corpus.chat()
+    assert len(data["questions"]) >= 20 and len(data["conversations"]) >= 5
+    assert len(corpus.paragraphs()) >= 30
+    for name, edits in corpus.code_edits().items():
+        assert len(edits) >= 3
+        compile(corpus.code_file(name), name, "exec")  # the code files are real, valid Python
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"name": "poetry"}, "unknown workload 'poetry'; known: chat, long-prompt"),
+    ({"name": "chat", "requests": 0}, "--requests must be at least 1"),
+    ({"name": "chat", "concurrency": 0}, "--concurrency must be between 1"),
+    ({"name": "chat", "max_tokens": -1}, "--max-tokens must be at least 1"),
+])
+def test_bad_numbers(kw, needle):
+    with pytest.raises(BenchError, match=needle):
+        build_workload(**kw)
