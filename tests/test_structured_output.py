@@ -46,14 +46,15 @@ def test_json_schema_holds_for_greedy_and_sampled_rows_beside_free_ones(smol_llm
 
 
 def test_json_object_regex_and_lark_grammar(smol_llm):
-    prompt = chat(smol_llm, "Write something.")
+    prompt = chat(smol_llm, "Reply with a JSON object with keys name and age.")
     cases = [
         (StructuredOutput(json_object=True), lambda t: isinstance(json.loads(t), dict)),
         (StructuredOutput(regex=r"(yes|no), [0-9]{3}"), lambda t: re.fullmatch(r"(yes|no), [0-9]{3}", t)),
         (StructuredOutput(grammar='start: "color=" COLOR\nCOLOR: "red" | "green" | "blue"'),
          lambda t: t in ("color=red", "color=green", "color=blue")),
     ]
-    params = [SamplingParams(temperature=0.9, seed=7, max_tokens=60, structured_output=so) for so, _ in cases]
+    # greedy: an unbounded json_object sampled at high temperature may ramble past max_tokens
+    params = [SamplingParams(temperature=0, max_tokens=60, structured_output=so) for so, _ in cases]
     for (_, ok), out in zip(cases, smol_llm.generate([prompt] * len(cases), params)):
         assert out.outputs[0].finish_reason == "stop" and ok(out.outputs[0].text), out.outputs[0].text
 

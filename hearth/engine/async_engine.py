@@ -158,8 +158,8 @@ class AsyncEngine:
                 _, stream, ids, params = command
                 try:
                     self.core.add_request(ids, params, stream.request_id)
-                except HearthError as e:
-                    stream._put(e)
+                except Exception as e:  # this request fails, the engine goes on
+                    stream._put(e if isinstance(e, HearthError) else EngineStepError(f"{type(e).__name__}: {e}"))
                     continue
                 self._streams[stream.request_id] = stream
             else:

@@ -7,7 +7,7 @@ the client's error), the runner turns the bitmask into a logit mask."""
 from __future__ import annotations
 
 import json
-from functools import cached_property
+import threading
 
 import llguidance
 
@@ -69,12 +69,22 @@ class GrammarCompiler:
 
     def __init__(self, tokenizer, vocab_size: int):
         self.tokenizer, self.vocab_size = tokenizer, vocab_size
+        self._lock = threading.Lock()
+        self._ll_tokenizer: llguidance.LLTokenizer | None = None
 
-    @cached_property
+    def prepare_in_background(self) -> None:
+        """Build the vocabulary view on a side thread now (a server does), so the first constrained
+        request does not stall the engine step for it."""
+        threading.Thread(target=lambda: self.ll_tokenizer, name="hearth-grammar", daemon=True).start()
+
+    @property
     def ll_tokenizer(self) -> llguidance.LLTokenizer:
-        wrapper = llguidance.TokenizerWrapper(_Vocab(self.tokenizer, self.vocab_size))
-        eos = sorted(self.tokenizer.eog_ids) or None
-        return llguidance.LLTokenizer(wrapper, n_vocab=self.vocab_size, eos_token=eos)
+        with self._lock:
+            if self._ll_tokenizer is None:
+                wrapper = llguidance.TokenizerWrapper(_Vocab(self.tokenizer, self.vocab_size))
+                eos = sorted(self.tokenizer.eog_ids) or None
+                self._ll_tokenizer = llguidance.LLTokenizer(wrapper, n_vocab=self.vocab_size, eos_token=eos)
+            return self._ll_tokenizer
 
     def matcher(self, so: StructuredOutput) -> GrammarMatcher:
         return GrammarMatcher(llguidance.LLMatcher(self.ll_tokenizer, compile_grammar(so), log_level=0))

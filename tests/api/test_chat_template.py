@@ -4,8 +4,6 @@ reference), fall back to a built-in template by architecture, and stay inside th
 from __future__ import annotations
 
 import dataclasses
-import os
-from pathlib import Path
 
 import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
@@ -14,19 +12,14 @@ from hearth.api.chat_template import ChatTemplate, ChatTemplateError
 from hearth.loader.gguf_loader import GGUFFile
 
 
-def real_model_path(file_name: str) -> Path:
-    """Where the real test models live (to be replaced by a shared fixture)."""
-    return Path(os.environ.get("HEARTH_TEST_MODELS_DIR", "/tmp/models")) / file_name
-
-
 def hf_render(template: str, messages, **kwargs) -> str:
     rendered, _ = render_jinja_template(conversations=[messages], chat_template=template, **kwargs)
     return rendered[0]
 
 
 @pytest.fixture(scope="module")
-def smollm_template() -> str:
-    g = GGUFFile(real_model_path("SmolLM2-135M-Instruct.Q4_1.gguf"))
+def smollm_template(model_path) -> str:
+    g = GGUFFile(model_path("smollm2-135m"))
     return g.get("tokenizer.chat_template")
 
 

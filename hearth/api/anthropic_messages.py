@@ -1,0 +1,98 @@
+"""Anthropic messages (system, content blocks: text, tool_use, tool_result, thinking) -> the
+template dicts of hearth.api.messages: tool_use becomes an assistant tool call, each tool_result a
+"tool" message, thinking the assistant's reasoning_content."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hearth.api.messages import _kind, bad, check_messages, template_arguments, text_content
+
+ROLES = ("user", "assistant")
+
+
+def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
+    check_messages(messages)
+    out: list[dict] = []
+    if system is not None:
+        text = text_content(system, "system")
+        if text:
+            out.append({"role": "system", "content": text})
+    for i, m in enumerate(messages):
+        out += _message(m, f"messages[{i}]")
+    return out
+
+
+def _message(m: dict, where: str) -> list[dict]:
+    role = m.get("role")
+    if role is None:
+        raise bad(f"{where}.role", "is required")
+    if role not in ROLES:
+        hint = " (a system prompt goes in the top-level `system` field)" if role == "system" else ""
+        raise bad(f"{where}.role", f"unknown role {role!r}; expected 'user' or 'assistant'{hint}")
+    content = m.get("content")
+    if isinstance(content, str):
+        return [{"role": role, "content": content}]
+    if not isinstance(content, list):
+        why = "is required" if content is None else f"must be a string or a list of content blocks, not {_kind(content)}"
+        raise bad(f"{where}.content", why)
+    for j, block in enumerate(content):
+        if not isinstance(block, dict):
+            raise bad(f"{where}.content[{j}]", f"must be a content block object, not {_kind(block)}")
+    if role == "assistant":
+        return [_assistant(content, f"{where}.content")]
+    return _user(content, f"{where}.content")
+
+
+def _assistant(blocks: list[dict], where: str) -> dict:
+    texts, calls, thinking = [], [], []
+    for j, b in enumerate(blocks):
+        kind, at = b.get("type"), f"{where}[{j}]"
+        if kind == "text":
+            texts.append(_string(b, "text", at))
+        elif kind == "tool_use":
+            calls.append({"id": str(b.get("id") or f"toolu_{j}"), "type": "function",
+                          "function": {"name": _string(b, "name", at),
+                                       "arguments": template_arguments(b.get("input"))}})
+        elif kind == "thinking":
+            thinking.append(_string(b, "thinking", at))
+        elif kind != "redacted_thinking":
+            raise bad(f"{at}.type", f"unknown or unsupported block type {kind!r} in an assistant message")
+    out: dict = {"role": "assistant", "content": "".join(texts)}
+    if calls:
+        out["tool_calls"] = calls
+    if thinking:
+        out["reasoning_content"] = "".join(thinking)
+    return out
+
+
+def _user(blocks: list[dict], where: str) -> list[dict]:
+    results, texts = [], []
+    for j, b in enumerate(blocks):
+        kind, at = b.get("type"), f"{where}[{j}]"
+        if kind == "text":
+            texts.append(_string(b, "text", at))
+        elif kind == "tool_result":
+            results.append({"role": "tool", "tool_call_id": _string(b, "tool_use_id", at),
+                            "content": _result_text(b.get("content"), f"{at}.content")})
+        elif kind in ("image", "document"):
+            raise bad(f"{at}.type", f"{kind!r} blocks are not supported: this model reads text only")
+        else:
+            raise bad(f"{at}.type", f"unknown block type {kind!r}; expected 'text' or 'tool_result'")
+    return results + ([{"role": "user", "content": "\n".join(texts)}] if texts or not results else [])
+
+
+def _result_text(content: Any, where: str) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, (dict, int, float, bool)):
+        return json.dumps(content)
+    return text_content(content, where)
+
+
+def _string(block: dict, key: str, where: str) -> str:
+    value = block.get(key)
+    if not isinstance(value, str):
+        raise bad(f"{where}.{key}", "is required (a string)")
+    return value

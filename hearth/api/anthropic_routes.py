@@ -1,0 +1,88 @@
+"""POST /v1/messages and /v1/messages/count_tokens (Anthropic Messages API).
+
+Output channels become content blocks: reasoning a `thinking` block, text a `text` block, each
+tool call a `tool_use` block. `usage.input_tokens` counts the prompt tokens not read from the
+prefix cache; those are `cache_read_input_tokens`, as Anthropic counts them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from hearth.api.anthropic_messages import anthropic_messages
+from hearth.api.anthropic_protocol import CountTokensRequest, MessagesRequest
+from hearth.api.anthropic_stream import message_events, tool_use_block, usage
+from hearth.api.errors import APIError
+from hearth.api.generate import Generation, until_disconnect
+from hearth.api.parsing import anthropic_stop, output_parser
+from hearth.api.sampling import common_fields, make_params
+from hearth.api.sse import SSEResponse
+from hearth.api.tools import anthropic_tools, plan_tools, prompt_messages
+from hearth.sampling_params import StructuredOutput
+
+router = APIRouter()
+
+
+def _prompt(served, body) -> tuple[str, list[int], object]:
+    plan = plan_tools(served, anthropic_tools(body.tools), body.tool_choice)
+    messages = prompt_messages(served, plan, anthropic_messages(body.messages, body.system))
+    kwargs = {}
+    thinking = getattr(body, "thinking", None)
+    if thinking is not None:
+        kwargs["enable_thinking"] = thinking.type != "disabled"
+    prefill = messages[-1]["role"] == "assistant"  # Anthropic continues a final assistant turn
+    text = served.render_chat(messages, plan.tools if plan.in_template else None,
+                              add_generation_prompt=not prefill, continue_final=prefill, template_kwargs=kwargs)
+    return text, served.encode_chat_text(text), plan
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: CountTokensRequest, request: Request):
+    served = request.app.state.served
+    served.check_model(body.model)
+    _, ids, _ = _prompt(served, body)
+    return {"input_tokens": len(ids)}
+
+
+@router.post("/v1/messages")
+async def messages(body: MessagesRequest, request: Request):
+    state = request.app.state
+    served = state.served
+    served.check_model(body.model)
+    text, ids, plan = _prompt(served, body)
+    fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
+              "structured_output": _constraint(body, plan)}
+    params = make_params(fields, state.limits, served.max_model_len, {"stop": "stop_sequences"})
+    gen = Generation(served.engine, ids, params, state.metrics)
+    parser = output_parser(served, plan, text)
+    if body.stream:
+        return SSEResponse(message_events(served, gen, parser), on_close=gen.abort)
+    result = await until_disconnect(request, _message(served, gen, parser))
+    return result if result is not None else {}
+
+
+def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
+    fmt = body.output_config.format if body.output_config else None
+    if fmt is None:
+        return plan.constraint
+    if plan.constraint is not None:
+        raise APIError(400, "output_config.format: cannot be combined with a tool_choice that forces a call",
+                       param="output_config.format")
+    return StructuredOutput(json_schema=fmt.schema_)
+
+
+async def _message(served, gen: Generation, parser) -> dict:
+    (choice,) = await gen.collect()
+    parsed = parser.parse(choice.text)
+    content: list[dict] = []
+    if parsed.reasoning:
+        content.append({"type": "thinking", "thinking": parsed.reasoning, "signature": ""})
+    if parsed.content:
+        content.append({"type": "text", "text": parsed.content})
+    for call in parsed.tool_calls:
+        content.append(tool_use_block(call))
+    stop = anthropic_stop(choice.finish_reason, bool(parsed.tool_calls), choice.stop_reason)
+    return {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": served.name,
+            "content": content, "stop_reason": stop,
+            "stop_sequence": choice.stop_reason if stop == "stop_sequence" else None,
+            "usage": usage(gen, len(choice.token_ids))}
+

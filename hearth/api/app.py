@@ -1,0 +1,79 @@
+"""The FastAPI app: one served model, one AsyncEngine owned by the lifespan, the OpenAI and
+Anthropic routes, /health, /metrics, the chat page at `/`; auth, CORS and a body-size limit
+around all of it."""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, Response
+
+from hearth.api import anthropic_routes, openai_chat, openai_completions, openai_routes
+from hearth.api.errors import install_handlers
+from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
+from hearth.api.metrics import CONTENT_TYPE, Metrics
+from hearth.api.sampling import Limits
+from hearth.api.served import ServedModel
+
+STATIC = Path(__file__).parent / "static"
+
+
+@dataclass
+class ServerConfig:
+    api_key: str | None = None
+    """Required on every route but /health and the chat page (Bearer or x-api-key)."""
+    cors_origins: list[str] = field(default_factory=list)
+    """Origins allowed by CORS; ["*"] allows any."""
+    max_body_bytes: int = 16 * 2**20
+    max_n: int = 16
+    max_tokens: int = 0
+    """Largest max_tokens a request may ask for; 0 = the context length."""
+
+
+def create_app(served: ServedModel, config: ServerConfig | None = None) -> FastAPI:
+    config = config or ServerConfig()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        served.engine.start()
+        try:
+            yield
+        finally:
+            await asyncio.to_thread(served.engine.shutdown)
+
+    app = FastAPI(title="hearth", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.served = served
+    app.state.config = config
+    app.state.limits = Limits(config.max_n, config.max_tokens)
+    app.state.metrics = Metrics(served.name, served.engine)
+    install_handlers(app)
+    for module in (openai_routes, openai_chat, openai_completions, anthropic_routes):
+        app.include_router(module.router)
+    _add_service_routes(app)
+    # added innermost first: CORS answers preflights before auth, the body limit runs after auth
+    app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
+    if config.api_key:
+        app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
+    if config.cors_origins:
+        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["*"],
+                           allow_headers=["*"], allow_credentials="*" not in config.cors_origins)
+    return app
+
+
+def _add_service_routes(app: FastAPI) -> None:
+    @app.get("/health")
+    async def health():
+        return {"status": "ok"}
+
+    @app.get("/metrics")
+    async def metrics(request: Request):
+        return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
+
+    @app.get("/", response_class=HTMLResponse)
+    async def chat_page():
+        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))

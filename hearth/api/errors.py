@@ -1,0 +1,128 @@
+"""Errors as the two wires spell them: OpenAI `{"error": {message, type, param, code}}` and
+Anthropic `{"type": "error", "error": {type, message}}`, chosen by the route (`/v1/messages...`
+speaks Anthropic). Every handler here turns a failure into one of those bodies; a malformed model
+output never reaches them (the output parsers fall back to plain text)."""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from hearth.engine.async_engine import EngineFullError, EngineStepError
+from hearth.errors import HearthError, PromptTooLongError
+
+log = logging.getLogger("hearth.api")
+
+# HTTP status -> (OpenAI error type, Anthropic error type)
+_TYPES = {
+    400: ("invalid_request_error", "invalid_request_error"),
+    401: ("authentication_error", "authentication_error"),
+    404: ("not_found_error", "not_found_error"),
+    405: ("invalid_request_error", "invalid_request_error"),
+    413: ("invalid_request_error", "request_too_large"),
+    429: ("rate_limit_exceeded", "rate_limit_error"),
+    500: ("server_error", "api_error"),
+    503: ("server_error", "overloaded_error"),
+}
+
+
+class APIError(Exception):
+    """An error to answer with; `param` names the request field at fault (OpenAI's `param`)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+
+def is_anthropic(path: str) -> bool:
+    return path.startswith("/v1/messages")
+
+
+def error_body(path: str, status: int, message: str, param: str | None = None,
+               code: str | None = None) -> dict:
+    openai_type, anthropic_type = _TYPES.get(status, _TYPES[400] if status < 500 else _TYPES[500])
+    if is_anthropic(path):
+        return {"type": "error", "error": {"type": anthropic_type, "message": message}}
+    return {"error": {"message": message, "type": openai_type, "param": param, "code": code}}
+
+
+def error_response(path: str, status: int, message: str, param: str | None = None,
+                   code: str | None = None, headers: dict | None = None) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
+
+
+def from_hearth_error(e: HearthError) -> APIError:
+    """The API status of an error the engine raised about a request."""
+    if isinstance(e, EngineFullError):
+        return APIError(429, str(e), code="queue_full")
+    if isinstance(e, EngineStepError):
+        return APIError(500, str(e), code="engine_error")
+    if isinstance(e, PromptTooLongError):
+        return APIError(400, str(e), param="messages", code="context_length_exceeded")
+    return APIError(400, str(e))
+
+
+_TYPE_NAMES = {"str", "int", "float", "bool", "none", "list", "dict", "json-or-python", "is-instance"}
+
+
+def _loc_to_param(loc: tuple) -> str:
+    """("body", "messages", 0, "role") -> "messages[0].role"; union branches (`str`, `list[str]`)
+    are pydantic's, not the request's, and are left out."""
+    out = ""
+    for part in loc[1:] if loc and loc[0] == "body" else loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part.split("[")[0] in _TYPE_NAMES or "[" in part or part.startswith("function-"):
+            continue
+        else:
+            out += ("." if out else "") + part
+    return out
+
+
+def validation_message(errors: list) -> tuple[str, str | None]:
+    """One line for pydantic's errors: the first one, with the field it is about (a union's
+    branches joined: "stop: Input should be a valid string or a valid list")."""
+    if not errors:
+        return "invalid request", None
+    first = errors[0]
+    if first.get("type") == "json_invalid":
+        return f"malformed JSON body: {first.get('ctx', {}).get('error', first.get('msg'))}", None
+    param = _loc_to_param(tuple(first.get("loc", ())))
+    same = [e["msg"] for e in errors if _loc_to_param(tuple(e.get("loc", ()))) == param]
+    why = " or ".join([same[0]] + [m.removeprefix("Input should be ") for m in same[1:]])
+    if not param:
+        return f"request body: {why}", None
+    return f"{param}: {why}", param
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, e: APIError):
+        headers = {"Retry-After": "1"} if e.status == 429 else None
+        return error_response(request.url.path, e.status, e.message, e.param, e.code, headers)
+
+    @app.exception_handler(HearthError)
+    async def _hearth_error(request: Request, e: HearthError):
+        return await _api_error(request, from_hearth_error(e))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, e: RequestValidationError):
+        message, param = validation_message(list(e.errors()))
+        return error_response(request.url.path, 400, message, param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException):
+        message = e.detail if isinstance(e.detail, str) else HTTPStatus(e.status_code).phrase
+        if e.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        return error_response(request.url.path, e.status_code, message, headers=getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, e: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(request.url.path, 500, f"internal error: {type(e).__name__}: {e}")

@@ -1,0 +1,135 @@
+"""One API request in the engine: n child requests (child j seeded seed + j, as LLM.generate does),
+their outputs merged into one stream of (index, EngineOutput), or collected whole.
+
+Every path out (done, client gone, error) aborts what is still running, which frees its KV blocks."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+
+from hearth.errors import HearthError
+from hearth.outputs import EngineOutput
+from hearth.sampling_params import SamplingParams
+
+
+@dataclass(slots=True)
+class Choice:
+    """One child's whole output."""
+    index: int
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+
+class Generation:
+    """`prompts` is one prompt's ids or a batch of them; choice index = prompt index * n + j."""
+
+    def __init__(self, engine, prompts: list[int] | list[list[int]], params: SamplingParams, metrics=None,
+                 request_id: str | None = None):
+        batch = prompts if prompts and isinstance(prompts[0], list) else [prompts]
+        self.request_id = request_id or uuid.uuid4().hex
+        self.num_prompt_tokens = sum(len(ids) for ids in batch)
+        self.n_per_prompt = params.n
+        self._cached: dict[int, int] = {}
+        self.streams = []
+        self.timers = []
+        try:  # validate and queue all, or none
+            for p, ids in enumerate(batch):
+                for j in range(params.n):
+                    child = replace(params, n=1, seed=None if params.seed is None else params.seed + j)
+                    rid = f"{self.request_id}-{p * params.n + j}"
+                    self.streams.append(engine.add_request(ids, child, request_id=rid))
+                    self.timers.append(metrics.timer() if metrics else None)
+        except BaseException:
+            self.abort()
+            raise
+
+    @property
+    def n(self) -> int:
+        return len(self.streams)
+
+    @property
+    def num_cached_tokens(self) -> int:
+        """Prompt tokens served from the prefix cache, counted once per prompt (its first child)."""
+        return sum(self._cached.get(i, 0) for i in range(0, self.n, self.n_per_prompt))
+
+    def abort(self) -> None:
+        for s in self.streams:
+            s.abort()
+
+    async def outputs(self) -> AsyncIterator[tuple[int, EngineOutput]]:
+        """Deltas of all children as they come; raises the engine's error if a step fails."""
+        try:
+            if self.n == 1:
+                async for out in self.streams[0]:
+                    yield 0, self._seen(0, out)
+                return
+            queue: asyncio.Queue = asyncio.Queue()
+            tasks = [asyncio.create_task(_pump(i, s, queue)) for i, s in enumerate(self.streams)]
+            try:
+                remaining = self.n
+                while remaining:
+                    i, item = await queue.get()
+                    if item is None:
+                        remaining -= 1
+                    elif isinstance(item, BaseException):
+                        raise item
+                    else:
+                        yield i, self._seen(i, item)
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.abort()
+
+    async def collect(self) -> list[Choice]:
+        choices = [Choice(i) for i in range(self.n)]
+        async for i, out in self.outputs():
+            c = choices[i]
+            c.text += out.new_text
+            c.token_ids += out.new_token_ids
+            c.logprobs += out.new_logprobs or []
+            if out.finished:
+                c.finish_reason, c.stop_reason = out.finish_reason, out.stop_reason
+        return choices
+
+    def _seen(self, i: int, out: EngineOutput) -> EngineOutput:
+        if self.timers[i] is not None:
+            self.timers[i].on_output(out)
+        self._cached.setdefault(i, out.num_cached_tokens)
+        return out
+
+
+async def _pump(i: int, stream, queue: asyncio.Queue) -> None:
+    try:
+        async for out in stream:
+            queue.put_nowait((i, out))
+    except HearthError as e:
+        queue.put_nowait((i, e))
+    finally:
+        queue.put_nowait((i, None))
+
+
+async def until_disconnect(request, coro):
+    """Run `coro`; if the client goes away first, cancel it (aborting its requests) and return None."""
+    work = asyncio.ensure_future(coro)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():  # client gone, or this task cancelled (server shutting down)
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+    return None if work.cancelled() else work.result()
+
+
+async def _disconnected(request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

@@ -1,0 +1,79 @@
+"""ASGI middleware that guards every route: the API key and the request body size.
+
+Plain ASGI (not BaseHTTPMiddleware) so streaming responses and disconnect messages pass untouched."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hearth.api.errors import error_body
+
+PUBLIC_PATHS = frozenset({"/health", "/", "/index.html", "/favicon.ico"})
+
+
+async def _send_error(scope: Scope, send: Send, status: int, message: str, headers: list | None = None) -> None:
+    body = json.dumps(error_body(scope["path"], status, message)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class APIKeyMiddleware:
+    """`Authorization: Bearer KEY` or `x-api-key: KEY` (Anthropic's header), compared in constant time."""
+
+    def __init__(self, app: ASGIApp, api_key: str):
+        self.app, self.key = app, api_key.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or scope["method"] == "OPTIONS":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        given = headers.get(b"x-api-key", b"")
+        auth = headers.get(b"authorization", b"")
+        if auth[:7].lower() == b"bearer ":
+            given = auth[7:].strip()
+        if not hmac.compare_digest(given, self.key):
+            why = "invalid API key" if given else "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
+            return await _send_error(scope, send, 401, why, [(b"www-authenticate", b"Bearer")])
+        await self.app(scope, receive, send)
+
+
+class BodyLimitMiddleware:
+    """413 for a body over `max_bytes`, by Content-Length up front or by counting as it arrives
+    (a body is buffered before the app sees it; FastAPI reads it whole anyway)."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            return await _send_error(scope, send, 413, self._why(int(length)))
+        body, more = [], True
+        size = 0
+        while more:  # read the body here, so an oversized one never reaches the app
+            message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message], receive), send)
+            body.append(message.get("body", b""))
+            size += len(body[-1])
+            more = message.get("more_body", False)
+            if size > self.max_bytes:
+                return await _send_error(scope, send, 413, self._why(size))
+        whole = {"type": "http.request", "body": b"".join(body), "more_body": False}
+        await self.app(scope, _replay([whole], receive), send)
+
+    def _why(self, size: int) -> str:
+        return f"request body is {size} bytes or more; this server takes at most {self.max_bytes}"
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    async def replay() -> Message:
+        return messages.pop(0) if messages else await receive()
+    return replay

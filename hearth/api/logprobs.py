@@ -1,0 +1,54 @@
+"""Engine logprobs ({token_id: logprob} per token, sampled token first) -> OpenAI's two shapes:
+chat's `logprobs.content[]` and completions' `tokens` / `token_logprobs` / `top_logprobs`."""
+
+from __future__ import annotations
+
+
+def _token_bytes(tokenizer, token_id: int) -> bytes:
+    to_bytes = getattr(tokenizer, "token_to_bytes", None)
+    if to_bytes is not None:
+        return to_bytes(token_id)
+    return tokenizer.decode([token_id]).encode()
+
+
+def _token_text(tokenizer, token_id: int) -> str:
+    return _token_bytes(tokenizer, token_id).decode("utf-8", errors="replace")
+
+
+def _top(entry: dict[int, float], k: int) -> list[tuple[int, float]]:
+    """The k most likely tokens: the entry holds the top k plus the sampled one when it is not among them."""
+    return sorted(entry.items(), key=lambda kv: -kv[1])[:k] if k else []
+
+
+def chat_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int, float]], k: int) -> list[dict]:
+    """`choices[].logprobs.content` items, one per generated token."""
+    out = []
+    for token_id, entry in zip(token_ids, entries):
+        item = _chat_item(tokenizer, token_id, entry.get(token_id, next(iter(entry.values()), 0.0)))
+        item["top_logprobs"] = [_chat_item(tokenizer, t, lp) for t, lp in _top(entry, k)]
+        out.append(item)
+    return out
+
+
+def _chat_item(tokenizer, token_id: int, logprob: float) -> dict:
+    raw = _token_bytes(tokenizer, token_id)
+    return {"token": raw.decode("utf-8", errors="replace"), "logprob": _finite(logprob), "bytes": list(raw)}
+
+
+def completion_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int, float]], k: int,
+                        text_offset: int = 0) -> dict:
+    tokens, token_logprobs, tops, offsets = [], [], [], []
+    for token_id, entry in zip(token_ids, entries):
+        text = _token_text(tokenizer, token_id)
+        tokens.append(text)
+        token_logprobs.append(_finite(entry.get(token_id, 0.0)))
+        tops.append({_token_text(tokenizer, t): _finite(lp) for t, lp in _top(entry, k)} if k else None)
+        offsets.append(text_offset)
+        text_offset += len(text)
+    return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+
+def _finite(x: float) -> float:
+    """JSON has no -inf; OpenAI clients get the most negative float instead (as vLLM does)."""
+    x = float(x)
+    return max(x, -9999.0) if x == x else -9999.0

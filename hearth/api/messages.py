@@ -1,0 +1,120 @@
+"""OpenAI chat messages -> the plain dicts chat templates read, checked by hand so that a bad
+message is answered with the exact field (`messages[2].content[0].type`) and why.
+
+A template message is {"role", "content": str, and optionally "tool_calls" (arguments as a dict
+when they parse as a JSON object, else the client's raw string), "tool_call_id", "name",
+"reasoning_content"}. History with malformed tool-call arguments is accepted as it is."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hearth.api.errors import APIError
+
+ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+
+
+def bad(param: str, why: str) -> APIError:
+    return APIError(400, f"{param}: {why}", param=param)
+
+
+def check_messages(messages: Any, param: str = "messages") -> None:
+    if not isinstance(messages, list):
+        raise bad(param, f"must be a list of message objects, not {_kind(messages)}")
+    if not messages:
+        raise bad(param, "must hold at least one message")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise bad(f"{param}[{i}]", f"must be a message object, not {_kind(m)}")
+
+
+def openai_messages(messages: list[dict]) -> list[dict]:
+    check_messages(messages)
+    return [_openai_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+
+
+def _openai_message(m: dict, where: str) -> dict:
+    role = m.get("role")
+    if role is None:
+        raise bad(f"{where}.role", "is required")
+    if role not in ROLES:
+        raise bad(f"{where}.role", f"unknown role {role!r}; expected one of {', '.join(sorted(ROLES))}")
+    out: dict = {"role": "system" if role == "developer" else role}
+    tool_calls = m.get("tool_calls") if role == "assistant" else None
+    optional = role == "assistant" and (tool_calls or m.get("content") is None)
+    out["content"] = text_content(m.get("content"), f"{where}.content", optional=optional)
+    if tool_calls:
+        out["tool_calls"] = history_tool_calls(tool_calls, f"{where}.tool_calls")
+    for key in ("name", "tool_call_id"):
+        if isinstance(m.get(key), str):
+            out[key] = m[key]
+    if role == "tool" and "tool_call_id" not in out:
+        raise bad(f"{where}.tool_call_id", "is required for a tool message")
+    reasoning = m.get("reasoning_content", m.get("reasoning"))
+    if role == "assistant" and isinstance(reasoning, str):
+        out["reasoning_content"] = reasoning
+    return out
+
+
+def text_content(content: Any, where: str, optional: bool = False) -> str:
+    """A string, or a list of text parts joined with newlines (vLLM's "string" content format)."""
+    if content is None:
+        if optional:
+            return ""
+        raise bad(where, "is required")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad(where, f"must be a string or a list of content parts, not {_kind(content)}")
+    texts = []
+    for j, part in enumerate(content):
+        at = f"{where}[{j}]"
+        if isinstance(part, str):
+            texts.append(part)
+            continue
+        if not isinstance(part, dict):
+            raise bad(at, f"must be a content part object, not {_kind(part)}")
+        kind = part.get("type")
+        if kind in ("text", "input_text") and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind in ("text", "input_text"):
+            raise bad(f"{at}.text", "must be a string")
+        elif kind in ("image_url", "input_image", "image", "input_audio", "file", "document"):
+            raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
+        else:
+            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text'")
+    return "\n".join(texts)
+
+
+def history_tool_calls(calls: Any, where: str) -> list[dict]:
+    if not isinstance(calls, list):
+        raise bad(where, f"must be a list, not {_kind(calls)}")
+    out = []
+    for j, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad(f"{where}[{j}].function.name", "is required (a string)")
+        out.append({"id": str(call.get("id") or f"call_{j}"), "type": "function",
+                    "function": {"name": fn["name"], "arguments": template_arguments(fn.get("arguments"))}})
+    return out
+
+
+def template_arguments(arguments: Any) -> Any:
+    """Templates expect a dict (`arguments | tojson`); a string that is no JSON object stays raw."""
+    if isinstance(arguments, dict):
+        return arguments
+    if arguments is None:
+        return {}
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return arguments
+        return parsed if isinstance(parsed, dict) else arguments
+    return str(arguments)
+
+
+def _kind(x: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", type(None): "null", bool: "a boolean",
+            int: "a number", float: "a number"}.get(type(x), type(x).__name__)

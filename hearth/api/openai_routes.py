@@ -1,0 +1,58 @@
+"""GET /v1/models, /v1/models/{id}; POST /tokenize, /detokenize (vLLM's shapes). Chat and
+completions live in openai_chat.py and openai_completions.py."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from hearth.api.errors import APIError
+from hearth.api.messages import openai_messages
+from hearth.api.openai_protocol import DetokenizeRequest, TokenizeRequest
+from hearth.api.tools import openai_tools, plan_tools, prompt_messages
+
+router = APIRouter()
+
+
+def _model_card(served, name: str) -> dict:
+    return {"id": name, "object": "model", "created": served.created, "owned_by": "hearth",
+            "root": name, "parent": None, "max_model_len": served.max_model_len}
+
+
+@router.get("/v1/models")
+async def list_models(request: Request):
+    served = request.app.state.served
+    return {"object": "list", "data": [_model_card(served, served.name)]}
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, request: Request):
+    served = request.app.state.served
+    served.check_model(model_id)
+    return _model_card(served, model_id)
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request):
+    served = request.app.state.served
+    served.check_model(body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "give exactly one of prompt and messages", param="prompt")
+    if body.prompt is not None:
+        ids = served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
+    else:
+        plan = plan_tools(served, openai_tools(body.tools), None)
+        messages = prompt_messages(served, plan, openai_messages(body.messages))
+        text = served.render_chat(messages, plan.tools if plan.in_template else None,
+                                  add_generation_prompt=body.add_generation_prompt)
+        ids = served.encode_chat_text(text)
+    return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request):
+    served = request.app.state.served
+    served.check_model(body.model)
+    bad = [t for t in body.tokens if t < 0 or (served.vocab_size is not None and t >= served.vocab_size)]
+    if bad:
+        raise APIError(400, f"tokens: token id {bad[0]} is outside the vocabulary", param="tokens")
+    return {"prompt": served.tokenizer.decode(body.tokens)}

@@ -1,0 +1,86 @@
+"""Request fields of either API -> SamplingParams, with the server's limits. A value out of range is
+a 400 that names the field (the messages of InvalidSamplingParams start with the field name)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hearth.api.errors import APIError
+from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput
+
+# OpenAI/Anthropic field -> SamplingParams field, copied when the request sets it
+_COMMON = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+           "repetition_penalty", "seed")
+
+
+@dataclass(slots=True)
+class Limits:
+    max_n: int = 16
+    max_tokens: int = 0
+    """Largest max_tokens a request may ask for; 0 = the model's context length."""
+
+
+def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: dict | None = None) -> SamplingParams:
+    """`fields` holds SamplingParams names (None = not given); `field_names` maps them back to the
+    wire's names for error messages (max_tokens -> max_completion_tokens, stop -> stop_sequences)."""
+    names = field_names or {}
+    kwargs = {k: v for k, v in fields.items() if v is not None}
+    n = kwargs.get("n", 1)
+    if n > limits.max_n:
+        raise _bad(names.get("n", "n"), f"must be at most {limits.max_n} on this server, got {n}")
+    max_tokens = kwargs.get("max_tokens")
+    cap = limits.max_tokens or max_model_len
+    if max_tokens is not None and max_tokens > cap:
+        raise _bad(names.get("max_tokens", "max_tokens"),
+                   f"must be at most {cap} (the model's context holds {max_model_len} tokens), got {max_tokens}")
+    if "max_tokens" not in kwargs:
+        kwargs["max_tokens"] = None  # until the context is full
+    try:
+        return SamplingParams(**kwargs)
+    except InvalidSamplingParams as e:
+        field = str(e).split(" ", 1)[0]
+        raise _bad(names.get(field, field), str(e).split(" ", 1)[1] if " " in str(e) else str(e)) from None
+
+
+def common_fields(body) -> dict:
+    return {k: getattr(body, k, None) for k in _COMMON}
+
+
+def logit_bias(bias: dict | None, vocab_size: int | None = None) -> dict[int, float] | None:
+    if not bias:
+        return None
+    out = {}
+    for key, value in bias.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise _bad("logit_bias", f"keys are token ids, got {key!r}") from None
+        if token < 0 or (vocab_size is not None and token >= vocab_size):
+            raise _bad("logit_bias", f"token id {token} is outside the vocabulary")
+        if not -100 <= value <= 100:
+            raise _bad("logit_bias", f"bias of token {token} must be in [-100, 100], got {value}")
+        out[token] = float(value)
+    return out
+
+
+def stop_list(stop) -> list[str]:
+    if stop is None:
+        return []
+    return [stop] if isinstance(stop, str) else list(stop)
+
+
+def response_format(fmt) -> StructuredOutput | None:
+    """OpenAI `response_format` -> a constraint (None for text)."""
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return StructuredOutput(json_object=True)
+    if fmt.json_schema is None:
+        raise _bad("response_format.json_schema", "is required when type is 'json_schema'")
+    if fmt.json_schema.schema_ is None:
+        raise _bad("response_format.json_schema.schema", "is required (a JSON schema object)")
+    return StructuredOutput(json_schema=fmt.json_schema.schema_)
+
+
+def _bad(param: str, why: str) -> APIError:
+    return APIError(400, f"{param}: {why}", param=param)

@@ -1,0 +1,92 @@
+"""The model a server serves: its names, tokenizer, chat template and the AsyncEngine that runs it.
+
+Built from an LLM by `hearth serve`; tests build one around a fake engine. Everything the routes
+need from the model goes through here, so the routes never touch torch."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from hearth.api.chat_template import ChatTemplate
+from hearth.api.errors import APIError
+from hearth.tool_parsers import detect_format, detect_reasoning, prompt_opens_reasoning, supports_tools
+
+
+# template variables a request's chat_template_kwargs may not override
+_RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+
+
+@dataclass
+class ServedModel:
+    names: list[str]
+    """What clients may put in `model`; the first is the one /v1/models lists."""
+    tokenizer: Any
+    """encode(text, add_special_tokens=, parse_special=), decode(ids), bos_token, add_bos."""
+    chat_template: ChatTemplate
+    engine: Any
+    """An AsyncEngine (or a fake with add_request/stats/start/shutdown)."""
+    max_model_len: int
+    vocab_size: int | None = None
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @classmethod
+    def from_llm(cls, llm, names: list[str], engine) -> ServedModel:
+        return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
+                   llm.model_config.vocab_size)
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+    @property
+    def template_source(self) -> str:
+        return self.chat_template.source
+
+    @cached_property
+    def template_supports_tools(self) -> bool:
+        return not self.chat_template.is_fallback and supports_tools(self.template_source)
+
+    @cached_property
+    def tool_format(self) -> str | None:
+        """The format the template teaches, when it takes tools; None: we prompt with hermes."""
+        return detect_format(self.template_source) if self.template_supports_tools else None
+
+    @cached_property
+    def knows_reasoning(self) -> bool:
+        return detect_reasoning(self.template_source)[0]
+
+    def check_model(self, requested: str | None) -> None:
+        if requested and requested not in self.names:
+            raise APIError(404, f"model {requested!r} does not exist; this server serves {self.name!r}",
+                           param="model", code="model_not_found")
+
+    def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
+                    add_generation_prompt: bool = True, continue_final: bool = False,
+                    template_kwargs: dict | None = None) -> str:
+        """`template_kwargs`: extra template variables (chat_template_kwargs: enable_thinking, ...)."""
+        kwargs = {k: v for k, v in (template_kwargs or {}).items() if k not in _RESERVED}
+        if not continue_final:
+            return self.chat_template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
+                                             **kwargs)
+        # vLLM's continue_final_message: render the whole chat, cut right after the last message's text
+        text = self.chat_template.render(messages, tools=tools, add_generation_prompt=False, **kwargs)
+        final = messages[-1].get("content") or ""
+        at = text.rfind(final) if final else -1
+        return text[:at + len(final)] if at >= 0 else text
+
+    def encode_chat_text(self, text: str) -> list[int]:
+        """Prompt ids with BOS exactly once, whether or not the template wrote it (as LLM.encode_chat)."""
+        tok = self.tokenizer
+        bos = getattr(tok, "bos_token", None)
+        if getattr(tok, "add_bos", False) and bos and text.startswith(bos):
+            text = text[len(bos):]
+        return tok.encode(text, add_special_tokens=True, parse_special=True)
+
+    def encode_text(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+    def starts_in_reasoning(self, prompt_text: str) -> bool:
+        return self.knows_reasoning and prompt_opens_reasoning(prompt_text)

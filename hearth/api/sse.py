@@ -1,0 +1,61 @@
+"""Server-sent events: the two wire spellings, and a response that notices a client going away.
+
+Starlette's StreamingResponse (ASGI spec 2.4) only learns of a disconnect when a write fails, which
+can be a long prefill away; this one also listens for `http.disconnect` and then cancels the
+stream, and it always calls `on_close` so the engine requests behind it are aborted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+
+import anyio
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+DONE = "data: [DONE]\n\n"
+
+
+def data_event(payload: dict) -> str:
+    """OpenAI: `data: {...}`."""
+    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+def named_event(event: str, payload: dict) -> str:
+    """Anthropic: `event: type` then `data: {...}`."""
+    return f"event: {event}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+class SSEResponse(StreamingResponse):
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None] | None = None):
+        super().__init__(events, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as tg:
+                async def stream() -> None:
+                    try:
+                        await self.stream_response(send)
+                    except OSError:  # the client went away mid-write
+                        pass
+                    tg.cancel_scope.cancel()
+
+                async def watch() -> None:
+                    await self.listen_for_disconnect(receive)
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(stream)
+                tg.start_soon(watch)
+        finally:
+            await _close(self.body_iterator)
+            if self.on_close is not None:
+                self.on_close()
+
+
+async def _close(iterator) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        with anyio.CancelScope(shield=True):
+            await aclose()

@@ -1,0 +1,121 @@
+"""Tools in a request -> what goes into the prompt, how the output is parsed, and (for tool_choice
+required / a named tool) the grammar that forces a call.
+
+A template that reads `tools` gets them as OpenAI function schemas. Any other template gets
+`tools_system_prompt(tools)` in the system message and its history's tool calls and results
+written as hermes text (`<tool_call>{...}</tool_call>`, `<tool_response>...</tool_response>`),
+and the output is parsed as hermes: the format documented in hearth.tool_parsers.prompt."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from hearth.api.errors import APIError
+from hearth.api.messages import _kind
+from hearth.sampling_params import StructuredOutput
+from hearth.tool_parsers import PROMPT_FORMAT, ToolParserError, call_constraint, forced_tools, get_format
+from hearth.tool_parsers import tools_system_prompt
+
+
+@dataclass(slots=True)
+class ToolPlan:
+    tools: list[dict] | None = None
+    """The offered tools in OpenAI's shape; None when none are offered (or tool_choice is none)."""
+    in_template: bool = False
+    """Pass `tools` to the chat template (else they go into the system prompt)."""
+    parse_format: str | None = None
+    """Tool-call format to parse the output with; None: the output is not parsed for calls."""
+    constraint: StructuredOutput | None = None
+    """A forced call (tool_choice required / named), as a grammar."""
+
+
+def openai_tools(tools: list | None, param: str = "tools") -> list[dict]:
+    out = []
+    for i, t in enumerate(tools or []):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise APIError(400, f"{param}[{i}].function.name: is required (a string)", param=f"{param}[{i}].function.name")
+        _check_schema(fn.get("parameters"), f"{param}[{i}].function.parameters")
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def anthropic_tools(tools: list | None) -> list[dict]:
+    """Anthropic {name, description, input_schema} -> OpenAI function schemas (what templates read)."""
+    out = []
+    for i, t in enumerate(tools or []):
+        if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
+            raise APIError(400, f"tools[{i}].name: is required (a string)", param=f"tools[{i}].name")
+        _check_schema(t.get("input_schema"), f"tools[{i}].input_schema")
+        fn = {"name": t["name"], "description": t.get("description", ""),
+              "parameters": t.get("input_schema") or {"type": "object"}}
+        out.append({"type": "function", "function": fn})
+    return out
+
+
+def plan_tools(served, tools: list[dict], tool_choice) -> ToolPlan:
+    """`tools` already in OpenAI's shape; tool_choice in either API's shape."""
+    kind = tool_choice.get("type") if isinstance(tool_choice, dict) else tool_choice
+    if kind is not None and kind not in ("none", "auto", "required", "any", "function", "tool"):
+        raise APIError(400, f"tool_choice: unknown choice {kind!r}", param="tool_choice")
+    if not tools or kind == "none":
+        if kind not in (None, "none", "auto"):
+            raise APIError(400, "tool_choice: forces a tool call but no tools were given", param="tool_choice")
+        return ToolPlan()
+    in_template = served.template_supports_tools
+    fmt = (served.tool_format if in_template else None) or PROMPT_FORMAT
+    try:
+        forced = forced_tools(tools, tool_choice)
+        constraint = call_constraint(fmt, tools, tool_choice).lark() if forced else None
+    except ToolParserError as e:
+        why = str(e).removeprefix("tool_choice ")
+        raise APIError(400, f"tool_choice: {why}", param="tool_choice") from None
+    so = StructuredOutput(grammar=constraint) if constraint else None
+    return ToolPlan(tools, in_template, fmt, so)
+
+
+def prompt_messages(served, plan: ToolPlan, messages: list[dict]) -> list[dict]:
+    """The messages to render: unchanged for a template that takes tools; otherwise history's tool
+    calls and results as hermes text and the tools described in the system message."""
+    if served.template_supports_tools:
+        return messages
+    out = _flatten_history(messages)
+    if plan.tools:
+        prompt = tools_system_prompt(plan.tools)
+        if out and out[0]["role"] == "system":
+            out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{prompt}"}
+        else:
+            out.insert(0, {"role": "system", "content": prompt})
+    return out
+
+
+def _flatten_history(messages: list[dict]) -> list[dict]:
+    fmt = get_format(PROMPT_FORMAT)
+    out: list[dict] = []
+    for m in messages:
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            calls = [f"{fmt.START}\n{_call_text(c['function'])}\n{fmt.END}" for c in m["tool_calls"]]
+            text = "\n".join(([m["content"]] if m["content"] else []) + calls)
+            out.append({k: v for k, v in m.items() if k != "tool_calls"} | {"content": text})
+        elif m["role"] == "tool":
+            response = f"<tool_response>\n{m['content']}\n</tool_response>"
+            if out and out[-1].get("_tool_results"):
+                out[-1]["content"] += "\n" + response
+            else:
+                out.append({"role": "user", "content": response, "_tool_results": True})
+        else:
+            out.append(m)
+    return [{k: v for k, v in m.items() if k != "_tool_results"} for m in out]
+
+
+def _call_text(fn: dict) -> str:
+    """A history call as the model would have written it; raw (malformed) arguments stay verbatim."""
+    args = fn["arguments"]
+    args_text = json.dumps(args, ensure_ascii=False) if isinstance(args, dict) else str(args)
+    return f'{{"name": {json.dumps(fn["name"], ensure_ascii=False)}, "arguments": {args_text}}}'
+
+
+def _check_schema(schema, param: str) -> None:
+    if schema is not None and not isinstance(schema, dict):
+        raise APIError(400, f"{param}: must be a JSON schema object, not {_kind(schema)}", param=param)

@@ -1,0 +1,105 @@
+"""`hearth serve [MODEL]`: OpenAI- and Anthropic-compatible HTTP server with a chat page at `/`,
+in the manner of `vllm serve` and `llama-server`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import uvicorn
+
+from hearth.config import DEFAULT_MODEL
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
+    net = p.add_argument_group("server")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    net.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
+    net.add_argument("--api-key", default=os.environ.get("HEARTH_API_KEY"),
+                     help="require this key (Bearer or x-api-key) on every route but /health and / "
+                          "(default: $HEARTH_API_KEY, else none)")
+    net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
+                     help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
+    net.add_argument("--served-model-name", action="append", default=None, metavar="NAME",
+                     help="name clients use in `model`; repeat for aliases (default: MODEL as given, and the file's name)")
+    net.add_argument("--max-queued", type=int, default=256,
+                     help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
+    net.add_argument("--max-n", type=int, default=16, help="largest `n` a request may ask for (default: %(default)s)")
+    net.add_argument("--max-tokens-limit", type=int, default=0,
+                     help="largest max_tokens a request may ask for (default: the context length)")
+    net.add_argument("--max-body-mb", type=float, default=16, help="largest request body in MiB (default: %(default)s)")
+    net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    eng = p.add_argument_group("engine")
+    eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
+                     help="context length in tokens (default: the model's own)")
+    eng.add_argument("--max-num-seqs", type=int, default=16, help="most sequences in one step (default: %(default)s)")
+    eng.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                     help="token budget of one engine step (default: %(default)s)")
+    eng.add_argument("--num-kv-blocks", type=int, default=0, help="KV-cache blocks (default: sized from the rest)")
+    eng.add_argument("--kv-cache-memory-gb", type=float, default=2.0,
+                     help="upper bound on KV-cache memory (default: %(default)s)")
+    eng.add_argument("--kv-cache-dtype", default="auto", help="KV-cache format (default: %(default)s)")
+    eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
+    eng.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from hearth.api.app import ServerConfig, create_app
+    from hearth.api.served import ServedModel
+    from hearth.engine.async_engine import AsyncEngine
+    from hearth.llm import LLM
+
+    print(f"hearth: loading {args.model} ...", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    llm = LLM(args.model, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+              max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
+              kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
+              enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed)
+    print(f"hearth: loaded {llm.path.name} in {time.perf_counter() - t0:.1f}s "
+          f"(context {llm.max_model_len} tokens)", file=sys.stderr, flush=True)
+    llm.runner.grammar.prepare_in_background()
+    names = args.served_model_name or _default_names(args.model, llm.path)
+    served = ServedModel.from_llm(llm, names, AsyncEngine(llm.engine, max_queued=args.max_queued))
+    config = ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
+                          max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
+                          max_tokens=args.max_tokens_limit)
+    app = create_app(served, config)
+    url = f"http://{_url_host(args.host)}:{args.port}"
+    ready = f"hearth: serving {names[0]!r} at {url} (chat page {url}/, API {url}/v1)"
+    server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                    timeout_graceful_shutdown=5), ready)
+    server.run()
+    return 0 if server.started else 1
+
+
+def _default_names(model: str, path: Path) -> list[str]:
+    names = [model]
+    for alias in (path.stem, path.name):
+        if alias not in names:
+            names.append(alias)
+    return names
+
+
+def _url_host(host: str) -> str:
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, announcing the URL once the socket listens."""
+
+    def __init__(self, config: uvicorn.Config, ready: str):
+        super().__init__(config)
+        self.ready = ready
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            print(self.ready, file=sys.stderr, flush=True)

@@ -1,0 +1,125 @@
+"""Two ways to reach a server:
+
+- `fake` / `make_fake`: the app in-process around a scripted FakeEngine (tests/server/fakes.py), driven
+  through Starlette's TestClient, which the openai and anthropic SDKs accept as their http client;
+- `real_server`: `python -m hearth serve <SmolLM2 .gguf>` started once per session as a
+  subprocess on a free loopback port, with an API key and one CORS origin."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+import httpx2
+import openai
+import pytest
+from starlette.testclient import TestClient
+
+from tests.server.fakes import TEMPLATE, FakeEngine, fake_app
+
+API_KEY = "test-key-123"
+CORS_ORIGIN = "http://allowed.example"
+REPO = Path(__file__).resolve().parents[2]
+# generous: a shared 2-core CI machine under load can take seconds per decode step
+TIMEOUT = 300
+
+
+@dataclass
+class Fake:
+    client: TestClient
+    engine: FakeEngine
+    openai: openai.OpenAI
+    anthropic: anthropic.Anthropic
+
+    @property
+    def last(self):
+        return self.engine.added[-1]
+
+
+@pytest.fixture
+def make_fake():
+    clients = []
+
+    def make(template: str = TEMPLATE, engine: FakeEngine | None = None, **config) -> Fake:
+        app, engine = fake_app(template, engine, **config)
+        client = TestClient(app, raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        key = config.get("api_key") or "unused"
+        return Fake(client, engine,
+                    openai.OpenAI(base_url="http://testserver/v1", api_key=key, http_client=client, max_retries=0),
+                    anthropic.Anthropic(base_url="http://testserver", api_key=key, http_client=client, max_retries=0))
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+@pytest.fixture
+def fake(make_fake) -> Fake:
+    return make_fake()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class RealServer:
+    url: str
+    model: str
+    log: Path
+
+    def openai(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=API_KEY, max_retries=0, timeout=TIMEOUT, **kw)
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.url, api_key=API_KEY, max_retries=0, timeout=TIMEOUT)
+
+    def http(self) -> httpx2.Client:
+        return httpx2.Client(base_url=self.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="session")
+def real_server(model_path, tmp_path_factory):
+    path = model_path("smollm2-135m")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    cmd = [sys.executable, "-m", "hearth", "serve", str(path), "--port", str(port), "--api-key", API_KEY,
+           "--cors-origins", CORS_ORIGIN, "--served-model-name", "smollm2", "--max-model-len", "512",
+           "--max-num-seqs", "16", "--log-level", "warning"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = RealServer(f"http://127.0.0.1:{port}", "smollm2", log)
+    try:
+        _wait_ready(server, proc)
+        yield server
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _wait_ready(server: RealServer, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"hearth serve exited with {proc.returncode}:\n{server.log.read_text()}")
+        try:
+            if httpx2.get(f"{server.url}/health", timeout=1).status_code == 200:
+                return
+        except httpx2.HTTPError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"hearth serve was not ready in {timeout}s:\n{server.log.read_text()}")

@@ -1,0 +1,171 @@
+"""A scripted stand-in for the engine, so route-level tests can make "the model" say exactly what a
+case needs (tool calls, reasoning, malformed output, a failing step) with no model loaded.
+
+The fake tokenizer maps characters to code points. The fake engine decodes the prompt, finds the
+last `script:NAME` in it and streams SCRIPTS[NAME] one piece per output; without a marker it
+echoes "ok". `script:fail` raises EngineStepError after one piece; `script:slow` never ends."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+
+from hearth.api.app import ServerConfig, create_app
+from hearth.api.chat_template import ChatTemplate
+from hearth.api.served import ServedModel
+from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepError
+from hearth.engine.engine_core import InvalidPromptError
+from hearth.errors import PromptTooLongError
+from hearth.outputs import EngineOutput
+
+WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+SCRIPTS = {
+    "hello": ["Hel", "lo ", "there", "!"],
+    "tool": ["Let me check.", "\n<tool_", 'call>\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}',
+             "\n</tool_call>"],
+    "two_tools": [WEATHER_CALL, "\n", WEATHER_CALL.replace("Paris", "Rome")],
+    "bad_tool": ["<tool_call>\n{'name': 'get_weather', 'args': {'city': 'Oslo',},}\n</tool_call>"],
+    "broken_tool": ["<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": ", "</tool_call>"],
+    "fenced_tool": ['<tool_call>\n```json\n{"name": "get_weather", "arguments": {"city": "Lima"}}\n```\n</tool_call>'],
+    "think": ["<think>", "The user", " wants a greeting.", "</think>", "Hi", "!"],
+    "think_tool": ["<think>Need weather.</think>", WEATHER_CALL],
+    "unclosed_think": ["<think>", "still thinking"],
+    "json": ['{"answer": ', '"yes"}'],
+    "fail": ["partial"],
+    "slow": ["tick"],
+}
+TEMPLATE = """{%- if tools %}<|im_start|>system
+{% if messages[0].role == 'system' %}{{ messages[0].content }}
+
+{% endif %}# Tools
+<tools>
+{% for tool in tools %}{{ tool | tojson }}
+{% endfor %}</tools>
+Call a tool as <tool_call>{"name": ..., "arguments": ...}</tool_call><|im_end|>
+{% elif messages[0].role == 'system' %}<|im_start|>system
+{{ messages[0].content }}<|im_end|>
+{% endif %}
+{%- for message in messages if message.role != 'system' %}<|im_start|>{{ message.role }}
+{% if message.reasoning_content %}<think>{{ message.reasoning_content }}</think>{% endif %}
+{{- message.content }}
+{%- for tc in message.tool_calls or [] %}<tool_call>
+{"name": "{{ tc.function.name }}", "arguments": {{ tc.function.arguments | tojson }}}
+</tool_call>{% endfor %}<|im_end|>
+{% endfor %}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+CHATML_NO_TOOLS = """{% for message in messages %}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant
+{% endif %}"""
+
+
+class FakeTokenizer:
+    bos_token, eos_token, add_bos = None, "<|im_end|>", False
+
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = False) -> list[int]:
+        return [ord(c) for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def token_to_bytes(self, i: int) -> bytes:
+        return chr(i).encode()
+
+
+@dataclass
+class Added:
+    prompt: str
+    params: object
+    request_id: str
+
+
+class FakeStream:
+    def __init__(self, engine: FakeEngine, rid: str, pieces: list[str], script: str, n_prompt: int, params):
+        self.engine, self.request_id, self.finished = engine, rid, False
+        self.pieces, self.script, self.n_prompt, self.params = pieces, script, n_prompt, params
+        self.sent = 0
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> EngineOutput:
+        if self.finished:
+            raise StopAsyncIteration
+        await asyncio.sleep(0.001)
+        if self.script == "slow":
+            await asyncio.sleep(0.02 if self.sent < 3 else 3600)
+        elif self.script == "fail" and self.sent == 1:
+            self._end()
+            raise EngineStepError("engine step failed: RuntimeError: boom")
+        piece = self.pieces[self.sent % len(self.pieces)]
+        self.sent += 1
+        limit = self.params.max_tokens or 10**9
+        done = self.script not in ("slow", "fail") and (self.sent >= len(self.pieces) or self.sent >= limit)
+        reason = ("length" if self.sent >= limit and self.sent < len(self.pieces) else "stop") if done else None
+        logprobs = [{ord(piece[0]) if piece else 0: -0.5, 65: -1.0, 66: -2.0}] if self.params.logprobs is not None else None
+        if done:
+            self._end()
+        return EngineOutput(self.request_id, [ord(piece[0]) if piece else 0], piece, done, reason,
+                            new_logprobs=logprobs, num_prompt_tokens=self.n_prompt, num_cached_tokens=self.engine.cached)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.abort()
+
+    def abort(self) -> None:
+        if not self.finished:
+            self._end()
+            self.engine.aborted.append(self.request_id)
+
+    def _end(self) -> None:
+        self.finished = True
+        self.engine.live.discard(self.request_id)
+
+
+class FakeEngine:
+    def __init__(self, max_model_len: int = 4096, max_in_flight: int = 64):
+        self.max_model_len, self.max_in_flight = max_model_len, max_in_flight
+        self.added: list[Added] = []
+        self.aborted: list[str] = []
+        self.live: set[str] = set()
+        self.cached = 0
+        self.started = self.stopped = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def shutdown(self) -> None:
+        self.stopped = True
+
+    def add_request(self, prompt_ids, params, request_id=None) -> FakeStream:
+        if not prompt_ids:
+            raise InvalidPromptError("prompt is empty: give at least one token")
+        if len(prompt_ids) >= self.max_model_len:
+            raise PromptTooLongError(len(prompt_ids), self.max_model_len)
+        if len(self.live) >= self.max_in_flight:
+            raise EngineFullError(f"{len(self.live)} requests are in flight (limit {self.max_in_flight}); retry later")
+        prompt = "".join(chr(i) for i in prompt_ids)
+        self.added.append(Added(prompt, params, request_id))
+        self.live.add(request_id)
+        found = re.findall(r"script:([a-z_]+)", prompt)
+        script = found[-1] if found else ""
+        pieces = SCRIPTS.get(script, ["ok"])
+        return FakeStream(self, request_id, pieces, script, len(prompt_ids), params)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(len(self.live), 0, 2 * len(self.live), 100, 10, 4)
+
+
+def fake_served(template: str = TEMPLATE, engine: FakeEngine | None = None, names=("fake-model",)) -> ServedModel:
+    engine = engine or FakeEngine()
+    return ServedModel(list(names), FakeTokenizer(), ChatTemplate(template, None, "<|im_end|>", "llama"),
+                       engine, engine.max_model_len, vocab_size=0x110000)
+
+
+def fake_app(template: str = TEMPLATE, engine: FakeEngine | None = None, **config):
+    served = fake_served(template, engine)
+    return create_app(served, ServerConfig(**config)), served.engine

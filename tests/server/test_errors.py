@@ -1,0 +1,184 @@
+"""The bad-input table (issue 4, point 7), limits, auth and CORS: every bad request is a 4xx with an
+OpenAI- or Anthropic-shaped body that names the field; never a 500."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.server.fakes import FakeEngine
+
+CHAT, COMPLETIONS, MESSAGES = "/v1/chat/completions", "/v1/completions", "/v1/messages"
+USER = [{"role": "user", "content": "hi"}]
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+# (path, body, status, param named in the message)
+TABLE = [
+    (CHAT, {}, 400, "messages"),
+    (CHAT, {"messages": "hi"}, 400, "messages"),
+    (CHAT, {"messages": []}, 400, "messages"),
+    (CHAT, {"messages": ["hi"]}, 400, "messages[0]"),
+    (CHAT, {"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role"),
+    (CHAT, {"messages": [{"content": "x"}]}, 400, "messages[0].role"),
+    (CHAT, {"messages": [{"role": "user"}]}, 400, "messages[0].content"),
+    (CHAT, {"messages": [{"role": "user", "content": 5}]}, 400, "messages[0].content"),
+    (CHAT, {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, 400,
+     "messages[0].content[0].type"),
+    (CHAT, {"messages": [{"role": "user", "content": [{"type": "text"}]}]}, 400, "messages[0].content[0].text"),
+    (CHAT, {"messages": [{"role": "tool", "content": "x"}]}, 400, "messages[0].tool_call_id"),
+    (CHAT, {"messages": USER, "response_format": {"type": "xml"}}, 400, "response_format.type"),
+    (CHAT, {"messages": USER, "response_format": {"type": "json_schema"}}, 400, "response_format.json_schema"),
+    (CHAT, {"messages": USER, "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, 400,
+     "response_format.json_schema.schema"),
+    (CHAT, {"messages": USER, "max_tokens": 0}, 400, "max_tokens"),
+    (CHAT, {"messages": USER, "max_completion_tokens": 0}, 400, "max_completion_tokens"),
+    (CHAT, {"messages": USER, "max_tokens": 10**6}, 400, "max_tokens"),
+    (CHAT, {"messages": USER, "temperature": -1}, 400, "temperature"),
+    (CHAT, {"messages": USER, "top_p": 0}, 400, "top_p"),
+    (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
+    (CHAT, {"messages": USER, "n": 0}, 400, "n"),
+    (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
+    (CHAT, {"messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+    (CHAT, {"messages": USER, "stop": 5}, 400, "stop"),
+    (CHAT, {"messages": USER, "tool_choice": "required"}, 400, "tool_choice"),
+    (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
+     "tool_choice"),
+    (CHAT, {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0].function.name"),
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, 400,
+     "tools[0].function.parameters"),
+    (CHAT, {"messages": USER, "model": "nope"}, 404, "model"),
+    (COMPLETIONS, {}, 400, "prompt"),
+    (COMPLETIONS, {"prompt": []}, 400, "prompt"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
+    (COMPLETIONS, {"prompt": "x", "suffix": "y"}, 400, "suffix"),
+    (COMPLETIONS, {"prompt": "x", "model": "nope"}, 404, "model"),
+]
+ANTHROPIC_TABLE = [
+    ({"messages": USER}, 400, "max_tokens"),
+    ({"messages": USER, "max_tokens": 0}, 400, "max_tokens"),
+    ({"max_tokens": 5}, 400, "messages"),
+    ({"max_tokens": 5, "messages": []}, 400, "messages"),
+    ({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, 400, "messages[0].role"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "video"}]}]}, 400, "messages[0].content[0].type"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, 400,
+     "messages[0].content[0].tool_use_id"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"input_schema": {}}]}, 400, "tools[0].name"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}], "tool_choice": {"type": "tool", "name": "g"}},
+     400, "tool_choice"),
+    ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,param", TABLE)
+def test_openai_bad_input(fake, path, body, status, param):
+    r = fake.client.post(path, json=body)
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"].startswith(param) or f"{param}:" in error["message"] or f"'{param}'" in error["message"] \
+        or error["param"] == param, error
+    assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+
+
+@pytest.mark.parametrize("body,status,param", ANTHROPIC_TABLE)
+def test_anthropic_bad_input(fake, body, status, param):
+    r = fake.client.post(MESSAGES, json=body)
+    assert r.status_code == status, r.text
+    payload = r.json()
+    assert payload["type"] == "error" and set(payload["error"]) == {"type", "message"}
+    assert payload["error"]["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+    assert param in payload["error"]["message"], payload
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES])
+def test_malformed_json(fake, path):
+    r = fake.client.post(path, content=b'{"messages": [', headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "malformed JSON" in r.text
+
+
+def test_prompt_too_long_names_both_numbers(make_fake):
+    fake = make_fake(engine=FakeEngine(max_model_len=60))
+    long = [{"role": "user", "content": "x" * 100}]
+    r = fake.client.post(CHAT, json={"messages": long})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    message = r.json()["error"]["message"]
+    assert "60" in message and str(len(fake.client.post("/tokenize", json={"messages": long}).json()["tokens"])) in message
+    r = fake.client.post(MESSAGES, json={"messages": long, "max_tokens": 5})
+    assert r.status_code == 400 and "60" in r.json()["error"]["message"]
+    assert not fake.engine.live
+
+
+def test_empty_prompt(fake):
+    r = fake.client.post(COMPLETIONS, json={"prompt": ""})
+    assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
+
+
+def test_queue_full_is_429(make_fake):
+    fake = make_fake(engine=FakeEngine(max_in_flight=2))
+    r = fake.client.post(CHAT, json={"messages": USER, "n": 3})
+    assert r.status_code == 429 and r.headers["retry-after"] == "1"
+    assert r.json()["error"]["type"] == "rate_limit_exceeded"
+    assert not fake.engine.live  # the two that fitted were aborted
+    r = fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 4})
+    assert r.status_code == 200
+    fake.engine.max_in_flight = 0
+    assert fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 4}).json()["error"]["type"] == "rate_limit_error"
+
+
+def test_body_too_large(make_fake):
+    fake = make_fake(max_body_bytes=2000)
+    r = fake.client.post(CHAT, json={"messages": [{"role": "user", "content": "x" * 5000}]})
+    assert r.status_code == 413 and "at most 2000" in r.json()["error"]["message"]
+    chunks = (b'{"messages": [{"role": "user", "content": "' + b"x" * 1000 + b'"}' for _ in range(3))
+    r = fake.client.post(CHAT, content=chunks, headers={"content-type": "application/json"})  # chunked, no length
+    assert r.status_code == 413
+    assert fake.client.post(CHAT, json={"messages": USER}).status_code == 200
+
+
+def test_server_limits_on_n_and_max_tokens(make_fake):
+    fake = make_fake(max_n=2, max_tokens=100)
+    assert fake.client.post(CHAT, json={"messages": USER, "n": 3}).json()["error"]["param"] == "n"
+    assert fake.client.post(CHAT, json={"messages": USER, "max_tokens": 101}).json()["error"]["param"] == "max_tokens"
+    assert fake.client.post(CHAT, json={"messages": USER, "n": 2, "max_tokens": 100}).status_code == 200
+
+
+def test_unknown_route_and_method(fake):
+    assert fake.client.get("/v1/nothing").json()["error"]["type"] == "not_found_error"
+    r = fake.client.get(CHAT)
+    assert r.status_code == 405 and "error" in r.json()
+    assert fake.client.get("/v1/models/nope").status_code == 404
+
+
+@pytest.mark.parametrize("headers,status", [
+    ({}, 401),
+    ({"Authorization": "Bearer wrong"}, 401),
+    ({"Authorization": "Bearer sekrit"}, 200),
+    ({"authorization": "bearer sekrit"}, 200),
+    ({"x-api-key": "sekrit"}, 200),
+    ({"x-api-key": "sekri"}, 401),
+])
+def test_api_key(make_fake, headers, status):
+    fake = make_fake(api_key="sekrit")
+    assert fake.client.get("/v1/models", headers=headers).status_code == status
+    r = fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 2}, headers=headers)
+    assert r.status_code == status
+    if status == 401:
+        assert r.json()["error"]["type"] == "authentication_error"
+    assert fake.client.get("/health").status_code == 200
+    assert fake.client.get("/").status_code == 200
+
+
+def test_cors(make_fake):
+    fake = make_fake(cors_origins=["http://ok.example"], api_key="k")
+    preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+    r = fake.client.options(CHAT, headers={"Origin": "http://ok.example", **preflight})
+    assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://ok.example"
+    assert "authorization" in r.headers["access-control-allow-headers"].lower()
+    r = fake.client.options(CHAT, headers={"Origin": "http://evil.example", **preflight})
+    assert "access-control-allow-origin" not in r.headers
+    r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example", "Authorization": "Bearer k"})
+    assert r.headers["access-control-allow-origin"] == "http://ok.example"
+
+
+def test_no_cors_by_default(fake):
+    r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example"})
+    assert "access-control-allow-origin" not in r.headers
