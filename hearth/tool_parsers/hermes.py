@@ -11,6 +11,9 @@ from hearth.tool_parsers.types import ToolCall
 
 START = "<tool_call>"
 END = "</tool_call>"
+# small models given the tool prompt often drop the tags and write the call's JSON alone (or
+# fenced): an output that begins so is held to the end and parsed as a call region
+LEADS = ("{", "```json")
 
 
 def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:

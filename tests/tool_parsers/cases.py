@@ -84,6 +84,10 @@ CASES = {
     "hermes_namespaced_name": Case("hermes", tag('{"name": "functions.add", "arguments": {"a": 1, "b": 2}}'),
                                    "", [ADD]),
     "hermes_anthropic_tools": Case("hermes", tag(ADD_JSON), "", [ADD], ANTHROPIC_TOOLS),
+    "hermes_bare_json": Case("hermes", ADD_JSON, "", [ADD]),
+    "hermes_bare_fenced": Case("hermes", f"```json\n{GW}\n```", "", [PARIS]),
+    "hermes_bare_not_a_call": Case("hermes", '{"a": 1} is a dict', '{"a": 1} is a dict', []),
+    "hermes_code_fence_not_json": Case("hermes", "```python\nx = 1\n```", "```python\nx = 1\n```", []),
     "hermes_no_arguments": Case("hermes", tag('{"name": "search"}'), "", [("search", {})]),
     "hermes_xml_in_a_json_string": Case(
         "hermes", tag('{"name": "search", "arguments": {"query": "<function=x>"}}'), "",
