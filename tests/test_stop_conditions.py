@@ -1,12 +1,18 @@
 """Stop conditions on the real SmolLM2: min_tokens bans end-of-generation and stop ids until it is
 reached (vLLM's rule), stop_token_ids end with their id, ignore_eos runs to max_tokens, stop
-strings are cut, and every finish reason is reported."""
+strings are cut, and every finish reason is reported.
+
+Each test sends its prompt once before the runs it compares: later runs then all start from the
+same prefix-cache hit, so they share numerics (a miss computes the prompt in one pass, a hit only
+its tail, and a greedy near-tie may go either way between the two)."""
 
 from hearth import SamplingParams
 
 
 def chat(llm, text):
-    return {"prompt_token_ids": llm.encode_chat([{"role": "user", "content": text}])}
+    prompt = {"prompt_token_ids": llm.encode_chat([{"role": "user", "content": text}])}
+    llm.generate(prompt, SamplingParams(temperature=0, max_tokens=1))  # cache its full blocks
+    return prompt
 
 
 def test_min_tokens_stop_ids_and_ignore_eos(smol_llm):

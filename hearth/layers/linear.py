@@ -3,14 +3,18 @@
 build_linear(tensor) -> nn.Module with forward(x: [..., in_features]) -> [..., out_features] in x's
 dtype (f32 in, f32 out) and `in_dtype`, the activation dtype it computes in (no cast when given it).
 
-Each tensor type has a path (FAST_PATHS), chosen by measurement on the CPU kernels torch ships:
+Each tensor type has a path (FAST_PATHS), chosen by measurement:
+  native   every block type, read in place from the memmapped file by the C++ kernels
+           (hearth.kernels.native): for few rows (decode) an integer dot product against 8-bit
+           activations (ggml's scheme); from `gemm_min_rows` rows on, bf16 tiles expanded from the
+           blocks per call for a dense AMX matmul (prefill). No copy of the weights exists.
+Where those kernels cannot run (no compiler, no AVX-512 VNNI), the torch fallbacks (TORCH_PATHS):
   int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
-           load for torch's int4pack kernel (decode); from `gemm_min_rows` rows on, expanded to
-           bf16 tiles for a dense AMX matmul (prefill).
-  bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32), F16, BF16.
-  f32      F32 weights, used in place from the memmap.
-The fast paths carry bf16 rounding (activations, scales, output: the int4pack kernel is ~27x slower
-with f32 activations). `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the slow,
+           load for torch's int4pack kernel; from `gemm_min_rows` rows on, expanded to bf16 tiles.
+  bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32).
+and for every machine: bf16 for F16/BF16, f32 for F32 weights (used in place from the memmap).
+The native path rounds activations to 8 bits per 32 values (as llama.cpp does); the torch paths
+carry bf16 rounding. `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the slow,
 obvious twin instead: f32 math on blocks dequantized from the file at every call.
 """
 
@@ -26,6 +30,7 @@ from gguf import GGMLQuantizationType as Q
 from torch import nn
 
 from hearth.errors import UnsupportedError
+from hearth.kernels import native
 from hearth.kernels.qmatmul import Int4Weight, int4_dequant_t, int4_matmul
 from hearth.layers.embedding import build_embedding  # noqa: F401  (models import it from here)
 from hearth.layers.quant import as_bytes, dequantize, require_supported
@@ -40,8 +45,10 @@ class LinearPolicy:
     """f32 math on weights dequantized from the file at every call (reference; slow)."""
     gemm_min_rows: int = 32
     """From this many rows on, int4 weights are expanded to bf16 tiles and multiplied densely."""
-    gemm_chunk_rows: int = 2048
+    gemm_chunk_rows: int = 4096
     """Output features expanded per tile on that path: bounds the temporary (a 262k-row head)."""
+    native: bool = os.environ.get("HEARTH_NATIVE", "1") != "0"
+    """Use the C++ kernels where they run here; False builds the torch fallbacks."""
 
 
 _policy = LinearPolicy(exact=os.environ.get("HEARTH_EXACT_LINEAR", "") == "1")
@@ -88,6 +95,49 @@ class Int4Part(nn.Module):
             for r in range(0, self.w.n, self.chunk):
                 torch.mm(xb, int4_dequant_t(self.w, slice(r, r + self.chunk)), out=y[:, r:r + self.chunk])
         return y.to(x.dtype)
+
+
+class NativePart(nn.Module):
+    """Weights of any block types, side by side, computed on their GGUF blocks in the file: the
+    C++ integer GEMV below `gemm_min_rows` rows, bf16 tiles expanded per call and a dense matmul
+    from there on. Computes in bf16 on that path (so norms feed it bf16 and big outputs stay bf16);
+    the GEMV reads f32 or bf16 (`mm` gives f32 out for f32 in, with no cast at all)."""
+
+    in_dtype = torch.bfloat16
+
+    def __init__(self, ts: list[GGUFTensor], policy: LinearPolicy):
+        super().__init__()
+        self.raws = [(as_bytes(t.data, t.qtype), t.qtype) for t in ts]  # views of the memmap
+        self.starts = [sum(t.shape[0] for t in ts[:i]) for i in range(len(ts))]
+        self.k = ts[0].shape[1]
+        self.mm = native.NativeMatmul(self.raws, self.k)
+        self.out_features = self.mm.n
+        self.gemm_min_rows, self.chunk = policy.gemm_min_rows, policy.gemm_chunk_rows
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(r.nbytes for r, _ in self.raws)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
+        if x.shape[0] < self.gemm_min_rows:
+            y = self.mm(x)  # f32
+            return y if x.dtype == torch.float32 else y.to(x.dtype)
+        xb, n = x.to(torch.bfloat16), self.out_features
+        if n <= self.chunk:
+            return torch.mm(xb, self._tile(0, n).T).to(x.dtype)
+        y = xb.new_empty(x.shape[0], n)
+        for r in range(0, n, self.chunk):
+            torch.mm(xb, self._tile(r, min(n, r + self.chunk)).T, out=y[:, r:r + self.chunk])
+        return y.to(x.dtype)
+
+    def _tile(self, r0: int, r1: int) -> torch.Tensor:
+        """Output features r0 .. r1 (across the fused weights) as bf16 W[r0:r1]: [r1 - r0, K]."""
+        out = torch.empty(r1 - r0, self.k, dtype=torch.bfloat16)
+        for (raw, q), start in zip(self.raws, self.starts):
+            a, b = max(r0, start), min(r1, start + raw.shape[0])
+            if a < b:
+                native.dequant_bf16(raw, q, self.k, slice(a - start, b - start), out=out[a - r0:b - r0])
+        return out
 
 
 class DensePart(nn.Module):
@@ -149,16 +199,24 @@ def _f32(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
     return DensePart(torch.cat(ws) if len(ws) > 1 else ws[0])
 
 
+def _native(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
+    return NativePart(ts, policy)
+
+
 BUILDERS: dict[str, Callable[[list[GGUFTensor], LinearPolicy], nn.Module]] = {
-    "int4x1": _int4, "int4x2": _int4, "bf16": _bf16, "f32": _f32,
+    "native": _native, "int4x1": _int4, "int4x2": _int4, "bf16": _bf16, "f32": _f32,
 }
 # qtype -> path; neighbours in a fused list that share a path become one part
-FAST_PATHS: dict[Q, str] = {
+TORCH_PATHS: dict[Q, str] = {
     Q.F32: "f32", Q.F16: "bf16", Q.BF16: "bf16",
     Q.Q4_0: "int4x1", Q.Q4_1: "int4x1", Q.Q4_K: "int4x1",
     Q.Q5_0: "int4x2", Q.Q5_1: "int4x2", Q.Q5_K: "int4x2", Q.Q8_0: "int4x2",
     Q.Q2_K: "bf16", Q.Q3_K: "bf16", Q.Q6_K: "bf16",
 }
+NATIVE_TYPES = frozenset(Q(q) for q in native.QTYPES)
+FAST_PATHS: dict[Q, str] = dict(TORCH_PATHS)
+if native.available():  # the kernels were built (or found built) and run on this CPU
+    FAST_PATHS.update({q: "native" for q in NATIVE_TYPES})
 
 
 class QuantLinear(nn.Module):
@@ -216,6 +274,7 @@ def build_linear(t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = N
     policy = _policy
     if policy.exact:
         return QuantLinear([ReferencePart(w) for w in ts], k, bias)
-    runs = _runs(ts, lambda w: FAST_PATHS[w.qtype])
-    parts = [BUILDERS[FAST_PATHS[run[0].qtype]](run, policy) for run in runs]
+    paths = FAST_PATHS if policy.native else TORCH_PATHS
+    runs = _runs(ts, lambda w: paths[w.qtype])
+    parts = [BUILDERS[paths[run[0].qtype]](run, policy) for run in runs]
     return QuantLinear(parts, k, bias)

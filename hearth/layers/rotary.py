@@ -35,6 +35,14 @@ class Rotary(nn.Module):
                 cache[self.key] = (torch.complex(cos, sin),)
         return cache[self.key]
 
+    def halves(self, positions: torch.Tensor, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per step: (cos, sin) f32 [T, rot/2], contiguous (the layout the native kernel reads)."""
+        key = (*self.key, "halves")
+        if key not in cache:
+            freqs = torch.outer(positions.to(torch.float64), self.inv_freq)
+            cache[key] = (freqs.cos().float(), freqs.sin().float())
+        return cache[key]
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: dict) -> torch.Tensor:
         """x: [T, heads, head_dim] f32, rotated in place (a strided view of a wider row is fine)."""
         T, heads, _ = x.shape

@@ -1,15 +1,17 @@
 """How an engine holds each weight once loaded, which is what counts against memory.
 
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
-`hearth-cpu`: what hearth's CPU linear layers keep (hearth.layers.linear FAST_PATHS; a test builds
-each one and compares):
+`hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read every block type in place from the
+memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits).
+`hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run (hearth.layers.linear
+TORCH_PATHS; a test builds each one and compares):
   int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
             32 values = 5 bits a value; rows padded to a multiple of 64
   int4 x2   Q5_0, Q5_1, Q5_K, Q8_0: two such planes, 10 bits a value
   bf16      F16, Q2_K, Q3_K, Q6_K: expanded to 16 bits a value; BF16 is used in place (16 bits)
   f32       F32 used in place from the memory map (32 bits)
-The token embedding is read row by row from the file (only looked-up rows become resident); a head
-tied to it is repacked like any other weight."""
+On the CPU the token embedding is read row by row from the file (only looked-up rows become
+resident); a head tied to it is held like any other weight."""
 
 from __future__ import annotations
 
@@ -46,12 +48,14 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
-    Layout("hearth-cpu", {
+    Layout("hearth-cpu", {}, False, "hearth's CPU kernels: every GGUF block type read in place from the "
+                                    "file; embedding rows read from the file"),
+    Layout("hearth-cpu-torch", {
         Q.F32: Held(32), Q.F16: Held(16), Q.BF16: Held(16),
         Q.Q4_0: INT4X1, Q.Q4_1: INT4X1, Q.Q4_K: INT4X1,
         Q.Q5_0: INT4X2, Q.Q5_1: INT4X2, Q.Q5_K: INT4X2, Q.Q8_0: INT4X2,
         Q.Q2_K: Held(16), Q.Q3_K: Held(16), Q.Q6_K: Held(16),
-    }, False, "hearth's CPU kernels: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
+    }, False, "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
               "2/3/6-bit k-quants and F16 as bf16; embedding rows read from the file"),
 )}
 

@@ -14,8 +14,9 @@ from torch import nn
 
 from hearth.config import ModelConfig
 from hearth.errors import ModelLoadError
+from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
-from hearth.layers.linear import build_embedding, build_linear
+from hearth.layers.linear import NativePart, build_embedding, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.layers.rotary import Rotary
@@ -95,6 +96,7 @@ class MLP(nn.Module):
         self.gate_up = build_linear([g.tensor(p + "ffn_gate.weight"), g.tensor(p + "ffn_up.weight")])
         self.down = build_linear(g.tensor(p + "ffn_down.weight"))
         self.act = ACTIVATIONS[spec.activation]
+        self.activation = spec.activation
         self.inter = cfg.intermediate_size
 
     def forward(self, x):  # x: [T, hidden]
@@ -119,7 +121,12 @@ class DecoderLayer(nn.Module):
             self.post_attn_norm = RMSNorm(f32(g, p + "post_attention_norm.weight"), eps)
             self.post_ffn_norm = RMSNorm(f32(g, p + "post_ffw_norm.weight"), eps)
 
+        self.native = _native_plans(self, spec)
+        self.native_max_rows = self.native[0].gemm_min_rows if self.native else 0
+
     def forward(self, x, positions, meta, kv_cache):  # x: [T, hidden] f32, the residual stream
+        if x.shape[0] < self.native_max_rows:
+            return self._forward_native(x, positions, meta, kv_cache)
         h = self.attn(self.attn_norm(x), positions, meta, kv_cache)
         if self.post_attn_norm is not None:
             h = self.post_attn_norm(h)
@@ -128,6 +135,38 @@ class DecoderLayer(nn.Module):
         if self.post_ffn_norm is not None:
             h = self.post_ffn_norm(h)
         return x.add_(h)
+
+    def _forward_native(self, x, positions, meta, kv_cache):
+        """The same block for a few rows (decode) in 5 C++ calls plus attention: norms, activation,
+        rope and residual adds are fused around the native matmuls, saving ~30 torch ops per layer."""
+        a, T = self.attn, x.shape[0]
+        qkv, o, gate_up, down = (p.mm for p in self.native)
+        n = self.attn_norm
+        y = qkv(x, norm=n.weight, eps=n.eps, bias=a.qkv.bias)  # [T, q | k | v] f32
+        qn = a.qk_norm
+        cos, sin = a.rope.halves(positions, meta.cache)
+        native.qk_rope(y[:, :a.q_size + a.kv_size].view(T, a.heads + a.kv_heads, a.head_dim), a.rope.rot_dim,
+                       cos, sin, a.rope.neox, None if qn is None else qn.weight, 0.0 if qn is None else qn.eps)
+        write_kv_pair(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)
+        attn = paged_attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
+                               a.softcap)
+        pn = self.post_attn_norm
+        o.add_to(attn.view(T, a.q_size), x, None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
+        n, pn = self.ffn_norm, self.post_ffn_norm
+        return native.mlp_add_to(gate_up, down, self.mlp.activation, x, n.weight, n.eps,
+                                 None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
+
+
+def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...] | None:
+    """The layer's qkv, o, gate_up and down parts when each is one NativePart (and the activation is
+    one the C++ MLP knows), else None: the layer then runs op by op."""
+    lins = (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
+    parts = tuple(lin.parts[0] if len(lin.parts) == 1 else None for lin in lins)
+    if not all(isinstance(p, NativePart) for p in parts) or spec.activation not in native.ACTIVATIONS:
+        return None
+    if any(lin.bias is not None for lin in lins[1:]):
+        return None
+    return parts
 
 
 class CausalLM(nn.Module):
@@ -167,7 +206,11 @@ class CausalLM(nn.Module):
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] f32
-        logits = self.lm_head(hidden.to(self.lm_head.in_dtype)).float()
+        head = self.lm_head.parts[0] if len(self.lm_head.parts) == 1 else None
+        if isinstance(head, NativePart) and hidden.shape[0] < head.gemm_min_rows:
+            logits = head.mm(hidden)  # f32 in, f32 out: no cast of a 262k-wide row
+        else:
+            logits = self.lm_head(hidden.to(self.lm_head.in_dtype)).float()
         cap = self.cfg.final_logit_softcap
         return torch.tanh(logits / cap) * cap if cap else logits
 

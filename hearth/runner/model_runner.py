@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import ctypes
 import math
+import mmap
 import sys
 
-import numpy as np
 import torch
 
 from hearth.config import ModelConfig
@@ -37,11 +37,14 @@ def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """Zeros whose pages become resident only when written: numpy's calloc maps fresh zero pages
-    for big buffers, where torch.zeros would touch all of them (a 2 GB KV pool would cost 2 GB RSS
-    and a second of load time before the first token)."""
-    nbytes = math.prod(shape) * dtype.itemsize
-    return torch.from_numpy(np.zeros(nbytes, dtype=np.uint8)).view(dtype).view(shape)
+    """Zeros whose pages become resident only when written: an anonymous mapping is zero pages
+    until touched, where torch.zeros would touch all of them (a 2 GB KV pool would cost 2 GB RSS and
+    a second of load time before the first token). Huge pages are refused: each layer writes a few
+    KB per block, which must not pin 2 MB pages (measured: SmolLM2's KV cost ~80 MB RSS with them)."""
+    buf = mmap.mmap(-1, max(1, math.prod(shape) * dtype.itemsize))
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(shape)
 
 
 class ModelRunner:

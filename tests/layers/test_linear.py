@@ -1,6 +1,8 @@
 """Quantized linear layers and the embedding against x @ dequantize(W).T from gguf-py.
 
 Tolerances, stated once:
+  * the native path below gemm_min_rows rounds activations to 8 bits per 32-wide block (d = max|x| / 127,
+    so each activation moves by at most d / 2): it stays within ACT8_TOL * (blockmax|x| @ |W|.T);
   * fast paths (bf16 activations, bf16 scales/zeros, bf16 output) stay within
     FAST_TOL * (|x| @ Wmax.T), where Wmax[n, k] is the largest |w| in k's 32-wide group of row n
     (bf16 unit roundoff is 2**-9; a few roundings of terms no bigger than the group's max);
@@ -20,12 +22,13 @@ from hearth.errors import UnsupportedError
 from hearth.kernels.qmatmul import int4_dequant_t, int4_matmul, pack_int4
 from hearth.layers.embedding import Embedding
 from hearth.layers.quant import dequantize
-from hearth.layers.linear import (FAST_PATHS, DensePart, Int4Part, build_embedding,
-                                  build_linear, use_linear_policy)
+from hearth.layers.linear import (FAST_PATHS, TORCH_PATHS, DensePart, Int4Part, NativePart, build_embedding,
+                                  build_linear, linear_policy, use_linear_policy)
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from tests.layers.test_quant import FLOATS, QUANTS, assert_bit_exact, gguf_reference, random_tensor
 
 FAST_TOL = 2.0 ** -8
+ACT8_TOL = 1.01 / 254  # +1%: the float rounding of x / d before it is rounded to an integer
 EXACT_TOL = 1e-5
 BATCHES = (1, 3, 40)  # 40 >= gemm_min_rows: the expand-to-bf16 GEMM path of int4 weights
 
@@ -39,10 +42,26 @@ def group_max(w: torch.Tensor) -> torch.Tensor:  # [N, K] -> [N, K]: max |w| of 
     return w.abs().view(n, k // 32, 32).amax(-1, keepdim=True).expand(-1, -1, 32).reshape(n, k)
 
 
-def assert_fast_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+def block_max(x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, K]: max |x| of each 32-wide block
+    return group_max(x)
+
+
+def assert_fast_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, act8: bool = False) -> None:
+    """act8: the bound of the native path's 8-bit activations, else of the bf16 paths."""
     err = (y - x @ w.T).abs()
-    bound = FAST_TOL * (x.abs() @ group_max(w).T)
+    if act8:
+        bound = ACT8_TOL * (block_max(x) @ w.abs().T) + 1e-6 * (x.abs() @ w.abs().T)
+    else:
+        bound = FAST_TOL * (x.abs() @ group_max(w).T)
     assert bool((err <= bound).all()), f"worst err/bound {float((err / bound).max()):.3f}"
+
+
+def assert_linear_close(lin, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> None:
+    """lin(x) against x @ w.T, with the bound of the path lin takes for x's row count."""
+    y = lin(x) if bias is None else lin(x) - bias
+    x2 = x.reshape(-1, x.shape[-1])
+    act8 = any(isinstance(p, NativePart) for p in lin.parts) and x2.shape[0] < linear_policy().gemm_min_rows
+    assert_fast_close(y.reshape(x2.shape[0], -1), x2, w, act8=act8)
 
 
 def assert_exact_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
@@ -74,16 +93,19 @@ def test_int4pack_formula_layout_padding_and_chunks():
 
 # ---- every tensor type, fast and exact ----
 
+@pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
 @pytest.mark.parametrize("qtype", FLOATS + QUANTS, ids=lambda q: q.name)
-def test_fast_path_matches_dequantized_weight(qtype):
+def test_fast_path_matches_dequantized_weight(qtype, native):
     t = random_tensor(qtype, 96, 512, np.random.default_rng(int(qtype)))  # 96: int4 rows get padded
-    lin, w = build_linear(t), reference([t])
-    part = {"f32": DensePart, "bf16": DensePart, "int4x1": Int4Part, "int4x2": Int4Part}
-    assert isinstance(lin.parts[0], part[FAST_PATHS[qtype]])
+    with use_linear_policy(native=native):
+        lin = build_linear(t)
+    w = reference([t])
+    part = {"f32": DensePart, "bf16": DensePart, "int4x1": Int4Part, "int4x2": Int4Part, "native": NativePart}
+    assert isinstance(lin.parts[0], part[(FAST_PATHS if native else TORCH_PATHS)[qtype]])
     g = torch.Generator().manual_seed(1)
     for m in BATCHES:
         x = torch.randn(m, 512, generator=g)
-        assert_fast_close(lin(x), x, w)
+        assert_linear_close(lin, x, w)
 
 
 @pytest.mark.parametrize("qtype", FLOATS + QUANTS, ids=lambda q: q.name)
@@ -112,7 +134,7 @@ def test_gemm_path_in_row_chunks_and_leading_dims():
     x = torch.randn(2, 3, 256)  # [..., K]: 6 rows, over the threshold
     y = lin(x)
     assert y.shape == (2, 3, 200)
-    assert_fast_close(y.view(6, 200), x.view(6, 256), reference([t]))
+    assert_fast_close(y.view(6, 200), x.view(6, 256), reference([t]))  # bf16 tiles: not act8
 
 
 # ---- fused lists ----
@@ -125,14 +147,15 @@ def test_fused_mixed_types_and_bias():
     # types that cannot share a layout run as separate parts, outputs concatenated in order
     mixed = [random_tensor(Q.Q4_K, 32, 256, rng), random_tensor(Q.Q6_K, 48, 256, rng),
              random_tensor(Q.Q8_0, 16, 256, rng), random_tensor(Q.Q5_1, 16, 256, rng)]
-    for ts, n_parts in ((qkv, 1), (mixed, 3)):
+    native = FAST_PATHS[Q.Q4_K] == "native"  # the native kernels take any mix of block types at once
+    for ts, n_parts in ((qkv, 1), (mixed, 1 if native else 3)):
         bias = torch.randn(sum(t.shape[0] for t in ts))
         lin = build_linear(ts, bias=bias)
         assert len(lin.parts) == n_parts
         w = reference(ts)
         for m in BATCHES:
             x = torch.randn(m, 256)
-            assert_fast_close(lin(x) - bias, x, w)
+            assert_linear_close(lin, x, w, bias)
         with use_linear_policy(exact=True):
             exact = build_linear(ts, bias=bias)
         assert_exact_close(exact(x) - bias, x, w)
@@ -165,7 +188,7 @@ def test_tied_head_and_embedding_share_one_file_tensor():
     ids = torch.tensor([3, 999, 0])
     h = emb(ids)
     assert_bit_exact(h, gguf_reference(t)[ids.numpy()])
-    assert_fast_close(head(h), h, reference([t]))
+    assert_linear_close(head, h, reference([t]))
 
 
 # ---- errors ----
@@ -198,9 +221,10 @@ def _check_real(g: GGUFFile, groups: list[list[str]], rows: int = 256) -> None:
         for t in ts:
             assert_bit_exact(dequantize(t.data, t.qtype), gguf_dequantize(t.data, t.qtype).astype(np.float32))
         w, k = reference(ts), ts[0].shape[1]
+        lin = build_linear(ts)
         for m in BATCHES:
             x = torch.randn(m, k)
-            assert_fast_close(build_linear(ts)(x), x, w)
+            assert_linear_close(lin, x, w)
         with use_linear_policy(exact=True):
             assert_exact_close(build_linear(ts)(x), x, w)
 

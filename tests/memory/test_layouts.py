@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hearth.layers.linear import FAST_PATHS, build_linear
+from hearth.layers.linear import FAST_PATHS, TORCH_PATHS, build_linear, use_linear_policy
 from hearth.memory.layouts import LAYOUTS, held_bytes
 from hearth.memory.weights import WeightTensor
 from tests.layers.test_quant import random_tensor
@@ -29,14 +29,20 @@ def module_bytes(module: torch.nn.Module) -> int:
     return total
 
 
-def test_every_fast_path_type_is_in_the_table():
-    assert set(FAST_PATHS) == set(LAYOUTS["hearth-cpu"].held)
+def test_every_torch_path_type_is_in_the_table():
+    assert set(TORCH_PATHS) == set(LAYOUTS["hearth-cpu-torch"].held)
 
 
-@pytest.mark.parametrize("qtype", sorted(FAST_PATHS, key=lambda q: q.name), ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", sorted(TORCH_PATHS, key=lambda q: q.name), ids=lambda q: q.name)
 def test_held_bytes_match_the_linear_layer(qtype):
     t = random_tensor(qtype, ROWS, COLS, np.random.default_rng(0))
-    held = held_bytes(WeightTensor("w", qtype, (ROWS, COLS)), LAYOUTS["hearth-cpu"])
-    assert held == module_bytes(build_linear(t))
+    w = WeightTensor("w", qtype, (ROWS, COLS))
+    with use_linear_policy(native=False):
+        assert held_bytes(w, LAYOUTS["hearth-cpu-torch"]) == module_bytes(build_linear(t))
+    if FAST_PATHS[qtype] == "native":  # the C++ kernels keep no copy: the file's pages are the weight
+        assert module_bytes(build_linear(t)) == 0
+        assert held_bytes(w, LAYOUTS["hearth-cpu"]) == t.data.nbytes
+    else:
+        assert held_bytes(w, LAYOUTS["hearth-cpu"]) == module_bytes(build_linear(t))
     # the file layout is the GGUF bytes themselves
     assert held_bytes(WeightTensor("w", qtype, (ROWS, COLS)), LAYOUTS["file"]) == t.data.nbytes

@@ -1,0 +1,396 @@
+// GGUF block formats as unsigned codes plus per-16-weight scales and offsets, the 8-bit activation
+// format, and the per-row dot product and dequantization built on them. Included once, by
+// gguf_kernels.cpp (one translation unit: one compiler run).
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int SB = 256;  // weights per superblock: 4 chunks of 64, 16 groups of 16
+
+// GGML type ids (gguf GGMLQuantizationType)
+enum : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
+             Q5_K = 13, Q6_K = 14 };
+
+inline float f16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline __m512i join(__m256i lo, __m256i hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+const __m256i LOW4 = _mm256_set1_epi8(0x0F);
+
+inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> 32 codes: low nibbles, then high
+  __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
+  return _mm256_and_si256(y, LOW4);
+}
+
+inline uint32_t u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// ---- 32-wide block types, read two blocks per 64-weight chunk ----
+// A chunk holds blocks (b, b + 1) "paired": the first 16 weights of b, of b + 1, then the last 16 of
+// b, of b + 1 -- the order the nibbles of two blocks fall into with one load and one shift. The
+// activations are quantized into the same order (Act's paired layout). A superblock is 8 blocks;
+// the last one of a row may be short (missing blocks read as ZERO_BLOCK: zero codes, zero scale).
+// sym: w = s * (q - C) (gguf-py's expression for symmetric types); else w = s * q + o.
+
+alignas(64) const uint8_t ZERO_BLOCK[64] = {};
+
+inline __m512i paired_nibbles(const uint8_t* q0, const uint8_t* q1) {
+  const __m256i y = _mm256_loadu2_m128i(reinterpret_cast<const __m128i*>(q1), reinterpret_cast<const __m128i*>(q0));
+  return join(_mm256_and_si256(y, LOW4), _mm256_and_si256(_mm256_srli_epi16(y, 4), LOW4));
+}
+
+inline __mmask64 paired_bits(uint32_t h0, uint32_t h1) {  // 32 high bits of each block, paired order
+  return _pdep_u64(h0, 0x0000FFFF0000FFFFull) | _pdep_u64(h1, 0xFFFF0000FFFF0000ull);
+}
+
+struct TQ4_0 {
+  static constexpr int TS = 18, C = 8;
+  static constexpr bool sym = true;
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return paired_nibbles(b0 + 2, b1 + 2); }
+};
+struct TQ4_1 {
+  static constexpr int TS = 20, C = 0;
+  static constexpr bool sym = false;
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return paired_nibbles(b0 + 4, b1 + 4); }
+};
+struct TQ5_0 {
+  static constexpr int TS = 22, C = 16;
+  static constexpr bool sym = true;
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_or_si512(paired_nibbles(b0 + 6, b1 + 6), _mm512_maskz_set1_epi8(paired_bits(u32(b0 + 2), u32(b1 + 2)), 0x10));
+  }
+};
+struct TQ5_1 {
+  static constexpr int TS = 24, C = 0;
+  static constexpr bool sym = false;
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_or_si512(paired_nibbles(b0 + 8, b1 + 8), _mm512_maskz_set1_epi8(paired_bits(u32(b0 + 4), u32(b1 + 4)), 0x10));
+  }
+};
+struct TQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
+  static constexpr int TS = 34, C = 128;
+  static constexpr bool sym = true;
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
+    const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
+    const __m512i b = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)));
+    const __m512i v = _mm512_permutex2var_epi64(a, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), b);
+    return _mm512_xor_si512(v, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+};
+
+template <class T>
+struct Blocks32 {
+  static constexpr bool sym = T::sym, paired = true;
+  static constexpr int C = T::C;
+  // the scales of superblock `sb` (in chunk order: group 4c + k is the k-th 16 weights of chunk c)
+  static int scales(const uint8_t* row, int64_t sb, int64_t nb, __m512& s, __m512& o) {
+    const int64_t b0 = sb * 8;
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - b0));
+    const __m256i at = _mm256_mullo_epi32(_mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0), _mm256_set1_epi32(T::TS));
+    // the first 4 bytes of each block: f16 d (and f16 m for the affine types)
+    const __m256i g = _mm256_mmask_i32gather_epi32(_mm256_setzero_si256(), static_cast<__mmask8>((1u << n) - 1), at,
+                                                   row + b0 * T::TS, 1);
+    const __m512i pair = _mm512_set_epi32(7, 6, 7, 6, 5, 4, 5, 4, 3, 2, 3, 2, 1, 0, 1, 0);
+    const __m256 s8 = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+    s = _mm512_permutexvar_ps(pair, _mm512_castps256_ps512(s8));
+    if (sym) {
+      o = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(C)));
+    } else {
+      const __m256 o8 = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16)));
+      o = _mm512_permutexvar_ps(pair, _mm512_castps256_ps512(o8));
+    }
+    return (n + 1) / 2;
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t nb) {
+    const int64_t b = sb * 8 + 2 * c;
+    return T::codes(row + b * T::TS, b + 1 < nb ? row + (b + 1) * T::TS : ZERO_BLOCK);
+  }
+  static int pos(int c, int k) { return 64 * c + 32 * (k & 1) + 16 * (k >> 1); }  // natural offset
+};
+
+// ---- k-quants: one 256-weight block per superblock, chunks of 64 consecutive weights ----
+
+const __m512i DUP2 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+
+inline __m512 bytes_to_ps(__m128i x) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x)); }
+
+inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {  // Q4_K/Q5_K: d dmin scales[12]
+  // ggml's get_scale_min_k4 for all 8 groups: 6-bit scales and mins, high bits packed in bytes 8..11
+  const uint32_t a0 = u32(b + 4), a1 = u32(b + 8), a2 = u32(b + 12);
+  const uint64_t sc = (a0 & 0x3F3F3F3Fu) | static_cast<uint64_t>((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
+  const uint64_t mn = (a1 & 0x3F3F3F3Fu) | static_cast<uint64_t>(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4)) << 32;
+  const __m512 d = _mm512_set1_ps(f16(b)), dmin = _mm512_set1_ps(-f16(b + 2));
+  s = _mm512_permutexvar_ps(DUP2, _mm512_mul_ps(d, bytes_to_ps(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
+  o = _mm512_permutexvar_ps(DUP2, _mm512_mul_ps(dmin, bytes_to_ps(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+  return 4;
+}
+
+struct KQuant {
+  static constexpr bool paired = false;
+  static int pos(int c, int k) { return 64 * c + 16 * k; }
+};
+
+struct TQ4_K : KQuant {  // d dmin scales[12] qs[128]; 8 groups of 32
+  static constexpr int TS = 144, C = 0;
+  static constexpr bool sym = false;
+  static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
+    return k4_scales(row + sb * TS, s, o);
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + sb * TS + 16 + 32 * c));
+    return join(_mm256_and_si256(x, LOW4), _mm256_and_si256(_mm256_srli_epi16(x, 4), LOW4));
+  }
+};
+
+inline __mmask64 bit_pair(__m256i v, int c) {  // bits 2c (first 32 bytes) and 2c + 1 (next 32) of v's bytes
+  return _mm256_test_epi8_mask(v, _mm256_set1_epi8(static_cast<char>(1 << (2 * c)))) |
+         (static_cast<__mmask64>(_mm256_test_epi8_mask(v, _mm256_set1_epi8(static_cast<char>(2 << (2 * c))))) << 32);
+}
+
+struct TQ5_K : KQuant {  // d dmin scales[12] qh[32] qs[128]; bit g of qh[l] is the high bit of weight 32g + l
+  static constexpr int TS = 176, C = 0;
+  static constexpr bool sym = false;
+  static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
+    return k4_scales(row + sb * TS, s, o);
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {
+    const uint8_t* b = row + sb * TS;
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 48 + 32 * c));
+    __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
+    __m512i lo = join(_mm256_and_si256(x, LOW4), _mm256_and_si256(_mm256_srli_epi16(x, 4), LOW4));
+    return _mm512_or_si512(lo, _mm512_maskz_set1_epi8(bit_pair(qh, c), 0x10));
+  }
+};
+
+struct TQ6_K : KQuant {  // ql[128] qh[64] scales[16] (int8) d; 16 groups of 16; w = d*sc*(q - 32)
+  static constexpr int TS = 210, C = 32;
+  static constexpr bool sym = true;
+  static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
+    const uint8_t* b = row + sb * TS;
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+    s = _mm512_mul_ps(_mm512_set1_ps(f16(b + 208)), sc);
+    o = _mm512_mul_ps(s, _mm512_set1_ps(-32.0f));
+    return 4;
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {
+    // half h = c / 2 holds weights 128h + (0..127): low nibbles of ql[64h..] are 0..63, high 64..127;
+    // the 2-bit highs of weight 128h + 32s + l sit at bits 2s of qh[32h + l]
+    const uint8_t* b = row + sb * TS;
+    const int h = c >> 1;
+    __m512i ql = _mm512_loadu_si512(b + 64 * h);
+    __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+    __m512i qh2 = join(qh, _mm256_srli_epi16(qh, 2));
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
+    if (c & 1) {
+      ql = _mm512_srli_epi16(ql, 4);
+      qh2 = _mm512_srli_epi16(qh2, 4);
+    }
+    return _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh2, m2), 4));
+  }
+};
+
+struct TQ2_K : KQuant {  // scales[16] qs[64] d dmin; weight 128h + 32s + l = (qs[32h + l] >> 2s) & 3
+  static constexpr int TS = 84, C = 0;
+  static constexpr bool sym = false;
+  static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
+    const uint8_t* b = row + sb * TS;
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    s = _mm512_mul_ps(_mm512_set1_ps(f16(b + 80)), bytes_to_ps(_mm_and_si128(x, m4)));
+    o = _mm512_mul_ps(_mm512_set1_ps(-f16(b + 82)), bytes_to_ps(_mm_and_si128(_mm_srli_epi16(x, 4), m4)));
+    return 4;
+  }
+  static __m512i low2(const uint8_t* qs, int c) {
+    __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs + 32 * (c >> 1)));
+    x = _mm256_srli_epi16(x, 4 * (c & 1));
+    const __m256i m2 = _mm256_set1_epi8(3);
+    return join(_mm256_and_si256(x, m2), _mm256_and_si256(_mm256_srli_epi16(x, 2), m2));
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {
+    return low2(row + sb * TS + 16, c);
+  }
+};
+
+struct TQ3_K : KQuant {  // hmask[32] qs[64] scales[12] d; q = low2 | hbit << 2, w = d*sc*(q - 4)
+  static constexpr int TS = 110, C = 4;
+  static constexpr bool sym = true;
+  static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
+    const uint8_t* b = row + sb * TS;
+    const uint8_t* x = b + 96;  // 16 six-bit scales: low nibbles in bytes 0..7, high 2-bit pairs in 8..11
+    alignas(64) float sc[16];
+    for (int j = 0; j < 16; ++j) {
+      const int lo = j < 8 ? (x[j] & 0x0F) : (x[j - 8] >> 4);
+      const int hi = (x[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+      sc[j] = static_cast<float>(static_cast<int8_t>(lo | (hi << 4)) - 32);
+    }
+    s = _mm512_mul_ps(_mm512_set1_ps(f16(b + 108)), _mm512_load_ps(sc));
+    o = _mm512_mul_ps(s, _mm512_set1_ps(-4.0f));
+    return 4;
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {
+    const uint8_t* b = row + sb * TS;
+    __m256i hm = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
+    return _mm512_or_si512(TQ2_K::low2(b + 32, c), _mm512_maskz_set1_epi8(bit_pair(hm, c), 4));
+  }
+};
+
+// ---- activations ----
+
+struct Layout {  // M rows, each padded with zeros to Kp = K rounded up to 256
+  int8_t* q = nullptr;  // [M][Kp]
+  float* d16 = nullptr;  // [M][Kp/16]: the scale of the 32-block each 16 codes come from
+  float* a16 = nullptr;  // [M][Kp/16]: d * (sum of those 16 codes)
+};
+
+struct Act {
+  int64_t M = 0, K = 0, Kp = 0;
+  Layout natural, paired;  // paired: the chunk order of the 32-wide block types
+  const Layout& get(bool p) const { return p ? paired : natural; }
+};
+
+thread_local std::vector<uint8_t> act_buf;
+
+// row m of x -> q8 blocks; half-block h (16 values) lands at 16 * dst(h) in both layouts
+Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natural, bool want_paired) {
+  Act a;
+  a.M = M, a.K = K, a.Kp = (K + SB - 1) / SB * SB;
+  const int64_t g = a.Kp / 16;
+  const size_t per = static_cast<size_t>(M) * (a.Kp + 2 * g * sizeof(float));
+  const size_t need = 2 * per + 64;
+  if (act_buf.size() < need) act_buf.resize(need);
+  uint8_t* p = act_buf.data();
+  Layout* outs[2] = {want_natural ? &a.natural : nullptr, want_paired ? &a.paired : nullptr};
+  for (Layout* l : outs) {
+    if (!l) continue;
+    l->d16 = reinterpret_cast<float*>(p);
+    l->a16 = l->d16 + M * g;
+    l->q = reinterpret_cast<int8_t*>(l->a16 + M * g);
+    p += per;
+    std::memset(l->d16, 0, per);
+  }
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x + m * ldx;
+    for (int64_t b = 0; b < K / 32; ++b) {
+      __m512 v[2] = {_mm512_loadu_ps(xr + 32 * b), _mm512_loadu_ps(xr + 32 * b + 16)};
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (int h = 0; h < 2; ++h) {
+        const __m512i iq = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(id)));  // nearest even
+        const __m128i q8 = _mm512_cvtsepi32_epi8(iq);
+        const float sum = d * static_cast<float>(_mm512_reduce_add_epi32(iq));
+        // half-block index in each layout: natural 2b + h; paired (64-chunk of block pair b / 2)
+        const int64_t idx[2] = {2 * b + h, 4 * (b >> 1) + 2 * h + (b & 1)};
+        for (int li = 0; li < 2; ++li) {
+          if (!outs[li]) continue;
+          _mm_storeu_si128(reinterpret_cast<__m128i*>(outs[li]->q + m * a.Kp + 16 * idx[li]), q8);
+          outs[li]->d16[m * g + idx[li]] = d;
+          outs[li]->a16[m * g + idx[li]] = sum;
+        }
+      }
+    }
+  }
+  return a;
+}
+
+// lane i of chunk c's int32 dot products covers weights 64c + 4i .. 4i + 3: group 4c + i / 4
+inline __m512i group_index(int c) {
+  return _mm512_add_epi32(_mm512_set1_epi32(4 * c),
+                          _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2));
+}
+
+// y[m][n] for rows m0 .. m0 + MT of the activations and one weight row
+template <class T, int MT>
+void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy) {
+  const Layout& a = act.get(T::paired);
+  __m512 acc[MT], off[MT], cs[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = off[m] = _mm512_setzero_ps();
+  const int64_t g = act.Kp / 16;
+  for (int64_t sb = 0; sb < act.Kp / SB; ++sb) {
+    __m512 vs, vo;
+    const int nch = T::scales(row, sb, nb, vs, vo);
+    for (int m = 0; m < MT; ++m) {  // per 16 weights: weight scale x activation scale; offsets
+      const int64_t at = (m0 + m) * g + 16 * sb;
+      cs[m] = _mm512_mul_ps(vs, _mm512_loadu_ps(a.d16 + at));
+      off[m] = _mm512_fmadd_ps(vo, _mm512_loadu_ps(a.a16 + at), off[m]);
+    }
+    for (int c = 0; c < 4; ++c) {
+      if (c >= nch) break;
+      const __m512i codes = T::codes(row, sb, c, nb);
+      const __m512i idx = group_index(c);
+      for (int m = 0; m < MT; ++m) {
+        const __m512i qa = _mm512_loadu_si512(a.q + (m0 + m) * act.Kp + sb * SB + 64 * c);
+        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, qa);
+        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(idx, cs[m]), acc[m]);
+      }
+    }
+  }
+  for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m], off[m]));
+}
+
+template <class T>
+void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
+              float* y, int64_t ldy) {
+  constexpr int MT = 4;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    int64_t m = 0;
+    for (; m + MT <= a.M; m += MT) dot_row<T, MT>(row, nb, a, m, y + n, ldy);
+    switch (a.M - m) {
+      case 3: dot_row<T, 3>(row, nb, a, m, y + n, ldy); break;
+      case 2: dot_row<T, 2>(row, nb, a, m, y + n, ldy); break;
+      case 1: dot_row<T, 1>(row, nb, a, m, y + n, ldy); break;
+      default: break;
+    }
+  }
+}
+
+// ---- dequantization (bit-exact with gguf-py) ----
+
+template <class T>
+void dequant_row(const uint8_t* row, int64_t K, int64_t nb, float* out) {
+  alignas(64) float s16[16], o16[16];
+  const __m512 cz = _mm512_set1_ps(static_cast<float>(T::C));
+  for (int64_t sb = 0; sb < (K + SB - 1) / SB; ++sb) {
+    __m512 vs, vo;
+    const int nch = T::scales(row, sb, nb, vs, vo);
+    _mm512_store_ps(s16, vs);
+    _mm512_store_ps(o16, vo);
+    for (int c = 0; c < nch; ++c) {
+      alignas(64) uint8_t q[64];
+      _mm512_store_si512(q, T::codes(row, sb, c, nb));
+      for (int k = 0; k < 4; ++k) {
+        const int64_t at = sb * SB + T::pos(c, k);
+        if (at >= K) continue;
+        __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * k))));
+        const __m512 s = _mm512_set1_ps(s16[4 * c + k]);
+        v = T::sym ? _mm512_mul_ps(s, _mm512_sub_ps(v, cz)) : _mm512_add_ps(_mm512_mul_ps(s, v), _mm512_set1_ps(o16[4 * c + k]));
+        _mm512_storeu_ps(out + at, v);
+      }
+    }
+  }
+}
+
+inline __m256i to_bf16(__m512 v) {  // round to nearest even, like torch's .to(torch.bfloat16)
+  __m512i u = _mm512_castps_si512(v);
+  __m512i r = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(u, r), 16));
+}
+
+}  // namespace

@@ -1,0 +1,337 @@
+// Matmul, row lookup and bf16 expansion straight on GGUF blocks (AVX-512 + VNNI), called via ctypes.
+//
+// Activations are quantized to 8 bits per 32 values (ggml's q8_0 rule: d = max|x| / 127,
+// q = round(x / d)); weights are read from the file's blocks as unsigned codes in the affine form
+// w = s * q + o of hearth/layers/quant.py (one (s, o) per 16 or 32 weights), so
+//   sum_k w_k x_k ~= sum_groups  s * d_x * sum(q * qx)  +  o * d_x * sum(qx)
+// where sum(q * qx) is an integer dot product (vpdpbusd: u8 codes x s8 activations). Same idea as
+// ggml's vec_dot kernels, written for this form; every type shares one loop and differs only in
+// how a 64-weight chunk's codes and a 256-weight superblock's scales are unpacked.
+//
+// Build: g++ -O3 -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mf16c -mfma -mbmi2 -ffp-contract=off -fopenmp
+// (-ffp-contract=off keeps dequantization bit-exact with gguf-py: s * q, then + o, two roundings).
+
+#include <cmath>
+
+#include <omp.h>
+
+#include "blocks.h"
+
+namespace {
+
+// ---- type dispatch ----
+
+template <template <class> class F, class... Args>
+bool dispatch(int qtype, Args&&... args) {
+  switch (qtype) {
+    case Q4_0: F<Blocks32<TQ4_0>>::run(args...); return true;
+    case Q4_1: F<Blocks32<TQ4_1>>::run(args...); return true;
+    case Q5_0: F<Blocks32<TQ5_0>>::run(args...); return true;
+    case Q5_1: F<Blocks32<TQ5_1>>::run(args...); return true;
+    case Q8_0: F<Blocks32<TQ8_0>>::run(args...); return true;
+    case Q2_K: F<TQ2_K>::run(args...); return true;
+    case Q3_K: F<TQ3_K>::run(args...); return true;
+    case Q4_K: F<TQ4_K>::run(args...); return true;
+    case Q5_K: F<TQ5_K>::run(args...); return true;
+    case Q6_K: F<TQ6_K>::run(args...); return true;
+    default: return false;
+  }
+}
+
+bool is_paired(int qtype) { return qtype == Q4_0 || qtype == Q4_1 || qtype == Q5_0 || qtype == Q5_1 || qtype == Q8_0; }
+
+int64_t blocks_per_row(int qtype, int64_t K) {
+  return (qtype == Q2_K || qtype == Q3_K || qtype == Q4_K || qtype == Q5_K || qtype == Q6_K) ? K / SB : K / 32;
+}
+
+template <class T>
+struct RowsDot {
+  static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
+                  float* y, int64_t ldy) {
+    rows_dot<T>(w, row_bytes, n0, n1, nb, a, y, ldy);
+  }
+};
+
+template <class T>
+struct DequantRows {
+  static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, const int64_t* ids, int64_t T_,
+                  float* out) {
+    for (int64_t t = 0; t < T_; ++t) dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
+  }
+};
+
+template <class T>
+struct DequantBf16 {
+  static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, int64_t r0, int64_t r1,
+                  uint16_t* out) {
+    std::vector<float> tmp(K + 16);
+    for (int64_t r = r0; r < r1; ++r) {
+      dequant_row<T>(w + r * row_bytes, K, nb, tmp.data());
+      uint16_t* o = out + (r - r0) * K;
+      for (int64_t k = 0; k < K; k += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + k), to_bf16(_mm512_loadu_ps(tmp.data() + k)));
+    }
+  }
+};
+
+struct Part {
+  const uint8_t* w;
+  int qtype;
+  int64_t rows, row_bytes, out_col, nb;
+};
+
+// A linear layer: weights sharing in_features K, their outputs side by side (fused q|k|v, gate|up).
+struct Plan {
+  int64_t K = 0, N = 0;
+  std::vector<Part> parts;
+  bool natural = false, paired = false;  // the activation layouts its parts read
+  double bytes = 0;
+};
+
+int threads_for(double work) {  // work ~ weight bytes x rows of activations
+  return work < 64.0 * 1024 ? 1 : omp_get_max_threads();
+}
+
+// y[:, part columns] = a @ W.T, rows of every part split evenly over the threads
+bool run(const Plan& p, const Act& a, float* y, int64_t ldy) {
+  int bad = 0;
+#pragma omp parallel num_threads(threads_for(p.bytes * a.M)) reduction(| : bad)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    for (const Part& q : p.parts) {
+      const int64_t n0 = q.rows * t / T, n1 = q.rows * (t + 1) / T;
+      if (n1 > n0 && !dispatch<RowsDot>(q.qtype, q.w, q.row_bytes, n0, n1, q.nb, a, y + q.out_col, ldy)) bad = 1;
+    }
+  }
+  return !bad;
+}
+
+Act quantize_for(const Plan& p, const float* x, int64_t M, int64_t ldx) {
+  return quantize(x, M, p.K, ldx, p.natural, p.paired);
+}
+
+// ---- the small f32 ops around a decode step's matmuls ----
+
+inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
+
+// out = x * rsqrt(mean(x^2) + eps) * w over n values (hearth.layers.norm.RMSNorm); out may be x
+void rmsnorm_row(const float* x, int64_t n, const float* w, float eps, float* out) {
+  __m512 ss = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+    ss = _mm512_fmadd_ps(v, v, ss);
+  }
+  const __m512 r = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(ss) / static_cast<float>(n) + eps));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), r);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)));
+  }
+}
+
+// e^x for |x| < 88: 2^n * e^r with |r| <= ln2 / 2, degree-6 polynomial (~2 ulp; cephes' expf scheme)
+inline __m512 exp_ps(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-88.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+enum : int { SILU = 0, GELU_TANH = 1 };
+
+// h = act(gate) * up, elementwise over n values
+void act_mul(int act, const float* gate, const float* up, int64_t n, float* h) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = tail_mask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i), u = _mm512_maskz_loadu_ps(m, up + i);
+    __m512 a;
+    if (act == SILU) {  // g / (1 + e^-g)
+      a = _mm512_div_ps(g, _mm512_add_ps(one, exp_ps(_mm512_sub_ps(_mm512_setzero_ps(), g))));
+    } else {  // 0.5 g (1 + tanh(z)), z = sqrt(2/pi) (g + 0.044715 g^3), 1 + tanh(z) = 2 - 2 / (1 + e^2z)
+      const __m512 z = _mm512_mul_ps(_mm512_set1_ps(0.7978845608f),
+                                     _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(0.044715f), g), _mm512_mul_ps(g, g), g));
+      const __m512 t = _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(one, exp_ps(_mm512_add_ps(z, z))));
+      a = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), g), _mm512_sub_ps(_mm512_set1_ps(2.0f), t));
+    }
+    _mm512_mask_storeu_ps(h + i, m, _mm512_mul_ps(a, u));
+  }
+}
+
+thread_local std::vector<float> tmp_in, tmp_norm, tmp_mid, tmp_out;
+
+float* scratch(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
+// rows of x, RMS-normed into scratch when w is given
+const float* normed(const float* x, int64_t M, int64_t K, int64_t& ldx, const float* w, float eps) {
+  if (!w) return x;
+  float* out = scratch(tmp_norm, M * K);
+  for (int64_t m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, K, w, eps, out + m * K);
+  ldx = K;
+  return out;
+}
+
+// r += y (after an RMSNorm of y's rows with post_w when given); y: [M, N] contiguous
+void add_residual(float* y, int64_t M, int64_t N, const float* post_w, float post_eps, float* r, int64_t ldr) {
+  for (int64_t m = 0; m < M; ++m) {
+    float* ym = y + m * N;
+    if (post_w) rmsnorm_row(ym, N, post_w, post_eps, ym);
+    float* rm = r + m * ldr;
+    for (int64_t i = 0; i < N; i += 16) {
+      const __mmask16 k = tail_mask(N - i);
+      _mm512_mask_storeu_ps(rm + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, rm + i), _mm512_maskz_loadu_ps(k, ym + i)));
+    }
+  }
+}
+
+// rows of bf16 x as f32 (in scratch)
+const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
+  float* out = scratch(tmp_in, M * K);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t i = 0; i < K; i += 16) {
+      const __mmask16 k = tail_mask(K - i);
+      const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, x + m * ldx + i));
+      _mm512_mask_storeu_ps(out + m * K + i, k, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+  ldx = K;
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+int hk_abi_version() { return 3; }
+
+int hk_cpu_ok() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+}
+
+// A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
+// type or a K that is not a whole number of its blocks. Free with hk_plan_free.
+void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t* rows, const int64_t* row_bytes,
+                  int64_t K) {
+  if (K <= 0 || K % 32) return nullptr;
+  Plan* p = new Plan;
+  p->K = K;
+  for (int i = 0; i < n; ++i) {
+    const bool k_quant = !is_paired(qtypes[i]);
+    if (k_quant && K % SB) { delete p; return nullptr; }
+    p->parts.push_back({static_cast<const uint8_t*>(w[i]), qtypes[i], rows[i], row_bytes[i], p->N,
+                        blocks_per_row(qtypes[i], K)});
+    (k_quant ? p->natural : p->paired) = true;
+    p->N += rows[i];
+    p->bytes += static_cast<double>(rows[i]) * row_bytes[i];
+  }
+  alignas(64) float probe[32] = {};  // unknown types fail here, once, instead of at every call
+  const Act a = quantize_for(*p, probe, 0, 0);
+  for (const Part& q : p->parts)
+    if (!dispatch<RowsDot>(q.qtype, q.w, q.row_bytes, 0, 0, q.nb, a, probe, 0)) { delete p; return nullptr; }
+  return p;
+}
+
+void hk_plan_free(void* p) { delete static_cast<Plan*>(p); }
+
+// y[M, N] (row stride ldy) = rmsnorm(x) @ W.T + bias; x: [M, K] (row stride ldx), f32 or (x_bf16) bf16;
+// norm_w, bias optional (null).
+void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t ldx, const float* norm_w,
+               float eps, const float* bias, float* y, int64_t ldy) {
+  const Plan& p = *static_cast<const Plan*>(plan);
+  const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
+  const float* xn = normed(xf, M, p.K, ldx, norm_w, eps);
+  run(p, quantize_for(p, xn, M, ldx), y, ldy);
+  if (bias)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t n = 0; n < p.N; ++n) y[m * ldy + n] += bias[n];
+}
+
+// r[M, N] += rmsnorm_post(x @ W.T): an output projection into the residual stream (post_w optional).
+void hk_linear_residual(const void* plan, const float* x, int64_t M, int64_t ldx, const float* post_w,
+                        float post_eps, float* r, int64_t ldr) {
+  const Plan& p = *static_cast<const Plan*>(plan);
+  float* y = scratch(tmp_out, M * p.N);
+  run(p, quantize_for(p, x, M, ldx), y, p.N);
+  add_residual(y, M, p.N, post_w, post_eps, r, ldr);
+}
+
+// The MLP block on the residual stream r [M, hidden] (row stride ldr):
+//   r += rmsnorm_post(down(act(gate) * up)),  gate | up = gate_up(rmsnorm(r))
+void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M, int64_t ldr,
+            const float* norm_w, float eps, const float* post_w, float post_eps) {
+  const Plan& gu = *static_cast<const Plan*>(gate_up);
+  const Plan& dn = *static_cast<const Plan*>(down);
+  const int64_t inter = gu.N / 2;
+  int64_t ldx = ldr;
+  const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
+  float* g = scratch(tmp_mid, M * gu.N);
+  run(gu, quantize_for(gu, xn, M, ldx), g, gu.N);
+  for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
+  float* y = scratch(tmp_out, M * dn.N);
+  run(dn, quantize_for(dn, g, M, gu.N), y, dn.N);
+  add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
+}
+
+// q | k heads in place: an RMSNorm per head (norm_w: [heads, D], optional), then rotary embedding of
+// the first `rot` dims with cos, sin: [T, rot / 2]; neox rotates halves (x[i], x[i + rot/2]), else
+// adjacent pairs (x[2i], x[2i + 1]) (hearth.layers.rotary).
+void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w,
+                float eps, const float* cos, const float* sin, int neox) {
+  const int64_t h2 = rot / 2;
+  for (int64_t t = 0; t < T; ++t) {
+    const float* c = cos + t * h2;
+    const float* s = sin + t * h2;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = qk + t * ld + h * D;
+      if (norm_w) rmsnorm_row(v, D, norm_w + h * D, eps, v);
+      for (int64_t i = 0; i < h2; ++i) {
+        const int64_t ia = neox ? i : 2 * i, ib = neox ? i + h2 : 2 * i + 1;
+        const float a = v[ia], b = v[ib];
+        v[ia] = a * c[i] - b * s[i];
+        v[ib] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+// Rows `ids` of a [V, K] tensor -> f32 out [T, K] (an embedding lookup).
+// Returns 0, -1 for an unknown type, -2 for an id outside [0, V).
+int hk_dequant_rows(const void* w, int qtype, int64_t row_bytes, int64_t K, int64_t V, const int64_t* ids,
+                    int64_t T, float* out) {
+  for (int64_t t = 0; t < T; ++t)
+    if (ids[t] < 0 || ids[t] >= V) return -2;
+  return dispatch<DequantRows>(qtype, static_cast<const uint8_t*>(w), row_bytes, K, blocks_per_row(qtype, K),
+                               ids, T, out) ? 0 : -1;
+}
+
+// Rows r0 .. r1 of a [N, K] tensor -> bf16 out [r1 - r0, K] (the dense prefill path), in parallel.
+int hk_dequant_bf16(const void* w, int qtype, int64_t row_bytes, int64_t K, int64_t r0, int64_t r1,
+                    uint16_t* out) {
+  if (K % 16) return -1;
+  int bad = 0;
+  const int nt = threads_for(static_cast<double>(r1 - r0) * row_bytes * 8);
+#pragma omp parallel num_threads(nt) reduction(| : bad)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t a = r0 + (r1 - r0) * t / T, b = r0 + (r1 - r0) * (t + 1) / T;
+    if (b > a && !dispatch<DequantBf16>(qtype, static_cast<const uint8_t*>(w), row_bytes, K,
+                                        blocks_per_row(qtype, K), a, b, out + (a - r0) * K))
+      bad = 1;
+  }
+  return bad ? -1 : 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,239 @@
+"""The C++ kernels of csrc/gguf_kernels.cpp: matmul, row lookup and bf16 expansion on GGUF blocks.
+
+Built on first use with the system g++ (a few seconds) into $HEARTH_HOME/kernels/, keyed by a hash
+of the source and flags, and loaded with ctypes: plain C entry points need no Python or torch
+headers (a torch extension would take ~30 s to compile) and a call costs ~1 us. OpenMP comes from
+the libgomp torch already loaded (same soname), so both share one thread pool.
+
+`lib()` is None when the kernels cannot run here (no compiler, a CPU without AVX-512 VNNI, not
+x86-64 Linux, or HEARTH_NATIVE=0): callers fall back to the torch paths, after one warning."""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+from hearth.loader.store import hearth_home
+
+CSRC = Path(__file__).parent / "csrc"
+SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
+FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
+         "-mavx512vnni", "-mf16c", "-mfma", "-mbmi2", "-ffp-contract=off", "-w"]
+ABI_VERSION = 3
+# GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
+QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
+          13: "Q5_K", 14: "Q6_K"}
+
+_lib: ctypes.CDLL | None = None
+_tried = False
+_p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+def lib() -> ctypes.CDLL | None:
+    global _lib, _tried
+    if not _tried:
+        _tried = True
+        try:
+            _lib = _load()
+        except Exception as e:  # noqa: BLE001  (any failure means: use the torch paths)
+            warnings.warn(f"hearth: native GGUF kernels unavailable ({e}); using slower torch kernels",
+                          RuntimeWarning, stacklevel=2)
+            _lib = None
+    return _lib
+
+
+def available() -> bool:
+    return lib() is not None
+
+
+def _load() -> ctypes.CDLL | None:
+    if os.environ.get("HEARTH_NATIVE", "1") == "0":
+        return None
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
+        raise RuntimeError(f"no build for {sys.platform}/{platform.machine()}")
+    cpu_flags = _cpu_flags()
+    missing = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma", "bmi2"} - cpu_flags
+    if missing:
+        raise RuntimeError(f"this CPU lacks {', '.join(sorted(missing))}")
+    path = _build()
+    so = ctypes.CDLL(str(path))
+    _declare(so)
+    if so.hk_abi_version() != ABI_VERSION or not so.hk_cpu_ok():
+        raise RuntimeError("kernel library does not match this CPU or version")
+    return so
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next(ln for ln in f if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        return set()
+    return set(line.split(":", 1)[1].split())
+
+
+def _build() -> Path:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler (g++) found")
+    src = b"".join(f.read_bytes() for f in sorted(CSRC.iterdir()) if f.suffix in (".cpp", ".h"))
+    key = hashlib.sha256(src + " ".join([cxx, *FLAGS]).encode()).hexdigest()[:16]
+    for out_dir in (hearth_home() / "kernels", Path(tempfile.gettempdir()) / f"hearth-kernels-{os.getuid()}"):
+        out = out_dir / f"gguf_kernels-{key}.so"
+        if out.exists():
+            return out
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            if os.access(out_dir, os.W_OK):
+                break
+        except OSError:
+            continue
+    else:
+        raise RuntimeError("no writable directory for the compiled kernels")
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
+    os.close(fd)
+    try:
+        r = subprocess.run([cxx, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            last = (r.stderr.strip().splitlines() or ["?"])[-1]
+            raise RuntimeError(f"{Path(cxx).name} failed: {last}")
+        os.replace(tmp, out)  # atomic: a concurrent build of the same key writes the same bytes
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+_f32 = ctypes.c_float
+
+
+def _declare(so: ctypes.CDLL) -> None:
+    sigs = {  # name: (restype, argtypes)
+        "hk_abi_version": (_int, []),
+        "hk_cpu_ok": (_int, []),
+        "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64]),
+        "hk_plan_free": (None, [_p]),
+        "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
+        "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
+        "hk_mlp": (None, [_p, _p, _int, _p, _i64, _i64, _p, _f32, _p, _f32]),
+        "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
+        "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
+        "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(so, name)
+        fn.restype, fn.argtypes = res, args
+
+
+def _ptr(t: torch.Tensor | None) -> int | None:
+    return None if t is None else t.data_ptr()
+
+
+def _f32_rows(x: torch.Tensor) -> torch.Tensor:
+    """The kernels read f32 rows with unit stride along the last dim (any row stride)."""
+    return x if x.dtype == torch.float32 and x.stride(-1) == 1 else x.float().contiguous()
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    """f32 or bf16 rows with unit stride along the last dim (any row stride)."""
+    ok = x.dtype in (torch.float32, torch.bfloat16) and x.stride(-1) == 1
+    return x if ok else x.float().contiguous()
+
+
+class NativeMatmul:
+    """y = x @ W.T for weights given as GGUF blocks: uint8 [rows, row_bytes] tensors (memmap views),
+    several side by side (fused q|k|v). The tensors are kept referenced; the C++ plan holds their
+    pointers, so a call passes only x and y."""
+
+    def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int):
+        self.lib = lib()
+        assert self.lib is not None
+        self.weights = [w for w, _ in weights]  # keeps the memory alive
+        self.k, self.n = k, sum(w.shape[0] for w in self.weights)
+        n = len(weights)
+        self.plan = self.lib.hk_plan_new(n, (_p * n)(*[w.data_ptr() for w in self.weights]),
+                                         (_int * n)(*[int(q) for _, q in weights]),
+                                         (_i64 * n)(*[w.shape[0] for w in self.weights]),
+                                         (_i64 * n)(*[w.stride(0) for w in self.weights]), k)
+        if not self.plan:
+            raise ValueError(f"native kernels cannot read {[QTYPES.get(int(q), q) for _, q in weights]} "
+                             f"with in_features {k}")
+
+    def __del__(self):
+        if getattr(self, "plan", None):
+            self.lib.hk_plan_free(self.plan)
+            self.plan = None
+
+    def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, norm: torch.Tensor | None = None,
+                 eps: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """x: f32 or bf16 [M, K] (rows may be strided) -> f32 [M, N] (or into `out`, rows may be
+        strided). norm: RMSNorm weight f32 [K] applied to x's rows first; bias: f32 [N] added after."""
+        x = _rows(x)
+        m = x.shape[0]
+        y = torch.empty(m, self.n) if out is None else out
+        self.lib.hk_linear(self.plan, x.data_ptr(), int(x.dtype == torch.bfloat16), m, x.stride(0), _ptr(norm),
+                           eps, _ptr(bias), y.data_ptr(), y.stride(0))
+        return y
+
+    def add_to(self, x: torch.Tensor, r: torch.Tensor, post_norm: torch.Tensor | None = None,
+               eps: float = 0.0) -> torch.Tensor:
+        """r += rmsnorm(x @ W.T) (the norm only with post_norm): r f32 [M, N], contiguous rows."""
+        x = _f32_rows(x)
+        self.lib.hk_linear_residual(self.plan, x.data_ptr(), x.shape[0], x.stride(0), _ptr(post_norm), eps,
+                                    r.data_ptr(), r.stride(0))
+        return r
+
+
+ACTIVATIONS = {"silu": 0, "gelu_tanh": 1}
+
+
+def mlp_add_to(gate_up: NativeMatmul, down: NativeMatmul, activation: str, r: torch.Tensor,
+               norm: torch.Tensor | None, eps: float, post_norm: torch.Tensor | None, post_eps: float) -> torch.Tensor:
+    """The MLP block on the residual stream r (f32 [M, hidden], unit stride), in place:
+    r += rmsnorm_post(down(act(gate) * up)) with gate | up = gate_up(rmsnorm(r))."""
+    gate_up.lib.hk_mlp(gate_up.plan, down.plan, ACTIVATIONS[activation], r.data_ptr(), r.shape[0], r.stride(0),
+                       _ptr(norm), eps, _ptr(post_norm), post_eps)
+    return r
+
+
+def qk_rope(qk: torch.Tensor, rot: int, cos: torch.Tensor, sin: torch.Tensor, neox: bool,
+            norm: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+    """qk: f32 [T, heads, D] (heads and dims contiguous; rows may be strided), in place: per-head
+    RMSNorm (norm: [heads, D]) then rotary embedding of the first rot dims; cos, sin: f32 [T, rot/2]."""
+    T, heads, d = qk.shape
+    assert qk.stride(2) == 1 and qk.stride(1) == d and cos.is_contiguous() and sin.is_contiguous()
+    lib().hk_qk_rope(qk.data_ptr(), T, qk.stride(0), heads, d, rot, _ptr(norm), eps, cos.data_ptr(),
+                     sin.data_ptr(), int(neox))
+    return qk
+
+
+def dequant_rows(w: torch.Tensor, qtype: int, k: int, ids: torch.Tensor) -> torch.Tensor:
+    """Rows `ids` (int64 [T]) of a [V, K] GGUF tensor (uint8 [V, row_bytes]) -> f32 [T, K]."""
+    ids = ids.reshape(-1).to(torch.int64).contiguous()
+    out = torch.empty(ids.shape[0], k)
+    rc = lib().hk_dequant_rows(w.data_ptr(), int(qtype), w.stride(0), k, w.shape[0], ids.data_ptr(),
+                               ids.shape[0], out.data_ptr())
+    if rc == -2:
+        raise IndexError(f"token id out of range [0, {w.shape[0]})")
+    if rc:
+        raise RuntimeError("hk_dequant_rows: unsupported tensor type")
+    return out
+
+
+def dequant_bf16(w: torch.Tensor, qtype: int, k: int, rows: slice, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows `rows` of a [N, K] GGUF tensor -> bf16 [len(rows), K] (for a dense matmul)."""
+    start, stop, _ = rows.indices(w.shape[0])
+    out = torch.empty(stop - start, k, dtype=torch.bfloat16) if out is None else out
+    if lib().hk_dequant_bf16(w.data_ptr(), int(qtype), w.stride(0), k, start, stop, out.data_ptr()):
+        raise RuntimeError("hk_dequant_bf16: unsupported tensor type or shape")
+    return out

@@ -1,0 +1,117 @@
+"""The C++ GGUF kernels (hearth.kernels.native) against the slow, obvious twin: gguf-py's
+dequantization, then an f64 matmul.
+
+Tolerance of the matmul, stated once: activations are rounded to 8 bits per 32-wide block
+(d = max|x_block| / 127, q = round(x / d), as llama.cpp's q8_0), so each activation moves by at most
+d / 2 = max|x_block| / 254; the integer dot products are exact and the per-block float sums add
+~1e-7 relative. Hence |y - x @ W.T| <= ACT8_TOL * (blockmax|x| @ |W|.T) + 1e-6 * (|x| @ |W|.T),
+with 1% on ACT8_TOL for the float rounding of x / d. Dequantization is bit-exact; the bf16 tiles
+equal the exact weights rounded to bf16 (round to nearest even)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from hearth.kernels import native
+from hearth.layers.quant import as_bytes
+from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+
+pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
+
+ACT8_TOL = 1.01 / 254
+BATCHES = (1, 2, 7, 33)
+K_QUANTS = (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+
+
+def widths(qtype: Q) -> tuple[int, ...]:
+    # 32-wide types: an odd block count (96), a short last superblock (576), whole ones (512)
+    return (256, 768) if qtype in K_QUANTS else (96, 512, 576)
+
+
+def block_max(x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, K]: max |x| of each 32-wide block
+    m, k = x.shape
+    return x.abs().view(m, k // 32, 32).amax(-1, keepdim=True).expand(-1, -1, 32).reshape(m, k)
+
+
+def assert_act8_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    x, w = x.double(), w.double()
+    err = (y.double() - x @ w.T).abs()
+    bound = ACT8_TOL * (block_max(x) @ w.abs().T) + 1e-6 * (x.abs() @ w.abs().T)
+    assert bool((err <= bound).all()), f"worst err/bound {float((err / bound).max()):.3f}"
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_matmul_against_exact_twin(qtype):
+    rng, g = np.random.default_rng(int(qtype)), torch.Generator().manual_seed(int(qtype))
+    for k in widths(qtype):
+        t = random_tensor(qtype, 37, k, rng)
+        w = torch.from_numpy(gguf_reference(t))
+        mm = native.NativeMatmul([(as_bytes(t.data, qtype), int(qtype))], k)
+        for m in BATCHES:
+            x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
+            assert_act8_close(mm(x), x, w)
+
+
+def test_fused_parts_of_mixed_types_and_strided_io():
+    """q|k|v of different types in one call; x and y may be row-strided views; zero rows of x give 0."""
+    rng = np.random.default_rng(0)
+    ts = [random_tensor(Q.Q5_0, 64, 512, rng), random_tensor(Q.Q8_0, 32, 512, rng),
+          random_tensor(Q.Q6_K, 48, 512, rng), random_tensor(Q.Q4_K, 16, 512, rng)]
+    mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], 512)
+    w = torch.cat([torch.from_numpy(gguf_reference(t)) for t in ts])
+    wide = torch.randn(7, 600)
+    wide[3] = 0
+    x = wide[:, 40:552]  # row stride 600
+    out = torch.full((7, 200), float("nan"))
+    y = mm(x, out=out[:, 20:180])
+    assert y.data_ptr() == out[:, 20:].data_ptr() and y.shape == (7, 160)
+    assert_act8_close(y, x, w)
+    assert torch.equal(y[3], torch.zeros(160))
+    assert out[:, :20].isnan().all() and out[:, 180:].isnan().all()
+
+
+def test_rows_are_independent_of_the_batch():
+    """Each output row is computed alone (same operations in the same order): batching a decode
+    cannot change its tokens."""
+    t = random_tensor(Q.Q4_1, 300, 576, np.random.default_rng(1))
+    mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], 576)
+    x = torch.randn(9, 576)
+    assert torch.equal(mm(x), torch.cat([mm(x[i:i + 1]) for i in range(9)]))
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_dequant_rows_bit_exact_and_bf16_tiles(qtype):
+    for k in widths(qtype):
+        t = random_tensor(qtype, 50, k, np.random.default_rng(2))
+        raw, ref = as_bytes(t.data, qtype), gguf_reference(t)
+        ids = torch.tensor([7, 0, 49, 7])
+        rows = native.dequant_rows(raw, qtype, k, ids).numpy()
+        assert np.array_equal(rows.view(np.uint32), ref[ids.numpy()].view(np.uint32))
+        tile = native.dequant_bf16(raw, qtype, k, slice(3, 45))
+        assert torch.equal(tile, torch.from_numpy(ref[3:45]).bfloat16())
+
+
+def test_bad_token_id_is_an_index_error():
+    t = random_tensor(Q.Q8_0, 10, 64, np.random.default_rng(3))
+    for bad in (10, -1):
+        with pytest.raises(IndexError, match="out of range"):
+            native.dequant_rows(as_bytes(t.data, t.qtype), Q.Q8_0, 64, torch.tensor([1, bad]))
+
+
+def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
+    def broken():
+        raise RuntimeError("g++ failed: boom")
+
+    monkeypatch.setattr(native, "_build", broken)
+    monkeypatch.setattr(native, "_tried", False)
+    monkeypatch.setattr(native, "_lib", None)
+    with pytest.warns(RuntimeWarning, match="native GGUF kernels unavailable .*boom"):
+        assert native.lib() is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert native.lib() is None  # decided once: no second warning
