@@ -63,7 +63,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     """Reuse the K/V of full blocks whose prompt prefix was seen before."""
     kv_cache_dtype: str = "auto"
-    """Storage format of the KV cache: auto (f16), f16 or bf16."""
+    """Storage format of the KV cache: auto (f16), f16, bf16, fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4."""
     threads: int = 0
     """CPU threads for torch; 0 = all cores."""
     device: str = "auto"

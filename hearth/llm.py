@@ -50,10 +50,12 @@ class LLM:
         mc = self.model_config
         self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
         codec = get_codec(cfg.kv_cache_dtype)
+        self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-        num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, self.max_model_len, block_bytes)
+        staging = cfg.max_num_seqs * mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, self.max_model_len, block_bytes, staging)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
-                                  GrammarCompiler(self.tokenizer, mc.vocab_size))
+                                  GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name),
                             cfg.enable_prefix_caching)
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
@@ -131,10 +133,11 @@ class LLM:
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
 
 
-def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int) -> int:
-    """Enough blocks for max_num_seqs full-length sequences, within kv_cache_memory_gb."""
+def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, staging_bytes: int = 0) -> int:
+    """Enough blocks for max_num_seqs full-length sequences, within kv_cache_memory_gb less the
+    full-precision staging that quantized formats keep."""
     wanted = cfg.max_num_seqs * -(-max_len // cfg.block_size)
-    budget = int(cfg.kv_cache_memory_gb * 2**30) // block_bytes
+    budget = (int(cfg.kv_cache_memory_gb * 2**30) - staging_bytes) // block_bytes
     return max(1, min(wanted, budget))
 
 

@@ -8,7 +8,12 @@ Three paths:
 - a batch of single-token decodes: one padded SDPA call;
 - anything else (prefill chunks, mixed batches): a loop over sequences, causal SDPA without a
   mask tensor when a sequence's queries are its whole context.
-K and V are read together ([2, ...] views) so each layer does one gather and one cast."""
+K and V are read together ([2, ...] views) so each layer does one gather and one cast.
+
+A quantized KV cache (hearth.kvstore.paged.QuantizedKVCache, any --kv-cache-dtype but f16/bf16) is
+not a tensor: each sequence's K/V are read through it (its sealed blocks decoded, per step, only
+the ones the sequence reads) and attended with the same math, in the codec's rotated space if it
+has one (KVarN: queries rotated, outputs rotated back)."""
 
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ class AttentionMetadata:
     block_size: int
     cache: dict = field(default_factory=dict, repr=False)
     """Per-step values shared by every layer (gather indices, masks, rope cos/sin)."""
+    kv_plan: object | None = None
+    """hearth.kvstore.paged.StepPlan when the cache is quantized: where new K/V go, how to read each sequence."""
 
     @property
     def is_decode(self) -> bool:
@@ -126,6 +133,9 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: to
 def write_kv_pair(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetadata) -> None:
     """kv: [T, 2, kv_heads, head_dim] (k and v side by side, as the fused qkv projection leaves
     them) -> the new tokens' slots, in one op (a cast-and-copy for a lone decode token)."""
+    if not isinstance(kv_cache, torch.Tensor):
+        kv_cache.write(kv, meta.kv_plan)
+        return
     flat = _flat(kv_cache)
     if kv.shape[0] == 1 and len(meta.seq_lens) == 1:
         flat[:, meta.last_slot()].copy_(kv[0])
@@ -152,6 +162,8 @@ def paged_attention(
     sliding_window: int = 0,
     softcap: float = 0.0,
 ) -> torch.Tensor:  # [T, heads, head_dim]
+    if not isinstance(kv_cache, torch.Tensor):
+        return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap)
     if meta.is_decode:
         if len(meta.seq_lens) == 1:
             return _decode_one(q, kv_cache, meta, scale, sliding_window, softcap)
@@ -172,6 +184,11 @@ def _decode_one(q, kv_cache, meta, scale, window, softcap):
     """q: [1, heads, d]. Only the keys in the window are read, so no mask is needed."""
     ctx = meta.seq_lens[0]
     kv = context_kv(kv_cache, meta, 0, max(0, ctx - window) if window else 0).to(q.dtype)  # [2, n, kvh, d]
+    return _attend_one_token(q, kv, scale, softcap)
+
+
+def _attend_one_token(q, kv, scale, softcap):
+    """q: [1, heads, d], kv: [2, n, kv_heads, d], every key visible -> [1, heads, d]."""
     kv_heads, d = kv.shape[-2], kv.shape[-1]
     qg = q.view(kv_heads, -1, d)  # [kvh, group, d]: grouped-query heads share their kv head
     s = torch.baddbmm(_NOTHING, qg, kv[0].permute(1, 2, 0), beta=0, alpha=scale)  # [kvh, group, n]
@@ -192,7 +209,12 @@ def _decode_batch(q, kv_cache, meta, scale, window, softcap):
 
 def _prefill_one(q, kv_cache, meta, i, scale, window, softcap):
     """q: [n_q, heads, d], the new tokens of sequence i -> [n_q, heads, d]."""
-    kv = context_kv(kv_cache, meta, i).to(q.dtype).transpose(1, 2)  # [2, kvh, ctx, d]
+    return _attend_prefill(q, context_kv(kv_cache, meta, i).to(q.dtype), meta, i, scale, window, softcap)
+
+
+def _attend_prefill(q, kv, meta, i, scale, window, softcap):
+    """q: [n_q, heads, d], kv: [2, ctx, kv_heads, d], sequence i's whole context -> [n_q, heads, d]."""
+    kv = kv.transpose(1, 2)  # [2, kvh, ctx, d]
     if softcap:
         o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap)
         return o.transpose(0, 1)
@@ -201,6 +223,55 @@ def _prefill_one(q, kv_cache, meta, i, scale, window, softcap):
     o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
                                        attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
     return o[0].transpose(0, 1)
+
+
+def _paged_quantized(q, cache, meta, scale, window, softcap):
+    """Sequence by sequence over a QuantizedKVCache. A new token at position p sees the blocks before
+    its own as stored (decoded) and its own block at full precision, as it would while decoding
+    token by token (the block being filled is staged in f16): so prefill, chunked prefill and decode
+    give each token the same keys and values."""
+    plan, rot, bs = meta.kv_plan, cache.rotation, cache.bs
+    if rot is not None:  # K/V are stored rotated: q.k and p.V are invariant under the orthonormal rotation
+        rot = rot.to(q.dtype)
+        q = q @ rot
+    out = torch.empty_like(q)
+    for i, ctx in enumerate(meta.seq_lens):
+        q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
+        p0 = ctx - (q1 - q0)
+        own = p0 // bs * bs  # start of the first query's block
+        s0 = min(max(0, p0 - window + 1), own) if window else 0  # earliest key any query can see
+        stored = cache.read(plan, i, s0, q.dtype)  # [2, ctx - s0, kvh, d]
+        fresh = cache.read_fresh(plan, i, q.dtype)  # [2, ctx - own, kvh, d]
+        if q1 - q0 == 1:  # a decode: only blocks before its own are read stored
+            stored = stored[:, :own - s0]
+        key = ("fresh_mask", i, window)  # the same for every layer of the step
+        if key not in meta.cache:
+            mask = _fresh_mask(p0, ctx, s0, own, bs, window)
+            meta.cache[key] = (mask, None if softcap else _additive(mask))
+        mask, additive = meta.cache[key]
+        kv = torch.cat([stored, fresh], 1).transpose(1, 2)  # [2, kvh, keys, d]
+        if softcap:
+            o = _sdpa(q[q0:q1].transpose(0, 1), kv[0], kv[1], mask, scale, softcap)  # [heads, n_q, d]
+        else:  # 4-D inputs and an additive mask reach the fused kernel (a bool mask takes the math path)
+            o = F.scaled_dot_product_attention(q[q0:q1].transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0),
+                                               kv[1].unsqueeze(0), attn_mask=additive.to(q.dtype),
+                                               scale=scale, enable_gqa=True)[0]
+        out[q0:q1] = o.transpose(0, 1)
+    return out @ rot if rot is not None else out
+
+
+def _fresh_mask(p0: int, ctx: int, s0: int, own: int, bs: int, window: int) -> torch.Tensor:
+    """[n_q, keys] bool over stored keys at [s0, ctx) then fresh keys at [own, ctx): query at position p
+    sees stored keys before its block, fresh keys in its block up to itself (and keys < window back)."""
+    qpos = torch.arange(p0, ctx).unsqueeze(1)
+    block = qpos // bs * bs
+    end = own if p0 == ctx - 1 else ctx  # a decode reads no stored key of its own block
+    kpos = torch.cat([torch.arange(s0, end), torch.arange(own, ctx)]).unsqueeze(0)
+    fresh = torch.arange(kpos.shape[1]).unsqueeze(0) >= end - s0
+    mask = torch.where(fresh, (kpos >= block) & (kpos <= qpos), kpos < block)
+    if window:
+        mask &= (qpos - kpos) < window
+    return mask
 
 
 def _sdpa(q, k, v, mask, scale, softcap):

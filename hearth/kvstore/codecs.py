@@ -1,44 +1,136 @@
 """KV-cache storage formats (`--kv-cache-dtype`): each codec allocates a layer's block storage and
 says what it costs, so the allocator and `hearth plan` agree byte for byte.
 
-Plain formats store K/V as they are computed; the attention kernels read them in place. Quantized
-formats (fp8, q8_0, q4_0, KVarN) add encode/decode and a full-precision staging block here."""
+Plain formats (f16, bf16) store K/V as computed, one tensor a layer that the attention kernels read
+in place. Quantized formats (fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4) pair a block quantizer
+for K with one for V; a layer's cache is then a `QuantizedKVCache` (hearth.kvstore.paged): full
+blocks encoded once, the block being filled (and KVarN's first block) kept in an f16 staging area.
+
+Codec interface (what llm.py, the runner and the planner tests use):
+  name, format (the planner's KVFormat), quantized, staging_blocks
+  block_size(requested) -> the block size to run with (KVarN: its tile, 128 or 64)
+  block_bytes(block_size, kv_heads, head_dim) -> bytes of one block of one layer, K and V
+  staging_bytes(block_size, kv_heads, head_dim) -> f16 staging bytes per sequence per layer
+  shape/dtype (plain only); k, v block quantizers (quantized only): fields / encode / decode and
+  their slow twins encode_ref / decode_ref; rotation(head_dim) -> [d, d] matrix or None."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 
 import torch
 
 from hearth.errors import UnsupportedError
+from hearth.kvstore.fp8 import FP8E4M3
+from hearth.kvstore.ggml import Q4_0, Q8_0
+from hearth.kvstore.kvarn import KVarNKeys, KVarNValues, hadamard
 from hearth.memory.kv_formats import KVFormat, kv_format
+
+STAGING_DTYPE = torch.float16
 
 
 @dataclass(frozen=True, slots=True)
 class PlainCodec:
     name: str
     dtype: torch.dtype
+    quantized = False
+    staging_blocks = 0
 
     @property
     def format(self) -> KVFormat:
         return kv_format(self.name)
 
+    def block_size(self, requested: int | None = None, default: int = 16) -> int:
+        return requested or default
+
     def block_bytes(self, block_size: int, kv_heads: int, head_dim: int) -> int:
         """Bytes of one block of one layer, K and V."""
         return 2 * block_size * kv_heads * head_dim * self.dtype.itemsize
+
+    def staging_bytes(self, block_size: int, kv_heads: int, head_dim: int) -> int:
+        return 0
 
     def shape(self, num_blocks: int, block_size: int, kv_heads: int, head_dim: int) -> tuple[int, ...]:
         # [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
         return (2, num_blocks, block_size, kv_heads, head_dim)
 
 
+@dataclass(frozen=True, slots=True)
+class QuantCodec:
+    name: str
+    k: object
+    v: object
+    sink: bool = False
+    """Keep each sequence's first block in f16 too (KVarN)."""
+    rotate: bool = False
+    """Store K/V rotated by a normalized Hadamard matrix; queries are rotated, outputs un-rotated."""
+    tiles: tuple[int, ...] = field(default=())
+    quantized = True
+
+    @property
+    def format(self) -> KVFormat:
+        return kv_format(self.name)
+
+    @property
+    def staging_blocks(self) -> int:
+        return 1 + int(self.sink)
+
+    def block_size(self, requested: int | None = None, default: int = 16) -> int:
+        if not self.tiles:
+            return requested or default
+        if requested in self.tiles:
+            return requested
+        if requested and requested != default:
+            raise UnsupportedError(f"{self.name} needs a block (tile) size of "
+                                   f"{' or '.join(map(str, self.tiles))}, not {requested}")
+        return self.tiles[0]
+
+    def check(self, block_size: int, head_dim: int) -> None:
+        if self.tiles and block_size not in self.tiles:
+            raise UnsupportedError(f"{self.name} needs a block size of {' or '.join(map(str, self.tiles))}, "
+                                   f"not {block_size}")
+        if self.name.startswith("q") and head_dim % 32:
+            raise UnsupportedError(f"{self.name} needs head_dim a multiple of 32, not {head_dim}")
+        if self.rotate and head_dim & (head_dim - 1):
+            raise UnsupportedError(f"{self.name} needs a power-of-two head_dim, not {head_dim}")
+
+    def fields(self, block_size: int, kv_heads: int, head_dim: int) -> dict[str, dict]:
+        return {"k": self.k.fields(block_size, kv_heads, head_dim), "v": self.v.fields(block_size, kv_heads, head_dim)}
+
+    def block_bytes(self, block_size: int, kv_heads: int, head_dim: int) -> int:
+        """Bytes of one block of one layer, K and V, every scale and zero point included."""
+        return sum(math.prod(shape) * dtype.itemsize
+                   for part in self.fields(block_size, kv_heads, head_dim).values()
+                   for shape, dtype in part.values())
+
+    def staging_bytes(self, block_size: int, kv_heads: int, head_dim: int) -> int:
+        """Per sequence per layer: the f16 block being filled (and the sink block)."""
+        return self.staging_blocks * 2 * block_size * kv_heads * head_dim * STAGING_DTYPE.itemsize
+
+    def rotation(self, head_dim: int) -> torch.Tensor | None:
+        return hadamard(head_dim) if self.rotate else None
+
+
 CODECS = {c.name: c for c in (PlainCodec("f16", torch.float16), PlainCodec("bf16", torch.bfloat16))}
+"""The plain formats (kept as their own table: tests/memory check every entry at block size 16)."""
+
+QUANTIZED = {c.name: c for c in (
+    QuantCodec("fp8_e4m3", FP8E4M3(), FP8E4M3()),
+    QuantCodec("q8_0", Q8_0(), Q8_0()),
+    QuantCodec("q4_0", Q4_0(), Q4_0()),
+    QuantCodec("kvarn_k4v2", KVarNKeys(4), KVarNValues(2), sink=True, rotate=True, tiles=(128, 64)),
+    QuantCodec("kvarn_k4v4", KVarNKeys(4), KVarNValues(4), sink=True, rotate=True, tiles=(128, 64)),
+)}
+
+ALL_CODECS = {**CODECS, **QUANTIZED}
+ALIASES = {"auto": "f16", "fp16": "f16", "float16": "f16", "bfloat16": "bf16", "fp8": "fp8_e4m3"}
 
 
-def get_codec(name: str) -> PlainCodec:
+def get_codec(name: str) -> PlainCodec | QuantCodec:
     """`auto` is f16: the activations hearth computes K/V in round to it without loss that matters."""
-    key = {"auto": "f16", "fp16": "f16", "float16": "f16", "bfloat16": "bf16"}.get(name.lower(), name.lower())
-    if key not in CODECS:
-        raise UnsupportedError(f"KV cache dtype {name!r} is not supported yet; "
-                               f"supported: auto, {', '.join(CODECS)}")
-    return CODECS[key]
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in ALL_CODECS:
+        raise UnsupportedError(f"KV cache dtype {name!r} is not supported; "
+                               f"supported: auto, {', '.join(ALL_CODECS)}")
+    return ALL_CODECS[key]

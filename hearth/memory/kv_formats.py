@@ -9,7 +9,9 @@ Overhead model (all scales and zero points included):
                      scale + 16 bytes of nibbles); head_dim must be a multiple of 32.
   kvarn_k4v2 / k4v4  K: 4 bits a value + an f16 scale and f16 zero point per channel per tile
                      (per-channel asymmetric, so 4 bytes a channel / tile tokens); V: 2 or 4 bits a
-                     value + an f16 scale and zero point per token per head (per-token asymmetric).
+                     value + an f16 scale and zero point per token per head (per-token asymmetric);
+                     each side also keeps the other axis's f16 normalization scale (K: one per
+                     token, V: one per channel per tile).
                      The tile is the cache block: 64 or 128 tokens.
 Quantized formats also keep a full-precision (f16) staging copy of the block being filled, and
 KVarN of the first ("sink") block of each sequence: `staging_blocks` per sequence per layer."""
@@ -61,24 +63,28 @@ class ScalePerBlock:
 
 @dataclass(frozen=True, slots=True)
 class PerChannel:
-    """`bits` a value; scale + zero point (`meta_bytes`) for each channel of each tile."""
+    """`bits` a value; scale + zero point (`meta_bytes`) for each channel of each tile, plus
+    `token_bytes` for each token (KVarN's cross-axis normalization scale)."""
 
     bits: int
     meta_bytes: int
+    token_bytes: int = 0
 
     def vector_bytes(self, head_dim: int, tile: int) -> float:
-        return head_dim * self.bits / 8 + head_dim * self.meta_bytes / tile
+        return head_dim * self.bits / 8 + head_dim * self.meta_bytes / tile + self.token_bytes
 
 
 @dataclass(frozen=True, slots=True)
 class PerToken:
-    """`bits` a value; scale + zero point (`meta_bytes`) for each token's vector."""
+    """`bits` a value; scale + zero point (`meta_bytes`) for each token's vector, plus
+    `channel_bytes` for each channel of each tile (KVarN's cross-axis normalization scale)."""
 
     bits: int
     meta_bytes: int
+    channel_bytes: int = 0
 
     def vector_bytes(self, head_dim: int, tile: int) -> float:
-        return head_dim * self.bits / 8 + self.meta_bytes
+        return head_dim * self.bits / 8 + self.meta_bytes + head_dim * self.channel_bytes / tile
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,9 +122,11 @@ KV_FORMATS: dict[str, KVFormat] = {f.name: f for f in (
              about="1 byte a value + an f32 scale per head per block"),
     KVFormat("q8_0", **_same(GGMLBlocks(32, 34)), staging_blocks=1, about="34 bytes per 32 values"),
     KVFormat("q4_0", **_same(GGMLBlocks(32, 18)), staging_blocks=1, about="18 bytes per 32 values"),
-    KVFormat("kvarn_k4v2", PerChannel(4, 2 * F16_BYTES), PerToken(2, 2 * F16_BYTES), staging_blocks=2,
+    KVFormat("kvarn_k4v2", PerChannel(4, 2 * F16_BYTES, F16_BYTES), PerToken(2, 2 * F16_BYTES, F16_BYTES),
+             staging_blocks=2,
              tiles=(128, 64), about="K 4-bit per-channel, V 2-bit per-token, f16 scale+zero"),
-    KVFormat("kvarn_k4v4", PerChannel(4, 2 * F16_BYTES), PerToken(4, 2 * F16_BYTES), staging_blocks=2,
+    KVFormat("kvarn_k4v4", PerChannel(4, 2 * F16_BYTES, F16_BYTES), PerToken(4, 2 * F16_BYTES, F16_BYTES),
+             staging_blocks=2,
              tiles=(128, 64), about="K 4-bit per-channel, V 4-bit per-token, f16 scale+zero"),
 )}
 # `auto` is the model dtype: hearth keeps the KV cache in f16 (see hearth.llm)

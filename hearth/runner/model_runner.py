@@ -13,7 +13,8 @@ import torch
 
 from hearth.config import ModelConfig
 from hearth.kernels.attention import AttentionMetadata
-from hearth.kvstore.codecs import CODECS, PlainCodec
+from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
+from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
@@ -49,26 +50,52 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
 
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
-                 codec: PlainCodec = CODECS["f16"], seed: int = 0, grammar: GrammarCompiler | None = None):
+                 codec: PlainCodec | QuantCodec = CODECS["f16"], seed: int = 0,
+                 grammar: GrammarCompiler | None = None, max_num_seqs: int = 16):
         keep_freed_pages()
-        self.model, self.cfg, self.block_size = model, cfg, block_size
-        # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
-        shape = codec.shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.kv_caches = [lazy_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
+        self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
+        self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.generators: dict[str, torch.Generator] = {}
         self.grammar = grammar
         self.matchers: dict[str, GrammarMatcher] = {}
         self._unseeded = torch.Generator().manual_seed(seed)
 
+    def _allocate_kv(self, codec, num_blocks: int, max_num_seqs: int) -> None:
+        cfg, bs = self.cfg, self.block_size
+        self.staging = None
+        if not codec.quantized:
+            # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
+            shape = codec.shape(num_blocks, bs, cfg.num_kv_heads, cfg.head_dim)
+            self.kv_caches = [lazy_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
+            return
+        # encoded blocks + f16 staging: codec.staging_blocks slots per sequence (as `hearth plan` counts)
+        slots = codec.staging_blocks * max_num_seqs
+        self.staging = StagingTable(bs, slots, codec.sink)
+        self.kv_caches = [QuantizedKVCache(codec, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, slots)
+                          for _ in range(cfg.num_layers)]
+
     @property
     def kv_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.kv_caches)
+        return sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
+                   for t in self.kv_caches)
+
+    @torch.inference_mode()
+    def forward(self, so: SchedulerOutput) -> torch.Tensor:
+        """[T, hidden]: the final hidden states of every scheduled token (K/V written to the cache),
+        without sampling: what `hearth eval perplexity` scores."""
+        for rid in so.finished_request_ids:
+            if self.staging is not None:
+                self.staging.release(rid)
+        ids, positions, meta = self._prepare(so)
+        return self.model(ids, positions, meta, self.kv_caches)
 
     @torch.inference_mode()
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
         for rid in so.finished_request_ids:
             self.generators.pop(rid, None)
             self.matchers.pop(rid, None)
+            if self.staging is not None:
+                self.staging.release(rid)
         if not so.seqs:
             return RunnerOutput({})
         ids, positions, meta = self._prepare(so)
@@ -105,6 +132,9 @@ class ModelRunner:
             seq_lens.append(s.start_pos + n)
             tables.append(s.block_ids)
         meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs)
+        if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
+            meta.kv_plan = self.staging.plan(
+                [(s.request_id, s.start_pos, len(s.token_ids), s.block_ids) for s in so.seqs], qsl)
         return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
 
     def _constrain(self, seqs: list, logits: torch.Tensor) -> list[tuple[int, GrammarMatcher]]:

@@ -1,0 +1,259 @@
+"""A layer's quantized paged KV cache and the per-step plan of where each new token's K/V go.
+
+Blocks are encoded once, when they become full, and never change after (the prefix cache may share
+them). Until then a block lives in an f16 staging slot of the request filling it: one slot per
+request, reused block after block since a request fills its blocks in order. With a sink (KVarN),
+a sequence's first block also keeps an f16 copy in a slot keyed by its block id, so requests that
+share that block through the prefix cache share the copy; an unowned copy is evicted (least
+recently used first) when slots run out, and readers then fall back to its encoded form.
+
+The runner builds one StepPlan per step (plain Python + index tensors, shared by every layer);
+each layer's QuantizedKVCache applies it: write() seals full blocks and stages the rest; read()
+returns one sequence's K/V, decoding only the blocks it reads."""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from hearth.kvstore.codecs import STAGING_DTYPE, QuantCodec
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Zeros whose pages become resident only when written (numpy's calloc maps fresh zero pages)."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    return torch.from_numpy(np.zeros(max(nbytes, 1), dtype=np.uint8))[:nbytes].view(dtype).view(shape)
+
+
+@dataclass(slots=True)
+class SeqRead:
+    """How to read one sequence's context: blocks in order; the first may come from a sink slot and
+    the last (when partial) from the request's fill slot; the rest are sealed (encoded) blocks."""
+
+    ctx: int
+    block_ids: torch.Tensor  # [ceil(ctx / bs)] int64
+    sink_slot: int = -1
+    tail_slot: int = -1
+    start: int = 0
+    """Position of the sequence's first new token this step."""
+
+
+@dataclass(slots=True)
+class StepPlan:
+    seqs: list[SeqRead]
+    num_slots: int
+    """Staging slots the layers must hold (grows when more requests run than planned for)."""
+    stage_rows: torch.Tensor  # [n] batch rows that go to staging ...
+    stage_dst: torch.Tensor  # [n] ... at flat staging positions slot * bs + offset
+    seal_blocks: torch.Tensor  # [m] block ids that become full this step
+    new_rows: torch.Tensor  # [r] batch rows of those blocks ...
+    new_dst: torch.Tensor  # [r] ... at rows of the [m * bs] block buffer
+    prefix_src: torch.Tensor  # flat staging positions of what a request staged earlier in those blocks
+    prefix_dst: torch.Tensor
+    sink_copies: list[tuple[int, int]] = field(default_factory=list)
+    """(index into seal_blocks, sink slot): first blocks whose f16 copy is kept."""
+    sealed: dict[int, int] = field(default_factory=dict)
+    """block id -> index into seal_blocks, for the blocks sealed this step."""
+
+
+def _long(x) -> torch.Tensor:
+    return torch.tensor(x, dtype=torch.long) if not isinstance(x, torch.Tensor) else x
+
+
+class StagingTable:
+    """Which staging slot holds what, shared by every layer of one runner."""
+
+    def __init__(self, block_size: int, slots: int, sink: bool):
+        self.bs, self.sink = block_size, sink
+        self.capacity = slots
+        self.free = list(range(slots))[::-1]
+        self.fill: dict[str, int] = {}
+        self.sinks: OrderedDict[int, int] = OrderedDict()  # block id -> slot, least recently used first
+        self.owners: dict[int, set[str]] = {}
+
+    def release(self, request_id: str) -> None:
+        slot = self.fill.pop(request_id, None)
+        if slot is not None:
+            self.free.append(slot)
+        for owners in self.owners.values():
+            owners.discard(request_id)
+
+    def _take(self) -> int:
+        if not self.free:
+            victim = next((b for b in self.sinks if not self.owners.get(b)), None)
+            if victim is not None:
+                self._forget_sink(victim)
+            else:
+                self.free.append(self.capacity)
+                self.capacity += 1
+        return self.free.pop()
+
+    def _fill_slot(self, rid: str) -> int:
+        if rid not in self.fill:
+            self.fill[rid] = self._take()
+        return self.fill[rid]
+
+    def _forget_sink(self, block: int) -> None:
+        slot = self.sinks.pop(block, None)
+        if slot is not None:
+            self.free.append(slot)
+            self.owners.pop(block, None)
+
+    def _sink_slot(self, block: int, rid: str) -> int:
+        if block not in self.sinks:
+            self.sinks[block] = self._take()
+        self.owners.setdefault(block, set()).add(rid)
+        return self.sinks[block]
+
+    def plan(self, seqs: list[tuple[str, int, int, list[int]]], row_starts: list[int]) -> StepPlan:
+        """seqs: (request id, start position, new tokens, block table) in batch order."""
+        bs = self.bs
+        stage_rows, stage_dst, seal, new_rows, new_dst, pre_src, pre_dst, sinks = [], [], [], [], [], [], [], []
+        for (rid, p0, n, table), r0 in zip(seqs, row_starts):
+            p1 = p0 + n
+            for j in range(p0 // bs, (p1 - 1) // bs + 1):
+                lo, hi, base = max(p0, j * bs), min(p1, (j + 1) * bs), j * bs
+                rows = range(r0 + lo - p0, r0 + hi - p0)
+                if lo == base:  # fresh content in this block id: an old sink copy of it is stale
+                    self._forget_sink(table[j])
+                if hi == base + bs:  # full after this step: encode it
+                    k = len(seal)
+                    seal.append(table[j])
+                    if lo > base:
+                        slot = self._fill_slot(rid)
+                        pre_src.extend(range(slot * bs, slot * bs + lo - base))
+                        pre_dst.extend(range(k * bs, k * bs + lo - base))
+                    new_rows.extend(rows)
+                    new_dst.extend(range(k * bs + lo - base, k * bs + bs))
+                    if self.sink and j == 0:
+                        sinks.append((k, self._sink_slot(table[0], rid)))
+                else:
+                    slot = self._fill_slot(rid)
+                    stage_rows.extend(rows)
+                    stage_dst.extend(range(slot * bs + lo - base, slot * bs + hi - base))
+        reads = [self._read(rid, p0, p0 + n, table) for rid, p0, n, table in seqs]
+        return StepPlan(reads, self.capacity, _long(stage_rows), _long(stage_dst), _long(seal), _long(new_rows),
+                        _long(new_dst), _long(pre_src), _long(pre_dst), sinks, {b: k for k, b in enumerate(seal)})
+
+    def _read(self, rid: str, start: int, ctx: int, table: list[int]) -> SeqRead:
+        nb = -(-ctx // self.bs)
+        tail = self.fill[rid] if ctx % self.bs else -1
+        sink = -1
+        if self.sink and not (tail >= 0 and nb == 1) and table[0] in self.sinks:
+            sink = self._sink_slot(table[0], rid)
+            self.sinks.move_to_end(table[0])
+        return SeqRead(ctx, _long(table[:nb]), sink, tail, start)
+
+
+@contextmanager
+def one_thread():
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """A raw-byte view (index_copy/index_select have no float8 kernels on CPU)."""
+    return t.view(torch.uint8) if t.dtype.itemsize == 1 else t
+
+
+class QuantizedKVCache:
+    """One layer: encoded blocks (codec fields, each [num_blocks, ...]) + f16 staging slots."""
+
+    def __init__(self, codec: QuantCodec, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
+                 slots: int):
+        codec.check(block_size, head_dim)
+        self.codec, self.bs, self.kv_heads, self.head_dim = codec, block_size, kv_heads, head_dim
+        self.store = {part: {name: lazy_zeros((num_blocks, *shape), dtype) for name, (shape, dtype) in f.items()}
+                      for part, f in codec.fields(block_size, kv_heads, head_dim).items()}
+        # staging: [2 (k, v), slots, block_size, kv_heads, head_dim] f16
+        self.staging = lazy_zeros((2, slots, block_size, kv_heads, head_dim), STAGING_DTYPE)
+        self.rotation = codec.rotation(head_dim)
+        self._fresh = None  # this step's sealed blocks before encoding: [2, m, bs, kv_heads, head_dim] f16
+
+    @property
+    def nbytes(self) -> int:
+        tensors = [t for part in self.store.values() for t in part.values()] + [self.staging]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    def _flat_staging(self) -> torch.Tensor:
+        return self.staging.view(2, -1, self.kv_heads, self.head_dim)
+
+    def _grow(self, slots: int) -> None:
+        extra = torch.zeros(2, slots - self.staging.shape[1], *self.staging.shape[2:], dtype=STAGING_DTYPE)
+        self.staging = torch.cat([self.staging, extra], 1)
+
+    def write(self, kv: torch.Tensor, plan: StepPlan) -> None:
+        """kv: [T, 2, kv_heads, head_dim] (the batch's new K and V, unrotated)."""
+        if plan.num_slots > self.staging.shape[1]:
+            self._grow(plan.num_slots)
+        if self.rotation is not None:
+            kv = kv.float() @ self.rotation
+        kv = kv.to(STAGING_DTYPE)  # what staging holds; sealed blocks encode the same values
+        flat = self._flat_staging()
+        m = plan.seal_blocks.numel()
+        if m:  # assemble the full blocks before staging writes reuse their slots
+            comp = torch.empty(2, m * self.bs, self.kv_heads, self.head_dim, dtype=STAGING_DTYPE)
+            if plan.prefix_src.numel():
+                comp[:, plan.prefix_dst] = flat[:, plan.prefix_src]
+            comp[:, plan.new_dst] = kv[plan.new_rows].transpose(0, 1)
+            comp = comp.view(2, m, self.bs, self.kv_heads, self.head_dim)
+            self._fresh = comp
+            for i, part in enumerate(("k", "v")):
+                with one_thread():  # hundreds of small ops: a second thread only adds sync stalls
+                    enc = getattr(self.codec, part).encode(comp[i].float())
+                for name, t in self.store[part].items():
+                    _bytes(t).index_copy_(0, plan.seal_blocks, _bytes(enc[name]))
+            for k, slot in plan.sink_copies:
+                self.staging[:, slot] = comp[:, k]
+        if plan.stage_rows.numel():
+            flat[:, plan.stage_dst] = kv[plan.stage_rows].transpose(0, 1)
+
+    def read_fresh(self, plan: StepPlan, i: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """[2, ctx - b0, kv_heads, head_dim], b0 = the start of the block holding sequence i's first new
+        token: the f16 values of the blocks this step wrote into, as they were before sealing (what
+        each new token sees of its own block: the block being filled stays full precision)."""
+        s, bs = plan.seqs[i], self.bs
+        first, nb = s.start // bs, s.block_ids.numel()
+        out = torch.empty(2, nb - first, bs, self.kv_heads, self.head_dim, dtype=dtype)
+        for j in range(first, nb):
+            if j == nb - 1 and s.tail_slot >= 0:
+                out[:, j - first] = self.staging[:, s.tail_slot]
+            else:
+                out[:, j - first] = self._fresh[:, plan.sealed[int(s.block_ids[j])]]
+        return out.view(2, -1, self.kv_heads, self.head_dim)[:, :s.ctx - first * bs]
+
+    def decode_blocks(self, block_ids: torch.Tensor, out: torch.Tensor) -> None:
+        """out: [2, m, bs, kv_heads, head_dim] <- the sealed blocks block_ids, decoded."""
+        for i, part in enumerate(("k", "v")):
+            fields = {name: _bytes(t).index_select(0, block_ids).view(t.dtype) for name, t in self.store[part].items()}
+            out[i] = getattr(self.codec, part).decode(fields)
+
+    def read(self, plan: StepPlan, i: int, start: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """[2, n, kv_heads, head_dim]: sequence i's K and V at positions [start, ctx), in the cache's
+        (rotated, for KVarN) space; only the blocks it covers are decoded."""
+        s, bs = plan.seqs[i], self.bs
+        nb, first = s.block_ids.numel(), start // bs
+        out = torch.empty(2, nb - first, bs, self.kv_heads, self.head_dim, dtype=dtype)
+        j = first
+        if j == 0 and s.sink_slot >= 0:
+            out[:, 0] = self.staging[:, s.sink_slot]
+            j = 1
+        end = nb - 1 if s.tail_slot >= 0 else nb
+        if end > j:
+            self.decode_blocks(s.block_ids[j:end], out[:, j - first:end - first])
+        if s.tail_slot >= 0 and nb - 1 >= j:
+            out[:, nb - 1 - first] = self.staging[:, s.tail_slot]
+        off = start - first * bs
+        return out.view(2, -1, self.kv_heads, self.head_dim)[:, off:off + s.ctx - start]
