@@ -82,7 +82,7 @@ class LLM:
             results.append(result)
             for j in range(p.n):
                 child = p if p.seed is None else replace(p, seed=p.seed + j)
-                rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}")
+                rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}", checked=True)
                 result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                 children[rid] = (result, result.outputs[j])
         while self.engine.has_unfinished():

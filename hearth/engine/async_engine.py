@@ -157,7 +157,7 @@ class AsyncEngine:
             if command[0] == "add":
                 _, stream, ids, params = command
                 try:
-                    self.core.add_request(ids, params, stream.request_id)
+                    self.core.add_request(ids, params, stream.request_id, checked=True)
                 except Exception as e:  # this request fails, the engine goes on
                     stream._put(e if isinstance(e, HearthError) else EngineStepError(f"{type(e).__name__}: {e}"))
                     continue

@@ -43,8 +43,10 @@ class EngineCore:
             compile_grammar(params.structured_output)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None) -> str:
-        self.check_request(prompt_token_ids, params)
+                    request_id: str | None = None, checked: bool = False) -> str:
+        """checked: the caller already ran check_request (it compiles any grammar: not twice)."""
+        if not checked:
+            self.check_request(prompt_token_ids, params)
         rid = request_id if request_id is not None else str(next(self._ids))
         eos = frozenset(self.tokenizer.eog_ids)
         self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len))
