@@ -2,9 +2,11 @@
 
 The runner builds one AttentionMetadata per step; every attention layer of the model reads it, so
 index and mask tensors are built once per step (cached on the metadata), not once per layer.
-Three paths:
-- one sequence decoding one token (the common case): its context is a plain slice of the cache when
-  its blocks are consecutive ids, else one block gather; then q.K^T, softmax, .V as three ops;
+With the native kernels (hearth.kernels.native), every sequence with fewer than NATIVE_MAX_Q new
+tokens (decodes, short chunks) is attended in one C++ call that reads the f16/bf16 pages in place;
+longer prefill chunks go to SDPA's flash kernel, one sequence at a time. The torch paths:
+- one sequence decoding one token: its context is a plain slice of the cache when its blocks are
+  consecutive ids, else one block gather; then q.K^T, softmax, .V as three ops;
 - a batch of single-token decodes: one padded SDPA call;
 - anything else (prefill chunks, mixed batches): a loop over sequences, causal SDPA without a
   mask tensor when a sequence's queries are its whole context.
@@ -21,6 +23,11 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+from hearth.kernels import native
+
+NATIVE_MAX_Q = 64
+"""Sequences with at least this many new tokens attend through SDPA (faster for long chunks)."""
 
 
 @dataclass(slots=True)
@@ -98,6 +105,26 @@ class AttentionMetadata:
         p, bs = self.seq_lens[0] - 1, self.block_size
         return self.block_tables[0][p // bs] * bs + p % bs
 
+    def native_split(self) -> tuple[list[int], tuple[torch.Tensor, ...] | None]:
+        """(sequences with NATIVE_MAX_Q or more new tokens, for SDPA; the native kernel's arguments
+        for all the others: q_start, q_len, seq_lens int64 [s], block tables int64 [s, max_blocks],
+        or None when there are none)."""
+        if "native" not in self.cache:
+            qsl = self.query_start_loc
+            small = [i for i in range(len(self.seq_lens)) if qsl[i + 1] - qsl[i] < NATIVE_MAX_Q]
+            big = [i for i in range(len(self.seq_lens)) if qsl[i + 1] - qsl[i] >= NATIVE_MAX_Q]
+            args = None
+            if small:
+                width = max(len(self.block_tables[i]) for i in small)
+                tables = torch.zeros(len(small), width, dtype=torch.long)
+                for r, i in enumerate(small):
+                    tables[r, :len(self.block_tables[i])] = torch.tensor(self.block_tables[i], dtype=torch.long)
+                args = (torch.tensor([qsl[i] for i in small], dtype=torch.long),
+                        torch.tensor([qsl[i + 1] - qsl[i] for i in small], dtype=torch.long),
+                        torch.tensor([self.seq_lens[i] for i in small], dtype=torch.long), tables)
+            self.cache["native"] = (big, args)
+        return self.cache["native"]
+
     def decode_gather(self, window: int) -> tuple[torch.Tensor, torch.Tensor]:
         """For an all-decode batch: slots [S, L] (padded with slot 0) and mask [S, 1, 1, L]."""
         key = ("decode", window)
@@ -136,6 +163,9 @@ def write_kv_pair(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetad
     if not isinstance(kv_cache, torch.Tensor):
         kv_cache.write(kv, meta.kv_plan)
         return
+    if _native_pages(kv, kv_cache):
+        native.kv_write(kv.reshape(kv.shape[0], -1), meta.slot_mapping, kv_cache)
+        return
     flat = _flat(kv_cache)
     if kv.shape[0] == 1 and len(meta.seq_lens) == 1:
         flat[:, meta.last_slot()].copy_(kv[0])
@@ -164,6 +194,33 @@ def paged_attention(
 ) -> torch.Tensor:  # [T, heads, head_dim]
     if not isinstance(kv_cache, torch.Tensor):
         return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap)
+    if _native_pages(q, kv_cache):
+        out = _paged_native(q, kv_cache, meta, scale, sliding_window, softcap)
+        if out is not None:
+            return out
+    return paged_attention_torch(q, kv_cache, meta, scale, sliding_window, softcap)
+
+
+def _native_pages(x: torch.Tensor, kv_cache) -> bool:
+    """The C++ kernels can read this f16/bf16 cache with f32 rows x."""
+    return (isinstance(kv_cache, torch.Tensor) and kv_cache.dtype in native.KV_DTYPES and x.dtype == torch.float32
+            and native.available())
+
+
+def _paged_native(q, kv_cache, meta, scale, window, softcap):
+    """None when the kernel does not cover this head shape."""
+    big, args = meta.native_split()
+    out = torch.empty(q.shape)
+    if args is not None and not native.paged_attention(q, kv_cache, *args, scale, window, softcap, out):
+        return None
+    for i in big:
+        q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
+        out[q0:q1] = _prefill_one(q[q0:q1], kv_cache, meta, i, scale, window, softcap)
+    return out
+
+
+def paged_attention_torch(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0):
+    """The torch reference for an f16/bf16 cache (and the path without native kernels)."""
     if meta.is_decode:
         if len(meta.seq_lens) == 1:
             return _decode_one(q, kv_cache, meta, scale, sliding_window, softcap)

@@ -344,12 +344,18 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* 
   for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m], off[m]));
 }
 
+#ifndef PREFETCH_BYTES
+#define PREFETCH_BYTES 2048
+#endif
+
 template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
   constexpr int MT = 4;
   for (int64_t n = n0; n < n1; ++n) {
     const uint8_t* row = w + n * row_bytes;
+    // software prefetch PREFETCH_BYTES ahead: one core streaming from DRAM was latency-bound
+    for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + PREFETCH_BYTES + b), _MM_HINT_T0);
     int64_t m = 0;
     for (; m + MT <= a.M; m += MT) dot_row<T, MT>(row, nb, a, m, y + n, ldy);
     switch (a.M - m) {

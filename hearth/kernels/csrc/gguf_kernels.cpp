@@ -16,6 +16,8 @@
 #include <omp.h>
 
 #include "blocks.h"
+#include "simd.h"
+#include "attention.h"
 
 namespace {
 
@@ -112,7 +114,6 @@ Act quantize_for(const Plan& p, const float* x, int64_t M, int64_t ldx) {
 
 // ---- the small f32 ops around a decode step's matmuls ----
 
-inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << n) - 1); }
 
 // out = x * rsqrt(mean(x^2) + eps) * w over n values (hearth.layers.norm.RMSNorm); out may be x
 void rmsnorm_row(const float* x, int64_t n, const float* w, float eps, float* out) {
@@ -127,22 +128,6 @@ void rmsnorm_row(const float* x, int64_t n, const float* w, float eps, float* ou
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), r);
     _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, w + i)));
   }
-}
-
-// e^x for |x| < 88: 2^n * e^r with |r| <= ln2 / 2, degree-6 polynomial (~2 ulp; cephes' expf scheme)
-inline __m512 exp_ps(__m512 x) {
-  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.0f)), _mm512_set1_ps(-88.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)), _MM_FROUND_TO_NEAREST_INT);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_scalef_ps(p, n);
 }
 
 enum : int { SILU = 0, GELU_TANH = 1 };
@@ -212,7 +197,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 3; }
+int hk_abi_version() { return 4; }
 
 int hk_cpu_ok() {
   __builtin_cpu_init();
@@ -305,6 +290,101 @@ void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int6
       }
     }
   }
+}
+
+// Attention of query rows (q: f32 [rows, heads, d], row stride ldq) over a paged KV cache (kv:
+// [2, num_slots, kvh, d] f16, or bf16 with kv_bf16) for S sequences: rows q_start[s] .. + q_len[s]
+// are the last tokens of sequence s, whose context holds seq_lens[s] tokens in blocks
+// tables[s * ldt ..] of bs slots. A row at position p sees keys max(0, p - window + 1) .. p
+// (window 0: all). softcap > 0: scores pass through softcap * tanh(s / softcap). out: f32 [rows,
+// heads, d] (row stride ldo). Returns 0, or -1 for a head_dim or grouping the kernel does not cover.
+int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
+                       int64_t heads, int64_t kvh, int64_t d, int64_t S, const int64_t* q_start, const int64_t* q_len,
+                       const int64_t* seq_lens,
+                       const int64_t* tables, int64_t ldt, float scale, int64_t window, float softcap, float* out,
+                       int64_t ldo) {
+  const int64_t G = heads / kvh;
+  const AttendFn fn = (d % 16 || G > 16 || heads % kvh) ? nullptr : pick_attend(d / 16, kv_bf16);
+  if (!fn) return -1;
+  const int nt = omp_get_max_threads();
+  int64_t T = 0;
+  for (int64_t s = 0; s < S; ++s) T += q_len[s];
+  // key ranges: enough tasks to keep every thread busy, none shorter than 32 keys
+  std::vector<AttnTask> tasks;
+  int64_t parts = 0;
+  double work = 0;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
+      const int64_t pos = seq_lens[s] - (q_start[s] + q_len[s] - t), lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      const int64_t n = pos + 1 - lo;
+      const int64_t want = (4 * nt + T * kvh - 1) / (T * kvh);
+      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
+      for (int64_t g = 0; g < kvh; ++g)
+        for (int64_t j = 0; j < split; ++j) {
+          tasks.push_back({t, s, g, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
+          work += static_cast<double>(n) / split * G * d;
+        }
+    }
+  std::vector<float> partials(parts * G * (d + 2));
+  AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
+  const int64_t ntasks = static_cast<int64_t>(tasks.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
+  for (int64_t i = 0; i < ntasks; ++i) {
+    const AttnTask& k = tasks[i];
+    AttnShape sh = a;
+    sh.table = tables + k.seq * ldt;
+    const float* qr = q + k.row * ldq + k.g * G * d;
+    float m[16], l[16];
+    float* acc = k.part >= 0 ? partials.data() + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
+    fn(sh, qr, k.g, G, k.k0, k.k1, m, l, acc, attn_scores);
+    if (k.part >= 0) {
+      std::copy(m, m + G, acc + G * d);
+      std::copy(l, l + G, acc + G * d + G);
+    } else {
+      for (int64_t h = 0; h < G; ++h)
+        for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
+    }
+  }
+  // merge the split rows: weights exp(m_j - max m) for each range's sum and accumulator
+  for (int64_t i = 0; i < ntasks;) {
+    const AttnTask& first = tasks[i];
+    if (first.part < 0) { ++i; continue; }
+    int64_t e = i;
+    while (e < ntasks && tasks[e].row == first.row && tasks[e].g == first.g) ++e;
+    float* o = out + first.row * ldo + first.g * G * d;
+    for (int64_t h = 0; h < G; ++h) {
+      float mx = -INFINITY, total = 0.0f;
+      for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * G * (d + 2) + G * d + h]);
+      std::fill(o + h * d, o + (h + 1) * d, 0.0f);
+      for (int64_t j = i; j < e; ++j) {
+        const float* p = partials.data() + tasks[j].part * G * (d + 2);
+        const float w = std::exp(p[G * d + h] - mx);
+        total += w * p[G * d + G + h];
+        for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
+      }
+      for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
+    }
+    i = e;
+  }
+  return 0;
+}
+
+// K and V of T new tokens into their cache slots: kv rows (f32, row stride ldx) hold k then v
+// ([2, kvh * d] each row); cache as in hk_paged_attention. Rounds to nearest even like torch's casts.
+void hk_kv_write(const float* x, int64_t ldx, int64_t T, const int64_t* slots, void* kv, int kv_bf16,
+                 int64_t num_slots, int64_t width) {
+  uint16_t* c = static_cast<uint16_t*>(kv);
+  for (int64_t t = 0; t < T; ++t)
+    for (int plane = 0; plane < 2; ++plane) {
+      const float* src = x + t * ldx + plane * width;
+      uint16_t* dst = c + plane * num_slots * width + slots[t] * width;
+      for (int64_t i = 0; i < width; i += 16) {
+        const __mmask16 k = tail_mask(width - i);
+        const __m512 v = _mm512_maskz_loadu_ps(k, src + i);
+        const __m256i h = kv_bf16 ? to_bf16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(dst + i, k, h);
+      }
+    }
 }
 
 // Rows `ids` of a [V, K] tensor -> f32 out [T, K] (an embedding lookup).
