@@ -24,7 +24,7 @@ from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
 ACT8_TOL = 1.01 / 254
-BATCHES = (1, 2, 7, 33)
+BATCHES = (1, 2, 7, 10, 16, 33)  # from 10 rows on: AMX tiles (16 rows each, a VNNI tail)
 K_QUANTS = (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)
 
 
@@ -76,12 +76,17 @@ def test_fused_parts_of_mixed_types_and_strided_io():
 
 
 def test_rows_are_independent_of_the_batch():
-    """Each output row is computed alone (same operations in the same order): batching a decode
-    cannot change its tokens."""
-    t = random_tensor(Q.Q4_1, 300, 576, np.random.default_rng(1))
+    """Each output row is computed alone (same operations in the same order, whatever its neighbours
+    or its place in the batch) within each regime: below AMX_MIN_ROWS (10) rows the VNNI loop, from
+    there on AMX tiles, whose f32 sums run in another order. So batching decodes changes no token
+    among batches of 1-9 nor among batches of 10 or more."""
+    t = random_tensor(Q.Q4_1, 300, 576, np.random.default_rng(1))  # 18 tiles of 16 rows and 12 rows more
     mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], 576)
-    x = torch.randn(9, 576)
-    assert torch.equal(mm(x), torch.cat([mm(x[i:i + 1]) for i in range(9)]))
+    x = torch.randn(20, 576)
+    assert torch.equal(mm(x[:9]), torch.cat([mm(x[i:i + 1]) for i in range(9)]))
+    big = mm(x)
+    assert torch.equal(big[3:13], mm(x[3:13])) and torch.equal(big[:17], mm(x[:17]))
+    assert torch.equal(big[2:3], mm(torch.cat([x[2:3], x[8:17]]))[:1])
 
 
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)

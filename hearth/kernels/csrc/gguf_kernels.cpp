@@ -17,6 +17,7 @@
 
 #include "blocks.h"
 #include "simd.h"
+#include "amx.h"
 #include "attention.h"
 
 namespace {
@@ -94,18 +95,51 @@ int threads_for(double work) {  // work ~ weight bytes x rows of activations
   return work < 64.0 * 1024 ? 1 : omp_get_max_threads();
 }
 
-// y[:, part columns] = a @ W.T, rows of every part split evenly over the threads
-bool run(const Plan& p, const Act& a, float* y, int64_t ldy) {
+template <class T>
+struct TileRows {  // whole 16-row tiles of weight rows n0 .. n1 on AMX
+  static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
+                  const std::vector<TileActs>& tiles, float* y, int64_t ldy) {
+    for (int64_t n = n0; n + 16 <= n1; n += 16)
+      for (size_t mt = 0; mt < tiles.size(); ++mt)
+        tile_dot<T>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, std::min<int64_t>(16, a.M - 16 * mt), y, ldy);
+  }
+};
+
+// y[:, part columns] = a @ W.T, rows of every part split evenly over the threads (in whole tiles of
+// 16 rows when `tiles` are given: AMX; a part's last rows % 16 go through the VNNI loop)
+bool run(const Plan& p, const Act& a, float* y, int64_t ldy, const std::vector<TileActs>* tiles = nullptr) {
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * a.M)) reduction(| : bad)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    if (tiles) load_tile_config();
     for (const Part& q : p.parts) {
+      if (tiles) {
+        const int64_t ntiles = q.rows / 16, t0 = 16 * (ntiles * t / T), t1 = 16 * (ntiles * (t + 1) / T);
+        if (t1 > t0 && !dispatch<TileRows>(q.qtype, q.w, q.row_bytes, t0, t1, q.nb, a, *tiles, y + q.out_col, ldy)) bad = 1;
+        if (t == T - 1 && q.rows % 16 &&
+            !dispatch<RowsDot>(q.qtype, q.w, q.row_bytes, 16 * ntiles, q.rows, q.nb, a, y + q.out_col, ldy))
+          bad = 1;
+        continue;
+      }
       const int64_t n0 = q.rows * t / T, n1 = q.rows * (t + 1) / T;
       if (n1 > n0 && !dispatch<RowsDot>(q.qtype, q.w, q.row_bytes, n0, n1, q.nb, a, y + q.out_col, ldy)) bad = 1;
     }
+    if (tiles) _tile_release();
   }
   return !bad;
+}
+
+thread_local std::vector<TileActs> tile_acts_buf;
+
+// quantize x's rows, then y = x @ W.T on AMX tiles for a batch, else the VNNI loop
+bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
+  const bool amx = M >= AMX_MIN_ROWS && amx_usable();
+  const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired);
+  if (!amx) return run(p, a, y, ldy);
+  tile_acts_buf.resize((M + 15) / 16);
+  for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
+  return run(p, a, y, ldy, &tile_acts_buf);
 }
 
 Act quantize_for(const Plan& p, const float* x, int64_t M, int64_t ldx) {
@@ -238,7 +272,7 @@ void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t l
   const Plan& p = *static_cast<const Plan*>(plan);
   const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
   const float* xn = normed(xf, M, p.K, ldx, norm_w, eps);
-  run(p, quantize_for(p, xn, M, ldx), y, ldy);
+  matmul(p, xn, M, ldx, y, ldy);
   if (bias)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < p.N; ++n) y[m * ldy + n] += bias[n];
@@ -249,7 +283,7 @@ void hk_linear_residual(const void* plan, const float* x, int64_t M, int64_t ldx
                         float post_eps, float* r, int64_t ldr) {
   const Plan& p = *static_cast<const Plan*>(plan);
   float* y = scratch(tmp_out, M * p.N);
-  run(p, quantize_for(p, x, M, ldx), y, p.N);
+  matmul(p, x, M, ldx, y, p.N);
   add_residual(y, M, p.N, post_w, post_eps, r, ldr);
 }
 
@@ -263,10 +297,10 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   int64_t ldx = ldr;
   const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
   float* g = scratch(tmp_mid, M * gu.N);
-  run(gu, quantize_for(gu, xn, M, ldx), g, gu.N);
+  matmul(gu, xn, M, ldx, g, gu.N);
   for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
   float* y = scratch(tmp_out, M * dn.N);
-  run(dn, quantize_for(dn, g, M, gu.N), y, dn.N);
+  matmul(dn, g, M, gu.N, y, dn.N);
   add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
 }
 
