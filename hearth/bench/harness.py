@@ -49,13 +49,16 @@ async def _warmup(client, workload: Workload, count: int) -> None:
             raise BenchError(f"the warm-up request failed: {result.error}")
 
 
-async def _run(client, workload: Workload, progress: bool, warmup: int) -> list[LevelRun]:
+async def _run(client, workload: Workload, progress: bool, warmup: int, memory) -> list[LevelRun]:
     await client.start(workload)
     runs = []
     try:
         await _warmup(client, workload, warmup)
         for level in workload.levels:
+            if memory is not None:
+                memory.start_level()
             run = await _run_level(client, level, f"{workload.name} c={level.concurrency}", progress)
+            run.peak_rss = memory.level_peak() if memory is not None else None
             errors = [r.error for r in run.results if r.error]
             if len(errors) == len(run.results):
                 raise BenchError(f"every request at concurrency {level.concurrency} failed: {errors[0]}")
@@ -65,6 +68,8 @@ async def _run(client, workload: Workload, progress: bool, warmup: int) -> list[
     return runs
 
 
-def run_workload(client, workload: Workload, progress: bool = True, warmup: int = 1) -> list[LevelRun]:
-    """client: start(workload), send(request, concurrency) -> RequestResult, stop() — all async."""
-    return asyncio.run(_run(client, workload, progress, warmup))
+def run_workload(client, workload: Workload, progress: bool = True, warmup: int = 1,
+                 memory=None) -> list[LevelRun]:
+    """client: start(workload), send(request, concurrency) -> RequestResult, stop() — all async.
+    memory: a hearth.bench.rss.MemoryProbe of the measured process, or None."""
+    return asyncio.run(_run(client, workload, progress, warmup, memory))

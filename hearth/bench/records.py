@@ -73,6 +73,8 @@ class LevelRun:
     results: list[RequestResult]
     start: float
     end: float
+    peak_rss: int | None = None
+    """Peak resident bytes of the measured process during the level (hearth.bench.rss), when known."""
 
     @property
     def duration(self) -> float:

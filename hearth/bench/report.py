@@ -13,28 +13,19 @@ from hearth.memory.units import nbytes
 VERSION = 1
 
 
-def peak_rss_bytes() -> int | None:
-    """This process's peak resident memory, model load included (Linux reports KiB, macOS bytes)."""
-    try:
-        import resource
-    except ImportError:  # Windows
-        return None
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak if platform.system() == "Darwin" else peak * 1024
-
-
 def machine() -> dict:
     try:
         hearth_version = metadata.version("hearth")
     except metadata.PackageNotFoundError:
         hearth_version = None
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None  # others' work skews a shared machine
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "memory_bytes": system_memory(),
             "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
-            "hearth": hearth_version}
+            "hearth": hearth_version, "load_average_1m": load}
 
 
 def build_results(workload, mode: str, target: dict, levels: list[dict], quality: dict,
-                  peak_rss: int | None) -> dict:
+                  peak_rss: int | None, peak_rss_per_level: bool | None = None) -> dict:
     return {
         "hearth_bench": VERSION,
         "created": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -46,6 +37,7 @@ def build_results(workload, mode: str, target: dict, levels: list[dict], quality
                      "requests": [len(lv.requests) for lv in workload.levels], "sampling": "greedy"},
         "levels": levels,
         "peak_rss_bytes": peak_rss,
+        "peak_rss_per_level": peak_rss_per_level,
         "speculative_decoding": None,
         "acceptance_length": None,
         "quality": quality,
@@ -58,15 +50,17 @@ def _pair(summary: dict | None, a: str, b: str, scale: float = 1.0, fmt: str = "
     return f"{fmt.format(summary[a] * scale)} / {fmt.format(summary[b] * scale)}"
 
 
-COLUMNS = ("conc", "reqs", "fail", "out tok/s", "TTFT p50/p99 s", "ITL p50/p99 ms", "tok/s/req p50/p1", "% ceiling")
+COLUMNS = ("conc", "reqs", "fail", "out tok/s", "TTFT p50/p99 s", "ITL p50/p99 ms", "tok/s/req p50/p1", "% ceiling",
+           "peak RSS")
 
 
 def level_row(lv: dict) -> tuple[str, ...]:
     ceiling = lv.get("decode_ceiling")
-    pct = _pct(ceiling.get("pct") if ceiling else None)
+    pct = pct_text(ceiling.get("pct") if ceiling else None)
     return (str(lv["concurrency"]), str(lv["requests"]), str(lv["failed"]), f"{lv['output_tok_s']:.1f}",
             _pair(lv["ttft_s"], "p50", "p99"), _pair(lv["itl_s"], "p50", "p99", 1000, "{:.1f}"),
-            _pair(lv["decode_tok_s"], "p50", "p1", fmt="{:.1f}"), pct)
+            _pair(lv["decode_tok_s"], "p50", "p1", fmt="{:.1f}"), pct,
+            nbytes(lv["peak_rss_bytes"]) if lv.get("peak_rss_bytes") else "-")
 
 
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
@@ -88,7 +82,7 @@ def _quality_line(q: dict) -> str:
     return head
 
 
-def _pct(v: float | None) -> str:
+def pct_text(v: float | None) -> str:
     if v is None:
         return "n/a"
     return f"{v:.0f}%" if v >= 10 else f"{v:.2g}%"
@@ -103,7 +97,7 @@ def format_summary(results: dict, files: list[str]) -> str:
     failed = [(lv["concurrency"], lv["errors"][0]) for lv in results["levels"] if lv["errors"]]
     lines += [f"failed at concurrency {c}: {error}" for c, error in failed]
     rss = results["peak_rss_bytes"]
-    lines += ["", f"peak RSS {nbytes(rss) if rss else 'n/a (not in-process)'}; "
+    lines += ["", f"peak RSS {nbytes(rss) if rss else 'n/a (not in-process; give --server-pid)'}; "
                   "acceptance length n/a (no speculative decoding)", _quality_line(results["quality"])]
     ceiling = next((lv["decode_ceiling"] for lv in results["levels"] if lv.get("decode_ceiling")), None)
     lines.append(f"decode ceiling: {ceiling['reason']}" if ceiling else

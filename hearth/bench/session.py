@@ -14,7 +14,7 @@ from hearth.bench.harness import run_workload
 from hearth.bench.metrics.levels import level_summary
 from hearth.bench.quality import agreement, load_reference, reference_of, write_json
 from hearth.bench.records import LevelRun
-from hearth.bench.report import build_results, peak_rss_bytes
+from hearth.bench.report import build_results
 from hearth.bench.workloads import Workload, build_workload
 
 RESULTS_JSON = "results.json"
@@ -44,8 +44,8 @@ def output_folder(path: str | None) -> Path:
 
 def bench_setup(workload: str, seed: int = 0, requests: int | None = None, concurrency: int | None = None,
                 max_tokens: int | None = None, output: str | None = None, reference: str | None = None,
-                progress: bool = True, warmup: int = 1) -> BenchSetup:
-    w = build_workload(workload, seed, requests, concurrency, max_tokens)
+                progress: bool = True, warmup: int = 1, levels: list[int] | None = None) -> BenchSetup:
+    w = build_workload(workload, seed, requests, concurrency, max_tokens, levels)
     if warmup < 0:
         raise BenchError(f"--warmup must be 0 or more, got {warmup}")
     ref_path = Path(reference) if reference else None
@@ -70,9 +70,10 @@ def _request_rows(runs: list[LevelRun]) -> list[dict]:
             for run in runs for r in run.results]
 
 
-def run_bench(setup: BenchSetup, client, roof, target: dict) -> tuple[dict, list[Path], str | None]:
-    """-> (results, files written, a note on skipped charts or None). roof: a Roofline or None."""
-    runs = run_workload(client, setup.workload, setup.progress, setup.warmup)
+def run_bench(setup: BenchSetup, client, roof, target: dict, memory=None) -> tuple[dict, list[Path], str | None]:
+    """-> (results, files written, a note on skipped charts or None). roof: a Roofline or None;
+    memory: a hearth.bench.rss.MemoryProbe of the measured process, or None."""
+    runs = run_workload(client, setup.workload, setup.progress, setup.warmup, memory)
     levels = [level_summary(run) for run in runs]
     for lv in levels:
         lv["decode_ceiling"] = level_ceiling(roof, lv) if roof is not None else None
@@ -80,8 +81,9 @@ def run_bench(setup: BenchSetup, client, roof, target: dict) -> tuple[dict, list
     try:
         write_json(setup.folder / REFERENCE_JSON, own, indent=None)
         quality = _quality(setup, own, runs)
-        results = build_results(setup.workload, client.mode, target, levels, quality,
-                                peak_rss_bytes() if client.mode == "local" else None)
+        peak = memory.run_peak([run.peak_rss for run in runs]) if memory is not None else None
+        results = build_results(setup.workload, client.mode, target, levels, quality, peak,
+                                memory.per_level if memory is not None else None)
         results["requests"] = _request_rows(runs)
         write_json(setup.folder / RESULTS_JSON, results)
     except OSError as e:

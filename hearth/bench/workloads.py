@@ -140,11 +140,17 @@ def sweep_levels(top: int) -> list[int]:
     return levels if levels[-1] == top else [*levels, top]
 
 
-def check_numbers(requests: int | None, concurrency: int | None, max_tokens: int | None) -> None:
+def check_numbers(requests: int | None, concurrency: int | None, max_tokens: int | None,
+                  levels: list[int] | None = None) -> None:
     if requests is not None and requests < 1:
         raise BenchError(f"--requests must be at least 1, got {requests}")
     if concurrency is not None and not 1 <= concurrency <= MAX_CONCURRENCY:
         raise BenchError(f"--concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
+    if levels is not None:
+        if concurrency is not None:
+            raise BenchError("give --concurrency or --levels, not both")
+        if not levels or not all(1 <= c <= MAX_CONCURRENCY for c in levels):
+            raise BenchError(f"--levels must each be between 1 and {MAX_CONCURRENCY}, got {levels}")
     if max_tokens is not None and max_tokens < 1:
         raise BenchError(f"--max-tokens must be at least 1, got {max_tokens}")
 
@@ -156,14 +162,16 @@ def warmup_request(max_tokens: int) -> BenchRequest:
 
 
 def build_workload(name: str, seed: int = 0, requests: int | None = None, concurrency: int | None = None,
-                   max_tokens: int | None = None) -> Workload:
-    """None takes the workload's default. A sweep's levels take consecutive prompts, none repeated:
-    a prompt seen at an earlier level would be a prefix-cache hit and flatter its TTFT."""
+                   max_tokens: int | None = None, levels: list[int] | None = None) -> Workload:
+    """None takes the workload's default; `levels` replaces the concurrency levels (a sweep's 1, 2,
+    4, ...). Levels take consecutive prompts, none repeated: a prompt seen at an earlier level would
+    be a prefix-cache hit and flatter its TTFT."""
     spec = workload_spec(name)
-    check_numbers(requests, concurrency, max_tokens)
+    check_numbers(requests, concurrency, max_tokens, levels)
     top = concurrency or spec.concurrency
     max_tokens = max_tokens or spec.max_tokens
-    counts = [(c, requests or spec.requests or 2 * c) for c in (sweep_levels(top) if spec.sweep else [top])]
+    levels = levels or (sweep_levels(top) if spec.sweep else [top])
+    counts = [(c, requests or spec.requests or 2 * c) for c in levels]
     all_prompts = prompts(spec.family, seed, sum(n for _, n in counts))
     levels, start = [], 0
     for c, n in counts:

@@ -1,10 +1,12 @@
 """`hearth bench`: measure the in-process engine, or any OpenAI-compatible server with --url, on a
 seeded workload; report latencies, throughput against the decode ceiling, peak memory and greedy
-agreement with a reference run; write results.json, reference.json and PNG charts."""
+agreement with a reference run; write results.json, reference.json, report.md and PNG charts.
+`hearth bench --report RESULTS...` renders earlier runs (several engines, repeats) as markdown."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--api-key", help="with --url: sent as a bearer token")
     p.add_argument("--concurrency", type=int, help="requests in flight at once; for concurrency-sweep the "
                                                    "highest level (default: the workload's)")
+    p.add_argument("--levels", help="concurrency levels to run one after the other, e.g. 1,8,32 "
+                                    "(default: --concurrency; for concurrency-sweep 1, 2, 4, ... up to it)")
     p.add_argument("--requests", type=int, help="requests to send (per level in a sweep; default: the workload's)")
     p.add_argument("--max-tokens", type=int, help="tokens to generate per request (default: the workload's)")
     p.add_argument("--seed", type=int, default=0, help="picks the prompts; same seed, same prompts (default: 0)")
@@ -37,32 +41,86 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", help="an earlier run's reference.json to compare greedy outputs with; "
                                        "written by this run when it does not exist yet")
     p.add_argument("--ctx", type=int, default=4096, help="in-process: context length (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=0, help="in-process: CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=0, help="in-process: CPU threads (default: all cores); "
+                                                          "with --url: the server's, stated in the report")
     p.add_argument("--device", default=THIS, help=f"whose bandwidth sets the decode ceiling: "
                                                   f"{', '.join(known_devices())} (default: %(default)s)")
+    p.add_argument("--label", help="the target's name in reports, e.g. hearth or llama.cpp (default: "
+                                   "hearth (in-process), or the served model at its host)")
+    p.add_argument("--server-pid", type=int, help="with --url: the server's process id on this machine, to "
+                                                  "report its peak memory per level (its kernel peak-RSS "
+                                                  "mark is reset before each level)")
+    report = p.add_argument_group("reports")
+    report.add_argument("--report", nargs="+", metavar="RESULTS",
+                        help="measure nothing: render these results.json files (or run folders) of one or "
+                             "more targets, workloads and repeats as markdown; ratios are to the first target")
+    report.add_argument("--plan", nargs="+", metavar="PLAN_JSON", default=[],
+                        help="`hearth plan MODEL --json` outputs to show in the report")
+    report.add_argument("--baseline", metavar="LABEL", help="the target that ratios divide by (default: "
+                                                            "the first one in --report)")
+    report.add_argument("--note", help="a paragraph under the machine line, e.g. how the servers were started")
+    report.add_argument("--markdown", metavar="FILE", help="where the markdown report goes, - for standard "
+                                                           "output (default: report.md in the output folder; "
+                                                           "with --report: standard output)")
 
 
 def main(args: argparse.Namespace) -> int:
+    from hearth.bench.markdown import render_markdown
     from hearth.bench.report import format_summary
+    from hearth.bench.saved import load_plans, load_results
     from hearth.bench.session import bench_setup, run_bench
 
+    plans = load_plans(args.plan)
+    if args.report:
+        if args.url:
+            raise BenchError("--report renders earlier results and measures nothing; drop --url")
+        _write_markdown(args.markdown or "-", render_markdown(load_results(args.report), plans, args.note,
+                                                             args.baseline))
+        return 0
+    if args.threads < 0:
+        raise BenchError(f"--threads must be 0 (all cores) or more, got {args.threads}")
     setup = bench_setup(args.workload, args.seed, args.requests, args.concurrency, args.max_tokens,
-                        args.output, args.reference, warmup=args.warmup)
-    client, roof, target = _remote(args) if args.url else _local(args, setup.workload)
-    results, files, note = run_bench(setup, client, roof, target)
+                        args.output, args.reference, warmup=args.warmup, levels=_levels(args.levels))
+    client, roof, target, memory = _remote(args) if args.url else _local(args, setup.workload)
+    target.update(label=args.label, ignore_eos=args.ignore_eos,
+                  bandwidth=roof.device.bandwidth if roof is not None else None)
+    results, files, note = run_bench(setup, client, roof, target, memory)
+    markdown = args.markdown or str(setup.folder / "report.md")
+    _write_markdown(markdown, render_markdown([results], plans, args.note))
     if note:
         print(note, file=sys.stderr)
-    print(format_summary(results, [str(f) for f in files]))
+    print(format_summary(results, [str(f) for f in files] + ([markdown] if markdown != "-" else [])))
     return 0
+
+
+def _levels(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise BenchError(f"--levels must be comma-separated numbers such as 1,8,32, got {text!r}") from None
+
+
+def _write_markdown(dest: str, text: str) -> None:
+    if dest == "-":
+        print(text, end="")
+        return
+    try:
+        Path(dest).parent.mkdir(parents=True, exist_ok=True)
+        Path(dest).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise BenchError(f"--markdown {dest}: cannot write: {e.strerror or e}") from None
 
 
 def _local(args: argparse.Namespace, workload):
     if args.ctx < 1:
         raise BenchError(f"--ctx must be a positive number of tokens, got {args.ctx}")
-    if args.threads < 0:
-        raise BenchError(f"--threads must be 0 (all cores) or more, got {args.threads}")
+    if args.server_pid is not None:
+        raise BenchError("--server-pid goes with --url; an in-process run measures its own memory")
     from hearth.bench.ceiling import decode_roofline
     from hearth.bench.local_client import LocalClient
+    from hearth.bench.rss import MemoryProbe
     from hearth.llm import LLM
     from hearth.loader.resolve import resolve_model
     from hearth.memory.devices import get_device
@@ -75,23 +133,27 @@ def _local(args: argparse.Namespace, workload):
     client = LocalClient(llm.engine, llm.encode_chat, llm.max_model_len, args.seed, args.ignore_eos)
     roof = decode_roofline(llm.gguf, device, cfg.kv_cache_dtype, cfg.block_size)
     target = {"model": model, "model_path": str(llm.path), "max_model_len": llm.max_model_len,
-              "kv_cache_dtype": cfg.kv_cache_dtype, "device": device.name, "load_s": llm.load_time}
-    return client, roof, target
+              "kv_cache_dtype": cfg.kv_cache_dtype, "device": device.name, "load_s": llm.load_time,
+              "threads": args.threads or os.cpu_count()}
+    return client, roof, target, MemoryProbe()
 
 
 def _remote(args: argparse.Namespace):
     from hearth.bench.ceiling import decode_roofline
     from hearth.bench.http_client import HttpClient
+    from hearth.bench.rss import MemoryProbe, check_server_pid
     from hearth.memory.devices import get_device
 
+    memory = MemoryProbe(check_server_pid(args.server_pid)) if args.server_pid is not None else None
     path = _local_gguf(args.model)
     served = args.served_model or (args.model if path is None else None)
     client = HttpClient(args.url, served, args.api_key, args.seed, args.ignore_eos)
     client.discover()
     roof = decode_roofline(path, get_device(args.device)) if path else None
     target = {"url": args.url, "served_model": client.served_model, "model": args.model,
-              "model_path": str(path) if path else None, "device": roof.device.name if roof else None}
-    return client, roof, target
+              "model_path": str(path) if path else None, "device": roof.device.name if roof else None,
+              "threads": args.threads or None}
+    return client, roof, target, memory
 
 
 def _local_gguf(model: str | None) -> Path | None:

@@ -7,11 +7,11 @@ import argparse
 import json
 
 from hearth.memory.devices import THIS, known_devices
+from hearth.memory.figure_text import FIGURES
 from hearth.memory.kv_formats import KV_FORMATS
 from hearth.memory.overhead import DEFAULT_BATCH_TOKENS
 from hearth.memory.planner import Plan
 from hearth.memory.request import DEFAULT_BLOCK, plan_for
-from hearth.memory.units import flops, nbytes, rate
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,40 +38,13 @@ def main(args: argparse.Namespace) -> int:
                       kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
                       batch_tokens=args.batch_tokens, memory_gib=args.memory_gib, remeasure=args.remeasure,
                       progress=not args.json)
-    print(json.dumps(result.to_json(), indent=1) if args.json else format_plan(result))
+    if args.json:
+        data = result.to_json()
+        data["inputs"]["model_arg"] = args.model  # as the user named it: reports show this, not general.name
+        print(json.dumps(data, indent=1))
+    else:
+        print(format_plan(result))
     return 0
-
-
-def _tokens(v) -> str:
-    return f"{v:,} tokens"
-
-
-def _yes(v) -> str:
-    return "yes" if v else "NO"
-
-
-# figure -> (section, label, how its value prints)
-ROWS = {
-    "weight_bytes": ("memory", "weights (file)", nbytes),
-    "resident_weight_bytes": ("memory", "weights (held)", nbytes),
-    "kv_bytes_per_token": ("memory", "KV per token", nbytes),
-    "kv_cache_bytes": ("memory", "KV cache", nbytes),
-    "activation_bytes": ("memory", "activations", nbytes),
-    "runtime_bytes": ("memory", "runtime", nbytes),
-    "tokenizer_bytes": ("memory", "tokenizer", nbytes),
-    "total_bytes": ("memory", "total", nbytes),
-    "usable_bytes": ("memory", "usable", nbytes),
-    "fits": ("memory", "fits", _yes),
-    "max_context": ("limits", "max context", _tokens),
-    "max_concurrency": ("limits", "max concurrency", lambda v: f"{v:,} sequences"),
-    "decode_bytes_per_token": ("speed ceilings", "decode reads", lambda v: f"{nbytes(v)}/token"),
-    "decode_tok_s_ceiling": ("speed ceilings", "decode", lambda v: f"{v:,.1f} tok/s"),
-    "decode_tok_s_ceiling_aggregate": ("speed ceilings", "decode, all seqs", lambda v: f"{v:,.1f} tok/s"),
-    "prefill_flops_per_token": ("speed ceilings", "prefill work", lambda v: f"{flops(v)}/token"),
-    "prefill_tok_s_ceiling": ("speed ceilings", "prefill", lambda v: f"{v:,.0f} tok/s"),
-    "bandwidth": ("device", "bandwidth", rate),
-    "peak_flops": ("device", "compute", lambda v: f"{flops(v)}/s"),
-}
 
 
 def format_plan(p: Plan) -> str:
@@ -85,7 +58,7 @@ def format_plan(p: Plan) -> str:
     for key, fig in p.figures.items():
         if key == "decode_tok_s_ceiling_aggregate" and r.concurrency == 1:
             continue  # the same number as the single-sequence ceiling
-        sec, label, show = ROWS[key]
+        sec, label, show = FIGURES[key]
         if sec != section:
             lines.append(f"\n{sec}")
             section = sec

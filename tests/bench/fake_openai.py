@@ -1,9 +1,13 @@
 """A tiny OpenAI-compatible streaming server for tests: stdlib http.server on a thread, answering
-GET /v1/models and POST /v1/chat/completions with a scripted SSE stream (chunked HTTP/1.1, as
-uvicorn and llama-server send it), so TTFT and ITL can be checked against known delays."""
+GET /health, GET /v1/models and POST /v1/chat/completions with a scripted SSE stream (chunked
+HTTP/1.1, as uvicorn and llama-server send it), so TTFT and ITL can be checked against known delays.
+
+`python -m tests.bench.fake_openai --port N --first S --gap S` runs one as a process, standing in
+for a real server where a test starts servers as processes."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 import time
@@ -42,7 +46,7 @@ def stream_of(pieces: list[str], first_delay: float, gap: float, usage: tuple[in
 
 
 class FakeServer:
-    def __init__(self):
+    def __init__(self, port: int = 0):
         self.script = Script()
         self.bodies: list[dict] = []
         self.headers: list[dict] = []
@@ -55,6 +59,8 @@ class FakeServer:
                 pass
 
             def do_GET(self):
+                if self.path == "/health":
+                    return self._send(200, b'{"status": "ok"}')
                 data = json.dumps({"object": "list", "data": [{"id": m} for m in server.script.models]}).encode()
                 self._send(200 if self.path == "/v1/models" else 404, data)
 
@@ -84,7 +90,7 @@ class FakeServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -96,3 +102,14 @@ class FakeServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--first", type=float, default=0.01, help="seconds before the first token")
+    ap.add_argument("--gap", type=float, default=0.005, help="seconds between tokens")
+    opts, _ = ap.parse_known_args()  # a real server's other flags are ignored
+    fake = FakeServer(opts.port)
+    fake.script = stream_of(["one", " two", " three", " four"], opts.first, opts.gap, usage=(12, 4))
+    fake.httpd.serve_forever()

@@ -46,6 +46,18 @@ CASES = [
     (["--url", "ftp://example.com/v1"], "--url must be an http:// or https:// address"),
     (["--url", "http://127.0.0.1:{closed}"], "cannot reach http://127.0.0.1:{closed}: "),
     (["--url", "{fake}", "--model", "./nowhere/model.gguf"], "--model ./nowhere/model.gguf: no such file"),
+    (["--levels", "1,x"], "--levels must be comma-separated numbers such as 1,8,32, got '1,x'"),
+    (["--levels", "0,2"], "--levels must each be between 1 and 1024, got [0, 2]"),
+    (["--levels", "1,2", "--concurrency", "2"], "give --concurrency or --levels, not both"),
+    (["--server-pid", "3"], "--server-pid goes with --url; an in-process run measures its own memory"),
+    (["--url", "{fake}", "--server-pid", "0"], "--server-pid must be a process id, got 0"),
+    (["--url", "{fake}", "--server-pid", "99999999"], "--server-pid 99999999: no such process"),
+    (["--report", "{d}/missing.json"], "--report {d}/missing.json: no such file"),
+    (["--report", "{d}/broken.json"], "--report {d}/broken.json cannot be read as JSON"),
+    (["--report", "{d}/other.json"], "--report {d}/other.json is not a hearth bench results.json"),
+    (["--report", "{d}/other.json", "--url", "{fake}"], "--report renders earlier results and measures nothing"),
+    (["--report", "{d}", "--plan", "{d}/other.json"],
+     "--plan {d}/other.json is not the output of `hearth plan --json`"),
 ]
 
 

@@ -43,6 +43,10 @@ def test_sweep_writes_results_reference_and_charts(tiny, tmp_path, capsys):
         ceiling = level["decode_ceiling"]
         assert ceiling["tok_s_aggregate"] > 0 and ceiling["pct"] > 0 and "H200" in ceiling["reason"]
     assert results["peak_rss_bytes"] > 50 * 2**20
+    assert results["peak_rss_per_level"] is True  # Linux: each level's own peak
+    assert all(50 * 2**20 < lv["peak_rss_bytes"] <= results["peak_rss_bytes"] for lv in results["levels"])
+    report = (tmp_path / "one" / "report.md").read_text()
+    assert report.startswith("**Machine:** ") and "| 2 | hearth (in-process) |" in report
     assert "acceptance_length" in results and results["acceptance_length"] is None
     assert len(results["requests"]) == 4
 

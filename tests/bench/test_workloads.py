@@ -65,6 +65,18 @@ def test_sweep_levels():
     assert _prompts(w)[0] == _prompts(build_workload("chat", requests=3))[0]
 
 
+def test_chosen_levels():
+    w = build_workload("concurrency-sweep", levels=[1, 8, 32])
+    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 2), (8, 16), (32, 64)]
+    assert [r.index for lv in w.levels for r in lv.requests] == list(range(82))  # still no prompt twice
+    w = build_workload("chat", levels=[2, 3], requests=1)
+    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(2, 1), (3, 1)]
+    with pytest.raises(BenchError, match="give --concurrency or --levels, not both"):
+        build_workload("chat", levels=[2], concurrency=2)
+    with pytest.raises(BenchError, match=r"--levels must each be between 1 and 1024, got \[\]"):
+        build_workload("chat", levels=[])
+
+
 def test_warmup_prompt_is_no_workloads():
     warm = warmup_request(4)
     assert warm.max_tokens == 4 and warm.index == -1

@@ -30,5 +30,6 @@ def level_summary(run: LevelRun) -> dict:
         "itl_s": summarize([gap for r in ok for gap in r.itls]),
         "decode_tok_s": summarize([r.decode_tok_s for r in ok if r.decode_tok_s is not None]),
         "latency_s": summarize([r.latency for r in ok]),
+        "peak_rss_bytes": run.peak_rss,
         "errors": sorted({r.error for r in run.results if r.error})[:MAX_ERRORS_SHOWN],
     }
