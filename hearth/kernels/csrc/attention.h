@@ -34,6 +34,71 @@ inline __m512 load_half(const uint8_t* p) {  // 16 f16 or bf16 values -> f32
   return _mm512_cvtph_ps(h);
 }
 
+// [sum(v[0]), sum(v[1]), ..., sum(v[15])]: pairwise adds that halve the vectors and double the
+// rows they cover at each of 4 levels (45 shuffles and adds for 16 horizontal sums)
+inline __m512 sum16(const __m512* v) {
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i)  // 128-bit lane L: [v2i(0+2), v2i+1(0+2), v2i(1+3), v2i+1(1+3)]
+    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // lane L: [v4i, v4i+1, v4i+2, v4i+3] partial over lane L
+    const __m512d x = _mm512_castps_pd(a[2 * i]), y = _mm512_castps_pd(a[2 * i + 1]);
+    b[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)), _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+  }
+  for (int i = 0; i < 2; ++i)  // [b2i L0+L2, b2i L1+L3, b2i+1 L0+L2, b2i+1 L1+L3]
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x44), _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xEE));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88), _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+}
+
+inline __m512 softcap_ps(__m512 v, float cap) {  // cap * tanh(v / cap), tanh(z) = 1 - 2 / (1 + e^2z)
+  const __m512 z = _mm512_mul_ps(v, _mm512_set1_ps(2.0f / cap));
+  const __m512 t = _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                                 _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(z))));
+  return _mm512_mul_ps(t, _mm512_set1_ps(cap));
+}
+
+inline const uint8_t* slot_row(const AttnShape& a, int plane, int64_t g, int64_t key) {
+  const int64_t slot = a.table[key / a.bs] * a.bs + key % a.bs;
+  return a.kv + (plane * a.plane + (slot * a.kvh + g) * a.d) * 2;
+}
+
+// Prefetch the block after `next` (a block's keys take ~the memory latency to process): blocks sit
+// anywhere in the pool, so no hardware prefetcher guesses the jump. dims [16 c0, 16 c0 + width).
+inline void prefetch_ahead(const AttnShape& a, int plane, int64_t g, int64_t next, int64_t k1, int c0, int64_t width) {
+  const int64_t key = (next / a.bs + 1) * a.bs;
+  if (key >= k1) return;
+  const uint8_t* p = slot_row(a, plane, g, key) + 32 * c0;
+  const int64_t n = std::min(a.bs, k1 - key), stride = a.kvh * a.d * 2;
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t b = 0; b < width * 2; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + j * stride + b), _MM_HINT_T0);
+}
+
+// acc[h][c0 .. c0 + CV) += sum_j p[h][j] v_j for HB heads from h0, over keys [k0, k1) (values of kv
+// head g): the accumulators stay in registers (HB x CV <= 16)
+template <int HB, int CV, bool BF16>
+void weighted_values(const AttnShape& a, int64_t g, int64_t k0, int64_t k1, const float* p, int64_t ld, int64_t h0,
+                     int c0, float* acc, const uint8_t* (*slot)(const AttnShape&, int, int64_t, int64_t)) {
+  __m512 o[HB][CV];
+  for (int h = 0; h < HB; ++h)
+    for (int c = 0; c < CV; ++c) o[h][c] = _mm512_setzero_ps();
+  const int64_t stride = a.kvh * a.d * 2;
+  for (int64_t key = k0; key < k1;) {
+    const int64_t run = std::min(k1, (key / a.bs + 1) * a.bs) - key;
+    const uint8_t* vp = slot(a, 1, g, key) + 32 * c0;  // 16 halves per vector
+    prefetch_ahead(a, 1, g, key + run, k1, c0, CV * 16);
+    for (int64_t j = 0; j < run; ++j, vp += stride) {
+      __m512 vf[CV];
+      for (int c = 0; c < CV; ++c) vf[c] = load_half<BF16>(vp + 32 * c);
+      for (int h = 0; h < HB; ++h) {
+        const __m512 w = _mm512_set1_ps(p[(h0 + h) * ld + key - k0 + j]);
+        for (int c = 0; c < CV; ++c) o[h][c] = _mm512_fmadd_ps(w, vf[c], o[h][c]);
+      }
+    }
+    key += run;
+  }
+  for (int h = 0; h < HB; ++h)
+    for (int c = 0; c < CV; ++c) _mm512_storeu_ps(acc + (h0 + h) * a.d + 16 * (c0 + c), o[h][c]);
+}
+
 // One task: query heads h0 .. h0 + G of one row (q: [G][D] f32) against keys [k0, k1) of kv head g.
 // Leaves per head the running max m, the sum of exp(s - m) l, and acc = sum exp(s - m) v (unnormalized).
 template <int DV, bool BF16>
@@ -43,64 +108,72 @@ void attend_range(const AttnShape& a, const float* q, int64_t g, int64_t G, int6
   if (static_cast<int64_t>(scores.size()) < G * (n + 16)) scores.resize(G * (n + 16));
   float* s = scores.data();
   const int64_t ld = n + 16;
-  auto slot_ptr = [&](int plane, int64_t key) {
-    const int64_t slot = a.table[key / a.bs] * a.bs + key % a.bs;
-    return a.kv + (plane * a.plane + (slot * a.kvh + g) * D) * 2;
-  };
-  __m512 qv[16][DV];
-  for (int64_t h = 0; h < G; ++h)
-    for (int c = 0; c < DV; ++c) qv[h][c] = _mm512_mul_ps(_mm512_loadu_ps(q + h * D + 16 * c), _mm512_set1_ps(a.scale));
-  for (int64_t h = 0; h < G; ++h) m[h] = -INFINITY;
-  // scores: keys walked block by block (consecutive slots inside a block)
+  float qs[16 * 16 * DV];  // q * scale
+  for (int64_t i = 0; i < G * D; ++i) qs[i] = q[i] * a.scale;
+  float mx[16];
+  __m512 vmax[16];
+  for (int64_t h = 0; h < G; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
+  // scores, 16 keys at a time: their K rows converted to f32 once, then per head 16 dot products
+  // summed across lanes together (one transpose-add tree instead of 16 horizontal sums)
+  alignas(64) float kt[16 * 16 * DV];
   for (int64_t key = k0; key < k1;) {
     const int64_t run = std::min(k1, (key / a.bs + 1) * a.bs) - key;
-    const uint8_t* kp = slot_ptr(0, key);
-    for (int64_t j = 0; j < run; ++j, kp += stride) {
-      __m512 kf[DV];
-      for (int c = 0; c < DV; ++c) kf[c] = load_half<BF16>(kp + 32 * c);
+    prefetch_ahead(a, 0, g, key + run, k1, 0, D);
+    const uint8_t* kp = slot_row(a, 0, g, key);
+    for (int64_t t0 = 0; t0 < run; t0 += 16) {
+      const int r = static_cast<int>(std::min<int64_t>(16, run - t0));
+      for (int j = 0; j < r; ++j, kp += stride)
+        for (int c = 0; c < DV; ++c) _mm512_store_ps(kt + (j * DV + c) * 16, load_half<BF16>(kp + 32 * c));
       for (int64_t h = 0; h < G; ++h) {
-        __m512 t = _mm512_mul_ps(qv[h][0], kf[0]);
-        for (int c = 1; c < DV; ++c) t = _mm512_fmadd_ps(qv[h][c], kf[c], t);
-        float v = _mm512_reduce_add_ps(t);
-        if (a.softcap > 0.0f) v = std::tanh(v / a.softcap) * a.softcap;
-        s[h * ld + key - k0 + j] = v;
-        m[h] = std::max(m[h], v);
+        __m512 t[16];
+        const float* qh = qs + h * D;
+        for (int j = 0; j < 16; ++j) {
+          if (j >= r) { t[j] = _mm512_setzero_ps(); continue; }
+          t[j] = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_load_ps(kt + j * DV * 16));
+          for (int c = 1; c < DV; ++c) t[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * c), _mm512_load_ps(kt + (j * DV + c) * 16), t[j]);
+        }
+        const __mmask16 k = tail_mask(r);
+        __m512 v = sum16(t);
+        if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
+        _mm512_mask_storeu_ps(s + h * ld + key - k0 + t0, k, v);
+        vmax[h] = _mm512_mask_max_ps(vmax[h], k, vmax[h], v);
       }
     }
     key += run;
   }
+  for (int64_t h = 0; h < G; ++h) mx[h] = _mm512_reduce_max_ps(vmax[h]);
   // probabilities in place
   for (int64_t h = 0; h < G; ++h) {
-    const __m512 mx = _mm512_set1_ps(m[h]);
+    const __m512 vmx = _mm512_set1_ps(mx[h]);
     __m512 sum = _mm512_setzero_ps();
     float* sh = s + h * ld;
     for (int64_t j = 0; j < n; j += 16) {
       const __mmask16 k = tail_mask(n - j);
-      const __m512 p = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sh + j), mx)));
+      const __m512 p = _mm512_maskz_mov_ps(k, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, sh + j), vmx)));
       _mm512_mask_storeu_ps(sh + j, k, p);
       sum = _mm512_add_ps(sum, p);
     }
+    m[h] = mx[h];
     l[h] = _mm512_reduce_add_ps(sum);
   }
-  // acc = p . V
-  __m512 o[16][DV];
-  for (int64_t h = 0; h < G; ++h)
-    for (int c = 0; c < DV; ++c) o[h][c] = _mm512_setzero_ps();
-  for (int64_t key = k0; key < k1;) {
-    const int64_t run = std::min(k1, (key / a.bs + 1) * a.bs) - key;
-    const uint8_t* vp = slot_ptr(1, key);
-    for (int64_t j = 0; j < run; ++j, vp += stride) {
-      __m512 vf[DV];
-      for (int c = 0; c < DV; ++c) vf[c] = load_half<BF16>(vp + 32 * c);
-      for (int64_t h = 0; h < G; ++h) {
-        const __m512 p = _mm512_set1_ps(s[h * ld + key - k0 + j]);
-        for (int c = 0; c < DV; ++c) o[h][c] = _mm512_fmadd_ps(p, vf[c], o[h][c]);
+  // acc = p . V, in register tiles of up to 4 heads x 4 vectors (64 dims)
+  for (int64_t h0 = 0; h0 < G; h0 += 4) {
+    const int64_t hb = std::min<int64_t>(4, G - h0);
+    for (int c0 = 0; c0 < DV; c0 += 4) {
+      const int cv = std::min(4, DV - c0);
+#define HK_WV(HB, CV) weighted_values<HB, CV, BF16>(a, g, k0, k1, s, ld, h0, c0, acc, slot_row)
+#define HK_WV_HB(CV) switch (hb) { case 1: HK_WV(1, CV); break; case 2: HK_WV(2, CV); break; \
+                                    case 3: HK_WV(3, CV); break; default: HK_WV(4, CV); }
+      switch (cv) {
+        case 1: HK_WV_HB(1) break;
+        case 2: HK_WV_HB(2) break;
+        case 3: HK_WV_HB(3) break;
+        default: HK_WV_HB(4)
       }
+#undef HK_WV_HB
+#undef HK_WV
     }
-    key += run;
   }
-  for (int64_t h = 0; h < G; ++h)
-    for (int c = 0; c < DV; ++c) _mm512_storeu_ps(acc + h * D + 16 * c, o[h][c]);
 }
 
 using AttendFn = void (*)(const AttnShape&, const float*, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,
