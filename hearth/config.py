@@ -62,6 +62,11 @@ class EngineConfig:
     """Token budget of one engine step (prefill chunks and decodes together)."""
     enable_prefix_caching: bool = True
     """Reuse the K/V of full blocks whose prompt prefix was seen before."""
+    kv_disk_dir: str = ""
+    """Directory of the KV disk tier (full prefix blocks kept across restarts, and saved
+    conversations); empty = no disk tier."""
+    kv_disk_space_mb: int = 4096
+    """Most MiB the disk tier's block files may take; the least valuable are evicted past it."""
     kv_cache_dtype: str = "auto"
     """Storage format of the KV cache: auto (f16), f16, bf16, fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4."""
     threads: int = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import weakref
 from pathlib import Path
 from dataclasses import fields, replace
 
@@ -14,7 +15,11 @@ from hearth.config import DEFAULT_MODEL, EngineConfig
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
+from hearth.errors import HearthError
 from hearth.kvstore.codecs import get_codec
+from hearth.kvstore.disk import DiskKVStore
+from hearth.kvstore.snapshot import SnapshotStore
+from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
@@ -56,8 +61,18 @@ class LLM:
         num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, self.max_model_len, block_bytes, staging)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
                                   GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
-        kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name),
-                            cfg.enable_prefix_caching)
+        self.disk = self.snapshots = None
+        if cfg.kv_disk_dir:
+            if not cfg.enable_prefix_caching:
+                raise HearthError("the KV disk tier (--kv-disk-dir) needs prefix caching: drop --no-prefix-caching")
+            if cfg.kv_disk_space_mb <= 0:
+                raise HearthError(f"--kv-disk-space-mb must be positive, not {cfg.kv_disk_space_mb}")
+            self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format)
+            weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
+        kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name, cfg.block_size),
+                            cfg.enable_prefix_caching, self.disk)
+        if self.disk is not None:
+            self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
@@ -97,6 +112,10 @@ class LLM:
                     comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
                     result.finished = all(c.finish_reason for c in result.outputs)
         return results
+
+    def close(self) -> None:
+        """Finish the disk tier's queued writes (they are lost if the process exits first)."""
+        self.engine.close()
 
     def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None):
         """Yield EngineOutput deltas of one request as they are generated."""
@@ -141,11 +160,10 @@ def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, staging_bytes
     return max(1, min(wanted, budget))
 
 
-def _cache_key(path: Path, codec: str) -> bytes:
-    """What makes cached K/V reusable: the same model file (by name, size and mtime; a content hash
-    comes with the disk tier) and the same KV format."""
-    st = path.stat()
-    return f"{path.name}|{st.st_size}|{st.st_mtime_ns}|{codec}".encode()
+def _cache_key(path: Path, codec: str, block_size: int) -> bytes:
+    """What makes cached K/V reusable, here or in the disk tier after a restart: the same model
+    file content (see model_fingerprint), the same KV format and the same block size."""
+    return f"{model_fingerprint(path)}|{codec}|{block_size}".encode()
 
 
 def _layer_progress(enabled: bool):

@@ -13,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, Response
 
-from hearth.api import anthropic_routes, openai_chat, openai_completions, openai_routes
+from hearth.api import anthropic_routes, openai_chat, openai_completions, openai_routes, slots
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
@@ -52,7 +52,7 @@ def create_app(served: ServedModel, config: ServerConfig | None = None) -> FastA
     app.state.limits = Limits(config.max_n, config.max_tokens)
     app.state.metrics = Metrics(served.name, served.engine)
     install_handlers(app)
-    for module in (openai_routes, openai_chat, openai_completions, anthropic_routes):
+    for module in (openai_routes, openai_chat, openai_completions, anthropic_routes, slots):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth

@@ -88,10 +88,31 @@ class _EngineCollector:
             g = GaugeMetricFamily(metric, doc, labels=["model_name"])
             g.add_metric(name, value)
             yield g
-        for metric, doc, value in (
+        counters = [
             ("hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
             ("hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
-        ):
+        ]
+        gauges = []
+        if s.disk is not None:
+            d = s.disk
+            counters += [
+                ("hearth:prefix_cache_disk_hits", "Prefix-cache hits loaded from the disk tier, in tokens.",
+                 s.prefix_cache_disk_hits),
+                ("hearth:kv_disk_blocks_read", "KV blocks read back from the disk tier and verified.", d.hits),
+                ("hearth:kv_disk_blocks_written", "KV blocks written to the disk tier.", d.writes),
+                ("hearth:kv_disk_writes_dropped", "KV block writes dropped: the write queue was full.", d.dropped),
+                ("hearth:kv_disk_corrupt_files", "Disk-tier files rejected on read (header, length or "
+                 "checksum) and deleted; never loaded.", d.corrupt),
+                ("hearth:kv_disk_evictions", "Disk-tier files evicted to stay within the space budget.", d.evictions),
+                ("hearth:kv_disk_write_errors", "Disk-tier writes that failed.", d.write_errors),
+            ]
+            gauges += [("hearth:kv_disk_files", "Block files in the disk tier.", d.files),
+                       ("hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", d.bytes)]
+        for metric, doc, value in counters:
             c = CounterMetricFamily(metric, doc, labels=["model_name"])
             c.add_metric(name, value)
             yield c
+        for metric, doc, value in gauges:
+            g = GaugeMetricFamily(metric, doc, labels=["model_name"])
+            g.add_metric(name, value)
+            yield g

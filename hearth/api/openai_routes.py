@@ -35,17 +35,24 @@ async def get_model(model_id: str, request: Request):
 async def tokenize(body: TokenizeRequest, request: Request):
     served = request.app.state.served
     served.check_model(body.model)
+    ids = conversation_ids(served, body)
+    return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
+
+
+def conversation_ids(served, body) -> list[int]:
+    """The prompt ids of a body with exactly one of `prompt` (text, or token ids) and `messages`
+    (+ `tools`), rendered as a chat request with the same fields would render them."""
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt and messages", param="prompt")
+    if isinstance(body.prompt, list):
+        return list(body.prompt)
     if body.prompt is not None:
-        ids = served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
-    else:
-        plan = plan_tools(served, openai_tools(body.tools), None)
-        messages = prompt_messages(served, plan, openai_messages(body.messages))
-        text = served.render_chat(messages, plan.tools if plan.in_template else None,
-                                  add_generation_prompt=body.add_generation_prompt)
-        ids = served.encode_chat_text(text)
-    return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
+        return served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
+    plan = plan_tools(served, openai_tools(body.tools), None)
+    messages = prompt_messages(served, plan, openai_messages(body.messages))
+    text = served.render_chat(messages, plan.tools if plan.in_template else None,
+                              add_generation_prompt=body.add_generation_prompt)
+    return served.encode_chat_text(text)
 
 
 @router.post("/detokenize")

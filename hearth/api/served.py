@@ -30,12 +30,14 @@ class ServedModel:
     """An AsyncEngine (or a fake with add_request/stats/start/shutdown)."""
     max_model_len: int
     vocab_size: int | None = None
+    snapshots: Any = None
+    """A hearth.kvstore.snapshot.SnapshotStore when the server has a KV disk tier (/slots)."""
     created: int = field(default_factory=lambda: int(time.time()))
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
-                   llm.model_config.vocab_size)
+                   llm.model_config.vocab_size, llm.snapshots)
 
     @property
     def name(self) -> str:

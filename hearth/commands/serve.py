@@ -44,6 +44,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--kv-cache-memory-gb", type=float, default=2.0,
                      help="upper bound on KV-cache memory (default: %(default)s)")
     eng.add_argument("--kv-cache-dtype", default="auto", help="KV-cache format (default: %(default)s)")
+    eng.add_argument("--kv-disk-dir", default="", metavar="DIR",
+                     help="keep full prefix blocks of the KV cache in DIR across restarts, and enable "
+                          "POST /slots/save and /slots/restore (default: off)")
+    eng.add_argument("--kv-disk-space-mb", type=int, default=4096, metavar="MB",
+                     help="most MiB the disk tier may take in DIR (default: %(default)s)")
     eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
     eng.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
@@ -60,7 +65,8 @@ def main(args: argparse.Namespace) -> int:
     llm = LLM(args.model, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
               kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
-              enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed)
+              enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
+              kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb)
     print(f"hearth: loaded {llm.path.name} in {time.perf_counter() - t0:.1f}s "
           f"(context {llm.max_model_len} tokens)", file=sys.stderr, flush=True)
     llm.runner.grammar.prepare_in_background()

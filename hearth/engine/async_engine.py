@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from hearth.engine.engine_core import EngineCore
 from hearth.errors import HearthError
+from hearth.kvstore.disk import DiskStats
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
 
@@ -37,6 +38,9 @@ class EngineStats:
     kv_blocks_total: int
     prefix_cache_queries: int
     prefix_cache_hits: int
+    prefix_cache_disk_hits: int = 0
+    disk: DiskStats | None = None
+    """The disk tier's counters, when there is one."""
 
 
 class RequestStream:
@@ -104,6 +108,7 @@ class AsyncEngine:
         self._stopping = True
         self._wake.set()
         self._thread.join(timeout=30)
+        self.core.close()
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None) -> RequestStream:
@@ -118,11 +123,18 @@ class AsyncEngine:
         self._send(("add", stream, list(prompt_token_ids), params))
         return stream
 
+    async def export_prefix(self, prompt_token_ids: list[int]) -> list[bytes]:
+        """EngineCore.export_prefix, run on the engine thread between steps."""
+        future = asyncio.get_running_loop().create_future()
+        self._send(("export", future, list(prompt_token_ids)))
+        return await future
+
     def stats(self) -> EngineStats:
         """A snapshot for metrics; read from another thread, so the counts may be a step apart."""
         s = self.core.scheduler
+        disk = s.kv.disk.stats if s.kv.disk is not None else None
         return EngineStats(len(s.running), len(s.waiting), s.kv.num_used_blocks, s.kv.pool.num_blocks,
-                           s.kv.stats.queries, s.kv.stats.hits)
+                           s.kv.stats.queries, s.kv.stats.hits, s.kv.stats.disk_hits, disk)
 
     def _send(self, command: tuple) -> None:
         self._commands.put(command)
@@ -162,9 +174,27 @@ class AsyncEngine:
                     stream._put(e if isinstance(e, HearthError) else EngineStepError(f"{type(e).__name__}: {e}"))
                     continue
                 self._streams[stream.request_id] = stream
+            elif command[0] == "export":
+                self._export(*command[1:])
             else:
                 self.core.abort(command[1])
                 self._streams.pop(command[1], None)
+
+    def _export(self, future: asyncio.Future, ids: list[int]) -> None:
+        def settle(value, error):
+            if future.done():  # the caller went away
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+        try:
+            result, error = self.core.export_prefix(ids), None
+        except Exception as e:
+            log.exception("KV export failed")
+            result, error = None, EngineStepError(f"KV export failed: {type(e).__name__}: {e}")
+        future.get_loop().call_soon_threadsafe(settle, result, error)
 
     def _fail_all(self, error: EngineStepError) -> None:
         for rid, stream in list(self._streams.items()):

@@ -9,7 +9,7 @@ from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
-from hearth.runner.messages import SampledToken
+from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar
 from hearth.sampling_params import SamplingParams
 
@@ -65,6 +65,18 @@ class EngineCore:
         result = self.runner.execute(so)
         changed = self.scheduler.update(so, result)
         return [self._output(req, sampled) for req, sampled in changed]
+
+    def export_prefix(self, token_ids: list[int]) -> list[bytes]:
+        """The payloads of token_ids' full blocks found in the prefix cache (memory or disk), in
+        order, up to the first missing one: what a saved snapshot holds. Between steps only."""
+        kv = self.scheduler.kv
+        found = kv.locate_prefix(token_ids)
+        in_memory = [(b, kv.pool.block_hash[b]) for b in found if isinstance(b, int)]
+        read = iter(self.runner.execute(SchedulerOutput([], kv_saves=in_memory)).kv_saved if in_memory else ())
+        return [next(read) if isinstance(b, int) else b for b in found]
+
+    def close(self) -> None:
+        self.scheduler.kv.close()
 
     def _output(self, req: Request, sampled: SampledToken) -> EngineOutput:
         detok = self.detokenizers[req.request_id]

@@ -1,23 +1,22 @@
 """Which blocks hold which request's K/V, and the prefix cache over full blocks.
 
 A full block is keyed by a chained hash: blake2b(parent hash, its token ids), the first block's
-parent being the cache key (model file + KV format). Equal keys mean equal K/V, in this process or,
-later, on disk."""
+parent being the cache key (model file + KV format). Equal keys mean equal K/V, in this process or
+in the disk tier (hearth.kvstore.disk), which continues a prefix where memory ends: blocks found on
+disk get fresh block ids and travel to the runner as `kv_loads` (verified bytes, written into the
+cache before the step reads them); full blocks newly computed go out as `kv_saves` (the runner
+returns their bytes, which are queued for writing)."""
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from dataclasses import dataclass
 
 from hearth.engine.block_pool import BlockPool
 from hearth.engine.request import Request
+from hearth.kvstore.block_hash import chain_hashes, hash_block, root_hash
+from hearth.kvstore.disk import DiskKVStore
 
-
-def hash_block(parent: bytes, token_ids: list[int]) -> bytes:
-    h = hashlib.blake2b(parent, digest_size=16)
-    h.update(array("i", token_ids).tobytes())
-    return h.digest()
+__all__ = ["KVCacheManager", "PrefixCacheStats", "hash_block"]
 
 
 @dataclass(slots=True)
@@ -26,16 +25,23 @@ class PrefixCacheStats:
     """Prompt tokens looked up in the prefix cache."""
     hits: int = 0
     """Of those, tokens found cached."""
+    disk_hits: int = 0
+    """Of the hits, tokens loaded from the disk tier."""
 
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, cache_key: bytes = b"",
-                 enable_prefix_caching: bool = True):
+                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None):
         self.block_size = block_size
         self.pool = BlockPool(num_blocks)
-        self.cache_key = hashlib.blake2b(cache_key, digest_size=16).digest()
+        self.cache_key = root_hash(cache_key)
         self.enable_prefix_caching = enable_prefix_caching
+        self.disk = disk if enable_prefix_caching else None
         self.stats = PrefixCacheStats()
+        self.pending_loads: list[tuple[int, bytes]] = []
+        """(block id, verified payload) for the runner to write before the next step reads them."""
+        self.pending_saves: dict[bytes, int] = {}
+        """hash -> block id of newly full blocks the disk tier lacks (the runner reads them out)."""
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -61,24 +67,53 @@ class KVCacheManager:
             found.append(block)
         return found
 
-    def allocate_slots(self, req: Request, num_new_tokens: int, cached: list[int] = ()) -> bool:
+    def find_disk_prefix(self, req: Request, start: int) -> list[tuple[bytes, bytes]]:
+        """(hash, verified payload) of the blocks after the first `start` that continue the prefix
+        from the disk tier. A request that has to wait for free blocks keeps what was read, so the
+        files are read once; a file that fails its check ends the prefix there (recomputed)."""
+        if self.disk is None:
+            return []
+        hashes = self.block_hashes(req, (req.num_tokens - 1) // self.block_size)[start:]
+        kept = dict(req.disk_payloads)
+        found = []
+        for h in hashes:
+            if h not in kept:
+                break
+            found.append((h, kept[h]))
+        rest = hashes[len(found):]
+        if rest:  # a file that failed before is gone from the index: no retry
+            found += zip(rest, self.disk.get_many(rest))
+        req.disk_payloads = found
+        return found
+
+    def allocate_slots(self, req: Request, num_new_tokens: int, cached: list[int] = (),
+                       loads: list[tuple[bytes, bytes]] = ()) -> bool:
         """Grow req's block table to hold num_computed + num_new tokens after taking the `cached`
-        prefix blocks (a request that starts from a cache hit); False, nothing taken, if short."""
+        prefix blocks and then fresh blocks for the `loads` found on disk (a request that starts
+        from a cache hit); False, nothing taken, if short."""
         reused_free = sum(1 for b in cached if self.pool.ref_cnt[b] == 0)
-        total = req.num_computed_tokens + len(cached) * self.block_size + num_new_tokens
+        hit = len(cached) + len(loads)
+        total = req.num_computed_tokens + hit * self.block_size + num_new_tokens
         need = self.blocks_needed(total) - len(req.block_ids) - len(cached)
         if need > self.pool.num_free - reused_free:
             return False
         if req.num_computed_tokens == 0:  # an admission: count it for the hit rate
             self.stats.queries += req.num_tokens
-            self.stats.hits += len(cached) * self.block_size
+            self.stats.hits += hit * self.block_size
+            self.stats.disk_hits += len(loads) * self.block_size
         if cached:
             self.pool.touch(cached)
             req.block_ids.extend(cached)
-            req.num_computed_tokens += len(cached) * self.block_size
-            req.num_registered_blocks = len(cached)
         if need > 0:
-            req.block_ids.extend(self.pool.allocate(need))
+            fresh = self.pool.allocate(need)
+            for block, (h, payload) in zip(fresh, loads):  # cached now: read after the load lands
+                self.pool.cache(block, h)
+                self.pending_loads.append((block, payload))
+            req.block_ids.extend(fresh)
+        if hit:
+            req.num_computed_tokens += hit * self.block_size
+            req.num_registered_blocks = hit
+        req.disk_payloads = []
         return True
 
     def cache_full_blocks(self, req: Request) -> None:
@@ -91,7 +126,39 @@ class KVCacheManager:
         hashes = self.block_hashes(req, full)
         for i in range(req.num_registered_blocks, full):
             self.pool.cache(req.block_ids[i], hashes[i])
+            if self.disk is not None and hashes[i] not in self.pending_saves and not self.disk.contains(hashes[i]):
+                self.pending_saves[hashes[i]] = req.block_ids[i]
         req.num_registered_blocks = full
+
+    def take_transfers(self) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
+        """(kv_loads, kv_saves) for the next SchedulerOutput. Saves read blocks as the last step
+        left them: the runner reads them out before it loads or computes anything."""
+        loads, self.pending_loads = self.pending_loads, []
+        saves = [(block, h) for h, block in self.pending_saves.items()]
+        self.pending_saves = {}
+        return loads, saves
+
+    def saved(self, saves: list[tuple[int, bytes]], payloads: list[bytes]) -> None:
+        """Hand the bytes the runner read out of `saves` to the disk tier's writer."""
+        for (_, h), payload in zip(saves, payloads):
+            self.disk.put(h, payload)
+
+    def locate_prefix(self, token_ids: list[int]) -> list[int | bytes]:
+        """For each full block of token_ids, in order: its block id when in memory, else its payload
+        from the disk tier; stops at the first block found in neither."""
+        found: list[int | bytes] = []
+        for h in chain_hashes(self.cache_key, token_ids, self.block_size):
+            block = self.pool.lookup(h)
+            payload = self.disk.get(h) if block is None and self.disk is not None else None
+            if block is None and payload is None:
+                break
+            found.append(block if block is not None else payload)
+        return found
+
+    def close(self) -> None:
+        """Finish queued disk writes."""
+        if self.disk is not None:
+            self.disk.close()
 
     def free(self, req: Request) -> None:
         self.pool.free(req.block_ids[::-1])

@@ -28,7 +28,8 @@ class Scheduler:
         self.waiting.append(req)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        """Requests to run, or full blocks still to hand to the disk tier (one more step reads them)."""
+        return bool(self.waiting or self.running or self.kv.pending_saves)
 
     def finish_request(self, request_id: str, status: RequestStatus = RequestStatus.FINISHED_ABORTED,
                        reason: int | str | None = None) -> Request | None:
@@ -58,8 +59,9 @@ class Scheduler:
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             cached = self.kv.find_cached_prefix(req)
-            n = min(req.num_tokens - len(cached) * self.kv.block_size, budget)
-            if not self.kv.allocate_slots(req, n, cached):
+            loads = self.kv.find_disk_prefix(req, len(cached))
+            n = min(req.num_tokens - (len(cached) + len(loads)) * self.kv.block_size, budget)
+            if not self.kv.allocate_slots(req, n, cached, loads):
                 break
             if req.status is RequestStatus.WAITING:
                 req.num_cached_tokens = req.num_computed_tokens
@@ -69,7 +71,8 @@ class Scheduler:
             scheduled.append((req, n))
             budget -= n
         finished, self._finished_ids = self._finished_ids, []
-        return SchedulerOutput([self._message(r, n) for r, n in scheduled], finished)
+        loads, saves = self.kv.take_transfers()
+        return SchedulerOutput([self._message(r, n) for r, n in scheduled], finished, loads, saves)
 
     def _allocate_or_preempt(self, req: Request, n: int) -> bool:
         """Make room for req by preempting the newest running requests (recomputed later)."""
@@ -114,6 +117,8 @@ class Scheduler:
 
     def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, SampledToken]]:
         """Advance every scheduled request; returns those that got a new token (some now finished)."""
+        if out.kv_saves:
+            self.kv.saved(out.kv_saves, result.kv_saved)
         running = {r.request_id: r for r in self.running}
         changed = []
         for seq in out.seqs:

@@ -87,7 +87,7 @@ class StagingTable:
         if not self.free:
             victim = next((b for b in self.sinks if not self.owners.get(b)), None)
             if victim is not None:
-                self._forget_sink(victim)
+                self.forget_sink(victim)
             else:
                 self.free.append(self.capacity)
                 self.capacity += 1
@@ -98,11 +98,18 @@ class StagingTable:
             self.fill[rid] = self._take()
         return self.fill[rid]
 
-    def _forget_sink(self, block: int) -> None:
+    def forget_sink(self, block: int) -> None:
         slot = self.sinks.pop(block, None)
         if slot is not None:
             self.free.append(slot)
             self.owners.pop(block, None)
+
+    def adopt_sink(self, block: int) -> int:
+        """A slot for the f16 copy of a first block loaded from disk; unowned (evictable) until a
+        request reads it. The layers must hold `capacity` slots after this (it may grow)."""
+        self.forget_sink(block)
+        self.sinks[block] = self._take()
+        return self.sinks[block]
 
     def _sink_slot(self, block: int, rid: str) -> int:
         if block not in self.sinks:
@@ -120,7 +127,7 @@ class StagingTable:
                 lo, hi, base = max(p0, j * bs), min(p1, (j + 1) * bs), j * bs
                 rows = range(r0 + lo - p0, r0 + hi - p0)
                 if lo == base:  # fresh content in this block id: an old sink copy of it is stale
-                    self._forget_sink(table[j])
+                    self.forget_sink(table[j])
                 if hi == base + bs:  # full after this step: encode it
                     k = len(seal)
                     seal.append(table[j])
@@ -190,14 +197,17 @@ class QuantizedKVCache:
     def _flat_staging(self) -> torch.Tensor:
         return self.staging.view(2, -1, self.kv_heads, self.head_dim)
 
+    def ensure_slots(self, slots: int) -> None:
+        if slots > self.staging.shape[1]:
+            self._grow(slots)
+
     def _grow(self, slots: int) -> None:
         extra = torch.zeros(2, slots - self.staging.shape[1], *self.staging.shape[2:], dtype=STAGING_DTYPE)
         self.staging = torch.cat([self.staging, extra], 1)
 
     def write(self, kv: torch.Tensor, plan: StepPlan) -> None:
         """kv: [T, 2, kv_heads, head_dim] (the batch's new K and V, unrotated)."""
-        if plan.num_slots > self.staging.shape[1]:
-            self._grow(plan.num_slots)
+        self.ensure_slots(plan.num_slots)
         if self.rotation is not None:
             kv = kv.float() @ self.rotation
         kv = kv.to(STAGING_DTYPE)  # what staging holds; sealed blocks encode the same values

@@ -90,6 +90,19 @@ def marker_matches(path: Path, entry: CatalogEntry) -> bool:
             and mark.get("size") == st.st_size and mark.get("mtime_ns") == st.st_mtime_ns)
 
 
+def marker_sha256(path: Path) -> str | None:
+    """The SHA-256 recorded for path when it was last hashed, if the file has not changed since."""
+    try:
+        st = path.stat()
+        mark = json.loads(_marker(path).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(mark, dict) or mark.get("size") != st.st_size or mark.get("mtime_ns") != st.st_mtime_ns:
+        return None
+    sha = mark.get("sha256")
+    return sha if isinstance(sha, str) else None
+
+
 def is_verified(path: Path, entry: CatalogEntry, progress: bool = False) -> bool:
     """Size first (free), then the marker (one small read), and only then a full rehash."""
     if not path.is_file() or path.stat().st_size != entry.size:

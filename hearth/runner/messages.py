@@ -34,6 +34,10 @@ class SchedulerOutput:
     seqs: list[ScheduledSequence]
     finished_request_ids: list[str] = field(default_factory=list)
     """Requests that ended since the last step: the runner drops their per-request state."""
+    kv_loads: list[tuple[int, bytes]] = field(default_factory=list)
+    """(block id, payload): blocks found in the disk tier, verified; written before this step runs."""
+    kv_saves: list[tuple[int, bytes]] = field(default_factory=list)
+    """(block id, hash): full blocks to read out, as the last step left them, before anything else."""
 
     @property
     def num_tokens(self) -> int:
@@ -51,3 +55,5 @@ class SampledToken:
 class RunnerOutput:
     sampled: dict[str, SampledToken]
     """request_id -> the token sampled for it this step (only sequences with sample=True)."""
+    kv_saved: list[bytes] = field(default_factory=list)
+    """The payload of each of SchedulerOutput.kv_saves, in order."""

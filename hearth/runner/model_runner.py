@@ -13,6 +13,7 @@ import torch
 
 from hearth.config import ModelConfig
 from hearth.kernels.attention import AttentionMetadata
+from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
@@ -55,6 +56,8 @@ class ModelRunner:
         keep_freed_pages()
         self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
         self._allocate_kv(codec, num_blocks, max_num_seqs)
+        self.block_format = block_format(codec, cfg, block_size)
+        self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
         self.generators: dict[str, torch.Generator] = {}
         self.grammar = grammar
         self.matchers: dict[str, GrammarMatcher] = {}
@@ -89,8 +92,18 @@ class ModelRunner:
         ids, positions, meta = self._prepare(so)
         return self.model(ids, positions, meta, self.kv_caches)
 
-    @torch.inference_mode()
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
+        # disk-tier transfers first: saves read what the last step left, before loads or this
+        # step overwrite a reused block id
+        saved = self.block_io.export([b for b, _ in so.kv_saves]) if so.kv_saves else []
+        if so.kv_loads:
+            self.block_io.load(so.kv_loads)
+        out = self._execute(so)
+        out.kv_saved = saved
+        return out
+
+    @torch.inference_mode()
+    def _execute(self, so: SchedulerOutput) -> RunnerOutput:
         for rid in so.finished_request_ids:
             self.generators.pop(rid, None)
             self.matchers.pop(rid, None)

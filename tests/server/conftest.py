@@ -88,27 +88,41 @@ class RealServer:
         return httpx2.Client(base_url=self.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=TIMEOUT)
 
 
-@pytest.fixture(scope="session")
-def real_server(model_path, tmp_path_factory):
-    path = model_path("smollm2-135m")
+def launch(path: Path, log: Path, *args: str) -> tuple[subprocess.Popen, RealServer]:
+    """`hearth serve PATH` on a free port with the test API key, ready to take requests."""
     port = _free_port()
-    log = tmp_path_factory.mktemp("server") / "server.log"
     cmd = [sys.executable, "-m", "hearth", "serve", str(path), "--port", str(port), "--api-key", API_KEY,
-           "--cors-origins", CORS_ORIGIN, "--served-model-name", "smollm2", "--max-model-len", "512",
-           "--max-num-seqs", "16", "--log-level", "warning"]
+           "--served-model-name", "smollm2", "--log-level", "warning", *args]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     server = RealServer(f"http://127.0.0.1:{port}", "smollm2", log)
     try:
         _wait_ready(server, proc)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, server
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def real_server(model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    proc, server = launch(model_path("smollm2-135m"), log, "--cors-origins", CORS_ORIGIN, "--max-model-len", "512",
+                          "--max-num-seqs", "16")
+    try:
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc)
 
 
 def _wait_ready(server: RealServer, proc: subprocess.Popen, timeout: float = 120) -> None:

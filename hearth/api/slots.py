@@ -1,0 +1,92 @@
+"""POST /slots/save and /slots/restore: a conversation's KV state to a named file under
+--kv-disk-dir and back, as llama-server's slot save/restore (`POST /slots/{id}?action=save|restore`
+with {"filename": ...} is taken too; hearth has no slots, so the id is ignored and a save names
+its conversation). Behind the API key like every route but /health.
+
+save: the conversation (`messages` (+ `tools`) rendered as a chat request would be, or `prompt`
+text or token ids) is prefilled once through the engine (its cached blocks are reused, so this is
+cheap when it was just served), then its full blocks are written to `saved/<name>.hkv`.
+restore: the file's blocks go back into the disk tier; the next request with that prefix reports
+them in `cached_tokens` and skips their prefill."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request
+
+from hearth.api.errors import APIError
+from hearth.api.generate import Generation
+from hearth.api.openai_protocol import _Body
+from hearth.api.openai_routes import conversation_ids
+from hearth.kvstore.snapshot import SnapshotError, SnapshotNameError, SnapshotNotFoundError
+from hearth.sampling_params import SamplingParams
+
+router = APIRouter()
+
+
+class SlotRequest(_Body):
+    name: str | None = None
+    filename: str | None = None
+    """llama-server's name for `name`."""
+    model: str | None = None
+    prompt: str | list[int] | None = None
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool = True
+
+
+@router.post("/slots/save")
+async def save(body: SlotRequest, request: Request):
+    served, snapshots, name, field = _target(request, body)
+    ids = conversation_ids(served, body)
+    t0 = time.perf_counter()
+    await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
+    payloads = await served.engine.export_prefix(ids)
+    info = await _run(snapshots.save, name, field, ids, payloads)
+    return {"name": name, "filename": info.path.name, "n_saved": info.num_tokens, "n_written": info.num_bytes,
+            "timings": {"save_ms": round((time.perf_counter() - t0) * 1000, 3)}}
+
+
+@router.post("/slots/restore")
+async def restore(body: SlotRequest, request: Request):
+    _, snapshots, name, field = _target(request, body)
+    t0 = time.perf_counter()
+    info = await _run(snapshots.restore, name, field)
+    return {"name": name, "filename": info.path.name, "n_restored": info.num_tokens, "n_read": info.num_bytes,
+            "timings": {"restore_ms": round((time.perf_counter() - t0) * 1000, 3)}}
+
+
+@router.post("/slots/{slot_id}")
+async def slot_action(slot_id: int, action: Literal["save", "restore"], body: SlotRequest, request: Request):
+    return await (save if action == "save" else restore)(body, request)
+
+
+def _target(request: Request, body: SlotRequest) -> tuple[Any, Any, str, str]:
+    """(served model, snapshot store, name, the field it came in) or a 400 naming what is wrong."""
+    served = request.app.state.served
+    served.check_model(body.model)
+    if served.snapshots is None:
+        raise APIError(400, "saving and restoring KV state needs a disk tier: start the server with "
+                       "--kv-disk-dir DIR", code="kv_disk_disabled")
+    field = "name" if body.name is not None or body.filename is None else "filename"
+    name = body.name if field == "name" else body.filename
+    if name is None:
+        raise APIError(400, "name: is required", param="name")
+    try:
+        served.snapshots.path(name)
+    except SnapshotNameError as e:
+        raise APIError(400, f"{field}: {e}", param=field) from None
+    return served, served.snapshots, name, field
+
+
+async def _run(method, name: str, field: str, *args):
+    try:
+        return await asyncio.to_thread(method, name, *args)
+    except SnapshotNotFoundError as e:
+        raise APIError(404, f"{field}: {e}", param=field, code="not_found") from None
+    except SnapshotError as e:
+        raise APIError(400, f"{field}: {e}", param=field) from None

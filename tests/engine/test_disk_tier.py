@@ -1,0 +1,186 @@
+"""The disk tier in the engine: after a restart (a new engine on the same directory) a prompt seen
+before starts from blocks loaded from disk into fresh block ids, before the step that reads them;
+a corrupt file is recomputed, never used. First with a fake runner whose KV "content" is the token
+ids (every read is checked), then on SmolLM2 for f16 and q8_0."""
+
+from __future__ import annotations
+
+import shutil
+from array import array
+
+import pytest
+
+from hearth import LLM, SamplingParams
+from hearth.engine.engine_core import EngineCore
+from hearth.engine.kv_cache_manager import KVCacheManager
+from hearth.engine.scheduler import Scheduler
+from hearth.kvstore.disk import DiskKVStore
+from hearth.kvstore.disk_format import BlockFormat
+from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+
+from tests.engine.fakes import LetterTokenizer
+from tests.engine.test_scheduler import run_all
+from tests.test_engine_equivalence import assert_agree
+
+BS = 4
+FMT = BlockFormat("fake", BS, 1, (4 * BS,))
+
+
+class TokenKVRunner:
+    """KV "content" = the token ids written at each slot. Every step checks that each position a
+    sequence reads holds its token, so a block loaded late, into the wrong id or from a bad file fails."""
+
+    def __init__(self, num_blocks: int):
+        self.kv = [[-1] * BS for _ in range(num_blocks)]
+        self.history: dict[str, list[int]] = {}
+        self.steps: list[SchedulerOutput] = []
+
+    def execute(self, so: SchedulerOutput) -> RunnerOutput:
+        self.steps.append(so)
+        saved = [array("i", self.kv[b]).tobytes() for b, _ in so.kv_saves]
+        for block, payload in so.kv_loads:
+            self.kv[block] = array("i", bytes(payload)).tolist()
+        out = {}
+        for s in so.seqs:
+            hist = self.history[s.request_id]
+            for p in range(s.start_pos):
+                assert self.kv[s.block_ids[p // BS]][p % BS] == hist[p], (s.request_id, p)
+            for i, t in enumerate(s.token_ids):
+                p = s.start_pos + i
+                self.kv[s.block_ids[p // BS]][p % BS] = t
+            if s.sample:
+                out[s.request_id] = SampledToken((s.token_ids[-1] + 1) % 50)
+                hist.append(out[s.request_id].token_id)
+        return RunnerOutput(out, saved)
+
+
+def make(tmp_path, num_blocks=32):
+    disk = DiskKVStore(tmp_path, 1 << 20, FMT, fsync=False)
+    runner = TokenKVRunner(num_blocks)
+    sched = Scheduler(KVCacheManager(num_blocks, BS, b"model|fake", disk=disk), 8, 64)
+    return EngineCore(sched, runner, LetterTokenizer(), 256, 50), runner, disk
+
+
+def generate(engine, runner, rid, prompt, max_tokens=5):
+    runner.history[rid] = list(prompt)
+    engine.add_request(prompt, SamplingParams(max_tokens=max_tokens, temperature=0), rid)
+    outs = run_all(engine)[rid]
+    assert engine.scheduler.kv.disk.flush(10)
+    return [t for o in outs for t in o.new_token_ids], outs[-1].num_cached_tokens
+
+
+PROMPT = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+
+
+def test_restart_loads_the_prefix_from_disk_into_fresh_blocks(tmp_path):
+    engine, runner, disk = make(tmp_path)
+    first, cached = generate(engine, runner, "a", PROMPT)
+    assert cached == 0
+    assert disk.flush(10) and disk.stats.writes == 3  # 15 tokens computed: 3 full blocks, no step after
+    engine, runner, disk = make(tmp_path)  # the restart
+    again, cached = generate(engine, runner, "b", PROMPT)
+    assert again == first and cached == 8  # (11 - 1) // 4 blocks: one token is always computed
+    so = runner.steps[0]
+    assert so.seqs[0].start_pos == 8 and [b for b, _ in so.kv_loads] == so.seqs[0].block_ids[:2]
+    assert engine.scheduler.kv.stats.disk_hits == 8 and disk.stats.hits == 2
+    assert not any(so.kv_saves for so in runner.steps)  # every full block is on disk already
+
+
+def test_memory_prefix_continues_on_disk(tmp_path):
+    engine, runner, _ = make(tmp_path)
+    generate(engine, runner, "a", PROMPT)
+    engine, runner, disk = make(tmp_path)
+    generate(engine, runner, "x", PROMPT[:4] + [40, 41, 42, 43, 44])  # block 0 now in memory too
+    hits = disk.stats.hits
+    _, cached = generate(engine, runner, "b", PROMPT)
+    assert cached == 8 and disk.stats.hits == hits + 1  # block 0 from memory, block 1 from disk
+    load = [so for so in runner.steps if any(s.request_id == "b" for s in so.seqs)][0]
+    assert len(load.kv_loads) == 1
+
+
+def test_corrupt_file_ends_the_prefix_and_is_recomputed(tmp_path):
+    engine, runner, disk = make(tmp_path)
+    first, _ = generate(engine, runner, "a", PROMPT)
+    disk.flush(10)
+    hashes = engine.scheduler.kv.block_hashes(_request(PROMPT), 2)
+    path = disk.path(hashes[1])
+    data = bytearray(path.read_bytes())
+    data[-20] ^= 0x40
+    path.write_bytes(bytes(data))
+    engine, runner, disk = make(tmp_path)
+    again, cached = generate(engine, runner, "b", PROMPT)
+    assert again == first and cached == 4 and disk.stats.corrupt == 1
+    disk.flush(10)
+    assert bytes(disk.get(hashes[1])) == array("i", PROMPT[4:8]).tobytes()  # rewritten, good this time
+
+
+def test_export_prefix_gives_the_blocks_from_memory_and_disk(tmp_path):
+    engine, runner, _ = make(tmp_path)
+    generate(engine, runner, "a", PROMPT)
+    engine, runner, disk = make(tmp_path)
+    generate(engine, runner, "x", PROMPT[:4] + [40, 41, 42, 43, 44])
+    payloads = engine.export_prefix(PROMPT + [12])  # 12 tokens: blocks 0 (memory), 1, 2 (disk)
+    assert [array("i", bytes(p)).tolist() for p in payloads] == [PROMPT[:4], PROMPT[4:8], PROMPT[8:] + [12]]
+
+
+def _request(prompt):
+    from hearth.engine.request import Request
+
+    return Request("h", prompt, SamplingParams(), frozenset(), 256)
+
+
+# -- SmolLM2 -----------------------------------------------------------------------------------
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=1000)
+LONG = ("The lighthouse keeper wrote in his log every evening: the weather, the ships that passed, "
+        "and the small events of the island. ") * 4
+
+
+@pytest.fixture(scope="module")
+def served_once(model_path, tmp_path_factory):
+    """codec -> (LLM kwargs with a disk dir where LONG was served, cold result, in-memory hit result)."""
+    runs = {}
+
+    def get(codec: str):
+        if codec not in runs:
+            kw = dict(progress=False, max_model_len=1024, kv_cache_dtype=codec,
+                      kv_disk_dir=str(tmp_path_factory.mktemp(f"disk-{codec}")))
+            llm = LLM(str(model_path("smollm2-135m")), **kw)
+            cold = llm.generate(LONG, GREEDY)[0]
+            warm = llm.generate(LONG, GREEDY)[0]  # an in-memory hit: the same K/V bytes a disk hit loads
+            llm.close()
+            runs[codec] = kw, cold, warm
+        return runs[codec]
+
+    return get
+
+
+@pytest.mark.parametrize("codec", ["f16", "q8_0"])
+def test_smollm2_restart_serves_prompt_from_disk(model_path, smol_llm, served_once, codec):
+    kw, cold, warm = served_once(codec)
+    n = len(cold.prompt_token_ids)
+    assert cold.num_cached_tokens == 0 and warm.num_cached_tokens == (n - 1) // 16 * 16
+    again = LLM(str(model_path("smollm2-135m")), **kw)
+    restored = again.generate(LONG, GREEDY)[0]
+    again.close()
+    assert restored.num_cached_tokens == (n - 1) // 16 * 16
+    assert again.engine.scheduler.kv.stats.disk_hits == restored.num_cached_tokens
+    assert restored.outputs[0].token_ids == warm.outputs[0].token_ids  # same bytes, same kernels
+    assert_agree(restored.outputs[0], cold.outputs[0])
+    if codec == "f16":  # and a cold run of another engine
+        smol_llm.engine.scheduler.kv.pool.reset_prefix_cache()
+        assert_agree(restored.outputs[0], smol_llm.generate(LONG, GREEDY)[0].outputs[0])
+
+
+def test_smollm2_corrupt_block_is_recomputed(model_path, served_once, tmp_path):
+    kw, cold, _ = served_once("f16")
+    shutil.copytree(kw["kv_disk_dir"], tmp_path, dirs_exist_ok=True)
+    kw = {**kw, "kv_disk_dir": str(tmp_path)}
+    again = LLM(str(model_path("smollm2-135m")), **kw)
+    hashes = again.engine.scheduler.kv.block_hashes(_request(cold.prompt_token_ids), 3)
+    victim = again.disk.path(hashes[2])
+    victim.write_bytes(victim.read_bytes()[:-1000])  # truncated, as by a crash of a non-atomic writer
+    got = again.generate(LONG, GREEDY)[0]
+    again.close()
+    assert got.num_cached_tokens == 32 and again.disk.stats.corrupt == 1
+    assert_agree(got.outputs[0], cold.outputs[0])
