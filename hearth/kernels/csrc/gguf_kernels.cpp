@@ -19,6 +19,7 @@
 #include "simd.h"
 #include "amx.h"
 #include "attention.h"
+#include "kv_quant.h"
 
 namespace {
 
