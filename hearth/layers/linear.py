@@ -45,6 +45,8 @@ class LinearPolicy:
     """f32 math on weights dequantized from the file at every call (reference; slow)."""
     gemm_min_rows: int = 32
     """From this many rows on, int4 weights are expanded to bf16 tiles and multiplied densely."""
+    native_gemm_min_rows: int = 64
+    """The same threshold for the C++ kernels: their AMX int8 tiles beat bf16 tiles up to ~64 rows."""
     gemm_chunk_rows: int = 4096
     """Output features expanded per tile on that path: bounds the temporary (a 262k-row head)."""
     native: bool = os.environ.get("HEARTH_NATIVE", "1") != "0"
@@ -112,7 +114,7 @@ class NativePart(nn.Module):
         self.k = ts[0].shape[1]
         self.mm = native.NativeMatmul(self.raws, self.k)
         self.out_features = self.mm.n
-        self.gemm_min_rows, self.chunk = policy.gemm_min_rows, policy.gemm_chunk_rows
+        self.gemm_min_rows, self.chunk = policy.native_gemm_min_rows, policy.gemm_chunk_rows
 
     @property
     def weight_bytes(self) -> int:

@@ -23,14 +23,14 @@ from hearth.kernels.qmatmul import int4_dequant_t, int4_matmul, pack_int4
 from hearth.layers.embedding import Embedding
 from hearth.layers.quant import dequantize
 from hearth.layers.linear import (FAST_PATHS, TORCH_PATHS, DensePart, Int4Part, NativePart, build_embedding,
-                                  build_linear, linear_policy, use_linear_policy)
+                                  build_linear, use_linear_policy)
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from tests.layers.test_quant import FLOATS, QUANTS, assert_bit_exact, gguf_reference, random_tensor
 
 FAST_TOL = 2.0 ** -8
 ACT8_TOL = 1.01 / 254  # +1%: the float rounding of x / d before it is rounded to an integer
 EXACT_TOL = 1e-5
-BATCHES = (1, 3, 40)  # 40 >= gemm_min_rows: the expand-to-bf16 GEMM path of int4 weights
+BATCHES = (1, 3, 40, 70)  # 40: native AMX tiles or int4's bf16 GEMM; 70 >= every gemm_min_rows: bf16 tiles
 
 
 def reference(ts: list[GGUFTensor]) -> torch.Tensor:
@@ -60,7 +60,7 @@ def assert_linear_close(lin, x: torch.Tensor, w: torch.Tensor, bias: torch.Tenso
     """lin(x) against x @ w.T, with the bound of the path lin takes for x's row count."""
     y = lin(x) if bias is None else lin(x) - bias
     x2 = x.reshape(-1, x.shape[-1])
-    act8 = any(isinstance(p, NativePart) for p in lin.parts) and x2.shape[0] < linear_policy().gemm_min_rows
+    act8 = any(isinstance(p, NativePart) and x2.shape[0] < p.gemm_min_rows for p in lin.parts)
     assert_fast_close(y.reshape(x2.shape[0], -1), x2, w, act8=act8)
 
 
@@ -129,7 +129,7 @@ def test_rows_of_a_small_batch_equal_single_rows(qtype):
 
 def test_gemm_path_in_row_chunks_and_leading_dims():
     t = random_tensor(Q.Q8_0, 200, 256, np.random.default_rng(5))
-    with use_linear_policy(gemm_min_rows=4, gemm_chunk_rows=64):
+    with use_linear_policy(gemm_min_rows=4, native_gemm_min_rows=4, gemm_chunk_rows=64):
         lin = build_linear(t)
     x = torch.randn(2, 3, 256)  # [..., K]: 6 rows, over the threshold
     y = lin(x)
