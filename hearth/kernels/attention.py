@@ -213,9 +213,9 @@ def _paged_native(q, kv_cache, meta, scale, window, softcap):
     out = torch.empty(q.shape)
     if args is not None and not native.paged_attention(q, kv_cache, *args, scale, window, softcap, out):
         return None
-    for i in big:
+    for i in big:  # bf16: SDPA's CPU flash kernel runs it on AMX, ~3x faster than f32
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        out[q0:q1] = _prefill_one(q[q0:q1], kv_cache, meta, i, scale, window, softcap)
+        out[q0:q1] = _prefill_one(q[q0:q1].to(torch.bfloat16), kv_cache, meta, i, scale, window, softcap)
     return out
 
 
@@ -276,6 +276,8 @@ def _attend_prefill(q, kv, meta, i, scale, window, softcap):
         o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap)
         return o.transpose(0, 1)
     mask = meta.additive_mask(i, window)
+    if mask is not None and mask.dtype != q.dtype:
+        mask = mask.to(q.dtype)
     # 4-D inputs reach the flash kernel (3-D ones fell back to the unfused math path)
     o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
                                        attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)

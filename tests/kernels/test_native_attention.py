@@ -3,7 +3,9 @@
 
 Tolerance: both read the same f16/bf16 keys and values exactly and accumulate in f32; they differ
 only in summation order and the exp polynomial (~2 ulp), so outputs agree to ~1e-5 relative to
-the values' scale. Stated as atol 2e-5 on values of unit scale."""
+the values' scale. Stated as atol 2e-5 on values of unit scale. Long chunks (NATIVE_MAX_Q new tokens or
+more) go to SDPA in bf16 (q, k, v rounded to 8 mantissa bits, ~4e-3 relative, amplified by the sharp
+softmax used here): 5e-2 there."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from hearth.kernels.attention import NATIVE_MAX_Q, AttentionMetadata, paged_atte
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
 ATOL = 2e-5
+BF16_ATOL = 5e-2
 
 
 def scattered_batch(q_lens, ctx_lens, bs, num_blocks, g):
@@ -56,7 +59,12 @@ def test_native_attention_matches_torch(case, dtype):
     got = paged_attention(q, cache, meta, scale, window, softcap)
     want = paged_attention_torch(q, cache, AttentionMetadata(meta.query_start_loc, meta.seq_lens, meta.block_tables,
                                                              meta.slot_mapping, bs), scale, window, softcap)
-    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    long = torch.zeros(got.shape[0], dtype=torch.bool)  # rows of chunks that take bf16 SDPA
+    for i, n_q in enumerate(q_lens):
+        q0 = meta.query_start_loc[i]
+        long[q0:q0 + n_q] = n_q >= NATIVE_MAX_Q
+    torch.testing.assert_close(got[~long], want[~long], atol=ATOL, rtol=0)
+    torch.testing.assert_close(got[long], want[long], atol=BF16_ATOL, rtol=0)
 
 
 def test_a_window_sees_exactly_its_keys():
