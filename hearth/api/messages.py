@@ -40,8 +40,17 @@ def _openai_message(m: dict, where: str) -> dict:
         raise bad(f"{where}.role", "is required")
     if role not in ROLES:
         raise bad(f"{where}.role", f"unknown role {role!r}; expected one of {', '.join(sorted(ROLES))}")
+    if role == "function":  # legacy: a function's result, answered by name
+        if not isinstance(m.get("name"), str):
+            raise bad(f"{where}.name", "is required for a function message")
+        return {"role": "tool", "content": text_content(m.get("content"), f"{where}.content", optional=True),
+                "name": m["name"], "tool_call_id": legacy_call_id(m["name"])}
     out: dict = {"role": "system" if role == "developer" else role}
     tool_calls = m.get("tool_calls") if role == "assistant" else None
+    if role == "assistant" and tool_calls is None and m.get("function_call") is not None:  # legacy
+        fc = m["function_call"]
+        name = fc.get("name") if isinstance(fc, dict) else None
+        tool_calls = [{"id": legacy_call_id(name), "type": "function", "function": fc}]
     optional = role == "assistant" and (tool_calls or m.get("content") is None)
     out["content"] = text_content(m.get("content"), f"{where}.content", optional=optional)
     if tool_calls:
@@ -85,6 +94,11 @@ def text_content(content: Any, where: str, optional: bool = False) -> str:
         else:
             raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text'")
     return "\n".join(texts)
+
+
+def legacy_call_id(name) -> str:
+    """The id that pairs a legacy function_call with the `function` message answering it (by name)."""
+    return f"call_{name}"
 
 
 def history_tool_calls(calls: Any, where: str) -> list[dict]:

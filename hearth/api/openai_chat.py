@@ -17,7 +17,7 @@ from hearth.api.openai_protocol import ChatCompletionRequest
 from hearth.api.parsing import openai_finish, output_parser
 from hearth.api.sampling import common_fields, logit_bias, make_params, response_format, stop_list
 from hearth.api.sse import DONE, SSEResponse, data_event
-from hearth.api.tools import openai_tools, plan_tools, prompt_messages
+from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
 from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent
 
@@ -29,7 +29,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
     served = state.served
     served.check_model(body.model)
-    plan = plan_tools(served, openai_tools(body.tools), body.tool_choice)
+    legacy = body.functions is not None and body.tools is None
+    tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
+    try:
+        plan = plan_tools(served, openai_tools(tools), tool_choice)
+    except APIError as e:  # name the field the client sent
+        if legacy and e.param == "tool_choice":
+            raise APIError(400, e.message.replace("tool_choice", "function_call", 1), param="function_call") from None
+        raise
     messages = prompt_messages(served, plan, openai_messages(body.messages))
     prompt = served.render_chat(messages, plan.tools if plan.in_template else None,
                                 add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
@@ -40,7 +47,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
         "logprobs": "top_logprobs"})
     gen = Generation(served.engine, ids, params, state.metrics)
     reply = _Reply(served, gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], params.logprobs,
-                   body.parallel_tool_calls)
+                   body.parallel_tool_calls and not legacy, legacy)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
@@ -69,10 +76,13 @@ def _tool_call(call, index: int | None = None) -> dict:
 
 
 class _Reply:
-    def __init__(self, served, gen: Generation, parsers: list, top_logprobs: int | None, parallel: bool = True):
+    def __init__(self, served, gen: Generation, parsers: list, top_logprobs: int | None, parallel: bool = True,
+                 legacy: bool = False):
         self.served, self.gen, self.parsers, self.k = served, gen, parsers, top_logprobs
         self.parallel = parallel
         """parallel_tool_calls false: only a response's first call is returned."""
+        self.legacy = legacy
+        """The request used legacy `functions`: a call is a `function_call`, finish_reason "function_call"."""
         self.id = f"chatcmpl-{gen.request_id}"
         self.created = int(time.time())
         self.completion_tokens = 0
@@ -91,16 +101,22 @@ class _Reply:
             message: dict = {"role": "assistant", "content": parsed.content or (None if calls else "")}
             if parsed.reasoning:
                 message["reasoning_content"] = message["reasoning"] = parsed.reasoning
-            if calls:
+            if calls and self.legacy:
+                message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
+            elif calls:
                 message["tool_calls"] = [_tool_call(call) for call in calls]
             logprobs = None
             if self.k is not None:
                 logprobs = {"content": chat_logprobs(self.served.tokenizer, c.token_ids, c.logprobs, self.k)}
             choices.append({"index": c.index, "message": message, "logprobs": logprobs,
-                            "finish_reason": openai_finish(c.finish_reason, bool(calls)),
+                            "finish_reason": self._finish(c.finish_reason, bool(calls)),
                             "stop_reason": c.stop_reason})
         return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.served.name,
                 "choices": choices, "usage": self.usage(), "system_fingerprint": None}
+
+    def _finish(self, reason: str | None, called: bool) -> str | None:
+        finish = openai_finish(reason, called)
+        return "function_call" if self.legacy and finish == "tool_calls" else finish
 
     def _chunk(self, choices: list, usage: bool, usage_value=None) -> str:
         payload = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -118,7 +134,7 @@ class _Reply:
                 self.completion_tokens += len(out.new_token_ids)
                 parser = self.parsers[i]
                 events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
-                deltas = _deltas(events, called, i, self.parallel)
+                deltas = _deltas(events, called, i, self.parallel, self.legacy)
                 logprobs = None
                 if self.k is not None and out.new_logprobs:
                     lp = chat_logprobs(self.served.tokenizer, out.new_token_ids, out.new_logprobs, self.k)
@@ -127,7 +143,7 @@ class _Reply:
                 for j, delta in enumerate(deltas):
                     yield self._chunk([_choice(i, delta, logprobs if j == 0 else None)], usage)
                 if out.finished:
-                    finish = openai_finish(out.finish_reason, called[i])
+                    finish = self._finish(out.finish_reason, called[i])
                     yield self._chunk([_choice(i, {}, None, finish, out.stop_reason)], usage)
         except HearthError as e:
             err = from_hearth_error(e)
@@ -146,7 +162,7 @@ def _choice(i: int, delta: dict, logprobs=None, finish: str | None = None, stop_
     return out
 
 
-def _deltas(events: list, called: list[bool], i: int, parallel: bool = True) -> list[dict]:
+def _deltas(events: list, called: list[bool], i: int, parallel: bool = True, legacy: bool = False) -> list[dict]:
     """One delta per event, adjacent text of the same channel merged."""
     out: list[dict] = []
     for e in events:
@@ -163,5 +179,8 @@ def _deltas(events: list, called: list[bool], i: int, parallel: bool = True) -> 
                 out.append({"reasoning_content": e.text, "reasoning": e.text})
         elif isinstance(e, ToolCallEvent) and (parallel or not called[i]):
             called[i] = True
-            out.append({"tool_calls": [_tool_call(e.call, e.index)]})
+            if legacy:
+                out.append({"function_call": {"name": e.call.name, "arguments": e.call.arguments}})
+            else:
+                out.append({"tool_calls": [_tool_call(e.call, e.index)]})
     return out

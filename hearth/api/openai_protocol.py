@@ -65,6 +65,9 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None
+    """Legacy (pre-tools) function calling: answered with `function_call`, one call."""
+    function_call: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     add_generation_prompt: bool = True
     continue_final_message: bool = False

@@ -41,6 +41,21 @@ def openai_tools(tools: list | None, param: str = "tools") -> list[dict]:
     return out
 
 
+def legacy_functions(functions: list | None, function_call) -> tuple[list[dict], str | dict | None]:
+    """OpenAI's legacy `functions` / `function_call` -> tools in OpenAI's shape and a tool_choice."""
+    if not isinstance(functions, list):
+        raise APIError(400, "functions: must be a list of function objects", param="functions")
+    for i, f in enumerate(functions):
+        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not f["name"]:
+            raise APIError(400, f"functions[{i}].name: is required (a string)", param=f"functions[{i}].name")
+        _check_schema(f.get("parameters"), f"functions[{i}].parameters")
+    if isinstance(function_call, dict):
+        if not isinstance(function_call.get("name"), str):
+            raise APIError(400, "function_call.name: is required (a string)", param="function_call.name")
+        function_call = {"type": "function", "function": {"name": function_call["name"]}}
+    return [{"type": "function", "function": f} for f in functions], function_call
+
+
 def anthropic_tools(tools: list | None) -> list[dict]:
     """Anthropic {name, description, input_schema} -> OpenAI function schemas (what templates read)."""
     out = []

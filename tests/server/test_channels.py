@@ -193,3 +193,50 @@ def test_parallel_tool_calls_false_keeps_the_first(fake):
 def test_fenced_call_in_content_is_rescued(fake):
     (call,) = chat(fake, "fenced_tool", tools=[WEATHER]).choices[0].message.tool_calls
     assert json.loads(call.function.arguments) == {"city": "Lima"}
+
+
+LEGACY_WEATHER = WEATHER["function"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_legacy_functions_answer_with_function_call(fake, stream):
+    """Pre-tools clients: `functions` in, `function_call` out (one call), finish_reason function_call."""
+    if not stream:
+        r = chat(fake, "two_tools", functions=[LEGACY_WEATHER])
+        choice = r.choices[0]
+        assert choice.finish_reason == "function_call" and choice.message.tool_calls is None
+        assert choice.message.function_call.name == "get_weather"
+        assert json.loads(choice.message.function_call.arguments) == {"city": "Paris"}  # the first call only
+        return
+    chunks = stream_chat(fake, "two_tools", functions=[LEGACY_WEATHER])
+    calls = [c.choices[0].delta.function_call for c in chunks if c.choices[0].delta.function_call]
+    assert len(calls) == 1 and calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris"}
+    assert not any(c.choices[0].delta.tool_calls for c in chunks)
+    assert chunks[-1].choices[0].finish_reason == "function_call"
+
+
+def test_legacy_function_history_and_forced_call(fake):
+    """A history with an assistant function_call and a `function` result renders as a call and its
+    result; function_call {"name"} forces that function like a named tool_choice."""
+    history = [{"role": "user", "content": "weather?"},
+               {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": '{"city": "Oslo"}'}},
+               {"role": "function", "name": "get_weather", "content": "sunny, 21C"},
+               {"role": "user", "content": "script:hello"}]
+    r = fake.openai.chat.completions.create(model="fake-model", messages=history, functions=[LEGACY_WEATHER])
+    assert r.choices[0].message.content == "Hello there!"
+    assert '"city": "Oslo"' in fake.last.prompt and "sunny, 21C" in fake.last.prompt
+    fake.openai.chat.completions.create(model="fake-model", messages=history, functions=[LEGACY_WEATHER],
+                                        function_call={"name": "get_weather"})
+    assert fake.last.params.structured_output is not None  # the call is forced by a grammar
+
+
+@pytest.mark.parametrize("body, param", [
+    ({"functions": [{"description": "no name"}]}, "functions[0].name"),
+    ({"functions": [LEGACY_WEATHER], "function_call": {"nom": "x"}}, "function_call.name"),
+    ({"functions": [LEGACY_WEATHER], "function_call": {"name": "nope"}}, "function_call"),
+    ({"messages": [{"role": "function", "content": "x"}]}, "messages[0].name"),
+])
+def test_legacy_function_bad_input_is_a_400_naming_the_field(fake, body, param):
+    payload = {"messages": [{"role": "user", "content": "hi"}], **body}
+    r = fake.client.post("/v1/chat/completions", json=payload)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.json()
