@@ -16,6 +16,7 @@ from hearth.config import ModelConfig
 from hearth.errors import ModelLoadError
 from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
+from hearth.kernels.fused_layer import FusedLayer
 from hearth.layers.linear import NativePart, build_embedding, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
@@ -123,6 +124,7 @@ class DecoderLayer(nn.Module):
 
         self.native = _native_plans(self, spec)
         self.native_max_rows = self.native[0].gemm_min_rows if self.native else 0
+        self.fused = _fused(self, spec) if self.native else None
 
     def forward(self, x, positions, meta, kv_cache):  # x: [T, hidden] f32, the residual stream
         if x.shape[0] < self.native_max_rows:
@@ -140,6 +142,11 @@ class DecoderLayer(nn.Module):
         """The same block for a few rows (decode) in 5 C++ calls plus attention: norms, activation,
         rope and residual adds are fused around the native matmuls, saving ~30 torch ops per layer."""
         a, T = self.attn, x.shape[0]
+        if (self.fused is not None and isinstance(kv_cache, torch.Tensor) and kv_cache.dtype in native.KV_DTYPES
+                and x.is_contiguous()):
+            cos, sin = a.rope.halves(positions, meta.cache)
+            if self.fused(x, cos, sin, kv_cache, meta):
+                return x
         qkv, o, gate_up, down = (p.mm for p in self.native)
         n = self.attn_norm
         y = qkv(x, norm=n.weight, eps=n.eps, bias=a.qkv.bias)  # [T, q | k | v] f32
@@ -167,6 +174,16 @@ def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...]
     if any(lin.bias is not None for lin in lins[1:]):
         return None
     return parts
+
+
+def _fused(layer: DecoderLayer, spec: ArchSpec) -> FusedLayer:
+    a, n = layer.attn, lambda norm: None if norm is None else norm.weight
+    norms = [n(layer.attn_norm), a.qkv.bias, n(a.qk_norm), n(layer.post_attn_norm), n(layer.ffn_norm),
+             n(layer.post_ffn_norm)]
+    e = lambda norm: 0.0 if norm is None else norm.eps  # noqa: E731
+    eps = [e(layer.attn_norm), e(a.qk_norm), e(layer.post_attn_norm), e(layer.ffn_norm), e(layer.post_ffn_norm)]
+    return FusedLayer(tuple(p.mm for p in layer.native), norms, eps, spec.activation, a.rope.neox, a.heads,
+                      a.kv_heads, a.head_dim, a.rope.rot_dim, a.window, a.scale, a.softcap or 0.0)
 
 
 class CausalLM(nn.Module):

@@ -449,4 +449,52 @@ int hk_dequant_bf16(const void* w, int qtype, int64_t row_bytes, int64_t K, int6
   return bad ? -1 : 0;
 }
 
+// ---- a whole decoder layer for a few rows (decodes, short chunks) in one call ----
+// The same block as hearth.models.transformer.DecoderLayer with every attention over the paged
+// f16/bf16 cache: saves the ~8 Python-level calls and temporaries per layer (~20% of a SmolLM2
+// decode token).
+
+struct Layer {
+  const Plan *qkv, *o, *gate_up, *down;
+  const float *attn_norm, *bias, *qk_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
+  float attn_eps, qk_eps, post_attn_eps, ffn_eps, post_ffn_eps, scale, softcap;
+  int act, neox;
+  int64_t heads, kvh, d, rot, window;
+};
+
+thread_local std::vector<float> tmp_qkv, tmp_attn;
+
+void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const void* down, const float* norms[6],
+                   const float eps[5], int act, int neox, int64_t heads, int64_t kvh, int64_t d, int64_t rot,
+                   int64_t window, float scale, float softcap) {
+  if (d % 16 || heads % kvh || heads / kvh > 16 || !pick_attend(d / 16, false)) return nullptr;
+  Layer* l = new Layer{static_cast<const Plan*>(qkv), static_cast<const Plan*>(o), static_cast<const Plan*>(gate_up),
+                       static_cast<const Plan*>(down), norms[0], norms[1], norms[2], norms[3], norms[4], norms[5],
+                       eps[0], eps[1], eps[2], eps[3], eps[4], scale, softcap, act, neox, heads, kvh, d, rot, window};
+  return l;
+}
+
+void hk_layer_free(void* l) { delete static_cast<Layer*>(l); }
+
+// x: the residual stream f32 [M, hidden] (contiguous), updated in place. cos, sin: [M, rot / 2];
+// slots: [M] cache slots of the new tokens; the attention arguments as in hk_paged_attention.
+int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, const float* sin, void* kv,
+                     int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t S,
+                     const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, const int64_t* tables,
+                     int64_t ldt) {
+  const Layer& l = *static_cast<const Layer*>(layer);
+  const int64_t hidden = l.qkv->K, nq = l.heads * l.d, nkv = l.kvh * l.d, n = l.qkv->N;
+  float* y = scratch(tmp_qkv, M * n);
+  hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
+  hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
+  hk_kv_write(y + nq, n, M, slots, kv, kv_bf16, num_slots, nkv);
+  float* att = scratch(tmp_attn, M * nq);
+  const int rc = hk_paged_attention(y, n, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len,
+                                    seq_lens, tables, ldt, l.scale, l.window, l.softcap, att, nq);
+  if (rc) return rc;
+  hk_linear_residual(l.o, att, M, nq, l.post_attn_norm, l.post_attn_eps, x, hidden);
+  hk_mlp(l.gate_up, l.down, l.act, x, M, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
+  return 0;
+}
+
 }  // extern "C"

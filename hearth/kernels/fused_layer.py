@@ -1,0 +1,68 @@
+"""A whole decoder layer in one C++ call (hk_layer_forward in csrc/gguf_kernels.cpp) for steps of a
+few rows over an f16/bf16 paged cache: norm, q|k|v, q/k norm and rope, KV write, attention, output
+projection and MLP with their residual adds. The per-step arguments (slots, block tables) are
+packed once per step on the AttentionMetadata and shared by every layer."""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from hearth.kernels import native
+from hearth.kernels.native import NativeMatmul
+
+_p, _i64, _int, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+_declared = False
+
+
+def _lib() -> ctypes.CDLL:
+    global _declared
+    so = native.lib()
+    if not _declared:
+        so.hk_layer_new.restype = _p
+        so.hk_layer_new.argtypes = [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]
+        so.hk_layer_free.restype, so.hk_layer_free.argtypes = None, [_p]
+        so.hk_layer_forward.restype = _int
+        so.hk_layer_forward.argtypes = [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64]
+        _declared = True
+    return so
+
+
+class FusedLayer:
+    def __init__(self, mms: tuple[NativeMatmul, ...], norms: list[torch.Tensor | None], eps: list[float],
+                 activation: str, neox: bool, heads: int, kv_heads: int, head_dim: int, rot: int, window: int,
+                 scale: float, softcap: float):
+        """mms: qkv, o, gate_up, down; norms: attn, qkv bias, q|k (per head), post-attn, ffn, post-ffn
+        (f32, None where the architecture has none); eps: attn, q|k, post-attn, ffn, post-ffn."""
+        self.lib = _lib()
+        self.mms, self.norms = mms, norms  # keep the memory the C++ side points at alive
+        ptrs = (_p * 6)(*[None if t is None else t.data_ptr() for t in norms])
+        self.ptr = self.lib.hk_layer_new(*(m.plan for m in mms), ptrs, (_f32 * 5)(*eps), native.ACTIVATIONS[activation],
+                                         int(neox), heads, kv_heads, head_dim, rot, window, scale, softcap)
+
+    def __del__(self):
+        if getattr(self, "ptr", None):
+            self.lib.hk_layer_free(self.ptr)
+            self.ptr = None
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, meta) -> bool:
+        """x: the residual stream f32 [M, hidden], contiguous, updated in place. False: not run."""
+        if not self.ptr:
+            return False
+        rc = self.lib.hk_layer_forward(self.ptr, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(),
+                                       kv_cache.data_ptr(), *step_args(kv_cache, meta))
+        return rc == 0
+
+
+def step_args(kv_cache: torch.Tensor, meta) -> tuple:
+    """The step's cache geometry, slots and attention arguments as plain ints, built once per step."""
+    key = ("fused_layer", kv_cache.dtype, kv_cache.shape)
+    if key not in meta.cache:
+        big, (q_start, q_len, seq_lens, tables) = meta.native_split()
+        assert not big, "a fused layer step has only short sequences"
+        _, nb, bs, _, _ = kv_cache.shape
+        meta.cache[key] = (int(kv_cache.dtype == torch.bfloat16), nb * bs, bs, meta.slot_mapping.data_ptr(),
+                           q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
+                           tables.data_ptr(), tables.stride(0))
+    return meta.cache[key]
