@@ -13,9 +13,10 @@ longer prefill chunks go to SDPA's flash kernel, one sequence at a time. The tor
 K and V are read together ([2, ...] views) so each layer does one gather and one cast.
 
 A quantized KV cache (hearth.kvstore.paged.QuantizedKVCache, any --kv-cache-dtype but f16/bf16) is
-not a tensor: each sequence's K/V are read through it (its sealed blocks decoded, per step, only
-the ones the sequence reads) and attended with the same math, in the codec's rotated space if it
-has one (KVarN: queries rotated, outputs rotated back)."""
+not a tensor: the native kernel (csrc/kv_quant.h) decodes its blocks in place, 16 tokens at a time,
+for the same sequences as above; the torch path reads each sequence's K/V through it (its sealed
+blocks decoded, per step, only the ones the sequence reads) and attends with the same math. Both
+work in the codec's rotated space if it has one (KVarN: queries rotated, outputs rotated back)."""
 
 from __future__ import annotations
 
@@ -161,7 +162,7 @@ def write_kv_pair(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetad
     """kv: [T, 2, kv_heads, head_dim] (k and v side by side, as the fused qkv projection leaves
     them) -> the new tokens' slots, in one op (a cast-and-copy for a lone decode token)."""
     if not isinstance(kv_cache, torch.Tensor):
-        kv_cache.write(kv, meta.kv_plan)
+        kv_cache.write(kv, meta.kv_plan, native if native.available() else None)
         return
     if _native_pages(kv, kv_cache):
         native.kv_write(kv.reshape(kv.shape[0], -1), meta.slot_mapping, kv_cache)
@@ -284,39 +285,73 @@ def _attend_prefill(q, kv, meta, i, scale, window, softcap):
     return o[0].transpose(0, 1)
 
 
-def _paged_quantized(q, cache, meta, scale, window, softcap):
-    """Sequence by sequence over a QuantizedKVCache. A new token at position p sees the blocks before
-    its own as stored (decoded) and its own block at full precision, as it would while decoding
-    token by token (the block being filled is staged in f16): so prefill, chunked prefill and decode
-    give each token the same keys and values."""
-    plan, rot, bs = meta.kv_plan, cache.rotation, cache.bs
-    if rot is not None:  # K/V are stored rotated: q.k and p.V are invariant under the orthonormal rotation
+def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True):
+    """Over a QuantizedKVCache: sequences with fewer than NATIVE_MAX_Q new tokens in one native call
+    that reads the encoded blocks in place, the others (and all without native kernels) through the
+    torch path, in the codec's rotated space if it has one."""
+    out = torch.empty(q.shape, dtype=q.dtype)
+    torch_rows = range(len(meta.seq_lens))
+    if use_native and q.dtype == torch.float32 and native.available():
+        big, args = _quantized_native_args(meta, cache.bs)
+        if args is None or native.quantized_paged_attention(q, cache, *args, scale, window, softcap, out):
+            torch_rows = big
+    rot = cache.rotation
+    if torch_rows and rot is not None:  # K/V are stored rotated: q.k and p.V are invariant under the rotation
         rot = rot.to(q.dtype)
         q = q @ rot
-    out = torch.empty_like(q)
-    for i, ctx in enumerate(meta.seq_lens):
+    for i in torch_rows:
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        p0 = ctx - (q1 - q0)
-        own = p0 // bs * bs  # start of the first query's block
-        s0 = min(max(0, p0 - window + 1), own) if window else 0  # earliest key any query can see
-        stored = cache.read(plan, i, s0, q.dtype)  # [2, ctx - s0, kvh, d]
-        fresh = cache.read_fresh(plan, i, q.dtype)  # [2, ctx - own, kvh, d]
-        if q1 - q0 == 1:  # a decode: only blocks before its own are read stored
-            stored = stored[:, :own - s0]
-        key = ("fresh_mask", i, window)  # the same for every layer of the step
-        if key not in meta.cache:
-            mask = _fresh_mask(p0, ctx, s0, own, bs, window)
-            meta.cache[key] = (mask, None if softcap else _additive(mask))
-        mask, additive = meta.cache[key]
-        kv = torch.cat([stored, fresh], 1).transpose(1, 2)  # [2, kvh, keys, d]
-        if softcap:
-            o = _sdpa(q[q0:q1].transpose(0, 1), kv[0], kv[1], mask, scale, softcap)  # [heads, n_q, d]
-        else:  # 4-D inputs and an additive mask reach the fused kernel (a bool mask takes the math path)
-            o = F.scaled_dot_product_attention(q[q0:q1].transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0),
-                                               kv[1].unsqueeze(0), attn_mask=additive.to(q.dtype),
-                                               scale=scale, enable_gqa=True)[0]
-        out[q0:q1] = o.transpose(0, 1)
-    return out @ rot if rot is not None else out
+        o = _quantized_one(q[q0:q1], cache, meta, i, scale, window, softcap)
+        out[q0:q1] = o @ rot if rot is not None else o
+    return out
+
+
+def paged_attention_quantized_torch(q, cache, meta, scale, sliding_window=0, softcap=0.0):
+    """The torch reference over a QuantizedKVCache (and the path without native kernels)."""
+    return _paged_quantized(q, cache, meta, scale, sliding_window, softcap, use_native=False)
+
+
+def _quantized_native_args(meta, bs):
+    """native_split() plus, for the native sequences, each one's sink slot (int64 [s]) and the f16
+    blocks of its new tokens' own blocks (int64 [s, F], StepPlan.fresh_refs, padded with 0)."""
+    if "quantized_native" not in meta.cache:
+        big, args = meta.native_split()
+        if args is not None:
+            plan, small = meta.kv_plan, sorted(set(range(len(meta.seq_lens))) - set(big))
+            refs = [plan.fresh_refs(i, bs) for i in small]
+            width = max(map(len, refs))
+            fresh = torch.tensor([r + [0] * (width - len(r)) for r in refs], dtype=torch.long)
+            sinks = torch.tensor([plan.seqs[i].sink_slot for i in small], dtype=torch.long)
+            args = (*args, sinks, fresh)
+        meta.cache["quantized_native"] = (big, args)
+    return meta.cache["quantized_native"]
+
+
+def _quantized_one(q, cache, meta, i, scale, window, softcap):
+    """q: [n_q, heads, d], sequence i's new tokens in the cache's space -> [n_q, heads, d]. A new token
+    at position p sees the blocks before its own as stored (decoded) and its own block at full
+    precision, as it would while decoding token by token (the block being filled is staged in f16):
+    so prefill, chunked prefill and decode give each token the same keys and values."""
+    plan, bs, ctx = meta.kv_plan, cache.bs, meta.seq_lens[i]
+    p0 = ctx - q.shape[0]
+    own = p0 // bs * bs  # start of the first query's block
+    s0 = min(max(0, p0 - window + 1), own) if window else 0  # earliest key any query can see
+    stored = cache.read(plan, i, s0, q.dtype)  # [2, ctx - s0, kvh, d]
+    fresh = cache.read_fresh(plan, i, q.dtype)  # [2, ctx - own, kvh, d]
+    if q.shape[0] == 1:  # a decode: only blocks before its own are read stored
+        stored = stored[:, :own - s0]
+    key = ("fresh_mask", i, window)  # the same for every layer of the step
+    if key not in meta.cache:
+        mask = _fresh_mask(p0, ctx, s0, own, bs, window)
+        meta.cache[key] = (mask, None if softcap else _additive(mask))
+    mask, additive = meta.cache[key]
+    kv = torch.cat([stored, fresh], 1).transpose(1, 2)  # [2, kvh, keys, d]
+    if softcap:
+        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], mask, scale, softcap)  # [heads, n_q, d]
+    else:  # 4-D inputs and an additive mask reach the fused kernel (a bool mask takes the math path)
+        o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
+                                           attn_mask=additive.to(q.dtype), scale=scale, enable_gqa=True)[0]
+    return o.transpose(0, 1)
 
 
 def _fresh_mask(p0: int, ctx: int, s0: int, own: int, bs: int, window: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from hearth.kvstore import kvarn
 from hearth.loader.store import hearth_home
 
 CSRC = Path(__file__).parent / "csrc"
@@ -132,6 +133,11 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64]),
         "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
+        "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
+                                    _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
+        "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p]),
+        "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
+                                   _p]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(so, name)
@@ -270,3 +276,63 @@ def kv_write(kv: torch.Tensor, slots: torch.Tensor, kv_cache: torch.Tensor) -> N
     assert kv.dtype == torch.float32 and kv.stride(-1) == 1 and kv.shape[-1] == 2 * kvh * d
     lib().hk_kv_write(kv.data_ptr(), kv.stride(0), kv.shape[0], slots.data_ptr(), kv_cache.data_ptr(),
                       int(kv_cache.dtype == torch.bfloat16), nb * bs, kvh * d)
+
+
+KVQ_FORMATS = {"fp8_e4m3": 1, "q8_0": 2, "q4_0": 3, "kvarn_k4": 4, "kvarn_v2": 5, "kvarn_v4": 6}
+"""Block quantizer name (hearth.kvstore codecs' k/v .name) -> csrc/kv_quant.h's KvqFormat."""
+
+
+def quantized_paged_attention(q: torch.Tensor, cache, q_start: torch.Tensor, q_len: torch.Tensor,
+                              seq_lens: torch.Tensor, tables: torch.Tensor, sinks: torch.Tensor,
+                              fresh_refs: torch.Tensor, scale: float, window: int, softcap: float,
+                              out: torch.Tensor) -> bool:
+    """paged_attention over a hearth.kvstore.paged.QuantizedKVCache: its encoded blocks read in place,
+    its f16 staging for each query's own block and first-block sink copies. False (out untouched) when
+    the kernel does not cover the formats or head shape.
+    q, out: f32 [rows, heads, d] in the model's space (rotated to the cache's and back inside; heads
+    and dims contiguous, rows may be strided); q_start, q_len, seq_lens, tables as in paged_attention;
+    sinks: int64 [S], the staging slot of each sequence's first-block copy or -1; fresh_refs: int64
+    [S, F], StepPlan.fresh_refs of each sequence."""
+    codec = cache.codec
+    kf, vf = KVQ_FORMATS.get(codec.k.name), KVQ_FORMATS.get(codec.v.name)
+    if kf is None or vf is None:
+        return False
+    heads, d = q.shape[1], q.shape[2]
+    assert q.stride(2) == 1 and q.stride(1) == d and out.stride(2) == 1 and out.stride(1) == d
+    staging, fresh = cache.staging, cache.fresh
+    rc = lib().hk_kvq_attention(q.data_ptr(), q.stride(0), kf, vf, cache.field_ptrs.data_ptr(),
+                                staging.data_ptr(), staging.shape[1], _ptr(fresh),
+                                0 if fresh is None else fresh.shape[1], cache.bs, heads, cache.kv_heads, d,
+                                q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
+                                tables.data_ptr(), tables.stride(0), sinks.data_ptr(), fresh_refs.data_ptr(),
+                                fresh_refs.stride(0), int(cache.rotation is not None), scale, window, softcap,
+                                out.data_ptr(), out.stride(0))
+    return rc == 0
+
+
+def hadamard(x: torch.Tensor) -> torch.Tensor:
+    """x @ hearth.kvstore.kvarn.hadamard(d) over the last dim d (a power of two, 32..256) of f32 x
+    [T, ..., d] (each row's trailing dims contiguous, rows may be strided), by a fast Walsh-Hadamard
+    transform: no [d, d] matrix streamed through the cache. -> a new contiguous f32 tensor."""
+    d, rows = x.shape[-1], x.reshape(x.shape[0], -1)  # a view when only the rows are strided
+    assert x.dtype == torch.float32 and rows.stride(-1) == 1
+    out = torch.empty(x.shape)
+    if lib().hk_hadamard(rows.data_ptr(), rows.stride(0), rows.shape[0], rows.shape[1], d, out.data_ptr()):
+        raise ValueError(f"hk_hadamard: head_dim {d} is not a power of two from 32 to 256")
+    return out
+
+
+def kv_encode(quantizer, x: torch.Tensor) -> dict | None:
+    """The fields of quantizer.encode(x) for a KVarN block quantizer (hearth.kvstore.kvarn), computed
+    natively (~1 ms a block and KV head instead of ~12); None for the other formats. x: [m, bs, kv_heads, d]."""
+    if not isinstance(quantizer, (kvarn.KVarNKeys, kvarn.KVarNValues)):
+        return None
+    per_token = isinstance(quantizer, kvarn.KVarNValues)
+    x = x.float().contiguous()
+    m, bs, kvh, d = x.shape
+    f = {name: torch.empty(m, *shape, dtype=dtype) for name, (shape, dtype) in quantizer.fields(bs, kvh, d).items()}
+    scale, zero, side = (f[n] for n in ("scale", "zero", "channel_scale" if per_token else "token_scale"))
+    lib().hk_kvarn_encode(x.data_ptr(), m, bs, kvh, d, quantizer.bits, int(per_token), quantizer.iterations,
+                          kvarn.STD_MIN, kvarn.STD_MAX, kvarn.LOG_S_MIN, kvarn.LOG_S_MAX, f["codes"].data_ptr(),
+                          scale.data_ptr(), zero.data_ptr(), side.data_ptr())
+    return f

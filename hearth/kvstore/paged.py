@@ -60,6 +60,15 @@ class StepPlan:
     sealed: dict[int, int] = field(default_factory=dict)
     """block id -> index into seal_blocks, for the blocks sealed this step."""
 
+    def fresh_refs(self, i: int, bs: int) -> list[int]:
+        """For each block of sequence i from its first new token's to its last: where the f16 values its
+        queries in that block see of it are: a staging slot >= 0 (the block being filled), or -1 - k
+        for the k-th block sealed this step (QuantizedKVCache.fresh, its values before encoding)."""
+        s = self.seqs[i]
+        nb = s.block_ids.numel()
+        return [s.tail_slot if j == nb - 1 and s.tail_slot >= 0 else -1 - self.sealed[int(s.block_ids[j])]
+                for j in range(s.start // bs, nb)]
+
 
 def _long(x) -> torch.Tensor:
     return torch.tensor(x, dtype=torch.long) if not isinstance(x, torch.Tensor) else x
@@ -184,10 +193,13 @@ class QuantizedKVCache:
         self.codec, self.bs, self.kv_heads, self.head_dim = codec, block_size, kv_heads, head_dim
         self.store = {part: {name: lazy_zeros((num_blocks, *shape), dtype) for name, (shape, dtype) in f.items()}
                       for part, f in codec.fields(block_size, kv_heads, head_dim).items()}
+        # int64 [8]: addresses of K's fields then V's (codec order, 0-padded to 4 each), for native readers
+        self.field_ptrs = torch.tensor([p for part in self.store.values()
+                                        for p in ([t.data_ptr() for t in part.values()] + [0] * 4)[:4]])
         # staging: [2 (k, v), slots, block_size, kv_heads, head_dim] f16
         self.staging = lazy_zeros((2, slots, block_size, kv_heads, head_dim), STAGING_DTYPE)
         self.rotation = codec.rotation(head_dim)
-        self._fresh = None  # this step's sealed blocks before encoding: [2, m, bs, kv_heads, head_dim] f16
+        self.fresh = None  # this step's sealed blocks before encoding: [2, m, bs, kv_heads, head_dim] f16
 
     @property
     def nbytes(self) -> int:
@@ -205,11 +217,19 @@ class QuantizedKVCache:
         extra = torch.zeros(2, slots - self.staging.shape[1], *self.staging.shape[2:], dtype=STAGING_DTYPE)
         self.staging = torch.cat([self.staging, extra], 1)
 
-    def write(self, kv: torch.Tensor, plan: StepPlan) -> None:
-        """kv: [T, 2, kv_heads, head_dim] (the batch's new K and V, unrotated)."""
+    def write(self, kv: torch.Tensor, plan: StepPlan, fast=None) -> None:
+        """kv: [T, 2, kv_heads, head_dim] (the batch's new K and V, unrotated). fast: the native kernels
+        (hearth.kernels.native) or None: their hadamard() rotates f32 K/V in place of the matmul (the
+        [d, d] matrix streamed per layer cost a decode step ~50 us a layer), their kv_encode() encodes
+        KVarN blocks (the same fields, ~10x faster) and their kv_write stages the rows of steps that
+        seal no block (decodes) with torch's f16 rounding."""
         self.ensure_slots(plan.num_slots)
+        native = fast is not None and kv.dtype == torch.float32
         if self.rotation is not None:
-            kv = kv.float() @ self.rotation
+            kv = fast.hadamard(kv) if native else kv.float() @ self.rotation
+        if native and not plan.seal_blocks.numel():
+            fast.kv_write(kv.reshape(kv.shape[0], -1), plan.stage_dst, self.staging)  # every row is staged, in order
+            return
         kv = kv.to(STAGING_DTYPE)  # what staging holds; sealed blocks encode the same values
         flat = self._flat_staging()
         m = plan.seal_blocks.numel()
@@ -219,10 +239,13 @@ class QuantizedKVCache:
                 comp[:, plan.prefix_dst] = flat[:, plan.prefix_src]
             comp[:, plan.new_dst] = kv[plan.new_rows].transpose(0, 1)
             comp = comp.view(2, m, self.bs, self.kv_heads, self.head_dim)
-            self._fresh = comp
+            self.fresh = comp
             for i, part in enumerate(("k", "v")):
-                with one_thread():  # hundreds of small ops: a second thread only adds sync stalls
-                    enc = getattr(self.codec, part).encode(comp[i].float())
+                quantizer = getattr(self.codec, part)
+                enc = fast.kv_encode(quantizer, comp[i]) if native else None
+                if enc is None:
+                    with one_thread():  # hundreds of small ops: a second thread only adds sync stalls
+                        enc = quantizer.encode(comp[i].float())
                 for name, t in self.store[part].items():
                     _bytes(t).index_copy_(0, plan.seal_blocks, _bytes(enc[name]))
             for k, slot in plan.sink_copies:
@@ -235,14 +258,11 @@ class QuantizedKVCache:
         token: the f16 values of the blocks this step wrote into, as they were before sealing (what
         each new token sees of its own block: the block being filled stays full precision)."""
         s, bs = plan.seqs[i], self.bs
-        first, nb = s.start // bs, s.block_ids.numel()
-        out = torch.empty(2, nb - first, bs, self.kv_heads, self.head_dim, dtype=dtype)
-        for j in range(first, nb):
-            if j == nb - 1 and s.tail_slot >= 0:
-                out[:, j - first] = self.staging[:, s.tail_slot]
-            else:
-                out[:, j - first] = self._fresh[:, plan.sealed[int(s.block_ids[j])]]
-        return out.view(2, -1, self.kv_heads, self.head_dim)[:, :s.ctx - first * bs]
+        refs = plan.fresh_refs(i, bs)
+        out = torch.empty(2, len(refs), bs, self.kv_heads, self.head_dim, dtype=dtype)
+        for j, ref in enumerate(refs):
+            out[:, j] = self.staging[:, ref] if ref >= 0 else self.fresh[:, -1 - ref]
+        return out.view(2, -1, self.kv_heads, self.head_dim)[:, :s.ctx - s.start // bs * bs]
 
     def decode_blocks(self, block_ids: torch.Tensor, out: torch.Tensor) -> None:
         """out: [2, m, bs, kv_heads, head_dim] <- the sealed blocks block_ids, decoded."""

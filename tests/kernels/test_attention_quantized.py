@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.kvstore.codecs import QUANTIZED, get_codec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
@@ -55,10 +56,13 @@ def model_space(cache, meta, i):
 
 
 def f16(cache, kv):
-    """[2, n, KVH, D]: what staging holds of kv [n, 2, KVH, D], in the model's space."""
+    """[2, n, KVH, D]: what staging holds of kv [n, 2, KVH, D], in the model's space (write_kv_pair
+    rotates by a fast Walsh-Hadamard transform when the native kernels run: the same rotation as the
+    matmul up to f32 rounding, which the f16 staging can round either way)."""
     if cache.rotation is None:
         return kv.half().float().transpose(0, 1)
-    return ((kv @ cache.rotation).half().float() @ cache.rotation.T).transpose(0, 1)
+    rotated = native.hadamard(kv) if native.available() else kv @ cache.rotation
+    return (rotated.half().float() @ cache.rotation.T).transpose(0, 1)
 
 
 @pytest.mark.parametrize("name", list(QUANTIZED))

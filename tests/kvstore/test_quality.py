@@ -2,7 +2,7 @@
 - attention outputs on K/V/q captured from SmolLM2-135M and gemma3-270m (every layer, a 320-token
   prefill of the shipped text), relative to the same attention over the f16 cache;
 - SmolLM2 perplexity at ctx 512 over 2,048 tokens, KVarN k4v2 and q4_0 vs f16;
-- greedy tokens after a 200-token prompt vs f16.
+- f16's greedy tokens after a 200-token prompt, ranked first by each quantized cache.
 The full-size checks (4K context over >= 16K tokens, 256 greedy tokens) are in
 benchmarks/bench_kv_quality.py."""
 
@@ -102,8 +102,27 @@ def test_short_context_perplexity_close_to_f16(smol):
 
 
 GREEDY = 32
-AGREE = {"q8_0": 32, "kvarn_k4v4": 24, "kvarn_k4v2": 16}
-"""Leading greedy tokens that must equal f16's after a 200-token prompt (measured: all 32 for each)."""
+AGREE = {"q8_0": 30, "kvarn_k4v4": 29, "kvarn_k4v2": 28}
+"""Of f16's 32 greedy tokens after a 200-token prompt, fed back one by one, how many the quantized
+cache must also rank first (measured 31 for each). Fed back, not free-running: a near-tie (top-2
+logits within rounding of each other) then costs one position, not every token after it (free-running
+runs of this prompt part at token 15 whenever anything moves the rounding: bf16 prefill, the order of
+a rotation's sums)."""
+
+
+def forced_top1(runner, prompt: list[int], ref: list[int]) -> int:
+    """Decode ref after prompt one token at a time; count the steps whose greedy pick equals ref's."""
+    from hearth.runner.messages import ScheduledSequence, SchedulerOutput
+    from hearth.sampling_params import SamplingParams
+
+    params, blocks = SamplingParams(temperature=0), list(range(-(-(len(prompt) + len(ref)) // runner.block_size)))
+    todo, pos, hits = list(prompt), 0, 0
+    for token in ref:
+        seq = ScheduledSequence("forced", todo, pos, blocks, True, params, [])
+        hits += runner.execute(SchedulerOutput([seq])).sampled["forced"].token_id == token
+        pos, todo = pos + len(todo), [token]
+    runner.execute(SchedulerOutput([], ["forced"]))
+    return hits
 
 
 def test_greedy_tokens_agree_with_f16(smol):
@@ -111,7 +130,6 @@ def test_greedy_tokens_agree_with_f16(smol):
     prompt = tokens[1000:1200]
     base = greedy(runner_for(llm, "f16", 256), prompt, GREEDY)
     for name, need in AGREE.items():
-        got = greedy(runner_for(llm, name, 256), prompt, GREEDY)
-        same = next((i for i, (a, b) in enumerate(zip(base, got)) if a != b), GREEDY)
-        print(f"greedy: {name} agrees with f16 for {same} of {GREEDY} tokens")
-        assert same >= need, f"{name}: first difference at token {same}"
+        same = forced_top1(runner_for(llm, name, 256, block_size=64), prompt, base)  # KVarN: 2 blocks past its sink
+        print(f"greedy: {name} ranks f16's token first at {same} of {GREEDY} steps")
+        assert same >= need, f"{name}: {same} of {GREEDY}"
