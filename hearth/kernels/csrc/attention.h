@@ -205,4 +205,69 @@ struct AttnTask {
 
 thread_local std::vector<float> attn_scores;
 
+// Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
+// cut into tasks of (row, kv head, key range): enough to keep every thread busy, none shorter than 32
+// keys. attend(task, m, l, acc) fills per head the max, the sum of exp(s - max) and the unnormalized
+// accumulator (into out directly when the row is not split); split rows are merged by their maxima
+// and sums (flash-decoding). hk_paged_attention and hk_kvq_attention both run on it.
+template <class Attend>
+void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, int64_t kvh,
+                   int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend) {
+  const int nt = omp_get_max_threads();
+  int64_t T = 0;
+  for (int64_t s = 0; s < S; ++s) T += q_len[s];
+  std::vector<AttnTask> tasks;
+  int64_t parts = 0;
+  double work = 0;
+  for (int64_t s = 0; s < S; ++s)
+    for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
+      const int64_t pos = seq_lens[s] - (q_start[s] + q_len[s] - t);
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      const int64_t n = pos + 1 - lo;
+      const int64_t want = (4 * nt + T * kvh - 1) / (T * kvh);
+      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
+      for (int64_t g = 0; g < kvh; ++g)
+        for (int64_t j = 0; j < split; ++j) {
+          tasks.push_back({t, s, g, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
+          work += static_cast<double>(n) / split * G * d;
+        }
+    }
+  std::vector<float> partials(parts * G * (d + 2));
+  const int64_t ntasks = static_cast<int64_t>(tasks.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
+  for (int64_t i = 0; i < ntasks; ++i) {
+    const AttnTask& k = tasks[i];
+    float m[16], l[16];
+    float* acc = k.part >= 0 ? partials.data() + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
+    attend(k, m, l, acc);
+    if (k.part >= 0) {
+      std::copy(m, m + G, acc + G * d);
+      std::copy(l, l + G, acc + G * d + G);
+    } else {
+      for (int64_t h = 0; h < G; ++h)
+        for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
+    }
+  }
+  for (int64_t i = 0; i < ntasks;) {  // merge: weights exp(m_j - max m) for each range's sum and accumulator
+    const AttnTask& first = tasks[i];
+    if (first.part < 0) { ++i; continue; }
+    int64_t e = i;
+    while (e < ntasks && tasks[e].row == first.row && tasks[e].g == first.g) ++e;
+    float* o = out + first.row * ldo + first.g * G * d;
+    for (int64_t h = 0; h < G; ++h) {
+      float mx = -INFINITY, total = 0.0f;
+      for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * G * (d + 2) + G * d + h]);
+      std::fill(o + h * d, o + (h + 1) * d, 0.0f);
+      for (int64_t j = i; j < e; ++j) {
+        const float* p = partials.data() + tasks[j].part * G * (d + 2);
+        const float w = std::exp(p[G * d + h] - mx);
+        total += w * p[G * d + G + h];
+        for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
+      }
+      for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
+    }
+    i = e;
+  }
+}
+
 }  // namespace

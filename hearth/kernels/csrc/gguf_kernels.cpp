@@ -341,66 +341,13 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
   const int64_t G = heads / kvh;
   const AttendFn fn = (d % 16 || G > 16 || heads % kvh) ? nullptr : pick_attend(d / 16, kv_bf16);
   if (!fn) return -1;
-  const int nt = omp_get_max_threads();
-  int64_t T = 0;
-  for (int64_t s = 0; s < S; ++s) T += q_len[s];
-  // key ranges: enough tasks to keep every thread busy, none shorter than 32 keys
-  std::vector<AttnTask> tasks;
-  int64_t parts = 0;
-  double work = 0;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
-      const int64_t pos = seq_lens[s] - (q_start[s] + q_len[s] - t), lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-      const int64_t n = pos + 1 - lo;
-      const int64_t want = (4 * nt + T * kvh - 1) / (T * kvh);
-      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
-      for (int64_t g = 0; g < kvh; ++g)
-        for (int64_t j = 0; j < split; ++j) {
-          tasks.push_back({t, s, g, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
-          work += static_cast<double>(n) / split * G * d;
-        }
-    }
-  std::vector<float> partials(parts * G * (d + 2));
-  AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
-  const int64_t ntasks = static_cast<int64_t>(tasks.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
-  for (int64_t i = 0; i < ntasks; ++i) {
-    const AttnTask& k = tasks[i];
-    AttnShape sh = a;
-    sh.table = tables + k.seq * ldt;
-    const float* qr = q + k.row * ldq + k.g * G * d;
-    float m[16], l[16];
-    float* acc = k.part >= 0 ? partials.data() + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
-    fn(sh, qr, k.g, G, k.k0, k.k1, m, l, acc, attn_scores);
-    if (k.part >= 0) {
-      std::copy(m, m + G, acc + G * d);
-      std::copy(l, l + G, acc + G * d + G);
-    } else {
-      for (int64_t h = 0; h < G; ++h)
-        for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
-    }
-  }
-  // merge the split rows: weights exp(m_j - max m) for each range's sum and accumulator
-  for (int64_t i = 0; i < ntasks;) {
-    const AttnTask& first = tasks[i];
-    if (first.part < 0) { ++i; continue; }
-    int64_t e = i;
-    while (e < ntasks && tasks[e].row == first.row && tasks[e].g == first.g) ++e;
-    float* o = out + first.row * ldo + first.g * G * d;
-    for (int64_t h = 0; h < G; ++h) {
-      float mx = -INFINITY, total = 0.0f;
-      for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * G * (d + 2) + G * d + h]);
-      std::fill(o + h * d, o + (h + 1) * d, 0.0f);
-      for (int64_t j = i; j < e; ++j) {
-        const float* p = partials.data() + tasks[j].part * G * (d + 2);
-        const float w = std::exp(p[G * d + h] - mx);
-        total += w * p[G * d + G + h];
-        for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
-      }
-      for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
-    }
-    i = e;
-  }
+  const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
+  run_attention(S, q_start, q_len, seq_lens, kvh, G, d, window, out, ldo,
+                [&](const AttnTask& k, float* m, float* l, float* acc) {
+                  AttnShape sh = a;
+                  sh.table = tables + k.seq * ldt;
+                  fn(sh, q + k.row * ldq + k.g * G * d, k.g, G, k.k0, k.k1, m, l, acc, attn_scores);
+                });
   return 0;
 }
 
