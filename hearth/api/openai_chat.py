@@ -31,12 +31,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     served.check_model(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
-    try:
-        plan = plan_tools(served, openai_tools(tools), tool_choice)
-    except APIError as e:  # name the field the client sent
-        if legacy and e.param == "tool_choice":
-            raise APIError(400, e.message.replace("tool_choice", "function_call", 1), param="function_call") from None
-        raise
+    plan = plan_tools(served, openai_tools(tools), tool_choice, "function_call" if legacy else "tool_choice")
     messages = prompt_messages(served, plan, openai_messages(body.messages))
     prompt = served.render_chat(messages, plan.tools if plan.in_template else None,
                                 add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,

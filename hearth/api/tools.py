@@ -41,12 +41,10 @@ def openai_tools(tools: list | None, param: str = "tools") -> list[dict]:
     return out
 
 
-def legacy_functions(functions: list | None, function_call) -> tuple[list[dict], str | dict | None]:
+def legacy_functions(functions: list[dict], function_call) -> tuple[list[dict], str | dict | None]:
     """OpenAI's legacy `functions` / `function_call` -> tools in OpenAI's shape and a tool_choice."""
-    if not isinstance(functions, list):
-        raise APIError(400, "functions: must be a list of function objects", param="functions")
-    for i, f in enumerate(functions):
-        if not isinstance(f, dict) or not isinstance(f.get("name"), str) or not f["name"]:
+    for i, f in enumerate(functions):  # a list of objects: the request model checked that
+        if not isinstance(f.get("name"), str) or not f["name"]:
             raise APIError(400, f"functions[{i}].name: is required (a string)", param=f"functions[{i}].name")
         _check_schema(f.get("parameters"), f"functions[{i}].parameters")
     if isinstance(function_call, dict):
@@ -69,14 +67,14 @@ def anthropic_tools(tools: list | None) -> list[dict]:
     return out
 
 
-def plan_tools(served, tools: list[dict], tool_choice) -> ToolPlan:
-    """`tools` already in OpenAI's shape; tool_choice in either API's shape."""
+def plan_tools(served, tools: list[dict], tool_choice, choice_param: str = "tool_choice") -> ToolPlan:
+    """`tools` already in OpenAI's shape; tool_choice in either API's shape (errors name it `choice_param`)."""
     kind = tool_choice.get("type") if isinstance(tool_choice, dict) else tool_choice
     if kind is not None and kind not in ("none", "auto", "required", "any", "function", "tool"):
-        raise APIError(400, f"tool_choice: unknown choice {kind!r}", param="tool_choice")
+        raise APIError(400, f"{choice_param}: unknown choice {kind!r}", param=choice_param)
     if not tools or kind == "none":
         if kind not in (None, "none", "auto"):
-            raise APIError(400, "tool_choice: forces a tool call but no tools were given", param="tool_choice")
+            raise APIError(400, f"{choice_param}: forces a tool call but no tools were given", param=choice_param)
         return ToolPlan()
     in_template = served.template_supports_tools
     fmt = (served.tool_format if in_template else None) or PROMPT_FORMAT
@@ -85,7 +83,7 @@ def plan_tools(served, tools: list[dict], tool_choice) -> ToolPlan:
         constraint = call_constraint(fmt, tools, tool_choice).lark() if forced else None
     except ToolParserError as e:
         why = str(e).removeprefix("tool_choice ")
-        raise APIError(400, f"tool_choice: {why}", param="tool_choice") from None
+        raise APIError(400, f"{choice_param}: {why}", param=choice_param) from None
     so = StructuredOutput(grammar=constraint) if constraint else None
     return ToolPlan(tools, in_template, fmt, so)
 

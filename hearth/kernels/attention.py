@@ -164,7 +164,7 @@ def write_kv_pair(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetad
     if not isinstance(kv_cache, torch.Tensor):
         kv_cache.write(kv, meta.kv_plan, native if native.available() else None)
         return
-    if _native_pages(kv, kv_cache):
+    if native_pages(kv, kv_cache):
         native.kv_write(kv.reshape(kv.shape[0], -1), meta.slot_mapping, kv_cache)
         return
     flat = _flat(kv_cache)
@@ -195,14 +195,14 @@ def paged_attention(
 ) -> torch.Tensor:  # [T, heads, head_dim]
     if not isinstance(kv_cache, torch.Tensor):
         return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap)
-    if _native_pages(q, kv_cache):
+    if native_pages(q, kv_cache):
         out = _paged_native(q, kv_cache, meta, scale, sliding_window, softcap)
         if out is not None:
             return out
     return paged_attention_torch(q, kv_cache, meta, scale, sliding_window, softcap)
 
 
-def _native_pages(x: torch.Tensor, kv_cache) -> bool:
+def native_pages(x: torch.Tensor, kv_cache) -> bool:
     """The C++ kernels can read this f16/bf16 cache with f32 rows x."""
     return (isinstance(kv_cache, torch.Tensor) and kv_cache.dtype in native.KV_DTYPES and x.dtype == torch.float32
             and native.available())

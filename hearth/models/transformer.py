@@ -15,7 +15,7 @@ from torch import nn
 from hearth.config import ModelConfig
 from hearth.errors import ModelLoadError
 from hearth.kernels import native
-from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
+from hearth.kernels.attention import AttentionMetadata, native_pages, paged_attention, write_kv_pair
 from hearth.kernels.fused_layer import FusedLayer
 from hearth.layers.linear import NativePart, build_embedding, build_linear
 from hearth.layers.norm import RMSNorm
@@ -142,8 +142,7 @@ class DecoderLayer(nn.Module):
         """The same block for a few rows (decode) in 5 C++ calls plus attention: norms, activation,
         rope and residual adds are fused around the native matmuls, saving ~30 torch ops per layer."""
         a, T = self.attn, x.shape[0]
-        if (self.fused is not None and isinstance(kv_cache, torch.Tensor) and kv_cache.dtype in native.KV_DTYPES
-                and x.is_contiguous()):
+        if self.fused is not None and native_pages(x, kv_cache) and x.is_contiguous():
             cos, sin = a.rope.halves(positions, meta.cache)
             if self.fused(x, cos, sin, kv_cache, meta):
                 return x
