@@ -292,7 +292,7 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True):
     out = torch.empty(q.shape, dtype=q.dtype)
     torch_rows = range(len(meta.seq_lens))
     if use_native and q.dtype == torch.float32 and native.available():
-        big, args = _quantized_native_args(meta, cache.bs)
+        big, args = quantized_native_args(meta, cache.bs)
         if args is None or native.quantized_paged_attention(q, cache, *args, scale, window, softcap, out):
             torch_rows = big
     rot = cache.rotation
@@ -311,7 +311,7 @@ def paged_attention_quantized_torch(q, cache, meta, scale, sliding_window=0, sof
     return _paged_quantized(q, cache, meta, scale, sliding_window, softcap, use_native=False)
 
 
-def _quantized_native_args(meta, bs):
+def quantized_native_args(meta, bs):
     """native_split() plus, for the native sequences, each one's sink slot (int64 [s]) and the f16
     blocks of its new tokens' own blocks (int64 [s, F], StepPlan.fresh_refs, padded with 0)."""
     if "quantized_native" not in meta.cache:

@@ -1,7 +1,9 @@
 """A whole decoder layer in one C++ call (hk_layer_forward in csrc/gguf_kernels.cpp) for steps of a
-few rows over an f16/bf16 paged cache: norm, q|k|v, q/k norm and rope, KV write, attention, output
-projection and MLP with their residual adds. The per-step arguments (slots, block tables) are
-packed once per step on the AttentionMetadata and shared by every layer."""
+few rows: norm, q|k|v, q/k norm and rope, KV write, attention, output projection and MLP with their
+residual adds. Over an f16/bf16 paged cache, or a quantized one (hk_layer_forward_kvq) in the steps
+that only stage new tokens (a step that fills a block, one in block_size decode steps, encodes it
+through hearth.kvstore.paged and runs the layer in parts). The per-step arguments (slots, block
+tables) are packed once per step on the AttentionMetadata and shared by every layer."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import ctypes
 import torch
 
 from hearth.kernels import native
+from hearth.kernels.attention import native_pages, quantized_native_args
 from hearth.kernels.native import NativeMatmul
 
 _p, _i64, _int, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -20,11 +23,16 @@ def _lib() -> ctypes.CDLL:
     global _declared
     so = native.lib()
     if not _declared:
-        so.hk_layer_new.restype = _p
-        so.hk_layer_new.argtypes = [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]
-        so.hk_layer_free.restype, so.hk_layer_free.argtypes = None, [_p]
-        so.hk_layer_forward.restype = _int
-        so.hk_layer_forward.argtypes = [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64]
+        sigs = {  # name: (restype, argtypes)
+            "hk_layer_new": (_p, [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]),
+            "hk_layer_free": (None, [_p]),
+            "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64]),
+            "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
+                                            _p, _p, _p, _i64, _p, _p, _i64]),
+        }
+        for name, (res, args) in sigs.items():
+            fn = getattr(so, name)
+            fn.restype, fn.argtypes = res, args
         _declared = True
     return so
 
@@ -46,12 +54,19 @@ class FusedLayer:
             self.lib.hk_layer_free(self.ptr)
             self.ptr = None
 
-    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache: torch.Tensor, meta) -> bool:
-        """x: the residual stream f32 [M, hidden], contiguous, updated in place. False: not run."""
-        if not self.ptr:
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache, meta) -> bool:
+        """x: the residual stream f32 [M, hidden], contiguous, updated in place. False: not run (the
+        cache, or this step over a quantized cache, is one the fused call does not cover)."""
+        if not self.ptr or not x.is_contiguous():
             return False
-        rc = self.lib.hk_layer_forward(self.ptr, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(),
-                                       kv_cache.data_ptr(), *step_args(kv_cache, meta))
+        head = (self.ptr, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr())
+        if native_pages(x, kv_cache):
+            rc = self.lib.hk_layer_forward(*head, kv_cache.data_ptr(), *step_args(kv_cache, meta))
+        else:
+            cache_args = _quantized_cache_args(x, kv_cache, meta)
+            if cache_args is None:
+                return False
+            rc = self.lib.hk_layer_forward_kvq(*head, *cache_args, *_quantized_step_args(kv_cache, meta))
         return rc == 0
 
 
@@ -65,4 +80,28 @@ def step_args(kv_cache: torch.Tensor, meta) -> tuple:
         meta.cache[key] = (int(kv_cache.dtype == torch.bfloat16), nb * bs, bs, meta.slot_mapping.data_ptr(),
                            q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
                            tables.data_ptr(), tables.stride(0))
+    return meta.cache[key]
+
+
+def _quantized_cache_args(x: torch.Tensor, cache, meta) -> tuple | None:
+    """A hearth.kvstore.paged.QuantizedKVCache's formats and addresses, or None when the fused call
+    does not cover this step (it seals a block, or a format has no native reader)."""
+    plan = meta.kv_plan
+    if x.dtype != torch.float32 or plan is None or plan.seal_blocks.numel():
+        return None
+    kf, vf = native.KVQ_FORMATS.get(cache.codec.k.name), native.KVQ_FORMATS.get(cache.codec.v.name)
+    if kf is None or vf is None:
+        return None
+    cache.ensure_slots(plan.num_slots)
+    return (kf, vf, cache.field_ptrs.data_ptr(), cache.staging.data_ptr(), cache.staging.shape[1], cache.bs,
+            plan.stage_dst.data_ptr(), int(cache.rotation is not None))
+
+
+def _quantized_step_args(cache, meta) -> tuple:
+    key = ("fused_layer_kvq", cache.bs)
+    if key not in meta.cache:
+        big, (q_start, q_len, seq_lens, tables, sinks, fresh) = quantized_native_args(meta, cache.bs)
+        assert not big, "a fused layer step has only short sequences"
+        meta.cache[key] = (q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
+                           tables.data_ptr(), tables.stride(0), sinks.data_ptr(), fresh.data_ptr(), fresh.stride(0))
     return meta.cache[key]

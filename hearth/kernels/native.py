@@ -30,7 +30,7 @@ CSRC = Path(__file__).parent / "csrc"
 SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
 FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512vnni", "-mamx-tile", "-mamx-int8", "-mf16c", "-mfma", "-mbmi2", "-ffp-contract=off", "-w"]
-ABI_VERSION = 4
+ABI_VERSION = 5
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
           13: "Q5_K", 14: "Q6_K"}
@@ -135,7 +135,7 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
         "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
                                     _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
-        "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p]),
+        "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p, _i64]),
         "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
                                    _p]),
     }
@@ -317,7 +317,8 @@ def hadamard(x: torch.Tensor) -> torch.Tensor:
     d, rows = x.shape[-1], x.reshape(x.shape[0], -1)  # a view when only the rows are strided
     assert x.dtype == torch.float32 and rows.stride(-1) == 1
     out = torch.empty(x.shape)
-    if lib().hk_hadamard(rows.data_ptr(), rows.stride(0), rows.shape[0], rows.shape[1], d, out.data_ptr()):
+    if lib().hk_hadamard(rows.data_ptr(), rows.stride(0), rows.shape[0], rows.shape[1], d, out.data_ptr(),
+                         rows.shape[1]):
         raise ValueError(f"hk_hadamard: head_dim {d} is not a power of two from 32 to 256")
     return out
 

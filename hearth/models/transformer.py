@@ -15,7 +15,7 @@ from torch import nn
 from hearth.config import ModelConfig
 from hearth.errors import ModelLoadError
 from hearth.kernels import native
-from hearth.kernels.attention import AttentionMetadata, native_pages, paged_attention, write_kv_pair
+from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.kernels.fused_layer import FusedLayer
 from hearth.layers.linear import NativePart, build_embedding, build_linear
 from hearth.layers.norm import RMSNorm
@@ -142,15 +142,13 @@ class DecoderLayer(nn.Module):
         """The same block for a few rows (decode) in 5 C++ calls plus attention: norms, activation,
         rope and residual adds are fused around the native matmuls, saving ~30 torch ops per layer."""
         a, T = self.attn, x.shape[0]
-        if self.fused is not None and native_pages(x, kv_cache) and x.is_contiguous():
-            cos, sin = a.rope.halves(positions, meta.cache)
-            if self.fused(x, cos, sin, kv_cache, meta):
-                return x
+        cos, sin = a.rope.halves(positions, meta.cache)
+        if self.fused is not None and self.fused(x, cos, sin, kv_cache, meta):
+            return x
         qkv, o, gate_up, down = (p.mm for p in self.native)
         n = self.attn_norm
         y = qkv(x, norm=n.weight, eps=n.eps, bias=a.qkv.bias)  # [T, q | k | v] f32
         qn = a.qk_norm
-        cos, sin = a.rope.halves(positions, meta.cache)
         native.qk_rope(y[:, :a.q_size + a.kv_size].view(T, a.heads + a.kv_heads, a.head_dim), a.rope.rot_dim,
                        cos, sin, a.rope.neox, None if qn is None else qn.weight, 0.0 if qn is None else qn.eps)
         write_kv_pair(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)

@@ -16,7 +16,7 @@ import torch
 from hearth.kernels import native
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
-from tests.gguf_factory import tiny_dir
+from tests.gguf_factory import tiny_dir, write_tiny_gguf
 from tests.models.test_logits_vs_transformers import (REL_TOL_FAST, PagedDriver, prompt, rel_err,
                                                       transformers_logits)
 
@@ -49,3 +49,31 @@ def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
     assert rel_err(fused, ref) < REL_TOL_FAST and rel_err(op_by_op, ref) < REL_TOL_FAST
     assert rel_err(fused, ref) < 1.25 * rel_err(op_by_op, ref)
     assert rel_err(fused, op_by_op) > 0  # the two paths really differ: the fused one ran
+
+
+@pytest.mark.parametrize("kv", ["q8_0", "kvarn_k4v2"])
+def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, monkeypatch, kv):
+    """The one-call layer over a quantized cache (steps that only stage their tokens) runs the same
+    kernels as the layer in parts: identical tokens and logprobs, through block seals, sink copies
+    and gemma3's sliding-window layers."""
+    from hearth import LLM, SamplingParams
+    from hearth.kernels import fused_layer
+
+    path = tmp_path / "tiny-gemma3.gguf"
+    write_tiny_gguf(path, "gemma3", qtype="Q8_0", context=512)
+    llm = LLM(str(path), kv_cache_dtype=kv, progress=False, enable_prefix_caching=False)  # both runs miss
+    params = SamplingParams(temperature=0, max_tokens=150, ignore_eos=True, logprobs=3)
+    prompts = [{"prompt_token_ids": [(7 * i + 3) % 300 + 10 for i in range(n)]} for n in (70, 9)]
+    calls = []
+    step_args = fused_layer._quantized_step_args
+    monkeypatch.setattr(fused_layer, "_quantized_step_args", lambda *a: calls.append(1) or step_args(*a))
+
+    def run():
+        return [(o.outputs[0].token_ids, [sorted(lp.items()) for lp in o.outputs[0].logprobs])
+                for o in llm.generate(prompts, params)]
+
+    fused = run()
+    assert len(calls) > 100 * len(llm.model.layers)  # most steps ran fused
+    for layer in llm.model.layers:
+        layer.fused = None
+    assert run() == fused

@@ -232,7 +232,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 4; }
+int hk_abi_version() { return 5; }
 
 int hk_cpu_ok() {
   __builtin_cpu_init();
@@ -423,6 +423,29 @@ void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const vo
 
 void hk_layer_free(void* l) { delete static_cast<Layer*>(l); }
 
+}  // extern "C"
+
+namespace {
+
+// The layer around its attention: attend(y, ldy, att) gets the normed, rotated q | k | v rows
+// (y: f32 [M, ldy]), stores the new K/V and writes the attention output att: f32 [M, heads * d].
+template <class Attend>
+int layer_forward(const Layer& l, float* x, int64_t M, const float* cos, const float* sin, const Attend& attend) {
+  const int64_t hidden = l.qkv->K, n = l.qkv->N;
+  float* y = scratch(tmp_qkv, M * n);
+  hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
+  hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
+  float* att = scratch(tmp_attn, M * l.heads * l.d);
+  if (const int rc = attend(y, n, att)) return rc;
+  hk_linear_residual(l.o, att, M, l.heads * l.d, l.post_attn_norm, l.post_attn_eps, x, hidden);
+  hk_mlp(l.gate_up, l.down, l.act, x, M, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
 // x: the residual stream f32 [M, hidden] (contiguous), updated in place. cos, sin: [M, rot / 2];
 // slots: [M] cache slots of the new tokens; the attention arguments as in hk_paged_attention.
 int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, const float* sin, void* kv,
@@ -430,18 +453,32 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
                      const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, const int64_t* tables,
                      int64_t ldt) {
   const Layer& l = *static_cast<const Layer*>(layer);
-  const int64_t hidden = l.qkv->K, nq = l.heads * l.d, nkv = l.kvh * l.d, n = l.qkv->N;
-  float* y = scratch(tmp_qkv, M * n);
-  hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
-  hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
-  hk_kv_write(y + nq, n, M, slots, kv, kv_bf16, num_slots, nkv);
-  float* att = scratch(tmp_attn, M * nq);
-  const int rc = hk_paged_attention(y, n, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len,
-                                    seq_lens, tables, ldt, l.scale, l.window, l.softcap, att, nq);
-  if (rc) return rc;
-  hk_linear_residual(l.o, att, M, nq, l.post_attn_norm, l.post_attn_eps, x, hidden);
-  hk_mlp(l.gate_up, l.down, l.act, x, M, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
-  return 0;
+  const int64_t nq = l.heads * l.d;
+  return layer_forward(l, x, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+    hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
+    return hk_paged_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len, seq_lens,
+                              tables, ldt, l.scale, l.window, l.softcap, att, nq);
+  });
+}
+
+// The same layer over a quantized cache (hk_kvq_attention) in a step that seals no block: every new
+// token's K/V (rotated first when `rotate`, like hearth.kvstore.paged.QuantizedKVCache.write) goes to
+// its f16 staging position stage_dst[t] (flat: slot * bs + offset). The cache and sequence arguments
+// as in hk_kvq_attention, with no fresh blocks.
+int hk_layer_forward_kvq(const void* layer, float* x, int64_t M, const float* cos, const float* sin, int kfmt,
+                         int vfmt, const int64_t* fields, void* staging, int64_t slots, int64_t bs,
+                         const int64_t* stage_dst, int rotate, int64_t S, const int64_t* q_start,
+                         const int64_t* q_len, const int64_t* seq_lens, const int64_t* tables, int64_t ldt,
+                         const int64_t* sink, const int64_t* fresh_refs, int64_t ldf) {
+  const Layer& l = *static_cast<const Layer*>(layer);
+  const int64_t nq = l.heads * l.d, nkv = l.kvh * l.d;
+  return layer_forward(l, x, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+    if (rotate && hk_hadamard(y + nq, ldy, M, 2 * nkv, l.d, y + nq, ldy) != 0) return -1;
+    hk_kv_write(y + nq, ldy, M, stage_dst, staging, 0, slots * bs, nkv);
+    return hk_kvq_attention(y, ldy, kfmt, vfmt, fields, staging, slots, nullptr, 0, bs, l.heads, l.kvh, l.d, S,
+                            q_start, q_len, seq_lens, tables, ldt, sink, fresh_refs, ldf, rotate, l.scale, l.window,
+                            l.softcap, att, nq);
+  });
 }
 
 }  // extern "C"

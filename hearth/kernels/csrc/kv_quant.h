@@ -298,9 +298,10 @@ int hk_kvq_attention(const float* q, int64_t ldq, int kfmt, int vfmt, const int6
   return 0;
 }
 
-// T rows (row stride ldx) of width f32 values, each width / d vectors of d -> out [T, width]: every
-// vector times kvarn.hadamard(d) (x @ H / sqrt(d), H symmetric), d a power of two from 32 to 256.
-int hk_hadamard(const float* x, int64_t ldx, int64_t T, int64_t width, int64_t d, float* out) {
+// T rows (row stride ldx) of width f32 values, each width / d vectors of d -> out [T, width] (row
+// stride ldo; out may be x): every vector times kvarn.hadamard(d) (x @ H / sqrt(d), H symmetric), d a
+// power of two from 32 to 256.
+int hk_hadamard(const float* x, int64_t ldx, int64_t T, int64_t width, int64_t d, float* out, int64_t ldo) {
   KvqCache a{};
   a.rotate = true;
   AttendKvq fn = nullptr;
@@ -308,8 +309,9 @@ int hk_hadamard(const float* x, int64_t ldx, int64_t T, int64_t width, int64_t d
   if (width % d || !pick_kvq(d / 16, KVQ_F16, KVQ_F16, a, fn, rot)) return -1;
   const float norm = 1.0f / std::sqrt(static_cast<float>(d));
   for (int64_t t = 0; t < T; ++t) {
-    std::copy(x + t * ldx, x + t * ldx + width, out + t * width);
-    for (int64_t c = 0; c < width; c += d) rot(out + t * width + c, norm);
+    float* o = out + t * ldo;
+    if (o != x + t * ldx) std::copy(x + t * ldx, x + t * ldx + width, o);
+    for (int64_t c = 0; c < width; c += d) rot(o + c, norm);
   }
   return 0;
 }
