@@ -57,8 +57,11 @@ class LLM:
         codec = get_codec(cfg.kv_cache_dtype)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-        staging = cfg.max_num_seqs * mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-        num_blocks = cfg.num_kv_blocks or _num_blocks(cfg, self.max_model_len, block_bytes, staging)
+        staging = mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        reserve = -(-staging // block_bytes)  # blocks' worth of one running request's staging
+        # an explicit num_kv_blocks counts blocks of context: the staging reservations come on top
+        num_blocks = (cfg.num_kv_blocks + cfg.max_num_seqs * reserve if cfg.num_kv_blocks
+                      else _num_blocks(cfg, self.max_model_len, block_bytes, reserve))
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
                                   GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
         self.disk = self.snapshots = None
@@ -70,7 +73,7 @@ class LLM:
             self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format)
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name, cfg.block_size),
-                            cfg.enable_prefix_caching, self.disk)
+                            cfg.enable_prefix_caching, self.disk, reserve_per_request=reserve)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
@@ -152,12 +155,12 @@ class LLM:
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
 
 
-def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, staging_bytes: int = 0) -> int:
-    """Enough blocks for max_num_seqs full-length sequences, within kv_cache_memory_gb less the
-    full-precision staging that quantized formats keep."""
-    wanted = cfg.max_num_seqs * -(-max_len // cfg.block_size)
-    budget = (int(cfg.kv_cache_memory_gb * 2**30) - staging_bytes) // block_bytes
-    return max(1, min(wanted, budget))
+def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, reserve: int = 0) -> int:
+    """Enough blocks for max_num_seqs full-length sequences, each with `reserve` more for its
+    full-precision staging (quantized formats), within kv_cache_memory_gb."""
+    wanted = cfg.max_num_seqs * (-(-max_len // cfg.block_size) + reserve)
+    budget = int(cfg.kv_cache_memory_gb * 2**30) // block_bytes
+    return max(1 + reserve, min(wanted, budget))
 
 
 def _cache_key(path: Path, codec: str, block_size: int) -> bytes:

@@ -111,8 +111,11 @@ def runner_for(llm, kv_cache_dtype: str, ctx: int, max_num_seqs: int = 1, block_
     return ModelRunner(llm.model, llm.model_config, blocks, bs, codec, max_num_seqs=max_num_seqs)
 
 
-def greedy(runner, prompt: list[int], n: int, rid: str = "greedy") -> list[int]:
-    """n greedy tokens after prompt, one decode step at a time through the runner's KV cache."""
+def greedy(runner, prompt: list[int], n: int, rid: str = "greedy", feed: list[int] | None = None) -> list[int]:
+    """n greedy tokens after prompt, one decode step at a time through the runner's KV cache. With
+    feed (n reference tokens), feed[i] goes back in instead of the pick (teacher forcing): the picks
+    then say at which steps this runner ranks the reference's token first, and a near-tie costs one
+    position rather than every token after it."""
     from hearth.runner.messages import ScheduledSequence, SchedulerOutput
     from hearth.sampling_params import SamplingParams
 
@@ -124,7 +127,7 @@ def greedy(runner, prompt: list[int], n: int, rid: str = "greedy") -> list[int]:
         token = runner.execute(SchedulerOutput([seq])).sampled[rid].token_id
         pos += len(todo)
         out.append(token)
-        todo = [token]
+        todo = [token if feed is None else feed[len(out) - 1]]
     runner.execute(SchedulerOutput([], [rid]))
     return out
 

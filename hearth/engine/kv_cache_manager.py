@@ -31,9 +31,13 @@ class PrefixCacheStats:
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, cache_key: bytes = b"",
-                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None):
+                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, reserve_per_request: int = 0):
+        """reserve_per_request: blocks a running request holds besides its table, never written: the
+        memory of its full-precision staging (a quantized format's block being filled and sink copy,
+        hearth.kvstore.paged), so one budget covers both and staging costs only while a request runs."""
         self.block_size = block_size
         self.pool = BlockPool(num_blocks)
+        self.reserve_per_request = reserve_per_request
         self.cache_key = root_hash(cache_key)
         self.enable_prefix_caching = enable_prefix_caching
         self.disk = disk if enable_prefix_caching else None
@@ -95,15 +99,18 @@ class KVCacheManager:
         hit = len(cached) + len(loads)
         total = req.num_computed_tokens + hit * self.block_size + num_new_tokens
         need = self.blocks_needed(total) - len(req.block_ids) - len(cached)
-        if need > self.pool.num_free - reused_free:
+        reserve = 0 if req.reserved_blocks else self.reserve_per_request
+        if need + reserve > self.pool.num_free - reused_free:
             return False
         if req.num_computed_tokens == 0:  # an admission: count it for the hit rate
             self.stats.queries += req.num_tokens
             self.stats.hits += hit * self.block_size
             self.stats.disk_hits += len(loads) * self.block_size
-        if cached:
+        if cached:  # before anything is allocated: allocation evicts free cached blocks
             self.pool.touch(cached)
             req.block_ids.extend(cached)
+        if reserve:
+            req.reserved_blocks = self.pool.allocate(reserve)
         if need > 0:
             fresh = self.pool.allocate(need)
             for block, (h, payload) in zip(fresh, loads):  # cached now: read after the load lands
@@ -161,8 +168,8 @@ class KVCacheManager:
             self.disk.close()
 
     def free(self, req: Request) -> None:
-        self.pool.free(req.block_ids[::-1])
-        req.block_ids = []
+        self.pool.free(req.block_ids[::-1] + req.reserved_blocks)
+        req.block_ids, req.reserved_blocks = [], []
         req.num_registered_blocks = 0
 
     @property

@@ -50,14 +50,16 @@ def check_invariants(sched) -> None:
     live = list(sched.running) + list(sched.waiting)
     holders = Counter()
     for req in live:
-        assert len(set(req.block_ids)) == len(req.block_ids), f"{req.request_id} holds a block twice"
-        holders.update(req.block_ids)
+        held = req.block_ids + req.reserved_blocks
+        assert len(set(held)) == len(held), f"{req.request_id} holds a block twice"
+        assert len(req.reserved_blocks) == (kv.reserve_per_request if req in sched.running else 0)
+        holders.update(held)
         assert len(req.block_ids) >= kv.blocks_needed(req.num_computed_tokens)
     for block in range(pool.num_blocks):
         assert pool.ref_cnt[block] == holders[block], f"block {block}: ref {pool.ref_cnt[block]} != {holders[block]}"
     assert pool.num_free == sum(1 for b in range(pool.num_blocks) if holders[b] == 0)
     for block, n in holders.items():
-        if n > 1:  # shared: must be a cached full block at the same place in every holder's chain
+        if n > 1:  # shared: must be a cached full block at the same place in every holder's chain (never a reserved one)
             h = pool.block_hash[block]
             assert h is not None, f"block {block} shared by {n} requests but not a cached block"
             for req in live:
@@ -75,10 +77,12 @@ def follows_rule(prompt, output) -> bool:
     return True
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_random_traffic_keeps_every_block_invariant(seed):
+@pytest.mark.parametrize("seed,reserve", [(0, 0), (1, 0), (2, 0), (3, 2)])
+def test_random_traffic_keeps_every_block_invariant(seed, reserve):
+    """reserve: blocks each running request holds for a quantized cache's staging."""
     rng = random.Random(seed)
-    engine, sched, _ = make_engine(num_blocks=40, block_size=4, max_seqs=12, budget=24, max_len=400)
+    engine, sched, _ = make_engine(num_blocks=40 + 4 * reserve, block_size=4, max_seqs=12, budget=24, max_len=400,
+                                   reserve=reserve)
     engine.runner = runner = KVCheckingRunner(block_size=4)
     prefixes = [[rng.randrange(1, VOCAB) for _ in range(rng.choice([4, 8, 12]))] for _ in range(4)]
     pending = []
@@ -108,7 +112,7 @@ def test_random_traffic_keeps_every_block_invariant(seed):
         check_invariants(sched)
         steps += 1
         assert steps < 5000
-    assert sched.kv.pool.num_free == 40 and not sched.running and not sched.waiting
+    assert sched.kv.pool.num_free == 40 + 4 * reserve and not sched.running and not sched.waiting
     assert sched.num_preemptions > 0 and sched.kv.stats.hits > 0  # the run exercised both
     assert set(finished) | aborted == set(prompts)
     for rid, reason in finished.items():
