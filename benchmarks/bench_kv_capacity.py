@@ -9,8 +9,8 @@ The scheduler admits what fits and preempts (recomputes) the newest request when
 format that holds more tokens decodes more sequences per step and wastes less on recompute. Each
 format's LLM is loaded once; rounds interleave the formats (a shared machine drifts); medians.
 
-    .venv/bin/python benchmarks/bench_kv_capacity.py [--model smollm2-135m] [--kv-gb 0.16]
-        [--requests 32] [--prompt 768] [--new 128] [--formats f16,q8_0,...] [--rounds 3]
+    .venv/bin/python benchmarks/bench_kv_capacity.py [--model smollm2-135m] [--kv-gb 0.19]
+        [--requests 16] [--prompt 1536] [--new 256] [--formats f16,q8_0,...] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -57,13 +57,13 @@ def run(llm: LLM, batch: list[list[int]], new: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--kv-gb", type=float, default=0.16, help="KV memory per format, GiB")
-    ap.add_argument("--requests", type=int, default=32)
-    ap.add_argument("--prompt", type=int, default=768)
-    ap.add_argument("--new", type=int, default=128)
-    ap.add_argument("--max-num-seqs", type=int, default=32)
+    ap.add_argument("--kv-gb", type=float, default=0.19, help="KV memory per format, GiB")
+    ap.add_argument("--requests", type=int, default=16)
+    ap.add_argument("--prompt", type=int, default=1536)
+    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--formats", default=",".join(FORMATS))
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
 

@@ -290,18 +290,18 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True):
     that reads the encoded blocks in place, the others (and all without native kernels) through the
     torch path, in the codec's rotated space if it has one."""
     out = torch.empty(q.shape, dtype=q.dtype)
-    torch_rows = range(len(meta.seq_lens))
+    torch_rows, dtype = range(len(meta.seq_lens)), q.dtype
     if use_native and q.dtype == torch.float32 and native.available():
         big, args = quantized_native_args(meta, cache.bs)
         if args is None or native.quantized_paged_attention(q, cache, *args, scale, window, softcap, out):
-            torch_rows = big
+            torch_rows, dtype = big, torch.bfloat16  # long chunks: bf16 SDPA on AMX, as _paged_native does
     rot = cache.rotation
     if torch_rows and rot is not None:  # K/V are stored rotated: q.k and p.V are invariant under the rotation
         rot = rot.to(q.dtype)
         q = q @ rot
     for i in torch_rows:
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        o = _quantized_one(q[q0:q1], cache, meta, i, scale, window, softcap)
+        o = _quantized_one(q[q0:q1].to(dtype), cache, meta, i, scale, window, softcap).to(q.dtype)
         out[q0:q1] = o @ rot if rot is not None else o
     return out
 
@@ -327,6 +327,11 @@ def quantized_native_args(meta, bs):
     return meta.cache["quantized_native"]
 
 
+QUANTIZED_SPAN = 256
+"""Query rows per SDPA call over a quantized cache: each span of a long chunk attends only to the keys
+up to its own end, so the chunk costs about half its causal square rather than rows x all its keys."""
+
+
 def _quantized_one(q, cache, meta, i, scale, window, softcap):
     """q: [n_q, heads, d], sequence i's new tokens in the cache's space -> [n_q, heads, d]. A new token
     at position p sees the blocks before its own as stored (decoded) and its own block at full
@@ -335,23 +340,33 @@ def _quantized_one(q, cache, meta, i, scale, window, softcap):
     plan, bs, ctx = meta.kv_plan, cache.bs, meta.seq_lens[i]
     p0 = ctx - q.shape[0]
     own = p0 // bs * bs  # start of the first query's block
-    s0 = min(max(0, p0 - window + 1), own) if window else 0  # earliest key any query can see
+    s0 = _first_key(p0, own, window)
     stored = cache.read(plan, i, s0, q.dtype)  # [2, ctx - s0, kvh, d]
     fresh = cache.read_fresh(plan, i, q.dtype)  # [2, ctx - own, kvh, d]
-    if q.shape[0] == 1:  # a decode: only blocks before its own are read stored
-        stored = stored[:, :own - s0]
-    key = ("fresh_mask", i, window)  # the same for every layer of the step
-    if key not in meta.cache:
-        mask = _fresh_mask(p0, ctx, s0, own, bs, window)
-        meta.cache[key] = (mask, None if softcap else _additive(mask))
-    mask, additive = meta.cache[key]
-    kv = torch.cat([stored, fresh], 1).transpose(1, 2)  # [2, kvh, keys, d]
-    if softcap:
-        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], mask, scale, softcap)  # [heads, n_q, d]
-    else:  # 4-D inputs and an additive mask reach the fused kernel (a bool mask takes the math path)
-        o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
-                                           attn_mask=additive.to(q.dtype), scale=scale, enable_gqa=True)[0]
-    return o.transpose(0, 1)
+    out = torch.empty_like(q)
+    for a in range(p0, ctx, QUANTIZED_SPAN):  # query positions [a, b), keys up to b
+        b = min(ctx, a + QUANTIZED_SPAN)
+        a_own, a_s0 = a // bs * bs, _first_key(a, a // bs * bs, window)
+        end = a_own if a == b - 1 else b  # a lone query reads no stored key of its own block
+        kv = torch.cat([stored[:, a_s0 - s0:end - s0], fresh[:, a_own - own:b - own]], 1).transpose(1, 2)
+        key = ("fresh_mask", i, window, a, q.dtype)  # the same for every layer of the step
+        if key not in meta.cache:
+            mask = _fresh_mask(a, b, a_s0, a_own, bs, window)
+            meta.cache[key] = (mask, None if softcap else _additive(mask).to(q.dtype))
+        mask, additive = meta.cache[key]
+        qa = q[a - p0:b - p0].transpose(0, 1)  # [heads, n, d]
+        if softcap:
+            o = _sdpa(qa, kv[0], kv[1], mask, scale, softcap)  # [heads, n, d]
+        else:  # 4-D inputs and an additive mask reach the fused kernel (a bool mask takes the math path)
+            o = F.scaled_dot_product_attention(qa.unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
+                                               attn_mask=additive, scale=scale, enable_gqa=True)[0]
+        out[a - p0:b - p0] = o.transpose(0, 1)
+    return out
+
+
+def _first_key(p: int, own: int, window: int) -> int:
+    """The earliest key a query at position p (its block starting at own) or after it can see."""
+    return min(max(0, p - window + 1), own) if window else 0
 
 
 def _fresh_mask(p0: int, ctx: int, s0: int, own: int, bs: int, window: int) -> torch.Tensor:

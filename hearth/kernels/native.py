@@ -29,7 +29,7 @@ from hearth.loader.store import hearth_home
 CSRC = Path(__file__).parent / "csrc"
 SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
 FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
-         "-mavx512vnni", "-mamx-tile", "-mamx-int8", "-mf16c", "-mfma", "-mbmi2", "-ffp-contract=off", "-w"]
+         "-mavx512vnni", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2", "-ffp-contract=off", "-w"]
 ABI_VERSION = 5
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
@@ -130,6 +130,7 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
         "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
         "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
+        "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64, _int]),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64]),
         "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
@@ -193,6 +194,13 @@ class NativeMatmul:
         self.lib.hk_linear(self.plan, x.data_ptr(), int(x.dtype == torch.bfloat16), m, x.stride(0), _ptr(norm),
                            eps, _ptr(bias), y.data_ptr(), y.stride(0))
         return y
+
+    def gemm_bf16(self, x: torch.Tensor) -> torch.Tensor | None:
+        """x: bf16 [M, K] (rows may be strided) -> bf16 [M, N] on AMX bf16 tiles, W expanded panel by
+        panel (csrc/gemm_bf16.h); None where that does not run (no AMX-BF16, K % 32 != 0)."""
+        y = torch.empty(x.shape[0], self.n, dtype=torch.bfloat16)
+        rc = self.lib.hk_gemm_bf16(self.plan, x.data_ptr(), x.shape[0], x.stride(0), y.data_ptr(), y.stride(0), 1)
+        return y if rc == 0 else None
 
     def add_to(self, x: torch.Tensor, r: torch.Tensor, post_norm: torch.Tensor | None = None,
                eps: float = 0.0) -> torch.Tensor:

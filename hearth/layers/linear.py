@@ -125,6 +125,8 @@ class NativePart(nn.Module):
             y = self.mm(x)  # f32
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         xb, n = x.to(torch.bfloat16), self.out_features
+        if xb.stride(-1) == 1 and (y := self.mm.gemm_bf16(xb)) is not None:
+            return y.to(x.dtype)
         if n <= self.chunk:
             return torch.mm(xb, self._tile(0, n).T).to(x.dtype)
         y = xb.new_empty(x.shape[0], n)

@@ -1,7 +1,11 @@
 """paged_attention over a quantized KV cache against its slow twin: plain softmax attention, one
 query at a time, over the K/V the cache reads back (rotated back to the model's space for KVarN) for
 the blocks before the query's own, and the f16 K/V of its own block (the block being filled).
-Decode (one and many sequences), prefill chunks, sliding window, softcap, grouped-query heads."""
+Decode (one and many sequences), prefill chunks, sliding window, softcap, grouped-query heads.
+
+Tolerance: f32 against f32 up to summation order (rtol 1e-4, atol 1e-5), except where the native
+kernels send a chunk of NATIVE_MAX_Q or more new tokens to SDPA in bf16 (q, k, v rounded to 8
+mantissa bits, amplified by the sharp softmax used here): BF16_ATOL."""
 
 from __future__ import annotations
 
@@ -10,12 +14,14 @@ import math
 import pytest
 import torch
 
-from hearth.kernels import native
-from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
+from hearth.kernels import attention, native
+from hearth.kernels.attention import (NATIVE_MAX_Q, AttentionMetadata, paged_attention,
+                                      paged_attention_quantized_torch, write_kv_pair)
 from hearth.kvstore.codecs import QUANTIZED, get_codec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 
 H, KVH, D = 4, 2, 64
+BF16_ATOL = 0.1  # measured up to 0.06 (kvarn_k4v2 with softcap)
 
 
 def reference(q, stored, fresh, n_ctx, bs, scale, window, softcap):
@@ -39,7 +45,7 @@ def reference(q, stored, fresh, n_ctx, bs, scale, window, softcap):
     return out
 
 
-def run_step(cache, table, seqs, kv_new, q, scale, window, softcap):
+def run_step(cache, table, seqs, kv_new, q, scale, window, softcap, attend=paged_attention):
     """seqs: (request id, start, n, block table); kv_new: [T, 2, KVH, D]; q: [T, H, D]."""
     qsl = [0]
     for _, _, n, _ in seqs:
@@ -47,7 +53,7 @@ def run_step(cache, table, seqs, kv_new, q, scale, window, softcap):
     meta = AttentionMetadata(qsl, [p + n for _, p, n, _ in seqs], [t for *_, t in seqs], torch.zeros(0), cache.bs)
     meta.kv_plan = table.plan(seqs, qsl)
     write_kv_pair(cache, kv_new, meta)
-    return paged_attention(q, cache, meta, scale, window, softcap), meta
+    return attend(q, cache, meta, scale, window, softcap), meta
 
 
 def model_space(cache, meta, i):
@@ -86,7 +92,9 @@ def test_prefill_then_decode_matches_reference(name, window, softcap):
     for i, (q, fr, ctx) in enumerate([(q_a[10:ctx_a], fa, ctx_a), (q_b[:ctx_b], fb, ctx_b)]):
         kv = model_space(cache, meta, i)
         rows = out[meta.query_start_loc[i]:meta.query_start_loc[i + 1]]
-        torch.testing.assert_close(rows, reference(q, kv, fr, ctx, bs, scale, window, softcap), rtol=1e-4, atol=1e-5)
+        bf16 = native.available() and rows.shape[0] >= NATIVE_MAX_Q
+        torch.testing.assert_close(rows, reference(q, kv, fr, ctx, bs, scale, window, softcap),
+                                   rtol=0 if bf16 else 1e-4, atol=BF16_ATOL if bf16 else 1e-5)
     # a decode step of both (b's token seals nothing; a's is mid-block)
     out, meta = run_step(cache, table, [("a", ctx_a, 1, ta), ("b", ctx_b, 1, tb)],
                          torch.stack([kv_a[ctx_a], kv_b[ctx_b]]), torch.stack([q_a[ctx_a], q_b[ctx_b]]),
@@ -103,10 +111,13 @@ def test_prefill_then_decode_matches_reference(name, window, softcap):
                                rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("span", [attention.QUANTIZED_SPAN, 7])
 @pytest.mark.parametrize("name", ["q4_0", "kvarn_k4v2"])
-def test_prefill_equals_token_by_token_decode(name):
+def test_prefill_equals_token_by_token_decode(name, span, monkeypatch):
     """Every token sees the same K/V whether its sequence is prefilled at once, in chunks, or decoded
-    one token at a time (the block being filled is f16 in all three), so the outputs agree."""
+    one token at a time (the block being filled is f16 in all three), so the outputs agree (in f32:
+    the torch twin; span 7 splits long chunks mid-block into many SDPA calls)."""
+    monkeypatch.setattr(attention, "QUANTIZED_SPAN", span)
     codec = get_codec(name)
     bs = 64 if name.startswith("kvarn") else 16
     n, scale = 2 * bs + 7, 1 / math.sqrt(D)
@@ -117,7 +128,8 @@ def test_prefill_equals_token_by_token_decode(name):
         cache, table = QuantizedKVCache(codec, 4, bs, KVH, D, 2), StagingTable(bs, 2, codec.sink)
         p, rows = 0, []
         for c in chunks:
-            out, _ = run_step(cache, table, [("s", p, c, [3, 0, 2])], kv[p:p + c], q[p:p + c], scale, 0, 0.0)
+            out, _ = run_step(cache, table, [("s", p, c, [3, 0, 2])], kv[p:p + c], q[p:p + c], scale, 0, 0.0,
+                              paged_attention_quantized_torch)
             rows.append(out)
             p += c
         outs.append(torch.cat(rows))

@@ -9,7 +9,8 @@ Tolerance: both paths decode the same blocks with the same f32 operations (bit-i
 and read the same f16 staging rows; they differ only in summation order, the exp polynomial (~2 ulp)
 and, for KVarN, the rotations (a fast Walsh-Hadamard transform vs a matmul). With K/V of scale 2
 (outputs up to ~8) they agree to ~1.5e-5 measured; stated as atol 5e-5, rtol 0 (a wrong key, block,
-scale or mask moves outputs by ~1e-1)."""
+scale or mask moves outputs by ~1e-1). A long chunk's rows (NATIVE_MAX_Q or more new tokens) go to
+SDPA in bf16 on the native path: BF16_ATOL there (tests/kernels/test_attention_quantized.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
 ATOL = 5e-5
+BF16_ATOL = 0.1
 
 
 def step(name, kvh, d, seqs, g, forget_sinks=False):
@@ -84,7 +86,11 @@ def test_native_matches_torch(name, case):
     scale = d ** -0.5 * 3  # sharper than usual: a softmax far from uniform
     got = paged_attention(q, cache, meta, scale, window, softcap)
     want = paged_attention_quantized_torch(q, cache, meta, scale, window, softcap)
-    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    long = torch.zeros(got.shape[0], dtype=torch.bool)
+    for i, (_, n) in enumerate(seqs):
+        long[meta.query_start_loc[i]:meta.query_start_loc[i] + n] = n >= NATIVE_MAX_Q
+    torch.testing.assert_close(got[~long], want[~long], atol=ATOL, rtol=0)
+    torch.testing.assert_close(got[long], want[long], atol=BF16_ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("name", ["kvarn_k4v2", "kvarn_k4v4"])

@@ -19,6 +19,7 @@
 #include "simd.h"
 #include "amx.h"
 #include "attention.h"
+#include "gemm_bf16.h"
 #include "kv_quant.h"
 
 namespace {
@@ -392,6 +393,46 @@ int hk_dequant_bf16(const void* w, int qtype, int64_t row_bytes, int64_t K, int6
     if (b > a && !dispatch<DequantBf16>(qtype, static_cast<const uint8_t*>(w), row_bytes, K,
                                         blocks_per_row(qtype, K), a, b, out + (a - r0) * K))
       bad = 1;
+  }
+  return bad ? -1 : 0;
+}
+
+// y[M, N] = x[M, K] @ W.T on AMX bf16 tiles (gemm_bf16.h): x bf16 (row stride ldx), y f32 or (y_bf16)
+// bf16 (row stride ldy). Returns 0, or -1 (nothing written) without AMX-BF16 or for K % 32 != 0.
+int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int y_bf16) {
+  const Plan& p = *static_cast<const Plan*>(plan);
+  const int64_t K = p.K;
+  if (K % 32 || !amx_bf16_usable()) return -1;
+  std::vector<uint16_t> xtail(16 * K, 0);  // the last partial block of 16 rows, zero-padded
+  const int64_t full = M / 16 * 16;
+  for (int64_t m = full; m < M; ++m) std::memcpy(&xtail[(m - full) * K], x + m * ldx, K * 2);
+  const int64_t panels = (p.N + PANEL - 1) / PANEL;
+  int bad = 0;
+#pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
+  {
+    load_bf16_tile_config();
+    std::vector<float> rows(PANEL * (K + 16));
+    uint16_t* pv = static_cast<uint16_t*>(std::aligned_alloc(64, PANEL * K * 2));
+#pragma omp for schedule(static)
+    for (int64_t pn = 0; pn < panels; ++pn) {
+      const int64_t n0 = pn * PANEL, cols = std::min<int64_t>(PANEL, p.N - n0);
+      for (int64_t i = 0; i < PANEL; ++i) {
+        float* row = rows.data() + i * (K + 16);
+        if (i >= cols) {
+          std::fill(row, row + K, 0.0f);
+          continue;
+        }
+        for (const Part& q : p.parts) {
+          const int64_t r = n0 + i - q.out_col;  // the row within this part
+          if (r >= 0 && r < q.rows && !dispatch<DequantRows>(q.qtype, q.w, q.row_bytes, K, q.nb, &r, 1, row)) bad = 1;
+        }
+      }
+      vnni_half(rows.data(), K + 16, K, pv);
+      vnni_half(rows.data() + 16 * (K + 16), K + 16, K, pv + K / 32 * 512);
+      panel_gemm(pv, K, x, M, ldx, xtail.data(), y, ldy, y_bf16, n0, cols);
+    }
+    std::free(pv);
+    _tile_release();
   }
   return bad ? -1 : 0;
 }
