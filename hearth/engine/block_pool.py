@@ -1,8 +1,10 @@
 """KV-cache block ids with reference counts and a prefix cache. Plain Python so tests check exact ids.
 
 A block is free when no request holds it (ref_cnt 0). A free block that is full and hashed keeps its
-K/V and stays findable by its hash until it is handed out again: free blocks are reused in LRU
-order, so the least recently released cached block is evicted first (vLLM's free-block queue)."""
+K/V and stays findable by its hash until it is handed out again. Allocation first takes free blocks
+that hold nothing findable, most recently freed first (no cached prefix is lost, and their pages are
+already resident: an untouched block costs page faults on its first write), then evicts cached
+blocks in LRU order, so the least recently released one goes first (vLLM's free-block queue)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ class BlockPool:
         """Blocks with ref_cnt 0, least recently freed first (the eviction order)."""
         self._cached: dict[bytes, int] = {}
         """hash -> block id holding that full block's K/V (held or free)."""
+        self._empty: list[int] = list(range(num_blocks))[::-1]
+        """Free blocks without a hash, most recently freed last (may hold stale entries: checked on use)."""
 
     @property
     def num_free(self) -> int:
@@ -33,11 +37,20 @@ class BlockPool:
             return None
         blocks = []
         for _ in range(n):
-            block, _ = self._free.popitem(last=False)
-            self._evict(block)
+            block = self._take()
             self.ref_cnt[block] = 1
             blocks.append(block)
         return blocks
+
+    def _take(self) -> int:
+        while self._empty:
+            block = self._empty.pop()
+            if block in self._free and self.block_hash[block] is None:
+                del self._free[block]
+                return block
+        block, _ = self._free.popitem(last=False)
+        self._evict(block)
+        return block
 
     def lookup(self, block_hash: bytes) -> int | None:
         return self._cached.get(block_hash)
@@ -58,6 +71,10 @@ class BlockPool:
             self.ref_cnt[block] -= 1
             if self.ref_cnt[block] == 0:
                 self._free[block] = None
+                if self.block_hash[block] is None:
+                    self._empty.append(block)
+        if len(self._empty) > 2 * self.num_blocks:  # drop stale entries
+            self._empty = [b for b in self._empty if b in self._free and self.block_hash[b] is None]
 
     def cache(self, block: int, block_hash: bytes) -> None:
         """Make a full block findable by its hash (the first block with a given hash wins)."""
@@ -73,4 +90,6 @@ class BlockPool:
 
     def reset_prefix_cache(self) -> None:
         for block in list(self._free):
-            self._evict(block)
+            if self.block_hash[block] is not None:
+                self._evict(block)
+                self._empty.append(block)

@@ -57,6 +57,11 @@ def available() -> bool:
     return lib() is not None
 
 
+def bf16_tiles() -> bool:
+    """The kernels multiply prefill-sized batches on AMX bf16 tiles here (Sapphire Rapids and later)."""
+    return available() and bool(lib().hk_amx_bf16())
+
+
 def _load() -> ctypes.CDLL | None:
     if os.environ.get("HEARTH_NATIVE", "1") == "0":
         return None
@@ -122,7 +127,7 @@ def _declare(so: ctypes.CDLL) -> None:
     sigs = {  # name: (restype, argtypes)
         "hk_abi_version": (_int, []),
         "hk_cpu_ok": (_int, []),
-        "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64]),
+        "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64, _i64]),
         "hk_plan_free": (None, [_p]),
         "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
         "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
@@ -130,7 +135,8 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
         "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
         "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
-        "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64, _int]),
+        "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
+        "hk_amx_bf16": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64]),
         "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
@@ -165,7 +171,9 @@ class NativeMatmul:
     several side by side (fused q|k|v). The tensors are kept referenced; the C++ plan holds their
     pointers, so a call passes only x and y."""
 
-    def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int):
+    def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0):
+        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles (x rounded to
+        bf16, W expanded per call) instead of 8-bit activations; 0 = never."""
         self.lib = lib()
         assert self.lib is not None
         self.weights = [w for w, _ in weights]  # keeps the memory alive
@@ -174,7 +182,7 @@ class NativeMatmul:
         self.plan = self.lib.hk_plan_new(n, (_p * n)(*[w.data_ptr() for w in self.weights]),
                                          (_int * n)(*[int(q) for _, q in weights]),
                                          (_i64 * n)(*[w.shape[0] for w in self.weights]),
-                                         (_i64 * n)(*[w.stride(0) for w in self.weights]), k)
+                                         (_i64 * n)(*[w.stride(0) for w in self.weights]), k, gemm_min_rows)
         if not self.plan:
             raise ValueError(f"native kernels cannot read {[QTYPES.get(int(q), q) for _, q in weights]} "
                              f"with in_features {k}")
@@ -196,10 +204,10 @@ class NativeMatmul:
         return y
 
     def gemm_bf16(self, x: torch.Tensor) -> torch.Tensor | None:
-        """x: bf16 [M, K] (rows may be strided) -> bf16 [M, N] on AMX bf16 tiles, W expanded panel by
+        """x: bf16 [M, K] (rows may be strided) -> f32 [M, N] on AMX bf16 tiles, W expanded panel by
         panel (csrc/gemm_bf16.h); None where that does not run (no AMX-BF16, K % 32 != 0)."""
-        y = torch.empty(x.shape[0], self.n, dtype=torch.bfloat16)
-        rc = self.lib.hk_gemm_bf16(self.plan, x.data_ptr(), x.shape[0], x.stride(0), y.data_ptr(), y.stride(0), 1)
+        y = torch.empty(x.shape[0], self.n)
+        rc = self.lib.hk_gemm_bf16(self.plan, x.data_ptr(), x.shape[0], x.stride(0), y.data_ptr(), y.stride(0))
         return y if rc == 0 else None
 
     def add_to(self, x: torch.Tensor, r: torch.Tensor, post_norm: torch.Tensor | None = None,

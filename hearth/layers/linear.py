@@ -112,7 +112,7 @@ class NativePart(nn.Module):
         self.raws = [(as_bytes(t.data, t.qtype), t.qtype) for t in ts]  # views of the memmap
         self.starts = [sum(t.shape[0] for t in ts[:i]) for i in range(len(ts))]
         self.k = ts[0].shape[1]
-        self.mm = native.NativeMatmul(self.raws, self.k)
+        self.mm = native.NativeMatmul(self.raws, self.k, policy.native_gemm_min_rows)
         self.out_features = self.mm.n
         self.gemm_min_rows, self.chunk = policy.native_gemm_min_rows, policy.gemm_chunk_rows
 

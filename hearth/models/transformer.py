@@ -127,7 +127,7 @@ class DecoderLayer(nn.Module):
         self.fused = _fused(self, spec) if self.native else None
 
     def forward(self, x, positions, meta, kv_cache):  # x: [T, hidden] f32, the residual stream
-        if x.shape[0] < self.native_max_rows:
+        if self.native and (x.shape[0] < self.native_max_rows or native.bf16_tiles()):
             return self._forward_native(x, positions, meta, kv_cache)
         h = self.attn(self.attn_norm(x), positions, meta, kv_cache)
         if self.post_attn_norm is not None:
@@ -139,11 +139,12 @@ class DecoderLayer(nn.Module):
         return x.add_(h)
 
     def _forward_native(self, x, positions, meta, kv_cache):
-        """The same block for a few rows (decode) in 5 C++ calls plus attention: norms, activation,
-        rope and residual adds are fused around the native matmuls, saving ~30 torch ops per layer."""
+        """The same block in 5 C++ calls plus attention: norms, activation, rope and residual adds are
+        fused around the native matmuls (8-bit activations for a few rows, bf16 tiles for prefill
+        chunks), saving ~30 torch ops per layer; a step of a few rows runs it in one call."""
         a, T = self.attn, x.shape[0]
         cos, sin = a.rope.halves(positions, meta.cache)
-        if self.fused is not None and self.fused(x, cos, sin, kv_cache, meta):
+        if T < self.native_max_rows and self.fused is not None and self.fused(x, cos, sin, kv_cache, meta):
             return x
         qkv, o, gate_up, down = (p.mm for p in self.native)
         n = self.attn_norm

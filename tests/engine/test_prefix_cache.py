@@ -19,7 +19,21 @@ def test_block_pool_gives_lowest_ids_and_takes_them_back():
     assert pool.allocate(3) == [0, 1, 2]
     assert pool.allocate(2) is None and pool.num_free == 1
     pool.free([1])
-    assert pool.allocate(2) == [3, 1]
+    assert pool.allocate(2) == [1, 3]  # the block just freed first: its pages are resident
+
+
+def test_empty_blocks_go_before_any_cached_one_most_recent_first():
+    pool = BlockPool(5)
+    blocks = pool.allocate(5)
+    pool.cache(blocks[0], b"h0")
+    pool.cache(blocks[3], b"h3")
+    pool.free([0, 1, 2, 3, 4][::-1])  # released 4, 3, 2, 1, 0
+    assert pool.allocate(3) == [1, 2, 4]  # the empty ones, last released first; 0 and 3 keep their K/V
+    assert pool.lookup(b"h0") == 0 and pool.lookup(b"h3") == 3
+    assert pool.allocate(1) == [3] and pool.lookup(b"h3") is None  # then cached ones, LRU
+    pool.reset_prefix_cache()  # block 0's K/V is forgotten: it is an empty block again
+    pool.free([4])
+    assert pool.allocate(2) == [4, 0]
 
 
 def test_shared_block_is_free_only_when_every_holder_released_it():

@@ -37,14 +37,14 @@ def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
         return torch.cat(parts)
 
     fused = run()
-    limits = [layer.native_max_rows for layer in model.layers]
+    plans = [layer.native for layer in model.layers]
     for layer in model.layers:
-        layer.native_max_rows = 0  # every layer op by op (same native linears)
+        layer.native = None  # every layer op by op in torch (same native linears)
     try:
         op_by_op = run()
     finally:
-        for layer, limit in zip(model.layers, limits):
-            layer.native_max_rows = limit
+        for layer, plan in zip(model.layers, plans):
+            layer.native = plan
     ref = transformers_logits(arch, d, name, dims, ids)
     assert rel_err(fused, ref) < REL_TOL_FAST and rel_err(op_by_op, ref) < REL_TOL_FAST
     assert rel_err(fused, ref) < 1.25 * rel_err(op_by_op, ref)

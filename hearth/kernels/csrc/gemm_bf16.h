@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "amx.h"
@@ -22,6 +23,20 @@
 namespace {
 
 constexpr int64_t PANEL = 32;  // weight rows per panel: two B tiles
+
+template <class T>
+struct AlignedAlloc {  // 64-byte aligned vectors: tile loads and aligned vector stores
+  using value_type = T;
+  AlignedAlloc() = default;
+  template <class U>
+  AlignedAlloc(const AlignedAlloc<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)); }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const AlignedAlloc<U>&) const { return true; }
+  template <class U>
+  bool operator!=(const AlignedAlloc<U>&) const { return false; }
+};
 
 bool amx_bf16_usable() {
   static const bool ok = [] {
@@ -38,85 +53,148 @@ void load_bf16_tile_config() {
   _tile_loadconfig(&cfg);
 }
 
+// r[i] (16 x 16 u32, row i) -> r[j] = column j, in registers
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4q + j], lane l: rows 4q .. 4q + 3 of column 4l + j
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
+    u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
+    u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512i a = _mm512_shuffle_i32x4(u[j], u[4 + j], 0x88), b = _mm512_shuffle_i32x4(u[j], u[4 + j], 0xdd);
+    const __m512i c = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0x88), d = _mm512_shuffle_i32x4(u[8 + j], u[12 + j], 0xdd);
+    r[j] = _mm512_shuffle_i32x4(a, c, 0x88);
+    r[8 + j] = _mm512_shuffle_i32x4(a, c, 0xdd);
+    r[4 + j] = _mm512_shuffle_i32x4(b, d, 0x88);
+    r[12 + j] = _mm512_shuffle_i32x4(b, d, 0xdd);
+  }
+}
+
 // 16 weight rows (f32, row stride ld) -> their B tiles, one per 32 values of K:
 // tiles[ks * 512 + 32 r + 2 i + t] = bf16(w[i][32 ks + 2 r + t]).
 void vnni_half(const float* w, int64_t ld, int64_t K, uint16_t* tiles) {
-  alignas(64) uint32_t pairs[16][16];  // [row i][k pair r] of one K step
+  __m512i r[16];
   for (int64_t ks = 0; ks < K / 32; ++ks) {
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < 16; ++i) {  // row i's 32 values as 16 pairs of bf16
       const float* src = w + i * ld + 32 * ks;
       const __m256i lo = to_bf16(_mm512_loadu_ps(src)), hi = to_bf16(_mm512_loadu_ps(src + 16));
-      _mm512_store_si512(pairs[i], _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+      r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
-    uint32_t* t = reinterpret_cast<uint32_t*>(tiles + ks * 512);
-    for (int r = 0; r < 16; ++r)
-      for (int i = 0; i < 16; ++i) t[16 * r + i] = pairs[i][r];
+    transpose16(r);  // r[pair] = that pair of every row
+    for (int p = 0; p < 16; ++p) _mm512_store_si512(tiles + ks * 512 + 32 * p, r[p]);
   }
 }
 
-// A C tile's values (c: f32 [16][16]) -> y rows m0 .. m0 + rows, columns n0 .. n0 + cols (f32, or
-// bf16 with y_bf16)
-void copy_c(const float (*c)[16], void* y, int64_t ldy, int y_bf16, int64_t m0, int64_t rows, int64_t n0,
-            int64_t cols) {
-  const __mmask16 k = tail_mask(cols);
-  for (int64_t i = 0; i < rows; ++i) {
-    const __m512 v = _mm512_load_ps(c[i]);
-    if (y_bf16)
-      _mm256_mask_storeu_epi16(static_cast<uint16_t*>(y) + (m0 + i) * ldy + n0, k, to_bf16(v));
-    else
-      _mm512_mask_storeu_ps(static_cast<float*>(y) + (m0 + i) * ldy + n0, k, v);
-  }
+// x (bf16, or f32 rounded to bf16; [M, K], row stride ldx) -> A tiles, contiguous:
+// xa[(mb * K / 32 + ks) * 512 ..] holds rows 16 mb .. + 16 (zeros past M), values 32 ks .. + 32.
+template <class X>
+void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
+  const int64_t ksn = K / 32;
+  for (int64_t mb = 0; mb < (M + 15) / 16; ++mb)
+    for (int64_t i = 0; i < 16; ++i) {
+      const int64_t m = 16 * mb + i;
+      for (int64_t ks = 0; ks < ksn; ++ks) {
+        uint16_t* dst = xa + (mb * ksn + ks) * 512 + 32 * i;
+        if (m >= M) {
+          _mm512_store_si512(dst, _mm512_setzero_si512());
+        } else if constexpr (sizeof(X) == 2) {
+          _mm512_store_si512(dst, _mm512_loadu_si512(x + m * ldx + 32 * ks));
+        } else {
+          const float* src = x + m * ldx + 32 * ks;
+          const __m256i lo = to_bf16(_mm512_loadu_ps(src)), hi = to_bf16(_mm512_loadu_ps(src + 16));
+          _mm512_store_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+        }
+      }
+    }
 }
 
-// C tile TILE (an immediate) -> y, straight from the tile when it is whole and y is f32
-#define HK_STORE_C(TILE, m0, rows, n0, cols)                                      \
-  if (!y_bf16 && (rows) == 16 && (cols) == 16) {                                 \
-    _tile_stored(TILE, static_cast<float*>(y) + (m0) * ldy + (n0), ldy * 4);     \
-  } else {                                                                       \
-    _tile_stored(TILE, cbuf, 64);                                                \
-    copy_c(cbuf, y, ldy, y_bf16, m0, rows, n0, cols);                            \
+// One C tile -> y (f32) at rows m.., columns n.., as far as they exist (rows < M, columns < n_end):
+// whole tiles straight from the tile, ragged ones through a buffer.
+#define HK_STORE_F32(TILE, m, n)                                                               \
+  if ((m) + 16 <= M && (n) + 16 <= n_end) {                                                    \
+    _tile_stored(TILE, static_cast<float*>(y) + (m) * ldy + (n), ldy * 4);                     \
+  } else if ((m) < M && (n) < n_end) {                                                         \
+    _tile_stored(TILE, edge, 64);                                                              \
+    for (int64_t r = 0; r < std::min<int64_t>(16, M - (m)); ++r)                               \
+      _mm512_mask_storeu_ps(static_cast<float*>(y) + ((m) + r) * ldy + (n), tail_mask(n_end - (n)), \
+                            _mm512_load_ps(edge[r]));                                          \
   }
 
-// One panel (B tiles pv: [2][K / 32][512]) times every row of x: y[:, n0 .. n0 + cols).
-// x rows m0 .. M - 1 with a partial last block of 16 are read from xtail ([16][K], zero-padded).
-void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* x, int64_t M, int64_t ldx, const uint16_t* xtail,
-                void* y, int64_t ldy, int y_bf16, int64_t n0, int64_t cols) {
-  const int64_t ksn = K / 32, full = M / 16 * 16;
+// Every row of x (A tiles xa, pack_a) times one panel (B tiles pv: [2][K / 32][512]): y[:, n0 .. n0 +
+// cols), f32 or (y_bf16) bf16, row stride ldy. f32 tiles are stored straight into y. bf16 needs a
+// conversion through memory, and a vector load of a tile-stored buffer waits for that store, which
+// waits for the products: so each 32 x 32 block is stored to a buffer and copied out a few rows at a
+// time between the tile products of the block after next.
+void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, void* y, int64_t ldy, int y_bf16,
+                int64_t n0, int64_t cols) {
+  const int64_t ksn = K / 32, per_step = (32 + ksn - 1) / ksn, n_end = n0 + cols;
   const uint16_t* b1 = pv + ksn * 512;
-  const int64_t c0 = std::min<int64_t>(16, cols), c1 = cols - c0;
-  auto rows_at = [&](int64_t m) { return m < full ? x + m * ldx : xtail; };
-  const int64_t lda = ldx * 2, ldt = K * 2;
-  for (int64_t m = 0; m < M; m += 32) {
+  alignas(64) float cbuf[3][4][16][16];
+  alignas(64) float edge[16][16];
+  auto copy_rows = [&](int64_t m, int buf, int64_t j0, int64_t j1) {  // bf16: rows m + j0 .. m + j1 of a block
+    j1 = std::min(j1, M - m);
+    for (int64_t j = j0; j < j1; ++j) {
+      const int h = static_cast<int>(j / 16), i = static_cast<int>(j % 16);
+      uint16_t* dst = static_cast<uint16_t*>(y) + (m + j) * ldy + n0;
+      const __m256i lo = to_bf16(_mm512_load_ps(cbuf[buf][2 * h][i]));
+      if (cols == 32) {  // a whole 64-byte line
+        const __m256i hi = to_bf16(_mm512_load_ps(cbuf[buf][2 * h + 1][i]));
+        _mm512_storeu_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+        continue;
+      }
+      _mm256_mask_storeu_epi16(dst, tail_mask(cols), lo);
+      if (cols > 16)
+        _mm256_mask_storeu_epi16(dst + 16, tail_mask(cols - 16), to_bf16(_mm512_load_ps(cbuf[buf][2 * h + 1][i])));
+    }
+  };
+  int64_t i = 0;
+  for (int64_t m = 0; m < M; m += 32, ++i) {
     const bool two = m + 16 < M;
-    const uint16_t* a0 = rows_at(m);
-    const uint16_t* a1 = two ? rows_at(m + 16) : a0;
-    const int64_t s0 = m < full ? lda : ldt, s1 = m + 16 < full ? lda : ldt;
+    const uint16_t* a0 = xa + (m / 16) * ksn * 512;
+    const uint16_t* a1 = a0 + ksn * 512;
+    const int64_t pending = y_bf16 && i >= 2 ? m - 64 : -1;  // the block two back, copied during this one
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
     for (int64_t ks = 0; ks < ksn; ++ks) {
-      _tile_loadd(4, a0 + 32 * ks, s0);
+      _tile_loadd(4, a0 + ks * 512, 64);
       _tile_loadd(6, pv + ks * 512, 64);
       _tile_loadd(7, b1 + ks * 512, 64);
       _tile_dpbf16ps(0, 4, 6);
       _tile_dpbf16ps(1, 4, 7);
       if (two) {
-        _tile_loadd(5, a1 + 32 * ks, s1);
+        _tile_loadd(5, a1 + ks * 512, 64);
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
       }
+      if (pending >= 0) copy_rows(pending, static_cast<int>((i + 1) % 3), ks * per_step, (ks + 1) * per_step);
     }
-    alignas(64) float cbuf[16][16];
-    const int64_t r0 = std::min<int64_t>(16, M - m);
-    HK_STORE_C(0, m, r0, n0, c0)
-    if (c1 > 0) { HK_STORE_C(1, m, r0, n0 + 16, c1) }
-    if (two) {
-      const int64_t r1 = std::min<int64_t>(16, M - m - 16);
-      HK_STORE_C(2, m + 16, r1, n0, c0)
-      if (c1 > 0) { HK_STORE_C(3, m + 16, r1, n0 + 16, c1) }
+    if (y_bf16) {
+      const int buf = static_cast<int>(i % 3);
+      _tile_stored(0, cbuf[buf][0], 64);
+      _tile_stored(1, cbuf[buf][1], 64);
+      _tile_stored(2, cbuf[buf][2], 64);
+      _tile_stored(3, cbuf[buf][3], 64);
+    } else {
+      HK_STORE_F32(0, m, n0)
+      HK_STORE_F32(1, m, n0 + 16)
+      HK_STORE_F32(2, m + 16, n0)
+      HK_STORE_F32(3, m + 16, n0 + 16)
     }
   }
+  if (y_bf16)
+    for (int64_t back = std::min<int64_t>(2, i); back >= 1; --back)  // the last two blocks
+      copy_rows(32 * (i - back), static_cast<int>((i - back) % 3), 0, 32);
 }
+
+#undef HK_STORE_F32
 
 }  // namespace

@@ -88,6 +88,7 @@ struct Part {
 // A linear layer: weights sharing in_features K, their outputs side by side (fused q|k|v, gate|up).
 struct Plan {
   int64_t K = 0, N = 0;
+  int64_t gemm_min_rows = 0;  // from this many rows on: bf16 tiles (gemm_bf16.h), 0 = never
   std::vector<Part> parts;
   bool natural = false, paired = false;  // the activation layouts its parts read
   double bytes = 0;
@@ -132,10 +133,56 @@ bool run(const Plan& p, const Act& a, float* y, int64_t ldy, const std::vector<T
   return !bad;
 }
 
+bool bf16_tiles_for(const Plan& p, int64_t M) {
+  return p.gemm_min_rows > 0 && M >= p.gemm_min_rows && p.K % 32 == 0 && amx_bf16_usable();
+}
+
+// y (f32, or bf16 with y_bf16) = x @ W.T on AMX bf16 tiles, x bf16 or f32 (rounded to bf16 as it is
+// packed): W is expanded 32 rows (a panel) at a time, in cache, and every row of x passes it. False for
+// an unknown type.
+template <class X>
+bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int y_bf16 = 0) {
+  const int64_t K = p.K;
+  if (K % 32 || !amx_bf16_usable()) return false;
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xa;
+  xa.resize(((M + 15) / 16) * 16 * K);
+  pack_a(x, M, K, ldx, xa.data());
+  const int64_t panels = (p.N + PANEL - 1) / PANEL;
+  const uint16_t* a = xa.data();
+  int bad = 0;
+#pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
+  {
+    load_bf16_tile_config();
+    std::vector<float> rows(PANEL * (K + 16));
+    std::vector<uint16_t, AlignedAlloc<uint16_t>> pv(PANEL * K);
+#pragma omp for schedule(static)
+    for (int64_t pn = 0; pn < panels; ++pn) {
+      const int64_t n0 = pn * PANEL, cols = std::min<int64_t>(PANEL, p.N - n0);
+      for (int64_t i = 0; i < PANEL; ++i) {
+        float* row = rows.data() + i * (K + 16);
+        if (i >= cols) {
+          std::fill(row, row + K, 0.0f);
+          continue;
+        }
+        for (const Part& q : p.parts) {
+          const int64_t r = n0 + i - q.out_col;  // the row within this part
+          if (r >= 0 && r < q.rows && !dispatch<DequantRows>(q.qtype, q.w, q.row_bytes, K, q.nb, &r, 1, row)) bad = 1;
+        }
+      }
+      vnni_half(rows.data(), K + 16, K, pv.data());
+      vnni_half(rows.data() + 16 * (K + 16), K + 16, K, pv.data() + K / 32 * 512);
+      panel_gemm(pv.data(), K, a, M, y, ldy, y_bf16, n0, cols);
+    }
+    _tile_release();
+  }
+  return !bad;
+}
+
 thread_local std::vector<TileActs> tile_acts_buf;
 
 // quantize x's rows, then y = x @ W.T on AMX tiles for a batch, else the VNNI loop
 bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
+  if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, y, ldy);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
   const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired);
   if (!amx) return run(p, a, y, ldy);
@@ -188,6 +235,30 @@ void act_mul(int act, const float* gate, const float* up, int64_t n, float* h) {
 }
 
 thread_local std::vector<float> tmp_in, tmp_norm, tmp_mid, tmp_out;
+thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_mid16, tmp_act16;
+
+// out[m] = bf16(act(gate[m]) * up[m]) where gu[m] = gate | up (bf16 [M, 2 * inter], row stride ldg);
+// out: bf16 [M, inter] (row stride ldo); act as in act_mul
+void act_mul_bf16(const uint16_t* gu, int64_t M, int64_t inter, int64_t ldg, int act, uint16_t* out, int64_t ldo) {
+#pragma omp parallel for schedule(static) if (M >= 64)
+  for (int64_t m = 0; m < M; ++m) {
+    alignas(64) float g[16], u[16], h[16];
+    for (int64_t i = 0; i < inter; i += 16) {
+      const __mmask16 k = tail_mask(inter - i);
+      const auto widen = [&](const uint16_t* src, float* dst) {
+        const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src));
+        _mm512_store_ps(dst, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+      };
+      widen(gu + m * ldg + i, g);
+      widen(gu + m * ldg + inter + i, u);
+      act_mul(act, g, u, 16, h);
+      _mm256_mask_storeu_epi16(out + m * ldo + i, k, to_bf16(_mm512_load_ps(h)));
+    }
+  }
+}
+
+
+
 
 float* scratch(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
@@ -198,6 +269,7 @@ float* scratch(std::vector<float>& v, int64_t n) {
 const float* normed(const float* x, int64_t M, int64_t K, int64_t& ldx, const float* w, float eps) {
   if (!w) return x;
   float* out = scratch(tmp_norm, M * K);
+#pragma omp parallel for schedule(static) if (M >= 64)
   for (int64_t m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, K, w, eps, out + m * K);
   ldx = K;
   return out;
@@ -205,6 +277,7 @@ const float* normed(const float* x, int64_t M, int64_t K, int64_t& ldx, const fl
 
 // r += y (after an RMSNorm of y's rows with post_w when given); y: [M, N] contiguous
 void add_residual(float* y, int64_t M, int64_t N, const float* post_w, float post_eps, float* r, int64_t ldr) {
+#pragma omp parallel for schedule(static) if (M >= 64)
   for (int64_t m = 0; m < M; ++m) {
     float* ym = y + m * N;
     if (post_w) rmsnorm_row(ym, N, post_w, post_eps, ym);
@@ -245,10 +318,11 @@ int hk_cpu_ok() {
 // A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
 // type or a K that is not a whole number of its blocks. Free with hk_plan_free.
 void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t* rows, const int64_t* row_bytes,
-                  int64_t K) {
+                  int64_t K, int64_t gemm_min_rows) {
   if (K <= 0 || K % 32) return nullptr;
   Plan* p = new Plan;
   p->K = K;
+  p->gemm_min_rows = gemm_min_rows;
   for (int i = 0; i < n; ++i) {
     const bool k_quant = !is_paired(qtypes[i]);
     if (k_quant && K % SB) { delete p; return nullptr; }
@@ -298,11 +372,19 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   const int64_t inter = gu.N / 2;
   int64_t ldx = ldr;
   const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
-  float* g = scratch(tmp_mid, M * gu.N);
-  matmul(gu, xn, M, ldx, g, gu.N);
-  for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
   float* y = scratch(tmp_out, M * dn.N);
-  matmul(dn, g, M, gu.N, y, dn.N);
+  if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M)) {  // prefill: bf16 between the matmuls, as torch would
+    tmp_mid16.resize(M * gu.N);
+    tmp_act16.resize(M * inter);
+    gemm_bf16(gu, xn, M, ldx, tmp_mid16.data(), gu.N, 1);
+    act_mul_bf16(tmp_mid16.data(), M, inter, gu.N, act, tmp_act16.data(), inter);
+    gemm_bf16(dn, tmp_act16.data(), M, inter, y, dn.N);
+  } else {
+    float* g = scratch(tmp_mid, M * gu.N);
+    matmul(gu, xn, M, ldx, g, gu.N);
+    for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
+    matmul(dn, g, M, gu.N, y, dn.N);
+  }
   add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
 }
 
@@ -397,45 +479,15 @@ int hk_dequant_bf16(const void* w, int qtype, int64_t row_bytes, int64_t K, int6
   return bad ? -1 : 0;
 }
 
-// y[M, N] = x[M, K] @ W.T on AMX bf16 tiles (gemm_bf16.h): x bf16 (row stride ldx), y f32 or (y_bf16)
-// bf16 (row stride ldy). Returns 0, or -1 (nothing written) without AMX-BF16 or for K % 32 != 0.
-int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int y_bf16) {
-  const Plan& p = *static_cast<const Plan*>(plan);
-  const int64_t K = p.K;
-  if (K % 32 || !amx_bf16_usable()) return -1;
-  std::vector<uint16_t> xtail(16 * K, 0);  // the last partial block of 16 rows, zero-padded
-  const int64_t full = M / 16 * 16;
-  for (int64_t m = full; m < M; ++m) std::memcpy(&xtail[(m - full) * K], x + m * ldx, K * 2);
-  const int64_t panels = (p.N + PANEL - 1) / PANEL;
-  int bad = 0;
-#pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
-  {
-    load_bf16_tile_config();
-    std::vector<float> rows(PANEL * (K + 16));
-    uint16_t* pv = static_cast<uint16_t*>(std::aligned_alloc(64, PANEL * K * 2));
-#pragma omp for schedule(static)
-    for (int64_t pn = 0; pn < panels; ++pn) {
-      const int64_t n0 = pn * PANEL, cols = std::min<int64_t>(PANEL, p.N - n0);
-      for (int64_t i = 0; i < PANEL; ++i) {
-        float* row = rows.data() + i * (K + 16);
-        if (i >= cols) {
-          std::fill(row, row + K, 0.0f);
-          continue;
-        }
-        for (const Part& q : p.parts) {
-          const int64_t r = n0 + i - q.out_col;  // the row within this part
-          if (r >= 0 && r < q.rows && !dispatch<DequantRows>(q.qtype, q.w, q.row_bytes, K, q.nb, &r, 1, row)) bad = 1;
-        }
-      }
-      vnni_half(rows.data(), K + 16, K, pv);
-      vnni_half(rows.data() + 16 * (K + 16), K + 16, K, pv + K / 32 * 512);
-      panel_gemm(pv, K, x, M, ldx, xtail.data(), y, ldy, y_bf16, n0, cols);
-    }
-    std::free(pv);
-    _tile_release();
-  }
-  return bad ? -1 : 0;
+// y[M, N] = x[M, K] @ W.T on AMX bf16 tiles (gemm_bf16.h): x bf16 (row stride ldx), y f32 (row stride
+// ldy). Returns 0, or -1 (nothing written) without AMX-BF16 or for K % 32 != 0.
+int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
+  return gemm_bf16(*static_cast<const Plan*>(plan), x, M, ldx, y, ldy) ? 0 : -1;
 }
+
+// 1 when this CPU and kernel run AMX bf16 tiles (the prefill matmuls), else 0
+int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
+
 
 // ---- a whole decoder layer for a few rows (decodes, short chunks) in one call ----
 // The same block as hearth.models.transformer.DecoderLayer with every attention over the paged
