@@ -94,9 +94,11 @@ void vnni_half(const float* w, int64_t ld, int64_t K, uint16_t* tiles) {
 
 // x (bf16, or f32 rounded to bf16; [M, K], row stride ldx) -> A tiles, contiguous:
 // xa[(mb * K / 32 + ks) * 512 ..] holds rows 16 mb .. + 16 (zeros past M), values 32 ks .. + 32.
+// Call from every thread of a parallel region: the blocks of 16 rows are shared out (then a barrier).
 template <class X>
 void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
   const int64_t ksn = K / 32;
+#pragma omp for schedule(static)
   for (int64_t mb = 0; mb < (M + 15) / 16; ++mb)
     for (int64_t i = 0; i < 16; ++i) {
       const int64_t m = 16 * mb + i;
@@ -119,47 +121,37 @@ void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
 // whole tiles straight from the tile, ragged ones through a buffer.
 #define HK_STORE_F32(TILE, m, n)                                                               \
   if ((m) + 16 <= M && (n) + 16 <= n_end) {                                                    \
-    _tile_stored(TILE, static_cast<float*>(y) + (m) * ldy + (n), ldy * 4);                     \
+    _tile_stored(TILE, y + (m) * ldy + (n), ldy * 4);                                          \
   } else if ((m) < M && (n) < n_end) {                                                         \
     _tile_stored(TILE, edge, 64);                                                              \
     for (int64_t r = 0; r < std::min<int64_t>(16, M - (m)); ++r)                               \
-      _mm512_mask_storeu_ps(static_cast<float*>(y) + ((m) + r) * ldy + (n), tail_mask(n_end - (n)), \
+      _mm512_mask_storeu_ps(y + ((m) + r) * ldy + (n), tail_mask(n_end - (n)),                   \
                             _mm512_load_ps(edge[r]));                                          \
   }
 
-// Every row of x (A tiles xa, pack_a) times one panel (B tiles pv: [2][K / 32][512]): y[:, n0 .. n0 +
-// cols), f32 or (y_bf16) bf16, row stride ldy. f32 tiles are stored straight into y. bf16 needs a
-// conversion through memory, and a vector load of a tile-stored buffer waits for that store, which
-// waits for the products: so each 32 x 32 block is stored to a buffer and copied out a few rows at a
-// time between the tile products of the block after next.
-void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, void* y, int64_t ldy, int y_bf16,
-                int64_t n0, int64_t cols) {
+// Every row of x (A tiles xa, pack_a) times one panel (B tiles pv: [2][K / 32][512]), 32 output
+// columns: two C tiles per 16 rows. out == nullptr: f32 into y[:, n0 .. n0 + cols) (row stride ldy),
+// straight from the tiles. Else each row's two 16-column halves go to (*out)(row, c0, c1): converting
+// needs the values in vector registers, and a vector load of a tile-stored buffer waits for that
+// store, which waits for the products; so each 32 x 32 block is stored to a buffer and handed out a
+// few rows at a time between the tile products of the block after next.
+template <class Out>
+void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, float* y, int64_t ldy, int64_t n0,
+                int64_t cols, const Out* out) {
   const int64_t ksn = K / 32, per_step = (32 + ksn - 1) / ksn, n_end = n0 + cols;
   const uint16_t* b1 = pv + ksn * 512;
   alignas(64) float cbuf[3][4][16][16];
   alignas(64) float edge[16][16];
-  auto copy_rows = [&](int64_t m, int buf, int64_t j0, int64_t j1) {  // bf16: rows m + j0 .. m + j1 of a block
-    j1 = std::min(j1, M - m);
-    for (int64_t j = j0; j < j1; ++j) {
-      const int h = static_cast<int>(j / 16), i = static_cast<int>(j % 16);
-      uint16_t* dst = static_cast<uint16_t*>(y) + (m + j) * ldy + n0;
-      const __m256i lo = to_bf16(_mm512_load_ps(cbuf[buf][2 * h][i]));
-      if (cols == 32) {  // a whole 64-byte line
-        const __m256i hi = to_bf16(_mm512_load_ps(cbuf[buf][2 * h + 1][i]));
-        _mm512_storeu_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-        continue;
-      }
-      _mm256_mask_storeu_epi16(dst, tail_mask(cols), lo);
-      if (cols > 16)
-        _mm256_mask_storeu_epi16(dst + 16, tail_mask(cols - 16), to_bf16(_mm512_load_ps(cbuf[buf][2 * h + 1][i])));
-    }
+  auto hand_out = [&](int64_t m, int buf, int64_t j0, int64_t j1) {  // rows m + j0 .. m + j1 of a block
+    for (int64_t j = j0; j < std::min(j1, M - m); ++j)
+      (*out)(m + j, cbuf[buf][2 * (j / 16)][j % 16], cbuf[buf][2 * (j / 16) + 1][j % 16]);
   };
   int64_t i = 0;
   for (int64_t m = 0; m < M; m += 32, ++i) {
     const bool two = m + 16 < M;
     const uint16_t* a0 = xa + (m / 16) * ksn * 512;
     const uint16_t* a1 = a0 + ksn * 512;
-    const int64_t pending = y_bf16 && i >= 2 ? m - 64 : -1;  // the block two back, copied during this one
+    const int64_t pending = out && i >= 2 ? m - 64 : -1;  // the block two back, handed out during this one
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -175,9 +167,9 @@ void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, vo
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
       }
-      if (pending >= 0) copy_rows(pending, static_cast<int>((i + 1) % 3), ks * per_step, (ks + 1) * per_step);
+      if (pending >= 0) hand_out(pending, static_cast<int>((i + 1) % 3), ks * per_step, (ks + 1) * per_step);
     }
-    if (y_bf16) {
+    if (out) {
       const int buf = static_cast<int>(i % 3);
       _tile_stored(0, cbuf[buf][0], 64);
       _tile_stored(1, cbuf[buf][1], 64);
@@ -190,9 +182,9 @@ void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, vo
       HK_STORE_F32(3, m + 16, n0 + 16)
     }
   }
-  if (y_bf16)
+  if (out)
     for (int64_t back = std::min<int64_t>(2, i); back >= 1; --back)  // the last two blocks
-      copy_rows(32 * (i - back), static_cast<int>((i - back) % 3), 0, 32);
+      hand_out(32 * (i - back), static_cast<int>((i - back) % 3), 0, 32);
 }
 
 #undef HK_STORE_F32

@@ -137,41 +137,65 @@ bool bf16_tiles_for(const Plan& p, int64_t M) {
   return p.gemm_min_rows > 0 && M >= p.gemm_min_rows && p.K % 32 == 0 && amx_bf16_usable();
 }
 
-// y (f32, or bf16 with y_bf16) = x @ W.T on AMX bf16 tiles, x bf16 or f32 (rounded to bf16 as it is
-// packed): W is expanded 32 rows (a panel) at a time, in cache, and every row of x passes it. False for
-// an unknown type.
-template <class X>
-bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int y_bf16 = 0) {
-  const int64_t K = p.K;
-  if (K % 32 || !amx_bf16_usable()) return false;
+void act_mul(int act, const float* gate, const float* up, int64_t n, float* h);
+
+// What gemm_bf16 writes for an MLP's middle (panel_gemm's `out`): a panel of 16 gate rows and the 16
+// up rows of the same features j0 .., h[m][j0 ..] = bf16(act(gate) * up)
+struct GluRows {
+  uint16_t* h;
+  int64_t ldh, j0;
+  int act;
+  void operator()(int64_t m, const float* gate, const float* up) const {
+    alignas(64) float v[16];
+    act_mul(act, gate, up, 16, v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + m * ldh + j0), to_bf16(_mm512_load_ps(v)));
+  }
+};
+
+enum class GemmOut { F32, GLU };
+
+// y = x @ W.T on AMX bf16 tiles, x bf16 or f32 (rounded to bf16 as it is packed): W is expanded 32
+// rows (a panel) at a time, in cache, and every row of x passes it. y: f32, or for GLU (W = gate
+// | up, inter rows each, inter % 16 == 0) bf16 act(x @ gate.T) * (x @ up.T) [M, inter] (act as in
+// act_mul). False for an unknown type.
+template <GemmOut MODE = GemmOut::F32, class X>
+bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int act = 0) {
+  const int64_t K = p.K, inter = p.N / 2;
+  if (K % 32 || !amx_bf16_usable() || (MODE == GemmOut::GLU && inter % 16)) return false;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xa;
   xa.resize(((M + 15) / 16) * 16 * K);
-  pack_a(x, M, K, ldx, xa.data());
-  const int64_t panels = (p.N + PANEL - 1) / PANEL;
-  const uint16_t* a = xa.data();
+  const int64_t panels = MODE == GemmOut::GLU ? inter / 16 : (p.N + PANEL - 1) / PANEL;
+  uint16_t* a = xa.data();
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
   {
+    pack_a(x, M, K, ldx, a);
     load_bf16_tile_config();
     std::vector<float> rows(PANEL * (K + 16));
     std::vector<uint16_t, AlignedAlloc<uint16_t>> pv(PANEL * K);
 #pragma omp for schedule(static)
     for (int64_t pn = 0; pn < panels; ++pn) {
-      const int64_t n0 = pn * PANEL, cols = std::min<int64_t>(PANEL, p.N - n0);
+      const int64_t n0 = pn * PANEL, cols = MODE == GemmOut::GLU ? PANEL : std::min<int64_t>(PANEL, p.N - n0);
       for (int64_t i = 0; i < PANEL; ++i) {
         float* row = rows.data() + i * (K + 16);
         if (i >= cols) {
           std::fill(row, row + K, 0.0f);
           continue;
         }
+        const int64_t n = MODE != GemmOut::GLU ? n0 + i : i < 16 ? 16 * pn + i : inter + 16 * pn + i - 16;
         for (const Part& q : p.parts) {
-          const int64_t r = n0 + i - q.out_col;  // the row within this part
+          const int64_t r = n - q.out_col;  // the row within this part
           if (r >= 0 && r < q.rows && !dispatch<DequantRows>(q.qtype, q.w, q.row_bytes, K, q.nb, &r, 1, row)) bad = 1;
         }
       }
       vnni_half(rows.data(), K + 16, K, pv.data());
       vnni_half(rows.data() + 16 * (K + 16), K + 16, K, pv.data() + K / 32 * 512);
-      panel_gemm(pv.data(), K, a, M, y, ldy, y_bf16, n0, cols);
+      if constexpr (MODE == GemmOut::F32) {
+        panel_gemm<GluRows>(pv.data(), K, a, M, static_cast<float*>(y), ldy, n0, cols, nullptr);
+      } else {
+        const GluRows out{static_cast<uint16_t*>(y), ldy, 16 * pn, act};
+        panel_gemm(pv.data(), K, a, M, nullptr, 0, n0, cols, &out);
+      }
     }
     _tile_release();
   }
@@ -182,7 +206,7 @@ thread_local std::vector<TileActs> tile_acts_buf;
 
 // quantize x's rows, then y = x @ W.T on AMX tiles for a batch, else the VNNI loop
 bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
-  if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, y, ldy);
+  if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
   const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired);
   if (!amx) return run(p, a, y, ldy);
@@ -235,27 +259,7 @@ void act_mul(int act, const float* gate, const float* up, int64_t n, float* h) {
 }
 
 thread_local std::vector<float> tmp_in, tmp_norm, tmp_mid, tmp_out;
-thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_mid16, tmp_act16;
-
-// out[m] = bf16(act(gate[m]) * up[m]) where gu[m] = gate | up (bf16 [M, 2 * inter], row stride ldg);
-// out: bf16 [M, inter] (row stride ldo); act as in act_mul
-void act_mul_bf16(const uint16_t* gu, int64_t M, int64_t inter, int64_t ldg, int act, uint16_t* out, int64_t ldo) {
-#pragma omp parallel for schedule(static) if (M >= 64)
-  for (int64_t m = 0; m < M; ++m) {
-    alignas(64) float g[16], u[16], h[16];
-    for (int64_t i = 0; i < inter; i += 16) {
-      const __mmask16 k = tail_mask(inter - i);
-      const auto widen = [&](const uint16_t* src, float* dst) {
-        const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, src));
-        _mm512_store_ps(dst, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-      };
-      widen(gu + m * ldg + i, g);
-      widen(gu + m * ldg + inter + i, u);
-      act_mul(act, g, u, 16, h);
-      _mm256_mask_storeu_epi16(out + m * ldo + i, k, to_bf16(_mm512_load_ps(h)));
-    }
-  }
-}
+thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_act16;
 
 
 
@@ -373,11 +377,9 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   int64_t ldx = ldr;
   const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
   float* y = scratch(tmp_out, M * dn.N);
-  if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M)) {  // prefill: bf16 between the matmuls, as torch would
-    tmp_mid16.resize(M * gu.N);
+  if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M) && inter % 16 == 0) {  // prefill: bf16 in the middle, as torch
     tmp_act16.resize(M * inter);
-    gemm_bf16(gu, xn, M, ldx, tmp_mid16.data(), gu.N, 1);
-    act_mul_bf16(tmp_mid16.data(), M, inter, gu.N, act, tmp_act16.data(), inter);
+    gemm_bf16<GemmOut::GLU>(gu, xn, M, ldx, tmp_act16.data(), inter, act);
     gemm_bf16(dn, tmp_act16.data(), M, inter, y, dn.N);
   } else {
     float* g = scratch(tmp_mid, M * gu.N);
@@ -394,6 +396,7 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
 void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w,
                 float eps, const float* cos, const float* sin, int neox) {
   const int64_t h2 = rot / 2;
+#pragma omp parallel for schedule(static) if (T >= 64)
   for (int64_t t = 0; t < T; ++t) {
     const float* c = cos + t * h2;
     const float* s = sin + t * h2;
@@ -482,7 +485,7 @@ int hk_dequant_bf16(const void* w, int qtype, int64_t row_bytes, int64_t K, int6
 // y[M, N] = x[M, K] @ W.T on AMX bf16 tiles (gemm_bf16.h): x bf16 (row stride ldx), y f32 (row stride
 // ldy). Returns 0, or -1 (nothing written) without AMX-BF16 or for K % 32 != 0.
 int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
-  return gemm_bf16(*static_cast<const Plan*>(plan), x, M, ldx, y, ldy) ? 0 : -1;
+  return gemm_bf16(*static_cast<const Plan*>(plan), x, M, ldx, static_cast<void*>(y), ldy) ? 0 : -1;
 }
 
 // 1 when this CPU and kernel run AMX bf16 tiles (the prefill matmuls), else 0
