@@ -9,8 +9,8 @@ The scheduler admits what fits and preempts (recomputes) the newest request when
 format that holds more tokens decodes more sequences per step and wastes less on recompute. Each
 format's LLM is loaded once; rounds interleave the formats (a shared machine drifts); medians.
 
-    .venv/bin/python benchmarks/bench_kv_capacity.py [--model smollm2-135m] [--kv-gb 0.19]
-        [--requests 16] [--prompt 1536] [--new 256] [--formats f16,q8_0,...] [--rounds 2]
+    .venv/bin/python benchmarks/bench_kv_capacity.py [--model smollm2-135m] [--kv-gb 0.14]
+        [--requests 16] [--prompt 1024] [--new 512] [--formats f16,q8_0,...] [--rounds 2]
 """
 
 from __future__ import annotations
@@ -57,10 +57,10 @@ def run(llm: LLM, batch: list[list[int]], new: int) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--kv-gb", type=float, default=0.19, help="KV memory per format, GiB")
+    ap.add_argument("--kv-gb", type=float, default=0.14, help="KV memory per format, GiB")
     ap.add_argument("--requests", type=int, default=16)
-    ap.add_argument("--prompt", type=int, default=1536)
-    ap.add_argument("--new", type=int, default=256)
+    ap.add_argument("--prompt", type=int, default=1024)
+    ap.add_argument("--new", type=int, default=512)
     ap.add_argument("--max-num-seqs", type=int, default=16)
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--rounds", type=int, default=2)
@@ -72,7 +72,7 @@ def main() -> None:
                       max_num_seqs=args.max_num_seqs, max_model_len=args.prompt + args.new,
                       enable_prefix_caching=False, progress=False) for name in names}
     batch = prompts(llms[names[0]], args.requests, args.prompt)
-    seq_tokens = args.prompt + args.new
+    seq_tokens = args.prompt + args.new  # a sequence's length when it finishes
     print(f"{args.model}, {args.threads} threads, {args.kv_gb} GiB of KV per format; {args.requests} requests of "
           f"{args.prompt} prompt + {args.new} new tokens, up to {args.max_num_seqs} at once; medians of "
           f"{args.rounds} interleaved rounds")
@@ -81,15 +81,17 @@ def main() -> None:
         for name in names:
             results[name].append(run(llms[name], batch, args.new))
             print(f"  round {r + 1} {name}: {results[name][-1]['tok_s']:.1f} tok/s", flush=True)
-    print(f"{'format':12} {'KV tokens':>10} {'seqs fit':>9} {'max running':>12} {'mean running':>13} "
+    print(f"{'format':12} {'pool tokens':>11} {'seqs fit':>9} {'max running':>12} {'mean running':>13} "
           f"{'preempted':>10} {'wall s':>7} {'tok/s':>7} {'vs f16':>7}")
     base = None
     for name in names:
         llm, rs = llms[name], results[name]
-        capacity = llm.engine.scheduler.kv.pool.num_blocks * llm.config.block_size
+        kv, bs = llm.engine.scheduler.kv, llm.config.block_size
+        # whole sequences the pool holds: each its blocks plus the blocks reserved for its staging
+        fit = kv.pool.num_blocks / (-(-seq_tokens // bs) + kv.reserve_per_request)
         med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
         base = base or med["tok_s"]
-        print(f"{name:12} {capacity:10,} {capacity / seq_tokens:9.1f} {med['max_running']:12.0f} "
+        print(f"{name:12} {kv.pool.num_blocks * bs:11,} {fit:9.1f} {med['max_running']:12.0f} "
               f"{med['mean_running']:13.1f} {med['preemptions']:10.0f} {med['wall']:7.1f} {med['tok_s']:7.1f} "
               f"{med['tok_s'] / base:6.2f}x")
 

@@ -1,18 +1,16 @@
 // Prefill-sized matmuls on AMX bf16 tiles, y[M, N] = x[M, K] @ W.T: W is expanded from its GGUF blocks
 // one 32-row panel at a time, straight into the tiles' layout in L1/L2, and every activation row passes
 // that panel before the next one is expanded. So there is no bf16 copy of W in memory and each weight
-// is expanded once per call (the torch path wrote whole expanded weights to a DRAM temporary and read
-// them back in torch.mm).
+// is expanded once per call (a torch matmul needs the whole expanded weight written to memory first).
 //
 // Tiles: C (tmm0-3) f32 [16 activation rows][16 weight rows], 2 x 2 of them around A (tmm4-5) bf16
-// activation rows [16][32 k], loaded in place from x, and B (tmm6-7) the panel's two halves of 16
-// weight rows in the VNNI layout [16 k pairs][16 weight rows x 2].
+// activation rows [16][32 k] (x packed once per call, pack_a) and B (tmm6-7) the panel's two halves
+// of 16 weight rows in the VNNI layout [16 k pairs][16 weight rows x 2].
 #pragma once
 
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>

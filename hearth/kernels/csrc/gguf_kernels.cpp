@@ -190,7 +190,7 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
       }
       vnni_half(rows.data(), K + 16, K, pv.data());
       vnni_half(rows.data() + 16 * (K + 16), K + 16, K, pv.data() + K / 32 * 512);
-      if constexpr (MODE == GemmOut::F32) {
+      if constexpr (MODE == GemmOut::F32) {  // no `out`: the tiles go straight into y
         panel_gemm<GluRows>(pv.data(), K, a, M, static_cast<float*>(y), ldy, n0, cols, nullptr);
       } else {
         const GluRows out{static_cast<uint16_t*>(y), ldy, 16 * pn, act};
@@ -261,28 +261,35 @@ void act_mul(int act, const float* gate, const float* up, int64_t n, float* h) {
 thread_local std::vector<float> tmp_in, tmp_norm, tmp_mid, tmp_out;
 thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_act16;
 
-
-
-
 float* scratch(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
   return v.data();
+}
+
+// f(m) for every row m < M: on every thread for prefill-sized M, else inline (a decode step calls this
+// a few times per layer: no OpenMP region at all)
+template <class F>
+void for_rows(int64_t M, const F& f) {
+  if (M < 64) {
+    for (int64_t m = 0; m < M; ++m) f(m);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t m = 0; m < M; ++m) f(m);
 }
 
 // rows of x, RMS-normed into scratch when w is given
 const float* normed(const float* x, int64_t M, int64_t K, int64_t& ldx, const float* w, float eps) {
   if (!w) return x;
   float* out = scratch(tmp_norm, M * K);
-#pragma omp parallel for schedule(static) if (M >= 64)
-  for (int64_t m = 0; m < M; ++m) rmsnorm_row(x + m * ldx, K, w, eps, out + m * K);
+  for_rows(M, [&](int64_t m) { rmsnorm_row(x + m * ldx, K, w, eps, out + m * K); });
   ldx = K;
   return out;
 }
 
 // r += y (after an RMSNorm of y's rows with post_w when given); y: [M, N] contiguous
 void add_residual(float* y, int64_t M, int64_t N, const float* post_w, float post_eps, float* r, int64_t ldr) {
-#pragma omp parallel for schedule(static) if (M >= 64)
-  for (int64_t m = 0; m < M; ++m) {
+  for_rows(M, [&](int64_t m) {
     float* ym = y + m * N;
     if (post_w) rmsnorm_row(ym, N, post_w, post_eps, ym);
     float* rm = r + m * ldr;
@@ -290,7 +297,7 @@ void add_residual(float* y, int64_t M, int64_t N, const float* post_w, float pos
       const __mmask16 k = tail_mask(N - i);
       _mm512_mask_storeu_ps(rm + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, rm + i), _mm512_maskz_loadu_ps(k, ym + i)));
     }
-  }
+  });
 }
 
 // rows of bf16 x as f32 (in scratch)
@@ -396,8 +403,7 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
 void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w,
                 float eps, const float* cos, const float* sin, int neox) {
   const int64_t h2 = rot / 2;
-#pragma omp parallel for schedule(static) if (T >= 64)
-  for (int64_t t = 0; t < T; ++t) {
+  for_rows(T, [&](int64_t t) {
     const float* c = cos + t * h2;
     const float* s = sin + t * h2;
     for (int64_t h = 0; h < heads; ++h) {
@@ -410,7 +416,7 @@ void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int6
         v[ib] = b * c[i] + a * s[i];
       }
     }
-  }
+  });
 }
 
 // Attention of query rows (q: f32 [rows, heads, d], row stride ldq) over a paged KV cache (kv:
@@ -490,7 +496,6 @@ int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, fl
 
 // 1 when this CPU and kernel run AMX bf16 tiles (the prefill matmuls), else 0
 int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
-
 
 // ---- a whole decoder layer for a few rows (decodes, short chunks) in one call ----
 // The same block as hearth.models.transformer.DecoderLayer with every attention over the paged
