@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from hearth.loader.array_cache import cache_key, cached_array
 from hearth.loader.vocab import GGUFVocab
 
 
@@ -17,12 +18,20 @@ def spm_merges(vocab: GGUFVocab) -> list[tuple[str, str]]:
 
     Ties in score are the one place the order could differ from llama.cpp's (it takes the leftmost
     pair, BPE the earlier rank); real vocabularies give every normal token its own score. A Python
-    loop over gemma3's 1.2M split points costs ~0.7 s; the hashed search ~0.3 s, plus ~0.2 s to
-    build the string pairs `tokenizers` wants."""
+    loop over gemma3's 1.2M split points costs ~0.7 s; the hashed search ~0.4 s, kept on disk for the
+    next load (hearth.loader.array_cache), plus ~0.2 s to build the string pairs `tokenizers` wants."""
+    key = cache_key([b"\0".join(t.encode("utf-8", "surrogatepass") for t in vocab.tokens),
+                     np.ascontiguousarray(vocab.scores, dtype=np.float32).tobytes()])
+    pairs = cached_array("spm-merges", key, lambda: _ranked_pairs(vocab))
+    get = vocab.tokens.__getitem__
+    return list(zip(map(get, pairs[0].tolist()), map(get, pairs[1].tolist())))
+
+
+def _ranked_pairs(vocab: GGUFVocab) -> np.ndarray:
+    """int64 [2, n]: left and right token ids of every merge, best score first."""
     left, right, whole = _split_candidates(vocab.tokens)
     order = np.argsort(-vocab.scores[whole], kind="stable")
-    get = vocab.tokens.__getitem__
-    return list(zip(map(get, left[order].tolist()), map(get, right[order].tolist())))
+    return np.stack([left[order], right[order]])
 
 
 _B = np.uint64(0x9E3779B97F4A7C15)  # odd, so invertible mod 2**64

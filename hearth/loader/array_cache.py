@@ -1,0 +1,43 @@
+"""Arrays derived from a model file, kept on disk so the next load skips computing them.
+
+A file is named by a hash of everything the array is computed from, written atomically (temporary
+file, rename), and read back only when it parses as the .npy it should be; anything else (missing,
+damaged, an unwritable HEARTH_HOME) just means computing the array again."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+
+import numpy as np
+
+from hearth.loader.store import hearth_home
+
+
+def cache_key(parts: Iterable[bytes]) -> str:
+    h = hashlib.blake2b(digest_size=20)
+    for p in parts:
+        h.update(len(p).to_bytes(8, "little"))
+        h.update(p)
+    return h.hexdigest()
+
+
+def cached_array(kind: str, key: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """compute(), or the array a previous call with the same kind and key stored."""
+    path = hearth_home() / "cache" / kind / f"{key}.npy"
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError):
+        pass
+    arr = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, arr, allow_pickle=False)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return arr
