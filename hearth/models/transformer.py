@@ -222,8 +222,8 @@ class CausalLM(nn.Module):
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] f32
         head = self.lm_head.parts[0] if len(self.lm_head.parts) == 1 else None
-        if isinstance(head, NativePart) and hidden.shape[0] < head.gemm_min_rows:
-            logits = head.mm(hidden)  # f32 in, f32 out: no cast of a 262k-wide row
+        if isinstance(head, NativePart):
+            logits = head(hidden)  # f32 in, f32 out (also from its bf16 tiles): no cast of a 262k-wide row
         else:
             logits = self.lm_head(hidden.to(self.lm_head.in_dtype)).float()
         cap = self.cfg.final_logit_softcap
