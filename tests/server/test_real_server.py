@@ -221,12 +221,11 @@ LONG = {"messages": [{"role": "user", "content": "Write a very long essay about 
 def test_disconnect_mid_stream_frees_kv_blocks(http, real_server):
     baseline = metric(http, "hearth:kv_cache_blocks_used")
     with http.stream("POST", "/v1/chat/completions", json={**LONG, "stream": True}) as r:
-        seen = []
-        for line in r.iter_lines():
+        seen, lines = [], r.iter_lines()  # kept open: closing the iterator (a `break`) closes the connection
+        while len(seen) < 4:
+            line = next(lines)
             if line.startswith("data:"):
                 seen.append(line)
-            if len(seen) >= 4:
-                break
         if _in_engine(http) < 1:  # diagnostics for a rare failure seen under heavy machine load
             pytest.fail("request not in the engine after 3 chunks:\n" + "\n".join(seen) + "\n"
                         + "\n".join(l for l in http.get("/metrics").text.splitlines() if l.startswith("hearth:")))
