@@ -11,6 +11,7 @@ x86-64 Linux, or HEARTH_NATIVE=0): callers fall back to the torch paths, after o
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import os
 import platform
@@ -57,6 +58,7 @@ def available() -> bool:
     return lib() is not None
 
 
+@functools.cache
 def bf16_tiles() -> bool:
     """The kernels multiply prefill-sized batches on AMX bf16 tiles here (Sapphire Rapids and later)."""
     return available() and bool(lib().hk_amx_bf16())
