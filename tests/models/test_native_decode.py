@@ -1,5 +1,6 @@
-"""The fused native decoder-layer path (DecoderLayer._forward_native: a few C++ calls per layer for
-decode-sized batches) against the same model run op by op, and both against transformers.
+"""The native decoder-layer path (DecoderLayer._forward_native: a few C++ calls per layer, one for
+decode-sized batches) against the same model run op by op, and both against transformers; over a
+quantized KV cache against the layer in parts; and for a prefill (bf16 tiles) against transformers.
 
 Both paths compute the linears with the same 8-bit-activation kernels; the fused one keeps f32 between
 them (norms, rope, activation, residual adds in C++), the op-by-op one rounds to bf16 around its
