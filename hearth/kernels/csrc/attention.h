@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "blocks.h"
@@ -99,6 +100,40 @@ void weighted_values(const AttnShape& a, int64_t g, int64_t k0, int64_t k1, cons
     for (int c = 0; c < CV; ++c) _mm512_storeu_ps(acc + (h0 + h) * a.d + 16 * (c0 + c), o[h][c]);
 }
 
+// sh[0 .. n) <- exp(sh - mx) in place; returns their sum. Weights below e^-80 are dropped: exp_ps
+// would make them denormals, which slow p.V ~30x.
+inline float exp_in_place(float* sh, int64_t n, float mx) {
+  const __m512 vmx = _mm512_set1_ps(mx);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t j = 0; j < n; j += 16) {
+    const __mmask16 k = tail_mask(n - j);
+    const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, sh + j), vmx);
+    const __mmask16 live = _mm512_mask_cmp_ps_mask(k, x, _mm512_set1_ps(-80.0f), _CMP_GT_OQ);
+    const __m512 p = _mm512_maskz_mov_ps(live, exp_ps(x));
+    _mm512_mask_storeu_ps(sh + j, k, p);
+    sum = _mm512_add_ps(sum, p);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
+template <int N, class F>
+void with_const(int n, const F& f) {  // f(std::integral_constant<int, n>) for 1 <= n <= N
+  if constexpr (N > 1)
+    if (n < N) return with_const<N - 1>(n, f);
+  f(std::integral_constant<int, N>{});
+}
+
+// p . V in register tiles of up to 4 heads x 4 vectors (64 dims): tile(hb, cv, h0, c0) for heads
+// h0 .. h0 + hb and vectors c0 .. c0 + cv, hb and cv as integral constants (template arguments)
+template <int DV, class Tile>
+void for_value_tiles(int64_t G, const Tile& tile) {
+  for (int64_t h0 = 0; h0 < G; h0 += 4)
+    for (int c0 = 0; c0 < DV; c0 += 4)
+      with_const<4>(static_cast<int>(std::min<int64_t>(4, G - h0)), [&](auto hb) {
+        with_const<4>(std::min(4, DV - c0), [&](auto cv) { tile(hb, cv, h0, c0); });
+      });
+}
+
 // One task: query heads h0 .. h0 + G of one row (q: [G][D] f32) against keys [k0, k1) of kv head g.
 // Leaves per head the running max m, the sum of exp(s - m) l, and acc = sum exp(s - m) v (unnormalized).
 template <int DV, bool BF16>
@@ -110,7 +145,6 @@ void attend_range(const AttnShape& a, const float* q, int64_t g, int64_t G, int6
   const int64_t ld = n + 16;
   float qs[16 * 16 * DV];  // q * scale
   for (int64_t i = 0; i < G * D; ++i) qs[i] = q[i] * a.scale;
-  float mx[16];
   __m512 vmax[16];
   for (int64_t h = 0; h < G; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
   // scores, 16 keys at a time: their K rows converted to f32 once, then per head 16 dot products
@@ -141,42 +175,13 @@ void attend_range(const AttnShape& a, const float* q, int64_t g, int64_t G, int6
     }
     key += run;
   }
-  for (int64_t h = 0; h < G; ++h) mx[h] = _mm512_reduce_max_ps(vmax[h]);
-  // probabilities in place
-  for (int64_t h = 0; h < G; ++h) {
-    const __m512 vmx = _mm512_set1_ps(mx[h]);
-    __m512 sum = _mm512_setzero_ps();
-    float* sh = s + h * ld;
-    for (int64_t j = 0; j < n; j += 16) {
-      const __mmask16 k = tail_mask(n - j);
-      // weights below e^-80 are dropped: exp_ps would make them denormals, which slow p.V ~30x
-      const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(k, sh + j), vmx);
-      const __mmask16 live = _mm512_mask_cmp_ps_mask(k, x, _mm512_set1_ps(-80.0f), _CMP_GT_OQ);
-      const __m512 p = _mm512_maskz_mov_ps(live, exp_ps(x));
-      _mm512_mask_storeu_ps(sh + j, k, p);
-      sum = _mm512_add_ps(sum, p);
-    }
-    m[h] = mx[h];
-    l[h] = _mm512_reduce_add_ps(sum);
+  for (int64_t h = 0; h < G; ++h) {  // probabilities in place
+    m[h] = _mm512_reduce_max_ps(vmax[h]);
+    l[h] = exp_in_place(s + h * ld, n, m[h]);
   }
-  // acc = p . V, in register tiles of up to 4 heads x 4 vectors (64 dims)
-  for (int64_t h0 = 0; h0 < G; h0 += 4) {
-    const int64_t hb = std::min<int64_t>(4, G - h0);
-    for (int c0 = 0; c0 < DV; c0 += 4) {
-      const int cv = std::min(4, DV - c0);
-#define HK_WV(HB, CV) weighted_values<HB, CV, BF16>(a, g, k0, k1, s, ld, h0, c0, acc, slot_row)
-#define HK_WV_HB(CV) switch (hb) { case 1: HK_WV(1, CV); break; case 2: HK_WV(2, CV); break; \
-                                    case 3: HK_WV(3, CV); break; default: HK_WV(4, CV); }
-      switch (cv) {
-        case 1: HK_WV_HB(1) break;
-        case 2: HK_WV_HB(2) break;
-        case 3: HK_WV_HB(3) break;
-        default: HK_WV_HB(4)
-      }
-#undef HK_WV_HB
-#undef HK_WV
-    }
-  }
+  for_value_tiles<DV>(G, [&](auto hb, auto cv, int64_t h0, int c0) {  // acc = p . V
+    weighted_values<decltype(hb)::value, decltype(cv)::value, BF16>(a, g, k0, k1, s, ld, h0, c0, acc, slot_row);
+  });
 }
 
 using AttendFn = void (*)(const AttnShape&, const float*, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,

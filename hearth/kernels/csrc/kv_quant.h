@@ -144,23 +144,9 @@ void pv_tile(const float* rows, int r, const float* p, int64_t ld, int64_t h0, i
 
 template <int DV>
 void pv_rows(const float* rows, int r, const float* p, int64_t ld, int64_t G, float* acc) {
-  for (int64_t h0 = 0; h0 < G; h0 += 4) {
-    const int64_t hb = std::min<int64_t>(4, G - h0);
-    for (int c0 = 0; c0 < DV; c0 += 4) {
-      const int cv = std::min(4, DV - c0);
-#define HK_PV(HB, CV) pv_tile<HB, CV, DV>(rows, r, p, ld, h0, c0, acc)
-#define HK_PV_HB(CV) switch (hb) { case 1: HK_PV(1, CV); break; case 2: HK_PV(2, CV); break; \
-                                    case 3: HK_PV(3, CV); break; default: HK_PV(4, CV); }
-      switch (cv) {
-        case 1: HK_PV_HB(1) break;
-        case 2: HK_PV_HB(2) break;
-        case 3: HK_PV_HB(3) break;
-        default: HK_PV_HB(4)
-      }
-#undef HK_PV_HB
-#undef HK_PV
-    }
-  }
+  for_value_tiles<DV>(G, [&](auto hb, auto cv, int64_t h0, int c0) {
+    pv_tile<decltype(hb)::value, decltype(cv)::value, DV>(rows, r, p, ld, h0, c0, acc);
+  });
 }
 
 // One task: heads of kv head g (q: [G][16 DV] f32) of a query in block `own`, over keys [k0, k1).
@@ -177,45 +163,32 @@ void attend_kvq(const KvqCache& a, const KvqSeq& s, const float* q, int64_t g, i
   if (a.rotate)
     for (int64_t h = 0; h < G; ++h) hadamard_rows<DV>(qs + h * D, 1.0f / std::sqrt(static_cast<float>(D)));
   alignas(64) float rows[16 * D];  // decoded K or V rows of up to 16 tokens
-  for (int64_t key = k0; key < k1;) {
-    const int64_t j = key / bs, run = std::min(k1, (j + 1) * bs) - key;
-    const BlockRows src = block_rows(a, s, j, own, 0);
-    for (int64_t t0 = 0; t0 < run; t0 += 16) {
-      const int r = static_cast<int>(std::min<int64_t>(16, run - t0));
-      src.fn(src.f, a.L, src.b, g, key % bs + t0, r, rows);
-      std::fill(rows + r * D, rows + (r + 3) / 4 * 4 * D, 0.0f);  // score tiles are 4 keys: no stale (denormal) rows
-      score_rows<DV>(qs, G, rows, r, a.softcap, sc + key - k0 + t0, ld);
+  auto each_rows = [&](int plane, const auto& use) {  // use(r, offset) for every 16 decoded rows of keys [k0, k1)
+    for (int64_t key = k0; key < k1;) {
+      const int64_t j = key / bs, run = std::min(k1, (j + 1) * bs) - key;
+      const BlockRows src = block_rows(a, s, j, own, plane);
+      for (int64_t t0 = 0; t0 < run; t0 += 16) {
+        const int r = static_cast<int>(std::min<int64_t>(16, run - t0));
+        src.fn(src.f, a.L, src.b, g, key % bs + t0, r, rows);
+        use(r, key - k0 + t0);
+      }
+      key += run;
     }
-    key += run;
-  }
+  };
+  each_rows(0, [&](int r, int64_t off) {
+    std::fill(rows + r * D, rows + (r + 3) / 4 * 4 * D, 0.0f);  // score tiles are 4 keys: no stale (denormal) rows
+    score_rows<DV>(qs, G, rows, r, a.softcap, sc + off, ld);
+  });
   for (int64_t h = 0; h < G; ++h) {  // probabilities in place
     float* sh = sc + h * ld;
     __m512 vmx = _mm512_set1_ps(-INFINITY);
     for (int64_t j = 0; j < n; j += 16)
       vmx = _mm512_mask_max_ps(vmx, tail_mask(n - j), vmx, _mm512_maskz_loadu_ps(tail_mask(n - j), sh + j));
     m[h] = _mm512_reduce_max_ps(vmx);
-    vmx = _mm512_set1_ps(m[h]);
-    __m512 sum = _mm512_setzero_ps();
-    for (int64_t j = 0; j < n; j += 16) {  // e^-80 and below -> 0: denormal weights would make p.V crawl (FP assists)
-      const __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(tail_mask(n - j), sh + j), vmx);
-      const __mmask16 k = tail_mask(n - j) & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-80.0f), _CMP_GT_OQ);
-      const __m512 p = _mm512_maskz_mov_ps(k, exp_ps(x));
-      _mm512_mask_storeu_ps(sh + j, tail_mask(n - j), p);
-      sum = _mm512_add_ps(sum, p);
-    }
-    l[h] = _mm512_reduce_add_ps(sum);
+    l[h] = exp_in_place(sh, n, m[h]);
   }
   std::fill(acc, acc + G * D, 0.0f);
-  for (int64_t key = k0; key < k1;) {
-    const int64_t j = key / bs, run = std::min(k1, (j + 1) * bs) - key;
-    const BlockRows src = block_rows(a, s, j, own, 1);
-    for (int64_t t0 = 0; t0 < run; t0 += 16) {
-      const int r = static_cast<int>(std::min<int64_t>(16, run - t0));
-      src.fn(src.f, a.L, src.b, g, key % bs + t0, r, rows);
-      pv_rows<DV>(rows, r, sc + key - k0 + t0, ld, G, acc);
-    }
-    key += run;
-  }
+  each_rows(1, [&](int r, int64_t off) { pv_rows<DV>(rows, r, sc + off, ld, G, acc); });
 }
 
 using AttendKvq = void (*)(const KvqCache&, const KvqSeq&, const float*, int64_t, int64_t, int64_t, int64_t, int64_t,
