@@ -89,11 +89,11 @@ def _quantized_cache_args(x: torch.Tensor, cache, meta) -> tuple | None:
     plan = meta.kv_plan
     if x.dtype != torch.float32 or plan is None or plan.seal_blocks.numel():
         return None
-    kf, vf = native.KVQ_FORMATS.get(cache.codec.k.name), native.KVQ_FORMATS.get(cache.codec.v.name)
-    if kf is None or vf is None:
+    formats = native.kvq_formats(cache.codec)
+    if formats is None:
         return None
     cache.ensure_slots(plan.num_slots)
-    return (kf, vf, cache.field_ptrs.data_ptr(), cache.staging.data_ptr(), cache.staging.shape[1], cache.bs,
+    return (*formats, cache.field_ptrs.data_ptr(), cache.staging.data_ptr(), cache.staging.shape[1], cache.bs,
             plan.stage_dst.data_ptr(), int(cache.rotation is not None))
 
 

@@ -300,6 +300,12 @@ KVQ_FORMATS = {"fp8_e4m3": 1, "q8_0": 2, "q4_0": 3, "kvarn_k4": 4, "kvarn_v2": 5
 """Block quantizer name (hearth.kvstore codecs' k/v .name) -> csrc/kv_quant.h's KvqFormat."""
 
 
+def kvq_formats(codec) -> tuple[int, int] | None:
+    """(K, V) KvqFormat of a quantized codec, or None when the native readers do not cover it."""
+    kf, vf = KVQ_FORMATS.get(codec.k.name), KVQ_FORMATS.get(codec.v.name)
+    return None if kf is None or vf is None else (kf, vf)
+
+
 def quantized_paged_attention(q: torch.Tensor, cache, q_start: torch.Tensor, q_len: torch.Tensor,
                               seq_lens: torch.Tensor, tables: torch.Tensor, sinks: torch.Tensor,
                               fresh_refs: torch.Tensor, scale: float, window: int, softcap: float,
@@ -311,10 +317,10 @@ def quantized_paged_attention(q: torch.Tensor, cache, q_start: torch.Tensor, q_l
     and dims contiguous, rows may be strided); q_start, q_len, seq_lens, tables as in paged_attention;
     sinks: int64 [S], the staging slot of each sequence's first-block copy or -1; fresh_refs: int64
     [S, F], StepPlan.fresh_refs of each sequence."""
-    codec = cache.codec
-    kf, vf = KVQ_FORMATS.get(codec.k.name), KVQ_FORMATS.get(codec.v.name)
-    if kf is None or vf is None:
+    formats = kvq_formats(cache.codec)
+    if formats is None:
         return False
+    kf, vf = formats
     heads, d = q.shape[1], q.shape[2]
     assert q.stride(2) == 1 and q.stride(1) == d and out.stride(2) == 1 and out.stride(1) == d
     staging, fresh = cache.staging, cache.fresh
