@@ -100,6 +100,22 @@ PASSAGES = [
      "from the meadow to the plough.\n"),
     ("copy_chinese", "春天来了，山上的花都开了。小明和他的朋友们每天放学以后都去河边散步，看看水里的小鱼，"
      "听听树上的鸟叫，然后一起回家吃晚饭。"),
+    ("copy_weather", "The weather report for Tuesday: cloudy in the morning with light rain along the coast, "
+     "clearing in the afternoon, highs near eighteen degrees, winds from the west at ten to fifteen "
+     "kilometres per hour, and a cool, dry night."),
+    ("copy_directions", "To reach the museum, leave the station by the north exit, walk past the fountain and "
+     "the bank, turn left at the second traffic light, and follow the tram line for about five minutes "
+     "until you see a red brick building with tall white columns."),
+    ("copy_sql", "SELECT customers.name, orders.total\nFROM customers\nJOIN orders ON orders.customer_id = "
+     "customers.id\nWHERE orders.total > 100\nORDER BY orders.total DESC\nLIMIT 10;\n"),
+    ("copy_garden", "In the garden behind the house there are four apple trees, a row of tomato plants, a small "
+     "pond with three goldfish, and a wooden bench where my grandmother sits every afternoon to read the "
+     "newspaper and drink her tea."),
+    ("copy_minutes", "Minutes of the meeting: the committee agreed to repaint the community hall in May, to buy "
+     "twenty new chairs for the reading room, and to hold the summer fair on the first Saturday of July, "
+     "with music, games and a cake competition."),
+    ("copy_yaml", "server:\n  host: 0.0.0.0\n  port: 8080\n  workers: 4\nlogging:\n  level: info\n  file: "
+     "/var/log/app.log\ndatabase:\n  url: postgres://db:5432/app\n  pool_size: 10\n"),
 ]
 
 

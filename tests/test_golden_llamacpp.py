@@ -9,8 +9,10 @@ top-1 margin is smaller than that, either token is a faithful greedy choice. Hen
   steps of every case, except where llama.cpp's margin is below TIE (then llama.cpp's token must be
   within TIE of hearth's best);
 - free-running: greedy generation equals llama.cpp's token for token over 64 tokens on the cases
-  where llama.cpp's margin never drops below ROBUST (at least 8 per model; mostly prompts that ask
-  the model to continue a passage it has seen three times)."""
+  where llama.cpp's margin never drops below ROBUST = TIE (at least 8 per model; mostly prompts that
+  ask the model to continue a passage it has seen three times). A smaller margin is within the two
+  engines' arithmetic difference: at 0.51 ('Der Zug nach Hamburg', step 13) hearth's own margin was
+  0.03, and a change of summation order in a batched matmul flipped it."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ GOLDENS = Path(__file__).parent / "data" / "goldens"
 NEW_TOKENS = 64
 TIE = 0.75
 """Logit margin below which llama.cpp and hearth may rank two tokens differently (see above)."""
-ROBUST = 0.5
+ROBUST = TIE
 """Smallest llama.cpp margin over 64 steps for a case to be compared free-running."""
 MODELS = ["smollm2-135m", "gemma3-270m"]
 

@@ -113,8 +113,9 @@ def _build() -> Path:
     try:
         r = subprocess.run([cxx, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
-            last = (r.stderr.strip().splitlines() or ["?"])[-1]
-            raise RuntimeError(f"{Path(cxx).name} failed: {last}")
+            lines = r.stderr.strip().splitlines() or ["?"]
+            first = next((line for line in lines if "error" in line), lines[-1])
+            raise RuntimeError(f"{Path(cxx).name} failed: {first.strip()}")
         os.replace(tmp, out)  # atomic: a concurrent build of the same key writes the same bytes
     finally:
         if os.path.exists(tmp):

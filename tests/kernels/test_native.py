@@ -89,6 +89,20 @@ def test_rows_are_independent_of_the_batch():
     assert torch.equal(big[2:3], mm(torch.cat([x[2:3], x[8:17]]))[:1])
 
 
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
+def test_batched_rows_unchanged_by_other_tile_users(qtype):
+    """The AMX tiles are configured per kernel (16- or 32-wide int8 steps, bf16 panels); other users
+    on the same threads (the bf16 prefill tiles, oneDNN through torch) reconfigure them, so each
+    call must set its own layout: a batch of 16 rows gives the same result before and after."""
+    t = random_tensor(qtype, 64, 512, np.random.default_rng(2))
+    mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], 512, 64)  # bf16 tiles from 64 rows
+    x = torch.randn(16, 512)
+    before = mm(x)
+    mm(torch.randn(128, 512))
+    torch.randn(128, 512).bfloat16() @ torch.randn(512, 256).bfloat16()
+    assert torch.equal(mm(x), before)
+
+
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_dequant_rows_bit_exact_and_bf16_tiles(qtype):
     for k in widths(qtype):

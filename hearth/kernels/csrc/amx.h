@@ -1,12 +1,16 @@
 // The same matmul on AMX tiles for a batch of activation rows (a decode batch): one TDPBUSD per
-// 16 weight rows x 16 activation rows x 16 weights multiplies the weights' u8 codes by the
-// activations' int8 codes exactly, then AVX-512 applies the 16-weight group's scales in f32.
-// VNNI (blocks.h rows_dot) re-decodes each weight chunk for every 4 activation rows and spends
-// ~5 instructions per 64 weights per row; here a tile op does 16 x 16 x 16 and the unpacked codes
-// are shared by every row of the batch.
+// 16 weight rows x 16 activation rows x one scale group (16 weights for the k-quants, the whole
+// 32-weight block for the 32-wide types) multiplies the weights' u8 codes by the activations' int8
+// codes exactly, then AVX-512 applies the group's scales in f32. VNNI (blocks.h rows_dot)
+// re-decodes each weight chunk for every 4 activation rows and spends ~5 instructions per 64
+// weights per row; here a tile op does 16 x 16 x 16 (or 32) and the unpacked codes are shared by
+// every row of the batch.
 //
 // Tiles: C (tmm0-3) int32 [16 weight rows][16 activation rows]; A (tmm4-5) u8 codes [16 weight
-// rows][16]; B (tmm6-7) int8 activations in the VNNI layout [4][16 rows x 4]: B[r][4m + t] = x_m[4r + t].
+// rows][16 or 32]; B (tmm6-7) int8 activations in the VNNI layout [4 or 8][16 rows x 4]:
+// B[r][4m + t] = x_m[4r + t]. The tile configuration is loaded by every call (TileRows): the bf16
+// prefill tiles and oneDNN reconfigure the same threads' tiles in between.
+
 #pragma once
 
 #include <immintrin.h>
@@ -41,11 +45,13 @@ bool amx_usable() {  // the CPU has AMX-INT8 and Linux lets this process use the
   return ok;
 }
 
-void load_tile_config() {
+// narrow: a tile op per 16 weights (K = 16: the k-quants' 16-wide scale groups); wide: per 32 (the
+// 32-wide block types, whose scales cover 32 weights): half the tile ops and f32 epilogues
+void load_tile_config(bool wide) {
   TileConfig cfg;
-  for (int i = 0; i < 4; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;  // C: the 4 groups of a chunk
-  for (int i = 4; i < 6; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 16;  // A, double-buffered
-  for (int i = 6; i < 8; ++i) cfg.rows[i] = 4, cfg.colsb[i] = 64;  // B, double-buffered
+  for (int i = 0; i < 4; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;  // C
+  for (int i = 4; i < 6; ++i) cfg.rows[i] = 16, cfg.colsb[i] = wide ? 32 : 16;  // A, double-buffered
+  for (int i = 6; i < 8; ++i) cfg.rows[i] = wide ? 8 : 4, cfg.colsb[i] = 64;  // B, double-buffered
   _tile_loadconfig(&cfg);
 }
 
@@ -92,22 +98,31 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
 
+  // 32-wide blocks: a chunk is 2 blocks, codes in natural order, one K = 32 tile op each (its
+  // activations: the two 16-groups j, j + 1 of the block, adjacent in t.b, one scale d)
+  constexpr bool wide = T::paired;
+  constexpr int G = wide ? 2 : 4;  // tile ops (and scale groups) per chunk
   auto products = [&](const Chunk& q, int b) {
 #define HK_GROUP(k, TA, TB)                                 \
   _tile_zero(k);                                            \
-  _tile_loadd(TA, &codes[b][0][16 * k], 64);                \
+  _tile_loadd(TA, &codes[b][0][64 / G * k], 64);            \
   _tile_loadd(TB, t.b.data() + q.j[k] * 64, 64);            \
   _tile_dpbusd(k, TA, TB);
-    HK_GROUP(0, 4, 6) HK_GROUP(1, 5, 7) HK_GROUP(2, 4, 6) HK_GROUP(3, 5, 7)
+    HK_GROUP(0, 4, 6) HK_GROUP(1, 5, 7)
+    if constexpr (!wide) { HK_GROUP(2, 4, 6) HK_GROUP(3, 5, 7) }
 #undef HK_GROUP
     _tile_stored(0, c[b][0], 64);
     _tile_stored(1, c[b][1], 64);
-    _tile_stored(2, c[b][2], 64);
-    _tile_stored(3, c[b][3], 64);
+    if constexpr (!wide) {
+      _tile_stored(2, c[b][2], 64);
+      _tile_stored(3, c[b][3], 64);
+    }
   };
   auto epilogue = [&](const Chunk& q, int b) {
-    for (int k = 0; k < 4; ++k) {
-      const __m512 d = _mm512_loadu_ps(t.d.data() + q.j[k] * 16), s = _mm512_loadu_ps(t.s.data() + q.j[k] * 16);
+    for (int k = 0; k < G; ++k) {
+      const __m512 d = _mm512_loadu_ps(t.d.data() + q.j[k] * 16);
+      __m512 s = _mm512_loadu_ps(t.s.data() + q.j[k] * 16);
+      if constexpr (wide) s = _mm512_add_ps(s, _mm512_loadu_ps(t.s.data() + (q.j[k] + 1) * 16));
       const float* sk = &sw[q.slot][0][q.grp0 + k];
       const float* ok = &ow[q.slot][0][q.grp0 + k];
       if (T::sym) {  // o = -C s: s_w (dot d - C s_x), one fma per row
@@ -139,9 +154,12 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
     }
     for (int ch = 0; ch < nch; ++ch, ++n) {
       const int b = static_cast<int>(n & 1);
-      for (int i = 0; i < 16; ++i) _mm512_store_si512(codes[b][i], T::codes(w + (n0 + i) * row_bytes, sb, ch, nb));
-      Chunk q{{}, 4 * ch, slot};
-      for (int k = 0; k < 4; ++k) q.j[k] = (sb * SB + T::pos(ch, k)) / 16;
+      for (int i = 0; i < 16; ++i) {
+        const __m512i v = T::codes(w + (n0 + i) * row_bytes, sb, ch, nb);  // paired order for 32-wide types
+        _mm512_store_si512(codes[b][i], wide ? _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)) : v);
+      }
+      Chunk q{{}, 4 * ch, slot};  // wide: group 4 ch + k has block 2 ch + k's scales
+      for (int k = 0; k < G; ++k) q.j[k] = (sb * SB + (wide ? 64 * ch + 32 * k : T::pos(ch, k))) / 16;
       if (n >= 2) epilogue(pending[n & 1], b);  // chunk n - 2 shares chunk n's buffer parity
       pending[b] = q;
       if (n >= 1) products(pending[(n - 1) & 1], static_cast<int>((n - 1) & 1));

@@ -1,10 +1,12 @@
 // Attention straight over the paged f16/bf16 KV cache (hearth.kernels.attention's layout:
 // [2 (k, v), num_blocks * block_size slots, kv_heads, head_dim]), for rows of many sequences at once.
 //
-// Work is split into tasks of (query row, kv head, key range): the grouped query heads of one kv
-// head share every key and value they load, and a long context is cut into key ranges so that one
-// sequence decoding still keeps every thread busy. A task computes exact scores for its keys, then a
-// softmax and p.V; split rows are merged by their maxima and sums (flash-decoding).
+// Work is split into tasks of (query row, key range), every head of the row in one task: a key's
+// slot holds all kv heads side by side, so a task reads its blocks front to back (measured 1.8x
+// faster at 16 sequences x 320 keys than one task per kv head reading every third 128-byte row),
+// and a long context is cut into key ranges so that one sequence decoding still keeps every thread
+// busy. A task computes exact scores for its keys, then a softmax and p.V; split rows are merged by
+// their maxima and sums (flash-decoding).
 #pragma once
 
 #include <omp.h>
@@ -134,58 +136,77 @@ void for_value_tiles(int64_t G, const Tile& tile) {
       });
 }
 
-// One task: query heads h0 .. h0 + G of one row (q: [G][D] f32) against keys [k0, k1) of kv head g.
-// Leaves per head the running max m, the sum of exp(s - m) l, and acc = sum exp(s - m) v (unnormalized).
+// One task: every query head of one row (q: [kvh][G][D] f32) against keys [k0, k1). Leaves per head
+// the running max m, the sum of exp(s - m) l, and acc = sum exp(s - m) v (unnormalized). Each key's
+// slot (all kv heads, contiguous) is read whole, front to back through a block, so that the
+// hardware prefetchers and whole cache lines serve every head; the next block is prefetched by
+// software while this one is converted (blocks sit anywhere in the pool).
+struct AttnScratch {
+  std::vector<float> scores, qs, vmax, kt;
+};
+
 template <int DV, bool BF16>
-void attend_range(const AttnShape& a, const float* q, int64_t g, int64_t G, int64_t k0, int64_t k1, float* m,
-                  float* l, float* acc, std::vector<float>& scores) {
-  const int64_t n = k1 - k0, D = a.d, stride = a.kvh * D * 2;  // bytes from one slot to the next
-  if (static_cast<int64_t>(scores.size()) < G * (n + 16)) scores.resize(G * (n + 16));
-  float* s = scores.data();
-  const int64_t ld = n + 16;
-  float qs[16 * 16 * DV];  // q * scale
-  for (int64_t i = 0; i < G * D; ++i) qs[i] = q[i] * a.scale;
-  __m512 vmax[16];
-  for (int64_t h = 0; h < G; ++h) vmax[h] = _mm512_set1_ps(-INFINITY);
+void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, float* m, float* l, float* acc,
+                  AttnScratch& buf) {
+  const int64_t n = k1 - k0, D = a.d, H = a.heads, G = H / a.kvh, W = a.kvh * DV;  // W: vectors per slot
+  const int64_t slot_bytes = a.kvh * D * 2, ld = n + 16;
+  auto grow = [](std::vector<float>& v, int64_t size) {
+    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
+    return v.data();
+  };
+  float* s = grow(buf.scores, H * ld);
+  float* qs = grow(buf.qs, H * D);  // q * scale
+  float* vmax = grow(buf.vmax, H * 16);
+  float* kt = grow(buf.kt, 16 * W * 16 + 16);  // 16 slots' keys in f32: [key][kv head][DV vectors]
+  kt += (64 - reinterpret_cast<uintptr_t>(kt) % 64) % 64 / sizeof(float);
+  for (int64_t i = 0; i < H * D; ++i) qs[i] = q[i] * a.scale;
+  for (int64_t h = 0; h < H; ++h) _mm512_storeu_ps(vmax + 16 * h, _mm512_set1_ps(-INFINITY));
   // scores, 16 keys at a time: their K rows converted to f32 once, then per head 16 dot products
   // summed across lanes together (one transpose-add tree instead of 16 horizontal sums)
-  alignas(64) float kt[16 * 16 * DV];
   for (int64_t key = k0; key < k1;) {
     const int64_t run = std::min(k1, (key / a.bs + 1) * a.bs) - key;
-    prefetch_ahead(a, 0, g, key + run, k1, 0, D);
-    const uint8_t* kp = slot_row(a, 0, g, key);
+    const int64_t ahead = key + run < k1 ? std::min(a.bs, k1 - key - run) : 0;  // keys of the next block
+    const uint8_t* kp = slot_row(a, 0, 0, key);
+    const uint8_t* np = ahead ? slot_row(a, 0, 0, key + run) : kp;
     for (int64_t t0 = 0; t0 < run; t0 += 16) {
       const int r = static_cast<int>(std::min<int64_t>(16, run - t0));
-      for (int j = 0; j < r; ++j, kp += stride)
-        for (int c = 0; c < DV; ++c) _mm512_store_ps(kt + (j * DV + c) * 16, load_half<BF16>(kp + 32 * c));
-      for (int64_t h = 0; h < G; ++h) {
+      for (int j = 0; j < r; ++j, kp += slot_bytes) {
+        for (int64_t i = t0 + j; i < ahead; i += run)  // the next block's slot i, spread over this block's keys
+          for (int64_t b = 0; b < slot_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(np + i * slot_bytes + b), _MM_HINT_T0);
+        for (int64_t b = 0; b < slot_bytes; b += 64)  // this key's values, into L2 for p.V
+          _mm_prefetch(reinterpret_cast<const char*>(kp + a.plane * 2 + b), _MM_HINT_T1);
+        for (int64_t c = 0; c < W; ++c) _mm512_store_ps(kt + (j * W + c) * 16, load_half<BF16>(kp + 32 * c));
+      }
+      const __mmask16 k = tail_mask(r);
+      for (int64_t h = 0; h < H; ++h) {
         __m512 t[16];
         const float* qh = qs + h * D;
+        const float* kh = kt + h / G * DV * 16;
         for (int j = 0; j < 16; ++j) {
           if (j >= r) { t[j] = _mm512_setzero_ps(); continue; }
-          t[j] = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_load_ps(kt + j * DV * 16));
-          for (int c = 1; c < DV; ++c) t[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * c), _mm512_load_ps(kt + (j * DV + c) * 16), t[j]);
+          t[j] = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_load_ps(kh + j * W * 16));
+          for (int c = 1; c < DV; ++c) t[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * c), _mm512_load_ps(kh + (j * W + c) * 16), t[j]);
         }
-        const __mmask16 k = tail_mask(r);
         __m512 v = sum16(t);
         if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
         _mm512_mask_storeu_ps(s + h * ld + key - k0 + t0, k, v);
-        vmax[h] = _mm512_mask_max_ps(vmax[h], k, vmax[h], v);
+        _mm512_storeu_ps(vmax + 16 * h, _mm512_mask_max_ps(_mm512_loadu_ps(vmax + 16 * h), k, _mm512_loadu_ps(vmax + 16 * h), v));
       }
     }
     key += run;
   }
-  for (int64_t h = 0; h < G; ++h) {  // probabilities in place
-    m[h] = _mm512_reduce_max_ps(vmax[h]);
+  for (int64_t h = 0; h < H; ++h) {  // probabilities in place
+    m[h] = _mm512_reduce_max_ps(_mm512_loadu_ps(vmax + 16 * h));
     l[h] = exp_in_place(s + h * ld, n, m[h]);
   }
-  for_value_tiles<DV>(G, [&](auto hb, auto cv, int64_t h0, int c0) {  // acc = p . V
-    weighted_values<decltype(hb)::value, decltype(cv)::value, BF16>(a, g, k0, k1, s, ld, h0, c0, acc, slot_row);
-  });
+  for (int64_t g = 0; g < a.kvh; ++g)  // acc = p . V, per kv head
+    for_value_tiles<DV>(G, [&](auto hb, auto cv, int64_t h0, int c0) {
+      weighted_values<decltype(hb)::value, decltype(cv)::value, BF16>(a, g, k0, k1, s + g * G * ld, ld, h0, c0,
+                                                                      acc + g * G * D, slot_row);
+    });
 }
 
-using AttendFn = void (*)(const AttnShape&, const float*, int64_t, int64_t, int64_t, int64_t, float*, float*, float*,
-                          std::vector<float>&);
+using AttendFn = void (*)(const AttnShape&, const float*, int64_t, int64_t, float*, float*, float*, AttnScratch&);
 
 template <int DV>
 AttendFn attend_for(bool bf16) {
@@ -204,20 +225,23 @@ AttendFn pick_attend(int64_t dv, bool bf16) {
   }
 }
 
+constexpr int64_t MAX_TASK_HEADS = 64;  // query heads one task may cover
+
 struct AttnTask {
   int64_t row, seq, g, k0, k1, part;  // part: its slot in the partials buffer, -1 when it writes out directly
 };
 
 thread_local std::vector<float> attn_scores;
+thread_local AttnScratch attn_scratch;
 
 // Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
-// cut into tasks of (row, kv head, key range): enough to keep every thread busy, none shorter than 32
-// keys. attend(task, m, l, acc) fills per head the max, the sum of exp(s - max) and the unnormalized
+// cut into tasks of (row, group g of G query heads, key range; `groups` per row): enough to keep
+// every thread busy, none shorter than 32 keys. attend(task, m, l, acc) fills per head the max, the sum of exp(s - max) and the unnormalized
 // accumulator (into out directly when the row is not split); split rows are merged by their maxima
 // and sums (flash-decoding). hk_paged_attention and hk_kvq_attention both run on it.
 template <class Attend>
-void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, int64_t kvh,
-                   int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend) {
+void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens,
+                   int64_t groups, int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend) {
   const int nt = omp_get_max_threads();
   int64_t T = 0;
   for (int64_t s = 0; s < S; ++s) T += q_len[s];
@@ -229,9 +253,9 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
       const int64_t pos = seq_lens[s] - (q_start[s] + q_len[s] - t);
       const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       const int64_t n = pos + 1 - lo;
-      const int64_t want = (4 * nt + T * kvh - 1) / (T * kvh);
+      const int64_t want = (4 * nt + T * groups - 1) / (T * groups);
       const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
-      for (int64_t g = 0; g < kvh; ++g)
+      for (int64_t g = 0; g < groups; ++g)
         for (int64_t j = 0; j < split; ++j) {
           tasks.push_back({t, s, g, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
           work += static_cast<double>(n) / split * G * d;
@@ -242,7 +266,7 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
 #pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
   for (int64_t i = 0; i < ntasks; ++i) {
     const AttnTask& k = tasks[i];
-    float m[16], l[16];
+    float m[MAX_TASK_HEADS], l[MAX_TASK_HEADS];
     float* acc = k.part >= 0 ? partials.data() + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
     attend(k, m, l, acc);
     if (k.part >= 0) {

@@ -102,6 +102,7 @@ template <class T>
 struct TileRows {  // whole 16-row tiles of weight rows n0 .. n1 on AMX
   static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
                   const std::vector<TileActs>& tiles, float* y, int64_t ldy) {
+    load_tile_config(T::paired);  // every call: other kernels (gemm_bf16.h, oneDNN) reconfigure the tiles
     for (int64_t n = n0; n + 16 <= n1; n += 16)
       for (size_t mt = 0; mt < tiles.size(); ++mt)
         tile_dot<T>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, std::min<int64_t>(16, a.M - 16 * mt), y, ldy);
@@ -115,7 +116,6 @@ bool run(const Plan& p, const Act& a, float* y, int64_t ldy, const std::vector<T
 #pragma omp parallel num_threads(threads_for(p.bytes * a.M)) reduction(| : bad)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    if (tiles) load_tile_config();
     for (const Part& q : p.parts) {
       if (tiles) {
         const int64_t ntiles = q.rows / 16, t0 = 16 * (ntiles * t / T), t1 = 16 * (ntiles * (t + 1) / T);
@@ -430,15 +430,14 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
                        const int64_t* seq_lens,
                        const int64_t* tables, int64_t ldt, float scale, int64_t window, float softcap, float* out,
                        int64_t ldo) {
-  const int64_t G = heads / kvh;
-  const AttendFn fn = (d % 16 || G > 16 || heads % kvh) ? nullptr : pick_attend(d / 16, kv_bf16);
+  const AttendFn fn = (d % 16 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 16, kv_bf16);
   if (!fn) return -1;
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
-  run_attention(S, q_start, q_len, seq_lens, kvh, G, d, window, out, ldo,
+  run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo,  // a task covers every head
                 [&](const AttnTask& k, float* m, float* l, float* acc) {
                   AttnShape sh = a;
                   sh.table = tables + k.seq * ldt;
-                  fn(sh, q + k.row * ldq + k.g * G * d, k.g, G, k.k0, k.k1, m, l, acc, attn_scores);
+                  fn(sh, q + k.row * ldq, k.k0, k.k1, m, l, acc, attn_scratch);
                 });
   return 0;
 }
@@ -515,7 +514,7 @@ thread_local std::vector<float> tmp_qkv, tmp_attn;
 void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const void* down, const float* norms[6],
                    const float eps[5], int act, int neox, int64_t heads, int64_t kvh, int64_t d, int64_t rot,
                    int64_t window, float scale, float softcap) {
-  if (d % 16 || heads % kvh || heads / kvh > 16 || !pick_attend(d / 16, false)) return nullptr;
+  if (d % 16 || heads % kvh || heads > MAX_TASK_HEADS || heads / kvh > 16 || !pick_attend(d / 16, false)) return nullptr;
   Layer* l = new Layer{static_cast<const Plan*>(qkv), static_cast<const Plan*>(o), static_cast<const Plan*>(gate_up),
                        static_cast<const Plan*>(down), norms[0], norms[1], norms[2], norms[3], norms[4], norms[5],
                        eps[0], eps[1], eps[2], eps[3], eps[4], scale, softcap, act, neox, heads, kvh, d, rot, window};
