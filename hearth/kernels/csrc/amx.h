@@ -86,8 +86,11 @@ void tile_acts(const Act& act, int64_t m0, TileActs& t) {
 // after the stores it reads, or a vector load right after a tile store, waits for the stores to
 // retire (no forwarding between the units).
 template <class T>
+// `next`: weight bytes [next, next + next_bytes) the caller reads after this call (the next tile's
+// rows), prefetched a slice per chunk: the weights stream from memory once per step, and the rows
+// of a tile are read superblock by superblock, 16 strided streams no hardware prefetcher follows.
 void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64_t Kp, const TileActs& t,
-              int64_t m0, int64_t rows, float* y, int64_t ldy) {
+              int64_t m0, int64_t rows, float* y, int64_t ldy, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
   struct Chunk {
     int64_t j[4];  // each 16-weight group's activations
     int grp0, slot;  // first group of the chunk in its superblock's scales; scale slot
@@ -141,6 +144,7 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
     }
   };
 
+  const int64_t slice = (next_bytes / (Kp / 64) + 64) / 64 * 64;  // bytes of `next` to prefetch per chunk
   Chunk pending[2];
   int64_t n = 0;  // chunks unpacked so far; chunk i uses buffers i & 1
   for (int64_t sb = 0; sb < Kp / SB; ++sb) {
@@ -154,6 +158,8 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
     }
     for (int ch = 0; ch < nch; ++ch, ++n) {
       const int b = static_cast<int>(n & 1);
+      for (int64_t off = n * slice; off < std::min(next_bytes, (n + 1) * slice); off += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T1);
       for (int i = 0; i < 16; ++i) {
         const __m512i v = T::codes(w + (n0 + i) * row_bytes, sb, ch, nb);  // paired order for 32-wide types
         _mm512_store_si512(codes[b][i], wide ? _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)) : v);

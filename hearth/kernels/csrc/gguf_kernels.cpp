@@ -104,8 +104,11 @@ struct TileRows {  // whole 16-row tiles of weight rows n0 .. n1 on AMX
                   const std::vector<TileActs>& tiles, float* y, int64_t ldy) {
     load_tile_config(T::paired);  // every call: other kernels (gemm_bf16.h, oneDNN) reconfigure the tiles
     for (int64_t n = n0; n + 16 <= n1; n += 16)
-      for (size_t mt = 0; mt < tiles.size(); ++mt)
-        tile_dot<T>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, std::min<int64_t>(16, a.M - 16 * mt), y, ldy);
+      for (size_t mt = 0; mt < tiles.size(); ++mt) {
+        const bool prefetch = mt == 0 && n + 32 <= n1;  // the next tile's rows
+        tile_dot<T>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, std::min<int64_t>(16, a.M - 16 * mt), y, ldy,
+                    w + (n + 16) * row_bytes, prefetch ? 16 * row_bytes : 0);
+      }
   }
 };
 
