@@ -85,10 +85,10 @@ void tile_acts(const Act& act, int64_t m0, TileActs& t) {
 // loads of those codes, tile stores of C), f32 epilogue (vector loads of C). A tile load right
 // after the stores it reads, or a vector load right after a tile store, waits for the stores to
 // retire (no forwarding between the units).
-template <class T>
 // `next`: weight bytes [next, next + next_bytes) the caller reads after this call (the next tile's
 // rows), prefetched a slice per chunk: the weights stream from memory once per step, and the rows
 // of a tile are read superblock by superblock, 16 strided streams no hardware prefetcher follows.
+template <class T>
 void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64_t Kp, const TileActs& t,
               int64_t m0, int64_t rows, float* y, int64_t ldy, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
   struct Chunk {

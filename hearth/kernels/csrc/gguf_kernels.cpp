@@ -254,7 +254,6 @@ void rmsnorm_row(const float* x, int64_t n, const float* w, float eps, float* ou
   }
 }
 
-
 // h = act(gate) * up, elementwise over n values
 void act_mul(int act, const float* gate, const float* up, int64_t n, float* h) {
   for (int64_t i = 0; i < n; i += 16) {
