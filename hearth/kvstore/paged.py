@@ -14,20 +14,28 @@ returns one sequence's K/V, decoding only the blocks it reads."""
 from __future__ import annotations
 
 import math
+import mmap
 from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from hearth.kvstore.codecs import STAGING_DTYPE, QuantCodec
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """Zeros whose pages become resident only when written (numpy's calloc maps fresh zero pages)."""
+    """Zeros whose pages become resident only when written: an anonymous mapping is zero pages
+    until touched, where torch.zeros would touch all of them (a 2 GB KV pool would cost 2 GB RSS and
+    a second of load time before the first token). Huge pages are refused: each layer writes a few
+    KB per block, which must not pin 2 MB pages (measured: SmolLM2's KV cost ~80 MB RSS with them;
+    and 2 MB pages made batched decode no faster)."""
     nbytes = math.prod(shape) * dtype.itemsize
-    return torch.from_numpy(np.zeros(max(nbytes, 1), dtype=np.uint8))[:nbytes].view(dtype).view(shape)
+    private = {"flags": mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS} if hasattr(mmap, "MAP_PRIVATE") else {}
+    buf = mmap.mmap(-1, max(1, nbytes), **private)
+    if hasattr(mmap, "MADV_NOHUGEPAGE"):
+        buf.madvise(mmap.MADV_NOHUGEPAGE)
+    return torch.frombuffer(buf, dtype=torch.uint8)[:nbytes].view(dtype).view(shape)
 
 
 @dataclass(slots=True)

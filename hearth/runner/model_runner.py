@@ -5,8 +5,6 @@ Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, 
 from __future__ import annotations
 
 import ctypes
-import math
-import mmap
 import sys
 
 import torch
@@ -15,7 +13,7 @@ from hearth.config import ModelConfig
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
-from hearth.kvstore.paged import QuantizedKVCache, StagingTable
+from hearth.kvstore.paged import QuantizedKVCache, StagingTable, lazy_zeros
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
@@ -36,17 +34,6 @@ def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
         libc.mallopt(M_TRIM_THRESHOLD, trim)
     except (OSError, AttributeError):
         pass
-
-
-def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """Zeros whose pages become resident only when written: an anonymous mapping is zero pages
-    until touched, where torch.zeros would touch all of them (a 2 GB KV pool would cost 2 GB RSS and
-    a second of load time before the first token). Huge pages are refused: each layer writes a few
-    KB per block, which must not pin 2 MB pages (measured: SmolLM2's KV cost ~80 MB RSS with them)."""
-    buf = mmap.mmap(-1, max(1, math.prod(shape) * dtype.itemsize))
-    if hasattr(mmap, "MADV_NOHUGEPAGE"):
-        buf.madvise(mmap.MADV_NOHUGEPAGE)
-    return torch.frombuffer(buf, dtype=torch.uint8).view(dtype).view(shape)
 
 
 class ModelRunner:
