@@ -41,6 +41,7 @@ CASES = [  # heads, kv_heads, head_dim, q_lens, ctx_lens, window, softcap
     (4, 1, 256, [1, 3, 17], [700, 20, 17], 512, 0.0),  # gemma3-270m, a sliding window, a short chunk
     (8, 8, 128, [2, 1], [33, 64], 0, 50.0),  # no grouping, softcap
     (16, 2, 80, [5], [1000], 100, 0.0),  # head_dim 80, group of 8, window cut inside a block
+    (32, 8, 128, [1, 2], [77, 300], 0, 0.0),  # Llama-3-8B's heads: a task covers 32 heads of 8 kv heads
     (6, 3, 64, [NATIVE_MAX_Q + 3, 1], [NATIVE_MAX_Q + 10, 50], 0, 0.0),  # a long chunk takes SDPA
 ]
 
