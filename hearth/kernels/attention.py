@@ -126,6 +126,13 @@ class AttentionMetadata:
             self.cache["native"] = (big, args)
         return self.cache["native"]
 
+    def table_tensor(self, i: int) -> torch.Tensor:
+        """Sequence i's block ids, int64 [blocks] (built once per step)."""
+        key = ("table", i)
+        if key not in self.cache:
+            self.cache[key] = torch.tensor(self.block_tables[i], dtype=torch.long)
+        return self.cache[key]
+
     def decode_gather(self, window: int) -> tuple[torch.Tensor, torch.Tensor]:
         """For an all-decode batch: slots [S, L] (padded with slot 0) and mask [S, 1, 1, L]."""
         key = ("decode", window)
@@ -214,9 +221,11 @@ def _paged_native(q, kv_cache, meta, scale, window, softcap):
     out = torch.empty(q.shape)
     if args is not None and not native.paged_attention(q, kv_cache, *args, scale, window, softcap, out):
         return None
-    for i in big:  # bf16: SDPA's CPU flash kernel runs it on AMX, ~3x faster than f32
+    for i in big:  # long chunks on AMX bf16 tiles: the C++ flash kernel, else SDPA's in bf16
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        out[q0:q1] = _prefill_one(q[q0:q1].to(torch.bfloat16), kv_cache, meta, i, scale, window, softcap)
+        if not native.prefill_attention(q[q0:q1], kv_cache, meta.table_tensor(i), meta.seq_lens[i], scale, window,
+                                        softcap, out[q0:q1]):
+            out[q0:q1] = _prefill_one(q[q0:q1].to(torch.bfloat16), kv_cache, meta, i, scale, window, softcap)
     return out
 
 

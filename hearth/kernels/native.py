@@ -31,7 +31,7 @@ CSRC = Path(__file__).parent / "csrc"
 SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
 FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512vnni", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2", "-ffp-contract=off", "-w"]
-ABI_VERSION = 5
+ABI_VERSION = 6
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
           13: "Q5_K", 14: "Q6_K"}
@@ -142,6 +142,8 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_amx_bf16": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64]),
+        "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
+                                        _f32, _p, _i64]),
         "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
         "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
                                     _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
@@ -285,6 +287,20 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, q_start: torch.Tens
                                   nb * bs, bs, heads, kvh, d, q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(),
                                   seq_lens.data_ptr(), tables.data_ptr(), tables.stride(0), scale, window, softcap,
                                   out.data_ptr(), out.stride(0))
+    return rc == 0
+
+
+def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, table: torch.Tensor, ctx: int, scale: float,
+                      window: int, softcap: float, out: torch.Tensor) -> bool:
+    """Causal attention of one sequence's T new rows (the last T of its ctx tokens) over an f16/bf16
+    paged cache on AMX bf16 tiles, into `out`; False (out untouched) where the CPU or the head shape
+    is not covered. q, out: f32 [T, heads, d] (heads and dims contiguous, rows may be strided);
+    table: int64 [blocks], the sequence's block ids."""
+    _, nb, bs, kvh, d = kv_cache.shape
+    assert q.stride(2) == 1 and q.stride(1) == d and out.stride(2) == 1 and out.stride(1) == d
+    rc = lib().hk_prefill_attention(q.data_ptr(), q.stride(0), kv_cache.data_ptr(),
+                                    int(kv_cache.dtype == torch.bfloat16), nb * bs, bs, q.shape[1], kvh, d, q.shape[0],
+                                    ctx, table.data_ptr(), scale, window, softcap, out.data_ptr(), out.stride(0))
     return rc == 0
 
 

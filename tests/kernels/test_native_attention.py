@@ -4,8 +4,9 @@
 Tolerance: both read the same f16/bf16 keys and values exactly and accumulate in f32; they differ
 only in summation order and the exp polynomial (~2 ulp), so outputs agree to ~1e-5 relative to
 the values' scale. Stated as atol 2e-5 on values of unit scale. Long chunks (NATIVE_MAX_Q new tokens or
-more) go to SDPA in bf16 (q, k, v rounded to 8 mantissa bits, ~4e-3 relative, amplified by the sharp
-softmax used here): 5e-2 there."""
+more) run on bf16 tiles (the AMX flash kernel, or SDPA in bf16 without one: q, k, v and the
+probabilities rounded to 8 mantissa bits, ~4e-3 relative, amplified by the sharp softmax used here):
+5e-2 there."""
 
 from __future__ import annotations
 
@@ -42,7 +43,10 @@ CASES = [  # heads, kv_heads, head_dim, q_lens, ctx_lens, window, softcap
     (8, 8, 128, [2, 1], [33, 64], 0, 50.0),  # no grouping, softcap
     (16, 2, 80, [5], [1000], 100, 0.0),  # head_dim 80, group of 8, window cut inside a block
     (32, 8, 128, [1, 2], [77, 300], 0, 0.0),  # Llama-3-8B's heads: a task covers 32 heads of 8 kv heads
-    (6, 3, 64, [NATIVE_MAX_Q + 3, 1], [NATIVE_MAX_Q + 10, 50], 0, 0.0),  # a long chunk takes SDPA
+    (6, 3, 64, [NATIVE_MAX_Q + 3, 1], [NATIVE_MAX_Q + 10, 50], 0, 0.0),  # a long chunk and a decode
+    (9, 3, 64, [200, 77], [330, 77], 0, 0.0),  # long chunks after a cached prefix, and a whole prompt
+    (4, 1, 256, [300], [900], 512, 0.0),  # gemma3's sliding window over a long chunk
+    (8, 8, 128, [70], [70], 0, 50.0),  # softcap on a long chunk
 ]
 
 
@@ -95,3 +99,19 @@ def test_kv_write_rounds_like_torch(dtype):
     untouched = torch.ones(flat.shape[1], dtype=torch.bool)
     untouched[meta.slot_mapping] = False
     assert not flat[:, untouched].any()
+
+
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+def test_the_tile_kernel_takes_long_chunks(dtype):
+    """The AMX flash kernel itself (not the SDPA fallback) on a long chunk after a cached prefix,
+    rows not a multiple of 16, a sliding window that starts mid-block and grouped heads."""
+    heads, kvh, d, n_q, ctx, window = 6, 2, 64, 141, 299, 100
+    g = torch.Generator().manual_seed(3)
+    meta = scattered_batch([n_q], [ctx], 16, 64, g)
+    cache = torch.randn(2, 64, 16, kvh, d, generator=g).to(dtype)
+    q = torch.randn(n_q, heads, d, generator=g)
+    out = torch.full_like(q, float("nan"))
+    assert native.prefill_attention(q, cache, meta.table_tensor(0), ctx, d ** -0.5 * 3, window, 0.0, out)
+    want = paged_attention_torch(q, cache, meta, d ** -0.5 * 3, window, 0.0)
+    torch.testing.assert_close(out, want, atol=BF16_ATOL, rtol=0)

@@ -20,6 +20,7 @@
 #include "amx.h"
 #include "attention.h"
 #include "gemm_bf16.h"
+#include "attention_prefill.h"
 #include "kv_quant.h"
 
 namespace {
@@ -322,7 +323,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 5; }
+int hk_abi_version() { return 6; }
 
 int hk_cpu_ok() {
   __builtin_cpu_init();
@@ -444,6 +445,39 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
                   sh.table = tables + k.seq * ldt;
                   fn(sh, q + k.row * ldq, k.k0, k.k1, m, l, acc, attn_scratch);
                 });
+  return 0;
+}
+
+// Causal attention of one sequence's T new rows (the last T of its ctx tokens; q, out: f32 [T, heads,
+// d], heads and dims contiguous, row strides ldq, ldo) over an f16/bf16 paged cache (as in
+// hk_paged_attention; table: the sequence's block ids), on AMX bf16 tiles (attention_prefill.h).
+// -1 (out untouched) when the CPU or the shape is not covered.
+int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
+                         int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
+                         float scale, int64_t window, float softcap, float* out, int64_t ldo) {
+  if (!amx_bf16_usable() || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 || T > ctx) return -1;
+  const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16;
+  const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, table, scale, softcap};
+  PrefillPacks p;
+  p.kb0 = (window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0) / 32;
+  p.nkb = (ctx - 1) / 32 + 1 - p.kb0;
+  p.d = d;
+  p.k.resize(kvh * p.nkb * d * 32);
+  p.v.resize(kvh * p.nkb * d * 32);
+  const auto pack = kv_bf16 ? pack_kv_block<true> : pack_kv_block<false>;
+#pragma omp parallel
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < kvh * p.nkb; ++i) pack(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, p);
+    load_bf16_tile_config();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < kvh * nq; ++i) {  // the longest rows (the last) first
+      const int64_t g = i % kvh, t0 = 16 * (nq - 1 - i / kvh);
+      prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, out + t0 * ldo,
+                   ldo);
+    }
+    _tile_release();
+  }
   return 0;
 }
 
