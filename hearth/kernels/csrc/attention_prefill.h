@@ -1,10 +1,11 @@
 // Attention of one sequence's long chunk (a prefill) over the paged f16/bf16 cache, on AMX bf16
-// tiles (flash attention). Per kv head the context's keys and values are packed once into B tiles
-// (K: per 16 keys, [d / 32] tiles of pairs of dims; V: per 32 keys, [d / 16] tiles of pairs of
-// keys); then each task (kv head, 16 query rows) walks 32-key blocks up to its last row: Q.K^T of
-// every head of the group into two C tiles, the causal / window mask and an online softmax in f32
-// vectors, P (bf16) . V into C tiles added to O in memory. q, k, v and p are rounded to bf16, as in
-// the SDPA path it replaces; sums and the softmax are f32.
+// tiles (flash attention), computed transposed so that the softmax runs down vectors whose lanes
+// are query rows (no horizontal sums): S^T = K . Q^T, O^T = V^T . P^T. Per kv head the context's keys
+// and values are packed once into A tiles (K: per 16 keys, [d / 32] tiles of 32 dims; V^T: per 32
+// keys, [d / 16] tiles of 16 dims); each task (kv head, 16 query rows) packs its heads' Q^T into B
+// tiles and walks 32-key blocks up to its last row: S^T into two C tiles, the causal / window mask
+// and an online softmax in f32 vectors, P^T (bf16, pairs of keys) as a B tile, O^T accumulated in
+// memory. q, k, v and p are rounded to bf16, as in the SDPA path it replaces; sums are f32.
 #pragma once
 
 #include <omp.h>
@@ -19,7 +20,7 @@
 
 namespace {
 
-// two rows of 16 bf16 (keys 2r, 2r + 1 of one 16-dim chunk) -> one B-tile row: their pairs, interleaved
+// two vectors of 16 bf16 (keys 2r, 2r + 1, one value per query row) -> one B-tile row: their pairs
 inline __m512i interleave_rows(__m256i a, __m256i b) {
   static const __m512i idx = [] {
     alignas(64) int16_t ix[32];
@@ -36,63 +37,68 @@ struct PrefillPacks {
   const uint16_t* v_tiles(int64_t g, int64_t kb) const { return v.data() + (g * nkb + kb - kb0) * d * 32; }
 };
 
-// K and V of 32-key block kb of kv head g (keys at or past ctx are zeros) into their B tiles
+// K and V of 32-key block kb of kv head g (keys at or past ctx are zeros) into their A tiles:
+// K [2 halves][d / 32][16 keys][32 dims], V^T [d / 16][16 dims][32 keys]
 template <bool BF16>
 void pack_kv_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, PrefillPacks& p) {
-  const int64_t d = a.d;
+  const int64_t d = a.d, ksn = d / 32;
   uint16_t* kt = const_cast<uint16_t*>(p.k_tiles(g, kb));
   uint16_t* vt = const_cast<uint16_t*>(p.v_tiles(g, kb));
-  alignas(64) float rows[16 * 256];
-  for (int half = 0; half < 2; ++half) {  // K: 16 keys at a time, as vnni_half's weight rows
-    for (int i = 0; i < 16; ++i) {
-      const int64_t j = 32 * kb + 16 * half + i;
-      for (int64_t c = 0; c < d; c += 16)
-        _mm512_store_ps(rows + i * d + c, j < ctx ? load_half<BF16>(slot_row(a, 0, g, j) + 2 * c) : _mm512_setzero_ps());
+  for (int64_t j = 0; j < 32; ++j) {
+    const int64_t key = 32 * kb + j;
+    const uint8_t* kr = key < ctx ? slot_row(a, 0, g, key) : nullptr;
+    for (int64_t ks = 0; ks < ksn; ++ks) {
+      const __m512 lo = kr ? load_half<BF16>(kr + 64 * ks) : _mm512_setzero_ps();
+      const __m512 hi = kr ? load_half<BF16>(kr + 64 * ks + 32) : _mm512_setzero_ps();
+      _mm512_store_si512(kt + ((j / 16) * ksn + ks) * 512 + 32 * (j % 16),
+                         _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16(lo)), to_bf16(hi), 1));
     }
-    vnni_half(rows, d, d, kt + half * (d / 32) * 512);
   }
-  for (int r = 0; r < 16; ++r) {  // V: row r of chunk c's tile holds keys 2r, 2r + 1 over dims 16c ..
-    const int64_t j0 = 32 * kb + 2 * r, j1 = j0 + 1;
-    for (int64_t c = 0; c < d / 16; ++c) {
-      const __m256i x0 = j0 < ctx ? to_bf16(load_half<BF16>(slot_row(a, 1, g, j0) + 32 * c)) : _mm256_setzero_si256();
-      const __m256i x1 = j1 < ctx ? to_bf16(load_half<BF16>(slot_row(a, 1, g, j1) + 32 * c)) : _mm256_setzero_si256();
-      _mm512_store_si512(vt + c * 512 + 32 * r, interleave_rows(x0, x1));
+  for (int64_t c = 0; c < d / 16; ++c) {  // V^T: 16 keys x 16 dims transposed in registers, twice
+    __m256i half[2][16];
+    for (int h = 0; h < 2; ++h) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j) {
+        const int64_t key = 32 * kb + 16 * h + j;
+        r[j] = _mm512_castps_si512(key < ctx ? load_half<BF16>(slot_row(a, 1, g, key) + 32 * c) : _mm512_setzero_ps());
+      }
+      transpose16(r);  // r[dim] = that dim of the 16 keys
+      for (int i = 0; i < 16; ++i) half[h][i] = to_bf16(_mm512_castsi512_ps(r[i]));
     }
+    for (int i = 0; i < 16; ++i)
+      _mm512_store_si512(vt + c * 512 + 32 * i, _mm512_inserti64x4(_mm512_castsi256_si512(half[0][i]), half[1][i], 1));
   }
 }
 
-// One task: query rows t0 .. t0 + 16 (their positions pos0 + i) of heads g G .. g G + G.
+// One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G.
 void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int64_t ldq, int64_t rows, int64_t pos0,
                   int64_t window, int64_t g, int64_t G, float* out, int64_t ldo) {
   const int64_t d = a.d, ksn = d / 32;
-  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> qa_buf;
-  thread_local std::vector<float, AlignedAlloc<float>> o_buf;
-  qa_buf.resize(G * ksn * 512);
-  o_buf.assign(G * 16 * d, 0.0f);
-  uint16_t* qa = qa_buf.data();
-  float* o = o_buf.data();
-  float m[16 * 16], l[16 * 16];  // per head of the group (G <= 16) and row
-  std::fill(m, m + G * 16, -INFINITY);
-  std::fill(l, l + G * 16, 0.0f);
-  for (int64_t h = 0; h < G; ++h)  // A tiles of q * scale: row i = 32 dims per K step
-    for (int64_t i = 0; i < 16; ++i)
-      for (int64_t ks = 0; ks < ksn; ++ks) {
-        uint16_t* dst = qa + (h * ksn + ks) * 512 + 32 * i;
-        if (i >= rows) {
-          _mm512_store_si512(dst, _mm512_setzero_si512());
-          continue;
-        }
-        const float* src = q + i * ldq + (g * G + h) * d + 32 * ks;
-        const __m512 s = _mm512_set1_ps(a.scale);
-        const __m256i lo = to_bf16(_mm512_mul_ps(_mm512_loadu_ps(src), s));
-        const __m256i hi = to_bf16(_mm512_mul_ps(_mm512_loadu_ps(src + 16), s));
-        _mm512_store_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
-      }
-  const int64_t last = pos0 + rows - 1, first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
-  alignas(64) float s[16][32];
-  alignas(64) float c[16][16];
-  alignas(64) uint16_t pa[16][32];
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> qb_buf;
+  thread_local std::vector<float, AlignedAlloc<float>> o_buf, rows_buf;
+  qb_buf.resize(G * ksn * 512);
+  o_buf.assign(G * d * 16, 0.0f);  // O^T per head: [d][16 rows]
+  rows_buf.assign(16 * d, 0.0f);
+  uint16_t* qb = qb_buf.data();
+  float* ot = o_buf.data();
+  for (int64_t h = 0; h < G; ++h) {  // Q^T B tiles (q * scale), as vnni_half packs weight rows
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < d; c += 16)
+        _mm512_store_ps(rows_buf.data() + i * d + c,
+                        _mm512_mul_ps(_mm512_loadu_ps(q + i * ldq + (g * G + h) * d + c), _mm512_set1_ps(a.scale)));
+    vnni_half(rows_buf.data(), d, d, qb + h * ksn * 512);
+  }
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i pos = _mm512_mask_add_epi32(_mm512_set1_epi32(-1), tail_mask(rows), lane,  // -1: padding rows
+                                            _mm512_set1_epi32(static_cast<int>(pos0)));
+  const __m512i lo = window > 0 ? _mm512_sub_epi32(pos, _mm512_set1_epi32(static_cast<int>(window - 1)))
+                                : _mm512_setzero_si512();
+  __m512 m[16], l[16];
+  for (int64_t h = 0; h < G; ++h) m[h] = _mm512_set1_ps(-INFINITY), l[h] = _mm512_setzero_ps();
+  const int64_t last = pos0 + rows - 1, first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+  alignas(64) float st[32][16];
+  alignas(64) float c[16][16];
+  alignas(64) uint16_t pt[16][32];
   for (int64_t kb = first_key / 32; kb <= last / 32; ++kb) {
     const uint16_t* kt = p.k_tiles(g, kb);
     const uint16_t* vt = p.v_tiles(g, kb);
@@ -100,71 +106,68 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
       _tile_zero(0);
       _tile_zero(1);
       for (int64_t ks = 0; ks < ksn; ++ks) {
-        _tile_loadd(4, qa + (h * ksn + ks) * 512, 64);
-        _tile_loadd(6, kt + ks * 512, 64);
-        _tile_loadd(7, kt + (ksn + ks) * 512, 64);
+        _tile_loadd(6, qb + (h * ksn + ks) * 512, 64);
+        _tile_loadd(4, kt + ks * 512, 64);
+        _tile_loadd(5, kt + (ksn + ks) * 512, 64);
         _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(1, 5, 6);
       }
-      _tile_stored(0, &s[0][0], 128);
-      _tile_stored(1, &s[0][16], 128);
-      float* mh = m + 16 * h;
-      float* lh = l + 16 * h;
-      float* oh = o + h * 16 * d;
-      for (int64_t i = 0; i < 16; ++i) {
-        const int64_t pos = pos0 + i, lo = window > 0 ? pos - window + 1 : 0;
-        __mmask16 k[2] = {0, 0};
-        __m512 v[2];
-        float bm = -INFINITY;
-        for (int half = 0; half < 2 && i < rows; ++half) {
-          const __m512i j = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(32 * kb + 16 * half)));
-          k[half] = _mm512_cmple_epi32_mask(j, _mm512_set1_epi32(static_cast<int>(pos))) &
-                    _mm512_cmpge_epi32_mask(j, _mm512_set1_epi32(static_cast<int>(lo)));
-          v[half] = _mm512_load_ps(s[i] + 16 * half);
-          if (a.softcap > 0.0f) v[half] = softcap_ps(v[half], a.softcap);
-          if (k[half]) bm = std::max(bm, _mm512_mask_reduce_max_ps(k[half], v[half]));
-        }
-        const float mn = std::max(mh[i], bm);
-        if (mn == -INFINITY) {  // no key yet (or a padding row): p = 0
-          _mm512_store_si512(pa[i], _mm512_setzero_si512());
-          continue;
-        }
-        const float alpha = std::exp(mh[i] - mn);  // 0 when mh was -inf
-        __m512 pv[2];
-        float sum = 0.0f;
-        for (int half = 0; half < 2; ++half) {
-          const __m512 x = _mm512_sub_ps(v[half], _mm512_set1_ps(mn));
-          const __mmask16 live = k[half] & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-80.0f), _CMP_GT_OQ);
-          pv[half] = _mm512_maskz_mov_ps(live, exp_ps(x));
-          sum += _mm512_reduce_add_ps(pv[half]);
-        }
-        lh[i] = lh[i] * alpha + sum;
-        mh[i] = mn;
-        if (alpha != 1.0f)
-          for (int64_t cc = 0; cc < d; cc += 16)
-            _mm512_store_ps(oh + i * d + cc, _mm512_mul_ps(_mm512_load_ps(oh + i * d + cc), _mm512_set1_ps(alpha)));
-        _mm512_store_si512(pa[i], _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16(pv[0])), to_bf16(pv[1]), 1));
+      _tile_stored(0, &st[0][0], 64);
+      _tile_stored(1, &st[16][0], 64);
+      __mmask16 ok[32];
+      __m512 bm = _mm512_set1_ps(-INFINITY);
+      for (int j = 0; j < 32; ++j) {  // scores of key j for the 16 rows
+        const __m512i key = _mm512_set1_epi32(static_cast<int>(32 * kb + j));
+        ok[j] = _mm512_cmple_epi32_mask(key, pos) & _mm512_cmpge_epi32_mask(key, lo);
+        __m512 v = _mm512_load_ps(st[j]);
+        if (a.softcap > 0.0f) _mm512_store_ps(st[j], v = softcap_ps(v, a.softcap));
+        bm = _mm512_mask_max_ps(bm, ok[j], bm, v);
       }
-      _tile_loadd(4, &pa[0][0], 64);  // P . V, 16 dims (one C tile) at a time
+      const __m512 mn = _mm512_max_ps(m[h], bm);
+      const __mmask16 any = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);  // rows with a key so far
+      const __m512 base = _mm512_maskz_mov_ps(any, mn);
+      const __mmask16 seen = _mm512_cmp_ps_mask(m[h], _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+      const __m512 alpha = _mm512_maskz_mov_ps(seen, exp_ps(_mm512_sub_ps(m[h], base)));  // 0 before any key
+      __m512 sum = _mm512_setzero_ps();
+      for (int r = 0; r < 16; ++r) {  // P^T rows: keys 2r, 2r + 1
+        __m256i pb[2];
+        for (int t = 0; t < 2; ++t) {
+          const int j = 2 * r + t;
+          const __m512 x = _mm512_sub_ps(_mm512_load_ps(st[j]), base);
+          const __mmask16 live = ok[j] & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-80.0f), _CMP_GT_OQ);
+          const __m512 e = _mm512_maskz_mov_ps(live, exp_ps(x));
+          sum = _mm512_add_ps(sum, e);
+          pb[t] = to_bf16(e);
+        }
+        _mm512_store_si512(pt[r], interleave_rows(pb[0], pb[1]));
+      }
+      l[h] = _mm512_fmadd_ps(l[h], alpha, sum);
+      m[h] = _mm512_mask_mov_ps(m[h], any, mn);
+      float* oh = ot + h * d * 16;
+      const bool rescale = _mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ) != 0;
+      _tile_loadd(6, &pt[0][0], 64);  // O^T += V^T . P^T, 16 dims (one C tile) at a time
       for (int64_t cc = 0; cc < d / 16; ++cc) {
         _tile_zero(0);
-        _tile_loadd(6, vt + cc * 512, 64);
+        _tile_loadd(4, vt + cc * 512, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_stored(0, &c[0][0], 64);
-        for (int64_t i = 0; i < rows; ++i) {
-          float* dst = oh + i * d + 16 * cc;
-          _mm512_store_ps(dst, _mm512_add_ps(_mm512_load_ps(dst), _mm512_load_ps(c[i])));
+        for (int i = 0; i < 16; ++i) {
+          float* dst = oh + (16 * cc + i) * 16;
+          const __m512 o = rescale ? _mm512_mul_ps(_mm512_load_ps(dst), alpha) : _mm512_load_ps(dst);
+          _mm512_store_ps(dst, _mm512_add_ps(o, _mm512_load_ps(c[i])));
         }
       }
     }
   }
-  for (int64_t h = 0; h < G; ++h)
-    for (int64_t i = 0; i < rows; ++i) {
-      const float inv = 1.0f / l[16 * h + i];
-      float* dst = out + i * ldo + (g * G + h) * d;
-      for (int64_t cc = 0; cc < d; cc += 16)
-        _mm512_storeu_ps(dst + cc, _mm512_mul_ps(_mm512_load_ps(o + (h * 16 + i) * d + cc), _mm512_set1_ps(inv)));
+  for (int64_t h = 0; h < G; ++h) {  // out rows = (O^T / l)^T
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), l[h]);
+    for (int64_t cc = 0; cc < d / 16; ++cc) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(ot + (h * d + 16 * cc + i) * 16), inv));
+      transpose16(r);  // r[row] = its 16 dims
+      for (int64_t i = 0; i < rows; ++i) _mm512_storeu_ps(out + i * ldo + (g * G + h) * d + 16 * cc, _mm512_castsi512_ps(r[i]));
     }
+  }
 }
 
 }  // namespace
