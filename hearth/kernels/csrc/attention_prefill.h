@@ -33,8 +33,7 @@ inline __m512i interleave_rows(__m256i a, __m256i b) {
 struct PrefillPacks {
   int64_t kb0 = 0, nkb = 0, d = 0;  // 32-key blocks kb0 .. kb0 + nkb of the context
   std::vector<uint16_t, AlignedAlloc<uint16_t>> k, v;  // [kvh][nkb][d * 32] each
-  const uint16_t* k_tiles(int64_t g, int64_t kb) const { return k.data() + (g * nkb + kb - kb0) * d * 32; }
-  const uint16_t* v_tiles(int64_t g, int64_t kb) const { return v.data() + (g * nkb + kb - kb0) * d * 32; }
+  int64_t at(int64_t g, int64_t kb) const { return (g * nkb + kb - kb0) * d * 32; }  // block kb of kv head g
 };
 
 // K and V of 32-key block kb of kv head g (keys at or past ctx are zeros) into their A tiles:
@@ -42,8 +41,8 @@ struct PrefillPacks {
 template <bool BF16>
 void pack_kv_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, PrefillPacks& p) {
   const int64_t d = a.d, ksn = d / 32;
-  uint16_t* kt = const_cast<uint16_t*>(p.k_tiles(g, kb));
-  uint16_t* vt = const_cast<uint16_t*>(p.v_tiles(g, kb));
+  uint16_t* kt = p.k.data() + p.at(g, kb);
+  uint16_t* vt = p.v.data() + p.at(g, kb);
   for (int64_t j = 0; j < 32; ++j) {
     const int64_t key = 32 * kb + j;
     const uint8_t* kr = key < ctx ? slot_row(a, 0, g, key) : nullptr;
@@ -100,8 +99,8 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
   alignas(64) float c[16][16];
   alignas(64) uint16_t pt[16][32];
   for (int64_t kb = first_key / 32; kb <= last / 32; ++kb) {
-    const uint16_t* kt = p.k_tiles(g, kb);
-    const uint16_t* vt = p.v_tiles(g, kb);
+    const uint16_t* kt = p.k.data() + p.at(g, kb);
+    const uint16_t* vt = p.v.data() + p.at(g, kb);
     for (int64_t h = 0; h < G; ++h) {
       _tile_zero(0);
       _tile_zero(1);
