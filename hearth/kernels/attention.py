@@ -4,7 +4,8 @@ The runner builds one AttentionMetadata per step; every attention layer of the m
 index and mask tensors are built once per step (cached on the metadata), not once per layer.
 With the native kernels (hearth.kernels.native), every sequence with fewer than NATIVE_MAX_Q new
 tokens (decodes, short chunks) is attended in one C++ call that reads the f16/bf16 pages in place;
-longer prefill chunks go to SDPA's flash kernel, one sequence at a time. The torch paths:
+longer prefill chunks, one sequence at a time, to the C++ flash kernel on AMX bf16 tiles
+(csrc/attention_prefill.h), or SDPA's in bf16 on CPUs without them. The torch paths:
 - one sequence decoding one token: its context is a plain slice of the cache when its blocks are
   consecutive ids, else one block gather; then q.K^T, softmax, .V as three ops;
 - a batch of single-token decodes: one padded SDPA call;
