@@ -47,6 +47,7 @@ CASES = [  # heads, kv_heads, head_dim, q_lens, ctx_lens, window, softcap
     (9, 3, 64, [200, 77], [330, 77], 0, 0.0),  # long chunks after a cached prefix, and a whole prompt
     (4, 1, 256, [300], [900], 512, 0.0),  # gemma3's sliding window over a long chunk
     (8, 8, 128, [70], [70], 0, 50.0),  # softcap on a long chunk
+    (4, 2, 80, [70], [90], 0, 0.0),  # head_dim 80: the tile kernel declines, SDPA in bf16 takes the chunk
 ]
 
 

@@ -49,8 +49,7 @@ void pack_kv_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, Prefi
     for (int64_t ks = 0; ks < ksn; ++ks) {
       const __m512 lo = kr ? load_half<BF16>(kr + 64 * ks) : _mm512_setzero_ps();
       const __m512 hi = kr ? load_half<BF16>(kr + 64 * ks + 32) : _mm512_setzero_ps();
-      _mm512_store_si512(kt + ((j / 16) * ksn + ks) * 512 + 32 * (j % 16),
-                         _mm512_inserti64x4(_mm512_castsi256_si512(to_bf16(lo)), to_bf16(hi), 1));
+      _mm512_store_si512(kt + ((j / 16) * ksn + ks) * 512 + 32 * (j % 16), join(to_bf16(lo), to_bf16(hi)));
     }
   }
   for (int64_t c = 0; c < d / 16; ++c) {  // V^T: 16 keys x 16 dims transposed in registers, twice
@@ -65,7 +64,7 @@ void pack_kv_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, Prefi
       for (int i = 0; i < 16; ++i) half[h][i] = to_bf16(_mm512_castsi512_ps(r[i]));
     }
     for (int i = 0; i < 16; ++i)
-      _mm512_store_si512(vt + c * 512 + 32 * i, _mm512_inserti64x4(_mm512_castsi256_si512(half[0][i]), half[1][i], 1));
+      _mm512_store_si512(vt + c * 512 + 32 * i, join(half[0][i], half[1][i]));
   }
 }
 

@@ -83,7 +83,7 @@ void vnni_half(const float* w, int64_t ld, int64_t K, uint16_t* tiles) {
     for (int i = 0; i < 16; ++i) {  // row i's 32 values as 16 pairs of bf16
       const float* src = w + i * ld + 32 * ks;
       const __m256i lo = to_bf16(_mm512_loadu_ps(src)), hi = to_bf16(_mm512_loadu_ps(src + 16));
-      r[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      r[i] = join(lo, hi);
     }
     transpose16(r);  // r[pair] = that pair of every row
     for (int p = 0; p < 16; ++p) _mm512_store_si512(tiles + ks * 512 + 32 * p, r[p]);
@@ -109,7 +109,7 @@ void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
         } else {
           const float* src = x + m * ldx + 32 * ks;
           const __m256i lo = to_bf16(_mm512_loadu_ps(src)), hi = to_bf16(_mm512_loadu_ps(src + 16));
-          _mm512_store_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+          _mm512_store_si512(dst, join(lo, hi));
         }
       }
     }

@@ -458,7 +458,8 @@ int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf1
   if (!amx_bf16_usable() || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 || T > ctx) return -1;
   const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16;
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, table, scale, softcap};
-  PrefillPacks p;
+  thread_local PrefillPacks packs;  // the caller's, kept across layers and steps (each block is packed anew)
+  PrefillPacks& p = packs;  // a reference: the OpenMP threads below share the caller's packs
   p.kb0 = (window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0) / 32;
   p.nkb = (ctx - 1) / 32 + 1 - p.kb0;
   p.d = d;
