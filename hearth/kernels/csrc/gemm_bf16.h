@@ -130,26 +130,25 @@ void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
 // Every row of x (A tiles xa, pack_a) times one panel (B tiles pv: [2][K / 32][512]), 32 output
 // columns: two C tiles per 16 rows. out == nullptr: f32 into y[:, n0 .. n0 + cols) (row stride ldy),
 // straight from the tiles. Else each row's two 16-column halves go to (*out)(row, c0, c1): converting
-// needs the values in vector registers, and a vector load of a tile-stored buffer waits for that
-// store, which waits for the products; so each 32 x 32 block is stored to a buffer and handed out a
-// few rows at a time between the tile products of the block after next.
+// needs the values in vector registers, so each 32 x 32 block is stored to a buffer and handed out
+// whole after the next block's tile products. Not sooner: a vector load of a tile-stored buffer
+// waits for the products; and not a few rows between the tile products either: vector work
+// interleaved with them runs at its latency, not its throughput (GLU's activation took 3x as long).
 template <class Out>
 void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, float* y, int64_t ldy, int64_t n0,
                 int64_t cols, const Out* out) {
-  const int64_t ksn = K / 32, per_step = (32 + ksn - 1) / ksn, n_end = n0 + cols;
+  const int64_t ksn = K / 32, n_end = n0 + cols;
   const uint16_t* b1 = pv + ksn * 512;
-  alignas(64) float cbuf[3][4][16][16];
+  alignas(64) float cbuf[2][4][16][16];
   alignas(64) float edge[16][16];
-  auto hand_out = [&](int64_t m, int buf, int64_t j0, int64_t j1) {  // rows m + j0 .. m + j1 of a block
-    for (int64_t j = j0; j < std::min(j1, M - m); ++j)
-      (*out)(m + j, cbuf[buf][2 * (j / 16)][j % 16], cbuf[buf][2 * (j / 16) + 1][j % 16]);
+  auto hand_out = [&](int64_t m) {  // the block of rows m .. m + 32, from its buffer
+    const auto& c = cbuf[(m / 32) % 2];
+    for (int64_t j = 0; j < std::min<int64_t>(32, M - m); ++j) (*out)(m + j, c[2 * (j / 16)][j % 16], c[2 * (j / 16) + 1][j % 16]);
   };
-  int64_t i = 0;
-  for (int64_t m = 0; m < M; m += 32, ++i) {
+  for (int64_t m = 0; m < M; m += 32) {
     const bool two = m + 16 < M;
     const uint16_t* a0 = xa + (m / 16) * ksn * 512;
     const uint16_t* a1 = a0 + ksn * 512;
-    const int64_t pending = out && i >= 2 ? m - 64 : -1;  // the block two back, handed out during this one
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);
@@ -165,14 +164,14 @@ void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, fl
         _tile_dpbf16ps(2, 5, 6);
         _tile_dpbf16ps(3, 5, 7);
       }
-      if (pending >= 0) hand_out(pending, static_cast<int>((i + 1) % 3), ks * per_step, (ks + 1) * per_step);
     }
     if (out) {
-      const int buf = static_cast<int>(i % 3);
-      _tile_stored(0, cbuf[buf][0], 64);
-      _tile_stored(1, cbuf[buf][1], 64);
-      _tile_stored(2, cbuf[buf][2], 64);
-      _tile_stored(3, cbuf[buf][3], 64);
+      if (m > 0) hand_out(m - 32);
+      auto& c = cbuf[(m / 32) % 2];
+      _tile_stored(0, c[0], 64);
+      _tile_stored(1, c[1], 64);
+      _tile_stored(2, c[2], 64);
+      _tile_stored(3, c[3], 64);
     } else {
       HK_STORE_F32(0, m, n0)
       HK_STORE_F32(1, m, n0 + 16)
@@ -180,9 +179,7 @@ void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, fl
       HK_STORE_F32(3, m + 16, n0 + 16)
     }
   }
-  if (out)
-    for (int64_t back = std::min<int64_t>(2, i); back >= 1; --back)  // the last two blocks
-      hand_out(32 * (i - back), static_cast<int>((i - back) % 3), 0, 32);
+  if (out && M > 0) hand_out((M - 1) / 32 * 32);
 }
 
 #undef HK_STORE_F32
