@@ -175,46 +175,68 @@ struct GluRows {
 enum class GemmOut { F32, GLU };
 
 // y = x @ W.T on AMX bf16 tiles, x bf16 or f32 (rounded to bf16 as it is packed): W is expanded 32
-// rows (a panel) at a time, in cache, and every row of x passes it. y: f32, or for GLU (W = gate
-// | up, inter rows each, inter % 16 == 0) bf16 act(x @ gate.T) * (x @ up.T) [M, inter] (act as in
-// act_mul). False for an unknown type.
+// rows (a panel) at a time, in cache, and rows of x pass it. y: f32, or for GLU (W = gate | up, inter
+// rows each, inter % 16 == 0) bf16 act(x @ gate.T) * (x @ up.T) [M, inter] (act as in act_mul).
+// Each thread expands its panels a group at a time and runs chunks of rows through the group, so
+// that the group (<= GROUP_BYTES) and the chunk's packed rows (<= CHUNK_BYTES) stay in L2 together:
+// a 2048-wide down projection's 512 packed rows (2 MB) streamed from L3 once per panel ran the tiles
+// at half speed. False for an unknown type.
+constexpr int64_t GROUP_BYTES = 512 << 10, CHUNK_BYTES = 384 << 10;
+
 template <GemmOut MODE = GemmOut::F32, class X>
 bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int act = 0) {
-  const int64_t K = p.K, inter = p.N / 2;
+  const int64_t K = p.K, inter = p.N / 2, ksn = K / 32;
   if (K % 32 || !amx_bf16_usable() || (MODE == GemmOut::GLU && inter % 16)) return false;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xa;
   xa.resize(((M + 15) / 16) * 16 * K);
   const int64_t panels = MODE == GemmOut::GLU ? inter / 16 : (p.N + PANEL - 1) / PANEL;
-  uint16_t* a = xa.data();
+  const int64_t group = std::max<int64_t>(1, GROUP_BYTES / (PANEL * K * 2));
+  const int64_t chunk = std::max<int64_t>(32, CHUNK_BYTES / (K * 2) / 32 * 32);
+  uint16_t* a = xa.data();  // this thread's buffer, shared with the team (xa names each thread's own)
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
   {
     pack_a(x, M, K, ldx, a);
     load_bf16_tile_config();
-    std::vector<float> rows(PANEL * (K + 16));
-    std::vector<uint16_t, AlignedAlloc<uint16_t>> pv(PANEL * K);
-#pragma omp for schedule(static)
-    for (int64_t pn = 0; pn < panels; ++pn) {
-      const int64_t n0 = pn * PANEL, cols = MODE == GemmOut::GLU ? PANEL : std::min<int64_t>(PANEL, p.N - n0);
-      for (int64_t i = 0; i < PANEL; ++i) {
-        float* row = rows.data() + i * (K + 16);
-        if (i >= cols) {
-          std::fill(row, row + K, 0.0f);
-          continue;
+    thread_local std::vector<float> rows;
+    thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pv;
+    rows.resize(PANEL * (K + 16));
+    pv.resize(group * PANEL * K);
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p1 = panels * (t + 1) / T;
+    for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
+      const int64_t g1 = std::min(p1, g0 + group);
+      for (int64_t pn = g0; pn < g1; ++pn) {  // expand the group
+        const int64_t n0 = pn * PANEL, cols = MODE == GemmOut::GLU ? PANEL : std::min<int64_t>(PANEL, p.N - n0);
+        for (int64_t i = 0; i < PANEL; ++i) {
+          float* row = rows.data() + i * (K + 16);
+          if (i >= cols) {
+            std::fill(row, row + K, 0.0f);
+            continue;
+          }
+          const int64_t n = MODE != GemmOut::GLU ? n0 + i : i < 16 ? 16 * pn + i : inter + 16 * pn + i - 16;
+          for (const Part& q : p.parts) {
+            const int64_t r = n - q.out_col;  // the row within this part
+            if (r >= 0 && r < q.rows && !dispatch<DequantRows>(q.qtype, q.w, q.row_bytes, K, q.nb, &r, 1, row)) bad = 1;
+          }
         }
-        const int64_t n = MODE != GemmOut::GLU ? n0 + i : i < 16 ? 16 * pn + i : inter + 16 * pn + i - 16;
-        for (const Part& q : p.parts) {
-          const int64_t r = n - q.out_col;  // the row within this part
-          if (r >= 0 && r < q.rows && !dispatch<DequantRows>(q.qtype, q.w, q.row_bytes, K, q.nb, &r, 1, row)) bad = 1;
-        }
+        uint16_t* b = pv.data() + (pn - g0) * PANEL * K;
+        vnni_half(rows.data(), K + 16, K, b);
+        vnni_half(rows.data() + 16 * (K + 16), K + 16, K, b + ksn * 512);
       }
-      vnni_half(rows.data(), K + 16, K, pv.data());
-      vnni_half(rows.data() + 16 * (K + 16), K + 16, K, pv.data() + K / 32 * 512);
-      if constexpr (MODE == GemmOut::F32) {  // no `out`: the tiles go straight into y
-        panel_gemm<GluRows>(pv.data(), K, a, M, static_cast<float*>(y), ldy, n0, cols, nullptr);
-      } else {
-        const GluRows out{static_cast<uint16_t*>(y), ldy, 16 * pn, act};
-        panel_gemm(pv.data(), K, a, M, nullptr, 0, n0, cols, &out);
+      for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+        const int64_t mc = std::min(chunk, M - m0);
+        const uint16_t* am = a + (m0 / 16) * ksn * 512;
+        for (int64_t pn = g0; pn < g1; ++pn) {
+          const uint16_t* b = pv.data() + (pn - g0) * PANEL * K;
+          const int64_t n0 = pn * PANEL, cols = MODE == GemmOut::GLU ? PANEL : std::min<int64_t>(PANEL, p.N - n0);
+          if constexpr (MODE == GemmOut::F32) {  // no `out`: the tiles go straight into y
+            panel_gemm<GluRows>(b, K, am, mc, static_cast<float*>(y) + m0 * ldy, ldy, n0, cols, nullptr);
+          } else {
+            const GluRows out{static_cast<uint16_t*>(y) + m0 * ldy, ldy, 16 * pn, act};
+            panel_gemm(b, K, am, mc, nullptr, 0, n0, cols, &out);
+          }
+        }
       }
     }
     _tile_release();
