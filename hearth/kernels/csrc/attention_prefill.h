@@ -68,6 +68,8 @@ void pack_kv_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, Prefi
   }
 }
 
+constexpr float LAZY_MAX = 8.0f;
+
 // One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G.
 void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int64_t ldq, int64_t rows, int64_t pos0,
                   int64_t window, int64_t g, int64_t G, float* out, int64_t ldo) {
@@ -94,44 +96,67 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
   __m512 m[16], l[16];
   for (int64_t h = 0; h < G; ++h) m[h] = _mm512_set1_ps(-INFINITY), l[h] = _mm512_setzero_ps();
   const int64_t last = pos0 + rows - 1, first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
-  alignas(64) float st[32][16];
-  alignas(64) float c[16][16];
+  thread_local std::vector<float, AlignedAlloc<float>> st_buf;
+  st_buf.resize(G * 32 * 16);
   alignas(64) uint16_t pt[16][32];
   for (int64_t kb = first_key / 32; kb <= last / 32; ++kb) {
     const uint16_t* kt = p.k.data() + p.at(g, kb);
     const uint16_t* vt = p.v.data() + p.at(g, kb);
-    for (int64_t h = 0; h < G; ++h) {
+    // S^T of every head: [h][32 keys][16 rows], two heads at a time so that four C tiles accumulate
+    // side by side (one C tile's products wait for its previous ones)
+    for (int64_t h = 0; h < G; h += 2) {
+      const bool pair = h + 1 < G;
       _tile_zero(0);
       _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
       for (int64_t ks = 0; ks < ksn; ++ks) {
-        _tile_loadd(6, qb + (h * ksn + ks) * 512, 64);
         _tile_loadd(4, kt + ks * 512, 64);
         _tile_loadd(5, kt + (ksn + ks) * 512, 64);
+        _tile_loadd(6, qb + (h * ksn + ks) * 512, 64);
         _tile_dpbf16ps(0, 4, 6);
         _tile_dpbf16ps(1, 5, 6);
+        if (pair) {
+          _tile_loadd(7, qb + ((h + 1) * ksn + ks) * 512, 64);
+          _tile_dpbf16ps(2, 4, 7);
+          _tile_dpbf16ps(3, 5, 7);
+        }
       }
-      _tile_stored(0, &st[0][0], 64);
-      _tile_stored(1, &st[16][0], 64);
-      __mmask16 ok[32];
+      float* sh = st_buf.data() + h * 512;
+      _tile_stored(0, sh, 64);
+      _tile_stored(1, sh + 256, 64);
+      if (pair) {
+        _tile_stored(2, sh + 512, 64);
+        _tile_stored(3, sh + 768, 64);
+      }
+    }
+    __mmask16 ok[32];
+    for (int j = 0; j < 32; ++j) {  // which rows see key j
+      const __m512i key = _mm512_set1_epi32(static_cast<int>(32 * kb + j));
+      ok[j] = _mm512_cmple_epi32_mask(key, pos) & _mm512_cmpge_epi32_mask(key, lo);
+    }
+    for (int64_t h = 0; h < G; ++h) {
+      float* st = st_buf.data() + h * 512;  // [32 keys][16 rows]
       __m512 bm = _mm512_set1_ps(-INFINITY);
-      for (int j = 0; j < 32; ++j) {  // scores of key j for the 16 rows
-        const __m512i key = _mm512_set1_epi32(static_cast<int>(32 * kb + j));
-        ok[j] = _mm512_cmple_epi32_mask(key, pos) & _mm512_cmpge_epi32_mask(key, lo);
-        __m512 v = _mm512_load_ps(st[j]);
-        if (a.softcap > 0.0f) _mm512_store_ps(st[j], v = softcap_ps(v, a.softcap));
+      for (int j = 0; j < 32; ++j) {
+        __m512 v = _mm512_load_ps(st + 16 * j);
+        if (a.softcap > 0.0f) _mm512_store_ps(st + 16 * j, v = softcap_ps(v, a.softcap));
         bm = _mm512_mask_max_ps(bm, ok[j], bm, v);
       }
-      const __m512 mn = _mm512_max_ps(m[h], bm);
+      // The running max moves only when some row's block max passes it by more than LAZY_MAX: the
+      // exponents stay <= e^LAZY_MAX (harmless in f32 sums and bf16 P), and most blocks skip the
+      // rescale of O^T, so it accumulates in memory through tiles alone.
+      const __mmask16 seen = _mm512_cmp_ps_mask(m[h], _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+      const bool move = _mm512_cmp_ps_mask(bm, _mm512_add_ps(m[h], _mm512_set1_ps(LAZY_MAX)), _CMP_GT_OQ) != 0;
+      const __m512 mn = move ? _mm512_max_ps(m[h], bm) : m[h];
       const __mmask16 any = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);  // rows with a key so far
       const __m512 base = _mm512_maskz_mov_ps(any, mn);
-      const __mmask16 seen = _mm512_cmp_ps_mask(m[h], _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
-      const __m512 alpha = _mm512_maskz_mov_ps(seen, exp_ps(_mm512_sub_ps(m[h], base)));  // 0 before any key
       __m512 sum = _mm512_setzero_ps();
       for (int r = 0; r < 16; ++r) {  // P^T rows: keys 2r, 2r + 1
         __m256i pb[2];
         for (int t = 0; t < 2; ++t) {
           const int j = 2 * r + t;
-          const __m512 x = _mm512_sub_ps(_mm512_load_ps(st[j]), base);
+          const __m512 x = _mm512_sub_ps(_mm512_load_ps(st + 16 * j), base);
           const __mmask16 live = ok[j] & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-80.0f), _CMP_GT_OQ);
           const __m512 e = _mm512_maskz_mov_ps(live, exp_ps(x));
           sum = _mm512_add_ps(sum, e);
@@ -139,21 +164,26 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
         }
         _mm512_store_si512(pt[r], interleave_rows(pb[0], pb[1]));
       }
-      l[h] = _mm512_fmadd_ps(l[h], alpha, sum);
-      m[h] = _mm512_mask_mov_ps(m[h], any, mn);
       float* oh = ot + h * d * 16;
-      const bool rescale = _mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.0f), _CMP_NEQ_UQ) != 0;
-      _tile_loadd(6, &pt[0][0], 64);  // O^T += V^T . P^T, 16 dims (one C tile) at a time
-      for (int64_t cc = 0; cc < d / 16; ++cc) {
-        _tile_zero(0);
+      if (move && seen) {  // rows that had keys: O^T and l scale by e^(old max - new max)
+        const __m512 alpha = _mm512_maskz_mov_ps(seen, exp_ps(_mm512_sub_ps(m[h], base)));
+        l[h] = _mm512_mul_ps(l[h], alpha);
+        for (int64_t i = 0; i < d; ++i) _mm512_store_ps(oh + 16 * i, _mm512_mul_ps(_mm512_load_ps(oh + 16 * i), alpha));
+      }
+      l[h] = _mm512_add_ps(l[h], sum);
+      m[h] = mn;
+      // O^T += V^T . P^T, 16 dims (one C tile) at a time, two C tiles in flight: a C tile's load
+      // waits for its previous store
+      _tile_loadd(6, &pt[0][0], 64);
+      for (int64_t cc = 0; cc < d / 16; cc += 2) {
+        _tile_loadd(0, oh + 256 * cc, 64);
         _tile_loadd(4, vt + cc * 512, 64);
+        _tile_loadd(1, oh + 256 * (cc + 1), 64);
+        _tile_loadd(5, vt + (cc + 1) * 512, 64);
         _tile_dpbf16ps(0, 4, 6);
-        _tile_stored(0, &c[0][0], 64);
-        for (int i = 0; i < 16; ++i) {
-          float* dst = oh + (16 * cc + i) * 16;
-          const __m512 o = rescale ? _mm512_mul_ps(_mm512_load_ps(dst), alpha) : _mm512_load_ps(dst);
-          _mm512_store_ps(dst, _mm512_add_ps(o, _mm512_load_ps(c[i])));
-        }
+        _tile_dpbf16ps(1, 5, 6);
+        _tile_stored(0, oh + 256 * cc, 64);
+        _tile_stored(1, oh + 256 * (cc + 1), 64);
       }
     }
   }
