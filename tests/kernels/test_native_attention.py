@@ -116,3 +116,26 @@ def test_the_tile_kernel_takes_long_chunks(dtype):
     assert native.prefill_attention(q, cache, meta.table_tensor(0), ctx, d ** -0.5 * 3, window, 0.0, out)
     want = paged_attention_torch(q, cache, meta, d ** -0.5 * 3, window, 0.0)
     torch.testing.assert_close(out, want, atol=BF16_ATOL, rtol=0)
+
+
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+def test_the_tile_kernel_rescales_when_later_keys_score_far_higher():
+    """The kernel's running max moves only when a row's scores pass it by more than 8 (then O^T and
+    the sums are rescaled): keys that grow with their position make it move block after block.
+    q * scale and the bf16 cache are exact in bf16, so only P's rounding separates it from torch."""
+    heads, kvh, d, n_q, ctx, scale = 4, 1, 64, 200, 260, 0.25
+    g = torch.Generator().manual_seed(5)
+    meta = scattered_batch([n_q], [ctx], 16, 64, g)
+    cache = torch.randn(2, 64, 16, kvh, d, generator=g)
+    table = meta.table_tensor(0)
+    for pos in range(ctx):
+        cache[0, table[pos // 16], pos % 16] *= 1 + pos / 32
+    cache = cache.to(torch.bfloat16)
+    q = torch.randn(n_q, heads, d, generator=g).to(torch.bfloat16).float()
+    keys = torch.stack([cache[0, table[p // 16], p % 16, 0].float() for p in range(ctx)])  # [ctx, d]
+    scores = q[:, 0] @ keys.T * scale  # head 0, rows at positions ctx - n_q ..
+    assert (scores[:, 32:].max(1).values - scores[:, :32].max(1).values > 8).float().mean() > 0.9
+    out = torch.full_like(q, float("nan"))
+    assert native.prefill_attention(q, cache, table, ctx, scale, 0, 0.0, out)
+    want = paged_attention_torch(q, cache, meta, scale, 0, 0.0)
+    torch.testing.assert_close(out, want, atol=1e-2, rtol=0)

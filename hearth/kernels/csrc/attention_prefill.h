@@ -68,7 +68,7 @@ void pack_kv_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, Prefi
   }
 }
 
-constexpr float LAZY_MAX = 8.0f;
+constexpr float LAZY_MAX = 8.0f;  // how far scores may pass the running max before it moves (P <= e^8)
 
 // One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G.
 void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int64_t ldq, int64_t rows, int64_t pos0,

@@ -132,8 +132,9 @@ void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
 // straight from the tiles. Else each row's two 16-column halves go to (*out)(row, c0, c1): converting
 // needs the values in vector registers, so each 32 x 32 block is stored to a buffer and handed out
 // whole after the next block's tile products. Not sooner: a vector load of a tile-stored buffer
-// waits for the products; and not a few rows between the tile products either: vector work
-// interleaved with them runs at its latency, not its throughput (GLU's activation took 3x as long).
+// waits for the products. And not a few rows between the tile products: vector work does not
+// overlap them on these cores (it adds its own time), and in small pieces it ran at its latency
+// instead of its throughput (GLU's activation took 3x as long).
 template <class Out>
 void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, float* y, int64_t ldy, int64_t n0,
                 int64_t cols, const Out* out) {
@@ -143,7 +144,8 @@ void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, fl
   alignas(64) float edge[16][16];
   auto hand_out = [&](int64_t m) {  // the block of rows m .. m + 32, from its buffer
     const auto& c = cbuf[(m / 32) % 2];
-    for (int64_t j = 0; j < std::min<int64_t>(32, M - m); ++j) (*out)(m + j, c[2 * (j / 16)][j % 16], c[2 * (j / 16) + 1][j % 16]);
+    for (int64_t j = 0; j < std::min<int64_t>(32, M - m); ++j)
+      (*out)(m + j, c[2 * (j / 16)][j % 16], c[2 * (j / 16) + 1][j % 16]);
   };
   for (int64_t m = 0; m < M; m += 32) {
     const bool two = m + 16 < M;
