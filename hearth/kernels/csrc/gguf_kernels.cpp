@@ -160,43 +160,50 @@ inline __m512 act_ps(int act, __m512 g) {
   return _mm512_mul_ps(g, r);
 }
 
-// What gemm_bf16 writes for an MLP's middle (panel_gemm's `out`): a panel of 16 gate rows and the 16
-// up rows of the same features j0 .., h[m][j0 ..] = bf16(act(gate) * up)
+// What gemm_bf16 writes for an MLP's middle (panel_gemm's `out`): from a panel of 16 gate rows and
+// the 16 up rows of the same features j0 .., bf16(act(gate) * up), straight into the A tiles the
+// down projection multiplies (pack_a's layout, inter / 32 tiles per 16 rows): written row by row
+// into [M, inter] (4 KB apart for gemma3) and then packed, the stores aliased the loads they
+// followed and the down projection read and wrote it all once more.
 struct GluRows {
-  uint16_t* h;
-  int64_t ldh, j0;
+  uint16_t* h;  // the tiles of rows 0 ..
+  int64_t ksn, j0;
   int act;
   void operator()(int64_t m, const float* gate, const float* up) const {
     const __m512 v = _mm512_mul_ps(act_ps(act, _mm512_loadu_ps(gate)), _mm512_loadu_ps(up));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + m * ldh + j0), to_bf16(v));
+    uint16_t* dst = h + ((m / 16) * ksn + j0 / 32) * 512 + 32 * (m % 16) + j0 % 32;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), to_bf16(v));
   }
 };
 
 enum class GemmOut { F32, GLU };
 
-// y = x @ W.T on AMX bf16 tiles, x bf16 or f32 (rounded to bf16 as it is packed): W is expanded 32
-// rows (a panel) at a time, in cache, and rows of x pass it. y: f32, or for GLU (W = gate | up, inter
-// rows each, inter % 16 == 0) bf16 act(x @ gate.T) * (x @ up.T) [M, inter] (act as in act_mul).
+// y = x @ W.T on AMX bf16 tiles, x bf16 or f32 (rounded to bf16 as it is packed), or with PACKED x
+// already in pack_a's layout (ldx unused): W is expanded 32 rows (a panel) at a time, in cache, and
+// rows of x pass it. y: f32, or for GLU (W = gate | up, inter rows each, inter % 32 == 0) bf16
+// act(x @ gate.T) * (x @ up.T) in pack_a's layout for [M, inter] (ldy unused; act as in act_mul).
 // Each thread expands its panels a group at a time and runs chunks of rows through the group, so
 // that the group (<= GROUP_BYTES) and the chunk's packed rows (<= CHUNK_BYTES) stay in L2 together:
 // a 2048-wide down projection's 512 packed rows (2 MB) streamed from L3 once per panel ran the tiles
 // at half speed. False for an unknown type.
 constexpr int64_t GROUP_BYTES = 512 << 10, CHUNK_BYTES = 384 << 10;
 
-template <GemmOut MODE = GemmOut::F32, class X>
+template <GemmOut MODE = GemmOut::F32, bool PACKED = false, class X>
 bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int act = 0) {
   const int64_t K = p.K, inter = p.N / 2, ksn = K / 32;
-  if (K % 32 || !amx_bf16_usable() || (MODE == GemmOut::GLU && inter % 16)) return false;
+  if (K % 32 || !amx_bf16_usable() || (MODE == GemmOut::GLU && inter % 32)) return false;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xa;
-  xa.resize(((M + 15) / 16) * 16 * K);
+  if (!PACKED) xa.resize(((M + 15) / 16) * 16 * K);
   const int64_t panels = MODE == GemmOut::GLU ? inter / 16 : (p.N + PANEL - 1) / PANEL;
   const int64_t group = std::max<int64_t>(1, GROUP_BYTES / (PANEL * K * 2));
   const int64_t chunk = std::max<int64_t>(32, CHUNK_BYTES / (K * 2) / 32 * 32);
-  uint16_t* a = xa.data();  // this thread's buffer, shared with the team (xa names each thread's own)
+  // this thread's buffer, shared with the team (xa names each thread's own)
+  uint16_t* xa_team = xa.data();
+  const uint16_t* a = PACKED ? reinterpret_cast<const uint16_t*>(x) : xa_team;
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
   {
-    pack_a(x, M, K, ldx, a);
+    if constexpr (!PACKED) pack_a(x, M, K, ldx, xa_team);
     load_bf16_tile_config();
     thread_local std::vector<float> rows;
     thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pv;
@@ -233,7 +240,7 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
           if constexpr (MODE == GemmOut::F32) {  // no `out`: the tiles go straight into y
             panel_gemm<GluRows>(b, K, am, mc, static_cast<float*>(y) + m0 * ldy, ldy, n0, cols, nullptr);
           } else {
-            const GluRows out{static_cast<uint16_t*>(y) + m0 * ldy, ldy, 16 * pn, act};
+            const GluRows out{static_cast<uint16_t*>(y) + (m0 / 16) * (inter / 32) * 512, inter / 32, 16 * pn, act};
             panel_gemm(b, K, am, mc, nullptr, 0, n0, cols, &out);
           }
         }
@@ -414,10 +421,10 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   int64_t ldx = ldr;
   const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
   float* y = scratch(tmp_out, M * dn.N);
-  if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M) && inter % 16 == 0) {  // prefill: bf16 in the middle, as torch
-    tmp_act16.resize(M * inter);
-    gemm_bf16<GemmOut::GLU>(gu, xn, M, ldx, tmp_act16.data(), inter, act);
-    gemm_bf16(dn, tmp_act16.data(), M, inter, y, dn.N);
+  if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M)) {  // prefill: bf16 in the middle, as torch
+    tmp_act16.resize(((M + 15) / 16) * 16 * inter);
+    gemm_bf16<GemmOut::GLU>(gu, xn, M, ldx, tmp_act16.data(), 0, act);
+    gemm_bf16<GemmOut::F32, true>(dn, tmp_act16.data(), M, 0, y, dn.N);
   } else {
     float* g = scratch(tmp_mid, M * gu.N);
     matmul(gu, xn, M, ldx, g, gu.N);
