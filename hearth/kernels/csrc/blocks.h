@@ -371,8 +371,20 @@ void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64
 
 // ---- dequantization (bit-exact with gguf-py) ----
 
-template <class T>
-void dequant_row(const uint8_t* row, int64_t K, int64_t nb, float* out) {
+inline __m256i to_bf16(__m512 v) {  // round to nearest even, like torch's .to(torch.bfloat16)
+  __m512i u = _mm512_castps_si512(v);
+  __m512i r = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF));
+  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(u, r), 16));
+}
+
+inline void store16(float* out, __m512 v) { _mm512_storeu_ps(out, v); }
+inline void store16(uint16_t* out, __m512 v) {  // as bf16
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), to_bf16(v));
+}
+
+// a row of K weights -> out: f32, or bf16 (rounded to nearest even)
+template <class T, class Out>
+void dequant_row(const uint8_t* row, int64_t K, int64_t nb, Out* out) {
   alignas(64) float s16[16], o16[16];
   const __m512 cz = _mm512_set1_ps(static_cast<float>(T::C));
   for (int64_t sb = 0; sb < (K + SB - 1) / SB; ++sb) {
@@ -389,16 +401,11 @@ void dequant_row(const uint8_t* row, int64_t K, int64_t nb, float* out) {
         __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * k))));
         const __m512 s = _mm512_set1_ps(s16[4 * c + k]);
         v = T::sym ? _mm512_mul_ps(s, _mm512_sub_ps(v, cz)) : _mm512_add_ps(_mm512_mul_ps(s, v), _mm512_set1_ps(o16[4 * c + k]));
-        _mm512_storeu_ps(out + at, v);
+        store16(out + at, v);
       }
     }
   }
 }
 
-inline __m256i to_bf16(__m512 v) {  // round to nearest even, like torch's .to(torch.bfloat16)
-  __m512i u = _mm512_castps_si512(v);
-  __m512i r = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF));
-  return _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_add_epi32(u, r), 16));
-}
 
 }  // namespace

@@ -90,6 +90,16 @@ void vnni_half(const float* w, int64_t ld, int64_t K, uint16_t* tiles) {
   }
 }
 
+// the same from bf16 weight rows
+void vnni_half(const uint16_t* w, int64_t ld, int64_t K, uint16_t* tiles) {
+  __m512i r[16];
+  for (int64_t ks = 0; ks < K / 32; ++ks) {
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(w + i * ld + 32 * ks);
+    transpose16(r);
+    for (int p = 0; p < 16; ++p) _mm512_store_si512(tiles + ks * 512 + 32 * p, r[p]);
+  }
+}
+
 // x (bf16, or f32 rounded to bf16; [M, K], row stride ldx) -> A tiles, contiguous:
 // xa[(mb * K / 32 + ks) * 512 ..] holds rows 16 mb .. + 16 (zeros past M), values 32 ks .. + 32.
 // Call from every thread of a parallel region: the blocks of 16 rows are shared out (then a barrier).

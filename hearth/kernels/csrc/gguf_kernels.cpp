@@ -59,9 +59,10 @@ struct RowsDot {
 };
 
 template <class T>
-struct DequantRows {
+struct DequantRows {  // rows ids[..] -> out (f32 or bf16)
+  template <class Out>
   static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, const int64_t* ids, int64_t T_,
-                  float* out) {
+                  Out* out) {
     for (int64_t t = 0; t < T_; ++t) dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
   }
 };
@@ -70,13 +71,7 @@ template <class T>
 struct DequantBf16 {
   static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, int64_t r0, int64_t r1,
                   uint16_t* out) {
-    std::vector<float> tmp(K + 16);
-    for (int64_t r = r0; r < r1; ++r) {
-      dequant_row<T>(w + r * row_bytes, K, nb, tmp.data());
-      uint16_t* o = out + (r - r0) * K;
-      for (int64_t k = 0; k < K; k += 16)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + k), to_bf16(_mm512_loadu_ps(tmp.data() + k)));
-    }
+    for (int64_t r = r0; r < r1; ++r) dequant_row<T>(w + r * row_bytes, K, nb, out + (r - r0) * K);
   }
 };
 
@@ -205,9 +200,9 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
   {
     if constexpr (!PACKED) pack_a(x, M, K, ldx, xa_team);
     load_bf16_tile_config();
-    thread_local std::vector<float> rows;
+    thread_local std::vector<uint16_t> rows;  // a panel's weight rows, bf16
     thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pv;
-    rows.resize(PANEL * (K + 16));
+    rows.resize(PANEL * (K + 32));
     pv.resize(group * PANEL * K);
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p1 = panels * (t + 1) / T;
@@ -216,9 +211,9 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
       for (int64_t pn = g0; pn < g1; ++pn) {  // expand the group
         const int64_t n0 = pn * PANEL, cols = MODE == GemmOut::GLU ? PANEL : std::min<int64_t>(PANEL, p.N - n0);
         for (int64_t i = 0; i < PANEL; ++i) {
-          float* row = rows.data() + i * (K + 16);
+          uint16_t* row = rows.data() + i * (K + 32);
           if (i >= cols) {
-            std::fill(row, row + K, 0.0f);
+            std::fill(row, row + K, uint16_t{0});
             continue;
           }
           const int64_t n = MODE != GemmOut::GLU ? n0 + i : i < 16 ? 16 * pn + i : inter + 16 * pn + i - 16;
@@ -228,8 +223,8 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
           }
         }
         uint16_t* b = pv.data() + (pn - g0) * PANEL * K;
-        vnni_half(rows.data(), K + 16, K, b);
-        vnni_half(rows.data() + 16 * (K + 16), K + 16, K, b + ksn * 512);
+        vnni_half(rows.data(), K + 32, K, b);
+        vnni_half(rows.data() + 16 * (K + 32), K + 32, K, b + ksn * 512);
       }
       for (int64_t m0 = 0; m0 < M; m0 += chunk) {
         const int64_t mc = std::min(chunk, M - m0);
