@@ -103,6 +103,21 @@ def test_batched_rows_unchanged_by_other_tile_users(qtype):
     assert torch.equal(mm(x), before)
 
 
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_bf16_tiles_multiply_the_weights_rounded_to_bf16(qtype):
+    """From 64 rows on, W is expanded to bf16 panel by panel (4- and 5-bit types by table lookup):
+    with x exact in bf16, y equals x @ bf16(W).T up to f32 sums (products of bf16 are exact)."""
+    rng, g = np.random.default_rng(int(qtype) + 100), torch.Generator().manual_seed(int(qtype))
+    for k in widths(qtype):
+        t = random_tensor(qtype, 37, k, rng)  # a panel of 32 rows and a ragged one
+        w = torch.from_numpy(gguf_reference(t)).bfloat16().double()
+        mm = native.NativeMatmul([(as_bytes(t.data, qtype), int(qtype))], k, 64)
+        x = (torch.randn(70, k, generator=g) * 3).bfloat16().float()  # a ragged last tile of rows
+        err = (mm(x).double() - x.double() @ w.T).abs()
+        assert bool((err <= 1e-5 * (x.double().abs() @ w.abs().T) + 1e-6).all()), float(err.max())
+
+
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_dequant_rows_bit_exact_and_bf16_tiles(qtype):
     for k in widths(qtype):

@@ -62,16 +62,19 @@ inline __mmask64 paired_bits(uint32_t h0, uint32_t h1) {  // 32 high bits of eac
 
 struct TQ4_0 {
   static constexpr int TS = 18, C = 8;
+  static constexpr int LEVELS = 16;  // code values
   static constexpr bool sym = true;
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return paired_nibbles(b0 + 2, b1 + 2); }
 };
 struct TQ4_1 {
   static constexpr int TS = 20, C = 0;
+  static constexpr int LEVELS = 16;  // code values
   static constexpr bool sym = false;
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return paired_nibbles(b0 + 4, b1 + 4); }
 };
 struct TQ5_0 {
   static constexpr int TS = 22, C = 16;
+  static constexpr int LEVELS = 32;  // code values
   static constexpr bool sym = true;
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_or_si512(paired_nibbles(b0 + 6, b1 + 6), _mm512_maskz_set1_epi8(paired_bits(u32(b0 + 2), u32(b1 + 2)), 0x10));
@@ -79,6 +82,7 @@ struct TQ5_0 {
 };
 struct TQ5_1 {
   static constexpr int TS = 24, C = 0;
+  static constexpr int LEVELS = 32;  // code values
   static constexpr bool sym = false;
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_or_si512(paired_nibbles(b0 + 8, b1 + 8), _mm512_maskz_set1_epi8(paired_bits(u32(b0 + 4), u32(b1 + 4)), 0x10));
@@ -86,6 +90,7 @@ struct TQ5_1 {
 };
 struct TQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
   static constexpr int TS = 34, C = 128;
+  static constexpr int LEVELS = 256;  // code values
   static constexpr bool sym = true;
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
     const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
@@ -97,6 +102,7 @@ struct TQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
 
 template <class T>
 struct Blocks32 {
+  using Type = T;
   static constexpr bool sym = T::sym, paired = true;
   static constexpr int C = T::C;
   // the scales of superblock `sb` (in chunk order: group 4c + k is the k-th 16 weights of chunk c)
@@ -404,6 +410,44 @@ void dequant_row(const uint8_t* row, int64_t K, int64_t nb, Out* out) {
         store16(out + at, v);
       }
     }
+  }
+}
+
+// A row of a 4- or 5-bit Blocks32 type -> bf16 by table: per block the (at most 32) values its codes
+// can take, d (q - C) or d q + m as dequant_row computes them, are rounded to bf16 once, and the
+// codes pick from them (one permute per 32 weights instead of a conversion per 16; the prefill
+// expands every weight per call). Needs AVX512-BF16: callers check amx_bf16_usable().
+#define HK_AVX512BF16 __attribute__((target("avx512bf16")))
+
+// one block (its 32 codes in natural order) -> 32 bf16
+template <class T>
+HK_AVX512BF16 inline void table_block(const uint8_t* b, __m256i codes, uint16_t* dst) {
+  const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512 cz = _mm512_set1_ps(static_cast<float>(T::C)), sixteen = _mm512_set1_ps(16.0f);
+  const __m512 v_lo = T::sym ? _mm512_sub_ps(lane, cz) : lane;
+  const __m512 v_hi = T::sym ? _mm512_sub_ps(_mm512_add_ps(lane, sixteen), cz) : _mm512_add_ps(lane, sixteen);
+  const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<uint16_t>(u32(b))));
+  __m512 lo = _mm512_mul_ps(d, v_lo), hi = _mm512_mul_ps(d, v_hi);
+  if (!T::sym) {
+    const __m512 m = _mm512_set1_ps(_cvtsh_ss(static_cast<uint16_t>(u32(b) >> 16)));
+    lo = _mm512_add_ps(lo, m), hi = _mm512_add_ps(hi, m);
+  }
+  const __m512i table = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+  _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(codes), table));
+}
+
+// A row of a 4- or 5-bit Blocks32 type -> bf16 by table: per block the (at most 32) values its codes
+// can take, d (q - C) or d q + m as dequant_row computes them, are rounded to bf16 once, and the
+// codes pick from them (one permute per 32 weights instead of a conversion per 16; the prefill
+// expands every weight per call). Needs AVX512-BF16: callers check amx_bf16_usable().
+template <class T>
+HK_AVX512BF16 void dequant_row_bf16_table(const uint8_t* row, int64_t nb, uint16_t* out) {
+  static_assert(T::LEVELS <= 32, "codes must index a 32-entry table");
+  for (int64_t b = 0; b < nb; b += 2) {  // codes of two blocks: [b w0-15, b+1 w0-15, b w16-31, b+1 w16-31]
+    const uint8_t* b0 = row + b * T::TS;
+    const __m512i q = T::codes(b0, b + 1 < nb ? b0 + T::TS : ZERO_BLOCK);
+    table_block<T>(b0, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x08)), out + 32 * b);  // lanes 0, 2
+    if (b + 1 < nb) table_block<T>(b0 + T::TS, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x0D)), out + 32 * b + 32);
   }
 }
 

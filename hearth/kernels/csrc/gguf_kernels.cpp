@@ -59,11 +59,23 @@ struct RowsDot {
 };
 
 template <class T>
-struct DequantRows {  // rows ids[..] -> out (f32 or bf16)
+constexpr bool tabled() {  // a 4- or 5-bit Blocks32 type: dequant_row_bf16_table reads it
+  if constexpr (T::paired) return T::Type::LEVELS <= 32;
+  return false;
+}
+
+template <class T>
+struct DequantRows {  // rows ids[..] -> out (f32, or bf16: only where amx_bf16_usable())
   template <class Out>
   static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, const int64_t* ids, int64_t T_,
                   Out* out) {
-    for (int64_t t = 0; t < T_; ++t) dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
+    for (int64_t t = 0; t < T_; ++t) {
+      if constexpr (std::is_same_v<Out, uint16_t> && tabled<T>()) {
+        dequant_row_bf16_table<typename T::Type>(w + ids[t] * row_bytes, nb, out + t * K);
+      } else {
+        dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
+      }
+    }
   }
 };
 
