@@ -280,12 +280,13 @@ Act quantize_for(const Plan& p, const float* x, int64_t M, int64_t ldx) {
 
 // out = x * rsqrt(mean(x^2) + eps) * w over n values (hearth.layers.norm.RMSNorm); out may be x
 void rmsnorm_row(const float* x, int64_t n, const float* w, float eps, float* out) {
-  __m512 ss = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
+  __m512 ss[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t i = 0; i < n; i += 16) {  // four sums: one chain of FMAs waits out each one's latency
     const __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
-    ss = _mm512_fmadd_ps(v, v, ss);
+    ss[(i / 16) % 4] = _mm512_fmadd_ps(v, v, ss[(i / 16) % 4]);
   }
-  const __m512 r = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(ss) / static_cast<float>(n) + eps));
+  const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(ss[0], ss[1]), _mm512_add_ps(ss[2], ss[3])));
+  const __m512 r = _mm512_set1_ps(1.0f / std::sqrt(sum / static_cast<float>(n) + eps));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), r);
