@@ -413,15 +413,9 @@ void dequant_row(const uint8_t* row, int64_t K, int64_t nb, Out* out) {
   }
 }
 
-// A row of a 4- or 5-bit Blocks32 type -> bf16 by table: per block the (at most 32) values its codes
-// can take, d (q - C) or d q + m as dequant_row computes them, are rounded to bf16 once, and the
-// codes pick from them (one permute per 32 weights instead of a conversion per 16; the prefill
-// expands every weight per call). Needs AVX512-BF16: callers check amx_bf16_usable().
-#define HK_AVX512BF16 __attribute__((target("avx512bf16")))
-
-// one block (its 32 codes in natural order) -> 32 bf16
+// one block of a 4- or 5-bit Blocks32 type (its 32 codes in natural order) -> 32 bf16
 template <class T>
-HK_AVX512BF16 inline void table_block(const uint8_t* b, __m256i codes, uint16_t* dst) {
+inline void table_block(const uint8_t* b, __m256i codes, uint16_t* dst) {
   const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const __m512 cz = _mm512_set1_ps(static_cast<float>(T::C)), sixteen = _mm512_set1_ps(16.0f);
   const __m512 v_lo = T::sym ? _mm512_sub_ps(lane, cz) : lane;
@@ -441,7 +435,7 @@ HK_AVX512BF16 inline void table_block(const uint8_t* b, __m256i codes, uint16_t*
 // codes pick from them (one permute per 32 weights instead of a conversion per 16; the prefill
 // expands every weight per call). Needs AVX512-BF16: callers check amx_bf16_usable().
 template <class T>
-HK_AVX512BF16 void dequant_row_bf16_table(const uint8_t* row, int64_t nb, uint16_t* out) {
+void dequant_row_bf16_table(const uint8_t* row, int64_t nb, uint16_t* out) {
   static_assert(T::LEVELS <= 32, "codes must index a 32-entry table");
   for (int64_t b = 0; b < nb; b += 2) {  // codes of two blocks: [b w0-15, b+1 w0-15, b w16-31, b+1 w16-31]
     const uint8_t* b0 = row + b * T::TS;

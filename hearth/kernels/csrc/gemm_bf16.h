@@ -42,7 +42,7 @@ bool amx_bf16_usable() {
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
     const bool amx = amx_usable() && ((d >> 22) & 1);  // AMX-BF16
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
-    return amx && ((a >> 5) & 1);  // and AVX512-BF16 (dequant_row_bf16_table); every AMX CPU has it
+    return amx && ((a >> 5) & 1);  // and AVX512-BF16 (the expansion, GLU's readout); every AMX CPU has it
   }();
   return ok;
 }

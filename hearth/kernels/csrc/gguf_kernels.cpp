@@ -179,7 +179,7 @@ struct GluRows {
   void operator()(int64_t m, const float* gate, const float* up) const {
     const __m512 v = _mm512_mul_ps(act_ps(act, _mm512_loadu_ps(gate)), _mm512_loadu_ps(up));
     uint16_t* dst = h + ((m / 16) * ksn + j0 / 32) * 512 + 32 * (m % 16) + j0 % 32;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), to_bf16(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
   }
 };
 
