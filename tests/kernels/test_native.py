@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
+from gguf.quants import quantize as gguf_quantize
 
 from hearth.kernels import native
 from hearth.layers.quant import as_bytes
+from hearth.loader.gguf_loader import GGUFTensor
 from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
@@ -149,3 +151,29 @@ def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert native.lib() is None  # decided once: no second warning
+
+
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
+def test_mlp_middle_on_bf16_tiles_is_act_gate_times_up_in_bf16(activation):
+    """At prefill size the MLP runs on bf16 tiles, gate | up read out as bf16(act(gate) * up) straight
+    into the down projection's tiles. With an identity down projection r gains exactly that middle:
+    each value float64's act(gate) * up from the same bf16 inputs, rounded to bf16."""
+    rng, g = np.random.default_rng(11), torch.Generator().manual_seed(11)
+    hidden, inter, m = 256, 96, 100  # rows: three 32-row blocks and a ragged one
+    gate, up = random_tensor(Q.Q8_0, inter, hidden, rng, 0.002), random_tensor(Q.Q8_0, inter, hidden, rng, 0.002)
+    eye = np.eye(hidden, inter, dtype=np.float32)
+    down = GGUFTensor("w", Q.Q8_0, (hidden, inter), gguf_quantize(eye, Q.Q8_0))
+    assert torch.equal(torch.from_numpy(gguf_reference(down)).bfloat16().float(), torch.from_numpy(eye))  # as the tiles see it
+    mm = lambda *ts: native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], ts[0].shape[1], 64)
+    wg, wu = (torch.from_numpy(gguf_reference(t)).bfloat16().double() for t in (gate, up))
+    r = torch.randn(m, hidden, generator=g) * 2
+    x = r.bfloat16().double()
+    act = torch.nn.functional.silu if activation == "silu" else lambda v: torch.nn.functional.gelu(v, approximate="tanh")
+    want = act(x @ wg.T) * (x @ wu.T)
+    got = native.mlp_add_to(mm(gate, up), mm(down), activation, r.clone(), None, 0.0, None, 0.0) - r
+    assert torch.equal(got[:, inter:], torch.zeros(m, hidden - inter))
+    sums = 2e-5 * (x.abs() @ wg.abs().T) * (x.abs() @ wu.abs().T)  # f32 sums of gate, up (act' < 1.2)
+    half_step = torch.exp2(torch.floor(torch.log2(want.abs())) - 8)  # bf16 keeps 8 significant bits
+    # plus 2^-12 for the act's own approximation
+    assert bool(((got[:, :inter].double() - want).abs() <= half_step + 2.0 ** -12 * want.abs() + sums).all())
