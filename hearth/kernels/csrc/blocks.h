@@ -151,11 +151,12 @@ inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {  // Q4_K/Q5_K: d 
 
 struct KQuant {
   static constexpr bool paired = false;
+  static constexpr int LEVELS = 0;  // set where a scale and min cover 32 weights of <= 32 levels (a table)
   static int pos(int c, int k) { return 64 * c + 16 * k; }
 };
 
 struct TQ4_K : KQuant {  // d dmin scales[12] qs[128]; 8 groups of 32
-  static constexpr int TS = 144, C = 0;
+  static constexpr int TS = 144, C = 0, LEVELS = 16;
   static constexpr bool sym = false;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     return k4_scales(row + sb * TS, s, o);
@@ -172,7 +173,7 @@ inline __mmask64 bit_pair(__m256i v, int c) {  // bits 2c (first 32 bytes) and 2
 }
 
 struct TQ5_K : KQuant {  // d dmin scales[12] qh[32] qs[128]; bit g of qh[l] is the high bit of weight 32g + l
-  static constexpr int TS = 176, C = 0;
+  static constexpr int TS = 176, C = 0, LEVELS = 32;
   static constexpr bool sym = false;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     return k4_scales(row + sb * TS, s, o);
@@ -413,35 +414,58 @@ void dequant_row(const uint8_t* row, int64_t K, int64_t nb, Out* out) {
   }
 }
 
-// one block of a 4- or 5-bit Blocks32 type (its 32 codes in natural order) -> 32 bf16
-template <class T>
-inline void table_block(const uint8_t* b, __m256i codes, uint16_t* dst) {
-  const __m512 lane = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512 cz = _mm512_set1_ps(static_cast<float>(T::C)), sixteen = _mm512_set1_ps(16.0f);
-  const __m512 v_lo = T::sym ? _mm512_sub_ps(lane, cz) : lane;
-  const __m512 v_hi = T::sym ? _mm512_sub_ps(_mm512_add_ps(lane, sixteen), cz) : _mm512_add_ps(lane, sixteen);
-  const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<uint16_t>(u32(b))));
-  __m512 lo = _mm512_mul_ps(d, v_lo), hi = _mm512_mul_ps(d, v_hi);
-  if (!T::sym) {
-    const __m512 m = _mm512_set1_ps(_cvtsh_ss(static_cast<uint16_t>(u32(b) >> 16)));
-    lo = _mm512_add_ps(lo, m), hi = _mm512_add_ps(hi, m);
-  }
+// 32 weights by table: codes (natural order) pick from lo (codes 0-15) and hi (16-31), rounded to bf16
+inline void table_store(__m512 lo, __m512 hi, __m256i codes, uint16_t* dst) {
   const __m512i table = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
   _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(codes), table));
 }
 
-// A row of a 4- or 5-bit Blocks32 type -> bf16 by table: per block the (at most 32) values its codes
-// can take, d (q - C) or d q + m as dequant_row computes them, are rounded to bf16 once, and the
-// codes pick from them (one permute per 32 weights instead of a conversion per 16; the prefill
-// expands every weight per call). Needs AVX512-BF16: callers check amx_bf16_usable().
+const __m512 LANES = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+const __m512 LANES_HI = _mm512_add_ps(LANES, _mm512_set1_ps(16.0f));
+
+// A row of a 4- or 5-bit type whose scales cover 32 weights (Q4_0/Q4_1/Q5_0/Q5_1, Q4_K/Q5_K) -> bf16
+// by table: per 32 weights the (at most 32) values their codes can take, computed as dequant_row
+// computes them, are rounded to bf16 once and the codes pick from them (a permute per 32 weights
+// instead of a conversion per 16: the prefill expands every weight per call). Needs AVX512-BF16:
+// callers check amx_bf16_usable().
 template <class T>
-void dequant_row_bf16_table(const uint8_t* row, int64_t nb, uint16_t* out) {
-  static_assert(T::LEVELS <= 32, "codes must index a 32-entry table");
-  for (int64_t b = 0; b < nb; b += 2) {  // codes of two blocks: [b w0-15, b+1 w0-15, b w16-31, b+1 w16-31]
-    const uint8_t* b0 = row + b * T::TS;
-    const __m512i q = T::codes(b0, b + 1 < nb ? b0 + T::TS : ZERO_BLOCK);
-    table_block<T>(b0, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x08)), out + 32 * b);  // lanes 0, 2
-    if (b + 1 < nb) table_block<T>(b0 + T::TS, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x0D)), out + 32 * b + 32);
+void dequant_row_bf16_table(const uint8_t* row, int64_t K, int64_t nb, uint16_t* out) {
+  if constexpr (T::paired) {
+    using B = typename T::Type;
+    static_assert(B::LEVELS <= 32, "codes must index a 32-entry table");
+    const __m512 cz = _mm512_set1_ps(static_cast<float>(B::C));
+    const __m512 v_lo = B::sym ? _mm512_sub_ps(LANES, cz) : LANES, v_hi = B::sym ? _mm512_sub_ps(LANES_HI, cz) : LANES_HI;
+    auto block = [&](const uint8_t* b, __m256i codes, uint16_t* dst) {
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(static_cast<uint16_t>(u32(b))));
+      __m512 lo = _mm512_mul_ps(d, v_lo), hi = _mm512_mul_ps(d, v_hi);
+      if (!B::sym) {
+        const __m512 m = _mm512_set1_ps(_cvtsh_ss(static_cast<uint16_t>(u32(b) >> 16)));
+        lo = _mm512_add_ps(lo, m), hi = _mm512_add_ps(hi, m);
+      }
+      table_store(lo, hi, codes, dst);
+    };
+    for (int64_t b = 0; b < nb; b += 2) {  // codes of two blocks: [b w0-15, b+1 w0-15, b w16-31, b+1 w16-31]
+      const uint8_t* b0 = row + b * B::TS;
+      const __m512i q = B::codes(b0, b + 1 < nb ? b0 + B::TS : ZERO_BLOCK);
+      block(b0, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x08)), out + 32 * b);  // lanes 0, 2
+      if (b + 1 < nb) block(b0 + B::TS, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x0D)), out + 32 * b + 32);
+    }
+  } else {
+    static_assert(T::LEVELS > 0 && T::LEVELS <= 32, "codes must index a 32-entry table");
+    for (int64_t sb = 0; sb < K / SB; ++sb) {
+      __m512 vs, vo;
+      const int nch = T::scales(row, sb, nb, vs, vo);
+      for (int c = 0; c < nch; ++c) {  // 64 weights: the first 32 (groups 4c, 4c + 1) share a scale, so do the next
+        const __m512i q = T::codes(row, sb, c, nb);
+        auto half = [&](__m256i codes, int g, uint16_t* dst) {
+          const __m512i at = _mm512_set1_epi32(g);
+          const __m512 s = _mm512_permutexvar_ps(at, vs), o = _mm512_permutexvar_ps(at, vo);
+          table_store(_mm512_add_ps(_mm512_mul_ps(s, LANES), o), _mm512_add_ps(_mm512_mul_ps(s, LANES_HI), o), codes, dst);
+        };
+        half(_mm512_castsi512_si256(q), 4 * c, out + sb * SB + 64 * c);
+        half(_mm512_extracti64x4_epi64(q, 1), 4 * c + 2, out + sb * SB + 64 * c + 32);
+      }
+    }
   }
 }
 

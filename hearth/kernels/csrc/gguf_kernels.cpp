@@ -59,9 +59,12 @@ struct RowsDot {
 };
 
 template <class T>
-constexpr bool tabled() {  // a 4- or 5-bit Blocks32 type: dequant_row_bf16_table reads it
-  if constexpr (T::paired) return T::Type::LEVELS <= 32;
-  return false;
+constexpr bool tabled() {  // dequant_row_bf16_table reads it
+  if constexpr (T::paired) {
+    return T::Type::LEVELS <= 32;
+  } else {
+    return T::LEVELS > 0 && T::LEVELS <= 32;
+  }
 }
 
 template <class T>
@@ -71,7 +74,7 @@ struct DequantRows {  // rows ids[..] -> out (f32, or bf16: only where amx_bf16_
                   Out* out) {
     for (int64_t t = 0; t < T_; ++t) {
       if constexpr (std::is_same_v<Out, uint16_t> && tabled<T>()) {
-        dequant_row_bf16_table<typename T::Type>(w + ids[t] * row_bytes, nb, out + t * K);
+        dequant_row_bf16_table<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
       } else {
         dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
       }
