@@ -68,6 +68,36 @@ void pack_kv_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, Prefi
   }
 }
 
+constexpr int PENDING = 4;  // key blocks whose P^T waits for one pass of O^T += V^T . P^T
+
+// O^T (oh: [d][16 rows] f32) += V^T . P^T of N key blocks (V^T: vts[i], P^T tiles: pts, 512 apart).
+// Each C tile of O^T is loaded and stored once per N blocks: once per block, that traffic (three
+// tile loads and stores per product) held the products back. Two C tiles in flight: a C tile's
+// load waits for its previous store.
+template <int N>
+void flush_pv(float* oh, int64_t d, const uint16_t* const* vts, const uint16_t* pts) {
+  _tile_loadd(4, pts, 64);
+  if constexpr (N > 1) _tile_loadd(5, pts + 512, 64);
+  if constexpr (N > 2) _tile_loadd(6, pts + 1024, 64);
+  if constexpr (N > 3) _tile_loadd(7, pts + 1536, 64);
+  for (int64_t cc = 0; cc < d / 16; cc += 2) {
+    _tile_loadd(0, oh + 256 * cc, 64);
+    _tile_loadd(1, oh + 256 * (cc + 1), 64);
+#define HK_PV(I, P)                                         \
+  _tile_loadd(2, vts[I] + cc * 512, 64);                    \
+  _tile_loadd(3, vts[I] + (cc + 1) * 512, 64);              \
+  _tile_dpbf16ps(0, 2, P);                                  \
+  _tile_dpbf16ps(1, 3, P);
+    HK_PV(0, 4)
+    if constexpr (N > 1) { HK_PV(1, 5) }
+    if constexpr (N > 2) { HK_PV(2, 6) }
+    if constexpr (N > 3) { HK_PV(3, 7) }
+#undef HK_PV
+    _tile_stored(0, oh + 256 * cc, 64);
+    _tile_stored(1, oh + 256 * (cc + 1), 64);
+  }
+}
+
 constexpr float LAZY_MAX = 8.0f;  // how far scores may pass the running max before it moves (P <= e^8)
 
 // One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G.
@@ -97,8 +127,23 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
   for (int64_t h = 0; h < G; ++h) m[h] = _mm512_set1_ps(-INFINITY), l[h] = _mm512_setzero_ps();
   const int64_t last = pos0 + rows - 1, first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
   thread_local std::vector<float, AlignedAlloc<float>> st_buf;
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pt_buf;
   st_buf.resize(G * 32 * 16);
-  alignas(64) uint16_t pt[16][32];
+  pt_buf.resize(G * PENDING * 512);
+  int pending[16] = {};                 // per head: key blocks waiting, their V^T in vts[h]
+  const uint16_t* vts[16][PENDING];
+  auto flush = [&](int64_t h) {
+    const uint16_t* pts = pt_buf.data() + h * PENDING * 512;
+    float* oh = ot + h * d * 16;
+    switch (pending[h]) {
+      case 1: flush_pv<1>(oh, d, vts[h], pts); break;
+      case 2: flush_pv<2>(oh, d, vts[h], pts); break;
+      case 3: flush_pv<3>(oh, d, vts[h], pts); break;
+      case 4: flush_pv<4>(oh, d, vts[h], pts); break;
+      default: break;
+    }
+    pending[h] = 0;
+  };
   for (int64_t kb = first_key / 32; kb <= last / 32; ++kb) {
     const uint16_t* kt = p.k.data() + p.at(g, kb);
     const uint16_t* vt = p.v.data() + p.at(g, kb);
@@ -151,6 +196,8 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
       const __m512 mn = move ? _mm512_max_ps(m[h], bm) : m[h];
       const __mmask16 any = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);  // rows with a key so far
       const __m512 base = _mm512_maskz_mov_ps(any, mn);
+      if (move && seen) flush(h);  // the waiting blocks' P^T used the old max, as O^T so far
+      uint16_t (*pt)[32] = reinterpret_cast<uint16_t (*)[32]>(pt_buf.data() + (h * PENDING + pending[h]) * 512);
       __m512 sum = _mm512_setzero_ps();
       for (int r = 0; r < 16; ++r) {  // P^T rows: keys 2r, 2r + 1
         __m256i pb[2];
@@ -172,21 +219,11 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
       }
       l[h] = _mm512_add_ps(l[h], sum);
       m[h] = mn;
-      // O^T += V^T . P^T, 16 dims (one C tile) at a time, two C tiles in flight: a C tile's load
-      // waits for its previous store
-      _tile_loadd(6, &pt[0][0], 64);
-      for (int64_t cc = 0; cc < d / 16; cc += 2) {
-        _tile_loadd(0, oh + 256 * cc, 64);
-        _tile_loadd(4, vt + cc * 512, 64);
-        _tile_loadd(1, oh + 256 * (cc + 1), 64);
-        _tile_loadd(5, vt + (cc + 1) * 512, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 5, 6);
-        _tile_stored(0, oh + 256 * cc, 64);
-        _tile_stored(1, oh + 256 * (cc + 1), 64);
-      }
+      vts[h][pending[h]++] = vt;
+      if (pending[h] == PENDING) flush(h);
     }
   }
+  for (int64_t h = 0; h < G; ++h) flush(h);
   for (int64_t h = 0; h < G; ++h) {  // out rows = (O^T / l)^T
     const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), l[h]);
     for (int64_t cc = 0; cc < d / 16; ++cc) {
