@@ -141,10 +141,12 @@ class DecoderLayer(nn.Module):
     def _forward_native(self, x, positions, meta, kv_cache):
         """The same block in 5 C++ calls plus attention: norms, activation, rope and residual adds are
         fused around the native matmuls (8-bit activations for a few rows, bf16 tiles for prefill
-        chunks), saving ~30 torch ops per layer; a step of a few rows runs it in one call."""
+        chunks), saving ~30 torch ops per layer; a step of a few rows, or one sequence's prefill chunk,
+        runs it in one call."""
         a, T = self.attn, x.shape[0]
         cos, sin = a.rope.halves(positions, meta.cache)
-        if T < self.native_max_rows and self.fused is not None and self.fused(x, cos, sin, kv_cache, meta):
+        if self.fused is not None and (self.fused(x, cos, sin, kv_cache, meta) if T < self.native_max_rows
+                                       else self.fused.prefill(x, cos, sin, kv_cache, meta)):
             return x
         qkv, o, gate_up, down = (p.mm for p in self.native)
         n = self.attn_norm

@@ -94,3 +94,29 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     ours = PagedDriver(model, cfg).step({"a": ids})["a"]
     assert rows == [100] * cfg.num_layers  # every layer natively, at prefill size
     assert rel_err(ours, transformers_logits(arch, d, name, dims, ids)) < REL_TOL_FAST
+
+
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+def test_fused_prefill_equals_the_layer_in_parts(tmp_path, monkeypatch):
+    """One sequence's prefill chunk over an f16 cache runs each layer in one C++ call (attention on
+    AMX tiles): the same kernels as the layer in parts, so identical tokens and logprobs."""
+    from hearth import LLM, SamplingParams
+    from hearth.kernels import fused_layer
+
+    path = tmp_path / "tiny-gemma3.gguf"
+    write_tiny_gguf(path, "gemma3", qtype="Q8_0", context=512)
+    llm = LLM(str(path), progress=False, enable_prefix_caching=False)
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=3)
+    prompts = [{"prompt_token_ids": [(7 * i + 3) % 300 + 10 for i in range(200)]}]
+    ran = []
+    prefill = fused_layer.FusedLayer.prefill
+    monkeypatch.setattr(fused_layer.FusedLayer, "prefill", lambda self, *a: ran.append(prefill(self, *a)) or ran[-1])
+
+    def run():
+        return [(o.outputs[0].token_ids, [sorted(lp.items()) for lp in o.outputs[0].logprobs])
+                for o in llm.generate(prompts, params)]
+
+    fused = run()
+    assert ran and all(ran)  # every layer of the prefill in one call
+    monkeypatch.setattr(fused_layer.FusedLayer, "prefill", lambda self, *a: False)
+    assert run() == fused

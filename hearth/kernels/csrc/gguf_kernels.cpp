@@ -657,6 +657,21 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
   });
 }
 
+// The same layer for one sequence's long chunk (a prefill) over an f16/bf16 cache: the M new rows are
+// the last M of its ctx tokens, in the blocks `table`; attention on AMX tiles (hk_prefill_attention).
+// Non-zero where that kernel does not cover the shape, x untouched (a fallback writes the same K/V).
+int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, const float* cos, const float* sin, void* kv,
+                             int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t ctx,
+                             const int64_t* table) {
+  const Layer& l = *static_cast<const Layer*>(layer);
+  const int64_t nq = l.heads * l.d;
+  return layer_forward(l, x, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+    hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
+    return hk_prefill_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, M, ctx, table, l.scale,
+                                l.window, l.softcap, att, nq);
+  });
+}
+
 // The same layer over a quantized cache (hk_kvq_attention) in a step that seals no block: every new
 // token's K/V (rotated first when `rotate`, like hearth.kvstore.paged.QuantizedKVCache.write) goes to
 // its f16 staging position stage_dst[t] (flat: slot * bs + offset). The cache and sequence arguments
