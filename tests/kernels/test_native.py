@@ -164,12 +164,14 @@ def test_mlp_middle_on_bf16_tiles_is_act_gate_times_up_in_bf16(activation):
     gate, up = random_tensor(Q.Q8_0, inter, hidden, rng, 0.002), random_tensor(Q.Q8_0, inter, hidden, rng, 0.002)
     eye = np.eye(hidden, inter, dtype=np.float32)
     down = GGUFTensor("w", Q.Q8_0, (hidden, inter), gguf_quantize(eye, Q.Q8_0))
-    assert torch.equal(torch.from_numpy(gguf_reference(down)).bfloat16().float(), torch.from_numpy(eye))  # as the tiles see it
+    as_tiles_see_it = torch.from_numpy(gguf_reference(down)).bfloat16().float()
+    assert torch.equal(as_tiles_see_it, torch.from_numpy(eye))
     mm = lambda *ts: native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], ts[0].shape[1], 64)
     wg, wu = (torch.from_numpy(gguf_reference(t)).bfloat16().double() for t in (gate, up))
     r = torch.randn(m, hidden, generator=g) * 2
     x = r.bfloat16().double()
-    act = torch.nn.functional.silu if activation == "silu" else lambda v: torch.nn.functional.gelu(v, approximate="tanh")
+    f = torch.nn.functional
+    act = f.silu if activation == "silu" else lambda v: f.gelu(v, approximate="tanh")
     want = act(x @ wg.T) * (x @ wu.T)
     got = native.mlp_add_to(mm(gate, up), mm(down), activation, r.clone(), None, 0.0, None, 0.0) - r
     assert torch.equal(got[:, inter:], torch.zeros(m, hidden - inter))
