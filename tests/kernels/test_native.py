@@ -179,3 +179,25 @@ def test_mlp_middle_on_bf16_tiles_is_act_gate_times_up_in_bf16(activation):
     half_step = torch.exp2(torch.floor(torch.log2(want.abs())) - 8)  # bf16 keeps 8 significant bits
     # plus 2^-12 for the act's own approximation
     assert bool(((got[:, :inter].double() - want).abs() <= half_step + 2.0 ** -12 * want.abs() + sums).all())
+
+
+@pytest.mark.parametrize("neox", [True, False], ids=["halves", "pairs"])
+@pytest.mark.parametrize("d, rot", [(64, 64), (96, 80), (128, 32)])  # whole, 16-pair tail, partial
+def test_qk_rope_against_torch(neox, d, rot):
+    """Per-head RMSNorm then rotary embedding of the first rot dims, in place on a strided q | k view:
+    against hearth.layers.rotary (torch) after torch's RMSNorm."""
+    from hearth.layers.rotary import Rotary
+
+    g = torch.Generator().manual_seed(d + rot)
+    T, heads, eps = 37, 3, 1e-6
+    wide = torch.randn(T, heads * d + 5, generator=g)
+    qk, tail = wide[:, :heads * d].view(T, heads, d), wide[:, heads * d:].clone()  # row stride heads * d + 5
+    norm = torch.rand(heads, d, generator=g) + 0.5
+    positions = torch.arange(100, 100 + T)
+    rope, cache = Rotary(rot, 10000.0, neox), {}
+    normed = qk * torch.rsqrt(qk.pow(2).mean(-1, keepdim=True) + eps) * norm
+    want = rope(normed.clone(), positions, cache)
+    cos, sin = rope.halves(positions, cache)
+    native.qk_rope(qk, rot, cos, sin, neox, norm, eps)
+    torch.testing.assert_close(qk, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(wide[:, heads * d:], tail)  # the values past q | k untouched

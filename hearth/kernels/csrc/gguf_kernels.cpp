@@ -465,13 +465,31 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
 void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w,
                 float eps, const float* cos, const float* sin, int neox) {
   const int64_t h2 = rot / 2;
+  // adjacent pairs: 16 of them (32 values) split into their first and second values and back
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
   for_rows(T, [&](int64_t t) {
     const float* c = cos + t * h2;
     const float* s = sin + t * h2;
     for (int64_t h = 0; h < heads; ++h) {
       float* v = qk + t * ld + h * D;
       if (norm_w) rmsnorm_row(v, D, norm_w + h * D, eps, v);
-      for (int64_t i = 0; i < h2; ++i) {
+      int64_t i = 0;
+      for (; i + 16 <= h2; i += 16) {  // 16 pairs (a, b) -> (a c - b s, b c + a s)
+        const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);
+        float* pa = neox ? v + i : v + 2 * i;
+        float* pb = neox ? v + i + h2 : v + 2 * i + 16;
+        const __m512 x0 = _mm512_loadu_ps(pa), x1 = _mm512_loadu_ps(pb);
+        const __m512 a = neox ? x0 : _mm512_permutex2var_ps(x0, even, x1);
+        const __m512 b = neox ? x1 : _mm512_permutex2var_ps(x0, odd, x1);
+        const __m512 na = _mm512_sub_ps(_mm512_mul_ps(a, ci), _mm512_mul_ps(b, si));
+        const __m512 nb = _mm512_add_ps(_mm512_mul_ps(b, ci), _mm512_mul_ps(a, si));
+        _mm512_storeu_ps(pa, neox ? na : _mm512_permutex2var_ps(na, lo, nb));
+        _mm512_storeu_ps(pb, neox ? nb : _mm512_permutex2var_ps(na, hi, nb));
+      }
+      for (; i < h2; ++i) {  // the last rot / 2 % 16 pairs
         const int64_t ia = neox ? i : 2 * i, ib = neox ? i + h2 : 2 * i + 1;
         const float a = v[ia], b = v[ib];
         v[ia] = a * c[i] - b * s[i];
