@@ -561,7 +561,7 @@ int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf1
 void hk_kv_write(const float* x, int64_t ldx, int64_t T, const int64_t* slots, void* kv, int kv_bf16,
                  int64_t num_slots, int64_t width) {
   uint16_t* c = static_cast<uint16_t*>(kv);
-  for (int64_t t = 0; t < T; ++t)
+  for_rows(T, [&](int64_t t) {  // in parallel for a prefill: its first writes to fresh blocks page-fault
     for (int plane = 0; plane < 2; ++plane) {
       const float* src = x + t * ldx + plane * width;
       uint16_t* dst = c + plane * num_slots * width + slots[t] * width;
@@ -572,6 +572,7 @@ void hk_kv_write(const float* x, int64_t ldx, int64_t T, const int64_t* slots, v
         _mm256_mask_storeu_epi16(dst + i, k, h);
       }
     }
+  });
 }
 
 // Rows `ids` of a [V, K] tensor -> f32 out [T, K] (an embedding lookup).
