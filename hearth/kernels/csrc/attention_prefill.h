@@ -75,14 +75,19 @@ constexpr int PENDING = 4;  // key blocks whose P^T waits for one pass of O^T +=
 // tile loads and stores per product) held the products back. Two C tiles in flight: a C tile's
 // load waits for its previous store.
 template <int N>
-void flush_pv(float* oh, int64_t d, const uint16_t* const* vts, const uint16_t* pts) {
+void flush_pv(float* oh, int64_t d, const uint16_t* const* vts, const uint16_t* pts, bool fresh) {
   _tile_loadd(4, pts, 64);
   if constexpr (N > 1) _tile_loadd(5, pts + 512, 64);
   if constexpr (N > 2) _tile_loadd(6, pts + 1024, 64);
   if constexpr (N > 3) _tile_loadd(7, pts + 1536, 64);
   for (int64_t cc = 0; cc < d / 16; cc += 2) {
-    _tile_loadd(0, oh + 256 * cc, 64);
-    _tile_loadd(1, oh + 256 * (cc + 1), 64);
+    if (fresh) {  // O^T holds nothing yet
+      _tile_zero(0);
+      _tile_zero(1);
+    } else {
+      _tile_loadd(0, oh + 256 * cc, 64);
+      _tile_loadd(1, oh + 256 * (cc + 1), 64);
+    }
 #define HK_PV(I, P)                                         \
   _tile_loadd(2, vts[I] + cc * 512, 64);                    \
   _tile_loadd(3, vts[I] + (cc + 1) * 512, 64);              \
@@ -107,8 +112,9 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> qb_buf;
   thread_local std::vector<float, AlignedAlloc<float>> o_buf, rows_buf;
   qb_buf.resize(G * ksn * 512);
-  o_buf.assign(G * d * 16, 0.0f);  // O^T per head: [d][16 rows]
-  rows_buf.assign(16 * d, 0.0f);
+  o_buf.resize(G * d * 16);  // O^T per head: [d][16 rows], written by its first flush
+  rows_buf.resize(16 * d);
+  std::fill(rows_buf.begin() + rows * d, rows_buf.end(), 0.0f);  // padding rows
   uint16_t* qb = qb_buf.data();
   float* ot = o_buf.data();
   for (int64_t h = 0; h < G; ++h) {  // Q^T B tiles (q * scale), as vnni_half packs weight rows
@@ -131,18 +137,21 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
   st_buf.resize(G * 32 * 16);
   pt_buf.resize(G * PENDING * 512);
   int pending[16] = {};                 // per head: key blocks waiting, their V^T in vts[h]
+  bool fresh[16];                       // per head: O^T not written yet
+  std::fill(fresh, fresh + G, true);
   const uint16_t* vts[16][PENDING];
   auto flush = [&](int64_t h) {
     const uint16_t* pts = pt_buf.data() + h * PENDING * 512;
     float* oh = ot + h * d * 16;
     switch (pending[h]) {
-      case 1: flush_pv<1>(oh, d, vts[h], pts); break;
-      case 2: flush_pv<2>(oh, d, vts[h], pts); break;
-      case 3: flush_pv<3>(oh, d, vts[h], pts); break;
-      case 4: flush_pv<4>(oh, d, vts[h], pts); break;
-      default: break;
+      case 1: flush_pv<1>(oh, d, vts[h], pts, fresh[h]); break;
+      case 2: flush_pv<2>(oh, d, vts[h], pts, fresh[h]); break;
+      case 3: flush_pv<3>(oh, d, vts[h], pts, fresh[h]); break;
+      case 4: flush_pv<4>(oh, d, vts[h], pts, fresh[h]); break;
+      default: return;
     }
     pending[h] = 0;
+    fresh[h] = false;
   };
   for (int64_t kb = first_key / 32; kb <= last / 32; ++kb) {
     const uint16_t* kt = p.k.data() + p.at(g, kb);
