@@ -104,14 +104,19 @@ void vnni_half(const uint16_t* w, int64_t ld, int64_t K, uint16_t* tiles) {
 
 // x (bf16, or f32 rounded to bf16; [M, K], row stride ldx) -> A tiles, contiguous:
 // xa[(mb * K / 32 + ks) * 512 ..] holds rows 16 mb .. + 16 (zeros past M), values 32 ks .. + 32.
+// norm_w (f32 x only): each row RMS-normed on the way, as rmsnorm_row (no normed copy in between).
 // Call from every thread of a parallel region: the blocks of 16 rows are shared out (then a barrier).
 template <class X>
-void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
+void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa, const float* norm_w = nullptr,
+            float eps = 0.0f) {
   const int64_t ksn = K / 32;
 #pragma omp for schedule(static)
   for (int64_t mb = 0; mb < (M + 15) / 16; ++mb)
     for (int64_t i = 0; i < 16; ++i) {
       const int64_t m = 16 * mb + i;
+      float r = 1.0f;
+      if constexpr (sizeof(X) == 4)
+        if (norm_w && m < M) r = inv_rms(x + m * ldx, K, eps);
       for (int64_t ks = 0; ks < ksn; ++ks) {
         uint16_t* dst = xa + (mb * ksn + ks) * 512 + 32 * i;
         if (m >= M) {
@@ -120,8 +125,13 @@ void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa) {
           _mm512_store_si512(dst, _mm512_loadu_si512(x + m * ldx + 32 * ks));
         } else {
           const float* src = x + m * ldx + 32 * ks;
-          const __m256i lo = to_bf16(_mm512_loadu_ps(src)), hi = to_bf16(_mm512_loadu_ps(src + 16));
-          _mm512_store_si512(dst, join(lo, hi));
+          __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
+          if (norm_w) {
+            const __m512 rv = _mm512_set1_ps(r);
+            lo = _mm512_mul_ps(_mm512_mul_ps(lo, rv), _mm512_loadu_ps(norm_w + 32 * ks));
+            hi = _mm512_mul_ps(_mm512_mul_ps(hi, rv), _mm512_loadu_ps(norm_w + 32 * ks + 16));
+          }
+          _mm512_store_si512(dst, join(to_bf16(lo), to_bf16(hi)));
         }
       }
     }

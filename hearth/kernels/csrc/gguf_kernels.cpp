@@ -213,7 +213,8 @@ enum class GemmOut { F32, GLU };
 constexpr int64_t GROUP_BYTES = 512 << 10, CHUNK_BYTES = 384 << 10;
 
 template <GemmOut MODE = GemmOut::F32, bool PACKED = false, class X>
-bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int act = 0) {
+bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64_t ldy, int act = 0,
+               const float* norm_w = nullptr, float eps = 0.0f) {
   const int64_t K = p.K, inter = p.N / 2, ksn = K / 32;
   if (K % 32 || !amx_bf16_usable() || (MODE == GemmOut::GLU && inter % 32)) return false;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xa;
@@ -227,7 +228,7 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
   {
-    if constexpr (!PACKED) pack_a(x, M, K, ldx, xa_team);
+    if constexpr (!PACKED) pack_a(x, M, K, ldx, xa_team, norm_w, eps);
     load_bf16_tile_config();
     thread_local std::vector<uint16_t> rows;  // a panel's weight rows, bf16
     thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pv;
@@ -297,13 +298,7 @@ Act quantize_for(const Plan& p, const float* x, int64_t M, int64_t ldx) {
 
 // out = x * rsqrt(mean(x^2) + eps) * w over n values (hearth.layers.norm.RMSNorm); out may be x
 void rmsnorm_row(const float* x, int64_t n, const float* w, float eps, float* out) {
-  __m512 ss[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int64_t i = 0; i < n; i += 16) {  // four sums: one chain of FMAs waits out each one's latency
-    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
-    ss[(i / 16) % 4] = _mm512_fmadd_ps(v, v, ss[(i / 16) % 4]);
-  }
-  const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(ss[0], ss[1]), _mm512_add_ps(ss[2], ss[3])));
-  const __m512 r = _mm512_set1_ps(1.0f / std::sqrt(sum / static_cast<float>(n) + eps));
+  const __m512 r = _mm512_set1_ps(inv_rms(x, n, eps));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = tail_mask(n - i);
     const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), r);
@@ -420,8 +415,12 @@ void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t l
                float eps, const float* bias, float* y, int64_t ldy) {
   const Plan& p = *static_cast<const Plan*>(plan);
   const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
-  const float* xn = normed(xf, M, p.K, ldx, norm_w, eps);
-  matmul(p, xn, M, ldx, y, ldy);
+  if (bf16_tiles_for(p, M)) {  // the norm applied as x is packed
+    gemm_bf16(p, xf, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
+  } else {
+    const float* xn = normed(xf, M, p.K, ldx, norm_w, eps);
+    matmul(p, xn, M, ldx, y, ldy);
+  }
   if (bias)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < p.N; ++n) y[m * ldy + n] += bias[n];
@@ -443,14 +442,14 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   const Plan& gu = *static_cast<const Plan*>(gate_up);
   const Plan& dn = *static_cast<const Plan*>(down);
   const int64_t inter = gu.N / 2;
-  int64_t ldx = ldr;
-  const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
   float* y = scratch(tmp_out, M * dn.N);
   if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M)) {  // prefill: bf16 in the middle, as torch
     tmp_act16.resize(((M + 15) / 16) * 16 * inter);
-    gemm_bf16<GemmOut::GLU>(gu, xn, M, ldx, tmp_act16.data(), 0, act);
+    gemm_bf16<GemmOut::GLU>(gu, r, M, ldr, tmp_act16.data(), 0, act, norm_w, eps);
     gemm_bf16<GemmOut::F32, true>(dn, tmp_act16.data(), M, 0, y, dn.N);
   } else {
+    int64_t ldx = ldr;
+    const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
     float* g = scratch(tmp_mid, M * gu.N);
     matmul(gu, xn, M, ldx, g, gu.N);
     for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);

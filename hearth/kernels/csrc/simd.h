@@ -3,6 +3,8 @@
 
 #include <immintrin.h>
 
+#include <cmath>
+
 #include <cstdint>
 
 namespace {
@@ -23,6 +25,18 @@ inline __m512 exp_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
   return _mm512_scalef_ps(p, n);
+}
+
+// 1 / sqrt(mean(x^2) + eps) over n values: an RMSNorm's scale. Four sums: one chain of FMAs would
+// wait out each one's latency.
+inline float inv_rms(const float* x, int64_t n, float eps) {
+  __m512 ss[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_maskz_loadu_ps(tail_mask(n - i), x + i);
+    ss[(i / 16) % 4] = _mm512_fmadd_ps(v, v, ss[(i / 16) % 4]);
+  }
+  const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(ss[0], ss[1]), _mm512_add_ps(ss[2], ss[3])));
+  return 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
 }
 
 }  // namespace
