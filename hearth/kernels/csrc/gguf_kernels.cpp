@@ -444,7 +444,7 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   const int64_t inter = gu.N / 2;
   float* y = scratch(tmp_out, M * dn.N);
   if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M)) {  // prefill: bf16 in the middle, as torch
-    tmp_act16.resize(((M + 15) / 16) * 16 * inter);
+    tmp_act16.resize(((M + 15) / 16) * 16 * inter);  // rows past M: stale, their products never stored
     gemm_bf16<GemmOut::GLU>(gu, r, M, ldr, tmp_act16.data(), 0, act, norm_w, eps);
     gemm_bf16<GemmOut::F32, true>(dn, tmp_act16.data(), M, 0, y, dn.N);
   } else {
