@@ -160,27 +160,13 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
     // side by side (one C tile's products wait for its previous ones)
     for (int64_t h = 0; h < G; h += 2) {
       const bool pair = h + 1 < G;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-      for (int64_t ks = 0; ks < ksn; ++ks) {
-        _tile_loadd(4, kt + ks * 512, 64);
-        _tile_loadd(5, kt + (ksn + ks) * 512, 64);
-        _tile_loadd(6, qb + (h * ksn + ks) * 512, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 5, 6);
-        if (pair) {
-          _tile_loadd(7, qb + ((h + 1) * ksn + ks) * 512, 64);
-          _tile_dpbf16ps(2, 4, 7);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-      }
+      // A: keys 0-15 and 16-31, B: the two heads' Q^T
+      tile_products_2x2(kt, kt + ksn * 512, qb + h * ksn * 512, pair ? qb + (h + 1) * ksn * 512 : nullptr, ksn);
       float* sh = st_buf.data() + h * 512;
-      _tile_stored(0, sh, 64);
-      _tile_stored(1, sh + 256, 64);
+      _tile_stored(0, sh, 64);        // head h, keys 0-15
+      _tile_stored(2, sh + 256, 64);  // head h, keys 16-31
       if (pair) {
-        _tile_stored(2, sh + 512, 64);
+        _tile_stored(1, sh + 512, 64);
         _tile_stored(3, sh + 768, 64);
       }
     }

@@ -137,6 +137,31 @@ void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa, const f
     }
 }
 
+// C0 = A0 . B0, C1 = A0 . B1, C2 = A1 . B0, C3 = A1 . B1 (tmm0-3, from zero) over ksn steps of 32:
+// A tiles at a0 / a1 + 512 ks (tmm4, 5), B tiles at b0 / b1 + 512 ks (tmm6, 7). Two by two, each
+// loaded tile feeds two products; a null a1 or b1 skips its two.
+inline void tile_products_2x2(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1,
+                              int64_t ksn) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t ks = 0; ks < ksn; ++ks) {
+    _tile_loadd(4, a0 + ks * 512, 64);
+    _tile_loadd(6, b0 + ks * 512, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if (b1) {
+      _tile_loadd(7, b1 + ks * 512, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if (a1) {
+      _tile_loadd(5, a1 + ks * 512, 64);
+      _tile_dpbf16ps(2, 5, 6);
+      if (b1) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
 // One C tile -> y (f32) at rows m.., columns n.., as far as they exist (rows < M, columns < n_end):
 // whole tiles straight from the tile, ragged ones through a buffer.
 #define HK_STORE_F32(TILE, m, n)                                                               \
@@ -173,22 +198,7 @@ void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, fl
     const bool two = m + 16 < M;
     const uint16_t* a0 = xa + (m / 16) * ksn * 512;
     const uint16_t* a1 = a0 + ksn * 512;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t ks = 0; ks < ksn; ++ks) {
-      _tile_loadd(4, a0 + ks * 512, 64);
-      _tile_loadd(6, pv + ks * 512, 64);
-      _tile_loadd(7, b1 + ks * 512, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(1, 4, 7);
-      if (two) {
-        _tile_loadd(5, a1 + ks * 512, 64);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-    }
+    tile_products_2x2(a0, two ? a1 : nullptr, pv, b1, ksn);
     if (out) {
       if (m > 0) hand_out(m - 32);
       auto& c = cbuf[(m / 32) % 2];

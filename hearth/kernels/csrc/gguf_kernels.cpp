@@ -276,19 +276,6 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
   return !bad;
 }
 
-thread_local std::vector<TileActs> tile_acts_buf;
-
-// quantize x's rows, then y = x @ W.T on AMX tiles for a batch, else the VNNI loop
-bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
-  if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy);
-  const bool amx = M >= AMX_MIN_ROWS && amx_usable();
-  const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired);
-  if (!amx) return run(p, a, y, ldy);
-  tile_acts_buf.resize((M + 15) / 16);
-  for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
-  return run(p, a, y, ldy, &tile_acts_buf);
-}
-
 Act quantize_for(const Plan& p, const float* x, int64_t M, int64_t ldx) {
   return quantize(x, M, p.K, ldx, p.natural, p.paired);
 }
@@ -342,6 +329,22 @@ const float* normed(const float* x, int64_t M, int64_t K, int64_t& ldx, const fl
   for_rows(M, [&](int64_t m) { rmsnorm_row(x + m * ldx, K, w, eps, out + m * K); });
   ldx = K;
   return out;
+}
+
+thread_local std::vector<TileActs> tile_acts_buf;
+
+// y = rmsnorm(x) @ W.T (norm_w optional): on AMX bf16 tiles for a prefill (the norm applied as x is
+// packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI loop
+bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
+            const float* norm_w = nullptr, float eps = 0.0f) {
+  if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
+  x = normed(x, M, p.K, ldx, norm_w, eps);
+  const bool amx = M >= AMX_MIN_ROWS && amx_usable();
+  const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired);
+  if (!amx) return run(p, a, y, ldy);
+  tile_acts_buf.resize((M + 15) / 16);
+  for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
+  return run(p, a, y, ldy, &tile_acts_buf);
 }
 
 // r += y (after an RMSNorm of y's rows with post_w when given); y: [M, N] contiguous
@@ -415,12 +418,7 @@ void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t l
                float eps, const float* bias, float* y, int64_t ldy) {
   const Plan& p = *static_cast<const Plan*>(plan);
   const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
-  if (bf16_tiles_for(p, M)) {  // the norm applied as x is packed
-    gemm_bf16(p, xf, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
-  } else {
-    const float* xn = normed(xf, M, p.K, ldx, norm_w, eps);
-    matmul(p, xn, M, ldx, y, ldy);
-  }
+  matmul(p, xf, M, ldx, y, ldy, norm_w, eps);
   if (bias)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t n = 0; n < p.N; ++n) y[m * ldy + n] += bias[n];
@@ -448,10 +446,8 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
     gemm_bf16<GemmOut::GLU>(gu, r, M, ldr, tmp_act16.data(), 0, act, norm_w, eps);
     gemm_bf16<GemmOut::F32, true>(dn, tmp_act16.data(), M, 0, y, dn.N);
   } else {
-    int64_t ldx = ldr;
-    const float* xn = normed(r, M, gu.K, ldx, norm_w, eps);
     float* g = scratch(tmp_mid, M * gu.N);
-    matmul(gu, xn, M, ldx, g, gu.N);
+    matmul(gu, r, M, ldr, g, gu.N, norm_w, eps);
     for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
     matmul(dn, g, M, gu.N, y, dn.N);
   }
