@@ -394,9 +394,10 @@ inline void store16(uint16_t* out, __m512 v) {  // as bf16
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), to_bf16(v));
 }
 
-// a row of K weights -> out: f32, or bf16 (rounded to nearest even)
+// a row of K weights -> out: f32, or bf16 (rounded to nearest even). Weights 32 j .. 32 j + 31 go to
+// out + s32 j: contiguous by default, or a row of bf16 tiles (s32 = 512).
 template <class T, class Out>
-void dequant_row(const uint8_t* row, int64_t K, int64_t nb, Out* out) {
+void dequant_row(const uint8_t* row, int64_t K, int64_t nb, Out* out, int64_t s32 = 32) {
   alignas(64) float s16[16], o16[16];
   const __m512 cz = _mm512_set1_ps(static_cast<float>(T::C));
   for (int64_t sb = 0; sb < (K + SB - 1) / SB; ++sb) {
@@ -413,7 +414,7 @@ void dequant_row(const uint8_t* row, int64_t K, int64_t nb, Out* out) {
         __m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(q + 16 * k))));
         const __m512 s = _mm512_set1_ps(s16[4 * c + k]);
         v = T::sym ? _mm512_mul_ps(s, _mm512_sub_ps(v, cz)) : _mm512_add_ps(_mm512_mul_ps(s, v), _mm512_set1_ps(o16[4 * c + k]));
-        store16(out + at, v);
+        store16(out + at / 32 * s32 + at % 32, v);
       }
     }
   }
@@ -432,9 +433,9 @@ const __m512 LANES_HI = _mm512_add_ps(LANES, _mm512_set1_ps(16.0f));
 // by table: per 32 weights the (at most 32) values their codes can take, computed as dequant_row
 // computes them, are rounded to bf16 once and the codes pick from them (a permute per 32 weights
 // instead of a conversion per 16: the prefill expands every weight per call). Needs AVX512-BF16:
-// callers check amx_bf16_usable().
+// callers check amx_bf16_usable(). Output as dequant_row's.
 template <class T>
-void dequant_row_bf16_table(const uint8_t* row, int64_t K, int64_t nb, uint16_t* out) {
+void dequant_row_bf16_table(const uint8_t* row, int64_t K, int64_t nb, uint16_t* out, int64_t s32 = 32) {
   if constexpr (T::paired) {
     using B = typename T::Type;
     static_assert(B::LEVELS <= 32, "codes must index a 32-entry table");
@@ -452,8 +453,8 @@ void dequant_row_bf16_table(const uint8_t* row, int64_t K, int64_t nb, uint16_t*
     for (int64_t b = 0; b < nb; b += 2) {  // codes of two blocks: [b w0-15, b+1 w0-15, b w16-31, b+1 w16-31]
       const uint8_t* b0 = row + b * B::TS;
       const __m512i q = B::codes(b0, b + 1 < nb ? b0 + B::TS : ZERO_BLOCK);
-      block(b0, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x08)), out + 32 * b);  // lanes 0, 2
-      if (b + 1 < nb) block(b0 + B::TS, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x0D)), out + 32 * b + 32);
+      block(b0, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x08)), out + s32 * b);  // lanes 0, 2
+      if (b + 1 < nb) block(b0 + B::TS, _mm512_castsi512_si256(_mm512_shuffle_i64x2(q, q, 0x0D)), out + s32 * (b + 1));
     }
   } else {
     static_assert(T::LEVELS > 0 && T::LEVELS <= 32, "codes must index a 32-entry table");
@@ -467,8 +468,8 @@ void dequant_row_bf16_table(const uint8_t* row, int64_t K, int64_t nb, uint16_t*
           const __m512 s = _mm512_permutexvar_ps(at, vs), o = _mm512_permutexvar_ps(at, vo);
           table_store(_mm512_add_ps(_mm512_mul_ps(s, LANES), o), _mm512_add_ps(_mm512_mul_ps(s, LANES_HI), o), codes, dst);
         };
-        half(_mm512_castsi512_si256(q), 4 * c, out + sb * SB + 64 * c);
-        half(_mm512_extracti64x4_epi64(q, 1), 4 * c + 2, out + sb * SB + 64 * c + 32);
+        half(_mm512_castsi512_si256(q), 4 * c, out + s32 * (sb * SB / 32 + 2 * c));
+        half(_mm512_extracti64x4_epi64(q, 1), 4 * c + 2, out + s32 * (sb * SB / 32 + 2 * c + 1));
       }
     }
   }

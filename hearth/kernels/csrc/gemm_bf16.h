@@ -3,9 +3,12 @@
 // that panel before the next one is expanded. So there is no bf16 copy of W in memory and each weight
 // is expanded once per call (a torch matmul needs the whole expanded weight written to memory first).
 //
-// Tiles: C (tmm0-3) f32 [16 activation rows][16 weight rows], 2 x 2 of them around A (tmm4-5) bf16
-// activation rows [16][32 k] (x packed once per call, pack_a) and B (tmm6-7) the panel's two halves
-// of 16 weight rows in the VNNI layout [16 k pairs][16 weight rows x 2].
+// W is the tiles' A operand and x the B operand, so the products come out transposed: C (tmm0-3) f32
+// [16 weight rows][16 activation rows], 2 x 2 of them around A (tmm4-5) the panel's two halves of 16
+// weight rows [16][32 k] and B (tmm6-7) activation rows in the VNNI layout [16 k pairs][16 rows x 2].
+// A weight row's 32 values are one A tile row as they dequantize: no transposing per weight (a
+// 16 x 16 transpose of every weight panel cost ~30% of the expansion); x is transposed once per call
+// as it is packed, and each 16 x 16 block of y once, in registers, on the way out.
 #pragma once
 
 #include <immintrin.h>
@@ -77,64 +80,65 @@ inline void transpose16(__m512i r[16]) {
   }
 }
 
-// 16 weight rows (f32, row stride ld) -> their B tiles, one per 32 values of K:
-// tiles[ks * 512 + 32 r + 2 i + t] = bf16(w[i][32 ks + 2 r + t]).
+// r[i] = 32 bf16 values of row i (16 pairs) -> one VNNI tile: tile[32 p + 2 i + t] = value 2 p + t of row i
+inline void store_vnni(__m512i r[16], uint16_t* tile) {
+  transpose16(r);  // r[p] = pair p of every row
+  for (int p = 0; p < 16; ++p) _mm512_store_si512(tile + 32 * p, r[p]);
+}
+
+// 16 rows (f32, row stride ld) -> their VNNI tiles, one per 32 values of K:
+// tiles[ks * 512 + 32 p + 2 i + t] = bf16(w[i][32 ks + 2 p + t]).
 void vnni_half(const float* w, int64_t ld, int64_t K, uint16_t* tiles) {
   __m512i r[16];
   for (int64_t ks = 0; ks < K / 32; ++ks) {
-    for (int i = 0; i < 16; ++i) {  // row i's 32 values as 16 pairs of bf16
+    for (int i = 0; i < 16; ++i) {
       const float* src = w + i * ld + 32 * ks;
-      const __m256i lo = to_bf16(_mm512_loadu_ps(src)), hi = to_bf16(_mm512_loadu_ps(src + 16));
-      r[i] = join(lo, hi);
+      r[i] = join(to_bf16(_mm512_loadu_ps(src)), to_bf16(_mm512_loadu_ps(src + 16)));
     }
-    transpose16(r);  // r[pair] = that pair of every row
-    for (int p = 0; p < 16; ++p) _mm512_store_si512(tiles + ks * 512 + 32 * p, r[p]);
+    store_vnni(r, tiles + ks * 512);
   }
 }
 
-// the same from bf16 weight rows
-void vnni_half(const uint16_t* w, int64_t ld, int64_t K, uint16_t* tiles) {
-  __m512i r[16];
-  for (int64_t ks = 0; ks < K / 32; ++ks) {
-    for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(w + i * ld + 32 * ks);
-    transpose16(r);
-    for (int p = 0; p < 16; ++p) _mm512_store_si512(tiles + ks * 512 + 32 * p, r[p]);
-  }
-}
-
-// x (bf16, or f32 rounded to bf16; [M, K], row stride ldx) -> A tiles, contiguous:
-// xa[(mb * K / 32 + ks) * 512 ..] holds rows 16 mb .. + 16 (zeros past M), values 32 ks .. + 32.
-// norm_w (f32 x only): each row RMS-normed on the way, as rmsnorm_row (no normed copy in between).
-// Call from every thread of a parallel region: the blocks of 16 rows are shared out (then a barrier).
+// x (bf16, or f32 rounded to bf16; [M, K], row stride ldx) -> B tiles, contiguous:
+// xb[(mb * K / 32 + ks) * 512 ..] holds rows 16 mb .. + 16 (zeros past M), values 32 ks .. + 32, as
+// vnni_half lays them out. norm_w (f32 x only): each row RMS-normed on the way, as rmsnorm_row (no
+// normed copy in between). Call from every thread of a parallel region: the blocks of 16 rows are
+// shared out (then a barrier).
 template <class X>
-void pack_a(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xa, const float* norm_w = nullptr,
+void pack_b(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xb, const float* norm_w = nullptr,
             float eps = 0.0f) {
   const int64_t ksn = K / 32;
 #pragma omp for schedule(static)
-  for (int64_t mb = 0; mb < (M + 15) / 16; ++mb)
-    for (int64_t i = 0; i < 16; ++i) {
-      const int64_t m = 16 * mb + i;
-      float r = 1.0f;
+  for (int64_t mb = 0; mb < (M + 15) / 16; ++mb) {
+    const int64_t rows = std::min<int64_t>(16, M - 16 * mb);
+    const X* xm = x + 16 * mb * ldx;
+    float inv[16];
+    for (int64_t i = 0; i < rows; ++i) {
+      inv[i] = 1.0f;
       if constexpr (sizeof(X) == 4)
-        if (norm_w && m < M) r = inv_rms(x + m * ldx, K, eps);
-      for (int64_t ks = 0; ks < ksn; ++ks) {
-        uint16_t* dst = xa + (mb * ksn + ks) * 512 + 32 * i;
-        if (m >= M) {
-          _mm512_store_si512(dst, _mm512_setzero_si512());
+        if (norm_w) inv[i] = inv_rms(xm + i * ldx, K, eps);
+    }
+    for (int64_t ks = 0; ks < ksn; ++ks) {
+      __m512i r[16];
+      for (int64_t i = 0; i < 16; ++i) {
+        if (i >= rows) {
+          r[i] = _mm512_setzero_si512();
         } else if constexpr (sizeof(X) == 2) {
-          _mm512_store_si512(dst, _mm512_loadu_si512(x + m * ldx + 32 * ks));
+          r[i] = _mm512_loadu_si512(xm + i * ldx + 32 * ks);
         } else {
-          const float* src = x + m * ldx + 32 * ks;
+          const float* src = xm + i * ldx + 32 * ks;
           __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
           if (norm_w) {
-            const __m512 rv = _mm512_set1_ps(r);
+            const __m512 rv = _mm512_set1_ps(inv[i]);
             lo = _mm512_mul_ps(_mm512_mul_ps(lo, rv), _mm512_loadu_ps(norm_w + 32 * ks));
             hi = _mm512_mul_ps(_mm512_mul_ps(hi, rv), _mm512_loadu_ps(norm_w + 32 * ks + 16));
           }
-          _mm512_store_si512(dst, join(to_bf16(lo), to_bf16(hi)));
+          r[i] = join(to_bf16(lo), to_bf16(hi));
         }
       }
+      store_vnni(r, xb + (mb * ksn + ks) * 512);
     }
+  }
 }
 
 // C0 = A0 . B0, C1 = A0 . B1, C2 = A1 . B0, C3 = A1 . B1 (tmm0-3, from zero) over ksn steps of 32:
@@ -162,60 +166,53 @@ inline void tile_products_2x2(const uint16_t* a0, const uint16_t* a1, const uint
   }
 }
 
-// One C tile -> y (f32) at rows m.., columns n.., as far as they exist (rows < M, columns < n_end):
-// whole tiles straight from the tile, ragged ones through a buffer.
-#define HK_STORE_F32(TILE, m, n)                                                               \
-  if ((m) + 16 <= M && (n) + 16 <= n_end) {                                                    \
-    _tile_stored(TILE, y + (m) * ldy + (n), ldy * 4);                                          \
-  } else if ((m) < M && (n) < n_end) {                                                         \
-    _tile_stored(TILE, edge, 64);                                                              \
-    for (int64_t r = 0; r < std::min<int64_t>(16, M - (m)); ++r)                               \
-      _mm512_mask_storeu_ps(y + ((m) + r) * ldy + (n), tail_mask(n_end - (n)),                   \
-                            _mm512_load_ps(edge[r]));                                          \
-  }
+// A 32 x 32 block of products, as its 4 C tiles: c[2 h + g][i][j] = weight row 16 h + i of the panel
+// times activation row 16 g + j of the block.
+using Block = float[4][16][16];
 
-// Every row of x (A tiles xa, pack_a) times one panel (B tiles pv: [2][K / 32][512]), 32 output
-// columns: two C tiles per 16 rows. out == nullptr: f32 into y[:, n0 .. n0 + cols) (row stride ldy),
-// straight from the tiles. Else each row's two 16-column halves go to (*out)(row, c0, c1): converting
-// needs the values in vector registers, so each 32 x 32 block is stored to a buffer and handed out
-// whole after the next block's tile products. Not sooner: a vector load of a tile-stored buffer
-// waits for the products. And not a few rows between the tile products: vector work does not
-// overlap them on these cores (it adds its own time), and in small pieces it ran at its latency
-// instead of its throughput (GLU's activation took 3x as long).
+// panel_gemm's `out` for a plain matmul: the block transposed (in registers) into rows of y (f32, row
+// stride ldy), columns n0 .. n_end of the panel's 32, rows m .. of M.
+struct F32Rows {
+  float* y;
+  int64_t ldy, M, n0, n_end;
+  void operator()(int64_t m, const Block& c) const {
+    for (int64_t g = 0; g < 2 && m + 16 * g < M; ++g)
+      for (int64_t h = 0; h < 2 && n0 + 16 * h < n_end; ++h) {
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(c[2 * h + g][i]);
+        transpose16(r);  // r[j] = activation row 16 g + j
+        const __mmask16 cols = tail_mask(n_end - n0 - 16 * h);
+        float* dst = y + (m + 16 * g) * ldy + n0 + 16 * h;
+        for (int64_t j = 0; j < std::min<int64_t>(16, M - m - 16 * g); ++j)
+          _mm512_mask_storeu_ps(dst + j * ldy, cols, _mm512_castsi512_ps(r[j]));
+      }
+  }
+};
+
+// Every row of x (B tiles xb, pack_b) times one panel (A tiles pw: [2][K / 32][512]); each 32 x 32
+// block goes to out(m, block) from a buffer, after the next block's tile products. Not sooner: a
+// vector load of a tile-stored buffer waits for the products. And not a few rows between the tile
+// products: vector work does not overlap them on these cores (it adds its own time), and in small
+// pieces it ran at its latency instead of its throughput (GLU's activation took 3x as long).
 template <class Out>
-void panel_gemm(const uint16_t* pv, int64_t K, const uint16_t* xa, int64_t M, float* y, int64_t ldy, int64_t n0,
-                int64_t cols, const Out* out) {
-  const int64_t ksn = K / 32, n_end = n0 + cols;
-  const uint16_t* b1 = pv + ksn * 512;
-  alignas(64) float cbuf[2][4][16][16];
-  alignas(64) float edge[16][16];
-  auto hand_out = [&](int64_t m) {  // the block of rows m .. m + 32, from its buffer
-    const auto& c = cbuf[(m / 32) % 2];
-    for (int64_t j = 0; j < std::min<int64_t>(32, M - m); ++j)
-      (*out)(m + j, c[2 * (j / 16)][j % 16], c[2 * (j / 16) + 1][j % 16]);
-  };
+void panel_gemm(const uint16_t* pw, int64_t K, const uint16_t* xb, int64_t M, const Out& out) {
+  const int64_t ksn = K / 32;
+  alignas(64) Block cbuf[2];
   for (int64_t m = 0; m < M; m += 32) {
+    const uint16_t* b0 = xb + (m / 16) * ksn * 512;
     const bool two = m + 16 < M;
-    const uint16_t* a0 = xa + (m / 16) * ksn * 512;
-    const uint16_t* a1 = a0 + ksn * 512;
-    tile_products_2x2(a0, two ? a1 : nullptr, pv, b1, ksn);
-    if (out) {
-      if (m > 0) hand_out(m - 32);
-      auto& c = cbuf[(m / 32) % 2];
-      _tile_stored(0, c[0], 64);
+    tile_products_2x2(pw, pw + ksn * 512, b0, two ? b0 + ksn * 512 : nullptr, ksn);
+    if (m > 0) out(m - 32, cbuf[(m / 32 - 1) % 2]);
+    Block& c = cbuf[(m / 32) % 2];
+    _tile_stored(0, c[0], 64);
+    _tile_stored(2, c[2], 64);
+    if (two) {
       _tile_stored(1, c[1], 64);
-      _tile_stored(2, c[2], 64);
       _tile_stored(3, c[3], 64);
-    } else {
-      HK_STORE_F32(0, m, n0)
-      HK_STORE_F32(1, m, n0 + 16)
-      HK_STORE_F32(2, m + 16, n0)
-      HK_STORE_F32(3, m + 16, n0 + 16)
     }
   }
-  if (out && M > 0) hand_out((M - 1) / 32 * 32);
+  if (M > 0) out((M - 1) / 32 * 32, cbuf[((M - 1) / 32) % 2]);
 }
 
-#undef HK_STORE_F32
 
 }  // namespace

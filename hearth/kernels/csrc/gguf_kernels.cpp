@@ -68,16 +68,20 @@ constexpr bool tabled() {  // dequant_row_bf16_table reads it
 }
 
 template <class T>
-struct DequantRows {  // rows ids[..] -> out (f32, or bf16: only where amx_bf16_usable())
-  template <class Out>
+struct DequantRows {  // rows ids[..] -> out (f32)
   static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, const int64_t* ids, int64_t T_,
-                  Out* out) {
-    for (int64_t t = 0; t < T_; ++t) {
-      if constexpr (std::is_same_v<Out, uint16_t> && tabled<T>()) {
-        dequant_row_bf16_table<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
-      } else {
-        dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
-      }
+                  float* out) {
+    for (int64_t t = 0; t < T_; ++t) dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
+  }
+};
+
+template <class T>
+struct DequantTileRow {  // one weight row -> bf16, into a row of A tiles (gemm_bf16; amx_bf16_usable())
+  static void run(const uint8_t* row, int64_t K, int64_t nb, uint16_t* out) {
+    if constexpr (tabled<T>()) {
+      dequant_row_bf16_table<T>(row, K, nb, out, 512);
+    } else {
+      dequant_row<T>(row, K, nb, out, 512);
     }
   }
 };
@@ -184,28 +188,35 @@ inline __m512 act_ps(int act, __m512 g) {
   return _mm512_mul_ps(g, r);
 }
 
-// What gemm_bf16 writes for an MLP's middle (panel_gemm's `out`): from a panel of 16 gate rows and
-// the 16 up rows of the same features j0 .., bf16(act(gate) * up), straight into the A tiles the
-// down projection multiplies (pack_a's layout, inter / 32 tiles per 16 rows): written row by row
-// into [M, inter] (4 KB apart for gemma3) and then packed, the stores aliased the loads they
-// followed and the down projection read and wrote it all once more.
+// panel_gemm's `out` for an MLP's middle: from a panel of 16 gate rows (its first half) and the 16 up
+// rows of the same features j0 .., bf16(act(gate) * up), straight into the B tiles the down
+// projection multiplies (pack_b's layout, ksn tiles per 16 rows). The products come out per
+// feature, as the down projection's tiles want them: two features' rows interleave into one tile row.
 struct GluRows {
   uint16_t* h;  // the tiles of rows 0 ..
-  int64_t ksn, j0;
+  int64_t M, ksn, j0;
   int act;
-  void operator()(int64_t m, const float* gate, const float* up) const {
-    const __m512 v = _mm512_mul_ps(act_ps<true>(act, _mm512_loadu_ps(gate)), _mm512_loadu_ps(up));
-    uint16_t* dst = h + ((m / 16) * ksn + j0 / 32) * 512 + 32 * (m % 16) + j0 % 32;
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  void operator()(int64_t m, const Block& c) const {
+    const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int64_t g = 0; g < 2 && m + 16 * g < M; ++g) {
+      uint16_t* dst = h + ((m / 16 + g) * ksn + j0 / 32) * 512 + 16 * (j0 % 32);
+      for (int i = 0; i < 16; i += 2) {
+        const __m512 v0 = _mm512_mul_ps(act_ps<true>(act, _mm512_load_ps(c[g][i])), _mm512_load_ps(c[2 + g][i]));
+        const __m512 v1 = _mm512_mul_ps(act_ps<true>(act, _mm512_load_ps(c[g][i + 1])), _mm512_load_ps(c[2 + g][i + 1]));
+        const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v1, v0));  // v0's 16, then v1's
+        _mm512_store_si512(dst + 16 * i, _mm512_permutexvar_epi16(pairs, both));
+      }
+    }
   }
 };
 
 enum class GemmOut { F32, GLU };
 
 // y = x @ W.T on AMX bf16 tiles, x bf16 or f32 (rounded to bf16 as it is packed), or with PACKED x
-// already in pack_a's layout (ldx unused): W is expanded 32 rows (a panel) at a time, in cache, and
+// already in pack_b's layout (ldx unused): W is expanded 32 rows (a panel) at a time, in cache, and
 // rows of x pass it. y: f32, or for GLU (W = gate | up, inter rows each, inter % 32 == 0) bf16
-// act(x @ gate.T) * (x @ up.T) in pack_a's layout for [M, inter] (ldy unused; act as in act_mul).
+// act(x @ gate.T) * (x @ up.T) in pack_b's layout for [M, inter] (ldy unused; act as in act_mul).
 // Each thread expands its panels a group at a time and runs chunks of rows through the group, so
 // that the group (<= GROUP_BYTES) and the chunk's packed rows (<= CHUNK_BYTES) stay in L2 together:
 // a 2048-wide down projection's 512 packed rows (2 MB) streamed from L3 once per panel ran the tiles
@@ -217,56 +228,50 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
                const float* norm_w = nullptr, float eps = 0.0f) {
   const int64_t K = p.K, inter = p.N / 2, ksn = K / 32;
   if (K % 32 || !amx_bf16_usable() || (MODE == GemmOut::GLU && inter % 32)) return false;
-  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xa;
-  if (!PACKED) xa.resize(((M + 15) / 16) * 16 * K);
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xb;
+  if (!PACKED) xb.resize(((M + 15) / 16) * 16 * K);
   const int64_t panels = MODE == GemmOut::GLU ? inter / 16 : (p.N + PANEL - 1) / PANEL;
   const int64_t group = std::max<int64_t>(1, GROUP_BYTES / (PANEL * K * 2));
   const int64_t chunk = std::max<int64_t>(32, CHUNK_BYTES / (K * 2) / 32 * 32);
-  // this thread's buffer, shared with the team (xa names each thread's own)
-  uint16_t* xa_team = xa.data();
-  const uint16_t* a = PACKED ? reinterpret_cast<const uint16_t*>(x) : xa_team;
+  // this thread's buffer, shared with the team (xb names each thread's own)
+  uint16_t* xb_team = xb.data();
+  const uint16_t* b = PACKED ? reinterpret_cast<const uint16_t*>(x) : xb_team;
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
   {
-    if constexpr (!PACKED) pack_a(x, M, K, ldx, xa_team, norm_w, eps);
+    if constexpr (!PACKED) pack_b(x, M, K, ldx, xb_team, norm_w, eps);
     load_bf16_tile_config();
-    thread_local std::vector<uint16_t> rows;  // a panel's weight rows, bf16
-    thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pv;
-    rows.resize(PANEL * (K + 32));
-    pv.resize(group * PANEL * K);
+    thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pw;  // the group's panels, A tiles
+    pw.resize(group * PANEL * K);
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p1 = panels * (t + 1) / T;
     for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
       const int64_t g1 = std::min(p1, g0 + group);
-      for (int64_t pn = g0; pn < g1; ++pn) {  // expand the group
+      for (int64_t pn = g0; pn < g1; ++pn) {  // expand the group: row i into its A tile's row i % 16
         const int64_t n0 = pn * PANEL, cols = MODE == GemmOut::GLU ? PANEL : std::min<int64_t>(PANEL, p.N - n0);
         for (int64_t i = 0; i < PANEL; ++i) {
-          uint16_t* row = rows.data() + i * (K + 32);
+          uint16_t* row = pw.data() + ((pn - g0) * PANEL * K) + (i / 16) * ksn * 512 + 32 * (i % 16);
           if (i >= cols) {
-            std::fill(row, row + K, uint16_t{0});
+            for (int64_t ks = 0; ks < ksn; ++ks) _mm512_store_si512(row + ks * 512, _mm512_setzero_si512());
             continue;
           }
           const int64_t n = MODE != GemmOut::GLU ? n0 + i : i < 16 ? 16 * pn + i : inter + 16 * pn + i - 16;
           for (const Part& q : p.parts) {
             const int64_t r = n - q.out_col;  // the row within this part
-            if (r >= 0 && r < q.rows && !dispatch<DequantRows>(q.qtype, q.w, q.row_bytes, K, q.nb, &r, 1, row)) bad = 1;
+            if (r >= 0 && r < q.rows && !dispatch<DequantTileRow>(q.qtype, q.w + r * q.row_bytes, K, q.nb, row)) bad = 1;
           }
         }
-        uint16_t* b = pv.data() + (pn - g0) * PANEL * K;
-        vnni_half(rows.data(), K + 32, K, b);
-        vnni_half(rows.data() + 16 * (K + 32), K + 32, K, b + ksn * 512);
       }
       for (int64_t m0 = 0; m0 < M; m0 += chunk) {
         const int64_t mc = std::min(chunk, M - m0);
-        const uint16_t* am = a + (m0 / 16) * ksn * 512;
+        const uint16_t* bm = b + (m0 / 16) * ksn * 512;
         for (int64_t pn = g0; pn < g1; ++pn) {
-          const uint16_t* b = pv.data() + (pn - g0) * PANEL * K;
-          const int64_t n0 = pn * PANEL, cols = MODE == GemmOut::GLU ? PANEL : std::min<int64_t>(PANEL, p.N - n0);
-          if constexpr (MODE == GemmOut::F32) {  // no `out`: the tiles go straight into y
-            panel_gemm<GluRows>(b, K, am, mc, static_cast<float*>(y) + m0 * ldy, ldy, n0, cols, nullptr);
+          const uint16_t* w = pw.data() + (pn - g0) * PANEL * K;
+          if constexpr (MODE == GemmOut::F32) {
+            const int64_t n0 = pn * PANEL;
+            panel_gemm(w, K, bm, mc, F32Rows{static_cast<float*>(y) + m0 * ldy, ldy, mc, n0, std::min(p.N, n0 + PANEL)});
           } else {
-            const GluRows out{static_cast<uint16_t*>(y) + (m0 / 16) * (inter / 32) * 512, inter / 32, 16 * pn, act};
-            panel_gemm(b, K, am, mc, nullptr, 0, n0, cols, &out);
+            panel_gemm(w, K, bm, mc, GluRows{static_cast<uint16_t*>(y) + (m0 / 16) * (inter / 32) * 512, mc, inter / 32, 16 * pn, act});
           }
         }
       }
@@ -442,7 +447,7 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   const int64_t inter = gu.N / 2;
   float* y = scratch(tmp_out, M * dn.N);
   if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M)) {  // prefill: bf16 in the middle, as torch
-    tmp_act16.resize(((M + 15) / 16) * 16 * inter);  // rows past M: stale, their products never stored
+    tmp_act16.resize(((M + 15) / 16) * 16 * inter);  // rows past M within a 16: act(0) * 0
     gemm_bf16<GemmOut::GLU>(gu, r, M, ldr, tmp_act16.data(), 0, act, norm_w, eps);
     gemm_bf16<GemmOut::F32, true>(dn, tmp_act16.data(), M, 0, y, dn.N);
   } else {
