@@ -5,7 +5,8 @@
 // keys, [d / 16] tiles of 16 dims); each task (kv head, 16 query rows) packs its heads' Q^T into B
 // tiles and walks 32-key blocks up to its last row: S^T into two C tiles, the causal / window mask
 // and an online softmax in f32 vectors, P^T (bf16, pairs of keys) as a B tile, O^T accumulated in
-// memory. q, k, v and p are rounded to bf16, as in the SDPA path it replaces; sums are f32.
+// memory. q, k, v and p are rounded to bf16, as in the SDPA path it replaces; sums are f32. P is
+// e^(s - max) = 2^((s - max) log2 e) by exp2_bf16, precise to P's bf16 rounding.
 #pragma once
 
 #include <omp.h>
@@ -19,16 +20,6 @@
 #include "gemm_bf16.h"
 
 namespace {
-
-// two vectors of 16 bf16 (keys 2r, 2r + 1, one value per query row) -> one B-tile row: their pairs
-inline __m512i interleave_rows(__m256i a, __m256i b) {
-  static const __m512i idx = [] {
-    alignas(64) int16_t ix[32];
-    for (int k = 0; k < 16; ++k) ix[2 * k] = static_cast<int16_t>(k), ix[2 * k + 1] = static_cast<int16_t>(32 + k);
-    return _mm512_load_si512(ix);
-  }();
-  return _mm512_permutex2var_epi16(_mm512_castsi256_si512(a), idx, _mm512_castsi256_si512(b));
-}
 
 struct PrefillPacks {
   int64_t kb0 = 0, nkb = 0, d = 0;  // 32-key blocks kb0 .. kb0 + nkb of the context
@@ -104,6 +95,8 @@ void flush_pv(float* oh, int64_t d, const uint16_t* const* vts, const uint16_t* 
 }
 
 constexpr float LAZY_MAX = 8.0f;  // how far scores may pass the running max before it moves (P <= e^8)
+constexpr float LOG2E = 1.44269504f;
+const __m512 P_FLOOR = _mm512_set1_ps(-100.0f);  // 2^-100: no subnormal P (an assist per use), ~0 beside 1
 
 // One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G.
 void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int64_t ldq, int64_t rows, int64_t pos0,
@@ -193,22 +186,21 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
       const __m512 base = _mm512_maskz_mov_ps(any, mn);
       if (move && seen) flush(h);  // the waiting blocks' P^T used the old max, as O^T so far
       uint16_t (*pt)[32] = reinterpret_cast<uint16_t (*)[32]>(pt_buf.data() + (h * PENDING + pending[h]) * 512);
+      const __m512 base2 = _mm512_mul_ps(base, _mm512_set1_ps(LOG2E));
       __m512 sum = _mm512_setzero_ps();
       for (int r = 0; r < 16; ++r) {  // P^T rows: keys 2r, 2r + 1
-        __m256i pb[2];
+        __m512 e[2];
         for (int t = 0; t < 2; ++t) {
           const int j = 2 * r + t;
-          const __m512 x = _mm512_sub_ps(_mm512_load_ps(st + 16 * j), base);
-          const __mmask16 live = ok[j] & _mm512_cmp_ps_mask(x, _mm512_set1_ps(-80.0f), _CMP_GT_OQ);
-          const __m512 e = _mm512_maskz_mov_ps(live, exp_ps(x));
-          sum = _mm512_add_ps(sum, e);
-          pb[t] = to_bf16(e);
+          const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(_mm512_load_ps(st + 16 * j), _mm512_set1_ps(LOG2E), base2), P_FLOOR);
+          e[t] = _mm512_maskz_mov_ps(ok[j], exp2_bf16(x));
+          sum = _mm512_add_ps(sum, e[t]);
         }
-        _mm512_store_si512(pt[r], interleave_rows(pb[0], pb[1]));
+        _mm512_store_si512(pt[r], pair_rows_bf16(e[0], e[1]));
       }
       float* oh = ot + h * d * 16;
       if (move && seen) {  // rows that had keys: O^T and l scale by e^(old max - new max)
-        const __m512 alpha = _mm512_maskz_mov_ps(seen, exp_ps(_mm512_sub_ps(m[h], base)));
+        const __m512 alpha = _mm512_maskz_mov_ps(seen, exp2_bf16(_mm512_max_ps(_mm512_fmsub_ps(m[h], _mm512_set1_ps(LOG2E), base2), P_FLOOR)));
         l[h] = _mm512_mul_ps(l[h], alpha);
         for (int64_t i = 0; i < d; ++i) _mm512_store_ps(oh + 16 * i, _mm512_mul_ps(_mm512_load_ps(oh + 16 * i), alpha));
       }

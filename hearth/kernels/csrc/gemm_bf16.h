@@ -20,6 +20,7 @@
 
 #include "amx.h"
 #include "blocks.h"
+#include "simd.h"
 
 namespace {
 
@@ -84,6 +85,14 @@ inline void transpose16(__m512i r[16]) {
 inline void store_vnni(__m512i r[16], uint16_t* tile) {
   transpose16(r);  // r[p] = pair p of every row
   for (int p = 0; p < 16; ++p) _mm512_store_si512(tile + 32 * p, r[p]);
+}
+
+// Two rows of 16 values (f32) -> one VNNI tile row, rounded to bf16: [a0, b0, a1, b1, ..]
+// (AVX512-BF16: callers check amx_bf16_usable())
+inline __m512i pair_rows_bf16(__m512 a, __m512 b) {
+  const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                         21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(pairs, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));  // a's 16, b's 16
 }
 
 // 16 rows (f32, row stride ld) -> their VNNI tiles, one per 32 values of K:

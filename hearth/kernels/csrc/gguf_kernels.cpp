@@ -172,16 +172,7 @@ inline __m512 act_ps(int act, __m512 g) {
   const __m512 lim = _mm512_set1_ps(BF16_OUT ? 115.0f : 80.0f);  // as 2^t or as e^t
   __m512 t = BF16_OUT ? _mm512_mul_ps(x, _mm512_set1_ps(-1.44269504f)) : _mm512_sub_ps(_mm512_setzero_ps(), x);
   t = _mm512_max_ps(_mm512_min_ps(t, lim), _mm512_sub_ps(_mm512_setzero_ps(), lim));
-  __m512 e;
-  if constexpr (BF16_OUT) {
-    const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT), f = _mm512_sub_ps(t, n);
-    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.00961813f), f, _mm512_set1_ps(0.0555041f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240227f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693147f));
-    e = _mm512_scalef_ps(_mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f)), n);
-  } else {
-    e = exp_ps(t);
-  }
+  const __m512 e = BF16_OUT ? exp2_bf16(t) : exp_ps(t);
   const __m512 d = _mm512_add_ps(_mm512_set1_ps(1.0f), e);
   __m512 r = _mm512_rcp14_ps(d);
   if constexpr (!BF16_OUT) r = _mm512_mul_ps(r, _mm512_fnmadd_ps(d, r, _mm512_set1_ps(2.0f)));
@@ -197,15 +188,12 @@ struct GluRows {
   int64_t M, ksn, j0;
   int act;
   void operator()(int64_t m, const Block& c) const {
-    const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     for (int64_t g = 0; g < 2 && m + 16 * g < M; ++g) {
       uint16_t* dst = h + ((m / 16 + g) * ksn + j0 / 32) * 512 + 16 * (j0 % 32);
       for (int i = 0; i < 16; i += 2) {
         const __m512 v0 = _mm512_mul_ps(act_ps<true>(act, _mm512_load_ps(c[g][i])), _mm512_load_ps(c[2 + g][i]));
         const __m512 v1 = _mm512_mul_ps(act_ps<true>(act, _mm512_load_ps(c[g][i + 1])), _mm512_load_ps(c[2 + g][i + 1]));
-        const __m512i both = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v1, v0));  // v0's 16, then v1's
-        _mm512_store_si512(dst + 16 * i, _mm512_permutexvar_epi16(pairs, both));
+        _mm512_store_si512(dst + 16 * i, pair_rows_bf16(v0, v1));
       }
     }
   }
