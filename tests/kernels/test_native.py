@@ -155,13 +155,15 @@ def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
 
 @pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
 @pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
-def test_mlp_middle_on_bf16_tiles_is_act_gate_times_up_in_bf16(activation):
+@pytest.mark.parametrize("scale", [0.002, 0.3], ids=["small", "saturating"])  # gates ~ +-0.3 / +-40
+def test_mlp_middle_on_bf16_tiles_is_act_gate_times_up_in_bf16(activation, scale):
     """At prefill size the MLP runs on bf16 tiles, gate | up read out as bf16(act(gate) * up) straight
     into the down projection's tiles. With an identity down projection r gains exactly that middle:
-    each value float64's act(gate) * up from the same bf16 inputs, rounded to bf16."""
+    each value float64's act(gate) * up from the same bf16 inputs, rounded to bf16. Gates far past
+    the activation's knees take its clamped / overflowing exponent."""
     rng, g = np.random.default_rng(11), torch.Generator().manual_seed(11)
     hidden, inter, m = 256, 96, 100  # rows: three 32-row blocks and a ragged one
-    gate, up = random_tensor(Q.Q8_0, inter, hidden, rng, 0.002), random_tensor(Q.Q8_0, inter, hidden, rng, 0.002)
+    gate, up = random_tensor(Q.Q8_0, inter, hidden, rng, scale), random_tensor(Q.Q8_0, inter, hidden, rng, 0.002)
     eye = np.eye(hidden, inter, dtype=np.float32)
     down = GGUFTensor("w", Q.Q8_0, (hidden, inter), gguf_quantize(eye, Q.Q8_0))
     as_tiles_see_it = torch.from_numpy(gguf_reference(down)).bfloat16().float()
