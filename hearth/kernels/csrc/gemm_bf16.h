@@ -142,7 +142,7 @@ void pack_b(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xb, const f
             lo = _mm512_mul_ps(_mm512_mul_ps(lo, rv), _mm512_loadu_ps(norm_w + 32 * ks));
             hi = _mm512_mul_ps(_mm512_mul_ps(hi, rv), _mm512_loadu_ps(norm_w + 32 * ks + 16));
           }
-          r[i] = join(to_bf16(lo), to_bf16(hi));
+          r[i] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // AVX512-BF16: a tiles path
         }
       }
       store_vnni(r, xb + (mb * ksn + ks) * 512);
