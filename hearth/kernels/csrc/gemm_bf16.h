@@ -179,7 +179,7 @@ inline void tile_products_2x2(const uint16_t* a0, const uint16_t* a1, const uint
 // times activation row 16 g + j of the block.
 using Block = float[4][16][16];
 
-// panel_gemm's `out` for a plain matmul: the block transposed (in registers) into rows of y (f32, row
+// A plain matmul's output: a block transposed (in registers) into rows of y (f32, row
 // stride ldy), columns n0 .. n_end of the panel's 32, rows m .. of M.
 struct F32Rows {
   float* y;
@@ -198,21 +198,18 @@ struct F32Rows {
   }
 };
 
-// Every row of x (B tiles xb, pack_b) times one panel (A tiles pw: [2][K / 32][512]); each 32 x 32
-// block goes to out(m, block) from a buffer, after the next block's tile products. Not sooner: a
-// vector load of a tile-stored buffer waits for the products. And not a few rows between the tile
-// products: vector work does not overlap them on these cores (it adds its own time), and in small
-// pieces it ran at its latency instead of its throughput (GLU's activation took 3x as long).
-template <class Out>
-void panel_gemm(const uint16_t* pw, int64_t K, const uint16_t* xb, int64_t M, const Out& out) {
+// Every row of x (B tiles xb, pack_b) times one panel (A tiles pw: [2][K / 32][512]): each 32-row
+// block's C tiles into blocks[m / 32] by tile stores alone. The caller hands the blocks out after
+// all its panels' products: vector work between tile products does not overlap them on these cores,
+// and a block handed out after the next block's products (then waiting on their tile stores) cost
+// the f32 outputs 2x the time of the same work in a pass of its own.
+void panel_tiles(const uint16_t* pw, int64_t K, const uint16_t* xb, int64_t M, Block* blocks) {
   const int64_t ksn = K / 32;
-  alignas(64) Block cbuf[2];
   for (int64_t m = 0; m < M; m += 32) {
     const uint16_t* b0 = xb + (m / 16) * ksn * 512;
     const bool two = m + 16 < M;
     tile_products_2x2(pw, pw + ksn * 512, b0, two ? b0 + ksn * 512 : nullptr, ksn);
-    if (m > 0) out(m - 32, cbuf[(m / 32 - 1) % 2]);
-    Block& c = cbuf[(m / 32) % 2];
+    Block& c = blocks[m / 32];
     _tile_stored(0, c[0], 64);
     _tile_stored(2, c[2], 64);
     if (two) {
@@ -220,8 +217,6 @@ void panel_gemm(const uint16_t* pw, int64_t K, const uint16_t* xb, int64_t M, co
       _tile_stored(3, c[3], 64);
     }
   }
-  if (M > 0) out((M - 1) / 32 * 32, cbuf[((M - 1) / 32) % 2]);
 }
-
 
 }  // namespace

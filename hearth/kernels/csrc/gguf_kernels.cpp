@@ -187,7 +187,7 @@ inline __m512 act_ps(int act, __m512 g) {
   return _mm512_mul_ps(g, r);
 }
 
-// panel_gemm's `out` for an MLP's middle: from a panel of 16 gate rows (its first half) and the 16 up
+// An MLP's middle: from a block of a panel of 16 gate rows (its first half) and the 16 up
 // rows of the same features j0 .., bf16(act(gate) * up), straight into the B tiles the down
 // projection multiplies (pack_b's layout, ksn tiles per 16 rows). The products come out per
 // feature, as the down projection's tiles want them: two features' rows interleave into one tile row.
@@ -239,7 +239,10 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
     if constexpr (!PACKED) pack_b(x, M, K, ldx, xb_team, norm_w, eps);
     load_bf16_tile_config();
     thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pw;  // the group's panels, A tiles
+    thread_local std::vector<float, AlignedAlloc<float>> products;  // a chunk's blocks: [group][chunk / 32]
     pw.resize(group * PANEL * K);
+    products.resize(group * ((chunk + 31) / 32) * sizeof(Block) / 4);
+    Block* blocks = reinterpret_cast<Block*>(products.data());
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p1 = panels * (t + 1) / T;
     for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
@@ -264,18 +267,20 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
           }
         }
       }
-      for (int64_t m0 = 0; m0 < M; m0 += chunk) {
-        const int64_t mc = std::min(chunk, M - m0);
-        const uint16_t* bm = b + (m0 / 16) * ksn * 512;
-        for (int64_t pn = g0; pn < g1; ++pn) {
-          const uint16_t* w = pw.data() + (pn - g0) * PANEL * K;
-          if constexpr (MODE == GemmOut::F32) {
-            const int64_t n0 = pn * PANEL;
-            panel_gemm(w, K, bm, mc, F32Rows{static_cast<float*>(y) + m0 * ldy, ldy, mc, n0, std::min(p.N, n0 + PANEL)});
-          } else {
-            panel_gemm(w, K, bm, mc, GluRows{static_cast<uint16_t*>(y) + (m0 / 16) * (inter / 32) * 512, mc, inter / 32, 16 * pn, act});
+      for (int64_t m0 = 0; m0 < M; m0 += chunk) {  // the chunk's products, then its outputs
+        const int64_t mc = std::min(chunk, M - m0), nblk = (mc + 31) / 32;
+        for (int64_t pn = g0; pn < g1; ++pn)
+          panel_tiles(pw.data() + (pn - g0) * PANEL * K, K, b + (m0 / 16) * ksn * 512, mc, blocks + (pn - g0) * nblk);
+        for (int64_t pn = g0; pn < g1; ++pn)
+          for (int64_t m = 0; m < mc; m += 32) {
+            const Block& c = blocks[(pn - g0) * nblk + m / 32];
+            if constexpr (MODE == GemmOut::F32) {
+              const int64_t n0 = pn * PANEL;
+              F32Rows{static_cast<float*>(y) + m0 * ldy, ldy, mc, n0, std::min(p.N, n0 + PANEL)}(m, c);
+            } else {
+              GluRows{static_cast<uint16_t*>(y) + (m0 / 16) * (inter / 32) * 512, mc, inter / 32, 16 * pn, act}(m, c);
+            }
           }
-        }
       }
     }
     _tile_release();
