@@ -28,7 +28,7 @@ def _lib() -> ctypes.CDLL:
             "hk_layer_new": (_p, [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]),
             "hk_layer_free": (None, [_p]),
             "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64]),
-            "hk_layer_forward_prefill": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
+            "hk_layer_forward_prefill": (_int, [_p, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
             "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
                                             _p, _p, _p, _i64, _p, _p, _i64]),
         }
@@ -72,15 +72,16 @@ class FusedLayer:
         return rc == 0
 
 
-    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache, meta) -> bool:
+    def prefill(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache, meta, keep: int) -> bool:
         """The same for a step that is one sequence's long chunk over an f16/bf16 cache, attention on
-        AMX tiles (~8 Python-level calls per layer fewer). False: not run (another step, cache or CPU)."""
+        AMX tiles (~8 Python-level calls per layer fewer); past the K/V, only the last `keep` rows of
+        x are computed (and updated). False: not run (another step, cache or CPU)."""
         if (not self.ptr or not x.is_contiguous() or len(meta.seq_lens) != 1 or not native_pages(x, kv_cache)
                 or not native.bf16_tiles()):
             return False
         _, nb, bs, _, _ = kv_cache.shape
         table = meta.table_tensor(0)
-        rc = self.lib.hk_layer_forward_prefill(self.ptr, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(),
+        rc = self.lib.hk_layer_forward_prefill(self.ptr, x.data_ptr(), x.shape[0], keep, cos.data_ptr(), sin.data_ptr(),
                                                kv_cache.data_ptr(), int(kv_cache.dtype == torch.bfloat16), nb * bs,
                                                bs, meta.slot_mapping.data_ptr(), meta.seq_lens[0], table.data_ptr())
         return rc == 0

@@ -126,10 +126,14 @@ class DecoderLayer(nn.Module):
         self.native_max_rows = self.native[0].gemm_min_rows if self.native else 0
         self.fused = _fused(self, spec) if self.native else None
 
-    def forward(self, x, positions, meta, kv_cache):  # x: [T, hidden] f32, the residual stream
+    def forward(self, x, positions, meta, kv_cache, out_rows: list[int] | None = None):
+        """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows
+        (the model's last layer: every row's K/V is stored, only the sampled rows go on)."""
         if self.native and (x.shape[0] < self.native_max_rows or native.bf16_tiles()):
-            return self._forward_native(x, positions, meta, kv_cache)
+            return self._forward_native(x, positions, meta, kv_cache, out_rows)
         h = self.attn(self.attn_norm(x), positions, meta, kv_cache)
+        if out_rows is not None:
+            x, h = x[out_rows], h[out_rows]
         if self.post_attn_norm is not None:
             h = self.post_attn_norm(h)
         x = x + h  # f32 + bf16 promotes to f32: no cast op
@@ -138,16 +142,25 @@ class DecoderLayer(nn.Module):
             h = self.post_ffn_norm(h)
         return x.add_(h)
 
-    def _forward_native(self, x, positions, meta, kv_cache):
+    def _forward_native(self, x, positions, meta, kv_cache, out_rows):
         """The same block in 5 C++ calls plus attention: norms, activation, rope and residual adds are
         fused around the native matmuls (8-bit activations for a few rows, bf16 tiles for prefill
         chunks), saving ~30 torch ops per layer; a step of a few rows, or one sequence's prefill chunk,
-        runs it in one call."""
+        runs it in one call (which, when out_rows are its last rows, computes no others past the K/V)."""
         a, T = self.attn, x.shape[0]
         cos, sin = a.rope.halves(positions, meta.cache)
-        if self.fused is not None and (self.fused(x, cos, sin, kv_cache, meta) if T < self.native_max_rows
-                                       else self.fused.prefill(x, cos, sin, kv_cache, meta)):
-            return x
+        keep = T if out_rows is None else len(out_rows)
+        if self.fused is not None:
+            if T < self.native_max_rows:
+                if self.fused(x, cos, sin, kv_cache, meta):
+                    return x if out_rows is None else x[out_rows]
+            elif out_rows is None or out_rows == list(range(T - keep, T)):
+                if self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
+                    return x[T - keep:]
+        return self._forward_native_ops(x, cos, sin, kv_cache, meta, out_rows)
+
+    def _forward_native_ops(self, x, cos, sin, kv_cache, meta, out_rows):
+        a, T = self.attn, x.shape[0]
         qkv, o, gate_up, down = (p.mm for p in self.native)
         n = self.attn_norm
         y = qkv(x, norm=n.weight, eps=n.eps, bias=a.qkv.bias)  # [T, q | k | v] f32
@@ -156,9 +169,11 @@ class DecoderLayer(nn.Module):
                        cos, sin, a.rope.neox, None if qn is None else qn.weight, 0.0 if qn is None else qn.eps)
         write_kv_pair(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)
         attn = paged_attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
-                               a.softcap)
+                               a.softcap).view(T, a.q_size)
+        if out_rows is not None:  # as the fused prefill: only these rows past attention
+            x, attn = x[out_rows], attn[out_rows]
         pn = self.post_attn_norm
-        o.add_to(attn.view(T, a.q_size), x, None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
+        o.add_to(attn, x, None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
         n, pn = self.ffn_norm, self.post_ffn_norm
         return native.mlp_add_to(gate_up, down, self.mlp.activation, x, n.weight, n.eps,
                                  None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
@@ -213,13 +228,15 @@ class CausalLM(nn.Module):
     def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:
         raise NotImplementedError
 
-    def forward(self, ids, positions, meta: AttentionMetadata, kv_caches: list[torch.Tensor]):
-        # ids, positions: [T] -> hidden: [T, hidden]
+    def forward(self, ids, positions, meta: AttentionMetadata, kv_caches: list[torch.Tensor],
+                out_rows: list[int] | None = None):
+        # ids, positions: [T] -> hidden: [T, hidden], or [len(out_rows), hidden] for those rows only
         x = self.embed(ids)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
-        for layer, kv in zip(self.layers, kv_caches):
-            x = layer(x, positions, meta, kv)
+        last = len(self.layers) - 1
+        for i, (layer, kv) in enumerate(zip(self.layers, kv_caches)):
+            x = layer(x, positions, meta, kv, out_rows if i == last else None)
         return self.norm(x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] f32

@@ -99,12 +99,12 @@ class ModelRunner:
         if not so.seqs:
             return RunnerOutput({})
         ids, positions, meta = self._prepare(so)
-        hidden = self.model(ids, positions, meta, self.kv_caches)  # [T, hidden]
         rows = [meta.query_start_loc[i + 1] - 1 for i, s in enumerate(so.seqs) if s.sample]
+        hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [S, hidden]
         if not rows:
             return RunnerOutput({})
         seqs = [s for s in so.seqs if s.sample]
-        logits = self.model.compute_logits(hidden[rows]).float()  # [S, vocab]
+        logits = self.model.compute_logits(hidden).float()  # [S, vocab]
         params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
             if s.banned_token_ids:

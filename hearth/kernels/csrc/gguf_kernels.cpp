@@ -389,7 +389,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 6; }
+int hk_abi_version() { return 7; }
 
 int hk_cpu_ok() {
   __builtin_cpu_init();
@@ -631,7 +631,7 @@ struct Layer {
   int64_t heads, kvh, d, rot, window;
 };
 
-thread_local std::vector<float> tmp_qkv, tmp_attn;
+thread_local std::vector<float> tmp_qkv, tmp_attn, tmp_attn_tasks;
 
 void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const void* down, const float* norms[6],
                    const float eps[5], int act, int neox, int64_t heads, int64_t kvh, int64_t d, int64_t rot,
@@ -650,17 +650,22 @@ void hk_layer_free(void* l) { delete static_cast<Layer*>(l); }
 namespace {
 
 // The layer around its attention: attend(y, ldy, att) gets the normed, rotated q | k | v rows
-// (y: f32 [M, ldy]), stores the new K/V and writes the attention output att: f32 [M, heads * d].
+// (y: f32 [M, ldy]), stores the new K/V of all M and writes the attention output att: f32 [keep,
+// heads * d] of the last `keep` rows, the only rows of x updated (the model's last layer needs the
+// K/V of every row but the output of the rows it samples).
 template <class Attend>
-int layer_forward(const Layer& l, float* x, int64_t M, const float* cos, const float* sin, const Attend& attend) {
+int layer_forward(const Layer& l, float* x, int64_t M, int64_t keep, const float* cos, const float* sin,
+                  const Attend& attend) {
   const int64_t hidden = l.qkv->K, n = l.qkv->N;
   float* y = scratch(tmp_qkv, M * n);
   hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
   hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
-  float* att = scratch(tmp_attn, M * l.heads * l.d);
+  float* att = scratch(tmp_attn, std::max<int64_t>(1, keep) * l.heads * l.d);
   if (const int rc = attend(y, n, att)) return rc;
-  hk_linear_residual(l.o, att, M, l.heads * l.d, l.post_attn_norm, l.post_attn_eps, x, hidden);
-  hk_mlp(l.gate_up, l.down, l.act, x, M, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
+  if (keep == 0) return 0;
+  float* xk = x + (M - keep) * hidden;
+  hk_linear_residual(l.o, att, keep, l.heads * l.d, l.post_attn_norm, l.post_attn_eps, xk, hidden);
+  hk_mlp(l.gate_up, l.down, l.act, xk, keep, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
   return 0;
 }
 
@@ -676,7 +681,7 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
                      int64_t ldt) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t nq = l.heads * l.d;
-  return layer_forward(l, x, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+  return layer_forward(l, x, M, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
     hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
     return hk_paged_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len, seq_lens,
                               tables, ldt, l.scale, l.window, l.softcap, att, nq);
@@ -685,16 +690,23 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
 
 // The same layer for one sequence's long chunk (a prefill) over an f16/bf16 cache: the M new rows are
 // the last M of its ctx tokens, in the blocks `table`; attention on AMX tiles (hk_prefill_attention).
+// Only the last `keep` rows (0 .. M) go on past attention, as in layer_forward: their attention is
+// computed with the rows of their 16-row tasks (as in a call for all M rows, so the same values).
 // Non-zero where that kernel does not cover the shape, x untouched (a fallback writes the same K/V).
-int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, const float* cos, const float* sin, void* kv,
-                             int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t ctx,
+int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, int64_t keep, const float* cos, const float* sin,
+                             void* kv, int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t ctx,
                              const int64_t* table) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t nq = l.heads * l.d;
-  return layer_forward(l, x, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+  return layer_forward(l, x, M, keep, cos, sin, [&](float* y, int64_t ldy, float* att) {
     hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
-    return hk_prefill_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, M, ctx, table, l.scale,
-                                l.window, l.softcap, att, nq);
+    if (keep == 0) return 0;
+    const int64_t t0 = (M - keep) / 16 * 16, skip = M - keep - t0;  // rows t0 .. t0 + skip: their tasks' others
+    float* o = skip ? scratch(tmp_attn_tasks, (M - t0) * nq) : att;
+    const int rc = hk_prefill_attention(y + t0 * ldy, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, M - t0,
+                                        ctx, table, l.scale, l.window, l.softcap, o, nq);
+    if (skip) std::copy(o + skip * nq, o + (M - t0) * nq, att);
+    return rc;
   });
 }
 
@@ -709,7 +721,7 @@ int hk_layer_forward_kvq(const void* layer, float* x, int64_t M, const float* co
                          const int64_t* sink, const int64_t* fresh_refs, int64_t ldf) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t nq = l.heads * l.d, nkv = l.kvh * l.d;
-  return layer_forward(l, x, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+  return layer_forward(l, x, M, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
     if (rotate && hk_hadamard(y + nq, ldy, M, 2 * nkv, l.d, y + nq, ldy) != 0) return -1;
     hk_kv_write(y + nq, ldy, M, stage_dst, staging, 0, slots * bs, nkv);
     return hk_kvq_attention(y, ldy, kfmt, vfmt, fields, staging, slots, nullptr, 0, bs, l.heads, l.kvh, l.d, S,
