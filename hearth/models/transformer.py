@@ -171,6 +171,8 @@ class DecoderLayer(nn.Module):
         attn = paged_attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
                                a.softcap).view(T, a.q_size)
         if out_rows is not None:  # as the fused prefill: only these rows past attention
+            if not out_rows:
+                return x[:0]
             x, attn = x[out_rows], attn[out_rows]
         pn = self.post_attn_norm
         o.add_to(attn, x, None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
