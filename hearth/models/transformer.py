@@ -156,7 +156,7 @@ class DecoderLayer(nn.Module):
                     return x if out_rows is None else x[out_rows]
             elif out_rows is None or out_rows == list(range(T - keep, T)):
                 if self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
-                    return x[T - keep:]
+                    return x if keep == T else x[T - keep:]
         return self._forward_native_ops(x, cos, sin, kv_cache, meta, out_rows)
 
     def _forward_native_ops(self, x, cos, sin, kv_cache, meta, out_rows):
