@@ -236,6 +236,8 @@ class CausalLM(nn.Module):
         x = self.embed(ids)
         if self.embed_scale != 1.0:
             x = x * self.embed_scale
+        if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
+            out_rows = None
         last = len(self.layers) - 1
         for i, (layer, kv) in enumerate(zip(self.layers, kv_caches)):
             x = layer(x, positions, meta, kv, out_rows if i == last else None)

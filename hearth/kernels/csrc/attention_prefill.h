@@ -98,24 +98,24 @@ constexpr float LAZY_MAX = 8.0f;  // how far scores may pass the running max bef
 constexpr float LOG2E = 1.44269504f;
 const __m512 P_FLOOR = _mm512_set1_ps(-100.0f);  // 2^-100: no subnormal P (an assist per use), ~0 beside 1
 
-// One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G.
+// One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G; rows
+// from .. rows of the output are stored, from out's first row.
 void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int64_t ldq, int64_t rows, int64_t pos0,
-                  int64_t window, int64_t g, int64_t G, float* out, int64_t ldo) {
+                  int64_t window, int64_t g, int64_t G, int64_t from, float* out, int64_t ldo) {
   const int64_t d = a.d, ksn = d / 32;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> qb_buf;
   thread_local std::vector<float, AlignedAlloc<float>> o_buf, rows_buf;
   qb_buf.resize(G * ksn * 512);
   o_buf.resize(G * d * 16);  // O^T per head: [d][16 rows], written by its first flush
   rows_buf.resize(16 * d);
-  std::fill(rows_buf.begin() + rows * d, rows_buf.end(), 0.0f);  // padding rows
   uint16_t* qb = qb_buf.data();
   float* ot = o_buf.data();
-  for (int64_t h = 0; h < G; ++h) {  // Q^T B tiles (q * scale), as vnni_half packs weight rows
+  for (int64_t h = 0; h < G; ++h) {  // Q^T B tiles (q * scale), padded to 16 rows
     for (int64_t i = 0; i < rows; ++i)
       for (int64_t c = 0; c < d; c += 16)
         _mm512_store_ps(rows_buf.data() + i * d + c,
                         _mm512_mul_ps(_mm512_loadu_ps(q + i * ldq + (g * G + h) * d + c), _mm512_set1_ps(a.scale)));
-    vnni_half(rows_buf.data(), d, d, qb + h * ksn * 512);
+    pack_rows16(rows_buf.data(), d, rows, d, qb + h * ksn * 512);
   }
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512i pos = _mm512_mask_add_epi32(_mm512_set1_epi32(-1), tail_mask(rows), lane,  // -1: padding rows
@@ -217,7 +217,8 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
       __m512i r[16];
       for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(ot + (h * d + 16 * cc + i) * 16), inv));
       transpose16(r);  // r[row] = its 16 dims
-      for (int64_t i = 0; i < rows; ++i) _mm512_storeu_ps(out + i * ldo + (g * G + h) * d + 16 * cc, _mm512_castsi512_ps(r[i]));
+      for (int64_t i = from; i < rows; ++i)
+        _mm512_storeu_ps(out + (i - from) * ldo + (g * G + h) * d + 16 * cc, _mm512_castsi512_ps(r[i]));
     }
   }
 }

@@ -95,59 +95,50 @@ inline __m512i pair_rows_bf16(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(pairs, reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(b, a)));  // a's 16, b's 16
 }
 
-// 16 rows (f32, row stride ld) -> their VNNI tiles, one per 32 values of K:
-// tiles[ks * 512 + 32 p + 2 i + t] = bf16(w[i][32 ks + 2 p + t]).
-void vnni_half(const float* w, int64_t ld, int64_t K, uint16_t* tiles) {
-  __m512i r[16];
+// Up to 16 rows (bf16, or f32 rounded to bf16; row stride ldx; rows past `rows` read as zeros) -> their
+// VNNI tiles, one per 32 values of K: tiles[ks * 512 + 32 p + 2 i + t] = row i's value 32 ks + 2 p + t.
+// norm_w (f32 only): each row RMS-normed on the way, as rmsnorm_row (no normed copy in between).
+// AVX512-BF16: callers check amx_bf16_usable().
+template <class X>
+void pack_rows16(const X* x, int64_t ldx, int64_t rows, int64_t K, uint16_t* tiles, const float* norm_w = nullptr,
+                 float eps = 0.0f) {
+  float inv[16];
+  for (int64_t i = 0; i < rows; ++i) {
+    inv[i] = 1.0f;
+    if constexpr (sizeof(X) == 4)
+      if (norm_w) inv[i] = inv_rms(x + i * ldx, K, eps);
+  }
   for (int64_t ks = 0; ks < K / 32; ++ks) {
-    for (int i = 0; i < 16; ++i) {
-      const float* src = w + i * ld + 32 * ks;
-      r[i] = join(to_bf16(_mm512_loadu_ps(src)), to_bf16(_mm512_loadu_ps(src + 16)));
+    __m512i r[16];
+    for (int64_t i = 0; i < 16; ++i) {
+      if (i >= rows) {
+        r[i] = _mm512_setzero_si512();
+      } else if constexpr (sizeof(X) == 2) {
+        r[i] = _mm512_loadu_si512(x + i * ldx + 32 * ks);
+      } else {
+        const float* src = x + i * ldx + 32 * ks;
+        __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
+        if (norm_w) {
+          const __m512 rv = _mm512_set1_ps(inv[i]);
+          lo = _mm512_mul_ps(_mm512_mul_ps(lo, rv), _mm512_loadu_ps(norm_w + 32 * ks));
+          hi = _mm512_mul_ps(_mm512_mul_ps(hi, rv), _mm512_loadu_ps(norm_w + 32 * ks + 16));
+        }
+        r[i] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+      }
     }
     store_vnni(r, tiles + ks * 512);
   }
 }
 
-// x (bf16, or f32 rounded to bf16; [M, K], row stride ldx) -> B tiles, contiguous:
-// xb[(mb * K / 32 + ks) * 512 ..] holds rows 16 mb .. + 16 (zeros past M), values 32 ks .. + 32, as
-// vnni_half lays them out. norm_w (f32 x only): each row RMS-normed on the way, as rmsnorm_row (no
-// normed copy in between). Call from every thread of a parallel region: the blocks of 16 rows are
-// shared out (then a barrier).
+// x ([M, K], row stride ldx) -> B tiles, contiguous: xb[(mb * K / 32 + ks) * 512 ..] holds rows
+// 16 mb .. + 16 (zeros past M), values 32 ks .. + 32, as pack_rows16 lays them out (and norms them).
+// Call from every thread of a parallel region: the blocks of 16 rows are shared out (then a barrier).
 template <class X>
 void pack_b(const X* x, int64_t M, int64_t K, int64_t ldx, uint16_t* xb, const float* norm_w = nullptr,
             float eps = 0.0f) {
-  const int64_t ksn = K / 32;
 #pragma omp for schedule(static)
-  for (int64_t mb = 0; mb < (M + 15) / 16; ++mb) {
-    const int64_t rows = std::min<int64_t>(16, M - 16 * mb);
-    const X* xm = x + 16 * mb * ldx;
-    float inv[16];
-    for (int64_t i = 0; i < rows; ++i) {
-      inv[i] = 1.0f;
-      if constexpr (sizeof(X) == 4)
-        if (norm_w) inv[i] = inv_rms(xm + i * ldx, K, eps);
-    }
-    for (int64_t ks = 0; ks < ksn; ++ks) {
-      __m512i r[16];
-      for (int64_t i = 0; i < 16; ++i) {
-        if (i >= rows) {
-          r[i] = _mm512_setzero_si512();
-        } else if constexpr (sizeof(X) == 2) {
-          r[i] = _mm512_loadu_si512(xm + i * ldx + 32 * ks);
-        } else {
-          const float* src = xm + i * ldx + 32 * ks;
-          __m512 lo = _mm512_loadu_ps(src), hi = _mm512_loadu_ps(src + 16);
-          if (norm_w) {
-            const __m512 rv = _mm512_set1_ps(inv[i]);
-            lo = _mm512_mul_ps(_mm512_mul_ps(lo, rv), _mm512_loadu_ps(norm_w + 32 * ks));
-            hi = _mm512_mul_ps(_mm512_mul_ps(hi, rv), _mm512_loadu_ps(norm_w + 32 * ks + 16));
-          }
-          r[i] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));  // AVX512-BF16: a tiles path
-        }
-      }
-      store_vnni(r, xb + (mb * ksn + ks) * 512);
-    }
-  }
+  for (int64_t mb = 0; mb < (M + 15) / 16; ++mb)
+    pack_rows16(x + 16 * mb * ldx, ldx, std::min<int64_t>(16, M - 16 * mb), K, xb + mb * (K / 32) * 512, norm_w, eps);
 }
 
 // C0 = A0 . B0, C1 = A0 . B1, C2 = A1 . B0, C3 = A1 . B1 (tmm0-3, from zero) over ksn steps of 32:

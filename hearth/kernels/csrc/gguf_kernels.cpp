@@ -532,16 +532,19 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
 // Causal attention of one sequence's T new rows (the last T of its ctx tokens; q, out: f32 [T, heads,
 // d], heads and dims contiguous, row strides ldq, ldo) over an f16/bf16 paged cache (as in
 // hk_paged_attention; table: the sequence's block ids), on AMX bf16 tiles (attention_prefill.h).
-// -1 (out untouched) when the CPU or the shape is not covered.
-int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
-                         int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
-                         float scale, int64_t window, float softcap, float* out, int64_t ldo) {
+// -1 (out untouched) when the CPU or the shape is not covered. Only rows skip .. T are wanted (out
+// holds them from its first row): the 16-row tasks holding none of them are not run, the others are
+// run whole, so the wanted rows get the same values as in a call for all T (a task's rows share
+// their running max).
+static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
+                             int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
+                             float scale, int64_t window, float softcap, int64_t skip, float* out, int64_t ldo) {
   if (!amx_bf16_usable() || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 || T > ctx) return -1;
-  const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16;
+  const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16, first = skip / 16 * 16;  // first task's row
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, table, scale, softcap};
   thread_local PrefillPacks packs;  // the caller's, kept across layers and steps (each block is packed anew)
   PrefillPacks& p = packs;  // a reference: the OpenMP threads below share the caller's packs
-  p.kb0 = (window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0) / 32;
+  p.kb0 = (window > 0 ? std::max<int64_t>(0, pos0 + first - window + 1) : 0) / 32;
   p.nkb = (ctx - 1) / 32 + 1 - p.kb0;
   p.d = d;
   p.k.resize(kvh * p.nkb * d * 32);
@@ -553,14 +556,21 @@ int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf1
     for (int64_t i = 0; i < kvh * p.nkb; ++i) pack(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, p);
     load_bf16_tile_config();
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < kvh * nq; ++i) {  // the longest rows (the last) first
-      const int64_t g = i % kvh, t0 = 16 * (nq - 1 - i / kvh);
-      prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, out + t0 * ldo,
-                   ldo);
+    for (int64_t i = 0; i < kvh * (nq - first / 16); ++i) {  // the longest rows (the last) first
+      const int64_t g = i % kvh, t0 = 16 * (nq - 1 - i / kvh), from = std::max<int64_t>(0, skip - t0);
+      prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
+                   out + (t0 + from - skip) * ldo, ldo);
     }
     _tile_release();
   }
   return 0;
+}
+
+int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
+                         int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
+                         float scale, int64_t window, float softcap, float* out, int64_t ldo) {
+  return prefill_attention(q, ldq, kv, kv_bf16, num_slots, bs, heads, kvh, d, T, ctx, table, scale, window, softcap, 0,
+                           out, ldo);
 }
 
 // K and V of T new tokens into their cache slots: kv rows (f32, row stride ldx) hold k then v
@@ -631,7 +641,7 @@ struct Layer {
   int64_t heads, kvh, d, rot, window;
 };
 
-thread_local std::vector<float> tmp_qkv, tmp_attn, tmp_attn_tasks;
+thread_local std::vector<float> tmp_qkv, tmp_attn;
 
 void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const void* down, const float* norms[6],
                    const float eps[5], int act, int neox, int64_t heads, int64_t kvh, int64_t d, int64_t rot,
@@ -690,9 +700,7 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
 
 // The same layer for one sequence's long chunk (a prefill) over an f16/bf16 cache: the M new rows are
 // the last M of its ctx tokens, in the blocks `table`; attention on AMX tiles (hk_prefill_attention).
-// Only the last `keep` rows (0 .. M) go on past attention, as in layer_forward: their attention is
-// computed with the rows of their 16-row tasks (as in a call for all M rows, so the same values).
-// Non-zero where that kernel does not cover the shape, x untouched (a fallback writes the same K/V).
+// Only the last `keep` rows (0 .. M) go on past attention, as in layer_forward. Non-zero where that kernel does not cover the shape, x untouched (a fallback writes the same K/V).
 int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, int64_t keep, const float* cos, const float* sin,
                              void* kv, int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t ctx,
                              const int64_t* table) {
@@ -701,12 +709,8 @@ int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, int64_t kee
   return layer_forward(l, x, M, keep, cos, sin, [&](float* y, int64_t ldy, float* att) {
     hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
     if (keep == 0) return 0;
-    const int64_t t0 = (M - keep) / 16 * 16, skip = M - keep - t0;  // rows t0 .. t0 + skip: their tasks' others
-    float* o = skip ? scratch(tmp_attn_tasks, (M - t0) * nq) : att;
-    const int rc = hk_prefill_attention(y + t0 * ldy, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, M - t0,
-                                        ctx, table, l.scale, l.window, l.softcap, o, nq);
-    if (skip) std::copy(o + skip * nq, o + (M - t0) * nq, att);
-    return rc;
+    return prefill_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, M, ctx, table, l.scale, l.window,
+                             l.softcap, M - keep, att, nq);
   });
 }
 
