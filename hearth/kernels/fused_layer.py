@@ -29,6 +29,7 @@ def _lib() -> ctypes.CDLL:
             "hk_layer_free": (None, [_p]),
             "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64]),
             "hk_layer_forward_prefill": (_int, [_p, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
+            "hk_stack_forward_prefill": (_int, [_p, _int, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
             "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
                                             _p, _p, _p, _i64, _p, _p, _i64]),
         }
@@ -76,15 +77,49 @@ class FusedLayer:
         """The same for a step that is one sequence's long chunk over an f16/bf16 cache, attention on
         AMX tiles (~8 Python-level calls per layer fewer); past the K/V, only the last `keep` rows of
         x are computed (and updated). False: not run (another step, cache or CPU)."""
-        if (not self.ptr or not x.is_contiguous() or len(meta.seq_lens) != 1 or not native_pages(x, kv_cache)
-                or not native.bf16_tiles()):
+        tail = _prefill_args(x, [kv_cache], meta) if self.ptr else None
+        if tail is None:
             return False
-        _, nb, bs, _, _ = kv_cache.shape
-        table = meta.table_tensor(0)
         rc = self.lib.hk_layer_forward_prefill(self.ptr, x.data_ptr(), x.shape[0], keep, cos.data_ptr(), sin.data_ptr(),
-                                               kv_cache.data_ptr(), int(kv_cache.dtype == torch.bfloat16), nb * bs,
-                                               bs, meta.slot_mapping.data_ptr(), meta.seq_lens[0], table.data_ptr())
+                                               kv_cache.data_ptr(), *tail)
         return rc == 0
+
+
+class FusedStack:
+    """A model's fused layers, all of them, through one sequence's prefill chunk in one C++ call
+    (hk_stack_forward_prefill): no return to Python between layers."""
+
+    def __init__(self, layers: list[FusedLayer]):
+        self.lib = _lib()
+        self.layers = layers  # keep the C++ layers alive
+        self.ptrs = (_p * len(layers))(*[layer.ptr for layer in layers])
+
+    def prefill(self, x: torch.Tensor, tables: list[tuple[torch.Tensor, torch.Tensor]], kv_caches: list, meta,
+                keep: int) -> int:
+        """FusedLayer.prefill through every layer, layer i with its (cos, sin) tables[i] and cache
+        kv_caches[i]; only the last layer keeps just `keep` rows. Returns the number of layers run
+        (0 where the step or cache is not one this call covers; the caller runs the rest)."""
+        n = len(self.layers)
+        tail = _prefill_args(x, kv_caches, meta) if all(self.ptrs) else None
+        if tail is None:
+            return 0
+        ptrs = lambda ts: (_p * n)(*[t.data_ptr() for t in ts])  # noqa: E731
+        return self.lib.hk_stack_forward_prefill(self.ptrs, n, x.data_ptr(), x.shape[0], keep,
+                                                 ptrs(c for c, _ in tables), ptrs(s for _, s in tables),
+                                                 ptrs(kv_caches), *tail)
+
+
+def _prefill_args(x: torch.Tensor, kv_caches: list, meta) -> tuple | None:
+    """The cache and sequence arguments of a fused prefill (every cache of the first's dtype and
+    shape, as the runner allocates them), or None when the step is not one sequence's chunk over
+    f16/bf16 caches on a CPU with bf16 tiles."""
+    kv = kv_caches[0]
+    if (not x.is_contiguous() or len(meta.seq_lens) != 1 or not all(native_pages(x, c) for c in kv_caches)
+            or not native.bf16_tiles()):
+        return None
+    _, nb, bs, _, _ = kv.shape
+    return (int(kv.dtype == torch.bfloat16), nb * bs, bs, meta.slot_mapping.data_ptr(), meta.seq_lens[0],
+            meta.table_tensor(0).data_ptr())
 
 
 def step_args(kv_cache: torch.Tensor, meta) -> tuple:

@@ -34,7 +34,7 @@ SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
 FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2",
          "-ffp-contract=off", "-w"]
-ABI_VERSION = 7
+ABI_VERSION = 8
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
           13: "Q5_K", 14: "Q6_K"}

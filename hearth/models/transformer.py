@@ -16,7 +16,7 @@ from hearth.config import ModelConfig
 from hearth.errors import ModelLoadError
 from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
-from hearth.kernels.fused_layer import FusedLayer
+from hearth.kernels.fused_layer import FusedLayer, FusedStack
 from hearth.layers.linear import NativePart, build_embedding, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
@@ -222,6 +222,8 @@ class CausalLM(nn.Module):
             if progress is not None:
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)
+        fused = [layer.fused for layer in layers]
+        self.fused_stack = FusedStack(fused) if all(f is not None for f in fused) else None
         self.norm = RMSNorm(f32(g, "output_norm.weight"), cfg.rms_norm_eps)
         head = g.tensors.get("output.weight") or g.tensor("token_embd.weight")
         self.lm_head = build_linear(head)
@@ -239,9 +241,23 @@ class CausalLM(nn.Module):
         if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
             out_rows = None
         last = len(self.layers) - 1
-        for i, (layer, kv) in enumerate(zip(self.layers, kv_caches)):
-            x = layer(x, positions, meta, kv, out_rows if i == last else None)
+        done = self._prefill_stack(x, positions, meta, kv_caches, out_rows)
+        if done == len(self.layers) and out_rows is not None:
+            x = x[len(ids) - len(out_rows):]
+        for i in range(done, len(self.layers)):
+            x = self.layers[i](x, positions, meta, kv_caches[i], out_rows if i == last else None)
         return self.norm(x)
+
+    def _prefill_stack(self, x, positions, meta: AttentionMetadata, kv_caches, out_rows) -> int:
+        """How many layers one C++ call ran (FusedStack), when this step is one sequence's chunk
+        long enough for the bf16 tiles and the rows going on are its last ones; 0 otherwise."""
+        T = x.shape[0]
+        keep = T if out_rows is None else len(out_rows)
+        if (self.fused_stack is None or T < self.layers[0].native_max_rows
+                or (out_rows is not None and out_rows != list(range(T - keep, T)))):
+            return 0
+        tables = [layer.attn.rope.halves(positions, meta.cache) for layer in self.layers]
+        return self.fused_stack.prefill(x, tables, kv_caches, meta, keep)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] f32
         head = self.lm_head.parts[0] if len(self.lm_head.parts) == 1 else None

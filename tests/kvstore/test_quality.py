@@ -15,7 +15,7 @@ import hearth.models.transformer as transformer
 from hearth import LLM
 from hearth.commands.eval import DEFAULT_TEXT, greedy, perplexity, runner_for
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
-from hearth.kernels.fused_layer import FusedLayer
+from hearth.kernels.fused_layer import FusedLayer, FusedStack
 from hearth.kvstore.codecs import QUANTIZED, get_codec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 
@@ -49,7 +49,8 @@ def captured(request, model_path):
     seq = ScheduledSequence("c", ids, 0, list(range(-(-CAPTURE // runner.block_size))), False, SamplingParams(), [])
     patch = pytest.MonkeyPatch()
     patch.setattr(transformer, "paged_attention", record)
-    patch.setattr(FusedLayer, "prefill", lambda *a: False)  # attention through Python, where record sees it
+    patch.setattr(FusedStack, "prefill", lambda *a: 0)  # attention through Python, where record sees it
+    patch.setattr(FusedLayer, "prefill", lambda *a: False)
     try:
         runner.forward(SchedulerOutput([seq]))
     finally:

@@ -99,10 +99,11 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
 @pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
 @pytest.mark.parametrize("chunk", [2048, 64], ids=["whole", "chunked"])
 def test_fused_prefill_equals_the_layer_in_parts(tmp_path, monkeypatch, chunk):
-    """One sequence's prefill chunk over an f16 cache runs each layer in one C++ call (attention on
-    AMX tiles): the same kernels as the layer in parts, so identical tokens and logprobs. The last
-    layer goes past attention only for the sampled row (keep 1), or for none in a chunk that samples
-    nothing (keep 0: its K/V alone, which the later chunks read)."""
+    """One sequence's prefill chunk over an f16 cache runs every layer in one C++ call (FusedStack),
+    each layer as in its own call (FusedLayer.prefill, attention on AMX tiles): the same kernels as
+    the layer in parts, so identical tokens and logprobs all three ways. The last layer goes past
+    attention only for the sampled row (keep 1), or for none in a chunk that samples nothing (keep
+    0: its K/V alone, which the later chunks read)."""
     from hearth import LLM, SamplingParams
     from hearth.kernels import fused_layer
 
@@ -111,14 +112,19 @@ def test_fused_prefill_equals_the_layer_in_parts(tmp_path, monkeypatch, chunk):
     llm = LLM(str(path), progress=False, enable_prefix_caching=False, max_num_batched_tokens=chunk)
     params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=3)
     prompts = [{"prompt_token_ids": [(7 * i + 3) % 300 + 10 for i in range(200)]}]
-    ran, keeps = [], set()
-    prefill = fused_layer.FusedLayer.prefill
+    stacked, ran, keeps = [], [], set()
+    stack, prefill = fused_layer.FusedStack.prefill, fused_layer.FusedLayer.prefill
+
+    def spy_stack(self, x, tables, kv_caches, meta, keep):
+        stacked.append(stack(self, x, tables, kv_caches, meta, keep))
+        keeps.add(keep)
+        return stacked[-1]
 
     def spy(self, x, cos, sin, kv_cache, meta, keep):
         ran.append(prefill(self, x, cos, sin, kv_cache, meta, keep))
-        keeps.add(keep if keep < x.shape[0] else "all")
         return ran[-1]
 
+    monkeypatch.setattr(fused_layer.FusedStack, "prefill", spy_stack)
     monkeypatch.setattr(fused_layer.FusedLayer, "prefill", spy)
 
     def run():
@@ -126,7 +132,10 @@ def test_fused_prefill_equals_the_layer_in_parts(tmp_path, monkeypatch, chunk):
                 for o in llm.generate(prompts, params)]
 
     fused = run()
-    assert ran and all(ran)  # every layer of the prefill in one call
-    assert keeps == ({"all", 1} if chunk > 200 else {"all", 0})  # 64-row chunks; the last 8 rows decode-sized
+    assert stacked and all(n == len(llm.model.layers) for n in stacked) and not ran  # one call per chunk
+    assert keeps == ({1} if chunk > 200 else {0})  # 64-row chunks; the last 8 rows decode-sized
+    monkeypatch.setattr(fused_layer.FusedStack, "prefill", lambda self, *a: 0)
+    assert run() == fused
+    assert ran and all(ran)  # every layer of the prefill in its own call
     monkeypatch.setattr(fused_layer.FusedLayer, "prefill", lambda self, *a: False)
     assert run() == fused

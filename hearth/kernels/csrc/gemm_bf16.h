@@ -40,6 +40,14 @@ struct AlignedAlloc {  // 64-byte aligned vectors: tile loads and aligned vector
   bool operator!=(const AlignedAlloc<U>&) const { return false; }
 };
 
+// v's first n elements: v grows when shorter and never shrinks (resizing back up zero-fills anew:
+// a step of a few rows between two prefills cost ~0.4 MB of memset per buffer)
+template <class V>
+auto* scratch(V& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
+  return v.data();
+}
+
 bool amx_bf16_usable() {
   static const bool ok = [] {
     unsigned a, b, c, d;

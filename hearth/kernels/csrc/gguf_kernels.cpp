@@ -226,7 +226,7 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
   const int64_t K = p.K, inter = p.N / 2, ksn = K / 32;
   if (K % 32 || !amx_bf16_usable() || (MODE == GemmOut::GLU && inter % 32)) return false;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xb;
-  if (!PACKED) xb.resize(((M + 15) / 16) * 16 * K);
+  if (!PACKED) scratch(xb, ((M + 15) / 16) * 16 * K);
   const int64_t panels = MODE == GemmOut::GLU ? inter / 16 : (p.N + PANEL - 1) / PANEL;
   const int64_t group = std::max<int64_t>(1, GROUP_BYTES / (PANEL * K * 2));
   const int64_t chunk = std::max<int64_t>(32, CHUNK_BYTES / (K * 2) / 32 * 32);
@@ -240,9 +240,8 @@ bool gemm_bf16(const Plan& p, const X* x, int64_t M, int64_t ldx, void* y, int64
     load_bf16_tile_config();
     thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> pw;  // the group's panels, A tiles
     thread_local std::vector<float, AlignedAlloc<float>> products;  // a chunk's blocks: [group][chunk / 32]
-    pw.resize(group * PANEL * K);
-    products.resize(group * ((chunk + 31) / 32) * sizeof(Block) / 4);
-    Block* blocks = reinterpret_cast<Block*>(products.data());
+    scratch(pw, group * PANEL * K);
+    Block* blocks = reinterpret_cast<Block*>(scratch(products, group * ((chunk + 31) / 32) * sizeof(Block) / 4));
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p1 = panels * (t + 1) / T;
     for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
@@ -317,11 +316,6 @@ void act_mul(int act, const float* gate, const float* up, int64_t n, float* h) {
 thread_local std::vector<float> tmp_in, tmp_norm, tmp_mid, tmp_out;
 thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_act16;
 
-float* scratch(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(n);
-  return v.data();
-}
-
 // f(m) for every row m < M: on every thread for prefill-sized M, else inline (a decode step calls this
 // a few times per layer: no OpenMP region at all)
 template <class F>
@@ -389,7 +383,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 7; }
+int hk_abi_version() { return 8; }
 
 int hk_cpu_ok() {
   __builtin_cpu_init();
@@ -454,9 +448,9 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   const int64_t inter = gu.N / 2;
   float* y = scratch(tmp_out, M * dn.N);
   if (bf16_tiles_for(gu, M) && bf16_tiles_for(dn, M)) {  // prefill: bf16 in the middle, as torch
-    tmp_act16.resize(((M + 15) / 16) * 16 * inter);  // rows past M within a 16: act(0) * 0
-    gemm_bf16<GemmOut::GLU>(gu, r, M, ldr, tmp_act16.data(), 0, act, norm_w, eps);
-    gemm_bf16<GemmOut::F32, true>(dn, tmp_act16.data(), M, 0, y, dn.N);
+    uint16_t* h = scratch(tmp_act16, ((M + 15) / 16) * 16 * inter);  // rows past M within a 16: act(0) * 0
+    gemm_bf16<GemmOut::GLU>(gu, r, M, ldr, h, 0, act, norm_w, eps);
+    gemm_bf16<GemmOut::F32, true>(dn, h, M, 0, y, dn.N);
   } else {
     float* g = scratch(tmp_mid, M * gu.N);
     matmul(gu, r, M, ldr, g, gu.N, norm_w, eps);
@@ -547,8 +541,8 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
   p.kb0 = (window > 0 ? std::max<int64_t>(0, pos0 + first - window + 1) : 0) / 32;
   p.nkb = (ctx - 1) / 32 + 1 - p.kb0;
   p.d = d;
-  p.k.resize(kvh * p.nkb * d * 32);
-  p.v.resize(kvh * p.nkb * d * 32);
+  scratch(p.k, kvh * p.nkb * d * 32);
+  scratch(p.v, kvh * p.nkb * d * 32);
   const auto pack = kv_bf16 ? pack_kv_block<true> : pack_kv_block<false>;
 #pragma omp parallel
   {
@@ -712,6 +706,21 @@ int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, int64_t kee
     return prefill_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, M, ctx, table, l.scale, l.window,
                              l.softcap, M - keep, att, nq);
   });
+}
+
+// hk_layer_forward_prefill through a stack of n layers (a model's decoder) in one call: layer i
+// with cos[i], sin[i] and its cache kv[i] (every cache of one dtype and shape), only the last layer
+// keeping `keep` rows. A return to Python between layers ran its first ops from cold caches (~0.1
+// ms a layer). Returns the number of layers run: fewer than n where a layer's kernel does not
+// cover the shape (x as that layer found it; the caller goes on from there).
+int hk_stack_forward_prefill(const void* const* layers, int n, float* x, int64_t M, int64_t keep,
+                             const float* const* cos, const float* const* sin, void* const* kv, int kv_bf16,
+                             int64_t num_slots, int64_t bs, const int64_t* slots, int64_t ctx, const int64_t* table) {
+  for (int i = 0; i < n; ++i)
+    if (hk_layer_forward_prefill(layers[i], x, M, i == n - 1 ? keep : M, cos[i], sin[i], kv[i], kv_bf16, num_slots, bs,
+                                 slots, ctx, table) != 0)
+      return i;
+  return n;
 }
 
 // The same layer over a quantized cache (hk_kvq_attention) in a step that seals no block: every new

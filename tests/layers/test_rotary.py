@@ -1,0 +1,26 @@
+import torch
+
+from hearth.layers import rotary
+from hearth.layers.rotary import Rotary
+
+
+def direct(rope: Rotary, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    freqs = torch.outer(positions.to(torch.float64), rope.inv_freq)
+    return freqs.cos().float(), freqs.sin().float()
+
+
+def test_halves_from_the_table_equal_the_direct_values(monkeypatch):
+    """cos/sin come from a table of the positions seen so far (grown when a step reaches past it),
+    or, past TABLE_POSITIONS, are computed for the step: bit-identical either way."""
+    monkeypatch.setattr(rotary, "TABLE_POSITIONS", 3000)
+    rope = Rotary(64, 1e6, neox=True)
+    steps = [torch.arange(0, 512), torch.tensor([700]), torch.arange(1000, 1600), torch.tensor([2999]),
+             torch.arange(2990, 3010), torch.tensor([5, 2998, 17])]
+    sizes = []
+    for positions in steps:
+        cos, sin = rope.halves(positions, {})
+        want_cos, want_sin = direct(rope, positions)
+        assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
+        assert cos.is_contiguous() and cos.shape == (positions.numel(), 32)
+        sizes.append(rope._table[0].shape[0])
+    assert sizes == [1024, 1024, 2048, 3000, 3000, 3000]  # powers of two from 1024, capped; 3010 not tabled
