@@ -235,9 +235,9 @@ class CausalLM(nn.Module):
     def forward(self, ids, positions, meta: AttentionMetadata, kv_caches: list[torch.Tensor],
                 out_rows: list[int] | None = None):
         # ids, positions: [T] -> hidden: [T, hidden], or [len(out_rows), hidden] for those rows only
-        x = self.embed(ids)
+        x = self.embed(ids)  # a new tensor
         if self.embed_scale != 1.0:
-            x = x * self.embed_scale
+            x.mul_(self.embed_scale)
         if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
             out_rows = None
         last = len(self.layers) - 1

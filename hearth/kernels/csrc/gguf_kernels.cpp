@@ -71,6 +71,7 @@ template <class T>
 struct DequantRows {  // rows ids[..] -> out (f32)
   static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, const int64_t* ids, int64_t T_,
                   float* out) {
+#pragma omp parallel for schedule(static) if (T_ >= 64)  // a prefill's embedding rows
     for (int64_t t = 0; t < T_; ++t) dequant_row<T>(w + ids[t] * row_bytes, K, nb, out + t * K);
   }
 };
@@ -353,15 +354,18 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
   return run(p, a, y, ldy, &tile_acts_buf);
 }
 
-// r += y (after an RMSNorm of y's rows with post_w when given); y: [M, N] contiguous
-void add_residual(float* y, int64_t M, int64_t N, const float* post_w, float post_eps, float* r, int64_t ldr) {
+// r += y (after an RMSNorm of y's rows with post_w when given, as rmsnorm_row rounds it); y: [M, N]
+// contiguous, read once past the norm's sums
+void add_residual(const float* y, int64_t M, int64_t N, const float* post_w, float post_eps, float* r, int64_t ldr) {
   for_rows(M, [&](int64_t m) {
-    float* ym = y + m * N;
-    if (post_w) rmsnorm_row(ym, N, post_w, post_eps, ym);
+    const float* ym = y + m * N;
     float* rm = r + m * ldr;
+    const __m512 inv = _mm512_set1_ps(post_w ? inv_rms(ym, N, post_eps) : 1.0f);
     for (int64_t i = 0; i < N; i += 16) {
       const __mmask16 k = tail_mask(N - i);
-      _mm512_mask_storeu_ps(rm + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, rm + i), _mm512_maskz_loadu_ps(k, ym + i)));
+      __m512 v = _mm512_maskz_loadu_ps(k, ym + i);
+      if (post_w) v = _mm512_mul_ps(_mm512_mul_ps(v, inv), _mm512_maskz_loadu_ps(k, post_w + i));
+      _mm512_mask_storeu_ps(rm + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, rm + i), v));
     }
   });
 }
