@@ -50,8 +50,9 @@ class Rotary(nn.Module):
             if top > TABLE_POSITIONS:
                 cache[key] = self._cos_sin(positions)
             else:
-                if self._table is None or self._table[0].shape[0] < top:
-                    self._table = self._cos_sin(torch.arange(min(TABLE_POSITIONS, max(1024, 1 << (top - 1).bit_length()))))
+                if self._table is None or self._table[0].shape[0] < top:  # grow to a power of two
+                    n = min(TABLE_POSITIONS, max(1024, 1 << (top - 1).bit_length()))
+                    self._table = self._cos_sin(torch.arange(n))
                 cos, sin = self._table
                 cache[key] = (cos[positions], sin[positions])
         return cache[key]
