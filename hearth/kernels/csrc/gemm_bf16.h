@@ -17,6 +17,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <new>
+
+#include <sys/mman.h>
 
 #include "amx.h"
 #include "blocks.h"
@@ -26,14 +29,36 @@ namespace {
 
 constexpr int64_t PANEL = 32;  // weight rows per panel: two B tiles
 
+// 64-byte aligned vectors (tile loads, aligned vector stores). A buffer of 1 MB or more (a prefill
+// layer's scratch: q|k|v rows, packed activations, the MLP's middle) gets its own mapping in 2 MB
+// pages: a few TLB entries instead of hundreds each (gemma3 prefill ~4% faster; each such buffer
+// rounds up to 2 MB). The buffers only grow (scratch()), so mappings are rarely made.
 template <class T>
-struct AlignedAlloc {  // 64-byte aligned vectors: tile loads and aligned vector stores
+struct AlignedAlloc {
   using value_type = T;
+  static constexpr size_t HUGE_PAGE = 2 << 20;
   AlignedAlloc() = default;
   template <class U>
   AlignedAlloc(const AlignedAlloc<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)); }
-  void deallocate(T* p, size_t) { std::free(p); }
+  static size_t mapped_bytes(size_t n) {  // 0: from malloc
+    return n * sizeof(T) >= (1 << 20) ? (n * sizeof(T) + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE : 0;
+  }
+  T* allocate(size_t n) {
+    if (const size_t bytes = mapped_bytes(n)) {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) throw std::bad_alloc();
+      madvise(p, bytes, MADV_HUGEPAGE);  // advice only: where THP is off, 4 KB pages as before
+      return static_cast<T*>(p);
+    }
+    if (void* p = std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64)) return static_cast<T*>(p);
+    throw std::bad_alloc();
+  }
+  void deallocate(T* p, size_t n) {
+    if (const size_t bytes = mapped_bytes(n))
+      munmap(p, bytes);
+    else
+      std::free(p);
+  }
   template <class U>
   bool operator==(const AlignedAlloc<U>&) const { return true; }
   template <class U>

@@ -314,7 +314,7 @@ void act_mul(int act, const float* gate, const float* up, int64_t n, float* h) {
   }
 }
 
-thread_local std::vector<float> tmp_in, tmp_norm, tmp_mid, tmp_out;
+thread_local std::vector<float, AlignedAlloc<float>> tmp_in, tmp_norm, tmp_mid, tmp_out;
 thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_act16;
 
 // f(m) for every row m < M: on every thread for prefill-sized M, else inline (a decode step calls this
@@ -639,7 +639,7 @@ struct Layer {
   int64_t heads, kvh, d, rot, window;
 };
 
-thread_local std::vector<float> tmp_qkv, tmp_attn;
+thread_local std::vector<float, AlignedAlloc<float>> tmp_qkv, tmp_attn;
 
 void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const void* down, const float* norms[6],
                    const float eps[5], int act, int neox, int64_t heads, int64_t kvh, int64_t d, int64_t rot,
