@@ -235,8 +235,10 @@ def interleaved_runs(workers: dict[str, Worker], requests: list[dict], errors: d
 def bench_model(path: str, args: argparse.Namespace, bw: dict) -> dict:
     facts = model_facts(path)
     n = args.prompt_tokens
+    # the warm-up prompt has the measured length: each engine has its buffers for such a batch before
+    # the first timed one (llama.cpp reserves them with its context, hearth grows its scratch on use)
     job = {"model": path, "threads": args.threads, "decode_tokens": args.decode_tokens,
-           "warmup": prompt_ids(facts, 64, seed=0)}
+           "warmup": prompt_ids(facts, n, seed=0)}
     requests = [{"prefill_ids": prompt_ids(facts, n, seed=2 * i + 1),
                  "decode_ids": prompt_ids(facts, n, seed=2 * i + 2)} for i in range(args.repeats)]
     pythons = {"llama.cpp": args.llamacpp_python, "hearth": args.hearth_python}
