@@ -65,8 +65,8 @@ struct AlignedAlloc {
   bool operator!=(const AlignedAlloc<U>&) const { return false; }
 };
 
-// v's first n elements: v grows when shorter and never shrinks (resizing back up zero-fills anew:
-// a step of a few rows between two prefills cost ~0.4 MB of memset per buffer)
+// v's first n elements: v grows when shorter and never shrinks (a layer's matmuls want different
+// sizes of the same buffers, and each regrow zero-filled up to ~0.4 MB anew)
 template <class V>
 auto* scratch(V& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(n);
