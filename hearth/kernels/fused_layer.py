@@ -28,7 +28,6 @@ def _lib() -> ctypes.CDLL:
             "hk_layer_new": (_p, [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]),
             "hk_layer_free": (None, [_p]),
             "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64]),
-            "hk_layer_forward_prefill": (_int, [_p, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
             "hk_stack_forward_prefill": (_int, [_p, _int, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
             "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
                                             _p, _p, _p, _i64, _p, _p, _i64]),
@@ -77,12 +76,7 @@ class FusedLayer:
         """The same for a step that is one sequence's long chunk over an f16/bf16 cache, attention on
         AMX tiles (~8 Python-level calls per layer fewer); past the K/V, only the last `keep` rows of
         x are computed (and updated). False: not run (another step, cache or CPU)."""
-        tail = _prefill_args(x, [kv_cache], meta) if self.ptr else None
-        if tail is None:
-            return False
-        rc = self.lib.hk_layer_forward_prefill(self.ptr, x.data_ptr(), x.shape[0], keep, cos.data_ptr(), sin.data_ptr(),
-                                               kv_cache.data_ptr(), *tail)
-        return rc == 0
+        return bool(self.ptr) and _prefill(self.lib, (_p * 1)(self.ptr), x, [(cos, sin)], [kv_cache], meta, keep) == 1
 
 
 class FusedStack:
@@ -99,27 +93,23 @@ class FusedStack:
         """FusedLayer.prefill through every layer, layer i with its (cos, sin) tables[i] and cache
         kv_caches[i]; only the last layer keeps just `keep` rows. Returns the number of layers run
         (0 where the step or cache is not one this call covers; the caller runs the rest)."""
-        n = len(self.layers)
-        tail = _prefill_args(x, kv_caches, meta) if all(self.ptrs) else None
-        if tail is None:
-            return 0
-        ptrs = lambda ts: (_p * n)(*[t.data_ptr() for t in ts])  # noqa: E731
-        return self.lib.hk_stack_forward_prefill(self.ptrs, n, x.data_ptr(), x.shape[0], keep,
-                                                 ptrs(c for c, _ in tables), ptrs(s for _, s in tables),
-                                                 ptrs(kv_caches), *tail)
+        return _prefill(self.lib, self.ptrs, x, tables, kv_caches, meta, keep) if all(self.ptrs) else 0
 
 
-def _prefill_args(x: torch.Tensor, kv_caches: list, meta) -> tuple | None:
-    """The cache and sequence arguments of a fused prefill (every cache of the first's dtype and
-    shape, as the runner allocates them), or None when the step is not one sequence's chunk over
-    f16/bf16 caches on a CPU with bf16 tiles."""
+def _prefill(lib, layers, x: torch.Tensor, tables: list, kv_caches: list, meta, keep: int) -> int:
+    """hk_stack_forward_prefill over `layers` (C++ layer pointers): how many of them ran, 0 when the
+    step is not one sequence's chunk over f16/bf16 caches (every cache of the first's dtype and
+    shape, as the runner allocates them) on a CPU with bf16 tiles."""
     kv = kv_caches[0]
     if (not x.is_contiguous() or len(meta.seq_lens) != 1 or not all(native_pages(x, c) for c in kv_caches)
             or not native.bf16_tiles()):
-        return None
-    _, nb, bs, _, _ = kv.shape
-    return (int(kv.dtype == torch.bfloat16), nb * bs, bs, meta.slot_mapping.data_ptr(), meta.seq_lens[0],
-            meta.table_tensor(0).data_ptr())
+        return 0
+    n, (_, nb, bs, _, _) = len(kv_caches), kv.shape
+    ptrs = lambda ts: (_p * n)(*[t.data_ptr() for t in ts])  # noqa: E731
+    return lib.hk_stack_forward_prefill(layers, n, x.data_ptr(), x.shape[0], keep, ptrs(c for c, _ in tables),
+                                        ptrs(s for _, s in tables), ptrs(kv_caches), int(kv.dtype == torch.bfloat16),
+                                        nb * bs, bs, meta.slot_mapping.data_ptr(), meta.seq_lens[0],
+                                        meta.table_tensor(0).data_ptr())
 
 
 def step_args(kv_cache: torch.Tensor, meta) -> tuple:

@@ -34,8 +34,7 @@ class Rotary(nn.Module):
         """Per step: (e^(i*angle) [T, 1, rot/2] complex64,) for pairs; (cos, signed sin) [T, 1, rot]
         for halves."""
         if self.key not in cache:
-            freqs = torch.outer(positions.to(torch.float64), self.inv_freq).unsqueeze(1)  # [T, 1, rot/2]
-            cos, sin = freqs.cos().float(), freqs.sin().float()
+            cos, sin = (t.unsqueeze(1) for t in self.halves(positions, cache))  # [T, 1, rot/2]
             if self.neox:
                 cache[self.key] = (torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1))
             else:

@@ -149,14 +149,13 @@ class DecoderLayer(nn.Module):
         runs it in one call (which, when out_rows are its last rows, computes no others past the K/V)."""
         a, T = self.attn, x.shape[0]
         cos, sin = a.rope.halves(positions, meta.cache)
-        keep = T if out_rows is None else len(out_rows)
+        keep = _kept_tail(out_rows, T)
         if self.fused is not None:
             if T < self.native_max_rows:
                 if self.fused(x, cos, sin, kv_cache, meta):
                     return x if out_rows is None else x[out_rows]
-            elif out_rows is None or out_rows == list(range(T - keep, T)):
-                if self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
-                    return x if keep == T else x[T - keep:]
+            elif keep is not None and self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
+                return x if keep == T else x[T - keep:]
         return self._forward_native_ops(x, cos, sin, kv_cache, meta, out_rows)
 
     def _forward_native_ops(self, x, cos, sin, kv_cache, meta, out_rows):
@@ -179,6 +178,13 @@ class DecoderLayer(nn.Module):
         n, pn = self.ffn_norm, self.post_ffn_norm
         return native.mlp_add_to(gate_up, down, self.mlp.activation, x, n.weight, n.eps,
                                  None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
+
+
+def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
+    """How many rows go on past a fused prefill: all T, or len(out_rows) when they are the last rows
+    in order; None when they are not (the fused calls only keep a tail)."""
+    keep = T if out_rows is None else len(out_rows)
+    return keep if out_rows is None or out_rows == list(range(T - keep, T)) else None
 
 
 def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...] | None:
@@ -251,10 +257,8 @@ class CausalLM(nn.Module):
     def _prefill_stack(self, x, positions, meta: AttentionMetadata, kv_caches, out_rows) -> int:
         """How many layers one C++ call ran (FusedStack), when this step is one sequence's chunk
         long enough for the bf16 tiles and the rows going on are its last ones; 0 otherwise."""
-        T = x.shape[0]
-        keep = T if out_rows is None else len(out_rows)
-        if (self.fused_stack is None or T < self.layers[0].native_max_rows
-                or (out_rows is not None and out_rows != list(range(T - keep, T)))):
+        keep = _kept_tail(out_rows, x.shape[0])
+        if self.fused_stack is None or x.shape[0] < self.layers[0].native_max_rows or keep is None:
             return 0
         tables = [layer.attn.rope.halves(positions, meta.cache) for layer in self.layers]
         return self.fused_stack.prefill(x, tables, kv_caches, meta, keep)

@@ -698,7 +698,8 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
 
 // The same layer for one sequence's long chunk (a prefill) over an f16/bf16 cache: the M new rows are
 // the last M of its ctx tokens, in the blocks `table`; attention on AMX tiles (hk_prefill_attention).
-// Only the last `keep` rows (0 .. M) go on past attention, as in layer_forward. Non-zero where that kernel does not cover the shape, x untouched (a fallback writes the same K/V).
+// Only the last `keep` rows (0 .. M) go on past attention, as in layer_forward. Non-zero where that
+// kernel does not cover the shape, x untouched (a fallback writes the same K/V).
 int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, int64_t keep, const float* cos, const float* sin,
                              void* kv, int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t ctx,
                              const int64_t* table) {
