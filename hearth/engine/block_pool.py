@@ -22,6 +22,9 @@ class BlockPool:
         """hash -> block id holding that full block's K/V (held or free)."""
         self._empty: list[int] = list(range(num_blocks))[::-1]
         """Free blocks without a hash, most recently freed last (may hold stale entries: checked on use)."""
+        self.untouched_from = 0
+        """Blocks from this id on were never handed out (their pages may not be resident yet): the
+        initial empty list hands them out in id order, after every block freed since."""
 
     @property
     def num_free(self) -> int:
@@ -47,10 +50,15 @@ class BlockPool:
             block = self._empty.pop()
             if block in self._free and self.block_hash[block] is None:
                 del self._free[block]
+                self.untouched_from = max(self.untouched_from, block + 1)
                 return block
         block, _ = self._free.popitem(last=False)
         self._evict(block)
         return block
+
+    def untouched(self, n: int) -> range:
+        """The next n (or fewer) never-used blocks, in the order they will be handed out."""
+        return range(self.untouched_from, min(self.untouched_from + n, self.num_blocks))
 
     def lookup(self, block_hash: bytes) -> int | None:
         return self._cached.get(block_hash)

@@ -24,6 +24,7 @@ class EngineCore:
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
+        self._idle()
 
     def check_prompt(self, prompt_token_ids: list[int]) -> None:
         """Raise a one-line error for a prompt the engine cannot take; never truncate it."""
@@ -64,7 +65,16 @@ class EngineCore:
         so = self.scheduler.schedule()
         result = self.runner.execute(so)
         changed = self.scheduler.update(so, result)
-        return [self._output(req, sampled) for req, sampled in changed]
+        outputs = [self._output(req, sampled) for req, sampled in changed]
+        if not self.scheduler.has_unfinished():
+            self._idle()
+        return outputs
+
+    def _idle(self) -> None:
+        """Nothing left to run: the runner may prepare the KV blocks the next prompt gets."""
+        so = self.scheduler.idle_output()
+        if so is not None:
+            self.runner.execute(so)
 
     def export_prefix(self, token_ids: list[int]) -> list[bytes]:
         """The payloads of token_ids' full blocks found in the prefix cache (memory or disk), in

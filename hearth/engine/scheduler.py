@@ -74,6 +74,12 @@ class Scheduler:
         loads, saves = self.kv.take_transfers()
         return SchedulerOutput([self._message(r, n) for r, n in scheduled], finished, loads, saves)
 
+    def idle_output(self) -> SchedulerOutput | None:
+        """With nothing to run: the message naming the never-used blocks one full step would take
+        next (None when there are none left)."""
+        blocks = self.kv.pool.untouched(self.kv.blocks_needed(self.max_num_batched_tokens))
+        return SchedulerOutput([], prefault_blocks=blocks) if blocks else None
+
     def _allocate_or_preempt(self, req: Request, n: int) -> bool:
         """Make room for req by preempting the newest running requests (recomputed later)."""
         while not self.kv.allocate_slots(req, n):

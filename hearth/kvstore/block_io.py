@@ -43,6 +43,13 @@ class BlockIO:
         self.caches, self.staging, self.fmt = kv_caches, staging, fmt
         self.quantized = isinstance(kv_caches[0], QuantizedKVCache)
 
+    def spans(self, blocks: range) -> list[torch.Tensor]:
+        """The contiguous byte ranges that hold these consecutive blocks, in every layer."""
+        s = slice(blocks.start, blocks.stop)
+        if not self.quantized:
+            return [part for c in self.caches for part in _rows(c, 1)[:, s]]
+        return [f[s] for f in self._fields()]
+
     def _fields(self) -> list[torch.Tensor]:
         """Per layer, per part, per field: [num_blocks, bytes] views, in payload order."""
         return [_rows(t) for c in self.caches for part in ("k", "v") for t in c.store[part].values()]

@@ -38,6 +38,9 @@ class SchedulerOutput:
     """(block id, payload): blocks found in the disk tier, verified; written before this step runs."""
     kv_saves: list[tuple[int, bytes]] = field(default_factory=list)
     """(block id, hash): full blocks to read out, as the last step left them, before anything else."""
+    prefault_blocks: range = range(0)
+    """Sent alone while no request is left: the never-used blocks the next prompt will get, whose
+    pages the runner makes resident until its next step (hearth.kvstore.prefault)."""
 
     @property
     def num_tokens(self) -> int:

@@ -14,6 +14,7 @@ from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable, lazy_zeros
+from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
@@ -45,6 +46,7 @@ class ModelRunner:
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
+        self.prefaulter = Prefaulter()
         self.generators: dict[str, torch.Generator] = {}
         self.grammar = grammar
         self.matchers: dict[str, GrammarMatcher] = {}
@@ -80,6 +82,9 @@ class ModelRunner:
         return self.model(ids, positions, meta, self.kv_caches)
 
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
+        self.prefaulter.pause()  # a step has the cores to itself
+        if so.prefault_blocks:
+            self.prefaulter.start(self.block_io.spans(so.prefault_blocks))
         # disk-tier transfers first: saves read what the last step left, before loads or this
         # step overwrite a reused block id
         saved = self.block_io.export([b for b, _ in so.kv_saves]) if so.kv_saves else []

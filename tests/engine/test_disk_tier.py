@@ -80,7 +80,7 @@ def test_restart_loads_the_prefix_from_disk_into_fresh_blocks(tmp_path):
     engine, runner, disk = make(tmp_path)  # the restart
     again, cached = generate(engine, runner, "b", PROMPT)
     assert again == first and cached == 8  # (11 - 1) // 4 blocks: one token is always computed
-    so = runner.steps[0]
+    so = next(so for so in runner.steps if so.seqs)  # idle messages come first
     assert so.seqs[0].start_pos == 8 and [b for b, _ in so.kv_loads] == so.seqs[0].block_ids[:2]
     assert engine.scheduler.kv.stats.disk_hits == 8 and disk.stats.hits == 2
     assert not any(so.kv_saves for so in runner.steps)  # every full block is on disk already

@@ -36,6 +36,16 @@ def test_empty_blocks_go_before_any_cached_one_most_recent_first():
     assert pool.allocate(2) == [4, 0]
 
 
+def test_never_used_blocks_are_named_in_the_order_they_are_handed_out():
+    pool = BlockPool(6)
+    assert pool.untouched(4) == range(0, 4)
+    assert pool.allocate(2) == [0, 1] and pool.untouched(4) == range(2, 6)
+    pool.free([1, 0])
+    assert pool.allocate(3) == [0, 1, 2] and pool.untouched(9) == range(3, 6)  # freed ones first
+    pool.allocate(3)
+    assert not pool.untouched(1)
+
+
 def test_shared_block_is_free_only_when_every_holder_released_it():
     pool = BlockPool(4)
     a = pool.allocate(2)

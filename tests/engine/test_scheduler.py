@@ -100,3 +100,20 @@ def test_staging_reservation_is_held_while_running_and_counts_against_admission(
     assert (a.block_ids, a.reserved_blocks) == ([3, 4, 5], [0, 1, 2])
     outs = run_all(engine)
     assert outs["b"][-1].finished and sched.kv.pool.num_free == 10 and not a.reserved_blocks
+
+
+def test_an_idle_engine_names_the_blocks_a_full_step_takes_next():
+    engine, _, runner = make_engine(num_blocks=64, block_size=4, budget=16)
+    assert not runner.steps[0].seqs and runner.steps[0].prefault_blocks == range(0, 4)  # right after start
+    engine.add_request(list(range(1, 10)), SamplingParams(max_tokens=3, temperature=0), "a")
+    run_all(engine)  # 9 + 2 tokens written: blocks 0-2, kept for the prefix cache
+    idle = [so for so in runner.steps if so.prefault_blocks]
+    assert len(idle) == 2 and not idle[1].seqs and idle[1].prefault_blocks == range(3, 7)
+    assert runner.steps[-1] is idle[1]
+
+
+def test_no_idle_message_once_every_block_was_used():
+    engine, _, runner = make_engine(num_blocks=3, block_size=4, budget=16)
+    engine.add_request(list(range(1, 10)), SamplingParams(max_tokens=3, temperature=0), "a")
+    run_all(engine)
+    assert runner.steps[-1].seqs and not any(so.prefault_blocks for so in runner.steps[1:])  # [0]: at start
