@@ -1,7 +1,7 @@
 """Making a lazily mapped KV cache's next pages resident while the engine is idle.
 
 The cache's pages become resident on first write (paged.lazy_zeros), so a fresh prompt's K/V writes
-page-fault: 2,304 faults for 512 gemma3 tokens, 3-4% of its prefill here. Between steps, a background
+page-fault: 2,304 faults for 512 gemma3 tokens, 1-4% of its prefill here. Between steps, a background
 thread faults in the pages of the blocks the pool hands out next (madvise MADV_POPULATE_WRITE,
 Linux 5.14+), a slice at a time, and drops what is left when the next step starts. Elsewhere (other
 systems, older kernels) it does nothing: the writes fault as before."""
@@ -71,6 +71,6 @@ class Prefaulter:
                 if not self._work or self._madvise is None:
                     self._thread = None  # a later start() begins a new thread
                     return
-                _, addr, n = self._work.pop()
+                span, addr, n = self._work.pop()  # span: held, so its mapping outlives the call
             if self._madvise(addr, n, MADV_POPULATE_WRITE) != 0:  # EINVAL before Linux 5.14
                 self._madvise = None
