@@ -43,12 +43,12 @@ class BlockIO:
         self.caches, self.staging, self.fmt = kv_caches, staging, fmt
         self.quantized = isinstance(kv_caches[0], QuantizedKVCache)
 
-    def spans(self, blocks: range) -> list[torch.Tensor]:
-        """The contiguous byte ranges that hold these consecutive blocks, in every layer."""
-        s = slice(blocks.start, blocks.stop)
+    def regions(self) -> list[tuple[torch.Tensor, int, int]]:
+        """(tensor, address of block 0, bytes per block) of each run of consecutive blocks: a layer's
+        K and V (plain), or each codec field of each layer (quantized)."""
         if not self.quantized:
-            return [part for c in self.caches for part in _rows(c, 1)[:, s]]
-        return [f[s] for f in self._fields()]
+            return [(c, r.data_ptr(), r.shape[1]) for c in self.caches for r in _rows(c, 1)]
+        return [(f, f.data_ptr(), f.shape[1]) for f in self._fields()]
 
     def _fields(self) -> list[torch.Tensor]:
         """Per layer, per part, per field: [num_blocks, bytes] views, in payload order."""

@@ -46,7 +46,7 @@ class ModelRunner:
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
-        self.prefaulter = Prefaulter()
+        self.prefaulter = Prefaulter(self.block_io.regions())
         self.generators: dict[str, torch.Generator] = {}
         self.grammar = grammar
         self.matchers: dict[str, GrammarMatcher] = {}
@@ -84,7 +84,7 @@ class ModelRunner:
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
         self.prefaulter.pause()  # a step has the cores to itself
         if so.prefault_blocks:
-            self.prefaulter.start(self.block_io.spans(so.prefault_blocks))
+            self.prefaulter.start(so.prefault_blocks)
         # disk-tier transfers first: saves read what the last step left, before loads or this
         # step overwrite a reused block id
         saved = self.block_io.export([b for b, _ in so.kv_saves]) if so.kv_saves else []

@@ -1,4 +1,4 @@
-"""The idle-time prefault: exactly the named blocks' pages become resident, in every layer."""
+"""The idle-time prefault: exactly the named blocks' pages become resident, in every region."""
 
 from __future__ import annotations
 
@@ -22,14 +22,18 @@ CFG = ModelConfig("llama", num_layers=3, hidden_size=128, num_heads=4, num_kv_he
                   intermediate_size=256, vocab_size=100, context_length=512)
 
 
-def resident(t: torch.Tensor) -> list[bool]:
-    """Per page holding some of t's bytes: is it in memory (mincore)."""
-    lo = t.data_ptr() & ~(PAGE - 1)
-    n = -(-(t.data_ptr() + t.numel() * t.element_size() - lo) // PAGE)
+def resident(lo: int, hi: int) -> list[bool]:
+    """Per page holding some of the bytes lo .. hi: is it in memory (mincore)."""
+    lo &= ~(PAGE - 1)
+    n = -(-(hi - lo) // PAGE)
     vec = (ctypes.c_ubyte * n)()
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.mincore(ctypes.c_void_p(lo), ctypes.c_size_t(n * PAGE), vec) == 0, ctypes.get_errno()
     return [bool(v & 1) for v in vec]
+
+
+def pages(t: torch.Tensor) -> list[int]:
+    return [i for i, r in enumerate(resident(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())) if r]
 
 
 def settle(p: Prefaulter) -> None:
@@ -39,22 +43,22 @@ def settle(p: Prefaulter) -> None:
     assert not p.busy
 
 
-def test_only_the_given_spans_become_resident():
-    t = lazy_zeros((64, PAGE), torch.uint8)
-    p = Prefaulter()
-    p.start([t[8:12], t[40:41]])
+def test_only_the_named_blocks_become_resident_in_each_region():
+    a, b = lazy_zeros((64, PAGE), torch.uint8), lazy_zeros((64, PAGE), torch.uint8)
+    p = Prefaulter([(a, a.data_ptr(), PAGE), (b, b.data_ptr(), 2 * PAGE)])  # blocks of 1 and 2 pages
+    p.start(range(8, 12))
     settle(p)
-    assert [i for i, r in enumerate(resident(t)) if r] == [8, 9, 10, 11, 40]
-    assert not t.any()  # resident pages still read zero
+    assert pages(a) == [8, 9, 10, 11] and pages(b) == list(range(16, 24))
+    assert not a.any() and not b.any()  # resident pages still read zero
 
 
 def test_pause_drops_the_slices_not_started():
-    t = lazy_zeros((64 * SLICE // PAGE, PAGE), torch.uint8)  # 64 slices
-    p = Prefaulter()
-    p.start([t])
+    t = lazy_zeros((64 * SLICE // PAGE, PAGE), torch.uint8)
+    p = Prefaulter([(t, t.data_ptr(), SLICE)])
+    p.start(range(64))
     p.pause()
     settle(p)
-    assert sum(resident(t)) < len(resident(t))
+    assert len(pages(t)) < t.shape[0]
 
 
 @pytest.mark.parametrize("name", ["f16", "q8_0"])
@@ -63,6 +67,9 @@ def test_runner_faults_in_the_named_blocks_of_every_layer(name):
     runner = ModelRunner(None, CFG, 32, codec.block_size(None), codec, max_num_seqs=2)
     runner.execute(SchedulerOutput([], prefault_blocks=range(4, 12)))
     settle(runner.prefaulter)
-    named, rest = runner.block_io.spans(range(4, 12)), runner.block_io.spans(range(16, 32))
-    assert all(all(resident(s)) for s in named)
-    assert not any(any(resident(s)) for s in rest)
+    regions = runner.block_io.regions()
+    fields = 2 if name == "f16" else sum(len(part) for part in runner.kv_caches[0].store.values())
+    assert len(regions) == CFG.num_layers * fields  # every layer's K and V (each codec field)
+    for _, base, size in regions:
+        assert all(resident(base + 4 * size, base + 12 * size))
+        assert not any(resident(base + 16 * size, base + 32 * size))
