@@ -99,9 +99,12 @@ constexpr float LOG2E = 1.44269504f;
 const __m512 P_FLOOR = _mm512_set1_ps(-100.0f);  // 2^-100: no subnormal P (an assist per use), ~0 beside 1
 
 // One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G; rows
-// from .. rows of the output are stored, from out's first row.
+// from .. rows of the output are stored, from out's first row. With `packed` instead (from = 0), the
+// task's rows go as bf16 straight into the B tiles of the output projection's matmul (pack_b's layout
+// for [T, heads * d], packed at this task's 16 rows; padding rows zero): O^T is already dims by rows,
+// so each tile row is two dims' rows paired, with no transpose and no f32 rows to pack again.
 void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int64_t ldq, int64_t rows, int64_t pos0,
-                  int64_t window, int64_t g, int64_t G, int64_t from, float* out, int64_t ldo) {
+                  int64_t window, int64_t g, int64_t G, int64_t from, float* out, int64_t ldo, uint16_t* packed) {
   const int64_t d = a.d, ksn = d / 32;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> qb_buf;
   thread_local std::vector<float, AlignedAlloc<float>> o_buf, rows_buf;
@@ -211,6 +214,19 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
     }
   }
   for (int64_t h = 0; h < G; ++h) flush(h);
+  if (packed) {
+    const __mmask16 real = tail_mask(rows);  // padding rows saw no key: l = 0
+    for (int64_t h = 0; h < G; ++h) {
+      const __m512 inv = _mm512_maskz_div_ps(real, _mm512_set1_ps(1.0f), l[h]);
+      const float* oh = ot + h * d * 16;
+      uint16_t* tiles = packed + (g * G + h) * d * 16;  // this head's d / 32 tiles
+      for (int64_t i = 0; i < d; i += 2)
+        _mm512_store_si512(tiles + (i / 32) * 512 + 16 * (i % 32),
+                           pair_rows_bf16(_mm512_mul_ps(_mm512_load_ps(oh + 16 * i), inv),
+                                          _mm512_mul_ps(_mm512_load_ps(oh + 16 * (i + 1)), inv)));
+    }
+    return;
+  }
   for (int64_t h = 0; h < G; ++h) {  // out rows = (O^T / l)^T
     const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), l[h]);
     for (int64_t cc = 0; cc < d / 16; ++cc) {

@@ -435,12 +435,20 @@ void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t l
 }
 
 // r[M, N] += rmsnorm_post(x @ W.T): an output projection into the residual stream (post_w optional).
+// x16: x already in the bf16 tiles' packed layout (pack_b), or null.
+void linear_residual(const Plan& p, const float* x, const uint16_t* x16, int64_t M, int64_t ldx, const float* post_w,
+                     float post_eps, float* r, int64_t ldr) {
+  float* y = scratch(tmp_out, M * p.N);
+  if (x16)
+    gemm_bf16<GemmOut::F32, true>(p, x16, M, 0, y, p.N);
+  else
+    matmul(p, x, M, ldx, y, p.N);
+  add_residual(y, M, p.N, post_w, post_eps, r, ldr);
+}
+
 void hk_linear_residual(const void* plan, const float* x, int64_t M, int64_t ldx, const float* post_w,
                         float post_eps, float* r, int64_t ldr) {
-  const Plan& p = *static_cast<const Plan*>(plan);
-  float* y = scratch(tmp_out, M * p.N);
-  matmul(p, x, M, ldx, y, p.N);
-  add_residual(y, M, p.N, post_w, post_eps, r, ldr);
+  linear_residual(*static_cast<const Plan*>(plan), x, nullptr, M, ldx, post_w, post_eps, r, ldr);
 }
 
 // The MLP block on the residual stream r [M, hidden] (row stride ldr):
@@ -536,7 +544,8 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
 // their running max).
 static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
                              int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
-                             float scale, int64_t window, float softcap, int64_t skip, float* out, int64_t ldo) {
+                             float scale, int64_t window, float softcap, int64_t skip, float* out, int64_t ldo,
+                             uint16_t* packed = nullptr) {
   if (!amx_bf16_usable() || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 || T > ctx) return -1;
   const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16, first = skip / 16 * 16;  // first task's row
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, table, scale, softcap};
@@ -557,7 +566,7 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
     for (int64_t i = 0; i < kvh * (nq - first / 16); ++i) {  // the longest rows (the last) first
       const int64_t g = i % kvh, t0 = 16 * (nq - 1 - i / kvh), from = std::max<int64_t>(0, skip - t0);
       prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
-                   out + (t0 + from - skip) * ldo, ldo);
+                   out + (t0 + from - skip) * ldo, ldo, packed ? packed + t0 * heads * d : nullptr);
     }
     _tile_release();
   }
@@ -640,6 +649,7 @@ struct Layer {
 };
 
 thread_local std::vector<float, AlignedAlloc<float>> tmp_qkv, tmp_attn;
+thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_attn16;
 
 void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const void* down, const float* norms[6],
                    const float eps[5], int act, int neox, int64_t heads, int64_t kvh, int64_t d, int64_t rot,
@@ -657,22 +667,25 @@ void hk_layer_free(void* l) { delete static_cast<Layer*>(l); }
 
 namespace {
 
-// The layer around its attention: attend(y, ldy, att) gets the normed, rotated q | k | v rows
+// The layer around its attention: attend(y, ldy, att, att16) gets the normed, rotated q | k | v rows
 // (y: f32 [M, ldy]), stores the new K/V of all M and writes the attention output att: f32 [keep,
 // heads * d] of the last `keep` rows, the only rows of x updated (the model's last layer needs the
-// K/V of every row but the output of the rows it samples).
-template <class Attend>
+// K/V of every row but the output of the rows it samples). PACKED (prefill attention): when every
+// row goes on and the output projection runs on bf16 tiles, att16 is given instead of att, for the
+// rows in that matmul's packed layout.
+template <bool PACKED = false, class Attend>
 int layer_forward(const Layer& l, float* x, int64_t M, int64_t keep, const float* cos, const float* sin,
                   const Attend& attend) {
-  const int64_t hidden = l.qkv->K, n = l.qkv->N;
+  const int64_t hidden = l.qkv->K, n = l.qkv->N, nq = l.heads * l.d;
   float* y = scratch(tmp_qkv, M * n);
   hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
   hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
-  float* att = scratch(tmp_attn, std::max<int64_t>(1, keep) * l.heads * l.d);
-  if (const int rc = attend(y, n, att)) return rc;
+  uint16_t* att16 = PACKED && keep == M && bf16_tiles_for(*l.o, M) ? scratch(tmp_attn16, (M + 15) / 16 * 16 * nq) : nullptr;
+  float* att = att16 ? nullptr : scratch(tmp_attn, std::max<int64_t>(1, keep) * nq);
+  if (const int rc = attend(y, n, att, att16)) return rc;
   if (keep == 0) return 0;
   float* xk = x + (M - keep) * hidden;
-  hk_linear_residual(l.o, att, keep, l.heads * l.d, l.post_attn_norm, l.post_attn_eps, xk, hidden);
+  linear_residual(*l.o, att, att16, keep, nq, l.post_attn_norm, l.post_attn_eps, xk, hidden);
   hk_mlp(l.gate_up, l.down, l.act, xk, keep, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
   return 0;
 }
@@ -689,7 +702,7 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
                      int64_t ldt) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t nq = l.heads * l.d;
-  return layer_forward(l, x, M, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+  return layer_forward(l, x, M, M, cos, sin, [&](float* y, int64_t ldy, float* att, uint16_t*) {
     hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
     return hk_paged_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len, seq_lens,
                               tables, ldt, l.scale, l.window, l.softcap, att, nq);
@@ -705,11 +718,11 @@ int hk_layer_forward_prefill(const void* layer, float* x, int64_t M, int64_t kee
                              const int64_t* table) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t nq = l.heads * l.d;
-  return layer_forward(l, x, M, keep, cos, sin, [&](float* y, int64_t ldy, float* att) {
+  return layer_forward<true>(l, x, M, keep, cos, sin, [&](float* y, int64_t ldy, float* att, uint16_t* att16) {
     hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
     if (keep == 0) return 0;
     return prefill_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, M, ctx, table, l.scale, l.window,
-                             l.softcap, M - keep, att, nq);
+                             l.softcap, M - keep, att, nq, att16);
   });
 }
 
@@ -739,7 +752,7 @@ int hk_layer_forward_kvq(const void* layer, float* x, int64_t M, const float* co
                          const int64_t* sink, const int64_t* fresh_refs, int64_t ldf) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t nq = l.heads * l.d, nkv = l.kvh * l.d;
-  return layer_forward(l, x, M, M, cos, sin, [&](float* y, int64_t ldy, float* att) {
+  return layer_forward(l, x, M, M, cos, sin, [&](float* y, int64_t ldy, float* att, uint16_t*) {
     if (rotate && hk_hadamard(y + nq, ldy, M, 2 * nkv, l.d, y + nq, ldy) != 0) return -1;
     hk_kv_write(y + nq, ldy, M, stage_dst, staging, 0, slots * bs, nkv);
     return hk_kvq_attention(y, ldy, kfmt, vfmt, fields, staging, slots, nullptr, 0, bs, l.heads, l.kvh, l.d, S,
