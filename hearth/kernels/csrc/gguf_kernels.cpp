@@ -680,7 +680,8 @@ int layer_forward(const Layer& l, float* x, int64_t M, int64_t keep, const float
   float* y = scratch(tmp_qkv, M * n);
   hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
   hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
-  uint16_t* att16 = PACKED && keep == M && bf16_tiles_for(*l.o, M) ? scratch(tmp_attn16, (M + 15) / 16 * 16 * nq) : nullptr;
+  const bool packed = PACKED && keep == M && bf16_tiles_for(*l.o, M);
+  uint16_t* att16 = packed ? scratch(tmp_attn16, (M + 15) / 16 * 16 * nq) : nullptr;
   float* att = att16 ? nullptr : scratch(tmp_attn, std::max<int64_t>(1, keep) * nq);
   if (const int rc = attend(y, n, att, att16)) return rc;
   if (keep == 0) return 0;
