@@ -566,7 +566,7 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
     for (int64_t i = 0; i < kvh * (nq - first / 16); ++i) {  // the longest rows (the last) first
       const int64_t g = i % kvh, t0 = 16 * (nq - 1 - i / kvh), from = std::max<int64_t>(0, skip - t0);
       prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
-                   out + (t0 + from - skip) * ldo, ldo, packed ? packed + t0 * heads * d : nullptr);
+                   packed ? nullptr : out + (t0 + from - skip) * ldo, ldo, packed ? packed + t0 * heads * d : nullptr);
     }
     _tile_release();
   }
