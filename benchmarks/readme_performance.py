@@ -1,4 +1,4 @@
-"""The README's performance section, measured in one run on this machine by hearth's own tools:
+"""The serving section of docs/performance.md, measured in one run on this machine by hearth's own tools:
 
 1. `hearth plan MODEL --json` for each downloaded catalog model (and this machine's bandwidth);
 2. llama.cpp's `llama-server` and `hearth serve` started one after the other on the same GGUF, with
@@ -8,10 +8,10 @@
    other processes lands on both alike; each server's peak RSS read per level (--server-pid);
 4. `hearth bench --report` renders the machine, the plan and the tables with hearth / llama.cpp
    ratios (medians of the repeats) as markdown: written to --section, and with --write-readme put
-   between `<!-- perf:begin -->` and `<!-- perf:end -->` in README.md.
+   between `<!-- perf:begin -->` and `<!-- perf:end -->` in docs/performance.md.
 
     .venv/bin/python benchmarks/readme_performance.py                 # ~10 min on 2 quiet cores
-    .venv/bin/python benchmarks/readme_performance.py --write-readme  # and replace the README section
+    .venv/bin/python benchmarks/readme_performance.py --write-readme  # and replace that section
     .venv/bin/python benchmarks/readme_performance.py --dry-run       # print what it would run
 
 Build llama-server first: benchmarks/setup_llama_server.sh.
@@ -105,8 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--llama-server", type=Path, default=LLAMA_SERVER, help="(default: %(default)s)")
     ap.add_argument("--out", type=Path, help="folder for every file (default: bench-results/readme-<time>)")
     ap.add_argument("--section", type=Path, help="the markdown section (default: OUT/perf_section.md)")
-    ap.add_argument("--write-readme", nargs="?", type=Path, const=ROOT / "README.md", metavar="README",
-                    help="replace the text between the perf markers of README (default: the repo's README.md)")
+    ap.add_argument("--write-readme", nargs="?", type=Path, const=ROOT / "docs" / "performance.md", metavar="FILE",
+                    help="replace the text between the perf markers of FILE (default: docs/performance.md)")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = ap.parse_args(argv)
     args.out = args.out or ROOT / "bench-results" / time.strftime("readme-%Y%m%d-%H%M%S")
