@@ -7,11 +7,18 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data: Any) -> Any:
+        """OpenAI's schema lets clients send null for any optional field (`"n": null`, `"stream": null`):
+        it means the default, not a type error."""
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
 
 class StreamOptions(_Body):

@@ -27,6 +27,17 @@ def test_openai_sampling_fields_reach_the_engine(fake):
     assert p.stop_token_ids == [3] and p.n == 1 and p.structured_output is None
 
 
+@pytest.mark.parametrize("field", ["n", "logprobs", "stream", "parallel_tool_calls", "min_tokens", "temperature",
+                                   "stream_options", "top_logprobs", "response_format", "tools"])
+def test_null_means_the_default(fake, field):
+    # OpenAI's schema allows null for these; clients (openai-agents, langchain) send them
+    r = fake.client.post("/v1/chat/completions", json={"messages": USER, field: None})
+    assert r.status_code == 200, r.text
+    assert fake.last.params.n == 1 and fake.last.params.min_tokens == 0
+    r = fake.client.post("/v1/completions", json={"prompt": "hi", field: None})
+    assert r.status_code == 200, r.text
+
+
 def test_max_tokens_default_is_the_rest_of_the_context(fake):
     chat(fake, "hello")
     assert fake.last.params.max_tokens is None
