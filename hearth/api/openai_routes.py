@@ -15,13 +15,13 @@ router = APIRouter()
 
 def _model_card(served, name: str) -> dict:
     return {"id": name, "object": "model", "created": served.created, "owned_by": "hearth",
-            "root": name, "parent": None, "max_model_len": served.max_model_len}
+            "root": served.name, "parent": None, "max_model_len": served.max_model_len}
 
 
 @router.get("/v1/models")
 async def list_models(request: Request):
     served = request.app.state.served
-    return {"object": "list", "data": [_model_card(served, served.name)]}
+    return {"object": "list", "data": [_model_card(served, name) for name in served.names]}
 
 
 @router.get("/v1/models/{model_id:path}")

@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
     net.add_argument("--served-model-name", action="append", default=None, metavar="NAME",
-                     help="name clients use in `model`; repeat for aliases (default: MODEL as given, and the file's name)")
+                     help="name clients use in `model`; repeat for aliases (default: the catalog name or the file's stem; MODEL as given and the file's name are aliases)")
     net.add_argument("--max-queued", type=int, default=256,
                      help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--max-n", type=int, default=16, help="largest `n` a request may ask for (default: %(default)s)")
@@ -85,11 +85,12 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _default_names(model: str, path: Path) -> list[str]:
-    names = [model]
-    for alias in (path.stem, path.name):
-        if alias not in names:
-            names.append(alias)
-    return names
+    """The catalog name, else the file's stem (never a path: clients reject it, and it would show the
+    user's directories in every response); MODEL as given and the file's name stay aliases."""
+    from hearth.loader.catalog import CATALOG
+
+    primary = model if model in CATALOG else path.stem
+    return list(dict.fromkeys([primary, model, path.stem, path.name]))
 
 
 def _url_host(host: str) -> str:

@@ -46,8 +46,8 @@ class Fake:
 def make_fake():
     clients = []
 
-    def make(template: str = TEMPLATE, engine: FakeEngine | None = None, **config) -> Fake:
-        app, engine = fake_app(template, engine, **config)
+    def make(template: str = TEMPLATE, engine: FakeEngine | None = None, names=("fake-model",), **config) -> Fake:
+        app, engine = fake_app(template, engine, names, **config)
         client = TestClient(app, raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)

@@ -166,6 +166,6 @@ def fake_served(template: str = TEMPLATE, engine: FakeEngine | None = None, name
                        engine, engine.max_model_len, vocab_size=0x110000)
 
 
-def fake_app(template: str = TEMPLATE, engine: FakeEngine | None = None, **config):
-    served = fake_served(template, engine)
+def fake_app(template: str = TEMPLATE, engine: FakeEngine | None = None, names=("fake-model",), **config):
+    served = fake_served(template, engine, names)
     return create_app(served, ServerConfig(**config)), served.engine
