@@ -24,7 +24,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-DEFAULT_MODELS = ["/tmp/models/SmolLM2-135M-Instruct.Q4_1.gguf", "/tmp/models/gemma-3-270m-q4_k_m.gguf"]
+DEFAULT_MODELS = ["smollm2-135m", "gemma3-270m"]
 WORKERS = {"llama.cpp": "bench_worker_llamacpp.py", "hearth": "bench_worker_hearth.py"}
 
 
@@ -189,7 +189,8 @@ def print_table(title: str, results: dict[str, dict], table_rows: list[tuple[str
 # ---------------------------------------------------------------- main
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="*", default=DEFAULT_MODELS, help="GGUF files (default: both real models)")
+    ap.add_argument("models", nargs="*", default=DEFAULT_MODELS,
+                    help="GGUF files or catalog names, fetched into $HEARTH_HOME (default: smollm2-135m gemma3-270m)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--prompt-tokens", type=int, default=512)
@@ -271,6 +272,9 @@ def main() -> None:
           f"copy {bw['copy_gbs']:.1f} GB/s (read+write)")
     print("note: weights under ~300 MB can stay in L3 across tokens, so decode may exceed the DRAM roofline")
     report = {"threads": args.threads, "repeats": args.repeats, "bandwidth": bw, "models": []}
+    from hearth.loader.resolve import resolve_model
+
+    args.models = [str(resolve_model(m)) for m in args.models]
     for i, path in enumerate(args.models):
         print(f"\n== [{i + 1}/{len(args.models)}] {path}", file=sys.stderr, flush=True)
         report["models"].append(bench_model(path, args, bw))

@@ -2,7 +2,10 @@
 
 Run with the llama.cpp venv built by setup_llamacpp.sh (not hearth's venv):
 
-    /work/llamacpp-venv/bin/python benchmarks/make_goldens.py [--models-dir /tmp/models]
+    /work/llamacpp-venv/bin/python benchmarks/make_goldens.py [--models qwen2.5-coder-0.5b ...] [--models-dir DIR]
+
+Models are read where `hearth pull NAME` puts them ($HEARTH_HOME/models/NAME/FILE, HEARTH_HOME
+defaulting to ~/.cache/hearth), or from --models-dir DIR/FILE.
 
 Writes tests/data/goldens/greedy_{model}.json and tokenize_{model}.json. Greedy decoding is an
 argmax loop over llama.cpp's raw logits, so it runs past EOS and every case has exactly
@@ -37,6 +40,10 @@ MODELS = {
                      "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"),
     "gemma3-270m": ("gemma-3-270m-q4_k_m.gguf",
                     "<start_of_turn>user\n{}<end_of_turn>\n<start_of_turn>model\n"),
+    "qwen2.5-coder-0.5b": ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+                           "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"),
+    "qwen2.5-coder-1.5b": ("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+                           "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"),
 }
 
 PLAIN_PROMPTS = [
@@ -245,13 +252,15 @@ def dump(doc: dict, path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models-dir", default="/tmp/models")
+    ap.add_argument("--models-dir", type=Path, default=None,
+                    help="a folder holding the .gguf files (default: each catalog model's folder in $HEARTH_HOME)")
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--new-tokens", type=int, default=64)
     args = ap.parse_args()
     for name in args.models:
         file_name, chat_wrapper = MODELS[name]
-        path = Path(args.models_dir) / file_name
+        home = Path(os.environ.get("HEARTH_HOME", Path.home() / ".cache" / "hearth"))
+        path = (args.models_dir or home / "models" / name) / file_name
         print(f"{name}: {path}", file=sys.stderr)
         write_tokenize(name, path)
         write_greedy(name, path, chat_wrapper, args.new_tokens)
