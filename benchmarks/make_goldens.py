@@ -7,7 +7,11 @@ Run with the llama.cpp venv built by setup_llamacpp.sh (not hearth's venv):
 Models are read where `hearth pull NAME` puts them ($HEARTH_HOME/models/NAME/FILE, HEARTH_HOME
 defaulting to ~/.cache/hearth), or from --models-dir DIR/FILE.
 
-Writes tests/data/goldens/greedy_{model}.json and tokenize_{model}.json. Greedy decoding is an
+Writes tests/data/goldens/greedy_{model}.json and tokenize_{model}.json; with --kld, instead,
+llama.cpp's KL divergence from the f32 reference that benchmarks/make_reference.py wrote
+(tests/data/reference/{model}.npz), per position, on its prefill path (the whole teacher-forced
+sequence in one batch) and its decode path (one token per eval): {model}_llamacpp.json beside it, the
+bound the fidelity tests hold hearth's paths to. Greedy decoding is an
 argmax loop over llama.cpp's raw logits, so it runs past EOS and every case has exactly
 --new-tokens ids; `eog_positions` says where an end-of-generation token came out.
 """
@@ -244,6 +248,53 @@ def write_tokenize(name: str, path: Path) -> None:
     llm.close()
 
 
+def load_kld():
+    """hearth/bench/kld.py by path: numpy only, and this venv has no hearth."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kld", REPO / "hearth" / "bench" / "kld.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_kld(name: str, path: Path) -> None:
+    """llama.cpp's KL from the reference at every reference position, prefill and decode paths."""
+    kld = load_kld()
+    ref = np.load(REPO / "tests" / "data" / "reference" / f"{name}.npz")
+    cases = json.loads((OUT_DIR / f"greedy_{name}.json").read_text())["cases"]
+    steps = ref["ids"].shape[1]
+    llm = Llama(str(path), n_ctx=N_CTX, n_batch=N_BATCH, n_threads=N_THREADS, n_threads_batch=N_THREADS,
+                flash_attn=False, logits_all=True, verbose=False)
+    prefill, decode = [], []
+    for i, case in enumerate(cases):
+        prompt, new = case["prompt_token_ids"], case["new_token_ids"][:steps]
+        llm.reset()
+        llm.eval(prompt + new[:-1])  # one batch: rows len(prompt) - 1 .. predict new[0 ..]
+        rows = np.array(llm.scores[len(prompt) - 1:len(prompt) - 1 + steps])
+        prefill.append(kld.lumped_kl(ref["ids"][i], ref["logprobs"][i], kld.log_softmax(rows)).tolist())
+        llm.reset()
+        llm.eval(prompt)
+        rows = [last_logits(llm)]
+        for tok in new[:-1]:
+            llm.eval([tok])
+            rows.append(last_logits(llm))
+        decode.append(kld.lumped_kl(ref["ids"][i], ref["logprobs"][i], kld.log_softmax(np.stack(rows))).tolist())
+        print(f"  [{i + 1}/{len(cases)}] prefill {np.mean(prefill[-1]):.4f} decode {np.mean(decode[-1]):.4f}",
+              file=sys.stderr, flush=True)
+    llm.close()
+    doc = {"llama_cpp_python_version": llama_cpp.__version__, "llama_cpp_commit_or_build_info": build_info(),
+           "model": name, "gguf_sha256": sha256(path), "reference_gguf_sha256": str(ref["gguf_sha256"]),
+           "statistic": "KL(reference || llama.cpp) in nats over the reference's top-K tokens plus the rest "
+                        "(hearth/bench/kld.py), per case and step",
+           "mean": {"prefill": float(np.mean(prefill)), "decode": float(np.mean(decode))},
+           "prefill": prefill, "decode": decode}
+    out = REPO / "tests" / "data" / "reference" / f"{name}_llamacpp.json"
+    out.write_text(json.dumps(doc, indent=None) + "\n")
+    print(f"wrote {out.relative_to(REPO)}: mean prefill {doc['mean']['prefill']:.5f}, "
+          f"decode {doc['mean']['decode']:.5f}", file=sys.stderr)
+
+
 def dump(doc: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n")
@@ -256,12 +307,17 @@ def main() -> None:
                     help="a folder holding the .gguf files (default: each catalog model's folder in $HEARTH_HOME)")
     ap.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--new-tokens", type=int, default=64)
+    ap.add_argument("--kld", action="store_true",
+                    help="record llama.cpp's KL divergence from the reference (make_reference.py) instead")
     args = ap.parse_args()
     for name in args.models:
         file_name, chat_wrapper = MODELS[name]
         home = Path(os.environ.get("HEARTH_HOME", Path.home() / ".cache" / "hearth"))
         path = (args.models_dir or home / "models" / name) / file_name
         print(f"{name}: {path}", file=sys.stderr)
+        if args.kld:
+            write_kld(name, path)
+            continue
         write_tokenize(name, path)
         write_greedy(name, path, chat_wrapper, args.new_tokens)
 
