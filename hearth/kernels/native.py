@@ -16,7 +16,6 @@ import ctypes
 import functools
 import hashlib
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -83,7 +82,7 @@ def _cpu_flags() -> set[str]:
 
 
 def _build() -> Path:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cxx = tiers.compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler (g++) found")
     src = b"".join(f.read_bytes() for f in sorted(CSRC.iterdir()) if f.suffix in (".cpp", ".h"))

@@ -12,6 +12,7 @@ import functools
 import logging
 import os
 import platform
+import shutil
 import sys
 from dataclasses import dataclass
 
@@ -106,9 +107,45 @@ def forced() -> bool:
     return bool(os.environ.get("HEARTH_CPU_TIER", "").strip()) or os.environ.get("HEARTH_NATIVE", "1") == "0"
 
 
+def compiler() -> str | None:
+    """The C++ compiler the native tiers are built with: $CXX, else g++ or c++ on PATH."""
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def why_not(name: str) -> str | None:
+    """Why tier `name` cannot run on this machine, or None when it can (what `make test` reports)."""
+    tier = BY_NAME.get(name)
+    if tier is None:
+        return "no kernels in this build" if name in PLANNED else "not a tier"
+    why = missing(tier, cpu_flags(), native_platform())
+    if why is None and tier.native and compiler() is None:
+        return "no C++ compiler (g++) found"
+    return None if why is None else f"needs {why}, which this CPU lacks"
+
+
 def active() -> str:
     """The tier running here: the selected one, or torch when its kernels did not build or load."""
     from hearth.kernels import native  # native imports this module
 
     tier = selected()
     return tier.name if not tier.native or native.available() else TORCH.name
+
+
+def main(argv: list[str]) -> int:
+    """`python -m hearth.kernels.tiers runnable`: the tiers this machine runs, best first, on one line;
+    `... skipped`: a line per other tier naming why (so a test run can say which tiers it left out)."""
+    names = [*BY_NAME, *PLANNED]
+    if argv == ["runnable"]:
+        print(" ".join(n for n in names if why_not(n) is None))
+    elif argv == ["skipped"]:
+        for n in names:
+            if (why := why_not(n)) is not None:
+                print(f"tier {n} not run here: {why}")
+    else:
+        print("usage: python -m hearth.kernels.tiers runnable|skipped", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -77,3 +77,29 @@ def test_every_tier_needs_what_the_one_below_needs():
     for upper, lower in zip(tiers.TIERS, tiers.TIERS[1:]):
         assert set(lower.cpu_flags) <= set(upper.cpu_flags)
     assert [t.level for t in tiers.TIERS] == sorted((t.level for t in tiers.TIERS), reverse=True)
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """Pretend this machine has the given flags (x86-64 Linux with a compiler)."""
+    monkeypatch.setattr(tiers, "native_platform", lambda: True)
+    monkeypatch.setattr(tiers, "compiler", lambda: "g++")
+    return lambda flags: monkeypatch.setattr(tiers, "cpu_flags", lambda: set(flags))
+
+
+def test_make_test_hears_which_tiers_run_and_why_not_the_others(cpu, capsys):
+    cpu(NO_TILES)
+    assert tiers.main(["runnable"]) == 0 and capsys.readouterr().out == "avx512 torch\n"
+    assert tiers.main(["skipped"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "tier amx not run here: needs CPU flag amx_tile, which this CPU lacks",
+        "tier avx2 not run here: no kernels in this build",
+        "tier neon not run here: no kernels in this build"]
+    assert tiers.main([]) == 2
+
+
+def test_no_compiler_leaves_torch(cpu, monkeypatch):
+    cpu(SPR)
+    monkeypatch.setattr(tiers, "compiler", lambda: None)
+    assert [n for n in tiers.BY_NAME if tiers.why_not(n) is None] == ["torch"]
+    assert tiers.why_not("amx") == "no C++ compiler (g++) found"
