@@ -28,6 +28,8 @@ ONCE = {  # (module, parameter id): slow cases of tiered modules left to the bes
     ("test_engine_equivalence.py", "seeded"): "sampling is the same code at every tier; greedy runs the kernels",
 }
 BROWSER = ("server/test_chat_page.py",)
+PULLS = ("loader/test_catalog.py::test_real_pull_of_default_model_via_cli",)
+"""Tests that download a real model themselves, into a temporary HEARTH_HOME (not through model_path)."""
 
 
 def pytest_configure(config):
@@ -40,10 +42,10 @@ def pytest_report_header(config):
     return f"hearth CPU tier: {tiers.active()} ({why})"
 
 
-def markers(rel: str, fixtures, params: str = "") -> set[str]:
-    """The kinds of the test at tests/`rel` that uses `fixtures`, parametrized as `params` ("a-b")."""
+def markers(rel: str, fixtures, params: str = "", name: str = "") -> set[str]:
+    """The kinds of test function `name` in tests/`rel` that uses `fixtures`, parametrized as `params` ("a-b")."""
     kinds = set()
-    if "model_path" in fixtures:
+    if "model_path" in fixtures or f"{rel}::{name}" in PULLS:
         kinds.add("real_model")
         if rel.startswith("server/"):
             kinds.add("server")
@@ -60,7 +62,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         rel = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
         params = item.callspec.id if hasattr(item, "callspec") else ""
-        for kind in sorted(markers(rel, item.fixturenames, params)):
+        for kind in sorted(markers(rel, item.fixturenames, params, item.originalname)):
             item.add_marker(kind)
 
 

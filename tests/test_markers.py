@@ -13,6 +13,7 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 @pytest.mark.parametrize("rel,fixtures,params,kinds", [
+    ("loader/test_catalog.py", ["home"], "", {"unit"}),
     ("sample/test_edge_cases.py", ["tmp_path"], "", {"unit"}),
     ("loader/test_tokenizer.py", ["model_path"], "", {"real_model"}),
     ("server/test_requests.py", ["make_fake"], "", {"unit"}),  # the app in-process around a fake engine
@@ -26,6 +27,10 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 ])
 def test_kinds_by_path_and_fixtures(rel, fixtures, params, kinds):
     assert markers(rel, fixtures, params) == kinds
+
+
+def test_a_test_that_pulls_a_model_itself_is_real_model():
+    assert markers("loader/test_catalog.py", ["home"], "", "test_real_pull_of_default_model_via_cli") == {"real_model"}
 
 
 def test_every_kind_is_registered_and_every_tiered_path_exists():
