@@ -103,7 +103,7 @@ def test_batched_rows_unchanged_by_other_tile_users(qtype):
     assert torch.equal(mm(x), before)
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_bf16_tiles_multiply_the_weights_rounded_to_bf16(qtype):
     """From 64 rows on, W is expanded to bf16 panel by panel (4- and 5-bit types by table lookup):
@@ -152,7 +152,7 @@ def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog):
                      "error: boom); using torch"]
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 @pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("scale", [0.002, 0.3], ids=["small", "saturating"])  # gates ~ +-0.3 / +-40
 def test_mlp_middle_on_bf16_tiles_is_act_gate_times_up_in_bf16(activation, scale):

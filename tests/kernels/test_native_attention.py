@@ -112,7 +112,7 @@ def test_kv_write_rounds_like_torch(dtype):
     assert not flat[:, untouched].any()
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 def test_the_tile_kernel_takes_long_chunks(dtype):
     """The AMX flash kernel itself (not the SDPA fallback) on a long chunk after a cached prefix,
@@ -128,7 +128,7 @@ def test_the_tile_kernel_takes_long_chunks(dtype):
     torch.testing.assert_close(out, want, atol=BF16_ATOL, rtol=0)
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 def test_the_tile_kernel_rescales_when_later_keys_score_far_higher():
     """The kernel's running max moves only when a row's scores pass it by more than 8 (then O^T and
     the sums are rescaled): keys that grow with their position make it move block after block.
