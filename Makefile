@@ -1,5 +1,6 @@
 # `make run`: set up .venv and serve the default model on http://$(HOST):$(PORT) (chat page at /).
-# `make test`: set up and run every test.
+# `make test`: set up and run every test, the tier-sensitive ones once per CPU tier this machine runs.
+# `make test-fast`: the unit tests only (no real model, server or browser), for the inner loop.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -9,7 +10,7 @@ PORT ?= 8080
 # root installs system packages directly, anyone else through sudo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test browser clean
+.PHONY: setup run test test-fast browser clean
 setup: $(VENV)/.installed
 
 # torch is installed on its own first so the exact pin (a CPU build where one is on local disk) wins.
@@ -23,8 +24,21 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 run: setup
 	$(BIN)/hearth serve $(MODEL) --host $(HOST) --port $(PORT)
 
+# The whole suite at the best tier, then the `tiered` tests (kernels, logits vs transformers, goldens,
+# engine equivalence) at each other tier this CPU runs, forced with HEARTH_CPU_TIER (hearth/kernels/tiers.py).
+# Every tier runs even after a failure; pytest's 5 (nothing collected under a narrow PYTEST_ARGS) is no failure.
+TIERS = $(BIN)/python -m hearth.kernels.tiers
 test: setup browser
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	@tiers="$$($(TIERS) runnable)" && [ -n "$$tiers" ] && $(TIERS) skipped || exit 1; status=0; sel=""; \
+	for t in $$tiers; do \
+	  echo "== tier $$t: pytest $$sel $(PYTEST_ARGS)"; \
+	  HEARTH_CPU_TIER=$$t $(BIN)/python -m pytest -q $$sel $(PYTEST_ARGS); rc=$$?; \
+	  [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; sel="-m tiered"; \
+	done; \
+	echo "tiers run: $$tiers"; exit $$status
+
+test-fast: setup
+	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # the chat-page test drives Debian's headless chromium; install it when missing (the test is
 # skipped only where it cannot be installed)

@@ -1,16 +1,69 @@
-"""Shared fixtures.
+"""Shared fixtures, the test kinds and the CPU tier.
 
 `model_path(name)` gives the local .gguf of a catalog model (or any name resolve_model accepts),
-downloading it once into $HEARTH_HOME (default ~/.cache/hearth) so later runs reuse it."""
+downloading it once into $HEARTH_HOME (default ~/.cache/hearth) so later runs reuse it.
+
+Every test gets markers by what it needs (pyproject.toml registers them), set here rather than in
+hundreds of files: `real_model` (the model_path fixture), `server` (a real `hearth serve` under
+tests/server), `browser` (headless Chromium), `unit` (none of those: `make test-fast`), and
+`tiered` for the modules whose code differs per CPU tier, which `make test` runs once per tier."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
+from hearth.kernels import tiers
 from hearth.loader.resolve import resolve_model
 from hearth.loader.store import hearth_home
+
+TESTS = Path(__file__).resolve().parent
+TIERED = ("kernels/", "layers/test_linear.py", "models/test_logits_vs_transformers.py", "models/test_native_decode.py",
+          "test_golden_llamacpp.py", "test_engine_equivalence.py")
+"""Kernels, quantized linears, model logits vs transformers, llama.cpp goldens, engine equivalence."""
+ONCE = {  # (module, parameter id): slow cases of tiered modules left to the best tier's run, and why
+    ("test_golden_llamacpp.py", "gemma3-270m"): "its kernels run per tier on the tiny gemma3 files; 4x SmolLM2's time",
+    ("test_engine_equivalence.py", "seeded"): "sampling is the same code at every tier; greedy runs the kernels",
+}
+BROWSER = ("server/test_chat_page.py",)
+PULLS = ("loader/test_catalog.py::test_real_pull_of_default_model_via_cli",)
+"""Tests that download a real model themselves, into a temporary HEARTH_HOME (not through model_path)."""
+
+
+def pytest_configure(config):
+    tiers.selected()  # before torch's first matmul: a forced lower tier caps oneDNN's ISA too
+
+
+def pytest_report_header(config):
+    why = "forced by HEARTH_CPU_TIER" if os.environ.get("HEARTH_CPU_TIER", "").strip() else (
+        "HEARTH_NATIVE=0" if tiers.forced() else "the best this CPU runs")
+    return f"hearth CPU tier: {tiers.active()} ({why})"
+
+
+def markers(rel: str, fixtures, params: str = "", name: str = "") -> set[str]:
+    """The kinds of test function `name` in tests/`rel` that uses `fixtures`, parametrized as `params` ("a-b")."""
+    kinds = set()
+    if "model_path" in fixtures or f"{rel}::{name}" in PULLS:
+        kinds.add("real_model")
+        if rel.startswith("server/"):
+            kinds.add("server")
+    if rel in BROWSER:
+        kinds.add("browser")
+    if not kinds:
+        kinds.add("unit")
+    if rel.startswith(TIERED) and not any(rel == m and f"-{p}-" in f"-{params}-" for m, p in ONCE):
+        kinds.add("tiered")
+    return kinds
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
+        params = item.callspec.id if hasattr(item, "callspec") else ""
+        for kind in sorted(markers(rel, item.fixturenames, params, item.originalname)):
+            item.add_marker(kind)
 
 
 @pytest.fixture(scope="session")

@@ -397,7 +397,9 @@ def _sdpa(q, k, v, mask, scale, softcap):
     """q: [..., heads, n_q, d]; k, v: [..., kv_heads, ctx, d]; grouped-query heads share k/v."""
     if not softcap:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
-    group = q.shape[-3] // k.shape[-3]
-    k, v = k.repeat_interleave(group, -3), v.repeat_interleave(group, -3)
-    s = torch.tanh((q @ k.transpose(-1, -2)) * scale / softcap) * softcap
-    return torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v
+    # scores, softmax and p.V in f32 whatever q/k/v's dtype (the upcast is exact), as fused SDPA and the
+    # AMX flash kernel keep them: bf16 scores (8 bits, ~0.06 at |s| ~ 16) moved bf16 outputs by ~0.08
+    dtype, group = q.dtype, q.shape[-3] // k.shape[-3]
+    k, v = k.float().repeat_interleave(group, -3), v.float().repeat_interleave(group, -3)
+    s = torch.tanh((q.float() @ k.transpose(-1, -2)) * scale / softcap) * softcap
+    return (torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v).to(dtype)

@@ -5,8 +5,10 @@ of the source and flags, and loaded with ctypes: plain C entry points need no Py
 headers (a torch extension would take ~30 s to compile) and a call costs ~1 us. OpenMP comes from
 the libgomp torch already loaded (same soname), so both share one thread pool.
 
-`lib()` is None when the kernels cannot run here (no compiler, a CPU without AVX-512 VNNI, not
-x86-64 Linux, or HEARTH_NATIVE=0): callers fall back to the torch paths, after one warning."""
+Which kernels run is the CPU tier (hearth.kernels.tiers): the library is told it at load (hk_set_tier),
+so a lower tier forced on a better CPU leaves the better units off. `lib()` is None on the torch tier
+(a CPU without AVX-512 VNNI, not x86-64 Linux, HEARTH_NATIVE=0 or HEARTH_CPU_TIER=torch), or when the
+build fails (one warning line): callers fall back to the torch paths."""
 
 from __future__ import annotations
 
@@ -14,16 +16,13 @@ import ctypes
 import functools
 import hashlib
 import os
-import platform
-import shutil
 import subprocess
-import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 import torch
 
+from hearth.kernels import tiers
 from hearth.kvstore import kvarn
 from hearth.loader.store import hearth_home
 
@@ -34,7 +33,7 @@ SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
 FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2",
          "-ffp-contract=off", "-w"]
-ABI_VERSION = 8
+ABI_VERSION = 9
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
           13: "Q5_K", 14: "Q6_K"}
@@ -48,11 +47,11 @@ def lib() -> ctypes.CDLL | None:
     global _lib, _tried
     if not _tried:
         _tried = True
+        tier = tiers.selected()
         try:
-            _lib = _load()
+            _lib = _load(tier) if tier.native else None
         except Exception as e:  # noqa: BLE001  (any failure means: use the torch paths)
-            warnings.warn(f"hearth: native GGUF kernels unavailable ({e}); using slower torch kernels",
-                          RuntimeWarning, stacklevel=2)
+            tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({e}); using torch")
             _lib = None
     return _lib
 
@@ -67,34 +66,23 @@ def bf16_tiles() -> bool:
     return available() and bool(lib().hk_amx_bf16())
 
 
-def _load() -> ctypes.CDLL | None:
-    if os.environ.get("HEARTH_NATIVE", "1") == "0":
-        return None
-    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "AMD64"):
-        raise RuntimeError(f"no build for {sys.platform}/{platform.machine()}")
-    cpu_flags = _cpu_flags()
-    missing = {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma", "bmi2"} - cpu_flags
-    if missing:
-        raise RuntimeError(f"this CPU lacks {', '.join(sorted(missing))}")
+def _load(tier: tiers.Tier) -> ctypes.CDLL:
     path = _build()
     so = ctypes.CDLL(str(path))
     _declare(so)
     if so.hk_abi_version() != ABI_VERSION or not so.hk_cpu_ok():
         raise RuntimeError("kernel library does not match this CPU or version")
+    if so.hk_set_tier(tier.level) != 0:
+        raise RuntimeError(f"kernel library does not know tier level {tier.level}")
     return so
 
 
 def _cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next(ln for ln in f if ln.startswith("flags"))
-    except (OSError, StopIteration):
-        return set()
-    return set(line.split(":", 1)[1].split())
+    return tiers.cpu_flags()
 
 
 def _build() -> Path:
-    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    cxx = tiers.compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler (g++) found")
     src = b"".join(f.read_bytes() for f in sorted(CSRC.iterdir()) if f.suffix in (".cpp", ".h"))
@@ -133,6 +121,7 @@ def _declare(so: ctypes.CDLL) -> None:
     sigs = {  # name: (restype, argtypes)
         "hk_abi_version": (_int, []),
         "hk_cpu_ok": (_int, []),
+        "hk_set_tier": (_int, [_int]),
         "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64, _i64]),
         "hk_plan_free": (None, [_p]),
         "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),

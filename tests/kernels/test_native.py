@@ -10,15 +10,13 @@ equal the exact weights rounded to bf16 (round to nearest even)."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize as gguf_quantize
 
-from hearth.kernels import native
+from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
 from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
@@ -105,7 +103,7 @@ def test_batched_rows_unchanged_by_other_tile_users(qtype):
     assert torch.equal(mm(x), before)
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_bf16_tiles_multiply_the_weights_rounded_to_bf16(qtype):
     """From 64 rows on, W is expanded to bf16 panel by panel (4- and 5-bit types by table lookup):
@@ -139,21 +137,22 @@ def test_bad_token_id_is_an_index_error():
             native.dequant_rows(as_bytes(t.data, t.qtype), Q.Q8_0, 64, torch.tensor([1, bad]))
 
 
-def test_a_failed_build_falls_back_with_one_warning(monkeypatch):
+def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog):
     def broken():
-        raise RuntimeError("g++ failed: boom")
+        raise RuntimeError("g++ failed: gguf_kernels.cpp:1:10: error: boom")
 
     monkeypatch.setattr(native, "_build", broken)
     monkeypatch.setattr(native, "_tried", False)
     monkeypatch.setattr(native, "_lib", None)
-    with pytest.warns(RuntimeWarning, match="native GGUF kernels unavailable .*boom"):
-        assert native.lib() is None
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert native.lib() is None  # decided once: no second warning
+    tier = tiers.selected().name
+    assert native.lib() is None and native.lib() is None  # decided once: no second warning
+    lines = [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"]
+    # the tier, the compiler's first error, the tier used instead
+    assert lines == [f"hearth: the {tier} tier's kernels are unavailable (g++ failed: gguf_kernels.cpp:1:10: "
+                     "error: boom); using torch"]
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 @pytest.mark.parametrize("activation", ["silu", "gelu_tanh"])
 @pytest.mark.parametrize("scale", [0.002, 0.3], ids=["small", "saturating"])  # gates ~ +-0.3 / +-40
 def test_mlp_middle_on_bf16_tiles_is_act_gate_times_up_in_bf16(activation, scale):

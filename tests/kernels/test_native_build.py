@@ -1,23 +1,23 @@
-"""The C++ kernels build and load wherever they can: every native test skips when they do not, so a
-build broken on a machine that should run them would otherwise pass unnoticed."""
+"""The C++ kernels build and load wherever the chosen tier needs them: every native test skips when
+they do not, so a build broken on a machine that should run them would otherwise pass unnoticed."""
 
 from __future__ import annotations
 
-import platform
 import shutil
-import sys
 
 import pytest
 
-from hearth.kernels import native
+from hearth.kernels import native, tiers
 
-CAN_BUILD = (sys.platform.startswith("linux") and platform.machine() == "x86_64" and shutil.which("g++") is not None
-             and {"avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma", "bmi2"} <= native._cpu_flags())
+TIER = tiers.selected()
 
 
-@pytest.mark.skipif(not CAN_BUILD, reason="no g++ or no AVX-512 VNNI here: the torch paths run instead")
-def test_kernels_build_and_load_here(monkeypatch):
-    monkeypatch.delenv("HEARTH_NATIVE", raising=False)
+@pytest.mark.skipif(not (TIER.native and shutil.which("g++")), reason=f"the {TIER.name} tier runs no C++ kernels")
+def test_kernels_build_and_load_here():
     assert native.available()
-    if {"amx_bf16", "amx_tile", "avx512_bf16"} <= native._cpu_flags():
-        assert native.bf16_tiles()  # the prefill's tile path
+    assert tiers.active() == TIER.name
+
+
+def test_the_library_obeys_the_tier():
+    """AMX tiles run exactly on the amx tier: a lower tier forced on an AMX CPU keeps them off in C++ too."""
+    assert native.bf16_tiles() == (tiers.active() == "amx")

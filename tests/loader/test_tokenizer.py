@@ -10,7 +10,6 @@ from __future__ import annotations
 import codecs
 import heapq
 import json
-import os
 import random
 import re
 from pathlib import Path
@@ -27,11 +26,6 @@ from hearth.loader.tokenizer import Tokenizer, TokenIdError, _clean_spaces
 from hearth.loader.vocab import read_vocab
 
 
-def real_model_path(file_name: str) -> Path:
-    """Where the real test models live (to be replaced by a shared fixture)."""
-    return Path(os.environ.get("HEARTH_TEST_MODELS_DIR", "/tmp/models")) / file_name
-
-
 GOLDENS = Path(__file__).resolve().parents[1] / "data" / "goldens"
 REAL = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3-270m": "gemma-3-270m-q4_k_m.gguf"}
 # llama.cpp's end-of-generation sets (llama_vocab_is_eog in llama-cpp-python 0.3.36) for these files
@@ -40,10 +34,12 @@ EOG = {"smollm2-135m": {"<|endoftext|>", "<|im_end|>", "<reponame>"},
 
 
 @pytest.fixture(scope="module", params=list(REAL))
-def real(request) -> tuple[str, Tokenizer, dict]:
+def real(request, model_path) -> tuple[str, Tokenizer, dict]:
     name = request.param
     golden = json.loads((GOLDENS / f"tokenize_{name}.json").read_text())  # missing golden = failure
-    return name, Tokenizer.from_gguf(GGUFFile(real_model_path(REAL[name]))), golden
+    path = model_path(name)  # the catalog model, downloaded once into HEARTH_HOME
+    assert path.name == REAL[name]
+    return name, Tokenizer.from_gguf(GGUFFile(path)), golden
 
 
 def test_ids_match_llama_cpp_goldens(real):

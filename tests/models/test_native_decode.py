@@ -80,7 +80,7 @@ def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, 
     assert run() == fused
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     """A 100-token prefill runs the layers natively with their matmuls on AMX bf16 tiles (the MLP's
@@ -96,7 +96,7 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     assert rel_err(ours, transformers_logits(arch, d, name, dims, ids)) < REL_TOL_FAST
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles on this CPU")
+@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
 @pytest.mark.parametrize("chunk", [2048, 64], ids=["whole", "chunked"])
 def test_fused_prefill_equals_the_layer_in_parts(tmp_path, monkeypatch, chunk):
     """One sequence's prefill chunk over an f16 cache runs every layer in one C++ call (FusedStack),

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "blocks.h"
+#include "tier.h"
 
 namespace {
 
@@ -33,7 +34,8 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
-bool amx_usable() {  // the CPU has AMX-INT8 and Linux lets this process use the tile state
+bool amx_usable() {  // the tier allows tiles, the CPU has AMX-INT8 and Linux lets this process use them
+  if (!tier_allows_amx()) return false;  // checked first: a forced lower tier never asks for the tile state
   static const bool ok = [] {
     __builtin_cpu_init();
     unsigned a, b, c, d;

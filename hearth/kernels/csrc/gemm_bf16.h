@@ -74,6 +74,7 @@ auto* scratch(V& v, int64_t n) {
 }
 
 bool amx_bf16_usable() {
+  if (!tier_allows_amx()) return false;  // hk_set_tier: a lower tier than the CPU's
   static const bool ok = [] {
     unsigned a, b, c, d;
     __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));

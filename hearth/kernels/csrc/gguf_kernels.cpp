@@ -17,6 +17,7 @@
 
 #include "blocks.h"
 #include "simd.h"
+#include "tier.h"
 #include "amx.h"
 #include "attention.h"
 #include "gemm_bf16.h"
@@ -387,7 +388,15 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 8; }
+int hk_abi_version() { return 9; }
+
+// The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
+// Called once at load, before any kernel runs.
+int hk_set_tier(int level) {
+  if (level != TIER_AVX512 && level != TIER_AMX) return -1;
+  cpu_tier() = level;
+  return 0;
+}
 
 int hk_cpu_ok() {
   __builtin_cpu_init();

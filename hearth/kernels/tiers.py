@@ -1,0 +1,151 @@
+"""CPU tiers: which kernels run on this CPU, chosen once at start (ggml's CPU variants by feature detection).
+
+A tier is one record: the /proc/cpuinfo flags it needs and what it enables. The best tier the CPU runs
+is chosen; HEARTH_CPU_TIER=<name> forces one (a lower one on a better CPU: how CI tests every tier on
+one machine), HEARTH_NATIVE=0 means torch. A forced tier that cannot run here, or an unknown name, is
+one warning line naming the reason and the tier used instead. The C++ side obeys the choice through
+hk_set_tier (csrc/tier.h); hearth.kernels.native asks selected() before it builds anything."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import shutil
+import sys
+from dataclasses import dataclass
+
+log = logging.getLogger("hearth.kernels")
+
+AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma", "bmi2")
+AMX = ("amx_tile", "amx_int8", "amx_bf16", "avx512_bf16")
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    name: str
+    cpu_flags: tuple[str, ...]
+    """/proc/cpuinfo flags the tier's code needs (all of them)."""
+    native: bool
+    """The C++ kernels run (else the torch paths)."""
+    level: int
+    """What hk_set_tier tells the C++ side (csrc/tier.h's CpuTier); 0 without C++ kernels."""
+    enables: str
+    onednn_cap: str | None = None
+    """ONEDNN_MAX_CPU_ISA when this tier is forced on a CPU above it: torch's own matmuls then take the
+    code a CPU of this tier runs (oneDNN reads it once, at its first use)."""
+
+
+TIERS = (  # best first
+    Tier("amx", AVX512 + AMX, True, 2, "C++ kernels with AMX int8 tiles (decode batches) and bf16 tiles (prefill)"),
+    Tier("avx512", AVX512, True, 1, "C++ kernels on AVX-512 VNNI, no tiles; prefill matmuls in torch bf16",
+         onednn_cap="AVX512_CORE_BF16"),
+    Tier("torch", (), False, 0, "no C++ kernels: torch's CPU kernels"),
+)
+BY_NAME = {t.name: t for t in TIERS}
+TORCH = BY_NAME["torch"]
+PLANNED = ("avx2", "neon")
+"""Tiers of the design (DESIGN.md, "Devices") with no kernels in this build yet."""
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next(ln for ln in f if ln.startswith("flags"))
+    except (OSError, StopIteration):
+        return set()
+    return set(line.split(":", 1)[1].split())
+
+
+def native_platform() -> bool:
+    """The C++ kernels are built for x86-64 Linux only."""
+    return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+
+
+def missing(tier: Tier, flags: set[str], x86_linux: bool = True) -> str | None:
+    """Why `tier` cannot run on a CPU with `flags` ("CPU flag amx_tile"), or None when it can."""
+    if tier.native and not x86_linux:
+        return f"x86-64 Linux (this is {sys.platform}/{platform.machine()})"
+    lacking = [f for f in tier.cpu_flags if f not in flags]
+    return f"CPU flag {lacking[0]}" if lacking else None
+
+
+def choose(env: dict, flags: set[str], x86_linux: bool = True) -> tuple[Tier, str | None]:
+    """(the tier to use, the warning line or None) for environment `env` on a CPU with `flags`."""
+    best = next(t for t in TIERS if missing(t, flags, x86_linux) is None)
+    if env.get("HEARTH_NATIVE", "1") == "0":
+        return TORCH, None
+    forced = env.get("HEARTH_CPU_TIER", "").strip().lower()
+    if not forced:
+        return best, None
+    if forced in PLANNED:
+        return best, (f"hearth: HEARTH_CPU_TIER={forced} has no kernels in this build (tiers: {', '.join(BY_NAME)}); "
+                      f"using {best.name}")
+    tier = BY_NAME.get(forced)
+    if tier is None:
+        return best, f"hearth: HEARTH_CPU_TIER={forced} is not a tier; use one of {', '.join(BY_NAME)}; using {best.name}"
+    why = missing(tier, flags, x86_linux)
+    if why is not None:
+        return best, f"hearth: HEARTH_CPU_TIER={forced} needs {why}, which this CPU lacks; using {best.name}"
+    return tier, None
+
+
+@functools.cache
+def selected() -> Tier:
+    """The tier chosen for this process (warned about once, when forced and not possible)."""
+    tier, warning = choose(os.environ, cpu_flags(), native_platform())
+    if warning:
+        log.warning(warning)
+    if tier.onednn_cap and tier is not choose({}, cpu_flags(), native_platform())[0]:
+        os.environ.setdefault("ONEDNN_MAX_CPU_ISA", tier.onednn_cap)
+    return tier
+
+
+def forced() -> bool:
+    return bool(os.environ.get("HEARTH_CPU_TIER", "").strip()) or os.environ.get("HEARTH_NATIVE", "1") == "0"
+
+
+def compiler() -> str | None:
+    """The C++ compiler the native tiers are built with: $CXX, else g++ or c++ on PATH."""
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+
+
+def why_not(name: str) -> str | None:
+    """Why tier `name` cannot run on this machine, or None when it can (what `make test` reports)."""
+    tier = BY_NAME.get(name)
+    if tier is None:
+        return "no kernels in this build" if name in PLANNED else "not a tier"
+    why = missing(tier, cpu_flags(), native_platform())
+    if why is None and tier.native and compiler() is None:
+        return "no C++ compiler (g++) found"
+    return None if why is None else f"needs {why}, which this CPU lacks"
+
+
+def active() -> str:
+    """The tier running here: the selected one, or torch when its kernels did not build or load."""
+    from hearth.kernels import native  # native imports this module
+
+    tier = selected()
+    return tier.name if not tier.native or native.available() else TORCH.name
+
+
+def main(argv: list[str]) -> int:
+    """`python -m hearth.kernels.tiers runnable`: the tiers this machine runs, best first, on one line;
+    `... skipped`: a line per other tier naming why (so a test run can say which tiers it left out)."""
+    names = [*BY_NAME, *PLANNED]
+    if argv == ["runnable"]:
+        print(" ".join(n for n in names if why_not(n) is None))
+    elif argv == ["skipped"]:
+        for n in names:
+            if (why := why_not(n)) is not None:
+                print(f"tier {n} not run here: {why}")
+    else:
+        print("usage: python -m hearth.kernels.tiers runnable|skipped", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""CPU tier choice (hearth.kernels.tiers): the best tier a CPU runs, HEARTH_CPU_TIER and its bad-input
+lines, on made-up flag sets (nothing here depends on this machine's CPU)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.kernels import tiers
+from hearth.kernels.tiers import AMX, AVX512, choose
+
+SPR = set(AVX512 + AMX) | {"sse4_2", "avx2"}  # Sapphire Rapids with tiles
+NO_TILES = set(AVX512) | {"avx512_bf16", "avx2"}  # the same CPU kind without AMX
+AVX2 = {"avx2", "fma", "f16c", "bmi2"}
+
+
+@pytest.mark.parametrize("flags,best", [(SPR, "amx"), (NO_TILES, "avx512"), (AVX2, "torch"), (set(), "torch")])
+def test_the_best_tier_the_cpu_runs(flags, best):
+    assert choose({}, flags) == (tiers.BY_NAME[best], None)
+
+
+def test_an_arm_or_other_os_gets_torch():
+    assert choose({}, SPR, x86_linux=False)[0].name == "torch"
+
+
+@pytest.mark.parametrize("name", ["amx", "avx512", "torch", " AVX512 "])
+def test_a_forced_tier_the_cpu_runs(name):
+    assert choose({"HEARTH_CPU_TIER": name}, SPR) == (tiers.BY_NAME[name.strip().lower()], None)
+
+
+def test_native_0_means_torch():
+    assert choose({"HEARTH_NATIVE": "0"}, SPR) == (tiers.TORCH, None)
+    assert choose({"HEARTH_NATIVE": "0", "HEARTH_CPU_TIER": "amx"}, SPR) == (tiers.TORCH, None)
+
+
+@pytest.mark.parametrize("env,flags,line", [
+    ({"HEARTH_CPU_TIER": "amx"}, NO_TILES,
+     "hearth: HEARTH_CPU_TIER=amx needs CPU flag amx_tile, which this CPU lacks; using avx512"),
+    ({"HEARTH_CPU_TIER": "avx512"}, AVX2,
+     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512f, which this CPU lacks; using torch"),
+    ({"HEARTH_CPU_TIER": "avx512"}, set(AVX512) - {"avx512_vnni"},
+     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512_vnni, which this CPU lacks; using torch"),
+    ({"HEARTH_CPU_TIER": "avx2"}, SPR,
+     "hearth: HEARTH_CPU_TIER=avx2 has no kernels in this build (tiers: amx, avx512, torch); using amx"),
+    ({"HEARTH_CPU_TIER": "neon"}, AVX2,
+     "hearth: HEARTH_CPU_TIER=neon has no kernels in this build (tiers: amx, avx512, torch); using torch"),
+    ({"HEARTH_CPU_TIER": "avx9000"}, NO_TILES,
+     "hearth: HEARTH_CPU_TIER=avx9000 is not a tier; use one of amx, avx512, torch; using avx512"),
+])
+def test_a_tier_that_cannot_run_is_one_line_naming_why_and_what_runs(env, flags, line):
+    tier, warning = choose(env, flags)
+    assert warning == line and "\n" not in warning
+    assert tier.name == line.rsplit("using ", 1)[1]
+
+
+def test_a_tier_on_the_wrong_platform_names_it():
+    _, warning = choose({"HEARTH_CPU_TIER": "avx512"}, SPR, x86_linux=False)
+    assert warning.startswith("hearth: HEARTH_CPU_TIER=avx512 needs x86-64 Linux (this is ")
+    assert warning.endswith("; using torch")
+
+
+def test_selected_warns_once_through_the_log(monkeypatch, caplog):
+    monkeypatch.setattr(tiers, "cpu_flags", lambda: NO_TILES)
+    monkeypatch.setattr(tiers, "native_platform", lambda: True)
+    monkeypatch.setenv("HEARTH_CPU_TIER", "amx")
+    monkeypatch.delenv("HEARTH_NATIVE", raising=False)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "ALL")  # the real one stays as it is
+    tiers.selected.cache_clear()
+    try:
+        assert tiers.selected().name == "avx512" and tiers.selected().name == "avx512"
+    finally:
+        tiers.selected.cache_clear()
+    assert [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"] == [
+        "hearth: HEARTH_CPU_TIER=amx needs CPU flag amx_tile, which this CPU lacks; using avx512"]
+
+
+def test_every_tier_needs_what_the_one_below_needs():
+    for upper, lower in zip(tiers.TIERS, tiers.TIERS[1:]):
+        assert set(lower.cpu_flags) <= set(upper.cpu_flags)
+    assert [t.level for t in tiers.TIERS] == sorted((t.level for t in tiers.TIERS), reverse=True)
+
+
+@pytest.fixture
+def cpu(monkeypatch):
+    """Pretend this machine has the given flags (x86-64 Linux with a compiler)."""
+    monkeypatch.setattr(tiers, "native_platform", lambda: True)
+    monkeypatch.setattr(tiers, "compiler", lambda: "g++")
+    return lambda flags: monkeypatch.setattr(tiers, "cpu_flags", lambda: set(flags))
+
+
+def test_make_test_hears_which_tiers_run_and_why_not_the_others(cpu, capsys):
+    cpu(NO_TILES)
+    assert tiers.main(["runnable"]) == 0 and capsys.readouterr().out == "avx512 torch\n"
+    assert tiers.main(["skipped"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "tier amx not run here: needs CPU flag amx_tile, which this CPU lacks",
+        "tier avx2 not run here: no kernels in this build",
+        "tier neon not run here: no kernels in this build"]
+    assert tiers.main([]) == 2
+
+
+def test_no_compiler_leaves_torch(cpu, monkeypatch):
+    cpu(SPR)
+    monkeypatch.setattr(tiers, "compiler", lambda: None)
+    assert [n for n in tiers.BY_NAME if tiers.why_not(n) is None] == ["torch"]
+    assert tiers.why_not("amx") == "no C++ compiler (g++) found"

@@ -1,0 +1,41 @@
+"""The test kinds tests/conftest.py gives each test, and that pyproject.toml registers them all."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ONCE, TIERED, markers
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+@pytest.mark.parametrize("rel,fixtures,params,kinds", [
+    ("loader/test_catalog.py", ["home"], "", {"unit"}),
+    ("sample/test_edge_cases.py", ["tmp_path"], "", {"unit"}),
+    ("loader/test_tokenizer.py", ["model_path"], "", {"real_model"}),
+    ("server/test_requests.py", ["make_fake"], "", {"unit"}),  # the app in-process around a fake engine
+    ("server/test_real_server.py", ["real_server", "model_path"], "", {"real_model", "server"}),
+    ("server/test_chat_page.py", ["browser", "real_server", "model_path"], "", {"real_model", "server", "browser"}),
+    ("kernels/test_native.py", [], "Q4_K", {"unit", "tiered"}),
+    ("test_golden_llamacpp.py", ["model_path"], "smollm2-135m", {"real_model", "tiered"}),
+    ("test_golden_llamacpp.py", ["model_path"], "gemma3-270m", {"real_model"}),
+    ("test_engine_equivalence.py", ["model_path"], "seeded", {"real_model"}),
+    ("test_engine_equivalence.py", ["model_path"], "greedy", {"real_model", "tiered"}),
+])
+def test_kinds_by_path_and_fixtures(rel, fixtures, params, kinds):
+    assert markers(rel, fixtures, params) == kinds
+
+
+def test_a_test_that_pulls_a_model_itself_is_real_model():
+    assert markers("loader/test_catalog.py", ["home"], "", "test_real_pull_of_default_model_via_cli") == {"real_model"}
+
+
+def test_every_kind_is_registered_and_every_tiered_path_exists():
+    registered = {m.split(":")[0] for m in tomllib.loads(PYPROJECT.read_text())["tool"]["pytest"]["ini_options"]["markers"]}
+    assert registered == {"unit", "real_model", "server", "browser", "tiered"}
+    tests = PYPROJECT.parent / "tests"
+    assert all((tests / rel).exists() for rel in TIERED)
+    assert all((tests / rel).is_file() for rel, _ in ONCE)
