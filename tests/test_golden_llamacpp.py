@@ -31,7 +31,7 @@ TIE = 0.75
 """Logit margin below which llama.cpp and hearth may rank two tokens differently (see above)."""
 ROBUST = TIE
 """Smallest llama.cpp margin over 64 steps for a case to be compared free-running."""
-MODELS = ["smollm2-135m", "gemma3-270m"]
+MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 
 
 @pytest.fixture(scope="module", params=MODELS)

@@ -28,6 +28,12 @@ import torch.nn.functional as F
 
 from hearth.kernels import native
 
+PRECISE_SCORES = "a k bias"
+"""Why a layer's long chunks attend with f32 scores instead of the bf16 tiles or bf16 SDPA: a k
+projection bias (qwen2) adds a large component every key shares, and bf16's 8-bit mantissa then puts
+q.k off by whole logits (Qwen2.5-Coder-0.5B: KL 0.35 from the f32 reference at a golden position where
+f32 scores give 0.002). bf16 hi/lo splits in the tile kernel would keep such layers on AMX."""
+
 NATIVE_MAX_Q = 64
 """Sequences with at least this many new tokens attend through SDPA (faster for long chunks)."""
 
@@ -200,11 +206,13 @@ def paged_attention(
     scale: float,
     sliding_window: int = 0,
     softcap: float = 0.0,
+    precise: bool = False,
 ) -> torch.Tensor:  # [T, heads, head_dim]
+    """precise: long chunks' scores in f32, never bf16 (see PRECISE_SCORES)."""
     if not isinstance(kv_cache, torch.Tensor):
-        return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap)
+        return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap, precise=precise)
     if native_pages(q, kv_cache):
-        out = _paged_native(q, kv_cache, meta, scale, sliding_window, softcap)
+        out = _paged_native(q, kv_cache, meta, scale, sliding_window, softcap, precise)
         if out is not None:
             return out
     return paged_attention_torch(q, kv_cache, meta, scale, sliding_window, softcap)
@@ -216,17 +224,18 @@ def native_pages(x: torch.Tensor, kv_cache) -> bool:
             and native.available())
 
 
-def _paged_native(q, kv_cache, meta, scale, window, softcap):
+def _paged_native(q, kv_cache, meta, scale, window, softcap, precise=False):
     """None when the kernel does not cover this head shape."""
     big, args = meta.native_split()
     out = torch.empty(q.shape)
     if args is not None and not native.paged_attention(q, kv_cache, *args, scale, window, softcap, out):
         return None
-    for i in big:  # long chunks on AMX bf16 tiles: the C++ flash kernel, else SDPA's in bf16
+    for i in big:  # long chunks on AMX bf16 tiles: the C++ flash kernel, else SDPA's in bf16 (f32 if precise)
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        if not native.prefill_attention(q[q0:q1], kv_cache, meta.table_tensor(i), meta.seq_lens[i], scale, window,
-                                        softcap, out[q0:q1]):
-            out[q0:q1] = _prefill_one(q[q0:q1].to(torch.bfloat16), kv_cache, meta, i, scale, window, softcap)
+        if precise or not native.prefill_attention(q[q0:q1], kv_cache, meta.table_tensor(i), meta.seq_lens[i], scale,
+                                                   window, softcap, out[q0:q1]):
+            qi = q[q0:q1] if precise else q[q0:q1].to(torch.bfloat16)
+            out[q0:q1] = _prefill_one(qi, kv_cache, meta, i, scale, window, softcap)
     return out
 
 
@@ -295,7 +304,7 @@ def _attend_prefill(q, kv, meta, i, scale, window, softcap):
     return o[0].transpose(0, 1)
 
 
-def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True):
+def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, precise=False):
     """Over a QuantizedKVCache: sequences with fewer than NATIVE_MAX_Q new tokens in one native call
     that reads the encoded blocks in place, the others (and all without native kernels) through the
     torch path, in the codec's rotated space if it has one."""
@@ -304,7 +313,8 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True):
     if use_native and q.dtype == torch.float32 and native.available():
         big, args = quantized_native_args(meta, cache.bs)
         if args is None or native.quantized_paged_attention(q, cache, *args, scale, window, softcap, out):
-            torch_rows, dtype = big, torch.bfloat16  # long chunks: bf16 SDPA on AMX, as _paged_native does
+            torch_rows = big  # long chunks: bf16 SDPA, as _paged_native does (f32 if precise)
+            dtype = q.dtype if precise else torch.bfloat16
     rot = cache.rotation
     if torch_rows and rot is not None:  # K/V are stored rotated: q.k and p.V are invariant under the rotation
         rot = rot.to(q.dtype)

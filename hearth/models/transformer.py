@@ -64,6 +64,7 @@ class Attention(nn.Module):
         biases = [maybe_f32(g, n.replace(".weight", ".bias")) for n in names]
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.qkv = build_linear([g.tensor(n) for n in names], bias=bias)
+        self.precise_scores = biases[1] is not None  # hearth.kernels.attention.PRECISE_SCORES
         self.o = build_linear(g.tensor(p + "attn_output.weight"))
         self.qk_norm = None
         if spec.qk_norm:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim]
@@ -86,7 +87,8 @@ class Attention(nn.Module):
             self.qk_norm(qk, out=qk)
         self.rope(qk, positions, meta.cache)
         write_kv_pair(kv_cache, y[:, self.q_size:].view(T, 2, KV, D), meta)
-        o = paged_attention(y[:, :self.q_size].view(T, H, D), kv_cache, meta, self.scale, self.window, self.softcap)
+        o = paged_attention(y[:, :self.q_size].view(T, H, D), kv_cache, meta, self.scale, self.window, self.softcap,
+                            self.precise_scores)
         return self.o(o.reshape(T, self.q_size).to(self.o.in_dtype))
 
 
@@ -154,7 +156,7 @@ class DecoderLayer(nn.Module):
             if T < self.native_max_rows:
                 if self.fused(x, cos, sin, kv_cache, meta):
                     return x if out_rows is None else x[out_rows]
-            elif keep is not None and self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
+            elif keep is not None and not a.precise_scores and self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
                 return x if keep == T else x[T - keep:]
         return self._forward_native_ops(x, cos, sin, kv_cache, meta, out_rows)
 
@@ -168,7 +170,7 @@ class DecoderLayer(nn.Module):
                        cos, sin, a.rope.neox, None if qn is None else qn.weight, 0.0 if qn is None else qn.eps)
         write_kv_pair(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)
         attn = paged_attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
-                               a.softcap).view(T, a.q_size)
+                               a.softcap, a.precise_scores).view(T, a.q_size)
         if out_rows is not None:  # as the fused prefill: only these rows past attention
             if not out_rows:
                 return x[:0]
@@ -229,7 +231,9 @@ class CausalLM(nn.Module):
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)
         fused = [layer.fused for layer in layers]
-        self.fused_stack = FusedStack(fused) if all(f is not None for f in fused) else None
+        # the stack's attention is the bf16 tile kernel: not for layers that need f32 scores
+        stackable = all(f is not None and not layer.attn.precise_scores for f, layer in zip(fused, layers))
+        self.fused_stack = FusedStack(fused) if stackable else None
         self.norm = RMSNorm(f32(g, "output_norm.weight"), cfg.rms_norm_eps)
         head = g.tensors.get("output.weight") or g.tensor("token_embd.weight")
         self.lm_head = build_linear(head)

@@ -27,10 +27,14 @@ from hearth.loader.vocab import read_vocab
 
 
 GOLDENS = Path(__file__).resolve().parents[1] / "data" / "goldens"
-REAL = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3-270m": "gemma-3-270m-q4_k_m.gguf"}
+REAL = {"smollm2-135m": "SmolLM2-135M-Instruct.Q4_1.gguf", "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
+        "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+        "qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
 # llama.cpp's end-of-generation sets (llama_vocab_is_eog in llama-cpp-python 0.3.36) for these files
 EOG = {"smollm2-135m": {"<|endoftext|>", "<|im_end|>", "<reponame>"},
-       "gemma3-270m": {"<eos>", "<end_of_turn>", "</s>"}}
+       "gemma3-270m": {"<eos>", "<end_of_turn>", "</s>"},
+       **dict.fromkeys(["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"],
+                       {"<|endoftext|>", "<|im_end|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "</s>"})}
 
 
 @pytest.fixture(scope="module", params=list(REAL))
