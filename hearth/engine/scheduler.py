@@ -15,8 +15,13 @@ from hearth.runner.messages import RunnerOutput, SampledToken, ScheduledSequence
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 row_regimes: tuple[int, ...] = ()):
+        """row_regimes: step sizes (rows) at which the runner's kernels change how they sum, so a row
+        computed in a bigger step may differ in its last bits: drafts never push a step across one
+        (greedy with speculation then equals greedy without, token for token)."""
         self.kv = kv
+        self.row_regimes = row_regimes
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
@@ -76,6 +81,7 @@ class Scheduler:
             self.running.append(req)
             scheduled.append((req, n, 0))
             budget -= n
+        scheduled = self._within_regime(scheduled)
         finished, self._finished_ids = self._finished_ids, []
         loads, saves = self.kv.take_transfers()
         return SchedulerOutput([self._message(r, n, k) for r, n, k in scheduled], finished, loads, saves)
@@ -96,6 +102,19 @@ class Scheduler:
         if req.params.max_tokens is not None:
             room = min(room, req.params.max_tokens - len(req.output_token_ids) - 1)
         return max(0, self.kv.max_drafts(req, min(len(req.spec_token_ids), budget - 1, room)))
+
+    def _within_regime(self, scheduled: list[tuple[Request, int, int]]) -> list[tuple[Request, int, int]]:
+        """Drop drafts, last sequences first, so the step stays below the first regime boundary
+        above its rows without drafts (blocks taken for dropped drafts go back after the step)."""
+        plain = sum(n for _, n, _ in scheduled)
+        cap = min((b - 1 for b in self.row_regimes if b > plain), default=None)
+        excess = 0 if cap is None else plain + sum(k for _, _, k in scheduled) - cap
+        out = []
+        for req, n, k in reversed(scheduled):
+            cut = min(k, max(excess, 0))
+            excess -= cut
+            out.append((req, n, k - cut))
+        return out[::-1]
 
     def _allocate_or_preempt(self, req: Request, n: int) -> bool:
         """Make room for req by preempting the newest running requests (recomputed later)."""
@@ -178,8 +197,7 @@ class Scheduler:
                 break
         # valid K/V: the next token's and the accepted drafts' (not the bonus token's: it is new)
         req.num_computed_tokens = min(req.num_computed_tokens + len(accepted), req.num_tokens)
-        if seq.spec_token_ids:
-            self.kv.trim(req)
+        self.kv.trim(req)  # no-op without drafts
         self.kv.cache_full_blocks(req)
         return done
 
