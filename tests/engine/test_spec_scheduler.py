@@ -178,3 +178,36 @@ def test_no_drafts_in_a_batch_large_enough_to_be_compute_bound():
         engine.add_request([1 + i], SamplingParams(max_tokens=4, temperature=0), str(i))
     run_all(engine)
     assert not any(s.spec_token_ids for so in runner.steps for s in so.seqs)
+
+
+def test_drafts_never_push_a_step_into_the_next_kernel_regime():
+    """With regimes at 10 and 64 rows: 3 decodes keep to 9 rows (drafts of the last ones dropped
+    first); blocks taken for dropped drafts go back after the step."""
+    engine, sched, runner = make_spec_engine(lambda r: [r.output_token_ids[-1] + 1 + i for i in range(5)],
+                                             num_blocks=64, budget=64, k=5)
+    sched.row_regimes = (10, 64)
+    for i in range(3):
+        engine.add_request([1 + i], SamplingParams(max_tokens=30, temperature=0), str(i))
+    run_all(engine)
+    steps = [so for so in runner.steps if so.seqs and any(s.spec_token_ids for s in so.seqs)]
+    assert steps and all(so.num_tokens <= 9 for so in steps if len(so.seqs) == 3)
+    first = steps[0]
+    assert [len(s.spec_token_ids) for s in first.seqs] == [5, 1, 0]
+    assert sched.kv.pool.num_free == 64
+
+
+def test_spec_counters_reach_metrics():
+    from hearth.api.metrics import Metrics
+    from hearth.engine.async_engine import EngineStats
+    from hearth.spec_decode.policy import SpecDecodeStats
+
+    class Engine:
+        def stats(self):
+            return EngineStats(1, 0, 2, 10, 0, 0, spec=SpecDecodeStats(3, 12, 7, [3, 2, 1, 1]))
+
+    text = Metrics("m", Engine()).render().decode()
+    for line in ('hearth:spec_decode_num_drafts_total{model_name="m"} 3.0',
+                 'hearth:spec_decode_num_draft_tokens_total{model_name="m"} 12.0',
+                 'hearth:spec_decode_num_accepted_tokens_total{model_name="m"} 7.0',
+                 'hearth:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 2.0'):
+        assert line in text, line
