@@ -84,7 +84,7 @@ class EngineCore:
     def _propose(self) -> None:
         """Drafts for the running requests that decode their next token this step."""
         decoding = [r for r in self.scheduler.running if r.num_tokens - r.num_computed_tokens == 1]
-        drafts = self.spec.propose(decoding, len(decoding))
+        drafts = self.spec.propose(decoding, len(self.scheduler.running))
         for req in decoding:
             req.spec_token_ids = drafts.get(req.request_id, [])
 

@@ -46,15 +46,15 @@ class SpeculativeDecoder:
         self.tracks: dict[str, _Track] = {}
         self.step = 0
 
-    def propose(self, running: list[DraftRequest], num_decoding: int) -> dict[str, list[int]]:
-        """Drafts for the requests among `running` that decode their next token this step;
-        num_decoding: how many do (the batch the step verifies)."""
+    def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int]]:
+        """Drafts for the requests that decode their next token this step; num_running: the
+        running batch (prefill chunks included: they make a step compute-bound too)."""
         self.step += 1
         limit = self.config.disable_by_batch_size
-        if limit and num_decoding >= limit:
+        if limit and num_running >= limit:
             return {}
         reqs, ks = [], []
-        for req in running:
+        for req in decoding:
             t = self.tracks.get(req.request_id)
             if t is None:
                 t = self.tracks[req.request_id] = _Track(self.config.num_speculative_tokens)
