@@ -76,4 +76,8 @@ class EngineConfig:
     """cpu, cuda, or auto (cuda when present)."""
     seed: int = 0
     """Default seed for requests that give none."""
+    speculative_config: dict | str | None = None
+    """Speculative decoding, vLLM's keys as a dict or JSON: {"method": "ngram",
+    "num_speculative_tokens": K, "prompt_lookup_min": N, "prompt_lookup_max": M,
+    "disable_by_batch_size": B}; None = off."""
     extra: dict = field(default_factory=dict)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 import weakref
 from pathlib import Path
 from dataclasses import fields, replace
@@ -28,6 +29,8 @@ from hearth.outputs import CompletionOutput, RequestOutput
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
+from hearth.spec_decode.config import SpeculativeConfig
+from hearth.spec_decode.policy import SpeculativeDecoder
 
 PromptType = str | dict
 
@@ -40,6 +43,7 @@ class LLM:
             raise TypeError(f"unknown engine argument(s): {', '.join(unknown)}")
         self.config = EngineConfig(model=model, **engine_args)
         cfg = self.config
+        spec = SpeculativeConfig.parse(cfg.speculative_config)  # bad input fails before the load
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         t0 = time.perf_counter()
@@ -73,11 +77,18 @@ class LLM:
             self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format)
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name, cfg.block_size),
-                            cfg.enable_prefix_caching, self.disk, reserve_per_request=reserve)
+                            cfg.enable_prefix_caching, self.disk, reserve_per_request=reserve,
+                            seals_full_blocks=codec.quantized)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
-        scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens)
-        self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size)
+        regimes = self.runner.row_regimes
+        if spec is not None and regimes is None:
+            warnings.warn("speculative decoding is off: without the native kernels a verify row is not "
+                          "computed bit for bit as a decode row, so drafts would not be lossless", stacklevel=2)
+            spec = None
+        scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or ())
+        self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
+                                 SpeculativeDecoder(spec) if spec is not None else None)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0

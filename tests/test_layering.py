@@ -9,12 +9,12 @@ import hearth
 
 ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
-ORDER = ["entry", "api", "bench", "tool_parsers", "engine", "runner", "models", "layers", "kernels", "kvstore", "memory", "loader", "sample"]
+ORDER = ["entry", "api", "bench", "tool_parsers", "engine", "spec_decode", "runner", "models", "layers", "kernels", "kvstore", "memory", "loader", "sample"]
 ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
 SHARED = {"config", "sampling_params", "outputs", "errors"}
-NO_TORCH = {"api", "tool_parsers", "engine"}
+NO_TORCH = {"api", "tool_parsers", "engine", "spec_decode"}
 # engine talks to the runner only through its plain-data messages
-NARROW = {("engine", "runner"): {"hearth.runner.messages"}}
+NARROW = {("engine", "spec_decode", "runner"): {"hearth.runner.messages"}}
 
 
 def _package(module: str) -> str:

@@ -108,11 +108,29 @@ class _EngineCollector:
             ]
             gauges += [("hearth:kv_disk_files", "Block files in the disk tier.", d.files),
                        ("hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", d.bytes)]
+        spec = getattr(s, "spec", None)  # a fake engine's stats may not have it
+        if spec is not None:
+            counters += _spec_counters(spec)
         for metric, doc, value in counters:
             c = CounterMetricFamily(metric, doc, labels=["model_name"])
             c.add_metric(name, value)
+            yield c
+        if spec is not None:
+            c = CounterMetricFamily("hearth:spec_decode_num_accepted_tokens_per_pos",
+                                    "Accepted draft tokens, by position in the draft.", labels=["model_name", "position"])
+            for pos, n in enumerate(spec.accepted_per_pos):
+                c.add_metric([self.model_name, str(pos)], n)
             yield c
         for metric, doc, value in gauges:
             g = GaugeMetricFamily(metric, doc, labels=["model_name"])
             g.add_metric(name, value)
             yield g
+
+
+def _spec_counters(spec) -> list[tuple[str, str, int]]:
+    """vLLM's vllm:spec_decode_* counters."""
+    return [
+        ("hearth:spec_decode_num_drafts", "Sequence-steps that verified draft tokens.", spec.num_drafts),
+        ("hearth:spec_decode_num_draft_tokens", "Draft tokens verified.", spec.num_draft_tokens),
+        ("hearth:spec_decode_num_accepted_tokens", "Draft tokens accepted.", spec.num_accepted_tokens),
+    ]

@@ -52,6 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
     eng.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
+    spec = p.add_argument_group("speculative decoding")
+    spec.add_argument("--speculative-config", default=None, metavar="JSON",
+                      help='vLLM\'s speculative config, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
+                           '"prompt_lookup_min": 2, "prompt_lookup_max": 5}\' (default: off)')
+    spec.add_argument("--spec-draft-n-max", type=int, default=None, metavar="N",
+                      help="llama-server's spelling: n-gram prompt lookup with up to N draft tokens per step "
+                           "(sets num_speculative_tokens)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -66,7 +73,8 @@ def main(args: argparse.Namespace) -> int:
               max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
               kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
               enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
-              kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb)
+              kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
+              speculative_config=speculative_config(args))
     print(f"hearth: loaded {llm.path.name} in {time.perf_counter() - t0:.1f}s "
           f"(context {llm.max_model_len} tokens)", file=sys.stderr, flush=True)
     llm.runner.grammar.prepare_in_background()
@@ -82,6 +90,24 @@ def main(args: argparse.Namespace) -> int:
                                     timeout_graceful_shutdown=5), ready)
     server.run()
     return 0 if server.started else 1
+
+
+def speculative_config(args: argparse.Namespace) -> dict | None:
+    """--speculative-config, with --spec-draft-n-max as its num_speculative_tokens (checked here,
+    before the model loads: a bad value is one line naming the field)."""
+    from hearth.spec_decode.config import SpeculativeConfig
+
+    spec = SpeculativeConfig.parse(args.speculative_config)
+    if args.spec_draft_n_max is None:
+        return None if spec is None else _as_dict(spec)
+    base = _as_dict(spec) if spec is not None else {"method": "ngram"}
+    return _as_dict(SpeculativeConfig.parse({**base, "num_speculative_tokens": args.spec_draft_n_max}))
+
+
+def _as_dict(spec) -> dict:
+    from dataclasses import asdict
+
+    return asdict(spec)
 
 
 def _default_names(model: str, path: Path) -> list[str]:

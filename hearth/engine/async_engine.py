@@ -18,6 +18,7 @@ from hearth.errors import HearthError
 from hearth.kvstore.disk import DiskStats
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
+from hearth.spec_decode.policy import SpecDecodeStats
 
 log = logging.getLogger("hearth.engine")
 
@@ -41,6 +42,8 @@ class EngineStats:
     prefix_cache_disk_hits: int = 0
     disk: DiskStats | None = None
     """The disk tier's counters, when there is one."""
+    spec: SpecDecodeStats | None = None
+    """Speculative decoding's counters, when it is on."""
 
 
 class RequestStream:
@@ -133,8 +136,10 @@ class AsyncEngine:
         """A snapshot for metrics; read from another thread, so the counts may be a step apart."""
         s = self.core.scheduler
         disk = s.kv.disk.stats if s.kv.disk is not None else None
+        spec = self.core.spec
         return EngineStats(len(s.running), len(s.waiting), s.kv.num_used_blocks, s.kv.pool.num_blocks,
-                           s.kv.stats.queries, s.kv.stats.hits, s.kv.stats.disk_hits, disk)
+                           s.kv.stats.queries, s.kv.stats.hits, s.kv.stats.disk_hits, disk,
+                           None if spec is None else spec.stats)
 
     def _send(self, command: tuple) -> None:
         self._commands.put(command)

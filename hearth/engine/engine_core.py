@@ -12,6 +12,7 @@ from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar
 from hearth.sampling_params import SamplingParams
+from hearth.spec_decode.policy import SpeculativeDecoder
 
 
 class InvalidPromptError(HearthError):
@@ -19,8 +20,11 @@ class InvalidPromptError(HearthError):
 
 
 class EngineCore:
-    def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int):
+    def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int,
+                 spec: SpeculativeDecoder | None = None):
+        """spec: proposes draft tokens before each step (None: one token per sequence and step)."""
         self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
+        self.spec = spec
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
@@ -57,18 +61,32 @@ class EngineCore:
     def abort(self, request_id: str) -> None:
         self.scheduler.finish_request(request_id)
         self.detokenizers.pop(request_id, None)
+        if self.spec is not None:
+            self.spec.forget(request_id)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[EngineOutput]:
+        if self.spec is not None:
+            self._propose()
         so = self.scheduler.schedule()
         result = self.runner.execute(so)
         changed = self.scheduler.update(so, result)
-        outputs = [self._output(req, sampled) for req, sampled in changed]
+        if self.spec is not None:
+            self.spec.observe(self.scheduler.spec_results)
+            self.scheduler.spec_results = []
+        outputs = [self._output(req, tokens) for req, tokens in changed]
         if not self.scheduler.has_unfinished():
             self._idle()
         return outputs
+
+    def _propose(self) -> None:
+        """Drafts for the running requests that decode their next token this step."""
+        decoding = [r for r in self.scheduler.running if r.num_tokens - r.num_computed_tokens == 1]
+        drafts = self.spec.propose(decoding, len(self.scheduler.running))
+        for req in decoding:
+            req.spec_token_ids = drafts.get(req.request_id, [])
 
     def _idle(self) -> None:
         """Nothing left to run: the runner may prepare the KV blocks the next prompt gets."""
@@ -88,24 +106,36 @@ class EngineCore:
     def close(self) -> None:
         self.scheduler.kv.close()
 
-    def _output(self, req: Request, sampled: SampledToken) -> EngineOutput:
+    def _output(self, req: Request, tokens: list[SampledToken]) -> EngineOutput:
+        """The delta of one request's new tokens (several after an accepted draft run), each passed
+        through the detokenizer and stop strings as alone: a stop string ends the run there."""
         detok = self.detokenizers[req.request_id]
-        stop = detok.add(sampled.token_id, final=req.status.finished,
-                         check_stop=len(req.output_token_ids) >= req.params.min_tokens)
-        if stop is not None and not req.status.finished:
-            self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED, stop)
-        elif stop is not None:
-            req.finish(RequestStatus.FINISHED_STOPPED, stop)
+        n_before = len(req.output_token_ids) - len(tokens)
+        for i, t in enumerate(tokens):
+            last = i == len(tokens) - 1
+            stop = detok.add(t.token_id, final=last and req.status.finished,
+                             check_stop=n_before + i + 1 >= req.params.min_tokens)
+            if stop is None:
+                continue
+            del req.output_token_ids[n_before + i + 1:]  # the tokens after the stop never happened
+            tokens = tokens[: i + 1]
+            if not req.status.finished:
+                self.scheduler.finish_request(req.request_id, RequestStatus.FINISHED_STOPPED, stop)
+            else:
+                req.finish(RequestStatus.FINISHED_STOPPED, stop)
+            break
         finished = req.status.finished
         if finished:
             detok.flush()
             del self.detokenizers[req.request_id]
+            if self.spec is not None:
+                self.spec.forget(req.request_id)
         logprobs = None
-        if sampled.logprob is not None:
-            logprobs = [{sampled.token_id: sampled.logprob, **(sampled.top_logprobs or {})}]
+        if tokens[0].logprob is not None:
+            logprobs = [{t.token_id: t.logprob, **(t.top_logprobs or {})} for t in tokens]
         return EngineOutput(
             request_id=req.request_id,
-            new_token_ids=[sampled.token_id],
+            new_token_ids=[t.token_id for t in tokens],
             new_text=detok.new_text(finished),
             finished=finished,
             finish_reason=req.status.value if finished else None,

@@ -31,11 +31,15 @@ class PrefixCacheStats:
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, cache_key: bytes = b"",
-                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, reserve_per_request: int = 0):
+                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, reserve_per_request: int = 0,
+                 seals_full_blocks: bool = False):
         """reserve_per_request: blocks a running request holds besides its table, never written: the
         memory of its full-precision staging (a quantized format's block being filled and sink copy,
         hearth.kvstore.paged), so one budget covers both and staging costs only while a request runs."""
         self.block_size = block_size
+        self.seals_full_blocks = seals_full_blocks
+        """A quantized format encodes a block when its last slot is written (hearth.kvstore.paged):
+        drafts must never reach a last slot, so every seal happens on a committed token."""
         self.pool = BlockPool(num_blocks)
         self.reserve_per_request = reserve_per_request
         self.cache_key = root_hash(cache_key)
@@ -136,6 +140,22 @@ class KVCacheManager:
             if self.disk is not None and hashes[i] not in self.pending_saves and not self.disk.contains(hashes[i]):
                 self.pending_saves[hashes[i]] = req.block_ids[i]
         req.num_registered_blocks = full
+
+    def max_drafts(self, req: Request, k: int) -> int:
+        """How many of k drafts after req's next token may be written: all of them, or with sealing
+        blocks only those before the next block's last slot (draft i sits at num_computed + 1 + i)."""
+        if not self.seals_full_blocks:
+            return k
+        first = req.num_computed_tokens + 1
+        return min(k, self.block_size - 1 - first % self.block_size)
+
+    def trim(self, req: Request) -> None:
+        """Free the blocks past the ones holding req's valid K/V (those only rejected drafts filled).
+        They were allocated fresh this step and never registered, so no prefix-cache entry moves."""
+        keep = self.blocks_needed(req.num_computed_tokens)
+        if len(req.block_ids) > keep:
+            self.pool.free(req.block_ids[keep:][::-1])
+            del req.block_ids[keep:]
 
     def take_transfers(self) -> tuple[list[tuple[int, bytes]], list[tuple[int, bytes]]]:
         """(kv_loads, kv_saves) for the next SchedulerOutput. Saves read blocks as the last step

@@ -48,6 +48,8 @@ class Request:
         self.first_token_time: float | None = None
         self.num_cached_tokens = 0
         """Prompt tokens whose K/V came from the prefix cache when first scheduled."""
+        self.spec_token_ids: list[int] = []
+        """Draft tokens proposed to follow the output so far, verified in the next step (a chain)."""
 
     @property
     def num_tokens(self) -> int:

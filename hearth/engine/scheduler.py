@@ -15,14 +15,21 @@ from hearth.runner.messages import RunnerOutput, SampledToken, ScheduledSequence
 
 
 class Scheduler:
-    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
+                 row_regimes: tuple[int, ...] = ()):
+        """row_regimes: step sizes (rows) at which the runner's kernels change how they sum, so a row
+        computed in a bigger step may differ in its last bits: drafts never push a step across one
+        (greedy with speculation then equals greedy without, token for token)."""
         self.kv = kv
+        self.row_regimes = row_regimes
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self._finished_ids: list[str] = []
         self.num_preemptions = 0
+        self.spec_results: list[tuple[str, int, int]] = []
+        """(request id, drafts verified, drafts accepted) per sequence with drafts since last taken."""
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -45,17 +52,21 @@ class Scheduler:
 
     def schedule(self) -> SchedulerOutput:
         budget = self.max_num_batched_tokens
-        scheduled: list[tuple[Request, int]] = []
+        scheduled: list[tuple[Request, int, int]] = []  # (request, new tokens, drafts)
         for req in list(self.running):
             if req not in self.running:  # preempted earlier in this loop
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
-            if not self._allocate_or_preempt(req, n):
-                continue
-            scheduled.append((req, n))
-            budget -= n
+            k = self._num_drafts(req, n, budget)
+            # drafts only in room that is free: they never preempt anyone
+            if not (k and self.kv.allocate_slots(req, n + k)):
+                k = 0
+                if not self._allocate_or_preempt(req, n):
+                    continue
+            scheduled.append((req, n, k))
+            budget -= n + k
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             cached = self.kv.find_cached_prefix(req)
@@ -68,17 +79,42 @@ class Scheduler:
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            scheduled.append((req, n))
+            scheduled.append((req, n, 0))
             budget -= n
+        scheduled = self._within_regime(scheduled)
         finished, self._finished_ids = self._finished_ids, []
         loads, saves = self.kv.take_transfers()
-        return SchedulerOutput([self._message(r, n) for r, n in scheduled], finished, loads, saves)
+        return SchedulerOutput([self._message(r, n, k) for r, n, k in scheduled], finished, loads, saves)
 
     def idle_output(self) -> SchedulerOutput | None:
         """With nothing to run: the message naming the never-used blocks one full step would take
         next (None when there are none left)."""
         blocks = self.kv.pool.untouched(self.kv.blocks_needed(self.max_num_batched_tokens))
         return SchedulerOutput([], prefault_blocks=blocks) if blocks else None
+
+    def _num_drafts(self, req: Request, n: int, budget: int) -> int:
+        """How many of req's drafts fit this step: within the token budget, max_tokens and max_len
+        (the step may append all of them and a bonus token) and, with a sealing KV format, before
+        the next block's last slot. Only a request decoding its one next token verifies drafts."""
+        if n != 1 or not req.spec_token_ids:
+            return 0
+        room = req.max_len - req.num_tokens - 1
+        if req.params.max_tokens is not None:
+            room = min(room, req.params.max_tokens - len(req.output_token_ids) - 1)
+        return max(0, self.kv.max_drafts(req, min(len(req.spec_token_ids), budget - 1, room)))
+
+    def _within_regime(self, scheduled: list[tuple[Request, int, int]]) -> list[tuple[Request, int, int]]:
+        """Drop drafts, last sequences first, so the step stays below the first regime boundary
+        above its rows without drafts (blocks taken for dropped drafts go back after the step)."""
+        plain = sum(n for _, n, _ in scheduled)
+        cap = min((b - 1 for b in self.row_regimes if b > plain), default=None)
+        excess = 0 if cap is None else plain + sum(k for _, _, k in scheduled) - cap
+        out = []
+        for req, n, k in reversed(scheduled):
+            cut = min(k, max(excess, 0))
+            excess -= cut
+            out.append((req, n, k - cut))
+        return out[::-1]
 
     def _allocate_or_preempt(self, req: Request, n: int) -> bool:
         """Make room for req by preempting the newest running requests (recomputed later)."""
@@ -96,7 +132,7 @@ class Scheduler:
         req.status = RequestStatus.PREEMPTED
         self.waiting.appendleft(req)
 
-    def _message(self, req: Request, n: int) -> ScheduledSequence:
+    def _message(self, req: Request, n: int, k: int) -> ScheduledSequence:
         start = req.num_computed_tokens
         p = req.params
         # the token history travels only when a penalty reads it: a copy per step is O(length)
@@ -111,6 +147,8 @@ class Scheduler:
             output_token_ids=list(req.output_token_ids) if penalties else [],
             prompt_token_ids=req.prompt_token_ids if penalties else [],
             banned_token_ids=self._banned(req),
+            banned_rows=p.min_tokens - len(req.output_token_ids),
+            spec_token_ids=req.spec_token_ids[:k],
         )
 
     @staticmethod
@@ -121,8 +159,8 @@ class Scheduler:
             return []
         return sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else req.eos_ids))
 
-    def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, SampledToken]]:
-        """Advance every scheduled request; returns those that got a new token (some now finished)."""
+    def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, list[SampledToken]]]:
+        """Advance every scheduled request; returns those that got new tokens (some now finished)."""
         if out.kv_saves:
             self.kv.saved(out.kv_saves, result.kv_saved)
         running = {r.request_id: r for r in self.running}
@@ -132,16 +170,36 @@ class Scheduler:
             if req is None:  # aborted while the step ran
                 continue
             req.num_computed_tokens += len(seq.token_ids)
-            self.kv.cache_full_blocks(req)
             sampled = result.sampled.get(seq.request_id)
             if sampled is None:
+                self.kv.cache_full_blocks(req)
                 continue
-            req.append_token(sampled.token_id)
-            changed.append((req, sampled))
+            changed.append((req, self._commit(req, seq, result.accepted.get(seq.request_id, []), sampled)))
             if req.status.finished:
                 self.running.remove(req)
                 self._release(req)
         return changed
+
+    def _commit(self, req: Request, seq: ScheduledSequence, accepted: list[SampledToken],
+                sampled: SampledToken) -> list[SampledToken]:
+        """Append the accepted drafts and the bonus token one by one (a stop, EOS, max_tokens or
+        max_len ends the run there, dropping the rest), roll the K/V of rejected drafts back and
+        register the blocks now full of committed tokens. Returns the tokens appended."""
+        accepted = accepted[: len(seq.spec_token_ids)]
+        req.spec_token_ids = []
+        if seq.spec_token_ids:
+            self.spec_results.append((req.request_id, len(seq.spec_token_ids), len(accepted)))
+        done = []
+        for t in accepted + [sampled]:
+            req.append_token(t.token_id)
+            done.append(t)
+            if req.status.finished:
+                break
+        # valid K/V: the next token's and the accepted drafts' (not the bonus token's: it is new)
+        req.num_computed_tokens = min(req.num_computed_tokens + len(accepted), req.num_tokens)
+        self.kv.trim(req)  # no-op without drafts
+        self.kv.cache_full_blocks(req)
+        return done
 
     def _release(self, req: Request) -> None:
         self.kv.free(req)

@@ -27,6 +27,17 @@ class ScheduledSequence:
     """Only needed when a penalty is on."""
     banned_token_ids: list[int] = field(default_factory=list)
     """Tokens that may not be sampled this step (end-of-generation and stop ids before min_tokens)."""
+    banned_rows: int = 1
+    """banned_token_ids apply to the first banned_rows sampled rows (those still before min_tokens)."""
+    spec_token_ids: list[int] = field(default_factory=list)
+    """Draft tokens to verify after token_ids (a chain: draft i follows draft i - 1). Rows: the real
+    next token's, then one per draft; K/V is written for all of them, the scheduler rolls back the
+    rejected ones. A tree would add a parent index per draft (chains are parents i - 1)."""
+
+    @property
+    def num_tokens(self) -> int:
+        """Rows this sequence contributes to the step: its tokens and its drafts."""
+        return len(self.token_ids) + len(self.spec_token_ids)
 
 
 @dataclass(slots=True)
@@ -44,7 +55,7 @@ class SchedulerOutput:
 
     @property
     def num_tokens(self) -> int:
-        return sum(len(s.token_ids) for s in self.seqs)
+        return sum(s.num_tokens for s in self.seqs)
 
 
 @dataclass(slots=True)
@@ -57,6 +68,10 @@ class SampledToken:
 @dataclass(slots=True)
 class RunnerOutput:
     sampled: dict[str, SampledToken]
-    """request_id -> the token sampled for it this step (only sequences with sample=True)."""
+    """request_id -> the token sampled for it this step (only sequences with sample=True); with
+    drafts, the bonus token: the target's own token after the accepted ones."""
     kv_saved: list[bytes] = field(default_factory=list)
     """The payload of each of SchedulerOutput.kv_saves, in order."""
+    accepted: dict[str, list[SampledToken]] = field(default_factory=dict)
+    """request_id -> its drafts the target accepted, in order, before `sampled` (sequences with
+    drafts only; absent or [] = none accepted)."""

@@ -18,9 +18,11 @@ from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
+from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
+AMX_MIN_ROWS = 10  # csrc/amx.h: from this many rows the C++ matmuls use AMX int8 tiles, not VNNI
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -67,6 +69,20 @@ class ModelRunner:
                           for _ in range(cfg.num_layers)]
 
     @property
+    def row_regimes(self) -> tuple[int, ...] | None:
+        """Step sizes (rows) from which the kernels sum differently, so a row's bits may change
+        across them (for the scheduler: drafts never push a step over one); None when even 1 + k
+        rows of one sequence differ from a 1-row decode (the torch paths: measured, 0.25-0.6 on
+        SmolLM2's logits), so drafts would not be lossless. The C++ path: int8 VNNI GEMV below
+        AMX_MIN_ROWS (csrc/amx.h), AMX int8 tiles below the layers' native_max_rows, bf16 tiles
+        from there; within one a row is bit-identical whatever the rest of the step (attention
+        splits a row's keys by the number of sequences, not of rows)."""
+        layer = self.model.layers[0]
+        if not getattr(layer, "native", None):
+            return None
+        return (AMX_MIN_ROWS, layer.native_max_rows)
+
+    @property
     def kv_bytes(self) -> int:
         return sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
                    for t in self.kv_caches)
@@ -104,12 +120,16 @@ class ModelRunner:
         if not so.seqs:
             return RunnerOutput({})
         ids, positions, meta = self._prepare(so)
-        rows = [meta.query_start_loc[i + 1] - 1 for i, s in enumerate(so.seqs) if s.sample]
-        hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [S, hidden]
+        # a sequence's sampled rows: its last one, or with k drafts its last k + 1
+        rows = [r for i, s in enumerate(so.seqs) if s.sample
+                for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
+        hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [R, hidden]
         if not rows:
             return RunnerOutput({})
         seqs = [s for s in so.seqs if s.sample]
-        logits = self.model.compute_logits(hidden).float()  # [S, vocab]
+        logits = self.model.compute_logits(hidden).float()  # [R, vocab]
+        if len(rows) > len(seqs):
+            return self._verify(seqs, logits)
         params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
             if s.banned_token_ids:
@@ -128,8 +148,8 @@ class ModelRunner:
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
         bs = self.block_size
         for s in so.seqs:
-            n = len(s.token_ids)
-            ids.extend(s.token_ids)
+            n = s.num_tokens  # drafts follow the committed tokens: their K/V is written too
+            ids.extend(s.token_ids + s.spec_token_ids)
             pos = range(s.start_pos, s.start_pos + n)
             positions.extend(pos)
             slots.extend(s.block_ids[p // bs] * bs + p % bs for p in pos)
@@ -139,8 +159,62 @@ class ModelRunner:
         meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs)
         if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
             meta.kv_plan = self.staging.plan(
-                [(s.request_id, s.start_pos, len(s.token_ids), s.block_ids) for s in so.seqs], qsl)
+                [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
         return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
+
+    def _verify(self, seqs: list, logits: torch.Tensor) -> RunnerOutput:
+        """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
+        row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
+        params, histories, gens, drafts, grammar = [], [], [], [], []
+        r = 0
+        for s in seqs:
+            k, p = len(s.spec_token_ids), s.params
+            penalties = bool(s.output_token_ids or s.prompt_token_ids)
+            for j in range(k + 1):
+                params.append(p)  # row j's history holds the drafts before it
+                histories.append((s.prompt_token_ids, s.output_token_ids + s.spec_token_ids[:j]) if penalties
+                                 else ([], []))
+                if s.banned_token_ids and j < s.banned_rows:
+                    logits[r + j, s.banned_token_ids] = float("-inf")
+            if p.structured_output is not None:
+                grammar.append((s, self._constrain_rows(s, logits, r)))
+            gens.append(self._generator(s.request_id, p))
+            drafts.append(s.spec_token_ids)
+            r += k + 1
+        want_lp = any(p.logprobs is not None for p in params)
+        committed, logprobs, starts = verify(logits, params, histories, gens, drafts, want_lp)
+        for s, consumed in grammar:  # back to the accepted path, then on by the bonus token
+            toks = committed[seqs.index(s)]
+            m = self.matchers[s.request_id]
+            m.rollback(consumed - (len(toks) - 1))
+            m.accept(toks[-1])
+        sampled, accepted = {}, {}
+        for s, toks, r0 in zip(seqs, committed, starts):
+            res = [self._result(s.params, t, None if logprobs is None else logprobs[r0 + j]) for j, t in enumerate(toks)]
+            sampled[s.request_id] = res[-1]
+            if s.spec_token_ids:
+                accepted[s.request_id] = res[:-1]
+        return RunnerOutput(sampled, accepted=accepted)
+
+    def _constrain_rows(self, s, logits: torch.Tensor, r0: int) -> int:
+        """Mask rows r0.. of a constrained sequence with drafts: the matcher walks the drafts the
+        grammar allows (a forbidden one is masked, so rejected; the rows after it are never
+        reached). Returns how many drafts it consumed (the caller rolls back the rejected ones)."""
+        m = self.matchers.get(s.request_id)
+        if m is None:
+            m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
+        valid = m.valid_prefix(s.spec_token_ids)
+        for j in range(valid + 1):
+            self._mask(logits[r0 + j], m)
+            if j < valid:
+                m.accept(s.spec_token_ids[j])
+        return valid
+
+    @staticmethod
+    def _mask(row: torch.Tensor, m: GrammarMatcher) -> None:
+        words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
+        allowed = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
+        row.masked_fill_(allowed.flatten()[: row.shape[0]] == 0, float("-inf"))
 
     def _constrain(self, seqs: list, logits: torch.Tensor) -> list[tuple[int, GrammarMatcher]]:
         """Mask (in place) the logits of rows under a structured-output constraint."""
@@ -152,9 +226,7 @@ class ModelRunner:
             m = self.matchers.get(s.request_id)
             if m is None:
                 m = self.matchers[s.request_id] = self.grammar.matcher(so)
-            words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
-            allowed = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
-            logits[i].masked_fill_(allowed.flatten()[: logits.shape[1]] == 0, float("-inf"))
+            self._mask(logits[i], m)
             out.append((i, m))
         return out
 

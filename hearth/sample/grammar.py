@@ -102,6 +102,15 @@ class GrammarMatcher:
     def accept(self, token_id: int) -> bool:
         return self._m.consume_token(token_id)
 
+    def valid_prefix(self, token_ids: list[int]) -> int:
+        """How many of token_ids, in order, the grammar allows from here (nothing is consumed)."""
+        return self._m.validate_tokens(token_ids) if token_ids else 0
+
+    def rollback(self, n: int) -> None:
+        """Undo the last n accepted tokens (drafts the target rejected)."""
+        if n > 0:
+            self._m.rollback(n)
+
     @property
     def error(self) -> str | None:
         return self._m.get_error() if self._m.is_error() else None

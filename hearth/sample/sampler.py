@@ -103,14 +103,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     greedy = [p.greedy for p in params]
     if all(greedy):
         return tokens, logprobs
-    temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
-    logits = filter_top_k_top_p_min_p(
-        logits / temp,
-        torch.tensor([0 if g else max(p.top_k, 0) for p, g in zip(params, greedy)]),
-        torch.tensor([1.0 if g else p.top_p for p, g in zip(params, greedy)]),
-        torch.tensor([0.0 if g else p.min_p for p, g in zip(params, greedy)]),
-    )
-    probs = logits.softmax(-1)
+    probs = target_probs(logits, params)
     # exponential race: argmax(p / E) with E ~ Exp(1) draws from p; one generator per row, and
     # greedy rows draw nothing, so a seeded row's noise never depends on its neighbours
     V = probs.shape[-1]
@@ -118,3 +111,17 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
                          for g, gen in zip(greedy, generators)])
     sampled = (probs / noise).argmax(-1)
     return torch.where(torch.tensor(greedy), tokens, sampled), logprobs
+
+
+def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """logits: [S, V] after bias and penalties -> [S, V] the distribution each row samples from
+    (temperature, then min-p / top-k / top-p, renormalized); greedy rows at temperature 1, unused."""
+    greedy = [p.greedy for p in params]
+    temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
+    logits = filter_top_k_top_p_min_p(
+        logits / temp,
+        torch.tensor([0 if g else max(p.top_k, 0) for p, g in zip(params, greedy)]),
+        torch.tensor([1.0 if g else p.top_p for p, g in zip(params, greedy)]),
+        torch.tensor([0.0 if g else p.min_p for p, g in zip(params, greedy)]),
+    )
+    return logits.softmax(-1)

@@ -4,7 +4,9 @@ from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 
 
 class CountingRunner:
-    """Next token = (last token + 1) % vocab; records every SchedulerOutput it receives."""
+    """Next token = (last token + 1) % vocab; records every SchedulerOutput it receives.
+    Drafts are verified by the same rule: accepted while each is its predecessor + 1, then the
+    bonus token follows the last accepted one."""
 
     def __init__(self, vocab: int = 50):
         self.vocab = vocab
@@ -12,8 +14,34 @@ class CountingRunner:
 
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
         self.steps.append(so)
-        return RunnerOutput({s.request_id: SampledToken((s.token_ids[-1] + 1) % self.vocab)
-                             for s in so.seqs if s.sample})
+        sampled, accepted = {}, {}
+        for s in so.seqs:
+            if not s.sample:
+                continue
+            last, ok = s.token_ids[-1], []
+            for d in s.spec_token_ids:
+                if d != (last + 1) % self.vocab:
+                    break
+                ok.append(SampledToken(d))
+                last = d
+            if s.spec_token_ids:
+                accepted[s.request_id] = ok
+            sampled[s.request_id] = SampledToken((last + 1) % self.vocab)
+        return RunnerOutput(sampled, accepted=accepted)
+
+
+class ScriptedProposer:
+    """Drafts from a function of the request (tests plant right and wrong drafts); unless obey_k,
+    whatever length the policy asks for (the scheduler must trim what does not fit)."""
+
+    def __init__(self, fn, obey_k: bool = False):
+        self.fn, self.obey_k = fn, obey_k
+
+    def propose(self, requests, num_tokens):
+        return {r.request_id: self.fn(r)[:k] if self.obey_k else self.fn(r) for r, k in zip(requests, num_tokens)}
+
+    def forget(self, request_id):
+        pass
 
 
 class LetterTokenizer:

@@ -13,7 +13,9 @@ import pytest
 from hearth.engine.request import RequestStatus
 from hearth.sampling_params import SamplingParams
 
-from tests.engine.fakes import CountingRunner
+from hearth.spec_decode.config import SpeculativeConfig
+from hearth.spec_decode.policy import SpeculativeDecoder
+from tests.engine.fakes import CountingRunner, ScriptedProposer
 from tests.engine.test_scheduler import make_engine
 
 VOCAB = 50
@@ -36,12 +38,12 @@ class KVCheckingRunner(CountingRunner):
                 slot = s.block_ids[pos // bs] * bs + pos % bs
                 assert self.slots.get(slot) == known[pos], f"{s.request_id} position {pos} reads a wrong K/V"
             assert s.token_ids == known[s.start_pos : s.start_pos + len(s.token_ids)]
-            for i, t in enumerate(s.token_ids):
+            for i, t in enumerate(s.token_ids + s.spec_token_ids):  # drafts write K/V too
                 pos = s.start_pos + i
                 self.slots[s.block_ids[pos // bs] * bs + pos % bs] = t
         out = super().execute(so)
         for rid, sampled in out.sampled.items():
-            self.tokens[rid].append(sampled.token_id)
+            self.tokens[rid].extend(t.token_id for t in out.accepted.get(rid, []) + [sampled])
         return out
 
 
@@ -77,13 +79,30 @@ def follows_rule(prompt, output) -> bool:
     return True
 
 
-@pytest.mark.parametrize("seed,reserve", [(0, 0), (1, 0), (2, 0), (3, 2)])
-def test_random_traffic_keeps_every_block_invariant(seed, reserve):
-    """reserve: blocks each running request holds for a quantized cache's staging."""
+def random_drafts(rng):
+    """Up to 5 drafts, each its predecessor + 1 (accepted) with probability 0.7, else a wrong one."""
+    def propose(req):
+        last, out = req.all_token_ids[-1], []
+        for _ in range(rng.randrange(0, 6)):
+            last = (last + 1) % VOCAB if rng.random() < 0.7 else (last + 7) % VOCAB
+            out.append(last)
+        return out
+    return propose
+
+
+@pytest.mark.parametrize("seed,reserve,spec", [(0, 0, False), (1, 0, False), (2, 0, False), (3, 2, False),
+                                               (4, 0, True), (5, 2, True), (6, 0, True)])
+def test_random_traffic_keeps_every_block_invariant(seed, reserve, spec):
+    """reserve: blocks each running request holds for a quantized cache's staging; spec: random
+    drafts, right and wrong, verified by the counting rule (rejected K/V is rolled back)."""
     rng = random.Random(seed)
     engine, sched, _ = make_engine(num_blocks=40 + 4 * reserve, block_size=4, max_seqs=12, budget=24, max_len=400,
                                    reserve=reserve)
     engine.runner = runner = KVCheckingRunner(block_size=4)
+    if spec:
+        engine.spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=5, disable_by_batch_size=0))
+        engine.spec.proposer = ScriptedProposer(random_drafts(random.Random(seed)))
+        sched.kv.seals_full_blocks = bool(reserve)  # the quantized-cache rule rides along
     prefixes = [[rng.randrange(1, VOCAB) for _ in range(rng.choice([4, 8, 12]))] for _ in range(4)]
     pending = []
     for i in range(64):
@@ -114,6 +133,9 @@ def test_random_traffic_keeps_every_block_invariant(seed, reserve):
         assert steps < 5000
     assert sched.kv.pool.num_free == 40 + 4 * reserve and not sched.running and not sched.waiting
     assert sched.num_preemptions > 0 and sched.kv.stats.hits > 0  # the run exercised both
+    if spec:
+        st = engine.spec.stats
+        assert st.num_accepted_tokens > 100 and st.num_draft_tokens > st.num_accepted_tokens
     assert set(finished) | aborted == set(prompts)
     for rid, reason in finished.items():
         assert reason == RequestStatus.FINISHED_LENGTH.value

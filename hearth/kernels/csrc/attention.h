@@ -253,7 +253,9 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
       const int64_t pos = seq_lens[s] - (q_start[s] + q_len[s] - t);
       const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       const int64_t n = pos + 1 - lo;
-      const int64_t want = (4 * nt + T * groups - 1) / (T * groups);
+      // batch-invariant: from the number of sequences, not of rows, so a row gets the same key ranges
+      // (the same bits) whether its sequence decodes one token or verifies drafts in 1 + k rows
+      const int64_t want = (4 * nt + S * groups - 1) / (S * groups);
       const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
       for (int64_t g = 0; g < groups; ++g)
         for (int64_t j = 0; j < split; ++j) {

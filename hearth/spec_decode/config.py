@@ -1,0 +1,69 @@
+"""`speculative_config`: vLLM's keys, validated into one record; a bad key or value is one line
+naming the field."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, fields
+
+from hearth.errors import HearthError
+
+
+class InvalidSpeculativeConfig(HearthError):
+    """A speculative_config that names an unknown method or key, or holds a value out of range."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeConfig:
+    method: str = "ngram"
+    """Proposer: ngram (prompt lookup over the request's prompt and output)."""
+    num_speculative_tokens: int = 4
+    """Most draft tokens verified per sequence and step (K)."""
+    prompt_lookup_min: int = 2
+    """Shortest suffix n-gram the ngram proposer matches."""
+    prompt_lookup_max: int = 5
+    """Longest suffix n-gram the ngram proposer matches (tried first)."""
+    disable_by_batch_size: int = 8
+    """No drafts in a step with this many running sequences or more: the step is then compute-bound
+    and verifying costs more than it saves (0 = never disable)."""
+
+    @classmethod
+    def parse(cls, value: dict | str | None) -> SpeculativeConfig | None:
+        """From a dict or its JSON text (as `--speculative-config` takes it); None stays None."""
+        if value is None or isinstance(value, SpeculativeConfig):
+            return value
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise InvalidSpeculativeConfig(f"speculative_config is not valid JSON: {e.msg} (at {e.pos})") from None
+        if not isinstance(value, dict):
+            raise InvalidSpeculativeConfig(f"speculative_config must be a JSON object, not {type(value).__name__}")
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(value) - set(known))
+        if unknown:
+            raise InvalidSpeculativeConfig(f"speculative_config: unknown key {unknown[0]!r} "
+                                           f"(known: {', '.join(known)})")
+        for key, v in value.items():
+            want = str if key == "method" else int
+            if not isinstance(v, want) or isinstance(v, bool):
+                raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {want.__name__}, not {v!r}")
+        return cls(**value)
+
+    def __post_init__(self) -> None:
+        from hearth.spec_decode.proposer import PROPOSERS
+
+        if self.method not in PROPOSERS:
+            raise InvalidSpeculativeConfig(f"speculative_config.method {self.method!r} is unknown "
+                                           f"(known: {', '.join(sorted(PROPOSERS))})")
+        checks = [
+            ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
+            ("prompt_lookup_min", self.prompt_lookup_min >= 1, "at least 1"),
+            ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
+             f"at least prompt_lookup_min ({self.prompt_lookup_min})"),
+            ("disable_by_batch_size", self.disable_by_batch_size >= 0, "0 or more"),
+        ]
+        for name, ok, want in checks:
+            if not ok:
+                raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "
+                                               f"got {getattr(self, name)}")

@@ -1,0 +1,87 @@
+"""The n-gram prompt-lookup proposer against a brute-force rescan, and speculative_config's errors."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from hearth.engine.request import Request
+from hearth.sampling_params import SamplingParams
+from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
+from hearth.spec_decode.ngram import NgramIndex, NgramProposer
+
+
+def brute_force(tokens, n_min, n_max, k):
+    """The longest suffix n-gram (n_max..n_min) seen before: the tokens after its latest earlier occurrence."""
+    L = len(tokens)
+    for n in range(min(n_max, L - 1), n_min - 1, -1):
+        suffix = tokens[L - n:]
+        for e in range(L - 1, n - 1, -1):  # occurrence tokens[e - n:e], e <= L - 1
+            if tokens[e - n:e] == suffix:
+                return tokens[e:e + k]
+    return []
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_incremental_index_equals_a_rescan(seed):
+    rng = random.Random(seed)
+    index = NgramIndex(1 + seed % 2, 3 + seed % 3)
+    tokens = []
+    while len(tokens) < 400:
+        new = [rng.randrange(6) for _ in range(rng.randrange(1, 5))]
+        tokens += new
+        index.extend(new)
+        assert index.propose(4) == brute_force(tokens, index.n_min, index.n_max, 4), len(tokens)
+
+
+def test_proposer_reads_prompt_and_output_and_prefers_the_longest_match():
+    cfg = SpeculativeConfig(num_speculative_tokens=3, prompt_lookup_min=1, prompt_lookup_max=3)
+    prop = NgramProposer(cfg)
+    req = Request("r", [1, 2, 3, 4, 9, 3, 4, 7, 8], SamplingParams(), frozenset(), 100)
+    req.output_token_ids = [2, 3]  # ... 2, 3 -> the 2-gram "2 3" at the start: 4, 9, 3
+    assert prop.propose([req], [3]) == {"r": [4, 9, 3]}
+    req.output_token_ids += [4]  # "2 3 4" occurred at the start: 9, 3, 4
+    assert prop.propose([req], [3]) == {"r": [9, 3, 4]}
+    req.output_token_ids += [5]  # 5 never seen: no draft
+    assert prop.propose([req], [3]) == {}
+    prop.forget("r")
+    assert not prop.indexes
+
+
+@pytest.mark.parametrize("value,field", [
+    ({"method": "eagle9"}, "method"),
+    ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+    ({"prompt_lookup_min": 4, "prompt_lookup_max": 2}, "prompt_lookup_max"),
+    ({"num_speculative_tokens": "4"}, "num_speculative_tokens"),
+    ({"draft_tokens": 4}, "draft_tokens"),
+    ('{"method": "ngram",', "JSON"),
+    ("[1, 2]", "JSON object"),
+])
+def test_bad_speculative_config_is_one_line_naming_the_field(value, field):
+    with pytest.raises(InvalidSpeculativeConfig) as e:
+        SpeculativeConfig.parse(value)
+    msg = str(e.value)
+    assert field in msg and "\n" not in msg
+
+
+def test_good_config_from_json():
+    c = SpeculativeConfig.parse('{"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_max": 4}')
+    assert (c.num_speculative_tokens, c.prompt_lookup_min, c.prompt_lookup_max) == (6, 2, 4)
+    assert SpeculativeConfig.parse(None) is None
+
+
+def test_serve_flags_build_the_config():
+    import argparse
+
+    from hearth.commands import serve
+
+    p = argparse.ArgumentParser()
+    serve.add_arguments(p)
+    args = p.parse_args(["--spec-draft-n-max", "7"])
+    assert serve.speculative_config(args)["num_speculative_tokens"] == 7
+    args = p.parse_args(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'])
+    assert serve.speculative_config(args)["num_speculative_tokens"] == 3
+    assert serve.speculative_config(p.parse_args([])) is None
+    with pytest.raises(InvalidSpeculativeConfig, match="num_speculative_tokens"):
+        serve.speculative_config(p.parse_args(["--spec-draft-n-max", "0"]))
