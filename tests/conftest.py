@@ -37,10 +37,18 @@ def pytest_configure(config):
     tiers.selected()  # before torch's first matmul: a forced lower tier caps oneDNN's ISA too
 
 
-def pytest_report_header(config):
+def tier_line() -> str:
     why = "forced by HEARTH_CPU_TIER" if os.environ.get("HEARTH_CPU_TIER", "").strip() else (
         "HEARTH_NATIVE=0" if tiers.forced() else "the best this CPU runs")
     return f"hearth CPU tier: {tiers.active()} ({why})"
+
+
+def pytest_report_header(config):
+    return tier_line()
+
+
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(tier_line())  # also under -q, which drops the header
 
 
 def markers(rel: str, fixtures, params: str = "", name: str = "") -> set[str]:
