@@ -32,13 +32,16 @@ TIE = 0.75
 ROBUST = TIE
 """Smallest llama.cpp margin over 64 steps for a case to be compared free-running."""
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+LIMIT = {"qwen2.5-coder-0.5b": 12, "qwen2.5-coder-1.5b": 8}
+"""The Qwen pair: teacher-forced on this many first cases, free-running on the first 8 robust ones (on
+2 cores all 34 took 4-7 min a model)."""
 
 
 @pytest.fixture(scope="module", params=MODELS)
 def golden(request, model_path):
     doc = json.loads((GOLDENS / f"greedy_{request.param}.json").read_text())
     llm = LLM(str(model_path(request.param)), max_model_len=1024, progress=False)
-    return doc["cases"], llm
+    return doc["cases"], llm, LIMIT.get(request.param)
 
 
 def robust(case) -> bool:
@@ -57,9 +60,9 @@ def logits_from(llm: LLM, ids: list[int], start: int) -> torch.Tensor:
 
 
 def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
-    cases, llm = golden
+    cases, llm, limit = golden
     problems = []
-    for case in cases:
+    for case in cases[:limit]:
         prompt, new = case["prompt_token_ids"], case["new_token_ids"][:NEW_TOKENS]
         logits = logits_from(llm, prompt + new[:-1], len(prompt) - 1)  # [64, vocab]
         for step, (row, want, margin) in enumerate(zip(logits, new, case["top1_margins"])):
@@ -74,8 +77,8 @@ def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
 
 
 def test_free_running_greedy_equals_llama_cpp(golden):
-    cases, llm = golden
-    chosen = [c for c in cases if robust(c)]
+    cases, llm, limit = golden
+    chosen = [c for c in cases if robust(c)][:8 if limit else None]
     assert len(chosen) >= 8, f"only {len(chosen)} golden cases keep llama.cpp's margin >= {ROBUST} for 64 tokens"
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": c["prompt_token_ids"]} for c in chosen], params)
