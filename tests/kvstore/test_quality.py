@@ -37,8 +37,8 @@ def captured(request, model_path):
     runner = runner_for(llm, "f16", CAPTURE)
     layers = []
 
-    def record(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0):
-        out = paged_attention(q, kv_cache, meta, scale, sliding_window, softcap)
+    def record(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0, precise=False):
+        out = paged_attention(q, kv_cache, meta, scale, sliding_window, softcap, precise)
         kv = kv_cache.view(2, -1, *kv_cache.shape[-2:])[:, :CAPTURE].clone()
         layers.append((q.clone(), kv, scale, sliding_window, softcap, out))
         return out
