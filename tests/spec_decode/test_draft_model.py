@@ -7,6 +7,7 @@ vocabulary mismatch."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import pytest
 
@@ -97,9 +98,9 @@ def test_draft_kv_catches_up_across_a_chunked_prefill(model_path):
 
 
 def test_draft_kv_is_recomputed_after_preemption(model_path, smol_llm):
-    """6 blocks of 16 tokens cannot hold 5 sequences: the newest are preempted and recomputed
-    from position 0, the draft's K/V with them (else acceptance would fall)."""
-    p = MODES["greedy"]
+    """6 blocks of 16 tokens cannot hold 5 sequences of ~45 tokens: the newest are preempted and
+    recomputed from position 0, the draft's K/V with them (else acceptance would fall)."""
+    p = replace(MODES["greedy"], max_tokens=40)  # drafts finish 16 tokens before anyone is preempted
     small = draft_llm(model_path, num_kv_blocks=6)
     squeezed = [o.outputs[0] for o in small.generate(PROMPTS, p)]
     sched, s = small.engine.scheduler, small.engine.spec.stats
