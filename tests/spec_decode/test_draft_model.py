@@ -12,8 +12,13 @@ from dataclasses import replace
 import pytest
 
 from hearth import LLM, SamplingParams
+from hearth.engine.engine_core import EngineCore
+from hearth.engine.kv_cache_manager import KVCacheManager
+from hearth.engine.scheduler import Scheduler
+from hearth.spec_decode.policy import SpeculativeDecoder
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 
+from tests.engine.fakes import CountingRunner, LetterTokenizer
 from tests.gguf_factory import write_tiny_gguf
 from tests.spec_decode.test_real_model import CODE, GREEDY, chat, generate
 from tests.test_engine_equivalence import MODES, PROMPTS, assert_agree
@@ -109,3 +114,39 @@ def test_draft_kv_is_recomputed_after_preemption(model_path, smol_llm):
         s.num_draft_tokens, s.num_accepted_tokens)
     for prompt, got in zip(PROMPTS, squeezed):
         assert_agree(got, smol_llm.generate(prompt, p)[0].outputs[0])
+
+
+class SlotFillingRunner(CountingRunner):
+    """A draft model's stand-in: fills each sequence's draft slots with 2 right drafts, then wrong ones."""
+
+    def execute(self, so):
+        seqs = []
+        for s in so.seqs:
+            if s.num_draft_slots:
+                t = s.token_ids[-1]
+                d = [(t + 1 + i) % self.vocab if i < 2 else 0 for i in range(s.num_draft_slots)]
+                s = replace(s, spec_token_ids=d, num_draft_slots=0)
+            seqs.append(s)
+        self.sent, self.slots = so, [s.num_draft_slots for s in so.seqs]
+        return super().execute(replace(so, seqs=seqs))
+
+
+def test_draft_slots_are_budgeted_trimmed_and_rolled_back_like_drafts():
+    kv = KVCacheManager(16, 4)
+    sched = Scheduler(kv, 8, 16, row_regimes=(6,))
+    spec = SpeculativeDecoder(SpeculativeConfig(method="draft", model="unused", disable_by_batch_size=0))
+    runner = SlotFillingRunner()
+    engine = EngineCore(sched, runner, LetterTokenizer(), 256, 50, spec)
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=12, temperature=0), "a")
+    engine.step()  # prefill: no slots
+    assert runner.slots == [0]
+    engine.step()  # 4 slots, 1 + 4 rows < the regime boundary at 6: 2 accepted, the rest rolled back
+    (req,) = sched.running
+    assert runner.slots == [4] and runner.sent.seqs[0].spec_token_ids == []
+    assert (req.output_token_ids, req.num_computed_tokens, req.block_ids) == ([4, 5, 6, 7], 6, [0, 1])
+    assert (req.spec_token_ids, req.num_draft_slots) == ([], 0)
+    assert kv.pool.ref_cnt[:3] == [1, 1, 0]
+    engine.step()  # the policy follows acceptance: 2 accepted -> 3 slots next
+    assert runner.slots == [3]
+    s = spec.stats
+    assert (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens) == (2, 7, 4)
