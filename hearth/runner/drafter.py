@@ -7,8 +7,10 @@ scheduler's block accounting (allocation, rollback, preemption, prefix caching) 
 
 Per step: one batched forward catches the draft's K/V up on every scheduled sequence's new tokens
 (prefill chunks included) and gives the first draft of the sequences with slots; k - 1 batched
-one-token steps give the rest. Drafts are the draft model's argmax, a deterministic proposal, so
-the target's point-mass rejection rule (hearth.sample.speculative) keeps sampling lossless too."""
+one-token steps give the rest. Greedy requests draft the draft model's argmax; sampled ones draw
+each draft from q, the draft's distribution after the request's temperature / top-k / top-p / min-p,
+with the request's generator, and hand q to the target's rejection sampling
+(hearth.sample.speculative), so the output stays distributed as the target's."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.codecs import CODECS
 from hearth.kvstore.paged import lazy_zeros
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
+from hearth.sample.sampler import target_probs
+from hearth.sample.speculative import race
 
 
 @dataclass(slots=True)
@@ -42,21 +46,26 @@ class DraftModel:
         self.states: dict[str, _DraftState] = {}
         self._last: dict[str, tuple[int, list[int]]] = {}
         """request id -> (start of its drafts, the drafts) of the step being verified."""
+        self.probs: dict[str, torch.Tensor] = {}
+        """request id -> q [k, V]: the distributions its drafts were drawn from (sampled requests)."""
 
     def forget(self, request_id: str) -> None:
         self.states.pop(request_id, None)
 
     @torch.inference_mode()
-    def draft(self, so: SchedulerOutput) -> SchedulerOutput:
-        """so with every sequence's draft slots filled by the draft model (greedy chains)."""
-        self._last = {}
+    def draft(self, so: SchedulerOutput, generator) -> SchedulerOutput:
+        """so with every sequence's draft slots filled by the draft model (chains); generator:
+        (request id, params) -> the request's torch.Generator (None for greedy)."""
+        self._last, self.probs = {}, {}
+        qs: dict[int, list[torch.Tensor]] = {}
         if not so.seqs:
             return so
         catch_up = [self._catch_up_tokens(s) for s in so.seqs]  # (first position, tokens)
         k_of = [s.num_draft_slots for s in so.seqs]
         drafts: list[list[int]] = [[] for _ in so.seqs]
         live = [i for i, k in enumerate(k_of) if k]
-        tokens = self._forward([(p, t, so.seqs[i].block_ids) for i, (p, t) in enumerate(catch_up)], live)
+        logits = self._forward([(p, t, so.seqs[i].block_ids) for i, (p, t) in enumerate(catch_up)], live)
+        tokens = self._pick(so, live, logits, qs, generator)
         for i, s in enumerate(so.seqs):
             self.states[s.request_id] = _DraftState(s.start_pos + len(s.token_ids))
         for step in range(1, max(k_of, default=0) + 1):
@@ -68,11 +77,13 @@ class DraftModel:
             # draft j - 1 (at its position) gives draft j; its K/V written as it goes
             batch = [(so.seqs[i].start_pos + len(so.seqs[i].token_ids) + step - 1, [drafts[i][-1]],
                       so.seqs[i].block_ids) for i in live]
-            tokens = self._forward(batch, list(range(len(live))))
+            tokens = self._pick(so, live, self._forward(batch, list(range(len(live)))), qs, generator)
         seqs = []
-        for s, d in zip(so.seqs, drafts):
+        for i, (s, d) in enumerate(zip(so.seqs, drafts)):
             if d:
                 self._last[s.request_id] = (s.start_pos + len(s.token_ids), d)
+                if i in qs:
+                    self.probs[s.request_id] = torch.stack(qs[i][: len(d)])  # [k, V]
                 s = replace(s, spec_token_ids=d, num_draft_slots=0)
             seqs.append(s)
         return replace(so, seqs=seqs)
@@ -98,9 +109,25 @@ class DraftModel:
             return s.start_pos, list(s.token_ids)
         return st.valid, st.pending + list(s.token_ids)
 
-    def _forward(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int]) -> list[int]:
+    @staticmethod
+    def _pick(so: SchedulerOutput, live: list[int], logits: torch.Tensor, qs: dict, generator) -> list[int]:
+        """The next draft of each sequence in live from its row of logits [len(live), V]: the argmax
+        (greedy), or a draw from q (kept in qs[i] for the verification)."""
+        if not live:
+            return []
+        out = logits.argmax(-1).tolist()
+        for j, i in enumerate(live):
+            p = so.seqs[i].params
+            if p.greedy:
+                continue
+            q = target_probs(logits[j : j + 1], [p])[0]  # [V]
+            qs.setdefault(i, []).append(q)
+            out[j] = race(q, generator(so.seqs[i].request_id, p))
+        return out
+
+    def _forward(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int]) -> torch.Tensor:
         """batch: (first position, tokens, block table) per sequence; K/V written for every token.
-        -> the argmax next token after the last token of each sequence in out_seqs."""
+        -> [len(out_seqs), V] f32: the logits after the last token of each sequence in out_seqs."""
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
         bs = self.block_size
         for start, toks, table in batch:
@@ -116,5 +143,5 @@ class DraftModel:
         hidden = self.model(torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
                             meta, self.kv_caches, out_rows=rows)  # [len(rows), hidden]
         if not rows:
-            return []
-        return self.model.compute_logits(hidden).float().argmax(-1).tolist()
+            return torch.empty(0, 0)
+        return self.model.compute_logits(hidden).float()

@@ -126,7 +126,7 @@ class ModelRunner:
             return RunnerOutput({})
         if self.drafter is None:
             return self._run(so)
-        out = self._run(self.drafter.draft(so))  # the draft's K/V catch up, its drafts fill the slots
+        out = self._run(self.drafter.draft(so, self._generator))  # the draft's K/V catch up, its drafts fill the slots
         self.drafter.observe(out)
         return out
 
@@ -177,7 +177,7 @@ class ModelRunner:
     def _verify(self, seqs: list, logits: torch.Tensor) -> RunnerOutput:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
         row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
-        params, histories, gens, drafts, grammar = [], [], [], [], []
+        params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
@@ -192,9 +192,10 @@ class ModelRunner:
                 grammar.append((s, self._constrain_rows(s, logits, r)))
             gens.append(self._generator(s.request_id, p))
             drafts.append(s.spec_token_ids)
+            qs.append(None if self.drafter is None else self.drafter.probs.get(s.request_id))  # None: point masses
             r += k + 1
         want_lp = any(p.logprobs is not None for p in params)
-        committed, logprobs, starts = verify(logits, params, histories, gens, drafts, want_lp)
+        committed, logprobs, starts = verify(logits, params, histories, gens, drafts, want_lp, qs)
         for s, consumed in grammar:  # back to the accepted path, then on by the bonus token
             toks = committed[seqs.index(s)]
             m = self.matchers[s.request_id]
