@@ -77,7 +77,7 @@ class EngineConfig:
     seed: int = 0
     """Default seed for requests that give none."""
     speculative_config: dict | str | None = None
-    """Speculative decoding, vLLM's keys as a dict or JSON: {"method": "ngram",
+    """Speculative decoding, vLLM's keys as a dict or JSON: {"method": "ngram" | "draft",
     "num_speculative_tokens": K, "prompt_lookup_min": N, "prompt_lookup_max": M,
-    "disable_by_batch_size": B}; None = off."""
+    "disable_by_batch_size": B, "model": draft model (method draft)}; None = off."""
     extra: dict = field(default_factory=dict)

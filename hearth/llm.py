@@ -24,12 +24,14 @@ from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
+from hearth.loader.vocab import read_vocab
 from hearth.models.registry import load_model
 from hearth.outputs import CompletionOutput, RequestOutput
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
-from hearth.spec_decode.config import SpeculativeConfig
+from hearth.runner.drafter import DraftModel
+from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 from hearth.spec_decode.policy import SpeculativeDecoder
 
 PromptType = str | dict
@@ -50,6 +52,7 @@ class LLM:
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
+        draft_gguf = _draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
@@ -86,6 +89,8 @@ class LLM:
             warnings.warn("speculative decoding is off: without the native kernels a verify row is not "
                           "computed bit for bit as a decode row, so drafts would not be lossless", stacklevel=2)
             spec = None
+        if spec is not None and draft_gguf is not None:
+            self.runner.drafter = _draft_model(draft_gguf, num_blocks, cfg.block_size)
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or ())
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
                                  SpeculativeDecoder(spec) if spec is not None else None)
@@ -164,6 +169,37 @@ class LLM:
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
             return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
+
+
+def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile | None:
+    """The draft model's file (method draft), once its vocabulary is checked to be the target's:
+    the drafts are token ids the target scores, so both must mean the same strings by them."""
+    if spec is None or spec.method != "draft":
+        return None
+    try:
+        g = GGUFFile(resolve_model(spec.model))
+    except (HearthError, OSError, ValueError) as e:
+        raise InvalidSpeculativeConfig(f"speculative_config.model {spec.model!r}: {e}") from None
+    mine, theirs = target.tokens, read_vocab(g).tokens
+    if len(mine) != len(theirs):
+        raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
+                                       f"({len(mine)} vs {len(theirs)} tokens)")
+    if mine != theirs:
+        i = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
+        raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
+                                       f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
+    return g
+
+
+def _draft_model(g: GGUFFile, num_blocks: int, block_size: int) -> DraftModel:
+    """The draft model, with K/V in the target's block layout (same ids, same block size)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as for the target: repacking is many small ops
+    try:
+        model, mc = load_model(g)
+    finally:
+        torch.set_num_threads(threads)
+    return DraftModel(model, mc, num_blocks, block_size)
 
 
 def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, reserve: int = 0) -> int:

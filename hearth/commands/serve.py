@@ -59,6 +59,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     spec.add_argument("--spec-draft-n-max", type=int, default=None, metavar="N",
                       help="llama-server's spelling: n-gram prompt lookup with up to N draft tokens per step "
                            "(sets num_speculative_tokens)")
+    spec.add_argument("--model-draft", "-md", default=None, metavar="PATH",
+                      help="llama-server's spelling: speculative decoding with this draft model (a catalog "
+                           "name or .gguf with the target's vocabulary; sets method draft and model)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -93,15 +96,21 @@ def main(args: argparse.Namespace) -> int:
 
 
 def speculative_config(args: argparse.Namespace) -> dict | None:
-    """--speculative-config, with --spec-draft-n-max as its num_speculative_tokens (checked here,
-    before the model loads: a bad value is one line naming the field)."""
+    """--speculative-config, with --spec-draft-n-max as its num_speculative_tokens and --model-draft
+    as method draft with that model (checked here, before the model loads: a bad value is one line
+    naming the field)."""
     from hearth.spec_decode.config import SpeculativeConfig
 
     spec = SpeculativeConfig.parse(args.speculative_config)
-    if args.spec_draft_n_max is None:
+    over = {}
+    if args.spec_draft_n_max is not None:
+        over["num_speculative_tokens"] = args.spec_draft_n_max
+    if getattr(args, "model_draft", None):
+        over.update(method="draft", model=args.model_draft)
+    if not over:
         return None if spec is None else _as_dict(spec)
     base = _as_dict(spec) if spec is not None else {"method": "ngram"}
-    return _as_dict(SpeculativeConfig.parse({**base, "num_speculative_tokens": args.spec_draft_n_max}))
+    return _as_dict(SpeculativeConfig.parse({**base, **over}))
 
 
 def _as_dict(spec) -> dict:

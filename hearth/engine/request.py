@@ -50,6 +50,8 @@ class Request:
         """Prompt tokens whose K/V came from the prefix cache when first scheduled."""
         self.spec_token_ids: list[int] = []
         """Draft tokens proposed to follow the output so far, verified in the next step (a chain)."""
+        self.num_draft_slots = 0
+        """Or: how many drafts the runner's draft model may write for the next step (method draft)."""
 
     @property
     def num_tokens(self) -> int:

@@ -96,12 +96,13 @@ class Scheduler:
         """How many of req's drafts fit this step: within the token budget, max_tokens and max_len
         (the step may append all of them and a bonus token) and, with a sealing KV format, before
         the next block's last slot. Only a request decoding its one next token verifies drafts."""
-        if n != 1 or not req.spec_token_ids:
+        want = len(req.spec_token_ids) or req.num_draft_slots
+        if n != 1 or not want:
             return 0
         room = req.max_len - req.num_tokens - 1
         if req.params.max_tokens is not None:
             room = min(room, req.params.max_tokens - len(req.output_token_ids) - 1)
-        return max(0, self.kv.max_drafts(req, min(len(req.spec_token_ids), budget - 1, room)))
+        return max(0, self.kv.max_drafts(req, min(want, budget - 1, room)))
 
     def _within_regime(self, scheduled: list[tuple[Request, int, int]]) -> list[tuple[Request, int, int]]:
         """Drop drafts, last sequences first, so the step stays below the first regime boundary
@@ -149,6 +150,7 @@ class Scheduler:
             banned_token_ids=self._banned(req),
             banned_rows=p.min_tokens - len(req.output_token_ids),
             spec_token_ids=req.spec_token_ids[:k],
+            num_draft_slots=0 if req.spec_token_ids else k,
         )
 
     @staticmethod
@@ -185,10 +187,11 @@ class Scheduler:
         """Append the accepted drafts and the bonus token one by one (a stop, EOS, max_tokens or
         max_len ends the run there, dropping the rest), roll the K/V of rejected drafts back and
         register the blocks now full of committed tokens. Returns the tokens appended."""
-        accepted = accepted[: len(seq.spec_token_ids)]
-        req.spec_token_ids = []
-        if seq.spec_token_ids:
-            self.spec_results.append((req.request_id, len(seq.spec_token_ids), len(accepted)))
+        drafted = seq.num_drafts
+        accepted = accepted[:drafted]
+        req.spec_token_ids, req.num_draft_slots = [], 0
+        if drafted:
+            self.spec_results.append((req.request_id, drafted, len(accepted)))
         done = []
         for t in accepted + [sampled]:
             req.append_token(t.token_id)

@@ -46,6 +46,11 @@ class Tokenizer:
         self.add_eos: bool = vocab.add_eos
         self.chat_template: str | None = vocab.chat_template
 
+    @property
+    def tokens(self) -> list[str]:
+        """The vocabulary's token strings, by id (a draft model must have the same)."""
+        return self._vocab.tokens
+
     @classmethod
     def from_gguf(cls, g: GGUFFile) -> Tokenizer:
         vocab = read_vocab(g)

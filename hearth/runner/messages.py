@@ -33,11 +33,18 @@ class ScheduledSequence:
     """Draft tokens to verify after token_ids (a chain: draft i follows draft i - 1). Rows: the real
     next token's, then one per draft; K/V is written for all of them, the scheduler rolls back the
     rejected ones. A tree would add a parent index per draft (chains are parents i - 1)."""
+    num_draft_slots: int = 0
+    """Drafts the runner's draft model writes after token_ids (method draft; spec_token_ids is then
+    empty): budgeted and given KV slots by the scheduler like spec_token_ids."""
+
+    @property
+    def num_drafts(self) -> int:
+        return len(self.spec_token_ids) + self.num_draft_slots
 
     @property
     def num_tokens(self) -> int:
         """Rows this sequence contributes to the step: its tokens and its drafts."""
-        return len(self.token_ids) + len(self.spec_token_ids)
+        return len(self.token_ids) + self.num_drafts
 
 
 @dataclass(slots=True)

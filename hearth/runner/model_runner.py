@@ -15,6 +15,7 @@ from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable, lazy_zeros
 from hearth.kvstore.prefault import Prefaulter
+from hearth.runner.drafter import DraftModel
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
@@ -42,8 +43,10 @@ def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
                  codec: PlainCodec | QuantCodec = CODECS["f16"], seed: int = 0,
-                 grammar: GrammarCompiler | None = None, max_num_seqs: int = 16):
+                 grammar: GrammarCompiler | None = None, max_num_seqs: int = 16, drafter: DraftModel | None = None):
+        """drafter: the draft model that fills draft slots (speculative method draft)."""
         keep_freed_pages()
+        self.drafter = drafter
         self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.block_format = block_format(codec, cfg, block_size)
@@ -117,8 +120,17 @@ class ModelRunner:
             self.matchers.pop(rid, None)
             if self.staging is not None:
                 self.staging.release(rid)
+            if self.drafter is not None:
+                self.drafter.forget(rid)
         if not so.seqs:
             return RunnerOutput({})
+        if self.drafter is None:
+            return self._run(so)
+        out = self._run(self.drafter.draft(so, self._generator))  # the draft's K/V catch up, its drafts fill the slots
+        self.drafter.observe(out)
+        return out
+
+    def _run(self, so: SchedulerOutput) -> RunnerOutput:
         ids, positions, meta = self._prepare(so)
         # a sequence's sampled rows: its last one, or with k drafts its last k + 1
         rows = [r for i, s in enumerate(so.seqs) if s.sample
@@ -165,7 +177,7 @@ class ModelRunner:
     def _verify(self, seqs: list, logits: torch.Tensor) -> RunnerOutput:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
         row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
-        params, histories, gens, drafts, grammar = [], [], [], [], []
+        params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
@@ -180,9 +192,10 @@ class ModelRunner:
                 grammar.append((s, self._constrain_rows(s, logits, r)))
             gens.append(self._generator(s.request_id, p))
             drafts.append(s.spec_token_ids)
+            qs.append(None if self.drafter is None else self.drafter.probs.get(s.request_id))  # None: point masses
             r += k + 1
         want_lp = any(p.logprobs is not None for p in params)
-        committed, logprobs, starts = verify(logits, params, histories, gens, drafts, want_lp)
+        committed, logprobs, starts = verify(logits, params, histories, gens, drafts, want_lp, qs)
         for s, consumed in grammar:  # back to the accepted path, then on by the bonus token
             toks = committed[seqs.index(s)]
             m = self.matchers[s.request_id]

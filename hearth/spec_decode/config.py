@@ -16,7 +16,10 @@ class InvalidSpeculativeConfig(HearthError):
 @dataclass(frozen=True, slots=True)
 class SpeculativeConfig:
     method: str = "ngram"
-    """Proposer: ngram (prompt lookup over the request's prompt and output)."""
+    """Proposer: ngram (prompt lookup over the request's prompt and output) or draft (a small model
+    with the target's vocabulary, `model`)."""
+    model: str = ""
+    """The draft model of method draft: a catalog name or a .gguf path."""
     num_speculative_tokens: int = 4
     """Most draft tokens verified per sequence and step (K)."""
     prompt_lookup_min: int = 2
@@ -45,7 +48,7 @@ class SpeculativeConfig:
             raise InvalidSpeculativeConfig(f"speculative_config: unknown key {unknown[0]!r} "
                                            f"(known: {', '.join(known)})")
         for key, v in value.items():
-            want = str if key == "method" else int
+            want = str if key in ("method", "model") else int
             if not isinstance(v, want) or isinstance(v, bool):
                 raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {want.__name__}, not {v!r}")
         return cls(**value)
@@ -63,6 +66,9 @@ class SpeculativeConfig:
              f"at least prompt_lookup_min ({self.prompt_lookup_min})"),
             ("disable_by_batch_size", self.disable_by_batch_size >= 0, "0 or more"),
         ]
+        if self.method == "draft" and not self.model:
+            raise InvalidSpeculativeConfig('speculative_config.model is required with method "draft" '
+                                           '(a catalog name or a .gguf path)')
         for name, ok, want in checks:
             if not ok:
                 raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "

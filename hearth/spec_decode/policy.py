@@ -46,7 +46,7 @@ class SpeculativeDecoder:
         self.tracks: dict[str, _Track] = {}
         self.step = 0
 
-    def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int]]:
+    def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | int]:
         """Drafts for the requests that decode their next token this step; num_running: the
         running batch (prefill chunks included: they make a step compute-bound too)."""
         self.step += 1

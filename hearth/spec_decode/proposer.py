@@ -32,13 +32,14 @@ class Proposer:
     def __init__(self, config) -> None:
         self.config = config
 
-    def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int]]:
+    def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int] | int]:
         """Up to num_tokens[i] draft tokens to follow requests[i]'s tokens so far (a chain; a
-        request with nothing to propose may be left out)."""
+        request with nothing to propose may be left out), or, for a drafter that runs in the runner
+        (a draft model), a number of draft slots the runner fills."""
         raise NotImplementedError
 
     def forget(self, request_id: str) -> None:
         """The request finished: drop whatever was kept for it."""
 
 
-from hearth.spec_decode import ngram  # noqa: E402,F401  (registers the built-in proposers)
+from hearth.spec_decode import draft_slots, ngram  # noqa: E402,F401  (registers the built-in proposers)

@@ -1,0 +1,156 @@
+"""The draft-model proposer (method draft). SmolLM2 drafting for itself: its drafts are the
+target's own greedy tokens whenever the draft's K/V are right, so >= 98% acceptance checks the
+draft's K/V bookkeeping (catch-up over prefill chunks, rollback, recompute after preemption), and
+equality with plain greedy checks that verification stays lossless. Tiny random GGUFs give the
+vocabulary mismatch."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from hearth import LLM, SamplingParams
+from hearth.engine.engine_core import EngineCore
+from hearth.engine.kv_cache_manager import KVCacheManager
+from hearth.engine.scheduler import Scheduler
+from hearth.spec_decode.policy import SpeculativeDecoder
+from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
+
+from tests.engine.fakes import CountingRunner, LetterTokenizer
+from tests.gguf_factory import write_tiny_gguf
+from tests.spec_decode.test_real_model import CODE, GREEDY, chat, generate
+from tests.test_engine_equivalence import MODES, PROMPTS, assert_agree
+
+
+def draft_llm(model_path, **kw) -> LLM:
+    smol = str(model_path("smollm2-135m"))
+    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4}
+    return LLM(smol, progress=False, max_model_len=2048, speculative_config=spec, **kw)
+
+
+@pytest.fixture(scope="module")
+def self_draft(model_path):
+    return draft_llm(model_path)
+
+
+def test_draft_method_needs_a_model():
+    with pytest.raises(InvalidSpeculativeConfig, match=r"speculative_config\.model is required"):
+        SpeculativeConfig.parse({"method": "draft"})
+    with pytest.raises(InvalidSpeculativeConfig, match=r"speculative_config\.model must be str"):
+        SpeculativeConfig.parse({"method": "draft", "model": 3})
+
+
+def test_a_draft_with_another_vocabulary_is_one_clear_error(tmp_path):
+    target, other, shuffled = tmp_path / "t.gguf", tmp_path / "d.gguf", tmp_path / "s.gguf"
+    write_tiny_gguf(target, "qwen2", vocab=320)
+    write_tiny_gguf(other, "qwen2", vocab=384)
+    write_tiny_gguf(shuffled, "llama", vocab=320, tokenizer="llama")  # same size, SentencePiece strings
+    for draft, want in ((other, "(320 vs 384 tokens)"), (shuffled, "(token 0 is ")):
+        with pytest.raises(InvalidSpeculativeConfig) as e:
+            LLM(str(target), progress=False, speculative_config={"method": "draft", "model": str(draft)})
+        msg = str(e.value)
+        assert msg.startswith("speculative_config.model: vocabulary differs from the target's") and want in msg
+        assert "\n" not in msg
+
+
+def test_missing_draft_model_names_the_field(tmp_path):
+    target = tmp_path / "t.gguf"
+    write_tiny_gguf(target, "qwen2", vocab=320)
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config\.model 'no-such-model'"):
+        LLM(str(target), progress=False, speculative_config={"method": "draft", "model": "no-such-model"})
+
+
+def test_serve_model_draft_flag_sets_method_draft():
+    from hearth.commands import serve
+
+    p = argparse.ArgumentParser()
+    serve.add_arguments(p)
+    c = serve.speculative_config(p.parse_args(["-md", "qwen2.5-coder-0.5b", "--spec-draft-n-max", "6"]))
+    assert (c["method"], c["model"], c["num_speculative_tokens"]) == ("draft", "qwen2.5-coder-0.5b", 6)
+    c = serve.speculative_config(p.parse_args(["--model-draft", "x.gguf"]))
+    assert (c["method"], c["model"]) == ("draft", "x.gguf")
+
+
+@pytest.mark.parametrize("which", ["story", "code"])
+def test_target_as_its_own_draft_equals_plain_greedy_and_accepts_almost_all(smol_llm, self_draft, which):
+    prompt = CODE if which == "code" else chat(smol_llm, "Write a short story about a cat.")
+    want, _, _ = generate(smol_llm, prompt, GREEDY)
+    got, drafted, accepted = generate(self_draft, prompt, GREEDY)
+    assert got.token_ids == want.token_ids and got.text == want.text
+    assert drafted >= 60 and accepted >= 0.98 * drafted, (drafted, accepted)
+
+
+def test_sampling_with_the_drafts_distribution_accepts_almost_all_and_is_reproducible(smol_llm, self_draft):
+    """Drafts drawn from q (the draft's own distribution) are accepted with min(1, p/q): with q = p
+    nearly always, where argmax drafts at temperature 1 would be accepted only with p(argmax)."""
+    prompt = chat(smol_llm, "Write a short story about a cat.")
+    p = SamplingParams(temperature=1.0, seed=5, max_tokens=48, ignore_eos=True)
+    a, drafted, accepted = generate(self_draft, prompt, p)
+    b, _, _ = generate(self_draft, prompt, p)
+    assert a.token_ids == b.token_ids
+    assert drafted >= 30 and accepted >= 0.95 * drafted, (drafted, accepted)
+
+
+def test_draft_kv_catches_up_across_a_chunked_prefill(model_path):
+    """A 16-token budget splits the prompt into chunks: the draft computes each with the target."""
+    smol = str(model_path("smollm2-135m"))
+    plain = LLM(smol, progress=False, max_model_len=2048, max_num_batched_tokens=16)
+    spec = draft_llm(model_path, max_num_batched_tokens=16)
+    prompt = chat(plain, "Write a short story about a cat who learns to fly over the old town.")
+    assert len(prompt["prompt_token_ids"]) > 40
+    want, _, _ = generate(plain, prompt, GREEDY)
+    got, drafted, accepted = generate(spec, prompt, GREEDY)
+    assert got.token_ids == want.token_ids
+    assert drafted >= 60 and accepted >= 0.98 * drafted, (drafted, accepted)
+
+
+def test_draft_kv_is_recomputed_after_preemption(model_path, smol_llm):
+    """6 blocks of 16 tokens cannot hold 5 sequences of ~45 tokens: the newest are preempted and
+    recomputed from position 0, the draft's K/V with them (else acceptance would fall)."""
+    p = replace(MODES["greedy"], max_tokens=40)  # drafts finish 16 tokens before anyone is preempted
+    small = draft_llm(model_path, num_kv_blocks=6)
+    squeezed = [o.outputs[0] for o in small.generate(PROMPTS, p)]
+    sched, s = small.engine.scheduler, small.engine.spec.stats
+    assert sched.num_preemptions > 0 and sched.kv.pool.num_free == 6
+    assert s.num_draft_tokens > 20 and s.num_accepted_tokens >= 0.9 * s.num_draft_tokens, (
+        s.num_draft_tokens, s.num_accepted_tokens)
+    for prompt, got in zip(PROMPTS, squeezed):
+        assert_agree(got, smol_llm.generate(prompt, p)[0].outputs[0])
+
+
+class SlotFillingRunner(CountingRunner):
+    """A draft model's stand-in: fills each sequence's draft slots with 2 right drafts, then wrong ones."""
+
+    def execute(self, so):
+        seqs = []
+        for s in so.seqs:
+            if s.num_draft_slots:
+                t = s.token_ids[-1]
+                d = [(t + 1 + i) % self.vocab if i < 2 else 0 for i in range(s.num_draft_slots)]
+                s = replace(s, spec_token_ids=d, num_draft_slots=0)
+            seqs.append(s)
+        self.sent, self.slots = so, [s.num_draft_slots for s in so.seqs]
+        return super().execute(replace(so, seqs=seqs))
+
+
+def test_draft_slots_are_budgeted_trimmed_and_rolled_back_like_drafts():
+    kv = KVCacheManager(16, 4)
+    sched = Scheduler(kv, 8, 16, row_regimes=(6,))
+    spec = SpeculativeDecoder(SpeculativeConfig(method="draft", model="unused", disable_by_batch_size=0))
+    runner = SlotFillingRunner()
+    engine = EngineCore(sched, runner, LetterTokenizer(), 256, 50, spec)
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=12, temperature=0), "a")
+    engine.step()  # prefill: no slots
+    assert runner.slots == [0]
+    engine.step()  # 4 slots, 1 + 4 rows < the regime boundary at 6: 2 accepted, the rest rolled back
+    (req,) = sched.running
+    assert runner.slots == [4] and runner.sent.seqs[0].spec_token_ids == []
+    assert (req.output_token_ids, req.num_computed_tokens, req.block_ids) == ([4, 5, 6, 7], 6, [0, 1])
+    assert (req.spec_token_ids, req.num_draft_slots) == ([], 0)
+    assert kv.pool.ref_cnt[:3] == [1, 1, 0]
+    engine.step()  # the policy follows acceptance: 2 accepted -> 3 slots next
+    assert runner.slots == [3]
+    s = spec.stats
+    assert (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens) == (2, 7, 4)
