@@ -40,17 +40,22 @@ QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11:
 
 _lib: ctypes.CDLL | None = None
 _tried = False
+library_path: Path | None = None
+"""The kernel library loaded, once lib() has run (what `hearth doctor` reports)."""
+load_error: str | None = None
+"""Why the selected native tier's kernels did not load, or None."""
 _p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 def lib() -> ctypes.CDLL | None:
-    global _lib, _tried
+    global _lib, _tried, load_error
     if not _tried:
         _tried = True
         tier = tiers.selected()
         try:
             _lib = _load(tier) if tier.native else None
         except Exception as e:  # noqa: BLE001  (any failure means: use the torch paths)
+            load_error = str(e)
             tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({e}); using torch")
             _lib = None
     return _lib
@@ -67,7 +72,8 @@ def bf16_tiles() -> bool:
 
 
 def _load(tier: tiers.Tier) -> ctypes.CDLL:
-    path = _build()
+    global library_path
+    path = library_path = _build()
     so = ctypes.CDLL(str(path))
     _declare(so)
     if so.hk_abi_version() != ABI_VERSION or not so.hk_cpu_ok():

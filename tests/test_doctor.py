@@ -1,0 +1,54 @@
+"""`hearth doctor`, run as a user runs it: a fresh process, its own HEARTH_HOME."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from hearth.kernels import tiers
+from hearth.loader.catalog import CATALOG
+from hearth.loader.store import hearth_home
+
+
+def _doctor(tmp_path, **env) -> str:
+    home = tmp_path / "home"
+    home.mkdir()
+    built = hearth_home() / "kernels"
+    if built.is_dir():  # the session's compiled kernels: no second build of the same library
+        (home / "kernels").symlink_to(built)
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
+    done = subprocess.run([sys.executable, "-m", "hearth", "doctor"], capture_output=True, text=True, timeout=300,
+                          env={**run_env, "HEARTH_HOME": str(home), **env})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _line(out: str, head: str) -> str:
+    return next(ln for ln in out.splitlines() if ln.startswith(head))
+
+
+def test_doctor_names_the_tier_the_flags_the_memory_and_the_models(tmp_path):
+    out = _doctor(tmp_path, HEARTH_CPU_TIER="torch")
+    assert _line(out, "tier ").startswith("tier      torch (forced by the environment")
+    assert "kernels   not loaded" in out
+    flags = tiers.cpu_flags()
+    found = _line(out, "flags ").split("(missing")[0].split()[1:]
+    assert found and set(found) <= flags
+    for name in [*tiers.BY_NAME, *tiers.PLANNED]:
+        state = _line(out, f"  {name} ")
+        assert ("runs" in state) == (tiers.why_not(name) is None), state
+    assert "GB/s" in _line(out, "memory ")  # measured into the fresh HEARTH_HOME
+    assert "HEARTH_CPU_TIER=torch" in _line(out, "env ")
+    for name in CATALOG:  # nothing is downloaded in a fresh home
+        assert _line(out, f"  {name} ").split()[-1] == "no"
+
+
+@pytest.mark.skipif(tiers.choose({}, tiers.cpu_flags(), tiers.native_platform())[0] is tiers.TORCH,
+                    reason="no native tier runs on this CPU")
+def test_doctor_explains_a_forced_tier_it_cannot_use(tmp_path):
+    out = _doctor(tmp_path, HEARTH_CPU_TIER="bogus")
+    best = tiers.choose({}, tiers.cpu_flags(), tiers.native_platform())[0].name
+    tier = _line(out, "tier ")
+    assert tier.startswith(f"tier      {best} (HEARTH_CPU_TIER=bogus is not a tier"), tier
+    assert "gguf_kernels-" in _line(out, "kernels ")
