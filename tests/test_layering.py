@@ -14,7 +14,7 @@ ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
 SHARED = {"config", "sampling_params", "outputs", "errors"}
 NO_TORCH = {"api", "tool_parsers", "engine", "spec_decode"}
 # engine talks to the runner only through its plain-data messages
-NARROW = {("engine", "spec_decode", "runner"): {"hearth.runner.messages"}}
+NARROW = {(src, "runner"): {"hearth.runner.messages"} for src in ("engine", "spec_decode")}
 
 
 def _package(module: str) -> str:
