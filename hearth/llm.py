@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
-import warnings
 import weakref
 from pathlib import Path
 from dataclasses import fields, replace
@@ -35,6 +35,7 @@ from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfi
 from hearth.spec_decode.policy import SpeculativeDecoder
 
 PromptType = str | dict
+log = logging.getLogger("hearth")
 
 
 class LLM:
@@ -60,10 +61,14 @@ class LLM:
         finally:
             torch.set_num_threads(threads)
         mc = self.model_config
+        draft = _draft_model(draft_gguf) if draft_gguf is not None else None
         self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
         codec = get_codec(cfg.kv_cache_dtype)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
+            dmc = draft[1]
+            block_bytes += dmc.num_layers * get_codec("f16").block_bytes(cfg.block_size, dmc.num_kv_heads, dmc.head_dim)
         staging = mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
         reserve = -(-staging // block_bytes)  # blocks' worth of one running request's staging
         # an explicit num_kv_blocks counts blocks of context: the staging reservations come on top
@@ -86,11 +91,11 @@ class LLM:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         regimes = self.runner.row_regimes
         if spec is not None and regimes is None:
-            warnings.warn("speculative decoding is off: without the native kernels a verify row is not "
-                          "computed bit for bit as a decode row, so drafts would not be lossless", stacklevel=2)
+            log.warning("hearth: speculative decoding is off: without the native kernels a verify row is not "
+                        "computed bit for bit as a decode row, so drafts would not be lossless")
             spec = None
-        if spec is not None and draft_gguf is not None:
-            self.runner.drafter = _draft_model(draft_gguf, num_blocks, cfg.block_size)
+        if spec is not None and draft is not None:
+            self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size)
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or ())
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
                                  SpeculativeDecoder(spec) if spec is not None else None)
@@ -178,9 +183,10 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
         return None
     try:
         g = GGUFFile(resolve_model(spec.model))
-    except (HearthError, OSError, ValueError) as e:
+        theirs = read_vocab(g).tokens
+    except (HearthError, OSError, ValueError, KeyError) as e:
         raise InvalidSpeculativeConfig(f"speculative_config.model {spec.model!r}: {e}") from None
-    mine, theirs = target.tokens, read_vocab(g).tokens
+    mine = target.tokens
     if len(mine) != len(theirs):
         raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
                                        f"({len(mine)} vs {len(theirs)} tokens)")
@@ -191,15 +197,16 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
     return g
 
 
-def _draft_model(g: GGUFFile, num_blocks: int, block_size: int) -> DraftModel:
-    """The draft model, with K/V in the target's block layout (same ids, same block size)."""
+def _draft_model(g: GGUFFile):
+    """The draft model's (module, ModelConfig); its K/V comes later, in the target's block layout."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as for the target: repacking is many small ops
     try:
-        model, mc = load_model(g)
+        return load_model(g)
+    except HearthError as e:
+        raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
     finally:
         torch.set_num_threads(threads)
-    return DraftModel(model, mc, num_blocks, block_size)
 
 
 def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, reserve: int = 0) -> int:

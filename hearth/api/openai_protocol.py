@@ -5,7 +5,7 @@ hearth.api.messages checks them by hand so a bad one is named precisely (`messag
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,8 +17,13 @@ class _Body(BaseModel):
     @classmethod
     def _null_means_default(cls, data: Any) -> Any:
         """OpenAI's schema lets clients send null for any optional field (`"n": null`, `"stream": null`):
-        it means the default, not a type error."""
-        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
+        where the field's type has no null, it means the default, not a type error. Where it has one,
+        null stays a value of its own (completions' `"max_tokens": null`: until the context is full)."""
+        if not isinstance(data, dict):
+            return data
+        nullable = {name for f_name, f in cls.model_fields.items() if type(None) in get_args(f.annotation)
+                    for name in (f_name, f.alias) if name}
+        return {k: v for k, v in data.items() if v is not None or k in nullable}
 
 
 class StreamOptions(_Body):

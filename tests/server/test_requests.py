@@ -28,14 +28,24 @@ def test_openai_sampling_fields_reach_the_engine(fake):
 
 
 @pytest.mark.parametrize("field", ["n", "logprobs", "stream", "parallel_tool_calls", "min_tokens", "temperature",
-                                   "stream_options", "top_logprobs", "response_format", "tools"])
+                                   "stream_options", "top_logprobs", "response_format", "tools", "max_tokens"])
 def test_null_means_the_default(fake, field):
     # OpenAI's schema allows null for these; clients (openai-agents, langchain) send them
-    r = fake.client.post("/v1/chat/completions", json={"messages": USER, field: None})
-    assert r.status_code == 200, r.text
-    assert fake.last.params.n == 1 and fake.last.params.min_tokens == 0
-    r = fake.client.post("/v1/completions", json={"prompt": "hi", field: None})
-    assert r.status_code == 200, r.text
+    for route, body in (("/v1/chat/completions", {"messages": USER}), ("/v1/completions", {"prompt": "hi"})):
+        assert fake.client.post(route, json=body).status_code == 200
+        omitted = fake.last.params
+        r = fake.client.post(route, json={**body, field: None})
+        assert r.status_code == 200, r.text
+        if not (route == "/v1/completions" and field == "max_tokens"):
+            assert fake.last.params == omitted, route
+
+
+def test_completions_max_tokens_null_is_until_the_context_is_full(fake):
+    # null has a meaning of its own there (vLLM's too); omitted, OpenAI's default of 16 applies
+    fake.client.post("/v1/completions", json={"prompt": "hi", "max_tokens": None})
+    assert fake.last.params.max_tokens is None
+    fake.client.post("/v1/completions", json={"prompt": "hi"})
+    assert fake.last.params.max_tokens == 16
 
 
 def test_max_tokens_default_is_the_rest_of_the_context(fake):
