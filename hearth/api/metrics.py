@@ -108,7 +108,7 @@ class _EngineCollector:
             ]
             gauges += [("hearth:kv_disk_files", "Block files in the disk tier.", d.files),
                        ("hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", d.bytes)]
-        spec = getattr(s, "spec", None)  # a fake engine's stats may not have it
+        spec = s.spec
         if spec is not None:
             counters += _spec_counters(spec)
         for metric, doc, value in counters:

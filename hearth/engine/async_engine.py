@@ -139,7 +139,7 @@ class AsyncEngine:
         spec = self.core.spec
         return EngineStats(len(s.running), len(s.waiting), s.kv.num_used_blocks, s.kv.pool.num_blocks,
                            s.kv.stats.queries, s.kv.stats.hits, s.kv.stats.disk_hits, disk,
-                           None if spec is None else spec.stats)
+                           None if spec is None else spec.stats.snapshot())
 
     def _send(self, command: tuple) -> None:
         self._commands.put(command)

@@ -9,7 +9,7 @@ about as much as the tokens they might save."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
@@ -28,6 +28,10 @@ class SpecDecodeStats:
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
     """[i]: drafts accepted at position i of their chain."""
+
+    def snapshot(self) -> SpecDecodeStats:
+        """A copy another thread (metrics) can read while the engine counts on."""
+        return replace(self, accepted_per_pos=list(self.accepted_per_pos))
 
 
 @dataclass(slots=True)
