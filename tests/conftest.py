@@ -39,8 +39,12 @@ def pytest_configure(config):
 
 
 def tier_line() -> str:
-    why = "forced by HEARTH_CPU_TIER" if os.environ.get("HEARTH_CPU_TIER", "").strip() else (
-        "HEARTH_NATIVE=0" if tiers.forced() else "the best this CPU runs")
+    if os.environ.get("HEARTH_NATIVE", "1") == "0":  # wins over HEARTH_CPU_TIER, as in tiers.choose
+        why = "HEARTH_NATIVE=0"
+    elif os.environ.get("HEARTH_CPU_TIER", "").strip():
+        why = "forced by HEARTH_CPU_TIER"
+    else:
+        why = "the best this CPU runs"
     return f"hearth CPU tier: {tiers.active()} ({why})"
 
 
