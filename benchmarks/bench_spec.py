@@ -64,10 +64,19 @@ def model_sha256(path: Path) -> str:
     return marker_sha256(path) or sha256_file(path)
 
 
+def llama_version(binary: Path) -> str | None:
+    try:
+        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return next((ln.removeprefix("version: ") for ln in (done.stdout + done.stderr).splitlines()
+                 if ln.startswith("version: ")), None)
+
+
 def run_info(args, launch: variants.Launch) -> dict:
     from hearth.kernels import tiers
 
-    return {"commit": git_commit(), "cpu": cpu_name(), "cpu_tier": tiers.active(), "threads": args.threads,
+    return {"commit": git_commit(), "llama_server": llama_version(launch.llama_server), "cpu": cpu_name(), "cpu_tier": tiers.active(), "threads": args.threads,
             "max_tokens": args.max_tokens, "model": launch.model.name, "model_sha256": model_sha256(launch.model),
             "draft": launch.draft.name, "draft_sha256": model_sha256(launch.draft),
             "load_avg_1m": os.getloadavg()[0], "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}

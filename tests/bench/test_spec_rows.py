@@ -93,7 +93,7 @@ def test_table_has_one_section_per_workload():
         r.update(tokens=8, e2e_tok_s=1.0, ttft_s=0.5, acceptance_len=1.0, accepted=0, draft_tokens=0)
     text = table.markdown(rows, RUN)
     lines = text.splitlines()
-    assert lines[0].startswith("**Conditions:** commit abc") and "2 threads per engine" in lines[0]
+    assert lines[0].startswith("**Conditions:** hearth commit abc, CPU") and "2 threads per engine" in lines[0]
     assert [ln for ln in lines if ln.startswith("### ")] == ["### edit", "### chat"]
     assert "| hearth plain | first | 8 | 10.0 | 1.0 | 0.50 | 1.00 | - | yes | 1.00x | 2.00x (plain) |" in lines
     assert "| llama.cpp plain | first | 8 | 5.0 | 1.0 | 0.50 | 1.00 | - | yes | 0.50x | 1.00x |" in lines

@@ -32,7 +32,8 @@ def _cells(r: dict) -> list[str]:
 
 
 def conditions(run: dict) -> str:
-    return (f"**Conditions:** commit {run['commit']}, CPU {run['cpu']} (hearth tier {run['cpu_tier']}), "
+    peer = f", llama-server {run['llama_server']}" if run.get("llama_server") else ""
+    return (f"**Conditions:** hearth commit {run['commit']}{peer}, CPU {run['cpu']} (hearth tier {run['cpu_tier']}), "
             f"{run['threads']} threads per engine, one server at a time, greedy, max {run['max_tokens']} tokens; "
             f"target {run['model']} (sha256 {run['model_sha256'][:12]}), draft {run['draft']} "
             f"(sha256 {run['draft_sha256'][:12]}); 1-minute load average {run['load_avg_1m']:.1f} at the start.")
