@@ -98,7 +98,10 @@ def test_table_has_one_section_per_workload():
     assert "| hearth plain | first | 8 | 10.0 | 1.0 | 0.50 | 1.00 | - | yes | 1.00x | 2.00x (plain) |" in lines
     assert "| llama.cpp plain | first | 8 | 5.0 | 1.0 | 0.50 | 1.00 | - | yes | 0.50x | 1.00x |" in lines
     assert any(ln.startswith("| hearth ngram | first | error: HTTP 500: boom |") for ln in lines)
-    assert all(ln.count("|") == len(table.HEADER) + 1 for ln in lines if ln.startswith("| "))
+    sections = text.split("### ")
+    assert sections[0].count("| edit | first |") == 1 and sections[0].count("| chat | first |") == 1  # the summary
+    assert all(ln.count("|") == len(table.HEADER) + 1 for s in sections[1:] for ln in s.splitlines()
+               if ln.startswith("| "))
 
 
 def test_variants_from_json():
@@ -157,3 +160,13 @@ def test_prompts_ship_with_the_package():
     compile(corpus.code_file("readings.py.txt"), "readings.py", "exec")  # real, valid Python
     with pytest.raises(BenchError, match="unknown workload 'x'; known: code-edit, code-gen, chat"):
         prompts.spec_prompt("x")
+
+
+def test_summary_names_each_engines_fastest_variant():
+    rows = compare([_row("hearth", "plain", "edit", "first", 10.0), _row("hearth", "ngram", "edit", "first", 30.0),
+                    _row("llama.cpp", "plain", "edit", "first", 8.0, "l"),
+                    _row("llama.cpp", "ngram-mod", "edit", "first", 12.0, "changed"),
+                    _row("hearth", "ngram", "chat", "repeat", 9.0)])
+    assert table.summary(rows)[2:] == [
+        "| edit | first | 10.0 | 30.0 (ngram) | 12.0 (ngram-mod, text changed) | 2.50x |",
+        "| chat | repeat | - | 9.0 (ngram) | - | - |"]

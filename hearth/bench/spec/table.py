@@ -39,8 +39,36 @@ def conditions(run: dict) -> str:
             f"(sha256 {run['draft_sha256'][:12]}); 1-minute load average {run['load_avg_1m']:.1f} at the start.")
 
 
+SUMMARY_HEADER = ("workload", "sight", "hearth plain tok/s", "hearth best", "llama.cpp best", "hearth best / llama.cpp best")
+
+
+def _best(rows: list[dict], engine: str) -> dict | None:
+    ok = [r for r in rows if r["engine"] == engine and not r["error"] and r["decode_tok_s"]]
+    return max(ok, key=lambda r: r["decode_tok_s"]) if ok else None
+
+
+def _named(r: dict | None) -> str:
+    if r is None:
+        return "-"
+    changed = "" if r["equal"] is not False else ", text changed"
+    return f"{r['decode_tok_s']:.1f} ({r['config_name']}{changed})"
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """Per workload and sight: each engine's fastest variant, and hearth's best over llama.cpp's."""
+    lines = ["| " + " | ".join(SUMMARY_HEADER) + " |", "|" + "---|" * len(SUMMARY_HEADER)]
+    for key in dict.fromkeys((r["workload"], r["sight"]) for r in rows):
+        here = [r for r in rows if (r["workload"], r["sight"]) == key]
+        plain = next((r for r in here if r["engine"] == "hearth" and r["config_name"] == "plain"), None)
+        h, ll = _best(here, "hearth"), _best(here, "llama.cpp")
+        ratio = f"{h['decode_tok_s'] / ll['decode_tok_s']:.2f}x" if h and ll else "-"
+        lines.append(f"| {key[0]} | {key[1]} | {_num(plain and plain['decode_tok_s'])} | {_named(h)} | "
+                     f"{_named(ll)} | {ratio} |")
+    return lines
+
+
 def markdown(rows: list[dict], run: dict) -> str:
-    lines = [conditions(run), ""]
+    lines = [conditions(run), "", *summary(rows), ""]
     for workload in dict.fromkeys(r["workload"] for r in rows):
         lines += [f"### {workload}", "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
         lines += ["| " + " | ".join(_cells(r)) + " |" for r in rows if r["workload"] == workload]
