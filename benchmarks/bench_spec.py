@@ -146,6 +146,10 @@ def estimate_s(n_servers: int, max_tokens: int) -> float:
     return n_servers * (START_S + len(rows.SIGHTS) * (PREFILL_S + max_tokens / DECODE_TOK_S))
 
 
+def _interrupted(signum, frame):
+    raise KeyboardInterrupt  # SIGTERM unwinds like Ctrl-C, so every `with Server` stops its process
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     workloads, chosen = plan(args)
@@ -164,13 +168,18 @@ def main(argv=None) -> int:
     out = args.out or Path(f"/tmp/hearth-bench-spec-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     run = run_info(args, launch)
-    # SIGTERM unwinds like Ctrl-C, so every `with Server` stops its process
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupted)
     found: list[dict] = []
     with open(out / "rows.partial.jsonl", "w") as partial:
         for prompt in workloads:
             for v in chosen:
-                for row in measure(v, prompt, launch, args, run, out):
+                try:
+                    measured = measure(v, prompt, launch, args, run, out)
+                except BenchError as e:  # one variant that cannot run does not end the others
+                    print(f"  {prompt.name:9} {v.label:24} FAILED: {e}", file=sys.stderr, flush=True)
+                    measured = [rows.error_row(v, prompt.name, sight, run, str(e).splitlines()[0])
+                                for sight in rows.SIGHTS]
+                for row in measured:
                     found.append(row)
                     partial.write(json.dumps(row) + "\n")
                     partial.flush()

@@ -82,3 +82,24 @@ def test_whole_quick_run_against_fake_servers(script, tmp_path, monkeypatch, cap
     table = (out / "table.md").read_text()
     assert table in capsys.readouterr().out and "### code-edit" in table
     assert len(list((out / "logs").iterdir())) == 4
+
+
+def test_a_variant_whose_server_fails_is_an_error_row_and_the_run_goes_on(script, tmp_path, monkeypatch, capsys):
+    def hearth(variant, launch, port):
+        if variant.name == "broken":  # as hearth serve does with a method it does not know
+            return [sys.executable, "-c", "import sys; sys.exit('speculative_config.method is unknown')"]
+        return _fake(0.002)(variant, launch, port)
+
+    monkeypatch.setitem(script.variants.ENGINES, "hearth", hearth)
+    model = tmp_path / "t.gguf"
+    model.write_bytes(b"target")
+    out = tmp_path / "out"
+    argv = ["--quick", "--model", str(model), "--draft", str(model), "--out", str(out), "--llama-configs", "{}",
+            "--hearth-configs", '{"broken": {"method": "nope"}, "plain": null}']
+    assert script.main(argv) == 0
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert [(r["config_name"], r["sight"], r["error"] is None) for r in rows] == [
+        ("broken", "first", False), ("broken", "repeat", False), ("plain", "first", True), ("plain", "repeat", True)]
+    assert "before it was ready" in rows[0]["error"] and rows[0]["equal"] is None
+    assert "speculative_config.method is unknown" in capsys.readouterr().err
+    assert "| hearth broken | first | error: " in (out / "table.md").read_text()

@@ -56,6 +56,12 @@ def sample_row(s: Sample, variant: Variant, workload: str, sight: str, run: dict
     return row
 
 
+def error_row(variant: Variant, workload: str, sight: str, run: dict, error: str) -> dict:
+    """A variant that could not be measured (its server did not start, say): kept as a row, so the
+    table shows it and the run goes on."""
+    return sample_row(Sample(error=error), variant, workload, sight, run)
+
+
 def _key(row: dict) -> tuple:
     return row["workload"], row["sight"]
 
