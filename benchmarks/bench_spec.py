@@ -76,8 +76,8 @@ def llama_version(binary: Path) -> str | None:
 def run_info(args, launch: variants.Launch) -> dict:
     from hearth.kernels import tiers
 
-    return {"commit": git_commit(), "llama_server": llama_version(launch.llama_server), "cpu": cpu_name(), "cpu_tier": tiers.active(), "threads": args.threads,
-            "max_tokens": args.max_tokens, "model": launch.model.name, "model_sha256": model_sha256(launch.model),
+    return {"commit": git_commit(), "llama_server": llama_version(launch.llama_server), "cpu": cpu_name(),
+            "cpu_tier": tiers.active(), "threads": args.threads, "max_tokens": args.max_tokens, "model": launch.model.name, "model_sha256": model_sha256(launch.model),
             "draft": launch.draft.name, "draft_sha256": model_sha256(launch.draft),
             "load_avg_1m": os.getloadavg()[0], "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
@@ -97,7 +97,8 @@ def measure(v: variants.Variant, prompt: prompts.SpecPrompt, launch: variants.La
             before = client.spec_counters(server.url)
             s = client.chat(server.url, list(prompt.messages), args.max_tokens, args.seed)
             s.counters = client.counter_delta(before, client.spec_counters(server.url))
-            row = rows.sample_row(s, v, prompt.name, sight, {**run, "server_ready_s": server.ready_s})
+            shared = {**run, "server_ready_s": server.ready_s, "load_avg_1m": os.getloadavg()[0]}
+            row = rows.sample_row(s, v, prompt.name, sight, shared)
             found.append(row)
             print(f"  {prompt.name:9} {v.label:24} {sight:6} {row['tokens'] or 0:4} tokens "
                   f"decode {row['decode_tok_s'] or 0:6.1f} tok/s  accept. len "
