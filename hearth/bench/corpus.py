@@ -33,3 +33,9 @@ def code_edits() -> dict[str, tuple[str, ...]]:
 @cache
 def code_file(name: str) -> str:
     return _data("code", name).read_text(encoding="utf-8")
+
+
+@cache
+def speculative() -> dict[str, dict]:
+    """Workload name -> its fixed prompt (system, user or file + instruction) for bench_spec.py."""
+    return json.loads(_data("speculative.json").read_text(encoding="utf-8"))["workloads"]
