@@ -13,8 +13,8 @@ Where those kernels cannot run (no compiler, no AVX-512 VNNI), the torch fallbac
            load for torch's int4pack kernel; from `gemm_min_rows` rows on, expanded to bf16 tiles.
   bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32).
 and for every machine: bf16 for F16/BF16, f32 for F32 weights (used in place from the memmap).
-The native path rounds activations to 8 bits per 32 values (as llama.cpp does); the torch paths
-carry bf16 rounding. `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the slow,
+The native path rounds activations to 8 bits with a scale per 16 values (llama.cpp: per 32; on AMX
+int8 tiles, from 10 rows, per 32 too); the torch paths carry bf16 rounding. `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the slow,
 obvious twin instead: f32 math on blocks dequantized from the file at every call.
 """
 

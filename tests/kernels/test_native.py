@@ -1,10 +1,11 @@
 """The C++ GGUF kernels (hearth.kernels.native) against the slow, obvious twin: gguf-py's
 dequantization, then an f64 matmul.
 
-Tolerance of the matmul, stated once: activations are rounded to 8 bits per 32-wide block
-(d = max|x_block| / 127, q = round(x / d), as llama.cpp's q8_0), so each activation moves by at most
-d / 2 = max|x_block| / 254; the integer dot products are exact and the per-block float sums add
-~1e-7 relative. Hence |y - x @ W.T| <= ACT8_TOL * (blockmax|x| @ |W|.T) + 1e-6 * (|x| @ |W|.T),
+Tolerance of the matmul, stated once: activations are rounded to 8 bits per 16 values in the VNNI
+loop (d = max|x_group| / 127, q = round(x / d); llama.cpp's q8_0 takes 32) and per 32 on AMX int8 tiles
+(from 10 rows), so each activation moves by at most d / 2 = max|x_group| / 254; the integer dot
+products are exact and the per-group float sums add ~1e-7 relative. Hence
+|y - x @ W.T| <= ACT8_TOL * (groupmax|x| @ |W|.T) + 1e-6 * (|x| @ |W|.T),
 with 1% on ACT8_TOL for the float rounding of x / d. Dequantization is bit-exact; the bf16 tiles
 equal the exact weights rounded to bf16 (round to nearest even)."""
 
@@ -33,15 +34,20 @@ def widths(qtype: Q) -> tuple[int, ...]:
     return (256, 768) if qtype in K_QUANTS else (96, 512, 576)
 
 
-def block_max(x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, K]: max |x| of each 32-wide block
+def block_max(x: torch.Tensor, width: int = 32) -> torch.Tensor:  # [M, K] -> [M, K]: max |x| per `width` values
     m, k = x.shape
-    return x.abs().view(m, k // 32, 32).amax(-1, keepdim=True).expand(-1, -1, 32).reshape(m, k)
+    return x.abs().view(m, k // width, width).amax(-1, keepdim=True).expand(-1, -1, width).reshape(m, k)
+
+
+def act_group(m: int) -> int:
+    """Values per activation scale for an m-row matmul: 32 on AMX int8 tiles (from 10 rows), else 16."""
+    return 32 if tiers.active() == "amx" and m >= 10 else 16
 
 
 def assert_act8_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
     x, w = x.double(), w.double()
     err = (y.double() - x @ w.T).abs()
-    bound = ACT8_TOL * (block_max(x) @ w.abs().T) + 1e-6 * (x.abs() @ w.abs().T)
+    bound = ACT8_TOL * (block_max(x, act_group(x.shape[0])) @ w.abs().T) + 1e-6 * (x.abs() @ w.abs().T)
     assert bool((err <= bound).all()), f"worst err/bound {float((err / bound).max()):.3f}"
 
 
@@ -55,6 +61,24 @@ def test_matmul_against_exact_twin(qtype):
         for m in BATCHES:
             x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
             assert_act8_close(mm(x), x, w)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0], ids=lambda q: q.name)
+def test_each_16_activations_have_their_own_scale(qtype):
+    """A 32-block whose first half is 1e4 times its second: one scale per 32 would round the small
+    half to zero (the integer codes of +-1e-3 at d = 10 / 127); a scale per 16 keeps it to 1/254."""
+    k = 256
+    w_small_half = torch.zeros(4, k)
+    w_small_half[:, 16:32] = torch.linspace(-1, 1, 64).view(4, 16)  # weights only on the small half
+    t = GGUFTensor("w", qtype, (4, k), gguf_quantize(w_small_half.numpy(), qtype))
+    w = torch.from_numpy(gguf_reference(t))
+    mm = native.NativeMatmul([(as_bytes(t.data, qtype), int(qtype))], k)
+    x = torch.zeros(1, k)
+    x[0, :16], x[0, 16:32] = 10.0, torch.linspace(1e-3, 2e-3, 16)
+    exact = (x.double() @ w.double().T)[0]
+    assert float(exact.abs().max()) > 0
+    err = (mm(x)[0].double() - exact).abs()
+    assert bool((err <= ACT8_TOL * 2e-3 * w.abs().sum(1).double() + 1e-9).all()), (err, exact)
 
 
 def test_fused_parts_of_mixed_types_and_strided_io():

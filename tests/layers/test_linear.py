@@ -1,8 +1,8 @@
 """Quantized linear layers and the embedding against x @ dequantize(W).T from gguf-py.
 
 Tolerances, stated once:
-  * the native path below gemm_min_rows rounds activations to 8 bits per 32-wide block (d = max|x| / 127,
-    so each activation moves by at most d / 2): it stays within ACT8_TOL * (blockmax|x| @ |W|.T);
+  * the native path below gemm_min_rows rounds activations to 8 bits per 16 or 32 values (d = max|x| / 127,
+    so each activation moves by at most d / 2): it stays within ACT8_TOL * (blockmax32|x| @ |W|.T);
   * fast paths (bf16 activations, bf16 scales/zeros, bf16 output) stay within
     FAST_TOL * (|x| @ Wmax.T), where Wmax[n, k] is the largest |w| in k's 32-wide group of row n
     (bf16 unit roundoff is 2**-9; a few roundings of terms no bigger than the group's max);

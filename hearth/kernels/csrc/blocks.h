@@ -263,7 +263,7 @@ struct TQ3_K : KQuant {  // hmask[32] qs[64] scales[12] d; q = low2 | hbit << 2,
 
 struct Layout {  // M rows, each padded with zeros to Kp = K rounded up to 256
   int8_t* q = nullptr;  // [M][Kp]
-  float* d16 = nullptr;  // [M][Kp/16]: the scale of the 32-block each 16 codes come from
+  float* d16 = nullptr;  // [M][Kp/16]: the scale of each 16 codes (shared by a 32-block's halves unless scale16)
   float* a16 = nullptr;  // [M][Kp/16]: d * (sum of those 16 codes)
 };
 
@@ -276,7 +276,10 @@ struct Act {
 thread_local std::vector<uint8_t> act_buf;
 
 // row m of x -> q8 blocks; half-block h (16 values) lands at 16 * dst(h) in both layouts
-Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natural, bool want_paired) {
+// scale16: a scale per 16 values (finer than ggml's per 32, so less rounding; the VNNI loop applies
+// d16 per 16 either way), else one per 32 for both halves (what the AMX tile path's 32-wide K steps need)
+Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natural, bool want_paired,
+             bool scale16 = false) {
   Act a;
   a.M = M, a.K = K, a.Kp = (K + SB - 1) / SB * SB;
   const int64_t g = a.Kp / 16;
@@ -297,9 +300,11 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natura
     const float* xr = x + m * ldx;
     for (int64_t b = 0; b < K / 32; ++b) {
       __m512 v[2] = {_mm512_loadu_ps(xr + 32 * b), _mm512_loadu_ps(xr + 32 * b + 16)};
-      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
-      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      const __m512 a0 = _mm512_abs_ps(v[0]), a1 = _mm512_abs_ps(v[1]);
+      const float both = scale16 ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
       for (int h = 0; h < 2; ++h) {
+        const float amax = scale16 ? _mm512_reduce_max_ps(h ? a1 : a0) : both;
+        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
         const __m512i iq = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(id)));  // nearest even
         const __m128i q8 = _mm512_cvtsepi32_epi8(iq);
         const float sum = d * static_cast<float>(_mm512_reduce_add_epi32(iq));

@@ -1,7 +1,8 @@
 // Matmul, row lookup and bf16 expansion straight on GGUF blocks (AVX-512 + VNNI), called via ctypes.
 //
-// Activations are quantized to 8 bits per 32 values (ggml's q8_0 rule: d = max|x| / 127,
-// q = round(x / d)); weights are read from the file's blocks as unsigned codes in the affine form
+// Activations are quantized to 8 bits per 16 values (ggml's q8_0 rule, d = max|x| / 127, q = round(x / d),
+// on groups half as wide: half the rounding error where a group's halves differ; on AMX int8 tiles per 32,
+// as ggml); weights are read from the file's blocks as unsigned codes in the affine form
 // w = s * q + o of hearth/layers/quant.py (one (s, o) per 16 or 32 weights), so
 //   sum_k w_k x_k ~= sum_groups  s * d_x * sum(q * qx)  +  o * d_x * sum(qx)
 // where sum(q * qx) is an integer dot product (vpdpbusd: u8 codes x s8 activations). Same idea as
@@ -348,7 +349,7 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
   if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
   x = normed(x, M, p.K, ldx, norm_w, eps);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
-  const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired);
+  const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx);
   if (!amx) return run(p, a, y, ldy);
   tile_acts_buf.resize((M + 15) / 16);
   for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
