@@ -225,3 +225,22 @@ def test_suffix_config_defaults_and_errors():
         with pytest.raises(InvalidSpeculativeConfig) as e:
             config(**bad)
         assert field in str(e.value) and "\n" not in str(e.value)
+
+
+def test_greedy_with_suffix_drafts_equals_plain_greedy_and_a_repeat_is_drafted(smol_llm, model_path):
+    """On the real SmolLM2: the first request drafts from its own text, the same request sent
+    again drafts its earlier output from the cache; both are token for token plain greedy."""
+    from hearth import LLM
+
+    from tests.spec_decode.test_real_model import generate
+
+    spec_llm = LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048,
+                   speculative_config={"method": "suffix"})
+    p = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
+    prompt = {"prompt_token_ids": smol_llm.encode_chat([{"role": "user", "content": "Write a short story about a cat."}])}
+    want, _, _ = generate(smol_llm, prompt, p)
+    first, _, _ = generate(spec_llm, prompt, p)
+    again, drafted, accepted = generate(spec_llm, prompt, p)
+    assert first.token_ids == want.token_ids and first.text == want.text
+    assert again.token_ids == want.token_ids and again.text == want.text
+    assert accepted >= 0.95 * drafted and accepted >= 0.75 * len(want.token_ids), (drafted, accepted)
