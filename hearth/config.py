@@ -77,7 +77,9 @@ class EngineConfig:
     seed: int = 0
     """Default seed for requests that give none."""
     speculative_config: dict | str | None = None
-    """Speculative decoding, vLLM's keys as a dict or JSON: {"method": "ngram" | "draft",
+    """Speculative decoding, vLLM's keys as a dict or JSON: {"method": "ngram" | "suffix" | "draft",
     "num_speculative_tokens": K, "prompt_lookup_min": N, "prompt_lookup_max": M,
-    "disable_by_batch_size": B, "model": draft model (method draft)}; None = off."""
+    "disable_by_batch_size": B, "model": draft model (method draft), "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob" (method suffix)}; None = off."""
     extra: dict = field(default_factory=dict)

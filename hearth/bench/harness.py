@@ -49,6 +49,12 @@ async def _warmup(client, workload: Workload, count: int) -> None:
             raise BenchError(f"the warm-up request failed: {result.error}")
 
 
+def _spec_counts(client) -> dict | None:
+    """The client's spec-decode counters now, when it has them (the in-process engine does)."""
+    read = getattr(client, "spec_counts", None)
+    return read() if read is not None else None
+
+
 async def _run(client, workload: Workload, progress: bool, warmup: int, memory) -> list[LevelRun]:
     await client.start(workload)
     runs = []
@@ -57,8 +63,12 @@ async def _run(client, workload: Workload, progress: bool, warmup: int, memory) 
         for level in workload.levels:
             if memory is not None:
                 memory.start_level()
+            before = _spec_counts(client)
             run = await _run_level(client, level, f"{workload.name} c={level.concurrency}", progress)
             run.peak_rss = memory.level_peak() if memory is not None else None
+            after = _spec_counts(client)
+            if before is not None and after is not None:
+                run.spec = {k: after[k] - before[k] for k in after}
             errors = [r.error for r in run.results if r.error]
             if len(errors) == len(run.results):
                 raise BenchError(f"every request at concurrency {level.concurrency} failed: {errors[0]}")

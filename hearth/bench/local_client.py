@@ -48,6 +48,14 @@ class LocalClient:
     def _params(self, req: BenchRequest) -> SamplingParams:
         return SamplingParams(temperature=0.0, max_tokens=req.max_tokens, seed=self.seed, ignore_eos=self.ignore_eos)
 
+    def spec_counts(self) -> dict | None:
+        """The engine's spec-decode counters now; None when it does not speculate."""
+        spec = self.core.spec
+        if spec is None:
+            return None
+        s = spec.stats
+        return {"drafts": s.num_drafts, "draft_tokens": s.num_draft_tokens, "accepted_tokens": s.num_accepted_tokens}
+
     async def start(self, workload: Workload) -> None:
         self.prepare(workload)
         self._engine = AsyncEngine(self.core, max_queued=workload.max_concurrency)

@@ -75,6 +75,9 @@ class LevelRun:
     end: float
     peak_rss: int | None = None
     """Peak resident bytes of the measured process during the level (hearth.bench.rss), when known."""
+    spec: dict | None = None
+    """How much the spec-decode counters grew during the level (drafts, draft_tokens,
+    accepted_tokens), when the client reads them; None without speculative decoding."""
 
     @property
     def duration(self) -> float:

@@ -38,10 +38,32 @@ def build_results(workload, mode: str, target: dict, levels: list[dict], quality
         "levels": levels,
         "peak_rss_bytes": peak_rss,
         "peak_rss_per_level": peak_rss_per_level,
-        "speculative_decoding": None,
-        "acceptance_length": None,
+        "speculative_decoding": target.get("speculative_config"),
+        "acceptance_length": acceptance_length(levels),
         "quality": quality,
     }
+
+
+def acceptance_length(levels: list[dict]) -> float | None:
+    """Output tokens per target forward of a sequence over every level; None without speculation."""
+    specs = [(lv["speculative"], lv["output_tokens"]) for lv in levels if lv.get("speculative")]
+    if not specs:
+        return None
+    out = sum(n for _, n in specs)
+    forwards = out - sum(s["accepted_tokens"] for s, _ in specs)
+    return out / forwards if forwards > 0 else None
+
+
+def _acceptance_text(results: dict) -> str:
+    spec, length = results.get("speculative_decoding"), results.get("acceptance_length")
+    if not spec:
+        return "acceptance length n/a (no speculative decoding)"
+    if length is None:
+        return f"acceptance length n/a ({spec['method']}: no output measured)"
+    drafted = sum((lv.get("speculative") or {}).get("draft_tokens", 0) for lv in results["levels"])
+    accepted = sum((lv.get("speculative") or {}).get("accepted_tokens", 0) for lv in results["levels"])
+    return (f"acceptance length {length:.2f} tokens per forward ({spec['method']}: {accepted:,} of "
+            f"{drafted:,} drafted tokens accepted)")
 
 
 def _pair(summary: dict | None, a: str, b: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:
@@ -98,7 +120,7 @@ def format_summary(results: dict, files: list[str]) -> str:
     lines += [f"failed at concurrency {c}: {error}" for c, error in failed]
     rss = results["peak_rss_bytes"]
     lines += ["", f"peak RSS {nbytes(rss) if rss else 'n/a (not in-process; give --server-pid)'}; "
-                  "acceptance length n/a (no speculative decoding)", _quality_line(results["quality"])]
+                  + _acceptance_text(results), _quality_line(results["quality"])]
     ceiling = next((lv["decode_ceiling"] for lv in results["levels"] if lv.get("decode_ceiling")), None)
     lines.append(f"decode ceiling: {ceiling['reason']}" if ceiling else
                  "decode ceiling: n/a (give --model a local GGUF to compare with the roofline)")

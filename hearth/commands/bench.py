@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", type=int, default=4096, help="in-process: context length (default: %(default)s)")
     p.add_argument("--threads", type=int, default=0, help="in-process: CPU threads (default: all cores); "
                                                           "with --url: the server's, stated in the report")
+    p.add_argument("--speculative-config", default=None, metavar="JSON",
+                   help='in-process: speculative decoding, vLLM\'s config as `hearth serve` takes it, e.g. '
+                        '\'{"method": "suffix"}\'; the report gives the acceptance length and scales the '
+                        "decode ceiling by it")
     p.add_argument("--device", default=THIS, help=f"whose bandwidth sets the decode ceiling: "
                                                   f"{', '.join(known_devices())} (default: %(default)s)")
     p.add_argument("--label", help="the target's name in reports, e.g. hearth or llama.cpp (default: "
@@ -77,6 +81,8 @@ def main(args: argparse.Namespace) -> int:
         _write_markdown(args.markdown or "-", render_markdown(load_results(args.report), plans, args.note,
                                                              args.baseline))
         return 0
+    if args.url and args.speculative_config:
+        raise BenchError("--speculative-config sets up the in-process engine; start the server at --url with it")
     if args.threads < 0:
         raise BenchError(f"--threads must be 0 (all cores) or more, got {args.threads}")
     setup = bench_setup(args.workload, args.seed, args.requests, args.concurrency, args.max_tokens,
@@ -118,6 +124,9 @@ def _local(args: argparse.Namespace, workload):
         raise BenchError(f"--ctx must be a positive number of tokens, got {args.ctx}")
     if args.server_pid is not None:
         raise BenchError("--server-pid goes with --url; an in-process run measures its own memory")
+    from dataclasses import asdict
+
+    from hearth.spec_decode.config import SpeculativeConfig
     from hearth.bench.ceiling import decode_roofline
     from hearth.bench.local_client import LocalClient
     from hearth.bench.rss import MemoryProbe
@@ -126,15 +135,18 @@ def _local(args: argparse.Namespace, workload):
     from hearth.memory.devices import get_device
 
     model = args.model or DEFAULT_MODEL
+    spec = SpeculativeConfig.parse(args.speculative_config)  # bad input: one line, before the load
     path = resolve_model(model)  # a missing model or unknown device fails before anything loads
     device = get_device(args.device)
-    llm = LLM(str(path), max_num_seqs=workload.max_concurrency, max_model_len=args.ctx, threads=args.threads)
+    llm = LLM(str(path), max_num_seqs=workload.max_concurrency, max_model_len=args.ctx, threads=args.threads,
+              speculative_config=None if spec is None else asdict(spec))
     cfg = llm.config
     client = LocalClient(llm.engine, llm.encode_chat, llm.max_model_len, args.seed, args.ignore_eos)
     roof = decode_roofline(llm.gguf, device, cfg.kv_cache_dtype, cfg.block_size)
     target = {"model": model, "model_path": str(llm.path), "max_model_len": llm.max_model_len,
               "kv_cache_dtype": cfg.kv_cache_dtype, "device": device.name, "load_s": llm.load_time,
-              "threads": args.threads or os.cpu_count()}
+              "threads": args.threads or os.cpu_count(),
+              "speculative_config": asdict(llm.engine.spec.config) if llm.engine.spec is not None else None}
     return client, roof, target, MemoryProbe()
 
 

@@ -55,7 +55,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     spec = p.add_argument_group("speculative decoding")
     spec.add_argument("--speculative-config", default=None, metavar="JSON",
                       help='vLLM\'s speculative config, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
-                           '"prompt_lookup_min": 2, "prompt_lookup_max": 5}\' (default: off)')
+                           '"prompt_lookup_min": 2, "prompt_lookup_max": 5}\', or \'{"method": "suffix"}\' for a '
+                           "cache of earlier requests' text (default: off)")
     spec.add_argument("--spec-draft-n-max", type=int, default=None, metavar="N",
                       help="llama-server's spelling: n-gram prompt lookup with up to N draft tokens per step "
                            "(sets num_speculative_tokens)")

@@ -9,6 +9,9 @@ from dataclasses import dataclass, fields
 from hearth.errors import HearthError
 
 
+_TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float)}
+
+
 class InvalidSpeculativeConfig(HearthError):
     """A speculative_config that names an unknown method or key, or holds a value out of range."""
 
@@ -16,12 +19,14 @@ class InvalidSpeculativeConfig(HearthError):
 @dataclass(frozen=True, slots=True)
 class SpeculativeConfig:
     method: str = "ngram"
-    """Proposer: ngram (prompt lookup over the request's prompt and output) or draft (a small model
-    with the target's vocabulary, `model`)."""
+    """Proposer: ngram (prompt lookup over the request's prompt and output), suffix (a suffix cache
+    over the request's text and the requests finished before) or draft (a small model with the
+    target's vocabulary, `model`)."""
     model: str = ""
     """The draft model of method draft: a catalog name or a .gguf path."""
-    num_speculative_tokens: int = 4
-    """Most draft tokens verified per sequence and step (K)."""
+    num_speculative_tokens: int | None = None
+    """Most draft tokens verified per sequence and step (K); unset: 4, with method suffix
+    suffix_decoding_max_tree_depth (as vLLM)."""
     prompt_lookup_min: int = 2
     """Shortest suffix n-gram the ngram proposer matches."""
     prompt_lookup_max: int = 5
@@ -29,6 +34,16 @@ class SpeculativeConfig:
     disable_by_batch_size: int = 8
     """No drafts in a step with this many running sequences or more: the step is then compute-bound
     and verifying costs more than it saves (0 = never disable)."""
+    suffix_decoding_max_tree_depth: int = 24
+    """Method suffix: the depth of its tries, which bounds the match length plus the draft length."""
+    suffix_decoding_max_cached_requests: int = 10000
+    """Method suffix: finished requests kept in the global trie, evicted oldest first (0: none, only
+    the request's own text is matched)."""
+    suffix_decoding_max_spec_factor: float = 1.0
+    """Method suffix: a draft has at most this times the match length tokens."""
+    suffix_decoding_min_token_prob: float = 0.1
+    """Method suffix: drafts only tokens whose estimated probability (the product of count ratios
+    along the path) is at least this."""
 
     @classmethod
     def parse(cls, value: dict | str | None) -> SpeculativeConfig | None:
@@ -48,9 +63,10 @@ class SpeculativeConfig:
             raise InvalidSpeculativeConfig(f"speculative_config: unknown key {unknown[0]!r} "
                                            f"(known: {', '.join(known)})")
         for key, v in value.items():
-            want = str if key in ("method", "model") else int
+            want = _TYPES[known[key].type]
             if not isinstance(v, want) or isinstance(v, bool):
-                raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {want.__name__}, not {v!r}")
+                name = "number" if want == (int, float) else want.__name__
+                raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {name}, not {v!r}")
         return cls(**value)
 
     def __post_init__(self) -> None:
@@ -59,12 +75,20 @@ class SpeculativeConfig:
         if self.method not in PROPOSERS:
             raise InvalidSpeculativeConfig(f"speculative_config.method {self.method!r} is unknown "
                                            f"(known: {', '.join(sorted(PROPOSERS))})")
+        if self.num_speculative_tokens is None:
+            k = self.suffix_decoding_max_tree_depth if self.method == "suffix" else 4
+            object.__setattr__(self, "num_speculative_tokens", k)
         checks = [
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
             ("prompt_lookup_min", self.prompt_lookup_min >= 1, "at least 1"),
             ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
              f"at least prompt_lookup_min ({self.prompt_lookup_min})"),
             ("disable_by_batch_size", self.disable_by_batch_size >= 0, "0 or more"),
+            ("suffix_decoding_max_tree_depth", self.suffix_decoding_max_tree_depth >= 2,
+             "at least 2 (a match of 1 token and a draft of 1)"),
+            ("suffix_decoding_max_cached_requests", self.suffix_decoding_max_cached_requests >= 0, "0 or more"),
+            ("suffix_decoding_max_spec_factor", self.suffix_decoding_max_spec_factor > 0, "above 0"),
+            ("suffix_decoding_min_token_prob", 0 <= self.suffix_decoding_min_token_prob <= 1, "between 0 and 1"),
         ]
         if self.method == "draft" and not self.model:
             raise InvalidSpeculativeConfig('speculative_config.model is required with method "draft" '

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 
 from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
+from hearth.spec_decode.tree import DraftTree
 
 MISSES_TO_PAUSE = 3
 FIRST_PAUSE, LONGEST_PAUSE = 8, 256  # steps
@@ -50,14 +51,15 @@ class SpeculativeDecoder:
         self.tracks: dict[str, _Track] = {}
         self.step = 0
 
-    def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | int]:
+    def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:
         """Drafts for the requests that decode their next token this step; num_running: the
         running batch (prefill chunks included: they make a step compute-bound too)."""
         self.step += 1
         limit = self.config.disable_by_batch_size
         if limit and num_running >= limit:
+            self.proposer.track(decoding)
             return {}
-        reqs, ks = [], []
+        reqs, ks, paused = [], [], []
         for req in decoding:
             t = self.tracks.get(req.request_id)
             if t is None:
@@ -65,6 +67,10 @@ class SpeculativeDecoder:
             if self.step > t.paused_until:
                 reqs.append(req)
                 ks.append(t.k)
+            else:
+                paused.append(req)
+        if paused:
+            self.proposer.track(paused)
         return self.proposer.propose(reqs, ks) if reqs else {}
 
     def observe(self, results: list[tuple[str, int, int]]) -> None:

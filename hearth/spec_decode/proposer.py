@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from hearth.spec_decode.tree import DraftTree
+
 
 class DraftRequest(Protocol):
     """What a proposer reads of a request (hearth.engine.request.Request has it)."""
@@ -32,14 +34,19 @@ class Proposer:
     def __init__(self, config) -> None:
         self.config = config
 
-    def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int] | int]:
-        """Up to num_tokens[i] draft tokens to follow requests[i]'s tokens so far (a chain; a
-        request with nothing to propose may be left out), or, for a drafter that runs in the runner
-        (a draft model), a number of draft slots the runner fills."""
+    def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int] | DraftTree | int]:
+        """Up to num_tokens[i] draft tokens to follow requests[i]'s tokens so far (a chain, or a
+        DraftTree of at most that many nodes; a request with nothing to propose may be left out;
+        num_tokens[i] may be 0: read the request, propose nothing), or, for a drafter that runs in
+        the runner (a draft model), a number of draft slots the runner fills."""
         raise NotImplementedError
+
+    def track(self, requests: list[DraftRequest]) -> None:
+        """Requests decoding this step without being offered drafts (paused, or a step too big to
+        draft in): a proposer that learns from every request's text reads them here."""
 
     def forget(self, request_id: str) -> None:
         """The request finished: drop whatever was kept for it."""
 
 
-from hearth.spec_decode import draft_slots, ngram  # noqa: E402,F401  (registers the built-in proposers)
+from hearth.spec_decode import draft_slots, ngram, suffix  # noqa: E402,F401  (registers the built-in proposers)

@@ -85,3 +85,10 @@ def test_serve_flags_build_the_config():
     assert serve.speculative_config(p.parse_args([])) is None
     with pytest.raises(InvalidSpeculativeConfig, match="num_speculative_tokens"):
         serve.speculative_config(p.parse_args(["--spec-draft-n-max", "0"]))
+    got = serve.speculative_config(p.parse_args(
+        ["--speculative-config", '{"method": "suffix", "suffix_decoding_max_tree_depth": 32}']))
+    assert (got["method"], got["num_speculative_tokens"], got["suffix_decoding_max_tree_depth"]) == ("suffix", 32, 32)
+    assert SpeculativeConfig.parse(got) == SpeculativeConfig.parse({"method": "suffix", "suffix_decoding_max_tree_depth": 32})
+    with pytest.raises(InvalidSpeculativeConfig, match="suffix_decoding_max_spec_factor"):
+        serve.speculative_config(p.parse_args(
+            ["--speculative-config", '{"method": "suffix", "suffix_decoding_max_spec_factor": -1}']))

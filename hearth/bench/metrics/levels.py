@@ -8,6 +8,17 @@ from hearth.bench.records import LevelRun
 MAX_ERRORS_SHOWN = 3
 
 
+def speculative_summary(counts: dict | None, output_tokens: int) -> dict | None:
+    """Acceptance length: output tokens per target forward of a sequence. Every forward that
+    yields output commits one token of its own plus the drafts it accepted, so the forwards are
+    output - accepted. Also vLLM's mean acceptance length: 1 + accepted per drafting step."""
+    if counts is None:
+        return None
+    accepted, forwards = counts["accepted_tokens"], output_tokens - counts["accepted_tokens"]
+    return {**counts, "acceptance_length": output_tokens / forwards if forwards > 0 else None,
+            "acceptance_length_drafted": 1 + accepted / counts["drafts"] if counts["drafts"] else None}
+
+
 def level_summary(run: LevelRun) -> dict:
     ok = [r for r in run.results if r.ok]
     duration = max(run.duration, 1e-9)
@@ -31,5 +42,6 @@ def level_summary(run: LevelRun) -> dict:
         "decode_tok_s": summarize([r.decode_tok_s for r in ok if r.decode_tok_s is not None]),
         "latency_s": summarize([r.latency for r in ok]),
         "peak_rss_bytes": run.peak_rss,
+        "speculative": speculative_summary(run.spec, output),
         "errors": sorted({r.error for r in run.results if r.error})[:MAX_ERRORS_SHOWN],
     }
