@@ -86,9 +86,7 @@ class EngineCore:
         decoding = [r for r in self.scheduler.running if r.num_tokens - r.num_computed_tokens == 1]
         drafts = self.spec.propose(decoding, len(self.scheduler.running))
         for req in decoding:
-            d = drafts.get(req.request_id, [])
-            # a number: slots the runner's draft model fills; a list: the drafts themselves
-            req.spec_token_ids, req.num_draft_slots = ([], d) if isinstance(d, int) else (d, 0)
+            self.scheduler.set_drafts(req, drafts.get(req.request_id, []))
 
     def _idle(self) -> None:
         """Nothing left to run: the runner may prepare the KV blocks the next prompt gets."""
