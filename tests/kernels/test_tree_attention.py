@@ -12,7 +12,7 @@ import torch
 from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata, paged_attention, paged_attention_torch
 
-pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
+needs_native = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
 PARENTS = [-1, -1, 0, 0, 2, 1, 4, 4]  # depths 1 1 2 2 3 2 4 4: siblings at the root and deeper
 CASES = [  # heads, kv_heads, head_dim, first node's position, window, softcap, block size
@@ -48,6 +48,7 @@ def fresh(meta: AttentionMetadata) -> AttentionMetadata:
     return m
 
 
+@needs_native
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"h{c[0]}kv{c[1]}d{c[2]}b{c[3]}w{c[4]}c{c[5]:g}")
 def test_tree_rows_native_match_torch_and_a_decode_of_their_path(case, dtype):
@@ -85,6 +86,30 @@ def test_tree_rows_native_match_torch_and_a_decode_of_their_path(case, dtype):
     assert torch.equal(one[0], got[0]) and torch.equal(one[1], got[-1])
 
 
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"h{c[0]}kv{c[1]}d{c[2]}b{c[3]}w{c[4]}c{c[5]:g}")
+def test_the_torch_twins_tree_rows_equal_a_decode_of_their_path(case):
+    """The mask over the physical layout against the plain torch decode of each node's path (its
+    ancestors' K/V moved to the path's positions): the same keys, so equal to f32 rounding."""
+    heads, kvh, d, base, window, softcap, bs = case
+    g = torch.Generator().manual_seed(base + d + 1)
+    meta = tree_meta(base, PARENTS, bs, g, others=0)
+    cache = torch.randn(2, 512, bs, kvh, d, generator=g).to(torch.float16)
+    q = torch.randn(meta.query_start_loc[-1], heads, d, generator=g)
+    scale = d ** -0.5 * 3
+    got = paged_attention_torch(q, cache, meta, scale, window, softcap)
+    _, _, paths = meta.tree_paths(0)
+    flat, table = cache.view(2, -1, kvh, d), meta.block_tables[0]
+    slot = lambda p: table[p // bs] * bs + p % bs  # noqa: E731
+    for c, path in enumerate(paths):
+        moved = cache.clone()
+        for depth, a in enumerate(path):
+            moved.view(2, -1, kvh, d)[:, slot(base + depth)] = flat[:, slot(base + a)]
+        ctx = base + len(path)
+        dmeta = AttentionMetadata([0, 1], [ctx], [table], torch.tensor([slot(ctx - 1)]), bs)
+        one = paged_attention_torch(q[1 + c:2 + c], moved, dmeta, scale, window, softcap)
+        torch.testing.assert_close(one[0], got[1 + c], atol=1e-5, rtol=0)
+
+
 def test_a_node_sees_only_its_ancestors():
     """Values of 1000 on every key a node must not see (its siblings' and cousins'): they vanish."""
     bs, d, base = 4, 16, 9
@@ -98,6 +123,6 @@ def test_a_node_sees_only_its_ancestors():
     flat[1, slots[:base]] = 1.0
     flat[1, slots[[base + a for a in paths[c]]]] = 1.0
     q = torch.randn(meta.query_start_loc[-1], 1, d)
-    for fn in (paged_attention, paged_attention_torch):
+    for fn in (paged_attention_torch,) + ((paged_attention,) if native.available() else ()):
         out = fn(q, cache, fresh(meta), 1.0, 0, 0.0)
         torch.testing.assert_close(out[1 + c], torch.ones(1, d))
