@@ -13,7 +13,7 @@ import pytest
 from hearth import LLM, SamplingParams
 from hearth.sampling_params import StructuredOutput
 from hearth.spec_decode.config import InvalidSpeculativeConfig
-from tests.spec_decode.test_real_model import CODE, GREEDY, LIST, chat, generate
+from tests.spec_decode.test_real_model import CODE, GREEDY, chat, generate
 
 TREE = {"method": "ngram", "num_speculative_tokens": 5, "tree_budget": 8, "prompt_lookup_max": 3}
 # several earlier continuations of the same words: the branches a tree offers
@@ -56,16 +56,28 @@ def test_logprobs_with_trees_are_the_targets(smol_llm, tree_llm):
 
 
 def test_structured_output_with_trees_equals_without(smol_llm, tree_llm):
-    schema = {"type": "object", "properties": {"fruits": {"type": "array", "maxItems": 6,
-                                                  "items": {"type": "string", "maxLength": 12}}},
+    item = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                             "color": {"type": "string", "maxLength": 12}},
+            "required": ["name", "color"]}
+    schema = {"type": "object", "properties": {"fruits": {"type": "array", "maxItems": 6, "items": item}},
               "required": ["fruits"]}
     p = SamplingParams(temperature=0, max_tokens=200, structured_output=StructuredOutput(json_schema=schema))
-    prompt = chat(smol_llm, LIST + " Answer in JSON as {\"fruits\": [...]}.")
+    # the same keys before different values: the n-gram trees branch there
+    example = ('[{"name": "apple", "color": "red"}, {"name": "banana", "color": "yellow"}, '
+               '{"name": "lime", "color": "green"}, {"name": "plum", "color": "purple"}]')
+    prompt = chat(smol_llm, f"Here are fruits: {example}. Answer in JSON as {{\"fruits\": [...]}} with these "
+                            "fruits and two more.")
     want, _, _ = generate(smol_llm, prompt, p)
-    got, drafted, accepted = generate(tree_llm, prompt, p)
-    assert drafted > 0 and accepted > 0
+    trees, run = [], tree_llm.runner._run
+    tree_llm.runner._run = lambda so: trees.extend(s for s in so.seqs if s.is_tree) or run(so)
+    try:
+        got, drafted, accepted = generate(tree_llm, prompt, p)
+    finally:
+        tree_llm.runner._run = run
+    assert drafted > 0 and accepted > 0, (drafted, accepted)
     assert got.token_ids == want.token_ids
     assert isinstance(json.loads(got.text)["fruits"], list)
+    assert trees, "no tree was verified under the grammar"
 
 
 def test_seeded_sampling_with_trees_is_reproducible(tree_llm):
