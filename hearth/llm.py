@@ -47,6 +47,8 @@ class LLM:
         self.config = EngineConfig(model=model, **engine_args)
         cfg = self.config
         spec = SpeculativeConfig.parse(cfg.speculative_config)  # bad input fails before the load
+        if spec is not None:
+            spec.check_step_budget(cfg.max_num_batched_tokens)
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         t0 = time.perf_counter()
@@ -96,6 +98,8 @@ class LLM:
             spec = None
         if spec is not None and draft is not None:
             self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size)
+            if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
+                self.runner.drafter.tree_depth = spec.num_speculative_tokens
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or ())
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
                                  SpeculativeDecoder(spec) if spec is not None else None)

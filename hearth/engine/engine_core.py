@@ -13,7 +13,6 @@ from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.policy import SpeculativeDecoder
-from hearth.spec_decode.tree import DraftTree
 
 
 class InvalidPromptError(HearthError):
@@ -87,11 +86,7 @@ class EngineCore:
         decoding = [r for r in self.scheduler.running if r.num_tokens - r.num_computed_tokens == 1]
         drafts = self.spec.propose(decoding, len(self.scheduler.running))
         for req in decoding:
-            d = drafts.get(req.request_id, [])
-            if isinstance(d, DraftTree):  # until the runner verifies trees: their top-1 chain
-                d = d.chain()
-            # a number: slots the runner's draft model fills; a list: the drafts themselves
-            req.spec_token_ids, req.num_draft_slots = ([], d) if isinstance(d, int) else (d, 0)
+            self.scheduler.set_drafts(req, drafts.get(req.request_id, []))
 
     def _idle(self) -> None:
         """Nothing left to run: the runner may prepare the KV blocks the next prompt gets."""

@@ -49,7 +49,10 @@ class Request:
         self.num_cached_tokens = 0
         """Prompt tokens whose K/V came from the prefix cache when first scheduled."""
         self.spec_token_ids: list[int] = []
-        """Draft tokens proposed to follow the output so far, verified in the next step (a chain)."""
+        """Draft tokens proposed to follow the output so far, verified in the next step: a chain, or
+        a tree's nodes with spec_parents."""
+        self.spec_parents: list[int] = []
+        """[] for a chain, else the tree's parent of each draft (hearth.spec_decode.tree.DraftTree)."""
         self.num_draft_slots = 0
         """Or: how many drafts the runner's draft model may write for the next step (method draft)."""
 

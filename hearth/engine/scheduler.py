@@ -12,6 +12,8 @@ from collections import deque
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.request import Request, RequestStatus
 from hearth.runner.messages import RunnerOutput, SampledToken, ScheduledSequence, SchedulerOutput
+from hearth.spec_decode.policy import DraftOutcome
+from hearth.spec_decode.tree import DraftTree
 
 
 class Scheduler:
@@ -28,8 +30,8 @@ class Scheduler:
         self.running: list[Request] = []
         self._finished_ids: list[str] = []
         self.num_preemptions = 0
-        self.spec_results: list[tuple[str, int, int]] = []
-        """(request id, drafts verified, drafts accepted) per sequence with drafts since last taken."""
+        self.spec_results: list[DraftOutcome] = []
+        """Per sequence with drafts since last taken: how many were verified and accepted."""
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -49,6 +51,20 @@ class Scheduler:
                     self._release(req)
                     return req
         return None
+
+    def set_drafts(self, req: Request, drafts: DraftTree | list[int] | int) -> None:
+        """What the proposer offers req for the next step: a tree, a chain, or (a draft model's)
+        number of draft slots. A sealing (quantized) KV format takes only a tree's top-1 chain: its
+        drafts sit in the f16 staging of a block being filled, where moving an accepted side
+        branch's K/V to its path slots is not implemented (the native quantized kernels have no
+        per-row key remap either)."""
+        req.spec_token_ids, req.spec_parents, req.num_draft_slots = [], [], 0
+        if isinstance(drafts, int):
+            req.num_draft_slots = drafts
+        elif isinstance(drafts, DraftTree) and not drafts.is_chain and not self.kv.seals_full_blocks:
+            req.spec_token_ids, req.spec_parents = list(drafts.tokens), list(drafts.parents)
+        else:
+            req.spec_token_ids = drafts.chain() if isinstance(drafts, DraftTree) else list(drafts)
 
     def schedule(self) -> SchedulerOutput:
         budget = self.max_num_batched_tokens
@@ -150,6 +166,7 @@ class Scheduler:
             banned_token_ids=self._banned(req),
             banned_rows=p.min_tokens - len(req.output_token_ids),
             spec_token_ids=req.spec_token_ids[:k],
+            spec_parents=req.spec_parents[:k],  # a tree's first k nodes are a tree
             num_draft_slots=0 if req.spec_token_ids else k,
         )
 
@@ -176,22 +193,29 @@ class Scheduler:
             if sampled is None:
                 self.kv.cache_full_blocks(req)
                 continue
-            changed.append((req, self._commit(req, seq, result.accepted.get(seq.request_id, []), sampled)))
+            changed.append((req, self._commit(req, seq, result.accepted.get(seq.request_id, []), sampled,
+                                              result.drafted)))
             if req.status.finished:
                 self.running.remove(req)
                 self._release(req)
         return changed
 
     def _commit(self, req: Request, seq: ScheduledSequence, accepted: list[SampledToken],
-                sampled: SampledToken) -> list[SampledToken]:
+                sampled: SampledToken, drafted_by_runner: dict) -> list[SampledToken]:
         """Append the accepted drafts and the bonus token one by one (a stop, EOS, max_tokens or
         max_len ends the run there, dropping the rest), roll the K/V of rejected drafts back and
         register the blocks now full of committed tokens. Returns the tokens appended."""
         drafted = seq.num_drafts
         accepted = accepted[:drafted]
-        req.spec_token_ids, req.num_draft_slots = [], 0
+        req.spec_token_ids, req.spec_parents, req.num_draft_slots = [], [], 0
         if drafted:
-            self.spec_results.append((req.request_id, drafted, len(accepted)))
+            ids = [t.token_id for t in accepted]
+            if req.request_id in drafted_by_runner:  # what the runner's draft model wrote into the slots
+                self.spec_results.append(DraftOutcome.of(req.request_id, *drafted_by_runner[req.request_id], ids))
+            elif seq.spec_token_ids:
+                self.spec_results.append(DraftOutcome.of(req.request_id, seq.spec_token_ids, seq.spec_parents, ids))
+            else:  # slots, as a chain
+                self.spec_results.append(DraftOutcome(req.request_id, drafted, len(ids), drafted))
         done = []
         for t in accepted + [sampled]:
             req.append_token(t.token_id)

@@ -55,6 +55,12 @@ class AttentionMetadata:
     """Per-step values shared by every layer (gather indices, masks, rope cos/sin)."""
     kv_plan: object | None = None
     """hearth.kvstore.paged.StepPlan when the cache is quantized: where new K/V go, how to read each sequence."""
+    trees: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
+    """Sequences whose last rows are a token tree (speculative decoding): i -> (rows before the
+    first node, each node's parent, -1 for the row before the first node). Node c's K/V sit at
+    position base + c (base: the first node's), but it attends as a decode of its path would: to
+    the keys before base, then to its ancestors and itself as positions base .. base + depth - 1.
+    Only for f16/bf16 caches (a quantized cache takes a tree's top-1 chain: Scheduler.set_drafts)."""
 
     @property
     def is_decode(self) -> bool:
@@ -84,10 +90,15 @@ class AttentionMetadata:
 
     def causal_mask(self, i: int, window: int) -> torch.Tensor:
         """[n_q, ctx] bool: query j sits at position ctx - n_q + j and sees keys at or before it (and,
-        with a window, only keys less than `window` positions back: llama.cpp's and HF's rule)."""
+        with a window, only keys less than `window` positions back: llama.cpp's and HF's rule).
+        A tree's node rows see the keys before the tree and their ancestors' (the ancestor-only
+        mask), the window counted in positions along their path."""
         key = ("mask", i, window)
         if key not in self.cache:
             n_q, ctx = self.query_start_loc[i + 1] - self.query_start_loc[i], self.seq_lens[i]
+            if i in self.trees:
+                self.cache[key] = self._tree_mask(i, n_q, ctx, window)
+                return self.cache[key]
             qpos = torch.arange(ctx - n_q, ctx).unsqueeze(1)
             kpos = torch.arange(ctx).unsqueeze(0)
             mask = kpos <= qpos
@@ -96,13 +107,62 @@ class AttentionMetadata:
             self.cache[key] = mask
         return self.cache[key]
 
+    def tree_paths(self, i: int) -> tuple[int, list[int], list[list[int]]]:
+        """Sequence i's tree: (base: the first node's position, each row's position along its path,
+        each node's path from the first level down to itself)."""
+        n_tok, parents = self.trees[i]
+        n_q = self.query_start_loc[i + 1] - self.query_start_loc[i]
+        base = self.seq_lens[i] - n_q + n_tok
+        paths: list[list[int]] = []
+        for c, p in enumerate(parents):
+            paths.append((paths[p] if p >= 0 else []) + [c])
+        qpos = list(range(base - n_tok, base)) + [base - 1 + len(path) for path in paths]
+        return base, qpos, paths
+
+    def _tree_mask(self, i: int, n_q: int, ctx: int, window: int) -> torch.Tensor:
+        base, qpos, paths = self.tree_paths(i)
+        n_tok = n_q - len(paths)
+        mask = torch.zeros(n_q, ctx, dtype=torch.bool)
+        kpos = torch.arange(ctx)  # a node key's position along a path: base - 1 + its depth
+        for c, path in enumerate(paths):
+            kpos[base + c] = base - 1 + len(path)
+        for j in range(n_tok):
+            mask[j, : base - n_tok + j + 1] = True
+        for c, path in enumerate(paths):
+            mask[n_tok + c, :base] = True
+            mask[n_tok + c, [base + a for a in path]] = True
+        if window:
+            mask &= (torch.tensor(qpos).unsqueeze(1) - kpos.unsqueeze(0)) < window
+        return mask
+
+    def tree_rows(self) -> torch.Tensor | None:
+        """For the native kernels: int64 [T, 2 + depth], per row -1 (an ordinary row), or for a node
+        row its position along its path, the first node's position (base) and the flat cache slots
+        of the keys base .. its position (its ancestors', then its own): the kernel then walks the
+        same keys, in the same order and blocks, as a decode of the path (the same bits)."""
+        if "tree_rows" not in self.cache:
+            rows = None
+            if self.trees:
+                layout = {i: self.tree_paths(i) for i in self.trees}
+                depth = max(len(path) for _, _, paths in layout.values() for path in paths)
+                rows = torch.full((self.query_start_loc[-1], 2 + depth), -1, dtype=torch.long)
+                bs = self.block_size
+                for i, (base, qpos, paths) in layout.items():
+                    first = self.query_start_loc[i + 1] - len(paths)
+                    table = self.block_tables[i]
+                    for c, path in enumerate(paths):
+                        slots = [table[(base + a) // bs] * bs + (base + a) % bs for a in path]
+                        rows[first + c, : 2 + len(path)] = torch.tensor([qpos[len(qpos) - len(paths) + c], base] + slots)
+            self.cache["tree_rows"] = rows
+        return self.cache["tree_rows"]
+
     def additive_mask(self, i: int, window: int) -> torch.Tensor | None:
         """causal_mask as f32 0 / -inf (what SDPA would convert a bool mask to on every call), or
         None when plain causal attention is the same thing (queries = whole context, no window cut)."""
         key = ("additive", i, window)
         if key not in self.cache:
             n_q, ctx = self.query_start_loc[i + 1] - self.query_start_loc[i], self.seq_lens[i]
-            if n_q == ctx and (not window or window >= ctx):
+            if n_q == ctx and (not window or window >= ctx) and i not in self.trees:
                 self.cache[key] = None
             else:
                 self.cache[key] = _additive(self.causal_mask(i, window))
@@ -228,11 +288,11 @@ def _paged_native(q, kv_cache, meta, scale, window, softcap, precise=False):
     """None when the kernel does not cover this head shape."""
     big, args = meta.native_split()
     out = torch.empty(q.shape)
-    if args is not None and not native.paged_attention(q, kv_cache, *args, scale, window, softcap, out):
+    if args is not None and not native.paged_attention(q, kv_cache, *args, scale, window, softcap, out, meta.tree_rows()):
         return None
     for i in big:  # long chunks on AMX bf16 tiles: the C++ flash kernel, else SDPA's in bf16 (f32 if precise)
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        if precise or not native.prefill_attention(q[q0:q1], kv_cache, meta.table_tensor(i), meta.seq_lens[i], scale,
+        if precise or i in meta.trees or not native.prefill_attention(q[q0:q1], kv_cache, meta.table_tensor(i), meta.seq_lens[i], scale,
                                                    window, softcap, out[q0:q1]):
             qi = q[q0:q1] if precise else q[q0:q1].to(torch.bfloat16)
             out[q0:q1] = _prefill_one(qi, kv_cache, meta, i, scale, window, softcap)
@@ -308,6 +368,7 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, pr
     """Over a QuantizedKVCache: sequences with fewer than NATIVE_MAX_Q new tokens in one native call
     that reads the encoded blocks in place, the others (and all without native kernels) through the
     torch path, in the codec's rotated space if it has one."""
+    assert not meta.trees, "a quantized KV cache verifies chains only (Scheduler.set_drafts)"
     out = torch.empty(q.shape, dtype=q.dtype)
     torch_rows, dtype = range(len(meta.seq_lens)), q.dtype
     if use_native and q.dtype == torch.float32 and native.available():

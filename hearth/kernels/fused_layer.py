@@ -27,7 +27,8 @@ def _lib() -> ctypes.CDLL:
         sigs = {  # name: (restype, argtypes)
             "hk_layer_new": (_p, [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]),
             "hk_layer_free": (None, [_p]),
-            "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64]),
+            "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64,
+                                        _p, _i64]),
             "hk_stack_forward_prefill": (_int, [_p, _int, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
             "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
                                             _p, _p, _p, _i64, _p, _p, _i64]),
@@ -102,7 +103,7 @@ def _prefill(lib, layers, x: torch.Tensor, tables: list, kv_caches: list, meta, 
     shape, as the runner allocates them) on a CPU with bf16 tiles."""
     kv = kv_caches[0]
     if (not x.is_contiguous() or len(meta.seq_lens) != 1 or not all(native_pages(x, c) for c in kv_caches)
-            or not native.bf16_tiles()):
+            or not native.bf16_tiles() or meta.trees):  # the tile kernel has no tree remap
         return 0
     n, (_, nb, bs, _, _) = len(kv_caches), kv.shape
     ptrs = lambda ts: (_p * n)(*[t.data_ptr() for t in ts])  # noqa: E731
@@ -119,9 +120,11 @@ def step_args(kv_cache: torch.Tensor, meta) -> tuple:
         big, (q_start, q_len, seq_lens, tables) = meta.native_split()
         assert not big, "a fused layer step has only short sequences"
         _, nb, bs, _, _ = kv_cache.shape
+        tree = meta.tree_rows()  # a token tree's rows attend along their paths, as in paged_attention
         meta.cache[key] = (int(kv_cache.dtype == torch.bfloat16), nb * bs, bs, meta.slot_mapping.data_ptr(),
                            q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
-                           tables.data_ptr(), tables.stride(0))
+                           tables.data_ptr(), tables.stride(0), None if tree is None else tree.data_ptr(),
+                           0 if tree is None else tree.stride(0))
     return meta.cache[key]
 
 

@@ -33,7 +33,7 @@ SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
 FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2",
          "-ffp-contract=off", "-w"]
-ABI_VERSION = 9
+ABI_VERSION = 10
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
           13: "Q5_K", 14: "Q6_K"}
@@ -139,7 +139,7 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
         "hk_amx_bf16": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
-                                      _i64, _f32, _i64, _f32, _p, _i64]),
+                                      _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
         "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
                                         _f32, _p, _i64]),
         "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
@@ -272,19 +272,20 @@ KV_DTYPES = (torch.float16, torch.bfloat16)
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, q_start: torch.Tensor, q_len: torch.Tensor,
                     seq_lens: torch.Tensor, tables: torch.Tensor, scale: float, window: int, softcap: float,
-                    out: torch.Tensor) -> bool:
+                    out: torch.Tensor, tree: torch.Tensor | None = None) -> bool:
     """Attention of S sequences' query rows over an f16/bf16 paged cache, into `out`; False (out
     untouched) for a head_dim or grouping the kernel does not cover.
     q, out: f32 [rows, heads, d] (heads and dims contiguous, rows may be strided); kv_cache: [2,
     num_blocks, block_size, kv_heads, d]; q_start, q_len, seq_lens: int64 [S] (sequence s's rows
-    are q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens); tables: int64 [S, max_blocks]."""
+    are q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens); tables: int64 [S, max_blocks];
+    tree: a token tree's rows, AttentionMetadata.tree_rows() (None: no tree)."""
     _, nb, bs, kvh, d = kv_cache.shape
     heads = q.shape[1]
     assert q.stride(2) == 1 and q.stride(1) == d and out.stride(2) == 1 and out.stride(1) == d
     rc = lib().hk_paged_attention(q.data_ptr(), q.stride(0), kv_cache.data_ptr(), int(kv_cache.dtype == torch.bfloat16),
                                   nb * bs, bs, heads, kvh, d, q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(),
                                   seq_lens.data_ptr(), tables.data_ptr(), tables.stride(0), scale, window, softcap,
-                                  out.data_ptr(), out.stride(0))
+                                  out.data_ptr(), out.stride(0), _ptr(tree), 0 if tree is None else tree.stride(0))
     return rc == 0
 
 

@@ -22,9 +22,14 @@ from hearth.config import ModelConfig
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.codecs import CODECS
 from hearth.kvstore.paged import lazy_zeros
+from hearth.runner.draft_tree import best_first_tree
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
 from hearth.sample.sampler import target_probs
 from hearth.sample.speculative import race
+
+
+TREE_TOP_K = 4
+"""Candidates per position a draft tree may branch into."""
 
 
 @dataclass(slots=True)
@@ -48,6 +53,10 @@ class DraftModel:
         """request id -> (start of its drafts, the drafts) of the step being verified."""
         self.probs: dict[str, torch.Tensor] = {}
         """request id -> q [k, V]: the distributions its drafts were drawn from (sampled requests)."""
+        self.tree_depth = 0
+        """Trees (speculative_config.tree_budget): the chain drafted is this deep at most, and the
+        slots past it take DDTree's best-first branches from the chain's per-position top-k. 0:
+        chains as long as the slots."""
 
     def forget(self, request_id: str) -> None:
         self.states.pop(request_id, None)
@@ -61,11 +70,13 @@ class DraftModel:
         if not so.seqs:
             return so
         catch_up = [self._catch_up_tokens(s) for s in so.seqs]  # (first position, tokens)
-        k_of = [s.num_draft_slots for s in so.seqs]
+        slots = [s.num_draft_slots for s in so.seqs]
+        k_of = [min(k, self.tree_depth) if self.tree_depth else k for k in slots]  # the chain's length
+        tops: dict[int, list] = {i: [] for i, (k, n) in enumerate(zip(slots, k_of)) if k > n}  # trees
         drafts: list[list[int]] = [[] for _ in so.seqs]
         live = [i for i, k in enumerate(k_of) if k]
         logits = self._forward([(p, t, so.seqs[i].block_ids) for i, (p, t) in enumerate(catch_up)], live)
-        tokens = self._pick(so, live, logits, qs, generator)
+        tokens = self._pick(so, live, logits, qs, generator, tops)
         for i, s in enumerate(so.seqs):
             self.states[s.request_id] = _DraftState(s.start_pos + len(s.token_ids))
         for step in range(1, max(k_of, default=0) + 1):
@@ -77,27 +88,35 @@ class DraftModel:
             # draft j - 1 (at its position) gives draft j; its K/V written as it goes
             batch = [(so.seqs[i].start_pos + len(so.seqs[i].token_ids) + step - 1, [drafts[i][-1]],
                       so.seqs[i].block_ids) for i in live]
-            tokens = self._pick(so, live, self._forward(batch, list(range(len(live)))), qs, generator)
+            tokens = self._pick(so, live, self._forward(batch, list(range(len(live)))), qs, generator, tops)
         seqs = []
         for i, (s, d) in enumerate(zip(so.seqs, drafts)):
             if d:
                 self._last[s.request_id] = (s.start_pos + len(s.token_ids), d)
-                if i in qs:
-                    self.probs[s.request_id] = torch.stack(qs[i][: len(d)])  # [k, V]
-                s = replace(s, spec_token_ids=d, num_draft_slots=0)
+                nodes, parents = d, []
+                if i in tops:
+                    top = tops[i][: len(d)]
+                    nodes, parents, _ = best_first_tree(d, [p for _, p in top], [t for t, _ in top], slots[i])
+                if i in qs and not any(p != j - 1 for j, p in enumerate(parents)):
+                    self.probs[s.request_id] = torch.stack(qs[i][: len(d)])  # [k, V]; a tree's are point masses
+                s = replace(s, spec_token_ids=nodes, spec_parents=parents, num_draft_slots=0)
             seqs.append(s)
         return replace(so, seqs=seqs)
 
     def observe(self, out: RunnerOutput) -> None:
         """After verification: the draft's K/V are valid up to its last accepted draft that it
-        computed itself (a fully accepted chain leaves its last draft pending)."""
+        computed itself (a fully accepted chain leaves its last draft pending). It wrote its chain's
+        K/V at the chain's positions, so a tree path accepted along the chain needs no move there;
+        where the path leaves the chain, the accepted tokens after it are pending (computed next step)."""
         for rid, (start, d) in self._last.items():
             st = self.states.get(rid)
             if st is None:
                 continue
-            a = len(out.accepted.get(rid, []))
-            st.valid = start + min(a, len(d) - 1)  # drafts 1..k-1 were fed through the draft
-            st.pending = d[len(d) - 1:] if a == len(d) else []
+            accepted = [t.token_id for t in out.accepted.get(rid, [])]
+            on_chain = next((j for j, (a, c) in enumerate(zip(accepted, d)) if a != c), min(len(accepted), len(d)))
+            v = min(on_chain, len(d) - 1)  # drafts 1..k-1 were fed through the draft
+            st.valid = start + v
+            st.pending = accepted[v:]
         self._last = {}
 
     def _catch_up_tokens(self, s) -> tuple[int, list[int]]:
@@ -110,19 +129,25 @@ class DraftModel:
         return st.valid, st.pending + list(s.token_ids)
 
     @staticmethod
-    def _pick(so: SchedulerOutput, live: list[int], logits: torch.Tensor, qs: dict, generator) -> list[int]:
+    def _pick(so: SchedulerOutput, live: list[int], logits: torch.Tensor, qs: dict, generator, tops: dict) -> list[int]:
         """The next draft of each sequence in live from its row of logits [len(live), V]: the argmax
-        (greedy), or a draw from q (kept in qs[i] for the verification)."""
+        (greedy), or a draw from q (kept in qs[i] for the verification); for a sequence in tops, the
+        position's top TREE_TOP_K (token, probability) and the draft's probability are kept too
+        (greedy: the draft's softmax; sampled: q)."""
         if not live:
             return []
         out = logits.argmax(-1).tolist()
         for j, i in enumerate(live):
             p = so.seqs[i].params
-            if p.greedy:
-                continue
-            q = target_probs(logits[j : j + 1], [p])[0]  # [V]
-            qs.setdefault(i, []).append(q)
-            out[j] = race(q, generator(so.seqs[i].request_id, p))
+            dist = None
+            if not p.greedy:
+                dist = target_probs(logits[j : j + 1], [p])[0]  # [V]: q
+                qs.setdefault(i, []).append(dist)
+                out[j] = race(dist, generator(so.seqs[i].request_id, p))
+            if i in tops:
+                dist = logits[j].softmax(-1) if dist is None else dist
+                vals, idx = dist.topk(TREE_TOP_K)
+                tops[i].append((list(zip(idx.tolist(), vals.tolist())), float(dist[out[j]])))
         return out
 
     def _forward(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int]) -> torch.Tensor:

@@ -30,12 +30,19 @@ class ScheduledSequence:
     banned_rows: int = 1
     """banned_token_ids apply to the first banned_rows sampled rows (those still before min_tokens)."""
     spec_token_ids: list[int] = field(default_factory=list)
-    """Draft tokens to verify after token_ids (a chain: draft i follows draft i - 1). Rows: the real
-    next token's, then one per draft; K/V is written for all of them, the scheduler rolls back the
-    rejected ones. A tree would add a parent index per draft (chains are parents i - 1)."""
+    """Draft tokens to verify after token_ids: a chain (draft i follows draft i - 1), or a tree's
+    nodes with spec_parents. Rows: the real next token's, then one per draft; K/V is written for
+    all of them, in node order, the scheduler rolls back the rejected ones."""
+    spec_parents: list[int] = field(default_factory=list)
+    """[] for a chain, else per draft its parent's index (-1: it follows token_ids[-1]), parents
+    before children, siblings ranked (hearth.spec_decode.tree.DraftTree's layout)."""
     num_draft_slots: int = 0
     """Drafts the runner's draft model writes after token_ids (method draft; spec_token_ids is then
     empty): budgeted and given KV slots by the scheduler like spec_token_ids."""
+
+    @property
+    def is_tree(self) -> bool:
+        return any(p != i - 1 for i, p in enumerate(self.spec_parents))
 
     @property
     def num_drafts(self) -> int:
@@ -82,3 +89,6 @@ class RunnerOutput:
     accepted: dict[str, list[SampledToken]] = field(default_factory=dict)
     """request_id -> its drafts the target accepted, in order, before `sampled` (sequences with
     drafts only; absent or [] = none accepted)."""
+    drafted: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
+    """request_id -> (tokens, parents) of the drafts the runner's draft model wrote into its slots
+    (method draft; parents [] for a chain): what was verified, for the acceptance statistics."""

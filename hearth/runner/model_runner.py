@@ -126,7 +126,9 @@ class ModelRunner:
             return RunnerOutput({})
         if self.drafter is None:
             return self._run(so)
-        out = self._run(self.drafter.draft(so, self._generator))  # the draft's K/V catch up, its drafts fill the slots
+        filled = self.drafter.draft(so, self._generator)  # the draft's K/V catch up, its drafts fill the slots
+        out = self._run(filled)
+        out.drafted = {s.request_id: (s.spec_token_ids, s.spec_parents) for s in filled.seqs if s.spec_token_ids}
         self.drafter.observe(out)
         return out
 
@@ -158,17 +160,24 @@ class ModelRunner:
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
+        trees = {}
         bs = self.block_size
-        for s in so.seqs:
+        for i, s in enumerate(so.seqs):
             n = s.num_tokens  # drafts follow the committed tokens: their K/V is written too
             ids.extend(s.token_ids + s.spec_token_ids)
             pos = range(s.start_pos, s.start_pos + n)
-            positions.extend(pos)
             slots.extend(s.block_ids[p // bs] * bs + p % bs for p in pos)
+            if s.is_tree:  # K/V in node order, each node's rope position the one on its path
+                trees[i] = (len(s.token_ids), s.spec_parents)
+                base = s.start_pos + len(s.token_ids)
+                positions.extend(range(s.start_pos, base))
+                positions.extend(base - 1 + d for d in _depths(s.spec_parents))
+            else:
+                positions.extend(pos)
             qsl.append(qsl[-1] + n)
             seq_lens.append(s.start_pos + n)
             tables.append(s.block_ids)
-        meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs)
+        meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs, trees=trees)
         if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
             meta.kv_plan = self.staging.plan(
                 [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
@@ -182,32 +191,77 @@ class ModelRunner:
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
             penalties = bool(s.output_token_ids or s.prompt_token_ids)
-            for j in range(k + 1):
-                params.append(p)  # row j's history holds the drafts before it
-                histories.append((s.prompt_token_ids, s.output_token_ids + s.spec_token_ids[:j]) if penalties
-                                 else ([], []))
-                if s.banned_token_ids and j < s.banned_rows:
+            # row j's history holds the drafts before it: a chain's first j, a tree node's path
+            paths = _paths(s.spec_parents) if s.is_tree else [list(range(j)) for j in range(1, k + 1)]
+            for j, path in enumerate([[]] + paths):
+                params.append(p)
+                histories.append((s.prompt_token_ids, s.output_token_ids + [s.spec_token_ids[a] for a in path])
+                                 if penalties else ([], []))
+                if s.banned_token_ids and len(path) < s.banned_rows:
                     logits[r + j, s.banned_token_ids] = float("-inf")
             if p.structured_output is not None:
-                grammar.append((s, self._constrain_rows(s, logits, r)))
+                grammar.append((s, self._constrain_tree(s, logits, r) if s.is_tree else self._constrain_rows(s, logits, r)))
             gens.append(self._generator(s.request_id, p))
             drafts.append(s.spec_token_ids)
             qs.append(None if self.drafter is None else self.drafter.probs.get(s.request_id))  # None: point masses
             r += k + 1
         want_lp = any(p.logprobs is not None for p in params)
-        committed, logprobs, starts = verify(logits, params, histories, gens, drafts, want_lp, qs)
+        committed, logprobs, rows = verify(logits, params, histories, gens, drafts, want_lp, qs,
+                                           [s.spec_parents for s in seqs])
         for s, consumed in grammar:  # back to the accepted path, then on by the bonus token
             toks = committed[seqs.index(s)]
             m = self.matchers[s.request_id]
+            if s.is_tree:  # the matcher is where it was before the step: on along the path
+                for t in toks:
+                    m.accept(t)
+                continue
             m.rollback(consumed - (len(toks) - 1))
             m.accept(toks[-1])
         sampled, accepted = {}, {}
-        for s, toks, r0 in zip(seqs, committed, starts):
-            res = [self._result(s.params, t, None if logprobs is None else logprobs[r0 + j]) for j, t in enumerate(toks)]
+        for s, toks, rs in zip(seqs, committed, rows):
+            res = [self._result(s.params, t, None if logprobs is None else logprobs[r]) for t, r in zip(toks, rs)]
             sampled[s.request_id] = res[-1]
             if s.spec_token_ids:
                 accepted[s.request_id] = res[:-1]
+            if s.is_tree:
+                self._move_path(s, [r - rs[0] - 1 for r in rs[1:]])
         return RunnerOutput(sampled, accepted=accepted)
+
+    def _move_path(self, s, path: list[int]) -> None:
+        """The accepted path's K/V from its nodes' slots to the path's positions (node c sat at base
+        + c, its depth d puts it at base + d - 1), in every layer: as a decode would have left them.
+        All rows are read before any is written (a node's slot may be a later one's destination)."""
+        moves = tree_moves(s.start_pos + len(s.token_ids), path, s.block_ids, self.block_size)
+        if not moves:
+            return
+        src = torch.tensor([a for a, _ in moves])
+        dst = torch.tensor([b for _, b in moves])
+        for kv in self.kv_caches:  # [2, num_blocks, block_size, kv_heads, head_dim]
+            flat = kv.view(2, -1, kv.shape[-2], kv.shape[-1])
+            flat.index_copy_(1, dst, flat.index_select(1, src))
+
+    def _constrain_tree(self, s, logits: torch.Tensor, r0: int) -> int:
+        """Mask the rows of a constrained sequence's tree: each node's row by the grammar state after
+        its path, found by walking the tree depth first (accept, recurse, roll back). A node the
+        grammar forbids is masked in its parent's row, so rejected, and its subtree never reached.
+        The matcher ends where it began; the caller then feeds it the committed tokens."""
+        m = self.matchers.get(s.request_id)
+        if m is None:
+            m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
+        kids: list[list[int]] = [[] for _ in range(len(s.spec_parents) + 1)]
+        for c, p in enumerate(s.spec_parents):
+            kids[p + 1].append(c)
+
+        def visit(node: int) -> None:  # node -1: the row before the tree
+            self._mask(logits[r0 + 1 + node], m)
+            for c in kids[node + 1]:
+                if m.valid_prefix([s.spec_token_ids[c]]) == 1:
+                    m.accept(s.spec_token_ids[c])
+                    visit(c)
+                    m.rollback(1)
+
+        visit(-1)
+        return 0
 
     def _constrain_rows(self, s, logits: torch.Tensor, r0: int) -> int:
         """Mask rows r0.. of a constrained sequence with drafts: the matcher walks the drafts the
@@ -262,3 +316,22 @@ class ModelRunner:
             vals, idx = logprobs.topk(params.logprobs)
             top = dict(zip(idx.tolist(), vals.tolist()))
         return SampledToken(token, float(logprobs[token]), top)
+
+
+def _paths(parents: list[int]) -> list[list[int]]:
+    """Each tree node's path: the nodes from the first level down to it."""
+    paths: list[list[int]] = []
+    for c, p in enumerate(parents):
+        paths.append((paths[p] if p >= 0 else []) + [c])
+    return paths
+
+
+def tree_moves(base: int, path: list[int], table: list[int], bs: int) -> list[tuple[int, int]]:
+    """(source, destination) flat cache slots that put an accepted tree path's K/V where a decode
+    would have: node c, written at position base + c, at depth d + 1 belongs at base + d."""
+    slot = lambda p: table[p // bs] * bs + p % bs  # noqa: E731
+    return [(slot(base + c), slot(base + d)) for d, c in enumerate(path) if c != d]
+
+
+def _depths(parents: list[int]) -> list[int]:
+    return [len(path) for path in _paths(parents)]

@@ -11,7 +11,18 @@ mask, temperature and filters), then:
   norm(max(p - q, 0)); after k acceptances the bonus is drawn from row k. Each committed token is
   then distributed as the target's, whatever q is. A deterministic drafter (n-gram lookup) proposes
   a point mass q = delta(x): accept with p(x), else draw from p without x. A draft model passes its
-  q rows. Draws come from the request's generator (seeded requests are reproducible)."""
+  q rows. Draws come from the request's generator (seeded requests are reproducible).
+
+A token tree (drafts with parents, hearth.spec_decode.tree's layout: row 1 + i scores the token
+after node i) is walked from the root, one level at a time:
+- greedy: take the child whose token is the row's first maximum; the path ends where none is,
+  with that maximum as the bonus;
+- sampled: SpecInfer's multi-draft rule for point-mass children (Miao et al. 2024): try the children
+  in rank order, accepting child x with probability p'(x), where p' starts as the row's
+  distribution and after each rejected child has its token zeroed (renormalized); if every child
+  is rejected, the token is drawn from the last p'. Given the children, whatever chose them, the
+  committed token is distributed as p: P(y) = p(y) for every y. A draft model's tree children are
+  treated as point masses too (its q is only the chain's), which keeps this exact."""
 
 from __future__ import annotations
 
@@ -30,20 +41,29 @@ def race(weights: torch.Tensor, gen: torch.Generator | None) -> int:
 def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[tuple[list[int], list[int]]],
            generators: list[torch.Generator | None], drafts: list[list[int]],
            want_logprobs: bool, draft_probs: list[torch.Tensor | None] | None = None,
-           ) -> tuple[list[list[int]], torch.Tensor | None, list[int]]:
+           parents: list[list[int]] | None = None,
+           ) -> tuple[list[list[int]], torch.Tensor | None, list[list[int]]]:
     """logits: [R, V] f32, masked already (banned ids, grammar); R = sum(1 + len(d) for d in drafts);
     params / histories per row, generators and drafts per sequence; draft_probs: per sequence the
-    [k, V] distributions its drafts were drawn from (None: point masses).
+    [k, V] distributions its drafts were drawn from (None: point masses); parents: per sequence its
+    drafts' parent indices ([] or None: a chain).
     -> (per sequence its committed tokens: accepted drafts then the bonus; raw logprobs [R, V] or
-    None; each sequence's first row)."""
+    None; per sequence the row each committed token was decided on)."""
     logprobs = logits.log_softmax(-1) if want_logprobs else None
     logits = apply_bias_and_penalties(logits, params, histories)
     best = logits.max(-1).indices.tolist()  # first maxima, as the sampler's greedy
     probs = None if all(p.greedy for p in params) else target_probs(logits, params)
-    out, starts, r0 = [], [], 0
+    out, rows, r0 = [], [], 0
     qs = draft_probs if draft_probs is not None else [None] * len(drafts)
-    for draft, gen, q in zip(drafts, generators, qs):
-        starts.append(r0)
+    trees = parents if parents is not None else [None] * len(drafts)
+    for draft, gen, q, par in zip(drafts, generators, qs, trees):
+        if par and any(p != i - 1 for i, p in enumerate(par)):
+            path, bonus = (_walk_greedy(best, r0, draft, par) if params[r0].greedy
+                           else _walk_sampled(probs, r0, draft, par, gen))
+            out.append([draft[i] for i in path] + [bonus])
+            rows.append([r0] + [r0 + 1 + i for i in path])
+            r0 += len(draft) + 1
+            continue
         if params[r0].greedy:
             a = 0
             while a < len(draft) and draft[a] == best[r0 + a]:
@@ -51,8 +71,49 @@ def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[t
             out.append(draft[:a] + [best[r0 + a]])
         else:
             out.append(_rejection_sample(probs[r0 : r0 + len(draft) + 1], draft, gen, q))
+        rows.append(list(range(r0, r0 + len(out[-1]))))
         r0 += len(draft) + 1
-    return out, logprobs, starts
+    return out, logprobs, rows
+
+
+def _children(parents: list[int]) -> list[list[int]]:
+    """[n + 1]: [0] the root's children, [1 + i] node i's, each in rank order."""
+    kids: list[list[int]] = [[] for _ in range(len(parents) + 1)]
+    for i, p in enumerate(parents):
+        kids[p + 1].append(i)
+    return kids
+
+
+def _walk_greedy(best: list[int], r0: int, draft: list[int], parents: list[int]) -> tuple[list[int], int]:
+    """(the accepted path's nodes, the bonus token): at each level the child equal to the argmax."""
+    kids, path, row = _children(parents), [], r0
+    while True:
+        b = best[row]
+        nxt = next((c for c in kids[path[-1] + 1 if path else 0] if draft[c] == b), None)
+        if nxt is None:
+            return path, b
+        path.append(nxt)
+        row = r0 + 1 + nxt
+
+
+def _walk_sampled(probs: torch.Tensor, r0: int, draft: list[int], parents: list[int],
+                  gen: torch.Generator | None) -> tuple[list[int], int]:
+    """SpecInfer's rule for point-mass children (see the module docstring)."""
+    kids, path, row = _children(parents), [], r0
+    while True:
+        p = probs[row].clone()  # p', unnormalized: a child is accepted with p'(x) / sum(p')
+        nxt = None
+        for c in kids[path[-1] + 1 if path else 0]:
+            x = draft[c]
+            u = float(torch.rand(1, generator=gen))
+            if u * float(p.sum()) < float(p[x]):
+                nxt = c
+                break
+            p[x] = 0.0
+        if nxt is None:
+            return path, race(p, gen)
+        path.append(nxt)
+        row = r0 + 1 + nxt
 
 
 def _rejection_sample(probs: torch.Tensor, draft: list[int], gen: torch.Generator | None,

@@ -27,6 +27,10 @@ class SpeculativeConfig:
     num_speculative_tokens: int | None = None
     """Most draft tokens verified per sequence and step (K); unset: 4, with method suffix
     suffix_decoding_max_tree_depth (as vLLM)."""
+    tree_budget: int = 0
+    """Most nodes of a token tree verified per sequence and step, its depth at most
+    num_speculative_tokens (0: chains only). The n-gram proposer branches where earlier
+    continuations differ, the draft model grows a best-first tree from its per-position top-k."""
     prompt_lookup_min: int = 2
     """Shortest suffix n-gram the ngram proposer matches."""
     prompt_lookup_max: int = 5
@@ -69,6 +73,18 @@ class SpeculativeConfig:
                 raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {name}, not {v!r}")
         return cls(**value)
 
+    @property
+    def max_drafts(self) -> int:
+        """Most drafts per sequence and step: tree nodes, or a chain's tokens."""
+        return self.tree_budget or self.num_speculative_tokens
+
+    def check_step_budget(self, max_num_batched_tokens: int) -> None:
+        """A step verifies a sequence's next token and its drafts together: they must fit in one."""
+        if self.tree_budget >= max_num_batched_tokens:
+            raise InvalidSpeculativeConfig(
+                f"speculative_config.tree_budget ({self.tree_budget}) must be below max_num_batched_tokens "
+                f"({max_num_batched_tokens}): a step verifies the next token and the tree's nodes together")
+
     def __post_init__(self) -> None:
         from hearth.spec_decode.proposer import PROPOSERS
 
@@ -80,6 +96,7 @@ class SpeculativeConfig:
             object.__setattr__(self, "num_speculative_tokens", k)
         checks = [
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
+            ("tree_budget", self.tree_budget >= 0, "0 (chains only) or more"),
             ("prompt_lookup_min", self.prompt_lookup_min >= 1, "at least 1"),
             ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
              f"at least prompt_lookup_min ({self.prompt_lookup_min})"),

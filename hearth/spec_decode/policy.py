@@ -10,6 +10,7 @@ about as much as the tokens they might save."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
@@ -28,7 +29,32 @@ class SpecDecodeStats:
     num_draft_tokens: int = 0
     num_accepted_tokens: int = 0
     accepted_per_pos: list[int] = field(default_factory=list)
-    """[i]: drafts accepted at position i of their chain."""
+    """[i]: drafts accepted at position i of their chain (depth i + 1 of their tree)."""
+    num_accepted_off_chain: int = 0
+    """Of the accepted, those on a tree branch other than its top-1 chain (first children)."""
+
+
+class DraftOutcome(NamedTuple):
+    """One sequence-step's drafts after verification."""
+
+    request_id: str
+    drafted: int
+    """Drafts (tree nodes) verified."""
+    accepted: int
+    depth: int
+    """The deepest path's length (= drafted for a chain): all of it accepted is a full accept."""
+    off_chain: int = 0
+    """Accepted drafts past where the accepted path leaves the top-1 chain."""
+
+    @classmethod
+    def of(cls, request_id: str, tokens: list[int], parents: list[int], accepted: list[int]) -> DraftOutcome:
+        """tokens, parents: the tree verified (parents [] for a chain); accepted: its accepted path's tokens."""
+        if not parents:
+            return cls(request_id, len(tokens), len(accepted), len(tokens))
+        tree = DraftTree(tokens, parents)
+        chain = tree.chain()
+        same = next((i for i, (a, c) in enumerate(zip(accepted, chain)) if a != c), min(len(accepted), len(chain)))
+        return cls(request_id, len(tokens), len(accepted), max(tree.depths(), default=0), len(accepted) - same)
 
     def snapshot(self) -> SpecDecodeStats:
         """A copy another thread (metrics) can read while the engine counts on."""
@@ -63,7 +89,7 @@ class SpeculativeDecoder:
         for req in decoding:
             t = self.tracks.get(req.request_id)
             if t is None:
-                t = self.tracks[req.request_id] = _Track(self.config.num_speculative_tokens)
+                t = self.tracks[req.request_id] = _Track(self.config.max_drafts)
             if self.step > t.paused_until:
                 reqs.append(req)
                 ks.append(t.k)
@@ -73,19 +99,29 @@ class SpeculativeDecoder:
             self.proposer.track(paused)
         return self.proposer.propose(reqs, ks) if reqs else {}
 
-    def observe(self, results: list[tuple[str, int, int]]) -> None:
-        """(request id, drafts verified, drafts accepted) of the last step."""
-        K, s = self.config.num_speculative_tokens, self.stats
-        for rid, drafted, accepted in results:
+    def observe(self, results: list[DraftOutcome]) -> None:
+        """The last step's verified drafts. The budget (chain length, or tree nodes) grows by one
+        after a full accept and falls to what was accepted plus one after a partial one (a tree's
+        to no less than half of tree_budget: measured on SmolLM2's code prompt, accepted + 1 alone
+        left trees too narrow to branch, 1 token accepted off the top-1 chain in 128, against 12
+        with the whole budget kept)."""
+        K, s = self.config.max_drafts, self.stats
+        for rid, drafted, accepted, depth, off_chain in results:
             s.num_drafts += 1
             s.num_draft_tokens += drafted
             s.num_accepted_tokens += accepted
+            s.num_accepted_off_chain += off_chain
+            if accepted > len(s.accepted_per_pos):
+                s.accepted_per_pos.extend([0] * (accepted - len(s.accepted_per_pos)))
             for i in range(accepted):
                 s.accepted_per_pos[i] += 1
             t = self.tracks.get(rid)
             if t is None:
                 continue
-            t.k = min(K, t.k + 1) if accepted == drafted else accepted + 1
+            if accepted == depth:
+                t.k = min(K, t.k + 1)
+            else:  # a tree keeps half its budget for branches: a width-1 tree is a chain
+                t.k = max(accepted + 1, K // 2 if self.config.tree_budget else 0)
             t.misses = 0 if accepted else t.misses + 1
             if t.misses >= MISSES_TO_PAUSE:  # re-probed after the pause with K drafts again
                 t.misses, t.k = 0, K

@@ -1,12 +1,14 @@
 """A runner and tokenizer with exact, model-free behaviour for engine tests."""
 
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.spec_decode.tree import DraftTree
 
 
 class CountingRunner:
     """Next token = (last token + 1) % vocab; records every SchedulerOutput it receives.
     Drafts are verified by the same rule: accepted while each is its predecessor + 1, then the
-    bonus token follows the last accepted one."""
+    bonus token follows the last accepted one; in a tree (spec_parents), the first child that is
+    its parent + 1 at each level."""
 
     def __init__(self, vocab: int = 50):
         self.vocab = vocab
@@ -18,12 +20,15 @@ class CountingRunner:
         for s in so.seqs:
             if not s.sample:
                 continue
-            last, ok = s.token_ids[-1], []
-            for d in s.spec_token_ids:
-                if d != (last + 1) % self.vocab:
+            last, ok, at = s.token_ids[-1], [], -1
+            parents = s.spec_parents or list(range(-1, len(s.spec_token_ids) - 1))
+            while True:
+                nxt = next((c for c, p in enumerate(parents)
+                            if p == at and s.spec_token_ids[c] == (last + 1) % self.vocab), None)
+                if nxt is None:
                     break
-                ok.append(SampledToken(d))
-                last = d
+                last, at = s.spec_token_ids[nxt], nxt
+                ok.append(SampledToken(last))
             if s.spec_token_ids:
                 accepted[s.request_id] = ok
             sampled[s.request_id] = SampledToken((last + 1) % self.vocab)
@@ -38,10 +43,17 @@ class ScriptedProposer:
         self.fn, self.obey_k = fn, obey_k
 
     def propose(self, requests, num_tokens):
-        return {r.request_id: self.fn(r)[:k] if self.obey_k else self.fn(r) for r, k in zip(requests, num_tokens)}
+        return {r.request_id: _cut(self.fn(r), k) if self.obey_k else self.fn(r) for r, k in zip(requests, num_tokens)}
 
     def forget(self, request_id):
         pass
+
+
+def _cut(drafts, k):
+    """A chain's first k tokens, or a tree's first k nodes (a tree too)."""
+    if isinstance(drafts, DraftTree):
+        return DraftTree(drafts.tokens[:k], drafts.parents[:k])
+    return drafts[:k]
 
 
 class LetterTokenizer:

@@ -52,6 +52,8 @@ def test_proposer_reads_prompt_and_output_and_prefers_the_longest_match():
 @pytest.mark.parametrize("value,field", [
     ({"method": "eagle9"}, "method"),
     ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
+    ({"tree_budget": -1}, "tree_budget"),
+    ({"tree_budget": 2.5}, "tree_budget"),
     ({"prompt_lookup_min": 4, "prompt_lookup_max": 2}, "prompt_lookup_max"),
     ({"num_speculative_tokens": "4"}, "num_speculative_tokens"),
     ({"draft_tokens": 4}, "draft_tokens"),
@@ -92,3 +94,29 @@ def test_serve_flags_build_the_config():
     with pytest.raises(InvalidSpeculativeConfig, match="suffix_decoding_max_spec_factor"):
         serve.speculative_config(p.parse_args(
             ["--speculative-config", '{"method": "suffix", "suffix_decoding_max_spec_factor": -1}']))
+
+
+def test_tree_merges_earlier_continuations_best_first():
+    """"1 2" occurred three times, followed by 3 4 5 9, 3 7 8 9 and (latest) 3 4 6 9: 3 is shared by
+    all three, 4 by two, then the latest occurrence first on ties."""
+    index = NgramIndex(2, 2)  # bigrams only: "9 1 2" would match just the last two
+    index.extend([1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 9, 1, 2, 3, 4, 6, 9, 1, 2])
+    assert index.propose(4) == [3, 4, 6, 9]  # the chain: the latest occurrence, as before
+    tree = index.propose_tree(6, 4)
+    assert (tree.tokens, tree.parents) == ([3, 4, 6, 9, 7, 8], [-1, 0, 1, 2, 0, 4])
+    assert tree.scores == [1.0, 2 / 3, 1 / 3, 1 / 3, 1 / 3, 1 / 3]
+    assert tree.chain() == [3, 4, 6, 9]
+    small = index.propose_tree(3, 4)
+    assert (small.tokens, small.parents) == ([3, 4, 6], [-1, 0, 1])
+    wide = index.propose_tree(8, 2)  # two deep: every occurrence's first two tokens
+    assert (wide.tokens, wide.parents) == ([3, 4, 7], [-1, 0, 0])
+
+
+def test_proposer_offers_trees_with_a_tree_budget():
+    cfg = SpeculativeConfig(num_speculative_tokens=2, tree_budget=4, prompt_lookup_min=1, prompt_lookup_max=2)
+    prop = NgramProposer(cfg)
+    req = Request("r", [5, 1, 5, 2, 5, 3], SamplingParams(), frozenset(), 100)
+    req.output_token_ids = [5]  # "5" followed by 1, 2, 3 before: three branches at the root
+    tree = prop.propose([req], [4])["r"]
+    # ties go to the more recent occurrence: 3 5, then 2 5 (the oldest, 1, is left out)
+    assert (tree.tokens, tree.parents) == ([3, 5, 2, 5], [-1, 0, -1, 2])

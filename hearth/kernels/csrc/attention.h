@@ -28,6 +28,10 @@ struct AttnShape {
   int64_t bs, heads, kvh, d;
   const int64_t* table;  // the row's sequence's block ids
   float scale, softcap;
+  // a token tree's node row: keys remap_from .. (its ancestors and itself, along its path) are read
+  // from the flat slots remap[key - remap_from] instead of their positions' slots (null: none)
+  const int64_t* remap = nullptr;
+  int64_t remap_from = 0;
 };
 
 template <bool BF16>
@@ -59,8 +63,10 @@ inline __m512 softcap_ps(__m512 v, float cap) {  // cap * tanh(v / cap), tanh(z)
   return _mm512_mul_ps(t, _mm512_set1_ps(cap));
 }
 
+inline bool remapped(const AttnShape& a, int64_t key) { return a.remap && key >= a.remap_from; }
+
 inline const uint8_t* slot_row(const AttnShape& a, int plane, int64_t g, int64_t key) {
-  const int64_t slot = a.table[key / a.bs] * a.bs + key % a.bs;
+  const int64_t slot = remapped(a, key) ? a.remap[key - a.remap_from] : a.table[key / a.bs] * a.bs + key % a.bs;
   return a.kv + (plane * a.plane + (slot * a.kvh + g) * a.d) * 2;
 }
 
@@ -89,8 +95,10 @@ void weighted_values(const AttnShape& a, int64_t g, int64_t k0, int64_t k1, cons
     const uint8_t* vp = slot(a, 1, g, key) + 32 * c0;  // 16 halves per vector
     prefetch_ahead(a, 1, g, key + run, k1, c0, CV * 16);
     for (int64_t j = 0; j < run; ++j, vp += stride) {
+      // a tree row's remapped keys are not consecutive slots: the same keys in the same order
+      const uint8_t* vj = remapped(a, key + j) ? slot(a, 1, g, key + j) + 32 * c0 : vp;
       __m512 vf[CV];
-      for (int c = 0; c < CV; ++c) vf[c] = load_half<BF16>(vp + 32 * c);
+      for (int c = 0; c < CV; ++c) vf[c] = load_half<BF16>(vj + 32 * c);
       for (int h = 0; h < HB; ++h) {
         const __m512 w = _mm512_set1_ps(p[(h0 + h) * ld + key - k0 + j]);
         for (int c = 0; c < CV; ++c) o[h][c] = _mm512_fmadd_ps(w, vf[c], o[h][c]);
@@ -171,11 +179,12 @@ void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, fl
     for (int64_t t0 = 0; t0 < run; t0 += 16) {
       const int r = static_cast<int>(std::min<int64_t>(16, run - t0));
       for (int j = 0; j < r; ++j, kp += slot_bytes) {
+        const uint8_t* kj = remapped(a, key + t0 + j) ? slot_row(a, 0, 0, key + t0 + j) : kp;  // a tree row's path
         for (int64_t i = t0 + j; i < ahead; i += run)  // the next block's slot i, spread over this block's keys
           for (int64_t b = 0; b < slot_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(np + i * slot_bytes + b), _MM_HINT_T0);
         for (int64_t b = 0; b < slot_bytes; b += 64)  // this key's values, into L2 for p.V
-          _mm_prefetch(reinterpret_cast<const char*>(kp + a.plane * 2 + b), _MM_HINT_T1);
-        for (int64_t c = 0; c < W; ++c) _mm512_store_ps(kt + (j * W + c) * 16, load_half<BF16>(kp + 32 * c));
+          _mm_prefetch(reinterpret_cast<const char*>(kj + a.plane * 2 + b), _MM_HINT_T1);
+        for (int64_t c = 0; c < W; ++c) _mm512_store_ps(kt + (j * W + c) * 16, load_half<BF16>(kj + 32 * c));
       }
       const __mmask16 k = tail_mask(r);
       for (int64_t h = 0; h < H; ++h) {
@@ -238,10 +247,13 @@ thread_local AttnScratch attn_scratch;
 // cut into tasks of (row, group g of G query heads, key range; `groups` per row): enough to keep
 // every thread busy, none shorter than 32 keys. attend(task, m, l, acc) fills per head the max, the sum of exp(s - max) and the unnormalized
 // accumulator (into out directly when the row is not split); split rows are merged by their maxima
-// and sums (flash-decoding). hk_paged_attention and hk_kvq_attention both run on it.
+// and sums (flash-decoding). hk_paged_attention and hk_kvq_attention both run on it. tree (null:
+// none): int64 [rows, ldtree], a row's own position along its tree path in column 0 (-1: an
+// ordinary row, its position from seq_lens): the row's keys and ranges are then a decode's there.
 template <class Attend>
 void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens,
-                   int64_t groups, int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend) {
+                   int64_t groups, int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend,
+                   const int64_t* tree = nullptr, int64_t ldtree = 0) {
   const int nt = omp_get_max_threads();
   int64_t T = 0;
   for (int64_t s = 0; s < S; ++s) T += q_len[s];
@@ -250,7 +262,7 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
   double work = 0;
   for (int64_t s = 0; s < S; ++s)
     for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
-      const int64_t pos = seq_lens[s] - (q_start[s] + q_len[s] - t);
+      const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
       const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       const int64_t n = pos + 1 - lo;
       // batch-invariant: from the number of sequences, not of rows, so a row gets the same key ranges

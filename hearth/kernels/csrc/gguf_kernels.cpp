@@ -389,7 +389,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 9; }
+int hk_abi_version() { return 10; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -527,12 +527,16 @@ void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int6
 // are the last tokens of sequence s, whose context holds seq_lens[s] tokens in blocks
 // tables[s * ldt ..] of bs slots. A row at position p sees keys max(0, p - window + 1) .. p
 // (window 0: all). softcap > 0: scores pass through softcap * tanh(s / softcap). out: f32 [rows,
-// heads, d] (row stride ldo). Returns 0, or -1 for a head_dim or grouping the kernel does not cover.
+// heads, d] (row stride ldo). tree (null: none): a token tree's node rows, int64 [rows, ldtree]: per
+// row -1, or its position along its path, the tree's first position base and the flat slots of its
+// keys base .. position (its ancestors', then its own), which it reads instead of those positions'
+// slots: the same keys, order and blocking as a decode of its path, so the same bits.
+// Returns 0, or -1 for a head_dim or grouping the kernel does not cover.
 int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
                        int64_t heads, int64_t kvh, int64_t d, int64_t S, const int64_t* q_start, const int64_t* q_len,
                        const int64_t* seq_lens,
                        const int64_t* tables, int64_t ldt, float scale, int64_t window, float softcap, float* out,
-                       int64_t ldo) {
+                       int64_t ldo, const int64_t* tree, int64_t ldtree) {
   const AttendFn fn = (d % 16 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 16, kv_bf16);
   if (!fn) return -1;
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
@@ -540,8 +544,12 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
                 [&](const AttnTask& k, float* m, float* l, float* acc) {
                   AttnShape sh = a;
                   sh.table = tables + k.seq * ldt;
+                  if (tree && tree[k.row * ldtree] >= 0) {
+                    sh.remap = tree + k.row * ldtree + 2;
+                    sh.remap_from = tree[k.row * ldtree + 1];
+                  }
                   fn(sh, q + k.row * ldq, k.k0, k.k1, m, l, acc, attn_scratch);
-                });
+                }, tree, ldtree);
   return 0;
 }
 
@@ -710,13 +718,13 @@ extern "C" {
 int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, const float* sin, void* kv,
                      int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t S,
                      const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, const int64_t* tables,
-                     int64_t ldt) {
+                     int64_t ldt, const int64_t* tree, int64_t ldtree) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t nq = l.heads * l.d;
   return layer_forward(l, x, M, M, cos, sin, [&](float* y, int64_t ldy, float* att, uint16_t*) {
     hk_kv_write(y + nq, ldy, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
     return hk_paged_attention(y, ldy, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len, seq_lens,
-                              tables, ldt, l.scale, l.window, l.softcap, att, nq);
+                              tables, ldt, l.scale, l.window, l.softcap, att, nq, tree, ldtree);
   });
 }
 
