@@ -97,8 +97,8 @@ class DraftModel:
                 if i in tops:
                     top = tops[i][: len(d)]
                     nodes, parents, _ = best_first_tree(d, [p for _, p in top], [t for t, _ in top], slots[i])
-                if i in qs and not any(p != j - 1 for j, p in enumerate(parents)):
-                    self.probs[s.request_id] = torch.stack(qs[i][: len(d)])  # [k, V]; a tree's are point masses
+                if i in qs:  # a tree's chain (first children) was drawn from these; its branches are point masses
+                    self.probs[s.request_id] = torch.stack(qs[i][: len(d)])  # [k, V]
                 s = replace(s, spec_token_ids=nodes, spec_parents=parents, num_draft_slots=0)
             seqs.append(s)
         return replace(so, seqs=seqs)

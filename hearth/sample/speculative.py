@@ -21,8 +21,11 @@ after node i) is walked from the root, one level at a time:
   in rank order, accepting child x with probability p'(x), where p' starts as the row's
   distribution and after each rejected child has its token zeroed (renormalized); if every child
   is rejected, the token is drawn from the last p'. Given the children, whatever chose them, the
-  committed token is distributed as p: P(y) = p(y) for every y. A draft model's tree children are
-  treated as point masses too (its q is only the chain's), which keeps this exact."""
+  committed token is distributed as p: P(y) = p(y) for every y. A draft model's tree is its drafted
+  chain (each chain node its parent's first child, drawn from q) plus top-k branches: at a chain
+  node the first child goes first by the chain rule (accept with min(1, p(x) / q(x)), else p' =
+  norm(max(p - q, 0))), then the other children as point masses on that p' -- exact as well, since
+  given a rejection the token must follow p', which does not depend on x."""
 
 from __future__ import annotations
 
@@ -59,7 +62,7 @@ def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[t
     for draft, gen, q, par in zip(drafts, generators, qs, trees):
         if par and any(p != i - 1 for i, p in enumerate(par)):
             path, bonus = (_walk_greedy(best, r0, draft, par) if params[r0].greedy
-                           else _walk_sampled(probs, r0, draft, par, gen))
+                           else _walk_sampled(probs, r0, draft, par, gen, q))
             out.append([draft[i] for i in path] + [bonus])
             rows.append([r0] + [r0 + 1 + i for i in path])
             r0 += len(draft) + 1
@@ -97,21 +100,33 @@ def _walk_greedy(best: list[int], r0: int, draft: list[int], parents: list[int])
 
 
 def _walk_sampled(probs: torch.Tensor, r0: int, draft: list[int], parents: list[int],
-                  gen: torch.Generator | None) -> tuple[list[int], int]:
-    """SpecInfer's rule for point-mass children (see the module docstring)."""
+                  gen: torch.Generator | None, q: torch.Tensor | None = None) -> tuple[list[int], int]:
+    """SpecInfer's rule (see the module docstring); q: [chain length, V], the distributions the
+    tree's chain (first children from the root) was drawn from, or None (point masses)."""
     kids, path, row = _children(parents), [], r0
+    on_chain = True  # the path so far is the chain's: its first child was drawn from q[len(path)]
     while True:
         p = probs[row].clone()  # p', unnormalized: a child is accepted with p'(x) / sum(p')
         nxt = None
-        for c in kids[path[-1] + 1 if path else 0]:
+        children = kids[path[-1] + 1 if path else 0]
+        for i, c in enumerate(children):
             x = draft[c]
             u = float(torch.rand(1, generator=gen))
+            if i == 0 and on_chain and q is not None and len(path) < q.shape[0]:
+                qd = q[len(path)]
+                if u * float(qd[x]) < float(p[x]):  # u < p(x) / q(x)
+                    nxt = c
+                    break
+                residual = (p - qd).clamp_(min=0.0)
+                p = residual if float(residual.sum()) > 0.0 else p  # p == q: rejection has probability 0
+                continue
             if u * float(p.sum()) < float(p[x]):
                 nxt = c
                 break
             p[x] = 0.0
         if nxt is None:
             return path, race(p, gen)
+        on_chain = on_chain and nxt == children[0]
         path.append(nxt)
         row = r0 + 1 + nxt
 

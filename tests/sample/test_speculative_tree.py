@@ -91,3 +91,47 @@ def test_after_an_accepted_child_the_next_token_is_distributed_as_its_row():
 def test_seeded_tree_verification_is_reproducible():
     params = SamplingParams(temperature=1.0, seed=3)
     assert run(params, n=200, seed=5)[0] == run(params, n=200, seed=5)[0]
+
+
+def draft_model_tree(n: int, q: np.ndarray, seed: int = 0):
+    """n trees as the draft model builds them: the chain child x ~ q (the first root child), then
+    q's top two other tokens as point-mass siblings."""
+    rng = np.random.default_rng(seed)
+    xs = rng.choice(V, size=n, p=q / q.sum())
+    order = np.argsort(-q, kind="stable")
+    return [[int(x)] + [int(t) for t in order if t != x][:2] for x in xs]
+
+
+def test_a_draft_models_tree_commits_the_target_distribution_with_its_chain_drawn_from_q():
+    """The chain child by min(1, p/q) with residual norm(max(p - q, 0)), then the siblings as point
+    masses on it: the first token ~ p0. Control: a point-mass residual (x zeroed from p) after a
+    q-rule rejection."""
+    params = SamplingParams(temperature=1.0)
+    p0, q = filtered(ROW0, 1.0), filtered(ROW1, 1.0)
+    trees = draft_model_tree(N, q)
+    logits = torch.tensor(np.stack([ROW0, ROW1, ROW0, ROW0] * N))
+    qt = torch.tensor(q, dtype=torch.float32).unsqueeze(0)  # [1, V]: the chain is one deep
+    g = torch.Generator().manual_seed(1)
+    out, _, _ = verify(logits, [params] * (4 * N), [([], [])] * (4 * N), [g] * N, trees, False, [qt] * N,
+                       [[-1, -1, -1]] * N)
+    first = np.bincount([o[0] for o in out], minlength=V)
+    wrong = np.zeros(V)
+    for x in range(V):
+        a = min(1.0, p0[x] / q[x])
+        rest = p0.copy()
+        rest[x] = 0
+        wrong += q[x] * (a * np.eye(V)[x] + (1 - a) * rest / rest.sum())
+    check(first, p0, wrong)
+
+
+def test_with_q_equal_to_p_the_chain_child_is_always_accepted():
+    """Where the draft is the target (q = p), min(1, p/q) = 1: the q rule keeps the chain's
+    acceptance that point masses (accepted with p(x)) would lose."""
+    params = SamplingParams(temperature=1.0)
+    p0 = filtered(ROW0, 1.0)
+    trees = draft_model_tree(500, p0, seed=2)
+    logits = torch.tensor(np.stack([ROW0, ROW1, ROW0, ROW0] * 500))
+    qt = torch.softmax(torch.tensor(ROW0), -1).unsqueeze(0)  # the sampler's own p0 (float32)
+    out, _, _ = verify(logits, [params] * 2000, [([], [])] * 2000, [torch.Generator().manual_seed(3)] * 500, trees,
+                       False, [qt] * 500, [[-1, -1, -1]] * 500)
+    assert all(o[0] == t[0] and len(o) == 2 for o, t in zip(out, trees))

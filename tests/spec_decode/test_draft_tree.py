@@ -1,7 +1,8 @@
 """DDTree from the draft model: a best-first tree from the drafted chain's per-position top-k,
 verified in one target forward. SmolLM2 drafting for itself: greedy stays plain greedy token for
-token with trees sent; sampled requests (the chain drawn from q, the branches the top-k) take side
-branches under SpecInfer's rule and stay reproducible with a seed."""
+token with trees sent; sampled requests (the chain drawn from q and accepted by min(1, p/q), the
+branches the top-k, point masses under SpecInfer's rule) stay reproducible with a seed, and a draft
+unlike the target has side branches accepted."""
 
 from __future__ import annotations
 
@@ -45,12 +46,31 @@ def test_greedy_with_draft_trees_equals_plain_greedy(smol_llm, tree_draft):
     assert tree_draft.sent_trees and max(len(p) for p in tree_draft.sent_trees) > 4  # branches past the chain
 
 
-def test_sampled_draft_trees_take_side_branches_and_are_reproducible(smol_llm, tree_draft):
+def test_sampled_draft_trees_accept_the_chain_by_q_and_are_reproducible(smol_llm, tree_draft):
+    """The draft is the target: q = p, so its chain child is always accepted (min(1, p/q) = 1)."""
     prompt = chat(smol_llm, "Write a short story about a cat.")
     p = SamplingParams(temperature=1.0, seed=5, max_tokens=48, ignore_eos=True)
-    s = tree_draft.engine.spec.stats
-    before = s.num_accepted_off_chain
     a, drafted, accepted = generate(tree_draft, prompt, p)
     b, _, _ = generate(tree_draft, prompt, p)
+    assert a.token_ids == b.token_ids
+    # per step the chain's 4 nodes (all accepted but the odd end of the request) and up to 4 branches
+    assert drafted > 0 and accepted >= 0.45 * drafted, (drafted, accepted)
+
+
+def test_a_draft_unlike_the_target_takes_side_branches(smol_llm, tree_draft):
+    """A worse draft (its logits halved: a flatter q than p): chain children get rejected and the
+    top-k branches are accepted in their place, reproducibly with a seed."""
+    prompt = chat(smol_llm, "Write a short story about a cat.")
+    p = SamplingParams(temperature=1.0, seed=7, max_tokens=48, ignore_eos=True)
+    drafter = tree_draft.runner.drafter
+    forward = drafter._forward
+    drafter._forward = lambda batch, rows: forward(batch, rows) * 0.5
+    s = tree_draft.engine.spec.stats
+    before = s.num_accepted_off_chain
+    try:
+        a, drafted, accepted = generate(tree_draft, prompt, p)
+        b, _, _ = generate(tree_draft, prompt, p)
+    finally:
+        del drafter._forward
     assert a.token_ids == b.token_ids
     assert drafted > 0 and accepted > 0 and s.num_accepted_off_chain > before, (drafted, accepted)
