@@ -1,6 +1,7 @@
 """A runner and tokenizer with exact, model-free behaviour for engine tests."""
 
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.spec_decode.proposer import Proposer
 from hearth.spec_decode.tree import DraftTree
 
 
@@ -35,18 +36,16 @@ class CountingRunner:
         return RunnerOutput(sampled, accepted=accepted)
 
 
-class ScriptedProposer:
+class ScriptedProposer(Proposer):
     """Drafts from a function of the request (tests plant right and wrong drafts); unless obey_k,
     whatever length the policy asks for (the scheduler must trim what does not fit)."""
 
     def __init__(self, fn, obey_k: bool = False):
+        super().__init__(None)
         self.fn, self.obey_k = fn, obey_k
 
     def propose(self, requests, num_tokens):
         return {r.request_id: _cut(self.fn(r), k) if self.obey_k else self.fn(r) for r, k in zip(requests, num_tokens)}
-
-    def forget(self, request_id):
-        pass
 
 
 def _cut(drafts, k):

@@ -125,7 +125,9 @@ def test_structured_output_with_drafts_equals_without(smol_llm, spec_llm):
 
 
 def test_seeded_sampling_with_drafts_is_reproducible(spec_llm):
-    p = SamplingParams(temperature=0.7, seed=5, max_tokens=64, ignore_eos=True)
+    # a low temperature keeps the draws near the code's repeats, so drafts are accepted whatever
+    # the kernels' last bits (at 0.7, seed 5's 64 tokens accepted none of their drafts)
+    p = SamplingParams(temperature=0.3, seed=5, max_tokens=64, ignore_eos=True)
     a, _, acc = generate(spec_llm, CODE, p)
     b, _, _ = generate(spec_llm, CODE, p)
     assert acc > 0 and a.token_ids == b.token_ids
