@@ -11,6 +11,7 @@ import torch
 
 from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata, paged_attention, paged_attention_torch
+from tests.kernels.test_native_attention import scattered_batch
 
 needs_native = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
@@ -26,18 +27,8 @@ CASES = [  # heads, kv_heads, head_dim, first node's position, window, softcap, 
 def tree_meta(base: int, parents: list[int], bs: int, g: torch.Generator, others: int = 1) -> AttentionMetadata:
     """Sequence 0: its next token at base - 1, then the tree's nodes at base, base + 1, ...; `others`
     decoding sequences after it. Block tables scattered."""
-    n_q = 1 + len(parents)
     ctx = [base + len(parents)] + [base // 2 + 7 * j + 1 for j in range(others)]
-    q_lens = [n_q] + [1] * others
-    perm = torch.randperm(512, generator=g).tolist()
-    tables, qsl, slots = [], [0], []
-    for n, c in zip(q_lens, ctx):
-        nb = -(-c // bs)
-        tables.append(perm[:nb])
-        perm = perm[nb:]
-        qsl.append(qsl[-1] + n)
-        slots += [tables[-1][p // bs] * bs + p % bs for p in range(c - n, c)]
-    meta = AttentionMetadata(qsl, ctx, tables, torch.tensor(slots, dtype=torch.long), bs)
+    meta = scattered_batch([1 + len(parents)] + [1] * others, ctx, bs, 512, g)
     meta.trees = {0: (1, list(parents))}
     return meta
 
