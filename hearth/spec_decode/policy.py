@@ -33,6 +33,10 @@ class SpecDecodeStats:
     num_accepted_off_chain: int = 0
     """Of the accepted, those on a tree branch other than its top-1 chain (first children)."""
 
+    def snapshot(self) -> SpecDecodeStats:
+        """A copy another thread (metrics) can read while the engine counts on."""
+        return replace(self, accepted_per_pos=list(self.accepted_per_pos))
+
 
 class DraftOutcome(NamedTuple):
     """One sequence-step's drafts after verification."""

@@ -197,13 +197,20 @@ def test_drafts_never_push_a_step_into_the_next_kernel_regime():
 
 
 def test_spec_counters_reach_metrics():
+    """Through the real AsyncEngine.stats(), which copies the engine thread's live counters."""
     from hearth.api.metrics import Metrics
-    from hearth.engine.async_engine import EngineStats
-    from hearth.spec_decode.policy import SpecDecodeStats
+    from hearth.engine.async_engine import AsyncEngine
+
+    engine, _, _ = make_spec_engine([[0, 0, 0], [9, 9]])
+    spec = engine.spec.stats
+    spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens = 3, 12, 7
+    spec.accepted_per_pos[:] = [3, 2, 1, 1]
+    stats = AsyncEngine(engine).stats()
+    assert stats.spec == spec and stats.spec is not spec and stats.spec.accepted_per_pos is not spec.accepted_per_pos
 
     class Engine:
         def stats(self):
-            return EngineStats(1, 0, 2, 10, 0, 0, spec=SpecDecodeStats(3, 12, 7, [3, 2, 1, 1]))
+            return stats
 
     text = Metrics("m", Engine()).render().decode()
     for line in ('hearth:spec_decode_num_drafts_total{model_name="m"} 3.0',

@@ -24,6 +24,8 @@ DEFAULT_HEARTH: dict[str, dict | None] = {
     "plain": None,
     "ngram": {"method": "ngram", "num_speculative_tokens": 8},
     "draft": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4},
+    "draft-tree": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4, "tree_budget": 8},
+    "suffix": {"method": "suffix"},
 }
 # llama-server's own defaults for each type (draft n-max 3, ngram-mod n 48..64): what a user gets
 DEFAULT_LLAMA: dict[str, list[str]] = {
