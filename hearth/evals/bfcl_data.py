@@ -104,7 +104,7 @@ def load_category(wheel: Path, category: str) -> list[Item]:
         questions = _jsonl(zf, f"{DATA}/BFCL_v4_{category}.json")
         answers = {} if category == "irrelevance" else {
             a["id"]: a["ground_truth"] for a in _jsonl(zf, f"{DATA}/possible_answer/BFCL_v4_{category}.json")}
-        docs = _multi_turn_docs(zf) if category in MULTI_TURN else {}
+        docs = _multi_turn_docs(zf, questions) if category in MULTI_TURN else {}
     items = []
     for q in questions:
         if category != "irrelevance" and q["id"] not in answers:
@@ -112,17 +112,22 @@ def load_category(wheel: Path, category: str) -> list[Item]:
         item = Item(q["id"], category, q["question"], q.get("function", []), answers.get(q["id"], []))
         if category in MULTI_TURN:
             item.initial_config, item.involved_classes = q.get("initial_config", {}), q["involved_classes"]
-            unknown = [c for c in item.involved_classes if c not in CLASSES]
-            if unknown:
-                raise HearthError(f"{q['id']}: no backend known for {', '.join(unknown)}")
             # BFCL offers every function of every involved class (populate_test_cases_with_predefined_functions)
             item.functions = [doc for c in item.involved_classes for doc in docs[c]]
         items.append(item)
     return items
 
 
-def _multi_turn_docs(zf: zipfile.ZipFile) -> dict[str, list[dict]]:
-    return {cls: _jsonl(zf, f"{DATA}/multi_turn_func_doc/{doc}") for cls, (_, doc) in CLASSES.items()}
+def _multi_turn_docs(zf: zipfile.ZipFile, questions: list[dict]) -> dict[str, list[dict]]:
+    """The function docs of every class the questions involve."""
+    docs = {}
+    for q in questions:
+        for cls in q["involved_classes"]:
+            if cls not in CLASSES:
+                raise HearthError(f"{q['id']}: no backend known for {cls}")
+            if cls not in docs:
+                docs[cls] = _jsonl(zf, f"{DATA}/multi_turn_func_doc/{CLASSES[cls][1]}")
+    return docs
 
 
 def sample(items: list[Item], limit: int) -> list[Item]:
