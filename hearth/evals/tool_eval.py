@@ -97,7 +97,8 @@ def _multi_turn(item: Item, client: ChatClient, backends: Backends) -> tuple[boo
                 return False, f"turn {t}: still calling after {MAX_STEPS} requests"
             ok, why = _check_turn(item, t, turn_results, results_so_far, backends)
             if not ok:
-                return False, f"turn {t}: {why}"
+                said = (reply.message.get("content") or "").strip().replace("\n", " ")
+                return False, f"turn {t}: {why}" + (f"; the model said {said[:120]!r}" if said and not reply.calls else "")
     except BackendError as e:
         return False, str(e)
     return True, ""
