@@ -78,8 +78,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     check_mode(args.mode)  # before anything loads
     if args.limit < 0:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
+    categories = _categories(args.categories)
     wheel = fetch_wheel()
-    items = select(wheel, _categories(args.categories), args.limit, args.ids)
+    items = select(wheel, categories, args.limit, args.ids)
     backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
     llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
     meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
