@@ -71,6 +71,13 @@ def bf16_tiles() -> bool:
     return available() and bool(lib().hk_amx_bf16())
 
 
+@functools.cache
+def vnni_gemm_min_rows() -> int:
+    """From this many rows on the kernels multiply on the int8 VNNI GEMM (csrc/gemm_vnni.h: a CPU or
+    tier without AMX); 0 where AMX tiles take those rows, or without the kernels."""
+    return int(lib().hk_vnni_gemm_min_rows()) if available() else 0
+
+
 def _load(tier: tiers.Tier) -> ctypes.CDLL:
     global library_path
     path = library_path = _build()
@@ -138,6 +145,7 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
         "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
         "hk_amx_bf16": (_int, []),
+        "hk_vnni_gemm_min_rows": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
         "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,

@@ -23,7 +23,7 @@ from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-AMX_MIN_ROWS = 10  # csrc/amx.h: from this many rows the C++ matmuls use AMX int8 tiles, not VNNI
+AMX_MIN_ROWS = 10  # csrc/amx.h, gemm_vnni.h: from this many rows AMX int8 tiles (else the int8 GEMM), not the GEMV
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -78,8 +78,11 @@ class ModelRunner:
         rows of one sequence differ from a 1-row decode (the torch paths: measured, 0.25-0.6 on
         SmolLM2's logits), so drafts would not be lossless. The C++ path: int8 VNNI GEMV below
         AMX_MIN_ROWS (csrc/amx.h), AMX int8 tiles below the layers' native_max_rows, bf16 tiles
-        from there; within one a row is bit-identical whatever the rest of the step (attention
-        splits a row's keys by the number of sequences, not of rows)."""
+        from there; without AMX (the avx512 tier) the int8 VNNI GEMM from AMX_MIN_ROWS on
+        (csrc/gemm_vnni.h VNNI_GEMM_MIN_ROWS: its lanes run along outputs, so its sums differ from
+        the GEMV's), which the same two boundaries cover. Within a regime a row is bit-identical
+        whatever the rest of the step (attention splits a row's keys by the number of sequences,
+        not of rows)."""
         layer = self.model.layers[0]
         if not getattr(layer, "native", None):
             return None

@@ -22,6 +22,7 @@
 #include "amx.h"
 #include "attention.h"
 #include "gemm_bf16.h"
+#include "gemm_vnni.h"
 #include "attention_prefill.h"
 #include "kv_quant.h"
 
@@ -340,14 +341,113 @@ const float* normed(const float* x, int64_t M, int64_t K, int64_t& ldx, const fl
   return out;
 }
 
+template <class T>
+struct VnniRow {  // one weight row -> natural-order codes and per-16 scales (gemm_vnni.h)
+  static void run(const uint8_t* row, int64_t K, int64_t nb, uint8_t* codes, float* s16, float* o16) {
+    vnni_row<T>(row, K, nb, codes, s16, o16);
+  }
+};
+
+template <class T>
+struct VnniGroup {
+  static void run(int& gs) { gs = vnni_group<T>(); }
+};
+
+// Where AMX is not usable (the avx512 tier), from VNNI_GEMM_MIN_ROWS rows on: the VNNI GEMM
+bool vnni_gemm_for(int64_t M) { return M >= VNNI_GEMM_MIN_ROWS && !amx_usable(); }
+
+// y = a @ W.T (a: quantize's natural layout) on AVX-512 VNNI (gemm_vnni.h): each thread unpacks its
+// panels a group at a time (<= VNNI_GROUP_BYTES, in L2) and passes chunks of rows (<= VNNI_CHUNK_BYTES
+// of codes) through the group. False for an unknown type.
+constexpr int64_t VNNI_GROUP_BYTES = 512 << 10, VNNI_CHUNK_BYTES = 256 << 10;
+
+bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
+  const int64_t K = p.K, M = a.M, Kp = a.Kp, N = p.N, panels = (N + VNNI_PANEL - 1) / VNNI_PANEL;
+  const Layout& l = a.natural;
+  // the 32-wide groups' activations: the 32-block's scale (both halves hold it), the halves' sums added
+  thread_local std::vector<float, AlignedAlloc<float>> acts32;
+  const int64_t g16 = Kp / 16, g32 = Kp / 32;
+  float* d32 = scratch(acts32, 2 * M * g32);
+  float* a32 = d32 + M * g32;
+  for_rows(M, [&](int64_t m) {
+    for (int64_t j = 0; j < g32; ++j) {
+      d32[m * g32 + j] = l.d16[m * g16 + 2 * j];
+      a32[m * g32 + j] = l.a16[m * g16 + 2 * j] + l.a16[m * g16 + 2 * j + 1];
+    }
+  });
+  const VnniActs x16{l.q, Kp, l.d16, l.a16, g16}, x32{l.q, Kp, d32, a32, g32};
+  const int64_t pb = vnni_panel_bytes(K), group = std::max<int64_t>(1, VNNI_GROUP_BYTES / pb);
+  const int64_t chunk = std::max<int64_t>(VNNI_MR, VNNI_CHUNK_BYTES / Kp / VNNI_MR * VNNI_MR);
+  int bad = 0;
+#pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
+  {
+    thread_local std::vector<uint8_t, AlignedAlloc<uint8_t>> panel_buf, stage_buf;
+    uint8_t* pw = scratch(panel_buf, group * pb);
+    uint8_t* st = scratch(stage_buf, 16 * (Kp + 2 * g16 * 4));  // 16 rows: codes, then s16, o16
+    float* st_s = reinterpret_cast<float*>(st + 16 * Kp);
+    float* st_o = st_s + 16 * g16;
+    std::vector<VnniPanel> ps(group);
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p1 = panels * (t + 1) / T;
+    for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
+      const int64_t g1 = std::min(p1, g0 + group);
+      for (int64_t pn = g0; pn < g1; ++pn) {
+        int gs = 32;
+        VnniPanel& panel = ps[pn - g0] = vnni_panel_at(pw + (pn - g0) * pb, K, 32);
+        for (int h = 0; h < 2; ++h) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t n = pn * VNNI_PANEL + 16 * h + i;
+            uint8_t* codes = st + i * Kp;
+            float *s16 = st_s + i * g16, *o16 = st_o + i * g16;
+            const Part* q = nullptr;
+            for (const Part& c : p.parts)
+              if (n >= c.out_col && n < c.out_col + c.rows) q = &c;
+            if (!q) {  // past N: zeros (no stale NaN into the masked lanes' sums)
+              std::memset(codes, 0, Kp);
+              std::memset(s16, 0, g16 * 4);
+              std::memset(o16, 0, g16 * 4);
+              continue;
+            }
+            const int64_t r = n - q->out_col;
+            // rows come from DRAM once per call: prefetched a few rows ahead (as gemm_bf16's expansion)
+            const uint8_t* ahead = q->w + (r + EXPAND_AHEAD) * q->row_bytes;
+            for (int64_t b = 0; b < q->row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+            int g = 16;
+            if (!dispatch<VnniRow>(q->qtype, q->w + r * q->row_bytes, K, q->nb, codes, s16, o16) ||
+                !dispatch<VnniGroup>(q->qtype, g))
+              bad = 1;
+            gs = std::min(gs, g);
+          }
+          vnni_half(st, Kp, st_s, st_o, g16, K, h, panel);
+        }
+        panel.gs = gs;
+      }
+      for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+        const int64_t m1 = std::min(M, m0 + chunk);
+        for (int64_t pn = g0; pn < g1; ++pn) {
+          const VnniPanel& panel = ps[pn - g0];
+          const int64_t n0 = pn * VNNI_PANEL, cols = std::min<int64_t>(VNNI_PANEL, N - n0);
+          if (panel.gs == 32)
+            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols);
+          else
+            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols);
+        }
+      }
+    }
+  }
+  return !bad;
+}
+
 thread_local std::vector<TileActs> tile_acts_buf;
 
 // y = rmsnorm(x) @ W.T (norm_w optional): on AMX bf16 tiles for a prefill (the norm applied as x is
-// packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI loop
+// packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI
+// loop; without AMX, from VNNI_GEMM_MIN_ROWS rows on (batches and prefills), on the VNNI GEMM
 bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
             const float* norm_w = nullptr, float eps = 0.0f) {
   if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
   x = normed(x, M, p.K, ldx, norm_w, eps);
+  if (vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false), y, ldy);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
   const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx);
   if (!amx) return run(p, a, y, ldy);
@@ -476,7 +576,7 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   } else {
     float* g = scratch(tmp_mid, M * gu.N);
     matmul(gu, r, M, ldr, g, gu.N, norm_w, eps);
-    for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
+    for_rows(M, [&](int64_t m) { act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N); });
     matmul(dn, g, M, gu.N, y, dn.N);
   }
   add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
@@ -652,6 +752,9 @@ int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, fl
 
 // 1 when this CPU and kernel run AMX bf16 tiles (the prefill matmuls), else 0
 int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
+
+// The row count from which matmuls run on the int8 VNNI GEMM (gemm_vnni.h) here; 0 where AMX takes them
+int hk_vnni_gemm_min_rows() { return amx_usable() ? 0 : VNNI_GEMM_MIN_ROWS; }
 
 // ---- a whole decoder layer for a few rows (decodes, short chunks) in one call ----
 // The same block as hearth.models.transformer.DecoderLayer with every attention over the paged
