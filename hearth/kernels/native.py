@@ -74,8 +74,16 @@ def bf16_tiles() -> bool:
 @functools.cache
 def vnni_gemm_min_rows() -> int:
     """From this many rows on the kernels multiply on the int8 VNNI GEMM (csrc/gemm_vnni.h: a CPU or
-    tier without AMX); 0 where AMX tiles take those rows, or without the kernels."""
+    tier without AMX), up to a plan's gemm_min_rows where dpbf16_gemm() takes prefills; 0 where AMX
+    tiles take those rows, or without the kernels."""
     return int(lib().hk_vnni_gemm_min_rows()) if available() else 0
+
+
+@functools.cache
+def dpbf16_gemm() -> bool:
+    """Prefill-sized matmuls run on AVX512-BF16 here (csrc/gemm_dpbf16.h: no AMX bf16 tiles, a CPU with
+    AVX512-BF16); elsewhere without AMX they take the int8 VNNI GEMM."""
+    return available() and bool(lib().hk_dpbf16_gemm())
 
 
 def _load(tier: tiers.Tier) -> ctypes.CDLL:
@@ -146,6 +154,7 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
         "hk_amx_bf16": (_int, []),
         "hk_vnni_gemm_min_rows": (_int, []),
+        "hk_dpbf16_gemm": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
         "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
@@ -183,8 +192,8 @@ class NativeMatmul:
     pointers, so a call passes only x and y."""
 
     def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0):
-        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles (x rounded to
-        bf16, W expanded per call) instead of 8-bit activations; 0 = never."""
+        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles, or without
+        them on AVX512-BF16 (x rounded to bf16, W expanded per call) instead of 8-bit activations; 0 = never."""
         self.lib = lib()
         assert self.lib is not None
         self.weights = [w for w, _ in weights]  # keeps the memory alive

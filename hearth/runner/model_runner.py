@@ -80,7 +80,8 @@ class ModelRunner:
         AMX_MIN_ROWS (csrc/amx.h), AMX int8 tiles below the layers' native_max_rows, bf16 tiles
         from there; without AMX (the avx512 tier) the int8 VNNI GEMM from AMX_MIN_ROWS on
         (csrc/gemm_vnni.h VNNI_GEMM_MIN_ROWS: its lanes run along outputs, so its sums differ from
-        the GEMV's), which the same two boundaries cover. Within a regime a row is bit-identical
+        the GEMV's) and AVX512-BF16 panels from native_max_rows (csrc/gemm_dpbf16.h): the same
+        two boundaries. Within a regime a row is bit-identical
         whatever the rest of the step (attention splits a row's keys by the number of sequences,
         not of rows)."""
         layer = self.model.layers[0]

@@ -1,13 +1,15 @@
-// Prefill-sized matmuls without AMX, y[M, N] = x[M, K] @ W.T on AVX-512 VNNI: x's rows quantized to
+// Batch-sized matmuls without AMX, y[M, N] = x[M, K] @ W.T on AVX-512 VNNI: x's rows quantized to
 // 8 bits per 32 values (quantize, natural layout: the GEMV's activations), W's codes unpacked once
 // per 32-row panel into a layout where one vector holds 16 output features x 4 consecutive k, and
 // every activation row passes that panel before the next one is unpacked (gemm_bf16.h's scheme).
 //
-// Why int8 and not AVX512-BF16 (vdpbf16ps on panels expanded to bf16): on this project's AVX-512
-// machines (Zen 4; Sapphire Rapids with AMX off) a zmm vpdpbusd (64 MACs) issues as often as a zmm
-// vdpbf16ps (32): measured ~1/cycle each on Zen 4. The int8 loop spends 4 vector ops per scale
-// group on turning int32 sums into f32 (8 vpdpbusd per 32-wide group: ~2/3 of its slots multiply),
-// still ~1.3x the bf16 rate, on half the panel bytes; the activations' 8-bit rounding is the GEMV's.
+// Where it runs: from VNNI_GEMM_MIN_ROWS rows (decode batches, verified drafts, short chunks) up to a
+// plan's gemm_min_rows, where prefills take AVX512-BF16 (gemm_dpbf16.h says why), and for every row
+// count from VNNI_GEMM_MIN_ROWS on where the CPU has no AVX512-BF16 (Ice Lake, Cascade Lake). A zmm
+// vpdpbusd (64 MACs) issues as often as a vdpbf16ps (32): measured ~1/cycle each on Zen 4; this loop
+// spends 4 vector ops per scale group on turning int32 sums into f32 (8 vpdpbusd per 32-wide group),
+// so it runs ~60% of its peak, about the bf16 loop's rate at 512 rows; below 64 rows it is the faster
+// one (its panels are half the bytes to unpack: at 64 rows 1.25-1.4x the bf16 loop, one thread).
 //
 // Register block: 2 vectors of output features (the panel's 32) x MR activation rows; per 4 k a
 // weight vector is loaded and each row's 4 codes broadcast (the vpdpbusd memory operand). Per scale
