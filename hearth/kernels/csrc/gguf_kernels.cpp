@@ -609,9 +609,14 @@ void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t l
   const Plan& p = *static_cast<const Plan*>(plan);
   const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
   matmul(p, xf, M, ldx, y, ldy, norm_w, eps);
-  if (bias)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < p.N; ++n) y[m * ldy + n] += bias[n];
+  if (bias)  // on every thread for a prefill (q|k|v of 512 rows: ~1 ms in one scalar loop)
+    for_rows(M, [&](int64_t m) {
+      for (int64_t n = 0; n < p.N; n += 16) {
+        const __mmask16 k = tail_mask(p.N - n);
+        float* ym = y + m * ldy + n;
+        _mm512_mask_storeu_ps(ym, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, ym), _mm512_maskz_loadu_ps(k, bias + n)));
+      }
+    });
 }
 
 // r[M, N] += rmsnorm_post(x @ W.T): an output projection into the residual stream (post_w optional).
