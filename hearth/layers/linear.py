@@ -105,8 +105,9 @@ class Int4Part(nn.Module):
 class NativePart(nn.Module):
     """Weights of any block types, side by side, computed on their GGUF blocks in the file: the
     C++ integer GEMV below `gemm_min_rows` rows, bf16 tiles expanded per call and a dense matmul
-    from there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8). Computes in bf16 on that path (so norms feed it bf16 and big outputs stay bf16);
-    the GEMV reads f32 or bf16 (`mm` gives f32 out for f32 in, with no cast at all)."""
+    from there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8). Computes in bf16 on
+    that path (so norms feed it bf16 and big outputs stay bf16); the GEMV reads f32 or bf16 (`mm`
+    gives f32 out for f32 in, with no cast at all)."""
 
     in_dtype = torch.bfloat16
 
