@@ -46,7 +46,7 @@ def main() -> None:
     a = ap.parse_args()
     g = GGUFFile(resolve_model(a.model))
     print(f"{a.model}: AMX bf16 tiles {native.bf16_tiles()}, AVX512-BF16 GEMM {native.dpbf16_gemm()}, "
-          f"int8 GEMM from {native.vnni_gemm_min_rows()} rows")
+          f"int8 GEMM from {native.batch_min_rows() if native.vnni_gemm() else 0} rows")
     print(f"{'shape':>8} {'types':>14} {'K':>5} {'N':>6} {'M':>4} thr time | GOP/s median (best): native GEMM, "
           f"int8 GEMM, torch bf16 mm, old path (expand + mm)")
     for label, names in LAYER.items():

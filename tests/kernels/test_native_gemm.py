@@ -3,12 +3,12 @@ dequantization, then an f64 matmul): the int8 VNNI GEMM (csrc/gemm_vnni.h) for b
 also against the GEMV (rows_dot, below 10 rows) on the same rows, and the AVX512-BF16 GEMM
 (csrc/gemm_dpbf16.h) for prefills (a plan's gemm_min_rows on).
 
-Bounds. int8: the activations are the GEMV's (8 bits per 32 values), so the twin's bound is
-test_native.assert_act8_close's (ACT8_TOL). Against the GEMV: both multiply the same 8-bit codes by
-the same weight codes exactly (integer dot products per 16 or 32 weights) and differ only in how
+Bounds. int8: the activations are the GEMV's (8 bits with a scale per 16 values), so the twin's
+bound is test_native.assert_act8_close's (ACT8_TOL). Against the GEMV: both multiply the same 8-bit
+codes by the same weight codes exactly (integer dot products per 16 weights) and differ only in how
 they add the ~K/16 float group terms (s d_x dot + o a_x, each rounded at 2^-24 relative; the
 affine types' s q and o terms can be a few times |w|): GEMV_TOL * (|x| @ |W|.T), ~K/16 * 2^-24 * a
-few, 70x what these shapes show (<= 1.5e-7) and ~400x under ACT8_TOL, so a misplaced code or scale
+few, 50x what these shapes show (<= 2e-7) and ~400x under ACT8_TOL, so a misplaced code or scale
 (errors of the order of |w x|) cannot pass. bf16: products of bf16 values are exact in f32, so
 y = bf16(x) @ bf16(W).T up to f32 sums (BF16_TOL relative, as the AMX bf16 tiles' test)."""
 
@@ -18,14 +18,16 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
+from gguf.quants import quantize as gguf_quantize
 
 from hearth.kernels import native
 from hearth.layers.quant import as_bytes
-from tests.kernels.test_native import assert_act8_close, widths
+from hearth.loader.gguf_loader import GGUFTensor
+from tests.kernels.test_native import ACT8_TOL, assert_act8_close, widths
 from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
 
 INT8 = pytest.mark.skipif(
-    native.vnni_gemm_min_rows() == 0,
+    not native.vnni_gemm(),
     reason="the int8 VNNI GEMM does not run here: no native kernels (AVX-512 VNNI), or AMX tiles take these rows")
 BF16 = pytest.mark.skipif(
     not native.dpbf16_gemm(),
@@ -45,7 +47,7 @@ def linear(ts, k: int, gemm_min_rows: int = 0) -> tuple[native.NativeMatmul, tor
 
 def gemv(mm: native.NativeMatmul, x: torch.Tensor) -> torch.Tensor:
     """The same rows through the GEMV: batches below its threshold."""
-    step = native.vnni_gemm_min_rows() - 1
+    step = native.batch_min_rows() - 1
     return torch.cat([mm(x[i:i + step]) for i in range(0, x.shape[0], step)])
 
 
@@ -62,12 +64,18 @@ def assert_bf16_product(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> No
     assert bool((err <= bound).all()), f"worst err/bound vs bf16(x) @ bf16(W).T {float((err / bound).max()):.3f}"
 
 
-@INT8
-def test_threshold_is_the_amx_regime_boundary():
-    """The runner's row regimes (AMX_MIN_ROWS, native_max_rows) cover this GEMM's boundary."""
-    from hearth.runner.model_runner import AMX_MIN_ROWS
-
-    assert native.vnni_gemm_min_rows() == AMX_MIN_ROWS
+@pytest.mark.skipif(not native.available(), reason="no native kernels here")
+def test_batch_min_rows_is_where_rows_stop_summing_as_the_gemv():
+    """The runner's first row regime (native.batch_min_rows()) is the kernels' boundary, at every
+    tier: below it each row equals its 1-row GEMV bit for bit; from it on (AMX tiles or the int8
+    GEMM) the f32 sums run in another order, so some output differs in its last bits."""
+    b = native.batch_min_rows()
+    assert b > 1
+    mm, _ = linear([random_tensor(Q.Q4_K, 64, 512, np.random.default_rng(4))], 512)
+    x = torch.randn(b, 512)
+    single = torch.cat([mm(x[i:i + 1]) for i in range(b)])
+    assert torch.equal(mm(x[:b - 1]), single[:b - 1])
+    assert not torch.equal(mm(x), single)
 
 
 @INT8
@@ -83,6 +91,26 @@ def test_int8_gemm_against_exact_twin_and_gemv(qtype):
             y = mm(x)
             assert_act8_close(y, x, w)
             assert_near_gemv(y, gemv(mm, x), x, w)
+
+
+@INT8
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("m", [10, 23])
+def test_int8_gemm_scales_each_16_activations(qtype, m):
+    """As the GEMV (test_native.test_each_16_activations_have_their_own_scale): a 32-block whose
+    first half is 1e4 times its second keeps its small half to 1/254 (one scale per 32 would round
+    it to zero), also where the weights' scales cover 32 (the panel's 32-wide groups)."""
+    k = 256
+    w_small_half = torch.zeros(40, k)
+    w_small_half[:, 16:32] = torch.linspace(-1, 1, 40 * 16).view(40, 16)  # weights only on the small half
+    t = GGUFTensor("w", qtype, (40, k), gguf_quantize(w_small_half.numpy(), qtype))
+    mm, w = linear([t], k)
+    x = torch.zeros(m, k)
+    x[:, :16], x[:, 16:32] = 10.0, torch.linspace(1e-3, 2e-3, m * 16).view(m, 16)
+    exact = x.double() @ w.double().T
+    assert float(exact.abs().min()) > 0
+    err = (mm(x).double() - exact).abs()
+    assert bool((err <= ACT8_TOL * 2e-3 * w.abs().sum(1).double() + 1e-9).all()), float((err / exact.abs()).max())
 
 
 def mixed_parts(rng) -> list:

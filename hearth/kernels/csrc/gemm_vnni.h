@@ -1,20 +1,25 @@
 // Batch-sized matmuls without AMX, y[M, N] = x[M, K] @ W.T on AVX-512 VNNI: x's rows quantized to
-// 8 bits per 32 values (quantize, natural layout: the GEMV's activations), W's codes unpacked once
-// per 32-row panel into a layout where one vector holds 16 output features x 4 consecutive k, and
-// every activation row passes that panel before the next one is unpacked (gemm_bf16.h's scheme).
+// 8 bits with a scale per 16 values (quantize's scale16, natural layout: the GEMV's activations), W's
+// codes unpacked once per 32-row panel into a layout where one vector holds 16 output features x 4
+// consecutive k, and every activation row passes that panel before the next one is unpacked
+// (gemm_bf16.h's scheme).
 //
 // Where it runs: from VNNI_GEMM_MIN_ROWS rows (decode batches, verified drafts, short chunks) up to a
 // plan's gemm_min_rows, where prefills take AVX512-BF16 (gemm_dpbf16.h says why), and for every row
 // count from VNNI_GEMM_MIN_ROWS on where the CPU has no AVX512-BF16 (Ice Lake, Cascade Lake). A zmm
 // vpdpbusd (64 MACs) issues as often as a vdpbf16ps (32): measured ~1/cycle each on Zen 4; this loop
-// spends 4 vector ops per scale group on turning int32 sums into f32 (8 vpdpbusd per 32-wide group),
-// so it runs ~60% of its peak, about the bf16 loop's rate at 512 rows; below 64 rows it is the faster
+// spends 3 vector ops per 16 weights on turning int32 sums into f32 (4 vpdpbusd) and 1 per scale
+// group of the weights on the offsets. With one activation scale per 32 (ggml's; 2 ops per 16) it
+// ran ~60% of its peak, about the bf16 loop's rate at 512 rows, and below 64 rows it was the faster
 // one (its panels are half the bytes to unpack: at 64 rows 1.25-1.4x the bf16 loop, one thread).
+// A scale per 16 costs up to 1.25x the vector ops of the 32-wide weight types' blocks (unpacking
+// the panels, which dominates at 10 rows, is unchanged); it is the GEMV's rounding (blocks.h
+// quantize), so batches of 10+ rows keep the fidelity of single-row decodes.
 //
 // Register block: 2 vectors of output features (the panel's 32) x MR activation rows; per 4 k a
-// weight vector is loaded and each row's 4 codes broadcast (the vpdpbusd memory operand). Per scale
-// group (16 or 32 k: GS) the int32 sums become f32 as the GEMV's math does:
-//   acc += float(sum q_w q_x) * (s_w d_x) + o_w * (d_x sum q_x)
+// weight vector is loaded and each row's 4 codes broadcast (the vpdpbusd memory operand). Per 16 k
+// the int32 sums become f32 as the GEMV's math does (GS: the weights' scale group, 16 or 32 k):
+//   acc += float(sum q_w q_x) * (s_w d_x) + o_w * (sum over GS of d_x q_x)
 // so a row's result depends on its panel's sums alone, not on the other rows of the call.
 #pragma once
 
@@ -45,7 +50,7 @@ constexpr int VNNI_MR = 6;  // activation rows per register block: 12 f32 + 12 i
 struct VnniPanel {
   uint8_t* codes;
   float *s, *o;
-  int gs;  // 32 when every feature's scales cover 32 weights (read every other 16-group), else 16
+  int gs;  // 32 when every feature's scales cover 32 weights (offsets read every other 16-group), else 16
 };
 
 inline int64_t vnni_panel_bytes(int64_t K) { return VNNI_PANEL * K + 2 * (K / 16) * VNNI_PANEL * 4; }
@@ -113,16 +118,19 @@ inline void vnni_half(const uint8_t* codes, int64_t ld, const float* s16, const 
   }
 }
 
-// The activations as the panels' epilogue reads them, per row m and scale group g of GS weights:
-// d[m * ld + g] the q8 scale of its 32-block, a[m * ld + g] = d * (sum of its codes)
+// The activations as the panels' epilogue reads them, per row m: d[m * ld + g] the q8 scale of its
+// 16 values g (quantize's scale16: the GEMV's), a[m * lda + j] = the sum of d * code over the scale
+// group j of GS weights (GS = 16: quantize's a16; 32: a16's pairs added)
 struct VnniActs {
   const int8_t* q;  // [M][Kp]
   int64_t Kp;
   const float *d, *a;
-  int64_t ld;
+  int64_t ld, lda;
 };
 
-// y[m][n0 + 0..31] for MR rows from q, over the whole panel: cols masks the two vectors' features
+// y[m][n0 + 0..31] for MR rows from q, over the whole panel: cols masks the two vectors' features.
+// The code sums turn f32 per 16 weights (the activations' scale group); the offsets per GS (the
+// weights' group: o is one value over 32 weights where GS = 32, so o a is added once for both halves).
 template <int GS, int MR>
 void vnni_block(const VnniPanel& p, int64_t K, const VnniActs& x, int64_t m0, float* y, int64_t ldy, __mmask16 c0,
                 __mmask16 c1) {
@@ -130,29 +138,34 @@ void vnni_block(const VnniPanel& p, int64_t K, const VnniActs& x, int64_t m0, fl
   for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   const int8_t* q = x.q + m0 * x.Kp;
   const float* d = x.d + m0 * x.ld;
-  const float* a = x.a + m0 * x.ld;
+  const float* a = x.a + m0 * x.lda;
   for (int64_t g = 0; g < K / GS; ++g) {
-    __m512i s[MR][2];
-    for (int r = 0; r < MR; ++r) s[r][0] = s[r][1] = _mm512_setzero_si512();
-    const uint8_t* cw = p.codes + g * GS * 32;  // GS / 4 quads of 128 bytes
-#pragma GCC unroll 8
-    for (int j = 0; j < GS / 4; ++j) {
-      const __m512i w0 = _mm512_load_si512(cw + 128 * j), w1 = _mm512_load_si512(cw + 128 * j + 64);
+    for (int64_t g16 = g * (GS / 16); g16 < (g + 1) * (GS / 16); ++g16) {
+      __m512i s[MR][2];
+      for (int r = 0; r < MR; ++r) s[r][0] = s[r][1] = _mm512_setzero_si512();
+      const uint8_t* cw = p.codes + g16 * 16 * 32;  // 4 quads of 128 bytes
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) {
+        const __m512i w0 = _mm512_load_si512(cw + 128 * j), w1 = _mm512_load_si512(cw + 128 * j + 64);
+        for (int r = 0; r < MR; ++r) {
+          int32_t v;
+          std::memcpy(&v, q + r * x.Kp + g16 * 16 + 4 * j, 4);
+          const __m512i xb = _mm512_set1_epi32(v);
+          s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, xb);
+          s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, xb);
+        }
+      }
+      const __m512 s0 = _mm512_load_ps(p.s + VNNI_PANEL * g16), s1 = _mm512_load_ps(p.s + VNNI_PANEL * g16 + 16);
       for (int r = 0; r < MR; ++r) {
-        int32_t v;
-        std::memcpy(&v, q + r * x.Kp + g * GS + 4 * j, 4);
-        const __m512i xb = _mm512_set1_epi32(v);
-        s[r][0] = _mm512_dpbusd_epi32(s[r][0], w0, xb);
-        s[r][1] = _mm512_dpbusd_epi32(s[r][1], w1, xb);
+        const __m512 dr = _mm512_set1_ps(d[r * x.ld + g16]);
+        acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(s0, dr), acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(s1, dr), acc[r][1]);
       }
     }
-    const int64_t g16 = g * (GS / 16);  // the panel's scales are per 16 weights
-    const __m512 s0 = _mm512_load_ps(p.s + VNNI_PANEL * g16), s1 = _mm512_load_ps(p.s + VNNI_PANEL * g16 + 16);
-    const __m512 o0 = _mm512_load_ps(p.o + VNNI_PANEL * g16), o1 = _mm512_load_ps(p.o + VNNI_PANEL * g16 + 16);
+    const int64_t og = g * (GS / 16);  // the group's offsets (the same for its 16-halves)
+    const __m512 o0 = _mm512_load_ps(p.o + VNNI_PANEL * og), o1 = _mm512_load_ps(p.o + VNNI_PANEL * og + 16);
     for (int r = 0; r < MR; ++r) {
-      const __m512 dr = _mm512_set1_ps(d[r * x.ld + g]), ar = _mm512_set1_ps(a[r * x.ld + g]);
-      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][0]), _mm512_mul_ps(s0, dr), acc[r][0]);
-      acc[r][1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[r][1]), _mm512_mul_ps(s1, dr), acc[r][1]);
+      const __m512 ar = _mm512_set1_ps(a[r * x.lda + g]);
       acc[r][0] = _mm512_fmadd_ps(o0, ar, acc[r][0]);
       acc[r][1] = _mm512_fmadd_ps(o1, ar, acc[r][1]);
     }

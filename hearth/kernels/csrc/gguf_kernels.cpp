@@ -365,18 +365,14 @@ constexpr int64_t VNNI_GROUP_BYTES = 512 << 10, VNNI_CHUNK_BYTES = 256 << 10;
 bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
   const int64_t K = p.K, M = a.M, Kp = a.Kp, N = p.N, panels = (N + VNNI_PANEL - 1) / VNNI_PANEL;
   const Layout& l = a.natural;
-  // the 32-wide groups' activations: the 32-block's scale (both halves hold it), the halves' sums added
+  // the offsets of 32-wide weight groups take the activations' sums over both 16-halves
   thread_local std::vector<float, AlignedAlloc<float>> acts32;
   const int64_t g16 = Kp / 16, g32 = Kp / 32;
-  float* d32 = scratch(acts32, 2 * M * g32);
-  float* a32 = d32 + M * g32;
+  float* a32 = scratch(acts32, M * g32);
   for_rows(M, [&](int64_t m) {
-    for (int64_t j = 0; j < g32; ++j) {
-      d32[m * g32 + j] = l.d16[m * g16 + 2 * j];
-      a32[m * g32 + j] = l.a16[m * g16 + 2 * j] + l.a16[m * g16 + 2 * j + 1];
-    }
+    for (int64_t j = 0; j < g32; ++j) a32[m * g32 + j] = l.a16[m * g16 + 2 * j] + l.a16[m * g16 + 2 * j + 1];
   });
-  const VnniActs x16{l.q, Kp, l.d16, l.a16, g16}, x32{l.q, Kp, d32, a32, g32};
+  const VnniActs x16{l.q, Kp, l.d16, l.a16, g16, g16}, x32{l.q, Kp, l.d16, a32, g16, g32};
   const int64_t pb = vnni_panel_bytes(K), group = std::max<int64_t>(1, VNNI_GROUP_BYTES / pb);
   const int64_t chunk = std::max<int64_t>(VNNI_MR, VNNI_CHUNK_BYTES / Kp / VNNI_MR * VNNI_MR);
   int bad = 0;
@@ -517,7 +513,7 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
   if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
   x = normed(x, M, p.K, ldx, norm_w, eps);
   if (dp_gemm_for(p, M)) return gemm_dpbf16(p, x, M, ldx, y, ldy);
-  if (vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false), y, ldy);
+  if (vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
   const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx);
   if (!amx) return run(p, a, y, ldy);
@@ -559,7 +555,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 10; }
+int hk_abi_version() { return 11; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -828,8 +824,12 @@ int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, fl
 // 1 when this CPU and kernel run AMX bf16 tiles (the prefill matmuls), else 0
 int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
 
-// The row count from which matmuls run on the int8 VNNI GEMM (gemm_vnni.h) here; 0 where AMX takes them
-int hk_vnni_gemm_min_rows() { return amx_usable() ? 0 : VNNI_GEMM_MIN_ROWS; }
+// The row count from which matmuls leave the GEMV (rows_dot) here: for AMX int8 tiles, or without AMX
+// for the int8 VNNI GEMM (gemm_vnni.h)
+int hk_batch_min_rows() { return amx_usable() ? AMX_MIN_ROWS : VNNI_GEMM_MIN_ROWS; }
+
+// 1 when those batches run on the int8 VNNI GEMM (no AMX tiles here), else 0
+int hk_vnni_gemm() { return amx_usable() ? 0 : 1; }
 
 // 1 when prefill-sized matmuls (a plan's gemm_min_rows on) run on AVX512-BF16 here (gemm_dpbf16.h:
 // no AMX bf16 tiles, the CPU has AVX512-BF16), else 0
