@@ -33,7 +33,7 @@ SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
 FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
          "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2",
          "-ffp-contract=off", "-w"]
-ABI_VERSION = 10
+ABI_VERSION = 11
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
           13: "Q5_K", 14: "Q6_K"}
@@ -69,6 +69,28 @@ def available() -> bool:
 def bf16_tiles() -> bool:
     """The kernels multiply prefill-sized batches on AMX bf16 tiles here (Sapphire Rapids and later)."""
     return available() and bool(lib().hk_amx_bf16())
+
+
+@functools.cache
+def batch_min_rows() -> int:
+    """From this many rows on the kernels' matmuls leave the GEMV, up to a plan's gemm_min_rows (the
+    prefill kernels): for AMX int8 tiles, or without AMX the int8 VNNI GEMM (vnni_gemm()). Their sums
+    run in another order than the GEMV's: the runner's first row regime. 0 without the kernels."""
+    return int(lib().hk_batch_min_rows()) if available() else 0
+
+
+@functools.cache
+def vnni_gemm() -> bool:
+    """Batches of batch_min_rows() on run on the int8 VNNI GEMM here (csrc/gemm_vnni.h: a CPU or tier
+    without AMX), not on AMX int8 tiles."""
+    return available() and bool(lib().hk_vnni_gemm())
+
+
+@functools.cache
+def dpbf16_gemm() -> bool:
+    """Prefill-sized matmuls (a plan's gemm_min_rows on) run on AVX512-BF16 here (csrc/gemm_dpbf16.h:
+    no AMX bf16 tiles, a CPU with AVX512-BF16); elsewhere without AMX they take the int8 VNNI GEMM."""
+    return available() and bool(lib().hk_dpbf16_gemm())
 
 
 def _load(tier: tiers.Tier) -> ctypes.CDLL:
@@ -138,6 +160,9 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
         "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
         "hk_amx_bf16": (_int, []),
+        "hk_batch_min_rows": (_int, []),
+        "hk_vnni_gemm": (_int, []),
+        "hk_dpbf16_gemm": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
         "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
@@ -175,8 +200,8 @@ class NativeMatmul:
     pointers, so a call passes only x and y."""
 
     def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0):
-        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles (x rounded to
-        bf16, W expanded per call) instead of 8-bit activations; 0 = never."""
+        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles, or without
+        them on AVX512-BF16 (x rounded to bf16, W expanded per call) instead of 8-bit activations; 0 = never."""
         self.lib = lib()
         assert self.lib is not None
         self.weights = [w for w, _ in weights]  # keeps the memory alive

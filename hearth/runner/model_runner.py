@@ -10,6 +10,7 @@ import sys
 import torch
 
 from hearth.config import ModelConfig
+from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
@@ -23,7 +24,6 @@ from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-AMX_MIN_ROWS = 10  # csrc/amx.h: from this many rows the C++ matmuls use AMX int8 tiles, not VNNI
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -77,13 +77,15 @@ class ModelRunner:
         across them (for the scheduler: drafts never push a step over one); None when even 1 + k
         rows of one sequence differ from a 1-row decode (the torch paths: measured, 0.25-0.6 on
         SmolLM2's logits), so drafts would not be lossless. The C++ path: int8 VNNI GEMV below
-        AMX_MIN_ROWS (csrc/amx.h), AMX int8 tiles below the layers' native_max_rows, bf16 tiles
-        from there; within one a row is bit-identical whatever the rest of the step (attention
-        splits a row's keys by the number of sequences, not of rows)."""
+        native.batch_min_rows(), batch GEMMs below the layers' native_max_rows (AMX int8 tiles, or
+        without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the GEMV's), prefill
+        GEMMs from there (AMX bf16 tiles, or AVX512-BF16 panels). Within a regime a row is
+        bit-identical whatever the rest of the step (attention splits a row's keys by the number
+        of sequences, not of rows)."""
         layer = self.model.layers[0]
         if not getattr(layer, "native", None):
             return None
-        return (AMX_MIN_ROWS, layer.native_max_rows)
+        return (native.batch_min_rows(), layer.native_max_rows)
 
     @property
     def kv_bytes(self) -> int:
