@@ -9,8 +9,7 @@ from __future__ import annotations
 import uuid
 
 from hearth.api.messages import template_arguments
-from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent
-from hearth.tool_parsers.types import ToolCallArgumentsDelta, ToolCallStart
+from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart
 
 
 def item_id(prefix: str) -> str:

@@ -167,3 +167,14 @@ def test_template_without_tools_gets_them_in_the_system_prompt(make_fake):
     r = f.openai.responses.create(model="fake-model", input="Weather? script:tool", tools=[WEATHER],
                                   tool_choice="auto")
     assert r.output[-1].type == "function_call" and "get_weather" in f.last.prompt
+
+
+def test_function_call_arguments_stream_as_written(fake):
+    events = _events(fake.openai.responses.create(model="fake-model", input="script:tool_pieces", tools=[WEATHER],
+                                                  stream=True))
+    added = next(e for e in events if e.type == "response.output_item.added")
+    assert added.item.type == "function_call" and added.item.name == "get_weather" and added.item.call_id
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    done = next(e for e in events if e.type == "response.function_call_arguments.done")
+    assert len(deltas) >= 3 and "".join(deltas) == done.arguments
+    assert json.loads(done.arguments) == {"city": "Paris", "days": 3}
