@@ -168,6 +168,9 @@ def test_policy_pauses_a_request_whose_drafts_keep_failing_and_reprobes():
     assert drafted[:13] == [False] + [True] * 3 + [False] * 8 + [True]
     ks = [len(so.seqs[0].spec_token_ids) for so in runner.steps if so.seqs][1:4]
     assert ks == [4, 1, 1]  # after a miss: accepted + 1 drafts
+    s = engine.spec.stats  # the policy's decisions, counted: every decode step drafted or paused
+    assert s.num_steps == len(drafted) - 1 and s.num_steps_drafting == sum(drafted) == s.num_drafts
+    assert s.num_paused == s.num_steps - s.num_steps_drafting > 0 and s.num_steps_batch_off == 0
 
 
 def test_no_drafts_in_a_batch_large_enough_to_be_compute_bound():
@@ -178,6 +181,8 @@ def test_no_drafts_in_a_batch_large_enough_to_be_compute_bound():
         engine.add_request([1 + i], SamplingParams(max_tokens=4, temperature=0), str(i))
     run_all(engine)
     assert not any(s.spec_token_ids for so in runner.steps for s in so.seqs)
+    s = engine.spec.stats
+    assert s.num_steps == s.num_steps_batch_off > 0 and s.num_steps_drafting == 0
 
 
 def test_drafts_never_push_a_step_into_the_next_kernel_regime():
