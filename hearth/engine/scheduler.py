@@ -30,6 +30,8 @@ class Scheduler:
         self.running: list[Request] = []
         self._finished_ids: list[str] = []
         self.num_preemptions = 0
+        self._admitted_with_hit: set[str] = set()
+        """Requests admitted this step with a prefix-cache hit: their message carries the prefix."""
         self.spec_results: list[DraftOutcome] = []
         """Per sequence with drafts since last taken: how many were verified and accepted."""
 
@@ -72,6 +74,7 @@ class Scheduler:
         preempt a request, delay an admission or take a block another request's token needs."""
         budget = self.max_num_batched_tokens
         scheduled: list[tuple[Request, int]] = []  # (request, new tokens)
+        self._admitted_with_hit = set()
         for req in list(self.running):
             if req not in self.running:  # preempted earlier in this loop
                 continue
@@ -89,6 +92,8 @@ class Scheduler:
                 break
             if req.status is RequestStatus.WAITING:
                 req.num_cached_tokens = req.num_computed_tokens
+            if req.num_computed_tokens:
+                self._admitted_with_hit.add(req.request_id)
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
@@ -169,6 +174,7 @@ class Scheduler:
             banned_rows=p.min_tokens - len(req.output_token_ids),
             spec_token_ids=req.spec_token_ids[:k],
             spec_parents=req.spec_parents[:k],  # a tree's first k nodes are a tree
+            prefix_token_ids=req.token_slice(0, start) if req.request_id in self._admitted_with_hit else [],
             num_draft_slots=0 if req.spec_token_ids else k,
         )
 
