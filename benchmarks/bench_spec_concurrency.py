@@ -29,7 +29,7 @@ from hearth.bench.report import policy_text  # noqa: E402
 from hearth.bench.spec import prompts, variants  # noqa: E402
 from hearth.loader.resolve import resolve_model  # noqa: E402
 
-DEFAULT = {**variants.DEFAULT_HEARTH, "suffix": {"method": "suffix"}}
+DEFAULT = variants.DEFAULT_HEARTH  # plain, ngram, draft, draft tree, suffix
 COUNTERS = ("num_draft_tokens", "num_accepted_tokens", "num_steps", "num_steps_drafting",
             "num_steps_batch_off", "num_paused")
 
