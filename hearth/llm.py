@@ -97,7 +97,7 @@ class LLM:
                         "computed bit for bit as a decode row, so drafts would not be lossless")
             spec = None
         if spec is not None and draft is not None:
-            self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size)
+            self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens)
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or ())

@@ -54,7 +54,9 @@ class LocalClient:
         if spec is None:
             return None
         s = spec.stats
-        return {"drafts": s.num_drafts, "draft_tokens": s.num_draft_tokens, "accepted_tokens": s.num_accepted_tokens}
+        return {"drafts": s.num_drafts, "draft_tokens": s.num_draft_tokens, "accepted_tokens": s.num_accepted_tokens,
+                "steps": s.num_steps, "steps_drafting": s.num_steps_drafting,
+                "steps_batch_off": s.num_steps_batch_off, "paused": s.num_paused}
 
     async def start(self, workload: Workload) -> None:
         self.prepare(workload)

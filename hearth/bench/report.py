@@ -63,7 +63,24 @@ def _acceptance_text(results: dict) -> str:
     drafted = sum((lv.get("speculative") or {}).get("draft_tokens", 0) for lv in results["levels"])
     accepted = sum((lv.get("speculative") or {}).get("accepted_tokens", 0) for lv in results["levels"])
     return (f"acceptance length {length:.2f} tokens per forward ({spec['method']}: {accepted:,} of "
-            f"{drafted:,} drafted tokens accepted)")
+            f"{drafted:,} drafted tokens accepted){_policy_text(results['levels'])}")
+
+
+def policy_text(counts: dict) -> str:
+    """The policy's decisions from spec-decode counter deltas (steps, steps_drafting, ...)."""
+    steps = counts.get("steps") or 0
+    if not steps:
+        return "no decode steps"
+    return (f"drafts on in {counts['steps_drafting'] / steps:.0%} of {steps:,} decode steps, off for the batch "
+            f"size in {counts['steps_batch_off'] / steps:.0%}, {counts['paused']:,} request-steps paused")
+
+
+def _policy_text(levels: list[dict]) -> str:
+    specs = [lv["speculative"] for lv in levels if lv.get("speculative") and "steps" in lv["speculative"]]
+    if not specs:
+        return ""
+    total = {k: sum(s[k] for s in specs) for k in ("steps", "steps_drafting", "steps_batch_off", "paused")}
+    return "; policy: " + policy_text(total)
 
 
 def _pair(summary: dict | None, a: str, b: str, scale: float = 1.0, fmt: str = "{:.2f}") -> str:

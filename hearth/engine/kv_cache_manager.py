@@ -141,6 +141,13 @@ class KVCacheManager:
                 self.pending_saves[hashes[i]] = req.block_ids[i]
         req.num_registered_blocks = full
 
+    def free_slots(self, req: Request, num_new_tokens: int) -> int:
+        """Slots past req's num_computed + num_new tokens that allocate_slots can give it now
+        without anyone losing a block: the rest of its table's last block and every free block
+        (cached free blocks included: they are evicted in LRU order, as for any allocation)."""
+        used = req.num_computed_tokens + num_new_tokens
+        return (len(req.block_ids) + self.pool.num_free) * self.block_size - used
+
     def max_drafts(self, req: Request, k: int) -> int:
         """How many of k drafts after req's next token may be written: all of them, or with sealing
         blocks only those before the next block's last slot (draft i sits at num_computed + 1 + i)."""

@@ -30,6 +30,8 @@ class Scheduler:
         self.running: list[Request] = []
         self._finished_ids: list[str] = []
         self.num_preemptions = 0
+        self._admitted_with_hit: set[str] = set()
+        """Requests admitted this step with a prefix-cache hit: their message carries the prefix."""
         self.spec_results: list[DraftOutcome] = []
         """Per sequence with drafts since last taken: how many were verified and accepted."""
 
@@ -67,22 +69,20 @@ class Scheduler:
             req.spec_token_ids = drafts.chain() if isinstance(drafts, DraftTree) else list(drafts)
 
     def schedule(self) -> SchedulerOutput:
+        """Two passes: every request's real tokens (running first, then admissions), then drafts
+        only from the token budget, kernel regime and free blocks left over, so drafts never
+        preempt a request, delay an admission or take a block another request's token needs."""
         budget = self.max_num_batched_tokens
-        scheduled: list[tuple[Request, int, int]] = []  # (request, new tokens, drafts)
+        scheduled: list[tuple[Request, int]] = []  # (request, new tokens)
+        self._admitted_with_hit = set()
         for req in list(self.running):
             if req not in self.running:  # preempted earlier in this loop
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
-            if n <= 0:
+            if n <= 0 or not self._allocate_or_preempt(req, n):
                 continue
-            k = self._num_drafts(req, n, budget)
-            # drafts only in room that is free: they never preempt anyone
-            if not (k and self.kv.allocate_slots(req, n + k)):
-                k = 0
-                if not self._allocate_or_preempt(req, n):
-                    continue
-            scheduled.append((req, n, k))
-            budget -= n + k
+            scheduled.append((req, n))
+            budget -= n
         while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[0]
             cached = self.kv.find_cached_prefix(req)
@@ -92,15 +92,17 @@ class Scheduler:
                 break
             if req.status is RequestStatus.WAITING:
                 req.num_cached_tokens = req.num_computed_tokens
+            if req.num_computed_tokens:
+                self._admitted_with_hit.add(req.request_id)
             self.waiting.popleft()
             req.status = RequestStatus.RUNNING
             self.running.append(req)
-            scheduled.append((req, n, 0))
+            scheduled.append((req, n))
             budget -= n
-        scheduled = self._within_regime(scheduled)
+        with_drafts = self._add_drafts(scheduled, budget)
         finished, self._finished_ids = self._finished_ids, []
         loads, saves = self.kv.take_transfers()
-        return SchedulerOutput([self._message(r, n, k) for r, n, k in scheduled], finished, loads, saves)
+        return SchedulerOutput([self._message(r, n, k) for r, n, k in with_drafts], finished, loads, saves)
 
     def idle_output(self) -> SchedulerOutput | None:
         """With nothing to run: the message naming the never-used blocks one full step would take
@@ -108,30 +110,35 @@ class Scheduler:
         blocks = self.kv.pool.untouched(self.kv.blocks_needed(self.max_num_batched_tokens))
         return SchedulerOutput([], prefault_blocks=blocks) if blocks else None
 
-    def _num_drafts(self, req: Request, n: int, budget: int) -> int:
-        """How many of req's drafts fit this step: within the token budget, max_tokens and max_len
-        (the step may append all of them and a bonus token) and, with a sealing KV format, before
-        the next block's last slot. Only a request decoding its one next token verifies drafts."""
-        want = len(req.spec_token_ids) or req.num_draft_slots
-        if n != 1 or not want:
-            return 0
-        room = req.max_len - req.num_tokens - 1
-        if req.params.max_tokens is not None:
-            room = min(room, req.params.max_tokens - len(req.output_token_ids) - 1)
-        return max(0, self.kv.max_drafts(req, min(want, budget - 1, room)))
-
-    def _within_regime(self, scheduled: list[tuple[Request, int, int]]) -> list[tuple[Request, int, int]]:
-        """Drop drafts, last sequences first, so the step stays below the first regime boundary
-        above its rows without drafts (blocks taken for dropped drafts go back after the step)."""
-        plain = sum(n for _, n, _ in scheduled)
-        cap = min((b - 1 for b in self.row_regimes if b > plain), default=None)
-        excess = 0 if cap is None else plain + sum(k for _, _, k in scheduled) - cap
+    def _add_drafts(self, scheduled: list[tuple[Request, int]], budget: int) -> list[tuple[Request, int, int]]:
+        """The second pass: drafts for the scheduled requests, in order, within the budget left, below
+        the first kernel regime boundary above the step's real rows, and in KV slots that are free
+        now (the request's last block, then free blocks): never by preempting anyone."""
+        plain = sum(n for _, n in scheduled)
+        cap = min((b - 1 for b in self.row_regimes if b > plain), default=plain + budget)
+        room = min(budget, cap - plain)
         out = []
-        for req, n, k in reversed(scheduled):
-            cut = min(k, max(excess, 0))
-            excess -= cut
-            out.append((req, n, k - cut))
-        return out[::-1]
+        for req, n in scheduled:
+            k = self._num_drafts(req, n, room)
+            k = min(k, self.kv.free_slots(req, n))
+            if k and not self.kv.allocate_slots(req, n + k):
+                raise RuntimeError(f"{k} draft slots counted free for {req.request_id} could not be allocated")
+            room -= k
+            out.append((req, n, k))
+        return out
+
+    def _num_drafts(self, req: Request, n: int, room: int) -> int:
+        """How many of req's drafts fit this step: within room (what is left of the step's tokens),
+        max_tokens and max_len (the step may append all of them and a bonus token) and, with a
+        sealing KV format, before the next block's last slot. Only a request decoding its one next
+        token verifies drafts."""
+        want = len(req.spec_token_ids) or req.num_draft_slots
+        if n != 1 or not want or room <= 0:
+            return 0
+        left = req.max_len - req.num_tokens - 1
+        if req.params.max_tokens is not None:
+            left = min(left, req.params.max_tokens - len(req.output_token_ids) - 1)
+        return max(0, self.kv.max_drafts(req, min(want, room, left)))
 
     def _allocate_or_preempt(self, req: Request, n: int) -> bool:
         """Make room for req by preempting the newest running requests (recomputed later)."""
@@ -167,6 +174,7 @@ class Scheduler:
             banned_rows=p.min_tokens - len(req.output_token_ids),
             spec_token_ids=req.spec_token_ids[:k],
             spec_parents=req.spec_parents[:k],  # a tree's first k nodes are a tree
+            prefix_token_ids=req.token_slice(0, start) if req.request_id in self._admitted_with_hit else [],
             num_draft_slots=0 if req.spec_token_ids else k,
         )
 

@@ -5,9 +5,14 @@ Its K/V live in their own tensors with the target's num_blocks and block_size, i
 block tables: one block id holds the target's and the draft's K/V of the same positions, so the
 scheduler's block accounting (allocation, rollback, preemption, prefix caching) covers both.
 
-Per step: one batched forward catches the draft's K/V up on every scheduled sequence's new tokens
-(prefill chunks included) and gives the first draft of the sequences with slots; k - 1 batched
-one-token steps give the rest. Greedy requests draft the draft model's argmax; sampled ones draw
+The draft computes a sequence's tokens only in a step where it drafts for it: a sequence without
+slots (a prefill chunk, a request the policy paused, a step too big to draft in) only queues its
+tokens, and the next step with slots catches all of them up in one batched forward (in pieces of
+at most max_rows rows), which also gives the first draft; k - 1 batched one-token steps give the
+rest. Its K/V only shape the proposals, never the output (the target verifies every draft), so the
+lag costs nothing in correctness. Blocks shared through the prefix cache keep their draft K/V only
+where the draft wrote them for their present tokens (valid_blocks): a block loaded from the disk
+tier, or filled while its owner's draft lagged, is caught up by the next request that hits it. Greedy requests draft the draft model's argmax; sampled ones draw
 each draft from q, the draft's distribution after the request's temperature / top-k / top-p / min-p,
 with the request's generator, and hand q to the target's rejection sampling
 (hearth.sample.speculative), so the output stays distributed as the target's."""
@@ -30,6 +35,8 @@ from hearth.sample.speculative import race
 
 TREE_TOP_K = 4
 """Candidates per position a draft tree may branch into."""
+LAG = 8
+"""Queued tokens from which a sequence's catch-up runs as a prefill before its last token."""
 
 
 @dataclass(slots=True)
@@ -37,18 +44,24 @@ class _DraftState:
     valid: int
     """The draft's K/V hold positions [0, valid) of this request's committed tokens."""
     pending: list[int] = field(default_factory=list)
-    """Committed tokens at positions valid.. that the draft has not computed yet (an accepted last
-    draft: the target computed it, the draft only proposed it)."""
+    """Committed tokens at positions valid.. that the draft has not computed yet: an accepted last
+    draft (the target computed it, the draft only proposed it), the tokens of steps without slots,
+    a prefix-cache hit's blocks whose draft K/V are not valid."""
 
 
 class DraftModel:
-    def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int):
-        self.model, self.cfg, self.block_size = model, cfg, block_size
+    def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
+                 max_rows: int = 512):
+        """max_rows: most rows of one catch-up forward (the step's token budget is a fair size)."""
+        self.model, self.cfg, self.block_size, self.max_rows = model, cfg, block_size, max_rows
         codec = CODECS["f16"]  # the draft's own format: plain, whatever the target's is
         # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
         shape = codec.shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
         self.kv_caches = [lazy_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
         self.states: dict[str, _DraftState] = {}
+        self.valid_blocks: set[int] = set()
+        """Full blocks whose draft K/V the draft wrote for the tokens they hold now."""
+        self._prefix_work: list[tuple[int, list[int], list[int]]] = []
         self._last: dict[str, tuple[int, list[int]]] = {}
         """request id -> (start of its drafts, the drafts) of the step being verified."""
         self.probs: dict[str, torch.Tensor] = {}
@@ -61,47 +74,59 @@ class DraftModel:
     def forget(self, request_id: str) -> None:
         self.states.pop(request_id, None)
 
+    def invalidate(self, block_ids: list[int]) -> None:
+        """These blocks' target K/V were replaced without the draft's (loaded from the disk tier)."""
+        self.valid_blocks.difference_update(block_ids)
+
     @torch.inference_mode()
     def draft(self, so: SchedulerOutput, generator) -> SchedulerOutput:
-        """so with every sequence's draft slots filled by the draft model (chains); generator:
-        (request id, params) -> the request's torch.Generator (None for greedy)."""
+        """so with every sequence's draft slots filled by the draft model (chains, or trees);
+        generator: (request id, params) -> the request's torch.Generator (None for greedy)."""
         self._last, self.probs = {}, {}
         qs: dict[int, list[torch.Tensor]] = {}
         if not so.seqs:
             return so
-        catch_up = [self._catch_up_tokens(s) for s in so.seqs]  # (first position, tokens)
-        slots = [s.num_draft_slots for s in so.seqs]
+        work = [i for i, s in enumerate(so.seqs) if s.num_draft_slots]
+        self._prefix_work = []
+        catch_up = {i: self._queue(s, i in work) for i, s in enumerate(so.seqs)}  # i -> (valid before, first position, tokens)
+        self._prefill(self._prefix_work)
+        self._track_blocks(so, [catch_up[i][0] for i in range(len(so.seqs))])
+        if not work:
+            return so
+        seqs_w = [so.seqs[i] for i in work]
+        slots = [s.num_draft_slots for s in seqs_w]
         k_of = [min(k, self.tree_depth) if self.tree_depth else k for k in slots]  # the chain's length
         tops: dict[int, list] = {i: [] for i, (k, n) in enumerate(zip(slots, k_of)) if k > n}  # trees
-        drafts: list[list[int]] = [[] for _ in so.seqs]
-        live = [i for i, k in enumerate(k_of) if k]
-        logits = self._forward([(p, t, so.seqs[i].block_ids) for i, (p, t) in enumerate(catch_up)], live)
-        tokens = self._pick(so, live, logits, qs, generator, tops)
-        for i, s in enumerate(so.seqs):
-            self.states[s.request_id] = _DraftState(s.start_pos + len(s.token_ids))
-        for step in range(1, max(k_of, default=0) + 1):
+        drafts: list[list[int]] = [[] for _ in seqs_w]
+        live = list(range(len(work)))
+        logits = self._catch_up([(*catch_up[i][1:], so.seqs[i].block_ids) for i in work], live)
+        tokens = self._pick(seqs_w, live, logits, qs, generator, tops)
+        for step in range(1, max(k_of) + 1):
             for i, t in zip(live, tokens):
                 drafts[i].append(t)
             live = [i for i in live if len(drafts[i]) < k_of[i]]
             if not live:
                 break
             # draft j - 1 (at its position) gives draft j; its K/V written as it goes
-            batch = [(so.seqs[i].start_pos + len(so.seqs[i].token_ids) + step - 1, [drafts[i][-1]],
-                      so.seqs[i].block_ids) for i in live]
-            tokens = self._pick(so, live, self._forward(batch, list(range(len(live)))), qs, generator, tops)
-        seqs = []
-        for i, (s, d) in enumerate(zip(so.seqs, drafts)):
-            if d:
-                self._last[s.request_id] = (s.start_pos + len(s.token_ids), d)
-                nodes, parents = d, []
-                if i in tops:
-                    top = tops[i][: len(d)]
-                    nodes, parents, _ = best_first_tree(d, [p for _, p in top], [t for t, _ in top], slots[i])
-                if i in qs:  # a tree's chain (first children) was drawn from these; its branches are point masses
-                    self.probs[s.request_id] = torch.stack(qs[i][: len(d)])  # [k, V]
-                s = replace(s, spec_token_ids=nodes, spec_parents=parents, num_draft_slots=0)
-            seqs.append(s)
-        return replace(so, seqs=seqs)
+            batch = [(seqs_w[i].start_pos + len(seqs_w[i].token_ids) + step - 1, [drafts[i][-1]],
+                      seqs_w[i].block_ids) for i in live]
+            tokens = self._pick(seqs_w, live, self._forward(batch, list(range(len(live)))), qs, generator, tops)
+        filled = dict(zip(work, self._fill(seqs_w, drafts, slots, tops, qs)))
+        return replace(so, seqs=[filled.get(i, s) for i, s in enumerate(so.seqs)])
+
+    def _fill(self, seqs: list, drafts: list[list[int]], slots: list[int], tops: dict, qs: dict) -> list:
+        """Each sequence with its drafts as spec tokens (a tree where tops has its top-k)."""
+        out = []
+        for i, (s, d) in enumerate(zip(seqs, drafts)):
+            self._last[s.request_id] = (s.start_pos + len(s.token_ids), d)
+            nodes, parents = d, []
+            if i in tops:
+                top = tops[i][: len(d)]
+                nodes, parents, _ = best_first_tree(d, [p for _, p in top], [t for t, _ in top], slots[i])
+            if i in qs:  # a tree's chain (first children) was drawn from these; its branches are point masses
+                self.probs[s.request_id] = torch.stack(qs[i][: len(d)])  # [k, V]
+            out.append(replace(s, spec_token_ids=nodes, spec_parents=parents, num_draft_slots=0))
+        return out
 
     def observe(self, out: RunnerOutput) -> None:
         """After verification: the draft's K/V are valid up to its last accepted draft that it
@@ -119,17 +144,79 @@ class DraftModel:
             st.pending = accepted[v:]
         self._last = {}
 
-    def _catch_up_tokens(self, s) -> tuple[int, list[int]]:
-        """(first position, tokens) the draft computes for s: what it has not seen up to s's end."""
+    def _queue(self, s, now: bool) -> tuple[int, int, list[int]]:
+        """Queue s's tokens behind what the draft has not computed; now: take the whole queue.
+        -> (draft-valid position before, first position to compute now, the tokens to compute
+        now); the state then says they are computed."""
         st = self.states.get(s.request_id)
-        # new, recomputed after preemption (start_pos 0) or out of step: start at start_pos. A
-        # prefix-cache hit trusts the cached blocks' draft K/V (written when the target's were)
-        if st is None or s.start_pos == 0 or st.valid + len(st.pending) != s.start_pos:
-            return s.start_pos, list(s.token_ids)
-        return st.valid, st.pending + list(s.token_ids)
+        # admitted (position 0, or a prefix-cache hit whose tokens come along), or out of step
+        admitted = st is None or s.start_pos == 0 or s.prefix_token_ids or st.valid + len(st.pending) != s.start_pos
+        if admitted:
+            st = self.states[s.request_id] = self._admitted(s)
+        before = st.valid
+        if admitted and st.pending:  # a hit's blocks without valid draft K/V: now, as the target computed them (a prefill)
+            self._prefix_work.append((st.valid, st.pending, s.block_ids))
+            st.valid, st.pending = s.start_pos, []
+        st.pending.extend(s.token_ids)
+        if not now:
+            return before, st.valid, []
+        start, tokens = st.valid, st.pending
+        st.valid, st.pending = start + len(tokens), []
+        return before, start, tokens
+
+    def _admitted(self, s) -> _DraftState:
+        """The state of a request starting at s.start_pos: its prefix blocks' draft K/V are valid up
+        to the first block not in valid_blocks, the rest is queued from s.prefix_token_ids (without
+        them, as a caller that sends none: trusted)."""
+        if not s.prefix_token_ids:
+            return _DraftState(s.start_pos)
+        bs, n = self.block_size, s.start_pos // self.block_size
+        first = next((j for j, b in enumerate(s.block_ids[:n]) if b not in self.valid_blocks), n)
+        return _DraftState(first * bs, list(s.prefix_token_ids[first * bs : s.start_pos]))
+
+    def _track_blocks(self, so: SchedulerOutput, was_valid: list[int]) -> None:
+        """After _queue (was_valid: each sequence's draft-valid position before it): the blocks
+        caught up to the new one are valid, the ones the target writes this step past it are not."""
+        bs = self.block_size
+        for s, before in zip(so.seqs, was_valid):
+            st = self.states[s.request_id]
+            table = s.block_ids
+            self.valid_blocks.update(table[before // bs : st.valid // bs])
+            end = s.start_pos + s.num_tokens  # the target writes [start_pos, end): tokens and drafts
+            self.valid_blocks.difference_update(table[max(st.valid, s.start_pos) // bs : -(-end // bs)])
+
+    def _catch_up(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int]) -> torch.Tensor:
+        """_forward over batch, giving the logits after each sequence's last token. A queue longer
+        than LAG is computed as a prefill first, in pieces of at most max_rows rows, and its last
+        token with the others' few: a row among hundreds sums in another kernel regime than a
+        decode row, so a draft's first token would drift from what the target decodes there
+        (SmolLM2 drafting for itself on a story: 75 of 77 drafts accepted with the last token in
+        the prefill, at least 98% apart)."""
+        head, rest = [], []
+        for pos, toks, table in batch:
+            if len(toks) > LAG:
+                head.append((pos, toks[:-1], table))
+                pos, toks = pos + len(toks) - 1, toks[-1:]
+            rest.append((pos, toks, table))
+        self._prefill(head)
+        return self._forward(rest, out_seqs)
+
+    def _prefill(self, head: list[tuple[int, list[int], list[int]]]) -> None:
+        """K/V only for head's (first position, tokens, block table), in pieces of at most max_rows rows."""
+        while head:
+            room, piece, left = self.max_rows, [], []
+            for pos, toks, table in head:
+                take = min(len(toks), room)
+                if take:
+                    piece.append((pos, toks[:take], table))
+                    room -= take
+                if take < len(toks):
+                    left.append((pos + take, toks[take:], table))
+            self._forward(piece, [])
+            head = left
 
     @staticmethod
-    def _pick(so: SchedulerOutput, live: list[int], logits: torch.Tensor, qs: dict, generator, tops: dict) -> list[int]:
+    def _pick(seqs: list, live: list[int], logits: torch.Tensor, qs: dict, generator, tops: dict) -> list[int]:
         """The next draft of each sequence in live from its row of logits [len(live), V]: the argmax
         (greedy), or a draw from q (kept in qs[i] for the verification); for a sequence in tops, the
         position's top TREE_TOP_K (token, probability) and the draft's probability are kept too
@@ -138,12 +225,12 @@ class DraftModel:
             return []
         out = logits.argmax(-1).tolist()
         for j, i in enumerate(live):
-            p = so.seqs[i].params
+            p = seqs[i].params
             dist = None
             if not p.greedy:
                 dist = target_probs(logits[j : j + 1], [p])[0]  # [V]: q
                 qs.setdefault(i, []).append(dist)
-                out[j] = race(dist, generator(so.seqs[i].request_id, p))
+                out[j] = race(dist, generator(seqs[i].request_id, p))
             if i in tops:
                 dist = logits[j].softmax(-1) if dist is None else dist
                 vals, idx = dist.topk(TREE_TOP_K)

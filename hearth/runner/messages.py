@@ -36,6 +36,9 @@ class ScheduledSequence:
     spec_parents: list[int] = field(default_factory=list)
     """[] for a chain, else per draft its parent's index (-1: it follows token_ids[-1]), parents
     before children, siblings ranked (hearth.spec_decode.tree.DraftTree's layout)."""
+    prefix_token_ids: list[int] = field(default_factory=list)
+    """Only on a request's first step after an admission with a prefix-cache hit: its tokens before
+    start_pos, whose target K/V came from the cache (a draft model may have to compute its own)."""
     num_draft_slots: int = 0
     """Drafts the runner's draft model writes after token_ids (method draft; spec_token_ids is then
     empty): budgeted and given KV slots by the scheduler like spec_token_ids."""

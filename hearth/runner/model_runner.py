@@ -111,6 +111,8 @@ class ModelRunner:
         saved = self.block_io.export([b for b, _ in so.kv_saves]) if so.kv_saves else []
         if so.kv_loads:
             self.block_io.load(so.kv_loads)
+            if self.drafter is not None:  # the disk tier holds the target's K/V only
+                self.drafter.invalidate([b for b, _ in so.kv_loads])
         out = self._execute(so)
         out.kv_saved = saved
         return out

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass, fields
 
 from hearth.errors import HearthError
+from hearth.spec_decode.thresholds import POLICY
 
 
 _TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float)}
@@ -35,9 +36,10 @@ class SpeculativeConfig:
     """Shortest suffix n-gram the ngram proposer matches."""
     prompt_lookup_max: int = 5
     """Longest suffix n-gram the ngram proposer matches (tried first)."""
-    disable_by_batch_size: int = 8
+    disable_by_batch_size: int = POLICY.disable_by_batch_size
     """No drafts in a step with this many running sequences or more: the step is then compute-bound
-    and verifying costs more than it saves (0 = never disable)."""
+    and verifying costs more than it saves (0 = never disable; the default is measured:
+    hearth.spec_decode.thresholds)."""
     suffix_decoding_max_tree_depth: int = 24
     """Method suffix: the depth of its tries, which bounds the match length plus the draft length."""
     suffix_decoding_max_cached_requests: int = 10000

@@ -1,7 +1,7 @@
 """How many drafts each request gets: a policy meant never to make decoding slower.
 
 Per request, the draft length follows recent acceptance (a run of fully accepted drafts grows it
-back to K, a partial accept sets it to what was accepted plus one), and after MISSES_TO_PAUSE
+back to K, a partial accept sets it to what was accepted plus one), and after POLICY.misses_to_pause (hearth.spec_decode.thresholds)
 drafts in a row with nothing accepted the request stops drafting for a while, re-probing after
 a pause that doubles each time it fails again. A step with `disable_by_batch_size` running
 sequences or more drafts nothing: a batch that large is compute-bound, where verify rows cost
@@ -16,8 +16,7 @@ from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
 from hearth.spec_decode.tree import DraftTree
 
-MISSES_TO_PAUSE = 3
-FIRST_PAUSE, LONGEST_PAUSE = 8, 256  # steps
+from hearth.spec_decode.thresholds import POLICY
 
 
 @dataclass(slots=True)
@@ -32,6 +31,14 @@ class SpecDecodeStats:
     """[i]: drafts accepted at position i of their chain (depth i + 1 of their tree)."""
     num_accepted_off_chain: int = 0
     """Of the accepted, those on a tree branch other than its top-1 chain (first children)."""
+    num_steps: int = 0
+    """The policy's decisions: steps with a request decoding its next token..."""
+    num_steps_drafting: int = 0
+    """... of them, steps that offered drafts to at least one request..."""
+    num_steps_batch_off: int = 0
+    """... steps with none because the batch was at disable_by_batch_size or more..."""
+    num_paused: int = 0
+    """... and request-steps without drafts because the request's drafts kept failing (paused)."""
 
     def snapshot(self) -> SpecDecodeStats:
         """A copy another thread (metrics) can read while the engine counts on."""
@@ -70,7 +77,7 @@ class _Track:
     k: int
     misses: int = 0
     paused_until: int = 0
-    pause: int = FIRST_PAUSE
+    pause: int = POLICY.first_pause
 
 
 class SpeculativeDecoder:
@@ -85,8 +92,11 @@ class SpeculativeDecoder:
         """Drafts for the requests that decode their next token this step; num_running: the
         running batch (prefill chunks included: they make a step compute-bound too)."""
         self.step += 1
+        s = self.stats
+        s.num_steps += bool(decoding)
         limit = self.config.disable_by_batch_size
         if limit and num_running >= limit:
+            s.num_steps_batch_off += bool(decoding)
             self.proposer.track(decoding)
             return {}
         reqs, ks, paused = [], [], []
@@ -101,6 +111,8 @@ class SpeculativeDecoder:
                 paused.append(req)
         if paused:
             self.proposer.track(paused)
+        s.num_paused += len(paused)
+        s.num_steps_drafting += bool(reqs)
         return self.proposer.propose(reqs, ks) if reqs else {}
 
     def observe(self, results: list[DraftOutcome]) -> None:
@@ -127,12 +139,12 @@ class SpeculativeDecoder:
             else:  # a tree keeps half its budget for branches: a width-1 tree is a chain
                 t.k = max(accepted + 1, K // 2 if self.config.tree_budget else 0)
             t.misses = 0 if accepted else t.misses + 1
-            if t.misses >= MISSES_TO_PAUSE:  # re-probed after the pause with K drafts again
+            if t.misses >= POLICY.misses_to_pause:  # re-probed after the pause with K drafts again
                 t.misses, t.k = 0, K
                 t.paused_until = self.step + t.pause
-                t.pause = min(2 * t.pause, LONGEST_PAUSE)
+                t.pause = min(2 * t.pause, POLICY.longest_pause)
             elif accepted:
-                t.pause = FIRST_PAUSE
+                t.pause = POLICY.first_pause
 
     def forget(self, request_id: str) -> None:
         self.tracks.pop(request_id, None)

@@ -168,6 +168,9 @@ def test_policy_pauses_a_request_whose_drafts_keep_failing_and_reprobes():
     assert drafted[:13] == [False] + [True] * 3 + [False] * 8 + [True]
     ks = [len(so.seqs[0].spec_token_ids) for so in runner.steps if so.seqs][1:4]
     assert ks == [4, 1, 1]  # after a miss: accepted + 1 drafts
+    s = engine.spec.stats  # the policy's decisions, counted: every decode step drafted or paused
+    assert s.num_steps == len(drafted) - 1 and s.num_steps_drafting == sum(drafted) == s.num_drafts
+    assert s.num_paused == s.num_steps - s.num_steps_drafting > 0 and s.num_steps_batch_off == 0
 
 
 def test_no_drafts_in_a_batch_large_enough_to_be_compute_bound():
@@ -178,11 +181,13 @@ def test_no_drafts_in_a_batch_large_enough_to_be_compute_bound():
         engine.add_request([1 + i], SamplingParams(max_tokens=4, temperature=0), str(i))
     run_all(engine)
     assert not any(s.spec_token_ids for so in runner.steps for s in so.seqs)
+    s = engine.spec.stats
+    assert s.num_steps == s.num_steps_batch_off > 0 and s.num_steps_drafting == 0
 
 
 def test_drafts_never_push_a_step_into_the_next_kernel_regime():
     """With regimes at 10 and 64 rows: 3 decodes keep to 9 rows (drafts of the last ones dropped
-    first); blocks taken for dropped drafts go back after the step."""
+    first); no block is taken for a draft the cap drops."""
     engine, sched, runner = make_spec_engine(lambda r: [r.output_token_ids[-1] + 1 + i for i in range(5)],
                                              num_blocks=64, budget=64, k=5)
     sched.row_regimes = (10, 64)
@@ -218,3 +223,53 @@ def test_spec_counters_reach_metrics():
                  'hearth:spec_decode_num_accepted_tokens_total{model_name="m"} 7.0',
                  'hearth:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 2.0'):
         assert line in text, line
+
+
+def _two_decoders(num_blocks):
+    """a (3 prompt tokens, block 0) drafts its right next tokens; b (4 prompt tokens, block 1)
+    drafts nothing and needs a fresh block for its first output token's K/V next step."""
+    engine, sched, runner = make_spec_engine(
+        lambda r: [r.output_token_ids[-1] + 1 + i for i in range(4)] if r.request_id == "a" else [],
+        num_blocks=num_blocks)
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=20, temperature=0), "a")
+    engine.add_request([11, 12, 13, 14], SamplingParams(max_tokens=20, temperature=0), "b")
+    engine.step()  # both prefill
+    a, b = sched.running
+    assert (a.block_ids, b.block_ids) == ([0], [1])
+    return engine, sched, runner, a, b
+
+
+def test_drafts_never_take_the_block_a_later_request_needs():
+    """One free block (2): b's real token gets it, a's drafts get what is left of its block 0
+    (nothing: its next token fills slot 3). Allocating a's drafts first gave a block 2 and
+    preempted b."""
+    engine, sched, runner, a, b = _two_decoders(num_blocks=3)
+    engine.step()
+    seqs = {s.request_id: s for s in runner.steps[-1].seqs}
+    assert sched.num_preemptions == 0 and [r.request_id for r in sched.running] == ["a", "b"]
+    assert (seqs["a"].block_ids, seqs["a"].spec_token_ids) == ([0], [])
+    assert seqs["b"].block_ids == [1, 2]
+    assert (a.block_ids, b.block_ids) == ([0], [1, 2]) and sched.kv.pool.num_free == 0
+
+
+def test_drafts_take_only_blocks_left_after_every_real_token():
+    """Two free blocks (2, 3): b's token takes block 2 (the first handed out), a's four drafts
+    block 3; they are all accepted, so a keeps it."""
+    engine, sched, runner, a, b = _two_decoders(num_blocks=4)
+    engine.step()
+    seqs = {s.request_id: s for s in runner.steps[-1].seqs}
+    assert (seqs["a"].block_ids, seqs["a"].spec_token_ids) == ([0, 3], [5, 6, 7, 8])
+    assert seqs["b"].block_ids == [1, 2] and sched.num_preemptions == 0
+    assert (a.output_token_ids, a.block_ids, a.num_computed_tokens) == ([4, 5, 6, 7, 8, 9], [0, 3], 8)
+    assert b.block_ids == [1, 2] and sched.kv.pool.num_free == 0
+
+
+def test_drafts_never_delay_an_admission():
+    """c arrives while a drafts: c's prompt gets the last free block before a's drafts do."""
+    engine, sched, runner, a, b = _two_decoders(num_blocks=4)
+    engine.add_request([21, 22], SamplingParams(max_tokens=4, temperature=0), "c")
+    engine.step()
+    seqs = {s.request_id: s for s in runner.steps[-1].seqs}
+    assert list(seqs) == ["a", "b", "c"] and sched.num_preemptions == 0
+    assert (seqs["a"].block_ids, seqs["a"].spec_token_ids) == ([0], [])
+    assert (seqs["b"].block_ids, seqs["c"].block_ids) == ([1, 2], [3])

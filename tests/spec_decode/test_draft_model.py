@@ -154,3 +154,22 @@ def test_draft_slots_are_budgeted_trimmed_and_rolled_back_like_drafts():
     assert runner.slots == [3]
     s = spec.stats
     assert (s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens) == (2, 7, 4)
+
+
+def test_draft_catches_up_on_blocks_loaded_from_the_disk_tier(model_path, tmp_path):
+    """The disk tier holds the target's K/V only: after a restart that loads the prompt's blocks
+    from it, the draft must catch up on them (its tensors hold nothing there), so the request
+    drafts and accepts exactly what it did from the same prefix cached in memory, where the
+    draft's K/V were its own. (Both start from a prefix hit: a hit's shorter prefill may change
+    the target's last bits against a whole one.)"""
+    first = draft_llm(model_path, kv_disk_dir=str(tmp_path))
+    generate(first, CODE, GREEDY)  # computes the prompt, saves its blocks
+    want, drafted, accepted = generate(first, CODE, GREEDY, fresh=False)
+    assert first.engine.scheduler.kv.stats.hits >= 3 * first.engine.scheduler.kv.block_size
+    first.close()
+    again = draft_llm(model_path, kv_disk_dir=str(tmp_path))
+    got, drafted2, accepted2 = generate(again, CODE, GREEDY)
+    kv = again.engine.scheduler.kv
+    assert kv.stats.disk_hits >= 3 * kv.block_size  # the prompt came from disk
+    assert got.token_ids == want.token_ids
+    assert drafted >= 60 and (drafted2, accepted2) == (drafted, accepted)
