@@ -67,10 +67,6 @@ class DraftOutcome(NamedTuple):
         same = next((i for i, (a, c) in enumerate(zip(accepted, chain)) if a != c), min(len(accepted), len(chain)))
         return cls(request_id, len(tokens), len(accepted), max(tree.depths(), default=0), len(accepted) - same)
 
-    def snapshot(self) -> SpecDecodeStats:
-        """A copy another thread (metrics) can read while the engine counts on."""
-        return replace(self, accepted_per_pos=list(self.accepted_per_pos))
-
 
 @dataclass(slots=True)
 class _Track:
