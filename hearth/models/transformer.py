@@ -6,8 +6,6 @@ block it uses (an ArchSpec); the computation lives here once."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,26 +20,13 @@ from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.layers.rotary import Rotary
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.arch_spec import ArchSpec, admits
+
 
 ACTIVATIONS = {
     "silu": F.silu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ArchSpec:
-    """How an architecture's block differs from llama's."""
-
-    neox_rope: bool = False
-    """Rotate halves (qwen, gemma) rather than adjacent pairs (llama GGUFs)."""
-    activation: str = "silu"
-    qk_norm: bool = False
-    """Per-head RMSNorm on q and k before rope (qwen3, gemma3)."""
-    sandwich_norm: bool = False
-    """Extra norms after attention and after the MLP (gemma2/3)."""
-    embed_scale: bool = False
-    """Multiply embeddings by sqrt(hidden_size) (gemma)."""
 
 
 def f32(g: GGUFFile, name: str) -> torch.Tensor:
@@ -190,11 +175,13 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
 
 
 def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...] | None:
-    """The layer's qkv, o, gate_up and down parts when each is one NativePart (and the activation is
-    one the C++ MLP knows), else None: the layer then runs op by op."""
+    """The layer's qkv, o, gate_up and down parts when each is one NativePart (and the C++ layer
+    implements every ArchSpec field the model sets), else None: the layer then runs op by op."""
     lins = (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
     parts = tuple(lin.parts[0] if len(lin.parts) == 1 else None for lin in lins)
-    if not all(isinstance(p, NativePart) for p in parts) or spec.activation not in native.ACTIVATIONS:
+    if not all(isinstance(p, NativePart) for p in parts):
+        return None
+    if not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec):  # the C++ layer, fused or in parts
         return None
     if any(lin.bias is not None for lin in lins[1:]):
         return None
