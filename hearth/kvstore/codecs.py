@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import torch
 
 from hearth.errors import UnsupportedError
+from hearth.formats.kv import KV_FORMATS, KVFormat, canonical, kv_format
 from hearth.kvstore.fp8 import FP8E4M3
 from hearth.kvstore.ggml import Q4_0, Q8_0
-from hearth.formats.kv import KV_FORMATS, KVFormat, canonical, kv_format
 from hearth.kvstore.kvarn import KVarNKeys, KVarNValues, hadamard
 
 STAGING_DTYPE = torch.float16

@@ -53,8 +53,9 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
     Layout("hearth-cpu", {}, False, "hearth's CPU kernels: every GGUF block type read in place from the "
                                     "file; embedding rows read from the file"),
-    Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False, "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
-              "2/3/6-bit k-quants and F16 as bf16; embedding rows read from the file"),
+    Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,
+           "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
+           "2/3/6-bit k-quants and F16 as bf16; embedding rows read from the file"),
 )}
 
 

@@ -150,9 +150,8 @@ class DecoderLayer(nn.Module):
         qkv, o, gate_up, down = (p.mm for p in self.native)
         n = self.attn_norm
         y = qkv(x, norm=n.weight, eps=n.eps, bias=a.qkv.bias)  # [T, q | k | v] f32
-        qn = a.qk_norm
         native.qk_rope(y[:, :a.q_size + a.kv_size].view(T, a.heads + a.kv_heads, a.head_dim), a.rope.rot_dim,
-                       cos, sin, a.rope.neox, None if qn is None else qn.weight, 0.0 if qn is None else qn.eps)
+                       cos, sin, a.rope.neox, *_norm_args(a.qk_norm))
         write_kv_pair(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)
         attn = paged_attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
                                a.softcap, a.precise_scores).view(T, a.q_size)
@@ -160,11 +159,14 @@ class DecoderLayer(nn.Module):
             if not out_rows:
                 return x[:0]
             x, attn = x[out_rows], attn[out_rows]
-        pn = self.post_attn_norm
-        o.add_to(attn, x, None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
-        n, pn = self.ffn_norm, self.post_ffn_norm
-        return native.mlp_add_to(gate_up, down, self.mlp.activation, x, n.weight, n.eps,
-                                 None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
+        o.add_to(attn, x, *_norm_args(self.post_attn_norm))
+        return native.mlp_add_to(gate_up, down, self.mlp.activation, x, *_norm_args(self.ffn_norm),
+                                 *_norm_args(self.post_ffn_norm))
+
+
+def _norm_args(norm: RMSNorm | None) -> tuple[torch.Tensor | None, float]:
+    """(weight, eps) as the C++ layer takes a norm the architecture may lack: (None, 0.0)."""
+    return (None, 0.0) if norm is None else (norm.weight, norm.eps)
 
 
 def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
@@ -189,10 +191,10 @@ def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...]
 
 
 def _fused(layer: DecoderLayer, spec: ArchSpec) -> FusedLayer:
-    a, n = layer.attn, lambda norm: None if norm is None else norm.weight
+    a, n = layer.attn, lambda norm: _norm_args(norm)[0]
     norms = [n(layer.attn_norm), a.qkv.bias, n(a.qk_norm), n(layer.post_attn_norm), n(layer.ffn_norm),
              n(layer.post_ffn_norm)]
-    e = lambda norm: 0.0 if norm is None else norm.eps  # noqa: E731
+    e = lambda norm: _norm_args(norm)[1]  # noqa: E731
     eps = [e(layer.attn_norm), e(a.qk_norm), e(layer.post_attn_norm), e(layer.ffn_norm), e(layer.post_ffn_norm)]
     return FusedLayer(tuple(p.mm for p in layer.native), norms, eps, spec.activation, a.rope.neox, a.heads,
                       a.kv_heads, a.head_dim, a.rope.rot_dim, a.window, a.scale, a.softcap or 0.0)
