@@ -18,6 +18,10 @@ class UnsupportedError(ModelLoadError):
     """An architecture or tensor type hearth has no implementation for."""
 
 
+class PlanError(HearthError):
+    """A plan request that cannot be answered: unknown device, impossible numbers, bad description."""
+
+
 class DownloadError(HearthError):
     """A pull that failed: network, checksum mismatch, missing package file."""
 

@@ -41,6 +41,16 @@ def _lib() -> ctypes.CDLL:
 
 
 class FusedLayer:
+    NAME = "the fused C++ decoder layer"
+    IMPLEMENTS = {  # hearth.models.arch_spec.ArchSpec field -> values it runs (None: all); the rest refused
+        "neox_rope": None,  # both rope layouts (hk_qk_rope's neox flag)
+        "activation": tuple(native.ACTIVATIONS),
+        "qk_norm": None,  # the per-head norm pointer
+        "sandwich_norm": None,  # the post-attention and post-MLP norm pointers
+        "embed_scale": None,  # before the first layer (the model's embedding step): no layer's concern
+    }
+    """What DecoderLayer may hand it, and the C++ layer in parts (the same kernels, op by op)."""
+
     def __init__(self, mms: tuple[NativeMatmul, ...], norms: list[torch.Tensor | None], eps: list[float],
                  activation: str, neox: bool, heads: int, kv_heads: int, head_dim: int, rot: int, window: int,
                  scale: float, softcap: float):

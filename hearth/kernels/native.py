@@ -22,6 +22,8 @@ from pathlib import Path
 
 import torch
 
+from hearth.formats.kv import NATIVE_SIDES
+from hearth.formats.weights import NATIVE_IDS
 from hearth.kernels import tiers
 from hearth.kvstore import kvarn
 from hearth.loader.store import hearth_home
@@ -34,9 +36,8 @@ FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mav
          "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2",
          "-ffp-contract=off", "-w"]
 ABI_VERSION = 11
-# GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
-QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
-          13: "Q5_K", 14: "Q6_K"}
+QTYPES = NATIVE_IDS
+"""GGML type ids the kernels read -> names (the records of hearth.formats.weights with native=True)."""
 
 _lib: ctypes.CDLL | None = None
 _tried = False
@@ -337,8 +338,9 @@ def kv_write(kv: torch.Tensor, slots: torch.Tensor, kv_cache: torch.Tensor) -> N
                       int(kv_cache.dtype == torch.bfloat16), nb * bs, kvh * d)
 
 
-KVQ_FORMATS = {"fp8_e4m3": 1, "q8_0": 2, "q4_0": 3, "kvarn_k4": 4, "kvarn_v2": 5, "kvarn_v4": 6}
-"""Block quantizer name (hearth.kvstore codecs' k/v .name) -> csrc/kv_quant.h's KvqFormat."""
+KVQ_FORMATS = NATIVE_SIDES
+"""Block quantizer name (hearth.kvstore codecs' k/v .name) -> csrc/kv_decode.h's KvqFormat (from the
+records of hearth.formats.kv)."""
 
 
 def kvq_formats(codec) -> tuple[int, int] | None:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 import torch
 
 from hearth.errors import UnsupportedError
+from hearth.formats.kv import KV_FORMATS, KVFormat, canonical, kv_format
 from hearth.kvstore.fp8 import FP8E4M3
 from hearth.kvstore.ggml import Q4_0, Q8_0
 from hearth.kvstore.kvarn import KVarNKeys, KVarNValues, hadamard
-from hearth.memory.kv_formats import KVFormat, kv_format
 
 STAGING_DTYPE = torch.float16
 
@@ -90,8 +90,8 @@ class QuantCodec:
         if self.tiles and block_size not in self.tiles:
             raise UnsupportedError(f"{self.name} needs a block size of {' or '.join(map(str, self.tiles))}, "
                                    f"not {block_size}")
-        if self.name.startswith("q") and head_dim % 32:
-            raise UnsupportedError(f"{self.name} needs head_dim a multiple of 32, not {head_dim}")
+        if head_dim % (m := self.format.head_dim_multiple):
+            raise UnsupportedError(f"{self.name} needs head_dim a multiple of {m}, not {head_dim}")
         if self.rotate and head_dim & (head_dim - 1):
             raise UnsupportedError(f"{self.name} needs a power-of-two head_dim, not {head_dim}")
 
@@ -112,24 +112,26 @@ class QuantCodec:
         return hadamard(head_dim) if self.rotate else None
 
 
-CODECS = {c.name: c for c in (PlainCodec("f16", torch.float16), PlainCodec("bf16", torch.bfloat16))}
+QUANTIZERS = {q.name: q for q in (FP8E4M3(), Q8_0(), Q4_0(), KVarNKeys(4), KVarNValues(2), KVarNValues(4))}
+"""The torch codec of each quantized side of hearth.formats.kv's records, by the side's name."""
+
+
+def _codec(f: KVFormat) -> PlainCodec | QuantCodec:
+    if not f.quantized:
+        return PlainCodec(f.name, getattr(torch, f.dtype))
+    return QuantCodec(f.name, QUANTIZERS[f.k.name], QUANTIZERS[f.v.name], sink=f.sink, rotate=f.rotate, tiles=f.tiles)
+
+
+_BUILT = {name: _codec(f) for name, f in KV_FORMATS.items() if f.served}
+CODECS = {n: c for n, c in _BUILT.items() if not c.quantized}
 """The plain formats (kept as their own table: tests/memory check every entry at block size 16)."""
-
-QUANTIZED = {c.name: c for c in (
-    QuantCodec("fp8_e4m3", FP8E4M3(), FP8E4M3()),
-    QuantCodec("q8_0", Q8_0(), Q8_0()),
-    QuantCodec("q4_0", Q4_0(), Q4_0()),
-    QuantCodec("kvarn_k4v2", KVarNKeys(4), KVarNValues(2), sink=True, rotate=True, tiles=(128, 64)),
-    QuantCodec("kvarn_k4v4", KVarNKeys(4), KVarNValues(4), sink=True, rotate=True, tiles=(128, 64)),
-)}
-
+QUANTIZED = {n: c for n, c in _BUILT.items() if c.quantized}
 ALL_CODECS = {**CODECS, **QUANTIZED}
-ALIASES = {"auto": "f16", "fp16": "f16", "float16": "f16", "bfloat16": "bf16", "fp8": "fp8_e4m3"}
 
 
 def get_codec(name: str) -> PlainCodec | QuantCodec:
     """`auto` is f16: the activations hearth computes K/V in round to it without loss that matters."""
-    key = ALIASES.get(name.lower(), name.lower())
+    key = canonical(name)
     if key not in ALL_CODECS:
         raise UnsupportedError(f"KV cache dtype {name!r} is not supported; "
                                f"supported: auto, {', '.join(ALL_CODECS)}")

@@ -11,7 +11,8 @@ Each tensor type has a path (FAST_PATHS), chosen by measurement:
            rows on an int8 VNNI GEMM on codes unpacked per panel (csrc/gemm_vnni.h, the same
            8-bit activations), from `gemm_min_rows` on bf16 panels on AVX512-BF16 where the CPU
            has it (csrc/gemm_dpbf16.h). No copy of the weights exists.
-Where those kernels cannot run (no compiler, no AVX-512 VNNI), the torch fallbacks (TORCH_PATHS):
+Where those kernels cannot run (no compiler, no AVX-512 VNNI), the torch fallbacks (TORCH_PATHS, each
+type's torch_path in hearth.formats.weights):
   int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
            load for torch's int4pack kernel; from `gemm_min_rows` rows on, expanded to bf16 tiles.
   bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32).
@@ -33,6 +34,7 @@ from gguf import GGMLQuantizationType as Q
 from torch import nn
 
 from hearth.errors import UnsupportedError
+from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.kernels import native
 from hearth.kernels.qmatmul import Int4Weight, int4_dequant_t, int4_matmul
 from hearth.layers.embedding import build_embedding  # noqa: F401  (models import it from here)
@@ -215,13 +217,8 @@ BUILDERS: dict[str, Callable[[list[GGUFTensor], LinearPolicy], nn.Module]] = {
     "native": _native, "int4x1": _int4, "int4x2": _int4, "bf16": _bf16, "f32": _f32,
 }
 # qtype -> path; neighbours in a fused list that share a path become one part
-TORCH_PATHS: dict[Q, str] = {
-    Q.F32: "f32", Q.F16: "bf16", Q.BF16: "bf16",
-    Q.Q4_0: "int4x1", Q.Q4_1: "int4x1", Q.Q4_K: "int4x1",
-    Q.Q5_0: "int4x2", Q.Q5_1: "int4x2", Q.Q5_K: "int4x2", Q.Q8_0: "int4x2",
-    Q.Q2_K: "bf16", Q.Q3_K: "bf16", Q.Q6_K: "bf16",
-}
-NATIVE_TYPES = frozenset(Q(q) for q in native.QTYPES)
+TORCH_PATHS: dict[Q, str] = {q: f.torch_path for q, f in WEIGHT_FORMATS.items()}
+NATIVE_TYPES = frozenset(q for q, f in WEIGHT_FORMATS.items() if f.native)
 FAST_PATHS: dict[Q, str] = dict(TORCH_PATHS)
 if native.available():  # the kernels were built (or found built) and run on this CPU
     FAST_PATHS.update({q: "native" for q in NATIVE_TYPES})

@@ -4,7 +4,8 @@ Every block type is written in one "affine" form: each group of `group_size` wei
 `w = scale * q + offset` with unsigned integer codes `q < 2**q_bits`. Products and sums happen in
 the same order as gguf-py's `quants.py` (and are exact where gguf-py's are), so the result is
 bit-identical to `gguf.quants.dequantize`. The same decoded (q, scale, offset) feed the repackers
-of the fast kernels (hearth.layers.repack), so there is one decoder per format.
+of the fast kernels (hearth.layers.repack), so there is one decoder per format. Each decoder is the
+torch twin of one hearth.formats.weights record, from which it takes its block shape and codes.
 """
 
 from __future__ import annotations
@@ -17,29 +18,29 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from hearth.errors import UnsupportedError
-
-QK_K = 256  # super-block size of the k-quants
+from hearth.formats.weights import QK_K, WEIGHT_FORMATS, WeightFormat
 
 
 class BlockFormat:
-    """One GGUF tensor type. Subclasses register themselves with `qtype=`."""
+    """The torch decoder of one GGUF tensor type. Subclasses register themselves with `qtype=` and
+    take the type's facts from its record (hearth.formats.weights)."""
 
     qtype: ClassVar[Q]
+    record: ClassVar[WeightFormat]
+    # copied from `record` (see WeightFormat for what each means)
     block_size: ClassVar[int]
-    """Weights per block."""
     type_size: ClassVar[int]
-    """Bytes per block."""
     group_size: ClassVar[int] = 0
-    """Weights sharing one (scale, offset); 0 for plain float types, which have no affine form."""
     q_bits: ClassVar[int] = 0
     zero_code: ClassVar[int | None] = None
-    """Symmetric formats: offset == -zero_code * scale, and gguf-py computes scale * (q - zero_code)."""
 
     registry: ClassVar[dict[Q, type[BlockFormat]]] = {}
 
     def __init_subclass__(cls, qtype: Q, **kw):
         super().__init_subclass__(**kw)
-        cls.qtype = qtype
+        r = cls.record = WEIGHT_FORMATS[qtype]  # a decoder without a record is a bug: KeyError at import
+        cls.qtype, cls.block_size, cls.type_size = qtype, r.block_size, r.type_size
+        cls.group_size, cls.q_bits, cls.zero_code = r.group_size, r.q_bits, r.zero_code
         BlockFormat.registry[qtype] = cls
 
     @classmethod
@@ -81,33 +82,24 @@ def _qh32(b: torch.Tensor, at: int) -> torch.Tensor:
 
 
 class F32(BlockFormat, qtype=Q.F32):
-    block_size, type_size = 1, 4
-
     @classmethod
     def dequantize_blocks(cls, b):
         return b.contiguous().view(torch.float32)
 
 
 class F16(BlockFormat, qtype=Q.F16):
-    block_size, type_size = 1, 2
-
     @classmethod
     def dequantize_blocks(cls, b):
         return b.contiguous().view(torch.float16).float()
 
 
 class BF16(BlockFormat, qtype=Q.BF16):
-    block_size, type_size = 1, 2
-
     @classmethod
     def dequantize_blocks(cls, b):
         return b.contiguous().view(torch.bfloat16).float()
 
 
 class Q8_0(BlockFormat, qtype=Q.Q8_0):
-    block_size, type_size, group_size, q_bits = 32, 34, 32, 8
-    zero_code = 128
-
     @classmethod
     def affine(cls, b):
         d = _f16(b, 0)
@@ -116,9 +108,6 @@ class Q8_0(BlockFormat, qtype=Q.Q8_0):
 
 
 class Q4_0(BlockFormat, qtype=Q.Q4_0):
-    block_size, type_size, group_size, q_bits = 32, 18, 32, 4
-    zero_code = 8
-
     @classmethod
     def affine(cls, b):
         d = _f16(b, 0)
@@ -126,17 +115,12 @@ class Q4_0(BlockFormat, qtype=Q.Q4_0):
 
 
 class Q4_1(BlockFormat, qtype=Q.Q4_1):
-    block_size, type_size, group_size, q_bits = 32, 20, 32, 4
-
     @classmethod
     def affine(cls, b):
         return _nibbles(b[:, 4:]).reshape(-1, 32), _f16(b, 0), _f16(b, 2)
 
 
 class Q5_0(BlockFormat, qtype=Q.Q5_0):
-    block_size, type_size, group_size, q_bits = 32, 22, 32, 5
-    zero_code = 16
-
     @classmethod
     def affine(cls, b):
         d = _f16(b, 0)
@@ -145,8 +129,6 @@ class Q5_0(BlockFormat, qtype=Q.Q5_0):
 
 
 class Q5_1(BlockFormat, qtype=Q.Q5_1):
-    block_size, type_size, group_size, q_bits = 32, 24, 32, 5
-
     @classmethod
     def affine(cls, b):
         q = _nibbles(b[:, 8:]).reshape(-1, 32) | (_qh32(b, 4) << 4)
@@ -155,8 +137,6 @@ class Q5_1(BlockFormat, qtype=Q.Q5_1):
 
 class Q2_K(BlockFormat, qtype=Q.Q2_K):
     # scales[16] qs[64] d dmin; 16 groups of 16, scale nibble | min nibble per group
-    block_size, type_size, group_size, q_bits = QK_K, 84, 16, 2
-
     @classmethod
     def affine(cls, b):
         sc, d, dmin = b[:, :16], _f16(b, 80), _f16(b, 82)
@@ -173,9 +153,6 @@ def _q3k_scales(s: torch.Tensor) -> torch.Tensor:
 
 class Q3_K(BlockFormat, qtype=Q.Q3_K):
     # hmask[32] qs[64] scales[12] d; w = d*sc*(q2 - 4*(1 - hbit)) = d*sc*(q2 + 4*hbit) - 4*d*sc
-    block_size, type_size, group_size, q_bits = QK_K, 110, 16, 3
-    zero_code = 4
-
     @classmethod
     def affine(cls, b):
         dl = _f16(b, 108) * _q3k_scales(b[:, 96:108]).float()
@@ -194,8 +171,6 @@ def _k4_scale_min(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 class Q4_K(BlockFormat, qtype=Q.Q4_K):
     # d dmin scales[12] qs[128]; 8 groups of 32
-    block_size, type_size, group_size, q_bits = QK_K, 144, 32, 4
-
     @classmethod
     def affine(cls, b):
         sc, mn = _k4_scale_min(b[:, 4:16])
@@ -205,8 +180,6 @@ class Q4_K(BlockFormat, qtype=Q.Q4_K):
 
 class Q5_K(BlockFormat, qtype=Q.Q5_K):
     # d dmin scales[12] qh[32] qs[128]; high bit of group g is bit g of qh
-    block_size, type_size, group_size, q_bits = QK_K, 176, 32, 5
-
     @classmethod
     def affine(cls, b):
         sc, mn = _k4_scale_min(b[:, 4:16])
@@ -217,9 +190,6 @@ class Q5_K(BlockFormat, qtype=Q.Q5_K):
 
 class Q6_K(BlockFormat, qtype=Q.Q6_K):
     # ql[128] qh[64] scales[16] (int8) d; 16 groups of 16; w = d*sc*(q - 32)
-    block_size, type_size, group_size, q_bits = QK_K, 210, 16, 6
-    zero_code = 32
-
     @classmethod
     def affine(cls, b):
         dl = _f16(b, 208) * b[:, 192:208].view(torch.int8).float()
@@ -229,6 +199,7 @@ class Q6_K(BlockFormat, qtype=Q.Q6_K):
 
 
 SUPPORTED = tuple(BlockFormat.registry)
+"""Every type hearth decodes (tests/formats: exactly the records of hearth.formats.weights)."""
 
 
 def block_format(qtype: Q) -> type[BlockFormat]:

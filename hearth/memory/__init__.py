@@ -4,8 +4,4 @@ every KV format, runtime and activation overhead, what fits, and the decode / pr
 Pure arithmetic over plain records; torch is imported only by `bandwidth` (the measurement of this
 machine), never by the planner itself."""
 
-from hearth.errors import HearthError
-
-
-class PlanError(HearthError):
-    """A plan request that cannot be answered: unknown device, impossible numbers, bad description."""
+from hearth.errors import PlanError  # noqa: F401  (defined with the other user errors; formats raises it too)

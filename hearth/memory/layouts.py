@@ -3,8 +3,8 @@
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
 `hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read every block type in place from the
 memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits).
-`hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run (hearth.layers.linear
-TORCH_PATHS; a test builds each one and compares):
+`hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run (each type's torch_path in
+hearth.formats.weights, which hearth.layers.linear builds; a test builds each one and compares):
   int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
             32 values = 5 bits a value; rows padded to a multiple of 64
   int4 x2   Q5_0, Q5_1, Q5_K, Q8_0: two such planes, 10 bits a value
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gguf import GGMLQuantizationType as Q
 
+from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.memory.shape import ModelShape
 from hearth.memory.weights import WeightTensor, role
 
@@ -34,6 +35,8 @@ class Held:
 
 
 INT4X1, INT4X2 = Held(4 + 32 / 32, ROW_BLOCK), Held(2 * (4 + 32 / 32), ROW_BLOCK)
+TORCH_HELD = {"f32": Held(32), "bf16": Held(16), "int4x1": INT4X1, "int4x2": INT4X2}
+"""hearth.formats.weights.TORCH_PATHS -> how each holds a weight."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,13 +53,9 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
     Layout("hearth-cpu", {}, False, "hearth's CPU kernels: every GGUF block type read in place from the "
                                     "file; embedding rows read from the file"),
-    Layout("hearth-cpu-torch", {
-        Q.F32: Held(32), Q.F16: Held(16), Q.BF16: Held(16),
-        Q.Q4_0: INT4X1, Q.Q4_1: INT4X1, Q.Q4_K: INT4X1,
-        Q.Q5_0: INT4X2, Q.Q5_1: INT4X2, Q.Q5_K: INT4X2, Q.Q8_0: INT4X2,
-        Q.Q2_K: Held(16), Q.Q3_K: Held(16), Q.Q6_K: Held(16),
-    }, False, "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
-              "2/3/6-bit k-quants and F16 as bf16; embedding rows read from the file"),
+    Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,
+           "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
+           "2/3/6-bit k-quants and F16 as bf16; embedding rows read from the file"),
 )}
 
 

@@ -6,8 +6,6 @@ block it uses (an ArchSpec); the computation lives here once."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -22,26 +20,13 @@ from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.layers.rotary import Rotary
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.arch_spec import ArchSpec, admits
+
 
 ACTIVATIONS = {
     "silu": F.silu,
     "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
 }
-
-
-@dataclass(frozen=True, slots=True)
-class ArchSpec:
-    """How an architecture's block differs from llama's."""
-
-    neox_rope: bool = False
-    """Rotate halves (qwen, gemma) rather than adjacent pairs (llama GGUFs)."""
-    activation: str = "silu"
-    qk_norm: bool = False
-    """Per-head RMSNorm on q and k before rope (qwen3, gemma3)."""
-    sandwich_norm: bool = False
-    """Extra norms after attention and after the MLP (gemma2/3)."""
-    embed_scale: bool = False
-    """Multiply embeddings by sqrt(hidden_size) (gemma)."""
 
 
 def f32(g: GGUFFile, name: str) -> torch.Tensor:
@@ -165,9 +150,8 @@ class DecoderLayer(nn.Module):
         qkv, o, gate_up, down = (p.mm for p in self.native)
         n = self.attn_norm
         y = qkv(x, norm=n.weight, eps=n.eps, bias=a.qkv.bias)  # [T, q | k | v] f32
-        qn = a.qk_norm
         native.qk_rope(y[:, :a.q_size + a.kv_size].view(T, a.heads + a.kv_heads, a.head_dim), a.rope.rot_dim,
-                       cos, sin, a.rope.neox, None if qn is None else qn.weight, 0.0 if qn is None else qn.eps)
+                       cos, sin, a.rope.neox, *_norm_args(a.qk_norm))
         write_kv_pair(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)
         attn = paged_attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
                                a.softcap, a.precise_scores).view(T, a.q_size)
@@ -175,11 +159,14 @@ class DecoderLayer(nn.Module):
             if not out_rows:
                 return x[:0]
             x, attn = x[out_rows], attn[out_rows]
-        pn = self.post_attn_norm
-        o.add_to(attn, x, None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
-        n, pn = self.ffn_norm, self.post_ffn_norm
-        return native.mlp_add_to(gate_up, down, self.mlp.activation, x, n.weight, n.eps,
-                                 None if pn is None else pn.weight, 0.0 if pn is None else pn.eps)
+        o.add_to(attn, x, *_norm_args(self.post_attn_norm))
+        return native.mlp_add_to(gate_up, down, self.mlp.activation, x, *_norm_args(self.ffn_norm),
+                                 *_norm_args(self.post_ffn_norm))
+
+
+def _norm_args(norm: RMSNorm | None) -> tuple[torch.Tensor | None, float]:
+    """(weight, eps) as the C++ layer takes a norm the architecture may lack: (None, 0.0)."""
+    return (None, 0.0) if norm is None else (norm.weight, norm.eps)
 
 
 def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
@@ -190,11 +177,13 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
 
 
 def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...] | None:
-    """The layer's qkv, o, gate_up and down parts when each is one NativePart (and the activation is
-    one the C++ MLP knows), else None: the layer then runs op by op."""
+    """The layer's qkv, o, gate_up and down parts when each is one NativePart (and the C++ layer
+    implements every ArchSpec field the model sets), else None: the layer then runs op by op."""
     lins = (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
     parts = tuple(lin.parts[0] if len(lin.parts) == 1 else None for lin in lins)
-    if not all(isinstance(p, NativePart) for p in parts) or spec.activation not in native.ACTIVATIONS:
+    if not all(isinstance(p, NativePart) for p in parts):
+        return None
+    if not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec):  # the C++ layer, fused or in parts
         return None
     if any(lin.bias is not None for lin in lins[1:]):
         return None
@@ -202,10 +191,10 @@ def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...]
 
 
 def _fused(layer: DecoderLayer, spec: ArchSpec) -> FusedLayer:
-    a, n = layer.attn, lambda norm: None if norm is None else norm.weight
+    a, n = layer.attn, lambda norm: _norm_args(norm)[0]
     norms = [n(layer.attn_norm), a.qkv.bias, n(a.qk_norm), n(layer.post_attn_norm), n(layer.ffn_norm),
              n(layer.post_ffn_norm)]
-    e = lambda norm: 0.0 if norm is None else norm.eps  # noqa: E731
+    e = lambda norm: _norm_args(norm)[1]  # noqa: E731
     eps = [e(layer.attn_norm), e(a.qk_norm), e(layer.post_attn_norm), e(layer.ffn_norm), e(layer.post_ffn_norm)]
     return FusedLayer(tuple(p.mm for p in layer.native), norms, eps, spec.activation, a.rope.neox, a.heads,
                       a.kv_heads, a.head_dim, a.rope.rot_dim, a.window, a.scale, a.softcap or 0.0)

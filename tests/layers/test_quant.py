@@ -12,14 +12,12 @@ from gguf.quants import dequantize as gguf_dequantize
 from gguf.quants import quantize as gguf_quantize
 
 from hearth.errors import UnsupportedError
+from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.layers.quant import SUPPORTED, affine_rows, as_bytes, block_format, dequantize
 from hearth.loader.gguf_loader import GGUFTensor
 
 # byte offsets of the f16 scale fields inside one block: random bytes there could be inf/nan
-F16_FIELDS = {
-    Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2],
-    Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
-}
+F16_FIELDS = {q: f.f16_at for q, f in WEIGHT_FORMATS.items() if f.group_size}
 FLOATS = (Q.F32, Q.F16, Q.BF16)
 QUANTS = tuple(F16_FIELDS)
 

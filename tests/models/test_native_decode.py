@@ -24,9 +24,12 @@ from tests.models.test_logits_vs_transformers import (REL_TOL_FAST, PagedDriver,
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
+FUSED_ARCHS = ["llama", "qwen2", "qwen3", "gemma3"]
+"""Run fused against op by op: between them, every ArchSpec field the fused layer declares is set
+away from its default (tests/models/test_arch_spec.py checks that)."""
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("arch", FUSED_ARCHS)
 def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
     model, cfg = load_model(GGUFFile(d / name))

@@ -1,0 +1,87 @@
+"""The GGUF weight types hearth reads: one record each.
+
+A new type is one record here plus its kernels: its torch decoder (hearth.layers.quant registers one
+per record, checked by a test), and, when `native`, its C++ reader (csrc/blocks.h's enum and the
+dispatch in csrc/gguf_kernels.cpp, checked by tests/formats against these records)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gguf import GGML_QUANT_SIZES
+from gguf import GGMLQuantizationType as Q
+
+QK_K = 256  # super-block size of the k-quants
+
+TORCH_PATHS = ("f32", "bf16", "int4x1", "int4x2")
+"""How hearth.layers.linear's torch fallback holds a weight: f32 or bf16 dense, or torch's int4pack
+in one or two 4-bit planes (hearth.kernels.qmatmul); hearth.memory.layouts prices each."""
+
+
+@dataclass(frozen=True, slots=True)
+class WeightFormat:
+    qtype: Q
+    block_size: int
+    """Weights per block."""
+    type_size: int
+    """Bytes per block."""
+    torch_path: str
+    """One of TORCH_PATHS: what the torch fallback repacks it to at load."""
+    group_size: int = 0
+    """Weights sharing one (scale, offset); 0 for plain float types, which have no affine form."""
+    q_bits: int = 0
+    """Bits of an unsigned code (w = scale * q + offset); 0 for plain float types."""
+    zero_code: int | None = None
+    """Symmetric formats: offset == -zero_code * scale, and gguf-py computes scale * (q - zero_code)."""
+    f16_at: tuple[int, ...] = ()
+    """Byte offsets of the f16 scales (d, dmin) inside a block."""
+    native: bool = False
+    """The C++ kernels read it in place (csrc/blocks.h); their id for it is GGML's, native_id."""
+
+    @property
+    def name(self) -> str:
+        return self.qtype.name
+
+    @property
+    def native_id(self) -> int | None:
+        """The type's id in csrc/blocks.h's enum (GGML's own id), or None if the kernels lack it."""
+        return int(self.qtype) if self.native else None
+
+    @property
+    def bits(self) -> float:
+        """Bits a weight as stored in the file (scales included)."""
+        return 8 * self.type_size / self.block_size
+
+    def __post_init__(self):
+        if self.torch_path not in TORCH_PATHS:
+            raise ValueError(f"{self.name}: torch_path {self.torch_path!r} is not one of {TORCH_PATHS}")
+        if GGML_QUANT_SIZES[self.qtype] != (self.block_size, self.type_size):
+            raise ValueError(f"{self.name}: block {(self.block_size, self.type_size)} disagrees with gguf-py's "
+                             f"{GGML_QUANT_SIZES[self.qtype]}")
+
+
+def _q(qtype: Q, block: int, size: int, path: str, group: int, bits: int, zero: int | None = None,
+       f16_at: tuple[int, ...] = (0,)) -> WeightFormat:
+    return WeightFormat(qtype, block, size, path, group, bits, zero, f16_at, native=True)
+
+
+WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
+    WeightFormat(Q.F32, 1, 4, "f32"),  # used in place from the memory map
+    WeightFormat(Q.F16, 1, 2, "bf16"),
+    WeightFormat(Q.BF16, 1, 2, "bf16"),  # used in place
+    # 32-wide blocks: d (and m) then the codes
+    _q(Q.Q4_0, 32, 18, "int4x1", 32, 4, zero=8),
+    _q(Q.Q4_1, 32, 20, "int4x1", 32, 4, f16_at=(0, 2)),
+    _q(Q.Q5_0, 32, 22, "int4x2", 32, 5, zero=16),
+    _q(Q.Q5_1, 32, 24, "int4x2", 32, 5, f16_at=(0, 2)),
+    _q(Q.Q8_0, 32, 34, "int4x2", 32, 8, zero=128),
+    # k-quants: 256-wide super-blocks; 16-wide groups do not fit int4pack (groups >= 32), so bf16
+    _q(Q.Q2_K, QK_K, 84, "bf16", 16, 2, f16_at=(80, 82)),
+    _q(Q.Q3_K, QK_K, 110, "bf16", 16, 3, zero=4, f16_at=(108,)),
+    _q(Q.Q4_K, QK_K, 144, "int4x1", 32, 4, f16_at=(0, 2)),
+    _q(Q.Q5_K, QK_K, 176, "int4x2", 32, 5, f16_at=(0, 2)),
+    _q(Q.Q6_K, QK_K, 210, "bf16", 16, 6, zero=32, f16_at=(208,)),
+)}
+
+NATIVE_IDS: dict[int, str] = {f.native_id: f.name for f in WEIGHT_FORMATS.values() if f.native}
+"""csrc/blocks.h's type ids -> names (hearth.kernels.native.QTYPES)."""

@@ -1,0 +1,57 @@
+"""ArchSpec: how an architecture's decoder block differs from llama's, and the rule every fused
+implementation of that block follows (DESIGN.md, style 14): it declares which ArchSpec fields it
+implements, and values it is limited to; a model that sets any other field away from its default
+does not run on it, with the reason logged once."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+log = logging.getLogger("hearth.models")
+
+
+@dataclass(frozen=True, slots=True)
+class ArchSpec:
+    """How an architecture's block differs from llama's."""
+
+    neox_rope: bool = False
+    """Rotate halves (qwen, gemma) rather than adjacent pairs (llama GGUFs)."""
+    activation: str = "silu"
+    qk_norm: bool = False
+    """Per-head RMSNorm on q and k before rope (qwen3, gemma3)."""
+    sandwich_norm: bool = False
+    """Extra norms after attention and after the MLP (gemma2/3)."""
+    embed_scale: bool = False
+    """Multiply embeddings by sqrt(hidden_size) (gemma)."""
+
+
+Implements = Mapping[str, Collection | None]
+"""ArchSpec field name -> the values a fused implementation runs (None: every value)."""
+
+
+def refusal(name: str, implements: Implements, spec: ArchSpec) -> str | None:
+    """Why the fused implementation `name` cannot run `spec`, or None when it can. Iterates the
+    spec's dataclass fields, so a field added later is refused until an implementation declares it."""
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if f.name not in implements:
+            if value != f.default:
+                return f"{name} does not implement ArchSpec.{f.name}={value!r}"
+        elif implements[f.name] is not None and value not in implements[f.name]:
+            return f"{name} implements ArchSpec.{f.name} only as {sorted(implements[f.name])}, not {value!r}"
+    return None
+
+
+_logged: set[str] = set()
+
+
+def admits(name: str, implements: Implements, spec: ArchSpec) -> bool:
+    """refusal() is None; a refusal is logged once per reason (not once per layer)."""
+    reason = refusal(name, implements, spec)
+    if reason is not None and reason not in _logged:
+        _logged.add(reason)
+        log.warning(f"hearth: {reason}; those layers run op by op")
+    return reason is None
