@@ -1,14 +1,17 @@
-"""The C++ kernels of csrc/gguf_kernels.cpp: matmul, row lookup and bf16 expansion on GGUF blocks.
+"""The C++ kernels of csrc/: matmul, row lookup and bf16 expansion on GGUF blocks, attention, KV codecs.
 
 Built on first use with the system g++ (a few seconds) into $HEARTH_HOME/kernels/, keyed by a hash
 of the source and flags, and loaded with ctypes: plain C entry points need no Python or torch
 headers (a torch extension would take ~30 s to compile) and a call costs ~1 us. OpenMP comes from
 the libgomp torch already loaded (same soname), so both share one thread pool.
 
-Which kernels run is the CPU tier (hearth.kernels.tiers): the library is told it at load (hk_set_tier),
-so a lower tier forced on a better CPU leaves the better units off. `lib()` is None on the torch tier
-(a CPU without AVX-512 VNNI, not x86-64 Linux, HEARTH_NATIVE=0 or HEARTH_CPU_TIER=torch), or when the
-build fails (one warning line): callers fall back to the torch paths."""
+Which kernels run is the CPU tier (hearth.kernels.tiers): each native tier loads its library
+(LIBRARIES: gguf_kernels.cpp for amx and avx512, gguf_kernels_avx2.cpp for avx2), which is told the
+tier at load (hk_set_tier), so a lower tier forced on a better CPU leaves the better units off. A
+library provides some CAPABILITIES (the avx2 one: no bf16 tiles, no quantized KV readers): callers
+ask has(capability) and fall back to torch per missing one. `lib()` is None on the torch tier (a CPU
+without AVX2/F16C, not x86-64 Linux, HEARTH_NATIVE=0 or HEARTH_CPU_TIER=torch), or when the build
+fails (one warning line): callers fall back to the torch paths."""
 
 from __future__ import annotations
 
@@ -16,8 +19,10 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,18 +32,47 @@ from hearth.kvstore import kvarn
 from hearth.loader.store import hearth_home
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
+COMMON = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off", "-w")
+
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "linear": ("hk_plan_new", "hk_plan_free", "hk_linear", "hk_dequant_rows", "hk_dequant_bf16"),
+    "fused_ops": ("hk_linear_residual", "hk_mlp", "hk_qk_rope"),
+    "paged_attention": ("hk_paged_attention", "hk_kv_write"),
+    "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
+    "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
+    "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
+}
+"""What a kernel library may implement: each capability is a set of entry points, present or absent
+together; callers ask has(capability) and take the torch path where it is missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    """One kernel library: the source compiled (it includes its headers), with only the flags its
+    tiers need, so a compiler that lacks one tier's flag still builds the others."""
+    source: str
+    flags: tuple[str, ...]
+    abi: int
+    """What its hk_abi_version() must return."""
+    provides: frozenset[str]
+    """Its CAPABILITIES."""
+
+
 # the AMX and AVX512-BF16 flags let the compiler take those intrinsics; the code using them runs only
 # after csrc's CPUID checks (amx_usable, amx_bf16_usable)
-FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
-         "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2",
-         "-ffp-contract=off", "-w"]
-ABI_VERSION = 10
+AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
+                                              "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
+                         10, frozenset(CAPABILITIES))
+AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"), 1,
+                       frozenset({"linear", "fused_ops", "paged_attention", "layer"}))
+LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY}
+"""Native tier name -> the library it loads."""
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
 QTYPES = {2: "Q4_0", 3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 8: "Q8_0", 10: "Q2_K", 11: "Q3_K", 12: "Q4_K",
           13: "Q5_K", 14: "Q6_K"}
 
 _lib: ctypes.CDLL | None = None
+_library: Library | None = None
 _tried = False
 library_path: Path | None = None
 """The kernel library loaded, once lib() has run (what `hearth doctor` reports)."""
@@ -48,12 +82,13 @@ _p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 def lib() -> ctypes.CDLL | None:
-    global _lib, _tried, load_error
+    global _lib, _library, _tried, load_error
     if not _tried:
         _tried = True
         tier = tiers.selected()
         try:
-            _lib = _load(tier) if tier.native else None
+            _library = LIBRARIES[tier.name] if tier.native else None
+            _lib = _load(tier, _library) if tier.native else None
         except Exception as e:  # noqa: BLE001  (any failure means: use the torch paths)
             load_error = str(e)
             tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({e}); using torch")
@@ -65,18 +100,29 @@ def available() -> bool:
     return lib() is not None
 
 
+def has(capability: str) -> bool:
+    """The loaded kernel library implements `capability` (a key of CAPABILITIES)."""
+    assert capability in CAPABILITIES, capability
+    return available() and capability in _library.provides
+
+
+def entry_points() -> set[str]:
+    """The C entry points of the loaded library's capabilities (empty without one)."""
+    return set().union(*(CAPABILITIES[c] for c in _library.provides)) if available() else set()
+
+
 @functools.cache
 def bf16_tiles() -> bool:
     """The kernels multiply prefill-sized batches on AMX bf16 tiles here (Sapphire Rapids and later)."""
-    return available() and bool(lib().hk_amx_bf16())
+    return has("bf16_tiles") and bool(lib().hk_amx_bf16())
 
 
-def _load(tier: tiers.Tier) -> ctypes.CDLL:
+def _load(tier: tiers.Tier, library: Library) -> ctypes.CDLL:
     global library_path
-    path = library_path = _build()
+    path = library_path = _build(library)
     so = ctypes.CDLL(str(path))
-    _declare(so)
-    if so.hk_abi_version() != ABI_VERSION or not so.hk_cpu_ok():
+    _declare(so, library)
+    if so.hk_abi_version() != library.abi or not so.hk_cpu_ok():
         raise RuntimeError("kernel library does not match this CPU or version")
     if so.hk_set_tier(tier.level) != 0:
         raise RuntimeError(f"kernel library does not know tier level {tier.level}")
@@ -87,14 +133,30 @@ def _cpu_flags() -> set[str]:
     return tiers.cpu_flags()
 
 
-def _build() -> Path:
+def sources(library: Library) -> list[Path]:
+    """The library's source and every csrc header it includes, directly or not (its cache key)."""
+    found, todo = [], [CSRC / library.source]
+    while todo:
+        f = todo.pop()
+        if f in found or not f.exists():
+            continue
+        found.append(f)
+        todo += [CSRC / m for m in re.findall(r'^#include "([^"]+)"', f.read_text(), re.M)]
+    return sorted(found)
+
+
+def command(cxx: str, library: Library, out: str) -> list[str]:
+    return [cxx, *COMMON, *library.flags, "-o", out, str(CSRC / library.source)]
+
+
+def _build(library: Library) -> Path:
     cxx = tiers.compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler (g++) found")
-    src = b"".join(f.read_bytes() for f in sorted(CSRC.iterdir()) if f.suffix in (".cpp", ".h"))
-    key = hashlib.sha256(src + " ".join([cxx, *FLAGS]).encode()).hexdigest()[:16]
+    src = b"".join(f.name.encode() + f.read_bytes() for f in sources(library))
+    key = hashlib.sha256(src + " ".join(command(cxx, library, "")).encode()).hexdigest()[:16]
     for out_dir in (hearth_home() / "kernels", Path(tempfile.gettempdir()) / f"hearth-kernels-{os.getuid()}"):
-        out = out_dir / f"gguf_kernels-{key}.so"
+        out = out_dir / f"{Path(library.source).stem}-{key}.so"
         if out.exists():
             return out
         try:
@@ -108,7 +170,7 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        r = subprocess.run([cxx, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(command(cxx, library, tmp), capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             lines = r.stderr.strip().splitlines() or ["?"]
             first = next((line for line in lines if "error" in line), lines[-1])
@@ -123,7 +185,10 @@ def _build() -> Path:
 _f32 = ctypes.c_float
 
 
-def _declare(so: ctypes.CDLL) -> None:
+def _declare(so: ctypes.CDLL, library: Library) -> None:
+    """Signatures of the library's entry points (fused_layer.py declares the layer ones); a missing
+    one is an error at load, not at first use."""
+    wanted = {"hk_abi_version", "hk_cpu_ok", "hk_set_tier"}.union(*(CAPABILITIES[c] for c in library.provides))
     sigs = {  # name: (restype, argtypes)
         "hk_abi_version": (_int, []),
         "hk_cpu_ok": (_int, []),
@@ -149,9 +214,10 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
                                    _p]),
     }
-    for name, (res, args) in sigs.items():
-        fn = getattr(so, name)
-        fn.restype, fn.argtypes = res, args
+    for name in sorted(wanted):
+        fn = getattr(so, name)  # AttributeError: the library lacks an entry point it claims
+        if name in sigs:
+            fn.restype, fn.argtypes = sigs[name]
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -209,6 +275,8 @@ class NativeMatmul:
     def gemm_bf16(self, x: torch.Tensor) -> torch.Tensor | None:
         """x: bf16 [M, K] (rows may be strided) -> f32 [M, N] on AMX bf16 tiles, W expanded panel by
         panel (csrc/gemm_bf16.h); None where that does not run (no AMX-BF16, K % 32 != 0)."""
+        if not has("bf16_tiles"):
+            return None
         y = torch.empty(x.shape[0], self.n)
         rc = self.lib.hk_gemm_bf16(self.plan, x.data_ptr(), x.shape[0], x.stride(0), y.data_ptr(), y.stride(0))
         return y if rc == 0 else None
@@ -295,6 +363,8 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, table: torch.Tens
     paged cache on AMX bf16 tiles, into `out`; False (out untouched) where the CPU or the head shape
     is not covered. q, out: f32 [T, heads, d] (heads and dims contiguous, rows may be strided);
     table: int64 [blocks], the sequence's block ids."""
+    if not has("bf16_tiles"):
+        return False
     _, nb, bs, kvh, d = kv_cache.shape
     assert q.stride(2) == 1 and q.stride(1) == d and out.stride(2) == 1 and out.stride(1) == d
     rc = lib().hk_prefill_attention(q.data_ptr(), q.stride(0), kv_cache.data_ptr(),

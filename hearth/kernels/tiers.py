@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 log = logging.getLogger("hearth.kernels")
 
-AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma", "bmi2")
+AVX2 = ("avx2", "fma", "f16c", "bmi2")
+AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni") + AVX2
 AMX = ("amx_tile", "amx_int8", "amx_bf16", "avx512_bf16")
 
 
@@ -38,14 +39,16 @@ class Tier:
 
 
 TIERS = (  # best first
-    Tier("amx", AVX512 + AMX, True, 2, "C++ kernels with AMX int8 tiles (decode batches) and bf16 tiles (prefill)"),
-    Tier("avx512", AVX512, True, 1, "C++ kernels on AVX-512 VNNI, no tiles; prefill matmuls in torch bf16",
+    Tier("amx", AVX512 + AMX, True, 3, "C++ kernels with AMX int8 tiles (decode batches) and bf16 tiles (prefill)"),
+    Tier("avx512", AVX512, True, 2, "C++ kernels on AVX-512 VNNI, no tiles; prefill matmuls in torch bf16",
          onednn_cap="AVX512_CORE_BF16"),
+    Tier("avx2", AVX2, True, 1, "C++ kernels on AVX2 (int8 dot products, decode attention); prefill matmuls in "
+         "torch bf16", onednn_cap="AVX2"),
     Tier("torch", (), False, 0, "no C++ kernels: torch's CPU kernels"),
 )
 BY_NAME = {t.name: t for t in TIERS}
 TORCH = BY_NAME["torch"]
-PLANNED = ("avx2", "neon")
+PLANNED = ("neon",)
 """Tiers of the design (DESIGN.md, "Devices") with no kernels in this build yet."""
 
 

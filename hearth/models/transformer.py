@@ -126,7 +126,7 @@ class DecoderLayer(nn.Module):
 
         self.native = _native_plans(self, spec)
         self.native_max_rows = self.native[0].gemm_min_rows if self.native else 0
-        self.fused = _fused(self, spec) if self.native else None
+        self.fused = _fused(self, spec) if self.native and native.has("layer") else None
 
     def forward(self, x, positions, meta, kv_cache, out_rows: list[int] | None = None):
         """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows
@@ -195,6 +195,8 @@ def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...]
     lins = (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down)
     parts = tuple(lin.parts[0] if len(lin.parts) == 1 else None for lin in lins)
     if not all(isinstance(p, NativePart) for p in parts) or spec.activation not in native.ACTIVATIONS:
+        return None
+    if not native.has("fused_ops"):  # the kernel library has the GEMV but not the ops around it
         return None
     if any(lin.bias is not None for lin in lins[1:]):
         return None

@@ -10,6 +10,7 @@ import sys
 import torch
 
 from hearth.config import ModelConfig
+from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
@@ -23,7 +24,7 @@ from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-AMX_MIN_ROWS = 10  # csrc/amx.h: from this many rows the C++ matmuls use AMX int8 tiles, not VNNI
+AMX_MIN_ROWS = 10  # csrc/amx.h: from this many rows the AVX-512 library's matmuls use AMX int8 tiles, not VNNI
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -79,11 +80,15 @@ class ModelRunner:
         SmolLM2's logits), so drafts would not be lossless. The C++ path: int8 VNNI GEMV below
         AMX_MIN_ROWS (csrc/amx.h), AMX int8 tiles below the layers' native_max_rows, bf16 tiles
         from there; within one a row is bit-identical whatever the rest of the step (attention
-        splits a row's keys by the number of sequences, not of rows)."""
+        splits a row's keys by the number of sequences, not of rows). The avx2 library has one GEMV
+        below native_max_rows; without native attention for the cache (torch's) rows differ: None."""
         layer = self.model.layers[0]
-        if not getattr(layer, "native", None):
+        if not getattr(layer, "native", None) or not native.has("paged_attention"):
             return None
-        return (AMX_MIN_ROWS, layer.native_max_rows)
+        if any(isinstance(c, QuantizedKVCache) for c in self.kv_caches) and not native.has("kv_quant"):
+            return None
+        amx = (AMX_MIN_ROWS,) if native.has("bf16_tiles") else ()  # the AVX-512 library's AMX int8 tiles
+        return (*amx, layer.native_max_rows)
 
     @property
     def kv_bytes(self) -> int:

@@ -162,7 +162,7 @@ def test_bad_token_id_is_an_index_error():
 
 
 def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog):
-    def broken():
+    def broken(*_):
         raise RuntimeError("g++ failed: gguf_kernels.cpp:1:10: error: boom")
 
     monkeypatch.setattr(native, "_build", broken)
