@@ -82,12 +82,14 @@ _p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 def lib() -> ctypes.CDLL | None:
-    global _lib, _library, _tried, load_error
+    global _lib, _library, _tried, load_error, library_path
     if not _tried:
         _tried = True
         tier = tiers.selected()
         try:
             _library = LIBRARIES[tier.name] if tier.native else None
+            if tier.native:
+                library_path = _build(_library)
             _lib = _load(tier, _library) if tier.native else None
         except Exception as e:  # noqa: BLE001  (any failure means: use the torch paths)
             load_error = str(e)
@@ -117,10 +119,18 @@ def bf16_tiles() -> bool:
     return has("bf16_tiles") and bool(lib().hk_amx_bf16())
 
 
+@functools.cache
+def open_tier(name: str) -> ctypes.CDLL:
+    """The kernel library of native tier `name`, loaded on its own beside the selected one (tests and
+    benchmarks compare tiers in one process); raises where that tier cannot run here."""
+    tier = tiers.BY_NAME[name]
+    if (why := tiers.why_not(name)) is not None:
+        raise RuntimeError(f"tier {name} cannot run here: {why}")
+    return _load(tier, LIBRARIES[name])
+
+
 def _load(tier: tiers.Tier, library: Library) -> ctypes.CDLL:
-    global library_path
-    path = library_path = _build(library)
-    so = ctypes.CDLL(str(path))
+    so = ctypes.CDLL(str(_build(library)))
     _declare(so, library)
     if so.hk_abi_version() != library.abi or not so.hk_cpu_ok():
         raise RuntimeError("kernel library does not match this CPU or version")
@@ -240,10 +250,12 @@ class NativeMatmul:
     several side by side (fused q|k|v). The tensors are kept referenced; the C++ plan holds their
     pointers, so a call passes only x and y."""
 
-    def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0):
+    def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0,
+                 so: ctypes.CDLL | None = None):
         """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles (x rounded to
-        bf16, W expanded per call) instead of 8-bit activations; 0 = never."""
-        self.lib = lib()
+        bf16, W expanded per call) instead of 8-bit activations; 0 = never. so: another tier's library
+        (open_tier) instead of the selected one, for the matmul alone."""
+        self.lib = so or lib()
         assert self.lib is not None
         self.weights = [w for w, _ in weights]  # keeps the memory alive
         self.k, self.n = k, sum(w.shape[0] for w in self.weights)
