@@ -261,7 +261,9 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
       off[m] = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(a.a16 + at), off[m]);
       off[m] = _mm256_fmadd_ps(o[1], _mm256_loadu_ps(a.a16 + at + 8), off[m]);
     }
-    for (int j = 0; j < nch; ++j) {
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {  // unrolled: each chunk's shifts and lane indices are constants
+      if (j >= nch) break;
       const __m256i codes = T::codes(row, sb, j);
       const __m256i ua = T::SIGNED ? _mm256_sign_epi8(codes, codes) : codes;  // |codes| for int8 codes
       for (int m = 0; m < MT; ++m) {
