@@ -325,10 +325,12 @@ def qk_rope(qk: torch.Tensor, rot: int, cos: torch.Tensor, sin: torch.Tensor, ne
     return qk
 
 
-def dequant_rows(w: torch.Tensor, qtype: int, k: int, ids: torch.Tensor) -> torch.Tensor:
-    """Rows `ids` (int64 [T]) of a [V, K] GGUF tensor (uint8 [V, row_bytes]) -> f32 [T, K]."""
+def dequant_rows(w: torch.Tensor, qtype: int, k: int, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows `ids` (int64 [T]) of a [V, K] GGUF tensor (uint8 [V, row_bytes]) -> f32 [T, K] (or into
+    `out`, contiguous)."""
     ids = ids.reshape(-1).to(torch.int64).contiguous()
-    out = torch.empty(ids.shape[0], k)
+    out = torch.empty(ids.shape[0], k) if out is None else out
+    assert out.is_contiguous() and out.shape == (ids.shape[0], k) and out.dtype == torch.float32
     rc = lib().hk_dequant_rows(w.data_ptr(), int(qtype), w.stride(0), k, w.shape[0], ids.data_ptr(),
                                ids.shape[0], out.data_ptr())
     if rc == -2:
