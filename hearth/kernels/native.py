@@ -52,8 +52,6 @@ class Library:
     tiers need, so a compiler that lacks one tier's flag still builds the others."""
     source: str
     flags: tuple[str, ...]
-    abi: int
-    """What its hk_abi_version() must return."""
     provides: frozenset[str]
     """Its CAPABILITIES."""
 
@@ -62,9 +60,12 @@ class Library:
 # after csrc's CPUID checks (amx_usable, amx_bf16_usable)
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
-                         10, frozenset(CAPABILITIES))
-AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"), 1,
+                         frozenset(CAPABILITIES))
+AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
                        frozenset({"linear", "fused_ops", "paged_attention", "layer"}))
+ABI_VERSION = 11
+"""What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
+are shared, so one number, bumped for a change to any of them, covers every library."""
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY}
 """Native tier name -> the library it loads."""
 # GGML type ids the kernels read (hearth.layers.quant decodes the same formats in torch)
@@ -132,7 +133,7 @@ def open_tier(name: str) -> ctypes.CDLL:
 def _load(tier: tiers.Tier, library: Library) -> ctypes.CDLL:
     so = ctypes.CDLL(str(_build(library)))
     _declare(so, library)
-    if so.hk_abi_version() != library.abi or not so.hk_cpu_ok():
+    if so.hk_abi_version() != ABI_VERSION or not so.hk_cpu_ok():
         raise RuntimeError("kernel library does not match this CPU or version")
     if so.hk_set_tier(tier.level) != 0:
         raise RuntimeError(f"kernel library does not know tier level {tier.level}")

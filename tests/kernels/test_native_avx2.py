@@ -3,9 +3,10 @@
 against the AVX-512 library's GEMV for every block type, with ragged shapes; its rows independent
 of the batch; and its build free of any AVX-512 flag, so a compiler without them still builds it.
 
-The two GEMVs quantize the activations to the same bytes (ggml's q8_0 rule) and take the same
-integer dot products per 32 weights; they differ only in the order of the f32 sums (8 lanes here,
-16 there), ~1e-7 relative per term: held to 1e-5 of sum(blockmax|x| |W|)."""
+The two GEMVs (below 10 rows, where the AVX-512 one takes no AMX tiles) quantize the activations to
+the same bytes (ggml's q8_0 rule, a scale per 16 values) and take the same integer dot products per
+32 weights; they differ only in the order of the f32 sums (8 lanes here, 16 there), ~1e-7 relative
+per term: held to 1e-5 of sum(blockmax|x| |W|)."""
 
 from __future__ import annotations
 

@@ -26,6 +26,10 @@ struct AttnShape {
   int64_t bs, heads, kvh, d;
   const int64_t* table;  // the row's sequence's block ids
   float scale, softcap;
+  // a token tree's node row: keys remap_from .. (its ancestors and itself, along its path) are read
+  // from the flat slots remap[key - remap_from] instead of their positions' slots (null: none)
+  const int64_t* remap = nullptr;
+  int64_t remap_from = 0;
 };
 
 template <bool BF16>
@@ -49,8 +53,10 @@ inline __m256 softcap_ps(__m256 v, float cap) {  // cap * tanh(v / cap), tanh(z)
   return _mm256_mul_ps(t, _mm256_set1_ps(cap));
 }
 
+inline bool remapped(const AttnShape& a, int64_t key) { return a.remap && key >= a.remap_from; }
+
 inline const uint8_t* slot_row(const AttnShape& a, int plane, int64_t g, int64_t key) {
-  const int64_t slot = a.table[key / a.bs] * a.bs + key % a.bs;
+  const int64_t slot = remapped(a, key) ? a.remap[key - a.remap_from] : a.table[key / a.bs] * a.bs + key % a.bs;
   return a.kv + (plane * a.plane + (slot * a.kvh + g) * a.d) * 2;
 }
 
@@ -66,8 +72,10 @@ void weighted_values(const AttnShape& a, int64_t g, int64_t k0, int64_t k1, cons
     const int64_t run = std::min(k1, (key / a.bs + 1) * a.bs) - key;
     const uint8_t* vp = slot_row(a, 1, g, key) + 16 * c0;  // 8 halves per vector
     for (int64_t j = 0; j < run; ++j, vp += stride) {
+      // a tree row's remapped keys are not consecutive slots: the same keys in the same order
+      const uint8_t* vj = remapped(a, key + j) ? slot_row(a, 1, g, key + j) + 16 * c0 : vp;
       __m256 vf[CV];
-      for (int c = 0; c < CV; ++c) vf[c] = load_half<BF16>(vp + 16 * c);
+      for (int c = 0; c < CV; ++c) vf[c] = load_half<BF16>(vj + 16 * c);
       for (int h = 0; h < HB; ++h) {
         const __m256 w = _mm256_broadcast_ss(p + (h0 + h) * ld + key - k0 + j);
         for (int c = 0; c < CV; ++c) o[h][c] = _mm256_fmadd_ps(w, vf[c], o[h][c]);
@@ -129,9 +137,10 @@ void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, fl
     for (int64_t t0 = 0; t0 < run; t0 += 8) {
       const int r = static_cast<int>(std::min<int64_t>(8, run - t0));
       for (int j = 0; j < r; ++j, kp += slot_bytes) {
+        const uint8_t* kj = remapped(a, key + t0 + j) ? slot_row(a, 0, 0, key + t0 + j) : kp;  // a tree row's path
         for (int64_t b = 0; b < slot_bytes; b += 64)  // this key's values, into L2 for p.V
-          _mm_prefetch(reinterpret_cast<const char*>(kp + a.plane * 2 + b), _MM_HINT_T1);
-        for (int64_t c = 0; c < W; ++c) _mm256_store_ps(kt + (j * W + c) * 8, load_half<BF16>(kp + 16 * c));
+          _mm_prefetch(reinterpret_cast<const char*>(kj + a.plane * 2 + b), _MM_HINT_T1);
+        for (int64_t c = 0; c < W; ++c) _mm256_store_ps(kt + (j * W + c) * 8, load_half<BF16>(kj + 16 * c));
       }
       const __m256 live = _mm256_castsi256_ps(tail_mask8(r));
       for (int64_t h = 0; h < H; ++h) {
@@ -197,17 +206,20 @@ struct AttnTask {
 thread_local AttnScratch attn_scratch;
 
 // Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
-// cut into tasks of (row, key range), none shorter than 32 keys; attend(task, m, l, acc) per task
+// cut into tasks of (row, key range), none shorter than 32 keys; attend(task, m, l, acc) per task.
+// tree (null: none): int64 [rows, ldtree], a row's own position along its tree path in column 0 (-1:
+// an ordinary row, its position from seq_lens): the row's keys and ranges are then a decode's there.
 template <class Attend>
 void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, int64_t H,
-                   int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend) {
+                   int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend,
+                   const int64_t* tree = nullptr, int64_t ldtree = 0) {
   const int nt = omp_get_max_threads();
   std::vector<AttnTask> tasks;
   int64_t parts = 0;
   double work = 0;
   for (int64_t s = 0; s < S; ++s)
     for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
-      const int64_t pos = seq_lens[s] - (q_start[s] + q_len[s] - t);
+      const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
       const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       const int64_t n = pos + 1 - lo;
       const int64_t want = (4 * nt + S - 1) / S;  // from the number of sequences, not of rows

@@ -185,7 +185,7 @@ struct K3 : FQ3_K {
 struct Act {
   int64_t M = 0, K = 0, Kp = 0;
   int8_t* q = nullptr;  // [M][Kp]
-  float* d16 = nullptr;  // [M][Kp/16]: the scale of the 32-block each 16 codes come from
+  float* d16 = nullptr;  // [M][Kp/16]: the scale of each 16 codes
   float* a16 = nullptr;  // [M][Kp/16]: d * (sum of those 16 codes)
 };
 
@@ -203,8 +203,9 @@ inline int hsum8i(__m256i v) {
   return _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1)));
 }
 
-// rows of x -> q8 per 32 (ggml's quantize_row_q8_0 rule: d = max|x| / 127, q = round-to-even(x / d)),
-// the same bytes as the AVX-512 kernels' natural layout
+// rows of x -> q8 with a scale per 16 values (ggml's quantize_row_q8_0 rule, d = max|x| / 127 and
+// q = round-to-even(x / d), on halves of its 32-blocks: less rounding, and dot_row applies d16 per 16
+// anyway): the same bytes as the AVX-512 GEMV's quantize(..., scale16) in its natural layout
 Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx) {
   Act a;
   a.M = M, a.K = K, a.Kp = (K + SB - 1) / SB * SB;
@@ -220,22 +221,22 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx) {
     const float* xr = x + m * ldx;
     for (int64_t b = 0; b < K / 32; ++b) {
       __m256 v[4];
-      __m256 mx = _mm256_setzero_ps();
-      for (int i = 0; i < 4; ++i) {
-        v[i] = _mm256_loadu_ps(xr + 32 * b + 8 * i);
-        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, v[i]));
-      }
-      const float amax = hmax8(mx);
-      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xr + 32 * b + 8 * i);
+      float d[2];
       __m256i iq[4];
-      for (int i = 0; i < 4; ++i) iq[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id)));  // nearest even
+      for (int h = 0; h < 2; ++h) {  // half h: values 16h .. 16h + 15 of the block, v[2h], v[2h + 1]
+        const float amax = hmax8(_mm256_max_ps(_mm256_andnot_ps(sign, v[2 * h]), _mm256_andnot_ps(sign, v[2 * h + 1])));
+        const __m256 id = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        d[h] = amax / 127.0f;
+        for (int i = 2 * h; i < 2 * h + 2; ++i) iq[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));  // nearest even
+      }
       // int32 -> int8 with saturation; packs interleave 128-bit lanes, the permute restores the order
       const __m256i p16a = _mm256_packs_epi32(iq[0], iq[1]), p16b = _mm256_packs_epi32(iq[2], iq[3]);
       const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.q + m * a.Kp + 32 * b), p8);
       for (int h = 0; h < 2; ++h) {
-        a.d16[m * g + 2 * b + h] = d;
-        a.a16[m * g + 2 * b + h] = d * static_cast<float>(hsum8i(_mm256_add_epi32(iq[2 * h], iq[2 * h + 1])));
+        a.d16[m * g + 2 * b + h] = d[h];
+        a.a16[m * g + 2 * b + h] = d[h] * static_cast<float>(hsum8i(_mm256_add_epi32(iq[2 * h], iq[2 * h + 1])));
       }
     }
   }

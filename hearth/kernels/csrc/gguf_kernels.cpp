@@ -383,7 +383,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 10; }
+int hk_abi_version() { return 11; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.

@@ -175,7 +175,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 1; }
+int hk_abi_version() { return 11; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier): this library runs the avx2 tier only.
 int hk_set_tier(int level) {
@@ -269,12 +269,15 @@ void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int6
 }
 
 // Attention of query rows over a paged f16/bf16 KV cache, as gguf_kernels.cpp's hk_paged_attention:
-// q, out: f32 [rows, heads, d] (row strides ldq, ldo); kv: [2, num_slots, kvh, d]. Returns 0, or -1
-// for a head_dim or grouping this kernel does not cover.
+// q, out: f32 [rows, heads, d] (row strides ldq, ldo); kv: [2, num_slots, kvh, d]. tree (null: none):
+// a token tree's node rows, int64 [rows, ldtree]: per row -1, or its position along its path, the
+// tree's first position base and the flat slots of its keys base .. position, read instead of those
+// positions' slots (a decode of its path's bits). Returns 0, or -1 for a head_dim or grouping this
+// kernel does not cover.
 int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
                        int64_t heads, int64_t kvh, int64_t d, int64_t S, const int64_t* q_start, const int64_t* q_len,
                        const int64_t* seq_lens, const int64_t* tables, int64_t ldt, float scale, int64_t window,
-                       float softcap, float* out, int64_t ldo) {
+                       float softcap, float* out, int64_t ldo, const int64_t* tree, int64_t ldtree) {
   const AttendFn fn = (d % 8 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 8, kv_bf16);
   if (!fn) return -1;
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
@@ -282,8 +285,12 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
                 [&](const AttnTask& k, float* m, float* l, float* acc) {
                   AttnShape sh = a;
                   sh.table = tables + k.seq * ldt;
+                  if (tree && tree[k.row * ldtree] >= 0) {
+                    sh.remap = tree + k.row * ldtree + 2;
+                    sh.remap_from = tree[k.row * ldtree + 1];
+                  }
                   fn(sh, q + k.row * ldq, k.k0, k.k1, m, l, acc, attn_scratch);
-                });
+                }, tree, ldtree);
   return 0;
 }
 
@@ -361,7 +368,8 @@ void hk_layer_free(void* l) { delete static_cast<Layer*>(l); }
 // slots: [M] cache slots of the new tokens; the attention arguments as in hk_paged_attention.
 int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, const float* sin, void* kv, int kv_bf16,
                      int64_t num_slots, int64_t bs, const int64_t* slots, int64_t S, const int64_t* q_start,
-                     const int64_t* q_len, const int64_t* seq_lens, const int64_t* tables, int64_t ldt) {
+                     const int64_t* q_len, const int64_t* seq_lens, const int64_t* tables, int64_t ldt,
+                     const int64_t* tree, int64_t ldtree) {
   const Layer& l = *static_cast<const Layer*>(layer);
   const int64_t hidden = l.qkv->K, n = l.qkv->N, nq = l.heads * l.d;
   float* y = scratch(tmp_qkv, M * n);
@@ -370,7 +378,7 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
   hk_kv_write(y + nq, n, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
   float* att = scratch(tmp_attn, std::max<int64_t>(1, M) * nq);
   if (const int rc = hk_paged_attention(y, n, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len,
-                                        seq_lens, tables, ldt, l.scale, l.window, l.softcap, att, nq))
+                                        seq_lens, tables, ldt, l.scale, l.window, l.softcap, att, nq, tree, ldtree))
     return rc;
   hk_linear_residual(l.o, att, M, nq, l.post_attn_norm, l.post_attn_eps, x, hidden);
   hk_mlp(l.gate_up, l.down, l.act, x, M, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
