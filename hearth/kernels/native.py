@@ -79,24 +79,41 @@ library_path: Path | None = None
 """The kernel library loaded, once lib() has run (what `hearth doctor` reports)."""
 load_error: str | None = None
 """Why the selected native tier's kernels did not load, or None."""
+loaded_tier: tiers.Tier | None = None
+"""The native tier whose library lib() loaded: the selected one, or a lower one where that failed."""
 _p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 def lib() -> ctypes.CDLL | None:
-    global _lib, _library, _tried, load_error, library_path
+    """The selected tier's library; where it does not build or load, the next lower native tier's
+    other library (an AVX-512 CPU whose compiler lacks the AVX-512 flags still gets avx2), else None.
+    A fallback is one warning line: the tier, its first error, the tier used."""
+    global _lib, _library, _tried, load_error, library_path, loaded_tier
     if not _tried:
         _tried = True
         tier = tiers.selected()
-        try:
-            _library = LIBRARIES[tier.name] if tier.native else None
-            if tier.native:
-                library_path = _build(_library)
-            _lib = _load(tier, _library) if tier.native else None
-        except Exception as e:  # noqa: BLE001  (any failure means: use the torch paths)
-            load_error = str(e)
-            tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({e}); using torch")
-            _lib = None
+        for t in fallbacks(tier):
+            try:
+                library_path = _build(LIBRARIES[t.name])
+                _lib, _library, loaded_tier = _load(t, LIBRARIES[t.name]), LIBRARIES[t.name], t
+                break
+            except Exception as e:  # noqa: BLE001  (any failure means: a lower tier, or the torch paths)
+                load_error = load_error or str(e)
+                library_path = None
+        if load_error is not None:
+            used = loaded_tier.name if loaded_tier else tiers.TORCH.name
+            tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({load_error}); using {used}")
     return _lib
+
+
+def fallbacks(tier: tiers.Tier) -> list[tiers.Tier]:
+    """`tier`, then the native tiers below it with another library (amx and avx512 share one): what
+    lib() tries in order. Empty for the torch tier."""
+    out = [tier] if tier.native else []
+    for t in tiers.TIERS[tiers.TIERS.index(tier) + 1:]:
+        if t.native and all(LIBRARIES[t.name] is not LIBRARIES[o.name] for o in out):
+            out.append(t)
+    return out
 
 
 def available() -> bool:

@@ -130,11 +130,14 @@ def why_not(name: str) -> str | None:
 
 
 def active() -> str:
-    """The tier running here: the selected one, or torch when its kernels did not build or load."""
+    """The tier running here: the selected one, or where its kernels did not build or load the lower
+    native tier whose did (native.lib), else torch."""
     from hearth.kernels import native  # native imports this module
 
     tier = selected()
-    return tier.name if not tier.native or native.available() else TORCH.name
+    if not tier.native:
+        return tier.name
+    return native.loaded_tier.name if native.available() else TORCH.name
 
 
 def main(argv: list[str]) -> int:
