@@ -18,7 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("hearth.commands.plan", "will a model fit, how long a context, how many users, how fast at best"),
     "bench": ("hearth.commands.bench", "measure latency, throughput vs the decode ceiling and greedy agreement"),
     "doctor": ("hearth.commands.doctor", "which CPU tier runs and why, memory bandwidth, models on disk: for bug reports"),
-    "eval": ("hearth.commands.eval", "perplexity over a text (llama-perplexity's method), with any KV cache format"),
+    "eval": ("hearth.commands.eval", "perplexity over a text (llama-perplexity's method), with any KV cache format; BFCL tool calling"),
 }
 
 

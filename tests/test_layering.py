@@ -9,7 +9,7 @@ import hearth
 
 ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
-ORDER = ["entry", "api", "bench", "tool_parsers", "engine", "spec_decode", "runner", "models", "layers", "kernels", "kvstore", "memory", "loader", "sample"]
+ORDER = ["entry", "evals", "api", "bench", "tool_parsers", "engine", "spec_decode", "runner", "models", "layers", "kernels", "kvstore", "memory", "loader", "sample"]
 ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
 SHARED = {"config", "sampling_params", "outputs", "errors"}
 NO_TORCH = {"api", "tool_parsers", "engine", "spec_decode"}

@@ -13,10 +13,11 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, Response
 
-from hearth.api import anthropic_routes, openai_chat, openai_completions, openai_routes, slots
+from hearth.api import anthropic_routes, openai_chat, openai_completions, openai_routes, responses_routes, slots
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
+from hearth.api.responses_store import ResponseStore
 from hearth.api.sampling import Limits
 from hearth.api.served import ServedModel
 
@@ -33,6 +34,9 @@ class ServerConfig:
     max_n: int = 16
     max_tokens: int = 0
     """Largest max_tokens a request may ask for; 0 = the context length."""
+    max_stored_responses: int = 1000
+    """Responses kept for previous_response_id and GET /v1/responses/{id}; the oldest go first."""
+    stored_response_max_age_s: float = 3600.0
 
 
 def create_app(served: ServedModel, config: ServerConfig | None = None) -> FastAPI:
@@ -51,8 +55,9 @@ def create_app(served: ServedModel, config: ServerConfig | None = None) -> FastA
     app.state.config = config
     app.state.limits = Limits(config.max_n, config.max_tokens)
     app.state.metrics = Metrics(served.name, served.engine)
+    app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
-    for module in (openai_routes, openai_chat, openai_completions, anthropic_routes, slots):
+    for module in (openai_routes, openai_chat, openai_completions, responses_routes, anthropic_routes, slots):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth

@@ -19,7 +19,8 @@ from hearth.api.sampling import common_fields, logit_bias, make_params, response
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
-from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent
+from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
+                                 ToolCallStart)
 
 router = APIRouter()
 
@@ -122,6 +123,7 @@ class _Reply:
 
     async def events(self, usage: bool, path: str):
         called = [False] * self.gen.n
+        sent: list[dict[int, int]] = [{} for _ in range(self.gen.n)]  # per choice: call index -> argument chars sent
         for i in range(self.gen.n):
             yield self._chunk([_choice(i, {"role": "assistant", "content": ""})], usage)
         try:
@@ -129,7 +131,7 @@ class _Reply:
                 self.completion_tokens += len(out.new_token_ids)
                 parser = self.parsers[i]
                 events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
-                deltas = _deltas(events, called, i, self.parallel, self.legacy)
+                deltas = _deltas(events, called, i, self.parallel, self.legacy, sent[i])
                 logprobs = None
                 if self.k is not None and out.new_logprobs:
                     lp = chat_logprobs(self.served.tokenizer, out.new_token_ids, out.new_logprobs, self.k)
@@ -157,8 +159,12 @@ def _choice(i: int, delta: dict, logprobs=None, finish: str | None = None, stop_
     return out
 
 
-def _deltas(events: list, called: list[bool], i: int, parallel: bool = True, legacy: bool = False) -> list[dict]:
-    """One delta per event, adjacent text of the same channel merged."""
+def _deltas(events: list, called: list[bool], i: int, parallel: bool = True, legacy: bool = False,
+            sent: dict[int, int] | None = None) -> list[dict]:
+    """One delta per event, adjacent text of the same channel merged. A call announced while it is
+    written goes out as OpenAI streams calls: id and name first, then its arguments in pieces;
+    `sent` (call index -> argument characters sent) lets the complete call send only the rest."""
+    sent = {} if sent is None else sent
     out: list[dict] = []
     for e in events:
         if isinstance(e, ContentDelta) and e.text:
@@ -172,6 +178,18 @@ def _deltas(events: list, called: list[bool], i: int, parallel: bool = True, leg
                 out[-1]["reasoning"] += e.text
             else:
                 out.append({"reasoning_content": e.text, "reasoning": e.text})
+        elif isinstance(e, ToolCallStart) and (parallel or not called[i]):
+            called[i], sent[e.index] = True, 0
+            out.append({"function_call": {"name": e.name, "arguments": ""}} if legacy else
+                       {"tool_calls": [{"index": e.index, "id": e.id, "type": "function",
+                                        "function": {"name": e.name, "arguments": ""}}]})
+        elif isinstance(e, ToolCallArgumentsDelta) and e.index in sent:
+            sent[e.index] += len(e.text)
+            out.append(_arguments_delta(e.index, e.text, legacy))
+        elif isinstance(e, ToolCallEvent) and e.index in sent:
+            rest = e.call.arguments[sent.pop(e.index):]
+            if rest:
+                out.append(_arguments_delta(e.index, rest, legacy))
         elif isinstance(e, ToolCallEvent) and (parallel or not called[i]):
             called[i] = True
             if legacy:
@@ -179,3 +197,9 @@ def _deltas(events: list, called: list[bool], i: int, parallel: bool = True, leg
             else:
                 out.append({"tool_calls": [_tool_call(e.call, e.index)]})
     return out
+
+
+def _arguments_delta(index: int, text: str, legacy: bool) -> dict:
+    if legacy:
+        return {"function_call": {"arguments": text}}
+    return {"tool_calls": [{"index": index, "function": {"arguments": text}}]}

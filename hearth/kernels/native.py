@@ -40,6 +40,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "paged_attention": ("hk_paged_attention", "hk_kv_write"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
+    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm"),  # batch and prefill GEMMs without AMX
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
@@ -138,6 +139,29 @@ def bf16_tiles() -> bool:
 
 
 @functools.cache
+@functools.cache
+def batch_min_rows() -> int:
+    """From this many rows on the kernels' matmuls leave the GEMV, up to a plan's gemm_min_rows (the
+    prefill kernels): for AMX int8 tiles, or without AMX the int8 VNNI GEMM (vnni_gemm()). Their sums
+    run in another order than the GEMV's: the runner's first row regime. 0 where the library has no
+    batch GEMMs (the avx2 one: one GEMV for every row count)."""
+    return int(lib().hk_batch_min_rows()) if has("gemm") else 0
+
+
+@functools.cache
+def vnni_gemm() -> bool:
+    """Batches of batch_min_rows() on run on the int8 VNNI GEMM here (csrc/gemm_vnni.h: a CPU or tier
+    without AMX), not on AMX int8 tiles."""
+    return has("gemm") and bool(lib().hk_vnni_gemm())
+
+
+@functools.cache
+def dpbf16_gemm() -> bool:
+    """Prefill-sized matmuls (a plan's gemm_min_rows on) run on AVX512-BF16 here (csrc/gemm_dpbf16.h:
+    no AMX bf16 tiles, a CPU with AVX512-BF16); elsewhere without AMX they take the int8 VNNI GEMM."""
+    return has("gemm") and bool(lib().hk_dpbf16_gemm())
+
+
 def open_tier(name: str) -> ctypes.CDLL:
     """The kernel library of native tier `name`, loaded on its own beside the selected one (tests and
     benchmarks compare tiers in one process); raises where that tier cannot run here."""
@@ -231,6 +255,9 @@ def _declare(so: ctypes.CDLL, library: Library) -> None:
         "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
         "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
         "hk_amx_bf16": (_int, []),
+        "hk_batch_min_rows": (_int, []),
+        "hk_vnni_gemm": (_int, []),
+        "hk_dpbf16_gemm": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
         "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
@@ -270,8 +297,8 @@ class NativeMatmul:
 
     def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0,
                  so: ctypes.CDLL | None = None):
-        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles (x rounded to
-        bf16, W expanded per call) instead of 8-bit activations; 0 = never. so: another tier's library
+        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles, or without
+        them on AVX512-BF16 (x rounded to bf16, W expanded per call) instead of 8-bit activations; 0 = never. so: another tier's library
         (open_tier) instead of the selected one, for the matmul alone."""
         self.lib = so or lib()
         assert self.lib is not None

@@ -7,7 +7,10 @@ Each tensor type has a path (FAST_PATHS), chosen by measurement:
   native   every block type, read in place from the memmapped file by the C++ kernels
            (hearth.kernels.native): for few rows (decode) an integer dot product against 8-bit
            activations (ggml's scheme); from `gemm_min_rows` rows on, bf16 tiles expanded from the
-           blocks per call for a dense AMX matmul (prefill). No copy of the weights exists.
+           blocks per call for a dense AMX matmul (prefill). Without AMX (the avx512 tier): from 10
+           rows on an int8 VNNI GEMM on codes unpacked per panel (csrc/gemm_vnni.h, the same
+           8-bit activations), from `gemm_min_rows` on bf16 panels on AVX512-BF16 where the CPU
+           has it (csrc/gemm_dpbf16.h). No copy of the weights exists.
 Where those kernels cannot run (no compiler, no AVX-512 VNNI), the torch fallbacks (TORCH_PATHS):
   int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
            load for torch's int4pack kernel; from `gemm_min_rows` rows on, expanded to bf16 tiles.
@@ -102,7 +105,8 @@ class Int4Part(nn.Module):
 class NativePart(nn.Module):
     """Weights of any block types, side by side, computed on their GGUF blocks in the file: the
     C++ integer GEMV below `gemm_min_rows` rows, tiles expanded per call and a dense matmul from
-    there on. Computes in the tier's dense dtype on that path (bf16; f32 on avx2, whose torch has no
+    there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8; the avx2 library has only the GEMV,
+    so a dense matmul). Computes in the tier's dense dtype on that path (bf16; f32 on avx2, whose torch has no
     fast bf16 matmul), so norms feed it that and big outputs stay in it; the GEMV reads f32 or bf16
     (`mm` gives f32 out for f32 in, with no cast at all)."""
 
@@ -121,7 +125,7 @@ class NativePart(nn.Module):
         return sum(r.nbytes for r, _ in self.raws)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
-        if x.shape[0] < self.gemm_min_rows:
+        if x.shape[0] < self.gemm_min_rows or (native.has("gemm") and not native.bf16_tiles()):  # the C++ GEMMs
             y = self.mm(x)  # f32
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         xb, n = x.to(self.in_dtype), self.out_features

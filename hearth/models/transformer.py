@@ -131,7 +131,9 @@ class DecoderLayer(nn.Module):
     def forward(self, x, positions, meta, kv_cache, out_rows: list[int] | None = None):
         """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows
         (the model's last layer: every row's K/V is stored, only the sampled rows go on)."""
-        if self.native and (x.shape[0] < self.native_max_rows or native.bf16_tiles()):
+        # every row count where the library has prefill GEMMs (AMX bf16 tiles, or the C++ GEMMs without
+        # AMX); the avx2 library's GEMV takes decode-sized steps only, prefills go to dense tiles
+        if self.native and (x.shape[0] < self.native_max_rows or native.has("gemm")):
             return self._forward_native(x, positions, meta, kv_cache, out_rows)
         h = self.attn(self.attn_norm(x), positions, meta, kv_cache)
         if out_rows is not None:

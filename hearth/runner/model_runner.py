@@ -24,7 +24,6 @@ from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-AMX_MIN_ROWS = 10  # csrc/amx.h: from this many rows the AVX-512 library's matmuls use AMX int8 tiles, not VNNI
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -78,17 +77,18 @@ class ModelRunner:
         across them (for the scheduler: drafts never push a step over one); None when even 1 + k
         rows of one sequence differ from a 1-row decode (the torch paths: measured, 0.25-0.6 on
         SmolLM2's logits), so drafts would not be lossless. The C++ path: int8 VNNI GEMV below
-        AMX_MIN_ROWS (csrc/amx.h), AMX int8 tiles below the layers' native_max_rows, bf16 tiles
-        from there; within one a row is bit-identical whatever the rest of the step (attention
-        splits a row's keys by the number of sequences, not of rows). The avx2 library has one GEMV
-        below native_max_rows; without native attention for the cache (torch's) rows differ: None."""
+        native.batch_min_rows(), batch GEMMs below the layers' native_max_rows (AMX int8 tiles, or
+        without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the GEMV's), prefill
+        GEMMs from there (AMX bf16 tiles, or AVX512-BF16 panels). Within a regime a row is
+        bit-identical whatever the rest of the step (attention splits a row's keys by the number
+        of sequences, not of rows). The avx2 library has one GEMV below native_max_rows (no
+        batch GEMMs: batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
         layer = self.model.layers[0]
         if not getattr(layer, "native", None) or not native.has("paged_attention"):
             return None
         if any(isinstance(c, QuantizedKVCache) for c in self.kv_caches) and not native.has("kv_quant"):
             return None
-        amx = (AMX_MIN_ROWS,) if native.has("bf16_tiles") else ()  # the AVX-512 library's AMX int8 tiles
-        return (*amx, layer.native_max_rows)
+        return tuple(r for r in (native.batch_min_rows(), layer.native_max_rows) if r > 0)
 
     @property
     def kv_bytes(self) -> int:

@@ -16,12 +16,13 @@ from hearth.tool_parsers.reasoning import (StreamingReasoningParser, detect_reas
 from hearth.tool_parsers.schema import CallConstraint, call_constraint, forced_tools, tool_call_schema
 from hearth.tool_parsers.stream import StreamingToolParser, parse_tool_calls
 from hearth.tool_parsers.types import (ContentDelta, Event, ParsedOutput, ReasoningDelta, ToolCall,
-                                       ToolCallEvent, ToolParserError, collect, new_call_id)
+                                       ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart, ToolParserError,
+                                       collect, new_call_id)
 
 __all__ = [
     "FORMATS", "CallConstraint", "ContentDelta", "Event", "OutputParser", "PROMPT_FORMAT",
     "ParsedOutput", "ReasoningDelta", "StreamingReasoningParser", "StreamingToolParser", "ToolCall",
-    "ToolCallEvent", "ToolParserError", "call_constraint", "collect", "detect_format",
+    "ToolCallArgumentsDelta", "ToolCallEvent", "ToolCallStart", "ToolParserError", "call_constraint", "collect", "detect_format",
     "detect_reasoning", "forced_tools", "get_format", "new_call_id", "parse_tool_calls",
     "prompt_opens_reasoning", "split_reasoning", "supports_tools", "tool_call_schema",
     "tools_system_prompt",

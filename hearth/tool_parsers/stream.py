@@ -8,6 +8,7 @@ The non-streaming parse is this same machine fed once, so both agree by construc
 
 from __future__ import annotations
 
+from hearth.tool_parsers.early_call import JSON_FORMATS, EarlyCall
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.holdback import Trim, held_prefix
 from hearth.tool_parsers.types import ContentDelta, Event, ToolCall, ToolCallEvent
@@ -18,6 +19,8 @@ _LEAD, _TEXT, _CALL = "lead", "text", "call"
 class StreamingToolParser:
     def __init__(self, fmt: str, tools: list[dict] | None = None):
         self._fmt = get_format(fmt)
+        self._announce = fmt in JSON_FORMATS  # calls whose id, name and arguments stream as written
+        self._early: EarlyCall | None = None
         self._tools = tools
         self._leads: tuple[str, ...] = getattr(self._fmt, "LEADS", ())
         self._state = _LEAD if self._leads else _TEXT
@@ -39,6 +42,7 @@ class StreamingToolParser:
         """End of output: an unterminated region is parsed with rescue or given back as text."""
         events: list[Event] = []
         if self._state == _CALL:
+            self._announced(events, self._buf)
             self._close(events, self._buf, "")
         else:
             self._content(events, self._buf)
@@ -76,14 +80,26 @@ class StreamingToolParser:
         j = self._buf.find(stop, self._searched) if stop else -1
         if j < 0:
             self._searched = max(0, len(self._buf) - len(stop) + 1)
+            self._announced(events, self._buf[:len(self._buf) - held_prefix(self._buf, stop)])
             return False
+        self._announced(events, self._buf[:j])
         region, self._buf = self._buf[:j], self._buf[j + len(end):]
         self._state = _TEXT
         self._close(events, region, end)
         return True
 
+    def _announced(self, events: list[Event], region: str) -> None:
+        if not self._announce:
+            return
+        if self._early is None:
+            self._early = EarlyCall(self._count, self._tools)
+        events += self._early.update(region)
+
     def _close(self, events: list[Event], region: str, end: str) -> None:
         calls = self._parse(region)
+        early, self._early = self._early, None
+        if early is not None and early.started:
+            calls = early.settle(calls)
         if not calls:
             self._content(events, self._opened + region + end)
             return

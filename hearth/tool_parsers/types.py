@@ -59,7 +59,24 @@ class ToolCallEvent:
     call: ToolCall
 
 
-Event = Union[ContentDelta, ReasoningDelta, ToolCallEvent]
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """A call has begun: its id and name are known, its arguments are still being written. The
+    ToolCallEvent with the same index follows, with this id and name."""
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallArgumentsDelta:
+    """A piece of a started call's arguments. The pieces of a call, joined, are a prefix of its
+    final `arguments` (the ToolCallEvent carries them whole; send only what is still missing)."""
+    index: int
+    text: str
+
+
+Event = Union[ContentDelta, ReasoningDelta, ToolCallStart, ToolCallArgumentsDelta, ToolCallEvent]
 
 
 def collect(events: list[Event]) -> ParsedOutput:

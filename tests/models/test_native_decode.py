@@ -1,6 +1,7 @@
 """The native decoder-layer path (DecoderLayer._forward_native: a few C++ calls per layer, one for
 decode-sized batches) against the same model run op by op, and both against transformers; over a
-quantized KV cache against the layer in parts; and for a prefill (bf16 tiles) against transformers.
+quantized KV cache against the layer in parts; and for a prefill (bf16 tiles, or without AMX the
+int8 GEMM) against transformers.
 
 Both paths compute the linears with the same 8-bit-activation kernels; the fused one keeps f32 between
 them (norms, rope, activation, residual adds in C++), the op-by-op one rounds to bf16 around its
@@ -86,6 +87,22 @@ def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, 
 def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     """A 100-token prefill runs the layers natively with their matmuls on AMX bf16 tiles (the MLP's
     act(gate) * up applied as the tiles are read out): within REL_TOL_FAST of transformers."""
+    d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
+    model, cfg = load_model(GGUFFile(d / name))
+    rows = []
+    mlp = native.mlp_add_to
+    monkeypatch.setattr(native, "mlp_add_to", lambda gu, dn, act, r, *a: rows.append(r.shape[0]) or mlp(gu, dn, act, r, *a))
+    ids = prompt(cfg.vocab_size, 100)
+    ours = PagedDriver(model, cfg).step({"a": ids})["a"]
+    assert rows == [100] * cfg.num_layers  # every layer natively, at prefill size
+    assert rel_err(ours, transformers_logits(arch, d, name, dims, ids)) < REL_TOL_FAST
+
+
+@pytest.mark.skipif(not native.vnni_gemm(), reason="AMX tiles take prefills at this CPU tier, or no native kernels")
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_prefill_without_amx_near_transformers(tmp_path, monkeypatch, arch):
+    """Without AMX (the avx512 tier) a 100-token prefill runs the layers natively too, their matmuls
+    on the C++ GEMMs (AVX512-BF16, or int8 where the CPU lacks it): within REL_TOL_FAST of transformers."""
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
     model, cfg = load_model(GGUFFile(d / name))
     rows = []

@@ -24,6 +24,8 @@ SCRIPTS = {
     "hello": ["Hel", "lo ", "there", "!"],
     "tool": ["Let me check.", "\n<tool_", 'call>\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}',
              "\n</tool_call>"],
+    "tool_pieces": ['<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris", "da', 'ys": 3',
+                    "}}\n</tool_call>"],
     "two_tools": [WEATHER_CALL, "\n", WEATHER_CALL.replace("Paris", "Rome")],
     "bad_tool": ["<tool_call>\n{'name': 'get_weather', 'args': {'city': 'Oslo',},}\n</tool_call>"],
     "broken_tool": ["<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": ", "</tool_call>"],

@@ -71,8 +71,10 @@ def test_tool_call_streamed(fake):
     chunks = stream_chat(fake, "tool", tools=[WEATHER])
     deltas = [c.choices[0].delta for c in chunks]
     calls = [tc for d in deltas for tc in d.tool_calls or []]
-    assert len(calls) == 1 and calls[0].index == 0 and calls[0].function.name == "get_weather"
-    assert json.loads(calls[0].function.arguments) == {"city": "Paris"}
+    # OpenAI's way: the first delta has the id and name, the next ones only arguments
+    assert calls[0].index == 0 and calls[0].id and calls[0].function.name == "get_weather"
+    assert calls[0].function.arguments == "" and all(c.id is None and c.index == 0 for c in calls[1:])
+    assert json.loads("".join(c.function.arguments for c in calls)) == {"city": "Paris"}
     assert "".join(d.content or "" for d in deltas) == "Let me check."
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
 
@@ -82,7 +84,22 @@ def test_two_calls_get_their_indices(fake):
     assert [json.loads(c.function.arguments)["city"] for c in r.choices[0].message.tool_calls] == ["Paris", "Rome"]
     assert r.choices[0].message.content is None
     streamed = [tc for c in stream_chat(fake, "two_tools", tools=[WEATHER]) for tc in c.choices[0].delta.tool_calls or []]
-    assert [tc.index for tc in streamed] == [0, 1]
+    assert [tc.index for tc in streamed if tc.id] == [0, 1]
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_call_arguments_stream_as_they_are_written(fake, legacy):
+    """Each piece of the model's arguments goes out when it arrives; joined, they are the call's
+    final arguments (the same string a whole response gives)."""
+    kw = {"functions": [WEATHER["function"]]} if legacy else {"tools": [WEATHER]}
+    whole = chat(fake, "tool_pieces", **kw).choices[0].message
+    args = (whole.function_call if legacy else whole.tool_calls[0].function).arguments
+    deltas = [c.choices[0].delta for c in stream_chat(fake, "tool_pieces", **kw)]
+    pieces = [d.function_call if legacy else d.tool_calls[0].function for d in deltas
+              if (d.function_call if legacy else d.tool_calls)]
+    assert pieces[0].name == "get_weather" and pieces[0].arguments == ""
+    assert len(pieces) >= 4 and "".join(p.arguments for p in pieces) == args
+    assert json.loads(args) == {"city": "Paris", "days": 3}
 
 
 def test_malformed_call_is_rescued(fake):
@@ -187,7 +204,8 @@ def test_parallel_tool_calls_false_keeps_the_first(fake):
     r = chat(fake, "two_tools", tools=[WEATHER], parallel_tool_calls=False)
     assert [json.loads(c.function.arguments)["city"] for c in r.choices[0].message.tool_calls] == ["Paris"]
     chunks = stream_chat(fake, "two_tools", tools=[WEATHER], parallel_tool_calls=False)
-    assert len([tc for c in chunks for tc in c.choices[0].delta.tool_calls or []]) == 1
+    streamed = [tc for c in chunks for tc in c.choices[0].delta.tool_calls or []]
+    assert len([tc for tc in streamed if tc.id]) == 1 and {tc.index for tc in streamed} == {0}
 
 
 def test_fenced_call_in_content_is_rescued(fake):
@@ -210,7 +228,8 @@ def test_legacy_functions_answer_with_function_call(fake, stream):
         return
     chunks = stream_chat(fake, "two_tools", functions=[LEGACY_WEATHER])
     calls = [c.choices[0].delta.function_call for c in chunks if c.choices[0].delta.function_call]
-    assert len(calls) == 1 and calls[0].name == "get_weather" and json.loads(calls[0].arguments) == {"city": "Paris"}
+    assert calls[0].name == "get_weather" and all(c.name is None for c in calls[1:])  # one call: name, then arguments
+    assert json.loads("".join(c.arguments for c in calls)) == {"city": "Paris"}
     assert not any(c.choices[0].delta.tool_calls for c in chunks)
     assert chunks[-1].choices[0].finish_reason == "function_call"
 

@@ -3,12 +3,14 @@ content goes out as soon as it cannot be the start of a marker."""
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import pytest
 
 from hearth.tool_parsers import (ContentDelta, ReasoningDelta, StreamingToolParser, ToolCallEvent,
                                  collect, parse_tool_calls)
+from hearth.tool_parsers.types import ToolCallArgumentsDelta, ToolCallStart
 from tests.tool_parsers.cases import ADD_JSON, CASES, GW, TOOLS
 from tests.tool_parsers.splits import splits
 
@@ -49,13 +51,15 @@ PROMPTNESS = [
 def test_content_is_not_held_longer_than_a_marker_prefix(fmt, deltas, expected):
     parser = StreamingToolParser(fmt, TOOLS)
     for delta, want in zip(deltas, expected):
-        got = [e.text if isinstance(e, ContentDelta) else (e.call.name,) for e in parser.feed(delta)]
+        got = [e.text if isinstance(e, ContentDelta) else (e.call.name,) for e in parser.feed(delta)
+               if isinstance(e, (ContentDelta, ToolCallEvent))]
         assert got == want, delta
 
 
 def test_finish_parses_an_unterminated_call_or_gives_it_back():
     parser = StreamingToolParser("hermes", TOOLS)
-    assert parser.feed('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}') == []
+    assert [type(e) for e in parser.feed('<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}')] \
+        == [ToolCallStart, ToolCallArgumentsDelta]  # announced as it is written
     [event] = parser.finish()
     assert event.call.name == "add" and event.call.arguments == '{"a": 1, "b": 2}'
     parser = StreamingToolParser("hermes", TOOLS)
@@ -66,3 +70,42 @@ def test_finish_parses_an_unterminated_call_or_gives_it_back():
 def test_no_reasoning_events_from_the_tool_parser():
     events = stream(StreamingToolParser("hermes"), ["<think>x</think>"])
     assert not any(isinstance(e, ReasoningDelta) for e in events)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_announced_calls_stream_a_prefix_of_their_final_arguments(name):
+    """Whatever the split: a started call's id and name match its complete call, and its argument
+    pieces joined are exactly the final arguments (a client that joins them holds the call)."""
+    case = CASES[name]
+    for deltas in splits(case.text, seed=zlib.crc32(name.encode())):
+        events = stream(StreamingToolParser(case.fmt, case.tools), deltas)
+        started = {e.index: e for e in events if isinstance(e, ToolCallStart)}
+        pieces: dict[int, str] = {}
+        for e in events:
+            if isinstance(e, ToolCallArgumentsDelta):
+                assert e.index in started
+                pieces[e.index] = pieces.get(e.index, "") + e.text
+        for e in events:
+            if isinstance(e, ToolCallEvent) and e.index in started:
+                assert (e.call.id, e.call.name) == (started[e.index].id, started[e.index].name)
+                assert e.call.arguments.startswith(pieces.get(e.index, "")), deltas
+
+
+def test_arguments_go_out_as_they_are_written():
+    parser = StreamingToolParser("hermes", TOOLS)
+    got = [parser.feed(d) for d in ['<tool_call>{"name": "add", "arguments": {"a": 1', "2, ", '"b": ', "3}}"]]
+    assert got[0] == []  # announced with its first argument value: `1` may still go on
+    assert [type(e) for e in got[1]] == [ToolCallStart, ToolCallArgumentsDelta] and got[1][1].text == '{"a": 12'
+    assert got[2] == []  # a key waits for its value
+    assert [e.text for e in got[3]] == [', "b": 3}']
+    [done] = parser.feed("</tool_call>")
+    assert done.call.arguments == '{"a": 12, "b": 3}' and done.call.id == got[1][0].id
+
+
+def test_a_call_that_stops_parsing_keeps_what_was_sent():
+    """Sent pieces cannot be taken back: a region that no longer parses is still the announced call."""
+    parser = StreamingToolParser("hermes", TOOLS)
+    events = stream(parser, ['<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2} {"bad": ', "1}</tool_call>"])
+    [call] = [e.call for e in events if isinstance(e, ToolCallEvent)]
+    sent = "".join(e.text for e in events if isinstance(e, ToolCallArgumentsDelta))
+    assert call.name == "add" and call.arguments.startswith(sent) and json.loads(call.arguments) == {"a": 1, "b": 2}

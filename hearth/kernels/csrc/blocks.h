@@ -247,6 +247,7 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natura
     p += per;
     std::memset(l->d16, 0, per);
   }
+#pragma omp parallel for schedule(static) if (M >= 64)  // a prefill's rows (each row alone: same values)
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * ldx;
     for (int64_t b = 0; b < K / 32; ++b) {

@@ -22,6 +22,8 @@
 #include "amx.h"
 #include "attention.h"
 #include "gemm_bf16.h"
+#include "gemm_vnni.h"
+#include "gemm_dpbf16.h"
 #include "attention_prefill.h"
 #include "kv_quant.h"
 
@@ -334,14 +336,178 @@ const float* normed(const float* x, int64_t M, int64_t K, int64_t& ldx, const fl
   return out;
 }
 
+template <class T>
+struct VnniRow {  // one weight row -> natural-order codes and per-16 scales (gemm_vnni.h)
+  static void run(const uint8_t* row, int64_t K, int64_t nb, uint8_t* codes, float* s16, float* o16) {
+    vnni_row<T>(row, K, nb, codes, s16, o16);
+  }
+};
+
+template <class T>
+struct VnniGroup {
+  static void run(int& gs) { gs = vnni_group<T>(); }
+};
+
+// Where AMX is not usable (the avx512 tier), from VNNI_GEMM_MIN_ROWS rows on: the VNNI GEMM
+bool vnni_gemm_for(int64_t M) { return M >= VNNI_GEMM_MIN_ROWS && !amx_usable(); }
+
+// y = a @ W.T (a: quantize's natural layout) on AVX-512 VNNI (gemm_vnni.h): each thread unpacks its
+// panels a group at a time (<= VNNI_GROUP_BYTES, in L2) and passes chunks of rows (<= VNNI_CHUNK_BYTES
+// of codes) through the group. False for an unknown type.
+constexpr int64_t VNNI_GROUP_BYTES = 512 << 10, VNNI_CHUNK_BYTES = 256 << 10;
+
+bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
+  const int64_t K = p.K, M = a.M, Kp = a.Kp, N = p.N, panels = (N + VNNI_PANEL - 1) / VNNI_PANEL;
+  const Layout& l = a.natural;
+  // the offsets of 32-wide weight groups take the activations' sums over both 16-halves
+  thread_local std::vector<float, AlignedAlloc<float>> acts32;
+  const int64_t g16 = Kp / 16, g32 = Kp / 32;
+  float* a32 = scratch(acts32, M * g32);
+  for_rows(M, [&](int64_t m) {
+    for (int64_t j = 0; j < g32; ++j) a32[m * g32 + j] = l.a16[m * g16 + 2 * j] + l.a16[m * g16 + 2 * j + 1];
+  });
+  const VnniActs x16{l.q, Kp, l.d16, l.a16, g16, g16}, x32{l.q, Kp, l.d16, a32, g16, g32};
+  const int64_t pb = vnni_panel_bytes(K), group = std::max<int64_t>(1, VNNI_GROUP_BYTES / pb);
+  const int64_t chunk = std::max<int64_t>(VNNI_MR, VNNI_CHUNK_BYTES / Kp / VNNI_MR * VNNI_MR);
+  int bad = 0;
+#pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
+  {
+    thread_local std::vector<uint8_t, AlignedAlloc<uint8_t>> panel_buf, stage_buf;
+    uint8_t* pw = scratch(panel_buf, group * pb);
+    uint8_t* st = scratch(stage_buf, 16 * (Kp + 2 * g16 * 4));  // 16 rows: codes, then s16, o16
+    float* st_s = reinterpret_cast<float*>(st + 16 * Kp);
+    float* st_o = st_s + 16 * g16;
+    std::vector<VnniPanel> ps(group);
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p1 = panels * (t + 1) / T;
+    for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
+      const int64_t g1 = std::min(p1, g0 + group);
+      for (int64_t pn = g0; pn < g1; ++pn) {
+        int gs = 32;
+        VnniPanel& panel = ps[pn - g0] = vnni_panel_at(pw + (pn - g0) * pb, K, 32);
+        for (int h = 0; h < 2; ++h) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t n = pn * VNNI_PANEL + 16 * h + i;
+            uint8_t* codes = st + i * Kp;
+            float *s16 = st_s + i * g16, *o16 = st_o + i * g16;
+            const Part* q = nullptr;
+            for (const Part& c : p.parts)
+              if (n >= c.out_col && n < c.out_col + c.rows) q = &c;
+            if (!q) {  // past N: zeros (no stale NaN into the masked lanes' sums)
+              std::memset(codes, 0, Kp);
+              std::memset(s16, 0, g16 * 4);
+              std::memset(o16, 0, g16 * 4);
+              continue;
+            }
+            const int64_t r = n - q->out_col;
+            // rows come from DRAM once per call: prefetched a few rows ahead (as gemm_bf16's expansion)
+            const uint8_t* ahead = q->w + (r + EXPAND_AHEAD) * q->row_bytes;
+            for (int64_t b = 0; b < q->row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+            int g = 16;
+            if (!dispatch<VnniRow>(q->qtype, q->w + r * q->row_bytes, K, q->nb, codes, s16, o16) ||
+                !dispatch<VnniGroup>(q->qtype, g))
+              bad = 1;
+            gs = std::min(gs, g);
+          }
+          vnni_half(st, Kp, st_s, st_o, g16, K, h, panel);
+        }
+        panel.gs = gs;
+      }
+      for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+        const int64_t m1 = std::min(M, m0 + chunk);
+        for (int64_t pn = g0; pn < g1; ++pn) {
+          const VnniPanel& panel = ps[pn - g0];
+          const int64_t n0 = pn * VNNI_PANEL, cols = std::min<int64_t>(VNNI_PANEL, N - n0);
+          if (panel.gs == 32)
+            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols);
+          else
+            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols);
+        }
+      }
+    }
+  }
+  return !bad;
+}
+
+template <class T>
+struct DequantBf16Row {  // one weight row -> bf16, contiguous (gemm_dpbf16.h; avx512_bf16_usable())
+  static void run(const uint8_t* row, int64_t K, int64_t nb, uint16_t* out) {
+    if constexpr (tabled<T>()) {
+      dequant_row_bf16_table<T>(row, K, nb, out);
+    } else {
+      dequant_row<T>(row, K, nb, out);
+    }
+  }
+};
+
+// Where AMX bf16 tiles are not usable but AVX512-BF16 is, from gemm_min_rows rows on: gemm_dpbf16
+bool dp_gemm_for(const Plan& p, int64_t M) {
+  return p.gemm_min_rows > 0 && M >= p.gemm_min_rows && !amx_bf16_usable() && avx512_bf16_usable();
+}
+
+// y = x @ W.T on AVX512-BF16 (gemm_dpbf16.h), x f32 rounded to bf16: each thread expands its panels a
+// group at a time (<= DP_GROUP_BYTES, in L2) and passes chunks of rows (<= DP_CHUNK_BYTES) through the
+// group, as gemm_bf16. False for an unknown type.
+constexpr int64_t DP_GROUP_BYTES = 512 << 10, DP_CHUNK_BYTES = 256 << 10;
+
+bool gemm_dpbf16(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
+  const int64_t K = p.K, N = p.N, panels = (N + DP_PANEL - 1) / DP_PANEL, pe = DP_PANEL * K;  // pe: u16 a panel
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xb_buf;
+  uint16_t* xb = scratch(xb_buf, M * K);
+  to_bf16_rows(x, M, K, ldx, xb);
+  const int64_t group = std::max<int64_t>(1, DP_GROUP_BYTES / (2 * pe));
+  const int64_t chunk = std::max<int64_t>(DP_MR, DP_CHUNK_BYTES / (2 * K) / DP_MR * DP_MR);
+  int bad = 0;
+#pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
+  {
+    thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> panel_buf, stage_buf;
+    uint16_t* pw = scratch(panel_buf, group * pe);
+    uint16_t* st = scratch(stage_buf, 16 * K);
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p1 = panels * (t + 1) / T;
+    for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
+      const int64_t g1 = std::min(p1, g0 + group);
+      for (int64_t pn = g0; pn < g1; ++pn)
+        for (int h = 0; h < 2; ++h) {
+          for (int64_t i = 0; i < 16; ++i) {
+            const int64_t n = pn * DP_PANEL + 16 * h + i;
+            const Part* q = nullptr;
+            for (const Part& c : p.parts)
+              if (n >= c.out_col && n < c.out_col + c.rows) q = &c;
+            if (!q) {  // past N: zeros
+              std::memset(st + i * K, 0, 2 * K);
+              continue;
+            }
+            const int64_t r = n - q->out_col;
+            const uint8_t* ahead = q->w + (r + EXPAND_AHEAD) * q->row_bytes;  // as gemm_bf16's expansion
+            for (int64_t b = 0; b < q->row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+            if (!dispatch<DequantBf16Row>(q->qtype, q->w + r * q->row_bytes, K, q->nb, st + i * K)) bad = 1;
+          }
+          dp_half(st, K, K, h, pw + (pn - g0) * pe);
+        }
+      for (int64_t m0 = 0; m0 < M; m0 += chunk)
+        for (int64_t pn = g0; pn < g1; ++pn) {
+          const int64_t n0 = pn * DP_PANEL;
+          dp_rows(pw + (pn - g0) * pe, K, xb, K, m0, std::min(M, m0 + chunk), y + n0, ldy,
+                  std::min<int64_t>(DP_PANEL, N - n0));
+        }
+    }
+  }
+  return !bad;
+}
+
 thread_local std::vector<TileActs> tile_acts_buf;
 
 // y = rmsnorm(x) @ W.T (norm_w optional): on AMX bf16 tiles for a prefill (the norm applied as x is
-// packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI loop
+// packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI
+// loop; without AMX, from VNNI_GEMM_MIN_ROWS rows on on the int8 VNNI GEMM, and from gemm_min_rows on
+// (a prefill) on AVX512-BF16 where the CPU has it
 bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
             const float* norm_w = nullptr, float eps = 0.0f) {
   if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
   x = normed(x, M, p.K, ldx, norm_w, eps);
+  if (dp_gemm_for(p, M)) return gemm_dpbf16(p, x, M, ldx, y, ldy);
+  if (vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
   const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx);
   if (!amx) return run(p, a, y, ldy);
@@ -433,9 +599,14 @@ void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t l
   const Plan& p = *static_cast<const Plan*>(plan);
   const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
   matmul(p, xf, M, ldx, y, ldy, norm_w, eps);
-  if (bias)
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t n = 0; n < p.N; ++n) y[m * ldy + n] += bias[n];
+  if (bias)  // on every thread for a prefill (q|k|v of 512 rows: ~1 ms in one scalar loop)
+    for_rows(M, [&](int64_t m) {
+      for (int64_t n = 0; n < p.N; n += 16) {
+        const __mmask16 k = tail_mask(p.N - n);
+        float* ym = y + m * ldy + n;
+        _mm512_mask_storeu_ps(ym, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, ym), _mm512_maskz_loadu_ps(k, bias + n)));
+      }
+    });
 }
 
 // r[M, N] += rmsnorm_post(x @ W.T): an output projection into the residual stream (post_w optional).
@@ -470,7 +641,7 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   } else {
     float* g = scratch(tmp_mid, M * gu.N);
     matmul(gu, r, M, ldr, g, gu.N, norm_w, eps);
-    for (int64_t m = 0; m < M; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
+    for_rows(M, [&](int64_t m) { act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N); });
     matmul(dn, g, M, gu.N, y, dn.N);
   }
   add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
@@ -646,6 +817,17 @@ int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, fl
 
 // 1 when this CPU and kernel run AMX bf16 tiles (the prefill matmuls), else 0
 int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
+
+// The row count from which matmuls leave the GEMV (rows_dot) here: for AMX int8 tiles, or without AMX
+// for the int8 VNNI GEMM (gemm_vnni.h)
+int hk_batch_min_rows() { return amx_usable() ? AMX_MIN_ROWS : VNNI_GEMM_MIN_ROWS; }
+
+// 1 when those batches run on the int8 VNNI GEMM (no AMX tiles here), else 0
+int hk_vnni_gemm() { return amx_usable() ? 0 : 1; }
+
+// 1 when prefill-sized matmuls (a plan's gemm_min_rows on) run on AVX512-BF16 here (gemm_dpbf16.h:
+// no AMX bf16 tiles, the CPU has AVX512-BF16), else 0
+int hk_dpbf16_gemm() { return !amx_bf16_usable() && avx512_bf16_usable() ? 1 : 0; }
 
 // ---- a whole decoder layer for a few rows (decodes, short chunks) in one call ----
 // The same block as hearth.models.transformer.DecoderLayer with every attention over the paged

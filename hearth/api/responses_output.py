@@ -1,0 +1,139 @@
+"""Parser events -> Responses output items, and the typed stream events that build them.
+
+One builder serves both paths: streamed, its events go out as SSE; whole, only the items are kept.
+Items open as channel events arrive (reasoning, message text, function calls) and close when the
+channel changes or the output ends; every event carries the `sequence_number` the caller stamps."""
+
+from __future__ import annotations
+
+import uuid
+
+from hearth.api.messages import template_arguments
+from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart
+
+
+def item_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class OutputBuilder:
+    def __init__(self):
+        self.items: list[dict] = []
+        self._open: dict | None = None  # the item being filled
+        self._calls: dict[int, dict] = {}  # parser call index -> its function_call item
+        self.status = "completed"  # "incomplete" when cut by max_output_tokens
+
+    @property
+    def called(self) -> bool:
+        return bool(self._calls)
+
+    def feed(self, events: list) -> list[dict]:
+        out: list[dict] = []
+        for e in events:
+            if isinstance(e, ContentDelta) and e.text:
+                out += self._text("message", e.text)
+            elif isinstance(e, ReasoningDelta) and e.text:
+                out += self._text("reasoning", e.text)
+            elif isinstance(e, ToolCallStart):
+                out += self._call_start(e.index, e.id, e.name)
+            elif isinstance(e, ToolCallArgumentsDelta):
+                out += self._call_arguments(e.index, e.text)
+            elif isinstance(e, ToolCallEvent):
+                out += self._call_done(e)
+        return out
+
+    def close(self) -> list[dict]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        index = self.items.index(item)
+        item["status"] = self.status
+        if item["type"] == "message":
+            part = item["content"][0]
+            head = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            return [{"type": "response.output_text.done", **head, "text": part["text"], "logprobs": []},
+                    {"type": "response.content_part.done", **head, "part": part},
+                    {"type": "response.output_item.done", "output_index": index, "item": item}]
+        if item["type"] == "reasoning":
+            part = item["summary"][0]
+            head = {"item_id": item["id"], "output_index": index, "summary_index": 0}
+            return [{"type": "response.reasoning_summary_text.done", **head, "text": part["text"]},
+                    {"type": "response.reasoning_summary_part.done", **head, "part": part},
+                    {"type": "response.output_item.done", "output_index": index, "item": item}]
+        return []
+
+    def _add(self, item: dict) -> list[dict]:
+        self.items.append(item)
+        return [{"type": "response.output_item.added", "output_index": len(self.items) - 1, "item": dict(item)}]
+
+    def _text(self, kind: str, text: str) -> list[dict]:
+        out: list[dict] = []
+        if self._open is None or self._open["type"] != kind:
+            out += self.close()
+            out += self._open_text(kind)
+        item = self._open
+        index = len(self.items) - 1
+        if kind == "message":
+            item["content"][0]["text"] += text
+            return out + [{"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
+                           "content_index": 0, "delta": text, "logprobs": []}]
+        item["summary"][0]["text"] += text
+        return out + [{"type": "response.reasoning_summary_text.delta", "item_id": item["id"],
+                       "output_index": index, "summary_index": 0, "delta": text}]
+
+    def _open_text(self, kind: str) -> list[dict]:
+        if kind == "message":
+            item = {"id": item_id("msg"), "type": "message", "status": "in_progress", "role": "assistant",
+                    "content": []}
+            out = self._add(item)
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+            item["content"].append(part)
+            self._open = item
+            return out + [{"type": "response.content_part.added", "item_id": item["id"],
+                           "output_index": len(self.items) - 1, "content_index": 0, "part": dict(part)}]
+        item = {"id": item_id("rs"), "type": "reasoning", "status": "in_progress", "summary": []}
+        out = self._add(item)
+        part = {"type": "summary_text", "text": ""}
+        item["summary"].append(part)
+        self._open = item
+        return out + [{"type": "response.reasoning_summary_part.added", "item_id": item["id"],
+                       "output_index": len(self.items) - 1, "summary_index": 0, "part": dict(part)}]
+
+    def _call_start(self, index: int, call_id: str, name: str) -> list[dict]:
+        out = self.close()
+        item = {"id": item_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
+                "name": name, "arguments": ""}
+        self._calls[index] = item
+        return out + self._add(item)
+
+    def _call_arguments(self, index: int, text: str) -> list[dict]:
+        item = self._calls[index]
+        item["arguments"] += text
+        return [{"type": "response.function_call_arguments.delta", "item_id": item["id"],
+                 "output_index": self.items.index(item), "delta": text}]
+
+    def _call_done(self, e: ToolCallEvent) -> list[dict]:
+        out = [] if e.index in self._calls else self._call_start(e.index, e.call.id, e.call.name)
+        item = self._calls[e.index]
+        rest = e.call.arguments[len(item["arguments"]):]  # the parser streams a prefix of the final arguments
+        if rest:
+            out += self._call_arguments(e.index, rest)
+        item["arguments"], item["status"] = e.call.arguments, "completed"
+        index = self.items.index(item)
+        return out + [{"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": index,
+                       "name": item["name"], "arguments": item["arguments"]},
+                      {"type": "response.output_item.done", "output_index": index, "item": dict(item)}]
+
+
+def assistant_messages(items: list[dict]) -> list[dict]:
+    """Output items -> chat messages for the stored conversation (one assistant turn)."""
+    m: dict = {"role": "assistant", "content": ""}
+    for item in items:
+        if item["type"] == "reasoning":
+            m["reasoning_content"] = item["summary"][0]["text"]
+        elif item["type"] == "message":
+            m["content"] += item["content"][0]["text"]
+        elif item["type"] == "function_call":
+            m.setdefault("tool_calls", []).append({"id": item["call_id"], "type": "function", "function": {
+                "name": item["name"], "arguments": template_arguments(item["arguments"])}})
+    return [m]

@@ -1,0 +1,34 @@
+"""The OpenAI Responses request body (`POST /v1/responses`). Items in `input` stay plain dicts:
+hearth.api.responses_items checks them by hand so a bad one is named precisely (`input[2].type`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hearth.api.openai_protocol import _Body
+
+
+class ResponsesRequest(_Body):
+    model: str | None = None
+    input: str | list[Any] | None = None
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    text: dict[str, Any] | None = None
+    """{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}."""
+    reasoning: dict[str, Any] | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+    seed: int | None = None
+    store: bool = True
+    previous_response_id: str | None = None
+    stream: bool = False
+    metadata: dict[str, Any] | None = None
+    user: str | None = None

@@ -1,0 +1,175 @@
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}: the OpenAI Responses API over the chat
+path (template, tools, grammar, output parser), answered whole or as typed stream events.
+
+A follow-up (`previous_response_id`) renders the stored conversation plus its new input; when that
+text starts with the previous prompt and output as generated, its ids are the stored ids plus the
+new part's, so the prefix cache serves everything but the new tokens."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+
+from hearth.api.errors import APIError, from_hearth_error
+from hearth.api.generate import Generation, until_disconnect
+from hearth.api.parsing import output_parser
+from hearth.api.responses_items import (chat_tool_choice, chat_tools, input_messages, text_format,
+                                        with_instructions)
+from hearth.api.responses_output import OutputBuilder, assistant_messages
+from hearth.api.responses_protocol import ResponsesRequest
+from hearth.api.responses_store import StoredResponse
+from hearth.api.sampling import common_fields, make_params
+from hearth.api.sse import SSEResponse, named_event
+from hearth.api.tools import openai_tools, plan_tools, prompt_messages
+from hearth.errors import HearthError
+
+router = APIRouter()
+
+
+@router.post("/v1/responses")
+async def create_response(body: ResponsesRequest, request: Request):
+    state = request.app.state
+    served, store = state.served, state.responses
+    served.check_model(body.model)
+    prev = None
+    if body.previous_response_id is not None:
+        prev = store.get(body.previous_response_id)
+        if prev is None:
+            raise APIError(400, f"previous_response_id: no stored response {body.previous_response_id!r} "
+                           "(never stored, deleted, or expired)", param="previous_response_id")
+    conversation = (prev.messages if prev else []) + input_messages(body.input)
+    if not conversation:
+        raise APIError(400, "input: is required (a string or a list of items)", param="input")
+    plan = plan_tools(served, openai_tools(chat_tools(body.tools)), chat_tool_choice(body.tool_choice))
+    fmt = text_format(body.text)
+    if plan.constraint is not None and fmt is not None:
+        raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",
+                       param="text.format")
+    messages = prompt_messages(served, plan, with_instructions(body.instructions, conversation))
+    prompt = served.render_chat(messages, plan.tools if plan.in_template else None)
+    ids = _prompt_ids(served, prompt, prev)
+    fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt}
+    params = make_params(fields, state.limits, served.max_model_len, {"max_tokens": "max_output_tokens"})
+    gen = Generation(served.engine, ids, params, state.metrics, request_id=f"resp_{_hex()}")
+    reply = _Reply(served, store, body, gen, output_parser(served, plan, prompt), conversation, prompt, ids)
+    if body.stream:
+        return SSEResponse(reply.events(), on_close=gen.abort)
+    result = await until_disconnect(request, reply.whole())
+    return result if result is not None else {}
+
+
+@router.get("/v1/responses/{response_id}")
+async def get_response(response_id: str, request: Request):
+    record = request.app.state.responses.get(response_id)
+    if record is None:
+        raise _not_found(response_id)
+    return record.body
+
+
+@router.delete("/v1/responses/{response_id}")
+async def delete_response(response_id: str, request: Request):
+    if not request.app.state.responses.delete(response_id):
+        raise _not_found(response_id)
+    return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+def _not_found(response_id: str) -> APIError:
+    return APIError(404, f"no stored response {response_id!r} (never stored, deleted, or expired)",
+                    param="response_id", code="not_found")
+
+
+def _hex() -> str:
+    return uuid.uuid4().hex
+
+
+def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
+    """The previous prompt + output ids + the new part's, when the render continues them; else
+    the whole prompt encoded (the prefix cache still serves what matches)."""
+    if prev is not None and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
+        rest = served.tokenizer.encode(prompt[len(prev.text):], add_special_tokens=False, parse_special=True)
+        return prev.token_ids + rest
+    return served.encode_chat_text(prompt)
+
+
+class _Reply:
+    def __init__(self, served, store, body: ResponsesRequest, gen: Generation, parser, conversation: list[dict],
+                 prompt: str, ids: list[int]):
+        self.served, self.store, self.body, self.gen, self.parser = served, store, body, gen, parser
+        self.conversation, self.prompt, self.ids = conversation, prompt, ids
+        self.id = gen.request_id
+        self.created = int(time.time())
+        self.builder = OutputBuilder()
+        self.output_ids: list[int] = []
+        self.finish_reason: str | None = None
+        self.seq = 0
+
+    def response(self, status: str) -> dict:
+        b = self.body
+        fmt = (b.text or {}).get("format") or {"type": "text"}
+        incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
+                "error": None, "incomplete_details": incomplete, "instructions": b.instructions,
+                "max_output_tokens": b.max_output_tokens, "model": self.served.name,
+                "output": self.builder.items if status != "in_progress" else [],
+                "parallel_tool_calls": b.parallel_tool_calls, "previous_response_id": b.previous_response_id,
+                "reasoning": {"effort": (b.reasoning or {}).get("effort"), "summary": (b.reasoning or {}).get("summary")},
+                "store": b.store, "temperature": b.temperature, "top_p": b.top_p, "text": {"format": fmt},
+                "tool_choice": b.tool_choice if b.tool_choice is not None else "auto", "tools": b.tools or [],
+                "truncation": "disabled", "user": b.user, "metadata": b.metadata or {},
+                "usage": self.usage() if status != "in_progress" else None}
+
+    def usage(self) -> dict:
+        p, c = self.gen.num_prompt_tokens, len(self.output_ids)
+        reasoning = sum(len(self.served.encode_text(i["summary"][0]["text"], add_special_tokens=False))
+                        for i in self.builder.items if i["type"] == "reasoning")
+        return {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.gen.num_cached_tokens,
+                                                            "cache_write_tokens": 0},
+                "output_tokens": c, "output_tokens_details": {"reasoning_tokens": min(reasoning, c)},
+                "total_tokens": p + c}
+
+    def _on_output(self, out) -> list[dict]:
+        self.output_ids += out.new_token_ids
+        events = self.parser.feed(out.new_text)
+        if out.finished:
+            events += self.parser.finish()
+            self.finish_reason = out.finish_reason
+            if out.finish_reason == "length":
+                self.builder.status = "incomplete"
+        return self.builder.feed(events) + (self.builder.close() if out.finished else [])
+
+    def _finish(self) -> dict:
+        status = self.builder.status
+        body = self.response(status)
+        if self.body.store:
+            messages = self.conversation + assistant_messages(self.builder.items)
+            text = self.prompt + self.served.tokenizer.decode(self.output_ids)
+            self.store.put(self.id, StoredResponse(body, messages, text, self.ids + self.output_ids))
+        return body
+
+    async def whole(self) -> dict:
+        async for _, out in self.gen.outputs():
+            self._on_output(out)
+        return self._finish()
+
+    def _event(self, payload: dict) -> str:
+        payload = {"type": payload["type"], "sequence_number": self.seq, **payload}
+        self.seq += 1
+        return named_event(payload["type"], payload)
+
+    async def events(self):
+        yield self._event({"type": "response.created", "response": self.response("in_progress")})
+        yield self._event({"type": "response.in_progress", "response": self.response("in_progress")})
+        try:
+            async for _, out in self.gen.outputs():
+                for e in self._on_output(out):
+                    yield self._event(e)
+        except HearthError as e:
+            err = from_hearth_error(e)
+            yield self._event({"type": "error", "code": err.code or "server_error", "message": err.message,
+                               "param": err.param})
+            return
+        body = self._finish()
+        kind = "response.completed" if body["status"] == "completed" else "response.incomplete"
+        yield self._event({"type": kind, "response": body})

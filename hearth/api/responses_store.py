@@ -1,0 +1,67 @@
+"""Stored responses (`store`, `previous_response_id`, GET/DELETE /v1/responses/{id}), bounded in
+number and age: the oldest goes first when the store is full, and an expired one is gone.
+
+A record keeps what a follow-up needs to continue through the prefix cache: the conversation as
+chat messages (input and output, without `instructions`, which OpenAI does not carry over), and
+the previous prompt's text and token ids with the output's ids after them."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class StoredResponse:
+    body: dict
+    """The response object, as GET returns it."""
+    messages: list[dict]
+    """The conversation so far, this response's output included, as chat messages."""
+    text: str
+    """Previous prompt text + the output as generated (special tokens kept)."""
+    token_ids: list[int]
+    """Previous prompt ids + output ids: the KV the prefix cache holds for `text`."""
+    created: float = field(default=0.0)
+
+
+class ResponseStore:
+    def __init__(self, max_count: int = 1000, max_age_s: float = 3600.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_count, self.max_age_s, self.clock = max_count, max_age_s, clock
+        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, response_id: str, record: StoredResponse) -> None:
+        with self._lock:
+            record.created = self.clock()
+            self._items[response_id] = record
+            self._items.move_to_end(response_id)
+            self._expire()
+            while len(self._items) > self.max_count:
+                self._items.popitem(last=False)
+
+    def get(self, response_id: str) -> StoredResponse | None:
+        with self._lock:
+            self._expire()
+            return self._items.get(response_id)
+
+    def delete(self, response_id: str) -> bool:
+        with self._lock:
+            self._expire()
+            return self._items.pop(response_id, None) is not None
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._expire()
+            return len(self._items)
+
+    def _expire(self) -> None:
+        oldest = self.clock() - self.max_age_s
+        while self._items:
+            first = next(iter(self._items.values()))
+            if first.created >= oldest:
+                return
+            self._items.popitem(last=False)

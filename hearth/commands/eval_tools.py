@@ -1,0 +1,118 @@
+"""`hearth eval tools MODEL [--mode M] [--categories ...] [--limit N] [--out FILE]`: BFCL v4 tool
+calling through a hearth server in this process (hearth.evals), and `hearth eval tools --compare
+A.jsonl B.jsonl`: McNemar's exact test between two saved runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hearth.errors import HearthError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("tools (BFCL v4 tool calling)")
+    g.add_argument("--mode", default="bare", help="the server's tool handling, sent as hearth.tool_guard: bare "
+                   "(today's parse-only), grammar, guard (default: %(default)s)")
+    g.add_argument("--categories", default="", help="comma-separated BFCL categories (default: all of "
+                   "simple_python, multiple, parallel, parallel_multiple, irrelevance, multi_turn_base)")
+    g.add_argument("--limit", type=int, default=0, help="items per category, spread evenly over it (default: all)")
+    g.add_argument("--ids", default="", help="comma-separated item ids: only these (within --categories)")
+    g.add_argument("--out", help="write one JSON line per item here (commit, model hash, mode, category, id, result, reason)")
+    g.add_argument("--report", help="write the summary as JSON here")
+    g.add_argument("--compare", nargs=2, metavar=("A.jsonl", "B.jsonl"), help="compare two --out files: McNemar's exact test")
+    g.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from hearth.evals import tool_report
+
+    if args.compare:
+        a, b = (tool_report.read_rows(f) for f in args.compare)
+        print(tool_report.render_compare(tool_report.compare(a, b), *args.compare))
+        return 0
+    rows, meta = run(args)
+    summary = tool_report.summarize(rows)
+    print(tool_report.render(summary, meta))
+    if args.report:
+        Path(args.report).write_text(json.dumps({"meta": meta, **summary}, indent=2) + "\n")
+    return 0
+
+
+def _categories(spec: str) -> list[str]:
+    from hearth.evals.bfcl_data import CATEGORIES
+
+    cats = [c.strip() for c in spec.split(",") if c.strip()] or list(CATEGORIES)
+    bad = [c for c in cats if c not in CATEGORIES]
+    if bad:
+        raise HearthError(f"--categories: unknown {', '.join(bad)}; categories: {', '.join(CATEGORIES)}")
+    return cats
+
+
+def select(wheel: Path, categories: list[str], limit: int, ids: str) -> list:
+    from hearth.evals.bfcl_data import load_category, sample
+
+    wanted = {i.strip() for i in ids.split(",") if i.strip()}
+    items = []
+    for cat in categories:
+        got = load_category(wheel, cat)
+        items += [i for i in got if i.id in wanted] if wanted else sample(got, limit)
+    if wanted - {i.id for i in items}:
+        raise HearthError(f"--ids: not found in {', '.join(categories)}: {', '.join(sorted(wanted - {i.id for i in items}))}")
+    return items
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
+    from hearth.evals.backends import Backends
+    from hearth.evals.bfcl_data import MULTI_TURN, extract_backends, fetch_wheel
+    from hearth.evals.chat_loop import ChatClient, check_mode
+    from hearth.evals.server import InProcessServer
+    from hearth.evals.tool_eval import run_item
+    from hearth.llm import LLM
+    from hearth.loader.fingerprint import model_fingerprint
+
+    check_mode(args.mode)  # before anything loads
+    if args.limit < 0:
+        raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
+    categories = _categories(args.categories)
+    wheel = fetch_wheel()
+    items = select(wheel, categories, args.limit, args.ids)
+    backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
+    llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
+    meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
+    out = open(args.out, "w", encoding="utf-8") if args.out else None
+    rows, t0 = [], time.perf_counter()
+    try:
+        with InProcessServer(llm) as server:
+            client = ChatClient(server.post, args.mode)
+            for n, item in enumerate(items, 1):
+                row = run_item(item, client, backends).row(meta)
+                rows.append(row)
+                if out:
+                    out.write(json.dumps(row) + "\n")
+                    out.flush()
+                print(f"[{n}/{len(items)}] {item.id}: {row['result']} {row['reason'][:100]}"
+                      f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    finally:
+        if out:
+            out.close()
+        if backends is not None:
+            backends.close()
+    return rows, meta
+
+
+def _commit() -> str:
+    """hearth's git commit, with -dirty when the tree has changes; "unknown" outside a checkout."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    return (sha + ("-dirty" if dirty else "")) if sha else "unknown"

@@ -1,0 +1,97 @@
+"""The fixed client loop, the same for every mode: OpenAI chat completions, greedy; the model's
+tool calls are executed and their results (or the error, for a call that could not run) fed back
+as `tool` messages, at most MAX_STEPS requests per user turn. The mode travels as the per-request
+extension `hearth.tool_guard`; the loop itself never changes with it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hearth.errors import HearthError
+from hearth.evals.bfcl_tools import ToolSet
+from hearth.evals.validity import call_errors, looks_like_call
+
+MAX_STEPS = 10
+MAX_TOKENS = 512
+"""Per request: a few parallel calls fit easily; a model that rambles past it is cut, as any client would."""
+MODES = ("bare",)
+"""Modes the server has now. `bare` is today's parse-only behaviour."""
+LATER = ("grammar", "guard")
+"""Modes of issue 20's tool guard: refused until the server implements them, so a run is never
+labelled with a mode the server silently ignored."""
+
+Post = Callable[[dict], tuple[int, dict]]
+
+
+def check_mode(mode: str) -> None:
+    if mode in LATER:
+        raise HearthError(f"--mode {mode}: the server has no tool guard yet (issue 20); modes now: {', '.join(MODES)}")
+    if mode not in MODES:
+        raise HearthError(f"--mode {mode!r}: unknown; modes: {', '.join(MODES)}")
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One request and its response, for the report."""
+    latency_s: float
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    called: bool = False
+    """The response carries tool calls, or text that looks like an attempted call."""
+    valid: bool = False
+    """The response's calls are all valid calls of offered tools (see hearth.evals.validity)."""
+    retries: int = 0
+
+
+@dataclass(slots=True)
+class Reply:
+    message: dict
+    """The assistant message to put back into the conversation."""
+    calls: list[dict] = field(default_factory=list)
+    """OpenAI tool_calls."""
+    error: str = ""
+    """Why there is no reply (the server refused the request)."""
+
+
+class ChatClient:
+    def __init__(self, post: Post, mode: str, max_tokens: int = MAX_TOKENS):
+        check_mode(mode)
+        self.post, self.mode, self.max_tokens = post, mode, max_tokens
+        self.exchanges: list[Exchange] = []
+
+    def chat(self, messages: list[dict], toolset: ToolSet) -> Reply:
+        body = {"messages": messages, "tools": toolset.tools, "temperature": 0, "max_tokens": self.max_tokens,
+                "hearth": {"tool_guard": self.mode}}
+        t0 = time.perf_counter()
+        status, resp = self.post(body)
+        ex = Exchange(time.perf_counter() - t0)
+        self.exchanges.append(ex)
+        if status != 200:
+            err = resp.get("error") if isinstance(resp, dict) else None
+            return Reply({}, error=f"HTTP {status}: {err.get('message') if isinstance(err, dict) else err}")
+        ext = resp.get("hearth") if isinstance(resp.get("hearth"), dict) else {}
+        if ext.get("tool_guard") not in (None, self.mode):
+            raise HearthError(f"asked for mode {self.mode} but the server ran {ext['tool_guard']}")
+        retries = ext.get("retries", 0)
+        ex.retries = len(retries) if isinstance(retries, list) else int(retries or 0)
+        usage = resp.get("usage") or {}
+        ex.prompt_tokens, ex.completion_tokens = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+        msg = resp["choices"][0]["message"]
+        calls = msg.get("tool_calls") or []
+        ex.called = bool(calls) or looks_like_call(msg.get("content"))
+        ex.valid = bool(calls) and not any(call_errors(c, toolset) for c in calls)
+        message = {"role": "assistant", "content": msg.get("content") or ""}
+        if calls:
+            message["tool_calls"] = [{"id": c.get("id") or f"call_{i}", "type": "function", "function": c["function"]}
+                                     for i, c in enumerate(calls)]
+        return Reply(message, message.get("tool_calls", []))
+
+
+def decode(call: dict, toolset: ToolSet) -> tuple[str, object]:
+    """(BFCL's name, decoded arguments) of one tool call; arguments that are not JSON raise ValueError."""
+    fn = call["function"]
+    name = toolset.original.get(fn["name"], fn["name"])
+    return name, json.loads(fn.get("arguments") or "{}")

@@ -1,0 +1,59 @@
+"""The model under test behind a real hearth server in this process: the FastAPI app on a free
+loopback port, uvicorn on its own thread, so the eval's client speaks HTTP to it exactly as any
+OpenAI client would (the same request parsing, tool parsing and errors)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+import uvicorn
+
+from hearth.api.app import create_app
+from hearth.api.served import ServedModel
+from hearth.engine.async_engine import AsyncEngine
+from hearth.errors import HearthError
+
+NAME = "model-under-test"
+TIMEOUT = 900.0
+"""Seconds one request may take (a long multi-turn prompt on a slow CPU)."""
+
+
+class InProcessServer:
+    def __init__(self, llm):
+        served = ServedModel.from_llm(llm, [NAME], AsyncEngine(llm.engine))
+        config = uvicorn.Config(create_app(served), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True, name="eval-server")
+        self.port = 0
+
+    def __enter__(self) -> InProcessServer:
+        self._thread.start()
+        deadline = time.monotonic() + 60
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise HearthError("the in-process server did not start")
+            time.sleep(0.02)
+        self.port = self._server.servers[0].sockets[0].getsockname()[1]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=30)
+
+    def post(self, body: dict) -> tuple[int, dict]:
+        """POST /v1/chat/completions; (status, JSON body)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
+        try:
+            conn.request("POST", "/v1/chat/completions", json.dumps({"model": NAME, **body}),
+                         {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+        finally:
+            conn.close()
+        try:
+            return resp.status, json.loads(data)
+        except ValueError:
+            return resp.status, {"error": {"message": data.decode("utf-8", "replace")[:500]}}

@@ -1,0 +1,122 @@
+"""One BFCL item through the client loop, scored: single-turn items by the AST rules
+(hearth.evals.ast_scorer) on the first response; multi-turn items by BFCL's per-turn checks, run
+as the conversation goes: after each user turn the ground truth's calls for that turn run on their
+own copy of the backends, and the turn passes when (state) every public attribute of the model's
+backends equals the ground truth's and (response) every result the ground truth's calls returned
+is among the results of the model's calls so far (a multiset, any order). The first failing turn
+fails the item and ends it (later turns cannot change the verdict)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hearth.evals import ast_scorer
+from hearth.evals.backends import BackendError, Backends, parse_call
+from hearth.evals.bfcl_data import MULTI_TURN, Item
+from hearth.evals.bfcl_tools import to_tools
+from hearth.evals.chat_loop import MAX_STEPS, ChatClient, decode
+
+
+@dataclass(slots=True)
+class ItemResult:
+    id: str
+    category: str
+    passed: bool
+    reason: str = ""
+    exchanges: list = field(default_factory=list)
+
+    def row(self, meta: dict) -> dict:
+        ex = self.exchanges
+        return {**meta, "category": self.category, "id": self.id, "result": "pass" if self.passed else "fail",
+                "reason": self.reason, "requests": len(ex),
+                "latency_s": [round(e.latency_s, 4) for e in ex],
+                "prompt_tokens": [e.prompt_tokens for e in ex], "completion_tokens": [e.completion_tokens for e in ex],
+                "called": sum(e.called for e in ex), "valid_calls": sum(e.valid for e in ex),
+                "retries": sum(e.retries for e in ex)}
+
+
+def run_item(item: Item, client: ChatClient, backends: Backends | None) -> ItemResult:
+    client.exchanges = []
+    if item.category in MULTI_TURN:
+        if backends is None:
+            raise ValueError("multi-turn items need the tool backends")
+        passed, reason = _multi_turn(item, client, backends)
+    else:
+        passed, reason = _single_turn(item, client)
+    return ItemResult(item.id, item.category, passed, reason, list(client.exchanges))
+
+
+def _single_turn(item: Item, client: ChatClient) -> tuple[bool, str]:
+    toolset = to_tools(item.functions)
+    reply = client.chat(item.turns[0], toolset)
+    if reply.error:
+        return False, reply.error
+    calls = []
+    for c in reply.calls:
+        try:
+            name, args = decode(c, toolset)
+        except ValueError:
+            return False, f"{c['function'].get('name')}: arguments are not JSON"
+        calls.append({name: args})
+    v = ast_scorer.score(item.category, item.functions, calls, item.answer)
+    return v.ok, v.reason
+
+
+def _execute(call: dict, toolset, backends: Backends) -> str:
+    try:
+        name, args = decode(call, toolset)
+    except ValueError as e:
+        return f"Error: the arguments are not valid JSON ({e})"
+    if not isinstance(args, dict):
+        return "Error: the arguments must be a JSON object"
+    return backends.call("model", name, kwargs=args)
+
+
+def _multi_turn(item: Item, client: ChatClient, backends: Backends) -> tuple[bool, str]:
+    toolset = to_tools(item.functions)
+    try:
+        backends.load(item.involved_classes, item.initial_config)
+        history: list[dict] = []
+        results_so_far: list[str] = []
+        for t, user in enumerate(item.turns):
+            history += user
+            turn_results: list[str] = []
+            for _ in range(MAX_STEPS):
+                reply = client.chat(history, toolset)
+                if reply.error:
+                    return False, f"turn {t}: {reply.error}"
+                history.append(reply.message)
+                if not reply.calls:
+                    break
+                for call in reply.calls:
+                    result = _execute(call, toolset, backends)
+                    turn_results.append(result)
+                    history.append({"role": "tool", "tool_call_id": call["id"], "content": result})
+            else:
+                return False, f"turn {t}: still calling after {MAX_STEPS} requests"
+            ok, why = _check_turn(item, t, turn_results, results_so_far, backends)
+            if not ok:
+                said = (reply.message.get("content") or "").strip().replace("\n", " ")
+                return False, f"turn {t}: {why}" + (f"; the model said {said[:120]!r}" if said and not reply.calls else "")
+    except BackendError as e:
+        return False, str(e)
+    return True, ""
+
+
+def _check_turn(item: Item, t: int, turn_results: list[str], so_far: list[str], backends: Backends) -> tuple[bool, str]:
+    truth = [backends.call("truth", *parse_call(s)) for s in item.answer[t]]
+    so_far += turn_results
+    if not item.answer[t]:
+        return True, ""
+    if not turn_results:
+        return False, "no call where the ground truth makes some"
+    diffs = backends.differences()
+    if diffs:
+        attr, (mine, want) = next(iter(diffs.items()))
+        return False, f"state differs: {attr} is {mine}, expected {want}" + (f" (+{len(diffs) - 1} more)" if len(diffs) > 1 else "")
+    missing = Counter(truth) - Counter(so_far)
+    if missing:
+        return False, f"results missing from the model's calls: {list(missing.elements())[0][:200]!r}"
+    return True, ""
+

@@ -1,0 +1,60 @@
+"""A JSON tool call announced while it is still being written: once a region reads
+`{"name": "<offered tool>", "arguments": {` (or `"parameters"`) and a first argument value has
+begun, the call's id and name go out,
+then the certain prefix of its arguments as it grows (hearth.tool_parsers.partial_json).
+
+Once announced, the region stays this call: at its end the parsed call keeps the announced id and
+name, and if its arguments do not continue what was sent (or the region no longer parses), the
+sent prefix closed into JSON is the arguments, so a client that joined the pieces holds the truth."""
+
+from __future__ import annotations
+
+import re
+
+from hearth.tool_parsers.partial_json import certain_prefix
+from hearth.tool_parsers.types import (Event, ToolCall, ToolCallArgumentsDelta, ToolCallStart, new_call_id,
+                                       tool_parameters)
+
+# Qwen2.5 copies its template's doubled brace (`{{"name": ...`): allowed
+_HEADER = re.compile(r'\s*(?:```json\s*)?\{\{?\s*"name"\s*:\s*"([^"\\]+)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)')
+JSON_FORMATS = frozenset({"hermes", "llama3_json", "bare_json"})
+
+
+class EarlyCall:
+    def __init__(self, index: int, tools: list[dict] | None):
+        self.index, self._tools = index, tools
+        self.id: str | None = None
+        self.name = ""
+        self.sent = ""
+        self._closing = ""
+
+    @property
+    def started(self) -> bool:
+        return self.id is not None
+
+    def update(self, region: str) -> list[Event]:
+        """Events for the region's text so far."""
+        events: list[Event] = []
+        if not self.started:
+            m = _HEADER.match(region)
+            if not m or (self._tools is not None and m.group(1) not in tool_parameters(self._tools)):
+                return events
+            certain, closing = certain_prefix(region[m.end():])
+            if len(certain) < 2:  # not before a first argument value (or `{}`): `{"city": </tool_call>` stays text
+                return events
+            self.id, self.name, self._start = new_call_id(), m.group(1), m.end()
+            events.append(ToolCallStart(self.index, self.id, self.name))
+        certain, closing = certain_prefix(region[self._start:])
+        if certain.startswith(self.sent) and len(certain) > len(self.sent):
+            events.append(ToolCallArgumentsDelta(self.index, certain[len(self.sent):]))
+            self.sent, self._closing = certain, closing
+        return events
+
+    def settle(self, calls: list[ToolCall]) -> list[ToolCall]:
+        """The region's parsed calls, the first one made to agree with what was announced."""
+        first = calls[0] if calls else None
+        if first is not None and first.name == self.name and first.arguments.startswith(self.sent):
+            arguments = first.arguments
+        else:
+            arguments = self.sent + self._closing
+        return [ToolCall(self.id, self.name, arguments), *calls[1:]]

@@ -1,0 +1,38 @@
+"""`hearth eval tools` refuses bad input in one line, before it loads a model or fetches data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hearth.cli import main
+from tests.evals.test_tool_report import ROWS
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--mode", "guard"], "--mode guard: the server has no tool guard yet"),
+    (["--mode", "grammar"], "--mode grammar"),
+    (["--mode", "nope"], "--mode 'nope': unknown"),
+    (["--categories", "simple_python,simple_java"], "--categories: unknown simple_java"),
+    (["--limit", "-1"], "--limit must be 0"),
+    (["--compare", "missing-a.jsonl", "missing-b.jsonl"], "cannot read missing-a.jsonl"),
+])
+def test_bad_input_is_one_line(capsys, monkeypatch, argv, needle):
+    import hearth.evals.bfcl_data as data
+
+    monkeypatch.setattr(data, "fetch_wheel", lambda *a, **k: pytest.fail("fetched data for bad input"))
+    assert main(["eval", "tools", "no-such-model.gguf", *argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and needle in err, err
+
+
+def test_compare_prints_mcnemar(capsys, tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    b.write_text("".join(json.dumps({**r, "result": "fail"}) + "\n" for r in ROWS))
+    assert main(["eval", "tools", "--compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "McNemar's exact test" in out
+    overall = next(line for line in out.splitlines() if line.startswith("overall"))
+    assert overall.split() == ["overall", "5", "3", "0", "3", "0", "0.2500"]  # 3 discordant pairs: p = 2/8

@@ -1,0 +1,47 @@
+"""`hearth eval tools` end to end on the real Qwen2.5-Coder-0.5B: the pinned bfcl-eval wheel
+(fetched into HEARTH_HOME like a model), a fixed stratified sample (two of the shortest items of
+each single-turn category, one two-turn multi_turn_base item), the in-process server, the scorer,
+the JSONL rows and the report. It asserts that the pipeline ran and scored, not an accuracy."""
+
+from __future__ import annotations
+
+import json
+
+from hearth.cli import main
+from hearth.evals.bfcl_data import CATEGORIES
+
+IDS = ["simple_python_97", "simple_python_18", "multiple_73", "multiple_29", "parallel_75", "parallel_7",
+       "parallel_multiple_35", "parallel_multiple_48", "irrelevance_8", "irrelevance_49", "multi_turn_base_100"]
+
+
+def test_eval_tools_sample(model_path, tmp_path, capsys):
+    out, report = tmp_path / "rows.jsonl", tmp_path / "report.json"
+    rc = main(["eval", "tools", str(model_path("qwen2.5-coder-0.5b")), "--ids", ",".join(IDS),
+               "--out", str(out), "--report", str(report), "--max-model-len", "8192"])
+    assert rc == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(IDS)  # in category order
+    for r in rows:
+        assert r["mode"] == "bare" and r["model_sha256"].startswith(("sha256:", "sample:")) and r["commit"]
+        assert r["result"] in ("pass", "fail") and (r["result"] == "pass" or r["reason"])
+        assert r["requests"] >= 1 and len(r["latency_s"]) == r["requests"]
+        assert all(t > 0 for t in r["prompt_tokens"])  # the server answered every request
+    (mt,) = [r for r in rows if r["category"] == "multi_turn_base"]
+    assert mt["requests"] >= 2 or mt["result"] == "fail"  # a pass needs both turns
+    summary = json.loads(report.read_text())
+    assert set(summary["categories"]) == set(CATEGORIES)
+    assert summary["overall"]["n"] == len(IDS)
+    for cat in summary["categories"].values():
+        lo, hi = cat["ci95"]
+        assert 0 <= lo <= cat["accuracy"] <= hi <= 1
+    assert summary["requests"] == sum(r["requests"] for r in rows)
+    latencies = [x for r in rows for x in r["latency_s"]]
+    assert min(latencies) <= summary["latency_s"]["mean"] <= max(latencies)
+    assert min(latencies) <= summary["latency_s"]["p95"] <= max(latencies)
+    text = capsys.readouterr().out
+    assert "95% CI (Wilson)" in text and "valid calls:" in text
+
+    again = tmp_path / "same.jsonl"
+    again.write_text(out.read_text())
+    assert main(["eval", "tools", "--compare", str(out), str(again)]) == 0
+    assert "overall" in capsys.readouterr().out

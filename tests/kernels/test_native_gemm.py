@@ -1,0 +1,202 @@
+"""The GEMMs that run where AMX does not (the avx512 tier), against the slow, obvious twin (gguf-py's
+dequantization, then an f64 matmul): the int8 VNNI GEMM (csrc/gemm_vnni.h) for batches from 10 rows,
+also against the GEMV (rows_dot, below 10 rows) on the same rows, and the AVX512-BF16 GEMM
+(csrc/gemm_dpbf16.h) for prefills (a plan's gemm_min_rows on).
+
+Bounds. int8: the activations are the GEMV's (8 bits with a scale per 16 values), so the twin's
+bound is test_native.assert_act8_close's (ACT8_TOL). Against the GEMV: both multiply the same 8-bit
+codes by the same weight codes exactly (integer dot products per 16 weights) and differ only in how
+they add the ~K/16 float group terms (s d_x dot + o a_x, each rounded at 2^-24 relative; the
+affine types' s q and o terms can be a few times |w|): GEMV_TOL * (|x| @ |W|.T), ~K/16 * 2^-24 * a
+few, 50x what these shapes show (<= 2e-7) and ~400x under ACT8_TOL, so a misplaced code or scale
+(errors of the order of |w x|) cannot pass. bf16: products of bf16 values are exact in f32, so
+y = bf16(x) @ bf16(W).T up to f32 sums (BF16_TOL relative, as the AMX bf16 tiles' test)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from gguf.quants import quantize as gguf_quantize
+
+from hearth.kernels import native
+from hearth.layers.quant import as_bytes
+from hearth.loader.gguf_loader import GGUFTensor
+from tests.kernels.test_native import ACT8_TOL, assert_act8_close, widths
+from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+
+INT8 = pytest.mark.skipif(
+    not native.vnni_gemm(),
+    reason="the int8 VNNI GEMM does not run here: no native kernels (AVX-512 VNNI), or AMX tiles take these rows")
+BF16 = pytest.mark.skipif(
+    not native.dpbf16_gemm(),
+    reason="the AVX512-BF16 GEMM does not run here: no native kernels, AMX bf16 tiles, or no AVX512-BF16")
+
+GEMV_TOL, BF16_TOL = 1e-5, 1e-5
+ROWS = (10, 23, 77)  # the threshold; odd counts: tails of the 6-row register block (23 = 3 * 6 + 5, 77 = 12 * 6 + 5)
+PREFILL_ROWS = (64, 77, 133)  # gemm_min_rows; tails of the 12-row register block
+OUT = 101  # three 32-row panels and a ragged one (5 features)
+
+
+def linear(ts, k: int, gemm_min_rows: int = 0) -> tuple[native.NativeMatmul, torch.Tensor]:
+    """The kernels' matmul over GGUF tensors `ts` side by side, and their exact weights (f32)."""
+    mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], k, gemm_min_rows)
+    return mm, torch.cat([torch.from_numpy(gguf_reference(t)) for t in ts])
+
+
+def gemv(mm: native.NativeMatmul, x: torch.Tensor) -> torch.Tensor:
+    """The same rows through the GEMV: batches below its threshold."""
+    step = native.batch_min_rows() - 1
+    return torch.cat([mm(x[i:i + step]) for i in range(0, x.shape[0], step)])
+
+
+def assert_near_gemv(y: torch.Tensor, yv: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    err = (y.double() - yv.double()).abs()
+    bound = GEMV_TOL * (x.double().abs() @ w.double().abs().T) + 1e-6
+    assert bool((err <= bound).all()), f"worst err/bound vs the GEMV {float((err / bound).max()):.3f}"
+
+
+def assert_bf16_product(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
+    xb, wb = x.bfloat16().double(), w.bfloat16().double()
+    err = (y.double() - xb @ wb.T).abs()
+    bound = BF16_TOL * (xb.abs() @ wb.abs().T) + 1e-6
+    assert bool((err <= bound).all()), f"worst err/bound vs bf16(x) @ bf16(W).T {float((err / bound).max()):.3f}"
+
+
+@pytest.mark.skipif(not native.available(), reason="no native kernels here")
+def test_batch_min_rows_is_where_rows_stop_summing_as_the_gemv():
+    """The runner's first row regime (native.batch_min_rows()) is the kernels' boundary, at every
+    tier: below it each row equals its 1-row GEMV bit for bit; from it on (AMX tiles or the int8
+    GEMM) the f32 sums run in another order, so some output differs in its last bits."""
+    b = native.batch_min_rows()
+    assert b > 1
+    mm, _ = linear([random_tensor(Q.Q4_K, 64, 512, np.random.default_rng(4))], 512)
+    x = torch.randn(b, 512)
+    single = torch.cat([mm(x[i:i + 1]) for i in range(b)])
+    assert torch.equal(mm(x[:b - 1]), single[:b - 1])
+    assert not torch.equal(mm(x), single)
+
+
+@INT8
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_int8_gemm_against_exact_twin_and_gemv(qtype):
+    """Every type; K = 96 and 576 (32-wide types: an odd block count, a short last superblock), 512,
+    and for the k-quants 256 and 768; odd M and N (tails of rows and of a panel)."""
+    rng, g = np.random.default_rng(int(qtype) + 7), torch.Generator().manual_seed(int(qtype))
+    for k in widths(qtype):
+        mm, w = linear([random_tensor(qtype, OUT, k, rng)], k)
+        for m in ROWS:
+            x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
+            y = mm(x)
+            assert_act8_close(y, x, w)
+            assert_near_gemv(y, gemv(mm, x), x, w)
+
+
+@INT8
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("m", [10, 23])
+def test_int8_gemm_scales_each_16_activations(qtype, m):
+    """As the GEMV (test_native.test_each_16_activations_have_their_own_scale): a 32-block whose
+    first half is 1e4 times its second keeps its small half to 1/254 (one scale per 32 would round
+    it to zero), also where the weights' scales cover 32 (the panel's 32-wide groups)."""
+    k = 256
+    w_small_half = torch.zeros(40, k)
+    w_small_half[:, 16:32] = torch.linspace(-1, 1, 40 * 16).view(40, 16)  # weights only on the small half
+    t = GGUFTensor("w", qtype, (40, k), gguf_quantize(w_small_half.numpy(), qtype))
+    mm, w = linear([t], k)
+    x = torch.zeros(m, k)
+    x[:, :16], x[:, 16:32] = 10.0, torch.linspace(1e-3, 2e-3, m * 16).view(m, 16)
+    exact = x.double() @ w.double().T
+    assert float(exact.abs().min()) > 0
+    err = (mm(x).double() - exact).abs()
+    assert bool((err <= ACT8_TOL * 2e-3 * w.abs().sum(1).double() + 1e-9).all()), float((err / exact.abs()).max())
+
+
+def mixed_parts(rng) -> list:
+    """q|k|v-like parts whose 32-row panels straddle types of 16- and 32-wide scale groups and of
+    table and plain bf16 expansion (Q6_K next to Q4_K, Q5_0 and Q8_0): 97 rows."""
+    return [random_tensor(Q.Q4_K, 40, 512, rng), random_tensor(Q.Q6_K, 24, 512, rng),
+            random_tensor(Q.Q5_0, 20, 512, rng), random_tensor(Q.Q8_0, 13, 512, rng)]
+
+
+def strided_call(mm: native.NativeMatmul, m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """mm on m strided rows (one of them zero) into a strided slice of a NaN-filled buffer: (x, y)."""
+    wide = torch.randn(m, 600) * 4
+    wide[m // 2] = 0
+    x = wide[:, 40:552]  # row stride 600
+    out = torch.full((m, 140), float("nan"))
+    y = mm(x, out=out[:, 20:117])
+    assert y.data_ptr() == out[:, 20:].data_ptr() and y.shape == (m, 97)
+    assert torch.equal(y[m // 2], torch.zeros(97))
+    assert out[:, :20].isnan().all() and out[:, 117:].isnan().all()
+    return x, y
+
+
+@INT8
+def test_int8_panels_across_parts_of_mixed_types_and_strided_io():
+    mm, w = linear(mixed_parts(np.random.default_rng(5)), 512)
+    x, y = strided_call(mm, 29)
+    assert_act8_close(y, x, w)
+    assert_near_gemv(y, gemv(mm, x), x, w)
+
+
+@INT8
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q6_K, Q.Q5_1], ids=lambda q: q.name)
+def test_int8_rows_bit_identical_whatever_the_batch(qtype):
+    """A row's sums depend on its own activations and the panel alone (not on its place in the
+    6-row register blocks, the chunk of rows or the batch): what lets the scheduler batch 10+ rows."""
+    mm, _ = linear([random_tensor(qtype, 70, 512, np.random.default_rng(int(qtype)))], 512)
+    x = torch.randn(200, 512)
+    big = mm(x)
+    for a, b in ((0, 10), (3, 16), (5, 70), (61, 200), (190, 200)):
+        assert torch.equal(mm(x[a:b]), big[a:b]), (a, b)
+    assert torch.equal(mm(torch.cat([x[7:8], x[100:120]]))[:1], big[7:8])
+
+
+@BF16
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_bf16_gemm_multiplies_the_weights_rounded_to_bf16(qtype):
+    """From gemm_min_rows (64) on, W is expanded to bf16 panel by panel (4- and 5-bit types by table):
+    y = bf16(x) @ bf16(W).T up to f32 sums; every type, the widths above, odd M and N."""
+    rng, g = np.random.default_rng(int(qtype) + 100), torch.Generator().manual_seed(int(qtype))
+    for k in widths(qtype):
+        mm, w = linear([random_tensor(qtype, OUT, k, rng)], k, 64)
+        for m in PREFILL_ROWS:
+            x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
+            assert_bf16_product(mm(x), x, w)
+
+
+@BF16
+def test_bf16_panels_across_parts_of_mixed_types_and_strided_io():
+    mm, w = linear(mixed_parts(np.random.default_rng(6)), 512, 64)
+    x, y = strided_call(mm, 77)
+    assert_bf16_product(y, x, w)
+
+
+@BF16
+def test_bf16_rows_bit_identical_whatever_the_batch():
+    mm, _ = linear([random_tensor(Q.Q4_K, 70, 512, np.random.default_rng(3))], 512, 64)
+    x = torch.randn(300, 512)
+    big = mm(x)
+    for a, b in ((0, 64), (5, 90), (100, 300), (231, 300)):
+        assert torch.equal(mm(x[a:b]), big[a:b]), (a, b)
+
+
+@pytest.mark.skipif(not native.available() or native.bf16_tiles(), reason="AMX tiles take these rows, or no native kernels")
+@pytest.mark.parametrize("m", [23, 70], ids=["int8", "prefill"])
+def test_mlp_and_residual_paths_take_the_gemms(m):
+    """hk_mlp and hk_linear_residual multiply as hk_linear does (10+ rows: the int8 GEMM; from 64 the
+    prefill GEMM): the residual add is bit-exact on the linear's output; the MLP's down projection is
+    held to the twin's 8-bit bound on act(gate) * up (torch's silu: the kernel's exp differs by an ulp;
+    bf16's rounding of the middle and of W, 2^-9 relative each, stays within ACT8_TOL too)."""
+    rng, g, hidden, inter = np.random.default_rng(9), torch.Generator().manual_seed(9), 256, 256  # K % 256 == 0
+    gate_up, _ = linear([random_tensor(Q.Q4_K, inter, hidden, rng), random_tensor(Q.Q4_K, inter, hidden, rng)],
+                        hidden, 64)
+    down, wd = linear([random_tensor(Q.Q6_K, hidden, inter, rng)], inter, 64)
+    r, h = torch.randn(m, hidden, generator=g), torch.randn(m, inter, generator=g)
+    assert torch.equal(down.add_to(h, r.clone()), r + down(h))
+    gate, up = gate_up(r).split(inter, dim=-1)
+    mid = torch.nn.functional.silu(gate) * up
+    got = native.mlp_add_to(gate_up, down, "silu", r.clone(), None, 0.0, None, 0.0) - r
+    assert_act8_close(got, mid, wd)
