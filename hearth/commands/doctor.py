@@ -74,7 +74,8 @@ def _tier_lines() -> list[str]:
         lines.append(f"  {name:<8}{'runs' if reason is None else 'no: ' + reason}")
     cxx = tiers.compiler()
     lines.append(f"compiler  {_compiler_version(cxx) if cxx else 'none found (the C++ tiers need g++)'}")
-    lines.append(f"kernels   {native.library_path or 'not loaded'}")
+    caps = [c for c in native.CAPABILITIES if native.has(c)]
+    lines.append(f"kernels   {native.library_path or 'not loaded'}" + (f" ({', '.join(caps)})" if caps else ""))
     return lines
 
 

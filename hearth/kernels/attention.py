@@ -236,7 +236,7 @@ def write_kv_pair(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetad
     """kv: [T, 2, kv_heads, head_dim] (k and v side by side, as the fused qkv projection leaves
     them) -> the new tokens' slots, in one op (a cast-and-copy for a lone decode token)."""
     if not isinstance(kv_cache, torch.Tensor):
-        kv_cache.write(kv, meta.kv_plan, native if native.available() else None)
+        kv_cache.write(kv, meta.kv_plan, native if native.has("kv_quant") else None)
         return
     if native_pages(kv, kv_cache):
         native.kv_write(kv.reshape(kv.shape[0], -1), meta.slot_mapping, kv_cache)
@@ -281,7 +281,7 @@ def paged_attention(
 def native_pages(x: torch.Tensor, kv_cache) -> bool:
     """The C++ kernels can read this f16/bf16 cache with f32 rows x."""
     return (isinstance(kv_cache, torch.Tensor) and kv_cache.dtype in native.KV_DTYPES and x.dtype == torch.float32
-            and native.available())
+            and native.has("paged_attention"))
 
 
 def _paged_native(q, kv_cache, meta, scale, window, softcap, precise=False):
@@ -371,7 +371,7 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, pr
     assert not meta.trees, "a quantized KV cache verifies chains only (Scheduler.set_drafts)"
     out = torch.empty(q.shape, dtype=q.dtype)
     torch_rows, dtype = range(len(meta.seq_lens)), q.dtype
-    if use_native and q.dtype == torch.float32 and native.available():
+    if use_native and q.dtype == torch.float32 and native.has("kv_quant"):
         big, args = quantized_native_args(meta, cache.bs)
         if args is None or native.quantized_paged_attention(q, cache, *args, scale, window, softcap, out):
             torch_rows = big  # long chunks: bf16 SDPA, as _paged_native does (f32 if precise)

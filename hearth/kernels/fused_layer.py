@@ -34,8 +34,9 @@ def _lib() -> ctypes.CDLL:
                                             _p, _p, _p, _i64, _p, _p, _i64]),
         }
         for name, (res, args) in sigs.items():
-            fn = getattr(so, name)
-            fn.restype, fn.argtypes = res, args
+            if name in native.entry_points():  # those of the library's capabilities
+                fn = getattr(so, name)
+                fn.restype, fn.argtypes = res, args
         _declared = True
     return so
 
@@ -75,11 +76,13 @@ class FusedLayer:
         head = (self.ptr, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr())
         if native_pages(x, kv_cache):
             rc = self.lib.hk_layer_forward(*head, kv_cache.data_ptr(), *step_args(kv_cache, meta))
-        else:
+        elif native.has("kv_quant"):
             cache_args = _quantized_cache_args(x, kv_cache, meta)
             if cache_args is None:
                 return False
             rc = self.lib.hk_layer_forward_kvq(*head, *cache_args, *_quantized_step_args(kv_cache, meta))
+        else:
+            return False
         return rc == 0
 
 

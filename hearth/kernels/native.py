@@ -1,14 +1,17 @@
-"""The C++ kernels of csrc/gguf_kernels.cpp: matmul, row lookup and bf16 expansion on GGUF blocks.
+"""The C++ kernels of csrc/: matmul, row lookup and bf16 expansion on GGUF blocks, attention, KV codecs.
 
 Built on first use with the system g++ (a few seconds) into $HEARTH_HOME/kernels/, keyed by a hash
 of the source and flags, and loaded with ctypes: plain C entry points need no Python or torch
 headers (a torch extension would take ~30 s to compile) and a call costs ~1 us. OpenMP comes from
 the libgomp torch already loaded (same soname), so both share one thread pool.
 
-Which kernels run is the CPU tier (hearth.kernels.tiers): the library is told it at load (hk_set_tier),
-so a lower tier forced on a better CPU leaves the better units off. `lib()` is None on the torch tier
-(a CPU without AVX-512 VNNI, not x86-64 Linux, HEARTH_NATIVE=0 or HEARTH_CPU_TIER=torch), or when the
-build fails (one warning line): callers fall back to the torch paths."""
+Which kernels run is the CPU tier (hearth.kernels.tiers): each native tier loads its library
+(LIBRARIES: gguf_kernels.cpp for amx and avx512, gguf_kernels_avx2.cpp for avx2), which is told the
+tier at load (hk_set_tier), so a lower tier forced on a better CPU leaves the better units off. A
+library provides some CAPABILITIES (the avx2 one: no bf16 tiles, no quantized KV readers): callers
+ask has(capability) and fall back to torch per missing one. `lib()` is None on the torch tier (a CPU
+without AVX2/F16C, not x86-64 Linux, HEARTH_NATIVE=0 or HEARTH_CPU_TIER=torch), or when the build
+fails (one warning line): callers fall back to the torch paths."""
 
 from __future__ import annotations
 
@@ -16,8 +19,10 @@ import ctypes
 import functools
 import hashlib
 import os
+import re
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -29,76 +34,147 @@ from hearth.kvstore import kvarn
 from hearth.loader.store import hearth_home
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCE = CSRC / "gguf_kernels.cpp"  # includes the other files of csrc/
+COMMON = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=off", "-w")
+
+CAPABILITIES: dict[str, tuple[str, ...]] = {
+    "linear": ("hk_plan_new", "hk_plan_free", "hk_linear", "hk_dequant_rows", "hk_dequant_bf16"),
+    "fused_ops": ("hk_linear_residual", "hk_mlp", "hk_qk_rope"),
+    "paged_attention": ("hk_paged_attention", "hk_kv_write"),
+    "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
+    "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
+    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm"),  # batch and prefill GEMMs without AMX
+    "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
+}
+"""What a kernel library may implement: each capability is a set of entry points, present or absent
+together; callers ask has(capability) and take the torch path where it is missing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    """One kernel library: the source compiled (it includes its headers), with only the flags its
+    tiers need, so a compiler that lacks one tier's flag still builds the others."""
+    source: str
+    flags: tuple[str, ...]
+    provides: frozenset[str]
+    """Its CAPABILITIES."""
+
+
 # the AMX and AVX512-BF16 flags let the compiler take those intrinsics; the code using them runs only
 # after csrc's CPUID checks (amx_usable, amx_bf16_usable)
-FLAGS = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-mavx512f", "-mavx512bw", "-mavx512vl",
-         "-mavx512vnni", "-mavx512bf16", "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2",
-         "-ffp-contract=off", "-w"]
+AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
+                                              "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
+                         frozenset(CAPABILITIES))
+AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
+                       frozenset({"linear", "fused_ops", "paged_attention", "layer"}))
 ABI_VERSION = 11
+"""What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
+are shared, so one number, bumped for a change to any of them, covers every library."""
+LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY}
+"""Native tier name -> the library it loads."""
 QTYPES = NATIVE_IDS
 """GGML type ids the kernels read -> names (the records of hearth.formats.weights with native=True)."""
 
 _lib: ctypes.CDLL | None = None
+_library: Library | None = None
 _tried = False
 library_path: Path | None = None
 """The kernel library loaded, once lib() has run (what `hearth doctor` reports)."""
 load_error: str | None = None
 """Why the selected native tier's kernels did not load, or None."""
+loaded_tier: tiers.Tier | None = None
+"""The native tier whose library lib() loaded: the selected one, or a lower one where that failed."""
 _p, _i64, _int = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 
 
 def lib() -> ctypes.CDLL | None:
-    global _lib, _tried, load_error
+    """The selected tier's library; where it does not build or load, the next lower native tier's
+    other library (an AVX-512 CPU whose compiler lacks the AVX-512 flags still gets avx2), else None.
+    A fallback is one warning line: the tier, its first error, the tier used."""
+    global _lib, _library, _tried, load_error, library_path, loaded_tier
     if not _tried:
         _tried = True
         tier = tiers.selected()
-        try:
-            _lib = _load(tier) if tier.native else None
-        except Exception as e:  # noqa: BLE001  (any failure means: use the torch paths)
-            load_error = str(e)
-            tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({e}); using torch")
-            _lib = None
+        for t in fallbacks(tier):
+            try:
+                library_path = _build(LIBRARIES[t.name])
+                _lib, _library, loaded_tier = _load(t, LIBRARIES[t.name]), LIBRARIES[t.name], t
+                break
+            except Exception as e:  # noqa: BLE001  (any failure means: a lower tier, or the torch paths)
+                load_error = load_error or str(e)
+                library_path = None
+        if load_error is not None:
+            used = loaded_tier.name if loaded_tier else tiers.TORCH.name
+            tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({load_error}); using {used}")
     return _lib
+
+
+def fallbacks(tier: tiers.Tier) -> list[tiers.Tier]:
+    """`tier`, then the native tiers below it with another library (amx and avx512 share one): what
+    lib() tries in order. Empty for the torch tier."""
+    out = [tier] if tier.native else []
+    for t in tiers.TIERS[tiers.TIERS.index(tier) + 1:]:
+        if t.native and all(LIBRARIES[t.name] is not LIBRARIES[o.name] for o in out):
+            out.append(t)
+    return out
 
 
 def available() -> bool:
     return lib() is not None
 
 
+def has(capability: str) -> bool:
+    """The loaded kernel library implements `capability` (a key of CAPABILITIES)."""
+    assert capability in CAPABILITIES, capability
+    return available() and capability in _library.provides
+
+
+def entry_points() -> set[str]:
+    """The C entry points of the loaded library's capabilities (empty without one)."""
+    return set().union(*(CAPABILITIES[c] for c in _library.provides)) if available() else set()
+
+
 @functools.cache
 def bf16_tiles() -> bool:
     """The kernels multiply prefill-sized batches on AMX bf16 tiles here (Sapphire Rapids and later)."""
-    return available() and bool(lib().hk_amx_bf16())
+    return has("bf16_tiles") and bool(lib().hk_amx_bf16())
 
 
+@functools.cache
 @functools.cache
 def batch_min_rows() -> int:
     """From this many rows on the kernels' matmuls leave the GEMV, up to a plan's gemm_min_rows (the
     prefill kernels): for AMX int8 tiles, or without AMX the int8 VNNI GEMM (vnni_gemm()). Their sums
-    run in another order than the GEMV's: the runner's first row regime. 0 without the kernels."""
-    return int(lib().hk_batch_min_rows()) if available() else 0
+    run in another order than the GEMV's: the runner's first row regime. 0 where the library has no
+    batch GEMMs (the avx2 one: one GEMV for every row count)."""
+    return int(lib().hk_batch_min_rows()) if has("gemm") else 0
 
 
 @functools.cache
 def vnni_gemm() -> bool:
     """Batches of batch_min_rows() on run on the int8 VNNI GEMM here (csrc/gemm_vnni.h: a CPU or tier
     without AMX), not on AMX int8 tiles."""
-    return available() and bool(lib().hk_vnni_gemm())
+    return has("gemm") and bool(lib().hk_vnni_gemm())
 
 
 @functools.cache
 def dpbf16_gemm() -> bool:
     """Prefill-sized matmuls (a plan's gemm_min_rows on) run on AVX512-BF16 here (csrc/gemm_dpbf16.h:
     no AMX bf16 tiles, a CPU with AVX512-BF16); elsewhere without AMX they take the int8 VNNI GEMM."""
-    return available() and bool(lib().hk_dpbf16_gemm())
+    return has("gemm") and bool(lib().hk_dpbf16_gemm())
 
 
-def _load(tier: tiers.Tier) -> ctypes.CDLL:
-    global library_path
-    path = library_path = _build()
-    so = ctypes.CDLL(str(path))
-    _declare(so)
+def open_tier(name: str) -> ctypes.CDLL:
+    """The kernel library of native tier `name`, loaded on its own beside the selected one (tests and
+    benchmarks compare tiers in one process); raises where that tier cannot run here."""
+    tier = tiers.BY_NAME[name]
+    if (why := tiers.why_not(name)) is not None:
+        raise RuntimeError(f"tier {name} cannot run here: {why}")
+    return _load(tier, LIBRARIES[name])
+
+
+def _load(tier: tiers.Tier, library: Library) -> ctypes.CDLL:
+    so = ctypes.CDLL(str(_build(library)))
+    _declare(so, library)
     if so.hk_abi_version() != ABI_VERSION or not so.hk_cpu_ok():
         raise RuntimeError("kernel library does not match this CPU or version")
     if so.hk_set_tier(tier.level) != 0:
@@ -110,14 +186,30 @@ def _cpu_flags() -> set[str]:
     return tiers.cpu_flags()
 
 
-def _build() -> Path:
+def sources(library: Library) -> list[Path]:
+    """The library's source and every csrc header it includes, directly or not (its cache key)."""
+    found, todo = [], [CSRC / library.source]
+    while todo:
+        f = todo.pop()
+        if f in found or not f.exists():
+            continue
+        found.append(f)
+        todo += [CSRC / m for m in re.findall(r'^#include "([^"]+)"', f.read_text(), re.M)]
+    return sorted(found)
+
+
+def command(cxx: str, library: Library, out: str) -> list[str]:
+    return [cxx, *COMMON, *library.flags, "-o", out, str(CSRC / library.source)]
+
+
+def _build(library: Library) -> Path:
     cxx = tiers.compiler()
     if cxx is None:
         raise RuntimeError("no C++ compiler (g++) found")
-    src = b"".join(f.read_bytes() for f in sorted(CSRC.iterdir()) if f.suffix in (".cpp", ".h"))
-    key = hashlib.sha256(src + " ".join([cxx, *FLAGS]).encode()).hexdigest()[:16]
+    src = b"".join(f.name.encode() + f.read_bytes() for f in sources(library))
+    key = hashlib.sha256(src + " ".join(command(cxx, library, "")).encode()).hexdigest()[:16]
     for out_dir in (hearth_home() / "kernels", Path(tempfile.gettempdir()) / f"hearth-kernels-{os.getuid()}"):
-        out = out_dir / f"gguf_kernels-{key}.so"
+        out = out_dir / f"{Path(library.source).stem}-{key}.so"
         if out.exists():
             return out
         try:
@@ -131,7 +223,7 @@ def _build() -> Path:
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
     os.close(fd)
     try:
-        r = subprocess.run([cxx, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(command(cxx, library, tmp), capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             lines = r.stderr.strip().splitlines() or ["?"]
             first = next((line for line in lines if "error" in line), lines[-1])
@@ -146,7 +238,10 @@ def _build() -> Path:
 _f32 = ctypes.c_float
 
 
-def _declare(so: ctypes.CDLL) -> None:
+def _declare(so: ctypes.CDLL, library: Library) -> None:
+    """Signatures of the library's entry points (fused_layer.py declares the layer ones); a missing
+    one is an error at load, not at first use."""
+    wanted = {"hk_abi_version", "hk_cpu_ok", "hk_set_tier"}.union(*(CAPABILITIES[c] for c in library.provides))
     sigs = {  # name: (restype, argtypes)
         "hk_abi_version": (_int, []),
         "hk_cpu_ok": (_int, []),
@@ -175,9 +270,10 @@ def _declare(so: ctypes.CDLL) -> None:
         "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
                                    _p]),
     }
-    for name, (res, args) in sigs.items():
-        fn = getattr(so, name)
-        fn.restype, fn.argtypes = res, args
+    for name in sorted(wanted):
+        fn = getattr(so, name)  # AttributeError: the library lacks an entry point it claims
+        if name in sigs:
+            fn.restype, fn.argtypes = sigs[name]
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:
@@ -200,10 +296,12 @@ class NativeMatmul:
     several side by side (fused q|k|v). The tensors are kept referenced; the C++ plan holds their
     pointers, so a call passes only x and y."""
 
-    def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0):
+    def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0,
+                 so: ctypes.CDLL | None = None):
         """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles, or without
-        them on AVX512-BF16 (x rounded to bf16, W expanded per call) instead of 8-bit activations; 0 = never."""
-        self.lib = lib()
+        them on AVX512-BF16 (x rounded to bf16, W expanded per call) instead of 8-bit activations; 0 = never. so: another tier's library
+        (open_tier) instead of the selected one, for the matmul alone."""
+        self.lib = so or lib()
         assert self.lib is not None
         self.weights = [w for w, _ in weights]  # keeps the memory alive
         self.k, self.n = k, sum(w.shape[0] for w in self.weights)
@@ -235,6 +333,8 @@ class NativeMatmul:
     def gemm_bf16(self, x: torch.Tensor) -> torch.Tensor | None:
         """x: bf16 [M, K] (rows may be strided) -> f32 [M, N] on AMX bf16 tiles, W expanded panel by
         panel (csrc/gemm_bf16.h); None where that does not run (no AMX-BF16, K % 32 != 0)."""
+        if not has("bf16_tiles"):
+            return None
         y = torch.empty(x.shape[0], self.n)
         rc = self.lib.hk_gemm_bf16(self.plan, x.data_ptr(), x.shape[0], x.stride(0), y.data_ptr(), y.stride(0))
         return y if rc == 0 else None
@@ -271,10 +371,12 @@ def qk_rope(qk: torch.Tensor, rot: int, cos: torch.Tensor, sin: torch.Tensor, ne
     return qk
 
 
-def dequant_rows(w: torch.Tensor, qtype: int, k: int, ids: torch.Tensor) -> torch.Tensor:
-    """Rows `ids` (int64 [T]) of a [V, K] GGUF tensor (uint8 [V, row_bytes]) -> f32 [T, K]."""
+def dequant_rows(w: torch.Tensor, qtype: int, k: int, ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Rows `ids` (int64 [T]) of a [V, K] GGUF tensor (uint8 [V, row_bytes]) -> f32 [T, K] (or into
+    `out`, contiguous)."""
     ids = ids.reshape(-1).to(torch.int64).contiguous()
-    out = torch.empty(ids.shape[0], k)
+    out = torch.empty(ids.shape[0], k) if out is None else out
+    assert out.is_contiguous() and out.shape == (ids.shape[0], k) and out.dtype == torch.float32
     rc = lib().hk_dequant_rows(w.data_ptr(), int(qtype), w.stride(0), k, w.shape[0], ids.data_ptr(),
                                ids.shape[0], out.data_ptr())
     if rc == -2:
@@ -321,6 +423,8 @@ def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, table: torch.Tens
     paged cache on AMX bf16 tiles, into `out`; False (out untouched) where the CPU or the head shape
     is not covered. q, out: f32 [T, heads, d] (heads and dims contiguous, rows may be strided);
     table: int64 [blocks], the sequence's block ids."""
+    if not has("bf16_tiles"):
+        return False
     _, nb, bs, kvh, d = kv_cache.shape
     assert q.stride(2) == 1 and q.stride(1) == d and out.stride(2) == 1 and out.stride(1) == d
     rc = lib().hk_prefill_attention(q.data_ptr(), q.stride(0), kv_cache.data_ptr(),

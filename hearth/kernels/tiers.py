@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 log = logging.getLogger("hearth.kernels")
 
-AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "f16c", "fma", "bmi2")
+AVX2 = ("avx2", "fma", "f16c", "bmi2")
+AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni") + AVX2
 AMX = ("amx_tile", "amx_int8", "amx_bf16", "avx512_bf16")
 
 
@@ -35,17 +36,22 @@ class Tier:
     onednn_cap: str | None = None
     """ONEDNN_MAX_CPU_ISA when this tier is forced on a CPU above it: torch's own matmuls then take the
     code a CPU of this tier runs (oneDNN reads it once, at its first use)."""
+    dense_dtype: str = "bfloat16"
+    """The dtype of the dense matmuls the kernels leave to torch (prefill tiles): on an AVX2 CPU torch's
+    bf16 matmul has no oneDNN kernel (measured 1.7 GFLOP/s against f32's 38 at 2 threads)."""
 
 
 TIERS = (  # best first
-    Tier("amx", AVX512 + AMX, True, 2, "C++ kernels with AMX int8 tiles (decode batches) and bf16 tiles (prefill)"),
-    Tier("avx512", AVX512, True, 1, "C++ kernels on AVX-512 VNNI, no tiles: int8 GEMV, GEMM from 10 rows, AVX512-BF16 prefill",
+    Tier("amx", AVX512 + AMX, True, 3, "C++ kernels with AMX int8 tiles (decode batches) and bf16 tiles (prefill)"),
+    Tier("avx512", AVX512, True, 2, "C++ kernels on AVX-512 VNNI, no tiles: int8 GEMV, GEMM from 10 rows, AVX512-BF16 prefill",
          onednn_cap="AVX512_CORE_BF16"),
+    Tier("avx2", AVX2, True, 1, "C++ kernels on AVX2 (int8 dot products, decode attention); prefill matmuls in "
+         "torch f32", onednn_cap="AVX2", dense_dtype="float32"),
     Tier("torch", (), False, 0, "no C++ kernels: torch's CPU kernels"),
 )
 BY_NAME = {t.name: t for t in TIERS}
 TORCH = BY_NAME["torch"]
-PLANNED = ("avx2", "neon")
+PLANNED = ("neon",)
 """Tiers of the design (DESIGN.md, "Devices") with no kernels in this build yet."""
 
 
@@ -124,11 +130,14 @@ def why_not(name: str) -> str | None:
 
 
 def active() -> str:
-    """The tier running here: the selected one, or torch when its kernels did not build or load."""
+    """The tier running here: the selected one, or where its kernels did not build or load the lower
+    native tier whose did (native.lib), else torch."""
     from hearth.kernels import native  # native imports this module
 
     tier = selected()
-    return tier.name if not tier.native or native.available() else TORCH.name
+    if not tier.native:
+        return tier.name
+    return native.loaded_tier.name if native.available() else TORCH.name
 
 
 def main(argv: list[str]) -> int:

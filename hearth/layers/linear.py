@@ -35,7 +35,7 @@ from torch import nn
 
 from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
-from hearth.kernels import native
+from hearth.kernels import native, tiers
 from hearth.kernels.qmatmul import Int4Weight, int4_dequant_t, int4_matmul
 from hearth.layers.embedding import build_embedding  # noqa: F401  (models import it from here)
 from hearth.layers.quant import as_bytes, dequantize, require_supported
@@ -106,15 +106,15 @@ class Int4Part(nn.Module):
 
 class NativePart(nn.Module):
     """Weights of any block types, side by side, computed on their GGUF blocks in the file: the
-    C++ integer GEMV below `gemm_min_rows` rows, bf16 tiles expanded per call and a dense matmul
-    from there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8). Computes in bf16 on
-    that path (so norms feed it bf16 and big outputs stay bf16); the GEMV reads f32 or bf16 (`mm`
-    gives f32 out for f32 in, with no cast at all)."""
-
-    in_dtype = torch.bfloat16
+    C++ integer GEMV below `gemm_min_rows` rows, tiles expanded per call and a dense matmul from
+    there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8; the avx2 library has only the GEMV,
+    so a dense matmul). Computes in the tier's dense dtype on that path (bf16; f32 on avx2, whose torch has no
+    fast bf16 matmul), so norms feed it that and big outputs stay in it; the GEMV reads f32 or bf16
+    (`mm` gives f32 out for f32 in, with no cast at all)."""
 
     def __init__(self, ts: list[GGUFTensor], policy: LinearPolicy):
         super().__init__()
+        self.in_dtype = getattr(torch, tiers.selected().dense_dtype)
         self.raws = [(as_bytes(t.data, t.qtype), t.qtype) for t in ts]  # views of the memmap
         self.starts = [sum(t.shape[0] for t in ts[:i]) for i in range(len(ts))]
         self.k = ts[0].shape[1]
@@ -127,11 +127,11 @@ class NativePart(nn.Module):
         return sum(r.nbytes for r, _ in self.raws)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
-        if x.shape[0] < self.gemm_min_rows or not native.bf16_tiles():  # without AMX: the C++ GEMMs
+        if x.shape[0] < self.gemm_min_rows or (native.has("gemm") and not native.bf16_tiles()):  # the C++ GEMMs
             y = self.mm(x)  # f32
             return y if x.dtype == torch.float32 else y.to(x.dtype)
-        xb, n = x.to(torch.bfloat16), self.out_features
-        if xb.stride(-1) == 1 and (y := self.mm.gemm_bf16(xb)) is not None:
+        xb, n = x.to(self.in_dtype), self.out_features
+        if xb.dtype == torch.bfloat16 and xb.stride(-1) == 1 and (y := self.mm.gemm_bf16(xb)) is not None:
             return y.to(x.dtype)
         if n <= self.chunk:
             return torch.mm(xb, self._tile(0, n).T).to(x.dtype)
@@ -141,12 +141,16 @@ class NativePart(nn.Module):
         return y.to(x.dtype)
 
     def _tile(self, r0: int, r1: int) -> torch.Tensor:
-        """Output features r0 .. r1 (across the fused weights) as bf16 W[r0:r1]: [r1 - r0, K]."""
-        out = torch.empty(r1 - r0, self.k, dtype=torch.bfloat16)
+        """Output features r0 .. r1 (across the fused weights) as W[r0:r1] in in_dtype: [r1 - r0, K]."""
+        out = torch.empty(r1 - r0, self.k, dtype=self.in_dtype)
         for (raw, q), start in zip(self.raws, self.starts):
             a, b = max(r0, start), min(r1, start + raw.shape[0])
-            if a < b:
+            if a >= b:
+                continue
+            if self.in_dtype == torch.bfloat16:
                 native.dequant_bf16(raw, q, self.k, slice(a - start, b - start), out=out[a - r0:b - r0])
+            else:
+                native.dequant_rows(raw, q, self.k, torch.arange(a - start, b - start), out=out[a - r0:b - r0])
         return out
 
 

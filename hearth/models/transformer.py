@@ -111,12 +111,14 @@ class DecoderLayer(nn.Module):
 
         self.native = _native_plans(self, spec)
         self.native_max_rows = self.native[0].gemm_min_rows if self.native else 0
-        self.fused = _fused(self, spec) if self.native else None
+        self.fused = _fused(self, spec) if self.native and native.has("layer") else None
 
     def forward(self, x, positions, meta, kv_cache, out_rows: list[int] | None = None):
         """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows
         (the model's last layer: every row's K/V is stored, only the sampled rows go on)."""
-        if self.native:  # every row count: prefills on AMX bf16 tiles, or without AMX the C++ GEMMs
+        # every row count where the library has prefill GEMMs (AMX bf16 tiles, or the C++ GEMMs without
+        # AMX); the avx2 library's GEMV takes decode-sized steps only, prefills go to dense tiles
+        if self.native and (x.shape[0] < self.native_max_rows or native.has("gemm")):
             return self._forward_native(x, positions, meta, kv_cache, out_rows)
         h = self.attn(self.attn_norm(x), positions, meta, kv_cache)
         if out_rows is not None:
@@ -184,6 +186,8 @@ def _native_plans(layer: DecoderLayer, spec: ArchSpec) -> tuple[NativePart, ...]
     if not all(isinstance(p, NativePart) for p in parts):
         return None
     if not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec):  # the C++ layer, fused or in parts
+        return None
+    if not native.has("fused_ops"):  # the kernel library has the GEMV but not the ops around it
         return None
     if any(lin.bias is not None for lin in lins[1:]):
         return None

@@ -81,11 +81,14 @@ class ModelRunner:
         without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the GEMV's), prefill
         GEMMs from there (AMX bf16 tiles, or AVX512-BF16 panels). Within a regime a row is
         bit-identical whatever the rest of the step (attention splits a row's keys by the number
-        of sequences, not of rows)."""
+        of sequences, not of rows). The avx2 library has one GEMV below native_max_rows (no
+        batch GEMMs: batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
         layer = self.model.layers[0]
-        if not getattr(layer, "native", None):
+        if not getattr(layer, "native", None) or not native.has("paged_attention"):
             return None
-        return (native.batch_min_rows(), layer.native_max_rows)
+        if any(isinstance(c, QuantizedKVCache) for c in self.kv_caches) and not native.has("kv_quant"):
+            return None
+        return tuple(r for r in (native.batch_min_rows(), layer.native_max_rows) if r > 0)
 
     @property
     def kv_bytes(self) -> int:

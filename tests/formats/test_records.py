@@ -46,18 +46,20 @@ def _function(source: str, signature: str) -> str:
 # ---- weights ----
 
 def test_cpp_type_enum_is_the_native_records():
-    assert _enum("blocks.h", "enum : int { Q4_0") == NATIVE_WEIGHTS
+    assert _enum("gguf_formats.h", "enum : int { Q4_0") == NATIVE_WEIGHTS
 
 
-def test_cpp_dispatch_covers_every_native_record():
-    cases = re.findall(r"case (\w+):", _function("gguf_kernels.cpp", "bool dispatch(int qtype"))
+@pytest.mark.parametrize("source", sorted({lib.source for lib in native.LIBRARIES.values()}))
+def test_cpp_dispatch_covers_every_native_record(source):
+    """Every kernel library (one per tier group) dispatches every native record."""
+    cases = re.findall(r"case (\w+):", _function(source, "bool dispatch(int qtype"))
     assert sorted(cases) == sorted(NATIVE_WEIGHTS)
 
 
 def test_cpp_block_width_tables_follow_the_records():
-    """is_paired (32-wide blocks) and blocks_per_row's superblock list (256-wide) restate block_size."""
-    paired = re.findall(r"qtype == (\w+)", _function("gguf_kernels.cpp", "bool is_paired(int qtype)"))
-    superblocks = re.findall(r"qtype == (\w+)", _function("gguf_kernels.cpp", "int64_t blocks_per_row(int qtype"))
+    """is_paired (32-wide blocks) and is_k_quant (256-wide superblocks) restate block_size."""
+    paired = re.findall(r"qtype == (\w+)", _function("gguf_formats.h", "inline bool is_paired(int qtype)"))
+    superblocks = re.findall(r"qtype == (\w+)", _function("gguf_formats.h", "inline bool is_k_quant(int qtype)"))
     natives = [f for f in WEIGHT_FORMATS.values() if f.native]
     assert sorted(paired) == sorted(f.name for f in natives if f.block_size == 32)
     assert sorted(superblocks) == sorted(f.name for f in natives if f.block_size == 256)

@@ -67,7 +67,7 @@ def f16(cache, kv):
     matmul up to f32 rounding, which the f16 staging can round either way)."""
     if cache.rotation is None:
         return kv.half().float().transpose(0, 1)
-    rotated = native.hadamard(kv) if native.available() else kv @ cache.rotation
+    rotated = native.hadamard(kv) if native.has("kv_quant") else kv @ cache.rotation
     return (rotated.half().float() @ cache.rotation.T).transpose(0, 1)
 
 
@@ -92,7 +92,7 @@ def test_prefill_then_decode_matches_reference(name, window, softcap):
     for i, (q, fr, ctx) in enumerate([(q_a[10:ctx_a], fa, ctx_a), (q_b[:ctx_b], fb, ctx_b)]):
         kv = model_space(cache, meta, i)
         rows = out[meta.query_start_loc[i]:meta.query_start_loc[i + 1]]
-        bf16 = native.available() and rows.shape[0] >= NATIVE_MAX_Q
+        bf16 = native.has("kv_quant") and rows.shape[0] >= NATIVE_MAX_Q
         torch.testing.assert_close(rows, reference(q, kv, fr, ctx, bs, scale, window, softcap),
                                    rtol=0 if bf16 else 1e-4, atol=BF16_ATOL if bf16 else 1e-5)
     # a decode step of both (b's token seals nothing; a's is mid-block)

@@ -162,18 +162,49 @@ def test_bad_token_id_is_an_index_error():
 
 
 def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog):
-    def broken():
+    def broken(*_):
         raise RuntimeError("g++ failed: gguf_kernels.cpp:1:10: error: boom")
 
     monkeypatch.setattr(native, "_build", broken)
-    monkeypatch.setattr(native, "_tried", False)
-    monkeypatch.setattr(native, "_lib", None)
+    fresh_load(monkeypatch)
     tier = tiers.selected().name
     assert native.lib() is None and native.lib() is None  # decided once: no second warning
     lines = [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"]
     # the tier, the compiler's first error, the tier used instead
     assert lines == [f"hearth: the {tier} tier's kernels are unavailable (g++ failed: gguf_kernels.cpp:1:10: "
                      "error: boom); using torch"]
+    assert tiers.active() == "torch"
+
+
+def fresh_load(monkeypatch) -> None:
+    """native.lib() decides again (the module's state comes back after the test)."""
+    for name, value in [("_tried", False), ("_lib", None), ("_library", None), ("load_error", None),
+                        ("loaded_tier", None), ("library_path", None)]:
+        monkeypatch.setattr(native, name, value)
+
+
+@pytest.mark.skipif(tiers.selected().name not in ("amx", "avx512") or tiers.why_not("avx2") is not None,
+                    reason="needs an AVX-512 tier selected and the avx2 tier runnable")
+def test_a_failed_avx512_build_falls_back_to_the_avx2_library(monkeypatch, caplog):
+    """A compiler without the AVX-512 flags on an AVX-512 CPU: the avx2 library runs, not torch."""
+    real = native._build
+
+    def no_avx512(library):
+        if library is native.AVX512_LIBRARY:
+            raise RuntimeError("g++ failed: cc1plus: error: unrecognized command-line option '-mavx512f'")
+        return real(library)
+
+    assert [t.name for t in native.fallbacks(tiers.BY_NAME["amx"])] == ["amx", "avx2"]
+    assert native.fallbacks(tiers.TORCH) == []
+    monkeypatch.setattr(native, "_build", no_avx512)
+    fresh_load(monkeypatch)
+    tier = tiers.selected().name
+    assert native.lib() is not None and native.lib() is native.lib()
+    assert tiers.active() == "avx2" and native.has("paged_attention") and not native.has("kv_quant")
+    assert native.library_path.name.startswith("gguf_kernels_avx2-")
+    lines = [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"]
+    assert lines == [f"hearth: the {tier} tier's kernels are unavailable (g++ failed: cc1plus: error: "
+                     "unrecognized command-line option '-mavx512f'); using avx2"]
 
 
 @pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")

@@ -64,7 +64,7 @@ def assert_bf16_product(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> No
     assert bool((err <= bound).all()), f"worst err/bound vs bf16(x) @ bf16(W).T {float((err / bound).max()):.3f}"
 
 
-@pytest.mark.skipif(not native.available(), reason="no native kernels here")
+@pytest.mark.skipif(not native.has("gemm"), reason="no batch GEMMs here (the avx2 library: one GEMV, test_native_avx2)")
 def test_batch_min_rows_is_where_rows_stop_summing_as_the_gemv():
     """The runner's first row regime (native.batch_min_rows()) is the kernels' boundary, at every
     tier: below it each row equals its 1-row GEMV bit for bit; from it on (AMX tiles or the int8
@@ -183,7 +183,7 @@ def test_bf16_rows_bit_identical_whatever_the_batch():
         assert torch.equal(mm(x[a:b]), big[a:b]), (a, b)
 
 
-@pytest.mark.skipif(not native.available() or native.bf16_tiles(), reason="AMX tiles take these rows, or no native kernels")
+@pytest.mark.skipif(not native.has("gemm") or native.bf16_tiles(), reason="AMX tiles take these rows, or no C++ GEMMs")
 @pytest.mark.parametrize("m", [23, 70], ids=["int8", "prefill"])
 def test_mlp_and_residual_paths_take_the_gemms(m):
     """hk_mlp and hk_linear_residual multiply as hk_linear does (10+ rows: the int8 GEMM; from 64 the

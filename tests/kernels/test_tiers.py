@@ -10,10 +10,13 @@ from hearth.kernels.tiers import AMX, AVX512, choose
 
 SPR = set(AVX512 + AMX) | {"sse4_2", "avx2"}  # Sapphire Rapids with tiles
 NO_TILES = set(AVX512) | {"avx512_bf16", "avx2"}  # the same CPU kind without AMX
-AVX2 = {"avx2", "fma", "f16c", "bmi2"}
+AVX2 = {"avx2", "fma", "f16c", "bmi2"}  # an Intel laptop, AMD Zen 1-3
+ZEN3 = AVX2 | {"sse4_2", "avx", "aes", "sha_ni"}
+NO_F16C = AVX2 - {"f16c"}  # no CPU ships so, but flags get masked (VMs)
 
 
-@pytest.mark.parametrize("flags,best", [(SPR, "amx"), (NO_TILES, "avx512"), (AVX2, "torch"), (set(), "torch")])
+@pytest.mark.parametrize("flags,best", [(SPR, "amx"), (NO_TILES, "avx512"), (AVX2, "avx2"), (ZEN3, "avx2"),
+                                        (NO_F16C, "torch"), (set(), "torch")])
 def test_the_best_tier_the_cpu_runs(flags, best):
     assert choose({}, flags) == (tiers.BY_NAME[best], None)
 
@@ -22,7 +25,7 @@ def test_an_arm_or_other_os_gets_torch():
     assert choose({}, SPR, x86_linux=False)[0].name == "torch"
 
 
-@pytest.mark.parametrize("name", ["amx", "avx512", "torch", " AVX512 "])
+@pytest.mark.parametrize("name", ["amx", "avx512", "avx2", "torch", " AVX512 ", "AVX2"])
 def test_a_forced_tier_the_cpu_runs(name):
     assert choose({"HEARTH_CPU_TIER": name}, SPR) == (tiers.BY_NAME[name.strip().lower()], None)
 
@@ -36,15 +39,15 @@ def test_native_0_means_torch():
     ({"HEARTH_CPU_TIER": "amx"}, NO_TILES,
      "hearth: HEARTH_CPU_TIER=amx needs CPU flag amx_tile, which this CPU lacks; using avx512"),
     ({"HEARTH_CPU_TIER": "avx512"}, AVX2,
-     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512f, which this CPU lacks; using torch"),
+     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512f, which this CPU lacks; using avx2"),
     ({"HEARTH_CPU_TIER": "avx512"}, set(AVX512) - {"avx512_vnni"},
-     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512_vnni, which this CPU lacks; using torch"),
-    ({"HEARTH_CPU_TIER": "avx2"}, SPR,
-     "hearth: HEARTH_CPU_TIER=avx2 has no kernels in this build (tiers: amx, avx512, torch); using amx"),
+     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512_vnni, which this CPU lacks; using avx2"),
+    ({"HEARTH_CPU_TIER": "avx2"}, NO_F16C,
+     "hearth: HEARTH_CPU_TIER=avx2 needs CPU flag f16c, which this CPU lacks; using torch"),
     ({"HEARTH_CPU_TIER": "neon"}, AVX2,
-     "hearth: HEARTH_CPU_TIER=neon has no kernels in this build (tiers: amx, avx512, torch); using torch"),
+     "hearth: HEARTH_CPU_TIER=neon has no kernels in this build (tiers: amx, avx512, avx2, torch); using avx2"),
     ({"HEARTH_CPU_TIER": "avx9000"}, NO_TILES,
-     "hearth: HEARTH_CPU_TIER=avx9000 is not a tier; use one of amx, avx512, torch; using avx512"),
+     "hearth: HEARTH_CPU_TIER=avx9000 is not a tier; use one of amx, avx512, avx2, torch; using avx512"),
 ])
 def test_a_tier_that_cannot_run_is_one_line_naming_why_and_what_runs(env, flags, line):
     tier, warning = choose(env, flags)
@@ -89,12 +92,14 @@ def cpu(monkeypatch):
 
 def test_make_test_hears_which_tiers_run_and_why_not_the_others(cpu, capsys):
     cpu(NO_TILES)
-    assert tiers.main(["runnable"]) == 0 and capsys.readouterr().out == "avx512 torch\n"
+    assert tiers.main(["runnable"]) == 0 and capsys.readouterr().out == "avx512 avx2 torch\n"
     assert tiers.main(["skipped"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "tier amx not run here: needs CPU flag amx_tile, which this CPU lacks",
-        "tier avx2 not run here: no kernels in this build",
         "tier neon not run here: no kernels in this build"]
+    cpu(NO_F16C)
+    assert tiers.main(["runnable"]) == 0 and capsys.readouterr().out == "torch\n"
+    assert tiers.why_not("avx2") == "needs CPU flag f16c, which this CPU lacks"
     assert tiers.main([]) == 2
 
 

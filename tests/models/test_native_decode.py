@@ -56,6 +56,7 @@ def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
     assert rel_err(fused, op_by_op) > 0  # the two paths really differ: the fused one ran
 
 
+@pytest.mark.skipif(not native.has("kv_quant"), reason="the kernels here lack capability kv_quant (quantized KV readers)")
 @pytest.mark.parametrize("kv", ["q8_0", "kvarn_k4v2"])
 def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, monkeypatch, kv):
     """The one-call layer over a quantized cache (steps that only stage their tokens) runs the same

@@ -10,19 +10,9 @@
 #include <cstring>
 #include <vector>
 
+#include "gguf_formats.h"
+
 namespace {
-
-constexpr int SB = 256;  // weights per superblock: 4 chunks of 64, 16 groups of 16
-
-// GGML type ids (gguf GGMLQuantizationType)
-enum : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
-             Q5_K = 13, Q6_K = 14 };
-
-inline float f16(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
 
 inline __m512i join(__m256i lo, __m256i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -34,12 +24,6 @@ inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> 32 codes: low nibb
   __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
   return _mm256_and_si256(y, LOW4);
-}
-
-inline uint32_t u32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
 }
 
 // ---- 32-wide block types, read two blocks per 64-weight chunk ----
@@ -60,38 +44,23 @@ inline __mmask64 paired_bits(uint32_t h0, uint32_t h1) {  // 32 high bits of eac
   return _pdep_u64(h0, 0x0000FFFF0000FFFFull) | _pdep_u64(h1, 0xFFFF0000FFFF0000ull);
 }
 
-struct TQ4_0 {
-  static constexpr int TS = 18, C = 8;
-  static constexpr int LEVELS = 16;  // code values
-  static constexpr bool sym = true;
+struct TQ4_0 : FQ4_0 {
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return paired_nibbles(b0 + 2, b1 + 2); }
 };
-struct TQ4_1 {
-  static constexpr int TS = 20, C = 0;
-  static constexpr int LEVELS = 16;  // code values
-  static constexpr bool sym = false;
+struct TQ4_1 : FQ4_1 {
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) { return paired_nibbles(b0 + 4, b1 + 4); }
 };
-struct TQ5_0 {
-  static constexpr int TS = 22, C = 16;
-  static constexpr int LEVELS = 32;  // code values
-  static constexpr bool sym = true;
+struct TQ5_0 : FQ5_0 {
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_or_si512(paired_nibbles(b0 + 6, b1 + 6), _mm512_maskz_set1_epi8(paired_bits(u32(b0 + 2), u32(b1 + 2)), 0x10));
   }
 };
-struct TQ5_1 {
-  static constexpr int TS = 24, C = 0;
-  static constexpr int LEVELS = 32;  // code values
-  static constexpr bool sym = false;
+struct TQ5_1 : FQ5_1 {
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
     return _mm512_or_si512(paired_nibbles(b0 + 8, b1 + 8), _mm512_maskz_set1_epi8(paired_bits(u32(b0 + 4), u32(b1 + 4)), 0x10));
   }
 };
-struct TQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
-  static constexpr int TS = 34, C = 128;
-  static constexpr int LEVELS = 256;  // code values
-  static constexpr bool sym = true;
+struct TQ8_0 : FQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
   static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
     const __m512i a = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0 + 2)));
     const __m512i b = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1 + 2)));
@@ -132,17 +101,15 @@ struct Blocks32 {
   static int pos(int c, int k) { return 64 * c + 32 * (k & 1) + 16 * (k >> 1); }  // natural offset
 };
 
-// ---- k-quants: one 256-weight block per superblock, chunks of 64 consecutive weights ----
+// ---- k-quants: one 256-weight block per superblock, chunks of 64 consecutive weights (layouts: gguf_formats.h) ----
 
 const __m512i DUP2 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
 
 inline __m512 bytes_to_ps(__m128i x) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x)); }
 
 inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {  // Q4_K/Q5_K: d dmin scales[12]
-  // ggml's get_scale_min_k4 for all 8 groups: 6-bit scales and mins, high bits packed in bytes 8..11
-  const uint32_t a0 = u32(b + 4), a1 = u32(b + 8), a2 = u32(b + 12);
-  const uint64_t sc = (a0 & 0x3F3F3F3Fu) | static_cast<uint64_t>((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
-  const uint64_t mn = (a1 & 0x3F3F3F3Fu) | static_cast<uint64_t>(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4)) << 32;
+  uint64_t sc, mn;
+  k4_scale_bytes(b, sc, mn);
   const __m512 d = _mm512_set1_ps(f16(b)), dmin = _mm512_set1_ps(-f16(b + 2));
   s = _mm512_permutexvar_ps(DUP2, _mm512_mul_ps(d, bytes_to_ps(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
   o = _mm512_permutexvar_ps(DUP2, _mm512_mul_ps(dmin, bytes_to_ps(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
@@ -151,13 +118,10 @@ inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {  // Q4_K/Q5_K: d 
 
 struct KQuant {
   static constexpr bool paired = false;
-  static constexpr int LEVELS = 0;  // set where a scale and min cover 32 weights of <= 32 levels (a table)
   static int pos(int c, int k) { return 64 * c + 16 * k; }
 };
 
-struct TQ4_K : KQuant {  // d dmin scales[12] qs[128]; 8 groups of 32
-  static constexpr int TS = 144, C = 0, LEVELS = 16;
-  static constexpr bool sym = false;
+struct TQ4_K : KQuant, FQ4_K {  // 8 groups of 32
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     return k4_scales(row + sb * TS, s, o);
   }
@@ -172,9 +136,7 @@ inline __mmask64 bit_pair(__m256i v, int c) {  // bits 2c (first 32 bytes) and 2
          (static_cast<__mmask64>(_mm256_test_epi8_mask(v, _mm256_set1_epi8(static_cast<char>(2 << (2 * c))))) << 32);
 }
 
-struct TQ5_K : KQuant {  // d dmin scales[12] qh[32] qs[128]; bit g of qh[l] is the high bit of weight 32g + l
-  static constexpr int TS = 176, C = 0, LEVELS = 32;
-  static constexpr bool sym = false;
+struct TQ5_K : KQuant, FQ5_K {
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     return k4_scales(row + sb * TS, s, o);
   }
@@ -187,9 +149,7 @@ struct TQ5_K : KQuant {  // d dmin scales[12] qh[32] qs[128]; bit g of qh[l] is 
   }
 };
 
-struct TQ6_K : KQuant {  // ql[128] qh[64] scales[16] (int8) d; 16 groups of 16; w = d*sc*(q - 32)
-  static constexpr int TS = 210, C = 32;
-  static constexpr bool sym = true;
+struct TQ6_K : KQuant, FQ6_K {  // 16 groups of 16
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     const uint8_t* b = row + sb * TS;
     const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
@@ -214,9 +174,7 @@ struct TQ6_K : KQuant {  // ql[128] qh[64] scales[16] (int8) d; 16 groups of 16;
   }
 };
 
-struct TQ2_K : KQuant {  // scales[16] qs[64] d dmin; weight 128h + 32s + l = (qs[32h + l] >> 2s) & 3
-  static constexpr int TS = 84, C = 0;
-  static constexpr bool sym = false;
+struct TQ2_K : KQuant, FQ2_K {
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     const uint8_t* b = row + sb * TS;
     const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
@@ -236,18 +194,11 @@ struct TQ2_K : KQuant {  // scales[16] qs[64] d dmin; weight 128h + 32s + l = (q
   }
 };
 
-struct TQ3_K : KQuant {  // hmask[32] qs[64] scales[12] d; q = low2 | hbit << 2, w = d*sc*(q - 4)
-  static constexpr int TS = 110, C = 4;
-  static constexpr bool sym = true;
+struct TQ3_K : KQuant, FQ3_K {
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     const uint8_t* b = row + sb * TS;
-    const uint8_t* x = b + 96;  // 16 six-bit scales: low nibbles in bytes 0..7, high 2-bit pairs in 8..11
     alignas(64) float sc[16];
-    for (int j = 0; j < 16; ++j) {
-      const int lo = j < 8 ? (x[j] & 0x0F) : (x[j - 8] >> 4);
-      const int hi = (x[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
-      sc[j] = static_cast<float>(static_cast<int8_t>(lo | (hi << 4)) - 32);
-    }
+    q3k_scales(b + SC, sc);
     s = _mm512_mul_ps(_mm512_set1_ps(f16(b + 108)), _mm512_load_ps(sc));
     o = _mm512_mul_ps(s, _mm512_set1_ps(-4.0f));
     return 4;

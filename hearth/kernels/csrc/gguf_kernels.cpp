@@ -48,12 +48,6 @@ bool dispatch(int qtype, Args&&... args) {
   }
 }
 
-bool is_paired(int qtype) { return qtype == Q4_0 || qtype == Q4_1 || qtype == Q5_0 || qtype == Q5_1 || qtype == Q8_0; }
-
-int64_t blocks_per_row(int qtype, int64_t K) {
-  return (qtype == Q2_K || qtype == Q3_K || qtype == Q4_K || qtype == Q5_K || qtype == Q6_K) ? K / SB : K / 32;
-}
-
 template <class T>
 struct RowsDot {
   static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,

@@ -4,7 +4,7 @@
 
 namespace {
 
-enum CpuTier { TIER_AVX512 = 1, TIER_AMX = 2 };  // tiers.py's Tier.level
+enum CpuTier { TIER_AVX2 = 1, TIER_AVX512 = 2, TIER_AMX = 3 };  // tiers.py's Tier.level
 
 inline int& cpu_tier() {
   static int tier = TIER_AMX;  // the CPUID checks alone decide until hk_set_tier says otherwise

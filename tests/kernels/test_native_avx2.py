@@ -1,0 +1,94 @@
+"""The avx2 tier's kernel library (csrc/gguf_kernels_avx2.cpp) loaded beside the selected one
+(native.open_tier): its GEMV against the exact twin (gguf-py's dequantization, an f64 matmul) and
+against the AVX-512 library's GEMV for every block type, with ragged shapes; its rows independent
+of the batch; and its build free of any AVX-512 flag, so a compiler without them still builds it.
+
+The two GEMVs (below 10 rows, where the AVX-512 one takes no AMX tiles) quantize the activations to
+the same bytes (ggml's q8_0 rule, a scale per 16 values) and take the same integer dot products per
+32 weights; they differ only in the order of the f32 sums (8 lanes here, 16 there), ~1e-7 relative
+per term: held to 1e-5 of sum(blockmax|x| |W|)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from hearth.kernels import native, tiers
+from hearth.layers.quant import as_bytes
+from tests.kernels.test_native import assert_act8_close, block_max, widths
+from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+
+pytestmark = pytest.mark.skipif(tiers.why_not("avx2") is not None, reason=f"tier avx2: {tiers.why_not('avx2')}")
+AVX512 = tiers.why_not("avx512")
+
+
+def matmul(tier: str, t, k: int) -> native.NativeMatmul:
+    return native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], k, so=native.open_tier(tier))
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_gemv_against_exact_twin_and_the_avx512_gemv(qtype):
+    rng, g = np.random.default_rng(int(qtype) + 7), torch.Generator().manual_seed(int(qtype))
+    for k in widths(qtype):
+        for n in (37, 163):  # odd row counts: one run of rows, and four interleaved runs with a short last one
+            t = random_tensor(qtype, n, k, rng)
+            w = torch.from_numpy(gguf_reference(t))
+            mm2 = matmul("avx2", t, k)
+            mm5 = matmul("avx512", t, k) if AVX512 is None else None
+            for m in range(1, 10):
+                x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
+                y = mm2(x)
+                assert_act8_close(y, x, w)
+                if mm5 is not None:
+                    bound = 1e-5 * (block_max(x).double() @ w.abs().double().T) + 1e-7
+                    assert bool(((y.double() - mm5(x).double()).abs() <= bound).all())
+
+
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_rows_are_independent_of_the_batch(qtype):
+    """One GEMV for every row count (no tiles on this tier): a row's bits are the same alone or
+    among 1..63 others, so speculative verify rows equal decode rows."""
+    t = random_tensor(qtype, 300, 512, np.random.default_rng(1))
+    mm = matmul("avx2", t, 512)
+    x = torch.randn(40, 512)
+    alone = torch.cat([mm(x[i:i + 1]) for i in range(40)])
+    for m in (2, 5, 9, 10, 17, 40):
+        assert torch.equal(mm(x[:m]), alone[:m])
+
+
+def test_the_flag_lists_are_separate():
+    assert not any(f.startswith(("-mavx512", "-mamx")) for f in native.AVX2_LIBRARY.flags)
+    assert {"-mavx2", "-mfma", "-mf16c"} <= set(native.AVX2_LIBRARY.flags)
+    assert native.LIBRARIES["avx2"] is native.AVX2_LIBRARY and native.LIBRARIES["avx512"] is native.AVX512_LIBRARY
+    assert native.sources(native.AVX2_LIBRARY) != native.sources(native.AVX512_LIBRARY)
+
+
+def test_a_compiler_without_avx512_builds_the_avx2_tier(tmp_path, monkeypatch):
+    """A compiler that rejects every AVX-512 and AMX flag (an old g++, clang for another target): the
+    avx2 library builds (here: the fake compiler copies the real build), the AVX-512 one fails with
+    the compiler's first error on one line."""
+    built = native._build(native.AVX2_LIBRARY)  # the real library, from the cache
+    cxx = tmp_path / "old-g++"
+    cxx.write_text(f"""#!/bin/sh
+out=""
+for a in "$@"; do
+  case "$a" in -mavx512*|-mamx*) echo "cc1plus: error: unrecognized command-line option '$a'" >&2; exit 1;; esac
+  [ "$prev" = "-o" ] && out="$a"
+  prev="$a"
+done
+cp '{built}' "$out"
+""")
+    cxx.chmod(cxx.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("CXX", str(cxx))
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
+    path = native._build(native.AVX2_LIBRARY)
+    assert path.parent == tmp_path / "home" / "kernels" and path.read_bytes() == built.read_bytes()
+    with pytest.raises(RuntimeError, match=r"^old-g\+\+ failed: cc1plus: error: unrecognized command-line option "
+                                           r"'-mavx512f'$"):
+        native._build(native.AVX512_LIBRARY)
+    assert os.listdir(tmp_path / "home" / "kernels") == [path.name]  # no half-written library left
