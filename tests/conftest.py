@@ -27,6 +27,7 @@ TIERED = ("kernels/", "layers/test_linear.py", "models/test_logits_vs_transforme
 ONCE = {  # (module, parameter id): slow cases of tiered modules left to the best tier's run, and why
     ("test_golden_llamacpp.py", "gemma3-270m"): "its kernels run per tier on the tiny gemma3 files; 4x SmolLM2's time",
     ("test_golden_llamacpp.py", "qwen2.5-coder-1.5b"): "the 0.5B (same architecture and quant types) runs per tier; 3x its time",
+    ("models/test_fidelity.py", "qwen2.5-coder-0.5b"): "SmolLM2's fidelity runs per tier; the 0.5B's is 4x its time",
     ("test_engine_equivalence.py", "seeded"): "sampling is the same code at every tier; greedy runs the kernels",
 }
 BROWSER = ("server/test_chat_page.py",)
