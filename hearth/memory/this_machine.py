@@ -79,9 +79,12 @@ def _device(m: dict, key: dict) -> Device:
                   runtime_bytes=int(m["runtime_bytes"]))
 
 
-def _run_measurement() -> dict:
+def _run_measurement(timeout: float = 300) -> dict:
     cmd = [sys.executable, "-m", "hearth.memory.bandwidth"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise PlanError(f"measuring this machine took over {timeout:.0f} s (is it busy?)") from None
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise PlanError(f"measuring this machine failed: {last}")

@@ -57,3 +57,17 @@ def test_remeasuring_keeps_the_better_ceilings(plan_home, monkeypatch, tmp_path)
     monkeypatch.setattr(this_machine, "_run_measurement", lambda: dict(slower))
     new = this_device(home, refresh=True)
     assert new.bandwidth == old.bandwidth and new.peak_flops == old.peak_flops * 2 and new.runtime == 7
+
+
+def test_a_measurement_that_times_out_is_a_plan_error(monkeypatch):
+    """`hearth doctor` and `hearth plan` say so in one line instead of a traceback."""
+    import subprocess
+
+    from hearth.memory import PlanError
+
+    def slow(cmd, **kw):
+        raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+
+    monkeypatch.setattr(this_machine.subprocess, "run", slow)
+    with pytest.raises(PlanError, match="took over 300 s"):
+        this_machine._run_measurement()
