@@ -20,6 +20,7 @@ import functools
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -169,11 +170,19 @@ def open_tier(name: str) -> ctypes.CDLL:
     tier = tiers.BY_NAME[name]
     if (why := tiers.why_not(name)) is not None:
         raise RuntimeError(f"tier {name} cannot run here: {why}")
-    return _load(tier, LIBRARIES[name])
+    library = LIBRARIES[name]
+    if lib() is None or library is not _library:
+        return _load(tier, library)
+    # dlopen would hand back the selected library itself, and hk_set_tier would change its tier for
+    # the whole process (amx -> avx512 turned the tiles off): load a copy of its own instead
+    with tempfile.TemporaryDirectory(prefix="hearth-kernels-") as tmp:
+        copy = Path(tmp) / f"{name}.so"
+        shutil.copyfile(_build(library), copy)
+        return _load(tier, library, copy)  # loaded, the file may go
 
 
-def _load(tier: tiers.Tier, library: Library) -> ctypes.CDLL:
-    so = ctypes.CDLL(str(_build(library)))
+def _load(tier: tiers.Tier, library: Library, path: Path | None = None) -> ctypes.CDLL:
+    so = ctypes.CDLL(str(path or _build(library)))
     _declare(so, library)
     if so.hk_abi_version() != ABI_VERSION or not so.hk_cpu_ok():
         raise RuntimeError("kernel library does not match this CPU or version")

@@ -161,12 +161,26 @@ def test_bad_token_id_is_an_index_error():
             native.dequant_rows(as_bytes(t.data, t.qtype), Q.Q8_0, 64, torch.tensor([1, bad]))
 
 
-def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog):
+@pytest.fixture
+def fresh_load(monkeypatch):
+    """native.lib() decides again: the module's state comes back after the test, and what its cached
+    queries (bf16_tiles(), batch_min_rows(), ...) answered for this test's library is forgotten."""
+    for name, value in [("_tried", False), ("_lib", None), ("_library", None), ("load_error", None),
+                        ("loaded_tier", None), ("library_path", None)]:
+        monkeypatch.setattr(native, name, value)
+    cached = [f for f in vars(native).values() if hasattr(f, "cache_clear")]
+    for f in cached:
+        f.cache_clear()
+    yield
+    for f in cached:
+        f.cache_clear()
+
+
+def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog, fresh_load):
     def broken(*_):
         raise RuntimeError("g++ failed: gguf_kernels.cpp:1:10: error: boom")
 
     monkeypatch.setattr(native, "_build", broken)
-    fresh_load(monkeypatch)
     tier = tiers.selected().name
     assert native.lib() is None and native.lib() is None  # decided once: no second warning
     lines = [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"]
@@ -176,16 +190,9 @@ def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog):
     assert tiers.active() == "torch"
 
 
-def fresh_load(monkeypatch) -> None:
-    """native.lib() decides again (the module's state comes back after the test)."""
-    for name, value in [("_tried", False), ("_lib", None), ("_library", None), ("load_error", None),
-                        ("loaded_tier", None), ("library_path", None)]:
-        monkeypatch.setattr(native, name, value)
-
-
 @pytest.mark.skipif(tiers.selected().name not in ("amx", "avx512") or tiers.why_not("avx2") is not None,
                     reason="needs an AVX-512 tier selected and the avx2 tier runnable")
-def test_a_failed_avx512_build_falls_back_to_the_avx2_library(monkeypatch, caplog):
+def test_a_failed_avx512_build_falls_back_to_the_avx2_library(monkeypatch, caplog, fresh_load):
     """A compiler without the AVX-512 flags on an AVX-512 CPU: the avx2 library runs, not torch."""
     real = native._build
 
@@ -197,7 +204,6 @@ def test_a_failed_avx512_build_falls_back_to_the_avx2_library(monkeypatch, caplo
     assert [t.name for t in native.fallbacks(tiers.BY_NAME["amx"])] == ["amx", "avx2"]
     assert native.fallbacks(tiers.TORCH) == []
     monkeypatch.setattr(native, "_build", no_avx512)
-    fresh_load(monkeypatch)
     tier = tiers.selected().name
     assert native.lib() is not None and native.lib() is native.lib()
     assert tiers.active() == "avx2" and native.has("paged_attention") and not native.has("kv_quant")
@@ -257,3 +263,12 @@ def test_qk_rope_against_torch(neox, d, rot):
     native.qk_rope(qk, rot, cos, sin, neox, norm, eps)
     torch.testing.assert_close(qk, want, atol=1e-5, rtol=1e-5)
     assert torch.equal(wide[:, heads * d:], tail)  # the values past q | k untouched
+
+
+@pytest.mark.skipif(tiers.active() != "amx", reason="needs the amx tier running (its library also serves avx512)")
+def test_opening_another_tier_leaves_the_selected_library_alone():
+    """open_tier("avx512") is the amx tier's own library file: it must load as a copy, or setting its
+    tier turns the AMX tiles off for the whole process."""
+    so = native.open_tier("avx512")
+    assert so is not native.lib() and so.hk_amx_bf16() == 0
+    assert native.lib().hk_amx_bf16() == 1
