@@ -32,7 +32,9 @@ from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
 from hearth.runner.drafter import DraftModel
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
+from hearth.spec_decode.cost import StepCost
 from hearth.spec_decode.policy import SpeculativeDecoder
+from hearth.spec_decode.thresholds import POLICY
 
 PromptType = str | dict
 log = logging.getLogger("hearth")
@@ -100,9 +102,10 @@ class LLM:
             self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens)
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
-        scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or ())
+        scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
+                              self.runner.verify_rows)
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
-                                 SpeculativeDecoder(spec) if spec is not None else None)
+                                 SpeculativeDecoder(spec, _step_cost(spec) if spec.cost_aware else None) if spec is not None else None)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0
@@ -178,6 +181,11 @@ class LLM:
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
             return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
+
+
+def _step_cost(spec: SpeculativeConfig) -> StepCost:
+    """A draft token's cost, measured on this engine's steps from a prior for the method."""
+    return StepCost(POLICY.draft_model_token_cost if spec.method == "draft" else POLICY.draft_token_cost)
 
 
 def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import time
 
 from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.engine.request import Request, RequestStatus
@@ -71,9 +72,13 @@ class EngineCore:
         if self.spec is not None:
             self._propose()
         so = self.scheduler.schedule()
+        t0 = time.perf_counter()
         result = self.runner.execute(so)
+        seconds = time.perf_counter() - t0
         changed = self.scheduler.update(so, result)
         if self.spec is not None:
+            if so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # decode-only: what drafts cost
+                self.spec.timed(sum(s.num_drafts for s in so.seqs), seconds)
             self.spec.observe(self.scheduler.spec_results)
             self.scheduler.spec_results = []
         outputs = [self._output(req, tokens) for req, tokens in changed]

@@ -18,12 +18,15 @@ from hearth.spec_decode.tree import DraftTree
 
 class Scheduler:
     def __init__(self, kv: KVCacheManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 row_regimes: tuple[int, ...] = ()):
+                 row_regimes: tuple[int, ...] = (), verify_rows: int = 0):
         """row_regimes: step sizes (rows) at which the runner's kernels change how they sum, so a row
         computed in a bigger step may differ in its last bits: drafts never push a step across one
-        (greedy with speculation then equals greedy without, token for token)."""
+        (greedy with speculation then equals greedy without, token for token). verify_rows: with
+        real rows below the first regime, drafts may fill a step up to this many rows instead (the
+        runner keeps such a step in the first regime: ModelRunner.verify_rows)."""
         self.kv = kv
         self.row_regimes = row_regimes
+        self.verify_rows = verify_rows
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: deque[Request] = deque()
@@ -112,10 +115,12 @@ class Scheduler:
 
     def _add_drafts(self, scheduled: list[tuple[Request, int]], budget: int) -> list[tuple[Request, int, int]]:
         """The second pass: drafts for the scheduled requests, in order, within the budget left, below
-        the first kernel regime boundary above the step's real rows, and in KV slots that are free
+        the first kernel regime boundary above the step's real rows (or to verify_rows), and in KV slots that are free
         now (the request's last block, then free blocks): never by preempting anyone."""
         plain = sum(n for _, n in scheduled)
         cap = min((b - 1 for b in self.row_regimes if b > plain), default=plain + budget)
+        if self.verify_rows and self.row_regimes and plain < self.row_regimes[0]:
+            cap = self.verify_rows
         room = min(budget, cap - plain)
         out = []
         for req, n in scheduled:

@@ -15,6 +15,7 @@ fails (one warning line): callers fall back to the torch paths."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -43,7 +44,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "paged_attention": ("hk_paged_attention", "hk_kv_write"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
-    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm"),  # batch and prefill GEMMs without AMX
+    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm", "hk_set_gemv_rows"),  # batch and prefill GEMMs without AMX
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
@@ -67,7 +68,7 @@ AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx5
                          frozenset(CAPABILITIES))
 AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
                        frozenset({"linear", "fused_ops", "paged_attention", "layer"}))
-ABI_VERSION = 11
+ABI_VERSION = 12
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY}
@@ -148,6 +149,21 @@ def batch_min_rows() -> int:
     run in another order than the GEMV's: the runner's first row regime. 0 where the library has no
     batch GEMMs (the avx2 one: one GEMV for every row count)."""
     return int(lib().hk_batch_min_rows()) if has("gemm") else 0
+
+
+@contextlib.contextmanager
+def gemv_rows(n: int):
+    """Within: matmuls of up to n rows (below a plan's gemm_min_rows) stay on the GEMV, whose rows
+    are bit-identical at every row count (a verify step's rows summed as decode rows are); 0 or
+    a library without batch GEMMs: no change."""
+    if n <= 0 or not has("gemm"):
+        yield
+        return
+    lib().hk_set_gemv_rows(n)
+    try:
+        yield
+    finally:
+        lib().hk_set_gemv_rows(0)
 
 
 @functools.cache
@@ -267,6 +283,7 @@ def _declare(so: ctypes.CDLL, library: Library) -> None:
         "hk_amx_bf16": (_int, []),
         "hk_batch_min_rows": (_int, []),
         "hk_vnni_gemm": (_int, []),
+        "hk_set_gemv_rows": (None, [_i64]),
         "hk_dpbf16_gemm": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),

@@ -91,6 +91,14 @@ class ModelRunner:
         return tuple(r for r in (native.batch_min_rows(), layer.native_max_rows) if r > 0)
 
     @property
+    def verify_rows(self) -> int:
+        """Most rows of a step with drafts whose real rows are below the first row regime: such a
+        step runs every matmul on the GEMV (native.gemv_rows), so each verify row is a decode row
+        bit for bit, up to the prefill GEMMs' boundary. 0 where no batch GEMM needs lifting."""
+        regimes = self.row_regimes
+        return self.model.layers[0].native_max_rows - 1 if regimes and len(regimes) > 1 else 0
+
+    @property
     def kv_bytes(self) -> int:
         return sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
                    for t in self.kv_caches)
@@ -144,11 +152,14 @@ class ModelRunner:
         # a sequence's sampled rows: its last one, or with k drafts its last k + 1
         rows = [r for i, s in enumerate(so.seqs) if s.sample
                 for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
-        hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [R, hidden]
-        if not rows:
-            return RunnerOutput({})
+        drafts = sum(len(s.spec_token_ids) for s in so.seqs)
+        lift = drafts and so.num_tokens - drafts < native.batch_min_rows()  # a verify step's rows as decode rows
+        with native.gemv_rows(self.verify_rows if lift else 0):
+            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [R, hidden]
+            if not rows:
+                return RunnerOutput({})
+            logits = self.model.compute_logits(hidden).float()  # [R, vocab]
         seqs = [s for s in so.seqs if s.sample]
-        logits = self.model.compute_logits(hidden).float()  # [R, vocab]
         if len(rows) > len(seqs):
             return self._verify(seqs, logits)
         params = [s.params for s in seqs]

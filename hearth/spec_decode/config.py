@@ -10,7 +10,7 @@ from hearth.errors import HearthError
 from hearth.spec_decode.thresholds import POLICY
 
 
-_TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float)}
+_TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float), "bool": bool}
 
 
 class InvalidSpeculativeConfig(HearthError):
@@ -40,6 +40,10 @@ class SpeculativeConfig:
     """No drafts in a step with this many running sequences or more: the step is then compute-bound
     and verifying costs more than it saves (0 = never disable; the default is measured:
     hearth.spec_decode.thresholds)."""
+    cost_aware: bool = True
+    """Draft only as many tokens as a request's acceptance rate pays for at the draft cost measured
+    on this machine's steps (hearth.spec_decode.cost; a seeded sampled request at the fixed prior,
+    so it stays reproducible); false: always the budget, adapted to acceptance alone."""
     suffix_decoding_max_tree_depth: int = 24
     """Method suffix: the depth of its tries, which bounds the match length plus the draft length."""
     suffix_decoding_max_cached_requests: int = 10000
@@ -70,7 +74,7 @@ class SpeculativeConfig:
                                            f"(known: {', '.join(known)})")
         for key, v in value.items():
             want = _TYPES[known[key].type]
-            if not isinstance(v, want) or isinstance(v, bool):
+            if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
                 name = "number" if want == (int, float) else want.__name__
                 raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {name}, not {v!r}")
         return cls(**value)

@@ -1,8 +1,11 @@
 """How many drafts each request gets: a policy meant never to make decoding slower.
 
 Per request, the draft length follows recent acceptance (a run of fully accepted drafts grows it
-back to K, a partial accept sets it to what was accepted plus one), and after POLICY.misses_to_pause (hearth.spec_decode.thresholds)
-drafts in a row with nothing accepted the request stops drafting for a while, re-probing after
+back to K, a partial accept sets it to what was accepted plus one), capped by what pays: with the
+draft token's cost measured on this machine's steps (hearth.spec_decode.cost) and the request's
+acceptance rate per position, best_length picks the length with the most tokens per unit of time,
+0 when none beats plain decoding. A request with nothing worth drafting, or whose drafts missed
+POLICY.misses_to_pause times in a row (hearth.spec_decode.thresholds), pauses and re-probes after
 a pause that doubles each time it fails again. A step with `disable_by_batch_size` running
 sequences or more drafts nothing: a batch that large is compute-bound, where verify rows cost
 about as much as the tokens they might save."""
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from hearth.spec_decode.config import SpeculativeConfig
+from hearth.spec_decode.cost import StepCost
 from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
 from hearth.spec_decode.tree import DraftTree
 
@@ -74,15 +78,57 @@ class _Track:
     misses: int = 0
     paused_until: int = 0
     pause: int = POLICY.first_pause
+    hits: float = 0.0
+    """Drafts accepted, and positions tried (up to and with the first rejected one), recent ones
+    weighing most: the request's own acceptance rate per position."""
+    tries: float = 0.0
+
+
+def best_length(alpha: float, cost: float, batch: int, most: int) -> int:
+    """The draft length in 0..most that makes the most tokens per unit of step time, 0 unless one
+    pays by POLICY.min_gain: with `batch` sequences decoding, k drafts make batch + E(k) tokens
+    in 1 + cost * k steps' time, E(k) = alpha + alpha^2 + ... + alpha^k (a draft is accepted with
+    probability alpha once the ones before it were)."""
+    best, best_rate, gained, p = 0, 1.0 + POLICY.min_gain, 0.0, 1.0
+    for k in range(1, most + 1):
+        p *= alpha
+        gained += p
+        rate = (batch + gained) / (batch * (1.0 + cost * k))
+        if rate > best_rate:
+            best, best_rate = k, rate
+    return best
+
+
+def _decayed(total: float, new: float) -> float:
+    return POLICY.acceptance_decay * total + new
 
 
 class SpeculativeDecoder:
-    def __init__(self, config: SpeculativeConfig):
+    def __init__(self, config: SpeculativeConfig, cost: StepCost | None = None):
+        """cost: what a draft token costs here, fed by timed(); with it a request drafts only as
+        many tokens as its acceptance rate pays for (best_length), else as many as the budget."""
         self.config = config
         self.proposer = PROPOSERS[config.method](config)
         self.stats = SpecDecodeStats(accepted_per_pos=[0] * config.num_speculative_tokens)
         self.tracks: dict[str, _Track] = {}
         self.step = 0
+        self.cost = cost
+        self.hits, self.tries = POLICY.prior_acceptance, 1.0  # every request's, the prior of a new one
+
+    def timed(self, drafts: int, seconds: float) -> None:
+        """A step in which every sequence decoded (no prompt chunk): its draft tokens and time."""
+        if self.cost is not None:
+            self.cost.add(drafts, seconds)
+
+    def _length(self, t: _Track, req: DraftRequest, batch: int) -> int:
+        if self.cost is None:
+            return t.k
+        # the request's own rate, pulled towards everyone's while it has few tries; a seeded
+        # sampled request's drafts decide its tokens, so it reads neither timings nor other requests
+        fixed = req.params.seed is not None and not req.params.greedy
+        prior, cost = (POLICY.prior_acceptance, self.cost.prior) if fixed else (self.hits / self.tries, self.cost.per_draft)
+        w = POLICY.prior_weight
+        return best_length((t.hits + w * prior) / (t.tries + w), cost, batch, t.k)
 
     def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:
         """Drafts for the requests that decode their next token this step; num_running: the
@@ -100,9 +146,16 @@ class SpeculativeDecoder:
             t = self.tracks.get(req.request_id)
             if t is None:
                 t = self.tracks[req.request_id] = _Track(self.config.max_drafts)
-            if self.step > t.paused_until:
+            k = self._length(t, req, len(decoding)) if self.step > t.paused_until else 0
+            if k == 0 and self.step > t.paused_until:  # drafts would not pay: probe with one, then pause
+                if self.step == t.paused_until + 1:
+                    k = 1
+                else:
+                    t.paused_until = self.step + t.pause
+                    t.pause = min(2 * t.pause, POLICY.longest_pause)
+            if k:
                 reqs.append(req)
-                ks.append(t.k)
+                ks.append(k)
             else:
                 paused.append(req)
         if paused:
@@ -127,9 +180,12 @@ class SpeculativeDecoder:
                 s.accepted_per_pos.extend([0] * (accepted - len(s.accepted_per_pos)))
             for i in range(accepted):
                 s.accepted_per_pos[i] += 1
+            tried = accepted + (accepted < depth)  # positions up to and with the first rejected one
+            self.hits, self.tries = _decayed(self.hits, accepted), _decayed(self.tries, tried)
             t = self.tracks.get(rid)
             if t is None:
                 continue
+            t.hits, t.tries = _decayed(t.hits, accepted), _decayed(t.tries, tried)
             if accepted == depth:
                 t.k = min(K, t.k + 1)
             else:  # a tree keeps half its budget for branches: a width-1 tree is a chain

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.tree import DraftTree
 
 
@@ -15,6 +16,7 @@ class DraftRequest(Protocol):
     request_id: str
     prompt_token_ids: list[int]
     output_token_ids: list[int]
+    params: SamplingParams
 
     @property
     def num_tokens(self) -> int: ...

@@ -201,6 +201,28 @@ def test_drafts_never_push_a_step_into_the_next_kernel_regime():
     assert sched.kv.pool.num_free == 64
 
 
+def test_verify_rows_lift_the_cap_while_the_real_rows_stay_in_the_first_regime():
+    """With regimes at 10 and 64 and verify_rows 20: one decoding request verifies 19 drafts (20
+    rows, past the first regime: the runner keeps such a step on the GEMV); with 10 real rows the
+    regimes cap the step again (below 64), and without verify_rows at 9 rows."""
+    for verify_rows, want in ((20, 19), (0, 8)):
+        engine, sched, runner = make_spec_engine(lambda r: [r.output_token_ids[-1] + 1 + i for i in range(30)],
+                                                 num_blocks=64, budget=64, k=30)
+        sched.row_regimes, sched.verify_rows = (10, 64), verify_rows
+        engine.add_request([1], SamplingParams(max_tokens=60, temperature=0), "a")
+        run_all(engine)
+        first = next(so for so in runner.steps if so.seqs and so.seqs[0].spec_token_ids)
+        assert len(first.seqs[0].spec_token_ids) == want
+    engine, sched, runner = make_spec_engine(lambda r: [r.output_token_ids[-1] + 1 + i for i in range(30)],
+                                             num_blocks=256, budget=128, k=30)
+    sched.row_regimes, sched.verify_rows, sched.max_num_seqs = (10, 64), 20, 16
+    for i in range(10):
+        engine.add_request([1 + i], SamplingParams(max_tokens=8, temperature=0), str(i))
+    run_all(engine)
+    steps = [so for so in runner.steps if len(so.seqs) == 10 and any(s.spec_token_ids for s in so.seqs)]
+    assert steps and max(so.num_tokens for so in steps) == 63
+
+
 def test_spec_counters_reach_metrics():
     """Through the real AsyncEngine.stats(), which copies the engine thread's live counters."""
     from hearth.api.metrics import Metrics

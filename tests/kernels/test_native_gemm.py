@@ -78,6 +78,19 @@ def test_batch_min_rows_is_where_rows_stop_summing_as_the_gemv():
     assert not torch.equal(mm(x), single)
 
 
+@pytest.mark.skipif(not native.has("gemm"), reason="no batch GEMMs here (the avx2 library: one GEMV, test_native_avx2)")
+def test_gemv_rows_keeps_a_verify_step_on_the_gemv():
+    """Within native.gemv_rows(n), a step of up to n rows (here 40: past the first regime, below
+    the prefill GEMMs') sums each row as its 1-row GEMV does, bit for bit; outside it the batch
+    GEMM takes those rows again (their bits differ: the control)."""
+    mm, _ = linear([random_tensor(Q.Q4_K, 64, 512, np.random.default_rng(5))], 512, gemm_min_rows=64)
+    x = torch.randn(40, 512)
+    single = torch.cat([mm(x[i:i + 1]) for i in range(40)])
+    with native.gemv_rows(63):
+        assert torch.equal(mm(x), single)
+    assert not torch.equal(mm(x), single)
+
+
 @INT8
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_int8_gemm_against_exact_twin_and_gemv(qtype):

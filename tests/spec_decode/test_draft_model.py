@@ -26,7 +26,7 @@ from tests.test_engine_equivalence import MODES, PROMPTS, assert_agree
 
 def draft_llm(model_path, **kw) -> LLM:
     smol = str(model_path("smollm2-135m"))
-    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4}
+    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4, "cost_aware": False}
     return LLM(smol, progress=False, max_model_len=2048, speculative_config=spec, **kw)
 
 

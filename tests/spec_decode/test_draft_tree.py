@@ -29,7 +29,7 @@ def test_best_first_tree_is_seeded_with_the_chain_and_grows_by_path_probability(
 @pytest.fixture(scope="module")
 def tree_draft(model_path):
     smol = str(model_path("smollm2-135m"))
-    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4, "tree_budget": 8}
+    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4, "tree_budget": 8, "cost_aware": False}
     llm = LLM(smol, progress=False, max_model_len=2048, speculative_config=spec)
     sent = llm.sent_trees = []
     run = llm.runner._run

@@ -26,7 +26,7 @@ def mul(a, b):
 '''
 LIST = ("Repeat this list exactly, one item per line: apple, banana, cherry, date, elderberry, fig, grape, "
         "honeydew, kiwi, lemon, mango, nectarine, orange, papaya.")
-SPEC = {"method": "ngram", "num_speculative_tokens": 5}
+SPEC = {"method": "ngram", "num_speculative_tokens": 5, "cost_aware": False}  # the machinery, drafting all it can
 
 
 def load(model_path, **kw) -> LLM:
@@ -66,12 +66,25 @@ def test_greedy_with_ngram_drafts_equals_plain_greedy(smol_llm, spec_llm, which)
     assert drafted > 0 and accepted >= 10, (drafted, accepted)
 
 
-def test_drafts_equal_to_the_targets_greedy_continuation_are_accepted(smol_llm, spec_llm, monkeypatch):
+@pytest.fixture(scope="module")
+def long_spec_llm(model_path):
+    """Chains of 24 drafts: 25-row verify steps, past the first row regime (native.batch_min_rows())
+    where the runner keeps the step on the GEMV (ModelRunner.verify_rows)."""
+    return load(model_path, speculative_config=dict(SPEC, num_speculative_tokens=24))
+
+
+@pytest.mark.parametrize("k", [5, 24])
+def test_drafts_equal_to_the_targets_greedy_continuation_are_accepted(smol_llm, spec_llm, long_spec_llm, k,
+                                                                      monkeypatch):
     """An oracle proposer drafting plain greedy's own next tokens: the target accepts them all
-    (>= 98%), which it can only do when a verify row is a decode row."""
+    (>= 98%), which it can only do when a verify row is a decode row, in 6-row steps and in
+    25-row ones."""
+    spec_llm = spec_llm if k == 5 else long_spec_llm
     prompt = chat(smol_llm, "Write a short story about a cat.")
     want, _, _ = generate(smol_llm, prompt, GREEDY)
     ids = want.token_ids
+    rows, execute = [], spec_llm.runner.execute
+    monkeypatch.setattr(spec_llm.runner, "execute", lambda so: rows.append(so.num_tokens) or execute(so))
 
     class Oracle:
         def propose(self, requests, num_tokens):
@@ -85,6 +98,7 @@ def test_drafts_equal_to_the_targets_greedy_continuation_are_accepted(smol_llm, 
     got, drafted, accepted = generate(spec_llm, prompt, GREEDY)
     assert got.token_ids == ids
     assert drafted >= 60 and accepted >= 0.98 * drafted, (drafted, accepted)
+    assert max(rows[1:]) == k + 1  # the steps after the prompt's: every draft verified
 
 
 def test_logprobs_with_drafts_are_the_targets(smol_llm, spec_llm):

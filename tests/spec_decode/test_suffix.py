@@ -235,7 +235,7 @@ def test_greedy_with_suffix_drafts_equals_plain_greedy_and_a_repeat_is_drafted(s
     from tests.spec_decode.test_real_model import generate
 
     spec_llm = LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048,
-                   speculative_config={"method": "suffix"})
+                   speculative_config={"method": "suffix", "cost_aware": False})
     p = SamplingParams(temperature=0, max_tokens=64, ignore_eos=True)
     prompt = {"prompt_token_ids": smol_llm.encode_chat([{"role": "user", "content": "Write a short story about a cat."}])}
     want, _, _ = generate(smol_llm, prompt, p)

@@ -15,7 +15,7 @@ from hearth.sampling_params import StructuredOutput
 from hearth.spec_decode.config import InvalidSpeculativeConfig
 from tests.spec_decode.test_real_model import CODE, GREEDY, chat, generate
 
-TREE = {"method": "ngram", "num_speculative_tokens": 5, "tree_budget": 8, "prompt_lookup_max": 3}
+TREE = {"method": "ngram", "num_speculative_tokens": 5, "tree_budget": 8, "prompt_lookup_max": 3, "cost_aware": False}
 # several earlier continuations of the same words: the branches a tree offers
 TABLE = ("Continue the pattern: the red cat sat. the red dog ran. the red cat ran. the red dog sat. "
          "the blue cat sat. the blue dog ran. the red")

@@ -498,6 +498,11 @@ bool gemm_dpbf16(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y
 
 thread_local std::vector<TileActs> tile_acts_buf;
 
+// Steps of up to this many rows (below a plan's gemm_min_rows) stay on the GEMV, whose rows are
+// bit-identical at every row count: set by the runner around a step that verifies drafts, so a
+// 30-row verify step sums each row as a 1-row decode does. 0: the batch GEMMs from their row count.
+int64_t gemv_max_rows = 0;
+
 // y = rmsnorm(x) @ W.T (norm_w optional): on AMX bf16 tiles for a prefill (the norm applied as x is
 // packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI
 // loop; without AMX, from VNNI_GEMM_MIN_ROWS rows on on the int8 VNNI GEMM, and from gemm_min_rows on
@@ -507,8 +512,9 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
   if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
   x = normed(x, M, p.K, ldx, norm_w, eps);
   if (dp_gemm_for(p, M)) return gemm_dpbf16(p, x, M, ldx, y, ldy);
-  if (vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
-  const bool amx = M >= AMX_MIN_ROWS && amx_usable();
+  const bool gemv = M <= gemv_max_rows;  // a verify step: every row summed as a decode row
+  if (!gemv && vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
+  const bool amx = !gemv && M >= AMX_MIN_ROWS && amx_usable();
   const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx);
   if (!amx) return run(p, a, y, ldy);
   tile_acts_buf.resize((M + 15) / 16);
@@ -549,7 +555,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 11; }
+int hk_abi_version() { return 12; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -821,6 +827,9 @@ int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
 // The row count from which matmuls leave the GEMV (rows_dot) here: for AMX int8 tiles, or without AMX
 // for the int8 VNNI GEMM (gemm_vnni.h)
 int hk_batch_min_rows() { return amx_usable() ? AMX_MIN_ROWS : VNNI_GEMM_MIN_ROWS; }
+
+// Matmuls of up to n rows run on the GEMV (gemv_max_rows) until the next call; 0 restores the batch GEMMs
+void hk_set_gemv_rows(int64_t n) { gemv_max_rows = n; }
 
 // 1 when those batches run on the int8 VNNI GEMM (no AMX tiles here), else 0
 int hk_vnni_gemm() { return amx_usable() ? 0 : 1; }

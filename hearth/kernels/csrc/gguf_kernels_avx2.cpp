@@ -175,7 +175,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 11; }
+int hk_abi_version() { return 12; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier): this library runs the avx2 tier only.
 int hk_set_tier(int level) {
