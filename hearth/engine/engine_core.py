@@ -78,7 +78,7 @@ class EngineCore:
         changed = self.scheduler.update(so, result)
         if self.spec is not None:
             if so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # decode-only: what drafts cost
-                self.spec.timed(sum(s.num_drafts for s in so.seqs), seconds)
+                self.spec.timed(so.num_tokens, seconds)
             self.spec.observe(self.scheduler.spec_results)
             self.scheduler.spec_results = []
         outputs = [self._output(req, tokens) for req, tokens in changed]

@@ -44,7 +44,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "paged_attention": ("hk_paged_attention", "hk_kv_write"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
-    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm", "hk_set_gemv_rows"),  # batch and prefill GEMMs without AMX
+    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
@@ -152,18 +152,19 @@ def batch_min_rows() -> int:
 
 
 @contextlib.contextmanager
-def gemv_rows(n: int):
-    """Within: matmuls of up to n rows (below a plan's gemm_min_rows) stay on the GEMV, whose rows
-    are bit-identical at every row count (a verify step's rows summed as decode rows are); 0 or
-    a library without batch GEMMs: no change."""
+def batch_invariant(n: int):
+    """Within: matmuls of up to n rows (below a plan's gemm_min_rows) sum every row as the GEMV does,
+    whose rows are bit-identical at every row count (a verify step's rows as decode rows): with AMX
+    on exact int8 tiles (csrc/amx.h), else on the GEMV itself. 0, or a library without batch GEMMs
+    (one GEMV already): no change."""
     if n <= 0 or not has("gemm"):
         yield
         return
-    lib().hk_set_gemv_rows(n)
+    lib().hk_set_invariant_rows(n)
     try:
         yield
     finally:
-        lib().hk_set_gemv_rows(0)
+        lib().hk_set_invariant_rows(0)
 
 
 @functools.cache
@@ -283,7 +284,7 @@ def _declare(so: ctypes.CDLL, library: Library) -> None:
         "hk_amx_bf16": (_int, []),
         "hk_batch_min_rows": (_int, []),
         "hk_vnni_gemm": (_int, []),
-        "hk_set_gemv_rows": (None, [_i64]),
+        "hk_set_invariant_rows": (None, [_i64]),
         "hk_dpbf16_gemm": (_int, []),
         "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                       _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),

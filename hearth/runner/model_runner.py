@@ -93,8 +93,9 @@ class ModelRunner:
     @property
     def verify_rows(self) -> int:
         """Most rows of a step with drafts whose real rows are below the first row regime: such a
-        step runs every matmul on the GEMV (native.gemv_rows), so each verify row is a decode row
-        bit for bit, up to the prefill GEMMs' boundary. 0 where no batch GEMM needs lifting."""
+        step sums every matmul row as the GEMV does (native.batch_invariant: exact AMX tiles, or the
+        GEMV), so each verify row is a decode row bit for bit, up to the prefill GEMMs' boundary.
+        0 where no batch GEMM needs lifting."""
         regimes = self.row_regimes
         return self.model.layers[0].native_max_rows - 1 if regimes and len(regimes) > 1 else 0
 
@@ -154,7 +155,7 @@ class ModelRunner:
                 for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
         drafts = sum(len(s.spec_token_ids) for s in so.seqs)
         lift = drafts and so.num_tokens - drafts < native.batch_min_rows()  # a verify step's rows as decode rows
-        with native.gemv_rows(self.verify_rows if lift else 0):
+        with native.batch_invariant(self.verify_rows if lift else 0):
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [R, hidden]
             if not rows:
                 return RunnerOutput({})

@@ -84,17 +84,18 @@ class _Track:
     tries: float = 0.0
 
 
-def best_length(alpha: float, cost: float, batch: int, most: int) -> int:
-    """The draft length in 0..most that makes the most tokens per unit of step time, 0 unless one
-    pays by POLICY.min_gain: with `batch` sequences decoding, k drafts make batch + E(k) tokens
-    in 1 + cost * k steps' time, E(k) = alpha + alpha^2 + ... + alpha^k (a draft is accepted with
+def best_length(alpha: float, costs: list[float], batch: int) -> int:
+    """The draft length k < len(costs) that makes the most tokens per unit of step time, each
+    longer one taken only when it beats the best shorter one (plain decoding first) by
+    POLICY.min_gain: with `batch` sequences decoding, k drafts make batch + E(k) tokens in
+    costs[k] steps' time, E(k) = alpha + alpha^2 + ... + alpha^k (a draft is accepted with
     probability alpha once the ones before it were)."""
-    best, best_rate, gained, p = 0, 1.0 + POLICY.min_gain, 0.0, 1.0
-    for k in range(1, most + 1):
+    best, best_rate, gained, p = 0, 1.0, 0.0, 1.0
+    for k in range(1, len(costs)):
         p *= alpha
         gained += p
-        rate = (batch + gained) / (batch * (1.0 + cost * k))
-        if rate > best_rate:
+        rate = (batch + gained) / (batch * costs[k])
+        if rate > best_rate * (1.0 + POLICY.min_gain):
             best, best_rate = k, rate
     return best
 
@@ -115,20 +116,26 @@ class SpeculativeDecoder:
         self.cost = cost
         self.hits, self.tries = POLICY.prior_acceptance, 1.0  # every request's, the prior of a new one
 
-    def timed(self, drafts: int, seconds: float) -> None:
-        """A step in which every sequence decoded (no prompt chunk): its draft tokens and time."""
+    def timed(self, rows: int, seconds: float) -> None:
+        """A step in which every sequence decoded (no prompt chunk): its rows and time."""
         if self.cost is not None:
-            self.cost.add(drafts, seconds)
+            self.cost.add(rows, seconds)
 
     def _length(self, t: _Track, req: DraftRequest, batch: int) -> int:
+        """With a cost: the length best_length picks, up to the whole budget (the rate decides, not
+        the last accept); a seeded sampled request's drafts decide its tokens, so it reads neither
+        timings nor other requests' acceptance, only fixed priors and its own."""
         if self.cost is None:
             return t.k
-        # the request's own rate, pulled towards everyone's while it has few tries; a seeded
-        # sampled request's drafts decide its tokens, so it reads neither timings nor other requests
-        fixed = req.params.seed is not None and not req.params.greedy
-        prior, cost = (POLICY.prior_acceptance, self.cost.prior) if fixed else (self.hits / self.tries, self.cost.per_draft)
-        w = POLICY.prior_weight
-        return best_length((t.hits + w * prior) / (t.tries + w), cost, batch, t.k)
+        most = self.config.max_drafts
+        if req.params.seed is not None and not req.params.greedy:
+            prior, costs = POLICY.prior_acceptance, self.cost.prior_costs(most)
+        else:
+            prior, costs = self.hits / self.tries, self.cost.costs(batch, most)
+            if costs is None:
+                return 0
+        w = POLICY.prior_weight  # the request's own rate, pulled towards everyone's while it has few tries
+        return best_length((t.hits + w * prior) / (t.tries + w), costs, batch)
 
     def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:
         """Drafts for the requests that decode their next token this step; num_running: the

@@ -31,8 +31,9 @@ class PolicyThresholds:
     acceptance_decay: float = 0.9
     """Weight an acceptance count keeps per later verified step (recent drafts count most)."""
     draft_token_cost: float = 0.25
-    """Prior of a draft token's time as a share of a step (a verify row: 11 ms of a 46 ms decode
-    step of Qwen2.5-Coder-1.5B on the int8 GEMV, AMX machine, 2 threads), until measured."""
+    """A draft token's time as a share of a step, for a seeded sampled request (which must not read
+    timings: hearth.spec_decode.cost): a verify row, 11 ms of a 46 ms decode step of
+    Qwen2.5-Coder-1.5B on the int8 GEMV (AMX machine, 2 threads)."""
     draft_model_token_cost: float = 0.8
     """The same with a draft model, whose own step per draft position comes on top."""
 

@@ -79,15 +79,20 @@ def test_batch_min_rows_is_where_rows_stop_summing_as_the_gemv():
 
 
 @pytest.mark.skipif(not native.has("gemm"), reason="no batch GEMMs here (the avx2 library: one GEMV, test_native_avx2)")
-def test_gemv_rows_keeps_a_verify_step_on_the_gemv():
-    """Within native.gemv_rows(n), a step of up to n rows (here 40: past the first regime, below
-    the prefill GEMMs') sums each row as its 1-row GEMV does, bit for bit; outside it the batch
-    GEMM takes those rows again (their bits differ: the control)."""
-    mm, _ = linear([random_tensor(Q.Q4_K, 64, 512, np.random.default_rng(5))], 512, gemm_min_rows=64)
-    x = torch.randn(40, 512)
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_batch_invariant_sums_a_verify_step_as_the_gemv(qtype):
+    """Within native.batch_invariant(n), a step of up to n rows (10 to 40: past the first regime,
+    below the prefill GEMMs') sums each row as its 1-row GEMV does, bit for bit: with AMX on the
+    exact tiles (every type, K with a short last superblock for the 32-wide ones; 300 outputs: 18
+    tiles of 16 and a GEMV tail of 12), else on the GEMV; outside it the batch GEMM takes those
+    rows again (their bits differ: the control)."""
+    k = widths(qtype)[-1]
+    mm, _ = linear([random_tensor(qtype, 300, k, np.random.default_rng(5))], k, gemm_min_rows=64)
+    x = torch.randn(40, k) * torch.rand(40, 1) * 10
     single = torch.cat([mm(x[i:i + 1]) for i in range(40)])
-    with native.gemv_rows(63):
-        assert torch.equal(mm(x), single)
+    with native.batch_invariant(63):
+        for rows in (10, 16, 17, 33, 40):
+            assert torch.equal(mm(x[:rows]), single[:rows]), rows
     assert not torch.equal(mm(x), single)
 
 

@@ -112,9 +112,9 @@ def test_logprobs_with_drafts_are_the_targets(smol_llm, spec_llm):
 def test_stop_string_max_tokens_and_stop_token_inside_accepted_runs(smol_llm, spec_llm):
     full, _, _ = generate(smol_llm, CODE, GREEDY)
     text, ids = full.text, full.token_ids
-    # late in the output (drafts are accepted by then), and nowhere earlier
-    stop = next(text[i:i + 5] for i in range(3 * len(text) // 4, len(text)) if text.find(text[i:i + 5]) == i)
-    stop_id = next(t for i, t in enumerate(ids) if i >= 60 and ids.index(t) == i)
+    # as late as the output has one (drafts are accepted by then: asserted below), and nowhere earlier
+    stop = [text[i:i + 5] for i in range(len(text) - 4) if text.find(text[i:i + 5]) == i][-1]
+    stop_id = [t for i, t in enumerate(ids) if ids.index(t) == i][-1]
     for p in (SamplingParams(temperature=0, max_tokens=96, stop=[stop]),
               SamplingParams(temperature=0, max_tokens=71, ignore_eos=True),
               SamplingParams(temperature=0, max_tokens=96, stop_token_ids=[stop_id])):

@@ -1,10 +1,17 @@
-// The same matmul on AMX tiles for a batch of activation rows (a decode batch): one TDPBUSD per
-// 16 weight rows x 16 activation rows x one scale group (16 weights for the k-quants, the whole
-// 32-weight block for the 32-wide types) multiplies the weights' u8 codes by the activations' int8
-// codes exactly, then AVX-512 applies the group's scales in f32. VNNI (blocks.h rows_dot)
-// re-decodes each weight chunk for every 4 activation rows and spends ~5 instructions per 64
-// weights per row; here a tile op does 16 x 16 x 16 (or 32) and the unpacked codes are shared by
-// every row of the batch.
+// The same matmul on AMX tiles for a batch of activation rows (a decode batch, a verify step): one
+// TDPBUSD per 16 weight rows x 16 activation rows x one scale group (16 weights for the k-quants, the
+// whole 32-weight block for the 32-wide types) multiplies the weights' u8 codes by the activations'
+// int8 codes exactly, then AVX-512 applies the group's scales in f32. The GEMV (blocks.h rows_dot)
+// re-decodes each weight chunk for every 4 activation rows; here a tile op does 16 x 16 x 16 (or 32)
+// and the unpacked codes are shared by every row of the batch.
+//
+// exact (a verify step, native.batch_invariant): every tile op 16 wide and the f32 sums the GEMV's
+// (dot_row), operation for operation: per group a product (weight scale x activation scale), an
+// fma of the exact int32 dot into the group's own accumulator and one of the offset into another,
+// superblock after superblock, then the groups added in sum_groups' tree. A row then comes out
+// bit-identical to its 1-row decode (batch invariance) at tile speed; the accumulators live in
+// memory (16 groups x 16 weight rows), so ~30% slower than the plain epilogue, which keeps one
+// accumulator per weight row in registers.
 //
 // Tiles: C (tmm0-3) int32 [16 weight rows][16 activation rows]; A (tmm4-5) u8 codes [16 weight
 // rows][16 or 32]; B (tmm6-7) int8 activations in the VNNI layout [4 or 8][16 rows x 4]:
@@ -47,8 +54,9 @@ bool amx_usable() {  // the tier allows tiles, the CPU has AMX-INT8 and Linux le
   return ok;
 }
 
-// narrow: a tile op per 16 weights (K = 16: the k-quants' 16-wide scale groups); wide: per 32 (the
-// 32-wide block types, whose scales cover 32 weights): half the tile ops and f32 epilogues
+// narrow: a tile op per 16 weights (K = 16: the k-quants' 16-wide scale groups, and every type when
+// exact); wide: per 32 (the 32-wide block types, whose scales cover 32 weights): half the tile ops
+// and f32 epilogues
 void load_tile_config(bool wide) {
   TileConfig cfg;
   for (int i = 0; i < 4; ++i) cfg.rows[i] = 16, cfg.colsb[i] = 64;  // C
@@ -90,7 +98,7 @@ void tile_acts(const Act& act, int64_t m0, TileActs& t) {
 // `next`: weight bytes [next, next + next_bytes) the caller reads after this call (the next tile's
 // rows), prefetched a slice per chunk: the weights stream from memory once per step, and the rows
 // of a tile are read superblock by superblock, 16 strided streams no hardware prefetcher follows.
-template <class T>
+template <class T, bool exact>
 void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64_t Kp, const TileActs& t,
               int64_t m0, int64_t rows, float* y, int64_t ldy, const uint8_t* next = nullptr, int64_t next_bytes = 0) {
   struct Chunk {
@@ -100,12 +108,16 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
   alignas(64) uint8_t codes[2][16][64];
   alignas(64) int32_t c[2][4][16][16];
   alignas(64) float sw[4][16][16], ow[4][16][16];  // a ring of superblocks' scales
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  // plain: one accumulator per weight row (over activation rows); exact: one per superblock group
+  // (the GEMV's lanes) and weight row, and as many for the offsets
+  constexpr int GROUPS = exact ? 16 : 1;
+  alignas(64) __m512 acc[GROUPS][16], off[exact ? 16 : 1][16];
+  std::memset(acc, 0, sizeof acc);
+  std::memset(off, 0, sizeof off);
 
   // 32-wide blocks: a chunk is 2 blocks, codes in natural order, one K = 32 tile op each (its
   // activations: the two 16-groups j, j + 1 of the block, adjacent in t.b, one scale d)
-  constexpr bool wide = T::paired;
+  constexpr bool wide = T::paired && !exact;
   constexpr int G = wide ? 2 : 4;  // tile ops (and scale groups) per chunk
   auto products = [&](const Chunk& q, int b) {
 #define HK_GROUP(k, TA, TB)                                 \
@@ -130,17 +142,25 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
       if constexpr (wide) s = _mm512_add_ps(s, _mm512_loadu_ps(t.s.data() + (q.j[k] + 1) * 16));
       const float* sk = &sw[q.slot][0][q.grp0 + k];
       const float* ok = &ow[q.slot][0][q.grp0 + k];
-      if (T::sym) {  // o = -C s: s_w (dot d - C s_x), one fma per row
+      if constexpr (exact) {  // dot_row's arithmetic, with activation rows along the lanes
+        __m512* ag = acc[q.grp0 + k];
+        __m512* og = off[q.grp0 + k];
+        for (int i = 0; i < 16; ++i) {
+          const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(c[b][k][i]));
+          ag[i] = _mm512_fmadd_ps(dot, _mm512_mul_ps(_mm512_set1_ps(sk[16 * i]), d), ag[i]);
+          og[i] = _mm512_fmadd_ps(_mm512_set1_ps(ok[16 * i]), s, og[i]);
+        }
+      } else if (T::sym) {  // o = -C s: s_w (dot d - C s_x), one fma per row
         const __m512 ncs = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(T::C)));
         for (int i = 0; i < 16; ++i) {
           const __m512 u = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(c[b][k][i])), d, ncs);
-          acc[i] = _mm512_fmadd_ps(u, _mm512_set1_ps(sk[16 * i]), acc[i]);
+          acc[0][i] = _mm512_fmadd_ps(u, _mm512_set1_ps(sk[16 * i]), acc[0][i]);
         }
       } else {
         for (int i = 0; i < 16; ++i) {
           const __m512 dot = _mm512_cvtepi32_ps(_mm512_load_si512(c[b][k][i]));
-          acc[i] = _mm512_fmadd_ps(dot, _mm512_mul_ps(d, _mm512_set1_ps(sk[16 * i])), acc[i]);
-          acc[i] = _mm512_fmadd_ps(s, _mm512_set1_ps(ok[16 * i]), acc[i]);
+          acc[0][i] = _mm512_fmadd_ps(dot, _mm512_mul_ps(d, _mm512_set1_ps(sk[16 * i])), acc[0][i]);
+          acc[0][i] = _mm512_fmadd_ps(s, _mm512_set1_ps(ok[16 * i]), acc[0][i]);
         }
       }
     }
@@ -160,8 +180,8 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
     }
     for (int ch = 0; ch < nch; ++ch, ++n) {
       const int b = static_cast<int>(n & 1);
-      for (int64_t off = n * slice; off < std::min(next_bytes, (n + 1) * slice); off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(next + off), _MM_HINT_T1);
+      for (int64_t at = n * slice; at < std::min(next_bytes, (n + 1) * slice); at += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(next + at), _MM_HINT_T1);
       for (int i = 0; i < 16; ++i) {
         const __m512i v = T::codes(w + (n0 + i) * row_bytes, sb, ch, nb);  // paired order for 32-wide types
         _mm512_store_si512(codes[b][i], wide ? _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)) : v);
@@ -178,7 +198,17 @@ void tile_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t nb, int64
   if (n >= 1) epilogue(pending[(n - 1) & 1], static_cast<int>((n - 1) & 1));
 
   alignas(64) float out[16][16];
-  for (int i = 0; i < 16; ++i) _mm512_store_ps(out[i], acc[i]);
+  for (int i = 0; i < 16; ++i) {
+    if constexpr (exact) {  // sum_groups' tree over the groups, for 16 activation rows at once
+      __m512 v[16];
+      for (int g = 0; g < 16; ++g) v[g] = _mm512_add_ps(acc[g][i], off[g][i]);
+      for (int g = 0; g < 8; ++g) v[g] = _mm512_add_ps(v[g + 8], v[g]);
+      for (int g = 0; g < 4; ++g) v[g] = _mm512_add_ps(v[g + 4], v[g]);
+      _mm512_store_ps(out[i], _mm512_add_ps(_mm512_add_ps(v[0], v[2]), _mm512_add_ps(v[1], v[3])));
+    } else {
+      _mm512_store_ps(out[i], acc[0][i]);
+    }
+  }
   for (int64_t m = 0; m < rows; ++m)
     for (int i = 0; i < 16; ++i) y[(m0 + m) * ldy + n0 + i] = out[i][m];
 }

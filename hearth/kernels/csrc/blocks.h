@@ -274,39 +274,71 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natura
   return a;
 }
 
-// lane i of chunk c's int32 dot products covers weights 64c + 4i .. 4i + 3: group 4c + i / 4
-inline __m512i group_index(int c) {
-  return _mm512_add_epi32(_mm512_set1_epi32(4 * c),
-                          _mm512_srli_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), 2));
+// The GEMV's lanes are scale groups: a superblock's 4 chunks of 64 codes (chunk order) are
+// rearranged so that lane i of every chunk holds 4 of group i's 16 codes (chunk c, lane i: codes
+// 16 i + 4 c .. + 3). Each lane then sums one group's 16 products exactly in int32 across the
+// chunks, and a group's scales apply once per superblock instead of once per chunk (with a
+// permute each): ~14 instructions per superblock and activation row instead of ~24, what a
+// verify step's rows cost. Weights are rearranged per row as read; activations once, in place.
+inline void to_groups(__m512i q[4]) {  // G_c[i] = N_{i/4}[4 (i % 4) + c], in dwords
+  const __m512i base = _mm512_set_epi32(28, 24, 20, 16, 12, 8, 4, 0, 28, 24, 20, 16, 12, 8, 4, 0);
+  __m512i g[4];
+  for (int c = 0; c < 4; ++c) {
+    const __m512i idx = _mm512_add_epi32(base, _mm512_set1_epi32(c));
+    g[c] = _mm512_mask_mov_epi32(_mm512_permutex2var_epi32(q[0], idx, q[1]), 0xFF00,
+                                 _mm512_permutex2var_epi32(q[2], idx, q[3]));
+  }
+  for (int c = 0; c < 4; ++c) q[c] = g[c];
 }
 
-// y[m][n] for rows m0 .. m0 + MT of the activations and one weight row
+// The 16 group sums of a row, added in a fixed tree (the AMX epilogue repeats it across rows):
+// a_j = v_{j+8} + v_j, b_j = a_{j+4} + a_j, then (b_0 + b_2) + (b_1 + b_3)
+inline float sum_groups(__m512 v) {
+  const __m256 a = _mm256_add_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)), _mm512_castps512_ps256(v));
+  const __m128 b = _mm_add_ps(_mm256_extractf128_ps(a, 1), _mm256_castps256_ps128(a));
+  const __m128 c = _mm_add_ps(b, _mm_movehl_ps(b, b));  // c_0 = b_0 + b_2, c_1 = b_1 + b_3
+  return _mm_cvtss_f32(_mm_add_ss(c, _mm_movehdup_ps(c)));
+}
+
+// An Act's codes into the GEMV's group order (to_groups), in place; after tile_acts has read them
+void group_codes(Act& act) {
+  for (Layout* l : {&act.natural, &act.paired}) {
+    if (!l->q) continue;
+    for (int64_t m = 0; m < act.M; ++m)
+      for (int64_t sb = 0; sb < act.Kp / SB; ++sb) {
+        int8_t* at = l->q + m * act.Kp + sb * SB;
+        __m512i q[4];
+        for (int c = 0; c < 4; ++c) q[c] = _mm512_loadu_si512(at + 64 * c);
+        to_groups(q);
+        for (int c = 0; c < 4; ++c) _mm512_storeu_si512(at + 64 * c, q[c]);
+      }
+  }
+}
+
+// y[m][n] for rows m0 .. m0 + MT of the activations (codes in group order: group_codes) and one
+// weight row
 template <class T, int MT>
 void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy) {
   const Layout& a = act.get(T::paired);
-  __m512 acc[MT], off[MT], cs[MT];
+  __m512 acc[MT], off[MT];
   for (int m = 0; m < MT; ++m) acc[m] = off[m] = _mm512_setzero_ps();
   const int64_t g = act.Kp / 16;
   for (int64_t sb = 0; sb < act.Kp / SB; ++sb) {
     __m512 vs, vo;
     const int nch = T::scales(row, sb, nb, vs, vo);
-    for (int m = 0; m < MT; ++m) {  // per 16 weights: weight scale x activation scale; offsets
-      const int64_t at = (m0 + m) * g + 16 * sb;
-      cs[m] = _mm512_mul_ps(vs, _mm512_loadu_ps(a.d16 + at));
+    __m512i q[4];  // a short last superblock's missing chunks: zero codes (and zero activations)
+    for (int c = 0; c < 4; ++c) q[c] = c < nch ? T::codes(row, sb, c, nb) : _mm512_setzero_si512();
+    to_groups(q);
+    for (int m = 0; m < MT; ++m) {
+      const int8_t* qa = a.q + (m0 + m) * act.Kp + sb * SB;
+      __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_loadu_si512(qa));
+      for (int c = 1; c < 4; ++c) dp = _mm512_dpbusd_epi32(dp, q[c], _mm512_loadu_si512(qa + 64 * c));
+      const int64_t at = (m0 + m) * g + 16 * sb;  // per group: weight scale x activation scale; offsets
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_mul_ps(vs, _mm512_loadu_ps(a.d16 + at)), acc[m]);
       off[m] = _mm512_fmadd_ps(vo, _mm512_loadu_ps(a.a16 + at), off[m]);
     }
-    for (int c = 0; c < 4; ++c) {
-      if (c >= nch) break;
-      const __m512i codes = T::codes(row, sb, c, nb);
-      const __m512i idx = group_index(c);
-      for (int m = 0; m < MT; ++m) {
-        const __m512i qa = _mm512_loadu_si512(a.q + (m0 + m) * act.Kp + sb * SB + 64 * c);
-        const __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, qa);
-        acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp), _mm512_permutexvar_ps(idx, cs[m]), acc[m]);
-      }
-    }
   }
-  for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc[m], off[m]));
+  for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = sum_groups(_mm512_add_ps(acc[m], off[m]));
 }
 
 #include "rows_dot.h"  // after dot_row and Act: the row loop both libraries share

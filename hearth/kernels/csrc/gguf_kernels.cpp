@@ -115,20 +115,26 @@ int threads_for(double work) {  // work ~ weight bytes x rows of activations
 template <class T>
 struct TileRows {  // whole 16-row tiles of weight rows n0 .. n1 on AMX
   static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
-                  const std::vector<TileActs>& tiles, float* y, int64_t ldy) {
-    load_tile_config(T::paired);  // every call: other kernels (gemm_bf16.h, oneDNN) reconfigure the tiles
+                  const std::vector<TileActs>& tiles, float* y, int64_t ldy, bool exact) {
+    load_tile_config(T::paired && !exact);  // every call: other kernels (gemm_bf16.h, oneDNN) reconfigure the tiles
     for (int64_t n = n0; n + 16 <= n1; n += 16)
       for (size_t mt = 0; mt < tiles.size(); ++mt) {
         const bool prefetch = mt == 0 && n + 32 <= n1;  // the next tile's rows
-        tile_dot<T>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, std::min<int64_t>(16, a.M - 16 * mt), y, ldy,
-                    w + (n + 16) * row_bytes, prefetch ? 16 * row_bytes : 0);
+        const int64_t rows = std::min<int64_t>(16, a.M - 16 * mt), ahead = prefetch ? 16 * row_bytes : 0;
+        const uint8_t* next = w + (n + 16) * row_bytes;
+        if (exact)
+          tile_dot<T, true>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, rows, y, ldy, next, ahead);
+        else
+          tile_dot<T, false>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, rows, y, ldy, next, ahead);
       }
   }
 };
 
 // y[:, part columns] = a @ W.T, rows of every part split evenly over the threads (in whole tiles of
-// 16 rows when `tiles` are given: AMX; a part's last rows % 16 go through the VNNI loop)
-bool run(const Plan& p, const Act& a, float* y, int64_t ldy, const std::vector<TileActs>* tiles = nullptr) {
+// 16 rows when `tiles` are given: AMX, summing as the GEMV when exact; a part's last rows % 16 go
+// through the GEMV)
+bool run(const Plan& p, const Act& a, float* y, int64_t ldy, const std::vector<TileActs>* tiles = nullptr,
+         bool exact = false) {
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * a.M)) reduction(| : bad)
   {
@@ -136,7 +142,7 @@ bool run(const Plan& p, const Act& a, float* y, int64_t ldy, const std::vector<T
     for (const Part& q : p.parts) {
       if (tiles) {
         const int64_t ntiles = q.rows / 16, t0 = 16 * (ntiles * t / T), t1 = 16 * (ntiles * (t + 1) / T);
-        if (t1 > t0 && !dispatch<TileRows>(q.qtype, q.w, q.row_bytes, t0, t1, q.nb, a, *tiles, y + q.out_col, ldy)) bad = 1;
+        if (t1 > t0 && !dispatch<TileRows>(q.qtype, q.w, q.row_bytes, t0, t1, q.nb, a, *tiles, y + q.out_col, ldy, exact)) bad = 1;
         if (t == T - 1 && q.rows % 16 &&
             !dispatch<RowsDot>(q.qtype, q.w, q.row_bytes, 16 * ntiles, q.rows, q.nb, a, y + q.out_col, ldy))
           bad = 1;
@@ -498,10 +504,11 @@ bool gemm_dpbf16(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y
 
 thread_local std::vector<TileActs> tile_acts_buf;
 
-// Steps of up to this many rows (below a plan's gemm_min_rows) stay on the GEMV, whose rows are
-// bit-identical at every row count: set by the runner around a step that verifies drafts, so a
-// 30-row verify step sums each row as a 1-row decode does. 0: the batch GEMMs from their row count.
-int64_t gemv_max_rows = 0;
+// Steps of up to this many rows (below a plan's gemm_min_rows) sum every row as the GEMV does, whose
+// rows are bit-identical at every row count: on the GEMV, or with AMX on exact tiles (amx.h). Set by
+// the runner around a step that verifies drafts, so a 30-row verify step sums each row as a 1-row
+// decode does. 0: the batch GEMMs' own sums from their row count.
+int64_t invariant_rows = 0;
 
 // y = rmsnorm(x) @ W.T (norm_w optional): on AMX bf16 tiles for a prefill (the norm applied as x is
 // packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI
@@ -512,14 +519,16 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
   if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
   x = normed(x, M, p.K, ldx, norm_w, eps);
   if (dp_gemm_for(p, M)) return gemm_dpbf16(p, x, M, ldx, y, ldy);
-  const bool gemv = M <= gemv_max_rows;  // a verify step: every row summed as a decode row
-  if (!gemv && vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
-  const bool amx = !gemv && M >= AMX_MIN_ROWS && amx_usable();
-  const Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx);
-  if (!amx) return run(p, a, y, ldy);
-  tile_acts_buf.resize((M + 15) / 16);
-  for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
-  return run(p, a, y, ldy, &tile_acts_buf);
+  const bool exact = M <= invariant_rows;  // a verify step: every row summed as a decode row
+  if (!exact && vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
+  const bool amx = M >= AMX_MIN_ROWS && amx_usable();
+  Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx || exact);
+  if (amx) {
+    tile_acts_buf.resize((M + 15) / 16);
+    for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
+  }
+  group_codes(a);  // the GEMV's order (the tiles' rows past a multiple of 16 take the GEMV too)
+  return run(p, a, y, ldy, amx ? &tile_acts_buf : nullptr, exact);
 }
 
 // r += y (after an RMSNorm of y's rows with post_w when given, as rmsnorm_row rounds it); y: [M, N]
@@ -828,8 +837,8 @@ int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
 // for the int8 VNNI GEMM (gemm_vnni.h)
 int hk_batch_min_rows() { return amx_usable() ? AMX_MIN_ROWS : VNNI_GEMM_MIN_ROWS; }
 
-// Matmuls of up to n rows run on the GEMV (gemv_max_rows) until the next call; 0 restores the batch GEMMs
-void hk_set_gemv_rows(int64_t n) { gemv_max_rows = n; }
+// Matmuls of up to n rows sum as the GEMV (invariant_rows) until the next call; 0 restores the batch GEMMs
+void hk_set_invariant_rows(int64_t n) { invariant_rows = n; }
 
 // 1 when those batches run on the int8 VNNI GEMM (no AMX tiles here), else 0
 int hk_vnni_gemm() { return amx_usable() ? 0 : 1; }
