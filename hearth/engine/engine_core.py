@@ -77,7 +77,7 @@ class EngineCore:
         seconds = time.perf_counter() - t0
         changed = self.scheduler.update(so, result)
         if self.spec is not None:
-            if so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # decode-only: what drafts cost
+            if result.steady and so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # what drafts cost
                 self.spec.timed(so.num_tokens, seconds)
             self.spec.observe(self.scheduler.spec_results)
             self.scheduler.spec_results = []

@@ -66,6 +66,11 @@ class DraftModel:
         """request id -> (start of its drafts, the drafts) of the step being verified."""
         self.probs: dict[str, torch.Tensor] = {}
         """request id -> q [k, V]: the distributions its drafts were drawn from (sampled requests)."""
+        self._due: dict[str, int] = {}
+        """request id -> the tokens its next step catches up when it drafts right after this one."""
+        self.steady = True
+        """False after a draft() that computed more than a step's catch-up (a prompt, the tokens of
+        a pause): that step's time is not what its rows cost."""
         self.tree_depth = 0
         """Trees (speculative_config.tree_budget): the chain drafted is this deep at most, and the
         slots past it take DDTree's best-first branches from the chain's per-position top-k. 0:
@@ -73,6 +78,7 @@ class DraftModel:
 
     def forget(self, request_id: str) -> None:
         self.states.pop(request_id, None)
+        self._due.pop(request_id, None)
 
     def invalidate(self, block_ids: list[int]) -> None:
         """These blocks' target K/V were replaced without the draft's (loaded from the disk tier)."""
@@ -84,11 +90,16 @@ class DraftModel:
         generator: (request id, params) -> the request's torch.Generator (None for greedy)."""
         self._last, self.probs = {}, {}
         qs: dict[int, list[torch.Tensor]] = {}
+        self.steady = True
         if not so.seqs:
             return so
         work = [i for i, s in enumerate(so.seqs) if s.num_draft_slots]
         self._prefix_work = []
         catch_up = {i: self._queue(s, i in work) for i, s in enumerate(so.seqs)}  # i -> (valid before, first position, tokens)
+        # a step catches up what the last one's verification left (observe) and its new token;
+        # more is a prompt or a pause made up for once
+        due = [self._due.pop(s.request_id, 1) for s in so.seqs]
+        self.steady = not self._prefix_work and all(len(catch_up[i][2]) <= due[i] for i in work)
         self._prefill(self._prefix_work)
         self._track_blocks(so, [catch_up[i][0] for i in range(len(so.seqs))])
         if not work:
@@ -142,6 +153,7 @@ class DraftModel:
             v = min(on_chain, len(d) - 1)  # drafts 1..k-1 were fed through the draft
             st.valid = start + v
             st.pending = accepted[v:]
+            self._due[rid] = len(st.pending) + 1
         self._last = {}
 
     def _queue(self, s, now: bool) -> tuple[int, int, list[int]]:

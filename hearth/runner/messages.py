@@ -92,6 +92,9 @@ class RunnerOutput:
     accepted: dict[str, list[SampledToken]] = field(default_factory=dict)
     """request_id -> its drafts the target accepted, in order, before `sampled` (sequences with
     drafts only; absent or [] = none accepted)."""
+    steady: bool = True
+    """False: the step did one-off work beside its rows (the draft model catching up a prompt or
+    a pause), so its time is not what a step of its rows costs (hearth.spec_decode.cost)."""
     drafted: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
     """request_id -> (tokens, parents) of the drafts the runner's draft model wrote into its slots
     (method draft; parents [] for a chain): what was verified, for the acceptance statistics."""

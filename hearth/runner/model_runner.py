@@ -145,6 +145,7 @@ class ModelRunner:
         filled = self.drafter.draft(so, self._generator)  # the draft's K/V catch up, its drafts fill the slots
         out = self._run(filled)
         out.drafted = {s.request_id: (s.spec_token_ids, s.spec_parents) for s in filled.seqs if s.spec_token_ids}
+        out.steady = self.drafter.steady
         self.drafter.observe(out)
         return out
 

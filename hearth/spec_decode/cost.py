@@ -4,10 +4,11 @@ A step's time grows with the rows it computes, but not in a line: on the GEMV ea
 ~a fifth of a decode step, while from 10 rows on AMX tiles take 16 rows for the price of ~9
 (measured on Qwen2.5-Coder-1.5B: 1 row 46 ms, 4: 67, 9: 131, 16: 132, 32: 251). So the policy
 keeps the time of decode-only steps per row count, smoothed, and reads a draft length's cost from
-it. Lengths grow one row past the longest measured at a time, that row priced as the longest
-measured: optimism, so a longer draft that might pay is tried and measured, and the policy
-(best_length) takes it only when that beats the best shorter one by a margin, so where the
-extra drafts are rarely accepted the growth stops."""
+it. Lengths past the longest measured are priced as the longest measured: optimism, so a long
+draft that might pay is tried once and then known, and the policy (best_length) takes it only when
+that beats the best shorter one by a margin. A length never costs more than a longer one measured
+(the kernels' regimes make 9 rows dearer than 16: the policy then jumps from 4 to 16, where
+creeping up one row at a time would stop at the dear 9)."""
 
 from __future__ import annotations
 
@@ -33,16 +34,16 @@ class StepCost:
         return [1.0 + self.prior * k for k in range(most + 1)]
 
     def costs(self, rows: int, most: int) -> list[float] | None:
-        """[k]: the time of a step of rows + k rows over one of `rows`, for k from 0 to at most
-        `most` and one past the longest count measured: measured, else linear between the measured
-        counts around it; that last one as the longest measured (optimism: tried, then measured).
-        None until a step of `rows` rows was measured (the caller drafts nothing, which measures it)."""
+        """[k]: the time of a step of rows + k rows over one of `rows`, for k from 0 to `most`:
+        measured, else linear between the measured counts around it, past the longest measured as
+        that one (optimism: tried, then measured); none above a longer one's. None until a step of
+        `rows` rows was measured (the caller drafts nothing, which measures it)."""
         base = self.seconds.get(rows)
         if base is None:
             return None
-        seen = sorted(r for r in self.seconds if rows <= r <= rows + most)
+        seen = sorted(r for r in self.seconds if r >= rows)
         out, lo = [], rows
-        for r in range(rows, min(rows + most, seen[-1] + 1) + 1):
+        for r in range(rows, rows + most + 1):
             if r in self.seconds:
                 t, lo = self.seconds[r], r
             elif r > seen[-1]:
@@ -51,4 +52,6 @@ class StepCost:
                 hi = next(h for h in seen if h > r)
                 t = self.seconds[lo] + (self.seconds[hi] - self.seconds[lo]) * (r - lo) / (hi - lo)
             out.append(t / base)
+        for k in range(len(out) - 2, -1, -1):
+            out[k] = min(out[k], out[k + 1])
         return out

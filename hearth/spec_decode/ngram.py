@@ -10,17 +10,64 @@ continuation most occurrences agree on.
 
 Each request keeps an index, n-gram -> ends of its latest occurrences that have a continuation,
 extended by the tokens new since the last step: O(new tokens x n-gram sizes) per step, never a
-rescan of the context."""
+rescan of the context.
+
+An edit (a rename, a changed line) copies most of a text and changes a few spans. Past a changed
+span the last n tokens occur nowhere before, so lookup alone has nothing to offer until n tokens
+of the copy came back one step at a time. A CopyCursor follows where the output copies from: while
+the copy holds it proposes what follows there; right after the output departs from it, it proposes
+the copy from one token on (a changed token replaced by one) unless lookup knows better (the same
+edit made earlier in the output), and picks the copy up again where the output's next token turns
+up in the few tokens after the break."""
 
 from __future__ import annotations
 
 import heapq
+from dataclasses import dataclass
 
 from hearth.spec_decode.proposer import DraftRequest, Proposer
 from hearth.spec_decode.tree import DraftTree
 
 OCCURRENCES = 8
 """Earlier occurrences of an n-gram kept per request: the branches a tree may offer."""
+RESYNC_WINDOW = 8
+"""Tokens of the copy after a break searched for the output's next token (a changed span's length)."""
+MIN_RUN = 3
+"""Tokens copied in a row before a break is taken for an edit the copy resumes after (else the
+cursor is dropped: the output was never copying there)."""
+PATIENCE = 6
+"""Output tokens after a break within which the copy must resume, else the cursor is dropped."""
+
+
+@dataclass(slots=True)
+class CopyCursor:
+    at: int
+    """tokens[at]: the next token of the copy (after a break: the first one the output left out)."""
+    run: int = 0
+    """Tokens copied in a row."""
+    edit: int = 0
+    """Output tokens since the copy broke (0: copying)."""
+
+    def advance(self, tokens: list[int], i: int) -> bool:
+        """tokens[i], the output's next token, against the copy; False: the copy is lost."""
+        t = tokens[i]
+        if not self.edit and tokens[self.at] == t:
+            self.at, self.run = self.at + 1, self.run + 1
+            return True
+        if not self.edit and self.run < MIN_RUN:
+            return False
+        # the copy from the break on (from the token after it when copying: a left-out span)
+        lo = self.at + (not self.edit)
+        q = next((j for j in range(lo, min(self.at + RESYNC_WINDOW, i)) if tokens[j] == t), None)
+        if q is not None:
+            self.at, self.run, self.edit = q + 1, 1, 0
+            return True
+        self.edit += 1
+        return self.edit <= PATIENCE
+
+    def start(self) -> int:
+        """Where the proposal starts: the copy's next token, or after a break the one after it."""
+        return self.at + 1 if self.edit else self.at
 
 
 class NgramIndex:
@@ -52,13 +99,15 @@ class NgramIndex:
                 return e[::-1]
         return []
 
-    def propose(self, k: int) -> list[int]:
-        ends = self._match()
+    def propose(self, k: int, ends: list[int] | None = None) -> list[int]:
+        """The continuation of ends[0] (default: the longest match's latest occurrence)."""
+        ends = self._match() if ends is None else ends
         return self.tokens[ends[0] : ends[0] + k] if ends else []
 
-    def propose_tree(self, budget: int, depth: int) -> DraftTree | None:
-        """Up to `budget` nodes, `depth` deep, from every kept occurrence's continuation."""
-        ends = self._match()
+    def propose_tree(self, budget: int, depth: int, ends: list[int] | None = None) -> DraftTree | None:
+        """Up to `budget` nodes, `depth` deep, from the continuations of ends (default: every kept
+        occurrence of the longest match), ranked in that order on ties."""
+        ends = self._match() if ends is None else ends
         if not ends:
             return None
         trie: dict[tuple[int, int], list[int]] = {}  # (trie parent, token) -> [id, count, recency]
@@ -93,21 +142,47 @@ class NgramProposer(Proposer, method="ngram"):
     def __init__(self, config) -> None:
         super().__init__(config)
         self.indexes: dict[str, NgramIndex] = {}
+        self.cursors: dict[str, CopyCursor] = {}
+
+    def _starts(self, rid: str, index: NgramIndex, have: int) -> list[int]:
+        """Where drafts start, best first: the copy's next token while it holds, else the latest
+        occurrences of the longest match, the copy after its break last."""
+        cursor = self.cursors.get(rid)
+        for i in range(have, len(index.tokens) if cursor else have):
+            if not cursor.advance(index.tokens, i):
+                del self.cursors[rid]
+                cursor = None
+                break
+        ends = index._match()
+        if cursor is None:
+            if ends:
+                self.cursors[rid] = CopyCursor(ends[0])
+            return ends
+        first = cursor.start()
+        if first >= len(index.tokens):
+            return ends
+        if cursor.edit > 1:  # the changed span is longer than a token: wait for the copy's return
+            return ends
+        rest = [e for e in ends if e != first]
+        return [first, *rest] if not cursor.edit or not ends else [*rest, first]
 
     def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int] | DraftTree]:
-        out = {}
+        out, c = {}, self.config
         for req, k in zip(requests, num_tokens):
             index = self.indexes.get(req.request_id)
             if index is None:
-                c = self.config
                 index = self.indexes[req.request_id] = NgramIndex(c.prompt_lookup_min, c.prompt_lookup_max)
             have = len(index.tokens)
             index.extend(req.token_slice(have, req.num_tokens - have))
-            c = self.config
-            draft = index.propose_tree(k, min(k, c.num_speculative_tokens)) if c.tree_budget else index.propose(k)
+            starts = self._starts(req.request_id, index, have)
+            if c.tree_budget:
+                draft = index.propose_tree(k, min(k, c.num_speculative_tokens), starts)
+            else:
+                draft = index.propose(k, starts)
             if draft:
                 out[req.request_id] = draft
         return out
 
     def forget(self, request_id: str) -> None:
         self.indexes.pop(request_id, None)
+        self.cursors.pop(request_id, None)

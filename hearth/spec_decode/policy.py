@@ -2,8 +2,9 @@
 
 Per request, the draft length follows recent acceptance (a run of fully accepted drafts grows it
 back to K, a partial accept sets it to what was accepted plus one), capped by what pays: with the
-draft token's cost measured on this machine's steps (hearth.spec_decode.cost) and the request's
-acceptance rate per position, best_length picks the length with the most tokens per unit of time,
+step time per row count measured on this machine (hearth.spec_decode.cost) and the request's
+acceptance rate at each draft position (hearth.spec_decode.acceptance), best_length picks the
+length with the most tokens per unit of time,
 0 when none beats plain decoding. A request with nothing worth drafting, or whose drafts missed
 POLICY.misses_to_pause times in a row (hearth.spec_decode.thresholds), pauses and re-probes after
 a pause that doubles each time it fails again. A step with `disable_by_batch_size` running
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
+from hearth.spec_decode.acceptance import Acceptance
 from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.cost import StepCost
 from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
@@ -78,30 +80,24 @@ class _Track:
     misses: int = 0
     paused_until: int = 0
     pause: int = POLICY.first_pause
-    hits: float = 0.0
-    """Drafts accepted, and positions tried (up to and with the first rejected one), recent ones
-    weighing most: the request's own acceptance rate per position."""
-    tries: float = 0.0
+    acceptance: Acceptance = field(default_factory=Acceptance)
+    """The request's own, recent drafts weighing most."""
 
 
-def best_length(alpha: float, costs: list[float], batch: int) -> int:
+def best_length(rates: list[float], costs: list[float], batch: int) -> int:
     """The draft length k < len(costs) that makes the most tokens per unit of step time, each
     longer one taken only when it beats the best shorter one (plain decoding first) by
     POLICY.min_gain: with `batch` sequences decoding, k drafts make batch + E(k) tokens in
-    costs[k] steps' time, E(k) = alpha + alpha^2 + ... + alpha^k (a draft is accepted with
-    probability alpha once the ones before it were)."""
+    costs[k] steps' time, E(k) = a1 + a1 a2 + ... + a1 a2 ... ak (draft j is accepted with
+    probability aj = rates[j - 1] once the ones before it were)."""
     best, best_rate, gained, p = 0, 1.0, 0.0, 1.0
-    for k in range(1, len(costs)):
-        p *= alpha
+    for k in range(1, min(len(costs), len(rates) + 1)):
+        p *= rates[k - 1]
         gained += p
         rate = (batch + gained) / (batch * costs[k])
         if rate > best_rate * (1.0 + POLICY.min_gain):
             best, best_rate = k, rate
     return best
-
-
-def _decayed(total: float, new: float) -> float:
-    return POLICY.acceptance_decay * total + new
 
 
 class SpeculativeDecoder:
@@ -114,7 +110,7 @@ class SpeculativeDecoder:
         self.tracks: dict[str, _Track] = {}
         self.step = 0
         self.cost = cost
-        self.hits, self.tries = POLICY.prior_acceptance, 1.0  # every request's, the prior of a new one
+        self.acceptance = Acceptance()  # every request's: the prior of each request's own
 
     def timed(self, rows: int, seconds: float) -> None:
         """A step in which every sequence decoded (no prompt chunk): its rows and time."""
@@ -128,14 +124,15 @@ class SpeculativeDecoder:
         if self.cost is None:
             return t.k
         most = self.config.max_drafts
+        prior = POLICY.prior_acceptance
         if req.params.seed is not None and not req.params.greedy:
-            prior, costs = POLICY.prior_acceptance, self.cost.prior_costs(most)
+            costs = self.cost.prior_costs(most)
         else:
-            prior, costs = self.hits / self.tries, self.cost.costs(batch, most)
+            costs = self.cost.costs(batch, most)
             if costs is None:
                 return 0
-        w = POLICY.prior_weight  # the request's own rate, pulled towards everyone's while it has few tries
-        return best_length((t.hits + w * prior) / (t.tries + w), costs, batch)
+            prior = self.acceptance.rates(prior, 1)[0]  # a first draft's rate over every request
+        return best_length(t.acceptance.rates(prior, most), costs, batch)
 
     def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:
         """Drafts for the requests that decode their next token this step; num_running: the
@@ -187,12 +184,11 @@ class SpeculativeDecoder:
                 s.accepted_per_pos.extend([0] * (accepted - len(s.accepted_per_pos)))
             for i in range(accepted):
                 s.accepted_per_pos[i] += 1
-            tried = accepted + (accepted < depth)  # positions up to and with the first rejected one
-            self.hits, self.tries = _decayed(self.hits, accepted), _decayed(self.tries, tried)
+            self.acceptance.observe(accepted, depth)
             t = self.tracks.get(rid)
             if t is None:
                 continue
-            t.hits, t.tries = _decayed(t.hits, accepted), _decayed(t.tries, tried)
+            t.acceptance.observe(accepted, depth)
             if accepted == depth:
                 t.k = min(K, t.k + 1)
             else:  # a tree keeps half its budget for branches: a width-1 tree is a chain

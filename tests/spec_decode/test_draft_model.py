@@ -173,3 +173,24 @@ def test_draft_catches_up_on_blocks_loaded_from_the_disk_tier(model_path, tmp_pa
     assert kv.stats.disk_hits >= 3 * kv.block_size  # the prompt came from disk
     assert got.token_ids == want.token_ids
     assert drafted >= 60 and (drafted2, accepted2) == (drafted, accepted)
+
+
+def test_a_step_in_which_the_draft_catches_up_a_prompt_is_not_timed(self_draft):
+    """The draft model computes a new request's prompt in its first decode step: that step's time
+    is a prefill's, and priced as a verify step's it would make every draft look dear."""
+    runner, steady = self_draft.runner, []
+    execute = runner.execute
+
+    def timed(so):
+        out = execute(so)
+        if so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):
+            steady.append(out.steady)
+        return out
+
+    runner.execute = timed
+    try:
+        generate(self_draft, CODE, GREEDY)
+    finally:
+        runner.execute = execute
+    assert steady[0] is False  # the prompt caught up
+    assert len(steady) > 10 and all(steady[1:])  # then one step's verified tokens each step

@@ -120,3 +120,44 @@ def test_proposer_offers_trees_with_a_tree_budget():
     tree = prop.propose([req], [4])["r"]
     # ties go to the more recent occurrence: 3 5, then 2 5 (the oldest, 1, is left out)
     assert (tree.tokens, tree.parents) == ([3, 5, 2, 5], [-1, 0, -1, 2])
+
+
+def copying(prompt, output, k=4):
+    """What the n-gram proposer drafts after each output token of a request copying its prompt."""
+    prop = NgramProposer(SpeculativeConfig(num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=3))
+    req = Request("r", prompt, SamplingParams(), frozenset(), 100)
+    drafts = []
+    for t in output:
+        req.output_token_ids.append(t)
+        drafts.append(prop.propose([req], [k]).get("r", []))
+    return drafts
+
+
+def test_the_copy_goes_on_past_an_edit():
+    """The output copies the prompt (tokens 10..29) but for a changed span: past it, lookup alone
+    has nothing (the last two tokens occur nowhere before); the cursor proposes the copy's rest."""
+    src = list(range(10, 30))
+    assert NgramIndex(2, 3).propose(4) == []
+    renamed = copying(src, [10, 11, 12, 13, 14, 99, 16, 17])  # 15 -> 99
+    assert renamed[4] == [15, 16, 17, 18] and renamed[5] == [16, 17, 18, 19]  # the copy after the 15
+    assert renamed[6] == [17, 18, 19, 20]
+    longer = copying(src, [10, 11, 12, 13, 14, 98, 97, 16])  # 15 -> 98 97
+    assert longer[5] == [16, 17, 18, 19]  # the one-token guess...
+    assert longer[6] == []  # ... wrong: wait for the copy's return
+    assert longer[7] == [17, 18, 19, 20]  # 16 found after the break: copying again
+    cut = copying(src, [10, 11, 12, 13, 14, 17])  # 15 16 left out
+    assert cut[5] == [18, 19, 20, 21]
+    index = NgramIndex(2, 3)  # the control: lookup alone after each of those edits
+    index.extend(src + [10, 11, 12, 13, 14, 99])
+    assert index.propose(4) == []
+
+
+def test_the_cursor_is_dropped_where_the_output_stops_copying():
+    src = list(range(10, 30))
+    copied = [10, 11, 12, 13, 14, 15]
+    back = copying(src, copied + [50, 51, 52] + [16])  # three new tokens, then the copy again
+    assert back[-1] == [17, 18, 19, 20]
+    gone = copying(src, copied + [50 + i for i in range(8)] + [16])  # more than PATIENCE: dropped
+    assert gone[-1] == [] and all(d == [] for d in gone[7:])
+    short = copying(src, [10, 11, 60, 12])  # two tokens copied are a match, not a copy yet
+    assert short[2] == [] and short[3] == []
