@@ -47,6 +47,10 @@ class _DraftState:
     """Committed tokens at positions valid.. that the draft has not computed yet: an accepted last
     draft (the target computed it, the draft only proposed it), the tokens of steps without slots,
     a prefix-cache hit's blocks whose draft K/V are not valid."""
+    hit: int = 0
+    """The first `hit` pending tokens are a prefix hit's: computed as a prefill of their own (as the
+    target computed them) when the request first drafts, not before: a batch too big to draft in
+    never pays for them."""
 
 
 class DraftModel:
@@ -166,12 +170,14 @@ class DraftModel:
         if admitted:
             st = self.states[s.request_id] = self._admitted(s)
         before = st.valid
-        if admitted and st.pending:  # a hit's blocks without valid draft K/V: now, as the target computed them (a prefill)
-            self._prefix_work.append((st.valid, st.pending, s.block_ids))
-            st.valid, st.pending = s.start_pos, []
+        if admitted:
+            st.hit = len(st.pending)
         st.pending.extend(s.token_ids)
         if not now:
             return before, st.valid, []
+        if st.hit:  # a hit's blocks without valid draft K/V: a prefill, as the target computed them
+            self._prefix_work.append((st.valid, st.pending[: st.hit], s.block_ids))
+            st.valid, st.pending, st.hit = st.valid + st.hit, st.pending[st.hit :], 0
         start, tokens = st.valid, st.pending
         st.valid, st.pending = start + len(tokens), []
         return before, start, tokens

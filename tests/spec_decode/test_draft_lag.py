@@ -77,6 +77,21 @@ def test_a_prefix_hit_catches_up_from_its_first_block_without_valid_draft_kv():
     assert d.valid_blocks == {0, 1}
 
 
+def test_a_prefix_hit_without_slots_computes_nothing_until_it_drafts():
+    """A batch too big to draft in (64 requests sharing a prompt) must not pay the draft's prefill
+    of every hit: the hit's blocks wait like a prompt, then come as the same prefill."""
+    d = drafter()
+    step(d, seq("a", list(range(1, 9)), 0, [0, 1], slots=1))
+    d.invalidate([1])
+    d.model.calls.clear()
+    step(d, seq("b", [9], 8, [0, 1, 2], prefix=range(1, 9)))  # no slots: drafts off
+    step(d, seq("b", [10], 9, [0, 1, 2]))
+    assert d.model.calls == []
+    step(d, seq("b", [11], 10, [0, 1, 2], slots=1))
+    assert d.model.calls == [[4, 5, 6, 7], [8, 9, 10]]  # positions: the hit as it was, then the queue
+    assert not d.steady  # a catch-up, not a step's price
+
+
 def test_blocks_the_target_fills_while_the_draft_lags_lose_their_draft_kv():
     d = drafter()
     step(d, seq("a", list(range(1, 5)), 0, [3], slots=1))
