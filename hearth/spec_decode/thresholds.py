@@ -27,7 +27,8 @@ class PolicyThresholds:
     prior_acceptance: float = 0.6
     """Acceptance rate per draft position assumed before any draft was verified."""
     prior_weight: float = 2.0
-    """Positions' worth of weight the rate over every request has in a request's own estimate."""
+    """Tries' worth of weight a draft position's prior has in its rate (hearth.spec_decode.acceptance:
+    the first position's prior is the rate over every request, a later one's the position before)."""
     acceptance_decay: float = 0.9
     """Weight an acceptance count keeps per later verified step (recent drafts count most)."""
     draft_token_cost: float = 0.25
