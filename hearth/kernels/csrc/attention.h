@@ -188,13 +188,15 @@ void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, fl
       }
       const __mmask16 k = tail_mask(r);
       for (int64_t h = 0; h < H; ++h) {
-        __m512 t[16];
-        const float* qh = qs + h * D;
+        __m512 t[16], qv[DV];
         const float* kh = kt + h / G * DV * 16;
+        // the head's q in registers: loads from qs could alias the kt stores, so the compiler
+        // would reload them for every key (two loads per fma instead of one)
+        for (int c = 0; c < DV; ++c) qv[c] = _mm512_loadu_ps(qs + h * D + 16 * c);
         for (int j = 0; j < 16; ++j) {
           if (j >= r) { t[j] = _mm512_setzero_ps(); continue; }
-          t[j] = _mm512_mul_ps(_mm512_loadu_ps(qh), _mm512_load_ps(kh + j * W * 16));
-          for (int c = 1; c < DV; ++c) t[j] = _mm512_fmadd_ps(_mm512_loadu_ps(qh + 16 * c), _mm512_load_ps(kh + (j * W + c) * 16), t[j]);
+          t[j] = _mm512_mul_ps(qv[0], _mm512_load_ps(kh + j * W * 16));
+          for (int c = 1; c < DV; ++c) t[j] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kh + (j * W + c) * 16), t[j]);
         }
         __m512 v = sum16(t);
         if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
@@ -275,13 +277,15 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
           work += static_cast<double>(n) / split * G * d;
         }
     }
-  std::vector<float> partials(parts * G * (d + 2));
+  thread_local std::vector<float> partials_buf;  // every part is written before it is read: no zeroing
+  if (static_cast<int64_t>(partials_buf.size()) < parts * G * (d + 2)) partials_buf.resize(parts * G * (d + 2));
+  float* partials = partials_buf.data();
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
   for (int64_t i = 0; i < ntasks; ++i) {
     const AttnTask& k = tasks[i];
     float m[MAX_TASK_HEADS], l[MAX_TASK_HEADS];
-    float* acc = k.part >= 0 ? partials.data() + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
+    float* acc = k.part >= 0 ? partials + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
     attend(k, m, l, acc);
     if (k.part >= 0) {
       std::copy(m, m + G, acc + G * d);
@@ -291,9 +295,17 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
         for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
     }
   }
-  for (int64_t i = 0; i < ntasks;) {  // merge: weights exp(m_j - max m) for each range's sum and accumulator
+  // merge, each split (row, group) on its own: weights exp(m_j - max m) for each range's sum and
+  // accumulator. Its tasks are consecutive; the order of its ranges is the one of a 1-row call.
+  std::vector<int64_t> firsts;
+  for (int64_t i = 0; i < ntasks; ++i)
+    if (tasks[i].part >= 0 && (i == 0 || tasks[i - 1].row != tasks[i].row || tasks[i - 1].g != tasks[i].g))
+      firsts.push_back(i);
+  const int64_t nmerge = static_cast<int64_t>(firsts.size());
+#pragma omp parallel for schedule(static) num_threads(nmerge * G * d < 65536 ? 1 : nt)
+  for (int64_t f = 0; f < nmerge; ++f) {
+    const int64_t i = firsts[f];
     const AttnTask& first = tasks[i];
-    if (first.part < 0) { ++i; continue; }
     int64_t e = i;
     while (e < ntasks && tasks[e].row == first.row && tasks[e].g == first.g) ++e;
     float* o = out + first.row * ldo + first.g * G * d;
@@ -302,14 +314,13 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
       for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * G * (d + 2) + G * d + h]);
       std::fill(o + h * d, o + (h + 1) * d, 0.0f);
       for (int64_t j = i; j < e; ++j) {
-        const float* p = partials.data() + tasks[j].part * G * (d + 2);
+        const float* p = partials + tasks[j].part * G * (d + 2);
         const float w = std::exp(p[G * d + h] - mx);
         total += w * p[G * d + G + h];
         for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
       }
       for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
     }
-    i = e;
   }
 }
 
