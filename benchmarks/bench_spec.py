@@ -2,7 +2,7 @@
 speculative types on the same GGUFs (Qwen2.5-Coder-1.5B target, 0.5B draft), 2 threads each,
 greedy, one server at a time, over HTTP (/v1/chat/completions, each server templating the prompt).
 
-For each workload (code-edit, code-gen, chat) and variant, a fresh server is started, warmed up on
+For each workload (code-edit, code-gen, chat, drafts-fail) and variant, a fresh server is started, warmed up on
 an unrelated prompt, sent the workload's request ("first" sight) and then the same request again
 ("repeat": where prefix and cross-request caches pay), and stopped. Reported per row: decode and
 end-to-end tok/s, acceptance length, whether the text equals the engine's plain greedy, and ratios

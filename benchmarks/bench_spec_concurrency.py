@@ -1,6 +1,6 @@
 """Speculative decoding under load (issue 19, point 5: "aggregate throughput at 16 and 64 concurrent
 sequences is no worse than without speculation"): N requests at once, built from bench_spec's
-workloads (code-edit, code-gen, chat, in turn), through one in-process engine per variant, greedy;
+workloads (code-edit, code-gen, chat, drafts-fail, in turn), through one in-process engine per variant, greedy;
 hearth plain vs each proposer. Reported per (variant, N): aggregate output tok/s, its ratio to
 plain, whether every request's tokens equal plain's at the same N, acceptance, and the policy's
 decisions (share of decode steps that drafted, that the batch size turned off, paused

@@ -151,14 +151,14 @@ def test_spec_counters_from_both_servers_metrics():
 
 
 def test_prompts_ship_with_the_package():
-    assert prompts.names() == ("code-edit", "code-gen", "chat")
+    assert prompts.names() == ("code-edit", "code-gen", "chat", "drafts-fail")
     edit = prompts.spec_prompt("code-edit")
     system, user = edit.messages
     assert system["role"] == "system" and user["role"] == "user"
     assert "class Reading:" in user["content"] and "Rename the class `Reading`" in user["content"]
     assert 35 <= user["content"].count("\n") <= 60  # a ~40-line file, shown whole
     compile(corpus.code_file("readings.py.txt"), "readings.py", "exec")  # real, valid Python
-    with pytest.raises(BenchError, match="unknown workload 'x'; known: code-edit, code-gen, chat"):
+    with pytest.raises(BenchError, match="unknown workload 'x'; known: code-edit, code-gen, chat, drafts-fail"):
         prompts.spec_prompt("x")
 
 

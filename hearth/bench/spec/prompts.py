@@ -1,5 +1,6 @@
-"""The benchmark's three fixed prompts (hearth/data/bench/speculative.json): code edit, code
-generation and chat, as OpenAI chat messages that each server templates itself."""
+"""The benchmark's fixed prompts (hearth/data/bench/speculative.json): code edit, code
+generation, chat and a table where drafts keep failing, as OpenAI chat messages that each server
+templates itself."""
 
 from __future__ import annotations
 
