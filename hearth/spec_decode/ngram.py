@@ -90,7 +90,7 @@ class NgramIndex:
                 if len(seen) > OCCURRENCES:
                     del seen[0]
 
-    def _match(self) -> list[int]:
+    def match(self) -> list[int]:
         """The ends of the longest suffix n-gram's earlier occurrences, latest first."""
         toks, L = self.tokens, len(self.tokens)
         for n in range(min(self.n_max, L - 1), self.n_min - 1, -1):
@@ -101,13 +101,13 @@ class NgramIndex:
 
     def propose(self, k: int, ends: list[int] | None = None) -> list[int]:
         """The continuation of ends[0] (default: the longest match's latest occurrence)."""
-        ends = self._match() if ends is None else ends
+        ends = self.match() if ends is None else ends
         return self.tokens[ends[0] : ends[0] + k] if ends else []
 
     def propose_tree(self, budget: int, depth: int, ends: list[int] | None = None) -> DraftTree | None:
         """Up to `budget` nodes, `depth` deep, from the continuations of ends (default: every kept
         occurrence of the longest match), ranked in that order on ties."""
-        ends = self._match() if ends is None else ends
+        ends = self.match() if ends is None else ends
         if not ends:
             return None
         trie: dict[tuple[int, int], list[int]] = {}  # (trie parent, token) -> [id, count, recency]
@@ -153,7 +153,7 @@ class NgramProposer(Proposer, method="ngram"):
                 del self.cursors[rid]
                 cursor = None
                 break
-        ends = index._match()
+        ends = index.match()
         if cursor is None:
             if ends:
                 self.cursors[rid] = CopyCursor(ends[0])
