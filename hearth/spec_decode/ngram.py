@@ -148,11 +148,9 @@ class NgramProposer(Proposer, method="ngram"):
         """Where drafts start, best first: the copy's next token while it holds, else the latest
         occurrences of the longest match, the copy after its break last."""
         cursor = self.cursors.get(rid)
-        for i in range(have, len(index.tokens) if cursor else have):
-            if not cursor.advance(index.tokens, i):
-                del self.cursors[rid]
-                cursor = None
-                break
+        if cursor is not None and not all(cursor.advance(index.tokens, i) for i in range(have, len(index.tokens))):
+            del self.cursors[rid]
+            cursor = None
         ends = index.match()
         if cursor is None:
             if ends:

@@ -110,7 +110,7 @@ class SpeculativeDecoder:
         self.tracks: dict[str, _Track] = {}
         self.step = 0
         self.cost = cost
-        self.acceptance = Acceptance()  # every request's: the prior of each request's own
+        self.acceptance = Acceptance()  # every request's first drafts: the prior of each request's own
 
     def timed(self, rows: int, seconds: float) -> None:
         """A step in which every sequence decoded (no prompt chunk): its rows and time."""
@@ -188,7 +188,7 @@ class SpeculativeDecoder:
                 s.accepted_per_pos.extend([0] * (accepted - len(s.accepted_per_pos)))
             for i in range(accepted):
                 s.accepted_per_pos[i] += 1
-            self.acceptance.observe(accepted, depth)
+            self.acceptance.observe(accepted, min(depth, 1))  # only the first position is read of it
             t = self.tracks.get(rid)
             if t is None:
                 continue
