@@ -42,6 +42,11 @@ class ModelConfig:
 DEFAULT_MODEL = "smollm2-135m"
 
 
+DEVICES = ("auto", "cpu", "cuda", "torch")
+"""EngineConfig.device: auto (cuda where its backend exists and a GPU is present, else cpu), cpu (the C++
+kernels of this CPU's tier), cuda, torch (torch's kernels: the reference)."""
+
+
 @dataclass(slots=True)
 class EngineConfig:
     """How the engine runs a model: memory, batching and threads."""
@@ -73,7 +78,7 @@ class EngineConfig:
     threads: int = 0
     """CPU threads for torch; 0 = all cores."""
     device: str = "auto"
-    """cpu, cuda, or auto (cuda when present)."""
+    """One of DEVICES: the backend the model runs on (hearth.backends)."""
     seed: int = 0
     """Default seed for requests that give none."""
     speculative_config: dict | str | None = None

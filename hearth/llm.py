@@ -12,6 +12,7 @@ from dataclasses import fields, replace
 import torch
 
 from hearth.api.chat_template import ChatTemplate
+from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
@@ -51,6 +52,7 @@ class LLM:
         spec = SpeculativeConfig.parse(cfg.speculative_config)  # bad input fails before the load
         if spec is not None:
             spec.check_step_budget(cfg.max_num_batched_tokens)
+        self.backend = select_backend(cfg.device)  # chosen once: the target and the draft run on it
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         t0 = time.perf_counter()
@@ -61,11 +63,11 @@ class LLM:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
-            self.model, self.model_config = load_model(self.gguf, progress=_layer_progress(progress))
+            self.model, self.model_config = load_model(self.gguf, self.backend, _layer_progress(progress))
         finally:
             torch.set_num_threads(threads)
         mc = self.model_config
-        draft = _draft_model(draft_gguf) if draft_gguf is not None else None
+        draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
         self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
         codec = get_codec(cfg.kv_cache_dtype)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
@@ -209,12 +211,12 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
     return g
 
 
-def _draft_model(g: GGUFFile):
+def _draft_model(g: GGUFFile, backend):
     """The draft model's (module, ModelConfig); its K/V comes later, in the target's block layout."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as for the target: repacking is many small ops
     try:
-        return load_model(g)
+        return load_model(g, backend)
     except HearthError as e:
         raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
     finally:

@@ -21,7 +21,7 @@ from hearth.loader.resolve import resolve_model
 from hearth.loader.store import hearth_home
 
 TESTS = Path(__file__).resolve().parent
-TIERED = ("kernels/", "layers/test_linear.py", "models/test_logits_vs_transformers.py", "models/test_native_decode.py",
+TIERED = ("kernels/", "backends/", "layers/test_linear.py", "models/test_logits_vs_transformers.py", "models/test_native_decode.py",
           "test_golden_llamacpp.py", "test_engine_equivalence.py", "models/test_fidelity.py")
 """Kernels, quantized linears, model logits vs transformers, llama.cpp goldens, engine equivalence, fidelity."""
 ONCE = {  # (module, parameter id): slow cases of tiered modules left to the best tier's run, and why

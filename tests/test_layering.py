@@ -9,10 +9,15 @@ import hearth
 
 ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
-ORDER = ["entry", "evals", "api", "bench", "tool_parsers", "engine", "spec_decode", "runner", "models", "layers", "kernels", "kvstore", "memory", "formats", "loader", "sample"]
+ORDER = ["entry", "evals", "api", "bench", "tool_parsers", "engine", "spec_decode", "runner", "backends", "models", "layers", "kernels", "kvstore", "memory", "formats", "loader", "sample"]
 ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
 SHARED = {"config", "sampling_params", "outputs", "errors"}
 NO_TORCH = {"api", "tool_parsers", "engine", "spec_decode"}
+DEVICE_BLIND = ("models", "layers")
+"""Packages that call the backend object they are given and never ask which device or CPU tier runs
+(DESIGN.md, "Devices"): they import none of the modules that know it."""
+DEVICE_MODULES = {"hearth.backends", "hearth.kernels.native", "hearth.kernels.tiers", "hearth.kernels.fused_layer",
+                  "hearth.kernels.attention"}
 # engine talks to the runner only through its plain-data messages
 NARROW = {(src, "runner"): {"hearth.runner.messages"} for src in ("engine", "spec_decode")}
 
@@ -63,4 +68,10 @@ def test_imports_flow_one_way():
                 problems.append(f"{module} ({src}) imports {name} ({dst}), which is above it")
             elif (src, dst) in NARROW and name not in NARROW[(src, dst)]:
                 problems.append(f"{module} may import only {sorted(NARROW[(src, dst)])} from {dst}")
+    assert not problems, "\n".join(problems)
+
+
+def test_models_and_layers_never_ask_which_device_runs():
+    problems = [f"{module} imports {name}" for module, path in _modules() if _package(module) in DEVICE_BLIND
+                for name in _imports(path) if any(name == m or name.startswith(m + ".") for m in DEVICE_MODULES)]
     assert not problems, "\n".join(problems)

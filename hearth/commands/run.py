@@ -7,7 +7,7 @@ import argparse
 import sys
 import time
 
-from hearth.config import DEFAULT_MODEL
+from hearth.config import DEFAULT_MODEL, DEVICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=1024)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer")
 
@@ -28,7 +29,7 @@ def main(args: argparse.Namespace) -> int:
     from hearth.llm import LLM
     from hearth.sampling_params import SamplingParams
 
-    llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1)
+    llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []

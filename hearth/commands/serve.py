@@ -11,7 +11,7 @@ from pathlib import Path
 
 import uvicorn
 
-from hearth.config import DEFAULT_MODEL
+from hearth.config import DEFAULT_MODEL, DEVICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -37,6 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
                      help="context length in tokens (default: the model's own)")
+    eng.add_argument("--device", default="auto", choices=DEVICES,
+                     help="what runs the model: cpu (this CPU's C++ kernels), torch (the reference), cuda (default: %(default)s)")
     eng.add_argument("--max-num-seqs", type=int, default=16, help="most sequences in one step (default: %(default)s)")
     eng.add_argument("--max-num-batched-tokens", type=int, default=2048,
                      help="token budget of one engine step (default: %(default)s)")
@@ -78,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
               kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
               enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
               kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
-              speculative_config=speculative_config(args))
+              speculative_config=speculative_config(args), device=args.device)
     print(f"hearth: loaded {llm.path.name} in {time.perf_counter() - t0:.1f}s "
           f"(context {llm.max_model_len} tokens)", file=sys.stderr, flush=True)
     llm.runner.grammar.prepare_in_background()

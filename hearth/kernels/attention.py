@@ -21,204 +21,17 @@ work in the codec's rotated space if it has one (KVarN: queries rotated, outputs
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 import torch.nn.functional as F
 
 from hearth.kernels import native
+from hearth.kernels.step_metadata import NATIVE_MAX_Q, AttentionMetadata, additive_of  # noqa: F401 (re-exported)
 
 PRECISE_SCORES = "a k bias"
 """Why a layer's long chunks attend with f32 scores instead of the bf16 tiles or bf16 SDPA: a k
 projection bias (qwen2) adds a large component every key shares, and bf16's 8-bit mantissa then puts
 q.k off by whole logits (Qwen2.5-Coder-0.5B: KL 0.35 from the f32 reference at a golden position where
 f32 scores give 0.002). bf16 hi/lo splits in the tile kernel would keep such layers on AMX."""
-
-NATIVE_MAX_Q = 64
-"""Sequences with at least this many new tokens attend through SDPA (faster for long chunks)."""
-
-
-@dataclass(slots=True)
-class AttentionMetadata:
-    """Where each scheduled token lives, for one forward pass over a flat batch of T tokens."""
-
-    query_start_loc: list[int]
-    """len S+1: the new tokens of sequence i are rows [qsl[i], qsl[i+1]) of the batch."""
-    seq_lens: list[int]
-    """len S: tokens in sequence i's context after this step (cached + new)."""
-    block_tables: list[list[int]]
-    """len S: the KV block ids of sequence i, in order."""
-    slot_mapping: torch.Tensor
-    """[T] int64: flat cache slot (block_id * block_size + offset) where each new token's K/V go."""
-    block_size: int
-    cache: dict = field(default_factory=dict, repr=False)
-    """Per-step values shared by every layer (gather indices, masks, rope cos/sin)."""
-    kv_plan: object | None = None
-    """hearth.kvstore.paged.StepPlan when the cache is quantized: where new K/V go, how to read each sequence."""
-    trees: dict[int, tuple[int, list[int]]] = field(default_factory=dict)
-    """Sequences whose last rows are a token tree (speculative decoding): i -> (rows before the
-    first node, each node's parent, -1 for the row before the first node). Node c's K/V sit at
-    position base + c (base: the first node's), but it attends as a decode of its path would: to
-    the keys before base, then to its ancestors and itself as positions base .. base + depth - 1.
-    Only for f16/bf16 caches (a quantized cache takes a tree's top-1 chain: Scheduler.set_drafts)."""
-
-    @property
-    def is_decode(self) -> bool:
-        return len(self.query_start_loc) - 1 == self.query_start_loc[-1]
-
-    def context_slots(self, i: int) -> torch.Tensor:
-        """[ctx] int64: flat cache slots of sequence i's whole context, in position order."""
-        key = ("slots", i)
-        if key not in self.cache:
-            pos = torch.arange(self.seq_lens[i])
-            table = torch.tensor(self.block_tables[i], dtype=torch.long)
-            self.cache[key] = table[pos // self.block_size] * self.block_size + pos % self.block_size
-        return self.cache[key]
-
-    def context_blocks(self, i: int, start: int) -> tuple[int, int] | tuple[torch.Tensor, int]:
-        """How to read positions [start, seq_lens[i]) of sequence i: (first slot, -1) when their
-        blocks are consecutive ids (a slice), else (block ids [nb] int64, offset into the gather)."""
-        key = ("blocks", i, start)
-        if key not in self.cache:
-            bs, ctx = self.block_size, self.seq_lens[i]
-            blocks = self.block_tables[i][start // bs:(ctx - 1) // bs + 1]
-            if blocks[-1] - blocks[0] == len(blocks) - 1 and blocks == list(range(blocks[0], blocks[-1] + 1)):
-                self.cache[key] = (blocks[0] * bs + start % bs, -1)
-            else:
-                self.cache[key] = (torch.tensor(blocks, dtype=torch.long), start % bs)
-        return self.cache[key]
-
-    def causal_mask(self, i: int, window: int) -> torch.Tensor:
-        """[n_q, ctx] bool: query j sits at position ctx - n_q + j and sees keys at or before it (and,
-        with a window, only keys less than `window` positions back: llama.cpp's and HF's rule).
-        A tree's node rows see the keys before the tree and their ancestors' (the ancestor-only
-        mask), the window counted in positions along their path."""
-        key = ("mask", i, window)
-        if key not in self.cache:
-            n_q, ctx = self.query_start_loc[i + 1] - self.query_start_loc[i], self.seq_lens[i]
-            if i in self.trees:
-                self.cache[key] = self._tree_mask(i, n_q, ctx, window)
-                return self.cache[key]
-            qpos = torch.arange(ctx - n_q, ctx).unsqueeze(1)
-            kpos = torch.arange(ctx).unsqueeze(0)
-            mask = kpos <= qpos
-            if window:
-                mask &= (qpos - kpos) < window
-            self.cache[key] = mask
-        return self.cache[key]
-
-    def tree_paths(self, i: int) -> tuple[int, list[int], list[list[int]]]:
-        """Sequence i's tree: (base: the first node's position, each row's position along its path,
-        each node's path from the first level down to itself)."""
-        n_tok, parents = self.trees[i]
-        n_q = self.query_start_loc[i + 1] - self.query_start_loc[i]
-        base = self.seq_lens[i] - n_q + n_tok
-        paths: list[list[int]] = []
-        for c, p in enumerate(parents):
-            paths.append((paths[p] if p >= 0 else []) + [c])
-        qpos = list(range(base - n_tok, base)) + [base - 1 + len(path) for path in paths]
-        return base, qpos, paths
-
-    def _tree_mask(self, i: int, n_q: int, ctx: int, window: int) -> torch.Tensor:
-        base, qpos, paths = self.tree_paths(i)
-        n_tok = n_q - len(paths)
-        mask = torch.zeros(n_q, ctx, dtype=torch.bool)
-        kpos = torch.arange(ctx)  # a node key's position along a path: base - 1 + its depth
-        for c, path in enumerate(paths):
-            kpos[base + c] = base - 1 + len(path)
-        for j in range(n_tok):
-            mask[j, : base - n_tok + j + 1] = True
-        for c, path in enumerate(paths):
-            mask[n_tok + c, :base] = True
-            mask[n_tok + c, [base + a for a in path]] = True
-        if window:
-            mask &= (torch.tensor(qpos).unsqueeze(1) - kpos.unsqueeze(0)) < window
-        return mask
-
-    def tree_rows(self) -> torch.Tensor | None:
-        """For the native kernels: int64 [T, 2 + depth], per row -1 (an ordinary row), or for a node
-        row its position along its path, the first node's position (base) and the flat cache slots
-        of the keys base .. its position (its ancestors', then its own): the kernel then walks the
-        same keys, in the same order and blocks, as a decode of the path (the same bits)."""
-        if "tree_rows" not in self.cache:
-            rows = None
-            if self.trees:
-                layout = {i: self.tree_paths(i) for i in self.trees}
-                depth = max(len(path) for _, _, paths in layout.values() for path in paths)
-                rows = torch.full((self.query_start_loc[-1], 2 + depth), -1, dtype=torch.long)
-                bs = self.block_size
-                for i, (base, qpos, paths) in layout.items():
-                    first = self.query_start_loc[i + 1] - len(paths)
-                    table = self.block_tables[i]
-                    for c, path in enumerate(paths):
-                        slots = [table[(base + a) // bs] * bs + (base + a) % bs for a in path]
-                        rows[first + c, : 2 + len(path)] = torch.tensor([qpos[len(qpos) - len(paths) + c], base] + slots)
-            self.cache["tree_rows"] = rows
-        return self.cache["tree_rows"]
-
-    def additive_mask(self, i: int, window: int) -> torch.Tensor | None:
-        """causal_mask as f32 0 / -inf (what SDPA would convert a bool mask to on every call), or
-        None when plain causal attention is the same thing (queries = whole context, no window cut)."""
-        key = ("additive", i, window)
-        if key not in self.cache:
-            n_q, ctx = self.query_start_loc[i + 1] - self.query_start_loc[i], self.seq_lens[i]
-            if n_q == ctx and (not window or window >= ctx) and i not in self.trees:
-                self.cache[key] = None
-            else:
-                self.cache[key] = _additive(self.causal_mask(i, window))
-        return self.cache[key]
-
-    def last_slot(self) -> int:
-        """The cache slot of a lone sequence's single new token (decode of one sequence)."""
-        p, bs = self.seq_lens[0] - 1, self.block_size
-        return self.block_tables[0][p // bs] * bs + p % bs
-
-    def native_split(self) -> tuple[list[int], tuple[torch.Tensor, ...] | None]:
-        """(sequences with NATIVE_MAX_Q or more new tokens, for SDPA; the native kernel's arguments
-        for all the others: q_start, q_len, seq_lens int64 [s], block tables int64 [s, max_blocks],
-        or None when there are none)."""
-        if "native" not in self.cache:
-            qsl = self.query_start_loc
-            small = [i for i in range(len(self.seq_lens)) if qsl[i + 1] - qsl[i] < NATIVE_MAX_Q]
-            big = [i for i in range(len(self.seq_lens)) if qsl[i + 1] - qsl[i] >= NATIVE_MAX_Q]
-            args = None
-            if small:
-                width = max(len(self.block_tables[i]) for i in small)
-                tables = torch.zeros(len(small), width, dtype=torch.long)
-                for r, i in enumerate(small):
-                    tables[r, :len(self.block_tables[i])] = torch.tensor(self.block_tables[i], dtype=torch.long)
-                args = (torch.tensor([qsl[i] for i in small], dtype=torch.long),
-                        torch.tensor([qsl[i + 1] - qsl[i] for i in small], dtype=torch.long),
-                        torch.tensor([self.seq_lens[i] for i in small], dtype=torch.long), tables)
-            self.cache["native"] = (big, args)
-        return self.cache["native"]
-
-    def table_tensor(self, i: int) -> torch.Tensor:
-        """Sequence i's block ids, int64 [blocks] (built once per step)."""
-        key = ("table", i)
-        if key not in self.cache:
-            self.cache[key] = torch.tensor(self.block_tables[i], dtype=torch.long)
-        return self.cache[key]
-
-    def decode_gather(self, window: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """For an all-decode batch: slots [S, L] (padded with slot 0) and mask [S, 1, 1, L]."""
-        key = ("decode", window)
-        if key not in self.cache:
-            S, L = len(self.seq_lens), max(self.seq_lens)
-            slots = torch.zeros(S, L, dtype=torch.long)
-            for i, n in enumerate(self.seq_lens):
-                slots[i, :n] = self.context_slots(i)
-            kpos = torch.arange(L).unsqueeze(0)
-            qpos = torch.tensor(self.seq_lens).unsqueeze(1) - 1
-            mask = kpos <= qpos
-            if window:
-                mask &= (qpos - kpos) < window
-            self.cache[key] = (slots, mask[:, None, None, :])
-        return self.cache[key]
-
-
-def _additive(mask: torch.Tensor) -> torch.Tensor:
-    return torch.zeros(mask.shape).masked_fill_(~mask, float("-inf"))
 
 
 def _flat(kv_cache: torch.Tensor) -> torch.Tensor:
@@ -233,13 +46,20 @@ def write_kv(kv_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: to
 
 
 def write_kv_pair(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetadata) -> None:
+    """write_kv_pair_torch, through the C++ kernels where they read the cache."""
+    if not isinstance(kv_cache, torch.Tensor):
+        kv_cache.write(kv, meta.kv_plan, native if native.has("kv_quant") else None)
+    elif native_pages(kv, kv_cache):
+        native.kv_write(kv.reshape(kv.shape[0], -1), meta.slot_mapping, kv_cache)
+    else:
+        write_kv_pair_torch(kv_cache, kv, meta)
+
+
+def write_kv_pair_torch(kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
     """kv: [T, 2, kv_heads, head_dim] (k and v side by side, as the fused qkv projection leaves
     them) -> the new tokens' slots, in one op (a cast-and-copy for a lone decode token)."""
     if not isinstance(kv_cache, torch.Tensor):
-        kv_cache.write(kv, meta.kv_plan, native if native.has("kv_quant") else None)
-        return
-    if native_pages(kv, kv_cache):
-        native.kv_write(kv.reshape(kv.shape[0], -1), meta.slot_mapping, kv_cache)
+        kv_cache.write(kv, meta.kv_plan, None)
         return
     flat = _flat(kv_cache)
     if kv.shape[0] == 1 and len(meta.seq_lens) == 1:
@@ -395,7 +215,7 @@ def paged_attention_quantized_torch(q, cache, meta, scale, sliding_window=0, sof
 def quantized_native_args(meta, bs):
     """native_split() plus, for the native sequences, each one's sink slot (int64 [s]) and the f16
     blocks of its new tokens' own blocks (int64 [s, F], StepPlan.fresh_refs, padded with 0)."""
-    if "quantized_native" not in meta.cache:
+    if meta.memo.quantized_native is None:
         big, args = meta.native_split()
         if args is not None:
             plan, small = meta.kv_plan, sorted(set(range(len(meta.seq_lens))) - set(big))
@@ -404,8 +224,8 @@ def quantized_native_args(meta, bs):
             fresh = torch.tensor([r + [0] * (width - len(r)) for r in refs], dtype=torch.long)
             sinks = torch.tensor([plan.seqs[i].sink_slot for i in small], dtype=torch.long)
             args = (*args, sinks, fresh)
-        meta.cache["quantized_native"] = (big, args)
-    return meta.cache["quantized_native"]
+        meta.memo.quantized_native = (big, args)
+    return meta.memo.quantized_native
 
 
 QUANTIZED_SPAN = 256
@@ -430,11 +250,11 @@ def _quantized_one(q, cache, meta, i, scale, window, softcap):
         a_own, a_s0 = a // bs * bs, _first_key(a, a // bs * bs, window)
         end = a_own if a == b - 1 else b  # a lone query reads no stored key of its own block
         kv = torch.cat([stored[:, a_s0 - s0:end - s0], fresh[:, a_own - own:b - own]], 1).transpose(1, 2)
-        key = ("fresh_mask", i, window, a, q.dtype)  # the same for every layer of the step
-        if key not in meta.cache:
+        key, memo = (i, window, a, q.dtype), meta.memo.fresh_masks  # the same for every layer of the step
+        if key not in memo:
             mask = _fresh_mask(a, b, a_s0, a_own, bs, window)
-            meta.cache[key] = (mask, None if softcap else _additive(mask).to(q.dtype))
-        mask, additive = meta.cache[key]
+            memo[key] = (mask, None if softcap else additive_of(mask).to(q.dtype))
+        mask, additive = memo[key]
         qa = q[a - p0:b - p0].transpose(0, 1)  # [heads, n, d]
         if softcap:
             o = _sdpa(qa, kv[0], kv[1], mask, scale, softcap)  # [heads, n, d]

@@ -128,17 +128,17 @@ def _prefill(lib, layers, x: torch.Tensor, tables: list, kv_caches: list, meta, 
 
 def step_args(kv_cache: torch.Tensor, meta) -> tuple:
     """The step's cache geometry, slots and attention arguments as plain ints, built once per step."""
-    key = ("fused_layer", kv_cache.dtype, kv_cache.shape)
-    if key not in meta.cache:
+    memo, key = meta.memo.kernel_args, ("fused_layer", kv_cache.dtype, kv_cache.shape)
+    if key not in memo:
         big, (q_start, q_len, seq_lens, tables) = meta.native_split()
         assert not big, "a fused layer step has only short sequences"
         _, nb, bs, _, _ = kv_cache.shape
         tree = meta.tree_rows()  # a token tree's rows attend along their paths, as in paged_attention
-        meta.cache[key] = (int(kv_cache.dtype == torch.bfloat16), nb * bs, bs, meta.slot_mapping.data_ptr(),
+        memo[key] = (int(kv_cache.dtype == torch.bfloat16), nb * bs, bs, meta.slot_mapping.data_ptr(),
                            q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
                            tables.data_ptr(), tables.stride(0), None if tree is None else tree.data_ptr(),
                            0 if tree is None else tree.stride(0))
-    return meta.cache[key]
+    return memo[key]
 
 
 def _quantized_cache_args(x: torch.Tensor, cache, meta) -> tuple | None:
@@ -156,10 +156,10 @@ def _quantized_cache_args(x: torch.Tensor, cache, meta) -> tuple | None:
 
 
 def _quantized_step_args(cache, meta) -> tuple:
-    key = ("fused_layer_kvq", cache.bs)
-    if key not in meta.cache:
+    memo, key = meta.memo.kernel_args, ("fused_layer_kvq", cache.bs)
+    if key not in memo:
         big, (q_start, q_len, seq_lens, tables, sinks, fresh) = quantized_native_args(meta, cache.bs)
         assert not big, "a fused layer step has only short sequences"
-        meta.cache[key] = (q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
+        memo[key] = (q_start.shape[0], q_start.data_ptr(), q_len.data_ptr(), seq_lens.data_ptr(),
                            tables.data_ptr(), tables.stride(0), sinks.data_ptr(), fresh.data_ptr(), fresh.stride(0))
-    return meta.cache[key]
+    return memo[key]

@@ -2,15 +2,14 @@
 
 The same file tensor often doubles as the tied output head (token_embd.weight); the head repacks
 it for its kernel, while this module only ever touches the memmapped rows it needs, so no second
-expanded copy exists. Block types the C++ kernels read are dequantized there (one call per lookup,
-bit-exact like the torch decoder, which remains the fallback)."""
+expanded copy exists. A backend may decode the rows its own way (hearth.backends.cpu: one C++ call per
+lookup, bit-exact like the torch decoder here)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from hearth.kernels import native
 from hearth.layers.quant import as_bytes, dequantize, require_supported
 from hearth.loader.gguf_loader import GGUFTensor
 
@@ -22,14 +21,7 @@ class Embedding(nn.Module):
         self.raw = as_bytes(t.data, t.qtype)  # uint8 [vocab, bytes_per_row], a view of the memmap
         self.qtype = t.qtype
         self.num_embeddings, self.embedding_dim = t.shape
-        self.native = int(t.qtype) in native.QTYPES and native.available()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: [T] int64 -> [T, hidden] f32
-        if self.native:
-            return native.dequant_rows(self.raw, self.qtype, self.embedding_dim, ids).view(*ids.shape, -1)
         rows = self.raw[ids.reshape(-1)]  # copies only the looked-up rows' bytes
         return dequantize(rows, self.qtype).view(*ids.shape, self.embedding_dim)
-
-
-def build_embedding(t: GGUFTensor) -> nn.Module:
-    return Embedding(t)

@@ -1,31 +1,24 @@
 """Linear layers over GGUF weights that stay in their file format.
 
-build_linear(tensor) -> nn.Module with forward(x: [..., in_features]) -> [..., out_features] in x's
+build_linear(tensor) -> QuantLinear with forward(x: [..., in_features]) -> [..., out_features] in x's
 dtype (f32 in, f32 out) and `in_dtype`, the activation dtype it computes in (no cast when given it).
 
-Each tensor type has a path (FAST_PATHS), chosen by measurement:
-  native   every block type, read in place from the memmapped file by the C++ kernels
-           (hearth.kernels.native): for few rows (decode) an integer dot product against 8-bit
-           activations (ggml's scheme); from `gemm_min_rows` rows on, bf16 tiles expanded from the
-           blocks per call for a dense AMX matmul (prefill). Without AMX (the avx512 tier): from 10
-           rows on an int8 VNNI GEMM on codes unpacked per panel (csrc/gemm_vnni.h, the same
-           8-bit activations), from `gemm_min_rows` on bf16 panels on AVX512-BF16 where the CPU
-           has it (csrc/gemm_dpbf16.h). No copy of the weights exists.
-Where those kernels cannot run (no compiler, no AVX-512 VNNI), the torch fallbacks (TORCH_PATHS, each
-type's torch_path in hearth.formats.weights):
+Each tensor type has a path: a backend passes its own table and builders (hearth.backends.cpu_linear
+adds `native`, the C++ kernels on the blocks in place); the torch paths here (TORCH_PATHS, each
+type's torch_path in hearth.formats.weights) are the torch backend's and the fallback of every other:
   int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
            load for torch's int4pack kernel; from `gemm_min_rows` rows on, expanded to bf16 tiles.
   bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32).
 and for every machine: bf16 for F16/BF16, f32 for F32 weights (used in place from the memmap).
-The native path rounds activations to 8 bits with a scale per 16 values (llama.cpp: per 32; on AMX
-int8 tiles, from 10 rows, per 32 too); the torch paths carry bf16 rounding. `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the slow,
-obvious twin instead: f32 math on blocks dequantized from the file at every call.
+The torch paths carry bf16 rounding. `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the
+slow, obvious twin instead, whatever the backend: f32 math on blocks dequantized from the file at
+every call.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -35,9 +28,7 @@ from torch import nn
 
 from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
-from hearth.kernels import native, tiers
 from hearth.kernels.qmatmul import Int4Weight, int4_dequant_t, int4_matmul
-from hearth.layers.embedding import build_embedding  # noqa: F401  (models import it from here)
 from hearth.layers.quant import as_bytes, dequantize, require_supported
 from hearth.layers.repack import dense_bf16, int4_planes
 from hearth.layers.residency import release_pages
@@ -54,8 +45,6 @@ class LinearPolicy:
     """The same threshold for the C++ kernels: their AMX int8 tiles beat bf16 tiles up to ~64 rows."""
     gemm_chunk_rows: int = 4096
     """Output features expanded per tile on that path: bounds the temporary (a 262k-row head)."""
-    native: bool = os.environ.get("HEARTH_NATIVE", "1") != "0"
-    """Use the C++ kernels where they run here; False builds the torch fallbacks."""
 
 
 _policy = LinearPolicy(exact=os.environ.get("HEARTH_EXACT_LINEAR", "") == "1")
@@ -102,56 +91,6 @@ class Int4Part(nn.Module):
             for r in range(0, self.w.n, self.chunk):
                 torch.mm(xb, int4_dequant_t(self.w, slice(r, r + self.chunk)), out=y[:, r:r + self.chunk])
         return y.to(x.dtype)
-
-
-class NativePart(nn.Module):
-    """Weights of any block types, side by side, computed on their GGUF blocks in the file: the
-    C++ integer GEMV below `gemm_min_rows` rows, tiles expanded per call and a dense matmul from
-    there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8; the avx2 library has only the GEMV,
-    so a dense matmul). Computes in the tier's dense dtype on that path (bf16; f32 on avx2, whose torch has no
-    fast bf16 matmul), so norms feed it that and big outputs stay in it; the GEMV reads f32 or bf16
-    (`mm` gives f32 out for f32 in, with no cast at all)."""
-
-    def __init__(self, ts: list[GGUFTensor], policy: LinearPolicy):
-        super().__init__()
-        self.in_dtype = getattr(torch, tiers.selected().dense_dtype)
-        self.raws = [(as_bytes(t.data, t.qtype), t.qtype) for t in ts]  # views of the memmap
-        self.starts = [sum(t.shape[0] for t in ts[:i]) for i in range(len(ts))]
-        self.k = ts[0].shape[1]
-        self.mm = native.NativeMatmul(self.raws, self.k, policy.native_gemm_min_rows)
-        self.out_features = self.mm.n
-        self.gemm_min_rows, self.chunk = policy.native_gemm_min_rows, policy.gemm_chunk_rows
-
-    @property
-    def weight_bytes(self) -> int:
-        return sum(r.nbytes for r, _ in self.raws)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
-        if x.shape[0] < self.gemm_min_rows or (native.has("gemm") and not native.bf16_tiles()):  # the C++ GEMMs
-            y = self.mm(x)  # f32
-            return y if x.dtype == torch.float32 else y.to(x.dtype)
-        xb, n = x.to(self.in_dtype), self.out_features
-        if xb.dtype == torch.bfloat16 and xb.stride(-1) == 1 and (y := self.mm.gemm_bf16(xb)) is not None:
-            return y.to(x.dtype)
-        if n <= self.chunk:
-            return torch.mm(xb, self._tile(0, n).T).to(x.dtype)
-        y = xb.new_empty(x.shape[0], n)
-        for r in range(0, n, self.chunk):
-            torch.mm(xb, self._tile(r, min(n, r + self.chunk)).T, out=y[:, r:r + self.chunk])
-        return y.to(x.dtype)
-
-    def _tile(self, r0: int, r1: int) -> torch.Tensor:
-        """Output features r0 .. r1 (across the fused weights) as W[r0:r1] in in_dtype: [r1 - r0, K]."""
-        out = torch.empty(r1 - r0, self.k, dtype=self.in_dtype)
-        for (raw, q), start in zip(self.raws, self.starts):
-            a, b = max(r0, start), min(r1, start + raw.shape[0])
-            if a >= b:
-                continue
-            if self.in_dtype == torch.bfloat16:
-                native.dequant_bf16(raw, q, self.k, slice(a - start, b - start), out=out[a - r0:b - r0])
-            else:
-                native.dequant_rows(raw, q, self.k, torch.arange(a - start, b - start), out=out[a - r0:b - r0])
-        return out
 
 
 class DensePart(nn.Module):
@@ -213,19 +152,11 @@ def _f32(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
     return DensePart(torch.cat(ws) if len(ws) > 1 else ws[0])
 
 
-def _native(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
-    return NativePart(ts, policy)
-
-
-BUILDERS: dict[str, Callable[[list[GGUFTensor], LinearPolicy], nn.Module]] = {
-    "native": _native, "int4x1": _int4, "int4x2": _int4, "bf16": _bf16, "f32": _f32,
-}
-# qtype -> path; neighbours in a fused list that share a path become one part
+Builder = Callable[[list[GGUFTensor], "LinearPolicy"], nn.Module]
+BUILDERS: dict[str, Builder] = {"int4x1": _int4, "int4x2": _int4, "bf16": _bf16, "f32": _f32}
+"""path -> the part it builds: the torch paths (a backend adds its own, hearth.backends.cpu_linear)."""
 TORCH_PATHS: dict[Q, str] = {q: f.torch_path for q, f in WEIGHT_FORMATS.items()}
-NATIVE_TYPES = frozenset(q for q, f in WEIGHT_FORMATS.items() if f.native)
-FAST_PATHS: dict[Q, str] = dict(TORCH_PATHS)
-if native.available():  # the kernels were built (or found built) and run on this CPU
-    FAST_PATHS.update({q: "native" for q in NATIVE_TYPES})
+"""qtype -> path; neighbours in a fused list that share a path become one part."""
 
 
 class QuantLinear(nn.Module):
@@ -272,8 +203,10 @@ def _runs(ts: list[GGUFTensor], key: Callable[[GGUFTensor], str]) -> list[list[G
     return runs
 
 
-def build_linear(t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> nn.Module:
-    """One weight, or several with the same in_features fused along out_features (q|k|v, gate|up)."""
+def build_linear(t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None,
+                 paths: Mapping[Q, str] = TORCH_PATHS, builders: Mapping[str, Builder] = BUILDERS) -> QuantLinear:
+    """One weight, or several with the same in_features fused along out_features (q|k|v, gate|up);
+    each run of neighbours with the same path (paths[qtype]) one part, built by builders[path]."""
     ts = t if isinstance(t, list) else [t]
     k = ts[0].shape[-1]
     for w in ts:
@@ -283,7 +216,6 @@ def build_linear(t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = N
     policy = _policy
     if policy.exact:
         return QuantLinear([ReferencePart(w) for w in ts], k, bias)
-    paths = FAST_PATHS if policy.native else TORCH_PATHS
     runs = _runs(ts, lambda w: paths[w.qtype])
-    parts = [BUILDERS[paths[run[0].qtype]](run, policy) for run in runs]
+    parts = [builders[paths[run[0].qtype]](run, policy) for run in runs]
     return QuantLinear(parts, k, bias)

@@ -4,8 +4,8 @@ llama-arch GGUFs are converted with q/k rows permuted so that rope rotates adjac
 (x[2i], x[2i+1]) -- llama.cpp's LLAMA_ROPE_TYPE_NORM; qwen2/qwen3/gemma3 rotate halves
 (x[i], x[i + d/2]) -- LLAMA_ROPE_TYPE_NEOX.
 
-cos/sin are looked up once per step and rope configuration (`cache` is the step's AttentionMetadata
-cache, shared by all layers) in a table of the positions seen so far, up to TABLE_POSITIONS (no table
+cos/sin are looked up once per step and rope configuration (`memo` is the step's
+AttentionMetadata.memo.rope, shared by all layers) in a table of the positions seen so far, up to TABLE_POSITIONS (no table
 sized to the whole context); positions past it are computed for the step.
 Rotation is in place on f32 q|k, in one or three ops: adjacent pairs are complex numbers times
 e^(i*angle); halves are x * cos + [b, a] * [-sin, sin] (torch.roll makes [b, a])."""
@@ -30,45 +30,45 @@ class Rotary(nn.Module):
         self.inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)) / scale
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # halves() of positions 0 ..
 
-    def tables(self, positions: torch.Tensor, cache: dict) -> tuple[torch.Tensor, ...]:
+    def tables(self, positions: torch.Tensor, memo: dict) -> tuple[torch.Tensor, ...]:
         """Per step: (e^(i*angle) [T, 1, rot/2] complex64,) for pairs; (cos, signed sin) [T, 1, rot]
         for halves."""
-        if self.key not in cache:
-            cos, sin = (t.unsqueeze(1) for t in self.halves(positions, cache))  # [T, 1, rot/2]
+        if self.key not in memo:
+            cos, sin = (t.unsqueeze(1) for t in self.halves(positions, memo))  # [T, 1, rot/2]
             if self.neox:
-                cache[self.key] = (torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1))
+                memo[self.key] = (torch.cat((cos, cos), -1), torch.cat((-sin, sin), -1))
             else:
-                cache[self.key] = (torch.complex(cos, sin),)
-        return cache[self.key]
+                memo[self.key] = (torch.complex(cos, sin),)
+        return memo[self.key]
 
-    def halves(self, positions: torch.Tensor, cache: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def halves(self, positions: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """Per step: (cos, sin) f32 [T, rot/2], contiguous (the layout the native kernel reads)."""
         key = (*self.key, "halves")
-        if key not in cache:
+        if key not in memo:
             top = int(positions.max()) + 1 if positions.numel() else 0
             if top > TABLE_POSITIONS:
-                cache[key] = self._cos_sin(positions)
+                memo[key] = self._cos_sin(positions)
             else:
                 if self._table is None or self._table[0].shape[0] < top:  # grow to a power of two
                     n = min(TABLE_POSITIONS, max(1024, 1 << (top - 1).bit_length()))
                     self._table = self._cos_sin(torch.arange(n))
                 cos, sin = self._table
-                cache[key] = (cos[positions], sin[positions])
-        return cache[key]
+                memo[key] = (cos[positions], sin[positions])
+        return memo[key]
 
     def _cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = torch.outer(positions.to(torch.float64), self.inv_freq)
         return freqs.cos().float(), freqs.sin().float()
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, cache: dict) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, memo: dict) -> torch.Tensor:
         """x: [T, heads, head_dim] f32, rotated in place (a strided view of a wider row is fine)."""
         T, heads, _ = x.shape
         r = x if x.shape[-1] == self.rot_dim else x[..., : self.rot_dim]
         if self.neox:
-            cos, sin = self.tables(positions, cache)
+            cos, sin = self.tables(positions, memo)
             torch.addcmul(r * cos, r.roll(self.rot_dim // 2, -1), sin, out=r)
         else:
-            (rot,) = self.tables(positions, cache)
+            (rot,) = self.tables(positions, memo)
             pairs = torch.view_as_complex(r.view(T, heads, self.rot_dim // 2, 2))
             torch.mul(pairs, rot, out=pairs)
         return x

@@ -24,8 +24,8 @@ def model_class(arch: str):
     return getattr(importlib.import_module(module), name)
 
 
-def load_model(g: GGUFFile, progress=None):
-    """Build the model for a GGUF file -> (model, ModelConfig)."""
+def load_model(g: GGUFFile, backend, progress=None):
+    """Build the model for a GGUF file on a backend (hearth.backends.select) -> (model, ModelConfig)."""
     cls = model_class(g.arch)
     cfg = cls.config_from_gguf(g)
-    return cls(cfg, g, progress=progress).eval(), cfg
+    return cls(cfg, g, backend, progress=progress).eval(), cfg

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from hearth.config import ModelConfig
-from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.codecs import CODECS
 from hearth.kvstore.paged import lazy_zeros
 from hearth.runner.draft_tree import best_first_tree
@@ -268,7 +267,7 @@ class DraftModel:
             qsl.append(qsl[-1] + len(toks))
             seq_lens.append(start + len(toks))
             tables.append(table)
-        meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs)
+        meta = self.model.backend.metadata(qsl, seq_lens, tables, slots, bs)
         rows = [qsl[i + 1] - 1 for i in out_seqs]
         hidden = self.model(torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
                             meta, self.kv_caches, out_rows=rows)  # [len(rows), hidden]

@@ -10,7 +10,6 @@ import sys
 import torch
 
 from hearth.config import ModelConfig
-from hearth.kernels import native
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
@@ -48,6 +47,7 @@ class ModelRunner:
         keep_freed_pages()
         self.drafter = drafter
         self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
+        self.backend = model.backend  # the one the model was built on (hearth.backends)
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
@@ -75,29 +75,18 @@ class ModelRunner:
     def row_regimes(self) -> tuple[int, ...] | None:
         """Step sizes (rows) from which the kernels sum differently, so a row's bits may change
         across them (for the scheduler: drafts never push a step over one); None when even 1 + k
-        rows of one sequence differ from a 1-row decode (the torch paths: measured, 0.25-0.6 on
-        SmolLM2's logits), so drafts would not be lossless. The C++ path: int8 VNNI GEMV below
-        native.batch_min_rows(), batch GEMMs below the layers' native_max_rows (AMX int8 tiles, or
-        without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the GEMV's), prefill
-        GEMMs from there (AMX bf16 tiles, or AVX512-BF16 panels). Within a regime a row is
-        bit-identical whatever the rest of the step (attention splits a row's keys by the number
-        of sequences, not of rows). The avx2 library has one GEMV below native_max_rows (no
-        batch GEMMs: batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
-        layer = self.model.layers[0]
-        if not getattr(layer, "native", None) or not native.has("paged_attention"):
-            return None
-        if any(isinstance(c, QuantizedKVCache) for c in self.kv_caches) and not native.has("kv_quant"):
-            return None
-        return tuple(r for r in (native.batch_min_rows(), layer.native_max_rows) if r > 0)
+        rows of one sequence differ from a 1-row decode, so drafts would not be lossless
+        (Backend.row_regimes)."""
+        return self.backend.row_regimes(self.model, self.kv_caches)
 
     @property
     def verify_rows(self) -> int:
         """Most rows of a step with drafts whose real rows are below the first row regime: such a
-        step sums every matmul row as the GEMV does (native.batch_invariant: exact AMX tiles, or the
+        step sums every matmul row as the GEMV does (Backend.batch_invariant: exact AMX tiles, or the
         GEMV), so each verify row is a decode row bit for bit, up to the prefill GEMMs' boundary.
         0 where no batch GEMM needs lifting."""
         regimes = self.row_regimes
-        return self.model.layers[0].native_max_rows - 1 if regimes and len(regimes) > 1 else 0
+        return regimes[-1] - 1 if regimes and len(regimes) > 1 else 0
 
     @property
     def kv_bytes(self) -> int:
@@ -155,8 +144,8 @@ class ModelRunner:
         rows = [r for i, s in enumerate(so.seqs) if s.sample
                 for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
         drafts = sum(len(s.spec_token_ids) for s in so.seqs)
-        lift = drafts and so.num_tokens - drafts < native.batch_min_rows()  # a verify step's rows as decode rows
-        with native.batch_invariant(self.verify_rows if lift else 0):
+        lift = drafts and so.num_tokens - drafts < self.backend.batch_min_rows()  # a verify step's rows as decode rows
+        with self.backend.batch_invariant(self.verify_rows if lift else 0):
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [R, hidden]
             if not rows:
                 return RunnerOutput({})
@@ -197,7 +186,7 @@ class ModelRunner:
             qsl.append(qsl[-1] + n)
             seq_lens.append(s.start_pos + n)
             tables.append(s.block_ids)
-        meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), bs, trees=trees)
+        meta = self.backend.metadata(qsl, seq_lens, tables, slots, bs, trees)
         if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
             meta.kv_plan = self.staging.plan(
                 [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)

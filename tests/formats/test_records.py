@@ -16,6 +16,7 @@ from hearth.formats import kv as kvrec
 from hearth.formats.weights import TORCH_PATHS, WEIGHT_FORMATS, WeightFormat
 from hearth.kernels import native
 from hearth.kvstore import codecs
+from hearth.backends import cpu_linear
 from hearth.layers import linear, quant
 from hearth.memory import kv_formats, layouts
 
@@ -67,7 +68,7 @@ def test_cpp_block_width_tables_follow_the_records():
 
 def test_native_qtypes_are_derived():
     assert native.QTYPES == {v: k for k, v in NATIVE_WEIGHTS.items()}
-    assert linear.NATIVE_TYPES == {Q[name] for name in NATIVE_WEIGHTS}
+    assert {q for q, p in cpu_linear.NATIVE_PATHS.items() if p == "native"} == {Q[name] for name in NATIVE_WEIGHTS}
 
 
 def test_every_record_has_a_torch_decoder_and_no_decoder_lacks_a_record():

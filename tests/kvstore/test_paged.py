@@ -4,15 +4,20 @@ prefix blocks are read the same by every request; and the allocator's bytes equa
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from hearth.backends.base import Backend
 from hearth.config import ModelConfig
 from hearth.kvstore.codecs import ALL_CODECS, QUANTIZED, get_codec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.memory.kv_cache import reserved_per_sequence
 from hearth.memory.shape import ModelShape
 from hearth.runner.model_runner import ModelRunner
+
+NO_MODEL = SimpleNamespace(backend=Backend())  # the runner asks only for the backend here
 
 KVH, D = 2, 64
 
@@ -122,6 +127,6 @@ def test_allocator_bytes_equal_the_plans(name):
     codec = get_codec(name)
     bs, ctx, seqs = codec.block_size(None), 1000, 3
     num_blocks = seqs * -(-ctx // bs)  # what hearth.llm._num_blocks hands out for max_num_seqs=3
-    runner = ModelRunner(None, cfg, num_blocks, bs, codec, max_num_seqs=seqs)
+    runner = ModelRunner(NO_MODEL, cfg, num_blocks, bs, codec, max_num_seqs=seqs)
     planned = seqs * reserved_per_sequence(_shape(cfg), codec.format, bs, ctx)
     assert runner.kv_bytes == planned

@@ -5,16 +5,20 @@ from __future__ import annotations
 import ctypes
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 
+from hearth.backends.base import Backend
 from hearth.config import ModelConfig
 from hearth.kvstore.codecs import get_codec
 from hearth.kvstore.paged import lazy_zeros
 from hearth.kvstore.prefault import PAGE, SLICE, Prefaulter
 from hearth.runner.messages import SchedulerOutput
 from hearth.runner.model_runner import ModelRunner
+
+NO_MODEL = SimpleNamespace(backend=Backend())  # the runner asks only for the backend here
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="mincore and MADV_POPULATE_WRITE are Linux")
 
@@ -64,7 +68,7 @@ def test_pause_drops_the_slices_not_started():
 @pytest.mark.parametrize("name", ["f16", "q8_0"])
 def test_runner_faults_in_the_named_blocks_of_every_layer(name):
     codec = get_codec(name)
-    runner = ModelRunner(None, CFG, 32, codec.block_size(None), codec, max_num_seqs=2)
+    runner = ModelRunner(NO_MODEL, CFG, 32, codec.block_size(None), codec, max_num_seqs=2)
     runner.execute(SchedulerOutput([], prefault_blocks=range(4, 12)))
     settle(runner.prefaulter)
     regions = runner.block_io.regions()

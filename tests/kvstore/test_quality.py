@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-import hearth.models.transformer as transformer
 from hearth import LLM
 from hearth.commands.eval import DEFAULT_TEXT, greedy, perplexity, runner_for
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
@@ -37,8 +36,11 @@ def captured(request, model_path):
     runner = runner_for(llm, "f16", CAPTURE)
     layers = []
 
+    backend = llm.model.backend
+    attention = backend.attention
+
     def record(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0, precise=False):
-        out = paged_attention(q, kv_cache, meta, scale, sliding_window, softcap, precise)
+        out = attention(q, kv_cache, meta, scale, sliding_window, softcap, precise)
         kv = kv_cache.view(2, -1, *kv_cache.shape[-2:])[:, :CAPTURE].clone()
         layers.append((q.clone(), kv, scale, sliding_window, softcap, out))
         return out
@@ -48,7 +50,7 @@ def captured(request, model_path):
 
     seq = ScheduledSequence("c", ids, 0, list(range(-(-CAPTURE // runner.block_size))), False, SamplingParams(), [])
     patch = pytest.MonkeyPatch()
-    patch.setattr(transformer, "paged_attention", record)
+    patch.setattr(backend, "attention", record)
     patch.setattr(FusedStack, "prefill", lambda *a: 0)  # attention through Python, where record sees it
     patch.setattr(FusedLayer, "prefill", lambda *a: False)
     try:

@@ -22,14 +22,19 @@ from hearth.errors import UnsupportedError
 from hearth.kernels.qmatmul import int4_dequant_t, int4_matmul, pack_int4
 from hearth.layers.embedding import Embedding
 from hearth.layers.quant import dequantize
-from hearth.layers.linear import (FAST_PATHS, TORCH_PATHS, DensePart, Int4Part, NativePart, build_embedding,
-                                  build_linear, use_linear_policy)
+from hearth.backends import select
+from hearth.backends.base import Backend
+from hearth.backends.cpu_linear import NATIVE_PATHS, NativePart
+from hearth.layers.linear import TORCH_PATHS, DensePart, Int4Part, build_linear, use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from tests.layers.test_quant import FLOATS, QUANTS, assert_bit_exact, gguf_reference, random_tensor
 
 FAST_TOL = 2.0 ** -8
 ACT8_TOL = 1.01 / 254  # +1%: the float rounding of x / d before it is rounded to an integer
 EXACT_TOL = 1e-5
+FAST, TORCH = select("cpu"), Backend()
+"""The CPU backend at this machine's tier (the torch backend at the torch tier), and the torch backend."""
+FAST_PATHS = TORCH_PATHS if type(FAST) is Backend else NATIVE_PATHS
 BATCHES = (1, 3, 40, 70)  # 40: native AMX tiles or int4's bf16 GEMM; 70 >= every gemm_min_rows: bf16 tiles
 
 
@@ -97,8 +102,7 @@ def test_int4pack_formula_layout_padding_and_chunks():
 @pytest.mark.parametrize("qtype", FLOATS + QUANTS, ids=lambda q: q.name)
 def test_fast_path_matches_dequantized_weight(qtype, native):
     t = random_tensor(qtype, 96, 512, np.random.default_rng(int(qtype)))  # 96: int4 rows get padded
-    with use_linear_policy(native=native):
-        lin = build_linear(t)
+    lin = (FAST if native else TORCH).linear(t)
     w = reference([t])
     part = {"f32": DensePart, "bf16": DensePart, "int4x1": Int4Part, "int4x2": Int4Part, "native": NativePart}
     assert isinstance(lin.parts[0], part[(FAST_PATHS if native else TORCH_PATHS)[qtype]])
@@ -122,7 +126,7 @@ def test_exact_policy_is_f32_exact(qtype):
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q8_0, Q.Q6_K], ids=lambda q: q.name)
 def test_rows_of_a_small_batch_equal_single_rows(qtype):
     """Below gemm_min_rows each row is computed alone, so batching cannot change a decode's tokens."""
-    lin = build_linear(random_tensor(qtype, 64, 256, np.random.default_rng(4)))
+    lin = FAST.linear(random_tensor(qtype, 64, 256, np.random.default_rng(4)))
     x = torch.randn(5, 256)
     assert torch.equal(lin(x), torch.cat([lin(x[i:i + 1]) for i in range(5)]))
 
@@ -130,7 +134,7 @@ def test_rows_of_a_small_batch_equal_single_rows(qtype):
 def test_gemm_path_in_row_chunks_and_leading_dims():
     t = random_tensor(Q.Q8_0, 200, 256, np.random.default_rng(5))
     with use_linear_policy(gemm_min_rows=4, native_gemm_min_rows=4, gemm_chunk_rows=64):
-        lin = build_linear(t)
+        lin = FAST.linear(t)
     x = torch.randn(2, 3, 256)  # [..., K]: 6 rows, over the threshold
     y = lin(x)
     assert y.shape == (2, 3, 200)
@@ -150,7 +154,7 @@ def test_fused_mixed_types_and_bias():
     native = FAST_PATHS[Q.Q4_K] == "native"  # the native kernels take any mix of block types at once
     for ts, n_parts in ((qkv, 1), (mixed, 1 if native else 3)):
         bias = torch.randn(sum(t.shape[0] for t in ts))
-        lin = build_linear(ts, bias=bias)
+        lin = FAST.linear(ts, bias=bias)
         assert len(lin.parts) == n_parts
         w = reference(ts)
         for m in BATCHES:
@@ -173,14 +177,14 @@ def test_fusing_different_in_features_is_an_error():
 def test_embedding_rows_bit_exact(qtype):
     t = random_tensor(qtype, 300, 256, np.random.default_rng(8))
     ids = torch.tensor([5, 0, 299, 5, 123])
-    rows = build_embedding(t)(ids)
+    rows = FAST.embedding(t)(ids)
     assert rows.shape == (5, 256) and rows.dtype == torch.float32
     assert_bit_exact(rows, gguf_reference(t)[ids.numpy()])
 
 
 def test_tied_head_and_embedding_share_one_file_tensor():
     t = random_tensor(Q.Q8_0, 1000, 128, np.random.default_rng(9))
-    emb, head = build_embedding(t), build_linear(t)
+    emb, head = FAST.embedding(t), FAST.linear(t)
     assert isinstance(emb, Embedding)
     assert emb.raw.data_ptr() == t.data.ctypes.data  # the embedding keeps no copy at all
     repacked = head.weight_bytes
@@ -195,7 +199,7 @@ def test_tied_head_and_embedding_share_one_file_tensor():
 
 def test_unsupported_type_is_a_clear_error():
     t = GGUFTensor("blk.0.attn_q.weight", Q.IQ2_XXS, (32, 256), np.zeros((32, 66), dtype=np.uint8))
-    for build in (build_linear, build_embedding):
+    for build in (FAST.linear, FAST.embedding, TORCH.linear, TORCH.embedding):
         with pytest.raises(UnsupportedError, match=r"blk.0.attn_q.weight: tensor type IQ2_XXS is not "
                                                    r"supported; hearth supports: .*Q4_K"):
             build(t)
@@ -221,7 +225,7 @@ def _check_real(g: GGUFFile, groups: list[list[str]], rows: int = 256) -> None:
         for t in ts:
             assert_bit_exact(dequantize(t.data, t.qtype), gguf_dequantize(t.data, t.qtype).astype(np.float32))
         w, k = reference(ts), ts[0].shape[1]
-        lin = build_linear(ts)
+        lin = FAST.linear(ts)
         for m in BATCHES:
             x = torch.randn(m, k)
             assert_linear_close(lin, x, w)

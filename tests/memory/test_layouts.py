@@ -7,7 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from hearth.layers.linear import FAST_PATHS, TORCH_PATHS, build_linear, use_linear_policy
+from hearth.backends import select
+from hearth.backends.base import Backend
+from hearth.backends.cpu_linear import NATIVE_PATHS
+from hearth.layers.linear import TORCH_PATHS
 from hearth.memory.layouts import LAYOUTS, held_bytes
 from hearth.memory.weights import WeightTensor
 from tests.layers.test_quant import random_tensor
@@ -37,12 +40,12 @@ def test_every_torch_path_type_is_in_the_table():
 def test_held_bytes_match_the_linear_layer(qtype):
     t = random_tensor(qtype, ROWS, COLS, np.random.default_rng(0))
     w = WeightTensor("w", qtype, (ROWS, COLS))
-    with use_linear_policy(native=False):
-        assert held_bytes(w, LAYOUTS["hearth-cpu-torch"]) == module_bytes(build_linear(t))
-    if FAST_PATHS[qtype] == "native":  # the C++ kernels keep no copy: the file's pages are the weight
-        assert module_bytes(build_linear(t)) == 0
+    assert held_bytes(w, LAYOUTS["hearth-cpu-torch"]) == module_bytes(Backend().linear(t))
+    cpu = select("cpu")  # at the torch tier, the torch backend
+    if type(cpu) is not Backend and NATIVE_PATHS[qtype] == "native":  # the C++ kernels keep no copy
+        assert module_bytes(cpu.linear(t)) == 0
         assert held_bytes(w, LAYOUTS["hearth-cpu"]) == t.data.nbytes
     else:
-        assert held_bytes(w, LAYOUTS["hearth-cpu"]) == module_bytes(build_linear(t))
+        assert held_bytes(w, LAYOUTS["hearth-cpu"]) == module_bytes(cpu.linear(t))
     # the file layout is the GGUF bytes themselves
     assert held_bytes(WeightTensor("w", qtype, (ROWS, COLS)), LAYOUTS["file"]) == t.data.nbytes

@@ -16,6 +16,8 @@ from hearth.kernels.fused_layer import FusedLayer
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models import arch_spec
 from hearth.models.arch_spec import ArchSpec, admits, refusal
+from hearth.backends import select
+from hearth.backends.base import TORCH_OPS
 from hearth.models.registry import load_model, model_class
 from tests.gguf_factory import tiny_dir
 from tests.models.test_native_decode import FUSED_ARCHS
@@ -82,9 +84,9 @@ def test_a_refused_model_runs_op_by_op_and_says_why_once(tmp_path, monkeypatch, 
     monkeypatch.setattr(cls, "spec", FutureSpec(neox_rope=True, qk_norm=True, parallel_block=True))
     d, name, _ = tiny_dir(tmp_path, "qwen3", qtype="Q8_0")
     with caplog.at_level(logging.WARNING, logger="hearth.models"):
-        model, _ = load_model(GGUFFile(d / name))
+        model, _ = load_model(GGUFFile(d / name), select())
         assert not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, cls.spec)  # asked again: not logged again
-    assert all(layer.native is None and layer.fused is None for layer in model.layers)
-    assert model.fused_stack is None
+    assert all(layer.ops is TORCH_OPS for layer in model.layers)  # the torch ops, over the native linears
+    assert model.stack is None
     lines = [r.getMessage() for r in caplog.records if "parallel_block" in r.getMessage()]
     assert len(lines) == 1 and FusedLayer.NAME in lines[0]

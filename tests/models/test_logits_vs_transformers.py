@@ -9,6 +9,7 @@ import torch
 from hearth.kernels.attention import AttentionMetadata
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.backends import select
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
 
@@ -99,7 +100,7 @@ def tiny(tmp_path_factory):
         if (case, exact) not in built:
             d, name, dims = files[case]
             with use_linear_policy(exact=exact):
-                model, cfg = load_model(GGUFFile(d / name))
+                model, cfg = load_model(GGUFFile(d / name), select())
             built[case, exact] = (model, cfg, d, name, dims)
         return built[case, exact]
 

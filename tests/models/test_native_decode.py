@@ -1,4 +1,4 @@
-"""The native decoder-layer path (DecoderLayer._forward_native: a few C++ calls per layer, one for
+"""The CPU backend's decoder layer (hearth.backends.cpu.NativeLayerOps: a few C++ calls per layer, one for
 decode-sized batches) against the same model run op by op, and both against transformers; over a
 quantized KV cache against the layer in parts; and for a prefill (bf16 tiles, or without AMX the
 int8 GEMM) against transformers.
@@ -17,6 +17,9 @@ import torch
 
 from hearth.kernels import native
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.backends import select
+from hearth.backends.base import TORCH_OPS
+from hearth.backends.cpu import NativeLayerOps
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir, write_tiny_gguf
 from tests.models.test_logits_vs_transformers import (REL_TOL_FAST, PagedDriver, prompt, rel_err,
@@ -32,8 +35,8 @@ away from its default (tests/models/test_arch_spec.py checks that)."""
 @pytest.mark.parametrize("arch", FUSED_ARCHS)
 def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
-    model, cfg = load_model(GGUFFile(d / name))
-    assert all(layer.native for layer in model.layers)
+    model, cfg = load_model(GGUFFile(d / name), select())
+    assert all(isinstance(layer.ops, NativeLayerOps) for layer in model.layers)
     ids = prompt(cfg.vocab_size)
 
     def run() -> torch.Tensor:  # a 10-token prefill, then one token at a time: all decode-sized
@@ -42,14 +45,14 @@ def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
         return torch.cat(parts)
 
     fused = run()
-    plans = [layer.native for layer in model.layers]
+    plans = [layer.ops for layer in model.layers]
     for layer in model.layers:
-        layer.native = None  # every layer op by op in torch (same native linears)
+        layer.ops = TORCH_OPS  # every layer op by op in torch (same native linears)
     try:
         op_by_op = run()
     finally:
         for layer, plan in zip(model.layers, plans):
-            layer.native = plan
+            layer.ops = plan
     ref = transformers_logits(arch, d, name, dims, ids)
     assert rel_err(fused, ref) < REL_TOL_FAST and rel_err(op_by_op, ref) < REL_TOL_FAST
     assert rel_err(fused, ref) < 1.25 * rel_err(op_by_op, ref)
@@ -81,7 +84,7 @@ def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, 
     fused = run()
     assert len(calls) > 100 * len(llm.model.layers)  # most steps ran fused
     for layer in llm.model.layers:
-        layer.fused = None
+        layer.ops.fused = None
     assert run() == fused
 
 
@@ -91,7 +94,7 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     """A 100-token prefill runs the layers natively with their matmuls on AMX bf16 tiles (the MLP's
     act(gate) * up applied as the tiles are read out): within REL_TOL_FAST of transformers."""
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
-    model, cfg = load_model(GGUFFile(d / name))
+    model, cfg = load_model(GGUFFile(d / name), select())
     rows = []
     mlp = native.mlp_add_to
     monkeypatch.setattr(native, "mlp_add_to", lambda gu, dn, act, r, *a: rows.append(r.shape[0]) or mlp(gu, dn, act, r, *a))
@@ -107,7 +110,7 @@ def test_prefill_without_amx_near_transformers(tmp_path, monkeypatch, arch):
     """Without AMX (the avx512 tier) a 100-token prefill runs the layers natively too, their matmuls
     on the C++ GEMMs (AVX512-BF16, or int8 where the CPU lacks it): within REL_TOL_FAST of transformers."""
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
-    model, cfg = load_model(GGUFFile(d / name))
+    model, cfg = load_model(GGUFFile(d / name), select())
     rows = []
     mlp = native.mlp_add_to
     monkeypatch.setattr(native, "mlp_add_to", lambda gu, dn, act, r, *a: rows.append(r.shape[0]) or mlp(gu, dn, act, r, *a))

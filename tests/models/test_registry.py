@@ -4,6 +4,7 @@ import pytest
 
 from hearth.errors import UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.backends import select
 from hearth.models.registry import ARCHITECTURES, load_model
 from tests.gguf_factory import LAYOUTS, write_header_only_gguf, write_tiny_gguf
 
@@ -12,7 +13,7 @@ from tests.gguf_factory import LAYOUTS, write_header_only_gguf, write_tiny_gguf
 def test_each_architecture_loads_its_own_class(tmp_path, arch):
     path = tmp_path / f"{arch}.gguf"
     dims = write_tiny_gguf(path, arch)
-    model, cfg = load_model(GGUFFile(path))
+    model, cfg = load_model(GGUFFile(path), select())
     assert type(model).__name__ == ARCHITECTURES[arch].split(":")[1]
     assert (cfg.arch, cfg.num_layers, cfg.head_dim, cfg.vocab_size) == (arch, dims.layers, dims.head_dim, dims.vocab)
 
@@ -21,7 +22,7 @@ def test_unsupported_architecture_names_the_supported_ones(tmp_path):
     path = tmp_path / "mamba.gguf"  # an architecture hearth has no implementation for
     write_header_only_gguf(path, "mamba")
     with pytest.raises(UnsupportedError) as e:
-        load_model(GGUFFile(path))
+        load_model(GGUFFile(path), select())
     message = str(e.value)
     assert "'mamba'" in message and "\n" not in message
     assert all(arch in message for arch in ("gemma3", "llama", "qwen2", "qwen3"))

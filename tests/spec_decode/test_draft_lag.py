@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from hearth.backends.base import Backend
 from hearth.runner.drafter import DraftModel
 from hearth.runner.messages import ScheduledSequence, SchedulerOutput
 from hearth.sampling_params import SamplingParams
@@ -15,6 +16,7 @@ class RecordingModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
         self.calls: list[list[int]] = []  # positions of each forward
+        self.backend = Backend()  # builds the step's metadata
 
     def forward(self, ids, positions, meta, kv_caches, out_rows):
         self.calls.append(positions.tolist())

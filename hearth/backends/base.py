@@ -1,0 +1,133 @@
+"""The backend interface, implemented in torch: the reference every other backend is tested against.
+
+A backend is how a model's layers run on one device (DESIGN.md, style 12): the model and its layers
+are built with one (hearth.models.transformer) and call it for every device-specific step; nothing in
+hearth.models or hearth.layers asks which device or CPU tier it is on (tests/test_layering.py). The
+decoder layer is defined once (DecoderLayer.forward); a backend says how it runs that layer's steps
+(`layer_ops`), fused around its matmuls or as one call for the whole layer where it can."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import TYPE_CHECKING
+
+import torch
+
+from hearth.kernels.attention import (AttentionMetadata, paged_attention_quantized_torch, paged_attention_torch,
+                                      write_kv_pair_torch)
+from hearth.layers.embedding import Embedding
+from hearth.layers.linear import QuantLinear, build_linear
+from hearth.loader.gguf_loader import GGUFTensor
+
+if TYPE_CHECKING:
+    from hearth.models.arch_spec import ArchSpec
+    from hearth.models.transformer import DecoderLayer
+
+
+class LayerOps:
+    """The steps of DecoderLayer.forward as torch ops (the slow, obvious twin of every fused form)."""
+
+    def for_rows(self, rows: int) -> LayerOps:
+        """The ops that run a step of this many rows (a backend may hand some sizes to torch)."""
+        return self
+
+    def whole(self, layer: DecoderLayer, x, positions, meta, kv_cache, out_rows) -> torch.Tensor | None:
+        """The whole layer in one call, or None: then step by step."""
+        return None
+
+    def qkv(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
+        """x: the residual stream f32 [T, hidden] -> q | k | v of its norm, f32 [T, q + 2 kv]."""
+        return layer.attn.qkv(layer.attn_norm(x)).float()
+
+    def qk_rope(self, layer: DecoderLayer, qk: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> None:
+        """qk: f32 [T, heads + kv_heads, head_dim], per-head normed (where the model has it) and rotated in place."""
+        a = layer.attn
+        if a.qk_norm is not None:
+            a.qk_norm(qk, out=qk)
+        a.rope(qk, positions, meta.memo.rope)
+
+    def out_add(self, layer: DecoderLayer, attn: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x + post_norm(attn @ W_o.T); attn: f32 [T, q_size], x: [T, hidden]."""
+        o = layer.attn.o
+        h = o(attn.to(o.in_dtype))
+        if layer.post_attn_norm is not None:
+            h = layer.post_attn_norm(h)
+        return x + h  # f32 + bf16 promotes to f32: no cast op
+
+    def mlp_add(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
+        """x + post_norm(down(act(gate) * up) of norm(x)), into x."""
+        m = layer.mlp
+        gate, up = m.gate_up(layer.ffn_norm(x)).split(m.inter, dim=-1)
+        # in the linear's dtype: bf16 rounding here is finer than llama.cpp's 8-bit activations
+        h = m.down(m.act(gate).mul_(up))
+        if layer.post_ffn_norm is not None:
+            h = layer.post_ffn_norm(h)
+        return x.add_(h)
+
+
+TORCH_OPS = LayerOps()
+
+
+class Backend:
+    """The torch backend; other backends subclass it and override what they run faster."""
+
+    name = "torch"
+    about = "torch's CPU kernels (the reference)"
+
+    # ---- weights ----
+
+    def linear(self, t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> QuantLinear:
+        """A GGUF-block linear for few and many rows (hearth.layers.linear)."""
+        return build_linear(t, bias)
+
+    def embedding(self, t: GGUFTensor) -> Embedding:
+        return Embedding(t)
+
+    # ---- the decoder layer ----
+
+    def layer_ops(self, layer: DecoderLayer, spec: ArchSpec) -> LayerOps:
+        """How this backend runs `layer` (built: its weights are in place)."""
+        return TORCH_OPS
+
+    def stack(self, layers: list[DecoderLayer]):
+        """Something with prefill(x, positions, meta, kv_caches, out_rows) -> layers run, that takes a
+        whole prefill chunk through many layers in one call; None."""
+        return None
+
+    def write_kv(self, kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
+        """kv: f32 [T, 2, kv_heads, head_dim] -> the new tokens' cache slots."""
+        write_kv_pair_torch(kv_cache, kv, meta)
+
+    def attention(self, q: torch.Tensor, kv_cache, meta: AttentionMetadata, scale: float, window: int,
+                  softcap: float, precise: bool) -> torch.Tensor:
+        """q: f32 [T, heads, head_dim] over the paged cache -> [T, heads, head_dim] (causal, sliding
+        window, soft-cap, tree masks). precise: long chunks' scores in f32 (kernels.attention.PRECISE_SCORES)."""
+        if isinstance(kv_cache, torch.Tensor):
+            return paged_attention_torch(q, kv_cache, meta, scale, window, softcap)
+        return paged_attention_quantized_torch(q, kv_cache, meta, scale, window, softcap)
+
+    def logits(self, head: QuantLinear, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: f32 [N, hidden] -> [N, vocab]."""
+        return head(hidden.to(head.in_dtype)).float()
+
+    # ---- the step ----
+
+    def metadata(self, query_start_loc: list[int], seq_lens: list[int], block_tables: list[list[int]],
+                 slots: list[int], block_size: int, trees: dict | None = None) -> AttentionMetadata:
+        """The step's attention metadata, shared by every layer."""
+        return AttentionMetadata(query_start_loc, seq_lens, block_tables, torch.tensor(slots, dtype=torch.long),
+                                 block_size, trees=trees or {})
+
+    def row_regimes(self, model, kv_caches: list) -> tuple[int, ...] | None:
+        """Step sizes (rows) from which the kernels sum differently, so a row's bits may change across
+        them; None when even 1 + k rows of one sequence differ from a 1-row decode (torch's kernels:
+        measured 0.25-0.6 on SmolLM2's logits), so drafts would not be lossless."""
+        return None
+
+    def batch_min_rows(self) -> int:
+        """Rows from which a step's matmuls take the batch GEMMs (0: none)."""
+        return 0
+
+    def batch_invariant(self, rows: int):
+        """A context in which steps of up to `rows` rows sum every matmul row as a 1-row step does."""
+        return nullcontext()

@@ -1,0 +1,179 @@
+"""The CPU backend: hearth's C++ kernels at the tier this CPU runs (hearth.kernels.tiers), torch's
+where a kernel is missing (the torch backend's code, hearth.backends.base).
+
+The decoder layer's steps run in 5 C++ calls plus attention: norms, activation, rope and residual adds
+fused around the native matmuls (8-bit activations for a few rows, bf16 tiles or the C++ GEMMs for
+prefill chunks), ~30 torch ops fewer per layer; a step of a few rows, or one sequence's prefill chunk,
+runs the whole layer in one call (hearth.kernels.fused_layer), and a prefill chunk can go through every
+layer in one call (FusedStack)."""
+
+from __future__ import annotations
+
+import torch
+
+from hearth.backends.base import TORCH_OPS, Backend, LayerOps
+from hearth.backends.cpu_linear import native_linear, native_part
+from hearth.kernels import native, tiers
+from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
+from hearth.kernels.fused_layer import FusedLayer, FusedStack
+from hearth.kvstore.paged import QuantizedKVCache
+from hearth.layers.embedding import Embedding
+from hearth.layers.linear import QuantLinear
+from hearth.layers.norm import RMSNorm
+from hearth.loader.gguf_loader import GGUFTensor
+from hearth.models.arch_spec import ArchSpec, admits
+
+
+class NativeEmbedding(Embedding):
+    """Rows dequantized by one C++ call per lookup (bit-exact like the torch decoder)."""
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:  # ids: [T] int64 -> [T, hidden] f32
+        return native.dequant_rows(self.raw, self.qtype, self.embedding_dim, ids).view(*ids.shape, -1)
+
+
+def _norm_args(norm: RMSNorm | None) -> tuple[torch.Tensor | None, float]:
+    """(weight, eps) as the C++ layer takes a norm the architecture may lack: (None, 0.0)."""
+    return (None, 0.0) if norm is None else (norm.weight, norm.eps)
+
+
+def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
+    """How many rows go on past a fused prefill: all T, or len(out_rows) when they are the last rows
+    in order; None when they are not (the fused calls only keep a tail)."""
+    keep = T if out_rows is None else len(out_rows)
+    return keep if out_rows is None or out_rows == list(range(T - keep, T)) else None
+
+
+class NativeLayerOps(LayerOps):
+    """A layer whose four linears are each one NativePart: its steps fused around them in C++."""
+
+    def __init__(self, layer, spec: ArchSpec):
+        self.mms = tuple(native_part(lin).mm for lin in _linears(layer))  # qkv, o, gate_up, down
+        self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
+        """Steps below this many rows are decode-sized (the GEMV, or the batch GEMMs)."""
+        self.fused = _fused(layer, self.mms, spec) if native.has("layer") else None
+
+    def for_rows(self, rows: int) -> LayerOps:
+        # every row count where the library has prefill GEMMs (AMX bf16 tiles, or the C++ GEMMs without
+        # AMX); the avx2 library's GEMV takes decode-sized steps only, prefills go to dense tiles in torch
+        return self if rows < self.max_rows or native.has("gemm") else TORCH_OPS
+
+    def whole(self, layer, x, positions, meta, kv_cache, out_rows):
+        """A step of a few rows, or one sequence's prefill chunk (which, when out_rows are its last
+        rows, computes no others past the K/V), in one call; None where it does not cover the step."""
+        if self.fused is None:
+            return None
+        T, keep = x.shape[0], _kept_tail(out_rows, x.shape[0])
+        cos, sin = layer.attn.rope.halves(positions, meta.memo.rope)
+        if T < self.max_rows:
+            if self.fused(x, cos, sin, kv_cache, meta):
+                return x if out_rows is None else x[out_rows]
+        elif keep is not None and not layer.attn.precise_scores and self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
+            return x if keep == T else x[T - keep:]
+        return None
+
+    def qkv(self, layer, x):
+        n = layer.attn_norm
+        return self.mms[0](x, norm=n.weight, eps=n.eps, bias=layer.attn.qkv.bias)
+
+    def qk_rope(self, layer, qk, positions, meta):
+        a = layer.attn
+        cos, sin = a.rope.halves(positions, meta.memo.rope)
+        native.qk_rope(qk, a.rope.rot_dim, cos, sin, a.rope.neox, *_norm_args(a.qk_norm))
+
+    def out_add(self, layer, attn, x):
+        self.mms[1].add_to(attn, x, *_norm_args(layer.post_attn_norm))
+        return x
+
+    def mlp_add(self, layer, x):
+        return native.mlp_add_to(self.mms[2], self.mms[3], layer.mlp.activation, x, *_norm_args(layer.ffn_norm),
+                                 *_norm_args(layer.post_ffn_norm))
+
+
+def _linears(layer) -> tuple[QuantLinear, ...]:
+    return layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down
+
+
+def _fused(layer, mms, spec: ArchSpec) -> FusedLayer:
+    a, n, e = layer.attn, (lambda norm: _norm_args(norm)[0]), (lambda norm: _norm_args(norm)[1])
+    norms = [n(layer.attn_norm), a.qkv.bias, n(a.qk_norm), n(layer.post_attn_norm), n(layer.ffn_norm),
+             n(layer.post_ffn_norm)]
+    eps = [e(layer.attn_norm), e(a.qk_norm), e(layer.post_attn_norm), e(layer.ffn_norm), e(layer.post_ffn_norm)]
+    return FusedLayer(mms, norms, eps, spec.activation, a.rope.neox, a.heads, a.kv_heads, a.head_dim, a.rope.rot_dim,
+                      a.window, a.scale, a.softcap or 0.0)
+
+
+class NativeStack:
+    """Every layer through one sequence's prefill chunk in one C++ call (FusedStack)."""
+
+    def __init__(self, layers):
+        self.layers, self.min_rows = layers, layers[0].ops.max_rows
+        self.fused = FusedStack([layer.ops.fused for layer in layers])
+
+    def prefill(self, x, positions, meta, kv_caches, out_rows) -> int:
+        """How many layers one call ran, when this step is one sequence's chunk long enough for the
+        bf16 tiles and the rows going on are its last ones; 0 otherwise."""
+        keep = _kept_tail(out_rows, x.shape[0])
+        if x.shape[0] < self.min_rows or keep is None:
+            return 0
+        tables = [layer.attn.rope.halves(positions, meta.memo.rope) for layer in self.layers]
+        return self.fused.prefill(x, tables, kv_caches, meta, keep)
+
+
+class CpuBackend(Backend):
+    name = "cpu"
+
+    def __init__(self, tier: tiers.Tier):
+        self.tier, self.about = tier, f"{tier.name} tier: {tier.enables}"
+
+    def linear(self, t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> QuantLinear:
+        return native_linear(t, bias)
+
+    def embedding(self, t: GGUFTensor) -> Embedding:
+        return NativeEmbedding(t) if int(t.qtype) in native.QTYPES else Embedding(t)
+
+    def layer_ops(self, layer, spec: ArchSpec) -> LayerOps:
+        """NativeLayerOps when each of the layer's linears is one NativePart, the C++ layer implements
+        every ArchSpec field the model sets (else the reason is logged once) and the library has the
+        ops around the GEMV; else the torch ops (over the same native linears)."""
+        lins = _linears(layer)
+        if (not all(native_part(lin) for lin in lins) or any(lin.bias is not None for lin in lins[1:])
+                or not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec) or not native.has("fused_ops")):
+            return TORCH_OPS
+        return NativeLayerOps(layer, spec)
+
+    def stack(self, layers):
+        # the stack's attention is the bf16 tile kernel: not for layers that need f32 scores
+        if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None and not layer.attn.precise_scores
+               for layer in layers):
+            return NativeStack(layers)
+        return None
+
+    def write_kv(self, kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
+        write_kv_pair(kv_cache, kv, meta)
+
+    def attention(self, q, kv_cache, meta, scale, window, softcap, precise):
+        return paged_attention(q, kv_cache, meta, scale, window, softcap, precise)
+
+    def logits(self, head: QuantLinear, hidden: torch.Tensor) -> torch.Tensor:
+        part = native_part(head)  # f32 in, f32 out (also from its bf16 tiles): no cast of a 262k-wide row
+        return part(hidden) if part is not None else super().logits(head, hidden)
+
+    def row_regimes(self, model, kv_caches: list) -> tuple[int, ...] | None:
+        """The int8 VNNI GEMV below native.batch_min_rows(), batch GEMMs below the layers' max_rows
+        (AMX int8 tiles, or without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the
+        GEMV's), prefill GEMMs from there (AMX bf16 tiles, or AVX512-BF16 panels). Within a regime a
+        row is bit-identical whatever the rest of the step (attention splits a row's keys by the number
+        of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
+        batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
+        ops = model.layers[0].ops
+        if not isinstance(ops, NativeLayerOps) or not native.has("paged_attention"):
+            return None
+        if any(isinstance(c, QuantizedKVCache) for c in kv_caches) and not native.has("kv_quant"):
+            return None
+        return tuple(r for r in (native.batch_min_rows(), ops.max_rows) if r > 0)
+
+    def batch_min_rows(self) -> int:
+        return native.batch_min_rows()
+
+    def batch_invariant(self, rows: int):
+        return native.batch_invariant(rows)

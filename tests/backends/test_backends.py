@@ -1,0 +1,72 @@
+"""The backend seam: one object chosen from EngineConfig.device, the torch backend the reference the
+CPU backend is held to on the same model in the same process, and bad devices named."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from hearth import LLM, SamplingParams
+from hearth.backends import select
+from hearth.backends.base import TORCH_OPS, Backend
+from hearth.errors import UnsupportedError
+from hearth.kernels import tiers
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.registry import load_model
+from tests.gguf_factory import tiny_dir, write_tiny_gguf
+from tests.models.test_logits_vs_transformers import REL_TOL_FAST, PagedDriver, prompt, rel_err
+
+
+def test_devices_select_one_backend_each():
+    assert type(select("torch")) is Backend
+    cpu = select("cpu")
+    assert (type(cpu) is Backend) == (not tiers.selected().native)  # at the torch tier the CPU runs torch's
+    assert select("auto") is cpu and select("cpu") is cpu  # one object: models built on it share it
+    with pytest.raises(UnsupportedError, match=r"device: 'tpu' is not one of auto, cpu, cuda, torch"):
+        select("tpu")
+
+
+def test_cuda_without_a_backend_is_one_line_and_the_cpu_runs(caplog):
+    with caplog.at_level(logging.WARNING, logger="hearth"):
+        backend = select("cuda")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "cuda" in lines[0] and "running on the CPU" in lines[0]
+    assert backend is select("cpu")
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+def test_cpu_backend_is_held_to_the_torch_backend(tmp_path, arch):
+    """The same file on both backends: logits within the fast paths' bound of each other, and at a
+    tier with C++ kernels every layer runs the backend's own ops (not torch's) with other bits."""
+    d, name, _ = tiny_dir(tmp_path, arch, qtype="Q8_0")
+    ids = prompt(300)
+    logits = {}
+    for device in ("torch", "cpu"):
+        model, cfg = load_model(GGUFFile(d / name), select(device))
+        assert all(layer.backend is model.backend for layer in model.layers)
+        driver = PagedDriver(model, cfg)
+        logits[device] = torch.cat([driver.step({"a": ids[:7]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[7:]])
+        if device == "torch" or not tiers.selected().native:
+            assert all(layer.ops is TORCH_OPS for layer in model.layers)
+    assert rel_err(logits["cpu"], logits["torch"]) < 2 * REL_TOL_FAST
+    if tiers.selected().native:
+        assert all(layer.ops is not TORCH_OPS for layer in model.layers)
+        assert not torch.equal(logits["cpu"], logits["torch"])
+
+
+def test_llm_on_the_torch_device_generates_and_says_why_speculation_is_off(tmp_path, caplog):
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    with caplog.at_level(logging.WARNING, logger="hearth"):
+        llm = LLM(str(path), device="torch", progress=False, speculative_config={"method": "ngram"})
+    assert type(llm.backend) is Backend and llm.runner.backend is llm.backend
+    assert any("speculative decoding is off" in r.getMessage() for r in caplog.records)
+    out = llm.generate(["hello"], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 5
+
+
+def test_an_unknown_device_fails_before_the_load(tmp_path):
+    with pytest.raises(UnsupportedError, match="device: 'gpu'"):
+        LLM(str(tmp_path / "missing.gguf"), device="gpu", progress=False)
