@@ -16,9 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from hearth.kernels import tiers
-from hearth.loader.resolve import resolve_model
-from hearth.loader.store import hearth_home
+os.environ.setdefault("HEARTH_CHECK_LAUNCHES", "1")  # every Triton launch checked (hearth/kernels/gpu/launch.py)
+os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton's kernels run in its interpreter: no GPU here
+
+from hearth.kernels import tiers  # noqa: E402
+from hearth.loader.resolve import resolve_model  # noqa: E402
+from hearth.loader.store import hearth_home  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 TIERED = ("kernels/", "backends/", "layers/test_linear.py", "models/test_logits_vs_transformers.py", "models/test_native_decode.py",

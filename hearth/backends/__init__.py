@@ -4,8 +4,10 @@
   torch  torch's kernels: the reference every backend is tested against
   cpu    hearth's C++ kernels at the best tier this CPU runs (HEARTH_CPU_TIER forces one); at the torch
          tier it is the torch backend
-  cuda   planned (DESIGN.md, "Devices"): asked for, it is one warning line and the CPU runs instead
-`auto` is cuda where it exists and a GPU is present, else cpu."""
+  cuda   the Triton kernels (hearth.backends.cuda); asked for without a usable GPU or without Triton,
+         one warning line says what is missing and the CPU runs instead
+`auto` is cpu: the CUDA backend has yet to run on a real GPU (its kernels are tested in Triton's
+interpreter), so a GPU is used only when asked for."""
 
 from __future__ import annotations
 
@@ -24,12 +26,32 @@ def select(device: str = "auto") -> Backend:
     if device not in DEVICES:
         raise UnsupportedError(f"device: {device!r} is not one of {', '.join(DEVICES)}")
     if device == "cuda":
-        log.warning("hearth: --device cuda: this build has no CUDA backend yet; running on the CPU")
+        missing = _cuda_missing()
+        if missing is None:
+            return _backend("cuda")
+        log.warning(f"hearth: --device cuda: {missing}; running on the CPU")
     return _backend("torch" if device == "torch" else "cpu")
+
+
+def _cuda_missing() -> str | None:
+    """What the CUDA backend lacks here, or None."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return "no usable GPU (torch.cuda.is_available() is False: a CPU build of torch, or no driver)"
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "Triton is not installed (pip install 'hearth[cuda]')"
+    return None
 
 
 @functools.cache
 def _backend(name: str) -> Backend:
+    if name == "cuda":
+        from hearth.backends.cuda import CudaBackend
+
+        return CudaBackend("cuda")
     tier = tiers.selected()
     if name == "torch" or not tier.native:
         return Backend()

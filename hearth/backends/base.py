@@ -15,8 +15,10 @@ import torch
 
 from hearth.kernels.attention import (AttentionMetadata, paged_attention_quantized_torch, paged_attention_torch,
                                       write_kv_pair_torch)
+from hearth.kvstore.paged import lazy_zeros
 from hearth.layers.embedding import Embedding
 from hearth.layers.linear import QuantLinear, build_linear
+from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFTensor
 
 if TYPE_CHECKING:
@@ -93,6 +95,14 @@ class Backend:
         """Something with prefill(x, positions, meta, kv_caches, out_rows) -> layers run, that takes a
         whole prefill chunk through many layers in one call; None."""
         return None
+
+    def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        """The model's final norm: x f32 [T, hidden] -> f32."""
+        return norm(x)
+
+    def kv_zeros(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """A layer's f16/bf16 KV pages, zero (on the host: resident only where written)."""
+        return lazy_zeros(shape, dtype)
 
     def write_kv(self, kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
         """kv: f32 [T, 2, kv_heads, head_dim] -> the new tokens' cache slots."""

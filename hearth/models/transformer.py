@@ -155,7 +155,7 @@ class CausalLM(nn.Module):
             x = x[len(ids) - len(out_rows):]
         for i in range(done, len(self.layers)):
             x = self.layers[i](x, positions, meta, kv_caches[i], out_rows if i == last else None)
-        return self.norm(x)
+        return self.backend.norm(self.norm, x)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] f32
         logits = self.backend.logits(self.lm_head, hidden)

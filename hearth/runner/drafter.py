@@ -25,7 +25,6 @@ import torch
 
 from hearth.config import ModelConfig
 from hearth.kvstore.codecs import CODECS
-from hearth.kvstore.paged import lazy_zeros
 from hearth.runner.draft_tree import best_first_tree
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
 from hearth.sample.sampler import target_probs
@@ -60,7 +59,7 @@ class DraftModel:
         codec = CODECS["f16"]  # the draft's own format: plain, whatever the target's is
         # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
         shape = codec.shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.kv_caches = [lazy_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
+        self.kv_caches = [model.backend.kv_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
         self.states: dict[str, _DraftState] = {}
         self.valid_blocks: set[int] = set()
         """Full blocks whose draft K/V the draft wrote for the tokens they hold now."""

@@ -13,7 +13,7 @@ from hearth.config import ModelConfig
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
-from hearth.kvstore.paged import QuantizedKVCache, StagingTable, lazy_zeros
+from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
@@ -63,7 +63,7 @@ class ModelRunner:
         if not codec.quantized:
             # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
             shape = codec.shape(num_blocks, bs, cfg.num_kv_heads, cfg.head_dim)
-            self.kv_caches = [lazy_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
+            self.kv_caches = [self.backend.kv_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
             return
         # encoded blocks + f16 staging: codec.staging_blocks slots per sequence (as `hearth plan` counts)
         slots = codec.staging_blocks * max_num_seqs

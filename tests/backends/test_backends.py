@@ -28,11 +28,12 @@ def test_devices_select_one_backend_each():
         select("tpu")
 
 
-def test_cuda_without_a_backend_is_one_line_and_the_cpu_runs(caplog):
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: --device cuda runs on it")
+def test_cuda_without_a_gpu_is_one_line_and_the_cpu_runs(caplog):
     with caplog.at_level(logging.WARNING, logger="hearth"):
         backend = select("cuda")
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "cuda" in lines[0] and "running on the CPU" in lines[0]
+    assert len(lines) == 1 and "no usable GPU" in lines[0] and "running on the CPU" in lines[0]
     assert backend is select("cpu")
 
 
@@ -70,3 +71,4 @@ def test_llm_on_the_torch_device_generates_and_says_why_speculation_is_off(tmp_p
 def test_an_unknown_device_fails_before_the_load(tmp_path):
     with pytest.raises(UnsupportedError, match="device: 'gpu'"):
         LLM(str(tmp_path / "missing.gguf"), device="gpu", progress=False)
+

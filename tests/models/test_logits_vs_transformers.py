@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hearth.kernels.attention import AttentionMetadata
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.backends import select
@@ -55,10 +54,10 @@ class PagedDriver:
     """A minimal stand-in for the runner: per-layer KV tensors, blocks handed out in a scrambled
     order (a sequence's pages are never contiguous), one AttentionMetadata per step."""
 
-    def __init__(self, model, cfg, block_size: int = 4, num_blocks: int = 64, seed: int = 0):
+    def __init__(self, model, cfg, block_size: int = 4, num_blocks: int = 64, seed: int = 0, device: str = "cpu"):
         self.model, self.block_size = model, block_size
         # per layer [2, num_blocks, block_size, kv_heads, head_dim], f32 so comparisons are tight
-        self.kv = [torch.zeros(2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
+        self.kv = [torch.zeros(2, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, device=device)
                    for _ in range(cfg.num_layers)]
         self.free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
         self.tables: dict[str, list[int]] = {}
@@ -80,10 +79,10 @@ class PagedDriver:
             seq_lens.append(end)
             tables.append(table)
             self.lens[seq] = end
-        meta = AttentionMetadata(qsl, seq_lens, tables, torch.tensor(slots, dtype=torch.long), self.block_size)
+        meta = self.model.backend.metadata(qsl, seq_lens, tables, slots, self.block_size)
         with torch.no_grad():
             hidden = self.model(torch.tensor(ids), torch.tensor(positions), meta, self.kv)
-            logits = self.model.compute_logits(hidden)
+            logits = self.model.compute_logits(hidden).cpu()
         return {seq: logits[a:b] for seq, a, b in zip(batch, qsl, qsl[1:])}
 
 

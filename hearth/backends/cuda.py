@@ -1,0 +1,167 @@
+"""The CUDA backend: the Triton kernels of hearth.kernels.gpu, every launch checked-able
+(hearth.kernels.gpu.launch). Weights of the types those kernels read stay GGUF blocks on the device;
+other types (F16, BF16, F32, Q2_K, Q3_K) are expanded to bf16 (f32 for F32) and multiplied by torch.
+Norms, q/k norm + rope, the KV write and attention over pages are Triton kernels; the activation and
+residual adds torch ops. Token ids, positions and sampling stay on the host: the embedding's rows
+go to the device, the logits come back.
+
+Not yet (issue "One model definition over pluggable backends"): token-tree attention and the
+quantized KV formats (so no speculative decoding and only f16/bf16 caches here), CUDA graphs, and a
+run on a real GPU: the tests run every kernel, and whole models, in Triton's interpreter on the CPU
+(CudaBackend(device="cpu"))."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from hearth.backends.base import Backend, LayerOps
+from hearth.errors import UnsupportedError
+from hearth.kernels.gpu import gguf_matmul as gm
+from hearth.kernels.gpu.norm_rope import qk_norm_rope, rms_norm
+from hearth.kernels.gpu.paged_attention import paged_attention, write_kv
+from hearth.kernels.step_metadata import AttentionMetadata
+from hearth.layers.embedding import Embedding
+from hearth.layers.linear import QuantLinear, neighbour_runs
+from hearth.layers.norm import RMSNorm
+from hearth.layers.quant import as_bytes, dequantize
+from hearth.layers.repack import dense_bf16
+from hearth.loader.gguf_loader import GGUFTensor
+
+
+class TritonPart(nn.Module):
+    """Weights of one block type, side by side: their GGUF blocks on the device, x @ W.T by
+    hearth.kernels.gpu.gguf_matmul (GEMV for a few rows, tiles from there)."""
+
+    in_dtype = torch.float32
+
+    def __init__(self, ts: list[GGUFTensor], device: torch.device):
+        super().__init__()
+        self.qtype, self.k = ts[0].qtype, ts[0].shape[1]
+        self.raw = torch.cat([as_bytes(t.data, t.qtype) for t in ts]).to(device)  # uint8 [N, bytes per row]
+        self.out_features = self.raw.shape[0]
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.raw.nbytes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> f32 [M, N]
+        return gm.gguf_matmul(x, self.raw, self.qtype, self.out_features, self.k)
+
+
+class DeviceDense(nn.Module):
+    """A weight the kernels do not read, expanded once: bf16 (f32 for F32) on the device."""
+
+    def __init__(self, ts: list[GGUFTensor], device: torch.device):
+        super().__init__()
+        ws = [dequantize(t.data, t.qtype) if t.qtype.name == "F32" else dense_bf16(t) for t in ts]
+        self.weight = torch.cat(ws).to(device)
+        self.in_dtype, self.out_features = self.weight.dtype, self.weight.shape[0]
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.weight.nbytes
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(self.weight.dtype) @ self.weight.T).float()
+
+
+class DeviceEmbedding(Embedding):
+    """Rows decoded on the host from the file's blocks, then sent to the device."""
+
+    def __init__(self, t: GGUFTensor, device: torch.device):
+        super().__init__(t)
+        self.device = device
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(ids.cpu()).to(self.device)
+
+
+def _norm(norm: RMSNorm, x: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return rms_norm(x, norm.weight, norm.eps, out_dtype)
+
+
+class TritonLayerOps(LayerOps):
+    def qkv(self, layer, x):
+        return layer.attn.qkv(_norm(layer.attn_norm, x))
+
+    def qk_rope(self, layer, qk, positions, meta):
+        a = layer.attn
+        cos, sin = _device_tables(a.rope, positions, meta, qk.device)
+        weight, eps = (None, 0.0) if a.qk_norm is None else (a.qk_norm.weight, a.qk_norm.eps)
+        qk_norm_rope(qk, cos, sin, a.rope.neox, a.rope.rot_dim, weight, eps)
+
+    def out_add(self, layer, attn, x):
+        h = layer.attn.o(attn)
+        if layer.post_attn_norm is not None:
+            h = _norm(layer.post_attn_norm, h)
+        return x + h
+
+    def mlp_add(self, layer, x):
+        m = layer.mlp
+        gate, up = m.gate_up(_norm(layer.ffn_norm, x)).split(m.inter, dim=-1)
+        h = m.down(m.act(gate).mul_(up))
+        if layer.post_ffn_norm is not None:
+            h = _norm(layer.post_ffn_norm, h)
+        return x.add_(h)
+
+
+TRITON_OPS = TritonLayerOps()
+
+
+def _device_tables(rope, positions, meta: AttentionMetadata, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rope's (cos, sin) for the step, on the device: once per step and rope configuration."""
+    key = (*rope.key, "device")
+    if key not in meta.memo.rope:
+        cos, sin = rope.halves(positions.cpu(), meta.memo.rope)
+        meta.memo.rope[key] = (cos.to(device), sin.to(device))
+    return meta.memo.rope[key]
+
+
+class CudaBackend(Backend):
+    name = "cuda"
+
+    def __init__(self, device: str | torch.device = "cuda"):
+        self.device = torch.device(device)
+        self.about = f"Triton kernels on {self.device}"
+
+    def linear(self, t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> QuantLinear:
+        ts = t if isinstance(t, list) else [t]
+        k = ts[0].shape[-1]
+        for w in ts:
+            if len(w.shape) != 2 or w.shape[1] != k:
+                raise UnsupportedError(f"{w.name}: shape {w.shape} cannot be fused with in_features {k}")
+        parts = [TritonPart(run, self.device) if run[0].qtype in gm.QTYPES else DeviceDense(run, self.device)
+                 for run in neighbour_runs(ts, lambda w: w.qtype.name if w.qtype in gm.QTYPES else "dense")]
+        return QuantLinear(parts, k, None if bias is None else bias.to(self.device))
+
+    def embedding(self, t: GGUFTensor) -> Embedding:
+        return DeviceEmbedding(t, self.device)
+
+    def layer_ops(self, layer, spec) -> LayerOps:
+        layer.to(self.device)  # its norms' weights (the linears hold theirs on the device already)
+        return TRITON_OPS
+
+    def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        norm.to(self.device)
+        return _norm(norm, x)
+
+    def kv_zeros(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype, device=self.device)
+
+    def write_kv(self, kv_cache, kv, meta):
+        if not isinstance(kv_cache, torch.Tensor):
+            raise UnsupportedError("the CUDA backend has no quantized KV formats yet: use --kv-cache-dtype f16 or bf16")
+        write_kv(kv_cache, kv, meta)
+
+    def attention(self, q, kv_cache, meta, scale, window, softcap, precise):
+        return paged_attention(q, kv_cache, meta, scale, window, softcap)
+
+    def logits(self, head: QuantLinear, hidden: torch.Tensor) -> torch.Tensor:
+        return head(hidden).float().cpu()  # sampling runs on the host
+
+    def metadata(self, query_start_loc, seq_lens, block_tables, slots, block_size, trees=None) -> AttentionMetadata:
+        if trees:
+            raise UnsupportedError("the CUDA backend has no token-tree attention yet")
+        return AttentionMetadata(query_start_loc, seq_lens, block_tables,
+                                 torch.tensor(slots, dtype=torch.long, device=self.device), block_size)
