@@ -26,14 +26,14 @@ def select(device: str = "auto") -> Backend:
     if device not in DEVICES:
         raise UnsupportedError(f"device: {device!r} is not one of {', '.join(DEVICES)}")
     if device == "cuda":
-        missing = _cuda_missing()
+        missing = cuda_missing()
         if missing is None:
             return _backend("cuda")
         log.warning(f"hearth: --device cuda: {missing}; running on the CPU")
     return _backend("torch" if device == "torch" else "cpu")
 
 
-def _cuda_missing() -> str | None:
+def cuda_missing() -> str | None:
     """What the CUDA backend lacks here, or None."""
     import torch
 

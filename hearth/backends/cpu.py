@@ -51,6 +51,7 @@ class NativeLayerOps(LayerOps):
         self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
         """Steps below this many rows are decode-sized (the GEMV, or the batch GEMMs)."""
         self.fused = _fused(layer, self.mms, spec) if native.has("layer") else None
+        self.rope, self.precise = layer.attn.rope, layer.attn.precise_scores  # read every step: no module lookups
 
     def for_rows(self, rows: int) -> LayerOps:
         # every row count where the library has prefill GEMMs (AMX bf16 tiles, or the C++ GEMMs without
@@ -63,11 +64,11 @@ class NativeLayerOps(LayerOps):
         if self.fused is None:
             return None
         T, keep = x.shape[0], _kept_tail(out_rows, x.shape[0])
-        cos, sin = layer.attn.rope.halves(positions, meta.memo.rope)
+        cos, sin = self.rope.halves(positions, meta.memo.rope)
         if T < self.max_rows:
             if self.fused(x, cos, sin, kv_cache, meta):
                 return x if out_rows is None else x[out_rows]
-        elif keep is not None and not layer.attn.precise_scores and self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
+        elif keep is not None and not self.precise and self.fused.prefill(x, cos, sin, kv_cache, meta, keep):
             return x if keep == T else x[T - keep:]
         return None
 

@@ -1,5 +1,5 @@
 """`hearth doctor`: one screen of what a bug report needs — which CPU tier runs and why (the flags
-found, the compiler, the kernel library), torch and its threads, the memory and its measured
+found, the compiler, the kernel library), whether --device cuda can run, torch and its threads, the memory and its measured
 bandwidth, the environment variables that change hearth's choices, and the models on disk."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from importlib import metadata
 
 import torch
 
+from hearth.backends import cuda_missing
 from hearth.commands.models import _catalog_row, _hub_rows, format_table, human_size
 from hearth.errors import HearthError
 from hearth.kernels import native, tiers
@@ -42,6 +43,7 @@ def report(remeasure: bool = False) -> str:
              f"ATen CPU capability {torch.backends.cpu.get_cpu_capability()}",
              f"cpu       {cpu_name()}, {os.cpu_count()} cores"]
     lines += _tier_lines()
+    lines.append(_gpu_line())
     lines.append(_memory_line(home, remeasure))
     env = [f"{k}={os.environ[k]}" for k in ENV if k in os.environ]
     lines.append(f"env       {' '.join(env) or 'none of ' + ', '.join(ENV)}")
@@ -50,6 +52,14 @@ def report(remeasure: bool = False) -> str:
     rows = [_catalog_row(e, home) for e in CATALOG.values()] + _hub_rows(home)
     lines += ["  " + row for row in format_table([("NAME", "SIZE", "ARCH/QUANT", "DOWNLOADED"), *rows]).splitlines()]
     return "\n".join(lines)
+
+
+def _gpu_line() -> str:
+    """What --device cuda would run on, or what it lacks (hearth.backends.select)."""
+    missing = cuda_missing()
+    if missing is not None:
+        return f"gpu       --device cuda: {missing}"
+    return f"gpu       {torch.cuda.get_device_name(0)}: --device cuda runs the Triton kernels (not yet measured)"
 
 
 def _tier_lines() -> list[str]:

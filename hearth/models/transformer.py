@@ -96,11 +96,12 @@ class DecoderLayer(nn.Module):
     def forward(self, x, positions, meta, kv_cache, out_rows: list[int] | None = None):
         """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows
         (the model's last layer: every row's K/V is stored, only the sampled rows go on)."""
-        T, a, b = x.shape[0], self.attn, self.backend
+        T = x.shape[0]
         ops = self.ops.for_rows(T)
         done = ops.whole(self, x, positions, meta, kv_cache, out_rows)
         if done is not None:
             return done
+        a, b = self.attn, self.backend
         y = ops.qkv(self, x)  # [T, q | k | v] f32: q and k are normed and rotated in place
         ops.qk_rope(self, y[:, :a.q_size + a.kv_size].view(T, a.heads + a.kv_heads, a.head_dim), positions, meta)
         b.write_kv(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)

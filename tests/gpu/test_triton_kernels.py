@@ -123,9 +123,14 @@ def _step(lens_new: list[tuple[int, int]], bs: int = 16, num_blocks: int = 40, s
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("window, softcap", [(0, 0.0), (7, 0.0), (0, 20.0)], ids=["causal", "window", "softcap"])
-@pytest.mark.parametrize("shape", [[(30, 1), (0, 1), (47, 1)], [(0, 37)], [(20, 13), (33, 1)]],
-                         ids=["decodes", "prefill", "mixed"])
-def test_paged_attention_equals_the_torch_twin(shape, window, softcap, dtype):
+@pytest.mark.parametrize("shape", [[(30, 1), (0, 1), (47, 1)], [(0, 37)], [(20, 13), (33, 1)], [(20, 40), (33, 1), (5, 17)]],
+                         ids=["decodes", "prefill", "mixed", "chunks-and-decodes"])
+def test_paged_attention_equals_the_torch_twin(shape, window, softcap, dtype, monkeypatch):
+    """Rows of sequences with 16 new tokens or more in the flash tiles, the others row by row."""
+    from hearth.kernels.gpu import paged_attention as module
+
+    kernels = []
+    monkeypatch.setattr(module, "launch", lambda k, *a, **kw: kernels.append(k) or launch(k, *a, **kw))
     heads, kv_heads, d, bs = 4, 2, 32, 16
     meta, T = _step(shape, bs)
     g = torch.Generator().manual_seed(1)
@@ -134,6 +139,9 @@ def test_paged_attention_equals_the_torch_twin(shape, window, softcap, dtype):
     ours = paged_attention(q.to(DEV), cache.to(DEV), meta, 0.17, window, softcap).cpu()
     ref = paged_attention_torch(q, cache, meta, 0.17, window, softcap)
     assert (ours - ref).abs().max() < 1e-5
+    flash = sum(n >= module.FLASH_MIN_ROWS for _, n in shape)
+    assert kernels.count(module.flash_prefill_kernel) == flash
+    assert (module.paged_attention_kernel in kernels) == (flash < len(shape))
 
 
 def test_kv_write_equals_the_torch_twin():

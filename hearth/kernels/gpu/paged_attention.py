@@ -1,9 +1,10 @@
 """Attention over the paged KV cache, and the KV write, in Triton: the CUDA backend's (DESIGN.md, "Devices").
 
-One program per (query row, head) walks the row's sequence block by block through its block table
-with an online softmax (flash-decoding's recurrence), so decodes and prefill chunks of any length
-run the same code: causal, sliding window (keys less than `window` positions back), soft-capped
-scores, grouped-query heads. Token trees (speculative decoding) and the quantized KV formats are not
+Decodes and short chunks: one program per (query row, head) walks the row's sequence block by block
+through its block table with an online softmax (flash-decoding's recurrence). Prefill chunks (16 rows
+or more, pages of 16 or more): one program per 16 query rows and head, scores in 16 x page tiles on
+tl.dot (flash attention's recurrence). Both: causal, sliding window (keys less than `window`
+positions back), soft-capped scores, grouped-query heads. Token trees (speculative decoding) and the quantized KV formats are not
 here yet. The torch twin is hearth.kernels.attention.paged_attention_torch; the tests run both in
 Triton's interpreter on the CPU."""
 
@@ -19,7 +20,7 @@ from hearth.kernels.step_metadata import AttentionMetadata
 
 
 @triton.jit
-def paged_attention_kernel(q, kv, out, row_seq, row_pos, tables, seq_lens, table_stride, s_kv, s_blk, s_tok, s_head,
+def paged_attention_kernel(q, kv, out, row_seq, row_pos, tables, table_stride, s_kv, s_blk, s_tok, s_head,
                            scale, softcap, window, H, GROUP, D: tl.constexpr, BS: tl.constexpr):
     """Program (t, h): out[t, h] = softmax(q[t, h] . K^T) V over row t's visible keys."""
     t, h = tl.program_id(0), tl.program_id(1)
@@ -52,24 +53,71 @@ def paged_attention_kernel(q, kv, out, row_seq, row_pos, tables, seq_lens, table
     tl.store(out + (t.to(tl.int64) * H + h) * D + d, acc / l_i)
 
 
-def _rows(meta: AttentionMetadata, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per row its sequence and position; per sequence its block table (padded) and length: int32 on
-    the device, built once per step."""
+@triton.jit
+def flash_prefill_kernel(q, kv, out, table, n_q, ctx, s_kv, s_blk, s_tok, s_head, scale, softcap, window, H, GROUP,
+                         D: tl.constexpr, BS: tl.constexpr, BM: tl.constexpr):
+    """Program (m, h): query rows m*BM .. m*BM + BM - 1 of one sequence's chunk (q, out: its rows
+    [n_q, H, D]; its context ctx tokens, the chunk its last n_q), head h: BM x BS score tiles on
+    tl.dot, a page of keys at a time, with the online softmax."""
+    pm, h = tl.program_id(0), tl.program_id(1)
+    rows = pm * BM + tl.arange(0, BM)
+    live = rows < n_q
+    pos = ctx - n_q + rows  # [BM]
+    d = tl.arange(0, D)
+    at_q = (rows[:, None].to(tl.int64) * H + h) * D + d[None, :]
+    qt = tl.load(q + at_q, mask=live[:, None], other=0.0).to(tl.float32)  # [BM, D]
+    kvh = h // GROUP
+    hi = tl.minimum(ctx - n_q + (pm + 1) * BM, ctx) - 1  # the last position a row of this tile sees
+    lo = tl.maximum(ctx - n_q + pm * BM - window + 1, 0) if window > 0 else 0
+    m_i = tl.full((BM,), -float("inf"), tl.float32)
+    l_i = tl.zeros((BM,), dtype=tl.float32)
+    acc = tl.zeros((BM, D), dtype=tl.float32)
+    for b in range(lo // BS, hi // BS + 1):
+        blk = tl.load(table + b).to(tl.int64)
+        tok = tl.arange(0, BS)
+        kpos = b * BS + tok
+        at = blk * s_blk + tok[:, None] * s_tok + kvh * s_head + d[None, :]  # [BS, D]
+        k = tl.load(kv + at).to(tl.float32)
+        v = tl.load(kv + s_kv + at).to(tl.float32)
+        s = tl.dot(qt, tl.trans(k), input_precision="ieee") * scale  # [BM, BS]
+        if softcap > 0:
+            s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
+        visible = kpos[None, :] <= pos[:, None]
+        if window > 0:
+            visible = visible & ((pos[:, None] - kpos[None, :]) < window)
+        s = tl.where(visible, s, -float("inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no visible key yet
+        p = tl.exp(s - m_safe[:, None])
+        alpha = tl.exp(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        m_i = m_new
+    tl.store(out + at_q, acc / l_i[:, None], mask=live[:, None])
+
+
+FLASH_MIN_ROWS = 16
+"""Sequences with this many new tokens (prefill chunks) attend in BM x BS tiles; fewer, row by row."""
+BM = 16
+
+
+def _rows(meta: AttentionMetadata, seqs: list[int], device) -> tuple[torch.Tensor, ...]:
+    """For the rows of sequences `seqs`: their flat row ids, sequence and position; per sequence its
+    block table (padded): int32 on the device, built once per step."""
     key = ("triton_rows", str(device))
     if key not in meta.memo.kernel_args:
-        meta.memo.kernel_args[key] = _build_rows(meta, device)
+        ids, seq, pos = [], [], []
+        for i in seqs:
+            a, b = meta.query_start_loc[i], meta.query_start_loc[i + 1]
+            ids += range(a, b)
+            seq += [i] * (b - a)
+            pos += range(meta.seq_lens[i] - (b - a), meta.seq_lens[i])
+        width = max(map(len, meta.block_tables))
+        tables = [t + [0] * (width - len(t)) for t in meta.block_tables]
+        as_i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
+        meta.memo.kernel_args[key] = (torch.tensor(ids, dtype=torch.long, device=device), as_i32(seq), as_i32(pos),
+                                      as_i32(tables))
     return meta.memo.kernel_args[key]
-
-
-def _build_rows(meta: AttentionMetadata, device) -> tuple[torch.Tensor, ...]:
-    seq, pos = [], []
-    for i, (a, b) in enumerate(zip(meta.query_start_loc, meta.query_start_loc[1:])):
-        seq += [i] * (b - a)
-        pos += range(meta.seq_lens[i] - (b - a), meta.seq_lens[i])
-    width = max(map(len, meta.block_tables))
-    tables = [t + [0] * (width - len(t)) for t in meta.block_tables]
-    as_i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
-    return as_i32(seq), as_i32(pos), as_i32(tables), as_i32(meta.seq_lens)
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
@@ -79,15 +127,34 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
         raise UnsupportedError("the Triton attention has no token-tree masks yet")
     T, H, D = q.shape
     _, _, bs, kvh, _ = kv_cache.shape
-    if D & (D - 1) or bs & (bs - 1):
-        raise UnsupportedError(f"the Triton attention needs power-of-two head_dim and block_size, not {D} and {bs}")
-    row_seq, row_pos, tables, seq_lens = _rows(meta, q.device)
+    if D & (D - 1) or bs & (bs - 1) or D < 16:
+        raise UnsupportedError(f"the Triton attention needs power-of-two head_dim >= 16 and block_size, not {D} and {bs}")
+    q = q.contiguous()
+    qsl = meta.query_start_loc
+    n_q = [b - a for a, b in zip(qsl, qsl[1:])]
+    long = [i for i, n in enumerate(n_q) if n >= FLASH_MIN_ROWS and bs >= 16]
+    short = [i for i in range(len(n_q)) if i not in long]
+    geometry = dict(s_kv=kv_cache.stride(0), s_blk=kv_cache.stride(1), s_tok=kv_cache.stride(2), s_head=kv_cache.stride(3),
+                    scale=scale, softcap=softcap, window=window, H=H, GROUP=H // kvh)
     out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
-    args = dict(q=q.contiguous(), kv=kv_cache, out=out, row_seq=row_seq, row_pos=row_pos, tables=tables, seq_lens=seq_lens,
-                table_stride=tables.stride(0), s_kv=kv_cache.stride(0), s_blk=kv_cache.stride(1), s_tok=kv_cache.stride(2),
-                s_head=kv_cache.stride(3), scale=scale, softcap=softcap, window=window, H=H, GROUP=H // kvh)
-    launch(paged_attention_kernel, (T, H), args, {"out": Tiles((1, 1, D), (0, 1, None))},
-           ("q", "kv", "row_seq", "row_pos", "tables", "seq_lens"), D=D, BS=bs)
+    if short:
+        ids, row_seq, row_pos, tables = _rows(meta, short, q.device)
+        few = out if not long else torch.empty(ids.numel(), H, D, dtype=torch.float32, device=q.device)
+        rows_q = q if not long else q[ids]
+        args = dict(q=rows_q, kv=kv_cache, out=few, row_seq=row_seq, row_pos=row_pos, tables=tables,
+                    table_stride=tables.stride(0), **geometry)
+        launch(paged_attention_kernel, (ids.numel(), H), args, {"out": Tiles((1, 1, D), (0, 1, None))},
+               ("q", "kv", "row_seq", "row_pos", "tables"), D=D, BS=bs)
+        if long:
+            out[ids] = few
+    for i in long:
+        table = meta.memo.tables.get(i)
+        if table is None or table.device != q.device:
+            table = torch.tensor(meta.block_tables[i], dtype=torch.int32, device=q.device)
+        a, b = qsl[i], qsl[i + 1]
+        args = dict(q=q[a:b], kv=kv_cache, out=out[a:b], table=table, n_q=b - a, ctx=meta.seq_lens[i], **geometry)
+        launch(flash_prefill_kernel, (triton.cdiv(b - a, BM), H), args, {"out": Tiles((BM, 1, D), (0, 1, None))},
+               ("q", "kv", "table"), D=D, BS=bs, BM=BM)
     return out
 
 
