@@ -43,8 +43,8 @@ DEFAULT_MODEL = "smollm2-135m"
 
 
 DEVICES = ("auto", "cpu", "cuda", "torch")
-"""EngineConfig.device: auto (cuda where its backend exists and a GPU is present, else cpu), cpu (the C++
-kernels of this CPU's tier), cuda, torch (torch's kernels: the reference)."""
+"""EngineConfig.device: auto (cpu until the CUDA backend has run on a real GPU), cpu (the C++ kernels of
+this CPU's tier), cuda (Triton kernels), torch (torch's kernels: the reference)."""
 
 
 @dataclass(slots=True)

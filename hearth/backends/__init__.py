@@ -17,7 +17,7 @@ import logging
 from hearth.backends.base import Backend
 from hearth.config import DEVICES
 from hearth.errors import UnsupportedError
-from hearth.kernels import tiers
+from hearth.kernels import native
 
 log = logging.getLogger("hearth")
 
@@ -52,9 +52,8 @@ def _backend(name: str) -> Backend:
         from hearth.backends.cuda import CudaBackend
 
         return CudaBackend("cuda")
-    tier = tiers.selected()
-    if name == "torch" or not tier.native:
+    if name == "torch" or not native.available():  # the torch tier, or no C++ library built or loaded here
         return Backend()
-    from hearth.backends.cpu import CpuBackend  # builds or loads the C++ library's bindings
+    from hearth.backends.cpu import CpuBackend
 
-    return CpuBackend(tier)
+    return CpuBackend(native.loaded_tier)  # the tier whose library loaded (a failed build falls back)

@@ -51,7 +51,8 @@ class ModelRunner:
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
-        self.prefaulter = Prefaulter(self.block_io.regions())
+        host = all(not isinstance(c, torch.Tensor) or c.device.type == "cpu" for c in self.kv_caches)
+        self.prefaulter = Prefaulter(self.block_io.regions() if host else [])  # host pages only
         self.generators: dict[str, torch.Generator] = {}
         self.grammar = grammar
         self.matchers: dict[str, GrammarMatcher] = {}

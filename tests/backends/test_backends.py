@@ -12,7 +12,7 @@ from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.backends.base import TORCH_OPS, Backend
 from hearth.errors import UnsupportedError
-from hearth.kernels import tiers
+from hearth.kernels import native
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir, write_tiny_gguf
@@ -22,10 +22,22 @@ from tests.models.test_logits_vs_transformers import REL_TOL_FAST, PagedDriver, 
 def test_devices_select_one_backend_each():
     assert type(select("torch")) is Backend
     cpu = select("cpu")
-    assert (type(cpu) is Backend) == (not tiers.selected().native)  # at the torch tier the CPU runs torch's
+    assert (type(cpu) is Backend) == (not native.available())  # at the torch tier, or without the library: torch's
     assert select("auto") is cpu and select("cpu") is cpu  # one object: models built on it share it
     with pytest.raises(UnsupportedError, match=r"device: 'tpu' is not one of auto, cpu, cuda, torch"):
         select("tpu")
+
+
+def test_cpu_without_a_kernel_library_is_the_torch_backend(monkeypatch):
+    """No compiler (or a failed build): the CPU runs torch's kernels, not a backend without its library."""
+    from hearth import backends
+
+    monkeypatch.setattr(native, "available", lambda: False)
+    backends._backend.cache_clear()
+    try:
+        assert type(select("cpu")) is Backend
+    finally:
+        backends._backend.cache_clear()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: --device cuda runs on it")
@@ -49,10 +61,10 @@ def test_cpu_backend_is_held_to_the_torch_backend(tmp_path, arch):
         assert all(layer.backend is model.backend for layer in model.layers)
         driver = PagedDriver(model, cfg)
         logits[device] = torch.cat([driver.step({"a": ids[:7]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[7:]])
-        if device == "torch" or not tiers.selected().native:
+        if device == "torch" or not native.available():
             assert all(layer.ops is TORCH_OPS for layer in model.layers)
     assert rel_err(logits["cpu"], logits["torch"]) < 2 * REL_TOL_FAST
-    if tiers.selected().native:
+    if native.available():
         assert all(layer.ops is not TORCH_OPS for layer in model.layers)
         assert not torch.equal(logits["cpu"], logits["torch"])
 

@@ -30,3 +30,33 @@ def test_cuda_backend_in_the_interpreter_is_held_to_the_torch_backend(tmp_path, 
                                          + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[9:]])
     assert all(layer.ops is TRITON_OPS and isinstance(layer.attn.qkv.parts[0], TritonPart) for layer in model.layers)
     assert rel_err(logits["cuda"], logits["torch"]) < 2 * REL_TOL_FAST
+
+
+def test_an_engine_on_the_cuda_backend_generates_as_the_torch_backend(tmp_path, monkeypatch):
+    """The whole engine (runner, KV pages from the backend, metadata, sampling on the host) over the
+    CUDA backend: the same greedy tokens as on the torch backend (tiny llama, margins of this seed)."""
+    import hearth.llm
+    from hearth import LLM, SamplingParams
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    prompts = [{"prompt_token_ids": [5, 17, 42, 99, 7]}, {"prompt_token_ids": [3, 1, 4, 1, 5, 9, 2, 6]}]
+    want = [o.outputs[0].token_ids for o in LLM(str(path), device="torch", progress=False).generate(prompts, params)]
+    monkeypatch.setattr(hearth.llm, "select_backend", lambda device: CudaBackend(DEV))
+    llm = LLM(str(path), device="cuda", progress=False)
+    assert llm.runner.backend.name == "cuda"
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
+
+
+@pytest.mark.parametrize("args, message", [({"kv_cache_dtype": "q8_0"}, "no quantized KV formats yet"),
+                                           ({"kv_disk_dir": "kv"}, "no KV disk tier yet")])
+def test_what_the_cuda_backend_lacks_fails_before_the_load(tmp_path, monkeypatch, args, message):
+    import hearth.llm
+    from hearth import LLM
+    from hearth.errors import HearthError
+
+    monkeypatch.setattr(hearth.llm, "select_backend", lambda device: CudaBackend(DEV))
+    with pytest.raises(HearthError, match=message):
+        LLM(str(tmp_path / "missing.gguf"), device="cuda", progress=False, **args)

@@ -44,8 +44,8 @@ def test_gguf_matmul_equals_the_dequantized_weight(qtype, form):
     assert bool(((y - x @ w.T).abs() <= bound).all())
 
 
-def test_interpreted_and_checked():
-    assert os.environ["TRITON_INTERPRET"] == "1" and os.environ["HEARTH_CHECK_LAUNCHES"] == "1"
+def test_launches_are_checked():
+    assert os.environ["HEARTH_CHECK_LAUNCHES"] == "1"
 
 
 def test_a_type_it_does_not_read_is_named():
@@ -131,10 +131,13 @@ def test_paged_attention_equals_the_torch_twin(shape, window, softcap, dtype, mo
 
     kernels = []
     monkeypatch.setattr(module, "launch", lambda k, *a, **kw: kernels.append(k) or launch(k, *a, **kw))
-    heads, kv_heads, d, bs = 4, 2, 32, 16
+    heads, kv_heads, d, bs = (9, 3, 32, 16) if dtype == torch.bfloat16 else (4, 2, 32, 16)  # 3 kv heads: SmolLM2's
     meta, T = _step(shape, bs)
     g = torch.Generator().manual_seed(1)
     cache = torch.randn(2, 40, bs, kv_heads, d, generator=g).to(dtype)
+    for i, (ctx, table) in enumerate(zip(meta.seq_lens, meta.block_tables)):  # stale slots past each context: inf
+        last = table[-1]
+        cache[:, last, ctx % bs or bs:] = float("inf")
     q = torch.randn(T, heads, d, generator=g)
     ours = paged_attention(q.to(DEV), cache.to(DEV), meta, 0.17, window, softcap).cpu()
     ref = paged_attention_torch(q, cache, meta, 0.17, window, softcap)
@@ -144,10 +147,11 @@ def test_paged_attention_equals_the_torch_twin(shape, window, softcap, dtype, mo
     assert (module.paged_attention_kernel in kernels) == (flash < len(shape))
 
 
-def test_kv_write_equals_the_torch_twin():
+@pytest.mark.parametrize("kv_heads", [2, 3])  # 3: SmolLM2's
+def test_kv_write_equals_the_torch_twin(kv_heads):
     meta, T = _step([(5, 9), (0, 1)])
-    kv = torch.randn(T, 2, 2, 32)
-    ours, ref = torch.zeros(2, 40, 16, 2, 32, dtype=torch.float16), torch.zeros(2, 40, 16, 2, 32, dtype=torch.float16)
+    kv = torch.randn(T, 2, kv_heads, 32)
+    ours, ref = (torch.zeros(2, 40, 16, kv_heads, 32, dtype=torch.float16) for _ in range(2))
     ours = ours.to(DEV)
     write_kv(ours, kv.to(DEV), meta)
     ours = ours.cpu()

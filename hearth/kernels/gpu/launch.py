@@ -37,11 +37,13 @@ class Tiles:
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """A scattered output: program i along grid axis 0 writes the whole of slice index[i] of dim `dim`
-    (index: the name of an int tensor argument). Disjoint when the index values are distinct."""
+    """A scattered output: program i along grid axis 0 writes slice index[i] of dim `dim` (index: the
+    name of an int tensor argument), whole, or split by the other grid axes: `split` holds (grid axis,
+    output dim, block) for each, as Tiles does. Disjoint when the index values are distinct."""
 
     index: str
     dim: int = 0
+    split: tuple[tuple[int, int, int], ...] = ()
 
 
 def checking() -> bool:
@@ -59,6 +61,9 @@ def launch(kernel, grid: tuple[int, ...], args: Mapping[str, object], outputs: M
     tensors = {k: v for k, v in args.items() if isinstance(v, torch.Tensor)}
     check = checking()
     if check:
+        names = list(getattr(kernel, "arg_names", args))[:len(args)]
+        if list(args) != names:
+            raise LaunchError(f"kernel {name}: arguments {list(args)} are not in its parameters' order {names}")
         _check_roles(name, tensors, outputs, reads)
         for out, part in outputs.items():
             if isinstance(part, Rows):
@@ -105,8 +110,15 @@ def _check_rows(name: str, out: str, shape: torch.Size, rows: Rows, tensors, gri
     index = tensors.get(rows.index)
     if index is None:
         raise LaunchError(f"kernel {name}: output {out!r}: its index {rows.index!r} is not a tensor argument")
-    if len(grid) > 1 and any(g > 1 for g in grid[1:]):
-        raise LaunchError(f"kernel {name}: output {out!r}: its rows overlap (grid {grid}: one program per row)")
+    split = {a: (d, b) for a, d, b in rows.split}
+    for axis in range(1, len(grid)):
+        if axis not in split and grid[axis] > 1:
+            raise LaunchError(f"kernel {name}: output {out!r}: its rows overlap ({grid[axis]} programs along grid "
+                              f"axis {axis} write the same row)")
+        if axis in split and grid[axis] * split[axis][1] < shape[split[axis][0]]:
+            d, b = split[axis]
+            raise LaunchError(f"kernel {name}: output {out!r}: tiles do not cover dim {d} "
+                              f"({grid[axis]} programs x {b} = {grid[axis] * b} < {shape[d]})")
     if grid[0] != index.numel():
         raise LaunchError(f"kernel {name}: output {out!r}: {grid[0]} programs for {index.numel()} rows of {rows.index!r}")
     values = index.flatten().tolist()

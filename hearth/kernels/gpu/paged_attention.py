@@ -77,8 +77,9 @@ def flash_prefill_kernel(q, kv, out, table, n_q, ctx, s_kv, s_blk, s_tok, s_head
         tok = tl.arange(0, BS)
         kpos = b * BS + tok
         at = blk * s_blk + tok[:, None] * s_tok + kvh * s_head + d[None, :]  # [BS, D]
-        k = tl.load(kv + at).to(tl.float32)
-        v = tl.load(kv + s_kv + at).to(tl.float32)
+        live_k = ((kpos < ctx) & (kpos >= lo))[:, None]  # slots past the context or before the window: stale
+        k = tl.load(kv + at, mask=live_k, other=0.0).to(tl.float32)
+        v = tl.load(kv + s_kv + at, mask=live_k, other=0.0).to(tl.float32)
         s = tl.dot(qt, tl.trans(k), input_precision="ieee") * scale  # [BM, BS]
         if softcap > 0:
             s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
@@ -148,9 +149,10 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
         if long:
             out[ids] = few
     for i in long:
-        table = meta.memo.tables.get(i)
-        if table is None or table.device != q.device:
-            table = torch.tensor(meta.block_tables[i], dtype=torch.int32, device=q.device)
+        key = ("triton_table", i, str(q.device))  # built once per step, read by every layer
+        if key not in meta.memo.kernel_args:
+            meta.memo.kernel_args[key] = torch.tensor(meta.block_tables[i], dtype=torch.int32, device=q.device)
+        table = meta.memo.kernel_args[key]
         a, b = qsl[i], qsl[i + 1]
         args = dict(q=q[a:b], kv=kv_cache, out=out[a:b], table=table, n_q=b - a, ctx=meta.seq_lens[i], **geometry)
         launch(flash_prefill_kernel, (triton.cdiv(b - a, BM), H), args, {"out": Tiles((BM, 1, D), (0, 1, None))},
@@ -159,25 +161,26 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
 
 
 @triton.jit
-def kv_write_kernel(kv, slots, cache, s_kv_in, s_tok_in, s_kv, s_slot, D: tl.constexpr, KVH: tl.constexpr):
-    """Program t: token t's K and V ([KVH, D] each) into its cache slot."""
-    t = tl.program_id(0)
+def kv_write_kernel(kv, slots, cache, s_kv_in, s_tok_in, s_head_in, s_kv, s_slot, s_head, D: tl.constexpr):
+    """Program (t, h): token t's K and V of kv head h ([D] each) into its cache slot."""
+    t, h = tl.program_id(0), tl.program_id(1)
     slot = tl.load(slots + t).to(tl.int64)
-    e = tl.arange(0, KVH)[:, None] * D + tl.arange(0, D)[None, :]
+    d = tl.arange(0, D)
     for i in range(2):
-        x = tl.load(kv + t.to(tl.int64) * s_tok_in + i * s_kv_in + e)
-        tl.store(cache + i * s_kv + slot * s_slot + e, x.to(cache.dtype.element_ty))
+        x = tl.load(kv + t.to(tl.int64) * s_tok_in + i * s_kv_in + h * s_head_in + d)
+        tl.store(cache + i * s_kv + slot * s_slot + h * s_head + d, x.to(cache.dtype.element_ty))
 
 
 def write_kv(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetadata) -> None:
     """kv: [T, 2, kv_heads, head_dim] -> the new tokens' slots (meta.slot_mapping) of kv_cache
     [2, num_blocks, block_size, kv_heads, head_dim]."""
     _, nb, bs, kvh, d = kv_cache.shape
-    if d & (d - 1) or kvh & (kvh - 1):
-        raise UnsupportedError(f"the Triton KV write needs power-of-two kv_heads and head_dim, not {kvh} and {d}")
+    if d & (d - 1):
+        raise UnsupportedError(f"the Triton KV write needs a power-of-two head_dim, not {d}")
     flat = kv_cache.view(2, nb * bs, kvh, d)
     kv = kv.contiguous()
     slots = meta.slot_mapping.to(kv.device)
-    args = dict(kv=kv, slots=slots, cache=flat, s_kv_in=kv.stride(1), s_tok_in=kv.stride(0), s_kv=flat.stride(0),
-                s_slot=flat.stride(1))
-    launch(kv_write_kernel, (kv.shape[0],), args, {"cache": Rows("slots", dim=1)}, ("kv", "slots"), D=d, KVH=kvh)
+    args = dict(kv=kv, slots=slots, cache=flat, s_kv_in=kv.stride(1), s_tok_in=kv.stride(0), s_head_in=kv.stride(2),
+                s_kv=flat.stride(0), s_slot=flat.stride(1), s_head=flat.stride(2))
+    launch(kv_write_kernel, (kv.shape[0], kvh), args, {"cache": Rows("slots", dim=1, split=((1, 2, 1),))},
+           ("kv", "slots"), D=d)
