@@ -29,3 +29,11 @@ def test_run_defaults_to_the_default_model():
 
     args = command_parser("run").parse_intermixed_args([])
     assert args.model == DEFAULT_MODEL and DEFAULT_MODEL in CATALOG
+
+
+@pytest.mark.parametrize("name", ["run", "serve"])
+def test_an_unknown_device_is_one_line_naming_the_choices(name, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([name, "smollm2-135m", "--device", "tpu"])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert e.value.code == 2 and "argument --device: invalid choice: 'tpu'" in err and "'cuda'" in err

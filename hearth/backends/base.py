@@ -37,9 +37,13 @@ class LayerOps:
         """The whole layer in one call, or None: then step by step."""
         return None
 
+    def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
+        """x: [T, dim] -> RMSNorm in norm.out_dtype (the dtype of the linear it feeds)."""
+        return norm(x)
+
     def qkv(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
         """x: the residual stream f32 [T, hidden] -> q | k | v of its norm, f32 [T, q + 2 kv]."""
-        return layer.attn.qkv(layer.attn_norm(x)).float()
+        return layer.attn.qkv(self.norm(layer.attn_norm, x)).float()
 
     def qk_rope(self, layer: DecoderLayer, qk: torch.Tensor, positions: torch.Tensor, meta: AttentionMetadata) -> None:
         """qk: f32 [T, heads + kv_heads, head_dim], per-head normed (where the model has it) and rotated in place."""
@@ -53,17 +57,17 @@ class LayerOps:
         o = layer.attn.o
         h = o(attn.to(o.in_dtype))
         if layer.post_attn_norm is not None:
-            h = layer.post_attn_norm(h)
+            h = self.norm(layer.post_attn_norm, h)
         return x + h  # f32 + bf16 promotes to f32: no cast op
 
     def mlp_add(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
         """x + post_norm(down(act(gate) * up) of norm(x)), into x."""
         m = layer.mlp
-        gate, up = m.gate_up(layer.ffn_norm(x)).split(m.inter, dim=-1)
+        gate, up = m.gate_up(self.norm(layer.ffn_norm, x)).split(m.inter, dim=-1)
         # in the linear's dtype: bf16 rounding here is finer than llama.cpp's 8-bit activations
         h = m.down(m.act(gate).mul_(up))
         if layer.post_ffn_norm is not None:
-            h = layer.post_ffn_norm(h)
+            h = self.norm(layer.post_ffn_norm, h)
         return x.add_(h)
 
 

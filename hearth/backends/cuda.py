@@ -17,12 +17,13 @@ from torch import nn
 
 from hearth.backends.base import Backend, LayerOps
 from hearth.errors import UnsupportedError
+from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.kernels.gpu import gguf_matmul as gm
 from hearth.kernels.gpu.norm_rope import qk_norm_rope, rms_norm
 from hearth.kernels.gpu.paged_attention import paged_attention, write_kv
 from hearth.kernels.step_metadata import AttentionMetadata
 from hearth.layers.embedding import Embedding
-from hearth.layers.linear import QuantLinear, neighbour_runs
+from hearth.layers.linear import QuantLinear, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import as_bytes, dequantize
 from hearth.layers.repack import dense_bf16
@@ -77,33 +78,17 @@ class DeviceEmbedding(Embedding):
         return super().forward(ids.cpu()).to(self.device)
 
 
-def _norm(norm: RMSNorm, x: torch.Tensor, out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return rms_norm(x, norm.weight, norm.eps, out_dtype)
-
-
 class TritonLayerOps(LayerOps):
-    def qkv(self, layer, x):
-        return layer.attn.qkv(_norm(layer.attn_norm, x))
+    """The torch ops' steps with the norms and rope on the Triton kernels."""
+
+    def norm(self, norm, x):
+        return rms_norm(x, norm.weight, norm.eps, norm.out_dtype)
 
     def qk_rope(self, layer, qk, positions, meta):
         a = layer.attn
         cos, sin = _device_tables(a.rope, positions, meta, qk.device)
         weight, eps = (None, 0.0) if a.qk_norm is None else (a.qk_norm.weight, a.qk_norm.eps)
         qk_norm_rope(qk, cos, sin, a.rope.neox, a.rope.rot_dim, weight, eps)
-
-    def out_add(self, layer, attn, x):
-        h = layer.attn.o(attn)
-        if layer.post_attn_norm is not None:
-            h = _norm(layer.post_attn_norm, h)
-        return x + h
-
-    def mlp_add(self, layer, x):
-        m = layer.mlp
-        gate, up = m.gate_up(_norm(layer.ffn_norm, x)).split(m.inter, dim=-1)
-        h = m.down(m.act(gate).mul_(up))
-        if layer.post_ffn_norm is not None:
-            h = _norm(layer.post_ffn_norm, h)
-        return x.add_(h)
 
 
 TRITON_OPS = TritonLayerOps()
@@ -126,14 +111,12 @@ class CudaBackend(Backend):
         self.about = f"Triton kernels on {self.device}"
 
     def linear(self, t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> QuantLinear:
-        ts = t if isinstance(t, list) else [t]
-        k = ts[0].shape[-1]
-        for w in ts:
-            if len(w.shape) != 2 or w.shape[1] != k:
-                raise UnsupportedError(f"{w.name}: shape {w.shape} cannot be fused with in_features {k}")
-        parts = [TritonPart(run, self.device) if run[0].qtype in gm.QTYPES else DeviceDense(run, self.device)
-                 for run in neighbour_runs(ts, lambda w: w.qtype.name if w.qtype in gm.QTYPES else "dense")]
-        return QuantLinear(parts, k, None if bias is None else bias.to(self.device))
+        paths = {q: "triton" if q in gm.QTYPES else "dense" for q in WEIGHT_FORMATS}
+        builders = {"triton": lambda ts, _: TritonPart(ts, self.device), "dense": lambda ts, _: DeviceDense(ts, self.device)}
+        lin = build_linear(t, bias, paths, builders)
+        if lin.bias is not None:
+            lin.bias = lin.bias.to(self.device)
+        return lin
 
     def embedding(self, t: GGUFTensor) -> Embedding:
         return DeviceEmbedding(t, self.device)
@@ -143,8 +126,9 @@ class CudaBackend(Backend):
         return TRITON_OPS
 
     def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
-        norm.to(self.device)
-        return _norm(norm, x)
+        if norm.weight.device != self.device:  # the model's final norm, built after the layers
+            norm.to(self.device)
+        return TRITON_OPS.norm(norm, x)
 
     def kv_zeros(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype, device=self.device)

@@ -192,7 +192,7 @@ class QuantLinear(nn.Module):
         return y if x.dim() == 2 else y.view(*x.shape[:-1], self.out_features)
 
 
-def neighbour_runs(ts: list[GGUFTensor], key: Callable[[GGUFTensor], str]) -> list[list[GGUFTensor]]:
+def _runs(ts: list[GGUFTensor], key: Callable[[GGUFTensor], str]) -> list[list[GGUFTensor]]:
     """Maximal runs of neighbours with the same key (fusing only neighbours keeps output order)."""
     runs: list[list[GGUFTensor]] = []
     for t in ts:
@@ -216,6 +216,6 @@ def build_linear(t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = N
     policy = _policy
     if policy.exact:
         return QuantLinear([ReferencePart(w) for w in ts], k, bias)
-    runs = neighbour_runs(ts, lambda w: paths[w.qtype])
+    runs = _runs(ts, lambda w: paths[w.qtype])
     parts = [builders[paths[run[0].qtype]](run, policy) for run in runs]
     return QuantLinear(parts, k, bias)
