@@ -34,6 +34,9 @@ SCRIPTS = {
     "think_tool": ["<think>Need weather.</think>", WEATHER_CALL],
     "unclosed_think": ["<think>", "still thinking"],
     "json": ['{"answer": ', '"yes"}'],
+    "markdown": ["## Fibonacci\n\nThe **fast** way uses ", "`a, b = b, a + b`:\n\n", "1. start at *zero*\n",
+                 "2. add\n\n```python\ndef fib(n):\n", "    a, b = 0, 1  # the first two\n",
+                 "    for _ in range(n):\n        a, b = b, a + b\n    return a\n```\n", "See [the docs](https://docs.python.org/3/)."],
     "fail": ["partial"],
     "slow": ["tick"],
 }

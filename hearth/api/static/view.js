@@ -1,0 +1,107 @@
+// A conversation's messages as DOM: a user turn is its text; an answer is its reasoning (collapsed),
+// its markdown, its tool calls and a line of stats. An answer's element is built once and updated
+// in place while it streams, so an opened reasoning block stays open.
+
+import { renderMarkdown, codeBlock } from "./markdown.js";
+import { splitThink } from "./stream.js";
+
+const h = (tag, cls, text) => {
+  const el = document.createElement(tag);
+  if (cls) el.className = cls;
+  if (text !== undefined) el.textContent = text;
+  return el;
+};
+
+export function userElement(message) {
+  const el = h("div", "msg user");
+  el.append(h("div", "bubble", message.content));
+  return el;
+}
+
+export function answerElement(message) {
+  const el = h("div", "msg assistant");
+  const reasoning = h("details", "reasoning");
+  reasoning.append(h("summary", null, "Thinking"), h("div", "reasoning-text"));
+  el.append(reasoning, h("div", "content markdown"), h("div", "tool-calls"), h("div", "error-text"), h("div", "meta"));
+  updateAnswer(el, message);
+  return el;
+}
+
+export function updateAnswer(el, message) {
+  const [inlineThought, content] = splitThink(message.content);
+  const thought = (message.reasoning || "") + inlineThought;
+  const streaming = message.state === "streaming";
+  el.dataset.state = message.state;
+  const reasoning = el.querySelector(".reasoning");
+  reasoning.hidden = !thought;
+  reasoning.querySelector("summary").textContent = streaming && !content ? "Thinking…" : "Reasoning";
+  reasoning.querySelector(".reasoning-text").textContent = thought;
+  const body = el.querySelector(".content");
+  body.innerHTML = renderMarkdown(content);
+  if (streaming && !content && !thought && !message.tool_calls.length) body.innerHTML = '<span class="dots"><i></i><i></i><i></i></span>';
+  renderToolCalls(el.querySelector(".tool-calls"), message.tool_calls);
+  el.querySelector(".error-text").textContent = message.state === "error" ? message.error : "";
+  renderMeta(el.querySelector(".meta"), message);
+}
+
+function renderToolCalls(box, calls) {
+  box.textContent = "";
+  for (const call of calls) {
+    const card = h("div", "tool-call");
+    const head = h("div", "tool-head");
+    head.append(h("span", "tool-badge", "tool call"), h("code", "tool-name", call.name || "…"));
+    card.append(head);
+    card.insertAdjacentHTML("beforeend", codeBlock(prettyJson(call.arguments), "json"));
+    box.append(card);
+  }
+}
+
+function prettyJson(text) {
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch {
+    return text;  // still streaming, or not JSON: as it came
+  }
+}
+
+function renderMeta(meta, message) {
+  const s = message.stats || {};
+  const parts = [];
+  // the model asked for, and the one the server says answered where they differ (an alias, a router)
+  if (s.model) parts.push(["model", s.answered_by && s.answered_by !== s.model ? `${s.model} → ${s.answered_by}` : s.model]);
+  if (s.ttft_ms != null) parts.push(["ttft", `TTFT ${formatMs(s.ttft_ms)}`]);
+  if (s.tps != null) parts.push(["tps", `${s.tps.toFixed(1)} tok/s`]);
+  if (s.tokens != null) parts.push(["tokens", `${s.tokens} tokens`]);
+  if (message.state === "stopped") parts.push(["stopped", "stopped"]);
+  meta.textContent = "";
+  for (const [cls, text] of parts) meta.append(h("span", cls, text));
+  if (message.state !== "streaming") {
+    const copy = h("button", "copy-answer", "Copy");
+    copy.type = "button";
+    copy.title = "Copy the answer's markdown";
+    meta.append(copy);
+  }
+}
+
+function formatMs(ms) {
+  return ms < 1000 ? `${ms} ms` : `${(ms / 1000).toFixed(2)} s`;
+}
+
+/** Copy text, with a fallback for pages not served from a secure origin (a LAN address over http). */
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch { /* denied: try the old way */ }
+  }
+  const area = h("textarea");
+  area.value = text;
+  area.style.position = "fixed";
+  area.style.opacity = "0";
+  document.body.append(area);
+  area.select();
+  const ok = document.execCommand("copy");
+  area.remove();
+  return ok;
+}
