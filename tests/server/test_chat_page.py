@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="chromium and 
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,900"]
+         "--disable-dev-shm-usage", "--window-size=1280,1100"]
 MODELS = ("fake-model", "fake-other")  # two served names: what the picker chooses between
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
@@ -132,9 +132,16 @@ class Page:
         return [e.text for e in self.all("#chats .chat-title")]
 
 
+def fresh(browser, url: str):
+    """The page as a first visit sees it: nothing in the browser's storage."""
+    browser.get(url + "/")
+    browser.execute_script("localStorage.clear()")
+    browser.refresh()
+    return Page(browser)
+
+
 def test_chat_page(browser, page_server, tmp_path):
-    page = Page(browser)
-    browser.get(page_server.url + "/")
+    page = fresh(browser, page_server.url)
     page.find("#key").send_keys(API_KEY + "\t")  # change event: saved, models listed again
     page.wait(lambda: [o.get_attribute("value") for o in page.all("#model option")] == list(MODELS), "the models")
     browser.execute_script(RECORD_FETCH)
@@ -238,6 +245,26 @@ def _tool_call(page):
     call = answer.find_element(page.By.CSS_SELECTOR, ".tool-call")
     assert call.find_element(page.By.CSS_SELECTOR, ".tool-name").text == "get_weather"
     assert json.loads(call.find_element(page.By.CSS_SELECTOR, "pre code").text) == {"city": "Paris"}
+    # the user answers the call with the tool's result; the model goes on from it
+    call_id = page.d.execute_script("return JSON.parse(localStorage.getItem('hearth-chats-v1'))[0].messages.at(-1).tool_calls[0].id")
+    call.find_element(page.By.CSS_SELECTOR, ".tool-result-form textarea").send_keys("18 C, sunny script:hello")
+    before = len(page.answers())
+    call.find_element(page.By.CSS_SELECTOR, ".send-result").click()
+    page.wait(lambda: len(page.answers()) > before and page.answers()[-1].get_attribute("data-state") == "done",
+              "the answer after the tool result")
+    sent = page.d.execute_script("return window.__bodies.at(-1).messages.slice(-2)")
+    assert sent[0]["tool_calls"] == [{"id": call_id, "type": "function",
+                                      "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]
+    assert sent[1] == {"role": "tool", "tool_call_id": call_id, "content": "18 C, sunny script:hello"}
+    assert page.find(".msg.tool .tool-output").text == "18 C, sunny script:hello"
+    assert page.answers()[-1].find_element(page.By.CSS_SELECTOR, ".content").text == "Hello there!"
+    # Retry asks again for the last answer: the same request, one answer in its place
+    requests = page.d.execute_script("return window.__bodies.length")
+    page.answers()[-1].find_element(page.By.CSS_SELECTOR, ".retry").click()
+    page.wait(lambda: page.d.execute_script("return window.__bodies.length") == requests + 1, "the retry")
+    page.wait(lambda: page.answers()[-1].get_attribute("data-state") == "done", "the retried answer")
+    assert page.d.execute_script("return window.__bodies.at(-1)") == page.d.execute_script("return window.__bodies.at(-2)")
+    assert len(page.answers()) == before + 1 and len(page.all(".retry")) == 1
 
 
 def _reload_keeps_conversations(page):
@@ -296,3 +323,21 @@ def test_assets_are_served_without_the_key(page_server):
     missing = httpx2.get(page_server.url + "/static/nope.js", timeout=WAIT)
     assert missing.status_code == 404 and "/static/nope.js" in missing.json()["error"]["message"]
     assert httpx2.get(page_server.url + "/v1/models", timeout=WAIT).status_code == 401  # the API still needs it
+
+
+def test_model_picker_shows_the_loaded_flag(browser, page_server):
+    """hearth's servers of several models mark each /v1/models entry `loaded`; the picker shows it."""
+    page = fresh(browser, page_server.url)
+    browser.execute_script("""
+        const original = window.fetch;
+        window.fetch = (url, options) => String(url).endsWith('/v1/models')
+          ? Promise.resolve(new Response(JSON.stringify({object: 'list', data: [
+              {id: 'big', object: 'model', loaded: true}, {id: 'small', object: 'model', loaded: false}]})))
+          : original(url, options);
+        document.getElementById('key').dispatchEvent(new Event('change'));""")
+    page.wait(lambda: [o.text for o in page.all("#model option")] == ["● big", "○ small"], "the marked models")
+    from selenium.webdriver.support.ui import Select
+
+    assert page.find("#model-state").text == "loaded"
+    Select(page.find("#model")).select_by_value("small")
+    assert page.find("#model-state").text == "loads on first use"

@@ -5,7 +5,7 @@
 import { Store, autoTitle, DEFAULT_SETTINGS } from "./store.js";
 import { renderSidebar } from "./sidebar.js";
 import { requestBody, streamAnswer, parseTools } from "./stream.js";
-import { userElement, answerElement, updateAnswer, copyText } from "./view.js";
+import { userElement, answerElement, toolResultElement, updateAnswer, copyText } from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const KEY = "hearth-key";
@@ -108,7 +108,8 @@ function render() {
 }
 
 function messageElement(m) {
-  const el = m.role === "user" ? userElement(m) : answerElement(m);
+  const el = m.role === "user" ? userElement(m) : m.role === "tool" ? toolResultElement(m)
+    : answerElement(m, answerOptions(state.chat, m));
   state.views.set(m, el);
   return el;
 }
@@ -129,21 +130,46 @@ function notice(text) {
 
 // ---- sending and stopping
 
-async function send(text) {
+function send(text) {
   const chat = state.chat;
-  let body;
+  if (!settingsValid(chat)) return;
+  chat.messages.push({ role: "user", content: text });
+  autoTitle(chat);
+  generate(chat);
+}
+
+/** Answer the last answer's tool call `id` with `text`; once every call has its result, go on. */
+function sendToolResult(message, id, text) {
+  const chat = state.chat;
+  const call = message.tool_calls.find((c) => c.id === id);
+  chat.messages.push({ role: "tool", tool_call_id: id, name: call?.name || "", content: text });
+  if (pendingCalls(chat, message).size === 0 && settingsValid(chat)) generate(chat);
+  else { store.save(chat); render(); }
+}
+
+/** Drop the last answer and ask again. */
+function retry() {
+  const chat = state.chat;
+  if (chat.messages.at(-1)?.role !== "assistant" || !settingsValid(chat)) return;
+  chat.messages.pop();
+  generate(chat);
+}
+
+function settingsValid(chat) {
   try {
-    body = requestBody(chat, pickedModel());
+    parseTools(chat.settings.tools);
+    return true;
   } catch (e) {
     notice(`Settings: ${e.message}`);
-    return;
+    return false;
   }
-  chat.messages.push({ role: "user", content: text });
-  body.messages.push({ role: "user", content: text });
+}
+
+async function generate(chat) {
+  const body = requestBody(chat, pickedModel());
   const answer = { role: "assistant", content: "", reasoning: "", tool_calls: [], state: "streaming", error: "",
                    stats: { model: body.model } };
   chat.messages.push(answer);
-  autoTitle(chat);
   chat.model = body.model;
   localStorage.setItem(LAST_MODEL, body.model || "");
   const controller = new AbortController();
@@ -154,7 +180,7 @@ async function send(text) {
     const el = state.views.get(answer);
     if (!el?.isConnected) return;
     const follow = nearBottom();  // measured before the answer grows
-    updateAnswer(el, answer);
+    updateAnswer(el, answer, answerOptions(chat, answer));
     if (follow) scrollDown();
   };
   try {
@@ -171,6 +197,19 @@ async function send(text) {
     sidebarActions.refresh();
     loadModels();  // a model may have been loaded (or another unloaded) for this answer
   }
+}
+
+/** The ids of `message`'s tool calls that still wait for a result (only while nothing else followed). */
+function pendingCalls(chat, message) {
+  const at = chat.messages.indexOf(message);
+  const after = chat.messages.slice(at + 1);
+  if (message.state !== "done" || after.some((m) => m.role !== "tool")) return new Set();
+  const answered = new Set(after.map((m) => m.tool_call_id));
+  return new Set(message.tool_calls.map((c) => c.id).filter((id) => !answered.has(id)));
+}
+
+function answerOptions(chat, message) {
+  return { last: chat.messages.at(-1) === message, pending: pendingCalls(chat, message) };
 }
 
 function stop() {
@@ -237,17 +276,21 @@ function bindComposer() {
   document.addEventListener("keydown", (e) => { if (e.key === "Escape" && state.streaming) stop(); });
 }
 
-function bindCopy() {
-  $("messages").addEventListener("click", async (e) => {
-    const button = e.target.closest("button.copy, button.copy-answer");
-    if (!button) return;
-    let text;
-    if (button.classList.contains("copy")) {
-      text = button.closest(".code-block").querySelector("code").textContent;
-    } else {
-      const index = [...$("messages").children].indexOf(button.closest(".msg"));
-      text = state.chat.messages[index]?.content ?? "";
+// clicks inside the messages: copy a code block or an answer, retry, send a tool call's result
+function bindMessageActions() {
+  const box = $("messages");
+  const messageOf = (el) => state.chat.messages[[...box.children].indexOf(el.closest(".msg"))];
+  box.addEventListener("click", async (e) => {
+    const button = e.target.closest("button");
+    if (!button || state.streaming && !button.matches(".copy, .copy-answer")) return;
+    if (button.matches(".retry")) return retry();
+    if (button.matches(".send-result")) {
+      const form = button.closest(".tool-result-form");
+      return sendToolResult(messageOf(button), form.dataset.id, form.querySelector("textarea").value);
     }
+    if (!button.matches(".copy, .copy-answer")) return;
+    const text = button.matches(".copy") ? button.closest(".code-block").querySelector("code").textContent
+      : messageOf(button)?.content ?? "";
     const ok = await copyText(text);
     const label = button.textContent;
     button.textContent = ok ? "Copied" : "Copy failed";
@@ -262,7 +305,7 @@ function start() {
   $("menu").onclick = () => document.body.classList.toggle("sidebar-open");
   bindSettings();
   bindComposer();
-  bindCopy();
+  bindMessageActions();
   open(store.currentId || store.list()[0]?.id);
   loadModels();
 }

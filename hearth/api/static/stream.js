@@ -8,6 +8,7 @@ export function requestBody(chat, model) {
   if (s.system.trim()) messages.push({ role: "system", content: s.system });
   for (const m of chat.messages) {
     if (m.role === "user") messages.push({ role: "user", content: m.content });
+    else if (m.role === "tool") messages.push({ role: "tool", tool_call_id: m.tool_call_id, content: m.content });
     else if (m.state !== "error" && m.state !== "streaming") messages.push(assistantTurn(m));
   }
   const body = { model, messages, stream: true, stream_options: { include_usage: true } };

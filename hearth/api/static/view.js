@@ -18,16 +18,27 @@ export function userElement(message) {
   return el;
 }
 
-export function answerElement(message) {
+export function toolResultElement(message) {
+  const el = h("div", "msg tool");
+  const box = h("div", "tool-result");
+  const head = h("div", "tool-head");
+  head.append(h("span", "tool-badge result", "tool result"), h("code", "tool-name", message.name));
+  box.append(head, h("pre", "tool-output", message.content));
+  el.append(box);
+  return el;
+}
+
+/** `opts`: { last: the conversation's last message, pending: ids of its tool calls awaiting a result }. */
+export function answerElement(message, opts) {
   const el = h("div", "msg assistant");
   const reasoning = h("details", "reasoning");
   reasoning.append(h("summary", null, "Thinking"), h("div", "reasoning-text"));
   el.append(reasoning, h("div", "content markdown"), h("div", "tool-calls"), h("div", "error-text"), h("div", "meta"));
-  updateAnswer(el, message);
+  updateAnswer(el, message, opts);
   return el;
 }
 
-export function updateAnswer(el, message) {
+export function updateAnswer(el, message, opts = {}) {
   const [inlineThought, content] = splitThink(message.content);
   const thought = (message.reasoning || "") + inlineThought;
   const streaming = message.state === "streaming";
@@ -39,12 +50,13 @@ export function updateAnswer(el, message) {
   const body = el.querySelector(".content");
   body.innerHTML = renderMarkdown(content);
   if (streaming && !content && !thought && !message.tool_calls.length) body.innerHTML = '<span class="dots"><i></i><i></i><i></i></span>';
-  renderToolCalls(el.querySelector(".tool-calls"), message.tool_calls);
+  renderToolCalls(el.querySelector(".tool-calls"), message.tool_calls, opts.pending || new Set());
   el.querySelector(".error-text").textContent = message.state === "error" ? message.error : "";
-  renderMeta(el.querySelector(".meta"), message);
+  renderMeta(el.querySelector(".meta"), message, opts.last);
 }
 
-function renderToolCalls(box, calls) {
+function renderToolCalls(box, calls, pending) {
+  const typed = new Map([...box.querySelectorAll(".tool-result-form")].map((f) => [f.dataset.id, f.querySelector("textarea").value]));
   box.textContent = "";
   for (const call of calls) {
     const card = h("div", "tool-call");
@@ -52,8 +64,23 @@ function renderToolCalls(box, calls) {
     head.append(h("span", "tool-badge", "tool call"), h("code", "tool-name", call.name || "…"));
     card.append(head);
     card.insertAdjacentHTML("beforeend", codeBlock(prettyJson(call.arguments), "json"));
+    if (pending.has(call.id)) card.append(resultForm(call, typed.get(call.id) || ""));
     box.append(card);
   }
+}
+
+// where the user answers a call with what the tool returned (run by hand: the page runs no tools)
+function resultForm(call, text) {
+  const form = h("div", "tool-result-form");
+  form.dataset.id = call.id;
+  const area = h("textarea");
+  area.rows = 2;
+  area.placeholder = `What ${call.name} returned (sent back to the model)`;
+  area.value = text;
+  const send = h("button", "send-result", "Send result");
+  send.type = "button";
+  form.append(area, send);
+  return form;
 }
 
 function prettyJson(text) {
@@ -64,7 +91,7 @@ function prettyJson(text) {
   }
 }
 
-function renderMeta(meta, message) {
+function renderMeta(meta, message, last) {
   const s = message.stats || {};
   const parts = [];
   // the model asked for, and the one the server says answered where they differ (an alias, a router)
@@ -75,12 +102,18 @@ function renderMeta(meta, message) {
   if (message.state === "stopped") parts.push(["stopped", "stopped"]);
   meta.textContent = "";
   for (const [cls, text] of parts) meta.append(h("span", cls, text));
-  if (message.state !== "streaming") {
-    const copy = h("button", "copy-answer", "Copy");
-    copy.type = "button";
-    copy.title = "Copy the answer's markdown";
-    meta.append(copy);
-  }
+  if (message.state === "streaming") return;
+  const actions = h("span", "actions");
+  if (last) actions.append(button("retry", "Retry", "Ask again for this answer"));
+  actions.append(button("copy-answer", "Copy", "Copy the answer's markdown"));
+  meta.append(actions);
+}
+
+function button(cls, text, title) {
+  const b = h("button", cls, text);
+  b.type = "button";
+  b.title = title;
+  return b;
 }
 
 function formatMs(ms) {
