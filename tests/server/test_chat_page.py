@@ -30,7 +30,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 MODELS = ("fake-model", "fake-other")  # two served names: what the picker chooses between
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
-WAIT = 30  # seconds for anything the page does (the fake answers in milliseconds; a loaded CI machine is slow)
+WAIT = 120  # seconds for anything the page does (the fake answers in milliseconds; SmolLM2 on a loaded CI machine in seconds)
 # the request bodies the page sends to /v1/chat/completions, recorded in the page
 RECORD_FETCH = """
 window.__bodies = [];
@@ -151,9 +151,10 @@ def test_chat_page(browser, page_server, tmp_path):
     _second_model(page, page_server)
     _reasoning_and_settings(page, page_server)
     _tool_call(page)
-    shot = tmp_path / "chat_page.png"
-    assert browser.save_screenshot(str(shot))
-    print(f"\nchat page screenshot: {shot}")
+    for name, scroll in [("chat_page.png", 0), ("chat_page_end.png", 10**6)]:  # the top, then the end
+        browser.execute_script("document.getElementById('messages').scrollTop = arguments[0]", scroll)
+        assert browser.save_screenshot(str(tmp_path / name))
+        print(f"\nchat page screenshot: {tmp_path / name}")
     _reload_keeps_conversations(page)
 
 
@@ -230,6 +231,7 @@ def _reasoning_and_settings(page, server):
     assert not reasoning.find_element(page.By.CSS_SELECTOR, ".reasoning-text").is_displayed()
     reasoning.find_element(page.By.TAG_NAME, "summary").click()
     assert reasoning.find_element(page.By.CSS_SELECTOR, ".reasoning-text").text == "The user wants a greeting."
+    reasoning.find_element(page.By.TAG_NAME, "summary").click()  # and closed again
     assert answer.find_element(page.By.CSS_SELECTOR, ".content").text == "Hi!"
 
 
@@ -341,3 +343,17 @@ def test_model_picker_shows_the_loaded_flag(browser, page_server):
     assert page.find("#model-state").text == "loaded"
     Select(page.find("#model")).select_by_value("small")
     assert page.find("#model-state").text == "loads on first use"
+
+
+def test_chat_page_with_a_real_model(browser, real_server):
+    """The page against `hearth serve` on SmolLM2: a greedy answer capped by the conversation's max tokens."""
+    page = fresh(browser, real_server.url)
+    page.find("#key").send_keys(API_KEY + "\t")
+    page.wait(lambda: page.find("#model").get_attribute("value") == real_server.model, "the model")
+    page.find("#settings-toggle").click()
+    page.find("#temperature").send_keys("0")
+    page.find("#max-tokens").send_keys("8")
+    answer = page.send("Hello! Who are you?")
+    assert answer.find_element(page.By.CSS_SELECTOR, ".content").text.strip()
+    tokens = answer.find_element(page.By.CSS_SELECTOR, ".meta .tokens").text
+    assert 1 <= int(tokens.split()[0]) <= 8, tokens

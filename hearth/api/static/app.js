@@ -25,14 +25,19 @@ function headers() {
 
 // ---- models
 
+let modelsAsked = 0;
+
 async function loadModels() {
+  const mine = ++modelsAsked;  // a slower earlier answer (before the key was typed) must not win
   try {
     const response = await fetch("/v1/models", { headers: headers() });
     const body = await response.json();
+    if (mine !== modelsAsked) return;
     if (!response.ok) throw new Error(body.error?.message || response.statusText);
     state.models = body.data || [];
     notice("");
   } catch (e) {
+    if (mine !== modelsAsked) return;
     state.models = [];
     notice(`Could not list the models: ${e.message}` + (/api key/i.test(e.message) ? " — enter the server's API key in the sidebar." : ""));
   }
@@ -130,12 +135,14 @@ function notice(text) {
 
 // ---- sending and stopping
 
+/** Send a user message; false (and a notice) when the conversation's settings are not valid. */
 function send(text) {
   const chat = state.chat;
-  if (!settingsValid(chat)) return;
+  if (!settingsValid(chat)) return false;
   chat.messages.push({ role: "user", content: text });
   autoTitle(chat);
   generate(chat);
+  return true;
 }
 
 /** Answer the last answer's tool call `id` with `text`; once every call has its result, go on. */
@@ -158,6 +165,7 @@ function retry() {
 function settingsValid(chat) {
   try {
     parseTools(chat.settings.tools);
+    if ($("notice").textContent.startsWith("Settings:")) notice("");
     return true;
   } catch (e) {
     notice(`Settings: ${e.message}`);
@@ -259,7 +267,11 @@ function checkTools() {
 
 function bindComposer() {
   const input = $("input");
-  const grow = () => { input.style.height = "auto"; input.style.height = Math.min(input.scrollHeight, 240) + "px"; };
+  const grow = () => {
+    input.style.height = "auto";
+    input.style.height = Math.min(input.scrollHeight, 240) + "px";
+    input.style.overflowY = input.scrollHeight > 240 ? "auto" : "hidden";
+  };
   input.addEventListener("input", grow);
   input.onkeydown = (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); $("composer").requestSubmit(); }
@@ -267,10 +279,9 @@ function bindComposer() {
   $("composer").onsubmit = (e) => {
     e.preventDefault();
     const text = input.value.trim();
-    if (!text || state.streaming) return;
+    if (!text || state.streaming || !send(text)) return;
     input.value = "";
     grow();
-    send(text);
   };
   $("stop").onclick = stop;
   document.addEventListener("keydown", (e) => { if (e.key === "Escape" && state.streaming) stop(); });

@@ -29,9 +29,13 @@ export function toolResultElement(message) {
 }
 
 /** `opts`: { last: the conversation's last message, pending: ids of its tool calls awaiting a result }. */
+const opened = new WeakSet();  // answers whose reasoning the user opened: kept open when redrawn
+
 export function answerElement(message, opts) {
   const el = h("div", "msg assistant");
   const reasoning = h("details", "reasoning");
+  reasoning.open = opened.has(message);
+  reasoning.ontoggle = () => (reasoning.open ? opened.add(message) : opened.delete(message));
   reasoning.append(h("summary", null, "Thinking"), h("div", "reasoning-text"));
   el.append(reasoning, h("div", "content markdown"), h("div", "tool-calls"), h("div", "error-text"), h("div", "meta"));
   updateAnswer(el, message, opts);
