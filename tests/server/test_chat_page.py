@@ -357,3 +357,21 @@ def test_chat_page_with_a_real_model(browser, real_server):
     assert answer.find_element(page.By.CSS_SELECTOR, ".content").text.strip()
     tokens = answer.find_element(page.By.CSS_SELECTOR, ".meta .tokens").text
     assert 1 <= int(tokens.split()[0]) <= 8, tokens
+    # stop: the server aborts the request (it leaves the batch without finishing)
+    with real_server.http() as http:
+        finished = _metric(http, "hearth:request_success_total")
+        assert finished >= 1  # the answer above: the counter is there
+        page.find("#max-tokens").clear()
+        page.find("#max-tokens").send_keys("400")
+        answer = page.send("Count from 1 to 500, one number per line.", until=None)
+        page.wait(lambda: answer.find_element(page.By.CSS_SELECTOR, ".content").text.strip(), "the first tokens")
+        page.find("#stop").click()
+        page.wait(lambda: answer.get_attribute("data-state") == "stopped", "the answer to stop")
+        page.wait(lambda: _metric(http, "hearth:num_requests_running") == 0, "the request to leave the batch")
+        assert _metric(http, "hearth:request_success_total") == finished  # aborted, not finished
+
+
+def _metric(http, name: str) -> float:
+    """The sum of a Prometheus metric's samples over its labels."""
+    lines = http.get("/metrics").text.splitlines()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(name + "{") or line.startswith(name + " "))
