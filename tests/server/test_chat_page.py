@@ -343,6 +343,9 @@ def test_model_picker_shows_the_loaded_flag(browser, page_server):
     assert page.find("#model-state").text == "loaded"
     Select(page.find("#model")).select_by_value("small")
     assert page.find("#model-state").text == "loads on first use"
+    browser.execute_script("window.fetch = () => new Promise(() => {})")  # a model that takes its time to load
+    answer = page.send("Hi", until=None)
+    assert answer.find_element(page.By.CSS_SELECTOR, ".loading").text == "loading the model…"
 
 
 def test_chat_page_with_a_real_model(browser, real_server):

@@ -49,7 +49,7 @@ function renderModels() {
   const wanted = state.chat?.model;
   select.textContent = "";
   const ids = state.models.map((m) => m.id);
-  if (wanted && !ids.includes(wanted)) select.append(new Option(`${wanted} (not served)`, wanted));
+  if (wanted && !ids.includes(wanted)) select.append(new Option(ids.length ? `${wanted} (not served)` : wanted, wanted));
   for (const m of state.models) {
     // `loaded` is hearth's extension for servers of several models; servers without it: no mark
     const mark = m.loaded === true ? "● " : m.loaded === false ? "○ " : "";
@@ -177,6 +177,7 @@ async function generate(chat) {
   const body = requestBody(chat, pickedModel());
   const answer = { role: "assistant", content: "", reasoning: "", tool_calls: [], state: "streaming", error: "",
                    stats: { model: body.model } };
+  const loading = state.models.find((m) => m.id === body.model)?.loaded === false;  // loads before it answers
   chat.messages.push(answer);
   chat.model = body.model;
   localStorage.setItem(LAST_MODEL, body.model || "");
@@ -188,9 +189,10 @@ async function generate(chat) {
     const el = state.views.get(answer);
     if (!el?.isConnected) return;
     const follow = nearBottom();  // measured before the answer grows
-    updateAnswer(el, answer, answerOptions(chat, answer));
+    updateAnswer(el, answer, { ...answerOptions(chat, answer), loading });
     if (follow) scrollDown();
   };
+  update();
   try {
     await streamAnswer(body, headers(), answer, controller.signal, update);
     answer.state = "done";

@@ -28,7 +28,8 @@ export function toolResultElement(message) {
   return el;
 }
 
-/** `opts`: { last: the conversation's last message, pending: ids of its tool calls awaiting a result }. */
+/** `opts`: { last: the conversation's last message, pending: ids of its tool calls awaiting a result,
+ * loading: its model was not loaded when asked }. */
 const opened = new WeakSet();  // answers whose reasoning the user opened: kept open when redrawn
 
 export function answerElement(message, opts) {
@@ -53,7 +54,10 @@ export function updateAnswer(el, message, opts = {}) {
   reasoning.querySelector(".reasoning-text").textContent = thought;
   const body = el.querySelector(".content");
   body.innerHTML = renderMarkdown(content);
-  if (streaming && !content && !thought && !message.tool_calls.length) body.innerHTML = '<span class="dots"><i></i><i></i><i></i></span>';
+  if (streaming && !content && !thought && !message.tool_calls.length) {
+    body.innerHTML = '<span class="dots"><i></i><i></i><i></i></span>';
+    if (opts.loading) body.append(h("span", "loading", "loading the model…"));
+  }
   renderToolCalls(el.querySelector(".tool-calls"), message.tool_calls, opts.pending || new Set());
   el.querySelector(".error-text").textContent = message.state === "error" ? message.error : "";
   renderMeta(el.querySelector(".meta"), message, opts.last);
