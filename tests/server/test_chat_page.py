@@ -294,6 +294,34 @@ def _reload_keeps_conversations(page):
     page.wait(lambda: page.chats() == ["Fibonacci notes"] and len(page.all(".msg")) == len(before), "the list after a reload")
 
 
+MARKDOWN_CASES = [  # (markdown, the HTML the page renders)
+    ("- a\n  - b\n- c", "<ul><li>a<ul><li>b</li></ul></li><li>c</li></ul>"),
+    ("3. three\n4. four", '<ol start="3"><li>three</li><li>four</li></ol>'),
+    ("* a\n\n* b", "<ul><li>a</li><li>b</li></ul>"),
+    ("text\n- item", "<p>text</p><ul><li>item</li></ul>"),
+    ("> q\n> more", "<blockquote><p>q<br>more</p></blockquote>"),
+    ("| a | b |\n|---|--:|\n| 1 | 2 |", '<div class="table-wrap"><table><thead><tr><th>a</th><th style="text-align:right">b'
+     '</th></tr></thead><tbody><tr><td>1</td><td style="text-align:right">2</td></tr></tbody></table></div>'),
+    ("## T ##\n***", "<h2>T</h2><hr>"),
+    ("**bold _it_** ~~gone~~ snake_case", "<p><strong>bold <em>it</em></strong> <del>gone</del> snake_case</p>"),
+    ("`a` and ``b`c``", "<p><code>a</code> and <code>b`c</code></p>"),
+    ("```\nplain <b>\n```", '<div class="code-block"><div class="code-head"><span class="code-lang">code</span><button '
+     'type="button" class="copy" title="Copy code">Copy</button></div><pre><code class="lang-code">plain &lt;b&gt;</code></pre></div>'),
+    ("```js\nlet s = 'x'", '<div class="code-block"><div class="code-head"><span class="code-lang">js</span><button '
+     'type="button" class="copy" title="Copy code">Copy</button></div><pre><code class="lang-js"><span class="tok-k">let</span> s = '
+     '<span class="tok-s">&#39;x&#39;</span></code></pre></div>'),  # still streaming: an open fence is code up to the end
+]
+
+
+def test_markdown_renderer_cases(browser, page_server):
+    browser.get(page_server.url + "/")
+    got = browser.execute_async_script("""
+        const done = arguments[1];
+        import('/static/markdown.js').then((m) => done(arguments[0].map((c) => m.renderMarkdown(c))));""",
+                                       [md for md, _ in MARKDOWN_CASES])
+    assert list(zip([md for md, _ in MARKDOWN_CASES], got)) == MARKDOWN_CASES
+
+
 def test_markdown_renderer_is_safe(browser, page_server):
     """Model output cannot become markup: tags are text, links keep only http(s)/mailto/relative targets."""
     browser.get(page_server.url + "/")
