@@ -40,6 +40,8 @@ SCRIPTS = {
     "fail": ["partial"],
     "slow": ["tick"],
 }
+PACED = {"markdown": 0.05}
+"""Seconds between a script's pieces, where a client must see them arrive apart (the chat page's tok/s)."""
 TEMPLATE = """{%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
@@ -98,7 +100,7 @@ class FakeStream:
     async def __anext__(self) -> EngineOutput:
         if self.finished:
             raise StopAsyncIteration
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(PACED.get(self.script, 0.001))
         if self.script == "slow":
             await asyncio.sleep(0.02 if self.sent < 3 else 3600)
         elif self.script == "fail" and self.sent == 1:

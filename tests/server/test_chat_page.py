@@ -9,28 +9,17 @@ kept over a reload, rename and delete. A screenshot of the page is saved under p
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import threading
-import time
 
 import pytest
 
+from tests.server.chat_browser import CHROMIUM, DRIVER, MODELS, WAIT, PageServer, chromium, fresh
 from tests.server.conftest import API_KEY
-from tests.server.fakes import fake_app
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
 pytestmark = pytest.mark.skipif(not (CHROMIUM and DRIVER), reason="chromium and chromedriver are not installed "
                                 "(apt-get install chromium chromium-driver; `make test` does it)")
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--disable-dev-shm-usage", "--window-size=1280,1100"]
-MODELS = ("fake-model", "fake-other")  # two served names: what the picker chooses between
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather of a city",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
-WAIT = 120  # seconds for anything the page does (the fake answers in milliseconds; SmolLM2 on a loaded CI machine in seconds)
 # the request bodies the page sends to /v1/chat/completions, recorded in the page
 RECORD_FETCH = """
 window.__bodies = [];
@@ -42,33 +31,6 @@ window.fetch = (url, options) => {
 """
 
 
-class PageServer:
-    """The fake app under uvicorn on a free loopback port, in a thread of this process."""
-
-    def __init__(self):
-        import uvicorn
-
-        app, self.engine = fake_app(names=MODELS, api_key=API_KEY)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + WAIT
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(WAIT)
-
-
 @pytest.fixture(scope="module")
 def page_server():
     with PageServer() as server:
@@ -77,67 +39,11 @@ def page_server():
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS + [f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
+    driver = chromium(tmp_path_factory.mktemp("chromium"))
     try:
         yield driver
     finally:
         driver.quit()
-
-
-class Page:
-    """What a user sees and does, in selenium's words."""
-
-    def __init__(self, driver):
-        from selenium.webdriver.common.by import By
-
-        self.d, self.By = driver, By
-
-    def find(self, css):
-        return self.d.find_element(self.By.CSS_SELECTOR, css)
-
-    def all(self, css):
-        return self.d.find_elements(self.By.CSS_SELECTOR, css)
-
-    def wait(self, check, what: str):
-        from selenium.webdriver.support.ui import WebDriverWait
-
-        return WebDriverWait(self.d, WAIT).until(lambda d: check(), message=f"waited {WAIT}s for {what}")
-
-    def answers(self):
-        return self.all(".msg.assistant")
-
-    def send(self, text: str, until: str = "done"):
-        """Type `text`, press Enter; wait until the new answer's state is `until` (None: don't wait)."""
-        from selenium.webdriver.common.keys import Keys
-
-        before = len(self.answers())
-        box = self.find("#input")
-        box.send_keys(text)
-        box.send_keys(Keys.ENTER)
-        self.wait(lambda: len(self.answers()) > before, "the answer to appear")
-        answer = self.answers()[-1]
-        if until:
-            self.wait(lambda: answer.get_attribute("data-state") not in ("streaming", None), f"the answer to {text!r}")
-            assert answer.get_attribute("data-state") == until, answer.text
-        return answer
-
-    def chats(self):
-        return [e.text for e in self.all("#chats .chat-title")]
-
-
-def fresh(browser, url: str):
-    """The page as a first visit sees it: nothing in the browser's storage."""
-    browser.get(url + "/")
-    browser.execute_script("localStorage.clear()")
-    browser.refresh()
-    return Page(browser)
 
 
 def test_chat_page(browser, page_server, tmp_path):

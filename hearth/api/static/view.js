@@ -28,10 +28,10 @@ export function toolResultElement(message) {
   return el;
 }
 
-/** `opts`: { last: the conversation's last message, pending: ids of its tool calls awaiting a result,
- * loading: its model was not loaded when asked }. */
 const opened = new WeakSet();  // answers whose reasoning the user opened: kept open when redrawn
 
+/** `opts`: { last: the conversation's last message, pending: ids of its tool calls awaiting a result,
+ * loading: its model was not loaded when asked }. */
 export function answerElement(message, opts) {
   const el = h("div", "msg assistant");
   const reasoning = h("details", "reasoning");
