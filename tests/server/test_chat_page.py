@@ -127,11 +127,13 @@ def _reasoning_and_settings(page, server):
     page.find("#settings-toggle").click()
     page.find("#system").send_keys("You are terse.")
     page.find("#temperature").send_keys("0.3")
+    page.find("#top-p").send_keys("0.9")
     page.find("#max-tokens").send_keys("64")
     answer = page.send("Greet me script:think")
     added = server.engine.added[-1]
     assert added.prompt.startswith("<|im_start|>system\nYou are terse.<|im_end|>")
-    assert added.params.temperature == pytest.approx(0.3) and added.params.max_tokens == 64
+    assert added.params.temperature == pytest.approx(0.3) and added.params.top_p == pytest.approx(0.9)
+    assert added.params.max_tokens == 64
     reasoning = answer.find_element(page.By.CSS_SELECTOR, "details.reasoning")
     assert reasoning.is_displayed() and reasoning.get_attribute("open") is None  # collapsed
     assert not reasoning.find_element(page.By.CSS_SELECTOR, ".reasoning-text").is_displayed()
@@ -226,6 +228,18 @@ def test_markdown_renderer_cases(browser, page_server):
         import('/static/markdown.js').then((m) => done(arguments[0].map((c) => m.renderMarkdown(c))));""",
                                        [md for md, _ in MARKDOWN_CASES])
     assert list(zip([md for md, _ in MARKDOWN_CASES], got)) == MARKDOWN_CASES
+
+
+def test_think_tags_in_the_content_are_reasoning(browser, page_server):
+    """A server that did not split <think> off the content: the page does, while it streams too."""
+    browser.get(page_server.url + "/")
+    cases = [("<think>plan</think>\n\nAnswer", ["plan", "Answer"]), ("  <think>still going", ["still going", ""]),
+             ("No thoughts <think>here</think>", ["", "No thoughts <think>here</think>"])]
+    got = browser.execute_async_script("""
+        const done = arguments[1];
+        import('/static/stream.js').then((m) => done(arguments[0].map((c) => m.splitThink(c))));""",
+                                       [text for text, _ in cases])
+    assert got == [want for _, want in cases]
 
 
 def test_markdown_renderer_is_safe(browser, page_server):
