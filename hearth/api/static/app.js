@@ -183,6 +183,7 @@ async function generate(chat) {
   localStorage.setItem(LAST_MODEL, body.model || "");
   const controller = new AbortController();
   state.streaming = { chat, message: answer, controller };
+  store.save(chat);  // a reload while it streams keeps the question (and the answer, as stopped, at its last save)
   setBusy(true);
   render();
   const update = () => {

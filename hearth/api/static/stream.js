@@ -9,7 +9,9 @@ export function requestBody(chat, model) {
   for (const m of chat.messages) {
     if (m.role === "user") messages.push({ role: "user", content: m.content });
     else if (m.role === "tool") messages.push({ role: "tool", tool_call_id: m.tool_call_id, content: m.content });
-    else if (m.state !== "error" && m.state !== "streaming") messages.push(assistantTurn(m));
+    else if (m.state !== "error" && m.state !== "streaming" && (m.content || m.tool_calls.length)) {
+      messages.push(assistantTurn(m));
+    }
   }
   const body = { model, messages, stream: true, stream_options: { include_usage: true } };
   for (const [key, parse] of [["temperature", parseFloat], ["top_p", parseFloat], ["max_tokens", (v) => parseInt(v, 10)]]) {
@@ -21,8 +23,9 @@ export function requestBody(chat, model) {
   return body;
 }
 
+// as the model wrote it, less its reasoning (templates leave earlier turns' thinking out)
 function assistantTurn(m) {
-  const turn = { role: "assistant", content: m.content };
+  const turn = { role: "assistant", content: splitThink(m.content)[1] };
   if (m.tool_calls?.length) {
     turn.tool_calls = m.tool_calls.map((c) => ({ id: c.id, type: "function",
                                                  function: { name: c.name, arguments: c.arguments } }));
