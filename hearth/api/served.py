@@ -11,7 +11,6 @@ from functools import cached_property
 from typing import Any
 
 from hearth.api.chat_template import ChatTemplate
-from hearth.api.errors import APIError
 from hearth.tool_parsers import detect_format, detect_reasoning, prompt_opens_reasoning, supports_tools
 
 
@@ -59,11 +58,6 @@ class ServedModel:
     @cached_property
     def knows_reasoning(self) -> bool:
         return detect_reasoning(self.template_source)[0]
-
-    def check_model(self, requested: str | None) -> None:
-        if requested and requested not in self.names:
-            raise APIError(404, f"model {requested!r} does not exist; this server serves {self.name!r}",
-                           param="model", code="model_not_found")
 
     def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
                     add_generation_prompt: bool = True, continue_final: bool = False,

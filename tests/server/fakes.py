@@ -158,6 +158,10 @@ class FakeEngine:
         pieces = SCRIPTS.get(script, ["ok"])
         return FakeStream(self, request_id, pieces, script, len(prompt_ids), params)
 
+    @property
+    def num_in_flight(self) -> int:
+        return len(self.live)
+
     def stats(self) -> EngineStats:
         return EngineStats(len(self.live), 0, 2 * len(self.live), 100, 10, 4)
 

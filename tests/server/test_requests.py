@@ -191,15 +191,6 @@ def test_template_without_tools_gets_the_system_prompt(make_fake):
     assert r.choices[0].message.tool_calls[0].function.name == "get_weather"  # parsed as hermes
 
 
-def test_default_model_ids_are_never_paths(tmp_path):
-    from hearth.commands.serve import _default_names
-
-    path = tmp_path / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-    assert _default_names(str(path), path) == ["qwen2.5-coder-1.5b-instruct-q4_k_m", str(path), path.name]
-    catalog = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert _default_names("smollm2-135m", catalog)[0] == "smollm2-135m"
-
-
 def test_models_lists_every_alias(make_fake):
     fake = make_fake(names=("tiny", "/models/tiny.gguf"))
     assert [m.id for m in fake.openai.models.list().data] == ["tiny", "/models/tiny.gguf"]
