@@ -32,11 +32,13 @@ class ServedModel:
     snapshots: Any = None
     """A hearth.kvstore.snapshot.SnapshotStore when the server has a KV disk tier (/slots)."""
     created: int = field(default_factory=lambda: int(time.time()))
+    owner: Any = None
+    """What must live as long as it is served: the LLM (whose collection closes its KV disk tier)."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
-                   llm.model_config.vocab_size, llm.snapshots)
+                   llm.model_config.vocab_size, llm.snapshots, owner=llm)
 
     @property
     def name(self) -> str:
