@@ -80,7 +80,7 @@ class ModelPool:
 
     @classmethod
     def single(cls, served: ServedModel) -> ModelPool:
-        """A server of one model, already loaded (tests; `hearth serve MODEL` with one model)."""
+        """A server of one model, already loaded (create_app given a ServedModel: the tests' fakes)."""
         pool = cls([ModelSpec(list(served.names), pinned=True, max_model_len=served.max_model_len)], None)
         slot = pool.slots[0]
         slot.served, slot.reserved, slot.created = served, True, served.created

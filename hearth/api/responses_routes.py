@@ -86,8 +86,10 @@ def _hex() -> str:
 
 def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
     """The previous prompt + output ids + the new part's, when the render continues them; else
-    the whole prompt encoded (the prefix cache still serves what matches)."""
-    if prev is not None and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
+    the whole prompt encoded (the prefix cache still serves what matches). Another model's ids
+    are never reused: its tokenizer may spell the same text otherwise."""
+    same_model = prev is not None and prev.body.get("model") == served.name
+    if same_model and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
         rest = served.tokenizer.encode(prompt[len(prev.text):], add_special_tokens=False, parse_special=True)
         return prev.token_ids + rest
     return served.encode_chat_text(prompt)

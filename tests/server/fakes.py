@@ -22,6 +22,7 @@ from hearth.outputs import EngineOutput
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 SCRIPTS = {
     "hello": ["Hel", "lo ", "there", "!"],
+    "chars": ["H", "i", "!"],
     "tool": ["Let me check.", "\n<tool_", 'call>\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}',
              "\n</tool_call>"],
     "tool_pieces": ['<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris", "da', 'ys": 3',

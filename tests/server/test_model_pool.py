@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 from hearth.api.app import create_app
 from hearth.api.errors import APIError
 from hearth.api.model_pool import ModelPool, ModelSpec
-from tests.server.fakes import fake_served
+from tests.server.fakes import FakeTokenizer, fake_served
 
 USER = [{"role": "user", "content": "hi"}]
 
@@ -282,6 +282,30 @@ def test_metrics_carry_each_models_name(serve):
         assert f'hearth:generation_tokens_total{{model_name="{m}"}} 4.0' in text
         assert f'hearth:num_requests_running{{model_name="{m}"}}' in text
     assert text.count("# TYPE hearth:num_requests_running gauge") == 1
+
+
+class ShiftedTokenizer(FakeTokenizer):
+    """Another model's vocabulary: the same text, other ids."""
+
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = False) -> list[int]:
+        return [ord(c) + 1 for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i - 1) for i in ids)
+
+
+def test_a_follow_up_on_another_model_does_not_reuse_the_first_models_ids(serve):
+    pool, loader = pool_of(("a", 1), ("b", 1))
+    client = serve(pool)
+    chat(client, "b")
+    loader.built["b"][-1].tokenizer = ShiftedTokenizer()
+    first = client.post("/v1/responses", json={"model": "a", "input": "script:chars"}).json()
+    for model in "ab":
+        r = client.post("/v1/responses", json={"model": model, "input": "more", "previous_response_id": first["id"]})
+        assert r.status_code == 200 and r.json()["model"] == model
+    a_prompt, b_ids = loader.engine("a").added[-1].prompt, [ord(c) for c in loader.engine("b").added[-1].prompt]
+    assert a_prompt.startswith(loader.engine("a").added[0].prompt + "Hi!")  # a: the stored ids continued
+    assert ShiftedTokenizer().decode(b_ids) == a_prompt  # b: all its own ids, none of a's
 
 
 def test_names_must_be_unique_across_models():
