@@ -15,8 +15,8 @@ from hearth.config import DEFAULT_MODEL, DEVICES
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="*", default=[],
-                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf; several: each is loaded on its "
-                        f"first request (default: {DEFAULT_MODEL})")
+                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf; several: the first loads at "
+                        f"start, the others on their first request (default: {DEFAULT_MODEL})")
     p.add_argument("--models", default=None, metavar="FILE",
                    help="a TOML file of [[models]] entries (name, model, aliases, context, kv_cache_dtype, threads, "
                         "pinned), served beside any MODEL given")
@@ -58,7 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--kv-disk-space-mb", type=int, default=4096, metavar="MB",
                      help="most MiB the disk tier may take in DIR (default: %(default)s)")
     eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
-    eng.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    eng.add_argument("--threads", type=int, default=0,
+                     help="CPU threads per model (default: all cores; a --models entry's `threads` overrides it)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
     spec = p.add_argument_group("speculative decoding")
     spec.add_argument("--speculative-config", default=None, metavar="JSON",

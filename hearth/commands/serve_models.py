@@ -158,6 +158,8 @@ def build_pool(args: argparse.Namespace):
     from hearth.api.model_pool import GiB, ModelPool, ModelSpec
     from hearth.memory.serving import default_budget
 
+    if args.max_memory < 0:
+        raise HearthError(f"--max-memory must be a positive number of GiB, not {args.max_memory}")
     given = entries(args)
     paths = [_resolve(e) for e in given]
     names = unique_names([model_names(e, p) for e, p in zip(given, paths)], given)

@@ -110,6 +110,11 @@ def test_pinned_models_beyond_the_budget_are_one_line(capsys, tiny, tmp_path):
     assert_one_line_error(code, err, "pinned models (a) need", "more than --max-memory")
 
 
+def test_negative_max_memory_is_one_line(capsys, tiny):
+    code, err = run_cli(capsys, "serve", str(tiny), "--max-memory", "-1")
+    assert_one_line_error(code, err, "--max-memory must be a positive number of GiB, not -1")
+
+
 def test_missing_models_file_is_one_line(capsys, tmp_path):
     code, err = run_cli(capsys, "serve", "--models", str(tmp_path / "nope.toml"))
     assert_one_line_error(code, err, "--models", "nope.toml", "cannot read it")
