@@ -141,7 +141,7 @@ def unique_names(named: list[list[str]], entries_: list[ModelEntry]) -> list[lis
     for names, e in zip(named, entries_):
         for n in names[:1 + len(e.aliases)]:
             if n in owner:
-                raise HearthError(f"{e.where}: name {n!r} is already {owner[n]}'s; give each model its own name")
+                raise HearthError(f"{e.where}: name {n!r} is already that of {owner[n]}; give each model its own name")
             owner[n] = e.where
             explicit[n] += 1
     seen = Counter(n for names in named for n in set(names))

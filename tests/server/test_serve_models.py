@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hearth.cli import command_parser, main
+from hearth.cli import command_parser
 from hearth.commands.serve_models import ModelEntry, build_pool, model_names, read_models_file, unique_names
 from hearth.errors import HearthError
 from tests.gguf_factory import write_tiny_gguf
