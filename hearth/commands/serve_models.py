@@ -136,20 +136,16 @@ def model_names(entry: ModelEntry, path: Path) -> list[str]:
 def unique_names(named: list[list[str]], entries_: list[ModelEntry]) -> list[list[str]]:
     """Ids and given aliases must be unique across models (else one line naming both); an old form
     two models share (the same file served twice) is dropped from both."""
-    explicit = Counter()
     owner: dict[str, str] = {}
-    for names, e in zip(named, entries_):
-        for n in names[:1 + len(e.aliases)]:
+    kept = [len(dict.fromkeys([names[0], *e.aliases])) for names, e in zip(named, entries_)]
+    for names, e, keep in zip(named, entries_, kept):
+        for n in names[:keep]:
             if n in owner:
                 raise HearthError(f"{e.where}: name {n!r} is already that of {owner[n]}; give each model its own name")
             owner[n] = e.where
-            explicit[n] += 1
-    seen = Counter(n for names in named for n in set(names))
-    out = []
-    for names, e in zip(named, entries_):
-        keep = 1 + len(e.aliases)
-        out.append(names[:keep] + [n for n in names[keep:] if seen[n] == 1 and n not in explicit])
-    return out
+    seen = Counter(n for names in named for n in names)
+    return [names[:keep] + [n for n in names[keep:] if seen[n] == 1 and n not in owner]
+            for names, keep in zip(named, kept)]
 
 
 def build_pool(args: argparse.Namespace):
