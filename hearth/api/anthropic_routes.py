@@ -37,8 +37,7 @@ def _prompt(served, body) -> tuple[str, list[int], object]:
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
-    served = request.app.state.served
-    served.check_model(body.model)
+    served = await request.app.state.models.get(body.model)
     _, ids, _ = _prompt(served, body)
     return {"input_tokens": len(ids)}
 
@@ -46,13 +45,12 @@ async def count_tokens(body: CountTokensRequest, request: Request):
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, request: Request):
     state = request.app.state
-    served = state.served
-    served.check_model(body.model)
+    served = await state.models.get(body.model)
     text, ids, plan = _prompt(served, body)
     fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
     params = make_params(fields, state.limits, served.max_model_len, {"stop": "stop_sequences"})
-    gen = Generation(served.engine, ids, params, state.metrics)
+    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
     parser = output_parser(served, plan, text)
     if body.stream:
         return SSEResponse(message_events(served, gen, parser), on_close=gen.abort)

@@ -1,11 +1,14 @@
-"""Prometheus metrics, named like vLLM's (`vllm:` -> `hearth:`), in a registry per app.
+"""Prometheus metrics, named like vLLM's (`vllm:` -> `hearth:`), in a registry per app; every series
+carries the served model's id in vLLM's `model_name` label (one server, several models).
 
 Counters and latency histograms are updated as outputs stream out; engine state (running and
-waiting requests, KV blocks, prefix-cache counts) is read from AsyncEngine.stats() at scrape time."""
+waiting requests, KV blocks, prefix-cache counts) is read from each loaded model's
+AsyncEngine.stats() at scrape time."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -21,10 +24,10 @@ _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 
 
 
 class Metrics:
-    def __init__(self, model_name: str, engine):
+    def __init__(self, loaded: Callable[[], list]):
+        """`loaded`: the served models loaded now (name, engine), read at each scrape."""
         disable_created_metrics()  # no `_created` series, as vLLM
         self.registry = CollectorRegistry(auto_describe=True)
-        self.model_name = model_name
         labels, reg = ["model_name"], self.registry
         self.prompt_tokens = Counter("hearth:prompt_tokens", "Prefill tokens processed.", labels, registry=reg)
         self.generation_tokens = Counter("hearth:generation_tokens", "Generation tokens processed.",
@@ -37,20 +40,30 @@ class Metrics:
                              buckets=_ITL_BUCKETS, registry=reg)
         self.e2e = Histogram("hearth:e2e_request_latency_seconds", "Request latency, first byte in to "
                              "last token out.", labels, buckets=_E2E_BUCKETS, registry=reg)
-        reg.register(_EngineCollector(engine, model_name))
+        reg.register(_EngineCollector(loaded))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def of(self, model_name: str) -> ModelMetrics:
+        return ModelMetrics(self, model_name)
+
+
+class ModelMetrics:
+    """The metrics of one served model: what a Generation times its requests with."""
+
+    def __init__(self, metrics: Metrics, model_name: str):
+        self.metrics, self.model_name = metrics, model_name
+
     def timer(self) -> RequestTimer:
-        return RequestTimer(self)
+        return RequestTimer(self.metrics, self.model_name)
 
 
 class RequestTimer:
     """Follows one engine request's outputs and records its latencies and token counts."""
 
-    def __init__(self, metrics: Metrics):
-        self.m, self.label = metrics, metrics.model_name
+    def __init__(self, metrics: Metrics, model_name: str):
+        self.m, self.label = metrics, model_name
         self.start = time.perf_counter()
         self.last: float | None = None
 
@@ -71,60 +84,75 @@ class RequestTimer:
 
 
 class _EngineCollector:
-    def __init__(self, engine, model_name: str):
-        self.engine, self.model_name = engine, model_name
+    def __init__(self, loaded: Callable[[], list]):
+        self.loaded = loaded
 
     def collect(self):
-        s = self.engine.stats()
-        name = [self.model_name]
-        for metric, doc, value in (
-            ("hearth:num_requests_running", "Requests in the running batch.", s.num_running),
-            ("hearth:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting),
-            ("hearth:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.",
-             s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0),
-            ("hearth:kv_cache_blocks_used", "KV-cache blocks in use.", s.kv_blocks_used),
-            ("hearth:kv_cache_blocks_total", "KV-cache blocks allocated.", s.kv_blocks_total),
-        ):
-            g = GaugeMetricFamily(metric, doc, labels=["model_name"])
-            g.add_metric(name, value)
-            yield g
-        counters = [
-            ("hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
-            ("hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
+        """Each family once, with a sample per loaded model (Prometheus wants a family's samples together)."""
+        families: dict[str, object] = {}
+        for served in self.loaded():
+            for family in _engine_families(served.engine.stats(), served.name):
+                if family.name in families:
+                    families[family.name].samples += family.samples
+                else:
+                    families[family.name] = family
+        yield from families.values()
+
+
+def _engine_families(s, model_name: str):
+    """One model's engine state as metric families of one sample each."""
+    for metric, doc, value in _gauges(s):
+        g = GaugeMetricFamily(metric, doc, labels=["model_name"])
+        g.add_metric([model_name], value)
+        yield g
+    for metric, doc, value in _counters(s):
+        c = CounterMetricFamily(metric, doc, labels=["model_name"])
+        c.add_metric([model_name], value)
+        yield c
+    if s.spec is not None:
+        c = CounterMetricFamily("hearth:spec_decode_num_accepted_tokens_per_pos",
+                                "Accepted draft tokens, by position in the draft.", labels=["model_name", "position"])
+        for pos, n in enumerate(s.spec.accepted_per_pos):
+            c.add_metric([model_name, str(pos)], n)
+        yield c
+
+
+def _gauges(s) -> list[tuple[str, str, float]]:
+    out = [
+        ("hearth:num_requests_running", "Requests in the running batch.", s.num_running),
+        ("hearth:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting),
+        ("hearth:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.",
+         s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0),
+        ("hearth:kv_cache_blocks_used", "KV-cache blocks in use.", s.kv_blocks_used),
+        ("hearth:kv_cache_blocks_total", "KV-cache blocks allocated.", s.kv_blocks_total),
+    ]
+    if s.disk is not None:
+        out += [("hearth:kv_disk_files", "Block files in the disk tier.", s.disk.files),
+                ("hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", s.disk.bytes)]
+    return out
+
+
+def _counters(s) -> list[tuple[str, str, int]]:
+    out = [
+        ("hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
+        ("hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
+    ]
+    if s.disk is not None:
+        d = s.disk
+        out += [
+            ("hearth:prefix_cache_disk_hits", "Prefix-cache hits loaded from the disk tier, in tokens.",
+             s.prefix_cache_disk_hits),
+            ("hearth:kv_disk_blocks_read", "KV blocks read back from the disk tier and verified.", d.hits),
+            ("hearth:kv_disk_blocks_written", "KV blocks written to the disk tier.", d.writes),
+            ("hearth:kv_disk_writes_dropped", "KV block writes dropped: the write queue was full.", d.dropped),
+            ("hearth:kv_disk_corrupt_files", "Disk-tier files rejected on read (header, length or "
+             "checksum) and deleted; never loaded.", d.corrupt),
+            ("hearth:kv_disk_evictions", "Disk-tier files evicted to stay within the space budget.", d.evictions),
+            ("hearth:kv_disk_write_errors", "Disk-tier writes that failed.", d.write_errors),
         ]
-        gauges = []
-        if s.disk is not None:
-            d = s.disk
-            counters += [
-                ("hearth:prefix_cache_disk_hits", "Prefix-cache hits loaded from the disk tier, in tokens.",
-                 s.prefix_cache_disk_hits),
-                ("hearth:kv_disk_blocks_read", "KV blocks read back from the disk tier and verified.", d.hits),
-                ("hearth:kv_disk_blocks_written", "KV blocks written to the disk tier.", d.writes),
-                ("hearth:kv_disk_writes_dropped", "KV block writes dropped: the write queue was full.", d.dropped),
-                ("hearth:kv_disk_corrupt_files", "Disk-tier files rejected on read (header, length or "
-                 "checksum) and deleted; never loaded.", d.corrupt),
-                ("hearth:kv_disk_evictions", "Disk-tier files evicted to stay within the space budget.", d.evictions),
-                ("hearth:kv_disk_write_errors", "Disk-tier writes that failed.", d.write_errors),
-            ]
-            gauges += [("hearth:kv_disk_files", "Block files in the disk tier.", d.files),
-                       ("hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", d.bytes)]
-        spec = s.spec
-        if spec is not None:
-            counters += _spec_counters(spec)
-        for metric, doc, value in counters:
-            c = CounterMetricFamily(metric, doc, labels=["model_name"])
-            c.add_metric(name, value)
-            yield c
-        if spec is not None:
-            c = CounterMetricFamily("hearth:spec_decode_num_accepted_tokens_per_pos",
-                                    "Accepted draft tokens, by position in the draft.", labels=["model_name", "position"])
-            for pos, n in enumerate(spec.accepted_per_pos):
-                c.add_metric([self.model_name, str(pos)], n)
-            yield c
-        for metric, doc, value in gauges:
-            g = GaugeMetricFamily(metric, doc, labels=["model_name"])
-            g.add_metric(name, value)
-            yield g
+    if s.spec is not None:
+        out += _spec_counters(s.spec)
+    return out
 
 
 def _spec_counters(spec) -> list[tuple[str, str, int]]:

@@ -28,8 +28,7 @@ router = APIRouter()
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
-    served = state.served
-    served.check_model(body.model)
+    served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
     plan = plan_tools(served, openai_tools(tools), tool_choice, "function_call" if legacy else "tool_choice")
@@ -41,7 +40,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     params = make_params(_sampling_fields(body, plan, served), state.limits, served.max_model_len, {
         "max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
         "logprobs": "top_logprobs"})
-    gen = Generation(served.engine, ids, params, state.metrics)
+    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
     reply = _Reply(served, gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], params.logprobs,
                    body.parallel_tool_calls and not legacy, legacy)
     if body.stream:

@@ -31,8 +31,8 @@ router = APIRouter()
 @router.post("/v1/responses")
 async def create_response(body: ResponsesRequest, request: Request):
     state = request.app.state
-    served, store = state.served, state.responses
-    served.check_model(body.model)
+    store = state.responses
+    served = await state.models.get(body.model)
     prev = None
     if body.previous_response_id is not None:
         prev = store.get(body.previous_response_id)
@@ -52,7 +52,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     ids = _prompt_ids(served, prompt, prev)
     fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt}
     params = make_params(fields, state.limits, served.max_model_len, {"max_tokens": "max_output_tokens"})
-    gen = Generation(served.engine, ids, params, state.metrics, request_id=f"resp_{_hex()}")
+    gen = Generation(served.engine, ids, params, state.metrics.of(served.name), request_id=f"resp_{_hex()}")
     reply = _Reply(served, store, body, gen, output_parser(served, plan, prompt), conversation, prompt, ids)
     if body.stream:
         return SSEResponse(reply.events(), on_close=gen.abort)
@@ -86,8 +86,10 @@ def _hex() -> str:
 
 def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
     """The previous prompt + output ids + the new part's, when the render continues them; else
-    the whole prompt encoded (the prefix cache still serves what matches)."""
-    if prev is not None and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
+    the whole prompt encoded (the prefix cache still serves what matches). Another model's ids
+    are never reused: its tokenizer may spell the same text otherwise."""
+    same_model = prev is not None and prev.body.get("model") == served.name
+    if same_model and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
         rest = served.tokenizer.encode(prompt[len(prev.text):], add_special_tokens=False, parse_special=True)
         return prev.token_ids + rest
     return served.encode_chat_text(prompt)
