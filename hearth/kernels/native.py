@@ -272,43 +272,47 @@ def _build(library: Library) -> Path:
 _f32 = ctypes.c_float
 
 
+SIGNATURES = {  # name: (restype, argtypes)
+    "hk_abi_version": (_int, []),
+    "hk_cpu_ok": (_int, []),
+    "hk_set_tier": (_int, [_int]),
+    "hk_neon_dotprod": (_int, []),
+    "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64, _i64]),
+    "hk_plan_free": (None, [_p]),
+    "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
+    "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
+    "hk_mlp": (None, [_p, _p, _int, _p, _i64, _i64, _p, _f32, _p, _f32]),
+    "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
+    "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
+    "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
+    "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
+    "hk_amx_bf16": (_int, []),
+    "hk_batch_min_rows": (_int, []),
+    "hk_vnni_gemm": (_int, []),
+    "hk_set_invariant_rows": (None, [_i64]),
+    "hk_dpbf16_gemm": (_int, []),
+    "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
+                                  _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
+    "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
+                                    _f32, _p, _i64]),
+    "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
+    "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
+                                _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
+    "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p, _i64]),
+    "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
+                               _p]),
+}
+"""Every library entry point's C signature in ctypes types (fused_layer.LAYER_SIGNATURES: the layer's)."""
+
+
 def _declare(so: ctypes.CDLL, library: Library) -> None:
     """Signatures of the library's entry points (fused_layer.py declares the layer ones); a missing
     one is an error at load, not at first use."""
     wanted = {"hk_abi_version", "hk_cpu_ok", "hk_set_tier"}.union(*(CAPABILITIES[c] for c in library.provides))
-    sigs = {  # name: (restype, argtypes)
-        "hk_abi_version": (_int, []),
-        "hk_cpu_ok": (_int, []),
-        "hk_set_tier": (_int, [_int]),
-        "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64, _i64]),
-        "hk_plan_free": (None, [_p]),
-        "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
-        "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
-        "hk_mlp": (None, [_p, _p, _int, _p, _i64, _i64, _p, _f32, _p, _f32]),
-        "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
-        "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
-        "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
-        "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
-        "hk_amx_bf16": (_int, []),
-        "hk_batch_min_rows": (_int, []),
-        "hk_vnni_gemm": (_int, []),
-        "hk_set_invariant_rows": (None, [_i64]),
-        "hk_dpbf16_gemm": (_int, []),
-        "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
-                                      _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
-        "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
-                                        _f32, _p, _i64]),
-        "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
-        "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
-                                    _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
-        "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p, _i64]),
-        "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
-                                   _p]),
-    }
     for name in sorted(wanted):
         fn = getattr(so, name)  # AttributeError: the library lacks an entry point it claims
-        if name in sigs:
-            fn.restype, fn.argtypes = sigs[name]
+        if name in SIGNATURES:
+            fn.restype, fn.argtypes = SIGNATURES[name]
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:

@@ -1,0 +1,105 @@
+"""The neon tier's kernel library (csrc/gguf_kernels_neon.cpp) on this machine: cross-compiled for
+aarch64, run under qemu-user through tests/arm/neon_driver.cpp (tests/arm/qemu.py), both builds a
+CPU can get (plain NEON, and with the int8 dot-product instructions). Every entry point against the
+references the x86 tiers' tests use, with their tolerances:
+
+- GEMV per block type: the exact twin (gguf-py's dequantization, an f64 matmul) within the 8-bit
+  activation bound (tests/kernels/test_native.py), and the avx2 library's GEMV (same activation bytes,
+  same integer dots: only the f32 sum order differs) within 1e-5 of sum(blockmax|x| |W|), as
+  tests/kernels/test_native_avx2.py holds avx2 to avx512; row lookup and bf16 expansion bit-exact;
+- paged attention (causal, sliding window, soft-cap, grouped heads, token trees): the torch twin,
+  atol 2e-5 (tests/kernels/test_native_attention.py, test_tree_attention.py); KV write: torch's casts;
+- q/k norm + rope: its torch twin; the fused decoder layer: the avx2 library's, on the same inputs.
+
+Skipped, naming the tool, where the cross compiler or qemu-user is missing (`make test-arm` installs them)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from hearth.kernels import native, tiers
+from hearth.kernels.attention import NATIVE_MAX_Q, AttentionMetadata, paged_attention_torch
+from hearth.layers.quant import as_bytes
+from tests.arm import qemu
+from tests.kernels.test_native import assert_act8_close, block_max, widths
+from tests.kernels.test_native_attention import CASES as ATTENTION_CASES
+from tests.kernels.test_native_attention import scattered_batch
+from tests.kernels.test_tree_attention import CASES as TREE_CASES
+from tests.kernels.test_tree_attention import PARENTS, fresh, tree_meta
+from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+
+pytestmark = pytest.mark.skipif(qemu.missing_tool() is not None,
+                                reason=f"the neon tier's cross-test needs {qemu.missing_tool()} (make test-arm installs it)")
+AVX2 = tiers.why_not("avx2")
+KV = {"f16": torch.float16, "bf16": torch.bfloat16}
+
+
+@pytest.fixture(scope="module", params=list(qemu.VARIANTS))
+def neon(request, tmp_path_factory):
+    """(library, driver, a fresh script folder each call) for one build."""
+    lib = qemu.build_library(request.param)
+    driver = qemu.build_driver(lib.parent)
+    folder = tmp_path_factory.mktemp(f"neon-{request.param}")
+    count = iter(range(1 << 30))
+    return request.param, lambda: qemu.Script(folder / str(next(count))), lambda s: s.run(lib, driver)
+
+
+def test_the_library_loads_as_native_py_loads_it(neon):
+    variant, script, run = neon
+    s = script()
+    calls = [s.call("hk_abi_version"), s.call("hk_cpu_ok"), s.call("hk_set_tier", tiers.BY_NAME["neon"].level),
+             s.call("hk_set_tier", tiers.BY_NAME["avx512"].level), s.call("hk_neon_dotprod")]
+    names = sorted(set().union(*(native.CAPABILITIES[c] for c in native.NEON_LIBRARY.provides)))
+    for name in names:
+        s.has(name)
+    run(s)
+    assert [s.result(c) for c in calls] == [native.ABI_VERSION, 1, 0, -1, int(variant == "dotprod")]
+    assert {n: s.results[n] for n in names} == {n: "1" for n in names}
+
+
+def _plan(s: qemu.Script, parts: list, k: int) -> str:
+    """hk_plan_new over GGUFTensors `parts` (side by side), as NativeMatmul builds it."""
+    data = [as_bytes(t.data, t.qtype) for t in parts]
+    return s.call("hk_plan_new", len(parts), s.pointers(*[s.tensor(d) for d in data]),
+                  s.tensor(torch.tensor([int(t.qtype) for t in parts], dtype=torch.int32)),
+                  s.tensor(torch.tensor([d.shape[0] for d in data])), s.tensor(torch.tensor([d.shape[1] for d in data])),
+                  k, 0)
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_gemv_and_dequant_against_exact_twin_and_the_avx2_library(neon, qtype):
+    _, script, run = neon
+    rng, g = np.random.default_rng(int(qtype) + 7), torch.Generator().manual_seed(int(qtype))
+    s, cases = script(), []
+    for k in widths(qtype):
+        for n in (37, 163):  # one run of rows, and four interleaved runs with a short last one
+            t = random_tensor(qtype, n, k, rng)
+            plan = _plan(s, [t], k)
+            x = torch.randn(9, k, generator=g) * torch.rand(9, 1, generator=g) * 10
+            outs = {}
+            for m in (1, 2, 4, 5, 9):  # register tiles of 4 rows and each tail
+                outs[m] = s.output(torch.zeros(m, n))
+                s.call("hk_linear", plan, s.tensor(x[:m]), 0, m, k, None, 0.0, None, outs[m], n)
+            ids = torch.tensor([n - 1, 0, 5, 5])
+            rows, bf16 = s.output(torch.zeros(4, k)), s.output(torch.zeros(n - 3, k, dtype=torch.bfloat16))
+            wb = as_bytes(t.data, qtype)  # uint8 [n, row_bytes]
+            w_ref = s.tensor(wb)
+            rc = [s.call("hk_dequant_rows", w_ref, int(qtype), wb.shape[1], k, n, s.tensor(ids), 4, rows),
+                  s.call("hk_dequant_bf16", w_ref, int(qtype), wb.shape[1], k, 2, n - 1, bf16)]
+            cases.append((t, k, x, outs, ids, rows, bf16, rc))
+    run(s)
+    avx2 = None if AVX2 else native.open_tier("avx2")
+    for t, k, x, outs, ids, rows, bf16, rc in cases:
+        w = torch.from_numpy(gguf_reference(t))
+        assert [s.result(r) for r in rc] == [0, 0]
+        assert torch.equal(s.read(rows), w[ids]) and torch.equal(s.read(bf16), w[2:-1].to(torch.bfloat16))
+        mm2 = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], k, so=avx2) if avx2 else None
+        for m, ref in outs.items():
+            y = s.read(ref)
+            assert_act8_close(y, x[:m], w)
+            if mm2 is not None:
+                bound = 1e-5 * (block_max(x[:m]).double() @ w.abs().double().T) + 1e-7
+                assert bool(((y.double() - mm2(x[:m]).double()).abs() <= bound).all()), (k, m)
