@@ -103,3 +103,114 @@ def test_gemv_and_dequant_against_exact_twin_and_the_avx2_library(neon, qtype):
             if mm2 is not None:
                 bound = 1e-5 * (block_max(x[:m]).double() @ w.abs().double().T) + 1e-7
                 assert bool(((y.double() - mm2(x[:m]).double()).abs() <= bound).all()), (k, m)
+
+
+def _attention(s: qemu.Script, q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float,
+               window: int, softcap: float) -> tuple[str, str]:
+    """hk_paged_attention over every sequence of meta, as native.paged_attention calls it -> (rc, out)."""
+    _, nb, bs, kvh, d = cache.shape
+    q_start, q_len, seq_lens, tables = meta.native_split()[1]
+    tree = meta.tree_rows()
+    out = s.output(torch.zeros(q.shape))
+    rc = s.call("hk_paged_attention", s.tensor(q), q.shape[1] * d, s.tensor(cache), int(cache.dtype == torch.bfloat16),
+                nb * bs, bs, q.shape[1], kvh, d, q_start.shape[0], s.tensor(q_start), s.tensor(q_len),
+                s.tensor(seq_lens), s.tensor(tables), tables.shape[1], scale, window, softcap, out, q.shape[1] * d,
+                None if tree is None else s.tensor(tree), 0 if tree is None else tree.shape[1])
+    return rc, out
+
+
+@pytest.mark.parametrize("dtype", list(KV), ids=list(KV))
+def test_paged_attention_matches_torch(neon, dtype):
+    """The decode and short-chunk cases of the x86 kernels' test (the long chunks there go to SDPA,
+    not to this kernel): causal, sliding windows cut inside a block, soft-cap, groups of 1 to 8."""
+    _, script, run = neon
+    s, cases = script(), []
+    for case in ATTENTION_CASES:
+        heads, kvh, d, q_lens, ctx_lens, window, softcap = case
+        if max(q_lens) >= NATIVE_MAX_Q:
+            continue
+        g = torch.Generator().manual_seed(sum(q_lens) * 7 + d)
+        meta = scattered_batch(q_lens, ctx_lens, 16, 256, g)
+        cache = torch.randn(2, 256, 16, kvh, d, generator=g).to(KV[dtype])
+        q = torch.randn(sum(q_lens), heads, d, generator=g)
+        scale = d ** -0.5 * 3  # sharper than usual: a softmax far from uniform
+        want = paged_attention_torch(q, cache, meta, scale, window, softcap)
+        cases.append((case, want, *_attention(s, q, cache, meta, scale, window, softcap)))
+    run(s)
+    for case, want, rc, out in cases:
+        assert s.result(rc) == 0, case
+        torch.testing.assert_close(s.read(out), want, atol=2e-5, rtol=0, msg=lambda m: f"{case}: {m}")
+
+
+@pytest.mark.parametrize("dtype", list(KV), ids=list(KV))
+def test_tree_rows_match_torch(neon, dtype):
+    """A token tree's node rows attend to the keys before the tree and their ancestors only (the
+    kernel's remap of the row's path slots), beside an ordinary decoding sequence."""
+    _, script, run = neon
+    s, cases = script(), []
+    for case in TREE_CASES:
+        heads, kvh, d, base, window, softcap, bs = case
+        g = torch.Generator().manual_seed(base + d)
+        meta = tree_meta(base, PARENTS, bs, g)
+        cache = torch.randn(2, 512, bs, kvh, d, generator=g).to(KV[dtype])
+        q = torch.randn(meta.query_start_loc[-1], heads, d, generator=g)
+        scale = d ** -0.5 * 3
+        want = paged_attention_torch(q, cache, fresh(meta), scale, window, softcap)
+        cases.append((case, want, *_attention(s, q, cache, meta, scale, window, softcap)))
+    run(s)
+    for case, want, rc, out in cases:
+        assert s.result(rc) == 0, case
+        torch.testing.assert_close(s.read(out), want, atol=2e-5, rtol=0, msg=lambda m: f"{case}: {m}")
+
+
+def test_kv_write_rounds_like_torch(neon):
+    """f32 K|V rows into scattered slots of f16 and bf16 caches; a width that is no multiple of 8 (the
+    scalar tail); large values (rounding near the top of f16's range)."""
+    _, script, run = neon
+    s, cases = script(), []
+    for dtype in KV.values():
+        for kvh, d in ((3, 64), (1, 12)):
+            g = torch.Generator().manual_seed(kvh * d)
+            meta = scattered_batch([3, 1], [7, 30], 16, 32, g)
+            cache = torch.zeros(2, 32, 16, kvh, d, dtype=dtype)
+            kv = torch.randn(4, 2 * kvh * d, generator=g) * 100
+            out = s.output(cache)
+            s.call("hk_kv_write", s.tensor(kv), kv.shape[1], 4, s.tensor(meta.slot_mapping), out,
+                   int(dtype == torch.bfloat16), 32 * 16, kvh * d)
+            want = cache.clone()
+            want.view(2, -1, kvh, d)[:, meta.slot_mapping] = kv.view(4, 2, kvh, d).transpose(0, 1).to(dtype)
+            cases.append((out, want))
+    run(s)
+    for out, want in cases:
+        assert torch.equal(s.read(out), want)
+
+
+def _rope_twin(qk, rot, cos, sin, neox, norm, eps):
+    """hk_qk_rope in torch: per-head RMSNorm, then (a, b) -> (a c - b s, b c + a s) on halves or pairs."""
+    x = qk.double()
+    if norm is not None:
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * norm.double()
+    h = rot // 2
+    ia = torch.arange(h) if neox else torch.arange(h) * 2
+    ib = ia + h if neox else ia + 1
+    a, b = x[..., ia], x[..., ib]
+    c, s = cos.double()[:, None], sin.double()[:, None]
+    x[..., ia], x[..., ib] = a * c - b * s, b * c + a * s
+    return x.float()
+
+
+def test_qk_norm_and_rope_match_torch(neon):
+    _, script, run = neon
+    s, cases = script(), []
+    g = torch.Generator().manual_seed(4)
+    for neox, with_norm, rot in ((False, False, 64), (True, True, 64), (True, False, 32)):
+        qk = torch.randn(3, 5, 64, generator=g)
+        cos, sin = torch.rand(3, rot // 2, generator=g), torch.rand(3, rot // 2, generator=g)
+        norm = torch.rand(5, 64, generator=g) + 0.5 if with_norm else None
+        out = s.output(qk)
+        s.call("hk_qk_rope", out, 3, 5 * 64, 5, 64, rot, None if norm is None else s.tensor(norm), 1e-6,
+               s.tensor(cos), s.tensor(sin), int(neox))
+        cases.append((out, _rope_twin(qk, rot, cos, sin, neox, norm, 1e-6)))
+    run(s)
+    for out, want in cases:
+        torch.testing.assert_close(s.read(out), want, atol=1e-5, rtol=1e-5)
