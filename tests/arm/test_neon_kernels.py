@@ -214,3 +214,73 @@ def test_qk_norm_and_rope_match_torch(neon):
     run(s)
     for out, want in cases:
         torch.testing.assert_close(s.read(out), want, atol=1e-5, rtol=1e-5)
+
+
+LAYERS = {  # hidden, heads, kv heads, head_dim, inter, activation, neox, norms present, weight types
+    "qwen2-like": (256, 4, 2, 64, 512, "silu", False, ("attn", "bias", "ffn"), (Q.Q4_K, Q.Q6_K, Q.Q4_0, Q.Q5_K)),
+    "gemma3-like": (256, 4, 1, 64, 256, "gelu_tanh", True, ("attn", "qk", "post_attn", "ffn", "post_ffn"),
+                    (Q.Q8_0, Q.Q5_0, Q.Q4_1, Q.Q2_K)),
+}
+NORMS = ("attn", "bias", "qk", "post_attn", "ffn", "post_ffn")  # hk_layer_new's norms[6]
+
+
+def _layer_inputs(name: str):
+    hidden, heads, kvh, d, inter, act, neox, present, types = LAYERS[name]
+    rng, g = np.random.default_rng(11), torch.Generator().manual_seed(11)
+    shapes = [((heads + 2 * kvh) * d, hidden), (hidden, heads * d), (2 * inter, hidden), (hidden, inter)]
+    weights = [random_tensor(q, n, k, rng, scale=0.002) for q, (n, k) in zip(types, shapes)]
+    sizes = {"attn": hidden, "bias": (heads + 2 * kvh) * d, "qk": (heads + kvh) * d, "post_attn": hidden,
+             "ffn": hidden, "post_ffn": hidden}
+    norms = [torch.rand(sizes[n], generator=g) + 0.5 if n in present else None for n in NORMS]
+    meta = scattered_batch([1, 2], [40, 20], 16, 16, g)  # a decode row and a 2-row verify
+    cache = torch.randn(2, 16, 16, kvh, d, generator=g).to(torch.float16)
+    x = torch.randn(3, hidden, generator=g) * 2
+    cos, sin = torch.rand(3, d // 2, generator=g), torch.rand(3, d // 2, generator=g)
+    head = [torch.tensor([1e-6, 1e-6, 1e-5, 1e-6, 1e-5], dtype=torch.float32), native.ACTIVATIONS[act], int(neox),
+            heads, kvh, d, d, 0, d ** -0.5, 0.0]  # eps[5], act, neox, heads, kvh, d, rot, window, scale, softcap
+    return weights, norms, head, meta, cache, x, cos, sin
+
+
+def _avx2_layer(weights, norms, head, meta, cache, x, cos, sin):
+    """The same layer through the avx2 library here (ctypes, as fused_layer.FusedLayer calls it)."""
+    from hearth.kernels.fused_layer import LAYER_SIGNATURES, step_args
+
+    so = native.open_tier("avx2")
+    for fn in ("hk_layer_new", "hk_layer_forward", "hk_layer_free"):
+        getattr(so, fn).restype, getattr(so, fn).argtypes = LAYER_SIGNATURES[fn]
+    mms = [native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], t.shape[1], so=so) for t in weights]
+    p = native.ctypes.c_void_p
+    ptrs = (p * 6)(*[None if t is None else t.data_ptr() for t in norms])
+    eps = (native.ctypes.c_float * 5)(*head[0].tolist())
+    layer = so.hk_layer_new(*(m.plan for m in mms), ptrs, eps, *head[1:])
+    rc = so.hk_layer_forward(layer, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), cache.data_ptr(),
+                             *step_args(cache, meta))
+    so.hk_layer_free(layer)
+    assert rc == 0
+    return x, cache
+
+
+@pytest.mark.skipif(AVX2 is not None, reason=f"the fused layer is compared with the avx2 tier's, which {AVX2}")
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_fused_layer_matches_the_avx2_layer(neon, name):
+    """hk_layer_forward (norm, q|k|v, q/k norm and rope, KV write, attention, output projection, MLP and
+    their residual adds) on both libraries: the same 8-bit activation bytes and integer dots, f32
+    sums in another order (~1e-7 relative), which can move an activation across a rounding edge of
+    its 8-bit code (d / 127 of its block's max): held to 1e-4 of the stream's scale."""
+    _, script, run = neon
+    weights, norms, head, meta, cache, x, cos, sin = _layer_inputs(name)
+    s = script()
+    plans = [_plan(s, [t], t.shape[1]) for t in weights]
+    layer = s.call("hk_layer_new", *plans, s.pointers(*[None if t is None else s.tensor(t) for t in norms]),
+                   s.tensor(head[0]), *head[1:])
+    q_start, q_len, seq_lens, tables = meta.native_split()[1]
+    x_out, kv_out = s.output(x), s.output(cache)
+    rc = s.call("hk_layer_forward", layer, x_out, 3, s.tensor(cos), s.tensor(sin), kv_out, 0, 16 * 16, 16,
+                s.tensor(meta.slot_mapping), 2, s.tensor(q_start), s.tensor(q_len), s.tensor(seq_lens),
+                s.tensor(tables), tables.shape[1], None, 0)
+    run(s)
+    assert s.results[layer[1:]] == "ptr" and s.result(rc) == 0
+    want_x, want_kv = _avx2_layer(weights, norms, head, meta, cache.clone(), x.clone(), cos, sin)
+    assert not torch.equal(want_x, x)  # the layer ran
+    torch.testing.assert_close(s.read(x_out), want_x, atol=1e-4 * float(want_x.abs().max()), rtol=0)
+    torch.testing.assert_close(s.read(kv_out).float(), want_kv.float(), atol=2e-3, rtol=2e-3)
