@@ -1,6 +1,6 @@
 """The neon tier's kernel library (csrc/gguf_kernels_neon.cpp) on this machine: cross-compiled for
-aarch64, run under qemu-user through tests/arm/neon_driver.cpp (tests/arm/qemu.py), both builds a
-CPU can get (plain NEON, and with the int8 dot-product instructions). Every entry point against the
+aarch64, run under qemu-user through tests/arm/neon_driver.cpp (tests/arm/qemu.py), in the builds a
+CPU can get (plain NEON, and with the int8 dot-product instructions: BUILDS). Every entry point against the
 references the x86 tiers' tests use, with their tolerances:
 
 - GEMV per block type: the exact twin (gguf-py's dequantization, an f64 matmul) within the 8-bit
@@ -14,6 +14,8 @@ references the x86 tiers' tests use, with their tolerances:
 Skipped, naming the tool, where the cross compiler or qemu-user is missing (`make test-arm` installs them)."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -37,7 +39,13 @@ AVX2 = tiers.why_not("avx2")
 KV = {"f16": torch.float16, "bf16": torch.bfloat16}
 
 
-@pytest.fixture(scope="module", params=list(qemu.VARIANTS))
+BUILDS = os.environ.get("HEARTH_NEON_BUILDS", "plain").split()
+"""The builds tested: `make test` the plain one (every aarch64 CPU's code but the dot product), `make
+test-arm` both (HEARTH_NEON_BUILDS="plain dotprod"): each build's cross-compile and run is ~30 s of CPU."""
+assert set(BUILDS) <= set(qemu.VARIANTS), f"HEARTH_NEON_BUILDS: builds are {', '.join(qemu.VARIANTS)}"
+
+
+@pytest.fixture(scope="module", params=BUILDS)
 def neon(request, tmp_path_factory):
     """(library, driver, a fresh script folder each call) for one build."""
     lib = qemu.build_library(request.param)
