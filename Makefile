@@ -43,7 +43,7 @@ test-fast: setup
 
 # The neon tier on this (x86) machine: both its builds (plain NEON, +dotprod) cross-compiled with Debian's
 # aarch64 g++ and their kernel tests run under qemu-user (tests/arm). `make test` runs the plain build's
-# where the tools are present (~30 s of CPU), else skips naming the missing tool; this target installs them.
+# where the tools are present (~20 s of CPU, ~10 once built), else skips naming the missing tool; this target installs them.
 test-arm: setup arm-tools
 	HEARTH_NEON_BUILDS="plain dotprod" $(BIN)/python -m pytest -q tests/arm $(PYTEST_ARGS)
 

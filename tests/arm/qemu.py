@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import os
 import shutil
@@ -67,7 +68,6 @@ def build_driver(folder: Path) -> Path:
     out = folder / f"neon_driver-{key}"
     if not out.exists():
         tmp = folder / f"{out.name}.{os.getpid()}"
-        (folder / f"signatures-{key}.h").write_text(header)
         inc = folder / f"include-{key}"
         inc.mkdir(exist_ok=True)
         (inc / "signatures.h").write_text(header)
@@ -78,6 +78,7 @@ def build_driver(folder: Path) -> Path:
     return out
 
 
+@functools.cache
 def sysroot() -> Path:
     """The aarch64 libraries the cross compiler links against (qemu's -L): libc.so.6's lib/'s parent."""
     libc = subprocess.run([shutil.which(CXX), "-print-file-name=libc.so.6"], capture_output=True, text=True).stdout
@@ -134,7 +135,7 @@ class Script:
     def run(self, library: Path, driver: Path, threads: int = 2) -> None:
         """Everything, in one qemu process; then results and outputs are filled in."""
         script = self.folder / "script.txt"
-        # the folder's trailing statements are saves: move them after every call they follow
+        # saves last: an output is read back after every call that writes it
         saves = [ln for ln in self.lines if ln.startswith("save ")]
         script.write_text("\n".join([ln for ln in self.lines if not ln.startswith("save ")] + saves) + "\n")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
