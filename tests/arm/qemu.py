@@ -26,6 +26,9 @@ VARIANTS = {  # the two builds a CPU can get: baseline aarch64, and with the int
     "plain": native.Library(native.NEON_LIBRARY.source, (), native.NEON_LIBRARY.provides),
     "dotprod": native.Library(native.NEON_LIBRARY.source, native.NEON_DOTPROD, native.NEON_LIBRARY.provides),
 }
+CPUS = {"plain": "cortex-a72", "dotprod": "neoverse-n1"}
+"""The CPU qemu emulates for each build: one without the dot-product instructions (SDOT in the plain build
+would stop it), one with them (Graviton 2's core)."""
 C_TYPES = {ctypes.c_void_p: "void*", ctypes.c_int64: "int64_t", ctypes.c_int: "int", ctypes.c_float: "float", None: "void"}
 
 
@@ -132,14 +135,14 @@ class Script:
         self.lines.append(f"call {name} {fn} " + " ".join(words))
         return "$" + name
 
-    def run(self, library: Path, driver: Path, threads: int = 2) -> None:
-        """Everything, in one qemu process; then results and outputs are filled in."""
+    def run(self, library: Path, driver: Path, cpu: str, threads: int = 2) -> None:
+        """Everything, in one qemu process emulating `cpu`; then results and outputs are filled in."""
         script = self.folder / "script.txt"
         # saves last: an output is read back after every call that writes it
         saves = [ln for ln in self.lines if ln.startswith("save ")]
         script.write_text("\n".join([ln for ln in self.lines if not ln.startswith("save ")] + saves) + "\n")
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-        r = subprocess.run([shutil.which(QEMU), "-L", str(sysroot()), str(driver), str(library), str(script)],
+        r = subprocess.run([shutil.which(QEMU), "-cpu", cpu, "-L", str(sysroot()), str(driver), str(library), str(script)],
                            capture_output=True, text=True, timeout=600, env=env)
         assert r.returncode == 0, f"qemu run failed ({r.returncode}): {r.stderr[-2000:]}"
         for line in r.stdout.splitlines():

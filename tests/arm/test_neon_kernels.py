@@ -53,7 +53,8 @@ def neon(request, tmp_path_factory):
     driver = qemu.build_driver(lib.parent)
     folder = tmp_path_factory.mktemp(f"neon-{request.param}")
     count = iter(range(1 << 30))
-    return request.param, lambda: qemu.Script(folder / str(next(count))), lambda s: s.run(lib, driver)
+    return request.param, lambda: qemu.Script(folder / str(next(count))), \
+        lambda s, cpu=qemu.CPUS[request.param]: s.run(lib, driver, cpu)
 
 
 def test_the_library_loads_as_native_py_loads_it(neon):
@@ -67,6 +68,10 @@ def test_the_library_loads_as_native_py_loads_it(neon):
     run(s)
     assert [s.result(c) for c in calls] == [native.ABI_VERSION, 1, 0, -1, int(variant == "dotprod")]
     assert {n: s.results[n] for n in names} == {n: "1" for n in names}
+    older = script()  # a CPU without the dot-product instructions: only the plain build may run there
+    ok = older.call("hk_cpu_ok")
+    run(older, qemu.CPUS["plain"])
+    assert older.result(ok) == int(variant == "plain")
 
 
 def _plan(s: qemu.Script, parts: list, k: int) -> str:
