@@ -77,6 +77,9 @@ def _add_service_routes(app: FastAPI) -> None:
 
     @app.get("/metrics")
     async def metrics(request: Request):
+        refresh = getattr(request.app.state.served.engine, "refresh_stats", None)
+        if refresh is not None:  # a cluster asks its replicas now, not at its last health poll
+            await refresh()
         return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/", response_class=HTMLResponse)

@@ -68,30 +68,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hearth.api.app import ServerConfig, create_app
+    from hearth.api.app import create_app
     from hearth.api.served import ServedModel
     from hearth.engine.async_engine import AsyncEngine
     from hearth.llm import LLM
 
     print(f"hearth: loading {args.model} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    llm = LLM(args.model, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
-              kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
-              enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
-              kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
-              speculative_config=speculative_config(args), device=args.device)
+    llm = LLM(args.model, **engine_args(args))
     print(f"hearth: loaded {llm.path.name} in {time.perf_counter() - t0:.1f}s "
           f"(context {llm.max_model_len} tokens)", file=sys.stderr, flush=True)
     llm.runner.grammar.prepare_in_background()
     names = args.served_model_name or _default_names(args.model, llm.path)
     served = ServedModel.from_llm(llm, names, AsyncEngine(llm.engine, max_queued=args.max_queued))
-    config = ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
-                          max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
-                          max_tokens=args.max_tokens_limit)
-    app = create_app(served, config)
+    return run_server(create_app(served, server_config(args)), args, names[0])
+
+
+def engine_args(args: argparse.Namespace) -> dict:
+    """LLM's keyword arguments from the engine options (`hearth cluster serve` passes them to each replica)."""
+    return dict(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
+                kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
+                enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
+                kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
+                speculative_config=speculative_config(args), device=args.device)
+
+
+def server_config(args: argparse.Namespace):
+    from hearth.api.app import ServerConfig
+
+    return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
+                        max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
+                        max_tokens=args.max_tokens_limit)
+
+
+def run_server(app, args: argparse.Namespace, name: str) -> int:
+    """Serve until interrupted; the URL is announced once the socket listens."""
     url = f"http://{_url_host(args.host)}:{args.port}"
-    ready = f"hearth: serving {names[0]!r} at {url} (chat page {url}/, API {url}/v1)"
+    ready = f"hearth: serving {name!r} at {url} (chat page {url}/, API {url}/v1)"
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=5), ready)
     server.run()

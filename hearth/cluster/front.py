@@ -1,0 +1,54 @@
+"""The front end's side of a cluster: the ServedModel the API's routes use (tokenizer and chat
+template read from the GGUF here, no weights; limits from the replicas) and the cluster's own
+Prometheus series (replica up, requests routed, restarts), per `replica` label."""
+
+from __future__ import annotations
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from hearth.api.chat_template import ChatTemplate
+from hearth.api.served import ServedModel
+from hearth.cluster.remote_engine import ClusterEngine
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.resolve import resolve_model
+from hearth.loader.tokenizer import Tokenizer
+
+
+def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> ServedModel:
+    """names: None -> as `hearth serve` names it (catalog name or file stem, with aliases)."""
+    from hearth.commands.serve import _default_names
+
+    path = resolve_model(model)
+    g = GGUFFile(path)
+    tok = Tokenizer.from_gguf(g)
+    template = ChatTemplate(tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
+    return ServedModel(names or _default_names(model, path), tok, template, engine, engine.max_model_len,
+                       engine.vocab_size)
+
+
+class ClusterCollector:
+    """Registered into the app's metrics registry next to the engine collector."""
+
+    def __init__(self, engine: ClusterEngine, model_name: str):
+        self.engine, self.model_name = engine, model_name
+
+    def collect(self):
+        labels = ["model_name", "replica"]
+        up = GaugeMetricFamily("hearth:replica_up", "1 while the replica serves, 0 while Ray restarts it.", labels=labels)
+        flight = GaugeMetricFamily("hearth:replica_requests_in_flight", "Requests the front end has on the replica.",
+                                   labels=labels)
+        routed = CounterMetricFamily("hearth:replica_requests_routed", "Requests routed to the replica.", labels=labels)
+        restarts = CounterMetricFamily("hearth:replica_restarts", "Times the replica came back after failing.",
+                                       labels=labels)
+        for s in self.engine.slots:
+            values = [self.model_name, s.name]
+            up.add_metric(values, int(s.up))
+            flight.add_metric(values, s.in_flight)
+            routed.add_metric(values, s.routed)
+            restarts.add_metric(values, s.restarts)
+        yield from (up, flight, routed, restarts)
+
+
+def install_metrics(app, engine: ClusterEngine) -> None:
+    metrics = app.state.metrics
+    metrics.registry.register(ClusterCollector(engine, metrics.model_name))
