@@ -58,11 +58,19 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
         except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
             raise ClusterError(f"cannot join the Ray cluster at {address}: {_first_line(e)}") from None
         return False
-    # replicas run the same hearth as this process, wherever it was imported from
+    # replicas run the same hearth as this process, wherever it was imported from: the raylet
+    # started here passes this environment on to the workers it spawns
     root = str(Path(__file__).resolve().parents[2])
-    os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])
-    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
-             object_store_memory=LOCAL_OBJECT_STORE_BYTES, logging_level="warning")
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, saved]))
+    try:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
+                 object_store_memory=LOCAL_OBJECT_STORE_BYTES, logging_level="warning")
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
     return True
 
 
@@ -80,13 +88,14 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
 
 
 def check_fits(spec: ClusterSpec) -> None:
-    """More replicas than the cluster can place would wait forever in Ray: refuse up front."""
+    """More replicas than the cluster can place would wait in Ray's queue forever: refuse up front."""
     ray = import_ray()
-    cpus = ray.cluster_resources().get("CPU", 0)
+    total, free = ray.cluster_resources().get("CPU", 0), ray.available_resources().get("CPU", 0)
     need = spec.replicas * spec.threads_per_replica
-    if need > cpus:
-        raise ClusterError(f"{spec.replicas} replicas x {spec.threads_per_replica} threads need {need} CPUs; "
-                           f"the Ray cluster has {cpus:g}: lower --replicas or --threads-per-replica, or add nodes")
+    if need > free:
+        raise ClusterError(f"{spec.replicas} replicas x {spec.threads_per_replica} threads need {need} CPUs; the Ray "
+                           f"cluster has {free:g} free of {total:g}: lower --replicas or --threads-per-replica, "
+                           "or add nodes")
 
 
 def start_replicas(spec: ClusterSpec) -> ClusterEngine:

@@ -32,6 +32,8 @@ class ReplicaSlot:
     info: ReplicaInfo
     up: bool = True
     in_flight: int = 0
+    answering: int = 0
+    """Of those in flight, the ones that have sent output (a failure now cuts their answer)."""
     routed: int = 0
     restarts: int = 0
     stats: EngineStats | None = None
@@ -169,7 +171,9 @@ class RemoteStream:
             if isinstance(item, ReplicaError):
                 self._end()
                 raise item.as_error()
-            self._seen_output = True
+            if not self._seen_output:
+                self._seen_output = True
+                self.slot.answering += 1
             if item.finished:
                 self._end()
             return item
@@ -215,4 +219,5 @@ class RemoteStream:
     def _release(self) -> None:
         if self._holding:
             self.slot.in_flight -= 1
+            self.slot.answering -= self._seen_output
             self._holding = False

@@ -1,4 +1,4 @@
-"""One local Ray instance for the whole module (3 logical CPUs: two SmolLM2 replicas with one
+"""One local Ray instance for the whole package (3 logical CPUs: two SmolLM2 replicas with one
 thread each, and one CPU left for the bad-input tests), with the cluster's HTTP front end run by
 uvicorn on a thread on a free loopback port. Everything is torn down in finally blocks."""
 
@@ -36,7 +36,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def cluster(model_path):
     path = str(model_path("smollm2-135m"))
     assert connect(None, num_cpus=3, log_to_driver=False), "another test left Ray running in this process"

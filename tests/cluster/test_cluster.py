@@ -48,9 +48,9 @@ def test_openai_and_anthropic_sdks_streamed_and_not(cluster):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     claude = anthropic.Anthropic(base_url=cluster.url, api_key=API_KEY, timeout=TIMEOUT, max_retries=0)
-    msg = claude.messages.create(model=cluster.model, max_tokens=16, messages=messages, temperature=0)
+    msg = claude.messages.create(model=cluster.model, max_tokens=16, messages=messages)
     assert msg.content[0].text and msg.stop_reason in ("end_turn", "max_tokens")
-    with claude.messages.stream(model=cluster.model, max_tokens=16, messages=messages, temperature=0) as s:
+    with claude.messages.stream(model=cluster.model, max_tokens=16, messages=messages) as s:
         assert "".join(s.text_stream)
         assert s.get_final_message().stop_reason in ("end_turn", "max_tokens")
     with pytest.raises(openai.AuthenticationError):  # the front end's auth, as hearth serve's
@@ -60,3 +60,112 @@ def test_openai_and_anthropic_sdks_streamed_and_not(cluster):
 def test_bad_request_is_a_400_from_the_front_end(cluster):
     with pytest.raises(openai.BadRequestError, match="context"):
         _openai(cluster).completions.create(model=cluster.model, prompt="hi " * 3000, max_tokens=4)
+
+
+SYSTEM = ("You are the support assistant of the Lighthouse Lending Library. The library lends lamps, tents, "
+          "tools, board games and bicycles to members of the town. Members may borrow up to five items at a "
+          "time for two weeks; a renewal adds one week if nobody is waiting. Late items cost ten cents a day, "
+          "capped at the price of the item. Answer in one short sentence, politely, and never invent rules "
+          "that are not written here. Opening hours: Monday to Friday nine to six, Saturday ten to two.") * 2
+
+
+def _routed_and_hits(cluster) -> dict[str, tuple[float, float]]:
+    m = metrics(cluster)
+    return {s.name: (m[("hearth:replica_requests_routed_total", s.name)], m[("hearth:prefix_cache_hits_total", s.name)])
+            for s in cluster.engine.slots}
+
+
+def test_prefix_routing_keeps_a_shared_system_prompt_on_one_replica(cluster):
+    client = _openai(cluster)
+    before = _routed_and_hits(cluster)
+    questions = ["Can I borrow a tent?", "How late are you open on Saturday?", "What does a late lamp cost?",
+                 "How many items may I take?"]
+    for q in questions:
+        client.chat.completions.create(model=cluster.model, max_tokens=4, temperature=0,
+                                       messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": q}])
+    after = _routed_and_hits(cluster)
+    routed = {r: after[r][0] - before[r][0] for r in after}
+    hits = {r: after[r][1] - before[r][1] for r in after}
+    home = max(routed, key=routed.get)
+    assert routed[home] == len(questions) and sum(routed.values()) == len(questions), routed
+    # every question after the first reuses at least the 8 routing blocks of the system prompt
+    block = cluster.engine.slots[0].info.block_size
+    assert hits[home] >= (len(questions) - 1) * 8 * block, hits
+    assert all(hits[r] == 0 for r in hits if r != home), hits
+
+
+def test_metrics_aggregate_per_replica(cluster):
+    m = metrics(cluster)
+    names = [s.name for s in cluster.engine.slots]
+    assert names == ["r0", "r1"]
+    for r in names:
+        assert m[("hearth:replica_up", r)] == 1
+        assert m[("hearth:kv_cache_blocks_total", r)] > 0
+        assert ("hearth:prefix_cache_queries_total", r) in m and ("hearth:num_requests_running", r) in m
+    assert m[("hearth:generation_tokens_total", "")] > 0  # counted by the front end, across replicas
+    assert m[("hearth:time_to_first_token_seconds_count", "")] > 0
+    assert sum(m[("hearth:replica_requests_routed_total", r)] for r in names) > 0
+
+
+async def _ask(client, model: str, i: int, stream: bool) -> tuple:
+    """("ok", finish_reason, characters) or ("error", message): one client of the kill test."""
+    kw = dict(model=model, max_tokens=160, temperature=0, extra_body={"ignore_eos": True},
+              messages=[{"role": "user", "content": f"Tell story number {i} about a lighthouse."}])
+    try:
+        if not stream:
+            r = await client.chat.completions.create(**kw)
+            return "ok", r.choices[0].finish_reason, len(r.choices[0].message.content)
+        finish, n = None, 0
+        async for chunk in await client.chat.completions.create(stream=True, **kw):
+            if chunk.choices:
+                n += len(chunk.choices[0].delta.content or "")
+                finish = chunk.choices[0].finish_reason or finish
+        return "ok", finish, n
+    except openai.APIError as e:
+        return "error", str(e)
+
+
+def test_a_replica_killed_under_load(cluster):
+    """Round-robin spreads 6 requests 3/3 over replicas that run 2 at once: r0 has two running and one
+    queued when it is killed. Running ones with output end with a clean error; the queued one (and any
+    running one without output yet) is retried on r1; nothing hangs; r0 comes back and serves."""
+    engine = cluster.engine
+    prefix_router = engine.router
+    engine.router = make_router("round-robin", 2)
+    victim = engine.slots[0]
+    old_pid = victim.info.pid
+
+    async def run():
+        client = _openai(cluster, openai.AsyncOpenAI)
+        tasks = [asyncio.create_task(_ask(client, cluster.model, i, stream=i % 2 == 0)) for i in range(6)]
+        deadline = time.monotonic() + TIMEOUT
+        while victim.answering == 0:  # r0 is mid-answer on at least one request
+            assert time.monotonic() < deadline and not any(t.done() for t in tasks)
+            await asyncio.sleep(0.01)
+        answering, queued = victim.answering, victim.in_flight - victim.answering
+        os.kill(old_pid, signal.SIGKILL)
+        return answering, queued, await asyncio.wait_for(asyncio.gather(*tasks), TIMEOUT)
+
+    try:
+        answering, queued, results = asyncio.run(run())
+        errors = [r for r in results if r[0] == "error"]
+        assert all(r[1] == "length" and r[2] > 0 for r in results if r[0] == "ok"), results
+        assert all("replica r0 died mid-answer" in r[1] for r in errors), results
+        # the answers cut are those r0 had started (output can arrive between our look and the kill:
+        # at most its 2 running ones); the ones queued on it were answered by r1
+        assert 1 <= answering <= len(errors) <= 2, (answering, results)
+        assert queued >= 1 and len(results) - len(errors) >= 4, (queued, results)
+        deadline = time.monotonic() + TIMEOUT
+        while not (victim.up and victim.info.pid != old_pid):
+            assert time.monotonic() < deadline, "the killed replica did not come back"
+            time.sleep(0.2)
+        assert metrics(cluster)[("hearth:replica_restarts_total", "r0")] >= 1
+        before = victim.routed
+        client = _openai(cluster)
+        for i in range(2):
+            r = client.chat.completions.create(model=cluster.model, max_tokens=4,
+                                               messages=[{"role": "user", "content": f"Hello {i}"}])
+            assert r.choices[0].finish_reason in ("stop", "length")
+        assert victim.routed > before  # round-robin sent one of them to the restarted replica
+    finally:
+        engine.router = prefix_router
