@@ -35,6 +35,14 @@ class ClusterSpec:
     prefix_blocks: int = 8
     startup_timeout_s: float = 600.0
 
+    def __post_init__(self):
+        """Bad settings fail here, before Ray starts or a model loads."""
+        for flag, value in (("--replicas", self.replicas), ("--threads-per-replica", self.threads_per_replica),
+                            ("--prefix-blocks", self.prefix_blocks)):
+            if value < 1:
+                raise ClusterError(f"{flag} must be at least 1, not {value}")
+        make_router(self.routing, self.replicas, load_factor=self.load_factor)
+
 
 def import_ray():
     try:
@@ -101,8 +109,6 @@ def check_fits(spec: ClusterSpec) -> None:
 def start_replicas(spec: ClusterSpec) -> ClusterEngine:
     """Place the replicas and wait for all to load; on any failure kill them all and raise."""
     ray = import_ray()
-    if spec.replicas < 1 or spec.threads_per_replica < 1:
-        raise ClusterError("--replicas and --threads-per-replica must be at least 1")
     check_fits(spec)
     actor = ray.remote(Replica).options(num_cpus=spec.threads_per_replica, max_restarts=-1, max_task_retries=0)
     args = {**spec.engine_args, "threads": spec.threads_per_replica}

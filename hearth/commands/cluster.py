@@ -35,13 +35,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray, start_replicas
 
+    from hearth.loader.resolve import resolve_model
+
     if args.threads:
         raise ClusterError("use --threads-per-replica, not --threads, with hearth cluster serve")
     ray = import_ray()  # before anything loads: without Ray, one line naming the extra
     spec = ClusterSpec(args.model, args.replicas, args.threads_per_replica, serve.engine_args(args),
                        args.max_queued, args.routing, args.load_factor, args.prefix_blocks, args.startup_timeout)
-    from hearth.loader.resolve import resolve_model
-
     resolve_model(args.model)  # a bad name fails here, before Ray starts
     started = connect(args.address)
     try:
