@@ -5,10 +5,15 @@ Prometheus series (replica up, requests routed, restarts), per `replica` label."
 from __future__ import annotations
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from pydantic import BaseModel
+
+from hearth.api.errors import APIError
 
 from hearth.api.chat_template import ChatTemplate
 from hearth.api.served import ServedModel
 from hearth.cluster.remote_engine import ClusterEngine
+from hearth.cluster.scaling import Scaler
+from hearth.errors import HearthError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.resolve import resolve_model
 from hearth.loader.tokenizer import Tokenizer
@@ -52,3 +57,31 @@ class ClusterCollector:
 def install_metrics(app, engine: ClusterEngine) -> None:
     metrics = app.state.metrics
     metrics.registry.register(ClusterCollector(engine, metrics.model_name))
+
+
+class ScaleRequest(BaseModel):
+    replicas: int
+
+
+def install_scaling(app, engine: ClusterEngine, scaler: Scaler) -> None:
+    """GET /cluster/replicas lists them; POST {"replicas": N} scales and answers once done
+    (behind the API key like every route)."""
+
+    def listing() -> dict:
+        return {"replicas": [{"name": s.name, "up": s.up, "draining": s.draining, "in_flight": s.in_flight,
+                              "pid": s.info.pid, "host": s.info.host} for s in engine.slots]}
+
+    async def get_replicas():
+        return listing()
+
+    async def set_replicas(body: ScaleRequest):
+        if body.replicas < 1:
+            raise APIError(400, f"replicas must be at least 1, not {body.replicas}", param="replicas")
+        try:
+            await scaler.scale_to(body.replicas)
+        except HearthError as e:
+            raise APIError(400, str(e), param="replicas") from None
+        return listing()
+
+    app.add_api_route("/cluster/replicas", get_replicas, methods=["GET"])
+    app.add_api_route("/cluster/replicas", set_replicas, methods=["POST"])

@@ -12,6 +12,7 @@ from pathlib import Path
 from hearth.cluster.remote_engine import ClusterEngine, ReplicaSlot
 from hearth.cluster.replica import LoadFailure, Replica, ReplicaInfo
 from hearth.cluster.router import make_router
+from hearth.cluster.scaling import Scaler
 from hearth.errors import HearthError
 
 LOCAL_OBJECT_STORE_BYTES = 200 * 2**20
@@ -95,35 +96,58 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         raise ClusterError(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
 
 
-def check_fits(spec: ClusterSpec) -> None:
+def check_fits(spec: ClusterSpec, count: int) -> None:
     """More replicas than the cluster can place would wait in Ray's queue forever: refuse up front."""
     ray = import_ray()
     total, free = ray.cluster_resources().get("CPU", 0), ray.available_resources().get("CPU", 0)
-    need = spec.replicas * spec.threads_per_replica
+    need = count * spec.threads_per_replica
     if need > free:
-        raise ClusterError(f"{spec.replicas} replicas x {spec.threads_per_replica} threads need {need} CPUs; the Ray "
+        raise ClusterError(f"{count} replicas x {spec.threads_per_replica} threads need {need} CPUs; the Ray "
                            f"cluster has {free:g} free of {total:g}: lower --replicas or --threads-per-replica, "
                            "or add nodes")
 
 
 def start_replicas(spec: ClusterSpec) -> ClusterEngine:
-    """Place the replicas and wait for all to load; on any failure kill them all and raise."""
+    """Place the replicas and wait for all to load (or raise, none left running)."""
+    placed = spawn(spec, spec.replicas)
+    slots = [ReplicaSlot(f"r{i}", h, info) for i, (h, info) in enumerate(placed)]
+    return ClusterEngine(slots, router_for(spec, placed[0][1], spec.replicas))
+
+
+def spawn(spec: ClusterSpec, count: int) -> list[tuple[object, ReplicaInfo]]:
+    """Place `count` replicas and wait for all to load; on any failure kill them all and raise."""
     ray = import_ray()
-    check_fits(spec)
+    check_fits(spec, count)
     actor = ray.remote(Replica).options(num_cpus=spec.threads_per_replica, max_restarts=-1, max_task_retries=0)
     args = {**spec.engine_args, "threads": spec.threads_per_replica}
-    handles = [actor.remote(spec.model, args, spec.max_queued) for _ in range(spec.replicas)]
+    handles = [actor.remote(spec.model, args, spec.max_queued) for _ in range(count)]
     try:
-        infos = _wait_ready(ray, handles, spec.startup_timeout_s)
+        return list(zip(handles, _wait_ready(ray, handles, spec.startup_timeout_s)))
     except BaseException:
         for h in handles:
             ray.kill(h, no_restart=True)
         raise
-    first = infos[0]
-    router = make_router(spec.routing, spec.replicas, root=first.cache_root, block_size=first.block_size,
-                         load_factor=spec.load_factor, prefix_blocks=spec.prefix_blocks)
-    slots = [ReplicaSlot(f"r{i}", h, info) for i, (h, info) in enumerate(zip(handles, infos))]
-    return ClusterEngine(slots, router)
+
+
+def router_for(spec: ClusterSpec, info: ReplicaInfo, n: int):
+    return make_router(spec.routing, n, root=info.cache_root, block_size=info.block_size,
+                       load_factor=spec.load_factor, prefix_blocks=spec.prefix_blocks)
+
+
+def scaler_for(spec: ClusterSpec, engine: ClusterEngine) -> Scaler:
+    """POST /cluster/replicas's worker: more replicas like the first, or fewer after draining."""
+    ray = import_ray()
+
+    def placed(count: int):
+        added = spawn(spec, count)
+        if added[0][1].cache_root != engine.slots[0].info.cache_root:
+            for h, _ in added:
+                ray.kill(h, no_restart=True)
+            raise ClusterError("new replicas loaded another model or settings (prefix-cache keys differ)")
+        return added
+
+    return Scaler(engine, placed, lambda n: router_for(spec, engine.slots[0].info, n),
+                  lambda h: ray.kill(h, no_restart=True))
 
 
 def _wait_ready(ray, handles: list, timeout_s: float) -> list[ReplicaInfo]:

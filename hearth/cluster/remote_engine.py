@@ -37,9 +37,11 @@ class ReplicaSlot:
     routed: int = 0
     restarts: int = 0
     stats: EngineStats | None = None
+    draining: bool = False
+    """Being scaled away: takes no new request, finishes those it has."""
 
     def load(self) -> ReplicaLoad:
-        return ReplicaLoad(self.up, self.in_flight, self.info.capacity)
+        return ReplicaLoad(self.up and not self.draining, self.in_flight, self.info.capacity)
 
 
 class ClusterEngine:
@@ -95,7 +97,7 @@ class ClusterEngine:
             loads[self.slots.index(avoid)].up = False
         i = self.router.pick(prompt_token_ids, loads)
         if i is None:
-            up = sum(s.up for s in self.slots)
+            up = sum(s.up and not s.draining for s in self.slots)
             why = "no replica is up (restarting)" if not up else f"all {up} replicas up are full"
             raise EngineFullError(f"{why}; retry later")
         slot = self.slots[i]

@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray, start_replicas
+    from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray, scaler_for, start_replicas
 
     from hearth.loader.resolve import resolve_model
 
@@ -50,18 +50,22 @@ def main(args: argparse.Namespace) -> int:
         engine = start_replicas(spec)
         print(f"hearth: {args.replicas} replicas loaded in {time.perf_counter() - t0:.1f}s "
               f"(context {engine.max_model_len} tokens, routing {args.routing})", file=sys.stderr, flush=True)
-        app = build_app(args.model, args.served_model_name, engine, serve.server_config(args))
+        app = build_app(args.model, args.served_model_name, engine, serve.server_config(args), scaler_for(spec, engine))
         return serve.run_server(app, args, app.state.served.name)
     finally:
         if started:
             ray.shutdown()
 
 
-def build_app(model: str, names, engine, config):
+def build_app(model: str, names, engine, config, scaler=None):
+    """`hearth serve`'s app around the cluster's engine, its metrics, and POST /cluster/replicas
+    when given a scaler."""
     from hearth.api.app import create_app
-    from hearth.cluster.front import install_metrics, served_model
+    from hearth.cluster.front import install_metrics, install_scaling, served_model
 
     served = served_model(model, names, engine)
     app = create_app(served, config)
     install_metrics(app, engine)
+    if scaler is not None:
+        install_scaling(app, engine, scaler)
     return app

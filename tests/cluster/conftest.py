@@ -14,7 +14,7 @@ import ray
 import uvicorn
 
 from hearth.api.app import ServerConfig
-from hearth.cluster.launch import ClusterSpec, connect, start_replicas
+from hearth.cluster.launch import ClusterSpec, connect, scaler_for, start_replicas
 from hearth.cluster.remote_engine import ClusterEngine
 from hearth.commands.cluster import build_app
 
@@ -42,9 +42,10 @@ def cluster(model_path):
     assert connect(None, num_cpus=3, log_to_driver=False), "another test left Ray running in this process"
     server = thread = None
     try:
-        engine = start_replicas(ClusterSpec(path, replicas=2, threads_per_replica=1, engine_args=ENGINE_ARGS,
-                                            max_queued=8, startup_timeout_s=600))
-        app = build_app(path, ["smol"], engine, ServerConfig(api_key=API_KEY))
+        spec = ClusterSpec(path, replicas=2, threads_per_replica=1, engine_args=ENGINE_ARGS, max_queued=8,
+                           startup_timeout_s=600)
+        engine = start_replicas(spec)
+        app = build_app(path, ["smol"], engine, ServerConfig(api_key=API_KEY), scaler_for(spec, engine))
         port = _free_port()
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                                timeout_graceful_shutdown=5))

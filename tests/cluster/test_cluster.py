@@ -13,6 +13,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
+import ray
 
 from hearth.cluster.router import make_router
 from tests.cluster.conftest import API_KEY
@@ -105,6 +106,35 @@ def test_metrics_aggregate_per_replica(cluster):
     assert m[("hearth:generation_tokens_total", "")] > 0  # counted by the front end, across replicas
     assert m[("hearth:time_to_first_token_seconds_count", "")] > 0
     assert sum(m[("hearth:replica_requests_routed_total", r)] for r in names) > 0
+
+
+def test_scale_up_and_down_while_serving(cluster):
+    """POST /cluster/replicas: a third replica loads, then takes requests; scaling back drains it."""
+    http = httpx2.Client(base_url=cluster.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=TIMEOUT)
+    r = http.post("/cluster/replicas", json={"replicas": 3})
+    assert r.status_code == 200 and [x["name"] for x in r.json()["replicas"]] == ["r0", "r1", "r2"], r.text
+    engine = cluster.engine
+    prefix_router = engine.router
+    engine.router = make_router("round-robin", 3)
+    try:
+        client = _openai(cluster)
+        for i in range(3):
+            client.completions.create(model=cluster.model, prompt=f"Count to {i}", max_tokens=2)
+        assert engine.slots[2].routed >= 1
+        assert metrics(cluster)[("hearth:replica_up", "r2")] == 1
+    finally:
+        engine.router = prefix_router
+    r = http.post("/cluster/replicas", json={"replicas": 2})
+    assert r.status_code == 200 and [x["name"] for x in r.json()["replicas"]] == ["r0", "r1"]
+    assert ("hearth:replica_up", "r2") not in metrics(cluster)
+    r = http.post("/cluster/replicas", json={"replicas": 0})
+    assert r.status_code == 400 and "at least 1" in r.json()["error"]["message"]
+    r = http.post("/cluster/replicas", json={"replicas": 9})  # 7 more CPUs than the instance has
+    assert r.status_code == 400 and "need 7 CPUs" in r.json()["error"]["message"]
+    deadline = time.monotonic() + 60  # r2's CPU comes back once Ray has ended its actor
+    while ray.available_resources().get("CPU", 0) < 1:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.1)
 
 
 async def _ask(client, model: str, i: int, stream: bool) -> tuple:

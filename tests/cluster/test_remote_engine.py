@@ -13,6 +13,7 @@ import ray
 from hearth.cluster.remote_engine import ClusterEngine, ReplicaSlot
 from hearth.cluster.replica import ReplicaError, ReplicaInfo
 from hearth.cluster.router import make_router
+from hearth.cluster.scaling import Scaler
 from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepError
 from hearth.errors import PromptTooLongError
 from hearth.outputs import EngineOutput
@@ -145,3 +146,32 @@ def test_stats_sum_over_replicas_and_stay_per_replica():
     assert (total.num_running, total.num_waiting, total.kv_blocks_used, total.kv_blocks_total,
             total.prefix_cache_queries, total.prefix_cache_hits) == (1, 3, 8, 20, 150, 50)
     assert engine.replica_stats() == {"r0": engine.slots[0].stats, "r1": engine.slots[1].stats}
+
+
+def test_scaling_down_drains_before_the_replica_is_killed():
+    handle = FakeHandle([out("he"), out("llo", True)])
+    engine = cluster(FakeHandle(), handle)
+    killed = []
+    scaler = Scaler(engine, spawn=None, router_for=lambda n: make_router("round-robin", n), kill=killed.append,
+                    drain_poll_s=0.001)
+    engine.slots[0].up = False  # the request goes to r1, the one scaled away
+
+    async def run():
+        stream = engine.add_request([1], SamplingParams())
+        assert stream.slot is engine.slots[1]
+        scaling = asyncio.create_task(scaler.scale_to(1))
+        await asyncio.sleep(0.01)
+        assert not scaling.done() and engine.slots[1].draining  # waits for the request in flight
+        texts = await drain(stream)
+        return texts, await scaling
+
+    assert asyncio.run(run()) == (["he", "llo"], ["r0"])
+    assert killed == [handle] and engine.router.num_replicas == 1
+
+
+def test_scaling_up_adds_loaded_replicas_under_new_names():
+    engine = cluster(FakeHandle())
+    info = engine.slots[0].info
+    scaler = Scaler(engine, spawn=lambda k: [(FakeHandle(), info) for _ in range(k)],
+                    router_for=lambda n: make_router("round-robin", n), kill=None)
+    assert asyncio.run(scaler.scale_to(3)) == ["r0", "r1", "r2"] and engine.router.num_replicas == 3
