@@ -109,18 +109,21 @@ def check_fits(spec: ClusterSpec, count: int) -> None:
 
 def start_replicas(spec: ClusterSpec) -> ClusterEngine:
     """Place the replicas and wait for all to load (or raise, none left running)."""
-    placed = spawn(spec, spec.replicas)
+    placed = spawn(spec, spec.replicas, first=0)
     slots = [ReplicaSlot(f"r{i}", h, info) for i, (h, info) in enumerate(placed)]
     return ClusterEngine(slots, router_for(spec, placed[0][1], spec.replicas))
 
 
-def spawn(spec: ClusterSpec, count: int) -> list[tuple[object, ReplicaInfo]]:
-    """Place `count` replicas and wait for all to load; on any failure kill them all and raise."""
+def spawn(spec: ClusterSpec, count: int, first: int) -> list[tuple[object, ReplicaInfo]]:
+    """Place `count` replicas, named r{first}, r{first + 1}, ..., and wait for all to load; on any
+    failure kill them all and raise."""
     ray = import_ray()
     check_fits(spec, count)
     actor = ray.remote(Replica).options(num_cpus=spec.threads_per_replica, max_restarts=-1, max_task_retries=0)
     args = {**spec.engine_args, "threads": spec.threads_per_replica}
-    handles = [actor.remote(spec.model, args, spec.max_queued) for _ in range(count)]
+    if args.get("kv_disk_dir"):  # one shared tier: --kv-disk-space-mb is split between the replicas
+        args["kv_disk_space_mb"] = max(1, args.get("kv_disk_space_mb", 4096) // spec.replicas)
+    handles = [actor.remote(spec.model, args, spec.max_queued, f"r{first + i}") for i in range(count)]
     try:
         return list(zip(handles, _wait_ready(ray, handles, spec.startup_timeout_s)))
     except BaseException:
@@ -139,7 +142,7 @@ def scaler_for(spec: ClusterSpec, engine: ClusterEngine) -> Scaler:
     ray = import_ray()
 
     def placed(count: int):
-        added = spawn(spec, count)
+        added = spawn(spec, count, first=len(engine.slots))
         if added[0][1].cache_root != engine.slots[0].info.cache_root:
             for h, _ in added:
                 ray.kill(h, no_restart=True)

@@ -54,14 +54,17 @@ class ReplicaError:
 
 
 class Replica:
-    """Wrapped with ray.remote by launch.py. `engine_args` are LLM's keyword arguments."""
+    """Wrapped with ray.remote by launch.py. `engine_args` are LLM's keyword arguments; `name` (r0,
+    r1, ...) is kept across restarts, and names the replica's own folder in a shared disk tier."""
 
-    def __init__(self, model: str, engine_args: dict, max_queued: int):
+    def __init__(self, model: str, engine_args: dict, max_queued: int, name: str = ""):
         self.engine = None
         try:
             from hearth.llm import LLM
 
-            llm = LLM(model, progress=False, **engine_args)
+            if engine_args.get("kv_disk_dir"):
+                engine_args = {**engine_args, "kv_disk_owner": name}
+            self.llm = llm = LLM(model, progress=False, **engine_args)  # held: its finalizer closes the disk tier
             llm.runner.grammar.prepare_in_background()
             self.engine = AsyncEngine(llm.engine, max_queued=max_queued)
             self.engine.start()

@@ -19,7 +19,7 @@ from hearth.cluster.remote_engine import ClusterEngine
 from hearth.commands.cluster import build_app
 
 API_KEY = "cluster-key"
-ENGINE_ARGS = dict(max_model_len=2048, max_num_seqs=2, kv_cache_memory_gb=0.25)
+ENGINE_ARGS = dict(max_model_len=2048, max_num_seqs=2, kv_cache_memory_gb=0.25, kv_disk_space_mb=64)
 
 
 @dataclass
@@ -37,12 +37,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="package")
-def cluster(model_path):
+def cluster(model_path, tmp_path_factory):
     path = str(model_path("smollm2-135m"))
+    disk = str(tmp_path_factory.mktemp("shared-kv"))  # one disk tier for both replicas
     assert connect(None, num_cpus=3, log_to_driver=False), "another test left Ray running in this process"
     server = thread = None
     try:
-        spec = ClusterSpec(path, replicas=2, threads_per_replica=1, engine_args=ENGINE_ARGS, max_queued=8,
+        spec = ClusterSpec(path, replicas=2, threads_per_replica=1, engine_args={**ENGINE_ARGS, "kv_disk_dir": disk}, max_queued=8,
                            startup_timeout_s=600)
         engine = start_replicas(spec)
         app = build_app(path, ["smol"], engine, ServerConfig(api_key=API_KEY), scaler_for(spec, engine))

@@ -95,6 +95,35 @@ def test_prefix_routing_keeps_a_shared_system_prompt_on_one_replica(cluster):
     assert all(hits[r] == 0 for r in hits if r != home), hits
 
 
+def _only(cluster, name: str) -> None:
+    """Route everything to replica `name`: the others drain (take no new request) meanwhile."""
+    for s in cluster.engine.slots:
+        s.draining = s.name != name
+
+
+def test_replicas_share_one_disk_tier(cluster):
+    """A prompt answered on r0 has its full blocks written to r0's folder of the shared tier; the same
+    prompt on r1 (which never saw it) loads them from there instead of computing them."""
+    client = _openai(cluster)
+    prompt = SYSTEM + " Which items can be renewed, and for how long?"
+    try:
+        _only(cluster, "r0")
+        client.completions.create(model=cluster.model, prompt=prompt, max_tokens=1)
+        deadline = time.monotonic() + TIMEOUT
+        while metrics(cluster)[("hearth:kv_disk_blocks_written_total", "r0")] < 8:  # writes are queued
+            assert time.monotonic() < deadline, metrics(cluster)
+            time.sleep(0.1)
+        before = metrics(cluster)[("hearth:prefix_cache_disk_hits_total", "r1")]
+        _only(cluster, "r1")
+        r = client.completions.create(model=cluster.model, prompt=prompt, max_tokens=1)
+        disk_hits = metrics(cluster)[("hearth:prefix_cache_disk_hits_total", "r1")] - before
+        assert disk_hits >= 8 * cluster.engine.slots[0].info.block_size, disk_hits
+        assert r.usage.prompt_tokens_details.cached_tokens >= disk_hits
+    finally:
+        for s in cluster.engine.slots:
+            s.draining = False
+
+
 def test_metrics_aggregate_per_replica(cluster):
     m = metrics(cluster)
     names = [s.name for s in cluster.engine.slots]
