@@ -125,7 +125,7 @@ def spawn(spec: ClusterSpec, count: int, first: int) -> list[tuple[object, Repli
         args["kv_disk_space_mb"] = max(1, args.get("kv_disk_space_mb", 4096) // spec.replicas)
     handles = [actor.remote(spec.model, args, spec.max_queued, f"r{first + i}") for i in range(count)]
     try:
-        return list(zip(handles, _wait_ready(ray, handles, spec.startup_timeout_s)))
+        return list(zip(handles, _wait_ready(ray, handles, spec.startup_timeout_s, first)))
     except BaseException:
         for h in handles:
             ray.kill(h, no_restart=True)
@@ -153,7 +153,7 @@ def scaler_for(spec: ClusterSpec, engine: ClusterEngine) -> Scaler:
                   lambda h: ray.kill(h, no_restart=True))
 
 
-def _wait_ready(ray, handles: list, timeout_s: float) -> list[ReplicaInfo]:
+def _wait_ready(ray, handles: list, timeout_s: float, first: int = 0) -> list[ReplicaInfo]:
     refs = [h.ready.remote() for h in handles]
     deadline = time.monotonic() + timeout_s
     pending = list(refs)
@@ -166,9 +166,9 @@ def _wait_ready(ray, handles: list, timeout_s: float) -> list[ReplicaInfo]:
         try:
             result = ray.get(done[0])
         except Exception as e:  # noqa: BLE001 - the actor died while loading
-            raise ClusterError(f"replica {refs.index(done[0])} died while loading: {_first_line(e)}") from None
+            raise ClusterError(f"replica r{first + refs.index(done[0])} died while loading: {_first_line(e)}") from None
         if isinstance(result, LoadFailure):
-            raise ClusterError(f"replica {refs.index(done[0])} could not load the model: {result.message}")
+            raise ClusterError(f"replica r{first + refs.index(done[0])} could not load the model: {result.message}")
     infos = ray.get(refs)
     if len({(i.cache_root, i.block_size, i.max_model_len) for i in infos}) > 1:
         raise ClusterError("replicas loaded different models or settings (prefix-cache keys differ)")

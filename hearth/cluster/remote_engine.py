@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from dataclasses import dataclass, fields
 
 from hearth.cluster.replica import ReplicaError, ReplicaInfo
@@ -71,11 +72,12 @@ class ClusterEngine:
         """Bad prompts raise here, as AsyncEngine's do (a 400 before any output); so does a
         cluster with no replica up or every replica full (429)."""
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size)
-        return RemoteStream(self, list(prompt_token_ids), params, request_id or "req", self._choose(prompt_token_ids))
+        return RemoteStream(self, list(prompt_token_ids), params, request_id or uuid.uuid4().hex,
+                            self._choose(prompt_token_ids))
 
     def stats(self) -> EngineStats:
         """The replicas' last stats, summed (the disk tier's and speculation's stay per replica)."""
-        total = EngineStats(*(0 for _ in _SUMMED))
+        total = EngineStats(**dict.fromkeys(_SUMMED, 0))
         for s in self.slots:
             if s.stats is not None:
                 for f in _SUMMED:
@@ -126,9 +128,9 @@ class ClusterEngine:
             if not self._stopping:
                 self.replica_failed(slot, e)
             return
-        if isinstance(result, ReplicaInfo):
+        if isinstance(result, ReplicaInfo):  # a slow answer to a poll also lands here: same pid
+            slot.restarts += result.pid != slot.info.pid
             slot.info, slot.up, slot.stats = result, True, None
-            slot.restarts += 1
             log.warning("hearth: replica %s is back (pid %d)", slot.name, result.pid)
 
 

@@ -8,6 +8,7 @@ import bisect
 import hashlib
 import itertools
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 
 from hearth.errors import HearthError
@@ -78,27 +79,30 @@ class LeastLoaded(Router):
 
 
 class PrefixAware(Router):
-    """Key: the chained hash of the prompt's `prefix_blocks`-th full block (or its last full one,
-    if shorter) — the engine's own prefix-cache key, so equal keys mean the same cached K/V.
-    Consistent hashing (`vnodes` points per replica on a ring) sends a key to the same replica while
-    the set of replicas stays; a replica holding more than `load_factor` x the mean load (counting
-    this request) is passed over for the next one on the ring (Mirrokni et al., consistent hashing
-    with bounded loads), so one hot prefix cannot pile everything on one replica."""
+    """The replica that was last sent the longest prefix of this prompt, by the engine's own chained
+    block hashes (equal hashes, equal cached K/V): a conversation's next turn goes where its last
+    turn left its KV. A prompt none of whose blocks were seen goes by consistent hashing of its key,
+    the hash of its `prefix_blocks`-th full block (`vnodes` points per replica on a ring: the same
+    key, the same replica, while the set of replicas stays). Either way a replica holding more than
+    `load_factor` x the mean load (counting this request) is passed over (Mirrokni et al.,
+    consistent hashing with bounded loads), so one hot prefix cannot pile everything on one replica."""
     name = "prefix"
 
     def __init__(self, num_replicas: int, root: bytes = b"", block_size: int = 16, load_factor: float = 1.25,
-                 prefix_blocks: int = 8, vnodes: int = 64, **kw):
+                 prefix_blocks: int = 8, vnodes: int = 64, memory: int = 1 << 16, **kw):
         super().__init__(num_replicas, root, block_size)
         if load_factor < 1:
             raise HearthError(f"--load-factor must be at least 1, not {load_factor}")
-        self.load_factor, self.prefix_blocks = load_factor, prefix_blocks
+        self.load_factor, self.prefix_blocks, self.memory = load_factor, prefix_blocks, memory
         points = [(_point(f"replica-{r}#{v}".encode()), r) for r in range(num_replicas) for v in range(vnodes)]
         points.sort()
         self._ring = [p for p, _ in points]
         self._owner = [r for _, r in points]
+        self._seen: OrderedDict[bytes, int] = OrderedDict()
+        """block hash -> the replica last sent a prompt with that block; the oldest forgotten first."""
 
     def key(self, prompt_token_ids: list[int]) -> bytes:
-        """The routing key; a prompt shorter than one block hashes its tokens under the root."""
+        """The ring key; a prompt shorter than one block hashes its tokens under the root."""
         head = prompt_token_ids[:self.prefix_blocks * self.block_size]
         hashes = chain_hashes(self.root, head, self.block_size)
         return hashes[-1] if hashes else hash_block(self.root, head)
@@ -116,15 +120,24 @@ class PrefixAware(Router):
         return seen
 
     def pick(self, prompt_token_ids, loads):
-        open_ = _open(loads)
+        open_ = set(_open(loads))
         if not open_:
             return None
         total = sum(loads[i].in_flight for i in range(len(loads)) if loads[i].up) + 1
         bound = math.ceil(self.load_factor * total / sum(r.up for r in loads))
-        for r in self.preference(self.key(prompt_token_ids)):
-            if r in open_ and loads[r].in_flight + 1 <= bound:
-                return r
-        return min(open_, key=lambda i: loads[i].in_flight)  # unreachable in theory: the bound fits one
+        fits = [r in open_ and loads[r].in_flight + 1 <= bound for r in range(len(loads))]
+        hashes = chain_hashes(self.root, prompt_token_ids, self.block_size)
+        remembered = (self._seen.get(h) for h in reversed(hashes))  # deepest block first
+        choice = next((r for r in remembered if r is not None and r < len(loads) and fits[r]), None)
+        if choice is None:
+            choice = next((r for r in self.preference(self.key(prompt_token_ids)) if fits[r]),
+                          min(open_, key=lambda i: loads[i].in_flight))  # the bound always fits one
+        for h in hashes:
+            self._seen[h] = choice
+            self._seen.move_to_end(h)
+        while len(self._seen) > self.memory:
+            self._seen.popitem(last=False)
+        return choice
 
 
 def _point(data: bytes) -> int:

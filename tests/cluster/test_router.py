@@ -42,19 +42,46 @@ def test_a_shared_prefix_stays_on_one_replica_and_different_prefixes_spread():
 
 
 def test_an_overloaded_replica_is_passed_over_for_the_next_on_the_ring():
-    router = make_router("prefix", 3, root=ROOT, block_size=16, load_factor=1.25)
+    def fresh():  # no memory of earlier picks: the ring decides
+        return make_router("prefix", 3, root=ROOT, block_size=16, load_factor=1.25)
+
     ids = prompt(3)
-    order = router.preference(router.key(ids))
+    order = fresh().preference(fresh().key(ids))
     loads = idle(3)
     # bound: ceil(1.25 x (requests in flight + this one) / 3 replicas)
     loads[order[0]].in_flight = 4  # 4 + 1 > ceil(1.25 x 5 / 3) = 3
-    assert router.pick(ids, loads) == order[1]
+    assert fresh().pick(ids, loads) == order[1]
     loads[order[1]].in_flight = 4  # the next one is as loaded: the third
-    assert router.pick(ids, loads) == order[2]
+    assert fresh().pick(ids, loads) == order[2]
     loads = idle(3)
     loads[order[0]].in_flight = 2
     loads[order[1]].in_flight = 3  # 2 + 1 <= ceil(1.25 x 6 / 3) = 3: the preferred keeps the key
-    assert router.pick(ids, loads) == order[0]
+    assert fresh().pick(ids, loads) == order[0]
+
+
+def test_a_conversations_next_turn_follows_its_last_turn():
+    """Turn 2 extends turn 1's prompt: it goes where turn 1 went, even when turn 1 had been passed
+    over to its ring's second choice by load, and a prompt sharing only the first blocks does too
+    (the replica holding the longest prefix wins)."""
+    router = make_router("prefix", 3, root=ROOT, block_size=16, load_factor=1.25)
+    turn1 = prompt(4, 300)
+    order = router.preference(router.key(turn1))
+    loads = idle(3)
+    loads[order[0]].in_flight = 4
+    assert router.pick(turn1, loads) == order[1]
+    turn2 = turn1 + prompt(5, 80)
+    assert router.pick(turn2, idle(3)) == order[1]  # the ring alone would say order[0]
+    assert router.pick(turn1[:40] + prompt(6, 100), idle(3)) == order[1]
+    loads = idle(3)
+    loads[order[1]].in_flight = 4  # too loaded now: the ring decides among the rest
+    assert router.pick(turn2 + prompt(7, 20), loads) == order[0]
+
+
+def test_the_memory_is_bounded():
+    router = make_router("prefix", 2, root=ROOT, block_size=16, memory=50)
+    for i in range(20):
+        router.pick(prompt(i), idle(2))
+    assert len(router._seen) == 50
 
 
 def test_down_or_full_replicas_are_never_picked():
