@@ -78,4 +78,8 @@ def _add_service_routes(app: FastAPI) -> None:
 
     @app.get("/metrics")
     async def metrics(request: Request):
+        for served in request.app.state.models.loaded():
+            refresh = getattr(served.engine, "refresh_stats", None)
+            if refresh is not None:  # a cluster asks its replicas now, not at its last health poll
+                await refresh()
         return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)

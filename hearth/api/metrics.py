@@ -84,74 +84,72 @@ class RequestTimer:
 
 
 class _EngineCollector:
+    """Engine state at scrape time, a sample per loaded model; an engine with replicas
+    (hearth.cluster) gives each replica's series under a `replica` label."""
+
     def __init__(self, loaded: Callable[[], list]):
         self.loaded = loaded
 
-    def collect(self):
-        """Each family once, with a sample per loaded model (Prometheus wants a family's samples together)."""
-        families: dict[str, object] = {}
+    def _rows(self) -> tuple[list[str], list[tuple[list[str], object]]]:
+        """(label names, [(label values, engine stats)]): a row per loaded model, or per replica."""
+        rows: list[tuple[dict[str, str], object]] = []
         for served in self.loaded():
-            for family in _engine_families(served.engine.stats(), served.name):
-                if family.name in families:
-                    families[family.name].samples += family.samples
-                else:
-                    families[family.name] = family
+            per_replica = getattr(served.engine, "replica_stats", None)
+            if per_replica is None:
+                rows.append(({"model_name": served.name}, served.engine.stats()))
+            else:
+                rows += [({"model_name": served.name, "replica": r}, s) for r, s in per_replica().items()]
+        labels = ["model_name"] + (["replica"] if any("replica" in k for k, _ in rows) else [])
+        return labels, [([k.get(name, "") for name in labels], s) for k, s in rows]
+
+    def collect(self):
+        labels, rows = self._rows()
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for values, s in rows:
+            for kind, metric, doc, value in _engine_series(s):
+                if metric not in families:
+                    families[metric] = kind(metric, doc, labels=labels)
+                families[metric].add_metric(values, value)
+            if s.spec is not None:
+                metric = "hearth:spec_decode_num_accepted_tokens_per_pos"
+                if metric not in families:
+                    families[metric] = CounterMetricFamily(metric, "Accepted draft tokens, by position in the draft.",
+                                                           labels=labels + ["position"])
+                for pos, n in enumerate(s.spec.accepted_per_pos):
+                    families[metric].add_metric(values + [str(pos)], n)
         yield from families.values()
 
 
-def _engine_families(s, model_name: str):
-    """One model's engine state as metric families of one sample each."""
-    for metric, doc, value in _gauges(s):
-        g = GaugeMetricFamily(metric, doc, labels=["model_name"])
-        g.add_metric([model_name], value)
-        yield g
-    for metric, doc, value in _counters(s):
-        c = CounterMetricFamily(metric, doc, labels=["model_name"])
-        c.add_metric([model_name], value)
-        yield c
-    if s.spec is not None:
-        c = CounterMetricFamily("hearth:spec_decode_num_accepted_tokens_per_pos",
-                                "Accepted draft tokens, by position in the draft.", labels=["model_name", "position"])
-        for pos, n in enumerate(s.spec.accepted_per_pos):
-            c.add_metric([model_name, str(pos)], n)
-        yield c
-
-
-def _gauges(s) -> list[tuple[str, str, float]]:
+def _engine_series(s) -> list[tuple[type, str, str, float]]:
+    """(family class, name, help, value) of one engine's state."""
+    G, C = GaugeMetricFamily, CounterMetricFamily
     out = [
-        ("hearth:num_requests_running", "Requests in the running batch.", s.num_running),
-        ("hearth:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting),
-        ("hearth:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.",
+        (G, "hearth:num_requests_running", "Requests in the running batch.", s.num_running),
+        (G, "hearth:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting),
+        (G, "hearth:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.",
          s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0),
-        ("hearth:kv_cache_blocks_used", "KV-cache blocks in use.", s.kv_blocks_used),
-        ("hearth:kv_cache_blocks_total", "KV-cache blocks allocated.", s.kv_blocks_total),
-    ]
-    if s.disk is not None:
-        out += [("hearth:kv_disk_files", "Block files in the disk tier.", s.disk.files),
-                ("hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", s.disk.bytes)]
-    return out
-
-
-def _counters(s) -> list[tuple[str, str, int]]:
-    out = [
-        ("hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
-        ("hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
+        (G, "hearth:kv_cache_blocks_used", "KV-cache blocks in use.", s.kv_blocks_used),
+        (G, "hearth:kv_cache_blocks_total", "KV-cache blocks allocated.", s.kv_blocks_total),
+        (C, "hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
+        (C, "hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
     ]
     if s.disk is not None:
         d = s.disk
         out += [
-            ("hearth:prefix_cache_disk_hits", "Prefix-cache hits loaded from the disk tier, in tokens.",
+            (C, "hearth:prefix_cache_disk_hits", "Prefix-cache hits loaded from the disk tier, in tokens.",
              s.prefix_cache_disk_hits),
-            ("hearth:kv_disk_blocks_read", "KV blocks read back from the disk tier and verified.", d.hits),
-            ("hearth:kv_disk_blocks_written", "KV blocks written to the disk tier.", d.writes),
-            ("hearth:kv_disk_writes_dropped", "KV block writes dropped: the write queue was full.", d.dropped),
-            ("hearth:kv_disk_corrupt_files", "Disk-tier files rejected on read (header, length or "
+            (C, "hearth:kv_disk_blocks_read", "KV blocks read back from the disk tier and verified.", d.hits),
+            (C, "hearth:kv_disk_blocks_written", "KV blocks written to the disk tier.", d.writes),
+            (C, "hearth:kv_disk_writes_dropped", "KV block writes dropped: the write queue was full.", d.dropped),
+            (C, "hearth:kv_disk_corrupt_files", "Disk-tier files rejected on read (header, length or "
              "checksum) and deleted; never loaded.", d.corrupt),
-            ("hearth:kv_disk_evictions", "Disk-tier files evicted to stay within the space budget.", d.evictions),
-            ("hearth:kv_disk_write_errors", "Disk-tier writes that failed.", d.write_errors),
+            (C, "hearth:kv_disk_evictions", "Disk-tier files evicted to stay within the space budget.", d.evictions),
+            (C, "hearth:kv_disk_write_errors", "Disk-tier writes that failed.", d.write_errors),
+            (G, "hearth:kv_disk_files", "Block files in the disk tier.", d.files),
+            (G, "hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", d.bytes),
         ]
     if s.spec is not None:
-        out += _spec_counters(s.spec)
+        out += [(C, *c) for c in _spec_counters(s.spec)]
     return out
 
 

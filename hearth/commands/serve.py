@@ -75,17 +75,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hearth.api.app import ServerConfig, create_app
+    from hearth.api.app import create_app
     from hearth.commands.serve_models import build_pool
 
     pool = build_pool(args)
     pool.preload()
-    config = ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
-                          max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
-                          max_tokens=args.max_tokens_limit)
-    app = create_app(pool, config)
+    return run_server(create_app(pool, server_config(args)), args, pool.ids_text())
+
+
+def engine_args(args: argparse.Namespace) -> dict:
+    """LLM's keyword arguments from the engine options (a --models entry overrides some; `hearth
+    cluster serve` passes them to each replica)."""
+    return dict(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
+                kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
+                enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
+                kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
+                speculative_config=speculative_config(args), device=args.device)
+
+
+def server_config(args: argparse.Namespace):
+    from hearth.api.app import ServerConfig
+
+    return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
+                        max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
+                        max_tokens=args.max_tokens_limit)
+
+
+def run_server(app, args: argparse.Namespace, names: str) -> int:
+    """Serve until interrupted; the URL is announced once the socket listens. names: what is served, as text."""
     url = f"http://{_url_host(args.host)}:{args.port}"
-    ready = f"hearth: serving {pool.ids_text()} at {url} (chat page {url}/, API {url}/v1)"
+    ready = f"hearth: serving {names} at {url} (chat page {url}/, API {url}/v1)"
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=5), ready)
     server.run()

@@ -205,19 +205,15 @@ class Loader:
         import torch
 
         from hearth.api.served import ServedModel
-        from hearth.commands.serve import speculative_config
+        from hearth.commands.serve import engine_args
         from hearth.engine.async_engine import AsyncEngine
         from hearth.llm import LLM
 
         a = self.args
         entry, path = self.by_id[spec.name]
         threads = entry.threads or self.default_threads
-        llm = LLM(str(path), max_model_len=entry.context or a.max_model_len, max_num_seqs=a.max_num_seqs,
-                  max_num_batched_tokens=a.max_num_batched_tokens, num_kv_blocks=a.num_kv_blocks,
-                  kv_cache_memory_gb=a.kv_cache_memory_gb, kv_cache_dtype=entry.kv_cache_dtype or a.kv_cache_dtype,
-                  enable_prefix_caching=not a.no_prefix_caching, threads=threads, seed=a.seed,
-                  kv_disk_dir=a.kv_disk_dir, kv_disk_space_mb=a.kv_disk_space_mb,
-                  speculative_config=speculative_config(a), device=a.device)
+        llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
+                                "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads})
         llm.runner.grammar.prepare_in_background()
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
