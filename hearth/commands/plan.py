@@ -90,7 +90,7 @@ def replicas_main(args: argparse.Namespace) -> int:
     if args.ctx is not None:
         raise PlanError("--ctx does not apply with --target-rps: a request's context is "
                         "--prompt-tokens + --output-tokens")
-    cores = os.cpu_count() or 1  # the core count the measurement of this machine ran on
+    cores = cores_here()
     machines = None if args.machines is None else parse_machines(args.machines, Machine(cores, 0))
     req = build_request(args.model, device=args.device, ctx=args.prompt_tokens + args.output_tokens,
                         concurrency=args.concurrency or SERVE_MAX_NUM_SEQS, kv_cache_dtype=args.kv_cache_dtype,
@@ -109,13 +109,19 @@ def replicas_main(args: argparse.Namespace) -> int:
     return 0
 
 
+def cores_here() -> int:
+    """The core count the measurement of this machine ran on (hearth.memory.this_machine.machine_key)."""
+    return os.cpu_count() or 1
+
+
 def format_replicas(rp: ReplicaPlan, bandwidth: float, peak: float, seqs: int, device: str) -> str:
     w, t = rp.work, rp.work.threads
     need = rp.machines_needed
+    short = rp.replicas - sum(rp.per_machine)
     where = ("machines like this one" if rp.open_ended else f"of the {len(rp.per_machine)} machines given "
-             f"({sum(rp.per_machine)} replicas in all)")
+             f"({sum(rp.per_machine)} replicas in all{f', {short} short' if short > 0 else ''})")
     rows = [("per replica", f"{rp.replica_rps:,.2f} req/s",
-             f"{t}/{rp.cores_here} of {rate(bandwidth)} and {flops(peak)}/s: prefill {rp.prefill_tok_s:,.0f} "
+             f"{t} thread(s) x {rate(bandwidth / rp.cores_here)}, {flops(peak / rp.cores_here)}/s a core: prefill {rp.prefill_tok_s:,.0f} "
              f"tok/s + decode {rp.decode_tok_s:,.1f} tok/s ({seqs} sequences at {w.prompt_tokens + w.output_tokens:,} "
              "tokens) take turns"),
             ("replicas needed", f"{rp.replicas:,}", f"{w.rps:g} req/s / {rp.replica_rps:,.2f} req/s, rounded up"),
@@ -125,5 +131,5 @@ def format_replicas(rp: ReplicaPlan, bandwidth: float, peak: float, seqs: int, d
     head = (f"replicas  {w.rps:g} req/s of {w.prompt_tokens:,} prompt + {w.output_tokens:,} output tokens, "
             f"{seqs} sequences a replica of {t} thread(s), on {device}")
     return "\n".join([head, *(f"  {a:<17} {b:>14}   {c}" for a, b, c in rows),
-                      "assumes: a machine's replicas share its measured bandwidth and FLOP/s by threads "
-                      "(T of its cores each); ceilings, not what an engine reaches"])
+                      "assumes: a machine's replicas share its bandwidth and FLOP/s by threads, at this device's "
+                      "figures per core; ceilings, not what an engine reaches"])

@@ -103,7 +103,7 @@ def plan_replicas(req: PlanRequest, w: Workload, here: Machine, machines: list[M
     if req.device.kind != "cpu":
         raise PlanError(f"replica planning is for CPU machines (hearth cluster serve runs CPU replicas), "
                         f"not {req.device.name}")
-    if w.threads > here.cores:
+    if machines is None and w.threads > here.cores:
         raise PlanError(f"--threads-per-replica {w.threads} is more than this machine's {here.cores} cores")
     ctx = w.prompt_tokens + w.output_tokens
     check_request(req.shape, ctx, req.concurrency, req.batch_tokens)
