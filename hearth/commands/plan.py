@@ -12,7 +12,7 @@ from hearth.memory.figure_text import FIGURES
 from hearth.memory.kv_formats import KV_FORMATS
 from hearth.memory.overhead import DEFAULT_BATCH_TOKENS
 from hearth.memory import PlanError
-from hearth.memory.planner import Plan
+from hearth.memory.planner import Plan, PlanRequest
 from hearth.memory.replicas import Machine, ReplicaPlan, Workload, check_workload, parse_machines, plan_replicas
 from hearth.memory.request import DEFAULT_BLOCK, build_request, plan_for
 from hearth.memory.units import flops, nbytes, rate
@@ -52,7 +52,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     if args.target_rps is not None:
         return replicas_main(args)
-    result = plan_for(args.model, device=args.device, ctx=args.ctx, concurrency=args.concurrency or 1,
+    seqs = 1 if args.concurrency is None else args.concurrency
+    result = plan_for(args.model, device=args.device, ctx=args.ctx, concurrency=seqs,
                       kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
                       batch_tokens=args.batch_tokens, memory_gib=args.memory_gib, remeasure=args.remeasure,
                       progress=not args.json)
@@ -92,8 +93,9 @@ def replicas_main(args: argparse.Namespace) -> int:
                         "--prompt-tokens + --output-tokens")
     cores = cores_here()
     machines = None if args.machines is None else parse_machines(args.machines, Machine(cores, 0))
+    seqs = SERVE_MAX_NUM_SEQS if args.concurrency is None else args.concurrency
     req = build_request(args.model, device=args.device, ctx=args.prompt_tokens + args.output_tokens,
-                        concurrency=args.concurrency or SERVE_MAX_NUM_SEQS, kv_cache_dtype=args.kv_cache_dtype,
+                        concurrency=seqs, kv_cache_dtype=args.kv_cache_dtype,
                         block_size=args.block_size, batch_tokens=args.batch_tokens, memory_gib=args.memory_gib,
                         remeasure=args.remeasure, progress=not args.json)
     here = Machine(cores, req.device.memory_bytes)
@@ -105,7 +107,7 @@ def replicas_main(args: argparse.Namespace) -> int:
                           "replicas": rp.replicas, "per_machine": rp.per_machine,
                           "machines_needed": rp.machines_needed}, indent=1))
     else:
-        print(format_replicas(rp, req.device.bandwidth, req.device.peak_flops, req.concurrency, req.device.name))
+        print(format_replicas(rp, req))
     return 0
 
 
@@ -114,22 +116,21 @@ def cores_here() -> int:
     return os.cpu_count() or 1
 
 
-def format_replicas(rp: ReplicaPlan, bandwidth: float, peak: float, seqs: int, device: str) -> str:
-    w, t = rp.work, rp.work.threads
-    need = rp.machines_needed
-    short = rp.replicas - sum(rp.per_machine)
+def format_replicas(rp: ReplicaPlan, req: PlanRequest) -> str:
+    w, t, seqs, d = rp.work, rp.work.threads, req.concurrency, req.device
+    need, short = rp.machines_needed, rp.replicas - sum(rp.per_machine)
     where = ("machines like this one" if rp.open_ended else f"of the {len(rp.per_machine)} machines given "
              f"({sum(rp.per_machine)} replicas in all{f', {short} short' if short > 0 else ''})")
+    core = f"{rate(d.bandwidth / rp.cores_here)}, {flops(d.peak_flops / rp.cores_here)}/s a core"
     rows = [("per replica", f"{rp.replica_rps:,.2f} req/s",
-             f"{t} thread(s) x {rate(bandwidth / rp.cores_here)}, {flops(peak / rp.cores_here)}/s a core: prefill {rp.prefill_tok_s:,.0f} "
-             f"tok/s + decode {rp.decode_tok_s:,.1f} tok/s ({seqs} sequences at {w.prompt_tokens + w.output_tokens:,} "
-             "tokens) take turns"),
+             f"{t} thread(s) x {core}: prefill {rp.prefill_tok_s:,.0f} tok/s + decode {rp.decode_tok_s:,.1f} "
+             f"tok/s ({seqs} sequences at {w.prompt_tokens + w.output_tokens:,} tokens) take turns"),
             ("replicas needed", f"{rp.replicas:,}", f"{w.rps:g} req/s / {rp.replica_rps:,.2f} req/s, rounded up"),
             ("per machine", " ".join(map(str, rp.per_machine[:8])) + (" ..." if len(rp.per_machine) > 8 else ""),
              f"min(cores / {t} thread(s), 90% of memory / {nbytes(rp.replica_bytes)} a replica)"),
             ("machines", f"{need:,}" if need else "NOT ENOUGH", where)]
     head = (f"replicas  {w.rps:g} req/s of {w.prompt_tokens:,} prompt + {w.output_tokens:,} output tokens, "
-            f"{seqs} sequences a replica of {t} thread(s), on {device}")
+            f"{seqs} sequences a replica of {t} thread(s), on {d.name}")
     return "\n".join([head, *(f"  {a:<17} {b:>14}   {c}" for a, b, c in rows),
                       "assumes: a machine's replicas share its bandwidth and FLOP/s by threads, at this device's "
                       "figures per core; ceilings, not what an engine reaches"])

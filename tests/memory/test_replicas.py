@@ -106,6 +106,7 @@ def test_report_and_json(capsys, fake_this):
     (["--target-rps", "5", "--machines", "16x64"], "--machines: '16x64' is not CORES:MEMORY_GIB"),
     (["--target-rps", "5", "--ctx", "1024"], "--ctx does not apply with --target-rps"),
     (["--target-rps", "5", "--prompt-tokens", "1000000"], "beyond the model's context length"),
+    (["--target-rps", "5", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["--target-rps", "5", "--device", "h200"], "replica planning is for CPU machines"),
 ])
 def test_bad_input_is_one_line(capsys, fake_this, argv, needle):
