@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_tasks.h"
 #include "blocks.h"
 #include "simd.h"
 
@@ -236,92 +237,7 @@ AttendFn pick_attend(int64_t dv, bool bf16) {
   }
 }
 
-constexpr int64_t MAX_TASK_HEADS = 64;  // query heads one task may cover
-
-struct AttnTask {
-  int64_t row, seq, g, k0, k1, part;  // part: its slot in the partials buffer, -1 when it writes out directly
-};
-
 thread_local std::vector<float> attn_scores;
 thread_local AttnScratch attn_scratch;
-
-// Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
-// cut into tasks of (row, group g of G query heads, key range; `groups` per row): enough to keep
-// every thread busy, none shorter than 32 keys. attend(task, m, l, acc) fills per head the max, the sum of exp(s - max) and the unnormalized
-// accumulator (into out directly when the row is not split); split rows are merged by their maxima
-// and sums (flash-decoding). hk_paged_attention and hk_kvq_attention both run on it. tree (null:
-// none): int64 [rows, ldtree], a row's own position along its tree path in column 0 (-1: an
-// ordinary row, its position from seq_lens): the row's keys and ranges are then a decode's there.
-template <class Attend>
-void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens,
-                   int64_t groups, int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend,
-                   const int64_t* tree = nullptr, int64_t ldtree = 0) {
-  const int nt = omp_get_max_threads();
-  int64_t T = 0;
-  for (int64_t s = 0; s < S; ++s) T += q_len[s];
-  std::vector<AttnTask> tasks;
-  int64_t parts = 0;
-  double work = 0;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
-      const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-      const int64_t n = pos + 1 - lo;
-      // batch-invariant: from the number of sequences, not of rows, so a row gets the same key ranges
-      // (the same bits) whether its sequence decodes one token or verifies drafts in 1 + k rows
-      const int64_t want = (4 * nt + S * groups - 1) / (S * groups);
-      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
-      for (int64_t g = 0; g < groups; ++g)
-        for (int64_t j = 0; j < split; ++j) {
-          tasks.push_back({t, s, g, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
-          work += static_cast<double>(n) / split * G * d;
-        }
-    }
-  thread_local std::vector<float> partials_buf;  // every part is written before it is read: no zeroing
-  if (static_cast<int64_t>(partials_buf.size()) < parts * G * (d + 2)) partials_buf.resize(parts * G * (d + 2));
-  float* partials = partials_buf.data();
-  const int64_t ntasks = static_cast<int64_t>(tasks.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
-  for (int64_t i = 0; i < ntasks; ++i) {
-    const AttnTask& k = tasks[i];
-    float m[MAX_TASK_HEADS], l[MAX_TASK_HEADS];
-    float* acc = k.part >= 0 ? partials + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
-    attend(k, m, l, acc);
-    if (k.part >= 0) {
-      std::copy(m, m + G, acc + G * d);
-      std::copy(l, l + G, acc + G * d + G);
-    } else {
-      for (int64_t h = 0; h < G; ++h)
-        for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
-    }
-  }
-  // merge, each split (row, group) on its own: weights exp(m_j - max m) for each range's sum and
-  // accumulator. Its tasks are consecutive; the order of its ranges is the one of a 1-row call.
-  std::vector<int64_t> firsts;
-  for (int64_t i = 0; i < ntasks; ++i)
-    if (tasks[i].part >= 0 && (i == 0 || tasks[i - 1].row != tasks[i].row || tasks[i - 1].g != tasks[i].g))
-      firsts.push_back(i);
-  const int64_t nmerge = static_cast<int64_t>(firsts.size());
-#pragma omp parallel for schedule(static) num_threads(nmerge * G * d < 65536 ? 1 : nt)
-  for (int64_t f = 0; f < nmerge; ++f) {
-    const int64_t i = firsts[f];
-    const AttnTask& first = tasks[i];
-    int64_t e = i;
-    while (e < ntasks && tasks[e].row == first.row && tasks[e].g == first.g) ++e;
-    float* o = out + first.row * ldo + first.g * G * d;
-    for (int64_t h = 0; h < G; ++h) {
-      float mx = -INFINITY, total = 0.0f;
-      for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * G * (d + 2) + G * d + h]);
-      std::fill(o + h * d, o + (h + 1) * d, 0.0f);
-      for (int64_t j = i; j < e; ++j) {
-        const float* p = partials + tasks[j].part * G * (d + 2);
-        const float w = std::exp(p[G * d + h] - mx);
-        total += w * p[G * d + G + h];
-        for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
-      }
-      for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
-    }
-  }
-}
 
 }  // namespace

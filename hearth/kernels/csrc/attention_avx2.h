@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_tasks.h"
 #include "simd_avx2.h"
 
 namespace {
@@ -197,74 +198,6 @@ AttendFn pick_attend(int64_t dv, bool bf16) {  // dv = head_dim / 8
   }
 }
 
-constexpr int64_t MAX_TASK_HEADS = 64;  // query heads one task may cover
-
-struct AttnTask {
-  int64_t row, seq, k0, k1, part;  // part: its slot in the partials buffer, -1 when it writes out directly
-};
-
 thread_local AttnScratch attn_scratch;
-
-// Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
-// cut into tasks of (row, key range), none shorter than 32 keys; attend(task, m, l, acc) per task.
-// tree (null: none): int64 [rows, ldtree], a row's own position along its tree path in column 0 (-1:
-// an ordinary row, its position from seq_lens): the row's keys and ranges are then a decode's there.
-template <class Attend>
-void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, int64_t H,
-                   int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend,
-                   const int64_t* tree = nullptr, int64_t ldtree = 0) {
-  const int nt = omp_get_max_threads();
-  std::vector<AttnTask> tasks;
-  int64_t parts = 0;
-  double work = 0;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
-      const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-      const int64_t n = pos + 1 - lo;
-      const int64_t want = (4 * nt + S - 1) / S;  // from the number of sequences, not of rows
-      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
-      for (int64_t j = 0; j < split; ++j) {
-        tasks.push_back({t, s, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
-        work += static_cast<double>(n) / split * H * d;
-      }
-    }
-  std::vector<float> partials(parts * H * (d + 2));
-  const int64_t ntasks = static_cast<int64_t>(tasks.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
-  for (int64_t i = 0; i < ntasks; ++i) {
-    const AttnTask& k = tasks[i];
-    float m[MAX_TASK_HEADS], l[MAX_TASK_HEADS];
-    float* acc = k.part >= 0 ? partials.data() + k.part * H * (d + 2) : out + k.row * ldo;
-    attend(k, m, l, acc);
-    if (k.part >= 0) {
-      std::copy(m, m + H, acc + H * d);
-      std::copy(l, l + H, acc + H * d + H);
-    } else {
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
-    }
-  }
-  for (int64_t i = 0; i < ntasks;) {  // merge: weights exp(m_j - max m) for each range's sum and accumulator
-    const AttnTask& first = tasks[i];
-    if (first.part < 0) { ++i; continue; }
-    int64_t e = i;
-    while (e < ntasks && tasks[e].row == first.row) ++e;
-    float* o = out + first.row * ldo;
-    for (int64_t h = 0; h < H; ++h) {
-      float mx = -INFINITY, total = 0.0f;
-      for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * H * (d + 2) + H * d + h]);
-      std::fill(o + h * d, o + (h + 1) * d, 0.0f);
-      for (int64_t j = i; j < e; ++j) {
-        const float* p = partials.data() + tasks[j].part * H * (d + 2);
-        const float w = std::exp(p[H * d + h] - mx);
-        total += w * p[H * d + H + h];
-        for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
-      }
-      for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
-    }
-    i = e;
-  }
-}
 
 }  // namespace

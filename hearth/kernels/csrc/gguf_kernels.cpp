@@ -21,6 +21,7 @@
 #include "tier.h"
 #include "amx.h"
 #include "attention.h"
+#include "attention_rows.h"
 #include "gemm_bf16.h"
 #include "gemm_vnni.h"
 #include "gemm_dpbf16.h"
@@ -564,7 +565,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 12; }
+int hk_abi_version() { return 13; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -719,17 +720,32 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
                        int64_t ldo, const int64_t* tree, int64_t ldtree) {
   const AttendFn fn = (d % 16 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 16, kv_bf16);
   if (!fn) return -1;
+  const AttendRowsFn rows_fn = pick_attend_rows(d / 16, kv_bf16);
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
-  run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo,  // a task covers every head
-                [&](const AttnTask& k, float* m, float* l, float* acc) {
-                  AttnShape sh = a;
-                  sh.table = tables + k.seq * ldt;
-                  if (tree && tree[k.row * ldtree] >= 0) {
-                    sh.remap = tree + k.row * ldtree + 2;
-                    sh.remap_from = tree[k.row * ldtree + 1];
-                  }
-                  fn(sh, q + k.row * ldq, k.k0, k.k1, m, l, acc, attn_scratch);
-                }, tree, ldtree);
+  auto job = [&](const AttnTask& k, float* m, float* l, float* acc) {
+    const bool node = tree && tree[k.row * ldtree] >= 0;
+    return RowJob{q + k.row * ldq, k.k0, k.k1, node ? tree + k.row * ldtree + 2 : nullptr,
+                  node ? tree[k.row * ldtree + 1] : 0, m, l, acc};
+  };
+  auto one = [&](const AttnTask& k, float* m, float* l, float* acc) {
+    const RowJob r = job(k, m, l, acc);
+    AttnShape sh = row_shape(a, r);
+    sh.table = tables + k.seq * ldt;
+    fn(sh, r.q, k.k0, k.k1, m, l, acc, attn_scratch);
+  };
+  // a sequence's rows in one step (a verify chain, a tree): K/V read once for all of them, same bits
+  auto group = [&](const AttnTask* const* ks, int64_t n, float* m, float* l, float* const* acc) {
+    thread_local std::vector<RowJob> jobs;
+    jobs.resize(n);
+    for (int64_t i = 0; i < n; ++i) jobs[i] = job(*ks[i], m + i * MAX_TASK_HEADS, l + i * MAX_TASK_HEADS, acc[i]);
+    AttnShape sh = a;
+    sh.table = tables + ks[0]->seq * ldt;
+    rows_fn(sh, jobs.data(), n, rows_scratch);
+  };
+  if (row_groups())
+    run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo, one, tree, ldtree, group);
+  else
+    run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo, one, tree, ldtree);  // every head a task
   return 0;
 }
 
@@ -777,6 +793,10 @@ int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf1
   return prefill_attention(q, ldq, kv, kv_bf16, num_slots, bs, heads, kvh, d, T, ctx, table, scale, window, softcap, 0,
                            out, ldo);
 }
+
+// Rows of one sequence in one step attend as a row group (attention_tasks.h) while on (1, the
+// default); 0: every task on its own. The bits are the same either way.
+void hk_set_row_groups(int on) { row_groups() = on != 0; }
 
 // K and V of T new tokens into their cache slots: kv rows (f32, row stride ldx) hold k then v
 // ([2, kvh * d] each row); cache as in hk_paged_attention. Rounds to nearest even like torch's casts.

@@ -175,7 +175,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 12; }
+int hk_abi_version() { return 13; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier): this library runs the avx2 tier only.
 int hk_set_tier(int level) {
@@ -281,7 +281,7 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
   const AttendFn fn = (d % 8 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 8, kv_bf16);
   if (!fn) return -1;
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
-  run_attention(S, q_start, q_len, seq_lens, heads, d, window, out, ldo,
+  run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo,  // a task covers every head
                 [&](const AttnTask& k, float* m, float* l, float* acc) {
                   AttnShape sh = a;
                   sh.table = tables + k.seq * ldt;
@@ -293,6 +293,10 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
                 }, tree, ldtree);
   return 0;
 }
+
+// Rows of one sequence in one step attend as a row group (attention_tasks.h) while on (1, the
+// default); 0: every task on its own. The bits are the same either way.
+void hk_set_row_groups(int on) { row_groups() = on != 0; }
 
 // K and V of T new tokens into their cache slots: kv rows (f32, row stride ldx) hold k then v
 // ([2, kvh * d] each row). Rounds to nearest even like torch's casts.
