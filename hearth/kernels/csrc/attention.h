@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_rows.h"
 #include "attention_tasks.h"
 #include "blocks.h"
 #include "simd.h"
@@ -237,7 +238,95 @@ AttendFn pick_attend(int64_t dv, bool bf16) {
   }
 }
 
+// attention_rows.h's vector work on this tier: attend_range's operations, row by row
+template <int DV_, bool BF16>
+struct RowOps {
+  static constexpr int L = 16, DV = DV_;
+  static void convert(const AttnShape& a, int plane, int64_t k, int64_t n, int64_t end, float* dst, bool values) {
+    const int64_t bytes = a.kvh * a.d * 2, W = a.kvh * DV;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* src = slot_row(a, plane, 0, k + j);
+      if (k + n + j < end) {
+        const uint8_t* nx = slot_row(a, plane, 0, k + n + j);
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(nx + b), _MM_HINT_T0);
+      }
+      if (values)
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(src + a.plane * 2 + b), _MM_HINT_T1);
+      for (int64_t c = 0; c < W; ++c) _mm512_store_ps(dst + (j * W + c) * 16, load_half<BF16>(src + 32 * c));
+    }
+  }
+  static void scores(const AttnShape& a, const float* kt, int nk, const float* qs, float* s, int64_t ld, int lo, int hi) {
+    const int64_t H = a.heads, G = H / a.kvh, W = a.kvh * DV;
+    const __mmask16 live = static_cast<__mmask16>(tail_mask(hi) & ~tail_mask(lo));
+    for (int64_t h = 0; h < H; ++h) {
+      __m512 t[16], qv[DV];
+      const float* kh = kt + h / G * DV * 16;
+      for (int c = 0; c < DV; ++c) qv[c] = _mm512_loadu_ps(qs + h * a.d + 16 * c);
+      for (int j = 0; j < 16; ++j) {
+        if (j >= nk) { t[j] = _mm512_setzero_ps(); continue; }
+        t[j] = _mm512_mul_ps(qv[0], _mm512_load_ps(kh + j * W * 16));
+        for (int c = 1; c < DV; ++c) t[j] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kh + (j * W + c) * 16), t[j]);
+      }
+      __m512 v = sum16(t);
+      if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
+      _mm512_mask_storeu_ps(s + h * ld, live, v);
+    }
+  }
+  static void softmax(float* s, int64_t n, float& m, float& l) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 k = tail_mask(n - j);
+      mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + j));
+    }
+    m = _mm512_reduce_max_ps(mx);
+    l = exp_in_place(s, n, m);
+  }
+  template <int HB, int CV>  // weighted_values' register tile and order
+  static void tile(const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ldp, float* acc, int64_t D, bool start) {
+    __m512 o[HB][CV];
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) o[h][c] = start ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + h * D + 16 * c);
+    for (int64_t j = 0; j < nk; ++j) {
+      __m512 vf[CV];
+      for (int c = 0; c < CV; ++c) vf[c] = _mm512_load_ps(v + j * ldv + 16 * c);
+      for (int h = 0; h < HB; ++h) {
+        const __m512 w = _mm512_set1_ps(p[h * ldp + j]);
+        for (int c = 0; c < CV; ++c) o[h][c] = _mm512_fmadd_ps(w, vf[c], o[h][c]);
+      }
+    }
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) _mm512_storeu_ps(acc + h * D + 16 * c, o[h][c]);
+  }
+  static void values(const AttnShape& a, const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ld, float* acc,
+                     bool start) {
+    const int64_t G = a.heads / a.kvh, D = a.d;
+    for (int64_t g = 0; g < a.kvh; ++g)
+      for_value_tiles<DV>(G, [&](auto hb, auto cv, int64_t h0, int c0) {
+        tile<decltype(hb)::value, decltype(cv)::value>(v + (g * DV + c0) * 16, ldv, nk, p + (g * G + h0) * ld, ld,
+                                                       acc + (g * G + h0) * D + 16 * c0, D, start);
+      });
+  }
+};
+
+using AttendRowsFn = void (*)(const AttnShape&, const RowJob*, int64_t, RowsScratch&);
+
+template <int DV>
+AttendRowsFn attend_rows_for(bool bf16) {
+  return bf16 ? attend_rows<RowOps<DV, true>, AttnShape> : attend_rows<RowOps<DV, false>, AttnShape>;
+}
+
+AttendRowsFn pick_attend_rows(int64_t dv, bool bf16) {  // dv = head_dim / 16
+  switch (dv) {
+    case 2: return attend_rows_for<2>(bf16);
+    case 4: return attend_rows_for<4>(bf16);
+    case 5: return attend_rows_for<5>(bf16);
+    case 6: return attend_rows_for<6>(bf16);
+    case 8: return attend_rows_for<8>(bf16);
+    case 16: return attend_rows_for<16>(bf16);
+    default: return nullptr;
+  }
+}
+
 thread_local std::vector<float> attn_scores;
-thread_local AttnScratch attn_scratch;
 
 }  // namespace

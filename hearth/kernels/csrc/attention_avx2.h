@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_rows.h"
 #include "attention_tasks.h"
 #include "simd_avx2.h"
 
@@ -198,6 +199,95 @@ AttendFn pick_attend(int64_t dv, bool bf16) {  // dv = head_dim / 8
   }
 }
 
-thread_local AttnScratch attn_scratch;
+// attention_rows.h's vector work on this tier: attend_range's operations, row by row
+template <int DV_, bool BF16>
+struct RowOps {
+  static constexpr int L = 8, DV = DV_;
+  static void convert(const AttnShape& a, int plane, int64_t k, int64_t n, int64_t end, float* dst, bool values) {
+    const int64_t bytes = a.kvh * a.d * 2, W = a.kvh * DV;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* src = slot_row(a, plane, 0, k + j);
+      if (k + n + j < end) {
+        const uint8_t* nx = slot_row(a, plane, 0, k + n + j);
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(nx + b), _MM_HINT_T0);
+      }
+      if (values)
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(src + a.plane * 2 + b), _MM_HINT_T1);
+      for (int64_t c = 0; c < W; ++c) _mm256_store_ps(dst + (j * W + c) * 8, load_half<BF16>(src + 16 * c));
+    }
+  }
+  static void scores(const AttnShape& a, const float* kt, int nk, const float* qs, float* s, int64_t ld, int lo, int hi) {
+    const int64_t H = a.heads, G = H / a.kvh, W = a.kvh * DV;
+    const __m256i live = _mm256_andnot_si256(tail_mask8(lo), tail_mask8(hi));
+    for (int64_t h = 0; h < H; ++h) {
+      __m256 t[8];
+      const float* qh = qs + h * a.d;
+      const float* kh = kt + h / G * DV * 8;
+      for (int j = 0; j < 8; ++j) {
+        if (j >= nk) { t[j] = _mm256_setzero_ps(); continue; }
+        t[j] = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_load_ps(kh + j * W * 8));
+        for (int c = 1; c < DV; ++c) t[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * c), _mm256_load_ps(kh + (j * W + c) * 8), t[j]);
+      }
+      __m256 v = sum8(t);
+      if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
+      _mm256_maskstore_ps(s + h * ld, live, v);
+    }
+  }
+  static void softmax(float* s, int64_t n, float& m, float& l) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+    m = mx;
+    l = exp_in_place(s, n, mx);
+  }
+  template <int HB, int CV>  // weighted_values' register tile and order
+  static void tile(const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ldp, float* acc, int64_t D, bool start) {
+    __m256 o[HB][CV];
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) o[h][c] = start ? _mm256_setzero_ps() : _mm256_loadu_ps(acc + h * D + 8 * c);
+    for (int64_t j = 0; j < nk; ++j) {
+      __m256 vf[CV];
+      for (int c = 0; c < CV; ++c) vf[c] = _mm256_load_ps(v + j * ldv + 8 * c);
+      for (int h = 0; h < HB; ++h) {
+        const __m256 w = _mm256_broadcast_ss(p + h * ldp + j);
+        for (int c = 0; c < CV; ++c) o[h][c] = _mm256_fmadd_ps(w, vf[c], o[h][c]);
+      }
+    }
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) _mm256_storeu_ps(acc + h * D + 8 * c, o[h][c]);
+  }
+  static void values(const AttnShape& a, const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ld, float* acc,
+                     bool start) {  // attend_range's tiles: 2 heads x 4 vectors
+    const int64_t G = a.heads / a.kvh, D = a.d;
+    for (int64_t g = 0; g < a.kvh; ++g)
+      for (int64_t h0 = 0; h0 < G; h0 += 2)
+        for (int c0 = 0; c0 < DV; c0 += 4)
+          with_const<2>(static_cast<int>(std::min<int64_t>(2, G - h0)), [&](auto hb) {
+            with_const<4>(std::min(4, DV - c0), [&](auto cv) {
+              tile<decltype(hb)::value, decltype(cv)::value>(v + (g * DV + c0) * 8, ldv, nk, p + (g * G + h0) * ld, ld,
+                                                             acc + (g * G + h0) * D + 8 * c0, D, start);
+            });
+          });
+  }
+};
+
+using AttendRowsFn = void (*)(const AttnShape&, const RowJob*, int64_t, RowsScratch&);
+
+template <int DV>
+AttendRowsFn attend_rows_for(bool bf16) {
+  return bf16 ? attend_rows<RowOps<DV, true>, AttnShape> : attend_rows<RowOps<DV, false>, AttnShape>;
+}
+
+AttendRowsFn pick_attend_rows(int64_t dv, bool bf16) {  // dv = head_dim / 8
+  switch (dv) {
+    case 4: return attend_rows_for<4>(bf16);
+    case 8: return attend_rows_for<8>(bf16);
+    case 10: return attend_rows_for<10>(bf16);
+    case 12: return attend_rows_for<12>(bf16);
+    case 16: return attend_rows_for<16>(bf16);
+    case 32: return attend_rows_for<32>(bf16);
+    default: return nullptr;
+  }
+}
+
 
 }  // namespace

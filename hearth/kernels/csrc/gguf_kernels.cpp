@@ -21,7 +21,6 @@
 #include "tier.h"
 #include "amx.h"
 #include "attention.h"
-#include "attention_rows.h"
 #include "gemm_bf16.h"
 #include "gemm_vnni.h"
 #include "gemm_dpbf16.h"
@@ -720,32 +719,10 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
                        int64_t ldo, const int64_t* tree, int64_t ldtree) {
   const AttendFn fn = (d % 16 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 16, kv_bf16);
   if (!fn) return -1;
-  const AttendRowsFn rows_fn = pick_attend_rows(d / 16, kv_bf16);
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
-  auto job = [&](const AttnTask& k, float* m, float* l, float* acc) {
-    const bool node = tree && tree[k.row * ldtree] >= 0;
-    return RowJob{q + k.row * ldq, k.k0, k.k1, node ? tree + k.row * ldtree + 2 : nullptr,
-                  node ? tree[k.row * ldtree + 1] : 0, m, l, acc};
-  };
-  auto one = [&](const AttnTask& k, float* m, float* l, float* acc) {
-    const RowJob r = job(k, m, l, acc);
-    AttnShape sh = row_shape(a, r);
-    sh.table = tables + k.seq * ldt;
-    fn(sh, r.q, k.k0, k.k1, m, l, acc, attn_scratch);
-  };
-  // a sequence's rows in one step (a verify chain, a tree): K/V read once for all of them, same bits
-  auto group = [&](const AttnTask* const* ks, int64_t n, float* m, float* l, float* const* acc) {
-    thread_local std::vector<RowJob> jobs;
-    jobs.resize(n);
-    for (int64_t i = 0; i < n; ++i) jobs[i] = job(*ks[i], m + i * MAX_TASK_HEADS, l + i * MAX_TASK_HEADS, acc[i]);
-    AttnShape sh = a;
-    sh.table = tables + ks[0]->seq * ldt;
-    rows_fn(sh, jobs.data(), n, rows_scratch);
-  };
-  if (row_groups())
-    run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo, one, tree, ldtree, group);
-  else
-    run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo, one, tree, ldtree);  // every head a task
+  // a task covers every head; a sequence's rows in one step (a verify chain, a tree) as one row group
+  paged_attention_rows<AttnScratch>(a, fn, pick_attend_rows(d / 16, kv_bf16), q, ldq, S, q_start, q_len, seq_lens,
+                       tables, ldt, window, out, ldo, tree, ldtree);
   return 0;
 }
 

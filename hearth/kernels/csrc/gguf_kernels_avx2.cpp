@@ -281,16 +281,9 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
   const AttendFn fn = (d % 8 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 8, kv_bf16);
   if (!fn) return -1;
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
-  run_attention(S, q_start, q_len, seq_lens, 1, heads, d, window, out, ldo,  // a task covers every head
-                [&](const AttnTask& k, float* m, float* l, float* acc) {
-                  AttnShape sh = a;
-                  sh.table = tables + k.seq * ldt;
-                  if (tree && tree[k.row * ldtree] >= 0) {
-                    sh.remap = tree + k.row * ldtree + 2;
-                    sh.remap_from = tree[k.row * ldtree + 1];
-                  }
-                  fn(sh, q + k.row * ldq, k.k0, k.k1, m, l, acc, attn_scratch);
-                }, tree, ldtree);
+  // a task covers every head; a sequence's rows in one step (a verify chain, a tree) as one row group
+  paged_attention_rows<AttnScratch>(a, fn, pick_attend_rows(d / 8, kv_bf16), q, ldq, S, q_start, q_len, seq_lens,
+                       tables, ldt, window, out, ldo, tree, ldtree);
   return 0;
 }
 
