@@ -3,19 +3,22 @@ step's rows of one sequence read each K/V block once, or each row on its own. Sa
 (tests/kernels/test_attention_rows.py); this measures the time, interleaved in one process (median
 of --reps calls each, alternating), Qwen2.5-Coder-1.5B's attention shape by default.
 
-    python benchmarks/bench_attention_rows.py --rows 1 4 16 --ctx 512 2048 [--seqs 1 4] [--dtype bf16]
+    .venv/bin/python benchmarks/bench_attention_rows.py --rows 1 4 16 --ctx 512 2048 [--seqs 1 4] [--dtype bf16]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from hearth.kernels import native
-from hearth.kernels.attention import AttentionMetadata, paged_attention
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's hearth
+from hearth.kernels import native  # noqa: E402
+from hearth.kernels.attention import AttentionMetadata, paged_attention  # noqa: E402
 
 
 def batch(q_lens: list[int], ctx_lens: list[int], bs: int, num_blocks: int, g: torch.Generator) -> AttentionMetadata:
