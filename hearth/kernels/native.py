@@ -42,7 +42,7 @@ COMMON = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-ffp-contract=of
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     "linear": ("hk_plan_new", "hk_plan_free", "hk_linear", "hk_dequant_rows", "hk_dequant_bf16"),
     "fused_ops": ("hk_linear_residual", "hk_mlp", "hk_qk_rope"),
-    "paged_attention": ("hk_paged_attention", "hk_kv_write"),
+    "paged_attention": ("hk_paged_attention", "hk_kv_write", "hk_set_row_groups"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
     "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
@@ -76,7 +76,7 @@ its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (pl
 NEON_LIBRARY = Library("gguf_kernels_neon.cpp",
                        NEON_DOTPROD if tiers.machine() == "aarch64" and "asimddp" in tiers.cpu_flags() else (),
                        DECODE_CAPABILITIES)
-ABI_VERSION = 12
+ABI_VERSION = 13
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY, "neon": NEON_LIBRARY}
@@ -173,6 +173,18 @@ def batch_invariant(n: int):
         yield
     finally:
         lib().hk_set_invariant_rows(0)
+
+
+@contextlib.contextmanager
+def row_groups(on: bool):
+    """Within: a sequence's rows in one step attend as one row group (csrc/attention_tasks.h: K/V read
+    once for all of them; the default) or each task on its own. The bits are the same either way
+    (tests and A/B measurements compare the two)."""
+    lib().hk_set_row_groups(int(on))
+    try:
+        yield
+    finally:
+        lib().hk_set_row_groups(1)
 
 
 @functools.cache
@@ -295,6 +307,7 @@ SIGNATURES = {  # name: (restype, argtypes)
                                   _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
     "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
                                     _f32, _p, _i64]),
+    "hk_set_row_groups": (None, [_int]),
     "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
     "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
                                 _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),

@@ -8,7 +8,8 @@ references the x86 tiers' tests use, with their tolerances:
   same integer dots: only the f32 sum order differs) within 1e-5 of sum(blockmax|x| |W|), as
   tests/kernels/test_native_avx2.py holds avx2 to avx512; row lookup and bf16 expansion bit-exact;
 - paged attention (causal, sliding window, soft-cap, grouped heads, token trees): the torch twin,
-  atol 2e-5 (tests/kernels/test_native_attention.py, test_tree_attention.py); KV write: torch's casts;
+  atol 2e-5 (tests/kernels/test_native_attention.py, test_tree_attention.py), and with row groups on
+  and off bit for bit (test_attention_rows.py); KV write: torch's casts;
 - q/k norm + rope: its torch twin; the fused decoder layer: the avx2 library's, on the same inputs.
 
 Skipped, naming the tool, where the cross compiler or qemu-user is missing (`make test-arm` installs them)."""
@@ -27,6 +28,7 @@ from hearth.kernels.attention import NATIVE_MAX_Q, AttentionMetadata, paged_atte
 from hearth.layers.quant import as_bytes
 from tests.arm import qemu
 from tests.kernels.test_native import assert_act8_close, block_max, widths
+from tests.kernels.test_attention_rows import CASES as ROW_CASES
 from tests.kernels.test_native_attention import CASES as ATTENTION_CASES
 from tests.kernels.test_native_attention import scattered_batch
 from tests.kernels.test_tree_attention import CASES as TREE_CASES
@@ -175,6 +177,39 @@ def test_tree_rows_match_torch(neon, dtype):
     for case, want, rc, out in cases:
         assert s.result(rc) == 0, case
         torch.testing.assert_close(s.read(out), want, atol=2e-5, rtol=0, msg=lambda m: f"{case}: {m}")
+
+
+@pytest.mark.parametrize("dtype", list(KV), ids=list(KV))
+def test_row_groups_keep_each_rows_bits(neon, dtype):
+    """Row groups (csrc/attention_rows.h over attention_pages.h's RowOps on vf8): chains beside decode
+    rows, a window, soft-cap with blocks of 4, and a tree with its sequence's ordinary row give the same
+    bits with groups on (the default) and off (hk_set_row_groups(0): every task alone)."""
+    _, script, run = neon
+    s, cases = script(), []
+    for case in ROW_CASES[1:4]:  # the small ones: seconds under qemu
+        heads, kvh, d, q_lens, ctx_lens, window, softcap, bs = case
+        g = torch.Generator().manual_seed(sum(ctx_lens) + d)
+        nb = sum(-(-c // bs) for c in ctx_lens) + 8
+        cases.append((case, scattered_batch(q_lens, ctx_lens, bs, nb, g),
+                      torch.randn(2, nb, bs, kvh, d, generator=g) * 2, torch.randn(sum(q_lens), heads, d, generator=g),
+                      window, softcap))
+    g = torch.Generator().manual_seed(110)
+    tree = tree_meta(110, PARENTS, 16, g, others=2)
+    cases.append(("tree", tree, torch.randn(2, 512, 16, 2, 128, generator=g) * 2,
+                  torch.randn(tree.query_start_loc[-1], 12, 128, generator=g), 0, 0.0))
+    calls = []
+    for case, meta, cache, q, window, softcap in cases:
+        cache, scale = cache.to(KV[dtype]), q.shape[-1] ** -0.5 * 3
+        on = _attention(s, q, cache, meta, scale, window, softcap)
+        s.call("hk_set_row_groups", 0)
+        off = _attention(s, q, cache, fresh(meta), scale, window, softcap)
+        s.call("hk_set_row_groups", 1)
+        calls.append((case, paged_attention_torch(q, cache, fresh(meta), scale, window, softcap), on, off))
+    run(s)
+    for case, want, (rc_on, on), (rc_off, off) in calls:
+        assert (s.result(rc_on), s.result(rc_off)) == (0, 0), case
+        assert torch.equal(s.read(on), s.read(off)), f"{case}: row groups change the bits"
+        torch.testing.assert_close(s.read(on), want, atol=2e-5, rtol=0, msg=lambda m: f"{case}: {m}")
 
 
 def test_kv_write_rounds_like_torch(neon):

@@ -17,6 +17,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_rows.h"
+#include "attention_tasks.h"
 #include "blocks.h"
 #include "simd.h"
 
@@ -236,92 +238,95 @@ AttendFn pick_attend(int64_t dv, bool bf16) {
   }
 }
 
-constexpr int64_t MAX_TASK_HEADS = 64;  // query heads one task may cover
-
-struct AttnTask {
-  int64_t row, seq, g, k0, k1, part;  // part: its slot in the partials buffer, -1 when it writes out directly
+// attention_rows.h's vector work on this tier: attend_range's operations, row by row
+template <int DV_, bool BF16>
+struct RowOps {
+  static constexpr int L = 16, DV = DV_;
+  static void convert(const AttnShape& a, int plane, int64_t k, int64_t n, int64_t end, float* dst, bool values) {
+    const int64_t bytes = a.kvh * a.d * 2, W = a.kvh * DV;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* src = slot_row(a, plane, 0, k + j);
+      if (k + n + j < end) {
+        const uint8_t* nx = slot_row(a, plane, 0, k + n + j);
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(nx + b), _MM_HINT_T0);
+      }
+      if (values)
+        for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(src + a.plane * 2 + b), _MM_HINT_T1);
+      for (int64_t c = 0; c < W; ++c) _mm512_store_ps(dst + (j * W + c) * 16, load_half<BF16>(src + 32 * c));
+    }
+  }
+  static void scores(const AttnShape& a, const float* kt, int nk, const float* qs, float* s, int64_t ld, int lo, int hi) {
+    const int64_t H = a.heads, G = H / a.kvh, W = a.kvh * DV;
+    const __mmask16 live = static_cast<__mmask16>(tail_mask(hi) & ~tail_mask(lo));
+    for (int64_t h = 0; h < H; ++h) {
+      __m512 t[16], qv[DV];
+      const float* kh = kt + h / G * DV * 16;
+      for (int c = 0; c < DV; ++c) qv[c] = _mm512_loadu_ps(qs + h * a.d + 16 * c);
+      for (int j = 0; j < 16; ++j) {
+        if (j >= nk) { t[j] = _mm512_setzero_ps(); continue; }
+        t[j] = _mm512_mul_ps(qv[0], _mm512_load_ps(kh + j * W * 16));
+        for (int c = 1; c < DV; ++c) t[j] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kh + (j * W + c) * 16), t[j]);
+      }
+      __m512 v = sum16(t);
+      if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
+      _mm512_mask_storeu_ps(s + h * ld, live, v);
+    }
+  }
+  static void softmax(float* s, int64_t n, float& m, float& l) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int64_t j = 0; j < n; j += 16) {
+      const __mmask16 k = tail_mask(n - j);
+      mx = _mm512_mask_max_ps(mx, k, mx, _mm512_maskz_loadu_ps(k, s + j));
+    }
+    m = _mm512_reduce_max_ps(mx);
+    l = exp_in_place(s, n, m);
+  }
+  template <int HB, int CV>  // weighted_values' register tile and order
+  static void tile(const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ldp, float* acc, int64_t D, bool start) {
+    __m512 o[HB][CV];
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) o[h][c] = start ? _mm512_setzero_ps() : _mm512_loadu_ps(acc + h * D + 16 * c);
+    for (int64_t j = 0; j < nk; ++j) {
+      __m512 vf[CV];
+      for (int c = 0; c < CV; ++c) vf[c] = _mm512_load_ps(v + j * ldv + 16 * c);
+      for (int h = 0; h < HB; ++h) {
+        const __m512 w = _mm512_set1_ps(p[h * ldp + j]);
+        for (int c = 0; c < CV; ++c) o[h][c] = _mm512_fmadd_ps(w, vf[c], o[h][c]);
+      }
+    }
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) _mm512_storeu_ps(acc + h * D + 16 * c, o[h][c]);
+  }
+  static void values(const AttnShape& a, const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ld, float* acc,
+                     bool start) {
+    const int64_t G = a.heads / a.kvh, D = a.d;
+    for (int64_t g = 0; g < a.kvh; ++g)
+      for_value_tiles<DV>(G, [&](auto hb, auto cv, int64_t h0, int c0) {
+        tile<decltype(hb)::value, decltype(cv)::value>(v + (g * DV + c0) * 16, ldv, nk, p + (g * G + h0) * ld, ld,
+                                                       acc + (g * G + h0) * D + 16 * c0, D, start);
+      });
+  }
 };
 
-thread_local std::vector<float> attn_scores;
-thread_local AttnScratch attn_scratch;
+using AttendRowsFn = void (*)(const AttnShape&, const RowJob*, int64_t, RowsScratch&);
 
-// Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
-// cut into tasks of (row, group g of G query heads, key range; `groups` per row): enough to keep
-// every thread busy, none shorter than 32 keys. attend(task, m, l, acc) fills per head the max, the sum of exp(s - max) and the unnormalized
-// accumulator (into out directly when the row is not split); split rows are merged by their maxima
-// and sums (flash-decoding). hk_paged_attention and hk_kvq_attention both run on it. tree (null:
-// none): int64 [rows, ldtree], a row's own position along its tree path in column 0 (-1: an
-// ordinary row, its position from seq_lens): the row's keys and ranges are then a decode's there.
-template <class Attend>
-void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens,
-                   int64_t groups, int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend,
-                   const int64_t* tree = nullptr, int64_t ldtree = 0) {
-  const int nt = omp_get_max_threads();
-  int64_t T = 0;
-  for (int64_t s = 0; s < S; ++s) T += q_len[s];
-  std::vector<AttnTask> tasks;
-  int64_t parts = 0;
-  double work = 0;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
-      const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-      const int64_t n = pos + 1 - lo;
-      // batch-invariant: from the number of sequences, not of rows, so a row gets the same key ranges
-      // (the same bits) whether its sequence decodes one token or verifies drafts in 1 + k rows
-      const int64_t want = (4 * nt + S * groups - 1) / (S * groups);
-      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
-      for (int64_t g = 0; g < groups; ++g)
-        for (int64_t j = 0; j < split; ++j) {
-          tasks.push_back({t, s, g, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
-          work += static_cast<double>(n) / split * G * d;
-        }
-    }
-  thread_local std::vector<float> partials_buf;  // every part is written before it is read: no zeroing
-  if (static_cast<int64_t>(partials_buf.size()) < parts * G * (d + 2)) partials_buf.resize(parts * G * (d + 2));
-  float* partials = partials_buf.data();
-  const int64_t ntasks = static_cast<int64_t>(tasks.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
-  for (int64_t i = 0; i < ntasks; ++i) {
-    const AttnTask& k = tasks[i];
-    float m[MAX_TASK_HEADS], l[MAX_TASK_HEADS];
-    float* acc = k.part >= 0 ? partials + k.part * G * (d + 2) : out + k.row * ldo + k.g * G * d;
-    attend(k, m, l, acc);
-    if (k.part >= 0) {
-      std::copy(m, m + G, acc + G * d);
-      std::copy(l, l + G, acc + G * d + G);
-    } else {
-      for (int64_t h = 0; h < G; ++h)
-        for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
-    }
-  }
-  // merge, each split (row, group) on its own: weights exp(m_j - max m) for each range's sum and
-  // accumulator. Its tasks are consecutive; the order of its ranges is the one of a 1-row call.
-  std::vector<int64_t> firsts;
-  for (int64_t i = 0; i < ntasks; ++i)
-    if (tasks[i].part >= 0 && (i == 0 || tasks[i - 1].row != tasks[i].row || tasks[i - 1].g != tasks[i].g))
-      firsts.push_back(i);
-  const int64_t nmerge = static_cast<int64_t>(firsts.size());
-#pragma omp parallel for schedule(static) num_threads(nmerge * G * d < 65536 ? 1 : nt)
-  for (int64_t f = 0; f < nmerge; ++f) {
-    const int64_t i = firsts[f];
-    const AttnTask& first = tasks[i];
-    int64_t e = i;
-    while (e < ntasks && tasks[e].row == first.row && tasks[e].g == first.g) ++e;
-    float* o = out + first.row * ldo + first.g * G * d;
-    for (int64_t h = 0; h < G; ++h) {
-      float mx = -INFINITY, total = 0.0f;
-      for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * G * (d + 2) + G * d + h]);
-      std::fill(o + h * d, o + (h + 1) * d, 0.0f);
-      for (int64_t j = i; j < e; ++j) {
-        const float* p = partials + tasks[j].part * G * (d + 2);
-        const float w = std::exp(p[G * d + h] - mx);
-        total += w * p[G * d + G + h];
-        for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
-      }
-      for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
-    }
+template <int DV>
+AttendRowsFn attend_rows_for(bool bf16) {
+  return bf16 ? attend_rows<RowOps<DV, true>, AttnShape> : attend_rows<RowOps<DV, false>, AttnShape>;
+}
+
+AttendRowsFn pick_attend_rows(int64_t dv, bool bf16) {  // dv = head_dim / 16
+  switch (dv) {
+    case 2: return attend_rows_for<2>(bf16);
+    case 4: return attend_rows_for<4>(bf16);
+    case 5: return attend_rows_for<5>(bf16);
+    case 6: return attend_rows_for<6>(bf16);
+    case 8: return attend_rows_for<8>(bf16);
+    case 16: return attend_rows_for<16>(bf16);
+    default: return nullptr;
   }
 }
+
+thread_local std::vector<float> attn_scores;
 
 }  // namespace

@@ -6,7 +6,8 @@
 // converted to f32 once and read by every head. Exact scores, softmax, p.V per task; rows split
 // into key ranges are merged by their maxima and sums (flash-decoding). The split depends on the
 // number of sequences only, so a row has the same bits whether its sequence decodes one token or
-// verifies drafts in 1 + k rows.
+// verifies drafts in 1 + k rows. The task plan, thread loop and merge are attention_tasks.h's; a
+// sequence's rows in one step run as a row group (attention_rows.h) over RowOps below.
 #pragma once
 
 #include <omp.h>
@@ -16,6 +17,9 @@
 #include <cstdint>
 #include <type_traits>
 #include <vector>
+
+#include "attention_rows.h"
+#include "attention_tasks.h"
 
 namespace {
 
@@ -178,73 +182,92 @@ AttendFn pick_attend(int64_t dv, bool bf16) {  // dv = head_dim / 8
   }
 }
 
-constexpr int64_t MAX_TASK_HEADS = 64;  // query heads one task may cover
-
-struct AttnTask {
-  int64_t row, seq, k0, k1, part;  // part: its slot in the partials buffer, -1 when it writes out directly
-};
-
-thread_local AttnScratch attn_scratch;
-
-// Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
-// cut into tasks of (row, key range), none shorter than 32 keys; attend(task, m, l, acc) per task.
-// tree (null: none): int64 [rows, ldtree], a row's own position along its tree path in column 0 (-1:
-// an ordinary row, its position from seq_lens): the row's keys and ranges are then a decode's there.
-template <class Attend>
-void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, int64_t H,
-                   int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend,
-                   const int64_t* tree = nullptr, int64_t ldtree = 0) {
-  const int nt = omp_get_max_threads();
-  std::vector<AttnTask> tasks;
-  int64_t parts = 0;
-  double work = 0;
-  for (int64_t s = 0; s < S; ++s)
-    for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
-      const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
-      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
-      const int64_t n = pos + 1 - lo;
-      const int64_t want = (4 * nt + S - 1) / S;  // from the number of sequences, not of rows
-      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
-      for (int64_t j = 0; j < split; ++j) {
-        tasks.push_back({t, s, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1});
-        work += static_cast<double>(n) / split * H * d;
+// attention_rows.h's vector work on this tier (vf8): attend_range's operations, row by row
+template <int DV_, bool BF16>
+struct RowOps {
+  static constexpr int L = 8, DV = DV_;
+  static void convert(const AttnShape& a, int plane, int64_t k, int64_t n, int64_t end, float* dst, bool values) {
+    const int64_t bytes = a.kvh * a.d * 2, W = a.kvh * DV;
+    for (int64_t j = 0; j < n; ++j) {
+      const uint8_t* src = slot_row(a, plane, 0, k + j);
+      if (k + n + j < end) {
+        const uint8_t* nx = slot_row(a, plane, 0, k + n + j);
+        for (int64_t b = 0; b < bytes; b += 64) prefetch_l1(nx + b);
       }
-    }
-  std::vector<float> partials(parts * H * (d + 2));
-  const int64_t ntasks = static_cast<int64_t>(tasks.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(work < 16384 ? 1 : nt)
-  for (int64_t i = 0; i < ntasks; ++i) {
-    const AttnTask& k = tasks[i];
-    float m[MAX_TASK_HEADS], l[MAX_TASK_HEADS];
-    float* acc = k.part >= 0 ? partials.data() + k.part * H * (d + 2) : out + k.row * ldo;
-    attend(k, m, l, acc);
-    if (k.part >= 0) {
-      std::copy(m, m + H, acc + H * d);
-      std::copy(l, l + H, acc + H * d + H);
-    } else {
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
+      if (values)
+        for (int64_t b = 0; b < bytes; b += 64) prefetch_l2(src + a.plane * 2 + b);
+      for (int64_t c = 0; c < W; ++c) vstore(dst + (j * W + c) * 8, load_half<BF16>(src + 16 * c));
     }
   }
-  for (int64_t i = 0; i < ntasks;) {  // merge: weights exp(m_j - max m) for each range's sum and accumulator
-    const AttnTask& first = tasks[i];
-    if (first.part < 0) { ++i; continue; }
-    int64_t e = i;
-    while (e < ntasks && tasks[e].row == first.row) ++e;
-    float* o = out + first.row * ldo;
+  static void scores(const AttnShape& a, const float* kt, int nk, const float* qs, float* s, int64_t ld, int lo, int hi) {
+    const int64_t H = a.heads, G = H / a.kvh, W = a.kvh * DV;
     for (int64_t h = 0; h < H; ++h) {
-      float mx = -INFINITY, total = 0.0f;
-      for (int64_t j = i; j < e; ++j) mx = std::max(mx, partials[tasks[j].part * H * (d + 2) + H * d + h]);
-      std::fill(o + h * d, o + (h + 1) * d, 0.0f);
-      for (int64_t j = i; j < e; ++j) {
-        const float* p = partials.data() + tasks[j].part * H * (d + 2);
-        const float w = std::exp(p[H * d + h] - mx);
-        total += w * p[H * d + H + h];
-        for (int64_t c = 0; c < d; ++c) o[h * d + c] += w * p[h * d + c];
+      vf8 t[8];
+      const float* qh = qs + h * a.d;
+      const float* kh = kt + h / G * DV * 8;
+      for (int j = 0; j < 8; ++j) {
+        if (j >= nk) { t[j] = vzero(); continue; }
+        t[j] = vmul(vload(qh), vload(kh + j * W * 8));
+        for (int c = 1; c < DV; ++c) t[j] = vfma(vload(qh + 8 * c), vload(kh + (j * W + c) * 8), t[j]);
       }
-      for (int64_t c = 0; c < d; ++c) o[h * d + c] /= total;
+      vf8 v = sum8(t);
+      if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
+      store_lanes(s + h * ld, v, lo, hi);
     }
-    i = e;
+  }
+  static void softmax(float* s, int64_t n, float& m, float& l) {
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+    m = mx;
+    l = exp_in_place(s, n, mx);
+  }
+  template <int HB, int CV>  // weighted_values' register tile and order
+  static void tile(const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ldp, float* acc, int64_t D, bool start) {
+    vf8 o[HB][CV];
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) o[h][c] = start ? vzero() : vload(acc + h * D + 8 * c);
+    for (int64_t j = 0; j < nk; ++j) {
+      vf8 vf[CV];
+      for (int c = 0; c < CV; ++c) vf[c] = vload(v + j * ldv + 8 * c);
+      for (int h = 0; h < HB; ++h) {
+        const vf8 w = vset1(p[h * ldp + j]);
+        for (int c = 0; c < CV; ++c) o[h][c] = vfma(w, vf[c], o[h][c]);
+      }
+    }
+    for (int h = 0; h < HB; ++h)
+      for (int c = 0; c < CV; ++c) vstore(acc + h * D + 8 * c, o[h][c]);
+  }
+  static void values(const AttnShape& a, const float* v, int64_t ldv, int64_t nk, const float* p, int64_t ld, float* acc,
+                     bool start) {  // attend_range's tiles: 2 heads x 4 vectors
+    const int64_t G = a.heads / a.kvh, D = a.d;
+    for (int64_t g = 0; g < a.kvh; ++g)
+      for (int64_t h0 = 0; h0 < G; h0 += 2)
+        for (int c0 = 0; c0 < DV; c0 += 4)
+          with_const<2>(static_cast<int>(std::min<int64_t>(2, G - h0)), [&](auto hb) {
+            with_const<4>(std::min(4, DV - c0), [&](auto cv) {
+              tile<decltype(hb)::value, decltype(cv)::value>(v + (g * DV + c0) * 8, ldv, nk, p + (g * G + h0) * ld, ld,
+                                                             acc + (g * G + h0) * D + 8 * c0, D, start);
+            });
+          });
+  }
+};
+
+using AttendRowsFn = void (*)(const AttnShape&, const RowJob*, int64_t, RowsScratch&);
+
+template <int DV>
+AttendRowsFn attend_rows_for(bool bf16) {
+  return bf16 ? attend_rows<RowOps<DV, true>, AttnShape> : attend_rows<RowOps<DV, false>, AttnShape>;
+}
+
+AttendRowsFn pick_attend_rows(int64_t dv, bool bf16) {  // dv = head_dim / 8
+  switch (dv) {
+    case 4: return attend_rows_for<4>(bf16);
+    case 8: return attend_rows_for<8>(bf16);
+    case 10: return attend_rows_for<10>(bf16);
+    case 12: return attend_rows_for<12>(bf16);
+    case 16: return attend_rows_for<16>(bf16);
+    case 32: return attend_rows_for<32>(bf16);
+    default: return nullptr;
   }
 }
 

@@ -182,7 +182,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 12; }
+int hk_abi_version() { return 13; }
 
 // A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
 // type or a K that is not a whole number of its blocks. gemm_min_rows is unused (no bf16 tiles here).
@@ -275,18 +275,15 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
   const AttendFn fn = (d % 8 || heads > MAX_TASK_HEADS || heads % kvh) ? nullptr : pick_attend(d / 8, kv_bf16);
   if (!fn) return -1;
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, nullptr, scale, softcap};
-  run_attention(S, q_start, q_len, seq_lens, heads, d, window, out, ldo,
-                [&](const AttnTask& k, float* m, float* l, float* acc) {
-                  AttnShape sh = a;
-                  sh.table = tables + k.seq * ldt;
-                  if (tree && tree[k.row * ldtree] >= 0) {
-                    sh.remap = tree + k.row * ldtree + 2;
-                    sh.remap_from = tree[k.row * ldtree + 1];
-                  }
-                  fn(sh, q + k.row * ldq, k.k0, k.k1, m, l, acc, attn_scratch);
-                }, tree, ldtree);
+  // a task covers every head; a sequence's rows in one step (a verify chain, a tree) as one row group
+  paged_attention_rows<AttnScratch>(a, fn, pick_attend_rows(d / 8, kv_bf16), q, ldq, S, q_start, q_len, seq_lens,
+                                    tables, ldt, window, out, ldo, tree, ldtree);
   return 0;
 }
+
+// Rows of one sequence in one step attend as a row group (attention_tasks.h) while on (1, the
+// default); 0: every task on its own. The bits are the same either way.
+void hk_set_row_groups(int on) { row_groups() = on != 0; }
 
 // K and V of T new tokens into their cache slots: kv rows (f32, row stride ldx) hold k then v
 // ([2, kvh * d] each row). Rounds to nearest even like torch's casts.

@@ -23,6 +23,7 @@ inline vf8 vmin(vf8 a, vf8 b) { return _mm256_min_ps(a, b); }
 inline vf8 vfma(vf8 a, vf8 b, vf8 c) { return _mm256_fmadd_ps(a, b, c); }  // a * b + c, one rounding
 inline vf8 vload(const float* p) { return _mm256_loadu_ps(p); }
 inline void vstore(float* p, vf8 v) { _mm256_storeu_ps(p, v); }
+inline void prefetch_l1(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 inline void prefetch_l2(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1); }
 
 inline __m256i tail_mask8(int64_t n) {  // lanes < n set (n clamped to 0..8)
@@ -39,6 +40,10 @@ inline void store8(float* p, vf8 v, int64_t n) {
     _mm256_storeu_ps(p, v);
   else
     _mm256_maskstore_ps(p, tail_mask8(n), v);
+}
+
+inline void store_lanes(float* p, vf8 v, int lo, int hi) {  // p[lo .. hi) = lanes lo .. hi of v, nothing else
+  _mm256_maskstore_ps(p, _mm256_andnot_si256(tail_mask8(lo), tail_mask8(hi)), v);
 }
 
 inline vf8 keep_first(vf8 v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(tail_mask8(n))); }  // lanes >= n: 0

@@ -26,6 +26,7 @@ inline vf8 vmin(vf8 a, vf8 b) { return {vminq_f32(a.lo, b.lo), vminq_f32(a.hi, b
 inline vf8 vfma(vf8 a, vf8 b, vf8 c) { return {vfmaq_f32(c.lo, a.lo, b.lo), vfmaq_f32(c.hi, a.hi, b.hi)}; }
 inline vf8 vload(const float* p) { return {vld1q_f32(p), vld1q_f32(p + 4)}; }
 inline void vstore(float* p, vf8 v) { vst1q_f32(p, v.lo), vst1q_f32(p + 4, v.hi); }
+inline void prefetch_l1(const void* p) { __builtin_prefetch(p, 0, 3); }
 inline void prefetch_l2(const void* p) { __builtin_prefetch(p, 0, 2); }
 
 inline vf8 load8(const float* p, int64_t n) {  // the first min(n, 8) floats, zeros after
@@ -40,6 +41,12 @@ inline void store8(float* p, vf8 v, int64_t n) {
   float t[8];
   vstore(t, v);
   if (n > 0) std::memcpy(p, t, n * sizeof(float));
+}
+
+inline void store_lanes(float* p, vf8 v, int lo, int hi) {  // p[lo .. hi) = lanes lo .. hi of v, nothing else
+  float t[8];
+  vstore(t, v);
+  if (hi > lo) std::memcpy(p + lo, t + lo, (hi - lo) * sizeof(float));
 }
 
 inline uint32x4_t lanes_below(int64_t n, int first) {  // lane i (first + i) < n
