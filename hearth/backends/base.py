@@ -108,6 +108,11 @@ class Backend:
         """A layer's f16/bf16 KV pages, zero (on the host: resident only where written)."""
         return lazy_zeros(shape, dtype)
 
+    def kv_refusal(self, codec) -> str | None:
+        """Why this backend cannot hold a KV cache in this codec (hearth.kvstore.codecs), as "no ... yet: ...",
+        or None: asked before the model loads."""
+        return None
+
     def write_kv(self, kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
         """kv: f32 [T, 2, kv_heads, head_dim] -> the new tokens' cache slots."""
         write_kv_pair_torch(kv_cache, kv, meta)

@@ -30,7 +30,8 @@ from hearth.kvstore.codecs import STAGING_DTYPE
 def refusal(codec) -> str | None:
     """Why these kernels cannot hold a cache in this quantized codec (None: they can)."""
     if codec.sink or codec.rotate or codec.k.name != codec.v.name or codec.k.name not in GPU_CODECS:
-        return f"no Triton kernels for the KV format {codec.name} yet (f16, bf16, {', '.join(GPU_CODECS)})"
+        return (f"no Triton kernels for the KV format {codec.name} yet: --kv-cache-dtype f16, bf16, "
+                f"{', '.join(GPU_CODECS)}")
     return None
 
 
