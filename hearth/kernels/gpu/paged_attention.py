@@ -129,7 +129,7 @@ def row_tensors(meta: AttentionMetadata, seqs: list[int], device) -> tuple[torch
     """For the rows of sequences `seqs`: their flat row ids, sequence and position; per sequence its
     block table (padded): int32 on the device; and the rows' tree layout (AttentionMetadata.tree_rows:
     int64 [rows, 2 + depth], -1 for an ordinary row; [rows, 2] of -1 without trees). Once per step."""
-    key = ("triton_rows", str(device))
+    key = ("triton_rows", str(device), tuple(seqs))
     if key not in meta.memo.kernel_args:
         ids, seq, pos = [], [], []
         for i in seqs:
