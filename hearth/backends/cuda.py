@@ -166,7 +166,7 @@ class CudaBackend(Backend):
         """Below gm.GEMV_MAX_ROWS every kernel of a step computes a row alone, in the same program
         whatever the other rows (one GEMV program per activation row, row-wise attention below
         FLASH_MIN_ROWS rows of a sequence, norms and rope per row), so a verify row is a decode row;
-        over a quantized cache too (every row attends row-wise; a block encodes the same f16 values,
+        over a quantized cache too (such a step attends row-wise; a block encodes the same f16 values,
         and a row's own block is read in f16, whichever step sealed it); a weight expanded for torch's
         matmul (DeviceDense) sums rows as cuBLAS picks: None."""
         if any(isinstance(m, DeviceDense) for m in model.modules()):

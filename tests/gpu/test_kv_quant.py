@@ -10,7 +10,7 @@ import torch
 from hearth.errors import UnsupportedError
 from hearth.kernels.attention import AttentionMetadata, paged_attention_quantized_torch
 from hearth.kernels.gpu.kv_codecs import encode_blocks
-from hearth.kernels.gpu.launch import LaunchError
+from hearth.kernels.gpu.launch import LaunchError, launch
 from hearth.kernels.gpu.quantized_attention import quantized_attention, refusal, write_quantized
 from hearth.kvstore.codecs import QUANTIZED, get_codec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
@@ -87,14 +87,19 @@ def _step(name, kvh, d, seqs, g, bs=16, dev=DEV):
 CASES = [  # heads, kv_heads, head_dim, (cached, new) per sequence, window, softcap
     (4, 2, 32, [(30, 1), (15, 1), (0, 1), (47, 1)], 0, 0.0),  # decodes: partial blocks, one filling its block, a first token
     (4, 2, 32, [(5, 30), (20, 1)], 0, 0.0),  # a chunk sealing a block it began earlier, and one it begins
-    (4, 1, 64, [(40, 1), (9, 12)], 7, 0.0),  # sliding window, a group of 4
+    (4, 1, 64, [(40, 1), (9, 20), (3, 12)], 7, 0.0),  # sliding window, a group of 4; a short chunk row-wise
     (2, 2, 32, [(33, 2), (0, 17)], 0, 20.0),  # softcap
 ]
 
 
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"h{c[0]}kv{c[1]}d{c[2]}q{sum(n for _, n in c[3])}w{c[4]}c{c[5]:g}")
-def test_write_and_attention_equal_the_torch_twin(name, case):
+def test_write_and_attention_equal_the_torch_twin(name, case, monkeypatch):
+    """Chunks of 16 rows or more in the flash tiles, the other rows row-wise (both kernels on the same step)."""
+    from hearth.kernels.gpu import quantized_attention as module
+
+    kernels = []
+    monkeypatch.setattr(module, "launch", lambda k, *a, **kw: kernels.append(k) or launch(k, *a, **kw))
     heads, kvh, d, seqs, window, softcap = case
     g = torch.Generator().manual_seed(d + len(seqs))
     ours, theirs, meta = _step(name, kvh, d, seqs, g)
@@ -107,6 +112,9 @@ def test_write_and_attention_equal_the_torch_twin(name, case):
     got = quantized_attention(q.to(DEV), ours, meta, scale, window, softcap).cpu()
     want = paged_attention_quantized_torch(q, theirs, meta, scale, window, softcap)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    flash = sum(n >= module.FLASH_MIN_ROWS for _, n in seqs)
+    assert kernels.count(module.quantized_flash_kernel) == flash
+    assert (module.quantized_attention_kernel in kernels) == (flash < len(seqs))
 
 
 def test_attention_reads_the_encoded_blocks():
