@@ -5,9 +5,9 @@ Norms, q/k norm + rope, the KV write and attention over pages are Triton kernels
 residual adds torch ops. Token ids, positions and sampling stay on the host: the embedding's rows
 go to the device, the logits come back.
 
-KV caches: f16/bf16 pages, or a QuantizedKVCache of fp8_e4m3 or q8_0 whose tensors live on the device
-(kv_zeros) and whose blocks stay encoded there (hearth.kernels.gpu.quantized_attention); the other
-quantized formats (q4_0, KVarN) are refused before the load (kv_refusal), as the KV disk tier is.
+KV caches: f16/bf16 pages, or a QuantizedKVCache of fp8_e4m3, q8_0 or q4_0 whose tensors live on the
+device (kv_zeros) and whose blocks stay encoded there (hearth.kernels.gpu.quantized_attention); KVarN's
+formats are refused before the load (kv_refusal), as the KV disk tier is.
 
 Speculative decoding verifies chains and token trees below gm.GEMV_MAX_ROWS rows a step (row_regimes;
 chains only over a quantized cache). Not yet (issue "One model definition over pluggable backends"):

@@ -53,7 +53,6 @@ def test_an_engine_on_the_cuda_backend_generates_as_the_torch_backend(tmp_path, 
 
 
 @pytest.mark.parametrize("args, message", [({"kv_cache_dtype": "kvarn_k4v2"}, "no Triton kernels for the KV format kvarn_k4v2 yet"),
-                                           ({"kv_cache_dtype": "q4_0"}, "no Triton kernels for the KV format q4_0 yet"),
                                            ({"kv_disk_dir": "kv"}, "no KV disk tier yet")])
 def test_what_the_cuda_backend_lacks_fails_before_the_load(tmp_path, monkeypatch, args, message):
     import hearth.llm
@@ -151,7 +150,7 @@ def _llm(path, device: str, **kw):
     return LLM(str(path), device=device, progress=False, **kw)
 
 
-@pytest.mark.parametrize("kv", ["fp8_e4m3", "q8_0"])
+@pytest.mark.parametrize("kv", ["fp8_e4m3", "q8_0", "q4_0"])
 def test_an_engine_with_a_quantized_kv_cache_on_the_cuda_backend_generates_as_the_torch_backend(tmp_path, kv):
     """The engine over a quantized cache on the CUDA backend (runner, staging, sealing on 4-token blocks):
     the same greedy tokens as the torch backend over the same format (tiny qwen3: its top two logprobs

@@ -1,4 +1,4 @@
-"""The CUDA backend's quantized KV cache (fp8_e4m3, q8_0) in Triton's interpreter on the CPU: the encoders
+"""The CUDA backend's quantized KV cache (fp8_e4m3, q8_0, q4_0) in Triton's interpreter on the CPU: the encoders
 bit for bit the torch codecs, the write what QuantizedKVCache.write leaves (staging, sealed blocks),
 attention over the encoded blocks the torch twin's (paged_attention_quantized_torch)."""
 
@@ -16,7 +16,7 @@ from hearth.kvstore.codecs import QUANTIZED, get_codec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from tests.gpu.test_triton_kernels import DEV
 
-NAMES = ["fp8_e4m3", "q8_0"]
+NAMES = ["fp8_e4m3", "q8_0", "q4_0"]
 ATOL = 1e-5  # f32 sums in another order than SDPA's, outputs of order 1 (the Triton attention tests' bound)
 
 
@@ -31,7 +31,8 @@ def _fields(store) -> dict:
 @pytest.mark.parametrize("name", NAMES)
 def test_encode_is_the_torch_codec_bit_for_bit(name):
     """Blocks with an outlier (fp8: values far below its scale, down to e4m3's subnormals), an all-zero
-    head, negative zeros, values exactly on rounding ties (scale 1): the same bytes as the torch codec."""
+    head, negative zeros, values exactly on rounding ties (scale 1), two largest |x| of opposite signs:
+    the same bytes as the torch codec."""
     g = torch.Generator().manual_seed(4)
     m, bs, kvh, d = 3, 16, 2, 64
     fresh = torch.randn(2, m, bs, kvh, d, generator=g)
@@ -43,6 +44,8 @@ def test_encode_is_the_torch_codec_bit_for_bit(name):
     fresh[1, 0, 0, 1, :9] = torch.cat([torch.tensor([448.0]), ties])  # fp8 scale 1: ties to even, subnormal too
     fresh[1, 2, 0, 0, :32] = 0.25
     fresh[1, 2, 0, 0, :9] = torch.cat([torch.tensor([127.0]), ties])  # q8_0 d 1: halves away from zero
+    fresh[0, 1, 2, 1, :32] = 0.5
+    fresh[0, 1, 2, 1, [4, 20]] = torch.tensor([-2.0, 2.0])  # q4_0: the first largest |x| gives d its sign
     fresh = fresh.half()
     seal = torch.tensor([5, 0, 3])
     codec = get_codec(name)

@@ -1,9 +1,10 @@
-"""The fp8_e4m3 and q8_0 KV codecs in Triton: encode a sealed block, and decode codes in registers
+"""The fp8_e4m3, q8_0 and q4_0 KV codecs in Triton: encode a sealed block, and decode codes in registers
 inside the attention kernels (hearth.kernels.gpu.quantized_attention). Bit for bit the torch codecs
-(hearth.kvstore.fp8.FP8E4M3, hearth.kvstore.ggml.Q8_0), whose field layouts they read and write:
+(hearth.kvstore.fp8.FP8E4M3, hearth.kvstore.ggml.Q8_0 and Q4_0), whose field layouts they read and write:
 
   fp8_e4m3  values [nb, bs, kvh, d] e4m3fn bytes, scale [nb, kvh] f32 (the block's |max| / 448)
   q8_0      raw [nb, bs, kvh, d // 32, 34]: ggml's block_q8_0, f16 d then 32 int8
+  q4_0      raw [nb, bs, kvh, d // 32, 18]: ggml's block_q4_0, f16 d then 16 bytes of nibbles
 
 e4m3 is converted by integer arithmetic, not Triton's fp8 casts: the interpreter's cast does not round
 to nearest even, and the hardware's needs sm_89. Divisions are div_rn and the encoders run without
@@ -19,7 +20,7 @@ import triton.language as tl
 
 from hearth.kernels.gpu.launch import Rows, launch
 
-FP8_CODE, Q8_0_CODE = 1, 2
+FP8_CODE, Q8_0_CODE, Q4_0_CODE = 1, 2, 3
 """The attention kernels' CODEC constexpr (0: the f16/bf16 pages of a plain cache)."""
 
 
@@ -54,13 +55,21 @@ def decode_tile(codes, scales, blk, kvh, live, KVH, BS: tl.constexpr, D: tl.cons
     if CODEC == 1:
         b = tl.load(codes + at_tok[:, None] * D + d[None, :], mask=live, other=0).to(tl.int32)
         return fp8_value(b) * tl.load(scales + blk * KVH + kvh)
-    else:
+    elif CODEC == 2:
         at = at_tok[:, None] * (D // 32 * 34) + (d[None, :] // 32) * 34  # [BS, D]: each value's ggml block
         q = tl.load(codes + at + 2 + d[None, :] % 32, mask=live, other=0).to(tl.int8, bitcast=True).to(tl.float32)
         lo = tl.load(codes + at, mask=live, other=0).to(tl.int32)
         hi = tl.load(codes + at + 1, mask=live, other=0).to(tl.int32)
         scale = (lo | (hi << 8)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
         return q * scale
+    else:
+        j = d[None, :] % 32
+        at = at_tok[:, None] * (D // 32 * 18) + (d[None, :] // 32) * 18  # [BS, D]: each value's ggml block
+        byte = tl.load(codes + at + 2 + j % 16, mask=live, other=0).to(tl.int32)
+        q = (tl.where(j < 16, byte & 15, byte >> 4) - 8).to(tl.float32)
+        lo = tl.load(codes + at, mask=live, other=0).to(tl.int32)
+        hi = tl.load(codes + at + 1, mask=live, other=0).to(tl.int32)
+        return q * (lo | (hi << 8)).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
 
 
 @triton.jit
@@ -111,6 +120,36 @@ def q8_0_encode_kernel(fresh, seal, k_raw, v_raw, s_kv, KVH, BS: tl.constexpr, D
         tl.store(raw + dst[:, None] + 2 + j[None, :], q)
 
 
+@triton.jit
+def q4_0_encode_kernel(fresh, seal, k_raw, v_raw, s_kv, KVH, BS: tl.constexpr, D: tl.constexpr):
+    """Program (i, h, c): as q8_0_encode_kernel, one ggml block_q4_0 per token (Q4_0.encode: ggml's
+    quantize_row_q4_0_ref: d = the signed value of the first largest |x| / -8, q = min(15, trunc(x / d + 8.5)),
+    values 0..15 in the low nibbles, 16..31 in the high ones)."""
+    i, h, c = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    blk = tl.load(seal + i).to(tl.int64)
+    tok = tl.arange(0, BS)
+    j = tl.arange(0, 16)
+    src = ((i.to(tl.int64) * BS + tok[:, None]) * KVH + h) * D + c * 32 + j[None, :]  # [BS, 16]: the low half
+    dst = (((blk * BS + tok) * KVH + h) * (D // 32) + c) * 18  # [BS]: each token's block
+    for part in tl.static_range(2):
+        lo = tl.load(fresh + part * s_kv + src).to(tl.float32)
+        hi = tl.load(fresh + part * s_kv + src + 16).to(tl.float32)
+        amax = tl.maximum(tl.max(tl.abs(lo), axis=1), tl.max(tl.abs(hi), axis=1))[:, None]  # [BS, 1]
+        first = tl.minimum(tl.min(tl.where(tl.abs(lo) == amax, j[None, :], 32), axis=1),
+                           tl.min(tl.where(tl.abs(hi) == amax, j[None, :] + 16, 32), axis=1))[:, None]
+        signed = tl.maximum(tl.max(tl.where(j[None, :] == first, lo, -float("inf")), axis=1),
+                            tl.max(tl.where(j[None, :] + 16 == first, hi, -float("inf")), axis=1))  # its sign kept
+        scale = tl.math.div_rn(signed, -8.0)  # [BS]
+        inv = tl.where(scale != 0, tl.math.div_rn(1.0, tl.where(scale != 0, scale, 1.0)), 0.0)[:, None]
+        q_lo = tl.minimum(tl.maximum((lo * inv + 8.5).to(tl.int32), 0), 15)
+        q_hi = tl.minimum(tl.maximum((hi * inv + 8.5).to(tl.int32), 0), 15)
+        bits = scale.to(tl.float16).to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF
+        raw = k_raw if part == 0 else v_raw
+        tl.store(raw + dst, (bits & 0xFF).to(tl.uint8))
+        tl.store(raw + dst + 1, (bits >> 8).to(tl.uint8))
+        tl.store(raw + dst[:, None] + 2 + j[None, :], (q_lo | (q_hi << 4)).to(tl.uint8))
+
+
 @dataclass(frozen=True, slots=True)
 class GpuCodec:
     """How the Triton kernels hold one torch codec's fields: the attention kernels' CODEC id, and
@@ -137,15 +176,18 @@ def _encode_fp8(fresh: torch.Tensor, seal: torch.Tensor, store: dict) -> None:
             "v_scale": Rows("seal", split=((1, 1, 1),))}, ("fresh", "seal"), BS=bs, D=d, enable_fp_fusion=False)
 
 
-def _encode_q8_0(fresh: torch.Tensor, seal: torch.Tensor, store: dict) -> None:
-    _, m, bs, kvh, d = fresh.shape
-    args = dict(fresh=fresh, seal=seal, k_raw=store["k"]["raw"], v_raw=store["v"]["raw"], s_kv=fresh.stride(0), KVH=kvh)
-    per_block = Rows("seal", dim=0, split=((1, 2, 1), (2, 3, 1)))
-    launch(q8_0_encode_kernel, (m, kvh, d // 32), args, {"k_raw": per_block, "v_raw": per_block}, ("fresh", "seal"),
-           BS=bs, D=d, enable_fp_fusion=False)
+def _ggml_encoder(kernel):
+    def encode(fresh: torch.Tensor, seal: torch.Tensor, store: dict) -> None:
+        _, m, bs, kvh, d = fresh.shape
+        args = dict(fresh=fresh, seal=seal, k_raw=store["k"]["raw"], v_raw=store["v"]["raw"], s_kv=fresh.stride(0), KVH=kvh)
+        per_block = Rows("seal", dim=0, split=((1, 2, 1), (2, 3, 1)))
+        launch(kernel, (m, kvh, d // 32), args, {"k_raw": per_block, "v_raw": per_block}, ("fresh", "seal"),
+               BS=bs, D=d, enable_fp_fusion=False)
+    return encode
 
 
-GPU_CODECS = {"fp8_e4m3": GpuCodec(FP8_CODE, _encode_fp8), "q8_0": GpuCodec(Q8_0_CODE, _encode_q8_0)}
+GPU_CODECS = {"fp8_e4m3": GpuCodec(FP8_CODE, _encode_fp8), "q8_0": GpuCodec(Q8_0_CODE, _ggml_encoder(q8_0_encode_kernel)),
+              "q4_0": GpuCodec(Q4_0_CODE, _ggml_encoder(q4_0_encode_kernel))}
 """By the torch codec's name (hearth.kvstore.codecs.QuantCodec.name); K and V share one codec here."""
 
 

@@ -1,5 +1,5 @@
 """The KV write and attention over a quantized paged cache (hearth.kvstore.paged.QuantizedKVCache) in
-Triton: the CUDA backend's for fp8_e4m3 and q8_0 (codecs: hearth.kernels.gpu.kv_codecs).
+Triton: the CUDA backend's for fp8_e4m3, q8_0 and q4_0 (codecs: hearth.kernels.gpu.kv_codecs).
 
 The cache keeps the encoded bytes on the device and never expands them: the write stages the rows of
 blocks being filled in f16 (the plain KV write kernel, into the staging slots), assembles the blocks a
