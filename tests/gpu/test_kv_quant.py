@@ -137,7 +137,8 @@ def test_attention_reads_the_encoded_blocks():
 def test_a_sealed_block_named_twice_is_caught():
     codec = get_codec("fp8_e4m3")
     store = {p: {n: _on_dev((4, *s), t) for n, (s, t) in f.items()} for p, f in codec.fields(16, 1, 32).items()}
-    with pytest.raises(LaunchError, match=r"kernel fp8_encode_kernel: output 'k_values': its rows overlap \('seal' names row 2 twice\)"):
+    message = r"kernel fp8_encode_kernel: output 'k_values': its rows overlap \('seal' names row 2 twice\)"
+    with pytest.raises(LaunchError, match=message):
         encode_blocks("fp8_e4m3", torch.zeros(2, 2, 16, 1, 32, dtype=torch.float16, device=DEV),
                       torch.tensor([2, 2], device=DEV), store)
 
