@@ -105,7 +105,8 @@ class Backend:
         return norm(x)
 
     def kv_zeros(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """A layer's f16/bf16 KV pages, zero (on the host: resident only where written)."""
+        """A layer's KV tensor, zero: f16/bf16 pages, or a quantized cache's codec fields and f16 staging
+        (on the host: resident only where written)."""
         return lazy_zeros(shape, dtype)
 
     def kv_refusal(self, codec) -> str | None:
