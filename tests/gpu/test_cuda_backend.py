@@ -122,19 +122,19 @@ class QuantizedDriver(PagedDriver):
             del self.model.backend.metadata
 
 
-@pytest.mark.parametrize("arch, kv", [("qwen3", "fp8_e4m3"), ("gemma3", "q8_0"), ("qwen3", "q4_0")])  # gemma3: a window
-def test_a_quantized_kv_cache_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path, arch, kv):
-    """The whole model over an fp8/q8_0/q4_0 cache (head_dim 32): its blocks encoded and read on the device by the Triton
-    kernels, against the torch backend over the same format (prefill across blocks, then decodes that
-    seal blocks: 4-token blocks)."""
+@pytest.mark.parametrize("arch, kv, bs, n", [("qwen3", "fp8_e4m3", 4, 9), ("gemma3", "q8_0", 16, 20), ("qwen3", "q4_0", 4, 9)])
+def test_a_quantized_kv_cache_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path, arch, kv, bs, n):
+    """The whole model over an fp8/q8_0/q4_0 cache (head_dim 32): its blocks encoded and read on the device
+    by the Triton kernels, against the torch backend over the same format: a prefill of n tokens across
+    blocks (20 on 16-token blocks: the flash tiles, gemma3's window), then decodes that seal blocks."""
     d, name, _ = tiny_dir(tmp_path, arch, qtype="Q8_0")
-    ids = prompt(300, 12)
+    ids = prompt(300, n + 3)
     logits = {}
     for backend in (Backend(), CudaBackend(DEV)):
         model, cfg = load_model(GGUFFile(d / name), backend)
-        driver = QuantizedDriver(model, cfg, kv)
-        logits[backend.name] = torch.cat([driver.step({"a": ids[:9], "b": ids[:4]})["a"]]
-                                         + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[9:]])
+        driver = QuantizedDriver(model, cfg, kv, block_size=bs)
+        logits[backend.name] = torch.cat([driver.step({"a": ids[:n], "b": ids[:4]})["a"]]
+                                         + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[n:]])
     assert all(c.device.type == torch.device(DEV).type for c in driver.kv)
     assert rel_err(logits["cuda"], logits["torch"]) < 2 * REL_TOL_FAST
 
