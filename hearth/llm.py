@@ -53,9 +53,8 @@ class LLM:
         if spec is not None:
             spec.check_step_budget(cfg.max_num_batched_tokens)
         self.backend = select_backend(cfg.device)  # chosen once: the target and the draft run on it
-        if self.backend.name == "cuda" and get_codec(cfg.kv_cache_dtype).quantized:
-            raise HearthError(f"--device cuda has no quantized KV formats yet: --kv-cache-dtype {cfg.kv_cache_dtype} "
-                              "-> f16 or bf16")
+        if why := self.backend.kv_refusal(get_codec(cfg.kv_cache_dtype)):
+            raise HearthError(f"--device {self.backend.name} has {why}")
         if self.backend.name == "cuda" and cfg.kv_disk_dir:
             raise HearthError("--device cuda has no KV disk tier yet: drop --kv-disk-dir")
         if cfg.threads > 0:

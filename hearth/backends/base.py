@@ -105,8 +105,14 @@ class Backend:
         return norm(x)
 
     def kv_zeros(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """A layer's f16/bf16 KV pages, zero (on the host: resident only where written)."""
+        """A layer's KV tensor, zero: f16/bf16 pages, or a quantized cache's codec fields and f16 staging
+        (on the host: resident only where written)."""
         return lazy_zeros(shape, dtype)
+
+    def kv_refusal(self, codec) -> str | None:
+        """Why this backend cannot hold a KV cache in this codec (hearth.kvstore.codecs), as "no ... yet: ...",
+        or None: asked before the model loads."""
+        return None
 
     def write_kv(self, kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
         """kv: f32 [T, 2, kv_heads, head_dim] -> the new tokens' cache slots."""

@@ -5,10 +5,14 @@ Norms, q/k norm + rope, the KV write and attention over pages are Triton kernels
 residual adds torch ops. Token ids, positions and sampling stay on the host: the embedding's rows
 go to the device, the logits come back.
 
-Speculative decoding verifies chains and token trees below gm.GEMV_MAX_ROWS rows a step (row_regimes).
-Not yet (issue "One model definition over pluggable backends"): the quantized KV formats (only
-f16/bf16 caches here), CUDA graphs, and a run on a real GPU: the tests run every kernel, and whole models, in Triton's interpreter on the CPU
-(CudaBackend(device="cpu"))."""
+KV caches: f16/bf16 pages, or a QuantizedKVCache of fp8_e4m3, q8_0 or q4_0 whose tensors live on the
+device (kv_zeros) and whose blocks stay encoded there (hearth.kernels.gpu.quantized_attention); KVarN's
+formats are refused before the load (kv_refusal), as the KV disk tier is.
+
+Speculative decoding verifies chains and token trees below gm.GEMV_MAX_ROWS rows a step (row_regimes;
+chains only over a quantized cache). Not yet (issue "One model definition over pluggable backends"):
+CUDA graphs, and a run on a real GPU: the tests run every kernel, and whole models, in Triton's
+interpreter on the CPU (CudaBackend(device="cpu"))."""
 
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.kernels.gpu import gguf_matmul as gm
 from hearth.kernels.gpu.norm_rope import qk_norm_rope, rms_norm
 from hearth.kernels.gpu.paged_attention import paged_attention, write_kv
+from hearth.kernels.gpu.quantized_attention import quantized_attention, write_quantized
+from hearth.kernels.gpu.quantized_attention import refusal as quantized_refusal
 from hearth.kernels.step_metadata import AttentionMetadata
 from hearth.layers.embedding import Embedding
 from hearth.layers.linear import QuantLinear, build_linear
@@ -133,13 +139,21 @@ class CudaBackend(Backend):
     def kv_zeros(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(shape, dtype=dtype, device=self.device)
 
+    def kv_refusal(self, codec) -> str | None:
+        return quantized_refusal(codec) if codec.quantized else None
+
     def write_kv(self, kv_cache, kv, meta):
-        if not isinstance(kv_cache, torch.Tensor):
-            raise UnsupportedError("the CUDA backend has no quantized KV formats yet: use --kv-cache-dtype f16 or bf16")
-        write_kv(kv_cache, kv, meta)
+        if isinstance(kv_cache, torch.Tensor):
+            write_kv(kv_cache, kv, meta)
+            return
+        if why := quantized_refusal(kv_cache.codec):
+            raise UnsupportedError(f"the CUDA backend has {why}")
+        write_quantized(kv_cache, kv, meta)
 
     def attention(self, q, kv_cache, meta, scale, window, softcap, precise):
-        return paged_attention(q, kv_cache, meta, scale, window, softcap)
+        if isinstance(kv_cache, torch.Tensor):
+            return paged_attention(q, kv_cache, meta, scale, window, softcap)
+        return quantized_attention(q, kv_cache, meta, scale, window, softcap)
 
     def logits(self, head: QuantLinear, hidden: torch.Tensor) -> torch.Tensor:
         return head(hidden).float().cpu()  # sampling runs on the host
@@ -152,7 +166,9 @@ class CudaBackend(Backend):
         """Below gm.GEMV_MAX_ROWS every kernel of a step computes a row alone, in the same program
         whatever the other rows (one GEMV program per activation row, row-wise attention below
         FLASH_MIN_ROWS rows of a sequence, norms and rope per row), so a verify row is a decode row;
-        a weight expanded for torch's matmul (DeviceDense) sums rows as cuBLAS picks: None."""
+        over a quantized cache too (such a step attends row-wise; a block encodes the same f16 values,
+        and a row's own block is read in f16, whichever step sealed it); a weight expanded for torch's
+        matmul (DeviceDense) sums rows as cuBLAS picks: None."""
         if any(isinstance(m, DeviceDense) for m in model.modules()):
             return None
         return (gm.GEMV_MAX_ROWS,)

@@ -196,18 +196,23 @@ class QuantizedKVCache:
     """One layer: encoded blocks (codec fields, each [num_blocks, ...]) + f16 staging slots."""
 
     def __init__(self, codec: QuantCodec, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
-                 slots: int):
+                 slots: int, zeros=lazy_zeros):
+        """zeros(shape, dtype): where the tensors live (a backend's kv_zeros: host pages, or a device's)."""
         codec.check(block_size, head_dim)
         self.codec, self.bs, self.kv_heads, self.head_dim = codec, block_size, kv_heads, head_dim
-        self.store = {part: {name: lazy_zeros((num_blocks, *shape), dtype) for name, (shape, dtype) in f.items()}
+        self.store = {part: {name: zeros((num_blocks, *shape), dtype) for name, (shape, dtype) in f.items()}
                       for part, f in codec.fields(block_size, kv_heads, head_dim).items()}
         # int64 [8]: addresses of K's fields then V's (codec order, 0-padded to 4 each), for native readers
         self.field_ptrs = torch.tensor([p for part in self.store.values()
                                         for p in ([t.data_ptr() for t in part.values()] + [0] * 4)[:4]])
         # staging: [2 (k, v), slots, block_size, kv_heads, head_dim] f16
-        self.staging = lazy_zeros((2, slots, block_size, kv_heads, head_dim), STAGING_DTYPE)
+        self.staging = zeros((2, slots, block_size, kv_heads, head_dim), STAGING_DTYPE)
         self.rotation = codec.rotation(head_dim)
         self.fresh = None  # this step's sealed blocks before encoding: [2, m, bs, kv_heads, head_dim] f16
+
+    @property
+    def device(self) -> torch.device:
+        return self.staging.device
 
     @property
     def nbytes(self) -> int:
@@ -222,7 +227,8 @@ class QuantizedKVCache:
             self._grow(slots)
 
     def _grow(self, slots: int) -> None:
-        extra = torch.zeros(2, slots - self.staging.shape[1], *self.staging.shape[2:], dtype=STAGING_DTYPE)
+        extra = torch.zeros(2, slots - self.staging.shape[1], *self.staging.shape[2:], dtype=STAGING_DTYPE,
+                            device=self.device)
         self.staging = torch.cat([self.staging, extra], 1)
 
     def write(self, kv: torch.Tensor, plan: StepPlan, fast=None) -> None:

@@ -51,7 +51,7 @@ class ModelRunner:
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
-        host = all(not isinstance(c, torch.Tensor) or c.device.type == "cpu" for c in self.kv_caches)
+        host = all(c.device.type == "cpu" for c in self.kv_caches)
         self.prefaulter = Prefaulter(self.block_io.regions() if host else [])  # host pages only
         self.generators: dict[str, torch.Generator] = {}
         self.grammar = grammar
@@ -69,8 +69,8 @@ class ModelRunner:
         # encoded blocks + f16 staging: codec.staging_blocks slots per sequence (as `hearth plan` counts)
         slots = codec.staging_blocks * max_num_seqs
         self.staging = StagingTable(bs, slots, codec.sink)
-        self.kv_caches = [QuantizedKVCache(codec, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, slots)
-                          for _ in range(cfg.num_layers)]
+        self.kv_caches = [QuantizedKVCache(codec, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, slots,
+                                           self.backend.kv_zeros) for _ in range(cfg.num_layers)]
 
     @property
     def row_regimes(self) -> tuple[int, ...] | None:

@@ -8,6 +8,8 @@ import torch
 
 from hearth.backends.base import Backend
 from hearth.backends.cuda import TRITON_OPS, CudaBackend, TritonPart
+from hearth.kvstore.codecs import get_codec
+from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
@@ -50,7 +52,7 @@ def test_an_engine_on_the_cuda_backend_generates_as_the_torch_backend(tmp_path, 
     assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
 
 
-@pytest.mark.parametrize("args, message", [({"kv_cache_dtype": "q8_0"}, "no quantized KV formats yet"),
+@pytest.mark.parametrize("args, message", [({"kv_cache_dtype": "kvarn_k4v2"}, "no Triton kernels for the KV format kvarn_k4v2 yet"),
                                            ({"kv_disk_dir": "kv"}, "no KV disk tier yet")])
 def test_what_the_cuda_backend_lacks_fails_before_the_load(tmp_path, monkeypatch, args, message):
     import hearth.llm
@@ -89,3 +91,102 @@ def test_speculation_on_the_cuda_backend_is_lossless(tmp_path, monkeypatch, tree
         assert accepted >= 4 and drafted > accepted
     else:
         assert drafted > 0 and accepted >= 0.9 * drafted
+
+
+class QuantizedDriver(PagedDriver):
+    """PagedDriver over a quantized KV cache: a QuantizedKVCache per layer on the backend's device
+    (its kv_zeros), a StagingTable's plan on each step's metadata (what the runner does)."""
+
+    def __init__(self, model, cfg, codec_name: str, block_size: int = 4, num_blocks: int = 64):
+        super().__init__(model, cfg, block_size, num_blocks)
+        codec = get_codec(codec_name)
+        self.staging = StagingTable(block_size, 2, codec.sink)
+        self.kv = [QuantizedKVCache(codec, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim, 2,
+                                    model.backend.kv_zeros) for _ in range(cfg.num_layers)]
+
+    def step(self, batch: dict[str, list[int]]) -> dict[str, torch.Tensor]:
+        metadata, qsl, seqs = self.model.backend.metadata, [0], []
+        for seq, new in batch.items():
+            seqs.append((seq, self.lens.get(seq, 0), len(new)))
+            qsl.append(qsl[-1] + len(new))
+
+        def with_plan(*args, **kw):  # the tables are complete when the metadata is built
+            meta = metadata(*args, **kw)
+            meta.kv_plan = self.staging.plan([(s, p, n, self.tables[s]) for s, p, n in seqs], qsl)
+            return meta
+
+        self.model.backend.metadata = with_plan
+        try:
+            return super().step(batch)
+        finally:
+            del self.model.backend.metadata
+
+
+@pytest.mark.parametrize("arch, kv, bs, n", [("qwen3", "fp8_e4m3", 4, 9), ("gemma3", "q8_0", 16, 20), ("qwen3", "q4_0", 4, 9)])
+def test_a_quantized_kv_cache_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path, arch, kv, bs, n):
+    """The whole model over an fp8/q8_0/q4_0 cache (head_dim 32): its blocks encoded and read on the device
+    by the Triton kernels, against the torch backend over the same format: a prefill of n tokens across
+    blocks (20 on 16-token blocks: the flash tiles, gemma3's window), then decodes that seal blocks."""
+    d, name, _ = tiny_dir(tmp_path, arch, qtype="Q8_0")
+    ids = prompt(300, n + 3)
+    logits = {}
+    for backend in (Backend(), CudaBackend(DEV)):
+        model, cfg = load_model(GGUFFile(d / name), backend)
+        driver = QuantizedDriver(model, cfg, kv, block_size=bs)
+        logits[backend.name] = torch.cat([driver.step({"a": ids[:n], "b": ids[:4]})["a"]]
+                                         + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[n:]])
+    assert all(c.device.type == torch.device(DEV).type for c in driver.kv)
+    assert rel_err(logits["cuda"], logits["torch"]) < 2 * REL_TOL_FAST
+
+
+def _llm(path, device: str, **kw):
+    import hearth.llm
+    from hearth import LLM
+
+    if device == "cuda":
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(hearth.llm, "select_backend", lambda device: CudaBackend(DEV))
+            return LLM(str(path), device="cuda", progress=False, **kw)
+    return LLM(str(path), device=device, progress=False, **kw)
+
+
+@pytest.mark.parametrize("kv", ["fp8_e4m3", "q8_0"])  # q4_0: a tie in the torch backend's bf16 logits here
+def test_an_engine_with_a_quantized_kv_cache_on_the_cuda_backend_generates_as_the_torch_backend(tmp_path, kv):
+    """The engine over a quantized cache on the CUDA backend (runner, staging, sealing on 4-token blocks):
+    the same greedy tokens as the torch backend over the same format (tiny qwen3: its top two logprobs
+    over these prompts on the torch backend >= 0.37 apart, the backends' logprobs ~1e-2)."""
+    from hearth import SamplingParams
+    from hearth.kvstore.paged import QuantizedKVCache
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-qwen3.gguf"
+    write_tiny_gguf(path, "qwen3", qtype="Q8_0")  # head_dim 32: q8_0's blocks
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    prompts = [{"prompt_token_ids": [5, 17, 42, 99, 7]}, {"prompt_token_ids": [3, 1, 4, 1, 5, 9, 2, 6]}]
+    args = dict(kv_cache_dtype=kv, block_size=4)
+    want = [o.outputs[0].token_ids for o in _llm(path, "torch", **args).generate(prompts, params)]
+    llm = _llm(path, "cuda", **args)
+    assert llm.runner.backend.name == "cuda" and isinstance(llm.runner.kv_caches[0], QuantizedKVCache)
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, params)] == want
+
+
+def test_speculation_over_a_quantized_kv_cache_on_the_cuda_backend_is_lossless(tmp_path):
+    """Chains verified over a q8_0 cache (drafts stop before a block's last slot, KVCacheManager.max_drafts):
+    row_regimes stays (GEMV_MAX_ROWS,), drafts are accepted, and the greedy tokens are the torch
+    backend's over the same format without speculation."""
+    from hearth import SamplingParams
+    from hearth.kernels.gpu.gguf_matmul import GEMV_MAX_ROWS
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-qwen3.gguf"
+    write_tiny_gguf(path, "qwen3", qtype="Q8_0")  # head_dim 32: q8_0's blocks
+    params = SamplingParams(temperature=0, max_tokens=10, ignore_eos=True)
+    prompt = {"prompt_token_ids": [5, 17, 42, 99, 7, 5, 17]}
+    args = dict(kv_cache_dtype="q8_0", block_size=8)
+    want = _llm(path, "torch", **args).generate(prompt, params)[0].outputs[0].token_ids
+    spec = {"method": "draft", "model": str(path), "num_speculative_tokens": 3, "tree_budget": 5, "cost_aware": False}
+    llm = _llm(path, "cuda", speculative_config=spec, **args)
+    assert llm.runner.row_regimes == (GEMV_MAX_ROWS,)
+    assert llm.generate(prompt, params)[0].outputs[0].token_ids == want
+    stats = llm.engine.spec.stats
+    assert stats.num_draft_tokens > 0 and stats.num_accepted_tokens >= 0.9 * stats.num_draft_tokens

@@ -6,7 +6,7 @@ or more, pages of 16 or more): one program per 16 query rows and head, scores in
 tl.dot (flash attention's recurrence). Both: causal, sliding window (keys less than `window`
 positions back), soft-capped scores, grouped-query heads; the row-wise kernel also takes token trees
 (speculative decoding: a node row sees the keys before the tree and its ancestors'). The quantized
-KV formats are not here yet. The torch twin is hearth.kernels.attention.paged_attention_torch; the tests run both in
+KV formats: hearth.kernels.gpu.quantized_attention. The torch twin is hearth.kernels.attention.paged_attention_torch; the tests run both in
 Triton's interpreter on the CPU."""
 
 from __future__ import annotations
@@ -56,17 +56,24 @@ def paged_attention_kernel(q, kv, out, row_seq, row_pos, tables, table_stride, t
         at = slot[:, None] * s_tok + kvh * s_head + d[None, :]  # [BS, D]
         k = tl.load(kv + at, mask=visible[:, None], other=0.0).to(tl.float32)
         v = tl.load(kv + s_kv + at, mask=visible[:, None], other=0.0).to(tl.float32)
-        s = tl.sum(k * qv[None, :], axis=1) * scale  # [BS]
-        if softcap > 0:
-            s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap  # softcap * tanh(s / softcap)
-        s = tl.where(visible, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=0))
-        p = tl.exp(s - m_new)
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=0)
-        acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
-        m_i = m_new
+        m_i, l_i, acc = online_softmax_step(qv, k, v, visible, m_i, l_i, acc, scale, softcap)
     tl.store(out + (t.to(tl.int64) * H + h) * D + d, acc / l_i)
+
+
+@triton.jit
+def online_softmax_step(qv, k, v, visible, m_i, l_i, acc, scale, softcap):
+    """One block of keys into a row's running softmax: qv [D], k, v [BS, D] f32, visible [BS];
+    (max, sum, acc [D]) -> updated (flash-decoding's recurrence)."""
+    s = tl.sum(k * qv[None, :], axis=1) * scale  # [BS]
+    if softcap > 0:
+        s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap  # softcap * tanh(s / softcap)
+    s = tl.where(visible, s, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=0))
+    p = tl.exp(s - m_new)
+    alpha = tl.exp(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, axis=0)
+    acc = acc * alpha + tl.sum(p[:, None] * v, axis=0)
+    return m_new, l_i, acc
 
 
 @triton.jit
@@ -118,11 +125,11 @@ FLASH_MIN_ROWS = 16
 BM = 16
 
 
-def _rows(meta: AttentionMetadata, seqs: list[int], device) -> tuple[torch.Tensor, ...]:
+def row_tensors(meta: AttentionMetadata, seqs: list[int], device) -> tuple[torch.Tensor, ...]:
     """For the rows of sequences `seqs`: their flat row ids, sequence and position; per sequence its
     block table (padded): int32 on the device; and the rows' tree layout (AttentionMetadata.tree_rows:
     int64 [rows, 2 + depth], -1 for an ordinary row; [rows, 2] of -1 without trees). Once per step."""
-    key = ("triton_rows", str(device))
+    key = ("triton_rows", str(device), tuple(seqs))
     if key not in meta.memo.kernel_args:
         ids, seq, pos = [], [], []
         for i in seqs:
@@ -156,7 +163,7 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
                     scale=scale, softcap=softcap, window=window, H=H, GROUP=H // kvh)
     out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
     if short:
-        ids, row_seq, row_pos, tables, tree = _rows(meta, short, q.device)
+        ids, row_seq, row_pos, tables, tree = row_tensors(meta, short, q.device)
         few = out if not long else torch.empty(ids.numel(), H, D, dtype=torch.float32, device=q.device)
         rows_q = q if not long else q[ids]
         if kv_cache.stride(1) != bs * kv_cache.stride(2):
@@ -194,12 +201,18 @@ def kv_write_kernel(kv, slots, cache, s_kv_in, s_tok_in, s_head_in, s_kv, s_slot
 def write_kv(kv_cache: torch.Tensor, kv: torch.Tensor, meta: AttentionMetadata) -> None:
     """kv: [T, 2, kv_heads, head_dim] -> the new tokens' slots (meta.slot_mapping) of kv_cache
     [2, num_blocks, block_size, kv_heads, head_dim]."""
-    _, nb, bs, kvh, d = kv_cache.shape
+    write_rows(kv_cache, kv, meta.slot_mapping.to(kv.device))
+
+
+def write_rows(pages: torch.Tensor, kv: torch.Tensor, slots: torch.Tensor) -> None:
+    """kv: [T, 2, kv_heads, head_dim] -> flat slots (int64 [T], on the device) of pages
+    [2, num_blocks, block_size, kv_heads, head_dim], cast to its dtype (a cache, or a quantized cache's
+    f16 staging)."""
+    _, nb, bs, kvh, d = pages.shape
     if d & (d - 1):
         raise UnsupportedError(f"the Triton KV write needs a power-of-two head_dim, not {d}")
-    flat = kv_cache.view(2, nb * bs, kvh, d)
+    flat = pages.view(2, nb * bs, kvh, d)
     kv = kv.contiguous()
-    slots = meta.slot_mapping.to(kv.device)
     args = dict(kv=kv, slots=slots, cache=flat, s_kv_in=kv.stride(1), s_tok_in=kv.stride(0), s_head_in=kv.stride(2),
                 s_kv=flat.stride(0), s_slot=flat.stride(1), s_head=flat.stride(2))
     launch(kv_write_kernel, (kv.shape[0], kvh), args, {"cache": Rows("slots", dim=1, split=((1, 2, 1),))},
