@@ -33,6 +33,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--max-tokens-limit", type=int, default=0,
                      help="largest max_tokens a request may ask for (default: the context length)")
     net.add_argument("--max-body-mb", type=float, default=16, help="largest request body in MiB (default: %(default)s)")
+    net.add_argument("--tool-guard", default="guard", metavar="MODE",
+                     help="tool calls: guard (call grammar, validation, retries), grammar (the grammar only) or "
+                          "off (parse only); a request may pick its own with hearth.tool_guard (default: %(default)s)")
+    net.add_argument("--tool-guard-retries", type=int, default=3, metavar="N",
+                     help="retries the guard may spend on a request whose calls fail (default: %(default)s)")
     net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
@@ -72,7 +77,9 @@ def main(args: argparse.Namespace) -> int:
     from hearth.api.served import ServedModel
     from hearth.engine.async_engine import AsyncEngine
     from hearth.llm import LLM
+    from hearth.tool_guard import GuardConfig
 
+    guard = GuardConfig(args.tool_guard, args.tool_guard_retries)  # bad input fails before the load
     print(f"hearth: loading {args.model} ...", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     llm = LLM(args.model, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
@@ -88,7 +95,7 @@ def main(args: argparse.Namespace) -> int:
     served = ServedModel.from_llm(llm, names, AsyncEngine(llm.engine, max_queued=args.max_queued))
     config = ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
                           max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
-                          max_tokens=args.max_tokens_limit)
+                          max_tokens=args.max_tokens_limit, tool_guard=guard)
     app = create_app(served, config)
     url = f"http://{_url_host(args.host)}:{args.port}"
     ready = f"hearth: serving {names[0]!r} at {url} (chat page {url}/, API {url}/v1)"
