@@ -11,6 +11,7 @@ cached prefix). When retries run out, the last attempt is returned as it parsed.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -184,7 +185,8 @@ class _Choice:
 
     def _note(self, checked: Checked) -> None:
         self.report.validation_errors += [p.message for p in checked.problems]
-        self.report.coercions += [{"call": checked.calls[i].name, **c.as_dict()} for i, c in checked.coercions]
+        if self.s.config.mode == "guard":  # the grammar alone changes nothing: no coercions to report
+            self.report.coercions += [{"call": checked.calls[i].name, **c.as_dict()} for i, c in checked.coercions]
 
     def _final(self, held: list, checked: Checked, trace: TokenTrace, last) -> Update:
         """The choice's calls (validated, or as they came once retries ran out) and its finish."""
@@ -193,6 +195,8 @@ class _Choice:
             calls = held
         else:
             calls = checked.calls if checked.ok else [c for c in checked.calls if c.name in s.schemas]
+        # given up: a call of no offered tool goes back as the text it was, as without the guard
+        unknown = [ContentDelta(_call_text(c)) for c in held if c.name not in s.schemas]
         if not checked.ok:
             self.report.outcome = "gave_up"
         spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
@@ -201,7 +205,7 @@ class _Choice:
             span = spans[k] if len(spans) == len(calls) else (spans[0][0], spans[-1][1]) if spans else None
             conf = trace.min_prob(*span) if span else None
             self.report.calls.append({"id": call.id, "name": call.name, "confidence": conf})
-        events = [ToolCallEvent(k, c) for k, c in enumerate(calls)]
+        events = unknown + [ToolCallEvent(k, c) for k, c in enumerate(calls)]
         if hasattr(s.metrics, "observe_guard"):
             s.metrics.observe_guard(self.report)
         if last is None:
@@ -230,3 +234,7 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
     return GuardSetup(served.engine, metrics, ids, params, make_parser, tool_parameters(callable_tools), plan.required,
                       plan.parse_format, grammar, forced, reprompt, config, token_bytes, client_logprobs,
                       uuid.uuid4().hex)
+
+
+def _call_text(call) -> str:
+    return f'{{"name": {json.dumps(call.name)}, "arguments": {call.arguments}}}'

@@ -37,6 +37,18 @@ SCRIPTS = {
     "fail": ["partial"],
     "slow": ["tick"],
 }
+# scripts whose k-th request (a retry of the tool guard is another request) says ATTEMPTS[name][k];
+# past the end it says the last one again
+ATTEMPTS = {
+    "guard_unknown": [["Let me check.", "\n<tool_call>\n{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Paris\"}}",
+                       "\n</tool_call>"], [WEATHER_CALL]],
+    "guard_bad_args": [['<tool_call>\n{"name": "get_weather", "arguments": {"town": "Paris"}}\n</tool_call>'],
+                       ['<tool_call>\n{"name": "get_weather", "arguments": {"city": 7}}\n</tool_call>'],
+                       [WEATHER_CALL]],
+    "guard_coerce": [['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": "3"}}\n</tool_call>']],
+    "guard_text": [["It is sunny."], [WEATHER_CALL]],
+    "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
+}
 TEMPLATE = """{%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
@@ -136,6 +148,7 @@ class FakeEngine:
         self.live: set[str] = set()
         self.cached = 0
         self.started = self.stopped = False
+        self.attempts: dict[str, int] = {}
 
     def start(self) -> None:
         self.started = True
@@ -156,6 +169,9 @@ class FakeEngine:
         found = re.findall(r"script:([a-z_]+)", prompt)
         script = found[-1] if found else ""
         pieces = SCRIPTS.get(script, ["ok"])
+        if script in ATTEMPTS:
+            k = self.attempts[script] = self.attempts.get(script, -1) + 1
+            pieces = ATTEMPTS[script][min(k, len(ATTEMPTS[script]) - 1)]
         return FakeStream(self, request_id, pieces, script, len(prompt_ids), params)
 
     def stats(self) -> EngineStats:
