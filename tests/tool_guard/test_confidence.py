@@ -48,4 +48,4 @@ def test_retry_messages_put_the_error_in_the_tool_channel():
     assert msgs[0]["tool_calls"][0]["id"] == msgs[1]["tool_call_id"] == "call_1" and msgs[1]["role"] == "tool"
     assert "missing 'city'" in msgs[1]["content"] and "get_weather" in msgs[1]["content"]
     msgs = retry_messages("It is sunny.", Problem("no_call", "a tool call was required"), ["get_weather"])
-    assert msgs[0] == {"role": "assistant", "content": "It is sunny."} and msgs[1]["role"] == "tool"
+    assert msgs[0] == {"role": "assistant", "content": "It is sunny."} and msgs[1]["role"] == "user"
