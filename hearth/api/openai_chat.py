@@ -11,17 +11,15 @@ from dataclasses import dataclass, field
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
-from hearth.api.choices import PlainChoices
-from hearth.api.extensions import parse_extensions
-from hearth.api.generate import Generation, until_disconnect
-from hearth.api.guarded import GuardedChoices, guard_setup
+from hearth.api.generate import until_disconnect
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest
-from hearth.api.parsing import openai_finish, output_parser
-from hearth.api.sampling import common_fields, logit_bias, make_params, response_format, stop_list
+from hearth.api.parsing import openai_finish
+from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
 from hearth.api.sse import DONE, SSEResponse, data_event
-from hearth.api.tools import guard_constraint, legacy_functions, openai_tools, plan_tools, prompt_messages
+from hearth.api.tool_layer import build_choices, reprompt_ids
+from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
 from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
                                  ToolCallStart, collect)
@@ -34,32 +32,17 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
     served = state.served
     served.check_model(body.model)
-    ext = parse_extensions(body.hearth, state.config.tool_guard)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
     plan = plan_tools(served, openai_tools(tools), tool_choice, "function_call" if legacy else "tool_choice")
     prompt = _render(served, plan, openai_messages(body.messages), body)
     ids = served.encode_chat_text(prompt)
     parallel = body.parallel_tool_calls and not legacy
-    guard = ext.tool_guard if plan.tools and ext.tool_guard.mode != "off" else None
     fields = _sampling_fields(body, plan, served)
-    lazy = guard_constraint(served, plan, prompt, parallel, guard) if guard and fields["structured_output"] is None else None
-    if lazy is not None:
-        fields["structured_output"] = lazy
-    client_k = fields["logprobs"]
-    if guard is not None and client_k is None:
-        fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
-    params = make_params(fields, state.limits, served.max_model_len, {
-        "max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
-        "logprobs": "top_logprobs"})
-    if guard is None:
-        gen = Generation(served.engine, ids, params, state.metrics)
-        source = PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)])
-    else:
-        setup = guard_setup(served, state.metrics, plan, prompt, ids, params, guard, client_k is not None,
-                            "lazy" if lazy else ("forced" if plan.constraint else "none"),
-                            lambda extra: _reprompt(served, plan, body, extra, params))
-        source = GuardedChoices(setup)
+    names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
+             "logprobs": "top_logprobs"}
+    source, client_k = build_choices(state, plan, prompt, ids, fields, names, body.hearth, parallel,
+                                     lambda extra: _reprompt(served, plan, body, extra, fields["max_tokens"]))
     reply = _Reply(served, source, client_k, parallel, legacy)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -74,14 +57,11 @@ def _render(served, plan, messages: list[dict], body: ChatCompletionRequest) -> 
                               continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
 
 
-def _reprompt(served, plan, body: ChatCompletionRequest, extra: list[dict], params) -> list[int]:
+def _reprompt(served, plan, body: ChatCompletionRequest, extra: list[dict], max_tokens: int | None) -> list[int]:
     """The conversation with a failed attempt and its error appended, as prompt ids."""
-    text = served.render_chat(prompt_messages(served, plan, openai_messages(body.messages + extra)),
-                              plan.tools if plan.in_template else None, template_kwargs=body.chat_template_kwargs)
-    ids = served.encode_chat_text(text)
-    if len(ids) + (params.max_tokens or 1) > served.max_model_len:
-        raise HearthError(f"a re-prompt of {len(ids)} tokens would not leave room for the answer")
-    return ids
+    messages = prompt_messages(served, plan, openai_messages(body.messages + extra))
+    text = served.render_chat(messages, plan.tools if plan.in_template else None, template_kwargs=body.chat_template_kwargs)
+    return reprompt_ids(served, text, max_tokens)
 
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
