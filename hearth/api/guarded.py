@@ -126,8 +126,20 @@ class _Choice:
     def __init__(self, setup: GuardSetup, index: int, params: SamplingParams):
         self.s, self.index, self.params = setup, index, params
         self.report = GuardReport(setup.config.mode, setup.grammar)
-        self.prompt_tokens = self.cached_tokens = 0
+        self._done = [0, 0]  # prompt and cached tokens of the attempts that ended
         self._gen: Generation | None = None
+        self._counted = False
+
+    @property
+    def prompt_tokens(self) -> int:
+        if self._gen is None:  # not started: the first attempt's prompt
+            return len(self.s.prompt_ids)
+        return self._done[0] + (self._gen.num_prompt_tokens if not self._counted else 0)
+
+    @property
+    def cached_tokens(self) -> int:
+        running = self._gen.num_cached_tokens if self._gen is not None and not self._counted else 0
+        return self._done[1] + running
 
     def abort(self) -> None:
         if self._gen is not None:
@@ -139,6 +151,7 @@ class _Choice:
             trace, held, last, passed = TokenTrace(s.token_bytes), [], None, []
             parser = s.make_parser()
             self._gen = Generation(s.engine, ids, params, s.metrics, request_id=f"{s.request_id}-{self.index}-{attempt}")
+            self._counted = False
             async for _, out in self._gen.outputs():
                 trace.add(out.new_text, out.new_token_ids, out.new_logprobs)
                 events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
@@ -176,8 +189,9 @@ class _Choice:
 
     def _count(self, trace: TokenTrace) -> None:
         gen = self._gen
-        self.prompt_tokens += gen.num_prompt_tokens
-        self.cached_tokens += gen.num_cached_tokens
+        self._done[0] += gen.num_prompt_tokens
+        self._done[1] += gen.num_cached_tokens
+        self._counted = True
         if self.report.retries:
             r = self.report.retries[-1]
             self.report.retries[-1] = replace(r, prompt_tokens=gen.num_prompt_tokens, cached_tokens=gen.num_cached_tokens,

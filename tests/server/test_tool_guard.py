@@ -184,3 +184,23 @@ def test_bad_allowed_tools_is_a_400(fake):
             "tool_choice": choice}
     r = fake.client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice.allowed_tools.tools[0]"
+
+
+def test_anthropic_messages_go_through_the_guard(fake):
+    tool = {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}
+    body = {"model": "fake-model", "max_tokens": 64, "tools": [tool],
+            "messages": [{"role": "user", "content": "script:guard_unknown"}]}
+    r = fake.client.post("/v1/messages", json=body)
+    assert r.status_code == 200, r.text
+    blocks = r.json()["content"]
+    assert [b["type"] for b in blocks] == ["text", "tool_use"] and blocks[1]["input"] == {"city": "Paris"}
+    assert r.json()["stop_reason"] == "tool_use" and r.json()["hearth"]["retries"][0]["kind"] == "resample"
+    fake.engine.attempts.clear()
+    with fake.client.stream("POST", "/v1/messages", json={**body, "stream": True}) as s:
+        text = "".join(s.iter_text())
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    starts = [e["content_block"] for e in events if e["type"] == "content_block_start"]
+    assert [b["type"] for b in starts] == ["text", "tool_use"] and starts[1]["name"] == "get_weather"
+    assert events[0]["message"]["usage"]["input_tokens"] > 0  # the guarded attempt's prompt, from the start
+    (delta,) = [e for e in events if e["type"] == "message_delta"]
+    assert delta["delta"]["stop_reason"] == "tool_use" and delta["hearth"]["outcome"] == "ok"
