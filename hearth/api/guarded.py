@@ -127,6 +127,7 @@ class _Choice:
         self.s, self.index, self.params = setup, index, params
         self.report = GuardReport(setup.config.mode, setup.grammar)
         self._done = [0, 0]  # prompt and cached tokens of the attempts that ended
+        self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
         self._gen: Generation | None = None
         self._counted = False
 
@@ -163,21 +164,20 @@ class _Choice:
             checked = check_calls(held, s.schemas, s.required)
             self._note(checked)
             done = checked.ok or attempt == s.config.retries or (last is not None and last.finish_reason in NO_RETRY_FINISH)
-            nxt = None if done else self._retry(attempt, checked, trace, ids, params)
+            nxt = None if done else self._retry(attempt, checked, held, trace, last, ids, params)
             if nxt is None:
                 yield self._final(held, checked, trace, last)
                 return
             ids, params = nxt
 
-    def _retry(self, attempt: int, checked: Checked, trace: TokenTrace, ids: list[int],
+    def _retry(self, attempt: int, checked: Checked, held: list, trace: TokenTrace, last, ids: list[int],
                params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
         """The next attempt's prompt and params: resample first, then re-prompt; None: no retry possible."""
         s, problem = self.s, checked.problems[0]
-        spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
         if attempt == 0 and s.forced is not None:
-            before = trace.token_ids if problem.kind == NO_CALL else trace.prefix_tokens(spans[0][0] if spans else 0)
             self.report.retries.append(Retry("resample", problem.kind, problem.message))
-            return ids + before, replace(params, structured_output=s.forced)
+            return ids + self._before(problem, held, checked, trace, last), replace(params, structured_output=s.forced)
+        self._kept, self.report.calls = [], []  # a re-prompt answers afresh
         self.report.retries.append(Retry("reprompt", problem.kind, problem.message))
         try:
             new_ids = s.reprompt(retry_messages(trace.text, problem, list(s.schemas)))
@@ -186,6 +186,22 @@ class _Choice:
             self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
             return None
         return new_ids, self.params
+
+    def _before(self, problem, held: list, checked: Checked, trace: TokenTrace, last) -> list[int]:
+        """The tokens the resample continues from: all of a text answer (less its end-of-turn token),
+        or what precedes the failed call (the valid calls before it are kept)."""
+        if problem.kind == NO_CALL:
+            ended = last is not None and last.finish_reason == "stop" and not isinstance(last.stop_reason, str)
+            return trace.token_ids[:-1] if ended and trace.token_ids else list(trace.token_ids)
+        spans = call_spans(trace.text, triggers_for(self.s.fmt), CLOSERS)
+        k = next((i for i, c in enumerate(held) if c is problem.call), 0)
+        if len(spans) != len(held):  # calls not all at openers: resample from the first
+            self._kept, k = [], 0
+        else:
+            self._kept = checked.calls[:k]
+            self.report.calls = [{"id": c.id, "name": c.name, "confidence": trace.min_prob(*spans[i])}
+                                 for i, c in enumerate(self._kept)]
+        return trace.prefix_tokens(spans[k][0] if spans else 0)
 
     def _count(self, trace: TokenTrace) -> None:
         gen = self._gen
@@ -208,15 +224,16 @@ class _Choice:
         if s.config.mode != "guard":  # the grammar alone: calls as parsed, problems only reported
             calls = held
         else:
-            calls = checked.calls if checked.ok else [c for c in checked.calls if c.name in s.schemas]
+            calls = self._kept + (checked.calls if checked.ok else [c for c in checked.calls if c.name in s.schemas])
         # given up: a call of no offered tool goes back as the text it was, as without the guard
         unknown = [ContentDelta(_call_text(c)) for c in held if c.name not in s.schemas]
         if not checked.ok:
-            self.report.outcome = "gave_up"
+            self.report.outcome = "unresolved"
         spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
         self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
-        for k, call in enumerate(calls):
-            span = spans[k] if len(spans) == len(calls) else (spans[0][0], spans[-1][1]) if spans else None
+        new = calls[len(self._kept):]  # calls this attempt wrote (kept ones were scored where written)
+        for k, call in enumerate(new):
+            span = spans[k] if len(spans) == len(new) else (spans[0][0], spans[-1][1]) if spans else None
             conf = trace.min_prob(*span) if span else None
             self.report.calls.append({"id": call.id, "name": call.name, "confidence": conf})
         events = unknown + [ToolCallEvent(k, c) for k, c in enumerate(calls)]

@@ -39,7 +39,8 @@ class GuardReport:
     calls: list[dict] = field(default_factory=list)
     """Per returned call: id, name and confidence."""
     outcome: str = "ok"
-    """"ok", or "gave_up": retries ran out and the last attempt is returned as it parsed."""
+    """"ok", or "unresolved": problems remain (retries ran out, or the mode has none) and the last
+    attempt is returned as it parsed."""
     notes: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict:

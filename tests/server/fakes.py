@@ -47,6 +47,8 @@ ATTEMPTS = {
                        [WEATHER_CALL]],
     "guard_coerce": [['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": "3"}}\n</tool_call>']],
     "guard_text": [["It is sunny."], [WEATHER_CALL]],
+    "guard_second_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "get_wether", "arguments": {}}\n</tool_call>'],
+                         [WEATHER_CALL.replace("Paris", "Rome")]],
     "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
 }
 TEMPLATE = """{%- if tools %}<|im_start|>system

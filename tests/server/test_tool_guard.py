@@ -50,6 +50,15 @@ def test_unknown_tool_is_resampled_under_the_forced_grammar(fake):
     assert r["hearth"]["outcome"] == "ok" and r["hearth"]["tool_guard"] == "guard"
 
 
+def test_a_resample_keeps_the_valid_calls_before_the_bad_one(fake):
+    r = post(fake, "guard_second_bad")
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == ["Paris", "Rome"]
+    assert [c["id"] for c in calls] == [c["id"] for c in r["hearth"]["calls"]]
+    first, retry = fake.engine.added
+    assert retry.prompt == first.prompt + "<\n"  # the fake's tokens: one per piece, its first character
+
+
 def test_bad_arguments_resample_then_reprompt_with_the_error(fake):
     r = post(fake, "guard_bad_args")
     call = r["choices"][0]["message"]["tool_calls"][0]["function"]
@@ -80,7 +89,7 @@ def test_required_but_text_gets_a_call(fake):
 
 def test_retries_run_out_without_a_500_and_are_configurable(fake):
     r = post(fake, "guard_never")
-    assert len(fake.engine.added) == 4 and r["hearth"]["outcome"] == "gave_up"
+    assert len(fake.engine.added) == 4 and r["hearth"]["outcome"] == "unresolved"
     assert [e["kind"] for e in r["hearth"]["retries"]] == ["resample", "reprompt", "reprompt"]
     msg = r["choices"][0]["message"]  # the last attempt as it parsed: a call of no offered tool is text
     assert msg.get("tool_calls") is None and '"name": "nope"' in msg["content"]
