@@ -213,3 +213,12 @@ def test_anthropic_messages_go_through_the_guard(fake):
     assert events[0]["message"]["usage"]["input_tokens"] > 0  # the guarded attempt's prompt, from the start
     (delta,) = [e for e in events if e["type"] == "message_delta"]
     assert delta["delta"]["stop_reason"] == "tool_use" and delta["hearth"]["outcome"] == "ok"
+
+
+def test_each_choice_is_guarded(fake):
+    r = post(fake, "guard_coerce", n=2)
+    assert [json.loads(c["message"]["tool_calls"][0]["function"]["arguments"])["days"] for c in r["choices"]] == [3, 3]
+    assert len(r["hearth"]["choices"]) == 2 and all(c["coercions"] for c in r["hearth"]["choices"])
+    chunks = stream(fake, "guard_coerce", n=2)
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert sorted(c["choices"][0]["index"] for c in finals) == [0, 1] and all(c["hearth"]["coercions"] for c in finals)
