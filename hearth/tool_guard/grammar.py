@@ -47,18 +47,16 @@ def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reason
 def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
     """`object`: a whole call object; `rest`: the object after `{"name"`; `fn_rest`: the
     `<function=` form after its `=`. One branch per tool pins its name to its own arguments."""
-    obj, rest, fn = [], [], []
+    rules, rest, fn = [], [], []
     for i, (name, schema) in enumerate(params.items()):
-        args = f"args_{i}"
         quoted = json.dumps(json.dumps(name))  # the JSON string "name", as a Lark literal
-        yield_args = f'{args}: %json {json.dumps(_with_layout(schema))}'
-        obj.append(f'"{{" ARGS_GAP "\\"name\\"" ARGS_GAP rest_{i}')
-        rest.append(f'rest_{i}: ":" ARGS_GAP {quoted} ARGS_GAP "," ARGS_GAP "\\"{key}\\"" ARGS_GAP ":" '
-                    f'ARGS_GAP {args} ARGS_GAP')
-        fn.append(f'{json.dumps(name)} ">" ARGS_GAP {args} ARGS_GAP "</function>"')
-        rest.append(yield_args)
-    return (rest + [f"object: {' | '.join(obj)}", f"rest: {' | '.join(f'rest_{i}' for i in range(len(params)))}",
-                    f"fn_rest: {' | '.join(fn)}"])
+        rules.append(f"args_{i}: %json {json.dumps(_with_layout(schema))}")
+        rules.append(f'rest_{i}: ":" ARGS_GAP {quoted} ARGS_GAP "," ARGS_GAP "\\"{key}\\"" ARGS_GAP ":" '
+                     f"ARGS_GAP args_{i} ARGS_GAP")
+        rest.append(f"rest_{i}")
+        fn.append(f'{json.dumps(name)} ">" ARGS_GAP args_{i} ARGS_GAP "</function>"')
+    return rules + ['object: "{" ARGS_GAP "\\"name\\"" ARGS_GAP rest', f"rest: {' | '.join(rest)}",
+                    f"fn_rest: {' | '.join(fn)}"]
 
 
 def _with_layout(schema: dict) -> dict:
@@ -97,8 +95,7 @@ def _start_rules(triggers: list[Trigger], anywhere: bool, parallel: bool) -> lis
     after = ("(call)* TEXT" if anywhere else "TEXT") if parallel else "END_WS"
     rules = []
     for suffix, text in (("", "TEXT"), ("0", "TEXT0")):
-        free = f"call{suffix} {after}" if anywhere and parallel else (f"call{suffix} END_WS" if anywhere else None)
-        alts = [text] + ([free] if free else [])
+        alts = [text] + ([f"call{suffix} {after}"] if anywhere else [])
         if at_start:
             alts.append(f"lead {after}")
         rules.append(f"main{suffix}: {' | '.join(alts)}")
