@@ -5,7 +5,6 @@ body, or chat.completion.chunk events (role chunk, deltas, finish chunk, optiona
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass, field
 
 from fastapi import APIRouter, Request
