@@ -7,13 +7,13 @@ from __future__ import annotations
 import asyncio
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import Response
 
-from hearth.api import anthropic_routes, openai_chat, openai_completions, openai_routes, responses_routes, slots
+from hearth.api import (anthropic_routes, chat_page, openai_chat, openai_completions, openai_routes, responses_routes,
+                        slots)
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
@@ -21,8 +21,6 @@ from hearth.api.responses_store import ResponseStore
 from hearth.api.sampling import Limits
 from hearth.api.served import ServedModel
 from hearth.tool_guard import GuardConfig
-
-STATIC = Path(__file__).parent / "static"
 
 
 @dataclass
@@ -60,7 +58,8 @@ def create_app(served: ServedModel, config: ServerConfig | None = None) -> FastA
     app.state.metrics = Metrics(served.name, served.engine)
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
-    for module in (openai_routes, openai_chat, openai_completions, responses_routes, anthropic_routes, slots):
+    for module in (openai_routes, openai_chat, openai_completions, responses_routes, anthropic_routes, slots,
+                   chat_page):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth
@@ -81,7 +80,3 @@ def _add_service_routes(app: FastAPI) -> None:
     @app.get("/metrics")
     async def metrics(request: Request):
         return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)
-
-    @app.get("/", response_class=HTMLResponse)
-    async def chat_page():
-        return HTMLResponse((STATIC / "index.html").read_text(encoding="utf-8"))

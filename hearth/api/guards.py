@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hearth.api.errors import error_body
 
 PUBLIC_PATHS = frozenset({"/health", "/", "/index.html", "/favicon.ico"})
+PUBLIC_PREFIXES = ("/static/",)  # the chat page's assets: the page asks for the key, so they cannot need it
 
 
 async def _send_error(scope: Scope, send: Send, status: int, message: str, headers: list | None = None) -> None:
@@ -22,6 +23,10 @@ async def _send_error(scope: Scope, send: Send, status: int, message: str, heade
     await send({"type": "http.response.body", "body": body})
 
 
+def _public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
 class APIKeyMiddleware:
     """`Authorization: Bearer KEY` or `x-api-key: KEY` (Anthropic's header), compared in constant time."""
 
@@ -29,7 +34,7 @@ class APIKeyMiddleware:
         self.app, self.key = app, api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or _public(scope["path"]) or scope["method"] == "OPTIONS":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         given = headers.get(b"x-api-key", b"")

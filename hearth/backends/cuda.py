@@ -5,9 +5,9 @@ Norms, q/k norm + rope, the KV write and attention over pages are Triton kernels
 residual adds torch ops. Token ids, positions and sampling stay on the host: the embedding's rows
 go to the device, the logits come back.
 
-Not yet (issue "One model definition over pluggable backends"): token-tree attention and the
-quantized KV formats (so no speculative decoding and only f16/bf16 caches here), CUDA graphs, and a
-run on a real GPU: the tests run every kernel, and whole models, in Triton's interpreter on the CPU
+Speculative decoding verifies chains and token trees below gm.GEMV_MAX_ROWS rows a step (row_regimes).
+Not yet (issue "One model definition over pluggable backends"): the quantized KV formats (only
+f16/bf16 caches here), CUDA graphs, and a run on a real GPU: the tests run every kernel, and whole models, in Triton's interpreter on the CPU
 (CudaBackend(device="cpu"))."""
 
 from __future__ import annotations
@@ -145,7 +145,14 @@ class CudaBackend(Backend):
         return head(hidden).float().cpu()  # sampling runs on the host
 
     def metadata(self, query_start_loc, seq_lens, block_tables, slots, block_size, trees=None) -> AttentionMetadata:
-        if trees:
-            raise UnsupportedError("the CUDA backend has no token-tree attention yet")
         return AttentionMetadata(query_start_loc, seq_lens, block_tables,
-                                 torch.tensor(slots, dtype=torch.long, device=self.device), block_size)
+                                 torch.tensor(slots, dtype=torch.long, device=self.device), block_size, trees=trees or {})
+
+    def row_regimes(self, model, kv_caches: list) -> tuple[int, ...] | None:
+        """Below gm.GEMV_MAX_ROWS every kernel of a step computes a row alone, in the same program
+        whatever the other rows (one GEMV program per activation row, row-wise attention below
+        FLASH_MIN_ROWS rows of a sequence, norms and rope per row), so a verify row is a decode row;
+        a weight expanded for torch's matmul (DeviceDense) sums rows as cuBLAS picks: None."""
+        if any(isinstance(m, DeviceDense) for m in model.modules()):
+            return None
+        return (gm.GEMV_MAX_ROWS,)

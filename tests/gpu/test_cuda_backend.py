@@ -60,3 +60,32 @@ def test_what_the_cuda_backend_lacks_fails_before_the_load(tmp_path, monkeypatch
     monkeypatch.setattr(hearth.llm, "select_backend", lambda device: CudaBackend(DEV))
     with pytest.raises(HearthError, match=message):
         LLM(str(tmp_path / "missing.gguf"), device="cuda", progress=False, **args)
+
+
+@pytest.mark.parametrize("tree_budget", [0, 5], ids=["chain", "tree"])
+def test_speculation_on_the_cuda_backend_is_lossless(tmp_path, monkeypatch, tree_budget):
+    """The tiny model drafting for itself on the CUDA backend (interpreted): chains and token trees
+    are verified in steps under gm.GEMV_MAX_ROWS rows (row_regimes), the drafts accepted, and the
+    greedy tokens those of the torch backend without speculation."""
+    import hearth.llm
+    from hearth import LLM, SamplingParams
+    from hearth.kernels.gpu.gguf_matmul import GEMV_MAX_ROWS
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    prompt = {"prompt_token_ids": [5, 17, 42, 99, 7, 5, 17]}
+    want = LLM(str(path), device="torch", progress=False).generate(prompt, params)[0].outputs[0].token_ids
+    monkeypatch.setattr(hearth.llm, "select_backend", lambda device: CudaBackend(DEV))
+    spec = {"method": "draft", "model": str(path), "num_speculative_tokens": 3, "tree_budget": tree_budget,
+            "cost_aware": False}
+    llm = LLM(str(path), device="cuda", progress=False, speculative_config=spec)
+    assert llm.runner.row_regimes == (GEMV_MAX_ROWS,)
+    assert llm.generate(prompt, params)[0].outputs[0].token_ids == want
+    stats = llm.engine.spec.stats
+    drafted, accepted = stats.num_draft_tokens, stats.num_accepted_tokens
+    if tree_budget:  # the top-1 chain accepted, its side branches verified and rejected
+        assert accepted >= 4 and drafted > accepted
+    else:
+        assert drafted > 0 and accepted >= 0.9 * drafted

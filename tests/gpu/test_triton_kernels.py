@@ -22,6 +22,7 @@ from hearth.kernels.gpu.paged_attention import paged_attention, write_kv
 from hearth.layers.norm import RMSNorm
 from hearth.layers.rotary import Rotary
 from hearth.layers.quant import as_bytes, dequantize
+from tests.kernels.test_tree_attention import CASES as TREE_CASES, PARENTS, fresh, tree_meta
 from tests.layers.test_quant import random_tensor
 
 # f32 products and sums in another order than torch's: |err| <= 1e-5 of sum |x||w|
@@ -201,3 +202,48 @@ def test_qk_norm_rope_equals_the_torch_twin(neox, rot, norm):
     qk = y[:, :heads * d].view(T, heads, d)
     assert (qk - ref).abs().max() < 1e-5
     assert torch.equal(y[:, heads * d:], rest)  # the rest of the row untouched
+
+
+# ---- token trees (speculative decoding) ----
+
+@pytest.mark.parametrize("case", TREE_CASES, ids=lambda c: f"h{c[0]}kv{c[1]}d{c[2]}b{c[3]}w{c[4]}c{c[5]:g}bs{c[6]}")
+def test_tree_rows_match_the_torch_twin_and_a_decode_of_their_path(case):
+    """A node row sees the keys before the tree and its ancestors' (the torch twin's ancestor-only mask),
+    and is bit for bit the row-wise kernel's decode of its path (its ancestors' K/V moved to the path's
+    positions): the same keys in the same blocks and order."""
+    heads, kvh, d, base, window, softcap, bs = case
+    g = torch.Generator().manual_seed(base + d)
+    meta = tree_meta(base, PARENTS, bs, g)
+    cache = torch.randn(2, 512, bs, kvh, d, generator=g).to(torch.float16)
+    q = torch.randn(meta.query_start_loc[-1], heads, d, generator=g)
+    scale = d ** -0.5 * 3
+    got = paged_attention(q.to(DEV), cache.to(DEV), meta, scale, window, softcap).cpu()
+    want = paged_attention_torch(q, cache, fresh(meta), scale, window, softcap)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=0)
+    _, qpos, paths = meta.tree_paths(0)
+    flat, table = cache.view(2, -1, kvh, d), meta.block_tables[0]
+    slot = lambda p: table[p // bs] * bs + p % bs  # noqa: E731
+    for c in (0, 4, len(paths) - 1):  # a first-level node, a middle one, the deepest
+        moved = cache.clone()
+        for depth, a in enumerate(paths[c]):
+            moved.view(2, -1, kvh, d)[:, slot(base + depth)] = flat[:, slot(base + a)]
+        ctx = base + len(paths[c])
+        dmeta = AttentionMetadata([0, 1, 2], [ctx, meta.seq_lens[1]], [table, meta.block_tables[1]],
+                                  torch.tensor([slot(ctx - 1), 0]), bs)
+        one = paged_attention(q[[1 + c, len(q) - 1]].contiguous().to(DEV), moved.to(DEV), dmeta, scale, window, softcap).cpu()
+        assert torch.equal(one[0], got[1 + c]), f"node {c} (path {paths[c]}) differs from a decode of its path"
+
+
+def test_a_tree_of_sixteen_rows_or_more_stays_row_wise(monkeypatch):
+    """A tree's rows never take the flash tiles (which know no ancestor masks), however many."""
+    from hearth.kernels.gpu import paged_attention as module
+
+    kernels = []
+    monkeypatch.setattr(module, "launch", lambda k, *a, **kw: kernels.append(k) or launch(k, *a, **kw))
+    parents = [-1] + list(range(17))  # a chain of 18 nodes: 19 rows with the next token's
+    meta = tree_meta(40, parents, 16, torch.Generator().manual_seed(3), others=0)
+    cache = torch.randn(2, 512, 16, 2, 32).to(torch.float16)
+    q = torch.randn(meta.query_start_loc[-1], 4, 32)
+    got = paged_attention(q.to(DEV), cache.to(DEV), meta, 0.2).cpu()
+    torch.testing.assert_close(got, paged_attention_torch(q, cache, fresh(meta), 0.2), atol=2e-5, rtol=0)
+    assert kernels == [module.paged_attention_kernel]

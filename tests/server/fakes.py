@@ -34,6 +34,9 @@ SCRIPTS = {
     "think_tool": ["<think>Need weather.</think>", WEATHER_CALL],
     "unclosed_think": ["<think>", "still thinking"],
     "json": ['{"answer": ', '"yes"}'],
+    "markdown": ["## Fibonacci\n\nThe **fast** way uses ", "`a, b = b, a + b`:\n\n", "1. start at *zero*\n",
+                 "2. add\n\n```python\ndef fib(n):\n", "    a, b = 0, 1  # the first two\n",
+                 "    for _ in range(n):\n        a, b = b, a + b\n    return a\n```\n", "See [the docs](https://docs.python.org/3/)."],
     "fail": ["partial"],
     "slow": ["tick"],
 }
@@ -51,6 +54,8 @@ ATTEMPTS = {
                          [WEATHER_CALL.replace("Paris", "Rome")]],
     "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
 }
+PACED = {"markdown": 0.05}
+"""Seconds between a script's pieces, where a client must see them arrive apart (the chat page's tok/s)."""
 TEMPLATE = """{%- if tools %}<|im_start|>system
 {% if messages[0].role == 'system' %}{{ messages[0].content }}
 
@@ -109,7 +114,7 @@ class FakeStream:
     async def __anext__(self) -> EngineOutput:
         if self.finished:
             raise StopAsyncIteration
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(PACED.get(self.script, 0.001))
         if self.script == "slow":
             await asyncio.sleep(0.02 if self.sent < 3 else 3600)
         elif self.script == "fail" and self.sent == 1:

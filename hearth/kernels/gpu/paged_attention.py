@@ -4,8 +4,9 @@ Decodes and short chunks: one program per (query row, head) walks the row's sequ
 through its block table with an online softmax (flash-decoding's recurrence). Prefill chunks (16 rows
 or more, pages of 16 or more): one program per 16 query rows and head, scores in 16 x page tiles on
 tl.dot (flash attention's recurrence). Both: causal, sliding window (keys less than `window`
-positions back), soft-capped scores, grouped-query heads. Token trees (speculative decoding) and the quantized KV formats are not
-here yet. The torch twin is hearth.kernels.attention.paged_attention_torch; the tests run both in
+positions back), soft-capped scores, grouped-query heads; the row-wise kernel also takes token trees
+(speculative decoding: a node row sees the keys before the tree and its ancestors'). The quantized
+KV formats are not here yet. The torch twin is hearth.kernels.attention.paged_attention_torch; the tests run both in
 Triton's interpreter on the CPU."""
 
 from __future__ import annotations
@@ -20,11 +21,21 @@ from hearth.kernels.step_metadata import AttentionMetadata
 
 
 @triton.jit
-def paged_attention_kernel(q, kv, out, row_seq, row_pos, tables, table_stride, s_kv, s_blk, s_tok, s_head,
-                           scale, softcap, window, H, GROUP, D: tl.constexpr, BS: tl.constexpr):
-    """Program (t, h): out[t, h] = softmax(q[t, h] . K^T) V over row t's visible keys."""
+def paged_attention_kernel(q, kv, out, row_seq, row_pos, tables, table_stride, tree, tree_stride, s_kv, s_tok, s_head,
+                           scale, softcap, window, H, GROUP, D: tl.constexpr, BS: tl.constexpr, TREE: tl.constexpr):
+    """Program (t, h): out[t, h] = softmax(q[t, h] . K^T) V over row t's visible keys.
+
+    A token tree's node row (TREE, tree[t, 0] >= 0: its position along its path, the first node's
+    position `base`, then the slots of its path's keys) reads the keys from `base` on at its path's
+    slots instead of the table's: the same keys, in the same blocks and order, as a decode of its path."""
     t, h = tl.program_id(0), tl.program_id(1)
     seq, pos = tl.load(row_seq + t), tl.load(row_pos + t)
+    base = pos + 1  # keys at base or later come from the path (none for an ordinary row)
+    if TREE:
+        node = tl.load(tree + t.to(tl.int64) * tree_stride)
+        if node >= 0:
+            pos = node.to(tl.int32)
+            base = tl.load(tree + t.to(tl.int64) * tree_stride + 1).to(tl.int32)
     d = tl.arange(0, D)
     qv = tl.load(q + (t.to(tl.int64) * H + h) * D + d).to(tl.float32)
     kvh = h // GROUP
@@ -37,7 +48,12 @@ def paged_attention_kernel(q, kv, out, row_seq, row_pos, tables, table_stride, s
         tok = tl.arange(0, BS)
         kpos = b * BS + tok
         visible = (kpos <= pos) & (kpos >= start)
-        at = blk * s_blk + tok[:, None] * s_tok + kvh * s_head + d[None, :]  # [BS, D]
+        slot = blk * BS + tok  # [BS]
+        if TREE:
+            on_path = visible & (kpos >= base)
+            path = tl.load(tree + t.to(tl.int64) * tree_stride + 2 + tl.maximum(kpos - base, 0), mask=on_path, other=0)
+            slot = tl.where(on_path, path, slot)
+        at = slot[:, None] * s_tok + kvh * s_head + d[None, :]  # [BS, D]
         k = tl.load(kv + at, mask=visible[:, None], other=0.0).to(tl.float32)
         v = tl.load(kv + s_kv + at, mask=visible[:, None], other=0.0).to(tl.float32)
         s = tl.sum(k * qv[None, :], axis=1) * scale  # [BS]
@@ -104,7 +120,8 @@ BM = 16
 
 def _rows(meta: AttentionMetadata, seqs: list[int], device) -> tuple[torch.Tensor, ...]:
     """For the rows of sequences `seqs`: their flat row ids, sequence and position; per sequence its
-    block table (padded): int32 on the device, built once per step."""
+    block table (padded): int32 on the device; and the rows' tree layout (AttentionMetadata.tree_rows:
+    int64 [rows, 2 + depth], -1 for an ordinary row; [rows, 2] of -1 without trees). Once per step."""
     key = ("triton_rows", str(device))
     if key not in meta.memo.kernel_args:
         ids, seq, pos = [], [], []
@@ -116,16 +133,16 @@ def _rows(meta: AttentionMetadata, seqs: list[int], device) -> tuple[torch.Tenso
         width = max(map(len, meta.block_tables))
         tables = [t + [0] * (width - len(t)) for t in meta.block_tables]
         as_i32 = lambda v: torch.tensor(v, dtype=torch.int32, device=device)  # noqa: E731
+        tree = meta.tree_rows()
+        tree = torch.full((len(ids), 2), -1, dtype=torch.long) if tree is None else tree[ids]
         meta.memo.kernel_args[key] = (torch.tensor(ids, dtype=torch.long, device=device), as_i32(seq), as_i32(pos),
-                                      as_i32(tables))
+                                      as_i32(tables), tree.to(device))
     return meta.memo.kernel_args[key]
 
 
 def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMetadata, scale: float,
                     window: int = 0, softcap: float = 0.0) -> torch.Tensor:
     """q: [T, heads, head_dim]; kv_cache: [2, num_blocks, block_size, kv_heads, head_dim] -> f32 [T, heads, head_dim]."""
-    if meta.trees:
-        raise UnsupportedError("the Triton attention has no token-tree masks yet")
     T, H, D = q.shape
     _, _, bs, kvh, _ = kv_cache.shape
     if D & (D - 1) or bs & (bs - 1) or D < 16:
@@ -133,19 +150,22 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, meta: AttentionMeta
     q = q.contiguous()
     qsl = meta.query_start_loc
     n_q = [b - a for a, b in zip(qsl, qsl[1:])]
-    long = [i for i, n in enumerate(n_q) if n >= FLASH_MIN_ROWS and bs >= 16]
+    long = [i for i, n in enumerate(n_q) if n >= FLASH_MIN_ROWS and bs >= 16 and i not in meta.trees]
     short = [i for i in range(len(n_q)) if i not in long]
     geometry = dict(s_kv=kv_cache.stride(0), s_blk=kv_cache.stride(1), s_tok=kv_cache.stride(2), s_head=kv_cache.stride(3),
                     scale=scale, softcap=softcap, window=window, H=H, GROUP=H // kvh)
     out = torch.empty(T, H, D, dtype=torch.float32, device=q.device)
     if short:
-        ids, row_seq, row_pos, tables = _rows(meta, short, q.device)
+        ids, row_seq, row_pos, tables, tree = _rows(meta, short, q.device)
         few = out if not long else torch.empty(ids.numel(), H, D, dtype=torch.float32, device=q.device)
         rows_q = q if not long else q[ids]
+        if kv_cache.stride(1) != bs * kv_cache.stride(2):
+            raise UnsupportedError("the Triton attention reads a cache whose blocks are contiguous slots")
         args = dict(q=rows_q, kv=kv_cache, out=few, row_seq=row_seq, row_pos=row_pos, tables=tables,
-                    table_stride=tables.stride(0), **geometry)
+                    table_stride=tables.stride(0), tree=tree, tree_stride=tree.stride(0),
+                    **{k: v for k, v in geometry.items() if k != "s_blk"})
         launch(paged_attention_kernel, (ids.numel(), H), args, {"out": Tiles((1, 1, D), (0, 1, None))},
-               ("q", "kv", "row_seq", "row_pos", "tables"), D=D, BS=bs)
+               ("q", "kv", "row_seq", "row_pos", "tables", "tree"), D=D, BS=bs, TREE=bool(meta.trees))
         if long:
             out[ids] = few
     for i in long:
