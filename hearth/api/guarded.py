@@ -64,8 +64,13 @@ class GuardedChoices:
         self.setup = setup
         self.request_id = setup.request_id
         p = setup.params
-        self.choices = [_Choice(setup, j, replace(p, n=1, seed=None if p.seed is None else p.seed + j))
-                        for j in range(p.n)]
+        self.choices: list[_Choice] = []
+        try:  # the first attempts are queued now: a prompt the engine refuses is the request's error
+            for j in range(p.n):
+                self.choices.append(_Choice(setup, j, replace(p, n=1, seed=None if p.seed is None else p.seed + j)))
+        except BaseException:
+            self.abort()
+            raise
 
     @property
     def n(self) -> int:
@@ -128,31 +133,31 @@ class _Choice:
         self.report = GuardReport(setup.config.mode, setup.grammar)
         self._done = [0, 0]  # prompt and cached tokens of the attempts that ended
         self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
-        self._gen: Generation | None = None
+        self._gen = self._start(setup.prompt_ids, params, 0)
         self._counted = False
+
+    def _start(self, ids: list[int], params: SamplingParams, attempt: int) -> Generation:
+        s = self.s
+        return Generation(s.engine, ids, params, s.metrics, request_id=f"{s.request_id}-{self.index}-{attempt}")
 
     @property
     def prompt_tokens(self) -> int:
-        if self._gen is None:  # not started: the first attempt's prompt
-            return len(self.s.prompt_ids)
         return self._done[0] + (self._gen.num_prompt_tokens if not self._counted else 0)
 
     @property
     def cached_tokens(self) -> int:
-        running = self._gen.num_cached_tokens if self._gen is not None and not self._counted else 0
-        return self._done[1] + running
+        return self._done[1] + (self._gen.num_cached_tokens if not self._counted else 0)
 
     def abort(self) -> None:
-        if self._gen is not None:
-            self._gen.abort()
+        self._gen.abort()
 
     async def run(self) -> AsyncIterator[Update]:
         s, ids, params = self.s, self.s.prompt_ids, self.params
         for attempt in range(s.config.retries + 1):
             trace, held, last, passed = TokenTrace(s.token_bytes), [], None, []
             parser = s.make_parser()
-            self._gen = Generation(s.engine, ids, params, s.metrics, request_id=f"{s.request_id}-{self.index}-{attempt}")
-            self._counted = False
+            if attempt:
+                self._gen, self._counted = self._start(ids, params, attempt), False
             async for _, out in self._gen.outputs():
                 trace.add(out.new_text, out.new_token_ids, out.new_logprobs)
                 events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])

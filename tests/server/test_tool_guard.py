@@ -222,3 +222,13 @@ def test_each_choice_is_guarded(fake):
     chunks = stream(fake, "guard_coerce", n=2)
     finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert sorted(c["choices"][0]["index"] for c in finals) == [0, 1] and all(c["hearth"]["coercions"] for c in finals)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_too_long_is_a_400_before_any_stream(make_fake, stream):
+    from tests.server.fakes import FakeEngine
+    fake = make_fake(TEMPLATE, FakeEngine(max_model_len=300))
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x" * 400}], "tools": [WEATHER],
+            "stream": stream}
+    r = fake.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
