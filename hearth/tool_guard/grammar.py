@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from hearth.tool_guard.triggers import ARGUMENTS_KEY, FUNCTION_TAG, OPEN_OBJECT, TAGGED, Trigger, triggers_for
+from hearth.tool_guard.validate import declared_only
 from hearth.tool_parsers.types import tool_parameters
 
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever
@@ -60,7 +61,7 @@ def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
 
 
 def _with_layout(schema: dict) -> dict:
-    schema = schema or {"type": "object"}
+    schema = declared_only(schema)
     return {**schema, "x-guidance": {**_JSON_LAYOUT, **schema.get("x-guidance", {})}}
 
 

@@ -45,8 +45,20 @@ class Verdict:
         return not self.errors
 
 
+def declared_only(schema: dict | None) -> dict:
+    """A tool's arguments schema with its declared parameters the only ones (as BFCL scores and
+    OpenAI's strict mode requires): a name the tool does not list is the model's mistake (small
+    models echo the schema itself as arguments). A schema that sets additionalProperties, or lists
+    no properties, is left as it is."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
+        return {**schema, "additionalProperties": False}
+    return schema or {"type": "object"}
+
+
 def check_arguments(arguments: str, schema: dict | None) -> Verdict:
-    """`arguments`: the call's JSON text (OpenAI's `function.arguments`)."""
+    """`arguments`: the call's JSON text (OpenAI's `function.arguments`), against the tool's
+    arguments schema with only its declared parameters (declared_only)."""
     try:
         value = json.loads(arguments or "{}")
     except ValueError as e:
@@ -54,7 +66,7 @@ def check_arguments(arguments: str, schema: dict | None) -> Verdict:
     if not isinstance(value, dict):
         return Verdict(value, ["arguments must be a JSON object"])
     verdict = Verdict(value)
-    verdict.value = _check(value, schema or {}, "arguments", verdict)
+    verdict.value = _check(value, declared_only(schema), "arguments", verdict)
     return verdict
 
 

@@ -115,3 +115,9 @@ def test_formats_without_triggers_or_tools_get_none():
     assert lazy_tool_grammar("hermes", []) is None
     assert accepts('{"name": "get_weather", "parameters": {"city": "Paris"}}', fmt="llama3_json")
     assert not accepts('{"name": "get_weather", "arguments": {"city": "Paris"}}', fmt="llama3_json")
+
+
+def test_undeclared_parameters_are_refused():
+    echo = '<tool_call>\n{"name": "add", "arguments": {"type": "object"}}\n</tool_call>'
+    assert not accepts(echo)  # add declares only `a`
+    assert accepts('<tool_call>\n{"name": "add", "arguments": {"a": 2}}\n</tool_call>')

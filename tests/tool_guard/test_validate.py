@@ -77,3 +77,16 @@ def test_check_calls_finds_each_problem():
     assert "the tools are: get_weather" in checked.problems[0].message
     assert [p.kind for p in check_calls([], schemas, required=True).problems] == ["no_call"]
     assert check_calls([], schemas, required=False).ok
+
+
+def test_only_declared_parameters_at_the_top():
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}}
+    echoed = {"type": "object", "properties": {}, "required": []}  # a small model's echo of the schema
+    assert check_arguments(json.dumps(echoed), {"type": "object", "properties": {}, "required": []}).errors == [
+        "arguments: unexpected property 'type' (allowed: none)", "arguments: unexpected property 'properties' "
+        "(allowed: none)", "arguments: unexpected property 'required' (allowed: none)"]
+    assert not check_arguments('{"city": "Oslo", "x": 1}', schema).ok
+    assert check_arguments('{"city": "Oslo", "x": 1}', {**schema, "additionalProperties": True}).ok
+    assert check_arguments('{"x": 1}', {"type": "object"}).ok  # lists no parameters: anything goes
+    nested = {"type": "object", "properties": {"o": {"type": "object", "properties": {"a": {}}}}}
+    assert check_arguments('{"o": {"a": 1, "b": 2}}', nested).ok  # below the top, JSON Schema's default
