@@ -1,6 +1,7 @@
 # `make run`: set up .venv and serve the default model on http://$(HOST):$(PORT) (chat page at /).
 # `make test`: set up and run every test, the tier-sensitive ones once per CPU tier this machine runs.
 # `make test-fast`: the unit tests only (no real model, server or browser), for the inner loop.
+# `make test-arm`: the neon tier's kernels cross-compiled for aarch64 and run under qemu-user.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ PORT ?= 8080
 # root installs system packages directly, anyone else through sudo
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test test-fast browser clean
+.PHONY: setup run test test-fast test-arm arm-tools browser clean
 setup: $(VENV)/.installed
 
 # torch is installed on its own first so the exact pin (a CPU build where one is on local disk) wins.
@@ -39,6 +40,17 @@ test: setup browser
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The neon tier on this (x86) machine: both its builds (plain NEON, +dotprod) cross-compiled with Debian's
+# aarch64 g++ and their kernel tests run under qemu-user (tests/arm). `make test` runs the plain build's
+# where the tools are present (~20 s of CPU, ~10 once built), else skips naming the missing tool; this target installs them.
+test-arm: setup arm-tools
+	HEARTH_NEON_BUILDS="plain dotprod" $(BIN)/python -m pytest -q tests/arm $(PYTEST_ARGS)
+
+arm-tools:
+	@command -v aarch64-linux-gnu-g++ >/dev/null && command -v qemu-aarch64 >/dev/null || \
+	  { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq g++-aarch64-linux-gnu qemu-user; } || \
+	  { echo "error: could not install g++-aarch64-linux-gnu + qemu-user (Debian/Ubuntu packages)"; exit 1; }
 
 # the chat-page test drives Debian's headless chromium; install it when missing (the test is
 # skipped only where it cannot be installed)

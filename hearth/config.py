@@ -73,6 +73,9 @@ class EngineConfig:
     conversations); empty = no disk tier."""
     kv_disk_space_mb: int = 4096
     """Most MiB the disk tier's block files may take; the least valuable are evicted past it."""
+    kv_disk_owner: str = ""
+    """This engine's name in a disk tier shared with other engines (a cluster's replicas): it writes
+    and evicts only its own folder and reads the others'; empty = not shared."""
     kv_cache_dtype: str = "auto"
     """Storage format of the KV cache: auto (f16), f16, bf16, fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4."""
     threads: int = 0

@@ -95,7 +95,8 @@ class LLM:
                 raise HearthError("the KV disk tier (--kv-disk-dir) needs prefix caching: drop --no-prefix-caching")
             if cfg.kv_disk_space_mb <= 0:
                 raise HearthError(f"--kv-disk-space-mb must be positive, not {cfg.kv_disk_space_mb}")
-            self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format)
+            self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format,
+                                    owner=cfg.kv_disk_owner)
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk, reserve_per_request=reserve,

@@ -18,6 +18,7 @@ import pytest
 
 os.environ.setdefault("HEARTH_CHECK_LAUNCHES", "1")  # every Triton launch checked (hearth/kernels/gpu/launch.py)
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton's kernels run in its interpreter: no GPU here
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # local Ray instances on loopback only (hearth.cluster.launch)
 
 from hearth.kernels import tiers  # noqa: E402
 from hearth.loader.resolve import resolve_model  # noqa: E402

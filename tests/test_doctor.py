@@ -1,6 +1,7 @@
 """`hearth doctor`, run as a user runs it: a fresh process, its own HEARTH_HOME."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -35,20 +36,24 @@ def test_doctor_names_the_tier_the_flags_the_memory_and_the_models(tmp_path):
     flags = tiers.cpu_flags()
     found = _line(out, "flags ").split("(missing")[0].split()[1:]
     assert found and set(found) <= flags
-    for name in [*tiers.BY_NAME, *tiers.PLANNED]:
+    for name in tiers.BY_NAME:
         state = _line(out, f"  {name} ")
         assert ("runs" in state) == (tiers.why_not(name) is None), state
+    if tiers.machine() != "aarch64":  # the neon tier: whether its cross-test can run here
+        lacking = [t for t in tiers.CROSS_TOOLS["neon"] if shutil.which(t) is None]
+        assert _line(out, "  neon ").endswith(f"lacks {', '.join(lacking)}" if lacking else
+                                              "make test-arm tests its kernels under qemu")
     assert "GB/s" in _line(out, "memory ")  # measured into the fresh HEARTH_HOME
     assert "HEARTH_CPU_TIER=torch" in _line(out, "env ")
     for name in CATALOG:  # nothing is downloaded in a fresh home
         assert _line(out, f"  {name} ").split()[-1] == "no"
 
 
-@pytest.mark.skipif(tiers.choose({}, tiers.cpu_flags(), tiers.native_platform())[0] is tiers.TORCH,
+@pytest.mark.skipif(tiers.choose({}, tiers.cpu_flags(), tiers.machine())[0] is tiers.TORCH,
                     reason="no native tier runs on this CPU")
 def test_doctor_explains_a_forced_tier_it_cannot_use(tmp_path):
     out = _doctor(tmp_path, HEARTH_CPU_TIER="bogus")
-    best = tiers.choose({}, tiers.cpu_flags(), tiers.native_platform())[0].name
+    best = tiers.choose({}, tiers.cpu_flags(), tiers.machine())[0].name
     tier = _line(out, "tier ")
     assert tier.startswith(f"tier      {best} (HEARTH_CPU_TIER=bogus is not a tier"), tier
     assert "gguf_kernels-" in _line(out, "kernels ")

@@ -10,7 +10,7 @@ import hearth
 ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
 ORDER = ["entry", "evals", "api", "tool_guard", "bench", "tool_parsers", "engine", "spec_decode", "runner", "backends", "models", "layers", "kernels", "kvstore", "memory", "formats", "loader", "sample"]
-ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
+ENTRY = {"__init__", "__main__", "cli", "llm", "commands", "cluster"}  # cluster: replicas build an LLM
 SHARED = {"config", "sampling_params", "outputs", "errors"}
 NO_TORCH = {"api", "tool_guard", "tool_parsers", "engine", "spec_decode"}
 DEVICE_BLIND = ("models", "layers")

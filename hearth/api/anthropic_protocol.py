@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-
-class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+from hearth.api.openai_protocol import _Body  # the same rules: unknown fields ignored, null means not given
 
 
 class ThinkingConfig(_Body):

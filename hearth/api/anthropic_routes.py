@@ -42,8 +42,7 @@ def _prompt(served, body, extra: list[dict] | None = None) -> tuple[str, list[in
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
-    served = request.app.state.served
-    served.check_model(body.model)
+    served = await request.app.state.models.get(body.model)
     _, ids, _ = _prompt(served, body)
     return {"input_tokens": len(ids)}
 
@@ -51,12 +50,11 @@ async def count_tokens(body: CountTokensRequest, request: Request):
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, request: Request):
     state = request.app.state
-    served = state.served
-    served.check_model(body.model)
+    served = await state.models.get(body.model)
     text, ids, plan = _prompt(served, body)
     fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
-    source, _ = build_choices(state, plan, text, ids, fields, {"stop": "stop_sequences"}, body.hearth, True,
+    source, _ = build_choices(served, state, plan, text, ids, fields, {"stop": "stop_sequences"}, body.hearth, True,
                               lambda extra: reprompt_ids(served, _prompt(served, body, extra)[0], body.max_tokens))
     if body.stream:
         return SSEResponse(message_events(served, source), on_close=source.abort)

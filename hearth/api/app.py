@@ -1,10 +1,9 @@
-"""The FastAPI app: one served model, one AsyncEngine owned by the lifespan, the OpenAI and
-Anthropic routes, /health, /metrics, the chat page at `/`; auth, CORS and a body-size limit
-around all of it."""
+"""The FastAPI app: the served models (a ModelPool: one AsyncEngine per loaded model, owned by the
+lifespan), the OpenAI and Anthropic routes, /health, /metrics, the chat page at `/`; auth, CORS
+and a body-size limit around all of it."""
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ from hearth.api import (anthropic_routes, chat_page, openai_chat, openai_complet
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
+from hearth.api.model_pool import ModelPool
 from hearth.api.responses_store import ResponseStore
 from hearth.api.sampling import Limits
 from hearth.api.served import ServedModel
@@ -40,22 +40,24 @@ class ServerConfig:
     """The tool layer of requests that do not pick one (hearth.tool_guard)."""
 
 
-def create_app(served: ServedModel, config: ServerConfig | None = None) -> FastAPI:
+def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:
+    """`models`: one loaded model, or a pool that loads and unloads several."""
     config = config or ServerConfig()
+    pool = models if isinstance(models, ModelPool) else ModelPool.single(models)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        served.engine.start()
+        await pool.start()
         try:
             yield
         finally:
-            await asyncio.to_thread(served.engine.shutdown)
+            await pool.close()
 
     app = FastAPI(title="hearth", lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.served = served
+    app.state.models = pool
     app.state.config = config
     app.state.limits = Limits(config.max_n, config.max_tokens)
-    app.state.metrics = Metrics(served.name, served.engine)
+    app.state.metrics = Metrics(pool.loaded)
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
     for module in (openai_routes, openai_chat, openai_completions, responses_routes, anthropic_routes, slots,
@@ -79,4 +81,8 @@ def _add_service_routes(app: FastAPI) -> None:
 
     @app.get("/metrics")
     async def metrics(request: Request):
+        for served in request.app.state.models.loaded():
+            refresh = getattr(served.engine, "refresh_stats", None)
+            if refresh is not None:  # a cluster asks its replicas now, not at its last health poll
+                await refresh()
         return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE)

@@ -1,11 +1,14 @@
-"""Prometheus metrics, named like vLLM's (`vllm:` -> `hearth:`), in a registry per app.
+"""Prometheus metrics, named like vLLM's (`vllm:` -> `hearth:`), in a registry per app; every series
+carries the served model's id in vLLM's `model_name` label (one server, several models).
 
 Counters and latency histograms are updated as outputs stream out; engine state (running and
-waiting requests, KV blocks, prefix-cache counts) is read from AsyncEngine.stats() at scrape time."""
+waiting requests, KV blocks, prefix-cache counts) is read from each loaded model's
+AsyncEngine.stats() at scrape time."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -21,10 +24,10 @@ _E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 
 
 
 class Metrics:
-    def __init__(self, model_name: str, engine):
+    def __init__(self, loaded: Callable[[], list]):
+        """`loaded`: the served models loaded now (name, engine), read at each scrape."""
         disable_created_metrics()  # no `_created` series, as vLLM
         self.registry = CollectorRegistry(auto_describe=True)
-        self.model_name = model_name
         labels, reg = ["model_name"], self.registry
         self.prompt_tokens = Counter("hearth:prompt_tokens", "Prefill tokens processed.", labels, registry=reg)
         self.generation_tokens = Counter("hearth:generation_tokens", "Generation tokens processed.",
@@ -38,17 +41,27 @@ class Metrics:
         self.e2e = Histogram("hearth:e2e_request_latency_seconds", "Request latency, first byte in to "
                              "last token out.", labels, buckets=_E2E_BUCKETS, registry=reg)
         self.guard = GuardMetrics(labels, reg)
-        reg.register(_EngineCollector(engine, model_name))
-
-    def observe_guard(self, report) -> None:
-        """What the tool guard did for one choice (a hearth.tool_guard.GuardReport)."""
-        self.guard.observe(self.model_name, report)
+        reg.register(_EngineCollector(loaded))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
+    def of(self, model_name: str) -> ModelMetrics:
+        return ModelMetrics(self, model_name)
+
+
+class ModelMetrics:
+    """The metrics of one served model: what a Generation times its requests with."""
+
+    def __init__(self, metrics: Metrics, model_name: str):
+        self.metrics, self.model_name = metrics, model_name
+
     def timer(self) -> RequestTimer:
-        return RequestTimer(self)
+        return RequestTimer(self.metrics, self.model_name)
+
+    def observe_guard(self, report) -> None:
+        """What the tool guard did for one choice (a hearth.tool_guard.GuardReport)."""
+        self.metrics.guard.observe(self.model_name, report)
 
 
 class GuardMetrics:
@@ -85,8 +98,8 @@ class GuardMetrics:
 class RequestTimer:
     """Follows one engine request's outputs and records its latencies and token counts."""
 
-    def __init__(self, metrics: Metrics):
-        self.m, self.label = metrics, metrics.model_name
+    def __init__(self, metrics: Metrics, model_name: str):
+        self.m, self.label = metrics, model_name
         self.start = time.perf_counter()
         self.last: float | None = None
 
@@ -107,60 +120,73 @@ class RequestTimer:
 
 
 class _EngineCollector:
-    def __init__(self, engine, model_name: str):
-        self.engine, self.model_name = engine, model_name
+    """Engine state at scrape time, a sample per loaded model; an engine with replicas
+    (hearth.cluster) gives each replica's series under a `replica` label."""
+
+    def __init__(self, loaded: Callable[[], list]):
+        self.loaded = loaded
+
+    def _rows(self) -> tuple[list[str], list[tuple[list[str], object]]]:
+        """(label names, [(label values, engine stats)]): a row per loaded model, or per replica."""
+        rows: list[tuple[dict[str, str], object]] = []
+        for served in self.loaded():
+            per_replica = getattr(served.engine, "replica_stats", None)
+            if per_replica is None:
+                rows.append(({"model_name": served.name}, served.engine.stats()))
+            else:
+                rows += [({"model_name": served.name, "replica": r}, s) for r, s in per_replica().items()]
+        labels = ["model_name"] + (["replica"] if any("replica" in k for k, _ in rows) else [])
+        return labels, [([k.get(name, "") for name in labels], s) for k, s in rows]
 
     def collect(self):
-        s = self.engine.stats()
-        name = [self.model_name]
-        for metric, doc, value in (
-            ("hearth:num_requests_running", "Requests in the running batch.", s.num_running),
-            ("hearth:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting),
-            ("hearth:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.",
-             s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0),
-            ("hearth:kv_cache_blocks_used", "KV-cache blocks in use.", s.kv_blocks_used),
-            ("hearth:kv_cache_blocks_total", "KV-cache blocks allocated.", s.kv_blocks_total),
-        ):
-            g = GaugeMetricFamily(metric, doc, labels=["model_name"])
-            g.add_metric(name, value)
-            yield g
-        counters = [
-            ("hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
-            ("hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
+        labels, rows = self._rows()
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        for values, s in rows:
+            for kind, metric, doc, value in _engine_series(s):
+                if metric not in families:
+                    families[metric] = kind(metric, doc, labels=labels)
+                families[metric].add_metric(values, value)
+            if s.spec is not None:
+                metric = "hearth:spec_decode_num_accepted_tokens_per_pos"
+                if metric not in families:
+                    families[metric] = CounterMetricFamily(metric, "Accepted draft tokens, by position in the draft.",
+                                                           labels=labels + ["position"])
+                for pos, n in enumerate(s.spec.accepted_per_pos):
+                    families[metric].add_metric(values + [str(pos)], n)
+        yield from families.values()
+
+
+def _engine_series(s) -> list[tuple[type, str, str, float]]:
+    """(family class, name, help, value) of one engine's state."""
+    G, C = GaugeMetricFamily, CounterMetricFamily
+    out = [
+        (G, "hearth:num_requests_running", "Requests in the running batch.", s.num_running),
+        (G, "hearth:num_requests_waiting", "Requests waiting to be scheduled.", s.num_waiting),
+        (G, "hearth:kv_cache_usage_perc", "KV-cache usage; 1 means 100 percent.",
+         s.kv_blocks_used / s.kv_blocks_total if s.kv_blocks_total else 0.0),
+        (G, "hearth:kv_cache_blocks_used", "KV-cache blocks in use.", s.kv_blocks_used),
+        (G, "hearth:kv_cache_blocks_total", "KV-cache blocks allocated.", s.kv_blocks_total),
+        (C, "hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
+        (C, "hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
+    ]
+    if s.disk is not None:
+        d = s.disk
+        out += [
+            (C, "hearth:prefix_cache_disk_hits", "Prefix-cache hits loaded from the disk tier, in tokens.",
+             s.prefix_cache_disk_hits),
+            (C, "hearth:kv_disk_blocks_read", "KV blocks read back from the disk tier and verified.", d.hits),
+            (C, "hearth:kv_disk_blocks_written", "KV blocks written to the disk tier.", d.writes),
+            (C, "hearth:kv_disk_writes_dropped", "KV block writes dropped: the write queue was full.", d.dropped),
+            (C, "hearth:kv_disk_corrupt_files", "Disk-tier files rejected on read (header, length or "
+             "checksum) and deleted; never loaded.", d.corrupt),
+            (C, "hearth:kv_disk_evictions", "Disk-tier files evicted to stay within the space budget.", d.evictions),
+            (C, "hearth:kv_disk_write_errors", "Disk-tier writes that failed.", d.write_errors),
+            (G, "hearth:kv_disk_files", "Block files in the disk tier.", d.files),
+            (G, "hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", d.bytes),
         ]
-        gauges = []
-        if s.disk is not None:
-            d = s.disk
-            counters += [
-                ("hearth:prefix_cache_disk_hits", "Prefix-cache hits loaded from the disk tier, in tokens.",
-                 s.prefix_cache_disk_hits),
-                ("hearth:kv_disk_blocks_read", "KV blocks read back from the disk tier and verified.", d.hits),
-                ("hearth:kv_disk_blocks_written", "KV blocks written to the disk tier.", d.writes),
-                ("hearth:kv_disk_writes_dropped", "KV block writes dropped: the write queue was full.", d.dropped),
-                ("hearth:kv_disk_corrupt_files", "Disk-tier files rejected on read (header, length or "
-                 "checksum) and deleted; never loaded.", d.corrupt),
-                ("hearth:kv_disk_evictions", "Disk-tier files evicted to stay within the space budget.", d.evictions),
-                ("hearth:kv_disk_write_errors", "Disk-tier writes that failed.", d.write_errors),
-            ]
-            gauges += [("hearth:kv_disk_files", "Block files in the disk tier.", d.files),
-                       ("hearth:kv_disk_usage_bytes", "Bytes of block files in the disk tier.", d.bytes)]
-        spec = s.spec
-        if spec is not None:
-            counters += _spec_counters(spec)
-        for metric, doc, value in counters:
-            c = CounterMetricFamily(metric, doc, labels=["model_name"])
-            c.add_metric(name, value)
-            yield c
-        if spec is not None:
-            c = CounterMetricFamily("hearth:spec_decode_num_accepted_tokens_per_pos",
-                                    "Accepted draft tokens, by position in the draft.", labels=["model_name", "position"])
-            for pos, n in enumerate(spec.accepted_per_pos):
-                c.add_metric([self.model_name, str(pos)], n)
-            yield c
-        for metric, doc, value in gauges:
-            g = GaugeMetricFamily(metric, doc, labels=["model_name"])
-            g.add_metric(name, value)
-            yield g
+    if s.spec is not None:
+        out += [(C, *c) for c in _spec_counters(s.spec)]
+    return out
 
 
 def _spec_counters(spec) -> list[tuple[str, str, int]]:

@@ -29,8 +29,7 @@ router = APIRouter()
 @router.post("/v1/chat/completions")
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
-    served = state.served
-    served.check_model(body.model)
+    served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
     plan = plan_tools(served, openai_tools(tools), tool_choice, "function_call" if legacy else "tool_choice")
@@ -40,7 +39,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}
-    source, client_k = build_choices(state, plan, prompt, ids, fields, names, body.hearth, parallel,
+    source, client_k = build_choices(served, state, plan, prompt, ids, fields, names, body.hearth, parallel,
                                      lambda extra: _reprompt(served, plan, body, extra, fields["max_tokens"]))
     reply = _Reply(served, source, client_k, parallel, legacy)
     if body.stream:

@@ -21,8 +21,7 @@ router = APIRouter()
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     state = request.app.state
-    served = state.served
-    served.check_model(body.model)
+    served = await state.models.get(body.model)
     texts, prompts = _prompts(served, body.prompt)
     if body.suffix:
         raise APIError(400, "suffix: is not supported", param="suffix")
@@ -36,7 +35,7 @@ async def completions(body: CompletionRequest, request: Request):
         "logprobs": body.logprobs, "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
         "structured_output": response_format(body.response_format)}, state.limits, served.max_model_len)
-    gen = Generation(served.engine, prompts, params, state.metrics)
+    gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
     reply = _Reply(served, gen, texts if body.echo else None, body.logprobs)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)

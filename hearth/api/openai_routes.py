@@ -13,28 +13,20 @@ from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 router = APIRouter()
 
 
-def _model_card(served, name: str) -> dict:
-    return {"id": name, "object": "model", "created": served.created, "owned_by": "hearth",
-            "root": served.name, "parent": None, "max_model_len": served.max_model_len}
-
-
 @router.get("/v1/models")
 async def list_models(request: Request):
-    served = request.app.state.served
-    return {"object": "list", "data": [_model_card(served, name) for name in served.names]}
+    return {"object": "list", "data": request.app.state.models.cards()}
 
 
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request):
-    served = request.app.state.served
-    served.check_model(model_id)
-    return _model_card(served, model_id)
+    pool = request.app.state.models
+    return pool.card(pool.resolve(model_id), model_id)
 
 
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request):
-    served = request.app.state.served
-    served.check_model(body.model)
+    served = await request.app.state.models.get(body.model)
     ids = conversation_ids(served, body)
     return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
 
@@ -57,8 +49,7 @@ def conversation_ids(served, body) -> list[int]:
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request):
-    served = request.app.state.served
-    served.check_model(body.model)
+    served = await request.app.state.models.get(body.model)
     bad = [t for t in body.tokens if t < 0 or (served.vocab_size is not None and t >= served.vocab_size)]
     if bad:
         raise APIError(400, f"tokens: token id {bad[0]} is outside the vocabulary", param="tokens")

@@ -32,8 +32,8 @@ router = APIRouter()
 @router.post("/v1/responses")
 async def create_response(body: ResponsesRequest, request: Request):
     state = request.app.state
-    served, store = state.served, state.responses
-    served.check_model(body.model)
+    store = state.responses
+    served = await state.models.get(body.model)
     prev = None
     if body.previous_response_id is not None:
         prev = store.get(body.previous_response_id)
@@ -58,7 +58,7 @@ async def create_response(body: ResponsesRequest, request: Request):
         return reprompt_ids(served, served.render_chat(again, plan.tools if plan.in_template else None),
                             body.max_output_tokens)
 
-    source, _ = build_choices(state, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, body.hearth,
+    source, _ = build_choices(served, state, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, body.hearth,
                               body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}")
     reply = _Reply(served, store, body, source, conversation, prompt, ids)
     if body.stream:
@@ -93,8 +93,11 @@ def _hex() -> str:
 
 def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
     """The previous prompt + output ids + the new part's, when the render continues them; else
-    the whole prompt encoded (the prefix cache still serves what matches)."""
-    if prev is not None and prev.text is not None and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
+    the whole prompt encoded (the prefix cache still serves what matches). Another model's ids
+    are never reused: its tokenizer may spell the same text otherwise; nor those of an output the
+    tool guard retried (text None: they continue no single prompt)."""
+    same_model = prev is not None and prev.body.get("model") == served.name
+    if same_model and prev.text is not None and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
         rest = served.tokenizer.encode(prompt[len(prev.text):], add_special_tokens=False, parse_special=True)
         return prev.token_ids + rest
     return served.encode_chat_text(prompt)

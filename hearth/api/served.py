@@ -11,7 +11,6 @@ from functools import cached_property
 from typing import Any
 
 from hearth.api.chat_template import ChatTemplate
-from hearth.api.errors import APIError
 from hearth.tool_parsers import detect_format, detect_reasoning, prompt_opens_reasoning, supports_tools
 
 
@@ -33,11 +32,13 @@ class ServedModel:
     snapshots: Any = None
     """A hearth.kvstore.snapshot.SnapshotStore when the server has a KV disk tier (/slots)."""
     created: int = field(default_factory=lambda: int(time.time()))
+    owner: Any = None
+    """What must live as long as it is served: the LLM (whose collection closes its KV disk tier)."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
-                   llm.model_config.vocab_size, llm.snapshots)
+                   llm.model_config.vocab_size, llm.snapshots, owner=llm)
 
     @property
     def name(self) -> str:
@@ -59,11 +60,6 @@ class ServedModel:
     @cached_property
     def knows_reasoning(self) -> bool:
         return detect_reasoning(self.template_source)[0]
-
-    def check_model(self, requested: str | None) -> None:
-        if requested and requested not in self.names:
-            raise APIError(404, f"model {requested!r} does not exist; this server serves {self.name!r}",
-                           param="model", code="model_not_found")
 
     def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
                     add_generation_prompt: bool = True, continue_final: bool = False,

@@ -41,21 +41,23 @@ class SlotRequest(_Body):
 
 @router.post("/slots/save")
 async def save(body: SlotRequest, request: Request):
-    served, snapshots, name, field = _target(request, body)
-    ids = conversation_ids(served, body)
-    t0 = time.perf_counter()
-    await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
-    payloads = await served.engine.export_prefix(ids)
-    info = await _run(snapshots.save, name, field, ids, payloads)
+    async with request.app.state.models.lease(body.model) as served:  # loaded until the export is written
+        snapshots, name, field = _target(served, body)
+        ids = conversation_ids(served, body)
+        t0 = time.perf_counter()
+        await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
+        payloads = await served.engine.export_prefix(ids)
+        info = await _run(snapshots.save, name, field, ids, payloads)
     return {"name": name, "filename": info.path.name, "n_saved": info.num_tokens, "n_written": info.num_bytes,
             "timings": {"save_ms": round((time.perf_counter() - t0) * 1000, 3)}}
 
 
 @router.post("/slots/restore")
 async def restore(body: SlotRequest, request: Request):
-    _, snapshots, name, field = _target(request, body)
-    t0 = time.perf_counter()
-    info = await _run(snapshots.restore, name, field)
+    async with request.app.state.models.lease(body.model) as served:
+        snapshots, name, field = _target(served, body)
+        t0 = time.perf_counter()
+        info = await _run(snapshots.restore, name, field)
     return {"name": name, "filename": info.path.name, "n_restored": info.num_tokens, "n_read": info.num_bytes,
             "timings": {"restore_ms": round((time.perf_counter() - t0) * 1000, 3)}}
 
@@ -65,10 +67,8 @@ async def slot_action(slot_id: int, action: Literal["save", "restore"], body: Sl
     return await (save if action == "save" else restore)(body, request)
 
 
-def _target(request: Request, body: SlotRequest) -> tuple[Any, Any, str, str]:
-    """(served model, snapshot store, name, the field it came in) or a 400 naming what is wrong."""
-    served = request.app.state.served
-    served.check_model(body.model)
+def _target(served, body: SlotRequest) -> tuple[Any, str, str]:
+    """(snapshot store, name, the field it came in) or a 400 naming what is wrong."""
     if served.snapshots is None:
         raise APIError(400, "saving and restoring KV state needs a disk tier: start the server with "
                        "--kv-disk-dir DIR", code="kv_disk_disabled")
@@ -80,7 +80,7 @@ def _target(request: Request, body: SlotRequest) -> tuple[Any, Any, str, str]:
         served.snapshots.path(name)
     except SnapshotNameError as e:
         raise APIError(400, f"{field}: {e}", param=field) from None
-    return served, served.snapshots, name, field
+    return served.snapshots, name, field
 
 
 async def _run(method, name: str, field: str, *args):

@@ -17,12 +17,12 @@ from hearth.api.tools import ToolPlan, guard_constraint
 from hearth.errors import HearthError
 
 
-def build_choices(state, plan: ToolPlan, prompt: str, ids: list[int], fields: dict, field_names: dict | None,
+def build_choices(served, state, plan: ToolPlan, prompt: str, ids: list[int], fields: dict, field_names: dict | None,
                   raw_ext, parallel: bool, reprompt: Callable[[list[dict]], list[int]],
                   request_id: str | None = None) -> tuple[PlainChoices | GuardedChoices, int | None]:
     """(the choices, the logprobs the client asked for). `fields`: SamplingParams fields (see
     hearth.api.sampling.make_params); `reprompt`: extra OpenAI messages -> prompt ids."""
-    served = state.served
+    metrics = state.metrics.of(served.name)
     ext = parse_extensions(raw_ext, state.config.tool_guard)
     guard = ext.tool_guard if plan.tools and ext.tool_guard.mode != "off" else None
     lazy = guard_constraint(served, plan, prompt, parallel, guard) if guard and fields["structured_output"] is None else None
@@ -34,10 +34,10 @@ def build_choices(state, plan: ToolPlan, prompt: str, ids: list[int], fields: di
         fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
     params = make_params(fields, state.limits, served.max_model_len, field_names)
     if guard is None:
-        gen = Generation(served.engine, ids, params, state.metrics, request_id=request_id)
+        gen = Generation(served.engine, ids, params, metrics, request_id=request_id)
         return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)]), client_k
     grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
-    setup = guard_setup(served, state.metrics, plan, prompt, ids, params, guard, client_k is not None, grammar, reprompt)
+    setup = guard_setup(served, metrics, plan, prompt, ids, params, guard, client_k is not None, grammar, reprompt)
     if request_id:
         setup.request_id = request_id
     return GuardedChoices(setup), client_k

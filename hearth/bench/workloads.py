@@ -98,6 +98,30 @@ def code_edit_prompt(rng: random.Random) -> list[dict]:
             {"role": "user", "content": f"Here is `{shown}`:\n\n```python\n{code}```\n\n{instruction}"}]
 
 
+SHARED_PREFIX_CONVERSATIONS = 16
+SHARED_PREFIX_TURNS = 6
+SHARED_PREFIX_SYSTEM_PARAGRAPHS = 6
+
+
+def shared_prefix_prompt(rng: random.Random) -> list[dict]:
+    """A turn of one of a few conversations that all open with the same long system prompt (a
+    product's instructions), each with its own growing history: requests share the system prompt,
+    and those of one conversation share its history too (what prefix-aware routing is for)."""
+    paragraphs = corpus.paragraphs()
+    system = "You are the assistant of a reference library. Answer from what follows.\n\n" + \
+        "\n\n".join(paragraphs[:SHARED_PREFIX_SYSTEM_PARAGRAPHS])
+    conversation = rng.randrange(SHARED_PREFIX_CONVERSATIONS)
+    turn = rng.randrange(SHARED_PREFIX_TURNS)
+    script = random.Random(f"shared-prefix-conversation:{conversation}")  # the same history every time
+    questions, answers = corpus.chat()["questions"], paragraphs[SHARED_PREFIX_SYSTEM_PARAGRAPHS:]
+    messages = [{"role": "system", "content": system}]
+    for _ in range(turn):
+        messages += [{"role": "user", "content": script.choice(questions)},
+                     {"role": "assistant", "content": script.choice(answers)}]
+    messages.append({"role": "user", "content": script.choice(questions)})
+    return messages
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     about: str
@@ -117,6 +141,9 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                                 "long-prompt", long_prompt, 4, 1, 64),
     "code-edit": WorkloadSpec("a ~130-line Python file and an edit instruction", "code-edit",
                               code_edit_prompt, 4, 1, 256),
+    "shared-prefix": WorkloadSpec(f"turns of {SHARED_PREFIX_CONVERSATIONS} conversations sharing a long system "
+                                  "prompt, each with its own growing history", "shared-prefix",
+                                  shared_prefix_prompt, 32, 8, 32),
     "concurrency-sweep": WorkloadSpec("chat at concurrency 1, 2, 4, ... up to --concurrency", "chat",
                                       chat_prompt, 0, 8, 64, sweep=True),
 }

@@ -63,9 +63,9 @@ def _gpu_line() -> str:
 
 
 def _tier_lines() -> list[str]:
-    flags, x86_linux = tiers.cpu_flags(), tiers.native_platform()
-    tier, warning = tiers.choose(os.environ, flags, x86_linux)
-    best = tiers.choose({}, flags, x86_linux)[0]
+    flags, arch = tiers.cpu_flags(), tiers.machine()
+    tier, warning = tiers.choose(os.environ, flags, arch)
+    best = tiers.choose({}, flags, arch)[0]
     if warning:
         why = warning.removeprefix("hearth: ")
     elif tiers.forced():
@@ -75,18 +75,28 @@ def _tier_lines() -> list[str]:
     active = tiers.active()  # builds and loads the kernels when the tier has them
     if active != tier.name:
         why = f"{tier.name}'s kernels did not load: {native.load_error}"
-    checked = dict.fromkeys(f for t in tiers.TIERS for f in t.cpu_flags)
+    checked = dict.fromkeys(f for t in tiers.TIERS for f in t.cpu_flags if t.arch in (arch, None))
     lines = [f"tier      {active} ({why}; the best here is {best.name})",
              f"flags     {' '.join(f for f in checked if f in flags) or 'none'} "
              f"(missing: {' '.join(f for f in checked if f not in flags) or 'none'})"]
-    for name in [*tiers.BY_NAME, *tiers.PLANNED]:
+    for name in tiers.BY_NAME:
         reason = tiers.why_not(name)
-        lines.append(f"  {name:<8}{'runs' if reason is None else 'no: ' + reason}")
+        lines.append(f"  {name:<8}{'runs' if reason is None else 'no: ' + reason}{_cross_note(name, arch)}")
     cxx = tiers.compiler()
     lines.append(f"compiler  {_compiler_version(cxx) if cxx else 'none found (the C++ tiers need g++)'}")
     caps = [c for c in native.CAPABILITIES if native.has(c)]
     lines.append(f"kernels   {native.library_path or 'not loaded'}" + (f" ({', '.join(caps)})" if caps else ""))
     return lines
+
+
+def _cross_note(name: str, arch: str | None) -> str:
+    """For a tier of another architecture with a cross-test (the neon kernels under qemu-user, `make
+    test-arm`): whether its tools are here."""
+    tier = tiers.BY_NAME[name]
+    if not tier.native or tier.arch == arch or tier.name not in tiers.CROSS_TOOLS:
+        return ""
+    lacking = [t for t in tiers.CROSS_TOOLS[tier.name] if shutil.which(t) is None]
+    return f"; make test-arm {'lacks ' + ', '.join(lacking) if lacking else 'tests its kernels under qemu'}"
 
 
 def _memory_line(home, remeasure: bool) -> str:

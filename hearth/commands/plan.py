@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from hearth.memory.devices import THIS, known_devices
 from hearth.memory.figure_text import FIGURES
 from hearth.memory.kv_formats import KV_FORMATS
 from hearth.memory.overhead import DEFAULT_BATCH_TOKENS
-from hearth.memory.planner import Plan
-from hearth.memory.request import DEFAULT_BLOCK, plan_for
+from hearth.memory import PlanError
+from hearth.memory.planner import Plan, PlanRequest
+from hearth.memory.replicas import Machine, ReplicaPlan, Workload, check_workload, parse_machines, plan_replicas
+from hearth.memory.request import DEFAULT_BLOCK, build_request, plan_for
+from hearth.memory.units import flops, nbytes, rate
+
+SERVE_MAX_NUM_SEQS = 16  # hearth serve's --max-num-seqs default: a replica's sequences unless --concurrency
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                  "(layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,quant=Q4_K_M)")
     p.add_argument("--device", default=THIS, help=f"one of: {', '.join(known_devices())} (default: %(default)s)")
     p.add_argument("--ctx", type=int, default=None, help="context length in tokens (default: the model's)")
-    p.add_argument("--concurrency", type=int, default=1, help="sequences served at once (default: %(default)s)")
+    p.add_argument("--concurrency", type=int, default=None,
+                   help=f"sequences served at once (default: 1; with --target-rps, per replica: {SERVE_MAX_NUM_SEQS})")
     p.add_argument("--kv-cache-dtype", default="auto",
                    help=f"auto (f16), {', '.join(KV_FORMATS)} (default: %(default)s)")
     p.add_argument("--block-size", type=int, default=None,
@@ -31,10 +38,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the device's memory in GiB, for a model of it with another size (a 64GB Mac: 64)")
     p.add_argument("--remeasure", action="store_true", help="measure this machine again (bandwidth, FLOP/s)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    r = p.add_argument_group("replicas (hearth cluster serve)")
+    r.add_argument("--target-rps", type=float, default=None,
+                   help="requests a second to serve: report how many replicas and machines that needs")
+    r.add_argument("--prompt-tokens", type=int, default=512, help="prompt tokens of a request (default: %(default)s)")
+    r.add_argument("--output-tokens", type=int, default=128, help="output tokens of a request (default: %(default)s)")
+    r.add_argument("--threads-per-replica", type=int, default=1, help="CPU threads of a replica (default: %(default)s)")
+    r.add_argument("--machines", default=None,
+                   help="a count of machines like this one (3), or CORES:MEMORY_GIB,... (16:64,8:32); "
+                        "default: as many like this one as it takes")
 
 
 def main(args: argparse.Namespace) -> int:
-    result = plan_for(args.model, device=args.device, ctx=args.ctx, concurrency=args.concurrency,
+    if args.target_rps is not None:
+        return replicas_main(args)
+    seqs = 1 if args.concurrency is None else args.concurrency
+    result = plan_for(args.model, device=args.device, ctx=args.ctx, concurrency=seqs,
                       kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,
                       batch_tokens=args.batch_tokens, memory_gib=args.memory_gib, remeasure=args.remeasure,
                       progress=not args.json)
@@ -64,3 +83,54 @@ def format_plan(p: Plan) -> str:
             section = sec
         lines.append(f"  {label:<17} {show(fig.value):>18}   {fig.reason}")
     return "\n".join(lines)
+
+
+def replicas_main(args: argparse.Namespace) -> int:
+    work = Workload(args.target_rps, args.prompt_tokens, args.output_tokens, args.threads_per_replica)
+    check_workload(work)  # before any measurement
+    if args.ctx is not None:
+        raise PlanError("--ctx does not apply with --target-rps: a request's context is "
+                        "--prompt-tokens + --output-tokens")
+    cores = cores_here()
+    machines = None if args.machines is None else parse_machines(args.machines, Machine(cores, 0))
+    seqs = SERVE_MAX_NUM_SEQS if args.concurrency is None else args.concurrency
+    req = build_request(args.model, device=args.device, ctx=args.prompt_tokens + args.output_tokens,
+                        concurrency=seqs, kv_cache_dtype=args.kv_cache_dtype,
+                        block_size=args.block_size, batch_tokens=args.batch_tokens, memory_gib=args.memory_gib,
+                        remeasure=args.remeasure, progress=not args.json)
+    here = Machine(cores, req.device.memory_bytes)
+    machines = machines and [here if m.memory_bytes == 0 else m for m in machines]  # a count: like this one
+    rp = plan_replicas(req, work, here, machines)
+    if args.json:
+        print(json.dumps({"replica_rps": rp.replica_rps, "decode_tok_s": rp.decode_tok_s,
+                          "prefill_tok_s": rp.prefill_tok_s, "replica_bytes": int(rp.replica_bytes),
+                          "replicas": rp.replicas, "per_machine": rp.per_machine,
+                          "machines_needed": rp.machines_needed}, indent=1))
+    else:
+        print(format_replicas(rp, req))
+    return 0
+
+
+def cores_here() -> int:
+    """The core count the measurement of this machine ran on (hearth.memory.this_machine.machine_key)."""
+    return os.cpu_count() or 1
+
+
+def format_replicas(rp: ReplicaPlan, req: PlanRequest) -> str:
+    w, t, seqs, d = rp.work, rp.work.threads, req.concurrency, req.device
+    need, short = rp.machines_needed, rp.replicas - sum(rp.per_machine)
+    where = ("machines like this one" if rp.open_ended else f"of the {len(rp.per_machine)} machines given "
+             f"({sum(rp.per_machine)} replicas in all{f', {short} short' if short > 0 else ''})")
+    core = f"{rate(d.bandwidth / rp.cores_here)}, {flops(d.peak_flops / rp.cores_here)}/s a core"
+    rows = [("per replica", f"{rp.replica_rps:,.2f} req/s",
+             f"{t} thread(s) x {core}: prefill {rp.prefill_tok_s:,.0f} tok/s + decode {rp.decode_tok_s:,.1f} "
+             f"tok/s ({seqs} sequences at {w.prompt_tokens + w.output_tokens:,} tokens) take turns"),
+            ("replicas needed", f"{rp.replicas:,}", f"{w.rps:g} req/s / {rp.replica_rps:,.2f} req/s, rounded up"),
+            ("per machine", " ".join(map(str, rp.per_machine[:8])) + (" ..." if len(rp.per_machine) > 8 else ""),
+             f"min(cores / {t} thread(s), 90% of memory / {nbytes(rp.replica_bytes)} a replica)"),
+            ("machines", f"{need:,}" if need else "NOT ENOUGH", where)]
+    head = (f"replicas  {w.rps:g} req/s of {w.prompt_tokens:,} prompt + {w.output_tokens:,} output tokens, "
+            f"{seqs} sequences a replica of {t} thread(s), on {d.name}")
+    return "\n".join([head, *(f"  {a:<17} {b:>14}   {c}" for a, b, c in rows),
+                      "assumes: a machine's replicas share its bandwidth and FLOP/s by threads, at this device's "
+                      "figures per core; ceilings, not what an engine reaches"])

@@ -1,13 +1,12 @@
-"""`hearth serve [MODEL]`: OpenAI- and Anthropic-compatible HTTP server with a chat page at `/`,
-in the manner of `vllm serve` and `llama-server`."""
+"""`hearth serve [MODEL ...] [--models FILE]`: OpenAI- and Anthropic-compatible HTTP server with a
+chat page at `/`, in the manner of `vllm serve` and `llama-server`; several models are loaded on
+their first request and unloaded least-recently-used under --max-memory (llama-swap's way)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-import time
-from pathlib import Path
 
 import uvicorn
 
@@ -15,8 +14,15 @@ from hearth.config import DEFAULT_MODEL, DEVICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
-                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
+    p.add_argument("model", nargs="*", default=[],
+                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf; several: the first loads at "
+                        f"start, the others on their first request (default: {DEFAULT_MODEL})")
+    p.add_argument("--models", default=None, metavar="FILE",
+                   help="a TOML file of [[models]] entries (name, model, aliases, context, kv_cache_dtype, threads, "
+                        "pinned), served beside any MODEL given")
+    p.add_argument("--max-memory", type=float, default=0, metavar="GIB",
+                   help="GiB all loaded models may hold together; the least recently used is unloaded to make "
+                        "room (default with several models: `hearth plan`'s usable memory less the runtime)")
     net = p.add_argument_group("server")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     net.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
@@ -57,7 +63,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--kv-disk-space-mb", type=int, default=4096, metavar="MB",
                      help="most MiB the disk tier may take in DIR (default: %(default)s)")
     eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
-    eng.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    eng.add_argument("--threads", type=int, default=0,
+                     help="CPU threads per model (default: all cores; a --models entry's `threads` overrides it)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
     spec = p.add_argument_group("speculative decoding")
     spec.add_argument("--speculative-config", default=None, metavar="JSON",
@@ -73,32 +80,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hearth.api.app import ServerConfig, create_app
-    from hearth.api.served import ServedModel
-    from hearth.engine.async_engine import AsyncEngine
-    from hearth.llm import LLM
+    from hearth.api.app import create_app
+    from hearth.commands.serve_models import build_pool
+
+    config = server_config(args)  # a bad --tool-guard fails before any model loads
+    pool = build_pool(args)
+    pool.preload()
+    return run_server(create_app(pool, config), args, pool.ids_text())
+
+
+def engine_args(args: argparse.Namespace) -> dict:
+    """LLM's keyword arguments from the engine options (a --models entry overrides some; `hearth
+    cluster serve` passes them to each replica)."""
+    return dict(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
+                kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
+                enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
+                kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
+                speculative_config=speculative_config(args), device=args.device)
+
+
+def server_config(args: argparse.Namespace):
+    from hearth.api.app import ServerConfig
     from hearth.tool_guard import GuardConfig
 
-    guard = GuardConfig(args.tool_guard, args.tool_guard_retries)  # bad input fails before the load
-    print(f"hearth: loading {args.model} ...", file=sys.stderr, flush=True)
-    t0 = time.perf_counter()
-    llm = LLM(args.model, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
-              kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
-              enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
-              kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
-              speculative_config=speculative_config(args), device=args.device)
-    print(f"hearth: loaded {llm.path.name} in {time.perf_counter() - t0:.1f}s "
-          f"(context {llm.max_model_len} tokens)", file=sys.stderr, flush=True)
-    llm.runner.grammar.prepare_in_background()
-    names = args.served_model_name or _default_names(args.model, llm.path)
-    served = ServedModel.from_llm(llm, names, AsyncEngine(llm.engine, max_queued=args.max_queued))
-    config = ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
-                          max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
-                          max_tokens=args.max_tokens_limit, tool_guard=guard)
-    app = create_app(served, config)
+    return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
+                        max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
+                        max_tokens=args.max_tokens_limit,
+                        tool_guard=GuardConfig(getattr(args, "tool_guard", "guard"), getattr(args, "tool_guard_retries", 3)))
+
+
+def run_server(app, args: argparse.Namespace, names: str) -> int:
+    """Serve until interrupted; the URL is announced once the socket listens. names: what is served, as text."""
     url = f"http://{_url_host(args.host)}:{args.port}"
-    ready = f"hearth: serving {names[0]!r} at {url} (chat page {url}/, API {url}/v1)"
+    ready = f"hearth: serving {names} at {url} (chat page {url}/, API {url}/v1)"
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=5), ready)
     server.run()
@@ -127,15 +142,6 @@ def _as_dict(spec) -> dict:
     from dataclasses import asdict
 
     return asdict(spec)
-
-
-def _default_names(model: str, path: Path) -> list[str]:
-    """The catalog name, else the file's stem (never a path: clients reject it, and it would show the
-    user's directories in every response); MODEL as given and the file's name stay aliases."""
-    from hearth.loader.catalog import CATALOG
-
-    primary = model if model in CATALOG else path.stem
-    return list(dict.fromkeys([primary, model, path.stem, path.name]))
 
 
 def _url_host(host: str) -> str:

@@ -11,6 +11,7 @@ import itertools
 import logging
 import queue
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hearth.engine.engine_core import EngineCore
@@ -91,8 +92,10 @@ class RequestStream:
 
 
 class AsyncEngine:
-    def __init__(self, core: EngineCore, max_queued: int = 256):
+    def __init__(self, core: EngineCore, max_queued: int = 256, thread_init: Callable[[], None] | None = None):
+        """`thread_init`: run first on the engine thread (per-model settings such as its torch threads)."""
         self.core = core
+        self._thread_init = thread_init
         self.max_in_flight = core.scheduler.max_num_seqs + max_queued
         self._in_flight = 0
         """Streams not yet finished; read and written on the event loop only."""
@@ -106,6 +109,11 @@ class AsyncEngine:
 
     def start(self) -> None:
         self._thread.start()
+
+    @property
+    def num_in_flight(self) -> int:
+        """Requests added and not yet finished or aborted (a server does not unload the model under them)."""
+        return self._in_flight
 
     def shutdown(self) -> None:
         self._stopping = True
@@ -146,6 +154,8 @@ class AsyncEngine:
         self._wake.set()
 
     def _run(self) -> None:
+        if self._thread_init is not None:
+            self._thread_init()
         while not self._stopping:
             self._wake.clear()
             self._drain_commands()

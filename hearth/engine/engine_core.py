@@ -20,6 +20,26 @@ class InvalidPromptError(HearthError):
     """A prompt that is empty or holds token ids outside the vocabulary."""
 
 
+def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int) -> None:
+    """Raise a one-line error for a prompt the engine cannot take; never truncate it."""
+    n = len(prompt_token_ids)
+    if n == 0:
+        raise InvalidPromptError("prompt is empty: give at least one token")
+    if n >= max_model_len:
+        raise PromptTooLongError(n, max_model_len)
+    bad = [t for t in prompt_token_ids if not 0 <= t < vocab_size]
+    if bad:
+        raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
+
+
+def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model_len: int, vocab_size: int) -> None:
+    """check_prompt, and a structured-output constraint the grammar engine can compile (also run by
+    a cluster's front end, which holds no engine)."""
+    check_prompt(prompt_token_ids, max_model_len, vocab_size)
+    if params.structured_output is not None:
+        compile_grammar(params.structured_output)
+
+
 class EngineCore:
     def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int,
                  spec: SpeculativeDecoder | None = None):
@@ -32,21 +52,10 @@ class EngineCore:
         self._idle()
 
     def check_prompt(self, prompt_token_ids: list[int]) -> None:
-        """Raise a one-line error for a prompt the engine cannot take; never truncate it."""
-        n = len(prompt_token_ids)
-        if n == 0:
-            raise InvalidPromptError("prompt is empty: give at least one token")
-        if n >= self.max_model_len:
-            raise PromptTooLongError(n, self.max_model_len)
-        bad = [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]
-        if bad:
-            raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
+        check_prompt(prompt_token_ids, self.max_model_len, self.vocab_size)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        """check_prompt, and a structured-output constraint the grammar engine can compile."""
-        self.check_prompt(prompt_token_ids)
-        if params.structured_output is not None:
-            compile_grammar(params.structured_output)
+        check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False) -> str:

@@ -20,20 +20,22 @@ _p, _i64, _int, _f32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_f
 _declared = False
 
 
+LAYER_SIGNATURES = {  # name: (restype, argtypes)
+    "hk_layer_new": (_p, [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]),
+    "hk_layer_free": (None, [_p]),
+    "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64,
+                                _p, _i64]),
+    "hk_stack_forward_prefill": (_int, [_p, _int, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
+    "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
+                                    _p, _p, _p, _i64, _p, _p, _i64]),
+}
+
+
 def _lib() -> ctypes.CDLL:
     global _declared
     so = native.lib()
     if not _declared:
-        sigs = {  # name: (restype, argtypes)
-            "hk_layer_new": (_p, [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]),
-            "hk_layer_free": (None, [_p]),
-            "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64,
-                                        _p, _i64]),
-            "hk_stack_forward_prefill": (_int, [_p, _int, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
-            "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
-                                            _p, _p, _p, _i64, _p, _p, _i64]),
-        }
-        for name, (res, args) in sigs.items():
+        for name, (res, args) in LAYER_SIGNATURES.items():
             if name in native.entry_points():  # those of the library's capabilities
                 fn = getattr(so, name)
                 fn.restype, fn.argtypes = res, args

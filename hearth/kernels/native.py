@@ -6,11 +6,12 @@ headers (a torch extension would take ~30 s to compile) and a call costs ~1 us. 
 the libgomp torch already loaded (same soname), so both share one thread pool.
 
 Which kernels run is the CPU tier (hearth.kernels.tiers): each native tier loads its library
-(LIBRARIES: gguf_kernels.cpp for amx and avx512, gguf_kernels_avx2.cpp for avx2), which is told the
+(LIBRARIES: gguf_kernels.cpp for amx and avx512, gguf_kernels_avx2.cpp for avx2, gguf_kernels_neon.cpp
+for neon on aarch64), which is told the
 tier at load (hk_set_tier), so a lower tier forced on a better CPU leaves the better units off. A
 library provides some CAPABILITIES (the avx2 one: no bf16 tiles, no quantized KV readers): callers
-ask has(capability) and fall back to torch per missing one. `lib()` is None on the torch tier (a CPU
-without AVX2/F16C, not x86-64 Linux, HEARTH_NATIVE=0 or HEARTH_CPU_TIER=torch), or when the build
+ask has(capability) and fall back to torch per missing one. `lib()` is None on the torch tier (an x86
+CPU without AVX2/F16C, neither x86-64 nor aarch64 Linux, HEARTH_NATIVE=0 or HEARTH_CPU_TIER=torch), or when the build
 fails (one warning line): callers fall back to the torch paths."""
 
 from __future__ import annotations
@@ -66,12 +67,19 @@ class Library:
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
                          frozenset(CAPABILITIES))
-AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
-                       frozenset({"linear", "fused_ops", "paged_attention", "layer"}))
+DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer"})
+"""What the decode-tier libraries (csrc/decode_library.h: avx2, neon) implement."""
+AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"), DECODE_CAPABILITIES)
+NEON_DOTPROD = ("-march=armv8.2-a+dotprod",)
+"""The neon library's flags where the CPU has the int8 dot-product instructions (/proc/cpuinfo's asimddp):
+its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (plain NEON)."""
+NEON_LIBRARY = Library("gguf_kernels_neon.cpp",
+                       NEON_DOTPROD if tiers.machine() == "aarch64" and "asimddp" in tiers.cpu_flags() else (),
+                       DECODE_CAPABILITIES)
 ABI_VERSION = 12
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
-LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY}
+LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY, "neon": NEON_LIBRARY}
 """Native tier name -> the library it loads."""
 QTYPES = NATIVE_IDS
 """GGML type ids the kernels read -> names (the records of hearth.formats.weights with native=True)."""
@@ -111,11 +119,11 @@ def lib() -> ctypes.CDLL | None:
 
 
 def fallbacks(tier: tiers.Tier) -> list[tiers.Tier]:
-    """`tier`, then the native tiers below it with another library (amx and avx512 share one): what
-    lib() tries in order. Empty for the torch tier."""
+    """`tier`, then the native tiers below it of its architecture with another library (amx and avx512
+    share one): what lib() tries in order. Empty for the torch tier."""
     out = [tier] if tier.native else []
     for t in tiers.TIERS[tiers.TIERS.index(tier) + 1:]:
-        if t.native and all(LIBRARIES[t.name] is not LIBRARIES[o.name] for o in out):
+        if t.native and t.arch == tier.arch and all(LIBRARIES[t.name] is not LIBRARIES[o.name] for o in out):
             out.append(t)
     return out
 
@@ -264,43 +272,47 @@ def _build(library: Library) -> Path:
 _f32 = ctypes.c_float
 
 
+SIGNATURES = {  # name: (restype, argtypes)
+    "hk_abi_version": (_int, []),
+    "hk_cpu_ok": (_int, []),
+    "hk_set_tier": (_int, [_int]),
+    "hk_neon_dotprod": (_int, []),
+    "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64, _i64]),
+    "hk_plan_free": (None, [_p]),
+    "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
+    "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
+    "hk_mlp": (None, [_p, _p, _int, _p, _i64, _i64, _p, _f32, _p, _f32]),
+    "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
+    "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
+    "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
+    "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
+    "hk_amx_bf16": (_int, []),
+    "hk_batch_min_rows": (_int, []),
+    "hk_vnni_gemm": (_int, []),
+    "hk_set_invariant_rows": (None, [_i64]),
+    "hk_dpbf16_gemm": (_int, []),
+    "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
+                                  _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
+    "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
+                                    _f32, _p, _i64]),
+    "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
+    "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
+                                _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
+    "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p, _i64]),
+    "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
+                               _p]),
+}
+"""Every library entry point's C signature in ctypes types (fused_layer.LAYER_SIGNATURES: the layer's)."""
+
+
 def _declare(so: ctypes.CDLL, library: Library) -> None:
     """Signatures of the library's entry points (fused_layer.py declares the layer ones); a missing
     one is an error at load, not at first use."""
     wanted = {"hk_abi_version", "hk_cpu_ok", "hk_set_tier"}.union(*(CAPABILITIES[c] for c in library.provides))
-    sigs = {  # name: (restype, argtypes)
-        "hk_abi_version": (_int, []),
-        "hk_cpu_ok": (_int, []),
-        "hk_set_tier": (_int, [_int]),
-        "hk_plan_new": (_p, [_int, _p, _p, _p, _p, _i64, _i64]),
-        "hk_plan_free": (None, [_p]),
-        "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
-        "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
-        "hk_mlp": (None, [_p, _p, _int, _p, _i64, _i64, _p, _f32, _p, _f32]),
-        "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
-        "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
-        "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
-        "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
-        "hk_amx_bf16": (_int, []),
-        "hk_batch_min_rows": (_int, []),
-        "hk_vnni_gemm": (_int, []),
-        "hk_set_invariant_rows": (None, [_i64]),
-        "hk_dpbf16_gemm": (_int, []),
-        "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
-                                      _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
-        "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
-                                        _f32, _p, _i64]),
-        "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
-        "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
-                                    _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
-        "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p, _i64]),
-        "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
-                                   _p]),
-    }
     for name in sorted(wanted):
         fn = getattr(so, name)  # AttributeError: the library lacks an entry point it claims
-        if name in sigs:
-            fn.restype, fn.argtypes = sigs[name]
+        if name in SIGNATURES:
+            fn.restype, fn.argtypes = SIGNATURES[name]
 
 
 def _ptr(t: torch.Tensor | None) -> int | None:

@@ -1,6 +1,6 @@
 """CPU tiers: which kernels run on this CPU, chosen once at start (ggml's CPU variants by feature detection).
 
-A tier is one record: the /proc/cpuinfo flags it needs and what it enables. The best tier the CPU runs
+A tier is one record: its architecture, the /proc/cpuinfo flags it needs and what it enables. The best tier the CPU runs
 is chosen; HEARTH_CPU_TIER=<name> forces one (a lower one on a better CPU: how CI tests every tier on
 one machine), HEARTH_NATIVE=0 means torch. A forced tier that cannot run here, or an unknown name, is
 one warning line naming the reason and the tier used instead. The C++ side obeys the choice through
@@ -21,6 +21,8 @@ log = logging.getLogger("hearth.kernels")
 AVX2 = ("avx2", "fma", "f16c", "bmi2")
 AVX512 = ("avx512f", "avx512bw", "avx512vl", "avx512_vnni") + AVX2
 AMX = ("amx_tile", "amx_int8", "amx_bf16", "avx512_bf16")
+NEON = ("asimd",)  # aarch64's Advanced SIMD (every aarch64 CPU); asimddp (SDOT) is taken where present
+ARCH_NAMES = {"x86_64": "x86-64", "aarch64": "aarch64"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +35,8 @@ class Tier:
     level: int
     """What hk_set_tier tells the C++ side (csrc/tier.h's CpuTier); 0 without C++ kernels."""
     enables: str
+    arch: str | None = "x86_64"
+    """The machine (platform.machine() on Linux) its C++ code is built for; None for torch's tier."""
     onednn_cap: str | None = None
     """ONEDNN_MAX_CPU_ISA when this tier is forced on a CPU above it: torch's own matmuls then take the
     code a CPU of this tier runs (oneDNN reads it once, at its first use)."""
@@ -47,52 +51,55 @@ TIERS = (  # best first
          onednn_cap="AVX512_CORE_BF16"),
     Tier("avx2", AVX2, True, 1, "C++ kernels on AVX2 (int8 dot products, decode attention); prefill matmuls in "
          "torch f32", onednn_cap="AVX2", dense_dtype="float32"),
-    Tier("torch", (), False, 0, "no C++ kernels: torch's CPU kernels"),
+    Tier("neon", NEON, True, 1, "C++ kernels on NEON (int8 dot products, SDOT where the CPU has it; decode "
+         "attention); prefill matmuls in torch f32", arch="aarch64", dense_dtype="float32"),
+    Tier("torch", (), False, 0, "no C++ kernels: torch's CPU kernels", arch=None),
 )
 BY_NAME = {t.name: t for t in TIERS}
+CROSS_TOOLS = {"neon": ("aarch64-linux-gnu-g++", "qemu-aarch64")}
+"""A tier's cross compiler and emulator (Debian's g++-aarch64-linux-gnu, qemu-user): its kernel tests run
+on a machine of another architecture with them (tests/arm, `make test-arm`)."""
 TORCH = BY_NAME["torch"]
-PLANNED = ("neon",)
-"""Tiers of the design (DESIGN.md, "Devices") with no kernels in this build yet."""
 
 
 def cpu_flags() -> set[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty where there is none)."""
+    """The CPU's feature flags from /proc/cpuinfo: x86's "flags", aarch64's "Features" (empty where
+    there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
-            line = next(ln for ln in f if ln.startswith("flags"))
+            line = next(ln for ln in f if ln.startswith(("flags", "Features")))
     except (OSError, StopIteration):
         return set()
     return set(line.split(":", 1)[1].split())
 
 
-def native_platform() -> bool:
-    """The C++ kernels are built for x86-64 Linux only."""
-    return sys.platform.startswith("linux") and platform.machine() in ("x86_64", "AMD64")
+def machine() -> str | None:
+    """The architecture the C++ tiers are built for here (a Tier.arch), or None: not Linux, or a
+    machine without C++ kernels."""
+    m = {"AMD64": "x86_64", "arm64": "aarch64"}.get(platform.machine(), platform.machine())
+    return m if sys.platform.startswith("linux") and m in ARCH_NAMES else None
 
 
-def missing(tier: Tier, flags: set[str], x86_linux: bool = True) -> str | None:
-    """Why `tier` cannot run on a CPU with `flags` ("CPU flag amx_tile"), or None when it can."""
-    if tier.native and not x86_linux:
-        return f"x86-64 Linux (this is {sys.platform}/{platform.machine()})"
+def missing(tier: Tier, flags: set[str], arch: str | None = "x86_64") -> str | None:
+    """Why `tier` cannot run on a CPU of `arch` with `flags` ("CPU flag amx_tile"), or None when it can."""
+    if tier.native and tier.arch != arch:
+        return f"{ARCH_NAMES[tier.arch]} Linux (this is {sys.platform}/{platform.machine()})"
     lacking = [f for f in tier.cpu_flags if f not in flags]
     return f"CPU flag {lacking[0]}" if lacking else None
 
 
-def choose(env: dict, flags: set[str], x86_linux: bool = True) -> tuple[Tier, str | None]:
-    """(the tier to use, the warning line or None) for environment `env` on a CPU with `flags`."""
-    best = next(t for t in TIERS if missing(t, flags, x86_linux) is None)
+def choose(env: dict, flags: set[str], arch: str | None = "x86_64") -> tuple[Tier, str | None]:
+    """(the tier to use, the warning line or None) for environment `env` on a CPU of `arch` with `flags`."""
+    best = next(t for t in TIERS if missing(t, flags, arch) is None)
     if env.get("HEARTH_NATIVE", "1") == "0":
         return TORCH, None
     forced = env.get("HEARTH_CPU_TIER", "").strip().lower()
     if not forced:
         return best, None
-    if forced in PLANNED:
-        return best, (f"hearth: HEARTH_CPU_TIER={forced} has no kernels in this build (tiers: {', '.join(BY_NAME)}); "
-                      f"using {best.name}")
     tier = BY_NAME.get(forced)
     if tier is None:
         return best, f"hearth: HEARTH_CPU_TIER={forced} is not a tier; use one of {', '.join(BY_NAME)}; using {best.name}"
-    why = missing(tier, flags, x86_linux)
+    why = missing(tier, flags, arch)
     if why is not None:
         return best, f"hearth: HEARTH_CPU_TIER={forced} needs {why}, which this CPU lacks; using {best.name}"
     return tier, None
@@ -101,10 +108,10 @@ def choose(env: dict, flags: set[str], x86_linux: bool = True) -> tuple[Tier, st
 @functools.cache
 def selected() -> Tier:
     """The tier chosen for this process (warned about once, when forced and not possible)."""
-    tier, warning = choose(os.environ, cpu_flags(), native_platform())
+    tier, warning = choose(os.environ, cpu_flags(), machine())
     if warning:
         log.warning(warning)
-    if tier.onednn_cap and tier is not choose({}, cpu_flags(), native_platform())[0]:
+    if tier.onednn_cap and tier is not choose({}, cpu_flags(), machine())[0]:
         os.environ.setdefault("ONEDNN_MAX_CPU_ISA", tier.onednn_cap)
     return tier
 
@@ -122,8 +129,8 @@ def why_not(name: str) -> str | None:
     """Why tier `name` cannot run on this machine, or None when it can (what `make test` reports)."""
     tier = BY_NAME.get(name)
     if tier is None:
-        return "no kernels in this build" if name in PLANNED else "not a tier"
-    why = missing(tier, cpu_flags(), native_platform())
+        return "not a tier"
+    why = missing(tier, cpu_flags(), machine())
     if why is None and tier.native and compiler() is None:
         return "no C++ compiler (g++) found"
     return None if why is None else f"needs {why}, which this CPU lacks"
@@ -143,7 +150,7 @@ def active() -> str:
 def main(argv: list[str]) -> int:
     """`python -m hearth.kernels.tiers runnable`: the tiers this machine runs, best first, on one line;
     `... skipped`: a line per other tier naming why (so a test run can say which tiers it left out)."""
-    names = [*BY_NAME, *PLANNED]
+    names = list(BY_NAME)
     if argv == ["runnable"]:
         print(" ".join(n for n in names if why_not(n) is None))
     elif argv == ["skipped"]:

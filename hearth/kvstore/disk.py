@@ -12,6 +12,11 @@ layer's K and V: f16/bf16 pages, or the codec's encoded block) in the format of 
   file's priority, so recency (L at the last hit), hits and size all count. Hit counts are not kept
   across restarts: a rebuilt index ranks files by modification time (a hit touches the file).
 
+- Shared by several engines (a cluster's replicas, on one machine or over a shared filesystem), each
+  store has an `owner` name and writes, scans and evicts only its own `blocks/<owner>/` within its
+  own `space_bytes`; a block it lacks is looked for by name in the other owners' folders and read
+  from there, never deleted there. So one budget per owner, and no owner removes another's live file.
+
 Torch-free: the engine's thread calls contains() and get(); the runner never sees this store."""
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ COST = float(1 << 20)
 """GDSF's cost of a miss: a hit on a 1 MiB file adds 1.0 to its priority."""
 STALE_TMP_SECONDS = 600
 READ_THREADS = 2
+PEERS_RELIST_SECONDS = 2.0
+"""A shared store lists the other owners' folders at most this often (new replicas appear rarely)."""
 
 
 @dataclass(slots=True)
@@ -67,9 +74,16 @@ class _Entry:
 
 class DiskKVStore:
     def __init__(self, directory: str | os.PathLike, space_bytes: int, fmt: BlockFormat, *,
-                 max_pending_bytes: int = 256 << 20, fsync: bool = True):
-        self.dir = Path(directory) / "blocks"
+                 max_pending_bytes: int = 256 << 20, fsync: bool = True, owner: str = ""):
+        """owner: this store's name in a directory shared with other stores ("" = not shared)."""
+        base = Path(directory) / "blocks"
+        self.dir = base / owner if owner else base
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._shared_root = base if owner else None
+        self._peers: list[Path] = []
+        self._peers_listed = float("-inf")
+        self._foreign: dict[bytes, Path] = {}
+        """Blocks found in another owner's folder: read from there, never evicted by this store."""
         self.space, self.fmt, self.fsync = space_bytes, fmt, fsync
         self.max_pending = max_pending_bytes
         self._stats = DiskStats()
@@ -99,18 +113,24 @@ class DiskKVStore:
     def contains(self, block_hash: bytes) -> bool:
         """On disk or queued for writing (no need to write it again)."""
         with self._lock:
-            return block_hash in self._index or block_hash in self._pending
+            if block_hash in self._index or block_hash in self._pending:
+                return True
+        return self._find_foreign(block_hash) is not None
 
     def get(self, block_hash: bytes) -> memoryview | None:
         """The block's verified payload, or None (absent, or rejected and deleted)."""
         with self._lock:
-            if block_hash not in self._index:
-                return None
-        path = self.path(block_hash)
+            mine = block_hash in self._index
+        path = self.path(block_hash) if mine else self._find_foreign(block_hash)
+        if path is None:
+            return None
         try:
             data = path.read_bytes()
         except OSError:  # evicted meanwhile, or removed by someone else
-            self._drop(block_hash)
+            if mine:
+                self._drop(block_hash)
+            else:
+                self._foreign.pop(block_hash, None)
             return None
         try:
             _, n, payload = verify(data, MAGIC, self.fmt, block_hash)
@@ -120,7 +140,10 @@ class DiskKVStore:
             log.warning("KV disk tier: ignoring %s: %s", path.name, e)
             with self._lock:
                 self._stats.corrupt += 1
-            self._drop(block_hash, unlink=True)
+            if mine:
+                self._drop(block_hash, unlink=True)
+            else:  # another owner's file: its owner deletes it when it reads it
+                self._foreign.pop(block_hash, None)
             return None
         with self._lock:
             entry = self._index.get(block_hash)
@@ -136,14 +159,47 @@ class DiskKVStore:
 
     def get_many(self, hashes: list[bytes]) -> list[memoryview]:
         """The verified payloads of the longest run of `hashes`, from the first, found on disk."""
-        with self._lock:
-            n = next((i for i, h in enumerate(hashes) if h not in self._index), len(hashes))
+        n = next((i for i, h in enumerate(hashes) if not self._on_disk(h)), len(hashes))
         found = []
         for payload in self._readers.map(self.get, hashes[:n]) if n > 1 else map(self.get, hashes[:n]):
             if payload is None:
                 break
             found.append(payload)
         return found
+
+    def _on_disk(self, block_hash: bytes) -> bool:
+        with self._lock:
+            if block_hash in self._index:
+                return True
+        return self._find_foreign(block_hash) is not None
+
+    def _find_foreign(self, block_hash: bytes) -> Path | None:
+        """The block's file in another owner's folder, when this store is shared and one has it."""
+        if self._shared_root is None:
+            return None
+        known = self._foreign.get(block_hash)
+        if known is not None:
+            return known
+        name = f"{block_hash.hex()}{SUFFIX}"
+        for peer in self._peer_dirs():
+            path = peer / name
+            if path.is_file():
+                self._foreign[block_hash] = path
+                if len(self._foreign) > 4 * len(self._index) + 4096:  # forget old finds now and then
+                    self._foreign = {block_hash: path}
+                return path
+        return None
+
+    def _peer_dirs(self) -> list[Path]:
+        now = time.monotonic()
+        if now - self._peers_listed > PEERS_RELIST_SECONDS:
+            try:
+                self._peers = [Path(e.path) for e in os.scandir(self._shared_root)
+                               if e.is_dir() and Path(e.path) != self.dir]
+            except OSError:
+                self._peers = []
+            self._peers_listed = now
+        return self._peers
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -95,6 +95,16 @@ def test_prompt_shapes():
     assert edit[0]["role"] == "system" and "```python\n" in edit[1]["content"]
 
 
+def test_shared_prefix_turns_share_the_system_prompt_and_their_conversations_history():
+    requests = [r.messages for r in build_workload("shared-prefix").levels[0].requests]
+    assert len({json.dumps(m[0]) for m in requests}) == 1 and len(requests[0][0]["content"].split()) > 400
+    by_length = sorted(requests, key=len)
+    # a later turn of a conversation starts with an earlier turn's whole prompt
+    extends = [(a, b) for a in by_length for b in by_length if len(b) > len(a) and b[:len(a)] == a]
+    assert extends and all(m["role"] == "user" for m in (r[-1] for r in requests))
+    assert len({len(r) for r in requests}) > 3  # turns at several depths
+
+
 def test_shipped_text_is_complete():
     data = corpus.chat()
     assert len(data["questions"]) >= 20 and len(data["conversations"]) >= 5

@@ -97,3 +97,27 @@ def test_a_failing_step_ends_requests_with_an_error_and_the_engine_goes_on():
     outs = run(main, engine)
     assert sum((o.new_token_ids for o in outs), []) == [2, 3]
     assert sched.kv.pool.num_free == 64
+
+
+def test_requests_in_flight_are_counted_and_thread_init_runs_on_the_engine_thread():
+    import threading
+
+    engine, _, _ = make_engine()
+    ran_on = []
+    ae = AsyncEngine(engine, thread_init=lambda: ran_on.append(threading.current_thread().name))
+    ae.start()
+
+    async def main():
+        assert ae.num_in_flight == 0
+        a, b = ae.add_request([1], greedy(3)), ae.add_request([2], greedy(10_000))
+        assert ae.num_in_flight == 2
+        await collect(a)
+        assert ae.num_in_flight == 1  # finished: no longer counted
+        b.abort()
+        return ae.num_in_flight
+
+    try:
+        assert asyncio.run(main()) == 0
+    finally:
+        ae.shutdown()
+    assert ran_on == ["hearth-engine"]

@@ -225,6 +225,8 @@ def test_verify_rows_lift_the_cap_while_the_real_rows_stay_in_the_first_regime()
 
 def test_spec_counters_reach_metrics():
     """Through the real AsyncEngine.stats(), which copies the engine thread's live counters."""
+    from types import SimpleNamespace
+
     from hearth.api.metrics import Metrics
     from hearth.engine.async_engine import AsyncEngine
 
@@ -239,7 +241,8 @@ def test_spec_counters_reach_metrics():
         def stats(self):
             return stats
 
-    text = Metrics("m", Engine()).render().decode()
+    served = SimpleNamespace(name="m", engine=Engine())  # what Metrics reads of a loaded model
+    text = Metrics(lambda: [served]).render().decode()
     for line in ('hearth:spec_decode_num_drafts_total{model_name="m"} 3.0',
                  'hearth:spec_decode_num_draft_tokens_total{model_name="m"} 12.0',
                  'hearth:spec_decode_num_accepted_tokens_total{model_name="m"} 7.0',

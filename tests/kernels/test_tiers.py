@@ -3,6 +3,9 @@ lines, on made-up flag sets (nothing here depends on this machine's CPU)."""
 
 from __future__ import annotations
 
+import platform
+import sys
+
 import pytest
 
 from hearth.kernels import tiers
@@ -21,8 +24,13 @@ def test_the_best_tier_the_cpu_runs(flags, best):
     assert choose({}, flags) == (tiers.BY_NAME[best], None)
 
 
-def test_an_arm_or_other_os_gets_torch():
-    assert choose({}, SPR, x86_linux=False)[0].name == "torch"
+ARM = {"fp", "asimd", "evtstrm", "aes", "crc32", "asimddp"}  # /proc/cpuinfo "Features" of an aarch64 CPU
+
+
+def test_aarch64_gets_neon_and_another_os_torch():
+    assert choose({}, ARM, arch="aarch64") == (tiers.BY_NAME["neon"], None)
+    assert choose({}, SPR, arch=None)[0].name == "torch"
+    assert choose({}, set(), arch="aarch64")[0].name == "torch"  # no asimd listed (a masked VM): torch
 
 
 @pytest.mark.parametrize("name", ["amx", "avx512", "avx2", "torch", " AVX512 ", "AVX2"])
@@ -45,9 +53,10 @@ def test_native_0_means_torch():
     ({"HEARTH_CPU_TIER": "avx2"}, NO_F16C,
      "hearth: HEARTH_CPU_TIER=avx2 needs CPU flag f16c, which this CPU lacks; using torch"),
     ({"HEARTH_CPU_TIER": "neon"}, AVX2,
-     "hearth: HEARTH_CPU_TIER=neon has no kernels in this build (tiers: amx, avx512, avx2, torch); using avx2"),
+     f"hearth: HEARTH_CPU_TIER=neon needs aarch64 Linux (this is {sys.platform}/{platform.machine()}), which this "
+     "CPU lacks; using avx2"),
     ({"HEARTH_CPU_TIER": "avx9000"}, NO_TILES,
-     "hearth: HEARTH_CPU_TIER=avx9000 is not a tier; use one of amx, avx512, avx2, torch; using avx512"),
+     "hearth: HEARTH_CPU_TIER=avx9000 is not a tier; use one of amx, avx512, avx2, neon, torch; using avx512"),
 ])
 def test_a_tier_that_cannot_run_is_one_line_naming_why_and_what_runs(env, flags, line):
     tier, warning = choose(env, flags)
@@ -56,14 +65,17 @@ def test_a_tier_that_cannot_run_is_one_line_naming_why_and_what_runs(env, flags,
 
 
 def test_a_tier_on_the_wrong_platform_names_it():
-    _, warning = choose({"HEARTH_CPU_TIER": "avx512"}, SPR, x86_linux=False)
+    _, warning = choose({"HEARTH_CPU_TIER": "avx512"}, SPR, arch=None)
     assert warning.startswith("hearth: HEARTH_CPU_TIER=avx512 needs x86-64 Linux (this is ")
     assert warning.endswith("; using torch")
+    _, warning = choose({"HEARTH_CPU_TIER": "avx2"}, ARM, arch="aarch64")
+    assert warning.startswith("hearth: HEARTH_CPU_TIER=avx2 needs x86-64 Linux (this is ")
+    assert warning.endswith("; using neon")
 
 
 def test_selected_warns_once_through_the_log(monkeypatch, caplog):
     monkeypatch.setattr(tiers, "cpu_flags", lambda: NO_TILES)
-    monkeypatch.setattr(tiers, "native_platform", lambda: True)
+    monkeypatch.setattr(tiers, "machine", lambda: "x86_64")
     monkeypatch.setenv("HEARTH_CPU_TIER", "amx")
     monkeypatch.delenv("HEARTH_NATIVE", raising=False)
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "ALL")  # the real one stays as it is
@@ -77,15 +89,18 @@ def test_selected_warns_once_through_the_log(monkeypatch, caplog):
 
 
 def test_every_tier_needs_what_the_one_below_needs():
-    for upper, lower in zip(tiers.TIERS, tiers.TIERS[1:]):
-        assert set(lower.cpu_flags) <= set(upper.cpu_flags)
-    assert [t.level for t in tiers.TIERS] == sorted((t.level for t in tiers.TIERS), reverse=True)
+    """Within one architecture: the tiers are best first, each needing what the next one needs."""
+    for arch in ("x86_64", "aarch64"):
+        chain = [t for t in tiers.TIERS if t.arch in (arch, None)]
+        for upper, lower in zip(chain, chain[1:]):
+            assert set(lower.cpu_flags) <= set(upper.cpu_flags)
+        assert [t.level for t in chain] == sorted((t.level for t in chain), reverse=True)
 
 
 @pytest.fixture
 def cpu(monkeypatch):
     """Pretend this machine has the given flags (x86-64 Linux with a compiler)."""
-    monkeypatch.setattr(tiers, "native_platform", lambda: True)
+    monkeypatch.setattr(tiers, "machine", lambda: "x86_64")
     monkeypatch.setattr(tiers, "compiler", lambda: "g++")
     return lambda flags: monkeypatch.setattr(tiers, "cpu_flags", lambda: set(flags))
 
@@ -96,7 +111,8 @@ def test_make_test_hears_which_tiers_run_and_why_not_the_others(cpu, capsys):
     assert tiers.main(["skipped"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "tier amx not run here: needs CPU flag amx_tile, which this CPU lacks",
-        "tier neon not run here: no kernels in this build"]
+        f"tier neon not run here: needs aarch64 Linux (this is {sys.platform}/{platform.machine()}), which this CPU "
+        "lacks"]
     cpu(NO_F16C)
     assert tiers.main(["runnable"]) == 0 and capsys.readouterr().out == "torch\n"
     assert tiers.why_not("avx2") == "needs CPU flag f16c, which this CPU lacks"

@@ -88,15 +88,16 @@ class RealServer:
         return httpx2.Client(base_url=self.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=TIMEOUT)
 
 
-def launch(path: Path, log: Path, *args: str) -> tuple[subprocess.Popen, RealServer]:
-    """`hearth serve PATH` on a free port with the test API key, ready to take requests."""
+def launch(path: Path | None, log: Path, *args: str, name: str | None = "smollm2") -> tuple[subprocess.Popen, RealServer]:
+    """`hearth serve PATH` on a free port with the test API key, ready to take requests; `name`: its
+    --served-model-name (None: none; `path` None: the models are in `args`, e.g. --models FILE)."""
     port = _free_port()
-    cmd = [sys.executable, "-m", "hearth", "serve", str(path), "--port", str(port), "--api-key", API_KEY,
-           "--served-model-name", "smollm2", "--log-level", "warning", *args]
+    cmd = [sys.executable, "-m", "hearth", "serve", *([str(path)] if path else []), "--port", str(port),
+           "--api-key", API_KEY, *(["--served-model-name", name] if name else []), "--log-level", "warning", *args]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    server = RealServer(f"http://127.0.0.1:{port}", "smollm2", log)
+    server = RealServer(f"http://127.0.0.1:{port}", name or "", log)
     try:
         _wait_ready(server, proc)
     except BaseException:

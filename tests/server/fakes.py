@@ -22,6 +22,7 @@ from hearth.outputs import EngineOutput
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 SCRIPTS = {
     "hello": ["Hel", "lo ", "there", "!"],
+    "chars": ["H", "i", "!"],
     "tool": ["Let me check.", "\n<tool_", 'call>\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}',
              "\n</tool_call>"],
     "tool_pieces": ['<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris", "da', 'ys": 3',
@@ -180,6 +181,10 @@ class FakeEngine:
             k = self.attempts[script] = self.attempts.get(script, -1) + 1
             pieces = ATTEMPTS[script][min(k, len(ATTEMPTS[script]) - 1)]
         return FakeStream(self, request_id, pieces, script, len(prompt_ids), params)
+
+    @property
+    def num_in_flight(self) -> int:
+        return len(self.live)
 
     def stats(self) -> EngineStats:
         return EngineStats(len(self.live), 0, 2 * len(self.live), 100, 10, 4)

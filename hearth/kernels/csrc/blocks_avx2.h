@@ -282,13 +282,6 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
 
 // ---- dequantization (bit-exact with gguf-py: s * q, then + o, two roundings; -ffp-contract=off) ----
 
-inline __m128i to_bf16(__m256 v) {  // round to nearest even, like torch's .to(torch.bfloat16)
-  const __m256i u = _mm256_castps_si256(v);
-  const __m256i r = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7FFF));
-  const __m256i h = _mm256_srli_epi32(_mm256_add_epi32(u, r), 16);
-  return _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-}
-
 inline void store8(float* out, __m256 v) { _mm256_storeu_ps(out, v); }
 inline void store8(uint16_t* out, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(out), to_bf16(v)); }
 

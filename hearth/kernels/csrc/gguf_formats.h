@@ -1,11 +1,15 @@
 // The GGUF block formats, width-independent: type ids, block sizes, where each field sits and how the
-// packed scales unpack. Every tier's kernels (blocks.h for AVX-512, blocks_avx2.h) derive their
+// packed scales unpack. Every tier's kernels (blocks.h for AVX-512, blocks_avx2.h, blocks_neon.h) derive their
 // unpackers from these records and unpack the scales with these functions; only the SIMD differs.
 // A weight is read as an unsigned code q in the affine form w = s * q + o (sym: w = s * (q - C)),
 // hearth/layers/quant.py's form, ggml's block layouts (ggml-common.h).
 #pragma once
 
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#else
 #include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <cstring>
@@ -18,10 +22,16 @@ constexpr int SB = 256;  // weights per superblock: 8 chunks of 32, 16 groups of
 enum : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
              Q5_K = 13, Q6_K = 14 };
 
-inline float f16(const uint8_t* p) {  // F16C: every tier has it
+inline float f16(const uint8_t* p) {  // F16C on every x86 tier, a native half type on aarch64
+#if defined(__aarch64__)
+  __fp16 h;
+  std::memcpy(&h, p, 2);
+  return static_cast<float>(h);
+#else
   uint16_t h;
   std::memcpy(&h, p, 2);
   return _cvtsh_ss(h);
+#endif
 }
 
 inline uint32_t u32(const uint8_t* p) {

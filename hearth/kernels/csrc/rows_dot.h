@@ -19,7 +19,7 @@ void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64
     const uint8_t* row = w + n * row_bytes;
     // software prefetch PREFETCH_BYTES ahead, into L2: one core streaming from DRAM was latency-bound
     // (into L1 the prefetches hold the line-fill buffers: gemma3's 178 MB head 17 -> 20-22 GB/s)
-    for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(row + PREFETCH_BYTES + b), _MM_HINT_T1);
+    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
     int64_t m = 0;
     for (; m + MT <= a.M; m += MT) dot_row<T, MT>(row, nb, a, m, y + n, ldy);
     switch (a.M - m) {

@@ -5,6 +5,7 @@
 namespace {
 
 enum CpuTier { TIER_AVX2 = 1, TIER_AVX512 = 2, TIER_AMX = 3 };  // tiers.py's Tier.level
+constexpr int TIER_NEON = 1;  // aarch64's one tier (levels order the tiers of one architecture)
 
 inline int& cpu_tier() {
   static int tier = TIER_AMX;  // the CPUID checks alone decide until hk_set_tier says otherwise

@@ -1,5 +1,6 @@
-// Attention over the paged f16/bf16 KV cache for the avx2 tier: attention.h's structure in 8-wide
-// vectors (hearth.kernels.attention's layout: [2 (k, v), num_slots, kv_heads, head_dim]).
+// Attention over the paged f16/bf16 KV cache for the decode-tier libraries (avx2, neon), written on
+// the vf8 interface of simd_avx2.h / simd_neon.h (included before this file): attention.h's structure
+// in 8-wide vectors (hearth.kernels.attention's layout: [2 (k, v), num_slots, kv_heads, head_dim]).
 //
 // Tasks are (query row, key range) with every head of the row; a key's slot (all kv heads) is
 // converted to f32 once and read by every head. Exact scores, softmax, p.V per task; rows split
@@ -16,8 +17,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "simd_avx2.h"
-
 namespace {
 
 struct AttnShape {
@@ -32,25 +31,10 @@ struct AttnShape {
   int64_t remap_from = 0;
 };
 
-template <bool BF16>
-inline __m256 load_half(const uint8_t* p) {  // 8 f16 or bf16 values -> f32
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  if (BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  return _mm256_cvtph_ps(h);
-}
-
-// [sum(v[0]), ..., sum(v[7])]: 8 horizontal sums in 6 hadds, 2 permutes and an add
-inline __m256 sum8(const __m256* v) {
-  const __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
-  const __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
-  return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-}
-
-inline __m256 softcap_ps(__m256 v, float cap) {  // cap * tanh(v / cap), tanh(z) = 1 - 2 / (1 + e^2z)
-  const __m256 z = _mm256_mul_ps(v, _mm256_set1_ps(2.0f / cap));
-  const __m256 t = _mm256_sub_ps(_mm256_set1_ps(1.0f),
-                                 _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), exp_ps(z))));
-  return _mm256_mul_ps(t, _mm256_set1_ps(cap));
+inline vf8 softcap_ps(vf8 v, float cap) {  // cap * tanh(v / cap), tanh(z) = 1 - 2 / (1 + e^2z)
+  const vf8 z = vmul(v, vset1(2.0f / cap));
+  const vf8 t = vsub(vset1(1.0f), vdiv(vset1(2.0f), vadd(vset1(1.0f), exp_ps(z))));
+  return vmul(t, vset1(cap));
 }
 
 inline bool remapped(const AttnShape& a, int64_t key) { return a.remap && key >= a.remap_from; }
@@ -64,9 +48,9 @@ inline const uint8_t* slot_row(const AttnShape& a, int plane, int64_t g, int64_t
 template <int HB, int CV, bool BF16>
 void weighted_values(const AttnShape& a, int64_t g, int64_t k0, int64_t k1, const float* p, int64_t ld, int64_t h0,
                      int c0, float* acc) {
-  __m256 o[HB][CV];
+  vf8 o[HB][CV];
   for (int h = 0; h < HB; ++h)
-    for (int c = 0; c < CV; ++c) o[h][c] = _mm256_setzero_ps();
+    for (int c = 0; c < CV; ++c) o[h][c] = vzero();
   const int64_t stride = a.kvh * a.d * 2;
   for (int64_t key = k0; key < k1;) {
     const int64_t run = std::min(k1, (key / a.bs + 1) * a.bs) - key;
@@ -74,30 +58,29 @@ void weighted_values(const AttnShape& a, int64_t g, int64_t k0, int64_t k1, cons
     for (int64_t j = 0; j < run; ++j, vp += stride) {
       // a tree row's remapped keys are not consecutive slots: the same keys in the same order
       const uint8_t* vj = remapped(a, key + j) ? slot_row(a, 1, g, key + j) + 16 * c0 : vp;
-      __m256 vf[CV];
+      vf8 vf[CV];
       for (int c = 0; c < CV; ++c) vf[c] = load_half<BF16>(vj + 16 * c);
       for (int h = 0; h < HB; ++h) {
-        const __m256 w = _mm256_broadcast_ss(p + (h0 + h) * ld + key - k0 + j);
-        for (int c = 0; c < CV; ++c) o[h][c] = _mm256_fmadd_ps(w, vf[c], o[h][c]);
+        const vf8 w = vset1(p[(h0 + h) * ld + key - k0 + j]);
+        for (int c = 0; c < CV; ++c) o[h][c] = vfma(w, vf[c], o[h][c]);
       }
     }
     key += run;
   }
   for (int h = 0; h < HB; ++h)
-    for (int c = 0; c < CV; ++c) _mm256_storeu_ps(acc + (h0 + h) * a.d + 8 * (c0 + c), o[h][c]);
+    for (int c = 0; c < CV; ++c) vstore(acc + (h0 + h) * a.d + 8 * (c0 + c), o[h][c]);
 }
 
 // sh[0 .. n) <- exp(sh - mx) in place; returns their sum. Weights below e^-80 are dropped (denormals
 // would slow p.V)
 inline float exp_in_place(float* sh, int64_t n, float mx) {
-  const __m256 vmx = _mm256_set1_ps(mx), lim = _mm256_set1_ps(-80.0f);
-  __m256 sum = _mm256_setzero_ps();
+  const vf8 vmx = vset1(mx), lim = vset1(-80.0f);
+  vf8 sum = vzero();
   for (int64_t j = 0; j < n; j += 8) {
-    const __m256 x = _mm256_sub_ps(load8(sh + j, n - j), vmx);
-    __m256 p = _mm256_and_ps(exp_ps(x), _mm256_cmp_ps(x, lim, _CMP_GT_OQ));
-    p = _mm256_and_ps(p, _mm256_castsi256_ps(tail_mask8(n - j)));
+    const vf8 x = vsub(load8(sh + j, n - j), vmx);
+    const vf8 p = keep_first(keep_where_gt(exp_ps(x), x, lim), n - j);
     store8(sh + j, p, n - j);
-    sum = _mm256_add_ps(sum, p);
+    sum = vadd(sum, p);
   }
   return hsum(sum);
 }
@@ -130,7 +113,7 @@ void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, fl
   float* kt = grow(buf.kt, 8 * W * 8 + 8);  // 8 slots' keys in f32: [key][kv head][DV vectors]
   kt += (32 - reinterpret_cast<uintptr_t>(kt) % 32) % 32 / sizeof(float);
   for (int64_t i = 0; i < H * D; ++i) qs[i] = q[i] * a.scale;
-  for (int64_t h = 0; h < H; ++h) _mm256_storeu_ps(vmax + 8 * h, _mm256_set1_ps(-INFINITY));
+  for (int64_t h = 0; h < H; ++h) vstore(vmax + 8 * h, vset1(-INFINITY));
   for (int64_t key = k0; key < k1;) {  // scores, 8 keys at a time
     const int64_t run = std::min(k1, (key / a.bs + 1) * a.bs) - key;
     const uint8_t* kp = slot_row(a, 0, 0, key);
@@ -139,24 +122,22 @@ void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, fl
       for (int j = 0; j < r; ++j, kp += slot_bytes) {
         const uint8_t* kj = remapped(a, key + t0 + j) ? slot_row(a, 0, 0, key + t0 + j) : kp;  // a tree row's path
         for (int64_t b = 0; b < slot_bytes; b += 64)  // this key's values, into L2 for p.V
-          _mm_prefetch(reinterpret_cast<const char*>(kj + a.plane * 2 + b), _MM_HINT_T1);
-        for (int64_t c = 0; c < W; ++c) _mm256_store_ps(kt + (j * W + c) * 8, load_half<BF16>(kj + 16 * c));
+          prefetch_l2(kj + a.plane * 2 + b);
+        for (int64_t c = 0; c < W; ++c) vstore(kt + (j * W + c) * 8, load_half<BF16>(kj + 16 * c));
       }
-      const __m256 live = _mm256_castsi256_ps(tail_mask8(r));
       for (int64_t h = 0; h < H; ++h) {
-        __m256 t[8];
+        vf8 t[8];
         const float* qh = qs + h * D;
         const float* kh = kt + h / G * DV * 8;
         for (int j = 0; j < 8; ++j) {
-          if (j >= r) { t[j] = _mm256_setzero_ps(); continue; }
-          t[j] = _mm256_mul_ps(_mm256_loadu_ps(qh), _mm256_load_ps(kh + j * W * 8));
-          for (int c = 1; c < DV; ++c) t[j] = _mm256_fmadd_ps(_mm256_loadu_ps(qh + 8 * c), _mm256_load_ps(kh + (j * W + c) * 8), t[j]);
+          if (j >= r) { t[j] = vzero(); continue; }
+          t[j] = vmul(vload(qh), vload(kh + j * W * 8));
+          for (int c = 1; c < DV; ++c) t[j] = vfma(vload(qh + 8 * c), vload(kh + (j * W + c) * 8), t[j]);
         }
-        __m256 v = sum8(t);
+        vf8 v = sum8(t);
         if (a.softcap > 0.0f) v = softcap_ps(v, a.softcap);
         store8(s + h * ld + key - k0 + t0, v, r);
-        const __m256 old = _mm256_loadu_ps(vmax + 8 * h);
-        _mm256_storeu_ps(vmax + 8 * h, _mm256_blendv_ps(old, _mm256_max_ps(old, v), live));
+        vstore(vmax + 8 * h, max_first(vload(vmax + 8 * h), v, r));
       }
     }
     key += run;

@@ -1,0 +1,253 @@
+"""The models one server serves: each loaded on its first request (in a worker thread, so the server
+keeps answering), unloaded least-recently-used when the next one would not fit the memory budget.
+
+A pinned model is never unloaded; a model with requests in flight is not unloaded under them (its
+turn waits up to `busy_wait_s`, then the request that needed the room gets a 503 saying why). The
+loading itself is the `loader` that `hearth serve` injects (tests inject fakes): nothing here
+touches torch."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import sys
+import time
+from collections.abc import Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from hearth.api.errors import APIError
+from hearth.api.served import ServedModel
+from hearth.errors import HearthError
+
+GiB = 2**30
+
+
+@dataclass
+class ModelSpec:
+    names: list[str]
+    """What clients may put in `model`: the id first (never a path), then its aliases."""
+    footprint: int = 0
+    """Bytes it holds once loaded (the planner's weights + KV budget); counted against the budget."""
+    pinned: bool = False
+    """Loaded at start and never unloaded."""
+    max_model_len: int = 0
+    """Its context, for /v1/models before it is loaded; 0 = not known yet."""
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+Loader = Callable[[ModelSpec], ServedModel]
+"""Loads one model (blocking: it runs in a worker thread) and returns it with its engine not started."""
+
+
+@dataclass
+class _Slot:
+    spec: ModelSpec
+    served: ServedModel | None = None
+    loading: asyncio.Future | None = None
+    reserved: bool = False
+    """Its footprint is counted: loaded, or being loaded."""
+    last_used: int = 0
+    pending: int = 0
+    """Requests that chose it and have not yet queued in its engine (or hold a lease)."""
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    def busy(self) -> bool:
+        engine = self.served.engine if self.served is not None else None
+        return self.pending > 0 or (engine is not None and engine.num_in_flight > 0)
+
+
+class ModelPool:
+    def __init__(self, specs: list[ModelSpec], loader: Loader | None, max_memory: int = 0,
+                 busy_wait_s: float = 30.0):
+        """`max_memory`: bytes all loaded models may hold together; 0 = no limit."""
+        if not specs:
+            raise ValueError("a server needs at least one model")
+        self.loader, self.max_memory, self.busy_wait_s = loader, max_memory, busy_wait_s
+        self.slots = [_Slot(s) for s in specs]
+        self._by_name: dict[str, _Slot] = {}
+        for slot in self.slots:
+            for name in slot.spec.names:
+                other = self._by_name.setdefault(name, slot)
+                if other is not slot:
+                    raise ValueError(f"model name {name!r} is used by both {other.spec.name!r} and {slot.spec.name!r}")
+        self._clock = itertools.count(1)
+        self._room = asyncio.Lock()
+
+    @classmethod
+    def single(cls, served: ServedModel) -> ModelPool:
+        """A server of one model, already loaded (create_app given a ServedModel: the tests' fakes)."""
+        pool = cls([ModelSpec(list(served.names), pinned=True, max_model_len=served.max_model_len)], None)
+        slot = pool.slots[0]
+        slot.served, slot.reserved, slot.created = served, True, served.created
+        return pool
+
+    # -- lifecycle --
+
+    def preload(self) -> None:
+        """Load the pinned models and the first (the default) now, before the server listens, so a
+        model that cannot load is one CLI line. The first waits for its first request if it does not fit."""
+        first = self.slots[0]
+        for slot in [s for s in self.slots if s.spec.pinned] + ([] if first.spec.pinned else [first]):
+            over = self.max_memory and self._used() + slot.spec.footprint > self.max_memory
+            if over and slot.spec.pinned:
+                pinned = [s for s in self.slots if s.spec.pinned]
+                raise HearthError(f"the pinned models ({', '.join(s.spec.name for s in pinned)}) need "
+                                  f"{_gib(sum(s.spec.footprint for s in pinned))}, more than --max-memory "
+                                  f"{_gib(self.max_memory)}")
+            if not over and slot.served is None:
+                _say(f"loading {slot.spec.name} ({_gib(slot.spec.footprint)}) ...")
+                t0 = time.perf_counter()
+                slot.served, slot.reserved = self.loader(slot.spec), True
+                _say(f"loaded {slot.spec.name} in {time.perf_counter() - t0:.1f}s "
+                     f"(context {slot.served.max_model_len} tokens)")
+
+    async def start(self) -> None:
+        """Start the engines of models given loaded; load the pinned ones (before the port opens)."""
+        for slot in self.slots:
+            if slot.served is not None:
+                slot.served.engine.start()
+        for slot in self.slots:
+            if slot.spec.pinned and slot.served is None:
+                await self._ensure_loaded(slot)
+
+    async def close(self) -> None:
+        for slot in self.slots:
+            if slot.served is not None:
+                served, slot.served = slot.served, None
+                await asyncio.to_thread(served.engine.shutdown)
+
+    # -- requests --
+
+    def resolve(self, requested: str | None) -> _Slot:
+        """The slot a request's `model` names; none given: the first model (a one-model server takes any client)."""
+        if not requested:
+            return self.slots[0]
+        slot = self._by_name.get(requested)
+        if slot is None:
+            raise APIError(404, f"model {requested!r} does not exist; this server serves {self.ids_text()}",
+                           param="model", code="model_not_found")
+        return slot
+
+    async def get(self, requested: str | None) -> ServedModel:
+        """The served model for a request, loaded if need be. Call Generation before the next await:
+        from then on the engine's requests in flight keep it loaded."""
+        slot = self.resolve(requested)
+        slot.last_used = next(self._clock)
+        slot.pending += 1
+        try:
+            return await self._ensure_loaded(slot)
+        finally:
+            slot.pending -= 1
+
+    @asynccontextmanager
+    async def lease(self, requested: str | None):
+        """The served model, kept loaded for the whole block (work spanning several awaits)."""
+        slot = self.resolve(requested)
+        slot.last_used = next(self._clock)
+        slot.pending += 1
+        try:
+            yield await self._ensure_loaded(slot)
+        finally:
+            slot.pending -= 1
+
+    def loaded(self) -> list[ServedModel]:
+        return [s.served for s in self.slots if s.served is not None]
+
+    def ids_text(self) -> str:
+        return ", ".join(repr(s.spec.name) for s in self.slots)
+
+    def cards(self) -> list[dict]:
+        """/v1/models: every id and alias; `root` is the id an alias belongs to; `hearth` says its state."""
+        return [self.card(slot, name) for slot in self.slots for name in slot.spec.names]
+
+    def card(self, slot: _Slot, name: str) -> dict:
+        served, spec = slot.served, slot.spec
+        return {"id": name, "object": "model", "created": slot.created, "owned_by": "hearth", "root": spec.name,
+                "parent": None, "max_model_len": served.max_model_len if served else spec.max_model_len,
+                "hearth": {"loaded": served is not None, "loading": slot.loading is not None and served is None,
+                           "pinned": spec.pinned, "memory_bytes": spec.footprint}}
+
+    # -- loading and unloading --
+
+    async def _ensure_loaded(self, slot: _Slot) -> ServedModel:
+        if slot.served is not None:
+            return slot.served
+        if slot.loading is None:  # one load per model; every request for it waits on the same one
+            slot.loading = asyncio.ensure_future(self._load(slot))
+        return await asyncio.shield(slot.loading)
+
+    async def _load(self, slot: _Slot) -> ServedModel:
+        spec = slot.spec
+        try:
+            async with self._room:
+                await self._make_room(slot)
+                slot.reserved = True
+            _say(f"loading {spec.name} ({_gib(spec.footprint)}) ...")
+            t0 = time.perf_counter()
+            try:
+                served = await asyncio.to_thread(self.loader, spec)
+            except Exception as e:  # its requests get a 503 that says why; the next one tries again
+                _say(f"loading {spec.name} failed: {type(e).__name__}: {e}")
+                raise APIError(503, f"model {spec.name!r} failed to load: {e}", param="model",
+                               code="model_load_failed") from None
+            served.engine.start()
+            slot.served, slot.created = served, int(time.time())
+            _say(f"loaded {spec.name} in {time.perf_counter() - t0:.1f}s (context {served.max_model_len} tokens)")
+            return served
+        except BaseException:
+            slot.reserved = slot.served is not None
+            raise
+        finally:
+            slot.loading = None
+
+    def _used(self) -> int:
+        return sum(s.spec.footprint for s in self.slots if s.reserved)
+
+    async def _make_room(self, slot: _Slot) -> None:
+        """Unload idle, unpinned models, least recently used first, until `slot` fits; refuse (503,
+        nothing unloaded) a model that cannot fit beside the pinned ones."""
+        need, budget = slot.spec.footprint, self.max_memory
+        if not budget or self._used() + need <= budget:
+            return
+        pinned = [s for s in self.slots if s.spec.pinned and s.reserved and s is not slot]
+        held = sum(s.spec.footprint for s in pinned)
+        if need + held > budget:
+            beside = f" beside the pinned {', '.join(s.spec.name for s in pinned)} ({_gib(held)})" if pinned else ""
+            raise APIError(503, f"model {slot.spec.name!r} needs {_gib(need)}, which does not fit the server's "
+                           f"memory budget of {_gib(budget)}{beside} (--max-memory)", param="model",
+                           code="model_too_large")
+        deadline = time.monotonic() + self.busy_wait_s
+        while self._used() + need > budget:
+            idle = [s for s in self.slots if s.served is not None and not s.spec.pinned and not s.busy()]
+            if idle:
+                await self._unload(min(idle, key=lambda s: s.last_used), slot.spec.name)
+                continue
+            if time.monotonic() >= deadline:
+                busy = [s.spec.name for s in self.slots if s.reserved and not s.spec.pinned and s is not slot]
+                raise APIError(503, f"model {slot.spec.name!r} needs {_gib(need)} of the {_gib(budget)} budget "
+                               f"and {_gib(budget - self._used())} is free; the models holding the rest "
+                               f"({', '.join(busy)}) are serving requests or loading: retry shortly",
+                               param="model", code="model_busy")
+            await asyncio.sleep(0.05)
+
+    async def _unload(self, victim: _Slot, for_name: str) -> None:
+        engine, victim.served = victim.served.engine, None
+        _say(f"unloading {victim.spec.name} (least recently used) to make room for {for_name}")
+        await asyncio.to_thread(engine.shutdown)
+        del engine
+        await asyncio.to_thread(gc.collect)  # the model's tensors may sit in reference cycles: free them now
+        victim.reserved = False
+
+
+def _say(line: str) -> None:
+    """A progress line in the server's log (stderr, as `hearth serve`'s own lines)."""
+    print(f"hearth: {line}", file=sys.stderr, flush=True)
+
+
+def _gib(n: int) -> str:
+    return f"{n / GiB:.2f} GiB"

@@ -1,0 +1,188 @@
+"""Connect to Ray (or start a local instance), place N replica actors, wait until every one has
+loaded its model: the front end starts whole or not at all. Every failure is one HearthError line."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hearth.cluster.remote_engine import ClusterEngine, ReplicaSlot
+from hearth.cluster.replica import LoadFailure, Replica, ReplicaInfo
+from hearth.cluster.router import make_router
+from hearth.cluster.scaling import Scaler
+from hearth.errors import HearthError
+
+LOCAL_OBJECT_STORE_BYTES = 200 * 2**20
+"""Deltas are a few hundred bytes: the object store only needs room for Ray's own bookkeeping."""
+
+
+class ClusterError(HearthError):
+    """Ray is missing or unreachable, the replicas do not fit, or one could not load its model."""
+
+
+@dataclass
+class ClusterSpec:
+    model: str
+    replicas: int = 2
+    threads_per_replica: int = 1
+    engine_args: dict = field(default_factory=dict)
+    """LLM keyword arguments for every replica (threads is set from threads_per_replica)."""
+    max_queued: int = 256
+    routing: str = "prefix"
+    load_factor: float = 1.25
+    prefix_blocks: int = 8
+    startup_timeout_s: float = 600.0
+
+    def __post_init__(self):
+        """Bad settings fail here, before Ray starts or a model loads."""
+        for flag, value in (("--replicas", self.replicas), ("--threads-per-replica", self.threads_per_replica),
+                            ("--prefix-blocks", self.prefix_blocks)):
+            if value < 1:
+                raise ClusterError(f"{flag} must be at least 1, not {value}")
+        make_router(self.routing, self.replicas, load_factor=self.load_factor)
+
+
+LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+"""Set to 0 before Ray is imported, Ray takes 127.0.0.1 as this node's address (as on a laptop)
+instead of the machine's network address: a local instance's processes then talk over loopback only."""
+
+
+def import_ray(local: bool = False):
+    """local: Ray will start its own instance here (no --address), kept on loopback."""
+    if local:
+        os.environ.setdefault(LOOPBACK_ONLY, "0")
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError("hearth cluster needs Ray: pip install 'hearth[cluster]'") from None
+    return ray
+
+
+def connect(address: str | None, num_cpus: int | None = None, log_to_driver: bool = True) -> bool:
+    """Join the cluster at `address`, or start a local one (no dashboard, a small object store).
+    Returns whether we started it (then the caller shuts it down)."""
+    ray = import_ray()
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
+    if ray.is_initialized():
+        return False
+    if address:
+        _check_reachable(address)
+        try:
+            ray.init(address=address, log_to_driver=log_to_driver, logging_level="warning")
+        except Exception as e:  # noqa: BLE001 - Ray raises ConnectionError, RuntimeError, ValueError...
+            raise ClusterError(f"cannot join the Ray cluster at {address}: {_first_line(e)}") from None
+        return False
+    # replicas run the same hearth as this process, wherever it was imported from: the raylet
+    # started here passes this environment on to the workers it spawns
+    root = str(Path(__file__).resolve().parents[2])
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, saved]))
+    try:
+        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
+                 object_store_memory=LOCAL_OBJECT_STORE_BYTES, logging_level="warning")
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+    return True
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Ray's own connect retries for minutes on a wrong address: try the TCP port first."""
+    if address == "auto" or address.startswith("ray://"):
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. 10.0.0.5:6379)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise ClusterError(f"cannot reach a Ray cluster at {address}: {e.strerror or e}") from None
+
+
+def check_fits(spec: ClusterSpec, count: int) -> None:
+    """More replicas than the cluster can place would wait in Ray's queue forever: refuse up front."""
+    ray = import_ray()
+    total, free = ray.cluster_resources().get("CPU", 0), ray.available_resources().get("CPU", 0)
+    need = count * spec.threads_per_replica
+    if need > free:
+        raise ClusterError(f"{count} replicas x {spec.threads_per_replica} threads need {need} CPUs; the Ray "
+                           f"cluster has {free:g} free of {total:g}: lower --replicas or --threads-per-replica, "
+                           "or add nodes")
+
+
+def start_replicas(spec: ClusterSpec) -> ClusterEngine:
+    """Place the replicas and wait for all to load (or raise, none left running)."""
+    placed = spawn(spec, spec.replicas, first=0)
+    slots = [ReplicaSlot(f"r{i}", h, info) for i, (h, info) in enumerate(placed)]
+    return ClusterEngine(slots, router_for(spec, placed[0][1], spec.replicas))
+
+
+def spawn(spec: ClusterSpec, count: int, first: int) -> list[tuple[object, ReplicaInfo]]:
+    """Place `count` replicas, named r{first}, r{first + 1}, ..., and wait for all to load; on any
+    failure kill them all and raise."""
+    ray = import_ray()
+    check_fits(spec, count)
+    actor = ray.remote(Replica).options(num_cpus=spec.threads_per_replica, max_restarts=-1, max_task_retries=0)
+    args = {**spec.engine_args, "threads": spec.threads_per_replica}
+    if args.get("kv_disk_dir"):  # one shared tier: --kv-disk-space-mb is split between the replicas
+        args["kv_disk_space_mb"] = max(1, args.get("kv_disk_space_mb", 4096) // spec.replicas)
+    handles = [actor.remote(spec.model, args, spec.max_queued, f"r{first + i}") for i in range(count)]
+    try:
+        return list(zip(handles, _wait_ready(ray, handles, spec.startup_timeout_s, first)))
+    except BaseException:
+        for h in handles:
+            ray.kill(h, no_restart=True)
+        raise
+
+
+def router_for(spec: ClusterSpec, info: ReplicaInfo, n: int):
+    return make_router(spec.routing, n, root=info.cache_root, block_size=info.block_size,
+                       load_factor=spec.load_factor, prefix_blocks=spec.prefix_blocks)
+
+
+def scaler_for(spec: ClusterSpec, engine: ClusterEngine) -> Scaler:
+    """POST /cluster/replicas's worker: more replicas like the first, or fewer after draining."""
+    ray = import_ray()
+
+    def placed(count: int):
+        added = spawn(spec, count, first=len(engine.slots))
+        if added[0][1].cache_root != engine.slots[0].info.cache_root:
+            for h, _ in added:
+                ray.kill(h, no_restart=True)
+            raise ClusterError("new replicas loaded another model or settings (prefix-cache keys differ)")
+        return added
+
+    return Scaler(engine, placed, lambda n: router_for(spec, engine.slots[0].info, n),
+                  lambda h: ray.kill(h, no_restart=True))
+
+
+def _wait_ready(ray, handles: list, timeout_s: float, first: int = 0) -> list[ReplicaInfo]:
+    refs = [h.ready.remote() for h in handles]
+    deadline = time.monotonic() + timeout_s
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not done:
+            raise ClusterError(f"{len(pending)} of {len(refs)} replicas were not placed and loaded within "
+                               f"{timeout_s:g}s: the Ray cluster lacks room for them, or loading is slow "
+                               "(--startup-timeout)")
+        try:
+            result = ray.get(done[0])
+        except Exception as e:  # noqa: BLE001 - the actor died while loading
+            raise ClusterError(f"replica r{first + refs.index(done[0])} died while loading: {_first_line(e)}") from None
+        if isinstance(result, LoadFailure):
+            raise ClusterError(f"replica r{first + refs.index(done[0])} could not load the model: {result.message}")
+    infos = ray.get(refs)
+    if len({(i.cache_root, i.block_size, i.max_model_len) for i in infos}) > 1:
+        raise ClusterError("replicas loaded different models or settings (prefix-cache keys differ)")
+    return infos
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__

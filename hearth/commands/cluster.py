@@ -1,0 +1,75 @@
+"""`hearth cluster serve MODEL`: N engine replicas as Ray actors behind one HTTP front end with the
+routes, streaming, auth, limits and /metrics of `hearth serve` (hearth/cluster)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from hearth.commands import serve
+from hearth.config import DEFAULT_MODEL
+
+ROUTINGS = ("prefix", "round-robin", "least-loaded")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["serve"], help="serve: start the replicas and the HTTP front end")
+    serve.add_arguments(p)
+    c = p.add_argument_group("cluster")
+    c.add_argument("--replicas", type=int, default=2, help="engine replicas, each a Ray actor (default: %(default)s)")
+    c.add_argument("--threads-per-replica", type=int, default=1,
+                   help="CPU threads of each replica, and the CPUs Ray reserves for it (default: %(default)s)")
+    c.add_argument("--address", default=None, metavar="RAY_ADDRESS",
+                   help="join the Ray cluster at HOST:PORT (or 'auto'); default: start one on this machine")
+    c.add_argument("--routing", default="prefix", choices=ROUTINGS,
+                   help="prefix: replicas likely to hold the prompt's prefix in cache, bounded by load; "
+                        "round-robin; least-loaded (default: %(default)s)")
+    c.add_argument("--load-factor", type=float, default=1.25,
+                   help="prefix routing passes over a replica with more than this times the mean load (default: %(default)s)")
+    c.add_argument("--prefix-blocks", type=int, default=8,
+                   help="prefix routing keys on the prompt's first N full KV blocks (default: %(default)s)")
+    c.add_argument("--startup-timeout", type=float, default=600,
+                   help="seconds for all replicas to be placed and load (default: %(default)s)")
+
+
+def main(args: argparse.Namespace) -> int:
+    from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray, scaler_for, start_replicas
+
+    from hearth.loader.resolve import resolve_model
+
+    if args.threads:
+        raise ClusterError("use --threads-per-replica, not --threads, with hearth cluster serve")
+    if len(args.model) > 1 or args.models:
+        raise ClusterError("hearth cluster serve runs replicas of one model: give one MODEL, no --models")
+    args.model = args.model[0] if args.model else DEFAULT_MODEL
+    ray = import_ray(local=not args.address)  # before anything loads: without Ray, one line naming the extra
+    spec = ClusterSpec(args.model, args.replicas, args.threads_per_replica, serve.engine_args(args),
+                       args.max_queued, args.routing, args.load_factor, args.prefix_blocks, args.startup_timeout)
+    resolve_model(args.model)  # a bad name fails here, before Ray starts
+    started = connect(args.address)
+    try:
+        print(f"hearth: starting {args.replicas} replicas of {args.model} ...", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        engine = start_replicas(spec)
+        print(f"hearth: {args.replicas} replicas loaded in {time.perf_counter() - t0:.1f}s "
+              f"(context {engine.max_model_len} tokens, routing {args.routing})", file=sys.stderr, flush=True)
+        app = build_app(args.model, args.served_model_name, engine, serve.server_config(args), scaler_for(spec, engine))
+        return serve.run_server(app, args, app.state.models.ids_text())
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def build_app(model: str, names, engine, config, scaler=None):
+    """`hearth serve`'s app around the cluster's engine, its metrics, and POST /cluster/replicas
+    when given a scaler."""
+    from hearth.api.app import create_app
+    from hearth.cluster.front import install_metrics, install_scaling, served_model
+
+    served = served_model(model, names, engine)
+    app = create_app(served, config)
+    install_metrics(app, engine, served.name)
+    if scaler is not None:
+        install_scaling(app, engine, scaler)
+    return app

@@ -1,0 +1,220 @@
+"""The models `hearth serve` serves: MODEL arguments and/or a `--models` TOML file -> ModelSpecs
+(friendly ids, aliases, the planner's footprint) and the loader the server's pool calls.
+
+    [[models]]
+    name = "coder"                 # the id clients use (default: the catalog name or the file's stem)
+    model = "qwen2.5-coder-1.5b"   # catalog name, .gguf path (relative to this file) or org/repo:file.gguf
+    aliases = ["gpt-4o-mini"]      # more names for it
+    context = 8192                 # default: --max-model-len, else the model's own
+    kv_cache_dtype = "q8_0"        # default: --kv-cache-dtype
+    threads = 2                    # its engine thread's CPU threads (default: --threads, else all cores)
+    pinned = true                  # loaded at start and never unloaded (default: false)
+
+A bad entry is one line naming the entry and the field."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hearth.errors import HearthError
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    model: str
+    name: str = ""
+    aliases: tuple[str, ...] = ()
+    context: int = 0
+    kv_cache_dtype: str = ""
+    threads: int = 0
+    pinned: bool = False
+    where: str = field(default="", compare=False)
+    """How errors name it: `models.toml: models[2] ('coder')`, or `MODEL 'x'`."""
+
+
+def _text(v) -> bool:
+    return isinstance(v, str) and v.strip() != ""
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+# field -> (check, what it must be): a models-file entry's fields
+FIELDS = {
+    "model": (_text, "a catalog name, a .gguf path or org/repo:file.gguf"),
+    "name": (_text, "a non-empty string"),
+    "aliases": (lambda v: isinstance(v, list) and all(_text(a) for a in v), "a list of non-empty strings"),
+    "context": (_count, "a whole number of tokens (0: the model's own)"),
+    "kv_cache_dtype": (_text, "a KV-cache format name"),
+    "threads": (_count, "a whole number of threads (0: all cores)"),
+    "pinned": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def read_models_file(path: str) -> list[ModelEntry]:
+    p = Path(path).expanduser()
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise HearthError(f"--models {path}: cannot read it ({e.strerror or e})") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise HearthError(f"--models {path}: not valid TOML: {e}") from None
+    extra = sorted(set(data) - {"models"})
+    if extra:
+        raise HearthError(f"{p.name}: unknown table or key {extra[0]!r}: list models as [[models]] entries")
+    entries = data.get("models")
+    if not isinstance(entries, list) or not entries:
+        raise HearthError(f"{p.name}: no models: add [[models]] entries with at least `model = ...`")
+    return [_entry(raw, f"{p.name}: models[{i}]", p.parent) for i, raw in enumerate(entries, 1)]
+
+
+def _entry(raw, where: str, base: Path) -> ModelEntry:
+    if not isinstance(raw, dict):
+        raise HearthError(f"{where}: must be a table ([[models]]), not {type(raw).__name__}")
+    if _text(raw.get("name")):
+        where += f" ({raw['name']!r})"
+    for key, value in raw.items():
+        if key not in FIELDS:
+            raise HearthError(f"{where}: unknown field {key!r}; fields: {', '.join(FIELDS)}")
+        ok, what = FIELDS[key]
+        if not ok(value):
+            raise HearthError(f"{where}: {key}: must be {what}, got {value!r}")
+    if "model" not in raw:
+        raise HearthError(f"{where}: model: is required ({FIELDS['model'][1]})")
+    model = raw["model"]
+    if model.endswith(".gguf") and not Path(model).expanduser().is_absolute() and (base / model).is_file():
+        model = str(base / model)  # relative paths are the file's, not the working directory's
+    if "kv_cache_dtype" in raw:
+        _check_kv(raw["kv_cache_dtype"], f"{where}: kv_cache_dtype")
+    return ModelEntry(model, raw.get("name", ""), tuple(raw.get("aliases", ())), raw.get("context", 0),
+                      raw.get("kv_cache_dtype", ""), raw.get("threads", 0), raw.get("pinned", False), where)
+
+
+def _check_kv(name: str, where: str) -> None:
+    from hearth.kvstore.codecs import get_codec
+
+    try:
+        get_codec(name)  # the formats the engine serves (the planner knows more)
+    except HearthError as e:
+        raise HearthError(f"{where}: {e}") from None
+
+
+def entries(args: argparse.Namespace) -> list[ModelEntry]:
+    """MODEL arguments, then the models file's entries; the defaults' model alone when neither."""
+    given = [ModelEntry(m, where=f"MODEL {m!r}") for m in args.model]
+    if args.models:
+        given += read_models_file(args.models)
+    if not given:
+        from hearth.config import DEFAULT_MODEL
+
+        given = [ModelEntry(DEFAULT_MODEL, where=f"MODEL {DEFAULT_MODEL!r}")]
+    if args.served_model_name:
+        if len(given) > 1:
+            raise HearthError("--served-model-name names one model; with several, give each its name in a "
+                              "--models file")
+        first = given[0]
+        given = [ModelEntry(first.model, args.served_model_name[0], tuple(args.served_model_name[1:]), first.context,
+                            first.kv_cache_dtype, first.threads, first.pinned, first.where)]
+    return given
+
+
+def model_names(entry: ModelEntry, path: Path) -> list[str]:
+    """The id (its name, else the catalog name, else the file's stem: never a path: clients reject
+    it, and it would show the user's directories in every response), its aliases, then the old
+    forms (MODEL as given, the file's stem and name) as aliases too."""
+    from hearth.loader.catalog import CATALOG
+
+    primary = entry.name or (entry.model if entry.model in CATALOG else path.stem)
+    return list(dict.fromkeys([primary, *entry.aliases, entry.model, path.stem, path.name]))
+
+
+def unique_names(named: list[list[str]], entries_: list[ModelEntry]) -> list[list[str]]:
+    """Ids and given aliases must be unique across models (else one line naming both); an old form
+    two models share (the same file served twice) is dropped from both."""
+    owner: dict[str, str] = {}
+    kept = [len(dict.fromkeys([names[0], *e.aliases])) for names, e in zip(named, entries_)]
+    for names, e, keep in zip(named, entries_, kept):
+        for n in names[:keep]:
+            if n in owner:
+                raise HearthError(f"{e.where}: name {n!r} is already that of {owner[n]}; give each model its own name")
+            owner[n] = e.where
+    seen = Counter(n for names in named for n in names)
+    return [names[:keep] + [n for n in names[keep:] if seen[n] == 1 and n not in owner]
+            for names, keep in zip(named, kept)]
+
+
+def build_pool(args: argparse.Namespace):
+    """The server's ModelPool: specs with friendly ids and the planner's footprints, the budget, the
+    loader. One model is pinned and unbudgeted unless --max-memory is given (as before: it just loads)."""
+    from hearth.api.model_pool import GiB, ModelPool, ModelSpec
+    from hearth.memory.serving import default_budget
+
+    if args.max_memory < 0:
+        raise HearthError(f"--max-memory must be a positive number of GiB, not {args.max_memory}")
+    given = entries(args)
+    paths = [_resolve(e) for e in given]
+    names = unique_names([model_names(e, p) for e, p in zip(given, paths)], given)
+    several = len(given) > 1
+    specs = []
+    for e, path, n in zip(given, paths, names):
+        fp = _footprint(e, path, args)
+        specs.append(ModelSpec(n, fp.total, e.pinned or not several, fp.context))
+    budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
+    loader = Loader(args, {n[0]: (e, p) for e, p, n in zip(given, paths, names)})
+    return ModelPool(specs, loader, budget)
+
+
+def _resolve(e: ModelEntry) -> Path:
+    from hearth.loader.resolve import resolve_model
+
+    try:
+        return resolve_model(e.model)
+    except HearthError as err:
+        raise HearthError(f"{e.where}: model: {err}") from None
+
+
+def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace):
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.serving import served_footprint
+
+    try:
+        return served_footprint(GGUFFile(path), e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
+                                args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens)
+    except HearthError as err:
+        raise HearthError(f"{e.where}: {err}") from None
+
+
+class Loader:
+    """What the pool calls (in a worker thread) to load one model: an LLM with its entry's settings
+    over the server's, its grammar vocabulary prepared, an AsyncEngine whose thread uses its threads."""
+
+    def __init__(self, args: argparse.Namespace, by_id: dict[str, tuple[ModelEntry, Path]]):
+        import torch
+
+        self.args, self.by_id = args, by_id
+        self.default_threads = args.threads or torch.get_num_threads()
+
+    def __call__(self, spec):
+        from functools import partial
+
+        import torch
+
+        from hearth.api.served import ServedModel
+        from hearth.commands.serve import engine_args
+        from hearth.engine.async_engine import AsyncEngine
+        from hearth.llm import LLM
+
+        a = self.args
+        entry, path = self.by_id[spec.name]
+        threads = entry.threads or self.default_threads
+        llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
+                                "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads})
+        llm.runner.grammar.prepare_in_background()
+        # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
+        engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
+        return ServedModel.from_llm(llm, spec.names, engine)

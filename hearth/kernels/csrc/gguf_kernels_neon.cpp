@@ -1,0 +1,47 @@
+// The neon tier's kernels (aarch64: Advanced SIMD, and the int8 dot-product instructions where the
+// build targets them): decode_library.h's entry points on the NEON vectors (simd_neon.h), block
+// unpackers and int8 dot product (blocks_neon.h), plus this tier's CPU checks.
+//
+// Build: g++ -O3 -ffp-contract=off -fopenmp [-march=armv8.2-a+dotprod] (hearth/kernels/native.py adds
+// the dot-product flag where /proc/cpuinfo lists asimddp; -ffp-contract=off as for the avx2 tier).
+
+#include <sys/auxv.h>
+
+#include "simd_neon.h"
+#include "blocks_neon.h"
+#include "attention_pages.h"
+#include "tier.h"
+#include "decode_library.h"
+
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // Linux's arch/arm64 hwcap bit for the SDOT/UDOT instructions
+#endif
+
+extern "C" {
+
+// The tier hearth/kernels/tiers.py chose (CpuTier): this library runs the neon tier only.
+int hk_set_tier(int level) {
+  if (level != TIER_NEON) return -1;
+  cpu_tier() = level;
+  return 0;
+}
+
+// Advanced SIMD is part of every aarch64 CPU; a build with the dot-product instructions needs them.
+int hk_cpu_ok() {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+  return 1;
+#endif
+}
+
+// 1 where this build's GEMV takes the dot-product instructions (vdotq_s32), 0 for plain NEON.
+int hk_neon_dotprod() {
+#if defined(__ARM_FEATURE_DOTPROD)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+}  // extern "C"

@@ -1,0 +1,56 @@
+"""What one model holds while a server serves it, before it is loaded, and how much memory a
+server of several models may hold together by default (`hearth serve --max-memory`).
+
+A served model holds its weights as the CPU engine does (hearth.memory.layouts), the KV cache the
+engine allocates (max_num_seqs full-length sequences, capped at kv_cache_memory_gb, as
+hearth.llm._num_blocks sizes it), one step's activations and its tokenizer. The runtime (torch and
+hearth's libraries) is paid once per process, so it comes off the budget, not off each model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hearth.memory.devices import KINDS
+from hearth.memory.gguf_shape import shape_from_gguf
+from hearth.memory.kv_cache import reserved_per_sequence
+from hearth.memory.kv_formats import kv_format
+from hearth.memory.layouts import LAYOUTS, resident_weight_bytes
+from hearth.memory.overhead import activation_bytes, tokenizer_bytes
+from hearth.memory.this_machine import system_memory
+from hearth.memory.weights import tensors_from_gguf
+
+DEFAULT_BLOCK = 16  # EngineConfig.block_size
+CPU = KINDS["cpu"]
+
+
+@dataclass(frozen=True, slots=True)
+class Footprint:
+    weights: int
+    kv: int
+    other: int
+    """One step's activations and the tokenizer."""
+    context: int
+    """The context length the engine will use (the model's, or the smaller one asked for)."""
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.other
+
+
+def served_footprint(gguf, max_model_len: int = 0, kv_cache_dtype: str = "auto", max_num_seqs: int = 16,
+                     kv_cache_memory_gb: float = 2.0, batch_tokens: int = 2048) -> Footprint:
+    """`gguf`: an open GGUFFile (its header only is read)."""
+    shape = shape_from_gguf(gguf)
+    ctx = min(max_model_len or shape.context_length, shape.context_length)
+    fmt = kv_format(kv_cache_dtype)
+    block = fmt.block_size(None, DEFAULT_BLOCK)
+    weights = resident_weight_bytes(tensors_from_gguf(gguf), shape, LAYOUTS[CPU.layout])
+    kv = min(max_num_seqs * reserved_per_sequence(shape, fmt, block, ctx), kv_cache_memory_gb * 2**30)
+    other = activation_bytes(shape, CPU.act_bytes, ctx, max_num_seqs, batch_tokens) + tokenizer_bytes(shape)
+    return Footprint(int(weights), int(kv), int(other), ctx)
+
+
+def default_budget() -> int:
+    """`hearth plan`'s usable memory of this machine (90% of RAM or the container's limit) less the
+    runtime every model shares."""
+    return int(system_memory() * CPU.usable_fraction) - CPU.runtime_bytes

@@ -1,0 +1,319 @@
+"""One server, several models (issue 21): loading on first request, LRU unloading under a memory
+budget, pinned and busy models kept, a model that cannot fit refused with nothing unloaded, routing
+by `model`, unknown models, /v1/models and /metrics per model. Fake loaders and engines
+(tests/server/fakes.py); tests/server/test_model_pool_real.py runs two real models."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from starlette.testclient import TestClient
+
+from hearth.api.app import create_app
+from hearth.api.errors import APIError
+from hearth.api.model_pool import ModelPool, ModelSpec
+from tests.server.fakes import FakeTokenizer, fake_served
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+class FakeLoader:
+    """Builds a fake served model per spec; `hold(name)` makes that model's load wait until released."""
+
+    def __init__(self):
+        self.loads: list[str] = []
+        self.gates: dict[str, threading.Event] = {}
+        self.started: dict[str, threading.Event] = {}
+        self.built: dict[str, list] = {}
+
+    def hold(self, name: str) -> threading.Event:
+        self.started[name] = threading.Event()
+        self.gates[name] = threading.Event()
+        return self.gates[name]
+
+    def __call__(self, spec: ModelSpec):
+        self.loads.append(spec.name)
+        if spec.name in self.gates:
+            self.started[spec.name].set()
+            assert self.gates[spec.name].wait(timeout=60)
+        served = fake_served(names=spec.names)
+        self.built.setdefault(spec.name, []).append(served)
+        return served
+
+    def engine(self, name: str):
+        return self.built[name][-1].engine
+
+
+def specs(*items) -> list[ModelSpec]:
+    """("a", 4) or ("a", 4, "pinned") or (["a", "alias"], 4)."""
+    out = []
+    for names, gib, *flags in items:
+        names = [names] if isinstance(names, str) else names
+        out.append(ModelSpec(names, gib << 30, pinned="pinned" in flags, max_model_len=4096))
+    return out
+
+
+def pool_of(*items, budget_gib: int = 0, busy_wait_s: float = 0.0) -> tuple[ModelPool, FakeLoader]:
+    loader = FakeLoader()
+    return ModelPool(specs(*items), loader, budget_gib << 30, busy_wait_s=busy_wait_s), loader
+
+
+@pytest.fixture
+def serve():
+    clients = []
+
+    def make(pool: ModelPool) -> TestClient:
+        client = TestClient(create_app(pool), raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+def chat(client: TestClient, model: str | None, content: str = "hi"):
+    body = {"messages": [{"role": "user", "content": content}]}
+    return client.post("/v1/chat/completions", json=body if model is None else {**body, "model": model})
+
+
+def loaded(client: TestClient) -> dict[str, bool]:
+    return {m["id"]: m["hearth"]["loaded"] for m in client.get("/v1/models").json()["data"] if m["id"] == m["root"]}
+
+
+def test_a_model_loads_on_its_first_request(serve, capfd):
+    pool, loader = pool_of(("a", 1), ("b", 1))
+    client = serve(pool)
+    assert loader.loads == [] and loaded(client) == {"a": False, "b": False}
+    r = chat(client, "b")
+    assert r.status_code == 200 and r.json()["model"] == "b"
+    assert loader.loads == ["b"] and loaded(client) == {"a": False, "b": True}
+    assert "hearth: loading b" in capfd.readouterr().err
+    chat(client, "b")
+    assert loader.loads == ["b"]  # loaded once
+    assert chat(client, None).json()["model"] == "a"  # no model named: the first one
+
+
+def test_requests_go_to_the_model_they_name(serve):
+    pool, loader = pool_of((["coder", "coder.gguf"], 1), ("chat", 1))
+    client = serve(pool)
+    chat(client, "coder", "for the coder")
+    chat(client, "chat", "for chat")
+    assert chat(client, "coder.gguf").json()["model"] == "coder"  # an alias answers as its id
+    assert ["for the coder" in a.prompt for a in loader.engine("coder").added] == [True, False]
+    assert ["for chat" in a.prompt for a in loader.engine("chat").added] == [True]
+
+
+def test_least_recently_used_is_unloaded_and_pinned_stays(serve, capfd):
+    pool, loader = pool_of(("p", 4, "pinned"), ("a", 3), ("b", 3), ("c", 3), budget_gib=10)
+    client = serve(pool)
+    assert loaded(client) == {"p": True, "a": False, "b": False, "c": False}  # pinned: loaded at start
+    chat(client, "a")
+    chat(client, "b")
+    chat(client, "a")  # b is now the least recently used; p even less, but pinned
+    a_engine, b_engine = loader.engine("a"), loader.engine("b")
+    assert chat(client, "c").status_code == 200
+    assert loaded(client) == {"p": True, "a": True, "b": False, "c": True}
+    assert b_engine.stopped and not a_engine.stopped
+    assert "unloading b (least recently used) to make room for c" in capfd.readouterr().err
+    assert chat(client, "b").json()["model"] == "b"  # back on demand, unloading a (now the LRU)
+    assert loaded(client) == {"p": True, "a": False, "b": True, "c": True} and loader.loads.count("b") == 2
+
+
+def test_a_model_that_cannot_fit_is_refused_and_nothing_is_unloaded(serve):
+    pool, loader = pool_of(("p", 4, "pinned"), ("a", 3), ("huge", 7), budget_gib=10)
+    client = serve(pool)
+    chat(client, "a")
+    r = chat(client, "huge")
+    assert r.status_code == 503, r.text
+    err = r.json()["error"]
+    assert err["code"] == "model_too_large" and err["param"] == "model"
+    assert "'huge' needs 7.00 GiB" in err["message"] and "10.00 GiB" in err["message"] and "'p'" not in err["message"]
+    assert "pinned p (4.00 GiB)" in err["message"]
+    assert loaded(client) == {"p": True, "a": True, "huge": False} and "huge" not in loader.loads
+    r = client.post("/v1/messages", json={"model": "huge", "max_tokens": 5, "messages": USER})
+    assert r.status_code == 503 and r.json()["type"] == "error" and "needs 7.00 GiB" in r.json()["error"]["message"]
+
+
+def test_a_model_in_use_is_not_unloaded_under_its_requests():
+    async def scenario():
+        pool, loader = pool_of(("a", 4), ("b", 4), ("c", 4), budget_gib=8)
+        a = await pool.get("a")
+        await pool.get("b")
+        busy = a.engine.add_request([1, 2], _params(), request_id="r1")  # a: LRU but serving a request
+        await pool.get("c")
+        assert [s.spec.name for s in pool.slots if s.served] == ["a", "c"]
+        b = await pool.get("b")  # c idle, a still busy: c goes
+        assert [s.spec.name for s in pool.slots if s.served] == ["a", "b"]
+        b.engine.add_request([1], _params(), request_id="r2")
+        with pytest.raises(APIError) as e:  # both busy, no wait allowed: a 503 saying why
+            await pool.get("c")
+        assert e.value.status == 503 and e.value.code == "model_busy" and "'a', 'b'" not in e.value.message
+        assert "(a, b) are serving requests" in e.value.message
+        busy.abort()
+        await pool.get("c")  # a idle again: it goes
+        assert [s.spec.name for s in pool.slots if s.served] == ["b", "c"]
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_busy_model_is_waited_for_within_busy_wait():
+    async def scenario():
+        pool, loader = pool_of(("a", 4), ("b", 4), budget_gib=4, busy_wait_s=60)
+        a = await pool.get("a")
+        stream = a.engine.add_request([1], _params(), request_id="r1")
+        want_b = asyncio.ensure_future(pool.get("b"))
+        await asyncio.sleep(0.2)
+        assert not want_b.done() and pool.slots[0].served is a  # waits; a is not unloaded under its request
+        stream.abort()
+        b = await asyncio.wait_for(want_b, 30)
+        assert b.name == "b" and pool.slots[0].served is None and a.engine.stopped
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_server_answers_while_a_model_loads(serve):
+    pool, loader = pool_of(("a", 1), ("slow", 1))
+    client = serve(pool)
+    chat(client, "a")
+    gate = loader.hold("slow")
+    with ThreadPoolExecutor(2) as ex:
+        waiting = [ex.submit(chat, client, "slow") for _ in range(2)]  # two requests, one load
+        assert loader.started["slow"].wait(timeout=60)
+        assert client.get("/health").status_code == 200
+        assert chat(client, "a").status_code == 200
+        states = {m["id"]: m["hearth"] for m in client.get("/v1/models").json()["data"]}
+        assert states["slow"]["loading"] and not states["slow"]["loaded"]
+        assert not any(f.done() for f in waiting)
+        gate.set()
+        assert [f.result(timeout=60).json()["model"] for f in waiting] == ["slow", "slow"]
+    assert loader.loads == ["a", "slow"]
+
+
+def test_streamed_requests_wait_for_the_load_then_stream(serve):
+    pool, loader = pool_of(("a", 1))
+    client = serve(pool)
+    r = client.post("/v1/chat/completions", json={"model": "a", "messages": [{"role": "user", "content": "script:hello"}],
+                                                  "stream": True})
+    assert r.status_code == 200 and '"content":"Hel"' in r.text.replace(" ", "") and r.text.rstrip().endswith("[DONE]")
+
+
+def test_concurrent_requests_to_two_models(serve):
+    pool, loader = pool_of(("a", 1), ("b", 1))
+    client = serve(pool)
+    with ThreadPoolExecutor(4) as ex:
+        jobs = [(m, ex.submit(chat, client, m, f"script:hello {m}{i}")) for m in "ab" for i in range(2)]
+        answers = [(m, f.result().json()) for m, f in jobs]
+    for m, body in answers:
+        assert body["model"] == m and body["choices"][0]["message"]["content"] == "Hello there!"
+    for m in "ab":
+        prompts = [a.prompt for a in loader.engine(m).added]
+        assert len(prompts) == 2 and all(f"script:hello {m}" in p for p in prompts)
+    assert sorted(loader.loads) == ["a", "b"]
+
+
+def test_a_failed_load_is_a_503_and_the_next_request_tries_again(serve):
+    pool, loader = pool_of(("a", 1), ("bad", 1))
+    client = serve(pool)
+    calls = []
+
+    def failing(spec):
+        calls.append(spec.name)
+        if len(calls) == 1:
+            raise OSError("disk on fire")
+        return fake_served(names=spec.names)
+
+    pool.loader = failing
+    r = chat(client, "bad")
+    assert r.status_code == 503 and "'bad' failed to load: disk on fire" in r.json()["error"]["message"]
+    assert chat(client, "bad").status_code == 200 and calls == ["bad", "bad"]
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": USER}),
+    ("/v1/completions", {"prompt": "hi"}),
+    ("/v1/responses", {"input": "hi"}),
+    ("/tokenize", {"prompt": "hi"}),
+])
+def test_unknown_model_is_a_404_listing_what_is_served(serve, path, body):
+    pool, _ = pool_of((["coder", "coder-alias"], 1), ("chat", 1))
+    client = serve(pool)
+    r = client.post(path, json={**body, "model": "gpt-4"})
+    assert r.status_code == 404
+    err = r.json()["error"]
+    assert err["code"] == "model_not_found" and err["param"] == "model" and err["type"] == "not_found_error"
+    assert err["message"] == "model 'gpt-4' does not exist; this server serves 'coder', 'chat'"
+    assert client.get("/v1/models/gpt-4").status_code == 404
+
+
+def test_unknown_model_on_the_anthropic_route(serve):
+    pool, _ = pool_of(("coder", 1), ("chat", 1))
+    client = serve(pool)
+    r = client.post("/v1/messages", json={"model": "claude-3", "max_tokens": 5, "messages": USER})
+    assert r.status_code == 404
+    assert r.json() == {"type": "error", "error": {"type": "not_found_error", "message":
+                        "model 'claude-3' does not exist; this server serves 'coder', 'chat'"}}
+
+
+def test_models_lists_every_model_and_alias_with_its_state(serve):
+    pool, _ = pool_of((["coder", "/m/coder.gguf", "coder.gguf"], 2, "pinned"), ("chat", 1))
+    client = serve(pool)
+    data = client.get("/v1/models").json()["data"]
+    assert [(m["id"], m["root"]) for m in data] == [("coder", "coder"), ("/m/coder.gguf", "coder"),
+                                                    ("coder.gguf", "coder"), ("chat", "chat")]
+    assert data[0]["hearth"] == {"loaded": True, "loading": False, "pinned": True, "memory_bytes": 2 << 30}
+    assert data[3]["hearth"]["loaded"] is False and data[3]["max_model_len"] == 4096
+    assert client.get("/v1/models/coder.gguf").json()["root"] == "coder"
+
+
+def test_metrics_carry_each_models_name(serve):
+    pool, _ = pool_of(("a", 1), ("b", 1))
+    client = serve(pool)
+    chat(client, "a", "script:hello")
+    chat(client, "b", "script:hello")
+    text = client.get("/metrics").text
+    for m in "ab":
+        assert f'hearth:generation_tokens_total{{model_name="{m}"}} 4.0' in text
+        assert f'hearth:num_requests_running{{model_name="{m}"}}' in text
+    assert text.count("# TYPE hearth:num_requests_running gauge") == 1
+
+
+class ShiftedTokenizer(FakeTokenizer):
+    """Another model's vocabulary: the same text, other ids."""
+
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = False) -> list[int]:
+        return [ord(c) + 1 for c in text]
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i - 1) for i in ids)
+
+
+def test_a_follow_up_on_another_model_does_not_reuse_the_first_models_ids(serve):
+    pool, loader = pool_of(("a", 1), ("b", 1))
+    client = serve(pool)
+    chat(client, "b")
+    loader.built["b"][-1].tokenizer = ShiftedTokenizer()
+    first = client.post("/v1/responses", json={"model": "a", "input": "script:chars"}).json()
+    for model in "ab":
+        r = client.post("/v1/responses", json={"model": model, "input": "more", "previous_response_id": first["id"]})
+        assert r.status_code == 200 and r.json()["model"] == model
+    a_prompt, b_ids = loader.engine("a").added[-1].prompt, [ord(c) for c in loader.engine("b").added[-1].prompt]
+    assert a_prompt.startswith(loader.engine("a").added[0].prompt + "Hi!")  # a: the stored ids continued
+    assert ShiftedTokenizer().decode(b_ids) == a_prompt  # b: all its own ids, none of a's
+
+
+def test_names_must_be_unique_across_models():
+    with pytest.raises(ValueError, match="'x' is used by both 'a' and 'b'"):
+        ModelPool(specs((["a", "x"], 1), (["b", "x"], 1)), FakeLoader())
+
+
+def _params():
+    from hearth.sampling_params import SamplingParams
+
+    return SamplingParams(max_tokens=5)

@@ -1,0 +1,125 @@
+"""What `hearth serve` makes of its MODEL arguments and --models file, before any model loads:
+friendly ids (never a path) with the old forms as aliases, per-entry settings, the planner's
+footprints and budget, and one CLI line naming the entry and field of a bad models file."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.cli import command_parser
+from hearth.commands.serve_models import ModelEntry, build_pool, model_names, read_models_file, unique_names
+from hearth.errors import HearthError
+from tests.gguf_factory import write_tiny_gguf
+from tests.test_bad_input import assert_one_line_error, run_cli
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny-llama-q8.gguf"
+    write_tiny_gguf(path, "llama")
+    return path
+
+
+def serve_args(*argv: str):
+    return command_parser("serve").parse_intermixed_args(list(argv))
+
+
+def test_model_ids_are_never_paths(tmp_path):
+    path = tmp_path / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
+    assert model_names(ModelEntry(str(path)), path) == ["qwen2.5-coder-1.5b-instruct-q4_k_m", str(path), path.name]
+    catalog = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert model_names(ModelEntry("smollm2-135m"), catalog) == ["smollm2-135m", catalog.stem, catalog.name]
+    named = ModelEntry(str(path), name="coder", aliases=("gpt-4o",))
+    assert model_names(named, path)[:3] == ["coder", "gpt-4o", str(path)]
+
+
+def test_old_forms_two_models_share_are_dropped_and_ids_must_be_unique(tmp_path):
+    path = tmp_path / "same.gguf"
+    a, b = ModelEntry(str(path), name="a"), ModelEntry(str(path), name="b")
+    assert unique_names([model_names(a, path), model_names(b, path)], [a, b]) == [["a"], ["b"]]
+    c = ModelEntry(str(path), name="a", where="models.toml: models[2] ('a')")
+    with pytest.raises(HearthError, match=r"models\[2\] \('a'\): name 'a' is already"):
+        unique_names([model_names(a, path), model_names(c, path)], [a, c])
+
+
+def test_one_model_is_pinned_with_no_budget(tiny):
+    pool = build_pool(serve_args(str(tiny)))
+    (spec,) = [s.spec for s in pool.slots]
+    assert spec.names == ["tiny-llama-q8", str(tiny), tiny.name] and spec.pinned and pool.max_memory == 0
+    assert spec.footprint > tiny.stat().st_size // 2 and spec.max_model_len > 0
+    assert build_pool(serve_args(str(tiny), "--served-model-name", "t", "--served-model-name", "t2")).slots[0].spec.names == ["t", "t2", str(tiny), "tiny-llama-q8", tiny.name]
+
+
+def test_several_models_and_a_models_file(tiny, tmp_path):
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, "qwen2")
+    (tmp_path / "models.toml").write_text(
+        '[[models]]\nname = "small"\nmodel = "other.gguf"\ncontext = 64\npinned = true\naliases = ["gpt-4o-mini"]\n'
+        '[[models]]\nname = "big"\nmodel = "tiny-llama-q8.gguf"\nkv_cache_dtype = "bf16"\nthreads = 1\n')
+    pool = build_pool(serve_args(str(tiny), "--models", str(tmp_path / "models.toml"), "--max-memory", "1.5"))
+    got = [(s.spec.names, s.spec.pinned, s.spec.max_model_len) for s in pool.slots]
+    # its file is `big`'s too: the path and file name, which both would answer to, are dropped
+    assert got[0][:2] == (["tiny-llama-q8"], False) and got[2][:2] == (["big"], False)
+    assert got[1] == (["small", "gpt-4o-mini", str(other), "other", "other.gguf"], True, 64)
+    assert pool.max_memory == int(1.5 * 2**30)
+    entry, _ = pool.loader.by_id["big"]
+    assert entry.kv_cache_dtype == "bf16" and entry.threads == 1
+
+
+def test_several_models_default_to_the_planners_usable_memory(tiny, tmp_path):
+    from hearth.memory.serving import default_budget
+
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, "qwen2")
+    pool = build_pool(serve_args(str(tiny), str(other)))
+    assert pool.max_memory == default_budget() > 0 and not any(s.spec.pinned for s in pool.slots)
+
+
+@pytest.mark.parametrize("text,needles", [
+    ('[[models]]\nname = "coder"\nmodel = "x.gguf"\ncontext = "long"\n',
+     ["models.toml: models[1] ('coder'): context: must be a whole number", "'long'"]),
+    ('[[models]]\nmodel = "smollm2-135m"\n[[models]]\nname = "b"\n',
+     ["models.toml: models[2] ('b'): model: is required"]),
+    ('[[models]]\nmodel = "smollm2-135m"\npinned = "yes"\n', ["models[1]: pinned: must be true or false"]),
+    ('[[models]]\nmodel = "smollm2-135m"\ngpu = 1\n', ["models[1]: unknown field 'gpu'", "kv_cache_dtype"]),
+    ('[[models]]\nmodel = "smollm2-135m"\nkv_cache_dtype = "fp3"\n', ["models[1]: kv_cache_dtype:", "'fp3'"]),
+    ('[[models]]\nname = "n"\nmodel = "no-such-model"\n', ["models[1] ('n'): model: unknown model 'no-such-model'"]),
+    ('[[models]]\nname = "a"\nmodel = "tiny.gguf"\n[[models]]\nname = "a"\nmodel = "tiny.gguf"\n',
+     ["models[2] ('a'): name 'a' is already"]),
+    ('[models]\nmodel = "x"\n', ["models.toml: no models"]),
+    ('[[models]\n', ["not valid TOML"]),
+    ('model = "x"\n', ["unknown table or key 'model'"]),
+])
+def test_a_bad_models_file_is_one_line_naming_the_entry_and_field(capsys, tmp_path, text, needles):
+    write_tiny_gguf(tmp_path / "tiny.gguf", "llama")
+    path = tmp_path / "models.toml"
+    path.write_text(text)
+    code, err = run_cli(capsys, "serve", "--models", str(path))
+    assert_one_line_error(code, err, *needles)
+
+
+def test_served_model_name_with_several_models_is_one_line(capsys, tiny):
+    code, err = run_cli(capsys, "serve", str(tiny), str(tiny), "--served-model-name", "x")
+    assert_one_line_error(code, err, "--served-model-name names one model")
+
+
+def test_pinned_models_beyond_the_budget_are_one_line(capsys, tiny, tmp_path):
+    path = tmp_path / "models.toml"
+    path.write_text(f'[[models]]\nname = "a"\nmodel = "{tiny.name}"\npinned = true\n')
+    code, err = run_cli(capsys, "serve", "--models", str(path), "--max-memory", "0.0001")
+    assert_one_line_error(code, err, "pinned models (a) need", "more than --max-memory")
+
+
+def test_negative_max_memory_is_one_line(capsys, tiny):
+    code, err = run_cli(capsys, "serve", str(tiny), "--max-memory", "-1")
+    assert_one_line_error(code, err, "--max-memory must be a positive number of GiB, not -1")
+
+
+def test_missing_models_file_is_one_line(capsys, tmp_path):
+    code, err = run_cli(capsys, "serve", "--models", str(tmp_path / "nope.toml"))
+    assert_one_line_error(code, err, "--models", "nope.toml", "cannot read it")
+
+
+def test_read_models_file_resolves_relative_paths(tmp_path, tiny):
+    (tmp_path / "m.toml").write_text(f'[[models]]\nmodel = "{tiny.name}"\n')
+    assert read_models_file(str(tmp_path / "m.toml"))[0].model == str(tiny)
