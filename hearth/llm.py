@@ -36,6 +36,8 @@ from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfi
 from hearth.spec_decode.cost import StepCost
 from hearth.spec_decode.policy import SpeculativeDecoder
 from hearth.spec_decode.thresholds import POLICY
+from hearth.tool_guard import DEFAULT_MODE
+from hearth.tool_guard.offline import chat_constraint
 
 PromptType = str | dict
 log = logging.getLogger("hearth")
@@ -170,12 +172,23 @@ class LLM:
             self.engine.abort(rid)  # a consumer that stops early frees the request's blocks
 
     def chat(self, messages: list[dict], sampling_params: SamplingParams | None = None,
-             tools: list[dict] | None = None) -> RequestOutput:
-        ids = self.encode_chat(messages, tools)
-        return self.generate({"prompt_token_ids": ids}, sampling_params)[0]
+             tools: list[dict] | None = None, *, tool_choice: str | dict | None = None,
+             tool_guard: str = DEFAULT_MODE) -> RequestOutput:
+        """tool_guard: "guard" or "grammar" constrain a call once the model starts one (from the first
+        token when tool_choice forces one), "off" leaves the output free; the server's guard also
+        validates and retries (hearth.api.guarded)."""
+        text = self.chat_template.render(messages, tools=tools)
+        ids = self._chat_ids(text)
+        params = sampling_params or SamplingParams()
+        so = chat_constraint(self.chat_template.source, tools, tool_choice, tool_guard, text)
+        if so is not None and params.structured_output is None:
+            params = replace(params, structured_output=so)
+        return self.generate({"prompt_token_ids": ids}, params)[0]
 
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        text = self.chat_template.render(messages, tools=tools)
+        return self._chat_ids(self.chat_template.render(messages, tools=tools))
+
+    def _chat_ids(self, text: str) -> list[int]:
         tok = self.tokenizer
         # BOS exactly once, as llama.cpp does: whether or not the template wrote it
         if tok.add_bos and tok.bos_token and text.startswith(tok.bos_token):

@@ -37,3 +37,16 @@ def test_an_unknown_device_is_one_line_naming_the_choices(name, capsys):
         main([name, "smollm2-135m", "--device", "tpu"])
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert e.value.code == 2 and "argument --device: invalid choice: 'tpu'" in err and "'cuda'" in err
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--tool-guard", "strict"], "--tool-guard: unknown mode 'strict'; modes: guard, grammar, off"),
+    (["--tool-guard-retries", "-1"], "--tool-guard-retries: must be in [0, 10], got -1"),
+])
+def test_a_bad_tool_guard_is_one_line_before_the_load(argv, needle, capsys, monkeypatch):
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["serve", "no-such-model.gguf", *argv]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and needle in err, err

@@ -46,6 +46,8 @@ class MessagesRequest(_Body):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+    hearth: Any = None
+    """hearth's extensions (hearth.api.extensions): `{"tool_guard": "guard" | "grammar" | "off"}`."""
 
 
 class CountTokensRequest(_Body):

@@ -12,19 +12,24 @@ from hearth.api.anthropic_messages import anthropic_messages
 from hearth.api.anthropic_protocol import CountTokensRequest, MessagesRequest
 from hearth.api.anthropic_stream import message_events, tool_use_block, usage
 from hearth.api.errors import APIError
-from hearth.api.generate import Generation, until_disconnect
-from hearth.api.parsing import anthropic_stop, output_parser
-from hearth.api.sampling import common_fields, make_params
+from hearth.api.generate import until_disconnect
+from hearth.api.messages import openai_messages
+from hearth.api.parsing import anthropic_stop
+from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse
+from hearth.api.tool_layer import build_choices, reprompt_ids
 from hearth.api.tools import anthropic_tools, plan_tools, prompt_messages
 from hearth.sampling_params import StructuredOutput
+from hearth.tool_parsers import collect
 
 router = APIRouter()
 
 
-def _prompt(served, body) -> tuple[str, list[int], object]:
+def _prompt(served, body, extra: list[dict] | None = None) -> tuple[str, list[int], object]:
+    """extra: OpenAI-shaped messages after the conversation (a tool guard re-prompt)."""
     plan = plan_tools(served, anthropic_tools(body.tools), body.tool_choice)
-    messages = prompt_messages(served, plan, anthropic_messages(body.messages, body.system))
+    conversation = anthropic_messages(body.messages, body.system) + (openai_messages(extra) if extra else [])
+    messages = prompt_messages(served, plan, conversation)
     kwargs = {}
     thinking = getattr(body, "thinking", None)
     if thinking is not None:
@@ -49,12 +54,11 @@ async def messages(body: MessagesRequest, request: Request):
     text, ids, plan = _prompt(served, body)
     fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
-    params = make_params(fields, state.limits, served.max_model_len, {"stop": "stop_sequences"})
-    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
-    parser = output_parser(served, plan, text)
+    source, _ = build_choices(served, state, plan, text, ids, fields, {"stop": "stop_sequences"}, body.hearth, True,
+                              lambda extra: reprompt_ids(served, _prompt(served, body, extra)[0], body.max_tokens))
     if body.stream:
-        return SSEResponse(message_events(served, gen, parser), on_close=gen.abort)
-    result = await until_disconnect(request, _message(served, gen, parser))
+        return SSEResponse(message_events(served, source), on_close=source.abort)
+    result = await until_disconnect(request, _message(served, source))
     return result if result is not None else {}
 
 
@@ -68,9 +72,14 @@ def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
     return StructuredOutput(json_schema=fmt.schema_)
 
 
-async def _message(served, gen: Generation, parser) -> dict:
-    (choice,) = await gen.collect()
-    parsed = parser.parse(choice.text)
+async def _message(served, source) -> dict:
+    events, tokens, finish, stop_reason = [], 0, None, None
+    async for _, u in source.updates():
+        events += u.events
+        tokens += len(u.token_ids)
+        if u.finished:
+            finish, stop_reason = u.finish_reason, u.stop_reason
+    parsed = collect(events)
     content: list[dict] = []
     if parsed.reasoning:
         content.append({"type": "thinking", "thinking": parsed.reasoning, "signature": ""})
@@ -78,9 +87,10 @@ async def _message(served, gen: Generation, parser) -> dict:
         content.append({"type": "text", "text": parsed.content})
     for call in parsed.tool_calls:
         content.append(tool_use_block(call))
-    stop = anthropic_stop(choice.finish_reason, bool(parsed.tool_calls), choice.stop_reason)
-    return {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": served.name,
-            "content": content, "stop_reason": stop,
-            "stop_sequence": choice.stop_reason if stop == "stop_sequence" else None,
-            "usage": usage(gen, len(choice.token_ids))}
+    stop = anthropic_stop(finish, bool(parsed.tool_calls), stop_reason)
+    out = {"id": f"msg_{source.request_id}", "type": "message", "role": "assistant", "model": served.name,
+           "content": content, "stop_reason": stop, "stop_sequence": stop_reason if stop == "stop_sequence" else None,
+           "usage": usage(source, tokens)}
+    ext = source.report(0)
+    return out if ext is None else {**out, "hearth": ext}
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 import json
 
 from hearth.api.errors import error_body, from_hearth_error
-from hearth.api.generate import Generation
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sse import named_event
 from hearth.errors import HearthError
 from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent, new_call_id
 
 
-def usage(gen: Generation, output_tokens: int) -> dict:
+def usage(gen, output_tokens: int) -> dict:
+    """gen: anything with num_prompt_tokens and num_cached_tokens (a Generation, the route's choices)."""
     cached = gen.num_cached_tokens
     return {"input_tokens": gen.num_prompt_tokens - cached, "output_tokens": output_tokens,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
@@ -81,19 +81,20 @@ class _Blocks:
         return out
 
 
-async def message_events(served, gen: Generation, parser):
+async def message_events(served, gen):
+    """gen: the message's choices (hearth.api.choices / hearth.api.guarded): parsed updates."""
     blocks, output_tokens, last = _Blocks(), 0, None
     start = {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": served.name,
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage(gen, 0)}
     yield _event({"type": "message_start", "message": start})
     yield _event({"type": "ping"})
     try:
-        async for _, out in gen.outputs():
-            output_tokens += len(out.new_token_ids)
-            events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
-            for event in blocks.events(events):
+        async for _, out in gen.updates():
+            output_tokens += len(out.token_ids)
+            for event in blocks.events(out.events):
                 yield event
-            last = out
+            if out.finished:
+                last = out
     except HearthError as e:
         err = from_hearth_error(e)
         yield named_event("error", error_body("/v1/messages", err.status, err.message))
@@ -103,5 +104,7 @@ async def message_events(served, gen: Generation, parser):
     reason = last.finish_reason if last else "stop"
     stop = anthropic_stop(reason, blocks.called, last.stop_reason if last else None)
     delta = {"stop_reason": stop, "stop_sequence": last.stop_reason if stop == "stop_sequence" else None}
-    yield _event({"type": "message_delta", "delta": delta, "usage": {**usage(gen, output_tokens)}})
+    ext = gen.report(0)
+    message_delta = {"type": "message_delta", "delta": delta, "usage": {**usage(gen, output_tokens)}}
+    yield _event(message_delta if ext is None else {**message_delta, "hearth": ext})
     yield _event({"type": "message_stop"})

@@ -20,6 +20,7 @@ from hearth.api.model_pool import ModelPool
 from hearth.api.responses_store import ResponseStore
 from hearth.api.sampling import Limits
 from hearth.api.served import ServedModel
+from hearth.tool_guard import GuardConfig
 
 
 @dataclass
@@ -35,6 +36,8 @@ class ServerConfig:
     max_stored_responses: int = 1000
     """Responses kept for previous_response_id and GET /v1/responses/{id}; the oldest go first."""
     stored_response_max_age_s: float = 3600.0
+    tool_guard: GuardConfig = field(default_factory=GuardConfig)
+    """The tool layer of requests that do not pick one (hearth.tool_guard)."""
 
 
 def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:

@@ -40,6 +40,7 @@ class Metrics:
                              buckets=_ITL_BUCKETS, registry=reg)
         self.e2e = Histogram("hearth:e2e_request_latency_seconds", "Request latency, first byte in to "
                              "last token out.", labels, buckets=_E2E_BUCKETS, registry=reg)
+        self.guard = GuardMetrics(labels, reg)
         reg.register(_EngineCollector(loaded))
 
     def render(self) -> bytes:
@@ -57,6 +58,41 @@ class ModelMetrics:
 
     def timer(self) -> RequestTimer:
         return RequestTimer(self.metrics, self.model_name)
+
+    def observe_guard(self, report) -> None:
+        """What the tool guard did for one choice (a hearth.tool_guard.GuardReport)."""
+        self.metrics.guard.observe(self.model_name, report)
+
+
+class GuardMetrics:
+    """The tool guard's counters (issue 20, point 8)."""
+
+    def __init__(self, labels: list[str], reg: CollectorRegistry):
+        self.choices = Counter("hearth:tool_guard_choices", "Choices with tools, by guard mode and outcome.",
+                               labels + ["mode", "outcome"], registry=reg)
+        self.triggered = Counter("hearth:tool_guard_grammar_triggered", "Choices whose call grammar constrained a call.",
+                                 labels, registry=reg)
+        self.retries = Counter("hearth:tool_guard_retries", "Retries, by kind and the problem that caused them.",
+                               labels + ["kind", "reason"], registry=reg)
+        self.coercions = Counter("hearth:tool_guard_coercions", "Safe argument coercions made.", labels, registry=reg)
+        self.errors = Counter("hearth:tool_guard_validation_errors", "Problems found in calls (all attempts).",
+                              labels, registry=reg)
+        self.confidence = Histogram("hearth:tool_guard_call_confidence", "Lowest token probability inside a call.",
+                                    labels, buckets=(0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0), registry=reg)
+
+    def observe(self, label: str, report) -> None:
+        self.choices.labels(label, report.mode, report.outcome).inc()
+        if report.triggered:
+            self.triggered.labels(label).inc()
+        for r in report.retries:
+            self.retries.labels(label, r.kind, r.reason).inc()
+        if report.coercions:
+            self.coercions.labels(label).inc(len(report.coercions))
+        if report.validation_errors:
+            self.errors.labels(label).inc(len(report.validation_errors))
+        for call in report.calls:
+            if call.get("confidence") is not None:
+                self.confidence.labels(label).observe(call["confidence"])
 
 
 class RequestTimer:

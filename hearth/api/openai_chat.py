@@ -5,22 +5,23 @@ body, or chat.completion.chunk events (role chunk, deltas, finish chunk, optiona
 from __future__ import annotations
 
 import time
-import uuid
+from dataclasses import dataclass, field
 
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
-from hearth.api.generate import Generation, until_disconnect
+from hearth.api.generate import until_disconnect
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest
-from hearth.api.parsing import openai_finish, output_parser
-from hearth.api.sampling import common_fields, logit_bias, make_params, response_format, stop_list
+from hearth.api.parsing import openai_finish
+from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
 from hearth.api.sse import DONE, SSEResponse, data_event
+from hearth.api.tool_layer import build_choices, reprompt_ids
 from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
 from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
-                                 ToolCallStart)
+                                 ToolCallStart, collect)
 
 router = APIRouter()
 
@@ -32,22 +33,33 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
     plan = plan_tools(served, openai_tools(tools), tool_choice, "function_call" if legacy else "tool_choice")
-    messages = prompt_messages(served, plan, openai_messages(body.messages))
-    prompt = served.render_chat(messages, plan.tools if plan.in_template else None,
-                                add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
-                                continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
+    prompt = _render(served, plan, openai_messages(body.messages), body)
     ids = served.encode_chat_text(prompt)
-    params = make_params(_sampling_fields(body, plan, served), state.limits, served.max_model_len, {
-        "max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
-        "logprobs": "top_logprobs"})
-    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], params.logprobs,
-                   body.parallel_tool_calls and not legacy, legacy)
+    parallel = body.parallel_tool_calls and not legacy
+    fields = _sampling_fields(body, plan, served)
+    names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
+             "logprobs": "top_logprobs"}
+    source, client_k = build_choices(served, state, plan, prompt, ids, fields, names, body.hearth, parallel,
+                                     lambda extra: _reprompt(served, plan, body, extra, fields["max_tokens"]))
+    reply = _Reply(served, source, client_k, parallel, legacy)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
-        return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
+        return SSEResponse(reply.events(usage, request.url.path), on_close=source.abort)
     result = await until_disconnect(request, reply.body())
     return result if result is not None else {}
+
+
+def _render(served, plan, messages: list[dict], body: ChatCompletionRequest) -> str:
+    return served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
+                              add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
+                              continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
+
+
+def _reprompt(served, plan, body: ChatCompletionRequest, extra: list[dict], max_tokens: int | None) -> list[int]:
+    """The conversation with a failed attempt and its error appended, as prompt ids."""
+    messages = prompt_messages(served, plan, openai_messages(body.messages + extra))
+    text = served.render_chat(messages, plan.tools if plan.in_template else None, template_kwargs=body.chat_template_kwargs)
+    return reprompt_ids(served, text, max_tokens)
 
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
@@ -71,27 +83,34 @@ def _tool_call(call, index: int | None = None) -> dict:
 
 
 class _Reply:
-    def __init__(self, served, gen: Generation, parsers: list, top_logprobs: int | None, parallel: bool = True,
-                 legacy: bool = False):
-        self.served, self.gen, self.parsers, self.k = served, gen, parsers, top_logprobs
+    def __init__(self, served, source, top_logprobs: int | None, parallel: bool = True, legacy: bool = False):
+        """source: PlainChoices or GuardedChoices (hearth.api.choices): parsed updates per choice."""
+        self.served, self.src, self.k = served, source, top_logprobs
         self.parallel = parallel
         """parallel_tool_calls false: only a response's first call is returned."""
         self.legacy = legacy
         """The request used legacy `functions`: a call is a `function_call`, finish_reason "function_call"."""
-        self.id = f"chatcmpl-{gen.request_id}"
+        self.id = f"chatcmpl-{source.request_id}"
         self.created = int(time.time())
         self.completion_tokens = 0
 
     def usage(self) -> dict:
-        p, c = self.gen.num_prompt_tokens, self.completion_tokens
+        p, c = self.src.num_prompt_tokens, self.completion_tokens
         return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-                "prompt_tokens_details": {"cached_tokens": self.gen.num_cached_tokens}}
+                "prompt_tokens_details": {"cached_tokens": self.src.num_cached_tokens}}
+
+    def extension(self) -> dict | None:
+        """The `hearth` field: what the tool guard did (choice 0's report; every choice's when n > 1)."""
+        reports = [self.src.report(i) for i in range(self.src.n)]
+        if reports[0] is None:
+            return None
+        return reports[0] if len(reports) == 1 else {**reports[0], "choices": reports}
 
     async def body(self) -> dict:
         choices = []
-        for c in await self.gen.collect():
+        for c in await _collect(self.src):
             self.completion_tokens += len(c.token_ids)
-            parsed = self.parsers[c.index].parse(c.text)
+            parsed = collect(c.events)
             calls = parsed.tool_calls if self.parallel else parsed.tool_calls[:1]
             message: dict = {"role": "assistant", "content": parsed.content or (None if calls else "")}
             if parsed.reasoning:
@@ -106,41 +125,44 @@ class _Reply:
             choices.append({"index": c.index, "message": message, "logprobs": logprobs,
                             "finish_reason": self._finish(c.finish_reason, bool(calls)),
                             "stop_reason": c.stop_reason})
-        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.served.name,
-                "choices": choices, "usage": self.usage(), "system_fingerprint": None}
+        out = {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.served.name,
+               "choices": choices, "usage": self.usage(), "system_fingerprint": None}
+        ext = self.extension()
+        return out if ext is None else {**out, "hearth": ext}
 
     def _finish(self, reason: str | None, called: bool) -> str | None:
         finish = openai_finish(reason, called)
         return "function_call" if self.legacy and finish == "tool_calls" else finish
 
-    def _chunk(self, choices: list, usage: bool, usage_value=None) -> str:
+    def _chunk(self, choices: list, usage: bool, usage_value=None, ext: dict | None = None) -> str:
         payload = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                    "model": self.served.name, "system_fingerprint": None, "choices": choices}
         if usage:
             payload["usage"] = usage_value
+        if ext is not None:
+            payload["hearth"] = ext
         return data_event(payload)
 
     async def events(self, usage: bool, path: str):
-        called = [False] * self.gen.n
-        sent: list[dict[int, int]] = [{} for _ in range(self.gen.n)]  # per choice: call index -> argument chars sent
-        for i in range(self.gen.n):
+        n = self.src.n
+        called = [False] * n
+        sent: list[dict[int, int]] = [{} for _ in range(n)]  # per choice: call index -> argument chars sent
+        for i in range(n):
             yield self._chunk([_choice(i, {"role": "assistant", "content": ""})], usage)
         try:
-            async for i, out in self.gen.outputs():
-                self.completion_tokens += len(out.new_token_ids)
-                parser = self.parsers[i]
-                events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
-                deltas = _deltas(events, called, i, self.parallel, self.legacy, sent[i])
+            async for i, out in self.src.updates():
+                self.completion_tokens += len(out.token_ids)
+                deltas = _deltas(out.events, called, i, self.parallel, self.legacy, sent[i])
                 logprobs = None
-                if self.k is not None and out.new_logprobs:
-                    lp = chat_logprobs(self.served.tokenizer, out.new_token_ids, out.new_logprobs, self.k)
+                if self.k is not None and out.logprobs:
+                    lp = chat_logprobs(self.served.tokenizer, out.token_ids, out.logprobs, self.k)
                     logprobs = {"content": lp}
                     deltas = deltas or [{}]
                 for j, delta in enumerate(deltas):
                     yield self._chunk([_choice(i, delta, logprobs if j == 0 else None)], usage)
                 if out.finished:
                     finish = self._finish(out.finish_reason, called[i])
-                    yield self._chunk([_choice(i, {}, None, finish, out.stop_reason)], usage)
+                    yield self._chunk([_choice(i, {}, None, finish, out.stop_reason)], usage, ext=self.src.report(i))
         except HearthError as e:
             err = from_hearth_error(e)
             yield data_event(error_body(path, err.status, err.message, code=err.code))
@@ -149,6 +171,29 @@ class _Reply:
         if usage:
             yield self._chunk([], True, self.usage())
         yield DONE
+
+
+async def _collect(source) -> list[Choice]:
+    """Every choice's updates, whole."""
+    choices = [Choice(i) for i in range(source.n)]
+    async for i, u in source.updates():
+        c = choices[i]
+        c.events += u.events
+        c.token_ids += u.token_ids
+        c.logprobs += u.logprobs or []
+        if u.finished:
+            c.finish_reason, c.stop_reason = u.finish_reason, u.stop_reason
+    return choices
+
+
+@dataclass(slots=True)
+class Choice:
+    index: int
+    events: list = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, float]] = field(default_factory=list)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
 
 
 def _choice(i: int, delta: dict, logprobs=None, finish: str | None = None, stop_reason=None) -> dict:

@@ -84,6 +84,8 @@ class ChatCompletionRequest(SamplingFields):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    hearth: Any = None
+    """hearth's extensions (hearth.api.extensions): `{"tool_guard": "guard" | "grammar" | "off"}`."""
 
 
 class CompletionRequest(SamplingFields):

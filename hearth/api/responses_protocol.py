@@ -15,6 +15,8 @@ class ResponsesRequest(_Body):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
+    hearth: Any = None
+    """hearth's extensions (hearth.api.extensions): `{"tool_guard": "guard" | "grammar" | "off"}`."""
     text: dict[str, Any] | None = None
     """{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}."""
     reasoning: dict[str, Any] | None = None

@@ -13,15 +13,16 @@ import uuid
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, from_hearth_error
-from hearth.api.generate import Generation, until_disconnect
-from hearth.api.parsing import output_parser
+from hearth.api.generate import until_disconnect
+from hearth.api.messages import openai_messages
 from hearth.api.responses_items import (chat_tool_choice, chat_tools, input_messages, text_format,
                                         with_instructions)
 from hearth.api.responses_output import OutputBuilder, assistant_messages
 from hearth.api.responses_protocol import ResponsesRequest
 from hearth.api.responses_store import StoredResponse
-from hearth.api.sampling import common_fields, make_params
+from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse, named_event
+from hearth.api.tool_layer import build_choices, reprompt_ids
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
 
@@ -51,11 +52,17 @@ async def create_response(body: ResponsesRequest, request: Request):
     prompt = served.render_chat(messages, plan.tools if plan.in_template else None)
     ids = _prompt_ids(served, prompt, prev)
     fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt}
-    params = make_params(fields, state.limits, served.max_model_len, {"max_tokens": "max_output_tokens"})
-    gen = Generation(served.engine, ids, params, state.metrics.of(served.name), request_id=f"resp_{_hex()}")
-    reply = _Reply(served, store, body, gen, output_parser(served, plan, prompt), conversation, prompt, ids)
+
+    def reprompt(extra: list[dict]) -> list[int]:
+        again = prompt_messages(served, plan, with_instructions(body.instructions, conversation + openai_messages(extra)))
+        return reprompt_ids(served, served.render_chat(again, plan.tools if plan.in_template else None),
+                            body.max_output_tokens)
+
+    source, _ = build_choices(served, state, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, body.hearth,
+                              body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}")
+    reply = _Reply(served, store, body, source, conversation, prompt, ids)
     if body.stream:
-        return SSEResponse(reply.events(), on_close=gen.abort)
+        return SSEResponse(reply.events(), on_close=source.abort)
     result = await until_disconnect(request, reply.whole())
     return result if result is not None else {}
 
@@ -87,18 +94,20 @@ def _hex() -> str:
 def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
     """The previous prompt + output ids + the new part's, when the render continues them; else
     the whole prompt encoded (the prefix cache still serves what matches). Another model's ids
-    are never reused: its tokenizer may spell the same text otherwise."""
+    are never reused: its tokenizer may spell the same text otherwise; nor those of an output the
+    tool guard retried (text None: they continue no single prompt)."""
     same_model = prev is not None and prev.body.get("model") == served.name
-    if same_model and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
+    if same_model and prev.text is not None and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
         rest = served.tokenizer.encode(prompt[len(prev.text):], add_special_tokens=False, parse_special=True)
         return prev.token_ids + rest
     return served.encode_chat_text(prompt)
 
 
 class _Reply:
-    def __init__(self, served, store, body: ResponsesRequest, gen: Generation, parser, conversation: list[dict],
-                 prompt: str, ids: list[int]):
-        self.served, self.store, self.body, self.gen, self.parser = served, store, body, gen, parser
+    def __init__(self, served, store, body: ResponsesRequest, gen, conversation: list[dict], prompt: str,
+                 ids: list[int]):
+        """gen: the response's choices (hearth.api.choices / hearth.api.guarded): parsed updates."""
+        self.served, self.store, self.body, self.gen = served, store, body, gen
         self.conversation, self.prompt, self.ids = conversation, prompt, ids
         self.id = gen.request_id
         self.created = int(time.time())
@@ -132,10 +141,9 @@ class _Reply:
                 "total_tokens": p + c}
 
     def _on_output(self, out) -> list[dict]:
-        self.output_ids += out.new_token_ids
-        events = self.parser.feed(out.new_text)
+        self.output_ids += out.token_ids
+        events = out.events
         if out.finished:
-            events += self.parser.finish()
             self.finish_reason = out.finish_reason
             if out.finish_reason == "length":
                 self.builder.status = "incomplete"
@@ -144,14 +152,18 @@ class _Reply:
     def _finish(self) -> dict:
         status = self.builder.status
         body = self.response(status)
+        ext = self.gen.report(0)
+        if ext is not None:
+            body["hearth"] = ext
         if self.body.store:
             messages = self.conversation + assistant_messages(self.builder.items)
-            text = self.prompt + self.served.tokenizer.decode(self.output_ids)
+            retried = bool(ext and ext["retries"])  # then the output ids continue no single prompt
+            text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
             self.store.put(self.id, StoredResponse(body, messages, text, self.ids + self.output_ids))
         return body
 
     async def whole(self) -> dict:
-        async for _, out in self.gen.outputs():
+        async for _, out in self.gen.updates():
             self._on_output(out)
         return self._finish()
 
@@ -164,7 +176,7 @@ class _Reply:
         yield self._event({"type": "response.created", "response": self.response("in_progress")})
         yield self._event({"type": "response.in_progress", "response": self.response("in_progress")})
         try:
-            async for _, out in self.gen.outputs():
+            async for _, out in self.gen.updates():
                 for e in self._on_output(out):
                     yield self._event(e)
         except HearthError as e:

@@ -20,8 +20,9 @@ class StoredResponse:
     """The response object, as GET returns it."""
     messages: list[dict]
     """The conversation so far, this response's output included, as chat messages."""
-    text: str
-    """Previous prompt text + the output as generated (special tokens kept)."""
+    text: str | None
+    """Previous prompt text + the output as generated (special tokens kept); None when the tool
+    guard retried (the output is not one continuation of the prompt)."""
     token_ids: list[int]
     """Previous prompt ids + output ids: the KV the prefix cache holds for `text`."""
     created: float = field(default=0.0)

@@ -16,6 +16,7 @@ from hearth.api.messages import _kind
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_parsers import PROMPT_FORMAT, ToolParserError, call_constraint, forced_tools, get_format
 from hearth.tool_parsers import tools_system_prompt
+from hearth.tool_guard import lazy_tool_grammar
 
 
 @dataclass(slots=True)
@@ -28,6 +29,10 @@ class ToolPlan:
     """Tool-call format to parse the output with; None: the output is not parsed for calls."""
     constraint: StructuredOutput | None = None
     """A forced call (tool_choice required / named), as a grammar."""
+    callable: list[dict] | None = None
+    """The tools a call may name: all offered ones, or OpenAI's allowed_tools subset."""
+    required: bool = False
+    """tool_choice forces a call (required / any / a named tool)."""
 
 
 def openai_tools(tools: list | None, param: str = "tools") -> list[dict]:
@@ -70,6 +75,10 @@ def anthropic_tools(tools: list | None) -> list[dict]:
 def plan_tools(served, tools: list[dict], tool_choice, choice_param: str = "tool_choice") -> ToolPlan:
     """`tools` already in OpenAI's shape; tool_choice in either API's shape (errors name it `choice_param`)."""
     kind = tool_choice.get("type") if isinstance(tool_choice, dict) else tool_choice
+    callable_tools = tools
+    if kind == "allowed_tools":
+        callable_tools, tool_choice = _allowed_tools(tools, tool_choice, choice_param)
+        kind = tool_choice
     if kind is not None and kind not in ("none", "auto", "required", "any", "function", "tool"):
         raise APIError(400, f"{choice_param}: unknown choice {kind!r}", param=choice_param)
     if not tools or kind == "none":
@@ -79,13 +88,50 @@ def plan_tools(served, tools: list[dict], tool_choice, choice_param: str = "tool
     in_template = served.template_supports_tools
     fmt = (served.tool_format if in_template else None) or PROMPT_FORMAT
     try:
-        forced = forced_tools(tools, tool_choice)
-        constraint = call_constraint(fmt, tools, tool_choice).lark() if forced else None
+        forced = forced_tools(callable_tools, tool_choice)
+        constraint = call_constraint(fmt, callable_tools, tool_choice).lark() if forced else None
     except ToolParserError as e:
         why = str(e).removeprefix("tool_choice ")
         raise APIError(400, f"{choice_param}: {why}", param=choice_param) from None
     so = StructuredOutput(grammar=constraint) if constraint else None
-    return ToolPlan(tools, in_template, fmt, so)
+    return ToolPlan(tools, in_template, fmt, so, callable_tools, bool(forced))
+
+
+def _allowed_tools(tools: list[dict], choice: dict, param: str) -> tuple[list[dict], str]:
+    """OpenAI's `{"type": "allowed_tools", "allowed_tools": {"mode", "tools"}}` -> (the callable
+    subset of tools, "auto" or "required"). All tools stay in the prompt (it stays cacheable)."""
+    spec = choice.get("allowed_tools")
+    if not isinstance(spec, dict):
+        raise APIError(400, f"{param}.allowed_tools: is required (an object with mode and tools)",
+                       param=f"{param}.allowed_tools")
+    mode = spec.get("mode", "auto")
+    if mode not in ("auto", "required"):
+        raise APIError(400, f"{param}.allowed_tools.mode: must be 'auto' or 'required', got {mode!r}",
+                       param=f"{param}.allowed_tools.mode")
+    wanted = spec.get("tools")
+    if not isinstance(wanted, list) or not wanted:
+        raise APIError(400, f"{param}.allowed_tools.tools: must be a non-empty list of tools",
+                       param=f"{param}.allowed_tools.tools")
+    offered = {t["function"]["name"]: t for t in tools}
+    names = []
+    for i, w in enumerate(wanted):
+        fn = w.get("function") if isinstance(w, dict) else None
+        name = fn.get("name") if isinstance(fn, dict) else (w.get("name") if isinstance(w, dict) else None)
+        if name not in offered:
+            where = f"{param}.allowed_tools.tools[{i}]"
+            raise APIError(400, f"{where}: {name!r} is not one of the tools", param=where)
+        names.append(name)
+    return [offered[n] for n in dict.fromkeys(names)], mode
+
+
+def guard_constraint(served, plan: ToolPlan, prompt_text: str, parallel: bool, guard) -> StructuredOutput | None:
+    """The lazy call grammar of `tool_choice: auto` when the tool guard's mode has a grammar;
+    None when a forced call has its own, or the format has no triggers."""
+    if not guard.grammar or not plan.tools or plan.required:
+        return None
+    grammar = lazy_tool_grammar(plan.parse_format, plan.callable or [], parallel, reasoning=served.knows_reasoning,
+                                starts_in_reasoning=served.starts_in_reasoning(prompt_text))
+    return StructuredOutput(grammar=grammar) if grammar else None
 
 
 def prompt_messages(served, plan: ToolPlan, messages: list[dict]) -> list[dict]:

@@ -39,6 +39,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--max-tokens-limit", type=int, default=0,
                      help="largest max_tokens a request may ask for (default: the context length)")
     net.add_argument("--max-body-mb", type=float, default=16, help="largest request body in MiB (default: %(default)s)")
+    net.add_argument("--tool-guard", default="guard", metavar="MODE",
+                     help="tool calls: guard (call grammar, validation, retries), grammar (the grammar only) or "
+                          "off (parse only); a request may pick its own with hearth.tool_guard (default: %(default)s)")
+    net.add_argument("--tool-guard-retries", type=int, default=3, metavar="N",
+                     help="retries the guard may spend on a request whose calls fail (default: %(default)s)")
     net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
@@ -78,9 +83,10 @@ def main(args: argparse.Namespace) -> int:
     from hearth.api.app import create_app
     from hearth.commands.serve_models import build_pool
 
+    config = server_config(args)  # a bad --tool-guard fails before any model loads
     pool = build_pool(args)
     pool.preload()
-    return run_server(create_app(pool, server_config(args)), args, pool.ids_text())
+    return run_server(create_app(pool, config), args, pool.ids_text())
 
 
 def engine_args(args: argparse.Namespace) -> dict:
@@ -96,10 +102,12 @@ def engine_args(args: argparse.Namespace) -> dict:
 
 def server_config(args: argparse.Namespace):
     from hearth.api.app import ServerConfig
+    from hearth.tool_guard import GuardConfig
 
     return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
-                        max_tokens=args.max_tokens_limit)
+                        max_tokens=args.max_tokens_limit,
+                        tool_guard=GuardConfig(getattr(args, "tool_guard", "guard"), getattr(args, "tool_guard_retries", 3)))
 
 
 def run_server(app, args: argparse.Namespace, names: str) -> int:

@@ -17,18 +17,14 @@ from hearth.evals.validity import call_errors, looks_like_call
 MAX_STEPS = 10
 MAX_TOKENS = 512
 """Per request: a few parallel calls fit easily; a model that rambles past it is cut, as any client would."""
-MODES = ("bare",)
-"""Modes the server has now. `bare` is today's parse-only behaviour."""
-LATER = ("grammar", "guard")
-"""Modes of issue 20's tool guard: refused until the server implements them, so a run is never
-labelled with a mode the server silently ignored."""
+MODES = {"bare": "off", "grammar": "grammar", "guard": "guard"}
+"""Eval mode -> the server's hearth.tool_guard: `bare` is the parse-only server (`off`), `grammar`
+the call grammar alone, `guard` grammar, validation and retries (issue 20)."""
 
 Post = Callable[[dict], tuple[int, dict]]
 
 
 def check_mode(mode: str) -> None:
-    if mode in LATER:
-        raise HearthError(f"--mode {mode}: the server has no tool guard yet (issue 20); modes now: {', '.join(MODES)}")
     if mode not in MODES:
         raise HearthError(f"--mode {mode!r}: unknown; modes: {', '.join(MODES)}")
 
@@ -64,7 +60,7 @@ class ChatClient:
 
     def chat(self, messages: list[dict], toolset: ToolSet) -> Reply:
         body = {"messages": messages, "tools": toolset.tools, "temperature": 0, "max_tokens": self.max_tokens,
-                "hearth": {"tool_guard": self.mode}}
+                "hearth": {"tool_guard": MODES[self.mode]}}
         t0 = time.perf_counter()
         status, resp = self.post(body)
         ex = Exchange(time.perf_counter() - t0)
@@ -73,7 +69,7 @@ class ChatClient:
             err = resp.get("error") if isinstance(resp, dict) else None
             return Reply({}, error=f"HTTP {status}: {err.get('message') if isinstance(err, dict) else err}")
         ext = resp.get("hearth") if isinstance(resp.get("hearth"), dict) else {}
-        if ext.get("tool_guard") not in (None, self.mode):
+        if ext.get("tool_guard") not in (None, MODES[self.mode]):
             raise HearthError(f"asked for mode {self.mode} but the server ran {ext['tool_guard']}")
         retries = ext.get("retries", 0)
         ex.retries = len(retries) if isinstance(retries, list) else int(retries or 0)

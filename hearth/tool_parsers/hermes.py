@@ -12,8 +12,9 @@ from hearth.tool_parsers.types import ToolCall
 START = "<tool_call>"
 END = "</tool_call>"
 # small models given the tool prompt often drop the tags and write the call's JSON alone (or
-# fenced): an output that begins so is held to the end and parsed as a call region
-LEADS = ("{", "```json")
+# fenced, or as `<function=NAME>{...}</function>`): an output that begins so is held to the end
+# and parsed as a call region (the tool guard's lazy grammar triggers on the same openers)
+LEADS = ("{", "```json", "<function=")
 
 
 def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:

@@ -9,7 +9,7 @@ need no JSON escaping:
     </function>
     </tool_call>
 
-A value is JSON-decoded when it is valid JSON, else kept as a string; where the tool's schema
+A function body that is a JSON object is the arguments whole. A value is JSON-decoded when it is valid JSON, else kept as a string; where the tool's schema
 types the parameter, the schema wins (a `string` stays a string even if it reads `42`). A tag body
 that is JSON instead of XML is parsed as hermes JSON."""
 
@@ -38,6 +38,9 @@ def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:
     schemas = tool_parameters(tools)
     calls = []
     for name, body in _FUNCTION.findall(text):
+        if body.strip().startswith("{"):  # `<function=NAME>{"city": "Paris"}</function>` (Llama 3.1's form)
+            calls.append(to_call({"name": name, "arguments": loads_lenient(body.strip())}, tools))
+            continue
         properties = schemas.get(name.strip(), {}).get("properties", {})
         args = {key.strip(): _value(raw, properties.get(key.strip()))
                 for key, raw in _PARAMETER.findall(body)}

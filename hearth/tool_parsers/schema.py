@@ -35,7 +35,9 @@ class CallConstraint:
         model's vocabulary ([TOOL_CALLS], <|python_tag|>) need the grammar's token syntax instead."""
         body = [json.dumps(self.prefix)] if self.prefix else []
         body += ["call"] + ([json.dumps(self.suffix)] if self.suffix else [])
-        return f"start: {' '.join(body)}\ncall: %json {json.dumps(self.schema)}\n"
+        # bounded layout between JSON tokens: with any amount a small model may pad forever
+        schema = {**self.schema, "x-guidance": {"whitespace_pattern": r"[ \t\n]{0,4}"}}
+        return f"start: {' '.join(body)}\ncall: %json {json.dumps(schema)}\n"
 
 
 def forced_tools(tools: list[dict] | None, tool_choice: str | dict | None) -> list[str] | None:

@@ -11,8 +11,6 @@ from tests.evals.test_tool_report import ROWS
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--mode", "guard"], "--mode guard: the server has no tool guard yet"),
-    (["--mode", "grammar"], "--mode grammar"),
     (["--mode", "nope"], "--mode 'nope': unknown"),
     (["--categories", "simple_python,simple_java"], "--categories: unknown simple_java"),
     (["--limit", "-1"], "--limit must be 0"),

@@ -45,3 +45,18 @@ def test_eval_tools_sample(model_path, tmp_path, capsys):
     again.write_text(out.read_text())
     assert main(["eval", "tools", "--compare", str(out), str(again)]) == 0
     assert "overall" in capsys.readouterr().out
+
+
+def test_eval_tools_guard_mode_end_to_end(model_path, tmp_path, capsys):
+    """`--mode guard`: the same items through the server's tool guard (lazy call grammar, validation,
+    retries); every call the model made is a valid call of an offered tool."""
+    out = tmp_path / "guard.jsonl"
+    ids = ["simple_python_97", "parallel_7", "irrelevance_8"]
+    assert main(["eval", "tools", str(model_path("qwen2.5-coder-0.5b")), "--mode", "guard", "--ids", ",".join(ids),
+                 "--out", str(out), "--max-model-len", "8192"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["id"] for r in rows) == sorted(ids) and all(r["mode"] == "guard" for r in rows)
+    for r in rows:
+        assert r["result"] in ("pass", "fail") and all(t > 0 for t in r["prompt_tokens"])
+        assert r["valid_calls"] == r["called"] or r["retries"] > 0, r  # the guard let no invalid call through unretried
+    assert "95% CI (Wilson)" in capsys.readouterr().out

@@ -4,6 +4,7 @@ hand-written backend of fake_bfcl in a real child process."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -63,7 +64,7 @@ def test_single_turn_scored_on_the_first_response(wheel):
     r = run_item(item, ChatClient(post, "bare"), None)
     assert r.passed, r.reason
     body = post.bodies[0]
-    assert body["hearth"] == {"tool_guard": "bare"} and body["temperature"] == 0
+    assert body["hearth"] == {"tool_guard": "off"} and body["temperature"] == 0
     assert body["tools"][0]["function"]["name"] == "geo_area"
     row = r.row({"mode": "bare"})
     assert row["result"] == "pass" and row["called"] == 1 and row["valid_calls"] == 1 and row["prompt_tokens"] == [50]
@@ -94,9 +95,11 @@ def test_server_errors_fail_the_item(wheel):
     assert not r.passed and r.reason == "HTTP 400: prompt too long"
 
 
-def test_modes_of_the_guard_are_refused_until_it_lands():
-    with pytest.raises(HearthError, match="no tool guard yet"):
-        ChatClient(Scripted(), "guard")
+def test_modes_travel_as_hearth_tool_guard():
+    for mode, sent in (("bare", "off"), ("grammar", "grammar"), ("guard", "guard")):
+        post = Scripted(text("hi"))
+        ChatClient(post, mode).chat([{"role": "user", "content": "hi"}], SimpleNamespace(tools=[]))
+        assert post.bodies[-1]["hearth"] == {"tool_guard": sent}
     with pytest.raises(HearthError, match="unknown"):
         ChatClient(Scripted(), "strict")
 

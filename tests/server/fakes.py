@@ -41,6 +41,20 @@ SCRIPTS = {
     "fail": ["partial"],
     "slow": ["tick"],
 }
+# scripts whose k-th request (a retry of the tool guard is another request) says ATTEMPTS[name][k];
+# past the end it says the last one again
+ATTEMPTS = {
+    "guard_unknown": [["Let me check.", "\n<tool_call>\n{\"name\": \"get_wether\", \"arguments\": {\"city\": \"Paris\"}}",
+                       "\n</tool_call>"], [WEATHER_CALL]],
+    "guard_bad_args": [['<tool_call>\n{"name": "get_weather", "arguments": {"town": "Paris"}}\n</tool_call>'],
+                       ['<tool_call>\n{"name": "get_weather", "arguments": {"city": 7}}\n</tool_call>'],
+                       [WEATHER_CALL]],
+    "guard_coerce": [['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": "3"}}\n</tool_call>']],
+    "guard_text": [["It is sunny."], [WEATHER_CALL]],
+    "guard_second_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "get_wether", "arguments": {}}\n</tool_call>'],
+                         [WEATHER_CALL.replace("Paris", "Rome")]],
+    "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
+}
 PACED = {"markdown": 0.05}
 """Seconds between a script's pieces, where a client must see them arrive apart (the chat page's tok/s)."""
 TEMPLATE = """{%- if tools %}<|im_start|>system
@@ -142,6 +156,7 @@ class FakeEngine:
         self.live: set[str] = set()
         self.cached = 0
         self.started = self.stopped = False
+        self.attempts: dict[str, int] = {}
 
     def start(self) -> None:
         self.started = True
@@ -162,6 +177,9 @@ class FakeEngine:
         found = re.findall(r"script:([a-z_]+)", prompt)
         script = found[-1] if found else ""
         pieces = SCRIPTS.get(script, ["ok"])
+        if script in ATTEMPTS:
+            k = self.attempts[script] = self.attempts.get(script, -1) + 1
+            pieces = ATTEMPTS[script][min(k, len(ATTEMPTS[script]) - 1)]
         return FakeStream(self, request_id, pieces, script, len(prompt_ids), params)
 
     @property

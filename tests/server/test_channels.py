@@ -67,8 +67,12 @@ def test_tool_call_whole(fake):
     assert json.loads(call.function.arguments) == {"city": "Paris"}
 
 
+OFF = {"extra_body": {"hearth": {"tool_guard": "off"}}}
+"""The parse-only server: calls stream as they are written (the guard sends each once it validated)."""
+
+
 def test_tool_call_streamed(fake):
-    chunks = stream_chat(fake, "tool", tools=[WEATHER])
+    chunks = stream_chat(fake, "tool", tools=[WEATHER], **OFF)
     deltas = [c.choices[0].delta for c in chunks]
     calls = [tc for d in deltas for tc in d.tool_calls or []]
     # OpenAI's way: the first delta has the id and name, the next ones only arguments
@@ -92,6 +96,7 @@ def test_call_arguments_stream_as_they_are_written(fake, legacy):
     """Each piece of the model's arguments goes out when it arrives; joined, they are the call's
     final arguments (the same string a whole response gives)."""
     kw = {"functions": [WEATHER["function"]]} if legacy else {"tools": [WEATHER]}
+    kw |= OFF
     whole = chat(fake, "tool_pieces", **kw).choices[0].message
     args = (whole.function_call if legacy else whole.tool_calls[0].function).arguments
     deltas = [c.choices[0].delta for c in stream_chat(fake, "tool_pieces", **kw)]

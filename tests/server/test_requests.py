@@ -130,8 +130,11 @@ def test_anthropic_tool_choice(fake):
 def test_tool_choice_none_and_auto(fake):
     r = chat(fake, "tool", tools=[WEATHER], tool_choice="none")
     assert "get_weather" not in fake.last.prompt and r.choices[0].message.tool_calls is None
-    r = chat(fake, "tool", tools=[WEATHER], tool_choice="auto")
+    r = chat(fake, "tool", tools=[WEATHER], tool_choice="auto", extra_body={"hearth": {"tool_guard": "off"}})
     assert "get_weather" in fake.last.prompt and fake.last.params.structured_output is None
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
+    r = chat(fake, "tool", tools=[WEATHER], tool_choice="auto")  # the guard's lazy grammar
+    assert "<tool_call>" in fake.last.params.structured_output.grammar
     assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
 
 

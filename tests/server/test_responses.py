@@ -170,11 +170,25 @@ def test_template_without_tools_gets_them_in_the_system_prompt(make_fake):
 
 
 def test_function_call_arguments_stream_as_written(fake):
+    # the parse-only server (tool guard off): the guard sends a call once it validated
     events = _events(fake.openai.responses.create(model="fake-model", input="script:tool_pieces", tools=[WEATHER],
-                                                  stream=True))
+                                                  stream=True, extra_body={"hearth": {"tool_guard": "off"}}))
     added = next(e for e in events if e.type == "response.output_item.added")
     assert added.item.type == "function_call" and added.item.name == "get_weather" and added.item.call_id
     deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
     done = next(e for e in events if e.type == "response.function_call_arguments.done")
     assert len(deltas) >= 3 and "".join(deltas) == done.arguments
     assert json.loads(done.arguments) == {"city": "Paris", "days": 3}
+
+
+def test_guarded_response_retries_and_reports(fake):
+    r = fake.client.post("/v1/responses", json={"model": "fake-model", "input": "script:guard_unknown",
+                                                "tools": [WEATHER]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    calls = [i for i in body["output"] if i["type"] == "function_call"]
+    assert [c["name"] for c in calls] == ["get_weather"] and body["hearth"]["retries"][0]["kind"] == "resample"
+    # a follow-up renders the stored conversation anew (the retried output continues no single prompt)
+    follow = fake.client.post("/v1/responses", json={"model": "fake-model", "previous_response_id": body["id"],
+                                                     "input": "thanks"})
+    assert follow.status_code == 200 and "get_wether" not in fake.last.prompt

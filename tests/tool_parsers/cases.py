@@ -155,6 +155,9 @@ CASES = {
         "qwen_xml", "<tool_call>\n<function=add>\n<parameter=a>\n1\n<parameter=b>\n2\n</function>\n</tool_call>",
         "", [ADD]),
     "qwen_xml_json_body": Case("qwen_xml", tag(ADD_JSON), "", [ADD]),
+    "qwen_xml_function_json_body": Case("qwen_xml", tag('<function=add>{"a": 1, "b": 2}</function>'), "", [ADD]),
+    # a hermes model that opens with Llama 3.1's <function=NAME>{...} (the tool guard's lazy grammar takes it too)
+    "hermes_function_lead": Case("hermes", '<function=add>{"a": 1, "b": 2}</function>', "", [ADD]),
     "qwen_xml_unknown": Case("qwen_xml", tag(xml("nope")), tag(xml("nope")), []),
     "qwen_xml_typed_repair": Case(
         "qwen_xml", "<tool_call><function=add><parameter=a>True</parameter><parameter=b>2</parameter></function>"

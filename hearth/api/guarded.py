@@ -1,0 +1,276 @@
+"""The tool guard's attempts for each choice of a chat completion (the decisions are
+hearth.tool_guard's; this runs them on the engine).
+
+An attempt streams its text as it comes and holds its calls back. When it ends, its calls are
+checked against the callable tools' schemas (safe coercions applied). A clean attempt ends the
+choice; a failed one is retried within the request: first the call alone, resampled under the
+forced call grammar after the text that preceded it (the prompt plus that text: a prefix-cache hit),
+then re-prompts that feed the error back in the tool channel (the conversation so far is again a
+cached prefix). When retries run out, the last attempt is returned as it parsed. Never a 500."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+
+from hearth.api.choices import Update
+from hearth.api.errors import APIError
+from hearth.api.generate import Generation
+from hearth.errors import HearthError
+from hearth.sampling_params import SamplingParams, StructuredOutput
+from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
+                               triggers_for)
+from hearth.tool_guard.checks import NO_CALL, Checked
+from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint
+from hearth.tool_parsers.types import tool_parameters
+
+CLOSERS = ("</tool_call>", "</function>")
+NO_RETRY_FINISH = ("length", "abort")
+"""A call cut by max_tokens would be cut again: reported, not retried."""
+
+
+@dataclass(slots=True)
+class GuardSetup:
+    """What the route hands the guard for one request."""
+    engine: object
+    metrics: object
+    prompt_ids: list[int]
+    params: SamplingParams
+    make_parser: Callable[[], object]
+    """A fresh OutputParser that accepts any tool name (the guard checks names itself)."""
+    schemas: dict[str, dict]
+    """Callable tool name -> its arguments schema."""
+    required: bool
+    fmt: str
+    grammar: str
+    """"lazy", "forced" or "none": what the first attempt's params carry."""
+    forced: StructuredOutput | None
+    """The call grammar from the first token, for resampling a failed call."""
+    reprompt: Callable[[list[dict]], list[int]]
+    """Extra OpenAI messages -> the prompt ids of the conversation with them appended."""
+    config: GuardConfig
+    token_bytes: Callable[[int], bytes]
+    client_logprobs: bool
+    request_id: str
+
+
+class GuardedChoices:
+    """The PlainChoices interface (hearth.api.choices) over guarded attempts, n choices."""
+
+    def __init__(self, setup: GuardSetup):
+        self.setup = setup
+        self.request_id = setup.request_id
+        p = setup.params
+        self.choices: list[_Choice] = []
+        try:  # the first attempts are queued now: a prompt the engine refuses is the request's error
+            for j in range(p.n):
+                self.choices.append(_Choice(setup, j, replace(p, n=1, seed=None if p.seed is None else p.seed + j)))
+        except BaseException:
+            self.abort()
+            raise
+
+    @property
+    def n(self) -> int:
+        return len(self.choices)
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return sum(c.prompt_tokens for c in self.choices)
+
+    @property
+    def num_cached_tokens(self) -> int:
+        return sum(c.cached_tokens for c in self.choices)
+
+    def report(self, i: int) -> dict:
+        return self.choices[i].report.as_dict()
+
+    def abort(self) -> None:
+        for c in self.choices:
+            c.abort()
+
+    async def updates(self) -> AsyncIterator[tuple[int, Update]]:
+        try:
+            if self.n == 1:
+                async for u in self.choices[0].run():
+                    yield 0, u
+                return
+            queue: asyncio.Queue = asyncio.Queue()
+            tasks = [asyncio.create_task(_pump(i, c, queue)) for i, c in enumerate(self.choices)]
+            try:
+                remaining = self.n
+                while remaining:
+                    i, item = await queue.get()
+                    if item is None:
+                        remaining -= 1
+                    elif isinstance(item, BaseException):
+                        raise item
+                    else:
+                        yield i, item
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.abort()
+
+
+async def _pump(i: int, choice, queue: asyncio.Queue) -> None:
+    try:
+        async for u in choice.run():
+            queue.put_nowait((i, u))
+    except HearthError as e:
+        queue.put_nowait((i, e))
+    finally:
+        queue.put_nowait((i, None))
+
+
+class _Choice:
+    def __init__(self, setup: GuardSetup, index: int, params: SamplingParams):
+        self.s, self.index, self.params = setup, index, params
+        self.report = GuardReport(setup.config.mode, setup.grammar)
+        self._done = [0, 0]  # prompt and cached tokens of the attempts that ended
+        self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
+        self._gen = self._start(setup.prompt_ids, params, 0)
+        self._counted = False
+
+    def _start(self, ids: list[int], params: SamplingParams, attempt: int) -> Generation:
+        s = self.s
+        return Generation(s.engine, ids, params, s.metrics, request_id=f"{s.request_id}-{self.index}-{attempt}")
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self._done[0] + (self._gen.num_prompt_tokens if not self._counted else 0)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self._done[1] + (self._gen.num_cached_tokens if not self._counted else 0)
+
+    def abort(self) -> None:
+        self._gen.abort()
+
+    async def run(self) -> AsyncIterator[Update]:
+        s, ids, params = self.s, self.s.prompt_ids, self.params
+        for attempt in range(s.config.retries + 1):
+            trace, held, last, passed = TokenTrace(s.token_bytes), [], None, []
+            parser = s.make_parser()
+            if attempt:
+                self._gen, self._counted = self._start(ids, params, attempt), False
+            async for _, out in self._gen.outputs():
+                trace.add(out.new_text, out.new_token_ids, out.new_logprobs)
+                events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
+                passed = [e for e in events if isinstance(e, (ContentDelta, ReasoningDelta))]
+                held += [e.call for e in events if isinstance(e, ToolCallEvent)]
+                last = out
+                yield Update(passed, out.new_token_ids, self._logprobs(out))
+            self._count(trace)
+            checked = check_calls(held, s.schemas, s.required)
+            self._note(checked)
+            done = checked.ok or attempt == s.config.retries or (last is not None and last.finish_reason in NO_RETRY_FINISH)
+            nxt = None if done else self._retry(attempt, checked, held, trace, last, ids, params)
+            if nxt is None:
+                yield self._final(held, checked, trace, last)
+                return
+            ids, params = nxt
+
+    def _retry(self, attempt: int, checked: Checked, held: list, trace: TokenTrace, last, ids: list[int],
+               params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
+        """The next attempt's prompt and params: resample first, then re-prompt; None: no retry possible."""
+        s, problem = self.s, checked.problems[0]
+        if attempt == 0 and s.forced is not None:
+            self.report.retries.append(Retry("resample", problem.kind, problem.message))
+            return ids + self._before(problem, held, checked, trace, last), replace(params, structured_output=s.forced)
+        self._kept, self.report.calls = [], []  # a re-prompt answers afresh
+        self.report.retries.append(Retry("reprompt", problem.kind, problem.message))
+        try:
+            new_ids = s.reprompt(retry_messages(trace.text, problem, list(s.schemas)))
+        except (APIError, HearthError) as e:  # the conversation no longer fits: keep what there is
+            self.report.retries.pop()
+            self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
+            return None
+        return new_ids, self.params
+
+    def _before(self, problem, held: list, checked: Checked, trace: TokenTrace, last) -> list[int]:
+        """The tokens the resample continues from: all of a text answer (less its end-of-turn token),
+        or what precedes the failed call (the valid calls before it are kept)."""
+        if problem.kind == NO_CALL:
+            ended = last is not None and last.finish_reason == "stop" and not isinstance(last.stop_reason, str)
+            return trace.token_ids[:-1] if ended and trace.token_ids else list(trace.token_ids)
+        spans = call_spans(trace.text, triggers_for(self.s.fmt), CLOSERS)
+        k = next((i for i, c in enumerate(held) if c is problem.call), 0)
+        if len(spans) != len(held):  # calls not all at openers: resample from the first
+            self._kept, k = [], 0
+        else:
+            self._kept = checked.calls[:k]
+            self.report.calls = [{"id": c.id, "name": c.name, "confidence": trace.min_prob(*spans[i])}
+                                 for i, c in enumerate(self._kept)]
+        return trace.prefix_tokens(spans[k][0] if spans else 0)
+
+    def _count(self, trace: TokenTrace) -> None:
+        gen = self._gen
+        self._done[0] += gen.num_prompt_tokens
+        self._done[1] += gen.num_cached_tokens
+        self._counted = True
+        if self.report.retries:
+            r = self.report.retries[-1]
+            self.report.retries[-1] = replace(r, prompt_tokens=gen.num_prompt_tokens, cached_tokens=gen.num_cached_tokens,
+                                              completion_tokens=len(trace.token_ids))
+
+    def _note(self, checked: Checked) -> None:
+        self.report.validation_errors += [p.message for p in checked.problems]
+        if self.s.config.mode == "guard":  # the grammar alone changes nothing: no coercions to report
+            self.report.coercions += [{"call": checked.calls[i].name, **c.as_dict()} for i, c in checked.coercions]
+
+    def _final(self, held: list, checked: Checked, trace: TokenTrace, last) -> Update:
+        """The choice's calls (validated, or as they came once retries ran out) and its finish."""
+        s = self.s
+        if s.config.mode != "guard":  # the grammar alone: calls as parsed, problems only reported
+            calls = held
+        else:
+            calls = self._kept + (checked.calls if checked.ok else [c for c in checked.calls if c.name in s.schemas])
+        # given up: a call of no offered tool goes back as the text it was, as without the guard
+        unknown = [ContentDelta(_call_text(c)) for c in held if c.name not in s.schemas]
+        if not checked.ok:
+            self.report.outcome = "unresolved"
+        spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
+        self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
+        new = calls[len(self._kept):]  # calls this attempt wrote (kept ones were scored where written)
+        for k, call in enumerate(new):
+            span = spans[k] if len(spans) == len(new) else (spans[0][0], spans[-1][1]) if spans else None
+            conf = trace.min_prob(*span) if span else None
+            self.report.calls.append({"id": call.id, "name": call.name, "confidence": conf})
+        events = unknown + [ToolCallEvent(k, c) for k, c in enumerate(calls)]
+        if hasattr(s.metrics, "observe_guard"):
+            s.metrics.observe_guard(self.report)
+        if last is None:
+            return Update(events, finished=True, finish_reason="stop")
+        return Update(events, [], None, True, last.finish_reason, last.stop_reason)
+
+    def _logprobs(self, out):
+        return out.new_logprobs if self.s.client_logprobs else None
+
+
+def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: SamplingParams, config: GuardConfig,
+                client_logprobs: bool, grammar: str, reprompt: Callable[[list[dict]], list[int]]) -> GuardSetup:
+    """The setup of a request with tools under `config` (grammar or guard)."""
+    callable_tools = plan.callable or []
+    forced = plan.constraint
+    if forced is None and config.retries:
+        forced = StructuredOutput(grammar=call_constraint(plan.parse_format, callable_tools, "required").lark())
+    # the guard sees calls of unknown tools (to retry them); the grammar alone parses as the server always did
+    tools = None if config.mode == "guard" else plan.tools
+    starts = served.starts_in_reasoning(prompt)
+
+    def make_parser() -> OutputParser:
+        return OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts)
+
+    token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())
+    return GuardSetup(served.engine, metrics, ids, params, make_parser, tool_parameters(callable_tools), plan.required,
+                      plan.parse_format, grammar, forced, reprompt, config, token_bytes, client_logprobs,
+                      uuid.uuid4().hex)
+
+
+def _call_text(call) -> str:
+    return f'{{"name": {json.dumps(call.name)}, "arguments": {call.arguments}}}'

@@ -1,0 +1,51 @@
+"""Where a request's tools meet the tool guard: the request's `hearth` extensions and the server's
+default pick the mode; `off` (or no tools) parses one Generation as the server always did
+(PlainChoices), `grammar` and `guard` run guarded attempts (hearth.api.guarded) with the lazy call
+grammar in `auto`. Every route with tools builds its choices here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hearth.api.choices import PlainChoices
+from hearth.api.extensions import parse_extensions
+from hearth.api.generate import Generation
+from hearth.api.guarded import GuardedChoices, guard_setup
+from hearth.api.parsing import output_parser
+from hearth.api.sampling import make_params
+from hearth.api.tools import ToolPlan, guard_constraint
+from hearth.errors import HearthError
+
+
+def build_choices(served, state, plan: ToolPlan, prompt: str, ids: list[int], fields: dict, field_names: dict | None,
+                  raw_ext, parallel: bool, reprompt: Callable[[list[dict]], list[int]],
+                  request_id: str | None = None) -> tuple[PlainChoices | GuardedChoices, int | None]:
+    """(the choices, the logprobs the client asked for). `fields`: SamplingParams fields (see
+    hearth.api.sampling.make_params); `reprompt`: extra OpenAI messages -> prompt ids."""
+    metrics = state.metrics.of(served.name)
+    ext = parse_extensions(raw_ext, state.config.tool_guard)
+    guard = ext.tool_guard if plan.tools and ext.tool_guard.mode != "off" else None
+    lazy = guard_constraint(served, plan, prompt, parallel, guard) if guard and fields["structured_output"] is None else None
+    fields = dict(fields)
+    if lazy is not None:
+        fields["structured_output"] = lazy
+    client_k = fields.get("logprobs")
+    if guard is not None and client_k is None:
+        fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
+    params = make_params(fields, state.limits, served.max_model_len, field_names)
+    if guard is None:
+        gen = Generation(served.engine, ids, params, metrics, request_id=request_id)
+        return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)]), client_k
+    grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
+    setup = guard_setup(served, metrics, plan, prompt, ids, params, guard, client_k is not None, grammar, reprompt)
+    if request_id:
+        setup.request_id = request_id
+    return GuardedChoices(setup), client_k
+
+
+def reprompt_ids(served, text: str, max_tokens: int | None) -> list[int]:
+    """A re-prompt's rendered text as ids; a HearthError when no room is left to answer."""
+    ids = served.encode_chat_text(text)
+    if len(ids) + (max_tokens or 1) > served.max_model_len:
+        raise HearthError(f"a re-prompt of {len(ids)} tokens would not leave room for the answer")
+    return ids

@@ -1,0 +1,68 @@
+"""How sure the model was of each call: the lowest probability of a sampled token inside the call
+(raw model probabilities, as the engine's logprobs). Tokens are placed on the output's bytes as
+they arrive; a call's span runs from its opener to its close (or the next opener)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from hearth.tool_guard.triggers import Trigger
+
+
+class TokenTrace:
+    """The output so far: its text and (byte start, byte end, logprob) per sampled token."""
+
+    def __init__(self, token_bytes: Callable[[int], bytes]):
+        self._bytes = token_bytes
+        self.text = ""
+        self.token_ids: list[int] = []
+        self.spans: list[tuple[int, int, float | None]] = []
+        self._end = 0
+
+    def add(self, text: str, token_ids: list[int], logprobs: list[dict] | None) -> None:
+        """One engine output: its text and tokens. When the tokens' bytes add up to the text's, each
+        gets its own span; otherwise (special tokens skipped, a fake tokenizer) they share the piece's."""
+        start, n = self._end, len(text.encode())
+        self.text += text
+        self._end += n
+        lps = [(e or {}).get(t) for t, e in zip(token_ids, logprobs or [None] * len(token_ids))]
+        sizes = [len(self._bytes(t)) for t in token_ids]
+        exact = sum(sizes) == n
+        at = start
+        for size, lp in zip(sizes, lps):
+            span = (at, at + size) if exact else (start, start + n)
+            self.spans.append((*span, lp))
+            at += size
+        self.token_ids += token_ids
+
+    def prefix_tokens(self, byte_offset: int) -> list[int]:
+        """The tokens that end at or before byte_offset (what precedes a call, to resample from)."""
+        return [t for t, (_, end, _) in zip(self.token_ids, self.spans) if end <= byte_offset]
+
+    def min_prob(self, start: int, end: int) -> float | None:
+        lps = [lp for a, b, lp in self.spans if a < end and b > start and lp is not None]
+        return round(math.exp(min(lps)), 6) if lps else None
+
+
+def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...]) -> list[tuple[int, int]]:
+    """Byte spans of the call regions in an output, in order: from each opener to its closer."""
+    starts = sorted({m.start() for t in triggers for m in _matches(t, text)})
+    spans = []
+    for k, s in enumerate(starts):
+        stop = starts[k + 1] if k + 1 < len(starts) else len(text)
+        ends = [text.find(c, s, stop) for c in closers]
+        e = min((x + len(c) for x, c in zip(ends, closers) if x >= 0), default=stop)
+        spans.append((len(text[:s].encode()), len(text[:e].encode())))
+    return spans
+
+
+def _matches(t: Trigger, text: str):
+    if t.at_start:
+        m = t.search(text)
+        return [m] if m else []
+    out, pos = [], 0
+    while (m := t.search(text, pos)) is not None:
+        out.append(m)
+        pos = m.end()
+    return out

@@ -1,0 +1,42 @@
+"""The switch: which tool layer a request gets. `off` is the parse-only server of before; `grammar`
+adds the call grammar (lazy in `auto`); `guard` adds validation, safe coercion and retries."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hearth.errors import HearthError
+
+MODES = ("guard", "grammar", "off")
+DEFAULT_MODE = "guard"
+DEFAULT_RETRIES = 3
+
+
+class ToolGuardError(HearthError):
+    """An unknown mode or a bad retry count."""
+
+
+def check_mode(value: object, where: str = "tool_guard") -> str:
+    if value not in MODES:
+        raise ToolGuardError(f"{where}: unknown mode {value!r}; modes: {', '.join(MODES)}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class GuardConfig:
+    mode: str = DEFAULT_MODE
+    max_retries: int = DEFAULT_RETRIES
+
+    def __post_init__(self) -> None:
+        check_mode(self.mode, "--tool-guard")
+        if not 0 <= self.max_retries <= 10:
+            raise ToolGuardError(f"--tool-guard-retries: must be in [0, 10], got {self.max_retries}")
+
+    @property
+    def grammar(self) -> bool:
+        return self.mode in ("grammar", "guard")
+
+    @property
+    def retries(self) -> int:
+        """Retries a request may spend: only the guard retries."""
+        return self.max_retries if self.mode == "guard" else 0

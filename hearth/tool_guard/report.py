@@ -1,0 +1,50 @@
+"""What the layer did for one choice: the `hearth` extension field of a response, and what the
+Prometheus counters count. Later steps (rescue, workflow nudges, compaction) add their own keys
+through `notes`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    kind: str
+    """"resample" (the call again under the forced grammar, after the text before it) or
+    "reprompt" (the error fed back in the tool channel)."""
+    reason: str
+    """The problem kind: unknown_tool, invalid_arguments, no_call."""
+    error: str
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict:
+        return {"kind": self.kind, "reason": self.reason, "error": self.error, "prompt_tokens": self.prompt_tokens,
+                "cached_tokens": self.cached_tokens, "completion_tokens": self.completion_tokens}
+
+
+@dataclass(slots=True)
+class GuardReport:
+    mode: str
+    grammar: str = "none"
+    """"lazy" (free until a call starts), "forced" (a call from the first token) or "none"."""
+    triggered: bool = False
+    """The output (the last attempt) started a call, so the grammar constrained it."""
+    retries: list[Retry] = field(default_factory=list)
+    coercions: list[dict] = field(default_factory=list)
+    validation_errors: list[str] = field(default_factory=list)
+    """Every problem found, in every attempt, in order."""
+    calls: list[dict] = field(default_factory=list)
+    """Per returned call: id, name and confidence."""
+    outcome: str = "ok"
+    """"ok", or "unresolved": problems remain (retries ran out, or the mode has none) and the last
+    attempt is returned as it parsed."""
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"tool_guard": self.mode, "grammar": self.grammar, "grammar_triggered": self.triggered,
+                "retries": [r.as_dict() for r in self.retries], "coercions": self.coercions,
+                "validation_errors": self.validation_errors, "calls": self.calls, "outcome": self.outcome,
+                **self.notes}

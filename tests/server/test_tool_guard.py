@@ -1,0 +1,234 @@
+"""The tool guard on the chat-completions route, against a scripted engine (tests/server/fakes.py)
+whose k-th request in a conversation says ATTEMPTS[script][k]: each guard against an output that
+needs it, retries and what they send, streaming order, the `hearth` field, counters, bad input."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.server.fakes import TEMPLATE
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city"], "additionalProperties": False}}}
+OTHER = {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+                                                                        "properties": {"a": {"type": "number"}}}}}
+
+
+def post(fake, script: str, **kw) -> dict:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": f"script:{script}"}],
+            "tools": [WEATHER], **kw}
+    r = fake.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def stream(fake, script: str, **kw) -> list[dict]:
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": f"script:{script}"}],
+            "tools": [WEATHER], "stream": True, **kw}
+    with fake.client.stream("POST", "/v1/chat/completions", json=body) as r:
+        lines = [line[6:] for line in r.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def test_unknown_tool_is_resampled_under_the_forced_grammar(fake):
+    r = post(fake, "guard_unknown")
+    msg = r["choices"][0]["message"]
+    assert [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather"]
+    assert msg["content"] == "Let me check." and r["choices"][0]["finish_reason"] == "tool_calls"
+    first, retry = fake.engine.added
+    assert "<tool_call>" in first.params.structured_output.grammar and "TEXT" in first.params.structured_output.grammar
+    # the resample continues after the text before the bad call, the call grammar from its first token
+    assert retry.prompt.startswith(first.prompt) and retry.prompt != first.prompt
+    assert "TEXT" not in retry.params.structured_output.grammar
+    (entry,) = r["hearth"]["retries"]
+    assert entry["kind"] == "resample" and entry["reason"] == "unknown_tool" and "get_wether" in entry["error"]
+    assert r["hearth"]["outcome"] == "ok" and r["hearth"]["tool_guard"] == "guard"
+
+
+def test_a_resample_keeps_the_valid_calls_before_the_bad_one(fake):
+    r = post(fake, "guard_second_bad")
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == ["Paris", "Rome"]
+    assert [c["id"] for c in calls] == [c["id"] for c in r["hearth"]["calls"]]
+    first, retry = fake.engine.added
+    assert retry.prompt == first.prompt + "<\n"  # the fake's tokens: one per piece, its first character
+
+
+def test_bad_arguments_resample_then_reprompt_with_the_error(fake):
+    r = post(fake, "guard_bad_args")
+    call = r["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert json.loads(call["arguments"]) == {"city": "Paris"}
+    kinds = [(e["kind"], e["reason"]) for e in r["hearth"]["retries"]]
+    assert kinds == [("resample", "invalid_arguments"), ("reprompt", "invalid_arguments")]
+    first, _, third = fake.engine.added
+    # the re-prompt is the conversation, then the failed call and its error in the tool channel
+    assert third.prompt.startswith(first.prompt[:first.prompt.rindex("<|im_start|>assistant")])
+    assert "invalid tool call" in third.prompt and "expected string, got integer" in third.prompt
+    assert r["hearth"]["validation_errors"][0].startswith("get_weather: arguments: missing required property 'city'")
+
+
+def test_safe_coercion_is_made_and_reported(fake):
+    r = post(fake, "guard_coerce")
+    call = r["choices"][0]["message"]["tool_calls"][0]["function"]
+    assert json.loads(call["arguments"]) == {"city": "Oslo", "days": 3}
+    assert r["hearth"]["coercions"] == [{"call": "get_weather", "path": "arguments.days", "from": "3", "to": 3}]
+    assert r["hearth"]["retries"] == [] and len(fake.engine.added) == 1
+
+
+def test_required_but_text_gets_a_call(fake):
+    r = post(fake, "guard_text", tool_choice="required")
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert [e["reason"] for e in r["hearth"]["retries"]] == ["no_call"]
+    assert r["hearth"]["grammar"] == "forced"
+
+
+def test_retries_run_out_without_a_500_and_are_configurable(fake):
+    r = post(fake, "guard_never")
+    assert len(fake.engine.added) == 4 and r["hearth"]["outcome"] == "unresolved"
+    assert [e["kind"] for e in r["hearth"]["retries"]] == ["resample", "reprompt", "reprompt"]
+    msg = r["choices"][0]["message"]  # the last attempt as it parsed: a call of no offered tool is text
+    assert msg.get("tool_calls") is None and '"name": "nope"' in msg["content"]
+    fake.engine.attempts.clear()
+    r = post(fake, "guard_never", hearth={"tool_guard_retries": 1})
+    assert len(fake.engine.added) == 6 and len(r["hearth"]["retries"]) == 1
+
+
+def test_usage_counts_every_attempt(fake):
+    r = post(fake, "guard_unknown")
+    first, retry = fake.engine.added
+    assert r["usage"]["prompt_tokens"] == len(first.prompt) + len(retry.prompt)
+    assert r["hearth"]["retries"][0]["prompt_tokens"] == len(retry.prompt)
+
+
+def test_stream_sends_text_as_it_comes_and_the_call_once_it_validated(fake):
+    chunks = stream(fake, "guard_unknown")
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    text_at = next(i for i, d in enumerate(deltas) if d.get("content"))
+    calls = [(i, tc) for i, d in enumerate(deltas) for tc in d.get("tool_calls") or []]
+    assert len(calls) == 1 and calls[0][0] > text_at  # one delta: the whole validated call
+    (_, tc), = calls
+    assert tc["function"]["name"] == "get_weather" and json.loads(tc["function"]["arguments"]) == {"city": "Paris"}
+    assert "get_wether" not in json.dumps(deltas)  # the rejected call never went out
+    assert "".join(d.get("content") or "" for d in deltas) == "Let me check."
+    last = next(c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"])
+    assert last["choices"][0]["finish_reason"] == "tool_calls" and last["hearth"]["retries"][0]["kind"] == "resample"
+
+
+def test_extension_field_says_what_was_done(fake):
+    r = post(fake, "tool")
+    ext = r["hearth"]
+    assert ext["tool_guard"] == "guard" and ext["grammar"] == "lazy" and ext["grammar_triggered"] is True
+    assert ext["retries"] == [] and ext["coercions"] == [] and ext["validation_errors"] == [] and ext["outcome"] == "ok"
+    (call,) = ext["calls"]
+    assert call["name"] == "get_weather" and call["id"] == r["choices"][0]["message"]["tool_calls"][0]["id"]
+    # the fake engine gives every sampled token logprob -0.5: the lowest probability in the call
+    assert call["confidence"] == pytest.approx(math.exp(-0.5), abs=1e-6)
+    assert r["choices"][0]["logprobs"] is None  # asked for internally, not shown
+    plain = post(fake, "hello")
+    assert plain["hearth"]["grammar_triggered"] is False and plain["hearth"]["calls"] == []
+
+
+def test_modes(fake):
+    r = post(fake, "tool", hearth={"tool_guard": "off"})
+    assert "hearth" not in r and fake.last.params.structured_output is None and fake.last.params.logprobs is None
+    r = post(fake, "guard_coerce", hearth={"tool_guard": "grammar"})
+    assert r["hearth"]["tool_guard"] == "grammar" and r["hearth"]["coercions"] == []
+    assert json.loads(r["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"])["days"] == "3"
+    assert "<tool_call>" in fake.last.params.structured_output.grammar
+    assert "hearth" not in post(fake, "hello", tools=None)  # no tools, no layer
+
+
+def test_server_default_mode(make_fake):
+    from hearth.tool_guard import GuardConfig
+    fake = make_fake(TEMPLATE, tool_guard=GuardConfig("off"))
+    assert "hearth" not in post(fake, "tool")
+    assert post(fake, "tool", hearth={"tool_guard": "guard"})["hearth"]["tool_guard"] == "guard"
+
+
+def test_parallel_false_and_allowed_tools_narrow_the_grammar(fake):
+    post(fake, "tool", tools=[WEATHER, OTHER], parallel_tool_calls=False)
+    grammar = fake.last.params.structured_output.grammar
+    assert "main: TEXT | call END_WS" in grammar and '"\\"add\\""' in grammar
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+        {"type": "function", "function": {"name": "get_weather"}}]}}
+    post(fake, "tool", tools=[WEATHER, OTHER], tool_choice=choice)
+    grammar = fake.last.params.structured_output.grammar
+    assert '"\\"get_weather\\""' in grammar and '"\\"add\\""' not in grammar and '"add"' in fake.last.prompt
+    choice["allowed_tools"]["mode"] = "required"
+    post(fake, "tool", tools=[WEATHER, OTHER], tool_choice=choice)
+    forced = fake.last.params.structured_output.grammar
+    assert "get_weather" in forced and '"add"' not in forced and "TEXT" not in forced
+
+
+def test_metrics_count_the_guard(fake):
+    post(fake, "guard_unknown")
+    post(fake, "guard_coerce")
+    text = fake.client.get("/metrics").text
+    assert 'hearth:tool_guard_retries_total{kind="resample",model_name="fake-model",reason="unknown_tool"} 1.0' in text
+    assert 'hearth:tool_guard_coercions_total{model_name="fake-model"} 1.0' in text
+    assert 'hearth:tool_guard_grammar_triggered_total{model_name="fake-model"} 2.0' in text
+    assert "hearth:tool_guard_call_confidence_bucket" in text
+
+
+@pytest.mark.parametrize("ext,param", [
+    ({"tool_guard": "strict"}, "hearth.tool_guard"),
+    ({"tool_guard_retries": 99}, "hearth.tool_guard_retries"),
+    ("guard", "hearth"),
+])
+def test_bad_extension_is_a_400_naming_the_field(fake, ext, param):
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "hearth": ext}
+    r = fake.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert r.json()["error"]["message"].startswith(param + ":")
+
+
+def test_bad_allowed_tools_is_a_400(fake):
+    choice = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [{"type": "function", "name": "nope"}]}}
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER],
+            "tool_choice": choice}
+    r = fake.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tool_choice.allowed_tools.tools[0]"
+
+
+def test_anthropic_messages_go_through_the_guard(fake):
+    tool = {"name": "get_weather", "input_schema": WEATHER["function"]["parameters"]}
+    body = {"model": "fake-model", "max_tokens": 64, "tools": [tool],
+            "messages": [{"role": "user", "content": "script:guard_unknown"}]}
+    r = fake.client.post("/v1/messages", json=body)
+    assert r.status_code == 200, r.text
+    blocks = r.json()["content"]
+    assert [b["type"] for b in blocks] == ["text", "tool_use"] and blocks[1]["input"] == {"city": "Paris"}
+    assert r.json()["stop_reason"] == "tool_use" and r.json()["hearth"]["retries"][0]["kind"] == "resample"
+    fake.engine.attempts.clear()
+    with fake.client.stream("POST", "/v1/messages", json={**body, "stream": True}) as s:
+        text = "".join(s.iter_text())
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    starts = [e["content_block"] for e in events if e["type"] == "content_block_start"]
+    assert [b["type"] for b in starts] == ["text", "tool_use"] and starts[1]["name"] == "get_weather"
+    assert events[0]["message"]["usage"]["input_tokens"] > 0  # the guarded attempt's prompt, from the start
+    (delta,) = [e for e in events if e["type"] == "message_delta"]
+    assert delta["delta"]["stop_reason"] == "tool_use" and delta["hearth"]["outcome"] == "ok"
+
+
+def test_each_choice_is_guarded(fake):
+    r = post(fake, "guard_coerce", n=2)
+    assert [json.loads(c["message"]["tool_calls"][0]["function"]["arguments"])["days"] for c in r["choices"]] == [3, 3]
+    assert len(r["hearth"]["choices"]) == 2 and all(c["coercions"] for c in r["hearth"]["choices"])
+    chunks = stream(fake, "guard_coerce", n=2)
+    finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert sorted(c["choices"][0]["index"] for c in finals) == [0, 1] and all(c["hearth"]["coercions"] for c in finals)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_too_long_is_a_400_before_any_stream(make_fake, stream):
+    from tests.server.fakes import FakeEngine
+    fake = make_fake(TEMPLATE, FakeEngine(max_model_len=300))
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "x" * 400}], "tools": [WEATHER],
+            "stream": stream}
+    r = fake.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text

@@ -1,0 +1,123 @@
+"""The lazy call grammar in llguidance, token by token over a byte-level vocabulary: free text until
+a trigger, then one call of an offered tool with schema-valid arguments; the trigger matched when
+a token straddles either of its ends; `<think>` free; parallel_tool_calls false ends after a call."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.sample.grammar import GrammarCompiler
+from hearth.sampling_params import StructuredOutput
+from hearth.tool_guard import lazy_tool_grammar
+from tests.tool_guard.tiny_vocab import TinyTokenizer
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city"], "additionalProperties": False}}}
+ADD = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "number"}}}}}
+CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+TOK = TinyTokenizer()
+COMPILER = GrammarCompiler(TOK, TOK.vocab_size)
+
+
+def matcher(**kw):
+    grammar = lazy_tool_grammar(kw.pop("fmt", "hermes"), kw.pop("tools", [WEATHER, ADD]), **kw)
+    return COMPILER.matcher(StructuredOutput(grammar=grammar))
+
+
+def feed(m, ids: list[int]) -> bool:
+    return all(m.accept(t) for t in ids)
+
+
+def allowed(m) -> set[int]:
+    mask = m.bitmask()
+    return {w * 32 + b for w in range(len(mask) // 4) for b in range(32)
+            if int.from_bytes(mask[4 * w:4 * w + 4], "little") >> b & 1}
+
+
+def accepts(text: str, **kw) -> bool:
+    m = matcher(**kw)
+    return feed(m, TOK.encode(text)) and TOK.eos_id in allowed(m)
+
+
+@pytest.mark.parametrize("text", [
+    "Hello, no call here.",
+    "Sure." + CALL,
+    'Text with {"name": "Alice"} in the middle is free',
+    '{"name": "get_weather", "arguments": {"city": "Paris"}}',
+    '{{"name": "get_weather", "arguments": {"city": "Paris"}}}',  # Qwen2.5's doubled brace
+    '```json\n{"name": "add", "arguments": {"a": 3}}\n```',
+    '<function=add>{"a": 1.5}</function>',
+    CALL + "\n" + CALL.replace("Paris", "Rome"),
+])
+def test_takes_text_and_valid_calls(text):
+    assert accepts(text), text
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "get_wether", "arguments": {}}',  # no such tool
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": 3}}',  # a string is due
+    '<tool_call>\n{"name": "get_weather", "arguments": {"town": "Paris"}}',  # additionalProperties false
+    '<tool_call>\n{"name": "add", "arguments": {"a": "one"}}',  # a number is due
+    '<tool_call>\n{{"name": "get_weather"',  # the doubled brace inside the tags
+    '```json\n{"name": "nope"',
+])
+def test_refuses_calls_that_break_their_schema(text):
+    m = matcher()
+    assert not feed(m, TOK.encode(text)) or TOK.eos_id not in allowed(m)
+
+
+def test_trigger_straddled_by_tokens_on_both_ends():
+    m = matcher()
+    # "Sure" ".<" "tool" "_call" ">\n{"": the first token begins before the trigger, the last ends after it
+    ids = [TOK.id("Sure"), TOK.id(".<"), TOK.id("tool"), TOK.id("_call")]
+    assert feed(m, ids)
+    assert len(allowed(m)) > 100  # "<tool_call" is not yet the trigger: free text may still go on
+    assert m.valid_prefix([ord("x")]) == 1
+    assert feed(m, [TOK.id('>\n{"')])
+    now = allowed(m)
+    assert TOK.id("name") in now and ord("x") not in now and TOK.eos_id not in now  # inside the call
+
+
+def test_trigger_as_one_token_then_only_the_call():
+    m = matcher()
+    assert feed(m, [TOK.id("Sure"), TOK.id("<tool_call>")])
+    assert {TOK.pieces[t] for t in allowed(m)} <= {b" ", b"\t", b"\n", b"{", b'{"', b'>\n{"'[2:]}
+
+
+def test_think_region_stays_free():
+    text = "<think>I could write <tool_call> and {garbage here</think>Done."
+    assert not accepts(text)  # without a reasoning channel <tool_call> starts a call
+    assert accepts(text, reasoning=True)
+    assert accepts("<think>ok</think>" + CALL, reasoning=True)
+    assert not accepts('<think>ok</think><tool_call>\n{"name": "nope"', reasoning=True)
+    # the prompt opened <think>: free until it closes, a call after
+    assert accepts("still <tool_call> thinking", starts_in_reasoning=True)
+    assert accepts("done</think>" + CALL, starts_in_reasoning=True)
+    assert not accepts('done</think><tool_call>\n{"name": "nope"', starts_in_reasoning=True)
+
+
+def test_parallel_false_ends_after_one_call():
+    m = matcher(parallel=False)
+    assert feed(m, TOK.encode("Sure." + CALL))
+    assert TOK.eos_id in allowed(m) and ord("x") not in allowed(m) and TOK.id("<tool_call>") not in allowed(m)
+    assert accepts(CALL + "\n" + CALL)
+    assert not accepts(CALL + "\n" + CALL, parallel=False)
+
+
+def test_only_the_given_tools_are_callable():
+    assert not accepts('<tool_call>\n{"name": "add", "arguments": {"a": 1}}\n</tool_call>', tools=[WEATHER])
+    assert accepts(CALL, tools=[WEATHER])
+
+
+def test_formats_without_triggers_or_tools_get_none():
+    assert lazy_tool_grammar("mistral", [WEATHER]) is None
+    assert lazy_tool_grammar("hermes", []) is None
+    assert accepts('{"name": "get_weather", "parameters": {"city": "Paris"}}', fmt="llama3_json")
+    assert not accepts('{"name": "get_weather", "arguments": {"city": "Paris"}}', fmt="llama3_json")
+
+
+def test_undeclared_parameters_are_refused():
+    echo = '<tool_call>\n{"name": "add", "arguments": {"type": "object"}}\n</tool_call>'
+    assert not accepts(echo)  # add declares only `a`
+    assert accepts('<tool_call>\n{"name": "add", "arguments": {"a": 2}}\n</tool_call>')

@@ -1,0 +1,53 @@
+"""LLM.chat(tool_guard=...): the call grammar offline, on a tiny random llama given a template
+that takes tools: a forced call holds even for random weights; off leaves the output free."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from hearth import SamplingParams
+from hearth.api.chat_template import ChatTemplate
+from hearth.llm import LLM
+from hearth.tool_guard import ToolGuardError
+from hearth.tool_guard.offline import chat_constraint
+from tests.gguf_factory import write_tiny_gguf
+from tests.server.fakes import CHATML_NO_TOOLS, TEMPLATE
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"],
+    "additionalProperties": False}}}
+MESSAGES = [{"role": "user", "content": "weather in paris"}]
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama", context=1024)
+    llm = LLM(str(path), max_model_len=1024, progress=False)
+    llm.chat_template = ChatTemplate(TEMPLATE, None, "<|im_end|>", "llama")
+    return llm
+
+
+def test_forced_call_holds_on_random_weights(llm):
+    out = llm.chat(MESSAGES, SamplingParams(temperature=0, max_tokens=300), tools=[WEATHER], tool_choice="required")
+    text = out.outputs[0].text
+    assert text.startswith("<tool_call>\n") and text.rstrip().endswith("</tool_call>"), text
+    call = json.loads(text[len("<tool_call>"):text.rindex("</tool_call>")])
+    assert call["name"] == "get_weather" and set(call["arguments"]) == {"city"}
+
+
+def test_modes_pick_the_grammar():
+    prompt = "<|im_start|>assistant\n"
+    lazy = chat_constraint(TEMPLATE, [WEATHER], None, "guard", prompt)
+    assert "trig_0[lazy]" in lazy.grammar and chat_constraint(TEMPLATE, [WEATHER], "auto", "grammar", prompt) == lazy
+    assert "TEXT" not in chat_constraint(TEMPLATE, [WEATHER], "required", "guard", prompt).grammar
+    assert chat_constraint(TEMPLATE, [WEATHER], None, "off", prompt) is None
+    assert chat_constraint(TEMPLATE, [WEATHER], "none", "guard", prompt) is None
+    assert chat_constraint(CHATML_NO_TOOLS, [WEATHER], None, "guard", prompt) is None  # no call format shown
+
+
+def test_bad_mode_is_named(llm):
+    with pytest.raises(ToolGuardError, match="tool_guard: unknown mode 'strict'"):
+        llm.chat(MESSAGES, tools=[WEATHER], tool_guard="strict")
