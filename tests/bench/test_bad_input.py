@@ -30,7 +30,7 @@ def files(tmp_path_factory):
 
 
 CASES = [
-    (["--workload", "poetry"], "unknown workload 'poetry'; known: chat, long-prompt, code-edit, concurrency-sweep"),
+    (["--workload", "poetry"], "unknown workload 'poetry'; known: chat, long-prompt, code-edit, shared-prefix, concurrency-sweep"),
     (["--concurrency", "0"], "--concurrency must be between 1 and 1024, got 0"),
     (["--requests", "0"], "--requests must be at least 1, got 0"),
     (["--max-tokens", "-3"], "--max-tokens must be at least 1, got -3"),

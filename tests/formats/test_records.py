@@ -32,9 +32,22 @@ def _enum(header: str, opening: str) -> dict[str, int]:
     return {name: int(value) for name, value in re.findall(r"(\w+)\s*=\s*(\d+)", body)}
 
 
-def _function(source: str, signature: str) -> str:
-    """The body of the C++ function whose definition starts with `signature` (braces matched)."""
+def _with_includes(source: str, seen: set[str] | None = None) -> str:
+    """A csrc file's text followed by that of the csrc headers it includes, recursively (the avx2 and
+    neon libraries take their entry points from csrc/decode_library.h)."""
+    seen = set() if seen is None else seen
+    seen.add(source)
     text = (CSRC / source).read_text()
+    for header in re.findall(r'#include "([\w.]+)"', text):
+        if header not in seen and (CSRC / header).exists():
+            text += "\n" + _with_includes(header, seen)
+    return text
+
+
+def _function(source: str, signature: str) -> str:
+    """The body of the C++ function whose definition starts with `signature` (braces matched), in
+    `source` or a csrc header it includes."""
+    text = _with_includes(source)
     i = text.index("{", text.index(signature))
     depth, start = 0, i
     for j, c in enumerate(text[i:], i):
