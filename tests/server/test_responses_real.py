@@ -59,14 +59,14 @@ def test_tools_round_trip(client):
     assert call.name == "get_weather"
     jsonschema.validate(json.loads(call.arguments), WEATHER["parameters"])
     answer = client.responses.create(
-        model=MODEL, previous_response_id=first.id, tools=[WEATHER], tool_choice="none", max_output_tokens=24,
+        model=MODEL, previous_response_id=first.id, tools=[WEATHER], tool_choice="none", max_output_tokens=6,
         temperature=0,
         input=[{"type": "function_call_output", "call_id": call.call_id, "output": "Sunny and 21 degrees C."}])
     # tool_choice none: a 0.5B model offered the tool again tends to call it again
     assert answer.output[0].type == "message" and answer.output_text
     # the same turn sent whole, as clients without the store do
     again = client.responses.create(
-        model=MODEL, tools=[WEATHER], tool_choice="none", max_output_tokens=24, temperature=0, store=False,
+        model=MODEL, tools=[WEATHER], tool_choice="none", max_output_tokens=6, temperature=0, store=False,
         input=[{"role": "user", "content": "What is the weather in Paris?"}, *[o.model_dump() for o in first.output],
                {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny and 21 degrees C."}])
     assert again.output_text
@@ -85,7 +85,7 @@ def test_structured_output(client):
 def test_follow_up_computes_only_its_new_tokens(client, server):
     http = server.http()
     first = client.responses.create(model=MODEL, input=STORY + "Summarize them in one line.",
-                                    max_output_tokens=24, temperature=0)
+                                    max_output_tokens=6, temperature=0)
     hits = metric(http, "hearth:prefix_cache_hits_total")
     second = client.responses.create(model=MODEL, input="Now in three words.", previous_response_id=first.id,
                                      max_output_tokens=4, temperature=0)
