@@ -9,10 +9,10 @@ import hearth
 
 ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
-ORDER = ["entry", "evals", "api", "bench", "tool_parsers", "engine", "spec_decode", "runner", "backends", "models", "layers", "kernels", "kvstore", "memory", "formats", "loader", "sample"]
+ORDER = ["entry", "evals", "api", "bench", "tool_guard", "tool_parsers", "engine", "spec_decode", "runner", "backends", "models", "layers", "kernels", "kvstore", "memory", "formats", "loader", "sample"]
 ENTRY = {"__init__", "__main__", "cli", "llm", "commands"}
 SHARED = {"config", "sampling_params", "outputs", "errors"}
-NO_TORCH = {"api", "tool_parsers", "engine", "spec_decode"}
+NO_TORCH = {"api", "tool_guard", "tool_parsers", "engine", "spec_decode"}
 DEVICE_BLIND = ("models", "layers")
 """Packages that call the backend object they are given and never ask which device or CPU tier runs
 (DESIGN.md, "Devices"): they import none of the modules that know it."""

@@ -48,6 +48,8 @@ class MessagesRequest(_Body):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+    hearth: dict[str, Any] | None = None
+    """hearth's extensions: tool_guard, workflow, compaction, max_tools (hearth.tool_guard.extensions)."""
 
 
 class CountTokensRequest(_Body):

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
+from hearth.api.guard_extras import RequestGuard, reviewed
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest
@@ -19,7 +21,8 @@ from hearth.api.sampling import common_fields, logit_bias, make_params, response
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
-from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
+from hearth.tool_guard.guard_event import GuardLog, attach
+from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCall, ToolCallArgumentsDelta, ToolCallEvent,
                                  ToolCallStart)
 
 router = APIRouter()
@@ -32,23 +35,77 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     served.check_model(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
-    plan = plan_tools(served, openai_tools(tools), tool_choice, "function_call" if legacy else "tool_choice")
-    messages = prompt_messages(served, plan, openai_messages(body.messages))
-    prompt = served.render_chat(messages, plan.tools if plan.in_template else None,
-                                add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
-                                continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
-    ids = served.encode_chat_text(prompt)
+    history = openai_messages(body.messages)
+    guard = RequestGuard(body.hearth, openai_tools(tools), history, tool_choice, body.n)  # tool_guard extras
+    plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
+    guard.constrained(plan.constraint)
     params = make_params(_sampling_fields(body, plan, served), state.limits, served.max_model_len, {
         "max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
         "logprobs": "top_logprobs"})
-    gen = Generation(served.engine, ids, params, state.metrics)
-    reply = _Reply(served, gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], params.logprobs,
-                   body.parallel_tool_calls and not legacy, legacy)
+
+    def render(msgs: list[dict]) -> tuple[str, list[int]]:
+        text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
+                                  add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
+                                  continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
+        return text, served.encode_chat_text(text)
+
+    def start(msgs: list[dict], grammar=None) -> _Reply:
+        prompt, ids = guard.fit(render, msgs, served.max_model_len, params.max_tokens)
+        gen = Generation(served.engine, ids, replace(params, structured_output=grammar) if grammar else params,
+                         state.metrics)
+        parsers = [guard.parser(output_parser(served, plan, prompt), plan.tools) for _ in range(gen.n)]
+        return _Reply(served, gen, parsers, params.logprobs, body.parallel_tool_calls and not legacy, legacy, guard.log)
+
+    usage = bool(body.stream_options and body.stream_options.include_usage)
+    if guard.reviews:  # hearth.workflow or a forced call: reviewed whole, nudged within the request
+        result = await until_disconnect(request, _reviewed(guard, start, plan.parse_format))
+        if result is None or not body.stream:
+            return result if result is not None else {}
+        return SSEResponse(_replay(result, usage))
+    reply = start(history)
     if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
-        return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
+        return SSEResponse(reply.events(usage, request.url.path), on_close=reply.gen.abort)
     result = await until_disconnect(request, reply.body())
-    return result if result is not None else {}
+    return attach(result, guard.log) if result is not None else {}
+
+
+async def _reviewed(guard: RequestGuard, start, fmt: str | None) -> dict:
+    """The answer after the review loop (hearth.api.guard_extras.reviewed); usage counts every attempt."""
+    async def attempt(msgs: list[dict], grammar):
+        body = await start(msgs, grammar).body()
+        message = body["choices"][0]["message"]
+        calls = [ToolCall(c["id"], c["function"]["name"], c["function"]["arguments"])
+                 for c in message.get("tool_calls") or ([{"id": "call_0", "function": message["function_call"]}]
+                                                       if message.get("function_call") else [])]
+        return body, message.get("content") or "", calls
+    bodies = await reviewed(guard, attempt, fmt)
+    final = bodies[-1]
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        final["usage"][key] = sum(b["usage"][key] for b in bodies)
+    return attach(final, guard.log)
+
+
+async def _replay(body: dict, usage: bool):
+    """A whole chat.completion as the chunks a stream of it would have sent (one per channel)."""
+    head = {k: body[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
+    choice = body["choices"][0]
+    message = choice["message"]
+    deltas = [{"role": "assistant", "content": ""}]
+    for key in ("reasoning_content", "content"):
+        if message.get(key):
+            deltas.append({key: message[key]} | ({"reasoning": message[key]} if key == "reasoning_content" else {}))
+    if message.get("function_call"):
+        deltas.append({"function_call": message["function_call"]})
+    deltas += [{"tool_calls": [{"index": i, **call}]} for i, call in enumerate(message.get("tool_calls") or [])]
+    for delta in deltas:
+        yield data_event(head | {"choices": [_choice(0, delta)]} | ({"usage": None} if usage else {}))
+    last = head | {"choices": [_choice(0, {}, None, choice["finish_reason"], choice.get("stop_reason"))]}
+    if "hearth" in body:
+        last["hearth"] = body["hearth"]
+    yield data_event(last | ({"usage": None} if usage else {}))
+    if usage:
+        yield data_event(head | {"choices": [], "usage": body["usage"]})
+    yield DONE
 
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
@@ -73,8 +130,10 @@ def _tool_call(call, index: int | None = None) -> dict:
 
 class _Reply:
     def __init__(self, served, gen: Generation, parsers: list, top_logprobs: int | None, parallel: bool = True,
-                 legacy: bool = False):
+                 legacy: bool = False, log: GuardLog | None = None):
         self.served, self.gen, self.parsers, self.k = served, gen, parsers, top_logprobs
+        self.log = log
+        """What the tool guard did: reported on the finish chunks of a stream."""
         self.parallel = parallel
         """parallel_tool_calls false: only a response's first call is returned."""
         self.legacy = legacy
@@ -119,6 +178,8 @@ class _Reply:
                    "model": self.served.name, "system_fingerprint": None, "choices": choices}
         if usage:
             payload["usage"] = usage_value
+        if self.log is not None and any(c.get("finish_reason") for c in choices):
+            attach(payload, self.log)
         return data_event(payload)
 
     async def events(self, usage: bool, path: str):

@@ -84,6 +84,8 @@ class ChatCompletionRequest(SamplingFields):
     add_generation_prompt: bool = True
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    hearth: dict[str, Any] | None = None
+    """hearth's extensions: tool_guard, workflow, compaction, max_tools (hearth.tool_guard.extensions)."""
 
 
 class CompletionRequest(SamplingFields):

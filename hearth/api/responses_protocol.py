@@ -32,3 +32,5 @@ class ResponsesRequest(_Body):
     stream: bool = False
     metadata: dict[str, Any] | None = None
     user: str | None = None
+    hearth: dict[str, Any] | None = None
+    """hearth's extensions: tool_guard, workflow, compaction, max_tools (hearth.tool_guard.extensions)."""

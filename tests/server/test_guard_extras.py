@@ -1,0 +1,237 @@
+"""The tool guard's request-side parts through the HTTP routes, on the scripted engine: calls rescued
+from text, hearth.workflow nudges inside one request, tools ranked down to the relevant ones,
+tiered compaction instead of a context-length 400, the `hearth` response field, and a 400 naming
+the field for each bad extension value.
+
+A script's output may name the next script (`script:NAME`): a nudge puts the output back into the
+prompt, so the retry follows that script, as a model that took the nudge would."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.server import fakes
+from tests.server.fakes import FakeEngine
+
+
+def fn(name: str, description: str = "", **params: str) -> dict:
+    props = {p: {"type": "string", "description": d} for p, d in params.items()}
+    return {"type": "function", "function": {"name": name, "description": description,
+                                             "parameters": {"type": "object", "properties": props}}}
+
+
+WEATHER = fn("get_weather", "weather in a city", city="city")
+SEARCH = fn("search", "search hotels", city="city")
+BOOK = fn("book", "book a hotel", city="city")
+FLOW = {"required": ["search", "book"], "prerequisites": [{"tool": "book", "after": "search", "match": ["city"]}]}
+
+
+def call(name: str, **args) -> str:
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(args)}}}\n</tool_call>'
+
+
+@pytest.fixture(autouse=True)
+def scripts(monkeypatch):
+    for name, pieces in {
+        "prose_call": ['Sure! {{"name": "get_weather", ', '"arguments": {"city": "Paris"}}}'],
+        "unknown_call": ['{"name": "delete_all", "arguments": {}}'],
+        "premature": ["All booked! script:do_search"],
+        "do_search": [call("search", city="Paris")],
+        "stubborn": ["No. script:stubborn"],
+        "book_first": ["script:fixed ", call("book", city="Paris")],
+        "fixed": [call("search", city="Paris")],
+        "again": ["script:answer ", call("search", city="Paris")],
+        "answer": ["Found 3 hotels."],
+    }.items():
+        monkeypatch.setitem(fakes.SCRIPTS, name, pieces)
+
+
+def post(fake, messages, stream: bool = False, **body):
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    return fake.client.post("/v1/chat/completions", json={"messages": messages, "stream": stream, **body})
+
+
+def sse(r) -> list[dict]:
+    return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+
+
+def kinds(body: dict) -> list[str]:
+    return [e["kind"] for e in body.get("hearth", {}).get("events", [])]
+
+
+# point 4: rescue
+
+def test_disguised_call_becomes_a_call(fake):
+    body = post(fake, "script:prose_call", tools=[WEATHER]).json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Sure!"
+    (tc,) = choice["message"]["tool_calls"]
+    assert tc["function"]["name"] == "get_weather" and json.loads(tc["function"]["arguments"]) == {"city": "Paris"}
+    assert body["hearth"]["events"] == [{"kind": "rescued", "calls": [{"name": "get_weather", "from": "doubled_braces"}]}]
+
+
+def test_disguised_call_streamed_comes_at_the_end(fake):
+    chunks = sse(post(fake, "script:prose_call", stream=True, tools=[WEATHER]))
+    calls = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert [tc["function"]["name"] for tc in calls] == ["get_weather"]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls" and kinds(chunks[-1]) == ["rescued"]
+
+
+def test_no_call_of_a_tool_nobody_offered(fake):
+    body = post(fake, "script:unknown_call", tools=[WEATHER]).json()
+    assert "tool_calls" not in body["choices"][0]["message"] and "hearth" not in body
+
+
+def test_no_tools_no_rescue(fake):
+    body = post(fake, "script:prose_call").json()
+    assert body["choices"][0]["message"]["content"].startswith("Sure! {{") and "hearth" not in body
+
+
+# point 5: workflow
+
+def test_premature_answer_is_nudged_once_then_the_call_comes(fake):
+    body = post(fake, "script:premature", tools=[SEARCH, BOOK], hearth={"workflow": FLOW}).json()
+    (tc,) = body["choices"][0]["message"]["tool_calls"]
+    assert tc["function"]["name"] == "search"
+    (nudge,) = body["hearth"]["events"]
+    assert nudge["kind"] == "nudged" and nudge["rule"] == "premature_answer" and nudge["level"] == 1
+    first, second = fake.engine.added
+    assert "call search, book first" in second.prompt and second.prompt.startswith(first.prompt[:-40])
+    assert body["usage"]["prompt_tokens"] == len(first.prompt) + len(second.prompt)
+
+
+def test_nudges_escalate_and_stop(fake):
+    body = post(fake, "script:stubborn", tools=[SEARCH, BOOK], hearth={"workflow": FLOW}).json()
+    assert body["choices"][0]["message"]["content"] == "No. script:stubborn"  # returned as it is, no 500
+    assert kinds(body) == ["nudged", "nudged", "nudges_exhausted"]
+    assert [e.get("level") for e in body["hearth"]["events"][:2]] == [1, 2]
+    added = fake.engine.added
+    assert len(added) == 3 and added[1].params.structured_output is None
+    grammar = added[2].params.structured_output.grammar  # the last nudge forces a call of the missing tools
+    assert '"search"' in grammar and '"book"' in grammar
+    capped = post(fake, "script:stubborn", tools=[SEARCH, BOOK], hearth={"workflow": {**FLOW, "max_nudges": 0}}).json()
+    assert kinds(capped) == ["nudges_exhausted"] and len(fake.engine.added) == 4
+
+
+def test_call_before_its_prerequisite_gets_an_error_result(fake):
+    body = post(fake, "script:book_first", tools=[SEARCH, BOOK], hearth={"workflow": FLOW}).json()
+    assert [tc["function"]["name"] for tc in body["choices"][0]["message"]["tool_calls"]] == ["search"]
+    assert body["hearth"]["events"][0]["rule"] == "missing_prerequisite"
+    assert "error: book can only be called after search with the same city" in fake.engine.added[1].prompt
+
+
+def test_loop_is_caught_from_the_history(fake):
+    def searched(i):
+        return [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "search", "arguments": '{"city": "Paris"}'}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": "3 hotels"}]
+    history = [{"role": "user", "content": "hotels in Paris? script:again"}] + searched(0) + searched(1)
+    body = post(fake, history, tools=[SEARCH, BOOK], hearth={"workflow": {"max_repeats": 2}}).json()
+    assert body["choices"][0]["message"]["content"] == "Found 3 hotels."
+    assert body["hearth"]["events"][0]["rule"] == "repeated_call"
+
+
+def test_workflow_streamed_is_answered_after_review(fake):
+    chunks = sse(post(fake, "script:premature", stream=True, tools=[SEARCH, BOOK], hearth={"workflow": FLOW},
+                      stream_options={"include_usage": True}))
+    assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    calls = [tc for c in chunks if c["choices"] for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert [tc["function"]["name"] for tc in calls] == ["search"] and calls[0]["index"] == 0
+    finish = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert finish[0]["choices"][0]["finish_reason"] == "tool_calls" and kinds(finish[0]) == ["nudged"]
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 2
+
+
+def test_sdk_reads_a_reviewed_stream(fake):
+    stream = fake.openai.chat.completions.create(model="fake-model", stream=True, tools=[SEARCH, BOOK],
+                                                 messages=[{"role": "user", "content": "script:premature"}],
+                                                 extra_body={"hearth": {"workflow": FLOW}})
+    names = [tc.function.name for c in stream for tc in c.choices[0].delta.tool_calls or [] if tc.function.name]
+    assert names == ["search"]
+
+
+# point 7: many tools
+
+MANY = [fn(f"tool_{i}", f"does thing number {i}") for i in range(18)] + [WEATHER, BOOK]
+
+
+def test_many_tools_only_the_top_k_are_rendered_and_allowed(fake):
+    body = post(fake, "What is the weather in the city of Oslo?", tools=MANY, tool_choice="required",
+                hearth={"max_tools": 3}).json()
+    prompt = fake.engine.added[-1].prompt
+    shown = [t["function"]["name"] for t in MANY if f'"{t["function"]["name"]}"' in prompt]
+    (event,) = body["hearth"]["events"]
+    assert len(shown) == 3 and "get_weather" in shown and event == {"kind": "tools_ranked", "offered": 20, "shown": shown}
+    grammar = fake.engine.added[-1].params.structured_output.grammar
+    assert all((f'"{t["function"]["name"]}"' in grammar) == (t["function"]["name"] in shown) for t in MANY)
+
+
+def test_default_cap_and_few_tools(fake):
+    post(fake, "hi", tools=MANY[:16])
+    assert "tool_15" in fake.engine.added[-1].prompt
+    body = post(fake, "weather in Oslo", tools=MANY).json()  # 20 > 16: ranked to 16
+    assert len(body["hearth"]["events"][0]["shown"]) == 16
+
+
+# point 6: compaction
+
+def long_chat(steps: int) -> list[dict]:
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Read the files."}]
+    for i in range(steps):
+        msgs += [{"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": f"result {i} " + "x" * 300}]
+    return msgs
+
+
+def test_too_long_is_a_400_without_compaction(make_fake):
+    fake = make_fake(engine=FakeEngine(max_model_len=1500))
+    r = post(fake, long_chat(6), tools=[WEATHER])
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_tiered_compaction_fits_and_says_what_it_did(make_fake):
+    fake = make_fake(engine=FakeEngine(max_model_len=1500))
+    body = post(fake, long_chat(6), tools=[WEATHER], max_tokens=50,
+                hearth={"compaction": {"mode": "tiered", "keep_last": 2}}).json()
+    (event,) = body["hearth"]["events"]
+    assert event["kind"] == "compacted" and event["tiers"][0] == "shorten_tool_results"
+    assert event["prompt_tokens_before"] >= 1500 and event["prompt_tokens_after"] + 50 < 1500
+    prompt = fake.engine.added[-1].prompt
+    assert len(prompt) == event["prompt_tokens_after"] == body["usage"]["prompt_tokens"]
+    assert "Be brief." in prompt and "Read the files." in prompt and "result 5 " + "x" * 300 in prompt
+
+
+def test_compaction_that_cannot_fit_is_still_a_400(make_fake):
+    fake = make_fake(engine=FakeEngine(max_model_len=200))
+    r = post(fake, [{"role": "user", "content": "y" * 400}], hearth={"compaction": "tiered"})
+    assert r.status_code == 400 and "even compacted" in r.json()["error"]["message"]
+
+
+# bad input
+
+@pytest.mark.parametrize("hearth,param", [
+    ("guard", "hearth"),
+    ({"workflows": {}}, "hearth.workflows"),
+    ({"workflow": {"required": ["nope"]}}, "hearth.workflow.required[0]"),
+    ({"workflow": {"max_nudges": "2"}}, "hearth.workflow.max_nudges"),
+    ({"workflow": {"prerequisites": [{"tool": "search"}]}}, "hearth.workflow.prerequisites[0].after"),
+    ({"compaction": "always"}, "hearth.compaction"),
+    ({"compaction": {"keep_last": []}}, "hearth.compaction.keep_last"),
+    ({"max_tools": 0}, "hearth.max_tools"),
+    ({"max_tools": "8"}, "hearth.max_tools"),
+])
+def test_bad_extension_is_a_400_naming_the_field(fake, hearth, param):
+    r = post(fake, "hi", tools=[SEARCH, BOOK], hearth=hearth)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param
+    assert r.json()["error"]["message"].startswith(param)
+
+
+def test_workflow_needs_tools_and_one_choice(fake):
+    r = post(fake, "hi", hearth={"workflow": {}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "hearth.workflow"
+    r = post(fake, "hi", tools=[SEARCH], n=2, hearth={"workflow": {}})
+    assert r.status_code == 400 and "n = 1" in r.json()["error"]["message"]
