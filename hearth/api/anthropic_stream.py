@@ -11,7 +11,7 @@ from hearth.api.generate import Generation
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sse import named_event
 from hearth.errors import HearthError
-from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent, new_call_id
+from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCall, ToolCallEvent, new_call_id
 
 
 def usage(gen: Generation, output_tokens: int) -> dict:
@@ -104,4 +104,25 @@ async def message_events(served, gen: Generation, parser):
     stop = anthropic_stop(reason, blocks.called, last.stop_reason if last else None)
     delta = {"stop_reason": stop, "stop_sequence": last.stop_reason if stop == "stop_sequence" else None}
     yield _event({"type": "message_delta", "delta": delta, "usage": {**usage(gen, output_tokens)}})
+    yield _event({"type": "message_stop"})
+
+
+async def replay_message(message: dict):
+    """A whole message as the events a stream of it would have sent (each block in one delta)."""
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start.pop("hearth", None)
+    yield _event({"type": "message_start", "message": start})
+    blocks, events = _Blocks(), []
+    for b in message["content"]:
+        if b["type"] == "tool_use":
+            events.append(ToolCallEvent(len(events), ToolCall(b["id"], b["name"], json.dumps(b["input"]))))
+        else:
+            events.append(ContentDelta(b["text"]) if b["type"] == "text" else ReasoningDelta(b["thinking"]))
+    for event in blocks.events(events) + blocks.close():
+        yield event
+    delta = {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]}
+    end = {"type": "message_delta", "delta": delta, "usage": message["usage"]}
+    if "hearth" in message:
+        end["hearth"] = message["hearth"]
+    yield _event(end)
     yield _event({"type": "message_stop"})

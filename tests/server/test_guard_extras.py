@@ -235,3 +235,37 @@ def test_workflow_needs_tools_and_one_choice(fake):
     assert r.status_code == 400 and r.json()["error"]["param"] == "hearth.workflow"
     r = post(fake, "hi", tools=[SEARCH], n=2, hearth={"workflow": {}})
     assert r.status_code == 400 and "n = 1" in r.json()["error"]["message"]
+
+
+# the Anthropic Messages API
+
+A_SEARCH, A_BOOK = ({"name": t["function"]["name"], "description": t["function"]["description"],
+                     "input_schema": t["function"]["parameters"]} for t in (SEARCH, BOOK))
+
+
+def a_post(fake, text: str, **body):
+    return fake.client.post("/v1/messages", json={"max_tokens": 64, "messages": [{"role": "user", "content": text}], **body})
+
+
+def test_anthropic_rescue_and_workflow(fake):
+    body = a_post(fake, "script:prose_call", tools=[{**A_SEARCH, "name": "get_weather"}]).json()
+    assert [b["type"] for b in body["content"]] == ["text", "tool_use"] and body["stop_reason"] == "tool_use"
+    assert kinds(body) == ["rescued"]
+    body = a_post(fake, "script:premature", tools=[A_SEARCH, A_BOOK], hearth={"workflow": FLOW}).json()
+    assert [b.get("name") for b in body["content"]] == ["search"] and kinds(body) == ["nudged"]
+    assert body["usage"]["input_tokens"] == sum(len(a.prompt) for a in fake.engine.added[-2:])
+
+
+def test_anthropic_sdk_reads_a_reviewed_stream(fake):
+    with fake.anthropic.messages.stream(model="fake-model", max_tokens=64, tools=[A_SEARCH, A_BOOK],
+                                        messages=[{"role": "user", "content": "script:premature"}],
+                                        extra_body={"hearth": {"workflow": FLOW}}) as s:
+        final = s.get_final_message()
+    assert [b.type for b in final.content] == ["tool_use"] and final.content[0].input == {"city": "Paris"}
+    assert final.stop_reason == "tool_use"
+
+
+def test_anthropic_bad_extension_is_an_anthropic_400(fake):
+    r = a_post(fake, "hi", tools=[A_SEARCH], hearth={"workflow": {"terminal": "search"}})
+    assert r.status_code == 400 and r.json()["type"] == "error"
+    assert r.json()["error"]["message"].startswith("hearth.workflow.terminal:")
