@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
+from hearth.api.guard_extras import RequestGuard, reviewed
 from hearth.api.parsing import output_parser
 from hearth.api.responses_items import (chat_tool_choice, chat_tools, input_messages, text_format,
                                         with_instructions)
@@ -24,6 +26,8 @@ from hearth.api.sampling import common_fields, make_params
 from hearth.api.sse import SSEResponse, named_event
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
+from hearth.tool_guard.guard_event import GuardLog, attach
+from hearth.tool_parsers import ToolCall
 
 router = APIRouter()
 
@@ -42,22 +46,56 @@ async def create_response(body: ResponsesRequest, request: Request):
     conversation = (prev.messages if prev else []) + input_messages(body.input)
     if not conversation:
         raise APIError(400, "input: is required (a string or a list of items)", param="input")
-    plan = plan_tools(served, openai_tools(chat_tools(body.tools)), chat_tool_choice(body.tool_choice))
+    choice = chat_tool_choice(body.tool_choice)
+    guard = RequestGuard(body.hearth, openai_tools(chat_tools(body.tools)), conversation, choice)  # tool_guard extras
+    plan = plan_tools(served, guard.tools, choice)
+    guard.constrained(plan.constraint)
     fmt = text_format(body.text)
     if plan.constraint is not None and fmt is not None:
         raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",
                        param="text.format")
-    messages = prompt_messages(served, plan, with_instructions(body.instructions, conversation))
-    prompt = served.render_chat(messages, plan.tools if plan.in_template else None)
-    ids = _prompt_ids(served, prompt, prev)
     fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt}
     params = make_params(fields, state.limits, served.max_model_len, {"max_tokens": "max_output_tokens"})
-    gen = Generation(served.engine, ids, params, state.metrics, request_id=f"resp_{_hex()}")
-    reply = _Reply(served, store, body, gen, output_parser(served, plan, prompt), conversation, prompt, ids)
+
+    def render(msgs: list[dict]) -> tuple[str, list[int]]:
+        text = served.render_chat(prompt_messages(served, plan, with_instructions(body.instructions, msgs)),
+                                  plan.tools if plan.in_template else None)
+        return text, _prompt_ids(served, text, prev)
+
+    def start(msgs: list[dict], grammar=None) -> _Reply:
+        prompt, ids = guard.fit(render, msgs, served.max_model_len, params.max_tokens)
+        gen = Generation(served.engine, ids, replace(params, structured_output=grammar) if grammar else params,
+                         state.metrics, request_id=f"resp_{_hex()}")
+        return _Reply(served, store, body, gen, guard.parser(output_parser(served, plan, prompt), plan.tools),
+                      conversation, prompt, ids, guard.log)
+
+    if guard.reviews:  # hearth.workflow or a forced call: reviewed whole, nudged within the request
+        reply = await until_disconnect(request, _reviewed(guard, start, plan.parse_format))
+        if reply is None:
+            return {}
+        return SSEResponse(reply.replay()) if body.stream else reply.final
+    reply = start(conversation)
     if body.stream:
-        return SSEResponse(reply.events(), on_close=gen.abort)
+        return SSEResponse(reply.events(), on_close=reply.gen.abort)
     result = await until_disconnect(request, reply.whole())
     return result if result is not None else {}
+
+
+async def _reviewed(guard: RequestGuard, start, fmt: str | None) -> _Reply:
+    """The last attempt of the review loop (hearth.api.guard_extras.reviewed), finished and stored;
+    its usage counts every attempt."""
+    replies: list[_Reply] = []
+
+    async def attempt(msgs: list[dict], grammar):
+        reply = start(msgs, grammar)
+        replies.append(reply)
+        await reply.run()
+        return None, *reply.outcome()
+    await reviewed(guard, attempt, fmt)
+    final = replies[-1]
+    final.earlier = replies[:-1]
+    final.final = final.finish()
+    return final
 
 
 @router.get("/v1/responses/{response_id}")
@@ -95,9 +133,15 @@ def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
 
 class _Reply:
     def __init__(self, served, store, body: ResponsesRequest, gen: Generation, parser, conversation: list[dict],
-                 prompt: str, ids: list[int]):
+                 prompt: str, ids: list[int], log: GuardLog | None = None):
         self.served, self.store, self.body, self.gen, self.parser = served, store, body, gen, parser
         self.conversation, self.prompt, self.ids = conversation, prompt, ids
+        self.log = log
+        """What the tool guard did, reported in the response as `hearth`."""
+        self.earlier: list[_Reply] = []
+        """Attempts before this one that a review nudged away from: their tokens count in usage."""
+        self.recorded: list[dict] = []
+        self.final: dict = {}
         self.id = gen.request_id
         self.created = int(time.time())
         self.builder = OutputBuilder()
@@ -121,7 +165,8 @@ class _Reply:
                 "usage": self.usage() if status != "in_progress" else None}
 
     def usage(self) -> dict:
-        p, c = self.gen.num_prompt_tokens, len(self.output_ids)
+        p = self.gen.num_prompt_tokens + sum(r.gen.num_prompt_tokens for r in self.earlier)
+        c = len(self.output_ids) + sum(len(r.output_ids) for r in self.earlier)
         reasoning = sum(len(self.served.encode_text(i["summary"][0]["text"], add_special_tokens=False))
                         for i in self.builder.items if i["type"] == "reasoning")
         return {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.gen.num_cached_tokens,
@@ -139,19 +184,40 @@ class _Reply:
                 self.builder.status = "incomplete"
         return self.builder.feed(events) + (self.builder.close() if out.finished else [])
 
-    def _finish(self) -> dict:
+    def finish(self) -> dict:
         status = self.builder.status
         body = self.response(status)
+        if self.log is not None:
+            attach(body, self.log)
         if self.body.store:
             messages = self.conversation + assistant_messages(self.builder.items)
             text = self.prompt + self.served.tokenizer.decode(self.output_ids)
             self.store.put(self.id, StoredResponse(body, messages, text, self.ids + self.output_ids))
         return body
 
-    async def whole(self) -> dict:
+    async def run(self) -> None:
+        """Generate the whole output, keeping the stream events it makes (for replay)."""
         async for _, out in self.gen.outputs():
-            self._on_output(out)
-        return self._finish()
+            self.recorded += self._on_output(out)
+
+    async def whole(self) -> dict:
+        await self.run()
+        return self.finish()
+
+    def outcome(self) -> tuple[str, list[ToolCall]]:
+        """The output's text and calls, for a review."""
+        items = self.builder.items
+        text = "".join(p["text"] for i in items if i["type"] == "message" for p in i["content"])
+        return text, [ToolCall(i["call_id"], i["name"], i["arguments"]) for i in items if i["type"] == "function_call"]
+
+    async def replay(self):
+        """A finished (reviewed) response as the events its stream would have sent."""
+        yield self._event({"type": "response.created", "response": self.response("in_progress")})
+        yield self._event({"type": "response.in_progress", "response": self.response("in_progress")})
+        for e in self.recorded:
+            yield self._event(e)
+        kind = "response.completed" if self.final["status"] == "completed" else "response.incomplete"
+        yield self._event({"type": kind, "response": self.final})
 
     def _event(self, payload: dict) -> str:
         payload = {"type": payload["type"], "sequence_number": self.seq, **payload}
@@ -170,6 +236,6 @@ class _Reply:
             yield self._event({"type": "error", "code": err.code or "server_error", "message": err.message,
                                "param": err.param})
             return
-        body = self._finish()
+        body = self.finish()
         kind = "response.completed" if body["status"] == "completed" else "response.incomplete"
         yield self._event({"type": kind, "response": body})

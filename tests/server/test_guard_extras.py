@@ -269,3 +269,33 @@ def test_anthropic_bad_extension_is_an_anthropic_400(fake):
     r = a_post(fake, "hi", tools=[A_SEARCH], hearth={"workflow": {"terminal": "search"}})
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["message"].startswith("hearth.workflow.terminal:")
+
+
+# the Responses API
+
+R_TOOLS = [{"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}
+           for t in (SEARCH, BOOK)]
+
+
+def test_responses_workflow_whole_stored_and_streamed(fake):
+    body = fake.client.post("/v1/responses", json={"input": "script:premature", "tools": R_TOOLS,
+                                                    "hearth": {"workflow": FLOW}}).json()
+    assert [i["name"] for i in body["output"] if i["type"] == "function_call"] == ["search"]
+    assert kinds(body) == ["nudged"]
+    assert body["usage"]["input_tokens"] == sum(len(a.prompt) for a in fake.engine.added[-2:])
+    assert fake.client.get(f"/v1/responses/{body['id']}").json()["output"] == body["output"]
+    r = fake.client.post("/v1/responses", json={"input": "script:premature", "tools": R_TOOLS, "stream": True,
+                                                 "hearth": {"workflow": FLOW}})
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+    assert events[0]["type"] == "response.created" and events[-1]["type"] == "response.completed"
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert [i["name"] for i in done] == ["search"] and done == events[-1]["response"]["output"]
+
+
+def test_responses_rescue_and_bad_field(fake):
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}]
+    body = fake.client.post("/v1/responses", json={"input": "script:prose_call", "tools": tools}).json()
+    assert [i["type"] for i in body["output"]] == ["message", "function_call"] and kinds(body) == ["rescued"]
+    r = fake.client.post("/v1/responses", json={"input": "hi", "tools": tools, "hearth": {"compaction": 1}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "hearth.compaction"
