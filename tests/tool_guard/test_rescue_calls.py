@@ -47,7 +47,7 @@ CASES = [
     ("It is sunny in Paris today.", None),
     ('{"city": "Paris", "temperature": 21}', None),
     ('os.system("rm -rf /")', None),
-    ('get_weather(city=open("/etc/passwd").read())', None),
+    ('get_weather(city=open("secrets.txt").read())', None),
 ]
 
 
