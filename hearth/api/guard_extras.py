@@ -40,7 +40,7 @@ class RequestGuard:
         self.history = history
         self.tools = self._rank(tools, tool_choice)
         try:
-            self.forced = forced_tools(self.tools, tool_choice) if self.tools else None
+            self.forced = forced_tools(self.tools, tool_choice) if self.tools and self.ext.automatic else None
         except ToolParserError:
             self.forced = None  # plan_tools answers a choice naming no tool with its own 400
         self.nudges = 0
@@ -52,7 +52,9 @@ class RequestGuard:
         wf = self.ext.workflow
         if wf is not None:
             keep |= {*wf.required, *wf.terminal, *(p.after for p in wf.prerequisites), *(p.tool for p in wf.prerequisites)}
-        ranked = rank_tools(tools, self.history, self.ext.max_tools, frozenset(keep))
+        if self.ext.tool_cap is None:
+            return tools
+        ranked = rank_tools(tools, self.history, self.ext.tool_cap, frozenset(keep))
         if len(ranked) < len(tools):
             self.log.add("tools_ranked", offered=len(tools), shown=[tool_function(t)["name"] for t in ranked])
         return ranked
@@ -77,7 +79,7 @@ class RequestGuard:
 
     def parser(self, parser, tools: list[dict] | None):
         """The output parser, rescuing calls written without the format's markers."""
-        return RescuingParser(parser, tools, self.log) if tools else parser
+        return RescuingParser(parser, tools, self.log) if tools and self.ext.automatic else parser
 
     def constrained(self, grammar) -> None:
         """The plan's grammar (if any) already forces the call tool_choice asks for: no nudge for it."""

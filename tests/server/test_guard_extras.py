@@ -299,3 +299,15 @@ def test_responses_rescue_and_bad_field(fake):
     assert [i["type"] for i in body["output"]] == ["message", "function_call"] and kinds(body) == ["rescued"]
     r = fake.client.post("/v1/responses", json={"input": "hi", "tools": tools, "hearth": {"compaction": 1}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "hearth.compaction"
+
+
+@pytest.mark.parametrize("mode", ["off", "bare", "grammar"])
+def test_outside_guard_mode_only_the_opt_ins_act(fake, mode):
+    body = post(fake, "script:prose_call", tools=[WEATHER], hearth={"tool_guard": mode}).json()
+    assert body["choices"][0]["message"]["content"].startswith("Sure! {{") and "hearth" not in body
+    post(fake, "weather in Oslo", tools=MANY, hearth={"tool_guard": mode})
+    assert all(f'"{t["function"]["name"]}"' in fake.engine.added[-1].prompt for t in MANY)  # no default cap
+    body = post(fake, "weather in Oslo", tools=MANY, hearth={"tool_guard": mode, "max_tools": 2}).json()
+    assert len(body["hearth"]["events"][0]["shown"]) == 2  # asked for: done in every mode
+    body = post(fake, "script:premature", tools=[SEARCH, BOOK], hearth={"tool_guard": mode, "workflow": FLOW}).json()
+    assert kinds(body) == ["nudged"]
