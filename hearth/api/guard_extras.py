@@ -40,7 +40,8 @@ class RequestGuard:
         self.history = history
         self.tools = self._rank(tools, tool_choice)
         try:
-            self.forced = forced_tools(self.tools, tool_choice) if self.tools and self.ext.automatic else None
+            review = self.tools and self.ext.automatic and n == 1  # a review judges one choice
+            self.forced = forced_tools(self.tools, tool_choice) if review else None
         except ToolParserError:
             self.forced = None  # plan_tools answers a choice naming no tool with its own 400
         self.nudges = 0

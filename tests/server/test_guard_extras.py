@@ -80,6 +80,19 @@ def test_disguised_call_streamed_comes_at_the_end(fake):
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls" and kinds(chunks[-1]) == ["rescued"]
 
 
+def test_prose_where_a_call_was_required_is_nudged_once(fake, monkeypatch):
+    """Without a grammar forcing the call (as in a mode that uses none), prose is answered with one nudge."""
+    from hearth.api.guard_extras import RequestGuard
+    monkeypatch.setattr(RequestGuard, "constrained", lambda self, grammar: None)
+    body = post(fake, "script:premature", tools=[SEARCH, BOOK], tool_choice="required").json()
+    assert [tc["function"]["name"] for tc in body["choices"][0]["message"]["tool_calls"]] == ["search"]
+    (nudge,) = body["hearth"]["events"]
+    assert nudge["rule"] == "call_required" and nudge["forced"] == ["search", "book"]
+    assert "A tool call is required here" in fake.engine.added[-1].prompt
+    body = post(fake, "script:stubborn", tools=[SEARCH, BOOK], tool_choice="required").json()
+    assert kinds(body) == ["nudged", "nudges_exhausted"] and body["choices"][0]["message"]["content"]
+
+
 def test_no_call_of_a_tool_nobody_offered(fake):
     body = post(fake, "script:unknown_call", tools=[WEATHER]).json()
     assert "tool_calls" not in body["choices"][0]["message"] and "hearth" not in body
