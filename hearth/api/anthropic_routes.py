@@ -81,7 +81,7 @@ async def messages(body: MessagesRequest, request: Request):
         return SSEResponse(replay_message(result))
     gen, parser = start(history)
     if body.stream:
-        return SSEResponse(message_events(served, gen, parser), on_close=gen.abort)
+        return SSEResponse(message_events(served, gen, parser, guard.log), on_close=gen.abort)
     result = await until_disconnect(request, _message(served, gen, parser))
     return attach(result, guard.log) if result is not None else {}
 

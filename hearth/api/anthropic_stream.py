@@ -11,6 +11,7 @@ from hearth.api.generate import Generation
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sse import named_event
 from hearth.errors import HearthError
+from hearth.tool_guard.guard_event import GuardLog, attach
 from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCall, ToolCallEvent, new_call_id
 
 
@@ -81,7 +82,8 @@ class _Blocks:
         return out
 
 
-async def message_events(served, gen: Generation, parser):
+async def message_events(served, gen: Generation, parser, log: GuardLog | None = None):
+    """`log`: what the tool guard did, reported on message_delta as `hearth`."""
     blocks, output_tokens, last = _Blocks(), 0, None
     start = {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": served.name,
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage(gen, 0)}
@@ -103,7 +105,8 @@ async def message_events(served, gen: Generation, parser):
     reason = last.finish_reason if last else "stop"
     stop = anthropic_stop(reason, blocks.called, last.stop_reason if last else None)
     delta = {"stop_reason": stop, "stop_sequence": last.stop_reason if stop == "stop_sequence" else None}
-    yield _event({"type": "message_delta", "delta": delta, "usage": {**usage(gen, output_tokens)}})
+    end = {"type": "message_delta", "delta": delta, "usage": {**usage(gen, output_tokens)}}
+    yield _event(attach(end, log) if log is not None else end)
     yield _event({"type": "message_stop"})
 
 

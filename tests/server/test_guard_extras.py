@@ -269,6 +269,13 @@ def test_anthropic_rescue_and_workflow(fake):
     assert body["usage"]["input_tokens"] == sum(len(a.prompt) for a in fake.engine.added[-2:])
 
 
+def test_anthropic_stream_reports_a_rescue(fake):
+    r = a_post(fake, "script:prose_call", stream=True, tools=[{**A_SEARCH, "name": "get_weather"}])
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+    (end,) = [e for e in events if e["type"] == "message_delta"]
+    assert end["delta"]["stop_reason"] == "tool_use" and kinds(end) == ["rescued"]
+
+
 def test_anthropic_sdk_reads_a_reviewed_stream(fake):
     with fake.anthropic.messages.stream(model="fake-model", max_tokens=64, tools=[A_SEARCH, A_BOOK],
                                         messages=[{"role": "user", "content": "script:premature"}],
