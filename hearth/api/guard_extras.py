@@ -12,7 +12,7 @@ from hearth.api.errors import APIError
 from hearth.errors import PromptTooLongError
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard.compaction import compact
-from hearth.tool_guard.extensions import parse_extensions
+from hearth.tool_guard.extensions import GUARD, parse_extensions
 from hearth.tool_guard.guard_event import GuardLog
 from hearth.tool_guard.nudge import Verdict, call_required, nudge_messages
 from hearth.tool_guard.request_fields import FieldError
@@ -29,9 +29,11 @@ Render = Callable[[list[dict]], tuple[str, list[int]]]
 class RequestGuard:
     """One per request. `tools` in OpenAI's shape; `history` the template messages as sent."""
 
-    def __init__(self, value, tools: list[dict], history: list[dict], tool_choice=None, n: int = 1):
+    def __init__(self, value, tools: list[dict], history: list[dict], tool_choice=None, n: int = 1,
+                 default_mode: str = GUARD):
+        """`default_mode`: the server's --tool-guard, for a request that sends no hearth.tool_guard."""
         try:
-            self.ext = parse_extensions(value, list(tool_parameters(tools)))
+            self.ext = parse_extensions(value, list(tool_parameters(tools)), default_mode=default_mode)
         except FieldError as e:
             raise APIError(400, str(e), param=e.param) from None
         if self.ext.workflow is not None and n != 1:
