@@ -27,12 +27,13 @@ def check_keys(value, known: tuple[str, ...], param: str) -> None:
             raise FieldError(f"{param}.{key}", f"unknown field; known: {', '.join(known)}")
 
 
-def int_field(value: dict, key: str, default: int, param: str, low: int = 0) -> int:
+def int_field(value: dict, key: str, default: int, param: str, low: int = 0, high: int | None = None) -> int:
     got = value.get(key, default)
     if isinstance(got, bool) or not isinstance(got, int):
         raise FieldError(f"{param}.{key}", f"must be an integer, not {kind(got)}")
-    if got < low:
-        raise FieldError(f"{param}.{key}", f"must be at least {low}, got {got}")
+    if got < low or (high is not None and got > high):
+        bounds = f"in [{low}, {high}]" if high is not None else f"at least {low}"
+        raise FieldError(f"{param}.{key}", f"must be {bounds}, got {got}")
     return got
 
 

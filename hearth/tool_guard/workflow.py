@@ -17,6 +17,7 @@ from hearth.tool_parsers.types import ToolCall
 
 _KEYS = ("required", "prerequisites", "terminal", "max_repeats", "max_nudges")
 _PREREQ_KEYS = ("tool", "after", "match")
+MAX_NUDGES = 4  # each nudge is another generation inside the request: bounded for every client
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ def parse_workflow(value, tool_names: list[str], param: str = "hearth.workflow")
     return Workflow(names_field(value, "required", tool_names, param),
                     tuple(_prerequisite(p, tool_names, f"{param}.prerequisites[{i}]") for i, p in enumerate(prereqs)),
                     names_field(value, "terminal", tool_names, param),
-                    int_field(value, "max_repeats", 2, param, low=1), int_field(value, "max_nudges", 2, param, low=0))
+                    int_field(value, "max_repeats", 2, param, low=1), int_field(value, "max_nudges", 2, param, low=0, high=MAX_NUDGES))
 
 
 def _prerequisite(value, tool_names: list[str], param: str) -> Prerequisite:

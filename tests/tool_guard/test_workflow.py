@@ -101,6 +101,7 @@ def test_call_required_nudges_only_prose():
     ({"max_repeats": "2"}, "hearth.workflow.max_repeats"),
     ({"max_repeats": 0}, "hearth.workflow.max_repeats"),
     ({"max_nudges": True}, "hearth.workflow.max_nudges"),
+    ({"max_nudges": 100}, "hearth.workflow.max_nudges"),
 ])
 def test_bad_workflow_names_the_field(value, param):
     with pytest.raises(FieldError) as e:
