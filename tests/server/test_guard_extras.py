@@ -37,6 +37,7 @@ def call(name: str, **args) -> str:
 def scripts(monkeypatch):
     for name, pieces in {
         "prose_call": ['Sure! {{"name": "get_weather", ', '"arguments": {"city": "Paris"}}}'],
+        "prose_bad_call": ['Sure! {{"name": "get_weather", "arguments": {"city": ["Paris"]}}}'],
         "unknown_call": ['{"name": "delete_all", "arguments": {}}'],
         "premature": ["All booked! script:do_search"],
         "do_search": [call("search", city="Paris")],
@@ -100,6 +101,22 @@ def test_prose_where_a_call_was_required_is_retried(fake):
     body = post(fake, "script:stubborn", tools=[SEARCH, BOOK], tool_choice="required").json()
     assert [r["reason"] for r in body["hearth"]["retries"]] == ["no_call"] * 3
     assert body["hearth"]["outcome"] == "unresolved" and body["choices"][0]["message"]["content"]
+
+
+def test_a_rescued_call_is_validated_and_retried_like_any_other(fake):
+    """Rescue wraps the guard's own parser: its calls meet the same schema check and retries."""
+    body = post(fake, "script:prose_bad_call", tools=[WEATHER]).json()
+    assert kinds(body)[:1] == ["rescued"] and body["hearth"]["retries"]
+    assert {r["reason"] for r in body["hearth"]["retries"]} == {"invalid_arguments"}
+    assert body["hearth"]["outcome"] == "unresolved" and "get_weather" in body["hearth"]["validation_errors"][0]
+
+
+def test_metrics_count_the_events_next_to_the_guard(fake):
+    post(fake, "script:prose_call", tools=[WEATHER])
+    post(fake, "weather in Oslo", tools=MANY)
+    text = fake.client.get("/metrics").text
+    assert 'hearth:tool_guard_events_total{kind="rescued",model_name="fake-model"} 1.0' in text
+    assert 'hearth:tool_guard_events_total{kind="tools_ranked",model_name="fake-model"} 1.0' in text
 
 
 def test_no_call_of_a_tool_nobody_offered(fake):
@@ -198,6 +215,15 @@ def test_many_tools_only_the_top_k_are_rendered_and_allowed(fake):
     assert len(shown) == 3 and "get_weather" in shown and event == {"kind": "tools_ranked", "offered": 20, "shown": shown}
     grammar = fake.engine.added[-1].params.structured_output.grammar
     assert all((f'"{t["function"]["name"]}"' in grammar) == (t["function"]["name"] in shown) for t in MANY)
+
+
+def test_ranked_tools_are_all_the_lazy_grammar_allows(fake):
+    """In auto the lazy call grammar (plan.callable) holds the same top-k as the prompt."""
+    body = post(fake, "What is the weather in the city of Oslo?", tools=MANY, hearth={"max_tools": 3}).json()
+    shown = body["hearth"]["events"][0]["shown"]
+    grammar = fake.engine.added[-1].params.structured_output.grammar
+    assert "TEXT" in grammar and len(shown) == 3  # lazy: free text until a call opens
+    assert all((f'\\"{t["function"]["name"]}\\"' in grammar) == (t["function"]["name"] in shown) for t in MANY)
 
 
 def test_default_cap_and_few_tools(fake):
