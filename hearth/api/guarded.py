@@ -65,7 +65,8 @@ class GuardSetup:
     client_logprobs: bool
     request_id: str
     events: list[GuardEvent] = field(default_factory=list)
-    """What the request-side parts did before generation (tools_ranked, compacted)."""
+    """What the request-side parts did (tools_ranked, compacted: also a re-prompt's compaction),
+    the request's log itself: read when a choice ends."""
     policy: object | None = None
     """hearth.workflow's review (hearth.api.guard_extras.Policy), or None."""
 
@@ -143,8 +144,8 @@ async def _pump(i: int, choice, queue: asyncio.Queue) -> None:
 class _Choice:
     def __init__(self, setup: GuardSetup, index: int, params: SamplingParams):
         self.s, self.index, self.params = setup, index, params
-        self.report = GuardReport(setup.config.mode, setup.grammar, events=list(setup.events))
-        self._log = GuardLog(self.report.events)  # the parsers' rescues land in the report
+        self.report = GuardReport(setup.config.mode, setup.grammar)
+        self._log = GuardLog()  # this choice's rescues
         self._done = [0, 0]  # prompt and cached tokens of the attempts that ended
         self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
         self._gen = self._start(setup.prompt_ids, params, 0)
@@ -303,6 +304,7 @@ class _Choice:
             conf = trace.min_prob(*span) if span else None
             self.report.calls.append({"id": call.id, "name": call.name, "confidence": conf})
         events = (shown or []) + unknown + [ToolCallEvent(k, c) for k, c in enumerate(calls)]
+        self.report.events = list(s.events) + self._log.events
         if hasattr(s.metrics, "observe_guard"):
             s.metrics.observe_guard(self.report)
         if last is None:

@@ -40,7 +40,7 @@ def build_choices(served, state, plan: ToolPlan, prompt: str, ids: list[int], fi
         return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], rg.log.events), client_k
     grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
     setup = guard_setup(served, metrics, plan, prompt, ids, params, guard, client_k is not None, grammar, reprompt)
-    setup.events, setup.policy = list(rg.log.events), policy
+    setup.events, setup.policy = rg.log.events, policy
     if request_id:
         setup.request_id = request_id
     return GuardedChoices(setup), client_k

@@ -262,6 +262,24 @@ def test_tiered_compaction_fits_and_says_what_it_did(make_fake):
     assert "Be brief." in prompt and "Read the files." in prompt and "result 5 " + "x" * 300 in prompt
 
 
+def test_a_re_prompt_is_compacted_too_and_reported(make_fake):
+    """The first prompt fits; the guard's re-prompt (the failed call and its error appended) does
+    not, and is compacted rather than given up; the report says so."""
+    chat = long_chat(4)
+    chat[1] = {"role": "user", "content": "Read the files. script:unknown_call"}
+    ext = {"compaction": {"mode": "tiered", "keep_last": 1}, "tool_guard_retries": 2}
+    roomy = make_fake(engine=FakeEngine(max_model_len=100_000))
+    post(roomy, chat, tools=[WEATHER], max_tokens=50, hearth=ext)
+    first = len(roomy.engine.added[0].prompt)
+    fake = make_fake(engine=FakeEngine(max_model_len=first + 50 + 20))
+    body = post(fake, chat, tools=[WEATHER], max_tokens=50, hearth=ext).json()
+    assert [r["kind"] for r in body["hearth"]["retries"]] == ["resample", "reprompt"]
+    (event,) = body["hearth"]["events"]
+    assert event["kind"] == "compacted" and event["prompt_tokens_after"] + 50 < first + 70
+    first_prompt, _, reprompt = (a.prompt for a in fake.engine.added)
+    assert len(first_prompt) == first and "result 0 " + "x" * 300 not in reprompt and "no tool named" in reprompt
+
+
 def test_compaction_that_cannot_fit_is_still_a_400(make_fake):
     fake = make_fake(engine=FakeEngine(max_model_len=200))
     r = post(fake, [{"role": "user", "content": "y" * 400}], hearth={"compaction": "tiered"})
