@@ -12,7 +12,9 @@ from hearth.api.anthropic_messages import anthropic_messages
 from hearth.api.anthropic_protocol import CountTokensRequest, MessagesRequest
 from hearth.api.anthropic_stream import message_events, tool_use_block, usage
 from hearth.api.errors import APIError
+from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.messages import openai_messages
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sampling import common_fields
@@ -25,10 +27,22 @@ from hearth.tool_parsers import collect
 router = APIRouter()
 
 
-def _prompt(served, body, extra: list[dict] | None = None) -> tuple[str, list[int], object]:
-    """extra: OpenAI-shaped messages after the conversation (a tool guard re-prompt)."""
-    plan = plan_tools(served, anthropic_tools(body.tools), body.tool_choice)
-    conversation = anthropic_messages(body.messages, body.system) + (openai_messages(extra) if extra else [])
+def _guarded(served, body, server_guard, hearth=None) -> tuple[RequestGuard, object]:
+    """The request's guard (its extensions checked, its tools ranked) and tool plan."""
+    guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools), anthropic_messages(body.messages, body.system),
+                         body.tool_choice)
+    return guard, plan_tools(served, guard.tools, body.tool_choice)
+
+
+def _prompt(served, body, guard: RequestGuard, plan, extra: list[dict] | None = None) -> tuple[str, list[int]]:
+    """extra: OpenAI-shaped messages after the conversation (a tool guard re-prompt); the
+    conversation compacted first with hearth.compaction."""
+    conversation = guard.history + (openai_messages(extra) if extra else [])
+    max_tokens = getattr(body, "max_tokens", None)
+    return guard.fit(lambda msgs: _render(served, body, plan, msgs), conversation, served.max_model_len, max_tokens)
+
+
+def _render(served, body, plan, conversation: list[dict]) -> tuple[str, list[int]]:
     messages = prompt_messages(served, plan, conversation)
     kwargs = {}
     thinking = getattr(body, "thinking", None)
@@ -37,13 +51,14 @@ def _prompt(served, body, extra: list[dict] | None = None) -> tuple[str, list[in
     prefill = messages[-1]["role"] == "assistant"  # Anthropic continues a final assistant turn
     text = served.render_chat(messages, plan.tools if plan.in_template else None,
                               add_generation_prompt=not prefill, continue_final=prefill, template_kwargs=kwargs)
-    return text, served.encode_chat_text(text), plan
+    return text, served.encode_chat_text(text)
 
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
     served = await request.app.state.models.get(body.model)
-    _, ids, _ = _prompt(served, body)
+    guard, plan = _guarded(served, body, request.app.state.config.tool_guard)  # the tools a request renders
+    _, ids = _prompt(served, body, guard, plan)
     return {"input_tokens": len(ids)}
 
 
@@ -51,11 +66,13 @@ async def count_tokens(body: CountTokensRequest, request: Request):
 async def messages(body: MessagesRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)
-    text, ids, plan = _prompt(served, body)
+    guard, plan = _guarded(served, body, state.config.tool_guard, body.hearth)
+    text, ids = _prompt(served, body, guard, plan)
     fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
-    source, _ = build_choices(served, state, plan, text, ids, fields, {"stop": "stop_sequences"}, body.hearth, True,
-                              lambda extra: reprompt_ids(served, _prompt(served, body, extra)[0], body.max_tokens))
+    source, _ = build_choices(served, state, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, True,
+                              lambda extra: reprompt_ids(served, _prompt(served, body, guard, plan, extra)[0],
+                                                         body.max_tokens))
     if body.stream:
         return SSEResponse(message_events(served, source), on_close=source.abort)
     result = await until_disconnect(request, _message(served, source))
@@ -75,7 +92,7 @@ def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
 async def _message(served, source) -> dict:
     events, tokens, finish, stop_reason = [], 0, None, None
     async for _, u in source.updates():
-        events += u.events
+        events = settle(events, u)
         tokens += len(u.token_ids)
         if u.finished:
             finish, stop_reason = u.finish_reason, u.stop_reason

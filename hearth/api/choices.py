@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from hearth.api.generate import Generation
-from hearth.tool_parsers import Event
+from hearth.tool_parsers import ContentDelta, Event
 
 
 @dataclass(slots=True)
@@ -20,11 +20,23 @@ class Update:
     finished: bool = False
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    content: str | None = None
+    """On a finish: the choice's text as a whole answer reads, in place of the content the updates
+    streamed (a re-prompted attempt's text superseded, a rescued call's text taken out); None: as
+    streamed. A stream cannot take back what it sent: only whole answers use it (settle)."""
+
+
+def settle(events: list[Event], u: Update) -> list[Event]:
+    """A whole answer's events so far, with update `u` added (its `content` replacing the text)."""
+    if u.content is None:
+        return events + u.events
+    return [e for e in events if not isinstance(e, ContentDelta)] + [ContentDelta(u.content)] + u.events
 
 
 class PlainChoices:
-    def __init__(self, gen: Generation, parsers: list):
-        self.gen, self.parsers = gen, parsers
+    def __init__(self, gen: Generation, parsers: list, events: list | None = None):
+        """`events`: what the request-side parts did (GuardEvents: tools ranked, compacted)."""
+        self.gen, self.parsers, self.events = gen, parsers, events or []
         self.request_id = gen.request_id
 
     @property
@@ -40,7 +52,8 @@ class PlainChoices:
         return self.gen.num_cached_tokens
 
     def report(self, i: int) -> dict | None:
-        return None
+        """The `hearth` field: only the request-side parts' events (no guard ran)."""
+        return {"events": [e.to_json() for e in self.events]} if self.events else None
 
     def abort(self) -> None:
         self.gen.abort()

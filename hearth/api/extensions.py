@@ -1,6 +1,9 @@
 """hearth's own request extensions: the `hearth` object of a request body (clients put vendor
-fields there: `{"hearth": {"tool_guard": "off"}}`). Each key is checked here, so a bad value is a
-400 that names it (`hearth.tool_guard`). Later keys (workflow, compaction) add a field and a check."""
+fields there: `{"hearth": {"tool_guard": "off"}}`). Each key is checked here, once per request, so a
+bad value is a 400 that names it (`hearth.tool_guard`, `hearth.workflow.required[1]`).
+
+Keys: tool_guard (the mode), tool_guard_retries, workflow (hearth.tool_guard.workflow), compaction
+(hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank)."""
 
 from __future__ import annotations
 
@@ -9,30 +12,61 @@ from typing import Any
 
 from hearth.api.errors import APIError
 from hearth.tool_guard import MODES, GuardConfig
+from hearth.tool_guard.compaction import Compaction, parse_compaction
+from hearth.tool_guard.request_fields import FieldError, check_keys, int_field
+from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
+from hearth.tool_guard.workflow import Workflow, parse_workflow
+
+KEYS = ("tool_guard", "tool_guard_retries", "workflow", "compaction", "max_tools")
 
 
 @dataclass(frozen=True, slots=True)
 class Extensions:
     tool_guard: GuardConfig
+    workflow: Workflow | None = None
+    compaction: Compaction | None = None
+    max_tools: int | None = None
+    """Above this many offered tools only this many (the most relevant) are rendered and allowed;
+    None: DEFAULT_MAX_TOOLS in guard mode, no ranking in the others."""
+
+    @property
+    def automatic(self) -> bool:
+        """The guard's automatic parts (rescue, the default tool cap) act only in mode guard; the
+        request's own opt-ins (workflow, compaction, an explicit max_tools) act in every mode."""
+        return self.tool_guard.mode == "guard"
+
+    @property
+    def tool_cap(self) -> int | None:
+        return self.max_tools if self.max_tools is not None else DEFAULT_MAX_TOOLS if self.automatic else None
 
 
-def parse_extensions(raw: Any, server_guard: GuardConfig) -> Extensions:
+def parse_extensions(raw: Any, server_guard: GuardConfig, tool_names: list[str] | None = None) -> Extensions:
+    """`tool_names`: the request's tools (a workflow may name only those)."""
     if raw is None:
         return Extensions(server_guard)
-    if not isinstance(raw, dict):
-        raise _bad("hearth", f"must be an object, not {type(raw).__name__}")
+    try:
+        return _parse(raw, server_guard, tool_names or [])
+    except FieldError as e:
+        raise _bad(e.param, e.why) from None
+
+
+def _parse(raw: Any, server_guard: GuardConfig, tool_names: list[str]) -> Extensions:
+    check_keys(raw, KEYS, "hearth")
     guard = server_guard
     mode = raw.get("tool_guard")
     if mode is not None:
         if mode not in MODES:
-            raise _bad("hearth.tool_guard", f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
+            raise FieldError("hearth.tool_guard", f"unknown mode {mode!r}; modes: {', '.join(MODES)}")
         guard = replace(guard, mode=mode)
-    retries = raw.get("tool_guard_retries")
-    if retries is not None:
-        if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 10:
-            raise _bad("hearth.tool_guard_retries", f"must be an integer in [0, 10], got {retries!r}")
-        guard = replace(guard, max_retries=retries)
-    return Extensions(guard)
+    if raw.get("tool_guard_retries") is not None:
+        guard = replace(guard, max_retries=int_field(raw, "tool_guard_retries", 0, "hearth", low=0, high=10))
+    workflow = raw.get("workflow")
+    if workflow is not None and not tool_names:
+        raise FieldError("hearth.workflow", "needs tools: the request offers none")
+    return Extensions(guard,
+                      parse_workflow(workflow, tool_names, "hearth.workflow") if workflow is not None else None,
+                      parse_compaction(raw["compaction"], "hearth.compaction") if "compaction" in raw else None,
+                      int_field(raw, "max_tools", 1, "hearth", low=1) if "max_tools" in raw else None)
 
 
 def _bad(param: str, why: str) -> APIError:

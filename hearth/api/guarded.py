@@ -6,7 +6,12 @@ checked against the callable tools' schemas (safe coercions applied). A clean at
 choice; a failed one is retried within the request: first the call alone, resampled under the
 forced call grammar after the text that preceded it (the prompt plus that text: a prefix-cache hit),
 then re-prompts that feed the error back in the tool channel (the conversation so far is again a
-cached prefix). When retries run out, the last attempt is returned as it parsed. Never a 500."""
+cached prefix). A `hearth.workflow` policy then reviews the attempt's calls (none: a final answer):
+a broken rule is a problem too, answered by a nudge (a re-prompt with the rule's reason, firmer each
+time; the last one of a premature answer forces a call of the missing tools), at most the policy's
+max_nudges, apart from the retries. In guard mode the parser rescues calls written without the
+format's markers when it found none (hearth.tool_guard.rescue_parser), and those are checked as any
+other. When retries run out, the last attempt is returned as it parsed. Never a 500."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
@@ -23,7 +28,10 @@ from hearth.errors import HearthError
 from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
                                triggers_for)
-from hearth.tool_guard.checks import NO_CALL, Checked
+from hearth.tool_guard.checks import NO_CALL, Checked, Problem
+from hearth.tool_guard.guard_event import GuardEvent, GuardLog
+from hearth.tool_guard.nudge import Verdict, nudge_messages
+from hearth.tool_guard.rescue_parser import RescuingParser
 from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint
 from hearth.tool_parsers.types import tool_parameters
 
@@ -39,8 +47,9 @@ class GuardSetup:
     metrics: object
     prompt_ids: list[int]
     params: SamplingParams
-    make_parser: Callable[[], object]
-    """A fresh OutputParser that accepts any tool name (the guard checks names itself)."""
+    make_parser: Callable[[GuardLog], object]
+    """A fresh OutputParser that accepts any tool name (the guard checks names itself); in guard
+    mode it rescues calls of offered tools from text, logging them."""
     schemas: dict[str, dict]
     """Callable tool name -> its arguments schema."""
     required: bool
@@ -55,6 +64,11 @@ class GuardSetup:
     token_bytes: Callable[[int], bytes]
     client_logprobs: bool
     request_id: str
+    events: list[GuardEvent] = field(default_factory=list)
+    """What the request-side parts did (tools_ranked, compacted: also a re-prompt's compaction),
+    the request's log itself: read when a choice ends."""
+    policy: object | None = None
+    """hearth.workflow's review (hearth.api.guard_extras.Policy), or None."""
 
 
 class GuardedChoices:
@@ -131,6 +145,7 @@ class _Choice:
     def __init__(self, setup: GuardSetup, index: int, params: SamplingParams):
         self.s, self.index, self.params = setup, index, params
         self.report = GuardReport(setup.config.mode, setup.grammar)
+        self._log = GuardLog()  # this choice's rescues
         self._done = [0, 0]  # prompt and cached tokens of the attempts that ended
         self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
         self._gen = self._start(setup.prompt_ids, params, 0)
@@ -153,9 +168,11 @@ class _Choice:
 
     async def run(self) -> AsyncIterator[Update]:
         s, ids, params = self.s, self.s.prompt_ids, self.params
-        for attempt in range(s.config.retries + 1):
-            trace, held, last, passed = TokenTrace(s.token_bytes), [], None, []
-            parser = s.make_parser()
+        attempt, nudges, before, restarted = 0, 0, [], False  # before: text of the attempts this one continues
+        hold = s.policy is not None  # a reviewed answer is shown once reviewed: a nudge may supersede it
+        while True:
+            trace, held, last, passed, said, shown = TokenTrace(s.token_bytes), [], None, [], [], []
+            parser = s.make_parser(self._log)
             if attempt:
                 self._gen, self._counted = self._start(ids, params, attempt), False
             async for _, out in self._gen.outputs():
@@ -163,17 +180,60 @@ class _Choice:
                 events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
                 passed = [e for e in events if isinstance(e, (ContentDelta, ReasoningDelta))]
                 held += [e.call for e in events if isinstance(e, ToolCallEvent)]
-                last = out
-                yield Update(passed, out.new_token_ids, self._logprobs(out))
+                said += [e.text for e in passed if isinstance(e, ContentDelta)]
+                last, shown = out, shown + passed
+                yield Update([] if hold else passed, out.new_token_ids, self._logprobs(out))
             self._count(trace)
             checked = check_calls(held, s.schemas, s.required)
+            verdict = self._review(checked)
             self._note(checked)
-            done = checked.ok or attempt == s.config.retries or (last is not None and last.finish_reason in NO_RETRY_FINISH)
-            nxt = None if done else self._retry(attempt, checked, held, trace, last, ids, params)
+            cut = last is not None and last.finish_reason in NO_RETRY_FINISH
+            if verdict is not None:
+                nxt = None if cut or nudges == s.policy.max_nudges else self._nudge(verdict, nudges + 1, "".join(said), checked)
+                nudges += nxt is not None
+            else:
+                done = checked.ok or cut or attempt - nudges == s.config.retries
+                nxt = None if done else self._retry(attempt - nudges, checked, held, trace, last, ids, params)
             if nxt is None:
-                yield self._final(held, checked, trace, last)
+                rescue = getattr(parser, "rescue", None)
+                text = "".join(before) + (rescue.content if rescue is not None else "".join(said))
+                if hold:  # what was held back: the reasoning, then the text as a whole answer reads
+                    shown = [e for e in shown if isinstance(e, ReasoningDelta)] + ([ContentDelta(text)] if text else [])
+                    yield self._final(held, checked, trace, last, None, shown)
+                else:
+                    yield self._final(held, checked, trace, last, text if restarted or rescue is not None else None)
                 return
             ids, params = nxt
+            attempt += 1
+            if self.report.retries[-1].kind == "resample":  # the resample continues this attempt's text
+                before += said
+            else:  # a re-prompt or nudge answers afresh: a whole answer keeps only the new text
+                before, restarted = [], True
+
+    def _review(self, checked: Checked) -> Verdict | None:
+        """hearth.workflow's verdict on an attempt whose calls are clean, as a problem of the attempt."""
+        policy = self.s.policy
+        if policy is None or not checked.ok:
+            return None
+        verdict = policy.verdict(checked.calls)
+        if verdict is not None:
+            at = checked.calls[verdict.call_index] if verdict.call_index is not None else None
+            checked.problems.append(Problem(verdict.rule, verdict.why, at))
+        return verdict
+
+    def _nudge(self, verdict: Verdict, level: int, said: str, checked: Checked):
+        """A re-prompt with the broken rule's reason (hearth.tool_guard.nudge); None: no room for it."""
+        s = self.s
+        forced = s.policy.forcing(verdict, level)
+        self._kept, self.report.calls = [], []
+        self.report.retries.append(Retry("nudge", verdict.rule, verdict.why, forced=verdict.force if forced else ()))
+        try:
+            new_ids = s.reprompt(nudge_messages(verdict, level, said, checked.calls))
+        except (APIError, HearthError) as e:
+            self.report.retries.pop()
+            self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
+            return None
+        return new_ids, (replace(self.params, structured_output=forced) if forced else self.params)
 
     def _retry(self, attempt: int, checked: Checked, held: list, trace: TokenTrace, last, ids: list[int],
                params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
@@ -223,8 +283,10 @@ class _Choice:
         if self.s.config.mode == "guard":  # the grammar alone changes nothing: no coercions to report
             self.report.coercions += [{"call": checked.calls[i].name, **c.as_dict()} for i, c in checked.coercions]
 
-    def _final(self, held: list, checked: Checked, trace: TokenTrace, last) -> Update:
-        """The choice's calls (validated, or as they came once retries ran out) and its finish."""
+    def _final(self, held: list, checked: Checked, trace: TokenTrace, last, text: str | None,
+               shown: list | None = None) -> Update:
+        """The choice's calls (validated, or as they came once retries ran out) and its finish;
+        `text`: the whole answer's content when it differs from what was streamed."""
         s = self.s
         if s.config.mode != "guard":  # the grammar alone: calls as parsed, problems only reported
             calls = held
@@ -232,7 +294,7 @@ class _Choice:
             calls = self._kept + (checked.calls if checked.ok else [c for c in checked.calls if c.name in s.schemas])
         # given up: a call of no offered tool goes back as the text it was, as without the guard
         unknown = [ContentDelta(_call_text(c)) for c in held if c.name not in s.schemas]
-        if not checked.ok:
+        if not checked.ok:  # retries or nudges ran out
             self.report.outcome = "unresolved"
         spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
         self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
@@ -241,12 +303,13 @@ class _Choice:
             span = spans[k] if len(spans) == len(new) else (spans[0][0], spans[-1][1]) if spans else None
             conf = trace.min_prob(*span) if span else None
             self.report.calls.append({"id": call.id, "name": call.name, "confidence": conf})
-        events = unknown + [ToolCallEvent(k, c) for k, c in enumerate(calls)]
+        events = (shown or []) + unknown + [ToolCallEvent(k, c) for k, c in enumerate(calls)]
+        self.report.events = list(s.events) + self._log.events
         if hasattr(s.metrics, "observe_guard"):
             s.metrics.observe_guard(self.report)
         if last is None:
-            return Update(events, finished=True, finish_reason="stop")
-        return Update(events, [], None, True, last.finish_reason, last.stop_reason)
+            return Update(events, finished=True, finish_reason="stop", content=text)
+        return Update(events, [], None, True, last.finish_reason, last.stop_reason, text)
 
     def _logprobs(self, out):
         return out.new_logprobs if self.s.client_logprobs else None
@@ -260,11 +323,13 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
     if forced is None and config.retries:
         forced = StructuredOutput(grammar=call_constraint(plan.parse_format, callable_tools, "required").lark())
     # the guard sees calls of unknown tools (to retry them); the grammar alone parses as the server always did
-    tools = None if config.mode == "guard" else plan.tools
+    guard = config.mode == "guard"
+    tools = None if guard else plan.tools
     starts = served.starts_in_reasoning(prompt)
 
-    def make_parser() -> OutputParser:
-        return OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts)
+    def make_parser(log: GuardLog):
+        parser = OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts)
+        return RescuingParser(parser, callable_tools, log) if guard and callable_tools else parser
 
     token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())
     return GuardSetup(served.engine, metrics, ids, params, make_parser, tool_parameters(callable_tools), plan.required,

@@ -79,6 +79,9 @@ class GuardMetrics:
                               labels, registry=reg)
         self.confidence = Histogram("hearth:tool_guard_call_confidence", "Lowest token probability inside a call.",
                                     labels, buckets=(0.01, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9, 0.99, 1.0), registry=reg)
+        self.events = Counter("hearth:tool_guard_events", "What the request-side parts did, by kind (rescued, "
+                              "compacted, tools_ranked); workflow nudges count as retries of kind nudge.",
+                              labels + ["kind"], registry=reg)
 
     def observe(self, label: str, report) -> None:
         self.choices.labels(label, report.mode, report.outcome).inc()
@@ -93,6 +96,8 @@ class GuardMetrics:
         for call in report.calls:
             if call.get("confidence") is not None:
                 self.confidence.labels(label).observe(call["confidence"])
+        for e in report.events:
+            self.events.labels(label, e.kind).inc()
 
 
 class RequestTimer:

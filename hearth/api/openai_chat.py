@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
+from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest
@@ -32,15 +34,17 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
-    plan = plan_tools(served, openai_tools(tools), tool_choice, "function_call" if legacy else "tool_choice")
-    prompt = _render(served, plan, openai_messages(body.messages), body)
-    ids = served.encode_chat_text(prompt)
+    history = openai_messages(body.messages)
+    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(tools), history, tool_choice, body.n)
+    plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens)
     parallel = body.parallel_tool_calls and not legacy
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}
-    source, client_k = build_choices(served, state, plan, prompt, ids, fields, names, body.hearth, parallel,
-                                     lambda extra: _reprompt(served, plan, body, extra, fields["max_tokens"]))
+    source, client_k = build_choices(served, state, plan, prompt, ids, fields, names, guard, parallel,
+                                     lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]))
     reply = _Reply(served, source, client_k, parallel, legacy)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -49,16 +53,22 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     return result if result is not None else {}
 
 
-def _render(served, plan, messages: list[dict], body: ChatCompletionRequest) -> str:
-    return served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
+def _render(served, plan, messages: list[dict], body: ChatCompletionRequest) -> tuple[str, list[int]]:
+    text = served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
                               add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
                               continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
+    return text, served.encode_chat_text(text)
 
 
-def _reprompt(served, plan, body: ChatCompletionRequest, extra: list[dict], max_tokens: int | None) -> list[int]:
-    """The conversation with a failed attempt and its error appended, as prompt ids."""
-    messages = prompt_messages(served, plan, openai_messages(body.messages + extra))
-    text = served.render_chat(messages, plan.tools if plan.in_template else None, template_kwargs=body.chat_template_kwargs)
+def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, extra: list[dict],
+              max_tokens: int | None) -> list[int]:
+    """The conversation with a failed attempt and its error appended (compacted with
+    hearth.compaction), as prompt ids."""
+    def render(msgs: list[dict]) -> tuple[str, list[int]]:
+        text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
+                                  template_kwargs=body.chat_template_kwargs)
+        return text, served.encode_chat_text(text)
+    text, _ = guard.fit(render, openai_messages(body.messages + extra), served.max_model_len, max_tokens)
     return reprompt_ids(served, text, max_tokens)
 
 
@@ -178,7 +188,7 @@ async def _collect(source) -> list[Choice]:
     choices = [Choice(i) for i in range(source.n)]
     async for i, u in source.updates():
         c = choices[i]
-        c.events += u.events
+        c.events = settle(c.events, u)
         c.token_ids += u.token_ids
         c.logprobs += u.logprobs or []
         if u.finished:

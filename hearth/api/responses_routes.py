@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import replace
 
 from fastapi import APIRouter, Request
 
+from hearth.api.choices import settle
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import until_disconnect
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.messages import openai_messages
 from hearth.api.responses_items import (chat_tool_choice, chat_tools, input_messages, text_format,
                                         with_instructions)
@@ -43,22 +46,27 @@ async def create_response(body: ResponsesRequest, request: Request):
     conversation = (prev.messages if prev else []) + input_messages(body.input)
     if not conversation:
         raise APIError(400, "input: is required (a string or a list of items)", param="input")
-    plan = plan_tools(served, openai_tools(chat_tools(body.tools)), chat_tool_choice(body.tool_choice))
+    choice = chat_tool_choice(body.tool_choice)
+    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(chat_tools(body.tools)), conversation, choice)
+    plan = plan_tools(served, guard.tools, choice)
     fmt = text_format(body.text)
     if plan.constraint is not None and fmt is not None:
         raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",
                        param="text.format")
-    messages = prompt_messages(served, plan, with_instructions(body.instructions, conversation))
-    prompt = served.render_chat(messages, plan.tools if plan.in_template else None)
-    ids = _prompt_ids(served, prompt, prev)
+
+    def render(msgs: list[dict]) -> tuple[str, list[int]]:
+        text = served.render_chat(prompt_messages(served, plan, with_instructions(body.instructions, msgs)),
+                                  plan.tools if plan.in_template else None)
+        return text, _prompt_ids(served, text, prev)
+
+    prompt, ids = guard.fit(render, conversation, served.max_model_len, body.max_output_tokens)
     fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt}
 
     def reprompt(extra: list[dict]) -> list[int]:
-        again = prompt_messages(served, plan, with_instructions(body.instructions, conversation + openai_messages(extra)))
-        return reprompt_ids(served, served.render_chat(again, plan.tools if plan.in_template else None),
-                            body.max_output_tokens)
+        text, _ = guard.fit(render, conversation + openai_messages(extra), served.max_model_len, body.max_output_tokens)
+        return reprompt_ids(served, text, body.max_output_tokens)
 
-    source, _ = build_choices(served, state, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, body.hearth,
+    source, _ = build_choices(served, state, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, guard,
                               body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}")
     reply = _Reply(served, store, body, source, conversation, prompt, ids)
     if body.stream:
@@ -157,14 +165,18 @@ class _Reply:
             body["hearth"] = ext
         if self.body.store:
             messages = self.conversation + assistant_messages(self.builder.items)
-            retried = bool(ext and ext["retries"])  # then the output ids continue no single prompt
+            retried = bool(ext and ext.get("retries"))  # then the output ids continue no single prompt
             text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
             self.store.put(self.id, StoredResponse(body, messages, text, self.ids + self.output_ids))
         return body
 
     async def whole(self) -> dict:
+        events, tokens, last = [], [], None
         async for _, out in self.gen.updates():
-            self._on_output(out)
+            events, last = settle(events, out), out
+            tokens += out.token_ids
+        if last is not None:  # one update of the whole answer (settle: its text as a whole answer reads)
+            self._on_output(replace(last, events=events, token_ids=tokens))
         return self._finish()
 
     def _event(self, payload: dict) -> str:

@@ -1,14 +1,15 @@
-"""Where a request's tools meet the tool guard: the request's `hearth` extensions and the server's
-default pick the mode; `off` (or no tools) parses one Generation as the server always did
-(PlainChoices), `grammar` and `guard` run guarded attempts (hearth.api.guarded) with the lazy call
-grammar in `auto`. Every route with tools builds its choices here."""
+"""Where a request's tools meet the tool guard: the request's `hearth` extensions (checked once, in
+hearth.api.guard_extras.RequestGuard) and the server's default pick the mode; `off` (or no tools)
+parses one Generation as the server always did (PlainChoices), `grammar` and `guard` run guarded
+attempts (hearth.api.guarded) with the lazy call grammar in `auto`; a `hearth.workflow` runs them in
+every mode (its nudges are that loop's). Every route with tools builds its choices here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from hearth.api.choices import PlainChoices
-from hearth.api.extensions import parse_extensions
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.generate import Generation
 from hearth.api.guarded import GuardedChoices, guard_setup
 from hearth.api.parsing import output_parser
@@ -18,13 +19,14 @@ from hearth.errors import HearthError
 
 
 def build_choices(served, state, plan: ToolPlan, prompt: str, ids: list[int], fields: dict, field_names: dict | None,
-                  raw_ext, parallel: bool, reprompt: Callable[[list[dict]], list[int]],
+                  rg: RequestGuard, parallel: bool, reprompt: Callable[[list[dict]], list[int]],
                   request_id: str | None = None) -> tuple[PlainChoices | GuardedChoices, int | None]:
     """(the choices, the logprobs the client asked for). `fields`: SamplingParams fields (see
     hearth.api.sampling.make_params); `reprompt`: extra OpenAI messages -> prompt ids."""
     metrics = state.metrics.of(served.name)
-    ext = parse_extensions(raw_ext, state.config.tool_guard)
-    guard = ext.tool_guard if plan.tools and ext.tool_guard.mode != "off" else None
+    ext = rg.ext
+    policy = rg.policy(plan.parse_format) if plan.tools else None
+    guard = ext.tool_guard if plan.tools and (ext.tool_guard.mode != "off" or policy is not None) else None
     lazy = guard_constraint(served, plan, prompt, parallel, guard) if guard and fields["structured_output"] is None else None
     fields = dict(fields)
     if lazy is not None:
@@ -35,9 +37,10 @@ def build_choices(served, state, plan: ToolPlan, prompt: str, ids: list[int], fi
     params = make_params(fields, state.limits, served.max_model_len, field_names)
     if guard is None:
         gen = Generation(served.engine, ids, params, metrics, request_id=request_id)
-        return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)]), client_k
+        return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], rg.log.events), client_k
     grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
     setup = guard_setup(served, metrics, plan, prompt, ids, params, guard, client_k is not None, grammar, reprompt)
+    setup.events, setup.policy = rg.log.events, policy
     if request_id:
         setup.request_id = request_id
     return GuardedChoices(setup), client_k

@@ -3,11 +3,12 @@ safe coercion of calls against their schemas, the retry policy and its feedback 
 per-call confidence and the report. Pure decisions, no engine and no torch: hearth.api.guarded
 runs the attempts, LLM.chat runs them offline.
 
-Hook points for the steps that plug in (rescue, workflow, compaction, tool ranking):
-- triggers.register(fmt, Trigger): more openers the lazy grammar switches on at;
-- checks.check_calls: the problems an attempt has (a workflow policy adds its own);
-- feedback.retry_messages: what a re-prompt says;
-- GuardReport.notes: extra keys of the `hearth` response field."""
+The request-side parts (points 4-7), wired in by hearth.api.guard_extras and hearth.api.guarded:
+- rescue_calls / rescue_parser: calls written without the format's markers, in guard mode;
+- workflow / nudge: hearth.workflow's rules, a broken one a problem answered by a nudge;
+- compaction: hearth.compaction's tiers, before every render and re-prompt;
+- tool_rank: BM25 ranking of many tools down to hearth.max_tools (the prompt and grammar hold only those);
+- guard_event: what they did, as GuardReport.events."""
 
 from __future__ import annotations
 

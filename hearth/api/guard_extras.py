@@ -1,0 +1,99 @@
+"""Where a request meets hearth.tool_guard's request-side parts (issue 20, points 4-7): many tools
+ranked down to the relevant ones (the prompt and the grammar hold only those), an over-long
+conversation compacted (opt-in, before every render and re-prompt), and the `hearth.workflow`
+policy that the guard's attempt loop (hearth.api.guarded) reviews each attempt against. What it
+does is logged as GuardEvents, reported in the response's `hearth` field (GuardReport.events)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hearth.api.errors import APIError
+from hearth.api.extensions import Extensions, parse_extensions
+from hearth.errors import PromptTooLongError
+from hearth.sampling_params import StructuredOutput
+from hearth.tool_guard.compaction import compact
+from hearth.tool_guard.guard_event import GuardLog
+from hearth.tool_guard.nudge import Verdict
+from hearth.tool_guard.tool_rank import called_tools, rank_tools
+from hearth.tool_guard.workflow import Workflow, progress, review
+from hearth.tool_parsers import ToolCall, ToolParserError, call_constraint
+from hearth.tool_parsers.types import tool_function, tool_parameters
+
+Render = Callable[[list[dict]], tuple[str, list[int]]]
+"""Template messages -> (prompt text, prompt ids), with the request's tools and template options."""
+
+
+class RequestGuard:
+    """One per request: its checked `hearth` extensions, its tools (ranked), its history (template
+    messages as sent) and the log of what was done before generation."""
+
+    def __init__(self, raw, server_guard, tools: list[dict] | None, history: list[dict], tool_choice=None, n: int = 1):
+        tools = tools or []
+        self.ext: Extensions = parse_extensions(raw, server_guard, list(tool_parameters(tools)))
+        if self.ext.workflow is not None and n != 1:
+            raise APIError(400, f"hearth.workflow: needs n = 1, got {n}", param="hearth.workflow")
+        self.log = GuardLog()
+        self.history = history
+        self.tools = self._rank(tools, tool_choice) if tools else None
+
+    def _rank(self, tools: list[dict], tool_choice) -> list[dict]:
+        cap = self.ext.tool_cap
+        if cap is None or len(tools) <= cap:
+            return tools
+        keep = set(called_tools(self.history))
+        if isinstance(tool_choice, dict):  # a named tool (OpenAI's or Anthropic's shape) stays
+            keep.add(str((tool_choice.get("function") or {}).get("name") or tool_choice.get("name")))
+        wf = self.ext.workflow
+        if wf is not None:
+            keep |= {*wf.required, *wf.terminal, *(p.after for p in wf.prerequisites), *(p.tool for p in wf.prerequisites)}
+        ranked = rank_tools(tools, self.history, cap, frozenset(keep))
+        if len(ranked) < len(tools):
+            self.log.add("tools_ranked", offered=len(tools), shown=[tool_function(t)["name"] for t in ranked])
+        return ranked
+
+    def fit(self, render: Render, history: list[dict], max_model_len: int, max_tokens: int | None) -> tuple[str, list[int]]:
+        """The prompt for `history`; with hearth.compaction, compacted until it fits the context
+        with room for max_tokens (else for an eighth of the context, at most 256 tokens)."""
+        prompt, ids = render(history)
+        options = self.ext.compaction
+        room = max_tokens if max_tokens is not None else min(256, max_model_len // 8)
+        if options is None or len(ids) + room < max_model_len:
+            return prompt, ids
+        done = compact(history, lambda msgs: len(render(msgs)[1]) + room < max_model_len, options)
+        if done is None:
+            raise APIError(400, f"{PromptTooLongError(len(ids), max_model_len)}; even compacted (hearth.compaction), "
+                           "the system prompt, first user message and last steps do not fit",
+                           param="messages", code="context_length_exceeded")
+        messages, report = done
+        prompt, new_ids = render(messages)
+        self.log.add("compacted", **report.detail(len(ids), len(new_ids)))
+        return prompt, new_ids
+
+    def policy(self, fmt: str | None) -> Policy | None:
+        wf = self.ext.workflow
+        return None if wf is None or not self.tools else Policy(wf, progress(self.history), self.tools, fmt)
+
+
+class Policy:
+    """hearth.workflow for the guard's attempt loop: a verdict per attempt, at most `max_nudges`
+    nudges, the last of a premature answer forcing a call of the missing tools by grammar."""
+
+    def __init__(self, workflow: Workflow, done, tools: list[dict], fmt: str | None):
+        self.workflow, self.done, self.tools, self.fmt = workflow, done, tools, fmt
+
+    @property
+    def max_nudges(self) -> int:
+        return self.workflow.max_nudges
+
+    def verdict(self, calls: list[ToolCall]) -> Verdict | None:
+        return review(self.workflow, self.done, calls)
+
+    def forcing(self, verdict: Verdict, level: int) -> StructuredOutput | None:
+        if not verdict.force or self.fmt is None or level < self.max_nudges:
+            return None
+        tools = [t for t in self.tools if tool_function(t)["name"] in verdict.force]
+        try:
+            return StructuredOutput(grammar=call_constraint(self.fmt, tools, "required").lark())
+        except ToolParserError:
+            return None
