@@ -65,26 +65,8 @@ class Generation:
     async def outputs(self) -> AsyncIterator[tuple[int, EngineOutput]]:
         """Deltas of all children as they come; raises the engine's error if a step fails."""
         try:
-            if self.n == 1:
-                async for out in self.streams[0]:
-                    yield 0, self._seen(0, out)
-                return
-            queue: asyncio.Queue = asyncio.Queue()
-            tasks = [asyncio.create_task(_pump(i, s, queue)) for i, s in enumerate(self.streams)]
-            try:
-                remaining = self.n
-                while remaining:
-                    i, item = await queue.get()
-                    if item is None:
-                        remaining -= 1
-                    elif isinstance(item, BaseException):
-                        raise item
-                    else:
-                        yield i, self._seen(i, item)
-            finally:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+            async for i, out in interleave(self.streams):
+                yield i, self._seen(i, out)
         finally:
             self.abort()
 
@@ -104,6 +86,31 @@ class Generation:
             self.timers[i].on_output(out)
         self._cached.setdefault(i, out.num_cached_tokens)
         return out
+
+
+async def interleave(streams: list) -> AsyncIterator[tuple[int, object]]:
+    """(index, item) from several async iterables as each yields; one is iterated in place. An engine
+    error (HearthError) in any is raised here; the others are cancelled when this ends."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    tasks = [asyncio.create_task(_pump(i, s, queue)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(streams)
+        while remaining:
+            i, item = await queue.get()
+            if item is None:
+                remaining -= 1
+            elif isinstance(item, BaseException):
+                raise item
+            else:
+                yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _pump(i: int, stream, queue: asyncio.Queue) -> None:

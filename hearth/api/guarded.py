@@ -15,7 +15,6 @@ other. When retries run out, the last attempt is returned as it parsed. Never a 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
-from hearth.api.generate import Generation
+from hearth.api.generate import Generation, interleave
 from hearth.errors import HearthError
 from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
@@ -107,38 +106,10 @@ class GuardedChoices:
 
     async def updates(self) -> AsyncIterator[tuple[int, Update]]:
         try:
-            if self.n == 1:
-                async for u in self.choices[0].run():
-                    yield 0, u
-                return
-            queue: asyncio.Queue = asyncio.Queue()
-            tasks = [asyncio.create_task(_pump(i, c, queue)) for i, c in enumerate(self.choices)]
-            try:
-                remaining = self.n
-                while remaining:
-                    i, item = await queue.get()
-                    if item is None:
-                        remaining -= 1
-                    elif isinstance(item, BaseException):
-                        raise item
-                    else:
-                        yield i, item
-            finally:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+            async for i, u in interleave([c.run() for c in self.choices]):
+                yield i, u
         finally:
             self.abort()
-
-
-async def _pump(i: int, choice, queue: asyncio.Queue) -> None:
-    try:
-        async for u in choice.run():
-            queue.put_nowait((i, u))
-    except HearthError as e:
-        queue.put_nowait((i, e))
-    finally:
-        queue.put_nowait((i, None))
 
 
 class _Choice:

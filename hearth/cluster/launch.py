@@ -97,7 +97,7 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
         return
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ClusterError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. 10.0.0.5:6379)")
+        raise ClusterError(f"--address {address!r}: give HOST:PORT of the Ray head (e.g. head-node:6379)")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as e:
