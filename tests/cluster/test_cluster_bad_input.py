@@ -72,3 +72,11 @@ def test_bad_settings_fail_before_ray_starts(capsys, tmp_path):
                          (["--routing", "prefix", "--prefix-blocks", "0"], "--prefix-blocks must be at least 1")):
         assert main(["cluster", "serve", str(tmp_path / "never-read.gguf"), *argv]) == 1
         assert needle in _one_error_line(capsys.readouterr().err)
+
+
+def test_one_model_only():
+    """Replicas serve one model: several MODELs or a --models file is one line, before Ray starts."""
+    for args in (["a.gguf", "b.gguf"], ["--models", "models.toml"]):
+        r = _cli("cluster", "serve", *args)
+        assert r.returncode == 1
+        assert "runs replicas of one model: give one MODEL, no --models" in _one_error_line(r.stderr)
