@@ -253,7 +253,8 @@ def _build(library: Library) -> Path:
     if cxx is None:
         raise RuntimeError("no C++ compiler (g++) found")
     src = b"".join(f.name.encode() + f.read_bytes() for f in sources(library))
-    key = hashlib.sha256(src + " ".join(command(cxx, library, "")).encode()).hexdigest()[:16]
+    flags = " ".join(command(cxx, library, "")).replace(str(CSRC), "csrc")  # checkouts share a build
+    key = hashlib.sha256(src + flags.encode()).hexdigest()[:16]
     for out_dir in (hearth_home() / "kernels", Path(tempfile.gettempdir()) / f"hearth-kernels-{os.getuid()}"):
         out = out_dir / f"{Path(library.source).stem}-{key}.so"
         if out.exists():

@@ -77,6 +77,25 @@ def online_softmax_step(qv, k, v, visible, m_i, l_i, acc, scale, softcap):
 
 
 @triton.jit
+def flash_softmax_step(s, kpos, pos, m_i, l_i, scale, softcap, window):
+    """One page of raw scores s [BM, BS] (keys at kpos [BS], rows at pos [BM]) into the tile's running
+    softmax (m_i, l_i [BM]) -> (p [BM, BS], alpha [BM]: the old accumulator's rescale, m_i, l_i):
+    flash attention's recurrence, causal and windowed."""
+    s = s * scale
+    if softcap > 0:
+        s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap  # softcap * tanh(s / softcap)
+    visible = kpos[None, :] <= pos[:, None]
+    if window > 0:
+        visible = visible & ((pos[:, None] - kpos[None, :]) < window)
+    s = tl.where(visible, s, -float("inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no visible key yet
+    p = tl.exp(s - m_safe[:, None])
+    alpha = tl.exp(m_i - m_safe)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, axis=1)
+
+
+@triton.jit
 def flash_prefill_kernel(q, kv, out, table, n_q, ctx, s_kv, s_blk, s_tok, s_head, scale, softcap, window, H, GROUP,
                          D: tl.constexpr, BS: tl.constexpr, BM: tl.constexpr):
     """Program (m, h): query rows m*BM .. m*BM + BM - 1 of one sequence's chunk (q, out: its rows
@@ -103,20 +122,9 @@ def flash_prefill_kernel(q, kv, out, table, n_q, ctx, s_kv, s_blk, s_tok, s_head
         live_k = ((kpos < ctx) & (kpos >= lo))[:, None]  # slots past the context or before the window: stale
         k = tl.load(kv + at, mask=live_k, other=0.0).to(tl.float32)
         v = tl.load(kv + s_kv + at, mask=live_k, other=0.0).to(tl.float32)
-        s = tl.dot(qt, tl.trans(k), input_precision="ieee") * scale  # [BM, BS]
-        if softcap > 0:
-            s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
-        visible = kpos[None, :] <= pos[:, None]
-        if window > 0:
-            visible = visible & ((pos[:, None] - kpos[None, :]) < window)
-        s = tl.where(visible, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no visible key yet
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+        s = tl.dot(qt, tl.trans(k), input_precision="ieee")  # [BM, BS]
+        p, alpha, m_i, l_i = flash_softmax_step(s, kpos, pos, m_i, l_i, scale, softcap, window)
         acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
-        m_i = m_new
     tl.store(out + at_q, acc / l_i[:, None], mask=live[:, None])
 
 

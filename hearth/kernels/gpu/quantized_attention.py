@@ -22,7 +22,8 @@ import triton.language as tl
 from hearth.errors import UnsupportedError
 from hearth.kernels.gpu.kv_codecs import GPU_CODECS, decode_tile, encode_blocks
 from hearth.kernels.gpu.launch import Tiles, launch
-from hearth.kernels.gpu.paged_attention import BM, FLASH_MIN_ROWS, online_softmax_step, row_tensors, write_rows
+from hearth.kernels.gpu.paged_attention import (BM, FLASH_MIN_ROWS, flash_softmax_step, online_softmax_step, row_tensors,
+                                                write_rows)
 from hearth.kernels.step_metadata import AttentionMetadata
 from hearth.kvstore.codecs import STAGING_DTYPE
 
@@ -118,21 +119,10 @@ def quantized_flash_kernel(q, out, table, refs, first, n_q, ctx, staging, fresh,
                 kf, vf = _f16_tile(fresh, -1 - ref, s_fresh, kvh, live_k, KVH, BS, D)
         mine = mine_of == b
         s = tl.where(mine, tl.dot(qt, tl.trans(kf), input_precision="ieee"),
-                     tl.dot(qt, tl.trans(kd), input_precision="ieee")) * scale  # [BM, BS]
-        if softcap > 0:
-            s = (2.0 * tl.sigmoid(2.0 * s / softcap) - 1.0) * softcap
-        visible = kpos[None, :] <= pos[:, None]
-        if window > 0:
-            visible = visible & ((pos[:, None] - kpos[None, :]) < window)
-        s = tl.where(visible, s, -float("inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == -float("inf"), 0.0, m_new)  # a row with no visible key yet
-        p = tl.exp(s - m_safe[:, None])
-        alpha = tl.exp(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
+                     tl.dot(qt, tl.trans(kd), input_precision="ieee"))  # [BM, BS]
+        p, alpha, m_i, l_i = flash_softmax_step(s, kpos, pos, m_i, l_i, scale, softcap, window)
         pv = tl.dot(tl.where(mine, p, 0.0), vf, input_precision="ieee")
         acc = acc * alpha[:, None] + pv + tl.dot(tl.where(mine, 0.0, p), vd, input_precision="ieee")
-        m_i = m_new
     tl.store(out + at_q, acc / tl.where(live, l_i, 1.0)[:, None], mask=live[:, None])  # dead rows may see no key
 
 
