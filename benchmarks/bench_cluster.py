@@ -193,8 +193,9 @@ def servers(args) -> dict[str, list[str]]:
     engine = ["--max-model-len", "2048"]
     cluster = ["cluster", "serve", args.model, "--replicas", str(args.replicas), "--threads-per-replica", "1",
                "--num-kv-blocks", str(args.kv_blocks), *engine]
-    return {"prefix": [*cluster, "--routing", "prefix"],
-            "round-robin": [*cluster, "--routing", "round-robin"],
+    prefix = {f"prefix {lf:g}": [*cluster, "--routing", "prefix", "--load-factor", f"{lf:g}"]
+              for lf in args.load_factors}
+    return {**prefix, "round-robin": [*cluster, "--routing", "round-robin"],
             "serve": ["serve", args.model, "--threads", str(args.replicas),
                       "--num-kv-blocks", str(args.kv_blocks * args.replicas), *engine]}
 
@@ -206,22 +207,28 @@ def print_tables(rows: list[dict], over: dict | None, sim: list[dict] | None) ->
         for r in sim:
             print(f"| {r['blocks']} | {r['prefix']:.0%} | {r['round-robin']:.0%} | "
                   f"{r['prefix'] / max(r['round-robin'], 1e-9):.2f}x |")
-    names = {"prefix": "cluster 2 x 1, `prefix`", "round-robin": "cluster 2 x 1, `round-robin`",
-             "serve": "`hearth serve --threads 2`"}
+    def name(server: str) -> str:
+        if server == "serve":
+            return "`hearth serve --threads 2`"
+        routing, *lf = server.split()
+        return f"cluster 2 x 1, `{routing}`" + (f", load factor {lf[0]}" if lf else "")
+
     print("| server | clients | prefix-cache hit rate | TTFT p50 | TTFT p99 | output tok/s | load avg |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {names[r['server']]} | {r['clients']} | {r['hit_rate']:.0%} | {r['ttft_p50']:.2f} s | "
+        print(f"| {name(r['server'])} | {r['clients']} | {r['hit_rate']:.0%} | {r['ttft_p50']:.2f} s | "
               f"{r['ttft_p99']:.2f} s | {r['output_tok_s']:.1f} | {r['loadavg']} |")
     by = {(r["server"], r["clients"]): r for r in rows}
-    for c in sorted({r["clients"] for r in rows}):
-        p, rr = by.get(("prefix", c)), by.get(("round-robin", c))
-        if p and rr:
-            print(f"{c} clients: hit rate prefix / round-robin = {p['hit_rate'] / max(rr['hit_rate'], 1e-9):.2f}x, "
-                  f"TTFT p50 prefix / round-robin = {p['ttft_p50'] / rr['ttft_p50']:.2f}")
+    for (server, c), p in by.items():
+        rr = by.get(("round-robin", c))
+        if server.startswith("prefix") and rr:
+            ratio = p["hit_rate"] / max(rr["hit_rate"], 1e-9)
+            print(f"{c} clients, {server}: hit rate / round-robin's = {ratio:.2f}x, "
+                  f"TTFT p50 / round-robin's = {p['ttft_p50'] / rr['ttft_p50']:.2f}")
     if over:
         print(f"front end: TTFT p50 {over['cluster_p50_ms']:.1f} ms through the cluster vs "
-              f"{over['serve_p50_ms']:.1f} ms from hearth serve; per-pair difference p50 {over['diff_p50_ms']:+.1f} ms ({over['pairs']} pairs)")
+              f"{over['serve_p50_ms']:.1f} ms from hearth serve; per-pair difference p50 "
+              f"{over['diff_p50_ms']:+.1f} ms ({over['pairs']} pairs)")
 
 
 def main() -> None:
@@ -233,6 +240,8 @@ def main() -> None:
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--kv-blocks", type=int, default=400,
                    help="KV blocks of 16 tokens per replica (hearth serve gets replicas x this)")
+    p.add_argument("--load-factors", default="1.25,1.5,2", type=lambda s: [float(x) for x in s.split(",")],
+                   help="prefix routing's --load-factor, one cluster each")
     p.add_argument("--pairs", type=int, default=100, help="interleaved request pairs for the front end's cost")
     p.add_argument("--only", default="simulate,prefix,round-robin,serve,overhead", help="what to run")
     args = p.parse_args()
@@ -240,9 +249,12 @@ def main() -> None:
     print(f"load average at start: {Path('/proc/loadavg').read_text().strip()}", flush=True)
     wanted = args.only.split(",")
     table = servers(args)
-    rows = [r for name in wanted if name in table for r in measure(name, table[name], args, out)]
-    over = overhead(args, out) if "overhead" in wanted else None
     sim = simulate(args) if "simulate" in wanted else None
+    routed = [name for name in table if name.split()[0] in wanted and name != "serve"]
+    rows = [r for name in routed for r in measure(name, table[name], args, out)]
+    over = overhead(args, out) if "overhead" in wanted else None
+    if "serve" in wanted:  # last: one process of 2 threads is the slowest on a loaded machine
+        rows += measure("serve", table["serve"], args, out)
     (out / "summary.json").write_text(json.dumps({"rows": rows, "overhead": over, "simulated": sim}, indent=1))
     print_tables(rows, over, sim)
     print(f"(raw results in {out})")

@@ -89,7 +89,7 @@ class PrefixAware(Router):
     a request passed over takes only its own new blocks along, not the shared ones' home."""
     name = "prefix"
 
-    def __init__(self, num_replicas: int, root: bytes = b"", block_size: int = 16, load_factor: float = 1.25,
+    def __init__(self, num_replicas: int, root: bytes = b"", block_size: int = 16, load_factor: float = 1.5,
                  prefix_blocks: int = 8, vnodes: int = 64, memory: int = 1 << 16, **kw):
         super().__init__(num_replicas, root, block_size)
         if load_factor < 1:
