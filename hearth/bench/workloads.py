@@ -98,27 +98,58 @@ def code_edit_prompt(rng: random.Random) -> list[dict]:
             {"role": "user", "content": f"Here is `{shown}`:\n\n```python\n{code}```\n\n{instruction}"}]
 
 
-SHARED_PREFIX_CONVERSATIONS = 16
-SHARED_PREFIX_TURNS = 6
+SHARED_PREFIX_SYSTEM_PROMPTS = 8
+SHARED_PREFIX_CONVERSATIONS = 32
+SHARED_PREFIX_TURNS = 8
+"""A conversation ends after this many turns; the next in its place starts a new one."""
 SHARED_PREFIX_SYSTEM_PARAGRAPHS = 6
+"""~850 tokens of system prompt for a 50k-vocabulary BPE tokenizer."""
 
 
-def shared_prefix_prompt(rng: random.Random) -> list[dict]:
-    """A turn of one of a few conversations that all open with the same long system prompt (a
-    product's instructions), each with its own growing history: requests share the system prompt,
-    and those of one conversation share its history too (what prefix-aware routing is for)."""
-    paragraphs = corpus.paragraphs()
-    system = "You are the assistant of a reference library. Answer from what follows.\n\n" + \
-        "\n\n".join(paragraphs[:SHARED_PREFIX_SYSTEM_PARAGRAPHS])
-    conversation = rng.randrange(SHARED_PREFIX_CONVERSATIONS)
-    turn = rng.randrange(SHARED_PREFIX_TURNS)
-    script = random.Random(f"shared-prefix-conversation:{conversation}")  # the same history every time
-    questions, answers = corpus.chat()["questions"], paragraphs[SHARED_PREFIX_SYSTEM_PARAGRAPHS:]
-    messages = [{"role": "system", "content": system}]
-    for _ in range(turn):
-        messages += [{"role": "user", "content": script.choice(questions)},
-                     {"role": "assistant", "content": script.choice(answers)}]
-    messages.append({"role": "user", "content": script.choice(questions)})
+def shared_prefix_system(seed: int, k: int) -> str:
+    """The k-th of the product's system prompts; the first words differ between prompts and seeds,
+    so no two share even a first KV block."""
+    paragraphs = random.Random(f"shared-prefix:{seed}:system:{k}").sample(
+        corpus.paragraphs(), SHARED_PREFIX_SYSTEM_PARAGRAPHS)
+    return (f"You are assistant {k} (edition {seed}) of a reference library. Answer from what follows.\n\n"
+            + "\n\n".join(paragraphs))
+
+
+def shared_prefix_order(seed: int, round_: int) -> list[int]:
+    """Which conversation each request of a round serves: every conversation once, shuffled, but the
+    first half of the last round's order stays in this round's first half, so a conversation's next
+    turn comes at least half a round after its last (whose answer has then arrived) and the order
+    follows no fixed cycle (a fixed one would let round-robin keep a conversation on one replica)."""
+    order = random.Random(f"shared-prefix:{seed}:round:0").sample(range(SHARED_PREFIX_CONVERSATIONS),
+                                                                   SHARED_PREFIX_CONVERSATIONS)
+    half = SHARED_PREFIX_CONVERSATIONS // 2
+    for r in range(1, round_ + 1):
+        rng = random.Random(f"shared-prefix:{seed}:round:{r}")
+        order = rng.sample(order[:half], half) + rng.sample(order[half:], len(order) - half)
+    return order
+
+
+def shared_prefix_prompt_at(seed: int, i: int) -> list[dict]:
+    """Request i is turn i // CONVERSATIONS of one of CONVERSATIONS conversations, each opening with
+    one of SYSTEM_PROMPTS long system prompts (a product's instructions, a few per deployment) and
+    growing by a question and an answer a turn: requests share a system prompt with 1 in 8 of the
+    others, and with their own conversation's earlier turns everything but the newest turn. More
+    distinct prefixes than one replica's cache may hold is what real deployments see, and where
+    routing a conversation back to the replica holding it pays."""
+    round_ = i // SHARED_PREFIX_CONVERSATIONS
+    slot = shared_prefix_order(seed, round_)[i % SHARED_PREFIX_CONVERSATIONS]
+    conversation = slot + SHARED_PREFIX_CONVERSATIONS * (round_ // SHARED_PREFIX_TURNS)
+    turn = round_ % SHARED_PREFIX_TURNS
+    script = random.Random(f"shared-prefix:{seed}:conversation:{conversation}")  # the same history every turn
+    questions, answers = corpus.chat()["questions"], corpus.paragraphs()
+    messages = [{"role": "system", "content": shared_prefix_system(seed, conversation % SHARED_PREFIX_SYSTEM_PROMPTS)}]
+    # the first question differs between live conversations (and between those sharing a system
+    # prompt across generations), so no two conversations are one: later ones are drawn
+    question = questions[(conversation + conversation // SHARED_PREFIX_CONVERSATIONS) % len(questions)]
+    for _ in range(turn):  # drawn in the order they are said: turn t+1 extends turn t's script
+        messages += [{"role": "user", "content": question}, {"role": "assistant", "content": script.choice(answers)}]
+        question = script.choice(questions)
+    messages.append({"role": "user", "content": question})
     return messages
 
 
@@ -127,12 +158,16 @@ class WorkloadSpec:
     about: str
     family: str
     """Prompt generator and its seed namespace: workloads of one family share prompts."""
-    prompt: Callable[[random.Random], list[dict]]
+    prompt: Callable[[random.Random], list[dict]] | None
+    """Prompt i from its own generator, seeded by (family, seed, i)."""
     requests: int
     """Default request count (per level for a sweep; 0 there means twice the level's concurrency)."""
     concurrency: int
     max_tokens: int
     sweep: bool = False
+    prompt_at: Callable[[int, int], list[dict]] | None = None
+    """Prompt i from (seed, i), for a workload whose prompts depend on their place in the order
+    (a conversation's turns): used instead of `prompt`."""
 
 
 WORKLOADS: dict[str, WorkloadSpec] = {
@@ -141,9 +176,9 @@ WORKLOADS: dict[str, WorkloadSpec] = {
                                 "long-prompt", long_prompt, 4, 1, 64),
     "code-edit": WorkloadSpec("a ~130-line Python file and an edit instruction", "code-edit",
                               code_edit_prompt, 4, 1, 256),
-    "shared-prefix": WorkloadSpec(f"turns of {SHARED_PREFIX_CONVERSATIONS} conversations sharing a long system "
-                                  "prompt, each with its own growing history", "shared-prefix",
-                                  shared_prefix_prompt, 32, 8, 32),
+    "shared-prefix": WorkloadSpec(f"turns of {SHARED_PREFIX_CONVERSATIONS} conversations, each opening with one of "
+                                  f"{SHARED_PREFIX_SYSTEM_PROMPTS} long system prompts and growing a turn at a time",
+                                  "shared-prefix", None, 64, 8, 16, prompt_at=shared_prefix_prompt_at),
     "concurrency-sweep": WorkloadSpec("chat at concurrency 1, 2, 4, ... up to --concurrency", "chat",
                                       chat_prompt, 0, 8, 64, sweep=True),
 }
@@ -158,6 +193,8 @@ def workload_spec(name: str) -> WorkloadSpec:
 
 def prompts(family: str, seed: int, count: int) -> list[list[dict]]:
     spec = next(s for s in WORKLOADS.values() if s.family == family)
+    if spec.prompt_at is not None:
+        return [spec.prompt_at(seed, i) for i in range(count)]
     return [spec.prompt(random.Random(f"{family}:{seed}:{i}")) for i in range(count)]
 
 

@@ -32,7 +32,7 @@ class ClusterSpec:
     """LLM keyword arguments for every replica (threads is set from threads_per_replica)."""
     max_queued: int = 256
     routing: str = "prefix"
-    load_factor: float = 1.25
+    load_factor: float = 1.5
     prefix_blocks: int = 8
     startup_timeout_s: float = 600.0
 

@@ -79,16 +79,17 @@ class LeastLoaded(Router):
 
 
 class PrefixAware(Router):
-    """The replica that was last sent the longest prefix of this prompt, by the engine's own chained
+    """The replica that was first sent the longest prefix of this prompt, by the engine's own chained
     block hashes (equal hashes, equal cached K/V): a conversation's next turn goes where its last
     turn left its KV. A prompt none of whose blocks were seen goes by consistent hashing of its key,
     the hash of its `prefix_blocks`-th full block (`vnodes` points per replica on a ring: the same
     key, the same replica, while the set of replicas stays). Either way a replica holding more than
     `load_factor` x the mean load (counting this request) is passed over (Mirrokni et al.,
-    consistent hashing with bounded loads), so one hot prefix cannot pile everything on one replica."""
+    consistent hashing with bounded loads), so one hot prefix cannot pile everything on one replica;
+    a request passed over takes only its own new blocks along, not the shared ones' home."""
     name = "prefix"
 
-    def __init__(self, num_replicas: int, root: bytes = b"", block_size: int = 16, load_factor: float = 1.25,
+    def __init__(self, num_replicas: int, root: bytes = b"", block_size: int = 16, load_factor: float = 1.5,
                  prefix_blocks: int = 8, vnodes: int = 64, memory: int = 1 << 16, **kw):
         super().__init__(num_replicas, root, block_size)
         if load_factor < 1:
@@ -99,7 +100,7 @@ class PrefixAware(Router):
         self._ring = [p for p, _ in points]
         self._owner = [r for _, r in points]
         self._seen: OrderedDict[bytes, int] = OrderedDict()
-        """block hash -> the replica last sent a prompt with that block; the oldest forgotten first."""
+        """block hash -> the replica first sent a prompt with that block; the least recently seen forgotten first."""
 
     def key(self, prompt_token_ids: list[int]) -> bytes:
         """The ring key; a prompt shorter than one block hashes its tokens under the root."""
@@ -132,12 +133,18 @@ class PrefixAware(Router):
         if choice is None:
             choice = next((r for r in self.preference(self.key(prompt_token_ids)) if fits[r]),
                           min(open_, key=lambda i: loads[i].in_flight))  # the bound always fits one
+        self._remember(hashes, choice)
+        return choice
+
+    def _remember(self, hashes: list[bytes], replica: int) -> None:
+        """The prompt's new blocks now live on `replica`; blocks already placed keep their replica
+        (the one that computed them first), so a turn passed over by load moves only its own
+        blocks, not its system prompt's home with every later conversation after it."""
         for h in hashes:
-            self._seen[h] = choice
+            self._seen.setdefault(h, replica)
             self._seen.move_to_end(h)
         while len(self._seen) > self.memory:
             self._seen.popitem(last=False)
-        return choice
 
 
 def _point(data: bytes) -> int:

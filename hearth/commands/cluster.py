@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--routing", default="prefix", choices=ROUTINGS,
                    help="prefix: replicas likely to hold the prompt's prefix in cache, bounded by load; "
                         "round-robin; least-loaded (default: %(default)s)")
-    c.add_argument("--load-factor", type=float, default=1.25,
+    c.add_argument("--load-factor", type=float, default=1.5,
                    help="prefix routing passes over a replica with more than this times the mean load (default: %(default)s)")
     c.add_argument("--prefix-blocks", type=int, default=8,
                    help="prefix routing keys on the prompt's first N full KV blocks (default: %(default)s)")

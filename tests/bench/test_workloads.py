@@ -7,7 +7,9 @@ import json
 import pytest
 
 from hearth.bench import BenchError, corpus
-from hearth.bench.workloads import LONG_PROMPT_WORDS, WORKLOADS, build_workload, sweep_levels, warmup_request
+from hearth.bench.workloads import (LONG_PROMPT_WORDS, SHARED_PREFIX_CONVERSATIONS, SHARED_PREFIX_SYSTEM_PROMPTS,
+                                    SHARED_PREFIX_TURNS, WORKLOADS, build_workload, shared_prefix_order,
+                                    sweep_levels, warmup_request)
 
 
 def _prompts(w):
@@ -95,14 +97,34 @@ def test_prompt_shapes():
     assert edit[0]["role"] == "system" and "```python\n" in edit[1]["content"]
 
 
-def test_shared_prefix_turns_share_the_system_prompt_and_their_conversations_history():
-    requests = [r.messages for r in build_workload("shared-prefix").levels[0].requests]
-    assert len({json.dumps(m[0]) for m in requests}) == 1 and len(requests[0][0]["content"].split()) > 400
-    by_length = sorted(requests, key=len)
-    # a later turn of a conversation starts with an earlier turn's whole prompt
-    extends = [(a, b) for a in by_length for b in by_length if len(b) > len(a) and b[:len(a)] == a]
-    assert extends and all(m["role"] == "user" for m in (r[-1] for r in requests))
-    assert len({len(r) for r in requests}) > 3  # turns at several depths
+def test_shared_prefix_conversations_grow_a_turn_at_a_time_over_a_few_system_prompts():
+    n, k = SHARED_PREFIX_CONVERSATIONS, SHARED_PREFIX_SYSTEM_PROMPTS
+    requests = [r.messages for r in build_workload("shared-prefix", requests=3 * n).levels[0].requests]
+    systems = [m[0]["content"] for m in requests]
+    assert len(set(systems)) == k and all(len(s.split()) > 500 for s in systems)
+    firsts = {s.split(".")[0] for s in systems}
+    assert len(firsts) == k  # they differ from their first words: no KV block in common
+    for round_ in range(3):  # every conversation once a round, at turn `round_`
+        turn = requests[round_ * n:(round_ + 1) * n]
+        assert all(len(m) == 2 + 2 * round_ and m[-1]["role"] == "user" for m in turn)
+    # each round-1 prompt extends exactly one round-0 prompt (its conversation's first turn), and so on
+    for earlier, later in ((requests[:n], requests[n:2 * n]), (requests[n:2 * n], requests[2 * n:])):
+        for m in later:
+            assert sum(m[:len(e) - 1] == e[:-1] and m[len(e) - 1] == e[-1] for e in earlier) == 1
+    # the order is not a fixed cycle (round-robin would then keep a conversation on one replica) and a
+    # conversation's next turn comes at least half a round after its last
+    orders = [shared_prefix_order(0, r) for r in range(4)]
+    assert len({tuple(o) for o in orders}) == 4
+    for a, b in zip(orders, orders[1:]):
+        assert all(n - a.index(c) + b.index(c) > n // 2 for c in range(n))
+    assert build_workload("shared-prefix", seed=1).levels[0].requests[0].messages[0]["content"] not in systems
+
+
+def test_shared_prefix_conversations_end_after_their_last_turn():
+    n, turns = SHARED_PREFIX_CONVERSATIONS, SHARED_PREFIX_TURNS
+    w = build_workload("shared-prefix", requests=(turns + 1) * n)
+    lengths = [len(r.messages) for r in w.levels[0].requests]
+    assert max(lengths) == 2 * turns and lengths[-n:] == [2] * n  # a new conversation in each place
 
 
 def test_shipped_text_is_complete():

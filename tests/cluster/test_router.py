@@ -77,6 +77,25 @@ def test_a_conversations_next_turn_follows_its_last_turn():
     assert router.pick(turn2 + prompt(7, 20), loads) == order[0]
 
 
+def test_a_turn_passed_over_by_load_leaves_the_shared_prefix_where_it_was():
+    """Two conversations behind one system prompt: the second's first turn spills to the other
+    replica while the prompt's home is loaded; its next turn follows it there, but a third
+    conversation still goes to the home (the spill moved only the second's own blocks)."""
+    router = make_router("prefix", 2, root=ROOT, block_size=16, load_factor=1.25)
+    system = prompt(8, 160)
+    home = router.pick(system + prompt(9, 40), idle(2))
+    loads = idle(2)
+    loads[home].in_flight = 3  # 3 + 1 > ceil(1.25 x 4 / 2) = 3
+    other = router.pick(system + prompt(10, 40), loads)
+    assert other == 1 - home
+    assert router.pick(system + prompt(10, 40) + prompt(11, 60), idle(2)) == other
+    assert router.pick(system + prompt(12, 40), idle(2)) == home
+    loads = idle(2)
+    loads[other].in_flight = 3  # the way back: the spilled conversation's blocks stay on `other`
+    assert router.pick(system + prompt(10, 40) + prompt(11, 60) + prompt(13, 30), loads) == home
+    assert router.pick(system + prompt(10, 40) + prompt(11, 60) + prompt(14, 30), idle(2)) == other
+
+
 def test_the_memory_is_bounded():
     router = make_router("prefix", 2, root=ROOT, block_size=16, memory=50)
     for i in range(20):
