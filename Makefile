@@ -1,6 +1,7 @@
 # `make run`: set up .venv and serve the default model on http://$(HOST):$(PORT) (chat page at /).
 # `make test`: set up and run every test, the tier-sensitive ones once per CPU tier this machine runs.
-# `make test-fast`: the unit tests only (no real model, server or browser), for the inner loop.
+# `make test-fast`: the unit tests only (no real model, server or browser) but the emulated ones (Triton's
+# interpreter, qemu-user: minutes of CPU), for the inner loop.
 # `make test-arm`: the neon tier's kernels cross-compiled for aarch64 and run under qemu-user.
 PYTHON ?= python3
 VENV := .venv
@@ -28,9 +29,10 @@ run: setup
 # The whole suite at the best tier, then the `tiered` tests (kernels, logits vs transformers, goldens,
 # engine equivalence) at each other tier this CPU runs, forced with HEARTH_CPU_TIER (hearth/kernels/tiers.py).
 # Every tier runs even after a failure; pytest's 5 (nothing collected under a narrow PYTEST_ARGS) is no failure.
+# The best tier's pass lists its slowest tests (--durations): where the time of the next make test goes.
 TIERS = $(BIN)/python -m hearth.kernels.tiers
 test: setup browser
-	@tiers="$$($(TIERS) runnable)" && [ -n "$$tiers" ] && $(TIERS) skipped || exit 1; status=0; sel=""; \
+	@tiers="$$($(TIERS) runnable)" && [ -n "$$tiers" ] && $(TIERS) skipped || exit 1; status=0; sel="--durations=25"; \
 	for t in $$tiers; do \
 	  echo "== tier $$t: pytest $$sel $(PYTEST_ARGS)"; \
 	  HEARTH_CPU_TIER=$$t $(BIN)/python -m pytest -q $$sel $(PYTEST_ARGS); rc=$$?; \
@@ -39,7 +41,7 @@ test: setup browser
 	echo "tiers run: $$tiers"; exit $$status
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -m unit $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -m "unit and not emulated" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The neon tier on this (x86) machine: both its builds (plain NEON, +dotprod) cross-compiled with Debian's
 # aarch64 g++ and their kernel tests run under qemu-user (tests/arm). `make test` runs the plain build's

@@ -5,8 +5,10 @@ downloading it once into $HEARTH_HOME (default ~/.cache/hearth) so later runs re
 
 Every test gets markers by what it needs (pyproject.toml registers them), set here rather than in
 hundreds of files: `real_model` (the model_path fixture), `server` (a real `hearth serve` under
-tests/server), `browser` (headless Chromium), `unit` (none of those: `make test-fast`), and
-`tiered` for the modules whose code differs per CPU tier, which `make test` runs once per tier."""
+tests/server), `browser` (headless Chromium), `unit` (none of those), `emulated` (another machine's
+code run here: the CUDA backend in Triton's interpreter, the neon tier under qemu-user; `make test-fast`
+runs the unit tests but these), and `tiered` for the modules whose code differs per CPU tier, which
+`make test` runs once per tier."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ UNTIERED = {  # modules under TIERED whose code is the same at every tier: run o
     "kernels/test_native_avx2.py": "opens the avx2 and avx512 libraries by name (native.open_tier), whichever tier runs",
 }
 BROWSER = ("server/test_chat_page.py",)
+EMULATED = ("gpu/", "arm/")
+"""Triton's interpreter and qemu-user: single-threaded emulation, minutes of CPU together (make test only)."""
 PULLS = ("loader/test_catalog.py::test_real_pull_of_default_model_via_cli",)
 """Tests that download a real model themselves, into a temporary HEARTH_HOME (not through model_path)."""
 
@@ -94,6 +98,8 @@ def markers(rel: str, fixtures, params: str = "", name: str = "") -> set[str]:
         kinds.add("browser")
     if not kinds:
         kinds.add("unit")
+    if rel.startswith(EMULATED):
+        kinds.add("emulated")
     if rel.startswith(TIERED) and rel not in UNTIERED and not any(rel == m and f"-{p}-" in f"-{params}-" for m, p in ONCE):
         kinds.add("tiered")
     return kinds

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ONCE, TIERED, UNTIERED, holds_tiered, markers
+from tests.conftest import EMULATED, ONCE, TIERED, UNTIERED, holds_tiered, markers
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -20,6 +20,8 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
     ("server/test_real_server.py", ["real_server", "model_path"], "", {"real_model", "server"}),
     ("server/test_chat_page.py", ["browser", "real_server", "model_path"], "", {"real_model", "server", "browser"}),
     ("kernels/test_native.py", [], "Q4_K", {"unit", "tiered"}),
+    ("gpu/test_cuda_backend.py", ["tmp_path"], "llama", {"unit", "emulated"}),  # Triton's interpreter
+    ("arm/test_neon_kernels.py", [], "plain", {"unit", "emulated"}),  # qemu-user
     ("kernels/test_tiers.py", [], "", {"unit"}),  # UNTIERED: the same code at every tier
     ("kernels/test_native_avx2.py", [], "Q4_K", {"unit"}),
     ("test_golden_llamacpp.py", ["model_path"], "smollm2-135m", {"real_model", "tiered"}),
@@ -47,8 +49,8 @@ def test_a_tiered_pass_imports_only_what_holds_tiered_tests(rel, is_dir, held):
 
 def test_every_kind_is_registered_and_every_tiered_path_exists():
     registered = {m.split(":")[0] for m in tomllib.loads(PYPROJECT.read_text())["tool"]["pytest"]["ini_options"]["markers"]}
-    assert registered == {"unit", "real_model", "server", "browser", "tiered"}
+    assert registered == {"unit", "real_model", "server", "browser", "emulated", "tiered"}
     tests = PYPROJECT.parent / "tests"
-    assert all((tests / rel).exists() for rel in TIERED)
+    assert all((tests / rel).exists() for rel in TIERED + EMULATED)
     assert all((tests / rel).is_file() for rel, _ in ONCE)
     assert all((tests / rel).is_file() and rel.startswith(TIERED) for rel in UNTIERED)
