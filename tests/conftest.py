@@ -5,8 +5,10 @@ downloading it once into $HEARTH_HOME (default ~/.cache/hearth) so later runs re
 
 Every test gets markers by what it needs (pyproject.toml registers them), set here rather than in
 hundreds of files: `real_model` (the model_path fixture), `server` (a real `hearth serve` under
-tests/server), `browser` (headless Chromium), `unit` (none of those: `make test-fast`), and
-`tiered` for the modules whose code differs per CPU tier, which `make test` runs once per tier."""
+tests/server), `browser` (headless Chromium), `unit` (none of those), `emulated` (another machine's
+code run here: the CUDA backend in Triton's interpreter, the neon tier under qemu-user; `make test-fast`
+runs the unit tests but these), and `tiered` for the modules whose code differs per CPU tier, which
+`make test` runs once per tier."""
 
 from __future__ import annotations
 
@@ -34,7 +36,13 @@ ONCE = {  # (module, parameter id): slow cases of tiered modules left to the bes
     ("models/test_fidelity.py", "qwen2.5-coder-0.5b"): "SmolLM2's fidelity runs per tier; the 0.5B's is 4x its time",
     ("test_engine_equivalence.py", "seeded"): "sampling is the same code at every tier; greedy runs the kernels",
 }
+UNTIERED = {  # modules under TIERED whose code is the same at every tier: run once, in the best tier's pass
+    "kernels/test_tiers.py": "tier choice on made-up CPU flag sets",
+    "kernels/test_native_avx2.py": "opens the avx2 and avx512 libraries by name (native.open_tier), whichever tier runs",
+}
 BROWSER = ("server/test_chat_page.py",)
+EMULATED = ("gpu/", "arm/")
+"""Triton's interpreter and qemu-user: single-threaded emulation, minutes of CPU together (make test only)."""
 PULLS = ("loader/test_catalog.py::test_real_pull_of_default_model_via_cli",)
 """Tests that download a real model themselves, into a temporary HEARTH_HOME (not through model_path)."""
 
@@ -90,9 +98,30 @@ def markers(rel: str, fixtures, params: str = "", name: str = "") -> set[str]:
         kinds.add("browser")
     if not kinds:
         kinds.add("unit")
-    if rel.startswith(TIERED) and not any(rel == m and f"-{p}-" in f"-{params}-" for m, p in ONCE):
+    if rel.startswith(EMULATED):
+        kinds.add("emulated")
+    if rel.startswith(TIERED) and rel not in UNTIERED and not any(rel == m and f"-{p}-" in f"-{params}-" for m, p in ONCE):
         kinds.add("tiered")
     return kinds
+
+
+def holds_tiered(rel: str, is_dir: bool) -> bool:
+    """Whether tests/`rel` (a folder, or a test module) holds tiered tests."""
+    if is_dir:
+        return any(t.startswith(f"{rel}/") or f"{rel}/".startswith(t) for t in TIERED)
+    return rel.startswith(TIERED) and rel not in UNTIERED
+
+
+def pytest_ignore_collect(collection_path: Path, config):
+    """Under `-m tiered` alone (make test's passes at the other tiers) only the folders and modules
+    holding tiered tests are imported: the others' tests would all be deselected, after seconds of imports."""
+    path = collection_path.resolve()
+    if (config.getoption("markexpr") or "").strip() != "tiered" or path == TESTS or not path.is_relative_to(TESTS):
+        return None
+    is_dir = path.is_dir()
+    if not (is_dir or path.name.startswith("test_")):
+        return None
+    return None if holds_tiered(path.relative_to(TESTS).as_posix(), is_dir) else True
 
 
 def pytest_collection_modifyitems(config, items):

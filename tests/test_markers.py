@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ONCE, TIERED, markers
+from tests.conftest import EMULATED, ONCE, TIERED, UNTIERED, holds_tiered, markers
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -20,6 +20,10 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
     ("server/test_real_server.py", ["real_server", "model_path"], "", {"real_model", "server"}),
     ("server/test_chat_page.py", ["browser", "real_server", "model_path"], "", {"real_model", "server", "browser"}),
     ("kernels/test_native.py", [], "Q4_K", {"unit", "tiered"}),
+    ("gpu/test_cuda_backend.py", ["tmp_path"], "llama", {"unit", "emulated"}),  # Triton's interpreter
+    ("arm/test_neon_kernels.py", [], "plain", {"unit", "emulated"}),  # qemu-user
+    ("kernels/test_tiers.py", [], "", {"unit"}),  # UNTIERED: the same code at every tier
+    ("kernels/test_native_avx2.py", [], "Q4_K", {"unit"}),
     ("test_golden_llamacpp.py", ["model_path"], "smollm2-135m", {"real_model", "tiered"}),
     ("test_golden_llamacpp.py", ["model_path"], "gemma3-270m", {"real_model"}),
     ("test_engine_equivalence.py", ["model_path"], "seeded", {"real_model"}),
@@ -33,9 +37,20 @@ def test_a_test_that_pulls_a_model_itself_is_real_model():
     assert markers("loader/test_catalog.py", ["home"], "", "test_real_pull_of_default_model_via_cli") == {"real_model"}
 
 
+@pytest.mark.parametrize("rel,is_dir,held", [
+    ("kernels", True, True), ("models", True, True), ("server", True, False), ("tool_parsers", True, False),
+    ("kernels/test_native.py", False, True), ("kernels/test_tiers.py", False, False),
+    ("models/test_fidelity.py", False, True), ("models/test_registry.py", False, False),
+    ("test_golden_llamacpp.py", False, True), ("test_cli.py", False, False),
+])
+def test_a_tiered_pass_imports_only_what_holds_tiered_tests(rel, is_dir, held):
+    assert holds_tiered(rel, is_dir) == held
+
+
 def test_every_kind_is_registered_and_every_tiered_path_exists():
     registered = {m.split(":")[0] for m in tomllib.loads(PYPROJECT.read_text())["tool"]["pytest"]["ini_options"]["markers"]}
-    assert registered == {"unit", "real_model", "server", "browser", "tiered"}
+    assert registered == {"unit", "real_model", "server", "browser", "emulated", "tiered"}
     tests = PYPROJECT.parent / "tests"
-    assert all((tests / rel).exists() for rel in TIERED)
+    assert all((tests / rel).exists() for rel in TIERED + EMULATED)
     assert all((tests / rel).is_file() for rel, _ in ONCE)
+    assert all((tests / rel).is_file() and rel.startswith(TIERED) for rel in UNTIERED)
