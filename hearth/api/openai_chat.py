@@ -45,9 +45,10 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}
-    ask = Ask(guard.tools, tool_choice, history, body.n, token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids),
-              structured=getattr(body.response_format, "type", "text") != "text", workflow=guard.ext.workflow is not None,
-              prefill=body.continue_final_message)
+    ask = Ask(guard.tools, tool_choice, history, body.n,
+              token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids),
+              structured=getattr(body.response_format, "type", "text") != "text",
+              workflow=guard.ext.workflow is not None, prefill=body.continue_final_message)
     source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), served,
                                             plan, prompt, ids, fields, names, guard, parallel,
                                             lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]))

@@ -70,8 +70,8 @@ def router_config(state, model_field: str | None, ext) -> RouterConfig | None:
     return RouterConfig(small.spec.name, threshold)
 
 
-async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, rg: RequestGuard, fields: dict, field_names, parallel: bool,
-                 render: Render, request_id: str | None) -> tuple[RouterReport, object | None]:
+async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, rg: RequestGuard, fields: dict,
+                 field_names, parallel: bool, render: Render, request_id: str | None) -> tuple[RouterReport, object | None]:
     """(what was decided, the replayed answer when the small model's call is accepted)."""
     skip = skip_reason(ask)
     if skip is not None:
