@@ -21,6 +21,7 @@ from hearth.api.responses_store import ResponseStore
 from hearth.api.sampling import Limits
 from hearth.api.served import ServedModel
 from hearth.tool_guard import GuardConfig
+from hearth.tool_guard.routing import DEFAULT_THRESHOLD
 
 
 @dataclass
@@ -38,6 +39,8 @@ class ServerConfig:
     stored_response_max_age_s: float = 3600.0
     tool_guard: GuardConfig = field(default_factory=GuardConfig)
     """The tool layer of requests that do not pick one (hearth.tool_guard)."""
+    router_threshold: float = DEFAULT_THRESHOLD
+    """A router's threshold where neither the request nor its model's router gives one."""
 
 
 def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:

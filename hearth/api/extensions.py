@@ -3,7 +3,8 @@ fields there: `{"hearth": {"tool_guard": "off"}}`). Each key is checked here, on
 bad value is a 400 that names it (`hearth.tool_guard`, `hearth.workflow.required[1]`).
 
 Keys: tool_guard (the mode), tool_guard_retries, workflow (hearth.tool_guard.workflow), compaction
-(hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank)."""
+(hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank), router (a small model's
+name, or false) and router_threshold (hearth.tool_guard.routing)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from typing import Any
 from hearth.api.errors import APIError
 from hearth.tool_guard import MODES, GuardConfig
 from hearth.tool_guard.compaction import Compaction, parse_compaction
-from hearth.tool_guard.request_fields import FieldError, check_keys, int_field
+from hearth.tool_guard.request_fields import FieldError, check_keys, int_field, kind
+from hearth.tool_guard.routing import RouterError, check_threshold
 from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
 from hearth.tool_guard.workflow import Workflow, parse_workflow
 
-KEYS = ("tool_guard", "tool_guard_retries", "workflow", "compaction", "max_tools")
+KEYS = ("tool_guard", "tool_guard_retries", "workflow", "compaction", "max_tools", "router", "router_threshold")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,9 @@ class Extensions:
     max_tools: int | None = None
     """Above this many offered tools only this many (the most relevant) are rendered and allowed;
     None: DEFAULT_MAX_TOOLS in guard mode, no ranking in the others."""
+    router: str | bool | None = None
+    """A small model's name to route tool calls through, False for none; None: the server's choice."""
+    router_threshold: float | None = None
 
     @property
     def automatic(self) -> bool:
@@ -66,7 +71,20 @@ def _parse(raw: Any, server_guard: GuardConfig, tool_names: list[str]) -> Extens
     return Extensions(guard,
                       parse_workflow(workflow, tool_names, "hearth.workflow") if workflow is not None else None,
                       parse_compaction(raw["compaction"], "hearth.compaction") if "compaction" in raw else None,
-                      int_field(raw, "max_tools", 1, "hearth", low=1) if "max_tools" in raw else None)
+                      int_field(raw, "max_tools", 1, "hearth", low=1) if "max_tools" in raw else None,
+                      *_router(raw))
+
+
+def _router(raw: dict) -> tuple[str | bool | None, float | None]:
+    router, threshold = raw.get("router"), raw.get("router_threshold")
+    if router is not None and router is not False and not (isinstance(router, str) and router):
+        raise FieldError("hearth.router", f"must be a model's name or false, not {kind(router)}")
+    if threshold is not None:
+        try:
+            threshold = check_threshold(threshold, "hearth.router_threshold")
+        except RouterError:
+            raise FieldError("hearth.router_threshold", f"must be a number in [0, 1], got {threshold!r}") from None
+    return router, threshold
 
 
 def _bad(param: str, why: str) -> APIError:

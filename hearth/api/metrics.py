@@ -41,7 +41,15 @@ class Metrics:
         self.e2e = Histogram("hearth:e2e_request_latency_seconds", "Request latency, first byte in to "
                              "last token out.", labels, buckets=_E2E_BUCKETS, registry=reg)
         self.guard = GuardMetrics(labels, reg)
+        self.router = Counter("hearth:router_requests", "Requests a router saw, by its decision (accepted: the "
+                              "small model answered; fallback: the main model did after it; skipped: prose needed) "
+                              "and the reason.", labels + ["router", "decision", "reason"], registry=reg)
         reg.register(_EngineCollector(loaded))
+
+    def observe_router(self, model_name: str, report) -> None:
+        """A hearth.tool_guard.routing.RouterReport; the reason label without its detail."""
+        reason = report.reason.split(":", 1)[0]
+        self.router.labels(model_name, report.model, report.decision, reason).inc()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from hearth.api.errors import APIError
 from hearth.api.served import ServedModel
 from hearth.errors import HearthError
+from hearth.tool_guard.routing import RouterConfig
 
 GiB = 2**30
 
@@ -34,6 +35,8 @@ class ModelSpec:
     """Loaded at start and never unloaded."""
     max_model_len: int = 0
     """Its context, for /v1/models before it is loaded; 0 = not known yet."""
+    router: RouterConfig | None = None
+    """A small model of this pool that answers its single-turn tool calls when sure (hearth.api.tool_router)."""
 
     @property
     def name(self) -> str:
@@ -79,12 +82,20 @@ class ModelPool:
         self._room = asyncio.Lock()
 
     @classmethod
+    def of(cls, served: list[ServedModel], routers: dict[str, RouterConfig] | None = None) -> ModelPool:
+        """A server of models already loaded and pinned (the eval's in-process server; tests);
+        `routers`: model id -> its router."""
+        routers = routers or {}
+        pool = cls([ModelSpec(list(s.names), pinned=True, max_model_len=s.max_model_len, router=routers.get(s.name))
+                    for s in served], None)
+        for slot, s in zip(pool.slots, served):
+            slot.served, slot.reserved, slot.created = s, True, s.created
+        return pool
+
+    @classmethod
     def single(cls, served: ServedModel) -> ModelPool:
         """A server of one model, already loaded (create_app given a ServedModel: the tests' fakes)."""
-        pool = cls([ModelSpec(list(served.names), pinned=True, max_model_len=served.max_model_len)], None)
-        slot = pool.slots[0]
-        slot.served, slot.reserved, slot.created = served, True, served.created
-        return pool
+        return cls.of([served])
 
     # -- lifecycle --
 

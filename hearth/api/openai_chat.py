@@ -19,9 +19,11 @@ from hearth.api.openai_protocol import ChatCompletionRequest
 from hearth.api.parsing import openai_finish
 from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
 from hearth.api.sse import DONE, SSEResponse, data_event
-from hearth.api.tool_layer import build_choices, reprompt_ids
+from hearth.api.tool_layer import reprompt_ids
+from hearth.api.tool_router import routed_choices
 from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
+from hearth.tool_guard.routing import Ask
 from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
                                  ToolCallStart, collect)
 
@@ -43,8 +45,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}
-    source, client_k = build_choices(served, state, plan, prompt, ids, fields, names, guard, parallel,
-                                     lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]))
+    ask = Ask(guard.tools, tool_choice, history, body.n,
+              token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids),
+              structured=getattr(body.response_format, "type", "text") != "text",
+              workflow=guard.ext.workflow is not None, prefill=body.continue_final_message)
+    source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), served,
+                                            plan, prompt, ids, fields, names, guard, parallel,
+                                            lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]))
     reply = _Reply(served, source, client_k, parallel, legacy)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -25,9 +25,11 @@ from hearth.api.responses_protocol import ResponsesRequest
 from hearth.api.responses_store import StoredResponse
 from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse, named_event
-from hearth.api.tool_layer import build_choices, reprompt_ids
+from hearth.api.tool_layer import reprompt_ids
+from hearth.api.tool_router import routed_choices
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
+from hearth.tool_guard.routing import Ask
 
 router = APIRouter()
 
@@ -66,8 +68,16 @@ async def create_response(body: ResponsesRequest, request: Request):
         text, _ = guard.fit(render, conversation + openai_messages(extra), served.max_model_len, body.max_output_tokens)
         return reprompt_ids(served, text, body.max_output_tokens)
 
-    source, _ = build_choices(served, state, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, guard,
-                              body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}")
+    ask = Ask(guard.tools, choice, conversation, structured=fmt is not None, workflow=guard.ext.workflow is not None)
+
+    def render_for(model, model_plan) -> tuple[str, list[int]]:
+        text = model.render_chat(prompt_messages(model, model_plan, with_instructions(body.instructions, conversation)),
+                                 model_plan.tools if model_plan.in_template else None)
+        return text, model.encode_chat_text(text)
+
+    source, _ = await routed_choices(state, body.model, ask, render_for, served, plan, prompt, ids, fields,
+                                     {"max_tokens": "max_output_tokens"}, guard, body.parallel_tool_calls, reprompt,
+                                     request_id=f"resp_{_hex()}")
     reply = _Reply(served, store, body, source, conversation, prompt, ids)
     if body.stream:
         return SSEResponse(reply.events(), on_close=source.abort)
@@ -165,7 +175,8 @@ class _Reply:
             body["hearth"] = ext
         if self.body.store:
             messages = self.conversation + assistant_messages(self.builder.items)
-            retried = bool(ext and ext.get("retries"))  # then the output ids continue no single prompt
+            # retried, or answered by a router's small model: the output ids continue no single prompt of this model
+            retried = bool(ext and (ext.get("retries") or (ext.get("router") or {}).get("decision") == "accepted"))
             text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
             self.store.put(self.id, StoredResponse(body, messages, text, self.ids + self.output_ids))
         return body

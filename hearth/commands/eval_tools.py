@@ -25,6 +25,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", help="write one JSON line per item here (commit, model hash, mode, category, id, result, reason)")
     g.add_argument("--report", help="write the summary as JSON here")
     g.add_argument("--compare", nargs=2, metavar=("A.jsonl", "B.jsonl"), help="compare two --out files: McNemar's exact test")
+    g.add_argument("--router", metavar="SMALL", help="route the model's single-turn tool calls through this small "
+                   "model (hearth serve --router); rows record its decision, confidence and seconds")
+    g.add_argument("--router-threshold", type=float, default=0.0, metavar="P",
+                   help="the router's threshold; 0 (default) accepts every valid call: the rows a --sweep reads")
+    g.add_argument("--sweep", nargs=2, metavar=("ROUTER.jsonl", "MAIN.jsonl"),
+                   help="the router's accuracy and median latency per threshold, computed from a --router run at "
+                        "threshold 0 and a run of the main model alone")
     g.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
 
 
@@ -34,6 +41,11 @@ def main(args: argparse.Namespace) -> int:
     if args.compare:
         a, b = (tool_report.read_rows(f) for f in args.compare)
         print(tool_report.render_compare(tool_report.compare(a, b), *args.compare))
+        return 0
+    if args.sweep:
+        from hearth.evals import router_sweep
+
+        print(router_sweep.render(router_sweep.sweep(*(tool_report.read_rows(f) for f in args.sweep))))
         return 0
     rows, meta = run(args)
     summary = tool_report.summarize(rows)
@@ -76,6 +88,10 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.loader.fingerprint import model_fingerprint
 
     check_mode(args.mode)  # before anything loads
+    if args.router:
+        from hearth.tool_guard.routing import check_threshold
+
+        check_threshold(args.router_threshold)
     if args.limit < 0:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
     categories = _categories(args.categories)
@@ -83,11 +99,16 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     items = select(wheel, categories, args.limit, args.ids)
     backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
     llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
+    small = LLM(args.router, progress=True, max_model_len=args.max_model_len, max_num_seqs=1,
+                threads=args.threads) if args.router else None
     meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
+    if small is not None:
+        meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
+                 "router_threshold": args.router_threshold}
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     rows, t0 = [], time.perf_counter()
     try:
-        with InProcessServer(llm) as server:
+        with InProcessServer(llm, small, args.router_threshold) as server:
             client = ChatClient(server.post, args.mode)
             for n, item in enumerate(items, 1):
                 row = run_item(item, client, backends).row(meta)

@@ -14,6 +14,8 @@ from hearth.config import DEFAULT_MODEL, DEVICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from hearth.tool_guard.routing import DEFAULT_THRESHOLD
+
     p.add_argument("model", nargs="*", default=[],
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf; several: the first loads at "
                         f"start, the others on their first request (default: {DEFAULT_MODEL})")
@@ -44,6 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "off (parse only); a request may pick its own with hearth.tool_guard (default: %(default)s)")
     net.add_argument("--tool-guard-retries", type=int, default=3, metavar="N",
                      help="retries the guard may spend on a request whose calls fail (default: %(default)s)")
+    net.add_argument("--router", default=None, metavar="MODEL",
+                     help="a small model (catalog name, .gguf or the name of a served model) that answers single-turn "
+                          "tool calls first, forced to call a tool; its call stands when its confidence reaches "
+                          "--router-threshold, else the main model answers; pinned (default: none)")
+    net.add_argument("--router-threshold", type=float, default=None, metavar="P",
+                     help="lowest token probability inside the small model's call for it to stand, in [0, 1] "
+                          f"(default: {DEFAULT_THRESHOLD})")
     net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
@@ -107,7 +116,18 @@ def server_config(args: argparse.Namespace):
     return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,
-                        tool_guard=GuardConfig(getattr(args, "tool_guard", "guard"), getattr(args, "tool_guard_retries", 3)))
+                        tool_guard=GuardConfig(getattr(args, "tool_guard", "guard"), getattr(args, "tool_guard_retries", 3)),
+                        router_threshold=router_threshold(args))
+
+
+def router_threshold(args: argparse.Namespace) -> float:
+    """--router-threshold, checked before any model loads (one line when outside [0, 1])."""
+    from hearth.tool_guard.routing import check_threshold
+
+    from hearth.tool_guard.routing import DEFAULT_THRESHOLD
+
+    given = getattr(args, "router_threshold", None)
+    return DEFAULT_THRESHOLD if given is None else check_threshold(given)
 
 
 def run_server(app, args: argparse.Namespace, names: str) -> int:

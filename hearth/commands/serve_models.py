@@ -9,6 +9,8 @@
     kv_cache_dtype = "q8_0"        # default: --kv-cache-dtype
     threads = 2                    # its engine thread's CPU threads (default: --threads, else all cores)
     pinned = true                  # loaded at start and never unloaded (default: false)
+    router = "small"               # a model of this server that answers its single-turn tool calls when
+    router_threshold = 0.9         #   sure (default: --router, --router-threshold); a router is pinned
 
 A bad entry is one line naming the entry and the field."""
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import argparse
 import tomllib
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hearth.errors import HearthError
@@ -34,6 +36,8 @@ class ModelEntry:
     pinned: bool = False
     where: str = field(default="", compare=False)
     """How errors name it: `models.toml: models[2] ('coder')`, or `MODEL 'x'`."""
+    router: str = ""
+    router_threshold: float | None = None
 
 
 def _text(v) -> bool:
@@ -53,6 +57,9 @@ FIELDS = {
     "kv_cache_dtype": (_text, "a KV-cache format name"),
     "threads": (_count, "a whole number of threads (0: all cores)"),
     "pinned": (lambda v: isinstance(v, bool), "true or false"),
+    "router": (_text, "the name of another model this server serves"),
+    "router_threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1,
+                         "a number in [0, 1]"),
 }
 
 
@@ -92,7 +99,8 @@ def _entry(raw, where: str, base: Path) -> ModelEntry:
     if "kv_cache_dtype" in raw:
         _check_kv(raw["kv_cache_dtype"], f"{where}: kv_cache_dtype")
     return ModelEntry(model, raw.get("name", ""), tuple(raw.get("aliases", ())), raw.get("context", 0),
-                      raw.get("kv_cache_dtype", ""), raw.get("threads", 0), raw.get("pinned", False), where)
+                      raw.get("kv_cache_dtype", ""), raw.get("threads", 0), raw.get("pinned", False), where,
+                      raw.get("router", ""), raw.get("router_threshold"))
 
 
 def _check_kv(name: str, where: str) -> None:
@@ -118,8 +126,7 @@ def entries(args: argparse.Namespace) -> list[ModelEntry]:
             raise HearthError("--served-model-name names one model; with several, give each its name in a "
                               "--models file")
         first = given[0]
-        given = [ModelEntry(first.model, args.served_model_name[0], tuple(args.served_model_name[1:]), first.context,
-                            first.kv_cache_dtype, first.threads, first.pinned, first.where)]
+        given = [replace(first, name=args.served_model_name[0], aliases=tuple(args.served_model_name[1:]))]
     return given
 
 
@@ -152,18 +159,22 @@ def build_pool(args: argparse.Namespace):
     """The server's ModelPool: specs with friendly ids and the planner's footprints, the budget, the
     loader. One model is pinned and unbudgeted unless --max-memory is given (as before: it just loads)."""
     from hearth.api.model_pool import GiB, ModelPool, ModelSpec
+    from hearth.commands.serve import router_threshold
+    from hearth.commands.serve_router import router_configs, with_router
     from hearth.memory.serving import default_budget
 
     if args.max_memory < 0:
         raise HearthError(f"--max-memory must be a positive number of GiB, not {args.max_memory}")
-    given = entries(args)
+    given = with_router(entries(args), getattr(args, "router", None))
     paths = [_resolve(e) for e in given]
     names = unique_names([model_names(e, p) for e, p in zip(given, paths)], given)
+    routers = router_configs(given, names, getattr(args, "router", None), router_threshold(args))
+    routing = {r.model for r in routers if r is not None}
     several = len(given) > 1
     specs = []
-    for e, path, n in zip(given, paths, names):
+    for e, path, n, router in zip(given, paths, names, routers):
         fp = _footprint(e, path, args)
-        specs.append(ModelSpec(n, fp.total, e.pinned or not several, fp.context))
+        specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p) for e, p, n in zip(given, paths, names)})
     return ModelPool(specs, loader, budget)

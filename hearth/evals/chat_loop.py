@@ -40,6 +40,10 @@ class Exchange:
     valid: bool = False
     """The response's calls are all valid calls of offered tools (see hearth.evals.validity)."""
     retries: int = 0
+    confidence: float | None = None
+    """The lowest of the response's calls' confidences, as the guard reports them (None: no call)."""
+    router: dict | None = None
+    """What a router did (the response's hearth.router): decision, the small model's confidence, its seconds."""
 
 
 @dataclass(slots=True)
@@ -69,10 +73,15 @@ class ChatClient:
             err = resp.get("error") if isinstance(resp, dict) else None
             return Reply({}, error=f"HTTP {status}: {err.get('message') if isinstance(err, dict) else err}")
         ext = resp.get("hearth") if isinstance(resp.get("hearth"), dict) else {}
-        if ext.get("tool_guard") not in (None, MODES[self.mode]):
+        router = ext.get("router") if isinstance(ext.get("router"), dict) else None
+        ex.router = router
+        routed = router is not None and router.get("decision") == "accepted"  # the small model's probe ran
+        if ext.get("tool_guard") not in (None, MODES[self.mode]) and not routed:
             raise HearthError(f"asked for mode {self.mode} but the server ran {ext['tool_guard']}")
         retries = ext.get("retries", 0)
         ex.retries = len(retries) if isinstance(retries, list) else int(retries or 0)
+        confidences = [c.get("confidence") for c in ext.get("calls") or [] if isinstance(c, dict)]
+        ex.confidence = min(confidences) if confidences and None not in confidences else None
         usage = resp.get("usage") or {}
         ex.prompt_tokens, ex.completion_tokens = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         msg = resp["choices"][0]["message"]

@@ -12,19 +12,28 @@ import time
 import uvicorn
 
 from hearth.api.app import create_app
+from hearth.api.model_pool import ModelPool
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import AsyncEngine
 from hearth.errors import HearthError
+from hearth.tool_guard.routing import RouterConfig
 
 NAME = "model-under-test"
+ROUTER_NAME = "router-under-test"
 TIMEOUT = 900.0
 """Seconds one request may take (a long multi-turn prompt on a slow CPU)."""
 
 
 class InProcessServer:
-    def __init__(self, llm):
-        served = ServedModel.from_llm(llm, [NAME], AsyncEngine(llm.engine))
-        config = uvicorn.Config(create_app(served), host="127.0.0.1", port=0, log_level="warning", lifespan="on")
+    def __init__(self, llm, router_llm=None, router_threshold: float = 0.0):
+        """router_llm: a small model that routes the model's tool calls (hearth.api.tool_router) at this threshold."""
+        served = [ServedModel.from_llm(llm, [NAME], AsyncEngine(llm.engine))]
+        routers = {}
+        if router_llm is not None:
+            served.append(ServedModel.from_llm(router_llm, [ROUTER_NAME], AsyncEngine(router_llm.engine)))
+            routers[NAME] = RouterConfig(ROUTER_NAME, router_threshold)
+        app = create_app(ModelPool.of(served, routers))
+        config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="eval-server")
         self.port = 0

@@ -164,3 +164,17 @@ def test_parse_ground_truth_calls():
         parse_call("os.system('x')")
     with pytest.raises(BackendError, match="cannot read"):
         parse_call("f(x=g())")
+
+
+def test_rows_record_the_calls_confidence_and_the_routers_decision(wheel):
+    item = load_category(wheel, "simple_python")[0]
+    router = {"model": "small", "decision": "accepted", "threshold": 0.0, "confidence": 0.42, "latency_s": 0.5}
+    ext = {"tool_guard": "guard", "calls": [{"id": "c", "name": "geo_area", "confidence": 0.42}], "router": router}
+
+    def post(body):
+        return 200, {"choices": [{"message": calls(call("geo_area", base=3))}], "hearth": ext, "usage": {}}
+    # an accepted route reports the small model's guard, whatever mode the client asked for
+    row = run_item(item, ChatClient(post, "bare"), None).row({})
+    assert row["result"] == "pass" and row["confidence"] == [0.42] and row["router"] == [router]
+    plain = run_item(item, ChatClient(Scripted(calls(call("geo_area", base=3))), "bare"), None).row({})
+    assert plain["confidence"] == [None] and "router" not in plain

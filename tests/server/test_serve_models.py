@@ -123,3 +123,35 @@ def test_missing_models_file_is_one_line(capsys, tmp_path):
 def test_read_models_file_resolves_relative_paths(tmp_path, tiny):
     (tmp_path / "m.toml").write_text(f'[[models]]\nmodel = "{tiny.name}"\n')
     assert read_models_file(str(tmp_path / "m.toml"))[0].model == str(tiny)
+
+
+def test_router_is_a_pinned_model_of_the_pool_and_each_model_routes_through_it(tiny, tmp_path):
+    other = tmp_path / "small.gguf"
+    write_tiny_gguf(other, "qwen2")
+    pool = build_pool(serve_args(str(tiny), "--router", str(other), "--router-threshold", "0.75", "--max-memory", "4"))
+    main, small = (s.spec for s in pool.slots)
+    assert small.names[0] == "small" and small.pinned and small.router is None
+    assert (main.router.model, main.router.threshold) == ("small", 0.75)
+    # a models file: an entry names its router (a model given elsewhere), with its own threshold
+    (tmp_path / "models.toml").write_text(f'[[models]]\nname = "big"\nmodel = "{tiny.name}"\nrouter = "small"\n'
+                                          'router_threshold = 0.5\n')
+    pool = build_pool(serve_args(str(other), "--models", str(tmp_path / "models.toml"), "--max-memory", "4"))
+    small, big = (s.spec for s in pool.slots)
+    assert (big.router.model, big.router.threshold, small.router, small.pinned) == ("small", 0.5, None, True)
+
+
+@pytest.mark.parametrize("argv,toml,needles", [
+    (["--router-threshold", "1.5"], None, ["--router-threshold: must be a number in [0, 1], got 1.5"]),
+    ([], '[[models]]\nname = "big"\nmodel = "tiny.gguf"\nrouter = "nope"\n',
+     ["models[1] ('big'): router: 'nope' is not a model this server serves ('big')"]),
+    ([], '[[models]]\nmodel = "tiny.gguf"\nrouter_threshold = 2\n', ["models[1]: router_threshold: must be a number in [0, 1]"]),
+])
+def test_bad_router_settings_are_one_line(capsys, tmp_path, argv, toml, needles):
+    write_tiny_gguf(tmp_path / "tiny.gguf", "llama")
+    if toml is not None:
+        (tmp_path / "models.toml").write_text(toml)
+        argv = [*argv, "--models", str(tmp_path / "models.toml")]
+    else:
+        argv = [*argv, str(tmp_path / "tiny.gguf")]
+    code, err = run_cli(capsys, "serve", *argv)
+    assert_one_line_error(code, err, *needles)

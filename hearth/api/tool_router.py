@@ -1,0 +1,148 @@
+"""A small model routing tool calls (issue 21, point 3), on the engines: a single-turn request with
+tools goes first to the small model (a model of the same pool, so the memory budget counts it),
+forced to call an offered tool, one attempt under the guard (validated, no retries). The whole
+attempt is held back: when hearth.tool_guard.routing accepts its call, that call is replayed to
+the client as the answer; otherwise the main model answers as it always did and the client never
+sees the small model's tokens. Either way the response's `hearth.router` says what was decided.
+
+The router of a request: `hearth.router` (a model's name, or false), else its model's configured
+one (`hearth serve MAIN --router SMALL`, a models file's `router`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+
+from hearth.api.choices import Update
+from hearth.api.errors import APIError
+from hearth.api.guard_extras import RequestGuard
+from hearth.api.tool_layer import build_choices
+from hearth.api.tools import ToolPlan, plan_tools
+from hearth.errors import HearthError
+from hearth.tool_guard import GuardConfig
+from hearth.tool_guard.routing import (Ask, Probe, RouterConfig, RouterReport, fallback_reason, forced_choice,
+                                       skip_reason)
+from hearth.tool_parsers import ToolCallEvent
+
+Render = Callable[[object, ToolPlan], tuple[str, list[int]]]
+"""(a served model, its tool plan) -> the request's prompt for that model (text, ids)."""
+PROBE_GUARD = GuardConfig("guard", 0)
+"""The small model's attempt: validated and coerced, never retried (a retry costs what the main model would)."""
+
+
+async def routed_choices(state, model_field: str | None, ask: Ask, render: Render, served, plan: ToolPlan,
+                         prompt: str, ids: list[int], fields: dict, field_names: dict | None, rg: RequestGuard,
+                         parallel: bool, reprompt, request_id: str | None = None):
+    """build_choices (hearth.api.tool_layer), with the router first when the request has one:
+    (the choices, the logprobs the client asked for)."""
+    config = router_config(state, model_field, rg.ext)
+    report = source = None
+    if config is not None:
+        report, source = await _route(state, model_field, config, ask, rg, fields, field_names, parallel, render,
+                                      request_id)
+        state.metrics.observe_router(served.name, report)
+    if source is not None:
+        return source, None
+    source, client_k = build_choices(served, state, plan, prompt, ids, fields, field_names, rg, parallel, reprompt,
+                                     request_id)
+    return (source if report is None else WithRouter(source, report.as_dict())), client_k
+
+
+def router_config(state, model_field: str | None, ext) -> RouterConfig | None:
+    """The request's router: hearth.router over the model's own; None when it has none (or names
+    the model itself). An unknown name is a 400 naming it."""
+    pool = state.models
+    main = pool.resolve(model_field)
+    own = main.spec.router
+    if ext.router is False or (ext.router is None and own is None):
+        return None
+    name = ext.router if isinstance(ext.router, str) else own.model
+    try:
+        small = pool.resolve(name)
+    except APIError:
+        raise APIError(400, f"hearth.router: unknown model {name!r}; this server serves {pool.ids_text()}",
+                       param="hearth.router") from None
+    if small is main:
+        return None
+    threshold = ext.router_threshold
+    if threshold is None:
+        threshold = own.threshold if own is not None else state.config.router_threshold
+    return RouterConfig(small.spec.name, threshold)
+
+
+async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, rg: RequestGuard, fields: dict,
+                 field_names, parallel: bool, render: Render, request_id: str | None) -> tuple[RouterReport, object | None]:
+    """(what was decided, the replayed answer when the small model's call is accepted)."""
+    skip = skip_reason(ask)
+    if skip is not None:
+        return RouterReport(config.model, config.threshold, "skipped", skip), None
+    t0 = time.perf_counter()
+    try:
+        # the main model stays loaded while the small one loads (or the budget could unload it)
+        async with state.models.lease(model_field), state.models.lease(config.model) as small:
+            source, updates = await _attempt(state, small, ask, rg, fields, field_names, parallel, render, request_id)
+    except (APIError, HearthError) as e:  # the small model could not take it: the main model answers
+        why = getattr(e, "message", str(e))
+        return RouterReport(config.model, config.threshold, "fallback", f"small_failed: {why}",
+                            latency_s=time.perf_counter() - t0), None
+    guard = source.report(0)
+    probe = Probe(sum(isinstance(e, ToolCallEvent) for u in updates for e in u.events),
+                  [c.get("confidence") for c in guard["calls"]], guard["outcome"] == "ok")
+    reason = fallback_reason(probe, config.threshold)
+    usage = {"prompt_tokens": source.num_prompt_tokens, "cached_tokens": source.num_cached_tokens,
+             "completion_tokens": sum(len(u.token_ids) for u in updates)}
+    report = RouterReport(config.model, config.threshold, "fallback" if reason else "accepted", reason or "",
+                          probe.confidence, time.perf_counter() - t0, usage)
+    if reason:
+        return report, None
+    return report, Replayed(source.request_id, updates, {**guard, "router": report.as_dict()},
+                            source.num_prompt_tokens, source.num_cached_tokens)
+
+
+async def _attempt(state, small, ask: Ask, rg: RequestGuard, fields: dict, field_names, parallel: bool,
+                   render: Render, request_id: str | None) -> tuple[object, list[Update]]:
+    """The small model's forced call, run to its end and held back."""
+    plan = plan_tools(small, rg.tools, forced_choice(ask.tool_choice))
+    prompt, ids = render(small, plan)
+    guard = RequestGuard(None, PROBE_GUARD, rg.tools, rg.history)
+    probe_fields = {**fields, "structured_output": plan.constraint, "logprobs": None}
+    source, _ = build_choices(small, state, plan, prompt, ids, probe_fields, field_names, guard, parallel,
+                              _no_reprompt, request_id)
+    return source, [u async for _, u in source.updates()]
+
+
+def _no_reprompt(extra: list[dict]) -> list[int]:
+    raise HearthError("the router's attempt is never re-prompted")
+
+
+class Replayed:
+    """The small model's accepted answer, as the choices interface (hearth.api.choices) the routes read."""
+
+    n = 1
+
+    def __init__(self, request_id: str, updates: list[Update], report: dict, prompt_tokens: int, cached_tokens: int):
+        self.request_id, self._updates, self._report = request_id, updates, report
+        self.num_prompt_tokens, self.num_cached_tokens = prompt_tokens, cached_tokens
+
+    def report(self, i: int) -> dict:
+        return self._report
+
+    def abort(self) -> None:
+        """Nothing runs: the attempt ended before it was accepted."""
+
+    async def updates(self) -> AsyncIterator[tuple[int, Update]]:
+        for u in self._updates:
+            yield 0, u
+
+
+class WithRouter:
+    """The main model's choices, their `hearth` field carrying the router's decision."""
+
+    def __init__(self, source, router: dict):
+        self._source, self._router = source, router
+
+    def __getattr__(self, name: str):
+        return getattr(self._source, name)
+
+    def report(self, i: int) -> dict:
+        return {**(self._source.report(i) or {}), "router": self._router}

@@ -1,0 +1,177 @@
+"""A small model routing tool calls (issue 21, point 3), on scripted fake engines: a single-turn
+request with tools goes to the small model first (forced to call a tool); its call is the answer at
+or above the threshold, else the main model answers and the client never sees the small model's
+tokens; prose requests skip it; the `hearth.router` field, /metrics, per-request overrides and bad
+input. The fake stream gives every token logprob -0.5, so a call's confidence is exp(-0.5) = 0.606531."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from starlette.testclient import TestClient
+
+from hearth.api.app import ServerConfig, create_app
+from hearth.api.model_pool import ModelPool
+from hearth.tool_guard.routing import RouterConfig
+from tests.server.fakes import WEATHER_CALL, FakeEngine, fake_served
+
+CONFIDENCE = round(math.exp(-0.5), 6)
+OSLO_CALL = WEATHER_CALL.replace("Paris", "Oslo")
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+ASK = [{"role": "user", "content": "weather in Oslo?"}]
+
+
+class Says(FakeEngine):
+    """A fake engine that says `pieces` whatever the prompt."""
+
+    def __init__(self, *pieces: str):
+        super().__init__()
+        self.pieces = list(pieces)
+
+    def add_request(self, prompt_ids, params, request_id=None):
+        stream = super().add_request(prompt_ids, params, request_id)
+        stream.pieces = self.pieces
+        return stream
+
+
+@pytest.fixture
+def make():
+    clients = []
+
+    def build(small_says=(OSLO_CALL,), threshold: float | None = 0.5):
+        main, small = Says("It is sunny."), Says(*small_says)
+        routers = {"main": RouterConfig("small", threshold)} if threshold is not None else {}
+        pool = ModelPool.of([fake_served(engine=main, names=("main",)), fake_served(engine=small, names=("small",))],
+                            routers)
+        client = TestClient(create_app(pool, ServerConfig()), raise_server_exceptions=False)
+        client.__enter__()
+        clients.append(client)
+        return client, main, small
+
+    yield build
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+def chat(client, messages=ASK, tools=TOOLS, **extra):
+    body = {"model": "main", "messages": messages, **({"tools": tools} if tools else {}), **extra}
+    return client.post("/v1/chat/completions", json=body)
+
+
+def test_a_sure_call_of_the_small_model_is_the_answer(make):
+    client, main, small = make(threshold=0.5)
+    r = chat(client)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    (call,) = body["choices"][0]["message"]["tool_calls"]
+    assert call["function"] == {"name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    assert body["choices"][0]["finish_reason"] == "tool_calls" and body["model"] == "main"
+    router = body["hearth"]["router"]
+    assert router["decision"] == "accepted" and router["model"] == "small"
+    assert router["confidence"] == CONFIDENCE and router["threshold"] == 0.5
+    assert main.added == []  # the main model never ran
+    (probe,) = small.added
+    assert probe.params.structured_output.grammar  # forced to call a tool (tool_choice required)
+
+
+def test_an_unsure_call_falls_back_to_the_main_model(make):
+    client, main, small = make(threshold=0.7)
+    body = chat(client).json()
+    msg = body["choices"][0]["message"]
+    assert msg["content"] == "It is sunny." and not msg.get("tool_calls")
+    router = body["hearth"]["router"]
+    assert (router["decision"], router["reason"], router["confidence"]) == ("fallback", "low_confidence", CONFIDENCE)
+    assert len(small.added) == 1 and len(main.added) == 1
+    assert main.added[0].params.structured_output is None or "lazy" in json.dumps(body["hearth"])
+
+
+@pytest.mark.parametrize("threshold,decision", [(0.5, "accepted"), (0.7, "fallback")])
+def test_streamed_the_client_sees_the_small_models_call_only_when_accepted(make, threshold, decision):
+    client, main, small = make(threshold=threshold)
+    with client.stream("POST", "/v1/chat/completions",
+                       json={"model": "main", "messages": ASK, "tools": TOOLS, "stream": True}) as r:
+        raw = "".join(r.iter_text())
+    chunks = [json.loads(line[6:]) for line in raw.splitlines() if line.startswith("data: {")]
+    assert ("Oslo" in raw) == (decision == "accepted")
+    (last,) = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert last["hearth"]["router"]["decision"] == decision
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == ("" if decision == "accepted" else "It is sunny.")
+
+
+@pytest.mark.parametrize("messages,tools,extra,reason", [
+    (ASK, None, {}, "no_tools"),
+    (ASK, TOOLS, {"tool_choice": "none"}, "tool_choice_none"),
+    (ASK + [{"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+        "name": "get_weather", "arguments": '{"city": "Oslo"}'}}]}, {"role": "tool", "tool_call_id": "c1",
+                                                                      "content": "sunny"}], TOOLS, {}, "multi_turn"),
+    (ASK, TOOLS, {"n": 2}, "n"),
+    (ASK, TOOLS, {"logprobs": True}, "token_level"),
+    (ASK, TOOLS, {"response_format": {"type": "json_object"}}, "response_format"),
+])
+def test_requests_that_need_prose_skip_the_router(make, messages, tools, extra, reason):
+    client, main, small = make(threshold=0.0)
+    body = chat(client, messages, tools, **extra).json()
+    assert body["hearth"]["router"] == {"model": "small", "decision": "skipped", "threshold": 0.0,
+                                        "confidence": None, "reason": reason}
+    assert small.added == [] and main.added
+
+
+def test_an_invalid_call_falls_back_whatever_its_confidence(make):
+    client, main, small = make(small_says=(OSLO_CALL.replace("get_weather", "get_wether"),), threshold=0.0)
+    body = chat(client).json()
+    assert body["hearth"]["router"]["reason"] == "invalid_call"
+    assert body["choices"][0]["message"]["content"] == "It is sunny."
+
+
+def test_per_request_router_and_threshold(make):
+    client, main, small = make(threshold=None)  # no router configured
+    assert "router" not in chat(client).json()["hearth"] and small.added == []
+    body = chat(client, hearth={"router": "small", "router_threshold": 0.6}).json()
+    assert body["hearth"]["router"]["decision"] == "accepted" and body["hearth"]["router"]["threshold"] == 0.6
+    client, main, small = make(threshold=0.5)
+    body = chat(client, hearth={"router": False}).json()
+    assert "router" not in body.get("hearth", {}) and small.added == []
+    body = chat(client, hearth={"router_threshold": 0.9}).json()
+    assert body["hearth"]["router"]["decision"] == "fallback"
+
+
+@pytest.mark.parametrize("hearth,needle", [
+    ({"router": "tiny"}, "hearth.router: unknown model 'tiny'; this server serves 'main', 'small'"),
+    ({"router": 3}, "hearth.router: must be a model's name or false"),
+    ({"router_threshold": 1.5}, "hearth.router_threshold: must be a number in [0, 1], got 1.5"),
+])
+def test_bad_router_fields_are_400_naming_them(make, hearth, needle):
+    client, main, small = make()
+    r = chat(client, hearth=hearth)
+    assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
+    assert r.json()["error"]["param"].startswith("hearth.router")
+
+
+def test_metrics_count_routed_and_fallback(make):
+    client, main, small = make(threshold=0.5)
+    chat(client)
+    chat(client, hearth={"router_threshold": 0.9})
+    chat(client, tools=None)
+    text = client.get("/metrics").text
+    for decision, reason in (("accepted", ""), ("fallback", "low_confidence"), ("skipped", "no_tools")):
+        line = (f'hearth:router_requests_total{{decision="{decision}",model_name="main",reason="{reason}",'
+                f'router="small"}} 1.0')
+        assert line in text, text
+
+
+def test_anthropic_and_responses_take_the_same_path(make):
+    client, main, small = make(threshold=0.5)
+    tools = [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]
+    r = client.post("/v1/messages", json={"model": "main", "max_tokens": 64, "messages": ASK, "tools": tools})
+    body = r.json()
+    assert [b["type"] for b in body["content"]] == ["tool_use"] and body["content"][0]["input"] == {"city": "Oslo"}
+    assert body["hearth"]["router"]["decision"] == "accepted" and body["stop_reason"] == "tool_use"
+    r = client.post("/v1/responses", json={"model": "main", "input": "weather in Oslo?", "tools": [
+        {"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}]})
+    body = r.json()
+    assert [i["type"] for i in body["output"]] == ["function_call"] and body["hearth"]["router"]["decision"] == "accepted"
+    assert main.added == []
