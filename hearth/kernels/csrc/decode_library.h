@@ -3,7 +3,9 @@
 // (hearth/kernels/native.py lists them): matmul on GGUF blocks for few rows (8-bit activations per
 // 16, ggml's q8_0 rule, and an integer dot product per 32 weights), row lookup and bf16 expansion,
 // the small f32 ops of a decode step, KV write and paged attention over f16/bf16 caches, and the
-// whole decoder layer for few rows. Prefill matmuls stay in torch (bf16 tiles from hk_dequant_bf16).
+// whole decoder layer for few rows. Where the library has a many-row GEMM (gemm_avx2.h defines
+// HK_ROWS_GEMM) matmuls from ROWS_GEMM_MIN_ROWS rows run on it, prefills included; elsewhere (neon)
+// prefill matmuls stay in torch (bf16 tiles from hk_dequant_bf16).
 //
 // Written once against what the including library provides first: the vf8 interface (simd_avx2.h,
 // simd_neon.h), its block unpackers, Act, quantize, rows_dot and dequant_row (blocks_avx2.h,
@@ -40,6 +42,9 @@ template <class T>
 struct RowsDot {
   static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a, float* y,
                   int64_t ldy) {
+#ifdef HK_ROWS_GEMM
+    if (a.M >= ROWS_GEMM_MIN_ROWS) return rows_gemm<T>(w, row_bytes, n0, n1, nb, a, y, ldy);
+#endif
     rows_dot<T>(w, row_bytes, n0, n1, nb, a, y, ldy);
   }
 };
