@@ -3,7 +3,7 @@ AVX512-BF16 panels of csrc/gemm_dpbf16.h), its int8 VNNI GEMM (csrc/gemm_vnni.h;
 the amx tier), torch's bf16 matmul on W expanded once, and the torch fallback the avx512 tier used
 before (bf16 tiles of W expanded per call, then torch.mm), in one process on a real model's layer-0
 weights (their own GGUF types). On the avx2 tier (HEARTH_CPU_TIER=avx2, or an AVX2-only CPU): its
-register-blocked int8 GEMM (csrc/gemm_avx2.h), its GEMV (rows_dot) on the same rows 7 at a time,
+register-blocked int8 GEMM (csrc/gemm_avx2.h), its GEMV (rows_dot, 4 rows a weight row decode),
 torch's f32 matmul on W expanded once, and the path that tier took before (W expanded to f32 per
 call, then torch.mm). The paths are interleaved (one call of each in turn: a shared machine's load
 hits them alike). GOP/s = 2 M N K / wall time, median (and best) of repeats. Usage (from the
@@ -55,9 +55,9 @@ def expanded(raws, k: int, dtype: torch.dtype) -> torch.Tensor:
 def paths(raws, k: int, x: torch.Tensor) -> tuple[str, list]:
     """(the columns' names, the calls to time) of this tier's prefill matmul paths over weights `raws`."""
     if native.has("many_rows"):  # the avx2 tier
-        mm, wf, step = native.NativeMatmul(raws, k, 64), expanded(raws, k, torch.float32), native.lib().hk_many_rows() - 1
+        mm, gemv, wf = native.NativeMatmul(raws, k, 64), native.NativeMatmul(raws, k, 0), expanded(raws, k, torch.float32)
         return ("int8 GEMM, GEMV, torch f32 mm, old path (expand f32 + mm)",
-                [lambda: mm(x), lambda: [mm(x[i:i + step]) for i in range(0, x.shape[0], step)],
+                [lambda: mm(x), lambda: gemv(x),
                  lambda: x @ wf.T, lambda: x @ expanded(raws, k, torch.float32).T])
     gemm, int8 = native.NativeMatmul(raws, k, 64), native.NativeMatmul(raws, k, 0)  # 0: int8 from 10 rows
     xb, wb = x.bfloat16(), expanded(raws, k, torch.bfloat16)

@@ -21,8 +21,8 @@ int hk_set_tier(int level) {
   return 0;
 }
 
-// From this many rows on the matmuls run on the register-blocked GEMM (gemm_avx2.h), prefills included
-int hk_many_rows() { return static_cast<int>(ROWS_GEMM_MIN_ROWS); }
+// 1: from a plan's gemm_min_rows on, matmuls run on the int8 GEMM (gemm_avx2.h), prefills included
+int hk_many_rows() { return 1; }
 
 // Whether the GEMM's integer dots take AVX-VNNI (1) or vpmaddubsw + vpmaddwd (0): on = -1 asks, 0 or
 // 1 sets (1 only where the CPU has it; tests compare the two, which give the same bits)
