@@ -5,19 +5,32 @@
 #
 # Why explicit ISA flags: GGML_NATIVE=ON on this 2-vCPU Sapphire-Rapids machine turns on AMX_INT8
 # and the resulting library dies with "Illegal instruction"; so NATIVE is off and AVX-512 is named.
+# LLAMACPP_ISA=avx2: the build the avx2 tier is compared with (GGML_AVX512=OFF and no AVX-512 or
+# AVX-VNNI extension: what an AVX2-only CPU runs), into its own venv (default /work/llamacpp-avx2-venv).
 set -euo pipefail
 
 VERSION="${LLAMACPP_PY_VERSION:-0.3.36}"
-VENV="${LLAMACPP_VENV:-/work/llamacpp-venv}"
-WORK="${LLAMACPP_BUILD_DIR:-/work/llamacpp-build}"
+ISA="${LLAMACPP_ISA:-avx512}"
+case "$ISA" in
+    avx512) SUFFIX="" ;;
+    avx2) SUFFIX="-avx2" ;;
+    *) echo "LLAMACPP_ISA=$ISA is not one of avx512, avx2" >&2; exit 2 ;;
+esac
+VENV="${LLAMACPP_VENV:-/work/llamacpp$SUFFIX-venv}"
+WORK="${LLAMACPP_BUILD_DIR:-/work/llamacpp$SUFFIX-build}"
 SDIST_SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # of 0.3.36
 JOBS="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 
 # Flag names checked against vendor/llama.cpp/ggml/CMakeLists.txt in the 0.3.36 sdist.
 # LLAVA_BUILD=OFF: the multimodal (mtmd) library is not needed and doubles the build time.
+if [ "$ISA" = avx2 ]; then
+    AVX512_ARGS="-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF \
+-DGGML_AVX_VNNI=OFF"
+else
+    AVX512_ARGS="-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON"
+fi
 CMAKE_ARGS_PINNED="-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON \
--DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON \
--DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
+-DGGML_FMA=ON -DGGML_F16C=ON $AVX512_ARGS -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF \
 -DLLAVA_BUILD=OFF -DCMAKE_BUILD_TYPE=Release"
 
 installed() {
@@ -43,7 +56,7 @@ else
     fi
     echo "building llama-cpp-python $VERSION (takes a while on 2 cores); log: $WORK/build.log"
     CMAKE_ARGS="$CMAKE_ARGS_PINNED" CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" \
-        nice -n 10 "$VENV/bin/pip" install --verbose --no-cache-dir "$SDIST" >"$WORK/build.log" 2>&1 \
+        nice -n "${LLAMACPP_NICE:-10}" "$VENV/bin/pip" install --verbose --no-cache-dir "$SDIST" >"$WORK/build.log" 2>&1 \
         || { tail -40 "$WORK/build.log"; exit 1; }
 fi
 

@@ -54,9 +54,10 @@ class NativeLayerOps(LayerOps):
         self.rope, self.precise = layer.attn.rope, layer.attn.precise_scores  # read every step: no module lookups
 
     def for_rows(self, rows: int) -> LayerOps:
-        # every row count where the library has prefill GEMMs (AMX bf16 tiles, or the C++ GEMMs without
-        # AMX); the avx2 library's GEMV takes decode-sized steps only, prefills go to dense tiles in torch
-        return self if rows < self.max_rows or native.has("gemm") else TORCH_OPS
+        # every row count where the library has prefill GEMMs (AMX bf16 tiles, the C++ GEMMs without AMX,
+        # the avx2 library's int8 GEMM); the neon library's GEMV takes decode-sized steps only, prefills
+        # go to dense tiles in torch
+        return self if rows < self.max_rows or native.has("gemm") or native.has("many_rows") else TORCH_OPS
 
     def whole(self, layer, x, positions, meta, kv_cache, out_rows):
         """A step of a few rows, or one sequence's prefill chunk (which, when out_rows are its last

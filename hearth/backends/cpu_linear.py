@@ -24,8 +24,8 @@ from hearth.loader.gguf_loader import GGUFTensor
 class NativePart(nn.Module):
     """Weights of any block types, side by side, computed on their GGUF blocks in the file: the
     C++ integer GEMV below `gemm_min_rows` rows, tiles expanded per call and a dense matmul from
-    there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8; the avx2 library has only the GEMV,
-    so a dense matmul). Computes in the tier's dense dtype on that path (bf16; f32 on avx2, whose torch has no
+    there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8; the avx2 library's register-blocked
+    int8 GEMM, csrc/gemm_avx2.h; elsewhere (neon) a dense matmul). Computes in the tier's dense dtype on that path (bf16; f32 on avx2, whose torch has no
     fast bf16 matmul), so norms feed it that and big outputs stay in it; the GEMV reads f32 or bf16
     (`mm` gives f32 out for f32 in, with no cast at all)."""
 
@@ -44,7 +44,8 @@ class NativePart(nn.Module):
         return sum(r.nbytes for r, _ in self.raws)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
-        if x.shape[0] < self.gemm_min_rows or (native.has("gemm") and not native.bf16_tiles()):  # the C++ GEMMs
+        if (x.shape[0] < self.gemm_min_rows or native.has("many_rows")  # the C++ GEMMs
+                or (native.has("gemm") and not native.bf16_tiles())):
             y = self.mm(x)  # f32
             return y if x.dtype == torch.float32 else y.to(x.dtype)
         xb, n = x.to(self.in_dtype), self.out_features

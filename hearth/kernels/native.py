@@ -46,6 +46,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
     "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
+    "many_rows": ("hk_many_rows", "hk_avx_vnni"),  # the GEMV library's register-blocked GEMM for prefills (csrc/gemm_avx2.h)
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
@@ -66,10 +67,11 @@ class Library:
 # after csrc's CPUID checks (amx_usable, amx_bf16_usable)
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
-                         frozenset(CAPABILITIES))
+                         frozenset(CAPABILITIES) - {"many_rows"})
 DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer"})
 """What the decode-tier libraries (csrc/decode_library.h: avx2, neon) implement."""
-AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"), DECODE_CAPABILITIES)
+AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
+                       DECODE_CAPABILITIES | {"many_rows"})
 NEON_DOTPROD = ("-march=armv8.2-a+dotprod",)
 """The neon library's flags where the CPU has the int8 dot-product instructions (/proc/cpuinfo's asimddp):
 its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (plain NEON)."""
@@ -304,6 +306,8 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_vnni_gemm": (_int, []),
     "hk_set_invariant_rows": (None, [_i64]),
     "hk_dpbf16_gemm": (_int, []),
+    "hk_many_rows": (_int, []),
+    "hk_avx_vnni": (_int, [_int]),
     "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                   _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
     "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,

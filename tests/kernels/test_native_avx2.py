@@ -3,6 +3,11 @@
 against the AVX-512 library's GEMV for every block type, with ragged shapes; its rows independent
 of the batch; and its build free of any AVX-512 flag, so a compiler without them still builds it.
 
+From a plan's gemm_min_rows on (prefills) its int8 GEMM (csrc/gemm_avx2.h) runs: against the exact
+twin with the GEMV's bound, against the GEMV on the same rows (test_native_gemm's bound: both take
+the same integer dots, only the f32 sums run in another order), with and without AVX-VNNI (the same
+integers, so the same bits), and each row independent of the other rows of the call.
+
 The two GEMVs (below 10 rows, where the AVX-512 one takes no AMX tiles) quantize the activations to
 the same bytes (ggml's q8_0 rule, a scale per 16 values) and take the same integer dot products per
 32 weights; they differ only in the order of the f32 sums (8 lanes here, 16 there), ~1e-7 relative
@@ -21,14 +26,20 @@ from gguf import GGMLQuantizationType as Q
 from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes
 from tests.kernels.test_native import assert_act8_close, block_max, widths
+from tests.kernels.test_native_gemm import assert_near_gemv
 from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
 
 pytestmark = pytest.mark.skipif(tiers.why_not("avx2") is not None, reason=f"tier avx2: {tiers.why_not('avx2')}")
 AVX512 = tiers.why_not("avx512")
 
 
-def matmul(tier: str, t, k: int) -> native.NativeMatmul:
-    return native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], k, so=native.open_tier(tier))
+def matmul(tier: str, t, k: int, gemm_min_rows: int = 0) -> native.NativeMatmul:
+    return native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], k, gemm_min_rows, so=native.open_tier(tier))
+
+
+def vnni_modes(so) -> list[int]:
+    """The GEMM's integer dots to test here: AVX-VNNI where the CPU has it (the default), and the AVX2 pair."""
+    return [1, 0] if so.hk_avx_vnni(-1) else [0]
 
 
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
@@ -92,3 +103,43 @@ cp '{built}' "$out"
                                            r"'-mavx512f'$"):
         native._build(native.AVX512_LIBRARY)
     assert os.listdir(tmp_path / "home" / "kernels") == [path.name]  # no half-written library left
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_gemm_against_exact_twin_and_the_gemv(qtype):
+    """Every type, the widths of the GEMV's test; 37 outputs (4 panels of 8 and a ragged one of 5),
+    row counts at the threshold and past it with tails of the 6-row block (13 = 2 * 6 + 1, 77 = 12 * 6 + 5);
+    AVX-VNNI and the AVX2 pair give the same bits."""
+    rng, g = np.random.default_rng(int(qtype) + 11), torch.Generator().manual_seed(int(qtype) + 1)
+    so = native.open_tier("avx2")
+    for k in widths(qtype):
+        t = random_tensor(qtype, 37, k, rng)
+        w = torch.from_numpy(gguf_reference(t))
+        mm, gemv = matmul("avx2", t, k, gemm_min_rows=8), matmul("avx2", t, k)
+        x = torch.randn(77, k, generator=g) * torch.rand(77, 1, generator=g) * 10
+        try:
+            ys = []
+            for mode in vnni_modes(so):
+                so.hk_avx_vnni(mode)
+                for m in (8, 13, 77):
+                    y = mm(x[:m])
+                    assert_act8_close(y, x[:m], w)
+                    assert_near_gemv(y, gemv(x[:m]), x[:m], w)
+                ys.append(mm(x))
+            assert all(torch.equal(y, ys[0]) for y in ys)
+        finally:
+            so.hk_avx_vnni(1)
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+def test_gemm_rows_are_independent_of_the_call_and_below_it_the_gemv_runs(qtype):
+    """From gemm_min_rows (64, the runner's prefill regime) a row's bits do not depend on the other
+    rows of the call (chunks and register blocks cut anywhere); below it every row is the GEMV's."""
+    t = random_tensor(qtype, 45, 512, np.random.default_rng(3))
+    mm, gemv = matmul("avx2", t, 512, gemm_min_rows=64), matmul("avx2", t, 512)
+    x = torch.randn(300, 512)
+    y = mm(x)
+    for a, b in ((0, 64), (7, 71), (100, 300)):
+        assert torch.equal(mm(x[a:b]), y[a:b])
+    assert torch.equal(mm(x[:63]), gemv(x[:63]))
+    assert not torch.equal(y[:64], gemv(x[:64]))  # the control: the GEMM sums in another order

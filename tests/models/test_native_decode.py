@@ -104,11 +104,13 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     assert rel_err(ours, transformers_logits(arch, d, name, dims, ids)) < REL_TOL_FAST
 
 
-@pytest.mark.skipif(not native.vnni_gemm(), reason="AMX tiles take prefills at this CPU tier, or no native kernels")
+@pytest.mark.skipif(not (native.vnni_gemm() or native.has("many_rows")),
+                    reason="AMX tiles take prefills at this CPU tier, or no C++ prefill GEMM (torch's, neon)")
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 def test_prefill_without_amx_near_transformers(tmp_path, monkeypatch, arch):
-    """Without AMX (the avx512 tier) a 100-token prefill runs the layers natively too, their matmuls
-    on the C++ GEMMs (AVX512-BF16, or int8 where the CPU lacks it): within REL_TOL_FAST of transformers."""
+    """Without AMX (the avx512 and avx2 tiers) a 100-token prefill runs the layers natively too, their
+    matmuls on the C++ GEMMs (avx512: AVX512-BF16, or int8 where the CPU lacks it; avx2: its int8
+    GEMM, csrc/gemm_avx2.h): within REL_TOL_FAST of transformers."""
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
     model, cfg = load_model(GGUFFile(d / name), select())
     rows = []

@@ -3,7 +3,9 @@
 // (hearth/kernels/native.py lists them): matmul on GGUF blocks for few rows (8-bit activations per
 // 16, ggml's q8_0 rule, and an integer dot product per 32 weights), row lookup and bf16 expansion,
 // the small f32 ops of a decode step, KV write and paged attention over f16/bf16 caches, and the
-// whole decoder layer for few rows. Prefill matmuls stay in torch (bf16 tiles from hk_dequant_bf16).
+// whole decoder layer for few rows. Where the library has a GEMM (gemm_avx2.h defines HK_ROWS_GEMM)
+// matmuls from a plan's gemm_min_rows run on it (prefills); elsewhere (neon) prefill matmuls stay in
+// torch (bf16 tiles from hk_dequant_bf16).
 //
 // Written once against what the including library provides first: the vf8 interface (simd_avx2.h,
 // simd_neon.h), its block unpackers, Act, quantize, rows_dot and dequant_row (blocks_avx2.h,
@@ -44,6 +46,16 @@ struct RowsDot {
   }
 };
 
+#ifdef HK_ROWS_GEMM
+template <class T>
+struct RowsGemm {
+  static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a, float* y,
+                  int64_t ldy) {
+    rows_gemm<T>(w, row_bytes, n0, n1, nb, a, y, ldy);
+  }
+};
+#endif
+
 template <class T>
 struct DequantRows {  // rows ids[..] -> out (f32)
   static void run(const uint8_t* w, int64_t row_bytes, int64_t K, int64_t nb, const int64_t* ids, int64_t T_,
@@ -68,23 +80,34 @@ struct Part {
 
 struct Plan {  // a linear layer: weights sharing in_features K, outputs side by side (q|k|v, gate|up)
   int64_t K = 0, N = 0;
+  int64_t gemm_min_rows = 0;  // from this many rows on the library's GEMM (HK_ROWS_GEMM), 0 = never
   std::vector<Part> parts;
   double bytes = 0;
 };
 
 int threads_for(double work) { return work < 64.0 * 1024 ? 1 : omp_get_max_threads(); }
 
-// y[:, part columns] = a @ W.T, the rows of every part split evenly over the threads
+// y[:, part columns] = a @ W.T, the rows of every part split evenly over the threads: on the GEMV,
+// or from the plan's gemm_min_rows on the library's GEMM where it has one (gemm_avx2.h)
 bool run(const Plan& p, const Act& a, float* y, int64_t ldy) {
   int bad = 0;
+  const bool gemm = p.gemm_min_rows > 0 && a.M >= p.gemm_min_rows;
 #pragma omp parallel num_threads(threads_for(p.bytes * a.M)) reduction(| : bad)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     for (const Part& q : p.parts) {
       const int64_t n0 = q.rows * t / T, n1 = q.rows * (t + 1) / T;
-      if (n1 > n0 && !dispatch<RowsDot>(q.qtype, q.w, q.row_bytes, n0, n1, q.nb, a, y + q.out_col, ldy)) bad = 1;
+      if (n1 <= n0) continue;
+#ifdef HK_ROWS_GEMM
+      if (gemm) {
+        if (!dispatch<RowsGemm>(q.qtype, q.w, q.row_bytes, n0, n1, q.nb, a, y + q.out_col, ldy)) bad = 1;
+        continue;
+      }
+#endif
+      if (!dispatch<RowsDot>(q.qtype, q.w, q.row_bytes, n0, n1, q.nb, a, y + q.out_col, ldy)) bad = 1;
     }
   }
+  (void)gemm;
   return !bad;
 }
 
@@ -185,12 +208,14 @@ extern "C" {
 int hk_abi_version() { return 13; }
 
 // A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
-// type or a K that is not a whole number of its blocks. gemm_min_rows is unused (no bf16 tiles here).
+// type or a K that is not a whole number of its blocks. gemm_min_rows: from this many rows on the
+// library's GEMM where it has one (gemm_avx2.h), else unused; 0 = never.
 void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t* rows, const int64_t* row_bytes,
-                  int64_t K, int64_t) {
+                  int64_t K, int64_t gemm_min_rows) {
   if (K <= 0 || K % 32) return nullptr;
   Plan* p = new Plan;
   p->K = K;
+  p->gemm_min_rows = gemm_min_rows;
   for (int i = 0; i < n; ++i) {
     if (is_k_quant(qtypes[i]) && K % SB) { delete p; return nullptr; }
     p->parts.push_back({static_cast<const uint8_t*>(w[i]), qtypes[i], rows[i], row_bytes[i], p->N,

@@ -1,12 +1,13 @@
 // The avx2 tier's kernels (AVX2 + FMA + F16C + BMI2, no AVX-512): decode_library.h's entry points on
-// the AVX2 vectors (simd_avx2.h), block unpackers and int8 dot product (blocks_avx2.h), plus this
-// tier's CPU checks.
+// the AVX2 vectors (simd_avx2.h), block unpackers and int8 dot product (blocks_avx2.h), its many-row
+// GEMM (gemm_avx2.h), plus this tier's CPU checks.
 //
 // Build: g++ -O3 -mavx2 -mfma -mf16c -mbmi2 -ffp-contract=off -fopenmp (-ffp-contract=off keeps
 // dequantization bit-exact with gguf-py: s * q, then + o, two roundings).
 
 #include "simd_avx2.h"
 #include "blocks_avx2.h"
+#include "gemm_avx2.h"
 #include "attention_pages.h"
 #include "tier.h"
 #include "decode_library.h"
@@ -18,6 +19,16 @@ int hk_set_tier(int level) {
   if (level != TIER_AVX2) return -1;
   cpu_tier() = level;
   return 0;
+}
+
+// 1: from a plan's gemm_min_rows on, matmuls run on the int8 GEMM (gemm_avx2.h), prefills included
+int hk_many_rows() { return 1; }
+
+// Whether the GEMM's integer dots take AVX-VNNI (1) or vpmaddubsw + vpmaddwd (0): on = -1 asks, 0 or
+// 1 sets (1 only where the CPU has it; tests compare the two, which give the same bits)
+int hk_avx_vnni(int on) {
+  if (on >= 0) gemm_avx_vnni() = on != 0 && avx_vnni_usable();
+  return gemm_avx_vnni() ? 1 : 0;
 }
 
 int hk_cpu_ok() {

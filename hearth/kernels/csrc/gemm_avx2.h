@@ -1,0 +1,205 @@
+// Prefill-sized matmuls on the avx2 tier, y[M, N] = a @ W.T on the GEMV's 8-bit activations
+// (blocks_avx2.h quantize: a scale per 16), as gemm_vnni.h does with AVX-512: W's codes are unpacked
+// once per chunk of activation rows into 8-feature panels where one vector holds 8 output features x
+// 4 consecutive k, and every GEMM_MR-row block of the chunk passes the panel, each row's 4 codes
+// broadcast. Per 16 k the int32 sums become f32 as the GEMV's math does:
+//   acc += float(sum q_w q_x) * (s_w d_x) + o_w * (d_x sum q_x)
+// so a row's result depends on its panel alone, not on the other rows of the call. Per 16 k, 8
+// features and a row: 4 integer dots (vpdpbusd on AVX-VNNI, else vpmaddubsw + vpmaddwd + vpaddd) and
+// 4 ops of epilogue, against the GEMV's 8 (and a lane permute) per 32 k of one feature: the GEMV sums
+// 8 lanes of k, so every (row, feature) pair pays its own conversions.
+//
+// The activation rows of a chunk (~GEMM_CHUNK_BYTES of codes and scales) stay in L2 while all of a
+// thread's panels pass; the weights are read and unpacked once per chunk (at K = 8960, 512 rows, 8
+// times). 1 MB chunks against 384 KB: the Q6_K down projection (K = 8960) 123 -> 156 GOP/s a core,
+// the K = 1536 shapes +3-8%. Runs from a plan's gemm_min_rows (the runner's prefill regime),
+// so decode batches keep the GEMV's sums.
+#pragma once
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#define HK_ROWS_GEMM 1  // decode_library.h's run() takes rows_gemm from a plan's gemm_min_rows
+
+namespace {
+
+constexpr int64_t GEMM_NP = 8;  // output features per panel: one vector
+constexpr int GEMM_MR = 6;  // activation rows per register block: 6 int32 sums + 6 f32 accumulators
+constexpr int64_t GEMM_CHUNK_BYTES = 1024 * 1024;
+
+// AVX-VNNI (Alder Lake, Sapphire Rapids, Zen 5 on): CPUID.(7, 1):EAX bit 4. Its vpdpbusd adds the
+// same four u8 x s8 products as vpmaddubsw + vpmaddwd do (no int16 step to saturate here: |codes| <=
+// 127 against |x| <= 127 fits either way), so the sums, and every bit after, are the same.
+inline bool avx_vnni_usable() {
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    return ((a >> 4) & 1) != 0;
+  }();
+  return ok;
+}
+
+inline bool& gemm_avx_vnni() {  // taken where usable; off: the AVX2 pair (tests compare the two)
+  static bool on = avx_vnni_usable();
+  return on;
+}
+
+// acc + the per-4-byte sums of u (u8) x s (s8): vpdpbusd in its VEX form, written as assembly so
+// the library builds with the avx2 tier's flags alone (avx_vnni_usable guards it)
+inline __m256i dpbusd_vex(__m256i acc, __m256i u, __m256i s) {
+  __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
+  return acc;
+}
+
+template <bool VNNI>
+inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
+  if constexpr (VNNI) return dpbusd_vex(acc, u, s);
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
+}
+
+inline void transpose8(__m256i* r) {  // 8 x 8 u32: r[j] lane i <- r[i] lane j
+  __m256i t[8], u[8];
+  for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+  for (int i = 0; i < 8; i += 4) {
+    u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]), u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+    u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]), u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x20);
+    r[j + 4] = _mm256_permute2x128_si256(u[j], u[j + 4], 0x31);
+  }
+}
+
+// A panel of GEMM_NP features: codes [Kp / 4][8][4] (u8; Q8_0's signed), s and o [Kp / 16][8] (each
+// 16 weights' scale and offset, w = s q + o); rows: the features' codes in natural order [8][Kp] and
+// their scales [8][Kp / 16] before the transpose (features past the weight's last are zeros)
+struct GemmPanel {
+  std::vector<uint8_t> codes, rows;
+  std::vector<float> s, o, rs, ro;
+  void fit(int64_t Kp) {
+    if (static_cast<int64_t>(codes.size()) >= GEMM_NP * Kp) return;
+    codes.assign(GEMM_NP * Kp, 0), rows.assign(GEMM_NP * Kp, 0);
+    s.assign(GEMM_NP * Kp / 16, 0.0f), o.assign(GEMM_NP * Kp / 16, 0.0f);
+    rs.assign(GEMM_NP * Kp / 16, 0.0f), ro.assign(GEMM_NP * Kp / 16, 0.0f);
+  }
+};
+
+thread_local GemmPanel gemm_panel;
+
+// weight rows n .. n + cols (cols <= 8) -> the panel
+template <class T>
+void gemm_unpack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t cols, int64_t nb, int64_t Kp, GemmPanel& p) {
+  const int64_t g = Kp / 16;
+  for (int64_t i = 0; i < GEMM_NP; ++i) {
+    uint8_t* c = p.rows.data() + i * Kp;
+    float *rs = p.rs.data() + i * g, *ro = p.ro.data() + i * g;
+    if (i >= cols) {  // no such feature: zero codes and scales
+      std::fill(c, c + Kp, 0), std::fill(rs, rs + g, 0.0f), std::fill(ro, ro + g, 0.0f);
+      continue;
+    }
+    const uint8_t* row = w + (n + i) * row_bytes;
+    for (int64_t sb = 0; sb < Kp / SB; ++sb) {
+      __m256 s[2], o[2];
+      const int nch = T::scales(row, sb, nb, s, o);
+      _mm256_storeu_ps(rs + 16 * sb, s[0]), _mm256_storeu_ps(rs + 16 * sb + 8, s[1]);
+      _mm256_storeu_ps(ro + 16 * sb, o[0]), _mm256_storeu_ps(ro + 16 * sb + 8, o[1]);
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j)  // unrolled: each chunk's shifts are constants (as dot_row)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(c + sb * SB + 32 * j),
+                            j < nch ? T::codes(row, sb, j) : _mm256_setzero_si256());
+    }
+  }
+  __m256i r[8];
+  for (int64_t k = 0; k < Kp; k += 32) {  // 8 quads of 8 features: quad j of every feature into one vector
+    for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.rows.data() + i * Kp + k));
+    transpose8(r);
+    for (int j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(p.codes.data() + (k / 4 + j) * 32), r[j]);
+  }
+  for (int which = 0; which < 2; ++which) {
+    const float* src = which ? p.ro.data() : p.rs.data();
+    float* dst = which ? p.o.data() : p.s.data();
+    for (int64_t k = 0; k < g; k += 8) {
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_castps_si256(_mm256_loadu_ps(src + i * g + k));
+      transpose8(r);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + (k + j) * 8), r[j]);
+    }
+  }
+}
+
+// y[m][0 .. cols) for MR rows m0 .. of a over the whole panel
+template <bool SIGNED, bool VNNI, int MR>
+void gemm_block(const GemmPanel& p, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t cols) {
+  const int64_t Kp = a.Kp, g = Kp / 16;
+  const int8_t* q = a.q + m0 * Kp;
+  const float* d = a.d16 + m0 * g;
+  const float* s16 = a.a16 + m0 * g;
+  __m256 acc[MR];
+  for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
+  for (int64_t k16 = 0; k16 < g; ++k16) {
+    __m256i sum[MR];
+    for (int r = 0; r < MR; ++r) sum[r] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.codes.data() + (4 * k16 + j) * 32));
+      const __m256i uw = SIGNED ? _mm256_sign_epi8(w, w) : w;  // |codes| for int8 codes
+      for (int r = 0; r < MR; ++r) {
+        int32_t v;
+        std::memcpy(&v, q + r * Kp + 16 * k16 + 4 * j, 4);
+        __m256i xb = _mm256_set1_epi32(v);
+        if (SIGNED) xb = _mm256_sign_epi8(xb, w);  // |w| x sign(w) x: the u8 x s8 product stays exact
+        sum[r] = dot4<VNNI>(sum[r], uw, xb);
+      }
+    }
+    const __m256 sw = _mm256_loadu_ps(p.s.data() + 8 * k16), ow = _mm256_loadu_ps(p.o.data() + 8 * k16);
+    for (int r = 0; r < MR; ++r) {
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(sw, _mm256_set1_ps(d[r * g + k16])), acc[r]);
+      acc[r] = _mm256_fmadd_ps(ow, _mm256_set1_ps(s16[r * g + k16]), acc[r]);
+    }
+  }
+  for (int r = 0; r < MR; ++r) store8(y + (m0 + r) * ldy, acc[r], cols);
+}
+
+// rows m0 .. m1 of a through one panel: blocks of GEMM_MR rows, then the tail
+template <bool SIGNED, bool VNNI>
+void gemm_rows(const GemmPanel& p, const Act& a, int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t cols) {
+  int64_t m = m0;
+  for (; m + GEMM_MR <= m1; m += GEMM_MR) gemm_block<SIGNED, VNNI, GEMM_MR>(p, a, m, y, ldy, cols);
+  switch (m1 - m) {
+    case 5: gemm_block<SIGNED, VNNI, 5>(p, a, m, y, ldy, cols); break;
+    case 4: gemm_block<SIGNED, VNNI, 4>(p, a, m, y, ldy, cols); break;
+    case 3: gemm_block<SIGNED, VNNI, 3>(p, a, m, y, ldy, cols); break;
+    case 2: gemm_block<SIGNED, VNNI, 2>(p, a, m, y, ldy, cols); break;
+    case 1: gemm_block<SIGNED, VNNI, 1>(p, a, m, y, ldy, cols); break;
+    default: break;
+  }
+}
+
+// y[m, n] for weight rows n0 .. n1 and every row of a (rows_dot's contract), chunk by chunk of rows
+template <class T>
+void rows_gemm(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a, float* y,
+               int64_t ldy) {
+  const int64_t Kp = a.Kp, g = Kp / 16;
+  GemmPanel& p = gemm_panel;
+  p.fit(Kp);
+  const int64_t per_row = Kp + 2 * g * static_cast<int64_t>(sizeof(float));
+  const int64_t chunk = std::max<int64_t>(GEMM_MR, GEMM_CHUNK_BYTES / per_row / GEMM_MR * GEMM_MR);
+  const bool vnni = gemm_avx_vnni();
+  for (int64_t c0 = 0; c0 < a.M; c0 += chunk) {
+    const int64_t c1 = std::min(a.M, c0 + chunk);
+    for (int64_t n = n0; n < n1; n += GEMM_NP) {
+      const int64_t cols = std::min(GEMM_NP, n1 - n);
+      gemm_unpack<T>(w, row_bytes, n, cols, nb, Kp, p);
+      for (int64_t b = 0; b < std::min(GEMM_NP, n1 - n - GEMM_NP) * row_bytes; b += 64)  // the next panel's rows
+        __builtin_prefetch(w + (n + GEMM_NP) * row_bytes + b, 0, 2);
+      if (vnni)
+        gemm_rows<T::SIGNED, true>(p, a, c0, c1, y + n, ldy, cols);
+      else
+        gemm_rows<T::SIGNED, false>(p, a, c0, c1, y + n, ldy, cols);
+    }
+  }
+}
+
+}  // namespace
