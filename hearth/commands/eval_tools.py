@@ -25,6 +25,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--out", help="write one JSON line per item here (commit, model hash, mode, category, id, result, reason)")
     g.add_argument("--report", help="write the summary as JSON here")
     g.add_argument("--compare", nargs=2, metavar=("A.jsonl", "B.jsonl"), help="compare two --out files: McNemar's exact test")
+    g.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
+                   "(another hearth, llama-server --jinja) instead of loading MODEL; MODEL is the name sent")
     g.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
 
 
@@ -70,24 +72,30 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.evals.backends import Backends
     from hearth.evals.bfcl_data import MULTI_TURN, extract_backends, fetch_wheel
     from hearth.evals.chat_loop import ChatClient, check_mode
-    from hearth.evals.server import InProcessServer
+    from hearth.evals.server import InProcessServer, RemoteServer
     from hearth.evals.tool_eval import run_item
     from hearth.llm import LLM
     from hearth.loader.fingerprint import model_fingerprint
 
     check_mode(args.mode)  # before anything loads
+    remote = RemoteServer(args.url, args.model) if args.url else None
     if args.limit < 0:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
     categories = _categories(args.categories)
     wheel = fetch_wheel()
     items = select(wheel, categories, args.limit, args.ids)
     backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
-    llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
-    meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
+    if remote is not None:
+        server = remote
+        meta = {"commit": _commit(), "model": args.model, "model_sha256": f"external:{args.url}", "mode": args.mode}
+    else:
+        llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
+        server = InProcessServer(llm)
+        meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     rows, t0 = [], time.perf_counter()
     try:
-        with InProcessServer(llm) as server:
+        with server:
             client = ChatClient(server.post, args.mode)
             for n, item in enumerate(items, 1):
                 row = run_item(item, client, backends).row(meta)

@@ -40,6 +40,8 @@ class Exchange:
     valid: bool = False
     """The response's calls are all valid calls of offered tools (see hearth.evals.validity)."""
     retries: int = 0
+    declined: bool = False
+    """The server's guard declined a call it judged the model did not mean (its `hearth.events`)."""
 
 
 @dataclass(slots=True)
@@ -73,6 +75,8 @@ class ChatClient:
             raise HearthError(f"asked for mode {self.mode} but the server ran {ext['tool_guard']}")
         retries = ext.get("retries", 0)
         ex.retries = len(retries) if isinstance(retries, list) else int(retries or 0)
+        events = ext.get("events") if isinstance(ext.get("events"), list) else []
+        ex.declined = any(isinstance(e, dict) and e.get("kind") == "declined" for e in events)
         usage = resp.get("usage") or {}
         ex.prompt_tokens, ex.completion_tokens = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         msg = resp["choices"][0]["message"]

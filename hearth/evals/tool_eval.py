@@ -33,7 +33,7 @@ class ItemResult:
                 "latency_s": [round(e.latency_s, 4) for e in ex],
                 "prompt_tokens": [e.prompt_tokens for e in ex], "completion_tokens": [e.completion_tokens for e in ex],
                 "called": sum(e.called for e in ex), "valid_calls": sum(e.valid for e in ex),
-                "retries": sum(e.retries for e in ex)}
+                "retries": sum(e.retries for e in ex), "declined": sum(e.declined for e in ex)}
 
 
 def run_item(item: Item, client: ChatClient, backends: Backends | None) -> ItemResult:
