@@ -27,7 +27,7 @@ def test_url_evaluates_a_running_server(tmp_path, monkeypatch):
     with InProcessServer(llm) as server:
         url = f"http://127.0.0.1:{server.port}"
         assert main(["eval", "tools", NAME, "--url", url, "--categories", "simple_python,irrelevance",
-                     "--out", str(out)]) == 0
+                     "--ids", "simple_python_0,irrelevance_0", "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["id"] for r in rows] == ["simple_python_0", "irrelevance_0"]
     for r in rows:
