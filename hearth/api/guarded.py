@@ -28,6 +28,7 @@ from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
                                triggers_for)
 from hearth.tool_guard.checks import NO_CALL, Checked, Problem
+from hearth.tool_guard.declined import overridden
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
 from hearth.tool_guard.nudge import Verdict, nudge_messages
 from hearth.tool_guard.rescue_parser import RescuingParser
@@ -268,6 +269,11 @@ class _Choice:
         if not checked.ok:  # retries or nudges ran out
             self.report.outcome = "unresolved"
         spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
+        declined = self._declined(calls, spans, trace)
+        if declined:  # the model meant a tool nobody offered: the text it was, as without the guard
+            calls = [c for c in calls if all(c is not d for d in declined)]
+            unknown += [ContentDelta(_call_text(c)) for c in declined]
+            spans = []
         self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
         new = calls[len(self._kept):]  # calls this attempt wrote (kept ones were scored where written)
         for k, call in enumerate(new):
@@ -281,6 +287,21 @@ class _Choice:
         if last is None:
             return Update(events, finished=True, finish_reason="stop", content=text)
         return Update(events, [], None, True, last.finish_reason, last.stop_reason, text)
+
+    def _declined(self, calls: list, spans: list, trace: TokenTrace) -> list:
+        """The lazily triggered calls of a first attempt whose tool the grammar chose, not the model
+        (hearth.tool_guard.declined); `tool_choice: auto` only."""
+        s = self.s
+        if (s.config.mode != "guard" or s.required or self.report.grammar != "lazy" or self.report.retries
+                or self._kept or not calls or len(spans) != len(calls)):
+            return []
+        out = []
+        for call, span in zip(calls, spans):
+            p = overridden(trace, span)
+            if p is not None:
+                out.append(call)
+                self._log.add("declined", name=call.name, name_prob=p)
+        return out
 
     def _logprobs(self, out):
         return out.new_logprobs if self.s.client_logprobs else None

@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep", nargs=2, metavar=("ROUTER.jsonl", "MAIN.jsonl"),
                    help="the router's accuracy and median latency per threshold, computed from a --router run at "
                         "threshold 0 and a run of the main model alone")
+    g.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
+                   "(another hearth, llama-server --jinja) instead of loading MODEL; MODEL is the name sent")
     g.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
 
 
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.evals.backends import Backends
     from hearth.evals.bfcl_data import MULTI_TURN, extract_backends, fetch_wheel
     from hearth.evals.chat_loop import ChatClient, check_mode
-    from hearth.evals.server import InProcessServer
+    from hearth.evals.server import InProcessServer, RemoteServer
     from hearth.evals.tool_eval import run_item
     from hearth.llm import LLM
     from hearth.loader.fingerprint import model_fingerprint
@@ -92,23 +94,31 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         from hearth.tool_guard.routing import check_threshold
 
         check_threshold(args.router_threshold)
+    remote = RemoteServer(args.url, args.model) if args.url else None
     if args.limit < 0:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
     categories = _categories(args.categories)
     wheel = fetch_wheel()
     items = select(wheel, categories, args.limit, args.ids)
     backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
-    llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
-    small = LLM(args.router, progress=True, max_model_len=args.max_model_len, max_num_seqs=1,
-                threads=args.threads) if args.router else None
-    meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
-    if small is not None:
-        meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
-                 "router_threshold": args.router_threshold}
+    if remote is not None:
+        if args.router:
+            raise HearthError("--router needs the model loaded here: not with --url")
+        server = remote
+        meta = {"commit": _commit(), "model": args.model, "model_sha256": f"external:{args.url}", "mode": args.mode}
+    else:
+        llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
+        small = LLM(args.router, progress=True, max_model_len=args.max_model_len, max_num_seqs=1,
+                    threads=args.threads) if args.router else None
+        meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
+        if small is not None:
+            meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
+                     "router_threshold": args.router_threshold}
+        server = InProcessServer(llm, small, args.router_threshold)
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     rows, t0 = [], time.perf_counter()
     try:
-        with InProcessServer(llm, small, args.router_threshold) as server:
+        with server:
             client = ChatClient(server.post, args.mode)
             for n, item in enumerate(items, 1):
                 row = run_item(item, client, backends).row(meta)

@@ -44,6 +44,8 @@ class Exchange:
     """The lowest of the response's calls' confidences, as the guard reports them (None: no call)."""
     router: dict | None = None
     """What a router did (the response's hearth.router): decision, the small model's confidence, its seconds."""
+    declined: bool = False
+    """The server's guard declined a call it judged the model did not mean (its `hearth.events`)."""
 
 
 @dataclass(slots=True)
@@ -82,6 +84,8 @@ class ChatClient:
         ex.retries = len(retries) if isinstance(retries, list) else int(retries or 0)
         confidences = [c.get("confidence") for c in ext.get("calls") or [] if isinstance(c, dict)]
         ex.confidence = min(confidences) if confidences and None not in confidences else None
+        events = ext.get("events") if isinstance(ext.get("events"), list) else []
+        ex.declined = any(isinstance(e, dict) and e.get("kind") == "declined" for e in events)
         usage = resp.get("usage") or {}
         ex.prompt_tokens, ex.completion_tokens = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         msg = resp["choices"][0]["message"]

@@ -1,6 +1,7 @@
 """The model under test behind a real hearth server in this process: the FastAPI app on a free
 loopback port, uvicorn on its own thread, so the eval's client speaks HTTP to it exactly as any
-OpenAI client would (the same request parsing, tool parsing and errors)."""
+OpenAI client would (the same request parsing, tool parsing and errors); or a server already
+running elsewhere (RemoteServer: `hearth eval tools --url`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import http.client
 import json
 import threading
 import time
+import urllib.parse
 
 import uvicorn
 
@@ -54,15 +56,42 @@ class InProcessServer:
 
     def post(self, body: dict) -> tuple[int, dict]:
         """POST /v1/chat/completions; (status, JSON body)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=TIMEOUT)
-        try:
-            conn.request("POST", "/v1/chat/completions", json.dumps({"model": NAME, **body}),
-                         {"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            data = resp.read()
-        finally:
-            conn.close()
-        try:
-            return resp.status, json.loads(data)
-        except ValueError:
-            return resp.status, {"error": {"message": data.decode("utf-8", "replace")[:500]}}
+        return post_chat("127.0.0.1", self.port, "", {"model": NAME, **body})
+
+
+class RemoteServer:
+    """An OpenAI-compatible server already running (another hearth, `llama-server --jinja`): the same
+    client loop against its /v1/chat/completions. `model` is the name sent with each request."""
+
+    def __init__(self, url: str, model: str):
+        u = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
+        if u.scheme != "http" or not u.hostname:
+            raise HearthError(f"--url {url!r}: give http://HOST:PORT of an OpenAI-compatible server")
+        self.host, self.port, self.model = u.hostname, u.port or 80, model
+        self.base = u.path.rstrip("/").removesuffix("/v1")
+
+    def __enter__(self) -> RemoteServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def post(self, body: dict) -> tuple[int, dict]:
+        return post_chat(self.host, self.port, self.base, {"model": self.model, **body})
+
+
+def post_chat(host: str, port: int, base: str, body: dict) -> tuple[int, dict]:
+    """POST {base}/v1/chat/completions; (status, JSON body). An unreachable server is a HearthError."""
+    conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT)
+    try:
+        conn.request("POST", f"{base}/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        data = resp.read()
+    except OSError as e:
+        raise HearthError(f"cannot reach the server at {host}:{port}: {e}") from None
+    finally:
+        conn.close()
+    try:
+        return resp.status, json.loads(data)
+    except ValueError:
+        return resp.status, {"error": {"message": data.decode("utf-8", "replace")[:500]}}

@@ -32,6 +32,7 @@ def summarize(rows: list[dict]) -> dict:
                                "completion": mean([x for r in rows for x in r["completion_tokens"]])},
         "retries_per_request": sum(r.get("retries", 0) for r in rows) / requests if requests else None,
         "requests": requests,
+        "declined": sum(r.get("declined", 0) for r in rows),
     }
 
 

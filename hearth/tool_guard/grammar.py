@@ -94,11 +94,13 @@ def _start_rules(triggers: list[Trigger], anywhere: bool, parallel: bool) -> lis
     the start of the output begin `lead`, a call the parser reads from an output's first byte."""
     at_start = [t for t in triggers if t.at_start]
     after = ("(call)* TEXT" if anywhere else "TEXT") if parallel else "END_WS"
+    # several calls written the lead's way (```json {...} ``` ```json {...} ```): each one constrained
+    leads = "lead (lead)*" if parallel else "lead"
     rules = []
     for suffix, text in (("", "TEXT"), ("0", "TEXT0")):
         alts = [text] + ([f"call{suffix} {after}"] if anywhere else [])
         if at_start:
-            alts.append(f"lead {after}")
+            alts.append(f"{leads} {after}")
         rules.append(f"main{suffix}: {' | '.join(alts)}")
     for i, t in enumerate(at_start):
         rules.append(f"lead_trig_{i}[lazy]: {t.lark}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from hearth.tool_parsers.lenient_json import loads_lenient, split_values
-from hearth.tool_parsers.rescue import to_call
+from hearth.tool_parsers.rescue import load_value, to_call
 from hearth.tool_parsers.types import ToolCall, tool_parameters
 
 _NAME_KEY = r"""\{\s*(\{\s*)?["']?(?:name|tool_name|tool|function|function_name)["']?\s*:"""
@@ -90,17 +90,10 @@ def _json_objects(text: str, tools: list[dict]) -> Iterator[Found]:
 
 
 def _parse_object(value: str, tools: list[dict]) -> tuple[ToolCall, str] | None:
-    doubled = value.startswith("{") and value[1:].lstrip().startswith("{")
     try:
-        obj = loads_lenient(value)
+        obj, doubled = load_value(value)
     except ValueError:
-        obj = None
-    if doubled and not (isinstance(obj, dict) and len(obj) > 1):  # `{{...}}}`: unwrap one brace pair
-        inner = value[1:].lstrip()
-        try:
-            obj = loads_lenient(inner[:len(split_values(inner)[0])])
-        except (ValueError, IndexError):
-            return None
+        return None
     if isinstance(obj, dict) and len(obj) == 1:
         (key, args), = obj.items()
         if key in tool_parameters(tools) and isinstance(args, dict):

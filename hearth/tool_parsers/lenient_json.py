@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 _FENCE = re.compile(r"\s*```[A-Za-z]*[ \t]*\n?(.*?)(?:```|\Z)", re.DOTALL)
+_FENCE_OPEN = re.compile(r"```[A-Za-z]*[ \t]*\n?")
 _WORDS = {"True": "true", "False": "false", "None": "null", "true": "true", "false": "false",
           "null": "null"}
 _SEPARATORS = " \t\r\n;,"
@@ -33,20 +34,48 @@ def split_values(text: str) -> list[str]:
     """The top-level `{...}` / `[...]` values at the start of `text`, separated by whitespace, `;`
     or `,` (Llama 3 joins calls with `;`). Scanning stops at the first other text; a last value cut
     off before its closing bracket runs to the end, for repair_json to close."""
+    return _scan(text, 0, len(text))[0]
+
+
+def _scan(text: str, i: int, end: int) -> tuple[list[str], int]:
+    """split_values of text[i:end], and where the scan stopped (after separators)."""
+    values = []
+    while True:
+        while i < end and text[i] in _SEPARATORS:
+            i += 1
+        if i >= end or text[i] not in "{[":
+            return values, i
+        j = min(_value_end(text, i), end)
+        values.append(text[i:j])
+        i = j
+
+
+def leading_values(text: str) -> list[str]:
+    """The JSON values at the start of `text`, bare or in ``` fences, one after another: a model that
+    makes several calls may fence each one (```json {...} ``` ```json {...} ```). Stops at the first
+    other text, at a fence that holds no JSON value (code, not a call), or after a fence whose values
+    are followed by other text inside it."""
     values, i = [], 0
     while True:
-        while i < len(text) and text[i] in _SEPARATORS:
-            i += 1
-        if i >= len(text) or text[i] not in "{[":
+        got, i = _scan(text, i, len(text))
+        values += got
+        fence = _FENCE_OPEN.match(text, i)
+        if fence is None:
             return values
-        end = _value_end(text, i)
-        values.append(text[i:end])
-        i = end
+        close = text.find("```", fence.end())
+        close = len(text) if close < 0 else close
+        got, j = _scan(text, fence.end(), close)
+        if not got:
+            return values
+        values += got
+        if j < close or close == len(text):
+            return values
+        i = close + 3
 
 
 def json_values(text: str) -> list[Any]:
-    """Every JSON value at the start of `text` (fence allowed), each parsed leniently."""
-    return [loads_lenient(v) for v in split_values(strip_fence(text))]
+    """Every JSON value at the start of `text` (fences allowed), each parsed leniently."""
+    return [loads_lenient(v) for v in leading_values(text)]
 
 
 def _value_end(text: str, i: int) -> int:

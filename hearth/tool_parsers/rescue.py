@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hearth.tool_parsers.lenient_json import json_values, loads_lenient
+from hearth.tool_parsers.lenient_json import leading_values, loads_lenient, split_values
 from hearth.tool_parsers.types import ToolCall, new_call_id, tool_parameters
 
 _NAME_KEYS = ("name", "tool_name", "tool", "function", "function_name")
@@ -37,16 +37,38 @@ def to_call(obj: Any, tools: list[dict] | None) -> ToolCall:
 
 
 def calls_from_json(text: str, tools: list[dict] | None) -> list[ToolCall]:
-    """Every call in the JSON values at the start of `text`; a list value holds several calls.
-    All or nothing: if one of them is not a call, none is, and the caller keeps the text. Text
-    after the last value is the model's chatter about its calls and is dropped (vLLM's parsers
-    drop all text after the first call)."""
+    """Every call in the JSON values at the start of `text` (bare, fenced, or fenced one by one); a
+    list value holds several calls. All or nothing: if one of them is not a call, none is, and the
+    caller keeps the text. Text after the last value is the model's chatter about its calls and is
+    dropped (vLLM's parsers drop all text after the first call)."""
     objects: list[Any] = []
-    for value in json_values(text):
-        objects += value if isinstance(value, list) else [value]
+    for value in leading_values(text):
+        obj, _ = load_value(value)
+        objects += obj if isinstance(obj, list) else [obj]
     if not objects:
         raise ValueError("no JSON object where a tool call should be")
     return [to_call(obj, tools) for obj in objects]
+
+
+def load_value(value: str) -> tuple[Any, bool]:
+    """One JSON value parsed leniently, and whether it was written with doubled braces: Qwen2.5's
+    template shows calls as `{{"name": ...}}` and its models copy it, so `{{...}}}` loses one pair
+    (an object with one key inside, `{{"a": 1}}`, is not doubled JSON but a set; it gets unwrapped too).
+    ValueError when it does not parse either way."""
+    doubled = value.startswith("{") and value[1:].lstrip().startswith("{")
+    try:
+        obj = loads_lenient(value)
+    except ValueError:
+        if not doubled:
+            raise
+        obj = None
+    if doubled and not (isinstance(obj, dict) and len(obj) > 1):
+        inner = value[1:].lstrip()
+        values = split_values(inner)
+        if not values:
+            raise ValueError("an empty doubled brace")
+        return loads_lenient(values[0]), True
+    return obj, False
 
 
 def _known_name(name: str, tools: list[dict] | None) -> str:

@@ -78,6 +78,11 @@ class StreamingToolParser:
         end = self._fmt.END
         stop = end or self._fmt.START  # an end-less region runs to the next START
         j = self._buf.find(stop, self._searched) if stop else -1
+        start = self._fmt.START
+        if not self._opened and end and start:  # a lead region (```json {...} ```) ends where a tagged call opens
+            k = self._buf.find(start, max(0, self._searched - len(start)))
+            if k >= 0 and (j < 0 or k < j):
+                j, end = k, ""
         if j < 0:
             self._searched = max(0, len(self._buf) - len(stop) + 1)
             self._announced(events, self._buf[:len(self._buf) - held_prefix(self._buf, stop)])

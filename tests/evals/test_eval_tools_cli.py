@@ -14,6 +14,7 @@ from tests.evals.test_tool_report import ROWS
     (["--mode", "nope"], "--mode 'nope': unknown"),
     (["--categories", "simple_python,simple_java"], "--categories: unknown simple_java"),
     (["--limit", "-1"], "--limit must be 0"),
+    (["--url", "ftp://host:21"], "--url 'ftp://host:21': give http://HOST:PORT"),
     (["--compare", "missing-a.jsonl", "missing-b.jsonl"], "cannot read missing-a.jsonl"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, argv, needle):

@@ -58,5 +58,6 @@ def test_eval_tools_guard_mode_end_to_end(model_path, tmp_path, capsys):
     assert sorted(r["id"] for r in rows) == sorted(ids) and all(r["mode"] == "guard" for r in rows)
     for r in rows:
         assert r["result"] in ("pass", "fail") and all(t > 0 for t in r["prompt_tokens"])
-        assert r["valid_calls"] == r["called"] or r["retries"] > 0, r  # the guard let no invalid call through unretried
+        # the guard let no invalid call through unretried (a declined call is text on purpose)
+        assert r["valid_calls"] == r["called"] or r["retries"] > 0 or r["declined"] > 0, r
     assert "95% CI (Wilson)" in capsys.readouterr().out

@@ -90,6 +90,17 @@ def test_validity_counts_text_that_tried_to_call(wheel):
     assert not r.passed and r.exchanges[0].called and not r.exchanges[0].valid  # base must be an integer
 
 
+def test_declined_calls_are_counted(wheel):
+    """A call the guard declined comes back as text; the row says so (hearth.events)."""
+    item = load_category(wheel, "irrelevance")[0]
+    reply = {"choices": [{"message": text('```json\n{"name": "geo_area", "arguments": {}}\n```')}],
+             "hearth": {"tool_guard": "guard", "events": [{"kind": "declined", "name": "geo_area", "name_prob": 0.001}]}}
+    r = run_item(item, ChatClient(lambda body: (200, reply), "guard"), None)
+    assert r.passed and r.row({})["declined"] == 1
+    r = run_item(item, ChatClient(Scripted(text("No tool fits.")), "bare"), None)
+    assert r.row({})["declined"] == 0
+
+
 def test_server_errors_fail_the_item(wheel):
     r = run_item(load_category(wheel, "simple_python")[0], ChatClient(Scripted(status=400), "bare"), None)
     assert not r.passed and r.reason == "HTTP 400: prompt too long"

@@ -54,7 +54,13 @@ ATTEMPTS = {
     "guard_second_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "get_wether", "arguments": {}}\n</tool_call>'],
                          [WEATHER_CALL.replace("Paris", "Rome")]],
     "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
+    # an answer opened as a fenced call whose name the lazy grammar bent to an offered tool: the
+    # model gave the name's first token almost nothing (LOGPROBS); the same with a sure name
+    "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
+    "guard_sure_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
 }
+LOGPROBS = {("guard_forced_name", 1): -6.0}
+"""(script, piece index) -> the sampled token's logprob there (else -0.5)."""
 PACED = {"markdown": 0.05}
 """Seconds between a script's pieces, where a client must see them arrive apart (the chat page's tok/s)."""
 TEMPLATE = """{%- if tools %}<|im_start|>system
@@ -126,7 +132,8 @@ class FakeStream:
         limit = self.params.max_tokens or 10**9
         done = self.script not in ("slow", "fail") and (self.sent >= len(self.pieces) or self.sent >= limit)
         reason = ("length" if self.sent >= limit and self.sent < len(self.pieces) else "stop") if done else None
-        logprobs = [{ord(piece[0]) if piece else 0: -0.5, 65: -1.0, 66: -2.0}] if self.params.logprobs is not None else None
+        lp = LOGPROBS.get((self.script, self.sent - 1), -0.5)
+        logprobs = [{ord(piece[0]) if piece else 0: lp, 65: -1.0, 66: -2.0}] if self.params.logprobs is not None else None
         if done:
             self._end()
         return EngineOutput(self.request_id, [ord(piece[0]) if piece else 0], piece, done, reason,

@@ -133,6 +133,23 @@ def test_extension_field_says_what_was_done(fake):
     assert plain["hearth"]["grammar_triggered"] is False and plain["hearth"]["calls"] == []
 
 
+def test_a_call_whose_tool_the_grammar_chose_is_declined(fake):
+    """An answer that opened like a call, whose name's first token the model itself gave almost no
+    probability (the lazy grammar bent it from a tool nobody offered): the text it was, no call."""
+    r = post(fake, "guard_forced_name")
+    msg = r["choices"][0]["message"]
+    assert msg.get("tool_calls") is None and r["choices"][0]["finish_reason"] == "stop"
+    assert '"name": "get_weather"' in msg["content"]
+    (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
+    assert event["name"] == "get_weather" and event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-4)
+    assert r["hearth"]["calls"] == [] and len(fake.engine.added) == 1
+    sure = post(fake, "guard_sure_name")  # the same output, the name the model's own choice: a call
+    assert sure["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert not [e for e in sure["hearth"].get("events", []) if e["kind"] == "declined"]
+    forced = post(fake, "guard_forced_name", tool_choice="required")  # a call was asked for: kept
+    assert forced["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
 def test_modes(fake):
     r = post(fake, "tool", hearth={"tool_guard": "off"})
     assert "hearth" not in r and fake.last.params.structured_output is None and fake.last.params.logprobs is None

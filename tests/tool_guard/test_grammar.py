@@ -121,3 +121,18 @@ def test_undeclared_parameters_are_refused():
     echo = '<tool_call>\n{"name": "add", "arguments": {"type": "object"}}\n</tool_call>'
     assert not accepts(echo)  # add declares only `a`
     assert accepts('<tool_call>\n{"name": "add", "arguments": {"a": 2}}\n</tool_call>')
+
+
+FENCED = '```json\n{"name": "add", "arguments": {"a": 1}}\n```'
+
+
+def test_several_calls_the_lead_way_each_constrained():
+    """Parallel calls written as the first one was (a fence each, or doubled braces each): the
+    second is a call too, held to its schema; with parallel_tool_calls false only one is allowed."""
+    assert accepts(FENCED + "\n" + FENCED.replace("1", "2"))
+    assert accepts('{{"name": "add", "arguments": {"a": 1}}}\n{{"name": "add", "arguments": {"a": 2}}}')
+    assert accepts(FENCED + "\n" + CALL)  # then the format's own tags
+    assert not accepts(FENCED + '\n```json\n{"name": "add", "arguments": {"a": "one"}}\n```')
+    assert not accepts(FENCED + '\n```json\n{"name": "nope"')
+    assert not accepts(FENCED + "\n" + FENCED, parallel=False)
+    assert accepts(FENCED + "\nThat adds one.")  # text after the calls stays free

@@ -1,0 +1,36 @@
+"""Calls the lazy grammar made against the model's will: once an answer opens the way a call does
+(a ```json fence or an object starting `{"name"`), the grammar allows only offered tools' names. When
+the model meant a tool nobody offered (BFCL's irrelevance: asked for a triangle's area with only a
+BMI tool, it writes `"name": "calculate_triangle_area"`), the grammar bends the name's first token to
+an offered one, which the model itself gave almost no probability. Such a call is declined: the
+answer goes back as the text it was, as the server without the guard returns a call of an unknown
+tool. A misspelled name keeps its first token (`get_wether` -> `get_weather`) and stays a call."""
+
+from __future__ import annotations
+
+import re
+
+from hearth.tool_guard.confidence import TokenTrace
+
+NAME_FLOOR = 0.02
+"""Below this raw probability of a name's first token, the grammar chose the tool, not the model."""
+_NAME = re.compile(r'"name"\s*:\s*"')
+
+
+def name_start(text: str, start: int, end: int) -> int | None:
+    """The byte offset of the first character of the call's name inside byte span [start, end)."""
+    raw = text.encode()
+    m = _NAME.search(raw[start:end].decode("utf-8", "replace"))
+    if m is None:
+        return None
+    return start + len(raw[start:end].decode("utf-8", "replace")[:m.end()].encode())
+
+
+def overridden(trace: TokenTrace, span: tuple[int, int], floor: float = NAME_FLOOR) -> float | None:
+    """The raw probability of the call's first name token when it is below `floor` (the grammar
+    picked the tool), else None."""
+    at = name_start(trace.text, *span)
+    if at is None:
+        return None
+    p = trace.min_prob(at, at + 1)
+    return p if p is not None and p < floor else None
