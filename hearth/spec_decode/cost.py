@@ -8,7 +8,9 @@ it. Lengths past the longest measured are priced as the longest measured: optimi
 draft that might pay is tried once and then known, and the policy (best_length) takes it only when
 that beats the best shorter one by a margin. A length never costs more than a longer one measured
 (the kernels' regimes make 9 rows dearer than 16: the policy then jumps from 4 to 16, where
-creeping up one row at a time would stop at the dear 9)."""
+creeping up one row at a time would stop at the dear 9). Where the backend says how its verify
+matmuls pass over the weights (StepCost.passes: AMX's 16 rows a pass), a count not measured in a
+pass's flat part is priced as one measured there."""
 
 from __future__ import annotations
 
