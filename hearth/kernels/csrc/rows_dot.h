@@ -5,9 +5,6 @@
 constexpr int64_t PREFETCH_BYTES = 4096;
 constexpr int64_t STREAMS = 4;
 
-// y[m, n] for rows n0 .. n1 of w. The rows are read as STREAMS interleaved runs (row i of each run in
-// turn): one core reading one run from DRAM peaked at ~22 GB/s for two cores, four at ~29 (gemma3's
-// 178 MB head at M = 1: 9.5 -> 6.3 ms).
 // y[m * ldy] for activation rows m0 .. a.M and one weight row, 4 rows per decode of its codes
 template <class T>
 void dot_rows(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy) {
@@ -22,6 +19,9 @@ void dot_rows(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y
   }
 }
 
+// y[m, n] for rows n0 .. n1 of w. The rows are read as STREAMS interleaved runs (row i of each run in
+// turn): one core reading one run from DRAM peaked at ~22 GB/s for two cores, four at ~29 (gemma3's
+// 178 MB head at M = 1: 9.5 -> 6.3 ms).
 template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
