@@ -114,7 +114,7 @@ class LLM:
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
                               self.runner.verify_rows)
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
-                                 SpeculativeDecoder(spec, _step_cost(spec) if spec.cost_aware else None) if spec is not None else None)
+                                 SpeculativeDecoder(spec, _step_cost(spec, self.runner.row_passes) if spec.cost_aware else None) if spec is not None else None)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0
@@ -203,9 +203,10 @@ class LLM:
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
 
 
-def _step_cost(spec: SpeculativeConfig) -> StepCost:
+def _step_cost(spec: SpeculativeConfig, passes: tuple[int, int, int]) -> StepCost:
     """A draft token's cost, measured on this engine's steps from a prior for the method."""
-    return StepCost(POLICY.draft_model_token_cost if spec.method == "draft" else POLICY.draft_token_cost)
+    return StepCost(POLICY.draft_model_token_cost if spec.method == "draft" else POLICY.draft_token_cost,
+                    passes=passes)
 
 
 def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile | None:

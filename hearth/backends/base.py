@@ -148,6 +148,11 @@ class Backend:
         """Rows from which a step's matmuls take the batch GEMMs (0: none)."""
         return 0
 
+    def row_passes(self) -> tuple[int, int, int]:
+        """(first, rows, tail) of a verify step's matmul passes (hearth.spec_decode.cost.StepCost.passes):
+        (0, 0, 0) where none are known."""
+        return (0, 0, 0)
+
     def batch_invariant(self, rows: int):
         """A context in which steps of up to `rows` rows sum every matmul row as a 1-row step does."""
         return nullcontext()

@@ -179,3 +179,10 @@ class CpuBackend(Backend):
 
     def batch_invariant(self, rows: int):
         return native.batch_invariant(rows)
+
+    def row_passes(self) -> tuple[int, int, int]:
+        """The exact AMX tiles' passes of 16 rows from batch_min_rows() on (the GEMV and the VNNI GEMM
+        have none known)."""
+        if not native.has("gemm") or native.vnni_gemm():
+            return (0, 0, 0)
+        return (native.batch_min_rows(), native.EXACT_TILE_ROWS, native.EXACT_TAIL_ROWS)

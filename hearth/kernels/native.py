@@ -161,6 +161,11 @@ def batch_min_rows() -> int:
     return int(lib().hk_batch_min_rows()) if has("gemm") else 0
 
 
+EXACT_TILE_ROWS, EXACT_TAIL_ROWS = 16, 8
+"""Within batch_invariant on AMX: activation rows per pass of the exact tiles over the weights, and
+the most rows past a multiple of it that take the GEMV instead of a pass (csrc/gguf_kernels.cpp)."""
+
+
 @contextlib.contextmanager
 def batch_invariant(n: int):
     """Within: matmuls of up to n rows (below a plan's gemm_min_rows) sum every row as the GEMV does,

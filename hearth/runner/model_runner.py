@@ -90,6 +90,11 @@ class ModelRunner:
         return regimes[-1] - 1 if regimes and len(regimes) > 1 else 0
 
     @property
+    def row_passes(self) -> tuple[int, int, int]:
+        """How a verify step's cost grows with its rows (StepCost.passes): (first, rows, tail)."""
+        return self.backend.row_passes() if self.verify_rows else (0, 0, 0)
+
+    @property
     def kv_bytes(self) -> int:
         return sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
                    for t in self.kv_caches)

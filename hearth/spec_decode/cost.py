@@ -8,7 +8,9 @@ it. Lengths past the longest measured are priced as the longest measured: optimi
 draft that might pay is tried once and then known, and the policy (best_length) takes it only when
 that beats the best shorter one by a margin. A length never costs more than a longer one measured
 (the kernels' regimes make 9 rows dearer than 16: the policy then jumps from 4 to 16, where
-creeping up one row at a time would stop at the dear 9)."""
+creeping up one row at a time would stop at the dear 9). Where the backend says how its verify
+matmuls pass over the weights (StepCost.passes: AMX's 16 rows a pass), a count not measured in a
+pass's flat part is priced as one measured there."""
 
 from __future__ import annotations
 
@@ -24,6 +26,21 @@ class StepCost:
     """Weight of a row count's smoothed time against its newest step."""
     seconds: dict[int, float] = field(default_factory=dict)
     """Row count -> smoothed time of a decode-only step of that many rows."""
+    passes: tuple[int, int, int] = (0, 0, 0)
+    """(first, rows, tail): from `first` rows on, a verify step's matmuls take the rows in passes of
+    `rows` (AMX tiles: 16) over the weights, each pass costing about as much however few rows it
+    holds, except that up to `tail` rows past a multiple of `rows` take the GEMV instead (~a
+    tenth of a pass each). So a pass's last rows - tail counts cost about the same (10-16 rows,
+    25-32, ...), and one not measured is priced as the nearest measured among them: once 32 rows
+    are measured, 25 is known to cost as much. (0, 0, 0): no passes known."""
+
+    def _flat(self, rows: int) -> int:
+        """The flat group (a pass's counts past its GEMV tail) `rows` is in, 0 for none."""
+        first, size, tail = self.passes
+        if not size or rows < first:
+            return 0
+        j, within = divmod(rows - 1, size)
+        return 0 if j and within < tail else j + 1
 
     def add(self, rows: int, seconds: float) -> None:
         """One decode-only step (every sequence its next token, and drafts): its rows and time."""
@@ -35,17 +52,21 @@ class StepCost:
 
     def costs(self, rows: int, most: int) -> list[float] | None:
         """[k]: the time of a step of rows + k rows over one of `rows`, for k from 0 to `most`:
-        measured, else linear between the measured counts around it, past the longest measured as
-        that one (optimism: tried, then measured); none above a longer one's. None until a step of
-        `rows` rows was measured (the caller drafts nothing, which measures it)."""
+        measured, else as the nearest measured in its flat group (`passes`), else linear between
+        the measured counts around it, past the longest measured as that one (optimism: tried, then
+        measured); none above a longer one's. None until a step of `rows` rows was measured (the
+        caller drafts nothing, which measures it)."""
         base = self.seconds.get(rows)
         if base is None:
             return None
         seen = sorted(r for r in self.seconds if r >= rows)
         out, lo = [], rows
         for r in range(rows, rows + most + 1):
+            same = [m for m in seen if self._flat(r) and self._flat(m) == self._flat(r)]
             if r in self.seconds:
                 t, lo = self.seconds[r], r
+            elif same:  # its flat group measured: as the nearest measured there
+                t = self.seconds[min(same, key=lambda m: (abs(m - r), -m))]
             elif r > seen[-1]:
                 t = self.seconds[seen[-1]]
             else:

@@ -18,7 +18,11 @@ of the copy came back one step at a time. A CopyCursor follows where the output 
 the copy holds it proposes what follows there; right after the output departs from it, it proposes
 the copy from one token on (a changed token replaced by one) unless lookup knows better (the same
 edit made earlier in the output), and picks the copy up again where the output's next token turns
-up in the few tokens after the break."""
+up in the few tokens after the break. Where it picks it up it learns the edit (the copy's skipped
+span -> the output's new one): a rename changes every occurrence, so the copy it proposes later
+has the same substitution made wherever the old span comes again, and a draft runs on through the
+next occurrence instead of breaking there (one rename cost a draft break and 1-3 steps at each
+occurrence). An edit the output does not repeat (the old span copied unchanged) is forgotten."""
 
 from __future__ import annotations
 
@@ -47,19 +51,35 @@ class CopyCursor:
     """Tokens copied in a row."""
     edit: int = 0
     """Output tokens since the copy broke (0: copying)."""
+    broke: tuple[int, int] = (0, 0)
+    """(copy position, output position) where the copy last broke."""
+    subs: dict[tuple[int, ...], tuple[int, ...]] | None = None
+    """Edits learned at resyncs: a span of the copy -> what the output wrote instead."""
 
     def advance(self, tokens: list[int], i: int) -> bool:
         """tokens[i], the output's next token, against the copy; False: the copy is lost."""
         t = tokens[i]
         if not self.edit and tokens[self.at] == t:
+            if self.subs:  # the output kept a span it had changed before: not an edit to repeat
+                for old in [o for o, n in self.subs.items()
+                            if o[0] == t and n[:1] != (t,) and tuple(tokens[self.at:self.at + len(o)]) == o]:
+                    del self.subs[old]
             self.at, self.run = self.at + 1, self.run + 1
             return True
         if not self.edit and self.run < MIN_RUN:
             return False
+        if not self.edit:
+            self.broke = (self.at, i)
         # the copy from the break on (from the token after it when copying: a left-out span)
         lo = self.at + (not self.edit)
         q = next((j for j in range(lo, min(self.at + RESYNC_WINDOW, i)) if tokens[j] == t), None)
         if q is not None:
+            b, o = self.broke
+            back = int(q == b and b > 0)  # nothing skipped (an insertion): the token before it comes along
+            old, new = tuple(tokens[b - back:q]), tuple(tokens[o - back:i])
+            if old and old != new:
+                self.subs = self.subs or {}
+                self.subs[old] = new
             self.at, self.run, self.edit = q + 1, 1, 0
             return True
         self.edit += 1
@@ -68,6 +88,22 @@ class CopyCursor:
     def start(self) -> int:
         """Where the proposal starts: the copy's next token, or after a break the one after it."""
         return self.at + 1 if self.edit else self.at
+
+    def copy(self, tokens: list[int], start: int, k: int) -> list[int]:
+        """k tokens of the copy from `start`, with the learned edits made (longest span first)."""
+        if not self.subs:
+            return tokens[start:start + k]
+        lengths = sorted({len(o) for o in self.subs}, reverse=True)
+        out, p = [], start
+        while len(out) < k and p < len(tokens):
+            old = next((o for o in (tuple(tokens[p:p + n]) for n in lengths) if o in self.subs), None)
+            if old is None:
+                out.append(tokens[p])
+                p += 1
+            else:
+                out.extend(self.subs[old])
+                p += len(old)
+        return out[:k]
 
 
 class NgramIndex:
@@ -173,8 +209,11 @@ class NgramProposer(Proposer, method="ngram"):
             have = len(index.tokens)
             index.extend(req.token_slice(have, req.num_tokens - have))
             starts = self._starts(req.request_id, index, have)
+            cursor = self.cursors.get(req.request_id)
             if c.tree_budget:
                 draft = index.propose_tree(k, min(k, c.num_speculative_tokens), starts)
+            elif starts and cursor is not None and starts[0] == cursor.start() and not cursor.edit:
+                draft = cursor.copy(index.tokens, starts[0], k)  # copying: with the edits it learned
             else:
                 draft = index.propose(k, starts)
             if draft:

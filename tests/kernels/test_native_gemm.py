@@ -81,19 +81,20 @@ def test_batch_min_rows_is_where_rows_stop_summing_as_the_gemv():
 @pytest.mark.skipif(not native.has("gemm"), reason="no batch GEMMs here (the avx2 library: one GEMV, test_native_avx2)")
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_batch_invariant_sums_a_verify_step_as_the_gemv(qtype):
-    """Within native.batch_invariant(n), a step of up to n rows (10 to 40: past the first regime,
+    """Within native.batch_invariant(n), a step of up to n rows (10 to 48: past the first regime,
     below the prefill GEMMs') sums each row as its 1-row GEMV does, bit for bit: with AMX on the
     exact tiles (every type, K with a short last superblock for the 32-wide ones; 300 outputs: 18
-    tiles of 16 and a GEMV tail of 12), else on the GEMV; outside it the batch GEMM takes those
-    rows again (their bits differ: the control)."""
+    tiles of 16 and a GEMV tail of 12), the activation rows past a multiple of 16 on the GEMV when
+    they are 8 or fewer (17, 24, 33, 40), on a tile pass of their own when more (25, 41), else on
+    the GEMV; outside it the batch GEMM takes those rows again (their bits differ: the control)."""
     k = widths(qtype)[-1]
     mm, _ = linear([random_tensor(qtype, 300, k, np.random.default_rng(5))], k, gemm_min_rows=64)
-    x = torch.randn(40, k) * torch.rand(40, 1) * 10
-    single = torch.cat([mm(x[i:i + 1]) for i in range(40)])
+    x = torch.randn(48, k) * torch.rand(48, 1) * 10
+    single = torch.cat([mm(x[i:i + 1]) for i in range(48)])
     with native.batch_invariant(63):
-        for rows in (10, 16, 17, 33, 40):
+        for rows in (10, 16, 17, 24, 25, 33, 40, 41, 48):
             assert torch.equal(mm(x[:rows]), single[:rows]), rows
-    assert not torch.equal(mm(x), single)
+    assert not torch.equal(mm(x[:40]), single[:40])
 
 
 @INT8

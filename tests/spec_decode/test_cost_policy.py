@@ -45,6 +45,28 @@ def test_a_length_costs_no_more_than_a_longer_one_measured():
     assert all(a <= b for a, b in zip(got, got[1:]))
 
 
+def test_a_flat_pass_is_priced_by_any_count_measured_in_it():
+    """AMX's exact tiles: 10-16 rows one pass, 17-24 that pass and a GEMV tail, 25-32 two passes
+    (passes=(10, 16, 8)). Once 32 rows are measured, 25-31 cost as much, not a line from 16 up, so
+    a long draft's length is 31 or at most 24; the control without passes interpolates."""
+    ms = {1: 46, 4: 67, 16: 132, 32: 251}
+    flat = StepCost(prior=0.25, passes=(10, 16, 8))
+    plain = StepCost(prior=0.25)
+    for rows, t in ms.items():
+        flat.add(rows, t / 1e3)
+        plain.add(rows, t / 1e3)
+    got, line = flat.costs(1, 31), plain.costs(1, 31)
+    assert all(abs(got[k] - 251 / 46) < 1e-9 for k in range(24, 32))  # 25..32 rows
+    assert all(abs(got[k] - 132 / 46) < 1e-9 for k in range(9, 16))  # 10..16 rows: as the 16 measured
+    assert 132 / 46 < got[20] < 251 / 46 and got[16] < got[23]  # 17..24: the GEMV tail, between
+    assert line[24] < got[24]  # the control: the line prices 25 rows below what the pass costs
+    assert got[9] == got[15] and line[9] < line[15]
+    rates = [0.6] + [0.97] * 30
+    assert best_length(rates, got, 1) in (15, 31) and best_length(rates, got, 1) != best_length(rates, line, 1)
+    assert flat._flat(9) == 0 and flat._flat(10) == flat._flat(16) == 1
+    assert flat._flat(17) == flat._flat(24) == 0 and flat._flat(25) == flat._flat(32) == 2
+
+
 def brute(alpha, costs, batch):
     best, best_rate = 0, 1.0
     for k in range(1, len(costs)):

@@ -152,6 +152,26 @@ def test_the_copy_goes_on_past_an_edit():
     assert index.propose(4) == []
 
 
+def test_the_copy_makes_a_rename_it_saw_at_every_later_occurrence():
+    """A rename: 15 occurs three times in the copied prompt and the output writes 98 97 for it.
+    Once the first occurrence resynced, the copy drafted past the next one has the rename made, so
+    a draft runs through it; an occurrence the output keeps unchanged forgets the edit."""
+    head = [1, 2, 3, 4, 5, 6]  # copied first: the cursor needs a run before it takes a break for an edit
+    src = head + [15, 13, 14, 16, 17, 15, 18, 19, 20, 21, 15, 22, 23, 24, 25, 26, 27]
+    renamed = head + [98, 97, 13, 14, 16]
+    drafts = copying(src, renamed, k=8)
+    assert drafts[-1] == [17, 98, 97, 18, 19, 20, 21, 98]  # both later 15s renamed in one draft
+    before = copying(src, head + [98], k=8)
+    assert 98 not in sum(before, [])  # nothing learned before the copy resynced
+    kept = copying(src, renamed + [17, 15, 18], k=8)
+    assert kept[-1] == [19, 20, 21, 15, 22, 23, 24, 25]  # the output kept a 15: the edit forgotten
+    longer = copying(src, head + [15, 99, 13, 14, 16], k=8)  # 15 -> 15 99, a name made longer
+    assert longer[-1] == [17, 15, 99, 18, 19, 20, 21, 15]
+    index = NgramIndex(2, 3)  # the control: lookup alone drafts the copy unchanged
+    index.extend(src + renamed)
+    assert index.propose(8) == [17, 15, 18, 19, 20, 21, 15, 22]
+
+
 def test_the_cursor_is_dropped_where_the_output_stops_copying():
     src = list(range(10, 30))
     copied = [10, 11, 12, 13, 14, 15]

@@ -22,7 +22,9 @@ CTX = 4096
 
 DEFAULT_HEARTH: dict[str, dict | None] = {
     "plain": None,
-    "ngram": {"method": "ngram", "num_speculative_tokens": 8},
+    # K = 15: 16 rows are one pass of the exact AMX tiles (costing ~what 9 rows on the GEMV do);
+    # in-process on the code edit (benchmarks/bench_spec_trace.py) 2.18x plain against K = 8's 2.03x
+    "ngram": {"method": "ngram", "num_speculative_tokens": 15},
     "draft": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4},
     "draft-tree": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4, "tree_budget": 8},
     "suffix": {"method": "suffix"},

@@ -112,13 +112,21 @@ int threads_for(double work) {  // work ~ weight bytes x rows of activations
   return work < 64.0 * 1024 ? 1 : omp_get_max_threads();
 }
 
+// exact: up to this many activation rows past a multiple of 16 take the GEMV's dot_row (on each tile's
+// 16 weight rows while they are in cache) instead of a tile pass of their own, which costs as much as
+// 16 rows (the epilogue's lanes are the activation rows): 17 rows cost 1.6x 16 on two passes
+// (Qwen2.5-Coder-1.5B, 2026-12-05), a GEMV row ~0.1x. Same bits: exact tiles sum as dot_row does.
+constexpr int64_t EXACT_TAIL_ROWS = 8;
+
 template <class T>
 struct TileRows {  // whole 16-row tiles of weight rows n0 .. n1 on AMX
   static void run(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
                   const std::vector<TileActs>& tiles, float* y, int64_t ldy, bool exact) {
     load_tile_config(T::paired && !exact);  // every call: other kernels (gemm_bf16.h, oneDNN) reconfigure the tiles
-    for (int64_t n = n0; n + 16 <= n1; n += 16)
-      for (size_t mt = 0; mt < tiles.size(); ++mt) {
+    const int64_t tail = a.M % 16;
+    const int64_t passes = exact && tail && tail <= EXACT_TAIL_ROWS ? a.M / 16 : static_cast<int64_t>(tiles.size());
+    for (int64_t n = n0; n + 16 <= n1; n += 16) {
+      for (int64_t mt = 0; mt < passes; ++mt) {
         const bool prefetch = mt == 0 && n + 32 <= n1;  // the next tile's rows
         const int64_t rows = std::min<int64_t>(16, a.M - 16 * mt), ahead = prefetch ? 16 * row_bytes : 0;
         const uint8_t* next = w + (n + 16) * row_bytes;
@@ -127,6 +135,9 @@ struct TileRows {  // whole 16-row tiles of weight rows n0 .. n1 on AMX
         else
           tile_dot<T, false>(w, row_bytes, n, nb, a.Kp, tiles[mt], 16 * mt, rows, y, ldy, next, ahead);
       }
+      for (int64_t i = n; passes * 16 < a.M && i < n + 16; ++i)  // the tail rows on the GEMV, weights in cache
+        dot_rows<T>(w + i * row_bytes, nb, a, 16 * passes, y + i, ldy);
+    }
   }
 };
 

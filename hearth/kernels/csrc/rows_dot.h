@@ -5,13 +5,26 @@
 constexpr int64_t PREFETCH_BYTES = 4096;
 constexpr int64_t STREAMS = 4;
 
+// y[m * ldy] for activation rows m0 .. a.M and one weight row, 4 rows per decode of its codes
+template <class T>
+void dot_rows(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy) {
+  constexpr int MT = 4;
+  int64_t m = m0;
+  for (; m + MT <= a.M; m += MT) dot_row<T, MT>(row, nb, a, m, y, ldy);
+  switch (a.M - m) {
+    case 3: dot_row<T, 3>(row, nb, a, m, y, ldy); break;
+    case 2: dot_row<T, 2>(row, nb, a, m, y, ldy); break;
+    case 1: dot_row<T, 1>(row, nb, a, m, y, ldy); break;
+    default: break;
+  }
+}
+
 // y[m, n] for rows n0 .. n1 of w. The rows are read as STREAMS interleaved runs (row i of each run in
 // turn): one core reading one run from DRAM peaked at ~22 GB/s for two cores, four at ~29 (gemma3's
 // 178 MB head at M = 1: 9.5 -> 6.3 ms).
 template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
-  constexpr int MT = 4;
   const int64_t runs = n1 - n0 >= 16 * STREAMS ? STREAMS : 1, len = (n1 - n0 + runs - 1) / runs;
   for (int64_t i = 0; i < len * runs; ++i) {
     const int64_t n = n0 + (i % runs) * len + i / runs;
@@ -20,13 +33,6 @@ void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64
     // software prefetch PREFETCH_BYTES ahead, into L2: one core streaming from DRAM was latency-bound
     // (into L1 the prefetches hold the line-fill buffers: gemma3's 178 MB head 17 -> 20-22 GB/s)
     for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
-    int64_t m = 0;
-    for (; m + MT <= a.M; m += MT) dot_row<T, MT>(row, nb, a, m, y + n, ldy);
-    switch (a.M - m) {
-      case 3: dot_row<T, 3>(row, nb, a, m, y + n, ldy); break;
-      case 2: dot_row<T, 2>(row, nb, a, m, y + n, ldy); break;
-      case 1: dot_row<T, 1>(row, nb, a, m, y + n, ldy); break;
-      default: break;
-    }
+    dot_rows<T>(row, nb, a, 0, y + n, ldy);
   }
 }
