@@ -69,6 +69,8 @@ class DraftModel:
         self._prefix_work: list[tuple[int, list[int], list[int]]] = []
         self._last: dict[str, tuple[int, list[int]]] = {}
         """request id -> (start of its drafts, the drafts) of the step being verified."""
+        self._lookup: list[str] = []
+        """Requests verifying another proposer's chain this step (the draft computed none of it)."""
         self.probs: dict[str, torch.Tensor] = {}
         """request id -> q [k, V]: the distributions its drafts were drawn from (sampled requests)."""
         self._due: dict[str, int] = {}
@@ -101,6 +103,8 @@ class DraftModel:
         if not so.seqs:
             return so
         work = [i for i, s in enumerate(so.seqs) if s.num_draft_slots]
+        # chains another proposer gave (draft_lookup_min): their accepted tokens join the queue
+        self._lookup = [s.request_id for s in so.seqs if s.spec_token_ids and not s.num_draft_slots]
         self._prefix_work = []
         catch_up = {i: self._queue(s, i in work) for i, s in enumerate(so.seqs)}  # i -> (valid before, first position, tokens)
         # a step catches up what the last one's verification left (observe) and its new token;
@@ -164,6 +168,10 @@ class DraftModel:
             st.pending = accepted[v:]
             self._due[rid] = len(st.pending) + 1
         self._last = {}
+        for rid in self._lookup:
+            if rid in self.states:
+                self.states[rid].pending.extend(t.token_id for t in out.accepted.get(rid, []))
+        self._lookup = []
 
     def _queue(self, s, now: bool) -> tuple[int, int, list[int]]:
         """Queue s's tokens behind what the draft has not computed; now: take the whole queue.

@@ -36,6 +36,10 @@ class SpeculativeConfig:
     """Method draft: the draft scores only token ids below this plus the ids of the request's own
     text, and drafts from those (a reduced head, FR-Spec's idea: BPE ids follow merge frequency);
     0: the whole vocabulary. At most the draft's vocabulary size."""
+    draft_lookup_min: int = 0
+    """Method draft: prompt lookup first; a request whose text ends in an n-gram of at least this many
+    tokens seen earlier in it verifies the lookup's continuation and skips the draft model that step
+    (0: the draft model always)."""
     prompt_lookup_min: int = 2
     """Shortest suffix n-gram the ngram proposer matches."""
     prompt_lookup_max: int = 5
@@ -114,6 +118,7 @@ class SpeculativeConfig:
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
             ("tree_budget", self.tree_budget >= 0, "0 (chains only) or more"),
             ("draft_vocab", self.draft_vocab >= 0, "0 (the whole vocabulary) or more"),
+            ("draft_lookup_min", self.draft_lookup_min >= 0, "0 (off) or more"),
             ("prompt_lookup_min", self.prompt_lookup_min >= 1, "at least 1"),
             ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
              f"at least prompt_lookup_min ({self.prompt_lookup_min})"),
@@ -127,9 +132,10 @@ class SpeculativeConfig:
         if self.method == "draft" and not self.model:
             raise InvalidSpeculativeConfig('speculative_config.model is required with method "draft" '
                                            '(a catalog name or a .gguf path)')
-        if self.draft_vocab and self.method != "draft":
-            raise InvalidSpeculativeConfig(f'speculative_config.draft_vocab applies to method "draft" only, '
-                                           f'not {self.method!r}')
+        for key in ("draft_vocab", "draft_lookup_min"):
+            if getattr(self, key) and self.method != "draft":
+                raise InvalidSpeculativeConfig(f'speculative_config.{key} applies to method "draft" only, '
+                                               f'not {self.method!r}')
         for name, ok, want in checks:
             if not ok:
                 raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "
