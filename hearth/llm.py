@@ -32,6 +32,7 @@ from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
 from hearth.runner.drafter import DraftModel
+from hearth.runner.draft_vocab import DraftVocab
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 from hearth.spec_decode.cost import StepCost
 from hearth.spec_decode.policy import SpeculativeDecoder
@@ -108,7 +109,8 @@ class LLM:
                         "computed bit for bit as a decode row, so drafts would not be lossless")
             spec = None
         if spec is not None and draft is not None:
-            self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens)
+            self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens,
+                                             _draft_vocab(spec, draft_gguf, draft[1], self.backend))
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
@@ -227,7 +229,13 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
         i = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
         raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
                                        f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
+    spec.check_draft_vocab(_head(g).shape[0])  # before the load, as every other bad value
     return g
+
+
+def _head(g: GGUFFile):
+    """The output matrix [vocab, hidden]: its own tensor, or the tied embedding."""
+    return g.tensors.get("output.weight") or g.tensor("token_embd.weight")
 
 
 def _draft_model(g: GGUFFile, backend):
@@ -240,6 +248,14 @@ def _draft_model(g: GGUFFile, backend):
         raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
     finally:
         torch.set_num_threads(threads)
+
+
+def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend) -> DraftVocab | None:
+    """The draft's reduced head (speculative_config.draft_vocab), or None for the whole vocabulary."""
+    head = _head(g)
+    if not spec.draft_vocab or spec.draft_vocab == head.shape[0]:
+        return None
+    return DraftVocab(head, spec.draft_vocab, backend, mc.final_logit_softcap)
 
 
 def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, reserve: int = 0) -> int:

@@ -26,6 +26,7 @@ import torch
 from hearth.config import ModelConfig
 from hearth.kvstore.codecs import CODECS
 from hearth.runner.draft_tree import best_first_tree
+from hearth.runner.draft_vocab import DraftVocab
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
 from hearth.sample.sampler import target_probs
 from hearth.sample.speculative import race
@@ -53,9 +54,11 @@ class _DraftState:
 
 class DraftModel:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
-                 max_rows: int = 512):
-        """max_rows: most rows of one catch-up forward (the step's token budget is a fair size)."""
+                 max_rows: int = 512, vocab: DraftVocab | None = None):
+        """max_rows: most rows of one catch-up forward (the step's token budget is a fair size);
+        vocab: a reduced-vocabulary head to draft from (speculative_config.draft_vocab), or None."""
         self.model, self.cfg, self.block_size, self.max_rows = model, cfg, block_size, max_rows
+        self.vocab = vocab
         codec = CODECS["f16"]  # the draft's own format: plain, whatever the target's is
         # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
         shape = codec.shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
@@ -66,6 +69,8 @@ class DraftModel:
         self._prefix_work: list[tuple[int, list[int], list[int]]] = []
         self._last: dict[str, tuple[int, list[int]]] = {}
         """request id -> (start of its drafts, the drafts) of the step being verified."""
+        self._lookup: list[str] = []
+        """Requests verifying another proposer's chain this step (the draft computed none of it)."""
         self.probs: dict[str, torch.Tensor] = {}
         """request id -> q [k, V]: the distributions its drafts were drawn from (sampled requests)."""
         self._due: dict[str, int] = {}
@@ -81,6 +86,8 @@ class DraftModel:
     def forget(self, request_id: str) -> None:
         self.states.pop(request_id, None)
         self._due.pop(request_id, None)
+        if self.vocab is not None:
+            self.vocab.forget(request_id)
 
     def invalidate(self, block_ids: list[int]) -> None:
         """These blocks' target K/V were replaced without the draft's (loaded from the disk tier)."""
@@ -96,6 +103,8 @@ class DraftModel:
         if not so.seqs:
             return so
         work = [i for i, s in enumerate(so.seqs) if s.num_draft_slots]
+        # chains another proposer gave (draft_lookup_min): their accepted tokens join the queue
+        self._lookup = [s.request_id for s in so.seqs if s.spec_token_ids and not s.num_draft_slots]
         self._prefix_work = []
         catch_up = {i: self._queue(s, i in work) for i, s in enumerate(so.seqs)}  # i -> (valid before, first position, tokens)
         # a step catches up what the last one's verification left (observe) and its new token;
@@ -112,7 +121,8 @@ class DraftModel:
         tops: dict[int, list] = {i: [] for i, (k, n) in enumerate(zip(slots, k_of)) if k > n}  # trees
         drafts: list[list[int]] = [[] for _ in seqs_w]
         live = list(range(len(work)))
-        logits = self._catch_up([(*catch_up[i][1:], so.seqs[i].block_ids) for i in work], live)
+        logits = self._catch_up([(*catch_up[i][1:], so.seqs[i].block_ids) for i in work], live,
+                                [s.request_id for s in seqs_w])
         tokens = self._pick(seqs_w, live, logits, qs, generator, tops)
         for step in range(1, max(k_of) + 1):
             for i, t in zip(live, tokens):
@@ -123,7 +133,8 @@ class DraftModel:
             # draft j - 1 (at its position) gives draft j; its K/V written as it goes
             batch = [(seqs_w[i].start_pos + len(seqs_w[i].token_ids) + step - 1, [drafts[i][-1]],
                       seqs_w[i].block_ids) for i in live]
-            tokens = self._pick(seqs_w, live, self._forward(batch, list(range(len(live)))), qs, generator, tops)
+            logits = self._forward(batch, list(range(len(live))), [seqs_w[i].request_id for i in live])
+            tokens = self._pick(seqs_w, live, logits, qs, generator, tops)
         filled = dict(zip(work, self._fill(seqs_w, drafts, slots, tops, qs)))
         return replace(so, seqs=[filled.get(i, s) for i, s in enumerate(so.seqs)])
 
@@ -157,6 +168,10 @@ class DraftModel:
             st.pending = accepted[v:]
             self._due[rid] = len(st.pending) + 1
         self._last = {}
+        for rid in self._lookup:
+            if rid in self.states:
+                self.states[rid].pending.extend(t.token_id for t in out.accepted.get(rid, []))
+        self._lookup = []
 
     def _queue(self, s, now: bool) -> tuple[int, int, list[int]]:
         """Queue s's tokens behind what the draft has not computed; now: take the whole queue.
@@ -170,6 +185,10 @@ class DraftModel:
         before = st.valid
         if admitted:
             st.hit = len(st.pending)
+            if self.vocab is not None:
+                self.vocab.see(s.request_id, s.prefix_token_ids or [])
+        if self.vocab is not None:
+            self.vocab.see(s.request_id, s.token_ids)
         st.pending.extend(s.token_ids)
         if not now:
             return before, st.valid, []
@@ -201,7 +220,8 @@ class DraftModel:
             end = s.start_pos + s.num_tokens  # the target writes [start_pos, end): tokens and drafts
             self.valid_blocks.difference_update(table[max(st.valid, s.start_pos) // bs : -(-end // bs)])
 
-    def _catch_up(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int]) -> torch.Tensor:
+    def _catch_up(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int],
+                  rids: list[str]) -> torch.Tensor:
         """_forward over batch, giving the logits after each sequence's last token. A queue longer
         than LAG is computed as a prefill first, in pieces of at most max_rows rows, and its last
         token with the others' few: a row among hundreds sums in another kernel regime than a
@@ -215,7 +235,7 @@ class DraftModel:
                 pos, toks = pos + len(toks) - 1, toks[-1:]
             rest.append((pos, toks, table))
         self._prefill(head)
-        return self._forward(rest, out_seqs)
+        return self._forward(rest, out_seqs, rids)
 
     def _prefill(self, head: list[tuple[int, list[int], list[int]]]) -> None:
         """K/V only for head's (first position, tokens, block table), in pieces of at most max_rows rows."""
@@ -253,9 +273,11 @@ class DraftModel:
                 tops[i].append((list(zip(idx.tolist(), vals.tolist())), float(dist[out[j]])))
         return out
 
-    def _forward(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int]) -> torch.Tensor:
+    def _forward(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int],
+                 rids: list[str] = ()) -> torch.Tensor:
         """batch: (first position, tokens, block table) per sequence; K/V written for every token.
-        -> [len(out_seqs), V] f32: the logits after the last token of each sequence in out_seqs."""
+        -> [len(out_seqs), V] f32: the logits after the last token of each sequence in out_seqs
+        (rids: their request ids, for a reduced vocabulary's per-request rows)."""
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
         bs = self.block_size
         for start, toks, table in batch:
@@ -272,4 +294,6 @@ class DraftModel:
                             meta, self.kv_caches, out_rows=rows)  # [len(rows), hidden]
         if not rows:
             return torch.empty(0, 0)
+        if self.vocab is not None:
+            return self.vocab.logits(hidden, list(rids))
         return self.model.compute_logits(hidden).float()

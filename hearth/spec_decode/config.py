@@ -32,6 +32,14 @@ class SpeculativeConfig:
     """Most nodes of a token tree verified per sequence and step, its depth at most
     num_speculative_tokens (0: chains only). The n-gram proposer branches where earlier
     continuations differ, the draft model grows a best-first tree from its per-position top-k."""
+    draft_vocab: int = 0
+    """Method draft: the draft scores only token ids below this plus the ids of the request's own
+    text, and drafts from those (a reduced head, FR-Spec's idea: BPE ids follow merge frequency);
+    0: the whole vocabulary. At most the draft's vocabulary size."""
+    draft_lookup_min: int = 0
+    """Method draft: prompt lookup first; a request whose text ends in an n-gram of at least this many
+    tokens seen earlier in it verifies the lookup's continuation and skips the draft model that step
+    (0: the draft model always)."""
     prompt_lookup_min: int = 2
     """Shortest suffix n-gram the ngram proposer matches."""
     prompt_lookup_max: int = 5
@@ -84,6 +92,12 @@ class SpeculativeConfig:
         """Most drafts per sequence and step: tree nodes, or a chain's tokens."""
         return self.tree_budget or self.num_speculative_tokens
 
+    def check_draft_vocab(self, vocab_size: int) -> None:
+        """draft_vocab names ids of the draft's head: at most its rows."""
+        if self.draft_vocab > vocab_size:
+            raise InvalidSpeculativeConfig(f"speculative_config.draft_vocab ({self.draft_vocab}) must be at most the "
+                                           f"draft model's vocabulary size ({vocab_size})")
+
     def check_step_budget(self, max_num_batched_tokens: int) -> None:
         """A step verifies a sequence's next token and its drafts together: they must fit in one."""
         if self.tree_budget >= max_num_batched_tokens:
@@ -103,6 +117,8 @@ class SpeculativeConfig:
         checks = [
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
             ("tree_budget", self.tree_budget >= 0, "0 (chains only) or more"),
+            ("draft_vocab", self.draft_vocab >= 0, "0 (the whole vocabulary) or more"),
+            ("draft_lookup_min", self.draft_lookup_min >= 0, "0 (off) or more"),
             ("prompt_lookup_min", self.prompt_lookup_min >= 1, "at least 1"),
             ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
              f"at least prompt_lookup_min ({self.prompt_lookup_min})"),
@@ -116,6 +132,10 @@ class SpeculativeConfig:
         if self.method == "draft" and not self.model:
             raise InvalidSpeculativeConfig('speculative_config.model is required with method "draft" '
                                            '(a catalog name or a .gguf path)')
+        for key in ("draft_vocab", "draft_lookup_min"):
+            if getattr(self, key) and self.method != "draft":
+                raise InvalidSpeculativeConfig(f'speculative_config.{key} applies to method "draft" only, '
+                                               f'not {self.method!r}')
         for name, ok, want in checks:
             if not ok:
                 raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "

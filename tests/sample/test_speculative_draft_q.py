@@ -42,3 +42,20 @@ def test_a_draft_distribution_equal_to_the_target_is_always_accepted():
     q = filtered(ROW0, 1.0)
     out, drafts = run_with_q(q, n=2000)
     assert all(o[0] == x and len(o) == 2 for o, x in zip(out, drafts))
+
+
+def test_first_token_is_the_targets_with_a_restricted_draft_vocabulary():
+    """A reduced draft head (speculative_config.draft_vocab) draws from q restricted to part of the
+    vocabulary and renormalized, zero elsewhere: tokens outside it are reached only through the
+    residual, and the first committed token is still distributed as p."""
+    p0 = filtered(ROW0, 1.0)
+    q = filtered(ROW1, 1.0)
+    q[[0, 3, 11]] = 0.0  # the target's three likeliest tokens are outside the draft's set
+    q /= q.sum()
+    out, drafts = run_with_q(q)
+    assert not {0, 3, 11} & set(drafts)
+    first = np.bincount([o[0] for o in out], minlength=V)
+    with np.errstate(divide="ignore"):
+        accept = np.minimum(1.0, p0 / q)
+    resample_from_p = q * accept + (1 - (q * accept).sum()) * p0  # control: rejections drawn from p
+    check(first, p0, resample_from_p)

@@ -1,0 +1,41 @@
+"""draft_lookup_min: prompt lookup ahead of the draft model. A request whose text ends in a long
+enough repeated n-gram verifies the lookup's chain and skips the draft's steps; the draft queues the
+tokens it did not compute and catches up when it drafts again, so greedy output equals plain greedy
+and the draft (SmolLM2 drafting for itself) keeps being accepted."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth import LLM
+from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
+
+from tests.spec_decode.test_real_model import CODE, GREEDY, LIST, chat, generate
+
+
+@pytest.fixture(scope="module")
+def hybrid(model_path):
+    smol = str(model_path("smollm2-135m"))
+    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4, "cost_aware": False,
+            "draft_lookup_min": 3}
+    return LLM(smol, progress=False, max_model_len=2048, speculative_config=spec)
+
+
+@pytest.mark.parametrize("which", ["code", "list"])
+def test_lookup_before_the_draft_model_equals_plain_greedy(smol_llm, hybrid, which):
+    prompt = CODE if which == "code" else chat(smol_llm, LIST)
+    want, _, _ = generate(smol_llm, prompt, GREEDY)
+    slots = hybrid.engine.spec.proposer
+    before = slots.num_lookup, slots.num_slotted
+    got, drafted, accepted = generate(hybrid, prompt, GREEDY)
+    assert got.token_ids == want.token_ids and got.text == want.text
+    used, slotted = slots.num_lookup - before[0], slots.num_slotted - before[1]
+    assert used > 0 and slotted > 0, (used, slotted)  # both the lookup and the draft model drafted
+    assert accepted >= 0.8 * drafted, (drafted, accepted)  # the draft's K/V caught up after lookup steps
+
+
+def test_draft_lookup_min_is_checked():
+    with pytest.raises(InvalidSpeculativeConfig, match=r"speculative_config\.draft_lookup_min must be 0 \(off\) or more"):
+        SpeculativeConfig.parse({"method": "draft", "model": "x.gguf", "draft_lookup_min": -2})
+    with pytest.raises(InvalidSpeculativeConfig, match=r'speculative_config\.draft_lookup_min applies to method "draft" only'):
+        SpeculativeConfig.parse({"method": "suffix", "draft_lookup_min": 3})

@@ -1,0 +1,112 @@
+"""A reduced-vocabulary draft head (speculative_config.draft_vocab): the draft scores ids below N
+plus the request's own tokens, as the full head would (a tiny random GGUF); the distribution a
+sampled draft is drawn from is zero outside that set and sums to one; greedy output with it equals
+plain greedy on a real model, with drafts proposed and accepted; a value out of range is one clear
+error naming the field."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hearth import LLM, SamplingParams
+from hearth.backends import select
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.registry import load_model
+from hearth.runner.draft_vocab import DraftVocab
+from hearth.sample.sampler import target_probs
+from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
+
+from tests.gguf_factory import write_tiny_gguf
+from tests.spec_decode.test_real_model import CODE, GREEDY, chat, generate
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dv") / "t.gguf"
+    write_tiny_gguf(path, "qwen2", vocab=320, qtype="Q8_0")
+    g = GGUFFile(path)
+    model, cfg = load_model(g, select())
+    head = g.tensors.get("output.weight") or g.tensor("token_embd.weight")
+    return model, head
+
+
+def test_reduced_head_scores_the_first_ids_and_the_requests_own_tokens(tiny):
+    model, head = tiny
+    vocab = DraftVocab(head, 100, model.backend)
+    vocab.see("a", [5, 250, 7, 250, 300])
+    vocab.see("a", [301, 3])  # later tokens of the same request add rows
+    hidden = torch.randn(2, head.shape[1])
+    full = model.compute_logits(hidden).float()  # [2, 320]
+    got = vocab.logits(hidden, ["a", "b"])
+    assert got.shape == full.shape
+    torch.testing.assert_close(got[:, :100], full[:, :100])  # the same kernel over the same rows
+    mine = [250, 300, 301]
+    # f32 over the dequantized rows, where the head's kernel rounds the activations to int8: close
+    scale = float(full.abs().max())
+    torch.testing.assert_close(got[0, mine], full[0, mine], rtol=0, atol=0.02 * scale)
+    others = [i for i in range(100, 320) if i not in mine]
+    assert torch.isinf(got[0, others]).all() and torch.isinf(got[1, 100:]).all()
+    vocab.forget("a")
+    assert torch.isinf(vocab.logits(hidden, ["a"])[0, mine]).all()
+
+
+def test_sampled_drafts_come_from_the_restricted_renormalized_distribution(tiny):
+    model, head = tiny
+    vocab = DraftVocab(head, 64, model.backend)
+    vocab.see("a", [200])
+    logits = vocab.logits(torch.randn(1, head.shape[1]), ["a"])
+    q = target_probs(logits, [SamplingParams(temperature=0.8, top_p=0.95)])[0]  # [V]
+    allowed = torch.zeros(320, dtype=torch.bool)
+    allowed[:64] = allowed[200] = True
+    assert q[~allowed].sum() == 0 and abs(float(q.sum()) - 1) < 1e-5
+
+
+@pytest.mark.parametrize("bad, why", [
+    ({"draft_vocab": -1}, r"speculative_config\.draft_vocab must be 0 \(the whole vocabulary\) or more, got -1"),
+    ({"draft_vocab": "32k"}, r"speculative_config\.draft_vocab must be int"),
+])
+def test_bad_draft_vocab_names_the_field(bad, why):
+    with pytest.raises(InvalidSpeculativeConfig, match=why):
+        SpeculativeConfig.parse({"method": "draft", "model": "x.gguf", **bad})
+
+
+def test_draft_vocab_is_for_method_draft_only():
+    with pytest.raises(InvalidSpeculativeConfig, match=r'speculative_config\.draft_vocab applies to method "draft" only'):
+        SpeculativeConfig.parse({"method": "ngram", "draft_vocab": 1000})
+
+
+def test_draft_vocab_above_the_drafts_vocabulary_is_one_clear_error(tmp_path):
+    target = tmp_path / "t.gguf"
+    write_tiny_gguf(target, "qwen2", vocab=320)
+    spec = {"method": "draft", "model": str(target), "draft_vocab": 321}
+    with pytest.raises(InvalidSpeculativeConfig) as e:
+        LLM(str(target), progress=False, speculative_config=spec)
+    assert str(e.value) == ("speculative_config.draft_vocab (321) must be at most the draft model's "
+                            "vocabulary size (320)")
+
+
+@pytest.fixture(scope="module")
+def reduced_draft(model_path):
+    smol = str(model_path("smollm2-135m"))
+    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4, "cost_aware": False, "draft_vocab": 4096}
+    return LLM(smol, progress=False, max_model_len=2048, speculative_config=spec)
+
+
+@pytest.mark.parametrize("which", ["story", "code"])
+def test_greedy_with_a_reduced_draft_vocabulary_equals_plain_greedy(smol_llm, reduced_draft, which):
+    prompt = CODE if which == "code" else chat(smol_llm, "Write a short story about a cat.")
+    want, _, _ = generate(smol_llm, prompt, GREEDY)
+    got, drafted, accepted = generate(reduced_draft, prompt, GREEDY)
+    assert got.token_ids == want.token_ids and got.text == want.text
+    # SmolLM2 drafting for itself: only tokens outside the set (ids >= 4096 not in the prompt) fail
+    assert drafted >= 40 and accepted >= 0.5 * drafted, (drafted, accepted)
+    assert reduced_draft.runner.drafter.vocab is not None
+
+
+def test_sampling_with_a_reduced_draft_vocabulary_is_reproducible(smol_llm, reduced_draft):
+    prompt = chat(smol_llm, "Write a short story about a cat.")
+    p = SamplingParams(temperature=0.7, seed=11, max_tokens=40, ignore_eos=True)
+    a, drafted, accepted = generate(reduced_draft, prompt, p)
+    b, _, _ = generate(reduced_draft, prompt, p)
+    assert a.token_ids == b.token_ids and drafted >= 20 and accepted > 0, (drafted, accepted)
