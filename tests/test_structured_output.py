@@ -74,21 +74,3 @@ def test_invalid_constraint_is_rejected_before_queueing(smol_llm, so, needle):
 def test_exactly_one_constraint():
     with pytest.raises(InvalidSamplingParams, match="exactly one"):
         StructuredOutput(json_object=True, regex="a")
-
-
-def test_logprobs_under_a_grammar_are_the_models_own(smol_llm):
-    """vLLM's raw logprobs: taken before the grammar's mask, so a forced token reports how likely the
-    model found it (what the tool guard's call confidence reads), and the top alternatives are the
-    unconstrained ones."""
-    prompt = chat(smol_llm, "Pick a color.")
-    forced = SamplingParams(temperature=0, max_tokens=4, logprobs=5,
-                            structured_output=StructuredOutput(regex=r"zebra[0-9]{3}"))
-    free = SamplingParams(temperature=0, max_tokens=1, logprobs=5)
-    out_forced, out_free = (o.outputs[0] for o in smol_llm.generate([prompt] * 2, [forced, free]))
-    first = out_forced.token_ids[0]
-    assert out_forced.text.startswith("z") and first != out_free.token_ids[0]
-    # the same position's top 5 with and without the mask: the model's, not the grammar's
-    top = out_free.token_ids[0]
-    assert set(out_free.logprobs[0]) - {top} <= set(out_forced.logprobs[0])
-    assert out_forced.logprobs[0][top] == pytest.approx(out_free.logprobs[0][top])
-    assert out_forced.logprobs[0][first] < out_free.logprobs[0][out_free.token_ids[0]]  # not the masked row's ~0

@@ -18,7 +18,7 @@ from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
-from hearth.sample.sampler import raw_logprobs_of, sample
+from hearth.sample.sampler import sample
 from hearth.sample.speculative import verify
 
 
@@ -160,14 +160,13 @@ class ModelRunner:
         if len(rows) > len(seqs):
             return self._verify(seqs, logits)
         params = [s.params for s in seqs]
-        raw = raw_logprobs_of(logits, params)  # before the bans and the grammar: what the model said
         for i, s in enumerate(seqs):
             if s.banned_token_ids:
                 logits[i, s.banned_token_ids] = float("-inf")
         matchers = self._constrain(seqs, logits)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
-        tokens, logprobs = sample(logits, params, gens, histories, raw)  # logprobs: None if nobody asked
+        tokens, logprobs = sample(logits, params, gens, histories)  # logprobs: None if nobody asked
         for i, m in matchers:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
@@ -203,8 +202,6 @@ class ModelRunner:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
         row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
         params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
-        rows_params = [s.params for s in seqs for _ in range(len(s.spec_token_ids) + 1)]
-        raw = raw_logprobs_of(logits, rows_params)  # before the bans and the grammar, as in _run
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
@@ -225,7 +222,7 @@ class ModelRunner:
             r += k + 1
         want_lp = any(p.logprobs is not None for p in params)
         committed, logprobs, rows = verify(logits, params, histories, gens, drafts, want_lp, qs,
-                                           [s.spec_parents for s in seqs], raw)
+                                           [s.spec_parents for s in seqs])
         for s, consumed in grammar:  # back to the accepted path, then on by the bonus token
             toks = committed[seqs.index(s)]
             m = self.matchers[s.request_id]

@@ -90,16 +90,14 @@ def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: t
 
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None],
-           histories: list[tuple[list[int], list[int]]],
-           raw_logprobs: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+           histories: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits: [S, V] f32 (modified in place) -> (token ids [S], logprobs [S, V] of the raw logits,
     or None when no request asked for logprobs: a full-vocab log_softmax is ~0.2 ms at 262k).
 
     Logprobs are vLLM's default logprobs_mode="raw_logprobs": log_softmax of the model's logits
-    before bias, penalties, temperature and filters; a caller that masked the logits first (banned
-    ids, a grammar) passes raw_logprobs, taken before its masks (raw_logprobs_of). A temperature
-    below GREEDY_EPS is greedy; greedy is the first maximum after bias and penalties."""
-    logprobs = raw_logprobs if raw_logprobs is not None else raw_logprobs_of(logits, params)
+    before bias, penalties, temperature and filters. A temperature below GREEDY_EPS is greedy;
+    greedy is the first maximum after bias and penalties."""
+    logprobs = logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
     logits = apply_bias_and_penalties(logits, params, histories)
     tokens = logits.max(-1).indices  # first maximum, like argmax, at a third of its cost here
     greedy = [p.greedy for p in params]
@@ -113,11 +111,6 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
                          for g, gen in zip(greedy, generators)])
     sampled = (probs / noise).argmax(-1)
     return torch.where(torch.tensor(greedy), tokens, sampled), logprobs
-
-
-def raw_logprobs_of(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor | None:
-    """[S, V] log_softmax of the model's logits, or None when no row asked for logprobs."""
-    return logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
 
 
 def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

@@ -44,15 +44,15 @@ def race(weights: torch.Tensor, gen: torch.Generator | None) -> int:
 def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[tuple[list[int], list[int]]],
            generators: list[torch.Generator | None], drafts: list[list[int]],
            want_logprobs: bool, draft_probs: list[torch.Tensor | None] | None = None,
-           parents: list[list[int]] | None = None, raw_logprobs: torch.Tensor | None = None,
+           parents: list[list[int]] | None = None,
            ) -> tuple[list[list[int]], torch.Tensor | None, list[list[int]]]:
     """logits: [R, V] f32, masked already (banned ids, grammar); R = sum(1 + len(d) for d in drafts);
     params / histories per row, generators and drafts per sequence; draft_probs: per sequence the
     [k, V] distributions its drafts were drawn from (None: point masses); parents: per sequence its
-    drafts' parent indices ([] or None: a chain); raw_logprobs: taken before the masks (as sample's).
+    drafts' parent indices ([] or None: a chain).
     -> (per sequence its committed tokens: accepted drafts then the bonus; raw logprobs [R, V] or
     None; per sequence the row each committed token was decided on)."""
-    logprobs = raw_logprobs if raw_logprobs is not None else logits.log_softmax(-1) if want_logprobs else None
+    logprobs = logits.log_softmax(-1) if want_logprobs else None
     logits = apply_bias_and_penalties(logits, params, histories)
     best = logits.max(-1).indices.tolist()  # first maxima, as the sampler's greedy
     probs = None if all(p.greedy for p in params) else target_probs(logits, params)
