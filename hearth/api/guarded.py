@@ -269,11 +269,12 @@ class _Choice:
         if not checked.ok:  # retries or nudges ran out
             self.report.outcome = "unresolved"
         spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
-        declined = self._declined(calls, spans, trace)
-        if declined:  # the model meant a tool nobody offered: the text it was, as without the guard
-            calls = [c for c in calls if all(c is not d for d in declined)]
-            unknown += [ContentDelta(_call_text(c)) for c in declined]
-            spans = []
+        gone = self._declined(calls, spans, trace)
+        if gone:  # the model meant a tool nobody offered: the text it wrote, as without the guard
+            raw = trace.text.encode()
+            unknown += [ContentDelta(raw[slice(*spans[k])].decode("utf-8", "replace")) for k in gone]
+            calls = [c for k, c in enumerate(calls) if k not in gone]
+            spans = [span for k, span in enumerate(spans) if k not in gone]
         self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
         new = calls[len(self._kept):]  # calls this attempt wrote (kept ones were scored where written)
         for k, call in enumerate(new):
@@ -288,18 +289,18 @@ class _Choice:
             return Update(events, finished=True, finish_reason="stop", content=text)
         return Update(events, [], None, True, last.finish_reason, last.stop_reason, text)
 
-    def _declined(self, calls: list, spans: list, trace: TokenTrace) -> list:
-        """The lazily triggered calls of a first attempt whose tool the grammar chose, not the model
-        (hearth.tool_guard.declined); `tool_choice: auto` only."""
+    def _declined(self, calls: list, spans: list, trace: TokenTrace) -> list[int]:
+        """The indices of the lazily triggered calls of a first attempt whose tool the grammar chose,
+        not the model (hearth.tool_guard.declined); `tool_choice: auto` only."""
         s = self.s
         if (s.config.mode != "guard" or s.required or self.report.grammar != "lazy" or self.report.retries
                 or self._kept or not calls or len(spans) != len(calls)):
             return []
         out = []
-        for call, span in zip(calls, spans):
+        for k, (call, span) in enumerate(zip(calls, spans)):
             p = overridden(trace, span)
             if p is not None:
-                out.append(call)
+                out.append(k)
                 self._log.add("declined", name=call.name, name_prob=p)
         return out
 

@@ -178,7 +178,7 @@ class _Reply:
             # retried, or answered by a router's small model: the output ids continue no single prompt of this model
             retried = bool(ext and (ext.get("retries") or (ext.get("router") or {}).get("decision") == "accepted"))
             text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
-            self.store.put(self.id, StoredResponse(body, messages, text, self.ids + self.output_ids))
+            self.store.put(self.id, StoredResponse(body, messages, text, [] if retried else self.ids + self.output_ids))
         return body
 
     async def whole(self) -> dict:

@@ -10,6 +10,7 @@ one (`hearth serve MAIN --router SMALL`, a models file's `router`)."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 
@@ -28,6 +29,9 @@ Render = Callable[[object, ToolPlan], tuple[str, list[int]]]
 """(a served model, its tool plan) -> the request's prompt for that model (text, ids)."""
 PROBE_GUARD = GuardConfig("guard", 0)
 """The small model's attempt: validated and coerced, never retried (a retry costs what the main model would)."""
+PROBE_MAX_TOKENS = 512
+"""A forced call longer than this is not worth waiting for: the main model answers instead."""
+log = logging.getLogger("hearth.router")
 
 
 async def routed_choices(state, model_field: str | None, ask: Ask, render: Render, served, plan: ToolPlan,
@@ -81,7 +85,9 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
         # the main model stays loaded while the small one loads (or the budget could unload it)
         async with state.models.lease(model_field), state.models.lease(config.model) as small:
             source, updates = await _attempt(state, small, ask, rg, fields, field_names, parallel, render, request_id)
-    except (APIError, HearthError) as e:  # the small model could not take it: the main model answers
+    except Exception as e:  # the small model could not take it (context, template, ...): the main model answers
+        if not isinstance(e, (APIError, HearthError)):
+            log.warning("router %s failed; the main model answers", config.model, exc_info=True)
         why = getattr(e, "message", str(e))
         return RouterReport(config.model, config.threshold, "fallback", f"small_failed: {why}",
                             latency_s=time.perf_counter() - t0), None
@@ -105,7 +111,8 @@ async def _attempt(state, small, ask: Ask, rg: RequestGuard, fields: dict, field
     plan = plan_tools(small, rg.tools, forced_choice(ask.tool_choice))
     prompt, ids = render(small, plan)
     guard = RequestGuard(None, PROBE_GUARD, rg.tools, rg.history)
-    probe_fields = {**fields, "structured_output": plan.constraint, "logprobs": None}
+    cap = min(fields.get("max_tokens") or PROBE_MAX_TOKENS, PROBE_MAX_TOKENS)
+    probe_fields = {**fields, "structured_output": plan.constraint, "logprobs": None, "max_tokens": cap}
     source, _ = build_choices(small, state, plan, prompt, ids, probe_fields, field_names, guard, parallel,
                               _no_reprompt, request_id)
     return source, [u async for _, u in source.updates()]

@@ -94,6 +94,10 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         from hearth.tool_guard.routing import check_threshold
 
         check_threshold(args.router_threshold)
+        if args.url:
+            raise HearthError("--router needs the models loaded here: not with --url")
+    elif args.router_threshold:
+        raise HearthError("--router-threshold needs --router SMALL")
     remote = RemoteServer(args.url, args.model) if args.url else None
     if args.limit < 0:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
@@ -102,8 +106,6 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     items = select(wheel, categories, args.limit, args.ids)
     backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
     if remote is not None:
-        if args.router:
-            raise HearthError("--router needs the model loaded here: not with --url")
         server = remote
         meta = {"commit": _commit(), "model": args.model, "model_sha256": f"external:{args.url}", "mode": args.mode}
     else:

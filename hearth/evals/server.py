@@ -65,9 +65,13 @@ class RemoteServer:
 
     def __init__(self, url: str, model: str):
         u = urllib.parse.urlsplit(url if "://" in url else "http://" + url)
-        if u.scheme != "http" or not u.hostname:
+        try:
+            port = u.port or 80
+        except ValueError:  # a port that is no number
+            port = None
+        if u.scheme != "http" or not u.hostname or port is None:
             raise HearthError(f"--url {url!r}: give http://HOST:PORT of an OpenAI-compatible server")
-        self.host, self.port, self.model = u.hostname, u.port or 80, model
+        self.host, self.port, self.model = u.hostname, port, model
         self.base = u.path.rstrip("/").removesuffix("/v1")
 
     def __enter__(self) -> RemoteServer:
@@ -87,8 +91,8 @@ def post_chat(host: str, port: int, base: str, body: dict) -> tuple[int, dict]:
         conn.request("POST", f"{base}/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
         resp = conn.getresponse()
         data = resp.read()
-    except OSError as e:
-        raise HearthError(f"cannot reach the server at {host}:{port}: {e}") from None
+    except (OSError, http.client.HTTPException) as e:  # refused, or not speaking HTTP
+        raise HearthError(f"cannot reach the server at {host}:{port}: {e!r}") from None
     finally:
         conn.close()
     try:

@@ -95,7 +95,10 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     or None when no request asked for logprobs: a full-vocab log_softmax is ~0.2 ms at 262k).
 
     Logprobs are vLLM's default logprobs_mode="raw_logprobs": log_softmax of the model's logits
-    before bias, penalties, temperature and filters. A temperature below GREEDY_EPS is greedy;
+    before bias, penalties, temperature and filters; but after the runner's masks (banned ids, a
+    grammar), so a constrained row's are over what the grammar allows: the model's choice among valid
+    continuations, which the tool guard's call confidence reads (raw, a token the grammar forces
+    reads p ~ 0 whenever the model would have formatted otherwise). A temperature below GREEDY_EPS is greedy;
     greedy is the first maximum after bias and penalties."""
     logprobs = logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
     logits = apply_bias_and_penalties(logits, params, histories)

@@ -14,16 +14,13 @@ from hearth.tool_guard.confidence import TokenTrace
 
 NAME_FLOOR = 0.02
 """Below this raw probability of a name's first token, the grammar chose the tool, not the model."""
-_NAME = re.compile(r'"name"\s*:\s*"')
+_NAME = re.compile(rb'"name"\s*:\s*"')
 
 
 def name_start(text: str, start: int, end: int) -> int | None:
     """The byte offset of the first character of the call's name inside byte span [start, end)."""
-    raw = text.encode()
-    m = _NAME.search(raw[start:end].decode("utf-8", "replace"))
-    if m is None:
-        return None
-    return start + len(raw[start:end].decode("utf-8", "replace")[:m.end()].encode())
+    m = _NAME.search(text.encode(), start, end)
+    return None if m is None else m.end()
 
 
 def overridden(trace: TokenTrace, span: tuple[int, int], floor: float = NAME_FLOOR) -> float | None:

@@ -94,8 +94,9 @@ def _start_rules(triggers: list[Trigger], anywhere: bool, parallel: bool) -> lis
     the start of the output begin `lead`, a call the parser reads from an output's first byte."""
     at_start = [t for t in triggers if t.at_start]
     after = ("(call)* TEXT" if anywhere else "TEXT") if parallel else "END_WS"
-    # several calls written the lead's way (```json {...} ``` ```json {...} ```): each one constrained
-    leads = "lead (lead)*" if parallel else "lead"
+    # one call the lead's way: `lead (lead)*` would hold every later `{"` to a call, and Qwen2.5-Coder
+    # writes `{"response": ...}` after a call it repeats (an agent's turn ran to max_tokens)
+    leads = "lead"
     rules = []
     for suffix, text in (("", "TEXT"), ("0", "TEXT0")):
         alts = [text] + ([f"call{suffix} {after}"] if anywhere else [])

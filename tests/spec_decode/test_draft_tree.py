@@ -64,7 +64,7 @@ def test_a_draft_unlike_the_target_takes_side_branches(smol_llm, tree_draft):
     p = SamplingParams(temperature=1.0, seed=7, max_tokens=48, ignore_eos=True)
     drafter = tree_draft.runner.drafter
     forward = drafter._forward
-    drafter._forward = lambda batch, rows: forward(batch, rows) * 0.5
+    drafter._forward = lambda batch, rows, rids=(): forward(batch, rows, rids) * 0.5
     s = tree_draft.engine.spec.stats
     before = s.num_accepted_off_chain
     try:
