@@ -15,6 +15,9 @@ from tests.evals.test_tool_report import ROWS
     (["--categories", "simple_python,simple_java"], "--categories: unknown simple_java"),
     (["--limit", "-1"], "--limit must be 0"),
     (["--url", "ftp://host:21"], "--url 'ftp://host:21': give http://HOST:PORT"),
+    (["--url", "http://host:abc"], "--url 'http://host:abc': give http://HOST:PORT"),
+    (["--router", "small.gguf", "--url", "http://host:8080"], "--router needs the models loaded here"),
+    (["--router-threshold", "0.5"], "--router-threshold needs --router SMALL"),
     (["--compare", "missing-a.jsonl", "missing-b.jsonl"], "cannot read missing-a.jsonl"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, argv, needle):
