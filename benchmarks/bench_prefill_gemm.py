@@ -1,6 +1,6 @@
-"""Prefill matmuls per layer shape: hearth's native prefill GEMM (AMX bf16 tiles, or without AMX the
-AVX512-BF16 panels of csrc/gemm_dpbf16.h), its int8 VNNI GEMM (csrc/gemm_vnni.h; AMX int8 tiles on
-the amx tier), torch's bf16 matmul on W expanded once, and the torch fallback the avx512 tier used
+"""Prefill matmuls per layer shape: hearth's native prefill GEMM (AMX bf16 tiles; without AMX the int8
+VNNI GEMM of csrc/gemm_vnni.h, so the first two columns are one path there), its int8 GEMM (AMX int8
+tiles on the amx tier), torch's bf16 matmul on W expanded once, and the torch fallback the avx512 tier used
 before (bf16 tiles of W expanded per call, then torch.mm), in one process on a real model's layer-0
 weights (their own GGUF types). On the avx2 tier (HEARTH_CPU_TIER=avx2, or an AVX2-only CPU): its
 register-blocked int8 GEMM (csrc/gemm_avx2.h), its GEMV (rows_dot, 4 rows a weight row decode),
@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7)
     a = ap.parse_args()
     g = GGUFFile(resolve_model(a.model))
-    print(f"{a.model}: AMX bf16 tiles {native.bf16_tiles()}, AVX512-BF16 GEMM {native.dpbf16_gemm()}, "
+    print(f"{a.model}: AMX bf16 tiles {native.bf16_tiles()}, "
           f"int8 GEMM from {native.batch_min_rows() if native.vnni_gemm() else 0} rows, avx2 int8 GEMM "
           f"{native.has('many_rows')}")
     print(f"{'shape':>8} {'types':>14} {'K':>5} {'N':>6} {'M':>4} thr time | GOP/s median (best) of each path")

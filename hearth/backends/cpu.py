@@ -163,7 +163,7 @@ class CpuBackend(Backend):
     def row_regimes(self, model, kv_caches: list) -> tuple[int, ...] | None:
         """The int8 VNNI GEMV below native.batch_min_rows(), batch GEMMs below the layers' max_rows
         (AMX int8 tiles, or without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the
-        GEMV's), prefill GEMMs from there (AMX bf16 tiles, or AVX512-BF16 panels). Within a regime a
+        GEMV's), prefill GEMMs from there (AMX bf16 tiles; without AMX the same int8 GEMM). Within a regime a
         row is bit-identical whatever the rest of the step (attention splits a row's keys by the number
         of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
         batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""

@@ -5,8 +5,8 @@ For few rows (decode) an integer dot product against 8-bit activations with a sc
 (ggml's scheme; llama.cpp: per 32); from `native_gemm_min_rows` rows on, bf16 tiles expanded from the
 blocks per call for a dense AMX matmul (prefill). Without AMX (the avx512 tier): from 10 rows on an
 int8 VNNI GEMM on codes unpacked per panel (csrc/gemm_vnni.h, the same 8-bit activations; on AMX int8
-tiles, from 10 rows, per 32), from `native_gemm_min_rows` on bf16 panels on AVX512-BF16 where the CPU
-has it (csrc/gemm_dpbf16.h). Types the kernels do not read keep their torch path (hearth.layers.linear)."""
+tiles, from 10 rows, per 32), prefills included (faster than AVX512-BF16 panels on every CPU measured,
+docs/performance.md). Types the kernels do not read keep their torch path (hearth.layers.linear)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from hearth.loader.gguf_loader import GGUFTensor
 class NativePart(nn.Module):
     """Weights of any block types, side by side, computed on their GGUF blocks in the file: the
     C++ integer GEMV below `gemm_min_rows` rows, tiles expanded per call and a dense matmul from
-    there on (AMX; without it the C++ GEMMs: AVX512-BF16, else int8; the avx2 library's register-blocked
+    there on (AMX; without it the C++ int8 GEMMs: the avx512 tier's VNNI GEMM; the avx2 library's register-blocked
     int8 GEMM, csrc/gemm_avx2.h; elsewhere (neon) a dense matmul). Computes in the tier's dense dtype on that path (bf16; f32 on avx2, whose torch has no
     fast bf16 matmul), so norms feed it that and big outputs stay in it; the GEMV reads f32 or bf16
     (`mm` gives f32 out for f32 in, with no cast at all)."""

@@ -45,7 +45,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "paged_attention": ("hk_paged_attention", "hk_kv_write", "hk_set_row_groups"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
-    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_dpbf16_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
+    "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
     "many_rows": ("hk_many_rows", "hk_avx_vnni"),  # the GEMV library's register-blocked GEMM for prefills (csrc/gemm_avx2.h)
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
 }
@@ -152,7 +152,6 @@ def bf16_tiles() -> bool:
 
 
 @functools.cache
-@functools.cache
 def batch_min_rows() -> int:
     """From this many rows on the kernels' matmuls leave the GEMV, up to a plan's gemm_min_rows (the
     prefill kernels): for AMX int8 tiles, or without AMX the int8 VNNI GEMM (vnni_gemm()). Their sums
@@ -202,12 +201,6 @@ def vnni_gemm() -> bool:
 
 
 @functools.cache
-def dpbf16_gemm() -> bool:
-    """Prefill-sized matmuls (a plan's gemm_min_rows on) run on AVX512-BF16 here (csrc/gemm_dpbf16.h:
-    no AMX bf16 tiles, a CPU with AVX512-BF16); elsewhere without AMX they take the int8 VNNI GEMM."""
-    return has("gemm") and bool(lib().hk_dpbf16_gemm())
-
-
 def open_tier(name: str) -> ctypes.CDLL:
     """The kernel library of native tier `name`, loaded on its own beside the selected one (tests and
     benchmarks compare tiers in one process); raises where that tier cannot run here."""
@@ -310,7 +303,6 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_batch_min_rows": (_int, []),
     "hk_vnni_gemm": (_int, []),
     "hk_set_invariant_rows": (None, [_i64]),
-    "hk_dpbf16_gemm": (_int, []),
     "hk_many_rows": (_int, []),
     "hk_avx_vnni": (_int, [_int]),
     "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
@@ -360,9 +352,10 @@ class NativeMatmul:
 
     def __init__(self, weights: list[tuple[torch.Tensor, int]], k: int, gemm_min_rows: int = 0,
                  so: ctypes.CDLL | None = None):
-        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles, or without
-        them on AVX512-BF16 (x rounded to bf16, W expanded per call) instead of 8-bit activations; 0 = never. so: another tier's library
-        (open_tier) instead of the selected one, for the matmul alone."""
+        """gemm_min_rows: from this many rows on, the C++ side multiplies on AMX bf16 tiles (x rounded
+        to bf16, W expanded per call) instead of 8-bit activations; 0 = never (without AMX: the int8
+        GEMMs at every size). so: another tier's library (open_tier) instead of the selected one, for
+        the matmul alone."""
         self.lib = so or lib()
         assert self.lib is not None
         self.weights = [w for w, _ in weights]  # keeps the memory alive

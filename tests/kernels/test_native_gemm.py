@@ -1,7 +1,7 @@
 """The GEMMs that run where AMX does not (the avx512 tier), against the slow, obvious twin (gguf-py's
 dequantization, then an f64 matmul): the int8 VNNI GEMM (csrc/gemm_vnni.h) for batches from 10 rows,
-also against the GEMV (rows_dot, below 10 rows) on the same rows, and the AVX512-BF16 GEMM
-(csrc/gemm_dpbf16.h) for prefills (a plan's gemm_min_rows on).
+also against the GEMV (rows_dot, below 10 rows) on the same rows, prefills (a plan's gemm_min_rows
+on) included.
 
 Bounds. int8: the activations are the GEMV's (8 bits with a scale per 16 values), so the twin's
 bound is test_native.assert_act8_close's (ACT8_TOL). Against the GEMV: both multiply the same 8-bit
@@ -9,8 +9,7 @@ codes by the same weight codes exactly (integer dot products per 16 weights) and
 they add the ~K/16 float group terms (s d_x dot + o a_x, each rounded at 2^-24 relative; the
 affine types' s q and o terms can be a few times |w|): GEMV_TOL * (|x| @ |W|.T), ~K/16 * 2^-24 * a
 few, 50x what these shapes show (<= 2e-7) and ~400x under ACT8_TOL, so a misplaced code or scale
-(errors of the order of |w x|) cannot pass. bf16: products of bf16 values are exact in f32, so
-y = bf16(x) @ bf16(W).T up to f32 sums (BF16_TOL relative, as the AMX bf16 tiles' test)."""
+(errors of the order of |w x|) cannot pass."""
 
 from __future__ import annotations
 
@@ -29,13 +28,9 @@ from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
 INT8 = pytest.mark.skipif(
     not native.vnni_gemm(),
     reason="the int8 VNNI GEMM does not run here: no native kernels (AVX-512 VNNI), or AMX tiles take these rows")
-BF16 = pytest.mark.skipif(
-    not native.dpbf16_gemm(),
-    reason="the AVX512-BF16 GEMM does not run here: no native kernels, AMX bf16 tiles, or no AVX512-BF16")
-
-GEMV_TOL, BF16_TOL = 1e-5, 1e-5
+GEMV_TOL = 1e-5
 ROWS = (10, 23, 77)  # the threshold; odd counts: tails of the 6-row register block (23 = 3 * 6 + 5, 77 = 12 * 6 + 5)
-PREFILL_ROWS = (64, 77, 133)  # gemm_min_rows; tails of the 12-row register block
+PREFILL = 64  # the layers' gemm_min_rows: a plan built as a model's, so 77 rows are a prefill's
 OUT = 101  # three 32-row panels and a ragged one (5 features)
 
 
@@ -55,13 +50,6 @@ def assert_near_gemv(y: torch.Tensor, yv: torch.Tensor, x: torch.Tensor, w: torc
     err = (y.double() - yv.double()).abs()
     bound = GEMV_TOL * (x.double().abs() @ w.double().abs().T) + 1e-6
     assert bool((err <= bound).all()), f"worst err/bound vs the GEMV {float((err / bound).max()):.3f}"
-
-
-def assert_bf16_product(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
-    xb, wb = x.bfloat16().double(), w.bfloat16().double()
-    err = (y.double() - xb @ wb.T).abs()
-    bound = BF16_TOL * (xb.abs() @ wb.abs().T) + 1e-6
-    assert bool((err <= bound).all()), f"worst err/bound vs bf16(x) @ bf16(W).T {float((err / bound).max()):.3f}"
 
 
 @pytest.mark.skipif(not native.has("gemm"), reason="no batch GEMMs here (the avx2 library: one GEMV, test_native_avx2)")
@@ -104,7 +92,7 @@ def test_int8_gemm_against_exact_twin_and_gemv(qtype):
     and for the k-quants 256 and 768; odd M and N (tails of rows and of a panel)."""
     rng, g = np.random.default_rng(int(qtype) + 7), torch.Generator().manual_seed(int(qtype))
     for k in widths(qtype):
-        mm, w = linear([random_tensor(qtype, OUT, k, rng)], k)
+        mm, w = linear([random_tensor(qtype, OUT, k, rng)], k, PREFILL)
         for m in ROWS:
             x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
             y = mm(x)
@@ -133,8 +121,8 @@ def test_int8_gemm_scales_each_16_activations(qtype, m):
 
 
 def mixed_parts(rng) -> list:
-    """q|k|v-like parts whose 32-row panels straddle types of 16- and 32-wide scale groups and of
-    table and plain bf16 expansion (Q6_K next to Q4_K, Q5_0 and Q8_0): 97 rows."""
+    """q|k|v-like parts whose 32-row panels straddle types of 16- and 32-wide scale groups (Q6_K
+    next to Q4_K, Q5_0 and Q8_0): 97 rows."""
     return [random_tensor(Q.Q4_K, 40, 512, rng), random_tensor(Q.Q6_K, 24, 512, rng),
             random_tensor(Q.Q5_0, 20, 512, rng), random_tensor(Q.Q8_0, 13, 512, rng)]
 
@@ -165,7 +153,7 @@ def test_int8_panels_across_parts_of_mixed_types_and_strided_io():
 def test_int8_rows_bit_identical_whatever_the_batch(qtype):
     """A row's sums depend on its own activations and the panel alone (not on its place in the
     6-row register blocks, the chunk of rows or the batch): what lets the scheduler batch 10+ rows."""
-    mm, _ = linear([random_tensor(qtype, 70, 512, np.random.default_rng(int(qtype)))], 512)
+    mm, _ = linear([random_tensor(qtype, 70, 512, np.random.default_rng(int(qtype)))], 512, PREFILL)
     x = torch.randn(200, 512)
     big = mm(x)
     for a, b in ((0, 10), (3, 16), (5, 70), (61, 200), (190, 200)):
@@ -173,42 +161,12 @@ def test_int8_rows_bit_identical_whatever_the_batch(qtype):
     assert torch.equal(mm(torch.cat([x[7:8], x[100:120]]))[:1], big[7:8])
 
 
-@BF16
-@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
-def test_bf16_gemm_multiplies_the_weights_rounded_to_bf16(qtype):
-    """From gemm_min_rows (64) on, W is expanded to bf16 panel by panel (4- and 5-bit types by table):
-    y = bf16(x) @ bf16(W).T up to f32 sums; every type, the widths above, odd M and N."""
-    rng, g = np.random.default_rng(int(qtype) + 100), torch.Generator().manual_seed(int(qtype))
-    for k in widths(qtype):
-        mm, w = linear([random_tensor(qtype, OUT, k, rng)], k, 64)
-        for m in PREFILL_ROWS:
-            x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
-            assert_bf16_product(mm(x), x, w)
-
-
-@BF16
-def test_bf16_panels_across_parts_of_mixed_types_and_strided_io():
-    mm, w = linear(mixed_parts(np.random.default_rng(6)), 512, 64)
-    x, y = strided_call(mm, 77)
-    assert_bf16_product(y, x, w)
-
-
-@BF16
-def test_bf16_rows_bit_identical_whatever_the_batch():
-    mm, _ = linear([random_tensor(Q.Q4_K, 70, 512, np.random.default_rng(3))], 512, 64)
-    x = torch.randn(300, 512)
-    big = mm(x)
-    for a, b in ((0, 64), (5, 90), (100, 300), (231, 300)):
-        assert torch.equal(mm(x[a:b]), big[a:b]), (a, b)
-
-
 @pytest.mark.skipif(not native.has("gemm") or native.bf16_tiles(), reason="AMX tiles take these rows, or no C++ GEMMs")
 @pytest.mark.parametrize("m", [23, 70], ids=["int8", "prefill"])
 def test_mlp_and_residual_paths_take_the_gemms(m):
-    """hk_mlp and hk_linear_residual multiply as hk_linear does (10+ rows: the int8 GEMM; from 64 the
-    prefill GEMM): the residual add is bit-exact on the linear's output; the MLP's down projection is
-    held to the twin's 8-bit bound on act(gate) * up (torch's silu: the kernel's exp differs by an ulp;
-    bf16's rounding of the middle and of W, 2^-9 relative each, stays within ACT8_TOL too)."""
+    """hk_mlp and hk_linear_residual multiply as hk_linear does (10+ rows, a prefill's 70 included: the
+    int8 GEMM): the residual add is bit-exact on the linear's output; the MLP's down projection is
+    held to the twin's 8-bit bound on act(gate) * up (torch's silu: the kernel's exp differs by an ulp)."""
     rng, g, hidden, inter = np.random.default_rng(9), torch.Generator().manual_seed(9), 256, 256  # K % 256 == 0
     gate_up, _ = linear([random_tensor(Q.Q4_K, inter, hidden, rng), random_tensor(Q.Q4_K, inter, hidden, rng)],
                         hidden, 64)

@@ -4,17 +4,15 @@
 // consecutive k, and every activation row passes that panel before the next one is unpacked
 // (gemm_bf16.h's scheme).
 //
-// Where it runs: from VNNI_GEMM_MIN_ROWS rows (decode batches, verified drafts, short chunks) up to a
-// plan's gemm_min_rows, where prefills take AVX512-BF16 (gemm_dpbf16.h says why), and for every row
-// count from VNNI_GEMM_MIN_ROWS on where the CPU has no AVX512-BF16 (Ice Lake, Cascade Lake). A zmm
+// Where it runs: from VNNI_GEMM_MIN_ROWS rows on (decode batches, verified drafts, prefills). A zmm
 // vpdpbusd (64 MACs) issues as often as a vdpbf16ps (32): measured ~1/cycle each on Zen 4; this loop
 // spends 3 vector ops per 16 weights on turning int32 sums into f32 (4 vpdpbusd) and 1 per scale
-// group of the weights on the offsets. With one activation scale per 32 (ggml's; 2 ops per 16) it
-// ran ~60% of its peak, about the bf16 loop's rate at 512 rows, and below 64 rows it was the faster
-// one (its panels are half the bytes to unpack: at 64 rows 1.25-1.4x the bf16 loop, one thread).
-// A scale per 16 costs up to 1.25x the vector ops of the 32-wide weight types' blocks (unpacking
-// the panels, which dominates at 10 rows, is unchanged); it is the GEMV's rounding (blocks.h
-// quantize), so batches of 10+ rows keep the fidelity of single-row decodes.
+// group of the weights on the offsets. Prefills took an AVX512-BF16 GEMM (W expanded to bf16 panels
+// per call) until 2026-12-05: on Sapphire Rapids with the AMX tier forced off this loop ran the
+// 1.5B model's prefill shapes 1.7-2.9x faster, on Zen 4 ~1.3x (an earlier measurement), and with a
+// scale per 16 (the GEMV's rounding, blocks.h quantize) its prefill logits stay within the fidelity
+// bound (tests/models/test_fidelity.py at the avx512 tier), so batches and prefills keep the
+// fidelity of single-row decodes. Below 64 rows its panels are half the bytes to unpack of bf16's.
 //
 // Register block: 2 vectors of output features (the panel's 32) x MR activation rows; per 4 k a
 // weight vector is loaded and each row's 4 codes broadcast (the vpdpbusd memory operand). Per 16 k

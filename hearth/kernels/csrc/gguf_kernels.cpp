@@ -23,7 +23,6 @@
 #include "attention.h"
 #include "gemm_bf16.h"
 #include "gemm_vnni.h"
-#include "gemm_dpbf16.h"
 #include "attention_prefill.h"
 #include "kv_quant.h"
 
@@ -446,73 +445,6 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
   return !bad;
 }
 
-template <class T>
-struct DequantBf16Row {  // one weight row -> bf16, contiguous (gemm_dpbf16.h; avx512_bf16_usable())
-  static void run(const uint8_t* row, int64_t K, int64_t nb, uint16_t* out) {
-    if constexpr (tabled<T>()) {
-      dequant_row_bf16_table<T>(row, K, nb, out);
-    } else {
-      dequant_row<T>(row, K, nb, out);
-    }
-  }
-};
-
-// Where AMX bf16 tiles are not usable but AVX512-BF16 is, from gemm_min_rows rows on: gemm_dpbf16
-bool dp_gemm_for(const Plan& p, int64_t M) {
-  return p.gemm_min_rows > 0 && M >= p.gemm_min_rows && !amx_bf16_usable() && avx512_bf16_usable();
-}
-
-// y = x @ W.T on AVX512-BF16 (gemm_dpbf16.h), x f32 rounded to bf16: each thread expands its panels a
-// group at a time (<= DP_GROUP_BYTES, in L2) and passes chunks of rows (<= DP_CHUNK_BYTES) through the
-// group, as gemm_bf16. False for an unknown type.
-constexpr int64_t DP_GROUP_BYTES = 512 << 10, DP_CHUNK_BYTES = 256 << 10;
-
-bool gemm_dpbf16(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy) {
-  const int64_t K = p.K, N = p.N, panels = (N + DP_PANEL - 1) / DP_PANEL, pe = DP_PANEL * K;  // pe: u16 a panel
-  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> xb_buf;
-  uint16_t* xb = scratch(xb_buf, M * K);
-  to_bf16_rows(x, M, K, ldx, xb);
-  const int64_t group = std::max<int64_t>(1, DP_GROUP_BYTES / (2 * pe));
-  const int64_t chunk = std::max<int64_t>(DP_MR, DP_CHUNK_BYTES / (2 * K) / DP_MR * DP_MR);
-  int bad = 0;
-#pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
-  {
-    thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> panel_buf, stage_buf;
-    uint16_t* pw = scratch(panel_buf, group * pe);
-    uint16_t* st = scratch(stage_buf, 16 * K);
-    const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int64_t p1 = panels * (t + 1) / T;
-    for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
-      const int64_t g1 = std::min(p1, g0 + group);
-      for (int64_t pn = g0; pn < g1; ++pn)
-        for (int h = 0; h < 2; ++h) {
-          for (int64_t i = 0; i < 16; ++i) {
-            const int64_t n = pn * DP_PANEL + 16 * h + i;
-            const Part* q = nullptr;
-            for (const Part& c : p.parts)
-              if (n >= c.out_col && n < c.out_col + c.rows) q = &c;
-            if (!q) {  // past N: zeros
-              std::memset(st + i * K, 0, 2 * K);
-              continue;
-            }
-            const int64_t r = n - q->out_col;
-            const uint8_t* ahead = q->w + (r + EXPAND_AHEAD) * q->row_bytes;  // as gemm_bf16's expansion
-            for (int64_t b = 0; b < q->row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
-            if (!dispatch<DequantBf16Row>(q->qtype, q->w + r * q->row_bytes, K, q->nb, st + i * K)) bad = 1;
-          }
-          dp_half(st, K, K, h, pw + (pn - g0) * pe);
-        }
-      for (int64_t m0 = 0; m0 < M; m0 += chunk)
-        for (int64_t pn = g0; pn < g1; ++pn) {
-          const int64_t n0 = pn * DP_PANEL;
-          dp_rows(pw + (pn - g0) * pe, K, xb, K, m0, std::min(M, m0 + chunk), y + n0, ldy,
-                  std::min<int64_t>(DP_PANEL, N - n0));
-        }
-    }
-  }
-  return !bad;
-}
-
 thread_local std::vector<TileActs> tile_acts_buf;
 
 // Steps of up to this many rows (below a plan's gemm_min_rows) sum every row as the GEMV does, whose
@@ -523,13 +455,11 @@ int64_t invariant_rows = 0;
 
 // y = rmsnorm(x) @ W.T (norm_w optional): on AMX bf16 tiles for a prefill (the norm applied as x is
 // packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI
-// loop; without AMX, from VNNI_GEMM_MIN_ROWS rows on on the int8 VNNI GEMM, and from gemm_min_rows on
-// (a prefill) on AVX512-BF16 where the CPU has it
+// loop; without AMX, from VNNI_GEMM_MIN_ROWS rows on (batches and prefills) on the int8 VNNI GEMM
 bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
             const float* norm_w = nullptr, float eps = 0.0f) {
   if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
   x = normed(x, M, p.K, ldx, norm_w, eps);
-  if (dp_gemm_for(p, M)) return gemm_dpbf16(p, x, M, ldx, y, ldy);
   const bool exact = M <= invariant_rows;  // a verify step: every row summed as a decode row
   if (!exact && vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
@@ -850,10 +780,6 @@ void hk_set_invariant_rows(int64_t n) { invariant_rows = n; }
 
 // 1 when those batches run on the int8 VNNI GEMM (no AMX tiles here), else 0
 int hk_vnni_gemm() { return amx_usable() ? 0 : 1; }
-
-// 1 when prefill-sized matmuls (a plan's gemm_min_rows on) run on AVX512-BF16 here (gemm_dpbf16.h:
-// no AMX bf16 tiles, the CPU has AVX512-BF16), else 0
-int hk_dpbf16_gemm() { return !amx_bf16_usable() && avx512_bf16_usable() ? 1 : 0; }
 
 // ---- a whole decoder layer for a few rows (decodes, short chunks) in one call ----
 // The same block as hearth.models.transformer.DecoderLayer with every attention over the paged
