@@ -47,7 +47,7 @@ class Tier:
 
 TIERS = (  # best first
     Tier("amx", AVX512 + AMX, True, 3, "C++ kernels with AMX int8 tiles (decode batches) and bf16 tiles (prefill)"),
-    Tier("avx512", AVX512, True, 2, "C++ kernels on AVX-512 VNNI, no tiles: int8 GEMV, GEMM from 10 rows, AVX512-BF16 prefill",
+    Tier("avx512", AVX512, True, 2, "C++ kernels on AVX-512 VNNI, no tiles: int8 GEMV, int8 GEMM from 10 rows (prefills too)",
          onednn_cap="AVX512_CORE_BF16"),
     Tier("avx2", AVX2, True, 1, "C++ kernels on AVX2 (int8 dot products, decode attention, an int8 GEMM for "
          "prefill; AVX-VNNI where present)", onednn_cap="AVX2", dense_dtype="float32"),
