@@ -11,7 +11,7 @@ import torch
 
 from hearth import LLM, SamplingParams
 from hearth.backends import select
-from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.registry import load_model
 from hearth.runner.draft_vocab import DraftVocab
 from hearth.sample.sampler import target_probs
@@ -27,8 +27,7 @@ def tiny(tmp_path_factory):
     write_tiny_gguf(path, "qwen2", vocab=320, qtype="Q8_0")
     g = GGUFFile(path)
     model, cfg = load_model(g, select())
-    head = g.tensors.get("output.weight") or g.tensor("token_embd.weight")
-    return model, head
+    return model, head_tensor(g)
 
 
 def test_reduced_head_scores_the_first_ids_and_the_requests_own_tokens(tiny):
