@@ -23,7 +23,7 @@ from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
-from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.loader.tokenizer import Tokenizer
 from hearth.loader.vocab import read_vocab
 from hearth.models.registry import load_model
@@ -229,13 +229,8 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
         i = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
         raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
                                        f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
-    spec.check_draft_vocab(_head(g).shape[0])  # before the load, as every other bad value
+    spec.check_draft_vocab(head_tensor(g).shape[0])  # before the load, as every other bad value
     return g
-
-
-def _head(g: GGUFFile):
-    """The output matrix [vocab, hidden]: its own tensor, or the tied embedding."""
-    return g.tensors.get("output.weight") or g.tensor("token_embd.weight")
 
 
 def _draft_model(g: GGUFFile, backend):
@@ -252,7 +247,7 @@ def _draft_model(g: GGUFFile, backend):
 
 def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend) -> DraftVocab | None:
     """The draft's reduced head (speculative_config.draft_vocab), or None for the whole vocabulary."""
-    head = _head(g)
+    head = head_tensor(g)
     if not spec.draft_vocab or spec.draft_vocab == head.shape[0]:
         return None
     return DraftVocab(head, spec.draft_vocab, backend, mc.final_logit_softcap)

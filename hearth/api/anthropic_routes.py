@@ -19,7 +19,7 @@ from hearth.api.messages import openai_messages
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse
-from hearth.api.tool_layer import reprompt_ids
+from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
 from hearth.api.tools import anthropic_tools, plan_tools, prompt_messages
 from hearth.sampling_params import StructuredOutput
@@ -75,10 +75,9 @@ async def messages(body: MessagesRequest, request: Request):
     history = guard.history
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
-    source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history), served, plan,
-                                     text, ids, fields, {"stop": "stop_sequences"}, guard, True,
-                                     lambda extra: reprompt_ids(served, _prompt(served, body, guard, plan, extra)[0],
-                                                                body.max_tokens))
+    req = ChoicesRequest(served, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, True,
+                         lambda extra: reprompt_ids(served, _prompt(served, body, guard, plan, extra)[0], body.max_tokens))
+    source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history), req)
     if body.stream:
         return SSEResponse(message_events(served, source), on_close=source.abort)
     result = await until_disconnect(request, _message(served, source))

@@ -19,7 +19,7 @@ from hearth.api.openai_protocol import ChatCompletionRequest
 from hearth.api.parsing import openai_finish
 from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
 from hearth.api.sse import DONE, SSEResponse, data_event
-from hearth.api.tool_layer import reprompt_ids
+from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
 from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
@@ -49,9 +49,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
               token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids),
               structured=getattr(body.response_format, "type", "text") != "text",
               workflow=guard.ext.workflow is not None, prefill=body.continue_final_message)
-    source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), served,
-                                            plan, prompt, ids, fields, names, guard, parallel,
-                                            lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]))
+    req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard, parallel,
+                         lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]))
+    source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), req)
     reply = _Reply(served, source, client_k, parallel, legacy)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)

@@ -25,7 +25,7 @@ from hearth.api.responses_protocol import ResponsesRequest
 from hearth.api.responses_store import StoredResponse
 from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse, named_event
-from hearth.api.tool_layer import reprompt_ids
+from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 from hearth.errors import HearthError
@@ -75,9 +75,9 @@ async def create_response(body: ResponsesRequest, request: Request):
                                  model_plan.tools if model_plan.in_template else None)
         return text, model.encode_chat_text(text)
 
-    source, _ = await routed_choices(state, body.model, ask, render_for, served, plan, prompt, ids, fields,
-                                     {"max_tokens": "max_output_tokens"}, guard, body.parallel_tool_calls, reprompt,
-                                     request_id=f"resp_{_hex()}")
+    req = ChoicesRequest(served, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, guard,
+                         body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}")
+    source, _ = await routed_choices(state, body.model, ask, render_for, req)
     reply = _Reply(served, store, body, source, conversation, prompt, ids)
     if body.stream:
         return SSEResponse(reply.events(), on_close=source.abort)

@@ -7,6 +7,7 @@ every mode (its nudges are that loop's). Every route with tools builds its choic
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from hearth.api.choices import PlainChoices
 from hearth.api.guard_extras import RequestGuard
@@ -18,31 +19,51 @@ from hearth.api.tools import ToolPlan, guard_constraint
 from hearth.errors import HearthError
 
 
-def build_choices(served, state, plan: ToolPlan, prompt: str, ids: list[int], fields: dict, field_names: dict | None,
-                  rg: RequestGuard, parallel: bool, reprompt: Callable[[list[dict]], list[int]],
-                  request_id: str | None = None) -> tuple[PlainChoices | GuardedChoices, int | None]:
-    """(the choices, the logprobs the client asked for). `fields`: SamplingParams fields (see
-    hearth.api.sampling.make_params); `reprompt`: extra OpenAI messages -> prompt ids."""
+@dataclass(slots=True)
+class ChoicesRequest:
+    """One request as build_choices takes it, rendered for one served model: each route builds it once
+    (the router's attempt is a copy for the small model)."""
+    served: object
+    plan: ToolPlan
+    prompt: str
+    ids: list[int]
+    fields: dict
+    """SamplingParams fields (see hearth.api.sampling.make_params)."""
+    field_names: dict | None
+    """SamplingParams names -> the wire's names, for error messages."""
+    guard: RequestGuard
+    parallel: bool
+    reprompt: Callable[[list[dict]], list[int]]
+    """Extra OpenAI messages -> prompt ids."""
+    request_id: str | None = None
+
+
+def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedChoices, int | None]:
+    """(the choices, the logprobs the client asked for)."""
+    served, plan, prompt, rg = req.served, req.plan, req.prompt, req.guard
     metrics = state.metrics.of(served.name)
     ext = rg.ext
     policy = rg.policy(plan.parse_format) if plan.tools else None
     guard = ext.tool_guard if plan.tools and (ext.tool_guard.mode != "off" or policy is not None) else None
-    lazy = guard_constraint(served, plan, prompt, parallel, guard) if guard and fields["structured_output"] is None else None
-    fields = dict(fields)
+    lazy = None
+    if guard and req.fields["structured_output"] is None:
+        lazy = guard_constraint(served, plan, prompt, req.parallel, guard)
+    fields = dict(req.fields)
     if lazy is not None:
         fields["structured_output"] = lazy
     client_k = fields.get("logprobs")
     if guard is not None and client_k is None:
         fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
-    params = make_params(fields, state.limits, served.max_model_len, field_names)
+    params = make_params(fields, state.limits, served.max_model_len, req.field_names)
     if guard is None:
-        gen = Generation(served.engine, ids, params, metrics, request_id=request_id)
+        gen = Generation(served.engine, req.ids, params, metrics, request_id=req.request_id)
         return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], rg.log.events), client_k
     grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
-    setup = guard_setup(served, metrics, plan, prompt, ids, params, guard, client_k is not None, grammar, reprompt)
+    setup = guard_setup(served, metrics, plan, prompt, req.ids, params, guard, client_k is not None, grammar,
+                        req.reprompt)
     setup.events, setup.policy = rg.log.events, policy
-    if request_id:
-        setup.request_id = request_id
+    if req.request_id:
+        setup.request_id = req.request_id
     return GuardedChoices(setup), client_k
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
 from hearth.api.guard_extras import RequestGuard
-from hearth.api.tool_layer import build_choices
+from hearth.api.tool_layer import ChoicesRequest, build_choices
 from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
 from hearth.tool_guard import GuardConfig
@@ -34,21 +35,17 @@ PROBE_MAX_TOKENS = 512
 log = logging.getLogger("hearth.router")
 
 
-async def routed_choices(state, model_field: str | None, ask: Ask, render: Render, served, plan: ToolPlan,
-                         prompt: str, ids: list[int], fields: dict, field_names: dict | None, rg: RequestGuard,
-                         parallel: bool, reprompt, request_id: str | None = None):
+async def routed_choices(state, model_field: str | None, ask: Ask, render: Render, req: ChoicesRequest):
     """build_choices (hearth.api.tool_layer), with the router first when the request has one:
     (the choices, the logprobs the client asked for)."""
-    config = router_config(state, model_field, rg.ext)
+    config = router_config(state, model_field, req.guard.ext)
     report = source = None
     if config is not None:
-        report, source = await _route(state, model_field, config, ask, rg, fields, field_names, parallel, render,
-                                      request_id)
-        state.metrics.observe_router(served.name, report)
+        report, source = await _route(state, model_field, config, ask, render, req)
+        state.metrics.observe_router(req.served.name, report)
     if source is not None:
         return source, None
-    source, client_k = build_choices(served, state, plan, prompt, ids, fields, field_names, rg, parallel, reprompt,
-                                     request_id)
+    source, client_k = build_choices(state, req)
     return (source if report is None else WithRouter(source, report.as_dict())), client_k
 
 
@@ -74,8 +71,8 @@ def router_config(state, model_field: str | None, ext) -> RouterConfig | None:
     return RouterConfig(small.spec.name, threshold)
 
 
-async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, rg: RequestGuard, fields: dict,
-                 field_names, parallel: bool, render: Render, request_id: str | None) -> tuple[RouterReport, object | None]:
+async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, render: Render,
+                 req: ChoicesRequest) -> tuple[RouterReport, object | None]:
     """(what was decided, the replayed answer when the small model's call is accepted)."""
     skip = skip_reason(ask)
     if skip is not None:
@@ -84,7 +81,7 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
     try:
         # the main model stays loaded while the small one loads (or the budget could unload it)
         async with state.models.lease(model_field), state.models.lease(config.model) as small:
-            source, updates = await _attempt(state, small, ask, rg, fields, field_names, parallel, render, request_id)
+            source, updates = await _attempt(state, small, ask, render, req)
     except Exception as e:  # the small model could not take it (context, template, ...): the main model answers
         if not isinstance(e, (APIError, HearthError)):
             log.warning("router %s failed; the main model answers", config.model, exc_info=True)
@@ -105,16 +102,17 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
                             source.num_prompt_tokens, source.num_cached_tokens)
 
 
-async def _attempt(state, small, ask: Ask, rg: RequestGuard, fields: dict, field_names, parallel: bool,
-                   render: Render, request_id: str | None) -> tuple[object, list[Update]]:
+async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest) -> tuple[object, list[Update]]:
     """The small model's forced call, run to its end and held back."""
+    rg = req.guard
     plan = plan_tools(small, rg.tools, forced_choice(ask.tool_choice))
     prompt, ids = render(small, plan)
     guard = RequestGuard(None, PROBE_GUARD, rg.tools, rg.history)
-    cap = min(fields.get("max_tokens") or PROBE_MAX_TOKENS, PROBE_MAX_TOKENS)
-    probe_fields = {**fields, "structured_output": plan.constraint, "logprobs": None, "max_tokens": cap}
-    source, _ = build_choices(small, state, plan, prompt, ids, probe_fields, field_names, guard, parallel,
-                              _no_reprompt, request_id)
+    cap = min(req.fields.get("max_tokens") or PROBE_MAX_TOKENS, PROBE_MAX_TOKENS)
+    fields = {**req.fields, "structured_output": plan.constraint, "logprobs": None, "max_tokens": cap}
+    probe = replace(req, served=small, plan=plan, prompt=prompt, ids=ids, fields=fields, guard=guard,
+                    reprompt=_no_reprompt)
+    source, _ = build_choices(state, probe)
     return source, [u async for _, u in source.updates()]
 
 

@@ -189,6 +189,11 @@ class GGUFFile:
         return self.path.stat().st_size
 
 
+def head_tensor(g: GGUFFile) -> GGUFTensor:
+    """The lm-head matrix [vocab, hidden]: its own `output.weight`, or the tied token embedding."""
+    return g.tensors.get("output.weight") or g.tensor("token_embd.weight")
+
+
 def _check_header(path: Path) -> None:
     if not path.exists():
         raise ModelLoadError(f"model file not found: {path}")

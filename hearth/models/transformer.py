@@ -16,7 +16,7 @@ from hearth.errors import ModelLoadError
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.layers.rotary import Rotary
-from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.arch_spec import ArchSpec
 
 
@@ -135,8 +135,7 @@ class CausalLM(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.stack = backend.stack(layers)  # a prefill chunk through many layers in one call, or None
         self.norm = RMSNorm(f32(g, "output_norm.weight"), cfg.rms_norm_eps)
-        head = g.tensors.get("output.weight") or g.tensor("token_embd.weight")
-        self.lm_head = backend.linear(head)
+        self.lm_head = backend.linear(head_tensor(g))
 
     @classmethod
     def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:

@@ -6,7 +6,7 @@ import gguf
 import numpy as np
 import pytest
 
-from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from tests.gguf_factory import write_tiny_gguf
 
 
@@ -31,6 +31,14 @@ def test_tiny_files(tmp_path, arch, qtype):
     path = tmp_path / "m.gguf"
     write_tiny_gguf(path, arch, qtype=qtype)
     assert_same_as_gguf_py(path)
+
+
+@pytest.mark.parametrize("tied,expected", [(True, "token_embd.weight"), (False, "output.weight")])
+def test_head_tensor_is_the_output_matrix_or_the_tied_embedding(tmp_path, tied, expected):
+    path = tmp_path / "m.gguf"
+    write_tiny_gguf(path, "llama", tied=tied)
+    g = GGUFFile(path)
+    assert head_tensor(g).name == expected and ("output.weight" in g.tensors) != tied
 
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])

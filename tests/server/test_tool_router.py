@@ -27,8 +27,8 @@ ASK = [{"role": "user", "content": "weather in Oslo?"}]
 class Says(FakeEngine):
     """A fake engine that says `pieces` whatever the prompt."""
 
-    def __init__(self, *pieces: str):
-        super().__init__()
+    def __init__(self, *pieces: str, max_model_len: int = 4096):
+        super().__init__(max_model_len)
         self.pieces = list(pieces)
 
     def add_request(self, prompt_ids, params, request_id=None):
@@ -41,8 +41,8 @@ class Says(FakeEngine):
 def make():
     clients = []
 
-    def build(small_says=(OSLO_CALL,), threshold: float | None = 0.5):
-        main, small = Says("It is sunny."), Says(*small_says)
+    def build(small_says=(OSLO_CALL,), threshold: float | None = 0.5, small_context: int = 4096):
+        main, small = Says("It is sunny."), Says(*small_says, max_model_len=small_context)
         routers = {"main": RouterConfig("small", threshold)} if threshold is not None else {}
         pool = ModelPool.of([fake_served(engine=main, names=("main",)), fake_served(engine=small, names=("small",))],
                             routers)
@@ -126,6 +126,23 @@ def test_an_invalid_call_falls_back_whatever_its_confidence(make):
     body = chat(client).json()
     assert body["hearth"]["router"]["reason"] == "invalid_call"
     assert body["choices"][0]["message"]["content"] == "It is sunny."
+
+
+def test_a_prompt_the_small_model_cannot_take_falls_back_to_the_main_model(make):
+    client, main, small = make(threshold=0.0, small_context=600)  # above PROBE_MAX_TOKENS: the prompt is what fails
+    question = [{"role": "user", "content": "weather in Oslo? " + "Tell me in detail. " * 40}]  # ~800 tokens
+    r = chat(client, question)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["choices"][0]["message"]["content"] == "It is sunny."
+    router = body["hearth"]["router"]
+    assert router["decision"] == "fallback" and router["model"] == "small"
+    assert router["reason"].startswith("small_failed: prompt is ") and "the context holds 600" in router["reason"]
+    assert router["confidence"] is None and small.added == [] and len(main.added) == 1
+    assert chat(client).json()["hearth"]["router"]["decision"] == "accepted"  # a short prompt still routes
+    line = ('hearth:router_requests_total{decision="fallback",model_name="main",reason="small_failed",'
+            'router="small"} 1.0')
+    assert line in client.get("/metrics").text
 
 
 def test_per_request_router_and_threshold(make):

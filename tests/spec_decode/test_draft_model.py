@@ -20,7 +20,7 @@ from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfi
 
 from tests.engine.fakes import CountingRunner, LetterTokenizer
 from tests.gguf_factory import write_tiny_gguf
-from tests.spec_decode.test_real_model import CODE, GREEDY, chat, generate
+from tests.spec_decode.test_real_model import CODE, GREEDY, STORY, assert_greedy_equals_plain, chat, generate
 from tests.test_engine_equivalence import MODES, PROMPTS, assert_agree
 
 
@@ -75,17 +75,13 @@ def test_serve_model_draft_flag_sets_method_draft():
 
 @pytest.mark.parametrize("which", ["story", "code"])
 def test_target_as_its_own_draft_equals_plain_greedy_and_accepts_almost_all(smol_llm, self_draft, which):
-    prompt = CODE if which == "code" else chat(smol_llm, "Write a short story about a cat.")
-    want, _, _ = generate(smol_llm, prompt, GREEDY)
-    got, drafted, accepted = generate(self_draft, prompt, GREEDY)
-    assert got.token_ids == want.token_ids and got.text == want.text
-    assert drafted >= 60 and accepted >= 0.98 * drafted, (drafted, accepted)
+    assert_greedy_equals_plain(smol_llm, self_draft, which, min_drafted=60, min_rate=0.98)
 
 
 def test_sampling_with_the_drafts_distribution_accepts_almost_all_and_is_reproducible(smol_llm, self_draft):
     """Drafts drawn from q (the draft's own distribution) are accepted with min(1, p/q): with q = p
     nearly always, where argmax drafts at temperature 1 would be accepted only with p(argmax)."""
-    prompt = chat(smol_llm, "Write a short story about a cat.")
+    prompt = chat(smol_llm, STORY)
     p = SamplingParams(temperature=1.0, seed=5, max_tokens=48, ignore_eos=True)
     a, drafted, accepted = generate(self_draft, prompt, p)
     b, _, _ = generate(self_draft, prompt, p)

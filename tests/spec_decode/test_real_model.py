@@ -55,6 +55,18 @@ def chat(llm, text):
 
 
 GREEDY = SamplingParams(temperature=0, max_tokens=96, ignore_eos=True)
+STORY = "Write a short story about a cat."
+
+
+def assert_greedy_equals_plain(plain, spec, which: str, min_drafted: int, min_rate: float) -> None:
+    """Greedy with speculation (`spec`) on the `which` prompt ("code" or "story") is `plain` greedy
+    token for token, with at least min_drafted drafts verified and min_rate of them accepted: a run
+    that drafted or accepted nothing fails."""
+    prompt = CODE if which == "code" else chat(plain, STORY)
+    want, _, _ = generate(plain, prompt, GREEDY)
+    got, drafted, accepted = generate(spec, prompt, GREEDY)
+    assert got.token_ids == want.token_ids and got.text == want.text
+    assert drafted >= min_drafted and accepted >= min_rate * drafted and accepted > 0, (drafted, accepted)
 
 
 @pytest.mark.parametrize("which", ["code", "list"])

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>  // std::memcpy
 #include <vector>
 
 #define HK_ROWS_GEMM 1  // decode_library.h's run() takes rows_gemm from a plan's gemm_min_rows
