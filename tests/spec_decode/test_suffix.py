@@ -211,7 +211,7 @@ def test_requests_decoding_in_a_step_too_big_to_draft_are_still_cached():
 
 def test_suffix_config_defaults_and_errors():
     c = config()
-    assert (c.num_speculative_tokens, c.suffix_decoding_max_tree_depth) == (24, 24)
+    assert (c.num_speculative_tokens, c.suffix_decoding_max_tree_depth) == (64, 64)
     assert config(num_speculative_tokens=5).num_speculative_tokens == 5
     assert SpeculativeConfig.parse({"method": "ngram"}).num_speculative_tokens == 4
     assert config(suffix_decoding_min_token_prob=0).suffix_decoding_min_token_prob == 0
