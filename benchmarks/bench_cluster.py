@@ -1,15 +1,18 @@
 """`hearth cluster serve` measured (issue 23 point 6), in one command:
 
 1. routing: prefix-aware vs round-robin on 2 replicas x 1 thread, `hearth bench --url` with the
-   `shared-prefix` workload (32 conversations over 8 ~800-token system prompts, growing a turn at a
-   time) at each concurrency, each replica's KV cache held to --kv-blocks so that one replica cannot
-   hold every conversation's prefix; the hit rate is the replicas' prefix-cache counters from
+   `shared-prefix` workload (32 conversations over 8 ~850-token system prompts, growing a turn at a
+   time) at each concurrency, each replica's KV cache held to --kv-fractions of the workload's
+   working set (its distinct blocks), one server per fraction, so that one replica cannot hold
+   every conversation's prefix; the hit rate is the replicas' prefix-cache counters from
    /metrics (prompt tokens served from cache / prompt tokens, summed over replicas), with TTFT
    p50/p99 and output tokens/s from the bench;
 2. the same workload on one `hearth serve --threads 2` with both replicas' KV blocks (2 x 1 vs 1 x 2);
 3. the front end's cost: one `hearth cluster serve --replicas 1` and one `hearth serve --threads 1`
    up together, the same one-token request sent to each in turn (--pairs times, the order swapped
-   every pair), TTFT p50 of each and the p50 of the per-pair difference.
+   every pair), TTFT p50 of each and the p50 of the per-pair difference (hearth serve's HTTP server
+   and engine share one interpreter lock, the cluster's do not: bench_cluster_frontend.py measures
+   the front end against the replica called directly instead).
 
     .venv/bin/python benchmarks/bench_cluster.py [--levels 8,32] [--requests 96]
                                                  [--kv-fractions 0.25,0.5] [--only simulate,prefix,round-robin,serve,overhead]
