@@ -114,7 +114,7 @@ class Scheduler:
         return SchedulerOutput([self._message(r, n, k) for r, n, k in with_drafts], finished, loads, saves)
 
     def _blocks_being_computed(self) -> set[bytes]:
-        """Hashes of the full blocks running requests have still to compute (their prompt's rest)."""
+        """Hashes of the full blocks of known tokens running requests have still to compute."""
         return {h for req in self.running for h in self.kv.pending_hashes(req)}
 
     def _next_block_in(self, req: Request, num_cached: int, computing: set[bytes]) -> bool:
