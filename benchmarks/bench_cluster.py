@@ -218,7 +218,7 @@ def servers(args, blocks: int) -> dict[str, list[str]]:
     """Each server's command line with `blocks` KV blocks per replica (hearth serve: replicas x that)."""
     engine = ["--max-model-len", "2048"]
     cluster = ["cluster", "serve", args.model, "--replicas", str(args.replicas), "--threads-per-replica", "1",
-               "--num-kv-blocks", str(blocks), *engine]
+               "--num-kv-blocks", str(blocks), *engine, *(["--address", args.address] if args.address else [])]
     prefix = {f"prefix {lf:g}": [*cluster, "--routing", "prefix", "--load-factor", f"{lf:g}"]
               for lf in args.load_factors}
     return {**prefix, "round-robin": [*cluster, "--routing", "round-robin"],
@@ -265,6 +265,8 @@ def main() -> None:
                    help="requests per level (32 = one turn of every conversation; 96: each grows to its third turn)")
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--replicas", type=int, default=2)
+    p.add_argument("--address", help="a Ray cluster to join (e.g. one started with more --num-cpus than this "
+                                     "machine has, to measure hit rates on more replicas than cores)")
     p.add_argument("--kv-fractions", default="0.25,0.5", type=lambda s: [float(x) for x in s.split(",")],
                    help="KV blocks per replica as fractions of the workload's working set (its distinct "
                         "blocks), one server each (hearth serve gets replicas x that)")
