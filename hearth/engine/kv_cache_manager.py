@@ -75,6 +75,13 @@ class KVCacheManager:
             found.append(block)
         return found
 
+    def pending_hashes(self, req: Request) -> list[bytes]:
+        """Hashes of req's full blocks of known tokens (prompt, and output so far) not registered
+        yet: K/V that this request is about to compute, so nobody else should compute it too."""
+        if not self.enable_prefix_caching:
+            return []
+        return self.block_hashes(req, req.num_tokens // self.block_size)[req.num_registered_blocks:]
+
     def find_disk_prefix(self, req: Request, start: int) -> list[tuple[bytes, bytes]]:
         """(hash, verified payload) of the blocks after the first `start` that continue the prefix
         from the disk tier. A request that has to wait for free blocks keeps what was read, so the

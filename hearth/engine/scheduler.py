@@ -86,9 +86,14 @@ class Scheduler:
                 continue
             scheduled.append((req, n))
             budget -= n
-        while self.waiting and budget > 0 and len(self.running) < self.max_num_seqs:
-            req = self.waiting[0]
+        computing = self._blocks_being_computed() if self.waiting else set()
+        i = 0
+        while i < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
+            req = self.waiting[i]
             cached = self.kv.find_cached_prefix(req)
+            if self._next_block_in(req, len(cached), computing):
+                i += 1  # waits for those blocks, then takes them from the cache; later ones go on
+                continue
             loads = self.kv.find_disk_prefix(req, len(cached))
             n = min(req.num_tokens - (len(cached) + len(loads)) * self.kv.block_size, budget)
             if not self.kv.allocate_slots(req, n, cached, loads):
@@ -97,15 +102,30 @@ class Scheduler:
                 req.num_cached_tokens = req.num_computed_tokens
             if req.num_computed_tokens:
                 self._admitted_with_hit.add(req.request_id)
-            self.waiting.popleft()
+            del self.waiting[i]
             req.status = RequestStatus.RUNNING
             self.running.append(req)
             scheduled.append((req, n))
             budget -= n
+            computing.update(self.kv.pending_hashes(req))
         with_drafts = self._add_drafts(scheduled, budget)
         finished, self._finished_ids = self._finished_ids, []
         loads, saves = self.kv.take_transfers()
         return SchedulerOutput([self._message(r, n, k) for r, n, k in with_drafts], finished, loads, saves)
+
+    def _blocks_being_computed(self) -> set[bytes]:
+        """Hashes of the full blocks of known tokens running requests have still to compute."""
+        return {h for req in self.running for h in self.kv.pending_hashes(req)}
+
+    def _next_block_in(self, req: Request, num_cached: int, computing: set[bytes]) -> bool:
+        """Whether the first block of req's prompt past its cached prefix is one another request is
+        computing now: admitted, req would compute the same K/V again (two conversations opening
+        with one system prompt, arrived together); a step or a few later it is a cache hit. SGLang
+        defers such requests within a batch too (its in-batch prefix check)."""
+        if not computing:
+            return False
+        hashes = self.kv.block_hashes(req, (req.num_tokens - 1) // self.kv.block_size)
+        return num_cached < len(hashes) and hashes[num_cached] in computing
 
     def idle_output(self) -> SchedulerOutput | None:
         """With nothing to run: the message naming the never-used blocks one full step would take
