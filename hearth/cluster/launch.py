@@ -50,10 +50,16 @@ LOOPBACK_ONLY = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 instead of the machine's network address: a local instance's processes then talk over loopback only."""
 
 
+AUTH_MODE = "RAY_AUTH_MODE"
+"""Set to `token` before Ray is imported, a driver joining a head sends the token `ray start` wrote
+to ~/.ray/auth_token (Ray's token authentication is on by default since 2.5x; a head without it
+accepts the token too). Unset, joining a `ray start` head fails with "Failed to connect"."""
+
+
 def import_ray(local: bool = False):
-    """local: Ray will start its own instance here (no --address), kept on loopback."""
-    if local:
-        os.environ.setdefault(LOOPBACK_ONLY, "0")
+    """local: Ray will start its own instance here (no --address), kept on loopback; else this
+    process joins a head (with its token). Both settings are read when Ray is imported."""
+    os.environ.setdefault(*((LOOPBACK_ONLY, "0") if local else (AUTH_MODE, "token")))
     try:
         import ray
     except ImportError:
@@ -64,7 +70,7 @@ def import_ray(local: bool = False):
 def connect(address: str | None, num_cpus: int | None = None, log_to_driver: bool = True) -> bool:
     """Join the cluster at `address`, or start a local one (no dashboard, a small object store).
     Returns whether we started it (then the caller shuts it down)."""
-    ray = import_ray()
+    ray = import_ray(local=not address)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage reports leave the machine
     if ray.is_initialized():
         return False
