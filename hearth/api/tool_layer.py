@@ -34,6 +34,8 @@ def build_choices(served, state, plan: ToolPlan, prompt: str, ids: list[int], fi
     client_k = fields.get("logprobs")
     if guard is not None and client_k is None:
         fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
+    if lazy is not None and guard.mode == "guard":
+        fields["raw_logprobs"] = True  # the decline gate reads the call name's raw probability
     params = make_params(fields, state.limits, served.max_model_len, field_names)
     if guard is None:
         gen = Generation(served.engine, ids, params, metrics, request_id=request_id)
