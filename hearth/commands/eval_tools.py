@@ -93,16 +93,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.loader.fingerprint import model_fingerprint
 
     check_mode(args.mode)  # before anything loads
-    if args.router:
-        from hearth.tool_guard.routing import check_threshold
-
-        check_threshold(args.router_threshold)
-        if args.url:
-            raise HearthError("--router needs the models loaded here: not with --url")
-    elif args.router_threshold:
-        raise HearthError("--router-threshold needs --router SMALL")
-    if args.decline_below is not None and not 0 <= args.decline_below <= 1:
-        raise HearthError(f"--decline-below must be in [0, 1], not {args.decline_below}")
+    _check_flags(args)
     remote = RemoteServer(args.url, args.model) if args.url else None
     if args.limit < 0:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
@@ -143,6 +134,20 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         if backends is not None:
             backends.close()
     return rows, meta
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags that combine or range wrongly, each one line, before anything loads."""
+    if args.router:
+        from hearth.tool_guard.routing import check_threshold
+
+        check_threshold(args.router_threshold)
+        if args.url:
+            raise HearthError("--router needs the models loaded here: not with --url")
+    elif args.router_threshold:
+        raise HearthError("--router-threshold needs --router SMALL")
+    if args.decline_below is not None and not 0 <= args.decline_below <= 1:
+        raise HearthError(f"--decline-below must be in [0, 1], not {args.decline_below}")
 
 
 def _commit() -> str:

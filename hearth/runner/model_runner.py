@@ -216,8 +216,7 @@ class ModelRunner:
                 if s.banned_token_ids and len(path) < s.banned_rows:
                     logits[r + j, s.banned_token_ids] = float("-inf")
             if p.structured_output is not None:
-                walk = self._constrain_tree if s.is_tree else self._constrain_rows
-                grammar.append((s, walk(s, logits, r, raw)))
+                grammar.append((s, (self._constrain_tree if s.is_tree else self._constrain_rows)(s, logits, r, raw)))
             gens.append(self._generator(s.request_id, p))
             drafts.append(s.spec_token_ids)
             qs.append(None if self.drafter is None else self.drafter.probs.get(s.request_id))  # None: point masses
