@@ -40,5 +40,7 @@ class EngineOutput:
     stop_reason: int | str | None = None
     new_logprobs: list[dict[int, float]] | None = None
     """Per new token: {token_id: logprob} with the sampled token first, then the top alternatives."""
+    new_raw_logprobs: list[float] | None = None
+    """Only for SamplingParams.raw_logprobs: per new token its logprob before a grammar's mask."""
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0

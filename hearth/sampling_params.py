@@ -61,6 +61,10 @@ class SamplingParams:
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     structured_output: StructuredOutput | None = None
+    raw_logprobs: bool = False
+    """Also report each sampled token's logprob before a grammar's mask (SampledToken.raw_logprob):
+    `logprobs` are over what the grammar allows. Costs one log-softmax per row the grammar narrows;
+    needs logprobs."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -77,6 +81,7 @@ class SamplingParams:
             (self.max_tokens is None or self.max_tokens >= 1, f"max_tokens must be at least 1, got {self.max_tokens}"),
             (self.min_tokens >= 0, f"min_tokens must be >= 0, got {self.min_tokens}"),
             (self.logprobs is None or self.logprobs >= 0, f"logprobs must be >= 0, got {self.logprobs}"),
+            (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs needs logprobs (0 or more)"),
         ]
         for ok, message in checks:
             if not ok:

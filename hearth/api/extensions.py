@@ -2,7 +2,7 @@
 fields there: `{"hearth": {"tool_guard": "off"}}`). Each key is checked here, once per request, so a
 bad value is a 400 that names it (`hearth.tool_guard`, `hearth.workflow.required[1]`).
 
-Keys: tool_guard (the mode), tool_guard_retries, workflow (hearth.tool_guard.workflow), compaction
+Keys: tool_guard (the mode), tool_guard_retries, tool_guard_decline_below (GuardConfig), workflow (hearth.tool_guard.workflow), compaction
 (hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank), router (a small model's
 name, or false) and router_threshold (hearth.tool_guard.routing)."""
 
@@ -19,7 +19,7 @@ from hearth.tool_guard.routing import RouterError, check_threshold
 from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
 from hearth.tool_guard.workflow import Workflow, parse_workflow
 
-KEYS = ("tool_guard", "tool_guard_retries", "workflow", "compaction", "max_tools", "router", "router_threshold")
+KEYS = ("tool_guard", "tool_guard_retries", "tool_guard_decline_below", "workflow", "compaction", "max_tools", "router", "router_threshold")
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,11 @@ def _parse(raw: Any, server_guard: GuardConfig, tool_names: list[str]) -> Extens
         guard = replace(guard, mode=mode)
     if raw.get("tool_guard_retries") is not None:
         guard = replace(guard, max_retries=int_field(raw, "tool_guard_retries", 0, "hearth", low=0, high=10))
+    below = raw.get("tool_guard_decline_below")
+    if below is not None:
+        if isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 <= below <= 1:
+            raise FieldError("hearth.tool_guard_decline_below", f"must be a number in [0, 1], got {below!r}")
+        guard = replace(guard, decline_below=float(below))
     workflow = raw.get("workflow")
     if workflow is not None and not tool_names:
         raise FieldError("hearth.workflow", "needs tools: the request offers none")

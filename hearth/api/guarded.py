@@ -28,7 +28,7 @@ from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
                                triggers_for)
 from hearth.tool_guard.checks import NO_CALL, Checked, Problem
-from hearth.tool_guard.declined import overridden
+from hearth.tool_guard.declined import name_prob, overridden
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
 from hearth.tool_guard.nudge import Verdict, nudge_messages
 from hearth.tool_guard.rescue_parser import RescuingParser
@@ -122,6 +122,7 @@ class _Choice:
         self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
         self._gen = self._start(setup.prompt_ids, params, 0)
         self._counted = False
+        self._name_probs: dict[str, float | None] = {}  # call id -> its name's raw first-token probability
 
     def _start(self, ids: list[int], params: SamplingParams, attempt: int) -> Generation:
         s = self.s
@@ -148,7 +149,7 @@ class _Choice:
             if attempt:
                 self._gen, self._counted = self._start(ids, params, attempt), False
             async for _, out in self._gen.outputs():
-                trace.add(out.new_text, out.new_token_ids, out.new_logprobs)
+                trace.add(out.new_text, out.new_token_ids, out.new_logprobs, out.new_raw_logprobs)
                 events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
                 passed = [e for e in events if isinstance(e, (ContentDelta, ReasoningDelta))]
                 held += [e.call for e in events if isinstance(e, ToolCallEvent)]
@@ -205,7 +206,7 @@ class _Choice:
             self.report.retries.pop()
             self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
             return None
-        return new_ids, (replace(self.params, structured_output=forced) if forced else self.params)
+        return new_ids, replace(self.params, structured_output=forced or self.params.structured_output, raw_logprobs=False)
 
     def _retry(self, attempt: int, checked: Checked, held: list, trace: TokenTrace, last, ids: list[int],
                params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
@@ -213,7 +214,8 @@ class _Choice:
         s, problem = self.s, checked.problems[0]
         if attempt == 0 and s.forced is not None:
             self.report.retries.append(Retry("resample", problem.kind, problem.message))
-            return ids + self._before(problem, held, checked, trace, last), replace(params, structured_output=s.forced)
+            return ids + self._before(problem, held, checked, trace, last), replace(params, structured_output=s.forced,
+                                                                                   raw_logprobs=False)
         self._kept, self.report.calls = [], []  # a re-prompt answers afresh
         self.report.retries.append(Retry("reprompt", problem.kind, problem.message))
         try:
@@ -222,7 +224,7 @@ class _Choice:
             self.report.retries.pop()
             self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
             return None
-        return new_ids, self.params
+        return new_ids, replace(self.params, raw_logprobs=False)
 
     def _before(self, problem, held: list, checked: Checked, trace: TokenTrace, last) -> list[int]:
         """The tokens the resample continues from: all of a text answer (less its end-of-turn token),
@@ -280,7 +282,10 @@ class _Choice:
         for k, call in enumerate(new):
             span = spans[k] if len(spans) == len(new) else (spans[0][0], spans[-1][1]) if spans else None
             conf = trace.min_prob(*span) if span else None
-            self.report.calls.append({"id": call.id, "name": call.name, "confidence": conf})
+            entry = {"id": call.id, "name": call.name, "confidence": conf}
+            if call.id in self._name_probs:  # what the decline gate read: for tuning its floor
+                entry["name_prob"] = self._name_probs[call.id]
+            self.report.calls.append(entry)
         events = (shown or []) + unknown + [ToolCallEvent(k, c) for k, c in enumerate(calls)]
         self.report.events = list(s.events) + self._log.events
         if hasattr(s.metrics, "observe_guard"):
@@ -298,7 +303,9 @@ class _Choice:
             return []
         out = []
         for k, (call, span) in enumerate(zip(calls, spans)):
-            p = overridden(trace, span)
+            if self.params.raw_logprobs:
+                self._name_probs[call.id] = name_prob(trace, span)
+            p = overridden(trace, span, s.config.decline_below)
             if p is not None:
                 out.append(k)
                 self._log.add("declined", name=call.name, name_prob=p)

@@ -54,6 +54,8 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     client_k = fields.get("logprobs")
     if guard is not None and client_k is None:
         fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
+    if lazy is not None and guard.mode == "guard":
+        fields["raw_logprobs"] = True  # the decline gate reads the call name's raw probability
     params = make_params(fields, state.limits, served.max_model_len, req.field_names)
     if guard is None:
         gen = Generation(served.engine, req.ids, params, metrics, request_id=req.request_id)

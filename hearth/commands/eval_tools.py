@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep", nargs=2, metavar=("ROUTER.jsonl", "MAIN.jsonl"),
                    help="the router's accuracy and median latency per threshold, computed from a --router run at "
                         "threshold 0 and a run of the main model alone")
+    g.add_argument("--decline-below", type=float, default=None, metavar="P",
+                   help="mode guard: decline a lazily triggered call whose name's first token had a raw probability "
+                        "below P (sent as hearth.tool_guard_decline_below; 0: never; default: the server's)")
     g.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
                    "(another hearth, llama-server --jinja) instead of loading MODEL; MODEL is the name sent")
     g.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
@@ -90,14 +93,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.loader.fingerprint import model_fingerprint
 
     check_mode(args.mode)  # before anything loads
-    if args.router:
-        from hearth.tool_guard.routing import check_threshold
-
-        check_threshold(args.router_threshold)
-        if args.url:
-            raise HearthError("--router needs the models loaded here: not with --url")
-    elif args.router_threshold:
-        raise HearthError("--router-threshold needs --router SMALL")
+    _check_flags(args)
     remote = RemoteServer(args.url, args.model) if args.url else None
     if args.limit < 0:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
@@ -117,11 +113,13 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
             meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
                      "router_threshold": args.router_threshold}
         server = InProcessServer(llm, small, args.router_threshold)
+    if args.decline_below is not None:
+        meta["decline_below"] = args.decline_below
     out = open(args.out, "w", encoding="utf-8") if args.out else None
     rows, t0 = [], time.perf_counter()
     try:
         with server:
-            client = ChatClient(server.post, args.mode)
+            client = ChatClient(server.post, args.mode, decline_below=args.decline_below)
             for n, item in enumerate(items, 1):
                 row = run_item(item, client, backends).row(meta)
                 rows.append(row)
@@ -136,6 +134,20 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         if backends is not None:
             backends.close()
     return rows, meta
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags that combine or range wrongly, each one line, before anything loads."""
+    if args.router:
+        from hearth.tool_guard.routing import check_threshold
+
+        check_threshold(args.router_threshold)
+        if args.url:
+            raise HearthError("--router needs the models loaded here: not with --url")
+    elif args.router_threshold:
+        raise HearthError("--router-threshold needs --router SMALL")
+    if args.decline_below is not None and not 0 <= args.decline_below <= 1:
+        raise HearthError(f"--decline-below must be in [0, 1], not {args.decline_below}")
 
 
 def _commit() -> str:

@@ -147,6 +147,7 @@ class EngineCore:
         logprobs = None
         if tokens[0].logprob is not None:
             logprobs = [{t.token_id: t.logprob, **(t.top_logprobs or {})} for t in tokens]
+        raw = [t.raw_logprob for t in tokens] if tokens[0].raw_logprob is not None else None
         return EngineOutput(
             request_id=req.request_id,
             new_token_ids=[t.token_id for t in tokens],
@@ -155,6 +156,7 @@ class EngineCore:
             finish_reason=req.status.value if finished else None,
             stop_reason=req.stop_reason,
             new_logprobs=logprobs,
+            new_raw_logprobs=raw,
             num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=req.num_cached_tokens,
         )

@@ -46,6 +46,9 @@ class Exchange:
     """What a router did (the response's hearth.router): decision, the small model's confidence, its seconds."""
     declined: bool = False
     """The server's guard declined a call it judged the model did not mean (its `hearth.events`)."""
+    name_prob: float | None = None
+    """The lowest raw probability of a call's first name token the decline gate read (its calls'
+    and declined events' `name_prob`; None: it read none)."""
 
 
 @dataclass(slots=True)
@@ -59,14 +62,18 @@ class Reply:
 
 
 class ChatClient:
-    def __init__(self, post: Post, mode: str, max_tokens: int = MAX_TOKENS):
+    def __init__(self, post: Post, mode: str, max_tokens: int = MAX_TOKENS, decline_below: float | None = None):
+        """decline_below: sent as hearth.tool_guard_decline_below (None: the server's own)."""
         check_mode(mode)
         self.post, self.mode, self.max_tokens = post, mode, max_tokens
+        self.extensions = {"tool_guard": MODES[mode]}
+        if decline_below is not None:
+            self.extensions["tool_guard_decline_below"] = decline_below
         self.exchanges: list[Exchange] = []
 
     def chat(self, messages: list[dict], toolset: ToolSet) -> Reply:
         body = {"messages": messages, "tools": toolset.tools, "temperature": 0, "max_tokens": self.max_tokens,
-                "hearth": {"tool_guard": MODES[self.mode]}}
+                "hearth": self.extensions}
         t0 = time.perf_counter()
         status, resp = self.post(body)
         ex = Exchange(time.perf_counter() - t0)
@@ -86,6 +93,8 @@ class ChatClient:
         ex.confidence = min(confidences) if confidences and None not in confidences else None
         events = ext.get("events") if isinstance(ext.get("events"), list) else []
         ex.declined = any(isinstance(e, dict) and e.get("kind") == "declined" for e in events)
+        read = [x.get("name_prob") for x in [*(ext.get("calls") or []), *events] if isinstance(x, dict)]
+        ex.name_prob = min((p for p in read if isinstance(p, (int, float))), default=None)
         usage = resp.get("usage") or {}
         ex.prompt_tokens, ex.completion_tokens = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
         msg = resp["choices"][0]["message"]

@@ -34,7 +34,7 @@ class ItemResult:
                 "prompt_tokens": [e.prompt_tokens for e in ex], "completion_tokens": [e.completion_tokens for e in ex],
                 "called": sum(e.called for e in ex), "valid_calls": sum(e.valid for e in ex),
                 "retries": sum(e.retries for e in ex), "confidence": [e.confidence for e in ex],
-                "declined": sum(e.declined for e in ex),
+                "declined": sum(e.declined for e in ex), "name_prob": [e.name_prob for e in ex],
                 **({"router": [e.router for e in ex]} if any(e.router for e in ex) else {})}
 
 

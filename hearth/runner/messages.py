@@ -79,7 +79,11 @@ class SchedulerOutput:
 class SampledToken:
     token_id: int
     logprob: float | None = None
+    """After the runner's masks (banned ids, a grammar): over what the grammar allows."""
     top_logprobs: dict[int, float] | None = None
+    raw_logprob: float | None = None
+    """Only for params.raw_logprobs: the same before the grammar's mask (equal to logprob where the
+    grammar removed nothing); None otherwise."""
 
 
 @dataclass(slots=True)

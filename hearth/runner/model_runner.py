@@ -163,14 +163,14 @@ class ModelRunner:
         for i, s in enumerate(seqs):
             if s.banned_token_ids:
                 logits[i, s.banned_token_ids] = float("-inf")
-        matchers = self._constrain(seqs, logits)
+        matchers, raw = self._constrain(seqs, logits)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
         tokens, logprobs = sample(logits, params, gens, histories)  # logprobs: None if nobody asked
         for i, m in matchers:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
-        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i])
+        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i))
                              for i, s in enumerate(seqs)})
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
@@ -202,6 +202,7 @@ class ModelRunner:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
         row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
         params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
+        raw: dict[int, torch.Tensor] = {}  # row -> its log-softmax before the grammar's mask
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
@@ -215,7 +216,7 @@ class ModelRunner:
                 if s.banned_token_ids and len(path) < s.banned_rows:
                     logits[r + j, s.banned_token_ids] = float("-inf")
             if p.structured_output is not None:
-                grammar.append((s, self._constrain_tree(s, logits, r) if s.is_tree else self._constrain_rows(s, logits, r)))
+                grammar.append((s, (self._constrain_tree if s.is_tree else self._constrain_rows)(s, logits, r, raw)))
             gens.append(self._generator(s.request_id, p))
             drafts.append(s.spec_token_ids)
             qs.append(None if self.drafter is None else self.drafter.probs.get(s.request_id))  # None: point masses
@@ -234,7 +235,8 @@ class ModelRunner:
             m.accept(toks[-1])
         sampled, accepted = {}, {}
         for s, toks, rs in zip(seqs, committed, rows):
-            res = [self._result(s.params, t, None if logprobs is None else logprobs[r]) for t, r in zip(toks, rs)]
+            res = [self._result(s.params, t, None if logprobs is None else logprobs[r], raw.get(r))
+                   for t, r in zip(toks, rs)]
             sampled[s.request_id] = res[-1]
             if s.spec_token_ids:
                 accepted[s.request_id] = res[:-1]
@@ -255,11 +257,12 @@ class ModelRunner:
             flat = kv.view(2, -1, kv.shape[-2], kv.shape[-1])
             flat.index_copy_(1, dst, flat.index_select(1, src))
 
-    def _constrain_tree(self, s, logits: torch.Tensor, r0: int) -> int:
+    def _constrain_tree(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None) -> int:
         """Mask the rows of a constrained sequence's tree: each node's row by the grammar state after
         its path, found by walking the tree depth first (accept, recurse, roll back). A node the
         grammar forbids is masked in its parent's row, so rejected, and its subtree never reached.
-        The matcher ends where it began; the caller then feeds it the committed tokens."""
+        The matcher ends where it began; the caller then feeds it the committed tokens. `raw` gets the
+        pre-mask log-softmax of the rows it narrows, when the request asked for raw logprobs."""
         m = self.matchers.get(s.request_id)
         if m is None:
             m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
@@ -267,8 +270,13 @@ class ModelRunner:
         for c, p in enumerate(s.spec_parents):
             kids[p + 1].append(c)
 
+        keep = raw is not None and s.params.raw_logprobs
+
         def visit(node: int) -> None:  # node -1: the row before the tree
-            self._mask(logits[r0 + 1 + node], m)
+            row = r0 + 1 + node
+            kept = self._mask(logits[row], m, keep)
+            if kept is not None:
+                raw[row] = kept
             for c in kids[node + 1]:
                 if m.valid_prefix([s.spec_token_ids[c]]) == 1:
                     m.accept(s.spec_token_ids[c])
@@ -278,29 +286,41 @@ class ModelRunner:
         visit(-1)
         return 0
 
-    def _constrain_rows(self, s, logits: torch.Tensor, r0: int) -> int:
+    def _constrain_rows(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None) -> int:
         """Mask rows r0.. of a constrained sequence with drafts: the matcher walks the drafts the
         grammar allows (a forbidden one is masked, so rejected; the rows after it are never
-        reached). Returns how many drafts it consumed (the caller rolls back the rejected ones)."""
+        reached). Returns how many drafts it consumed (the caller rolls back the rejected ones);
+        `raw` as in _constrain_tree."""
         m = self.matchers.get(s.request_id)
         if m is None:
             m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
         valid = m.valid_prefix(s.spec_token_ids)
+        keep = raw is not None and s.params.raw_logprobs
         for j in range(valid + 1):
-            self._mask(logits[r0 + j], m)
+            kept = self._mask(logits[r0 + j], m, keep)
+            if kept is not None:
+                raw[r0 + j] = kept
             if j < valid:
                 m.accept(s.spec_token_ids[j])
         return valid
 
     @staticmethod
-    def _mask(row: torch.Tensor, m: GrammarMatcher) -> None:
+    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False) -> torch.Tensor | None:
+        """Mask row [V] in place to what the grammar allows. keep_raw: return the row's log-softmax
+        from before the mask ([V]) when the mask removes a token; None when it removes none (the
+        masked logprobs are then the raw ones) or when not asked."""
         words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
-        allowed = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
-        row.masked_fill_(allowed.flatten()[: row.shape[0]] == 0, float("-inf"))
+        bits = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
+        banned = bits.flatten()[: row.shape[0]] == 0  # [V]
+        kept = row.log_softmax(-1) if keep_raw and bool(banned.any()) else None
+        row.masked_fill_(banned, float("-inf"))
+        return kept
 
-    def _constrain(self, seqs: list, logits: torch.Tensor) -> list[tuple[int, GrammarMatcher]]:
-        """Mask (in place) the logits of rows under a structured-output constraint."""
-        out = []
+    def _constrain(self, seqs: list, logits: torch.Tensor
+                   ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, torch.Tensor]]:
+        """Mask (in place) the logits of rows under a structured-output constraint: (row, matcher)
+        per such row, and row -> its pre-mask log-softmax [V] where raw logprobs were asked for."""
+        out, raw = [], {}
         for i, s in enumerate(seqs):
             so = s.params.structured_output
             if so is None:
@@ -308,9 +328,11 @@ class ModelRunner:
             m = self.matchers.get(s.request_id)
             if m is None:
                 m = self.matchers[s.request_id] = self.grammar.matcher(so)
-            self._mask(logits[i], m)
+            kept = self._mask(logits[i], m, s.params.raw_logprobs)
+            if kept is not None:
+                raw[i] = kept
             out.append((i, m))
-        return out
+        return out, raw
 
     def _generator(self, request_id: str, params) -> torch.Generator | None:
         if params.greedy:
@@ -323,14 +345,17 @@ class ModelRunner:
         return g
 
     @staticmethod
-    def _result(params, token: int, logprobs: torch.Tensor | None) -> SampledToken:
+    def _result(params, token: int, logprobs: torch.Tensor | None, raw: torch.Tensor | None = None) -> SampledToken:
+        """logprobs: [V] the row's after the masks; raw: [V] before the grammar's mask (None: the
+        grammar removed nothing, or the request did not ask)."""
         if params.logprobs is None:
             return SampledToken(token)
         top = {}
         if params.logprobs:
             vals, idx = logprobs.topk(params.logprobs)
             top = dict(zip(idx.tolist(), vals.tolist()))
-        return SampledToken(token, float(logprobs[token]), top)
+        unmasked = float((raw if raw is not None else logprobs)[token]) if params.raw_logprobs else None
+        return SampledToken(token, float(logprobs[token]), top, unmasked)
 
 
 def _paths(parents: list[int]) -> list[list[int]]:

@@ -98,7 +98,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     before bias, penalties, temperature and filters; but after the runner's masks (banned ids, a
     grammar), so a constrained row's are over what the grammar allows: the model's choice among valid
     continuations, which the tool guard's call confidence reads (raw, a token the grammar forces
-    reads p ~ 0 whenever the model would have formatted otherwise). A temperature below GREEDY_EPS is greedy;
+    reads p ~ 0 whenever the model would have formatted otherwise; the runner adds the pre-mask one
+    where a request asks: SamplingParams.raw_logprobs). A temperature below GREEDY_EPS is greedy;
     greedy is the first maximum after bias and penalties."""
     logprobs = logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
     logits = apply_bias_and_penalties(logits, params, histories)

@@ -1,6 +1,9 @@
-"""How sure the model was of each call: the lowest probability of a sampled token inside the call
-(raw model probabilities, as the engine's logprobs). Tokens are placed on the output's bytes as
-they arrive; a call's span runs from its opener to its close (or the next opener)."""
+"""How sure the model was of each call: the lowest probability of a sampled token inside the call,
+over what the call grammar allowed (the engine's logprobs: a token the grammar forces reads 1).
+Beside it each token's raw probability, before the grammar's mask, where the engine reports it
+(SamplingParams.raw_logprobs): what the model itself would have written (hearth.tool_guard.declined).
+Tokens are placed on the output's bytes as they arrive; a call's span runs from its opener to its
+close (or the next opener)."""
 
 from __future__ import annotations
 
@@ -11,18 +14,22 @@ from hearth.tool_guard.triggers import Trigger
 
 
 class TokenTrace:
-    """The output so far: its text and (byte start, byte end, logprob) per sampled token."""
+    """The output so far: its text, (byte start, byte end, logprob) per sampled token, and per token
+    its raw logprob (None where the engine reported none)."""
 
     def __init__(self, token_bytes: Callable[[int], bytes]):
         self._bytes = token_bytes
         self.text = ""
         self.token_ids: list[int] = []
         self.spans: list[tuple[int, int, float | None]] = []
+        self.raw: list[float | None] = []
         self._end = 0
 
-    def add(self, text: str, token_ids: list[int], logprobs: list[dict] | None) -> None:
-        """One engine output: its text and tokens. When the tokens' bytes add up to the text's, each
-        gets its own span; otherwise (special tokens skipped, a fake tokenizer) they share the piece's."""
+    def add(self, text: str, token_ids: list[int], logprobs: list[dict] | None,
+            raw: list[float] | None = None) -> None:
+        """One engine output: its text, tokens, their logprobs and raw logprobs. When the tokens' bytes
+        add up to the text's, each gets its own span; otherwise (special tokens skipped, a fake
+        tokenizer) they share the piece's."""
         start, n = self._end, len(text.encode())
         self.text += text
         self._end += n
@@ -35,14 +42,22 @@ class TokenTrace:
             self.spans.append((*span, lp))
             at += size
         self.token_ids += token_ids
+        self.raw += list(raw) if raw is not None else [None] * len(token_ids)
 
     def prefix_tokens(self, byte_offset: int) -> list[int]:
         """The tokens that end at or before byte_offset (what precedes a call, to resample from)."""
         return [t for t, (_, end, _) in zip(self.token_ids, self.spans) if end <= byte_offset]
 
     def min_prob(self, start: int, end: int) -> float | None:
+        """The lowest probability (over what the grammar allowed) of the tokens overlapping [start, end)."""
         lps = [lp for a, b, lp in self.spans if a < end and b > start and lp is not None]
         return round(math.exp(min(lps)), 6) if lps else None
+
+    def raw_prob(self, start: int, end: int) -> float | None:
+        """The same before the grammar's mask; a token without a raw logprob counts its masked one."""
+        lps = [raw if raw is not None else lp for (a, b, lp), raw in zip(self.spans, self.raw)
+               if a < end and b > start and (raw is not None or lp is not None)]
+        return float(f"{math.exp(min(lps)):.3g}") if lps else None  # 3 digits: far below 1e-6 still reads
 
 
 def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...]) -> list[tuple[int, int]]:

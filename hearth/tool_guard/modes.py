@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hearth.errors import HearthError
+from hearth.tool_guard.declined import NAME_FLOOR
 
 MODES = ("guard", "grammar", "off")
 DEFAULT_MODE = "guard"
@@ -26,11 +27,17 @@ def check_mode(value: object, where: str = "tool_guard") -> str:
 class GuardConfig:
     mode: str = DEFAULT_MODE
     max_retries: int = DEFAULT_RETRIES
+    decline_below: float = NAME_FLOOR
+    """A lazily triggered call whose name's first token had a raw probability below this is declined
+    (hearth.tool_guard.declined); 0 declines none."""
 
     def __post_init__(self) -> None:
         check_mode(self.mode, "--tool-guard")
         if not 0 <= self.max_retries <= 10:
             raise ToolGuardError(f"--tool-guard-retries: must be in [0, 10], got {self.max_retries}")
+        if isinstance(self.decline_below, bool) or not isinstance(self.decline_below, (int, float)) \
+                or not 0 <= self.decline_below <= 1:
+            raise ToolGuardError(f"--tool-guard-decline-below: must be a number in [0, 1], got {self.decline_below!r}")
 
     @property
     def grammar(self) -> bool:

@@ -18,6 +18,7 @@ from tests.evals.test_tool_report import ROWS
     (["--url", "http://host:abc"], "--url 'http://host:abc': give http://HOST:PORT"),
     (["--router", "small.gguf", "--url", "http://host:8080"], "--router needs the models loaded here"),
     (["--router-threshold", "0.5"], "--router-threshold needs --router SMALL"),
+    (["--decline-below", "2"], "--decline-below must be in [0, 1]"),
     (["--compare", "missing-a.jsonl", "missing-b.jsonl"], "cannot read missing-a.jsonl"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, argv, needle):

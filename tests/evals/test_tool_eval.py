@@ -96,9 +96,21 @@ def test_declined_calls_are_counted(wheel):
     reply = {"choices": [{"message": text('```json\n{"name": "geo_area", "arguments": {}}\n```')}],
              "hearth": {"tool_guard": "guard", "events": [{"kind": "declined", "name": "geo_area", "name_prob": 0.001}]}}
     r = run_item(item, ChatClient(lambda body: (200, reply), "guard"), None)
-    assert r.passed and r.row({})["declined"] == 1
+    assert r.passed and r.row({})["declined"] == 1 and r.row({})["name_prob"] == [0.001]
     r = run_item(item, ChatClient(Scripted(text("No tool fits.")), "bare"), None)
-    assert r.row({})["declined"] == 0
+    assert r.row({})["declined"] == 0 and r.row({})["name_prob"] == [None]
+
+
+def test_the_decline_floor_travels_with_each_request_and_kept_calls_report_what_it_read(wheel):
+    item = load_category(wheel, "irrelevance")[0]
+    sent = []
+    reply = {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "geo_area", "arguments": "{}"}}]}}],
+             "hearth": {"tool_guard": "guard", "calls": [{"id": "c1", "name": "geo_area", "confidence": 0.9,
+                                                          "name_prob": 0.004}]}}
+    r = run_item(item, ChatClient(lambda body: (sent.append(body), (200, reply))[1], "guard", decline_below=0.0), None)
+    assert sent[0]["hearth"] == {"tool_guard": "guard", "tool_guard_decline_below": 0.0}
+    assert not r.passed and r.row({})["name_prob"] == [0.004] and r.row({})["declined"] == 0
 
 
 def test_server_errors_fail_the_item(wheel):

@@ -55,12 +55,16 @@ ATTEMPTS = {
                          [WEATHER_CALL.replace("Paris", "Rome")]],
     "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
     # an answer opened as a fenced call whose name the lazy grammar bent to an offered tool: the
-    # model gave the name's first token almost nothing (LOGPROBS); the same with a sure name
+    # model gave the name's first token almost nothing before the grammar's mask (RAW_LOGPROBS),
+    # though over the allowed tokens it was sure (LOGPROBS); the same with a name the model chose
     "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
     "guard_sure_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
 }
-LOGPROBS = {("guard_forced_name", 1): -6.0}
+LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05}
 """(script, piece index) -> the sampled token's logprob there (else -0.5)."""
+RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2}
+"""(script, piece index) -> its raw logprob, before the grammar's mask (else its logprob); sent only
+when the request asks for raw logprobs (SamplingParams.raw_logprobs)."""
 PACED = {"markdown": 0.05}
 """Seconds between a script's pieces, where a client must see them arrive apart (the chat page's tok/s)."""
 TEMPLATE = """{%- if tools %}<|im_start|>system
@@ -134,10 +138,11 @@ class FakeStream:
         reason = ("length" if self.sent >= limit and self.sent < len(self.pieces) else "stop") if done else None
         lp = LOGPROBS.get((self.script, self.sent - 1), -0.5)
         logprobs = [{ord(piece[0]) if piece else 0: lp, 65: -1.0, 66: -2.0}] if self.params.logprobs is not None else None
+        raw = [RAW_LOGPROBS.get((self.script, self.sent - 1), lp)] if self.params.raw_logprobs else None
         if done:
             self._end()
         return EngineOutput(self.request_id, [ord(piece[0]) if piece else 0], piece, done, reason,
-                            new_logprobs=logprobs, num_prompt_tokens=self.n_prompt, num_cached_tokens=self.engine.cached)
+                            new_logprobs=logprobs, new_raw_logprobs=raw, num_prompt_tokens=self.n_prompt, num_cached_tokens=self.engine.cached)
 
     async def __aenter__(self):
         return self

@@ -135,17 +135,24 @@ def test_extension_field_says_what_was_done(fake):
 
 def test_a_call_whose_tool_the_grammar_chose_is_declined(fake):
     """An answer that opened like a call, whose name's first token the model itself gave almost no
-    probability (the lazy grammar bent it from a tool nobody offered): the text it was, no call."""
+    probability before the grammar's mask (the lazy grammar bent it from a tool nobody offered),
+    though over the allowed tokens it read p ~ 1: the text it was, no call."""
     r = post(fake, "guard_forced_name")
+    assert fake.last.params.raw_logprobs  # the guard asked the engine for raw logprobs
     msg = r["choices"][0]["message"]
     assert msg.get("tool_calls") is None and r["choices"][0]["finish_reason"] == "stop"
     assert '"name": "get_weather"' in msg["content"]
     (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
-    assert event["name"] == "get_weather" and event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-4)
+    assert event["name"] == "get_weather" and event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
     assert r["hearth"]["calls"] == [] and len(fake.engine.added) == 1
     sure = post(fake, "guard_sure_name")  # the same output, the name the model's own choice: a call
     assert sure["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert not [e for e in sure["hearth"].get("events", []) if e["kind"] == "declined"]
+    (call,) = sure["hearth"]["calls"]  # what the gate read, beside the confidence over allowed tokens
+    assert call["name_prob"] == pytest.approx(math.exp(-0.2), rel=1e-2) and call["confidence"] == pytest.approx(math.exp(-0.5))
+    off = post(fake, "guard_forced_name", hearth={"tool_guard_decline_below": 0})  # the gate off: a call
+    assert off["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert off["hearth"]["calls"][0]["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
     forced = post(fake, "guard_forced_name", tool_choice="required")  # a call was asked for: kept
     assert forced["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
 
@@ -195,6 +202,8 @@ def test_metrics_count_the_guard(fake):
 @pytest.mark.parametrize("ext,param", [
     ({"tool_guard": "strict"}, "hearth.tool_guard"),
     ({"tool_guard_retries": 99}, "hearth.tool_guard_retries"),
+    ({"tool_guard_decline_below": 1.5}, "hearth.tool_guard_decline_below"),
+    ({"tool_guard_decline_below": "low"}, "hearth.tool_guard_decline_below"),
     ("guard", "hearth"),
 ])
 def test_bad_extension_is_a_400_naming_the_field(fake, ext, param):
