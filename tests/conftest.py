@@ -148,6 +148,23 @@ def model_path():
 
 
 @pytest.fixture(scope="session")
+def gguf_py_reader(model_path):
+    """`get(name)`: gguf-py's GGUFReader of a catalog model, parsed once per session: the reference
+    parser builds an object per vocabulary entry (gemma3's 262K: ~8 s on 2 cores), and both the
+    loader's and the planner's tests compare against it."""
+    import gguf
+
+    readers: dict[str, gguf.GGUFReader] = {}
+
+    def get(name: str) -> gguf.GGUFReader:
+        if name not in readers:
+            readers[name] = gguf.GGUFReader(model_path(name))
+        return readers[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def smol_llm(model_path):
     """One SmolLM2-135M engine shared by the tests that only add requests to it."""
     from hearth import LLM

@@ -20,13 +20,12 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from hearth import LLM, SamplingParams
-from hearth.kernels.attention import AttentionMetadata
+from tests.teacher_forced import STEPS, teacher_forced
 
 GOLDENS = Path(__file__).parent / "data" / "goldens"
-NEW_TOKENS = 64
+NEW_TOKENS = STEPS
 TIE = 0.75
 """Logit margin below which llama.cpp and hearth may rank two tokens differently (see above)."""
 ROBUST = TIE
@@ -41,35 +40,22 @@ LIMIT = {"qwen2.5-coder-0.5b": 12, "qwen2.5-coder-1.5b": 8}
 def golden(request, model_path):
     doc = json.loads((GOLDENS / f"greedy_{request.param}.json").read_text())
     llm = LLM(str(model_path(request.param)), max_model_len=1024, progress=False)
-    return doc["cases"], llm, LIMIT.get(request.param)
+    return request.param, doc["cases"], llm, LIMIT.get(request.param)
 
 
 def robust(case) -> bool:
     return min(case["top1_margins"][:NEW_TOKENS]) >= ROBUST
 
 
-def logits_from(llm: LLM, ids: list[int], start: int) -> torch.Tensor:
-    """[len(ids) - start, vocab]: logits after each prefix ids[:i+1], i >= start, from one prefill
-    through the paged cache."""
-    T, bs = len(ids), llm.config.block_size
-    blocks = list(range(-(-T // bs)))
-    meta = AttentionMetadata([0, T], [T], [blocks], torch.arange(T), bs)
-    with torch.inference_mode():
-        hidden = llm.model(torch.tensor(ids), torch.arange(T), meta, llm.runner.kv_caches)
-        return llm.model.compute_logits(hidden[start:]).float()
-
-
 def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
-    cases, llm, limit = golden
+    name, cases, llm, limit = golden
     problems = []
-    for case in cases[:limit]:
-        prompt, new = case["prompt_token_ids"], case["new_token_ids"][:NEW_TOKENS]
-        logits = logits_from(llm, prompt + new[:-1], len(prompt) - 1)  # [64, vocab]
-        for step, (row, want, margin) in enumerate(zip(logits, new, case["top1_margins"])):
-            best = int(row.argmax())
+    for i, case in enumerate(cases[:limit]):
+        forced = teacher_forced(llm, name, case, i)  # one prefill, shared with models/test_fidelity.py
+        for step, (best, gap, want, margin) in enumerate(zip(forced.best, forced.gap, case["new_token_ids"],
+                                                              case["top1_margins"])):
             if best == want:
                 continue
-            gap = float(row[best] - row[want])
             if margin >= TIE or gap >= TIE:
                 problems.append(f"{case['prompt'][:30]!r} step {step}: hearth {best}, llama.cpp {want} "
                                 f"(llama.cpp margin {margin:.3f}, hearth gap {gap:.3f})")
@@ -77,7 +63,7 @@ def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
 
 
 def test_free_running_greedy_equals_llama_cpp(golden):
-    cases, llm, limit = golden
+    _, cases, llm, limit = golden
     chosen = [c for c in cases if robust(c)][:8 if limit else None]
     assert len(chosen) >= 8, f"only {len(chosen)} golden cases keep llama.cpp's margin >= {ROBUST} for 64 tokens"
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)

@@ -10,8 +10,8 @@ from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from tests.gguf_factory import write_tiny_gguf
 
 
-def assert_same_as_gguf_py(path) -> None:
-    ours, ref = GGUFFile(path), gguf.GGUFReader(path)
+def assert_same_as_gguf_py(path, ref: gguf.GGUFReader | None = None) -> None:
+    ours, ref = GGUFFile(path), ref or gguf.GGUFReader(path)
     for key, field in ref.fields.items():
         if key.startswith("GGUF."):
             continue
@@ -42,5 +42,5 @@ def test_head_tensor_is_the_output_matrix_or_the_tied_embedding(tmp_path, tied, 
 
 
 @pytest.mark.parametrize("name", ["smollm2-135m", "gemma3-270m"])
-def test_real_files(model_path, name):
-    assert_same_as_gguf_py(model_path(name))
+def test_real_files(model_path, gguf_py_reader, name):
+    assert_same_as_gguf_py(model_path(name), gguf_py_reader(name))

@@ -19,6 +19,7 @@ from hearth import LLM
 from hearth.bench.kld import log_softmax, lumped_kl
 from hearth.kernels import tiers
 from hearth.kernels.attention import AttentionMetadata
+from tests.teacher_forced import teacher_forced as forced
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
 GOLDENS = REFERENCE.parent / "goldens"
@@ -110,13 +111,8 @@ def check(path: str, hearth: list[np.ndarray], peer: list[list[float]], name: st
 
 def test_prefill_kl_at_most_llama_cpp(fidelity):
     name, ref, cases, peer, llm = fidelity
-    forcer = TeacherForcer(llm, 1024)
-    ours = []
-    for i in range(len(cases)):
-        prompt, new = teacher_forced(cases, ref, i)
-        forcer.lens.clear()
-        logits = forcer.step({0: prompt + new[:-1]})[0][len(prompt) - 1:]
-        ours.append(kl(ref, i, logits))
+    # one prefill of each case's prompt + tokens (tests/teacher_forced.py), which the goldens reuse
+    ours = [forced(llm, name, case, i, ref).kl for i, case in enumerate(cases)]
     check("prefill", ours, peer["prefill"], name)
 
 
