@@ -42,6 +42,7 @@ def test_an_unknown_device_is_one_line_naming_the_choices(name, capsys):
 @pytest.mark.parametrize("argv,needle", [
     (["--tool-guard", "strict"], "--tool-guard: unknown mode 'strict'; modes: guard, grammar, off"),
     (["--tool-guard-retries", "-1"], "--tool-guard-retries: must be in [0, 10], got -1"),
+    (["--tool-guard-decline-below", "2"], "--tool-guard-decline-below: must be a number in [0, 1], got 2.0"),
 ])
 def test_a_bad_tool_guard_is_one_line_before_the_load(argv, needle, capsys, monkeypatch):
     import hearth.llm

@@ -47,7 +47,7 @@ class MessagesRequest(_Body):
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     hearth: Any = None
-    """hearth's extensions (hearth.api.extensions): tool_guard, tool_guard_retries, workflow, compaction, max_tools."""
+    """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 
 
 class CountTokensRequest(_Body):

@@ -2,8 +2,8 @@
 fields there: `{"hearth": {"tool_guard": "off"}}`). Each key is checked here, once per request, so a
 bad value is a 400 that names it (`hearth.tool_guard`, `hearth.workflow.required[1]`).
 
-Keys: tool_guard (the mode), tool_guard_retries, tool_guard_decline_below (GuardConfig), workflow (hearth.tool_guard.workflow), compaction
-(hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank), router (a small model's
+Keys: tool_guard (the mode), tool_guard_retries, tool_guard_decline_below (GuardConfig), workflow
+(hearth.tool_guard.workflow), compaction (hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank), router (a small model's
 name, or false) and router_threshold (hearth.tool_guard.routing)."""
 
 from __future__ import annotations

@@ -85,7 +85,7 @@ class ChatCompletionRequest(SamplingFields):
     continue_final_message: bool = False
     chat_template_kwargs: dict[str, Any] | None = None
     hearth: Any = None
-    """hearth's extensions (hearth.api.extensions): tool_guard, tool_guard_retries, workflow, compaction, max_tools."""
+    """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 
 
 class CompletionRequest(SamplingFields):

@@ -16,7 +16,7 @@ class ResponsesRequest(_Body):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
     hearth: Any = None
-    """hearth's extensions (hearth.api.extensions): tool_guard, tool_guard_retries, workflow, compaction, max_tools."""
+    """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
     text: dict[str, Any] | None = None
     """{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}."""
     reasoning: dict[str, Any] | None = None

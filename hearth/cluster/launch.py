@@ -56,10 +56,12 @@ to ~/.ray/auth_token (Ray's token authentication is on by default since 2.5x; a 
 accepts the token too). Unset, joining a `ray start` head fails with "Failed to connect"."""
 
 
-def import_ray(local: bool = False):
-    """local: Ray will start its own instance here (no --address), kept on loopback; else this
-    process joins a head (with its token). Both settings are read when Ray is imported."""
-    os.environ.setdefault(*((LOOPBACK_ONLY, "0") if local else (AUTH_MODE, "token")))
+def import_ray(local: bool | None = None):
+    """local: Ray will start its own instance here (no --address), kept on loopback; False: this
+    process joins a head (with its token); None: Ray is already set up. Both settings are read when
+    Ray is imported."""
+    if local is not None:
+        os.environ.setdefault(*((LOOPBACK_ONLY, "0") if local else (AUTH_MODE, "token")))
     try:
         import ray
     except ImportError:

@@ -46,6 +46,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "off (parse only); a request may pick its own with hearth.tool_guard (default: %(default)s)")
     net.add_argument("--tool-guard-retries", type=int, default=3, metavar="N",
                      help="retries the guard may spend on a request whose calls fail (default: %(default)s)")
+    net.add_argument("--tool-guard-decline-below", type=float, default=None, metavar="P",
+                     help="the guard declines a lazily triggered call whose name's first token the model gave a raw "
+                          "probability below P (the grammar chose the tool); 0: never (default: 0.35)")
     net.add_argument("--router", default=None, metavar="MODEL",
                      help="a small model (catalog name, .gguf or the name of a served model) that answers single-turn "
                           "tool calls first, forced to call a tool; its call stands when its confidence reaches "
@@ -111,13 +114,21 @@ def engine_args(args: argparse.Namespace) -> dict:
 
 def server_config(args: argparse.Namespace):
     from hearth.api.app import ServerConfig
-    from hearth.tool_guard import GuardConfig
 
     return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,
-                        tool_guard=GuardConfig(getattr(args, "tool_guard", "guard"), getattr(args, "tool_guard_retries", 3)),
+                        tool_guard=tool_guard(args),
                         router_threshold=router_threshold(args))
+
+
+def tool_guard(args: argparse.Namespace):
+    """--tool-guard, --tool-guard-retries and --tool-guard-decline-below as one GuardConfig."""
+    from hearth.tool_guard import GuardConfig
+
+    below = getattr(args, "tool_guard_decline_below", None)
+    extra = {} if below is None else {"decline_below": below}
+    return GuardConfig(getattr(args, "tool_guard", "guard"), getattr(args, "tool_guard_retries", 3), **extra)
 
 
 def router_threshold(args: argparse.Namespace) -> float:

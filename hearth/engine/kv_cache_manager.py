@@ -80,7 +80,9 @@ class KVCacheManager:
         yet: K/V that this request is about to compute, so nobody else should compute it too."""
         if not self.enable_prefix_caching:
             return []
-        return self.block_hashes(req, req.num_tokens // self.block_size)[req.num_registered_blocks:]
+        n = req.num_tokens // self.block_size
+        self.block_hashes(req, n)  # computes what is missing, once per request
+        return req.block_hashes[req.num_registered_blocks:n]
 
     def find_disk_prefix(self, req: Request, start: int) -> list[tuple[bytes, bytes]]:
         """(hash, verified payload) of the blocks after the first `start` that continue the prefix

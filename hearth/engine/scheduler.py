@@ -1,7 +1,8 @@
 """Token-budget continuous batching without prefill/decode modes.
 
 Every step hands out at most `max_num_batched_tokens`: running requests first (a decode is one token,
-an unfinished prompt gets its next chunk), then waiting requests in arrival order. A request's only
+an unfinished prompt gets its next chunk), then waiting requests in arrival order (one whose prefix
+another request is computing waits for it, then hits the cache). A request's only
 progress counter is num_computed_tokens, so chunked prefill, decode and recompute after preemption
 are one rule."""
 
@@ -86,13 +87,23 @@ class Scheduler:
                 continue
             scheduled.append((req, n))
             budget -= n
+        budget = self._admit(scheduled, budget)
+        with_drafts = self._add_drafts(scheduled, budget)
+        finished, self._finished_ids = self._finished_ids, []
+        loads, saves = self.kv.take_transfers()
+        return SchedulerOutput([self._message(r, n, k) for r, n, k in with_drafts], finished, loads, saves)
+
+    def _admit(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
+        """Waiting requests in arrival order while the budget, max_num_seqs and free blocks allow;
+        one whose next uncached block another request is computing steps aside (a step or a few
+        later that block is a cache hit). Returns the budget left."""
         computing = self._blocks_being_computed() if self.waiting else set()
         i = 0
         while i < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[i]
             cached = self.kv.find_cached_prefix(req)
             if self._next_block_in(req, len(cached), computing):
-                i += 1  # waits for those blocks, then takes them from the cache; later ones go on
+                i += 1
                 continue
             loads = self.kv.find_disk_prefix(req, len(cached))
             n = min(req.num_tokens - (len(cached) + len(loads)) * self.kv.block_size, budget)
@@ -108,10 +119,7 @@ class Scheduler:
             scheduled.append((req, n))
             budget -= n
             computing.update(self.kv.pending_hashes(req))
-        with_drafts = self._add_drafts(scheduled, budget)
-        finished, self._finished_ids = self._finished_ids, []
-        loads, saves = self.kv.take_transfers()
-        return SchedulerOutput([self._message(r, n, k) for r, n, k in with_drafts], finished, loads, saves)
+        return budget
 
     def _blocks_being_computed(self) -> set[bytes]:
         """Hashes of the full blocks of known tokens running requests have still to compute."""

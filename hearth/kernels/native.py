@@ -200,7 +200,6 @@ def vnni_gemm() -> bool:
     return has("gemm") and bool(lib().hk_vnni_gemm())
 
 
-@functools.cache
 def open_tier(name: str) -> ctypes.CDLL:
     """The kernel library of native tier `name`, loaded on its own beside the selected one (tests and
     benchmarks compare tiers in one process); raises where that tier cannot run here."""

@@ -106,11 +106,18 @@ class Probe:
     valid: bool
     """There is a call, and every call names an offered tool with arguments valid against its schema
     (a call of no offered tool comes back as text, not as a call)."""
+    intent: float | None = None
+    """The forced call's opener read before the grammar's mask: how much the small model wanted to
+    call at all. Masked, every forced token reads ~1, so a request no offered tool answers (BFCL's
+    irrelevance) would pass on the call's own confidence alone."""
 
     @property
     def confidence(self) -> float | None:
+        """The lowest of the calls' confidences and the intent (None: a call without one)."""
         known = [c for c in self.confidences if c is not None]
-        return min(known) if known and len(known) == len(self.confidences) else None
+        if not known or len(known) != len(self.confidences):
+            return None
+        return min(known + ([self.intent] if self.intent is not None else []))
 
 
 FALLBACKS = (

@@ -75,3 +75,17 @@ def test_without_prefix_caching_nobody_waits():
     engine.add_request(prompt, greedy(), "b")
     run_all(engine)
     assert seqs(runner, 0) == {"a": (0, 9), "b": (0, 9)}
+
+
+def test_a_waiter_goes_on_when_the_request_computing_its_prefix_is_aborted():
+    engine, sched, runner = make_engine(block_size=4, budget=8)
+    shared = list(range(1, 21))  # five full blocks, prefilled 8 tokens a step
+    engine.add_request(shared, greedy(2), "a")
+    engine.add_request(shared, greedy(2), "b")
+    engine.step()
+    assert seqs(runner, 0) == {"a": (0, 8)}  # b waits for a's blocks
+    engine.abort("a")  # a's uncomputed blocks will never come: b must not wait for them
+    engine.step()
+    assert seqs(runner, 1) == {"b": (8, 8)}  # a's two computed blocks are b's cache hit
+    run_all(engine)
+    assert sched.kv.pool.num_free == 64 and not sched.waiting and not sched.running

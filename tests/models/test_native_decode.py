@@ -109,7 +109,7 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 def test_prefill_without_amx_near_transformers(tmp_path, monkeypatch, arch):
     """Without AMX (the avx512 and avx2 tiers) a 100-token prefill runs the layers natively too, their
-    matmuls on the C++ GEMMs (avx512: AVX512-BF16, or int8 where the CPU lacks it; avx2: its int8
+    matmuls on the C++ GEMMs (avx512: the int8 VNNI GEMM; avx2: its int8
     GEMM, csrc/gemm_avx2.h): within REL_TOL_FAST of transformers."""
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
     model, cfg = load_model(GGUFFile(d / name), select())
