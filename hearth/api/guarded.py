@@ -16,7 +16,6 @@ other. When retries run out, the last attempt is returned as it parsed. Never a 
 from __future__ import annotations
 
 import json
-import math
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
@@ -158,8 +157,6 @@ class _Choice:
                 last, shown = out, shown + passed
                 yield Update([] if hold else passed, out.new_token_ids, self._logprobs(out))
             self._count(trace)
-            if not attempt:
-                self._note_intent(trace)
             checked = check_calls(held, s.schemas, s.required)
             verdict = self._review(checked)
             self._note(checked)
@@ -313,12 +310,6 @@ class _Choice:
                 out.append(k)
                 self._log.add("declined", name=call.name, name_prob=p)
         return out
-
-    def _note_intent(self, trace: TokenTrace) -> None:
-        """A forced call's first token (its opener) read before the grammar's mask: how much the model
-        wanted to call at all (the router's small model asked something it has no tool for reads low)."""
-        if self.params.raw_logprobs and self.report.grammar == "forced" and trace.raw and trace.raw[0] is not None:
-            self.report.notes["call_intent"] = round(math.exp(trace.raw[0]), 6)
 
     def _logprobs(self, out):
         return out.new_logprobs if self.s.client_logprobs else None

@@ -90,7 +90,7 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
                             latency_s=time.perf_counter() - t0), None
     guard = source.report(0)
     probe = Probe(sum(isinstance(e, ToolCallEvent) for u in updates for e in u.events),
-                  [c.get("confidence") for c in guard["calls"]], guard["outcome"] == "ok", guard.get("call_intent"))
+                  [c.get("confidence") for c in guard["calls"]], guard["outcome"] == "ok")
     reason = fallback_reason(probe, config.threshold)
     usage = {"prompt_tokens": source.num_prompt_tokens, "cached_tokens": source.num_cached_tokens,
              "completion_tokens": sum(len(u.token_ids) for u in updates)}
@@ -109,8 +109,7 @@ async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest) 
     prompt, ids = render(small, plan)
     guard = RequestGuard(None, PROBE_GUARD, rg.tools, rg.history)
     cap = min(req.fields.get("max_tokens") or PROBE_MAX_TOKENS, PROBE_MAX_TOKENS)
-    fields = {**req.fields, "structured_output": plan.constraint, "logprobs": None, "max_tokens": cap,
-              "raw_logprobs": True}  # the opener's raw probability: Probe.intent
+    fields = {**req.fields, "structured_output": plan.constraint, "logprobs": None, "max_tokens": cap}
     probe = replace(req, served=small, plan=plan, prompt=prompt, ids=ids, fields=fields, guard=guard,
                     reprompt=_no_reprompt)
     source, _ = build_choices(state, probe)

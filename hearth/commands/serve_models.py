@@ -10,7 +10,7 @@
     threads = 2                    # its engine thread's CPU threads (default: --threads, else all cores)
     pinned = true                  # loaded at start and never unloaded (default: false)
     router = "small"               # a model of this server that answers its single-turn tool calls when
-    router_threshold = 0.9         #   sure (default: --router, --router-threshold); a router is pinned
+    router_threshold = 0.5         #   sure (default: --router, --router-threshold); a router is pinned
 
 A bad entry is one line naming the entry and the field."""
 

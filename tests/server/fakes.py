@@ -62,7 +62,7 @@ ATTEMPTS = {
 }
 LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05}
 """(script, piece index) -> the sampled token's logprob there (else -0.5)."""
-RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2, ("unwilling", 0): -3.0}
+RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2}
 """(script, piece index) -> its raw logprob, before the grammar's mask (else its logprob); sent only
 when the request asks for raw logprobs (SamplingParams.raw_logprobs)."""
 PACED = {"markdown": 0.05}

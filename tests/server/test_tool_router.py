@@ -121,25 +121,6 @@ def test_requests_that_need_prose_skip_the_router(make, messages, tools, extra, 
     assert small.added == [] and main.added
 
 
-def test_a_call_the_small_model_did_not_want_to_make_falls_back(make):
-    """Forced, every token of the call reads sure over the allowed tokens (masked); before the mask
-    the opener read exp(-3) (the fake's "unwilling" script): the model meant to answer in prose, as
-    on a request none of the tools answers. The router's confidence is the lower of the two."""
-    client, main, small = make(threshold=0.5)
-
-    def unwilling(prompt_ids, params, request_id=None):
-        stream = Says.add_request(small, prompt_ids, params, request_id)
-        stream.script = "unwilling"
-        return stream
-
-    small.add_request = unwilling
-    body = chat(client).json()
-    router = body["hearth"]["router"]
-    assert (router["decision"], router["reason"]) == ("fallback", "low_confidence")
-    assert router["confidence"] == round(math.exp(-3.0), 6) < CONFIDENCE
-    assert small.added[0].params.raw_logprobs and body["choices"][0]["message"]["content"] == "It is sunny."
-
-
 def test_an_invalid_call_falls_back_whatever_its_confidence(make):
     client, main, small = make(small_says=(OSLO_CALL.replace("get_weather", "get_wether"),), threshold=0.0)
     body = chat(client).json()
