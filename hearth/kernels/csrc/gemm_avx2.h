@@ -7,7 +7,10 @@
 // so a row's result depends on its panel alone, not on the other rows of the call. Per 16 k, 8
 // features and a row: 4 integer dots (vpdpbusd on AVX-VNNI, else vpmaddubsw + vpmaddwd + vpaddd) and
 // 4 ops of epilogue, against the GEMV's 8 (and a lane permute) per 32 k of one feature: the GEMV sums
-// 8 lanes of k, so every (row, feature) pair pays its own conversions.
+// 8 lanes of k, so every (row, feature) pair pays its own conversions. Those 4 are the limit here: on
+// Sapphire Rapids vpdpbusd ymm and the f32 ops issue on the same 2 ports (measured: 8 dpbusd + 8 FMA
+// take the time of both alone), so the epilogue holds half the ALU slots (~196 GOP/s a core of ~380).
+// Fewer per k (activation scales per 32, or ggml's integer sub-scales per 256) is the way past it.
 //
 // The activation rows of a chunk (~gemm_chunk_bytes() of codes and scales, repacked in blocks of
 // GEMM_MR rows: gemm_pack_rows) stay in L2 while all of a
