@@ -46,7 +46,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
     "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
-    "many_rows": ("hk_many_rows", "hk_avx_vnni"),  # the GEMV library's register-blocked GEMM for prefills (csrc/gemm_avx2.h)
+    "many_rows": ("hk_many_rows", "hk_avx_vnni", "hk_gemm_chunk_bytes"),  # the GEMV library's register-blocked GEMM for prefills (csrc/gemm_avx2.h)
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
@@ -304,6 +304,7 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_set_invariant_rows": (None, [_i64]),
     "hk_many_rows": (_int, []),
     "hk_avx_vnni": (_int, [_int]),
+    "hk_gemm_chunk_bytes": (_i64, [_i64]),
     "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                   _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
     "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,

@@ -143,3 +143,23 @@ def test_gemm_rows_are_independent_of_the_call_and_below_it_the_gemv_runs(qtype)
         assert torch.equal(mm(x[a:b]), y[a:b])
     assert torch.equal(mm(x[:63]), gemv(x[:63]))
     assert not torch.equal(y[:64], gemv(x[:64]))  # the control: the GEMM sums in another order
+
+
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
+def test_gemm_rows_are_independent_of_its_chunks(qtype):
+    """A chunk's rows are repacked in blocks of 6 (one pointer per register block): chunks of 6, 12 and
+    20 rows (a 2-row tail block in each 20), every row count to a partial block, give the bits of one chunk."""
+    so = native.open_tier("avx2")
+    t = random_tensor(qtype, 21, 512, np.random.default_rng(5))
+    mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], 512, gemm_min_rows=8, so=so)
+    x = torch.randn(101, 512) * torch.rand(101, 1) * 10
+    per_row = 512 + 2 * (512 // 16) * 4  # a row's codes and its two scales per 16
+    default = so.hk_gemm_chunk_bytes(0)
+    try:
+        y = mm(x)
+        assert default > 101 * per_row  # the control: one chunk
+        for rows in (6, 12, 20):
+            so.hk_gemm_chunk_bytes(rows * per_row)
+            assert torch.equal(mm(x), y) and torch.equal(mm(x[:95]), y[:95])
+    finally:
+        so.hk_gemm_chunk_bytes(default)

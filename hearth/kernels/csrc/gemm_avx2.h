@@ -7,9 +7,13 @@
 // so a row's result depends on its panel alone, not on the other rows of the call. Per 16 k, 8
 // features and a row: 4 integer dots (vpdpbusd on AVX-VNNI, else vpmaddubsw + vpmaddwd + vpaddd) and
 // 4 ops of epilogue, against the GEMV's 8 (and a lane permute) per 32 k of one feature: the GEMV sums
-// 8 lanes of k, so every (row, feature) pair pays its own conversions.
+// 8 lanes of k, so every (row, feature) pair pays its own conversions. Those 4 are the limit here: on
+// Sapphire Rapids vpdpbusd ymm and the f32 ops issue on the same 2 ports (measured: 8 dpbusd + 8 FMA
+// take the time of both alone), so the epilogue holds half the ALU slots (~196 GOP/s a core of ~380).
+// Fewer per k (activation scales per 32, or ggml's integer sub-scales per 256) is the way past it.
 //
-// The activation rows of a chunk (~GEMM_CHUNK_BYTES of codes and scales) stay in L2 while all of a
+// The activation rows of a chunk (~gemm_chunk_bytes() of codes and scales, repacked in blocks of
+// GEMM_MR rows: gemm_pack_rows) stay in L2 while all of a
 // thread's panels pass; the weights are read and unpacked once per chunk (at K = 8960, 512 rows, 8
 // times). 1 MB chunks against 384 KB: the Q6_K down projection (K = 8960) 123 -> 156 GOP/s a core,
 // the K = 1536 shapes +3-8%. Runs from a plan's gemm_min_rows (the runner's prefill regime),
@@ -29,7 +33,11 @@ namespace {
 
 constexpr int64_t GEMM_NP = 8;  // output features per panel: one vector
 constexpr int GEMM_MR = 6;  // activation rows per register block: 6 int32 sums + 6 f32 accumulators
-constexpr int64_t GEMM_CHUNK_BYTES = 1024 * 1024;
+
+inline int64_t& gemm_chunk_bytes() {  // activation bytes per chunk (hk_gemm_chunk_bytes sets it: benchmarks)
+  static int64_t bytes = 1024 * 1024;
+  return bytes;
+}
 
 // AVX-VNNI (Alder Lake, Sapphire Rapids, Zen 5 on): CPUID.(7, 1):EAX bit 4. Its vpdpbusd adds the
 // same four u8 x s8 products as vpmaddubsw + vpmaddwd do (no int16 step to saturate here: |codes| <=
@@ -130,16 +138,41 @@ void gemm_unpack(const uint8_t* w, int64_t row_bytes, int64_t n, int64_t cols, i
   }
 }
 
-// y[m][0 .. cols) for MR rows m0 .. of a over the whole panel
+// A chunk's activation rows in blocks of GEMM_MR, interleaved so that a register block reads one
+// pointer at constant offsets (the natural layout took a pointer per row: 12 of them spilled to the
+// stack and reloaded every 16 k): codes [block][Kp / 4][GEMM_MR][4], d16 and a16 [block][Kp / 16][GEMM_MR]
+struct GemmRows {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+};
+
+thread_local GemmRows gemm_rows_buf;
+
+// rows c0 .. c1 of a -> r (the same bytes and floats, moved)
+inline void gemm_pack_rows(const Act& a, int64_t c0, int64_t c1, GemmRows& r) {
+  const int64_t Kp = a.Kp, g = Kp / 16, blocks = (c1 - c0 + GEMM_MR - 1) / GEMM_MR;
+  if (static_cast<int64_t>(r.q.size()) < blocks * GEMM_MR * Kp) r.q.resize(blocks * GEMM_MR * Kp);
+  if (static_cast<int64_t>(r.d.size()) < blocks * GEMM_MR * g) r.d.resize(blocks * GEMM_MR * g), r.s.resize(blocks * GEMM_MR * g);
+  for (int64_t m = c0; m < c1; ++m) {
+    const int64_t b = (m - c0) / GEMM_MR, i = (m - c0) % GEMM_MR;
+    const int8_t* src = a.q + m * Kp;
+    int8_t* dst = r.q.data() + b * GEMM_MR * Kp + 4 * i;
+    for (int64_t k4 = 0; k4 < Kp / 4; ++k4) std::memcpy(dst + k4 * 4 * GEMM_MR, src + 4 * k4, 4);
+    float *d = r.d.data() + b * GEMM_MR * g + i, *s = r.s.data() + b * GEMM_MR * g + i;
+    for (int64_t k16 = 0; k16 < g; ++k16) d[k16 * GEMM_MR] = a.d16[m * g + k16], s[k16 * GEMM_MR] = a.a16[m * g + k16];
+  }
+}
+
+// y[r][0 .. cols) for the MR rows of packed block b of a chunk over the whole panel
 template <bool SIGNED, bool VNNI, int MR>
-void gemm_block(const GemmPanel& p, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t cols) {
-  const int64_t Kp = a.Kp, g = Kp / 16;
-  const int8_t* q = a.q + m0 * Kp;
-  const float* d = a.d16 + m0 * g;
-  const float* s16 = a.a16 + m0 * g;
+void gemm_block(const GemmPanel& p, const GemmRows& rows, int64_t b, int64_t Kp, float* y, int64_t ldy, int64_t cols) {
+  const int64_t g = Kp / 16;
+  const int8_t* q = rows.q.data() + b * GEMM_MR * Kp;
+  const float* d = rows.d.data() + b * GEMM_MR * g;
+  const float* s16 = rows.s.data() + b * GEMM_MR * g;
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
-  for (int64_t k16 = 0; k16 < g; ++k16) {
+  for (int64_t k16 = 0; k16 < g; ++k16, q += 16 * GEMM_MR, d += GEMM_MR, s16 += GEMM_MR) {
     __m256i sum[MR];
     for (int r = 0; r < MR; ++r) sum[r] = _mm256_setzero_si256();
 #pragma GCC unroll 4
@@ -148,7 +181,7 @@ void gemm_block(const GemmPanel& p, const Act& a, int64_t m0, float* y, int64_t 
       const __m256i uw = SIGNED ? _mm256_sign_epi8(w, w) : w;  // |codes| for int8 codes
       for (int r = 0; r < MR; ++r) {
         int32_t v;
-        std::memcpy(&v, q + r * Kp + 16 * k16 + 4 * j, 4);
+        std::memcpy(&v, q + (j * GEMM_MR + r) * 4, 4);
         __m256i xb = _mm256_set1_epi32(v);
         if (SIGNED) xb = _mm256_sign_epi8(xb, w);  // |w| x sign(w) x: the u8 x s8 product stays exact
         sum[r] = dot4<VNNI>(sum[r], uw, xb);
@@ -156,24 +189,26 @@ void gemm_block(const GemmPanel& p, const Act& a, int64_t m0, float* y, int64_t 
     }
     const __m256 sw = _mm256_loadu_ps(p.s.data() + 8 * k16), ow = _mm256_loadu_ps(p.o.data() + 8 * k16);
     for (int r = 0; r < MR; ++r) {
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(sw, _mm256_set1_ps(d[r * g + k16])), acc[r]);
-      acc[r] = _mm256_fmadd_ps(ow, _mm256_set1_ps(s16[r * g + k16]), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(sw, _mm256_set1_ps(d[r])), acc[r]);
+      acc[r] = _mm256_fmadd_ps(ow, _mm256_set1_ps(s16[r]), acc[r]);
     }
   }
-  for (int r = 0; r < MR; ++r) store8(y + (m0 + r) * ldy, acc[r], cols);
+  for (int r = 0; r < MR; ++r) store8(y + r * ldy, acc[r], cols);
 }
 
-// rows m0 .. m1 of a through one panel: blocks of GEMM_MR rows, then the tail
+// rows c0 .. c1 of the chunk packed in `rows` through one panel: blocks of GEMM_MR rows, then the tail
 template <bool SIGNED, bool VNNI>
-void gemm_rows(const GemmPanel& p, const Act& a, int64_t m0, int64_t m1, float* y, int64_t ldy, int64_t cols) {
-  int64_t m = m0;
-  for (; m + GEMM_MR <= m1; m += GEMM_MR) gemm_block<SIGNED, VNNI, GEMM_MR>(p, a, m, y, ldy, cols);
-  switch (m1 - m) {
-    case 5: gemm_block<SIGNED, VNNI, 5>(p, a, m, y, ldy, cols); break;
-    case 4: gemm_block<SIGNED, VNNI, 4>(p, a, m, y, ldy, cols); break;
-    case 3: gemm_block<SIGNED, VNNI, 3>(p, a, m, y, ldy, cols); break;
-    case 2: gemm_block<SIGNED, VNNI, 2>(p, a, m, y, ldy, cols); break;
-    case 1: gemm_block<SIGNED, VNNI, 1>(p, a, m, y, ldy, cols); break;
+void gemm_rows(const GemmPanel& p, const GemmRows& rows, int64_t Kp, int64_t c0, int64_t c1, float* y, int64_t ldy,
+               int64_t cols) {
+  int64_t b = 0, m = c0;
+  for (; m + GEMM_MR <= c1; m += GEMM_MR, ++b) gemm_block<SIGNED, VNNI, GEMM_MR>(p, rows, b, Kp, y + m * ldy, ldy, cols);
+  float* yt = y + m * ldy;
+  switch (c1 - m) {
+    case 5: gemm_block<SIGNED, VNNI, 5>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 4: gemm_block<SIGNED, VNNI, 4>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 3: gemm_block<SIGNED, VNNI, 3>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 2: gemm_block<SIGNED, VNNI, 2>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 1: gemm_block<SIGNED, VNNI, 1>(p, rows, b, Kp, yt, ldy, cols); break;
     default: break;
   }
 }
@@ -186,19 +221,20 @@ void rows_gemm(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int6
   GemmPanel& p = gemm_panel;
   p.fit(Kp);
   const int64_t per_row = Kp + 2 * g * static_cast<int64_t>(sizeof(float));
-  const int64_t chunk = std::max<int64_t>(GEMM_MR, GEMM_CHUNK_BYTES / per_row / GEMM_MR * GEMM_MR);
+  const int64_t chunk = std::max<int64_t>(GEMM_MR, gemm_chunk_bytes() / per_row / GEMM_MR * GEMM_MR);
   const bool vnni = gemm_avx_vnni();
   for (int64_t c0 = 0; c0 < a.M; c0 += chunk) {
     const int64_t c1 = std::min(a.M, c0 + chunk);
+    gemm_pack_rows(a, c0, c1, gemm_rows_buf);
     for (int64_t n = n0; n < n1; n += GEMM_NP) {
       const int64_t cols = std::min(GEMM_NP, n1 - n);
       gemm_unpack<T>(w, row_bytes, n, cols, nb, Kp, p);
       for (int64_t b = 0; b < std::min(GEMM_NP, n1 - n - GEMM_NP) * row_bytes; b += 64)  // the next panel's rows
         __builtin_prefetch(w + (n + GEMM_NP) * row_bytes + b, 0, 2);
       if (vnni)
-        gemm_rows<T::SIGNED, true>(p, a, c0, c1, y + n, ldy, cols);
+        gemm_rows<T::SIGNED, true>(p, gemm_rows_buf, Kp, c0, c1, y + n, ldy, cols);
       else
-        gemm_rows<T::SIGNED, false>(p, a, c0, c1, y + n, ldy, cols);
+        gemm_rows<T::SIGNED, false>(p, gemm_rows_buf, Kp, c0, c1, y + n, ldy, cols);
     }
   }
 }

@@ -31,6 +31,12 @@ int hk_avx_vnni(int on) {
   return gemm_avx_vnni() ? 1 : 0;
 }
 
+// Activation bytes per chunk of the GEMM (its rows' bits do not depend on it): bytes <= 0 asks
+int64_t hk_gemm_chunk_bytes(int64_t bytes) {
+  if (bytes > 0) gemm_chunk_bytes() = bytes;
+  return gemm_chunk_bytes();
+}
+
 int hk_cpu_ok() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
