@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,13 +41,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's hearth, wherever the script is run from
 
 from hearth.bench.http_client import HttpClient  # noqa: E402
+from hearth.bench.spec.servers import free_port  # noqa: E402
 from hearth.bench.workloads import BenchRequest  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(argv: list[str], port: int, log: Path) -> subprocess.Popen:

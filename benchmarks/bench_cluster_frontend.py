@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's hearth, wherever the script is run from
 
 from hearth.bench.http_client import HttpClient  # noqa: E402
+from hearth.bench.metrics.stats import percentile  # noqa: E402
+from hearth.bench.spec.servers import free_port  # noqa: E402
 from hearth.bench.workloads import BenchRequest  # noqa: E402
 from hearth.sampling_params import SamplingParams  # noqa: E402
 
@@ -85,18 +87,6 @@ def via_front_end(client: HttpClient) -> tuple[float, float]:
     return r.ttft, (time.process_time() - c0) - (time.thread_time() - m0)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def pct(xs: list[float], q: float) -> float:
-    return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))]
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="smollm2-135m")
@@ -132,7 +122,7 @@ def main() -> None:
     diffs = [a - b for a, b in zip(ttft["front"], ttft["direct"])]
     row = {"pairs": args.pairs, "loadavg": Path("/proc/loadavg").read_text().split()[0],
            **{f"{k}_ttft_p50_ms": 1e3 * statistics.median(v) for k, v in ttft.items()},
-           "added_ttft_p50_ms": 1e3 * statistics.median(diffs), "added_ttft_p90_ms": 1e3 * pct(diffs, 0.9),
+           "added_ttft_p50_ms": 1e3 * statistics.median(diffs), "added_ttft_p90_ms": 1e3 * percentile(diffs, 90),
            **{f"{k}_cpu_p50_ms": 1e3 * statistics.median(v) for k, v in cpu.items()},
            "added_cpu_p50_ms": 1e3 * (statistics.median(cpu["front"]) - statistics.median(cpu["direct"]))}
     print(json.dumps(row, indent=1))
