@@ -14,6 +14,7 @@ from typing import Any
 from hearth.api.errors import APIError
 from hearth.tool_guard import MODES, GuardConfig
 from hearth.tool_guard.compaction import Compaction, parse_compaction
+from hearth.tool_guard.modes import decline_below_error
 from hearth.tool_guard.request_fields import FieldError, check_keys, int_field, kind
 from hearth.tool_guard.routing import RouterError, check_threshold
 from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
@@ -67,8 +68,8 @@ def _parse(raw: Any, server_guard: GuardConfig, tool_names: list[str]) -> Extens
         guard = replace(guard, max_retries=int_field(raw, "tool_guard_retries", 0, "hearth", low=0, high=10))
     below = raw.get("tool_guard_decline_below")
     if below is not None:
-        if isinstance(below, bool) or not isinstance(below, (int, float)) or not 0 <= below <= 1:
-            raise FieldError("hearth.tool_guard_decline_below", f"must be a number in [0, 1], got {below!r}")
+        if (why := decline_below_error(below)) is not None:
+            raise FieldError("hearth.tool_guard_decline_below", why)
         guard = replace(guard, decline_below=float(below))
     workflow = raw.get("workflow")
     if workflow is not None and not tool_names:

@@ -14,6 +14,7 @@ from hearth.config import DEFAULT_MODEL, DEVICES
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from hearth.tool_guard.declined import NAME_FLOOR
     from hearth.tool_guard.routing import DEFAULT_THRESHOLD
 
     p.add_argument("model", nargs="*", default=[],
@@ -48,7 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="retries the guard may spend on a request whose calls fail (default: %(default)s)")
     net.add_argument("--tool-guard-decline-below", type=float, default=None, metavar="P",
                      help="the guard declines a lazily triggered call whose name's first token the model gave a raw "
-                          "probability below P (the grammar chose the tool); 0: never (default: 0.35)")
+                          f"probability below P (the grammar chose the tool); 0: never (default: {NAME_FLOOR})")
     net.add_argument("--router", default=None, metavar="MODEL",
                      help="a small model (catalog name, .gguf or the name of a served model) that answers single-turn "
                           "tool calls first, forced to call a tool; its call stands when its confidence reaches "

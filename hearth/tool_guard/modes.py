@@ -23,6 +23,13 @@ def check_mode(value: object, where: str = "tool_guard") -> str:
     return value
 
 
+def decline_below_error(value: object) -> str | None:
+    """What is wrong with a decline floor (None: a number in [0, 1])."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        return f"must be a number in [0, 1], got {value!r}"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class GuardConfig:
     mode: str = DEFAULT_MODE
@@ -35,9 +42,8 @@ class GuardConfig:
         check_mode(self.mode, "--tool-guard")
         if not 0 <= self.max_retries <= 10:
             raise ToolGuardError(f"--tool-guard-retries: must be in [0, 10], got {self.max_retries}")
-        if isinstance(self.decline_below, bool) or not isinstance(self.decline_below, (int, float)) \
-                or not 0 <= self.decline_below <= 1:
-            raise ToolGuardError(f"--tool-guard-decline-below: must be a number in [0, 1], got {self.decline_below!r}")
+        if (why := decline_below_error(self.decline_below)) is not None:
+            raise ToolGuardError(f"--tool-guard-decline-below: {why}")
 
     @property
     def grammar(self) -> bool:
