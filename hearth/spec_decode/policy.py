@@ -117,10 +117,11 @@ class SpeculativeDecoder:
         if self.cost is not None:
             self.cost.add(rows, seconds)
 
-    def _length(self, t: _Track, req: DraftRequest, batch: int) -> int:
+    def _length(self, t: _Track, req: DraftRequest, batch: int) -> int | None:
         """With a cost: the length best_length picks, up to the whole budget (the rate decides, not
-        the last accept); a seeded sampled request's drafts decide its tokens, so it reads neither
-        timings nor other requests' acceptance, only fixed priors and its own."""
+        the last accept); None while a plain step of this batch size was never timed (this step,
+        drafting nothing, times it). A seeded sampled request's drafts decide its tokens, so it
+        reads neither timings nor other requests' acceptance, only fixed priors and its own."""
         if self.cost is None:
             return t.k
         most = self.config.max_drafts
@@ -130,7 +131,7 @@ class SpeculativeDecoder:
         else:
             costs = self.cost.costs(batch, most)
             if costs is None:
-                return 0
+                return None
             prior = self.acceptance.rates(prior, 1)[0]  # a first draft's rate over every request
         # a tree's nodes past its depth are branches, worth only what a rejected first choice
         # leaves them; counted as nothing (8 nodes at depth 4 ran 0.95x plain on the code edit,
@@ -161,6 +162,8 @@ class SpeculativeDecoder:
                 else:
                     t.paused_until = self.step + t.pause
                     t.pause = min(2 * t.pause, POLICY.longest_pause)
+            k = k or 0  # None: no cost known yet, which is no reason to pause (a fresh server's first
+            # request paused 8 steps for it, the code edit's first 8 tokens undrafted)
             if k:
                 reqs.append(req)
                 ks.append(k)

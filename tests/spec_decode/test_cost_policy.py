@@ -158,6 +158,19 @@ def test_accepted_drafts_run_long_failing_ones_stop():
     assert free.spec.stats.num_draft_tokens > wrong.spec.stats.num_draft_tokens
 
 
+def test_an_unmeasured_step_cost_drafts_nothing_for_one_step_and_pauses_nothing():
+    """A fresh engine knows no step time yet: the first decode steps draft nothing while they time
+    the plain step, then drafting starts at once (it once paused the first request 8 steps)."""
+    spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=8, disable_by_batch_size=0), StepCost(0.25))
+    spec.proposer = ScriptedProposer(lambda r: [7] * 8, obey_k=True)
+    req = SimpleNamespace(request_id="a", prompt_token_ids=[1], output_token_ids=[2],
+                          params=SamplingParams(temperature=0), num_tokens=2)
+    assert spec.propose([], 1) == {}  # the prompt's step: nobody decodes
+    assert spec.propose([req], 1) == {} and spec.propose([req], 1) == {}  # no cost known: plain steps
+    spec.cost.add(1, 0.05)  # what those plain steps measured
+    assert len(spec.propose([req], 1).get("a", [])) > 0
+
+
 def test_a_seeded_sampled_request_reads_neither_timings_nor_other_requests():
     """Its drafts decide which tokens it samples (rejection sampling), so its draft length comes
     from its own acceptance and the fixed priors: the same whatever the fit or the others say."""
