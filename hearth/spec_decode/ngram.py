@@ -22,14 +22,21 @@ up in the few tokens after the break. Where it picks it up it learns the edit (t
 span -> the output's new one): a rename changes every occurrence, so the copy it proposes later
 has the same substitution made wherever the old span comes again, and a draft runs on through the
 next occurrence instead of breaking there (one rename cost a draft break and 1-3 steps at each
-occurrence). An edit the output does not repeat (the old span copied unchanged) is forgotten."""
+occurrence). An edit the output does not repeat (the old span copied unchanged) is forgotten.
+
+With the tokenizer at hand (Proposer.codec) the edits apply as text: a rename learned as " readings"
+-> " measurements" is the word edit "reading" -> "measurement" (the spans less what they share at
+either end), made in the copy's text and tokenized again, so it also holds where the same word sits
+in other tokens ("(readings", "reading.sensor"): the code edit's first sight went from 48 steps to
+30 on Qwen2.5-Coder-1.5B (modeled 2.30x -> 3.33x plain, docs/speculative.md)."""
 
 from __future__ import annotations
 
 import heapq
+import re
 from dataclasses import dataclass
 
-from hearth.spec_decode.proposer import DraftRequest, Proposer
+from hearth.spec_decode.proposer import DraftRequest, Proposer, TextCodec
 from hearth.spec_decode.tree import DraftTree
 
 OCCURRENCES = 8
@@ -89,10 +96,16 @@ class CopyCursor:
         """Where the proposal starts: the copy's next token, or after a break the one after it."""
         return self.at + 1 if self.edit else self.at
 
-    def copy(self, tokens: list[int], start: int, k: int) -> list[int]:
-        """k tokens of the copy from `start`, with the learned edits made (longest span first)."""
+    def copy(self, tokens: list[int], start: int, k: int, codec: TextCodec | None = None) -> list[int]:
+        """k tokens of the copy from `start`, with the learned edits made (longest span first): as
+        text when a codec is given, else on the tokens."""
         if not self.subs:
             return tokens[start:start + k]
+        edits = text_edits(self.subs, codec) if codec is not None else None
+        if edits:
+            words = re.compile("|".join(re.escape(o) for o in sorted(edits, key=len, reverse=True)))
+            text = words.sub(lambda m: edits[m.group(0)], codec.decode(tokens[start:start + 2 * k + 4]))
+            return codec.encode(text, add_special_tokens=False, parse_special=False)[:k]
         lengths = sorted({len(o) for o in self.subs}, reverse=True)
         out, p = [], start
         while len(out) < k and p < len(tokens):
@@ -104,6 +117,21 @@ class CopyCursor:
                 out.extend(self.subs[old])
                 p += len(old)
         return out[:k]
+
+
+def text_edits(subs: dict[tuple[int, ...], tuple[int, ...]], codec: TextCodec) -> dict[str, str]:
+    """Learned span edits as word edits: each pair's texts less the prefix and suffix they share
+    (" readings" -> " measurements": "reading" -> "measurement"); insertions (nothing left of the
+    old text) stay token edits."""
+    out = {}
+    for old, new in subs.items():
+        a, b = codec.decode(list(old)), codec.decode(list(new))
+        i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        j = next((j for j, (x, y) in enumerate(zip(a[::-1], b[::-1])) if x != y or j >= min(len(a), len(b)) - i),
+                 min(len(a), len(b)) - i)
+        if a[i:len(a) - j]:
+            out[a[i:len(a) - j]] = b[i:len(b) - j]
+    return out
 
 
 class NgramIndex:
@@ -175,8 +203,8 @@ class NgramIndex:
 
 
 class NgramProposer(Proposer, method="ngram"):
-    def __init__(self, config) -> None:
-        super().__init__(config)
+    def __init__(self, config, codec=None) -> None:
+        super().__init__(config, codec)
         self.indexes: dict[str, NgramIndex] = {}
         self.cursors: dict[str, CopyCursor] = {}
 
@@ -213,7 +241,7 @@ class NgramProposer(Proposer, method="ngram"):
             if c.tree_budget:
                 draft = index.propose_tree(k, min(k, c.num_speculative_tokens), starts)
             elif starts and cursor is not None and starts[0] == cursor.start() and not cursor.edit:
-                draft = cursor.copy(index.tokens, starts[0], k)  # copying: with the edits it learned
+                draft = cursor.copy(index.tokens, starts[0], k, self.codec)  # copying: with the edits it learned
             else:
                 draft = index.propose(k, starts)
             if draft:

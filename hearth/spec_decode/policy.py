@@ -19,7 +19,7 @@ from typing import NamedTuple
 from hearth.spec_decode.acceptance import Acceptance
 from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.cost import StepCost
-from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
+from hearth.spec_decode.proposer import PROPOSERS, DraftRequest, TextCodec
 from hearth.spec_decode.tree import DraftTree
 
 from hearth.spec_decode.thresholds import POLICY
@@ -101,11 +101,12 @@ def best_length(rates: list[float], costs: list[float], batch: int) -> int:
 
 
 class SpeculativeDecoder:
-    def __init__(self, config: SpeculativeConfig, cost: StepCost | None = None):
+    def __init__(self, config: SpeculativeConfig, cost: StepCost | None = None, codec: TextCodec | None = None):
         """cost: what a draft token costs here, fed by timed(); with it a request drafts only as
-        many tokens as its acceptance rate pays for (best_length), else as many as the budget."""
+        many tokens as its acceptance rate pays for (best_length), else as many as the budget.
+        codec: the tokenizer, for proposers that edit drafts as text."""
         self.config = config
-        self.proposer = PROPOSERS[config.method](config)
+        self.proposer = PROPOSERS[config.method](config, codec)
         self.stats = SpecDecodeStats(accepted_per_pos=[0] * config.num_speculative_tokens)
         self.tracks: dict[str, _Track] = {}
         self.step = 0

@@ -9,7 +9,7 @@ import pytest
 from hearth.engine.request import Request
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
-from hearth.spec_decode.ngram import NgramIndex, NgramProposer
+from hearth.spec_decode.ngram import NgramIndex, NgramProposer, text_edits
 
 
 def brute_force(tokens, n_min, n_max, k):
@@ -122,9 +122,9 @@ def test_proposer_offers_trees_with_a_tree_budget():
     assert (tree.tokens, tree.parents) == ([3, 5, 2, 5], [-1, 0, -1, 2])
 
 
-def copying(prompt, output, k=4):
+def copying(prompt, output, k=4, codec=None):
     """What the n-gram proposer drafts after each output token of a request copying its prompt."""
-    prop = NgramProposer(SpeculativeConfig(num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=3))
+    prop = NgramProposer(SpeculativeConfig(num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=3), codec)
     req = Request("r", prompt, SamplingParams(), frozenset(), 100)
     drafts = []
     for t in output:
@@ -170,6 +170,39 @@ def test_the_copy_makes_a_rename_it_saw_at_every_later_occurrence():
     index = NgramIndex(2, 3)  # the control: lookup alone drafts the copy unchanged
     index.extend(src + renamed)
     assert index.propose(8) == [17, 15, 18, 19, 20, 21, 15, 22]
+
+
+class PieceCodec:
+    """A tokenizer over a few text pieces: encode takes the longest piece that matches, left to right."""
+
+    def __init__(self, pieces: list[str]):
+        self.pieces = pieces
+
+    def decode(self, ids):
+        return "".join(self.pieces[i] for i in ids)
+
+    def encode(self, text, add_special_tokens=True, parse_special=True):
+        out = []
+        while text:
+            i = max((i for i, p in enumerate(self.pieces) if p and text.startswith(p)), key=lambda i: len(self.pieces[i]))
+            out.append(i)
+            text = text[len(self.pieces[i]):]
+        return out
+
+
+def test_a_learned_rename_is_made_as_text_wherever_the_word_comes_again():
+    """Learned as " readings" -> " measurements" (one token each), the rename is the word edit
+    "reading" -> "measurement": with the tokenizer the copy makes it in "(readings" too, a token
+    the edit never saw, tokenized again ("(", "me", "asurements")."""
+    codec = PieceCodec(["", "a", "b", "c", "d", "e", " readings", " measurements", "(", "readings", "):", "me",
+                        "asurements", "x", "y", "z", "w"])
+    assert text_edits({(6,): (7,)}, codec) == {"reading": "measurement"}
+    assert text_edits({(1,): (1, 2)}, codec) == {}  # an insertion stays a token edit
+    head = [1, 2, 3, 4, 5, 16]  # copied first: a run before the break
+    src = head + [6, 13, 14, 8, 9, 10, 15, 15]
+    out = head + [7, 13, 14]  # the copy, " readings" renamed, resynced at x
+    assert copying(src, out, k=6, codec=codec)[-1] == [8, 11, 12, 10, 15, 15]
+    assert copying(src, out, k=6)[-1] == [8, 9, 10, 15, 15, 1]  # the control: token edits only (then the output)
 
 
 def test_the_cursor_is_dropped_where_the_output_stops_copying():
