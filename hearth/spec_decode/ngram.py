@@ -27,14 +27,16 @@ occurrence). An edit the output does not repeat (the old span copied unchanged) 
 With the tokenizer at hand (Proposer.codec) the edits apply as text: a rename learned as " readings"
 -> " measurements" is the word edit "reading" -> "measurement" (the spans less what they share at
 either end), made in the copy's text and tokenized again, so it also holds where the same word sits
-in other tokens ("(readings", "reading.sensor"): the code edit's first sight went from 48 steps to
-30 on Qwen2.5-Coder-1.5B (modeled 2.30x -> 3.33x plain, docs/speculative.md)."""
+in other tokens ("(readings", "reading.sensor"). The edits are the request's, not the cursor's: where
+a rename changes the tokens around it the copy is often lost and found again, and the new cursor
+makes the renames the old one learned. On the code edit (Qwen2.5-Coder-1.5B, first sight, replayed by
+bench_spec_trace --replay) the two took 62 steps to 37, then 27: modeled 2.14x -> 2.97x -> 3.86x plain."""
 
 from __future__ import annotations
 
 import heapq
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hearth.spec_decode.proposer import DraftRequest, Proposer, TextCodec
 from hearth.spec_decode.tree import DraftTree
@@ -60,8 +62,9 @@ class CopyCursor:
     """Output tokens since the copy broke (0: copying)."""
     broke: tuple[int, int] = (0, 0)
     """(copy position, output position) where the copy last broke."""
-    subs: dict[tuple[int, ...], tuple[int, ...]] | None = None
-    """Edits learned at resyncs: a span of the copy -> what the output wrote instead."""
+    subs: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    """Edits learned at resyncs: a span of the copy -> what the output wrote instead (the request's:
+    a cursor that takes over from a lost one keeps them)."""
 
     def advance(self, tokens: list[int], i: int) -> bool:
         """tokens[i], the output's next token, against the copy; False: the copy is lost."""
@@ -85,7 +88,6 @@ class CopyCursor:
             back = int(q == b and b > 0)  # nothing skipped (an insertion): the token before it comes along
             old, new = tuple(tokens[b - back:q]), tuple(tokens[o - back:i])
             if old and old != new:
-                self.subs = self.subs or {}
                 self.subs[old] = new
             self.at, self.run, self.edit = q + 1, 1, 0
             return True
@@ -207,6 +209,9 @@ class NgramProposer(Proposer, method="ngram"):
         super().__init__(config, codec)
         self.indexes: dict[str, NgramIndex] = {}
         self.cursors: dict[str, CopyCursor] = {}
+        self.edits: dict[str, dict[tuple[int, ...], tuple[int, ...]]] = {}
+        """Per request, the edits its cursors learned (CopyCursor.subs): a copy lost where a rename
+        changed the tokens around it, and found again, still makes the rename."""
 
     def _starts(self, rid: str, index: NgramIndex, have: int) -> list[int]:
         """Where drafts start, best first: the copy's next token while it holds, else the latest
@@ -218,7 +223,7 @@ class NgramProposer(Proposer, method="ngram"):
         ends = index.match()
         if cursor is None:
             if ends:
-                self.cursors[rid] = CopyCursor(ends[0])
+                self.cursors[rid] = CopyCursor(ends[0], subs=self.edits.setdefault(rid, {}))
             return ends
         first = cursor.start()
         if first >= len(index.tokens):
@@ -251,3 +256,4 @@ class NgramProposer(Proposer, method="ngram"):
     def forget(self, request_id: str) -> None:
         self.indexes.pop(request_id, None)
         self.cursors.pop(request_id, None)
+        self.edits.pop(request_id, None)

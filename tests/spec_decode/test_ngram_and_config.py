@@ -172,6 +172,15 @@ def test_the_copy_makes_a_rename_it_saw_at_every_later_occurrence():
     assert index.propose(8) == [17, 15, 18, 19, 20, 21, 15, 22]
 
 
+def test_a_copy_found_again_keeps_the_edits_learned_before_it_was_lost():
+    """15 -> 98 learned; the output then writes 8 tokens of its own (past PATIENCE: the cursor is
+    dropped) and copies again: the new cursor makes the rename the lost one learned."""
+    head = [1, 2, 3, 4, 5, 6]
+    src = head + [15, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 15, 24, 25, 26]
+    out = head + [98, 13, 14, 16] + [50 + i for i in range(8)] + [20, 21, 22]
+    assert copying(src, out, k=4)[-1] == [23, 98, 24, 25]
+
+
 class PieceCodec:
     """A tokenizer over a few text pieces: encode takes the longest piece that matches, left to right."""
 
