@@ -119,6 +119,21 @@ def test_bursty_acceptance_pays_long_drafts_one_rate_would_not():
     assert Acceptance([2.0], [2.0]).rates(0.5, 3) == [0.75, 0.75, 0.75]  # unseen positions as the last seen
 
 
+def test_an_old_miss_past_the_first_position_is_forgotten_once_less_than_a_try_is_left():
+    """A copy whose 5th draft missed once, long ago, and whose 4-draft steps were accepted whole
+    since: the 5th position is unseen again (the 4th's rate) and long drafts pay; right after the
+    miss they do not."""
+    acc = Acceptance()
+    acc.observe(4, 8)  # the first draft: 4 accepted, the 5th missed
+    costs = [1.0, 1.2, 1.4, 1.6, 1.8, 2.3, 2.5, 2.7, 2.8] + [2.8] * 7
+    assert best_length(acc.rates(0.6, 15), costs, 1) == 4  # the miss is fresh
+    for _ in range(2):
+        acc.observe(4, 4)  # whole accepts of 4 drafts: the 5th never tried, its one try decays
+    rates = acc.rates(0.6, 15)
+    assert acc.tries[4] < 1.0 and rates[4] == rates[3]
+    assert best_length(rates, costs, 1) == 15
+
+
 class FixedCost(StepCost):
     """Step times of a line, 1 + prior per extra row, measured already; no timing in tests."""
 
