@@ -7,9 +7,11 @@ hopeless just where they pay most. So the counts are kept per position: rates()[
 that draft j + 1 is accepted once the j before it were. Every position's counts decay with every
 draft verified, tried there or not: a position the drafts stopped reaching forgets its failures
 and takes the rate of the one before it again, so drafts that got reliable grow back. Past the
-first, a position with less than one try left after the decay counts as unseen: one old miss
-otherwise priced it low enough never to be tried again (the code edit's copy ran 4 drafts a step
-for a miss at the 5th early on: 27 steps against 19, replayed, docs/speculative.md)."""
+first, a position with less than one try left after the decay (a single miss, one verified draft
+later) counts as unseen: that miss otherwise priced it low enough never to be tried again (the code
+edit's copy ran 4 drafts a step for a miss at the 5th early on; replayed, docs/speculative.md). A
+position that keeps failing is so re-tried about every other draft that reaches the one before it:
+the positions before it, tried each time, carry the price."""
 
 from __future__ import annotations
 

@@ -24,21 +24,20 @@ has the same substitution made wherever the old span comes again, and a draft ru
 next occurrence instead of breaking there (one rename cost a draft break and 1-3 steps at each
 occurrence). An edit the output does not repeat (the old span copied unchanged) is forgotten.
 
-With the tokenizer at hand (Proposer.codec) the edits apply as text: a rename learned as " readings"
--> " measurements" is the word edit "reading" -> "measurement" (the spans less what they share at
-either end), made in the copy's text and tokenized again, so it also holds where the same word sits
-in other tokens ("(readings", "reading.sensor"). The edits are the request's, not the cursor's: where
-a rename changes the tokens around it the copy is often lost and found again, and the new cursor
-makes the renames the old one learned. On the code edit (Qwen2.5-Coder-1.5B, first sight, replayed by
-bench_spec_trace --replay) the two took 62 steps to 37, then 27: modeled 2.14x -> 2.97x -> 3.86x plain."""
+The edits are the request's, not the cursor's: where a rename changes the tokens around it the
+copy is often lost and found again, and the new cursor makes the renames the old one learned; with
+the tokenizer at hand (Proposer.codec) they are made as word edits in the copy's text
+(hearth.spec_decode.copy_edits), so a rename also holds in tokens it was not learned in. On the code
+edit (Qwen2.5-Coder-1.5B, first sight, replayed by bench_spec_trace --replay) these took 62 steps to
+23 (docs/speculative.md)."""
 
 from __future__ import annotations
 
 import heapq
-import re
 from dataclasses import dataclass, field
 
-from hearth.spec_decode.proposer import DraftRequest, Proposer, TextCodec
+from hearth.spec_decode.copy_edits import Edits
+from hearth.spec_decode.proposer import DraftRequest, Proposer
 from hearth.spec_decode.tree import DraftTree
 
 OCCURRENCES = 8
@@ -62,7 +61,7 @@ class CopyCursor:
     """Output tokens since the copy broke (0: copying)."""
     broke: tuple[int, int] = (0, 0)
     """(copy position, output position) where the copy last broke."""
-    subs: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    subs: Edits = field(default_factory=Edits)
     """Edits learned at resyncs: a span of the copy -> what the output wrote instead (the request's:
     a cursor that takes over from a lost one keeps them)."""
 
@@ -98,42 +97,6 @@ class CopyCursor:
         """Where the proposal starts: the copy's next token, or after a break the one after it."""
         return self.at + 1 if self.edit else self.at
 
-    def copy(self, tokens: list[int], start: int, k: int, codec: TextCodec | None = None) -> list[int]:
-        """k tokens of the copy from `start`, with the learned edits made (longest span first): as
-        text when a codec is given, else on the tokens."""
-        if not self.subs:
-            return tokens[start:start + k]
-        edits = text_edits(self.subs, codec) if codec is not None else None
-        if edits:
-            words = re.compile("|".join(re.escape(o) for o in sorted(edits, key=len, reverse=True)))
-            text = words.sub(lambda m: edits[m.group(0)], codec.decode(tokens[start:start + 2 * k + 4]))
-            return codec.encode(text, add_special_tokens=False, parse_special=False)[:k]
-        lengths = sorted({len(o) for o in self.subs}, reverse=True)
-        out, p = [], start
-        while len(out) < k and p < len(tokens):
-            old = next((o for o in (tuple(tokens[p:p + n]) for n in lengths) if o in self.subs), None)
-            if old is None:
-                out.append(tokens[p])
-                p += 1
-            else:
-                out.extend(self.subs[old])
-                p += len(old)
-        return out[:k]
-
-
-def text_edits(subs: dict[tuple[int, ...], tuple[int, ...]], codec: TextCodec) -> dict[str, str]:
-    """Learned span edits as word edits: each pair's texts less the prefix and suffix they share
-    (" readings" -> " measurements": "reading" -> "measurement"); insertions (nothing left of the
-    old text) stay token edits."""
-    out = {}
-    for old, new in subs.items():
-        a, b = codec.decode(list(old)), codec.decode(list(new))
-        i = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-        j = next((j for j, (x, y) in enumerate(zip(a[::-1], b[::-1])) if x != y or j >= min(len(a), len(b)) - i),
-                 min(len(a), len(b)) - i)
-        if a[i:len(a) - j]:
-            out[a[i:len(a) - j]] = b[i:len(b) - j]
-    return out
 
 
 class NgramIndex:
@@ -209,7 +172,7 @@ class NgramProposer(Proposer, method="ngram"):
         super().__init__(config, codec)
         self.indexes: dict[str, NgramIndex] = {}
         self.cursors: dict[str, CopyCursor] = {}
-        self.edits: dict[str, dict[tuple[int, ...], tuple[int, ...]]] = {}
+        self.edits: dict[str, Edits] = {}
         """Per request, the edits its cursors learned (CopyCursor.subs): a copy lost where a rename
         changed the tokens around it, and found again, still makes the rename."""
 
@@ -223,7 +186,7 @@ class NgramProposer(Proposer, method="ngram"):
         ends = index.match()
         if cursor is None:
             if ends:
-                self.cursors[rid] = CopyCursor(ends[0], subs=self.edits.setdefault(rid, {}))
+                self.cursors[rid] = CopyCursor(ends[0], subs=self.edits.setdefault(rid, Edits()))
             return ends
         first = cursor.start()
         if first >= len(index.tokens):
@@ -246,7 +209,7 @@ class NgramProposer(Proposer, method="ngram"):
             if c.tree_budget:
                 draft = index.propose_tree(k, min(k, c.num_speculative_tokens), starts)
             elif starts and cursor is not None and starts[0] == cursor.start() and not cursor.edit:
-                draft = cursor.copy(index.tokens, starts[0], k, self.codec)  # copying: with the edits it learned
+                draft = cursor.subs.copy_of(index.tokens, starts[0], k, self.codec)  # copying: with the edits learned
             else:
                 draft = index.propose(k, starts)
             if draft:

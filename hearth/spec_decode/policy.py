@@ -151,27 +151,28 @@ class SpeculativeDecoder:
             s.num_steps_batch_off += bool(decoding)
             self.proposer.track(decoding)
             return {}
-        reqs, ks, paused = [], [], []
+        reqs, ks, paused, unmeasured = [], [], [], []
         for req in decoding:
             t = self.tracks.get(req.request_id)
             if t is None:
                 t = self.tracks[req.request_id] = _Track(self.config.max_drafts)
             k = self._length(t, req, len(decoding)) if self.step > t.paused_until else 0
+            if k is None:  # no step of this size timed yet: this plain step times it, and no pause
+                unmeasured.append(req)
+                continue
             if k == 0 and self.step > t.paused_until:  # drafts would not pay: probe with one, then pause
                 if self.step == t.paused_until + 1:
                     k = 1
                 else:
                     t.paused_until = self.step + t.pause
                     t.pause = min(2 * t.pause, POLICY.longest_pause)
-            k = k or 0  # None: no cost known yet, which is no reason to pause (a fresh server's first
-            # request paused 8 steps for it, the code edit's first 8 tokens undrafted)
             if k:
                 reqs.append(req)
                 ks.append(k)
             else:
                 paused.append(req)
-        if paused:
-            self.proposer.track(paused)
+        if paused or unmeasured:
+            self.proposer.track(paused + unmeasured)
         s.num_paused += len(paused)
         s.num_steps_drafting += bool(reqs)
         return self.proposer.propose(reqs, ks) if reqs else {}

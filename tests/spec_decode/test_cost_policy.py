@@ -120,15 +120,14 @@ def test_bursty_acceptance_pays_long_drafts_one_rate_would_not():
 
 
 def test_an_old_miss_past_the_first_position_is_forgotten_once_less_than_a_try_is_left():
-    """A copy whose 5th draft missed once, long ago, and whose 4-draft steps were accepted whole
-    since: the 5th position is unseen again (the 4th's rate) and long drafts pay; right after the
-    miss they do not."""
+    """A copy whose 5th draft missed once and whose next 4-draft step was accepted whole: the 5th
+    position, its one try decayed below one, is unseen again (the 4th's rate) and long drafts pay;
+    right after the miss they do not."""
     acc = Acceptance()
     acc.observe(4, 8)  # the first draft: 4 accepted, the 5th missed
     costs = [1.0, 1.2, 1.4, 1.6, 1.8, 2.3, 2.5, 2.7, 2.8] + [2.8] * 7
     assert best_length(acc.rates(0.6, 15), costs, 1) == 4  # the miss is fresh
-    for _ in range(2):
-        acc.observe(4, 4)  # whole accepts of 4 drafts: the 5th never tried, its one try decays
+    acc.observe(4, 4)  # a whole accept of 4 drafts: the 5th not tried, its one try decays
     rates = acc.rates(0.6, 15)
     assert acc.tries[4] < 1.0 and rates[4] == rates[3]
     assert best_length(rates, costs, 1) == 15
