@@ -93,10 +93,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.evals.backends import Backends
     from hearth.evals.bfcl_data import MULTI_TURN, extract_backends, fetch_wheel
     from hearth.evals.chat_loop import ChatClient, check_mode
-    from hearth.evals.server import InProcessServer, RemoteServer
-    from hearth.evals.tool_eval import run_item
-    from hearth.llm import LLM
-    from hearth.loader.fingerprint import model_fingerprint
+    from hearth.evals.server import RemoteServer
+    from hearth.evals.tool_eval import Run, run_in_turns
 
     check_mode(args.mode)  # before anything loads
     _check_flags(args)
@@ -107,53 +105,57 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     wheel = fetch_wheel()
     items = select(wheel, categories, args.limit, args.ids, args.offset)
     backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
-    if remote is not None:
-        server = remote
-        meta = {"commit": _commit(), "model": args.model, "model_sha256": f"external:{args.url}", "mode": args.mode}
-    else:
-        # the same prompt twice (routed, then alone): a cache hit would flatter the second run
-        engine = {"max_model_len": args.max_model_len, "max_num_seqs": 1, "threads": args.threads,
-                  **({"enable_prefix_caching": False} if args.alone_out else {})}
-        llm = LLM(args.model, progress=True, **engine)
-        small = LLM(args.router, progress=True, **engine) if args.router else None
-        meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
-        if small is not None:
-            meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
-                     "router_threshold": args.router_threshold}
-        server = InProcessServer(llm, small, args.router_threshold)
+    server, meta = (remote, _meta(args, None, None)) if remote is not None else _load(args)
     if args.decline_below is not None:
         meta["decline_below"] = args.decline_below
-    outs = [open(f, "w", encoding="utf-8") if f else None for f in (args.out, args.alone_out)]
-    rows, t0 = [], time.perf_counter()
+    runs = [Run(ChatClient(server.post, args.mode, decline_below=args.decline_below), meta)]
+    if args.alone_out:  # the main model alone, on the same server: the router off per request
+        alone = Run(ChatClient(server.post, args.mode, decline_below=args.decline_below),
+                    {k: v for k, v in meta.items() if not k.startswith("router")}, " (alone)")
+        alone.client.extensions["router"] = False
+        runs.append(alone)
+    t0 = time.perf_counter()
+
+    def note(n: int, item, r: Run, row: dict) -> None:
+        print(f"[{n}/{len(items)}] {item.id}{r.tag}: {row['result']} {row['reason'][:100]}"
+              f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+
     try:
+        for r, path in zip(runs, (args.out, args.alone_out)):
+            r.out = open(path, "w", encoding="utf-8") if path else None
         with server:
-            client = ChatClient(server.post, args.mode, decline_below=args.decline_below)
-            alone = ChatClient(server.post, args.mode, decline_below=args.decline_below) if args.alone_out else None
-            if alone is not None:
-                alone.extensions["router"] = False
-            alone_meta = {k: v for k, v in meta.items() if not k.startswith("router")}
-            for n, item in enumerate(items, 1):
-                # in turns, which goes first alternating: both runs see the same load
-                runs = [(client, meta, outs[0]), (alone, alone_meta, outs[1])][:: 1 if n % 2 else -1]
-                for c, m, out in runs:
-                    if c is None:
-                        continue
-                    row = run_item(item, c, backends).row(m)
-                    if c is client:
-                        rows.append(row)
-                    if out:
-                        out.write(json.dumps(row) + "\n")
-                        out.flush()
-                    tag = " (alone)" if c is alone else ""
-                    print(f"[{n}/{len(items)}] {item.id}{tag}: {row['result']} {row['reason'][:100]}"
-                          f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+            run_in_turns(items, runs, backends, note)
     finally:
-        for out in outs:
-            if out:
-                out.close()
+        for r in runs:
+            if r.out is not None:
+                r.out.close()
         if backends is not None:
             backends.close()
-    return rows, meta
+    return runs[0].rows, meta
+
+
+def _load(args: argparse.Namespace):
+    """(the in-process server over MODEL and --router's model, the rows' meta)."""
+    from hearth.evals.server import InProcessServer
+    from hearth.llm import LLM
+
+    # the same prompt twice (routed, then alone): a cache hit would flatter the second run
+    engine = {"max_model_len": args.max_model_len, "max_num_seqs": 1, "threads": args.threads,
+              **({"enable_prefix_caching": False} if args.alone_out else {})}
+    llm = LLM(args.model, progress=True, **engine)
+    small = LLM(args.router, progress=True, **engine) if args.router else None
+    return InProcessServer(llm, small, args.router_threshold), _meta(args, llm, small)
+
+
+def _meta(args: argparse.Namespace, llm, small) -> dict:
+    from hearth.loader.fingerprint import model_fingerprint
+
+    sha = model_fingerprint(llm.path) if llm is not None else f"external:{args.url}"
+    meta = {"commit": _commit(), "model": args.model, "model_sha256": sha, "mode": args.mode}
+    if small is not None:
+        meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
+                 "router_threshold": args.router_threshold}
+    return meta
 
 
 def _check_flags(args: argparse.Namespace) -> None:

@@ -135,7 +135,7 @@ def sample(items: list[Item], limit: int, offset: int = 0) -> list[Item]:
     N would be one topic); the same ids every time, so two runs pair up. `offset` shifts every pick
     that many items on: below the picks' spacing, the samples at two offsets share no item."""
     if offset and (limit <= 0 or offset >= len(items) // limit):
-        category = items[0].category if items else "?"
+        category = getattr(items[0], "category", "the category") if items else "the category"
         raise HearthError(f"--offset {offset}: {category} has {len(items)} items, so {limit} picks are "
                           f"{len(items) // limit if limit > 0 else 0} apart: the offset must be below that")
     if limit <= 0 or limit >= len(items):
