@@ -32,7 +32,7 @@ Render = Callable[[object, ToolPlan], tuple[str, list[int]]]
 PROBE_RETRIES = 0
 """The small model's attempt is validated and coerced, never retried (a retry costs what the main model would)."""
 PROBE_MAX_TOKENS = 512
-"""A forced call longer than this is not worth waiting for: the main model answers instead."""
+"""A call longer than this is not worth waiting for: the main model answers instead."""
 log = logging.getLogger("hearth.router")
 
 

@@ -212,7 +212,8 @@ def test_runs_in_turns_alternate_which_goes_first(wheel):
             order.append((name, body["hearth"].get("router")))
             return 200, {"choices": [{"message": calls(call("geo_area", base=3))}], "usage": {}}
         return post
-    routed, alone = Run(ChatClient(post_as("routed"), "guard"), {"m": 1}), Run(ChatClient(post_as("alone"), "guard"), {})
+    routed = Run(ChatClient(post_as("routed"), "guard"), {"m": 1})
+    alone = Run(ChatClient(post_as("alone"), "guard"), {})
     alone.client.extensions["router"] = False
     run_in_turns(items, [routed, alone], None)
     assert order == [("routed", None), ("alone", False), ("alone", False), ("routed", None), ("routed", None),
