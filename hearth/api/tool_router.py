@@ -1,9 +1,11 @@
 """A small model routing tool calls (issue 21, point 3), on the engines: a single-turn request with
 tools goes first to the small model (a model of the same pool, so the memory budget counts it),
-forced to call an offered tool, one attempt under the guard (validated, no retries). The whole
-attempt is held back: when hearth.tool_guard.routing accepts its call, that call is replayed to
-the client as the answer; otherwise the main model answers as it always did and the client never
-sees the small model's tokens. Either way the response's `hearth.router` says what was decided.
+one attempt under the guard (validated, no retries; one call at most; in `auto` the lazy grammar
+and the decline gate, so the model keeps its choice between text and a call). An attempt that
+begins in text is stopped at its first word: the small model would not call. The whole attempt is
+held back: when hearth.tool_guard.routing accepts its call, that call is replayed to the client as
+the answer; otherwise the main model answers as it always did and the client never sees the small
+model's tokens. Either way the response's `hearth.router` says what was decided.
 
 The router of a request: `hearth.router` (a model's name, or false), else its model's configured
 one (`hearth serve MAIN --router SMALL`, a models file's `router`)."""
@@ -21,17 +23,16 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.tool_layer import ChoicesRequest, build_choices
 from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
-from hearth.tool_guard import GuardConfig
-from hearth.tool_guard.routing import (Ask, Probe, RouterConfig, RouterReport, fallback_reason, forced_choice,
+from hearth.tool_guard.routing import (Ask, Probe, RouterConfig, RouterReport, fallback_reason, probe_choice,
                                        skip_reason)
-from hearth.tool_parsers import ToolCallEvent
+from hearth.tool_parsers import ContentDelta, ToolCallEvent
 
 Render = Callable[[object, ToolPlan], tuple[str, list[int]]]
 """(a served model, its tool plan) -> the request's prompt for that model (text, ids)."""
-PROBE_GUARD = GuardConfig("guard", 0)
-"""The small model's attempt: validated and coerced, never retried (a retry costs what the main model would)."""
+PROBE_RETRIES = 0
+"""The small model's attempt is validated and coerced, never retried (a retry costs what the main model would)."""
 PROBE_MAX_TOKENS = 512
-"""A forced call longer than this is not worth waiting for: the main model answers instead."""
+"""A call longer than this is not worth waiting for: the main model answers instead."""
 log = logging.getLogger("hearth.router")
 
 
@@ -81,16 +82,14 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
     try:
         # the main model stays loaded while the small one loads (or the budget could unload it)
         async with state.models.lease(model_field), state.models.lease(config.model) as small:
-            source, updates = await _attempt(state, small, ask, render, req)
+            source, updates, text = await _attempt(state, small, ask, render, req)
     except Exception as e:  # the small model could not take it (context, template, ...): the main model answers
         if not isinstance(e, (APIError, HearthError)):
             log.warning("router %s failed; the main model answers", config.model, exc_info=True)
         why = getattr(e, "message", str(e))
         return RouterReport(config.model, config.threshold, "fallback", f"small_failed: {why}",
                             latency_s=time.perf_counter() - t0), None
-    guard = source.report(0)
-    probe = Probe(sum(isinstance(e, ToolCallEvent) for u in updates for e in u.events),
-                  [c.get("confidence") for c in guard["calls"]], guard["outcome"] == "ok")
+    probe = _probe(source.report(0), updates, text)
     reason = fallback_reason(probe, config.threshold)
     usage = {"prompt_tokens": source.num_prompt_tokens, "cached_tokens": source.num_cached_tokens,
              "completion_tokens": sum(len(u.token_ids) for u in updates)}
@@ -98,22 +97,47 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
                           probe.confidence, time.perf_counter() - t0, usage)
     if reason:
         return report, None
-    return report, Replayed(source.request_id, updates, {**guard, "router": report.as_dict()},
+    return report, Replayed(source.request_id, updates, {**source.report(0), "router": report.as_dict()},
                             source.num_prompt_tokens, source.num_cached_tokens)
 
 
-async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest) -> tuple[object, list[Update]]:
-    """The small model's forced call, run to its end and held back."""
+async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest
+                   ) -> tuple[object, list[Update], bool]:
+    """The small model's attempt, held back: (its choices, its updates, whether it began in text,
+    where it was stopped)."""
     rg = req.guard
-    plan = plan_tools(small, rg.tools, forced_choice(ask.tool_choice))
+    plan = plan_tools(small, rg.tools, probe_choice(ask.tool_choice))
     prompt, ids = render(small, plan)
-    guard = RequestGuard(None, PROBE_GUARD, rg.tools, rg.history)
+    guard = RequestGuard(None, replace(rg.ext.tool_guard, mode="guard", max_retries=PROBE_RETRIES), rg.tools,
+                         rg.history)
     cap = min(req.fields.get("max_tokens") or PROBE_MAX_TOKENS, PROBE_MAX_TOKENS)
     fields = {**req.fields, "structured_output": plan.constraint, "logprobs": None, "max_tokens": cap}
+    # one call: the grammar then ends the output after it, so any text is text instead of a call
     probe = replace(req, served=small, plan=plan, prompt=prompt, ids=ids, fields=fields, guard=guard,
-                    reprompt=_no_reprompt)
+                    parallel=False, reprompt=_no_reprompt)
     source, _ = build_choices(state, probe)
-    return source, [u async for _, u in source.updates()]
+    updates, stream = [], source.updates()
+    try:
+        async for _, u in stream:
+            updates.append(u)
+            if _wrote_text(u):
+                source.abort()
+                return source, updates, True
+    finally:
+        await stream.aclose()
+    return source, updates, any(_wrote_text(u) for u in updates)
+
+
+def _wrote_text(u: Update) -> bool:
+    """Words outside a call (a call's opener is held back by the parser until it is one)."""
+    return any(isinstance(e, ContentDelta) and e.text.strip() for e in u.events)
+
+
+def _probe(guard: dict, updates: list[Update], text: bool) -> Probe:
+    """The small model's attempt as the routing decision reads it."""
+    calls = sum(isinstance(e, ToolCallEvent) for u in updates for e in u.events)
+    declined = any(e.get("kind") == "declined" for e in guard.get("events") or [] if isinstance(e, dict))
+    return Probe(calls, [c.get("confidence") for c in guard["calls"]], guard["outcome"] == "ok", text, declined)
 
 
 def _no_reprompt(extra: list[dict]) -> list[int]:

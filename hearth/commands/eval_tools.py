@@ -21,6 +21,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--categories", default="", help="comma-separated BFCL categories (default: all of "
                    "simple_python, multiple, parallel, parallel_multiple, irrelevance, multi_turn_base)")
     g.add_argument("--limit", type=int, default=0, help="items per category, spread evenly over it (default: all)")
+    g.add_argument("--offset", type=int, default=0, metavar="K",
+                   help="with --limit: shift each picked item K items on (below the spacing of the picks), for a "
+                        "second sample disjoint from the first (default: %(default)s)")
     g.add_argument("--ids", default="", help="comma-separated item ids: only these (within --categories)")
     g.add_argument("--out", help="write one JSON line per item here (commit, model hash, mode, category, id, result, reason)")
     g.add_argument("--report", help="write the summary as JSON here")
@@ -29,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "model (hearth serve --router); rows record its decision, confidence and seconds")
     g.add_argument("--router-threshold", type=float, default=0.0, metavar="P",
                    help="the router's threshold; 0 (default) accepts every valid call: the rows a --sweep reads")
+    g.add_argument("--alone-out", metavar="FILE", help="with --router: run each item also with the router off "
+                   "(the model alone, on the same server, in turns with the routed run so both share the load; "
+                   "prefix caching off) and write those rows here")
     g.add_argument("--sweep", nargs=2, metavar=("ROUTER.jsonl", "MAIN.jsonl"),
                    help="the router's accuracy and median latency per threshold, computed from a --router run at "
                         "threshold 0 and a run of the main model alone")
@@ -70,14 +76,14 @@ def _categories(spec: str) -> list[str]:
     return cats
 
 
-def select(wheel: Path, categories: list[str], limit: int, ids: str) -> list:
+def select(wheel: Path, categories: list[str], limit: int, ids: str, offset: int = 0) -> list:
     from hearth.evals.bfcl_data import load_category, sample
 
     wanted = {i.strip() for i in ids.split(",") if i.strip()}
     items = []
     for cat in categories:
         got = load_category(wheel, cat)
-        items += [i for i in got if i.id in wanted] if wanted else sample(got, limit)
+        items += [i for i in got if i.id in wanted] if wanted else sample(got, limit, offset)
     if wanted - {i.id for i in items}:
         raise HearthError(f"--ids: not found in {', '.join(categories)}: {', '.join(sorted(wanted - {i.id for i in items}))}")
     return items
@@ -87,10 +93,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.evals.backends import Backends
     from hearth.evals.bfcl_data import MULTI_TURN, extract_backends, fetch_wheel
     from hearth.evals.chat_loop import ChatClient, check_mode
-    from hearth.evals.server import InProcessServer, RemoteServer
-    from hearth.evals.tool_eval import run_item
-    from hearth.llm import LLM
-    from hearth.loader.fingerprint import model_fingerprint
+    from hearth.evals.server import RemoteServer
+    from hearth.evals.tool_eval import Run, run_in_turns
 
     check_mode(args.mode)  # before anything loads
     _check_flags(args)
@@ -99,41 +103,59 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
     categories = _categories(args.categories)
     wheel = fetch_wheel()
-    items = select(wheel, categories, args.limit, args.ids)
+    items = select(wheel, categories, args.limit, args.ids, args.offset)
     backends = Backends(extract_backends(wheel)) if any(i.category in MULTI_TURN for i in items) else None
-    if remote is not None:
-        server = remote
-        meta = {"commit": _commit(), "model": args.model, "model_sha256": f"external:{args.url}", "mode": args.mode}
-    else:
-        llm = LLM(args.model, progress=True, max_model_len=args.max_model_len, max_num_seqs=1, threads=args.threads)
-        small = LLM(args.router, progress=True, max_model_len=args.max_model_len, max_num_seqs=1,
-                    threads=args.threads) if args.router else None
-        meta = {"commit": _commit(), "model": args.model, "model_sha256": model_fingerprint(llm.path), "mode": args.mode}
-        if small is not None:
-            meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
-                     "router_threshold": args.router_threshold}
-        server = InProcessServer(llm, small, args.router_threshold)
+    server, meta = (remote, _meta(args, None, None)) if remote is not None else _load(args)
     if args.decline_below is not None:
         meta["decline_below"] = args.decline_below
-    out = open(args.out, "w", encoding="utf-8") if args.out else None
-    rows, t0 = [], time.perf_counter()
+    runs = [Run(ChatClient(server.post, args.mode, decline_below=args.decline_below), meta)]
+    if args.alone_out:  # the main model alone, on the same server: the router off per request
+        alone = Run(ChatClient(server.post, args.mode, decline_below=args.decline_below),
+                    {k: v for k, v in meta.items() if not k.startswith("router")}, " (alone)")
+        alone.client.extensions["router"] = False
+        runs.append(alone)
+    t0 = time.perf_counter()
+
+    def note(n: int, item, r: Run, row: dict) -> None:
+        print(f"[{n}/{len(items)}] {item.id}{r.tag}: {row['result']} {row['reason'][:100]}"
+              f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+
     try:
+        for r, path in zip(runs, (args.out, args.alone_out)):
+            r.out = open(path, "w", encoding="utf-8") if path else None
         with server:
-            client = ChatClient(server.post, args.mode, decline_below=args.decline_below)
-            for n, item in enumerate(items, 1):
-                row = run_item(item, client, backends).row(meta)
-                rows.append(row)
-                if out:
-                    out.write(json.dumps(row) + "\n")
-                    out.flush()
-                print(f"[{n}/{len(items)}] {item.id}: {row['result']} {row['reason'][:100]}"
-                      f" ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+            run_in_turns(items, runs, backends, note)
     finally:
-        if out:
-            out.close()
+        for r in runs:
+            if r.out is not None:
+                r.out.close()
         if backends is not None:
             backends.close()
-    return rows, meta
+    return runs[0].rows, meta
+
+
+def _load(args: argparse.Namespace):
+    """(the in-process server over MODEL and --router's model, the rows' meta)."""
+    from hearth.evals.server import InProcessServer
+    from hearth.llm import LLM
+
+    # the same prompt twice (routed, then alone): a cache hit would flatter the second run
+    engine = {"max_model_len": args.max_model_len, "max_num_seqs": 1, "threads": args.threads,
+              **({"enable_prefix_caching": False} if args.alone_out else {})}
+    llm = LLM(args.model, progress=True, **engine)
+    small = LLM(args.router, progress=True, **engine) if args.router else None
+    return InProcessServer(llm, small, args.router_threshold), _meta(args, llm, small)
+
+
+def _meta(args: argparse.Namespace, llm, small) -> dict:
+    from hearth.loader.fingerprint import model_fingerprint
+
+    sha = model_fingerprint(llm.path) if llm is not None else f"external:{args.url}"
+    meta = {"commit": _commit(), "model": args.model, "model_sha256": sha, "mode": args.mode}
+    if small is not None:
+        meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
+                 "router_threshold": args.router_threshold}
+    return meta
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -146,6 +168,12 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise HearthError("--router needs the models loaded here: not with --url")
     elif args.router_threshold:
         raise HearthError("--router-threshold needs --router SMALL")
+    elif args.alone_out:
+        raise HearthError("--alone-out needs --router SMALL")
+    if args.offset and args.limit <= 0:
+        raise HearthError("--offset needs --limit N (it shifts the N picks of each category)")
+    if args.offset < 0:
+        raise HearthError(f"--offset must be 0 or more, not {args.offset}")
     if args.decline_below is not None and not 0 <= args.decline_below <= 1:
         raise HearthError(f"--decline-below must be in [0, 1], not {args.decline_below}")
 

@@ -52,11 +52,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           f"probability below P (the grammar chose the tool); 0: never (default: {NAME_FLOOR})")
     net.add_argument("--router", default=None, metavar="MODEL",
                      help="a small model (catalog name, .gguf or the name of a served model) that answers single-turn "
-                          "tool calls first, forced to call a tool; its call stands when its confidence reaches "
+                          "tool calls first (free to answer in text, which hands over at its first word; forced "
+                          "when the client requires a call); its call stands when its confidence reaches "
                           "--router-threshold, else the main model answers; pinned (default: none)")
     net.add_argument("--router-threshold", type=float, default=None, metavar="P",
-                     help="lowest token probability inside the small model's call for it to stand, in [0, 1] "
-                          f"(default: {DEFAULT_THRESHOLD})")
+                     help="lowest token probability in the small model's call, its opener included, for it to "
+                          f"stand, in [0, 1] (default: {DEFAULT_THRESHOLD})")
     net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", type=int, default=0,

@@ -130,12 +130,17 @@ def _multi_turn_docs(zf: zipfile.ZipFile, questions: list[dict]) -> dict[str, li
     return docs
 
 
-def sample(items: list[Item], limit: int) -> list[Item]:
+def sample(items: list[Item], limit: int, offset: int = 0) -> list[Item]:
     """`limit` items spread evenly over the category (its files are ordered by topic, so the first
-    N would be one topic); the same ids every time, so two runs pair up."""
+    N would be one topic); the same ids every time, so two runs pair up. `offset` shifts every pick
+    that many items on: below the picks' spacing, the samples at two offsets share no item."""
+    if offset and (limit <= 0 or offset >= len(items) // limit):
+        category = getattr(items[0], "category", "the category") if items else "the category"
+        raise HearthError(f"--offset {offset}: {category} has {len(items)} items, so {limit} picks are "
+                          f"{len(items) // limit if limit > 0 else 0} apart: the offset must be below that")
     if limit <= 0 or limit >= len(items):
         return list(items)
-    return [items[i * len(items) // limit] for i in range(limit)]
+    return [items[i * len(items) // limit + offset] for i in range(limit)]
 
 
 def extract_backends(wheel: Path, home=None) -> Path:

@@ -8,8 +8,11 @@ fails the item and ends it (later turns cannot change the verdict)."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TextIO
 
 from hearth.evals import ast_scorer
 from hearth.evals.backends import BackendError, Backends, parse_call
@@ -36,6 +39,31 @@ class ItemResult:
                 "retries": sum(e.retries for e in ex), "confidence": [e.confidence for e in ex],
                 "declined": sum(e.declined for e in ex), "name_prob": [e.name_prob for e in ex],
                 **({"router": [e.router for e in ex]} if any(e.router for e in ex) else {})}
+
+
+@dataclass(slots=True)
+class Run:
+    """One way of asking (a client and its extensions) over the items: its rows, and their file."""
+    client: ChatClient
+    meta: dict
+    tag: str = ""
+    out: TextIO | None = None
+    rows: list[dict] = field(default_factory=list)
+
+
+def run_in_turns(items: list[Item], runs: list[Run], backends: Backends | None,
+                 note: Callable[[int, Item, Run, dict], None] | None = None) -> None:
+    """Each item through every run before the next item, the runs' order reversed every other item:
+    runs in one process then share the machine's load, and neither always goes first."""
+    for n, item in enumerate(items, 1):
+        for run in runs if n % 2 else runs[::-1]:
+            row = run_item(item, run.client, backends).row(run.meta)
+            run.rows.append(row)
+            if run.out is not None:
+                run.out.write(json.dumps(row) + "\n")
+                run.out.flush()
+            if note is not None:
+                note(n, item, run, row)
 
 
 def run_item(item: Item, client: ChatClient, backends: Backends | None) -> ItemResult:

@@ -1,8 +1,13 @@
 """A small model routing tool calls (issue 21, point 3): the decisions, no engine. A single-turn
-request with tools is first answered by the small model, forced to call an offered tool; its call
-is the answer when the call is valid and its confidence (the lowest token probability inside it,
-hearth.tool_guard.confidence) is at least the threshold; otherwise the main model answers. A
-request that needs prose, or that speaks in the main model's token ids, skips the router.
+request with tools is first answered by the small model, as freely as the client allows: in
+`tool_choice: auto` it keeps its own choice between text and a call (the guard's lazy grammar, so a
+call it begins is held to an offered tool's schema, and the decline gate drops a tool the grammar
+picked for it); `required` or a named tool forces a call. Its answer stands when it is a valid call
+whose confidence (the lowest token probability from the call's opener to its end,
+hearth.tool_guard.confidence: the opener's own probability, unmasked, is the model's intent to call)
+is at least the threshold. When it begins in text (it would not call: the request needs prose or no
+tool fits) the attempt stops there and the main model answers, as it does for any other fallback.
+A request that needs prose, or that speaks in the main model's token ids, skips the router.
 hearth.api.tool_router runs it."""
 
 from __future__ import annotations
@@ -12,10 +17,11 @@ from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
 
-DEFAULT_THRESHOLD = 0.5
-"""Measured (docs/eval-tools.md, the router's sweep: Qwen2.5-Coder 0.5B -> 1.5B, 50 BFCL items): 0.51x
-the 1.5B's median latency at 4 points less accuracy; from ~0.7 on the router is slower than the
-main model alone (each fallback pays the small model's attempt first)."""
+DEFAULT_THRESHOLD = 0.3
+"""Chosen on one BFCL sample and checked on a disjoint one (docs/eval-tools.md, "the small model's
+intent to call": Qwen2.5-Coder 0.5B -> 1.5B, 100 single-turn items): 39% against the 1.5B's 41% at
+0.45-0.47x its median latency; from ~0.6 on the router is slower than the main model alone (each
+fallback pays the small model's attempt first)."""
 
 
 class RouterError(HearthError):
@@ -88,15 +94,10 @@ def skip_reason(ask: Ask) -> str | None:
     return next((r.reason for r in SKIPS if r.applies(ask)), None)
 
 
-def forced_choice(tool_choice):
-    """The small model's tool_choice: `required` semantics, keeping a named tool or an allowed subset."""
-    kind = _kind(tool_choice)
-    if kind in (None, "auto"):
-        return "required"
-    if kind == "allowed_tools":
-        spec = tool_choice.get("allowed_tools") or {}
-        return {**tool_choice, "allowed_tools": {**spec, "mode": "required"}}
-    return tool_choice
+def probe_choice(tool_choice):
+    """The small model's tool_choice: the client's own (absent: `auto`, the model's own choice
+    between text and a call, which is what tells the router that no call is due)."""
+    return "auto" if tool_choice is None else tool_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +106,13 @@ class Probe:
     calls: int
     confidences: list[float | None]
     valid: bool
-    """There is a call, and every call names an offered tool with arguments valid against its schema
-    (a call of no offered tool comes back as text, not as a call)."""
+    """Every call names an offered tool with arguments valid against its schema (a call of no
+    offered tool comes back as text, not as a call)."""
+    text: bool = False
+    """It answered (or began to answer) in text and made no call: it would not call."""
+    declined: bool = False
+    """The guard's decline gate dropped its call: the grammar chose the tool, not the model
+    (hearth.tool_guard.declined)."""
 
     @property
     def confidence(self) -> float | None:
@@ -115,12 +121,14 @@ class Probe:
 
 
 FALLBACKS = (
+    Rule("declined", lambda p, t: p.declined and p.calls == 0),
     Rule("invalid_call", lambda p, t: not p.valid),
+    Rule("text", lambda p, t: p.text and p.calls == 0),
     Rule("no_call", lambda p, t: p.calls == 0),
     Rule("no_confidence", lambda p, t: p.confidence is None),
     Rule("low_confidence", lambda p, t: p.confidence < t),
 )
-"""Why the small model's call is not the answer, checked in order; none: accepted."""
+"""Why the small model's answer is not the answer, checked in order; none: accepted."""
 
 
 def fallback_reason(probe: Probe, threshold: float) -> str | None:

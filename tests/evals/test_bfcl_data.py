@@ -43,6 +43,13 @@ def test_sample_spreads_and_repeats():
     assert sample(xs, 0) == xs and sample(xs, 20) == xs
 
 
+def test_an_offset_sample_is_disjoint_from_the_first():
+    xs = list(range(20))
+    assert sample(xs, 4, 2) == [2, 7, 12, 17] and not set(sample(xs, 4, 2)) & set(sample(xs, 4))
+    with pytest.raises(HearthError, match="--offset 5: .* 20 items, so 4 picks are 5 apart"):
+        sample(xs, 4, 5)  # would land on the first sample's next pick
+
+
 def test_tools_as_openai_sees_them(wheel):
     ts = to_tools(load_category(wheel, "simple_python")[0].functions)
     fn = ts.tools[0]["function"]

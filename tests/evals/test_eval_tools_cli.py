@@ -19,6 +19,9 @@ from tests.evals.test_tool_report import ROWS
     (["--router", "small.gguf", "--url", "http://host:8080"], "--router needs the models loaded here"),
     (["--router-threshold", "0.5"], "--router-threshold needs --router SMALL"),
     (["--decline-below", "2"], "--decline-below must be in [0, 1]"),
+    (["--alone-out", "alone.jsonl"], "--alone-out needs --router SMALL"),
+    (["--offset", "3"], "--offset needs --limit N"),
+    (["--limit", "5", "--offset", "-1"], "--offset must be 0 or more"),
     (["--compare", "missing-a.jsonl", "missing-b.jsonl"], "cannot read missing-a.jsonl"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, argv, needle):

@@ -12,7 +12,7 @@ from hearth.errors import HearthError
 from hearth.evals.backends import BackendError, Backends, parse_call
 from hearth.evals.bfcl_data import extract_backends, load_category
 from hearth.evals.chat_loop import MAX_STEPS, ChatClient
-from hearth.evals.tool_eval import run_item
+from hearth.evals.tool_eval import Run, run_in_turns, run_item
 from tests.evals.fake_bfcl import make_wheel
 
 
@@ -201,3 +201,21 @@ def test_rows_record_the_calls_confidence_and_the_routers_decision(wheel):
     assert row["result"] == "pass" and row["confidence"] == [0.42] and row["router"] == [router]
     plain = run_item(item, ChatClient(Scripted(calls(call("geo_area", base=3))), "bare"), None).row({})
     assert plain["confidence"] == [None] and "router" not in plain
+
+
+def test_runs_in_turns_alternate_which_goes_first(wheel):
+    items = load_category(wheel, "simple_python")[:1] * 3
+    order = []
+
+    def post_as(name):
+        def post(body):
+            order.append((name, body["hearth"].get("router")))
+            return 200, {"choices": [{"message": calls(call("geo_area", base=3))}], "usage": {}}
+        return post
+    routed = Run(ChatClient(post_as("routed"), "guard"), {"m": 1})
+    alone = Run(ChatClient(post_as("alone"), "guard"), {})
+    alone.client.extensions["router"] = False
+    run_in_turns(items, [routed, alone], None)
+    assert order == [("routed", None), ("alone", False), ("alone", False), ("routed", None), ("routed", None),
+                     ("alone", False)]
+    assert [r["m"] for r in routed.rows] == [1, 1, 1] and len(alone.rows) == 3 and "m" not in alone.rows[0]

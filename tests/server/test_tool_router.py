@@ -1,7 +1,9 @@
 """A small model routing tool calls (issue 21, point 3), on scripted fake engines: a single-turn
-request with tools goes to the small model first (forced to call a tool); its call is the answer at
-or above the threshold, else the main model answers and the client never sees the small model's
-tokens; prose requests skip it; the `hearth.router` field, /metrics, per-request overrides and bad
+request with tools goes to the small model first (in `auto` under the lazy call grammar, keeping its
+own choice between text and a call; forced when the client requires a call); its call is the answer
+at or above the threshold, else the main model answers and the client never sees the small model's
+tokens; a small model that begins in text is stopped there; a call the decline gate drops falls
+back; prose requests skip it; the `hearth.router` field, /metrics, per-request overrides and bad
 input. The fake stream gives every token logprob -0.5, so a call's confidence is exp(-0.5) = 0.606531."""
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ def test_a_sure_call_of_the_small_model_is_the_answer(make):
     assert router["confidence"] == CONFIDENCE and router["threshold"] == 0.5
     assert main.added == []  # the main model never ran
     (probe,) = small.added
-    assert probe.params.structured_output.grammar  # forced to call a tool (tool_choice required)
+    assert "[lazy]" in probe.params.structured_output.grammar  # auto: free until it opens a call
 
 
 def test_an_unsure_call_falls_back_to_the_main_model(make):
@@ -119,6 +121,47 @@ def test_requests_that_need_prose_skip_the_router(make, messages, tools, extra, 
     assert body["hearth"]["router"] == {"model": "small", "decision": "skipped", "threshold": 0.0,
                                         "confidence": None, "reason": reason}
     assert small.added == [] and main.added
+
+
+def test_a_small_model_that_begins_in_text_is_stopped_there_and_the_main_model_answers(make):
+    client, main, small = make(small_says=("I cannot", " check the weather", " for you."), threshold=0.0)
+    body = chat(client).json()
+    router = body["hearth"]["router"]
+    assert (router["decision"], router["reason"], router["confidence"]) == ("fallback", "text", None)
+    assert router["completion_tokens"] == 1 and small.aborted == [small.added[0].request_id]  # its first words only
+    assert body["choices"][0]["message"]["content"] == "It is sunny." and len(main.added) == 1
+
+
+def test_a_required_call_is_forced_from_the_first_token(make):
+    client, main, small = make(threshold=0.5)
+    body = chat(client, tool_choice="required").json()
+    grammar = small.added[0].params.structured_output.grammar
+    assert "[lazy]" not in grammar and grammar.startswith('start: "<tool_call>')
+    assert body["hearth"]["router"]["decision"] == "accepted" and main.added == []
+
+
+@pytest.mark.parametrize("script,threshold,decision,reason", [
+    ("router_unsure_opener", 0.5, "fallback", "low_confidence"),  # opener at exp(-2) = 0.135
+    ("router_unsure_opener", 0.1, "accepted", ""),
+    ("guard_forced_name", 0.0, "fallback", "declined"),  # the grammar chose the tool: raw exp(-6)
+    ("guard_sure_name", 0.0, "accepted", ""),
+])
+def test_the_opener_and_the_name_are_the_small_models_intent(make, script, threshold, decision, reason):
+    """The opener is sampled before any grammar, so its probability (the model's intent to call)
+    bounds the call's confidence; a name the lazy grammar bent is declined (NAME_FLOOR)."""
+    says = {"router_unsure_opener": ("<tool_call>", OSLO_CALL.removeprefix("<tool_call>")),
+            "guard_forced_name": ('```json\n{"name": "', "get_weather", '", "arguments": {"city": "Oslo"}}\n```')}
+    client, main, small = make(small_says=says.get(script, says["guard_forced_name"]), threshold=threshold)
+    body = chat(client, [{"role": "user", "content": f"weather in Oslo? script:{script}"}]).json()
+    router = body["hearth"]["router"]
+    assert (router["decision"], router.get("reason", "")) == (decision, reason), router
+    if script == "router_unsure_opener":
+        assert router["confidence"] == round(math.exp(-2.0), 6)
+    msg = body["choices"][0]["message"]
+    if decision == "accepted":
+        assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Oslo"} and main.added == []
+    else:
+        assert msg["content"] == "It is sunny." and not msg.get("tool_calls")
 
 
 def test_an_invalid_call_falls_back_whatever_its_confidence(make):
