@@ -11,6 +11,12 @@ then up to 8 more rows on the GEMV, 25-32 two passes, and so on):
 
     .venv/bin/python benchmarks/bench_spec_trace.py --workload code-edit \\
         --variants '{"ngram8": {"method": "ngram", "num_speculative_tokens": 8}, "ngram31": {"method": "ngram", "num_speculative_tokens": 31}}'
+
+--replay: the model runs plain greedy once; a variant whose proposer reads only the text (ngram,
+suffix) is then replayed without it: its policy and proposer stepped over plain greedy's tokens,
+each draft accepted as far as it matches them (what the engine does, speculation being lossless),
+in a second instead of a model run (no wall-clock column, and no repeat: the suffix tries would
+need the engine's request lifecycle).
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ from hearth.llm import LLM  # noqa: E402
 from hearth.sampling_params import SamplingParams  # noqa: E402
 from hearth.spec_decode.config import SpeculativeConfig  # noqa: E402
 from hearth.spec_decode.cost import StepCost  # noqa: E402
-from hearth.spec_decode.policy import SpeculativeDecoder  # noqa: E402
+from hearth.spec_decode.policy import DraftOutcome, SpeculativeDecoder  # noqa: E402
 from hearth.spec_decode.thresholds import POLICY  # noqa: E402
+from hearth.spec_decode.tree import DraftTree  # noqa: E402
 
 # rows -> ms of a step: below the tiles the GEMV (linear between these); from 10 rows passes of 16 on
 # the exact tiles, up to 8 rows past a multiple of 16 on the GEMV instead (costing what those rows
@@ -83,6 +90,48 @@ def run(llm: LLM, ids: list[int], max_tokens: int, spec: SpeculativeDecoder | No
             "rows": sum(steps) / max(1, len(steps)) if steps else 1.0}
 
 
+class Replayed:
+    """A DraftRequest: the prompt and the first `n` of plain greedy's tokens."""
+
+    def __init__(self, ids: list[int], out: list[int]):
+        self.request_id, self.prompt_token_ids, self.output_token_ids = "r", ids, out
+        self.params = SamplingParams(temperature=0.0)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output_token_ids)
+
+    def token_slice(self, start: int, n: int) -> list[int]:
+        return (self.prompt_token_ids + self.output_token_ids)[start:start + n]
+
+
+def replay(ids: list[int], plain: list[int], spec: SpeculativeDecoder, prefix: str) -> dict:
+    """The engine's loop for one greedy request (propose, verify against plain's tokens, time,
+    observe), without the model: a chain's drafts accepted while they equal plain's next tokens, a
+    tree's along the branch that does."""
+    spec.propose([], 1)  # the prompt's step: nobody decodes yet
+    at, steps = 1, []  # plain[0] comes with the prompt's prefill
+    while at < len(plain):
+        draft = spec.propose([Replayed(ids, plain[:at])], 1).get("r") or []
+        tokens, parents = (draft.tokens, draft.parents) if isinstance(draft, DraftTree) else (list(draft), [])
+        accepted, node = [], -1
+        while at + len(accepted) < len(plain):  # a chain is a tree whose node j's parent is j - 1
+            want = plain[at + len(accepted)]
+            node = next((c for c, t in enumerate(tokens) if t == want and (parents[c] if parents else c - 1) == node), None)
+            if node is None:
+                break
+            accepted.append(want)
+        rows = 1 + len(tokens)
+        spec.timed(rows, 0.0)
+        if tokens:
+            spec.observe([DraftOutcome.of("r", tokens, parents, accepted)])
+        steps.append(rows)
+        at += len(accepted) + 1
+    ms = sum(modeled_ms(r, TAIL) for r in steps)
+    return {"name": prefix, "tokens": len(plain) - 1, "steps": len(steps), "ms": ms, "wall": None,
+            "text": plain, "rows": sum(steps) / len(steps)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="qwen2.5-coder-1.5b")
@@ -92,6 +141,7 @@ def main() -> None:
     ap.add_argument("--repeat", action="store_true", help="also each variant's second run of the same request")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--tail", type=int, default=8, help="rows past 16k on the GEMV (0: the kernels before 2026-12-05)")
+    ap.add_argument("--replay", action="store_true", help="ngram and suffix variants replayed over plain's tokens")
     args = ap.parse_args()
     global TAIL
     TAIL = args.tail
@@ -103,7 +153,11 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     report(plain, plain)
     for name, cfg in json.loads(args.variants).items():
-        spec = SpeculativeDecoder(SpeculativeConfig(**cfg), ModelCost(POLICY.draft_token_cost, passes=(10, 16, TAIL)))
+        spec = SpeculativeDecoder(SpeculativeConfig(**cfg), ModelCost(POLICY.draft_token_cost, passes=(10, 16, TAIL)),
+                                  llm.tokenizer)
+        if args.replay and spec.config.method in ("ngram", "suffix"):
+            report(replay(ids, plain["text"], spec, name + " (replayed)"), plain)
+            continue
         report(run(llm, ids, args.max_tokens, spec, name), plain)
         if args.repeat:
             report(run(llm, ids, args.max_tokens, spec, name + " repeat"), plain)
@@ -113,7 +167,7 @@ def report(r: dict, plain: dict) -> None:
     """One row of the table, printed as soon as its run ends."""
     print(f"| {r['name']} | {r['steps']} | {r['tokens'] / r['steps']:.2f} | {r['rows']:.1f} | "
           f"{r['tokens'] / r['ms'] / (plain['tokens'] / plain['ms']):.2f}x | "
-          f"{r['tokens'] / r['wall'] / (plain['tokens'] / plain['wall']):.2f}x | "
+          f"{'-' if r['wall'] is None else format(r['tokens'] / r['wall'] / (plain['tokens'] / plain['wall']), '.2f') + 'x'} | "
           f"{'yes' if r['text'] == plain['text'] else 'NO'} |", flush=True)
 
 

@@ -116,7 +116,8 @@ class LLM:
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
                               self.runner.verify_rows)
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
-                                 SpeculativeDecoder(spec, _step_cost(spec, self.runner.row_passes) if spec.cost_aware else None) if spec is not None else None)
+                                 SpeculativeDecoder(spec, _step_cost(spec, self.runner.row_passes) if spec.cost_aware else None,
+                                                    self.tokenizer) if spec is not None else None)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0

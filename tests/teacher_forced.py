@@ -4,7 +4,8 @@ chunk over the paged cache, the logits after the prompt's last token and after e
 The llama.cpp goldens (argmax against llama.cpp's tokens) and the fidelity test's prefill path (KL from
 the f32 reference) read these same rows, so each (model, case, CPU tier) is run once per session and
 kept as what the two need: the same forward either way, bit for bit (measured: the two tests' LLMs,
-which differ only in KV cache size, gave identical logits)."""
+which differ only in KV cache size, gave identical logits). The key holds what the forward's numbers
+depend on: the model, the tier, the KV cache's dtype and block size."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class Forced:
     """[STEPS] KL from the f32 reference at these positions, when a reference was given."""
 
 
-_DONE: dict[tuple[str, str, int], Forced] = {}
+_DONE: dict[tuple[str, str, str, int, int], Forced] = {}
 
 
 def logits_from(llm: LLM, ids: list[int], start: int) -> torch.Tensor:
@@ -50,7 +51,7 @@ def teacher_forced(llm: LLM, name: str, case: dict, i: int, ref=None) -> Forced:
     """Golden case `i` (`case`, from tests/data/goldens/greedy_{name}.json) of model `name`, run on `llm`
     at this run's CPU tier; ref (the model's reference .npz) adds the KL at each position."""
     assert ref is None or ref["ids"].shape[1] == STEPS
-    key = (name, tiers.active(), i)
+    key = (name, tiers.active(), llm.config.kv_cache_dtype, llm.config.block_size, i)
     if key not in _DONE or (ref is not None and _DONE[key].kl is None):
         prompt, new = case["prompt_token_ids"], case["new_token_ids"][:STEPS]
         logits = logits_from(llm, prompt + new[:-1], len(prompt) - 1)  # [STEPS, vocab]

@@ -202,7 +202,7 @@ class ModelRunner:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
         row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
         params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
-        raw: dict[int, torch.Tensor] = {}  # row -> its log-softmax before the grammar's mask
+        raw: dict[int, float] = {}  # row -> log of the mass the grammar's mask kept
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
@@ -261,8 +261,9 @@ class ModelRunner:
         """Mask the rows of a constrained sequence's tree: each node's row by the grammar state after
         its path, found by walking the tree depth first (accept, recurse, roll back). A node the
         grammar forbids is masked in its parent's row, so rejected, and its subtree never reached.
-        The matcher ends where it began; the caller then feeds it the committed tokens. `raw` gets the
-        pre-mask log-softmax of the rows it narrows, when the request asked for raw logprobs."""
+        The matcher ends where it began; the caller then feeds it the committed tokens. `raw` gets,
+        per row it narrows, the log of the probability mass the mask kept (_mask), when the request
+        asked for raw logprobs."""
         m = self.matchers.get(s.request_id)
         if m is None:
             m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
@@ -305,21 +306,22 @@ class ModelRunner:
         return valid
 
     @staticmethod
-    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False) -> torch.Tensor | None:
-        """Mask row [V] in place to what the grammar allows. keep_raw: return the row's log-softmax
-        from before the mask ([V]) when the mask removes a token; None when it removes none (the
-        masked logprobs are then the raw ones) or when not asked."""
+    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False) -> float | None:
+        """Mask row [V] in place to what the grammar allows. keep_raw: return log(mass the mask
+        kept) = logsumexp after - logsumexp before, so an allowed token's raw logprob is its masked
+        one plus this (no [V] copy per row); None when the mask removes nothing (the masked logprobs
+        are then the raw ones) or when not asked."""
         words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
         bits = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
         banned = bits.flatten()[: row.shape[0]] == 0  # [V]
-        kept = row.log_softmax(-1) if keep_raw and bool(banned.any()) else None
+        before = row.logsumexp(-1) if keep_raw and bool(banned.any()) else None
         row.masked_fill_(banned, float("-inf"))
-        return kept
+        return None if before is None else float(row.logsumexp(-1) - before)
 
     def _constrain(self, seqs: list, logits: torch.Tensor
-                   ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, torch.Tensor]]:
+                   ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, float]]:
         """Mask (in place) the logits of rows under a structured-output constraint: (row, matcher)
-        per such row, and row -> its pre-mask log-softmax [V] where raw logprobs were asked for."""
+        per such row, and row -> the log of the mass its mask kept where raw logprobs were asked for."""
         out, raw = [], {}
         for i, s in enumerate(seqs):
             so = s.params.structured_output
@@ -345,16 +347,16 @@ class ModelRunner:
         return g
 
     @staticmethod
-    def _result(params, token: int, logprobs: torch.Tensor | None, raw: torch.Tensor | None = None) -> SampledToken:
-        """logprobs: [V] the row's after the masks; raw: [V] before the grammar's mask (None: the
-        grammar removed nothing, or the request did not ask)."""
+    def _result(params, token: int, logprobs: torch.Tensor | None, kept: float | None = None) -> SampledToken:
+        """logprobs: [V] the row's after the masks; kept: log of the mass the grammar's mask kept
+        (None: the grammar removed nothing, or the request did not ask)."""
         if params.logprobs is None:
             return SampledToken(token)
         top = {}
         if params.logprobs:
             vals, idx = logprobs.topk(params.logprobs)
             top = dict(zip(idx.tolist(), vals.tolist()))
-        unmasked = float((raw if raw is not None else logprobs)[token]) if params.raw_logprobs else None
+        unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs else None
         return SampledToken(token, float(logprobs[token]), top, unmasked)
 
 

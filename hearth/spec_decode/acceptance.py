@@ -6,7 +6,12 @@ One rate for every position (the geometric model) averages the two and makes lon
 hopeless just where they pay most. So the counts are kept per position: rates()[j] is the chance
 that draft j + 1 is accepted once the j before it were. Every position's counts decay with every
 draft verified, tried there or not: a position the drafts stopped reaching forgets its failures
-and takes the rate of the one before it again, so drafts that got reliable grow back."""
+and takes the rate of the one before it again, so drafts that got reliable grow back. Past the
+first, a position with less than one try left after the decay (a single miss, one verified draft
+later) counts as unseen: that miss otherwise priced it low enough never to be tried again (the code
+edit's copy ran 4 drafts a step for a miss at the 5th early on; replayed, docs/speculative.md). A
+position that keeps failing is so re-tried about every other draft that reaches the one before it:
+the positions before it, tried each time, carry the price."""
 
 from __future__ import annotations
 
@@ -43,5 +48,7 @@ class Acceptance:
         for j in range(n):
             p = out[-1] if out else prior
             h, t = (self.hits[j], self.tries[j]) if j < len(self.tries) else (0.0, 0.0)
+            if j and t < 1.0:  # less than one try's evidence left: unseen
+                h = t = 0.0
             out.append((h + w * p) / (t + w))
         return out

@@ -16,15 +16,16 @@ from hearth.spec_decode.proposer import DraftRequest, Proposer
 
 
 class DraftSlots(Proposer, method="draft"):
-    def __init__(self, config) -> None:
-        super().__init__(config)
+    def __init__(self, config, codec=None) -> None:
+        super().__init__(config, codec)
         self.lookup: ngram.NgramProposer | None = None
         self.num_lookup = self.num_slotted = 0
         """Request-steps drafted by the lookup instead of the draft model; given draft model slots."""
         n = config.draft_lookup_min
         if n:
             self.lookup = ngram.NgramProposer(replace(config, method="ngram", tree_budget=0, draft_vocab=0, draft_lookup_min=0,
-                                                prompt_lookup_min=n, prompt_lookup_max=max(n, config.prompt_lookup_max)))
+                                                prompt_lookup_min=n, prompt_lookup_max=max(n, config.prompt_lookup_max)),
+                                              codec)
 
     def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int] | int]:
         found = self.lookup.propose(requests, num_tokens) if self.lookup is not None else {}

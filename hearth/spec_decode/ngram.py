@@ -22,13 +22,21 @@ up in the few tokens after the break. Where it picks it up it learns the edit (t
 span -> the output's new one): a rename changes every occurrence, so the copy it proposes later
 has the same substitution made wherever the old span comes again, and a draft runs on through the
 next occurrence instead of breaking there (one rename cost a draft break and 1-3 steps at each
-occurrence). An edit the output does not repeat (the old span copied unchanged) is forgotten."""
+occurrence). An edit the output does not repeat (the old span copied unchanged) is forgotten.
+
+The edits are the request's, not the cursor's: where a rename changes the tokens around it the
+copy is often lost and found again, and the new cursor makes the renames the old one learned; with
+the tokenizer at hand (Proposer.codec) they are made as word edits in the copy's text
+(hearth.spec_decode.copy_edits), so a rename also holds in tokens it was not learned in. On the code
+edit (Qwen2.5-Coder-1.5B, first sight, replayed by bench_spec_trace --replay) these took 62 steps to
+23 (docs/speculative.md)."""
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from hearth.spec_decode.copy_edits import Edits
 from hearth.spec_decode.proposer import DraftRequest, Proposer
 from hearth.spec_decode.tree import DraftTree
 
@@ -53,8 +61,9 @@ class CopyCursor:
     """Output tokens since the copy broke (0: copying)."""
     broke: tuple[int, int] = (0, 0)
     """(copy position, output position) where the copy last broke."""
-    subs: dict[tuple[int, ...], tuple[int, ...]] | None = None
-    """Edits learned at resyncs: a span of the copy -> what the output wrote instead."""
+    subs: Edits = field(default_factory=Edits)
+    """Edits learned at resyncs: a span of the copy -> what the output wrote instead (the request's:
+    a cursor that takes over from a lost one keeps them)."""
 
     def advance(self, tokens: list[int], i: int) -> bool:
         """tokens[i], the output's next token, against the copy; False: the copy is lost."""
@@ -78,7 +87,6 @@ class CopyCursor:
             back = int(q == b and b > 0)  # nothing skipped (an insertion): the token before it comes along
             old, new = tuple(tokens[b - back:q]), tuple(tokens[o - back:i])
             if old and old != new:
-                self.subs = self.subs or {}
                 self.subs[old] = new
             self.at, self.run, self.edit = q + 1, 1, 0
             return True
@@ -89,21 +97,6 @@ class CopyCursor:
         """Where the proposal starts: the copy's next token, or after a break the one after it."""
         return self.at + 1 if self.edit else self.at
 
-    def copy(self, tokens: list[int], start: int, k: int) -> list[int]:
-        """k tokens of the copy from `start`, with the learned edits made (longest span first)."""
-        if not self.subs:
-            return tokens[start:start + k]
-        lengths = sorted({len(o) for o in self.subs}, reverse=True)
-        out, p = [], start
-        while len(out) < k and p < len(tokens):
-            old = next((o for o in (tuple(tokens[p:p + n]) for n in lengths) if o in self.subs), None)
-            if old is None:
-                out.append(tokens[p])
-                p += 1
-            else:
-                out.extend(self.subs[old])
-                p += len(old)
-        return out[:k]
 
 
 class NgramIndex:
@@ -175,10 +168,13 @@ class NgramIndex:
 
 
 class NgramProposer(Proposer, method="ngram"):
-    def __init__(self, config) -> None:
-        super().__init__(config)
+    def __init__(self, config, codec=None) -> None:
+        super().__init__(config, codec)
         self.indexes: dict[str, NgramIndex] = {}
         self.cursors: dict[str, CopyCursor] = {}
+        self.edits: dict[str, Edits] = {}
+        """Per request, the edits its cursors learned (CopyCursor.subs): a copy lost where a rename
+        changed the tokens around it, and found again, still makes the rename."""
 
     def _starts(self, rid: str, index: NgramIndex, have: int) -> list[int]:
         """Where drafts start, best first: the copy's next token while it holds, else the latest
@@ -190,7 +186,7 @@ class NgramProposer(Proposer, method="ngram"):
         ends = index.match()
         if cursor is None:
             if ends:
-                self.cursors[rid] = CopyCursor(ends[0])
+                self.cursors[rid] = CopyCursor(ends[0], subs=self.edits.setdefault(rid, Edits()))
             return ends
         first = cursor.start()
         if first >= len(index.tokens):
@@ -213,7 +209,7 @@ class NgramProposer(Proposer, method="ngram"):
             if c.tree_budget:
                 draft = index.propose_tree(k, min(k, c.num_speculative_tokens), starts)
             elif starts and cursor is not None and starts[0] == cursor.start() and not cursor.edit:
-                draft = cursor.copy(index.tokens, starts[0], k)  # copying: with the edits it learned
+                draft = cursor.subs.copy_of(index.tokens, starts[0], k, self.codec)  # copying: with the edits learned
             else:
                 draft = index.propose(k, starts)
             if draft:
@@ -223,3 +219,4 @@ class NgramProposer(Proposer, method="ngram"):
     def forget(self, request_id: str) -> None:
         self.indexes.pop(request_id, None)
         self.cursors.pop(request_id, None)
+        self.edits.pop(request_id, None)

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from hearth.spec_decode.acceptance import Acceptance
 from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.cost import StepCost
-from hearth.spec_decode.proposer import PROPOSERS, DraftRequest
+from hearth.spec_decode.proposer import PROPOSERS, DraftRequest, TextCodec
 from hearth.spec_decode.tree import DraftTree
 
 from hearth.spec_decode.thresholds import POLICY
@@ -101,11 +101,12 @@ def best_length(rates: list[float], costs: list[float], batch: int) -> int:
 
 
 class SpeculativeDecoder:
-    def __init__(self, config: SpeculativeConfig, cost: StepCost | None = None):
+    def __init__(self, config: SpeculativeConfig, cost: StepCost | None = None, codec: TextCodec | None = None):
         """cost: what a draft token costs here, fed by timed(); with it a request drafts only as
-        many tokens as its acceptance rate pays for (best_length), else as many as the budget."""
+        many tokens as its acceptance rate pays for (best_length), else as many as the budget.
+        codec: the tokenizer, for proposers that edit drafts as text."""
         self.config = config
-        self.proposer = PROPOSERS[config.method](config)
+        self.proposer = PROPOSERS[config.method](config, codec)
         self.stats = SpecDecodeStats(accepted_per_pos=[0] * config.num_speculative_tokens)
         self.tracks: dict[str, _Track] = {}
         self.step = 0
@@ -117,10 +118,11 @@ class SpeculativeDecoder:
         if self.cost is not None:
             self.cost.add(rows, seconds)
 
-    def _length(self, t: _Track, req: DraftRequest, batch: int) -> int:
+    def _length(self, t: _Track, req: DraftRequest, batch: int) -> int | None:
         """With a cost: the length best_length picks, up to the whole budget (the rate decides, not
-        the last accept); a seeded sampled request's drafts decide its tokens, so it reads neither
-        timings nor other requests' acceptance, only fixed priors and its own."""
+        the last accept); None while a plain step of this batch size was never timed (this step,
+        drafting nothing, times it). A seeded sampled request's drafts decide its tokens, so it
+        reads neither timings nor other requests' acceptance, only fixed priors and its own."""
         if self.cost is None:
             return t.k
         most = self.config.max_drafts
@@ -130,7 +132,7 @@ class SpeculativeDecoder:
         else:
             costs = self.cost.costs(batch, most)
             if costs is None:
-                return 0
+                return None
             prior = self.acceptance.rates(prior, 1)[0]  # a first draft's rate over every request
         # a tree's nodes past its depth are branches, worth only what a rejected first choice
         # leaves them; counted as nothing (8 nodes at depth 4 ran 0.95x plain on the code edit,
@@ -149,12 +151,15 @@ class SpeculativeDecoder:
             s.num_steps_batch_off += bool(decoding)
             self.proposer.track(decoding)
             return {}
-        reqs, ks, paused = [], [], []
+        reqs, ks, paused, unmeasured = [], [], [], []
         for req in decoding:
             t = self.tracks.get(req.request_id)
             if t is None:
                 t = self.tracks[req.request_id] = _Track(self.config.max_drafts)
             k = self._length(t, req, len(decoding)) if self.step > t.paused_until else 0
+            if k is None:  # no step of this size timed yet: this plain step times it, and no pause
+                unmeasured.append(req)
+                continue
             if k == 0 and self.step > t.paused_until:  # drafts would not pay: probe with one, then pause
                 if self.step == t.paused_until + 1:
                     k = 1
@@ -166,8 +171,8 @@ class SpeculativeDecoder:
                 ks.append(k)
             else:
                 paused.append(req)
-        if paused:
-            self.proposer.track(paused)
+        if paused or unmeasured:
+            self.proposer.track(paused + unmeasured)
         s.num_paused += len(paused)
         s.num_steps_drafting += bool(reqs)
         return self.proposer.propose(reqs, ks) if reqs else {}

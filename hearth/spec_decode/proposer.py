@@ -24,6 +24,15 @@ class DraftRequest(Protocol):
     def token_slice(self, start: int, n: int) -> list[int]: ...
 
 
+class TextCodec(Protocol):
+    """Token ids <-> text (hearth.loader.tokenizer.Tokenizer has it): for a proposer that edits
+    drafts as text."""
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]: ...
+
+
 PROPOSERS: dict[str, type[Proposer]] = {}
 
 
@@ -33,8 +42,9 @@ class Proposer:
         if method:
             PROPOSERS[method] = cls
 
-    def __init__(self, config) -> None:
+    def __init__(self, config, codec: TextCodec | None = None) -> None:
         self.config = config
+        self.codec = codec
 
     def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int] | DraftTree | int]:
         """Up to num_tokens[i] draft tokens to follow requests[i]'s tokens so far (a chain, or a

@@ -93,8 +93,8 @@ class _Live:
 
 
 class SuffixProposer(Proposer, method="suffix"):
-    def __init__(self, config) -> None:
-        super().__init__(config)
+    def __init__(self, config, codec=None) -> None:
+        super().__init__(config, codec)
         self.depth = config.suffix_decoding_max_tree_depth
         self.max_cached = config.suffix_decoding_max_cached_requests
         self.global_trie = SuffixTrie(self.depth)

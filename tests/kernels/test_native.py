@@ -113,6 +113,19 @@ def test_rows_are_independent_of_the_batch():
     assert torch.equal(big[2:3], mm(torch.cat([x[2:3], x[8:17]]))[:1])
 
 
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_every_gemv_pass_size_sums_a_row_as_alone(qtype):
+    """The GEMV takes GEMV_ROWS rows per pass over a weight row (8 on AVX-512), the rest in one pass of
+    fewer: every count of 1-9 rows (each pass size, and one full pass plus one) gives each row's bits
+    as a 1-row call, what a verify step's rows must (they are decode rows)."""
+    t = random_tensor(qtype, 40, 512, np.random.default_rng(int(qtype)))
+    mm = native.NativeMatmul([(as_bytes(t.data, qtype), int(qtype))], 512)
+    x = torch.randn(9, 512, generator=torch.Generator().manual_seed(int(qtype)))
+    alone = torch.cat([mm(x[i:i + 1]) for i in range(9)])
+    for m in range(2, 10):
+        assert torch.equal(mm(x[:m]), alone[:m]), m
+
+
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
 def test_batched_rows_unchanged_by_other_tile_users(qtype):
     """The AMX tiles are configured per kernel (16- or 32-wide int8 steps, bf16 panels); other users

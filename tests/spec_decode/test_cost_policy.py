@@ -119,6 +119,20 @@ def test_bursty_acceptance_pays_long_drafts_one_rate_would_not():
     assert Acceptance([2.0], [2.0]).rates(0.5, 3) == [0.75, 0.75, 0.75]  # unseen positions as the last seen
 
 
+def test_an_old_miss_past_the_first_position_is_forgotten_once_less_than_a_try_is_left():
+    """A copy whose 5th draft missed once and whose next 4-draft step was accepted whole: the 5th
+    position, its one try decayed below one, is unseen again (the 4th's rate) and long drafts pay;
+    right after the miss they do not."""
+    acc = Acceptance()
+    acc.observe(4, 8)  # the first draft: 4 accepted, the 5th missed
+    costs = [1.0, 1.2, 1.4, 1.6, 1.8, 2.3, 2.5, 2.7, 2.8] + [2.8] * 7
+    assert best_length(acc.rates(0.6, 15), costs, 1) == 4  # the miss is fresh
+    acc.observe(4, 4)  # a whole accept of 4 drafts: the 5th not tried, its one try decays
+    rates = acc.rates(0.6, 15)
+    assert acc.tries[4] < 1.0 and rates[4] == rates[3]
+    assert best_length(rates, costs, 1) == 15
+
+
 class FixedCost(StepCost):
     """Step times of a line, 1 + prior per extra row, measured already; no timing in tests."""
 
@@ -156,6 +170,19 @@ def test_accepted_drafts_run_long_failing_ones_stop():
     free.add_request([1], SamplingParams(max_tokens=40, temperature=0), "c")
     run_all(free)
     assert free.spec.stats.num_draft_tokens > wrong.spec.stats.num_draft_tokens
+
+
+def test_an_unmeasured_step_cost_drafts_nothing_for_one_step_and_pauses_nothing():
+    """A fresh engine knows no step time yet: the first decode steps draft nothing while they time
+    the plain step, then drafting starts at once (it once paused the first request 8 steps)."""
+    spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=8, disable_by_batch_size=0), StepCost(0.25))
+    spec.proposer = ScriptedProposer(lambda r: [7] * 8, obey_k=True)
+    req = SimpleNamespace(request_id="a", prompt_token_ids=[1], output_token_ids=[2],
+                          params=SamplingParams(temperature=0), num_tokens=2)
+    assert spec.propose([], 1) == {}  # the prompt's step: nobody decodes
+    assert spec.propose([req], 1) == {} and spec.propose([req], 1) == {}  # no cost known: plain steps
+    spec.cost.add(1, 0.05)  # what those plain steps measured
+    assert len(spec.propose([req], 1).get("a", [])) > 0
 
 
 def test_a_seeded_sampled_request_reads_neither_timings_nor_other_requests():

@@ -11,6 +11,8 @@ from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 from hearth.spec_decode.ngram import NgramIndex, NgramProposer
 
+from tests.spec_decode.test_copy_edits import PieceCodec
+
 
 def brute_force(tokens, n_min, n_max, k):
     """The longest suffix n-gram (n_max..n_min) seen before: the tokens after its latest earlier occurrence."""
@@ -122,9 +124,9 @@ def test_proposer_offers_trees_with_a_tree_budget():
     assert (tree.tokens, tree.parents) == ([3, 5, 2, 5], [-1, 0, -1, 2])
 
 
-def copying(prompt, output, k=4):
+def copying(prompt, output, k=4, codec=None):
     """What the n-gram proposer drafts after each output token of a request copying its prompt."""
-    prop = NgramProposer(SpeculativeConfig(num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=3))
+    prop = NgramProposer(SpeculativeConfig(num_speculative_tokens=k, prompt_lookup_min=2, prompt_lookup_max=3), codec)
     req = Request("r", prompt, SamplingParams(), frozenset(), 100)
     drafts = []
     for t in output:
@@ -170,6 +172,28 @@ def test_the_copy_makes_a_rename_it_saw_at_every_later_occurrence():
     index = NgramIndex(2, 3)  # the control: lookup alone drafts the copy unchanged
     index.extend(src + renamed)
     assert index.propose(8) == [17, 15, 18, 19, 20, 21, 15, 22]
+
+
+def test_a_copy_found_again_keeps_the_edits_learned_before_it_was_lost():
+    """15 -> 98 learned; the output then writes 8 tokens of its own (past PATIENCE: the cursor is
+    dropped) and copies again: the new cursor makes the rename the lost one learned."""
+    head = [1, 2, 3, 4, 5, 6]
+    src = head + [15, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 15, 24, 25, 26]
+    out = head + [98, 13, 14, 16] + [50 + i for i in range(8)] + [20, 21, 22]
+    assert copying(src, out, k=4)[-1] == [23, 98, 24, 25]
+
+
+def test_a_learned_rename_is_made_as_text_wherever_the_word_comes_again():
+    """Learned as " readings" -> " measurements" (one token each), the rename is the word edit
+    "reading" -> "measurement": with the tokenizer the copy makes it in "(readings" too, a token
+    the edit never saw, tokenized again ("(", "me", "asurements")."""
+    codec = PieceCodec(["", "a", "b", "c", "d", "e", " readings", " measurements", "(", "readings", "):", "me",
+                        "asurements", "x", "y", "z", "w"])
+    head = [1, 2, 3, 4, 5, 16]  # copied first: a run before the break
+    src = head + [6, 13, 14, 8, 9, 10, 15, 15]
+    out = head + [7, 13, 14]  # the copy, " readings" renamed, resynced at x
+    assert copying(src, out, k=6, codec=codec)[-1] == [8, 11, 12, 10, 15, 15]
+    assert copying(src, out, k=6)[-1] == [8, 9, 10, 15, 15, 1]  # the control: token edits only (then the output)
 
 
 def test_the_cursor_is_dropped_where_the_output_stops_copying():

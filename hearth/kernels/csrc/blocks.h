@@ -341,6 +341,9 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* 
   for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = sum_groups(_mm512_add_ps(acc[m], off[m]));
 }
 
+// Activation rows per pass of dot_row: 8 rows' accumulators (16 zmm) beside the codes (4) and scales fit
+// the 32 registers; every row summed as alone, so a verify step's rows stay a decode row's bits
+constexpr int GEMV_ROWS = 8;
 #include "rows_dot.h"  // after dot_row and Act: the row loop both libraries share
 
 // ---- dequantization (bit-exact with gguf-py) ----

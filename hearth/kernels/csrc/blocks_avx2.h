@@ -278,6 +278,8 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
   for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = hsum(_mm256_add_ps(acc[m], off[m]));
 }
 
+// Activation rows per pass of dot_row: what 16 ymm registers hold beside the codes and scales
+constexpr int GEMV_ROWS = 4;
 #include "rows_dot.h"  // after dot_row and Act: the row loop both libraries share
 
 // ---- dequantization (bit-exact with gguf-py: s * q, then + o, two roundings; -ffp-contract=off) ----

@@ -280,6 +280,8 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
   for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = hsum(vadd(acc[m], off[m]));
 }
 
+// Activation rows per pass of dot_row
+constexpr int GEMV_ROWS = 4;
 #include "rows_dot.h"  // after dot_row and Act: the row loop every library shares
 
 // ---- dequantization (bit-exact with gguf-py: s * q, then + o, two roundings; -ffp-contract=off) ----

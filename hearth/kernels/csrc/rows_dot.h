@@ -5,18 +5,14 @@
 constexpr int64_t PREFETCH_BYTES = 4096;
 constexpr int64_t STREAMS = 4;
 
-// y[m * ldy] for activation rows m0 .. a.M and one weight row, 4 rows per decode of its codes
-template <class T>
+// y[m * ldy] for activation rows m0 .. a.M and one weight row: GEMV_ROWS rows (the library's, as many
+// as its registers hold) per decode of its codes, the rest in one pass of fewer
+template <class T, int MT = GEMV_ROWS>
 void dot_rows(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy) {
-  constexpr int MT = 4;
   int64_t m = m0;
   for (; m + MT <= a.M; m += MT) dot_row<T, MT>(row, nb, a, m, y, ldy);
-  switch (a.M - m) {
-    case 3: dot_row<T, 3>(row, nb, a, m, y, ldy); break;
-    case 2: dot_row<T, 2>(row, nb, a, m, y, ldy); break;
-    case 1: dot_row<T, 1>(row, nb, a, m, y, ldy); break;
-    default: break;
-  }
+  if constexpr (MT > 1)
+    if (m < a.M) dot_rows<T, MT - 1>(row, nb, a, m, y, ldy);
 }
 
 // y[m, n] for rows n0 .. n1 of w. The rows are read as STREAMS interleaved runs (row i of each run in
