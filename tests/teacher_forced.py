@@ -5,7 +5,8 @@ The llama.cpp goldens (argmax against llama.cpp's tokens) and the fidelity test'
 the f32 reference) read these same rows, so each (model, case, CPU tier) is run once per session and
 kept as what the two need: the same forward either way, bit for bit (measured: the two tests' LLMs,
 which differ only in KV cache size, gave identical logits). The key holds what the forward's numbers
-depend on: the model, the tier, the KV cache's dtype and block size."""
+depend on: the model, the tier, the KV cache's dtype and block size. At the torch tier several cases share
+one prefill (prefetch): the same torch code runs one sequence or several, and each call expands the weights."""
 
 from __future__ import annotations
 
@@ -47,16 +48,73 @@ def logits_from(llm: LLM, ids: list[int], start: int) -> torch.Tensor:
         return llm.model.compute_logits(hidden[start:]).float()
 
 
+def logits_of_many(llm: LLM, seqs: list[tuple[list[int], int]]) -> list[torch.Tensor]:
+    """logits_from(llm, ids, start) for each (ids, start) of `seqs`, all in one prefill, each sequence
+    over its own blocks of the paged cache."""
+    bs, qsl, tables, slots, positions, picks = llm.config.block_size, [0], [], [], [], []
+    for ids, start in seqs:
+        first = sum(map(len, tables))
+        tables.append(list(range(first, first + -(-len(ids) // bs))))
+        slots.append(torch.arange(len(ids)) + first * bs)
+        positions.append(torch.arange(len(ids)))
+        picks.append(torch.arange(qsl[-1] + start, qsl[-1] + len(ids)))
+        qsl.append(qsl[-1] + len(ids))
+    meta = AttentionMetadata(qsl, [len(ids) for ids, _ in seqs], tables, torch.cat(slots), bs)
+    with torch.inference_mode():
+        hidden = llm.model(torch.tensor([t for ids, _ in seqs for t in ids]), torch.cat(positions), meta,
+                           llm.runner.kv_caches)
+        logits = llm.model.compute_logits(hidden[torch.cat(picks)]).float()
+    return list(logits.split([len(p) for p in picks]))
+
+
+TORCH_ROWS = 1024
+"""At the torch tier, golden cases share a prefill of up to this many tokens (prefetch): its linears expand
+each quantized weight to bf16 on every call, which made a forward per case cost its weights' expansion
+12-34 times over (the same torch code runs one sequence or several)."""
+
+
+def _key(llm: LLM, name: str, i: int) -> tuple:
+    return name, tiers.active(), llm.config.kv_cache_dtype, llm.config.block_size, i
+
+
+def _forced(logits: torch.Tensor, case: dict, i: int, ref) -> Forced:
+    """logits [STEPS, vocab] of case i -> what the goldens and the fidelity test read."""
+    new = case["new_token_ids"][:STEPS]
+    best = logits.argmax(-1)
+    gap = logits.gather(1, best[:, None]) - logits.gather(1, torch.tensor(new)[:, None])
+    kl = None if ref is None else lumped_kl(ref["ids"][i], ref["logprobs"][i], log_softmax(logits.numpy()))
+    return Forced(best.tolist(), gap[:, 0].tolist(), kl)
+
+
+def _missing(llm: LLM, name: str, i: int, ref) -> bool:
+    key = _key(llm, name, i)
+    return key not in _DONE or (ref is not None and _DONE[key].kl is None)
+
+
+def prefetch(llm: LLM, name: str, cases: list[dict], ref=None) -> None:
+    """At the torch tier, the cases teacher_forced has not run yet, several per prefill (TORCH_ROWS); at the
+    others each case keeps its own prefill (the fused one-sequence path there is what the goldens test)."""
+    if tiers.active() != "torch":
+        return
+    group: list[int] = []
+    todo = [i for i in range(len(cases)) if _missing(llm, name, i, ref)]
+    for n, i in enumerate(todo):
+        group.append(i)
+        more = todo[n + 1:n + 2]
+        if not more or sum(len(cases[j]["prompt_token_ids"]) + STEPS for j in group + more) > TORCH_ROWS:
+            seqs = [(cases[j]["prompt_token_ids"] + cases[j]["new_token_ids"][:STEPS][:-1],
+                     len(cases[j]["prompt_token_ids"]) - 1) for j in group]
+            for j, logits in zip(group, logits_of_many(llm, seqs)):  # [STEPS, vocab] each
+                _DONE[_key(llm, name, j)] = _forced(logits, cases[j], j, ref)
+            group = []
+
+
 def teacher_forced(llm: LLM, name: str, case: dict, i: int, ref=None) -> Forced:
     """Golden case `i` (`case`, from tests/data/goldens/greedy_{name}.json) of model `name`, run on `llm`
     at this run's CPU tier; ref (the model's reference .npz) adds the KL at each position."""
     assert ref is None or ref["ids"].shape[1] == STEPS
-    key = (name, tiers.active(), llm.config.kv_cache_dtype, llm.config.block_size, i)
-    if key not in _DONE or (ref is not None and _DONE[key].kl is None):
-        prompt, new = case["prompt_token_ids"], case["new_token_ids"][:STEPS]
-        logits = logits_from(llm, prompt + new[:-1], len(prompt) - 1)  # [STEPS, vocab]
-        best = logits.argmax(-1)
-        gap = logits.gather(1, best[:, None]) - logits.gather(1, torch.tensor(new)[:, None])
-        kl = None if ref is None else lumped_kl(ref["ids"][i], ref["logprobs"][i], log_softmax(logits.numpy()))
-        _DONE[key] = Forced(best.tolist(), gap[:, 0].tolist(), kl)
-    return _DONE[key]
+    if _missing(llm, name, i, ref):
+        prompt = case["prompt_token_ids"]
+        logits = logits_from(llm, prompt + case["new_token_ids"][:STEPS][:-1], len(prompt) - 1)  # [STEPS, vocab]
+        _DONE[_key(llm, name, i)] = _forced(logits, case, i, ref)
+    return _DONE[_key(llm, name, i)]

@@ -10,14 +10,21 @@ import pytest
 from hearth.kernels import tiers
 from hearth.loader.catalog import CATALOG
 from hearth.loader.store import hearth_home
+from hearth.memory.this_machine import CACHE
 
 
-def _doctor(tmp_path, **env) -> str:
+def _doctor(tmp_path, measured: bool = False, **env) -> str:
+    """measured: this machine's cached measurement (HEARTH_HOME's plan cache, where there is one) copied
+    in, so doctor reads it instead of measuring the memory again (seconds of copies and matmuls)."""
     home = tmp_path / "home"
     home.mkdir()
     built = hearth_home() / "kernels"
     if built.is_dir():  # the session's compiled kernels: no second build of the same library
         (home / "kernels").symlink_to(built)
+    cached = hearth_home() / CACHE
+    if measured and cached.is_file():
+        (home / CACHE).parent.mkdir(parents=True)
+        shutil.copy(cached, home / CACHE)
     run_env = {k: v for k, v in os.environ.items() if not k.startswith("HEARTH_")}
     done = subprocess.run([sys.executable, "-m", "hearth", "doctor"], capture_output=True, text=True, timeout=300,
                           env={**run_env, "HEARTH_HOME": str(home), **env})
@@ -52,7 +59,7 @@ def test_doctor_names_the_tier_the_flags_the_memory_and_the_models(tmp_path):
 @pytest.mark.skipif(tiers.choose({}, tiers.cpu_flags(), tiers.machine())[0] is tiers.TORCH,
                     reason="no native tier runs on this CPU")
 def test_doctor_explains_a_forced_tier_it_cannot_use(tmp_path):
-    out = _doctor(tmp_path, HEARTH_CPU_TIER="bogus")
+    out = _doctor(tmp_path, measured=True, HEARTH_CPU_TIER="bogus")  # the memory line is the other test's
     best = tiers.choose({}, tiers.cpu_flags(), tiers.machine())[0].name
     tier = _line(out, "tier ")
     assert tier.startswith(f"tier      {best} (HEARTH_CPU_TIER=bogus is not a tier"), tier

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from hearth import LLM, SamplingParams
-from tests.teacher_forced import STEPS, teacher_forced
+from tests.teacher_forced import STEPS, prefetch, teacher_forced
 
 GOLDENS = Path(__file__).parent / "data" / "goldens"
 NEW_TOKENS = STEPS
@@ -50,6 +50,7 @@ def robust(case) -> bool:
 def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
     name, cases, llm, limit = golden
     problems = []
+    prefetch(llm, name, cases[:limit])
     for i, case in enumerate(cases[:limit]):
         forced = teacher_forced(llm, name, case, i)  # one prefill, shared with models/test_fidelity.py
         for step, (best, gap, want, margin) in enumerate(zip(forced.best, forced.gap, case["new_token_ids"],

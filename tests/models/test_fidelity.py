@@ -19,6 +19,7 @@ from hearth import LLM
 from hearth.bench.kld import log_softmax, lumped_kl
 from hearth.kernels import tiers
 from hearth.kernels.attention import AttentionMetadata
+from tests.teacher_forced import prefetch
 from tests.teacher_forced import teacher_forced as forced
 
 REFERENCE = Path(__file__).resolve().parents[1] / "data" / "reference"
@@ -112,6 +113,7 @@ def check(path: str, hearth: list[np.ndarray], peer: list[list[float]], name: st
 def test_prefill_kl_at_most_llama_cpp(fidelity):
     name, ref, cases, peer, llm = fidelity
     # one prefill of each case's prompt + tokens (tests/teacher_forced.py), which the goldens reuse
+    prefetch(llm, name, cases, ref)
     ours = [forced(llm, name, case, i, ref).kl for i, case in enumerate(cases)]
     check("prefill", ours, peer["prefill"], name)
 

@@ -10,7 +10,7 @@ import pytest
 from hearth import LLM
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 
-from tests.spec_decode.test_real_model import CODE, GREEDY, LIST, chat, generate
+from tests.spec_decode.test_real_model import CODE, GREEDY, LIST, chat, generate, plain_greedy
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,7 @@ def hybrid(model_path):
 @pytest.mark.parametrize("which", ["code", "list"])
 def test_lookup_before_the_draft_model_equals_plain_greedy(smol_llm, hybrid, which):
     prompt = CODE if which == "code" else chat(smol_llm, LIST)
-    want, _, _ = generate(smol_llm, prompt, GREEDY)
+    want = plain_greedy(smol_llm, prompt, GREEDY)
     slots = hybrid.engine.spec.proposer
     before = slots.num_lookup, slots.num_slotted
     got, drafted, accepted = generate(hybrid, prompt, GREEDY)

@@ -10,7 +10,7 @@ import pytest
 
 from hearth import LLM, SamplingParams
 from hearth.runner.draft_tree import best_first_tree
-from tests.spec_decode.test_real_model import CODE, GREEDY, chat, generate
+from tests.spec_decode.test_real_model import CODE, GREEDY, STORY, chat, generate, plain_greedy
 
 
 def test_best_first_tree_is_seeded_with_the_chain_and_grows_by_path_probability():
@@ -38,8 +38,8 @@ def tree_draft(model_path):
 
 
 def test_greedy_with_draft_trees_equals_plain_greedy(smol_llm, tree_draft):
-    for prompt in (CODE, chat(smol_llm, "Write a short story about a cat.")):
-        want, _, _ = generate(smol_llm, prompt, GREEDY)
+    for prompt in (CODE, chat(smol_llm, STORY)):
+        want = plain_greedy(smol_llm, prompt, GREEDY)
         got, drafted, accepted = generate(tree_draft, prompt, GREEDY)
         assert got.token_ids == want.token_ids and got.text == want.text
         assert drafted >= 100 and accepted >= 60, (drafted, accepted)

@@ -7,7 +7,8 @@ launch keeps its tensor arguments referenced until the stream has passed the ker
 launch; on the CPU, Triton's interpreter runs synchronously). Under HEARTH_CHECK_LAUNCHES=1 (on in
 tests) it also checks, before the launch, that each output's tiles are disjoint and cover it and that
 no output overlaps another argument in memory, and after it, that the read-only arguments are
-unchanged (checksums). Each broken rule is a LaunchError naming the kernel and the argument."""
+unchanged, byte for byte against copies taken before. Each broken rule is a LaunchError naming the
+kernel and the argument."""
 
 from __future__ import annotations
 
@@ -71,12 +72,12 @@ def launch(kernel, grid: tuple[int, ...], args: Mapping[str, object], outputs: M
             else:
                 _check_tiles(name, out, tensors[out].shape, part, grid)
         _check_aliasing(name, tensors, outputs)
-        sums = {r: _checksum(tensors[r]) for r in reads}
+        before = {r: _bytes(tensors[r]).clone() for r in reads}
     kernel[grid](*args.values(), **constexprs)
     _hold(tensors)
     if check:
-        for r, before in sums.items():
-            if not torch.equal(_checksum(tensors[r]), before):
+        for r, copy in before.items():
+            if not torch.equal(_bytes(tensors[r]), copy):
                 raise LaunchError(f"kernel {name}: read-only argument {r!r} changed")
 
 
@@ -150,10 +151,10 @@ def _check_aliasing(name: str, tensors: Mapping[str, torch.Tensor], outputs) -> 
                 raise LaunchError(f"kernel {name}: output {out!r} overlaps argument {other!r} in memory")
 
 
-def _checksum(t: torch.Tensor) -> torch.Tensor:
-    """A position-weighted sum of the tensor's bytes (a swap or a changed byte changes it)."""
-    b = t.detach().contiguous().view(-1).view(torch.uint8).to(torch.int64)
-    return (b * (torch.arange(b.numel(), device=b.device) % 65521 + 1)).sum()
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements as bytes [numel * element_size] (a view where it is contiguous): compared
+    as bytes, a NaN in a read-only argument equals itself."""
+    return t.detach().contiguous().view(-1).view(torch.uint8)
 
 
 def _hold(tensors: Mapping[str, torch.Tensor]) -> None:
