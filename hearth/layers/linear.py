@@ -28,7 +28,7 @@ from torch import nn
 
 from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
-from hearth.kernels.qmatmul import Int4Weight, int4_dequant_t, int4_matmul
+from hearth.kernels.qmatmul import Int4Weight, dense_expansion, int4_dequant_t, int4_matmul
 from hearth.layers.quant import as_bytes, dequantize, require_supported
 from hearth.layers.repack import dense_bf16, int4_planes
 from hearth.layers.residency import release_pages
@@ -74,7 +74,9 @@ class Int4Part(nn.Module):
     def __init__(self, w: Int4Weight, policy: LinearPolicy):
         super().__init__()
         self.w, self.out_features = w, w.n
-        self.gemm_min_rows, self.chunk = policy.gemm_min_rows, policy.gemm_chunk_rows
+        # the bf16 tiles need the packed layout known (hearth.kernels.qmatmul.LAYOUTS); else the kernel
+        self.gemm_min_rows = policy.gemm_min_rows if dense_expansion() else 1 << 62
+        self.chunk = policy.gemm_chunk_rows
 
     @property
     def weight_bytes(self) -> int:

@@ -11,6 +11,7 @@ from gguf import GGMLQuantizationType as Q
 from hearth.errors import UnsupportedError
 from hearth.kernels.qmatmul import GROUP, Int4Weight, pack_int4
 from hearth.layers.quant import affine_rows, as_bytes, block_format, dequantize
+from hearth.layers.repack_cache import cached_blob
 from hearth.loader.gguf_loader import GGUFTensor
 
 CHUNK_ROWS = 1024
@@ -26,8 +27,9 @@ def int4_planes(ts: list[GGUFTensor]) -> Int4Weight:
     planes = {-(-block_format(t.qtype).q_bits // 4) for t in ts}
     if len(planes) != 1 or any(block_format(t.qtype).group_size != GROUP for t in ts):
         raise UnsupportedError(f"cannot stack {[t.qtype.name for t in ts]} as one int4 weight")
-    p, n = planes.pop(), sum(t.shape[0] for t in ts)
-    return pack_int4(n, ts[0].shape[1], p, _plane_chunks(ts, p))
+    p, n, k = planes.pop(), sum(t.shape[0] for t in ts), ts[0].shape[1]
+    blob = cached_blob("int4", ts, Int4Weight.blob_bytes(n, k, p), lambda: pack_int4(n, k, p, _plane_chunks(ts, p)).blob)
+    return Int4Weight.from_blob(blob, n, k, p)
 
 
 def _plane_chunks(ts: list[GGUFTensor], planes: int) -> Iterator[tuple[torch.Tensor, ...]]:
@@ -53,7 +55,11 @@ def dense_bf16(t: GGUFTensor) -> torch.Tensor:
     raw = as_bytes(t.data, t.qtype)
     if t.qtype == Q.BF16:
         return raw.view(torch.bfloat16).view(t.shape)
-    out = torch.empty(t.shape, dtype=torch.bfloat16)
-    for r in range(0, raw.shape[0], CHUNK_ROWS):
-        out[r:r + CHUNK_ROWS] = dequantize(raw[r:r + CHUNK_ROWS], t.qtype)
-    return out
+
+    def build() -> torch.Tensor:
+        out = torch.empty(t.shape, dtype=torch.bfloat16)
+        for r in range(0, raw.shape[0], CHUNK_ROWS):
+            out[r:r + CHUNK_ROWS] = dequantize(raw[r:r + CHUNK_ROWS], t.qtype)
+        return out.view(-1).view(torch.uint8)
+
+    return cached_blob("bf16", [t], 2 * t.shape[0] * t.shape[1], build).view(torch.bfloat16).view(t.shape)

@@ -12,6 +12,10 @@ Tolerances, stated once:
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -94,6 +98,32 @@ def test_int4pack_formula_layout_padding_and_chunks():
     assert torch.equal(int4_dequant_t(w, slice(64, 80)), int4_dequant_t(w)[:, 64:80])
     x = torch.randn(2, k, generator=g).bfloat16()
     assert_fast_close(int4_matmul(x, w).float(), x.float(), ref)
+
+
+_LAYOUT_CHECK = """
+import torch
+from hearth.kernels.qmatmul import dense_expansion, int4_dequant_t, int4_matmul, pack_int4
+g = torch.Generator().manual_seed(0)
+n, k, planes = 80, 64, 2
+q = torch.randint(0, 16, (n, planes, k), dtype=torch.uint8, generator=g)
+w = pack_int4(n, k, planes, [(q, torch.rand(n, planes, 2, generator=g), torch.randn(n, planes, 2, generator=g))])
+eye = torch.eye(k, dtype=torch.bfloat16)
+ours, kernels = int4_dequant_t(w).float(), int4_matmul(eye, w).float()  # the kernel's own W.T, bf16-rounded
+# a wrong layout moves whole codes (errors ~ the weights); bf16 roundings stay ~2**-8 of them
+close = torch.allclose(ours, kernels, rtol=0, atol=2.0 ** -6 * float(kernels.abs().max()))
+print(torch.backends.cpu.get_cpu_capability(), dense_expansion() and close)
+"""
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_int4_expansion_reads_the_layout_of_each_cpu_capability(capability):
+    """torch's int4 packer writes another layout per ATen CPU capability (the torch tier runs with
+    whatever the CPU has; ATEN_CPU_CAPABILITY=avx2 is how it is benchmarked): the bf16 expansion
+    must equal the kernel's own weights under each (a capability above this CPU's runs the best it has)."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
+    done = subprocess.run([sys.executable, "-c", _LAYOUT_CHECK], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "True", done.stdout
 
 
 # ---- every tensor type, fast and exact ----
