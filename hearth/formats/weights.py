@@ -13,9 +13,10 @@ from gguf import GGMLQuantizationType as Q
 
 QK_K = 256  # super-block size of the k-quants
 
-TORCH_PATHS = ("f32", "bf16", "int4x1", "int4x2")
-"""How hearth.layers.linear's torch fallback holds a weight: f32 or bf16 dense, or torch's int4pack
-in one or two 4-bit planes (hearth.kernels.qmatmul); hearth.memory.layouts prices each."""
+TORCH_PATHS = ("f32", "bf16", "int4x1", "int4x2", "int8")
+"""How hearth.layers.linear's torch fallback holds a weight: f32 or bf16 dense, torch's int4pack in one
+or two 4-bit planes (hearth.kernels.qmatmul), or int8 codes with one scale per row (requantized:
+torch's int8 kernel reads half of bf16's bytes); hearth.memory.layouts prices each."""
 
 
 @dataclass(frozen=True, slots=True)

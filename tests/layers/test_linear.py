@@ -29,13 +29,14 @@ from hearth.layers.quant import dequantize
 from hearth.backends import select
 from hearth.backends.base import Backend
 from hearth.backends.cpu_linear import NATIVE_PATHS, NativePart
-from hearth.layers.linear import TORCH_PATHS, DensePart, Int4Part, build_linear, use_linear_policy
+from hearth.layers.linear import TORCH_PATHS, DensePart, Int4Part, Int8Part, build_linear, use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from tests.layers.test_quant import FLOATS, QUANTS, assert_bit_exact, gguf_reference, random_tensor
 
 FAST_TOL = 2.0 ** -8
 ACT8_TOL = 1.01 / 254  # +1%: the float rounding of x / d before it is rounded to an integer
 EXACT_TOL = 1e-5
+INT8_TOL = 0.51 / 127  # requantized rows (Int8Part): a weight moves by at most half a step, max|w_row| / 127
 FAST, TORCH = select("cpu"), Backend()
 """The CPU backend at this machine's tier (the torch backend at the torch tier), and the torch backend."""
 FAST_PATHS = TORCH_PATHS if type(FAST) is Backend else NATIVE_PATHS
@@ -55,13 +56,17 @@ def block_max(x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, K]: max |x| of 
     return group_max(x)
 
 
-def assert_fast_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, act8: bool = False) -> None:
-    """act8: the bound of the native path's 8-bit activations, else of the bf16 paths."""
+def assert_fast_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, act8: bool = False,
+                      int8_rows: torch.Tensor | None = None) -> None:
+    """act8: the bound of the native path's 8-bit activations, else of the bf16 paths; int8_rows: bool [N],
+    the outputs whose weights were requantized to int8 rows (their requantization error on top)."""
     err = (y - x @ w.T).abs()
     if act8:
         bound = ACT8_TOL * (block_max(x) @ w.abs().T) + 1e-6 * (x.abs() @ w.abs().T)
     else:
         bound = FAST_TOL * (x.abs() @ group_max(w).T)
+    if int8_rows is not None:
+        bound = bound + INT8_TOL * x.abs().sum(1, keepdim=True) * (w.abs().amax(1) * int8_rows)
     assert bool((err <= bound).all()), f"worst err/bound {float((err / bound).max()):.3f}"
 
 
@@ -70,7 +75,8 @@ def assert_linear_close(lin, x: torch.Tensor, w: torch.Tensor, bias: torch.Tenso
     y = lin(x) if bias is None else lin(x) - bias
     x2 = x.reshape(-1, x.shape[-1])
     act8 = any(isinstance(p, NativePart) and x2.shape[0] < p.gemm_min_rows for p in lin.parts)
-    assert_fast_close(y.reshape(x2.shape[0], -1), x2, w, act8=act8)
+    int8 = torch.cat([torch.full((p.out_features,), isinstance(p, Int8Part)) for p in lin.parts])
+    assert_fast_close(y.reshape(x2.shape[0], -1), x2, w, act8=act8, int8_rows=int8 if int8.any() else None)
 
 
 def assert_exact_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
@@ -134,7 +140,8 @@ def test_fast_path_matches_dequantized_weight(qtype, native):
     t = random_tensor(qtype, 96, 512, np.random.default_rng(int(qtype)))  # 96: int4 rows get padded
     lin = (FAST if native else TORCH).linear(t)
     w = reference([t])
-    part = {"f32": DensePart, "bf16": DensePart, "int4x1": Int4Part, "int4x2": Int4Part, "native": NativePart}
+    part = {"f32": DensePart, "bf16": DensePart, "int4x1": Int4Part, "int4x2": Int4Part, "int8": Int8Part,
+            "native": NativePart}
     assert isinstance(lin.parts[0], part[(FAST_PATHS if native else TORCH_PATHS)[qtype]])
     g = torch.Generator().manual_seed(1)
     for m in BATCHES:
