@@ -8,7 +8,10 @@ adds `native`, the C++ kernels on the blocks in place); the torch paths here (TO
 type's torch_path in hearth.formats.weights) are the torch backend's and the fallback of every other:
   int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
            load for torch's int4pack kernel; from `gemm_min_rows` rows on, expanded to bf16 tiles.
-  bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32).
+  int8     requantized to int8 codes with a bf16 scale per row for torch's int8 kernel (lossy: the
+           types whose record chooses it), expanded to bf16 tiles from `gemm_min_rows` rows on.
+  bf16     16-wide sub-block types (Q2_K/Q3_K; int4pack groups are >= 32).
+Repacked weights are cached on disk and mapped by the next load (hearth.layers.repack_cache).
 and for every machine: bf16 for F16/BF16, f32 for F32 weights (used in place from the memmap).
 The torch paths carry bf16 rounding. `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the
 slow, obvious twin instead, whatever the backend: f32 math on blocks dequantized from the file at
