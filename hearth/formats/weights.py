@@ -13,9 +13,10 @@ from gguf import GGMLQuantizationType as Q
 
 QK_K = 256  # super-block size of the k-quants
 
-TORCH_PATHS = ("f32", "bf16", "int4x1", "int4x2")
-"""How hearth.layers.linear's torch fallback holds a weight: f32 or bf16 dense, or torch's int4pack
-in one or two 4-bit planes (hearth.kernels.qmatmul); hearth.memory.layouts prices each."""
+TORCH_PATHS = ("f32", "bf16", "int4x1", "int4x2", "int8")
+"""How hearth.layers.linear's torch fallback holds a weight: f32 or bf16 dense, torch's int4pack in one
+or two 4-bit planes (hearth.kernels.qmatmul), or int8 codes with one scale per row (requantized:
+torch's int8 kernel reads half of bf16's bytes); hearth.memory.layouts prices each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +76,15 @@ WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     _q(Q.Q5_0, 32, 22, "int4x2", 32, 5, zero=16),
     _q(Q.Q5_1, 32, 24, "int4x2", 32, 5, f16_at=(0, 2)),
     _q(Q.Q8_0, 32, 34, "int4x2", 32, 8, zero=128),
-    # k-quants: 256-wide super-blocks; 16-wide groups do not fit int4pack (groups >= 32), so bf16
+    # k-quants: 256-wide super-blocks; 16-wide groups do not fit int4pack (groups >= 32), so bf16, or for
+    # Q6_K (head and ffn_down of *_K_M files) int8 rows: half of bf16's bytes, and torch's bf16 GEMV is slow
+    # where ATen runs AVX2; lossy (Qwen2.5-Coder-0.5B decode KL 0.27x -> 0.49x llama.cpp's, prefill
+    # 0.36x -> 0.59x; the native tiers read Q6_K in place)
     _q(Q.Q2_K, QK_K, 84, "bf16", 16, 2, f16_at=(80, 82)),
     _q(Q.Q3_K, QK_K, 110, "bf16", 16, 3, zero=4, f16_at=(108,)),
     _q(Q.Q4_K, QK_K, 144, "int4x1", 32, 4, f16_at=(0, 2)),
     _q(Q.Q5_K, QK_K, 176, "int4x2", 32, 5, f16_at=(0, 2)),
-    _q(Q.Q6_K, QK_K, 210, "bf16", 16, 6, zero=32, f16_at=(208,)),
+    _q(Q.Q6_K, QK_K, 210, "int8", 16, 6, zero=32, f16_at=(208,)),
 )}
 
 NATIVE_IDS: dict[int, str] = {f.native_id: f.name for f in WEIGHT_FORMATS.values() if f.native}

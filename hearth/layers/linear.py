@@ -8,7 +8,10 @@ adds `native`, the C++ kernels on the blocks in place); the torch paths here (TO
 type's torch_path in hearth.formats.weights) are the torch backend's and the fallback of every other:
   int4     Q4_0/Q4_1/Q4_K (one 4-bit plane) and Q5_0/Q5_1/Q5_K/Q8_0 (two planes), repacked once at
            load for torch's int4pack kernel; from `gemm_min_rows` rows on, expanded to bf16 tiles.
-  bf16     16-wide sub-block types (Q2_K/Q3_K/Q6_K; int4pack groups are >= 32).
+  int8     requantized to int8 codes with a bf16 scale per row for torch's int8 kernel (lossy: the
+           types whose record chooses it), expanded to bf16 tiles from `gemm_min_rows` rows on.
+  bf16     16-wide sub-block types (Q2_K/Q3_K; int4pack groups are >= 32).
+Repacked weights are cached on disk and mapped by the next load (hearth.layers.repack_cache).
 and for every machine: bf16 for F16/BF16, f32 for F32 weights (used in place from the memmap).
 The torch paths carry bf16 rounding. `LinearPolicy(exact=True)` (or HEARTH_EXACT_LINEAR=1) builds the
 slow, obvious twin instead, whatever the backend: f32 math on blocks dequantized from the file at
@@ -28,9 +31,9 @@ from torch import nn
 
 from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
-from hearth.kernels.qmatmul import Int4Weight, int4_dequant_t, int4_matmul
+from hearth.kernels.qmatmul import Int4Weight, dense_expansion, int4_dequant_t, int4_matmul
 from hearth.layers.quant import as_bytes, dequantize, require_supported
-from hearth.layers.repack import dense_bf16, int4_planes
+from hearth.layers.repack import dense_bf16, int4_planes, int8_rows
 from hearth.layers.residency import release_pages
 from hearth.loader.gguf_loader import GGUFTensor
 
@@ -74,7 +77,9 @@ class Int4Part(nn.Module):
     def __init__(self, w: Int4Weight, policy: LinearPolicy):
         super().__init__()
         self.w, self.out_features = w, w.n
-        self.gemm_min_rows, self.chunk = policy.gemm_min_rows, policy.gemm_chunk_rows
+        # the bf16 tiles need the packed layout known (hearth.kernels.qmatmul.LAYOUTS); else the kernel
+        self.gemm_min_rows = policy.gemm_min_rows if dense_expansion() else 1 << 62
+        self.chunk = policy.gemm_chunk_rows
 
     @property
     def weight_bytes(self) -> int:
@@ -90,6 +95,35 @@ class Int4Part(nn.Module):
             y = xb.new_empty(x.shape[0], self.w.n)
             for r in range(0, self.w.n, self.chunk):
                 torch.mm(xb, int4_dequant_t(self.w, slice(r, r + self.chunk)), out=y[:, r:r + self.chunk])
+        return y.to(x.dtype)
+
+
+class Int8Part(nn.Module):
+    """int8 codes with a scale per row: torch's int8 kernel for few rows; from `gemm_min_rows` on, bf16
+    tiles of W.T expanded per call (as Int4Part)."""
+
+    in_dtype = torch.bfloat16
+
+    def __init__(self, codes: torch.Tensor, scale: torch.Tensor, policy: LinearPolicy):
+        super().__init__()
+        self.codes, self.scale, self.out_features = codes, scale, codes.shape[0]  # [N, K] int8, [N] bf16
+        self.gemm_min_rows, self.chunk = policy.gemm_min_rows, policy.gemm_chunk_rows
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.codes.nbytes + self.scale.nbytes
+
+    def _tile_t(self, r: int) -> torch.Tensor:  # bf16 W.T of rows [r, r + chunk): [K, rows]
+        return (self.codes[r:r + self.chunk].to(torch.bfloat16) * self.scale[r:r + self.chunk, None]).T
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [M, K] -> [M, N], in x's dtype
+        xb = x.to(torch.bfloat16)
+        if x.shape[0] < self.gemm_min_rows:
+            y = torch._weight_int8pack_mm(xb, self.codes, self.scale)
+        else:
+            y = xb.new_empty(x.shape[0], self.out_features)
+            for r in range(0, self.out_features, self.chunk):
+                torch.mm(xb, self._tile_t(r), out=y[:, r:r + self.chunk])
         return y.to(x.dtype)
 
 
@@ -136,6 +170,12 @@ def _int4(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
     return part
 
 
+def _int8(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
+    part = Int8Part(*int8_rows(ts), policy)
+    _release(ts)
+    return part
+
+
 def _bf16(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
     part = DensePart(torch.cat([dense_bf16(t) for t in ts]) if len(ts) > 1 else dense_bf16(ts[0]))
     _release([t for t in ts if t.qtype != Q.BF16])  # BF16 weights are used in place
@@ -153,7 +193,7 @@ def _f32(ts: list[GGUFTensor], policy: LinearPolicy) -> nn.Module:
 
 
 Builder = Callable[[list[GGUFTensor], "LinearPolicy"], nn.Module]
-BUILDERS: dict[str, Builder] = {"int4x1": _int4, "int4x2": _int4, "bf16": _bf16, "f32": _f32}
+BUILDERS: dict[str, Builder] = {"int4x1": _int4, "int4x2": _int4, "int8": _int8, "bf16": _bf16, "f32": _f32}
 """path -> the part it builds: the torch paths (a backend adds its own, hearth.backends.cpu_linear)."""
 TORCH_PATHS: dict[Q, str] = {q: f.torch_path for q, f in WEIGHT_FORMATS.items()}
 """qtype -> path; neighbours in a fused list that share a path become one part."""

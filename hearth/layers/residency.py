@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 
-def _memmap_root(arr: np.ndarray) -> np.memmap | None:
+def memmap_root(arr: np.ndarray) -> np.memmap | None:
     """The np.memmap created over the mmap itself (views are np.memmap too, but carry its offset)."""
     base = arr
     while isinstance(base, np.ndarray):
@@ -26,7 +26,7 @@ def _memmap_root(arr: np.ndarray) -> np.memmap | None:
 def release_pages(arr: np.ndarray) -> bool:
     """Drop the whole pages under `arr` from this process's resident set if it is a view of a
     read-only np.memmap; anything else (anonymous memory would be zeroed!) is left alone."""
-    root = _memmap_root(arr) if sys.platform == "linux" and hasattr(mmap, "MADV_DONTNEED") else None
+    root = memmap_root(arr) if sys.platform == "linux" and hasattr(mmap, "MADV_DONTNEED") else None
     if root is None or root.mode != "r" or arr.nbytes == 0:
         return False
     base_addr = root.ctypes.data - root.offset % mmap.ALLOCATIONGRANULARITY  # where the mmap starts

@@ -8,7 +8,8 @@ hearth.formats.weights, which hearth.layers.linear builds; a test builds each on
   int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
             32 values = 5 bits a value; rows padded to a multiple of 64
   int4 x2   Q5_0, Q5_1, Q5_K, Q8_0: two such planes, 10 bits a value
-  bf16      F16, Q2_K, Q3_K, Q6_K: expanded to 16 bits a value; BF16 is used in place (16 bits)
+  int8      Q6_K: requantized to int8 codes, 8 bits a value + a bf16 scale per row
+  bf16      F16, Q2_K, Q3_K: expanded to 16 bits a value; BF16 is used in place (16 bits)
   f32       F32 used in place from the memory map (32 bits)
 On the CPU the token embedding is read row by row from the file (only looked-up rows become
 resident); a head tied to it is held like any other weight."""
@@ -32,10 +33,12 @@ class Held:
     bits: float
     """Bits a value as held in memory."""
     row_block: int = 1
+    row_bytes: int = 0
+    """Bytes a row holds besides its values (int8's bf16 scale)."""
 
 
 INT4X1, INT4X2 = Held(4 + 32 / 32, ROW_BLOCK), Held(2 * (4 + 32 / 32), ROW_BLOCK)
-TORCH_HELD = {"f32": Held(32), "bf16": Held(16), "int4x1": INT4X1, "int4x2": INT4X2}
+TORCH_HELD = {"f32": Held(32), "bf16": Held(16), "int4x1": INT4X1, "int4x2": INT4X2, "int8": Held(8, row_bytes=2)}
 """hearth.formats.weights.TORCH_PATHS -> how each holds a weight."""
 
 
@@ -55,7 +58,7 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
                                     "file; embedding rows read from the file"),
     Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,
            "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
-           "2/3/6-bit k-quants and F16 as bf16; embedding rows read from the file"),
+           "Q6_K as int8 rows, 2/3-bit k-quants and F16 as bf16; embedding rows read from the file"),
 )}
 
 
@@ -66,7 +69,7 @@ def held_bytes(t: WeightTensor, layout: Layout) -> int:
         return t.n_bytes
     rows = math.prod(t.shape[:-1]) if len(t.shape) > 1 else 1
     padded = -(-rows // held.row_block) * held.row_block
-    return int(padded * t.shape[-1] * held.bits / 8)
+    return int(padded * t.shape[-1] * held.bits / 8) + padded * held.row_bytes
 
 
 def resident_weight_bytes(tensors: list[WeightTensor], shape: ModelShape, layout: Layout) -> int:

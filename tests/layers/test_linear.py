@@ -12,6 +12,10 @@ Tolerances, stated once:
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -25,13 +29,14 @@ from hearth.layers.quant import dequantize
 from hearth.backends import select
 from hearth.backends.base import Backend
 from hearth.backends.cpu_linear import NATIVE_PATHS, NativePart
-from hearth.layers.linear import TORCH_PATHS, DensePart, Int4Part, build_linear, use_linear_policy
+from hearth.layers.linear import TORCH_PATHS, DensePart, Int4Part, Int8Part, build_linear, use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from tests.layers.test_quant import FLOATS, QUANTS, assert_bit_exact, gguf_reference, random_tensor
 
 FAST_TOL = 2.0 ** -8
 ACT8_TOL = 1.01 / 254  # +1%: the float rounding of x / d before it is rounded to an integer
 EXACT_TOL = 1e-5
+INT8_TOL = 0.51 / 127  # requantized rows (Int8Part): a weight moves by at most half a step, max|w_row| / 127
 FAST, TORCH = select("cpu"), Backend()
 """The CPU backend at this machine's tier (the torch backend at the torch tier), and the torch backend."""
 FAST_PATHS = TORCH_PATHS if type(FAST) is Backend else NATIVE_PATHS
@@ -51,13 +56,17 @@ def block_max(x: torch.Tensor) -> torch.Tensor:  # [M, K] -> [M, K]: max |x| of 
     return group_max(x)
 
 
-def assert_fast_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, act8: bool = False) -> None:
-    """act8: the bound of the native path's 8-bit activations, else of the bf16 paths."""
+def assert_fast_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor, act8: bool = False,
+                      int8_rows: torch.Tensor | None = None) -> None:
+    """act8: the bound of the native path's 8-bit activations, else of the bf16 paths; int8_rows: bool [N],
+    the outputs whose weights were requantized to int8 rows (their requantization error on top)."""
     err = (y - x @ w.T).abs()
     if act8:
         bound = ACT8_TOL * (block_max(x) @ w.abs().T) + 1e-6 * (x.abs() @ w.abs().T)
     else:
         bound = FAST_TOL * (x.abs() @ group_max(w).T)
+    if int8_rows is not None:
+        bound = bound + INT8_TOL * x.abs().sum(1, keepdim=True) * (w.abs().amax(1) * int8_rows)
     assert bool((err <= bound).all()), f"worst err/bound {float((err / bound).max()):.3f}"
 
 
@@ -66,7 +75,8 @@ def assert_linear_close(lin, x: torch.Tensor, w: torch.Tensor, bias: torch.Tenso
     y = lin(x) if bias is None else lin(x) - bias
     x2 = x.reshape(-1, x.shape[-1])
     act8 = any(isinstance(p, NativePart) and x2.shape[0] < p.gemm_min_rows for p in lin.parts)
-    assert_fast_close(y.reshape(x2.shape[0], -1), x2, w, act8=act8)
+    int8 = torch.cat([torch.full((p.out_features,), isinstance(p, Int8Part)) for p in lin.parts])
+    assert_fast_close(y.reshape(x2.shape[0], -1), x2, w, act8=act8, int8_rows=int8 if int8.any() else None)
 
 
 def assert_exact_close(y: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> None:
@@ -96,6 +106,32 @@ def test_int4pack_formula_layout_padding_and_chunks():
     assert_fast_close(int4_matmul(x, w).float(), x.float(), ref)
 
 
+_LAYOUT_CHECK = """
+import torch
+from hearth.kernels.qmatmul import dense_expansion, int4_dequant_t, int4_matmul, pack_int4
+g = torch.Generator().manual_seed(0)
+n, k, planes = 80, 64, 2
+q = torch.randint(0, 16, (n, planes, k), dtype=torch.uint8, generator=g)
+w = pack_int4(n, k, planes, [(q, torch.rand(n, planes, 2, generator=g), torch.randn(n, planes, 2, generator=g))])
+eye = torch.eye(k, dtype=torch.bfloat16)
+ours, kernels = int4_dequant_t(w).float(), int4_matmul(eye, w).float()  # the kernel's own W.T, bf16-rounded
+# a wrong layout moves whole codes (errors ~ the weights); bf16 roundings stay ~2**-8 of them
+close = torch.allclose(ours, kernels, rtol=0, atol=2.0 ** -6 * float(kernels.abs().max()))
+print(torch.backends.cpu.get_cpu_capability(), dense_expansion() and close)
+"""
+
+
+@pytest.mark.parametrize("capability", ["default", "avx2", "avx512"])
+def test_int4_expansion_reads_the_layout_of_each_cpu_capability(capability):
+    """torch's int4 packer writes another layout per ATen CPU capability (the torch tier runs with
+    whatever the CPU has; ATEN_CPU_CAPABILITY=avx2 is how it is benchmarked): the bf16 expansion
+    must equal the kernel's own weights under each (a capability above this CPU's runs the best it has)."""
+    env = dict(os.environ, ATEN_CPU_CAPABILITY=capability)
+    done = subprocess.run([sys.executable, "-c", _LAYOUT_CHECK], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == "True", done.stdout
+
+
 # ---- every tensor type, fast and exact ----
 
 @pytest.mark.parametrize("native", [True, False], ids=["native", "torch"])
@@ -104,7 +140,8 @@ def test_fast_path_matches_dequantized_weight(qtype, native):
     t = random_tensor(qtype, 96, 512, np.random.default_rng(int(qtype)))  # 96: int4 rows get padded
     lin = (FAST if native else TORCH).linear(t)
     w = reference([t])
-    part = {"f32": DensePart, "bf16": DensePart, "int4x1": Int4Part, "int4x2": Int4Part, "native": NativePart}
+    part = {"f32": DensePart, "bf16": DensePart, "int4x1": Int4Part, "int4x2": Int4Part, "int8": Int8Part,
+            "native": NativePart}
     assert isinstance(lin.parts[0], part[(FAST_PATHS if native else TORCH_PATHS)[qtype]])
     g = torch.Generator().manual_seed(1)
     for m in BATCHES:
