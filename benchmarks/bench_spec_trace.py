@@ -30,6 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's hearth
 from hearth.bench.spec import prompts  # noqa: E402
+from hearth.engine.request import Request  # noqa: E402
 from hearth.llm import LLM  # noqa: E402
 from hearth.sampling_params import SamplingParams  # noqa: E402
 from hearth.spec_decode.config import SpeculativeConfig  # noqa: E402
@@ -90,29 +91,16 @@ def run(llm: LLM, ids: list[int], max_tokens: int, spec: SpeculativeDecoder | No
             "rows": sum(steps) / max(1, len(steps)) if steps else 1.0}
 
 
-class Replayed:
-    """A DraftRequest: the prompt and the first `n` of plain greedy's tokens."""
-
-    def __init__(self, ids: list[int], out: list[int]):
-        self.request_id, self.prompt_token_ids, self.output_token_ids = "r", ids, out
-        self.params = SamplingParams(temperature=0.0)
-
-    @property
-    def num_tokens(self) -> int:
-        return len(self.prompt_token_ids) + len(self.output_token_ids)
-
-    def token_slice(self, start: int, n: int) -> list[int]:
-        return (self.prompt_token_ids + self.output_token_ids)[start:start + n]
-
-
 def replay(ids: list[int], plain: list[int], spec: SpeculativeDecoder, prefix: str) -> dict:
     """The engine's loop for one greedy request (propose, verify against plain's tokens, time,
     observe), without the model: a chain's drafts accepted while they equal plain's next tokens, a
     tree's along the branch that does."""
     spec.propose([], 1)  # the prompt's step: nobody decodes yet
+    req = Request("r", ids, SamplingParams(temperature=0.0), frozenset(), len(ids) + len(plain))
     at, steps = 1, []  # plain[0] comes with the prompt's prefill
     while at < len(plain):
-        draft = spec.propose([Replayed(ids, plain[:at])], 1).get("r") or []
+        req.output_token_ids[:] = plain[:at]
+        draft = spec.propose([req], 1).get("r") or []
         tokens, parents = (draft.tokens, draft.parents) if isinstance(draft, DraftTree) else (list(draft), [])
         accepted, node = [], -1
         while at + len(accepted) < len(plain):  # a chain is a tree whose node j's parent is j - 1

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from hearth.layers.residency import memmap_root
-from hearth.loader.array_cache import cache_key
+from hearth.loader.array_cache import cache_key, write_atomic
 from hearth.loader.gguf_loader import GGUFTensor
 from hearth.loader.store import hearth_home
 
@@ -65,7 +65,7 @@ def _file_dir(t: GGUFTensor) -> Path | None:
     try:
         folder.mkdir(parents=True, exist_ok=True)
         if not (folder / "source.json").exists():
-            _write_atomic(folder / "source.json", lambda f: f.write(json.dumps(source).encode()))
+            write_atomic(folder / "source.json", lambda f: f.write(json.dumps(source).encode()))
     except OSError:
         return None
     return folder
@@ -84,16 +84,6 @@ def _prune(base: Path) -> None:
             stale = True
         if stale:
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _write_atomic(path: Path, write: Callable) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _part_key(kind: str, ts: list[GGUFTensor]) -> str:
@@ -123,7 +113,7 @@ def cached_blob(kind: str, ts: list[GGUFTensor], nbytes: int, build: Callable[[]
         pass
     blob = build()
     try:
-        _write_atomic(path, lambda f: np.save(f, blob.numpy(), allow_pickle=False))
+        write_atomic(path, lambda f: np.save(f, blob.numpy(), allow_pickle=False))
     except OSError:
         pass
     return blob

@@ -10,6 +10,8 @@ import hashlib
 import os
 import tempfile
 from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -34,10 +36,19 @@ def cached_array(kind: str, key: str, compute: Callable[[], np.ndarray]) -> np.n
     arr = compute()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, arr, allow_pickle=False)
-        os.replace(tmp, path)
+        write_atomic(path, lambda f: np.save(f, arr, allow_pickle=False))
     except OSError:
         pass
     return arr
+
+
+def write_atomic(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """write(file) into a temporary file beside path, then renamed over it: readers see the old file
+    or the whole new one."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
