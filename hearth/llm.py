@@ -32,6 +32,7 @@ from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
 from hearth.runner.drafter import DraftModel
+from hearth.runner.draft_quant import requantized
 from hearth.runner.draft_vocab import DraftVocab
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 from hearth.spec_decode.cost import StepCost
@@ -231,7 +232,7 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
         raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
                                        f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
     spec.check_draft_vocab(head_tensor(g).shape[0])  # before the load, as every other bad value
-    return g
+    return requantized(g, spec.draft_quant) if spec.draft_quant else g
 
 
 def _draft_model(g: GGUFFile, backend):

@@ -10,6 +10,8 @@ from hearth.errors import HearthError
 from hearth.spec_decode.thresholds import POLICY
 
 
+DRAFT_QUANTS = ("q4_0", "q5_0", "q8_0")
+"""draft_quant's types: those gguf's codec encodes at any row length (hearth.runner.draft_quant)."""
 _TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float), "bool": bool}
 
 
@@ -36,6 +38,10 @@ class SpeculativeConfig:
     """Method draft: the draft scores only token ids below this plus the ids of the request's own
     text, and drafts from those (a reduced head, FR-Spec's idea: BPE ids follow merge frequency);
     0: the whole vocabulary. At most the draft's vocabulary size."""
+    draft_quant: str = ""
+    """Method draft: the draft's matrices of more bits per weight than this type (q4_0, q5_0 or q8_0)
+    re-encoded at it when loaded, so a draft step reads fewer bytes (its drafts stay verified); "":
+    as in the file."""
     draft_lookup_min: int = 0
     """Method draft: prompt lookup first; a request whose text ends in an n-gram of at least this many
     tokens seen earlier in it verifies the lookup's continuation and skips the draft model that step
@@ -121,6 +127,7 @@ class SpeculativeConfig:
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
             ("tree_budget", self.tree_budget >= 0, "0 (chains only) or more"),
             ("draft_vocab", self.draft_vocab >= 0, "0 (the whole vocabulary) or more"),
+            ("draft_quant", self.draft_quant in ("", *DRAFT_QUANTS), f"one of {', '.join(DRAFT_QUANTS)} or \"\""),
             ("draft_lookup_min", self.draft_lookup_min >= 0, "0 (off) or more"),
             ("prompt_lookup_min", self.prompt_lookup_min >= 1, "at least 1"),
             ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
@@ -135,7 +142,7 @@ class SpeculativeConfig:
         if self.method == "draft" and not self.model:
             raise InvalidSpeculativeConfig('speculative_config.model is required with method "draft" '
                                            '(a catalog name or a .gguf path)')
-        for key in ("draft_vocab", "draft_lookup_min"):
+        for key in ("draft_vocab", "draft_quant", "draft_lookup_min"):
             if getattr(self, key) and self.method != "draft":
                 raise InvalidSpeculativeConfig(f'speculative_config.{key} applies to method "draft" only, '
                                                f'not {self.method!r}')

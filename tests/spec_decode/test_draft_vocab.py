@@ -88,15 +88,19 @@ def test_draft_vocab_above_the_drafts_vocabulary_is_one_clear_error(tmp_path):
 @pytest.fixture(scope="module")
 def reduced_draft(model_path):
     smol = str(model_path("smollm2-135m"))
-    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4, "cost_aware": False, "draft_vocab": 4096}
+    # reduced and re-encoded at Q4_0 (speculative_config.draft_quant; SmolLM2's file is Q4_1): both lossless
+    spec = {"method": "draft", "model": smol, "num_speculative_tokens": 4, "cost_aware": False, "draft_vocab": 4096,
+            "draft_quant": "q4_0"}
     return LLM(smol, progress=False, max_model_len=2048, speculative_config=spec)
 
 
 @pytest.mark.parametrize("which", ["story", "code"])
 def test_greedy_with_a_reduced_draft_vocabulary_equals_plain_greedy(smol_llm, reduced_draft, which):
-    # SmolLM2 drafting for itself: only tokens outside the set (ids >= 4096 not in the prompt) fail
-    assert_greedy_equals_plain(smol_llm, reduced_draft, which, min_drafted=40, min_rate=0.5)
-    assert reduced_draft.runner.drafter.vocab is not None
+    # SmolLM2 drafting for itself: tokens outside the set (ids >= 4096 not in the prompt) fail, and its
+    # Q4_0 weights' argmax differs from the file's now and then (~45% accepted on the story)
+    assert_greedy_equals_plain(smol_llm, reduced_draft, which, min_drafted=40, min_rate=0.35)
+    drafter = reduced_draft.runner.drafter
+    assert drafter.vocab is not None and drafter.vocab._qtype.name == "Q4_0"  # the head re-encoded
 
 
 def test_sampling_with_a_reduced_draft_vocabulary_is_reproducible(smol_llm, reduced_draft):
