@@ -67,7 +67,7 @@ class LLM:
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
-        draft_gguf = _draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
+        draft_gguf = _draft_gguf(spec, self.tokenizer, self.backend)  # a draft with another vocabulary fails here
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
@@ -213,9 +213,10 @@ def _step_cost(spec: SpeculativeConfig, passes: tuple[int, int, int]) -> StepCos
                     passes=passes)
 
 
-def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile | None:
+def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer, backend) -> GGUFFile | None:
     """The draft model's file (method draft), once its vocabulary is checked to be the target's:
-    the drafts are token ids the target scores, so both must mean the same strings by them."""
+    the drafts are token ids the target scores, so both must mean the same strings by them. Seen
+    re-encoded at speculative_config.draft_quant where that is set."""
     if spec is None or spec.method != "draft":
         return None
     try:
@@ -232,7 +233,7 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
         raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
                                        f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
     spec.check_draft_vocab(head_tensor(g).shape[0])  # before the load, as every other bad value
-    return requantized(g, spec.draft_quant) if spec.draft_quant else g
+    return requantized(g, spec.draft_quant, backend) if spec.draft_quant else g
 
 
 def _draft_model(g: GGUFFile, backend):

@@ -17,7 +17,6 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gq
 
-from hearth.layers.quant import as_bytes, dequantize
 from hearth.layers.repack_cache import cached_blob
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor, head_tensor
 
@@ -27,20 +26,20 @@ def _bits(qtype: GGMLQuantizationType) -> float:
     return size * 8 / block
 
 
-def _encode(t: GGUFTensor, to: GGMLQuantizationType) -> GGUFTensor:
+def _encode(t: GGUFTensor, to: GGMLQuantizationType, backend) -> GGUFTensor:
     rows = t.shape[0]
     block, size = GGML_QUANT_SIZES[to]
     row_bytes = t.shape[1] // block * size
 
     def build() -> torch.Tensor:
-        f32 = dequantize(as_bytes(t.data, t.qtype), t.qtype).view(t.shape).float()  # [rows, cols]
+        f32 = backend.embedding(t)(torch.arange(rows)).float().cpu()  # [rows, cols]: the backend's row decoder
         return torch.from_numpy(gq.quantize(f32.numpy(), to).reshape(-1))
 
     blob = cached_blob(f"requant-{to.name}", [t], rows * row_bytes, build)
     return GGUFTensor(t.name, to, t.shape, blob.numpy().reshape(rows, row_bytes))
 
 
-def requantized(g: GGUFFile, name: str) -> GGUFFile:
+def requantized(g: GGUFFile, name: str, backend) -> GGUFFile:
     """g seen with every matrix of more bits per weight than the type `name` (q4_0, ...) encoded at
     that type (vectors, and matrices whose rows are no whole number of its blocks, as they are)."""
     to = GGMLQuantizationType[name.upper()]
@@ -49,7 +48,7 @@ def requantized(g: GGUFFile, name: str) -> GGUFFile:
     # a step reads one embedding row per token: the table is worth re-encoding only as the tied head
     lookup_only = {"token_embd.weight"} - {head}
     view = copy.copy(g)
-    view.tensors = {n: (_encode(t, to) if len(t.shape) == 2 and t.shape[1] % block == 0 and n not in lookup_only
+    view.tensors = {n: (_encode(t, to, backend) if len(t.shape) == 2 and t.shape[1] % block == 0 and n not in lookup_only
                         and _bits(t.qtype) > _bits(to) else t)
                     for n, t in g.tensors.items()}
     return view

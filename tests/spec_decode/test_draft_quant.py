@@ -11,6 +11,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 from gguf import quants as gq
 
+from hearth.backends import select
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.runner.draft_quant import requantized
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
@@ -27,7 +28,7 @@ def test_wider_matrices_are_encoded_as_the_reference_encoder_does(tmp_path, tied
     path = tmp_path / "t.gguf"
     write_tiny_gguf(path, "qwen2", qtype="Q8_0", tied=tied)
     g = GGUFFile(path)
-    view = requantized(g, "q4_0")
+    view = requantized(g, "q4_0", select())
     changed = {n for n in g.tensors if view.tensors[n] is not g.tensors[n]}
     for n in changed:
         t, new = g.tensors[n], view.tensors[n]
@@ -37,7 +38,7 @@ def test_wider_matrices_are_encoded_as_the_reference_encoder_does(tmp_path, tied
     # the embedding table is re-encoded only where it is also the head
     assert changed == (matrices if tied else matrices - {"token_embd.weight"})
     assert "blk.0.ffn_down.weight" in changed and g.tensors is not view.tensors
-    assert requantized(g, "q8_0").tensors == g.tensors  # nothing holds more bits than Q8_0 here
+    assert requantized(g, "q8_0", select()).tensors == g.tensors  # nothing holds more bits than Q8_0 here
 
 
 @pytest.mark.parametrize("bad, why", [
