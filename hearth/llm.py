@@ -233,7 +233,10 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer, backend) -> G
         raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
                                        f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
     spec.check_draft_vocab(head_tensor(g).shape[0])  # before the load, as every other bad value
-    return requantized(g, spec.draft_quant, backend) if spec.draft_quant else g
+    if not spec.draft_quant:
+        return g
+    log.info(f"hearth: draft {g.path.name}: matrices at {spec.draft_quant} (encoded at the first load, then cached)")
+    return requantized(g, spec.draft_quant, backend)
 
 
 def _draft_model(g: GGUFFile, backend):

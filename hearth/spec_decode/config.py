@@ -11,7 +11,8 @@ from hearth.spec_decode.thresholds import POLICY
 
 
 DRAFT_QUANTS = ("q4_0", "q5_0", "q8_0")
-"""draft_quant's types: those gguf's codec encodes at any row length (hearth.runner.draft_quant)."""
+"""draft_quant's types: the 32-wide ones that gguf-py encodes and every backend reads (its K-quants it
+only decodes); hearth.runner.draft_quant."""
 _TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float), "bool": bool}
 
 
@@ -149,4 +150,4 @@ class SpeculativeConfig:
         for name, ok, want in checks:
             if not ok:
                 raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "
-                                               f"got {getattr(self, name)}")
+                                               f"got {getattr(self, name)!r}")

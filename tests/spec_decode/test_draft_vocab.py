@@ -1,8 +1,9 @@
 """A reduced-vocabulary draft head (speculative_config.draft_vocab): the draft scores ids below N
 plus the request's own tokens, as the full head would (a tiny random GGUF); the distribution a
 sampled draft is drawn from is zero outside that set and sums to one; greedy output with it equals
-plain greedy on a real model, with drafts proposed and accepted; a value out of range is one clear
-error naming the field."""
+plain greedy on a real model, with drafts proposed and accepted (by a draft also re-encoded at Q4_0,
+speculative_config.draft_quant: the acceptance floor is the two's together); a value out of range is
+one clear error naming the field."""
 
 from __future__ import annotations
 
