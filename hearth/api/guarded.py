@@ -101,6 +101,10 @@ class GuardedChoices:
     def report(self, i: int) -> dict:
         return self.choices[i].report.as_dict()
 
+    def trace(self, i: int) -> TokenTrace | None:
+        """Choice i's current attempt so far, as the guard reads it (None before its first output)."""
+        return self.choices[i].trace
+
     def abort(self) -> None:
         for c in self.choices:
             c.abort()
@@ -123,6 +127,7 @@ class _Choice:
         self._gen = self._start(setup.prompt_ids, params, 0)
         self._counted = False
         self._name_probs: dict[str, float | None] = {}  # call id -> its name's raw first-token probability
+        self.trace: TokenTrace | None = None
 
     def _start(self, ids: list[int], params: SamplingParams, attempt: int) -> Generation:
         s = self.s
@@ -145,6 +150,7 @@ class _Choice:
         hold = s.policy is not None  # a reviewed answer is shown once reviewed: a nudge may supersede it
         while True:
             trace, held, last, passed, said, shown = TokenTrace(s.token_bytes), [], None, [], [], []
+            self.trace = trace
             parser = s.make_parser(self._log)
             if attempt:
                 self._gen, self._counted = self._start(ids, params, attempt), False
