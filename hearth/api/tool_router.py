@@ -176,7 +176,7 @@ def _probe(run: _Attempt) -> Probe:
 def _name_entry(run: _Attempt) -> dict | None:
     if run.read is None:
         return None
-    return {"name_confidence": run.read.confidence, "name_s": round(run.name_s, 4), "stopped": run.stopped is not None}
+    return {"name": run.read.name, "name_confidence": run.read.confidence, "name_s": round(run.name_s, 4), "stopped": run.stopped is not None}
 
 
 def _no_reprompt(extra: list[dict]) -> list[int]:

@@ -236,3 +236,36 @@ def test_anthropic_and_responses_take_the_same_path(make):
     body = r.json()
     assert [i["type"] for i in body["output"]] == ["function_call"] and body["hearth"]["router"]["decision"] == "accepted"
     assert main.added == []
+
+
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {"name": "get_wind", "parameters": TOOLS[0]["function"]["parameters"]}}]
+NAMED_CALL = ('<tool_call>\n{"name": "', "get_w", "eather", '", "arguments": {', '"city": "Oslo"}}', "\n</tool_call>")
+FENCED_CALL = ('```json\n{"name": "', "get_weather", '", "arguments": {', '"city": "Oslo"}}', "\n```")
+
+
+@pytest.mark.parametrize("script,says,threshold,decision,reason,tokens", [
+    # `eather` decides get_weather over get_wind at exp(-2) = 0.135: stopped there, 3 tokens of 6
+    ("router_unsure_name", NAMED_CALL, 0.5, "fallback", "low_confidence", 3),
+    ("router_unsure_name", NAMED_CALL, 0.1, "accepted", "", 6),  # sure enough: the call is written whole
+    # the grammar chose the tool (raw exp(-6) < NAME_FLOOR): declined at the name, 2 tokens of 5
+    ("guard_forced_name", FENCED_CALL, 0.0, "fallback", "declined", 2),
+    # a sure name, an unsure argument: only the whole call shows it
+    ("router_unsure_arguments", NAMED_CALL, 0.5, "fallback", "low_confidence", 6),
+])
+def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decision, reason, tokens):
+    client, main, small = make(small_says=says, threshold=threshold)
+    body = chat(client, [{"role": "user", "content": f"weather in Oslo? script:{script}"}], TWO_TOOLS).json()
+    router = body["hearth"]["router"]
+    assert (router["decision"], router.get("reason", "")) == (decision, reason), router
+    assert router["completion_tokens"] == tokens
+    stopped = tokens < len(says)
+    assert router["stopped"] == stopped and (small.aborted == [small.added[0].request_id]) == stopped
+    name_conf = round(math.exp(-2.0), 6) if script == "router_unsure_name" else CONFIDENCE
+    assert router["name_confidence"] == name_conf and router["name_s"] <= router["latency_s"]
+    assert router["name"] == "get_weather"
+    assert router["confidence"] == (round(math.exp(-2.0), 6) if script.startswith("router_") else name_conf)
+    msg = body["choices"][0]["message"]
+    if decision == "accepted":
+        assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Oslo"} and main.added == []
+    else:
+        assert msg["content"] == "It is sunny." and not msg.get("tool_calls") and len(main.added) == 1
