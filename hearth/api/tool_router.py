@@ -176,7 +176,10 @@ def _probe(run: _Attempt) -> Probe:
 def _name_entry(run: _Attempt) -> dict | None:
     if run.read is None:
         return None
-    return {"name": run.read.name, "name_confidence": run.read.confidence, "name_s": round(run.name_s, 4), "stopped": run.stopped is not None}
+    r = run.read
+    return {"name": r.name, "name_confidence": r.confidence, "opener_prob": r.opener, "tool_prob": r.tool,
+            "name_raw": r.first_raw, "name_s": round(run.name_s, 4),
+            "stopped": run.stopped is not None}
 
 
 def _no_reprompt(extra: list[dict]) -> list[int]:

@@ -29,6 +29,10 @@ class NameRead:
     reading (hearth.tool_guard.declined)."""
     tokens: int
     """Output tokens up to and including the deciding one."""
+    opener: float | None = None
+    """The lowest probability before the name (the opener: the model's intent to call)."""
+    tool: float | None = None
+    """The lowest over the name's tokens through the deciding one (its choice among the tools)."""
 
 
 def read_name(trace: TokenTrace, triggers: list[Trigger], names: list[str]) -> NameRead | None:
@@ -46,7 +50,8 @@ def read_name(trace: TokenTrace, triggers: list[Trigger], names: list[str]) -> N
     name, chars = decided
     stop = at + max(len(name[:chars].encode()), 1)  # the deciding byte's end (the first name byte at least)
     tokens = sum(1 for a, _, _ in trace.spans if a < stop)
-    return NameRead(name, trace.min_prob(start, stop), trace.raw_prob(at, at + 1), tokens)
+    return NameRead(name, trace.min_prob(start, stop), trace.raw_prob(at, at + 1), tokens,
+                    trace.min_prob(start, at), trace.min_prob(at, stop))
 
 
 def _decided(written: str, names: list[str]) -> tuple[str, int] | None:

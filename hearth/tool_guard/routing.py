@@ -170,8 +170,9 @@ class RouterReport:
     usage: dict = field(default_factory=dict)
     """The small model's prompt, cached and completion tokens."""
     name: dict | None = None
-    """Its call read at the tool's name: name (the tool), name_confidence, name_s (seconds to it),
-    stopped (whether the attempt ended there); None: no call reached a name."""
+    """Its call read at the tool's name (hearth.tool_guard.name_read): name (the tool),
+    name_confidence, its parts opener_prob and tool_prob, name_raw (the decline gate's reading),
+    name_s (seconds to it), stopped (whether the attempt ended there); None: no call reached a name."""
 
     def as_dict(self) -> dict:
         out = {"model": self.model, "decision": self.decision, "threshold": self.threshold,

@@ -262,7 +262,8 @@ def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decis
     assert router["stopped"] == stopped and (small.aborted == [small.added[0].request_id]) == stopped
     name_conf = round(math.exp(-2.0), 6) if script == "router_unsure_name" else CONFIDENCE
     assert router["name_confidence"] == name_conf and router["name_s"] <= router["latency_s"]
-    assert router["name"] == "get_weather"
+    tool_prob = round(math.exp(-0.01), 6) if script == "guard_forced_name" else name_conf  # the name's tokens alone
+    assert router["name"] == "get_weather" and router["tool_prob"] == tool_prob
     assert router["confidence"] == (round(math.exp(-2.0), 6) if script.startswith("router_") else name_conf)
     msg = body["choices"][0]["message"]
     if decision == "accepted":

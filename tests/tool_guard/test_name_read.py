@@ -37,6 +37,7 @@ def test_a_name_is_decided_at_the_token_that_leaves_one_offered_name():
     read = reads[4]
     assert read.name == "get_weather" and read.tokens == 5
     assert read.confidence == round(math.exp(-2.0), 6)  # the deciding token, not the arguments after it
+    assert (read.opener, read.tool) == (P, round(math.exp(-2.0), 6))
     assert read.first_raw == float(f"{math.exp(-0.3):.3g}")  # the name's first token, before the mask
     assert reads[5] == read  # read again later: the same
 
@@ -47,6 +48,7 @@ def test_the_opener_counts_and_a_unique_first_token_decides_at_once():
     assert reads[:3] == [None] * 3  # the name's first token is not out yet
     read = reads[3]
     assert (read.name, read.tokens, read.confidence) == ("search", 4, round(math.exp(-1.5), 6))
+    assert (read.opener, read.tool) == (round(math.exp(-1.5), 6), round(math.exp(-0.1), 6))
 
 
 def test_a_name_that_prefixes_another_waits_for_its_close():
