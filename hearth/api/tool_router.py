@@ -26,8 +26,8 @@ from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
 from hearth.tool_guard import triggers_for
 from hearth.tool_guard.name_read import NameRead, read_name
-from hearth.tool_guard.routing import (Ask, Probe, RouterConfig, RouterReport, early_reason, fallback_reason,
-                                       probe_choice, skip_reason)
+from hearth.tool_guard.routing import (TOOL_FLOOR, Ask, Probe, RouterConfig, RouterReport, early_reason,
+                                       fallback_reason, probe_choice, skip_reason)
 from hearth.tool_parsers import ContentDelta, ToolCallEvent
 
 Render = Callable[[object, ToolPlan], tuple[str, list[int]]]
@@ -72,7 +72,7 @@ def router_config(state, model_field: str | None, ext) -> RouterConfig | None:
     threshold = ext.router_threshold
     if threshold is None:
         threshold = own.threshold if own is not None else state.config.router_threshold
-    return RouterConfig(small.spec.name, threshold)
+    return RouterConfig(small.spec.name, threshold, own.tool_floor if own is not None else TOOL_FLOOR)
 
 
 async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, render: Render,
@@ -85,7 +85,7 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
     try:
         # the main model stays loaded while the small one loads (or the budget could unload it)
         async with state.models.lease(model_field), state.models.lease(config.model) as small:
-            run = await _attempt(state, small, ask, render, req, config.threshold, t0)
+            run = await _attempt(state, small, ask, render, req, config, t0)
     except Exception as e:  # the small model could not take it (context, template, ...): the main model answers
         if not isinstance(e, (APIError, HearthError)):
             log.warning("router %s failed; the main model answers", config.model, exc_info=True)
@@ -118,7 +118,7 @@ class _Attempt:
     """Why it was stopped at the name (hearth.tool_guard.routing.early_reason)."""
 
 
-async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, threshold: float,
+async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, config: RouterConfig,
                    t0: float) -> _Attempt:
     """The small model's attempt, stopped at its first word of text, or at its call's name when
     the call fails there."""
@@ -137,7 +137,7 @@ async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, 
     try:
         async for _, u in stream:
             run.updates.append(u)
-            if _wrote_text(u) or (run.read is None and _judge(run, threshold, t0)):
+            if _wrote_text(u) or (run.read is None and _judge(run, config, t0)):
                 run.text = run.read is None
                 source.abort()
                 return run
@@ -147,14 +147,15 @@ async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, 
     return run
 
 
-def _judge(run: _Attempt, threshold: float, t0: float) -> bool:
+def _judge(run: _Attempt, config: RouterConfig, t0: float) -> bool:
     """Reads the call at its tool's name once decided; True: stop it there."""
     s, trace = run.source.setup, run.source.trace(0)
     run.read = None if trace is None else read_name(trace, triggers_for(s.fmt), list(s.schemas))
     if run.read is None:
         return False
     run.name_s = time.perf_counter() - t0
-    run.stopped = early_reason(run.read, threshold, s.config.decline_below, s.grammar == "lazy")
+    run.stopped = early_reason(run.read, config.threshold, s.config.decline_below, s.grammar == "lazy",
+                               config.tool_floor)
     return run.stopped is not None
 
 

@@ -32,7 +32,8 @@ class NameRead:
     opener: float | None = None
     """The lowest probability before the name (the opener: the model's intent to call)."""
     tool: float | None = None
-    """The lowest over the name's tokens through the deciding one (its choice among the tools)."""
+    """The lowest over the name's tokens through the deciding one (its choice among the tools);
+    None when one tool is offered (no choice)."""
 
 
 def read_name(trace: TokenTrace, triggers: list[Trigger], names: list[str]) -> NameRead | None:
@@ -51,18 +52,19 @@ def read_name(trace: TokenTrace, triggers: list[Trigger], names: list[str]) -> N
     stop = at + max(len(name[:chars].encode()), 1)  # the deciding byte's end (the first name byte at least)
     tokens = sum(1 for a, _, _ in trace.spans if a < stop)
     return NameRead(name, trace.min_prob(start, stop), trace.raw_prob(at, at + 1), tokens,
-                    trace.min_prob(start, at), trace.min_prob(at, stop))
+                    trace.min_prob(start, at), trace.min_prob(at, stop) if chars else None)
 
 
 def _decided(written: str, names: list[str]) -> tuple[str, int] | None:
-    """(the tool, how many of its characters decided it) once `written` (the name so far, maybe
-    with what follows it) leaves one offered name; None while several remain or none does."""
+    """(the tool, how many of its characters decided it: 0 when one tool is offered) once `written`
+    (the name so far, maybe with what follows it) leaves one offered name; None while several
+    remain or none does."""
     closed = written.find('"')
     partial = written if closed < 0 else written[:closed]
-    if closed >= 0:
-        return (partial, len(partial)) if partial in names else None
     for k in range(len(partial) + 1):  # the shortest prefix that leaves one name
         left = [n for n in names if n.startswith(partial[:k])]
-        if len(left) <= 1:  # a name that is a prefix of another (get, get_weather) waits for its close
-            return (left[0], k) if left and left[0].startswith(partial) else None
-    return None
+        if len(left) <= 1:
+            whole = left and left[0].startswith(partial) and (closed < 0 or left[0] == partial)
+            return (left[0], k) if whole else None
+    # a name that is a prefix of another (get, get_weather) is decided by its close
+    return (partial, len(partial)) if closed >= 0 and partial in names else None

@@ -28,6 +28,14 @@ intent to call": Qwen2.5-Coder 0.5B -> 1.5B, 100 single-turn items): 39% against
 fallback pays the small model's attempt first)."""
 
 
+TOOL_FLOOR = 0.95
+"""Below this probability of the tokens that chose among the offered tools' names (over the names
+the grammar allowed), the small model was unsure which tool: the main model answers. Picked on one
+BFCL sample and checked on another (docs/eval-tools.md, "judged at the name"): on `multiple` the
+0.5B's right picks read >= 0.98 but for one (0.79), its wrong ones 0.76-0.87; the call's
+confidence, set by its opener (0.39-0.80), did not separate them. With one tool offered it reads 1."""
+
+
 class RouterError(HearthError):
     """A bad router setting (a threshold outside [0, 1])."""
 
@@ -43,9 +51,12 @@ class RouterConfig:
     model: str
     """The small model's id (a model of the same server)."""
     threshold: float = DEFAULT_THRESHOLD
+    tool_floor: float = TOOL_FLOOR
+    """A call whose choice of tool read below this is stopped at its name (0: never)."""
 
     def __post_init__(self) -> None:
         check_threshold(self.threshold)
+        check_threshold(self.tool_floor, "tool floor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,14 +137,17 @@ class Probe:
         return min(known) if known and len(known) == len(self.confidences) else None
 
 
-def early_reason(read: NameRead, threshold: float, decline_below: float, lazy: bool) -> str | None:
+def early_reason(read: NameRead, threshold: float, decline_below: float, lazy: bool,
+                 tool_floor: float = TOOL_FLOOR) -> str | None:
     """Why a call is given up at its tool's name (None: let it finish): the decline gate's verdict
-    (`auto`'s lazy grammar only) or a confidence already below the threshold; the same verdicts
-    the whole call would get, sooner."""
+    (`auto`'s lazy grammar only) or a confidence already below the threshold, the verdicts the
+    whole call would get, sooner; or a choice of tool below the tool floor."""
     if lazy and read.first_raw is not None and read.first_raw < decline_below:
         return "declined"
     if read.confidence is not None and read.confidence < threshold:
         return "low_confidence"
+    if read.tool is not None and read.tool < tool_floor:
+        return "unsure_tool"
     return None
 
 

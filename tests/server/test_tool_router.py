@@ -246,7 +246,9 @@ FENCED_CALL = ('```json\n{"name": "', "get_weather", '", "arguments": {', '"city
 @pytest.mark.parametrize("script,says,threshold,decision,reason,tokens", [
     # `eather` decides get_weather over get_wind at exp(-2) = 0.135: stopped there, 3 tokens of 6
     ("router_unsure_name", NAMED_CALL, 0.5, "fallback", "low_confidence", 3),
-    ("router_unsure_name", NAMED_CALL, 0.1, "accepted", "", 6),  # sure enough: the call is written whole
+    # above the threshold but torn between get_weather and get_wind (below the tool floor)
+    ("router_unsure_name", NAMED_CALL, 0.1, "fallback", "unsure_tool", 3),
+    ("router_sure_name", NAMED_CALL, 0.5, "accepted", "", 6),  # sure of the tool: the call is written whole
     # the grammar chose the tool (raw exp(-6) < NAME_FLOOR): declined at the name, 2 tokens of 5
     ("guard_forced_name", FENCED_CALL, 0.0, "fallback", "declined", 2),
     # a sure name, an unsure argument: only the whole call shows it
@@ -254,7 +256,8 @@ FENCED_CALL = ('```json\n{"name": "', "get_weather", '", "arguments": {', '"city
 ])
 def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decision, reason, tokens):
     client, main, small = make(small_says=says, threshold=threshold)
-    body = chat(client, [{"role": "user", "content": f"weather in Oslo? script:{script}"}], TWO_TOOLS).json()
+    tools = TOOLS if script == "guard_forced_name" else TWO_TOOLS
+    body = chat(client, [{"role": "user", "content": f"weather in Oslo? script:{script}"}], tools).json()
     router = body["hearth"]["router"]
     assert (router["decision"], router.get("reason", "")) == (decision, reason), router
     assert router["completion_tokens"] == tokens
@@ -262,9 +265,10 @@ def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decis
     assert router["stopped"] == stopped and (small.aborted == [small.added[0].request_id]) == stopped
     name_conf = round(math.exp(-2.0), 6) if script == "router_unsure_name" else CONFIDENCE
     assert router["name_confidence"] == name_conf and router["name_s"] <= router["latency_s"]
-    tool_prob = round(math.exp(-0.01), 6) if script == "guard_forced_name" else name_conf  # the name's tokens alone
+    # the name's tokens alone (None: one tool offered, no choice made)
+    tool_prob = {"router_unsure_name": name_conf, "guard_forced_name": None}.get(script, round(math.exp(-0.01), 6))
     assert router["name"] == "get_weather" and router["tool_prob"] == tool_prob
-    assert router["confidence"] == (round(math.exp(-2.0), 6) if script.startswith("router_") else name_conf)
+    assert router["confidence"] == (round(math.exp(-2.0), 6) if "unsure" in script else name_conf)
     msg = body["choices"][0]["message"]
     if decision == "accepted":
         assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Oslo"} and main.added == []

@@ -64,13 +64,25 @@ def test_no_call_or_no_offered_name_reads_nothing(tokens):
     assert trace_of(*tokens)[-1] is None
 
 
-@pytest.mark.parametrize("confidence,first_raw,lazy,reason", [
-    (0.9, 0.9, True, None),  # sure: let it finish
-    (0.2, 0.9, True, "low_confidence"),  # unsure already at its name: the whole call can only be less sure
-    (0.3, 0.9, True, None),  # at the threshold counts
-    (0.9, 0.1, True, "declined"),  # the grammar chose the tool (below the decline floor)
-    (0.9, 0.1, False, None),  # a forced call has no decline gate
-    (None, None, True, None),
+@pytest.mark.parametrize("confidence,first_raw,tool,lazy,reason", [
+    (0.9, 0.9, 1.0, True, None),  # sure: let it finish
+    (0.2, 0.9, 1.0, True, "low_confidence"),  # unsure already at its name: the whole call can only be less sure
+    (0.3, 0.9, 1.0, True, None),  # at the threshold counts
+    (0.9, 0.1, 1.0, True, "declined"),  # the grammar chose the tool (below the decline floor)
+    (0.9, 0.1, 1.0, False, None),  # a forced call has no decline gate
+    (0.9, 0.9, 0.8, True, "unsure_tool"),  # torn between offered tools (below the tool floor 0.95)
+    (0.9, 0.9, 0.95, False, None),
+    (None, None, None, True, None),
 ])
-def test_early_reasons(confidence, first_raw, lazy, reason):
-    assert early_reason(NameRead("f", confidence, first_raw, 3), 0.3, 0.35, lazy) == reason
+def test_early_reasons(confidence, first_raw, tool, lazy, reason):
+    assert early_reason(NameRead("f", confidence, first_raw, 3, tool=tool), 0.3, 0.35, lazy, 0.95) == reason
+
+
+def test_one_offered_tool_is_no_choice():
+    vocab = [b'<tool_call>\n{"name": "', b"sea", b'rch", "arguments": {}}']
+    trace = TokenTrace(vocab.__getitem__)
+    for i, lp in enumerate((-0.5, -0.7, 0.0)):
+        trace.add(vocab[i].decode(), [i], [{i: lp}])
+    read = read_name(trace, HERMES, ["search"])
+    # judged at the first name token, which a lone tool's grammar forces (reads 1 in a real engine)
+    assert (read.name, read.tokens, read.tool, read.confidence) == ("search", 2, None, round(math.exp(-0.7), 6))
