@@ -28,6 +28,7 @@ from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
                                triggers_for)
 from hearth.tool_guard.checks import NO_CALL, Checked, Problem
+from hearth.tool_guard.confidence import CLOSERS
 from hearth.tool_guard.declined import name_prob, overridden
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
 from hearth.tool_guard.nudge import Verdict, nudge_messages
@@ -35,7 +36,6 @@ from hearth.tool_guard.rescue_parser import RescuingParser
 from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint
 from hearth.tool_parsers.types import tool_parameters
 
-CLOSERS = ("</tool_call>", "</function>")
 NO_RETRY_FINISH = ("length", "abort")
 """A call cut by max_tokens would be cut again: reported, not retried."""
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hearth.tool_guard.confidence import TokenTrace, call_spans
+from hearth.tool_guard.confidence import CLOSERS, TokenTrace, call_spans
 from hearth.tool_guard.declined import name_start
 from hearth.tool_guard.triggers import Trigger
-
-CLOSERS = ("</tool_call>", "</function>")
 
 
 @dataclass(frozen=True, slots=True)
