@@ -72,7 +72,10 @@ def router_config(state, model_field: str | None, ext) -> RouterConfig | None:
     threshold = ext.router_threshold
     if threshold is None:
         threshold = own.threshold if own is not None else state.config.router_threshold
-    return RouterConfig(small.spec.name, threshold, own.tool_floor if own is not None else TOOL_FLOOR)
+    floor = ext.router_tool_floor
+    if floor is None:
+        floor = own.tool_floor if own is not None else TOOL_FLOOR
+    return RouterConfig(small.spec.name, threshold, floor)
 
 
 async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, render: Render,

@@ -204,6 +204,7 @@ def test_per_request_router_and_threshold(make):
     ({"router": "tiny"}, "hearth.router: unknown model 'tiny'; this server serves 'main', 'small'"),
     ({"router": 3}, "hearth.router: must be a model's name or false"),
     ({"router_threshold": 1.5}, "hearth.router_threshold: must be a number in [0, 1], got 1.5"),
+    ({"router_tool_floor": -0.1}, "hearth.router_tool_floor: must be a number in [0, 1], got -0.1"),
 ])
 def test_bad_router_fields_are_400_naming_them(make, hearth, needle):
     client, main, small = make()
@@ -274,3 +275,11 @@ def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decis
         assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Oslo"} and main.added == []
     else:
         assert msg["content"] == "It is sunny." and not msg.get("tool_calls") and len(main.added) == 1
+
+
+def test_the_tool_floor_per_request(make):
+    client, main, small = make(small_says=NAMED_CALL, threshold=0.1)
+    ask = [{"role": "user", "content": "weather in Oslo? script:router_unsure_name"}]  # torn: 0.135
+    assert chat(client, ask, TWO_TOOLS).json()["hearth"]["router"]["reason"] == "unsure_tool"
+    body = chat(client, ask, TWO_TOOLS, hearth={"router_tool_floor": 0}).json()  # off: the threshold alone
+    assert body["hearth"]["router"]["decision"] == "accepted" and body["hearth"]["router"]["stopped"] is False
