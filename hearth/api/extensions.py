@@ -4,7 +4,7 @@ bad value is a 400 that names it (`hearth.tool_guard`, `hearth.workflow.required
 
 Keys: tool_guard (the mode), tool_guard_retries, tool_guard_decline_below (GuardConfig), workflow
 (hearth.tool_guard.workflow), compaction (hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank), router (a small model's
-name, or false) and router_threshold (hearth.tool_guard.routing)."""
+name, or false), router_threshold and router_tool_floor (hearth.tool_guard.routing)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from hearth.tool_guard.routing import RouterError, check_threshold
 from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
 from hearth.tool_guard.workflow import Workflow, parse_workflow
 
-KEYS = ("tool_guard", "tool_guard_retries", "tool_guard_decline_below", "workflow", "compaction", "max_tools", "router", "router_threshold")
+KEYS = ("tool_guard", "tool_guard_retries", "tool_guard_decline_below", "workflow", "compaction", "max_tools", "router",
+        "router_threshold", "router_tool_floor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,8 @@ class Extensions:
     router: str | bool | None = None
     """A small model's name to route tool calls through, False for none; None: the server's choice."""
     router_threshold: float | None = None
+    router_tool_floor: float | None = None
+    """The router's floor on the small model's choice of tool (0: off); None: the server's."""
 
     @property
     def automatic(self) -> bool:
@@ -81,16 +84,22 @@ def _parse(raw: Any, server_guard: GuardConfig, tool_names: list[str]) -> Extens
                       *_router(raw))
 
 
-def _router(raw: dict) -> tuple[str | bool | None, float | None]:
-    router, threshold = raw.get("router"), raw.get("router_threshold")
+def _router(raw: dict) -> tuple[str | bool | None, float | None, float | None]:
+    router = raw.get("router")
     if router is not None and router is not False and not (isinstance(router, str) and router):
         raise FieldError("hearth.router", f"must be a model's name or false, not {kind(router)}")
-    if threshold is not None:
-        try:
-            threshold = check_threshold(threshold, "hearth.router_threshold")
-        except RouterError:
-            raise FieldError("hearth.router_threshold", f"must be a number in [0, 1], got {threshold!r}") from None
-    return router, threshold
+    return router, _unit(raw, "router_threshold"), _unit(raw, "router_tool_floor")
+
+
+def _unit(raw: dict, key: str) -> float | None:
+    """A number in [0, 1], or None when not given."""
+    value = raw.get(key)
+    if value is None:
+        return None
+    try:
+        return check_threshold(value, f"hearth.{key}")
+    except RouterError:
+        raise FieldError(f"hearth.{key}", f"must be a number in [0, 1], got {value!r}") from None
 
 
 def _bad(param: str, why: str) -> APIError:

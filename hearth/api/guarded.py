@@ -28,6 +28,7 @@ from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
                                triggers_for)
 from hearth.tool_guard.checks import NO_CALL, Checked, Problem
+from hearth.tool_guard.confidence import CLOSERS
 from hearth.tool_guard.declined import name_prob, overridden
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
 from hearth.tool_guard.nudge import Verdict, nudge_messages
@@ -35,7 +36,6 @@ from hearth.tool_guard.rescue_parser import RescuingParser
 from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint
 from hearth.tool_parsers.types import tool_parameters
 
-CLOSERS = ("</tool_call>", "</function>")
 NO_RETRY_FINISH = ("length", "abort")
 """A call cut by max_tokens would be cut again: reported, not retried."""
 
@@ -101,6 +101,10 @@ class GuardedChoices:
     def report(self, i: int) -> dict:
         return self.choices[i].report.as_dict()
 
+    def trace(self, i: int) -> TokenTrace | None:
+        """Choice i's current attempt so far, as the guard reads it (None before its first output)."""
+        return self.choices[i].trace
+
     def abort(self) -> None:
         for c in self.choices:
             c.abort()
@@ -123,6 +127,7 @@ class _Choice:
         self._gen = self._start(setup.prompt_ids, params, 0)
         self._counted = False
         self._name_probs: dict[str, float | None] = {}  # call id -> its name's raw first-token probability
+        self.trace: TokenTrace | None = None
 
     def _start(self, ids: list[int], params: SamplingParams, attempt: int) -> Generation:
         s = self.s
@@ -145,6 +150,7 @@ class _Choice:
         hold = s.policy is not None  # a reviewed answer is shown once reviewed: a nudge may supersede it
         while True:
             trace, held, last, passed, said, shown = TokenTrace(s.token_bytes), [], None, [], [], []
+            self.trace = trace
             parser = s.make_parser(self._log)
             if attempt:
                 self._gen, self._counted = self._start(ids, params, attempt), False

@@ -2,7 +2,8 @@
 tools goes first to the small model (a model of the same pool, so the memory budget counts it),
 one attempt under the guard (validated, no retries; one call at most; in `auto` the lazy grammar
 and the decline gate, so the model keeps its choice between text and a call). An attempt that
-begins in text is stopped at its first word: the small model would not call. The whole attempt is
+begins in text is stopped at its first word: the small model would not call; a call is judged at
+its tool's name and stopped there when it would fall back anyway. The whole attempt is
 held back: when hearth.tool_guard.routing accepts its call, that call is replayed to the client as
 the answer; otherwise the main model answers as it always did and the client never sees the small
 model's tokens. Either way the response's `hearth.router` says what was decided.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
@@ -23,8 +24,10 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.tool_layer import ChoicesRequest, build_choices
 from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
-from hearth.tool_guard.routing import (Ask, Probe, RouterConfig, RouterReport, fallback_reason, probe_choice,
-                                       skip_reason)
+from hearth.tool_guard import triggers_for
+from hearth.tool_guard.name_read import NameRead, read_name
+from hearth.tool_guard.routing import (TOOL_FLOOR, Ask, Probe, RouterConfig, RouterReport, early_reason,
+                                       fallback_reason, probe_choice, skip_reason)
 from hearth.tool_parsers import ContentDelta, ToolCallEvent
 
 Render = Callable[[object, ToolPlan], tuple[str, list[int]]]
@@ -69,7 +72,10 @@ def router_config(state, model_field: str | None, ext) -> RouterConfig | None:
     threshold = ext.router_threshold
     if threshold is None:
         threshold = own.threshold if own is not None else state.config.router_threshold
-    return RouterConfig(small.spec.name, threshold)
+    floor = ext.router_tool_floor
+    if floor is None:
+        floor = own.tool_floor if own is not None else TOOL_FLOOR
+    return RouterConfig(small.spec.name, threshold, floor)
 
 
 async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask, render: Render,
@@ -82,29 +88,43 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
     try:
         # the main model stays loaded while the small one loads (or the budget could unload it)
         async with state.models.lease(model_field), state.models.lease(config.model) as small:
-            source, updates, text = await _attempt(state, small, ask, render, req)
+            run = await _attempt(state, small, ask, render, req, config, t0)
     except Exception as e:  # the small model could not take it (context, template, ...): the main model answers
         if not isinstance(e, (APIError, HearthError)):
             log.warning("router %s failed; the main model answers", config.model, exc_info=True)
         why = getattr(e, "message", str(e))
         return RouterReport(config.model, config.threshold, "fallback", f"small_failed: {why}",
                             latency_s=time.perf_counter() - t0), None
-    probe = _probe(source.report(0), updates, text)
+    probe, source = _probe(run), run.source
     reason = fallback_reason(probe, config.threshold)
     usage = {"prompt_tokens": source.num_prompt_tokens, "cached_tokens": source.num_cached_tokens,
-             "completion_tokens": sum(len(u.token_ids) for u in updates)}
+             "completion_tokens": sum(len(u.token_ids) for u in run.updates)}
     report = RouterReport(config.model, config.threshold, "fallback" if reason else "accepted", reason or "",
-                          probe.confidence, time.perf_counter() - t0, usage)
+                          probe.confidence, time.perf_counter() - t0, usage, _name_entry(run))
     if reason:
         return report, None
-    return report, Replayed(source.request_id, updates, {**source.report(0), "router": report.as_dict()},
+    return report, Replayed(source.request_id, run.updates, {**source.report(0), "router": report.as_dict()},
                             source.num_prompt_tokens, source.num_cached_tokens)
 
 
-async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest
-                   ) -> tuple[object, list[Update], bool]:
-    """The small model's attempt, held back: (its choices, its updates, whether it began in text,
-    where it was stopped)."""
+@dataclass(slots=True)
+class _Attempt:
+    """The small model's attempt, held back."""
+    source: object
+    updates: list[Update] = field(default_factory=list)
+    text: bool = False
+    """It began in text (stopped at its first word)."""
+    read: NameRead | None = None
+    """Its call, read at the tool's name."""
+    name_s: float | None = None
+    stopped: str | None = None
+    """Why it was stopped at the name (hearth.tool_guard.routing.early_reason)."""
+
+
+async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, config: RouterConfig,
+                   t0: float) -> _Attempt:
+    """The small model's attempt, stopped at its first word of text, or at its call's name when
+    the call fails there."""
     rg = req.guard
     plan = plan_tools(small, rg.tools, probe_choice(ask.tool_choice))
     prompt, ids = render(small, plan)
@@ -116,16 +136,30 @@ async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest
     probe = replace(req, served=small, plan=plan, prompt=prompt, ids=ids, fields=fields, guard=guard,
                     parallel=False, reprompt=_no_reprompt)
     source, _ = build_choices(state, probe)
-    updates, stream = [], source.updates()
+    run, stream = _Attempt(source), source.updates()
     try:
         async for _, u in stream:
-            updates.append(u)
-            if _wrote_text(u):
+            run.updates.append(u)
+            if _wrote_text(u) or (run.read is None and _judge(run, config, t0)):
+                run.text = run.read is None
                 source.abort()
-                return source, updates, True
+                return run
     finally:
         await stream.aclose()
-    return source, updates, any(_wrote_text(u) for u in updates)
+    run.text = any(_wrote_text(u) for u in run.updates)
+    return run
+
+
+def _judge(run: _Attempt, config: RouterConfig, t0: float) -> bool:
+    """Reads the call at its tool's name once decided; True: stop it there."""
+    s, trace = run.source.setup, run.source.trace(0)
+    run.read = None if trace is None else read_name(trace, triggers_for(s.fmt), list(s.schemas))
+    if run.read is None:
+        return False
+    run.name_s = time.perf_counter() - t0
+    run.stopped = early_reason(run.read, config.threshold, s.config.decline_below, s.grammar == "lazy",
+                               config.tool_floor)
+    return run.stopped is not None
 
 
 def _wrote_text(u: Update) -> bool:
@@ -133,11 +167,23 @@ def _wrote_text(u: Update) -> bool:
     return any(isinstance(e, ContentDelta) and e.text.strip() for e in u.events)
 
 
-def _probe(guard: dict, updates: list[Update], text: bool) -> Probe:
+def _probe(run: _Attempt) -> Probe:
     """The small model's attempt as the routing decision reads it."""
-    calls = sum(isinstance(e, ToolCallEvent) for u in updates for e in u.events)
+    guard = run.source.report(0)
+    calls = sum(isinstance(e, ToolCallEvent) for u in run.updates for e in u.events)
     declined = any(e.get("kind") == "declined" for e in guard.get("events") or [] if isinstance(e, dict))
-    return Probe(calls, [c.get("confidence") for c in guard["calls"]], guard["outcome"] == "ok", text, declined)
+    # stopped at the name: its confidence so far, a bound on the whole call's
+    confs = [run.read.confidence] if run.stopped else [c.get("confidence") for c in guard["calls"]]
+    return Probe(calls, confs, guard["outcome"] == "ok", run.text, declined, run.stopped)
+
+
+def _name_entry(run: _Attempt) -> dict | None:
+    if run.read is None:
+        return None
+    r = run.read
+    return {"name": r.name, "name_confidence": r.confidence, "opener_prob": r.opener, "tool_prob": r.tool,
+            "name_raw": r.first_raw, "name_s": round(run.name_s, 4),
+            "stopped": run.stopped is not None}
 
 
 def _no_reprompt(extra: list[dict]) -> list[int]:

@@ -18,7 +18,7 @@ from hearth.api.model_pool import ModelPool
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import AsyncEngine
 from hearth.errors import HearthError
-from hearth.tool_guard.routing import RouterConfig
+from hearth.tool_guard.routing import TOOL_FLOOR, RouterConfig
 
 NAME = "model-under-test"
 ROUTER_NAME = "router-under-test"
@@ -28,12 +28,13 @@ TIMEOUT = 900.0
 
 class InProcessServer:
     def __init__(self, llm, router_llm=None, router_threshold: float = 0.0):
-        """router_llm: a small model that routes the model's tool calls (hearth.api.tool_router) at this threshold."""
+        """router_llm: a small model that routes the model's tool calls (hearth.api.tool_router) at this
+        threshold; at 0 every valid call is kept (the tool floor off too): the rows a --sweep reads."""
         served = [ServedModel.from_llm(llm, [NAME], AsyncEngine(llm.engine))]
         routers = {}
         if router_llm is not None:
             served.append(ServedModel.from_llm(router_llm, [ROUTER_NAME], AsyncEngine(router_llm.engine)))
-            routers[NAME] = RouterConfig(ROUTER_NAME, router_threshold)
+            routers[NAME] = RouterConfig(ROUTER_NAME, router_threshold, TOOL_FLOOR if router_threshold else 0.0)
         app = create_app(ModelPool.of(served, routers))
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self._server = uvicorn.Server(config)

@@ -12,6 +12,9 @@ from collections.abc import Callable
 
 from hearth.tool_guard.triggers import Trigger
 
+CLOSERS = ("</tool_call>", "</function>")
+"""What ends a tagged call (the span of a call without one runs to the next opener or the end)."""
+
 
 class TokenTrace:
     """The output so far: its text, (byte start, byte end, logprob) per sampled token, and per token

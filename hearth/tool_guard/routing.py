@@ -5,7 +5,10 @@ call it begins is held to an offered tool's schema, and the decline gate drops a
 picked for it); `required` or a named tool forces a call. Its answer stands when it is a valid call
 whose confidence (the lowest token probability from the call's opener to its end,
 hearth.tool_guard.confidence: the opener's own probability, unmasked, is the model's intent to call)
-is at least the threshold. When it begins in text (it would not call: the request needs prose or no
+is at least the threshold. The call is judged first at its tool's name (hearth.tool_guard.name_read:
+the opener's and the name's probabilities, and the decline gate's reading of the name's first
+token): a call that fails there is stopped before its arguments are written, since the whole call's
+confidence can only be lower. When it begins in text (it would not call: the request needs prose or no
 tool fits) the attempt stops there and the main model answers, as it does for any other fallback.
 A request that needs prose, or that speaks in the main model's token ids, skips the router.
 hearth.api.tool_router runs it."""
@@ -16,12 +19,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
+from hearth.tool_guard.name_read import NameRead
 
 DEFAULT_THRESHOLD = 0.3
 """Chosen on one BFCL sample and checked on a disjoint one (docs/eval-tools.md, "the small model's
-intent to call": Qwen2.5-Coder 0.5B -> 1.5B, 100 single-turn items): 39% against the 1.5B's 41% at
-0.45-0.47x its median latency; from ~0.6 on the router is slower than the main model alone (each
-fallback pays the small model's attempt first)."""
+intent to call" and "judged at its tool's name": Qwen2.5-Coder 0.5B -> 1.5B, 100 single-turn items):
+without the tool floor 39% against the 1.5B's 41% at 0.42-0.44x its median latency; from ~0.6 on the
+router is slower than the main model alone (each fallback pays the small model's attempt first)."""
+TOOL_FLOOR = 0.95
+"""Below this probability of the tokens that chose among the offered tools' names (over the names
+the grammar allowed), the small model was unsure which tool: the main model answers. Picked on one
+BFCL sample (docs/eval-tools.md, "judged at its tool's name"): on `multiple` the 0.5B's right picks
+read >= 0.98 but one (0.79), its wrong ones 0.76-0.87, while the call's confidence, set by its opener,
+did not separate them. On the held-out sample it fixed `multiple` (100 items: 41% against 41%) but
+also sent `parallel_multiple` requests, where the 0.5B is torn because several tools are due, to the
+main model (0.64x its latency there): re-measure. With one tool offered there is no choice to read."""
 
 
 class RouterError(HearthError):
@@ -39,9 +51,12 @@ class RouterConfig:
     model: str
     """The small model's id (a model of the same server)."""
     threshold: float = DEFAULT_THRESHOLD
+    tool_floor: float = TOOL_FLOOR
+    """A call whose choice of tool read below this is stopped at its name (0: never)."""
 
     def __post_init__(self) -> None:
         check_threshold(self.threshold)
+        check_threshold(self.tool_floor, "tool floor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +128,27 @@ class Probe:
     declined: bool = False
     """The guard's decline gate dropped its call: the grammar chose the tool, not the model
     (hearth.tool_guard.declined)."""
+    stopped: str | None = None
+    """The reason it was stopped at its tool's name (early_reason), before the call was written."""
 
     @property
     def confidence(self) -> float | None:
         known = [c for c in self.confidences if c is not None]
         return min(known) if known and len(known) == len(self.confidences) else None
+
+
+def early_reason(read: NameRead, threshold: float, decline_below: float, lazy: bool,
+                 tool_floor: float = TOOL_FLOOR) -> str | None:
+    """Why a call is given up at its tool's name (None: let it finish): the decline gate's verdict
+    (`auto`'s lazy grammar only) or a confidence already below the threshold, the verdicts the
+    whole call would get, sooner; or a choice of tool below the tool floor."""
+    if lazy and read.first_raw is not None and read.first_raw < decline_below:
+        return "declined"
+    if read.confidence is not None and read.confidence < threshold:
+        return "low_confidence"
+    if read.tool is not None and read.tool < tool_floor:
+        return "unsure_tool"
+    return None
 
 
 FALLBACKS = (
@@ -132,6 +163,8 @@ FALLBACKS = (
 
 
 def fallback_reason(probe: Probe, threshold: float) -> str | None:
+    if probe.stopped is not None:  # judged at the name: the rest of the call was never written
+        return probe.stopped
     return next((r.reason for r in FALLBACKS if r.applies(probe, threshold)), None)
 
 
@@ -150,6 +183,10 @@ class RouterReport:
     """Seconds the small model's attempt took (a fallback's answer comes after it)."""
     usage: dict = field(default_factory=dict)
     """The small model's prompt, cached and completion tokens."""
+    name: dict | None = None
+    """Its call read at the tool's name (hearth.tool_guard.name_read): name (the tool),
+    name_confidence, its parts opener_prob and tool_prob, name_raw (the decline gate's reading),
+    name_s (seconds to it), stopped (whether the attempt ended there); None: no call reached a name."""
 
     def as_dict(self) -> dict:
         out = {"model": self.model, "decision": self.decision, "threshold": self.threshold,
@@ -157,5 +194,5 @@ class RouterReport:
         if self.reason:
             out["reason"] = self.reason
         if self.decision != "skipped":
-            out |= {"latency_s": round(self.latency_s, 4), **self.usage}
+            out |= {"latency_s": round(self.latency_s, 4), **self.usage, **(self.name or {})}
         return out

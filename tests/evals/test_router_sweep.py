@@ -1,6 +1,7 @@
 """The router's threshold sweep computed from saved rows (hearth.evals.router_sweep): at threshold t
 an item keeps the small model's answer when its confidence is at least t, else takes the main
-run's answer after the small model's seconds."""
+run's answer after the small model's seconds (to its tool's name, where the call is stopped when
+its confidence there is already below t)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,12 @@ def test_rows_without_a_router_or_above_threshold_zero_are_refused():
     high = [{**ROUTER[0], "router": [{**ROUTER[0]["router"][0], "threshold": 0.5}]}]
     with pytest.raises(HearthError, match="--router-threshold 0"):
         sweep(high, MAIN)
+
+
+def test_a_call_unsure_at_its_name_costs_the_seconds_to_the_name():
+    rows = [{**r, "router": [{**r["router"][0], "name_confidence": c, "name_s": 0.25}]}
+            for r, c in zip(ROUTER[:2], (0.96, 0.45))]  # a name's confidence bounds its call's from above
+    got = sweep(rows, MAIN[:2], thresholds=(0.42, 0.5))["points"]
+    # a stays the small model's (1.0); b falls back: at 0.42 after its whole attempt (its name was sure
+    # enough), 1.0 + 4.0; at 0.5 stopped at its name, 0.25 + 4.0
+    assert [(p.passed, p.routed, p.median_s) for p in got] == [(2, 1, 3.0), (2, 1, 2.625)]

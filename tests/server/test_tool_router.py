@@ -204,6 +204,7 @@ def test_per_request_router_and_threshold(make):
     ({"router": "tiny"}, "hearth.router: unknown model 'tiny'; this server serves 'main', 'small'"),
     ({"router": 3}, "hearth.router: must be a model's name or false"),
     ({"router_threshold": 1.5}, "hearth.router_threshold: must be a number in [0, 1], got 1.5"),
+    ({"router_tool_floor": -0.1}, "hearth.router_tool_floor: must be a number in [0, 1], got -0.1"),
 ])
 def test_bad_router_fields_are_400_naming_them(make, hearth, needle):
     client, main, small = make()
@@ -236,3 +237,49 @@ def test_anthropic_and_responses_take_the_same_path(make):
     body = r.json()
     assert [i["type"] for i in body["output"]] == ["function_call"] and body["hearth"]["router"]["decision"] == "accepted"
     assert main.added == []
+
+
+TWO_TOOLS = TOOLS + [{"type": "function", "function": {"name": "get_wind", "parameters": TOOLS[0]["function"]["parameters"]}}]
+NAMED_CALL = ('<tool_call>\n{"name": "', "get_w", "eather", '", "arguments": {', '"city": "Oslo"}}', "\n</tool_call>")
+FENCED_CALL = ('```json\n{"name": "', "get_weather", '", "arguments": {', '"city": "Oslo"}}', "\n```")
+
+
+@pytest.mark.parametrize("script,says,threshold,decision,reason,tokens", [
+    # `eather` decides get_weather over get_wind at exp(-2) = 0.135: stopped there, 3 tokens of 6
+    ("router_unsure_name", NAMED_CALL, 0.5, "fallback", "low_confidence", 3),
+    # above the threshold but torn between get_weather and get_wind (below the tool floor)
+    ("router_unsure_name", NAMED_CALL, 0.1, "fallback", "unsure_tool", 3),
+    ("router_sure_name", NAMED_CALL, 0.5, "accepted", "", 6),  # sure of the tool: the call is written whole
+    # the grammar chose the tool (raw exp(-6) < NAME_FLOOR): declined at the name, 2 tokens of 5
+    ("guard_forced_name", FENCED_CALL, 0.0, "fallback", "declined", 2),
+    # a sure name, an unsure argument: only the whole call shows it
+    ("router_unsure_arguments", NAMED_CALL, 0.5, "fallback", "low_confidence", 6),
+])
+def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decision, reason, tokens):
+    client, main, small = make(small_says=says, threshold=threshold)
+    tools = TOOLS if script == "guard_forced_name" else TWO_TOOLS
+    body = chat(client, [{"role": "user", "content": f"weather in Oslo? script:{script}"}], tools).json()
+    router = body["hearth"]["router"]
+    assert (router["decision"], router.get("reason", "")) == (decision, reason), router
+    assert router["completion_tokens"] == tokens
+    stopped = tokens < len(says)
+    assert router["stopped"] == stopped and (small.aborted == [small.added[0].request_id]) == stopped
+    name_conf = round(math.exp(-2.0), 6) if script == "router_unsure_name" else CONFIDENCE
+    assert router["name_confidence"] == name_conf and router["name_s"] <= router["latency_s"]
+    # the name's tokens alone (None: one tool offered, no choice made)
+    tool_prob = {"router_unsure_name": name_conf, "guard_forced_name": None}.get(script, round(math.exp(-0.01), 6))
+    assert router["name"] == "get_weather" and router["tool_prob"] == tool_prob
+    assert router["confidence"] == (round(math.exp(-2.0), 6) if "unsure" in script else name_conf)
+    msg = body["choices"][0]["message"]
+    if decision == "accepted":
+        assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Oslo"} and main.added == []
+    else:
+        assert msg["content"] == "It is sunny." and not msg.get("tool_calls") and len(main.added) == 1
+
+
+def test_the_tool_floor_per_request(make):
+    client, main, small = make(small_says=NAMED_CALL, threshold=0.1)
+    ask = [{"role": "user", "content": "weather in Oslo? script:router_unsure_name"}]  # torn: 0.135
+    assert chat(client, ask, TWO_TOOLS).json()["hearth"]["router"]["reason"] == "unsure_tool"
+    body = chat(client, ask, TWO_TOOLS, hearth={"router_tool_floor": 0}).json()  # off: the threshold alone
+    assert body["hearth"]["router"]["decision"] == "accepted" and body["hearth"]["router"]["stopped"] is False

@@ -28,6 +28,8 @@ def test_the_small_model_gets_the_clients_choice(choice, probe):
     (Probe(0, [], True), 0.0, "no_call"),
     (Probe(1, [None], True), 0.0, "no_confidence"),
     (Probe(2, [0.9, 0.3], True), 0.5, "low_confidence"),  # the least sure call decides
+    (Probe(0, [0.2], True, stopped="low_confidence"), 0.5, "low_confidence"),  # judged at its name, stopped there
+    (Probe(0, [0.9], True, stopped="declined"), 0.0, "declined"),
 ])
 def test_fallback_reasons_in_order(probe, threshold, reason):
     assert fallback_reason(probe, threshold) == reason
