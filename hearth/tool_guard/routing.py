@@ -26,14 +26,17 @@ DEFAULT_THRESHOLD = 0.3
 intent to call" and "judged at its tool's name": Qwen2.5-Coder 0.5B -> 1.5B, 100 single-turn items):
 without the tool floor 39% against the 1.5B's 41% at 0.42-0.44x its median latency; from ~0.6 on the
 router is slower than the main model alone (each fallback pays the small model's attempt first)."""
-TOOL_FLOOR = 0.95
-"""Below this probability of the tokens that chose among the offered tools' names (over the names
-the grammar allowed), the small model was unsure which tool: the main model answers. Picked on one
-BFCL sample (docs/eval-tools.md, "judged at its tool's name"): on `multiple` the 0.5B's right picks
-read >= 0.98 but one (0.79), its wrong ones 0.76-0.87, while the call's confidence, set by its opener,
-did not separate them. On the held-out sample it fixed `multiple` (100 items: 41% against 41%) but
-also sent `parallel_multiple` requests, where the 0.5B is torn because several tools are due, to the
-main model (0.64x its latency there): re-measure. With one tool offered there is no choice to read."""
+TOOL_FLOOR = 0.0
+"""Off by default (hearth.router_tool_floor per request, or a RouterConfig's tool_floor, sets it):
+below a floor, the probability of the tokens that chose among the offered tools' names (over the
+names the grammar allowed) says the small model was unsure which tool, and the main model answers.
+0.95 was picked on one BFCL sample (docs/eval-tools.md, "judged at its tool's name"): on `multiple`
+the 0.5B's right picks read >= 0.98 but one (0.79), its wrong ones 0.76-0.87, while the call's
+confidence, set by its opener, did not separate them. On the held-out sample it fixed `multiple`
+(100 items: 41% against the 1.5B's 41%) but also sent `parallel_multiple` requests, where the 0.5B
+is torn because several tools are due, to the main model: 0.64x its latency there, past the 0.5x
+the router is for; without it 39% against 41% at 0.42-0.44x. With one tool offered there is no
+choice to read."""
 
 
 class RouterError(HearthError):

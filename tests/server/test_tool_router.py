@@ -244,21 +244,22 @@ NAMED_CALL = ('<tool_call>\n{"name": "', "get_w", "eather", '", "arguments": {',
 FENCED_CALL = ('```json\n{"name": "', "get_weather", '", "arguments": {', '"city": "Oslo"}}', "\n```")
 
 
-@pytest.mark.parametrize("script,says,threshold,decision,reason,tokens", [
+@pytest.mark.parametrize("script,says,threshold,floor,decision,reason,tokens", [
     # `eather` decides get_weather over get_wind at exp(-2) = 0.135: stopped there, 3 tokens of 6
-    ("router_unsure_name", NAMED_CALL, 0.5, "fallback", "low_confidence", 3),
-    # above the threshold but torn between get_weather and get_wind (below the tool floor)
-    ("router_unsure_name", NAMED_CALL, 0.1, "fallback", "unsure_tool", 3),
-    ("router_sure_name", NAMED_CALL, 0.5, "accepted", "", 6),  # sure of the tool: the call is written whole
+    ("router_unsure_name", NAMED_CALL, 0.5, None, "fallback", "low_confidence", 3),
+    # above the threshold but torn between get_weather and get_wind (below a tool floor)
+    ("router_unsure_name", NAMED_CALL, 0.1, 0.95, "fallback", "unsure_tool", 3),
+    ("router_sure_name", NAMED_CALL, 0.5, 0.95, "accepted", "", 6),  # sure of the tool: the call is written whole
     # the grammar chose the tool (raw exp(-6) < NAME_FLOOR): declined at the name, 2 tokens of 5
-    ("guard_forced_name", FENCED_CALL, 0.0, "fallback", "declined", 2),
+    ("guard_forced_name", FENCED_CALL, 0.0, None, "fallback", "declined", 2),
     # a sure name, an unsure argument: only the whole call shows it
-    ("router_unsure_arguments", NAMED_CALL, 0.5, "fallback", "low_confidence", 6),
+    ("router_unsure_arguments", NAMED_CALL, 0.5, None, "fallback", "low_confidence", 6),
 ])
-def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decision, reason, tokens):
+def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, floor, decision, reason, tokens):
     client, main, small = make(small_says=says, threshold=threshold)
     tools = TOOLS if script == "guard_forced_name" else TWO_TOOLS
-    body = chat(client, [{"role": "user", "content": f"weather in Oslo? script:{script}"}], tools).json()
+    ext = {} if floor is None else {"hearth": {"router_tool_floor": floor}}
+    body = chat(client, [{"role": "user", "content": f"weather in Oslo? script:{script}"}], tools, **ext).json()
     router = body["hearth"]["router"]
     assert (router["decision"], router.get("reason", "")) == (decision, reason), router
     assert router["completion_tokens"] == tokens
@@ -280,6 +281,7 @@ def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, decis
 def test_the_tool_floor_per_request(make):
     client, main, small = make(small_says=NAMED_CALL, threshold=0.1)
     ask = [{"role": "user", "content": "weather in Oslo? script:router_unsure_name"}]  # torn: 0.135
-    assert chat(client, ask, TWO_TOOLS).json()["hearth"]["router"]["reason"] == "unsure_tool"
-    body = chat(client, ask, TWO_TOOLS, hearth={"router_tool_floor": 0}).json()  # off: the threshold alone
+    floor = chat(client, ask, TWO_TOOLS, hearth={"router_tool_floor": 0.95}).json()
+    assert floor["hearth"]["router"]["reason"] == "unsure_tool"
+    body = chat(client, ask, TWO_TOOLS).json()  # off by default: the threshold alone
     assert body["hearth"]["router"]["decision"] == "accepted" and body["hearth"]["router"]["stopped"] is False
