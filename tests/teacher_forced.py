@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from hearth import LLM
-from hearth.bench.kld import log_softmax, lumped_kl
+from hearth.bench.kld import lumped_kl_of_logits
 from hearth.kernels import tiers
 from hearth.kernels.attention import AttentionMetadata
 
@@ -82,7 +82,7 @@ def _forced(logits: torch.Tensor, case: dict, i: int, ref) -> Forced:
     new = case["new_token_ids"][:STEPS]
     best = logits.argmax(-1)
     gap = logits.gather(1, best[:, None]) - logits.gather(1, torch.tensor(new)[:, None])
-    kl = None if ref is None else lumped_kl(ref["ids"][i], ref["logprobs"][i], log_softmax(logits.numpy()))
+    kl = None if ref is None else lumped_kl_of_logits(ref["ids"][i], ref["logprobs"][i], logits.numpy())
     return Forced(best.tolist(), gap[:, 0].tolist(), kl)
 
 

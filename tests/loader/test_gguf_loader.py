@@ -16,8 +16,9 @@ def assert_same_as_gguf_py(path, ref: gguf.GGUFReader | None = None) -> None:
         if key.startswith("GGUF."):
             continue
         got = ours.field_array(key)
-        got = got.tolist() if isinstance(got, np.ndarray) else got
-        assert got == pytest.approx(field.contents()), key
+        got, want = got.tolist() if isinstance(got, np.ndarray) else got, field.contents()
+        # exact first: approx's per-element objects cost seconds on a 262K-token vocabulary (gemma3)
+        assert got == want or got == pytest.approx(want), key
     assert list(ours.tensors) == [t.name for t in ref.tensors]
     for t in ref.tensors:
         o = ours.tensors[t.name]

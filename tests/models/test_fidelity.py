@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from hearth import LLM
-from hearth.bench.kld import log_softmax, lumped_kl
+from hearth.bench.kld import lumped_kl_of_logits
 from hearth.kernels import tiers
 from hearth.kernels.attention import AttentionMetadata
 from tests.teacher_forced import prefetch
@@ -76,7 +76,7 @@ def fidelity(request, model_path):
 
 def kl(ref, i: int, logits: torch.Tensor, steps: int | None = None) -> np.ndarray:
     """[steps] KL at case i's first `steps` reference positions (all by default) from logits [steps, V]."""
-    return lumped_kl(ref["ids"][i][:steps], ref["logprobs"][i][:steps], log_softmax(logits.numpy()))
+    return lumped_kl_of_logits(ref["ids"][i][:steps], ref["logprobs"][i][:steps], logits.numpy())
 
 
 def teacher_forced(cases, ref, i: int) -> tuple[list[int], list[int]]:
