@@ -53,7 +53,7 @@ def test_server_that_dies_before_ready_is_one_clear_error(tmp_path):
 def test_dry_run_prints_the_plan_and_estimate(script, capsys):
     assert script.main(["--dry-run", "--quick"]) == 0
     err = capsys.readouterr().err
-    assert "1 workloads x 10 variants = 10 server runs, 32 max tokens: about" in err
+    assert "1 workloads x 11 variants = 11 server runs, 32 max tokens: about" in err
     assert '  hearth draft: {"method": "draft", "model": "{draft}"' in err
     assert "  llama.cpp ngram-mod: [\"--spec-type\", \"ngram-mod\"]" in err
 

@@ -26,7 +26,11 @@ DEFAULT_HEARTH: dict[str, dict | None] = {
     # in-process on the code edit (benchmarks/bench_spec_trace.py) 2.18x plain against K = 8's 2.03x
     "ngram": {"method": "ngram", "num_speculative_tokens": 15},
     "draft": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4},
-    "draft-tree": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4, "tree_budget": 8},
+    # the draft at Q4_0 with a 64k head: its step reads ~235 MB instead of 392 (docs/speculative.md)
+    "draft-q4": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4, "draft_quant": "q4_0",
+                 "draft_vocab": 65536},
+    "draft-q4-tree": {"method": "draft", "model": DRAFT, "num_speculative_tokens": 4, "tree_budget": 8,
+                      "draft_quant": "q4_0", "draft_vocab": 65536},
     "suffix": {"method": "suffix"},
 }
 # llama-server's own defaults for each type (draft n-max 3, ngram-mod n 48..64): what a user gets
