@@ -116,6 +116,58 @@ inline void vnni_half(const uint8_t* codes, int64_t ld, const float* s16, const 
   }
 }
 
+// Half h of a panel straight from 16 rows of 4-bit 32-wide blocks (Q4_0, Q4_1; rows[i]: feature 16 h + i):
+// the packed bytes are transposed (one dword of a row's qs holds 8 codes: 4 low nibbles, weights
+// 4q .. 4q + 3, and their 4 high ones, 16 + 4q ..) and split into nibbles in place, instead of every
+// row unpacked to a staging row and the codes transposed (vnni_row + vnni_half: half the bytes through
+// the shuffles, ~10 per 32 weights of 16 rows instead of ~32, and no staging). The same codes, scales
+// and offsets as theirs, value for value (tests/kernels/test_native_gemm.py compares the two).
+template <class F>
+void vnni_half_q4(const uint8_t* const rows[16], int64_t nb, int h, const VnniPanel& p) {
+  static_assert(F::LEVELS == 16 && F::QH < 0, "4-bit codes without high bits");
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < nb; ++b) {
+    const int64_t off = b * F::TS;
+    __m512i z[4];  // z[j]: the qs of rows 4j .. 4j + 3, one per 128-bit lane
+    for (int j = 0; j < 4; ++j) {
+      const uint8_t* const* r = rows + 4 * j;
+      __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + off + F::QS)));
+      for (int i = 1; i < 4; ++i) {
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[i] + off + F::QS));
+        v = i == 1 ? _mm512_inserti32x4(v, x, 1) : i == 2 ? _mm512_inserti32x4(v, x, 2) : _mm512_inserti32x4(v, x, 3);
+      }
+      z[j] = v;
+    }
+    for (int q = 0; q < 4; ++q) {  // lane i: dword q of row i (4 (i % 8) + q of z[0] | z[1], then of z[2] | z[3])
+      const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+                                           _mm512_set1_epi32(q));
+      const __m512i d = _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(z[0], idx, z[1]),
+                                                _mm512_permutex2var_epi32(z[2], idx, z[3]));
+      _mm512_store_si512(p.codes + 128 * (8 * b + q) + 64 * h, _mm512_and_si512(d, m4));
+      _mm512_store_si512(p.codes + 128 * (8 * b + 4 + q) + 64 * h, _mm512_and_si512(_mm512_srli_epi16(d, 4), m4));
+    }
+    // each row's f16 d (and m): its block's first dword; scalar loads, not a gather (Blocks32::scales)
+    const __m512i g = _mm512_set_epi32(
+        static_cast<int>(u32(rows[15] + off)), static_cast<int>(u32(rows[14] + off)), static_cast<int>(u32(rows[13] + off)),
+        static_cast<int>(u32(rows[12] + off)), static_cast<int>(u32(rows[11] + off)), static_cast<int>(u32(rows[10] + off)),
+        static_cast<int>(u32(rows[9] + off)), static_cast<int>(u32(rows[8] + off)), static_cast<int>(u32(rows[7] + off)),
+        static_cast<int>(u32(rows[6] + off)), static_cast<int>(u32(rows[5] + off)), static_cast<int>(u32(rows[4] + off)),
+        static_cast<int>(u32(rows[3] + off)), static_cast<int>(u32(rows[2] + off)), static_cast<int>(u32(rows[1] + off)),
+        static_cast<int>(u32(rows[0] + off)));
+    const __m512 s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
+    __m512 o;
+    if constexpr (F::sym) {
+      o = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(F::C)));
+    } else {
+      o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
+    }
+    for (int k = 0; k < 2; ++k) {  // the block's two groups of 16
+      _mm512_store_ps(p.s + VNNI_PANEL * (2 * b + k) + 16 * h, s);
+      _mm512_store_ps(p.o + VNNI_PANEL * (2 * b + k) + 16 * h, o);
+    }
+  }
+}
+
 // The activations as the panels' epilogue reads them, per row m: d[m * ld + g] the q8 scale of its
 // 16 values g (quantize's scale16: the GEMV's), a[m * lda + j] = the sum of d * code over the scale
 // group j of GS weights (GS = 16: quantize's a16; 32: a16's pairs added)
