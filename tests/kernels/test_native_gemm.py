@@ -180,9 +180,10 @@ def test_mlp_and_residual_paths_take_the_gemms(m):
 
 
 @INT8
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1], ids=lambda q: q.name)
-def test_int8_gemm_direct_q4_panels_equal_the_staged_ones(qtype):
-    """16 output features of one Q4_0/Q4_1 part are unpacked straight from their blocks (vnni_half_q4);
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_int8_gemm_direct_panels_equal_the_staged_ones(qtype):
+    """16 output features of one Q4_0/Q4_1/Q8_0 part are unpacked straight from their blocks (vnni_half_q4,
+    vnni_half_q8);
     others (features across parts, a ragged half) through a staging row each (vnni_row + vnni_half).
     The same weights behind a 5-feature part put most of their features in halves of the other kind:
     every output bit for bit as alone, so both unpack the same codes, scales and offsets."""
