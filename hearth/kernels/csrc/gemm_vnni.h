@@ -140,9 +140,9 @@ void vnni_half_scales(const uint8_t* const rows[16], int64_t off, int64_t b, int
 // Half h of a panel straight from 16 rows of 4-bit 32-wide blocks (Q4_0, Q4_1; rows[i]: feature 16 h + i):
 // the packed bytes are transposed (one dword of a row's qs holds 8 codes: 4 low nibbles, weights
 // 4q .. 4q + 3, and their 4 high ones, 16 + 4q ..) and split into nibbles in place, instead of every
-// row unpacked to a staging row and the codes transposed (vnni_row + vnni_half: half the bytes through
-// the shuffles, ~10 per 32 weights of 16 rows instead of ~32, and no staging). The same codes, scales
-// and offsets as theirs, value for value (tests/kernels/test_native_gemm.py compares the two).
+// row unpacked to a staging row and the codes transposed 16 x 16 (vnni_row + vnni_half): half the bytes
+// go through the shuffles, and nothing through a staging buffer. The same codes, scales and offsets as
+// theirs, value for value (tests/kernels/test_native_gemm.py compares the two).
 template <class F>
 void vnni_half_q4(const uint8_t* const rows[16], int64_t nb, int h, const VnniPanel& p) {
   static_assert(F::LEVELS == 16 && F::QH < 0, "4-bit codes without high bits");
@@ -173,7 +173,7 @@ void vnni_half_q4(const uint8_t* const rows[16], int64_t nb, int h, const VnniPa
 
 // The same for Q8_0 (codes: the int8 weights with the sign bit flipped, as TQ8_0): each row's 32 bytes
 // of a block are 8 dwords of 4 codes; 16 rows x 8 dwords transposed in three rounds of permutes (rows
-// 4 at a time, 8, then 16), 3 per quad of 16 features, against ~6 for a staging row and 16 x 16 transposes
+// 4 at a time, then 8, then 16: 3 permutes per 4 codes of 16 features)
 template <class F>
 void vnni_half_q8(const uint8_t* const rows[16], int64_t nb, int h, const VnniPanel& p) {
   static_assert(F::LEVELS == 256, "8-bit codes");
@@ -193,7 +193,7 @@ void vnni_half_q8(const uint8_t* const rows[16], int64_t nb, int h, const VnniPa
       for (int x = 0; x < 2; ++x)
         a[j][x] = _mm512_permutex2var_epi32(z[2 * j], _mm512_add_epi32(r8, _mm512_add_epi32(q4, _mm512_set1_epi32(4 * x))),
                                             z[2 * j + 1]);
-    // c[k][x][y]: rows 8k .. 8k + 7, dwords 4x + 2y + t (t = 0, 1) at 8t + row % 8
+    // lo, hi: rows 0-7, 8-15, dwords 4x + 2y + t (t = 0, 1) at 8t + row % 8
     for (int x = 0; x < 2; ++x)
       for (int y = 0; y < 2; ++y) {
         const __m512i i2 = _mm512_setr_epi32(8 * y, 8 * y + 1, 8 * y + 2, 8 * y + 3, 16 + 8 * y, 17 + 8 * y, 18 + 8 * y,
