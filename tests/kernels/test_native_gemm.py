@@ -177,3 +177,21 @@ def test_mlp_and_residual_paths_take_the_gemms(m):
     mid = torch.nn.functional.silu(gate) * up
     got = native.mlp_add_to(gate_up, down, "silu", r.clone(), None, 0.0, None, 0.0) - r
     assert_act8_close(got, mid, wd)
+
+
+@INT8
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+def test_int8_gemm_direct_panels_equal_the_staged_ones(qtype):
+    """16 output features of one Q4_0/Q4_1/Q8_0 part are unpacked straight from their blocks (vnni_half_q4,
+    vnni_half_q8);
+    others (features across parts, a ragged half) through a staging row each (vnni_row + vnni_half).
+    The same weights behind a 5-feature part put most of their features in halves of the other kind:
+    every output bit for bit as alone, so both unpack the same codes, scales and offsets."""
+    rng, g = np.random.default_rng(int(qtype) + 40), torch.Generator().manual_seed(int(qtype) + 40)
+    for k in widths(qtype):
+        w, front = random_tensor(qtype, 37, k, rng), random_tensor(qtype, 5, k, rng)
+        alone, _ = linear([w], k, PREFILL)
+        behind, _ = linear([front, w], k, PREFILL)
+        for m in (16, 77):  # a decode batch; a prefill
+            x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
+            assert torch.equal(behind(x)[:, 5:], alone(x)), (k, m)

@@ -364,6 +364,31 @@ struct VnniGroup {
   static void run(int& gs) { gs = vnni_group<T>(); }
 };
 
+// Half h of a panel, features n0 .. n0 + 15, by vnni_half_q4 / _q8 when they are 16 rows of one Q4_0,
+// Q4_1 or Q8_0 part (the rows prefetched 16 ahead, the next half's, as the staging loop prefetches its rows); false
+// for any other (the staging path: other types, rows across parts or past N)
+bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel) {
+  for (const Part& c : p.parts) {
+    if (n0 < c.out_col || n0 + 16 > c.out_col + c.rows) continue;
+    if (c.qtype != Q4_0 && c.qtype != Q4_1 && c.qtype != Q8_0) return false;
+    const uint8_t* rows[16];
+    for (int i = 0; i < 16; ++i) {
+      rows[i] = c.w + (n0 - c.out_col + i) * c.row_bytes;
+      const uint8_t* ahead = rows[i] + 16 * c.row_bytes;
+      for (int64_t b = 0; b < c.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
+    }
+    if (c.qtype == Q4_0) {
+      vnni_half_q4<FQ4_0>(rows, c.nb, h, panel);
+    } else if (c.qtype == Q4_1) {
+      vnni_half_q4<FQ4_1>(rows, c.nb, h, panel);
+    } else {
+      vnni_half_q8<FQ8_0>(rows, c.nb, h, panel);
+    }
+    return true;
+  }
+  return false;
+}
+
 // Where AMX is not usable (the avx512 tier), from VNNI_GEMM_MIN_ROWS rows on: the VNNI GEMM
 bool vnni_gemm_for(int64_t M) { return M >= VNNI_GEMM_MIN_ROWS && !amx_usable(); }
 
@@ -402,6 +427,7 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
         int gs = 32;
         VnniPanel& panel = ps[pn - g0] = vnni_panel_at(pw + (pn - g0) * pb, K, 32);
         for (int h = 0; h < 2; ++h) {
+          if (vnni_half_direct(p, pn * VNNI_PANEL + 16 * h, h, panel)) continue;  // Q4_0 / Q4_1 / Q8_0 rows of one part
           for (int64_t i = 0; i < 16; ++i) {
             const int64_t n = pn * VNNI_PANEL + 16 * h + i;
             uint8_t* codes = st + i * Kp;
