@@ -4,7 +4,7 @@ naming the field."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from hearth.errors import HearthError
 from hearth.spec_decode.thresholds import POLICY
@@ -13,6 +13,8 @@ from hearth.spec_decode.thresholds import POLICY
 DRAFT_QUANTS = ("q4_0", "q5_0", "q8_0")
 """draft_quant's types: the 32-wide ones that gguf-py encodes and every backend reads (its K-quants it
 only decodes); hearth.runner.draft_quant."""
+DRAFT_ONLY = ("draft_vocab", "draft_quant", "draft_lookup_min")
+"""Keys that apply to method "draft" only."""
 _TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float), "bool": bool}
 
 
@@ -97,6 +99,12 @@ class SpeculativeConfig:
                 raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {name}, not {v!r}")
         return cls(**value)
 
+    def lookup(self, n: int) -> SpeculativeConfig:
+        """The prompt lookup a draft runs first (draft_lookup_min n): ngram chains of >= n-grams."""
+        default = {k: f.default for k, f in self.__dataclass_fields__.items() if k in DRAFT_ONLY}
+        return replace(self, method="ngram", tree_budget=0, prompt_lookup_min=n,
+                       prompt_lookup_max=max(n, self.prompt_lookup_max), **default)
+
     @property
     def max_drafts(self) -> int:
         """Most drafts per sequence and step: tree nodes, or a chain's tokens."""
@@ -143,7 +151,7 @@ class SpeculativeConfig:
         if self.method == "draft" and not self.model:
             raise InvalidSpeculativeConfig('speculative_config.model is required with method "draft" '
                                            '(a catalog name or a .gguf path)')
-        for key in ("draft_vocab", "draft_quant", "draft_lookup_min"):
+        for key in DRAFT_ONLY:
             if getattr(self, key) and self.method != "draft":
                 raise InvalidSpeculativeConfig(f'speculative_config.{key} applies to method "draft" only, '
                                                f'not {self.method!r}')

@@ -9,7 +9,6 @@ draft model spends no steps on it this step (an answer copying its input drafts 
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 from hearth.spec_decode import ngram  # the module: proposer.py imports this one while ngram may be loading
 from hearth.spec_decode.proposer import DraftRequest, Proposer
@@ -23,9 +22,7 @@ class DraftSlots(Proposer, method="draft"):
         """Request-steps drafted by the lookup instead of the draft model; given draft model slots."""
         n = config.draft_lookup_min
         if n:
-            self.lookup = ngram.NgramProposer(replace(config, method="ngram", tree_budget=0, draft_vocab=0, draft_lookup_min=0,
-                                                prompt_lookup_min=n, prompt_lookup_max=max(n, config.prompt_lookup_max)),
-                                              codec)
+            self.lookup = ngram.NgramProposer(config.lookup(n), codec)
 
     def propose(self, requests: list[DraftRequest], num_tokens: list[int]) -> dict[str, list[int] | int]:
         found = self.lookup.propose(requests, num_tokens) if self.lookup is not None else {}

@@ -39,3 +39,11 @@ def test_draft_lookup_min_is_checked():
         SpeculativeConfig.parse({"method": "draft", "model": "x.gguf", "draft_lookup_min": -2})
     with pytest.raises(InvalidSpeculativeConfig, match=r'speculative_config\.draft_lookup_min applies to method "draft" only'):
         SpeculativeConfig.parse({"method": "suffix", "draft_lookup_min": 3})
+
+
+def test_the_lookup_of_a_draft_with_every_draft_key_is_a_plain_ngram():
+    spec = SpeculativeConfig.parse({"method": "draft", "model": "x.gguf", "draft_quant": "q4_0", "draft_vocab": 100,
+                                    "draft_lookup_min": 3, "tree_budget": 6})
+    look = spec.lookup(3)  # was refused: draft-only keys carried over to method ngram
+    assert (look.method, look.tree_budget, look.prompt_lookup_min, look.prompt_lookup_max) == ("ngram", 0, 3, 5)
+    assert (look.draft_quant, look.draft_vocab, look.draft_lookup_min) == ("", 0, 0)
