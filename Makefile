@@ -31,17 +31,18 @@ run: setup
 # other tier this CPU runs, forced with HEARTH_CPU_TIER (hearth/kernels/tiers.py). One pass at a time: two
 # side by side on 2 cores took 20 min against 14 (2026-12-05). Every tier runs even after a failure;
 # pytest's 5 (nothing collected under a narrow PYTEST_ARGS) is no failure.
-# BESIDE=1 (the default; BESIDE=0: one pass at a time) runs the emulated tests (single-threaded: Triton's
+# BESIDE=1 (BESIDE=0: one pass at a time) runs the emulated tests (single-threaded: Triton's
 # interpreter, qemu-user) as a second pytest beside the passes, at the idle scheduling class (nice 19
 # without chrt), on the core those leave idle; the first pass then runs -m "not(emulated)", and the emulated
 # run's report follows the last pass. Fresh clone, quiet 2-core AMX machine, 2026-12-05: 10 min 38 s in all
 # (setup included), the emulated run's 2:19 done inside the amx pass's 7:14.
-# BESIDE=tiers: the other tiers' passes go there too, after the emulated run, so the best tier's pass is the
-# only one in the foreground (what is left of the idle-class runs when it ends runs at full speed); their
-# reports follow it, in order. Not yet timed on a quiet machine against BESIDE=1.
+# BESIDE=tiers (the default): the other tiers' passes go there too, after the emulated run, so the best
+# tier's pass is the only one in the foreground (what is left of the idle-class runs when it ends runs at
+# full speed); their reports follow it, in order. Fresh clone, quiet, 2026-12-05: 10 min 00 s in all (the
+# amx pass 7:10, the avx512 pass done beside it), against 10:24-10:40 with BESIDE=1.
 TIERS = $(BIN)/python -m hearth.kernels.tiers
 PYTEST = $(BIN)/python -m pytest -q
-BESIDE ?= 1
+BESIDE ?= tiers
 IDLE := $(shell command -v chrt >/dev/null && chrt -i 0 true 2>/dev/null && echo "chrt -i 0" || echo "nice -n 19")
 test: setup browser
 	@tiers="$$($(TIERS) runnable)" && [ -n "$$tiers" ] && $(TIERS) skipped || exit 1; status=0; \

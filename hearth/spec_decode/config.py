@@ -101,7 +101,7 @@ class SpeculativeConfig:
 
     def lookup(self, n: int) -> SpeculativeConfig:
         """The prompt lookup a draft runs first (draft_lookup_min n): ngram chains of >= n-grams."""
-        default = {k: f.default for k, f in self.__dataclass_fields__.items() if k in DRAFT_ONLY}
+        default = {f.name: f.default for f in fields(self) if f.name in DRAFT_ONLY}
         return replace(self, method="ngram", tree_budget=0, prompt_lookup_min=n,
                        prompt_lookup_max=max(n, self.prompt_lookup_max), **default)
 
