@@ -58,8 +58,13 @@ class RequestStream:
         self._loop = asyncio.get_running_loop()
 
     def _put(self, item: EngineOutput | BaseException) -> None:
-        """Called from the engine thread."""
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        """Called from the engine thread. A reader whose event loop has closed is gone: its output is
+        dropped (the engine thread must not die of it; its request is aborted when it finishes)."""
+        try:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
+        except RuntimeError:  # "Event loop is closed"
+            if not self._loop.is_closed():
+                raise
 
     def __aiter__(self) -> RequestStream:
         return self

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from hearth.engine.async_engine import AsyncEngine, EngineFullError, EngineStepError
+from hearth.engine.async_engine import AsyncEngine, EngineFullError, EngineStepError, RequestStream
 from hearth.engine.engine_core import InvalidPromptError
 from hearth.sampling_params import SamplingParams
 
@@ -121,3 +121,15 @@ def test_requests_in_flight_are_counted_and_thread_init_runs_on_the_engine_threa
     finally:
         ae.shutdown()
     assert ran_on == ["hearth-engine"]
+
+
+def test_output_for_a_reader_whose_loop_has_closed_is_dropped():
+    # the engine thread may still hold a step's output for a stream whose event loop has just ended
+    engine, _, _ = make_engine()
+    ae = AsyncEngine(engine)
+
+    async def open_stream():
+        return RequestStream(ae, "gone")
+
+    stream = asyncio.run(open_stream())
+    stream._put(RuntimeError("late"))  # dropped: raising would end the engine thread
