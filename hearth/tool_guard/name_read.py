@@ -40,10 +40,10 @@ def read_name(trace: TokenTrace, triggers: list[Trigger], names: list[str]) -> N
     if not spans:
         return None
     start, end = spans[0]
-    at = name_start(trace.text, start, end)
-    if at is None or at >= len(trace.text.encode()):  # the name's first token is not out yet
+    at, raw = name_start(trace.text, start, end), trace.text.encode()
+    if at is None or at >= len(raw):  # the name's first token is not out yet
         return None
-    decided = _decided(trace.text.encode()[at:end].decode("utf-8", "ignore"), names)
+    decided = _decided(raw[at:end].decode("utf-8", "ignore"), names)
     if decided is None:
         return None
     name, chars = decided
