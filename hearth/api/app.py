@@ -21,7 +21,7 @@ from hearth.api.responses_store import ResponseStore
 from hearth.api.sampling import Limits
 from hearth.api.served import ServedModel
 from hearth.tool_guard import GuardConfig
-from hearth.tool_guard.routing import DEFAULT_THRESHOLD
+from hearth.tool_guard.routing import DEFAULT_THRESHOLD, TOOL_FLOOR
 
 
 @dataclass
@@ -41,6 +41,8 @@ class ServerConfig:
     """The tool layer of requests that do not pick one (hearth.tool_guard)."""
     router_threshold: float = DEFAULT_THRESHOLD
     """A router's threshold where neither the request nor its model's router gives one."""
+    router_tool_floor: float = TOOL_FLOOR
+    """A router's tool floor where neither the request nor its model's router gives one (0: off)."""
 
 
 def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:

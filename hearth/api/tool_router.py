@@ -26,7 +26,7 @@ from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
 from hearth.tool_guard import triggers_for
 from hearth.tool_guard.name_read import NameRead, read_name
-from hearth.tool_guard.routing import (TOOL_FLOOR, Ask, Probe, RouterConfig, RouterReport, early_reason,
+from hearth.tool_guard.routing import (Ask, Probe, RouterConfig, RouterReport, early_reason,
                                        fallback_reason, probe_choice, skip_reason)
 from hearth.tool_parsers import ContentDelta, ToolCallEvent
 
@@ -74,7 +74,7 @@ def router_config(state, model_field: str | None, ext) -> RouterConfig | None:
         threshold = own.threshold if own is not None else state.config.router_threshold
     floor = ext.router_tool_floor
     if floor is None:
-        floor = own.tool_floor if own is not None else TOOL_FLOOR
+        floor = own.tool_floor if own is not None else state.config.router_tool_floor
     return RouterConfig(small.spec.name, threshold, floor)
 
 

@@ -15,7 +15,7 @@ from hearth.config import DEFAULT_MODEL, DEVICES
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from hearth.tool_guard.declined import NAME_FLOOR
-    from hearth.tool_guard.routing import DEFAULT_THRESHOLD
+    from hearth.tool_guard.routing import DEFAULT_THRESHOLD, TOOL_FLOOR
 
     p.add_argument("model", nargs="*", default=[],
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf; several: the first loads at "
@@ -58,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--router-threshold", type=float, default=None, metavar="P",
                      help="lowest token probability in the small model's call, its opener included, for it to "
                           f"stand, in [0, 1] (default: {DEFAULT_THRESHOLD})")
+    net.add_argument("--router-tool-floor", type=float, default=None, metavar="P",
+                     help="with several tools offered, the small model's call is stopped at its tool's name and "
+                          "the main model answers when the tokens that chose that tool read below P, in [0, 1]; "
+                          f"0: off (default: {TOOL_FLOOR}; 0.95 is the measured value, docs/eval-tools.md)")
     net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
@@ -121,7 +125,7 @@ def server_config(args: argparse.Namespace):
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,
                         tool_guard=tool_guard(args),
-                        router_threshold=router_threshold(args))
+                        router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args))
 
 
 def tool_guard(args: argparse.Namespace):
@@ -135,12 +139,18 @@ def tool_guard(args: argparse.Namespace):
 
 def router_threshold(args: argparse.Namespace) -> float:
     """--router-threshold, checked before any model loads (one line when outside [0, 1])."""
-    from hearth.tool_guard.routing import check_threshold
-
-    from hearth.tool_guard.routing import DEFAULT_THRESHOLD
+    from hearth.tool_guard.routing import DEFAULT_THRESHOLD, check_threshold
 
     given = getattr(args, "router_threshold", None)
     return DEFAULT_THRESHOLD if given is None else check_threshold(given)
+
+
+def router_tool_floor(args: argparse.Namespace) -> float:
+    """--router-tool-floor, checked like --router-threshold."""
+    from hearth.tool_guard.routing import TOOL_FLOOR, check_threshold
+
+    given = getattr(args, "router_tool_floor", None)
+    return TOOL_FLOOR if given is None else check_threshold(given, "--router-tool-floor")
 
 
 def run_server(app, args: argparse.Namespace, names: str) -> int:

@@ -10,7 +10,8 @@
     threads = 2                    # its engine thread's CPU threads (default: --threads, else all cores)
     pinned = true                  # loaded at start and never unloaded (default: false)
     router = "small"               # a model of this server that answers its single-turn tool calls when
-    router_threshold = 0.5         #   sure (default: --router, --router-threshold); a router is pinned
+    router_threshold = 0.5         #   sure (default: --router, --router-threshold, --router-tool-floor);
+    router_tool_floor = 0.95       #   a router is pinned
 
 A bad entry is one line naming the entry and the field."""
 
@@ -38,6 +39,7 @@ class ModelEntry:
     """How errors name it: `models.toml: models[2] ('coder')`, or `MODEL 'x'`."""
     router: str = ""
     router_threshold: float | None = None
+    router_tool_floor: float | None = None
 
 
 def _text(v) -> bool:
@@ -46,6 +48,10 @@ def _text(v) -> bool:
 
 def _count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _unit(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1
 
 
 # field -> (check, what it must be): a models-file entry's fields
@@ -58,8 +64,8 @@ FIELDS = {
     "threads": (_count, "a whole number of threads (0: all cores)"),
     "pinned": (lambda v: isinstance(v, bool), "true or false"),
     "router": (_text, "the name of another model this server serves"),
-    "router_threshold": (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1,
-                         "a number in [0, 1]"),
+    "router_threshold": (_unit, "a number in [0, 1]"),
+    "router_tool_floor": (_unit, "a number in [0, 1] (0: off)"),
 }
 
 
@@ -100,7 +106,7 @@ def _entry(raw, where: str, base: Path) -> ModelEntry:
         _check_kv(raw["kv_cache_dtype"], f"{where}: kv_cache_dtype")
     return ModelEntry(model, raw.get("name", ""), tuple(raw.get("aliases", ())), raw.get("context", 0),
                       raw.get("kv_cache_dtype", ""), raw.get("threads", 0), raw.get("pinned", False), where,
-                      raw.get("router", ""), raw.get("router_threshold"))
+                      raw.get("router", ""), raw.get("router_threshold"), raw.get("router_tool_floor"))
 
 
 def _check_kv(name: str, where: str) -> None:
@@ -159,7 +165,7 @@ def build_pool(args: argparse.Namespace):
     """The server's ModelPool: specs with friendly ids and the planner's footprints, the budget, the
     loader. One model is pinned and unbudgeted unless --max-memory is given (as before: it just loads)."""
     from hearth.api.model_pool import GiB, ModelPool, ModelSpec
-    from hearth.commands.serve import router_threshold
+    from hearth.commands.serve import router_threshold, router_tool_floor
     from hearth.commands.serve_router import router_configs, with_router
     from hearth.memory.serving import default_budget
 
@@ -168,7 +174,8 @@ def build_pool(args: argparse.Namespace):
     given = with_router(entries(args), getattr(args, "router", None))
     paths = [_resolve(e) for e in given]
     names = unique_names([model_names(e, p) for e, p in zip(given, paths)], given)
-    routers = router_configs(given, names, getattr(args, "router", None), router_threshold(args))
+    routers = router_configs(given, names, getattr(args, "router", None), router_threshold(args),
+                             router_tool_floor(args))
     routing = {r.model for r in routers if r is not None}
     several = len(given) > 1
     specs = []

@@ -140,11 +140,34 @@ def test_router_is_a_pinned_model_of_the_pool_and_each_model_routes_through_it(t
     assert (big.router.model, big.router.threshold, small.router, small.pinned) == ("small", 0.5, None, True)
 
 
+def test_router_tool_floor_from_the_flag_and_per_entry(tiny, tmp_path):
+    from hearth.commands.serve import server_config
+
+    other = tmp_path / "small.gguf"
+    write_tiny_gguf(other, "qwen2")
+    args = serve_args(str(tiny), "--router", str(other), "--router-tool-floor", "0.95", "--max-memory", "4")
+    main, _ = (s.spec for s in build_pool(args).slots)
+    assert (main.router.threshold, main.router.tool_floor) == (0.3, 0.95)
+    assert server_config(args).router_tool_floor == 0.95  # a request's hearth.router gets it too
+    assert server_config(serve_args(str(tiny))).router_tool_floor == 0.0  # off by default
+    # an entry's own floor over the flag's; another entry without one takes the flag's
+    (tmp_path / "models.toml").write_text(f'[[models]]\nname = "big"\nmodel = "{tiny.name}"\nrouter = "small"\n'
+                                          'router_tool_floor = 0.5\n'
+                                          f'[[models]]\nname = "mid"\nmodel = "{tiny.name}"\nrouter = "small"\n')
+    pool = build_pool(serve_args(str(other), "--models", str(tmp_path / "models.toml"), "--router-tool-floor",
+                                 "0.9", "--max-memory", "4"))
+    _, big, mid = (s.spec for s in pool.slots)
+    assert (big.router.tool_floor, mid.router.tool_floor) == (0.5, 0.9)
+
+
 @pytest.mark.parametrize("argv,toml,needles", [
     (["--router-threshold", "1.5"], None, ["--router-threshold: must be a number in [0, 1], got 1.5"]),
     ([], '[[models]]\nname = "big"\nmodel = "tiny.gguf"\nrouter = "nope"\n',
      ["models[1] ('big'): router: 'nope' is not a model this server serves ('big')"]),
     ([], '[[models]]\nmodel = "tiny.gguf"\nrouter_threshold = 2\n', ["models[1]: router_threshold: must be a number in [0, 1]"]),
+    (["--router-tool-floor", "-0.5"], None, ["--router-tool-floor: must be a number in [0, 1], got -0.5"]),
+    ([], '[[models]]\nmodel = "tiny.gguf"\nrouter_tool_floor = "high"\n',
+     ["models[1]: router_tool_floor: must be a number in [0, 1] (0: off), got 'high'"]),
 ])
 def test_bad_router_settings_are_one_line(capsys, tmp_path, argv, toml, needles):
     write_tiny_gguf(tmp_path / "tiny.gguf", "llama")

@@ -43,12 +43,13 @@ class Says(FakeEngine):
 def make():
     clients = []
 
-    def build(small_says=(OSLO_CALL,), threshold: float | None = 0.5, small_context: int = 4096):
+    def build(small_says=(OSLO_CALL,), threshold: float | None = 0.5, small_context: int = 4096,
+              server: ServerConfig | None = None, tool_floor: float = 0.0):
         main, small = Says("It is sunny."), Says(*small_says, max_model_len=small_context)
-        routers = {"main": RouterConfig("small", threshold)} if threshold is not None else {}
+        routers = {"main": RouterConfig("small", threshold, tool_floor)} if threshold is not None else {}
         pool = ModelPool.of([fake_served(engine=main, names=("main",)), fake_served(engine=small, names=("small",))],
                             routers)
-        client = TestClient(create_app(pool, ServerConfig()), raise_server_exceptions=False)
+        client = TestClient(create_app(pool, server or ServerConfig()), raise_server_exceptions=False)
         client.__enter__()
         clients.append(client)
         return client, main, small
@@ -285,3 +286,22 @@ def test_the_tool_floor_per_request(make):
     assert floor["hearth"]["router"]["reason"] == "unsure_tool"
     body = chat(client, ask, TWO_TOOLS).json()  # off by default: the threshold alone
     assert body["hearth"]["router"]["decision"] == "accepted" and body["hearth"]["router"]["stopped"] is False
+
+
+@pytest.mark.parametrize("configured", ["model", "server"])
+def test_the_servers_tool_floor_and_the_request_over_it(make, configured):
+    """--router-tool-floor reaches a model's router (serve_router.router_configs) or, for a request
+    naming its own router, the ServerConfig: a request without hearth.router_tool_floor is judged
+    under it; the request's own field still wins."""
+    if configured == "model":
+        client, main, small = make(small_says=NAMED_CALL, threshold=0.1, tool_floor=0.95)
+        extra = {}
+    else:
+        client, main, small = make(small_says=NAMED_CALL, threshold=None,
+                                   server=ServerConfig(router_threshold=0.1, router_tool_floor=0.95))
+        extra = {"router": "small"}
+    ask = [{"role": "user", "content": "weather in Oslo? script:router_unsure_name"}]  # tool choice read at 0.135
+    router = chat(client, ask, TWO_TOOLS, hearth=extra).json()["hearth"]["router"]
+    assert (router["decision"], router["reason"], router["stopped"]) == ("fallback", "unsure_tool", True)
+    router = chat(client, ask, TWO_TOOLS, hearth={**extra, "router_tool_floor": 0}).json()["hearth"]["router"]
+    assert router["decision"] == "accepted" and router["stopped"] is False
