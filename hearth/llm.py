@@ -67,7 +67,7 @@ class LLM:
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
-        draft_gguf = _draft_gguf(spec, self.tokenizer, self.backend)  # a draft with another vocabulary fails here
+        draft_gguf = _draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
@@ -75,9 +75,17 @@ class LLM:
         finally:
             torch.set_num_threads(threads)
         mc = self.model_config
+        codec = get_codec(cfg.kv_cache_dtype)
+        # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
+        regimes = self.backend.row_regimes(self.model, codec.quantized)
+        if spec is not None and regimes is None:
+            log.warning("hearth: speculative decoding is off: without the native kernels a verify row is not "
+                        "computed bit for bit as a decode row, so drafts would not be lossless"
+                        + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
+            spec = draft_gguf = None
+        draft_gguf = _draft_weights(spec, draft_gguf, self.backend)
         draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
         self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
-        codec = get_codec(cfg.kv_cache_dtype)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
         if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
@@ -104,11 +112,6 @@ class LLM:
                             seals_full_blocks=codec.quantized)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
-        regimes = self.runner.row_regimes
-        if spec is not None and regimes is None:
-            log.warning("hearth: speculative decoding is off: without the native kernels a verify row is not "
-                        "computed bit for bit as a decode row, so drafts would not be lossless")
-            spec = None
         if spec is not None and draft is not None:
             self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens,
                                              _draft_vocab(spec, draft_gguf, draft[1], self.backend))
@@ -213,10 +216,9 @@ def _step_cost(spec: SpeculativeConfig, passes: tuple[int, int, int]) -> StepCos
                     passes=passes)
 
 
-def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer, backend) -> GGUFFile | None:
+def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile | None:
     """The draft model's file (method draft), once its vocabulary is checked to be the target's:
-    the drafts are token ids the target scores, so both must mean the same strings by them. Seen
-    re-encoded at speculative_config.draft_quant where that is set."""
+    the drafts are token ids the target scores, so both must mean the same strings by them."""
     if spec is None or spec.method != "draft":
         return None
     try:
@@ -233,7 +235,13 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer, backend) -> G
         raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
                                        f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
     spec.check_draft_vocab(head_tensor(g).shape[0])  # before the load, as every other bad value
-    if not spec.draft_quant:
+    return g
+
+
+def _draft_weights(spec: SpeculativeConfig | None, g: GGUFFile | None, backend) -> GGUFFile | None:
+    """The draft's file seen re-encoded at speculative_config.draft_quant where that is set (only
+    once speculation is known to run: the encoding is the load's slowest part)."""
+    if g is None or not spec.draft_quant:
         return g
     log.info(f"hearth: draft {g.path.name}: matrices at {spec.draft_quant} (encoded at the first load, then cached)")
     return requantized(g, spec.draft_quant, backend)

@@ -138,10 +138,12 @@ class Backend:
         return AttentionMetadata(query_start_loc, seq_lens, block_tables, torch.tensor(slots, dtype=torch.long),
                                  block_size, trees=trees or {})
 
-    def row_regimes(self, model, kv_caches: list) -> tuple[int, ...] | None:
+    def row_regimes(self, model, quantized_kv: bool) -> tuple[int, ...] | None:
         """Step sizes (rows) from which the kernels sum differently, so a row's bits may change across
         them; None when even 1 + k rows of one sequence differ from a 1-row decode (torch's kernels:
-        measured 0.25-0.6 on SmolLM2's logits), so drafts would not be lossless."""
+        measured 0.25-0.6 on SmolLM2's logits), so drafts would not be lossless. quantized_kv: the KV
+        cache's codec encodes blocks (known before the cache exists, so the engine decides before a
+        draft model loads)."""
         return None
 
     def batch_min_rows(self) -> int:

@@ -16,7 +16,6 @@ from hearth.backends.cpu_linear import native_linear, native_part
 from hearth.kernels import native, tiers
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.kernels.fused_layer import FusedLayer, FusedStack
-from hearth.kvstore.paged import QuantizedKVCache
 from hearth.layers.embedding import Embedding
 from hearth.layers.linear import QuantLinear
 from hearth.layers.norm import RMSNorm
@@ -160,7 +159,7 @@ class CpuBackend(Backend):
         part = native_part(head)  # f32 in, f32 out (also from its bf16 tiles): no cast of a 262k-wide row
         return part(hidden) if part is not None else super().logits(head, hidden)
 
-    def row_regimes(self, model, kv_caches: list) -> tuple[int, ...] | None:
+    def row_regimes(self, model, quantized_kv: bool) -> tuple[int, ...] | None:
         """The int8 VNNI GEMV below native.batch_min_rows(), batch GEMMs below the layers' max_rows
         (AMX int8 tiles, or without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the
         GEMV's), prefill GEMMs from there (AMX bf16 tiles; without AMX the same int8 GEMM). Within a regime a
@@ -170,7 +169,7 @@ class CpuBackend(Backend):
         ops = model.layers[0].ops
         if not isinstance(ops, NativeLayerOps) or not native.has("paged_attention"):
             return None
-        if any(isinstance(c, QuantizedKVCache) for c in kv_caches) and not native.has("kv_quant"):
+        if quantized_kv and not native.has("kv_quant"):
             return None
         return tuple(r for r in (native.batch_min_rows(), ops.max_rows) if r > 0)
 

@@ -162,7 +162,7 @@ class CudaBackend(Backend):
         return AttentionMetadata(query_start_loc, seq_lens, block_tables,
                                  torch.tensor(slots, dtype=torch.long, device=self.device), block_size, trees=trees or {})
 
-    def row_regimes(self, model, kv_caches: list) -> tuple[int, ...] | None:
+    def row_regimes(self, model, quantized_kv: bool) -> tuple[int, ...] | None:
         """Below gm.GEMV_MAX_ROWS every kernel of a step computes a row alone, in the same program
         whatever the other rows (one GEMV program per activation row, row-wise attention below
         FLASH_MIN_ROWS rows of a sequence, norms and rope per row), so a verify row is a decode row;

@@ -83,3 +83,32 @@ def test_a_second_load_maps_the_cached_encoding_of_its_own_type(tmp_path, monkey
 def test_bad_draft_quant_names_the_field(bad, why):
     with pytest.raises(InvalidSpeculativeConfig, match=why):
         SpeculativeConfig.parse(bad)
+
+
+def test_where_speculation_is_off_the_draft_is_neither_re_encoded_nor_loaded(tmp_path, monkeypatch, caplog):
+    """The torch device (as the torch CPU tier) computes verify rows unlike decode rows: the engine
+    turns speculation off before the draft's weights are read, so draft_quant's encoding (the
+    load's slowest part) is never paid for nothing; with the native kernels the same config does."""
+    import logging
+
+    from hearth import LLM
+    from hearth import llm as llm_module
+    from hearth.kernels import native
+
+    target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    write_tiny_gguf(target, "qwen2", qtype="Q8_0")  # the native kernels' type (the control below)
+    write_tiny_gguf(draft, "qwen2", qtype="F32")  # the same vocabulary, every matrix wider than Q4_0
+    spec = {"method": "draft", "model": str(draft), "num_speculative_tokens": 2, "draft_quant": "q4_0"}
+    encoded, loaded = [], []
+    monkeypatch.setattr(llm_module, "requantized", lambda g, *a: encoded.append(g.path) or requantized(g, *a))
+    load = llm_module.load_model
+    monkeypatch.setattr(llm_module, "load_model", lambda g, *a, **k: loaded.append(g.path) or load(g, *a, **k))
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))  # the encoding's cache stays in the test's dir
+    with caplog.at_level(logging.WARNING, logger="hearth"):
+        llm = LLM(str(target), device="torch", progress=False, speculative_config=spec)
+    assert encoded == [] and loaded == [target] and llm.runner.drafter is None and llm.engine.spec is None
+    assert any("speculative decoding is off" in r.getMessage() and "the draft model is not loaded" in r.getMessage()
+               for r in caplog.records)
+    if native.available():  # the control: where speculation runs, the draft is encoded and loaded
+        llm = LLM(str(target), device="cpu", progress=False, speculative_config=spec)
+        assert encoded == [draft] and loaded[1:] == [target, draft] and llm.runner.drafter is not None
