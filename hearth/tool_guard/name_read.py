@@ -43,20 +43,21 @@ def read_name(trace: TokenTrace, triggers: list[Trigger], names: list[str]) -> N
     at, raw = name_start(trace.text, start, end), trace.text.encode()
     if at is None or at >= len(raw):  # the name's first token is not out yet
         return None
-    decided = _decided(raw[at:end].decode("utf-8", "ignore"), names)
+    written = raw[at:end].decode("utf-8", "ignore")
+    decided = _decided(written, names)
     if decided is None:
         return None
     name, chars = decided
-    stop = at + max(len(name[:chars].encode()), 1)  # the deciding byte's end (the first name byte at least)
+    stop = at + max(len(written[:chars].encode()), 1)  # the deciding byte's end (the first name byte at least)
     tokens = sum(1 for a, _, _ in trace.spans if a < stop)
     return NameRead(name, trace.min_prob(start, stop), trace.raw_prob(at, at + 1), tokens,
                     trace.min_prob(start, at), trace.min_prob(at, stop) if chars else None)
 
 
 def _decided(written: str, names: list[str]) -> tuple[str, int] | None:
-    """(the tool, how many of its characters decided it: 0 when one tool is offered) once `written`
-    (the name so far, maybe with what follows it) leaves one offered name; None while several
-    remain or none does."""
+    """(the tool, how many characters of `written` decided it: 0 when one tool is offered) once
+    `written` (the name so far, maybe with what follows it) leaves one offered name; None while
+    several remain or none does."""
     closed = written.find('"')
     partial = written if closed < 0 else written[:closed]
     for k in range(len(partial) + 1):  # the shortest prefix that leaves one name
@@ -64,5 +65,5 @@ def _decided(written: str, names: list[str]) -> tuple[str, int] | None:
         if len(left) <= 1:
             whole = left and left[0].startswith(partial) and (closed < 0 or left[0] == partial)
             return (left[0], k) if whole else None
-    # a name that is a prefix of another (get, get_weather) is decided by its close
-    return (partial, len(partial)) if closed >= 0 and partial in names else None
+    # a name that is a prefix of another (get, get_weather) is decided by its close: the quote counts
+    return (partial, len(partial) + 1) if closed >= 0 and partial in names else None

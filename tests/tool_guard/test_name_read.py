@@ -56,6 +56,15 @@ def test_a_name_that_prefixes_another_waits_for_its_close():
     assert reads[1] is None and reads[2].name == "get" and reads[2].confidence == P
 
 
+def test_the_close_that_decides_a_prefix_name_counts_as_its_choice():
+    """`get"` against get_weather: the quote is the choice between them, so its probability is the tool's."""
+    reads = trace_of(('<tool_call>\n{"name": "', -0.1, None), ("get", -0.05, None), ('",', -2.0, None),
+                     (' "arguments": {}}', -3.0, None))
+    torn = round(math.exp(-2.0), 6)
+    assert (reads[2].name, reads[2].tokens, reads[2].tool, reads[2].confidence) == ("get", 3, torn, torn)
+    assert reads[3] == reads[2]  # the arguments after it do not count
+
+
 @pytest.mark.parametrize("tokens", [
     [("Sunny", -0.5, None), (" today", -0.5, None)],  # text: no call opened
     [('<tool_call>\n{"name": "', -0.5, None), ("nope", -0.5, None), ('"', 0.0, None)],  # no offered name
