@@ -182,8 +182,8 @@ def test_mlp_and_residual_paths_take_the_gemms(m):
 DIRECT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K)
 """The types whose panels are unpacked straight from 16 rows' blocks (csrc/gemm_vnni_panels.h)."""
 QWEN_K = (896, 1536, 4864, 8960)
-"""Qwen2.5-Coder-0.5B's and 1.5B's row lengths (hidden and MLP widths); 896 is no multiple of 256: the
-0.5B's matrices of that width are Q5_0 and Q8_0, a short last superblock."""
+"""Qwen2.5-Coder-0.5B's and 1.5B's in_features (hidden and MLP widths); 896 is no multiple of 256: the
+0.5B's matrices of that width are Q5_0 and Q8_0."""
 
 
 def matmul(ts, k: int) -> native.NativeMatmul:
@@ -198,8 +198,8 @@ def test_int8_gemm_direct_panels_equal_the_staged_ones(qtype):
     (features across parts, a ragged half) through a staging row each (vnni_row + vnni_half). The same
     weights behind a 5-feature part put most of their features in halves of the other kind: every
     output bit for bit as alone, so both unpack the same codes, scales and offsets. Widths: the
-    kernels' test widths and the Qwen models' (the 32-wide types at 8960 too: Q8_0 and Q5_0 matrices of
-    the 0.5B hold 4864-wide rows; 8960 covers more blocks than any)."""
+    kernels' test widths and the Qwen models' in_features (896 and 1536: q|k|v, o, gate|up; 4864 and
+    8960: down), for the 32-wide types too (896: a short last superblock)."""
     rng, g = np.random.default_rng(int(qtype) + 40), torch.Generator().manual_seed(int(qtype) + 40)
     for k in widths(qtype) + QWEN_K:
         if k % (256 if qtype in K_QUANTS else 32):
