@@ -69,8 +69,10 @@ constexpr int vnni_group() {
   }
 }
 
-// One weight row -> its codes in natural order (codes[k], u8; Kp = K rounded up to 256 bytes) and
-// each 16 weights' scale and offset (s16, o16: Kp / 16). Blocks past the row's last read as zeros.
+// The staging path (where gemm_vnni_panels.h's direct builders do not apply: Q2_K, Q3_K, 16 features
+// across parts or past N): one weight row -> its codes in natural order (codes[k], u8; Kp = K rounded
+// up to 256 bytes) and each 16 weights' scale and offset (s16, o16: Kp / 16). Blocks past the row's
+// last read as zeros.
 template <class T>
 void vnni_row(const uint8_t* row, int64_t K, int64_t nb, uint8_t* codes, float* s16, float* o16) {
   for (int64_t sb = 0; sb < (K + SB - 1) / SB; ++sb) {
