@@ -22,7 +22,7 @@ from gguf.quants import quantize as gguf_quantize
 from hearth.kernels import native
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
-from tests.kernels.test_native import ACT8_TOL, assert_act8_close, widths
+from tests.kernels.test_native import ACT8_TOL, K_QUANTS, assert_act8_close, widths
 from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
 
 INT8 = pytest.mark.skipif(
@@ -179,19 +179,45 @@ def test_mlp_and_residual_paths_take_the_gemms(m):
     assert_act8_close(got, mid, wd)
 
 
+DIRECT = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q8_0, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+"""The types whose panels are unpacked straight from 16 rows' blocks (csrc/gemm_vnni_panels.h)."""
+QWEN_K = (896, 1536, 4864, 8960)
+"""Qwen2.5-Coder-0.5B's and 1.5B's in_features (hidden and MLP widths); 896 is no multiple of 256: the
+0.5B's matrices of that width are Q5_0 and Q8_0."""
+
+
+def matmul(ts, k: int) -> native.NativeMatmul:
+    """The kernels' matmul over GGUF tensors `ts` side by side (a prefill's plan), no reference weights."""
+    return native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], k, PREFILL)
+
+
 @INT8
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q4_1, Q.Q8_0], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", DIRECT, ids=lambda q: q.name)
 def test_int8_gemm_direct_panels_equal_the_staged_ones(qtype):
-    """16 output features of one Q4_0/Q4_1/Q8_0 part are unpacked straight from their blocks (vnni_half_q4,
-    vnni_half_q8);
-    others (features across parts, a ragged half) through a staging row each (vnni_row + vnni_half).
-    The same weights behind a 5-feature part put most of their features in halves of the other kind:
-    every output bit for bit as alone, so both unpack the same codes, scales and offsets."""
+    """16 output features of one part of these types are unpacked straight from their blocks; others
+    (features across parts, a ragged half) through a staging row each (vnni_row + vnni_half). The same
+    weights behind a 5-feature part put most of their features in halves of the other kind: every
+    output bit for bit as alone, so both unpack the same codes, scales and offsets. Widths: the
+    kernels' test widths and the Qwen models' in_features (896 and 1536: q|k|v, o, gate|up; 4864 and
+    8960: down), for the 32-wide types too (896: a short last superblock)."""
     rng, g = np.random.default_rng(int(qtype) + 40), torch.Generator().manual_seed(int(qtype) + 40)
-    for k in widths(qtype):
+    for k in widths(qtype) + QWEN_K:
+        if k % (256 if qtype in K_QUANTS else 32):
+            continue
         w, front = random_tensor(qtype, 37, k, rng), random_tensor(qtype, 5, k, rng)
-        alone, _ = linear([w], k, PREFILL)
-        behind, _ = linear([front, w], k, PREFILL)
+        alone, behind = matmul([w], k), matmul([front, w], k)
         for m in (16, 77):  # a decode batch; a prefill
             x = torch.randn(m, k, generator=g) * torch.rand(m, 1, generator=g) * 10
             assert torch.equal(behind(x)[:, 5:], alone(x)), (k, m)
+
+
+@INT8
+def test_int8_direct_panel_halves_of_two_scale_groups():
+    """A panel whose halves are both direct, Q4_K (scales per 32) beside Q6_K (per 16), takes the
+    finer group: Q6_K's outputs bit for bit as alone (with 32-wide groups its offsets would be read
+    for every other 16 weights only)."""
+    rng, k = np.random.default_rng(41), 1536
+    w = random_tensor(Q.Q6_K, 48, k, rng)
+    x = torch.randn(16, k) * 3
+    mixed = matmul([random_tensor(Q.Q4_K, 16, k, rng), w], k)
+    assert torch.equal(mixed(x)[:, 16:], matmul([w], k)(x))

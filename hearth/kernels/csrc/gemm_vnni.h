@@ -69,8 +69,10 @@ constexpr int vnni_group() {
   }
 }
 
-// One weight row -> its codes in natural order (codes[k], u8; Kp = K rounded up to 256 bytes) and
-// each 16 weights' scale and offset (s16, o16: Kp / 16). Blocks past the row's last read as zeros.
+// The staging path (where gemm_vnni_panels.h's direct builders do not apply: Q2_K, Q3_K, 16 features
+// across parts or past N): one weight row -> its codes in natural order (codes[k], u8; Kp = K rounded
+// up to 256 bytes) and each 16 weights' scale and offset (s16, o16: Kp / 16). Blocks past the row's
+// last read as zeros.
 template <class T>
 void vnni_row(const uint8_t* row, int64_t K, int64_t nb, uint8_t* codes, float* s16, float* o16) {
   for (int64_t sb = 0; sb < (K + SB - 1) / SB; ++sb) {
@@ -113,102 +115,6 @@ inline void vnni_half(const uint8_t* codes, int64_t ld, const float* s16, const 
       for (int j = 0; j < 16 && 16 * sb + j < K / 16; ++j)
         _mm512_store_si512(dst + VNNI_PANEL * (16 * sb + j) + 16 * h, r[j]);
     }
-  }
-}
-
-// Block b's scale and offset for 16 rows of a 32-wide block type, stored for both its groups of 16 in
-// half h of a panel: each row's f16 d (and m) is its block's first dword (scalar loads, not a gather:
-// Blocks32::scales); o = -C s for the symmetric types, as Blocks32::scales computes it
-template <class F>
-void vnni_half_scales(const uint8_t* const rows[16], int64_t off, int64_t b, int h, const VnniPanel& p) {
-  alignas(64) int32_t head[16];
-  for (int i = 0; i < 16; ++i) head[i] = static_cast<int32_t>(u32(rows[i] + off));
-  const __m512i g = _mm512_load_si512(head);
-  const __m512 s = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(g));
-  __m512 o;
-  if constexpr (F::sym) {
-    o = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(F::C)));
-  } else {
-    o = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(g, 16)));
-  }
-  for (int k = 0; k < 2; ++k) {  // the block's two groups of 16
-    _mm512_store_ps(p.s + VNNI_PANEL * (2 * b + k) + 16 * h, s);
-    _mm512_store_ps(p.o + VNNI_PANEL * (2 * b + k) + 16 * h, o);
-  }
-}
-
-// Half h of a panel straight from 16 rows of 4-bit 32-wide blocks (Q4_0, Q4_1; rows[i]: feature 16 h + i):
-// the packed bytes are transposed (one dword of a row's qs holds 8 codes: 4 low nibbles, weights
-// 4q .. 4q + 3, and their 4 high ones, 16 + 4q ..) and split into nibbles in place, instead of every
-// row unpacked to a staging row and the codes transposed 16 x 16 (vnni_row + vnni_half): half the bytes
-// go through the shuffles, and nothing through a staging buffer. The same codes, scales and offsets as
-// theirs, value for value (tests/kernels/test_native_gemm.py compares the two).
-template <class F>
-void vnni_half_q4(const uint8_t* const rows[16], int64_t nb, int h, const VnniPanel& p) {
-  static_assert(F::LEVELS == 16 && F::QH < 0, "4-bit codes without high bits");
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * F::TS;
-    __m512i z[4];  // z[j]: the qs of rows 4j .. 4j + 3, one per 128-bit lane
-    for (int j = 0; j < 4; ++j) {
-      const uint8_t* const* r = rows + 4 * j;
-      __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r[0] + off + F::QS)));
-      for (int i = 1; i < 4; ++i) {
-        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r[i] + off + F::QS));
-        v = i == 1 ? _mm512_inserti32x4(v, x, 1) : i == 2 ? _mm512_inserti32x4(v, x, 2) : _mm512_inserti32x4(v, x, 3);
-      }
-      z[j] = v;
-    }
-    for (int q = 0; q < 4; ++q) {  // lane i: dword q of row i (4 (i % 8) + q of z[0] | z[1], then of z[2] | z[3])
-      const __m512i idx = _mm512_add_epi32(_mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
-                                           _mm512_set1_epi32(q));
-      const __m512i d = _mm512_mask_blend_epi32(0xFF00, _mm512_permutex2var_epi32(z[0], idx, z[1]),
-                                                _mm512_permutex2var_epi32(z[2], idx, z[3]));
-      _mm512_store_si512(p.codes + 128 * (8 * b + q) + 64 * h, _mm512_and_si512(d, m4));
-      _mm512_store_si512(p.codes + 128 * (8 * b + 4 + q) + 64 * h, _mm512_and_si512(_mm512_srli_epi16(d, 4), m4));
-    }
-    vnni_half_scales<F>(rows, off, b, h, p);
-  }
-}
-
-// The same for Q8_0 (codes: the int8 weights with the sign bit flipped, as TQ8_0): each row's 32 bytes
-// of a block are 8 dwords of 4 codes; 16 rows x 8 dwords transposed in three rounds of permutes (rows
-// 4 at a time, then 8, then 16: 3 permutes per 4 codes of 16 features)
-template <class F>
-void vnni_half_q8(const uint8_t* const rows[16], int64_t nb, int h, const VnniPanel& p) {
-  static_assert(F::LEVELS == 256, "8-bit codes");
-  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i r8 = _mm512_setr_epi32(0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24, 0, 8, 16, 24);
-  const __m512i q4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  for (int64_t b = 0; b < nb; ++b) {
-    const int64_t off = b * F::TS;
-    __m512i z[8];  // z[j]: rows 2j, 2j + 1 (dwords 0-7 each)
-    for (int j = 0; j < 8; ++j)
-      z[j] = _mm512_inserti64x4(
-          _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[2 * j] + off + F::QS))),
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[2 * j + 1] + off + F::QS)), 1);
-    // a[j][x]: rows 4j .. 4j + 3, dwords 4x .. 4x + 3, at 4 (dword % 4) + row % 4
-    __m512i a[4][2];
-    for (int j = 0; j < 4; ++j)
-      for (int x = 0; x < 2; ++x)
-        a[j][x] = _mm512_permutex2var_epi32(z[2 * j], _mm512_add_epi32(r8, _mm512_add_epi32(q4, _mm512_set1_epi32(4 * x))),
-                                            z[2 * j + 1]);
-    // lo, hi: rows 0-7, 8-15, dwords 4x + 2y + t (t = 0, 1) at 8t + row % 8
-    for (int x = 0; x < 2; ++x)
-      for (int y = 0; y < 2; ++y) {
-        const __m512i i2 = _mm512_setr_epi32(8 * y, 8 * y + 1, 8 * y + 2, 8 * y + 3, 16 + 8 * y, 17 + 8 * y, 18 + 8 * y,
-                                             19 + 8 * y, 8 * y + 4, 8 * y + 5, 8 * y + 6, 8 * y + 7, 20 + 8 * y, 21 + 8 * y,
-                                             22 + 8 * y, 23 + 8 * y);
-        const __m512i lo = _mm512_permutex2var_epi32(a[0][x], i2, a[1][x]), hi = _mm512_permutex2var_epi32(a[2][x], i2, a[3][x]);
-        for (int t = 0; t < 2; ++t) {  // dword q: rows 0-7 from lo, 8-15 from hi
-          const __m512i i3 = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23),
-                                              _mm512_set1_epi32(8 * t));
-          const int q = 4 * x + 2 * y + t;
-          _mm512_store_si512(p.codes + 128 * (8 * b + q) + 64 * h,
-                             _mm512_xor_si512(_mm512_permutex2var_epi32(lo, i3, hi), flip));
-        }
-      }
-    vnni_half_scales<F>(rows, off, b, h, p);
   }
 }
 

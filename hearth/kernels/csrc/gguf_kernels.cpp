@@ -23,6 +23,7 @@
 #include "attention.h"
 #include "gemm_bf16.h"
 #include "gemm_vnni.h"
+#include "gemm_vnni_panels.h"
 #include "attention_prefill.h"
 #include "kv_quant.h"
 
@@ -364,26 +365,24 @@ struct VnniGroup {
   static void run(int& gs) { gs = vnni_group<T>(); }
 };
 
-// Half h of a panel, features n0 .. n0 + 15, by vnni_half_q4 / _q8 when they are 16 rows of one Q4_0,
-// Q4_1 or Q8_0 part (the rows prefetched 16 ahead, the next half's, as the staging loop prefetches its rows); false
-// for any other (the staging path: other types, rows across parts or past N)
-bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel) {
+// Half h of a panel, features n0 .. n0 + 15, straight from their blocks (gemm_vnni_panels.h) when they
+// are 16 rows of one part of a type with such a path (every type but Q2_K, Q3_K), the rows prefetched
+// 16 ahead (the next half's, as the staging loop prefetches its rows); gs: lowered to the type's scale
+// group. False for any other (the staging path: those types, rows across parts or past N).
+bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel, int& gs) {
   for (const Part& c : p.parts) {
     if (n0 < c.out_col || n0 + 16 > c.out_col + c.rows) continue;
-    if (c.qtype != Q4_0 && c.qtype != Q4_1 && c.qtype != Q8_0) return false;
     const uint8_t* rows[16];
     for (int i = 0; i < 16; ++i) {
       rows[i] = c.w + (n0 - c.out_col + i) * c.row_bytes;
       const uint8_t* ahead = rows[i] + 16 * c.row_bytes;
       for (int64_t b = 0; b < c.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
     }
-    if (c.qtype == Q4_0) {
-      vnni_half_q4<FQ4_0>(rows, c.nb, h, panel);
-    } else if (c.qtype == Q4_1) {
-      vnni_half_q4<FQ4_1>(rows, c.nb, h, panel);
-    } else {
-      vnni_half_q8<FQ8_0>(rows, c.nb, h, panel);
-    }
+    bool done = false;
+    int g = 16;
+    if (!dispatch<VnniDirect>(c.qtype, rows, c.nb, h, panel, done) || !done || !dispatch<VnniGroup>(c.qtype, g))
+      return false;
+    gs = std::min(gs, g);
     return true;
   }
   return false;
@@ -427,7 +426,7 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
         int gs = 32;
         VnniPanel& panel = ps[pn - g0] = vnni_panel_at(pw + (pn - g0) * pb, K, 32);
         for (int h = 0; h < 2; ++h) {
-          if (vnni_half_direct(p, pn * VNNI_PANEL + 16 * h, h, panel)) continue;  // Q4_0 / Q4_1 / Q8_0 rows of one part
+          if (vnni_half_direct(p, pn * VNNI_PANEL + 16 * h, h, panel, gs)) continue;  // 16 rows of one part
           for (int64_t i = 0; i < 16; ++i) {
             const int64_t n = pn * VNNI_PANEL + 16 * h + i;
             uint8_t* codes = st + i * Kp;
