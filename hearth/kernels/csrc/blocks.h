@@ -103,16 +103,31 @@ struct Blocks32 {
 
 // ---- k-quants: one 256-weight block per superblock, chunks of 64 consecutive weights (layouts: gguf_formats.h) ----
 
-const __m512i DUP2 = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
 
 inline __m512 bytes_to_ps(__m128i x) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x)); }
 
-inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {  // Q4_K/Q5_K: d dmin scales[12]
-  uint64_t sc, mn;
-  k4_scale_bytes(b, sc, mn);
-  const __m512 d = _mm512_set1_ps(f16(b)), dmin = _mm512_set1_ps(-f16(b + 2));
-  s = _mm512_permutexvar_ps(DUP2, _mm512_mul_ps(d, bytes_to_ps(_mm_cvtsi64_si128(static_cast<int64_t>(sc)))));
-  o = _mm512_permutexvar_ps(DUP2, _mm512_mul_ps(dmin, bytes_to_ps(_mm_cvtsi64_si128(static_cast<int64_t>(mn)))));
+// Q4_K/Q5_K: d dmin scales[12] -> per 16-weight group g the scale d * sc[g / 2] and offset -dmin *
+// mn[g / 2] (k4_scale_bytes' unpacking done by byte shuffles, each 6-bit value already doubled)
+inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  const char Z = -128;  // pshufb: a zero byte
+  // sc[j]: j < 4 low 6 bits of byte 4 + j; else low nibble of byte 8 + j, and bits 6-7 of byte j as 4-5
+  const __m128i sc = _mm_or_si128(
+      _mm_and_si128(_mm_shuffle_epi8(x, _mm_setr_epi8(4, 4, 5, 5, 6, 6, 7, 7, 12, 12, 13, 13, 14, 14, 15, 15)),
+                    _mm_setr_epi8(63, 63, 63, 63, 63, 63, 63, 63, 15, 15, 15, 15, 15, 15, 15, 15)),
+      _mm_and_si128(_mm_srli_epi16(_mm_shuffle_epi8(x, _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, 4, 4, 5, 5, 6, 6, 7, 7)), 2),
+                    _mm_set1_epi8(0x30)));
+  // mn[j]: j < 4 low 6 bits of byte 8 + j; else high nibble of byte 8 + j, and bits 6-7 of byte 4 + j as 4-5
+  const __m128i m8 = _mm_shuffle_epi8(x, _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15));
+  const __m128i lo6 = _mm_setr_epi8(63, 63, 63, 63, 63, 63, 63, 63, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m128i mn = _mm_or_si128(
+      _mm_or_si128(_mm_and_si128(m8, lo6), _mm_andnot_si128(lo6, _mm_and_si128(_mm_srli_epi16(m8, 4), _mm_set1_epi8(0x0F)))),
+      _mm_and_si128(_mm_srli_epi16(_mm_shuffle_epi8(x, _mm_setr_epi8(Z, Z, Z, Z, Z, Z, Z, Z, 8, 8, 9, 9, 10, 10, 11, 11)), 2),
+                    _mm_set1_epi8(0x30)));
+  const __m128 dd = _mm_cvtph_ps(x);  // d, dmin
+  s = _mm512_mul_ps(_mm512_broadcastss_ps(dd), _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(sc)));
+  const __m512 neg_dmin = _mm512_broadcastss_ps(_mm_xor_ps(_mm_movehdup_ps(dd), _mm_set1_ps(-0.0f)));
+  o = _mm512_mul_ps(neg_dmin, _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(mn)));
   return 4;
 }
 
@@ -318,6 +333,49 @@ void group_codes(Act& act) {
   }
 }
 
+// A superblock's codes in the GEMV's group order (to_groups): decoded chunk by chunk, then rearranged
+template <class T>
+inline void grouped_codes(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
+  for (int c = 0; c < 4; ++c)  // a short last superblock's missing chunks: zero codes (and zero activations)
+    q[c] = c < nch ? T::codes(row, sb, c, nb) : _mm512_setzero_si512();
+  to_groups(q);
+}
+
+// Q4_K straight into group order: lane i = 4C + r of chunk c is the qs dword 8C + 4 (r % 2) + c, its
+// low nibbles for r < 2 and high ones after (a permute, a shift and a mask per chunk instead of a
+// decode and to_groups' two permutes and a blend)
+template <>
+inline void grouped_codes<TQ4_K>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
+  const uint8_t* qs = row + sb * TQ4_K::TS + 16;
+  const __m512i a = _mm512_loadu_si512(qs), b = _mm512_loadu_si512(qs + 64);
+  const __m512i at = _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
+  const __m512i shift = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v = _mm512_permutex2var_epi32(a, _mm512_add_epi32(at, _mm512_set1_epi32(c)), b);
+    q[c] = _mm512_and_si512(_mm512_srlv_epi32(v, shift), _mm512_set1_epi8(0x0F));
+  }
+}
+
+// Q6_K straight into group order: group i = 8h + 2s + u (weights 128h + 32s + 16u ..) takes, for
+// chunk c, ql's dword 16h + 8 (s & 1) + 4u + c (nibble s >> 1) and qh's dword 8h + 4u + c (bits 2s,
+// rotated to 4-5 of each byte)
+template <>
+inline void grouped_codes<TQ6_K>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
+  const uint8_t* b = row + sb * TQ6_K::TS;
+  const __m512i l0 = _mm512_loadu_si512(b), l1 = _mm512_loadu_si512(b + 64), qh = _mm512_loadu_si512(b + 128);
+  const __m512i at_l = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28);
+  const __m512i at_h = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12);
+  const __m512i nib = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+  const __m512i rot = _mm512_setr_epi32(4, 4, 2, 2, 0, 0, 30, 30, 4, 4, 2, 2, 0, 0, 30, 30);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i cc = _mm512_set1_epi32(c);
+    const __m512i lo = _mm512_srlv_epi32(_mm512_permutex2var_epi32(l0, _mm512_add_epi32(at_l, cc), l1), nib);
+    const __m512i hi = _mm512_and_si512(_mm512_rolv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(at_h, cc), qh), rot),
+                                        _mm512_set1_epi8(0x30));
+    q[c] = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x0F), 0xE4);  // low nibble of lo, bits 4-5 of hi
+  }
+}
+
 // y[m][n] for rows m0 .. m0 + MT of the activations (codes in group order: group_codes) and one
 // weight row
 template <class T, int MT>
@@ -329,9 +387,8 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* 
   for (int64_t sb = 0; sb < act.Kp / SB; ++sb) {
     __m512 vs, vo;
     const int nch = T::scales(row, sb, nb, vs, vo);
-    __m512i q[4];  // a short last superblock's missing chunks: zero codes (and zero activations)
-    for (int c = 0; c < 4; ++c) q[c] = c < nch ? T::codes(row, sb, c, nb) : _mm512_setzero_si512();
-    to_groups(q);
+    __m512i q[4];
+    grouped_codes<T>(row, sb, nb, nch, q);
     for (int m = 0; m < MT; ++m) {
       const int8_t* qa = a.q + (m0 + m) * act.Kp + sb * SB;
       __m512i dp = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_loadu_si512(qa));
