@@ -103,7 +103,6 @@ struct Blocks32 {
 
 // ---- k-quants: one 256-weight block per superblock, chunks of 64 consecutive weights (layouts: gguf_formats.h) ----
 
-
 inline __m512 bytes_to_ps(__m128i x) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x)); }
 
 // Q4_K/Q5_K: d dmin scales[12] -> per 16-weight group g the scale d * sc[g / 2] and offset -dmin *
