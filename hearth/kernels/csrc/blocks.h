@@ -340,19 +340,53 @@ inline void grouped_codes(const uint8_t* row, int64_t sb, int64_t nb, int nch, _
   to_groups(q);
 }
 
-// Q4_K straight into group order: lane i = 4C + r of chunk c is the qs dword 8C + 4 (r % 2) + c, its
-// low nibbles for r < 2 and high ones after (a permute, a shift and a mask per chunk instead of a
-// decode and to_groups' two permutes and a blend)
-template <>
-inline void grouped_codes<TQ4_K>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
-  const uint8_t* qs = row + sb * TQ4_K::TS + 16;
-  const __m512i a = _mm512_loadu_si512(qs), b = _mm512_loadu_si512(qs + 64);
+// 128 bytes of nibbles laid out as Q4_K's qs (a, b: bytes 0-63, 64-127) straight into group order:
+// lane i = 4C + r of chunk c is dword 8C + 4 (r % 2) + c, its low nibbles for r < 2 and high ones
+// after (a permute, a shift and a mask per chunk instead of a decode and to_groups' two permutes and
+// a blend)
+inline void nibble_groups(__m512i a, __m512i b, __m512i q[4]) {
   const __m512i at = _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
   const __m512i shift = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
   for (int c = 0; c < 4; ++c) {
     const __m512i v = _mm512_permutex2var_epi32(a, _mm512_add_epi32(at, _mm512_set1_epi32(c)), b);
     q[c] = _mm512_and_si512(_mm512_srlv_epi32(v, shift), _mm512_set1_epi8(0x0F));
   }
+}
+
+template <>
+inline void grouped_codes<TQ4_K>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
+  const uint8_t* qs = row + sb * TQ4_K::TS + 16;
+  nibble_groups(_mm512_loadu_si512(qs), _mm512_loadu_si512(qs + 64), q);
+}
+
+// Q4_0/Q4_1: the 8 blocks' 16 bytes of nibbles side by side are Q4_K's layout in the chunk order's
+// pairs (chunk p: low nibbles of blocks 2p, 2p + 1, then their high ones); a short superblock (the
+// row's last, K % 256 != 0) the generic way, which reads no block past the row
+template <class B>
+inline void nibble_block_groups(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
+  if (nb - sb * 8 < 8) {
+    for (int c = 0; c < 4; ++c) q[c] = c < nch ? Blocks32<B>::codes(row, sb, c, nb) : _mm512_setzero_si512();
+    to_groups(q);
+    return;
+  }
+  const uint8_t* x = row + sb * 8 * B::TS + B::QS;
+  auto blocks4 = [&](const uint8_t* p) {
+    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + B::TS)), 1);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * B::TS)), 2);
+    return _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 3 * B::TS)), 3);
+  };
+  nibble_groups(blocks4(x), blocks4(x + 4 * B::TS), q);
+}
+
+template <>
+inline void grouped_codes<Blocks32<TQ4_0>>(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
+  nibble_block_groups<TQ4_0>(row, sb, nb, nch, q);
+}
+
+template <>
+inline void grouped_codes<Blocks32<TQ4_1>>(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
+  nibble_block_groups<TQ4_1>(row, sb, nb, nch, q);
 }
 
 // Q6_K straight into group order: group i = 8h + 2s + u (weights 128h + 32s + 16u ..) takes, for
