@@ -32,6 +32,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "model (hearth serve --router); rows record its decision, confidence and seconds")
     g.add_argument("--router-threshold", type=float, default=0.0, metavar="P",
                    help="the router's threshold; 0 (default) accepts every valid call: the rows a --sweep reads")
+    g.add_argument("--router-tool-floor", type=float, default=0.0, metavar="F",
+                   help="the router's tool floor (hearth serve --router-tool-floor); 0 (default) off, as a --sweep "
+                        "run wants it")
     g.add_argument("--alone-out", metavar="FILE", help="with --router: run each item also with the router off "
                    "(the model alone, on the same server, in turns with the routed run so both share the load; "
                    "prefix caching off) and write those rows here")
@@ -144,7 +147,7 @@ def _load(args: argparse.Namespace):
               **({"enable_prefix_caching": False} if args.alone_out else {})}
     llm = LLM(args.model, progress=True, **engine)
     small = LLM(args.router, progress=True, **engine) if args.router else None
-    return InProcessServer(llm, small, args.router_threshold), _meta(args, llm, small)
+    return InProcessServer(llm, small, args.router_threshold, args.router_tool_floor), _meta(args, llm, small)
 
 
 def _meta(args: argparse.Namespace, llm, small) -> dict:
@@ -154,7 +157,7 @@ def _meta(args: argparse.Namespace, llm, small) -> dict:
     meta = {"commit": _commit(), "model": args.model, "model_sha256": sha, "mode": args.mode}
     if small is not None:
         meta |= {"router_model": args.router, "router_sha256": model_fingerprint(small.path),
-                 "router_threshold": args.router_threshold}
+                 "router_threshold": args.router_threshold, "router_tool_floor": args.router_tool_floor}
     return meta
 
 
@@ -164,10 +167,11 @@ def _check_flags(args: argparse.Namespace) -> None:
         from hearth.tool_guard.routing import check_threshold
 
         check_threshold(args.router_threshold)
+        check_threshold(args.router_tool_floor, "--router-tool-floor")
         if args.url:
             raise HearthError("--router needs the models loaded here: not with --url")
-    elif args.router_threshold:
-        raise HearthError("--router-threshold needs --router SMALL")
+    elif args.router_threshold or args.router_tool_floor:
+        raise HearthError("--router-threshold and --router-tool-floor need --router SMALL")
     elif args.alone_out:
         raise HearthError("--alone-out needs --router SMALL")
     if args.offset and args.limit <= 0:

@@ -27,14 +27,14 @@ TIMEOUT = 900.0
 
 
 class InProcessServer:
-    def __init__(self, llm, router_llm=None, router_threshold: float = 0.0):
+    def __init__(self, llm, router_llm=None, router_threshold: float = 0.0, router_tool_floor: float = TOOL_FLOOR):
         """router_llm: a small model that routes the model's tool calls (hearth.api.tool_router) at this
-        threshold; at 0 every valid call is kept (the tool floor off too): the rows a --sweep reads."""
+        threshold and tool floor; at 0 and 0 (off) every valid call is kept: the rows a --sweep reads."""
         served = [ServedModel.from_llm(llm, [NAME], AsyncEngine(llm.engine))]
         routers = {}
         if router_llm is not None:
             served.append(ServedModel.from_llm(router_llm, [ROUTER_NAME], AsyncEngine(router_llm.engine)))
-            routers[NAME] = RouterConfig(ROUTER_NAME, router_threshold, TOOL_FLOOR if router_threshold else 0.0)
+            routers[NAME] = RouterConfig(ROUTER_NAME, router_threshold, router_tool_floor)
         app = create_app(ModelPool.of(served, routers))
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="on")
         self._server = uvicorn.Server(config)

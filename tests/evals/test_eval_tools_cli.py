@@ -17,7 +17,9 @@ from tests.evals.test_tool_report import ROWS
     (["--url", "ftp://host:21"], "--url 'ftp://host:21': give http://HOST:PORT"),
     (["--url", "http://host:abc"], "--url 'http://host:abc': give http://HOST:PORT"),
     (["--router", "small.gguf", "--url", "http://host:8080"], "--router needs the models loaded here"),
-    (["--router-threshold", "0.5"], "--router-threshold needs --router SMALL"),
+    (["--router-threshold", "0.5"], "--router-threshold and --router-tool-floor need --router SMALL"),
+    (["--router-tool-floor", "0.9"], "--router-tool-floor need --router SMALL"),
+    (["--router", "small.gguf", "--router-tool-floor", "1.5"], "--router-tool-floor: must be a number in [0, 1]"),
     (["--decline-below", "2"], "--decline-below must be in [0, 1]"),
     (["--alone-out", "alone.jsonl"], "--alone-out needs --router SMALL"),
     (["--offset", "3"], "--offset needs --limit N"),
@@ -42,3 +44,24 @@ def test_compare_prints_mcnemar(capsys, tmp_path):
     assert "McNemar's exact test" in out
     overall = next(line for line in out.splitlines() if line.startswith("overall"))
     assert overall.split() == ["overall", "5", "3", "0", "3", "0", "0.2500"]  # 3 discordant pairs: p = 2/8
+
+
+def test_router_tool_floor_reaches_the_in_process_router(monkeypatch):
+    import hearth.evals.server as server
+    import hearth.llm
+    import hearth.loader.fingerprint as fingerprint
+    from hearth.cli import command_parser
+    from hearth.commands import eval_tools
+
+    class FakeLLM:
+        def __init__(self, model, **kw):
+            self.path = model
+
+    seen = {}
+    monkeypatch.setattr(hearth.llm, "LLM", FakeLLM)
+    monkeypatch.setattr(fingerprint, "model_fingerprint", lambda path: "sha")
+    monkeypatch.setattr(server, "InProcessServer", lambda *a: seen.setdefault("args", a))
+    args = command_parser("eval").parse_intermixed_args(["tools", "big.gguf", "--router", "small.gguf",
+                                                         "--router-threshold", "0.3", "--router-tool-floor", "0.9"])
+    _, meta = eval_tools._load(args)
+    assert seen["args"][2:] == (0.3, 0.9) and meta["router_tool_floor"] == 0.9
