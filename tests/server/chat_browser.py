@@ -9,14 +9,15 @@ import threading
 import time
 
 from tests.server.conftest import API_KEY
-from tests.server.fakes import fake_app
+from tests.server.fakes import FakeEngine, fake_served
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-dev-shm-usage", "--window-size=1280,1100"]
-MODELS = ("fake-model", "fake-other")  # two served names: what the picker chooses between
+MODELS = ("fake-model", "fake-other")  # two served models: what the picker chooses between
+FILE_ALIAS = "fake-model-q4_k_m.gguf"  # the first one's file name, listed as its alias: not in the picker
 WAIT = 120  # seconds for anything the page does (the fake answers in milliseconds; SmolLM2 on a loaded CI machine in seconds)
 
 
@@ -26,7 +27,13 @@ class PageServer:
     def __init__(self):
         import uvicorn
 
-        app, self.engine = fake_app(names=MODELS, api_key=API_KEY)
+        from hearth.api.app import ServerConfig, create_app
+        from hearth.api.model_pool import ModelPool
+
+        self.engine = FakeEngine()  # both models answer from it: its requests name the model
+        pool = ModelPool.of([fake_served(engine=self.engine, names=(MODELS[0], FILE_ALIAS)),
+                             fake_served(engine=self.engine, names=(MODELS[1],))])
+        app = create_app(pool, ServerConfig(api_key=API_KEY))
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]

@@ -57,6 +57,9 @@ def test_chat_page(browser, page_server, tmp_path):
     _second_model(page, page_server)
     _reasoning_and_settings(page, page_server)
     _tool_call(page)
+    # everything the page loaded came from hearth (it works without a network: no CDN)
+    loaded = browser.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+    assert loaded and all(url.startswith(page_server.url + "/") for url in loaded), loaded
     for name, scroll in [("chat_page.png", 0), ("chat_page_end.png", 10**6)]:  # the top, then the end
         browser.execute_script("document.getElementById('messages').scrollTop = arguments[0]", scroll)
         assert browser.save_screenshot(str(tmp_path / name))
@@ -119,8 +122,8 @@ def _second_model(page, server):
     assert [m["role"] for m in body["messages"]] == ["user", "assistant", "user", "assistant", "user"]
     assert body["messages"][3]["content"].startswith("tick")
     assert answer.find_element(page.By.CSS_SELECTOR, ".content").text == "Hello there!"
-    # the model asked for, and the one the response names (here the same model under its first name)
-    assert answer.find_element(page.By.CSS_SELECTOR, ".meta .model").text == f"{MODELS[1]} → {MODELS[0]}"
+    # the model asked for is the one the response names: no "asked → answered by"
+    assert answer.find_element(page.By.CSS_SELECTOR, ".meta .model").text == MODELS[1]
 
 
 def _reasoning_and_settings(page, server):
@@ -276,15 +279,22 @@ def test_assets_are_served_without_the_key(page_server):
 
 
 def test_model_picker_shows_the_loaded_flag(browser, page_server):
-    """hearth's servers of several models mark each /v1/models entry `loaded`; the picker shows it."""
+    """hearth's servers of several models mark each /v1/models entry (`hearth.loaded`); the picker shows
+    it, and lists each model once (not its aliases, such as its file's name)."""
+    from hearth.api.model_pool import ModelPool
+    from tests.server.fakes import fake_served
+
+    pool = ModelPool.of([fake_served(names=("big", "big-q4_k_m.gguf")), fake_served(names=("small",))])
+    cards = pool.cards()  # /v1/models' entries as the server writes them
+    for card in cards:
+        card["hearth"]["loaded"] = card["root"] == "big"
     page = fresh(browser, page_server.url)
     browser.execute_script("""
-        const original = window.fetch;
+        const original = window.fetch, cards = arguments[0];
         window.fetch = (url, options) => String(url).endsWith('/v1/models')
-          ? Promise.resolve(new Response(JSON.stringify({object: 'list', data: [
-              {id: 'big', object: 'model', loaded: true}, {id: 'small', object: 'model', loaded: false}]})))
+          ? Promise.resolve(new Response(JSON.stringify({object: 'list', data: cards})))
           : original(url, options);
-        document.getElementById('key').dispatchEvent(new Event('change'));""")
+        document.getElementById('key').dispatchEvent(new Event('change'));""", cards)
     page.wait(lambda: [o.text for o in page.all("#model option")] == ["● big", "○ small"], "the marked models")
     from selenium.webdriver.support.ui import Select
 

@@ -44,26 +44,36 @@ async function loadModels() {
   renderModels();
 }
 
+// hearth's extension on a /v1/models entry (servers of several models): loaded or not; undefined elsewhere
+const loadedOf = (m) => m?.hearth?.loaded;
+
+// each model once, under its own id: hearth lists aliases too (`root` names the model an alias is of),
+// among them the file's path, which the picker does not show
+function pickable() {
+  return state.models.filter((m) => !m.root || m.root === m.id);
+}
+
 function renderModels() {
   const select = $("model");
-  const wanted = state.chat?.model;
+  const listed = pickable();
+  const ids = listed.map((m) => m.id);
+  // a conversation kept under an alias continues on the model the alias is of
+  const wanted = state.models.find((m) => m.id === state.chat?.model)?.root || state.chat?.model;
   select.textContent = "";
-  const ids = state.models.map((m) => m.id);
   if (wanted && !ids.includes(wanted)) select.append(new Option(ids.length ? `${wanted} (not served)` : wanted, wanted));
-  for (const m of state.models) {
-    // `loaded` is hearth's extension for servers of several models; servers without it: no mark
-    const mark = m.loaded === true ? "● " : m.loaded === false ? "○ " : "";
+  for (const m of listed) {
+    const mark = loadedOf(m) === true ? "● " : loadedOf(m) === false ? "○ " : "";
     const option = new Option(mark + m.id, m.id);
-    if (m.loaded === false) option.title = "not loaded: loads on first use";
+    if (loadedOf(m) === false) option.title = "not loaded: loads on first use";
     select.append(option);
   }
   select.value = wanted && select.querySelector(`option[value="${CSS.escape(wanted)}"]`) ? wanted : (ids[0] || "");
-  const picked = state.models.find((m) => m.id === select.value);
-  $("model-state").textContent = picked?.loaded === false ? "loads on first use" : picked?.loaded ? "loaded" : "";
+  const picked = listed.find((m) => m.id === select.value);
+  $("model-state").textContent = loadedOf(picked) === false ? "loads on first use" : loadedOf(picked) ? "loaded" : "";
 }
 
 function pickedModel() {
-  return $("model").value || state.models[0]?.id || undefined;
+  return $("model").value || pickable()[0]?.id || undefined;
 }
 
 // ---- conversations
@@ -177,7 +187,7 @@ async function generate(chat) {
   const body = requestBody(chat, pickedModel());
   const answer = { role: "assistant", content: "", reasoning: "", tool_calls: [], state: "streaming", error: "",
                    stats: { model: body.model } };
-  const loading = state.models.find((m) => m.id === body.model)?.loaded === false;  // loads before it answers
+  const loading = loadedOf(state.models.find((m) => m.id === body.model)) === false;  // loads before it answers
   chat.messages.push(answer);
   chat.model = body.model;
   localStorage.setItem(LAST_MODEL, body.model || "");
