@@ -170,8 +170,9 @@ def _check_flags(args: argparse.Namespace) -> None:
         check_threshold(args.router_tool_floor, "--router-tool-floor")
         if args.url:
             raise HearthError("--router needs the models loaded here: not with --url")
-    elif args.router_threshold or args.router_tool_floor:
-        raise HearthError("--router-threshold and --router-tool-floor need --router SMALL")
+    elif given := [f for f, v in (("--router-threshold", args.router_threshold),
+                                  ("--router-tool-floor", args.router_tool_floor)) if v]:
+        raise HearthError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --router SMALL")
     elif args.alone_out:
         raise HearthError("--alone-out needs --router SMALL")
     if args.offset and args.limit <= 0:

@@ -212,12 +212,14 @@ def test_int8_gemm_direct_panels_equal_the_staged_ones(qtype):
 
 
 @INT8
-def test_int8_direct_panel_halves_of_two_scale_groups():
-    """A panel whose halves are both direct, Q4_K (scales per 32) beside Q6_K (per 16), takes the
-    finer group: Q6_K's outputs bit for bit as alone (with 32-wide groups its offsets would be read
-    for every other 16 weights only)."""
-    rng, k = np.random.default_rng(41), 1536
-    w = random_tensor(Q.Q6_K, 48, k, rng)
-    x = torch.randn(16, k) * 3
-    mixed = matmul([random_tensor(Q.Q4_K, 16, k, rng), w], k)
-    assert torch.equal(mixed(x)[:, 16:], matmul([w], k)(x))
+@pytest.mark.parametrize("order", [(Q.Q4_K, Q.Q6_K), (Q.Q6_K, Q.Q4_K)], ids=lambda o: "-".join(q.name for q in o))
+def test_int8_direct_panel_halves_of_two_scale_groups(order):
+    """A panel whose halves are both direct, Q4_K (scales per 32) beside Q6_K (per 16), in either order,
+    takes the finer group: against the exact weights and the GEMV (with 32-wide groups Q6_K's offsets
+    would be read for every other 16 weights only)."""
+    rng, g, k = np.random.default_rng(41), torch.Generator().manual_seed(41), 1536
+    mm, w = linear([random_tensor(q, 16, k, rng) for q in order], k, PREFILL)
+    x = torch.randn(16, k, generator=g) * 3
+    y = mm(x)
+    assert_act8_close(y, x, w)
+    assert_near_gemv(y, gemv(mm, x), x, w)

@@ -1,6 +1,8 @@
 // The GGUF block formats, width-independent: type ids, block sizes, where each field sits and how the
 // packed scales unpack. Every tier's kernels (blocks.h for AVX-512, blocks_avx2.h, blocks_neon.h) derive their
-// unpackers from these records and unpack the scales with these functions; only the SIMD differs.
+// unpackers from these records; the avx2 and neon ones unpack the scales with these functions, AVX-512
+// unpacks the same fields in its own layouts (a row's groups by byte shuffles, blocks.h k4_scales; 16
+// rows as lanes, gemm_vnni_panels.h), held to the same values by the kernels' tests.
 // A weight is read as an unsigned code q in the affine form w = s * q + o (sym: w = s * (q - C)),
 // hearth/layers/quant.py's form, ggml's block layouts (ggml-common.h).
 #pragma once

@@ -366,23 +366,21 @@ struct VnniGroup {
 };
 
 // Half h of a panel, features n0 .. n0 + 15, straight from their blocks (gemm_vnni_panels.h) when they
-// are 16 rows of one part of a type with such a path (every type but Q2_K, Q3_K), the rows prefetched
-// 16 ahead (the next half's, as the staging loop prefetches its rows); gs: lowered to the type's scale
-// group. False for any other (the staging path: those types, rows across parts or past N).
+// are 16 rows of one part of a type with such a path (every type but Q2_K, Q3_K), then the next
+// half's 16 rows prefetched (as the staging loop prefetches its rows); gs: lowered to the type's
+// scale group. False for any other (the staging path: those types, rows across parts or past N).
 bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel, int& gs) {
   for (const Part& c : p.parts) {
     if (n0 < c.out_col || n0 + 16 > c.out_col + c.rows) continue;
     const uint8_t* rows[16];
-    for (int i = 0; i < 16; ++i) {
-      rows[i] = c.w + (n0 - c.out_col + i) * c.row_bytes;
-      const uint8_t* ahead = rows[i] + 16 * c.row_bytes;
-      for (int64_t b = 0; b < c.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
-    }
+    for (int i = 0; i < 16; ++i) rows[i] = c.w + (n0 - c.out_col + i) * c.row_bytes;
     bool done = false;
     int g = 16;
     if (!dispatch<VnniDirect>(c.qtype, rows, c.nb, h, panel, done) || !done || !dispatch<VnniGroup>(c.qtype, g))
       return false;
     gs = std::min(gs, g);
+    const uint8_t* ahead = rows[0] + 16 * c.row_bytes;  // the next half's rows, contiguous
+    for (int64_t b = 0; b < 16 * c.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
     return true;
   }
   return false;
