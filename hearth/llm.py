@@ -57,7 +57,8 @@ class LLM:
         if spec is not None:
             spec.check_step_budget(cfg.max_num_batched_tokens)
         self.backend = select_backend(cfg.device)  # chosen once: the target and the draft run on it
-        if why := self.backend.kv_refusal(get_codec(cfg.kv_cache_dtype)):
+        codec = get_codec(cfg.kv_cache_dtype)
+        if why := self.backend.kv_refusal(codec):
             raise HearthError(f"--device {self.backend.name} has {why}")
         if self.backend.name == "cuda" and cfg.kv_disk_dir:
             raise HearthError("--device cuda has no KV disk tier yet: drop --kv-disk-dir")
@@ -75,7 +76,6 @@ class LLM:
         finally:
             torch.set_num_threads(threads)
         mc = self.model_config
-        codec = get_codec(cfg.kv_cache_dtype)
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         regimes = self.backend.row_regimes(self.model, codec.quantized)
         if spec is not None and regimes is None:

@@ -78,7 +78,7 @@ class ModelRunner:
         across them (for the scheduler: drafts never push a step over one); None when even 1 + k
         rows of one sequence differ from a 1-row decode, so drafts would not be lossless
         (Backend.row_regimes)."""
-        return self.backend.row_regimes(self.model, any(isinstance(c, QuantizedKVCache) for c in self.kv_caches))
+        return self.backend.row_regimes(self.model, self.codec.quantized)
 
     @property
     def verify_rows(self) -> int:
