@@ -84,11 +84,13 @@ def _serve_checks(url: str) -> None:
 
 
 def _listening(procs: list[psutil.Process]) -> dict[str, set[str]]:
-    """Process name -> the local addresses its TCP listening sockets and bound UDP sockets are on."""
+    """Process name -> the local addresses its TCP listening sockets and unconnected (receiving from
+    anyone) UDP sockets are on."""
     names = {p.pid: p.name() for p in procs}
     out: dict[str, set[str]] = {}
     for c in psutil.net_connections(kind="inet"):
-        if c.pid in names and c.laddr and (c.status == psutil.CONN_LISTEN or c.type == socket.SOCK_DGRAM):
+        receives = c.status == psutil.CONN_LISTEN or (c.type == socket.SOCK_DGRAM and not c.raddr)
+        if c.pid in names and c.laddr and receives:
             out.setdefault(names[c.pid], set()).add(c.laddr.ip)
     return out
 
