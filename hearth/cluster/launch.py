@@ -89,7 +89,10 @@ def connect(address: str | None, num_cpus: int | None = None, log_to_driver: boo
     saved = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [root, saved]))
     try:
-        ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False, log_to_driver=log_to_driver,
+        # "local": a new instance even where RAY_ADDRESS or a `ray start` head on this machine would
+        # make a bare ray.init() join that one instead (off loopback, and refusing num_cpus)
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                 log_to_driver=log_to_driver,
                  object_store_memory=LOCAL_OBJECT_STORE_BYTES, logging_level="warning")
     finally:
         if saved is None:

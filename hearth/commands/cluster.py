@@ -4,6 +4,7 @@ routes, streaming, auth, limits and /metrics of `hearth serve` (hearth/cluster).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray, scaler_for, start_replicas
+    from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray
 
     from hearth.loader.resolve import resolve_model
 
@@ -48,6 +49,29 @@ def main(args: argparse.Namespace) -> int:
                        args.max_queued, args.routing, args.load_factor, args.prefix_blocks, args.startup_timeout)
     resolve_model(args.model)  # a bad name fails here, before Ray starts
     started = connect(args.address)
+    stop = signal.signal(signal.SIGTERM, _terminated)  # in place of Ray's (exit 15, no cleanup of ours)
+    try:
+        return _serve(args, spec, ray, started)
+    except Terminated:  # the replicas and the local Ray are gone by now: die of the signal, as `hearth serve`
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+        return 1  # reached only if SIGTERM is blocked
+    finally:
+        signal.signal(signal.SIGTERM, stop)
+
+
+class Terminated(BaseException):
+    """SIGTERM (docker stop, kill): unwinds like Ctrl-C, so the local Ray instance is shut down first."""
+
+
+def _terminated(signum, frame):
+    raise Terminated
+
+
+def _serve(args: argparse.Namespace, spec, ray, started: bool) -> int:
+    """Place the replicas, serve until interrupted; a Ray instance we started is shut down on any exit."""
+    from hearth.cluster.launch import scaler_for, start_replicas
+
     try:
         print(f"hearth: starting {args.replicas} replicas of {args.model} ...", file=sys.stderr, flush=True)
         t0 = time.perf_counter()
