@@ -159,16 +159,13 @@ template <int DV, bool BF16>
 void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, float* m, float* l, float* acc,
                   AttnScratch& buf) {
   const int64_t n = k1 - k0, D = a.d, H = a.heads, G = H / a.kvh, W = a.kvh * DV;  // W: vectors per slot
-  const int64_t slot_bytes = a.kvh * D * 2, ld = n + 16;
-  auto grow = [](std::vector<float>& v, int64_t size) {
-    if (static_cast<int64_t>(v.size()) < size) v.resize(size);
-    return v.data();
-  };
-  float* s = grow(buf.scores, H * ld);
-  float* qs = grow(buf.qs, H * D);  // q * scale
-  float* vmax = grow(buf.vmax, H * 16);
-  float* kt = grow(buf.kt, 16 * W * 16 + 16);  // 16 slots' keys in f32: [key][kv head][DV vectors]
-  kt += (64 - reinterpret_cast<uintptr_t>(kt) % 64) % 64 / sizeof(float);
+  // every scratch row starts a cache line: a vector load from a vector's default (16-byte) alignment
+  // straddles two lines every time
+  const int64_t slot_bytes = a.kvh * D * 2, ld = (n + 31) / 16 * 16;
+  float* s = aligned64(buf.scores, H * ld);
+  float* qs = aligned64(buf.qs, H * D);  // q * scale
+  float* vmax = aligned64(buf.vmax, H * 16);
+  float* kt = aligned64(buf.kt, 16 * W * 16);  // 16 slots' keys in f32: [key][kv head][DV vectors]
   for (int64_t i = 0; i < H * D; ++i) qs[i] = q[i] * a.scale;
   for (int64_t h = 0; h < H; ++h) _mm512_storeu_ps(vmax + 16 * h, _mm512_set1_ps(-INFINITY));
   // scores, 16 keys at a time: their K rows converted to f32 once, then per head 16 dot products
