@@ -16,15 +16,14 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 setup: $(VENV)/.installed
 
 # torch is installed on its own first so the exact pin (a CPU build where one is on local disk) wins.
-# Under make test, hearth's own dependencies go in next, and then, while pip installs the test ones (one
-# core), the kernels compile and the models the tests read download (tests/prefetch.py): on a fresh
-# machine ~45 s of g++ and ~30 s of downloads that were on the first test pass's path.
+# Under make test, with it what tests/prefetch.py imports (gguf, tqdm): it then compiles the kernels and
+# downloads the models the tests read while pip installs the rest (one core each), on a fresh machine
+# ~45 s of g++ and ~30 s of downloads that were on the first test pass's path.
 test: PREFETCH = $(BIN)/python -m tests.prefetch
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt torch
-	$(if $(PREFETCH),$(BIN)/python -m pip install -q -c constraints.txt -e .)
+	$(BIN)/python -m pip install -q -c constraints.txt torch $(if $(PREFETCH),gguf tqdm)
 	$(if $(PREFETCH),$(PREFETCH) & pre=$$!;) $(BIN)/python -m pip install -q -c constraints.txt -e '.[test]'; \
 	  rc=$$?; $(if $(PREFETCH),wait $$pre;) exit $$rc
 	touch $@
