@@ -200,6 +200,12 @@ def vnni_gemm() -> bool:
     return has("gemm") and bool(lib().hk_vnni_gemm())
 
 
+def build(name: str) -> Path:
+    """The compiled library of native tier `name`, built now unless one of its sources and flags is
+    cached (make test builds every tier's while pip installs: tests/prefetch.py)."""
+    return _build(LIBRARIES[name])
+
+
 def open_tier(name: str) -> ctypes.CDLL:
     """The kernel library of native tier `name`, loaded on its own beside the selected one (tests and
     benchmarks compare tiers in one process); raises where that tier cannot run here."""
