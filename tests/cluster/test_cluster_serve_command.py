@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import httpx2
 import openai
 import psutil  # Ray vendors it (ray/thirdparty_files); accelerate requires it too
 import pytest
 
 from tests.cluster.conftest import API_KEY
 from tests.cluster.test_cluster import metrics
+from tests.server.conftest import wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300  # a shared 2-core machine can take seconds per step; no wait this long when it passes
@@ -46,20 +46,6 @@ def _start(model: Path, port: int, log: Path) -> subprocess.Popen:
     env = {k: v for k, v in {**os.environ, **ENV}.items() if v is not None}
     with open(log, "w") as out:  # its own process group, so that a failed stop can kill all of it
         return subprocess.Popen(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-
-
-def _wait_ready(url: str, proc: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"hearth cluster serve exited with {proc.returncode}:\n{log.read_text()}")
-        try:
-            if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx2.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"hearth cluster serve was not ready in {START_TIMEOUT}s:\n{log.read_text()}")
 
 
 def _serve_checks(url: str) -> None:
@@ -137,7 +123,7 @@ def test_cluster_serve_command(model_path, tmp_path):
     proc = _start(model_path("smollm2-135m"), port, log)
     ray_procs: list[psutil.Process] = []
     try:
-        _wait_ready(url, proc, log)
+        wait_ready(url, proc, log, START_TIMEOUT, "hearth cluster serve")
         _serve_checks(url)
         ray_procs = psutil.Process(proc.pid).children(recursive=True)  # the Ray instance it started
         names = {p.name() for p in ray_procs}

@@ -99,7 +99,7 @@ def launch(path: Path | None, log: Path, *args: str, name: str | None = "smollm2
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     server = RealServer(f"http://127.0.0.1:{port}", name or "", log)
     try:
-        _wait_ready(server, proc)
+        wait_ready(server.url, proc, server.log)
     except BaseException:
         stop(proc)
         raise
@@ -126,15 +126,16 @@ def real_server(model_path, tmp_path_factory):
         stop(proc)
 
 
-def _wait_ready(server: RealServer, proc: subprocess.Popen, timeout: float = 120) -> None:
+def wait_ready(url: str, proc: subprocess.Popen, log: Path, timeout: float = 120, what: str = "hearth serve") -> None:
+    """Until `url`/health answers 200; the process's log in the failure when it exits or times out."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"hearth serve exited with {proc.returncode}:\n{server.log.read_text()}")
+            pytest.fail(f"{what} exited with {proc.returncode}:\n{log.read_text()}")
         try:
-            if httpx2.get(f"{server.url}/health", timeout=1).status_code == 200:
+            if httpx2.get(f"{url}/health", timeout=1).status_code == 200:
                 return
         except httpx2.HTTPError:
             pass
         time.sleep(0.2)
-    pytest.fail(f"hearth serve was not ready in {timeout}s:\n{server.log.read_text()}")
+    pytest.fail(f"{what} was not ready in {timeout}s:\n{log.read_text()}")
