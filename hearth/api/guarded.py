@@ -1,9 +1,11 @@
 """The tool guard's attempts for each choice of a chat completion (the decisions are
 hearth.tool_guard's; this runs them on the engine).
 
-An attempt streams its text as it comes and holds its calls back. When it ends, its calls are
-checked against the callable tools' schemas (safe coercions applied). A clean attempt ends the
-choice; a failed one is retried within the request: first the call alone, resampled under the
+An attempt streams its text as it comes and holds its calls back, but for the calls the grammar
+holds, which stream as they are written (hearth.api.guard_stream; no retry ever takes one back: a
+resample keeps them, a re-prompt is not made after one). When it ends, its calls are checked
+against the callable tools' schemas (safe coercions applied). A clean attempt ends the choice; a
+failed one is retried within the request: first the call alone, resampled under the
 forced call grammar after the text that preceded it (the prompt plus that text: a prefix-cache hit),
 then re-prompts that feed the error back in the tool channel (the conversation so far is again a
 cached prefix). A `hearth.workflow` policy then reviews the attempt's calls (none: a final answer):
@@ -31,8 +33,8 @@ from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call
 from hearth.tool_guard.checks import NO_CALL, Checked, Problem
 from hearth.tool_guard.confidence import CLOSERS
 from hearth.tool_guard.declined import name_prob, overridden
-from hearth.tool_guard.held import schema_held
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
+from hearth.tool_guard.held import schema_held
 from hearth.tool_guard.nudge import Verdict, nudge_messages
 from hearth.tool_guard.rescue_parser import RescuingParser
 from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint

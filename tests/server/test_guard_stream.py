@@ -126,11 +126,13 @@ def test_a_schema_the_grammar_does_not_hold_is_held_until_validated(fake):
     assert [d["content"] for d in deltas if d.get("content")] == ["Let me", " check."]
 
 
-@pytest.mark.parametrize("kw", [{"stop": ["}"]}, {}], ids=["stop_strings", "answer_may_go_on"])
-def test_calls_that_could_end_otherwise_are_held(fake, kw):
+@pytest.mark.parametrize("script,kw", [("guard_stream", {"stop": ["}"]}), ("guard_fence", {}),
+                                       ("guard_stream", {"response_format": {"type": "json_object"}})],
+                         ids=["stop_strings", "answer_may_go_on", "no_call_grammar"])
+def test_calls_the_grammar_may_not_hold_are_held(fake, script, kw):
     """A stop string can cut a call the grammar was writing; an answer opened by a fenced call may go
-    on with more calls in free text (parallel_tool_calls true)."""
-    script = "guard_stream" if kw else "guard_fence"
+    on with more calls in free text (parallel_tool_calls true); with response_format no call grammar
+    runs at all."""
     _sent_once_validated(chunks(fake, script, **kw)[0])
 
 
