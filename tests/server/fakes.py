@@ -61,6 +61,9 @@ ATTEMPTS = {
     "guard_second_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "get_wether", "arguments": {}}\n</tool_call>'],
                          [WEATHER_CALL.replace("Paris", "Rome")]],
     "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
+    # a call that streams, then one of another tool that fails its schema, twice
+    "guard_later_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "add", "arguments": {"a": "x"}}\n</tool_call>'],
+                        ['<tool_call>\n{"name": "add", "arguments": {"a": "y"}}\n</tool_call>']],
     # an answer opened as a fenced call whose name the lazy grammar bent to an offered tool: the
     # model gave the name's first token almost nothing before the grammar's mask (RAW_LOGPROBS),
     # though over the allowed tokens it was sure (LOGPROBS); the same with a name the model chose

@@ -167,6 +167,27 @@ def test_a_resample_keeps_the_streamed_call_and_streams_its_own(fake):
     assert [r["kind"] for r in finish["hearth"]["retries"]] == ["resample"]
 
 
+def test_no_reprompt_takes_back_a_streamed_call(fake):
+    """A streamed call, then a call of a tool whose schema the grammar does not hold, wrong twice:
+    the resample keeps the first; a re-prompt would answer afresh without it, so none is made."""
+    add = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "number"}}, "patternProperties": {"^x-": {}}}}}
+    plain = whole(fake, "guard_later_bad", tools=[WEATHER, add])
+    fake.engine.attempts.clear()
+    deltas, finish = chunks(fake, "guard_later_bad", tools=[WEATHER, add])
+    for ext in (plain["hearth"], finish["hearth"]):
+        assert [r["kind"] for r in ext["retries"]] == ["resample"] and ext["outcome"] == "unresolved"
+        assert ext["retry_stopped"] == "1 call(s) already streamed to the client"
+    pieces = call_deltas(deltas)
+    assert pieces[0]["function"] == {"name": "get_weather", "arguments": ""} and pieces[0]["index"] == 0
+    first = "".join(p["function"]["arguments"] for p in pieces if p["index"] == 0)
+    calls = plain["choices"][0]["message"]["tool_calls"]
+    assert first == calls[0]["function"]["arguments"] and [c["function"]["name"] for c in calls] == ["get_weather", "add"]
+    # add's calls were held: only the last, once, at the end; its first failed call never went out
+    assert [p["function"]["arguments"] for p in pieces if p["index"] == 1] == ['{"a": "y"}']
+    assert not [d for d in deltas if '"x"' in (d.get("content") or "")]
+
+
 def test_a_declined_call_never_streams(fake):
     deltas, finish = chunks(fake, "guard_forced_name")
     assert call_deltas(deltas) == [] and '"name": "get_weather"' in "".join(d.get("content") or "" for d in deltas)
