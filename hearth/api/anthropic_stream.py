@@ -1,6 +1,9 @@
 """Anthropic's streaming events for one message: message_start, ping, then per content block
 content_block_start / content_block_delta... / content_block_stop, then message_delta (stop_reason,
-usage) and message_stop. An engine failure mid-stream is an `error` event, then the stream ends."""
+usage) and message_stop. A call announced while it is written (ToolCallStart) opens its tool_use
+block at once and its arguments follow as input_json_delta pieces, as Anthropic streams tool input;
+a call that arrives whole is one delta. An engine failure mid-stream is an `error` event, then the
+stream ends."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from hearth.api.errors import error_body, from_hearth_error
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sse import named_event
 from hearth.errors import HearthError
-from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent, new_call_id
+from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart
 
 
 def usage(gen, output_tokens: int) -> dict:
@@ -25,8 +28,13 @@ def tool_use_block(call) -> dict:
         arguments = json.loads(call.arguments)
     except ValueError:
         arguments = None
-    return {"type": "tool_use", "id": new_call_id("toolu_"), "name": call.name,
+    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
             "input": arguments if isinstance(arguments, dict) else {}}
+
+
+def tool_use_id(call_id: str) -> str:
+    """Anthropic's `toolu_` id for a call: the same letters as its OpenAI id (and the `hearth` report's)."""
+    return "toolu_" + call_id.removeprefix("call_")
 
 
 def _event(payload: dict) -> str:
@@ -38,11 +46,13 @@ class _Blocks:
 
     def __init__(self):
         self.index, self.open_kind, self.called = -1, None, False
+        self._streaming: int | None = None  # the streamed call whose block is open
+        self._started: dict[int, str] = {}  # streamed call index -> the input JSON sent
 
     def close(self) -> list[str]:
         if self.open_kind is None:
             return []
-        self.open_kind = None
+        self.open_kind, self._streaming = None, None
         return [_event({"type": "content_block_stop", "index": self.index})]
 
     def _open(self, kind: str, block: dict) -> list[str]:
@@ -65,9 +75,32 @@ class _Blocks:
         self.called = True
         block = tool_use_block(call)
         out = self._open("tool_use", {**block, "input": {}})
-        delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
-        out.append(_event({"type": "content_block_delta", "index": self.index, "delta": delta}))
-        return out + self.close()
+        return out + self._input(json.dumps(block["input"], ensure_ascii=False)) + self.close()
+
+    def tool_start(self, e: ToolCallStart) -> list[str]:
+        self.called = True
+        out = self._open("tool_use", {"type": "tool_use", "id": tool_use_id(e.id), "name": e.name, "input": {}})
+        self._started[e.index], self._streaming = "", e.index
+        return out
+
+    def tool_input(self, index: int, text: str) -> list[str]:
+        if self._streaming != index:
+            return []
+        self._started[index] += text
+        return self._input(text)
+
+    def tool_done(self, e: ToolCallEvent) -> list[str]:
+        """The end of a streamed call: the rest of its arguments (the pieces are a prefix of them).
+        Its block is still the open one: no other channel writes inside a call."""
+        if self._streaming != e.index:
+            return []
+        sent = self._started[e.index]
+        rest = e.call.arguments[len(sent):] if e.call.arguments.startswith(sent) else ""
+        return (self._input(rest) if rest else []) + self.close()
+
+    def _input(self, text: str) -> list[str]:
+        delta = {"type": "input_json_delta", "partial_json": text}
+        return [_event({"type": "content_block_delta", "index": self.index, "delta": delta})]
 
     def events(self, events: list) -> list[str]:
         out: list[str] = []
@@ -76,6 +109,12 @@ class _Blocks:
                 out += self.text("text", e.text)
             elif isinstance(e, ReasoningDelta):
                 out += self.text("thinking", e.text)
+            elif isinstance(e, ToolCallStart):
+                out += self.tool_start(e)
+            elif isinstance(e, ToolCallArgumentsDelta):
+                out += self.tool_input(e.index, e.text)
+            elif isinstance(e, ToolCallEvent) and e.index in self._started:
+                out += self.tool_done(e)
             elif isinstance(e, ToolCallEvent):
                 out += self.tool(e.call)
         return out

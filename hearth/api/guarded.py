@@ -1,9 +1,11 @@
 """The tool guard's attempts for each choice of a chat completion (the decisions are
 hearth.tool_guard's; this runs them on the engine).
 
-An attempt streams its text as it comes and holds its calls back. When it ends, its calls are
-checked against the callable tools' schemas (safe coercions applied). A clean attempt ends the
-choice; a failed one is retried within the request: first the call alone, resampled under the
+An attempt streams its text as it comes and holds its calls back, but for the calls the grammar
+holds, which stream as they are written (hearth.api.guard_stream; no retry ever takes one back: a
+resample keeps them, a re-prompt is not made after one). When it ends, its calls are checked
+against the callable tools' schemas (safe coercions applied). A clean attempt ends the choice; a
+failed one is retried within the request: first the call alone, resampled under the
 forced call grammar after the text that preceded it (the prompt plus that text: a prefix-cache hit),
 then re-prompts that feed the error back in the tool channel (the conversation so far is again a
 cached prefix). A `hearth.workflow` policy then reviews the attempt's calls (none: a final answer):
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
 from hearth.api.generate import Generation, interleave
+from hearth.api.guard_stream import CallStream, StreamRules, as_sent
 from hearth.errors import HearthError
 from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
@@ -31,6 +34,7 @@ from hearth.tool_guard.checks import NO_CALL, Checked, Problem
 from hearth.tool_guard.confidence import CLOSERS
 from hearth.tool_guard.declined import name_prob, overridden
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
+from hearth.tool_guard.held import schema_held
 from hearth.tool_guard.nudge import Verdict, nudge_messages
 from hearth.tool_guard.rescue_parser import RescuingParser
 from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint
@@ -69,6 +73,10 @@ class GuardSetup:
     the request's log itself: read when a choice ends."""
     policy: object | None = None
     """hearth.workflow's review (hearth.api.guard_extras.Policy), or None."""
+    parallel: bool = True
+    """parallel_tool_calls: false ends the lazy grammar after one call."""
+    held: dict[str, frozenset[str]] = field(default_factory=dict)
+    """"lazy" / "forced" -> the callable tools whose schemas that grammar holds (hearth.tool_guard.held)."""
 
 
 class GuardedChoices:
@@ -127,6 +135,7 @@ class _Choice:
         self._gen = self._start(setup.prompt_ids, params, 0)
         self._counted = False
         self._name_probs: dict[str, float | None] = {}  # call id -> its name's raw first-token probability
+        self._sent = 0  # calls the client has had while they were written (the first ones): never retried away
         self.trace: TokenTrace | None = None
 
     def _start(self, ids: list[int], params: SamplingParams, attempt: int) -> Generation:
@@ -154,16 +163,18 @@ class _Choice:
             parser = s.make_parser(self._log)
             if attempt:
                 self._gen, self._counted = self._start(ids, params, attempt), False
+            stream = CallStream(self._rules(params, hold), trace)
             async for _, out in self._gen.outputs():
                 trace.add(out.new_text, out.new_token_ids, out.new_logprobs, out.new_raw_logprobs)
                 events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
-                passed = [e for e in events if isinstance(e, (ContentDelta, ReasoningDelta))]
+                passed = stream.events(events)
                 held += [e.call for e in events if isinstance(e, ToolCallEvent)]
                 said += [e.text for e in passed if isinstance(e, ContentDelta)]
                 last, shown = out, shown + passed
                 yield Update([] if hold else passed, out.new_token_ids, self._logprobs(out))
             self._count(trace)
-            checked = check_calls(held, s.schemas, s.required)
+            self._sent += stream.count
+            checked = as_sent(check_calls(held, s.schemas, s.required), held, stream.count)
             verdict = self._review(checked)
             self._note(checked)
             cut = last is not None and last.finish_reason in NO_RETRY_FINISH
@@ -188,6 +199,16 @@ class _Choice:
                 before += said
             else:  # a re-prompt or nudge answers afresh: a whole answer keeps only the new text
                 before, restarted = [], True
+
+    def _rules(self, params: SamplingParams, hold: bool) -> StreamRules:
+        """What this attempt's calls may stream under (hearth.api.guard_stream)."""
+        s, kept = self.s, len(self._kept)
+        grammar = "forced" if params.structured_output is s.forced and s.forced is not None else s.grammar
+        validated = s.config.mode == "guard"
+        cut = validated and bool(params.stop or params.stop_token_ids)  # a stop may end a call early
+        first_lazy = validated and grammar == "lazy" and not s.required and not self.report.retries and not kept
+        return StreamRules(not hold and not cut and self._sent == kept, validated, grammar, s.parallel, s.fmt,
+                           s.held.get(grammar, frozenset()), s.config.decline_below if first_lazy else None, kept)
 
     def _review(self, checked: Checked) -> Verdict | None:
         """hearth.workflow's verdict on an attempt whose calls are clean, as a problem of the attempt."""
@@ -219,9 +240,14 @@ class _Choice:
         """The next attempt's prompt and params: resample first, then re-prompt; None: no retry possible."""
         s, problem = self.s, checked.problems[0]
         if attempt == 0 and s.forced is not None:
-            self.report.retries.append(Retry("resample", problem.kind, problem.message))
-            return ids + self._before(problem, held, checked, trace, last), replace(params, structured_output=s.forced,
-                                                                                   raw_logprobs=False)
+            before = self._before(problem, held, checked, trace, last)
+            if len(self._kept) >= self._sent:  # the resample keeps every call the client has
+                self.report.retries.append(Retry("resample", problem.kind, problem.message))
+                return ids + before, replace(params, structured_output=s.forced, raw_logprobs=False)
+            self._kept, self.report.calls = [], []
+        if self._sent:  # a re-prompt answers afresh: it would take back the calls the client has
+            self.report.notes["retry_stopped"] = f"{self._sent} call(s) already streamed to the client"
+            return None
         self._kept, self.report.calls = [], []  # a re-prompt answers afresh
         self.report.retries.append(Retry("reprompt", problem.kind, problem.message))
         try:
@@ -309,6 +335,8 @@ class _Choice:
             return []
         out = []
         for k, (call, span) in enumerate(zip(calls, spans)):
+            if k < self._sent:  # streamed: the gate let it through at its name (hearth.api.guard_stream)
+                continue
             if self.params.raw_logprobs:
                 self._name_probs[call.id] = name_prob(trace, span)
             p = overridden(trace, span, s.config.decline_below)
@@ -338,9 +366,11 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
         return RescuingParser(parser, callable_tools, log) if guard and callable_tools else parser
 
     token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())
-    return GuardSetup(served.engine, metrics, ids, params, make_parser, tool_parameters(callable_tools), plan.required,
-                      plan.parse_format, grammar, forced, reprompt, config, token_bytes, client_logprobs,
-                      uuid.uuid4().hex)
+    schemas = tool_parameters(callable_tools)
+    held = {kind: frozenset(n for n, schema in schemas.items() if schema_held(schema, forced=kind == "forced"))
+            for kind in ("lazy", "forced")}
+    return GuardSetup(served.engine, metrics, ids, params, make_parser, schemas, plan.required, plan.parse_format,
+                      grammar, forced, reprompt, config, token_bytes, client_logprobs, uuid.uuid4().hex, held=held)
 
 
 def _call_text(call) -> str:

@@ -63,7 +63,7 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
     setup = guard_setup(served, metrics, plan, prompt, req.ids, params, guard, client_k is not None, grammar,
                         req.reprompt)
-    setup.events, setup.policy = rg.log.events, policy
+    setup.events, setup.policy, setup.parallel = rg.log.events, policy, req.parallel
     if req.request_id:
         setup.request_id = req.request_id
     return GuardedChoices(setup), client_k

@@ -65,7 +65,7 @@ class TokenTrace:
 
 def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...]) -> list[tuple[int, int]]:
     """Byte spans of the call regions in an output, in order: from each opener to its closer."""
-    starts = sorted({m.start() for t in triggers for m in _matches(t, text)})
+    starts = [s for s, _ in openers(text, triggers)]
     spans = []
     for k, s in enumerate(starts):
         stop = starts[k + 1] if k + 1 < len(starts) else len(text)
@@ -73,6 +73,16 @@ def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...]) -> 
         e = min((x + len(c) for x, c in zip(ends, closers) if x >= 0), default=stop)
         spans.append((len(text[:s].encode()), len(text[:e].encode())))
     return spans
+
+
+def openers(text: str, triggers: list[Trigger]) -> list[tuple[int, Trigger]]:
+    """(character offset, trigger) of each call opener in an output, in order; where two triggers
+    match at one offset, the first listed."""
+    found: dict[int, Trigger] = {}
+    for t in triggers:
+        for m in _matches(t, text):
+            found.setdefault(m.start(), t)
+    return sorted(found.items(), key=lambda item: item[0])
 
 
 def _matches(t: Trigger, text: str):

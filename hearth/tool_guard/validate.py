@@ -21,6 +21,7 @@ _CHECKS = {
     "array": lambda v: isinstance(v, list),
     "null": lambda v: v is None,
 }
+JSON_TYPES = frozenset(_CHECKS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,13 @@ def check_arguments(arguments: str, schema: dict | None) -> Verdict:
         return Verdict(value, ["arguments must be a JSON object"])
     verdict = Verdict(value)
     verdict.value = _check(value, declared_only(schema), "arguments", verdict)
+    return verdict
+
+
+def check_value(value: Any, schema: dict | None, path: str = "value") -> Verdict:
+    """A JSON value (already parsed) against a schema, as check_arguments checks arguments."""
+    verdict = Verdict(value)
+    verdict.value = _check(value, schema, path, verdict)
     return verdict
 
 

@@ -28,6 +28,13 @@ SCRIPTS = {
     "tool_pieces": ['<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris", "da', 'ys": 3',
                     "}}\n</tool_call>"],
     "two_tools": [WEATHER_CALL, "\n", WEATHER_CALL.replace("Paris", "Rome")],
+    # text, then a call whose arguments come in pieces, as the tool guard streams a held call
+    "guard_stream": ["Let me ", "check.", '\n<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa',
+                     'ris", "da', 'ys": 3', "}}\n</tool_call>"],
+    # a call in prose, without the format's markers: only the guard's rescue finds it, at the end
+    "guard_prose": ["I will look it up: ", '{"name": "get_weather", "arguments": {"city": "Paris"}}', " now."],
+    # a call that opens the answer as a fence, in pieces (a lead: free text may follow it)
+    "guard_fence": ['```json\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris"}}\n```'],
     "bad_tool": ["<tool_call>\n{'name': 'get_weather', 'args': {'city': 'Oslo',},}\n</tool_call>"],
     "broken_tool": ["<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": ", "</tool_call>"],
     "fenced_tool": ['<tool_call>\n```json\n{"name": "get_weather", "arguments": {"city": "Lima"}}\n```\n</tool_call>'],
@@ -54,6 +61,9 @@ ATTEMPTS = {
     "guard_second_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "get_wether", "arguments": {}}\n</tool_call>'],
                          [WEATHER_CALL.replace("Paris", "Rome")]],
     "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
+    # a call that streams, then one of another tool that fails its schema, twice
+    "guard_later_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "add", "arguments": {"a": "x"}}\n</tool_call>'],
+                        ['<tool_call>\n{"name": "add", "arguments": {"a": "y"}}\n</tool_call>']],
     # an answer opened as a fenced call whose name the lazy grammar bent to an offered tool: the
     # model gave the name's first token almost nothing before the grammar's mask (RAW_LOGPROBS),
     # though over the allowed tokens it was sure (LOGPROBS); the same with a name the model chose

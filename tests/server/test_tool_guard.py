@@ -16,6 +16,13 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
     "required": ["city"], "additionalProperties": False}}}
 OTHER = {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
                                                                         "properties": {"a": {"type": "number"}}}}}
+# The fake engine writes what a script says, grammar or not. Under the grammar an argument of the
+# wrong type or an undeclared one cannot be written where the grammar holds the tool's schema (such
+# a call streams as it is written: tests/server/test_guard_stream.py); `patternProperties` admits
+# keys the guard's validator refuses, so the grammar does not hold this one and the guard checks,
+# coerces and retries its calls before the client sees them (hearth.tool_guard.held).
+LOOSE = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    **WEATHER["function"]["parameters"], "patternProperties": {"^x-": {}}}}}
 
 
 def post(fake, script: str, **kw) -> dict:
@@ -60,7 +67,7 @@ def test_a_resample_keeps_the_valid_calls_before_the_bad_one(fake):
 
 
 def test_bad_arguments_resample_then_reprompt_with_the_error(fake):
-    r = post(fake, "guard_bad_args")
+    r = post(fake, "guard_bad_args", tools=[LOOSE])
     call = r["choices"][0]["message"]["tool_calls"][0]["function"]
     assert json.loads(call["arguments"]) == {"city": "Paris"}
     kinds = [(e["kind"], e["reason"]) for e in r["hearth"]["retries"]]
@@ -73,7 +80,7 @@ def test_bad_arguments_resample_then_reprompt_with_the_error(fake):
 
 
 def test_safe_coercion_is_made_and_reported(fake):
-    r = post(fake, "guard_coerce")
+    r = post(fake, "guard_coerce", tools=[LOOSE])
     call = r["choices"][0]["message"]["tool_calls"][0]["function"]
     assert json.loads(call["arguments"]) == {"city": "Oslo", "days": 3}
     assert r["hearth"]["coercions"] == [{"call": "get_weather", "path": "arguments.days", "from": "3", "to": 3}]
@@ -106,7 +113,7 @@ def test_usage_counts_every_attempt(fake):
 
 
 def test_stream_sends_text_as_it_comes_and_the_call_once_it_validated(fake):
-    chunks = stream(fake, "guard_unknown")
+    chunks = stream(fake, "guard_unknown", tools=[LOOSE])  # a schema the grammar does not hold
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     text_at = next(i for i, d in enumerate(deltas) if d.get("content"))
     calls = [(i, tc) for i, d in enumerate(deltas) for tc in d.get("tool_calls") or []]
@@ -191,7 +198,7 @@ def test_parallel_false_and_allowed_tools_narrow_the_grammar(fake):
 
 def test_metrics_count_the_guard(fake):
     post(fake, "guard_unknown")
-    post(fake, "guard_coerce")
+    post(fake, "guard_coerce", tools=[LOOSE])
     text = fake.client.get("/metrics").text
     assert 'hearth:tool_guard_retries_total{kind="resample",model_name="fake-model",reason="unknown_tool"} 1.0' in text
     assert 'hearth:tool_guard_coercions_total{model_name="fake-model"} 1.0' in text
@@ -242,10 +249,10 @@ def test_anthropic_messages_go_through_the_guard(fake):
 
 
 def test_each_choice_is_guarded(fake):
-    r = post(fake, "guard_coerce", n=2)
+    r = post(fake, "guard_coerce", n=2, tools=[LOOSE])
     assert [json.loads(c["message"]["tool_calls"][0]["function"]["arguments"])["days"] for c in r["choices"]] == [3, 3]
     assert len(r["hearth"]["choices"]) == 2 and all(c["coercions"] for c in r["hearth"]["choices"])
-    chunks = stream(fake, "guard_coerce", n=2)
+    chunks = stream(fake, "guard_coerce", n=2, tools=[LOOSE])
     finals = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
     assert sorted(c["choices"][0]["index"] for c in finals) == [0, 1] and all(c["hearth"]["coercions"] for c in finals)
 

@@ -4,6 +4,8 @@ new tokens (issue 20: a retry costs only the new tokens)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from starlette.testclient import TestClient
 
@@ -60,3 +62,20 @@ def test_retries_compute_only_their_new_tokens(client, monkeypatch):
     assert 0 < new < first_prompt
     assert reprompt["prompt_tokens"] - reprompt["cached_tokens"] <= new + BLOCK
     assert reprompt["cached_tokens"] >= first_prompt - BLOCK
+
+
+def test_a_held_call_streams_as_the_grammar_writes_it(client):
+    """A real grammar: under tool_choice required, a closed schema is held, so the call streams as
+    the engine writes it (id and name, then pieces), and the guard finds it valid at the end."""
+    closed = {"type": "function", "function": {"name": "w", "parameters": {
+        "type": "object", "properties": {"c": {"enum": ["xy", "z"]}}, "required": ["c"], "additionalProperties": False}}}
+    body = {"model": "tiny", "max_tokens": 120, "temperature": 0, "tools": [closed], "tool_choice": "required",
+            "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with client.stream("POST", "/v1/chat/completions", json=body) as s:
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+    pieces = [tc for c in chunks for tc in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert pieces[0]["id"].startswith("call_") and pieces[0]["function"] == {"name": "w", "arguments": ""}
+    assert len(pieces) >= 3 and json.loads("".join(p["function"]["arguments"] for p in pieces))["c"] in ("xy", "z")
+    finish = chunks[-1]
+    assert finish["choices"][0]["finish_reason"] == "tool_calls" and finish["hearth"]["outcome"] == "ok"
+    assert finish["hearth"]["calls"][0]["id"] == pieces[0]["id"] and finish["hearth"]["retries"] == []
