@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hearth.api.errors import APIError
 from hearth.api.messages import _kind
 from hearth.sampling_params import StructuredOutput
-from hearth.tool_parsers import PROMPT_FORMAT, ToolParserError, call_constraint, forced_tools, get_format
+from hearth.tool_parsers import PROMPT_FORMAT, ToolParserError, call_constraint, forced_tools, get_format, schema_error
 from hearth.tool_parsers import tools_system_prompt
 from hearth.tool_guard import lazy_tool_grammar
 
@@ -178,3 +178,6 @@ def _call_text(fn: dict) -> str:
 def _check_schema(schema, param: str) -> None:
     if schema is not None and not isinstance(schema, dict):
         raise APIError(400, f"{param}: must be a JSON schema object, not {_kind(schema)}", param=param)
+    error = schema_error(schema) if schema else None
+    if error:  # not JSON Schema (BFCL's "dict", "float"): no call grammar or validation can read it
+        raise APIError(400, f"{param}: not a valid JSON schema: {error}", param=param)

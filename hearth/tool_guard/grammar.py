@@ -14,11 +14,11 @@ import json
 
 from hearth.tool_guard.triggers import ARGUMENTS_KEY, FUNCTION_TAG, OPEN_OBJECT, TAGGED, Trigger, triggers_for
 from hearth.tool_guard.validate import declared_only
+from hearth.tool_parsers.schema import TOOL_JSON
 from hearth.tool_parsers.types import tool_parameters
 
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever
 _GAP = r"/[ \t\n]{0,4}/"
-_JSON_LAYOUT = {"whitespace_pattern": r"[ \t\n]{0,4}"}
 
 
 def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reasoning: bool = False,
@@ -62,7 +62,7 @@ def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
 
 def _with_layout(schema: dict) -> dict:
     schema = declared_only(schema)
-    return {**schema, "x-guidance": {**_JSON_LAYOUT, **schema.get("x-guidance", {})}}
+    return {**schema, "x-guidance": {**TOOL_JSON, **schema.get("x-guidance", {})}}
 
 
 def _body(t: Trigger) -> str:

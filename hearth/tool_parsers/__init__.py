@@ -13,7 +13,7 @@ from hearth.tool_parsers.output import OutputParser
 from hearth.tool_parsers.prompt import PROMPT_FORMAT, supports_tools, tools_system_prompt
 from hearth.tool_parsers.reasoning import (StreamingReasoningParser, detect_reasoning,
                                            prompt_opens_reasoning, split_reasoning)
-from hearth.tool_parsers.schema import CallConstraint, call_constraint, forced_tools, tool_call_schema
+from hearth.tool_parsers.schema import CallConstraint, call_constraint, forced_tools, schema_error, tool_call_schema
 from hearth.tool_parsers.stream import StreamingToolParser, parse_tool_calls
 from hearth.tool_parsers.types import (ContentDelta, Event, ParsedOutput, ReasoningDelta, ToolCall,
                                        ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart, ToolParserError,
@@ -24,6 +24,6 @@ __all__ = [
     "ParsedOutput", "ReasoningDelta", "StreamingReasoningParser", "StreamingToolParser", "ToolCall",
     "ToolCallArgumentsDelta", "ToolCallEvent", "ToolCallStart", "ToolParserError", "call_constraint", "collect", "detect_format",
     "detect_reasoning", "forced_tools", "get_format", "new_call_id", "parse_tool_calls",
-    "prompt_opens_reasoning", "split_reasoning", "supports_tools", "tool_call_schema",
+    "prompt_opens_reasoning", "split_reasoning", "supports_tools", "tool_call_schema", "schema_error",
     "tools_system_prompt",
 ]

@@ -5,8 +5,11 @@ that tool's own arguments schema together, so a valid name cannot carry another 
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
+
+import llguidance
 
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.types import ToolParserError, tool_parameters
@@ -21,6 +24,11 @@ _WRAPPERS = {
     "llama3_json": ("", "", "parameters"),
     "bare_json": ("", "", "arguments"),
 }
+TOOL_JSON = {"whitespace_pattern": r"[ \t\n]{0,4}", "lenient": True}
+"""llguidance's options for a tool's arguments in a call grammar: bounded layout between JSON
+tokens (with any amount a small model may pad forever), and lenient: a keyword it cannot enforce
+(uniqueItems, not, if/then, contains, an unknown format, overlapping oneOf: valid JSON Schema,
+pydantic writes some of them) is left to the guard's validation instead of refusing the request."""
 _FORCING = ("required", "any")  # OpenAI's and Anthropic's words for "some tool, your pick"
 
 
@@ -35,8 +43,7 @@ class CallConstraint:
         model's vocabulary ([TOOL_CALLS], <|python_tag|>) need the grammar's token syntax instead."""
         body = [json.dumps(self.prefix)] if self.prefix else []
         body += ["call"] + ([json.dumps(self.suffix)] if self.suffix else [])
-        # bounded layout between JSON tokens: with any amount a small model may pad forever
-        schema = {**self.schema, "x-guidance": {"whitespace_pattern": r"[ \t\n]{0,4}"}}
+        schema = {**self.schema, "x-guidance": TOOL_JSON}
         return f"start: {' '.join(body)}\ncall: %json {json.dumps(schema)}\n"
 
 
@@ -79,3 +86,19 @@ def _call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
     return {"type": "object",
             "properties": {"name": {"const": name}, arguments_key: arguments},
             "required": ["name", arguments_key], "additionalProperties": False}
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_error(text: str) -> str | None:
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(text)
+    error = llguidance.LLMatcher.validate_grammar(grammar)
+    return error.strip().splitlines()[0] if error else None
+
+
+def schema_error(schema: dict) -> str | None:
+    """Why a tool's arguments schema cannot be a call grammar (a type JSON Schema does not have:
+    "dict", "float", ...), or None. Agents send the same tools every turn: cached by the text."""
+    try:
+        return _schema_error(json.dumps({**schema, "x-guidance": TOOL_JSON}, sort_keys=True))
+    except ValueError as e:  # grammar_from_json_schema refused it outright
+        return str(e).strip().splitlines()[0]

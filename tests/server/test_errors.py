@@ -45,6 +45,9 @@ TABLE = [
     (CHAT, {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0].function.name"),
     (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, 400,
      "tools[0].function.parameters"),
+    # not JSON Schema (BFCL's type names): no grammar or validation can read it
+    (CHAT, {"messages": USER, "tools": [TOOL, {"type": "function", "function": {"name": "g", "parameters": {
+        "type": "object", "properties": {"d": {"type": "dict"}}}}}]}, 400, "tools[1].function.parameters"),
     (CHAT, {"messages": USER, "model": "nope"}, 404, "model"),
     (COMPLETIONS, {}, 400, "prompt"),
     (COMPLETIONS, {"prompt": []}, 400, "prompt"),
@@ -62,6 +65,8 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, 400,
      "messages[0].content[0].tool_use_id"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"input_schema": {}}]}, 400, "tools[0].name"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "float"}}]}, 400,
+     "tools[0].input_schema"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}], "tool_choice": {"type": "tool", "name": "g"}},
      400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),

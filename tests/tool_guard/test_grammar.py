@@ -9,6 +9,7 @@ import pytest
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard import lazy_tool_grammar
+from hearth.tool_parsers import call_constraint
 from tests.tool_guard.tiny_vocab import TinyTokenizer
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -65,6 +66,23 @@ def test_takes_text_and_valid_calls(text):
 def test_refuses_calls_that_break_their_schema(text):
     m = matcher()
     assert not feed(m, TOK.encode(text)) or TOK.eos_id not in allowed(m)
+
+
+# valid JSON Schema llguidance cannot enforce (pydantic writes uniqueItems for a set): left to the
+# guard's validation, never a refused request
+TAGS = {"type": "function", "function": {"name": "tag", "parameters": {"type": "object", "properties": {
+    "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+    "name": {"type": "string", "not": {"const": ""}, "format": "no-such-format"},
+    "id": {"oneOf": [{"type": "string"}, {"type": "string", "maxLength": 3}]}}}}}
+
+
+def test_keywords_llguidance_cannot_enforce_leave_the_rest_enforced():
+    call = '<tool_call>\n{"name": "tag", "arguments": {"tags": ["a", "b"], "name": "x", "id": "q"}}\n</tool_call>'
+    assert accepts(call, tools=[TAGS])
+    assert not accepts(call.replace('["a", "b"]', '[1]'), tools=[TAGS])  # items' type still holds
+    forced = call_constraint("hermes", [TAGS], "required").lark()
+    m = COMPILER.matcher(StructuredOutput(grammar=forced))
+    assert feed(m, TOK.encode(call.removesuffix("</tool_call>").rstrip() + "\n</tool_call>"))
 
 
 def test_trigger_straddled_by_tokens_on_both_ends():
