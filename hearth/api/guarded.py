@@ -75,8 +75,8 @@ class GuardSetup:
     """hearth.workflow's review (hearth.api.guard_extras.Policy), or None."""
     parallel: bool = True
     """parallel_tool_calls: false ends the lazy grammar after one call."""
-    held: dict[str, frozenset[str]] = field(default_factory=dict)
-    """"lazy" / "forced" -> the callable tools whose schemas that grammar holds (hearth.tool_guard.held)."""
+    held: frozenset[str] = frozenset()
+    """The callable tools whose schemas the call grammars hold (hearth.tool_guard.held)."""
 
 
 class GuardedChoices:
@@ -208,7 +208,7 @@ class _Choice:
         cut = validated and bool(params.stop or params.stop_token_ids)  # a stop may end a call early
         first_lazy = validated and grammar == "lazy" and not s.required and not self.report.retries and not kept
         return StreamRules(not hold and not cut and self._sent == kept, validated, grammar, s.parallel, s.fmt,
-                           s.held.get(grammar, frozenset()), s.config.decline_below if first_lazy else None, kept)
+                           s.held, s.config.decline_below if first_lazy else None, kept)
 
     def _review(self, checked: Checked) -> Verdict | None:
         """hearth.workflow's verdict on an attempt whose calls are clean, as a problem of the attempt."""
@@ -367,8 +367,7 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
 
     token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())
     schemas = tool_parameters(callable_tools)
-    held = {kind: frozenset(n for n, schema in schemas.items() if schema_held(schema, forced=kind == "forced"))
-            for kind in ("lazy", "forced")}
+    held = frozenset(n for n, schema in schemas.items() if schema_held(schema))
     return GuardSetup(served.engine, metrics, ids, params, make_parser, schemas, plan.required, plan.parse_format,
                       grammar, forced, reprompt, config, token_bytes, client_logprobs, uuid.uuid4().hex, held=held)
 

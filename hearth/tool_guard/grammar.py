@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 
 from hearth.tool_guard.triggers import ARGUMENTS_KEY, FUNCTION_TAG, OPEN_OBJECT, TAGGED, Trigger, triggers_for
-from hearth.tool_guard.validate import declared_only
-from hearth.tool_parsers.schema import TOOL_JSON
+from hearth.tool_parsers.schema import TOOL_JSON, declared_only
 from hearth.tool_parsers.types import tool_parameters
 
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever

@@ -20,7 +20,8 @@ from typing import Any
 
 from hearth.tool_guard.confidence import openers
 from hearth.tool_guard.triggers import TAGGED, triggers_for
-from hearth.tool_guard.validate import JSON_TYPES, check_value, declared_only
+from hearth.tool_guard.validate import JSON_TYPES, check_value
+from hearth.tool_parsers.schema import declared_only
 
 _ANNOTATIONS = frozenset({"description", "title", "default", "examples", "$comment", "deprecated", "readOnly",
                           "writeOnly", "$schema"})
@@ -32,14 +33,11 @@ _SHAPES = frozenset({"type", "enum", "const", "properties", "required", "additio
 _KNOWN = _ANNOTATIONS | _UNCHECKED | _SHAPES
 
 
-def schema_held(schema: Any, forced: bool = False) -> bool:
-    """Whether every arguments object the call grammar admits for a tool with this arguments schema
-    passes the guard's validation with no error and no coercion. `forced`: the grammar of a forced
-    call (hearth.tool_parsers.schema), which takes the schema as given, where the lazy grammar and
-    the validator close its declared parameters (declared_only)."""
+def schema_held(schema: Any) -> bool:
+    """Whether every arguments object the call grammars (lazy and forced, both over declared_only)
+    admit for a tool with this arguments schema passes the guard's validation with no error and no
+    coercion."""
     checked = declared_only(schema)
-    if forced and checked != ((schema if isinstance(schema, dict) else None) or {"type": "object"}):
-        return False  # the forced grammar admits undeclared parameters the validator rejects
     if set(checked) <= _ANNOTATIONS | {"type"} and checked.get("type") == "object":
         return True  # any object: a repeated key cuts it short, still an object
     return _holds(checked)

@@ -10,6 +10,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hearth.tool_parsers.schema import declared_only
+
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
 _NUM = re.compile(r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
 _CHECKS = {
@@ -44,17 +46,6 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return not self.errors
-
-
-def declared_only(schema: dict | None) -> dict:
-    """A tool's arguments schema with its declared parameters the only ones (as BFCL scores and
-    OpenAI's strict mode requires): a name the tool does not list is the model's mistake (small
-    models echo the schema itself as arguments). A schema that sets additionalProperties, or lists
-    no properties, is left as it is."""
-    schema = schema if isinstance(schema, dict) else {}
-    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
-        return {**schema, "additionalProperties": False}
-    return schema or {"type": "object"}
 
 
 def check_arguments(arguments: str, schema: dict | None) -> Verdict:

@@ -81,8 +81,19 @@ def call_constraint(fmt: str, tools: list[dict] | None, tool_choice: str | dict)
     return CallConstraint(prefix, tool_call_schema(tools, tool_choice, key), suffix)
 
 
+def declared_only(schema: dict | None) -> dict:
+    """A tool's arguments schema with its declared parameters the only ones (as BFCL scores and
+    OpenAI's strict mode requires): a name the tool does not list is the model's mistake (small
+    models echo the schema itself as arguments). A schema that sets additionalProperties, or lists
+    no properties, is left as it is."""
+    schema = schema if isinstance(schema, dict) else {}
+    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
+        return {**schema, "additionalProperties": False}
+    return schema or {"type": "object"}
+
+
 def _call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
-    arguments = parameters or {"type": "object"}
+    arguments = declared_only(parameters)
     return {"type": "object",
             "properties": {"name": {"const": name}, arguments_key: arguments},
             "required": ["name", arguments_key], "additionalProperties": False}
