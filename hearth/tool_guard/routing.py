@@ -190,6 +190,9 @@ class RouterReport:
     """Its call read at the tool's name (hearth.tool_guard.name_read): name (the tool),
     name_confidence, its parts opener_prob and tool_prob, name_raw (the decline gate's reading),
     name_s (seconds to it), stopped (whether the attempt ended there); None: no call reached a name."""
+    lows: list = field(default_factory=list)
+    """(the call's confidence so far, seconds) each time it fell while written: the attempt stops at
+    the first under the threshold, and a sweep reads when any other threshold would have."""
 
     def as_dict(self) -> dict:
         out = {"model": self.model, "decision": self.decision, "threshold": self.threshold,
@@ -198,4 +201,6 @@ class RouterReport:
             out["reason"] = self.reason
         if self.decision != "skipped":
             out |= {"latency_s": round(self.latency_s, 4), **self.usage, **(self.name or {})}
+            if self.lows:
+                out["lows"] = [list(x) for x in self.lows]
         return out
