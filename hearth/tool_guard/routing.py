@@ -8,7 +8,9 @@ hearth.tool_guard.confidence: the opener's own probability, unmasked, is the mod
 is at least the threshold. The call is judged first at its tool's name (hearth.tool_guard.name_read:
 the opener's and the name's probabilities, and the decline gate's reading of the name's first
 token): a call that fails there is stopped before its arguments are written, since the whole call's
-confidence can only be lower. When it begins in text (it would not call: the request needs prose or no
+confidence can only be lower; past the name, the first token that takes the call's confidence so far
+under the threshold stops it there, for the same reason (the routing decision is the one the whole
+call would get). When it begins in text (it would not call: the request needs prose or no
 tool fits) the attempt stops there and the main model answers, as it does for any other fallback.
 A request that needs prose, or that speaks in the main model's token ids, skips the router.
 hearth.api.tool_router runs it."""
