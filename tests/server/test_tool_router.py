@@ -250,7 +250,8 @@ FENCED_CALL = ('```json\n{"name": "', "get_weather", '", "arguments": {', '"city
     ("router_unsure_name", NAMED_CALL, 0.5, None, "fallback", "low_confidence", 3, True),
     # above the threshold but torn between get_weather and get_wind (below a tool floor)
     ("router_unsure_name", NAMED_CALL, 0.1, 0.95, "fallback", "unsure_tool", 3, True),
-    ("router_sure_name", NAMED_CALL, 0.5, 0.95, "accepted", "", 6, False),  # sure of the tool: the call is written whole
+    # sure of the tool: the call is written whole
+    ("router_sure_name", NAMED_CALL, 0.5, 0.95, "accepted", "", 6, False),
     # the grammar chose the tool (raw exp(-6) < NAME_FLOOR): declined at the name, 2 tokens of 5
     ("guard_forced_name", FENCED_CALL, 0.0, None, "fallback", "declined", 2, True),
     # a sure name, an unsure argument: past the name, stopped at that argument (5 tokens of 6)
@@ -279,7 +280,8 @@ def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, floor
         assert msg["content"] == "It is sunny." and not msg.get("tool_calls") and len(main.added) == 1
 
 
-CITY_CALL = ('<tool_call>\n{"name": "', "get_weather", '", "arguments": {', '"city": "', "Os", "lo", '"}}', "\n</tool_call>")
+CITY_CALL = ('<tool_call>\n{"name": "', "get_weather", '", "arguments": {', '"city": "', "Os", "lo", '"}}',
+             "\n</tool_call>")
 CITY_LOGPROBS = [-0.5, -0.01, -0.5, -0.5, -2.0, -0.5, -0.5, -0.5]
 """tests/server/fakes.py's LOGPROBS for router_unsure_city, piece by piece (one token each): the
 opener 0.607, the name 0.990, `Os` 0.135."""
