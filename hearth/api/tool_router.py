@@ -6,7 +6,10 @@ begins in text is stopped at its first word: the small model would not call; a c
 its tool's name and stopped there when it would fall back anyway. The whole attempt is
 held back: when hearth.tool_guard.routing accepts its call, that call is replayed to the client as
 the answer; otherwise the main model answers as it always did and the client never sees the small
-model's tokens. Either way the response's `hearth.router` says what was decided.
+model's tokens. Either way the response's `hearth.router` says what was decided. While the call is
+written its confidence so far is watched: the first token that takes it under the threshold decides
+the fallback (the whole call's confidence can only be lower), so the attempt is aborted there and
+the main model starts at once.
 
 The router of a request: `hearth.router` (a model's name, or false), else its model's configured
 one (`hearth serve MAIN --router SMALL`, a models file's `router`)."""
@@ -25,6 +28,7 @@ from hearth.api.tool_layer import ChoicesRequest, build_choices
 from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
 from hearth.tool_guard import triggers_for
+from hearth.tool_guard.confidence import CLOSERS, call_spans
 from hearth.tool_guard.name_read import NameRead, read_name
 from hearth.tool_guard.routing import (Ask, Probe, RouterConfig, RouterReport, early_reason,
                                        fallback_reason, probe_choice, skip_reason)
@@ -100,7 +104,7 @@ async def _route(state, model_field: str | None, config: RouterConfig, ask: Ask,
     usage = {"prompt_tokens": source.num_prompt_tokens, "cached_tokens": source.num_cached_tokens,
              "completion_tokens": sum(len(u.token_ids) for u in run.updates)}
     report = RouterReport(config.model, config.threshold, "fallback" if reason else "accepted", reason or "",
-                          probe.confidence, time.perf_counter() - t0, usage, _name_entry(run))
+                          probe.confidence, time.perf_counter() - t0, usage, _name_entry(run), run.lows)
     if reason:
         return report, None
     return report, Replayed(source.request_id, run.updates, {**source.report(0), "router": report.as_dict()},
@@ -118,13 +122,18 @@ class _Attempt:
     """Its call, read at the tool's name."""
     name_s: float | None = None
     stopped: str | None = None
-    """Why it was stopped at the name (hearth.tool_guard.routing.early_reason)."""
+    """Why it was stopped before its end: at the name (hearth.tool_guard.routing.early_reason), or
+    `low_confidence` at the first token that took the call under the threshold."""
+    at_name: bool = False
+    """It was stopped at the name."""
+    lows: list[tuple[float, float]] = field(default_factory=list)
+    """(the call's confidence so far, seconds) each time it fell: when any threshold would stop it."""
 
 
 async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, config: RouterConfig,
                    t0: float) -> _Attempt:
-    """The small model's attempt, stopped at its first word of text, or at its call's name when
-    the call fails there."""
+    """The small model's attempt, stopped at its first word of text, at its call's name when the
+    call fails there, or at the first token that takes the call under the threshold."""
     rg = req.guard
     plan = plan_tools(small, rg.tools, probe_choice(ask.tool_choice))
     prompt, ids = render(small, plan)
@@ -140,8 +149,8 @@ async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, 
     try:
         async for _, u in stream:
             run.updates.append(u)
-            if _wrote_text(u) or (run.read is None and _judge(run, config, t0)):
-                run.text = run.read is None
+            run.text = _wrote_text(u)
+            if run.text or (run.read is None and _judge(run, config, t0)) or _watch(run, config, t0):
                 source.abort()
                 return run
     finally:
@@ -159,7 +168,24 @@ def _judge(run: _Attempt, config: RouterConfig, t0: float) -> bool:
     run.name_s = time.perf_counter() - t0
     run.stopped = early_reason(run.read, config.threshold, s.config.decline_below, s.grammar == "lazy",
                                config.tool_floor)
-    return run.stopped is not None
+    run.at_name = run.stopped is not None
+    return run.at_name
+
+
+def _watch(run: _Attempt, config: RouterConfig, t0: float) -> bool:
+    """The call's confidence so far: the lowest probability from its opener to the latest token,
+    over tokens the whole call's span (hearth.api.guarded) holds too, so a bound on its confidence.
+    True: under the threshold, the fallback is decided; stop it now."""
+    s, trace = run.source.setup, run.source.trace(0)
+    spans = [] if trace is None else call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
+    low = trace.min_prob(*spans[0]) if spans else None
+    if low is None or (run.lows and low >= run.lows[-1][0]):
+        return False
+    run.lows.append((low, round(time.perf_counter() - t0, 4)))
+    if low >= config.threshold:
+        return False
+    run.stopped = "low_confidence"
+    return True
 
 
 def _wrote_text(u: Update) -> bool:
@@ -172,8 +198,9 @@ def _probe(run: _Attempt) -> Probe:
     guard = run.source.report(0)
     calls = sum(isinstance(e, ToolCallEvent) for u in run.updates for e in u.events)
     declined = any(e.get("kind") == "declined" for e in guard.get("events") or [] if isinstance(e, dict))
-    # stopped at the name: its confidence so far, a bound on the whole call's
-    confs = [run.read.confidence] if run.stopped else [c.get("confidence") for c in guard["calls"]]
+    # stopped early: its confidence so far, a bound on the whole call's
+    confs = ([run.read.confidence] if run.at_name else [run.lows[-1][0]]) if run.stopped else \
+        [c.get("confidence") for c in guard["calls"]]
     return Probe(calls, confs, guard["outcome"] == "ok", run.text, declined, run.stopped)
 
 
@@ -183,7 +210,7 @@ def _name_entry(run: _Attempt) -> dict | None:
     r = run.read
     return {"name": r.name, "name_confidence": r.confidence, "opener_prob": r.opener, "tool_prob": r.tool,
             "name_raw": r.first_raw, "name_s": round(run.name_s, 4),
-            "stopped": run.stopped is not None}
+            "stopped": run.at_name}
 
 
 def _no_reprompt(extra: list[dict]) -> list[int]:

@@ -4,9 +4,10 @@ model's decision, confidence and seconds, and the result of the small model's ca
 was valid) and a run of the main model alone on the same items. At threshold t an item the small
 model's call answered with confidence >= t keeps that row's result and latency; any other item
 is answered by the main model: the main run's result, after the small model's seconds (its
-attempt runs first; a call whose confidence at its tool's name is already below t is stopped there,
-hearth.tool_guard.name_read, so it costs the seconds to the name). Rows the router skipped or fell
-back on at 0 are taken as they ran."""
+attempt runs first, and is stopped at the first token that takes its call's confidence below t:
+it costs the seconds to that token, from the row's `lows`; rows from before those were recorded
+stop at the tool's name when its confidence there is below t, hearth.tool_guard.name_read). Rows
+the router skipped or fell back on at 0 are taken as they ran."""
 
 from __future__ import annotations
 
@@ -53,8 +54,15 @@ def _at(row: dict, main: dict, t: float) -> tuple[bool, float, bool]:
         return row["result"] == "pass", row["latency_s"][0], True
     if r["decision"] != "accepted":  # skipped, or fell back at 0 already: the row is what ran
         return row["result"] == "pass", row["latency_s"][0], False
-    at_name = r.get("name_confidence") is not None and r["name_confidence"] < t and "name_s" in r
-    return main["result"] == "pass", (r["name_s"] if at_name else r.get("latency_s", 0.0)) + main["latency_s"][0], False
+    return main["result"] == "pass", _stopped_s(r, t) + main["latency_s"][0], False
+
+
+def _stopped_s(r: dict, t: float) -> float:
+    """Seconds the small model's attempt runs at threshold t before the main model starts."""
+    at = [s for c, s in r.get("lows") or [] if c < t][:1]
+    if r.get("name_confidence") is not None and r["name_confidence"] < t and "name_s" in r:
+        at.append(r["name_s"])
+    return min(at, default=r.get("latency_s", 0.0))
 
 
 def _point(t: float, outcomes: list[tuple[bool, float, bool]]) -> Point:

@@ -8,7 +8,9 @@ hearth.tool_guard.confidence: the opener's own probability, unmasked, is the mod
 is at least the threshold. The call is judged first at its tool's name (hearth.tool_guard.name_read:
 the opener's and the name's probabilities, and the decline gate's reading of the name's first
 token): a call that fails there is stopped before its arguments are written, since the whole call's
-confidence can only be lower. When it begins in text (it would not call: the request needs prose or no
+confidence can only be lower; past the name, the first token that takes the call's confidence so far
+under the threshold stops it there, for the same reason (the routing decision is the one the whole
+call would get). When it begins in text (it would not call: the request needs prose or no
 tool fits) the attempt stops there and the main model answers, as it does for any other fallback.
 A request that needs prose, or that speaks in the main model's token ids, skips the router.
 hearth.api.tool_router runs it."""
@@ -190,6 +192,9 @@ class RouterReport:
     """Its call read at the tool's name (hearth.tool_guard.name_read): name (the tool),
     name_confidence, its parts opener_prob and tool_prob, name_raw (the decline gate's reading),
     name_s (seconds to it), stopped (whether the attempt ended there); None: no call reached a name."""
+    lows: list = field(default_factory=list)
+    """(the call's confidence so far, seconds) each time it fell while written: the attempt stops at
+    the first under the threshold, and a sweep reads when any other threshold would have."""
 
     def as_dict(self) -> dict:
         out = {"model": self.model, "decision": self.decision, "threshold": self.threshold,
@@ -198,4 +203,6 @@ class RouterReport:
             out["reason"] = self.reason
         if self.decision != "skipped":
             out |= {"latency_s": round(self.latency_s, 4), **self.usage, **(self.name or {})}
+            if self.lows:
+                out["lows"] = [list(x) for x in self.lows]
         return out

@@ -1,7 +1,8 @@
 """The router's threshold sweep computed from saved rows (hearth.evals.router_sweep): at threshold t
 an item keeps the small model's answer when its confidence is at least t, else takes the main
-run's answer after the small model's seconds (to its tool's name, where the call is stopped when
-its confidence there is already below t)."""
+run's answer after the small model's seconds (to the first token that took its call's confidence
+below t, where the router stops it; in older rows, to its tool's name when its confidence there is
+already below t)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,13 @@ def test_a_call_unsure_at_its_name_costs_the_seconds_to_the_name():
     # a stays the small model's (1.0); b falls back: at 0.42 after its whole attempt (its name was sure
     # enough), 1.0 + 4.0; at 0.5 stopped at its name, 0.25 + 4.0
     assert [(p.passed, p.routed, p.median_s) for p in got] == [(2, 1, 3.0), (2, 1, 2.625)]
+
+
+def test_a_call_costs_the_seconds_to_the_first_token_under_the_threshold():
+    """`lows`: the call's confidence so far each time it fell, with the seconds there (the router
+    aborts the small model at the first one under its threshold)."""
+    lows = [[0.8, 0.125], [0.45, 0.375]]
+    rows = [{**ROUTER[1], "router": [{**ROUTER[1]["router"][0], "confidence": 0.40, "lows": lows + [[0.40, 0.75]]}]}]
+    got = sweep(rows, MAIN[1:2], thresholds=(0.3, 0.42, 0.5, 0.9))["points"]
+    # at 0.3 the small answer (1.0); under 0.42 at 0.75 s, under 0.5 at 0.375 s, under 0.9 at 0.125 s
+    assert [(p.routed, p.median_s) for p in got] == [(1, 1.0), (0, 4.75), (0, 4.375), (0, 4.125)]

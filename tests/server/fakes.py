@@ -72,7 +72,8 @@ ATTEMPTS = {
 }
 LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05, ("router_unsure_opener", 0): -2.0,
             ("router_unsure_name", 2): -2.0, ("router_unsure_arguments", 1): -0.01, ("router_unsure_arguments", 2): -0.01,
-            ("router_unsure_arguments", 4): -2.0, ("router_sure_name", 1): -0.01, ("router_sure_name", 2): -0.01}
+            ("router_unsure_arguments", 4): -2.0, ("router_sure_name", 1): -0.01, ("router_sure_name", 2): -0.01,
+            ("router_unsure_city", 1): -0.01, ("router_unsure_city", 4): -2.0}
 """(script, piece index) -> the sampled token's logprob there (else -0.5)."""
 RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2}
 """(script, piece index) -> its raw logprob, before the grammar's mask (else its logprob); sent only

@@ -245,18 +245,19 @@ NAMED_CALL = ('<tool_call>\n{"name": "', "get_w", "eather", '", "arguments": {',
 FENCED_CALL = ('```json\n{"name": "', "get_weather", '", "arguments": {', '"city": "Oslo"}}', "\n```")
 
 
-@pytest.mark.parametrize("script,says,threshold,floor,decision,reason,tokens", [
+@pytest.mark.parametrize("script,says,threshold,floor,decision,reason,tokens,at_name", [
     # `eather` decides get_weather over get_wind at exp(-2) = 0.135: stopped there, 3 tokens of 6
-    ("router_unsure_name", NAMED_CALL, 0.5, None, "fallback", "low_confidence", 3),
+    ("router_unsure_name", NAMED_CALL, 0.5, None, "fallback", "low_confidence", 3, True),
     # above the threshold but torn between get_weather and get_wind (below a tool floor)
-    ("router_unsure_name", NAMED_CALL, 0.1, 0.95, "fallback", "unsure_tool", 3),
-    ("router_sure_name", NAMED_CALL, 0.5, 0.95, "accepted", "", 6),  # sure of the tool: the call is written whole
+    ("router_unsure_name", NAMED_CALL, 0.1, 0.95, "fallback", "unsure_tool", 3, True),
+    # sure of the tool: the call is written whole
+    ("router_sure_name", NAMED_CALL, 0.5, 0.95, "accepted", "", 6, False),
     # the grammar chose the tool (raw exp(-6) < NAME_FLOOR): declined at the name, 2 tokens of 5
-    ("guard_forced_name", FENCED_CALL, 0.0, None, "fallback", "declined", 2),
-    # a sure name, an unsure argument: only the whole call shows it
-    ("router_unsure_arguments", NAMED_CALL, 0.5, None, "fallback", "low_confidence", 6),
+    ("guard_forced_name", FENCED_CALL, 0.0, None, "fallback", "declined", 2, True),
+    # a sure name, an unsure argument: past the name, stopped at that argument (5 tokens of 6)
+    ("router_unsure_arguments", NAMED_CALL, 0.5, None, "fallback", "low_confidence", 5, False),
 ])
-def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, floor, decision, reason, tokens):
+def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, floor, decision, reason, tokens, at_name):
     client, main, small = make(small_says=says, threshold=threshold)
     tools = TOOLS if script == "guard_forced_name" else TWO_TOOLS
     ext = {} if floor is None else {"hearth": {"router_tool_floor": floor}}
@@ -265,7 +266,7 @@ def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, floor
     assert (router["decision"], router.get("reason", "")) == (decision, reason), router
     assert router["completion_tokens"] == tokens
     stopped = tokens < len(says)
-    assert router["stopped"] == stopped and (small.aborted == [small.added[0].request_id]) == stopped
+    assert router["stopped"] == at_name and (small.aborted == [small.added[0].request_id]) == stopped
     name_conf = round(math.exp(-2.0), 6) if script == "router_unsure_name" else CONFIDENCE
     assert router["name_confidence"] == name_conf and router["name_s"] <= router["latency_s"]
     # the name's tokens alone (None: one tool offered, no choice made)
@@ -277,6 +278,41 @@ def test_a_call_is_judged_at_its_tools_name(make, script, says, threshold, floor
         assert json.loads(msg["tool_calls"][0]["function"]["arguments"]) == {"city": "Oslo"} and main.added == []
     else:
         assert msg["content"] == "It is sunny." and not msg.get("tool_calls") and len(main.added) == 1
+
+
+CITY_CALL = ('<tool_call>\n{"name": "', "get_weather", '", "arguments": {', '"city": "', "Os", "lo", '"}}',
+             "\n</tool_call>")
+CITY_LOGPROBS = [-0.5, -0.01, -0.5, -0.5, -2.0, -0.5, -0.5, -0.5]
+"""tests/server/fakes.py's LOGPROBS for router_unsure_city, piece by piece (one token each): the
+opener 0.607, the name 0.990, `Os` 0.135."""
+
+
+def test_the_small_model_is_aborted_at_the_first_token_under_the_threshold(make):
+    """Written whole (threshold 0: nothing stops it), the call's confidence is 0.135 (`Os`); at any
+    threshold the routed decision is the one that whole call gets, but a fallback stops the small
+    model at the first token that took the confidence so far under the threshold (the opener
+    0.607 or `Os` 0.135), and the main model answers."""
+    ask = [{"role": "user", "content": "weather in Oslo? script:router_unsure_city"}]
+    client, main, small = make(small_says=CITY_CALL, threshold=0.0)
+    whole = chat(client, ask).json()["hearth"]["router"]
+    lowest = round(math.exp(-2.0), 6)
+    assert (whole["decision"], whole["confidence"], whole["completion_tokens"]) == ("accepted", lowest, 8)
+    assert [c for c, _ in whole["lows"]] == [CONFIDENCE, lowest] and small.aborted == []
+    for threshold in (0.1, lowest, 0.2, CONFIDENCE, 0.61, 0.9):
+        n_main = len(main.added)
+        body = chat(client, ask, hearth={"router_threshold": threshold}).json()
+        router, msg = body["hearth"]["router"], body["choices"][0]["message"]
+        assert router["decision"] == ("accepted" if whole["confidence"] >= threshold else "fallback"), threshold
+        generated = router["completion_tokens"]
+        if router["decision"] == "accepted":
+            assert generated == len(CITY_CALL) and msg["tool_calls"] and len(main.added) == n_main
+            continue
+        # tokens generated: through the first whose probability is under the threshold, then aborted
+        first_low = next(k for k, lp in enumerate(CITY_LOGPROBS) if round(math.exp(lp), 6) < threshold)
+        assert generated == first_low + 1 == (1 if threshold > CONFIDENCE else 5), threshold
+        assert small.aborted[-1] == small.added[-1].request_id and router["reason"] == "low_confidence"
+        assert router["confidence"] == (CONFIDENCE if generated == 1 else lowest)
+        assert msg["content"] == "It is sunny." and not msg.get("tool_calls") and len(main.added) == n_main + 1
 
 
 def test_the_tool_floor_per_request(make):
