@@ -76,7 +76,8 @@ async def messages(body: MessagesRequest, request: Request):
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
     req = ChoicesRequest(served, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, True,
-                         lambda extra: reprompt_ids(served, _prompt(served, body, guard, plan, extra)[0], body.max_tokens))
+                         lambda extra: reprompt_ids(served, _prompt(served, body, guard, plan, extra)[0], body.max_tokens),
+                         streaming=bool(body.stream))
     source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history), req)
     if body.stream:
         return SSEResponse(message_events(served, source), on_close=source.abort)

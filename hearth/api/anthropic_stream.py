@@ -13,7 +13,8 @@ from hearth.api.errors import error_body, from_hearth_error
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sse import named_event
 from hearth.errors import HearthError
-from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart
+from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart,
+                                 arguments_rest)
 
 
 def usage(gen, output_tokens: int) -> dict:
@@ -90,12 +91,13 @@ class _Blocks:
         return self._input(text)
 
     def tool_done(self, e: ToolCallEvent) -> list[str]:
-        """The end of a streamed call: the rest of its arguments (the pieces are a prefix of them).
-        Its block is still the open one: no other channel writes inside a call."""
+        """The end of a streamed call: the rest of its arguments (the pieces are a prefix of them),
+        and its block closed if it is still the open one (under the guard, text may come between a
+        call's last piece and its end: that text's block closed it already)."""
         if self._streaming != e.index:
             return []
         sent = self._started[e.index]
-        rest = e.call.arguments[len(sent):] if e.call.arguments.startswith(sent) else ""
+        rest = arguments_rest(e.call.arguments, sent)
         return (self._input(rest) if rest else []) + self.close()
 
     def _input(self, text: str) -> list[str]:

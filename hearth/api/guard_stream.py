@@ -20,7 +20,7 @@ from hearth.tool_guard.checks import Checked
 from hearth.tool_guard.confidence import CLOSERS, TokenTrace
 from hearth.tool_guard.declined import overridden
 from hearth.tool_guard.held import region_held
-from hearth.tool_parsers import (ContentDelta, Event, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
+from hearth.tool_parsers import (ContentDelta, arguments_rest, Event, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
                                  ToolCallStart)
 
 
@@ -73,7 +73,7 @@ class CallStream:
                 out.append(replace(e, index=e.index + shift))
             elif isinstance(e, ToolCallEvent) and e.index in self._sent:
                 sent = self._sent[e.index]
-                rest = e.call.arguments[len(sent):] if e.call.arguments.startswith(sent) else ""
+                rest = arguments_rest(e.call.arguments, sent)
                 if rest:  # the call is complete: the rest of its arguments now, not at the attempt's end
                     self._sent[e.index] += rest
                     out.append(ToolCallArgumentsDelta(e.index + shift, rest))

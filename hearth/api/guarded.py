@@ -75,6 +75,8 @@ class GuardSetup:
     """hearth.workflow's review (hearth.api.guard_extras.Policy), or None."""
     parallel: bool = True
     """parallel_tool_calls: false ends the lazy grammar after one call."""
+    streaming: bool = False
+    """The client streams: only then does a held call go out while written (and bar later re-prompts)."""
     held: frozenset[str] = frozenset()
     """The callable tools whose schemas the call grammars hold (hearth.tool_guard.held)."""
 
@@ -207,8 +209,9 @@ class _Choice:
         validated = s.config.mode == "guard"
         cut = validated and bool(params.stop or params.stop_token_ids)  # a stop may end a call early
         first_lazy = validated and grammar == "lazy" and not s.required and not self.report.retries and not kept
-        return StreamRules(not hold and not cut and self._sent == kept, validated, grammar, s.parallel, s.fmt,
-                           s.held, s.config.decline_below if first_lazy else None, kept)
+        open_ = s.streaming and not hold and not cut and self._sent == kept
+        return StreamRules(open_, validated, grammar, s.parallel, s.fmt, s.held,
+                           s.config.decline_below if first_lazy else None, kept)
 
     def _review(self, checked: Checked) -> Verdict | None:
         """hearth.workflow's verdict on an attempt whose calls are clean, as a problem of the attempt."""
@@ -335,10 +338,10 @@ class _Choice:
             return []
         out = []
         for k, (call, span) in enumerate(zip(calls, spans)):
-            if k < self._sent:  # streamed: the gate let it through at its name (hearth.api.guard_stream)
-                continue
             if self.params.raw_logprobs:
                 self._name_probs[call.id] = name_prob(trace, span)
+            if k < self._sent:  # streamed: the gate let it through at its name (hearth.api.guard_stream)
+                continue
             p = overridden(trace, span, s.config.decline_below)
             if p is not None:
                 out.append(k)

@@ -50,7 +50,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
               structured=getattr(body.response_format, "type", "text") != "text",
               workflow=guard.ext.workflow is not None, prefill=body.continue_final_message)
     req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard, parallel,
-                         lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]))
+                         lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]),
+                         streaming=bool(body.stream))
     source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), req)
     reply = _Reply(served, source, client_k, parallel, legacy)
     if body.stream:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import uuid
 
 from hearth.api.messages import template_arguments
-from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart
+from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart,
+                                 arguments_rest)
 
 
 def item_id(prefix: str) -> str:
@@ -115,7 +116,7 @@ class OutputBuilder:
     def _call_done(self, e: ToolCallEvent) -> list[dict]:
         out = [] if e.index in self._calls else self._call_start(e.index, e.call.id, e.call.name)
         item = self._calls[e.index]
-        rest = e.call.arguments[len(item["arguments"]):]  # the parser streams a prefix of the final arguments
+        rest = arguments_rest(e.call.arguments, item["arguments"])
         if rest:
             out += self._call_arguments(e.index, rest)
         item["arguments"], item["status"] = e.call.arguments, "completed"

@@ -76,7 +76,7 @@ async def create_response(body: ResponsesRequest, request: Request):
         return text, model.encode_chat_text(text)
 
     req = ChoicesRequest(served, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, guard,
-                         body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}")
+                         body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}", streaming=bool(body.stream))
     source, _ = await routed_choices(state, body.model, ask, render_for, req)
     reply = _Reply(served, store, body, source, conversation, prompt, ids)
     if body.stream:

@@ -36,6 +36,8 @@ class ChoicesRequest:
     reprompt: Callable[[list[dict]], list[int]]
     """Extra OpenAI messages -> prompt ids."""
     request_id: str | None = None
+    streaming: bool = False
+    """The client streams: a call the grammar holds may go out while it is written (hearth.api.guard_stream)."""
 
 
 def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedChoices, int | None]:
@@ -63,7 +65,7 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
     setup = guard_setup(served, metrics, plan, prompt, req.ids, params, guard, client_k is not None, grammar,
                         req.reprompt)
-    setup.events, setup.policy, setup.parallel = rg.log.events, policy, req.parallel
+    setup.events, setup.policy, setup.parallel, setup.streaming = rg.log.events, policy, req.parallel, req.streaming
     if req.request_id:
         setup.request_id = req.request_id
     return GuardedChoices(setup), client_k

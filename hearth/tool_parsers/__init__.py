@@ -17,12 +17,12 @@ from hearth.tool_parsers.schema import CallConstraint, call_constraint, forced_t
 from hearth.tool_parsers.stream import StreamingToolParser, parse_tool_calls
 from hearth.tool_parsers.types import (ContentDelta, Event, ParsedOutput, ReasoningDelta, ToolCall,
                                        ToolCallArgumentsDelta, ToolCallEvent, ToolCallStart, ToolParserError,
-                                       collect, new_call_id)
+                                       arguments_rest, collect, new_call_id)
 
 __all__ = [
     "FORMATS", "CallConstraint", "ContentDelta", "Event", "OutputParser", "PROMPT_FORMAT",
     "ParsedOutput", "ReasoningDelta", "StreamingReasoningParser", "StreamingToolParser", "ToolCall",
-    "ToolCallArgumentsDelta", "ToolCallEvent", "ToolCallStart", "ToolParserError", "call_constraint", "collect", "detect_format",
+    "ToolCallArgumentsDelta", "ToolCallEvent", "ToolCallStart", "ToolParserError", "arguments_rest", "call_constraint", "collect", "detect_format",
     "detect_reasoning", "forced_tools", "get_format", "new_call_id", "parse_tool_calls",
     "prompt_opens_reasoning", "split_reasoning", "supports_tools", "tool_call_schema", "schema_error",
     "tools_system_prompt",

@@ -84,10 +84,13 @@ def call_constraint(fmt: str, tools: list[dict] | None, tool_choice: str | dict)
 def declared_only(schema: dict | None) -> dict:
     """A tool's arguments schema with its declared parameters the only ones (as BFCL scores and
     OpenAI's strict mode requires): a name the tool does not list is the model's mistake (small
-    models echo the schema itself as arguments). A schema that sets additionalProperties, or lists
-    no properties, is left as it is."""
+    models echo the schema itself as arguments). A schema that sets additionalProperties, lists no
+    properties, or requires a parameter it does not declare (closed, nothing would satisfy it), is
+    left as it is."""
     schema = schema if isinstance(schema, dict) else {}
-    if isinstance(schema.get("properties"), dict) and "additionalProperties" not in schema:
+    props, required = schema.get("properties"), schema.get("required", [])
+    if (isinstance(props, dict) and "additionalProperties" not in schema
+            and isinstance(required, list) and set(required) <= set(props)):
         return {**schema, "additionalProperties": False}
     return schema or {"type": "object"}
 
@@ -99,7 +102,7 @@ def _call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
             "required": ["name", arguments_key], "additionalProperties": False}
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4096)  # many-tools requests (hearth.max_tools) send hundreds
 def _schema_error(text: str) -> str | None:
     grammar = llguidance.LLMatcher.grammar_from_json_schema(text)
     error = llguidance.LLMatcher.validate_grammar(grammar)
@@ -110,6 +113,6 @@ def schema_error(schema: dict) -> str | None:
     """Why a tool's arguments schema cannot be a call grammar (a type JSON Schema does not have:
     "dict", "float", ...), or None. Agents send the same tools every turn: cached by the text."""
     try:
-        return _schema_error(json.dumps({**schema, "x-guidance": TOOL_JSON}, sort_keys=True))
+        return _schema_error(json.dumps({**declared_only(schema), "x-guidance": TOOL_JSON}, sort_keys=True))
     except ValueError as e:  # grammar_from_json_schema refused it outright
         return str(e).strip().splitlines()[0]

@@ -79,6 +79,12 @@ class ToolCallArgumentsDelta:
 Event = Union[ContentDelta, ReasoningDelta, ToolCallStart, ToolCallArgumentsDelta, ToolCallEvent]
 
 
+def arguments_rest(arguments: str, sent: str) -> str:
+    """What a streamed call's pieces so far (`sent`) lack of its final arguments. The parser streams
+    prefixes, so sent is one; were it not, nothing more is sent (the client's copy stands)."""
+    return arguments[len(sent):] if arguments.startswith(sent) else ""
+
+
 def collect(events: list[Event]) -> ParsedOutput:
     """The non-streaming view of a stream of events: channels concatenated, calls in order."""
     content = "".join(e.text for e in events if isinstance(e, ContentDelta))

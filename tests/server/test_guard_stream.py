@@ -169,20 +169,21 @@ def test_a_resample_keeps_the_streamed_call_and_streams_its_own(fake):
 
 def test_no_reprompt_takes_back_a_streamed_call(fake):
     """A streamed call, then a call of a tool whose schema the grammar does not hold, wrong twice:
-    the resample keeps the first; a re-prompt would answer afresh without it, so none is made."""
+    the resample keeps the first; a re-prompt would answer afresh without it, so none is made. A
+    client that does not stream has been sent nothing: its answer is re-prompted as before."""
     add = {"type": "function", "function": {"name": "add", "parameters": {
         "type": "object", "properties": {"a": {"type": "number"}}, "patternProperties": {"^x-": {}}}}}
     plain = whole(fake, "guard_later_bad", tools=[WEATHER, add])
+    assert "reprompt" in [r["kind"] for r in plain["hearth"]["retries"]] and "retry_stopped" not in plain["hearth"]
     fake.engine.attempts.clear()
     deltas, finish = chunks(fake, "guard_later_bad", tools=[WEATHER, add])
-    for ext in (plain["hearth"], finish["hearth"]):
-        assert [r["kind"] for r in ext["retries"]] == ["resample"] and ext["outcome"] == "unresolved"
-        assert ext["retry_stopped"] == "1 call(s) already streamed to the client"
+    ext = finish["hearth"]
+    assert [r["kind"] for r in ext["retries"]] == ["resample"] and ext["outcome"] == "unresolved"
+    assert ext["retry_stopped"] == "1 call(s) already streamed to the client"
     pieces = call_deltas(deltas)
     assert pieces[0]["function"] == {"name": "get_weather", "arguments": ""} and pieces[0]["index"] == 0
     first = "".join(p["function"]["arguments"] for p in pieces if p["index"] == 0)
-    calls = plain["choices"][0]["message"]["tool_calls"]
-    assert first == calls[0]["function"]["arguments"] and [c["function"]["name"] for c in calls] == ["get_weather", "add"]
+    assert first == '{"city": "Paris"}'
     # add's calls were held: only the last, once, at the end; its first failed call never went out
     assert [p["function"]["arguments"] for p in pieces if p["index"] == 1] == ['{"a": "y"}']
     assert not [d for d in deltas if '"x"' in (d.get("content") or "")]
@@ -196,18 +197,17 @@ def test_a_declined_call_never_streams(fake):
 
 def test_the_guard_never_retries_past_a_streamed_call(fake):
     """Under a real grammar a held call cannot fail its schema; the fake writes one anyway
-    ({"town": ...} where the schema closes its parameters). The client has it: the guard keeps
-    it as sent, reports the problem and stops, so the whole and the streamed answer still agree."""
+    ({"town": ...} where the schema closes its parameters). A streaming client has it: the guard
+    keeps it as sent, reports the problem and stops. Without streaming it is retried as before."""
     plain = whole(fake, "guard_bad_args")
-    assert len(fake.engine.added) == 1 and plain["hearth"]["outcome"] == "unresolved"
-    assert plain["hearth"]["retry_stopped"] == "1 call(s) already streamed to the client"
+    assert plain["hearth"]["retries"] and "retry_stopped" not in plain["hearth"]
     fake.engine.attempts.clear()
     deltas, finish = chunks(fake, "guard_bad_args")
     pieces = call_deltas(deltas)
     assert pieces[0]["function"]["arguments"] == ""
-    joined = "".join(p["function"]["arguments"] for p in pieces)
-    assert joined == plain["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"] == '{"town": "Paris"}'
+    assert "".join(p["function"]["arguments"] for p in pieces) == '{"town": "Paris"}'
     assert finish["hearth"]["retries"] == [] and finish["hearth"]["outcome"] == "unresolved"
+    assert finish["hearth"]["retry_stopped"] == "1 call(s) already streamed to the client"
 
 
 def test_grammar_mode_streams_every_call(fake):
@@ -219,3 +219,12 @@ def test_grammar_mode_streams_every_call(fake):
 def test_a_workflow_holds_every_call(fake):
     wf = {"workflow": {"required": ["get_weather"]}}
     _sent_once_validated(chunks(fake, "guard_stream", hearth=wf)[0])
+
+
+def test_a_streamed_call_still_reports_the_name_probability_the_gate_read(fake):
+    """A held call streams after the decline gate read its name: its report keeps the raw
+    probability the gate read (calls[].name_prob, what --sweep tunes the gate's floor on)."""
+    deltas, finish = chunks(fake, "guard_stream")
+    assert len([p for p in call_deltas(deltas) if p["function"].get("arguments")]) > 1  # it streamed
+    (call,) = finish["hearth"]["calls"]
+    assert call["name_prob"] is not None and 0 < call["name_prob"] <= 1

@@ -9,7 +9,7 @@ import pytest
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard import lazy_tool_grammar
-from hearth.tool_parsers import call_constraint
+from hearth.tool_parsers import call_constraint, schema_error
 from tests.tool_guard.tiny_vocab import TinyTokenizer
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -83,6 +83,17 @@ def test_keywords_llguidance_cannot_enforce_leave_the_rest_enforced():
     forced = call_constraint("hermes", [TAGS], "required").lark()
     m = COMPILER.matcher(StructuredOutput(grammar=forced))
     assert feed(m, TOK.encode(call.removesuffix("</tool_call>").rstrip() + "\n</tool_call>"))
+
+
+def test_a_schema_requiring_an_undeclared_parameter_stays_open():
+    """Closed, nothing would satisfy it: both grammars take it as given (a call, not a 400)."""
+    odd = {"type": "function", "function": {"name": "odd", "parameters": {
+        "type": "object", "properties": {"c": {"type": "string"}}, "required": ["b"]}}}
+    assert schema_error(odd["function"]["parameters"]) is None
+    call = '<tool_call>\n{"name": "odd", "arguments": {"c": "x", "b": 1}}\n</tool_call>'
+    assert accepts(call, tools=[odd])
+    forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [odd], "required").lark()))
+    assert feed(forced, TOK.encode(call))
 
 
 def test_trigger_straddled_by_tokens_on_both_ends():
