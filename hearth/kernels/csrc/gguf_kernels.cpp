@@ -366,9 +366,10 @@ struct VnniGroup {
 };
 
 // Half h of a panel, features n0 .. n0 + 15, straight from their blocks (gemm_vnni_panels.h) when they
-// are 16 rows of one part of a type with such a path (every type but Q2_K, Q3_K), then the next
-// half's 16 rows prefetched (as the staging loop prefetches its rows); gs: lowered to the type's
-// scale group. False for any other (the staging path: those types, rows across parts or past N).
+// are 16 rows of one part of a type with such a path (every type but Q2_K, Q3_K); gs: lowered to the
+// type's scale group. False for any other (the staging path: those types, rows across parts or past
+// N). No prefetch of the next half here: the last group's products brought it into L2 (VnniAhead),
+// and a burst of prefetches per half cost 7% more at 16 rows (the 1.5B's matrices, 2026-12-05).
 bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel, int& gs) {
   for (const Part& c : p.parts) {
     if (n0 < c.out_col || n0 + 16 > c.out_col + c.rows) continue;
@@ -379,11 +380,22 @@ bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel, 
     if (!dispatch<VnniDirect>(c.qtype, rows, c.nb, h, panel, done) || !done || !dispatch<VnniGroup>(c.qtype, g))
       return false;
     gs = std::min(gs, g);
-    const uint8_t* ahead = rows[0] + 16 * c.row_bytes;  // the next half's rows, contiguous
-    for (int64_t b = 0; b < 16 * c.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
     return true;
   }
   return false;
+}
+
+// The weight rows of panels pn0 .. pn1 (a range per part they cover), paced over `blocks` register
+// blocks' passes of K (vnni_block steps once per 16 k)
+VnniAhead vnni_ahead(const Plan& p, int64_t pn0, int64_t pn1, int64_t blocks) {
+  VnniAhead a;
+  const int64_t f0 = pn0 * VNNI_PANEL, f1 = std::min(p.N, pn1 * VNNI_PANEL);
+  for (const Part& c : p.parts) {
+    const int64_t r0 = std::max<int64_t>(f0, c.out_col) - c.out_col, r1 = std::min(f1, c.out_col + c.rows) - c.out_col;
+    if (r1 > r0) a.add(c.w + r0 * c.row_bytes, (r1 - r0) * c.row_bytes);
+  }
+  a.pace(blocks * (p.K / 16));
+  return a;
 }
 
 // Where AMX is not usable (the avx512 tier), from VNNI_GEMM_MIN_ROWS rows on: the VNNI GEMM
@@ -418,8 +430,10 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
     std::vector<VnniPanel> ps(group);
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p1 = panels * (t + 1) / T;
-    for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
-      const int64_t g1 = std::min(p1, g0 + group);
+    // groups of 1, 2, 4 .. panels, then `group`: the first one's weights are the only ones no products hide
+    for (int64_t g0 = panels * t / T, size = 1, g1; g0 < p1; g0 = g1, size = std::min(group, 2 * size)) {
+      g1 = std::min(p1, g0 + size);
+      const int64_t next = std::min(p1, g1 + std::min(group, 2 * size));
       for (int64_t pn = g0; pn < g1; ++pn) {
         int gs = 32;
         VnniPanel& panel = ps[pn - g0] = vnni_panel_at(pw + (pn - g0) * pb, K, 32);
@@ -454,13 +468,15 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
       }
       for (int64_t m0 = 0; m0 < M; m0 += chunk) {
         const int64_t m1 = std::min(M, m0 + chunk);
+        // the first chunk's products bring the next group's weights into L2
+        VnniAhead ahead = m0 ? VnniAhead{} : vnni_ahead(p, g1, next, (m1 - m0 + VNNI_MR - 1) / VNNI_MR * (g1 - g0));
         for (int64_t pn = g0; pn < g1; ++pn) {
           const VnniPanel& panel = ps[pn - g0];
           const int64_t n0 = pn * VNNI_PANEL, cols = std::min<int64_t>(VNNI_PANEL, N - n0);
           if (panel.gs == 32)
-            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols);
+            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols, ahead);
           else
-            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols);
+            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols, ahead);
         }
       }
     }
