@@ -164,9 +164,12 @@ struct VnniActs {
 // weights' group: o is one value over 32 weights where GS = 32, so o a is added once for both halves).
 template <int GS, int MR>
 void vnni_block(const VnniPanel& p, int64_t K, const VnniActs& x, int64_t m0, float* y, int64_t ldy, __mmask16 c0,
-                __mmask16 c1, VnniAhead& ahead) {
-  __m512 acc[MR][2];
-  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+                __mmask16 c1, VnniAhead& ahead, bool add) {
+  __m512 acc[MR][2];  // add: from y's values (an earlier slice of K's sums), else from zeros
+  for (int r = 0; r < MR; ++r) {
+    acc[r][0] = add ? _mm512_maskz_loadu_ps(c0, y + (m0 + r) * ldy) : _mm512_setzero_ps();
+    acc[r][1] = add ? _mm512_maskz_loadu_ps(c1, y + (m0 + r) * ldy + 16) : _mm512_setzero_ps();
+  }
   const int8_t* q = x.q + m0 * x.Kp;
   const float* d = x.d + m0 * x.ld;
   const float* a = x.a + m0 * x.lda;
@@ -208,19 +211,20 @@ void vnni_block(const VnniPanel& p, int64_t K, const VnniActs& x, int64_t m0, fl
   }
 }
 
-// Rows m0 .. m1 of x through one panel (a register block of VNNI_MR rows at a time, then the tail)
+// Rows m0 .. m1 of x through one panel (a register block of VNNI_MR rows at a time, then the tail);
+// add: onto y's values
 template <int GS>
 void vnni_rows(const VnniPanel& p, int64_t K, const VnniActs& x, int64_t m0, int64_t m1, float* y, int64_t ldy,
-               int64_t cols, VnniAhead& ahead) {
+               int64_t cols, VnniAhead& ahead, bool add = false) {
   const __mmask16 c0 = tail_mask(cols), c1 = tail_mask(std::max<int64_t>(0, cols - 16));
   int64_t m = m0;
-  for (; m + VNNI_MR <= m1; m += VNNI_MR) vnni_block<GS, VNNI_MR>(p, K, x, m, y, ldy, c0, c1, ahead);
+  for (; m + VNNI_MR <= m1; m += VNNI_MR) vnni_block<GS, VNNI_MR>(p, K, x, m, y, ldy, c0, c1, ahead, add);
   switch (m1 - m) {
-    case 5: vnni_block<GS, 5>(p, K, x, m, y, ldy, c0, c1, ahead); break;
-    case 4: vnni_block<GS, 4>(p, K, x, m, y, ldy, c0, c1, ahead); break;
-    case 3: vnni_block<GS, 3>(p, K, x, m, y, ldy, c0, c1, ahead); break;
-    case 2: vnni_block<GS, 2>(p, K, x, m, y, ldy, c0, c1, ahead); break;
-    case 1: vnni_block<GS, 1>(p, K, x, m, y, ldy, c0, c1, ahead); break;
+    case 5: vnni_block<GS, 5>(p, K, x, m, y, ldy, c0, c1, ahead, add); break;
+    case 4: vnni_block<GS, 4>(p, K, x, m, y, ldy, c0, c1, ahead, add); break;
+    case 3: vnni_block<GS, 3>(p, K, x, m, y, ldy, c0, c1, ahead, add); break;
+    case 2: vnni_block<GS, 2>(p, K, x, m, y, ldy, c0, c1, ahead, add); break;
+    case 1: vnni_block<GS, 1>(p, K, x, m, y, ldy, c0, c1, ahead, add); break;
     default: break;
   }
 }

@@ -398,6 +398,8 @@ VnniAhead vnni_ahead(const Plan& p, int64_t pn0, int64_t pn1, int64_t blocks) {
   return a;
 }
 
+#include "gemm_vnni_slices.h"  // after Plan, Part, dispatch: decode-sized calls a slice of K at a time
+
 // Where AMX is not usable (the avx512 tier), from VNNI_GEMM_MIN_ROWS rows on: the VNNI GEMM
 bool vnni_gemm_for(int64_t M) { return M >= VNNI_GEMM_MIN_ROWS && !amx_usable(); }
 
@@ -422,8 +424,9 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
   {
-    thread_local std::vector<uint8_t, AlignedAlloc<uint8_t>> panel_buf, stage_buf;
+    thread_local std::vector<uint8_t, AlignedAlloc<uint8_t>> panel_buf, stage_buf, slice_buf;
     uint8_t* pw = scratch(panel_buf, group * pb);
+    uint8_t* sw = scratch(slice_buf, vnni_panel_bytes(VNNI_SLICE_K));
     uint8_t* st = scratch(stage_buf, 16 * (Kp + 2 * g16 * 4));  // 16 rows: codes, then s16, o16
     float* st_s = reinterpret_cast<float*>(st + 16 * Kp);
     float* st_o = st_s + 16 * g16;
@@ -434,9 +437,15 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
     for (int64_t g0 = panels * t / T, size = 1, g1; g0 < p1; g0 = g1, size = std::min(group, 2 * size)) {
       g1 = std::min(p1, g0 + size);
       const int64_t next = std::min(p1, g1 + std::min(group, 2 * size));
+      // the first chunk's products bring the next group's weights into L2
+      VnniAhead ahead = vnni_ahead(p, g1, next, (std::min(M, chunk) + VNNI_MR - 1) / VNNI_MR * (g1 - g0)), none;
       for (int64_t pn = g0; pn < g1; ++pn) {
-        int gs = 32;
         VnniPanel& panel = ps[pn - g0] = vnni_panel_at(pw + (pn - g0) * pb, K, 32);
+        if (M <= chunk && vnni_sliced(p, pn, x16, x32, M, y, ldy, sw, ahead)) {  // a decode: done, from L1
+          panel.codes = nullptr;
+          continue;
+        }
+        int gs = 32;
         for (int h = 0; h < 2; ++h) {
           if (vnni_half_direct(p, pn * VNNI_PANEL + 16 * h, h, panel, gs)) continue;  // 16 rows of one part
           for (int64_t i = 0; i < 16; ++i) {
@@ -468,15 +477,14 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
       }
       for (int64_t m0 = 0; m0 < M; m0 += chunk) {
         const int64_t m1 = std::min(M, m0 + chunk);
-        // the first chunk's products bring the next group's weights into L2
-        VnniAhead ahead = m0 ? VnniAhead{} : vnni_ahead(p, g1, next, (m1 - m0 + VNNI_MR - 1) / VNNI_MR * (g1 - g0));
         for (int64_t pn = g0; pn < g1; ++pn) {
           const VnniPanel& panel = ps[pn - g0];
           const int64_t n0 = pn * VNNI_PANEL, cols = std::min<int64_t>(VNNI_PANEL, N - n0);
+          if (!panel.codes) continue;  // vnni_sliced's
           if (panel.gs == 32)
-            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols, ahead);
+            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols, m0 ? none : ahead);
           else
-            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols, ahead);
+            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols, m0 ? none : ahead);
         }
       }
     }
