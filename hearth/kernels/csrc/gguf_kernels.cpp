@@ -405,7 +405,9 @@ bool vnni_gemm_for(int64_t M) { return M >= VNNI_GEMM_MIN_ROWS && !amx_usable();
 
 // y = a @ W.T (a: quantize's natural layout) on AVX-512 VNNI (gemm_vnni.h): each thread unpacks its
 // panels a group at a time (<= VNNI_GROUP_BYTES, in L2) and passes chunks of rows (<= VNNI_CHUNK_BYTES
-// of codes) through the group. False for an unknown type.
+// of codes) through the group; where every row fits one chunk (a decode batch) a panel of the direct
+// builders' types is built and multiplied a slice of K at a time instead (gemm_vnni_slices.h). A
+// group's products prefetch the next group's weights (VnniAhead). False for an unknown type.
 constexpr int64_t VNNI_GROUP_BYTES = 512 << 10, VNNI_CHUNK_BYTES = 256 << 10;
 
 bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
