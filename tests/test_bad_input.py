@@ -123,10 +123,21 @@ def test_engine_rejects_bad_prompts_and_queues_nothing(tiny_llm, prompt, needle)
 @pytest.mark.parametrize("field,value", [
     ("n", 0), ("temperature", -1), ("top_p", 0), ("top_k", -2), ("min_p", 2), ("max_tokens", 0),
     ("repetition_penalty", 0), ("presence_penalty", 3), ("frequency_penalty", -3), ("min_tokens", -1),
-    ("logprobs", -1),
+    ("logprobs", -1), ("temperature", float("inf")), ("seed", 2**64), ("seed", -(2**63) - 1), ("stop", [""]),
+    ("min_tokens", 17),  # above the default max_tokens of 16
 ])
 def test_sampling_params_out_of_range_name_the_field(field, value):
     from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
     with pytest.raises(InvalidSamplingParams, match=field):
         SamplingParams(**{field: value})
+
+
+def test_seed_limits_are_the_generator_s():
+    """The extremes of the accepted range seed a torch generator (a seed outside it failed the step)."""
+    import torch
+
+    from hearth.sampling_params import SamplingParams
+
+    for seed in (-(2**63), 2**64 - 1):
+        torch.Generator().manual_seed(SamplingParams(seed=seed).seed)

@@ -39,6 +39,9 @@ TABLE = [
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
     (CHAT, {"messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
     (CHAT, {"messages": USER, "stop": 5}, 400, "stop"),
+    (CHAT, {"messages": USER, "stop": ["x", ""]}, 400, "stop"),  # matched at once: an empty answer
+    (CHAT, {"messages": USER, "seed": 10**30}, 400, "seed"),  # failed the engine step of every request
+    (CHAT, {"messages": USER, "min_tokens": 10, "max_tokens": 5}, 400, "min_tokens"),
     (CHAT, {"messages": USER, "tool_choice": "required"}, 400, "tool_choice"),
     (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
      "tool_choice"),
@@ -50,6 +53,7 @@ TABLE = [
     (COMPLETIONS, {"prompt": []}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
     (COMPLETIONS, {"prompt": "x", "suffix": "y"}, 400, "suffix"),
+    (COMPLETIONS, {"prompt": "x", "seed": -(2**64)}, 400, "seed"),
     (COMPLETIONS, {"prompt": "x", "model": "nope"}, 404, "model"),
 ]
 ANTHROPIC_TABLE = [
@@ -65,6 +69,7 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}], "tool_choice": {"type": "tool", "name": "g"}},
      400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
+    ({"max_tokens": 5, "messages": USER, "stop_sequences": [""]}, 400, "stop_sequences"),
 ]
 
 
