@@ -112,6 +112,17 @@ def test_prompt_too_long_names_both_numbers(make_fake):
     assert not fake.engine.live
 
 
+@pytest.mark.parametrize("path,body,param", [
+    (CHAT, {"messages": [{"role": "user", "content": "x" * 100}]}, "messages"),
+    (COMPLETIONS, {"prompt": "x" * 100}, "prompt"),
+    ("/v1/responses", {"input": "x" * 100}, "input"),
+])
+def test_prompt_too_long_names_the_route_s_prompt_field(make_fake, path, body, param):
+    fake = make_fake(engine=FakeEngine(max_model_len=60))
+    r = fake.client.post(path, json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
 def test_empty_prompt(fake):
     r = fake.client.post(COMPLETIONS, json={"prompt": ""})
     assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
