@@ -77,7 +77,36 @@ def test_unsupported_architecture(capsys, tmp_path):
 
 def test_prompt_longer_than_context(capsys, tiny):
     code, err = run_cli(capsys, "run", str(tiny), "--ctx", "8", "word " * 50)
-    assert_one_line_error(code, err, "context holds 8")
+    assert_one_line_error(code, err, "context holds 8", "--ctx")  # run's flag, not serve's --max-model-len
+
+
+def test_interactive_chat_outlives_a_message_too_long(capsys, monkeypatch, tiny):
+    """The chat said the error and ended; now it says it, forgets that message and goes on."""
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n" + "z" * 400 + "\n/help\nhi\n/bye\nnever sent\n"))
+    code = main(["run", str(tiny), "--ctx", "160", "--max-tokens", "2", "--temperature", "0"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("hearth: error: ")]
+    assert len(errors) == 1 and "context holds 160" in errors[0] and "--ctx" in errors[0] and "/clear" in errors[0]
+    assert "/bye" in err  # /help's line
+    assert len(out.splitlines()) == 2  # the two answers to "hi"
+
+
+def test_a_negative_context_is_one_line(capsys, tiny):
+    code, err = run_cli(capsys, "run", str(tiny), "--ctx", "-5", "hi")
+    assert_one_line_error(code, err, "-5")
+
+
+def test_a_context_past_the_model_s_is_said(caplog, tmp_path):
+    from hearth import LLM
+
+    path = tmp_path / "tiny.gguf"
+    dims = write_tiny_gguf(path, "llama")
+    llm = LLM(str(path), max_model_len=dims.context * 4, progress=False)
+    assert llm.max_model_len == dims.context
+    assert any(f"{dims.context:,} tokens" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
 
 
 def test_unknown_model_name(capsys):
