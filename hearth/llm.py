@@ -270,8 +270,6 @@ def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend) -> DraftVoca
 def _context(asked: int, trained: int) -> int:
     """The context to run: `asked` (0: the model's), never past the model's own (its rope and
     training stop there; said in one warning line, as llama.cpp does)."""
-    if asked < 0:
-        raise HearthError(f"the context length (--ctx / --max-model-len) must be positive or 0 (the model's), not {asked}")
     if asked > trained:
         log.warning(f"hearth: the model's context is {trained:,} tokens; using that, not the {asked:,} asked for")
     return min(asked or trained, trained)

@@ -170,3 +170,19 @@ def test_seed_limits_are_the_generator_s():
 
     for seed in (-(2**63), 2**64 - 1):
         torch.Generator().manual_seed(SamplingParams(seed=seed).seed)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--port", "99999"], "--port must be in [0, 65535]"),  # was uvicorn's traceback
+    (["--max-n", "0"], "--max-n"),
+    (["--max-body-mb", "0"], "--max-body-mb"),
+    (["--threads", "-1"], "--threads"),  # the engine thread died setting it: the server hung
+    (["--max-num-seqs", "0"], "--max-num-seqs"),  # nothing was ever scheduled
+    (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
+    (["--ctx", "-1"], "--ctx"),
+    (["--kv-cache-memory-gb", "0"], "--kv-cache-memory-gb"),
+])
+def test_serve_flags_out_of_range_are_one_line(capsys, tiny, argv, needle):
+    code, err = run_cli(capsys, "serve", str(tiny), *argv)
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("hearth: loading"))
+    assert_one_line_error(code, err, needle)
