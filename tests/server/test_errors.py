@@ -123,20 +123,33 @@ def test_prompt_too_long_names_the_route_s_prompt_field(make_fake, path, body, p
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
+@pytest.mark.parametrize("body,param", [({"prompt": ["a"] * 9}, "prompt"), ({"prompt": "a", "n": 9}, "n")])
+def test_a_batch_larger_than_the_server_ever_holds_is_400_not_429(make_fake, body, param):
+    """A 429 says "retry later", and every retry of this one would fail."""
+    fake = make_fake(engine=FakeEngine(max_in_flight=8), max_n=16)
+    r = fake.client.post(COMPLETIONS, json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert "(8:" in r.json()["error"]["message"] and not fake.engine.added
+    assert fake.client.post(COMPLETIONS, json={"prompt": ["a"] * 8}).status_code == 200
+
+
 def test_empty_prompt(fake):
     r = fake.client.post(COMPLETIONS, json={"prompt": ""})
     assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
 
 
 def test_queue_full_is_429(make_fake):
-    fake = make_fake(engine=FakeEngine(max_in_flight=2))
+    fake = make_fake(engine=FakeEngine(max_in_flight=3))
+    fake.engine.live.add("busy")  # another client's request
     r = fake.client.post(CHAT, json={"messages": USER, "n": 3})
     assert r.status_code == 429 and r.headers["retry-after"] == "1"
     assert r.json()["error"]["type"] == "rate_limit_exceeded"
-    assert not fake.engine.live  # the two that fitted were aborted
+    assert fake.engine.live == {"busy"}  # the two that fitted were aborted
+    fake.engine.live.clear()
     r = fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 4})
     assert r.status_code == 200
-    fake.engine.max_in_flight = 0
+    fake.engine.max_in_flight = 1
+    fake.engine.live.add("busy")
     assert fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 4}).json()["error"]["type"] == "rate_limit_error"
 
 
