@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hearth.errors import HearthError
+
 
 @dataclass(slots=True)
 class ModelConfig:
@@ -95,3 +97,25 @@ class EngineConfig:
     "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob" (method suffix)}; None = off."""
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        """A value no engine can run is one line naming its flag (--threads -1 hung the server: the
+        engine thread died setting it; --max-num-seqs 0 scheduled nothing, ever)."""
+        for name, (lowest, why) in _LOWEST.items():
+            value = getattr(self, name)
+            if not value >= lowest:
+                flag = _FLAGS.get(name, "--" + name.replace("_", "-"))
+                raise HearthError(f"{flag} must be {why}, not {value}")
+
+
+_LOWEST = {
+    "max_model_len": (0, "a number of tokens (0: the model's own)"),
+    "block_size": (1, "at least 1"),
+    "num_kv_blocks": (0, "a number of blocks (0: sized from the rest)"),
+    "kv_cache_memory_gb": (1e-9, "a positive number of GB"),
+    "max_num_seqs": (1, "at least 1"),
+    "max_num_batched_tokens": (1, "at least 1"),
+    "threads": (0, "a number of threads (0: all cores)"),
+}
+"""EngineConfig's numeric fields -> (the smallest value each may take, what the value must be)."""
+_FLAGS = {"max_model_len": "--ctx / --max-model-len"}

@@ -85,7 +85,7 @@ class LLM:
             spec = draft_gguf = None
         draft_gguf = _draft_weights(spec, draft_gguf, self.backend)
         draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
-        self.max_model_len = min(cfg.max_model_len or mc.context_length, mc.context_length)
+        self.max_model_len = _context(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
         if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
@@ -266,6 +266,14 @@ def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend) -> DraftVoca
     if not spec.draft_vocab or spec.draft_vocab == head.shape[0]:
         return None
     return DraftVocab(head, spec.draft_vocab, backend, mc.final_logit_softcap)
+
+
+def _context(asked: int, trained: int) -> int:
+    """The context to run: `asked` (0: the model's), never past the model's own (its rope and
+    training stop there; said in one warning line, as llama.cpp does)."""
+    if asked > trained:
+        log.warning(f"hearth: the model's context is {trained:,} tokens; using that, not the {asked:,} asked for")
+    return min(asked or trained, trained)
 
 
 def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, reserve: int = 0) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
@@ -72,6 +73,7 @@ class SamplingParams:
         checks = [
             (self.n >= 1, f"n must be at least 1, got {self.n}"),
             (self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}"),
+            (math.isfinite(self.temperature), f"temperature must be a finite number, got {self.temperature}"),
             (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
             (self.top_k >= -1, f"top_k must be -1, 0 or positive, got {self.top_k}"),
             (0 <= self.min_p <= 1, f"min_p must be in [0, 1], got {self.min_p}"),
@@ -80,6 +82,12 @@ class SamplingParams:
             (-2 <= self.frequency_penalty <= 2, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}"),
             (self.max_tokens is None or self.max_tokens >= 1, f"max_tokens must be at least 1, got {self.max_tokens}"),
             (self.min_tokens >= 0, f"min_tokens must be >= 0, got {self.min_tokens}"),
+            (self.max_tokens is None or self.min_tokens <= self.max_tokens,
+             f"min_tokens must be at most max_tokens ({self.max_tokens}), got {self.min_tokens}"),
+            # torch.Generator.manual_seed's range: a larger seed failed the whole engine step
+            (self.seed is None or -(1 << 63) <= self.seed < 1 << 64,
+             f"seed must be in [-2**63, 2**64), got {self.seed}"),
+            (all(self.stop), "stop must not hold an empty string (it would match before any text)"),
             (self.logprobs is None or self.logprobs >= 0, f"logprobs must be >= 0, got {self.logprobs}"),
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs needs logprobs (0 or more)"),
         ]

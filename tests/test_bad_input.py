@@ -77,7 +77,36 @@ def test_unsupported_architecture(capsys, tmp_path):
 
 def test_prompt_longer_than_context(capsys, tiny):
     code, err = run_cli(capsys, "run", str(tiny), "--ctx", "8", "word " * 50)
-    assert_one_line_error(code, err, "context holds 8")
+    assert_one_line_error(code, err, "context holds 8", "--ctx")  # run's flag, not serve's --max-model-len
+
+
+def test_interactive_chat_outlives_a_message_too_long(capsys, monkeypatch, tiny):
+    """The chat said the error and ended; now it says it, forgets that message and goes on."""
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("hi\n" + "z" * 400 + "\n/help\nhi\n/bye\nnever sent\n"))
+    code = main(["run", str(tiny), "--ctx", "160", "--max-tokens", "2", "--temperature", "0"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("hearth: error: ")]
+    assert len(errors) == 1 and "context holds 160" in errors[0] and "--ctx" in errors[0] and "/clear" in errors[0]
+    assert "/bye" in err  # /help's line
+    assert len(out.splitlines()) == 2  # the two answers to "hi"
+
+
+def test_a_negative_context_is_one_line(capsys, tiny):
+    code, err = run_cli(capsys, "run", str(tiny), "--ctx", "-5", "hi")
+    assert_one_line_error(code, err, "-5")
+
+
+def test_a_context_past_the_model_s_is_said(caplog, tmp_path):
+    from hearth import LLM
+
+    path = tmp_path / "tiny.gguf"
+    dims = write_tiny_gguf(path, "llama")
+    llm = LLM(str(path), max_model_len=dims.context * 4, progress=False)
+    assert llm.max_model_len == dims.context
+    assert any(f"{dims.context:,} tokens" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
 
 
 def test_unknown_model_name(capsys):
@@ -123,10 +152,37 @@ def test_engine_rejects_bad_prompts_and_queues_nothing(tiny_llm, prompt, needle)
 @pytest.mark.parametrize("field,value", [
     ("n", 0), ("temperature", -1), ("top_p", 0), ("top_k", -2), ("min_p", 2), ("max_tokens", 0),
     ("repetition_penalty", 0), ("presence_penalty", 3), ("frequency_penalty", -3), ("min_tokens", -1),
-    ("logprobs", -1),
+    ("logprobs", -1), ("temperature", float("inf")), ("seed", 2**64), ("seed", -(2**63) - 1), ("stop", [""]),
+    ("min_tokens", 17),  # above the default max_tokens of 16
 ])
 def test_sampling_params_out_of_range_name_the_field(field, value):
     from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
     with pytest.raises(InvalidSamplingParams, match=field):
         SamplingParams(**{field: value})
+
+
+def test_seed_limits_are_the_generator_s():
+    """The extremes of the accepted range seed a torch generator (a seed outside it failed the step)."""
+    import torch
+
+    from hearth.sampling_params import SamplingParams
+
+    for seed in (-(2**63), 2**64 - 1):
+        torch.Generator().manual_seed(SamplingParams(seed=seed).seed)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--port", "99999"], "--port must be in [0, 65535]"),  # was uvicorn's traceback
+    (["--max-n", "0"], "--max-n"),
+    (["--max-body-mb", "0"], "--max-body-mb"),
+    (["--threads", "-1"], "--threads"),  # the engine thread died setting it: the server hung
+    (["--max-num-seqs", "0"], "--max-num-seqs"),  # nothing was ever scheduled
+    (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
+    (["--ctx", "-1"], "--ctx"),
+    (["--kv-cache-memory-gb", "0"], "--kv-cache-memory-gb"),
+])
+def test_serve_flags_out_of_range_are_one_line(capsys, tiny, argv, needle):
+    code, err = run_cli(capsys, "serve", str(tiny), *argv)
+    err = "\n".join(line for line in err.splitlines() if not line.startswith("hearth: loading"))
+    assert_one_line_error(code, err, needle)

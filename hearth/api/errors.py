@@ -56,14 +56,18 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
     return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
 
 
-def from_hearth_error(e: HearthError) -> APIError:
-    """The API status of an error the engine raised about a request."""
+_PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input"}
+"""The request field that holds the prompt, per route (elsewhere: messages)."""
+
+
+def from_hearth_error(e: HearthError, path: str = "") -> APIError:
+    """The API status of an error the engine raised about a request on route `path`."""
     if isinstance(e, EngineFullError):
         return APIError(429, str(e), code="queue_full")
     if isinstance(e, EngineStepError):
         return APIError(500, str(e), code="engine_error")
     if isinstance(e, PromptTooLongError):
-        return APIError(400, str(e), param="messages", code="context_length_exceeded")
+        return APIError(400, str(e), param=_PROMPT_FIELD.get(path, "messages"), code="context_length_exceeded")
     return APIError(400, str(e))
 
 
@@ -108,7 +112,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HearthError)
     async def _hearth_error(request: Request, e: HearthError):
-        return await _api_error(request, from_hearth_error(e))
+        return await _api_error(request, from_hearth_error(e, request.url.path))
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError):

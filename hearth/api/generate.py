@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 
+from hearth.api.errors import APIError
 from hearth.errors import HearthError
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
@@ -38,6 +39,7 @@ class Generation:
         self._cached: dict[int, int] = {}
         self.streams = []
         self.timers = []
+        _check_fits(engine, len(batch), params.n)
         try:  # validate and queue all, or none
             for p, ids in enumerate(batch):
                 for j in range(params.n):
@@ -86,6 +88,16 @@ class Generation:
             self.timers[i].on_output(out)
         self._cached.setdefault(i, out.num_cached_tokens)
         return out
+
+
+def _check_fits(engine, prompts: int, n: int) -> None:
+    """A request of more children than the engine ever holds at once is a 400: a 429 ("retry later")
+    would fail on every retry."""
+    limit = getattr(engine, "max_in_flight", None)
+    if limit is not None and prompts * n > limit:
+        field = "n" if prompts == 1 else "prompt"
+        raise APIError(400, f"{field}: {prompts} prompt(s) x n={n} is {prompts * n} requests, more than this "
+                            f"server holds at once ({limit}: --max-num-seqs + --max-queued)", param=field)
 
 
 async def interleave(streams: list) -> AsyncIterator[tuple[int, object]]:

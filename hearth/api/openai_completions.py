@@ -112,8 +112,8 @@ class _Reply:
                     choice["stop_reason"] = out.stop_reason
                 yield data_event({**self._payload([choice]), **extra})
         except HearthError as e:
-            err = from_hearth_error(e)
-            yield data_event(error_body(path, err.status, err.message, code=err.code))
+            err = from_hearth_error(e, path)
+            yield data_event(error_body(path, err.status, err.message, err.param, err.code))
             yield DONE
             return
         if usage:

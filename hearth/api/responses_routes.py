@@ -203,7 +203,7 @@ class _Reply:
                 for e in self._on_output(out):
                     yield self._event(e)
         except HearthError as e:
-            err = from_hearth_error(e)
+            err = from_hearth_error(e, "/v1/responses")
             yield self._event({"type": "error", "code": err.code or "server_error", "message": err.message,
                                "param": err.param})
             return

@@ -8,6 +8,9 @@ import sys
 import time
 
 from hearth.config import DEFAULT_MODEL, DEVICES
+from hearth.errors import HearthError, PromptTooLongError
+
+HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -15,13 +18,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
     p.add_argument("prompt", nargs="?", help="answer this prompt and exit (default: interactive chat)")
     p.add_argument("--system", help="system prompt")
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--top-p", type=float, default=0.95)
-    p.add_argument("--max-tokens", type=int, default=1024)
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default: %(default)s)")
+    p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=1024, help="longest answer in tokens (default: %(default)s)")
+    p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
-    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens (default: %(default)s)")
+    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens, at most the model's; 0: the model's (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer")
 
 
@@ -38,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
         return 0
     interactive = sys.stdin.isatty()
     if interactive:
-        print("Send a message (/bye or Ctrl-D to quit, /clear to forget the conversation)", file=sys.stderr)
+        print(f"Send a message ({HELP})", file=sys.stderr)
     while True:
         try:
             line = input(">>> " if interactive else "")
@@ -50,13 +53,27 @@ def main(args: argparse.Namespace) -> int:
         if text == "/clear":
             history = history[:1] if args.system else []
             continue
+        if text in ("/help", "/?"):
+            print(HELP, file=sys.stderr)
+            continue
         if text:
-            _answer(llm, history, text, params, args.verbose)
+            try:
+                _answer(llm, history, text, params, args.verbose)
+            except HearthError as e:  # the chat goes on: this message was not added to it
+                print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
+                      file=sys.stderr)
 
 
 def _answer(llm, history: list[dict], text: str, params, verbose: bool) -> None:
+    """Stream the answer to `text` and add both to `history`; a prompt that does not fit the
+    context raises (naming --ctx) and leaves `history` as it was."""
+    ids = llm.encode_chat(history + [{"role": "user", "content": text}])
+    try:
+        llm.engine.check_request(ids, params)
+    except PromptTooLongError as e:
+        raise HearthError(f"prompt is {e.prompt_tokens} tokens but the context holds {e.max_context}; "
+                          "shorten it or raise --ctx") from None
     history.append({"role": "user", "content": text})
-    ids = llm.encode_chat(history)
     start, first, parts, n = time.perf_counter(), None, [], 0
     try:
         for out in llm.stream({"prompt_token_ids": ids}, params):

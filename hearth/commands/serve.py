@@ -11,6 +11,7 @@ import sys
 import uvicorn
 
 from hearth.config import DEFAULT_MODEL, DEVICES
+from hearth.errors import HearthError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -122,9 +123,23 @@ def engine_args(args: argparse.Namespace) -> dict:
                 speculative_config=speculative_config(args), device=args.device)
 
 
+_SERVER_LOWEST = {"port": (0, 65535), "max_n": (1, None), "max_queued": (0, None), "max_tokens_limit": (0, None),
+                  "max_body_mb": (1e-6, None)}
+"""Server flags -> the range each takes (None: no upper bound); checked before any model loads."""
+
+
+def check_server_flags(args: argparse.Namespace) -> None:
+    for name, (lo, hi) in _SERVER_LOWEST.items():
+        value = getattr(args, name, None)
+        if value is not None and not (value >= lo and (hi is None or value <= hi)):
+            span = f"in [{lo}, {hi}]" if hi is not None else ("positive" if lo < 1 else f"at least {lo}")
+            raise HearthError(f"--{name.replace('_', '-')} must be {span}, not {value}")
+
+
 def server_config(args: argparse.Namespace):
     from hearth.api.app import ServerConfig
 
+    check_server_flags(args)
     return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,

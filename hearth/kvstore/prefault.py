@@ -8,6 +8,7 @@ systems, older kernels) it does nothing: the writes fault as before."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import sys
@@ -45,7 +46,7 @@ class Prefaulter:
     def start(self, blocks: range) -> None:
         """Fault in the pages of these consecutive blocks in every region, in the background,
         replacing earlier work."""
-        if self._madvise is None:
+        if self._madvise is None or _stopped:
             return
         work = []
         for _, base, size in self.regions:
@@ -75,6 +76,7 @@ class Prefaulter:
 _CV = threading.Condition()
 _QUEUE: list[Prefaulter] = []
 _worker: threading.Thread | None = None
+_stopped = False
 
 
 def _after_fork() -> None:
@@ -90,7 +92,7 @@ if hasattr(os, "register_at_fork"):
 
 def _start_worker() -> None:
     global _worker
-    if _worker is None:
+    if _worker is None and not _stopped:
         _worker = threading.Thread(target=_serve, name="hearth-prefault", daemon=True)
         _worker.start()
 
@@ -100,10 +102,28 @@ def _pending() -> bool:
     return bool(_QUEUE)
 
 
+def shutdown() -> None:
+    """Stop the worker and drop its queue (at exit, before the interpreter finalizes): a daemon thread
+    that frees a Prefaulter's tensors while Python finalizes is killed inside torch's deleter, and
+    the process aborts ("terminate called without an active exception")."""
+    global _stopped
+    with _CV:
+        _stopped = True
+        _QUEUE.clear()
+        _CV.notify()
+    if _worker is not None and _worker is not threading.current_thread():
+        _worker.join(timeout=5)  # at most one madvise slice (~0.1 ms) is in flight
+
+
+atexit.register(shutdown)
+
+
 def _serve() -> None:
     while True:
         with _CV:
-            _CV.wait_for(_pending)
+            _CV.wait_for(lambda: _stopped or _pending())
+            if _stopped:
+                return
             p = _QUEUE[0]
             addr, n = p._work.pop()
             p._in_flight = True

@@ -23,6 +23,20 @@ class TokenIdError(HearthError):
     """A token id outside the vocabulary."""
 
 
+class InvalidTextError(HearthError):
+    """Text that is not valid Unicode: a lone UTF-16 surrogate (a JSON body may spell one, "\\ud800")."""
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_text(text: str) -> None:
+    """One line naming the first lone surrogate, which the backend refuses with a bare TypeError."""
+    if isinstance(text, str) and (m := _SURROGATE.search(text)):
+        raise InvalidTextError(f"text holds a lone UTF-16 surrogate (\\u{ord(m.group()):04x}) at character "
+                               f"{m.start()}: not valid Unicode")
+
+
 class Tokenizer:
     """encode/decode with llama.cpp semantics.
 
@@ -69,7 +83,11 @@ class Tokenizer:
         with self._lock:
             if self._hf.encode_special_tokens == parse_special:  # the flag means "do NOT parse"
                 self._hf.encode_special_tokens = not parse_special
-            ids = self._hf.encode(text, add_special_tokens=False).ids
+            try:
+                ids = self._hf.encode(text, add_special_tokens=False).ids
+            except TypeError:
+                _check_text(text)  # checked only on failure: no cost for valid text
+                raise
         if add_special_tokens:
             ids = [self.bos_id] * self.add_bos + ids + [self.eos_id] * self.add_eos
         return ids

@@ -161,6 +161,22 @@ def test_int8_rows_bit_identical_whatever_the_batch(qtype):
     assert torch.equal(mm(torch.cat([x[7:8], x[100:120]]))[:1], big[7:8])
 
 
+@INT8
+@pytest.mark.parametrize("qtype,k,big", [(Q.Q4_K, 4864, 60), (Q.Q6_K, 4864, 60), (Q.Q5_1, 4864, 60), (Q.Q4_0, 576, 340)],
+                         ids=lambda v: getattr(v, "name", str(v)))
+def test_int8_decode_slices_of_k_equal_whole_panels(qtype, k, big):
+    """A decode-sized call (every row in one chunk of rows) builds each panel a slice of K at a time
+    (csrc/gemm_vnni_slices.h: 512 weights, in L1) and carries the sums in y between slices; past one
+    chunk (a prefill) whole panels are built a group at a time. Each row's outputs are the same bits
+    either way: K = 4864 ends in a short slice (19 superblocks; 152 blocks of 32), 576 in a short
+    superblock; `big` rows are past one chunk at that K."""
+    mm = matmul([random_tensor(qtype, 70, k, np.random.default_rng(int(qtype) + 60))], k)
+    x = torch.randn(big, k, generator=torch.Generator().manual_seed(60)) * 3
+    whole = mm(x)
+    for a, b in ((0, 16), (big - 12, big)):
+        assert torch.equal(mm(x[a:b]), whole[a:b]), (a, b)
+
+
 @pytest.mark.skipif(not native.has("gemm") or native.bf16_tiles(), reason="AMX tiles take these rows, or no C++ GEMMs")
 @pytest.mark.parametrize("m", [23, 70], ids=["int8", "prefill"])
 def test_mlp_and_residual_paths_take_the_gemms(m):

@@ -77,3 +77,40 @@ def test_runner_faults_in_the_named_blocks_of_every_layer(name):
     for _, base, size in regions:
         assert all(resident(base + 4 * size, base + 12 * size))
         assert not any(resident(base + 16 * size, base + 32 * size))
+
+
+EXIT_SCRIPT = """
+import atexit, sys
+
+def check():  # registered before prefault's own exit handler, so it runs after it
+    prefault = sys.modules["hearth.kvstore.prefault"]
+    w = prefault._worker
+    print("worker", "alive" if w is not None and w.is_alive() else "stopped", "queue", len(prefault._QUEUE))
+
+atexit.register(check)
+import torch
+from hearth.kvstore import prefault
+t = torch.zeros(64 * prefault.SLICE, dtype=torch.uint8)
+p = prefault.Prefaulter([(t, t.data_ptr(), prefault.SLICE)])
+p.start(range(64))
+del p, t
+"""
+
+
+def test_the_worker_stops_before_the_interpreter_finalizes():
+    """A worker still running at exit freed the last Prefaulter's tensors while Python finalized and
+    the process aborted ("terminate called without an active exception", 1 `hearth run` in ~8)."""
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", EXIT_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["worker", "stopped", "queue", "0"]
+
+
+def test_start_after_shutdown_does_nothing(monkeypatch):
+    from hearth.kvstore import prefault
+    monkeypatch.setattr(prefault, "_stopped", True)
+    monkeypatch.setattr(prefault, "_worker", None)
+    t = lazy_zeros((8, PAGE), torch.uint8)
+    p = Prefaulter([(t, t.data_ptr(), PAGE)])
+    p.start(range(8))
+    assert prefault._worker is None and pages(t) == []

@@ -362,3 +362,13 @@ def test_spm_merge_table_has_every_split(tmp_path):
     assert set(got) == expected and len(got) == len(expected)
     merged_scores = [scores[vocab[a + b]] for a, b in got]
     assert merged_scores == sorted(merged_scores, reverse=True)  # best score = first rank
+
+
+def test_a_lone_surrogate_is_a_clear_error(spm):
+    """A JSON body may spell "\\ud800": the backend's bare TypeError was a 500 on the server."""
+    from hearth.errors import HearthError
+
+    tok = spm[0]
+    with pytest.raises(HearthError, match=r"lone UTF-16 surrogate \(\\ud800\) at character 2"):
+        tok.encode("ab\ud800cd")
+    assert tok.decode(tok.encode("ab\U0001f600", add_special_tokens=False)) == "ab\U0001f600"  # a non-BMP character is fine

@@ -39,6 +39,9 @@ TABLE = [
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
     (CHAT, {"messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
     (CHAT, {"messages": USER, "stop": 5}, 400, "stop"),
+    (CHAT, {"messages": USER, "stop": ["x", ""]}, 400, "stop"),  # matched at once: an empty answer
+    (CHAT, {"messages": USER, "seed": 10**30}, 400, "seed"),  # failed the engine step of every request
+    (CHAT, {"messages": USER, "min_tokens": 10, "max_tokens": 5}, 400, "min_tokens"),
     (CHAT, {"messages": USER, "tool_choice": "required"}, 400, "tool_choice"),
     (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
      "tool_choice"),
@@ -53,6 +56,7 @@ TABLE = [
     (COMPLETIONS, {"prompt": []}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
     (COMPLETIONS, {"prompt": "x", "suffix": "y"}, 400, "suffix"),
+    (COMPLETIONS, {"prompt": "x", "seed": -(2**64)}, 400, "seed"),
     (COMPLETIONS, {"prompt": "x", "model": "nope"}, 404, "model"),
 ]
 ANTHROPIC_TABLE = [
@@ -70,6 +74,7 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}], "tool_choice": {"type": "tool", "name": "g"}},
      400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
+    ({"max_tokens": 5, "messages": USER, "stop_sequences": [""]}, 400, "stop_sequences"),
 ]
 
 
@@ -112,20 +117,44 @@ def test_prompt_too_long_names_both_numbers(make_fake):
     assert not fake.engine.live
 
 
+@pytest.mark.parametrize("path,body,param", [
+    (CHAT, {"messages": [{"role": "user", "content": "x" * 100}]}, "messages"),
+    (COMPLETIONS, {"prompt": "x" * 100}, "prompt"),
+    ("/v1/responses", {"input": "x" * 100}, "input"),
+])
+def test_prompt_too_long_names_the_route_s_prompt_field(make_fake, path, body, param):
+    fake = make_fake(engine=FakeEngine(max_model_len=60))
+    r = fake.client.post(path, json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+
+
+@pytest.mark.parametrize("body,param", [({"prompt": ["a"] * 9}, "prompt"), ({"prompt": "a", "n": 9}, "n")])
+def test_a_batch_larger_than_the_server_ever_holds_is_400_not_429(make_fake, body, param):
+    """A 429 says "retry later", and every retry of this one would fail."""
+    fake = make_fake(engine=FakeEngine(max_in_flight=8), max_n=16)
+    r = fake.client.post(COMPLETIONS, json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert "(8:" in r.json()["error"]["message"] and not fake.engine.added
+    assert fake.client.post(COMPLETIONS, json={"prompt": ["a"] * 8}).status_code == 200
+
+
 def test_empty_prompt(fake):
     r = fake.client.post(COMPLETIONS, json={"prompt": ""})
     assert r.status_code == 400 and "empty" in r.json()["error"]["message"]
 
 
 def test_queue_full_is_429(make_fake):
-    fake = make_fake(engine=FakeEngine(max_in_flight=2))
+    fake = make_fake(engine=FakeEngine(max_in_flight=3))
+    fake.engine.live.add("busy")  # another client's request
     r = fake.client.post(CHAT, json={"messages": USER, "n": 3})
     assert r.status_code == 429 and r.headers["retry-after"] == "1"
     assert r.json()["error"]["type"] == "rate_limit_exceeded"
-    assert not fake.engine.live  # the two that fitted were aborted
+    assert fake.engine.live == {"busy"}  # the two that fitted were aborted
+    fake.engine.live.clear()
     r = fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 4})
     assert r.status_code == 200
-    fake.engine.max_in_flight = 0
+    fake.engine.max_in_flight = 1
+    fake.engine.live.add("busy")
     assert fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 4}).json()["error"]["type"] == "rate_limit_error"
 
 

@@ -171,6 +171,10 @@ def test_bad_input_on_the_real_server(client, http, real_server):
     assert r.status_code == 400 and "malformed JSON" in r.json()["error"]["message"]
     with pytest.raises(anthropic.BadRequestError):
         real_server.anthropic().messages.create(model=real_server.model, max_tokens=0, messages=HI)
+    for stream in ("false", "true"):  # JSON may spell a lone surrogate; the tokenizer refused it with a 500
+        r = http.post("/v1/chat/completions", headers={"content-type": "application/json"},
+                      content=b'{"messages": [{"role": "user", "content": "a\\ud800"}], "stream": ' + stream.encode() + b"}")
+        assert r.status_code == 400 and "surrogate" in r.json()["error"]["message"], r.text
 
 
 def test_auth_and_cors(real_server):

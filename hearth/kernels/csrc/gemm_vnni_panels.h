@@ -261,4 +261,18 @@ struct VnniDirect {
   }
 };
 
+// A type's block bytes (ts) and weights per block (width) where the builders above take it; width 0
+// where they do not (the staging path's types)
+template <class T>
+struct VnniBlockShape {
+  static void run(int& ts, int& width) {
+    if constexpr (T::paired) {
+      ts = T::Type::TS, width = 32;
+    } else {
+      constexpr bool direct = std::is_base_of_v<FQ4_K, T> || std::is_base_of_v<FQ5_K, T> || std::is_base_of_v<FQ6_K, T>;
+      ts = T::TS, width = direct ? SB : 0;
+    }
+  }
+};
+
 }  // namespace

@@ -366,9 +366,10 @@ struct VnniGroup {
 };
 
 // Half h of a panel, features n0 .. n0 + 15, straight from their blocks (gemm_vnni_panels.h) when they
-// are 16 rows of one part of a type with such a path (every type but Q2_K, Q3_K), then the next
-// half's 16 rows prefetched (as the staging loop prefetches its rows); gs: lowered to the type's
-// scale group. False for any other (the staging path: those types, rows across parts or past N).
+// are 16 rows of one part of a type with such a path (every type but Q2_K, Q3_K); gs: lowered to the
+// type's scale group. False for any other (the staging path: those types, rows across parts or past
+// N). No prefetch of the next half here: the last group's products brought it into L2 (VnniAhead),
+// and a burst of prefetches per half cost 7% more at 16 rows (the 1.5B's matrices, 2026-12-05).
 bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel, int& gs) {
   for (const Part& c : p.parts) {
     if (n0 < c.out_col || n0 + 16 > c.out_col + c.rows) continue;
@@ -379,19 +380,34 @@ bool vnni_half_direct(const Plan& p, int64_t n0, int h, const VnniPanel& panel, 
     if (!dispatch<VnniDirect>(c.qtype, rows, c.nb, h, panel, done) || !done || !dispatch<VnniGroup>(c.qtype, g))
       return false;
     gs = std::min(gs, g);
-    const uint8_t* ahead = rows[0] + 16 * c.row_bytes;  // the next half's rows, contiguous
-    for (int64_t b = 0; b < 16 * c.row_bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + b), _MM_HINT_T0);
     return true;
   }
   return false;
 }
+
+// The weight rows of panels pn0 .. pn1 (a range per part they cover), paced over `blocks` register
+// blocks' passes of K (vnni_block steps once per 16 k)
+VnniAhead vnni_ahead(const Plan& p, int64_t pn0, int64_t pn1, int64_t blocks) {
+  VnniAhead a;
+  const int64_t f0 = pn0 * VNNI_PANEL, f1 = std::min(p.N, pn1 * VNNI_PANEL);
+  for (const Part& c : p.parts) {
+    const int64_t r0 = std::max<int64_t>(f0, c.out_col) - c.out_col, r1 = std::min(f1, c.out_col + c.rows) - c.out_col;
+    if (r1 > r0) a.add(c.w + r0 * c.row_bytes, (r1 - r0) * c.row_bytes);
+  }
+  a.pace(blocks * (p.K / 16));
+  return a;
+}
+
+#include "gemm_vnni_slices.h"  // after Plan, Part, dispatch: decode-sized calls a slice of K at a time
 
 // Where AMX is not usable (the avx512 tier), from VNNI_GEMM_MIN_ROWS rows on: the VNNI GEMM
 bool vnni_gemm_for(int64_t M) { return M >= VNNI_GEMM_MIN_ROWS && !amx_usable(); }
 
 // y = a @ W.T (a: quantize's natural layout) on AVX-512 VNNI (gemm_vnni.h): each thread unpacks its
 // panels a group at a time (<= VNNI_GROUP_BYTES, in L2) and passes chunks of rows (<= VNNI_CHUNK_BYTES
-// of codes) through the group. False for an unknown type.
+// of codes) through the group; where every row fits one chunk (a decode batch) a panel of the direct
+// builders' types is built and multiplied a slice of K at a time instead (gemm_vnni_slices.h). A
+// group's products prefetch the next group's weights (VnniAhead). False for an unknown type.
 constexpr int64_t VNNI_GROUP_BYTES = 512 << 10, VNNI_CHUNK_BYTES = 256 << 10;
 
 bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
@@ -410,19 +426,28 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
   int bad = 0;
 #pragma omp parallel num_threads(threads_for(p.bytes * M)) reduction(| : bad)
   {
-    thread_local std::vector<uint8_t, AlignedAlloc<uint8_t>> panel_buf, stage_buf;
+    thread_local std::vector<uint8_t, AlignedAlloc<uint8_t>> panel_buf, stage_buf, slice_buf;
     uint8_t* pw = scratch(panel_buf, group * pb);
+    uint8_t* sw = scratch(slice_buf, vnni_panel_bytes(VNNI_SLICE_K));
     uint8_t* st = scratch(stage_buf, 16 * (Kp + 2 * g16 * 4));  // 16 rows: codes, then s16, o16
     float* st_s = reinterpret_cast<float*>(st + 16 * Kp);
     float* st_o = st_s + 16 * g16;
     std::vector<VnniPanel> ps(group);
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t p1 = panels * (t + 1) / T;
-    for (int64_t g0 = panels * t / T; g0 < p1; g0 += group) {
-      const int64_t g1 = std::min(p1, g0 + group);
+    // groups of 1, 2, 4 .. panels, then `group`: the first one's weights are the only ones no products hide
+    for (int64_t g0 = panels * t / T, size = 1, g1; g0 < p1; g0 = g1, size = std::min(group, 2 * size)) {
+      g1 = std::min(p1, g0 + size);
+      const int64_t next = std::min(p1, g1 + std::min(group, 2 * size));
+      // the first chunk's products bring the next group's weights into L2
+      VnniAhead ahead = vnni_ahead(p, g1, next, (std::min(M, chunk) + VNNI_MR - 1) / VNNI_MR * (g1 - g0)), none;
       for (int64_t pn = g0; pn < g1; ++pn) {
-        int gs = 32;
         VnniPanel& panel = ps[pn - g0] = vnni_panel_at(pw + (pn - g0) * pb, K, 32);
+        if (M <= chunk && vnni_sliced(p, pn, x16, x32, M, y, ldy, sw, ahead)) {  // a decode: done, from L1
+          panel.codes = nullptr;
+          continue;
+        }
+        int gs = 32;
         for (int h = 0; h < 2; ++h) {
           if (vnni_half_direct(p, pn * VNNI_PANEL + 16 * h, h, panel, gs)) continue;  // 16 rows of one part
           for (int64_t i = 0; i < 16; ++i) {
@@ -457,10 +482,11 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
         for (int64_t pn = g0; pn < g1; ++pn) {
           const VnniPanel& panel = ps[pn - g0];
           const int64_t n0 = pn * VNNI_PANEL, cols = std::min<int64_t>(VNNI_PANEL, N - n0);
+          if (!panel.codes) continue;  // vnni_sliced's
           if (panel.gs == 32)
-            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols);
+            vnni_rows<32>(panel, K, x32, m0, m1, y + n0, ldy, cols, m0 ? none : ahead);
           else
-            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols);
+            vnni_rows<16>(panel, K, x16, m0, m1, y + n0, ldy, cols, m0 ? none : ahead);
         }
       }
     }
