@@ -86,6 +86,10 @@ class EngineConfig:
     """One of DEVICES: the backend the model runs on (hearth.backends)."""
     seed: int = 0
     """Default seed for requests that give none."""
+    grammar_drafts: bool = True
+    """Under a grammar (structured output, tool calls), draft the tokens it forces next (a tool's
+    name once begun, `", "arguments": {`) and verify them in one step instead of one step each;
+    lossless, so on only where verify rows are computed as decode rows (the native kernels)."""
     speculative_config: dict | str | None = None
     """Speculative decoding, vLLM's keys as a dict or JSON: {"method": "ngram" | "suffix" | "draft",
     "num_speculative_tokens": K, "prompt_lookup_min": N, "prompt_lookup_max": M,

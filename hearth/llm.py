@@ -98,6 +98,7 @@ class LLM:
                       else _num_blocks(cfg, self.max_model_len, block_bytes, reserve))
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
                                   GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
+        self.runner.forced_drafts = cfg.grammar_drafts and regimes is not None
         self.disk = self.snapshots = None
         if cfg.kv_disk_dir:
             if not cfg.enable_prefix_caching:

@@ -82,6 +82,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--kv-disk-space-mb", type=int, default=4096, metavar="MB",
                      help="most MiB the disk tier may take in DIR (default: %(default)s)")
     eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
+    eng.add_argument("--no-grammar-drafts", action="store_true",
+                     help="under a grammar (structured output, tool calls), decode the tokens it forces one "
+                          "step each instead of verifying them as drafts in one step")
     eng.add_argument("--threads", type=int, default=0,
                      help="CPU threads per model (default: all cores; a --models entry's `threads` overrides it)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
@@ -114,7 +117,8 @@ def engine_args(args: argparse.Namespace) -> dict:
     return dict(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                 max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
                 kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
-                enable_prefix_caching=not args.no_prefix_caching, threads=args.threads, seed=args.seed,
+                enable_prefix_caching=not args.no_prefix_caching, grammar_drafts=not args.no_grammar_drafts,
+                threads=args.threads, seed=args.seed,
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
                 speculative_config=speculative_config(args), device=args.device)
 

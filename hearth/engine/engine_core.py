@@ -46,6 +46,12 @@ class EngineCore:
         """spec: proposes draft tokens before each step (None: one token per sequence and step)."""
         self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
         self.spec = spec
+        self.grammar_drafts = [0, 0]
+        """Grammar-forced draft tokens verified, and accepted, so far."""
+        self.forced: dict[str, list[int]] = {}
+        """request id -> the tokens its grammar forces next (RunnerOutput.forced): drafted for its
+        next step where the proposer offers none, so a forced run (`", "arguments": {` after a tool's
+        name) costs one verify step, not a decode step a token."""
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
         self._ids = itertools.count()
@@ -70,37 +76,55 @@ class EngineCore:
 
     def abort(self, request_id: str) -> None:
         self.scheduler.finish_request(request_id)
-        self.detokenizers.pop(request_id, None)
-        if self.spec is not None:
-            self.spec.forget(request_id)
+        self._forget(request_id)
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[EngineOutput]:
-        if self.spec is not None:
-            self._propose()
+        grammar_drafted = self._propose() if self.spec is not None or self.forced else set()
         so = self.scheduler.schedule()
         t0 = time.perf_counter()
         result = self.runner.execute(so)
         seconds = time.perf_counter() - t0
         changed = self.scheduler.update(so, result)
+        for rid in result.sampled:  # forced tokens hold for the step right after this one
+            self.forced.pop(rid, None)
+        self.forced.update(result.forced)
+        results = self.scheduler.spec_results
+        for o in results:
+            if o.request_id in grammar_drafted:
+                self.grammar_drafts[0] += o.drafted
+                self.grammar_drafts[1] += o.accepted
         if self.spec is not None:
-            if result.steady and so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # what drafts cost
-                self.spec.timed(so.num_tokens, seconds)
-            self.spec.observe(self.scheduler.spec_results)
-            self.scheduler.spec_results = []
+            if result.steady and so.seqs and all(len(s.token_ids) == 1 for s in so.seqs) and not grammar_drafted:
+                self.spec.timed(so.num_tokens, seconds)  # what the proposer's drafts cost
+            self.spec.observe([o for o in results if o.request_id not in grammar_drafted])
+        self.scheduler.spec_results = []
         outputs = [self._output(req, tokens) for req, tokens in changed]
         if not self.scheduler.has_unfinished():
             self._idle()
         return outputs
 
-    def _propose(self) -> None:
-        """Drafts for the running requests that decode their next token this step."""
+    def _propose(self) -> set[str]:
+        """Drafts for the running requests that decode their next token this step: the proposer's,
+        else the tokens the request's grammar forces. -> the requests given the grammar's."""
         decoding = [r for r in self.scheduler.running if r.num_tokens - r.num_computed_tokens == 1]
-        drafts = self.spec.propose(decoding, len(self.scheduler.running))
+        drafts = self.spec.propose(decoding, len(self.scheduler.running)) if self.spec is not None else {}
+        forced = set()
         for req in decoding:
-            self.scheduler.set_drafts(req, drafts.get(req.request_id, []))
+            d = drafts.get(req.request_id)
+            if not d and req.request_id in self.forced:
+                d = self.forced[req.request_id]
+                forced.add(req.request_id)
+            self.scheduler.set_drafts(req, d or [])
+        return forced
+
+    def _forget(self, request_id: str) -> None:
+        self.detokenizers.pop(request_id, None)
+        self.forced.pop(request_id, None)
+        if self.spec is not None:
+            self.spec.forget(request_id)
 
     def _idle(self) -> None:
         """Nothing left to run: the runner may prepare the KV blocks the next prompt gets."""
@@ -141,9 +165,7 @@ class EngineCore:
         finished = req.status.finished
         if finished:
             detok.flush()
-            del self.detokenizers[req.request_id]
-            if self.spec is not None:
-                self.spec.forget(req.request_id)
+            self._forget(req.request_id)
         logprobs = None
         if tokens[0].logprob is not None:
             logprobs = [{t.token_id: t.logprob, **(t.top_logprobs or {})} for t in tokens]

@@ -99,6 +99,9 @@ class RunnerOutput:
     steady: bool = True
     """False: the step did one-off work beside its rows (the draft model catching up a prompt or
     a pause), so its time is not what a step of its rows costs (hearth.spec_decode.cost)."""
+    forced: dict[str, list[int]] = field(default_factory=dict)
+    """request_id -> the tokens its grammar forces next, after this step's tokens (only where
+    ModelRunner.forced_drafts is on): the engine's drafts for that request's next step."""
     drafted: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
     """request_id -> (tokens, parents) of the drafts the runner's draft model wrote into its slots
     (method draft; parents [] for a chain): what was verified, for the acceptance statistics."""

@@ -56,6 +56,9 @@ class ModelRunner:
         self.generators: dict[str, torch.Generator] = {}
         self.grammar = grammar
         self.matchers: dict[str, GrammarMatcher] = {}
+        self.forced_drafts = False
+        """Report each constrained sequence's grammar-forced next tokens (RunnerOutput.forced): on
+        where a verify row is computed as a decode row (row_regimes), so those drafts are lossless."""
         self._unseeded = torch.Generator().manual_seed(seed)
 
     def _allocate_kv(self, codec, num_blocks: int, max_num_seqs: int) -> None:
@@ -171,7 +174,7 @@ class ModelRunner:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
         return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i))
-                             for i, s in enumerate(seqs)})
+                             for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers))
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
@@ -242,7 +245,19 @@ class ModelRunner:
                 accepted[s.request_id] = res[:-1]
             if s.is_tree:
                 self._move_path(s, [r - rs[0] - 1 for r in rs[1:]])
-        return RunnerOutput(sampled, accepted=accepted)
+        return RunnerOutput(sampled, accepted=accepted, forced=self._forced(s for s, _ in grammar))
+
+    def _forced(self, seqs) -> dict[str, list[int]]:
+        """The grammar-forced next tokens of these constrained sequences (their matchers are past
+        this step's tokens), where forced_drafts is on."""
+        if not self.forced_drafts:
+            return {}
+        out = {}
+        for s in seqs:
+            tokens = self.matchers[s.request_id].forced()
+            if tokens:
+                out[s.request_id] = tokens
+        return out
 
     def _move_path(self, s, path: list[int]) -> None:
         """The accepted path's K/V from its nodes' slots to the path's positions (node c sat at base

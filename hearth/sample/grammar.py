@@ -106,6 +106,11 @@ class GrammarMatcher:
         """How many of token_ids, in order, the grammar allows from here (nothing is consumed)."""
         return self._m.validate_tokens(token_ids) if token_ids else 0
 
+    def forced(self) -> list[int]:
+        """The tokens the grammar allows as the only way on from here (llguidance's fast-forward
+        tokens: `", "arguments": {` after a tool's name), [] when the next token is a choice."""
+        return self._m.compute_ff_tokens()
+
     def rollback(self, n: int) -> None:
         """Undo the last n accepted tokens (drafts the target rejected)."""
         if n > 0:
