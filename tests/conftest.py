@@ -18,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+# OpenMP threads sleep as soon as a parallel region ends instead of spinning for ~15 ms (libgomp's
+# default 300,000 pauses): make test runs two pytest processes (and served subprocesses) on 2 cores,
+# where spinning workers took the cores the others needed; set before torch loads libgomp.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HEARTH_CHECK_LAUNCHES", "1")  # every Triton launch checked (hearth/kernels/gpu/launch.py)
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton's kernels run in its interpreter: no GPU here
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # local Ray instances on loopback only (hearth.cluster.launch)
