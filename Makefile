@@ -47,23 +47,29 @@ run: setup
 # tier's pass is the only one in the foreground (what is left of the idle-class runs when it ends runs at
 # full speed); their reports follow it, in order. Fresh clone, quiet, 2026-12-05: 10 min 00 s in all (the
 # amx pass 7:10, the avx512 pass done beside it), against 10:24-10:40 with BESIDE=1.
+# The beside passes are a queue that both sides take from: once the best tier's pass ends, the
+# foreground takes the next pass the background has not started (at normal priority), so the last two
+# run side by side instead of one after the other with a core idle.
 TIERS = $(BIN)/python -m hearth.kernels.tiers
 PYTEST = $(BIN)/python -m pytest -q
 BESIDE ?= tiers
 IDLE := $(shell command -v chrt >/dev/null && chrt -i 0 true 2>/dev/null && echo "chrt -i 0" || echo "nice -n 19")
 test: setup browser
 	@tiers="$$($(TIERS) runnable)" && [ -n "$$tiers" ] && $(TIERS) skipped || exit 1; status=0; \
-	set -- $$tiers; fg="$$tiers"; sel="--durations=25"; bg=; jobs=; if [ "$(BESIDE)" != 0 ]; then \
+	set -- $$tiers; fg="$$tiers"; sel="--durations=25"; bg=; jobs=; dir=; \
+	run() { j=$$1; shift; HEARTH_CPU_TIER=$${j#*:} "$$@" $(PYTEST) -m $${j%%:*} --durations=10 \
+	  --basetemp=$$dir/$$j $(PYTEST_ARGS) >$$dir/$$j.log 2>&1; echo $$? >$$dir/$$j.rc; }; \
+	take() { for j in $$jobs; do ! mkdir $$dir/$$j.taken 2>/dev/null || run $$j "$$@"; done; }; \
+	if [ "$(BESIDE)" != 0 ]; then \
 	  dir=$$(mktemp -d) || exit 1; jobs="emulated:$$1"; sel="$$sel -m not(emulated)"; \
 	  if [ "$(BESIDE)" = tiers ]; then fg=$$1; shift; for t in "$$@"; do jobs="$$jobs tiered:$$t"; done; fi; \
-	  ( for j in $$jobs; do HEARTH_CPU_TIER=$${j#*:} $(IDLE) $(PYTEST) -m $${j%%:*} --durations=10 \
-	      --basetemp=$$dir/$$j $(PYTEST_ARGS) >$$dir/$$j.log 2>&1; echo $$? >$$dir/$$j.rc; done ) & bg=$$!; fi; \
+	  take $(IDLE) & bg=$$!; fi; \
 	for t in $$fg; do \
 	  echo "== tier $$t: pytest $$sel $(PYTEST_ARGS)"; \
 	  HEARTH_CPU_TIER=$$t $(PYTEST) $$sel $(PYTEST_ARGS); rc=$$?; \
 	  [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; sel="-m tiered"; \
 	done; \
-	if [ -n "$$bg" ]; then wait $$bg; for j in $$jobs; do \
+	if [ -n "$$bg" ]; then take; wait $$bg; for j in $$jobs; do \
 	  echo "== tier $${j#*:}, beside the passes: pytest -m $${j%%:*} $(PYTEST_ARGS)"; cat $$dir/$$j.log; \
 	  rc=$$(cat $$dir/$$j.rc 2>/dev/null || echo 1); [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; done; rm -rf $$dir; fi; \
 	echo "tiers run: $$tiers"; exit $$status

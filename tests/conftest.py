@@ -18,6 +18,12 @@ from pathlib import Path
 
 import pytest
 
+# OpenMP threads sleep as soon as a parallel region ends instead of spinning for ~15 ms (libgomp's
+# default 300,000 pauses): make test runs two pytest processes (and served subprocesses) on 2 cores,
+# where spinning workers took the cores the others needed (a golden file: 54-60 CPU-s against 8 at
+# load 6). Set before torch loads libgomp. Alone on idle cores a decode step waits for the worker's
+# wake-up instead (SmolLM2: ~16 ms against ~6.5): GOMP_SPINCOUNT=300000 restores the spin for such runs.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HEARTH_CHECK_LAUNCHES", "1")  # every Triton launch checked (hearth/kernels/gpu/launch.py)
 os.environ.setdefault("TRITON_INTERPRET", "1")  # Triton's kernels run in its interpreter: no GPU here
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # local Ray instances on loopback only (hearth.cluster.launch)

@@ -46,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "below P (sent as hearth.tool_guard_decline_below; 0: never; default: the server's)")
     g.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
                    "(another hearth, llama-server --jinja) instead of loading MODEL; MODEL is the name sent")
+    g.add_argument("--concurrency", type=int, default=1, metavar="N",
+                   help="ask up to N items at once (the engine batches them; multi-turn items one at a time): "
+                        "fewer CPU seconds a run, but each request's latency then includes the others' work, and "
+                        "a near-tie between the model's top two tokens may resolve otherwise than alone, as a "
+                        "batched step sums in another order (default: %(default)s, one item at a time)")
     g.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
 
 
@@ -111,6 +116,8 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     server, meta = (remote, _meta(args, None, None)) if remote is not None else _load(args)
     if args.decline_below is not None:
         meta["decline_below"] = args.decline_below
+    if args.concurrency > 1:  # latencies then include the other items' work
+        meta["concurrency"] = args.concurrency
     runs = [Run(ChatClient(server.post, args.mode, decline_below=args.decline_below), meta)]
     if args.alone_out:  # the main model alone, on the same server: the router off per request
         alone = Run(ChatClient(server.post, args.mode, decline_below=args.decline_below),
@@ -127,7 +134,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
         for r, path in zip(runs, (args.out, args.alone_out)):
             r.out = open(path, "w", encoding="utf-8") if path else None
         with server:
-            run_in_turns(items, runs, backends, note)
+            run_in_turns(items, runs, backends, note, args.concurrency)
     finally:
         for r in runs:
             if r.out is not None:
@@ -143,7 +150,7 @@ def _load(args: argparse.Namespace):
     from hearth.llm import LLM
 
     # the same prompt twice (routed, then alone): a cache hit would flatter the second run
-    engine = {"max_model_len": args.max_model_len, "max_num_seqs": 1, "threads": args.threads,
+    engine = {"max_model_len": args.max_model_len, "max_num_seqs": args.concurrency, "threads": args.threads,
               **({"enable_prefix_caching": False} if args.alone_out else {})}
     llm = LLM(args.model, progress=True, **engine)
     small = LLM(args.router, progress=True, **engine) if args.router else None
@@ -179,6 +186,8 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise HearthError("--offset needs --limit N (it shifts the N picks of each category)")
     if args.offset < 0:
         raise HearthError(f"--offset must be 0 or more, not {args.offset}")
+    if args.concurrency < 1:
+        raise HearthError(f"--concurrency must be 1 or more, not {args.concurrency}")
     if args.decline_below is not None and not 0 <= args.decline_below <= 1:
         raise HearthError(f"--decline-below must be in [0, 1], not {args.decline_below}")
 

@@ -5,6 +5,7 @@ extension `hearth.tool_guard`; the loop itself never changes with it."""
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable
@@ -70,6 +71,12 @@ class ChatClient:
         if decline_below is not None:
             self.extensions["tool_guard_decline_below"] = decline_below
         self.exchanges: list[Exchange] = []
+
+    def fresh(self) -> ChatClient:
+        """A client asking as this one does, with no exchanges yet: one per item in flight."""
+        c = copy.copy(self)
+        c.exchanges = []
+        return c
 
     def chat(self, messages: list[dict], toolset: ToolSet) -> Reply:
         body = {"messages": messages, "tools": toolset.tools, "temperature": 0, "max_tokens": self.max_tokens,

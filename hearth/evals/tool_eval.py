@@ -8,9 +8,12 @@ fails the item and ends it (later turns cannot change the verdict)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -52,18 +55,31 @@ class Run:
 
 
 def run_in_turns(items: list[Item], runs: list[Run], backends: Backends | None,
-                 note: Callable[[int, Item, Run, dict], None] | None = None) -> None:
+                 note: Callable[[int, Item, Run, dict], None] | None = None, concurrency: int = 1) -> None:
     """Each item through every run before the next item, the runs' order reversed every other item:
-    runs in one process then share the machine's load, and neither always goes first."""
-    for n, item in enumerate(items, 1):
-        for run in runs if n % 2 else runs[::-1]:
-            row = run_item(item, run.client, backends).row(run.meta)
-            run.rows.append(row)
-            if run.out is not None:
-                run.out.write(json.dumps(row) + "\n")
-                run.out.flush()
-            if note is not None:
-                note(n, item, run, row)
+    runs in one process then share the machine's load, and neither always goes first. With concurrency
+    N > 1, up to N items are asked at once (each on fresh copies of the runs' clients; multi-turn items
+    one at a time, as they share the backends' state); rows are still written and noted in item order."""
+    turn = threading.Lock()
+
+    def ask(n: int, item: Item) -> list[tuple[Run, dict]]:
+        with turn if item.category in MULTI_TURN else contextlib.nullcontext():
+            return [(run, run_item(item, run.client.fresh(), backends).row(run.meta))
+                    for run in (runs if n % 2 else runs[::-1])]
+
+    pool = ThreadPoolExecutor(max(1, concurrency), thread_name_prefix="eval-item")
+    try:
+        asked = [pool.submit(ask, n, item) for n, item in enumerate(items, 1)]
+        for n, (item, done) in enumerate(zip(items, asked), 1):
+            for run, row in done.result():
+                run.rows.append(row)
+                if run.out is not None:
+                    run.out.write(json.dumps(row) + "\n")
+                    run.out.flush()
+                if note is not None:
+                    note(n, item, run, row)
+    finally:
+        pool.shutdown(cancel_futures=True)
 
 
 def run_item(item: Item, client: ChatClient, backends: Backends | None) -> ItemResult:

@@ -24,6 +24,7 @@ from tests.evals.test_tool_report import ROWS
     (["--alone-out", "alone.jsonl"], "--alone-out needs --router SMALL"),
     (["--offset", "3"], "--offset needs --limit N"),
     (["--limit", "5", "--offset", "-1"], "--offset must be 0 or more"),
+    (["--concurrency", "0"], "--concurrency must be 1 or more"),
     (["--compare", "missing-a.jsonl", "missing-b.jsonl"], "cannot read missing-a.jsonl"),
 ])
 def test_bad_input_is_one_line(capsys, monkeypatch, argv, needle):

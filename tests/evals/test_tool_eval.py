@@ -4,6 +4,7 @@ hand-written backend of fake_bfcl in a real child process."""
 from __future__ import annotations
 
 import json
+import threading
 from types import SimpleNamespace
 
 import pytest
@@ -219,3 +220,32 @@ def test_runs_in_turns_alternate_which_goes_first(wheel):
     assert order == [("routed", None), ("alone", False), ("alone", False), ("routed", None), ("routed", None),
                      ("alone", False)]
     assert [r["m"] for r in routed.rows] == [1, 1, 1] and len(alone.rows) == 3 and "m" not in alone.rows[0]
+
+
+def test_concurrent_items_are_asked_at_once_multi_turn_ones_one_at_a_time(wheel, backends):
+    """--concurrency: the two single-turn items meet at a barrier (each waits for the other's request:
+    asked one at a time they would break it); the multi-turn items share the backends, so one
+    conversation ends before the next starts; the rows come in item order."""
+    simple = load_category(wheel, "simple_python")
+    items = [*simple, multi(wheel), multi(wheel), *load_category(wheel, "irrelevance")]
+    meet, lock, multi_threads = threading.Barrier(2, timeout=30), threading.Lock(), []
+    script = [calls(call("create_ticket", title="disk full")), text(),
+              calls(call("get_ticket", ticket_id="0")), text("It is open.")]
+
+    def post(body):
+        first = body["messages"][0]["content"]
+        if first.startswith("Area for base"):
+            meet.wait()
+            return 200, {"choices": [{"message": calls(call("geo_area", base=int(first[-2])))}], "usage": {}}
+        if first.startswith("Open a ticket"):
+            with lock:
+                multi_threads.append(threading.get_ident())
+            return 200, {"choices": [{"message": script[sum(m["role"] == "assistant" for m in body["messages"])]}],
+                         "usage": {}}
+        return 200, {"choices": [{"message": text()}], "usage": {}}
+    run = Run(ChatClient(post, "bare"), {})
+    run_in_turns(items, [run], backends, concurrency=3)
+    assert [r["id"] for r in run.rows] == [i.id for i in items]
+    assert all(r["result"] == "pass" for r in run.rows), run.rows
+    switches = sum(a != b for a, b in zip(multi_threads, multi_threads[1:]))
+    assert len(multi_threads) == 8 and switches <= 1, multi_threads  # two whole conversations, never interleaved
