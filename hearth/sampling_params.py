@@ -85,8 +85,8 @@ class SamplingParams:
             (self.max_tokens is None or self.min_tokens <= self.max_tokens,
              f"min_tokens must be at most max_tokens ({self.max_tokens}), got {self.min_tokens}"),
             # torch.Generator.manual_seed's range: a larger seed failed the whole engine step
-            (self.seed is None or -(1 << 63) <= self.seed < 1 << 64,
-             f"seed must be in [-2**63, 2**64), got {self.seed}"),
+            (self.seed is None or -(1 << 63) <= self.seed <= (1 << 64) - self.n,  # choice j draws with seed + j
+             f"seed must be in [-2**63, 2**64 - n] (n = {self.n}), got {self.seed}"),
             (all(self.stop), "stop must not hold an empty string (it would match before any text)"),
             (self.logprobs is None or self.logprobs >= 0, f"logprobs must be >= 0, got {self.logprobs}"),
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs needs logprobs (0 or more)"),

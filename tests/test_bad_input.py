@@ -166,10 +166,15 @@ def test_seed_limits_are_the_generator_s():
     """The extremes of the accepted range seed a torch generator (a seed outside it failed the step)."""
     import torch
 
-    from hearth.sampling_params import SamplingParams
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
     for seed in (-(2**63), 2**64 - 1):
         torch.Generator().manual_seed(SamplingParams(seed=seed).seed)
+    p = SamplingParams(seed=2**64 - 3, n=3)  # choice j draws with seed + j
+    for j in range(p.n):
+        torch.Generator().manual_seed(p.seed + j)
+    with pytest.raises(InvalidSamplingParams, match="seed"):
+        SamplingParams(seed=2**64 - 2, n=3)
 
 
 @pytest.mark.parametrize("argv,needle", [

@@ -39,7 +39,7 @@ class Generation:
         self._cached: dict[int, int] = {}
         self.streams = []
         self.timers = []
-        _check_fits(engine, len(batch), params.n)
+        check_fits(engine, len(batch), params.n)
         try:  # validate and queue all, or none
             for p, ids in enumerate(batch):
                 for j in range(params.n):
@@ -90,7 +90,7 @@ class Generation:
         return out
 
 
-def _check_fits(engine, prompts: int, n: int) -> None:
+def check_fits(engine, prompts: int, n: int) -> None:
     """A request of more children than the engine ever holds at once is a 400: a 429 ("retry later")
     would fail on every retry."""
     limit = getattr(engine, "max_in_flight", None)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
-from hearth.api.generate import Generation, interleave
+from hearth.api.generate import Generation, check_fits, interleave
 from hearth.api.guard_stream import CallStream, StreamRules, as_sent
 from hearth.errors import HearthError
 from hearth.sampling_params import SamplingParams, StructuredOutput
@@ -88,6 +88,7 @@ class GuardedChoices:
         self.setup = setup
         self.request_id = setup.request_id
         p = setup.params
+        check_fits(setup.engine, 1, p.n)  # its choices are n requests of n = 1 each
         self.choices: list[_Choice] = []
         try:  # the first attempts are queued now: a prompt the engine refuses is the request's error
             for j in range(p.n):

@@ -132,7 +132,7 @@ def check_server_flags(args: argparse.Namespace) -> None:
     for name, (lo, hi) in _SERVER_LOWEST.items():
         value = getattr(args, name, None)
         if value is not None and not (value >= lo and (hi is None or value <= hi)):
-            span = f"in [{lo}, {hi}]" if hi is not None else ("positive" if lo < 1 else f"at least {lo}")
+            span = f"in [{lo}, {hi}]" if hi is not None else ("0 or more" if lo == 0 else "positive" if lo < 1 else f"at least {lo}")
             raise HearthError(f"--{name.replace('_', '-')} must be {span}, not {value}")
 
 

@@ -97,8 +97,8 @@ class EngineCore:
                 self.grammar_drafts[0] += o.drafted
                 self.grammar_drafts[1] += o.accepted
         if self.spec is not None:
-            if result.steady and so.seqs and all(len(s.token_ids) == 1 for s in so.seqs) and not grammar_drafted:
-                self.spec.timed(so.num_tokens, seconds)  # what the proposer's drafts cost
+            if result.steady and so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # what drafts cost
+                self.spec.timed(so.num_tokens, seconds)
             self.spec.observe([o for o in results if o.request_id not in grammar_drafted])
         self.scheduler.spec_results = []
         outputs = [self._output(req, tokens) for req, tokens in changed]
@@ -114,7 +114,8 @@ class EngineCore:
         forced = set()
         for req in decoding:
             d = drafts.get(req.request_id)
-            if not d and req.request_id in self.forced:
+            # a seeded sampled request's draws follow its drafts' count, which follows the batch: none
+            if not d and req.request_id in self.forced and (req.params.greedy or req.params.seed is None):
                 d = self.forced[req.request_id]
                 forced.add(req.request_id)
             self.scheduler.set_drafts(req, d or [])

@@ -186,6 +186,7 @@ class Scheduler:
         self.num_preemptions += 1
         self.kv.free(req)
         req.num_computed_tokens = 0
+        req.spec_token_ids, req.spec_parents, req.num_draft_slots = [], [], 0  # proposed for the step it lost
         req.status = RequestStatus.PREEMPTED
         self.waiting.appendleft(req)
 

@@ -33,8 +33,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 def _check_text(text: str) -> None:
     """One line naming the first lone surrogate, which the backend refuses with a bare TypeError."""
     if isinstance(text, str) and (m := _SURROGATE.search(text)):
-        raise InvalidTextError(f"text holds a lone UTF-16 surrogate (\\u{ord(m.group()):04x}) at character "
-                               f"{m.start()}: not valid Unicode")
+        raise InvalidTextError(f"the text holds a lone UTF-16 surrogate (\\u{ord(m.group()):04x}, "
+                               f"near {text[max(0, m.start() - 20):m.start()]!r}): not valid Unicode")
 
 
 class Tokenizer:

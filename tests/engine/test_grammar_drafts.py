@@ -42,5 +42,9 @@ def test_greedy_with_grammar_drafts_equals_greedy_without(smol_llm, model_path):
     assert drafted >= 5 and accepted == drafted, (drafted, accepted)  # the keys and the const at least
 
 
-def test_seeded_sampling_under_a_grammar_is_reproducible_with_drafts(smol_llm):
-    assert run(smol_llm, seed=7)[0] == run(smol_llm, seed=7)[0]
+def test_a_seeded_sampled_request_gets_no_grammar_drafts(smol_llm, model_path):
+    """Its draws would follow how many drafts each step had room for, which follows the batch: a seed
+    would no longer give the same tokens alone or batched. So it decodes as without them."""
+    off = LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048, grammar_drafts=False)
+    tokens, drafts = run(smol_llm, seed=7)
+    assert drafts == [0, 0] and tokens == run(off, seed=7)[0]

@@ -128,11 +128,14 @@ def test_prompt_too_long_names_the_route_s_prompt_field(make_fake, path, body, p
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
-@pytest.mark.parametrize("body,param", [({"prompt": ["a"] * 9}, "prompt"), ({"prompt": "a", "n": 9}, "n")])
-def test_a_batch_larger_than_the_server_ever_holds_is_400_not_429(make_fake, body, param):
+@pytest.mark.parametrize("path,body,param", [
+    (COMPLETIONS, {"prompt": ["a"] * 9}, "prompt"), (COMPLETIONS, {"prompt": "a", "n": 9}, "n"),
+    (CHAT, {"messages": USER, "n": 9, "tools": [TOOL]}, "n"),  # the guard's choices: 9 requests of n = 1
+])
+def test_a_batch_larger_than_the_server_ever_holds_is_400_not_429(make_fake, path, body, param):
     """A 429 says "retry later", and every retry of this one would fail."""
     fake = make_fake(engine=FakeEngine(max_in_flight=8), max_n=16)
-    r = fake.client.post(COMPLETIONS, json=body)
+    r = fake.client.post(path, json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
     assert "(8:" in r.json()["error"]["message"] and not fake.engine.added
     assert fake.client.post(COMPLETIONS, json={"prompt": ["a"] * 8}).status_code == 200
