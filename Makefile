@@ -45,8 +45,9 @@ run: setup
 # (setup included), the emulated run's 2:19 done inside the amx pass's 7:14.
 # BESIDE=tiers (the default): the other tiers' passes go there too, after the emulated run, so the best
 # tier's pass is the only one in the foreground (what is left of the idle-class runs when it ends runs at
-# full speed); their reports follow it, in order. Fresh clone, quiet, 2026-12-05: 10 min 00 s in all (the
-# amx pass 7:10, the avx512 pass done beside it), against 10:24-10:40 with BESIDE=1.
+# full speed); their reports follow it, in order. Fresh clone, empty HEARTH_HOME (models downloaded and
+# kernels compiled inside), quiet 2-core AMX machine, 2026-12-05, with the tests' OpenMP workers sleeping
+# between parallel regions (tests/conftest.py): 8 min 12 s in all, the amx pass 6:50 (10:35-11:13 before).
 # The beside passes are a queue that both sides take from: once the best tier's pass ends, the
 # foreground takes the next pass the background has not started (at normal priority), so the last two
 # run side by side instead of one after the other with a core idle.
