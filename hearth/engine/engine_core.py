@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from dataclasses import dataclass
 
 from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.engine.request import Request, RequestStatus
@@ -40,14 +41,20 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model
         compile_grammar(params.structured_output)
 
 
+@dataclass(slots=True)
+class GrammarDraftStats:
+    """Grammar-forced draft tokens (EngineCore.forced) verified, and accepted, so far."""
+    drafted: int = 0
+    accepted: int = 0
+
+
 class EngineCore:
     def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int,
                  spec: SpeculativeDecoder | None = None):
         """spec: proposes draft tokens before each step (None: one token per sequence and step)."""
         self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
         self.spec = spec
-        self.grammar_drafts = [0, 0]
-        """Grammar-forced draft tokens verified, and accepted, so far."""
+        self.grammar_drafts = GrammarDraftStats()
         self.forced: dict[str, list[int]] = {}
         """request id -> the tokens its grammar forces next (RunnerOutput.forced): drafted for its
         next step where the proposer offers none, so a forced run (`", "arguments": {` after a tool's
@@ -94,8 +101,8 @@ class EngineCore:
         results = self.scheduler.spec_results
         for o in results:
             if o.request_id in grammar_drafted:
-                self.grammar_drafts[0] += o.drafted
-                self.grammar_drafts[1] += o.accepted
+                self.grammar_drafts.drafted += o.drafted
+                self.grammar_drafts.accepted += o.accepted
         if self.spec is not None:
             if result.steady and so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # what drafts cost
                 self.spec.timed(so.num_tokens, seconds)

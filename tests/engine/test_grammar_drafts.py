@@ -20,13 +20,14 @@ PROMPT = "Describe one fruit as JSON."
 def run(llm: LLM, seed: int | None = None) -> tuple[list[int], list[int]]:
     """(the completion's tokens, [grammar drafts verified, accepted] during it), prefix cache cold."""
     llm.engine.scheduler.kv.pool.reset_prefix_cache()
-    before = list(llm.engine.grammar_drafts)
+    stats = llm.engine.grammar_drafts
+    before = (stats.drafted, stats.accepted)
     params = SamplingParams(temperature=0.0 if seed is None else 0.8, seed=seed, max_tokens=60,
                             structured_output=StructuredOutput(json_schema=SCHEMA))
     out = llm.generate(PROMPT, params)[0].outputs[0]
     assert out.finish_reason == "stop", out.text
     json.loads(out.text)  # the grammar held
-    return out.token_ids, [a - b for a, b in zip(llm.engine.grammar_drafts, before)]
+    return out.token_ids, [stats.drafted - before[0], stats.accepted - before[1]]
 
 
 def test_greedy_with_grammar_drafts_equals_greedy_without(smol_llm, model_path):
