@@ -16,13 +16,14 @@ _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant"
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
 
 
-def input_messages(given: str | list | None) -> list[dict]:
-    """`input` -> chat messages (see hearth.api.messages for their shape)."""
+def input_messages(given: str | list | None, before: list[dict] = ()) -> list[dict]:
+    """`input` -> chat messages (see hearth.api.messages for their shape); `before`: the stored
+    conversation it follows (previous_response_id), where its outputs' calls may be."""
     if given is None:
         return []
     if isinstance(given, str):
         return [{"role": "user", "content": given}]
-    out: list[dict] = []
+    out: list[dict] = list(before)
     pending = {"reasoning": None}  # a reasoning item waiting for its assistant turn
     for i, item in enumerate(given):
         where = f"input[{i}]"
@@ -34,7 +35,7 @@ def input_messages(given: str | list | None) -> list[dict]:
             known = ", ".join(sorted(_ITEMS))
             raise bad(f"{where}.type", f"unknown item type {kind!r}; expected one of {known}")
         handler(item, where, out, pending)
-    return out
+    return out[len(before):]
 
 
 def _message(item: dict, where: str, out: list[dict], pending: dict) -> None:
@@ -68,11 +69,11 @@ def _function_call_output(item: dict, where: str, out: list[dict], pending: dict
         raise bad(f"{where}.call_id", "is required (a string)")
     output = item.get("output")
     text = output if isinstance(output, str) else part_text(output, f"{where}.output")
-    m = {"role": "tool", "content": text, "tool_call_id": item["call_id"]}
     name = _call_name(out, item["call_id"])
-    if name:
-        m["name"] = name
-    out.append(m)
+    if name is None:  # as OpenAI: an output answers a call made before it
+        raise bad(f"{where}.call_id", f"no function_call with call_id {item['call_id']!r} before it "
+                                      "(in this input or the previous response)")
+    out.append({"role": "tool", "content": text, "tool_call_id": item["call_id"], "name": name})
 
 
 def _reasoning(item: dict, where: str, out: list[dict], pending: dict) -> None:

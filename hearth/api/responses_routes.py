@@ -45,7 +45,8 @@ async def create_response(body: ResponsesRequest, request: Request):
         if prev is None:
             raise APIError(400, f"previous_response_id: no stored response {body.previous_response_id!r} "
                            "(never stored, deleted, or expired)", param="previous_response_id")
-    conversation = (prev.messages if prev else []) + input_messages(body.input)
+    before = prev.messages if prev else []
+    conversation = before + input_messages(body.input, before)
     if not conversation:
         raise APIError(400, "input: is required (a string or a list of items)", param="input")
     choice = chat_tool_choice(body.tool_choice)

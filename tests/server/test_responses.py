@@ -67,6 +67,16 @@ def test_function_call_and_its_output(fake, stream):
     assert '"name": "get_weather"' in prompt and "<|im_start|>tool\nsunny, 21 C" in prompt
 
 
+def test_an_output_may_answer_the_previous_response_s_call(fake):
+    """A follow-up by previous_response_id sends only the output: its call is in the stored response."""
+    r = fake.openai.responses.create(model="fake-model", input="Weather? script:tool", tools=[WEATHER])
+    call = r.output[-1]
+    assert call.type == "function_call"
+    follow = fake.openai.responses.create(model="fake-model", previous_response_id=r.id, tools=[WEATHER], input=[
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 C"}])
+    assert follow.status == "completed" and "<|im_start|>tool\nsunny, 21 C" in fake.last.prompt
+
+
 def test_reasoning_items(fake):
     r = fake.openai.responses.create(model="fake-model", input="script:think")
     rs, msg = r.output
@@ -135,6 +145,8 @@ def test_store_is_bounded_in_count_and_age():
     ({"input": [{"role": "user", "content": "hi"}, {"type": "function_call", "name": "f"}]}, "input[1].call_id",
      "required"),
     ({"input": [{"role": "wizard", "content": "hi"}]}, "input[0].role", "wizard"),
+    ({"input": [{"role": "user", "content": "hi"}, {"type": "function_call_output", "call_id": "call_nope",
+                                                     "output": "x"}]}, "input[1].call_id", "call_nope"),
     ({"input": "hi", "previous_response_id": "resp_nope"}, "previous_response_id", "resp_nope"),
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type", "web_search"),
     ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "a"}}}, "text.format.schema", "required"),
