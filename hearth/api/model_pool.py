@@ -111,7 +111,7 @@ class ModelPool:
                                   f"{_gib(sum(s.spec.footprint for s in pinned))}, more than --max-memory "
                                   f"{_gib(self.max_memory)}")
             if not over and slot.served is None:
-                _say(f"loading {slot.spec.name} ({_gib(slot.spec.footprint)}) ...")
+                _say(f"loading {slot.spec.name} ({_gib(slot.spec.footprint)} with its KV cache) ...")
                 t0 = time.perf_counter()
                 slot.served, slot.reserved = self.loader(slot.spec), True
                 _say(f"loaded {slot.spec.name} in {time.perf_counter() - t0:.1f}s "
@@ -198,7 +198,7 @@ class ModelPool:
             async with self._room:
                 await self._make_room(slot)
                 slot.reserved = True
-            _say(f"loading {spec.name} ({_gib(spec.footprint)}) ...")
+            _say(f"loading {spec.name} ({_gib(spec.footprint)} with its KV cache) ...")
             t0 = time.perf_counter()
             try:
                 served = await asyncio.to_thread(self.loader, spec)
