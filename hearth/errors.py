@@ -36,3 +36,24 @@ class PromptTooLongError(HearthError):
         )
         self.prompt_tokens = prompt_tokens
         self.max_context = max_context
+
+
+class MaxTokensTooLargeError(PromptTooLongError):
+    """A prompt that fits but leaves less room than the max tokens asked for (`field`: the
+    request's name for them): an error, as OpenAI and vLLM answer it, never an answer cut at the
+    context's end."""
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, max_context: int, field: str = "max_tokens"):
+        HearthError.__init__(
+            self, f"{field}: this model's maximum context length is {max_context} tokens, but "
+            f"{prompt_tokens + max_tokens} were requested ({prompt_tokens} in the prompt, {max_tokens} in "
+            f"{field}); {field} can be at most {max_context - prompt_tokens} for this prompt"
+        )
+        self.prompt_tokens, self.max_tokens, self.max_context, self.field = prompt_tokens, max_tokens, max_context, field
+
+
+def check_room(prompt_tokens: int, max_tokens: int | None, max_context: int, field: str = "max_tokens") -> None:
+    """Raise MaxTokensTooLargeError when a prompt that fits leaves fewer than max_tokens for the
+    answer (None: the room left caps it, and the answer ends with finish_reason "length")."""
+    if max_tokens is not None and prompt_tokens < max_context and prompt_tokens + max_tokens > max_context:
+        raise MaxTokensTooLargeError(prompt_tokens, max_tokens, max_context, field)

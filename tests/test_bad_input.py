@@ -149,6 +149,28 @@ def test_engine_rejects_bad_prompts_and_queues_nothing(tiny_llm, prompt, needle)
     assert not tiny_llm.engine.has_unfinished()  # the good prompt before it was not queued either
 
 
+def test_max_tokens_past_the_context_is_an_error_not_a_cut(tiny_llm):
+    from hearth import SamplingParams
+    from hearth.errors import MaxTokensTooLargeError
+
+    prompt = {"prompt_token_ids": [1] * 60}  # 4 tokens of room in the 64
+    with pytest.raises(MaxTokensTooLargeError, match="max_tokens: this model's maximum context length is 64 tokens, "
+                       r"but 65 were requested \(60 in the prompt, 5 in max_tokens\); max_tokens can be at most 4"):
+        tiny_llm.generate([{"prompt_token_ids": [1, 2]}, prompt], SamplingParams(max_tokens=5))
+    assert not tiny_llm.engine.has_unfinished()
+    fits = tiny_llm.generate(prompt, SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))[0].outputs[0]
+    assert len(fits.token_ids) == 4 and fits.finish_reason == "length"
+    free = tiny_llm.generate(prompt, SamplingParams(max_tokens=None, temperature=0, ignore_eos=True))[0].outputs[0]
+    assert len(free.token_ids) == 4 and free.finish_reason == "length"  # no max: the room left caps it
+
+
+def test_run_max_tokens_past_the_context_is_one_line(capsys, tiny):
+    code, err = run_cli(capsys, "run", str(tiny), "--ctx", "80", "--max-tokens", "79", "hi")
+    assert_one_line_error(code, err, "--max-tokens: this model's maximum context length is 80", "--ctx")
+    code = main(["run", str(tiny), "--ctx", "80", "--temperature", "0", "hi"])  # the default: within the room
+    assert code == 0 and "error" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("field,value", [
     ("n", 0), ("temperature", -1), ("top_p", 0), ("top_k", -2), ("min_p", 2), ("max_tokens", 0),
     ("repetition_penalty", 0), ("presence_penalty", 3), ("frequency_penalty", -3), ("min_tokens", -1),

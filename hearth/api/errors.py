@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hearth.engine.async_engine import EngineFullError, EngineStepError
-from hearth.errors import HearthError, PromptTooLongError
+from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError
 
 log = logging.getLogger("hearth.api")
 
@@ -66,6 +66,8 @@ def from_hearth_error(e: HearthError, path: str = "") -> APIError:
         return APIError(429, str(e), code="queue_full")
     if isinstance(e, EngineStepError):
         return APIError(500, str(e), code="engine_error")
+    if isinstance(e, MaxTokensTooLargeError):
+        return APIError(400, str(e), param=e.field, code="context_length_exceeded")
     if isinstance(e, PromptTooLongError):
         return APIError(400, str(e), param=_PROMPT_FIELD.get(path, "messages"), code="context_length_exceeded")
     return APIError(400, str(e))

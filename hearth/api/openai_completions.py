@@ -29,12 +29,17 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "best_of: is not supported (use n)", param="best_of")
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
+    longest = max(len(ids) for ids in prompts)
+    max_tokens = body.max_tokens
+    if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
+        max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
     params = make_params({
-        **common_fields(body), "n": body.n, "max_tokens": body.max_tokens, "stop": stop_list(body.stop),
+        **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
         "logprobs": body.logprobs, "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
-        "structured_output": response_format(body.response_format)}, state.limits, served.max_model_len)
+        "structured_output": response_format(body.response_format)}, state.limits, served.max_model_len,
+        prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
     reply = _Reply(served, gen, texts if body.echo else None, body.logprobs)
     if body.stream:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hearth.api.errors import APIError
+from hearth.api.errors import APIError, from_hearth_error
+from hearth.errors import MaxTokensTooLargeError, check_room
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput
 
 # OpenAI/Anthropic field -> SamplingParams field, copied when the request sets it
@@ -20,9 +21,11 @@ class Limits:
     """Largest max_tokens a request may ask for; 0 = the model's context length."""
 
 
-def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: dict | None = None) -> SamplingParams:
+def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: dict | None = None,
+                prompt_tokens: int = 0) -> SamplingParams:
     """`fields` holds SamplingParams names (None = not given); `field_names` maps them back to the
-    wire's names for error messages (max_tokens -> max_completion_tokens, stop -> stop_sequences)."""
+    wire's names for error messages (max_tokens -> max_completion_tokens, stop -> stop_sequences);
+    prompt_tokens: the (longest) prompt's, which an explicit max_tokens must leave room for."""
     names = field_names or {}
     kwargs = {k: v for k, v in fields.items() if v is not None}
     n = kwargs.get("n", 1)
@@ -33,6 +36,10 @@ def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: d
     if max_tokens is not None and max_tokens > cap:
         raise _bad(names.get("max_tokens", "max_tokens"),
                    f"must be at most {cap} (the model's context holds {max_model_len} tokens), got {max_tokens}")
+    try:
+        check_room(prompt_tokens, max_tokens, max_model_len, names.get("max_tokens", "max_tokens"))
+    except MaxTokensTooLargeError as e:
+        raise from_hearth_error(e) from None
     if "max_tokens" not in kwargs:
         kwargs["max_tokens"] = None  # until the context is full
     try:

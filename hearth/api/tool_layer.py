@@ -58,7 +58,7 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
         fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
     if lazy is not None and guard.mode == "guard":
         fields["raw_logprobs"] = True  # the decline gate reads the call name's raw probability
-    params = make_params(fields, state.limits, served.max_model_len, req.field_names)
+    params = make_params(fields, state.limits, served.max_model_len, req.field_names, len(req.ids))
     if guard is None:
         gen = Generation(served.engine, req.ids, params, metrics, request_id=req.request_id)
         return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], rg.log.events), client_k

@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 
 from hearth.config import DEFAULT_MODEL, DEVICES
-from hearth.errors import HearthError, PromptTooLongError
+from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, check_room
 
+DEFAULT_MAX_TOKENS = 1024
 HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
 
 
@@ -20,7 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", help="system prompt")
     p.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=1024, help="longest answer in tokens (default: %(default)s)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="longest answer in tokens; more than the context has left is an error "
+                        f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
@@ -68,8 +72,13 @@ def _answer(llm, history: list[dict], text: str, params, verbose: bool) -> None:
     """Stream the answer to `text` and add both to `history`; a prompt that does not fit the
     context raises (naming --ctx) and leaves `history` as it was."""
     ids = llm.encode_chat(history + [{"role": "user", "content": text}])
+    if params.max_tokens is None:  # not given: the default, within the room left
+        params = replace(params, max_tokens=max(1, min(DEFAULT_MAX_TOKENS, llm.max_model_len - len(ids))))
     try:
+        check_room(len(ids), params.max_tokens, llm.max_model_len, "--max-tokens")  # named as run's flag
         llm.engine.check_request(ids, params)
+    except MaxTokensTooLargeError as e:
+        raise HearthError(f"{e}; lower it or raise --ctx") from None
     except PromptTooLongError as e:
         raise HearthError(f"prompt is {e.prompt_tokens} tokens but the context holds {e.max_context}; "
                           "shorten it or raise --ctx") from None

@@ -48,7 +48,7 @@ def test_leaving_the_stream_early_aborts_and_frees_blocks():
     engine, sched, _ = make_engine()
 
     async def main(ae):
-        async with ae.add_request(list(range(1, 10)), greedy(10_000)) as stream:
+        async with ae.add_request(list(range(1, 10)), greedy(None)) as stream:
             async for out in stream:
                 if len(out.new_token_ids) and sched.kv.pool.num_free < 64:
                     break
@@ -109,7 +109,7 @@ def test_requests_in_flight_are_counted_and_thread_init_runs_on_the_engine_threa
 
     async def main():
         assert ae.num_in_flight == 0
-        a, b = ae.add_request([1], greedy(3)), ae.add_request([2], greedy(10_000))
+        a, b = ae.add_request([1], greedy(3)), ae.add_request([2], greedy(None))
         assert ae.num_in_flight == 2
         await collect(a)
         assert ae.num_in_flight == 1  # finished: no longer counted

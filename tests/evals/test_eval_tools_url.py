@@ -21,7 +21,8 @@ def test_url_evaluates_a_running_server(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "fetch_wheel", lambda *a, **k: wheel)
     path = tmp_path / "tiny-llama.gguf"
     write_tiny_gguf(path, "llama", context=2048)
-    llm = LLM(str(path), max_model_len=1024, progress=False)
+    # room for the eval's max_tokens (512) after a tools prompt in the byte-level vocabulary (~670 tokens)
+    llm = LLM(str(path), max_model_len=2048, progress=False)
     monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded a model")))
     out = tmp_path / "rows.jsonl"
     with InProcessServer(llm) as server:

@@ -128,6 +128,42 @@ def test_prompt_too_long_names_the_route_s_prompt_field(make_fake, path, body, p
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
 
 
+@pytest.mark.parametrize("path,body,field", [
+    (CHAT, {"messages": USER}, "max_tokens"),
+    (CHAT, {"messages": USER}, "max_completion_tokens"),
+    (CHAT, {"messages": USER, "tools": [TOOL]}, "max_tokens"),  # the guard's path
+    (COMPLETIONS, {"prompt": ["hi", "a longer prompt"]}, "max_tokens"),  # the longest prompt counts
+    (MESSAGES, {"messages": USER}, "max_tokens"),
+    ("/v1/responses", {"input": "hi"}, "max_output_tokens"),
+])
+def test_max_tokens_past_the_context_is_400_naming_the_field(make_fake, path, body, field):
+    """OpenAI's and vLLM's answer; it was taken and cut at the context's end."""
+    ctx = 600  # the fake tokenizer is one token a character: the tools' prompt is ~260
+    fake = make_fake(engine=FakeEngine(max_model_len=ctx))
+    r = fake.client.post(path, json={**body, field: ctx - 1})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    message = error["message"]
+    assert f"maximum context length is {ctx} tokens" in message and f"{ctx - 1} in {field}" in message, message
+    prompt = int(message.split("(")[1].split(" in the prompt")[0])
+    assert 1 < prompt < ctx and f"{field} can be at most {ctx - prompt}" in message
+    if path != MESSAGES:
+        assert error["param"] == field and error["code"] == "context_length_exceeded"
+    assert not fake.engine.added
+    assert fake.client.post(path, json={**body, field: ctx - prompt}).status_code == 200  # exactly the room: fits
+    assert fake.client.post(path, json=body if path != MESSAGES else {**body, field: 5}).status_code == 200
+    if path != MESSAGES:  # not given: the room left caps it (the engine ends it with finish_reason "length")
+        assert fake.engine.added[-1].params.max_tokens == (16 if path == COMPLETIONS else None)  # OpenAI's defaults
+
+
+def test_completions_default_max_tokens_shrinks_to_the_room_left(make_fake):
+    """16 when not given (OpenAI's default), but not an error where the prompt leaves less."""
+    fake = make_fake(engine=FakeEngine(max_model_len=60))
+    assert fake.client.post(COMPLETIONS, json={"prompt": "x" * 50}).status_code == 200
+    assert fake.engine.added[-1].params.max_tokens == 10
+    assert fake.client.post(COMPLETIONS, json={"prompt": "x" * 50, "max_tokens": 11}).json()["error"]["param"] == "max_tokens"
+
+
 @pytest.mark.parametrize("path,body,param", [
     (COMPLETIONS, {"prompt": ["a"] * 9}, "prompt"), (COMPLETIONS, {"prompt": "a", "n": 9}, "n"),
     (CHAT, {"messages": USER, "n": 9, "tools": [TOOL]}, "n"),  # the guard's choices: 9 requests of n = 1
