@@ -6,10 +6,12 @@ float where an integer is due (3.0 -> 3). An int where a number is due is alread
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from hearth.tool_parsers.lenient_json import loads
 from hearth.tool_parsers.schema import declared_only
 
 _INT = re.compile(r"-?(0|[1-9][0-9]*)")
@@ -52,7 +54,7 @@ def check_arguments(arguments: str, schema: dict | None) -> Verdict:
     """`arguments`: the call's JSON text (OpenAI's `function.arguments`), against the tool's
     arguments schema with only its declared parameters (declared_only)."""
     try:
-        value = json.loads(arguments or "{}")
+        value = loads(arguments or "{}")  # no NaN, no number past a double's range
     except ValueError as e:
         return Verdict(None, [f"arguments are not JSON: {e}"])
     if not isinstance(value, dict):
@@ -138,7 +140,7 @@ def _coerce(value: Any, kinds: list[str]) -> Any:
         text = value.strip()
         if "integer" in kinds and _INT.fullmatch(text):
             return int(text)
-        if "number" in kinds and _NUM.fullmatch(text):
+        if "number" in kinds and _NUM.fullmatch(text) and math.isfinite(float(text)):  # "1e400": no double holds it
             n = float(text)
             return int(n) if n.is_integer() and _INT.fullmatch(text) else n
     if "integer" in kinds and isinstance(value, float) and value.is_integer():

@@ -5,6 +5,7 @@ strict JSON with one character scan; valid JSON is never touched."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -21,13 +22,32 @@ def strip_fence(text: str) -> str:
     return m.group(1) if m else text
 
 
+def finite_number(text: str) -> float:
+    """A JSON number as a float; ValueError when a double cannot hold it (1e400): json.dumps would
+    write it back as Infinity, which is not JSON (RFC 8259 has no NaN or Infinity)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text} is out of a double's range")
+    return value
+
+
+def _no_constant(word: str) -> None:
+    raise ValueError(f"{word} is not JSON")  # Python's json reads NaN, Infinity, -Infinity
+
+
+def loads(text: str, strict: bool = True) -> Any:
+    """json.loads that takes RFC 8259 JSON only, with finite numbers (what json.dumps writes back as JSON)."""
+    return json.loads(text, strict=strict, parse_float=finite_number, parse_constant=_no_constant)
+
+
 def loads_lenient(text: str) -> Any:
-    """Parse JSON, repairing what models commonly get wrong; ValueError if it is beyond repair."""
+    """Parse JSON, repairing what models commonly get wrong; ValueError if it is beyond repair
+    (a non-finite number is: the call then stays text, or the guard retries it)."""
     body = strip_fence(text)
     try:
-        return json.loads(body, strict=False)  # strict=False: raw newlines inside strings
+        return loads(body, strict=False)  # strict=False: raw newlines inside strings
     except ValueError:
-        return json.loads(repair_json(body), strict=False)
+        return loads(repair_json(body), strict=False)
 
 
 def split_values(text: str) -> list[str]:

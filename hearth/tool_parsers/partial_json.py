@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import re
 
+from hearth.tool_parsers.lenient_json import loads
+
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
 _WORDS = ("true", "false", "null")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -73,8 +75,11 @@ class _Scan:
             raise _Stop
         if self.text[end].isalnum() or self.text[end] in ".eE+-":
             raise _Stop
+        try:  # a number a double cannot hold (1e400) is not carried: the final parse refuses it
+            self.commit(word or json.dumps(loads(token)))
+        except ValueError:
+            raise _Stop from None
         self.i = end
-        self.commit(word or json.dumps(json.loads(token)))
 
     def string(self, partial: bool) -> str:
         """The string's characters from after its opening quote; with `partial`, the characters

@@ -15,11 +15,10 @@ that is JSON instead of XML is parsed as hermes JSON."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from hearth.tool_parsers.lenient_json import loads_lenient
+from hearth.tool_parsers.lenient_json import loads, loads_lenient
 from hearth.tool_parsers.rescue import calls_from_json, to_call
 from hearth.tool_parsers.types import ToolCall, tool_parameters
 
@@ -61,7 +60,7 @@ def _value(raw: str, schema: Any) -> Any:
     if kinds == {"string"}:
         return text
     try:
-        return json.loads(text)
+        return loads(text)  # 1e400 or NaN stays the model's text (the guard's schema check reports it)
     except ValueError:
         pass
     if kinds and "string" not in kinds:  # typed as non-text: repair True, 'a', trailing commas

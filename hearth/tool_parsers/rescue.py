@@ -33,7 +33,10 @@ def to_call(obj: Any, tools: list[dict] | None) -> ToolCall:
         args = {}
     if not isinstance(args, dict):
         raise ValueError(f"the arguments of {name!r} are not a JSON object")
-    return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False))
+    try:  # allow_nan=False: never Infinity or NaN in the arguments (not JSON); loads_lenient refuses them already
+        return ToolCall(new_call_id(), name, json.dumps(args, ensure_ascii=False, allow_nan=False))
+    except ValueError:
+        raise ValueError(f"the arguments of {name!r} hold a number JSON cannot carry") from None
 
 
 def calls_from_json(text: str, tools: list[dict] | None) -> list[ToolCall]:

@@ -60,6 +60,9 @@ ATTEMPTS = {
     "guard_text": [["It is sunny."], [WEATHER_CALL]],
     "guard_second_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "get_wether", "arguments": {}}\n</tool_call>'],
                          [WEATHER_CALL.replace("Paris", "Rome")]],
+    # a number no double holds (json.dumps wrote it as Infinity, which is not JSON): not a call
+    "guard_overflow": [['<tool_call>\n{"name": "get_weather", "arguments": {"days": 1e400, "city": "Paris"}}\n</tool_call>'],
+                       [WEATHER_CALL]],
     "guard_never": [['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>']],
     # a call that streams, then one of another tool that fails its schema, twice
     "guard_later_bad": [[WEATHER_CALL, "\n", '<tool_call>\n{"name": "add", "arguments": {"a": "x"}}\n</tool_call>'],

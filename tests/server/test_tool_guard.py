@@ -79,6 +79,18 @@ def test_bad_arguments_resample_then_reprompt_with_the_error(fake):
     assert r["hearth"]["validation_errors"][0].startswith("get_weather: arguments: missing required property 'city'")
 
 
+def test_a_number_json_cannot_carry_is_no_call_and_retried(fake):
+    """1e400 is no double: json.dumps wrote it back as Infinity, which strict clients fail on."""
+    r = post(fake, "guard_overflow", tool_choice="required")
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"]) for c in calls] == [{"city": "Paris"}]
+    assert [(e["kind"], e["reason"]) for e in r["hearth"]["retries"]] == [("resample", "no_call")]
+    fake.engine.attempts.clear()
+    r = post(fake, "guard_overflow")  # auto: the model's own text, as any call that does not parse
+    message = r["choices"][0]["message"]
+    assert "1e400" in message["content"] and not message.get("tool_calls")
+
+
 def test_safe_coercion_is_made_and_reported(fake):
     r = post(fake, "guard_coerce", tools=[LOOSE])
     call = r["choices"][0]["message"]["tool_calls"][0]["function"]

@@ -54,15 +54,18 @@ def test_safe_coercions_are_made_and_reported(args, fixed, coerced):
     assert [(c.path, c.was, c.now) for c in verdict.coercions] == coerced
 
 
-@pytest.mark.parametrize("value", ["ten", "1e400x", "0x10", "", " 1 2"])
+@pytest.mark.parametrize("value", ["ten", "1e400x", "0x10", "", " 1 2", "1e400", "-1e400"])
 def test_unsafe_values_are_not_coerced(value):
-    verdict = check_arguments(json.dumps({"city": "Oslo", "days": value}), SCHEMA)
-    assert not verdict.ok and not verdict.coercions
+    for key in ("days", "temp"):  # "1e400" as a number is Infinity, which is not JSON
+        verdict = check_arguments(json.dumps({"city": "Oslo", key: value}), SCHEMA)
+        assert not verdict.ok and not verdict.coercions, key
 
 
 def test_arguments_that_are_not_an_object():
     assert check_arguments("[1]", SCHEMA).errors == ["arguments must be a JSON object"]
     assert check_arguments("{bad", SCHEMA).errors[0].startswith("arguments are not JSON")
+    for number in ("1e400", "-1e400", "NaN", "Infinity"):  # json.loads reads them; JSON has no such value
+        assert check_arguments(f'{{"city": "Oslo", "days": {number}}}', SCHEMA).errors[0].startswith("arguments are not JSON")
     assert check_arguments("", {}).ok  # no arguments: an empty object
 
 

@@ -99,6 +99,12 @@ CASES = {
         [("search", {"query": "<function=x>"})]),
     "hermes_unicode": Case("hermes", tag('{"name": "search", "arguments": {"query": "café ☕"}}'), "",
                            [("search", {"query": "café ☕"})]),
+    # a number a double cannot hold (json.dumps wrote it back as Infinity, not JSON) or NaN is not carried:
+    # before the call is announced it stays text; after, the arguments sent so far are the call's
+    "hermes_number_past_a_double": Case("hermes", tag('{"name": "add", "arguments": {"a": 1e400, "b": 2}}'),
+                                        tag('{"name": "add", "arguments": {"a": 1e400, "b": 2}}'), []),
+    "hermes_nan_after_the_call_began": Case("hermes", tag('{"name": "add", "arguments": {"b": 2, "a": NaN}}'), "",
+                                            [("add", {"b": 2})]),
     # mistral: [TOOL_CALLS] + JSON list, or [TOOL_CALLS]name[ARGS]{...}
     "mistral_list": Case("mistral", f"[TOOL_CALLS] [{GW}]", "", [PARIS]),
     "mistral_text_before_two": Case("mistral", f"I'll check. [TOOL_CALLS][{GW}, {ADD_JSON}]", "I'll check.",
@@ -140,6 +146,8 @@ CASES = {
                                   '<|python_tag|>brave_search.call(query="x")', []),
     "llama3_leading_space_cut_off": Case("llama3_json", '  {"name": "add", "parameters": {"a": 1, "b": 2', "",
                                          [ADD]),
+    "llama3_infinity": Case("llama3_json", '{"name": "add", "parameters": {"a": -Infinity, "b": 2}}',
+                            '{"name": "add", "parameters": {"a": -Infinity, "b": 2}}', []),
     "llama3_type_function": Case(
         "llama3_json", '{"type": "function", "name": "add", "parameters": {"a": 1, "b": 2}}', "", [ADD]),
     # qwen_xml: <tool_call><function=NAME><parameter=P>value</parameter></function></tool_call>
@@ -163,6 +171,8 @@ CASES = {
     "qwen_xml_function_json_body": Case("qwen_xml", tag('<function=add>{"a": 1, "b": 2}</function>'), "", [ADD]),
     # a hermes model that opens with Llama 3.1's <function=NAME>{...} (the tool guard's lazy grammar takes it too)
     "hermes_function_lead": Case("hermes", '<function=add>{"a": 1, "b": 2}</function>', "", [ADD]),
+    "qwen_xml_number_past_a_double": Case("qwen_xml", tag(xml("add", a="-1e400", b="2")), "",
+                                          [("add", {"a": "-1e400", "b": 2})]),  # the text: the guard's schema check says so
     "qwen_xml_unknown": Case("qwen_xml", tag(xml("nope")), tag(xml("nope")), []),
     "qwen_xml_typed_repair": Case(
         "qwen_xml", "<tool_call><function=add><parameter=a>True</parameter><parameter=b>2</parameter></function>"

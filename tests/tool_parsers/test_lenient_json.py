@@ -32,6 +32,19 @@ def test_loads_lenient(text, value):
     assert loads_lenient(text) == value
 
 
+@pytest.mark.parametrize("text", ['{"a": 1e400}', '{"a": -1e400}', '{"a": NaN}', '{"a": Infinity}', "[-Infinity]",
+                                  "{'a': 1E+999,}"])
+def test_numbers_json_cannot_carry_are_refused(text):
+    """json.dumps writes them back as Infinity or NaN, which is not JSON (a strict client fails on it)."""
+    with pytest.raises(ValueError):
+        loads_lenient(text)
+
+
+def test_numbers_a_double_holds_are_read():
+    assert loads_lenient('{"a": 1e308, "b": 1e-400, "c": 123456789012345678901234567890}') == {
+        "a": 1e308, "b": 0.0, "c": 123456789012345678901234567890}
+
+
 @pytest.mark.parametrize("text", ["", "not json", "{'a': }", "{]"])
 def test_beyond_repair_is_a_value_error(text):
     with pytest.raises(ValueError):

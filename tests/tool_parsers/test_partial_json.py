@@ -33,6 +33,9 @@ def test_prefixes_grow_toward_the_canonical_text(value, style):
     ('{"a": tru', "{"),
     ('{"a": "x\\', '{"a": "x'),  # an escape cut in half
     ('{"a": 1,}', '{"a": 1'),
+    ('{"a": 1, "b": 1e400}', '{"a": 1'),  # json.dumps would write Infinity: never streamed
+    ('{"a": 1, "b": -1e400,', '{"a": 1'),
+    ('{"a": 1, "b": NaN}', '{"a": 1'),
 ])
 def test_stops_at_what_is_not_certain(text, certain):
     assert certain_prefix(text)[0] == certain
