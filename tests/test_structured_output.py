@@ -74,3 +74,35 @@ def test_invalid_constraint_is_rejected_before_queueing(smol_llm, so, needle):
 def test_exactly_one_constraint():
     with pytest.raises(InvalidSamplingParams, match="exactly one"):
         StructuredOutput(json_object=True, regex="a")
+
+
+@pytest.mark.parametrize("mode", ["plain", "grammar drafts", "draft tree"])
+def test_min_tokens_past_the_grammar_s_end_ends_where_the_grammar_does(tmp_path, mode):
+    """min_tokens holds back end-of-generation and stop ids only (vLLM): where the grammar allows
+    nothing but its end, the grammar wins. The ban left no token: garbage ids with NaN logprobs."""
+    import math
+
+    from hearth import LLM
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, "llama", qtype="F32" if mode == "plain" else "Q8_0")  # Q8_0: native rows, drafts verified
+    spec = {"method": "draft", "model": str(path), "num_speculative_tokens": 4, "tree_budget": 8, "cost_aware": False}
+    llm = LLM(str(path), max_model_len=128, progress=False, speculative_config=spec if mode == "draft tree" else None)
+    eos = set(llm.tokenizer.eog_ids)
+    for schema, text in [({"enum": ["abcdef"]}, '"abcdef"'), ({"type": "boolean"}, None)]:
+        for t in (0, 1.0):
+            p = SamplingParams(temperature=t, seed=1, max_tokens=20, min_tokens=15, logprobs=1,
+                               structured_output=StructuredOutput(json_schema=schema))
+            comp = llm.generate({"prompt_token_ids": [1, 2, 3]}, p)[0].outputs[0]
+            assert comp.finish_reason == "stop" and comp.token_ids[-1] in eos and len(comp.token_ids) < 15, comp
+            assert comp.text == text if text else comp.text in ("true", "false")
+            assert all(math.isfinite(v) for row in comp.logprobs for v in row.values()), comp.logprobs
+    if mode == "grammar drafts":
+        assert llm.engine.grammar_drafts.drafted > 0  # the verify rows were the ones masked
+    # where the grammar allows more, min_tokens still holds: `a+` may end after one `a`, and the bias wants it to
+    for k, n in [(0, 1), (9, 9)]:
+        p = SamplingParams(temperature=0, max_tokens=12, min_tokens=k, logit_bias={e: 100.0 for e in eos},
+                           structured_output=StructuredOutput(regex="a+"))
+        comp = llm.generate({"prompt_token_ids": [1, 2, 3]}, p)[0].outputs[0]
+        assert comp.text == "a" * n and comp.finish_reason == "stop", comp

@@ -164,7 +164,7 @@ class ModelRunner:
             return self._verify(seqs, logits)
         params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
-            if s.banned_token_ids:
+            if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in _mask
                 logits[i, s.banned_token_ids] = float("-inf")
         matchers, raw = self._constrain(seqs, logits)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
@@ -216,8 +216,8 @@ class ModelRunner:
                 params.append(p)
                 histories.append((s.prompt_token_ids, s.output_token_ids + [s.spec_token_ids[a] for a in path])
                                  if penalties else ([], []))
-                if s.banned_token_ids and len(path) < s.banned_rows:
-                    logits[r + j, s.banned_token_ids] = float("-inf")
+                if s.banned_token_ids and len(path) < s.banned_rows and p.structured_output is None:
+                    logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in _mask
             if p.structured_output is not None:
                 grammar.append((s, (self._constrain_tree if s.is_tree else self._constrain_rows)(s, logits, r, raw)))
             gens.append(self._generator(s.request_id, p))
@@ -288,18 +288,18 @@ class ModelRunner:
 
         keep = raw is not None and s.params.raw_logprobs
 
-        def visit(node: int) -> None:  # node -1: the row before the tree
+        def visit(node: int, depth: int) -> None:  # node -1: the row before the tree
             row = r0 + 1 + node
-            kept = self._mask(logits[row], m, keep)
+            kept = self._mask(logits[row], m, keep, s.banned_token_ids if depth < s.banned_rows else ())
             if kept is not None:
                 raw[row] = kept
             for c in kids[node + 1]:
                 if m.valid_prefix([s.spec_token_ids[c]]) == 1:
                     m.accept(s.spec_token_ids[c])
-                    visit(c)
+                    visit(c, depth + 1)
                     m.rollback(1)
 
-        visit(-1)
+        visit(-1, 0)
         return 0
 
     def _constrain_rows(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None) -> int:
@@ -313,7 +313,7 @@ class ModelRunner:
         valid = m.valid_prefix(s.spec_token_ids)
         keep = raw is not None and s.params.raw_logprobs
         for j in range(valid + 1):
-            kept = self._mask(logits[r0 + j], m, keep)
+            kept = self._mask(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else ())
             if kept is not None:
                 raw[r0 + j] = kept
             if j < valid:
@@ -321,14 +321,23 @@ class ModelRunner:
         return valid
 
     @staticmethod
-    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False) -> float | None:
-        """Mask row [V] in place to what the grammar allows. keep_raw: return log(mass the mask
-        kept) = logsumexp after - logsumexp before, so an allowed token's raw logprob is its masked
-        one plus this (no [V] copy per row); None when the mask removes nothing (the masked logprobs
-        are then the raw ones) or when not asked."""
+    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: list[int] = ()) -> float | None:
+        """Mask row [V] in place to what the grammar allows, less `ban` (min_tokens' end-of-generation
+        and stop ids) unless that leaves no token: a grammar that allows only its end has ended and
+        wins, as in vLLM, where min_tokens only holds back EOS and stop ids (an all -inf row sampled
+        garbage with a NaN logprob). keep_raw: return log(mass the mask kept) = logsumexp after -
+        logsumexp before (the ban applied), so an allowed token's raw logprob is its masked one plus
+        this (no [V] copy per row); None when the mask removes nothing (the masked logprobs are then
+        the raw ones) or when not asked."""
         words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
         bits = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
         banned = bits.flatten()[: row.shape[0]] == 0  # [V]
+        if ban:
+            with_ban = banned.clone()
+            with_ban[ban] = True
+            if not bool(with_ban.all()):
+                row[ban] = float("-inf")
+                banned = with_ban
         before = row.logsumexp(-1) if keep_raw and bool(banned.any()) else None
         row.masked_fill_(banned, float("-inf"))
         return None if before is None else float(row.logsumexp(-1) - before)
@@ -345,7 +354,7 @@ class ModelRunner:
             m = self.matchers.get(s.request_id)
             if m is None:
                 m = self.matchers[s.request_id] = self.grammar.matcher(so)
-            kept = self._mask(logits[i], m, s.params.raw_logprobs)
+            kept = self._mask(logits[i], m, s.params.raw_logprobs, s.banned_token_ids)
             if kept is not None:
                 raw[i] = kept
             out.append((i, m))
