@@ -105,10 +105,15 @@ def known_devices() -> list[str]:
     return [THIS, *PRESETS]
 
 
+def device_key(name: str) -> str:
+    """The preset key (or THIS) a device name means: case, spaces, underscores and aliases aside."""
+    key = name.strip().lower().replace(" ", "-").replace("_", "-")
+    return ALIASES.get(key, key)
+
+
 def get_device(name: str, memory_gib: float | None = None, refresh: bool = False) -> Device:
     """A preset by name (case, spaces and underscores do not matter) or `this` machine, measured."""
-    key = name.strip().lower().replace(" ", "-").replace("_", "-")
-    key = ALIASES.get(key, key)
+    key = device_key(name)
     if key == THIS:
         from hearth.memory.this_machine import this_device
 

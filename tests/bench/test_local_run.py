@@ -71,3 +71,36 @@ def test_prompt_too_long_for_the_context(tiny, tmp_path, capsys):
                  "--device", "h200", "--output", str(tmp_path)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1 and err[-1].startswith("hearth: error: chat prompt 0 is ") and "raise --ctx" in err[-1]
+
+
+@pytest.mark.parametrize("cached_bandwidth,remeasured", [(1e3, True), (1e15, False)])
+def test_a_ceiling_the_run_beats_is_measured_again(tiny, tmp_path, capsys, monkeypatch, cached_bandwidth, remeasured):
+    """A cached bandwidth measured while the machine was busy gave '% ceiling 206%': a decode faster
+    than the ceiling remeasures this machine (the better figure kept) and says so in one line."""
+    from hearth.memory import this_machine
+    from hearth.memory.units import rate
+
+    home = tmp_path / "home"
+    (home / this_machine.CACHE).parent.mkdir(parents=True)
+    (home / this_machine.CACHE).write_text(json.dumps({
+        "key": this_machine.machine_key(), "kind": "cpu", "runtime_bytes": 1, "bandwidth": cached_bandwidth,
+        "peak_flops": 1e12}))
+    monkeypatch.setenv("HEARTH_HOME", str(home))
+    measured = []
+    monkeypatch.setattr(this_machine, "_run_measurement", lambda: measured.append(1) or {
+        "kind": "cpu", "runtime_bytes": 1, "bandwidth": 1e14, "peak_flops": 1e11})  # fake: no 2 s measurement
+    assert _bench(tiny, tmp_path / "out", "--device", "this") == 0
+    out, err = capsys.readouterr()
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    pcts = [lv["decode_ceiling"]["pct"] for lv in results["levels"]]
+    assert all(0 < p < 100 for p in pcts), pcts
+    assert len(measured) == remeasured
+    notes = [line for line in err.splitlines() if "measured it again" in line]
+    if remeasured:
+        assert len(notes) == 1 and f"cached bandwidth ({rate(cached_bandwidth)})" in notes[0], err
+        assert notes[0].startswith("hearth: decode ran at ") and notes[0].endswith(f"again: {rate(1e14)}")
+        assert results["target"]["bandwidth"] == 1e14
+        cached = json.loads((home / this_machine.CACHE).read_text())
+        assert cached["bandwidth"] == 1e14 and cached["peak_flops"] == 1e12  # the better of both runs
+    else:
+        assert not notes and results["target"]["bandwidth"] == 1e15

@@ -59,6 +59,24 @@ def test_remeasuring_keeps_the_better_ceilings(plan_home, monkeypatch, tmp_path)
     assert new.bandwidth == old.bandwidth and new.peak_flops == old.peak_flops * 2 and new.runtime == 7
 
 
+def test_the_load_it_was_measured_under_is_kept_and_said(monkeypatch, tmp_path):
+    """A bandwidth measured on a busy machine is low: the figure says under what load it was taken."""
+    fake = {"kind": "cpu", "runtime_bytes": 1, "bandwidth": 8.7e9, "peak_flops": 1e11}
+    monkeypatch.setattr(this_machine, "_run_measurement", lambda: dict(fake))
+    monkeypatch.setattr(this_machine.os, "getloadavg", lambda: (7.25, 5.0, 3.0))
+    device = this_device(tmp_path)
+    cores = this_machine.machine_key()["cores"]
+    assert f"at a 1-minute load of 7.2 on {cores} cores" in device.source
+    assert json.loads((tmp_path / CACHE).read_text())["load_1min"] == 7.25
+    monkeypatch.setattr(this_machine.os, "getloadavg", lambda: (0.5, 0.5, 0.5))
+    fake["bandwidth"] = 24e9  # quiet now: the better figure, and its load
+    assert "load of 0.5" in this_device(tmp_path, refresh=True).source
+    monkeypatch.setattr(this_machine.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    fake["bandwidth"] = 5e9  # busy again: the quiet figure stays, with the load it was taken at
+    again = this_device(tmp_path, refresh=True)
+    assert again.bandwidth == 24e9 and "load of 0.5" in again.source
+
+
 def test_a_measurement_that_times_out_is_a_plan_error(monkeypatch):
     """`hearth doctor` and `hearth plan` say so in one line instead of a traceback."""
     import subprocess
