@@ -20,7 +20,7 @@ import torch  # noqa: E402
 
 from hearth import LLM, SamplingParams  # noqa: E402
 from hearth.bench.spec import prompts  # noqa: E402
-from hearth.llm import _head  # noqa: E402
+from hearth.loader.gguf_loader import head_tensor  # noqa: E402
 from hearth.runner.draft_vocab import DraftVocab  # noqa: E402
 
 
@@ -58,7 +58,7 @@ def main() -> int:
     x = torch.randn(1, m.cfg.hidden_size)
     print(f"full head + argmax: {cpu_ms(lambda: head(x).argmax(-1)):.2f} ms")
     for n in (int(v) for v in args.sizes.split(",")):
-        vocab = DraftVocab(_head(llm.gguf), n, llm.backend)
+        vocab = DraftVocab(head_tensor(llm.gguf), n, llm.backend, keep=llm.tokenizer.special_ids)
         vocab.see("r", ids)
         print(f"draft_vocab {n}: head + prompt rows + argmax {cpu_ms(lambda: vocab.logits(x, ['r']).argmax(-1)):.2f} ms")
     return 0

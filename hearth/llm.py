@@ -115,7 +115,8 @@ class LLM:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         if spec is not None and draft is not None:
             self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens,
-                                             _draft_vocab(spec, draft_gguf, draft[1], self.backend))
+                                             _draft_vocab(spec, draft_gguf, draft[1], self.backend,
+                                                         self.tokenizer.special_ids))
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
@@ -260,12 +261,13 @@ def _draft_model(g: GGUFFile, backend):
         torch.set_num_threads(threads)
 
 
-def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend) -> DraftVocab | None:
-    """The draft's reduced head (speculative_config.draft_vocab), or None for the whole vocabulary."""
+def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend, special: list[int]) -> DraftVocab | None:
+    """The draft's reduced head (speculative_config.draft_vocab; the special tokens always kept), or
+    None for the whole vocabulary."""
     head = head_tensor(g)
     if not spec.draft_vocab or spec.draft_vocab == head.shape[0]:
         return None
-    return DraftVocab(head, spec.draft_vocab, backend, mc.final_logit_softcap)
+    return DraftVocab(head, spec.draft_vocab, backend, mc.final_logit_softcap, keep=special)
 
 
 def _context(asked: int, trained: int) -> int:

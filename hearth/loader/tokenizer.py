@@ -16,7 +16,7 @@ import tokenizers
 from hearth.errors import HearthError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer_backend import build_backend
-from hearth.loader.vocab import Attr, GGUFVocab, read_vocab
+from hearth.loader.vocab import SPECIAL_ATTRS, Attr, GGUFVocab, read_vocab
 
 
 class TokenIdError(HearthError):
@@ -129,6 +129,12 @@ class Tokenizer:
     def is_control(self, token_id: int) -> bool:
         """Control/unknown tokens: printed only when special tokens are not skipped."""
         return bool(self._vocab.attrs[token_id] & (Attr.CONTROL | Attr.UNKNOWN))
+
+    @property
+    def special_ids(self) -> list[int]:
+        """Control, user-defined and end-of-generation tokens (<|im_end|>, EOS, <tool_call>...)."""
+        marked = np.flatnonzero(self._vocab.attrs & SPECIAL_ATTRS).tolist()
+        return sorted(set(marked) | self.eog_ids)
 
     def _checked(self, ids: Iterable[int]) -> list[int]:
         ids = list(ids)

@@ -51,15 +51,43 @@ def test_reduced_head_scores_the_first_ids_and_the_requests_own_tokens(tiny):
     assert torch.isinf(vocab.logits(hidden, ["a"])[0, mine]).all()
 
 
+def test_special_tokens_are_scored_for_every_request(tiny):
+    """keep (the vocabulary's special tokens): scored for a request that never held them, as the full
+    head scores them; ids of the first `size` among them change nothing."""
+    model, head = tiny
+    vocab = DraftVocab(head, 100, model.backend, keep=[319, 5, 318, 319])
+    assert vocab.kept == [318, 319]
+    vocab.see("a", [250, 318])
+    hidden = torch.randn(2, head.shape[1])
+    full = model.compute_logits(hidden).float()  # [2, 320]
+    got = vocab.logits(hidden, ["a", "b"])
+    scale = float(full.abs().max())
+    torch.testing.assert_close(got[:, [318, 319]], full[:, [318, 319]], rtol=0, atol=0.02 * scale)
+    assert torch.isfinite(got[0, 250]) and torch.isinf(got[1, 250])  # the request's own ids stay its own
+    assert torch.isfinite(got).sum(-1).tolist() == [103, 102]
+
+
+def test_the_llm_keeps_the_vocabularys_special_tokens_in_the_drafts_head(tmp_path):
+    path = tmp_path / "t.gguf"
+    write_tiny_gguf(path, "qwen2", vocab=320, qtype="Q8_0")  # native kernels: speculation on
+    llm = LLM(str(path), progress=False, speculative_config={"method": "draft", "model": str(path), "draft_vocab": 100})
+    assert llm.tokenizer.special_ids == [318, 319]  # the tiny vocabulary's BOS and EOS (CONTROL)
+    assert llm.runner.drafter.vocab.kept == [318, 319]
+
+
 def test_sampled_drafts_come_from_the_restricted_renormalized_distribution(tiny):
     model, head = tiny
-    vocab = DraftVocab(head, 64, model.backend)
+    vocab = DraftVocab(head, 64, model.backend, keep=[319])
     vocab.see("a", [200])
     logits = vocab.logits(torch.randn(1, head.shape[1]), ["a"])
     q = target_probs(logits, [SamplingParams(temperature=0.8, top_p=0.95)])[0]  # [V]
     allowed = torch.zeros(320, dtype=torch.bool)
-    allowed[:64] = allowed[200] = True
+    allowed[:64] = allowed[200] = allowed[319] = True
     assert q[~allowed].sum() == 0 and abs(float(q.sum()) - 1) < 1e-5
+    # the renormalized softmax over the kept ids: q's ratios there are the full head's
+    full = target_probs(model.compute_logits(torch.zeros(1, head.shape[1])).float(), [SamplingParams(temperature=1.0)])[0]
+    q0 = target_probs(vocab.logits(torch.zeros(1, head.shape[1]), ["a"]), [SamplingParams(temperature=1.0)])[0]
+    torch.testing.assert_close(q0[allowed], full[allowed] / full[allowed].sum(), rtol=0.05, atol=1e-6)
 
 
 @pytest.mark.parametrize("bad, why", [
@@ -96,12 +124,32 @@ def reduced_draft(model_path):
 
 
 @pytest.mark.parametrize("which", ["story", "code"])
-def test_greedy_with_a_reduced_draft_vocabulary_equals_plain_greedy(smol_llm, reduced_draft, which):
+def test_greedy_with_a_reduced_draft_vocabulary_equals_plain_greedy(smol_llm, reduced_draft, which, monkeypatch):
     # SmolLM2 drafting for itself: tokens outside the set (ids >= 4096 not in the prompt) fail, and its
     # Q4_0 weights' argmax differs from the file's now and then (~45% accepted on the story)
-    assert_greedy_equals_plain(smol_llm, reduced_draft, which, min_drafted=40, min_rate=0.35)
     drafter = reduced_draft.runner.drafter
+    seen = _record_drafts(drafter, monkeypatch)
+    assert_greedy_equals_plain(smol_llm, reduced_draft, which, min_drafted=40, min_rate=0.35)
     assert drafter.vocab is not None and drafter.vocab._qtype.name == "Q4_0"  # the head re-encoded
+    # every draft is an id the reduced head scored (mapped back to the full vocabulary's ids), and
+    # drafts past the first 4096 ids (the request's own, through its rows) were accepted too
+    assert all(t < 4096 or t in allowed for drafts, _, allowed in seen for t in drafts)
+    assert any(t >= 4096 for _, accepted, _ in seen for t in accepted)
+
+
+def _record_drafts(drafter, monkeypatch) -> list[tuple[list[int], list[int], set[int]]]:
+    """Each verified chain as (drafts, the drafts accepted, the ids past the reduced head's first
+    rows that its request's head scored)."""
+    seen, observe = [], drafter.observe
+
+    def spy(out):
+        for rid, (_, d) in drafter._last.items():
+            got = [t.token_id for t in out.accepted.get(rid, [])]
+            n = next((j for j, (a, b) in enumerate(zip(d, got)) if a != b), min(len(d), len(got)))
+            seen.append((d, d[:n], drafter.vocab._extra.get(rid, ([], set()))[1] | set(drafter.vocab.kept)))
+        observe(out)
+    monkeypatch.setattr(drafter, "observe", spy)
+    return seen
 
 
 def test_sampling_with_a_reduced_draft_vocabulary_is_reproducible(smol_llm, reduced_draft):
