@@ -34,7 +34,7 @@ from hearth.sampling_params import SamplingParams
 from hearth.runner.drafter import DraftModel
 from hearth.runner.draft_quant import requantized
 from hearth.runner.draft_vocab import DraftVocab
-from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
+from hearth.spec_decode.config import DEFAULT_DRAFT_VOCAB, InvalidSpeculativeConfig, SpeculativeConfig
 from hearth.spec_decode.cost import StepCost
 from hearth.spec_decode.policy import SpeculativeDecoder
 from hearth.spec_decode.thresholds import POLICY
@@ -265,9 +265,8 @@ def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend, special: lis
     """The draft's reduced head (speculative_config.draft_vocab; the special tokens always kept), or
     None for the whole vocabulary."""
     head = head_tensor(g)
-    if not spec.draft_vocab or spec.draft_vocab == head.shape[0]:
-        return None
-    return DraftVocab(head, spec.draft_vocab, backend, mc.final_logit_softcap, keep=special)
+    size = spec.draft_vocab_for(head.shape[0], DEFAULT_DRAFT_VOCAB if backend.reduced_draft_head else 0)
+    return DraftVocab(head, size, backend, mc.final_logit_softcap, keep=special) if size else None
 
 
 def _context(asked: int, trained: int) -> int:

@@ -79,6 +79,9 @@ class Backend:
 
     name = "torch"
     about = "torch's CPU kernels (the reference)"
+    reduced_draft_head = False
+    """An unset speculative_config.draft_vocab reduces the draft's head here (where it was measured
+    to pay: the native CPU backend)."""
 
     # ---- weights ----
 

@@ -122,6 +122,7 @@ class NativeStack:
 
 class CpuBackend(Backend):
     name = "cpu"
+    reduced_draft_head = True
 
     def __init__(self, tier: tiers.Tier):
         self.tier, self.about = tier, f"{tier.name} tier: {tier.enables}"

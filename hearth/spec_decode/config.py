@@ -15,6 +15,10 @@ DRAFT_QUANTS = ("q4_0", "q5_0", "q8_0")
 only decodes); hearth.runner.draft_quant."""
 DRAFT_ONLY = ("draft_vocab", "draft_quant", "draft_lookup_min")
 """Keys that apply to method "draft" only."""
+DEFAULT_DRAFT_VOCAB = 65536
+"""draft_vocab unset: Qwen2.5-Coder-0.5B drafting for the 1.5B drafts exactly what its whole head does
+on code generation and chat with this many (32,768 loses 17% of code generation's accepted tokens
+per step), and its step is ~10% cheaper (docs/speculative.md, 2026-12-05 "the draft's head")."""
 _TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float), "bool": bool}
 
 
@@ -37,10 +41,11 @@ class SpeculativeConfig:
     """Most nodes of a token tree verified per sequence and step, its depth at most
     num_speculative_tokens (0: chains only). The n-gram proposer branches where earlier
     continuations differ, the draft model grows a best-first tree from its per-position top-k."""
-    draft_vocab: int = 0
-    """Method draft: the draft scores only token ids below this plus the ids of the request's own
-    text, and drafts from those (a reduced head, FR-Spec's idea: BPE ids follow merge frequency);
-    0: the whole vocabulary. At most the draft's vocabulary size."""
+    draft_vocab: int | None = None
+    """Method draft: the draft scores only token ids below this, the vocabulary's special tokens and
+    the ids of the request's own text, and drafts from those (a reduced head, FR-Spec's idea: BPE ids
+    follow merge frequency); 0: the whole vocabulary. At most the draft's vocabulary size. Unset:
+    DEFAULT_DRAFT_VOCAB where the draft's vocabulary is larger, on the CPU backend; else the whole."""
     draft_quant: str = ""
     """Method draft: the draft's matrices of more bits per weight than this type (q4_0, q5_0 or q8_0)
     re-encoded at it when loaded, so a draft step reads fewer bytes (its drafts stay verified); "":
@@ -93,6 +98,8 @@ class SpeculativeConfig:
             raise InvalidSpeculativeConfig(f"speculative_config: unknown key {unknown[0]!r} "
                                            f"(known: {', '.join(known)})")
         for key, v in value.items():
+            if v is None and known[key].type.endswith("| None"):
+                continue  # null: unset, as asdict writes such a field (the default then)
             want = _TYPES[known[key].type]
             if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
                 name = "number" if want == (int, float) else want.__name__
@@ -110,9 +117,16 @@ class SpeculativeConfig:
         """Most drafts per sequence and step: tree nodes, or a chain's tokens."""
         return self.tree_budget or self.num_speculative_tokens
 
+    def draft_vocab_for(self, vocab_size: int, default: int = DEFAULT_DRAFT_VOCAB) -> int:
+        """The reduced head's first ids for a draft of vocab_size ids (0: the whole head); default:
+        for draft_vocab unset (0 where no reduced head was measured to pay)."""
+        if self.draft_vocab is None:
+            return default if default < vocab_size else 0
+        return 0 if self.draft_vocab == vocab_size else self.draft_vocab
+
     def check_draft_vocab(self, vocab_size: int) -> None:
         """draft_vocab names ids of the draft's head: at most its rows."""
-        if self.draft_vocab > vocab_size:
+        if self.draft_vocab is not None and self.draft_vocab > vocab_size:
             raise InvalidSpeculativeConfig(f"speculative_config.draft_vocab ({self.draft_vocab}) must be at most the "
                                            f"draft model's vocabulary size ({vocab_size})")
 
@@ -135,7 +149,7 @@ class SpeculativeConfig:
         checks = [
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
             ("tree_budget", self.tree_budget >= 0, "0 (chains only) or more"),
-            ("draft_vocab", self.draft_vocab >= 0, "0 (the whole vocabulary) or more"),
+            ("draft_vocab", self.draft_vocab is None or self.draft_vocab >= 0, "0 (the whole vocabulary) or more"),
             ("draft_quant", self.draft_quant in ("", *DRAFT_QUANTS), f"one of {', '.join(DRAFT_QUANTS)} or \"\""),
             ("draft_lookup_min", self.draft_lookup_min >= 0, "0 (off) or more"),
             ("prompt_lookup_min", self.prompt_lookup_min >= 1, "at least 1"),

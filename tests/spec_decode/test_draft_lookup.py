@@ -46,4 +46,4 @@ def test_the_lookup_of_a_draft_with_every_draft_key_is_a_plain_ngram():
                                     "draft_lookup_min": 3, "tree_budget": 6})
     look = spec.lookup(3)  # was refused: draft-only keys carried over to method ngram
     assert (look.method, look.tree_budget, look.prompt_lookup_min, look.prompt_lookup_max) == ("ngram", 0, 3, 5)
-    assert (look.draft_quant, look.draft_vocab, look.draft_lookup_min) == ("", 0, 0)
+    assert (look.draft_quant, look.draft_vocab, look.draft_lookup_min) == ("", None, 0)

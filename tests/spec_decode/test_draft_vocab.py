@@ -16,7 +16,7 @@ from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.registry import load_model
 from hearth.runner.draft_vocab import DraftVocab
 from hearth.sample.sampler import target_probs
-from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
+from hearth.spec_decode.config import DEFAULT_DRAFT_VOCAB, InvalidSpeculativeConfig, SpeculativeConfig
 
 from tests.gguf_factory import write_tiny_gguf
 from tests.spec_decode.test_real_model import STORY, assert_greedy_equals_plain, chat, generate
@@ -73,6 +73,8 @@ def test_the_llm_keeps_the_vocabularys_special_tokens_in_the_drafts_head(tmp_pat
     llm = LLM(str(path), progress=False, speculative_config={"method": "draft", "model": str(path), "draft_vocab": 100})
     assert llm.tokenizer.special_ids == [318, 319]  # the tiny vocabulary's BOS and EOS (CONTROL)
     assert llm.runner.drafter.vocab.kept == [318, 319]
+    unset = LLM(str(path), progress=False, speculative_config={"method": "draft", "model": str(path)})
+    assert unset.runner.drafter is not None and unset.runner.drafter.vocab is None  # 320 ids: the whole head
 
 
 def test_sampled_drafts_come_from_the_restricted_renormalized_distribution(tiny):
@@ -97,6 +99,18 @@ def test_sampled_drafts_come_from_the_restricted_renormalized_distribution(tiny)
 def test_bad_draft_vocab_names_the_field(bad, why):
     with pytest.raises(InvalidSpeculativeConfig, match=why):
         SpeculativeConfig.parse({"method": "draft", "model": "x.gguf", **bad})
+
+
+@pytest.mark.parametrize("asked, vocab, size", [
+    (None, 151936, DEFAULT_DRAFT_VOCAB),  # unset: the measured default where the vocabulary is larger
+    (None, 49152, 0),                     # ... and the whole head where it is not (SmolLM2)
+    (0, 151936, 0), (32768, 151936, 32768), (151936, 151936, 0),
+])
+def test_draft_vocab_resolves_against_the_drafts_vocabulary(asked, vocab, size):
+    spec = SpeculativeConfig.parse({"method": "draft", "model": "x.gguf"} | ({} if asked is None else {"draft_vocab": asked}))
+    spec.check_draft_vocab(vocab)
+    assert spec.draft_vocab_for(vocab) == size
+    assert spec.draft_vocab_for(vocab, default=0) == (size if asked else 0)  # a backend where it is not measured
 
 
 def test_draft_vocab_is_for_method_draft_only():
