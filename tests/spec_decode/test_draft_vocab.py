@@ -77,6 +77,14 @@ def test_the_llm_keeps_the_vocabularys_special_tokens_in_the_drafts_head(tmp_pat
     assert unset.runner.drafter is not None and unset.runner.drafter.vocab is None  # 320 ids: the whole head
 
 
+def test_an_unset_draft_vocab_reduces_a_larger_vocabularys_head(tmp_path):
+    path = tmp_path / "t.gguf"
+    write_tiny_gguf(path, "qwen2", vocab=DEFAULT_DRAFT_VOCAB + 64, qtype="Q8_0", hidden=32, heads=2, head_dim=16, ffn=32)
+    llm = LLM(str(path), progress=False, speculative_config={"method": "draft", "model": str(path)})
+    vocab = llm.runner.drafter.vocab
+    assert (vocab.size, vocab.kept) == (DEFAULT_DRAFT_VOCAB, [DEFAULT_DRAFT_VOCAB + 62, DEFAULT_DRAFT_VOCAB + 63])
+
+
 def test_sampled_drafts_come_from_the_restricted_renormalized_distribution(tiny):
     model, head = tiny
     vocab = DraftVocab(head, 64, model.backend, keep=[319])
