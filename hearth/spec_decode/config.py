@@ -18,7 +18,7 @@ DRAFT_ONLY = ("draft_vocab", "draft_quant", "draft_lookup_min")
 DEFAULT_DRAFT_VOCAB = 65536
 """draft_vocab unset: Qwen2.5-Coder-0.5B drafting for the 1.5B drafts exactly what its whole head does
 on code generation and chat with this many (32,768 loses 17% of code generation's accepted tokens
-per step), and its step is ~10% cheaper (docs/speculative.md, 2026-12-05 "the draft's head")."""
+per step), and its step is ~10% cheaper (docs/speculative.md, 2026-12-05 sixth session, "the draft's head")."""
 _TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float), "bool": bool}
 
 
