@@ -110,6 +110,9 @@ class NativeStack:
     def __init__(self, layers):
         self.layers, self.min_rows = layers, layers[0].ops.max_rows
         self.ops = [layer.ops for layer in layers]  # a layer given other ops later runs them, not the stack
+        ropes = {layer.attn.rope.key: layer.attn.rope for layer in layers}  # one per configuration
+        self.ropes, keys = list(ropes.values()), list(ropes)
+        self.rope_of = [keys.index(layer.attn.rope.key) for layer in layers]
         self.fused = FusedStack([layer.ops.fused for layer in layers])
         self.tile_prefill = not any(layer.attn.precise_scores for layer in layers)
 
@@ -120,7 +123,10 @@ class NativeStack:
         T = x.shape[0]
         if any(layer.ops is not ops for layer, ops in zip(self.layers, self.ops)):
             return 0, x
-        tables = lambda: [layer.attn.rope.halves(positions, meta.memo.rope) for layer in self.layers]  # noqa: E731
+        def tables() -> list[tuple[torch.Tensor, torch.Tensor]]:  # (cos, sin) per layer
+            halves = [rope.halves(positions, meta.memo.rope) for rope in self.ropes]
+            return [halves[i] for i in self.rope_of]
+
         if T < self.min_rows:
             done = self.fused.decode(x, tables(), kv_caches, meta)
             return done, (x if out_rows is None or done < len(self.layers) else x[out_rows])

@@ -105,6 +105,7 @@ class FusedStack:
         self.lib = _lib()
         self.layers = layers  # keep the C++ layers alive
         self.ptrs = (_p * len(layers))(*[layer.ptr for layer in layers])
+        self.kv_key, self.kv_ptrs = None, None  # decode's caches, checked and their addresses
 
     def prefill(self, x: torch.Tensor, tables: list[tuple[torch.Tensor, torch.Tensor]], kv_caches: list, meta,
                 keep: int) -> int:
@@ -117,14 +118,20 @@ class FusedStack:
         """FusedLayer.__call__ through every layer in one C++ call (hk_stack_forward): a step of a few
         rows over f16/bf16 caches of one dtype and shape (as the runner allocates them), x updated in
         place. Returns the number of layers run (0 where the step or cache is not one it covers)."""
-        kv = kv_caches[0]
-        if (not all(self.ptrs) or not x.is_contiguous() or len(kv_caches) != len(self.layers)
-                or not all(native_pages(x, c) and c.dtype == kv.dtype and c.shape == kv.shape for c in kv_caches)):
+        kv, n = kv_caches[0], len(kv_caches)
+        if not all(self.ptrs) or not x.is_contiguous() or n != len(self.layers):
             return 0
-        n = len(kv_caches)
+        if not all(isinstance(c, torch.Tensor) for c in kv_caches):  # quantized caches: layer by layer
+            return 0
+        key = (kv.dtype, kv.shape, *((id(c), c.data_ptr()) for c in kv_caches))  # checked once, not every step (~25 us)
+        if self.kv_key != key:
+            ok = all(native_pages(x, c) and c.dtype == kv.dtype and c.shape == kv.shape for c in kv_caches)
+            self.kv_key, self.kv_ptrs = key, (_p * n)(*[c.data_ptr() for c in kv_caches]) if ok else None
+        if self.kv_ptrs is None or x.dtype != torch.float32:
+            return 0
         ptrs = lambda ts: (_p * n)(*[t.data_ptr() for t in ts])  # noqa: E731
         return self.lib.hk_stack_forward(self.ptrs, n, x.data_ptr(), x.shape[0], ptrs(c for c, _ in tables),
-                                         ptrs(s for _, s in tables), ptrs(kv_caches), *step_args(kv, meta))
+                                         ptrs(s for _, s in tables), self.kv_ptrs, *step_args(kv, meta))
 
 
 def _prefill(lib, layers, x: torch.Tensor, tables: list, kv_caches: list, meta, keep: int) -> int:
