@@ -109,7 +109,8 @@ class NativeStack:
 
     def __init__(self, layers):
         self.layers, self.min_rows = layers, layers[0].ops.max_rows
-        self.ops = [layer.ops for layer in layers]  # a layer given other ops later runs them, not the stack
+        # a layer given other ops (or none fused) after the model's build runs them, not the stack
+        self.ops = [(layer.ops, layer.ops.fused) for layer in layers]
         ropes = {layer.attn.rope.key: layer.attn.rope for layer in layers}  # one per configuration
         self.ropes, keys = list(ropes.values()), list(ropes)
         self.rope_of = [keys.index(layer.attn.rope.key) for layer in layers]
@@ -121,7 +122,7 @@ class NativeStack:
         sized steps run every row; a prefill chunk long enough for the bf16 tiles, when the rows going
         on are its last ones, computes only those past the K/V; (0, x) where neither applies."""
         T = x.shape[0]
-        if any(layer.ops is not ops for layer, ops in zip(self.layers, self.ops)):
+        if any(layer.ops is not ops or ops.fused is not fused for layer, (ops, fused) in zip(self.layers, self.ops)):
             return 0, x
         def tables() -> list[tuple[torch.Tensor, torch.Tensor]]:  # (cos, sin) per layer
             halves = [rope.halves(positions, meta.memo.rope) for rope in self.ropes]
