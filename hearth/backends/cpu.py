@@ -124,18 +124,19 @@ class NativeStack:
         T = x.shape[0]
         if any(layer.ops is not ops or ops.fused is not fused for layer, (ops, fused) in zip(self.layers, self.ops)):
             return 0, x
-        def tables() -> list[tuple[torch.Tensor, torch.Tensor]]:  # (cos, sin) per layer
-            halves = [rope.halves(positions, meta.memo.rope) for rope in self.ropes]
-            return [halves[i] for i in self.rope_of]
-
         if T < self.min_rows:
-            done = self.fused.decode(x, tables(), kv_caches, meta)
+            done = self.fused.decode(x, self._tables(positions, meta), kv_caches, meta)
             return done, (x if out_rows is None or done < len(self.layers) else x[out_rows])
         keep = _kept_tail(out_rows, T)
         if keep is None or not self.tile_prefill:
             return 0, x
-        done = self.fused.prefill(x, tables(), kv_caches, meta, keep)
+        done = self.fused.prefill(x, self._tables(positions, meta), kv_caches, meta, keep)
         return done, (x[T - keep:] if done == len(self.layers) else x)
+
+    def _tables(self, positions, meta) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(cos, sin) per layer, looked up once per rope configuration."""
+        halves = [rope.halves(positions, meta.memo.rope) for rope in self.ropes]
+        return [halves[i] for i in self.rope_of]
 
 
 class CpuBackend(Backend):
