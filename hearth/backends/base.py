@@ -99,8 +99,8 @@ class Backend:
         return TORCH_OPS
 
     def stack(self, layers: list[DecoderLayer]):
-        """Something with prefill(x, positions, meta, kv_caches, out_rows) -> layers run, that takes a
-        whole prefill chunk through many layers in one call; None."""
+        """Something with run(x, positions, meta, kv_caches, out_rows) -> (layers run, x after them:
+        out_rows' rows when every layer ran), that takes a step through many layers in one call; None."""
         return None
 
     def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:

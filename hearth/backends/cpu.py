@@ -104,20 +104,39 @@ def _fused(layer, mms, spec: ArchSpec) -> FusedLayer:
 
 
 class NativeStack:
-    """Every layer through one sequence's prefill chunk in one C++ call (FusedStack)."""
+    """Every layer in one C++ call (FusedStack): a decode step of a few rows, or one sequence's prefill
+    chunk (on the bf16 tile attention: not for layers that need f32 scores)."""
 
     def __init__(self, layers):
         self.layers, self.min_rows = layers, layers[0].ops.max_rows
+        # a layer given other ops (or none fused) after the model's build runs them, not the stack
+        self.ops = [(layer.ops, layer.ops.fused) for layer in layers]
+        ropes = {layer.attn.rope.key: layer.attn.rope for layer in layers}  # one per configuration
+        self.ropes, keys = list(ropes.values()), list(ropes)
+        self.rope_of = [keys.index(layer.attn.rope.key) for layer in layers]
         self.fused = FusedStack([layer.ops.fused for layer in layers])
+        self.tile_prefill = not any(layer.attn.precise_scores for layer in layers)
 
-    def prefill(self, x, positions, meta, kv_caches, out_rows) -> int:
-        """How many layers one call ran, when this step is one sequence's chunk long enough for the
-        bf16 tiles and the rows going on are its last ones; 0 otherwise."""
-        keep = _kept_tail(out_rows, x.shape[0])
-        if x.shape[0] < self.min_rows or keep is None:
-            return 0
-        tables = [layer.attn.rope.halves(positions, meta.memo.rope) for layer in self.layers]
-        return self.fused.prefill(x, tables, kv_caches, meta, keep)
+    def run(self, x, positions, meta, kv_caches, out_rows) -> tuple[int, torch.Tensor]:
+        """(how many layers one call ran, x after them: every row, or out_rows' when all ran). Decode-
+        sized steps run every row; a prefill chunk long enough for the bf16 tiles, when the rows going
+        on are its last ones, computes only those past the K/V; (0, x) where neither applies."""
+        T = x.shape[0]
+        if any(layer.ops is not ops or ops.fused is not fused for layer, (ops, fused) in zip(self.layers, self.ops)):
+            return 0, x
+        if T < self.min_rows:
+            done = self.fused.decode(x, self._tables(positions, meta), kv_caches, meta)
+            return done, (x if out_rows is None or done < len(self.layers) else x[out_rows])
+        keep = _kept_tail(out_rows, T)
+        if keep is None or not self.tile_prefill:
+            return 0, x
+        done = self.fused.prefill(x, self._tables(positions, meta), kv_caches, meta, keep)
+        return done, (x[T - keep:] if done == len(self.layers) else x)
+
+    def _tables(self, positions, meta) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(cos, sin) per layer, looked up once per rope configuration."""
+        halves = [rope.halves(positions, meta.memo.rope) for rope in self.ropes]
+        return [halves[i] for i in self.rope_of]
 
 
 class CpuBackend(Backend):
@@ -144,9 +163,7 @@ class CpuBackend(Backend):
         return NativeLayerOps(layer, spec)
 
     def stack(self, layers):
-        # the stack's attention is the bf16 tile kernel: not for layers that need f32 scores
-        if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None and not layer.attn.precise_scores
-               for layer in layers):
+        if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):
             return NativeStack(layers)
         return None
 

@@ -150,9 +150,9 @@ class CausalLM(nn.Module):
         if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
             out_rows = None
         last = len(self.layers) - 1
-        done = self.stack.prefill(x, positions, meta, kv_caches, out_rows) if self.stack is not None else 0
-        if done == len(self.layers) and out_rows is not None:
-            x = x[len(ids) - len(out_rows):]
+        done = 0
+        if self.stack is not None:
+            done, x = self.stack.run(x, positions, meta, kv_caches, out_rows)
         for i in range(done, len(self.layers)):
             x = self.layers[i](x, positions, meta, kv_caches[i], out_rows if i == last else None)
         return self.backend.norm(self.norm, x)

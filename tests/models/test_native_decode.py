@@ -59,6 +59,33 @@ def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
     assert rel_err(fused, op_by_op) > 0  # the two paths really differ: the fused one ran
 
 
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])  # the tiny files whose head_dim the fused layer takes
+def test_decode_stack_equals_the_layers_one_call_each(tmp_path, monkeypatch, arch):
+    """A decode-sized step runs every layer in one C++ call (FusedStack.decode, hk_stack_forward), each
+    layer as its own call does (FusedLayer): identical tokens and logprobs, one sequence or two
+    batched (qwen3: q/k norms; gemma3: sliding-window layers, sandwich norms)."""
+    from hearth import LLM, SamplingParams
+    from hearth.kernels import fused_layer
+
+    path = tmp_path / f"tiny-{arch}.gguf"
+    write_tiny_gguf(path, arch, qtype="Q8_0", context=512)
+    llm = LLM(str(path), progress=False, enable_prefix_caching=False)
+    params = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True, logprobs=3)
+    prompts = [{"prompt_token_ids": [(7 * i + 3) % 300 + 10 for i in range(n)]} for n in (30, 9)]
+    calls = []
+    decode = fused_layer.FusedStack.decode
+    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
+
+    def run(batch):
+        return [(o.outputs[0].token_ids, [sorted(lp.items()) for lp in o.outputs[0].logprobs])
+                for o in llm.generate(batch, params)]
+
+    stacked = [run(prompts[:1]), run(prompts)]
+    assert calls.count(len(llm.model.layers)) >= 2 * 39 and set(calls) == {len(llm.model.layers)}
+    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: 0)  # layer by layer
+    assert [run(prompts[:1]), run(prompts)] == stacked
+
+
 @pytest.mark.skipif(not native.has("kv_quant"), reason="the kernels here lack capability kv_quant (quantized KV readers)")
 @pytest.mark.parametrize("kv", ["q8_0", "kvarn_k4v2"])
 def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, monkeypatch, kv):

@@ -205,7 +205,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 13; }
+int hk_abi_version() { return 14; }
 
 // A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
 // type or a K that is not a whole number of its blocks. gemm_min_rows: from this many rows on the
@@ -391,6 +391,18 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
   hk_linear_residual(l.o, att, M, nq, l.post_attn_norm, l.post_attn_eps, x, hidden);
   hk_mlp(l.gate_up, l.down, l.act, x, M, hidden, l.ffn_norm, l.ffn_eps, l.post_ffn_norm, l.post_ffn_eps);
   return 0;
+}
+
+// hk_layer_forward through n layers in one call (gguf_kernels.cpp's hk_stack_forward)
+int hk_stack_forward(const void* const* layers, int n, float* x, int64_t M, const float* const* cos,
+                     const float* const* sin, void* const* kv, int kv_bf16, int64_t num_slots, int64_t bs,
+                     const int64_t* slots, int64_t S, const int64_t* q_start, const int64_t* q_len,
+                     const int64_t* seq_lens, const int64_t* tables, int64_t ldt, const int64_t* tree, int64_t ldtree) {
+  for (int i = 0; i < n; ++i)
+    if (hk_layer_forward(layers[i], x, M, cos[i], sin[i], kv[i], kv_bf16, num_slots, bs, slots, S, q_start, q_len,
+                         seq_lens, tables, ldt, tree, ldtree) != 0)
+      return i;
+  return n;
 }
 
 }  // extern "C"

@@ -554,7 +554,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 13; }
+int hk_abi_version() { return 14; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -933,6 +933,21 @@ int hk_stack_forward_prefill(const void* const* layers, int n, float* x, int64_t
   for (int i = 0; i < n; ++i)
     if (hk_layer_forward_prefill(layers[i], x, M, i == n - 1 ? keep : M, cos[i], sin[i], kv[i], kv_bf16, num_slots, bs,
                                  slots, ctx, table) != 0)
+      return i;
+  return n;
+}
+
+// hk_layer_forward through a stack of n layers in one call: a decode step (or a few rows) without a
+// return to Python between layers (55-80 us a layer on this VM, 2026-12-05: Python's calls and checks,
+// and the next layer's first ops from warm caches). Layer i with cos[i], sin[i] and its cache kv[i] (every cache of one dtype and shape:
+// the step's arguments are shared). Returns the number of layers run (as hk_stack_forward_prefill).
+int hk_stack_forward(const void* const* layers, int n, float* x, int64_t M, const float* const* cos,
+                     const float* const* sin, void* const* kv, int kv_bf16, int64_t num_slots, int64_t bs,
+                     const int64_t* slots, int64_t S, const int64_t* q_start, const int64_t* q_len,
+                     const int64_t* seq_lens, const int64_t* tables, int64_t ldt, const int64_t* tree, int64_t ldtree) {
+  for (int i = 0; i < n; ++i)
+    if (hk_layer_forward(layers[i], x, M, cos[i], sin[i], kv[i], kv_bf16, num_slots, bs, slots, S, q_start, q_len,
+                         seq_lens, tables, ldt, tree, ldtree) != 0)
       return i;
   return n;
 }
