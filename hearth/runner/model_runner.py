@@ -9,6 +9,7 @@ import functools
 import re
 import sys
 
+import numpy as np
 import torch
 
 from hearth.config import ModelConfig
@@ -205,8 +206,9 @@ class ModelRunner:
         if not allowed or len(allowed) < len(seqs) or any(_wants_raw(s, self.matchers[s.request_id]) for s in seqs):
             return None
         union = torch.stack(list(allowed.values())).any(0)  # [V]
-        ids = union.nonzero().flatten()
-        return ids if 0 < len(ids) <= SCORED_SHARE * union.shape[0] else None
+        if not 0 < int(union.sum()) <= SCORED_SHARE * union.shape[0]:
+            return None
+        return union.nonzero().flatten()
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
@@ -418,10 +420,10 @@ class ModelRunner:
 
 
 def _allowed_of(m: GrammarMatcher, vocab: int) -> torch.Tensor:
-    """The grammar's next-token bitmask as [vocab] bool."""
-    words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
-    bits = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
-    return bits.flatten()[:vocab] == 1
+    """The grammar's next-token bitmask (bit i of little-endian 32-bit word i // 32) as [vocab] bool:
+    byte by byte, low bit first, is the same order (9 us at 152k tokens; shifts in torch took 190)."""
+    bits = np.unpackbits(np.frombuffer(m.bitmask(), dtype=np.uint8), bitorder="little")[:vocab]
+    return torch.from_numpy(bits.view(np.bool_))
 
 
 @functools.cache
