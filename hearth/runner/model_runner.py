@@ -167,11 +167,12 @@ class ModelRunner:
             if not rows:
                 return RunnerOutput({})
             if len(rows) > len(seqs):
-                return self._verify(seqs, self.model.compute_logits(hidden).float())
+                scored = self._union(self._reached(seqs))
+                return self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None)
             allowed = self._allowed(seqs)
-            scored = self._scored(seqs, allowed)
-            logits = (self.model.compute_logits(hidden) if scored is None
-                      else self.model.compute_logits(hidden, scored)).float()  # [R, vocab]
+            scored = self._union(None if any(_wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
+                                 or len(allowed) < len(seqs) else list(allowed.values()))
+            logits = self._logits(hidden, scored)  # [R, vocab]
         params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
             if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in _mask
@@ -199,13 +200,37 @@ class ModelRunner:
                 out[i] = _allowed_of(m, self.cfg.vocab_size)
         return out
 
-    def _scored(self, seqs: list, allowed: dict[int, torch.Tensor]) -> torch.Tensor | None:
-        """The token ids a decode step's head scores: the union of what its grammars allow when
-        every row is under one, none needs a raw logprob here and they are at most SCORED_SHARE of the
-        vocabulary; else None (every token)."""
-        if not allowed or len(allowed) < len(seqs) or any(_wants_raw(s, self.matchers[s.request_id]) for s in seqs):
+    def _logits(self, hidden: torch.Tensor, scored: torch.Tensor | None) -> torch.Tensor:
+        """[R, vocab] f32: every token's logits, or only scored's (the rest -inf)."""
+        return (self.model.compute_logits(hidden) if scored is None else self.model.compute_logits(hidden, scored)).float()
+
+    def _reached(self, seqs: list) -> list[torch.Tensor] | None:
+        """For a step with drafts: what each row the grammars let the drafts reach allows (each
+        matcher walks its drafts and back), when every sequence is a constrained chain and none
+        needs a raw logprob there; else None. Rows past a forbidden draft are never read."""
+        if any(s.params.structured_output is None or s.is_tree or s.request_id not in self.matchers for s in seqs):
             return None
-        union = torch.stack(list(allowed.values())).any(0)  # [V]
+        masks = []
+        for s in seqs:
+            m = self.matchers[s.request_id]
+            valid = m.valid_prefix(s.spec_token_ids)
+            for j in range(valid + 1):
+                if _wants_raw(s, m):
+                    m.rollback(j)
+                    return None
+                masks.append(_allowed_of(m, self.cfg.vocab_size))
+                if j < valid:
+                    m.accept(s.spec_token_ids[j])
+            m.rollback(valid)
+        return masks
+
+    @staticmethod
+    def _union(masks: list[torch.Tensor] | None) -> torch.Tensor | None:
+        """The token ids a step's head scores: the union of the rows' allowed tokens where it is at
+        most SCORED_SHARE of the vocabulary; else None (every token)."""
+        if not masks:
+            return None
+        union = torch.stack(masks).any(0)  # [V]
         if not 0 < int(union.sum()) <= SCORED_SHARE * union.shape[0]:
             return None
         return union.nonzero().flatten()
@@ -235,11 +260,12 @@ class ModelRunner:
                 [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
         return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
 
-    def _verify(self, seqs: list, logits: torch.Tensor) -> RunnerOutput:
+    def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True) -> RunnerOutput:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
-        row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
+        row (hearth.sample.speculative), then the accepted drafts and the bonus token. raw_known:
+        False where the head scored only what the grammars allow (no raw logprobs then)."""
         params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
-        raw: dict[int, float] = {}  # row -> log of the mass the grammar's mask kept
+        raw: dict[int, float] | None = {} if raw_known else None  # row -> log of the mass the grammar's mask kept
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
@@ -272,7 +298,7 @@ class ModelRunner:
             m.accept(toks[-1])
         sampled, accepted = {}, {}
         for s, toks, rs in zip(seqs, committed, rows):
-            res = [self._result(s.params, t, None if logprobs is None else logprobs[r], raw.get(r))
+            res = [self._result(s.params, t, None if logprobs is None else logprobs[r], raw.get(r) if raw else None, raw_known)
                    for t, r in zip(toks, rs)]
             sampled[s.request_id] = res[-1]
             if s.spec_token_ids:
@@ -431,10 +457,10 @@ def _pattern(regex: str) -> re.Pattern[bytes]:
     return re.compile(regex.encode() + rb"\Z")
 
 
-def _wants_raw(s, m: GrammarMatcher) -> bool:
+def _wants_raw(s, m: GrammarMatcher | None) -> bool:
     """Whether this row must report a raw logprob (then every token is scored)."""
     p = s.params
-    return p.raw_logprobs and (p.raw_logprobs_at is None or m.ends_with(_pattern(p.raw_logprobs_at)))
+    return p.raw_logprobs and (p.raw_logprobs_at is None or m is None or m.ends_with(_pattern(p.raw_logprobs_at)))
 
 
 def _paths(parents: list[int]) -> list[list[int]]:

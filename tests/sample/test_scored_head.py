@@ -17,8 +17,9 @@ CALL = {
     "properties": {
         "name": {"enum": ["get_weather", "set_alarm", "calculate_area"]},
         "arguments": {"type": "object", "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 30},
-                                                        "unit": {"enum": ["celsius", "fahrenheit"]}},
-                      "required": ["days", "unit"], "additionalProperties": False},
+                                                        "unit": {"enum": ["celsius", "fahrenheit"]},
+                                                        "city": {"type": "string", "maxLength": 12}},
+                      "required": ["days", "unit", "city"], "additionalProperties": False},
     },
     "required": ["name", "arguments"],
     "additionalProperties": False,
@@ -59,7 +60,7 @@ def test_few_allowed_tokens_are_all_the_head_scores_and_nothing_changes(llm, mon
     few, steps = _generate(llm, monkeypatch, model_runner.SCORED_SHARE, params)
     every, whole_steps = _generate(llm, monkeypatch, 0.0, params)
     assert any(steps) and not any(whole_steps)  # the path was taken, and the control never took it
-    assert not all(steps)  # a free string or the first rows: every token scored
+    assert not all(steps)  # a free string (the city): every token scored
     for a, b in zip(few, every):
         assert a.finish_reason == "stop"
         assert a.token_ids == b.token_ids and a.text == b.text
