@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
@@ -66,6 +67,10 @@ class SamplingParams:
     """Also report each sampled token's logprob before a grammar's mask (SampledToken.raw_logprob):
     `logprobs` are over what the grammar allows. Costs one log-softmax per row the grammar narrows;
     needs logprobs."""
+    raw_logprobs_at: str | None = None
+    """Where raw_logprobs are needed: a regex the text written so far must end with at that token
+    (the tool guard's call name opening); None: every token. Elsewhere raw_logprob is None, and a
+    row the grammar narrows to a few tokens scores only those (hearth.runner.model_runner)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -90,6 +95,8 @@ class SamplingParams:
             (all(self.stop), "stop must not hold an empty string (it would match before any text)"),
             (self.logprobs is None or self.logprobs >= 0, f"logprobs must be >= 0, got {self.logprobs}"),
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs needs logprobs (0 or more)"),
+            (self.raw_logprobs_at is None or _compiles(self.raw_logprobs_at),
+             f"raw_logprobs_at is not a regular expression: {self.raw_logprobs_at!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -98,3 +105,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_EPS or self.top_k == 1
+
+
+def _compiles(pattern: str) -> bool:
+    try:
+        re.compile(pattern)
+    except re.error:
+        return False
+    return True

@@ -17,6 +17,7 @@ from hearth.api.parsing import output_parser
 from hearth.api.sampling import make_params
 from hearth.api.tools import ToolPlan, guard_constraint
 from hearth.errors import HearthError
+from hearth.tool_guard.declined import NAME_OPENING
 
 
 @dataclass(slots=True)
@@ -57,7 +58,8 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     if guard is not None and client_k is None:
         fields["logprobs"] = 0  # the sampled tokens' logprobs: each call's confidence
     if lazy is not None and guard.mode == "guard":
-        fields["raw_logprobs"] = True  # the decline gate reads the call name's raw probability
+        fields["raw_logprobs"] = True  # the decline gate reads the call name's raw probability,
+        fields["raw_logprobs_at"] = NAME_OPENING  # there only: elsewhere a few allowed tokens are all the head scores
     params = make_params(fields, state.limits, served.max_model_len, req.field_names, len(req.ids))
     if guard is None:
         gen = Generation(served.engine, req.ids, params, metrics, request_id=req.request_id)

@@ -129,9 +129,11 @@ class Backend:
             return paged_attention_torch(q, kv_cache, meta, scale, window, softcap)
         return paged_attention_quantized_torch(q, kv_cache, meta, scale, window, softcap)
 
-    def logits(self, head: QuantLinear, hidden: torch.Tensor) -> torch.Tensor:
-        """hidden: f32 [N, hidden] -> [N, vocab]."""
-        return head(hidden.to(head.in_dtype)).float()
+    def logits(self, head: QuantLinear, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden: f32 [N, hidden] -> [N, vocab], or with ids [M] only those columns: [N, M], each
+        value bit for bit the whole head's (a backend computes fewer rows where it can)."""
+        logits = head(hidden.to(head.in_dtype)).float()
+        return logits if ids is None else logits[:, ids]
 
     # ---- the step ----
 

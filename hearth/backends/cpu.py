@@ -173,9 +173,15 @@ class CpuBackend(Backend):
     def attention(self, q, kv_cache, meta, scale, window, softcap, precise):
         return paged_attention(q, kv_cache, meta, scale, window, softcap, precise)
 
-    def logits(self, head: QuantLinear, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, head: QuantLinear, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
         part = native_part(head)  # f32 in, f32 out (also from its bf16 tiles): no cast of a 262k-wide row
-        return part(hidden) if part is not None else super().logits(head, hidden)
+        if part is None:
+            return super().logits(head, hidden, ids)
+        if ids is not None and len(part.raws) == 1 and hidden.shape[0] < (native.batch_min_rows() or part.gemm_min_rows):
+            raw, qtype = part.raws[0]  # the GEMV over the rows of ids: each dot product as the whole head's
+            return native.NativeMatmul([(raw[ids], qtype)], part.k, part.gemm_min_rows)(hidden)
+        logits = part(hidden)
+        return logits if ids is None else logits[:, ids]
 
     def row_regimes(self, model, quantized_kv: bool) -> tuple[int, ...] | None:
         """The int8 VNNI GEMV below native.batch_min_rows(), batch GEMMs below the layers' max_rows

@@ -155,8 +155,9 @@ class CudaBackend(Backend):
             return paged_attention(q, kv_cache, meta, scale, window, softcap)
         return quantized_attention(q, kv_cache, meta, scale, window, softcap)
 
-    def logits(self, head: QuantLinear, hidden: torch.Tensor) -> torch.Tensor:
-        return head(hidden).float().cpu()  # sampling runs on the host
+    def logits(self, head: QuantLinear, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        logits = head(hidden).float().cpu()  # sampling runs on the host
+        return logits if ids is None else logits[:, ids]
 
     def metadata(self, query_start_loc, seq_lens, block_tables, slots, block_size, trees=None) -> AttentionMetadata:
         return AttentionMetadata(query_start_loc, seq_lens, block_tables,

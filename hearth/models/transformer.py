@@ -157,10 +157,17 @@ class CausalLM(nn.Module):
             x = self.layers[i](x, positions, meta, kv_caches[i], out_rows if i == last else None)
         return self.backend.norm(self.norm, x)
 
-    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:  # [N, hidden] -> [N, vocab] f32
-        logits = self.backend.logits(self.lm_head, hidden)
+    def compute_logits(self, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """[N, hidden] -> [N, vocab] f32; with ids [M] (sorted, distinct) only those tokens are scored,
+        the rest -inf: the rows a grammar allows, each value the whole head's."""
+        logits = self.backend.logits(self.lm_head, hidden, ids)
         cap = self.cfg.final_logit_softcap
-        return torch.tanh(logits / cap) * cap if cap else logits
+        logits = torch.tanh(logits / cap) * cap if cap else logits
+        if ids is None:
+            return logits
+        out = logits.new_full((hidden.shape[0], self.lm_head.out_features), float("-inf"))
+        out[:, ids] = logits
+        return out
 
 
 def require(g: GGUFFile, key: str):

@@ -5,8 +5,11 @@ Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, 
 from __future__ import annotations
 
 import ctypes
+import functools
+import re
 import sys
 
+import numpy as np
 import torch
 
 from hearth.config import ModelConfig
@@ -23,6 +26,10 @@ from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
+SCORED_SHARE = 1 / 8
+"""A decode step whose grammars allow at most this share of the vocabulary scores only those tokens:
+the head's rows for 4,096 of Qwen2.5-Coder's 151,936 tokens took 1.2 / 1.7 ms against 10 / 16 ms for all
+(0.5B Q8_0 / 1.5B Q6_K, one thread), 16,384 4.1 / 6.6 ms: the gather costs about what it saves near 1/3."""
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -154,27 +161,79 @@ class ModelRunner:
                 for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
         drafts = sum(len(s.spec_token_ids) for s in so.seqs)
         lift = drafts and so.num_tokens - drafts < self.backend.batch_min_rows()  # a verify step's rows as decode rows
+        seqs = [s for s in so.seqs if s.sample]
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [R, hidden]
             if not rows:
                 return RunnerOutput({})
-            logits = self.model.compute_logits(hidden).float()  # [R, vocab]
-        seqs = [s for s in so.seqs if s.sample]
-        if len(rows) > len(seqs):
-            return self._verify(seqs, logits)
+            if len(rows) > len(seqs):
+                scored = self._union(self._reached(seqs))
+                return self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None)
+            allowed = self._allowed(seqs)
+            scored = self._union(None if any(_wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
+                                 or len(allowed) < len(seqs) else list(allowed.values()))
+            logits = self._logits(hidden, scored)  # [R, vocab]
         params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
             if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in _mask
                 logits[i, s.banned_token_ids] = float("-inf")
-        matchers, raw = self._constrain(seqs, logits)
+        matchers, raw = self._constrain(seqs, logits, allowed, raw_known=scored is None)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
         tokens, logprobs = sample(logits, params, gens, histories)  # logprobs: None if nobody asked
         for i, m in matchers:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
-        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i))
+        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
+                                                        raw_known=scored is None)
                              for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers))
+
+    def _allowed(self, seqs: list) -> dict[int, torch.Tensor]:
+        """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (before the
+        head: where they are few, only they are scored)."""
+        out = {}
+        for i, s in enumerate(seqs):
+            if s.params.structured_output is not None:
+                m = self.matchers.get(s.request_id)
+                if m is None:
+                    m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
+                out[i] = _allowed_of(m, self.cfg.vocab_size)
+        return out
+
+    def _logits(self, hidden: torch.Tensor, scored: torch.Tensor | None) -> torch.Tensor:
+        """[R, vocab] f32: every token's logits, or only scored's (the rest -inf)."""
+        return (self.model.compute_logits(hidden) if scored is None else self.model.compute_logits(hidden, scored)).float()
+
+    def _reached(self, seqs: list) -> list[torch.Tensor] | None:
+        """For a step with drafts: what each row the grammars let the drafts reach allows (each
+        matcher walks its drafts and back), when every sequence is a constrained chain and none
+        needs a raw logprob there; else None. Rows past a forbidden draft are never read."""
+        if any(s.params.structured_output is None or s.is_tree or s.request_id not in self.matchers for s in seqs):
+            return None
+        masks = []
+        for s in seqs:
+            m = self.matchers[s.request_id]
+            valid = m.valid_prefix(s.spec_token_ids)
+            for j in range(valid + 1):
+                if _wants_raw(s, m):
+                    m.rollback(j)
+                    return None
+                masks.append(_allowed_of(m, self.cfg.vocab_size))
+                if j < valid:
+                    m.accept(s.spec_token_ids[j])
+            m.rollback(valid)
+        return masks
+
+    @staticmethod
+    def _union(masks: list[torch.Tensor] | None) -> torch.Tensor | None:
+        """The token ids a step's head scores: the union of the rows' allowed tokens where it is at
+        most SCORED_SHARE of the vocabulary; else None (every token)."""
+        if not masks:
+            return None
+        union = torch.stack(masks).any(0)  # [V]
+        if not 0 < int(union.sum()) <= SCORED_SHARE * union.shape[0]:
+            return None
+        return union.nonzero().flatten()
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
@@ -201,11 +260,12 @@ class ModelRunner:
                 [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
         return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
 
-    def _verify(self, seqs: list, logits: torch.Tensor) -> RunnerOutput:
+    def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True) -> RunnerOutput:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
-        row (hearth.sample.speculative), then the accepted drafts and the bonus token."""
+        row (hearth.sample.speculative), then the accepted drafts and the bonus token. raw_known:
+        False where the head scored only what the grammars allow (no raw logprobs then)."""
         params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
-        raw: dict[int, float] = {}  # row -> log of the mass the grammar's mask kept
+        raw: dict[int, float] | None = {} if raw_known else None  # row -> log of the mass the grammar's mask kept
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
@@ -238,7 +298,7 @@ class ModelRunner:
             m.accept(toks[-1])
         sampled, accepted = {}, {}
         for s, toks, rs in zip(seqs, committed, rows):
-            res = [self._result(s.params, t, None if logprobs is None else logprobs[r], raw.get(r))
+            res = [self._result(s.params, t, None if logprobs is None else logprobs[r], raw.get(r) if raw else None, raw_known)
                    for t, r in zip(toks, rs)]
             sampled[s.request_id] = res[-1]
             if s.spec_token_ids:
@@ -321,17 +381,18 @@ class ModelRunner:
         return valid
 
     @staticmethod
-    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: list[int] = ()) -> float | None:
+    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: list[int] = (),
+              allowed: torch.Tensor | None = None) -> float | None:
         """Mask row [V] in place to what the grammar allows, less `ban` (min_tokens' end-of-generation
         and stop ids) unless that leaves no token: a grammar that allows only its end has ended and
         wins, as in vLLM, where min_tokens only holds back EOS and stop ids (an all -inf row sampled
         garbage with a NaN logprob). keep_raw: return log(mass the mask kept) = logsumexp after -
         logsumexp before (the ban applied), so an allowed token's raw logprob is its masked one plus
         this (no [V] copy per row); None when the mask removes nothing (the masked logprobs are then
-        the raw ones) or when not asked."""
-        words = torch.frombuffer(bytearray(m.bitmask()), dtype=torch.int32)  # [ceil(V / 32)]
-        bits = (words.unsqueeze(1) >> torch.arange(32, dtype=torch.int32)) & 1  # [W, 32]
-        banned = bits.flatten()[: row.shape[0]] == 0  # [V]
+        the raw ones) or when not asked. allowed: m's [V] bool mask, where already read."""
+        if allowed is None or allowed.shape[0] != row.shape[0]:
+            allowed = _allowed_of(m, row.shape[0])
+        banned = ~allowed  # [V]
         if ban:
             with_ban = banned.clone()
             with_ban[ban] = True
@@ -342,19 +403,17 @@ class ModelRunner:
         row.masked_fill_(banned, float("-inf"))
         return None if before is None else float(row.logsumexp(-1) - before)
 
-    def _constrain(self, seqs: list, logits: torch.Tensor
+    def _constrain(self, seqs: list, logits: torch.Tensor, allowed: dict[int, torch.Tensor], raw_known: bool = True
                    ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, float]]:
-        """Mask (in place) the logits of rows under a structured-output constraint: (row, matcher)
-        per such row, and row -> the log of the mass its mask kept where raw logprobs were asked for."""
+        """Mask (in place) the logits of rows under a structured-output constraint (allowed: row ->
+        its grammar's mask, from _allowed): (row, matcher) per such row, and row -> the log of the
+        mass its mask kept where raw logprobs were asked for and every token was scored (raw_known)."""
         out, raw = [], {}
         for i, s in enumerate(seqs):
-            so = s.params.structured_output
-            if so is None:
+            if i not in allowed:
                 continue
-            m = self.matchers.get(s.request_id)
-            if m is None:
-                m = self.matchers[s.request_id] = self.grammar.matcher(so)
-            kept = self._mask(logits[i], m, s.params.raw_logprobs, s.banned_token_ids)
+            m = self.matchers[s.request_id]
+            kept = self._mask(logits[i], m, s.params.raw_logprobs and raw_known, s.banned_token_ids, allowed[i])
             if kept is not None:
                 raw[i] = kept
             out.append((i, m))
@@ -371,17 +430,37 @@ class ModelRunner:
         return g
 
     @staticmethod
-    def _result(params, token: int, logprobs: torch.Tensor | None, kept: float | None = None) -> SampledToken:
+    def _result(params, token: int, logprobs: torch.Tensor | None, kept: float | None = None,
+                raw_known: bool = True) -> SampledToken:
         """logprobs: [V] the row's after the masks; kept: log of the mass the grammar's mask kept
-        (None: the grammar removed nothing, or the request did not ask)."""
+        (None: the grammar removed nothing, or the request did not ask); raw_known: False where
+        only what the grammar allowed was scored (no raw logprob then)."""
         if params.logprobs is None:
             return SampledToken(token)
         top = {}
         if params.logprobs:
             vals, idx = logprobs.topk(params.logprobs)
             top = dict(zip(idx.tolist(), vals.tolist()))
-        unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs else None
+        unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs and raw_known else None
         return SampledToken(token, float(logprobs[token]), top, unmasked)
+
+
+def _allowed_of(m: GrammarMatcher, vocab: int) -> torch.Tensor:
+    """The grammar's next-token bitmask (bit i of little-endian 32-bit word i // 32) as [vocab] bool:
+    byte by byte, low bit first, is the same order (9 us at 152k tokens; shifts in torch took 190)."""
+    bits = np.unpackbits(np.frombuffer(m.bitmask(), dtype=np.uint8), bitorder="little")[:vocab]
+    return torch.from_numpy(bits.view(np.bool_))
+
+
+@functools.cache
+def _pattern(regex: str) -> re.Pattern[bytes]:
+    return re.compile(regex.encode() + rb"\Z")
+
+
+def _wants_raw(s, m: GrammarMatcher | None) -> bool:
+    """Whether this row must report a raw logprob (then every token is scored)."""
+    p = s.params
+    return p.raw_logprobs and (p.raw_logprobs_at is None or m is None or m.ends_with(_pattern(p.raw_logprobs_at)))
 
 
 def _paths(parents: list[int]) -> list[list[int]]:

@@ -7,6 +7,8 @@ the client's error), the runner turns the bitmask into a logit mask."""
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 import threading
 
 import llguidance
@@ -87,12 +89,25 @@ class GrammarCompiler:
             return self._ll_tokenizer
 
     def matcher(self, so: StructuredOutput) -> GrammarMatcher:
-        return GrammarMatcher(llguidance.LLMatcher(self.ll_tokenizer, compile_grammar(so), log_level=0))
+        return GrammarMatcher(llguidance.LLMatcher(self.ll_tokenizer, compile_grammar(so), log_level=0),
+                              self.tokenizer.token_to_bytes)
 
 
 class GrammarMatcher:
-    def __init__(self, matcher: llguidance.LLMatcher):
+    TAIL = 16
+    """Accepted tokens kept for ends_with: a call's name opening is a few tokens long."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, token_bytes: Callable[[int], bytes] | None = None):
         self._m = matcher
+        self._bytes = token_bytes
+        self._ids: list[int] = []
+        """The accepted tokens (the last TAIL or more, with rollback's)."""
+
+    def ends_with(self, pattern: re.Pattern[bytes]) -> bool:
+        """Whether the text accepted so far (its last TAIL tokens' bytes) ends with a match."""
+        if self._bytes is None:
+            return True  # unknown: as if it did
+        return pattern.search(b"".join(map(self._bytes, self._ids[-self.TAIL:]))) is not None
 
     def bitmask(self) -> bytes:
         """Allowed next tokens, bit i of 32-bit word i // 32 (little-endian). Once the grammar is
@@ -100,7 +115,11 @@ class GrammarMatcher:
         return self._m.compute_bitmask()
 
     def accept(self, token_id: int) -> bool:
-        return self._m.consume_token(token_id)
+        ok = self._m.consume_token(token_id)
+        if ok:
+            self._ids.append(token_id)
+            del self._ids[: -(self.TAIL + 128)]  # bounded, with room for a verify step's rollback
+        return ok
 
     def valid_prefix(self, token_ids: list[int]) -> int:
         """How many of token_ids, in order, the grammar allows from here (nothing is consumed)."""
@@ -115,6 +134,7 @@ class GrammarMatcher:
         """Undo the last n accepted tokens (drafts the target rejected)."""
         if n > 0:
             self._m.rollback(n)
+            del self._ids[-n:]
 
     @property
     def error(self) -> str | None:

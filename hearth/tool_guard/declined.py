@@ -20,6 +20,9 @@ NAME_FLOOR = 0.35
 Measured on Qwen2.5-Coder-0.5B, BFCL greedy (docs/tool-guard.md): bent names read 0.017-0.262,
 names the model chose 0.535-1.0; 0.35 is about their geometric middle. A thin margin: re-measure."""
 _NAME = re.compile(rb'"name"\s*:\s*"')
+NAME_OPENING = r'"name"\s*(?::\s*"?)?'
+"""What the text before a name's first token ends with, however the tokens split `"name": "`: the
+rows where the gate needs raw logprobs (SamplingParams.raw_logprobs_at)."""
 
 
 def name_start(text: str, start: int, end: int) -> int | None:

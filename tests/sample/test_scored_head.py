@@ -1,0 +1,114 @@
+"""A decode step whose grammars allow few tokens scores only those (hearth.runner.model_runner
+SCORED_SHARE): the same tokens, logprobs and top alternatives as the whole head, on the real SmolLM2;
+a row that must report a raw logprob (raw_logprobs_at matches the text so far) scores every token."""
+
+import re
+
+import pytest
+import torch
+
+from hearth import SamplingParams
+from hearth.runner import model_runner
+from hearth.sampling_params import InvalidSamplingParams, StructuredOutput
+from hearth.tool_guard.declined import NAME_OPENING
+
+CALL = {
+    "type": "object",
+    "properties": {
+        "name": {"enum": ["get_weather", "set_alarm", "calculate_area"]},
+        "arguments": {"type": "object", "properties": {"days": {"type": "integer", "minimum": 1, "maximum": 30},
+                                                        "unit": {"enum": ["celsius", "fahrenheit"]},
+                                                        "city": {"type": "string", "maxLength": 12}},
+                      "required": ["days", "unit", "city"], "additionalProperties": False},
+    },
+    "required": ["name", "arguments"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def llm(model_path):
+    """SmolLM2 without prefix caching: a prompt found in the cache computes fewer rows, in another
+    kernel regime, so two runs of one prompt would differ for that reason alone."""
+    from hearth import LLM
+
+    return LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=1024, enable_prefix_caching=False)
+
+
+def _generate(llm, monkeypatch, share: float, params: list[SamplingParams]):
+    """Outputs at this SCORED_SHARE, and per step whether the head scored only some tokens."""
+    model = llm.engine.runner.model
+    scored: list[bool] = []
+    whole = type(model).compute_logits
+
+    def spy(hidden, ids=None):
+        scored.append(ids is not None)
+        return whole(model, hidden, ids)
+
+    monkeypatch.setattr(model_runner, "SCORED_SHARE", share)
+    monkeypatch.setattr(model, "compute_logits", spy)
+    prompt = {"prompt_token_ids": llm.encode_chat([{"role": "user", "content": "Call a tool as JSON."}])}
+    outs = llm.generate([prompt] * len(params), params)
+    monkeypatch.undo()
+    return [o.outputs[0] for o in outs], scored
+
+
+def test_few_allowed_tokens_are_all_the_head_scores_and_nothing_changes(llm, monkeypatch):
+    so = StructuredOutput(json_schema=CALL)
+    params = [SamplingParams(temperature=0, max_tokens=60, logprobs=3, structured_output=so),
+              SamplingParams(temperature=0.9, seed=7, max_tokens=60, logprobs=2, structured_output=so)]
+    few, steps = _generate(llm, monkeypatch, model_runner.SCORED_SHARE, params)
+    every, whole_steps = _generate(llm, monkeypatch, 0.0, params)
+    assert any(steps) and not any(whole_steps)  # the path was taken, and the control never took it
+    assert not all(steps)  # a free string (the city): every token scored
+    for a, b in zip(few, every):
+        assert a.finish_reason == "stop"
+        assert a.token_ids == b.token_ids and a.text == b.text
+        assert a.logprobs == b.logprobs  # the sampled token's and the top alternatives, bit for bit
+
+
+def test_a_row_without_a_grammar_or_wanting_a_raw_logprob_scores_every_token(llm, monkeypatch):
+    so = StructuredOutput(json_schema=CALL)
+    free = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
+    _, steps = _generate(llm, monkeypatch, model_runner.SCORED_SHARE,
+                         [SamplingParams(temperature=0, max_tokens=60, structured_output=so), free])
+    assert not any(steps[:20])  # batched with an unconstrained row: the whole head while it runs
+    raw_everywhere = SamplingParams(temperature=0, max_tokens=60, logprobs=0, raw_logprobs=True, structured_output=so)
+    _, steps = _generate(llm, monkeypatch, model_runner.SCORED_SHARE, [raw_everywhere])
+    assert not any(steps)
+
+
+def test_raw_logprobs_at_a_call_name_s_opening_only(llm):
+    """The matcher's text so far decides: the tool guard's pattern matches however the tokens split
+    `"name": "`, and stops matching once the name has begun."""
+    runner = llm.engine.runner
+    m = runner.grammar.matcher(StructuredOutput(json_schema=CALL))
+    pattern = re.compile(NAME_OPENING.encode() + rb"\Z")
+    opening = llm.tokenizer.encode('{"name":"', add_special_tokens=False)  # compact, as the grammar writes it
+    for t in opening[:-1]:
+        assert m.accept(t)
+    seen = [m.ends_with(pattern)]
+    assert m.accept(opening[-1])
+    seen.append(m.ends_with(pattern))
+    name = llm.tokenizer.encode("get_weather", add_special_tokens=False)
+    assert m.accept(name[0])
+    seen.append(m.ends_with(pattern))
+    m.rollback(1)
+    seen.append(m.ends_with(pattern))
+    assert seen[1:] == [True, False, True]
+
+
+def test_raw_logprobs_at_must_be_a_regular_expression():
+    with pytest.raises(InvalidSamplingParams, match="raw_logprobs_at"):
+        SamplingParams(logprobs=0, raw_logprobs=True, raw_logprobs_at="(unclosed")
+
+
+def test_the_scored_rows_are_the_whole_head_s_bits(llm):
+    model = llm.engine.runner.model
+    hidden = torch.randn(3, model.cfg.hidden_size)
+    ids = torch.tensor([0, 5, 17, 1000, 30000, model.cfg.vocab_size - 1])
+    for rows in (1, 3):
+        whole = model.compute_logits(hidden[:rows])
+        few = model.compute_logits(hidden[:rows], ids)
+        assert torch.equal(few[:, ids], whole[:, ids])
+        assert bool(torch.isinf(few).sum(1).eq(model.cfg.vocab_size - len(ids)).all())
