@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -69,8 +70,9 @@ class SamplingParams:
     needs logprobs."""
     raw_logprobs_at: str | None = None
     """Where raw_logprobs are needed: a regex the text written so far must end with at that token
-    (the tool guard's call name opening); None: every token. Elsewhere raw_logprob is None, and a
-    row the grammar narrows to a few tokens scores only those (hearth.runner.model_runner)."""
+    (the tool guard's call name opening; raw_pattern); None: every token. Elsewhere a row the grammar
+    narrows to a few tokens may score only those (hearth.runner.model_runner), and its raw_logprob is
+    then None."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -107,9 +109,15 @@ class SamplingParams:
         return self.temperature < GREEDY_EPS or self.top_k == 1
 
 
-def _compiles(pattern: str) -> bool:
+@functools.cache
+def raw_pattern(regex: str) -> re.Pattern[bytes]:
+    """raw_logprobs_at as the runner matches it: at the end of the text's bytes."""
+    return re.compile(rb"(?:" + regex.encode() + rb")\Z")
+
+
+def _compiles(regex: str) -> bool:
     try:
-        re.compile(pattern)
+        raw_pattern(regex)
     except re.error:
         return False
     return True

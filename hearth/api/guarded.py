@@ -247,7 +247,9 @@ class _Choice:
             before = self._before(problem, held, checked, trace, last)
             if len(self._kept) >= self._sent:  # the resample keeps every call the client has
                 self.report.retries.append(Retry("resample", problem.kind, problem.message))
-                return ids + before, replace(params, structured_output=s.forced, raw_logprobs=False)
+                # the answer's budget counts what it continues from (the longer prompt must still fit)
+                room = None if params.max_tokens is None else max(1, params.max_tokens - len(before))
+                return ids + before, replace(params, structured_output=s.forced, raw_logprobs=False, max_tokens=room)
             self._kept, self.report.calls = [], []
         if self._sent:  # a re-prompt answers afresh: it would take back the calls the client has
             self.report.notes["retry_stopped"] = f"{self._sent} call(s) already streamed to the client"

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
-from hearth.errors import HearthError, PromptTooLongError, check_room
+from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar
@@ -34,10 +34,10 @@ def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: in
 
 
 def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model_len: int, vocab_size: int) -> None:
-    """check_prompt, room for an explicit max_tokens, and a structured-output constraint the grammar
-    engine can compile (also run by a cluster's front end, which holds no engine)."""
+    """check_prompt and a structured-output constraint the grammar engine can compile (also run by a
+    cluster's front end, which holds no engine). A max_tokens past the room left is the API's and
+    the CLI's error (where a client set it: hearth.errors.check_room); here it ends the answer."""
     check_prompt(prompt_token_ids, max_model_len, vocab_size)
-    check_room(len(prompt_token_ids), params.max_tokens, max_model_len)
     if params.structured_output is not None:
         compile_grammar(params.structured_output)
 

@@ -5,11 +5,8 @@ Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, 
 from __future__ import annotations
 
 import ctypes
-import functools
-import re
 import sys
 
-import numpy as np
 import torch
 
 from hearth.config import ModelConfig
@@ -19,6 +16,7 @@ from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
+from hearth.runner.grammar_rows import allowed_of, reached, scored_ids, wants_raw
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
@@ -26,10 +24,6 @@ from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-SCORED_SHARE = 1 / 8
-"""A decode step whose grammars allow at most this share of the vocabulary scores only those tokens:
-the head's rows for 4,096 of Qwen2.5-Coder's 151,936 tokens took 1.2 / 1.7 ms against 10 / 16 ms for all
-(0.5B Q8_0 / 1.5B Q6_K, one thread), 16,384 4.1 / 6.6 ms: the gather costs about what it saves near 1/3."""
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -167,11 +161,11 @@ class ModelRunner:
             if not rows:
                 return RunnerOutput({})
             if len(rows) > len(seqs):
-                scored = self._union(self._reached(seqs))
+                scored = scored_ids(reached(seqs, self.matchers, self.cfg.vocab_size))
                 return self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None)
-            allowed = self._allowed(seqs)
-            scored = self._union(None if any(_wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
-                                 or len(allowed) < len(seqs) else list(allowed.values()))
+            allowed = self._matched(seqs)
+            scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
+                                or len(allowed) < len(seqs) else list(allowed.values()))
             logits = self._logits(hidden, scored)  # [R, vocab]
         params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
@@ -188,52 +182,21 @@ class ModelRunner:
                                                         raw_known=scored is None)
                              for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers))
 
-    def _allowed(self, seqs: list) -> dict[int, torch.Tensor]:
-        """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (before the
-        head: where they are few, only they are scored)."""
+    def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
+        """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers
+        made on a request's first row), before the head: where they are few, only they are scored."""
         out = {}
         for i, s in enumerate(seqs):
             if s.params.structured_output is not None:
                 m = self.matchers.get(s.request_id)
                 if m is None:
                     m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
-                out[i] = _allowed_of(m, self.cfg.vocab_size)
+                out[i] = allowed_of(m, self.cfg.vocab_size)
         return out
 
     def _logits(self, hidden: torch.Tensor, scored: torch.Tensor | None) -> torch.Tensor:
         """[R, vocab] f32: every token's logits, or only scored's (the rest -inf)."""
         return (self.model.compute_logits(hidden) if scored is None else self.model.compute_logits(hidden, scored)).float()
-
-    def _reached(self, seqs: list) -> list[torch.Tensor] | None:
-        """For a step with drafts: what each row the grammars let the drafts reach allows (each
-        matcher walks its drafts and back), when every sequence is a constrained chain and none
-        needs a raw logprob there; else None. Rows past a forbidden draft are never read."""
-        if any(s.params.structured_output is None or s.is_tree or s.request_id not in self.matchers for s in seqs):
-            return None
-        masks = []
-        for s in seqs:
-            m = self.matchers[s.request_id]
-            valid = m.valid_prefix(s.spec_token_ids)
-            for j in range(valid + 1):
-                if _wants_raw(s, m):
-                    m.rollback(j)
-                    return None
-                masks.append(_allowed_of(m, self.cfg.vocab_size))
-                if j < valid:
-                    m.accept(s.spec_token_ids[j])
-            m.rollback(valid)
-        return masks
-
-    @staticmethod
-    def _union(masks: list[torch.Tensor] | None) -> torch.Tensor | None:
-        """The token ids a step's head scores: the union of the rows' allowed tokens where it is at
-        most SCORED_SHARE of the vocabulary; else None (every token)."""
-        if not masks:
-            return None
-        union = torch.stack(masks).any(0)  # [V]
-        if not 0 < int(union.sum()) <= SCORED_SHARE * union.shape[0]:
-            return None
-        return union.nonzero().flatten()
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
@@ -391,7 +354,7 @@ class ModelRunner:
         this (no [V] copy per row); None when the mask removes nothing (the masked logprobs are then
         the raw ones) or when not asked. allowed: m's [V] bool mask, where already read."""
         if allowed is None or allowed.shape[0] != row.shape[0]:
-            allowed = _allowed_of(m, row.shape[0])
+            allowed = allowed_of(m, row.shape[0])
         banned = ~allowed  # [V]
         if ban:
             with_ban = banned.clone()
@@ -406,7 +369,7 @@ class ModelRunner:
     def _constrain(self, seqs: list, logits: torch.Tensor, allowed: dict[int, torch.Tensor], raw_known: bool = True
                    ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, float]]:
         """Mask (in place) the logits of rows under a structured-output constraint (allowed: row ->
-        its grammar's mask, from _allowed): (row, matcher) per such row, and row -> the log of the
+        its grammar's mask, from _matched): (row, matcher) per such row, and row -> the log of the
         mass its mask kept where raw logprobs were asked for and every token was scored (raw_known)."""
         out, raw = [], {}
         for i, s in enumerate(seqs):
@@ -443,24 +406,6 @@ class ModelRunner:
             top = dict(zip(idx.tolist(), vals.tolist()))
         unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs and raw_known else None
         return SampledToken(token, float(logprobs[token]), top, unmasked)
-
-
-def _allowed_of(m: GrammarMatcher, vocab: int) -> torch.Tensor:
-    """The grammar's next-token bitmask (bit i of little-endian 32-bit word i // 32) as [vocab] bool:
-    byte by byte, low bit first, is the same order (9 us at 152k tokens; shifts in torch took 190)."""
-    bits = np.unpackbits(np.frombuffer(m.bitmask(), dtype=np.uint8), bitorder="little")[:vocab]
-    return torch.from_numpy(bits.view(np.bool_))
-
-
-@functools.cache
-def _pattern(regex: str) -> re.Pattern[bytes]:
-    return re.compile(regex.encode() + rb"\Z")
-
-
-def _wants_raw(s, m: GrammarMatcher | None) -> bool:
-    """Whether this row must report a raw logprob (then every token is scored)."""
-    p = s.params
-    return p.raw_logprobs and (p.raw_logprobs_at is None or m is None or m.ends_with(_pattern(p.raw_logprobs_at)))
 
 
 def _paths(parents: list[int]) -> list[list[int]]:

@@ -1,15 +1,15 @@
-"""A decode step whose grammars allow few tokens scores only those (hearth.runner.model_runner
+"""A step whose grammars allow few tokens scores only those (hearth.runner.grammar_rows
 SCORED_SHARE): the same tokens, logprobs and top alternatives as the whole head, on the real SmolLM2;
 a row that must report a raw logprob (raw_logprobs_at matches the text so far) scores every token."""
-
-import re
 
 import pytest
 import torch
 
 from hearth import SamplingParams
-from hearth.runner import model_runner
-from hearth.sampling_params import InvalidSamplingParams, StructuredOutput
+from hearth.backends.cpu_linear import native_part
+from hearth.kernels import native
+from hearth.runner import grammar_rows
+from hearth.sampling_params import InvalidSamplingParams, StructuredOutput, raw_pattern
 from hearth.tool_guard.declined import NAME_OPENING
 
 CALL = {
@@ -36,16 +36,16 @@ def llm(model_path):
 
 
 def _generate(llm, monkeypatch, share: float, params: list[SamplingParams]):
-    """Outputs at this SCORED_SHARE, and per step whether the head scored only some tokens."""
+    """Outputs at this SCORED_SHARE, and per step (rows, whether the head scored only some tokens)."""
     model = llm.engine.runner.model
-    scored: list[bool] = []
+    scored: list[tuple[int, bool]] = []
     whole = type(model).compute_logits
 
     def spy(hidden, ids=None):
-        scored.append(ids is not None)
+        scored.append((hidden.shape[0], ids is not None))
         return whole(model, hidden, ids)
 
-    monkeypatch.setattr(model_runner, "SCORED_SHARE", share)
+    monkeypatch.setattr(grammar_rows, "SCORED_SHARE", share)
     monkeypatch.setattr(model, "compute_logits", spy)
     prompt = {"prompt_token_ids": llm.encode_chat([{"role": "user", "content": "Call a tool as JSON."}])}
     outs = llm.generate([prompt] * len(params), params)
@@ -57,10 +57,12 @@ def test_few_allowed_tokens_are_all_the_head_scores_and_nothing_changes(llm, mon
     so = StructuredOutput(json_schema=CALL)
     params = [SamplingParams(temperature=0, max_tokens=60, logprobs=3, structured_output=so),
               SamplingParams(temperature=0.9, seed=7, max_tokens=60, logprobs=2, structured_output=so)]
-    few, steps = _generate(llm, monkeypatch, model_runner.SCORED_SHARE, params)
+    few, steps = _generate(llm, monkeypatch, grammar_rows.SCORED_SHARE, params)
     every, whole_steps = _generate(llm, monkeypatch, 0.0, params)
-    assert any(steps) and not any(whole_steps)  # the path was taken, and the control never took it
-    assert not all(steps)  # a free string (the city): every token scored
+    assert any(f for _, f in steps) and not any(f for _, f in whole_steps)  # taken, and never by the control
+    assert not all(f for _, f in steps)  # a free string (the city): every token scored
+    if llm.engine.runner.forced_drafts:  # grammar drafts (not on the torch tier): verify steps scored too
+        assert any(rows > len(params) and f for rows, f in steps)
     for a, b in zip(few, every):
         assert a.finish_reason == "stop"
         assert a.token_ids == b.token_ids and a.text == b.text
@@ -70,12 +72,27 @@ def test_few_allowed_tokens_are_all_the_head_scores_and_nothing_changes(llm, mon
 def test_a_row_without_a_grammar_or_wanting_a_raw_logprob_scores_every_token(llm, monkeypatch):
     so = StructuredOutput(json_schema=CALL)
     free = SamplingParams(temperature=0, max_tokens=20, ignore_eos=True)
-    _, steps = _generate(llm, monkeypatch, model_runner.SCORED_SHARE,
+    _, steps = _generate(llm, monkeypatch, grammar_rows.SCORED_SHARE,
                          [SamplingParams(temperature=0, max_tokens=60, structured_output=so), free])
-    assert not any(steps[:20])  # batched with an unconstrained row: the whole head while it runs
+    assert not any(f for _, f in steps[:20])  # batched with an unconstrained row: the whole head while it runs
     raw_everywhere = SamplingParams(temperature=0, max_tokens=60, logprobs=0, raw_logprobs=True, structured_output=so)
-    _, steps = _generate(llm, monkeypatch, model_runner.SCORED_SHARE, [raw_everywhere])
-    assert not any(steps)
+    _, steps = _generate(llm, monkeypatch, grammar_rows.SCORED_SHARE, [raw_everywhere])
+    assert not any(f for _, f in steps)
+
+
+def test_a_raw_logprob_where_the_call_name_opens_and_none_where_few_tokens_were_scored(llm):
+    so = StructuredOutput(json_schema=CALL)
+    params = SamplingParams(temperature=0, max_tokens=60, logprobs=0, raw_logprobs=True,
+                            raw_logprobs_at=NAME_OPENING, structured_output=so)
+    prompt = {"prompt_token_ids": llm.encode_chat([{"role": "user", "content": "Call a tool as JSON."}])}
+    text, raws = b"", []
+    for out in llm.stream(prompt, params):
+        for t, raw in zip(out.new_token_ids, out.new_raw_logprobs or [None] * len(out.new_token_ids)):
+            raws.append((text, raw))
+            text += llm.tokenizer.token_to_bytes(t)
+    at_name = [raw for before, raw in raws if raw_pattern(NAME_OPENING).search(before)]
+    assert at_name and all(raw is not None for raw in at_name)  # the decline gate's reading is there
+    assert any(raw is None for before, raw in raws if b'"days"' in before)  # past the name: few scored
 
 
 def test_raw_logprobs_at_a_call_name_s_opening_only(llm):
@@ -83,32 +100,41 @@ def test_raw_logprobs_at_a_call_name_s_opening_only(llm):
     `"name": "`, and stops matching once the name has begun."""
     runner = llm.engine.runner
     m = runner.grammar.matcher(StructuredOutput(json_schema=CALL))
-    pattern = re.compile(NAME_OPENING.encode() + rb"\Z")
+    pattern = raw_pattern(NAME_OPENING)
+    assert not m.ends_with(pattern)
     opening = llm.tokenizer.encode('{"name":"', add_special_tokens=False)  # compact, as the grammar writes it
-    for t in opening[:-1]:
+    for t in opening:
         assert m.accept(t)
     seen = [m.ends_with(pattern)]
-    assert m.accept(opening[-1])
-    seen.append(m.ends_with(pattern))
     name = llm.tokenizer.encode("get_weather", add_special_tokens=False)
     assert m.accept(name[0])
     seen.append(m.ends_with(pattern))
     m.rollback(1)
     seen.append(m.ends_with(pattern))
-    assert seen[1:] == [True, False, True]
+    assert seen == [True, False, True]
 
 
-def test_raw_logprobs_at_must_be_a_regular_expression():
+@pytest.mark.parametrize("regex", ["(unclosed", r"\u00e9"])  # the second: valid as str, not as bytes
+def test_raw_logprobs_at_must_be_a_regular_expression_over_bytes(regex):
     with pytest.raises(InvalidSamplingParams, match="raw_logprobs_at"):
-        SamplingParams(logprobs=0, raw_logprobs=True, raw_logprobs_at="(unclosed")
+        SamplingParams(logprobs=0, raw_logprobs=True, raw_logprobs_at=regex)
 
 
-def test_the_scored_rows_are_the_whole_head_s_bits(llm):
+def test_raw_pattern_matches_at_the_end_whatever_its_alternatives():
+    assert raw_pattern("a|b").search(b"xb") and not raw_pattern("a|b").search(b"ax")
+
+
+def test_the_scored_rows_are_the_whole_head_s_bits(llm, monkeypatch):
     model = llm.engine.runner.model
     hidden = torch.randn(3, model.cfg.hidden_size)
     ids = torch.tensor([0, 5, 17, 1000, 30000, model.cfg.vocab_size - 1])
+    made = []
+    if native_part(model.lm_head) is not None:  # the C++ GEMV over the rows of ids, not the whole head indexed
+        real = native.NativeMatmul
+        monkeypatch.setattr(native, "NativeMatmul", lambda w, *a, **k: made.append(w[0][0].shape[0]) or real(w, *a, **k))
     for rows in (1, 3):
         whole = model.compute_logits(hidden[:rows])
         few = model.compute_logits(hidden[:rows], ids)
         assert torch.equal(few[:, ids], whole[:, ids])
         assert bool(torch.isinf(few).sum(1).eq(model.cfg.vocab_size - len(ids)).all())
+    assert made == ([len(ids)] * 2 if native_part(model.lm_head) is not None else [])
