@@ -116,7 +116,7 @@ class LLM:
         if spec is not None and draft is not None:
             self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens,
                                              _draft_vocab(spec, draft_gguf, draft[1], self.backend,
-                                                         self.tokenizer.special_ids))
+                                                         self.tokenizer.special_ids, self.tokenizer.eog_ids))
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
@@ -261,12 +261,22 @@ def _draft_model(g: GGUFFile, backend):
         torch.set_num_threads(threads)
 
 
-def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend, special: list[int]) -> DraftVocab | None:
-    """The draft's reduced head (speculative_config.draft_vocab; the special tokens always kept), or
-    None for the whole vocabulary."""
+KEPT_SPECIAL_MAX = 512
+"""Special tokens past a reduced draft head scored on every draft step, at most (Qwen2.5: 22); past
+this only the end-of-generation ones (gemma3 marks 6,176 there, mostly <unused*>: a dense matmul a step)."""
+
+
+def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend, special: list[int], eog: set[int]
+                 ) -> DraftVocab | None:
+    """The draft's reduced head (speculative_config.draft_vocab; the special tokens kept), or None for
+    the whole vocabulary."""
     head = head_tensor(g)
     size = spec.draft_vocab_for(head.shape[0], DEFAULT_DRAFT_VOCAB if backend.reduced_draft_head else 0)
-    return DraftVocab(head, size, backend, mc.final_logit_softcap, keep=special) if size else None
+    if not size:
+        return None
+    past = [i for i in special if i >= size]
+    keep = special if len(past) <= KEPT_SPECIAL_MAX else sorted(eog)
+    return DraftVocab(head, size, backend, mc.final_logit_softcap, keep=keep)
 
 
 def _context(asked: int, trained: int) -> int:

@@ -77,6 +77,24 @@ def test_the_llm_keeps_the_vocabularys_special_tokens_in_the_drafts_head(tmp_pat
     assert unset.runner.drafter is not None and unset.runner.drafter.vocab is None  # 320 ids: the whole head
 
 
+def test_past_many_special_tokens_only_the_end_of_generation_ones_are_kept(tiny, monkeypatch):
+    """gemma3 marks 6,176 tokens special past 65,536 (mostly <unused*>): scoring them all each draft
+    step is a dense matmul; past KEPT_SPECIAL_MAX only the end-of-generation tokens are kept."""
+    from hearth import llm as llm_module
+
+    model, head = tiny
+    spec = SpeculativeConfig.parse({"method": "draft", "model": "x", "draft_vocab": 100})
+    mc = type("MC", (), {"final_logit_softcap": None})()
+    monkeypatch.setattr(llm_module, "head_tensor", lambda _: head)  # the draft file's head
+    g = None
+    special = list(range(150, 320))
+    few = llm_module._draft_vocab(spec, g, mc, model.backend, special, {319})
+    assert few.kept == special
+    monkeypatch.setattr(llm_module, "KEPT_SPECIAL_MAX", 64)
+    many = llm_module._draft_vocab(spec, g, mc, model.backend, special, {319})
+    assert many.kept == [319]
+
+
 def test_an_unset_draft_vocab_reduces_a_larger_vocabularys_head(tmp_path):
     path = tmp_path / "t.gguf"
     write_tiny_gguf(path, "qwen2", vocab=DEFAULT_DRAFT_VOCAB + 64, qtype="Q8_0", hidden=32, heads=2, head_dim=16,
