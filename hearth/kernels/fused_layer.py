@@ -98,8 +98,8 @@ class FusedLayer:
 
 
 class FusedStack:
-    """A model's fused layers, all of them, through one sequence's prefill chunk in one C++ call
-    (hk_stack_forward_prefill): no return to Python between layers."""
+    """A model's fused layers, all of them, in one C++ call: one sequence's prefill chunk
+    (hk_stack_forward_prefill) or a decode step (hk_stack_forward): no return to Python between layers."""
 
     def __init__(self, layers: list[FusedLayer]):
         self.lib = _lib()
