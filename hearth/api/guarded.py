@@ -51,7 +51,7 @@ class GuardSetup:
     metrics: object
     prompt_ids: list[int]
     params: SamplingParams
-    make_parser: Callable[[GuardLog], object]
+    make_parser: Callable[[GuardLog, bool], object]
     """A fresh OutputParser that accepts any tool name (the guard checks names itself); in guard
     mode it rescues calls of offered tools from text, logging them."""
     schemas: dict[str, dict]
@@ -163,7 +163,7 @@ class _Choice:
         while True:
             trace, held, last, passed, said, shown = TokenTrace(s.token_bytes), [], None, [], [], []
             self.trace = trace
-            parser = s.make_parser(self._log)
+            parser = s.make_parser(self._log, s.streaming)
             if attempt:
                 self._gen, self._counted = self._start(ids, params, attempt), False
             stream = CallStream(self._rules(params, hold), trace)
@@ -367,8 +367,9 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
     tools = None if guard else plan.tools
     starts = served.starts_in_reasoning(prompt)
 
-    def make_parser(log: GuardLog):
-        parser = OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts)
+    def make_parser(log: GuardLog, announce: bool):
+        parser = OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts,
+                              announce=announce)
         return RescuingParser(parser, callable_tools, log) if guard and callable_tools else parser
 
     token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())

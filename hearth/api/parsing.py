@@ -10,11 +10,11 @@ from hearth.tool_parsers import OutputParser
 _REASONS = {"stop": ("stop", "end_turn"), "length": ("length", "max_tokens"), "abort": ("stop", "end_turn")}
 
 
-def output_parser(served, plan: ToolPlan, prompt_text: str) -> OutputParser:
-    """One per choice: parsers hold state while streaming."""
+def output_parser(served, plan: ToolPlan, prompt_text: str, streaming: bool = True) -> OutputParser:
+    """One per choice: parsers hold state while streaming; streaming: calls go out as written."""
     starts = served.starts_in_reasoning(prompt_text)
     return OutputParser(plan.parse_format, plan.tools, reasoning=served.knows_reasoning or starts,
-                        starts_in_reasoning=starts)
+                        starts_in_reasoning=starts, announce=streaming)
 
 
 def openai_finish(reason: str | None, called: bool) -> str:

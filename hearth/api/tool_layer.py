@@ -63,7 +63,7 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     params = make_params(fields, state.limits, served.max_model_len, req.field_names, len(req.ids))
     if guard is None:
         gen = Generation(served.engine, req.ids, params, metrics, request_id=req.request_id)
-        return PlainChoices(gen, [output_parser(served, plan, prompt) for _ in range(gen.n)], rg.log.events), client_k
+        return PlainChoices(gen, [output_parser(served, plan, prompt, req.streaming) for _ in range(gen.n)], rg.log.events), client_k
     grammar = "lazy" if lazy else ("forced" if plan.constraint else "none")
     setup = guard_setup(served, metrics, plan, prompt, req.ids, params, guard, client_k is not None, grammar,
                         req.reprompt)

@@ -14,11 +14,12 @@ class OutputParser:
     empty list none."""
 
     def __init__(self, tool_format: str | None = None, tools: list[dict] | None = None,
-                 reasoning: bool = False, starts_in_reasoning: bool = False):
-        self._config = (tool_format, tools, reasoning, starts_in_reasoning)
+                 reasoning: bool = False, starts_in_reasoning: bool = False, announce: bool = True):
+        """announce: calls stream as written (a streaming client; StreamingToolParser)."""
+        self._config = (tool_format, tools, reasoning, starts_in_reasoning, announce)
         self._reasoning = (StreamingReasoningParser(starts_in_reasoning)
                            if reasoning or starts_in_reasoning else None)
-        self._tools = StreamingToolParser(tool_format, tools) if tool_format else None
+        self._tools = StreamingToolParser(tool_format, tools, announce) if tool_format else None
 
     def feed(self, delta: str) -> list[Event]:
         """Events for one text delta of the model's output."""

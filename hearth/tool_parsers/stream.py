@@ -17,9 +17,11 @@ _LEAD, _TEXT, _CALL = "lead", "text", "call"
 
 
 class StreamingToolParser:
-    def __init__(self, fmt: str, tools: list[dict] | None = None):
+    def __init__(self, fmt: str, tools: list[dict] | None = None, announce: bool = True):
+        """announce: for a streaming client, JSON calls' id, name and arguments go out as written
+        (hearth.tool_parsers.early_call); without one, a call is a call only once it parses whole."""
         self._fmt = get_format(fmt)
-        self._announce = fmt in JSON_FORMATS  # calls whose id, name and arguments stream as written
+        self._announce = announce and fmt in JSON_FORMATS
         self._early: EarlyCall | None = None
         self._tools = tools
         self._leads: tuple[str, ...] = getattr(self._fmt, "LEADS", ())
@@ -127,7 +129,7 @@ class StreamingToolParser:
 
 def parse_tool_calls(text: str, fmt: str, tools: list[dict] | None = None) -> tuple[str, list[ToolCall]]:
     """A whole output -> (content, calls)."""
-    parser = StreamingToolParser(fmt, tools)
+    parser = StreamingToolParser(fmt, tools, announce=False)
     events = parser.feed(text) + parser.finish()
     content = "".join(e.text for e in events if isinstance(e, ContentDelta))
     return content, [e.call for e in events if isinstance(e, ToolCallEvent)]

@@ -26,8 +26,8 @@ def stream(parser, deltas):
 def test_every_split_streams_like_the_whole(name):
     case = CASES[name]
     content, calls = parse_tool_calls(case.text, case.fmt, case.tools)
-    for deltas in splits(case.text, seed=zlib.crc32(name.encode())):
-        events = stream(StreamingToolParser(case.fmt, case.tools), deltas)
+    for deltas in splits(case.text, seed=zlib.crc32(name.encode())):  # a client that does not stream
+        events = stream(StreamingToolParser(case.fmt, case.tools, announce=False), deltas)
         assert all(not isinstance(e, ContentDelta) or e.text for e in events)
         assert [e.index for e in events if isinstance(e, ToolCallEvent)] == list(range(len(calls)))
         got = collect(events)
@@ -100,6 +100,15 @@ def test_arguments_go_out_as_they_are_written():
     assert [e.text for e in got[3]] == [', "b": 3}']
     [done] = parser.feed("</tool_call>")
     assert done.call.arguments == '{"a": 12, "b": 3}' and done.call.id == got[1][0].id
+
+
+def test_a_number_json_cannot_carry_after_the_call_began_keeps_what_was_streamed():
+    """Streamed: `{"b": 2` went out before NaN came; the call is what was sent (NaN is never sent).
+    Not streamed (parse_tool_calls, test_formats): the same output stays text."""
+    parser = StreamingToolParser("hermes", TOOLS)
+    events = stream(parser, ['<tool_call>{"name": "add", "arguments": {"b": 2, ', '"a": NaN}}</tool_call>'])
+    [call] = [e.call for e in events if isinstance(e, ToolCallEvent)]
+    assert json.loads(call.arguments) == {"b": 2}
 
 
 def test_a_call_that_stops_parsing_keeps_what_was_sent():
