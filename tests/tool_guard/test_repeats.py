@@ -29,8 +29,8 @@ def test_the_last_step_is_the_calls_whose_results_end_the_conversation():
     # two calls in one step, each with its own result
     two = {"role": "assistant", "content": "", "tool_calls": [*step("ls", {})["tool_calls"],
                                                              *step("pwd", {}, "c2")["tool_calls"]]}
-    assert [(p.name, p.result) for p in last_step([USER, two, result("x"), result("/home", "c2")])] == \
-        [("ls", "x"), ("pwd", "/home")]
+    assert [(p.name, p.result) for p in last_step([USER, two, result("x"), result("here", "c2")])] == \
+        [("ls", "x"), ("pwd", "here")]
 
 
 def test_no_last_step_after_a_user_turn_or_a_text_answer_or_without_calls():
