@@ -83,6 +83,8 @@ class GuardSetup:
     """The client streams: only then does a held call go out while written (and bar later re-prompts)."""
     held: frozenset[str] = frozenset()
     """The callable tools whose schemas the call grammars hold (hearth.tool_guard.held)."""
+    history: list[dict] = field(default_factory=list)
+    """The conversation as sent (template messages): an empty answer to a user turn is re-prompted."""
     last_step: list[PastCall] = field(default_factory=list)
     """The last assistant turn's calls, when the conversation ends with their results: in guard mode
     an attempt that makes one again is re-prompted once with the result (hearth.tool_guard.repeats)."""
@@ -225,7 +227,8 @@ class _Choice:
     def _second_look(self, checked: Checked, text: str, output: str) -> None:
         """Guard mode, a clean attempt: what no schema sees, each re-prompted once a request: a call
         of the last step made again (hearth.tool_guard.repeats), a text answer that shows a command
-        of an offered tool instead of calling it, an empty answer (hearth.tool_guard.described). A model that does it again after the re-prompt means it. A
+        of an offered tool instead of calling it, an empty answer to the user's turn
+        (hearth.tool_guard.described). A model that does it again after the re-prompt means it. A
         hearth.workflow decides instead, when there is one."""
         s = self.s
         if s.config.mode != "guard" or s.policy is not None or not checked.ok or self._sent:
@@ -234,7 +237,7 @@ class _Choice:
         if checked.calls:
             problem = repeated(checked.calls, s.last_step) if REPEATED_CALL not in asked else None
         else:
-            found = (empty_answer(output), described(text, list(s.schemas)))
+            found = (empty_answer(output, s.history), described(text, list(s.schemas)))
             problem = next((p for p in found if p is not None and p.kind not in asked), None)
         if problem is not None:
             checked.problems.append(problem)

@@ -7,7 +7,7 @@ Only code blocks count: a line of a fenced block that starts with an offered too
 command (`grep -r ...`, `$ ls`) or as a call (`get_weather(city="Paris")`). A name in prose, or a
 Python line that assigns to it (`ls = []`), is not a command.
 
-An empty answer (no text, no call) is re-prompted the same way (`empty_answer`)."""
+An empty answer to the user's turn is re-prompted the same way (`empty_answer`)."""
 
 from __future__ import annotations
 
@@ -40,12 +40,10 @@ def described(text: str, tool_names: list[str]) -> Problem | None:
                    f"{'it is a tool' if len(tools) == 1 else 'they are tools'} you can call yourself")
 
 
-def empty_answer(output_text: str) -> Problem | None:
-    """An answer with nothing in it, no text and no call: to a user's turn the model neither acted
-    nor answered (Qwen2.5-Coder-1.5B on BFCL multi-turn, asked to grep a script it had just listed);
-    after tool results it left the user without the answer (asked which Python file is there, it
-    listed the directory and said nothing). Empty answers kept in a conversation also teach the model
-    to give more of them."""
-    if output_text.strip():
+def empty_answer(output_text: str, messages: list[dict]) -> Problem | None:
+    """An answer with nothing in it (no text, no call) to the user's turn: the model neither acted
+    nor answered (Qwen2.5-Coder-1.5B on BFCL multi-turn, asked to grep a script it had just listed).
+    After tool results an empty answer only ends a task the calls did; it is left alone."""
+    if output_text.strip() or not messages or messages[-1].get("role") != "user":
         return None
-    return Problem(EMPTY_ANSWER, "the answer was empty")
+    return Problem(EMPTY_ANSWER, "the answer to the user's request was empty")

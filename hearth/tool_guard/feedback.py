@@ -16,8 +16,7 @@ from hearth.tool_guard.repeats import REPEATED_CALL
 REPEAT_HINT = "Use that result: answer the user from it, or call a tool with other arguments."
 HINTS = {DESCRIBED_CALL: "Run it yourself: call the tool with the arguments the task needs. Answer in text only "
                          "if the user asked how to run the command.",
-         EMPTY_ANSWER: "Answer the user: call the tool the request needs next, or reply in text with what "
-                       "the results show."}
+         EMPTY_ANSWER: "Answer the request: call the tool it needs, or reply in text."}
 
 
 def retry_messages(output_text: str, problem: Problem, tool_names: list[str]) -> list[dict]:

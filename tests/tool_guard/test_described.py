@@ -35,6 +35,10 @@ def test_the_problem_names_the_tools():
     assert described("Use grep.", TOOLS) is None and described(CASES[0][0], []) is None
 
 
-def test_an_empty_answer():
-    assert empty_answer(" \n").kind == EMPTY_ANSWER and empty_answer("").message == "the answer was empty"
-    assert empty_answer("Done.") is None
+def test_an_empty_answer_to_the_users_turn():
+    user = [{"role": "user", "content": "grep the script for update"}]
+    assert empty_answer(" \n", user).kind == EMPTY_ANSWER
+    assert empty_answer("Done.", user) is None
+    after_results = user + [{"role": "assistant", "content": "", "tool_calls": []},
+                            {"role": "tool", "tool_call_id": "c", "content": "ok"}]
+    assert empty_answer("", after_results) is None and empty_answer("", []) is None
