@@ -33,7 +33,7 @@ from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call
 from hearth.tool_guard.checks import NO_CALL, Checked, Problem
 from hearth.tool_guard.confidence import CLOSERS
 from hearth.tool_guard.declined import name_prob, overridden
-from hearth.tool_guard.described import DESCRIBED_CALL, EMPTY_ANSWER, described, empty_answer
+from hearth.tool_guard.described import DESCRIBED_CALL, described
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
 from hearth.tool_guard.held import schema_held
 from hearth.tool_guard.nudge import Verdict, nudge_messages
@@ -44,8 +44,8 @@ from hearth.tool_parsers.types import tool_parameters
 
 NO_RETRY_FINISH = ("length", "abort")
 """A call cut by max_tokens would be cut again: reported, not retried."""
-REPROMPT_ONLY = (REPEATED_CALL, DESCRIBED_CALL, EMPTY_ANSWER)
-"""Problems a resample cannot fix: it would write the same again, or continue after the text."""
+REPROMPT_ONLY = (REPEATED_CALL, DESCRIBED_CALL)
+"""Problems a resample cannot fix: it would write the same call again, or continue after the text."""
 
 
 @dataclass(slots=True)
@@ -83,8 +83,6 @@ class GuardSetup:
     """The client streams: only then does a held call go out while written (and bar later re-prompts)."""
     held: frozenset[str] = frozenset()
     """The callable tools whose schemas the call grammars hold (hearth.tool_guard.held)."""
-    history: list[dict] = field(default_factory=list)
-    """The conversation as sent (template messages): an empty answer to a user turn is re-prompted."""
     last_step: list[PastCall] = field(default_factory=list)
     """The last assistant turn's calls, when the conversation ends with their results: in guard mode
     an attempt that makes one again is re-prompted once with the result (hearth.tool_guard.repeats)."""
@@ -187,7 +185,7 @@ class _Choice:
             self._count(trace)
             self._sent += stream.count
             checked = as_sent(check_calls(held, s.schemas, s.required), held, stream.count)
-            self._second_look(checked, "".join(said), trace.text)
+            self._second_look(checked, "".join(said))
             verdict = self._review(checked)
             self._note(checked)
             cut = last is not None and last.finish_reason in NO_RETRY_FINISH
@@ -224,12 +222,11 @@ class _Choice:
         return StreamRules(open_, validated, grammar, s.parallel, s.fmt, s.held,
                            s.config.decline_below if first_lazy else None, kept)
 
-    def _second_look(self, checked: Checked, text: str, output: str) -> None:
+    def _second_look(self, checked: Checked, text: str) -> None:
         """Guard mode, a clean attempt: what no schema sees, each re-prompted once a request: a call
         of the last step made again (hearth.tool_guard.repeats), a text answer that shows a command
-        of an offered tool instead of calling it, an empty answer to the user's turn
-        (hearth.tool_guard.described). A model that does it again after the re-prompt means it. A
-        hearth.workflow decides instead, when there is one."""
+        of an offered tool instead of calling it (hearth.tool_guard.described). A model that does
+        it again after the re-prompt means it. A hearth.workflow decides instead, when there is one."""
         s = self.s
         if s.config.mode != "guard" or s.policy is not None or not checked.ok or self._sent:
             return
@@ -237,8 +234,7 @@ class _Choice:
         if checked.calls:
             problem = repeated(checked.calls, s.last_step) if REPEATED_CALL not in asked else None
         else:
-            found = (empty_answer(output, s.history), described(text, list(s.schemas)))
-            problem = next((p for p in found if p is not None and p.kind not in asked), None)
+            problem = described(text, list(s.schemas)) if DESCRIBED_CALL not in asked else None
         if problem is not None:
             checked.problems.append(problem)
 

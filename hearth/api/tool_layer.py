@@ -67,7 +67,7 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     setup = guard_setup(served, metrics, plan, prompt, req.ids, params, guard, client_k is not None, grammar,
                         req.reprompt)
     setup.events, setup.policy, setup.parallel, setup.streaming = rg.log.events, policy, req.parallel, req.streaming
-    setup.history, setup.last_step = rg.history, last_step(rg.history) if guard.mode == "guard" else []
+    setup.last_step = last_step(rg.history) if guard.mode == "guard" else []
     if req.request_id:
         setup.request_id = req.request_id
     return GuardedChoices(setup), client_k

@@ -5,9 +5,7 @@ call (hearth.api.guarded); the model may still answer in text (the user may have
 
 Only code blocks count: a line of a fenced block that starts with an offered tool's name as a shell
 command (`grep -r ...`, `$ ls`) or as a call (`get_weather(city="Paris")`). A name in prose, or a
-Python line that assigns to it (`ls = []`), is not a command.
-
-An empty answer to the user's turn is re-prompted the same way (`empty_answer`)."""
+Python line that assigns to it (`ls = []`), is not a command."""
 
 from __future__ import annotations
 
@@ -16,7 +14,6 @@ import re
 from hearth.tool_guard.checks import Problem
 
 DESCRIBED_CALL = "described_call"
-EMPTY_ANSWER = "empty_answer"
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.DOTALL)
 _COMMAND = re.compile(r"\s*(?:\$\s*)?([A-Za-z_][\w.\-]*)(\(|\s+(?![=:+\-*/%.<>!]=?\s)|$)")
 
@@ -38,12 +35,3 @@ def described(text: str, tool_names: list[str]) -> Problem | None:
         return None
     return Problem(DESCRIBED_CALL, f"the answer shows a command of {', '.join(tools)} instead of calling it; "
                    f"{'it is a tool' if len(tools) == 1 else 'they are tools'} you can call yourself")
-
-
-def empty_answer(output_text: str, messages: list[dict]) -> Problem | None:
-    """An answer with nothing in it (no text, no call) to the user's turn: the model neither acted
-    nor answered (Qwen2.5-Coder-1.5B on BFCL multi-turn, asked to grep a script it had just listed).
-    After tool results an empty answer only ends a task the calls did; it is left alone."""
-    if output_text.strip() or not messages or messages[-1].get("role") != "user":
-        return None
-    return Problem(EMPTY_ANSWER, "the answer to the user's request was empty")

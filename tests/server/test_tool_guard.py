@@ -169,17 +169,6 @@ def test_a_command_of_a_tool_shown_instead_of_called_is_reprompted_once(fake):
     assert len(fake.engine.added) == 1
 
 
-def test_an_empty_answer_to_the_users_turn_is_reprompted_once(fake):
-    r = post(fake, "guard_empty")
-    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
-    assert [(e["kind"], e["reason"]) for e in r["hearth"]["retries"]] == [("reprompt", "empty_answer")]
-    assert "the answer to the user's request was empty" in fake.engine.added[-1].prompt
-    fake.engine.added.clear()  # after tool results an empty answer ends the task: left alone
-    fake.engine.attempts.clear()
-    r = after_a_call(fake, "guard_empty")
-    assert r["hearth"]["retries"] == [] and len(fake.engine.added) == 1
-
-
 def test_stream_sends_text_as_it_comes_and_the_call_once_it_validated(fake):
     chunks = stream(fake, "guard_unknown", tools=[LOOSE])  # a schema the grammar does not hold
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hearth.tool_guard.described import DESCRIBED_CALL, EMPTY_ANSWER, described, described_tools, empty_answer
+from hearth.tool_guard.described import DESCRIBED_CALL, described, described_tools
 
 TOOLS = ["grep", "ls", "cd", "get_weather"]
 
@@ -33,12 +33,3 @@ def test_the_problem_names_the_tools():
     assert "a command of ls, cd instead of calling it; they are tools" in problem.message
     assert "it is a tool" in described(CASES[0][0], TOOLS).message
     assert described("Use grep.", TOOLS) is None and described(CASES[0][0], []) is None
-
-
-def test_an_empty_answer_to_the_users_turn():
-    user = [{"role": "user", "content": "grep the script for update"}]
-    assert empty_answer(" \n", user).kind == EMPTY_ANSWER
-    assert empty_answer("Done.", user) is None
-    after_results = user + [{"role": "assistant", "content": "", "tool_calls": []},
-                            {"role": "tool", "tool_call_id": "c", "content": "ok"}]
-    assert empty_answer("", after_results) is None and empty_answer("", []) is None
