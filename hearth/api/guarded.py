@@ -33,7 +33,6 @@ from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call
 from hearth.tool_guard.checks import NO_CALL, Checked, Problem
 from hearth.tool_guard.confidence import CLOSERS
 from hearth.tool_guard.declined import name_prob, overridden
-from hearth.tool_guard.described import DESCRIBED_CALL, described
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
 from hearth.tool_guard.held import schema_held
 from hearth.tool_guard.nudge import Verdict, nudge_messages
@@ -44,8 +43,6 @@ from hearth.tool_parsers.types import tool_parameters
 
 NO_RETRY_FINISH = ("length", "abort")
 """A call cut by max_tokens would be cut again: reported, not retried."""
-REPROMPT_ONLY = (REPEATED_CALL, DESCRIBED_CALL)
-"""Problems a resample cannot fix: it would write the same call again, or continue after the text."""
 
 
 @dataclass(slots=True)
@@ -185,7 +182,7 @@ class _Choice:
             self._count(trace)
             self._sent += stream.count
             checked = as_sent(check_calls(held, s.schemas, s.required), held, stream.count)
-            self._second_look(checked, "".join(said))
+            self._repeats(checked)
             verdict = self._review(checked)
             self._note(checked)
             cut = last is not None and last.finish_reason in NO_RETRY_FINISH
@@ -222,19 +219,15 @@ class _Choice:
         return StreamRules(open_, validated, grammar, s.parallel, s.fmt, s.held,
                            s.config.decline_below if first_lazy else None, kept)
 
-    def _second_look(self, checked: Checked, text: str) -> None:
-        """Guard mode, a clean attempt: what no schema sees, each re-prompted once a request: a call
-        of the last step made again (hearth.tool_guard.repeats), a text answer that shows a command
-        of an offered tool instead of calling it (hearth.tool_guard.described). A model that does
-        it again after the re-prompt means it. A hearth.workflow decides instead, when there is one."""
+    def _repeats(self, checked: Checked) -> None:
+        """A clean attempt that makes a call of the last step again gets that as its problem, once a
+        request: the re-prompt quotes the result; a model that repeats the call after it means it.
+        A hearth.workflow's own max_repeats decides instead, when the request has one."""
         s = self.s
-        if s.config.mode != "guard" or s.policy is not None or not checked.ok or self._sent:
+        if (s.config.mode != "guard" or s.policy is not None or not s.last_step or not checked.ok or self._sent
+                or any(r.reason == REPEATED_CALL for r in self.report.retries)):
             return
-        asked = {r.reason for r in self.report.retries}
-        if checked.calls:
-            problem = repeated(checked.calls, s.last_step) if REPEATED_CALL not in asked else None
-        else:
-            problem = described(text, list(s.schemas)) if DESCRIBED_CALL not in asked else None
+        problem = repeated(checked.calls, s.last_step)
         if problem is not None:
             checked.problems.append(problem)
 
@@ -267,7 +260,7 @@ class _Choice:
                params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
         """The next attempt's prompt and params: resample first, then re-prompt; None: no retry possible."""
         s, problem = self.s, checked.problems[0]
-        if attempt == 0 and s.forced is not None and problem.kind not in REPROMPT_ONLY:
+        if attempt == 0 and s.forced is not None and problem.kind != REPEATED_CALL:  # a resample writes it again
             before = self._before(problem, held, checked, trace, last)
             if len(self._kept) >= self._sent:  # the resample keeps every call the client has
                 self.report.retries.append(Retry("resample", problem.kind, problem.message))

@@ -2,26 +2,21 @@
 tool channel (a tool result for the failed call), so the model answers it as it would a tool's
 error (a call that repeats the last step's is answered with the result it ignored:
 hearth.tool_guard.repeats); the cached prompt stays a prefix. An answer with no call has no call to
-answer: its error comes as the user's turn (so does a command of a tool shown instead of called:
-hearth.tool_guard.described)."""
+answer: its error comes as the user's turn."""
 
 from __future__ import annotations
 
 import json
 
 from hearth.tool_guard.checks import NO_CALL, Problem
-from hearth.tool_guard.described import DESCRIBED_CALL
 from hearth.tool_guard.repeats import REPEATED_CALL
 
 REPEAT_HINT = "Use that result: answer the user from it, or call a tool with other arguments."
-DESCRIBED_HINT = ("Run it yourself: call the tool with the arguments the task needs. Answer in text only if "
-                  "the user asked how to run the command.")
 
 
 def retry_messages(output_text: str, problem: Problem, tool_names: list[str]) -> list[dict]:
     """OpenAI-shaped messages to append to the conversation."""
-    hint = (DESCRIBED_HINT if problem.kind == DESCRIBED_CALL
-            else f"Call one of: {', '.join(tool_names)}, with arguments that match its JSON schema.")
+    hint = f"Call one of: {', '.join(tool_names)}, with arguments that match its JSON schema."
     if problem.kind == NO_CALL or problem.call is None:  # no call to answer: the error comes as the user's turn
         return [{"role": "assistant", "content": output_text},
                 {"role": "user", "content": json.dumps({"error": problem.message, "hint": hint})}]

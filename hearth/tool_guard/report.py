@@ -18,8 +18,7 @@ class Retry:
     the reason fed back, firmer each time)."""
     reason: str
     """The problem kind: unknown_tool, invalid_arguments, no_call, repeated_call (the last step's call
-    again: hearth.tool_guard.repeats), described_call (a tool's command shown, not called:
-    hearth.tool_guard.described); for a nudge the workflow rule
+    again: hearth.tool_guard.repeats); for a nudge the workflow rule
     (premature_answer, missing_prerequisite, repeated_call, after_terminal)."""
     error: str
     prompt_tokens: int = 0

@@ -72,9 +72,6 @@ ATTEMPTS = {
     # the call of the conversation's last step again (its result ignored), then an answer from the result
     "guard_repeat": [[WEATHER_CALL], ["It is sunny in Paris."]],
     "guard_repeat_again": [[WEATHER_CALL]],
-    # the user is shown how to run a command of an offered tool instead of a call; asked for it, a call
-    "guard_described": [["To see it, run:\n\n```sh\n", "get_weather Paris\n```"], [WEATHER_CALL]],
-    "guard_described_again": [["Run:\n```sh\nget_weather Paris\n```"]],
 }
 LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05, ("router_unsure_opener", 0): -2.0,
             ("router_unsure_name", 2): -2.0, ("router_unsure_arguments", 1): -0.01, ("router_unsure_arguments", 2): -0.01,

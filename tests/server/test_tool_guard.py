@@ -152,23 +152,6 @@ def test_the_same_call_after_a_new_user_turn_or_outside_guard_mode_is_not_a_repe
         assert r["choices"][0]["message"]["tool_calls"] and len(fake.engine.added) == 1
 
 
-def test_a_command_of_a_tool_shown_instead_of_called_is_reprompted_once(fake):
-    r = post(fake, "guard_described")
-    msg = r["choices"][0]["message"]
-    assert msg["tool_calls"][0]["function"]["name"] == "get_weather" and not msg.get("content")
-    assert [(e["kind"], e["reason"]) for e in r["hearth"]["retries"]] == [("reprompt", "described_call")]
-    first, retry = fake.engine.added
-    # the re-prompt: the answer, then a user turn asking for the call
-    assert retry.prompt.startswith(first.prompt[:first.prompt.rindex("<|im_start|>assistant")])
-    assert "```sh\nget_weather Paris" in retry.prompt and "instead of calling it" in retry.prompt
-    again = post(fake, "guard_described_again")  # shown again after the re-prompt: the model's answer
-    assert again["choices"][0]["message"]["content"].startswith("Run:") and again["hearth"]["outcome"] == "ok"
-    assert [e["reason"] for e in again["hearth"]["retries"]] == ["described_call"] and len(fake.engine.added) == 4
-    fake.engine.added.clear()
-    post(fake, "guard_described_again", hearth={"tool_guard": "grammar"})
-    assert len(fake.engine.added) == 1
-
-
 def test_stream_sends_text_as_it_comes_and_the_call_once_it_validated(fake):
     chunks = stream(fake, "guard_unknown", tools=[LOOSE])  # a schema the grammar does not hold
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
