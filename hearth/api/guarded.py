@@ -36,6 +36,7 @@ from hearth.tool_guard.declined import name_prob, overridden
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
 from hearth.tool_guard.held import schema_held
 from hearth.tool_guard.nudge import Verdict, nudge_messages
+from hearth.tool_guard.repeats import REPEATED_CALL, PastCall, repeated
 from hearth.tool_guard.rescue_parser import RescuingParser
 from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint
 from hearth.tool_parsers.types import tool_parameters
@@ -79,6 +80,9 @@ class GuardSetup:
     """The client streams: only then does a held call go out while written (and bar later re-prompts)."""
     held: frozenset[str] = frozenset()
     """The callable tools whose schemas the call grammars hold (hearth.tool_guard.held)."""
+    last_step: list[PastCall] = field(default_factory=list)
+    """The last assistant turn's calls, when the conversation ends with their results: in guard mode
+    an attempt that makes one again is re-prompted once with the result (hearth.tool_guard.repeats)."""
 
 
 class GuardedChoices:
@@ -178,6 +182,7 @@ class _Choice:
             self._count(trace)
             self._sent += stream.count
             checked = as_sent(check_calls(held, s.schemas, s.required), held, stream.count)
+            self._repeats(checked)
             verdict = self._review(checked)
             self._note(checked)
             cut = last is not None and last.finish_reason in NO_RETRY_FINISH
@@ -214,6 +219,18 @@ class _Choice:
         return StreamRules(open_, validated, grammar, s.parallel, s.fmt, s.held,
                            s.config.decline_below if first_lazy else None, kept)
 
+    def _repeats(self, checked: Checked) -> None:
+        """A clean attempt that makes a call of the last step again gets that as its problem, once a
+        request: the re-prompt quotes the result; a model that repeats the call after it means it.
+        A hearth.workflow's own max_repeats decides instead, when the request has one."""
+        s = self.s
+        if (s.config.mode != "guard" or s.policy is not None or not s.last_step or not checked.ok or self._sent
+                or any(r.reason == REPEATED_CALL for r in self.report.retries)):
+            return
+        problem = repeated(checked.calls, s.last_step)
+        if problem is not None:
+            checked.problems.append(problem)
+
     def _review(self, checked: Checked) -> Verdict | None:
         """hearth.workflow's verdict on an attempt whose calls are clean, as a problem of the attempt."""
         policy = self.s.policy
@@ -243,7 +260,7 @@ class _Choice:
                params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
         """The next attempt's prompt and params: resample first, then re-prompt; None: no retry possible."""
         s, problem = self.s, checked.problems[0]
-        if attempt == 0 and s.forced is not None:
+        if attempt == 0 and s.forced is not None and problem.kind != REPEATED_CALL:  # a resample writes it again
             before = self._before(problem, held, checked, trace, last)
             if len(self._kept) >= self._sent:  # the resample keeps every call the client has
                 self.report.retries.append(Retry("resample", problem.kind, problem.message))

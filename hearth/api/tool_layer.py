@@ -18,6 +18,7 @@ from hearth.api.sampling import make_params
 from hearth.api.tools import ToolPlan, guard_constraint
 from hearth.errors import HearthError
 from hearth.tool_guard.declined import NAME_OPENING
+from hearth.tool_guard.repeats import last_step
 
 
 @dataclass(slots=True)
@@ -68,6 +69,7 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     setup = guard_setup(served, metrics, plan, prompt, req.ids, params, guard, client_k is not None, grammar,
                         req.reprompt)
     setup.events, setup.policy, setup.parallel, setup.streaming = rg.log.events, policy, req.parallel, req.streaming
+    setup.last_step = last_step(rg.history) if guard.mode == "guard" else []
     if req.request_id:
         setup.request_id = req.request_id
     return GuardedChoices(setup), client_k

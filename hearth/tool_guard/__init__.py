@@ -5,6 +5,7 @@ runs the attempts, LLM.chat runs them offline.
 
 The request-side parts (points 4-7), wired in by hearth.api.guard_extras and hearth.api.guarded:
 - rescue_calls / rescue_parser: calls written without the format's markers, in guard mode;
+- repeats: a call of the last step made again (guard mode: re-prompted once a request);
 - workflow / nudge: hearth.workflow's rules, a broken one a problem answered by a nudge;
 - compaction: hearth.compaction's tiers, before every render and re-prompt;
 - tool_rank: BM25 ranking of many tools down to hearth.max_tools (the prompt and grammar hold only those);

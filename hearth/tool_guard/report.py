@@ -17,7 +17,8 @@ class Retry:
     "reprompt" (the error fed back in the tool channel) or "nudge" (a hearth.workflow rule broken:
     the reason fed back, firmer each time)."""
     reason: str
-    """The problem kind: unknown_tool, invalid_arguments, no_call; for a nudge the workflow rule
+    """The problem kind: unknown_tool, invalid_arguments, no_call, repeated_call (the last step's call
+    again: hearth.tool_guard.repeats); for a nudge the workflow rule
     (premature_answer, missing_prerequisite, repeated_call, after_terminal)."""
     error: str
     prompt_tokens: int = 0

@@ -72,6 +72,9 @@ ATTEMPTS = {
     # though over the allowed tokens it was sure (LOGPROBS); the same with a name the model chose
     "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
     "guard_sure_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
+    # the call of the conversation's last step again (its result ignored), then an answer from the result
+    "guard_repeat": [[WEATHER_CALL], ["It is sunny in Paris."]],
+    "guard_repeat_again": [[WEATHER_CALL]],
 }
 LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05, ("router_unsure_opener", 0): -2.0,
             ("router_unsure_name", 2): -2.0, ("router_unsure_arguments", 1): -0.01, ("router_unsure_arguments", 2): -0.01,

@@ -111,7 +111,8 @@ def test_a_rescued_call_is_validated_and_retried_like_any_other(fake):
     assert body["hearth"]["outcome"] == "unresolved" and "get_weather" in body["hearth"]["validation_errors"][0]
 
 
-def test_metrics_count_the_events_next_to_the_guard(fake):
+def test_metrics_count_the_events_next_to_the_guard(make_fake):
+    fake = roomy(make_fake)
     post(fake, "script:prose_call", tools=[WEATHER])
     post(fake, "weather in Oslo", tools=MANY)
     text = fake.client.get("/metrics").text
@@ -203,7 +204,7 @@ def test_sdk_reads_a_reviewed_stream(fake):
 
 # point 7: many tools
 
-MANY = [fn(f"tool_{i}", f"does thing number {i}") for i in range(18)] + [WEATHER, BOOK]
+MANY = [fn(f"tool_{i}", f"does thing number {i}") for i in range(38)] + [WEATHER, BOOK]  # above the default cap
 
 
 def test_many_tools_only_the_top_k_are_rendered_and_allowed(fake):
@@ -212,7 +213,7 @@ def test_many_tools_only_the_top_k_are_rendered_and_allowed(fake):
     prompt = fake.engine.added[-1].prompt
     shown = [t["function"]["name"] for t in MANY if f'"{t["function"]["name"]}"' in prompt]
     (event,) = body["hearth"]["events"]
-    assert len(shown) == 3 and "get_weather" in shown and event == {"kind": "tools_ranked", "offered": 20, "shown": shown}
+    assert len(shown) == 3 and "get_weather" in shown and event == {"kind": "tools_ranked", "offered": 40, "shown": shown}
     grammar = fake.engine.added[-1].params.structured_output.grammar
     assert all((f'"{t["function"]["name"]}"' in grammar) == (t["function"]["name"] in shown) for t in MANY)
 
@@ -226,11 +227,19 @@ def test_ranked_tools_are_all_the_lazy_grammar_allows(fake):
     assert all((f'\\"{t["function"]["name"]}\\"' in grammar) == (t["function"]["name"] in shown) for t in MANY)
 
 
-def test_default_cap_and_few_tools(fake):
-    post(fake, "hi", tools=MANY[:16])
-    assert "tool_15" in fake.engine.added[-1].prompt
-    body = post(fake, "weather in Oslo", tools=MANY).json()  # 20 > 16: ranked to 16
-    assert len(body["hearth"]["events"][0]["shown"]) == 16
+def roomy(make_fake):
+    """A fake whose context holds MANY's tools unranked."""
+    return make_fake(engine=FakeEngine(max_model_len=16384))
+
+
+def test_default_cap_and_few_tools(make_fake):
+    fake = roomy(make_fake)
+    from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
+    assert DEFAULT_MAX_TOOLS == 32
+    post(fake, "hi", tools=MANY[:32])
+    assert "tool_31" in fake.engine.added[-1].prompt and not post(fake, "hi", tools=MANY[:32]).json()["hearth"]["events"]
+    body = post(fake, "weather in Oslo", tools=MANY).json()  # 40 > 32: ranked to 32
+    assert len(body["hearth"]["events"][0]["shown"]) == 32
 
 
 # point 6: compaction
@@ -386,7 +395,8 @@ def test_responses_rescue_and_bad_field(fake):
 
 
 @pytest.mark.parametrize("mode", ["off", "grammar"])
-def test_outside_guard_mode_only_the_opt_ins_act(fake, mode):
+def test_outside_guard_mode_only_the_opt_ins_act(make_fake, mode):
+    fake = roomy(make_fake)
     body = post(fake, "script:prose_call", tools=[WEATHER], hearth={"tool_guard": mode}).json()
     assert body["choices"][0]["message"]["content"].startswith("Sure! {{") and kinds(body) == []
     assert ("hearth" in body) == (mode == "grammar")  # off: no guard ran, nothing to report

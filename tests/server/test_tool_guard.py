@@ -124,6 +124,46 @@ def test_usage_counts_every_attempt(fake):
     assert r["hearth"]["retries"][0]["prompt_tokens"] == len(retry.prompt)
 
 
+def after_a_call(fake, script: str, *more: dict, **kw) -> dict:
+    """The conversation after get_weather(Paris) was called and answered (then `more`), asked again."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [{"role": "user", "content": f"script:{script}"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'}, *more]
+    r = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": messages, "tools": [WEATHER], **kw})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_the_last_steps_call_made_again_is_reprompted_once_with_its_result(fake):
+    r = after_a_call(fake, "guard_repeat")
+    msg = r["choices"][0]["message"]
+    assert msg.get("tool_calls") is None and msg["content"] == "It is sunny in Paris."
+    ((kind, reason),) = [(e["kind"], e["reason"]) for e in r["hearth"]["retries"]]
+    assert (kind, reason) == ("reprompt", "repeated_call") and r["hearth"]["outcome"] == "ok"  # no resample: it would repeat
+    first, retry = fake.engine.added
+    # the re-prompt: the conversation, the repeated call, and in its result the result it ignored
+    assert retry.prompt.startswith(first.prompt[:first.prompt.rindex("<|im_start|>assistant")])
+    assert "repeated call: get_weather was just called with these same arguments" in retry.prompt
+    assert '\\"sky\\": \\"sunny\\"' in retry.prompt and "answer the user from it" in retry.prompt
+
+
+def test_a_call_repeated_after_its_reprompt_is_the_models_choice(fake):
+    r = after_a_call(fake, "guard_repeat_again")
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert [e["reason"] for e in r["hearth"]["retries"]] == ["repeated_call"] and r["hearth"]["outcome"] == "ok"
+    assert len(fake.engine.added) == 2
+
+
+def test_the_same_call_after_a_new_user_turn_or_outside_guard_mode_is_not_a_repeat(fake):
+    again = {"role": "user", "content": "and now? script:guard_repeat_again"}
+    r = after_a_call(fake, "guard_repeat_again", again)
+    assert r["choices"][0]["message"]["tool_calls"] and r["hearth"]["retries"] == [] and len(fake.engine.added) == 1
+    for mode in ("grammar", "off"):
+        fake.engine.added.clear()
+        r = after_a_call(fake, "guard_repeat_again", hearth={"tool_guard": mode})
+        assert r["choices"][0]["message"]["tool_calls"] and len(fake.engine.added) == 1
+
+
 def test_stream_sends_text_as_it_comes_and_the_call_once_it_validated(fake):
     chunks = stream(fake, "guard_unknown", tools=[LOOSE])  # a schema the grammar does not hold
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
