@@ -4,10 +4,11 @@
 Tolerance: both read the same f16/bf16 keys and values exactly and accumulate in f32; they differ
 only in summation order and the exp polynomial (~2 ulp), so outputs agree to ~1e-5 relative to
 the values' scale. Stated as atol 2e-5 on values of unit scale. Long chunks (NATIVE_MAX_Q new tokens or
-more) run in bf16: the AMX flash kernel, or SDPA in bf16 on a CPU without tiles. Both round q, k, v
-(the kernel also the probabilities) to 8 mantissa bits, ~4e-3 relative, and keep the scores in f32;
-the sharp softmax used here amplifies that to <= ~0.035 on either path: 5e-2 there, a property of
-bf16 inputs, not of one CPU (test_long_chunks_without_tiles runs the SDPA path on any CPU)."""
+more) run in bf16 where the CPU has AMX bf16 tiles: the flash kernel, or SDPA in bf16 where it declines.
+Both round q, k, v (the kernel also the probabilities) to 8 mantissa bits, ~4e-3 relative, and keep the
+scores in f32; the sharp softmax used here amplifies that to <= ~0.035 on either path: 5e-2 there, a
+property of bf16 inputs, not of one CPU. Without tiles they run SDPA in f32, the reference's own op
+(test_long_chunks_without_the_tile_kernel runs both SDPA paths on any CPU)."""
 
 from __future__ import annotations
 
@@ -72,15 +73,18 @@ def test_native_attention_matches_torch(case, dtype):
         q0 = meta.query_start_loc[i]
         long[q0:q0 + n_q] = n_q >= NATIVE_MAX_Q
     torch.testing.assert_close(got[~long], want[~long], atol=ATOL, rtol=0)
-    torch.testing.assert_close(got[long], want[long], atol=BF16_ATOL, rtol=0)
+    torch.testing.assert_close(got[long], want[long], atol=BF16_ATOL if native.bf16_tiles() else ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("tiles", [False, True], ids=["no-tiles", "tiles"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
 @pytest.mark.parametrize("case", [c for c in CASES if max(c[3]) >= NATIVE_MAX_Q],
                          ids=lambda c: f"h{c[0]}kv{c[1]}d{c[2]}q{sum(c[3])}w{c[5]}c{c[6]:g}")
-def test_long_chunks_without_tiles(case, dtype, monkeypatch):
-    """The path a CPU without AMX takes for long chunks (SDPA in bf16), on this one too, under the same bound."""
+def test_long_chunks_without_the_tile_kernel(case, dtype, tiles, monkeypatch):
+    """Long chunks the flash kernel does not take, on any CPU: SDPA in f32 where the CPU has no AMX bf16
+    tiles (exact: the reference's op), in bf16 where it has them (the bf16 bound)."""
     monkeypatch.setattr(native, "prefill_attention", lambda *args: False)
+    monkeypatch.setattr(native, "bf16_tiles", lambda: tiles)
     test_native_attention_matches_torch(case, dtype)
 
 
