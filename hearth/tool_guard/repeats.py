@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from hearth.tool_guard.call_arguments import arguments_dict
 from hearth.tool_guard.checks import Problem
 from hearth.tool_parsers.types import ToolCall
 
@@ -38,7 +39,7 @@ def last_step(messages: list[dict]) -> list[PastCall]:
         if m.get("role") != "assistant" or not m.get("tool_calls") or i == len(messages) - 1:
             return []
         results = {t.get("tool_call_id"): t.get("content") for t in messages[i + 1:]}
-        return [PastCall(fn.get("name", ""), _as_dict(fn.get("arguments")), _text(results.get(c.get("id"))))
+        return [PastCall(fn.get("name", ""), arguments_dict(fn.get("arguments")), _text(results.get(c.get("id"))))
                 for c in m["tool_calls"] for fn in [c.get("function") or {}]]
     return []
 
@@ -46,7 +47,7 @@ def last_step(messages: list[dict]) -> list[PastCall]:
 def repeated(calls: list[ToolCall], past: list[PastCall]) -> Problem | None:
     """The first of `calls` that repeats a call of the last step, as a problem for the guard."""
     for call in calls:
-        args = _as_dict(call.arguments)
+        args = arguments_dict(call.arguments)
         same = next((p for p in past if p.name == call.name and p.arguments == args), None)
         if same is not None:
             return Problem(REPEATED_CALL, _why(call.name, same.result), call)
@@ -59,16 +60,6 @@ def _why(name: str, result: str | None) -> str:
     quoted = result if len(result) <= RESULT_CHARS else result[:RESULT_CHARS] + " ..."
     return (f"{name} was just called with these same arguments and returned: {quoted} -- calling it again "
             "returns the same")
-
-
-def _as_dict(arguments) -> dict:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments) if isinstance(arguments, str) else None
-    except ValueError:
-        return {"": arguments}  # unreadable: equal only to the same text
-    return value if isinstance(value, dict) else {"": arguments}
 
 
 def _text(content) -> str | None:
