@@ -149,17 +149,22 @@ class LLM:
                 rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}", checked=True)
                 result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                 children[rid] = (result, result.outputs[j])
-        while self.engine.has_unfinished():
-            for out in self.engine.step():
-                result, comp = children[out.request_id]
-                result.num_cached_tokens = out.num_cached_tokens
-                comp.token_ids.extend(out.new_token_ids)
-                comp.text += out.new_text
-                if out.new_logprobs is not None:
-                    comp.logprobs.extend(out.new_logprobs)
-                if out.finished:
-                    comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
-                    result.finished = all(c.finish_reason for c in result.outputs)
+        try:
+            while self.engine.has_unfinished():
+                for out in self.engine.step():
+                    result, comp = children[out.request_id]
+                    result.num_cached_tokens = out.num_cached_tokens
+                    comp.token_ids.extend(out.new_token_ids)
+                    comp.text += out.new_text
+                    if out.new_logprobs is not None:
+                        comp.logprobs.extend(out.new_logprobs)
+                    if out.finished:
+                        comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
+                        result.finished = all(c.finish_reason for c in result.outputs)
+        except BaseException:  # a failed step (or ^C): the requests left would join the next call's
+            for rid in children:
+                self.engine.abort(rid)
+            raise
         return results
 
     def close(self) -> None:

@@ -149,6 +149,29 @@ def test_engine_rejects_bad_prompts_and_queues_nothing(tiny_llm, prompt, needle)
     assert not tiny_llm.engine.has_unfinished()  # the good prompt before it was not queued either
 
 
+def test_a_failed_step_leaves_no_request_behind_in_the_library(tiny_llm, monkeypatch):
+    """LLM.generate raises what the step raised and aborts its requests: the next call (same request
+    ids) starts from a clean engine and answers as if nothing happened."""
+    from hearth import SamplingParams
+
+    params, prompts = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True), [{"prompt_token_ids": [1, 2]}] * 2
+    clean = [o.outputs[0].token_ids for o in tiny_llm.generate(prompts, params)]
+    runner = tiny_llm.engine.runner
+    real, calls = runner.execute, {"n": 0}
+
+    def flaky(so):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("kernel error")
+        return real(so)
+
+    monkeypatch.setattr(runner, "execute", flaky)
+    with pytest.raises(RuntimeError, match="kernel error"):
+        tiny_llm.generate(prompts, params)
+    assert not tiny_llm.engine.has_unfinished() and tiny_llm.engine.scheduler.kv.num_used_blocks == 0
+    assert [o.outputs[0].token_ids for o in tiny_llm.generate(prompts, params)] == clean
+
+
 def test_max_tokens_past_the_context_ends_the_answer_there_in_the_library(tiny_llm):
     """LLM.generate, as vLLM's LLM: SamplingParams cannot tell a max_tokens its caller set from its
     default (16), so the room left caps it (finish_reason "length"); the API and the CLI, which can

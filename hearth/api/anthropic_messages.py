@@ -1,6 +1,6 @@
 """Anthropic messages (system, content blocks: text, tool_use, tool_result, thinking) -> the
 template dicts of hearth.api.messages: tool_use becomes an assistant tool call, each tool_result a
-"tool" message, thinking the assistant's reasoning_content."""
+"tool" message (with is_error: True where the block has it), thinking the assistant's reasoning_content."""
 
 from __future__ import annotations
 
@@ -74,8 +74,11 @@ def _user(blocks: list[dict], where: str) -> list[dict]:
         if kind == "text":
             texts.append(_string(b, "text", at))
         elif kind == "tool_result":
-            results.append({"role": "tool", "tool_call_id": _string(b, "tool_use_id", at),
-                            "content": _result_text(b.get("content"), f"{at}.content")})
+            result = {"role": "tool", "tool_call_id": _string(b, "tool_use_id", at),
+                      "content": _result_text(b.get("content"), f"{at}.content")}
+            if b.get("is_error") is True:  # the client says the call failed (hearth.tool_guard.repeats reads it)
+                result["is_error"] = True
+            results.append(result)
         elif kind in ("image", "document"):
             raise bad(f"{at}.type", f"{kind!r} blocks are not supported: this model reads text only")
         else:

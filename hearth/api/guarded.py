@@ -82,7 +82,8 @@ class GuardSetup:
     """The callable tools whose schemas the call grammars hold (hearth.tool_guard.held)."""
     last_step: list[PastCall] = field(default_factory=list)
     """The last assistant turn's calls, when the conversation ends with their results: in guard mode
-    an attempt that makes one again is re-prompted once with the result (hearth.tool_guard.repeats)."""
+    an attempt that makes one again after an error result, or after the same result twice in a row,
+    is re-prompted once with the result (hearth.tool_guard.repeats)."""
 
 
 class GuardedChoices:
@@ -220,8 +221,9 @@ class _Choice:
                            s.config.decline_below if first_lazy else None, kept)
 
     def _repeats(self, checked: Checked) -> None:
-        """A clean attempt that makes a call of the last step again gets that as its problem, once a
-        request: the re-prompt quotes the result; a model that repeats the call after it means it.
+        """A clean attempt that makes a call of the last step again where that is useless (its result
+        an error, or a loop: repeats.repeated) gets that as its problem, once a request: the
+        re-prompt quotes the result; a model that repeats the call after it means it.
         A hearth.workflow's own max_repeats decides instead, when the request has one."""
         s = self.s
         if (s.config.mode != "guard" or s.policy is not None or not s.last_step or not checked.ok or self._sent

@@ -29,7 +29,8 @@ class EngineFullError(HearthError):
 
 
 class EngineStepError(HearthError):
-    """The model step failed; every request in flight ends with this error."""
+    """The model step failed: the requests it ran end with this error (every request in flight where
+    the failure was outside the runner, the engine's bookkeeping then being in doubt)."""
 
 
 @dataclass(slots=True)
@@ -162,23 +163,26 @@ class AsyncEngine:
         if self._thread_init is not None:
             self._thread_init()
         while not self._stopping:
-            self._wake.clear()
-            self._drain_commands()
-            if not self.core.has_unfinished():
-                self._wake.wait()
-                continue
             try:
-                outputs = self.core.step()
-            except Exception as e:  # a failed step must not kill the server: fail its requests
+                self._iterate()
+            except Exception as e:  # the thread must not die: every stream would wait forever
                 log.exception("engine step failed")
-                self._fail_all(EngineStepError(f"engine step failed: {type(e).__name__}: {e}"))
-                continue
-            for out in outputs:
-                stream = self._streams.get(out.request_id)
-                if stream is not None:
-                    stream._put(out)
-                if out.finished:
-                    self._streams.pop(out.request_id, None)
+                failed = self.core.failed_step()
+                self._fail(EngineStepError(f"engine step failed: {type(e).__name__}: {e}"),
+                           list(self._streams) if failed is None else failed)
+
+    def _iterate(self) -> None:
+        self._wake.clear()
+        self._drain_commands()
+        if not self.core.has_unfinished():
+            self._wake.wait()
+            return
+        for out in self.core.step():
+            stream = self._streams.get(out.request_id)
+            if stream is not None:
+                stream._put(out)
+            if out.finished:
+                self._streams.pop(out.request_id, None)
 
     def _drain_commands(self) -> None:
         while True:
@@ -216,8 +220,13 @@ class AsyncEngine:
             result, error = None, EngineStepError(f"KV export failed: {type(e).__name__}: {e}")
         future.get_loop().call_soon_threadsafe(settle, result, error)
 
-    def _fail_all(self, error: EngineStepError) -> None:
-        for rid, stream in list(self._streams.items()):
-            self.core.abort(rid)
-            stream._put(error)
-        self._streams.clear()
+    def _fail(self, error: EngineStepError, request_ids: list[str]) -> None:
+        """End these requests with `error` (each stream gets it even where aborting raises too)."""
+        for rid in request_ids:
+            stream = self._streams.pop(rid, None)
+            try:
+                self.core.abort(rid)
+            except Exception:  # noqa: BLE001  (its client is answered all the same)
+                log.exception("abort after a failed step failed")
+            if stream is not None:
+                stream._put(error)

@@ -62,6 +62,8 @@ class EngineCore:
         name) costs one verify step, not a decode step a token."""
         self.max_model_len, self.vocab_size = max_model_len, vocab_size
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
+        self.executing: list[str] | None = None
+        """The requests of the runner call in progress (failed_step reads it after step() raised)."""
         self._ids = itertools.count()
         self._idle()
 
@@ -90,10 +92,13 @@ class EngineCore:
         return self.scheduler.has_unfinished()
 
     def step(self) -> list[EngineOutput]:
+        self.executing = None
         grammar_drafted = self._propose() if self.spec is not None or self.forced else set()
         so = self.scheduler.schedule()
         t0 = time.perf_counter()
+        self.executing = [s.request_id for s in so.seqs]
         result = self.runner.execute(so)
+        self.executing = None
         seconds = time.perf_counter() - t0
         changed = self.scheduler.update(so, result)
         for rid in result.sampled:  # forced tokens hold for the step right after this one
@@ -113,6 +118,13 @@ class EngineCore:
         if not self.scheduler.has_unfinished():
             self._idle()
         return outputs
+
+    def failed_step(self) -> list[str] | None:
+        """After step() raised: the requests of its runner call where the runner failed (only their
+        state is in doubt: their blocks and the runner's per-request state go with their abort),
+        None where another part of the step failed (the scheduler's bookkeeping is then in doubt)."""
+        failed, self.executing = self.executing, None
+        return failed
 
     def _propose(self) -> set[str]:
         """Drafts for the running requests that decode their next token this step: the proposer's,

@@ -31,25 +31,28 @@ def wants_raw(s, m: GrammarMatcher | None) -> bool:
     return p.raw_logprobs and (p.raw_logprobs_at is None or m is None or m.ends_with(raw_pattern(p.raw_logprobs_at)))
 
 
-def reached(seqs: list, matchers: dict[str, GrammarMatcher], vocab: int) -> list[torch.Tensor] | None:
-    """For a step with drafts: what each row the grammars let the drafts reach allows (each matcher
-    walks its drafts and back), when every sequence is a constrained chain and none needs a raw
-    logprob there; else None. Rows past a forbidden draft are never read."""
-    if any(s.params.structured_output is None or s.is_tree or s.request_id not in matchers for s in seqs):
-        return None
-    masks = []
+def reached(seqs: list, matchers: dict[str, GrammarMatcher], vocab: int) -> tuple[dict[str, list[torch.Tensor]], bool]:
+    """For a step with drafts, per constrained chain (whose matcher exists): what each row its drafts
+    reach allows, [V] bool per row (its matcher walks the grammar-valid drafts and back; rows past a
+    forbidden draft are never read). The runner masks those rows with them (_constrain_rows), so each
+    is computed once a step. And whether they narrow the whole step: every sequence such a chain and
+    no row needing a raw logprob (then the head may score only their union, scored_ids)."""
+    masks: dict[str, list[torch.Tensor]] = {}
+    narrow = True
     for s in seqs:
-        m = matchers[s.request_id]
+        m = matchers.get(s.request_id)
+        if s.params.structured_output is None or s.is_tree or m is None:
+            narrow = False
+            continue
         valid = m.valid_prefix(s.spec_token_ids)
+        rows = masks[s.request_id] = []
         for j in range(valid + 1):
-            if wants_raw(s, m):
-                m.rollback(j)
-                return None
-            masks.append(allowed_of(m, vocab))
+            narrow = narrow and not wants_raw(s, m)
+            rows.append(allowed_of(m, vocab))
             if j < valid:
                 m.accept(s.spec_token_ids[j])
         m.rollback(valid)
-    return masks
+    return masks, narrow
 
 
 def scored_ids(masks: list[torch.Tensor] | None) -> torch.Tensor | None:

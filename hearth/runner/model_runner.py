@@ -161,8 +161,9 @@ class ModelRunner:
             if not rows:
                 return RunnerOutput({})
             if len(rows) > len(seqs):
-                scored = scored_ids(reached(seqs, self.matchers, self.cfg.vocab_size))
-                return self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None)
+                masks, narrow = reached(seqs, self.matchers, self.cfg.vocab_size)
+                scored = scored_ids([a for s in seqs for a in masks[s.request_id]] if narrow else None)
+                return self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None, masks=masks)
             allowed = self._matched(seqs)
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
                                 or len(allowed) < len(seqs) else list(allowed.values()))
@@ -223,10 +224,12 @@ class ModelRunner:
                 [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
         return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
 
-    def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True) -> RunnerOutput:
+    def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True,
+                masks: dict[str, list[torch.Tensor]] | None = None) -> RunnerOutput:
         """Steps with drafts: each sequence's 1 + k rows, processed as plain decoding would each
         row (hearth.sample.speculative), then the accepted drafts and the bonus token. raw_known:
-        False where the head scored only what the grammars allow (no raw logprobs then)."""
+        False where the head scored only what the grammars allow (no raw logprobs then). masks:
+        request id -> its chain rows' grammar masks where already read (grammar_rows.reached)."""
         params, histories, gens, drafts, grammar, qs = [], [], [], [], [], []
         raw: dict[int, float] | None = {} if raw_known else None  # row -> log of the mass the grammar's mask kept
         r = 0
@@ -242,7 +245,8 @@ class ModelRunner:
                 if s.banned_token_ids and len(path) < s.banned_rows and p.structured_output is None:
                     logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in _mask
             if p.structured_output is not None:
-                grammar.append((s, (self._constrain_tree if s.is_tree else self._constrain_rows)(s, logits, r, raw)))
+                grammar.append((s, self._constrain_tree(s, logits, r, raw) if s.is_tree else
+                                self._constrain_rows(s, logits, r, raw, (masks or {}).get(s.request_id))))
             gens.append(self._generator(s.request_id, p))
             drafts.append(s.spec_token_ids)
             qs.append(None if self.drafter is None else self.drafter.probs.get(s.request_id))  # None: point masses
@@ -325,18 +329,21 @@ class ModelRunner:
         visit(-1, 0)
         return 0
 
-    def _constrain_rows(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None) -> int:
+    def _constrain_rows(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None,
+                        masks: list[torch.Tensor] | None = None) -> int:
         """Mask rows r0.. of a constrained sequence with drafts: the matcher walks the drafts the
         grammar allows (a forbidden one is masked, so rejected; the rows after it are never
         reached). Returns how many drafts it consumed (the caller rolls back the rejected ones);
-        `raw` as in _constrain_tree."""
+        `raw` as in _constrain_tree. masks: the reached rows' [V] masks where already read (as
+        many as the valid drafts + 1, grammar_rows.reached), else read here."""
         m = self.matchers.get(s.request_id)
         if m is None:
             m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
-        valid = m.valid_prefix(s.spec_token_ids)
+        valid = m.valid_prefix(s.spec_token_ids) if masks is None else len(masks) - 1
         keep = raw is not None and s.params.raw_logprobs
         for j in range(valid + 1):
-            kept = self._mask(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else ())
+            kept = self._mask(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else (),
+                              None if masks is None else masks[j])
             if kept is not None:
                 raw[r0 + j] = kept
             if j < valid:

@@ -8,9 +8,9 @@ prose, so trimming or compacting old text cannot make the server forget a step."
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
+from hearth.tool_guard.call_arguments import arguments_dict
 from hearth.tool_guard.nudge import Verdict
 from hearth.tool_guard.request_fields import FieldError, check_keys, int_field, names_field
 from hearth.tool_parsers.types import ToolCall
@@ -82,7 +82,7 @@ def progress(messages: list[dict]) -> Progress:
     for m in messages:
         for call in m.get("tool_calls") or [] if m.get("role") == "assistant" else []:
             fn = call.get("function") or {}
-            out.calls.append((fn.get("name", ""), _as_dict(fn.get("arguments"))))
+            out.calls.append((fn.get("name", ""), arguments_dict(fn.get("arguments"))))
     return out
 
 
@@ -92,7 +92,7 @@ def review(workflow: Workflow, done: Progress, calls: list[ToolCall]) -> Verdict
     if not calls:
         return _premature(workflow, seen)
     for i, call in enumerate(calls):
-        args = _as_dict(call.arguments)
+        args = arguments_dict(call.arguments)
         verdict = _check_call(workflow, seen, call.name, args, i)
         if verdict is not None:
             return verdict
@@ -133,13 +133,3 @@ def _check_call(workflow: Workflow, seen: Progress, name: str, args: dict, i: in
 
 def _satisfied(p: Prerequisite, seen: Progress, args: dict) -> bool:
     return any(n == p.after and all(m in a and a[m] == args.get(m) for m in p.match) for n, a in seen.calls)
-
-
-def _as_dict(arguments) -> dict:
-    if isinstance(arguments, dict):
-        return arguments
-    try:
-        value = json.loads(arguments) if isinstance(arguments, str) else None
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

@@ -99,6 +99,73 @@ def test_a_failing_step_ends_requests_with_an_error_and_the_engine_goes_on():
     assert sched.kv.pool.num_free == 64
 
 
+def test_a_runner_failure_ends_only_the_requests_of_its_step():
+    """One sequence's kernel error fails the step it ran in: a request still waiting (max_num_seqs 1)
+    is not in doubt and is answered as if nothing happened."""
+    engine, sched, runner = make_engine(max_seqs=1)
+    real, calls = runner.execute, {"n": 0}
+
+    def flaky(so):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            assert [s.request_id for s in so.seqs] == ["a"]  # b waits for the one slot
+            raise RuntimeError("kernel error")
+        return real(so)
+
+    runner.execute = flaky
+
+    async def main(ae):
+        a, b = ae.add_request([1], greedy(5), "a"), ae.add_request([10], greedy(3), "b")
+        failed, answered = await asyncio.gather(collect(a), collect(b), return_exceptions=True)
+        return failed, answered
+
+    failed, answered = run(main, engine)
+    assert isinstance(failed, EngineStepError) and "RuntimeError: kernel error" in str(failed)
+    assert sum((o.new_token_ids for o in answered), []) == [11, 12, 13] and answered[-1].finished
+    assert sched.kv.pool.num_free == 64
+
+
+def test_a_failure_outside_the_runner_ends_every_request_in_flight_and_the_engine_goes_on():
+    engine, sched, _ = make_engine(max_seqs=1)
+    real, calls = sched.update, {"n": 0}
+
+    def flaky(so, result):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("bookkeeping")
+        return real(so, result)
+
+    sched.update = flaky
+
+    async def main(ae):
+        streams = [ae.add_request([1], greedy(5)), ae.add_request([10], greedy(3))]
+        failed = await asyncio.gather(*(collect(s) for s in streams), return_exceptions=True)
+        return failed, await collect(ae.add_request([20], greedy(2)))
+
+    failed, outs = run(main, engine)
+    assert all(isinstance(f, EngineStepError) and "bookkeeping" in str(f) for f in failed)
+    assert sum((o.new_token_ids for o in outs), []) == [21, 22]
+
+
+def test_the_engine_thread_outlives_a_failing_command():
+    """Were the engine thread to die, every request after it would wait forever."""
+    engine, _, _ = make_engine()
+    real = engine.abort
+
+    def abort_once(rid):
+        engine.abort = real
+        raise RuntimeError("abort")
+
+    engine.abort = abort_once
+
+    async def main(ae):
+        ae.add_request([1], greedy(None)).abort()  # its abort command raises on the engine thread
+        return await asyncio.wait_for(collect(ae.add_request([20], greedy(2))), timeout=10)
+
+    outs = run(main, engine)
+    assert sum((o.new_token_ids for o in outs), []) == [21, 22]
+
+
 def test_requests_in_flight_are_counted_and_thread_init_runs_on_the_engine_thread():
     import threading
 

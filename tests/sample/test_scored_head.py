@@ -138,3 +138,33 @@ def test_the_scored_rows_are_the_whole_head_s_bits(llm, monkeypatch):
         assert torch.equal(few[:, ids], whole[:, ids])
         assert bool(torch.isinf(few).sum(1).eq(model.cfg.vocab_size - len(ids)).all())
     assert made == ([len(ids)] * 2 if native_part(model.lm_head) is not None else [])
+
+
+def test_each_grammar_state_s_mask_is_computed_once_a_step(llm, monkeypatch):
+    """A verify step's chain rows: the masks the head's choice of tokens read (grammar_rows.reached)
+    are the ones the rows are masked with (_constrain_rows), not computed again."""
+    from hearth.sample.grammar import GrammarMatcher
+
+    runner = llm.engine.runner
+    step, seen, repeats = [0], set(), []
+    bitmask, execute = GrammarMatcher.bitmask, runner.execute
+
+    def counted(m):
+        key = (step[0], id(m), len(m._ids), tuple(m._ids))  # a matcher's state within one step
+        if key in seen:
+            repeats.append(key)
+        seen.add(key)
+        return bitmask(m)
+
+    def stepped(so):
+        step[0] += 1
+        return execute(so)
+
+    monkeypatch.setattr(GrammarMatcher, "bitmask", counted)
+    monkeypatch.setattr(runner, "execute", stepped)
+    params = [SamplingParams(temperature=0, max_tokens=60, structured_output=StructuredOutput(json_schema=CALL))]
+    outs, steps = _generate(llm, monkeypatch, grammar_rows.SCORED_SHARE, params)
+    assert outs[0].finish_reason == "stop" and len(seen) > 0
+    if runner.forced_drafts:  # grammar drafts (not on the torch tier): verify steps were taken
+        assert any(rows > 1 for rows, _ in steps)
+    assert repeats == []

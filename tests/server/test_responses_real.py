@@ -124,8 +124,9 @@ def test_openai_agents_runs_an_agent_with_a_function_tool(server):
 
     model = agents.OpenAIResponsesModel(MODEL, openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key=API_KEY,
                                                                   max_retries=0, timeout=TIMEOUT))
-    # room for a text answer: a call repeated right after its result is re-prompted by the tool guard
-    # (hearth.tool_guard.repeats), and an answer cut at max_tokens is `incomplete`, which openai-agents raises
+    # room for a text answer: a call made again after the same result twice in a row is re-prompted by the
+    # tool guard (hearth.tool_guard.repeats), and an answer cut at max_tokens is `incomplete`, which
+    # openai-agents raises
     agent = agents.Agent(name="weather", instructions="Answer with the get_weather tool.", tools=[get_weather],
                          model=model, model_settings=agents.ModelSettings(tool_choice="required", max_tokens=160,
                                                                           temperature=0))

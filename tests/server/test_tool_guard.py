@@ -124,17 +124,21 @@ def test_usage_counts_every_attempt(fake):
     assert r["hearth"]["retries"][0]["prompt_tokens"] == len(retry.prompt)
 
 
-def after_a_call(fake, script: str, *more: dict, **kw) -> dict:
-    """The conversation after get_weather(Paris) was called and answered (then `more`), asked again."""
-    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
-    messages = [{"role": "user", "content": f"script:{script}"}, {"role": "assistant", "content": None, "tool_calls": [call]},
-                {"role": "tool", "tool_call_id": "c1", "content": '{"sky": "sunny"}'}, *more]
+def after_a_call(fake, script: str, *more: dict, results: tuple[str, ...] = ('{"sky": "sunny"}',) * 2, **kw) -> dict:
+    """The conversation after get_weather(Paris) was called and answered, once per result in a row
+    (by default twice with the same: a loop), then `more`, asked again."""
+    steps = []
+    for i, content in enumerate(results):
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        steps += [{"role": "assistant", "content": None, "tool_calls": [call]},
+                  {"role": "tool", "tool_call_id": f"c{i}", "content": content}]
+    messages = [{"role": "user", "content": f"script:{script}"}, *steps, *more]
     r = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": messages, "tools": [WEATHER], **kw})
     assert r.status_code == 200, r.text
     return r.json()
 
 
-def test_the_last_steps_call_made_again_is_reprompted_once_with_its_result(fake):
+def test_the_last_steps_call_made_again_in_a_loop_is_reprompted_once_with_its_result(fake):
     r = after_a_call(fake, "guard_repeat")
     msg = r["choices"][0]["message"]
     assert msg.get("tool_calls") is None and msg["content"] == "It is sunny in Paris."
@@ -143,8 +147,20 @@ def test_the_last_steps_call_made_again_is_reprompted_once_with_its_result(fake)
     first, retry = fake.engine.added
     # the re-prompt: the conversation, the repeated call, and in its result the result it ignored
     assert retry.prompt.startswith(first.prompt[:first.prompt.rindex("<|im_start|>assistant")])
-    assert "repeated call: get_weather was just called with these same arguments" in retry.prompt
+    assert "repeated call: get_weather was just called with these same arguments 2 times in a row" in retry.prompt
     assert '\\"sky\\": \\"sunny\\"' in retry.prompt and "answer the user from it" in retry.prompt
+
+
+def test_a_call_made_again_after_its_error_is_reprompted_and_after_a_plain_result_is_not(fake):
+    """Repeating is plainly useless after an error; after one plain result the answer may have changed
+    (a polling agent), so the call goes out."""
+    r = after_a_call(fake, "guard_repeat", results=('{"error": "weather service timed out"}',))
+    assert [e["reason"] for e in r["hearth"]["retries"]] == ["repeated_call"]
+    assert "get_weather was just called with these same arguments and failed" in fake.engine.added[1].prompt
+    for results in (('{"sky": "sunny"}',), ('{"sky": "cloudy"}', '{"sky": "sunny"}')):
+        fake.engine.added.clear()
+        r = after_a_call(fake, "guard_repeat_again", results=results)
+        assert r["choices"][0]["message"]["tool_calls"] and r["hearth"]["retries"] == [] and len(fake.engine.added) == 1
 
 
 def test_a_call_repeated_after_its_reprompt_is_the_models_choice(fake):

@@ -117,3 +117,12 @@ def test_parse_workflow():
     wf = parse_workflow({"required": ["search"], "prerequisites": [{"tool": "book", "after": "search", "match": ["city"]}],
                          "terminal": ["submit"], "max_repeats": 3, "max_nudges": 1}, TOOLS)
     assert wf == Workflow(("search",), (Prerequisite("book", "search", ("city",)),), ("submit",), 3, 1)
+
+
+def test_unreadable_arguments_count_as_the_same_call_only_with_the_same_text():
+    """Broken arguments read as their text (hearth.tool_guard.call_arguments, as the repeated-call
+    check reads them): two different broken calls are not one call made twice, nor a call with {}."""
+    broken = USER + turn(("search", "city=Paris")) + turn(("search", "city=Paris"))
+    assert review(FLOW, progress(broken), [ToolCall("x", "search", "city=Paris")]).rule == "repeated_call"
+    assert review(FLOW, progress(broken), [ToolCall("x", "search", "city=Rome")]) is None
+    assert review(FLOW, progress(broken), [ToolCall("x", "search", "{}")]) is None

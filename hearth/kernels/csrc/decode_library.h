@@ -393,16 +393,6 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
   return 0;
 }
 
-// hk_layer_forward through n layers in one call (gguf_kernels.cpp's hk_stack_forward)
-int hk_stack_forward(const void* const* layers, int n, float* x, int64_t M, const float* const* cos,
-                     const float* const* sin, void* const* kv, int kv_bf16, int64_t num_slots, int64_t bs,
-                     const int64_t* slots, int64_t S, const int64_t* q_start, const int64_t* q_len,
-                     const int64_t* seq_lens, const int64_t* tables, int64_t ldt, const int64_t* tree, int64_t ldtree) {
-  for (int i = 0; i < n; ++i)
-    if (hk_layer_forward(layers[i], x, M, cos[i], sin[i], kv[i], kv_bf16, num_slots, bs, slots, S, q_start, q_len,
-                         seq_lens, tables, ldt, tree, ldtree) != 0)
-      return i;
-  return n;
-}
-
 }  // extern "C"
+
+#include "stack_forward.h"  // hk_stack_forward over this library's hk_layer_forward
