@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from tests.server import fakes
 from tests.server.fakes import TEMPLATE
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -89,6 +90,15 @@ def test_a_number_json_cannot_carry_is_no_call_and_retried(fake):
     r = post(fake, "guard_overflow")  # auto: the model's own text, as any call that does not parse
     message = r["choices"][0]["message"]
     assert "1e400" in message["content"] and not message.get("tool_calls")
+
+
+def test_a_python_call_line_literal_eval_refuses_is_text_not_a_500(fake, monkeypatch):
+    # `{[1]: 2}`: ast.literal_eval raises TypeError (unhashable), which the rescue once let through
+    monkeypatch.setitem(fakes.SCRIPTS, "py_unhashable", ["Run this:\n\nget_weather(city={[1]: 2})\n"])
+    r = post(fake, "py_unhashable")
+    message = r["choices"][0]["message"]
+    assert not message.get("tool_calls") and "get_weather(city={[1]: 2})" in message["content"]
+    assert r["hearth"]["outcome"] == "ok"
 
 
 def test_safe_coercion_is_made_and_reported(fake):
