@@ -164,6 +164,20 @@ def test_a_call_repeated_after_its_reprompt_is_the_models_choice(fake):
     assert len(fake.engine.added) == 2
 
 
+@pytest.mark.parametrize("script,retries,attempts", [("guard_repeat_again", 0, 1), ("guard_unknown", 1, 2)])
+def test_a_repeated_call_with_no_retry_left_is_delivered_clean(fake, script, retries, attempts):
+    """No re-prompt can follow (retries 0, or the last attempt: here a resample's): the repeat is no
+    problem to report, the valid call stands."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [{"role": "user", "content": f"script:{script}"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": '{"error": "the weather service is down"}'}]
+    r = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": messages, "tools": [WEATHER],
+                                                       "hearth": {"tool_guard_retries": retries}}).json()
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert r["hearth"]["outcome"] == "ok" and len(fake.engine.added) == attempts
+    assert "repeated_call" not in json.dumps(r["hearth"]) and "repeated call" not in json.dumps(r["hearth"])
+
+
 def test_the_same_call_after_a_new_user_turn_or_outside_guard_mode_is_not_a_repeat(fake):
     again = {"role": "user", "content": "and now? script:guard_repeat_again"}
     r = after_a_call(fake, "guard_repeat_again", again)
