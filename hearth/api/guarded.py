@@ -279,6 +279,9 @@ class _Choice:
         except (APIError, HearthError) as e:  # the conversation no longer fits: keep what there is
             self.report.retries.pop()
             self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
+            if problem.kind == REPEATED_CALL:  # no re-prompt follows: the valid call stands (_repeats)
+                checked.problems.remove(problem)
+                self.report.validation_errors.remove(problem.message)
             return None
         return new_ids, replace(self.params, raw_logprobs=False)
 

@@ -178,6 +178,20 @@ def test_a_repeated_call_with_no_retry_left_is_delivered_clean(fake, script, ret
     assert "repeated_call" not in json.dumps(r["hearth"]) and "repeated call" not in json.dumps(r["hearth"])
 
 
+def test_a_repeated_call_whose_reprompt_does_not_fit_is_delivered_clean(make_fake):
+    """The re-prompt (the call and its result quoted) would not fit the context: no re-prompt can
+    follow, so the repeat is no problem either; retry_stopped says why."""
+    from tests.server.fakes import FakeEngine
+    roomy = make_fake(engine=FakeEngine(max_model_len=100_000))
+    after_a_call(roomy, "guard_repeat_again", max_tokens=20)
+    n = len(roomy.engine.added[0].prompt)
+    fake = make_fake(engine=FakeEngine(max_model_len=n + 20))
+    r = after_a_call(fake, "guard_repeat_again", max_tokens=20)
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert r["hearth"]["outcome"] == "ok" and r["hearth"]["validation_errors"] == [] and r["hearth"]["retries"] == []
+    assert "would not leave room" in r["hearth"]["retry_stopped"] and len(fake.engine.added) == 1
+
+
 def test_the_same_call_after_a_new_user_turn_or_outside_guard_mode_is_not_a_repeat(fake):
     again = {"role": "user", "content": "and now? script:guard_repeat_again"}
     r = after_a_call(fake, "guard_repeat_again", again)
