@@ -9,7 +9,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from hearth.api.generate import Generation
-from hearth.tool_parsers import ContentDelta, Event
+from hearth.tool_guard.guard_event import GuardEvent
+from hearth.tool_parsers import ContentDelta, Event, ToolCallEvent
 
 
 @dataclass(slots=True)
@@ -38,6 +39,8 @@ class PlainChoices:
         """`events`: what the request-side parts did (GuardEvents: tools ranked, compacted)."""
         self.gen, self.parsers, self.events = gen, parsers, events or []
         self.request_id = gen.request_id
+        self._unparsed: list[list[GuardEvent]] = [[] for _ in parsers]
+        """Per choice: its streamed calls whose arguments turned out not to be JSON (ToolCall.unparsed)."""
 
     @property
     def n(self) -> int:
@@ -52,8 +55,10 @@ class PlainChoices:
         return self.gen.num_cached_tokens
 
     def report(self, i: int) -> dict | None:
-        """The `hearth` field: only the request-side parts' events (no guard ran)."""
-        return {"events": [e.to_json() for e in self.events]} if self.events else None
+        """The `hearth` field: only the request-side parts' events (no guard ran), and choice i's
+        `unparsed_call`s: no call whose arguments are not JSON goes out as if it were clean."""
+        events = self.events + self._unparsed[i]
+        return {"events": [e.to_json() for e in events]} if events else None
 
     def abort(self) -> None:
         self.gen.abort()
@@ -62,5 +67,7 @@ class PlainChoices:
         async for i, out in self.gen.outputs():
             parser = self.parsers[i]
             events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
+            self._unparsed[i] += [GuardEvent("unparsed_call", {"id": e.call.id, "name": e.call.name, "error": e.call.unparsed})
+                                  for e in events if isinstance(e, ToolCallEvent) and e.call.unparsed]
             yield i, Update(events, out.new_token_ids, out.new_logprobs, out.finished, out.finish_reason,
                             out.stop_reason)

@@ -58,9 +58,10 @@ class RequestGuard:
         prompt, ids = render(history)
         options = self.ext.compaction
         room = max_tokens if max_tokens is not None else min(256, max_model_len // 8)
-        if options is None or len(ids) + room < max_model_len:
+        # fits as check_room and the engine have it: prompt + room may fill the context exactly
+        if options is None or len(ids) + room <= max_model_len:
             return prompt, ids
-        done = compact(history, lambda msgs: len(render(msgs)[1]) + room < max_model_len, options)
+        done = compact(history, lambda msgs: len(render(msgs)[1]) + room <= max_model_len, options)
         if done is None:
             raise APIError(400, f"{PromptTooLongError(len(ids), max_model_len)}; even compacted (hearth.compaction), "
                            "the system prompt, first user message and last steps do not fit",

@@ -183,10 +183,10 @@ class _Choice:
             self._count(trace)
             self._sent += stream.count
             checked = as_sent(check_calls(held, s.schemas, s.required), held, stream.count)
-            self._repeats(checked)
+            cut = last is not None and last.finish_reason in NO_RETRY_FINISH
+            self._repeats(checked, not cut and attempt - nudges < s.config.retries)
             verdict = self._review(checked)
             self._note(checked)
-            cut = last is not None and last.finish_reason in NO_RETRY_FINISH
             if verdict is not None:
                 nxt = None if cut or nudges == s.policy.max_nudges else self._nudge(verdict, nudges + 1, "".join(said), checked)
                 nudges += nxt is not None
@@ -220,14 +220,15 @@ class _Choice:
         return StreamRules(open_, validated, grammar, s.parallel, s.fmt, s.held,
                            s.config.decline_below if first_lazy else None, kept)
 
-    def _repeats(self, checked: Checked) -> None:
+    def _repeats(self, checked: Checked, retry_left: bool) -> None:
         """A clean attempt that makes a call of the last step again where that is useless (its result
-        an error, or a loop: repeats.repeated) gets that as its problem, once a request: the
-        re-prompt quotes the result; a model that repeats the call after it means it.
+        an error, or a loop: repeats.repeated) gets that as its problem, once a request: the re-prompt
+        quotes the result; a model that repeats the call after it means it. Only where a re-prompt can
+        follow (`retry_left`): else the valid call stands, no problem reported.
         A hearth.workflow's own max_repeats decides instead, when the request has one."""
         s = self.s
-        if (s.config.mode != "guard" or s.policy is not None or not s.last_step or not checked.ok or self._sent
-                or any(r.reason == REPEATED_CALL for r in self.report.retries)):
+        if (not retry_left or s.config.mode != "guard" or s.policy is not None or not s.last_step or not checked.ok
+                or self._sent or any(r.reason == REPEATED_CALL for r in self.report.retries)):
             return
         problem = repeated(checked.calls, s.last_step)
         if problem is not None:
@@ -280,6 +281,9 @@ class _Choice:
         except (APIError, HearthError) as e:  # the conversation no longer fits: keep what there is
             self.report.retries.pop()
             self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
+            if problem.kind == REPEATED_CALL:  # no re-prompt follows: the valid call stands (_repeats)
+                checked.problems.remove(problem)
+                self.report.validation_errors.remove(problem.message)
             return None
         return new_ids, replace(self.params, raw_logprobs=False)
 

@@ -75,6 +75,13 @@ def build_choices(state, req: ChoicesRequest) -> tuple[PlainChoices | GuardedCho
     return GuardedChoices(setup), client_k
 
 
+def check_fields(state, req: ChoicesRequest) -> None:
+    """The main model's checks of the request's sampling fields (max_tokens past its context is a
+    400 naming the field): build_choices makes them; a router makes them first, or the small model's
+    answer (its own budget, its own context) would hide the error the main model gives."""
+    make_params(req.fields, state.limits, req.served.max_model_len, req.field_names, len(req.ids))
+
+
 def reprompt_ids(served, text: str, max_tokens: int | None) -> list[int]:
     """A re-prompt's rendered text as ids; a HearthError when no room is left to answer."""
     ids = served.encode_chat_text(text)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from hearth.api.choices import Update
 from hearth.api.errors import APIError
 from hearth.api.guard_extras import RequestGuard
-from hearth.api.tool_layer import ChoicesRequest, build_choices
+from hearth.api.tool_layer import ChoicesRequest, build_choices, check_fields
 from hearth.api.tools import ToolPlan, plan_tools
 from hearth.errors import HearthError
 from hearth.tool_guard import triggers_for
@@ -49,6 +49,7 @@ async def routed_choices(state, model_field: str | None, ask: Ask, render: Rende
     config = router_config(state, model_field, req.guard.ext)
     report = source = None
     if config is not None:
+        check_fields(state, req)  # the request as the main model takes it: its 400s come first
         report, source = await _route(state, model_field, config, ask, render, req)
         state.metrics.observe_router(req.served.name, report)
     if source is not None:

@@ -17,6 +17,7 @@ from hearth.bench.quality import agreement, load_reference, reference_of, write_
 from hearth.bench.records import LevelRun
 from hearth.bench.report import build_results
 from hearth.bench.workloads import Workload, build_workload
+from hearth.errors import HearthError
 from hearth.memory.devices import Device
 from hearth.memory.roofline import Roofline
 from hearth.memory.units import rate
@@ -113,12 +114,18 @@ def _above_ceiling(levels: list[dict]) -> float | None:
 
 def _remeasured(roof: Roofline, levels: list[dict], remeasure: Callable[[], Device]) -> tuple[Roofline, str]:
     """A decode faster than the bandwidth allows: the cached figure was measured low (a busy
-    machine only ever measures low), so measure again and recompute the ceilings with it."""
+    machine only ever measures low), so measure again and recompute the ceilings with it; a measurement
+    that fails keeps the cached ceilings and the note says why."""
     pct, old = _above_ceiling(levels), roof.device.bandwidth
-    roof = replace(roof, device=remeasure())
+    said = (f"hearth: decode ran at {pct:.0f}% of the ceiling from this machine's cached bandwidth "
+            f"({rate(old)}); ")
+    try:
+        device = remeasure()
+    except HearthError as e:  # a busy machine times out (PlanError): the run's results still get written
+        return roof, said + f"could not measure again: {e}"
+    roof = replace(roof, device=device)
     for lv in levels:
         lv["decode_ceiling"] = level_ceiling(roof, lv)
     now = _above_ceiling(levels)
-    return roof, (f"hearth: decode ran at {pct:.0f}% of the ceiling from this machine's cached bandwidth "
-                  f"({rate(old)}); measured it again: {rate(roof.device.bandwidth)}"
+    return roof, (said + f"measured it again: {rate(roof.device.bandwidth)}"
                   + (f", still {now:.0f}% (a model that fits the CPU cache reads faster than memory)" if now else ""))

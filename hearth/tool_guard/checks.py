@@ -40,6 +40,10 @@ def check_calls(calls: list[ToolCall], schemas: dict[str, dict], required: bool)
             out.problems.append(Problem(UNKNOWN_TOOL, f"no tool named {call.name!r}; the tools are: {offered}", call))
             out.calls.append(call)
             continue
+        if call.unparsed:  # streamed while written, then did not parse: its arguments are the model's broken text
+            out.problems.append(Problem(INVALID_ARGUMENTS, f"{call.name}: arguments are not JSON: {call.unparsed}", call))
+            out.calls.append(call)
+            continue
         verdict = check_arguments(call.arguments, schemas[call.name])
         out.coercions += [(i, c) for c in verdict.coercions]
         if not verdict.ok:

@@ -10,7 +10,8 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class GuardEvent:
     kind: str
-    """"rescued", "compacted", "tools_ranked" (workflow nudges are the report's retries)."""
+    """"rescued", "compacted", "tools_ranked" (workflow nudges are the report's retries); in mode `off`,
+    "unparsed_call": a streamed call whose arguments turned out not to be JSON (ToolCall.unparsed)."""
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:

@@ -8,8 +8,10 @@ wrote. (1) is a walk over the schema with only keywords whose grammar (llguidanc
 least as strict as the validator's: a keyword the validator does not check (minimum, pattern,
 format, ...) cannot reject; patternProperties, prefixItems, allOf, $ref, oneOf and anything unknown
 are not held. Every object must be closed (additionalProperties false, as OpenAI's strict mode
-asks): in an open one the grammar admits a repeated key, and the streamed prefix of such arguments
-(hearth.tool_parsers.partial_json stops there for good) ends the call early. (2) a `<tool_call>`
+asks): in an open one the grammar admits a repeated key, which the streamed call carries as the
+model wrote it (hearth.tool_parsers.early_call), and JSON parsers read a repeated key differently
+(Python and JavaScript keep the last, others the first or refuse it), so the client's reading may
+not be the one the guard checked. (2) a `<tool_call>`
 region holds exactly the one object the grammar forced; a call that opens an answer (bare object,
 fence, doubled brace) is followed by free text the parser may read more calls from, so it is held
 only when the grammar ends the answer after it (parallel_tool_calls false, or a forced call)."""
@@ -39,7 +41,7 @@ def schema_held(schema: Any) -> bool:
     coercion."""
     checked = declared_only(schema)
     if set(checked) <= _ANNOTATIONS | {"type"} and checked.get("type") == "object":
-        return True  # any object: a repeated key cuts it short, still an object
+        return True  # any object: with a repeated key, whichever value a parser keeps, still an object
     return _holds(checked)
 
 

@@ -66,7 +66,7 @@ def rescue_calls(text: str, tools: list[dict] | None) -> Rescue | None:
 def _call(obj: Any, tools: list[dict]) -> ToolCall | None:
     try:
         return to_call(obj, tools)
-    except ValueError:
+    except (ValueError, TypeError):  # TypeError: a Python literal JSON has no form for (a set, bytes)
         return None
 
 
@@ -143,10 +143,15 @@ def _python_calls(text: str, tools: list[dict]) -> Iterator[Found]:
             yield Found(m.start(), m.end(), call, "python_call")
 
 
+_NOT_LITERAL = (ValueError, TypeError, SyntaxError, RecursionError, MemoryError)
+"""What ast.parse / ast.literal_eval raise on a hostile line (`{[1]: 2}`: unhashable, TypeError;
+deep nesting): not a call, never a 500."""
+
+
 def _python_call(line: str, tools: list[dict]) -> ToolCall | None:
     try:
         node = ast.parse(line, mode="eval").body
-    except SyntaxError:
+    except _NOT_LITERAL:
         return None
     params = tool_parameters(tools)
     if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name) or node.func.id not in params:
@@ -157,7 +162,7 @@ def _python_call(line: str, tools: list[dict]) -> ToolCall | None:
             return None  # more positional values than parameters, or **kwargs
         args = {order[i]: ast.literal_eval(a) for i, a in enumerate(node.args)}
         args.update({kw.arg: ast.literal_eval(kw.value) for kw in node.keywords})
-    except ValueError:
+    except _NOT_LITERAL:
         return None
     return _call({"name": node.func.id, "arguments": args}, tools)
 

@@ -4,14 +4,19 @@ begun, the call's id and name go out,
 then the certain prefix of its arguments as it grows (hearth.tool_parsers.partial_json).
 
 Once announced, the region stays this call: at its end the parsed call keeps the announced id and
-name, and if its arguments do not continue what was sent (or the region no longer parses), the
-sent prefix closed into JSON is the arguments, so a client that joined the pieces holds the truth."""
+name. If its arguments do not continue what was sent (a repeated key: json.loads keeps the last), or
+the region no longer parses (NaN, a number past a double: 1e400), the call's arguments are the sent
+prefix followed by the model's own text after it, so a client that joined the pieces holds what the
+model wrote, nothing dropped: a repeated key reads as the parse does; arguments that are not JSON
+mark the call `unparsed` with the reason (the guard makes that an invalid_arguments problem; without
+it the client's own parse of the arguments fails, as for any model that writes broken JSON)."""
 
 from __future__ import annotations
 
 import re
 
-from hearth.tool_parsers.partial_json import certain_prefix
+from hearth.tool_parsers.lenient_json import loads, split_values
+from hearth.tool_parsers.partial_json import certain_span
 from hearth.tool_parsers.types import (Event, ToolCall, ToolCallArgumentsDelta, ToolCallStart, new_call_id,
                                        tool_parameters)
 
@@ -26,7 +31,7 @@ class EarlyCall:
         self.id: str | None = None
         self.name = ""
         self.sent = ""
-        self._closing = ""
+        self._read = 0  # where in the arguments' text the source of `sent` ends
 
     @property
     def started(self) -> bool:
@@ -39,22 +44,28 @@ class EarlyCall:
             m = _HEADER.match(region)
             if not m or (self._tools is not None and m.group(1) not in tool_parameters(self._tools)):
                 return events
-            certain, closing = certain_prefix(region[m.end():])
+            certain, _, _ = certain_span(region[m.end():])
             if len(certain) < 2:  # not before a first argument value (or `{}`): `{"city": </tool_call>` stays text
                 return events
             self.id, self.name, self._start = new_call_id(), m.group(1), m.end()
             events.append(ToolCallStart(self.index, self.id, self.name))
-        certain, closing = certain_prefix(region[self._start:])
+        certain, _, read = certain_span(region[self._start:])
         if certain.startswith(self.sent) and len(certain) > len(self.sent):
             events.append(ToolCallArgumentsDelta(self.index, certain[len(self.sent):]))
-            self.sent, self._closing = certain, closing
+            self.sent, self._read = certain, read
         return events
 
-    def settle(self, calls: list[ToolCall]) -> list[ToolCall]:
-        """The region's parsed calls, the first one made to agree with what was announced."""
+    def settle(self, calls: list[ToolCall], region: str) -> list[ToolCall]:
+        """The region's parsed calls (of its whole text), the first one made to agree with what was
+        announced."""
         first = calls[0] if calls else None
         if first is not None and first.name == self.name and first.arguments.startswith(self.sent):
-            arguments = first.arguments
-        else:
-            arguments = self.sent + self._closing
-        return [ToolCall(self.id, self.name, arguments), *calls[1:]]
+            return [ToolCall(self.id, self.name, first.arguments), *calls[1:]]
+        text = region[self._start:]
+        values = split_values(text)  # the arguments as written (to the end of the region when cut off)
+        written = self.sent + text[self._read:len(values[0]) if values else len(text)]
+        try:
+            unparsed = "" if isinstance(loads(written), dict) else "the arguments are not a JSON object"
+        except ValueError as e:
+            unparsed = str(e)
+        return [ToolCall(self.id, self.name, written, unparsed), *calls[1:]]

@@ -27,13 +27,16 @@ class _Scan:
     def __init__(self, text: str):
         self.text, self.i = text, 0
         self.done = ""  # certain canonical text
+        self.done_at = 0  # where in `text` the certain part ends: what the model wrote after it is text[done_at:]
         self.pending = ""  # separators and keys waiting for their value
         self.stack: list[tuple[str, set]] = []  # open containers ("}" or "]", keys seen)
         self.in_string = False
 
     def commit(self, piece: str) -> None:
+        """`piece` (with the separators and keys pending before it) is certain; the scan is past it."""
         self.done += self.pending + piece
         self.pending = ""
+        self.done_at = self.i
 
     def ws(self) -> None:
         while self.i < len(self.text) and self.text[self.i] in " \t\r\n":
@@ -76,10 +79,11 @@ class _Scan:
         if self.text[end].isalnum() or self.text[end] in ".eE+-":
             raise _Stop
         try:  # a number a double cannot hold (1e400) is not carried: the final parse refuses it
-            self.commit(word or json.dumps(loads(token)))
+            piece = word or json.dumps(loads(token))
         except ValueError:
             raise _Stop from None
         self.i = end
+        self.commit(piece)
 
     def string(self, partial: bool) -> str:
         """The string's characters from after its opening quote; with `partial`, the characters
@@ -175,10 +179,17 @@ def _unicode_escape(text: str, i: int) -> tuple[int | None, int]:
 def certain_prefix(text: str) -> tuple[str, str]:
     """(the certain canonical prefix of the JSON value `text` opens with, the text that closes it
     into valid JSON)."""
+    certain, closing, _ = certain_span(text)
+    return certain, closing
+
+
+def certain_span(text: str) -> tuple[str, str, int]:
+    """certain_prefix, and where in `text` the certain prefix's source ends (text[end:] is what the
+    model wrote after it)."""
     scan = _Scan(text)
     try:
         scan.value()
     except _Stop:
         pass
     closing = ('"' if scan.in_string else "") + "".join(c for c, _ in reversed(scan.stack))
-    return scan.done, closing
+    return scan.done, closing, scan.done_at

@@ -106,7 +106,7 @@ class StreamingToolParser:
         calls = self._parse(region)
         early, self._early = self._early, None
         if early is not None and early.started:
-            calls = early.settle(calls)
+            calls = early.settle(calls, region)
         if not calls:
             self._content(events, self._opened + region + end)
             return

@@ -29,6 +29,11 @@ class ToolCall:
     id: str = field(compare=False)
     name: str
     arguments: str  # a JSON object, as a string (OpenAI's `function.arguments`)
+    unparsed: str = field(default="", compare=False)
+    """Not empty: a call announced while it was written (a streaming client has its id, name and a
+    prefix of its arguments) whose arguments, as the model wrote them, are not JSON (`NaN is not
+    JSON`: this says why); `arguments` are then the streamed prefix and the model's own text after
+    it, nothing dropped (hearth.tool_parsers.early_call). The guard makes it an invalid_arguments problem."""
 
 
 @dataclass(frozen=True, slots=True)

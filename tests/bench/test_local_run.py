@@ -104,3 +104,28 @@ def test_a_ceiling_the_run_beats_is_measured_again(tiny, tmp_path, capsys, monke
         assert cached["bandwidth"] == 1e14 and cached["peak_flops"] == 1e12  # the better of both runs
     else:
         assert not notes and results["target"]["bandwidth"] == 1e15
+
+
+def test_a_remeasure_that_fails_keeps_the_runs_results(tiny, tmp_path, capsys, monkeypatch):
+    """Measuring again can time out on a busy machine after the whole run: the results are still
+    written, with the cached ceilings, and the note says why they were not measured again."""
+    from hearth.errors import PlanError
+    from hearth.memory import this_machine
+
+    home = tmp_path / "home"
+    (home / this_machine.CACHE).parent.mkdir(parents=True)
+    (home / this_machine.CACHE).write_text(json.dumps({
+        "key": this_machine.machine_key(), "kind": "cpu", "runtime_bytes": 1, "bandwidth": 1e3, "peak_flops": 1e12}))
+    monkeypatch.setenv("HEARTH_HOME", str(home))
+
+    def busy():
+        raise PlanError("measuring this machine took over 300 s (is it busy?)")
+
+    monkeypatch.setattr(this_machine, "_run_measurement", busy)
+    assert _bench(tiny, tmp_path / "out", "--device", "this") == 0
+    err = capsys.readouterr().err
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["target"]["bandwidth"] == 1e3 and all(lv["decode_ceiling"]["pct"] > 100 for lv in results["levels"])
+    (note,) = [line for line in err.splitlines() if "could not measure again" in line]
+    assert note.startswith("hearth: decode ran at ") and note.endswith("could not measure again: measuring this "
+                                                                       "machine took over 300 s (is it busy?)")

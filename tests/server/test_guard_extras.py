@@ -289,6 +289,22 @@ def test_a_re_prompt_is_compacted_too_and_reported(make_fake):
     assert len(first_prompt) == first and "result 0 " + "x" * 300 not in reprompt and "no tool named" in reprompt
 
 
+def test_a_prompt_that_fits_exactly_is_not_compacted(make_fake):
+    """prompt + max_tokens == the context fits (as the engine and check_room have it): compaction
+    leaves it whole; one token less of context and it compacts."""
+    chat, ext = long_chat(2), {"compaction": {"mode": "tiered", "keep_last": 1}}
+    roomy = make_fake(engine=FakeEngine(max_model_len=100_000))
+    post(roomy, chat, tools=[WEATHER], max_tokens=50)
+    n = len(roomy.engine.added[0].prompt)
+    fake = make_fake(engine=FakeEngine(max_model_len=n + 50))
+    r = post(fake, chat, tools=[WEATHER], max_tokens=50, hearth=ext)
+    assert r.status_code == 200, r.text
+    assert r.json()["hearth"]["events"] == [] and len(fake.engine.added[0].prompt) == n
+    tight = make_fake(engine=FakeEngine(max_model_len=n + 49))
+    (event,) = post(tight, chat, tools=[WEATHER], max_tokens=50, hearth=ext).json()["hearth"]["events"]
+    assert event["kind"] == "compacted" and event["prompt_tokens_after"] + 50 <= n + 49
+
+
 def test_compaction_that_cannot_fit_is_still_a_400(make_fake):
     fake = make_fake(engine=FakeEngine(max_model_len=200))
     r = post(fake, [{"role": "user", "content": "y" * 400}], hearth={"compaction": "tiered"})

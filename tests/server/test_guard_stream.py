@@ -228,3 +228,45 @@ def test_a_streamed_call_still_reports_the_name_probability_the_gate_read(fake):
     assert len([p for p in call_deltas(deltas) if p["function"].get("arguments")]) > 1  # it streamed
     (call,) = finish["hearth"]["calls"]
     assert call["name_prob"] is not None and 0 < call["name_prob"] <= 1
+
+
+# the first key streamed, then a number no double holds: the final parse fails after the call began
+OVERFLOW_LATE = ['<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pa', 'ris", "days": 1e400}}\n</tool_call>']
+OVERFLOW_WHY = "get_weather: arguments are not JSON: the number 1e400 is out of a double's range"
+
+
+def test_a_streamed_call_that_stops_parsing_is_never_a_clean_truncated_call(fake, monkeypatch):
+    """`{"city": "Paris"` went out, then 1e400 came: the client's arguments end as the model wrote
+    them (never the streamed prefix closed into `{"city": "Paris"}`, a key silently dropped), and no
+    mode reports the call clean: the guard and the grammar report an invalid_arguments problem
+    (a streamed call cannot be retried away), mode off an `unparsed_call` event."""
+    from tests.server import fakes
+    monkeypatch.setitem(fakes.ATTEMPTS, "overflow_late", [OVERFLOW_LATE, [fakes.WEATHER_CALL]])
+    for mode in ("guard", "grammar", "off"):
+        fake.engine.attempts.clear()
+        deltas, finish = chunks(fake, "overflow_late", hearth={"tool_guard": mode})
+        pieces = call_deltas(deltas)
+        assert pieces[0]["function"]["name"] == "get_weather" and pieces[0]["function"]["arguments"] == ""
+        assert "".join(p["function"]["arguments"] for p in pieces) == '{"city": "Paris", "days": 1e400}', mode
+        report = finish["hearth"]
+        if mode == "off":
+            (event,) = report["events"]
+            assert event == {"kind": "unparsed_call", "id": pieces[0]["id"], "name": "get_weather",
+                             "error": "the number 1e400 is out of a double's range"}
+            continue
+        assert report["outcome"] == "unresolved" and report["validation_errors"] == [OVERFLOW_WHY], mode
+        if mode == "guard":
+            assert report["retry_stopped"] == "1 call(s) already streamed to the client"
+
+
+def test_a_held_call_that_stops_parsing_is_retried(fake, monkeypatch):
+    """The same call under a schema the grammar does not hold: held back, so the guard retries it
+    and the client only ever sees the good call."""
+    from tests.server import fakes
+    monkeypatch.setitem(fakes.ATTEMPTS, "overflow_late", [OVERFLOW_LATE, [fakes.WEATHER_CALL]])
+    deltas, finish = chunks(fake, "overflow_late", tools=[LOOSE])
+    (piece,) = call_deltas(deltas)
+    assert json.loads(piece["function"]["arguments"]) == {"city": "Paris"} and "1e400" not in json.dumps(deltas)
+    report = finish["hearth"]
+    assert report["outcome"] == "ok" and report["validation_errors"] == [OVERFLOW_WHY]
+    assert [(r["kind"], r["reason"]) for r in report["retries"]] == [("resample", "invalid_arguments")]

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from tests.server import fakes
 from tests.server.fakes import TEMPLATE
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -91,6 +92,15 @@ def test_a_number_json_cannot_carry_is_no_call_and_retried(fake):
     assert "1e400" in message["content"] and not message.get("tool_calls")
 
 
+def test_a_python_call_line_literal_eval_refuses_is_text_not_a_500(fake, monkeypatch):
+    # `{[1]: 2}`: ast.literal_eval raises TypeError (unhashable), which the rescue once let through
+    monkeypatch.setitem(fakes.SCRIPTS, "py_unhashable", ["Run this:\n\nget_weather(city={[1]: 2})\n"])
+    r = post(fake, "py_unhashable")
+    message = r["choices"][0]["message"]
+    assert not message.get("tool_calls") and "get_weather(city={[1]: 2})" in message["content"]
+    assert r["hearth"]["outcome"] == "ok"
+
+
 def test_safe_coercion_is_made_and_reported(fake):
     r = post(fake, "guard_coerce", tools=[LOOSE])
     call = r["choices"][0]["message"]["tool_calls"][0]["function"]
@@ -168,6 +178,34 @@ def test_a_call_repeated_after_its_reprompt_is_the_models_choice(fake):
     assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert [e["reason"] for e in r["hearth"]["retries"]] == ["repeated_call"] and r["hearth"]["outcome"] == "ok"
     assert len(fake.engine.added) == 2
+
+
+@pytest.mark.parametrize("script,retries,attempts", [("guard_repeat_again", 0, 1), ("guard_unknown", 1, 2)])
+def test_a_repeated_call_with_no_retry_left_is_delivered_clean(fake, script, retries, attempts):
+    """No re-prompt can follow (retries 0, or the last attempt: here a resample's): the repeat is no
+    problem to report, the valid call stands."""
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    messages = [{"role": "user", "content": f"script:{script}"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": '{"error": "the weather service is down"}'}]
+    r = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": messages, "tools": [WEATHER],
+                                                       "hearth": {"tool_guard_retries": retries}}).json()
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert r["hearth"]["outcome"] == "ok" and len(fake.engine.added) == attempts
+    assert "repeated_call" not in json.dumps(r["hearth"]) and "repeated call" not in json.dumps(r["hearth"])
+
+
+def test_a_repeated_call_whose_reprompt_does_not_fit_is_delivered_clean(make_fake):
+    """The re-prompt (the call and its result quoted) would not fit the context: no re-prompt can
+    follow, so the repeat is no problem either; retry_stopped says why."""
+    from tests.server.fakes import FakeEngine
+    roomy = make_fake(engine=FakeEngine(max_model_len=100_000))
+    after_a_call(roomy, "guard_repeat_again", max_tokens=20)
+    n = len(roomy.engine.added[0].prompt)
+    fake = make_fake(engine=FakeEngine(max_model_len=n + 20))
+    r = after_a_call(fake, "guard_repeat_again", max_tokens=20)
+    assert r["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert r["hearth"]["outcome"] == "ok" and r["hearth"]["validation_errors"] == [] and r["hearth"]["retries"] == []
+    assert "would not leave room" in r["hearth"]["retry_stopped"] and len(fake.engine.added) == 1
 
 
 def test_the_same_call_after_a_new_user_turn_or_outside_guard_mode_is_not_a_repeat(fake):

@@ -189,6 +189,27 @@ def test_a_prompt_the_small_model_cannot_take_falls_back_to_the_main_model(make)
     assert line in client.get("/metrics").text
 
 
+def test_max_tokens_past_the_main_models_context_is_a_400_before_routing(make):
+    """The main model's room check runs before the small model is asked: the same 400 as without a
+    router, on every route that routes (the small model's answer would hide it)."""
+    client, main, small = make(threshold=0.5)
+    plain, _, _ = make(threshold=None)
+    for stream in (False, True):
+        with_router, without = chat(client, max_tokens=4095, stream=stream), chat(plain, max_tokens=4095, stream=stream)
+        assert with_router.status_code == without.status_code == 400, with_router.text
+        assert with_router.json() == without.json()
+    assert "max_tokens: this model's maximum context length is 4096" in without.json()["error"]["message"]
+    tools = [{"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]}]
+    r = client.post("/v1/messages", json={"model": "main", "max_tokens": 4095, "messages": ASK, "tools": tools})
+    assert r.status_code == 400 and "max_tokens: this model's maximum context length" in r.json()["error"]["message"]
+    r = client.post("/v1/responses", json={"model": "main", "input": "weather in Oslo?", "max_output_tokens": 4095,
+                                           "tools": [{"type": "function", "name": "get_weather",
+                                                      "parameters": TOOLS[0]["function"]["parameters"]}]})
+    assert r.status_code == 400 and "max_output_tokens: this model's maximum" in r.json()["error"]["message"]
+    assert small.added == [] and main.added == []
+    assert chat(client, max_tokens=64).json()["hearth"]["router"]["decision"] == "accepted"  # room left: routed
+
+
 def test_per_request_router_and_threshold(make):
     client, main, small = make(threshold=None)  # no router configured
     assert "router" not in chat(client).json()["hearth"] and small.added == []

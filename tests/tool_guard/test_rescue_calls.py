@@ -48,6 +48,12 @@ CASES = [
     ('{"city": "Paris", "temperature": 21}', None),
     ('os.system("rm -rf /")', None),
     ('get_weather(city=open("secrets.txt").read())', None),
+    # literals ast reads but JSON cannot hold or Python cannot build: not a call, never a 500
+    ('get_weather(city={[1]: 2})', None),  # unhashable key: literal_eval raises TypeError
+    ('get_weather(city={1, 2})', None),  # a set
+    ('get_weather(city=b"Paris")', None),
+    ('get_weather(city=1j)', None),
+    ('get_weather(city=' + '[' * 300 + ']' * 300 + ')', None),  # nesting past the parser's limit
 ]
 
 

@@ -100,8 +100,8 @@ CASES = {
     "hermes_unicode": Case("hermes", tag('{"name": "search", "arguments": {"query": "café ☕"}}'), "",
                            [("search", {"query": "café ☕"})]),
     # a number a double cannot hold (json.dumps wrote it back as Infinity, not JSON) or NaN is not carried:
-    # the call stays text (streamed to a client as it was written, the arguments sent so far are the
-    # call's: tests/tool_parsers/test_streaming.py)
+    # the call stays text (streamed to a client, a call already announced ends as the model wrote it,
+    # marked unparsed, nothing dropped: tests/tool_parsers/test_streaming.py)
     "hermes_number_past_a_double": Case("hermes", tag('{"name": "add", "arguments": {"a": 1e400, "b": 2}}'),
                                         tag('{"name": "add", "arguments": {"a": 1e400, "b": 2}}'), []),
     "hermes_nan_after_the_call_began": Case("hermes", tag('{"name": "add", "arguments": {"b": 2, "a": NaN}}'),

@@ -102,13 +102,36 @@ def test_arguments_go_out_as_they_are_written():
     assert done.call.arguments == '{"a": 12, "b": 3}' and done.call.id == got[1][0].id
 
 
-def test_a_number_json_cannot_carry_after_the_call_began_keeps_what_was_streamed():
-    """Streamed: `{"b": 2` went out before NaN came; the call is what was sent (NaN is never sent).
-    Not streamed (parse_tool_calls, test_formats): the same output stays text."""
-    parser = StreamingToolParser("hermes", TOOLS)
-    events = stream(parser, ['<tool_call>{"name": "add", "arguments": {"b": 2, ', '"a": NaN}}</tool_call>'])
-    [call] = [e.call for e in events if isinstance(e, ToolCallEvent)]
-    assert json.loads(call.arguments) == {"b": 2}
+OPEN_ADD = '<tool_call>{"name": "add", "arguments": {"b": 2, '
+
+
+@pytest.mark.parametrize("rest, arguments, why", [
+    ('"a": NaN}}</tool_call>', '{"b": 2, "a": NaN}', "NaN is not JSON"),
+    ('"a": -Infinity, "c": 3}}</tool_call>', '{"b": 2, "a": -Infinity, "c": 3}', "-Infinity is not JSON"),
+    ('"a": 1e400, "c": 3}}</tool_call>', '{"b": 2, "a": 1e400, "c": 3}', "the number 1e400 is out of a double's range"),
+    ('"a": NaN', '{"b": 2, "a": NaN', "NaN is not JSON"),  # cut off there: the stream ends
+])
+def test_a_value_json_cannot_carry_after_the_call_began_is_marked_not_dropped(rest, arguments, why):
+    """Streamed: `{"b": 2` went out before NaN came, and cannot be taken back; the call ends as the
+    model wrote it, nothing dropped, marked `unparsed` (the guard makes it an invalid_arguments
+    problem). Not streamed (parse_tool_calls, test_formats): the same output stays text."""
+    text = OPEN_ADD + rest
+    for deltas in ([OPEN_ADD, rest], list(text)):
+        events = stream(StreamingToolParser("hermes", TOOLS), deltas)
+        [call] = [e.call for e in events if isinstance(e, ToolCallEvent)]
+        sent = "".join(e.text for e in events if isinstance(e, ToolCallArgumentsDelta))
+        assert sent == '{"b": 2' and call.arguments == arguments and call.unparsed == why
+    assert parse_tool_calls(text, "hermes", TOOLS) == (text, [])
+
+
+def test_a_repeated_key_after_the_call_began_reads_as_the_parse_does():
+    """The certain prefix stops at a repeated key (json.loads keeps the last): the call ends as the
+    model wrote it, which reads as the whole parse does, and is no unparsed call."""
+    text = '<tool_call>{"name": "add", "arguments": {"a": 1, "a": 2}}</tool_call>'
+    [call] = [e.call for e in stream(StreamingToolParser("hermes", TOOLS), list(text)) if isinstance(e, ToolCallEvent)]
+    _, [whole] = parse_tool_calls(text, "hermes", TOOLS)
+    assert call.arguments == '{"a": 1, "a": 2}' and json.loads(call.arguments) == json.loads(whole.arguments) == {"a": 2}
+    assert call.unparsed == ""
 
 
 def test_a_call_that_stops_parsing_keeps_what_was_sent():
@@ -118,3 +141,4 @@ def test_a_call_that_stops_parsing_keeps_what_was_sent():
     [call] = [e.call for e in events if isinstance(e, ToolCallEvent)]
     sent = "".join(e.text for e in events if isinstance(e, ToolCallArgumentsDelta))
     assert call.name == "add" and call.arguments.startswith(sent) and json.loads(call.arguments) == {"a": 1, "b": 2}
+    assert call.unparsed == ""  # the arguments are whole: only what follows them did not parse
