@@ -7,7 +7,10 @@ agree to ~1e-4; on the quantized real models logits differ by up to ~0.6, so whe
 top-1 margin is smaller than that, either token is a faithful greedy choice. Hence two tests:
 - teacher-forced: fed llama.cpp's tokens, hearth's argmax equals llama.cpp's at every one of the 64
   steps of every case, except where llama.cpp's margin is below TIE (then llama.cpp's token must be
-  within TIE of hearth's best);
+  within TIE of hearth's best), or where the f32 reference (tests/data/reference, for the models that
+  have one) ranks the two tokens within TIE of each other: there llama.cpp's margin is its own error
+  (SmolLM2, 'In 1969', step 17: llama.cpp 0.79 for a token the reference puts 0.19 ahead; hearth's
+  avx2 tier on a Zen 4 ranked the other one 0.29 ahead, and bf16 or f32 attention moved that by 0.26);
 - free-running: greedy generation equals llama.cpp's token for token over 64 tokens on the cases
   where llama.cpp's margin never drops below ROBUST = TIE (at least 8 per model; mostly prompts that
   ask the model to continue a passage it has seen three times). A smaller margin is within the two
@@ -19,12 +22,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from hearth import LLM, SamplingParams
 from tests.teacher_forced import STEPS, prefetch, teacher_forced
 
 GOLDENS = Path(__file__).parent / "data" / "goldens"
+REFERENCE = Path(__file__).parent / "data" / "reference"
 NEW_TOKENS = STEPS
 TIE = 0.75
 """Logit margin below which llama.cpp and hearth may rank two tokens differently (see above)."""
@@ -47,15 +52,26 @@ def robust(case) -> bool:
     return min(case["top1_margins"][:NEW_TOKENS]) >= ROBUST
 
 
+def reference_tie(ref, i: int, step: int, a: int, b: int) -> bool:
+    """The f32 reference holds tokens a and b at case i's step within TIE of each other (False where there
+    is no reference or either token is outside its top K)."""
+    if ref is None:
+        return False
+    ids, logprobs = ref["ids"][i, step].tolist(), ref["logprobs"][i, step]
+    return a in ids and b in ids and abs(logprobs[ids.index(a)] - logprobs[ids.index(b)]) < TIE
+
+
 def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
     name, cases, llm, limit = golden
     problems = []
     prefetch(llm, name, cases[:limit])
+    path = REFERENCE / f"{name}.npz"
+    ref = np.load(path) if path.exists() else None
     for i, case in enumerate(cases[:limit]):
         forced = teacher_forced(llm, name, case, i)  # one prefill, shared with models/test_fidelity.py
         for step, (best, gap, want, margin) in enumerate(zip(forced.best, forced.gap, case["new_token_ids"],
                                                               case["top1_margins"])):
-            if best == want:
+            if best == want or reference_tie(ref, i, step, best, want):
                 continue
             if margin >= TIE or gap >= TIE:
                 problems.append(f"{case['prompt'][:30]!r} step {step}: hearth {best}, llama.cpp {want} "
