@@ -7,12 +7,15 @@
 // Where it runs: from VNNI_GEMM_MIN_ROWS rows on (decode batches, verified drafts, prefills). A zmm
 // vpdpbusd (64 MACs) issues as often as a vdpbf16ps (32): measured ~1/cycle each on Zen 4; this loop
 // spends 3 vector ops per 16 weights on turning int32 sums into f32 (4 vpdpbusd) and 1 per scale
-// group of the weights on the offsets. Prefills took an AVX512-BF16 GEMM (W expanded to bf16 panels
-// per call) until 2026-12-05: on Sapphire Rapids with the AMX tier forced off this loop ran the
-// 1.5B model's prefill shapes 1.7-2.9x faster, on Zen 4 ~1.3x (an earlier measurement), and with a
-// scale per 16 (the GEMV's rounding, blocks.h quantize) its prefill logits stay within the fidelity
-// bound (tests/models/test_fidelity.py at the avx512 tier), so batches and prefills keep the
-// fidelity of single-row decodes. Below 64 rows its panels are half the bytes to unpack of bf16's.
+// group of the weights on the offsets. On Zen 4 the multiply and both FMAs share vpdpbusd's two
+// pipes: that bounds the loop at ~279 GOP/s (Q4_K) / ~259 (Q6_K) at 3.5 GHz, and it runs there
+// (measured 2026-12-05, docs/performance.md; other register blocks or ymm issue the same ops). Prefills
+// took an AVX512-BF16 GEMM (W expanded to bf16 panels per call) until 2026-12-05: on Sapphire Rapids
+// with the AMX tier forced off this loop ran the 1.5B model's prefill shapes 1.7-2.9x faster, on
+// Zen 4 ~1.3x (an earlier measurement), and with a scale per 16 (the GEMV's rounding, blocks.h
+// quantize) its prefill logits stay within the fidelity bound (tests/models/test_fidelity.py at the
+// avx512 tier), so batches and prefills keep the fidelity of single-row decodes. Below 64 rows its
+// panels are half the bytes to unpack of bf16's.
 //
 // Register block: 2 vectors of output features (the panel's 32) x MR activation rows; per 4 k a
 // weight vector is loaded and each row's 4 codes broadcast (the vpdpbusd memory operand). Per 16 k
