@@ -99,6 +99,26 @@ def test_fused_parts_of_mixed_types_and_strided_io():
     assert out[:, :20].isnan().all() and out[:, 180:].isnan().all()
 
 
+def test_activations_quantized_256_at_a_time_equal_the_per_32_loop():
+    """Rows quantized for the natural layout alone (k-quant weights: the GEMV's and the int8 GEMM's
+    activations) take 256 values at a time on AVX-512 (csrc/blocks.h quantize256_scale16); a plan that
+    also wants the 32-wide types' paired layout takes the loop over blocks of 32. Same codes, scales
+    and sums: the k-quant part's outputs bit for bit equal beside a Q8_0 part, on rows with zero, tiny
+    (subnormal), huge and mixed groups."""
+    rng, g = np.random.default_rng(11), torch.Generator().manual_seed(11)
+    for qtype, k in ((Q.Q4_K, 1536), (Q.Q6_K, 768)):
+        w, paired = random_tensor(qtype, 48, k, rng), random_tensor(Q.Q8_0, 16, k, rng)
+        alone = native.NativeMatmul([(as_bytes(w.data, qtype), int(qtype))], k)
+        beside = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in (paired, w)], k)
+        x = torch.randn(9, k, generator=g) * 3
+        x[1] = 0
+        x[2] *= 1e-39
+        x[3] *= 1e30
+        x[4, ::3] = 0
+        x[5, : k // 2] *= 1e-6
+        assert torch.equal(beside(x)[:, 16:], alone(x)), qtype.name
+
+
 def test_rows_are_independent_of_the_batch():
     """Each output row is computed alone (same operations in the same order, whatever its neighbours
     or its place in the batch) within each regime: below AMX_MIN_ROWS (10) rows the VNNI loop, from

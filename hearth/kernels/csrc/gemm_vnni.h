@@ -7,12 +7,15 @@
 // Where it runs: from VNNI_GEMM_MIN_ROWS rows on (decode batches, verified drafts, prefills). A zmm
 // vpdpbusd (64 MACs) issues as often as a vdpbf16ps (32): measured ~1/cycle each on Zen 4; this loop
 // spends 3 vector ops per 16 weights on turning int32 sums into f32 (4 vpdpbusd) and 1 per scale
-// group of the weights on the offsets. Prefills took an AVX512-BF16 GEMM (W expanded to bf16 panels
-// per call) until 2026-12-05: on Sapphire Rapids with the AMX tier forced off this loop ran the
-// 1.5B model's prefill shapes 1.7-2.9x faster, on Zen 4 ~1.3x (an earlier measurement), and with a
-// scale per 16 (the GEMV's rounding, blocks.h quantize) its prefill logits stay within the fidelity
-// bound (tests/models/test_fidelity.py at the avx512 tier), so batches and prefills keep the
-// fidelity of single-row decodes. Below 64 rows its panels are half the bytes to unpack of bf16's.
+// group of the weights on the offsets. On Zen 4 the multiply and both FMAs share vpdpbusd's two
+// pipes: that bounds the loop at ~279 GOP/s (Q4_K) / ~259 (Q6_K) at 3.5 GHz, and it runs there
+// (measured 2026-12-05, docs/performance.md; other register blocks or ymm issue the same ops). Prefills
+// took an AVX512-BF16 GEMM (W expanded to bf16 panels per call) until 2026-12-05: on Sapphire Rapids
+// with the AMX tier forced off this loop ran the 1.5B model's prefill shapes 1.7-2.9x faster, on
+// Zen 4 ~1.3x (an earlier measurement), and with a scale per 16 (the GEMV's rounding, blocks.h
+// quantize) its prefill logits stay within the fidelity bound (tests/models/test_fidelity.py at the
+// avx512 tier), so batches and prefills keep the fidelity of single-row decodes. Below 64 rows its
+// panels are half the bytes to unpack of bf16's.
 //
 // Register block: 2 vectors of output features (the panel's 32) x MR activation rows; per 4 k a
 // weight vector is loaded and each row's 4 codes broadcast (the vpdpbusd memory operand). Per 16 k
@@ -166,6 +169,13 @@ template <int GS, int MR>
 void vnni_block(const VnniPanel& p, int64_t K, const VnniActs& x, int64_t m0, float* y, int64_t ldy, __mmask16 c0,
                 __mmask16 c1, VnniAhead& ahead, bool add) {
   __m512 acc[MR][2];  // add: from y's values (an earlier slice of K's sums), else from zeros
+  // y's lines, stored at the end, asked for now: a prefill's y is in no cache (gate|up of the 1.5B: 18 MB
+  // at 256 rows), and the stores' misses stalled the next block's start (Zen 4: ~5% of the call)
+  if (!add)
+    for (int r = 0; r < MR; ++r) {
+      _mm_prefetch(reinterpret_cast<const char*>(y + (m0 + r) * ldy), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(y + (m0 + r) * ldy + 16), _MM_HINT_T0);
+    }
   for (int r = 0; r < MR; ++r) {
     acc[r][0] = add ? _mm512_maskz_loadu_ps(c0, y + (m0 + r) * ldy) : _mm512_setzero_ps();
     acc[r][1] = add ? _mm512_maskz_loadu_ps(c1, y + (m0 + r) * ldy + 16) : _mm512_setzero_ps();
