@@ -17,7 +17,7 @@ from hearth.kernels.attention import (AttentionMetadata, paged_attention_quantiz
                                       write_kv_pair_torch)
 from hearth.kvstore.paged import lazy_zeros
 from hearth.layers.embedding import Embedding
-from hearth.layers.linear import QuantLinear, build_linear
+from hearth.layers.linear import TORCH_HEAD_PATHS, QuantLinear, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFTensor
 
@@ -88,6 +88,11 @@ class Backend:
     def linear(self, t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> QuantLinear:
         """A GGUF-block linear for few and many rows (hearth.layers.linear)."""
         return build_linear(t, bias)
+
+    def head(self, t: GGUFTensor) -> QuantLinear:
+        """The output head [vocab, hidden]: a linear whose every row is read for each token's logits (the
+        torch paths hold some types otherwise there: hearth.formats.weights.HEAD_INT4_MAX_PLANES)."""
+        return build_linear(t, paths=TORCH_HEAD_PATHS)
 
     def embedding(self, t: GGUFTensor) -> Embedding:
         return Embedding(t)

@@ -149,6 +149,9 @@ class CpuBackend(Backend):
     def linear(self, t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> QuantLinear:
         return native_linear(t, bias)
 
+    def head(self, t: GGUFTensor) -> QuantLinear:
+        return native_linear(t)
+
     def embedding(self, t: GGUFTensor) -> Embedding:
         return NativeEmbedding(t) if int(t.qtype) in native.QTYPES else Embedding(t)
 

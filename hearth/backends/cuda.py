@@ -124,6 +124,9 @@ class CudaBackend(Backend):
             lin.bias = lin.bias.to(self.device)
         return lin
 
+    def head(self, t: GGUFTensor) -> QuantLinear:
+        return self.linear(t)
+
     def embedding(self, t: GGUFTensor) -> Embedding:
         return DeviceEmbedding(t, self.device)
 

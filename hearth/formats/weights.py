@@ -17,6 +17,15 @@ TORCH_PATHS = ("f32", "bf16", "int4x1", "int4x2", "int8")
 """How hearth.layers.linear's torch fallback holds a weight: f32 or bf16 dense, torch's int4pack in one
 or two 4-bit planes (hearth.kernels.qmatmul), or int8 codes with one scale per row (requantized:
 torch's int8 kernel reads half of bf16's bytes); hearth.memory.layouts prices each."""
+INT4_PLANES = {"int4x1": 1, "int4x2": 2}
+HEAD_INT4_MAX_PLANES = {"AVX512": 2}
+"""ATen CPU capability (torch.backends.cpu.get_cpu_capability()) -> the most int4 planes an output head
+takes on torch's int4pack kernel; a head of more (Q5_*, Q8_0: two) is held as int8 rows instead (1 where
+not listed). With AVX2 that kernel is compute-bound (~8 G weights/s a core, the int8 kernel's ~15), so
+two planes cost twice one: SmolLM2's Q8_0 head as int8 rows took its decode step to 0.89-0.93x the CPU
+time. Heads only: int8 rows for every Q5_0/Q8_0 weight (Qwen2.5-Coder-0.5B step 0.66x) took that model's
+KL past llama.cpp's (1.7x); with AVX-512 two planes are the faster (docs/performance.md, 2026-12-05,
+seventh session)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +61,11 @@ class WeightFormat:
     def bits(self) -> float:
         """Bits a weight as stored in the file (scales included)."""
         return 8 * self.type_size / self.block_size
+
+    def torch_head_path(self, capability: str) -> str:
+        """torch_path for an output head on this ATen CPU capability: past HEAD_INT4_MAX_PLANES's planes, int8 rows."""
+        more = INT4_PLANES.get(self.torch_path, 0) > HEAD_INT4_MAX_PLANES.get(capability, 1)
+        return "int8" if more else self.torch_path
 
     def __post_init__(self):
         if self.torch_path not in TORCH_PATHS:

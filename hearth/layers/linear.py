@@ -197,6 +197,10 @@ BUILDERS: dict[str, Builder] = {"int4x1": _int4, "int4x2": _int4, "int8": _int8,
 """path -> the part it builds: the torch paths (a backend adds its own, hearth.backends.cpu_linear)."""
 TORCH_PATHS: dict[Q, str] = {q: f.torch_path for q, f in WEIGHT_FORMATS.items()}
 """qtype -> path; neighbours in a fused list that share a path become one part."""
+TORCH_HEAD_PATHS: dict[Q, str] = {q: f.torch_head_path(torch.backends.cpu.get_cpu_capability())
+                                   for q, f in WEIGHT_FORMATS.items()}
+"""qtype -> path of an output head at the ATen CPU capability this process runs
+(hearth.formats.weights.HEAD_INT4_MAX_PLANES)."""
 
 
 class QuantLinear(nn.Module):

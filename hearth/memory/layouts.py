@@ -8,7 +8,8 @@ hearth.formats.weights, which hearth.layers.linear builds; a test builds each on
   int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
             32 values = 5 bits a value; rows padded to a multiple of 64
   int4 x2   Q5_0, Q5_1, Q5_K, Q8_0: two such planes, 10 bits a value
-  int8      Q6_K: requantized to int8 codes, 8 bits a value + a bf16 scale per row
+  int8      Q6_K: requantized to int8 codes, 8 bits a value + a bf16 scale per row; an output head of a
+            two-plane type too where ATen runs below AVX-512 (hearth.formats.weights.HEAD_INT4_MAX_PLANES)
   bf16      F16, Q2_K, Q3_K: expanded to 16 bits a value; BF16 is used in place (16 bits)
   f32       F32 used in place from the memory map (32 bits)
 On the CPU the token embedding is read row by row from the file (only looked-up rows become
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import torch
 from gguf import GGMLQuantizationType as Q
 
 from hearth.formats.weights import WEIGHT_FORMATS
@@ -50,6 +52,8 @@ class Layout:
     embedding_resident: bool
     """Whether an untied embedding table is resident (GPU) or read from the file on demand (CPU)."""
     about: str
+    head_held: dict[Q, Held] | None = None
+    """How the output head is held where it differs from `held` (None: as `held`)."""
 
 
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
@@ -58,13 +62,15 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
                                     "file; embedding rows read from the file"),
     Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,
            "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
-           "Q6_K as int8 rows, 2/3-bit k-quants and F16 as bf16; embedding rows read from the file"),
+           "Q6_K as int8 rows, 2/3-bit k-quants and F16 as bf16; embedding rows read from the file",
+           {q: TORCH_HELD[f.torch_head_path(torch.backends.cpu.get_cpu_capability())]
+            for q, f in WEIGHT_FORMATS.items()}),
 )}
 
 
-def held_bytes(t: WeightTensor, layout: Layout) -> int:
-    """Bytes of one weight as `layout` holds it."""
-    held = layout.held.get(t.qtype)
+def held_bytes(t: WeightTensor, layout: Layout, head: bool = False) -> int:
+    """Bytes of one weight as `layout` holds it (head: the output head)."""
+    held = (layout.head_held if head and layout.head_held is not None else layout.held).get(t.qtype)
     if held is None:
         return t.n_bytes
     rows = math.prod(t.shape[:-1]) if len(t.shape) > 1 else 1
@@ -73,5 +79,5 @@ def held_bytes(t: WeightTensor, layout: Layout) -> int:
 
 
 def resident_weight_bytes(tensors: list[WeightTensor], shape: ModelShape, layout: Layout) -> int:
-    return sum(held_bytes(t, layout) for t in tensors
+    return sum(held_bytes(t, layout, role(t, shape) == "head") for t in tensors
                if layout.embedding_resident or role(t, shape) != "embedding")

@@ -135,7 +135,7 @@ class CausalLM(nn.Module):
         self.layers = nn.ModuleList(layers)
         self.stack = backend.stack(layers)  # a prefill chunk through many layers in one call, or None
         self.norm = RMSNorm(f32(g, "output_norm.weight"), cfg.rms_norm_eps)
-        self.lm_head = backend.linear(head_tensor(g))
+        self.lm_head = backend.head(head_tensor(g))
 
     @classmethod
     def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:

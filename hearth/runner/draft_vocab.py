@@ -31,7 +31,7 @@ class DraftVocab:
         if not 0 < size <= vocab:
             raise ValueError(f"draft_vocab {size} is outside 1..{vocab}")
         self.vocab, self.size, self.softcap, self.backend = vocab, size, softcap, backend
-        self.base = backend.linear(replace(head, shape=(size, hidden), data=head.data[:size]))  # rows [0, size)
+        self.base = backend.head(replace(head, shape=(size, hidden), data=head.data[:size]))  # rows [0, size)
         self._raw, self._qtype, self._hidden = as_bytes(head.data, head.qtype), head.qtype, hidden
         self.kept = sorted({i for i in keep if size <= i < vocab})
         """Ids past `size` scored for every request."""

@@ -152,3 +152,12 @@ def test_quantized_sides_have_native_readers():
     that is not must say so here)."""
     for name, codec in codecs.QUANTIZED.items():
         assert native.kvq_formats(codec) is not None, name
+
+
+def test_a_head_of_two_int4_planes_is_int8_rows_below_avx512():
+    # the int4pack kernel is compute-bound with AVX2: two planes cost twice one (hearth.formats.weights)
+    q8 = WEIGHT_FORMATS[Q.Q8_0]
+    assert q8.torch_head_path("AVX512") == "int4x2"
+    assert q8.torch_head_path("AVX2") == q8.torch_head_path("DEFAULT") == "int8"
+    assert WEIGHT_FORMATS[Q.Q4_K].torch_head_path("AVX2") == "int4x1"  # one plane stays
+    assert WEIGHT_FORMATS[Q.Q6_K].torch_head_path("AVX512") == "int8"
