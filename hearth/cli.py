@@ -13,7 +13,7 @@ from hearth.errors import HearthError
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("hearth.commands.serve", "serve a model over OpenAI- and Anthropic-compatible HTTP, with a chat page"),
     "cluster": ("hearth.commands.cluster", "serve a model from N engine replicas on Ray behind one API (hearth[cluster])"),
-    "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt"),
+    "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt (a base model completes the text)"),
     "pull": ("hearth.commands.pull", "download a model (catalog name or org/repo:file.gguf) and print its path"),
     "models": ("hearth.commands.models", "list known models and which are downloaded"),
     "plan": ("hearth.commands.plan", "will a model fit, how long a context, how many users, how fast at best"),

@@ -51,3 +51,95 @@ def test_a_bad_tool_guard_is_one_line_before_the_load(argv, needle, capsys, monk
     assert main(["serve", "no-such-model.gguf", *argv]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and needle in err, err
+
+
+# ---- hearth run: chat with a model's own template, complete text without one (llama-cli's rule) ----
+
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+GREEDY = ["--temperature", "0", "--max-tokens", "6", "--ctx", "256"]
+PROMPT = "the capital of france is"
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """(base, instruct): tiny random llamas, without a chat template (a base model's GGUF) and with one."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    root = tmp_path_factory.mktemp("run")
+    base, instruct = root / "base.gguf", root / "instruct.gguf"
+    write_tiny_gguf(base, "llama")
+    write_tiny_gguf(instruct, "llama", chat_template=TEMPLATE)
+    return base, instruct
+
+
+def greedy_text(path, ids_of) -> str:
+    """The greedy 6-token continuation of ids_of(llm) by the library, as the reference for `hearth run`."""
+    from hearth import LLM, SamplingParams
+
+    llm = LLM(str(path), progress=False, max_model_len=256, max_num_seqs=1)
+    params = SamplingParams(temperature=0, max_tokens=6)
+    return llm.generate({"prompt_token_ids": ids_of(llm)}, params)[0].outputs[0].text
+
+
+def as_text(llm, text=PROMPT):
+    return llm.tokenizer.encode(text)  # what LLM.generate(text) runs
+
+
+def as_chat(llm, text=PROMPT):
+    return llm.encode_chat([{"role": "user", "content": text}])
+
+
+def run_stdout(capsys, *argv) -> tuple[str, list[str]]:
+    assert main(["run", *argv]) == 0
+    out, err = capsys.readouterr()
+    return out, err.splitlines()
+
+
+def test_run_completes_the_prompt_of_a_model_without_a_template(tiny_models, capsys):
+    base, _ = tiny_models
+    text, chat = greedy_text(base, as_text), greedy_text(base, as_chat)
+    assert text != chat  # else the test could not tell them apart
+    out, err = run_stdout(capsys, str(base), PROMPT, *GREEDY)
+    assert out == text + "\n"
+    assert err == [f"hearth: {base} has no chat template: completing the prompt as text (--chat to chat in a built-in one)"]
+    out, err = run_stdout(capsys, str(base), PROMPT, *GREEDY, "--chat")  # llama-cli's -cnv: the built-in template
+    assert out == chat + "\n" and err == [f"hearth: {base} has no chat template: chatting in a built-in one for llama"]
+
+
+def test_run_chats_with_a_model_s_own_template_unless_raw(tiny_models, capsys):
+    _, instruct = tiny_models
+    text, chat = greedy_text(instruct, as_text), greedy_text(instruct, as_chat)
+    assert text != chat
+    assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY) == (chat + "\n", [])
+    for raw in ("--raw", "-no-cnv"):  # llama-cli's spelling too
+        assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY, raw) == (text + "\n", [])
+
+
+def test_interactive_run_completes_each_line_on_its_own_without_a_template(tiny_models, capsys, monkeypatch):
+    import io
+
+    base, _ = tiny_models
+    lines = [PROMPT, "hello world"]
+    expected = [greedy_text(base, lambda llm, t=t: as_text(llm, t)) for t in lines]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    out, err = run_stdout(capsys, str(base), *GREEDY)
+    assert out == "".join(e + "\n" for e in expected)  # the second line is not continued from the first
+    assert err == [f"hearth: {base} has no chat template: completing each line, on its own, as text "
+                   "(--chat to chat in a built-in one)"]
+
+
+def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
+    import hearth.llm
+
+    base, _ = tiny_models
+    assert main(["run", str(base), PROMPT, "--system", "be brief"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (f"hearth: error: {base} has no chat template, so --system has no place in its prompt: "
+                   "add --chat to chat in a built-in template, or drop --system")
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["run", str(base), PROMPT, "--system", "be brief", "--raw"]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: --system is a chat's, and --raw completes text: drop one of them"
+    with pytest.raises(SystemExit) as e:  # one mode or the other
+        main(["run", str(base), PROMPT, "--raw", "--chat"])
+    assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
