@@ -143,3 +143,19 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:  # one mode or the other
         main(["run", str(base), PROMPT, "--raw", "--chat"])
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+
+def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
+    import torch
+
+    from hearth.cli import command_parser
+    from hearth.config import THREADS_ZERO
+
+    for name in ("run", "serve", "eval", "bench"):
+        assert THREADS_ZERO in " ".join(command_parser(name).format_help().split()), name
+    before = torch.get_num_threads()
+    run_stdout(capsys, str(tiny_models[0]), PROMPT, *GREEDY, "--threads", "0")
+    assert torch.get_num_threads() == before  # left as torch chose it
+    assert main(["run", str(tiny_models[0]), PROMPT, "--threads", "-1"]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: --threads must be a number of threads (0: torch's default), not -1"

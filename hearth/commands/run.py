@@ -9,7 +9,7 @@ import sys
 import time
 from dataclasses import replace
 
-from hearth.config import DEFAULT_MODEL, DEVICES
+from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, check_room
 
 DEFAULT_MAX_TOKENS = 1024
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="longest answer in tokens; more than the context has left is an error "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens, at most the model's; 0: the model's (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer")

@@ -10,7 +10,7 @@ import sys
 
 import uvicorn
 
-from hearth.config import DEFAULT_MODEL, DEVICES
+from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import HearthError
 
 
@@ -86,7 +86,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")
     eng.add_argument("--threads", type=int, default=0,
-                     help="CPU threads per model (default: all cores; a --models entry's `threads` overrides it)")
+                     help=f"CPU threads per model; {THREADS_ZERO}; a --models entry's `threads` overrides it "
+                          "(default: 0)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
     spec = p.add_argument_group("speculative decoding")
     spec.add_argument("--speculative-config", default=None, metavar="JSON",
