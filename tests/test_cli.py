@@ -145,6 +145,44 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+# ---- hearth serve: a port in use is one line, before the model loads ----
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_serve_on_a_port_in_use_is_one_line_before_the_load(tiny_models, host, capsys, monkeypatch):
+    import socket
+
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for a port in use"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(tiny_models[0]), "--host", host, "--port", str(port)]) == 1
+    assert capsys.readouterr().err.strip() == f"hearth: error: port {port} on {host} is already in use"
+
+
+def test_serve_port_check_binds_a_free_port_and_lets_it_go():
+    import socket
+
+    from hearth.commands.serve import check_port
+
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    check_port("127.0.0.1", port)
+    check_port("127.0.0.1", port)  # let go: free again
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_serve_on_a_host_that_is_not_here_is_one_line(capsys):
+    from hearth.commands.serve import check_port
+    from hearth.errors import HearthError
+
+    with pytest.raises(HearthError, match="cannot listen on port 8123 on 192.0.2.1: "):  # TEST-NET-1: never local
+        check_port("192.0.2.1", 8123)
+
 
 def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
     import torch
