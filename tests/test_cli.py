@@ -184,6 +184,31 @@ def test_serve_on_a_host_that_is_not_here_is_one_line(capsys):
         check_port("192.0.2.1", 8123)
 
 
+# ---- hearth --version, --threads ----
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_is_one_line_with_torch_s(flag, capsys):
+    from importlib import metadata
+
+    import hearth
+
+    assert main([flag]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"hearth {hearth.__version__} (torch {metadata.version('torch')}, python ")
+    assert len(out.splitlines()) == 1
+
+
+def test_the_package_version_is_hearth_s():
+    """pyproject.toml reads the version from hearth.__version__: one place."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hearth.__version__"}
+
+
 def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
     import torch
 
