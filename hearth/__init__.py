@@ -2,6 +2,7 @@
 
 from hearth.sampling_params import SamplingParams
 
+__version__ = "0.1.0"  # pyproject.toml reads it from here
 __all__ = ["LLM", "SamplingParams"]
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import platform
 import sys
+from importlib import metadata
 
 from hearth.errors import HearthError
 
@@ -13,7 +15,7 @@ from hearth.errors import HearthError
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("hearth.commands.serve", "serve a model over OpenAI- and Anthropic-compatible HTTP, with a chat page"),
     "cluster": ("hearth.commands.cluster", "serve a model from N engine replicas on Ray behind one API (hearth[cluster])"),
-    "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt"),
+    "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt (a base model completes the text)"),
     "pull": ("hearth.commands.pull", "download a model (catalog name or org/repo:file.gguf) and print its path"),
     "models": ("hearth.commands.models", "list known models and which are downloaded"),
     "plan": ("hearth.commands.plan", "will a model fit, how long a context, how many users, how fast at best"),
@@ -26,7 +28,20 @@ COMMANDS: dict[str, tuple[str, str]] = {
 def _usage() -> str:
     width = max(map(len, COMMANDS))
     lines = [f"  {name:<{width}}  {help_text}" for name, (_, help_text) in COMMANDS.items()]
-    return "usage: hearth COMMAND [ARGS]\n\nLocal-first LLM inference for GGUF models.\n\ncommands:\n" + "\n".join(lines)
+    return ("usage: hearth COMMAND [ARGS]\n       hearth -V | --version\n\nLocal-first LLM inference for GGUF models."
+            "\n\ncommands:\n" + "\n".join(lines))
+
+
+def version() -> str:
+    """One line, as `vllm --version` and `ollama --version` print: this hearth's version and the
+    installed torch's (from its metadata: importing torch takes seconds)."""
+    from hearth import __version__
+
+    try:
+        torch = metadata.version("torch")
+    except metadata.PackageNotFoundError:
+        torch = "not installed"
+    return f"hearth {__version__} (torch {torch}, python {platform.python_version()})"
 
 
 def command_parser(name: str) -> argparse.ArgumentParser:
@@ -41,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        print(version())
+        return 0
     name = argv[0]
     if name not in COMMANDS:
         print(f"hearth: error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)

@@ -49,6 +49,9 @@ DEVICES = ("auto", "cpu", "cuda", "torch")
 this CPU's tier), cuda (Triton kernels), torch (torch's kernels: the reference)."""
 
 
+THREADS_ZERO = "0: torch's default, one per physical core (or $OMP_NUM_THREADS when set)"
+"""What --threads 0 means: hearth leaves torch's thread count as torch chose it at start."""
+
 @dataclass(slots=True)
 class EngineConfig:
     """How the engine runs a model: memory, batching and threads."""
@@ -81,7 +84,7 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"
     """Storage format of the KV cache: auto (f16), f16, bf16, fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4."""
     threads: int = 0
-    """CPU threads for torch; 0 = all cores."""
+    """CPU threads for torch and the C++ kernels; 0 = torch's default (THREADS_ZERO)."""
     device: str = "auto"
     """One of DEVICES: the backend the model runs on (hearth.backends)."""
     seed: int = 0
@@ -115,7 +118,7 @@ _LOWEST = {
     "kv_cache_memory_gb": (1e-9, "a positive number of GB"),
     "max_num_seqs": (1, "at least 1"),
     "max_num_batched_tokens": (1, "at least 1"),
-    "threads": (0, "a number of threads (0: all cores)"),
+    "threads": (0, "a number of threads (0: torch's default)"),
 }
 """EngineConfig's numeric fields -> (the smallest value each may take, what the value must be)."""
 _FLAGS = {"max_model_len": "--ctx / --max-model-len"}

@@ -85,7 +85,8 @@ def test_interactive_chat_outlives_a_message_too_long(capsys, monkeypatch, tiny)
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO("hi\n" + "z" * 400 + "\n/help\nhi\n/bye\nnever sent\n"))
-    code = main(["run", str(tiny), "--ctx", "160", "--max-tokens", "2", "--temperature", "0"])
+    # --chat: tiny has no template of its own, and without one each line is completed on its own
+    code = main(["run", str(tiny), "--ctx", "160", "--max-tokens", "2", "--temperature", "0", "--chat"])
     out, err = capsys.readouterr()
     assert code == 0 and "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("hearth: error: ")]
@@ -187,7 +188,7 @@ def test_max_tokens_past_the_context_ends_the_answer_there_in_the_library(tiny_l
 
 
 def test_run_max_tokens_past_the_context_is_one_line(capsys, tiny):
-    code, err = run_cli(capsys, "run", str(tiny), "--ctx", "80", "--max-tokens", "79", "hi")
+    code, err = run_cli(capsys, "run", str(tiny), "--ctx", "80", "--max-tokens", "80", "hi")
     assert_one_line_error(code, err, "--max-tokens: this model's maximum context length is 80", "--ctx")
     code = main(["run", str(tiny), "--ctx", "80", "--temperature", "0", "hi"])  # the default: within the room
     assert code == 0 and "error" not in capsys.readouterr().err

@@ -51,3 +51,174 @@ def test_a_bad_tool_guard_is_one_line_before_the_load(argv, needle, capsys, monk
     assert main(["serve", "no-such-model.gguf", *argv]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and needle in err, err
+
+
+# ---- hearth run: chat with a model's own template, complete text without one (llama-cli's rule) ----
+
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+GREEDY = ["--temperature", "0", "--max-tokens", "6", "--ctx", "256"]
+PROMPT = "the capital of france is"
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """(base, instruct): tiny random llamas, without a chat template (a base model's GGUF) and with one."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    root = tmp_path_factory.mktemp("run")
+    base, instruct = root / "base.gguf", root / "instruct.gguf"
+    write_tiny_gguf(base, "llama")
+    write_tiny_gguf(instruct, "llama", chat_template=TEMPLATE)
+    return base, instruct
+
+
+def greedy_text(path, ids_of) -> str:
+    """The greedy 6-token continuation of ids_of(llm) by the library, as the reference for `hearth run`."""
+    from hearth import LLM, SamplingParams
+
+    llm = LLM(str(path), progress=False, max_model_len=256, max_num_seqs=1)
+    params = SamplingParams(temperature=0, max_tokens=6)
+    return llm.generate({"prompt_token_ids": ids_of(llm)}, params)[0].outputs[0].text
+
+
+def as_text(llm, text=PROMPT):
+    return llm.tokenizer.encode(text)  # what LLM.generate(text) runs
+
+
+def as_chat(llm, text=PROMPT):
+    return llm.encode_chat([{"role": "user", "content": text}])
+
+
+def run_stdout(capsys, *argv) -> tuple[str, list[str]]:
+    assert main(["run", *argv]) == 0
+    out, err = capsys.readouterr()
+    return out, err.splitlines()
+
+
+def test_run_completes_the_prompt_of_a_model_without_a_template(tiny_models, capsys):
+    base, _ = tiny_models
+    text, chat = greedy_text(base, as_text), greedy_text(base, as_chat)
+    assert text != chat  # else the test could not tell them apart
+    out, err = run_stdout(capsys, str(base), PROMPT, *GREEDY)
+    assert out == text + "\n"
+    assert err == [f"hearth: {base} has no chat template: completing the prompt as text (--chat to chat in a built-in one)"]
+    out, err = run_stdout(capsys, str(base), PROMPT, *GREEDY, "--chat")  # llama-cli's -cnv: the built-in template
+    assert out == chat + "\n" and err == [f"hearth: {base} has no chat template: chatting in a built-in one for llama"]
+
+
+def test_run_chats_with_a_model_s_own_template_unless_raw(tiny_models, capsys):
+    _, instruct = tiny_models
+    text, chat = greedy_text(instruct, as_text), greedy_text(instruct, as_chat)
+    assert text != chat
+    assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY) == (chat + "\n", [])
+    for raw in ("--raw", "-no-cnv"):  # llama-cli's spelling too
+        assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY, raw) == (text + "\n", [])
+
+
+def test_interactive_run_completes_each_line_on_its_own_without_a_template(tiny_models, capsys, monkeypatch):
+    import io
+
+    base, _ = tiny_models
+    lines = [PROMPT, "hello world"]
+    expected = [greedy_text(base, lambda llm, t=t: as_text(llm, t)) for t in lines]
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
+    out, err = run_stdout(capsys, str(base), *GREEDY)
+    assert out == "".join(e + "\n" for e in expected)  # the second line is not continued from the first
+    assert err == [f"hearth: {base} has no chat template: completing each line, on its own, as text "
+                   "(--chat to chat in a built-in one)"]
+
+
+def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
+    import hearth.llm
+
+    base, _ = tiny_models
+    assert main(["run", str(base), PROMPT, "--system", "be brief"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (f"hearth: error: {base} has no chat template, so --system has no place in its prompt: "
+                   "add --chat to chat in a built-in template, or drop --system")
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["run", str(base), PROMPT, "--system", "be brief", "--raw"]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: --system is a chat's, and --raw completes text: drop one of them"
+    with pytest.raises(SystemExit) as e:  # one mode or the other
+        main(["run", str(base), PROMPT, "--raw", "--chat"])
+    assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
+# ---- hearth serve: a port in use is one line, before the model loads ----
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_serve_on_a_port_in_use_is_one_line_before_the_load(tiny_models, host, capsys, monkeypatch):
+    import socket
+
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for a port in use"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["serve", str(tiny_models[0]), "--host", host, "--port", str(port)]) == 1
+    assert capsys.readouterr().err.strip() == f"hearth: error: port {port} on {host} is already in use"
+
+
+def test_serve_port_check_binds_a_free_port_and_lets_it_go():
+    import socket
+
+    from hearth.commands.serve import check_port
+
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    check_port("127.0.0.1", port)
+    check_port("127.0.0.1", port)  # let go: free again
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_serve_on_a_host_that_is_not_here_is_one_line(capsys):
+    from hearth.commands.serve import check_port
+    from hearth.errors import HearthError
+
+    with pytest.raises(HearthError, match="cannot listen on port 8123 on 192.0.2.1: "):  # TEST-NET-1: never local
+        check_port("192.0.2.1", 8123)
+
+
+# ---- hearth --version, --threads ----
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version_is_one_line_with_torch_s(flag, capsys):
+    from importlib import metadata
+
+    import hearth
+
+    assert main([flag]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"hearth {hearth.__version__} (torch {metadata.version('torch')}, python ")
+    assert len(out.splitlines()) == 1
+
+
+def test_the_package_version_is_hearth_s():
+    """pyproject.toml reads the version from hearth.__version__: one place."""
+    from pathlib import Path
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "hearth.__version__"}
+
+
+def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
+    import torch
+
+    from hearth.cli import command_parser
+    from hearth.config import THREADS_ZERO
+
+    for name in ("run", "serve", "eval", "bench"):
+        assert THREADS_ZERO in " ".join(command_parser(name).format_help().split()), name
+    before = torch.get_num_threads()
+    run_stdout(capsys, str(tiny_models[0]), PROMPT, *GREEDY, "--threads", "0")
+    assert torch.get_num_threads() == before  # left as torch chose it
+    assert main(["run", str(tiny_models[0]), PROMPT, "--threads", "-1"]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: --threads must be a number of threads (0: torch's default), not -1"

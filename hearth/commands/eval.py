@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hearth.commands import eval_tools
-from hearth.config import DEFAULT_MODEL
+from hearth.config import DEFAULT_MODEL, THREADS_ZERO
 from hearth.errors import HearthError
 
 DEFAULT_TEXT = Path(__file__).resolve().parent.parent / "data" / "perplexity" / "persuasion.txt"
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=int, default=0, help="score only the first N windows (default: all)")
     p.add_argument("--batch", type=int, default=512, help="tokens per forward pass (default: %(default)s)")
     p.add_argument("--block-size", type=int, default=0, help="KV block size (default: the format's)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     eval_tools.add_arguments(p)
 
 

@@ -1,5 +1,6 @@
 """`hearth run [MODEL] [PROMPT]`: stream a chat answer to the terminal (interactive without PROMPT),
-in the manner of `ollama run`."""
+in the manner of `ollama run`; a model without a chat template of its own (a base model) completes
+the text instead, as llama-cli does (its conversation mode is on only when the GGUF has a template)."""
 
 from __future__ import annotations
 
@@ -8,25 +9,37 @@ import sys
 import time
 from dataclasses import replace
 
-from hearth.config import DEFAULT_MODEL, DEVICES
+from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, check_room
 
 DEFAULT_MAX_TOKENS = 1024
 HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
+EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
+          "a user message, and the conversation is remembered. A model without one (a base model such as "
+          "gemma3-270m) completes text instead, as llama-cli does: PROMPT, or each line on its own, is "
+          "continued as written, and stdout gets the continuation. --chat or --raw picks either for any model.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
-    p.add_argument("prompt", nargs="?", help="answer this prompt and exit (default: interactive chat)")
-    p.add_argument("--system", help="system prompt")
+    p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit (default: interactive)")
+    p.epilog = EPILOG
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--chat", "-cnv", dest="mode", action="store_const", const="chat",
+                      help="chat even with a model that has no chat template, in a built-in one (Gemma's turns "
+                           "for gemma models, ChatML for the others; llama-cli's -cnv)")
+    mode.add_argument("--raw", "-no-cnv", dest="mode", action="store_const", const="text",
+                      help="complete the prompt (or each line) as plain text, no chat template, whatever the "
+                           "model (llama-cli's -no-cnv)")
+    p.add_argument("--system", help="system prompt (a chat's)")
     p.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
     p.add_argument("--max-tokens", type=int, default=None,
                    help="longest answer in tokens; more than the context has left is an error "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
-    p.add_argument("--threads", type=int, default=0, help="CPU threads (default: all cores)")
+    p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens, at most the model's; 0: the model's (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer")
@@ -36,16 +49,24 @@ def main(args: argparse.Namespace) -> int:
     from hearth.llm import LLM
     from hearth.sampling_params import SamplingParams
 
+    if args.system and args.mode == "text":
+        raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device)
+    chat, note = conversation(args, llm)
+    if args.system and not chat:
+        raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
+                          "add --chat to chat in a built-in template, or drop --system")
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt:
-        _answer(llm, history, args.prompt, params, args.verbose)
+        _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
         return 0
+    if note:
+        print(note, file=sys.stderr)
     interactive = sys.stdin.isatty()
     if interactive:
-        print(f"Send a message ({HELP})", file=sys.stderr)
+        print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
     while True:
         try:
             line = input(">>> " if interactive else "")
@@ -62,16 +83,29 @@ def main(args: argparse.Namespace) -> int:
             continue
         if text:
             try:
-                _answer(llm, history, text, params, args.verbose)
+                _answer(llm, history if chat else None, text, params, args.verbose)
             except HearthError as e:  # the chat goes on: this message was not added to it
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
 
 
-def _answer(llm, history: list[dict], text: str, params, verbose: bool) -> None:
-    """Stream the answer to `text` and add both to `history`; a prompt that does not fit the
-    context raises (naming --ctx) and leaves `history` as it was."""
-    ids = llm.encode_chat(history + [{"role": "user", "content": text}])
+def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:
+    """(chat, else complete text; the line to say once when the model's own template is not what
+    runs). llama-cli's rule: chat only when the GGUF has a template, unless -cnv / -no-cnv say."""
+    own = not llm.chat_template.is_fallback
+    if args.mode == "text" or own:
+        return args.mode != "text", None
+    if args.mode == "chat":
+        return True, f"hearth: {args.model} has no chat template: chatting in a built-in one for {llm.gguf.arch}"
+    what = "the prompt" if args.prompt else "each line, on its own,"
+    return False, f"hearth: {args.model} has no chat template: completing {what} as text (--chat to chat in a built-in one)"
+
+
+def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None) -> None:
+    """Stream the answer to `text` and add both to `history` (None: complete `text` as it is, no
+    chat); a prompt that does not fit the context raises (naming --ctx) and leaves `history` as it
+    was. `note` is said once the request is accepted, so that a refusal stays one line."""
+    ids = _prompt_ids(llm, history, text)
     if params.max_tokens is None:  # not given: the default, within the room left
         params = replace(params, max_tokens=max(1, min(DEFAULT_MAX_TOKENS, llm.max_model_len - len(ids))))
     try:
@@ -82,7 +116,10 @@ def _answer(llm, history: list[dict], text: str, params, verbose: bool) -> None:
     except PromptTooLongError as e:
         raise HearthError(f"prompt is {e.prompt_tokens} tokens but the context holds {e.max_context}; "
                           "shorten it or raise --ctx") from None
-    history.append({"role": "user", "content": text})
+    if note:
+        print(note, file=sys.stderr, flush=True)
+    if history is not None:
+        history.append({"role": "user", "content": text})
     start, first, parts, n = time.perf_counter(), None, [], 0
     try:
         for out in llm.stream({"prompt_token_ids": ids}, params):
@@ -95,9 +132,16 @@ def _answer(llm, history: list[dict], text: str, params, verbose: bool) -> None:
     except KeyboardInterrupt:
         pass
     print()
-    history.append({"role": "assistant", "content": "".join(parts)})
+    if history is not None:
+        history.append({"role": "assistant", "content": "".join(parts)})
     if verbose and first is not None:
         end = time.perf_counter()
         rate = (n - 1) / (end - first) if n > 1 and end > first else 0.0
         print(f"prompt: {len(ids)} tokens, {first - start:.2f}s to first token; "
               f"answer: {n} tokens, {rate:.1f} tok/s", file=sys.stderr)
+
+
+def _prompt_ids(llm, history: list[dict] | None, text: str) -> list[int]:
+    if history is None:
+        return llm.tokenizer.encode(text)  # as LLM.generate encodes a plain prompt
+    return llm.encode_chat(history + [{"role": "user", "content": text}])

@@ -5,12 +5,14 @@ their first request and unloaded least-recently-used under --max-memory (llama-s
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 
 import uvicorn
 
-from hearth.config import DEFAULT_MODEL, DEVICES
+from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO, EngineConfig
 from hearth.errors import HearthError
 
 
@@ -86,7 +88,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")
     eng.add_argument("--threads", type=int, default=0,
-                     help="CPU threads per model (default: all cores; a --models entry's `threads` overrides it)")
+                     help=f"CPU threads per model; {THREADS_ZERO}; a --models entry's `threads` overrides it "
+                          "(default: 0)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
     spec = p.add_argument_group("speculative decoding")
     spec.add_argument("--speculative-config", default=None, metavar="JSON",
@@ -106,7 +109,9 @@ def main(args: argparse.Namespace) -> int:
     from hearth.commands.serve_models import build_pool
 
     config = server_config(args)  # a bad --tool-guard fails before any model loads
-    pool = build_pool(args)
+    EngineConfig(**engine_args(args))  # so does a bad engine flag (checked again for each model)
+    pool = build_pool(args)  # reads the files' headers, no weights
+    check_port(args.host, args.port)  # and a port in use is one line, not uvicorn's log after the load
     pool.preload()
     return run_server(create_app(pool, config), args, pool.ids_text())
 
@@ -134,6 +139,26 @@ def check_server_flags(args: argparse.Namespace) -> None:
         if value is not None and not (value >= lo and (hi is None or value <= hi)):
             span = f"in [{lo}, {hi}]" if hi is not None else ("0 or more" if lo == 0 else "positive" if lo < 1 else f"at least {lo}")
             raise HearthError(f"--{name.replace('_', '-')} must be {span}, not {value}")
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind host:port as uvicorn will (SO_REUSEADDR, every address the host resolves to) and let go,
+    so a port in use is one line before the model loads, not uvicorn's log after it."""
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise HearthError(f"--host {host}: {e.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as asyncio's create_server: v6 only, v4 binds on its own
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    raise HearthError(f"port {port} on {host} is already in use") from None
+                raise HearthError(f"cannot listen on port {port} on {host}: {e.strerror}") from None
 
 
 def server_config(args: argparse.Namespace):
