@@ -76,7 +76,9 @@ class _Blocks:
         self.called = True
         block = tool_use_block(call)
         out = self._open("tool_use", {**block, "input": {}})
-        return out + self._input(json.dumps(block["input"], ensure_ascii=False)) + self.close()
+        # a call that is not JSON (cut off by max_tokens) streams its text as written, not an invented {}
+        text = call.arguments if call.unparsed else json.dumps(block["input"], ensure_ascii=False)
+        return out + (self._input(text) if text else []) + self.close()
 
     def tool_start(self, e: ToolCallStart) -> list[str]:
         self.called = True
