@@ -76,7 +76,9 @@ class _Blocks:
         self.called = True
         block = tool_use_block(call)
         out = self._open("tool_use", {**block, "input": {}})
-        return out + self._input(json.dumps(block["input"], ensure_ascii=False)) + self.close()
+        # a call that is not JSON (cut off by max_tokens) streams its text as written, not an invented {}
+        text = call.arguments if call.unparsed else json.dumps(block["input"], ensure_ascii=False)
+        return out + (self._input(text) if text else []) + self.close()
 
     def tool_start(self, e: ToolCallStart) -> list[str]:
         self.called = True
@@ -123,14 +125,18 @@ class _Blocks:
 
 
 async def message_events(served, gen):
-    """gen: the message's choices (hearth.api.choices / hearth.api.guarded): parsed updates."""
-    blocks, output_tokens, last = _Blocks(), 0, None
-    start = {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": served.name,
-             "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage(gen, 0)}
-    yield _event({"type": "message_start", "message": start})
-    yield _event({"type": "ping"})
+    """gen: the message's choices (hearth.api.choices / hearth.api.guarded): parsed updates.
+    message_start goes out with the first update: only then does the engine know how much of the
+    prompt the prefix cache held, so its usage agrees with message_delta's (input_tokens without
+    the cache reads, as Anthropic counts). A tool-guard retry's prompt comes later: message_delta's
+    usage counts every attempt, message_start's the first."""
+    blocks, output_tokens, last, started = _Blocks(), 0, None, False
     try:
         async for _, out in gen.updates():
+            if not started:
+                started = True
+                for event in _start(served, gen):
+                    yield event
             output_tokens += len(out.token_ids)
             for event in blocks.events(out.events):
                 yield event
@@ -140,6 +146,9 @@ async def message_events(served, gen):
         err = from_hearth_error(e)
         yield named_event("error", error_body("/v1/messages", err.status, err.message))
         return
+    if not started:
+        for event in _start(served, gen):
+            yield event
     for event in blocks.close():
         yield event
     reason = last.finish_reason if last else "stop"
@@ -149,3 +158,9 @@ async def message_events(served, gen):
     message_delta = {"type": "message_delta", "delta": delta, "usage": {**usage(gen, output_tokens)}}
     yield _event(message_delta if ext is None else {**message_delta, "hearth": ext})
     yield _event({"type": "message_stop"})
+
+
+def _start(served, gen) -> list[str]:
+    start = {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": served.name,
+             "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage(gen, 0)}
+    return [_event({"type": "message_start", "message": start}), _event({"type": "ping"})]

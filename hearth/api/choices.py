@@ -40,7 +40,7 @@ class PlainChoices:
         self.gen, self.parsers, self.events = gen, parsers, events or []
         self.request_id = gen.request_id
         self._unparsed: list[list[GuardEvent]] = [[] for _ in parsers]
-        """Per choice: its streamed calls whose arguments turned out not to be JSON (ToolCall.unparsed)."""
+        """Per choice: its calls whose arguments are not JSON (streamed then broken, or cut: ToolCall.unparsed)."""
 
     @property
     def n(self) -> int:
@@ -66,7 +66,7 @@ class PlainChoices:
     async def updates(self) -> AsyncIterator[tuple[int, Update]]:
         async for i, out in self.gen.outputs():
             parser = self.parsers[i]
-            events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
+            events = parser.feed(out.new_text) + (parser.finish(out.finish_reason == "length") if out.finished else [])
             self._unparsed[i] += [GuardEvent("unparsed_call", {"id": e.call.id, "name": e.call.name, "error": e.call.unparsed})
                                   for e in events if isinstance(e, ToolCallEvent) and e.call.unparsed]
             yield i, Update(events, out.new_token_ids, out.new_logprobs, out.finished, out.finish_reason,

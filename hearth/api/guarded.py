@@ -174,7 +174,7 @@ class _Choice:
             stream = CallStream(self._rules(params, hold), trace)
             async for _, out in self._gen.outputs():
                 trace.add(out.new_text, out.new_token_ids, out.new_logprobs, out.new_raw_logprobs)
-                events = parser.feed(out.new_text) + (parser.finish() if out.finished else [])
+                events = parser.feed(out.new_text) + (parser.finish(out.finish_reason == "length") if out.finished else [])
                 passed = stream.events(events)
                 held += [e.call for e in events if isinstance(e, ToolCallEvent)]
                 said += [e.text for e in passed if isinstance(e, ContentDelta)]
@@ -392,7 +392,7 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
 
     def make_parser(log: GuardLog, announce: bool):
         parser = OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts,
-                              announce=announce)
+                              announce=announce, required=plan.required, named=plan.named)
         return RescuingParser(parser, callable_tools, log) if guard and callable_tools else parser
 
     token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())

@@ -33,6 +33,8 @@ class ToolPlan:
     """The tools a call may name: all offered ones, or OpenAI's allowed_tools subset."""
     required: bool = False
     """tool_choice forces a call (required / any / a named tool)."""
+    named: str | None = None
+    """The tool a named tool_choice forces: an output max_tokens cuts is a call of it (hearth.tool_parsers.cut)."""
 
 
 def openai_tools(tools: list | None, param: str = "tools") -> list[dict]:
@@ -94,7 +96,8 @@ def plan_tools(served, tools: list[dict], tool_choice, choice_param: str = "tool
         why = str(e).removeprefix("tool_choice ")
         raise APIError(400, f"{choice_param}: {why}", param=choice_param) from None
     so = StructuredOutput(grammar=constraint) if constraint else None
-    return ToolPlan(tools, in_template, fmt, so, callable_tools, bool(forced))
+    named = forced[0] if forced and kind in ("function", "tool") else None
+    return ToolPlan(tools, in_template, fmt, so, callable_tools, bool(forced), named)
 
 
 def _allowed_tools(tools: list[dict], choice: dict, param: str) -> tuple[list[dict], str]:

@@ -11,7 +11,8 @@ from typing import Any
 class GuardEvent:
     kind: str
     """"rescued", "compacted", "tools_ranked" (workflow nudges are the report's retries); in mode `off`,
-    "unparsed_call": a streamed call whose arguments turned out not to be JSON (ToolCall.unparsed)."""
+    "unparsed_call": a call whose arguments are not JSON (streamed, then broken, or cut off by
+    max_tokens: ToolCall.unparsed)."""
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict:

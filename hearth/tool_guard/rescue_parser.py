@@ -24,8 +24,8 @@ class RescuingParser:
     def feed(self, delta: str) -> list[Event]:
         return self._seen(self._parser.feed(delta))
 
-    def finish(self) -> list[Event]:
-        events = self._seen(self._parser.finish())
+    def finish(self, cut: bool = False) -> list[Event]:
+        events = self._seen(self._parser.finish(cut))
         if self._called:
             return events
         found = rescue_calls("".join(self._content), self._tools)

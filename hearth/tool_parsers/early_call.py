@@ -61,11 +61,24 @@ class EarlyCall:
         first = calls[0] if calls else None
         if first is not None and first.name == self.name and first.arguments.startswith(self.sent):
             return [ToolCall(self.id, self.name, first.arguments), *calls[1:]]
-        text = region[self._start:]
-        values = split_values(text)  # the arguments as written (to the end of the region when cut off)
-        written = self.sent + text[self._read:len(values[0]) if values else len(text)]
+        written = as_written(region[self._start:], self.sent, self._read)
         try:
             unparsed = "" if isinstance(loads(written), dict) else "the arguments are not a JSON object"
         except ValueError as e:
             unparsed = str(e)
         return [ToolCall(self.id, self.name, written, unparsed), *calls[1:]]
+
+    def cut(self, region: str) -> str:
+        """The announced call's arguments when the output ended inside its region (hearth.tool_parsers.cut)."""
+        return as_written(region[self._start:], self.sent, self._read)
+
+
+def as_written(text: str, sent: str | None = None, read: int = 0) -> str:
+    """The arguments value that opens `text` as the model wrote it (to the end of the text when cut
+    off): the canonical prefix a stream sent (`sent`, its source ending at `read`; None: the certain
+    prefix of `text`, as a stream would have sent it) and the model's own text after it."""
+    if sent is None:
+        sent, _, read = certain_span(text)
+    values = split_values(text)
+    written = sent + text[read:len(values[0]) if values else len(text)]
+    return written if written.strip() else ""

@@ -65,7 +65,8 @@ def _scan(text: str, i: int, end: int) -> tuple[list[str], int]:
             i += 1
         if i >= end or text[i] not in "{[":
             return values, i
-        j = min(_value_end(text, i), end)
+        j = _value_end(text, i)
+        j = end if j < 0 else min(j, end)
         values.append(text[i:j])
         i = j
 
@@ -98,7 +99,22 @@ def json_values(text: str) -> list[Any]:
     return [loads_lenient(v) for v in leading_values(text)]
 
 
+def cut_off(text: str) -> bool:
+    """Whether the JSON values that open `text` (bare or in a ``` fence) end with one cut off before
+    its closing bracket or inside a string: an output that stopped in the middle of a value."""
+    body, i = strip_fence(text), 0
+    while True:
+        while i < len(body) and body[i] in _SEPARATORS:
+            i += 1
+        if i >= len(body) or body[i] not in "{[":
+            return False
+        i = _value_end(body, i)
+        if i < 0:
+            return True
+
+
 def _value_end(text: str, i: int) -> int:
+    """The end of the value that opens at `i`; -1 when the text ends before it closes."""
     depth, quote, escaped = 0, "", False
     for j in range(i, len(text)):
         ch = text[j]
@@ -114,7 +130,7 @@ def _value_end(text: str, i: int) -> int:
             depth -= 1
             if depth == 0:
                 return j + 1
-    return len(text)
+    return -1
 
 
 def repair_json(text: str) -> str:

@@ -14,27 +14,29 @@ class OutputParser:
     empty list none."""
 
     def __init__(self, tool_format: str | None = None, tools: list[dict] | None = None,
-                 reasoning: bool = False, starts_in_reasoning: bool = False, announce: bool = True):
-        """announce: calls stream as written (a streaming client; StreamingToolParser)."""
-        self._config = (tool_format, tools, reasoning, starts_in_reasoning, announce)
+                 reasoning: bool = False, starts_in_reasoning: bool = False, announce: bool = True,
+                 required: bool = False, named: str | None = None):
+        """announce: calls stream as written (a streaming client; StreamingToolParser); required /
+        named: what tool_choice forces, for an output max_tokens cuts (hearth.tool_parsers.cut)."""
+        self._config = (tool_format, tools, reasoning, starts_in_reasoning, announce, required, named)
         self._reasoning = (StreamingReasoningParser(starts_in_reasoning)
                            if reasoning or starts_in_reasoning else None)
-        self._tools = StreamingToolParser(tool_format, tools, announce) if tool_format else None
+        self._tools = StreamingToolParser(tool_format, tools, announce, required, named) if tool_format else None
 
     def feed(self, delta: str) -> list[Event]:
         """Events for one text delta of the model's output."""
         events = self._reasoning.feed(delta) if self._reasoning else [ContentDelta(delta)]
         return self._route(events)
 
-    def finish(self) -> list[Event]:
-        """Events for what was held back, at the end of the output."""
+    def finish(self, cut: bool = False) -> list[Event]:
+        """Events for what was held back, at the end of the output; cut: max_tokens ended it."""
         events = self._route(self._reasoning.finish() if self._reasoning else [])
-        return events + self._tools.finish() if self._tools else events
+        return events + self._tools.finish(cut) if self._tools else events
 
-    def parse(self, text: str) -> ParsedOutput:
+    def parse(self, text: str, cut: bool = False) -> ParsedOutput:
         """A whole output at once (a fresh parser: this one's stream is untouched)."""
         fresh = OutputParser(*self._config)
-        return collect(fresh.feed(text) + fresh.finish())
+        return collect(fresh.feed(text) + fresh.finish(cut))
 
     def _route(self, events: list[Event]) -> list[Event]:
         """Content goes on through the tool parser; reasoning goes straight out."""

@@ -4,22 +4,29 @@ Content goes out as soon as it cannot be the start of the format's START marker 
 marker prefix is held back). From START the text is buffered until END, the next START of an
 end-less format, or the end of the stream, and then parsed with rescue; a region that holds no
 call goes out as the content it was. Nothing raises: a malformed model output is text, never a 500.
-The non-streaming parse is this same machine fed once, so both agree by construction."""
+The non-streaming parse is this same machine fed once, so both agree by construction. An output
+that max_tokens cut off (finish(cut=True)) inside a call keeps it as a call: hearth.tool_parsers.cut."""
 
 from __future__ import annotations
 
+from hearth.tool_parsers.cut import cut_call
 from hearth.tool_parsers.early_call import JSON_FORMATS, EarlyCall
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.holdback import Trim, held_prefix
+from hearth.tool_parsers.lenient_json import cut_off
 from hearth.tool_parsers.types import ContentDelta, Event, ToolCall, ToolCallEvent
 
 _LEAD, _TEXT, _CALL = "lead", "text", "call"
 
 
 class StreamingToolParser:
-    def __init__(self, fmt: str, tools: list[dict] | None = None, announce: bool = True):
+    def __init__(self, fmt: str, tools: list[dict] | None = None, announce: bool = True,
+                 required: bool = False, named: str | None = None):
         """announce: for a streaming client, JSON calls' id, name and arguments go out as written
-        (hearth.tool_parsers.early_call); without one, a call is a call only once it parses whole."""
+        (hearth.tool_parsers.early_call); without one, a call is a call only once it parses whole.
+        required: tool_choice forces a call (required, or `named`, the tool it names): an output
+        cut off before or inside it is that call, never content (hearth.tool_parsers.cut)."""
+        self._required, self._named = required or named is not None, named
         self._fmt = get_format(fmt)
         self._announce = announce and fmt in JSON_FORMATS
         self._early: EarlyCall | None = None
@@ -40,12 +47,18 @@ class StreamingToolParser:
             pass
         return events
 
-    def finish(self) -> list[Event]:
-        """End of output: an unterminated region is parsed with rescue or given back as text."""
+    def finish(self, cut: bool = False) -> list[Event]:
+        """End of output: an unterminated region is parsed with rescue or given back as text.
+        cut: max_tokens ended the output (finish_reason "length"): a region it cut is a cut call."""
         events: list[Event] = []
         if self._state == _CALL:
             self._announced(events, self._buf)
-            self._close(events, self._buf, "")
+            if cut and (cut_off(self._buf) or not self._parse(self._buf)):
+                self._cut(events, self._buf)
+            else:
+                self._close(events, self._buf, "")
+        elif cut and self._required and not self._count:  # the forced call's marker was all there was
+            self._cut(events, "")
         else:
             self._content(events, self._buf)
         self._buf = ""
@@ -109,6 +122,23 @@ class StreamingToolParser:
             calls = early.settle(calls, region)
         if not calls:
             self._content(events, self._opened + region + end)
+            return
+        self._emit(events, calls)
+
+    def _cut(self, events: list[Event], region: str) -> None:
+        """A region max_tokens cut: its call as written so far; without one, dropped where it is
+        known to be a call (a START marker opened it, or a call is forced), else the text it was."""
+        early, self._early = self._early, None
+        call = cut_call(region, self._tools, self._named if not self._count else None, early)
+        if call is not None:
+            self._emit(events, [call])
+        elif self._opened or self._required:
+            self._trim.boundary()  # layout before the dropped call is not content
+        else:
+            self._content(events, region)
+
+    def _emit(self, events: list[Event], calls: list[ToolCall]) -> None:
+        if not calls:
             return
         self._trim.boundary()
         for call in calls:

@@ -33,7 +33,8 @@ class ToolCall:
     """Not empty: a call announced while it was written (a streaming client has its id, name and a
     prefix of its arguments) whose arguments, as the model wrote them, are not JSON (`NaN is not
     JSON`: this says why); `arguments` are then the streamed prefix and the model's own text after
-    it, nothing dropped (hearth.tool_parsers.early_call). The guard makes it an invalid_arguments problem."""
+    it, nothing dropped (hearth.tool_parsers.early_call); or a call max_tokens cut off, its arguments
+    as far as the model wrote them (hearth.tool_parsers.cut). The guard makes it an invalid_arguments problem."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ SCRIPTS = {
     "bad_tool": ["<tool_call>\n{'name': 'get_weather', 'args': {'city': 'Oslo',},}\n</tool_call>"],
     "broken_tool": ["<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": ", "</tool_call>"],
     "fenced_tool": ['<tool_call>\n```json\n{"name": "get_weather", "arguments": {"city": "Lima"}}\n```\n</tool_call>'],
+    # a forced call, one piece a token: max_tokens k cuts it after k pieces (tests/server/test_cut_calls.py)
+    "cut_call": ["<tool_", "call>\n", '{"name": "get_', 'time", ', '"arguments": {', '\n   "', 'tz": "Asia/To', 'kyo"}}',
+                 "\n</tool_call>"],
     "think": ["<think>", "The user", " wants a greeting.", "</think>", "Hi", "!"],
     "think_tool": ["<think>Need weather.</think>", WEATHER_CALL],
     "unclosed_think": ["<think>", "still thinking"],

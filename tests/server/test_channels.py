@@ -264,3 +264,34 @@ def test_legacy_function_bad_input_is_a_400_naming_the_field(fake, body, param):
     payload = {"messages": [{"role": "user", "content": "hi"}], **body}
     r = fake.client.post("/v1/chat/completions", json=payload)
     assert r.status_code == 400 and r.json()["error"]["param"] == param, r.json()
+
+
+def _sse(text: str) -> list[dict]:
+    return [json.loads(e.split("\ndata: ", 1)[1]) for e in text.split("\n\n") if "\ndata: " in e]
+
+
+def test_anthropic_stream_start_and_delta_agree_on_usage(fake):
+    """message_start's usage is the engine's once known (the first output), as message_delta's:
+    input_tokens without the prefix-cache reads."""
+    fake.engine.cached = 16
+    raw = fake.client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 8, "stream": True,
+                                                 "messages": [{"role": "user", "content": "script:hello"}]}).text
+    events = _sse(raw)
+    start, delta = events[0]["message"]["usage"], next(e for e in events if e["type"] == "message_delta")["usage"]
+    assert events[0]["type"] == "message_start" and events[1]["type"] == "ping"
+    assert start["cache_read_input_tokens"] == delta["cache_read_input_tokens"] == 16
+    assert start["input_tokens"] == delta["input_tokens"] == len(fake.last.prompt) - 16
+    assert start["output_tokens"] == 0 and delta["output_tokens"] == 4
+
+
+def test_anthropic_stream_of_a_cut_call_sends_its_text(fake):
+    """A call max_tokens cut (hearth.tool_parsers.cut): its input_json_delta is what the model wrote."""
+    tool = {"name": "get_time", "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}}}
+    raw = fake.client.post("/v1/messages", json={
+        "model": "fake-model", "max_tokens": 7, "stream": True, "tools": [tool], "tool_choice": {"type": "tool", "name": "get_time"},
+        "messages": [{"role": "user", "content": "script:cut_call"}]}).text
+    events = _sse(raw)
+    (block,) = [e["content_block"] for e in events if e["type"] == "content_block_start"]
+    pieces = "".join(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta")
+    assert block["type"] == "tool_use" and block["name"] == "get_time" and pieces == '{"tz": "Asia/To'
+    assert next(e for e in events if e["type"] == "message_delta")["delta"]["stop_reason"] == "max_tokens"
