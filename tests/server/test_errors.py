@@ -37,6 +37,8 @@ TABLE = [
     (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
     (CHAT, {"messages": USER, "n": 0}, 400, "n"),
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
+    (CHAT, {"messages": USER, "top_logprobs": 3}, 400, "top_logprobs"),  # without logprobs: true, as OpenAI
+    (CHAT, {"messages": USER, "logprobs": False, "top_logprobs": 0}, 400, "top_logprobs"),
     (CHAT, {"messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
     (CHAT, {"messages": USER, "stop": 5}, 400, "stop"),
     (CHAT, {"messages": USER, "stop": ["x", ""]}, 400, "stop"),  # matched at once: an empty answer
