@@ -16,6 +16,7 @@ import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
+from pydantic import StrictBool, StrictInt
 
 from hearth.api.errors import APIError
 from hearth.api.generate import Generation
@@ -32,11 +33,11 @@ class SlotRequest(_Body):
     filename: str | None = None
     """llama-server's name for `name`."""
     model: str | None = None
-    prompt: str | list[int] | None = None
+    prompt: str | list[StrictInt] | None = None
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
-    add_generation_prompt: bool = True
-    add_special_tokens: bool = True
+    add_generation_prompt: StrictBool = True
+    add_special_tokens: StrictBool = True
 
 
 @router.post("/slots/save")

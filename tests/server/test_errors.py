@@ -54,6 +54,16 @@ TABLE = [
     (CHAT, {"messages": USER, "tools": [TOOL, {"type": "function", "function": {"name": "g", "parameters": {
         "type": "object", "properties": {"d": {"type": "dict"}}}}}]}, 400, "tools[1].function.parameters"),
     (CHAT, {"messages": USER, "model": "nope"}, 404, "model"),
+    # strict scalars: a boolean is no integer, a string no boolean or number (each was coerced)
+    (CHAT, {"messages": USER, "max_tokens": True}, 400, "max_tokens"),
+    (CHAT, {"messages": USER, "stream": "yes"}, 400, "stream"),
+    (CHAT, {"messages": USER, "logprobs": 1}, 400, "logprobs"),
+    (CHAT, {"messages": USER, "n": "2"}, 400, "n"),
+    (CHAT, {"messages": USER, "temperature": "0.5"}, 400, "temperature"),
+    (CHAT, {"messages": USER, "temperature": True}, 400, "temperature"),
+    (CHAT, {"messages": USER, "stop_token_ids": [True]}, 400, "stop_token_ids[0]"),
+    (COMPLETIONS, {"prompt": "x", "echo": "yes"}, 400, "echo"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": 2.0}, 400, "max_tokens"),
     (COMPLETIONS, {}, 400, "prompt"),
     (COMPLETIONS, {"prompt": []}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
@@ -77,6 +87,8 @@ ANTHROPIC_TABLE = [
      400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
     ({"max_tokens": 5, "messages": USER, "stop_sequences": [""]}, 400, "stop_sequences"),
+    ({"max_tokens": True, "messages": USER}, 400, "max_tokens"),
+    ({"max_tokens": 5, "messages": USER, "stream": "yes"}, 400, "stream"),
 ]
 
 
@@ -99,6 +111,17 @@ def test_anthropic_bad_input(fake, body, status, param):
     assert payload["type"] == "error" and set(payload["error"]) == {"type", "message"}
     assert payload["error"]["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
     assert param in payload["error"]["message"], payload
+
+
+@pytest.mark.parametrize("path,body", [
+    (CHAT, {"messages": USER, "temperature": 1, "top_p": 1, "logit_bias": {"65": 1}, "presence_penalty": 0}),
+    (COMPLETIONS, {"prompt": [1, 2], "max_tokens": 2, "temperature": 0}),
+    (MESSAGES, {"messages": USER, "max_tokens": 5, "temperature": 1, "top_p": 1}),
+    ("/v1/responses", {"input": "hi", "temperature": 0, "max_output_tokens": 5}),
+])
+def test_an_integer_is_still_a_float(fake, path, body):
+    """Strict scalars refuse booleans and strings, not a whole number where a float goes (JSON has one number type)."""
+    assert fake.client.post(path, json=body).status_code == 200
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES])
