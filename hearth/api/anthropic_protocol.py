@@ -11,8 +11,12 @@ from hearth.api.openai_protocol import _Body  # the same rules: unknown fields i
 
 
 class ThinkingConfig(_Body):
-    type: str = "disabled"
-    budget_tokens: StrictInt | None = None
+    """Anthropic's extended thinking, checked as Anthropic checks it: a budget of at least 1024 tokens,
+    and less than max_tokens (the route checks that). hearth spends no budget: the type turns the
+    template's `enable_thinking` on or off."""
+
+    type: Literal["enabled", "disabled", "adaptive"] = "disabled"
+    budget_tokens: StrictInt | None = Field(None, ge=1024)
 
 
 class OutputFormat(_Body):
@@ -31,7 +35,8 @@ class MessagesRequest(_Body):
     system: str | list[dict[str, Any]] | None = None
     stop_sequences: list[str] | None = None
     stream: StrictBool = False
-    temperature: StrictFloat | None = None
+    temperature: StrictFloat | None = Field(None, ge=0, le=1)
+    """Anthropic's range is [0, 1] (OpenAI's [0, 2])."""
     top_p: StrictFloat | None = None
     top_k: StrictInt | None = None
     tools: list[dict[str, Any]] | None = None

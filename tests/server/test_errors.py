@@ -87,6 +87,13 @@ ANTHROPIC_TABLE = [
      400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
     ({"max_tokens": 5, "messages": USER, "stop_sequences": [""]}, 400, "stop_sequences"),
+    ({"max_tokens": 5, "messages": USER, "temperature": 3}, 400, "temperature"),  # Anthropic's range is [0, 1]
+    ({"max_tokens": 5, "messages": USER, "temperature": -0.5}, 400, "temperature"),
+    ({"max_tokens": 4, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 1024}}, 400,
+     "thinking.budget_tokens"),  # the budget is part of max_tokens
+    ({"max_tokens": 2000, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 100}}, 400,
+     "thinking.budget_tokens"),  # at least 1024
+    ({"max_tokens": 5, "messages": USER, "thinking": {"type": "sometimes"}}, 400, "thinking.type"),
     ({"max_tokens": True, "messages": USER}, 400, "max_tokens"),
     ({"max_tokens": 5, "messages": USER, "stream": "yes"}, 400, "stream"),
 ]
@@ -122,6 +129,13 @@ def test_anthropic_bad_input(fake, body, status, param):
 def test_an_integer_is_still_a_float(fake, path, body):
     """Strict scalars refuse booleans and strings, not a whole number where a float goes (JSON has one number type)."""
     assert fake.client.post(path, json=body).status_code == 200
+
+
+def test_anthropic_thinking_and_temperature_in_range_pass(fake):
+    for extra in ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, {"thinking": {"type": "disabled"}},
+                  {"temperature": 1}, {"temperature": 0.0}):
+        r = fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 2000, **extra})
+        assert r.status_code == 200, (extra, r.text)
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES])
