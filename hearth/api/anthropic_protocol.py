@@ -7,7 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from hearth.api.openai_protocol import _Body  # the same rules: unknown fields ignored, null means not given, strict scalars
+# the same rules as OpenAI bodies: unknown fields ignored (and named), null means not given, strict scalars
+from hearth.api.openai_protocol import _Body, _Request
 
 
 class ThinkingConfig(_Body):
@@ -28,7 +29,7 @@ class OutputConfig(_Body):
     format: OutputFormat | None = None
 
 
-class MessagesRequest(_Body):
+class MessagesRequest(_Request):
     model: str | None = None
     messages: list[dict[str, Any]]
     max_tokens: StrictInt
@@ -55,7 +56,7 @@ class MessagesRequest(_Body):
     """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 
 
-class CountTokensRequest(_Body):
+class CountTokensRequest(_Request):
     model: str | None = None
     messages: list[dict[str, Any]]
     system: str | list[dict[str, Any]] | None = None

@@ -1,15 +1,19 @@
 """OpenAI request bodies (chat completions, completions) plus vLLM's extra sampling fields.
 
-Unknown fields are ignored (clients send vendor extensions freely). Scalars are strict: a boolean is
-no integer (`"max_tokens": true` was 1) and a string no boolean or number (`"stream": "yes"` streamed),
-as OpenAI and Anthropic answer them; an integer is still a float. Messages stay plain dicts here:
+Unknown fields are ignored (clients send vendor extensions freely), never silently: the response names
+them (hearth.api.ignored_fields). Scalars are strict: a boolean is no integer (`"max_tokens": true` was
+1) and a string no boolean or number (`"stream": "yes"` streamed), as OpenAI and Anthropic answer
+them; an integer is still a float. Messages stay plain dicts here:
 hearth.api.messages checks them by hand so a bad one is named precisely (`messages[2].content`)."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
+
+from hearth.api.ignored_fields import note
 
 
 class _Body(BaseModel):
@@ -23,9 +27,27 @@ class _Body(BaseModel):
         null stays a value of its own (completions' `"max_tokens": null`: until the context is full)."""
         if not isinstance(data, dict):
             return data
-        nullable = {name for f_name, f in cls.model_fields.items() if type(None) in get_args(f.annotation)
-                    for name in (f_name, f.alias) if name}
-        return {k: v for k, v in data.items() if v is not None or k in nullable}
+        not_nullable = {name for f_name, f in cls.model_fields.items() if type(None) not in get_args(f.annotation)
+                        for name in (f_name, f.alias) if name}
+        # an unknown null stays: it is ignored either way, and named (hearth.api.ignored_fields)
+        return {k: v for k, v in data.items() if v is not None or k not in not_nullable}
+
+
+class _Request(_Body):
+    """A whole request body: the top-level names no field knows are noted for the response's
+    `x-hearth-ignored-fields` header and the server log (hearth.api.ignored_fields)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _note_unknown(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            note(data, _known(cls))
+        return data
+
+
+@cache
+def _known(cls: type[BaseModel]) -> frozenset[str]:
+    return frozenset(name for f_name, f in cls.model_fields.items() for name in (f_name, f.alias) if name)
 
 
 class StreamOptions(_Body):
@@ -45,7 +67,7 @@ class ResponseFormat(_Body):
     json_schema: JSONSchemaFormat | None = None
 
 
-class SamplingFields(_Body):
+class SamplingFields(_Request):
     """What both OpenAI endpoints share; the names are OpenAI's and vLLM's."""
 
     model: str | None = None
@@ -99,7 +121,7 @@ class CompletionRequest(SamplingFields):
     best_of: StrictInt | None = None
 
 
-class TokenizeRequest(_Body):
+class TokenizeRequest(_Request):
     model: str | None = None
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
@@ -108,6 +130,6 @@ class TokenizeRequest(_Body):
     tools: list[dict[str, Any]] | None = None
 
 
-class DetokenizeRequest(_Body):
+class DetokenizeRequest(_Request):
     model: str | None = None
     tokens: list[StrictInt]

@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import StrictBool, StrictFloat, StrictInt
 
-from hearth.api.openai_protocol import _Body
+from hearth.api.openai_protocol import _Request
 
 
-class ResponsesRequest(_Body):
+class ResponsesRequest(_Request):
     model: str | None = None
     input: str | list[Any] | None = None
     instructions: str | None = None

@@ -20,7 +20,7 @@ from pydantic import StrictBool, StrictInt
 
 from hearth.api.errors import APIError
 from hearth.api.generate import Generation
-from hearth.api.openai_protocol import _Body
+from hearth.api.openai_protocol import _Request
 from hearth.api.openai_routes import conversation_ids
 from hearth.kvstore.snapshot import SnapshotError, SnapshotNameError, SnapshotNotFoundError
 from hearth.sampling_params import SamplingParams
@@ -28,7 +28,7 @@ from hearth.sampling_params import SamplingParams
 router = APIRouter()
 
 
-class SlotRequest(_Body):
+class SlotRequest(_Request):
     name: str | None = None
     filename: str | None = None
     """llama-server's name for `name`."""

@@ -3,6 +3,8 @@ OpenAI- or Anthropic-shaped body that names the field; never a 500."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests.server.fakes import FakeEngine
@@ -294,3 +296,40 @@ def test_cors(make_fake):
 def test_no_cors_by_default(fake):
     r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example"})
     assert "access-control-allow-origin" not in r.headers
+
+
+@pytest.mark.parametrize("path,body,hint", [
+    (CHAT, {"messages": USER, "max_token": 5, "vendor_extra": {"x": 1}}, "max_tokens"),
+    (COMPLETIONS, {"prompt": "x", "max_token": 5, "vendor_extra": None}, "max_tokens"),
+    (MESSAGES, {"messages": USER, "max_tokens": 5, "max_token": 5, "vendor_extra": 1}, "max_tokens"),
+    ("/v1/responses", {"input": "hi", "max_output_token": 5, "vendor_extra": 1}, "max_output_tokens"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_unknown_fields_are_ignored_but_named(fake, caplog, path, body, hint, stream):
+    """Not rejected (clients send vendor extras), not silent: a header names them, the log once per
+    (route, field), with the field a near miss was meant to be. A typo of max_tokens ran to the context's end."""
+    typo = next(k for k in body if k.startswith("max_") and k != "max_tokens")
+    with caplog.at_level(logging.WARNING, logger="hearth.api"):
+        for _ in range(2):
+            r = fake.client.post(path, json={**body, "stream": stream})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-hearth-ignored-fields"] == f"{typo},vendor_extra"
+    lines = [rec.getMessage() for rec in caplog.records if "ignored unknown field" in rec.getMessage()]
+    assert len(lines) == 2, lines  # once per field, not per request
+    assert lines[0].startswith(f"{path}: ") and f"{typo!r}, did you mean {hint!r}?" in lines[0]
+    assert "'vendor_extra'" in lines[1] and "did you mean" not in lines[1]
+    assert "x-hearth-ignored-fields" not in fake.client.post(path, json={k: v for k, v in body.items()
+                                                                         if k not in (typo, "vendor_extra")}).headers
+
+
+def test_ignored_fields_header_on_errors_and_odd_names(fake):
+    r = fake.client.post(CHAT, json={"messages": USER, "max_token": 5, "temperature": -1})
+    assert r.status_code == 400 and r.headers["x-hearth-ignored-fields"] == "max_token"
+    r = fake.client.post(CHAT, json={"messages": USER, "a b\nc": 1, "é": 2, **{f"k{i}": i for i in range(40)}})
+    assert r.status_code == 200
+    names = r.headers["x-hearth-ignored-fields"].split(",")
+    assert names[:2] == ["a%20b%0Ac", "%C3%A9"] and len(names) == 33 and names[-1] == "+10 more"
+    # vendor extras through the SDK still work
+    r = fake.openai.chat.completions.with_raw_response.create(model="fake-model", messages=USER,
+                                                              extra_body={"vendor_extra": True})
+    assert r.headers["x-hearth-ignored-fields"] == "vendor_extra"
