@@ -184,8 +184,8 @@ class _Reply:
                     finish = self._finish(out.finish_reason, called[i])
                     yield self._chunk([_choice(i, {}, None, finish, out.stop_reason)], usage, ext=self.src.report(i))
         except HearthError as e:
-            err = from_hearth_error(e)
-            yield data_event(error_body(path, err.status, err.message, code=err.code))
+            err = from_hearth_error(e, path)
+            yield data_event(error_body(path, err.status, err.message, err.param, err.code))
             yield DONE
             return
         if usage:

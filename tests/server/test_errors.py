@@ -101,6 +101,39 @@ ANTHROPIC_TABLE = [
 ]
 
 
+@pytest.mark.parametrize("path,body,param", [
+    (CHAT, {"messages": USER, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "a", "schema": {"type": "no-such-type"}}}}, "response_format.json_schema.schema"),
+    ("/v1/responses", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "a",
+                                                            "schema": {"type": "no-such-type"}}}}, "text.format.schema"),
+    (MESSAGES, {"messages": USER, "max_tokens": 5, "output_config": {"format": {
+        "type": "json_schema", "schema": {"type": "no-such-type"}}}}, "output_config.format.schema"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_schema_the_grammar_engine_refuses_names_its_field(fake, path, body, param, stream):
+    """It was a 400 with `param: null` and a message that named no field."""
+    r = fake.client.post(path, json={**body, "stream": stream})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["message"].startswith(f"{param}: invalid json_schema"), error
+    if path != MESSAGES:
+        assert error["param"] == param
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES])
+@pytest.mark.parametrize("content,headers", [
+    (b'{"messages": [{"role": "user", "content": "hi"}], "prompt": "x", "max_tokens": 5}', {"content-type": "text/plain"}),
+    (b'[1, 2]', {"content-type": "application/json"}),
+    (b'"hi"', {"content-type": "application/json"}),
+])
+def test_a_body_that_is_no_json_object(fake, path, content, headers):
+    """It said "request body: Input should be a valid dictionary or object to extract fields from"."""
+    r = fake.client.post(path, content=content, headers=headers)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith("the request body must be a JSON object"), message
+
+
 @pytest.mark.parametrize("path,body,status,param", TABLE)
 def test_openai_bad_input(fake, path, body, status, param):
     r = fake.client.post(path, json=body)
