@@ -5,14 +5,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
-from hearth.api.openai_protocol import _Body  # the same rules: unknown fields ignored, null means not given
+# the same rules as OpenAI bodies: unknown fields ignored (and named), null means not given, strict scalars
+from hearth.api.openai_protocol import _Body, _Request
 
 
 class ThinkingConfig(_Body):
-    type: str = "disabled"
-    budget_tokens: int | None = None
+    """Anthropic's extended thinking, checked as Anthropic checks it: a budget of at least 1024 tokens,
+    and less than max_tokens (the route checks that). hearth spends no budget: the type turns the
+    template's `enable_thinking` on or off."""
+
+    type: Literal["enabled", "disabled", "adaptive"] = "disabled"
+    budget_tokens: StrictInt | None = Field(None, ge=1024)
 
 
 class OutputFormat(_Body):
@@ -24,16 +29,17 @@ class OutputConfig(_Body):
     format: OutputFormat | None = None
 
 
-class MessagesRequest(_Body):
+class MessagesRequest(_Request):
     model: str | None = None
     messages: list[dict[str, Any]]
-    max_tokens: int
+    max_tokens: StrictInt
     system: str | list[dict[str, Any]] | None = None
     stop_sequences: list[str] | None = None
-    stream: bool = False
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
+    stream: StrictBool = False
+    temperature: StrictFloat | None = Field(None, ge=0, le=1)
+    """Anthropic's range is [0, 1] (OpenAI's [0, 2])."""
+    top_p: StrictFloat | None = None
+    top_k: StrictInt | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: ThinkingConfig | None = None
@@ -41,16 +47,16 @@ class MessagesRequest(_Body):
     """`format` {type: json_schema, schema}: Anthropic's structured output."""
     metadata: dict[str, Any] | None = None
     # not in Anthropic's API; accepted like vLLM's extra fields
-    seed: int | None = None
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
+    seed: StrictInt | None = None
+    min_p: StrictFloat | None = None
+    presence_penalty: StrictFloat | None = None
+    frequency_penalty: StrictFloat | None = None
+    repetition_penalty: StrictFloat | None = None
     hearth: Any = None
     """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 
 
-class CountTokensRequest(_Body):
+class CountTokensRequest(_Request):
     model: str | None = None
     messages: list[dict[str, Any]]
     system: str | list[dict[str, Any]] | None = None

@@ -66,6 +66,7 @@ async def count_tokens(body: CountTokensRequest, request: Request):
 
 @router.post("/v1/messages")
 async def messages(body: MessagesRequest, request: Request):
+    _check_thinking(body)
     state = request.app.state
     served = await state.models.get(body.model)
     guard, plan = _guarded(served, body, state.config.tool_guard, body.hearth)
@@ -83,6 +84,14 @@ async def messages(body: MessagesRequest, request: Request):
         return SSEResponse(message_events(served, source), on_close=source.abort)
     result = await until_disconnect(request, _message(served, source))
     return result if result is not None else {}
+
+
+def _check_thinking(body: MessagesRequest) -> None:
+    """Anthropic's rule: the thinking budget is part of max_tokens, so it must be less."""
+    budget = body.thinking.budget_tokens if body.thinking is not None else None
+    if budget is not None and budget >= body.max_tokens:
+        raise APIError(400, f"thinking.budget_tokens: must be less than max_tokens ({body.max_tokens}), got {budget}",
+                       param="thinking.budget_tokens")
 
 
 def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:

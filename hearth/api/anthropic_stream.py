@@ -143,7 +143,7 @@ async def message_events(served, gen):
             if out.finished:
                 last = out
     except HearthError as e:
-        err = from_hearth_error(e)
+        err = from_hearth_error(e, "/v1/messages")
         yield named_event("error", error_body("/v1/messages", err.status, err.message))
         return
     if not started:

@@ -15,6 +15,7 @@ from hearth.api import (anthropic_routes, chat_page, openai_chat, openai_complet
                         slots)
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
+from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
 from hearth.api.model_pool import ModelPool
 from hearth.api.responses_store import ResponseStore
@@ -70,12 +71,14 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth
+    app.add_middleware(IgnoredFieldsMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
     if config.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
     if config.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["*"],
-                           allow_headers=["*"], allow_credentials="*" not in config.cors_origins)
+                           allow_headers=["*"], allow_credentials="*" not in config.cors_origins,
+                           expose_headers=[IGNORED_HEADER])
     return app
 
 

@@ -15,6 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hearth.engine.async_engine import EngineFullError, EngineStepError
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError
+from hearth.sample.grammar import InvalidStructuredOutput
 
 log = logging.getLogger("hearth.api")
 
@@ -58,6 +59,9 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
 
 _PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input"}
 """The request field that holds the prompt, per route (elsewhere: messages)."""
+_SCHEMA_FIELD = {"/v1/chat/completions": "response_format.json_schema.schema",
+                 "/v1/messages": "output_config.format.schema", "/v1/responses": "text.format.schema"}
+"""The request field that holds a structured-output JSON schema, per route."""
 
 
 def from_hearth_error(e: HearthError, path: str = "") -> APIError:
@@ -70,6 +74,8 @@ def from_hearth_error(e: HearthError, path: str = "") -> APIError:
         return APIError(400, str(e), param=e.field, code="context_length_exceeded")
     if isinstance(e, PromptTooLongError):
         return APIError(400, str(e), param=_PROMPT_FIELD.get(path, "messages"), code="context_length_exceeded")
+    if isinstance(e, InvalidStructuredOutput) and e.kind == "json_schema" and path in _SCHEMA_FIELD:
+        return APIError(400, f"{_SCHEMA_FIELD[path]}: {e}", param=_SCHEMA_FIELD[path])
     return APIError(400, str(e))
 
 
@@ -90,6 +96,10 @@ def _loc_to_param(loc: tuple) -> str:
     return out
 
 
+_NOT_AN_OBJECT = {"model_attributes_type", "model_type", "dict_type"}
+"""pydantic's error types for a body that is no JSON object (text/plain is read as bytes, `[1]` is a list)."""
+
+
 def validation_message(errors: list) -> tuple[str, str | None]:
     """One line for pydantic's errors: the first one, with the field it is about (a union's
     branches joined: "stop: Input should be a valid string or a valid list")."""
@@ -101,6 +111,8 @@ def validation_message(errors: list) -> tuple[str, str | None]:
     param = _loc_to_param(tuple(first.get("loc", ())))
     same = [e["msg"] for e in errors if _loc_to_param(tuple(e.get("loc", ()))) == param]
     why = " or ".join([same[0]] + [m.removeprefix("Input should be ") for m in same[1:]])
+    if not param and first.get("type") in _NOT_AN_OBJECT:
+        return "the request body must be a JSON object (sent with Content-Type: application/json)", None
     if not param:
         return f"request body: {why}", None
     return f"{param}: {why}", param

@@ -83,6 +83,8 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, ex
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
     if body.top_logprobs is not None and not 0 <= body.top_logprobs <= 20:
         raise APIError(400, f"top_logprobs: must be in [0, 20], got {body.top_logprobs}", param="top_logprobs")
+    if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
+        raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     if plan.constraint is not None and body.response_format is not None and body.response_format.type != "text":
         raise APIError(400, "response_format: cannot be combined with a tool_choice that forces a call",
                        param="response_format")
@@ -182,8 +184,8 @@ class _Reply:
                     finish = self._finish(out.finish_reason, called[i])
                     yield self._chunk([_choice(i, {}, None, finish, out.stop_reason)], usage, ext=self.src.report(i))
         except HearthError as e:
-            err = from_hearth_error(e)
-            yield data_event(error_body(path, err.status, err.message, code=err.code))
+            err = from_hearth_error(e, path)
+            yield data_event(error_body(path, err.status, err.message, err.param, err.code))
             yield DONE
             return
         if usage:

@@ -1,13 +1,19 @@
 """OpenAI request bodies (chat completions, completions) plus vLLM's extra sampling fields.
 
-Unknown fields are ignored (clients send vendor extensions freely). Messages stay plain dicts here:
+Unknown fields are ignored (clients send vendor extensions freely), never silently: the response names
+them (hearth.api.ignored_fields). Scalars are strict: a boolean is no integer (`"max_tokens": true` was
+1) and a string no boolean or number (`"stream": "yes"` streamed), as OpenAI and Anthropic answer
+them; an integer is still a float. Messages stay plain dicts here:
 hearth.api.messages checks them by hand so a bad one is named precisely (`messages[2].content`)."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
+
+from hearth.api.ignored_fields import note
 
 
 class _Body(BaseModel):
@@ -21,21 +27,39 @@ class _Body(BaseModel):
         null stays a value of its own (completions' `"max_tokens": null`: until the context is full)."""
         if not isinstance(data, dict):
             return data
-        nullable = {name for f_name, f in cls.model_fields.items() if type(None) in get_args(f.annotation)
-                    for name in (f_name, f.alias) if name}
-        return {k: v for k, v in data.items() if v is not None or k in nullable}
+        not_nullable = {name for f_name, f in cls.model_fields.items() if type(None) not in get_args(f.annotation)
+                        for name in (f_name, f.alias) if name}
+        # an unknown null stays: it is ignored either way, and named (hearth.api.ignored_fields)
+        return {k: v for k, v in data.items() if v is not None or k not in not_nullable}
+
+
+class _Request(_Body):
+    """A whole request body: the top-level names no field knows are noted for the response's
+    `x-hearth-ignored-fields` header and the server log (hearth.api.ignored_fields)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _note_unknown(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            note(data, _known(cls))
+        return data
+
+
+@cache
+def _known(cls: type[BaseModel]) -> frozenset[str]:
+    return frozenset(name for f_name, f in cls.model_fields.items() for name in (f_name, f.alias) if name)
 
 
 class StreamOptions(_Body):
-    include_usage: bool = False
-    continuous_usage_stats: bool = False
+    include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False
 
 
 class JSONSchemaFormat(_Body):
     name: str = "response"
     description: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
+    strict: StrictBool | None = None
 
 
 class ResponseFormat(_Body):
@@ -43,27 +67,27 @@ class ResponseFormat(_Body):
     json_schema: JSONSchemaFormat | None = None
 
 
-class SamplingFields(_Body):
+class SamplingFields(_Request):
     """What both OpenAI endpoints share; the names are OpenAI's and vLLM's."""
 
     model: str | None = None
-    n: int = 1
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    presence_penalty: float | None = None
-    frequency_penalty: float | None = None
-    repetition_penalty: float | None = None
-    logit_bias: dict[str, float] | None = None
-    seed: int | None = None
+    n: StrictInt = 1
+    temperature: StrictFloat | None = None
+    top_p: StrictFloat | None = None
+    top_k: StrictInt | None = None
+    min_p: StrictFloat | None = None
+    presence_penalty: StrictFloat | None = None
+    frequency_penalty: StrictFloat | None = None
+    repetition_penalty: StrictFloat | None = None
+    logit_bias: dict[str, StrictFloat] | None = None
+    seed: StrictInt | None = None
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
-    min_tokens: int = 0
-    ignore_eos: bool = False
-    skip_special_tokens: bool = True
-    include_stop_str_in_output: bool = False
-    stream: bool = False
+    stop_token_ids: list[StrictInt] | None = None
+    min_tokens: StrictInt = 0
+    ignore_eos: StrictBool = False
+    skip_special_tokens: StrictBool = True
+    include_stop_str_in_output: StrictBool = False
+    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
     user: str | None = None
@@ -71,41 +95,41 @@ class SamplingFields(_Body):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[dict[str, Any]]
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
+    max_tokens: StrictInt | None = None
+    max_completion_tokens: StrictInt | None = None
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     functions: list[dict[str, Any]] | None = None
     """Legacy (pre-tools) function calling: answered with `function_call`, one call."""
     function_call: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool = True
-    add_generation_prompt: bool = True
-    continue_final_message: bool = False
+    parallel_tool_calls: StrictBool = True
+    add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
     chat_template_kwargs: dict[str, Any] | None = None
     hearth: Any = None
     """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = 16
-    logprobs: int | None = None
-    echo: bool = False
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    max_tokens: StrictInt | None = 16
+    logprobs: StrictInt | None = None
+    echo: StrictBool = False
     suffix: str | None = None
-    best_of: int | None = None
+    best_of: StrictInt | None = None
 
 
-class TokenizeRequest(_Body):
+class TokenizeRequest(_Request):
     model: str | None = None
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
-    add_special_tokens: bool = True
-    add_generation_prompt: bool = True
+    add_special_tokens: StrictBool = True
+    add_generation_prompt: StrictBool = True
     tools: list[dict[str, Any]] | None = None
 
 
-class DetokenizeRequest(_Body):
+class DetokenizeRequest(_Request):
     model: str | None = None
-    tokens: list[int]
+    tokens: list[StrictInt]

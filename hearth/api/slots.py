@@ -16,10 +16,11 @@ import time
 from typing import Any, Literal
 
 from fastapi import APIRouter, Request
+from pydantic import StrictBool, StrictInt
 
 from hearth.api.errors import APIError
 from hearth.api.generate import Generation
-from hearth.api.openai_protocol import _Body
+from hearth.api.openai_protocol import _Request
 from hearth.api.openai_routes import conversation_ids
 from hearth.kvstore.snapshot import SnapshotError, SnapshotNameError, SnapshotNotFoundError
 from hearth.sampling_params import SamplingParams
@@ -27,16 +28,16 @@ from hearth.sampling_params import SamplingParams
 router = APIRouter()
 
 
-class SlotRequest(_Body):
+class SlotRequest(_Request):
     name: str | None = None
     filename: str | None = None
     """llama-server's name for `name`."""
     model: str | None = None
-    prompt: str | list[int] | None = None
+    prompt: str | list[StrictInt] | None = None
     messages: list[dict[str, Any]] | None = None
     tools: list[dict[str, Any]] | None = None
-    add_generation_prompt: bool = True
-    add_special_tokens: bool = True
+    add_generation_prompt: StrictBool = True
+    add_special_tokens: StrictBool = True
 
 
 @router.post("/slots/save")

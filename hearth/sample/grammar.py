@@ -18,7 +18,12 @@ from hearth.sampling_params import StructuredOutput
 
 
 class InvalidStructuredOutput(HearthError):
-    """A JSON schema, grammar or regex the grammar engine cannot compile."""
+    """A JSON schema, grammar or regex the grammar engine cannot compile; `kind` says which (the API
+    names the request field that held it)."""
+
+    def __init__(self, message: str, kind: str = "json_schema"):
+        super().__init__(message)
+        self.kind = kind
 
 
 def compile_grammar(so: StructuredOutput) -> str:
@@ -33,7 +38,7 @@ def compile_grammar(so: StructuredOutput) -> str:
         kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(so.regex)
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
-        raise InvalidStructuredOutput(f"invalid {kind}: {error.strip().splitlines()[0]}")
+        raise InvalidStructuredOutput(f"invalid {kind}: {error.strip().splitlines()[0]}", kind)
     return grammar
 
 

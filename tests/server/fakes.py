@@ -18,6 +18,7 @@ from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepE
 from hearth.engine.engine_core import InvalidPromptError
 from hearth.errors import PromptTooLongError
 from hearth.outputs import EngineOutput
+from hearth.sample.grammar import compile_grammar
 
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 SCRIPTS = {
@@ -203,6 +204,8 @@ class FakeEngine:
             raise InvalidPromptError("prompt is empty: give at least one token")
         if len(prompt_ids) >= self.max_model_len:
             raise PromptTooLongError(len(prompt_ids), self.max_model_len)
+        if params.structured_output is not None:  # as the real engine's check_request
+            compile_grammar(params.structured_output)
         if len(self.live) >= self.max_in_flight:
             raise EngineFullError(f"{len(self.live)} requests are in flight (limit {self.max_in_flight}); retry later")
         prompt = "".join(chr(i) for i in prompt_ids)

@@ -3,6 +3,8 @@ OpenAI- or Anthropic-shaped body that names the field; never a 500."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from tests.server.fakes import FakeEngine
@@ -37,6 +39,8 @@ TABLE = [
     (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
     (CHAT, {"messages": USER, "n": 0}, 400, "n"),
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
+    (CHAT, {"messages": USER, "top_logprobs": 3}, 400, "top_logprobs"),  # without logprobs: true, as OpenAI
+    (CHAT, {"messages": USER, "logprobs": False, "top_logprobs": 0}, 400, "top_logprobs"),
     (CHAT, {"messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
     (CHAT, {"messages": USER, "stop": 5}, 400, "stop"),
     (CHAT, {"messages": USER, "stop": ["x", ""]}, 400, "stop"),  # matched at once: an empty answer
@@ -52,6 +56,16 @@ TABLE = [
     (CHAT, {"messages": USER, "tools": [TOOL, {"type": "function", "function": {"name": "g", "parameters": {
         "type": "object", "properties": {"d": {"type": "dict"}}}}}]}, 400, "tools[1].function.parameters"),
     (CHAT, {"messages": USER, "model": "nope"}, 404, "model"),
+    # strict scalars: a boolean is no integer, a string no boolean or number (each was coerced)
+    (CHAT, {"messages": USER, "max_tokens": True}, 400, "max_tokens"),
+    (CHAT, {"messages": USER, "stream": "yes"}, 400, "stream"),
+    (CHAT, {"messages": USER, "logprobs": 1}, 400, "logprobs"),
+    (CHAT, {"messages": USER, "n": "2"}, 400, "n"),
+    (CHAT, {"messages": USER, "temperature": "0.5"}, 400, "temperature"),
+    (CHAT, {"messages": USER, "temperature": True}, 400, "temperature"),
+    (CHAT, {"messages": USER, "stop_token_ids": [True]}, 400, "stop_token_ids[0]"),
+    (COMPLETIONS, {"prompt": "x", "echo": "yes"}, 400, "echo"),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": 2.0}, 400, "max_tokens"),
     (COMPLETIONS, {}, 400, "prompt"),
     (COMPLETIONS, {"prompt": []}, 400, "prompt"),
     (COMPLETIONS, {"prompt": "x", "max_tokens": -1}, 400, "max_tokens"),
@@ -75,7 +89,49 @@ ANTHROPIC_TABLE = [
      400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
     ({"max_tokens": 5, "messages": USER, "stop_sequences": [""]}, 400, "stop_sequences"),
+    ({"max_tokens": 5, "messages": USER, "temperature": 3}, 400, "temperature"),  # Anthropic's range is [0, 1]
+    ({"max_tokens": 5, "messages": USER, "temperature": -0.5}, 400, "temperature"),
+    ({"max_tokens": 4, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 1024}}, 400,
+     "thinking.budget_tokens"),  # the budget is part of max_tokens
+    ({"max_tokens": 2000, "messages": USER, "thinking": {"type": "enabled", "budget_tokens": 100}}, 400,
+     "thinking.budget_tokens"),  # at least 1024
+    ({"max_tokens": 5, "messages": USER, "thinking": {"type": "sometimes"}}, 400, "thinking.type"),
+    ({"max_tokens": True, "messages": USER}, 400, "max_tokens"),
+    ({"max_tokens": 5, "messages": USER, "stream": "yes"}, 400, "stream"),
 ]
+
+
+@pytest.mark.parametrize("path,body,param", [
+    (CHAT, {"messages": USER, "response_format": {"type": "json_schema", "json_schema": {
+        "name": "a", "schema": {"type": "no-such-type"}}}}, "response_format.json_schema.schema"),
+    ("/v1/responses", {"input": "hi", "text": {"format": {"type": "json_schema", "name": "a",
+                                                            "schema": {"type": "no-such-type"}}}}, "text.format.schema"),
+    (MESSAGES, {"messages": USER, "max_tokens": 5, "output_config": {"format": {
+        "type": "json_schema", "schema": {"type": "no-such-type"}}}}, "output_config.format.schema"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_schema_the_grammar_engine_refuses_names_its_field(fake, path, body, param, stream):
+    """It was a 400 with `param: null` and a message that named no field."""
+    r = fake.client.post(path, json={**body, "stream": stream})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["message"].startswith(f"{param}: invalid json_schema"), error
+    if path != MESSAGES:
+        assert error["param"] == param
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES])
+@pytest.mark.parametrize("content,headers", [
+    (b'{"messages": [{"role": "user", "content": "hi"}], "prompt": "x", "max_tokens": 5}', {"content-type": "text/plain"}),
+    (b'[1, 2]', {"content-type": "application/json"}),
+    (b'"hi"', {"content-type": "application/json"}),
+])
+def test_a_body_that_is_no_json_object(fake, path, content, headers):
+    """It said "request body: Input should be a valid dictionary or object to extract fields from"."""
+    r = fake.client.post(path, content=content, headers=headers)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert message.startswith("the request body must be a JSON object"), message
 
 
 @pytest.mark.parametrize("path,body,status,param", TABLE)
@@ -97,6 +153,24 @@ def test_anthropic_bad_input(fake, body, status, param):
     assert payload["type"] == "error" and set(payload["error"]) == {"type", "message"}
     assert payload["error"]["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
     assert param in payload["error"]["message"], payload
+
+
+@pytest.mark.parametrize("path,body", [
+    (CHAT, {"messages": USER, "temperature": 1, "top_p": 1, "logit_bias": {"65": 1}, "presence_penalty": 0}),
+    (COMPLETIONS, {"prompt": [1, 2], "max_tokens": 2, "temperature": 0}),
+    (MESSAGES, {"messages": USER, "max_tokens": 5, "temperature": 1, "top_p": 1}),
+    ("/v1/responses", {"input": "hi", "temperature": 0, "max_output_tokens": 5}),
+])
+def test_an_integer_is_still_a_float(fake, path, body):
+    """Strict scalars refuse booleans and strings, not a whole number where a float goes (JSON has one number type)."""
+    assert fake.client.post(path, json=body).status_code == 200
+
+
+def test_anthropic_thinking_and_temperature_in_range_pass(fake):
+    for extra in ({"thinking": {"type": "enabled", "budget_tokens": 1024}}, {"thinking": {"type": "disabled"}},
+                  {"temperature": 1}, {"temperature": 0.0}):
+        r = fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 2000, **extra})
+        assert r.status_code == 200, (extra, r.text)
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES])
@@ -255,3 +329,40 @@ def test_cors(make_fake):
 def test_no_cors_by_default(fake):
     r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example"})
     assert "access-control-allow-origin" not in r.headers
+
+
+@pytest.mark.parametrize("path,body,hint", [
+    (CHAT, {"messages": USER, "max_token": 5, "vendor_extra": {"x": 1}}, "max_tokens"),
+    (COMPLETIONS, {"prompt": "x", "max_token": 5, "vendor_extra": None}, "max_tokens"),
+    (MESSAGES, {"messages": USER, "max_tokens": 5, "max_token": 5, "vendor_extra": 1}, "max_tokens"),
+    ("/v1/responses", {"input": "hi", "max_output_token": 5, "vendor_extra": 1}, "max_output_tokens"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_unknown_fields_are_ignored_but_named(fake, caplog, path, body, hint, stream):
+    """Not rejected (clients send vendor extras), not silent: a header names them, the log once per
+    (route, field), with the field a near miss was meant to be. A typo of max_tokens ran to the context's end."""
+    typo = next(k for k in body if k.startswith("max_") and k != "max_tokens")
+    with caplog.at_level(logging.WARNING, logger="hearth.api"):
+        for _ in range(2):
+            r = fake.client.post(path, json={**body, "stream": stream})
+            assert r.status_code == 200, r.text
+            assert r.headers["x-hearth-ignored-fields"] == f"{typo},vendor_extra"
+    lines = [rec.getMessage() for rec in caplog.records if "ignored unknown field" in rec.getMessage()]
+    assert len(lines) == 2, lines  # once per field, not per request
+    assert lines[0].startswith(f"{path}: ") and f"{typo!r}, did you mean {hint!r}?" in lines[0]
+    assert "'vendor_extra'" in lines[1] and "did you mean" not in lines[1]
+    assert "x-hearth-ignored-fields" not in fake.client.post(path, json={k: v for k, v in body.items()
+                                                                         if k not in (typo, "vendor_extra")}).headers
+
+
+def test_ignored_fields_header_on_errors_and_odd_names(fake):
+    r = fake.client.post(CHAT, json={"messages": USER, "max_token": 5, "temperature": -1})
+    assert r.status_code == 400 and r.headers["x-hearth-ignored-fields"] == "max_token"
+    r = fake.client.post(CHAT, json={"messages": USER, "a b\nc": 1, "é": 2, **{f"k{i}": i for i in range(40)}})
+    assert r.status_code == 200
+    names = r.headers["x-hearth-ignored-fields"].split(",")
+    assert names[:2] == ["a%20b%0Ac", "%C3%A9"] and len(names) == 33 and names[-1] == "+10 more"
+    # vendor extras through the SDK still work
+    r = fake.openai.chat.completions.with_raw_response.create(model="fake-model", messages=USER,
+                                                              extra_body={"vendor_extra": True})
+    assert r.headers["x-hearth-ignored-fields"] == "vendor_extra"

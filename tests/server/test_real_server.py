@@ -154,10 +154,11 @@ def test_cached_prompt_tokens_are_reported(client, real_server):
 
 
 def test_invalid_schema_is_400(client, real_server):
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(
             model=real_server.model, messages=HI, max_tokens=2,
             response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "no-such-type"}}})
+    assert e.value.param == "response_format.json_schema.schema"
 
 
 def test_bad_input_on_the_real_server(client, http, real_server):
