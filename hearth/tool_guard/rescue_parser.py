@@ -2,7 +2,10 @@
 without the format's markers (hearth.tool_guard.rescue_calls) and reports what it rescued.
 
 Whole outputs lose the call's text from `content`. A stream has already sent that text as content
-when the end shows it was a call: the call is added after it (OpenAI allows content beside calls)."""
+when the end shows it was a call: the call is added after it (OpenAI allows content beside calls).
+An output max_tokens cut is not rescued: the rescue's lenient repair would close a value the model
+did not finish (`{"city": "Pa` -> `{"city": "Pa"}`), a clean call it never wrote
+(hearth.tool_parsers.cut: a cut call stays as written); its text stays the text it was."""
 
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ class RescuingParser:
 
     def finish(self, cut: bool = False) -> list[Event]:
         events = self._seen(self._parser.finish(cut))
-        if self._called:
+        if self._called or cut:
             return events
         found = rescue_calls("".join(self._content), self._tools)
         if found is None:
@@ -35,9 +38,9 @@ class RescuingParser:
         self._log.add("rescued", **described(found))
         return events + [ToolCallEvent(i, call) for i, call in enumerate(found.calls)]
 
-    def parse(self, text: str) -> ParsedOutput:
-        parsed = self._parser.parse(text)
-        if parsed.tool_calls:
+    def parse(self, text: str, cut: bool = False) -> ParsedOutput:
+        parsed = self._parser.parse(text, cut)
+        if parsed.tool_calls or cut:
             return parsed
         found = rescue_calls(parsed.content, self._tools)
         if found is None:

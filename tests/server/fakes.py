@@ -42,6 +42,8 @@ SCRIPTS = {
     # a forced call, one piece a token: max_tokens k cuts it after k pieces (tests/server/test_cut_calls.py)
     "cut_call": ["<tool_", "call>\n", '{"name": "get_', 'time", ', '"arguments": {', '\n   "', 'tz": "Asia/To', 'kyo"}}',
                  "\n</tool_call>"],
+    # a call in prose that max_tokens cuts after 2 pieces: no rescue may close it (test_cut_calls.py)
+    "prose_cut": ["I will look it up: ", '{"name": "get_weather", "arguments": {"city": "Pa', 'ris"}}', " now."],
     "think": ["<think>", "The user", " wants a greeting.", "</think>", "Hi", "!"],
     "think_tool": ["<think>Need weather.</think>", WEATHER_CALL],
     "unclosed_think": ["<think>", "still thinking"],

@@ -80,3 +80,19 @@ def test_the_cut_arguments_are_reported_as_not_json(fake):
     assert [e["kind"] for e in off["hearth"]["events"]] == ["unparsed_call"]
     guard = fake.client.post("/v1/chat/completions", json=_body(7, "named", "guard")).json()["hearth"]
     assert not guard["retries"] and "max_tokens" in guard["validation_errors"][0]
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+
+
+@pytest.mark.parametrize("mode", ["off", "guard"])
+def test_a_cut_call_in_prose_is_not_rescued_into_a_clean_one(fake, mode):
+    """The guard's rescue of unmarked calls would close `{"city": "Pa` into {"city": "Pa"}: it stays text."""
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "script:prose_cut"}], "tools": [WEATHER],
+            "max_tokens": 2, "hearth": {"tool_guard": mode}}
+    r = fake.client.post("/v1/chat/completions", json=body).json()
+    (c,) = r["choices"]
+    assert c["finish_reason"] == "length" and not c["message"].get("tool_calls")
+    assert c["message"]["content"] == 'I will look it up: {"name": "get_weather", "arguments": {"city": "Pa'
+    assert "rescued" not in [e["kind"] for e in r.get("hearth", {}).get("events", [])]

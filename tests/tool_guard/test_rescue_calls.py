@@ -102,3 +102,16 @@ def test_wrapper_streamed_adds_the_call_at_the_end():
     calls = [e for e in events if isinstance(e, ToolCallEvent)]
     assert len(calls) == 1 and calls[0].index == 0 and json.loads(calls[0].call.arguments) == PARIS
     assert [e.kind for e in log.events] == ["rescued"] and parser.rescue.content == "OK:"
+
+
+@pytest.mark.parametrize("text", ['I will look it up: {"name": "get_weather", "arguments": {"city": "Pa',
+                                  'Let me check. ```json\n{"name": "get_weather", "arguments": {"city": "Pa'])
+def test_an_output_max_tokens_cut_is_not_rescued(text):
+    """Rescue's lenient repair would close `"Pa` into a clean call the model never finished."""
+    for announce in (False, True):
+        log = GuardLog()
+        parser = RescuingParser(OutputParser("hermes", TOOLS, announce=announce), TOOLS, log)
+        events = parser.feed(text) + parser.finish(cut=True)
+        assert not [e for e in events if isinstance(e, ToolCallEvent)] and not log.events and parser.rescue is None
+        whole = RescuingParser(OutputParser("hermes", TOOLS), TOOLS, log).parse(text, cut=True)
+        assert whole.content == text and not whole.tool_calls and not log.events
