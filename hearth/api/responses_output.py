@@ -119,7 +119,8 @@ class OutputBuilder:
         rest = arguments_rest(e.call.arguments, item["arguments"])
         if rest:
             out += self._call_arguments(e.index, rest)
-        item["arguments"], item["status"] = e.call.arguments, "completed"
+        # arguments that are not JSON (cut by max_tokens, or broken): the call is not complete
+        item["arguments"], item["status"] = e.call.arguments, "incomplete" if e.call.unparsed else "completed"
         index = self.items.index(item)
         return out + [{"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": index,
                        "name": item["name"], "arguments": item["arguments"]},

@@ -96,3 +96,21 @@ def test_a_cut_call_in_prose_is_not_rescued_into_a_clean_one(fake, mode):
     assert c["finish_reason"] == "length" and not c["message"].get("tool_calls")
     assert c["message"]["content"] == 'I will look it up: {"name": "get_weather", "arguments": {"city": "Pa'
     assert "rescued" not in [e["kind"] for e in r.get("hearth", {}).get("events", [])]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_cut_call_is_an_incomplete_item_of_the_responses_api(fake, stream):
+    """/v1/responses: the response is incomplete, and so is the cut function_call item (not "completed")."""
+    tool = {"type": "function", "name": "get_time", "parameters": TIME["function"]["parameters"]}
+    body = {"model": "fake-model", "max_output_tokens": 7, "tools": [tool], "input": "script:cut_call",
+            "tool_choice": {"type": "function", "name": "get_time"}, "stream": stream}
+    if stream:
+        with fake.client.stream("POST", "/v1/responses", json=body) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ")]
+        done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+        j = events[-1]["response"]
+        assert [i["status"] for i in done] == ["incomplete"]
+    else:
+        j = fake.client.post("/v1/responses", json=body).json()
+    assert j["status"] == "incomplete" and j["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert [(i["type"], i["arguments"], i["status"]) for i in j["output"]] == [("function_call", ASIA, "incomplete")]
