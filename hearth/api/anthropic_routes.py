@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.anthropic_messages import anthropic_messages
 from hearth.api.anthropic_protocol import CountTokensRequest, MessagesRequest
-from hearth.api.anthropic_stream import message_events, tool_use_block, usage
+from hearth.api.anthropic_stream import message_events, tool_input, tool_use_block, unparsed_tool_use, usage
 from hearth.api.errors import APIError
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
@@ -117,12 +117,16 @@ async def _message(served, source) -> dict:
         content.append({"type": "thinking", "thinking": parsed.reasoning, "signature": ""})
     if parsed.content:
         content.append({"type": "text", "text": parsed.content})
-    for call in parsed.tool_calls:
-        content.append(tool_use_block(call))
-    stop = anthropic_stop(finish, bool(parsed.tool_calls), stop_reason)
+    # a call whose arguments are not an object (cut by max_tokens) has no `input` to give: it is
+    # reported in the `hearth` field, never a tool_use block with an invented {}
+    unparsed = [unparsed_tool_use(c) for c in parsed.tool_calls if tool_input(c) is None]
+    content += [tool_use_block(c) for c in parsed.tool_calls if tool_input(c) is not None]
+    stop = anthropic_stop(finish, len(unparsed) < len(parsed.tool_calls), stop_reason)
     out = {"id": f"msg_{source.request_id}", "type": "message", "role": "assistant", "model": served.name,
            "content": content, "stop_reason": stop, "stop_sequence": stop_reason if stop == "stop_sequence" else None,
            "usage": usage(source, tokens)}
     ext = source.report(0)
+    if unparsed:
+        ext = {**(ext or {}), "unparsed_tool_use": unparsed}
     return out if ext is None else {**out, "hearth": ext}
 

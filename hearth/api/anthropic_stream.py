@@ -24,13 +24,26 @@ def usage(gen, output_tokens: int) -> dict:
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": cached}
 
 
-def tool_use_block(call) -> dict:
+def tool_input(call) -> dict | None:
+    """The call's arguments as Anthropic's `input` (an object), or None when they are not a JSON
+    object (cut by max_tokens, or broken): a `{}` would be a clean call the model did not write."""
     try:
         arguments = json.loads(call.arguments)
     except ValueError:
-        arguments = None
-    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name,
-            "input": arguments if isinstance(arguments, dict) else {}}
+        return None
+    return arguments if isinstance(arguments, dict) else None
+
+
+def tool_use_block(call) -> dict:
+    """The call's tool_use block; `input` {} where it has none (the stream's block start: its text follows)."""
+    return {"type": "tool_use", "id": tool_use_id(call.id), "name": call.name, "input": tool_input(call) or {}}
+
+
+def unparsed_tool_use(call) -> dict:
+    """A call with no `input` object, as the `hearth` field's `unparsed_tool_use` reports it (whole messages):
+    its id and name, the text written (as a stream's partial_json pieces would be) and why it is not JSON."""
+    return {"id": tool_use_id(call.id), "name": call.name, "partial_json": call.arguments,
+            "error": call.unparsed or "the arguments are not a JSON object"}
 
 
 def tool_use_id(call_id: str) -> str:

@@ -295,3 +295,17 @@ def test_anthropic_stream_of_a_cut_call_sends_its_text(fake):
     pieces = "".join(e["delta"]["partial_json"] for e in events if e["type"] == "content_block_delta")
     assert block["type"] == "tool_use" and block["name"] == "get_time" and pieces == '{"tz": "Asia/To'
     assert next(e for e in events if e["type"] == "message_delta")["delta"]["stop_reason"] == "max_tokens"
+
+
+@pytest.mark.parametrize("mode", ["off", "guard"])
+def test_anthropic_whole_cut_call_is_no_tool_use_with_an_invented_input(fake, mode):
+    """Whole, a cut call has no `input` object to give (`{}` would be a clean call with no arguments):
+    no tool_use block; the `hearth` field's unparsed_tool_use has what the stream's partial_json sends."""
+    tool = {"name": "get_time", "input_schema": {"type": "object", "properties": {"tz": {"type": "string"}}}}
+    r = fake.client.post("/v1/messages", json={
+        "model": "fake-model", "max_tokens": 7, "tools": [tool], "tool_choice": {"type": "tool", "name": "get_time"},
+        "messages": [{"role": "user", "content": "script:cut_call"}], "hearth": {"tool_guard": mode}}).json()
+    assert r["content"] == [] and r["stop_reason"] == "max_tokens"
+    (cut,) = r["hearth"]["unparsed_tool_use"]
+    assert cut["id"].startswith("toolu_") and cut["name"] == "get_time" and cut["partial_json"] == '{"tz": "Asia/To'
+    assert "max_tokens" in cut["error"]
