@@ -13,13 +13,21 @@ The rule (JSON call bodies: hermes, llama3_json, bare_json, mistral's list, JSON
 - no call: the region is dropped where it is known to be a call (the format's START marker opened
   it, or tool_choice forces a call); a marker-less lead region under `auto` (an output that opens
   with `{`, maybe JSON the user asked for) stays content, as it always did.
-A region that is whole but for its END marker parses as usual. XML bodies (`<function=NAME>`) keep
-qwen_xml's own reading of a cut region."""
+A region that is whole but for its END marker parses as usual.
+
+XML bodies (qwen_xml, and hermes' `<function=NAME>`): a region whose last `<function=NAME>` has no
+`</function>` is cut inside that call (qwen_xml's lenient reading would make `<parameter=city>\nPa`
+a clean `{"city": "Pa"}`). The functions before it are whole calls; the cut one, when NAME is whole
+and offered, has as arguments the JSON its parameters so far would open (`{"city": "Pa`: the
+parameters closed with `</parameter>` as qwen_xml reads them, the open one's text as written, a
+string unless its schema types it otherwise; "" before any `<parameter=`), marked `unparsed`."""
 
 from __future__ import annotations
 
+import json
 import re
 
+from hearth.tool_parsers import qwen_xml
 from hearth.tool_parsers.early_call import EarlyCall, as_written
 from hearth.tool_parsers.lenient_json import loads
 from hearth.tool_parsers.types import ToolCall, new_call_id, tool_parameters
@@ -30,12 +38,30 @@ _NAME = re.compile(r'\s*(?:```(?:json|JSON)?\s*)?\[?\s*\{\{?\s*"name"\s*:\s*"([^
 _ARGUMENTS = re.compile(r'\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
 
-def cut_call(region: str, tools: list[dict] | None, named: str | None, early: EarlyCall | None) -> ToolCall | None:
-    """The call a cut-off region holds (see the rule above), or None. region "": a forced call cut
-    before its region opened (its START marker, or part of it, was all there was). `early`: the
-    call a stream announced in this region: its id and name stand, its arguments go on from what was sent."""
+_FUNCTION_END = "</function>"
+_PARAMETER, _PARAMETER_END = "<parameter=", "</parameter>"
+
+
+def xml_open(region: str) -> bool:
+    """Whether a region holds XML calls and its last function has no `</function>` (a cut call)."""
+    return qwen_xml.is_xml(region) and _FUNCTION_END not in region[region.rfind(qwen_xml.FUNCTION):]
+
+
+def cut_calls(region: str, tools: list[dict] | None, named: str | None, early: EarlyCall | None) -> list[ToolCall]:
+    """The calls a cut-off region holds (see the rule above), the cut one last; [] for none.
+    region "": a forced call cut before its region opened (its START marker, or part of it, was all
+    there was). `early`: the call a stream announced in this region: its id and name stand, its
+    arguments go on from what was sent."""
     if early is not None and early.started:
-        return _call(early.id, early.name, early.cut(region))
+        return [_call(early.id, early.name, early.cut(region))]
+    if qwen_xml.is_xml(region):
+        return _xml_calls(region, tools, named)
+    call = cut_call(region, tools, named)
+    return [] if call is None else [call]
+
+
+def cut_call(region: str, tools: list[dict] | None, named: str | None) -> ToolCall | None:
+    """The call a cut-off JSON region holds, or None."""
     head = _NAME.match(region)
     name = head.group(1) if head else None
     if name is not None and tools is not None and name not in tool_parameters(tools):
@@ -52,3 +78,42 @@ def _call(call_id: str, name: str, arguments: str) -> ToolCall:
     except ValueError:
         whole = False
     return ToolCall(call_id, name, arguments, "" if whole else CUT)
+
+
+def _xml_calls(region: str, tools: list[dict] | None, named: str | None) -> list[ToolCall]:
+    """An XML region cut inside its last function: the whole functions before it, then that one."""
+    k = region.rfind(qwen_xml.FUNCTION)
+    try:
+        calls = qwen_xml.parse(region[:k], tools) if qwen_xml.is_xml(region[:k]) else []
+    except ValueError:
+        calls = []
+    head = re.match(r"<function=([^>\n]+)>", region[k:])
+    name = head.group(1).strip() if head else None
+    parameters = tool_parameters(tools)
+    if name is not None and tools is not None and name not in parameters:
+        name = None
+    if name is None:
+        return calls if calls or named is None else [_call(new_call_id(), named, "")]
+    properties = parameters.get(name, {}).get("properties", {})
+    return calls + [_call(new_call_id(), name, _xml_arguments(region[k + head.end():], properties))]
+
+
+def _xml_arguments(body: str, properties: dict) -> str:
+    """The JSON arguments text the parameters written so far open (`{"city": "Pa`)."""
+    if body.lstrip().startswith("{"):  # `<function=NAME>{...` (Llama 3.1's form): JSON as written
+        return as_written(body.lstrip())
+    parts = body.split(_PARAMETER)[1:]
+    pairs = []
+    for i, part in enumerate(parts):
+        key, sep, raw = part.partition(">")
+        if not sep or "\n" in key:  # the key itself was cut
+            break
+        key, schema = key.strip(), properties.get(key.strip())
+        if _PARAMETER_END in raw or i < len(parts) - 1:  # closed (or ended by the next tag), as qwen_xml reads it
+            value = json.dumps(qwen_xml.value(raw.split(_PARAMETER_END)[0], schema), ensure_ascii=False)
+        else:  # the cut one: its text as written, a string unless typed otherwise
+            text = raw[1:] if raw.startswith("\n") else raw
+            typed = qwen_xml.kinds(schema)
+            value = text if typed and "string" not in typed else json.dumps(text, ensure_ascii=False)[:-1]
+        pairs.append(f"{json.dumps(key, ensure_ascii=False)}: {value}")
+    return "{" + ", ".join(pairs) if parts else ""

@@ -41,7 +41,7 @@ def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:
             calls.append(to_call({"name": name, "arguments": loads_lenient(body.strip())}, tools))
             continue
         properties = schemas.get(name.strip(), {}).get("properties", {})
-        args = {key.strip(): _value(raw, properties.get(key.strip()))
+        args = {key.strip(): value(raw, properties.get(key.strip()))
                 for key, raw in _PARAMETER.findall(body)}
         calls.append(to_call({"name": name, "arguments": args}, tools))
     return calls
@@ -52,18 +52,18 @@ def is_xml(text: str) -> bool:
     return text.lstrip().startswith(FUNCTION)
 
 
-def _value(raw: str, schema: Any) -> Any:
+def value(raw: str, schema: Any) -> Any:
     """One parameter's value; the template writes a newline on each side of it."""
     text = raw[1:] if raw.startswith("\n") else raw
     text = text[:-1] if text.endswith("\n") else text
-    kinds = _kinds(schema)
-    if kinds == {"string"}:
+    typed = kinds(schema)
+    if typed == {"string"}:
         return text
     try:
         return loads(text)  # 1e400 or NaN stays the model's text (the guard's schema check reports it)
     except ValueError:
         pass
-    if kinds and "string" not in kinds:  # typed as non-text: repair True, 'a', trailing commas
+    if typed and "string" not in typed:  # typed as non-text: repair True, 'a', trailing commas
         try:
             return loads_lenient(text)
         except ValueError:
@@ -71,7 +71,8 @@ def _value(raw: str, schema: Any) -> Any:
     return text
 
 
-def _kinds(schema: Any) -> set[str]:
+def kinds(schema: Any) -> set[str]:
+    """The JSON types a parameter's schema names (none when it names none)."""
     kind = schema.get("type") if isinstance(schema, dict) else None
     if isinstance(kind, str):
         return {kind}

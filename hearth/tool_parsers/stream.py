@@ -9,7 +9,7 @@ that max_tokens cut off (finish(cut=True)) inside a call keeps it as a call: hea
 
 from __future__ import annotations
 
-from hearth.tool_parsers.cut import cut_call
+from hearth.tool_parsers.cut import cut_calls, xml_open
 from hearth.tool_parsers.early_call import JSON_FORMATS, EarlyCall
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.holdback import Trim, held_prefix
@@ -53,7 +53,7 @@ class StreamingToolParser:
         events: list[Event] = []
         if self._state == _CALL:
             self._announced(events, self._buf)
-            if cut and (cut_off(self._buf) or not self._parse(self._buf)):
+            if cut and (cut_off(self._buf) or xml_open(self._buf) or not self._parse(self._buf)):
                 self._cut(events, self._buf)
             else:
                 self._close(events, self._buf, "")
@@ -129,9 +129,9 @@ class StreamingToolParser:
         """A region max_tokens cut: its call as written so far; without one, dropped where it is
         known to be a call (a START marker opened it, or a call is forced), else the text it was."""
         early, self._early = self._early, None
-        call = cut_call(region, self._tools, self._named if not self._count else None, early)
-        if call is not None:
-            self._emit(events, [call])
+        calls = cut_calls(region, self._tools, self._named if not self._count else None, early)
+        if calls:
+            self._emit(events, calls)
         elif self._opened or self._required:
             self._trim.boundary()  # layout before the dropped call is not content
         else:

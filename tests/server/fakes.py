@@ -44,6 +44,8 @@ SCRIPTS = {
                  "\n</tool_call>"],
     # a call in prose that max_tokens cuts after 2 pieces: no rescue may close it (test_cut_calls.py)
     "prose_cut": ["I will look it up: ", '{"name": "get_weather", "arguments": {"city": "Pa', 'ris"}}', " now."],
+    # an XML call body that max_tokens cuts after 1 piece (test_cut_calls.py)
+    "xml_cut": ["<tool_call>\n<function=get_weather>\n<parameter=city>\nPa", "ris\n</parameter>\n</function>\n</tool_call>"],
     "think": ["<think>", "The user", " wants a greeting.", "</think>", "Hi", "!"],
     "think_tool": ["<think>Need weather.</think>", WEATHER_CALL],
     "unclosed_think": ["<think>", "still thinking"],

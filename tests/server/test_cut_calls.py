@@ -114,3 +114,29 @@ def test_a_cut_call_is_an_incomplete_item_of_the_responses_api(fake, stream):
         j = fake.client.post("/v1/responses", json=body).json()
     assert j["status"] == "incomplete" and j["incomplete_details"] == {"reason": "max_output_tokens"}
     assert [(i["type"], i["arguments"], i["status"]) for i in j["output"]] == [("function_call", ASIA, "incomplete")]
+
+
+@pytest.mark.parametrize("mode", ["off", "guard"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_cut_xml_call_is_not_a_clean_one(fake, mode, stream):
+    """`<parameter=city>\nPa` cut: the call as written ({"city": "Pa), not qwen_xml's clean {"city": "Pa"}."""
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "script:xml_cut"}], "tools": [WEATHER],
+            "max_tokens": 1, "hearth": {"tool_guard": mode}, "stream": stream}
+    if stream:
+        with fake.client.stream("POST", "/v1/chat/completions", json=body) as r:
+            deltas = [json.loads(line[6:])["choices"][0] for line in r.iter_lines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+        calls = [t for d in deltas for t in d["delta"].get("tool_calls") or []]
+        arguments = "".join(t["function"].get("arguments", "") for t in calls)
+        finish = [d["finish_reason"] for d in deltas if d["finish_reason"]]
+    else:
+        r = fake.client.post("/v1/chat/completions", json=body).json()
+        (c,) = r["choices"]
+        (call,) = c["message"]["tool_calls"]
+        arguments, finish = call["function"]["arguments"], [c["finish_reason"]]
+        hearth = r["hearth"]
+        if mode == "off":
+            assert [e["kind"] for e in hearth["events"]] == ["unparsed_call"]
+        else:
+            assert hearth["outcome"] == "unresolved" and "max_tokens" in hearth["validation_errors"][0]
+    assert arguments == '{"city": "Pa' and finish == ["length"]

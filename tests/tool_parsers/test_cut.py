@@ -16,6 +16,7 @@ from tests.tool_parsers.splits import splits
 TOOLS = [{"type": "function", "function": {"name": "get_time", "parameters": {
     "type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}}]
 AUTO, REQUIRED, NAMED = {}, {"required": True}, {"named": "get_time"}
+ASIA = '{"tz": "Asia/To'
 
 # (format, text the model wrote before max_tokens, tool_choice) -> (content, [(name, arguments, cut)])
 CASES = [
@@ -47,6 +48,16 @@ CASES = [
     ("llama3_json", '{"name": "get_time", "parameters": {"tz": "E', AUTO, "", [("get_time", '{"tz": "E', True)]),
     ("mistral", '[TOOL_CALLS][{"name": "get_time", "arguments": {"tz": ', REQUIRED, "", [("get_time", '{"tz": ', True)]),
     ("hermes", "<tool_call>\n<function=get_ti", NAMED, "", [("get_time", "", True)]),
+    # XML bodies: a function without </function> is cut, its open parameter as a JSON string's start
+    ("hermes", "<tool_call>\n<function=get_time>\n<parameter=tz>\nAsia/To", AUTO, "", [("get_time", ASIA, True)]),
+    ("qwen_xml", "<tool_call>\n<function=get_time>\n<parameter=tz>\nAsia/To", REQUIRED, "", [("get_time", ASIA, True)]),
+    ("hermes", "<function=get_time>\n<parameter=tz>\nAsia/To", AUTO, "", [("get_time", ASIA, True)]),
+    ("qwen_xml", "<tool_call>\n<function=get_time>\n", NAMED, "", [("get_time", "", True)]),
+    ("qwen_xml", "<tool_call>\n<function=get_time>\n<parameter=t", AUTO, "", [("get_time", "{", True)]),
+    ("qwen_xml", "<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC\n</parameter>\n", AUTO, "",
+     [("get_time", '{"tz": "UTC"', True)]),
+    ("qwen_xml", "<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC\n</parameter>\n</function>\n</tool", AUTO, "",
+     [("get_time", '{"tz": "UTC"}', False)]),
 ]
 
 
