@@ -13,6 +13,9 @@ The rule (JSON call bodies: hermes, llama3_json, bare_json, mistral's list, JSON
 - no call: the region is dropped where it is known to be a call (the format's START marker opened
   it, or tool_choice forces a call); a marker-less lead region under `auto` (an output that opens
   with `{`, maybe JSON the user asked for) stays content, as it always did.
+- several calls in the region (mistral's list, llama3_json's `;`, a list in a tag): the whole calls
+  before the cut one are calls as parsed, then the cut one by the rule above (no name is invented
+  for it: a named tool_choice's name only stands in for a region's first call).
 A region that is whole but for its END marker parses as usual.
 
 XML bodies (qwen_xml, and hermes' `<function=NAME>`): a region whose last `<function=NAME>` has no
@@ -29,7 +32,8 @@ import re
 
 from hearth.tool_parsers import qwen_xml
 from hearth.tool_parsers.early_call import EarlyCall, as_written
-from hearth.tool_parsers.lenient_json import loads
+from hearth.tool_parsers.lenient_json import leading_values, loads, split_values
+from hearth.tool_parsers.rescue import calls_from_json
 from hearth.tool_parsers.types import ToolCall, new_call_id, tool_parameters
 
 CUT = "cut off by max_tokens before the arguments were complete"
@@ -52,16 +56,34 @@ def cut_calls(region: str, tools: list[dict] | None, named: str | None, early: E
     region "": a forced call cut before its region opened (its START marker, or part of it, was all
     there was). `early`: the call a stream announced in this region: its id and name stand, its
     arguments go on from what was sent."""
-    if early is not None and early.started:
-        return [_call(early.id, early.name, early.cut(region))]
     if qwen_xml.is_xml(region):
         return _xml_calls(region, tools, named)
-    call = cut_call(region, tools, named)
-    return [] if call is None else [call]
+    values = _call_values(region)
+    calls: list[ToolCall] = []
+    if early is not None and early.started:  # the region's first call, announced
+        calls.append(_call(early.id, early.name, early.cut(region)))
+        values = values[1:]
+    if len(values) > 1:  # `[{...}, {...` / `{...}; {...`: the whole calls before the cut one
+        try:
+            calls += [c for v in values[:-1] for c in calls_from_json(v, tools)]
+        except ValueError:  # one is not a call: the region is read as one call, as a whole one would be
+            values, calls = values[:1], calls[:1]
+    if calls and not values:
+        return calls
+    call = cut_call(values[-1] if len(values) > 1 or calls else region, tools, None if calls else named)
+    return calls + ([] if call is None else [call])
+
+
+def _call_values(region: str) -> list[str]:
+    """The JSON values a region holds, one a call (a list's items; its last one may be cut)."""
+    values = leading_values(region)
+    if len(values) == 1 and values[0].lstrip().startswith("["):
+        values = split_values(values[0].lstrip()[1:])
+    return values
 
 
 def cut_call(region: str, tools: list[dict] | None, named: str | None) -> ToolCall | None:
-    """The call a cut-off JSON region holds, or None."""
+    """The call one cut-off JSON value (or a region holding one) is, or None."""
     head = _NAME.match(region)
     name = head.group(1) if head else None
     if name is not None and tools is not None and name not in tool_parameters(tools):

@@ -48,6 +48,17 @@ CASES = [
     ("llama3_json", '{"name": "get_time", "parameters": {"tz": "E', AUTO, "", [("get_time", '{"tz": "E', True)]),
     ("mistral", '[TOOL_CALLS][{"name": "get_time", "arguments": {"tz": ', REQUIRED, "", [("get_time", '{"tz": ', True)]),
     ("hermes", "<tool_call>\n<function=get_ti", NAMED, "", [("get_time", "", True)]),
+    # several calls in one region (a list, `;`): the whole ones, then the cut one as written
+    ("mistral", '[TOOL_CALLS][{"name": "get_time", "arguments": {"tz": "UTC"}}, {"name": "get_time", "arguments": {"tz": "Asia/To',
+     AUTO, "", [("get_time", '{"tz": "UTC"}', False), ("get_time", ASIA, True)]),
+    ("bare_json", '[{"name": "get_time", "arguments": {"tz": "UTC"}}, {"name": "get_time", "arguments": {"tz": "Asia/To',
+     REQUIRED, "", [("get_time", '{"tz": "UTC"}', False), ("get_time", ASIA, True)]),
+    ("llama3_json", '{"name": "get_time", "parameters": {"tz": "UTC"}}; {"name": "get_time", "parameters": {"tz": "Asia/To',
+     NAMED, "", [("get_time", '{"tz": "UTC"}', False), ("get_time", ASIA, True)]),
+    ("mistral", '[TOOL_CALLS][{"name": "get_time", "arguments": {"tz": "UTC"}}, {"name": "get_ti', NAMED, "",
+     [("get_time", '{"tz": "UTC"}', False)]),  # the second's name unfinished: no call is invented
+    ("hermes", '<tool_call>\n[{"name": "get_time", "arguments": {"tz": "UTC"}}, {"name": "get_time", "arguments": {',
+     AUTO, "", [("get_time", '{"tz": "UTC"}', False), ("get_time", "{", True)]),
     # XML bodies: a function without </function> is cut, its open parameter as a JSON string's start
     ("hermes", "<tool_call>\n<function=get_time>\n<parameter=tz>\nAsia/To", AUTO, "", [("get_time", ASIA, True)]),
     ("qwen_xml", "<tool_call>\n<function=get_time>\n<parameter=tz>\nAsia/To", REQUIRED, "", [("get_time", ASIA, True)]),
