@@ -7,8 +7,9 @@ constexpr int64_t STREAMS = 4;
 
 // Whether rows_dot prefetches in software: on Intel (Sapphire Rapids) one core streaming from DRAM was
 // latency-bound and the prefetches took gemma3's head 17 -> 20-22 GB/s; on AMD (Zen 4, 2026-12-05)
-// the core stalls on them instead (perf, one thread: ~35% of the GEMV's samples on the prefetch loop) and its own
-// prefetchers do better: one-thread CPU time of a Qwen2.5-Coder-1.5B decode step 0.77x without them
+// the core stalls on them instead (perf, one thread: ~35% of the GEMV's samples on the prefetch loop)
+// and its own prefetchers do better: one-thread CPU time of a Qwen2.5-Coder-1.5B decode step 0.79x
+// without them (docs/performance.md)
 inline bool software_prefetch() {
 #if defined(__x86_64__)
   static const bool on = [] {
