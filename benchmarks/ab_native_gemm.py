@@ -9,6 +9,9 @@ of repeats, and the median of the per-pair ratios. Run from the checkout's root 
         qwen2.5-coder-1.5b qwen2.5-coder-0.5b smollm2-135m --rows 64 256 512
     HEARTH_CPU_TIER=avx512 OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/ab_native_gemm.py time REF \
         qwen2.5-coder-1.5b --rows 64 256 512 --repeats 9
+
+The GEMV (decode and verify steps' row counts): --rows 1 2 5 8 --head adds the output head (its own
+type: Q6_K on the 1.5B, Q8_0 on the 0.5B and SmolLM2); `time` also prints the weights' GB/s.
 """
 
 from __future__ import annotations
@@ -44,8 +47,9 @@ def reference_library(checkout: Path):
     return native._load(tier, library, path)
 
 
-def matrices(model: str, layers: bool):
-    """(layer, label, raws, k, n) of every layer's fused matrices (or layer 0's only)."""
+def matrices(model: str, layers: bool, head: bool = False):
+    """(layer, label, raws, k, n) of every layer's fused matrices (or layer 0's only), and the output
+    head's (output.weight, or the tied token_embd.weight) when `head`."""
     g = GGUFFile(resolve_model(model))
     count = int(g.arch_get("block_count")) if layers else 1
     for b in range(count):
@@ -53,13 +57,16 @@ def matrices(model: str, layers: bool):
             ts = [g.tensor(f"blk.{b}.{n}.weight") for n in names]
             yield b, label, [(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], ts[0].shape[1], \
                 sum(t.shape[0] for t in ts)
+    if head:
+        t = g.tensor("output.weight" if "output.weight" in g.tensors else "token_embd.weight")
+        yield count, "head", [(as_bytes(t.data, t.qtype), int(t.qtype))], t.shape[1], t.shape[0]
 
 
-def check(ref, models, rows) -> int:
+def check(ref, models, rows, head: bool = False) -> int:
     bad = 0
     for model in models:
         xs = {}
-        for b, label, raws, k, n in matrices(model, True):
+        for b, label, raws, k, n in matrices(model, True, head):
             mine, theirs = native.NativeMatmul(raws, k), native.NativeMatmul(raws, k, so=ref)
             for m in rows:
                 x = xs.setdefault((k, m), torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * 2)
@@ -72,10 +79,12 @@ def check(ref, models, rows) -> int:
     return bad
 
 
-def timing(ref, models, rows, repeats: int) -> None:
-    print(f"{'model':>20} {'shape':>8} {'K':>5} {'N':>6} {'M':>4} | GOP/s (CPU) ref  this  | this/ref time")
+def timing(ref, models, rows, repeats: int, head: bool = False) -> None:
+    print(f"{'model':>20} {'shape':>8} {'K':>5} {'N':>6} {'M':>4} | GOP/s (CPU) ref  this  | this/ref time "
+          f"| weights GB/s ref  this")
     for model in models:
-        for _, label, raws, k, n in matrices(model, False):
+        for _, label, raws, k, n in matrices(model, False, head):
+            size = sum(r.numel() for r, _ in raws) / 1e9
             mine, theirs = native.NativeMatmul(raws, k), native.NativeMatmul(raws, k, so=ref)
             for m in rows:
                 x, y = torch.randn(m, k), torch.empty(m, n)  # y reused, as the layers' scratch (no page faults)
@@ -91,7 +100,8 @@ def timing(ref, models, rows, repeats: int) -> None:
                 gop = 2 * m * n * k / 1e9
                 ratio = statistics.median(b / a for a, b in zip(*ts))
                 print(f"{model:>20} {label:>8} {k:5d} {n:6d} {m:4d} | {gop / statistics.median(ts[0]):7.1f} "
-                      f"{gop / statistics.median(ts[1]):7.1f} | {ratio:.3f}", flush=True)
+                      f"{gop / statistics.median(ts[1]):7.1f} | {ratio:.3f}         | "
+                      f"{size / statistics.median(ts[0]):6.1f} {size / statistics.median(ts[1]):6.1f}", flush=True)
 
 
 def main() -> None:
@@ -101,12 +111,13 @@ def main() -> None:
     ap.add_argument("models", nargs="+")
     ap.add_argument("--rows", type=int, nargs="+", default=[64, 256, 512])
     ap.add_argument("--repeats", type=int, default=9)
+    ap.add_argument("--head", action="store_true", help="the output head too")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ref = reference_library(a.reference)
     if a.what == "check":
-        raise SystemExit(1 if check(ref, a.models, a.rows) else 0)
-    timing(ref, a.models, a.rows, a.repeats)
+        raise SystemExit(1 if check(ref, a.models, a.rows, a.head) else 0)
+    timing(ref, a.models, a.rows, a.repeats, a.head)
 
 
 if __name__ == "__main__":

@@ -72,9 +72,11 @@ struct TQ8_0 : FQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
 template <class T>
 struct Blocks32 {
   using Type = T;
-  static constexpr bool sym = T::sym, paired = true;
+  static constexpr bool sym = T::sym, paired = true, lanes = true;
   static constexpr int C = T::C;
-  // the scales of superblock `sb` (in chunk order: group 4c + k is the k-th 16 weights of chunk c)
+  // the scales of superblock `sb` (in chunk order: group 4c + k is the k-th 16 weights of chunk c; LANES:
+  // the GEMV's lane order, gemv_groups.h)
+  template <bool LANES = false>
   static int scales(const uint8_t* row, int64_t sb, int64_t nb, __m512& s, __m512& o) {
     const int64_t b0 = sb * 8;
     const int n = static_cast<int>(std::min<int64_t>(8, nb - b0));
@@ -83,7 +85,8 @@ struct Blocks32 {
     const uint8_t* b = row + b0 * T::TS;
     auto head = [&](int i) { return i < n ? static_cast<int>(u32(b + i * T::TS)) : 0; };
     const __m256i g = _mm256_set_epi32(head(7), head(6), head(5), head(4), head(3), head(2), head(1), head(0));
-    const __m512i pair = _mm512_set_epi32(7, 6, 7, 6, 5, 4, 5, 4, 3, 2, 3, 2, 1, 0, 1, 0);
+    const __m512i pair = LANES ? _mm512_setr_epi32(0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7)  // block of lane l's group
+                               : _mm512_set_epi32(7, 6, 7, 6, 5, 4, 5, 4, 3, 2, 3, 2, 1, 0, 1, 0);
     const __m256 s8 = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
     s = _mm512_permutexvar_ps(pair, _mm512_castps256_ps512(s8));
     if (sym) {
@@ -106,7 +109,8 @@ struct Blocks32 {
 inline __m512 bytes_to_ps(__m128i x) { return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(x)); }
 
 // Q4_K/Q5_K: d dmin scales[12] -> per 16-weight group g the scale d * sc[g / 2] and offset -dmin *
-// mn[g / 2] (k4_scale_bytes' unpacking done by byte shuffles, each 6-bit value already doubled)
+// mn[g / 2] (k4_scale_bytes' unpacking done by byte shuffles, each 6-bit value already doubled), in
+// chunk order
 inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {
   const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
   const char Z = -128;  // pshufb: a zero byte
@@ -130,14 +134,40 @@ inline int k4_scales(const uint8_t* b, __m512& s, __m512& o) {
   return 4;
 }
 
+// The same values in the GEMV's lane order (lane l: group LANE_GROUP[l], gemv_groups.h), computed
+// once per sub-scale: sc[0..7] and mn[0..7] side by side in 16 bytes, converted and scaled together
+// ([d x 8, -dmin x 8]: each product as k4_scales rounds it), then spread to the lanes by two permutes
+// (~16 instructions a superblock instead of ~26)
+inline int k4_lane_scales(const uint8_t* b, __m512& s, __m512& o) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+  const char Z = -128;  // pshufb: a zero byte
+  // low bits: sc[0-3] byte 4 + j & 63, sc[4-7] byte 8 + j & 15, mn[0-3] byte 8 + j & 63, mn[4-7] byte 8 + j >> 4
+  const __m128i lo = _mm_shuffle_epi8(x, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
+  const __m128i low = _mm_and_si128(_mm_mask_blend_epi8(0xF000, lo, _mm_srli_epi16(lo, 4)),
+                                    _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+  // bits 4-5 of sc[4-7], mn[4-7]: bits 6-7 of bytes 4 + (j - 4), 8 + (j - 4)
+  const __m128i high = _mm_and_si128(
+      _mm_srli_epi16(_mm_shuffle_epi8(x, _mm_setr_epi8(Z, Z, Z, Z, 4, 5, 6, 7, Z, Z, Z, Z, 8, 9, 10, 11)), 2), _mm_set1_epi8(0x30));
+  const __m128 dm = _mm_xor_ps(_mm_cvtph_ps(x), _mm_setr_ps(0.0f, -0.0f, 0.0f, 0.0f));  // d, -dmin
+  const __m512 f = _mm512_mul_ps(
+      _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), _mm512_castps128_ps512(dm)),
+      _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_or_si128(low, high))));  // d sc[0..7], -dmin mn[0..7]
+  s = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7), f);
+  o = _mm512_permutexvar_ps(_mm512_setr_epi32(8, 9, 12, 13, 8, 9, 12, 13, 10, 11, 14, 15, 10, 11, 14, 15), f);
+  return 4;
+}
+
 struct KQuant {
   static constexpr bool paired = false;
+  static constexpr bool lanes = false;  // the GEMV reads the activations in group order (gemv_groups.h)
   static int pos(int c, int k) { return 64 * c + 16 * k; }
 };
 
 struct TQ4_K : KQuant, FQ4_K {  // 8 groups of 32
+  static constexpr bool lanes = true;  // in the GEMV's lane order (gemv_groups.h)
+  template <bool LANES = false>
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
-    return k4_scales(row + sb * TS, s, o);
+    return LANES ? k4_lane_scales(row + sb * TS, s, o) : k4_scales(row + sb * TS, s, o);
   }
   static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {
     __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + sb * TS + 16 + 32 * c));
@@ -151,8 +181,10 @@ inline __mmask64 bit_pair(__m256i v, int c) {  // bits 2c (first 32 bytes) and 2
 }
 
 struct TQ5_K : KQuant, FQ5_K {
+  static constexpr bool lanes = true;
+  template <bool LANES = false>
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
-    return k4_scales(row + sb * TS, s, o);
+    return LANES ? k4_lane_scales(row + sb * TS, s, o) : k4_scales(row + sb * TS, s, o);
   }
   static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {
     const uint8_t* b = row + sb * TS;
@@ -235,6 +267,9 @@ struct Layout {  // M rows, each padded with zeros to Kp = K rounded up to 256
 struct Act {
   int64_t M = 0, K = 0, Kp = 0;
   Layout natural, paired;  // paired: the chunk order of the 32-wide block types
+  // natural's codes in the GEMV's group order, where natural holds its lane order (group_codes: for the
+  // types that read groups, beside Q4_K's lanes in one fused matrix)
+  Layout grouped;
   const Layout& get(bool p) const { return p ? paired : natural; }
 };
 
@@ -342,17 +377,22 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natura
 
 #include "gemv_groups.h"  // after the block types and Act: the GEMV's group order
 
-// y[m][n] for rows m0 .. m0 + MT of the activations (codes in group order: group_codes) and one
-// weight row
+// y[m][n] for rows m0 .. m0 + MT of the activations (codes, d16 and a16 in the type's order, lanes or
+// groups: group_codes) and one weight row
 template <class T, int MT>
 void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy) {
-  const Layout& a = act.get(T::paired);
+  const Layout& a = T::paired ? act.paired : T::lanes ? act.natural : act.grouped;
   __m512 acc[MT], off[MT];
   for (int m = 0; m < MT; ++m) acc[m] = off[m] = _mm512_setzero_ps();
   const int64_t g = act.Kp / 16;
   for (int64_t sb = 0; sb < act.Kp / SB; ++sb) {
     __m512 vs, vo;
-    const int nch = T::scales(row, sb, nb, vs, vo);
+    int nch;
+    if constexpr (T::lanes) {
+      nch = T::template scales<true>(row, sb, nb, vs, vo);
+    } else {
+      nch = T::scales(row, sb, nb, vs, vo);
+    }
     __m512i q[4];
     grouped_codes<T>(row, sb, nb, nch, q);
     for (int m = 0; m < MT; ++m) {
@@ -364,7 +404,10 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* 
       off[m] = _mm512_fmadd_ps(vo, _mm512_loadu_ps(a.a16 + at), off[m]);
     }
   }
-  for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy] = sum_groups(_mm512_add_ps(acc[m], off[m]));
+  for (int m = 0; m < MT; ++m) {
+    const __m512 v = _mm512_add_ps(acc[m], off[m]);
+    y[(m0 + m) * ldy] = sum_groups(T::lanes ? lanes_to_groups(v) : v);
+  }
 }
 
 // Activation rows per pass of dot_row: 8 rows' accumulators (16 zmm) beside the codes (4) and scales fit

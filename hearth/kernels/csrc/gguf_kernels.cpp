@@ -57,6 +57,11 @@ struct RowsDot {
 };
 
 template <class T>
+struct GemvLanes {  // whether T's GEMV reads the activations in lane order (gemv_groups.h)
+  static void run(bool& lanes) { lanes = T::lanes; }
+};
+
+template <class T>
 constexpr bool tabled() {  // dequant_row_bf16_table reads it
   if constexpr (T::paired) {
     return T::Type::LEVELS <= 32;
@@ -105,6 +110,7 @@ struct Plan {
   int64_t gemm_min_rows = 0;  // from this many rows on: bf16 tiles (gemm_bf16.h), 0 = never
   std::vector<Part> parts;
   bool natural = false, paired = false;  // the activation layouts its parts read
+  bool grouped = false;  // a natural part's GEMV reads group order (T::lanes false: Act::grouped)
   double bytes = 0;
 };
 
@@ -517,7 +523,7 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
     tile_acts_buf.resize((M + 15) / 16);
     for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
   }
-  group_codes(a);  // the GEMV's order (the tiles' rows past a multiple of 16 take the GEMV too)
+  group_codes(a, p.grouped);  // the GEMV's order (the tiles' rows past a multiple of 16 take the GEMV too)
   return run(p, a, y, ldy, amx ? &tile_acts_buf : nullptr, exact);
 }
 
@@ -585,6 +591,9 @@ void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t*
     p->parts.push_back({static_cast<const uint8_t*>(w[i]), qtypes[i], rows[i], row_bytes[i], p->N,
                         blocks_per_row(qtypes[i], K)});
     (k_quant ? p->natural : p->paired) = true;
+    bool lanes = true;
+    dispatch<GemvLanes>(qtypes[i], lanes);
+    p->grouped |= k_quant && !lanes;
     p->N += rows[i];
     p->bytes += static_cast<double>(rows[i]) * row_bytes[i];
   }

@@ -5,6 +5,23 @@
 constexpr int64_t PREFETCH_BYTES = 4096;
 constexpr int64_t STREAMS = 4;
 
+// Whether rows_dot prefetches in software: on Intel (Sapphire Rapids) one core streaming from DRAM was
+// latency-bound and the prefetches took gemma3's head 17 -> 20-22 GB/s; on AMD (Zen 4, 2026-12-05)
+// the core stalls on them instead (perf, one thread: ~35% of the GEMV's samples on the prefetch loop)
+// and its own prefetchers do better: one-thread CPU time of a Qwen2.5-Coder-1.5B decode step 0.79x
+// without them (docs/performance.md)
+inline bool software_prefetch() {
+#if defined(__x86_64__)
+  static const bool on = [] {
+    __builtin_cpu_init();
+    return !__builtin_cpu_is("amd");
+  }();
+  return on;
+#else
+  return true;
+#endif
+}
+
 // y[m * ldy] for activation rows m0 .. a.M and one weight row: GEMV_ROWS rows (the library's, as many
 // as its registers hold) per decode of its codes, the rest in one pass of fewer
 template <class T, int MT = GEMV_ROWS>
@@ -22,13 +39,15 @@ template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
   const int64_t runs = n1 - n0 >= 16 * STREAMS ? STREAMS : 1, len = (n1 - n0 + runs - 1) / runs;
+  const bool prefetch = software_prefetch();
   for (int64_t i = 0; i < len * runs; ++i) {
     const int64_t n = n0 + (i % runs) * len + i / runs;
     if (n >= n1) continue;
     const uint8_t* row = w + n * row_bytes;
     // software prefetch PREFETCH_BYTES ahead, into L2: one core streaming from DRAM was latency-bound
     // (into L1 the prefetches hold the line-fill buffers: gemma3's 178 MB head 17 -> 20-22 GB/s)
-    for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
+    if (prefetch)
+      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
     dot_rows<T>(row, nb, a, 0, y + n, ldy);
   }
 }
