@@ -67,11 +67,10 @@ class ResponseFormat(_Body):
     json_schema: JSONSchemaFormat | None = None
 
 
-class SamplingFields(_Request):
-    """What both OpenAI endpoints share; the names are OpenAI's and vLLM's."""
+class SamplingScalars(_Request):
+    """The sampling knobs every OpenAI request body has (chat, completions, Responses)."""
 
     model: str | None = None
-    n: StrictInt = 1
     temperature: StrictFloat | None = None
     top_p: StrictFloat | None = None
     top_k: StrictInt | None = None
@@ -79,18 +78,24 @@ class SamplingFields(_Request):
     presence_penalty: StrictFloat | None = None
     frequency_penalty: StrictFloat | None = None
     repetition_penalty: StrictFloat | None = None
-    logit_bias: dict[str, StrictFloat] | None = None
     seed: StrictInt | None = None
+    stream: StrictBool = False
+    user: str | None = None
+
+
+class SamplingFields(SamplingScalars):
+    """What both OpenAI endpoints share; the names are OpenAI's and vLLM's."""
+
+    n: StrictInt = 1
+    logit_bias: dict[str, StrictFloat] | None = None
     stop: str | list[str] | None = None
     stop_token_ids: list[StrictInt] | None = None
     min_tokens: StrictInt = 0
     ignore_eos: StrictBool = False
     skip_special_tokens: StrictBool = True
     include_stop_str_in_output: StrictBool = False
-    stream: StrictBool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
-    user: str | None = None
 
 
 class ChatCompletionRequest(SamplingFields):

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import StrictBool, StrictFloat, StrictInt
+from pydantic import StrictBool, StrictInt
 
-from hearth.api.openai_protocol import _Request
+from hearth.api.openai_protocol import SamplingScalars
 
 
-class ResponsesRequest(_Request):
-    model: str | None = None
+class ResponsesRequest(SamplingScalars):
     input: str | list[Any] | None = None
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None
@@ -23,16 +22,6 @@ class ResponsesRequest(_Request):
     """{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}."""
     reasoning: dict[str, Any] | None = None
     max_output_tokens: StrictInt | None = None
-    temperature: StrictFloat | None = None
-    top_p: StrictFloat | None = None
-    top_k: StrictInt | None = None
-    min_p: StrictFloat | None = None
-    presence_penalty: StrictFloat | None = None
-    frequency_penalty: StrictFloat | None = None
-    repetition_penalty: StrictFloat | None = None
-    seed: StrictInt | None = None
     store: StrictBool = True
     previous_response_id: str | None = None
-    stream: StrictBool = False
     metadata: dict[str, Any] | None = None
-    user: str | None = None

@@ -32,7 +32,7 @@ import re
 
 from hearth.tool_parsers import qwen_xml
 from hearth.tool_parsers.early_call import EarlyCall, as_written
-from hearth.tool_parsers.lenient_json import leading_values, loads, split_values
+from hearth.tool_parsers.lenient_json import leading_values, object_error, split_values
 from hearth.tool_parsers.rescue import calls_from_json
 from hearth.tool_parsers.types import ToolCall, new_call_id, tool_parameters
 
@@ -95,11 +95,7 @@ def cut_call(region: str, tools: list[dict] | None, named: str | None) -> ToolCa
 
 
 def _call(call_id: str, name: str, arguments: str) -> ToolCall:
-    try:
-        whole = isinstance(loads(arguments), dict)
-    except ValueError:
-        whole = False
-    return ToolCall(call_id, name, arguments, "" if whole else CUT)
+    return ToolCall(call_id, name, arguments, CUT if object_error(arguments) else "")
 
 
 def _xml_calls(region: str, tools: list[dict] | None, named: str | None) -> list[ToolCall]:

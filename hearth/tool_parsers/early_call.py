@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from hearth.tool_parsers.lenient_json import loads, split_values
+from hearth.tool_parsers.lenient_json import object_error, split_values
 from hearth.tool_parsers.partial_json import certain_span
 from hearth.tool_parsers.types import (Event, ToolCall, ToolCallArgumentsDelta, ToolCallStart, new_call_id,
                                        tool_parameters)
@@ -62,11 +62,7 @@ class EarlyCall:
         if first is not None and first.name == self.name and first.arguments.startswith(self.sent):
             return [ToolCall(self.id, self.name, first.arguments), *calls[1:]]
         written = as_written(region[self._start:], self.sent, self._read)
-        try:
-            unparsed = "" if isinstance(loads(written), dict) else "the arguments are not a JSON object"
-        except ValueError as e:
-            unparsed = str(e)
-        return [ToolCall(self.id, self.name, written, unparsed), *calls[1:]]
+        return [ToolCall(self.id, self.name, written, object_error(written)), *calls[1:]]
 
     def cut(self, region: str) -> str:
         """The announced call's arguments when the output ended inside its region (hearth.tool_parsers.cut)."""

@@ -40,6 +40,14 @@ def loads(text: str, strict: bool = True) -> Any:
     return json.loads(text, strict=strict, parse_float=finite_number, parse_constant=_no_constant)
 
 
+def object_error(text: str) -> str:
+    """Why `text` is not a JSON object under loads ("" where it is one)."""
+    try:
+        return "" if isinstance(loads(text), dict) else "the arguments are not a JSON object"
+    except ValueError as e:
+        return str(e)
+
+
 def loads_lenient(text: str) -> Any:
     """Parse JSON, repairing what models commonly get wrong; ValueError if it is beyond repair
     (a non-finite number is: the call then stays text, or the guard retries it)."""
