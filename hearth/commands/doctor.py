@@ -76,7 +76,7 @@ def _tier_lines() -> list[str]:
     if active != tier.name:
         why = f"{tier.name}'s kernels did not load: {native.load_error}"
     checked = dict.fromkeys(f for t in tiers.TIERS for f in t.cpu_flags if t.arch in (arch, None))
-    lines = [f"tier      {active} ({why}; the best here is {best.name})",
+    lines = [f"tier      {active} ({why}" + (f"; the best here is {best.name})" if active != best.name else ")"),
              f"flags     {' '.join(f for f in checked if f in flags) or 'none'} "
              f"(missing: {' '.join(f for f in checked if f not in flags) or 'none'})"]
     for name in tiers.BY_NAME:

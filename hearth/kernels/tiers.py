@@ -81,11 +81,12 @@ def machine() -> str | None:
 
 
 def missing(tier: Tier, flags: set[str], arch: str | None = "x86_64") -> str | None:
-    """Why `tier` cannot run on a CPU of `arch` with `flags` ("CPU flag amx_tile"), or None when it can."""
+    """Why `tier` cannot run on a CPU of `arch` with `flags` ("CPU flag amx_tile, which this CPU lacks"),
+    or None when it can."""
     if tier.native and tier.arch != arch:
         return f"{ARCH_NAMES[tier.arch]} Linux (this is {sys.platform}/{platform.machine()})"
     lacking = [f for f in tier.cpu_flags if f not in flags]
-    return f"CPU flag {lacking[0]}" if lacking else None
+    return f"CPU flag {lacking[0]}, which this CPU lacks" if lacking else None
 
 
 def choose(env: dict, flags: set[str], arch: str | None = "x86_64") -> tuple[Tier, str | None]:
@@ -101,7 +102,7 @@ def choose(env: dict, flags: set[str], arch: str | None = "x86_64") -> tuple[Tie
         return best, f"hearth: HEARTH_CPU_TIER={forced} is not a tier; use one of {', '.join(BY_NAME)}; using {best.name}"
     why = missing(tier, flags, arch)
     if why is not None:
-        return best, f"hearth: HEARTH_CPU_TIER={forced} needs {why}, which this CPU lacks; using {best.name}"
+        return best, f"hearth: HEARTH_CPU_TIER={forced} needs {why}; using {best.name}"
     return tier, None
 
 
@@ -133,7 +134,7 @@ def why_not(name: str) -> str | None:
     why = missing(tier, cpu_flags(), machine())
     if why is None and tier.native and compiler() is None:
         return "no C++ compiler (g++) found"
-    return None if why is None else f"needs {why}, which this CPU lacks"
+    return None if why is None else f"needs {why}"
 
 
 def active() -> str:
