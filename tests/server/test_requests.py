@@ -166,6 +166,22 @@ def test_anthropic_history_blocks(fake):
     assert "<|im_start|>tool\ncold" in prompt and prompt.index("cold") < prompt.index("and now?")
 
 
+def test_anthropic_tool_result_error_is_rendered(fake):
+    """is_error: the model reads that the call failed (chat templates have no field for it)."""
+    call = {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}
+    for content, shown in [("no such city", "Error: no such city"),
+                           ([{"type": "text", "text": "timeout"}], "Error: timeout"),
+                           ("Error: quota", "Error: quota")]:  # already reads as one: not marked twice
+        fake.anthropic.messages.create(model="fake-model", max_tokens=8, tools=[A_WEATHER], messages=[
+            {"role": "user", "content": "weather?"}, {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content, "is_error": True}]}])
+        assert f"<|im_start|>tool\n{shown}<|im_end|>" in fake.last.prompt
+    fake.anthropic.messages.create(model="fake-model", max_tokens=8, tools=[A_WEATHER], messages=[
+        {"role": "user", "content": "weather?"}, {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "cold", "is_error": False}]}])
+    assert "<|im_start|>tool\ncold<|im_end|>" in fake.last.prompt
+
+
 def test_template_without_tools_gets_the_system_prompt(make_fake):
     fake = make_fake(CHATML_NO_TOOLS)
     history = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "weather?"},
