@@ -158,6 +158,8 @@ class LLM:
                     comp.text += out.new_text
                     if out.new_logprobs is not None:
                         comp.logprobs.extend(out.new_logprobs)
+                    if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
+                        result.prompt_logprobs = out.prompt_logprobs
                     if out.finished:
                         comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
                         result.finished = all(c.finish_reason for c in result.outputs)
