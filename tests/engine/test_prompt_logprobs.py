@@ -71,3 +71,17 @@ def test_batched_with_other_requests_and_zero_alternatives(llm, reference):
     assert [e[t] for e, t in zip(got[1:], PROMPT[1:])] == pytest.approx(
         reference[torch.arange(len(PROMPT) - 1), torch.tensor(PROMPT[1:])].tolist(), abs=ATOL)
     assert outs[0].prompt_logprobs is None and outs[2].prompt_logprobs is None
+
+
+def test_a_preempted_request_keeps_them_once(tmp_path, reference):
+    """Preempted in the middle of its prompt and recomputed from the start, a request's prompt
+    logprobs are neither lost nor doubled."""
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama")
+    small = LLM(str(path), max_model_len=256, max_num_seqs=2, max_num_batched_tokens=16, num_kv_blocks=5, progress=False)
+    params = SamplingParams(max_tokens=24, ignore_eos=True, temperature=0, prompt_logprobs=K)
+    # the first decodes into a 4th block while the second is halfway through its prompt: 4 + 2 > 5
+    outs = small.generate([{"prompt_token_ids": PROMPT}] * 2, params)
+    assert small.engine.scheduler.num_preemptions > 0
+    for out in outs:
+        _check(out.prompt_logprobs, reference)
