@@ -27,7 +27,8 @@ def test_an_unknown_role_names_it_and_the_allowed_ones(llm):
     messages = [{"role": "user", "content": "hi"}, {"role": "robot", "content": "beep"}]
     allowed = ", ".join(sorted(ROLES))  # the server's set, not a copy of it
     for call in (lambda: llm.chat(messages, SamplingParams(max_tokens=1)), lambda: llm.encode_chat(messages)):
-        with pytest.raises(ValueError, match=re.escape(f"messages[1].role: unknown role 'robot'; expected one of {allowed}")):
+        expected = f"messages[1].role: unknown role 'robot'; expected one of {allowed}"
+        with pytest.raises(ValueError, match=re.escape(expected)):
             call()
     assert not llm.engine.has_unfinished()
 
@@ -36,5 +37,6 @@ def test_roles_map_as_the_server_maps_them(llm):
     """developer is a system prompt, as /v1/chat/completions renders it."""
     same = llm.encode_chat([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}])
     assert same == llm.encode_chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
-    out = llm.chat([{"role": "user", "content": [{"type": "text", "text": "hi"}]}], SamplingParams(max_tokens=2, temperature=0))
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]  # content parts, as the server takes
+    out = llm.chat(parts, SamplingParams(max_tokens=2, temperature=0))
     assert len(out.outputs[0].token_ids) == 2

@@ -38,7 +38,8 @@ async def completions(body: CompletionRequest, request: Request):
     params = make_params({
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
-        "logprobs": body.logprobs, "prompt_logprobs": body.logprobs if body.echo else None, "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
+        "logprobs": body.logprobs, "prompt_logprobs": body.logprobs if body.echo else None,
+        "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
         "structured_output": response_format(body.response_format)}, state.limits, served.max_model_len,
         prompt_tokens=longest)
@@ -107,7 +108,8 @@ class _Reply:
             self.completion_tokens += len(c.token_ids)
             prefix = self._echo(c.index)
             choices.append({"index": c.index, "text": prefix + c.text,
-                            "logprobs": self._logprobs(c.index, c.token_ids, c.logprobs, len(prefix), c.prompt_logprobs),
+                            "logprobs": self._logprobs(c.index, c.token_ids, c.logprobs, len(prefix),
+                                                       c.prompt_logprobs),
                             "finish_reason": "length" if c.finish_reason == "length" else "stop",
                             "stop_reason": c.stop_reason})
         return {**self._payload(choices), "usage": self.usage()}
@@ -123,7 +125,8 @@ class _Reply:
                 finish = ("length" if out.finish_reason == "length" else "stop") if out.finished else None
                 echoed = self.echo is not None and out.prompt_logprobs is not None
                 start = self.offsets.get(i, len(self._echo(i)))
-                lp = self._logprobs(i, out.new_token_ids, out.new_logprobs or [], start, out.prompt_logprobs if echoed else None)
+                lp = self._logprobs(i, out.new_token_ids, out.new_logprobs or [], start,
+                                    out.prompt_logprobs if echoed else None)
                 if lp and lp["tokens"]:
                     self.offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
                 choice = _choice(i, self._echo(i) + out.new_text if echoed else out.new_text, lp, finish)

@@ -75,7 +75,8 @@ def test_completions_batch_echo_and_logprobs(fake):
     lp = r.choices[0].logprobs  # echo: the prompt's tokens first, the first one's logprob null (OpenAI's legacy API)
     assert lp.tokens == [*"script:hello", "H", "l", "t", "!"] and fake.last.params.prompt_logprobs == 2
     assert lp.token_logprobs[:3] == [None, -0.01, -0.02] and lp.token_logprobs[12:] == [-0.5] * 4
-    assert lp.top_logprobs[0] is None and lp.top_logprobs[1] == {"c": -0.01, "A": -1.0} and len(lp.top_logprobs[12]) == 2
+    assert lp.top_logprobs[0] is None and lp.top_logprobs[1] == {"c": -0.01, "A": -1.0}
+    assert len(lp.top_logprobs[12]) == 2
     assert lp.text_offset == list(range(16))
     assert r.usage.prompt_tokens == len("script:hello") + len("script:json")
     r = fake.openai.completions.create(model="fake-model", prompt="script:hello", logprobs=1)  # no echo: no prompt's
@@ -196,11 +197,13 @@ def test_anthropic_tool_result_error_is_rendered(fake):
                            ("Error: quota", "Error: quota")]:  # already reads as one: not marked twice
         fake.anthropic.messages.create(model="fake-model", max_tokens=8, tools=[A_WEATHER], messages=[
             {"role": "user", "content": "weather?"}, {"role": "assistant", "content": [call]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content, "is_error": True}]}])
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content,
+                                         "is_error": True}]}])
         assert f"<|im_start|>tool\n{shown}<|im_end|>" in fake.last.prompt
     fake.anthropic.messages.create(model="fake-model", max_tokens=8, tools=[A_WEATHER], messages=[
         {"role": "user", "content": "weather?"}, {"role": "assistant", "content": [call]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "cold", "is_error": False}]}])
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "cold",
+                                     "is_error": False}]}])
     assert "<|im_start|>tool\ncold<|im_end|>" in fake.last.prompt
 
 
