@@ -158,6 +158,8 @@ class LLM:
                     comp.text += out.new_text
                     if out.new_logprobs is not None:
                         comp.logprobs.extend(out.new_logprobs)
+                    if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
+                        result.prompt_logprobs = out.prompt_logprobs
                     if out.finished:
                         comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
                         result.finished = all(c.finish_reason for c in result.outputs)
@@ -191,7 +193,7 @@ class LLM:
         """tool_guard: "guard" or "grammar" constrain a call once the model starts one (from the first
         token when tool_choice forces one), "off" leaves the output free; the server's guard also
         validates and retries (hearth.api.guarded)."""
-        text = self.chat_template.render(messages, tools=tools)
+        text = self.chat_template.render(_template_messages(messages), tools=tools)
         ids = self._chat_ids(text)
         params = sampling_params or SamplingParams()
         so = chat_constraint(self.chat_template.source, tools, tool_choice, tool_guard, text)
@@ -200,7 +202,7 @@ class LLM:
         return self.generate({"prompt_token_ids": ids}, params)[0]
 
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        return self._chat_ids(self.chat_template.render(messages, tools=tools))
+        return self._chat_ids(self.chat_template.render(_template_messages(messages), tools=tools))
 
     def _chat_ids(self, text: str) -> list[int]:
         tok = self.tokenizer
@@ -215,6 +217,18 @@ class LLM:
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
             return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
         raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
+
+
+def _template_messages(messages: list[dict]) -> list[dict]:
+    """OpenAI chat messages read as the server reads them (hearth.api.messages: the same roles, checks
+    and mapping, developer -> system); a bad one is a ValueError naming the field, as the server's 400."""
+    from hearth.api.errors import APIError  # here: it imports fastapi, which the library need not load
+    from hearth.api.messages import openai_messages
+
+    try:
+        return openai_messages(messages)
+    except APIError as e:
+        raise ValueError(e.message) from None
 
 
 def _step_cost(spec: SpeculativeConfig, passes: tuple[int, int, int]) -> StepCost:

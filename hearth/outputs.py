@@ -26,6 +26,9 @@ class RequestOutput:
     finished: bool = False
     num_cached_tokens: int = 0
     metrics: dict = field(default_factory=dict)
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    """Only for SamplingParams.prompt_logprobs: per prompt token {its id: logprob, then the top
+    alternatives}, None for the first (nothing precedes it)."""
 
 
 @dataclass(slots=True)
@@ -44,3 +47,5 @@ class EngineOutput:
     """Only for SamplingParams.raw_logprobs: per new token its logprob before a grammar's mask."""
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    """Only for SamplingParams.prompt_logprobs, on a request's first output: as RequestOutput's."""

@@ -61,6 +61,10 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     """Return this many top logprobs per generated token (0: only the sampled token's)."""
+    prompt_logprobs: int | None = None
+    """Return this many top logprobs per prompt token (0: only the prompt token's own), from the
+    model's raw logits; the first token has none (RequestOutput.prompt_logprobs). Every prompt
+    position is computed: the request takes no prefix-cache hit (vLLM's rule) until they are in."""
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     structured_output: StructuredOutput | None = None
@@ -96,6 +100,8 @@ class SamplingParams:
              f"seed must be in [-2**63, 2**64 - n] (n = {self.n}), got {self.seed}"),
             (all(self.stop), "stop must not hold an empty string (it would match before any text)"),
             (self.logprobs is None or self.logprobs >= 0, f"logprobs must be >= 0, got {self.logprobs}"),
+            (self.prompt_logprobs is None or self.prompt_logprobs >= 0,
+             f"prompt_logprobs must be >= 0, got {self.prompt_logprobs}"),
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs needs logprobs (0 or more)"),
             (self.raw_logprobs_at is None or _compiles(self.raw_logprobs_at),
              f"raw_logprobs_at is not a regular expression: {self.raw_logprobs_at!r}"),

@@ -1,6 +1,7 @@
 """Anthropic messages (system, content blocks: text, tool_use, tool_result, thinking) -> the
 template dicts of hearth.api.messages: tool_use becomes an assistant tool call, each tool_result a
-"tool" message (with is_error: True where the block has it), thinking the assistant's reasoning_content."""
+"tool" message (with is_error: True where the block has it, and its text marked as an error: ERROR_MARK),
+thinking the assistant's reasoning_content."""
 
 from __future__ import annotations
 
@@ -8,8 +9,13 @@ import json
 from typing import Any
 
 from hearth.api.messages import _kind, bad, check_messages, template_arguments, text_content
+from hearth.tool_guard.repeats import tool_error
 
 ROLES = ("user", "assistant")
+ERROR_MARK = "Error: "
+"""Opens an is_error result's text where it does not already read as an error (tool_error): chat
+templates have no field for it (OpenAI's tool message has none), so the model sees it in the text,
+as in Anthropic's own examples of failed tool results ("Error: Missing required 'location' parameter")."""
 
 
 def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
@@ -74,10 +80,10 @@ def _user(blocks: list[dict], where: str) -> list[dict]:
         if kind == "text":
             texts.append(_string(b, "text", at))
         elif kind == "tool_result":
-            result = {"role": "tool", "tool_call_id": _string(b, "tool_use_id", at),
-                      "content": _result_text(b.get("content"), f"{at}.content")}
+            text = _result_text(b.get("content"), f"{at}.content")
+            result = {"role": "tool", "tool_call_id": _string(b, "tool_use_id", at), "content": text}
             if b.get("is_error") is True:  # the client says the call failed (hearth.tool_guard.repeats reads it)
-                result["is_error"] = True
+                result.update(is_error=True, content=text if tool_error(text) else ERROR_MARK + text)
             results.append(result)
         elif kind in ("image", "document"):
             raise bad(f"{at}.type", f"{kind!r} blocks are not supported: this model reads text only")

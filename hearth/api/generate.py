@@ -25,6 +25,8 @@ class Choice:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    """Only for SamplingParams.prompt_logprobs (EngineOutput's)."""
 
 
 class Generation:
@@ -79,6 +81,8 @@ class Generation:
             c.text += out.new_text
             c.token_ids += out.new_token_ids
             c.logprobs += out.new_logprobs or []
+            if out.prompt_logprobs is not None:
+                c.prompt_logprobs = out.prompt_logprobs
             if out.finished:
                 c.finish_reason, c.stop_reason = out.finish_reason, out.stop_reason
         return choices

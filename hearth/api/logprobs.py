@@ -35,14 +35,15 @@ def _chat_item(tokenizer, token_id: int, logprob: float) -> dict:
     return {"token": raw.decode("utf-8", errors="replace"), "logprob": _finite(logprob), "bytes": list(raw)}
 
 
-def completion_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int, float]], k: int,
+def completion_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int, float] | None], k: int,
                         text_offset: int = 0) -> dict:
+    """An entry None (an echoed prompt's first token: nothing precedes it) is null in both lists, as OpenAI's."""
     tokens, token_logprobs, tops, offsets = [], [], [], []
     for token_id, entry in zip(token_ids, entries):
         text = _token_text(tokenizer, token_id)
         tokens.append(text)
-        token_logprobs.append(_finite(entry.get(token_id, 0.0)))
-        tops.append({_token_text(tokenizer, t): _finite(lp) for t, lp in _top(entry, k)} if k else None)
+        token_logprobs.append(None if entry is None else _finite(entry.get(token_id, 0.0)))
+        tops.append({_token_text(tokenizer, t): _finite(lp) for t, lp in _top(entry, k)} if k and entry else None)
         offsets.append(text_offset)
         text_offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}

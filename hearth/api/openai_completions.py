@@ -1,5 +1,7 @@
 """POST /v1/completions: a prompt (text, token ids, or a batch of either) -> text_completion
-bodies or chunks. Choice index = prompt index * n + j, as OpenAI numbers them."""
+bodies or chunks. Choice index = prompt index * n + j, as OpenAI numbers them. With echo and
+logprobs, the logprobs hold the prompt's tokens first (the first one's null), as OpenAI's legacy
+API and vLLM return them; text_offset then counts from the first prompt token's text."""
 
 from __future__ import annotations
 
@@ -36,12 +38,13 @@ async def completions(body: CompletionRequest, request: Request):
     params = make_params({
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
-        "logprobs": body.logprobs, "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
+        "logprobs": body.logprobs, "prompt_logprobs": body.logprobs if body.echo else None,
+        "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
         "structured_output": response_format(body.response_format)}, state.limits, served.max_model_len,
         prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, texts if body.echo else None, body.logprobs)
+    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
@@ -69,11 +72,15 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
 
 
 class _Reply:
-    def __init__(self, served, gen: Generation, echo: list[str] | None, k: int | None):
-        self.served, self.gen, self.echo, self.k = served, gen, echo, k
+    def __init__(self, served, gen: Generation, echo: tuple[list[str], list[list[int]]] | None, k: int | None):
+        """echo: the prompts' (texts, token ids)."""
+        self.served, self.gen, self.k = served, gen, k
+        self.echo, self.echo_ids = echo or (None, None)
         self.id = f"cmpl-{gen.request_id}"
         self.created = int(time.time())
         self.completion_tokens = 0
+        self.offsets: dict[int, int] = {}
+        """Streaming: choice -> the text_offset of its next token."""
 
     def usage(self) -> dict:
         p, c = self.gen.num_prompt_tokens, self.completion_tokens
@@ -87,9 +94,12 @@ class _Reply:
     def _echo(self, index: int) -> str:
         return self.echo[index // self.gen.n_per_prompt] if self.echo else ""
 
-    def _logprobs(self, token_ids, entries, offset: int = 0):
+    def _logprobs(self, index: int, token_ids, entries, offset: int = 0, prompt=None):
+        """prompt: the choice's prompt logprobs (echo): its prompt's tokens go first, from offset 0."""
         if self.k is None:
             return None
+        if prompt is not None:
+            token_ids, entries, offset = self.echo_ids[index // self.gen.n_per_prompt] + token_ids, prompt + entries, 0
         return completion_logprobs(self.served.tokenizer, token_ids, entries, self.k, offset)
 
     async def body(self) -> dict:
@@ -98,21 +108,28 @@ class _Reply:
             self.completion_tokens += len(c.token_ids)
             prefix = self._echo(c.index)
             choices.append({"index": c.index, "text": prefix + c.text,
-                            "logprobs": self._logprobs(c.token_ids, c.logprobs, len(prefix)),
+                            "logprobs": self._logprobs(c.index, c.token_ids, c.logprobs, len(prefix),
+                                                       c.prompt_logprobs),
                             "finish_reason": "length" if c.finish_reason == "length" else "stop",
                             "stop_reason": c.stop_reason})
         return {**self._payload(choices), "usage": self.usage()}
 
     async def events(self, usage: bool, path: str):
         extra = {"usage": None} if usage else {}
-        if self.echo:
+        if self.echo and self.k is None:  # else with the prompt's logprobs, in the choice's first chunk
             for i in range(self.gen.n):
                 yield data_event({**self._payload([_choice(i, self._echo(i))]), **extra})
         try:
             async for i, out in self.gen.outputs():
                 self.completion_tokens += len(out.new_token_ids)
                 finish = ("length" if out.finish_reason == "length" else "stop") if out.finished else None
-                choice = _choice(i, out.new_text, self._logprobs(out.new_token_ids, out.new_logprobs or []), finish)
+                echoed = self.echo is not None and out.prompt_logprobs is not None
+                start = self.offsets.get(i, len(self._echo(i)))
+                lp = self._logprobs(i, out.new_token_ids, out.new_logprobs or [], start,
+                                    out.prompt_logprobs if echoed else None)
+                if lp and lp["tokens"]:
+                    self.offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
+                choice = _choice(i, self._echo(i) + out.new_text if echoed else out.new_text, lp, finish)
                 if finish:
                     choice["stop_reason"] = out.stop_reason
                 yield data_event({**self._payload([choice]), **extra})

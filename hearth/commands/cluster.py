@@ -48,6 +48,7 @@ def main(args: argparse.Namespace) -> int:
     spec = ClusterSpec(args.model, args.replicas, args.threads_per_replica, serve.engine_args(args),
                        args.max_queued, args.routing, args.load_factor, args.prefix_blocks, args.startup_timeout)
     resolve_model(args.model)  # a bad name fails here, before Ray starts
+    serve.check_port(args.host, args.port)  # so does a port in use, not after the replicas load
     started = connect(args.address)
     stop = signal.signal(signal.SIGTERM, _terminated)  # in place of Ray's (exit 15, no cleanup of ours)
     try:

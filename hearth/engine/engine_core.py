@@ -191,6 +191,7 @@ class EngineCore:
         if tokens[0].logprob is not None:
             logprobs = [{t.token_id: t.logprob, **(t.top_logprobs or {})} for t in tokens]
         raw = [t.raw_logprob for t in tokens] if tokens[0].raw_logprob is not None else None
+        first = n_before == 0 and req.params.prompt_logprobs is not None
         return EngineOutput(
             request_id=req.request_id,
             new_token_ids=[t.token_id for t in tokens],
@@ -202,4 +203,5 @@ class EngineCore:
             new_raw_logprobs=raw,
             num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=req.num_cached_tokens,
+            prompt_logprobs=[None, *req.prompt_logprobs] if first else None,
         )

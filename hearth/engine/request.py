@@ -55,6 +55,8 @@ class Request:
         """[] for a chain, else the tree's parent of each draft (hearth.spec_decode.tree.DraftTree)."""
         self.num_draft_slots = 0
         """Or: how many drafts the runner's draft model may write for the next step (method draft)."""
+        self.prompt_logprobs: list[dict[int, float]] = []
+        """Only for params.prompt_logprobs: those of prompt tokens 1, 2, ... so far (RunnerOutput's)."""
 
     @property
     def num_tokens(self) -> int:
@@ -63,6 +65,16 @@ class Request:
     @property
     def all_token_ids(self) -> list[int]:
         return self.prompt_token_ids + self.output_token_ids
+
+    @property
+    def needs_prompt_logprobs(self) -> bool:
+        """Asked for prompt logprobs and has not all of them: every prompt position is to be computed."""
+        return self.params.prompt_logprobs is not None and len(self.prompt_logprobs) < len(self.prompt_token_ids) - 1
+
+    def add_prompt_logprobs(self, start: int, entries: list[dict[int, float]]) -> None:
+        """A chunk's, for prompt tokens start + 1, ...: those already held (a recompute after a
+        preemption) are kept."""
+        self.prompt_logprobs += entries[len(self.prompt_logprobs) - start:]
 
     def token_slice(self, start: int, n: int) -> list[int]:
         """all_token_ids[start:start + n] without joining prompt and output (a decode reads 1 token)."""

@@ -101,11 +101,12 @@ class Scheduler:
         i = 0
         while i < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[i]
-            cached = self.kv.find_cached_prefix(req)
-            if self._next_block_in(req, len(cached), computing):
+            fresh = req.needs_prompt_logprobs  # cached positions would have no logits: none taken (as vLLM)
+            cached = [] if fresh else self.kv.find_cached_prefix(req)
+            if not fresh and self._next_block_in(req, len(cached), computing):
                 i += 1
                 continue
-            loads = self.kv.find_disk_prefix(req, len(cached))
+            loads = [] if fresh else self.kv.find_disk_prefix(req, len(cached))
             n = min(req.num_tokens - (len(cached) + len(loads)) * self.kv.block_size, budget)
             if not self.kv.allocate_slots(req, n, cached, loads):
                 break
@@ -210,6 +211,7 @@ class Scheduler:
             spec_parents=req.spec_parents[:k],  # a tree's first k nodes are a tree
             prefix_token_ids=req.token_slice(0, start) if req.request_id in self._admitted_with_hit else [],
             num_draft_slots=0 if req.spec_token_ids else k,
+            prompt_targets=req.prompt_token_ids[start + 1:start + n + 1] if req.needs_prompt_logprobs else [],
         )
 
     @staticmethod
@@ -231,6 +233,8 @@ class Scheduler:
             if req is None:  # aborted while the step ran
                 continue
             req.num_computed_tokens += len(seq.token_ids)
+            if seq.prompt_targets:
+                req.add_prompt_logprobs(seq.start_pos, result.prompt_logprobs[seq.request_id])
             sampled = result.sampled.get(seq.request_id)
             if sampled is None:
                 self.kv.cache_full_blocks(req)

@@ -42,6 +42,10 @@ class ScheduledSequence:
     num_draft_slots: int = 0
     """Drafts the runner's draft model writes after token_ids (method draft; spec_token_ids is then
     empty): budgeted and given KV slots by the scheduler like spec_token_ids."""
+    prompt_targets: list[int] = field(default_factory=list)
+    """Only for params.prompt_logprobs, while the prompt is computed: the prompt tokens that this
+    chunk's first rows predict (token_ids[1:], and the next chunk's first token unless the prompt
+    ends here): RunnerOutput.prompt_logprobs scores them."""
 
     @property
     def is_tree(self) -> bool:
@@ -105,3 +109,6 @@ class RunnerOutput:
     drafted: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
     """request_id -> (tokens, parents) of the drafts the runner's draft model wrote into its slots
     (method draft; parents [] for a chain): what was verified, for the acceptance statistics."""
+    prompt_logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
+    """request_id -> per prompt_targets token {its id: logprob, then the top params.prompt_logprobs},
+    from the model's raw logits."""

@@ -24,6 +24,8 @@ from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
+PROMPT_LOGPROB_ROWS = 64
+"""Prompt rows scored per [rows, vocab] f32 block (SamplingParams.prompt_logprobs): ~12 MB at SmolLM2's vocabulary."""
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -156,14 +158,26 @@ class ModelRunner:
         drafts = sum(len(s.spec_token_ids) for s in so.seqs)
         lift = drafts and so.num_tokens - drafts < self.backend.batch_min_rows()  # a verify step's rows as decode rows
         seqs = [s for s in so.seqs if s.sample]
+        # a sequence's prompt rows (SamplingParams.prompt_logprobs): its chunk's first len(prompt_targets)
+        targets = {i: range(meta.query_start_loc[i], meta.query_start_loc[i] + len(s.prompt_targets))
+                   for i, s in enumerate(so.seqs) if s.prompt_targets}
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
-            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=rows)  # [R, hidden]
+            out_rows = sorted({*rows, *(r for rs in targets.values() for r in rs)}) if targets else rows
+            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows)  # [len(out_rows), hidden]
+            prompt = {}
+            if targets:
+                at = {r: j for j, r in enumerate(out_rows)}
+                prompt = {so.seqs[i].request_id: self._prompt_logprobs(hidden[[at[r] for r in rs]], so.seqs[i])
+                          for i, rs in targets.items()}
+                hidden = hidden[[at[r] for r in rows]]  # [R, hidden]
             if not rows:
-                return RunnerOutput({})
+                return RunnerOutput({}, prompt_logprobs=prompt)
             if len(rows) > len(seqs):
                 masks, narrow = reached(seqs, self.matchers, self.cfg.vocab_size)
                 scored = scored_ids([a for s in seqs for a in masks[s.request_id]] if narrow else None)
-                return self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None, masks=masks)
+                out = self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None, masks=masks)
+                out.prompt_logprobs = prompt
+                return out
             allowed = self._matched(seqs)
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
                                 or len(allowed) < len(seqs) else list(allowed.values()))
@@ -181,7 +195,25 @@ class ModelRunner:
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
         return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
                                                         raw_known=scored is None)
-                             for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers))
+                             for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers),
+                            prompt_logprobs=prompt)
+
+    def _prompt_logprobs(self, hidden: torch.Tensor, s) -> list[dict[int, float]]:
+        """hidden: [len(s.prompt_targets), hidden], the rows before each target -> per target {its id:
+        logprob, then the top params.prompt_logprobs} from the raw logits (no penalty, temperature or
+        mask: what the model says of the prompt, as vLLM's prompt logprobs)."""
+        k, out = s.params.prompt_logprobs, []
+        for a in range(0, len(s.prompt_targets), PROMPT_LOGPROB_ROWS):
+            ids = s.prompt_targets[a:a + PROMPT_LOGPROB_ROWS]
+            lp = torch.log_softmax(self._logits(hidden[a:a + len(ids)], None), -1)  # [rows, vocab]
+            own = lp[torch.arange(len(ids)), torch.tensor(ids)].tolist()
+            top = lp.topk(k) if k else None
+            for j, (t, v) in enumerate(zip(ids, own)):
+                entry = {t: v}
+                if top is not None:  # the target keeps its place first (an update of a key keeps its order)
+                    entry.update(zip(top.indices[j].tolist(), top.values[j].tolist()))
+                out.append(entry)
+        return out
 
     def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
         """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers

@@ -8,10 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import ray
 
 from hearth.cli import main
-from tests.gguf_factory import write_header_only_gguf
+from tests.gguf_factory import write_header_only_gguf, write_tiny_gguf
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,3 +81,19 @@ def test_one_model_only():
         r = _cli("cluster", "serve", *args)
         assert r.returncode == 1
         assert "runs replicas of one model: give one MODEL, no --models" in _one_error_line(r.stderr)
+
+
+def test_a_port_in_use_is_one_line_before_ray_starts(tmp_path, capsys, monkeypatch):
+    import socket
+
+    import hearth.cluster.launch as launch
+
+    for name in ("connect", "start_replicas"):
+        monkeypatch.setattr(launch, name, lambda *a, **k: pytest.fail("started Ray or a replica for a port in use"))
+    write_tiny_gguf(tiny := tmp_path / "tiny.gguf", "llama")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["cluster", "serve", str(tiny), "--host", "127.0.0.1", "--port", str(port)]) == 1
+    assert _one_error_line(capsys.readouterr().err) == f"hearth: error: port {port} on 127.0.0.1 is already in use"

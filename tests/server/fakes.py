@@ -141,9 +141,10 @@ class Added:
 
 
 class FakeStream:
-    def __init__(self, engine: FakeEngine, rid: str, pieces: list[str], script: str, n_prompt: int, params):
+    def __init__(self, engine: FakeEngine, rid: str, pieces: list[str], script: str, prompt_ids: list[int], params):
         self.engine, self.request_id, self.finished = engine, rid, False
-        self.pieces, self.script, self.n_prompt, self.params = pieces, script, n_prompt, params
+        self.pieces, self.script, self.n_prompt, self.params = pieces, script, len(prompt_ids), params
+        self.prompt_ids = prompt_ids
         self.sent = 0
 
     def __aiter__(self):
@@ -166,10 +167,14 @@ class FakeStream:
         lp = LOGPROBS.get((self.script, self.sent - 1), -0.5)
         logprobs = [{ord(piece[0]) if piece else 0: lp, 65: -1.0, 66: -2.0}] if self.params.logprobs is not None else None
         raw = [RAW_LOGPROBS.get((self.script, self.sent - 1), lp)] if self.params.raw_logprobs else None
+        # prompt logprobs (first output): token i's is -i/100, its alternatives "A" and "B" as above
+        prompt = ([None] + [{t: -i / 100, 65: -1.0, 66: -2.0} for i, t in enumerate(self.prompt_ids[1:], 1)]
+                  if self.params.prompt_logprobs is not None and self.sent == 1 else None)
         if done:
             self._end()
         return EngineOutput(self.request_id, [ord(piece[0]) if piece else 0], piece, done, reason,
-                            new_logprobs=logprobs, new_raw_logprobs=raw, num_prompt_tokens=self.n_prompt, num_cached_tokens=self.engine.cached)
+                            new_logprobs=logprobs, new_raw_logprobs=raw, num_prompt_tokens=self.n_prompt,
+                            num_cached_tokens=self.engine.cached, prompt_logprobs=prompt)
 
     async def __aenter__(self):
         return self
@@ -221,7 +226,7 @@ class FakeEngine:
         if script in ATTEMPTS:
             k = self.attempts[script] = self.attempts.get(script, -1) + 1
             pieces = ATTEMPTS[script][min(k, len(ATTEMPTS[script]) - 1)]
-        return FakeStream(self, request_id, pieces, script, len(prompt_ids), params)
+        return FakeStream(self, request_id, pieces, script, list(prompt_ids), params)
 
     @property
     def num_in_flight(self) -> int:

@@ -74,6 +74,8 @@ def _requests(server) -> dict:
                                                                stream=True, stream_options={"include_usage": True})),
         "completion": lambda: oa.completions.create(model=m, prompt="The capital of France is", max_tokens=3,
                                                     temperature=0, logprobs=2),
+        "completion_echo": lambda: oa.completions.create(model=m, prompt="The capital of France is", max_tokens=3,
+                                                         temperature=0, logprobs=2, echo=True),
         "completion_stream": lambda: list(oa.completions.create(model=m, prompt="The capital of France is",
                                                                 max_tokens=3, temperature=0, stream=True)),
         "anthropic": lambda: an.messages.create(model=m, max_tokens=4, messages=HI),
@@ -114,6 +116,13 @@ def test_completions_with_logprobs(results):
     assert all(len(top) == 2 for top in lp.top_logprobs) and all(x <= 0 for x in lp.token_logprobs)
     assert "".join(lp.tokens) == r.choices[0].text
     assert "".join(c.choices[0].text for c in results["completion_stream"].result())
+    echo = results["completion_echo"].result()  # the prompt's tokens first, the first one's logprob null
+    ep, n = echo.choices[0].logprobs, echo.usage.prompt_tokens
+    assert echo.choices[0].text == "The capital of France is" + r.choices[0].text
+    assert "".join(ep.tokens[:n]) == "The capital of France is" and ep.tokens[n:] == lp.tokens
+    assert ep.token_logprobs[0] is None and ep.top_logprobs[0] is None and all(x <= 0 for x in ep.token_logprobs[1:])
+    assert ep.token_logprobs[n:] == pytest.approx(lp.token_logprobs, abs=1e-4) and len(ep.top_logprobs[1]) == 2
+    assert ep.text_offset[:n + 1] == [sum(len(t) for t in ep.tokens[:i]) for i in range(n + 1)]
 
 
 def test_anthropic_whole_and_streamed(results):

@@ -72,11 +72,34 @@ def test_completions_batch_echo_and_logprobs(fake):
                                        logprobs=2, max_tokens=50)
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert r.choices[0].text == "script:hello" + "Hello there!" and r.choices[3].text == 'script:json{"answer": "yes"}'
-    lp = r.choices[0].logprobs
-    assert lp.tokens == ["H", "l", "t", "!"] and len(lp.token_logprobs) == 4 and len(lp.top_logprobs[0]) == 2
+    lp = r.choices[0].logprobs  # echo: the prompt's tokens first, the first one's logprob null (OpenAI's legacy API)
+    assert lp.tokens == [*"script:hello", "H", "l", "t", "!"] and fake.last.params.prompt_logprobs == 2
+    assert lp.token_logprobs[:3] == [None, -0.01, -0.02] and lp.token_logprobs[12:] == [-0.5] * 4
+    assert lp.top_logprobs[0] is None and lp.top_logprobs[1] == {"c": -0.01, "A": -1.0}
+    assert len(lp.top_logprobs[12]) == 2
+    assert lp.text_offset == list(range(16))
     assert r.usage.prompt_tokens == len("script:hello") + len("script:json")
+    r = fake.openai.completions.create(model="fake-model", prompt="script:hello", logprobs=1)  # no echo: no prompt's
+    assert r.choices[0].logprobs.tokens == ["H", "l", "t", "!"] and r.choices[0].logprobs.text_offset == [0, 1, 2, 3]
+    assert fake.last.params.prompt_logprobs is None
     r = fake.openai.completions.create(model="fake-model", prompt=[1, 2, 3], max_tokens=2)
     assert fake.last.prompt == "\x01\x02\x03" and fake.last.params.max_tokens == 2
+
+
+def test_completions_stream_echo_with_logprobs(fake):
+    """The echo goes out with the prompt's logprobs in each choice's first chunk; text_offset runs on
+    across chunks."""
+    chunks = list(fake.openai.completions.create(model="fake-model", prompt="script:hello", n=2, echo=True, logprobs=1,
+                                                 stream=True))
+    for i in range(2):
+        mine = [c.choices[0] for c in chunks if c.choices[0].index == i]
+        assert "".join(c.text for c in mine) == "script:helloHello there!"
+        assert mine[0].text.startswith("script:hello") and mine[0].logprobs.token_logprobs[0] is None
+        lps = [c.logprobs for c in mine]
+        assert [t for lp in lps for t in lp.tokens] == [*"script:hello", "H", "l", "t", "!"]
+        assert [o for lp in lps for o in lp.text_offset] == list(range(16))
+    plain = list(fake.openai.completions.create(model="fake-model", prompt="script:hello", logprobs=0, stream=True))
+    assert [o for c in plain for o in c.choices[0].logprobs.text_offset] == [0, 1, 2, 3]
 
 
 def test_chat_logprobs_shape(fake):
@@ -164,6 +187,24 @@ def test_anthropic_history_blocks(fake):
     prompt = fake.last.prompt
     assert '"arguments": {"city": "Oslo"}' in prompt and "<think>hmm</think>" in prompt
     assert "<|im_start|>tool\ncold" in prompt and prompt.index("cold") < prompt.index("and now?")
+
+
+def test_anthropic_tool_result_error_is_rendered(fake):
+    """is_error: the model reads that the call failed (chat templates have no field for it)."""
+    call = {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "Oslo"}}
+    for content, shown in [("no such city", "Error: no such city"),
+                           ([{"type": "text", "text": "timeout"}], "Error: timeout"),
+                           ("Error: quota", "Error: quota")]:  # already reads as one: not marked twice
+        fake.anthropic.messages.create(model="fake-model", max_tokens=8, tools=[A_WEATHER], messages=[
+            {"role": "user", "content": "weather?"}, {"role": "assistant", "content": [call]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": content,
+                                         "is_error": True}]}])
+        assert f"<|im_start|>tool\n{shown}<|im_end|>" in fake.last.prompt
+    fake.anthropic.messages.create(model="fake-model", max_tokens=8, tools=[A_WEATHER], messages=[
+        {"role": "user", "content": "weather?"}, {"role": "assistant", "content": [call]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "cold",
+                                     "is_error": False}]}])
+    assert "<|im_start|>tool\ncold<|im_end|>" in fake.last.prompt
 
 
 def test_template_without_tools_gets_the_system_prompt(make_fake):

@@ -120,7 +120,9 @@ def test_the_client_marks_a_result_as_an_error():
         {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "get_job_status", "input": {"id": "j1"}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "no such job", "is_error": True}]}])
     (past,) = last_step(msgs)
-    assert past.error and past.result == "no such job" and repeated([STATUS], [past]) is not None
+    assert past.error and past.result == "Error: no such job" and repeated([STATUS], [past]) is not None
+    msgs[-1].update(content="no such job")  # the flag alone, without the text's mark, is enough
+    assert last_step(msgs)[0].error and repeated([STATUS], last_step(msgs)) is not None
     msgs[-1].pop("is_error")
     assert repeated([STATUS], last_step(msgs)) is None
 

@@ -1,0 +1,88 @@
+"""SamplingParams.prompt_logprobs: each prompt token's logprob (and the top k) from the engine, against
+the model's own logits over the whole prompt in one prefill; a request asking for them takes no
+prefix-cache hit (cached positions have no logits), as vLLM's rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from hearth import LLM, SamplingParams
+from tests.gguf_factory import write_tiny_gguf
+from tests.teacher_forced import logits_from
+
+PROMPT = [(7 * i + 3) % 200 + 5 for i in range(40)]  # 40 tokens: 3 chunks of at most 16, 2.5 KV blocks
+K = 3
+ATOL = 1e-4
+"""The engine's chunked prefill against one 40-row prefill of the same f32 model: the rows' sums
+differ in their last bits across step sizes (measured max |diff| ~1e-6 here)."""
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama")
+    return LLM(str(path), max_model_len=256, max_num_seqs=4, max_num_batched_tokens=16, progress=False)
+
+
+@pytest.fixture(scope="module")
+def reference(llm) -> torch.Tensor:
+    """[len(PROMPT) - 1, vocab]: log-softmax of the logits after each prefix, the last one aside
+    (it predicts the first generated token). Computed first: it writes the cache's first blocks."""
+    return torch.log_softmax(logits_from(llm, PROMPT, 0)[:-1], -1)
+
+
+def _check(prompt_logprobs: list, reference: torch.Tensor) -> None:
+    assert len(prompt_logprobs) == len(PROMPT) and prompt_logprobs[0] is None
+    for i, entry in enumerate(prompt_logprobs[1:]):
+        token, top = PROMPT[i + 1], reference[i].topk(K)
+        assert next(iter(entry)) == token  # the prompt token first, then the top K
+        assert entry[token] == pytest.approx(float(reference[i, token]), abs=ATOL)
+        assert set(entry) == {token, *top.indices.tolist()}
+        for t, v in zip(top.indices.tolist(), top.values.tolist()):
+            assert entry[t] == pytest.approx(v, abs=ATOL)
+
+
+def test_prompt_logprobs_match_the_models_logits(llm, reference):
+    params = SamplingParams(max_tokens=2, temperature=0, prompt_logprobs=K)
+    out = llm.generate({"prompt_token_ids": PROMPT}, params)[0]
+    _check(out.prompt_logprobs, reference)
+    assert llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=2))[0].prompt_logprobs is None
+
+
+def test_a_request_asking_for_them_skips_the_prefix_cache(llm, reference):
+    plain = SamplingParams(max_tokens=1, temperature=0)
+    llm.generate({"prompt_token_ids": PROMPT}, plain)  # the prompt's full blocks now cached
+    assert llm.generate({"prompt_token_ids": PROMPT}, plain)[0].num_cached_tokens == 32
+    out = llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=K))[0]
+    assert out.num_cached_tokens == 0
+    _check(out.prompt_logprobs, reference)
+
+
+def test_batched_with_other_requests_and_zero_alternatives(llm, reference):
+    """Beside other prompts in the same steps (rows of several sequences), and prompt_logprobs=0:
+    the prompt token's own logprob only."""
+    other = SamplingParams(max_tokens=3, temperature=0)
+    outs = llm.generate([{"prompt_token_ids": PROMPT[5:]}, {"prompt_token_ids": PROMPT},
+                         {"prompt_token_ids": PROMPT[:9]}],
+                        [other, SamplingParams(max_tokens=3, temperature=0, prompt_logprobs=0), other])
+    got = outs[1].prompt_logprobs
+    assert [list(e) for e in got[1:]] == [[t] for t in PROMPT[1:]]
+    assert [e[t] for e, t in zip(got[1:], PROMPT[1:])] == pytest.approx(
+        reference[torch.arange(len(PROMPT) - 1), torch.tensor(PROMPT[1:])].tolist(), abs=ATOL)
+    assert outs[0].prompt_logprobs is None and outs[2].prompt_logprobs is None
+
+
+def test_a_preempted_request_keeps_them_once(tmp_path, reference):
+    """Preempted in the middle of its prompt and recomputed from the start, a request's prompt
+    logprobs are neither lost nor doubled."""
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama")
+    small = LLM(str(path), max_model_len=256, max_num_seqs=2, max_num_batched_tokens=16, num_kv_blocks=5,
+                progress=False)
+    params = SamplingParams(max_tokens=24, ignore_eos=True, temperature=0, prompt_logprobs=K)
+    # the first decodes into a 4th block while the second is halfway through its prompt: 4 + 2 > 5
+    outs = small.generate([{"prompt_token_ids": PROMPT}] * 2, params)
+    assert small.engine.scheduler.num_preemptions > 0
+    for out in outs:
+        _check(out.prompt_logprobs, reference)

@@ -1,0 +1,42 @@
+"""hearth.llm.LLM.chat reads messages as the server does (hearth.api.messages): a role the server
+answers with a 400 is a ValueError naming it and the roles allowed, before anything renders."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from hearth import SamplingParams
+from hearth.api.messages import ROLES
+from hearth.llm import LLM
+from tests.gguf_factory import write_tiny_gguf
+
+TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama", chat_template=TEMPLATE)
+    return LLM(str(path), max_model_len=256, max_num_seqs=1, progress=False)
+
+
+def test_an_unknown_role_names_it_and_the_allowed_ones(llm):
+    messages = [{"role": "user", "content": "hi"}, {"role": "robot", "content": "beep"}]
+    allowed = ", ".join(sorted(ROLES))  # the server's set, not a copy of it
+    for call in (lambda: llm.chat(messages, SamplingParams(max_tokens=1)), lambda: llm.encode_chat(messages)):
+        expected = f"messages[1].role: unknown role 'robot'; expected one of {allowed}"
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            call()
+    assert not llm.engine.has_unfinished()
+
+
+def test_roles_map_as_the_server_maps_them(llm):
+    """developer is a system prompt, as /v1/chat/completions renders it."""
+    same = llm.encode_chat([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}])
+    assert same == llm.encode_chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
+    parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]  # content parts, as the server takes
+    out = llm.chat(parts, SamplingParams(max_tokens=2, temperature=0))
+    assert len(out.outputs[0].token_ids) == 2
