@@ -123,6 +123,62 @@ def test_export_prefix_gives_the_blocks_from_memory_and_disk(tmp_path):
     assert [array("i", bytes(p)).tolist() for p in payloads] == [PROMPT[:4], PROMPT[4:8], PROMPT[8:] + [12]]
 
 
+@pytest.mark.parametrize("fails", ["before the loads", "after the loads"])
+def test_a_failed_step_leaves_no_hash_on_blocks_it_was_to_load(tmp_path, fails):
+    """The runner fails the step that loads a prefix from disk (AsyncEngine then aborts its requests):
+    the blocks given to the loads must not stay findable, else the next request with that prefix
+    reads K/V that was never written (TokenKVRunner checks every read)."""
+    engine, runner, _ = make(tmp_path)
+    first, _ = generate(engine, runner, "a", PROMPT)
+    engine, runner, disk = make(tmp_path)  # the restart
+    kv, real = engine.scheduler.kv, runner.execute
+    hashes = kv.block_hashes(_request(PROMPT), 2)
+
+    def failing(so):
+        if so.kv_loads and fails == "after the loads":
+            real(so)
+        if so.kv_loads:
+            raise RuntimeError("step failed")
+        return real(so)
+
+    runner.execute = failing
+    runner.history["b"] = list(PROMPT)
+    engine.add_request(PROMPT, SamplingParams(max_tokens=5, temperature=0), "b")
+    with pytest.raises(RuntimeError, match="step failed"):
+        engine.step()
+    b = engine.scheduler.running[0]
+    assert b.block_ids == [0, 1, 2] and b.num_computed_tokens == 8  # blocks 0 and 1 were to be loaded
+    assert [kv.pool.lookup(h) for h in hashes] == [None, None]  # not findable while loading
+    assert engine.failed_step() == ["b"]
+    engine.abort("b")
+    assert [kv.pool.lookup(h) for h in hashes] == [None, None] and kv.pool.block_hash[:3] == [None] * 3
+    assert kv.pool.num_cached == 0 and not kv.pending_loads and not kv.pending_saves
+    runner.execute = real
+    again, cached = generate(engine, runner, "c", PROMPT)
+    assert again == first and cached == 8 and kv.stats.disk_hits == 16  # loaded again, then read right
+    assert all(kv.pool.lookup(h) is not None for h in hashes)  # registered once loaded
+    assert not any(so.kv_saves for so in runner.steps)  # nothing the disk has is written again
+
+
+def test_loaded_blocks_become_findable_after_their_step_and_unsent_loads_go_with_an_abort():
+    kv = KVCacheManager(8, BS, b"model|fake")
+    req, other = _request(PROMPT), _request(PROMPT)
+    hashes = kv.block_hashes(req, 2)
+    loads = [(hashes[0], b"p0"), (hashes[1], b"p1")]
+    assert kv.allocate_slots(req, 3, [], loads)
+    assert req.block_ids == [0, 1, 2] and req.num_computed_tokens == 8 and req.num_registered_blocks == 0
+    assert kv.pending_loads == [(0, b"p0"), (1, b"p1")] and kv.pool.num_cached == 0
+    assert kv.pending_hashes(req) == hashes  # being loaded: nobody else computes them meanwhile
+    kv.free(req)  # aborted before its step was sent (a schedule that failed after it)
+    assert not kv.pending_loads and kv.pool.num_cached == 0
+    assert kv.allocate_slots(other, 3, [], loads)
+    assert other.block_ids == [0, 1, 2] and kv.take_transfers() == ([(0, b"p0"), (1, b"p1")], [])
+    assert kv.pool.num_cached == 0  # sent, not landed yet
+    other.num_computed_tokens += 3  # the step ran: what Scheduler.update does
+    kv.cache_full_blocks(other)
+    assert [kv.pool.lookup(h) for h in hashes] == [0, 1] and other.num_registered_blocks == 2
+
+
 def _request(prompt):
     from hearth.engine.request import Request
 
