@@ -89,9 +89,10 @@ class Scheduler:
             budget -= n
         budget = self._admit(scheduled, budget)
         with_drafts = self._add_drafts(scheduled, budget)
-        finished, self._finished_ids = self._finished_ids, []
+        seqs = [self._message(r, n, k) for r, n, k in with_drafts]
+        finished, self._finished_ids = self._finished_ids, []  # taken last: a failure before keeps them
         loads, saves = self.kv.take_transfers()
-        return SchedulerOutput([self._message(r, n, k) for r, n, k in with_drafts], finished, loads, saves)
+        return SchedulerOutput(seqs, finished, loads, saves)
 
     def _admit(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """Waiting requests in arrival order while the budget, max_num_seqs and free blocks allow;
