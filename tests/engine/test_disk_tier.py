@@ -5,6 +5,8 @@ ids (every read is checked), then on SmolLM2 for f16 and q8_0."""
 
 from __future__ import annotations
 
+import itertools
+import random
 import shutil
 from array import array
 
@@ -14,11 +16,14 @@ from hearth import LLM, SamplingParams
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
+from hearth.kvstore.block_hash import chain_hashes
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.disk_format import BlockFormat
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.spec_decode.config import SpeculativeConfig
+from hearth.spec_decode.policy import SpeculativeDecoder
 
-from tests.engine.fakes import LetterTokenizer
+from tests.engine.fakes import LetterTokenizer, ScriptedProposer
 from tests.engine.test_scheduler import run_all
 from tests.test_engine_equivalence import assert_agree
 
@@ -28,7 +33,9 @@ FMT = BlockFormat("fake", BS, 1, (4 * BS,))
 
 class TokenKVRunner:
     """KV "content" = the token ids written at each slot. Every step checks that each position a
-    sequence reads holds its token, so a block loaded late, into the wrong id or from a bad file fails."""
+    sequence reads holds its token, so a block loaded late, into the wrong id or from a bad file fails.
+    Drafts (a chain) are written after the step's tokens and accepted while each is its predecessor + 1
+    (as CountingRunner), so rejected ones leave wrong "K/V" behind."""
 
     def __init__(self, num_blocks: int):
         self.kv = [[-1] * BS for _ in range(num_blocks)]
@@ -40,18 +47,21 @@ class TokenKVRunner:
         saved = [array("i", self.kv[b]).tobytes() for b, _ in so.kv_saves]
         for block, payload in so.kv_loads:
             self.kv[block] = array("i", bytes(payload)).tolist()
-        out = {}
+        out, accepted = {}, {}
         for s in so.seqs:
             hist = self.history[s.request_id]
             for p in range(s.start_pos):
                 assert self.kv[s.block_ids[p // BS]][p % BS] == hist[p], (s.request_id, p)
-            for i, t in enumerate(s.token_ids):
+            for i, t in enumerate(s.token_ids + s.spec_token_ids):
                 p = s.start_pos + i
                 self.kv[s.block_ids[p // BS]][p % BS] = t
             if s.sample:
-                out[s.request_id] = SampledToken((s.token_ids[-1] + 1) % 50)
-                hist.append(out[s.request_id].token_id)
-        return RunnerOutput(out, saved)
+                ok = list(itertools.takewhile(lambda d: d[1] == (d[0] + 1) % 50,
+                                              zip(s.token_ids[-1:] + s.spec_token_ids, s.spec_token_ids)))
+                accepted[s.request_id] = [SampledToken(d) for _, d in ok]
+                out[s.request_id] = SampledToken(((ok[-1][1] if ok else s.token_ids[-1]) + 1) % 50)
+                hist.extend([d for _, d in ok] + [out[s.request_id].token_id])
+        return RunnerOutput(out, saved, accepted=accepted)
 
 
 def make(tmp_path, num_blocks=32):
@@ -177,6 +187,33 @@ def test_loaded_blocks_become_findable_after_their_step_and_unsent_loads_go_with
     other.num_computed_tokens += 3  # the step ran: what Scheduler.update does
     kv.cache_full_blocks(other)
     assert [kv.pool.lookup(h) for h in hashes] == [0, 1] and other.num_registered_blocks == 2
+
+
+def test_the_disk_tier_stores_only_committed_kv_never_rejected_drafts(tmp_path):
+    """With drafts, right and wrong at random, crossing block boundaries: every block the disk tier
+    holds afterwards is the committed tokens' "K/V", read back from the file."""
+    rng = random.Random(0)
+
+    def drafts(r):
+        last = r.output_token_ids[-1]
+        return [(last + 1 + i) % 50 if rng.random() < 0.7 else 13 for i in range(4)]
+
+    disk = DiskKVStore(tmp_path, 1 << 20, FMT, fsync=False)
+    runner, kv = TokenKVRunner(64), KVCacheManager(64, BS, b"model|fake", disk=disk)
+    spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=4, disable_by_batch_size=0))
+    spec.proposer = ScriptedProposer(drafts)
+    engine = EngineCore(Scheduler(kv, 8, 64), runner, LetterTokenizer(), 256, 50, spec)
+    runner.history["a"] = list(PROMPT)
+    engine.add_request(PROMPT, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True), "a")
+    outs = run_all(engine)["a"]
+    assert disk.flush(10)
+    committed = PROMPT + [t for o in outs for t in o.new_token_ids]
+    rejected = [so for so in runner.steps for s in so.seqs if s.spec_token_ids and 13 in s.spec_token_ids]
+    assert len(rejected) > 3  # wrong drafts were written, in several steps
+    stored = [disk.get(h) for h in chain_hashes(kv.cache_key, committed, BS)]
+    stored = [None if p is None else array("i", bytes(p)).tolist() for p in stored]
+    assert stored == [committed[i:i + BS] for i in range(0, len(committed) // BS * BS, BS)]
+    assert disk.stats.writes == len(stored)
 
 
 def _request(prompt):
