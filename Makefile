@@ -34,7 +34,7 @@ run: setup
 	$(BIN)/hearth serve $(MODEL) --host $(HOST) --port $(PORT)
 
 # The whole suite at the best tier (listing its slowest tests: where the time of the next make test goes),
-# then the `tiered` tests (kernels, logits vs transformers, goldens, engine equivalence, fidelity) at each
+# then the `tiered` tests (kernels, logits vs transformers, goldens, engine equivalence, fidelity, planner layouts) at each
 # other tier this CPU runs, forced with HEARTH_CPU_TIER (hearth/kernels/tiers.py). One pass at a time: two
 # side by side on 2 cores took 20 min against 14 (2026-12-05). Every tier runs even after a failure;
 # pytest's 5 (nothing collected under a narrow PYTEST_ARGS) is no failure.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import platform
 import sys
 from importlib import metadata
@@ -52,6 +53,19 @@ def command_parser(name: str) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run a command. A reader that closed stdout early (`hearth --help | head -1`) ends it quietly,
+    as Python's docs advise for SIGPIPE: stdout goes to devnull so the exit's flush raises no more."""
+    try:
+        try:
+            return _run(argv)
+        finally:  # what is still buffered fails here, inside the try (argparse's --help exits through it too)
+            sys.stdout.flush()
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def _run(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())

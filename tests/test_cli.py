@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 import pytest
 
 from hearth.cli import COMMANDS, main
@@ -20,6 +24,21 @@ def test_no_command_prints_usage(capsys):
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"]], ids=" ".join)
+def test_a_reader_that_closed_stdout_early_ends_it_quietly(argv):
+    """`hearth --help | head -1`: head exits after its line. Here the pipe's read end is closed before
+    hearth writes anything, so every write fails (EPIPE), as late in the output as it may."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "hearth", *argv], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write)
+    # 1 as Python's docs advise; a command's --help is argparse's, which ignores the error itself (0)
+    assert done.stderr == "" and done.returncode == (0 if argv[0] == "run" else 1)
 
 
 def test_run_defaults_to_the_default_model():

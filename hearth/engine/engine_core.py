@@ -85,8 +85,10 @@ class EngineCore:
         return rid
 
     def abort(self, request_id: str) -> None:
-        self.scheduler.finish_request(request_id)
+        ended = self.scheduler.finish_request(request_id)
         self._forget(request_id)
+        if ended is not None and not self.scheduler.has_unfinished():  # the last one (a failed step's too)
+            self._idle()  # its runner state goes now, not when the next request comes
 
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished()
@@ -148,7 +150,8 @@ class EngineCore:
             self.spec.forget(request_id)
 
     def _idle(self) -> None:
-        """Nothing left to run: the runner may prepare the KV blocks the next prompt gets."""
+        """Nothing left to run: the runner drops the state of the requests that ended and may prepare
+        the KV blocks the next prompt gets."""
         so = self.scheduler.idle_output()
         if so is not None:
             self.runner.execute(so)

@@ -4,8 +4,9 @@ A full block is keyed by a chained hash: blake2b(parent hash, its token ids), th
 parent being the cache key (model file + KV format). Equal keys mean equal K/V, in this process or
 in the disk tier (hearth.kvstore.disk), which continues a prefix where memory ends: blocks found on
 disk get fresh block ids and travel to the runner as `kv_loads` (verified bytes, written into the
-cache before the step reads them); full blocks newly computed go out as `kv_saves` (the runner
-returns their bytes, which are queued for writing)."""
+cache before the step reads them; findable by their hash once that step has run, like computed
+blocks); full blocks newly computed go out as `kv_saves` (the runner returns their bytes, which are
+queued for writing)."""
 
 from __future__ import annotations
 
@@ -77,7 +78,7 @@ class KVCacheManager:
 
     def pending_hashes(self, req: Request) -> list[bytes]:
         """Hashes of req's full blocks of known tokens (prompt, and output so far) not registered
-        yet: K/V that this request is about to compute, so nobody else should compute it too."""
+        yet: K/V that this request is about to compute or load, so nobody else should compute it too."""
         if not self.enable_prefix_caching:
             return []
         n = req.num_tokens // self.block_size
@@ -126,18 +127,19 @@ class KVCacheManager:
             req.reserved_blocks = self.pool.allocate(reserve)
         if need > 0:
             fresh = self.pool.allocate(need)
-            for block, (h, payload) in zip(fresh, loads):  # cached now: read after the load lands
-                self.pool.cache(block, h)
-                self.pending_loads.append((block, payload))
+            # findable only once the step that loads them has run (cache_full_blocks, from update):
+            # a step that fails, or an abort before it, must leave no hash on unwritten K/V
+            self.pending_loads += zip(fresh, (payload for _, payload in loads))
             req.block_ids.extend(fresh)
         if hit:
             req.num_computed_tokens += hit * self.block_size
-            req.num_registered_blocks = hit
+            req.num_registered_blocks = len(cached)
         req.disk_payloads = []
         return True
 
     def cache_full_blocks(self, req: Request) -> None:
-        """Register the blocks filled since the last call (their K/V is now written)."""
+        """Register the blocks filled since the last call (their K/V is now written: computed, or
+        loaded from the disk tier by the step that just ran; those the disk has already are not saved)."""
         if not self.enable_prefix_caching:
             return
         full = req.num_computed_tokens // self.block_size
@@ -204,6 +206,9 @@ class KVCacheManager:
             self.disk.close()
 
     def free(self, req: Request) -> None:
+        if self.pending_loads:  # loads not sent yet (a failed schedule): their blocks go back unwritten
+            mine = set(req.block_ids)
+            self.pending_loads = [(b, p) for b, p in self.pending_loads if b not in mine]
         self.pool.free(req.block_ids[::-1] + req.reserved_blocks)
         req.block_ids, req.reserved_blocks = [], []
         req.num_registered_blocks = 0

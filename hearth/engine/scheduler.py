@@ -89,9 +89,10 @@ class Scheduler:
             budget -= n
         budget = self._admit(scheduled, budget)
         with_drafts = self._add_drafts(scheduled, budget)
-        finished, self._finished_ids = self._finished_ids, []
+        seqs = [self._message(r, n, k) for r, n, k in with_drafts]
+        finished, self._finished_ids = self._finished_ids, []  # taken last: a failure before keeps them
         loads, saves = self.kv.take_transfers()
-        return SchedulerOutput([self._message(r, n, k) for r, n, k in with_drafts], finished, loads, saves)
+        return SchedulerOutput(seqs, finished, loads, saves)
 
     def _admit(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """Waiting requests in arrival order while the budget, max_num_seqs and free blocks allow;
@@ -137,10 +138,12 @@ class Scheduler:
         return num_cached < len(hashes) and hashes[num_cached] in computing
 
     def idle_output(self) -> SchedulerOutput | None:
-        """With nothing to run: the message naming the never-used blocks one full step would take
-        next (None when there are none left)."""
+        """With nothing to run: the message with the requests that ended since the last step (the
+        runner drops their state now, not when the next request comes) and the never-used blocks one
+        full step would take next; None when there are neither."""
         blocks = self.kv.pool.untouched(self.kv.blocks_needed(self.max_num_batched_tokens))
-        return SchedulerOutput([], prefault_blocks=blocks) if blocks else None
+        finished, self._finished_ids = self._finished_ids, []
+        return SchedulerOutput([], finished, prefault_blocks=blocks) if blocks or finished else None
 
     def _add_drafts(self, scheduled: list[tuple[Request, int]], budget: int) -> list[tuple[Request, int, int]]:
         """The second pass: drafts for the scheduled requests, in order, within the budget left, below

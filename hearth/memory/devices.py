@@ -73,7 +73,10 @@ class Device:
 
     @property
     def layout(self) -> str:
-        return KINDS[self.kind].layout
+        """How it holds weights (hearth.memory.layouts): a CPU as this process's tier does."""
+        from hearth.memory.layouts import cpu_layout  # torch: not for a look at the presets
+
+        return cpu_layout(KINDS[self.kind].layout)
 
 
 def _preset(name: str, kind: str, mem_gb: float, bw_gbs: float, tflops: float, source: str) -> Device:

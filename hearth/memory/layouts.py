@@ -3,7 +3,8 @@
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
 `hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read every block type in place from the
 memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits).
-`hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run (each type's torch_path in
+`hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run: the torch tier, forced
+or the only one the CPU runs (cpu_layout; each type's torch_path in
 hearth.formats.weights, which hearth.layers.linear builds; a test builds each one and compares):
   int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
             32 values = 5 bits a value; rows padded to a multiple of 64
@@ -24,6 +25,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from hearth.formats.weights import WEIGHT_FORMATS
+from hearth.kernels import tiers
 from hearth.memory.shape import ModelShape
 from hearth.memory.weights import WeightTensor, role
 
@@ -66,6 +68,14 @@ LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
            {q: TORCH_HELD[f.torch_head_path(torch.backends.cpu.get_cpu_capability())]
             for q, f in WEIGHT_FORMATS.items()}),
 )}
+
+
+def cpu_layout(name: str) -> str:
+    """`name`, except that hearth-cpu is how this process's CPU tier holds weights: at the torch tier
+    the torch paths re-lay them out (hearth-cpu-torch). A native tier whose library fails to build
+    also falls back to torch (one warning line, hearth.kernels.native): not foreseen here, since the
+    planner builds nothing."""
+    return "hearth-cpu-torch" if name == "hearth-cpu" and not tiers.selected().native else name
 
 
 def held_bytes(t: WeightTensor, layout: Layout, head: bool = False) -> int:

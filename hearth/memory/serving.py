@@ -14,7 +14,7 @@ from hearth.memory.devices import KINDS
 from hearth.memory.gguf_shape import shape_from_gguf
 from hearth.memory.kv_cache import reserved_per_sequence
 from hearth.memory.kv_formats import kv_format
-from hearth.memory.layouts import LAYOUTS, resident_weight_bytes
+from hearth.memory.layouts import LAYOUTS, cpu_layout, resident_weight_bytes
 from hearth.memory.overhead import activation_bytes, tokenizer_bytes
 from hearth.memory.this_machine import system_memory
 from hearth.memory.weights import tensors_from_gguf
@@ -44,7 +44,7 @@ def served_footprint(gguf, max_model_len: int = 0, kv_cache_dtype: str = "auto",
     ctx = min(max_model_len or shape.context_length, shape.context_length)
     fmt = kv_format(kv_cache_dtype)
     block = fmt.block_size(None, DEFAULT_BLOCK)
-    weights = resident_weight_bytes(tensors_from_gguf(gguf), shape, LAYOUTS[CPU.layout])
+    weights = resident_weight_bytes(tensors_from_gguf(gguf), shape, LAYOUTS[cpu_layout(CPU.layout)])
     kv = min(max_num_seqs * reserved_per_sequence(shape, fmt, block, ctx), kv_cache_memory_gb * 2**30)
     other = activation_bytes(shape, CPU.act_bytes, ctx, max_num_seqs, batch_tokens) + tokenizer_bytes(shape)
     return Footprint(int(weights), int(kv), int(other), ctx)

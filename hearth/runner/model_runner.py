@@ -109,13 +109,12 @@ class ModelRunner:
     def forward(self, so: SchedulerOutput) -> torch.Tensor:
         """[T, hidden]: the final hidden states of every scheduled token (K/V written to the cache),
         without sampling: what `hearth eval perplexity` scores."""
-        for rid in so.finished_request_ids:
-            if self.staging is not None:
-                self.staging.release(rid)
+        self.forget(so.finished_request_ids)
         ids, positions, meta = self._prepare(so)
         return self.model(ids, positions, meta, self.kv_caches)
 
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
+        self.forget(so.finished_request_ids)  # first: the ids come once, whatever fails after
         self.prefaulter.pause()  # a step has the cores to itself
         if so.prefault_blocks:
             self.prefaulter.start(so.prefault_blocks)
@@ -123,22 +122,25 @@ class ModelRunner:
         # step overwrite a reused block id
         saved = self.block_io.export([b for b, _ in so.kv_saves]) if so.kv_saves else []
         if so.kv_loads:
-            self.block_io.load(so.kv_loads)
             if self.drafter is not None:  # the disk tier holds the target's K/V only
                 self.drafter.invalidate([b for b, _ in so.kv_loads])
+            self.block_io.load(so.kv_loads)
         out = self._execute(so)
         out.kv_saved = saved
         return out
 
-    @torch.inference_mode()
-    def _execute(self, so: SchedulerOutput) -> RunnerOutput:
-        for rid in so.finished_request_ids:
+    def forget(self, request_ids: list[str]) -> None:
+        """Drop the per-request state of requests that ended (repeating an id is harmless)."""
+        for rid in request_ids:
             self.generators.pop(rid, None)
             self.matchers.pop(rid, None)
             if self.staging is not None:
                 self.staging.release(rid)
             if self.drafter is not None:
                 self.drafter.forget(rid)
+
+    @torch.inference_mode()
+    def _execute(self, so: SchedulerOutput) -> RunnerOutput:
         if not so.seqs:
             return RunnerOutput({})
         if self.drafter is None:

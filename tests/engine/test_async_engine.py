@@ -125,6 +125,31 @@ def test_a_runner_failure_ends_only_the_requests_of_its_step():
     assert sched.kv.pool.num_free == 64
 
 
+def test_a_failed_step_leaves_the_runner_no_state_of_its_requests():
+    """The runner keeps per-request state (ModelRunner: generators, grammar matchers, staging slots)
+    until a message names the request as finished: a failed step's requests are named at once."""
+    engine, sched, runner = make_engine()
+    real, held, calls = runner.execute, set(), {"n": 0}
+
+    def tracking(so):  # as ModelRunner: drop the ended ones first, then hold the scheduled ones
+        held.difference_update(so.finished_request_ids)
+        held.update(s.request_id for s in so.seqs)
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("kernel error")
+        return real(so)
+
+    runner.execute = tracking
+
+    async def main(ae):
+        with pytest.raises(EngineStepError, match="kernel error"):
+            await collect(ae.add_request([1], greedy(5), "a"))
+        return set(held)
+
+    assert run(main, engine) == set() and calls["n"] == 4  # prefill, decode, the failed one, the idle one
+    assert sched.kv.pool.num_free == 64
+
+
 def test_a_failure_outside_the_runner_ends_every_request_in_flight_and_the_engine_goes_on():
     engine, sched, _ = make_engine(max_seqs=1)
     real, calls = sched.update, {"n": 0}

@@ -5,6 +5,8 @@ ids (every read is checked), then on SmolLM2 for f16 and q8_0."""
 
 from __future__ import annotations
 
+import itertools
+import random
 import shutil
 from array import array
 
@@ -14,11 +16,14 @@ from hearth import LLM, SamplingParams
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
+from hearth.kvstore.block_hash import chain_hashes
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.disk_format import BlockFormat
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.spec_decode.config import SpeculativeConfig
+from hearth.spec_decode.policy import SpeculativeDecoder
 
-from tests.engine.fakes import LetterTokenizer
+from tests.engine.fakes import LetterTokenizer, ScriptedProposer
 from tests.engine.test_scheduler import run_all
 from tests.test_engine_equivalence import assert_agree
 
@@ -28,7 +33,9 @@ FMT = BlockFormat("fake", BS, 1, (4 * BS,))
 
 class TokenKVRunner:
     """KV "content" = the token ids written at each slot. Every step checks that each position a
-    sequence reads holds its token, so a block loaded late, into the wrong id or from a bad file fails."""
+    sequence reads holds its token, so a block loaded late, into the wrong id or from a bad file fails.
+    Drafts (a chain) are written after the step's tokens and accepted while each is its predecessor + 1
+    (as CountingRunner), so rejected ones leave wrong "K/V" behind."""
 
     def __init__(self, num_blocks: int):
         self.kv = [[-1] * BS for _ in range(num_blocks)]
@@ -40,18 +47,21 @@ class TokenKVRunner:
         saved = [array("i", self.kv[b]).tobytes() for b, _ in so.kv_saves]
         for block, payload in so.kv_loads:
             self.kv[block] = array("i", bytes(payload)).tolist()
-        out = {}
+        out, accepted = {}, {}
         for s in so.seqs:
             hist = self.history[s.request_id]
             for p in range(s.start_pos):
                 assert self.kv[s.block_ids[p // BS]][p % BS] == hist[p], (s.request_id, p)
-            for i, t in enumerate(s.token_ids):
+            for i, t in enumerate(s.token_ids + s.spec_token_ids):
                 p = s.start_pos + i
                 self.kv[s.block_ids[p // BS]][p % BS] = t
             if s.sample:
-                out[s.request_id] = SampledToken((s.token_ids[-1] + 1) % 50)
-                hist.append(out[s.request_id].token_id)
-        return RunnerOutput(out, saved)
+                ok = list(itertools.takewhile(lambda d: d[1] == (d[0] + 1) % 50,
+                                              zip(s.token_ids[-1:] + s.spec_token_ids, s.spec_token_ids)))
+                accepted[s.request_id] = [SampledToken(d) for _, d in ok]
+                out[s.request_id] = SampledToken(((ok[-1][1] if ok else s.token_ids[-1]) + 1) % 50)
+                hist.extend([d for _, d in ok] + [out[s.request_id].token_id])
+        return RunnerOutput(out, saved, accepted=accepted)
 
 
 def make(tmp_path, num_blocks=32):
@@ -121,6 +131,89 @@ def test_export_prefix_gives_the_blocks_from_memory_and_disk(tmp_path):
     generate(engine, runner, "x", PROMPT[:4] + [40, 41, 42, 43, 44])
     payloads = engine.export_prefix(PROMPT + [12])  # 12 tokens: blocks 0 (memory), 1, 2 (disk)
     assert [array("i", bytes(p)).tolist() for p in payloads] == [PROMPT[:4], PROMPT[4:8], PROMPT[8:] + [12]]
+
+
+@pytest.mark.parametrize("fails", ["before the loads", "after the loads"])
+def test_a_failed_step_leaves_no_hash_on_blocks_it_was_to_load(tmp_path, fails):
+    """The runner fails the step that loads a prefix from disk (AsyncEngine then aborts its requests):
+    the blocks given to the loads must not stay findable, else the next request with that prefix
+    reads K/V that was never written (TokenKVRunner checks every read)."""
+    engine, runner, _ = make(tmp_path)
+    first, _ = generate(engine, runner, "a", PROMPT)
+    engine, runner, disk = make(tmp_path)  # the restart
+    kv, real = engine.scheduler.kv, runner.execute
+    hashes = kv.block_hashes(_request(PROMPT), 2)
+
+    def failing(so):
+        if so.kv_loads and fails == "after the loads":
+            real(so)
+        if so.kv_loads:
+            raise RuntimeError("step failed")
+        return real(so)
+
+    runner.execute = failing
+    runner.history["b"] = list(PROMPT)
+    engine.add_request(PROMPT, SamplingParams(max_tokens=5, temperature=0), "b")
+    with pytest.raises(RuntimeError, match="step failed"):
+        engine.step()
+    b = engine.scheduler.running[0]
+    assert b.block_ids == [0, 1, 2] and b.num_computed_tokens == 8  # blocks 0 and 1 were to be loaded
+    assert [kv.pool.lookup(h) for h in hashes] == [None, None]  # not findable while loading
+    assert engine.failed_step() == ["b"]
+    engine.abort("b")
+    assert [kv.pool.lookup(h) for h in hashes] == [None, None] and kv.pool.block_hash[:3] == [None] * 3
+    assert kv.pool.num_cached == 0 and not kv.pending_loads and not kv.pending_saves
+    runner.execute = real
+    again, cached = generate(engine, runner, "c", PROMPT)
+    assert again == first and cached == 8 and kv.stats.disk_hits == 16  # loaded again, then read right
+    assert all(kv.pool.lookup(h) is not None for h in hashes)  # registered once loaded
+    assert not any(so.kv_saves for so in runner.steps)  # nothing the disk has is written again
+
+
+def test_loaded_blocks_become_findable_after_their_step_and_unsent_loads_go_with_an_abort():
+    kv = KVCacheManager(8, BS, b"model|fake")
+    req, other = _request(PROMPT), _request(PROMPT)
+    hashes = kv.block_hashes(req, 2)
+    loads = [(hashes[0], b"p0"), (hashes[1], b"p1")]
+    assert kv.allocate_slots(req, 3, [], loads)
+    assert req.block_ids == [0, 1, 2] and req.num_computed_tokens == 8 and req.num_registered_blocks == 0
+    assert kv.pending_loads == [(0, b"p0"), (1, b"p1")] and kv.pool.num_cached == 0
+    assert kv.pending_hashes(req) == hashes  # being loaded: nobody else computes them meanwhile
+    kv.free(req)  # aborted before its step was sent (a schedule that failed after it)
+    assert not kv.pending_loads and kv.pool.num_cached == 0
+    assert kv.allocate_slots(other, 3, [], loads)
+    assert other.block_ids == [0, 1, 2] and kv.take_transfers() == ([(0, b"p0"), (1, b"p1")], [])
+    assert kv.pool.num_cached == 0  # sent, not landed yet
+    other.num_computed_tokens += 3  # the step ran: what Scheduler.update does
+    kv.cache_full_blocks(other)
+    assert [kv.pool.lookup(h) for h in hashes] == [0, 1] and other.num_registered_blocks == 2
+
+
+def test_the_disk_tier_stores_only_committed_kv_never_rejected_drafts(tmp_path):
+    """With drafts, right and wrong at random, crossing block boundaries: every block the disk tier
+    holds afterwards is the committed tokens' "K/V", read back from the file."""
+    rng = random.Random(0)
+
+    def drafts(r):
+        last = r.output_token_ids[-1]
+        return [(last + 1 + i) % 50 if rng.random() < 0.7 else 13 for i in range(4)]
+
+    disk = DiskKVStore(tmp_path, 1 << 20, FMT, fsync=False)
+    runner, kv = TokenKVRunner(64), KVCacheManager(64, BS, b"model|fake", disk=disk)
+    spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=4, disable_by_batch_size=0))
+    spec.proposer = ScriptedProposer(drafts)
+    engine = EngineCore(Scheduler(kv, 8, 64), runner, LetterTokenizer(), 256, 50, spec)
+    runner.history["a"] = list(PROMPT)
+    engine.add_request(PROMPT, SamplingParams(max_tokens=40, temperature=0, ignore_eos=True), "a")
+    outs = run_all(engine)["a"]
+    assert disk.flush(10)
+    committed = PROMPT + [t for o in outs for t in o.new_token_ids]
+    rejected = [so for so in runner.steps for s in so.seqs if s.spec_token_ids and 13 in s.spec_token_ids]
+    assert len(rejected) > 3  # wrong drafts were written, in several steps
+    stored = [disk.get(h) for h in chain_hashes(kv.cache_key, committed, BS)]
+    stored = [None if p is None else array("i", bytes(p)).tolist() for p in stored]
+    assert stored == [committed[i:i + BS] for i in range(0, len(committed) // BS * BS, BS)]
+    assert disk.stats.writes == len(stored)
 
 
 def _request(prompt):

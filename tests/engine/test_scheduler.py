@@ -1,3 +1,5 @@
+import pytest
+
 from hearth.engine.block_pool import BlockPool
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
@@ -112,8 +114,45 @@ def test_an_idle_engine_names_the_blocks_a_full_step_takes_next():
     assert runner.steps[-1] is idle[1]
 
 
-def test_no_idle_message_once_every_block_was_used():
+def test_no_blocks_to_prefault_once_every_block_was_used():
     engine, _, runner = make_engine(num_blocks=3, block_size=4, budget=16)
     engine.add_request(list(range(1, 10)), SamplingParams(max_tokens=3, temperature=0), "a")
     run_all(engine)
-    assert runner.steps[-1].seqs and not any(so.prefault_blocks for so in runner.steps[1:])  # [0]: at start
+    assert not any(so.prefault_blocks for so in runner.steps[1:])  # [0]: at start
+    assert not runner.steps[-1].seqs and runner.steps[-1].finished_request_ids == ["a"]  # idle: a's state goes
+    n = len(runner.steps)
+    engine.abort("a")  # ended already: nothing to tell the runner, no message
+    assert len(runner.steps) == n
+
+
+def fail(message):
+    def raising(*args):
+        raise RuntimeError(message)
+    return raising
+
+
+def test_ended_requests_reach_the_runner_after_a_failed_step():
+    """A step that fails (its runner, or the scheduler building its message) must not lose the ids of
+    the requests that ended before it, nor of those it ends: the runner drops their state later."""
+    engine, sched, runner = make_engine()
+    for rid in ("a", "b", "c"):
+        engine.add_request([1, 2], SamplingParams(max_tokens=10, temperature=0), rid)
+    engine.step()
+    engine.abort("a")
+    real = sched._message
+    sched._message = fail("message")  # after the finished ids used to be taken
+    with pytest.raises(RuntimeError, match="message"):
+        engine.step()
+    sched._message = real
+    assert engine.failed_step() is None  # not the runner's: every request is in doubt
+    engine.abort("b")
+    real_execute = runner.execute
+    runner.execute = lambda so: (runner.steps.append(so), fail("runner")())  # gets the ids, then fails
+    with pytest.raises(RuntimeError, match="runner"):
+        engine.step()
+    runner.execute = real_execute
+    assert engine.failed_step() == ["c"] and runner.steps[-1].finished_request_ids == ["a", "b"]
+    engine.abort("c")  # the last one: the engine is idle, the runner told at once
+    assert not runner.steps[-1].seqs and runner.steps[-1].finished_request_ids == ["c"]
+    sent = [rid for so in runner.steps for rid in so.finished_request_ids]
+    assert sent == ["a", "b", "c"]

@@ -1,5 +1,6 @@
 """The planner's table of how hearth's CPU kernels hold each weight type equals what
-hearth.layers.linear actually builds (so the two cannot drift apart)."""
+hearth.layers.linear actually builds (so the two cannot drift apart), and the planner prices this
+machine's weights as the CPU tier running holds them (a tiered module: make test runs it per tier)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from hearth.backends import select
 from hearth.backends.base import Backend
 from hearth.backends.cpu_linear import NATIVE_PATHS
 from hearth.layers.linear import TORCH_PATHS
+from hearth.memory.devices import Device
 from hearth.memory.layouts import LAYOUTS, held_bytes
 from hearth.memory.weights import WeightTensor
 from tests.layers.test_quant import random_tensor
 
 ROWS, COLS = 80, 512  # 80 rows: int4pack pads them to 128
+THIS_CPU = Device("this", "cpu", 1 << 30, 1e10, 1e11, "made up: only its kind matters")
 
 
 def module_bytes(module: torch.nn.Module) -> int:
@@ -42,11 +45,13 @@ def test_held_bytes_match_the_linear_layer(qtype):
     w = WeightTensor("w", qtype, (ROWS, COLS))
     assert held_bytes(w, LAYOUTS["hearth-cpu-torch"]) == module_bytes(Backend().linear(t))
     cpu = select("cpu")  # at the torch tier, the torch backend
+    here = LAYOUTS[THIS_CPU.layout]  # what the planner prices for this machine at this tier
+    assert here.name == ("hearth-cpu-torch" if type(cpu) is Backend else "hearth-cpu")
     if type(cpu) is not Backend and NATIVE_PATHS[qtype] == "native":  # the C++ kernels keep no copy
         assert module_bytes(cpu.linear(t)) == 0
-        assert held_bytes(w, LAYOUTS["hearth-cpu"]) == t.data.nbytes
+        assert held_bytes(w, here) == t.data.nbytes
     else:
-        assert held_bytes(w, LAYOUTS["hearth-cpu"]) == module_bytes(cpu.linear(t))
+        assert held_bytes(w, here) == module_bytes(cpu.linear(t))
     # the file layout is the GGUF bytes themselves
     assert held_bytes(WeightTensor("w", qtype, (ROWS, COLS)), LAYOUTS["file"]) == t.data.nbytes
 
