@@ -16,11 +16,14 @@
 // Fewer per k (activation scales per 32, or ggml's integer sub-scales per 256) is the way past it.
 //
 // The activation rows of a chunk (~gemm_chunk_bytes() of codes and scales, repacked in blocks of
-// GEMM_MR rows: gemm_pack_rows) stay in L2 while all of a
-// thread's panels pass; the weights are read and unpacked once per chunk (at K = 8960, 512 rows, 8
-// times). 1 MB chunks against 384 KB: the Q6_K down projection (K = 8960) 123 -> 156 GOP/s a core,
-// the K = 1536 shapes +3-8%. Runs from a plan's gemm_min_rows (the runner's prefill regime),
-// so decode batches keep the GEMV's sums.
+// GEMM_MR rows: gemm_pack_rows) stay in L2 while all of a thread's panels pass; the weights are read
+// and unpacked once per chunk. 1 MB chunks against 384 KB (Sapphire Rapids, 2 MB L2): the Q6_K down
+// projection (K = 8960) 123 -> 156 GOP/s a core, the K = 1536 shapes +3-8%. At K = 8960 1 MB is 78
+// rows, so the panels' unpacking was paid 7 times at 512 rows (~5% of down's time): chunks count a
+// row as at most GEMM_CHUNK_ROW_BYTES, 144 rows a MB at K = 8960 (1.9 MB, from L3 as much as L2; Zen 4,
+// 1 MB L2: down 0.93-0.95x the time, 2026-12-06), while the K <= ~4800 shapes keep their 1 MB (2 MB
+// cost them 0-3% there). A chunk's bytes set small (tests) still cut it small.
+// Runs from a plan's gemm_min_rows (the runner's prefill regime), so decode batches keep the GEMV's sums.
 #pragma once
 
 #include <immintrin.h>
@@ -36,6 +39,8 @@ namespace {
 
 constexpr int64_t GEMM_NP = 8;  // output features per panel: one vector
 constexpr int GEMM_MR = 6;  // activation rows per register block: 6 int32 sums + 6 f32 accumulators
+
+constexpr int64_t GEMM_CHUNK_ROW_BYTES = 7 * 1024;  // a row's share of a chunk's bytes, at most (header)
 
 inline int64_t& gemm_chunk_bytes() {  // activation bytes per chunk (hk_gemm_chunk_bytes sets it: benchmarks)
   static int64_t bytes = 1024 * 1024;
@@ -242,7 +247,8 @@ void rows_gemm(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int6
   GemmPanel& p = gemm_panel;
   p.fit(Kp);
   const int64_t per_row = Kp + 2 * g * static_cast<int64_t>(sizeof(float));
-  const int64_t chunk = std::max<int64_t>(GEMM_MR, gemm_chunk_bytes() / per_row / GEMM_MR * GEMM_MR);
+  const int64_t rows = gemm_chunk_bytes() / std::min(per_row, GEMM_CHUNK_ROW_BYTES);
+  const int64_t chunk = std::max<int64_t>(GEMM_MR, rows / GEMM_MR * GEMM_MR);
   const bool vnni = gemm_avx_vnni();
   for (int64_t c0 = 0; c0 < a.M; c0 += chunk) {
     const int64_t c1 = std::min(a.M, c0 + chunk);
