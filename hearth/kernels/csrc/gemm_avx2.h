@@ -38,9 +38,9 @@
 namespace {
 
 constexpr int64_t GEMM_NP = 8;  // output features per panel: one vector
-constexpr int GEMM_MR = 6;  // activation rows per register block: 6 int32 sums + 6 f32 accumulators
+constexpr int GEMM_MR = 6;  // activation rows per register block: 6 f32 accumulators beside 4 code vectors
 
-constexpr int64_t GEMM_CHUNK_ROW_BYTES = 7 * 1024;  // a row's share of a chunk's bytes, at most (header)
+constexpr int64_t GEMM_CHUNK_ROW_BYTES = 7 * 1024;  // a row counts as at most this in a chunk (the header: K = 8960)
 
 inline int64_t& gemm_chunk_bytes() {  // activation bytes per chunk (hk_gemm_chunk_bytes sets it: benchmarks)
   static int64_t bytes = 1024 * 1024;
