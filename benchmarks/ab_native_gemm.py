@@ -12,6 +12,11 @@ of repeats, and the median of the per-pair ratios. Run from the checkout's root 
 
 The GEMV (decode and verify steps' row counts): --rows 1 2 5 8 --head adds the output head (its own
 type: Q6_K on the 1.5B, Q8_0 on the 0.5B and SmolLM2); `time` also prints the weights' GB/s.
+--gemm-min-rows N gives the plans a gemm_min_rows (a prefill's: the avx2 tier's csrc/gemm_avx2.h runs
+from N rows on; 0, the default, keeps that tier on its GEMV):
+
+    HEARTH_CPU_TIER=avx2 OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/ab_native_gemm.py time REF \
+        qwen2.5-coder-1.5b --rows 512 --gemm-min-rows 64
 """
 
 from __future__ import annotations
@@ -62,12 +67,12 @@ def matrices(model: str, layers: bool, head: bool = False):
         yield count, "head", [(as_bytes(t.data, t.qtype), int(t.qtype))], t.shape[1], t.shape[0]
 
 
-def check(ref, models, rows, head: bool = False) -> int:
+def check(ref, models, rows, head: bool = False, gemm_min_rows: int = 0) -> int:
     bad = 0
     for model in models:
         xs = {}
         for b, label, raws, k, n in matrices(model, True, head):
-            mine, theirs = native.NativeMatmul(raws, k), native.NativeMatmul(raws, k, so=ref)
+            mine, theirs = native.NativeMatmul(raws, k, gemm_min_rows), native.NativeMatmul(raws, k, gemm_min_rows, ref)
             for m in rows:
                 x = xs.setdefault((k, m), torch.randn(m, k, generator=torch.Generator().manual_seed(m + k)) * 2)
                 a, r = mine(x), theirs(x)
@@ -79,13 +84,13 @@ def check(ref, models, rows, head: bool = False) -> int:
     return bad
 
 
-def timing(ref, models, rows, repeats: int, head: bool = False) -> None:
+def timing(ref, models, rows, repeats: int, head: bool = False, gemm_min_rows: int = 0) -> None:
     print(f"{'model':>20} {'shape':>8} {'K':>5} {'N':>6} {'M':>4} | GOP/s (CPU) ref  this  | this/ref time "
           f"| weights GB/s ref  this")
     for model in models:
         for _, label, raws, k, n in matrices(model, False, head):
             size = sum(r.numel() for r, _ in raws) / 1e9
-            mine, theirs = native.NativeMatmul(raws, k), native.NativeMatmul(raws, k, so=ref)
+            mine, theirs = native.NativeMatmul(raws, k, gemm_min_rows), native.NativeMatmul(raws, k, gemm_min_rows, ref)
             for m in rows:
                 x, y = torch.randn(m, k), torch.empty(m, n)  # y reused, as the layers' scratch (no page faults)
                 fns = [lambda: theirs(x, out=y), lambda: mine(x, out=y)]
@@ -112,12 +117,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[64, 256, 512])
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--head", action="store_true", help="the output head too")
+    ap.add_argument("--gemm-min-rows", type=int, default=0, help="the plans' gemm_min_rows (0: never)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ref = reference_library(a.reference)
     if a.what == "check":
-        raise SystemExit(1 if check(ref, a.models, a.rows, a.head) else 0)
-    timing(ref, a.models, a.rows, a.repeats, a.head)
+        raise SystemExit(1 if check(ref, a.models, a.rows, a.head, a.gemm_min_rows) else 0)
+    timing(ref, a.models, a.rows, a.repeats, a.head, a.gemm_min_rows)
 
 
 if __name__ == "__main__":

@@ -24,10 +24,10 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from hearth.kernels import native, tiers
-from hearth.layers.quant import as_bytes
+from hearth.layers.quant import as_bytes, block_format
 from tests.kernels.test_native import assert_act8_close, block_max, widths
 from tests.kernels.test_native_gemm import assert_near_gemv
-from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+from tests.layers.test_quant import F16_FIELDS, QUANTS, gguf_reference, random_tensor
 
 pytestmark = pytest.mark.skipif(tiers.why_not("avx2") is not None, reason=f"tier avx2: {tiers.why_not('avx2')}")
 AVX512 = tiers.why_not("avx512")
@@ -163,3 +163,30 @@ def test_gemm_rows_are_independent_of_its_chunks(qtype):
             assert torch.equal(mm(x), y) and torch.equal(mm(x[:95]), y[:95])
     finally:
         so.hk_gemm_chunk_bytes(default)
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_gemm_int16_sums_at_the_codes_extremes(qtype):
+    """Without AVX-VNNI the GEMM adds vpmaddubsw's int16 pairs in int16 as far as the codes' range
+    allows (gemm_avx2.h gemm_chain: 4 for 4/5-bit codes, 2 for Q6_K, 1 for Q8_0): every code at its
+    largest magnitude (every byte 0xFF; Q8_0's -128) against activations at +-127 (constant rows) is
+    where a sum too long would wrap. Random codes (the test above) never come near it."""
+    rng = np.random.default_rng(int(qtype) + 21)
+    t = random_tensor(qtype, 19, 512, rng)
+    fmt, blocks = block_format(qtype), t.data.reshape(-1, block_format(qtype).type_size)
+    f16 = [i for at in F16_FIELDS[qtype] for i in (at, at + 1)]
+    codes = [i for i in range(fmt.type_size) if i not in f16]
+    blocks[:, codes] = 0x80 if qtype == Q.Q8_0 else 0xFF
+    w = torch.from_numpy(gguf_reference(t))
+    so = native.open_tier("avx2")
+    mm, gemv = matmul("avx2", t, 512, gemm_min_rows=8), matmul("avx2", t, 512)
+    x = torch.ones(13, 512) * torch.tensor([1.0, -1.0] * 6 + [0.5])[:, None]  # each row: all 127 or all -127
+    x[12, ::2] = -0.5  # and one of alternating signs
+    try:
+        for mode in vnni_modes(so):
+            so.hk_avx_vnni(mode)
+            y = mm(x)
+            assert_act8_close(y, x, w)
+            assert_near_gemv(y, gemv(x), x, w)
+    finally:
+        so.hk_avx_vnni(1)

@@ -62,6 +62,7 @@ inline __m256 bytes8_ps(uint64_t b) { return _mm256_cvtepi32_ps(_mm256_cvtepu8_e
 template <class F>
 struct B32 {
   static constexpr bool SIGNED = F::LEVELS == 256;  // Q8_0: int8 codes, read signed
+  static constexpr int QMAX = SIGNED ? 128 : F::LEVELS - 1;  // largest |code| codes() gives (gemm_avx2.h's int16 sums)
   static constexpr int C = SIGNED ? 0 : F::C, TS = F::TS;
   static constexpr bool sym = F::sym;
   static int scales(const uint8_t* row, int64_t sb, int64_t nb, __m256* s, __m256* o) {
@@ -109,6 +110,7 @@ inline int k4_scales(const uint8_t* b, __m256* s, __m256* o) {  // Q4_K/Q5_K: on
 
 struct K4 : FQ4_K {
   static constexpr bool SIGNED = false;
+  static constexpr int QMAX = 15;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_scales<FQ4_K>(row + sb * TS, s, o); }
   static __m256i codes(const uint8_t* row, int64_t sb, int j) {
     const __m256i x = load256(row + sb * TS + QS + 32 * (j >> 1));
@@ -118,6 +120,7 @@ struct K4 : FQ4_K {
 
 struct K5 : FQ5_K {
   static constexpr bool SIGNED = false;
+  static constexpr int QMAX = 31;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_scales<FQ5_K>(row + sb * TS, s, o); }
   static __m256i codes(const uint8_t* row, int64_t sb, int j) {
     const uint8_t* b = row + sb * TS;
@@ -129,6 +132,7 @@ struct K5 : FQ5_K {
 
 struct K6 : FQ6_K {
   static constexpr bool SIGNED = false;
+  static constexpr int QMAX = 63;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) {
     const uint8_t* b = row + sb * TS;
     const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + SC));
@@ -150,6 +154,7 @@ struct K6 : FQ6_K {
 
 struct K2 : FQ2_K {
   static constexpr bool SIGNED = false;
+  static constexpr int QMAX = 3;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) {
     const uint8_t* b = row + sb * TS;
     uint64_t lo8, hi8;
@@ -165,6 +170,7 @@ struct K2 : FQ2_K {
 
 struct K3 : FQ3_K {
   static constexpr bool SIGNED = false;
+  static constexpr int QMAX = 7;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) {
     const uint8_t* b = row + sb * TS;
     alignas(32) float sc[16];

@@ -5,19 +5,25 @@
 // broadcast. Per 16 k the int32 sums become f32 as the GEMV's math does:
 //   acc += float(sum q_w q_x) * (s_w d_x) + o_w * (d_x sum q_x)
 // so a row's result depends on its panel alone, not on the other rows of the call. Per 16 k, 8
-// features and a row: 4 integer dots (vpdpbusd on AVX-VNNI, else vpmaddubsw + vpmaddwd + vpaddd) and
-// 4 ops of epilogue, against the GEMV's 8 (and a lane permute) per 32 k of one feature: the GEMV sums
-// 8 lanes of k, so every (row, feature) pair pays its own conversions. Those 4 are the limit here: on
-// Sapphire Rapids vpdpbusd ymm and the f32 ops issue on the same 2 ports (measured: 8 dpbusd + 8 FMA
-// take the time of both alone), so the epilogue holds half the ALU slots (~196 GOP/s a core of ~380).
+// features and a row: 4 integer dots (vpdpbusd on AVX-VNNI; else 4 vpmaddubsw whose int16 pairs add up
+// in int16 as far as the codes' range allows, gemm_chain, then one vpmaddwd) and 4 ops of epilogue,
+// against the GEMV's 8 (and a lane permute) per 32 k of one feature: the GEMV sums 8 lanes of k, so
+// every (row, feature) pair pays its own conversions. Those 4 are the limit here: on Sapphire Rapids
+// vpdpbusd ymm and the f32 ops issue on the same 2 ports (measured: 8 dpbusd + 8 FMA take the time of
+// both alone), so the epilogue holds half the ALU slots (~196 GOP/s a core of ~380). On Zen 4 (no
+// AVX-VNNI) vpmaddubsw, vpmaddwd, vmulps and FMA share its 2 multiply pipes: 4 + 1 + 1 + 2 = 8 of them
+// per row and 16 k, 4 cycles (4 + 4 + 3 = 11 with a vpmaddwd per vpmaddubsw, as before 2026-12-06).
 // Fewer per k (activation scales per 32, or ggml's integer sub-scales per 256) is the way past it.
 //
 // The activation rows of a chunk (~gemm_chunk_bytes() of codes and scales, repacked in blocks of
-// GEMM_MR rows: gemm_pack_rows) stay in L2 while all of a
-// thread's panels pass; the weights are read and unpacked once per chunk (at K = 8960, 512 rows, 8
-// times). 1 MB chunks against 384 KB: the Q6_K down projection (K = 8960) 123 -> 156 GOP/s a core,
-// the K = 1536 shapes +3-8%. Runs from a plan's gemm_min_rows (the runner's prefill regime),
-// so decode batches keep the GEMV's sums.
+// GEMM_MR rows: gemm_pack_rows) stay in L2 while all of a thread's panels pass; the weights are read
+// and unpacked once per chunk. 1 MB chunks against 384 KB (Sapphire Rapids, 2 MB L2): the Q6_K down
+// projection (K = 8960) 123 -> 156 GOP/s a core, the K = 1536 shapes +3-8%. At K = 8960 1 MB is 78
+// rows, so the panels' unpacking was paid 7 times at 512 rows (~5% of down's time): chunks count a
+// row as at most GEMM_CHUNK_ROW_BYTES, 144 rows a MB at K = 8960 (1.9 MB, from L3 as much as L2; Zen 4,
+// 1 MB L2: down 0.93-0.95x the time, 2026-12-06), while the K <= ~4800 shapes keep their 1 MB (2 MB
+// cost them 0-3% there). A chunk's bytes set small (tests) still cut it small.
+// Runs from a plan's gemm_min_rows (the runner's prefill regime), so decode batches keep the GEMV's sums.
 #pragma once
 
 #include <immintrin.h>
@@ -32,7 +38,9 @@
 namespace {
 
 constexpr int64_t GEMM_NP = 8;  // output features per panel: one vector
-constexpr int GEMM_MR = 6;  // activation rows per register block: 6 int32 sums + 6 f32 accumulators
+constexpr int GEMM_MR = 6;  // activation rows per register block: 6 f32 accumulators beside 4 code vectors
+
+constexpr int64_t GEMM_CHUNK_ROW_BYTES = 7 * 1024;  // a row counts as at most this in a chunk (the header: K = 8960)
 
 inline int64_t& gemm_chunk_bytes() {  // activation bytes per chunk (hk_gemm_chunk_bytes sets it: benchmarks)
   static int64_t bytes = 1024 * 1024;
@@ -61,12 +69,6 @@ inline bool& gemm_avx_vnni() {  // taken where usable; off: the AVX2 pair (tests
 inline __m256i dpbusd_vex(__m256i acc, __m256i u, __m256i s) {
   __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(u), "x"(s));
   return acc;
-}
-
-template <bool VNNI>
-inline __m256i dot4(__m256i acc, __m256i u, __m256i s) {
-  if constexpr (VNNI) return dpbusd_vex(acc, u, s);
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1)));
 }
 
 inline void transpose8(__m256i* r) {  // 8 x 8 u32: r[j] lane i <- r[i] lane j
@@ -163,8 +165,43 @@ inline void gemm_pack_rows(const Act& a, int64_t c0, int64_t c1, GemmRows& r) {
   }
 }
 
+// How many vpmaddubsw results of a format's codes (|code| <= QMAX) against activations (|x| <= 127)
+// add up in int16 before vpmaddwd must widen them: each is a pair of products, so n of them stay
+// below 2^15 while n * 2 * QMAX * 127 does (4-bit codes: 4, a whole 16 k; Q6_K: 2; Q8_0: 1). The
+// integer sums are exact either way: the same bits, with one vpmaddwd per 16 k instead of 4.
+template <class T>
+constexpr int gemm_chain() {
+  const int n = 32767 / (2 * T::QMAX * 127);
+  return n >= 4 ? 4 : n >= 2 ? 2 : 1;
+}
+
+// the int32 sums of 4 code vectors w (16 k of 8 features) against one row's 4 quads q[4 GEMM_MR j]
+template <bool SIGNED, int CHAIN, bool VNNI>
+inline __m256i gemm_dot16(const __m256i* w, const int8_t* q) {
+  __m256i sum = _mm256_setzero_si256(), h = sum;
+#pragma GCC unroll 4
+  for (int j = 0; j < 4; ++j) {
+    const __m256i uw = SIGNED ? _mm256_sign_epi8(w[j], w[j]) : w[j];  // |codes| for int8 codes
+    int32_t v;
+    std::memcpy(&v, q + j * GEMM_MR * 4, 4);
+    __m256i xb = _mm256_set1_epi32(v);
+    if (SIGNED) xb = _mm256_sign_epi8(xb, w[j]);  // |w| x sign(w) x: the u8 x s8 product stays exact
+    if (VNNI) {
+      sum = dpbusd_vex(sum, uw, xb);
+      continue;
+    }
+    const __m256i p = _mm256_maddubs_epi16(uw, xb);
+    h = j % CHAIN ? _mm256_add_epi16(h, p) : p;
+    if (j % CHAIN == CHAIN - 1) {
+      const __m256i s = _mm256_madd_epi16(h, _mm256_set1_epi16(1));
+      sum = j < CHAIN ? s : _mm256_add_epi32(sum, s);
+    }
+  }
+  return sum;
+}
+
 // y[r][0 .. cols) for the MR rows of packed block b of a chunk over the whole panel
-template <bool SIGNED, bool VNNI, int MR>
+template <bool SIGNED, int CHAIN, bool VNNI, int MR>
 void gemm_block(const GemmPanel& p, const GemmRows& rows, int64_t b, int64_t Kp, float* y, int64_t ldy, int64_t cols) {
   const int64_t g = Kp / 16;
   const int8_t* q = rows.q.data() + b * GEMM_MR * Kp;
@@ -173,23 +210,12 @@ void gemm_block(const GemmPanel& p, const GemmRows& rows, int64_t b, int64_t Kp,
   __m256 acc[MR];
   for (int r = 0; r < MR; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t k16 = 0; k16 < g; ++k16, q += 16 * GEMM_MR, d += GEMM_MR, s16 += GEMM_MR) {
-    __m256i sum[MR];
-    for (int r = 0; r < MR; ++r) sum[r] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.codes.data() + (4 * k16 + j) * 32));
-      const __m256i uw = SIGNED ? _mm256_sign_epi8(w, w) : w;  // |codes| for int8 codes
-      for (int r = 0; r < MR; ++r) {
-        int32_t v;
-        std::memcpy(&v, q + (j * GEMM_MR + r) * 4, 4);
-        __m256i xb = _mm256_set1_epi32(v);
-        if (SIGNED) xb = _mm256_sign_epi8(xb, w);  // |w| x sign(w) x: the u8 x s8 product stays exact
-        sum[r] = dot4<VNNI>(sum[r], uw, xb);
-      }
-    }
+    __m256i w[4];
+    for (int j = 0; j < 4; ++j) w[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p.codes.data() + (4 * k16 + j) * 32));
     const __m256 sw = _mm256_loadu_ps(p.s.data() + 8 * k16), ow = _mm256_loadu_ps(p.o.data() + 8 * k16);
-    for (int r = 0; r < MR; ++r) {
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r]), _mm256_mul_ps(sw, _mm256_set1_ps(d[r])), acc[r]);
+    for (int r = 0; r < MR; ++r) {  // a row at a time: 4 codes, its accumulator and a few temporaries live
+      const __m256i sum = gemm_dot16<SIGNED, CHAIN, VNNI>(w, q + 4 * r);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(sw, _mm256_set1_ps(d[r])), acc[r]);
       acc[r] = _mm256_fmadd_ps(ow, _mm256_set1_ps(s16[r]), acc[r]);
     }
   }
@@ -197,18 +223,18 @@ void gemm_block(const GemmPanel& p, const GemmRows& rows, int64_t b, int64_t Kp,
 }
 
 // rows c0 .. c1 of the chunk packed in `rows` through one panel: blocks of GEMM_MR rows, then the tail
-template <bool SIGNED, bool VNNI>
+template <bool SIGNED, int CHAIN, bool VNNI>
 void gemm_rows(const GemmPanel& p, const GemmRows& rows, int64_t Kp, int64_t c0, int64_t c1, float* y, int64_t ldy,
                int64_t cols) {
   int64_t b = 0, m = c0;
-  for (; m + GEMM_MR <= c1; m += GEMM_MR, ++b) gemm_block<SIGNED, VNNI, GEMM_MR>(p, rows, b, Kp, y + m * ldy, ldy, cols);
+  for (; m + GEMM_MR <= c1; m += GEMM_MR, ++b) gemm_block<SIGNED, CHAIN, VNNI, GEMM_MR>(p, rows, b, Kp, y + m * ldy, ldy, cols);
   float* yt = y + m * ldy;
   switch (c1 - m) {
-    case 5: gemm_block<SIGNED, VNNI, 5>(p, rows, b, Kp, yt, ldy, cols); break;
-    case 4: gemm_block<SIGNED, VNNI, 4>(p, rows, b, Kp, yt, ldy, cols); break;
-    case 3: gemm_block<SIGNED, VNNI, 3>(p, rows, b, Kp, yt, ldy, cols); break;
-    case 2: gemm_block<SIGNED, VNNI, 2>(p, rows, b, Kp, yt, ldy, cols); break;
-    case 1: gemm_block<SIGNED, VNNI, 1>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 5: gemm_block<SIGNED, CHAIN, VNNI, 5>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 4: gemm_block<SIGNED, CHAIN, VNNI, 4>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 3: gemm_block<SIGNED, CHAIN, VNNI, 3>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 2: gemm_block<SIGNED, CHAIN, VNNI, 2>(p, rows, b, Kp, yt, ldy, cols); break;
+    case 1: gemm_block<SIGNED, CHAIN, VNNI, 1>(p, rows, b, Kp, yt, ldy, cols); break;
     default: break;
   }
 }
@@ -221,7 +247,8 @@ void rows_gemm(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int6
   GemmPanel& p = gemm_panel;
   p.fit(Kp);
   const int64_t per_row = Kp + 2 * g * static_cast<int64_t>(sizeof(float));
-  const int64_t chunk = std::max<int64_t>(GEMM_MR, gemm_chunk_bytes() / per_row / GEMM_MR * GEMM_MR);
+  const int64_t rows = gemm_chunk_bytes() / std::min(per_row, GEMM_CHUNK_ROW_BYTES);
+  const int64_t chunk = std::max<int64_t>(GEMM_MR, rows / GEMM_MR * GEMM_MR);
   const bool vnni = gemm_avx_vnni();
   for (int64_t c0 = 0; c0 < a.M; c0 += chunk) {
     const int64_t c1 = std::min(a.M, c0 + chunk);
@@ -232,9 +259,9 @@ void rows_gemm(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int6
       for (int64_t b = 0; b < std::min(GEMM_NP, n1 - n - GEMM_NP) * row_bytes; b += 64)  // the next panel's rows
         __builtin_prefetch(w + (n + GEMM_NP) * row_bytes + b, 0, 2);
       if (vnni)
-        gemm_rows<T::SIGNED, true>(p, gemm_rows_buf, Kp, c0, c1, y + n, ldy, cols);
+        gemm_rows<T::SIGNED, 1, true>(p, gemm_rows_buf, Kp, c0, c1, y + n, ldy, cols);
       else
-        gemm_rows<T::SIGNED, false>(p, gemm_rows_buf, Kp, c0, c1, y + n, ldy, cols);
+        gemm_rows<T::SIGNED, gemm_chain<T>(), false>(p, gemm_rows_buf, Kp, c0, c1, y + n, ldy, cols);
     }
   }
 }
