@@ -18,14 +18,13 @@ from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
 from hearth.runner.grammar_rows import allowed_of, reached, scored_ids, wants_raw
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, top_logprobs, with_prompt_rows
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
 from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-PROMPT_LOGPROB_ROWS = 64
-"""Prompt rows scored per [rows, vocab] f32 block (SamplingParams.prompt_logprobs): ~12 MB at SmolLM2's vocabulary."""
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -160,18 +159,11 @@ class ModelRunner:
         drafts = sum(len(s.spec_token_ids) for s in so.seqs)
         lift = drafts and so.num_tokens - drafts < self.backend.batch_min_rows()  # a verify step's rows as decode rows
         seqs = [s for s in so.seqs if s.sample]
-        # a sequence's prompt rows (SamplingParams.prompt_logprobs): its chunk's first len(prompt_targets)
-        targets = {i: range(meta.query_start_loc[i], meta.query_start_loc[i] + len(s.prompt_targets))
-                   for i, s in enumerate(so.seqs) if s.prompt_targets}
+        targets = prompt_rows(so.seqs, meta.query_start_loc)  # SamplingParams.prompt_logprobs' rows
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
-            out_rows = sorted({*rows, *(r for rs in targets.values() for r in rs)}) if targets else rows
+            out_rows = with_prompt_rows(rows, targets)
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows)  # [len(out_rows), hidden]
-            prompt = {}
-            if targets:
-                at = {r: j for j, r in enumerate(out_rows)}
-                prompt = {so.seqs[i].request_id: self._prompt_logprobs(hidden[[at[r] for r in rs]], so.seqs[i])
-                          for i, rs in targets.items()}
-                hidden = hidden[[at[r] for r in rows]]  # [R, hidden]
+            prompt, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs, lambda h: self._logits(h, None))
             if not rows:
                 return RunnerOutput({}, prompt_logprobs=prompt)
             if len(rows) > len(seqs):
@@ -184,14 +176,13 @@ class ModelRunner:
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
                                 or len(allowed) < len(seqs) else list(allowed.values()))
             logits = self._logits(hidden, scored)  # [R, vocab]
-        params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
             if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in _mask
                 logits[i, s.banned_token_ids] = float("-inf")
         matchers, raw = self._constrain(seqs, logits, allowed, raw_known=scored is None)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
-        tokens, logprobs = sample(logits, params, gens, histories)  # logprobs: None if nobody asked
+        tokens, logprobs = sample(logits, [s.params for s in seqs], gens, histories)  # logprobs: None if nobody asked
         for i, m in matchers:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
@@ -199,23 +190,6 @@ class ModelRunner:
                                                         raw_known=scored is None)
                              for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers),
                             prompt_logprobs=prompt)
-
-    def _prompt_logprobs(self, hidden: torch.Tensor, s) -> list[dict[int, float]]:
-        """hidden: [len(s.prompt_targets), hidden], the rows before each target -> per target {its id:
-        logprob, then the top params.prompt_logprobs} from the raw logits (no penalty, temperature or
-        mask: what the model says of the prompt, as vLLM's prompt logprobs)."""
-        k, out = s.params.prompt_logprobs, []
-        for a in range(0, len(s.prompt_targets), PROMPT_LOGPROB_ROWS):
-            ids = s.prompt_targets[a:a + PROMPT_LOGPROB_ROWS]
-            lp = torch.log_softmax(self._logits(hidden[a:a + len(ids)], None), -1)  # [rows, vocab]
-            own = lp[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-            top = lp.topk(k) if k else None
-            for j, (t, v) in enumerate(zip(ids, own)):
-                entry = {t: v}
-                if top is not None:  # the target keeps its place first (an update of a key keeps its order)
-                    entry.update(zip(top.indices[j].tolist(), top.values[j].tolist()))
-                out.append(entry)
-        return out
 
     def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
         """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers
@@ -441,10 +415,7 @@ class ModelRunner:
         only what the grammar allowed was scored (no raw logprob then)."""
         if params.logprobs is None:
             return SampledToken(token)
-        top = {}
-        if params.logprobs:
-            vals, idx = logprobs.topk(params.logprobs)
-            top = dict(zip(idx.tolist(), vals.tolist()))
+        top = top_logprobs(logprobs[None], params.logprobs)[0]
         unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs and raw_known else None
         return SampledToken(token, float(logprobs[token]), top, unmasked)
 
