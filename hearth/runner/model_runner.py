@@ -16,9 +16,10 @@ from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
-from hearth.runner.grammar_rows import allowed_of, reached, scored_ids, wants_raw
+from hearth.runner.grammar_rows import allowed_of, mask_row, reached, scored_ids, wants_raw
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, top_logprobs, with_prompt_rows
+from hearth.runner.tree_paths import depths, node_paths, tree_moves
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
 from hearth.sample.speculative import verify
@@ -177,7 +178,7 @@ class ModelRunner:
                                 or len(allowed) < len(seqs) else list(allowed.values()))
             logits = self._logits(hidden, scored)  # [R, vocab]
         for i, s in enumerate(seqs):
-            if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in _mask
+            if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in mask_row
                 logits[i, s.banned_token_ids] = float("-inf")
         matchers, raw = self._constrain(seqs, logits, allowed, raw_known=scored is None)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
@@ -220,7 +221,7 @@ class ModelRunner:
                 trees[i] = (len(s.token_ids), s.spec_parents)
                 base = s.start_pos + len(s.token_ids)
                 positions.extend(range(s.start_pos, base))
-                positions.extend(base - 1 + d for d in _depths(s.spec_parents))
+                positions.extend(base - 1 + d for d in depths(s.spec_parents))
             else:
                 positions.extend(pos)
             qsl.append(qsl[-1] + n)
@@ -245,13 +246,13 @@ class ModelRunner:
             k, p = len(s.spec_token_ids), s.params
             penalties = bool(s.output_token_ids or s.prompt_token_ids)
             # row j's history holds the drafts before it: a chain's first j, a tree node's path
-            paths = _paths(s.spec_parents) if s.is_tree else [list(range(j)) for j in range(1, k + 1)]
+            paths = node_paths(s.spec_parents) if s.is_tree else [list(range(j)) for j in range(1, k + 1)]
             for j, path in enumerate([[]] + paths):
                 params.append(p)
                 histories.append((s.prompt_token_ids, s.output_token_ids + [s.spec_token_ids[a] for a in path])
                                  if penalties else ([], []))
                 if s.banned_token_ids and len(path) < s.banned_rows and p.structured_output is None:
-                    logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in _mask
+                    logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in mask_row
             if p.structured_output is not None:
                 grammar.append((s, self._constrain_tree(s, logits, r, raw) if s.is_tree else
                                 self._constrain_rows(s, logits, r, raw, (masks or {}).get(s.request_id))))
@@ -312,7 +313,7 @@ class ModelRunner:
         its path, found by walking the tree depth first (accept, recurse, roll back). A node the
         grammar forbids is masked in its parent's row, so rejected, and its subtree never reached.
         The matcher ends where it began; the caller then feeds it the committed tokens. `raw` gets,
-        per row it narrows, the log of the probability mass the mask kept (_mask), when the request
+        per row it narrows, the log of the probability mass the mask kept (mask_row), when the request
         asked for raw logprobs."""
         m = self.matchers.get(s.request_id)
         if m is None:
@@ -325,7 +326,7 @@ class ModelRunner:
 
         def visit(node: int, depth: int) -> None:  # node -1: the row before the tree
             row = r0 + 1 + node
-            kept = self._mask(logits[row], m, keep, s.banned_token_ids if depth < s.banned_rows else ())
+            kept = mask_row(logits[row], m, keep, s.banned_token_ids if depth < s.banned_rows else ())
             if kept is not None:
                 raw[row] = kept
             for c in kids[node + 1]:
@@ -350,36 +351,13 @@ class ModelRunner:
         valid = m.valid_prefix(s.spec_token_ids) if masks is None else len(masks) - 1
         keep = raw is not None and s.params.raw_logprobs
         for j in range(valid + 1):
-            kept = self._mask(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else (),
+            kept = mask_row(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else (),
                               None if masks is None else masks[j])
             if kept is not None:
                 raw[r0 + j] = kept
             if j < valid:
                 m.accept(s.spec_token_ids[j])
         return valid
-
-    @staticmethod
-    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: list[int] = (),
-              allowed: torch.Tensor | None = None) -> float | None:
-        """Mask row [V] in place to what the grammar allows, less `ban` (min_tokens' end-of-generation
-        and stop ids) unless that leaves no token: a grammar that allows only its end has ended and
-        wins, as in vLLM, where min_tokens only holds back EOS and stop ids (an all -inf row sampled
-        garbage with a NaN logprob). keep_raw: return log(mass the mask kept) = logsumexp after -
-        logsumexp before (the ban applied), so an allowed token's raw logprob is its masked one plus
-        this (no [V] copy per row); None when the mask removes nothing (the masked logprobs are then
-        the raw ones) or when not asked. allowed: m's [V] bool mask, where already read."""
-        if allowed is None or allowed.shape[0] != row.shape[0]:
-            allowed = allowed_of(m, row.shape[0])
-        banned = ~allowed  # [V]
-        if ban:
-            with_ban = banned.clone()
-            with_ban[ban] = True
-            if not bool(with_ban.all()):
-                row[ban] = float("-inf")
-                banned = with_ban
-        before = row.logsumexp(-1) if keep_raw and bool(banned.any()) else None
-        row.masked_fill_(banned, float("-inf"))
-        return None if before is None else float(row.logsumexp(-1) - before)
 
     def _constrain(self, seqs: list, logits: torch.Tensor, allowed: dict[int, torch.Tensor], raw_known: bool = True
                    ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, float]]:
@@ -391,7 +369,7 @@ class ModelRunner:
             if i not in allowed:
                 continue
             m = self.matchers[s.request_id]
-            kept = self._mask(logits[i], m, s.params.raw_logprobs and raw_known, s.banned_token_ids, allowed[i])
+            kept = mask_row(logits[i], m, s.params.raw_logprobs and raw_known, s.banned_token_ids, allowed[i])
             if kept is not None:
                 raw[i] = kept
             out.append((i, m))
@@ -418,22 +396,3 @@ class ModelRunner:
         top = top_logprobs(logprobs[None], params.logprobs)[0]
         unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs and raw_known else None
         return SampledToken(token, float(logprobs[token]), top, unmasked)
-
-
-def _paths(parents: list[int]) -> list[list[int]]:
-    """Each tree node's path: the nodes from the first level down to it."""
-    paths: list[list[int]] = []
-    for c, p in enumerate(parents):
-        paths.append((paths[p] if p >= 0 else []) + [c])
-    return paths
-
-
-def tree_moves(base: int, path: list[int], table: list[int], bs: int) -> list[tuple[int, int]]:
-    """(source, destination) flat cache slots that put an accepted tree path's K/V where a decode
-    would have: node c, written at position base + c, at depth d + 1 belongs at base + d."""
-    slot = lambda p: table[p // bs] * bs + p % bs  # noqa: E731
-    return [(slot(base + c), slot(base + d)) for d, c in enumerate(path) if c != d]
-
-
-def _depths(parents: list[int]) -> list[int]:
-    return [len(path) for path in _paths(parents)]
