@@ -7,6 +7,7 @@ import argparse
 import importlib
 import os
 import platform
+import select
 import sys
 from importlib import metadata
 
@@ -54,15 +55,35 @@ def command_parser(name: str) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command. A reader that closed stdout early (`hearth --help | head -1`) ends it quietly,
-    as Python's docs advise for SIGPIPE: stdout goes to devnull so the exit's flush raises no more."""
+    as Python's docs advise for SIGPIPE: stdout goes to devnull so the exit's flush raises no more.
+    Any other broken pipe (a socket or pipe a command wrote to) is one error line, as the others."""
     try:
         try:
             return _run(argv)
         finally:  # what is still buffered fails here, inside the try (argparse's --help exits through it too)
             sys.stdout.flush()
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError as e:
+        if not _stdout_closed():
+            print(f"hearth: error: {e} (a connection or pipe hearth wrote to was closed)", file=sys.stderr)
+            return 1
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
         return 1
+
+
+def _stdout_closed() -> bool:
+    """Is stdout a pipe or socket whose reader has gone? poll flags POLLERR on such a write end
+    (Linux, macOS, BSDs). No poll (Windows), or a stdout with no descriptor (a caller's capture): no."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return False
+    if not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
 
 
 def _run(argv: list[str] | None) -> int:

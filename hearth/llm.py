@@ -87,6 +87,7 @@ class LLM:
         draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
         self.max_model_len = _context(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
+        codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
         if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
             dmc = draft[1]

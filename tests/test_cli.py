@@ -41,6 +41,44 @@ def test_a_reader_that_closed_stdout_early_ends_it_quietly(argv):
     assert done.stderr == "" and done.returncode == (0 if argv[0] == "run" else 1)
 
 
+BROKEN_OTHER_PIPE = """
+import os, sys
+import hearth.commands.models as command
+from hearth.cli import main
+
+def write_to_a_closed_pipe(args):  # as a bench talking to a server that went away
+    read, write = os.pipe()
+    os.close(read)
+    os.write(write, b"x")
+
+command.main = write_to_a_closed_pipe
+code = main(["models"])
+print("stdout still works")
+sys.exit(code)
+"""
+
+
+def test_a_broken_pipe_other_than_stdout_is_an_error():
+    """Only stdout's own reader going away is quiet: another pipe's BrokenPipeError is one error
+    line and exit 1 (it was swallowed, with stdout pointed at devnull)."""
+    done = subprocess.run([sys.executable, "-c", BROKEN_OTHER_PIPE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == "stdout still works\n"
+    assert done.stderr.startswith("hearth: error: [Errno 32] Broken pipe") and done.stderr.count("\n") == 1
+
+
+def test_a_broken_pipe_in_process_reports_it(monkeypatch, capsys):
+    """In a caller's process (here under a capture with no descriptor) stdout is left alone."""
+    import hearth.commands.models as command
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(command, "main", broken)
+    assert main(["models"]) == 1
+    assert capsys.readouterr().err == ("hearth: error: [Errno 32] Broken pipe (a connection or pipe hearth "
+                                       "wrote to was closed)\n")
+
+
 def test_run_defaults_to_the_default_model():
     from hearth.cli import command_parser
     from hearth.config import DEFAULT_MODEL

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from hearth.engine.async_engine import EngineFullError, EngineStepError
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError
 from hearth.sample.grammar import InvalidStructuredOutput
+from hearth.sampling_params import InvalidSamplingParams
 
 log = logging.getLogger("hearth.api")
 
@@ -62,6 +63,9 @@ _PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input"}
 _SCHEMA_FIELD = {"/v1/chat/completions": "response_format.json_schema.schema",
                  "/v1/messages": "output_config.format.schema", "/v1/responses": "text.format.schema"}
 """The request field that holds a structured-output JSON schema, per route."""
+_WIRE_NAMES = {"/v1/completions": {"prompt_logprobs": "logprobs"},  # echo asks the prompt's by logprobs
+               "/v1/chat/completions": {"logprobs": "top_logprobs"}}
+"""SamplingParams fields the engine checks (check_request) by their name on a route's wire."""
 
 
 def from_hearth_error(e: HearthError, path: str = "") -> APIError:
@@ -76,6 +80,10 @@ def from_hearth_error(e: HearthError, path: str = "") -> APIError:
         return APIError(400, str(e), param=_PROMPT_FIELD.get(path, "messages"), code="context_length_exceeded")
     if isinstance(e, InvalidStructuredOutput) and e.kind == "json_schema" and path in _SCHEMA_FIELD:
         return APIError(400, f"{_SCHEMA_FIELD[path]}: {e}", param=_SCHEMA_FIELD[path])
+    if isinstance(e, InvalidSamplingParams):  # its message opens with the field's name
+        field, why = str(e).split(" ", 1)
+        param = _WIRE_NAMES.get(path, {}).get(field, field)
+        return APIError(400, f"{param}: {why}", param=param)
     return APIError(400, str(e))
 
 

@@ -13,7 +13,7 @@ from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar
-from hearth.sampling_params import SamplingParams
+from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 from hearth.spec_decode.policy import SpeculativeDecoder
 
 
@@ -34,10 +34,15 @@ def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: in
 
 
 def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model_len: int, vocab_size: int) -> None:
-    """check_prompt and a structured-output constraint the grammar engine can compile (also run by a
-    cluster's front end, which holds no engine). A max_tokens past the room left is the API's and
-    the CLI's error (where a client set it: hearth.errors.check_room); here it ends the answer."""
+    """check_prompt, top-k logprobs the vocabulary holds and a structured-output constraint the
+    grammar engine can compile (also run by a cluster's front end, which holds no engine). A
+    max_tokens past the room left is the API's and the CLI's error (where a client set it:
+    hearth.errors.check_room); here it ends the answer."""
     check_prompt(prompt_token_ids, max_model_len, vocab_size)
+    for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
+        k = getattr(params, field)
+        if k is not None and k > vocab_size:
+            raise InvalidSamplingParams(f"{field} must be at most the vocabulary's size ({vocab_size}), got {k}")
     if params.structured_output is not None:
         compile_grammar(params.structured_output)
 

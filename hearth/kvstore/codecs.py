@@ -9,6 +9,7 @@ blocks encoded once, the block being filled (and KVarN's first block) kept in an
 Codec interface (what llm.py, the runner and the planner tests use):
   name, format (the planner's KVFormat), quantized, staging_blocks
   block_size(requested) -> the block size to run with (KVarN: its tile, 128 or 64)
+  check(block_size, head_dim) -> raises UnsupportedError where the format cannot hold that geometry
   block_bytes(block_size, kv_heads, head_dim) -> bytes of one block of one layer, K and V
   staging_bytes(block_size, kv_heads, head_dim) -> f16 staging bytes per sequence per layer
   shape/dtype (plain only); k, v block quantizers (quantized only): fields / encode / decode and
@@ -47,6 +48,9 @@ class PlainCodec:
     def block_bytes(self, block_size: int, kv_heads: int, head_dim: int) -> int:
         """Bytes of one block of one layer, K and V."""
         return 2 * block_size * kv_heads * head_dim * self.dtype.itemsize
+
+    def check(self, block_size: int, head_dim: int) -> None:
+        """Every geometry fits a plain format."""
 
     def staging_bytes(self, block_size: int, kv_heads: int, head_dim: int) -> int:
         return 0

@@ -1,8 +1,9 @@
-"""Constrained rows before the lm head: what each allows next, and which token ids a step's head
-scores. A row's logits outside what its grammar allows are masked to -inf anyway, so where a step's
-grammars allow few tokens only those are computed (each value the whole head's, bit for bit:
-hearth.backends `logits(head, hidden, ids)`); rows without a grammar, or asking a raw (pre-mask)
-logprob, need every token. Measured in docs/performance.md ("Grammar rows")."""
+"""Constrained rows: before the lm head, what each allows next and which token ids a step's
+head scores; after it, the mask (mask_row). A row's logits outside what its grammar allows are
+masked to -inf anyway, so where a step's grammars allow few tokens only those are computed (each
+value the whole head's, bit for bit: hearth.backends `logits(head, hidden, ids)`); rows without a
+grammar, or asking a raw (pre-mask) logprob, need every token. Measured in docs/performance.md
+("Grammar rows")."""
 
 from __future__ import annotations
 
@@ -64,3 +65,26 @@ def scored_ids(masks: list[torch.Tensor] | None) -> torch.Tensor | None:
     if not 0 < int(union.sum()) <= SCORED_SHARE * union.shape[0]:
         return None
     return union.nonzero().flatten()
+
+
+def mask_row(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: list[int] = (),
+             allowed: torch.Tensor | None = None) -> float | None:
+    """Mask row [V] in place to what the grammar allows, less `ban` (min_tokens' end-of-generation
+    and stop ids) unless that leaves no token: a grammar that allows only its end has ended and
+    wins, as in vLLM, where min_tokens only holds back EOS and stop ids (an all -inf row sampled
+    garbage with a NaN logprob). keep_raw: return log(mass the mask kept) = logsumexp after -
+    logsumexp before (the ban applied), so an allowed token's raw logprob is its masked one plus
+    this (no [V] copy per row); None when the mask removes nothing (the masked logprobs are then
+    the raw ones) or when not asked. allowed: m's [V] bool mask, where already read."""
+    if allowed is None or allowed.shape[0] != row.shape[0]:
+        allowed = allowed_of(m, row.shape[0])
+    banned = ~allowed  # [V]
+    if ban:
+        with_ban = banned.clone()
+        with_ban[ban] = True
+        if not bool(with_ban.all()):
+            row[ban] = float("-inf")
+            banned = with_ban
+    before = row.logsumexp(-1) if keep_raw and bool(banned.any()) else None
+    row.masked_fill_(banned, float("-inf"))
+    return None if before is None else float(row.logsumexp(-1) - before)

@@ -16,16 +16,16 @@ from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
-from hearth.runner.grammar_rows import allowed_of, reached, scored_ids, wants_raw
+from hearth.runner.grammar_rows import allowed_of, mask_row, reached, scored_ids, wants_raw
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, top_logprobs, with_prompt_rows
+from hearth.runner.tree_paths import depths, node_paths, tree_moves
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
 from hearth.sample.speculative import verify
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-PROMPT_LOGPROB_ROWS = 64
-"""Prompt rows scored per [rows, vocab] f32 block (SamplingParams.prompt_logprobs): ~12 MB at SmolLM2's vocabulary."""
 
 
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
@@ -160,18 +160,11 @@ class ModelRunner:
         drafts = sum(len(s.spec_token_ids) for s in so.seqs)
         lift = drafts and so.num_tokens - drafts < self.backend.batch_min_rows()  # a verify step's rows as decode rows
         seqs = [s for s in so.seqs if s.sample]
-        # a sequence's prompt rows (SamplingParams.prompt_logprobs): its chunk's first len(prompt_targets)
-        targets = {i: range(meta.query_start_loc[i], meta.query_start_loc[i] + len(s.prompt_targets))
-                   for i, s in enumerate(so.seqs) if s.prompt_targets}
+        targets = prompt_rows(so.seqs, meta.query_start_loc)  # SamplingParams.prompt_logprobs' rows
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
-            out_rows = sorted({*rows, *(r for rs in targets.values() for r in rs)}) if targets else rows
+            out_rows = with_prompt_rows(rows, targets)
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows)  # [len(out_rows), hidden]
-            prompt = {}
-            if targets:
-                at = {r: j for j, r in enumerate(out_rows)}
-                prompt = {so.seqs[i].request_id: self._prompt_logprobs(hidden[[at[r] for r in rs]], so.seqs[i])
-                          for i, rs in targets.items()}
-                hidden = hidden[[at[r] for r in rows]]  # [R, hidden]
+            prompt, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs, lambda h: self._logits(h, None))
             if not rows:
                 return RunnerOutput({}, prompt_logprobs=prompt)
             if len(rows) > len(seqs):
@@ -184,14 +177,13 @@ class ModelRunner:
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
                                 or len(allowed) < len(seqs) else list(allowed.values()))
             logits = self._logits(hidden, scored)  # [R, vocab]
-        params = [s.params for s in seqs]
         for i, s in enumerate(seqs):
-            if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in _mask
+            if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in mask_row
                 logits[i, s.banned_token_ids] = float("-inf")
         matchers, raw = self._constrain(seqs, logits, allowed, raw_known=scored is None)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
-        tokens, logprobs = sample(logits, params, gens, histories)  # logprobs: None if nobody asked
+        tokens, logprobs = sample(logits, [s.params for s in seqs], gens, histories)  # logprobs: None if nobody asked
         for i, m in matchers:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
@@ -199,23 +191,6 @@ class ModelRunner:
                                                         raw_known=scored is None)
                              for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers),
                             prompt_logprobs=prompt)
-
-    def _prompt_logprobs(self, hidden: torch.Tensor, s) -> list[dict[int, float]]:
-        """hidden: [len(s.prompt_targets), hidden], the rows before each target -> per target {its id:
-        logprob, then the top params.prompt_logprobs} from the raw logits (no penalty, temperature or
-        mask: what the model says of the prompt, as vLLM's prompt logprobs)."""
-        k, out = s.params.prompt_logprobs, []
-        for a in range(0, len(s.prompt_targets), PROMPT_LOGPROB_ROWS):
-            ids = s.prompt_targets[a:a + PROMPT_LOGPROB_ROWS]
-            lp = torch.log_softmax(self._logits(hidden[a:a + len(ids)], None), -1)  # [rows, vocab]
-            own = lp[torch.arange(len(ids)), torch.tensor(ids)].tolist()
-            top = lp.topk(k) if k else None
-            for j, (t, v) in enumerate(zip(ids, own)):
-                entry = {t: v}
-                if top is not None:  # the target keeps its place first (an update of a key keeps its order)
-                    entry.update(zip(top.indices[j].tolist(), top.values[j].tolist()))
-                out.append(entry)
-        return out
 
     def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
         """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers
@@ -246,7 +221,7 @@ class ModelRunner:
                 trees[i] = (len(s.token_ids), s.spec_parents)
                 base = s.start_pos + len(s.token_ids)
                 positions.extend(range(s.start_pos, base))
-                positions.extend(base - 1 + d for d in _depths(s.spec_parents))
+                positions.extend(base - 1 + d for d in depths(s.spec_parents))
             else:
                 positions.extend(pos)
             qsl.append(qsl[-1] + n)
@@ -271,13 +246,13 @@ class ModelRunner:
             k, p = len(s.spec_token_ids), s.params
             penalties = bool(s.output_token_ids or s.prompt_token_ids)
             # row j's history holds the drafts before it: a chain's first j, a tree node's path
-            paths = _paths(s.spec_parents) if s.is_tree else [list(range(j)) for j in range(1, k + 1)]
+            paths = node_paths(s.spec_parents) if s.is_tree else [list(range(j)) for j in range(1, k + 1)]
             for j, path in enumerate([[]] + paths):
                 params.append(p)
                 histories.append((s.prompt_token_ids, s.output_token_ids + [s.spec_token_ids[a] for a in path])
                                  if penalties else ([], []))
                 if s.banned_token_ids and len(path) < s.banned_rows and p.structured_output is None:
-                    logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in _mask
+                    logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in mask_row
             if p.structured_output is not None:
                 grammar.append((s, self._constrain_tree(s, logits, r, raw) if s.is_tree else
                                 self._constrain_rows(s, logits, r, raw, (masks or {}).get(s.request_id))))
@@ -338,7 +313,7 @@ class ModelRunner:
         its path, found by walking the tree depth first (accept, recurse, roll back). A node the
         grammar forbids is masked in its parent's row, so rejected, and its subtree never reached.
         The matcher ends where it began; the caller then feeds it the committed tokens. `raw` gets,
-        per row it narrows, the log of the probability mass the mask kept (_mask), when the request
+        per row it narrows, the log of the probability mass the mask kept (mask_row), when the request
         asked for raw logprobs."""
         m = self.matchers.get(s.request_id)
         if m is None:
@@ -351,7 +326,7 @@ class ModelRunner:
 
         def visit(node: int, depth: int) -> None:  # node -1: the row before the tree
             row = r0 + 1 + node
-            kept = self._mask(logits[row], m, keep, s.banned_token_ids if depth < s.banned_rows else ())
+            kept = mask_row(logits[row], m, keep, s.banned_token_ids if depth < s.banned_rows else ())
             if kept is not None:
                 raw[row] = kept
             for c in kids[node + 1]:
@@ -376,36 +351,13 @@ class ModelRunner:
         valid = m.valid_prefix(s.spec_token_ids) if masks is None else len(masks) - 1
         keep = raw is not None and s.params.raw_logprobs
         for j in range(valid + 1):
-            kept = self._mask(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else (),
+            kept = mask_row(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else (),
                               None if masks is None else masks[j])
             if kept is not None:
                 raw[r0 + j] = kept
             if j < valid:
                 m.accept(s.spec_token_ids[j])
         return valid
-
-    @staticmethod
-    def _mask(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: list[int] = (),
-              allowed: torch.Tensor | None = None) -> float | None:
-        """Mask row [V] in place to what the grammar allows, less `ban` (min_tokens' end-of-generation
-        and stop ids) unless that leaves no token: a grammar that allows only its end has ended and
-        wins, as in vLLM, where min_tokens only holds back EOS and stop ids (an all -inf row sampled
-        garbage with a NaN logprob). keep_raw: return log(mass the mask kept) = logsumexp after -
-        logsumexp before (the ban applied), so an allowed token's raw logprob is its masked one plus
-        this (no [V] copy per row); None when the mask removes nothing (the masked logprobs are then
-        the raw ones) or when not asked. allowed: m's [V] bool mask, where already read."""
-        if allowed is None or allowed.shape[0] != row.shape[0]:
-            allowed = allowed_of(m, row.shape[0])
-        banned = ~allowed  # [V]
-        if ban:
-            with_ban = banned.clone()
-            with_ban[ban] = True
-            if not bool(with_ban.all()):
-                row[ban] = float("-inf")
-                banned = with_ban
-        before = row.logsumexp(-1) if keep_raw and bool(banned.any()) else None
-        row.masked_fill_(banned, float("-inf"))
-        return None if before is None else float(row.logsumexp(-1) - before)
 
     def _constrain(self, seqs: list, logits: torch.Tensor, allowed: dict[int, torch.Tensor], raw_known: bool = True
                    ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, float]]:
@@ -417,7 +369,7 @@ class ModelRunner:
             if i not in allowed:
                 continue
             m = self.matchers[s.request_id]
-            kept = self._mask(logits[i], m, s.params.raw_logprobs and raw_known, s.banned_token_ids, allowed[i])
+            kept = mask_row(logits[i], m, s.params.raw_logprobs and raw_known, s.banned_token_ids, allowed[i])
             if kept is not None:
                 raw[i] = kept
             out.append((i, m))
@@ -441,28 +393,6 @@ class ModelRunner:
         only what the grammar allowed was scored (no raw logprob then)."""
         if params.logprobs is None:
             return SampledToken(token)
-        top = {}
-        if params.logprobs:
-            vals, idx = logprobs.topk(params.logprobs)
-            top = dict(zip(idx.tolist(), vals.tolist()))
+        top = top_logprobs(logprobs[None], params.logprobs)[0]
         unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs and raw_known else None
         return SampledToken(token, float(logprobs[token]), top, unmasked)
-
-
-def _paths(parents: list[int]) -> list[list[int]]:
-    """Each tree node's path: the nodes from the first level down to it."""
-    paths: list[list[int]] = []
-    for c, p in enumerate(parents):
-        paths.append((paths[p] if p >= 0 else []) + [c])
-    return paths
-
-
-def tree_moves(base: int, path: list[int], table: list[int], bs: int) -> list[tuple[int, int]]:
-    """(source, destination) flat cache slots that put an accepted tree path's K/V where a decode
-    would have: node c, written at position base + c, at depth d + 1 belongs at base + d."""
-    slot = lambda p: table[p // bs] * bs + p % bs  # noqa: E731
-    return [(slot(base + c), slot(base + d)) for d, c in enumerate(path) if c != d]
-
-
-def _depths(parents: list[int]) -> list[int]:
-    return [len(path) for path in _paths(parents)]

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from hearth import LLM, SamplingParams
+from hearth.sampling_params import InvalidSamplingParams
 from tests.gguf_factory import write_tiny_gguf
 from tests.teacher_forced import logits_from
 
@@ -86,3 +87,18 @@ def test_a_preempted_request_keeps_them_once(tmp_path, reference):
     assert small.engine.scheduler.num_preemptions > 0
     for out in outs:
         _check(out.prompt_logprobs, reference)
+
+
+@pytest.mark.parametrize("field", ["prompt_logprobs", "logprobs"])
+def test_more_alternatives_than_the_vocabulary_holds_is_an_error_naming_the_field(llm, field):
+    """One request's too large k failed the runner's topk ("selected index k out of range"), and the
+    whole step with it (the other request too): now a one-line error before anything is queued."""
+    vocab = llm.model_config.vocab_size
+    prompts = [{"prompt_token_ids": PROMPT[:3]}, {"prompt_token_ids": PROMPT[3:5]}]
+    with pytest.raises(InvalidSamplingParams, match=f"^{field} must be at most the vocabulary's size \\({vocab}\\), got 100000$"):
+        llm.generate(prompts, [SamplingParams(max_tokens=2, **{field: 100000}), SamplingParams(max_tokens=2)])
+    assert not llm.engine.has_unfinished()
+    outs = llm.generate(prompts, [SamplingParams(max_tokens=2, temperature=0, **{field: vocab}),
+                                  SamplingParams(max_tokens=2)])  # the whole vocabulary: still fine
+    entries = outs[0].prompt_logprobs[1:] if field == "prompt_logprobs" else outs[0].outputs[0].logprobs
+    assert [len(e) for e in entries] == [vocab] * 2

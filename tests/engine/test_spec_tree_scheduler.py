@@ -8,8 +8,9 @@ from __future__ import annotations
 import torch
 
 from hearth.kvstore.block_hash import chain_hashes
-from hearth.runner.model_runner import ModelRunner, tree_moves
+from hearth.runner.model_runner import ModelRunner
 from hearth.runner.messages import ScheduledSequence
+from hearth.runner.tree_paths import tree_moves
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.tree import DraftTree
 

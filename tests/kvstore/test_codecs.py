@@ -10,10 +10,12 @@ import torch
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize, quantize
 
+from hearth import LLM, SamplingParams
 from hearth.kvstore.codecs import ALL_CODECS, QUANTIZED, get_codec
 from hearth.kvstore.ggml import Q4_0, Q8_0
 from hearth.kvstore.kvarn import KVarNKeys, KVarNValues, hadamard, pack, unpack
 from hearth.errors import UnsupportedError
+from tests.gguf_factory import write_tiny_gguf
 
 
 def activations(m=2, bs=64, kvh=3, d=64, seed=0) -> torch.Tensor:
@@ -110,3 +112,17 @@ def test_names_and_block_sizes():
         get_codec("kvarn_k4v4").block_size(32)
     with pytest.raises(UnsupportedError, match="not supported"):
         get_codec("int3")
+
+
+@pytest.mark.parametrize("name", ["q8_0", "q4_0"])
+def test_a_head_dim_no_ggml_block_fits_is_refused_by_name(tmp_path, name):
+    """The tiny llama's head_dim of 16 holds no 32-value ggml block: its block cost 0 bytes and the
+    LLM died dividing by it (ZeroDivisionError). Now the format's own one-line reason; a head_dim
+    of 32 runs."""
+    write_tiny_gguf(tmp_path / "d16.gguf", "llama")  # head_dim 16
+    with pytest.raises(UnsupportedError, match=f"^{name} needs head_dim a multiple of 32, not 16$"):
+        LLM(str(tmp_path / "d16.gguf"), kv_cache_dtype=name, max_model_len=64, progress=False)
+    write_tiny_gguf(tmp_path / "d32.gguf", "llama", hidden=128, head_dim=32)
+    llm = LLM(str(tmp_path / "d32.gguf"), kv_cache_dtype=name, max_model_len=64, max_num_seqs=1, progress=False)
+    out = llm.generate({"prompt_token_ids": list(range(5, 40))}, SamplingParams(max_tokens=4, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 4

@@ -15,10 +15,8 @@ from hearth.api.app import ServerConfig, create_app
 from hearth.api.chat_template import ChatTemplate
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepError
-from hearth.engine.engine_core import InvalidPromptError
-from hearth.errors import PromptTooLongError
+from hearth.engine.engine_core import check_request
 from hearth.outputs import EngineOutput
-from hearth.sample.grammar import compile_grammar
 
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 SCRIPTS = {
@@ -193,8 +191,9 @@ class FakeStream:
 
 
 class FakeEngine:
-    def __init__(self, max_model_len: int = 4096, max_in_flight: int = 64):
-        self.max_model_len, self.max_in_flight = max_model_len, max_in_flight
+    def __init__(self, max_model_len: int = 4096, max_in_flight: int = 64, vocab_size: int = 0x110000):
+        """vocab_size: one token a character, as FakeTokenizer (fake_served's)."""
+        self.max_model_len, self.max_in_flight, self.vocab_size = max_model_len, max_in_flight, vocab_size
         self.added: list[Added] = []
         self.aborted: list[str] = []
         self.live: set[str] = set()
@@ -209,12 +208,7 @@ class FakeEngine:
         self.stopped = True
 
     def add_request(self, prompt_ids, params, request_id=None) -> FakeStream:
-        if not prompt_ids:
-            raise InvalidPromptError("prompt is empty: give at least one token")
-        if len(prompt_ids) >= self.max_model_len:
-            raise PromptTooLongError(len(prompt_ids), self.max_model_len)
-        if params.structured_output is not None:  # as the real engine's check_request
-            compile_grammar(params.structured_output)
+        check_request(prompt_ids, params, self.max_model_len, self.vocab_size)  # the real engine's checks
         if len(self.live) >= self.max_in_flight:
             raise EngineFullError(f"{len(self.live)} requests are in flight (limit {self.max_in_flight}); retry later")
         prompt = "".join(chr(i) for i in prompt_ids)

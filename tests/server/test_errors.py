@@ -7,6 +7,8 @@ import logging
 
 import pytest
 
+from hearth.api.errors import from_hearth_error
+from hearth.sampling_params import InvalidSamplingParams
 from tests.server.fakes import FakeEngine
 
 CHAT, COMPLETIONS, MESSAGES = "/v1/chat/completions", "/v1/completions", "/v1/messages"
@@ -366,3 +368,25 @@ def test_ignored_fields_header_on_errors_and_odd_names(fake):
     r = fake.openai.chat.completions.with_raw_response.create(model="fake-model", messages=USER,
                                                               extra_body={"vendor_extra": True})
     assert r.headers["x-hearth-ignored-fields"] == "vendor_extra"
+
+
+
+@pytest.mark.parametrize("body", [{"logprobs": 10}, {"logprobs": 10, "echo": True}],  # echo: prompt_logprobs too
+                         ids=["logprobs", "echo"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_more_top_logprobs_than_the_vocabulary_holds_names_the_field(make_fake, body, stream):
+    """The engine's check (check_request: more failed its runner's step), in the route's names."""
+    fake = make_fake(engine=FakeEngine(vocab_size=8))
+    r = fake.client.post(COMPLETIONS, json={"prompt": [1, 2], **body, "stream": stream})  # ids the 8 hold
+    assert r.status_code == 400 and r.json()["error"]["param"] == "logprobs", r.text
+    assert r.json()["error"]["message"] == "logprobs: must be at most the vocabulary's size (8), got 10"
+    assert not fake.engine.live
+
+
+def test_the_engines_logprobs_check_in_chat_names_top_logprobs():
+    """Chat's k is top_logprobs (a chat prompt's template holds characters past a vocabulary under 20,
+    the only one where the route's own [0, 20] lets this through: mapped, not posted)."""
+    e = InvalidSamplingParams("logprobs must be at most the vocabulary's size (8), got 10")
+    err = from_hearth_error(e, CHAT)
+    assert (err.status, err.param, err.message) == (400, "top_logprobs", "top_logprobs: must be at most "
+                                                    "the vocabulary's size (8), got 10")

@@ -54,7 +54,6 @@ def test_each_node_row_is_masked_by_its_paths_grammar_state():
 
     class Runner:
         matchers = {"a": m}
-        _mask = staticmethod(ModelRunner._mask)
 
     s = ScheduledSequence("a", [0], 5, [0], True, SamplingParams(structured_output=StructuredOutput(regex="x")), [],
                           spec_token_ids=tokens, spec_parents=parents)
