@@ -4,6 +4,12 @@
 
 constexpr int64_t PREFETCH_BYTES = 4096;
 constexpr int64_t STREAMS = 4;
+// Rows this long are read as 2 runs, not STREAMS: the 1.5B's down (K = 8960: 5040-byte Q4_K and
+// 7350-byte Q6_K rows) streamed from DRAM at 13.5-13.9 GB/s in 4 runs, 14.6-15.5 in 2 (Zen 4, one
+// thread, all 28 layers: 0.88-0.94x the time at 1 row, 0.93x at 2, same at 4; avx2 0.87-0.94x at 1),
+// while the 864-byte rows of gate|up lose in 2 (21 -> 17 GB/s) and the 0.5B's 2736-3990-byte down
+// rows neither gain nor lose. Where rows_dot prefetches (Intel) it keeps STREAMS: not measured there
+constexpr int64_t LONG_ROW_BYTES = 4096;
 
 // Whether rows_dot prefetches in software: on Intel (Sapphire Rapids) one core streaming from DRAM was
 // latency-bound and the prefetches took gemma3's head 17 -> 20-22 GB/s; on AMD (Zen 4, 2026-12-05)
@@ -56,8 +62,9 @@ void dot_rows_pair(const uint8_t* row, int64_t wstep, int64_t nb, const Act& a, 
 template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
-  const int64_t runs = n1 - n0 >= 16 * STREAMS ? STREAMS : 2, len = (n1 - n0 + runs - 1) / runs, half = runs / 2;
   const bool prefetch = software_prefetch();
+  const int64_t streams = row_bytes >= LONG_ROW_BYTES && !prefetch ? 2 : STREAMS;  // Intel (prefetching): untested
+  const int64_t runs = n1 - n0 >= 16 * streams ? streams : 2, len = (n1 - n0 + runs - 1) / runs, half = runs / 2;
   for (int64_t i = 0; i < len * half; ++i) {
     const int64_t n = n0 + 2 * (i % half) * len + i / half;
     if (n >= n1) continue;
