@@ -427,11 +427,15 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* 
 // Activation rows per pass of dot_row: 8 rows' accumulators (16 zmm) beside the codes (4) and scales fit
 // the 32 registers; every row summed as alone, so a verify step's rows stay a decode row's bits
 constexpr int GEMV_ROWS = 8;
-// Weight rows per pass where the activation rows are at most GEMV_PAIR_ROWS: two rows' codes (8), scales
-// (4) and 2 x 2 x MT accumulators (nearly) fit the registers. At 4 rows some spill, and per matrix it
-// is mixed (Q4_K q|k|v and o 1.07x the time, Q6_K down 0.70x), but a whole 4-row step of the 1.5B is
-// 0.87x the one-row-pass's (Zen 4, one thread); from 5 rows one weight row per pass
+// Activation rows per pass of two weight rows (rows_dot.h dot_rows_pair): two rows' codes (8), scales
+// (4) and 2 x 2 x MT accumulators (nearly) fit the registers. At 4 some spill, and per matrix it is
+// mixed (Q4_K q|k|v and o 1.07x the time of one weight row x 4 activation rows, gate|up 0.91x, Q6_K
+// down 0.70x), but a whole 4-row step of the 1.5B is 0.87x (Zen 4, one thread)
 constexpr int GEMV_PAIR_ROWS = 4;
+// Pairs at every row count, 4 activation rows a pass: whole verify steps of the 1.5B (one thread CPU
+// time, Zen 4) against one weight row x up to 8 activation rows: 5 rows 0.95x, 6 0.91x, 8 0.92x,
+// 12 0.90-0.95x, 16 0.85-0.88x
+constexpr int64_t GEMV_PAIR_UPTO = INT64_MAX;
 #include "rows_dot.h"  // after dot_row and Act: the row loop both libraries share
 
 // ---- dequantization (bit-exact with gguf-py) ----

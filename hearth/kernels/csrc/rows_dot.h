@@ -38,19 +38,19 @@ void dot_rows(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y
     if (m < a.M) dot_rows<T, MT - 1>(row, nb, a, m, y, ldy);
 }
 
-// The same for two weight rows (row, row + wstep -> y[m * ldy], y[m * ldy + ystep]) in one pass where
-// the library has one for a.M rows (GEMV_PAIR_ROWS), else one after the other
+// The same for two weight rows (row, row + wstep -> y[m * ldy], y[m * ldy + ystep]): GEMV_PAIR_ROWS
+// activation rows per pass, the rest in one pass of fewer (0: one weight row after the other). rows_dot
+// takes it up to GEMV_PAIR_UPTO activation rows
 template <class T, int MT = GEMV_PAIR_ROWS>
-void dot_rows_pair(const uint8_t* row, int64_t wstep, int64_t nb, const Act& a, float* y, int64_t ldy, int64_t ystep) {
+void dot_rows_pair(const uint8_t* row, int64_t wstep, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy,
+                   int64_t ystep) {
   if constexpr (MT == 0) {
-    dot_rows<T>(row, nb, a, 0, y, ldy);
-    dot_rows<T>(row + wstep, nb, a, 0, y + ystep, ldy);
-  } else if (a.M == MT) {
-    dot_row<T, MT, 2>(row, nb, a, 0, y, ldy, wstep, ystep);
-  } else if (MT == GEMV_PAIR_ROWS && a.M > MT) {
-    dot_rows_pair<T, 0>(row, wstep, nb, a, y, ldy, ystep);
+    dot_rows<T>(row, nb, a, m0, y, ldy);
+    dot_rows<T>(row + wstep, nb, a, m0, y + ystep, ldy);
   } else {
-    dot_rows_pair<T, MT - 1>(row, wstep, nb, a, y, ldy, ystep);
+    int64_t m = m0;
+    for (; m + MT <= a.M; m += MT) dot_row<T, MT, 2>(row, nb, a, m, y, ldy, wstep, ystep);
+    if (m < a.M) dot_rows_pair<T, MT - 1>(row, wstep, nb, a, m, y, ldy, ystep);
   }
 }
 
@@ -74,9 +74,11 @@ void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64
     if (prefetch)
       for (int64_t r = 0; r < 2 && n + r * len < n1; ++r)
         for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + r * len * row_bytes + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
-    if (n + len < n1)
-      dot_rows_pair<T>(row, len * row_bytes, nb, a, y + n, ldy, len);
-    else
+    if (n + len >= n1)
       dot_rows<T>(row, nb, a, 0, y + n, ldy);
+    else if (a.M <= GEMV_PAIR_UPTO)
+      dot_rows_pair<T>(row, len * row_bytes, nb, a, 0, y + n, ldy, len);
+    else
+      dot_rows_pair<T, 0>(row, len * row_bytes, nb, a, 0, y + n, ldy, len);
   }
 }
