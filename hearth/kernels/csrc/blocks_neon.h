@@ -282,6 +282,8 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
 
 // Activation rows per pass of dot_row
 constexpr int GEMV_ROWS = 4;
+constexpr int GEMV_PAIR_ROWS = 0;  // no two-row pass (rows_dot.h)
+constexpr int64_t GEMV_PAIR_UPTO = 0;
 #include "rows_dot.h"  // after dot_row and Act: the row loop every library shares
 
 // ---- dequantization (bit-exact with gguf-py: s * q, then + o, two roundings; -ffp-contract=off) ----

@@ -4,6 +4,12 @@
 
 constexpr int64_t PREFETCH_BYTES = 4096;
 constexpr int64_t STREAMS = 4;
+// Rows this long are read as 2 runs, not STREAMS: the 1.5B's down (K = 8960: 5040-byte Q4_K and
+// 7350-byte Q6_K rows) streamed from DRAM at 13.5-13.9 GB/s in 4 runs, 14.6-15.5 in 2 (Zen 4, one
+// thread, all 28 layers: 0.88-0.94x the time at 1 row, 0.93x at 2, same at 4; avx2 0.87-0.94x at 1),
+// while the 864-byte rows of gate|up lose in 2 (21 -> 17 GB/s) and the 0.5B's 2736-3990-byte down
+// rows neither gain nor lose. Where rows_dot prefetches (Intel) it keeps STREAMS: not measured there
+constexpr int64_t LONG_ROW_BYTES = 4096;
 
 // Whether rows_dot prefetches in software: on Intel (Sapphire Rapids) one core streaming from DRAM was
 // latency-bound and the prefetches took gemma3's head 17 -> 20-22 GB/s; on AMD (Zen 4, 2026-12-05)
@@ -32,22 +38,47 @@ void dot_rows(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y
     if (m < a.M) dot_rows<T, MT - 1>(row, nb, a, m, y, ldy);
 }
 
-// y[m, n] for rows n0 .. n1 of w. The rows are read as STREAMS interleaved runs (row i of each run in
-// turn): one core reading one run from DRAM peaked at ~22 GB/s for two cores, four at ~29 (gemma3's
-// 178 MB head at M = 1: 9.5 -> 6.3 ms).
+// The same for two weight rows (row, row + wstep -> y[m * ldy], y[m * ldy + ystep]): GEMV_PAIR_ROWS
+// activation rows per pass, the rest in one pass of fewer (0: one weight row after the other). rows_dot
+// takes it up to GEMV_PAIR_UPTO activation rows
+template <class T, int MT = GEMV_PAIR_ROWS>
+void dot_rows_pair(const uint8_t* row, int64_t wstep, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy,
+                   int64_t ystep) {
+  if constexpr (MT == 0) {
+    dot_rows<T>(row, nb, a, m0, y, ldy);
+    dot_rows<T>(row + wstep, nb, a, m0, y + ystep, ldy);
+  } else {
+    int64_t m = m0;
+    for (; m + MT <= a.M; m += MT) dot_row<T, MT, 2>(row, nb, a, m, y, ldy, wstep, ystep);
+    if (m < a.M) dot_rows_pair<T, MT - 1>(row, wstep, nb, a, m, y, ldy, ystep);
+  }
+}
+
+// y[m, n] for rows n0 .. n1 of w. The rows are read as STREAMS (at least 2) interleaved runs (row i of
+// each run in turn): one core reading one run from DRAM peaked at ~22 GB/s for two cores, four at ~29
+// (gemma3's 178 MB head at M = 1: 9.5 -> 6.3 ms). Runs 2k and 2k + 1 go in pairs (dot_rows_pair):
+// each run's rows stay in ascending order, as the hardware prefetchers follow them (two adjacent rows
+// in one pass, their superblocks alternating, took the 1.5B's head from DRAM 24 -> 7 GB/s on Zen 4)
 template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
-  const int64_t runs = n1 - n0 >= 16 * STREAMS ? STREAMS : 1, len = (n1 - n0 + runs - 1) / runs;
   const bool prefetch = software_prefetch();
-  for (int64_t i = 0; i < len * runs; ++i) {
-    const int64_t n = n0 + (i % runs) * len + i / runs;
+  const int64_t streams = row_bytes >= LONG_ROW_BYTES && !prefetch ? 2 : STREAMS;  // Intel (prefetching): untested
+  const int64_t runs = n1 - n0 >= 16 * streams ? streams : 2, len = (n1 - n0 + runs - 1) / runs, half = runs / 2;
+  for (int64_t i = 0; i < len * half; ++i) {
+    const int64_t n = n0 + 2 * (i % half) * len + i / half;
     if (n >= n1) continue;
     const uint8_t* row = w + n * row_bytes;
     // software prefetch PREFETCH_BYTES ahead, into L2: one core streaming from DRAM was latency-bound
     // (into L1 the prefetches hold the line-fill buffers: gemma3's 178 MB head 17 -> 20-22 GB/s)
     if (prefetch)
-      for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
-    dot_rows<T>(row, nb, a, 0, y + n, ldy);
+      for (int64_t r = 0; r < 2 && n + r * len < n1; ++r)
+        for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + r * len * row_bytes + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
+    if (n + len >= n1)
+      dot_rows<T>(row, nb, a, 0, y + n, ldy);
+    else if (a.M <= GEMV_PAIR_UPTO)
+      dot_rows_pair<T>(row, len * row_bytes, nb, a, 0, y + n, ldy, len);
+    else
+      dot_rows_pair<T, 0>(row, len * row_bytes, nb, a, 0, y + n, ldy, len);
   }
 }
