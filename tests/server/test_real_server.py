@@ -76,6 +76,8 @@ def _requests(server) -> dict:
                                                     temperature=0, logprobs=2),
         "completion_echo": lambda: oa.completions.create(model=m, prompt="The capital of France is", max_tokens=3,
                                                          temperature=0, logprobs=2, echo=True),
+        "completion_score": lambda: oa.completions.create(model=m, prompt="The capital of France is", max_tokens=0,
+                                                          temperature=0, logprobs=2, echo=True),
         "completion_stream": lambda: list(oa.completions.create(model=m, prompt="The capital of France is",
                                                                 max_tokens=3, temperature=0, stream=True)),
         "anthropic": lambda: an.messages.create(model=m, max_tokens=4, messages=HI),
@@ -123,6 +125,9 @@ def test_completions_with_logprobs(results):
     assert ep.token_logprobs[0] is None and ep.top_logprobs[0] is None and all(x <= 0 for x in ep.token_logprobs[1:])
     assert ep.token_logprobs[n:] == pytest.approx(lp.token_logprobs, abs=1e-4)
     assert ep.tokens[1] in ep.top_logprobs[1] and len(ep.top_logprobs[1]) in (2, 3)  # the top 2 and the prompt's token
+    score = results["completion_score"].result().choices[0]  # max_tokens 0: the prompt's logprobs alone
+    assert score.text == "The capital of France is" and score.logprobs.tokens == ep.tokens[:n]
+    assert score.logprobs.token_logprobs[1:] == pytest.approx(ep.token_logprobs[1:n], abs=1e-4)
     assert ep.text_offset[:n + 1] == [sum(len(t) for t in ep.tokens[:i]) for i in range(n + 1)]
 
 
