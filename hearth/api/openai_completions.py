@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
+from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs
 from hearth.api.openai_protocol import CompletionRequest
 from hearth.api.sampling import common_fields, logit_bias, make_params, response_format, stop_list
@@ -45,7 +46,7 @@ async def completions(body: CompletionRequest, request: Request):
         "logprobs": body.logprobs, "prompt_logprobs": body.logprobs if body.echo else None,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
-        "structured_output": response_format(body.response_format)}, state.limits, served.max_model_len,
+        "structured_output": guided(body, {"response_format": response_format(body.response_format)})}, state.limits, served.max_model_len,
         prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
     reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs, scoring)

@@ -97,6 +97,12 @@ class SamplingFields(SamplingScalars):
     include_stop_str_in_output: StrictBool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
+    # vLLM's structured-output fields (hearth.api.guided): the value's shape is checked there, per kind
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: dict[str, Any] | None = None
 
     @field_validator("stream_options")
     @classmethod
