@@ -117,7 +117,8 @@ def validation_message(errors: list) -> tuple[str, str | None]:
     if first.get("type") == "json_invalid":
         return f"malformed JSON body: {first.get('ctx', {}).get('error', first.get('msg'))}", None
     param = _loc_to_param(tuple(first.get("loc", ())))
-    same = [e["msg"] for e in errors if _loc_to_param(tuple(e.get("loc", ()))) == param]
+    same = [e["msg"].removeprefix("Value error, ") for e in errors  # a validator's own words, without pydantic's tag
+            if _loc_to_param(tuple(e.get("loc", ()))) == param]
     why = " or ".join([same[0]] + [m.removeprefix("Input should be ") for m in same[1:]])
     if not param and first.get("type") in _NOT_AN_OBJECT:
         return "the request body must be a JSON object (sent with Content-Type: application/json)", None

@@ -43,10 +43,20 @@ def completion_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int,
         text = _token_text(tokenizer, token_id)
         tokens.append(text)
         token_logprobs.append(None if entry is None else _finite(entry.get(token_id, 0.0)))
-        tops.append({_token_text(tokenizer, t): _finite(lp) for t, lp in _top(entry, k)} if k and entry else None)
+        tops.append(None if entry is None else _legacy_top(tokenizer, token_id, entry, k))
         offsets.append(text_offset)
         text_offset += len(text)
     return {"tokens": tokens, "token_logprobs": token_logprobs, "top_logprobs": tops, "text_offset": offsets}
+
+
+def _legacy_top(tokenizer, token_id: int, entry: dict[int, float], k: int) -> dict[str, float]:
+    """The k most likely and the chosen token, as OpenAI's legacy API ("the API will always return the
+    logprob of the sampled token, so there may be up to logprobs+1 elements") and vLLM do; chat's
+    top_logprobs hold exactly k (chat_logprobs)."""
+    top = _top(entry, k)
+    if token_id not in dict(top):
+        top.append((token_id, entry.get(token_id, 0.0)))
+    return {_token_text(tokenizer, t): _finite(lp) for t, lp in top}
 
 
 def _finite(x: float) -> float:

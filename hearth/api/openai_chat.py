@@ -13,6 +13,7 @@ from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
+from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest
@@ -47,7 +48,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
              "logprobs": "top_logprobs"}
     ask = Ask(guard.tools, tool_choice, history, body.n,
               token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids),
-              structured=getattr(body.response_format, "type", "text") != "text",
+              structured=fields["structured_output"] not in (None, plan.constraint),
               workflow=guard.ext.workflow is not None, prefill=body.continue_final_message)
     req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard, parallel,
                          lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]),
@@ -94,7 +95,8 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
             "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
             "include_stop_str_in_output": body.include_stop_str_in_output,
-            "structured_output": plan.constraint or response_format(body.response_format)}
+            "structured_output": guided(body, {"tool_choice": plan.constraint,
+                                               "response_format": response_format(body.response_format)})}
 
 
 def _tool_call(call, index: int | None = None) -> dict:

@@ -1,7 +1,8 @@
 """POST /v1/completions: a prompt (text, token ids, or a batch of either) -> text_completion
 bodies or chunks. Choice index = prompt index * n + j, as OpenAI numbers them. With echo and
 logprobs, the logprobs hold the prompt's tokens first (the first one's null), as OpenAI's legacy
-API and vLLM return them; text_offset then counts from the first prompt token's text."""
+API and vLLM return them; text_offset then counts from the first prompt token's text. max_tokens 0 with
+echo scores the prompt: the reply holds the echo (and its logprobs), no generated token."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
+from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs
 from hearth.api.openai_protocol import CompletionRequest
 from hearth.api.sampling import common_fields, logit_bias, make_params, response_format, stop_list
@@ -32,7 +34,10 @@ async def completions(body: CompletionRequest, request: Request):
     if body.logprobs is not None and not 0 <= body.logprobs <= 20:
         raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
     longest = max(len(ids) for ids in prompts)
-    max_tokens = body.max_tokens
+    # prompt scoring (lm-eval's loglikelihood: echo, max_tokens 0, logprobs N), as vLLM answers it: the
+    # echoed prompt and its logprobs alone; the engine computes one token, which the reply drops
+    scoring = body.echo and body.max_tokens == 0
+    max_tokens = 1 if scoring else body.max_tokens
     if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
         max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
     params = make_params({
@@ -41,10 +46,10 @@ async def completions(body: CompletionRequest, request: Request):
         "logprobs": body.logprobs, "prompt_logprobs": body.logprobs if body.echo else None,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
-        "structured_output": response_format(body.response_format)}, state.limits, served.max_model_len,
+        "structured_output": guided(body, {"response_format": response_format(body.response_format)})}, state.limits, served.max_model_len,
         prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs)
+    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs, scoring)
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
@@ -72,9 +77,10 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
 
 
 class _Reply:
-    def __init__(self, served, gen: Generation, echo: tuple[list[str], list[list[int]]] | None, k: int | None):
-        """echo: the prompts' (texts, token ids)."""
-        self.served, self.gen, self.k = served, gen, k
+    def __init__(self, served, gen: Generation, echo: tuple[list[str], list[list[int]]] | None, k: int | None,
+                 scoring: bool = False):
+        """echo: the prompts' (texts, token ids); scoring: max_tokens 0, the one token generated is dropped."""
+        self.served, self.gen, self.k, self.scoring = served, gen, k, scoring
         self.echo, self.echo_ids = echo or (None, None)
         self.id = f"cmpl-{gen.request_id}"
         self.created = int(time.time())
@@ -105,6 +111,8 @@ class _Reply:
     async def body(self) -> dict:
         choices = []
         for c in await self.gen.collect():
+            if self.scoring:
+                c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason = "", [], [], "length", None
             self.completion_tokens += len(c.token_ids)
             prefix = self._echo(c.index)
             choices.append({"index": c.index, "text": prefix + c.text,
@@ -121,17 +129,19 @@ class _Reply:
                 yield data_event({**self._payload([_choice(i, self._echo(i))]), **extra})
         try:
             async for i, out in self.gen.outputs():
-                self.completion_tokens += len(out.new_token_ids)
-                finish = ("length" if out.finish_reason == "length" else "stop") if out.finished else None
+                ids, text, entries = ([], "", []) if self.scoring else (out.new_token_ids, out.new_text,
+                                                                         out.new_logprobs or [])
+                self.completion_tokens += len(ids)
+                length = out.finish_reason == "length" or self.scoring
+                finish = ("length" if length else "stop") if out.finished else None
                 echoed = self.echo is not None and out.prompt_logprobs is not None
                 start = self.offsets.get(i, len(self._echo(i)))
-                lp = self._logprobs(i, out.new_token_ids, out.new_logprobs or [], start,
-                                    out.prompt_logprobs if echoed else None)
+                lp = self._logprobs(i, ids, entries, start, out.prompt_logprobs if echoed else None)
                 if lp and lp["tokens"]:
                     self.offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
-                choice = _choice(i, self._echo(i) + out.new_text if echoed else out.new_text, lp, finish)
+                choice = _choice(i, self._echo(i) + text if echoed else text, lp, finish)
                 if finish:
-                    choice["stop_reason"] = out.stop_reason
+                    choice["stop_reason"] = None if self.scoring else out.stop_reason
                 yield data_event({**self._payload([choice]), **extra})
         except HearthError as e:
             err = from_hearth_error(e, path)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, field_validator,
+                      model_validator)
 
 from hearth.api.ignored_fields import note
 
@@ -96,6 +97,20 @@ class SamplingFields(SamplingScalars):
     include_stop_str_in_output: StrictBool = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
+    # vLLM's structured-output fields (hearth.api.guided): the value's shape is checked there, per kind
+    guided_json: Any = None
+    guided_regex: Any = None
+    guided_choice: Any = None
+    guided_grammar: Any = None
+    structured_outputs: dict[str, Any] | None = None
+
+    @field_validator("stream_options")
+    @classmethod
+    def _only_streamed(cls, v: StreamOptions | None, info: ValidationInfo) -> StreamOptions | None:
+        """OpenAI and vLLM answer it 400 on a whole (non-streamed) reply: it was accepted and did nothing."""
+        if v is not None and not info.data.get("stream"):
+            raise ValueError("is only allowed when stream is true")
+        return v
 
 
 class ChatCompletionRequest(SamplingFields):

@@ -18,6 +18,7 @@ A bad entry is one line naming the entry and the field."""
 from __future__ import annotations
 
 import argparse
+import sys
 import tomllib
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -233,6 +234,22 @@ class Loader:
         llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads})
         llm.runner.grammar.prepare_in_background()
+        if line := _speculation(llm, llm.config.speculative_config):
+            print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
         return ServedModel.from_llm(llm, spec.names, engine)
+
+
+def _speculation(llm, asked: dict | None) -> str:
+    """What speculation runs, as a startup line: the method, K, the draft's file (a config that names a
+    model and no method used to run ngram without a word), or that the backend turned it off; "": none asked."""
+    spec = llm.engine.spec
+    if spec is None:
+        return f"speculative decoding is off on the {llm.backend.name} backend" if asked else ""
+    c = spec.config
+    if c.method != "draft":
+        return f"speculative decoding: {c.summary}"
+    from hearth.loader.resolve import resolve_model
+
+    return f"speculative decoding: {c.summary} ({resolve_model(c.model)})"

@@ -13,8 +13,10 @@ from hearth.spec_decode.thresholds import POLICY
 DRAFT_QUANTS = ("q4_0", "q5_0", "q8_0")
 """draft_quant's types: the 32-wide ones that gguf-py encodes and every backend reads (its K-quants it
 only decodes); hearth.runner.draft_quant."""
-DRAFT_ONLY = ("draft_vocab", "draft_quant", "draft_lookup_min")
+DRAFT_ONLY = ("model", "draft_vocab", "draft_quant", "draft_lookup_min")
 """Keys that apply to method "draft" only."""
+METHOD_ALIASES = {"draft_model": "draft"}
+"""vLLM's method names for hearth's proposers."""
 DEFAULT_DRAFT_VOCAB = 65536
 """draft_vocab unset: Qwen2.5-Coder-0.5B drafting for the 1.5B drafts exactly what its whole head does
 on code generation and chat with this many (32,768 loses 17% of code generation's accepted tokens
@@ -31,7 +33,8 @@ class SpeculativeConfig:
     method: str = "ngram"
     """Proposer: ngram (prompt lookup over the request's prompt and output), suffix (a suffix cache
     over the request's text and the requests finished before) or draft (a small model with the
-    target's vocabulary, `model`)."""
+    target's vocabulary, `model`; vLLM's name draft_model too). Parsed from JSON, as vLLM reads it: unset
+    with a `model` is draft, unset without one an error (the default here serves code that builds the record)."""
     model: str = ""
     """The draft model of method draft: a catalog name or a .gguf path."""
     num_speculative_tokens: int | None = None
@@ -92,6 +95,7 @@ class SpeculativeConfig:
                 raise InvalidSpeculativeConfig(f"speculative_config is not valid JSON: {e.msg} (at {e.pos})") from None
         if not isinstance(value, dict):
             raise InvalidSpeculativeConfig(f"speculative_config must be a JSON object, not {type(value).__name__}")
+        value = {k: v for k, v in value.items() if not (k == "method" and v is None)}  # null: not given
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(value) - set(known))
         if unknown:
@@ -104,7 +108,15 @@ class SpeculativeConfig:
             if not isinstance(v, want) or (isinstance(v, bool) and want is not bool):
                 name = "number" if want == (int, float) else want.__name__
                 raise InvalidSpeculativeConfig(f"speculative_config.{key} must be {name}, not {v!r}")
-        return cls(**value)
+        method = _method(value)
+        return cls(**value, method=method)
+
+    @property
+    def summary(self) -> str:
+        """What runs, in a line: the method, K (and the tree budget), the draft model."""
+        tree = f", tree_budget {self.tree_budget}" if self.tree_budget else ""
+        draft = f", draft model {self.model}" if self.method == "draft" else ""
+        return f"{self.method} (num_speculative_tokens {self.num_speculative_tokens}{tree}{draft})"
 
     def lookup(self, n: int) -> SpeculativeConfig:
         """The prompt lookup a draft runs first (draft_lookup_min n): ngram chains of >= n-grams."""
@@ -173,3 +185,16 @@ class SpeculativeConfig:
             if not ok:
                 raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "
                                                f"got {getattr(self, name)!r}")
+
+
+def _method(value: dict) -> str:
+    """The proposer a config names, as vLLM reads it: a `model` with no method is a draft model; neither
+    is an error (vLLM: "num_speculative_tokens was provided but without speculative model"), never a
+    silent ngram."""
+    method = value.pop("method", None)
+    if method is None:
+        if not value.get("model"):
+            raise InvalidSpeculativeConfig('speculative_config needs "method" (ngram, suffix or draft) or "model" '
+                                           '(a draft model: method draft)')
+        return "draft"
+    return METHOD_ALIASES.get(method, method)

@@ -74,6 +74,11 @@ TABLE = [
     (COMPLETIONS, {"prompt": "x", "suffix": "y"}, 400, "suffix"),
     (COMPLETIONS, {"prompt": "x", "seed": -(2**64)}, 400, "seed"),
     (COMPLETIONS, {"prompt": "x", "model": "nope"}, 404, "model"),
+    # OpenAI and vLLM refuse stream_options on a whole reply (it was accepted and did nothing)
+    (CHAT, {"messages": USER, "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    (COMPLETIONS, {"prompt": "x", "stream": False, "stream_options": {"include_usage": True}}, 400, "stream_options"),
+    # max_tokens 0 is prompt scoring, with echo only (lm-eval's loglikelihood)
+    (COMPLETIONS, {"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
 ]
 ANTHROPIC_TABLE = [
     ({"messages": USER}, 400, "max_tokens"),

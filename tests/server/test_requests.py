@@ -86,6 +86,39 @@ def test_completions_batch_echo_and_logprobs(fake):
     assert fake.last.prompt == "\x01\x02\x03" and fake.last.params.max_tokens == 2
 
 
+def test_completions_top_logprobs_hold_the_chosen_token(fake):
+    """OpenAI's legacy API: "always the logprob of the sampled token, so there may be up to logprobs+1
+    elements" (vLLM too); logprobs 0 is the chosen token alone, echoed prompt tokens as well. Chat's
+    top_logprobs hold exactly top_logprobs entries (the newer API)."""
+    r = fake.openai.completions.create(model="fake-model", prompt="script:router_unsure_opener", logprobs=1, max_tokens=1)
+    lp = r.choices[0].logprobs  # the chosen token -2.0, below "A" (-1.0)
+    assert lp.token_logprobs == [-2.0] and lp.top_logprobs == [{"A": -1.0, lp.tokens[0]: -2.0}]
+    r = fake.openai.completions.create(model="fake-model", prompt="script:hello", logprobs=0, echo=True)
+    lp = r.choices[0].logprobs
+    assert lp.top_logprobs[0] is None and lp.top_logprobs[1] == {"c": -0.01}
+    assert lp.top_logprobs[12:] == [{t: -0.5} for t in "Hlt!"]
+    r = fake.openai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "script:router_unsure_opener"}],
+                                            logprobs=True, top_logprobs=1, max_tokens=1)
+    assert [t.token for t in r.choices[0].logprobs.content[0].top_logprobs] == ["A"]
+
+
+def test_completions_max_tokens_0_with_echo_scores_the_prompt(fake):
+    """lm-eval's loglikelihood (local-completions): echo, max_tokens 0, logprobs N -> the prompt and its
+    logprobs alone, as vLLM answers (it was a 400 "must be at least 1")."""
+    r = fake.openai.completions.create(model="fake-model", prompt="script:hello", echo=True, max_tokens=0, logprobs=1)
+    c = r.choices[0]
+    assert c.text == "script:hello" and c.finish_reason == "length" and r.usage.completion_tokens == 0
+    assert c.logprobs.tokens == [*"script:hello"] and c.logprobs.token_logprobs[:3] == [None, -0.01, -0.02]
+    assert fake.last.params.max_tokens == 1 and fake.last.params.prompt_logprobs == 1
+    chunks = list(fake.openai.completions.create(model="fake-model", prompt="script:hello", echo=True, max_tokens=0,
+                                                 logprobs=1, stream=True))
+    assert "".join(ch.choices[0].text for ch in chunks) == "script:hello"
+    assert [t for ch in chunks if ch.choices[0].logprobs for t in ch.choices[0].logprobs.tokens] == [*"script:hello"]
+    assert chunks[-1].choices[0].finish_reason == "length"
+    r = fake.openai.completions.create(model="fake-model", prompt="script:hello", echo=True, max_tokens=0)
+    assert r.choices[0].text == "script:hello" and r.choices[0].logprobs is None
+
+
 def test_completions_stream_echo_with_logprobs(fake):
     """The echo goes out with the prompt's logprobs in each choice's first chunk; text_offset runs on
     across chunks."""

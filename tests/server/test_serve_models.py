@@ -178,3 +178,22 @@ def test_bad_router_settings_are_one_line(capsys, tmp_path, argv, toml, needles)
         argv = [*argv, str(tmp_path / "tiny.gguf")]
     code, err = run_cli(capsys, "serve", *argv)
     assert_one_line_error(code, err, *needles)
+
+
+def test_serve_says_what_speculation_runs(tmp_path, capsys):
+    """A config naming a draft model and no method used to run ngram without a word: the load says the
+    method, K and the draft's file, or that the backend turned speculation off."""
+    def lines(path, config):
+        pool = build_pool(serve_args(str(path), "--speculative-config", config, "--max-model-len", "64"))
+        pool.loader(pool.slots[0].spec)  # its engine thread starts with the server: nothing to stop
+        return capsys.readouterr().err
+
+    native = tmp_path / "q8.gguf"
+    write_tiny_gguf(native, "qwen2", qtype="Q8_0")  # the native kernels' type: speculation on
+    assert "q8: speculative decoding: ngram (num_speculative_tokens 3)" in lines(
+        native, '{"method": "ngram", "num_speculative_tokens": 3}')
+    assert f"speculative decoding: draft (num_speculative_tokens 4, draft model {native}) ({native})" in lines(
+        native, f'{{"model": "{native}"}}')
+    f32 = tmp_path / "f32.gguf"
+    write_tiny_gguf(f32, "qwen2")
+    assert "f32: speculative decoding is off" in lines(f32, '{"method": "suffix"}')

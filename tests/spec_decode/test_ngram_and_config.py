@@ -53,12 +53,17 @@ def test_proposer_reads_prompt_and_output_and_prefers_the_longest_match():
 
 @pytest.mark.parametrize("value,field", [
     ({"method": "eagle9"}, "method"),
-    ({"num_speculative_tokens": 0}, "num_speculative_tokens"),
-    ({"tree_budget": -1}, "tree_budget"),
-    ({"tree_budget": 2.5}, "tree_budget"),
-    ({"prompt_lookup_min": 4, "prompt_lookup_max": 2}, "prompt_lookup_max"),
-    ({"num_speculative_tokens": "4"}, "num_speculative_tokens"),
-    ({"draft_tokens": 4}, "draft_tokens"),
+    ({"method": "ngram", "num_speculative_tokens": 0}, "num_speculative_tokens"),
+    ({"method": "ngram", "tree_budget": -1}, "tree_budget"),
+    ({"method": "ngram", "tree_budget": 2.5}, "tree_budget"),
+    ({"method": "ngram", "prompt_lookup_min": 4, "prompt_lookup_max": 2}, "prompt_lookup_max"),
+    ({"method": "ngram", "num_speculative_tokens": "4"}, "num_speculative_tokens"),
+    ({"method": "ngram", "draft_tokens": 4}, "draft_tokens"),
+    ({"method": "ngram", "model": "qwen2.5-coder-0.5b"}, "model"),
+    ({"method": "suffix", "model": "x.gguf"}, "model"),
+    ({}, "method"),
+    ({"num_speculative_tokens": 4}, "method"),
+    ({"method": 3}, "method"),
     ('{"method": "ngram",', "JSON"),
     ("[1, 2]", "JSON object"),
 ])
@@ -73,6 +78,19 @@ def test_good_config_from_json():
     c = SpeculativeConfig.parse('{"method": "ngram", "num_speculative_tokens": 6, "prompt_lookup_max": 4}')
     assert (c.num_speculative_tokens, c.prompt_lookup_min, c.prompt_lookup_max) == (6, 2, 4)
     assert SpeculativeConfig.parse(None) is None
+
+
+def test_a_model_without_a_method_is_a_draft_model_as_in_vllm():
+    """vLLM: `model` and no method is a draft model (method draft_model); hearth ran ngram and
+    dropped the draft without a word."""
+    c = SpeculativeConfig.parse('{"model": "qwen2.5-coder-0.5b"}')
+    assert (c.method, c.model, c.num_speculative_tokens) == ("draft", "qwen2.5-coder-0.5b", 4)
+    assert SpeculativeConfig.parse({"method": "draft_model", "model": "d.gguf"}) == \
+        SpeculativeConfig.parse({"method": "draft", "model": "d.gguf"})
+    assert SpeculativeConfig.parse({"method": None, "model": "d.gguf"}).method == "draft"
+    assert "draft model d.gguf" in SpeculativeConfig.parse({"model": "d.gguf"}).summary
+    with pytest.raises(InvalidSpeculativeConfig, match=r'speculative_config\.model applies to method "draft" only'):
+        SpeculativeConfig.parse({"method": "ngram", "model": "d.gguf"})
 
 
 def test_serve_flags_build_the_config():

@@ -1,0 +1,89 @@
+"""vLLM's structured-output request fields -> the engine's StructuredOutput, the same constraint that
+`response_format` sets (llguidance: JSON schema, regex, Lark grammar): `guided_json`, `guided_regex`,
+`guided_choice`, `guided_grammar` and their newer spelling `structured_outputs: {json | regex | choice |
+grammar | json_object: ...}`. They were ignored (named only in x-hearth-ignored-fields); a request may
+hold one constraint, and a second is a 400 naming it, as is one the grammar engine cannot compile."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from hearth.api.errors import APIError
+from hearth.sample.grammar import InvalidStructuredOutput, compile_grammar
+from hearth.sampling_params import StructuredOutput
+
+
+def _json(v: Any) -> StructuredOutput:
+    if isinstance(v, str):  # vLLM takes the schema as JSON text too
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"is not valid JSON: {e.msg} (at {e.pos})") from None
+    if not isinstance(v, dict):
+        raise ValueError(f"must be a JSON schema object, not {type(v).__name__}")
+    return StructuredOutput(json_schema=v)
+
+
+def _text(make: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:
+    def build(v: Any) -> StructuredOutput:
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"must be a non-empty string, not {v!r}")
+        return make(v)
+    return build
+
+
+def _choice(v: Any) -> StructuredOutput:
+    if not isinstance(v, list) or not v or not all(isinstance(c, str) for c in v):
+        raise ValueError("must be a non-empty list of strings")
+    return StructuredOutput(regex="|".join(f"({re.escape(c)})" for c in v))  # exactly one of the literals
+
+
+def _json_object(v: Any) -> StructuredOutput | None:
+    if not isinstance(v, bool):
+        raise ValueError(f"must be a boolean, not {v!r}")
+    return StructuredOutput(json_object=True) if v else None
+
+
+KINDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
+    "json": _json,
+    "regex": _text(lambda v: StructuredOutput(regex=v)),
+    "choice": _choice,
+    "grammar": _text(lambda v: StructuredOutput(grammar=v)),
+    "json_object": _json_object,
+}
+"""structured_outputs' keys (and guided_<key>'s, json_object aside) -> the constraint from the value."""
+LEGACY = {f"guided_{k}": k for k in ("json", "regex", "choice", "grammar")}
+"""vLLM's older top-level fields -> their kind."""
+
+
+def _given(body) -> list[tuple[str, str, Any]]:
+    """(the field as the client wrote it, its kind, its value) of each constraint the body holds."""
+    given = [(field, kind, getattr(body, field)) for field, kind in LEGACY.items() if getattr(body, field) is not None]
+    for key, v in (body.structured_outputs or {}).items():
+        if key not in KINDS:
+            raise APIError(400, f"structured_outputs.{key}: is not supported (hearth reads {', '.join(KINDS)})",
+                           param=f"structured_outputs.{key}")
+        if v is not None and v is not False:
+            given.append((f"structured_outputs.{key}", key, v))
+    return given
+
+
+def guided(body, others: dict[str, StructuredOutput | None]) -> StructuredOutput | None:
+    """The constraint of the body's vLLM fields, or the one of `others` ({field: constraint}:
+    response_format, a tool_choice that forces a call); two constraints are a 400 naming the second."""
+    fields = [(f, so) for f, so in others.items() if so is not None]
+    for field, kind, value in _given(body):
+        try:
+            so = KINDS[kind](value)
+            if so is not None:
+                compile_grammar(so)  # a bad regex or grammar names its field, not "invalid regex" alone
+        except (ValueError, InvalidStructuredOutput) as e:
+            raise APIError(400, f"{field}: {e}", param=field) from None
+        fields.append((field, so))
+    if len(fields) > 1:
+        (first, _), (second, _) = fields[:2]
+        raise APIError(400, f"{second}: cannot be combined with {first} (one constraint per request)", param=second)
+    return fields[0][1] if fields else None

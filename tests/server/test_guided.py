@@ -1,0 +1,89 @@
+"""vLLM's structured-output fields (guided_json / guided_regex / guided_choice / guided_grammar and
+structured_outputs: {...}) reach the engine as the constraint response_format sets; they were ignored,
+named only in x-hearth-ignored-fields. One constraint per request."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.api.guided import KINDS
+from hearth.sample.grammar import GrammarCompiler
+from tests.tool_guard.tiny_vocab import TinyTokenizer
+
+CHAT, COMPLETIONS = "/v1/chat/completions", "/v1/completions"
+USER = [{"role": "user", "content": "hi"}]
+SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}}
+TOK = TinyTokenizer()
+COMPILER = GrammarCompiler(TOK, TOK.vocab_size)
+
+
+def _post(fake, path: str, extra: dict):
+    base = {"messages": USER} if path == CHAT else {"prompt": "hi"}
+    return fake.client.post(path, json={**base, "max_tokens": 4, **extra})
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize("extra,field,want", [
+    ({"guided_json": SCHEMA}, "json_schema", SCHEMA),
+    ({"guided_json": '{"type": "object", "properties": {"a": {"type": "integer"}}}'}, "json_schema", SCHEMA),
+    ({"guided_regex": "[0-9]+"}, "regex", "[0-9]+"),
+    ({"guided_grammar": 'start: "x"'}, "grammar", 'start: "x"'),
+    ({"structured_outputs": {"json": SCHEMA}}, "json_schema", SCHEMA),
+    ({"structured_outputs": {"regex": "[0-9]+"}}, "regex", "[0-9]+"),
+    ({"structured_outputs": {"grammar": 'start: "x"'}}, "grammar", 'start: "x"'),
+    ({"structured_outputs": {"json_object": True}}, "json_object", True),
+])
+def test_vllm_fields_become_the_engines_constraint(fake, path, extra, field, want):
+    r = _post(fake, path, extra)
+    assert r.status_code == 200, r.text
+    assert "x-hearth-ignored-fields" not in r.headers
+    assert getattr(fake.last.params.structured_output, field) == want
+
+
+def _accepts(regex: str, text: str) -> bool:
+    m = COMPILER.matcher(KINDS["regex"](regex))
+    if not all(m.accept(t) for t in TOK.encode(text)):
+        return False
+    mask = m.bitmask()
+    return int.from_bytes(mask[4 * (TOK.eos_id // 32):4 * (TOK.eos_id // 32) + 4], "little") >> (TOK.eos_id % 32) & 1
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_choice_is_exactly_one_of_the_literals(fake, path):
+    choices = ["yes", "no", "a.b (c)|d", "x+"]
+    for extra in ({"guided_choice": choices}, {"structured_outputs": {"choice": choices}}):
+        assert _post(fake, path, extra).status_code == 200
+        regex = fake.last.params.structured_output.regex
+        assert all(_accepts(regex, c) for c in choices)  # regex metacharacters are literal
+        assert not any(_accepts(regex, t) for t in ["axb (c)|d", "a.b c", "d", "xx", "yesno", "ye"])
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+@pytest.mark.parametrize("extra,param", [
+    ({"response_format": {"type": "json_object"}, "guided_json": SCHEMA}, "guided_json"),
+    ({"guided_regex": "a", "guided_choice": ["a"]}, "guided_choice"),
+    ({"guided_json": SCHEMA, "structured_outputs": {"regex": "a"}}, "structured_outputs.regex"),
+    ({"structured_outputs": {"regex": "a", "grammar": 'start: "a"'}}, "structured_outputs.grammar"),
+    ({"structured_outputs": {"structural_tag": "x"}}, "structured_outputs.structural_tag"),
+    ({"guided_regex": "(unclosed"}, "guided_regex"),
+    ({"guided_grammar": "start: ("}, "guided_grammar"),
+    ({"guided_json": "{not json"}, "guided_json"),
+    ({"guided_json": 5}, "guided_json"),
+    ({"guided_json": {"type": "no-such-type"}}, "guided_json"),
+    ({"guided_choice": []}, "guided_choice"),
+    ({"guided_choice": "yes"}, "guided_choice"),
+    ({"guided_regex": 3}, "guided_regex"),
+    ({"structured_outputs": {"json_object": "yes"}}, "structured_outputs.json_object"),
+])
+def test_a_bad_or_second_constraint_is_a_400_naming_it(fake, path, extra, param):
+    r = _post(fake, path, extra)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["message"].startswith(f"{param}: ") and error["param"] == param, error
+
+
+def test_a_forced_tool_call_and_a_guided_field_are_one_constraint_too(fake):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    r = _post(fake, CHAT, {"tools": [tool], "tool_choice": {"type": "function", "function": {"name": "f"}},
+                           "guided_regex": "a"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "guided_regex", r.text
