@@ -109,9 +109,11 @@ def test_chat_whole_and_streamed(results, http):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == r.usage.completion_tokens
 
 
-def test_completions_max_tokens_0_scores_the_prompt(real_server):
+def test_completions_max_tokens_0_scores_the_prompt(real_server, results):
     """lm-eval's loglikelihood: echo, max_tokens 0 -> the prompt's logprobs alone, those of an echo that
     generates (each request alone: the same batch, so the same sums)."""
+    for f in results.values():  # the concurrent requests done first: nothing shares these two's batches
+        f.result()
     oa, m, prompt = real_server.openai(), real_server.model, "The capital of France is"
     echo = oa.completions.create(model=m, prompt=prompt, max_tokens=1, temperature=0, logprobs=2, echo=True)
     score = oa.completions.create(model=m, prompt=prompt, max_tokens=0, temperature=0, logprobs=2, echo=True)
@@ -131,10 +133,12 @@ def test_completions_with_logprobs(results):
     assert "".join(c.choices[0].text for c in results["completion_stream"].result())
     echo = results["completion_echo"].result()  # the prompt's tokens first, the first one's logprob null
     ep, n = echo.choices[0].logprobs, echo.usage.prompt_tokens
-    assert echo.choices[0].text == "The capital of France is" + r.choices[0].text
-    assert "".join(ep.tokens[:n]) == "The capital of France is" and ep.tokens[n:] == lp.tokens
+    # not compared with `r`'s tokens: the two ran in other batches, whose row counts take other kernel
+    # regimes (a few 0.01 of a logprob apart on SmolLM2); test_completions_max_tokens_0_scores_the_prompt
+    # sends each alone
+    assert echo.choices[0].text.startswith("The capital of France is") and len(ep.tokens) == n + 3
+    assert "".join(ep.tokens) == echo.choices[0].text and "".join(ep.tokens[:n]) == "The capital of France is"
     assert ep.token_logprobs[0] is None and ep.top_logprobs[0] is None and all(x <= 0 for x in ep.token_logprobs[1:])
-    assert ep.token_logprobs[n:] == pytest.approx(lp.token_logprobs, abs=1e-4)
     assert ep.tokens[1] in ep.top_logprobs[1] and len(ep.top_logprobs[1]) in (2, 3)  # the top 2 and the prompt's token
     assert ep.text_offset[:n + 1] == [sum(len(t) for t in ep.tokens[:i]) for i in range(n + 1)]
 
