@@ -9,11 +9,13 @@ import sys
 import time
 from dataclasses import replace
 
+from hearth.commands.prompt_line import TerminalLines
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, check_room
 
 DEFAULT_MAX_TOKENS = 1024
 HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
+INTERRUPTED = "Use Ctrl + d or /bye to exit."  # ollama's words when Ctrl-C meets its prompt
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
           "a user message, and the conversation is remembered. A model without one (a base model such as "
           "gemma3-270m) completes text instead, as llama-cli does: PROMPT, or each line on its own, is "
@@ -65,13 +67,19 @@ def main(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     interactive = sys.stdin.isatty()
+    read = TerminalLines(sys.stdin.fileno()).read if interactive else input
     if interactive:
         print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
     while True:
         try:
-            line = input(">>> " if interactive else "")
+            line = read(">>> " if interactive else "")
         except EOFError:
             return 0
+        except KeyboardInterrupt:  # as ollama: the line typed so far is dropped, a fresh prompt
+            if not interactive:
+                raise
+            print(f"\n{INTERRUPTED}", file=sys.stderr)
+            continue
         text = line.strip()
         if text in ("/bye", "/exit", "/quit"):
             return 0
