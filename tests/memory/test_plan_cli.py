@@ -47,11 +47,18 @@ def test_description_on_the_command_line(capsys):
     assert data["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
 
 
+def test_a_ctx_past_the_model_s_is_the_model_s_with_serve_s_notice(capsys, caplog):
+    """As `serve --max-model-len` and `run --ctx` (one helper): the model's 4,096, said in one line."""
+    code, out, _ = run(capsys, "llama-7b", "--device", "h200", "--ctx", "1000000", "--json")
+    assert code == 0 and json.loads(out)["inputs"]["ctx"] == 4096
+    assert [r.getMessage() for r in caplog.records] == [
+        "hearth: the model's context is 4,096 tokens; using that, not the 1,000,000 asked for"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["llama-7b", "--device", "tpu"], "unknown device 'tpu'; known: this, h200"),
     (["llama-7b", "--device", "h200", "--ctx", "0"], "--ctx must be a positive"),
     (["llama-7b", "--device", "h200", "--ctx", "-3"], "--ctx must be a positive"),
-    (["llama-7b", "--device", "h200", "--ctx", "1000000"], "beyond the model's context length"),
     (["llama-7b", "--device", "h200", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--concurrency", "-2"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--kv-cache-dtype", "int3"], "unknown KV cache dtype 'int3'"),
