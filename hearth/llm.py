@@ -124,7 +124,8 @@ class LLM:
                               self.runner.verify_rows)
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
                                  SpeculativeDecoder(spec, _step_cost(spec, self.runner.row_passes) if spec.cost_aware else None,
-                                                    self.tokenizer) if spec is not None else None)
+                                                    self.tokenizer) if spec is not None else None,
+                                 model_context=mc.context_length)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0

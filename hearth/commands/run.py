@@ -123,7 +123,7 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         raise HearthError(f"{e}; lower it or raise --ctx") from None
     except PromptTooLongError as e:
         raise HearthError(f"prompt is {e.prompt_tokens} tokens but the context holds {e.max_context}; "
-                          "shorten it or raise --ctx") from None
+                          f"shorten it{' or raise --ctx' if e.can_raise else ''}") from None
     if note:
         print(note, file=sys.stderr, flush=True)
     if history is not None:
