@@ -30,6 +30,15 @@ def test_json_of_a_real_file(capsys, real_gguf):
     assert data["inputs"]["ctx"] == 2048 and data["inputs"]["concurrency"] == 4 and data["fits"] is True
 
 
+def test_report_names_the_model_as_the_user_did_not_by_general_name(capsys, real_gguf):
+    """The GGUF's general.name is a converter's title-cased directory name here."""
+    g = real_gguf("smollm2-135m")
+    assert g.get("general.name") == "Smollm2 135M 8k Lc100K Mix1 Ep2"
+    for arg, shown in [(str(g.path), g.path.name), ("smollm2-135m", "smollm2-135m")]:
+        code, out, _ = run(capsys, arg, "--device", "H200", "--ctx", "2048")
+        assert code == 0 and out.splitlines()[0] == f"model     {shown} (llama, 30 layers)", out
+
+
 def test_report_has_every_figure_with_a_reason(capsys):
     code, out, _ = run(capsys, "mixtral-8x7b", "--device", "m2-ultra", "--ctx", "8192", "--concurrency", "2",
                        "--kv-cache-dtype", "q8_0")
