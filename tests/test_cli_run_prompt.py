@@ -29,19 +29,27 @@ def _controlling_tty():  # in the child: a session of its own whose terminal is 
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
-def _read_until(fd: int, token: bytes, seen: bytearray, timeout: float) -> bool:
-    """Read the pty into `seen` until `token` shows up after what was seen before (True) or timeout."""
-    start, end = len(seen), time.monotonic() + timeout
-    while time.monotonic() < end:
-        if select.select([fd], [], [], 0.05)[0]:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:  # the child closed the terminal
+class Screen:
+    """What the pty showed; expect() finds each token after the last one found (a chunk may hold several)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.seen, self.pos = fd, bytearray(), 0
+
+    def expect(self, token: bytes, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while (at := self.seen.find(token, self.pos)) < 0:
+            if time.monotonic() > end:
                 return False
-            seen += chunk
-            if token in seen[start:]:
-                return True
-    return False
+            if select.select([self.fd], [], [], 0.05)[0]:
+                try:
+                    self.seen += os.read(self.fd, 4096)
+                except OSError:  # the child closed the terminal
+                    return False
+        self.pos = at + len(token)
+        return True
+
+    def __str__(self) -> str:
+        return self.seen.decode(errors="replace")
 
 
 def test_ctrl_c_at_the_prompt_gives_a_fresh_prompt_every_time(instruct):
@@ -51,19 +59,19 @@ def test_ctrl_c_at_the_prompt_gives_a_fresh_prompt_every_time(instruct):
     proc = subprocess.Popen([sys.executable, "-m", "hearth", "run", str(instruct), *GREEDY],
                             stdin=sub, stdout=sub, stderr=sub, preexec_fn=_controlling_tty, close_fds=True)
     os.close(sub)
-    seen = bytearray()
+    screen = Screen(main)
     try:
-        assert _read_until(main, b">>> ", seen, 120), seen.decode(errors="replace")
+        assert screen.expect(b">>> ", 120), screen
         for turn in range(5):
             if turn % 2 == 0:  # after an answer too
                 os.write(main, b"hello there\r")
-                assert _read_until(main, b">>> ", seen, 30), seen.decode(errors="replace")
+                assert screen.expect(b">>> ", 30), (proc.poll(), str(screen))
             os.write(main, b"\x03")  # at once, as a prompt's first keystroke may
-            assert _read_until(main, b"Use Ctrl + d or /bye to exit.", seen, 10), seen.decode(errors="replace")
-            assert _read_until(main, b">>> ", seen, 10), seen.decode(errors="replace")
+            assert screen.expect(b"Use Ctrl + d or /bye to exit.", 10), screen
+            assert screen.expect(b">>> ", 10), screen
         os.write(main, b"\x04")
         assert proc.wait(30) == 0
-        assert b"Exception ignored" not in seen and b"Traceback" not in seen
+        assert b"Exception ignored" not in screen.seen and b"Traceback" not in screen.seen
     finally:
         if proc.poll() is None:
             proc.kill()
