@@ -5,6 +5,7 @@ the text instead, as llama-cli does (its conversation mode is on only when the G
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import replace
@@ -67,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     interactive = sys.stdin.isatty()
-    read = TerminalLines(sys.stdin.fileno()).read if interactive else input
+    read = TerminalLines(sys.stdin.fileno()).read if interactive and os.name == "posix" else input  # select(): POSIX ttys
     if interactive:
         print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
     while True:
