@@ -68,7 +68,8 @@ def main(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     interactive = sys.stdin.isatty()
-    read = TerminalLines(sys.stdin.fileno()).read if interactive and os.name == "posix" else input  # select(): POSIX ttys
+    posix_tty = interactive and os.name == "posix"  # TerminalLines waits in select(): a POSIX tty's
+    read = TerminalLines(sys.stdin.fileno()).read if posix_tty else input
     if interactive:
         print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
     while True:
