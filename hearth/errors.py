@@ -29,11 +29,14 @@ class DownloadError(HearthError):
 class PromptTooLongError(HearthError):
     """A prompt (plus requested tokens) that does not fit the model's context; never truncated."""
 
-    def __init__(self, prompt_tokens: int, max_context: int):
-        super().__init__(
-            f"prompt is {prompt_tokens} tokens but the context holds {max_context}; "
-            "shorten the prompt or raise --max-model-len"
-        )
+    def __init__(self, prompt_tokens: int, max_context: int, model_context: int | None = None):
+        """model_context: the model's own context (None: not known here). A context that is already
+        the model's cannot be raised: the message then names only what the user can do."""
+        self.can_raise = model_context is None or max_context < model_context
+        remedy = "shorten the prompt or raise --max-model-len" if self.can_raise else "shorten the prompt"
+        if model_context is not None and self.can_raise:
+            remedy += f" (the model's own context is {model_context})"
+        super().__init__(f"prompt is {prompt_tokens} tokens but the context holds {max_context}; {remedy}")
         self.prompt_tokens = prompt_tokens
         self.max_context = max_context
 

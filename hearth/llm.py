@@ -21,6 +21,7 @@ from hearth.errors import HearthError
 from hearth.kvstore.codecs import get_codec
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
+from hearth.loader.context import context_to_run
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
@@ -85,7 +86,7 @@ class LLM:
             spec = draft_gguf = None
         draft_gguf = _draft_weights(spec, draft_gguf, self.backend)
         draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
-        self.max_model_len = _context(cfg.max_model_len, mc.context_length)
+        self.max_model_len = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
@@ -124,7 +125,8 @@ class LLM:
                               self.runner.verify_rows)
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
                                  SpeculativeDecoder(spec, _step_cost(spec, self.runner.row_passes) if spec.cost_aware else None,
-                                                    self.tokenizer) if spec is not None else None)
+                                                    self.tokenizer) if spec is not None else None,
+                                 model_context=mc.context_length)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0
@@ -297,14 +299,6 @@ def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend, special: lis
     past = [i for i in special if i >= size]
     keep = special if len(past) <= KEPT_SPECIAL_MAX else sorted(eog)
     return DraftVocab(head, size, backend, mc.final_logit_softcap, keep=keep)
-
-
-def _context(asked: int, trained: int) -> int:
-    """The context to run: `asked` (0: the model's), never past the model's own (its rope and
-    training stop there; said in one warning line, as llama.cpp does)."""
-    if asked > trained:
-        log.warning(f"hearth: the model's context is {trained:,} tokens; using that, not the {asked:,} asked for")
-    return min(asked or trained, trained)
 
 
 def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, reserve: int = 0) -> int:

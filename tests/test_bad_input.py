@@ -80,6 +80,28 @@ def test_prompt_longer_than_context(capsys, tiny):
     assert_one_line_error(code, err, "context holds 8", "--ctx")  # run's flag, not serve's --max-model-len
 
 
+def test_prompt_longer_than_the_model_s_whole_context_names_only_shortening(capsys, tiny):
+    """The tiny model's context is 256: --ctx 0 (the model's) cannot be raised, so it is not offered."""
+    code, err = run_cli(capsys, "run", str(tiny), "--ctx", "0", "word " * 300)
+    assert_one_line_error(code, err, "context holds 256", "shorten it")
+    assert "--ctx" not in err and "raise" not in err
+
+
+@pytest.mark.parametrize("max_model_len,remedy", [
+    (256, "shorten the prompt"),
+    (8, "shorten the prompt or raise --max-model-len (the model's own context is 256)"),
+])
+def test_the_engine_s_too_long_error_says_what_the_user_can_do(tiny, max_model_len, remedy):
+    """The message the server's 400 carries (from_hearth_error keeps it as it is)."""
+    from hearth import LLM
+    from hearth.errors import PromptTooLongError
+
+    llm = LLM(str(tiny), progress=False, max_model_len=max_model_len, max_num_seqs=1)
+    with pytest.raises(PromptTooLongError) as e:
+        llm.engine.check_prompt(list(range(1, 300)))
+    assert str(e.value).endswith(f"; {remedy}")
+
+
 def test_interactive_chat_outlives_a_message_too_long(capsys, monkeypatch, tiny):
     """The chat said the error and ended; now it says it, forgets that message and goes on."""
     import io

@@ -13,7 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from hearth.engine.async_engine import EngineFullError, EngineStepError
+from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStepError
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError
 from hearth.sample.grammar import InvalidStructuredOutput
 from hearth.sampling_params import InvalidSamplingParams
@@ -72,6 +72,8 @@ def from_hearth_error(e: HearthError, path: str = "") -> APIError:
     """The API status of an error the engine raised about a request on route `path`."""
     if isinstance(e, EngineFullError):
         return APIError(429, str(e), code="queue_full")
+    if isinstance(e, EngineShutdownError):
+        return APIError(503, str(e), code="server_shutting_down")
     if isinstance(e, EngineStepError):
         return APIError(500, str(e), code="engine_error")
     if isinstance(e, MaxTokensTooLargeError):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from hearth.api.errors import APIError
 from hearth.api.served import ServedModel
+from hearth.engine.async_engine import EngineShutdownError
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import RouterConfig
 
@@ -125,6 +126,15 @@ class ModelPool:
         for slot in self.slots:
             if slot.spec.pinned and slot.served is None:
                 await self._ensure_loaded(slot)
+
+    def end_streams(self) -> None:
+        """A shutdown begins: every request in flight ends now with an error its client sees (an SSE
+        error event, else a 503), so that the server need not wait for (or cancel) long answers."""
+        for slot in self.slots:
+            # a cluster's engine (and a test's fake) has none: its requests run to the end as before
+            end = getattr(slot.served.engine, "end_streams", None) if slot.served is not None else None
+            if end is not None:
+                end(EngineShutdownError("the server is shutting down"))
 
     async def close(self) -> None:
         for slot in self.slots:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from pathlib import Path
 
+from hearth.loader.catalog import CATALOG
 from hearth.memory.devices import THIS, known_devices
 from hearth.memory.figure_text import FIGURES
 from hearth.memory.kv_formats import KV_FORMATS
@@ -62,13 +64,24 @@ def main(args: argparse.Namespace) -> int:
         data["inputs"]["model_arg"] = args.model  # as the user named it: reports show this, not general.name
         print(json.dumps(data, indent=1))
     else:
-        print(format_plan(result))
+        print(format_plan(result, shown_name(args.model)))
     return 0
 
 
-def format_plan(p: Plan) -> str:
+def shown_name(model: str) -> str | None:
+    """The name a report shows for MODEL: a catalog name as given, a file (or hub reference) by its
+    file's name; None (the shape's own) for presets and descriptions. Not the GGUF's general.name,
+    which converters often title-case from a directory name ("Smollm2 135M 8k Lc100K Mix1 Ep2")."""
+    if model in CATALOG:
+        return model
+    if Path(model).expanduser().is_file():
+        return Path(model).name
+    return Path(model.rsplit(":", 1)[-1]).name if model.endswith(".gguf") else None  # org/repo:file.gguf
+
+
+def format_plan(p: Plan, name: str | None = None) -> str:
     r, s = p.request, p.request.shape
-    lines = [f"model     {s.name} ({s.arch}, {s.num_layers} layers"
+    lines = [f"model     {name or s.name} ({s.arch}, {s.num_layers} layers"
              f"{f', {s.active_experts} of {s.num_experts} experts' if s.is_moe else ''}"
              f"{f', {s.num_sliding} sliding-window layers' if s.num_sliding else ''})",
              f"device    {r.device.name}",

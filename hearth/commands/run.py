@@ -5,15 +5,18 @@ the text instead, as llama-cli does (its conversation mode is on only when the G
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import replace
 
+from hearth.commands.prompt_line import TerminalLines
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, check_room
 
 DEFAULT_MAX_TOKENS = 1024
 HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
+INTERRUPTED = "Use Ctrl + d or /bye to exit."  # ollama's words when Ctrl-C meets its prompt
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
           "a user message, and the conversation is remembered. A model without one (a base model such as "
           "gemma3-270m) completes text instead, as llama-cli does: PROMPT, or each line on its own, is "
@@ -65,13 +68,20 @@ def main(args: argparse.Namespace) -> int:
     if note:
         print(note, file=sys.stderr)
     interactive = sys.stdin.isatty()
+    posix_tty = interactive and os.name == "posix"  # TerminalLines waits in select(): a POSIX tty's
+    read = TerminalLines(sys.stdin.fileno()).read if posix_tty else input
     if interactive:
         print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
     while True:
         try:
-            line = input(">>> " if interactive else "")
+            line = read(">>> " if interactive else "")
         except EOFError:
             return 0
+        except KeyboardInterrupt:  # as ollama: the line typed so far is dropped, a fresh prompt
+            if not interactive:
+                raise
+            print(f"\n{INTERRUPTED}", file=sys.stderr)
+            continue
         text = line.strip()
         if text in ("/bye", "/exit", "/quit"):
             return 0
@@ -115,7 +125,7 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         raise HearthError(f"{e}; lower it or raise --ctx") from None
     except PromptTooLongError as e:
         raise HearthError(f"prompt is {e.prompt_tokens} tokens but the context holds {e.max_context}; "
-                          "shorten it or raise --ctx") from None
+                          f"shorten it{' or raise --ctx' if e.can_raise else ''}") from None
     if note:
         print(note, file=sys.stderr, flush=True)
     if history is not None:

@@ -9,6 +9,7 @@ import errno
 import os
 import socket
 import sys
+from collections.abc import Callable
 
 import uvicorn
 
@@ -202,7 +203,7 @@ def run_server(app, args: argparse.Namespace, names: str) -> int:
     url = f"http://{_url_host(args.host)}:{args.port}"
     ready = f"hearth: serving {names} at {url} (chat page {url}/, API {url}/v1)"
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                    timeout_graceful_shutdown=5), ready)
+                                    timeout_graceful_shutdown=5), ready, app.state.models.end_streams)
     server.run()
     return 0 if server.started else 1
 
@@ -238,11 +239,17 @@ def _url_host(host: str) -> str:
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server, announcing the URL once the socket listens."""
+    """uvicorn's server, announcing the URL once the socket listens; on Ctrl-C (SIGTERM) it ends the
+    answers in flight first, each with an error event, as llama-server and vLLM exit promptly:
+    uvicorn alone waits timeout_graceful_shutdown for them, then cancels them with a traceback."""
 
-    def __init__(self, config: uvicorn.Config, ready: str):
+    def __init__(self, config: uvicorn.Config, ready: str, end_streams: Callable[[], None]):
         super().__init__(config)
-        self.ready = ready
+        self.ready, self.end_streams = ready, end_streams
+
+    async def shutdown(self, sockets=None) -> None:
+        self.end_streams()
+        await super().shutdown(sockets)
 
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)

@@ -33,6 +33,11 @@ class EngineStepError(HearthError):
     the failure was outside the runner, the engine's bookkeeping then being in doubt)."""
 
 
+class EngineShutdownError(HearthError):
+    """The server is shutting down: requests in flight end with this (the server answers 503; a
+    stream gets an error event), new ones are refused."""
+
+
 @dataclass(slots=True)
 class EngineStats:
     num_running: int
@@ -111,6 +116,8 @@ class AsyncEngine:
         """Engine-thread side: where each request's outputs go."""
         self._ids = itertools.count()
         self._stopping = False
+        self._closing: EngineShutdownError | None = None
+        """Set by end_streams: what every later add_request raises."""
         self._thread = threading.Thread(target=self._run, name="hearth-engine", daemon=True)
 
     def start(self) -> None:
@@ -127,9 +134,17 @@ class AsyncEngine:
         self._thread.join(timeout=30)
         self.core.close()
 
+    def end_streams(self, error: EngineShutdownError) -> None:
+        """Shutdown's first step: end every request in flight with `error` after the step that runs
+        now (their clients get an error event, not a cut stream) and refuse new ones."""
+        self._closing = error
+        self._send(("end_all", error))
+
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None) -> RequestStream:
         """Queue a request; bad prompts and a full queue raise here, before any output."""
+        if self._closing is not None:
+            raise self._closing
         self.core.check_request(prompt_token_ids, params)
         if self._in_flight >= self.max_in_flight:
             raise EngineFullError(f"{self._in_flight} requests are in flight (limit {self.max_in_flight}); "
@@ -200,6 +215,8 @@ class AsyncEngine:
                 self._streams[stream.request_id] = stream
             elif command[0] == "export":
                 self._export(*command[1:])
+            elif command[0] == "end_all":
+                self._fail(command[1], list(self._streams))
             else:
                 self.core.abort(command[1])
                 self._streams.pop(command[1], None)
@@ -220,7 +237,7 @@ class AsyncEngine:
             result, error = None, EngineStepError(f"KV export failed: {type(e).__name__}: {e}")
         future.get_loop().call_soon_threadsafe(settle, result, error)
 
-    def _fail(self, error: EngineStepError, request_ids: list[str]) -> None:
+    def _fail(self, error: HearthError, request_ids: list[str]) -> None:
         """End these requests with `error` (each stream gets it even where aborting raises too)."""
         for rid in request_ids:
             stream = self._streams.pop(rid, None)

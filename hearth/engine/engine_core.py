@@ -21,24 +21,27 @@ class InvalidPromptError(HearthError):
     """A prompt that is empty or holds token ids outside the vocabulary."""
 
 
-def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int) -> None:
-    """Raise a one-line error for a prompt the engine cannot take; never truncate it."""
+def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int,
+                 model_context: int | None = None) -> None:
+    """Raise a one-line error for a prompt the engine cannot take; never truncate it. model_context:
+    the model's own (None: unknown), so that the error says whether a longer context would help."""
     n = len(prompt_token_ids)
     if n == 0:
         raise InvalidPromptError("prompt is empty: give at least one token")
     if n >= max_model_len:
-        raise PromptTooLongError(n, max_model_len)
+        raise PromptTooLongError(n, max_model_len, model_context)
     bad = [t for t in prompt_token_ids if not 0 <= t < vocab_size]
     if bad:
         raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{vocab_size - 1})")
 
 
-def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model_len: int, vocab_size: int) -> None:
+def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model_len: int, vocab_size: int,
+                  model_context: int | None = None) -> None:
     """check_prompt, top-k logprobs the vocabulary holds and a structured-output constraint the
     grammar engine can compile (also run by a cluster's front end, which holds no engine). A
     max_tokens past the room left is the API's and the CLI's error (where a client set it:
     hearth.errors.check_room); here it ends the answer."""
-    check_prompt(prompt_token_ids, max_model_len, vocab_size)
+    check_prompt(prompt_token_ids, max_model_len, vocab_size, model_context)
     for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
         k = getattr(params, field)
         if k is not None and k > vocab_size:
@@ -56,8 +59,9 @@ class GrammarDraftStats:
 
 class EngineCore:
     def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int,
-                 spec: SpeculativeDecoder | None = None):
-        """spec: proposes draft tokens before each step (None: one token per sequence and step)."""
+                 spec: SpeculativeDecoder | None = None, model_context: int | None = None):
+        """spec: proposes draft tokens before each step (None: one token per sequence and step).
+        model_context: the model's own context (max_model_len is at most it; None: unknown)."""
         self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
         self.spec = spec
         self.grammar_drafts = GrammarDraftStats()
@@ -65,7 +69,7 @@ class EngineCore:
         """request id -> the tokens its grammar forces next (RunnerOutput.forced): drafted for its
         next step where the proposer offers none, so a forced run (`", "arguments": {` after a tool's
         name) costs one verify step, not a decode step a token."""
-        self.max_model_len, self.vocab_size = max_model_len, vocab_size
+        self.max_model_len, self.vocab_size, self.model_context = max_model_len, vocab_size, model_context
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
         self.executing: list[str] | None = None
         """The requests of the runner call in progress (failed_step reads it after step() raised)."""
@@ -73,10 +77,10 @@ class EngineCore:
         self._idle()
 
     def check_prompt(self, prompt_token_ids: list[int]) -> None:
-        check_prompt(prompt_token_ids, self.max_model_len, self.vocab_size)
+        check_prompt(prompt_token_ids, self.max_model_len, self.vocab_size, self.model_context)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size)
+        check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False) -> str:

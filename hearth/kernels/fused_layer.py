@@ -9,6 +9,7 @@ on the AttentionMetadata and shared by every layer."""
 from __future__ import annotations
 
 import ctypes
+import weakref
 
 import torch
 
@@ -66,11 +67,8 @@ class FusedLayer:
         ptrs = (_p * 6)(*[None if t is None else t.data_ptr() for t in norms])
         self.ptr = self.lib.hk_layer_new(*(m.plan for m in mms), ptrs, (_f32 * 5)(*eps), native.ACTIVATIONS[activation],
                                          int(neox), heads, kv_heads, head_dim, rot, window, scale, softcap)
-
-    def __del__(self):
-        if getattr(self, "ptr", None):
-            self.lib.hk_layer_free(self.ptr)
-            self.ptr = None
+        if self.ptr:  # freed before the plans it points at (they are kept alive by self.mms till then)
+            self._free = weakref.finalize(self, self.lib.hk_layer_free, self.ptr)
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache, meta) -> bool:
         """x: the residual stream f32 [M, hidden], contiguous, updated in place. False: not run (the

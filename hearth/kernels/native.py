@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -374,11 +375,8 @@ class NativeMatmul:
         if not self.plan:
             raise ValueError(f"native kernels cannot read {[QTYPES.get(int(q), q) for _, q in weights]} "
                              f"with in_features {k}")
-
-    def __del__(self):
-        if getattr(self, "plan", None):
-            self.lib.hk_plan_free(self.plan)
-            self.plan = None
+        # not __del__: a finalizer object frees the plan once, and none runs for a half-built plan
+        self._free = weakref.finalize(self, self.lib.hk_plan_free, self.plan)
 
     def __call__(self, x: torch.Tensor, out: torch.Tensor | None = None, norm: torch.Tensor | None = None,
                  eps: float = 0.0, bias: torch.Tensor | None = None) -> torch.Tensor:

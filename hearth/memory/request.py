@@ -3,6 +3,7 @@ Used by `hearth plan` and by anything else that wants the ceilings (the benchmar
 
 from __future__ import annotations
 
+from hearth.loader.context import context_to_run
 from hearth.memory import PlanError
 from hearth.memory.devices import THIS, get_device
 from hearth.memory.kv_formats import kv_format
@@ -16,18 +17,23 @@ DEFAULT_BLOCK = 16  # EngineConfig.block_size
 def build_request(model: str, device: str = THIS, ctx: int | None = None, concurrency: int = 1,
                   kv_cache_dtype: str = "auto", block_size: int | None = None,
                   batch_tokens: int = DEFAULT_BATCH_TOKENS, memory_gib: float | None = None,
-                  remeasure: bool = False, progress: bool = False) -> PlanRequest:
-    """Checks the cheap things first (names, numbers) so bad input never waits on a measurement."""
+                  remeasure: bool = False, progress: bool = False, fit_ctx: bool = False) -> PlanRequest:
+    """Checks the cheap things first (names, numbers) so bad input never waits on a measurement.
+    fit_ctx: a ctx past the model's is the model's, with serve's and run's notice; else an error."""
     fmt = kv_format(kv_cache_dtype)
     block = fmt.block_size(block_size, DEFAULT_BLOCK)
     if block <= 0:
         raise PlanError(f"--block-size must be positive, got {block}")
     m = model_input(model, progress=progress)
-    ctx = m.shape.context_length if ctx is None else ctx
+    if ctx is None:
+        ctx = m.shape.context_length
+    elif fit_ctx and ctx > 0:
+        ctx = context_to_run(ctx, m.shape.context_length)
     check_request(m.shape, ctx, concurrency, batch_tokens)
     dev = get_device(device, memory_gib, refresh=remeasure)
     return PlanRequest(m.shape, m.tensors, m.weights_source, dev, ctx, concurrency, fmt, block, batch_tokens)
 
 
 def plan_for(model: str, **options) -> Plan:
-    return plan(build_request(model, **options))
+    """As `hearth plan` asks: a ctx past the model's is the model's, as serve and run run it."""
+    return plan(build_request(model, fit_ctx=True, **options))

@@ -1,10 +1,11 @@
 """AsyncEngine: streams of deltas from a background thread, abort, backpressure, step failures."""
 
 import asyncio
+import threading
 
 import pytest
 
-from hearth.engine.async_engine import AsyncEngine, EngineFullError, EngineStepError, RequestStream
+from hearth.engine.async_engine import AsyncEngine, EngineFullError, EngineShutdownError, EngineStepError, RequestStream
 from hearth.engine.engine_core import InvalidPromptError
 from hearth.sampling_params import SamplingParams
 
@@ -74,6 +75,41 @@ def test_bad_prompt_and_full_queue_raise_before_any_output():
         ae.add_request([1], greedy(1)).abort()  # room again once they finished
 
     run(main, engine)
+
+
+def test_end_streams_ends_every_request_in_flight_with_its_error_and_refuses_new_ones():
+    """A server's shutdown: the answers end now with the error (their clients see it), blocks free."""
+    engine, sched, runner = make_engine()
+    real, gate, calls = runner.execute, threading.Event(), []
+
+    def gated(so):  # the second step waits until shutdown has begun: the requests are still running then
+        calls.append(so)
+        if len(calls) > 1:
+            gate.wait(10)
+        return real(so)
+
+    runner.execute = gated
+
+    async def main(ae):
+        streams = [ae.add_request([i], greedy(None)) for i in (1, 10)]  # as long as the context lets them
+        async with streams[0]:
+            await streams[0].__anext__()  # running
+            ae.end_streams(EngineShutdownError("the server is shutting down"))
+            gate.set()
+            with pytest.raises(EngineShutdownError, match="shutting down"):
+                async for _ in streams[0]:
+                    pass
+        with pytest.raises(EngineShutdownError):
+            await collect(streams[1])
+        with pytest.raises(EngineShutdownError):
+            ae.add_request([1], greedy(1))
+        for _ in range(100):
+            if sched.kv.pool.num_free == 64 and not engine.has_unfinished():
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
+    assert run(main, engine)
 
 
 def test_a_failing_step_ends_requests_with_an_error_and_the_engine_goes_on():

@@ -30,6 +30,15 @@ def test_json_of_a_real_file(capsys, real_gguf):
     assert data["inputs"]["ctx"] == 2048 and data["inputs"]["concurrency"] == 4 and data["fits"] is True
 
 
+def test_report_names_the_model_as_the_user_did_not_by_general_name(capsys, real_gguf):
+    """The GGUF's general.name is a converter's title-cased directory name here."""
+    g = real_gguf("smollm2-135m")
+    assert g.get("general.name") == "Smollm2 135M 8k Lc100K Mix1 Ep2"
+    for arg, shown in [(str(g.path), g.path.name), ("smollm2-135m", "smollm2-135m")]:
+        code, out, _ = run(capsys, arg, "--device", "H200", "--ctx", "2048")
+        assert code == 0 and out.splitlines()[0] == f"model     {shown} (llama, 30 layers)", out
+
+
 def test_report_has_every_figure_with_a_reason(capsys):
     code, out, _ = run(capsys, "mixtral-8x7b", "--device", "m2-ultra", "--ctx", "8192", "--concurrency", "2",
                        "--kv-cache-dtype", "q8_0")
@@ -47,11 +56,18 @@ def test_description_on_the_command_line(capsys):
     assert data["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
 
 
+def test_a_ctx_past_the_model_s_is_the_model_s_with_serve_s_notice(capsys, caplog):
+    """As `serve --max-model-len` and `run --ctx` (one helper): the model's 4,096, said in one line."""
+    code, out, _ = run(capsys, "llama-7b", "--device", "h200", "--ctx", "1000000", "--json")
+    assert code == 0 and json.loads(out)["inputs"]["ctx"] == 4096
+    assert [r.getMessage() for r in caplog.records] == [
+        "hearth: the model's context is 4,096 tokens; using that, not the 1,000,000 asked for"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["llama-7b", "--device", "tpu"], "unknown device 'tpu'; known: this, h200"),
     (["llama-7b", "--device", "h200", "--ctx", "0"], "--ctx must be a positive"),
     (["llama-7b", "--device", "h200", "--ctx", "-3"], "--ctx must be a positive"),
-    (["llama-7b", "--device", "h200", "--ctx", "1000000"], "beyond the model's context length"),
     (["llama-7b", "--device", "h200", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--concurrency", "-2"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--kv-cache-dtype", "int3"], "unknown KV cache dtype 'int3'"),

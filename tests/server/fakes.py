@@ -3,7 +3,7 @@ case needs (tool calls, reasoning, malformed output, a failing step) with no mod
 
 The fake tokenizer maps characters to code points. The fake engine decodes the prompt, finds the
 last `script:NAME` in it and streams SCRIPTS[NAME] one piece per output; without a marker it
-echoes "ok". `script:fail` raises EngineStepError after one piece; `script:slow` never ends."""
+echoes "ok". `script:fail` raises EngineStepError after one piece (`script:shutdown`: EngineShutdownError); `script:slow` never ends."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hearth.api.app import ServerConfig, create_app
 from hearth.api.chat_template import ChatTemplate
 from hearth.api.served import ServedModel
-from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepError
+from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStats, EngineStepError
 from hearth.engine.engine_core import check_request
 from hearth.outputs import EngineOutput
 
@@ -157,10 +157,13 @@ class FakeStream:
         elif self.script == "fail" and self.sent == 1:
             self._end()
             raise EngineStepError("engine step failed: RuntimeError: boom")
+        elif self.script == "shutdown" and self.sent == 1:  # as AsyncEngine.end_streams ends it
+            self._end()
+            raise EngineShutdownError("the server is shutting down")
         piece = self.pieces[self.sent % len(self.pieces)]
         self.sent += 1
         limit = self.params.max_tokens or 10**9
-        done = self.script not in ("slow", "fail") and (self.sent >= len(self.pieces) or self.sent >= limit)
+        done = self.script not in ("slow", "fail", "shutdown") and (self.sent >= len(self.pieces) or self.sent >= limit)
         reason = ("length" if self.sent >= limit and self.sent < len(self.pieces) else "stop") if done else None
         lp = LOGPROBS.get((self.script, self.sent - 1), -0.5)
         logprobs = [{ord(piece[0]) if piece else 0: lp, 65: -1.0, 66: -2.0}] if self.params.logprobs is not None else None

@@ -1,0 +1,75 @@
+"""Ctrl-C on `hearth serve` with answers streaming: they end at once with an error event (OpenAI's
+`data: {"error": ...}` then [DONE]; Anthropic's `event: error`), and the server exits quietly
+(before: it waited uvicorn's 5 s graceful timeout, cancelled the streams with a traceback, and the
+clients' streams were cut with no error and no [DONE])."""
+
+import json
+import signal
+import threading
+import time
+
+import httpx2
+import pytest
+
+from tests.server.conftest import API_KEY, launch, stop
+
+LONG = {"model": "tiny", "max_tokens": 4000, "ignore_eos": True, "stream": True,
+        "messages": [{"role": "user", "content": "count"}]}
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    from tests.gguf_factory import write_tiny_gguf
+    from tests.server.fakes import TEMPLATE
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, "llama", chat_template=TEMPLATE, context=8192)
+    return path
+
+
+def _stream(url: str, started: threading.Event, lines: list[str]) -> None:
+    headers = {"Authorization": f"Bearer {API_KEY}"}
+    with httpx2.stream("POST", url + "/v1/chat/completions", json=LONG, headers=headers, timeout=60) as r:
+        try:
+            for line in r.iter_lines():
+                lines.append(line)
+                if sum(x.startswith("data:") for x in lines) >= 4:
+                    started.set()
+        except httpx2.HTTPError as e:  # a cut stream: what the test rules out
+            lines.append(f"CUT {type(e).__name__}")
+
+
+def test_ctrl_c_ends_streams_with_an_error_event_and_exits_quietly(tiny, tmp_path):
+    log = tmp_path / "serve.log"
+    proc, server = launch(tiny, log, "--max-model-len", "8192", name="tiny")
+    started, lines = threading.Event(), []
+    try:
+        # OpenAI's ignore_eos keeps the random model going (the Anthropic route has none: see below)
+        thread = threading.Thread(target=_stream, args=(server.url, started, lines))
+        thread.start()
+        assert started.wait(60), lines
+        proc.send_signal(signal.SIGINT)
+        t0 = time.monotonic()
+        code = proc.wait(20)
+        took = time.monotonic() - t0
+        thread.join(20)
+    finally:
+        stop(proc)
+    text = log.read_text()
+    assert code == 130 and took < 3, (took, text)  # 130: a Ctrl-C, as uvicorn re-raises it and the shell says
+    assert "Traceback" not in text and "CancelledError" not in text and "timeout graceful" not in text, text
+
+    lines = [x for x in lines if x]
+    assert lines[-1] == "data: [DONE]", lines[-3:]
+    error = json.loads(lines[-2].removeprefix("data: "))["error"]
+    assert error["code"] == "server_shutting_down" and error["message"] == "the server is shutting down"
+
+
+def test_anthropic_stream_ended_by_shutdown_gets_an_error_event(fake):
+    """The same end on the Anthropic route (the fake engine's stream ends as end_streams ends one)."""
+    r = fake.client.post("/v1/messages", json={"max_tokens": 8, "stream": True,
+                                               "messages": [{"role": "user", "content": "script:shutdown"}]})
+    event, data = [e for e in r.text.split("\n\n") if e][-1].split("\n")
+    assert event == "event: error"
+    assert json.loads(data.removeprefix("data: ")) == {
+        "type": "error", "error": {"type": "overloaded_error", "message": "the server is shutting down"}}

@@ -1,0 +1,79 @@
+"""`hearth run` at its `>>>` prompt on a real terminal (a pty): Ctrl-C lands every time."""
+
+import fcntl
+import os
+import select
+import subprocess
+import sys
+import termios
+import time
+
+import pytest
+
+from tests.test_cli import GREEDY, TEMPLATE
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="a POSIX pty")
+
+
+@pytest.fixture(scope="module")
+def instruct(tmp_path_factory):
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path_factory.mktemp("pty") / "instruct.gguf"
+    write_tiny_gguf(path, "llama", chat_template=TEMPLATE)
+    return path
+
+
+def _controlling_tty():  # in the child: a session of its own whose terminal is the pty, so ^C is its SIGINT
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Screen:
+    """What the pty showed; expect() finds each token after the last one found (a chunk may hold several)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.seen, self.pos = fd, bytearray(), 0
+
+    def expect(self, token: bytes, timeout: float) -> bool:
+        end = time.monotonic() + timeout
+        while (at := self.seen.find(token, self.pos)) < 0:
+            if time.monotonic() > end:
+                return False
+            if select.select([self.fd], [], [], 0.05)[0]:
+                try:
+                    self.seen += os.read(self.fd, 4096)
+                except OSError:  # the child closed the terminal
+                    return False
+        self.pos = at + len(token)
+        return True
+
+    def __str__(self) -> str:
+        return self.seen.decode(errors="replace")
+
+
+def test_ctrl_c_at_the_prompt_gives_a_fresh_prompt_every_time(instruct):
+    """As ollama: ^C at `>>>` says how to exit and prompts again; ^D then ends with 0. Before, a
+    SIGINT that landed between the prompt and input()'s read(2) left it waiting (1 in 8 here)."""
+    main, sub = os.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "hearth", "run", str(instruct), *GREEDY],
+                            stdin=sub, stdout=sub, stderr=sub, preexec_fn=_controlling_tty, close_fds=True)
+    os.close(sub)
+    screen = Screen(main)
+    try:
+        assert screen.expect(b">>> ", 120), screen
+        for turn in range(5):
+            if turn % 2 == 0:  # after an answer too
+                os.write(main, b"hello there\r")
+                assert screen.expect(b">>> ", 30), (proc.poll(), str(screen))
+            os.write(main, b"\x03")  # at once, as a prompt's first keystroke may
+            assert screen.expect(b"Use Ctrl + d or /bye to exit.", 10), screen
+            assert screen.expect(b">>> ", 10), screen
+        os.write(main, b"\x04")
+        assert proc.wait(30) == 0
+        assert b"Exception ignored" not in screen.seen and b"Traceback" not in screen.seen
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(main)
