@@ -46,8 +46,8 @@ async def completions(body: CompletionRequest, request: Request):
         "logprobs": body.logprobs, "prompt_logprobs": body.logprobs if body.echo else None,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
-        "structured_output": guided(body, {"response_format": response_format(body.response_format)})}, state.limits, served.max_model_len,
-        prompt_tokens=longest)
+        "structured_output": guided(body, {"response_format": response_format(body.response_format)})},
+        state.limits, served.max_model_len, prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
     reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs, scoring)
     if body.stream:
