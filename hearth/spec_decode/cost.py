@@ -23,7 +23,13 @@ class StepCost:
     """A draft token's time as a share of a step without drafts: the cost of lengths while nothing
     is measured, and always for a seeded sampled request (its drafts must not depend on timing)."""
     keep: float = 0.7
-    """Weight of a row count's smoothed time against its newest step."""
+    """Weight of a row count's smoothed time against a newest step that was faster..."""
+    keep_slower: float = 0.95
+    """... and against one that was slower. Other processes' load only ever adds time, and it comes
+    in bursts: a plain step slowed by one (on a shared Zen 4, 52 ms steps timed at up to 100) made
+    the verify steps measured before it look cheap, and a draft model that runs 0.85x plain drafted
+    on. So a slow step moves the estimate a little (a longer context's slower steps still come
+    through, over ~20 steps), a fast one as before."""
     seconds: dict[int, float] = field(default_factory=dict)
     """Row count -> smoothed time of a decode-only step of that many rows."""
     passes: tuple[int, int, int] = (0, 0, 0)
@@ -45,7 +51,8 @@ class StepCost:
     def add(self, rows: int, seconds: float) -> None:
         """One decode-only step (every sequence its next token, and drafts): its rows and time."""
         old = self.seconds.get(rows)
-        self.seconds[rows] = seconds if old is None else self.keep * old + (1 - self.keep) * seconds
+        keep = self.keep if old is None or seconds < old else self.keep_slower
+        self.seconds[rows] = seconds if old is None else keep * old + (1 - keep) * seconds
 
     def prior_costs(self, most: int) -> list[float]:
         return [1.0 + self.prior * k for k in range(most + 1)]

@@ -7,7 +7,9 @@ acceptance rate at each draft position (hearth.spec_decode.acceptance), best_len
 length with the most tokens per unit of time,
 0 when none beats plain decoding. A request with nothing worth drafting, or whose drafts missed
 POLICY.misses_to_pause times in a row (hearth.spec_decode.thresholds), pauses and re-probes after
-a pause that doubles each time it fails again. A step with `disable_by_batch_size` running
+a pause that doubles each time it fails again. A pause the cost rule chose doubles even after an
+accepted probe (acceptance was not what it lacked), and passes without a probe where drafts would
+not pay even were all of them accepted. A step with `disable_by_batch_size` running
 sequences or more drafts nothing: a batch that large is compute-bound, where verify rows cost
 about as much as the tokens they might save."""
 
@@ -82,6 +84,13 @@ class _Track:
     pause: int = POLICY.first_pause
     acceptance: Acceptance = field(default_factory=Acceptance)
     """The request's own, recent drafts weighing most."""
+    priced_out: bool = False
+    """The cost rule chose no drafts at its last look: an accepted probe then says nothing about
+    what drafts cost, so it does not shorten the pause (it did, and a draft model whose drafts were
+    accepted but did not pay probed every 9 steps, each probe ~3 plain steps' time: 0.92x plain)."""
+    hopeless: bool = False
+    """... and no length would pay even were every draft accepted: nothing a probe could learn
+    (its acceptance) would change that, so the pause ends without one."""
 
 
 def best_length(rates: list[float], costs: list[float], batch: int) -> int:
@@ -138,7 +147,10 @@ class SpeculativeDecoder:
         # leaves them; counted as nothing (8 nodes at depth 4 ran 0.95x plain on the code edit,
         # 2026-12-03), so the cost rule grants a tree no more nodes than a chain
         depth = self.config.num_speculative_tokens if self.config.tree_budget else most
-        return best_length(t.acceptance.rates(prior, depth), costs, batch)
+        k = best_length(t.acceptance.rates(prior, depth), costs, batch)
+        t.priced_out = k == 0
+        t.hopeless = k == 0 and best_length([1.0] * depth, costs, batch) == 0
+        return k
 
     def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:
         """Drafts for the requests that decode their next token this step; num_running: the
@@ -161,7 +173,7 @@ class SpeculativeDecoder:
                 unmeasured.append(req)
                 continue
             if k == 0 and self.step > t.paused_until:  # drafts would not pay: probe with one, then pause
-                if self.step == t.paused_until + 1:
+                if self.step == t.paused_until + 1 and not t.hopeless:
                     k = 1
                 else:
                     t.paused_until = self.step + t.pause
@@ -207,7 +219,7 @@ class SpeculativeDecoder:
                 t.misses, t.k = 0, K
                 t.paused_until = self.step + t.pause
                 t.pause = min(2 * t.pause, POLICY.longest_pause)
-            elif accepted:
+            elif accepted and not t.priced_out:
                 t.pause = POLICY.first_pause
 
     def forget(self, request_id: str) -> None:

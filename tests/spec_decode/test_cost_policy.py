@@ -11,7 +11,7 @@ from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.acceptance import Acceptance
 from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.cost import StepCost
-from hearth.spec_decode.policy import SpeculativeDecoder, best_length
+from hearth.spec_decode.policy import DraftOutcome, SpeculativeDecoder, best_length
 from hearth.spec_decode.thresholds import POLICY
 
 from tests.engine.fakes import ScriptedProposer
@@ -23,9 +23,12 @@ def test_step_cost_measures_per_row_count_and_prices_the_unmeasured_optimistical
     cost = StepCost(prior=0.25)
     assert cost.costs(1, 8) is None  # nothing measured at the plain step's size: draft nothing
     assert cost.prior_costs(2) == [1.0, 1.25, 1.5]
-    cost.add(1, 0.040)
-    cost.add(1, 0.050)  # smoothed: 0.7 * 40 + 0.3 * 50 ms
-    assert abs(cost.seconds[1] - 0.043) < 1e-12
+    cost.add(1, 0.050)
+    cost.add(1, 0.040)  # smoothed: 0.7 * 50 + 0.3 * 40 ms
+    assert abs(cost.seconds[1] - 0.047) < 1e-12
+    cost.add(1, 0.067)  # a slower one weighs less: 0.95 * 47 + 0.05 * 67
+    assert abs(cost.seconds[1] - 0.048) < 1e-12
+    cost.seconds[1] = 0.043
     assert cost.costs(1, 8) == [1.0] * 9  # past the longest measured, priced as it: tried once
     cost.add(5, 0.086)  # 2 x the plain step
     got = cost.costs(1, 8)
@@ -209,3 +212,67 @@ def test_a_seeded_sampled_request_reads_neither_timings_nor_other_requests():
     after = spec.propose([seeded, greedy], 2)
     assert len(before["s"]) == len(after["s"]) > 0
     assert len(after.get("g", [])) > len(before.get("g", []))  # the control: an unseeded request follows them
+
+
+# A draft model's steps on a Zen 4 without AMX (Qwen2.5-Coder-1.5B target, 0.5B q4_0 draft, one
+# thread, 2026-12-06): rows -> ms of a step verifying rows - 1 drafts, the draft's forwards included
+ZEN4_DRAFT_MS = {1: 52, 2: 113, 3: 157, 5: 250}
+
+
+def drafting_steps(ms, accept, steps=256):
+    """A greedy request whose first draft is accepted at `accept`, over `steps` steps with the step
+    costs `ms` measured -> the steps that drafted."""
+    cost = StepCost(0.8)
+    for rows, t in ms.items():
+        cost.add(rows, t / 1e3)
+    spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=4, disable_by_batch_size=0), cost)
+    spec.proposer = ScriptedProposer(lambda r: [7] * 4, obey_k=True)
+    spec.acceptance = Acceptance([accept * 20] + [0.0] * 3, [20.0] + [0.0] * 3)
+    req = SimpleNamespace(request_id="a", prompt_token_ids=[1], output_token_ids=[2],
+                          params=SamplingParams(temperature=0), num_tokens=2)
+    drafted = []
+    for i in range(steps):
+        d = spec.propose([req], 1).get("a", [])
+        if d:
+            drafted.append(i)
+            n = len(d)
+            spec.observe([DraftOutcome("a", n, n if random.random() < accept else 0, n)])
+    return drafted
+
+
+def test_drafts_accepted_but_too_dear_are_not_probed_every_pause():
+    """On that Zen 4 a draft step costs more than the tokens it gains, even with 0.93 of the first
+    drafts accepted: the policy pauses. Each probe's draft was accepted, and an accepted draft ended
+    the pause at 8 steps: a probe (the draft's catch-up, ~3 plain steps) every 9 steps ran 0.92x
+    plain. A pause the cost rule chose now doubles however its probe went."""
+    random.seed(0)
+    rates = Acceptance([0.93 * 20] + [0.0] * 3, [20.0] + [0.0] * 3).rates(0.6, 4)
+    cost = StepCost(0.8)
+    for rows, t in ZEN4_DRAFT_MS.items():
+        cost.add(rows, t / 1e3)
+    assert best_length(rates, cost.costs(1, 4), 1) == 0
+    drafted = drafting_steps(ZEN4_DRAFT_MS, 0.93)
+    assert 1 <= len(drafted) <= 6  # probes at ~9, 26, 59, 124, 253: doubling pauses (was 25)
+    # the control: where a verify row is nearly free (AMX: 1 row 46 ms, 5 rows 67), they draft on
+    assert len(drafting_steps({1: 46, 2: 50, 3: 55, 5: 67}, 0.93)) > 0.9 * 256
+
+
+def test_no_probe_where_no_acceptance_would_pay():
+    """Where even drafts all accepted would not beat plain decoding by min_gain, a probe (which
+    only learns acceptance) cannot change the decision: the pauses pass without one."""
+    random.seed(0)
+    assert drafting_steps({1: 52, 2: 110, 3: 170, 5: 290}, 0.93) == []
+
+
+def test_a_burst_of_load_moves_a_step_time_a_little_a_faster_step_as_before():
+    """Other processes only ever add time: a plain step slowed by a burst of load made the verify
+    steps measured before it look cheap (a draft model at 0.85x plain drafted on)."""
+    cost = StepCost(0.8)
+    cost.add(1, 0.052)
+    cost.add(2, 0.113)
+    for _ in range(3):
+        cost.add(1, 0.100)  # a burst: three steps at ~2x
+    assert cost.seconds[1] < 0.060 and cost.costs(1, 1)[1] > 1.9
+    before = cost.seconds[1]
+    cost.add(1, 0.040)  # a faster one weighs as before (keep 0.7)
+    assert abs(cost.seconds[1] - (0.7 * before + 0.3 * 0.040)) < 1e-12
