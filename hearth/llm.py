@@ -223,13 +223,15 @@ class LLM:
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
-    """OpenAI chat messages read as the server reads them (hearth.api.messages: the same roles, checks
-    and mapping, developer -> system); a bad one is a ValueError naming the field, as the server's 400."""
+    """Chat messages read as the server reads them (hearth.api.messages: the same roles, checks and
+    mapping, developer -> system) less OpenAI's wire-only rules: Hugging Face's convention holds (a tool
+    message needs no tool_call_id; keys hearth does not read reach the template). A bad message is a
+    ValueError naming the field, as the server's 400."""
     from hearth.api.errors import APIError  # here: it imports fastapi, which the library need not load
     from hearth.api.messages import openai_messages
 
     try:
-        return openai_messages(messages)
+        return openai_messages(messages, wire=False)
     except APIError as e:
         raise ValueError(e.message) from None
 
