@@ -79,10 +79,12 @@ class LLM:
         mc = self.model_config
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         regimes = self.backend.row_regimes(self.model, codec.quantized)
+        self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
-            log.warning("hearth: speculative decoding is off: without the native kernels a verify row is not "
-                        "computed bit for bit as a decode row, so drafts would not be lossless"
-                        + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
+            self.speculation_off = ("without the native kernels a verify row is not computed bit for bit as a "
+                                    "decode row, so drafts would not be lossless"
+                                    + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
+            log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
         draft_gguf = _draft_weights(spec, draft_gguf, self.backend)
         draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
