@@ -41,7 +41,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(tools), history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens)
+    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens,
+                             served.model_context)
     parallel = body.parallel_tool_calls and not legacy
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
@@ -77,7 +78,8 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, ex
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
                                   template_kwargs=body.chat_template_kwargs)
         return text, served.encode_chat_text(text)
-    text, _ = guard.fit(render, openai_messages(body.messages + extra), served.max_model_len, max_tokens)
+    text, _ = guard.fit(render, openai_messages(body.messages + extra), served.max_model_len, max_tokens,
+                     served.model_context)
     return reprompt_ids(served, text, max_tokens)
 
 
