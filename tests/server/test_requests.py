@@ -119,6 +119,16 @@ def test_completions_max_tokens_0_with_echo_scores_the_prompt(fake):
     assert r.choices[0].text == "script:hello" and r.choices[0].logprobs is None
 
 
+def test_scoring_with_min_tokens_names_the_max_tokens_the_client_sent(fake):
+    """The engine computes one token when scoring; the 400 said 'at most max_tokens (1)', a value the
+    client never sent."""
+    r = fake.client.post("/v1/completions", json={"prompt": "script:hello", "echo": True, "max_tokens": 0,
+                                                  "min_tokens": 2, "logprobs": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens"
+    assert r.json()["error"]["message"] == "min_tokens: must be at most max_tokens (0), got 2"
+    assert not fake.engine.added
+
+
 def test_completions_stream_echo_with_logprobs(fake):
     """The echo goes out with the prompt's logprobs in each choice's first chunk; text_offset runs on
     across chunks."""
