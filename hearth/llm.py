@@ -151,6 +151,8 @@ class LLM:
             results.append(result)
             for j in range(p.n):
                 child = p if p.seed is None else replace(p, seed=p.seed + j)
+                if j and p.prompt_logprobs is not None:  # the first child's are the result's: the rest hit its prefix
+                    child = replace(child, prompt_logprobs=None)
                 rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}", checked=True)
                 result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                 children[rid] = (result, result.outputs[j])
@@ -158,7 +160,8 @@ class LLM:
             while self.engine.has_unfinished():
                 for out in self.engine.step():
                     result, comp = children[out.request_id]
-                    result.num_cached_tokens = out.num_cached_tokens
+                    if comp.index == 0:  # the prompt's, as the server counts it: siblings hit the first's blocks
+                        result.num_cached_tokens = out.num_cached_tokens
                     comp.token_ids.extend(out.new_token_ids)
                     comp.text += out.new_text
                     if out.new_logprobs is not None:

@@ -73,7 +73,10 @@ def test_completions_batch_echo_and_logprobs(fake):
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert r.choices[0].text == "script:hello" + "Hello there!" and r.choices[3].text == 'script:json{"answer": "yes"}'
     lp = r.choices[0].logprobs  # echo: the prompt's tokens first, the first one's logprob null (OpenAI's legacy API)
-    assert lp.tokens == [*"script:hello", "H", "l", "t", "!"] and fake.last.params.prompt_logprobs == 2
+    assert lp.tokens == [*"script:hello", "H", "l", "t", "!"]
+    # asked of each prompt's first child only (the siblings hit its prefix), and shared with them
+    assert [a.params.prompt_logprobs for a in fake.engine.added[-4:]] == [2, None, 2, None]
+    assert r.choices[1].logprobs.tokens[:12] == [*"script:hello"] and r.choices[1].logprobs.top_logprobs[1:12] == lp.top_logprobs[1:12]
     assert lp.token_logprobs[:3] == [None, -0.01, -0.02] and lp.token_logprobs[12:] == [-0.5] * 4
     assert lp.top_logprobs[0] is None and lp.top_logprobs[1] == {"c": -0.01, "A": -1.0}
     assert len(lp.top_logprobs[12]) == 2
