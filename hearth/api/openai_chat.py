@@ -88,9 +88,6 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
         raise APIError(400, f"top_logprobs: must be in [0, 20], got {body.top_logprobs}", param="top_logprobs")
     if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
-    if plan.constraint is not None and body.response_format is not None and body.response_format.type != "text":
-        raise APIError(400, "response_format: cannot be combined with a tool_choice that forces a call",
-                       param="response_format")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),

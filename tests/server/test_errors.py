@@ -410,3 +410,14 @@ def test_the_field_of_a_sampling_error_is_its_own_attribute_not_the_message_s_fi
     assert (err.status, err.param) == (400, "structured_output") and err.message.startswith("structured_output: needs")
     again = pickle.loads(pickle.dumps(e.value))  # a cluster replica's error crosses processes
     assert (again.field, again.why, str(again)) == (e.value.field, e.value.why, str(e.value))
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_object"},
+                                 {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}])
+def test_response_format_and_a_forced_call_are_one_rule_one_message(fake, fmt):
+    """guided()'s check of two constraints answers it (the chat route had its own copy, worded apart)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    r = fake.client.post(CHAT, json={"messages": USER, "tools": [tool], "tool_choice": "required", "response_format": fmt})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+    assert r.json()["error"]["message"] == "response_format: cannot be combined with tool_choice (one constraint per request)"
+    assert not fake.engine.added
