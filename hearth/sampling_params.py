@@ -36,7 +36,8 @@ class StructuredOutput:
     json_object: bool = False
     """Output is any JSON object."""
     grammar: str | None = None
-    """A Lark grammar in llguidance's dialect (may embed `%json {schema}`)."""
+    """A Lark grammar in llguidance's dialect (may embed `%json {schema}`), or a GBNF one (llama.cpp's,
+    `root ::= ...`), which llguidance converts."""
     regex: str | None = None
 
     def __post_init__(self) -> None:
