@@ -77,7 +77,7 @@ def _from_schema(schema: dict) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema(
             json.dumps(schema), overrides={"whitespace_flexible": False})
     except ValueError as e:
-        raise InvalidStructuredOutput(f"invalid json_schema: {e}") from None
+        raise InvalidStructuredOutput(f"invalid json_schema: {_reason(str(e))}") from None
 
 
 class _Vocab:
