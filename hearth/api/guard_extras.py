@@ -65,7 +65,8 @@ class RequestGuard:
             return prompt, ids
         done = compact(history, lambda msgs: len(render(msgs)[1]) + room <= max_model_len, options)
         if done is None:
-            raise APIError(400, f"{PromptTooLongError(len(ids), max_model_len, model_context)}; even compacted (hearth.compaction), "
+            too_long = PromptTooLongError(len(ids), max_model_len, model_context)
+            raise APIError(400, f"{too_long}; even compacted (hearth.compaction), "
                            "the system prompt, first user message and last steps do not fit",
                            param="messages", code="context_length_exceeded")
         messages, report = done

@@ -51,7 +51,8 @@ class ClusterEngine:
         self.slots, self.router = slots, router
         self.health_interval_s, self.call_timeout_s = health_interval_s, call_timeout_s
         info = slots[0].info
-        self.max_model_len, self.vocab_size, self.model_context = info.max_model_len, info.vocab_size, info.model_context
+        self.max_model_len, self.vocab_size = info.max_model_len, info.vocab_size
+        self.model_context = info.model_context
         self._health: asyncio.Task | None = None
         self._stopping = False
 

@@ -71,7 +71,8 @@ class Replica:
             self.engine = AsyncEngine(llm.engine, max_queued=max_queued)
             self.engine.start()
             kv = llm.engine.scheduler.kv
-            self.result = ReplicaInfo(llm.max_model_len, llm.model_config.vocab_size, llm.engine.model_context, kv.block_size, kv.cache_key,
+            self.result = ReplicaInfo(llm.max_model_len, llm.model_config.vocab_size, llm.engine.model_context,
+                                      kv.block_size, kv.cache_key,
                                       self.engine.max_in_flight, os.getpid(), socket.gethostname())
         except Exception as e:  # reported by ready(): the front end refuses to start half-ready
             self.result = LoadFailure(str(e) if isinstance(e, HearthError) else f"{type(e).__name__}: {e}")
