@@ -26,13 +26,20 @@ class DownloadError(HearthError):
     """A pull that failed: network, checksum mismatch, missing package file."""
 
 
+def can_raise_context(max_context: int, model_context: int | None) -> bool:
+    """The one rule every "raise --max-model-len / --ctx" hint follows: a context is never run past the
+    model's own (hearth.loader.context.context_to_run clamps it there), so raising it helps only
+    below that. model_context None: not known where the error is made."""
+    return model_context is None or max_context < model_context
+
+
 class PromptTooLongError(HearthError):
     """A prompt (plus requested tokens) that does not fit the model's context; never truncated."""
 
     def __init__(self, prompt_tokens: int, max_context: int, model_context: int | None = None):
         """model_context: the model's own context (None: not known here). A context that is already
         the model's cannot be raised: the message then names only what the user can do."""
-        self.can_raise = model_context is None or max_context < model_context
+        self.can_raise = can_raise_context(max_context, model_context)
         remedy = "shorten the prompt or raise --max-model-len" if self.can_raise else "shorten the prompt"
         if model_context is not None and self.can_raise:
             remedy += f" (the model's own context is {model_context})"
@@ -44,9 +51,11 @@ class PromptTooLongError(HearthError):
 class MaxTokensTooLargeError(PromptTooLongError):
     """A prompt that fits but leaves less room than the max tokens asked for (`field`: the
     request's name for them): an error, as OpenAI and vLLM answer it, never an answer cut at the
-    context's end."""
+    context's end. can_raise: as PromptTooLongError's (the message itself, OpenAI's, names no flag)."""
 
-    def __init__(self, prompt_tokens: int, max_tokens: int, max_context: int, field: str = "max_tokens"):
+    def __init__(self, prompt_tokens: int, max_tokens: int, max_context: int, field: str = "max_tokens",
+                 model_context: int | None = None):
+        self.can_raise = can_raise_context(max_context, model_context)
         HearthError.__init__(
             self, f"{field}: this model's maximum context length is {max_context} tokens, but "
             f"{prompt_tokens + max_tokens} were requested ({prompt_tokens} in the prompt, {max_tokens} in "
@@ -55,8 +64,9 @@ class MaxTokensTooLargeError(PromptTooLongError):
         self.prompt_tokens, self.max_tokens, self.max_context, self.field = prompt_tokens, max_tokens, max_context, field
 
 
-def check_room(prompt_tokens: int, max_tokens: int | None, max_context: int, field: str = "max_tokens") -> None:
+def check_room(prompt_tokens: int, max_tokens: int | None, max_context: int, field: str = "max_tokens",
+               model_context: int | None = None) -> None:
     """Raise MaxTokensTooLargeError when a prompt that fits leaves fewer than max_tokens for the
     answer (None: the room left caps it, and the answer ends with finish_reason "length")."""
     if max_tokens is not None and prompt_tokens < max_context and prompt_tokens + max_tokens > max_context:
-        raise MaxTokensTooLargeError(prompt_tokens, max_tokens, max_context, field)
+        raise MaxTokensTooLargeError(prompt_tokens, max_tokens, max_context, field, model_context)

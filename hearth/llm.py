@@ -79,10 +79,12 @@ class LLM:
         mc = self.model_config
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         regimes = self.backend.row_regimes(self.model, codec.quantized)
+        self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
-            log.warning("hearth: speculative decoding is off: without the native kernels a verify row is not "
-                        "computed bit for bit as a decode row, so drafts would not be lossless"
-                        + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
+            self.speculation_off = ("without the native kernels a verify row is not computed bit for bit as a "
+                                    "decode row, so drafts would not be lossless"
+                                    + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
+            log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
         draft_gguf = _draft_weights(spec, draft_gguf, self.backend)
         draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
@@ -149,6 +151,8 @@ class LLM:
             results.append(result)
             for j in range(p.n):
                 child = p if p.seed is None else replace(p, seed=p.seed + j)
+                if j and p.prompt_logprobs is not None:  # the first child's are the result's: the rest hit its prefix
+                    child = replace(child, prompt_logprobs=None)
                 rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}", checked=True)
                 result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                 children[rid] = (result, result.outputs[j])
@@ -156,7 +160,8 @@ class LLM:
             while self.engine.has_unfinished():
                 for out in self.engine.step():
                     result, comp = children[out.request_id]
-                    result.num_cached_tokens = out.num_cached_tokens
+                    if comp.index == 0:  # the prompt's, as the server counts it: siblings hit the first's blocks
+                        result.num_cached_tokens = out.num_cached_tokens
                     comp.token_ids.extend(out.new_token_ids)
                     comp.text += out.new_text
                     if out.new_logprobs is not None:
@@ -223,13 +228,15 @@ class LLM:
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
-    """OpenAI chat messages read as the server reads them (hearth.api.messages: the same roles, checks
-    and mapping, developer -> system); a bad one is a ValueError naming the field, as the server's 400."""
+    """Chat messages read as the server reads them (hearth.api.messages: the same roles, checks and
+    mapping, developer -> system) less OpenAI's wire-only rules: Hugging Face's convention holds (a tool
+    message needs no tool_call_id; keys hearth does not read reach the template). A bad message is a
+    ValueError naming the field, as the server's 400."""
     from hearth.api.errors import APIError  # here: it imports fastapi, which the library need not load
     from hearth.api.messages import openai_messages
 
     try:
-        return openai_messages(messages)
+        return openai_messages(messages, wire=False)
     except APIError as e:
         raise ValueError(e.message) from None
 

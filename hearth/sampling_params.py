@@ -15,7 +15,15 @@ GREEDY_EPS = 1e-5
 
 
 class InvalidSamplingParams(HearthError):
-    """A sampling option outside its valid range."""
+    """A sampling option outside its valid range: `field` (the SamplingParams name, which the API maps
+    to its wire's name) and `why`; the message is "{field} {why}"."""
+
+    def __init__(self, field: str, why: str):
+        super().__init__(field, why)  # both in args: the error pickles (a cluster replica's)
+        self.field, self.why = field, why
+
+    def __str__(self) -> str:
+        return f"{self.field} {self.why}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,13 +36,14 @@ class StructuredOutput:
     json_object: bool = False
     """Output is any JSON object."""
     grammar: str | None = None
-    """A Lark grammar in llguidance's dialect (may embed `%json {schema}`)."""
+    """A Lark grammar in llguidance's dialect (may embed `%json {schema}`), or a GBNF one (llama.cpp's,
+    `root ::= ...`), which llguidance converts."""
     regex: str | None = None
 
     def __post_init__(self) -> None:
         given = [self.json_schema is not None, self.json_object, self.grammar is not None, self.regex is not None]
         if sum(given) != 1:
-            raise InvalidSamplingParams("structured output needs exactly one of json_schema, json_object, "
+            raise InvalidSamplingParams("structured_output", "needs exactly one of json_schema, json_object, "
                                         f"grammar, regex; got {sum(given)}")
 
 
@@ -82,33 +91,33 @@ class SamplingParams:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         checks = [
-            (self.n >= 1, f"n must be at least 1, got {self.n}"),
-            (self.temperature >= 0, f"temperature must be >= 0, got {self.temperature}"),
-            (math.isfinite(self.temperature), f"temperature must be a finite number, got {self.temperature}"),
-            (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
-            (self.top_k >= -1, f"top_k must be -1, 0 or positive, got {self.top_k}"),
-            (0 <= self.min_p <= 1, f"min_p must be in [0, 1], got {self.min_p}"),
-            (self.repetition_penalty > 0, f"repetition_penalty must be > 0, got {self.repetition_penalty}"),
-            (-2 <= self.presence_penalty <= 2, f"presence_penalty must be in [-2, 2], got {self.presence_penalty}"),
-            (-2 <= self.frequency_penalty <= 2, f"frequency_penalty must be in [-2, 2], got {self.frequency_penalty}"),
-            (self.max_tokens is None or self.max_tokens >= 1, f"max_tokens must be at least 1, got {self.max_tokens}"),
-            (self.min_tokens >= 0, f"min_tokens must be >= 0, got {self.min_tokens}"),
+            (self.n >= 1, "n", f"must be at least 1, got {self.n}"),
+            (self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}"),
+            (math.isfinite(self.temperature), "temperature", f"must be a finite number, got {self.temperature}"),
+            (0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}"),
+            (self.top_k >= -1, "top_k", f"must be -1, 0 or positive, got {self.top_k}"),
+            (0 <= self.min_p <= 1, "min_p", f"must be in [0, 1], got {self.min_p}"),
+            (self.repetition_penalty > 0, "repetition_penalty", f"must be > 0, got {self.repetition_penalty}"),
+            (-2 <= self.presence_penalty <= 2, "presence_penalty", f"must be in [-2, 2], got {self.presence_penalty}"),
+            (-2 <= self.frequency_penalty <= 2, "frequency_penalty", f"must be in [-2, 2], got {self.frequency_penalty}"),
+            (self.max_tokens is None or self.max_tokens >= 1, "max_tokens", f"must be at least 1, got {self.max_tokens}"),
+            (self.min_tokens >= 0, "min_tokens", f"must be >= 0, got {self.min_tokens}"),
             (self.max_tokens is None or self.min_tokens <= self.max_tokens,
-             f"min_tokens must be at most max_tokens ({self.max_tokens}), got {self.min_tokens}"),
+             "min_tokens", f"must be at most max_tokens ({self.max_tokens}), got {self.min_tokens}"),
             # torch.Generator.manual_seed's range: a larger seed failed the whole engine step
             (self.seed is None or -(1 << 63) <= self.seed <= (1 << 64) - self.n,  # choice j draws with seed + j
-             f"seed must be in [-2**63, 2**64 - n] (n = {self.n}), got {self.seed}"),
-            (all(self.stop), "stop must not hold an empty string (it would match before any text)"),
-            (self.logprobs is None or self.logprobs >= 0, f"logprobs must be >= 0, got {self.logprobs}"),
+             "seed", f"must be in [-2**63, 2**64 - n] (n = {self.n}), got {self.seed}"),
+            (all(self.stop), "stop", "must not hold an empty string (it would match before any text)"),
+            (self.logprobs is None or self.logprobs >= 0, "logprobs", f"must be >= 0, got {self.logprobs}"),
             (self.prompt_logprobs is None or self.prompt_logprobs >= 0,
-             f"prompt_logprobs must be >= 0, got {self.prompt_logprobs}"),
-            (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs needs logprobs (0 or more)"),
+             "prompt_logprobs", f"must be >= 0, got {self.prompt_logprobs}"),
+            (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs", "needs logprobs (0 or more)"),
             (self.raw_logprobs_at is None or _compiles(self.raw_logprobs_at),
-             f"raw_logprobs_at is not a regular expression: {self.raw_logprobs_at!r}"),
+             "raw_logprobs_at", f"is not a regular expression: {self.raw_logprobs_at!r}"),
         ]
-        for ok, message in checks:
+        for ok, field, why in checks:  # field: named on its own, so the API needs no parsing
             if not ok:
-                raise InvalidSamplingParams(message)
+                raise InvalidSamplingParams(field, why)
 
     @property
     def greedy(self) -> bool:

@@ -87,6 +87,15 @@ def test_prompt_longer_than_the_model_s_whole_context_names_only_shortening(caps
     assert "--ctx" not in err and "raise" not in err
 
 
+@pytest.mark.parametrize("ctx,raise_it", [("0", False), ("64", True)])
+def test_max_tokens_past_the_room_offers_a_larger_ctx_only_below_the_model_s(capsys, tiny, ctx, raise_it):
+    """The same rule as a prompt too long (hearth.errors.can_raise_context): at the model's own 256
+    tokens (--ctx 0), only lowering --max-tokens helps."""
+    code, err = run_cli(capsys, "run", str(tiny), "--ctx", ctx, "--max-tokens", "300", "hi")
+    assert_one_line_error(code, err, "--max-tokens can be at most", "lower it")
+    assert ("raise --ctx" in err) == raise_it
+
+
 @pytest.mark.parametrize("max_model_len,remedy", [
     (256, "shorten the prompt"),
     (8, "shorten the prompt or raise --max-model-len (the model's own context is 256)"),

@@ -77,3 +77,27 @@ def test_ctrl_c_at_the_prompt_gives_a_fresh_prompt_every_time(instruct):
             proc.kill()
             proc.wait()
         os.close(main)
+
+
+def test_ctrl_c_drops_the_text_typed_and_flushed_with_ctrl_d():
+    """Ctrl-D mid-line hands 'abc' over without a newline; a Ctrl-C then drops it, as the tty drops
+    its own unread input: the next line is 'def', not 'abcdef'."""
+    import signal
+    import threading
+
+    from hearth.commands.prompt_line import TerminalLines
+
+    main, sub = os.openpty()
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        lines = TerminalLines(sub)
+        os.write(main, "abc\x04".encode())
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()  # once 'abc' is pending
+        with pytest.raises(KeyboardInterrupt):
+            lines.read(">>> ")
+        os.write(main, b"def\n")
+        assert lines.read(">>> ") == "def"
+    finally:
+        signal.signal(signal.SIGINT, old)
+        os.close(main)
+        os.close(sub)

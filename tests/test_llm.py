@@ -40,3 +40,23 @@ def test_roles_map_as_the_server_maps_them(llm):
     parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]  # content parts, as the server takes
     out = llm.chat(parts, SamplingParams(max_tokens=2, temperature=0))
     assert len(out.outputs[0].token_ids) == 2
+
+
+def test_hugging_face_tool_messages_render_and_unknown_keys_reach_the_template(tmp_path):
+    """apply_chat_template's convention: a tool message answers by name (no tool_call_id, an OpenAI
+    wire rule the server keeps), arguments may be a dict, and a key hearth does not read (here
+    `images`) is still the template's to read."""
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+                "{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | tojson }}{% endif %}"
+                "{% if m.name %}({{ m.name }}){% endif %}{% if m.images %}[img]{% endif %}<|im_end|>\n{% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama", chat_template=template)
+    llm = LLM(str(path), max_model_len=256, max_num_seqs=1, progress=False)
+    hf = [{"role": "user", "content": "w?", "images": ["x.png"]},
+          {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": {"city": "Oslo"}}}]},
+          {"role": "tool", "name": "f", "content": "cold"}]
+    text = llm.tokenizer.decode(llm.encode_chat(hf))
+    assert "w?[img]" in text and '{"city": "Oslo"}' in text and "cold(f)" in text
+    out = llm.chat(hf, SamplingParams(max_tokens=1, temperature=0))
+    assert len(out.outputs[0].token_ids) == 1

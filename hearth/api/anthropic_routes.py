@@ -41,7 +41,8 @@ def _prompt(served, body, guard: RequestGuard, plan, extra: list[dict] | None = 
     conversation compacted first with hearth.compaction."""
     conversation = guard.history + (openai_messages(extra) if extra else [])
     max_tokens = getattr(body, "max_tokens", None)
-    return guard.fit(lambda msgs: _render(served, body, plan, msgs), conversation, served.max_model_len, max_tokens)
+    return guard.fit(lambda msgs: _render(served, body, plan, msgs), conversation, served.max_model_len, max_tokens,
+                     served.model_context)
 
 
 def _render(served, body, plan, conversation: list[dict]) -> tuple[str, list[int]]:

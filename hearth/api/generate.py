@@ -1,5 +1,7 @@
 """One API request in the engine: n child requests (child j seeded seed + j, as LLM.generate does),
-their outputs merged into one stream of (index, EngineOutput), or collected whole.
+their outputs merged into one stream of (index, EngineOutput), or collected whole. Prompt logprobs
+are asked of each prompt's first child only: a child that scores its prompt takes no prefix-cache
+hit, so n of them computed the prompt n times; its siblings hit its blocks and are handed its result.
 
 Every path out (done, client gone, error) aborts what is still running, which frees its KV blocks."""
 
@@ -39,13 +41,21 @@ class Generation:
         self.num_prompt_tokens = sum(len(ids) for ids in batch)
         self.n_per_prompt = params.n
         self._cached: dict[int, int] = {}
+        self._share = params.prompt_logprobs is not None and params.n > 1
+        self._prompt_logprobs: dict[int, list] = {}
+        """First child's index -> its prompt's logprobs, once they came."""
+        self._held: dict[int, list[EngineOutput]] = {}
+        """A sibling's outputs that came before its prompt's logprobs did (its first carries them)."""
+        self._given: set[int] = set()
+        """Siblings handed their prompt's logprobs."""
         self.streams = []
         self.timers = []
         check_fits(engine, len(batch), params.n)
         try:  # validate and queue all, or none
             for p, ids in enumerate(batch):
                 for j in range(params.n):
-                    child = replace(params, n=1, seed=None if params.seed is None else params.seed + j)
+                    child = replace(params, n=1, seed=None if params.seed is None else params.seed + j,
+                                    prompt_logprobs=params.prompt_logprobs if j == 0 else None)
                     rid = f"{self.request_id}-{p * params.n + j}"
                     self.streams.append(engine.add_request(ids, child, request_id=rid))
                     self.timers.append(metrics.timer() if metrics else None)
@@ -70,7 +80,8 @@ class Generation:
         """Deltas of all children as they come; raises the engine's error if a step fails."""
         try:
             async for i, out in interleave(self.streams):
-                yield i, self._seen(i, out)
+                for k, shared in self._shared(i, out) if self._share else ((i, out),):
+                    yield k, self._seen(k, shared)
         finally:
             self.abort()
 
@@ -86,6 +97,27 @@ class Generation:
             if out.finished:
                 c.finish_reason, c.stop_reason = out.finish_reason, out.stop_reason
         return choices
+
+    def _shared(self, i: int, out: EngineOutput) -> list[tuple[int, EngineOutput]]:
+        """(index, output) to pass on for child i's `out`: a sibling's wait for the first child's prompt
+        logprobs (their steps may come first: the streams interleave), its first output carrying them."""
+        first = i - i % self.n_per_prompt
+        if i == first:
+            if out.prompt_logprobs is None:
+                return [(i, out)]
+            self._prompt_logprobs[first] = out.prompt_logprobs
+            return [(i, out)] + [(k, o) for k in range(first + 1, first + self.n_per_prompt)
+                                 for o in self._with_prompt(k, self._held.pop(k, []))]
+        if first not in self._prompt_logprobs:
+            self._held.setdefault(i, []).append(out)
+            return []
+        return [(i, o) for o in self._with_prompt(i, [out])]
+
+    def _with_prompt(self, i: int, outs: list[EngineOutput]) -> list[EngineOutput]:
+        if outs and i not in self._given:  # child i's first output: the prompt's logprobs go with it
+            self._given.add(i)
+            outs[0] = replace(outs[0], prompt_logprobs=self._prompt_logprobs[i - i % self.n_per_prompt])
+        return outs
 
     def _seen(self, i: int, out: EngineOutput) -> EngineOutput:
         if self.timers[i] is not None:

@@ -52,9 +52,11 @@ class RequestGuard:
             self.log.add("tools_ranked", offered=len(tools), shown=[tool_function(t)["name"] for t in ranked])
         return ranked
 
-    def fit(self, render: Render, history: list[dict], max_model_len: int, max_tokens: int | None) -> tuple[str, list[int]]:
+    def fit(self, render: Render, history: list[dict], max_model_len: int, max_tokens: int | None,
+            model_context: int | None = None) -> tuple[str, list[int]]:
         """The prompt for `history`; with hearth.compaction, compacted until it fits the context
-        with room for max_tokens (else for an eighth of the context, at most 256 tokens)."""
+        with room for max_tokens (else for an eighth of the context, at most 256 tokens).
+        model_context: the model's own (ServedModel.model_context), for the error's remedy."""
         prompt, ids = render(history)
         options = self.ext.compaction
         room = max_tokens if max_tokens is not None else min(256, max_model_len // 8)
@@ -63,7 +65,8 @@ class RequestGuard:
             return prompt, ids
         done = compact(history, lambda msgs: len(render(msgs)[1]) + room <= max_model_len, options)
         if done is None:
-            raise APIError(400, f"{PromptTooLongError(len(ids), max_model_len)}; even compacted (hearth.compaction), "
+            too_long = PromptTooLongError(len(ids), max_model_len, model_context)
+            raise APIError(400, f"{too_long}; even compacted (hearth.compaction), "
                            "the system prompt, first user message and last steps do not fit",
                            param="messages", code="context_length_exceeded")
         messages, report = done

@@ -1,5 +1,5 @@
 """vLLM's structured-output request fields -> the engine's StructuredOutput, the same constraint that
-`response_format` sets (llguidance: JSON schema, regex, Lark grammar): `guided_json`, `guided_regex`,
+`response_format` sets (llguidance: JSON schema, regex, Lark or GBNF grammar): `guided_json`, `guided_regex`,
 `guided_choice`, `guided_grammar` and their newer spelling `structured_outputs: {json | regex | choice |
 grammar | json_object: ...}`. They were ignored (named only in x-hearth-ignored-fields); a request may
 hold one constraint, and a second is a 400 naming it, as is one the grammar engine cannot compile."""

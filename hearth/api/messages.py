@@ -3,7 +3,11 @@ message is answered with the exact field (`messages[2].content[0].type`) and why
 
 A template message is {"role", "content": str, and optionally "tool_calls" (arguments as a dict
 when they parse as a JSON object, else the client's raw string), "tool_call_id", "name",
-"reasoning_content"}. History with malformed tool-call arguments is accepted as it is."""
+"reasoning_content"}. History with malformed tool-call arguments is accepted as it is.
+
+The library (LLM.chat) reads messages with wire=False: Hugging Face's chat-template convention, where
+a tool message needs no tool_call_id (OpenAI's wire rule) and keys this module does not know pass
+through to the template, which may read them (apply_chat_template hands messages over as given)."""
 
 from __future__ import annotations
 
@@ -13,6 +17,9 @@ from typing import Any
 from hearth.api.errors import APIError
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
+# the keys _openai_message reads and rewrites; any other passes through when wire=False
+KNOWN_KEYS = {"role", "content", "tool_calls", "function_call", "name", "tool_call_id", "reasoning_content",
+              "reasoning"}
 
 
 def bad(param: str, why: str) -> APIError:
@@ -29,12 +36,17 @@ def check_messages(messages: Any, param: str = "messages") -> None:
             raise bad(f"{param}[{i}]", f"must be a message object, not {_kind(m)}")
 
 
-def openai_messages(messages: list[dict]) -> list[dict]:
+def openai_messages(messages: list[dict], *, wire: bool = True) -> list[dict]:
+    """wire=True: OpenAI's rules, as the server routes apply them (unknown keys dropped, as vLLM does);
+    wire=False: the chat-template convention the library follows (see the module docstring)."""
     check_messages(messages)
-    return [_openai_message(m, f"messages[{i}]") for i, m in enumerate(messages)]
+    out = [_openai_message(m, f"messages[{i}]", wire) for i, m in enumerate(messages)]
+    if not wire:  # the template still sees what the caller wrote beside the keys read here
+        out = [{**{k: v for k, v in m.items() if k not in KNOWN_KEYS}, **o} for m, o in zip(messages, out)]
+    return out
 
 
-def _openai_message(m: dict, where: str) -> dict:
+def _openai_message(m: dict, where: str, wire: bool = True) -> dict:
     role = m.get("role")
     if role is None:
         raise bad(f"{where}.role", "is required")
@@ -58,7 +70,7 @@ def _openai_message(m: dict, where: str) -> dict:
     for key in ("name", "tool_call_id"):
         if isinstance(m.get(key), str):
             out[key] = m[key]
-    if role == "tool" and "tool_call_id" not in out:
+    if wire and role == "tool" and "tool_call_id" not in out:  # OpenAI's rule; HF's tool messages carry a name
         raise bad(f"{where}.tool_call_id", "is required for a tool message")
     reasoning = m.get("reasoning_content", m.get("reasoning"))
     if role == "assistant" and isinstance(reasoning, str):

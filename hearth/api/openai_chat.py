@@ -41,7 +41,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(tools), history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens)
+    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens,
+                             served.model_context)
     parallel = body.parallel_tool_calls and not legacy
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
@@ -77,7 +78,8 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, ex
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
                                   template_kwargs=body.chat_template_kwargs)
         return text, served.encode_chat_text(text)
-    text, _ = guard.fit(render, openai_messages(body.messages + extra), served.max_model_len, max_tokens)
+    text, _ = guard.fit(render, openai_messages(body.messages + extra), served.max_model_len, max_tokens,
+                     served.model_context)
     return reprompt_ids(served, text, max_tokens)
 
 
@@ -86,9 +88,6 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
         raise APIError(400, f"top_logprobs: must be in [0, 20], got {body.top_logprobs}", param="top_logprobs")
     if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
-    if plan.constraint is not None and body.response_format is not None and body.response_format.type != "text":
-        raise APIError(400, "response_format: cannot be combined with a tool_choice that forces a call",
-                       param="response_format")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),

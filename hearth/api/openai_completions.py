@@ -37,6 +37,8 @@ async def completions(body: CompletionRequest, request: Request):
     # prompt scoring (lm-eval's loglikelihood: echo, max_tokens 0, logprobs N), as vLLM answers it: the
     # echoed prompt and its logprobs alone; the engine computes one token, which the reply drops
     scoring = body.echo and body.max_tokens == 0
+    if scoring and body.min_tokens:  # named with the client's 0, not the 1 computed below
+        raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
     max_tokens = 1 if scoring else body.max_tokens
     if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
         max_tokens = max(1, min(max_tokens, served.max_model_len - longest))

@@ -62,11 +62,13 @@ async def create_response(body: ResponsesRequest, request: Request):
                                   plan.tools if plan.in_template else None)
         return text, _prompt_ids(served, text, prev)
 
-    prompt, ids = guard.fit(render, conversation, served.max_model_len, body.max_output_tokens)
+    prompt, ids = guard.fit(render, conversation, served.max_model_len, body.max_output_tokens,
+                           served.model_context)
     fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt}
 
     def reprompt(extra: list[dict]) -> list[int]:
-        text, _ = guard.fit(render, conversation + openai_messages(extra), served.max_model_len, body.max_output_tokens)
+        text, _ = guard.fit(render, conversation + openai_messages(extra), served.max_model_len,
+                            body.max_output_tokens, served.model_context)
         return reprompt_ids(served, text, body.max_output_tokens)
 
     ask = Ask(guard.tools, choice, conversation, structured=fmt is not None, workflow=guard.ext.workflow is not None)

@@ -1,5 +1,5 @@
 """Request fields of either API -> SamplingParams, with the server's limits. A value out of range is
-a 400 that names the field (the messages of InvalidSamplingParams start with the field name)."""
+a 400 that names the field (InvalidSamplingParams.field, by the wire's name)."""
 
 from __future__ import annotations
 
@@ -45,8 +45,7 @@ def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: d
     try:
         return SamplingParams(**kwargs)
     except InvalidSamplingParams as e:
-        field = str(e).split(" ", 1)[0]
-        raise _bad(names.get(field, field), str(e).split(" ", 1)[1] if " " in str(e) else str(e)) from None
+        raise _bad(names.get(e.field, e.field), e.why) from None
 
 
 def common_fields(body) -> dict:

@@ -29,6 +29,8 @@ class ServedModel:
     """An AsyncEngine (or a fake with add_request/stats/start/shutdown)."""
     max_model_len: int
     vocab_size: int | None = None
+    model_context: int | None = None
+    """The model's own context (max_model_len is at most it; None: unknown): whether to say "raise it"."""
     snapshots: Any = None
     """A hearth.kvstore.snapshot.SnapshotStore when the server has a KV disk tier (/slots)."""
     created: int = field(default_factory=lambda: int(time.time()))
@@ -38,7 +40,7 @@ class ServedModel:
     @classmethod
     def from_llm(cls, llm, names: list[str], engine) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
-                   llm.model_config.vocab_size, llm.snapshots, owner=llm)
+                   llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm)
 
     @property
     def name(self) -> str:

@@ -23,6 +23,8 @@ class ReplicaInfo:
     prefix cache's root hash and block size, so the router computes the engine's own block keys."""
     max_model_len: int
     vocab_size: int
+    model_context: int | None
+    """The model's own context (max_model_len is at most it): whether a prompt's error says to raise it."""
     block_size: int
     cache_root: bytes
     capacity: int
@@ -69,7 +71,8 @@ class Replica:
             self.engine = AsyncEngine(llm.engine, max_queued=max_queued)
             self.engine.start()
             kv = llm.engine.scheduler.kv
-            self.result = ReplicaInfo(llm.max_model_len, llm.model_config.vocab_size, kv.block_size, kv.cache_key,
+            self.result = ReplicaInfo(llm.max_model_len, llm.model_config.vocab_size, llm.engine.model_context,
+                                      kv.block_size, kv.cache_key,
                                       self.engine.max_in_flight, os.getpid(), socket.gethostname())
         except Exception as e:  # reported by ready(): the front end refuses to start half-ready
             self.result = LoadFailure(str(e) if isinstance(e, HearthError) else f"{type(e).__name__}: {e}")

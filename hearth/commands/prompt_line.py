@@ -28,13 +28,18 @@ class TerminalLines:
     def read(self, prompt: str) -> str:
         sys.stderr.write(prompt)
         sys.stderr.flush()
-        while "\n" not in self.pending:
-            chunk = self._read_chunk()
-            if not chunk:  # Ctrl-D: the text typed so far, else the end
-                if self.pending:
-                    break
-                raise EOFError
-            self.pending += self.decoder.decode(chunk)
+        try:
+            while "\n" not in self.pending:
+                chunk = self._read_chunk()
+                if not chunk:  # Ctrl-D: the text typed so far, else the end
+                    if self.pending:
+                        break
+                    raise EOFError
+                self.pending += self.decoder.decode(chunk)
+        except KeyboardInterrupt:  # as the tty drops its unread input on ^C: text flushed by Ctrl-D too
+            self.pending = ""
+            self.decoder.reset()
+            raise
         line, _, self.pending = self.pending.partition("\n")
         return line
 

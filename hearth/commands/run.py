@@ -119,10 +119,11 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
     if params.max_tokens is None:  # not given: the default, within the room left
         params = replace(params, max_tokens=max(1, min(DEFAULT_MAX_TOKENS, llm.max_model_len - len(ids))))
     try:
-        check_room(len(ids), params.max_tokens, llm.max_model_len, "--max-tokens")  # named as run's flag
+        check_room(len(ids), params.max_tokens, llm.max_model_len, "--max-tokens",  # named as run's flag
+                   llm.engine.model_context)
         llm.engine.check_request(ids, params)
     except MaxTokensTooLargeError as e:
-        raise HearthError(f"{e}; lower it or raise --ctx") from None
+        raise HearthError(f"{e}; lower it{' or raise --ctx' if e.can_raise else ''}") from None
     except PromptTooLongError as e:
         raise HearthError(f"prompt is {e.prompt_tokens} tokens but the context holds {e.max_context}; "
                           f"shorten it{' or raise --ctx' if e.can_raise else ''}") from None

@@ -242,14 +242,19 @@ class Loader:
 
 
 def _speculation(llm, asked: dict | None) -> str:
-    """What speculation runs, as a startup line: the method, K, the draft's file (a config that names a
-    model and no method used to run ngram without a word), or that the backend turned it off; "": none asked."""
+    """What speculation runs, as a startup line: the method, K, the draft's file where the config names
+    it otherwise (a config that names a model and no method used to run ngram without a word), or why the
+    LLM turned it off (its own reason: the weights' kernels, not the backend's name); "": none asked."""
     spec = llm.engine.spec
     if spec is None:
-        return f"speculative decoding is off on the {llm.backend.name} backend" if asked else ""
+        return f"speculative decoding is off: {llm.speculation_off}" if asked else ""
     c = spec.config
     if c.method != "draft":
         return f"speculative decoding: {c.summary}"
+    from pathlib import Path
+
     from hearth.loader.resolve import resolve_model
 
-    return f"speculative decoding: {c.summary} ({resolve_model(c.model)})"
+    path = resolve_model(c.model)  # a catalog or hub name: the file it stands for; a path: named once
+    same = path == Path(c.model).expanduser().absolute()
+    return f"speculative decoding: {c.summary}" + ("" if same else f" ({path})")

@@ -144,7 +144,7 @@ class AsyncEngine:
                     request_id: str | None = None) -> RequestStream:
         """Queue a request; bad prompts and a full queue raise here, before any output."""
         if self._closing is not None:
-            raise self._closing
+            raise _fresh(self._closing)
         self.core.check_request(prompt_token_ids, params)
         if self._in_flight >= self.max_in_flight:
             raise EngineFullError(f"{self._in_flight} requests are in flight (limit {self.max_in_flight}); "
@@ -246,4 +246,10 @@ class AsyncEngine:
             except Exception:  # noqa: BLE001  (its client is answered all the same)
                 log.exception("abort after a failed step failed")
             if stream is not None:
-                stream._put(error)
+                stream._put(_fresh(error))
+
+
+def _fresh(error: HearthError) -> HearthError:
+    """A new instance of `error` for each request it ends: one shared instance, raised again and again
+    (every refused request, every stream), would chain each raise's traceback onto the last."""
+    return type(error)(*error.args)

@@ -45,7 +45,7 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model
     for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
         k = getattr(params, field)
         if k is not None and k > vocab_size:
-            raise InvalidSamplingParams(f"{field} must be at most the vocabulary's size ({vocab_size}), got {k}")
+            raise InvalidSamplingParams(field, f"must be at most the vocabulary's size ({vocab_size}), got {k}")
     if params.structured_output is not None:
         compile_grammar(params.structured_output)
 

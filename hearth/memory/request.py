@@ -19,7 +19,8 @@ def build_request(model: str, device: str = THIS, ctx: int | None = None, concur
                   batch_tokens: int = DEFAULT_BATCH_TOKENS, memory_gib: float | None = None,
                   remeasure: bool = False, progress: bool = False, fit_ctx: bool = False) -> PlanRequest:
     """Checks the cheap things first (names, numbers) so bad input never waits on a measurement.
-    fit_ctx: a ctx past the model's is the model's, with serve's and run's notice; else an error."""
+    fit_ctx: serve's and run's rule (hearth.loader.context): 0 is the model's own context, one past it
+    is the model's with their notice; else both are errors."""
     fmt = kv_format(kv_cache_dtype)
     block = fmt.block_size(block_size, DEFAULT_BLOCK)
     if block <= 0:
@@ -27,7 +28,9 @@ def build_request(model: str, device: str = THIS, ctx: int | None = None, concur
     m = model_input(model, progress=progress)
     if ctx is None:
         ctx = m.shape.context_length
-    elif fit_ctx and ctx > 0:
+    elif fit_ctx and ctx < 0:
+        raise PlanError(f"--ctx must be a number of tokens (0: the model's own), got {ctx}")
+    elif fit_ctx:
         ctx = context_to_run(ctx, m.shape.context_length)
     check_request(m.shape, ctx, concurrency, batch_tokens)
     dev = get_device(device, memory_gib, refresh=remeasure)
@@ -35,5 +38,5 @@ def build_request(model: str, device: str = THIS, ctx: int | None = None, concur
 
 
 def plan_for(model: str, **options) -> Plan:
-    """As `hearth plan` asks: a ctx past the model's is the model's, as serve and run run it."""
+    """As `hearth plan` asks: a ctx of 0 or past the model's is the model's, as serve and run run it."""
     return plan(build_request(model, fit_ctx=True, **options))

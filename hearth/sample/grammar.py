@@ -33,13 +33,40 @@ def compile_grammar(so: StructuredOutput) -> str:
     elif so.json_object:
         kind, grammar = "json_object", _from_schema({"type": "object"})
     elif so.grammar is not None:
-        kind, grammar = "grammar", llguidance.LLMatcher.grammar_from_lark(so.grammar)
+        kind, grammar = "grammar", _from_grammar(so.grammar)
     else:
         kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(so.regex)
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
-        raise InvalidStructuredOutput(f"invalid {kind}: {error.strip().splitlines()[0]}", kind)
+        expected = GRAMMAR_SYNTAX if kind == "grammar" else ""
+        raise InvalidStructuredOutput(f"invalid {kind}{expected}: {_reason(error)}", kind)
     return grammar
+
+
+GRAMMAR_SYNTAX = " (expected Lark in llguidance's dialect, with a `start:` rule, or GBNF, with a `root ::=` rule)"
+REASON_CHARS = 400
+
+
+def _from_grammar(text: str) -> str:
+    """Lark in llguidance's dialect, else GBNF (llama.cpp's, vLLM's guided_grammar takes it too)
+    converted by llguidance itself (grammar_from "grammar": a text without a `start:` rule is GBNF,
+    whose converter's error then says what is wrong; a Lark text comes back as it is)."""
+    lark = llguidance.LLMatcher.grammar_from_lark(text)
+    if not llguidance.LLMatcher.validate_grammar(lark):
+        return lark
+    try:
+        return llguidance.grammar_from("grammar", text)
+    except ValueError as e:
+        raise InvalidStructuredOutput(f"invalid grammar{GRAMMAR_SYNTAX}: {_reason(str(e))}", "grammar") from None
+
+
+def _reason(error: str) -> str:
+    """llguidance's error in one line: its lines joined, the caret lines dropped (they point into a
+    layout a one-line message loses), at most REASON_CHARS (the first line alone lost the reason:
+    'regex parse error:' without 'unclosed group')."""
+    lines = [line.strip() for line in error.strip().splitlines()]
+    text = "; ".join(line for line in lines if line.strip("^ "))
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 1] + "…"
 
 
 def _from_schema(schema: dict) -> str:
@@ -50,7 +77,7 @@ def _from_schema(schema: dict) -> str:
         return llguidance.LLMatcher.grammar_from_json_schema(
             json.dumps(schema), overrides={"whitespace_flexible": False})
     except ValueError as e:
-        raise InvalidStructuredOutput(f"invalid json_schema: {e}") from None
+        raise InvalidStructuredOutput(f"invalid json_schema: {_reason(str(e))}") from None
 
 
 class _Vocab:

@@ -62,8 +62,8 @@ class FakeHandle:
         return call
 
 
-def cluster(*handles: FakeHandle, routing: str = "round-robin") -> ClusterEngine:
-    info = ReplicaInfo(64, 100, 16, b"r" * 16, 4, 1, "host")
+def cluster(*handles: FakeHandle, routing: str = "round-robin", model_context: int = 64) -> ClusterEngine:
+    info = ReplicaInfo(64, 100, model_context, 16, b"r" * 16, 4, 1, "host")
     return ClusterEngine([ReplicaSlot(f"r{i}", h, info) for i, h in enumerate(handles)],
                          make_router(routing, len(handles)))
 
@@ -115,8 +115,11 @@ def test_a_replicas_error_comes_back_as_the_engines_class():
 
 def test_bad_prompts_fail_before_routing_and_no_replica_up_is_a_429():
     engine = cluster(FakeHandle(), FakeHandle())
-    with pytest.raises(PromptTooLongError):
+    with pytest.raises(PromptTooLongError) as e:
         engine.add_request(list(range(64)), SamplingParams())
+    assert str(e.value).endswith("; shorten the prompt")  # 64 is the model's own: no --max-model-len to raise
+    with pytest.raises(PromptTooLongError, match=r"raise --max-model-len \(the model's own context is 128\)"):
+        cluster(FakeHandle(), model_context=128).add_request(list(range(64)), SamplingParams())
     assert sum(s.routed for s in engine.slots) == 0
     for s in engine.slots:
         s.up = False

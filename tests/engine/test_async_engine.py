@@ -77,6 +77,13 @@ def test_bad_prompt_and_full_queue_raise_before_any_output():
     run(main, engine)
 
 
+def _frames(tb) -> int:
+    n = 0
+    while tb is not None:
+        n, tb = n + 1, tb.tb_next
+    return n
+
+
 def test_end_streams_ends_every_request_in_flight_with_its_error_and_refuses_new_ones():
     """A server's shutdown: the answers end now with the error (their clients see it), blocks free."""
     engine, sched, runner = make_engine()
@@ -96,13 +103,19 @@ def test_end_streams_ends_every_request_in_flight_with_its_error_and_refuses_new
             await streams[0].__anext__()  # running
             ae.end_streams(EngineShutdownError("the server is shutting down"))
             gate.set()
-            with pytest.raises(EngineShutdownError, match="shutting down"):
+            with pytest.raises(EngineShutdownError, match="shutting down") as first:
                 async for _ in streams[0]:
                     pass
-        with pytest.raises(EngineShutdownError):
+        with pytest.raises(EngineShutdownError) as second:
             await collect(streams[1])
-        with pytest.raises(EngineShutdownError):
-            ae.add_request([1], greedy(1))
+        refused = []
+        for _ in range(2):
+            with pytest.raises(EngineShutdownError, match="shutting down") as e:
+                ae.add_request([1], greedy(1))
+            refused.append(e.value)
+        # a fresh error each time: one shared instance grew its traceback with every raise
+        assert len({id(x) for x in (first.value, second.value, *refused)}) == 4
+        assert all(_frames(x.__traceback__) <= 2 for x in refused)
         for _ in range(100):
             if sched.kv.pool.num_free == 64 and not engine.has_unfinished():
                 return True

@@ -4,6 +4,8 @@ prefix-cache hit (cached positions have no logits), as vLLM's rule."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -102,3 +104,63 @@ def test_more_alternatives_than_the_vocabulary_holds_is_an_error_naming_the_fiel
                                   SamplingParams(max_tokens=2)])  # the whole vocabulary: still fine
     entries = outs[0].prompt_logprobs[1:] if field == "prompt_logprobs" else outs[0].outputs[0].logprobs
     assert [len(e) for e in entries] == [vocab] * 2
+
+
+def _computed(llm) -> list[int]:
+    """Counts the rows each step computes, into the list returned (a spy on the runner)."""
+    rows, real = [], llm.runner.execute
+
+    def spy(so):
+        rows.append(so.num_tokens)
+        return real(so)
+
+    llm.runner.execute = spy
+    return rows
+
+
+def test_n_children_compute_the_prompt_about_once(tmp_path, reference):
+    """Asked of the first child only: the others hit its blocks in the prefix cache (a child asking
+    for them takes no hit, so n computed the prompt n times: 4 x 40 rows). The result is n=1's."""
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama")
+    llm = LLM(str(path), max_model_len=256, max_num_seqs=4, max_num_batched_tokens=16, progress=False)
+    rows = _computed(llm)
+    params = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=K, n=4)
+    out = llm.generate({"prompt_token_ids": PROMPT}, params)[0]
+    assert sum(rows) <= len(PROMPT) + 3 * (len(PROMPT) % 16)  # 40, then each sibling's last 8 past 2 blocks
+    _check(out.prompt_logprobs, reference)
+    assert out.prompt_logprobs == llm.generate({"prompt_token_ids": PROMPT}, replace(params, n=1))[0].prompt_logprobs
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_echo_with_n_computes_the_prompt_about_once(tmp_path, stream):
+    """/v1/completions scoring with n=4 (echo, max_tokens 0, logprobs): every choice holds the prompt's
+    logprobs, those of n=1, and the engine computes about one prompt's rows, not four."""
+    import json
+
+    from starlette.testclient import TestClient
+
+    from hearth.api.app import create_app
+    from hearth.api.served import ServedModel
+    from hearth.engine.async_engine import AsyncEngine
+
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama")
+    llm = LLM(str(path), max_model_len=256, max_num_seqs=4, max_num_batched_tokens=16, progress=False)
+    rows = _computed(llm)
+    body = {"model": "tiny", "prompt": PROMPT, "echo": True, "max_tokens": 0, "logprobs": K, "temperature": 0}
+
+    def choices(r) -> list[dict]:
+        assert r.status_code == 200, r.text
+        if not stream:
+            return r.json()["choices"]
+        events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+        return [c for e in events for c in e["choices"] if c["logprobs"]]
+
+    with TestClient(create_app(ServedModel.from_llm(llm, ["tiny"], AsyncEngine(llm.engine)))) as client:
+        (one,) = choices(client.post("/v1/completions", json={**body, "stream": stream}))
+        rows.clear()
+        four = choices(client.post("/v1/completions", json={**body, "n": 4, "stream": stream}))
+    assert sum(rows) <= len(PROMPT) + 3 * (len(PROMPT) % 16)  # was 4 x 40
+    assert sorted(c["index"] for c in four) == [0, 1, 2, 3]
+    assert all(c["logprobs"] == one["logprobs"] for c in four)

@@ -64,10 +64,15 @@ def test_a_ctx_past_the_model_s_is_the_model_s_with_serve_s_notice(capsys, caplo
         "hearth: the model's context is 4,096 tokens; using that, not the 1,000,000 asked for"]
 
 
+def test_ctx_0_is_the_model_s_own_as_in_serve_and_run(capsys, caplog):
+    """hearth.loader.context's one rule: --ctx 0 plans the model's 4,096 tokens, without a notice."""
+    code, out, _ = run(capsys, "llama-7b", "--device", "h200", "--ctx", "0", "--json")
+    assert code == 0 and json.loads(out)["inputs"]["ctx"] == 4096 and not caplog.records
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["llama-7b", "--device", "tpu"], "unknown device 'tpu'; known: this, h200"),
-    (["llama-7b", "--device", "h200", "--ctx", "0"], "--ctx must be a positive"),
-    (["llama-7b", "--device", "h200", "--ctx", "-3"], "--ctx must be a positive"),
+    (["llama-7b", "--device", "h200", "--ctx", "-3"], "--ctx must be a number of tokens (0: the model's own), got -3"),
     (["llama-7b", "--device", "h200", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--concurrency", "-2"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--kv-cache-dtype", "int3"], "unknown KV cache dtype 'int3'"),

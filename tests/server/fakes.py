@@ -194,9 +194,12 @@ class FakeStream:
 
 
 class FakeEngine:
-    def __init__(self, max_model_len: int = 4096, max_in_flight: int = 64, vocab_size: int = 0x110000):
-        """vocab_size: one token a character, as FakeTokenizer (fake_served's)."""
+    def __init__(self, max_model_len: int = 4096, max_in_flight: int = 64, vocab_size: int = 0x110000,
+                 model_context: int | None = None):
+        """vocab_size: one token a character, as FakeTokenizer (fake_served's). model_context: the
+        model's own context (None: unknown, as before; the errors then offer a larger one)."""
         self.max_model_len, self.max_in_flight, self.vocab_size = max_model_len, max_in_flight, vocab_size
+        self.model_context = model_context
         self.added: list[Added] = []
         self.aborted: list[str] = []
         self.live: set[str] = set()
@@ -211,7 +214,7 @@ class FakeEngine:
         self.stopped = True
 
     def add_request(self, prompt_ids, params, request_id=None) -> FakeStream:
-        check_request(prompt_ids, params, self.max_model_len, self.vocab_size)  # the real engine's checks
+        check_request(prompt_ids, params, self.max_model_len, self.vocab_size, self.model_context)  # the real engine's
         if len(self.live) >= self.max_in_flight:
             raise EngineFullError(f"{len(self.live)} requests are in flight (limit {self.max_in_flight}); retry later")
         prompt = "".join(chr(i) for i in prompt_ids)
@@ -236,7 +239,7 @@ class FakeEngine:
 def fake_served(template: str = TEMPLATE, engine: FakeEngine | None = None, names=("fake-model",)) -> ServedModel:
     engine = engine or FakeEngine()
     return ServedModel(list(names), FakeTokenizer(), ChatTemplate(template, None, "<|im_end|>", "llama"),
-                       engine, engine.max_model_len, vocab_size=0x110000)
+                       engine, engine.max_model_len, vocab_size=0x110000, model_context=engine.model_context)
 
 
 def fake_app(template: str = TEMPLATE, engine: FakeEngine | None = None, names=("fake-model",), **config):

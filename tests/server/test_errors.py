@@ -391,7 +391,33 @@ def test_more_top_logprobs_than_the_vocabulary_holds_names_the_field(make_fake, 
 def test_the_engines_logprobs_check_in_chat_names_top_logprobs():
     """Chat's k is top_logprobs (a chat prompt's template holds characters past a vocabulary under 20,
     the only one where the route's own [0, 20] lets this through: mapped, not posted)."""
-    e = InvalidSamplingParams("logprobs must be at most the vocabulary's size (8), got 10")
+    e = InvalidSamplingParams("logprobs", "must be at most the vocabulary's size (8), got 10")
     err = from_hearth_error(e, CHAT)
     assert (err.status, err.param, err.message) == (400, "top_logprobs", "top_logprobs: must be at most "
                                                     "the vocabulary's size (8), got 10")
+
+
+def test_the_field_of_a_sampling_error_is_its_own_attribute_not_the_message_s_first_word():
+    """The structured-output check's message opened with "structured output ...": split at its first
+    space, the 400 named a field `structured`."""
+    import pickle
+
+    from hearth.sampling_params import StructuredOutput
+
+    with pytest.raises(InvalidSamplingParams) as e:
+        StructuredOutput()
+    err = from_hearth_error(e.value, COMPLETIONS)
+    assert (err.status, err.param) == (400, "structured_output") and err.message.startswith("structured_output: needs")
+    again = pickle.loads(pickle.dumps(e.value))  # a cluster replica's error crosses processes
+    assert (again.field, again.why, str(again)) == (e.value.field, e.value.why, str(e.value))
+
+
+@pytest.mark.parametrize("fmt", [{"type": "json_object"},
+                                 {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}])
+def test_response_format_and_a_forced_call_are_one_rule_one_message(fake, fmt):
+    """guided()'s check of two constraints answers it (the chat route had its own copy, worded apart)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+    r = fake.client.post(CHAT, json={"messages": USER, "tools": [tool], "tool_choice": "required", "response_format": fmt})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+    assert r.json()["error"]["message"] == "response_format: cannot be combined with tool_choice (one constraint per request)"
+    assert not fake.engine.added

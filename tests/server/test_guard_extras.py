@@ -305,10 +305,14 @@ def test_a_prompt_that_fits_exactly_is_not_compacted(make_fake):
     assert event["kind"] == "compacted" and event["prompt_tokens_after"] + 50 <= n + 49
 
 
-def test_compaction_that_cannot_fit_is_still_a_400(make_fake):
-    fake = make_fake(engine=FakeEngine(max_model_len=200))
+@pytest.mark.parametrize("model_context,hint", [(200, False), (1000, True)])
+def test_compaction_that_cannot_fit_is_still_a_400(make_fake, model_context, hint):
+    """--max-model-len is offered only below the model's own context (hearth.errors.can_raise_context)."""
+    fake = make_fake(engine=FakeEngine(max_model_len=200, model_context=model_context))
     r = post(fake, [{"role": "user", "content": "y" * 400}], hearth={"compaction": "tiered"})
-    assert r.status_code == 400 and "even compacted" in r.json()["error"]["message"]
+    message = r.json()["error"]["message"]
+    assert r.status_code == 400 and "even compacted" in message
+    assert ("raise --max-model-len" in message) == hint
 
 
 # bad input

@@ -40,8 +40,8 @@ def test_vllm_fields_become_the_engines_constraint(fake, path, extra, field, wan
     assert getattr(fake.last.params.structured_output, field) == want
 
 
-def _accepts(regex: str, text: str) -> bool:
-    m = COMPILER.matcher(KINDS["regex"](regex))
+def _accepts(regex: str, text: str, kind: str = "regex") -> bool:
+    m = COMPILER.matcher(KINDS[kind](regex))
     if not all(m.accept(t) for t in TOK.encode(text)):
         return False
     mask = m.bitmask()
@@ -80,6 +80,35 @@ def test_a_bad_or_second_constraint_is_a_400_naming_it(fake, path, extra, param)
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["message"].startswith(f"{param}: ") and error["param"] == param, error
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_a_gbnf_grammar_is_read_as_vllm_reads_it(fake, path):
+    """llama.cpp's GBNF, converted by llguidance itself (its grammar_from "grammar", as vLLM's guided_grammar);
+    it was a bare Lark parse error ("Expected token '_', found '='")."""
+    gbnf = 'root ::= answer "."\nanswer ::= "yes" | "no"'
+    assert _post(fake, path, {"guided_grammar": gbnf}).status_code == 200
+    assert fake.last.params.structured_output.grammar == gbnf
+    assert _accepts(gbnf, "yes.", "grammar") and _accepts(gbnf, "no.", "grammar")
+    assert not any(_accepts(gbnf, t, "grammar") for t in ["yes", "maybe.", "yes.no."])
+
+
+@pytest.mark.parametrize("extra,reason", [
+    ({"guided_regex": "(unclosed"}, "error: unclosed group"),  # the first line stopped at 'regex parse error:'
+    ({"guided_grammar": "start: /[a-/"}, "error: unclosed character class"),
+    ({"guided_grammar": 'root ::= "a" ('}, "Expected ')'"),  # GBNF's own error, not Lark's
+    ({"guided_grammar": "start: ("}, "expected Lark in llguidance's dialect, with a `start:` rule, or GBNF"),
+])
+def test_a_grammar_error_keeps_its_reason_in_one_bounded_line(fake, extra, reason):
+    error = _post(fake, CHAT, extra).json()["error"]
+    assert reason in error["message"] and "\n" not in error["message"], error
+
+
+def test_a_long_grammar_error_is_bounded():
+    from hearth.sample.grammar import REASON_CHARS, _reason
+
+    assert _reason("x" * 5000).endswith("…") and len(_reason("x" * 5000)) == REASON_CHARS
+    assert _reason("a:\n  (\n  ^\nerror: b\n") == "a:; (; error: b"
 
 
 def test_a_forced_tool_call_and_a_guided_field_are_one_constraint_too(fake):

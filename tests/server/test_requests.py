@@ -73,7 +73,10 @@ def test_completions_batch_echo_and_logprobs(fake):
     assert [c.index for c in r.choices] == [0, 1, 2, 3]
     assert r.choices[0].text == "script:hello" + "Hello there!" and r.choices[3].text == 'script:json{"answer": "yes"}'
     lp = r.choices[0].logprobs  # echo: the prompt's tokens first, the first one's logprob null (OpenAI's legacy API)
-    assert lp.tokens == [*"script:hello", "H", "l", "t", "!"] and fake.last.params.prompt_logprobs == 2
+    assert lp.tokens == [*"script:hello", "H", "l", "t", "!"]
+    # asked of each prompt's first child only (the siblings hit its prefix), and shared with them
+    assert [a.params.prompt_logprobs for a in fake.engine.added[-4:]] == [2, None, 2, None]
+    assert r.choices[1].logprobs.tokens[:12] == [*"script:hello"] and r.choices[1].logprobs.top_logprobs[1:12] == lp.top_logprobs[1:12]
     assert lp.token_logprobs[:3] == [None, -0.01, -0.02] and lp.token_logprobs[12:] == [-0.5] * 4
     assert lp.top_logprobs[0] is None and lp.top_logprobs[1] == {"c": -0.01, "A": -1.0}
     assert len(lp.top_logprobs[12]) == 2
@@ -117,6 +120,16 @@ def test_completions_max_tokens_0_with_echo_scores_the_prompt(fake):
     assert chunks[-1].choices[0].finish_reason == "length"
     r = fake.openai.completions.create(model="fake-model", prompt="script:hello", echo=True, max_tokens=0)
     assert r.choices[0].text == "script:hello" and r.choices[0].logprobs is None
+
+
+def test_scoring_with_min_tokens_names_the_max_tokens_the_client_sent(fake):
+    """The engine computes one token when scoring; the 400 said 'at most max_tokens (1)', a value the
+    client never sent."""
+    r = fake.client.post("/v1/completions", json={"prompt": "script:hello", "echo": True, "max_tokens": 0,
+                                                  "min_tokens": 2, "logprobs": 1})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "min_tokens"
+    assert r.json()["error"]["message"] == "min_tokens: must be at most max_tokens (0), got 2"
+    assert not fake.engine.added
 
 
 def test_completions_stream_echo_with_logprobs(fake):

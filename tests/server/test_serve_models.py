@@ -192,8 +192,11 @@ def test_serve_says_what_speculation_runs(tmp_path, capsys):
     write_tiny_gguf(native, "qwen2", qtype="Q8_0")  # the native kernels' type: speculation on
     assert "q8: speculative decoding: ngram (num_speculative_tokens 3)" in lines(
         native, '{"method": "ngram", "num_speculative_tokens": 3}')
-    assert f"speculative decoding: draft (num_speculative_tokens 4, draft model {native}) ({native})" in lines(
-        native, f'{{"model": "{native}"}}')
+    said = lines(native, f'{{"model": "{native}"}}')  # a path: named once (the summary names it)
+    assert f"speculative decoding: draft (num_speculative_tokens 4, draft model {native})\n" in said
+    assert said.count(str(native)) == 1
     f32 = tmp_path / "f32.gguf"
-    write_tiny_gguf(f32, "qwen2")
-    assert "f32: speculative decoding is off" in lines(f32, '{"method": "suffix"}')
+    write_tiny_gguf(f32, "qwen2")  # F32 weights: no native kernels, on the CPU backend too
+    said = lines(f32, '{"method": "ngram"}')
+    assert "f32: speculative decoding is off: without the native kernels a verify row is not computed" in said
+    assert "backend" not in said
