@@ -243,8 +243,9 @@ def _template_messages(messages: list[dict]) -> list[dict]:
 
 def _step_cost(spec: SpeculativeConfig, passes: tuple[int, int, int]) -> StepCost:
     """A draft token's cost, measured on this engine's steps from a prior for the method."""
-    return StepCost(POLICY.draft_model_token_cost if spec.method == "draft" else POLICY.draft_token_cost,
-                    passes=passes)
+    if spec.method == "draft":
+        return StepCost(POLICY.draft_model_token_cost, catch_up_prior=POLICY.draft_catch_up_cost, passes=passes)
+    return StepCost(POLICY.draft_token_cost, passes=passes)
 
 
 def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile | None:

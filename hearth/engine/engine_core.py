@@ -123,6 +123,7 @@ class EngineCore:
         if self.spec is not None:
             if result.steady and so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):  # what drafts cost
                 self.spec.timed(so.num_tokens, seconds)
+            self.spec.caught_up(*result.catch_up, result.draft_lag)
             self.spec.observe([o for o in results if o.request_id not in grammar_drafted])
         self.scheduler.spec_results = []
         outputs = [self._output(req, tokens) for req, tokens in changed]

@@ -19,6 +19,7 @@ with the request's generator, and hand q to the target's rejection sampling
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -78,6 +79,9 @@ class DraftModel:
         self.steady = True
         """False after a draft() that computed more than a step's catch-up (a prompt, the tokens of
         a pause): that step's time is not what its rows cost."""
+        self.caught_up = (0, 0.0)
+        """The last draft()'s prefills (a prompt, a pause, a prefix hit): rows and seconds, what
+        the policy prices a lag's catch-up by (hearth.spec_decode.cost)."""
         self.tree_depth = 0
         """Trees (speculative_config.tree_budget): the chain drafted is this deep at most, and the
         slots past it take DDTree's best-first branches from the chain's per-position top-k. 0:
@@ -89,6 +93,11 @@ class DraftModel:
         if self.vocab is not None:
             self.vocab.forget(request_id)
 
+    def lags(self, request_ids: list[str]) -> dict[str, int]:
+        """request id -> the tokens the draft has yet to compute before it drafts for it again
+        (after observe): its prompt until it first drafts, the tokens of a pause."""
+        return {rid: len(self.states[rid].pending) for rid in request_ids if rid in self.states}
+
     def invalidate(self, block_ids: list[int]) -> None:
         """These blocks' target K/V were replaced without the draft's (loaded from the disk tier)."""
         self.valid_blocks.difference_update(block_ids)
@@ -99,7 +108,7 @@ class DraftModel:
         generator: (request id, params) -> the request's torch.Generator (None for greedy)."""
         self._last, self.probs = {}, {}
         qs: dict[int, list[torch.Tensor]] = {}
-        self.steady = True
+        self.steady, self.caught_up = True, (0, 0.0)
         if not so.seqs:
             return so
         work = [i for i, s in enumerate(so.seqs) if s.num_draft_slots]
@@ -238,7 +247,9 @@ class DraftModel:
         return self._forward(rest, out_seqs, rids)
 
     def _prefill(self, head: list[tuple[int, list[int], list[int]]]) -> None:
-        """K/V only for head's (first position, tokens, block table), in pieces of at most max_rows rows."""
+        """K/V only for head's (first position, tokens, block table), in pieces of at most max_rows
+        rows; their rows and time added to caught_up."""
+        t0, rows = time.perf_counter(), sum(len(toks) for _, toks, _ in head)
         while head:
             room, piece, left = self.max_rows, [], []
             for pos, toks, table in head:
@@ -250,6 +261,9 @@ class DraftModel:
                     left.append((pos + take, toks[take:], table))
             self._forward(piece, [])
             head = left
+        if rows:
+            n, seconds = self.caught_up
+            self.caught_up = (n + rows, seconds + time.perf_counter() - t0)
 
     @staticmethod
     def _pick(seqs: list, live: list[int], logits: torch.Tensor, qs: dict, generator, tops: dict) -> list[int]:

@@ -103,6 +103,11 @@ class RunnerOutput:
     steady: bool = True
     """False: the step did one-off work beside its rows (the draft model catching up a prompt or
     a pause), so its time is not what a step of its rows costs (hearth.spec_decode.cost)."""
+    catch_up: tuple[int, float] = (0, 0.0)
+    """The draft model's catch-up prefills this step (its rows, seconds): what a lag costs."""
+    draft_lag: dict[str, int] = field(default_factory=dict)
+    """request_id -> tokens the draft model has yet to compute before it drafts for it again (its
+    prompt until it first drafts): the policy weighs that catch-up against what drafting could win."""
     forced: dict[str, list[int]] = field(default_factory=dict)
     """request_id -> the tokens its grammar forces next, after this step's tokens (only where
     ModelRunner.forced_drafts is on): the engine's drafts for that request's next step."""

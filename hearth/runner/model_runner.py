@@ -148,8 +148,9 @@ class ModelRunner:
         filled = self.drafter.draft(so, self._generator)  # the draft's K/V catch up, its drafts fill the slots
         out = self._run(filled)
         out.drafted = {s.request_id: (s.spec_token_ids, s.spec_parents) for s in filled.seqs if s.spec_token_ids}
-        out.steady = self.drafter.steady
+        out.steady, out.catch_up = self.drafter.steady, self.drafter.caught_up
         self.drafter.observe(out)
+        out.draft_lag = self.drafter.lags([s.request_id for s in so.seqs])
         return out
 
     def _run(self, so: SchedulerOutput) -> RunnerOutput:

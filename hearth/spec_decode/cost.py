@@ -17,6 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+CATCH_UP_MIN_ROWS = 32
+"""Catch-ups of fewer rows are not timed (StepCost.add_catch_up)."""
+
+
 @dataclass(slots=True)
 class StepCost:
     prior: float
@@ -32,6 +36,11 @@ class StepCost:
     through, over ~20 steps), a fast one as before."""
     seconds: dict[int, float] = field(default_factory=dict)
     """Row count -> smoothed time of a decode-only step of that many rows."""
+    catch_up_prior: float = 0.0
+    """A token the draft model catches up (its prompt, a pause) as a share of a plain step, until
+    one is measured (0: a proposer that never lags)."""
+    catch_up_row: float | None = None
+    """Smoothed seconds per row of the draft model's catch-up prefills, as measured."""
     passes: tuple[int, int, int] = (0, 0, 0)
     """(first, rows, tail): from `first` rows on, a verify step's matmuls take the rows in passes of
     `rows` (AMX tiles: 16) over the weights, each pass costing about as much however few rows it
@@ -53,6 +62,18 @@ class StepCost:
         old = self.seconds.get(rows)
         keep = self.keep if old is None or seconds < old else self.keep_slower
         self.seconds[rows] = seconds if old is None else keep * old + (1 - keep) * seconds
+
+    def add_catch_up(self, rows: int, seconds: float) -> None:
+        """The draft model's catch-up prefills of one step. Only long ones: a few rows run on the
+        GEMV at a few times a prefill row's price, and a pause's catch-up is cheap either way."""
+        if rows >= CATCH_UP_MIN_ROWS:
+            row, old = seconds / rows, self.catch_up_row
+            self.catch_up_row = row if old is None else self.keep * old + (1 - self.keep) * row
+
+    def catch_up(self, rows: int) -> float:
+        """A caught-up token's time as a share of a plain step of `rows` rows: measured, else the prior."""
+        base = self.seconds.get(rows)
+        return self.catch_up_prior if self.catch_up_row is None or base is None else self.catch_up_row / base
 
     def prior_costs(self, most: int) -> list[float]:
         return [1.0 + self.prior * k for k in range(most + 1)]

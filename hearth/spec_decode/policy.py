@@ -9,7 +9,9 @@ length with the most tokens per unit of time,
 POLICY.misses_to_pause times in a row (hearth.spec_decode.thresholds), pauses and re-probes after
 a pause that doubles each time it fails again. A pause the cost rule chose doubles even after an
 accepted probe (acceptance was not what it lacked), and passes without a probe where drafts would
-not pay even were all of them accepted. A step with `disable_by_batch_size` running
+not pay even were all of them accepted. A draft model that lags a request (its prompt before
+the first drafts) drafts for it only when the steps drafting could save over the tokens left
+(max_tokens) pay for that catch-up, as the runner timed it. A step with `disable_by_batch_size` running
 sequences or more drafts nothing: a batch that large is compute-bound, where verify rows cost
 about as much as the tokens they might save."""
 
@@ -93,12 +95,12 @@ class _Track:
     (its acceptance) would change that, so the pause ends without one."""
 
 
-def best_length(rates: list[float], costs: list[float], batch: int) -> int:
+def best_rate(rates: list[float], costs: list[float], batch: int) -> tuple[int, float]:
     """The draft length k < len(costs) that makes the most tokens per unit of step time, each
     longer one taken only when it beats the best shorter one (plain decoding first) by
-    POLICY.min_gain: with `batch` sequences decoding, k drafts make batch + E(k) tokens in
-    costs[k] steps' time, E(k) = a1 + a1 a2 + ... + a1 a2 ... ak (draft j is accepted with
-    probability aj = rates[j - 1] once the ones before it were)."""
+    POLICY.min_gain, and its speed over plain decoding: with `batch` sequences decoding, k drafts
+    make batch + E(k) tokens in costs[k] steps' time, E(k) = a1 + a1 a2 + ... + a1 a2 ... ak
+    (draft j is accepted with probability aj = rates[j - 1] once the ones before it were)."""
     best, best_rate, gained, p = 0, 1.0, 0.0, 1.0
     for k in range(1, min(len(costs), len(rates) + 1)):
         p *= rates[k - 1]
@@ -106,7 +108,17 @@ def best_length(rates: list[float], costs: list[float], batch: int) -> int:
         rate = (batch + gained) / (batch * costs[k])
         if rate > best_rate * (1.0 + POLICY.min_gain):
             best, best_rate = k, rate
-    return best
+    return best, best_rate
+
+
+def best_length(rates: list[float], costs: list[float], batch: int) -> int:
+    return best_rate(rates, costs, batch)[0]
+
+
+def tokens_left(req: DraftRequest) -> int:
+    """The most output tokens the request may still make (POLICY.catch_up_horizon without max_tokens)."""
+    most = req.params.max_tokens
+    return POLICY.catch_up_horizon if most is None else max(most - len(req.output_token_ids), 0)
 
 
 class SpeculativeDecoder:
@@ -121,11 +133,20 @@ class SpeculativeDecoder:
         self.step = 0
         self.cost = cost
         self.acceptance = Acceptance()  # every request's first drafts: the prior of each request's own
+        self.lags: dict[str, int] = {}
+        """request id -> tokens the draft model must catch up before it drafts for it (runner_state)."""
 
     def timed(self, rows: int, seconds: float) -> None:
         """A step in which every sequence decoded (no prompt chunk): its rows and time."""
         if self.cost is not None:
             self.cost.add(rows, seconds)
+
+    def caught_up(self, rows: int, seconds: float, lags: dict[str, int]) -> None:
+        """What the runner's draft model reported of a step: its catch-up prefills' rows and time,
+        and each request's lag after it."""
+        if self.cost is not None and rows:
+            self.cost.add_catch_up(rows, seconds)
+        self.lags.update(lags)
 
     def _length(self, t: _Track, req: DraftRequest, batch: int) -> int | None:
         """With a cost: the length best_length picks, up to the whole budget (the rate decides, not
@@ -136,7 +157,8 @@ class SpeculativeDecoder:
             return t.k
         most = self.config.max_drafts
         prior = POLICY.prior_acceptance
-        if req.params.seed is not None and not req.params.greedy:
+        seeded = req.params.seed is not None and not req.params.greedy
+        if seeded:
             costs = self.cost.prior_costs(most)
         else:
             costs = self.cost.costs(batch, most)
@@ -147,9 +169,21 @@ class SpeculativeDecoder:
         # leaves them; counted as nothing (8 nodes at depth 4 ran 0.95x plain on the code edit,
         # 2026-12-03), so the cost rule grants a tree no more nodes than a chain
         depth = self.config.num_speculative_tokens if self.config.tree_budget else most
-        k = best_length(t.acceptance.rates(prior, depth), costs, batch)
+        k, rate = best_rate(t.acceptance.rates(prior, depth), costs, batch)
+        top = best_rate([1.0] * depth, costs, batch)[1]  # every draft accepted
+        lag = self.lags.get(req.request_id, 0)
+        if lag and not seeded:
+            # the draft model catches up `lag` tokens before its first draft (a prompt: on the Zen 4
+            # a 40-line file cost the 0.5B ~25 plain steps of the 1.5B, more than drafting 256
+            # tokens could win there): a speed-up pays only if the steps it saves over the tokens
+            # left cover that
+            price, left = lag * self.cost.catch_up(batch), tokens_left(req)
+            if left * (1 - 1 / rate) <= price:
+                k = 0
+            if left * (1 - 1 / top) <= price:
+                top = 1.0
         t.priced_out = k == 0
-        t.hopeless = k == 0 and best_length([1.0] * depth, costs, batch) == 0
+        t.hopeless = k == 0 and top == 1.0
         return k
 
     def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:
@@ -224,4 +258,5 @@ class SpeculativeDecoder:
 
     def forget(self, request_id: str) -> None:
         self.tracks.pop(request_id, None)
+        self.lags.pop(request_id, None)
         self.proposer.forget(request_id)

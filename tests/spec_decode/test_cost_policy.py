@@ -219,20 +219,26 @@ def test_a_seeded_sampled_request_reads_neither_timings_nor_other_requests():
 ZEN4_DRAFT_MS = {1: 52, 2: 113, 3: 157, 5: 250}
 
 
-def drafting_steps(ms, accept, steps=256):
-    """A greedy request whose first draft is accepted at `accept`, over `steps` steps with the step
-    costs `ms` measured -> the steps that drafted."""
+def drafting_steps(ms, accept, steps=256, lag=0, catch_up_ms=4.2):
+    """A greedy request of `steps` tokens whose first draft is accepted at `accept`, with the step
+    costs `ms` measured and a draft model `lag` tokens behind until it first drafts, each costing
+    catch_up_ms -> the steps that drafted."""
     cost = StepCost(0.8)
     for rows, t in ms.items():
         cost.add(rows, t / 1e3)
+    cost.add_catch_up(100, catch_up_ms / 1e3 * 100)
     spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=4, disable_by_batch_size=0), cost)
     spec.proposer = ScriptedProposer(lambda r: [7] * 4, obey_k=True)
     spec.acceptance = Acceptance([accept * 20] + [0.0] * 3, [20.0] + [0.0] * 3)
-    req = SimpleNamespace(request_id="a", prompt_token_ids=[1], output_token_ids=[2],
-                          params=SamplingParams(temperature=0), num_tokens=2)
+    req = SimpleNamespace(request_id="a", prompt_token_ids=[1], output_token_ids=[],
+                          params=SamplingParams(temperature=0, max_tokens=steps), num_tokens=1)
+    spec.caught_up(0, 0.0, {"a": lag})
     drafted = []
     for i in range(steps):
+        req.output_token_ids.append(2)
         d = spec.propose([req], 1).get("a", [])
+        if d:
+            spec.caught_up(0, 0.0, {"a": 0})
         if d:
             drafted.append(i)
             n = len(d)
@@ -276,3 +282,27 @@ def test_a_burst_of_load_moves_a_step_time_a_little_a_faster_step_as_before():
     before = cost.seconds[1]
     cost.add(1, 0.040)  # a faster one weighs as before (keep 0.7)
     assert abs(cost.seconds[1] - (0.7 * before + 0.3 * 0.040)) < 1e-12
+
+
+def test_a_draft_models_catch_up_is_weighed_against_what_the_tokens_left_could_win():
+    """The code edit on that Zen 4: the 0.5B's first probe caught up the prompt (a 40-line file,
+    317 tokens at ~4.2 ms each: ~25 plain steps) where 256 tokens, every draft accepted, could
+    win ~10 (0.90x plain). Priced, nothing is drafted and no probe is made; the controls: no lag,
+    a longer answer left to win it back, and a CPU where verify rows are nearly free."""
+    random.seed(0)
+    assert drafting_steps(ZEN4_DRAFT_MS, 0.93, lag=317) == []
+    assert 1 <= len(drafting_steps(ZEN4_DRAFT_MS, 0.93)) <= 6  # without the lag: probes as before
+    assert drafting_steps(ZEN4_DRAFT_MS, 0.93, steps=2048, lag=317)[:1] == [0]  # ~80 steps to win: a probe
+    assert len(drafting_steps({1: 46, 2: 50, 3: 55, 5: 67}, 0.93, lag=317)) > 0.9 * 256
+
+
+def test_a_catch_up_is_priced_as_measured_against_the_plain_step():
+    cost = StepCost(0.8, catch_up_prior=0.04)
+    assert cost.catch_up(1) == 0.04  # nothing measured: the prior
+    cost.add(1, 0.050)
+    cost.add_catch_up(8, 0.1)  # a pause's few rows: the GEMV's price, not kept
+    assert cost.catch_up(1) == 0.04
+    cost.add_catch_up(500, 1.0)  # 2 ms a row
+    cost.add_catch_up(100, 0.1)  # 1 ms a row, smoothed: 0.7 * 2 + 0.3 * 1
+    assert abs(cost.catch_up(1) - 0.0017 / 0.050) < 1e-12
+    assert cost.catch_up(2) == 0.04  # a plain step of 2 rows not measured

@@ -174,11 +174,12 @@ def test_draft_catches_up_on_blocks_loaded_from_the_disk_tier(model_path, tmp_pa
 def test_a_step_in_which_the_draft_catches_up_a_prompt_is_not_timed(self_draft):
     """The draft model computes a new request's prompt in its first decode step: that step's time
     is a prefill's, and priced as a verify step's it would make every draft look dear."""
-    runner, steady = self_draft.runner, []
+    runner, steady, outs = self_draft.runner, [], []
     execute = runner.execute
 
     def timed(so):
         out = execute(so)
+        outs.append((so, out))
         if so.seqs and all(len(s.token_ids) == 1 for s in so.seqs):
             steady.append(out.steady)
         return out
@@ -190,3 +191,11 @@ def test_a_step_in_which_the_draft_catches_up_a_prompt_is_not_timed(self_draft):
         runner.execute = execute
     assert steady[0] is False  # the prompt caught up
     assert len(steady) > 10 and all(steady[1:])  # then one step's verified tokens each step
+    # what the policy prices a catch-up by: the lag after the prompt's step (the whole prompt,
+    # queued), then the first decode step's prefill of it (its new token after it, as a decode row)
+    (prompt, after_prompt), (_, first) = outs[0], outs[1]
+    rid = prompt.seqs[0].request_id
+    n = len(prompt.seqs[0].token_ids)
+    assert after_prompt.draft_lag == {rid: n} and after_prompt.catch_up == (0, 0.0)
+    assert first.catch_up[0] == n and first.catch_up[1] > 0 and first.draft_lag[rid] <= 1
+    assert all(out.draft_lag.get(rid, 0) <= 1 for _, out in outs[2:])  # drafting every step: no lag
