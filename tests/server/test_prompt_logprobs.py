@@ -11,10 +11,12 @@ import pytest
 import torch
 from starlette.testclient import TestClient
 
+from hearth.api import guarded
 from hearth.api.app import create_app
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import AsyncEngine
 from hearth.llm import LLM
+from hearth.tool_guard.checks import NO_CALL, Checked, Problem
 from tests.gguf_factory import write_tiny_gguf
 from tests.teacher_forced import logits_from
 
@@ -34,9 +36,13 @@ def model_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client(model_file):
+def served(model_file):
     llm = LLM(str(model_file), max_model_len=1024, max_num_batched_tokens=16, progress=False)
-    served = ServedModel.from_llm(llm, ["tiny"], AsyncEngine(llm.engine))
+    return ServedModel.from_llm(llm, ["tiny"], AsyncEngine(llm.engine))
+
+
+@pytest.fixture(scope="module")
+def client(served):
     with TestClient(create_app(served)) as c:
         yield c
 
@@ -123,9 +129,27 @@ def test_completions_n_and_a_batch_each_choice_holds_its_prompts(client, referen
 
 
 @pytest.mark.parametrize("tools", [None, [WEATHER]], ids=["plain", "tool-guard"])
-def test_chat_top_level_shape(client, reference, tools):
-    """Top level, as vLLM's chat response holds it; with tools the tool guard's attempts run (its
-    retries do not score the prompt again)."""
+def test_chat_top_level_shape(client, served, reference, tools, monkeypatch):
+    """Top level, as vLLM's chat response holds it; with tools the tool guard's attempts run. One
+    engine request scores the prompt: not the other choice, nor a retry."""
+    asked, add = [], served.engine.add_request
+
+    def spy(ids, params, **kw):
+        asked.append(params.prompt_logprobs)
+        return add(ids, params, **kw)
+
+    monkeypatch.setattr(served.engine, "add_request", spy)
+    if tools:  # whatever the random model says, each choice's first attempt fails: a retry follows
+        real, failed = guarded.check_calls, set()
+
+        def fail_first(held, schemas, required):
+            if len(failed) < 2 and id(held) not in failed:
+                failed.add(id(held))
+                return Checked(list(held), [Problem(NO_CALL, "scripted: a call was due")])
+            return real(held, schemas, required)
+
+        monkeypatch.setattr(guarded, "check_calls", fail_first)
+        monkeypatch.setattr(guarded, "NO_RETRY_FINISH", ())  # a random model always runs to max_tokens
     messages = [{"role": "user", "content": PROMPT}]
     extra = {"tools": tools} if tools else {}
     ids = _ids(client, messages=messages, **extra)
@@ -136,6 +160,10 @@ def test_chat_top_level_shape(client, reference, tools):
     _check_shape(body["prompt_logprobs"], ids, reference(ids))
     assert all("prompt_logprobs" not in c for c in body["choices"])
     assert ("hearth" in body) == bool(tools)  # the guard's report: its attempts ran
+    assert sorted(asked, key=str) == [N] + [None] * (len(asked) - 1) and len(asked) >= 2
+    if tools:
+        retries = [len(c["retries"]) for c in body["hearth"]["choices"]]
+        assert min(retries) >= 1 and len(asked) == 2 + sum(retries)
 
 
 @pytest.mark.parametrize("path,body", [
