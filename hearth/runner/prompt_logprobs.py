@@ -58,7 +58,9 @@ def prompt_logprobs(hidden: torch.Tensor, targets: list[int], k: int,
         ids = targets[a:a + PROMPT_LOGPROB_ROWS]
         lp = torch.log_softmax(logits(hidden[a:a + len(ids)]), -1)  # [rows, vocab]
         own = lp[torch.arange(len(ids)), torch.tensor(ids)]  # [rows]
-        ranks += (1 + (lp > own[:, None]).sum(-1)).tolist()
+        # a row at a time: torch's count over the last dim of a [rows, vocab] bool tensor is ~5x slower
+        # (one thread, 64 x 151936: 41 ms, against 7.6 ms by rows and 34 ms for the log-softmax and top k)
+        ranks += torch.stack([(row > v).sum() for row, v in zip(lp, own)]).add_(1).tolist()
         for t, v, top in zip(ids, own.tolist(), top_logprobs(lp, k)):
             entry = {t: v}
             entry.update(top)  # the target keeps its place first (an update of a key keeps its order)
