@@ -260,8 +260,8 @@ class _Choice:
             self.report.retries.pop()
             self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
             return None
-        return new_ids, replace(self.params, structured_output=forced or self.params.structured_output, raw_logprobs=False,
-                                prompt_logprobs=None)
+        return new_ids, replace(self.params, structured_output=forced or self.params.structured_output,
+                                raw_logprobs=False, prompt_logprobs=None)
 
     def _retry(self, attempt: int, checked: Checked, held: list, trace: TokenTrace, last, ids: list[int],
                params: SamplingParams) -> tuple[list[int], SamplingParams] | None:

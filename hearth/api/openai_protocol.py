@@ -122,7 +122,8 @@ class SamplingFields(SamplingScalars):
         if v is not None and info.data.get("stream") and v != 0:
             raise ValueError("is not available when stream is true")
         if v == -1:
-            raise ValueError("-1 (the whole vocabulary) is not supported: ask for the top N, at most the vocabulary's size")
+            raise ValueError("-1 (the whole vocabulary) is not supported: ask for the top N, "
+                             "at most the vocabulary's size")
         if v is not None and v < 0:
             raise ValueError(f"must be >= 0, got {v}")
         return v

@@ -165,7 +165,8 @@ class ModelRunner:
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
             out_rows = with_prompt_rows(rows, targets)
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows)  # [len(out_rows), hidden]
-            prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs, lambda h: self._logits(h, None))
+            prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs,
+                                                  lambda h: self._logits(h, None))
             if not rows:
                 return RunnerOutput({}, prompt_logprobs=prompt, prompt_ranks=ranks)
             if len(rows) > len(seqs):

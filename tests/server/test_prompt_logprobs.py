@@ -139,7 +139,7 @@ def test_chat_top_level_shape(client, served, reference, tools, monkeypatch):
         return add(ids, params, **kw)
 
     monkeypatch.setattr(served.engine, "add_request", spy)
-    if tools:  # whatever the random model says, the first 4 attempts fail: one choice at least resamples, then re-prompts
+    if tools:  # whatever the random model says, the first 4 attempts fail: a choice resamples, then re-prompts
         real, checks = guarded.check_calls, []
 
         def fail_first(held, schemas, required):  # called once per attempt
