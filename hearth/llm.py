@@ -167,7 +167,7 @@ class LLM:
                     if out.new_logprobs is not None:
                         comp.logprobs.extend(out.new_logprobs)
                     if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
-                        result.prompt_logprobs = out.prompt_logprobs
+                        result.prompt_logprobs, result.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
                     if out.finished:
                         comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
                         result.finished = all(c.finish_reason for c in result.outputs)

@@ -29,6 +29,9 @@ class RequestOutput:
     prompt_logprobs: list[dict[int, float] | None] | None = None
     """Only for SamplingParams.prompt_logprobs: per prompt token {its id: logprob, then the top
     alternatives}, None for the first (nothing precedes it)."""
+    prompt_ranks: list[int | None] | None = None
+    """Beside prompt_logprobs: per prompt token its rank in the vocabulary (1: the model's most
+    likely; 1 + the tokens strictly more likely), None for the first."""
 
 
 @dataclass(slots=True)
@@ -49,3 +52,5 @@ class EngineOutput:
     num_cached_tokens: int = 0
     prompt_logprobs: list[dict[int, float] | None] | None = None
     """Only for SamplingParams.prompt_logprobs, on a request's first output: as RequestOutput's."""
+    prompt_ranks: list[int | None] | None = None
+    """With prompt_logprobs: as RequestOutput's."""

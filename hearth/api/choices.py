@@ -25,6 +25,11 @@ class Update:
     """On a finish: the choice's text as a whole answer reads, in place of the content the updates
     streamed (a re-prompted attempt's text superseded, a rescued call's text taken out); None: as
     streamed. A stream cannot take back what it sent: only whole answers use it (settle)."""
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    """Only for SamplingParams.prompt_logprobs, on the first update of the attempt that scored the
+    request's prompt (EngineOutput's)."""
+    prompt_ranks: list[int | None] | None = None
+    """With prompt_logprobs (EngineOutput's)."""
 
 
 def settle(events: list[Event], u: Update) -> list[Event]:
@@ -70,4 +75,4 @@ class PlainChoices:
             self._unparsed[i] += [GuardEvent("unparsed_call", {"id": e.call.id, "name": e.call.name, "error": e.call.unparsed})
                                   for e in events if isinstance(e, ToolCallEvent) and e.call.unparsed]
             yield i, Update(events, out.new_token_ids, out.new_logprobs, out.finished, out.finish_reason,
-                            out.stop_reason)
+                            out.stop_reason, prompt_logprobs=out.prompt_logprobs, prompt_ranks=out.prompt_ranks)

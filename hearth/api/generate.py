@@ -29,6 +29,8 @@ class Choice:
     stop_reason: int | str | None = None
     prompt_logprobs: list[dict[int, float] | None] | None = None
     """Only for SamplingParams.prompt_logprobs (EngineOutput's)."""
+    prompt_ranks: list[int | None] | None = None
+    """With prompt_logprobs: the prompt tokens' ranks (EngineOutput's)."""
 
 
 class Generation:
@@ -42,8 +44,8 @@ class Generation:
         self.n_per_prompt = params.n
         self._cached: dict[int, int] = {}
         self._share = params.prompt_logprobs is not None and params.n > 1
-        self._prompt_logprobs: dict[int, list] = {}
-        """First child's index -> its prompt's logprobs, once they came."""
+        self._prompt_logprobs: dict[int, tuple[list, list]] = {}
+        """First child's index -> its prompt's logprobs and ranks, once they came."""
         self._held: dict[int, list[EngineOutput]] = {}
         """A sibling's outputs that came before its prompt's logprobs did (its first carries them)."""
         self._given: set[int] = set()
@@ -93,7 +95,7 @@ class Generation:
             c.token_ids += out.new_token_ids
             c.logprobs += out.new_logprobs or []
             if out.prompt_logprobs is not None:
-                c.prompt_logprobs = out.prompt_logprobs
+                c.prompt_logprobs, c.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
             if out.finished:
                 c.finish_reason, c.stop_reason = out.finish_reason, out.stop_reason
         return choices
@@ -105,7 +107,7 @@ class Generation:
         if i == first:
             if out.prompt_logprobs is None:
                 return [(i, out)]
-            self._prompt_logprobs[first] = out.prompt_logprobs
+            self._prompt_logprobs[first] = out.prompt_logprobs, out.prompt_ranks
             return [(i, out)] + [(k, o) for k in range(first + 1, first + self.n_per_prompt)
                                  for o in self._with_prompt(k, self._held.pop(k, []))]
         if first not in self._prompt_logprobs:
@@ -116,7 +118,8 @@ class Generation:
     def _with_prompt(self, i: int, outs: list[EngineOutput]) -> list[EngineOutput]:
         if outs and i not in self._given:  # child i's first output: the prompt's logprobs go with it
             self._given.add(i)
-            outs[0] = replace(outs[0], prompt_logprobs=self._prompt_logprobs[i - i % self.n_per_prompt])
+            entries, ranks = self._prompt_logprobs[i - i % self.n_per_prompt]
+            outs[0] = replace(outs[0], prompt_logprobs=entries, prompt_ranks=ranks)
         return outs
 
     def _seen(self, i: int, out: EngineOutput) -> EngineOutput:

@@ -97,7 +97,9 @@ class GuardedChoices:
         self.choices: list[_Choice] = []
         try:  # the first attempts are queued now: a prompt the engine refuses is the request's error
             for j in range(p.n):
-                self.choices.append(_Choice(setup, j, replace(p, n=1, seed=None if p.seed is None else p.seed + j)))
+                # the request's prompt logprobs: its first choice's first attempt scores them, once
+                self.choices.append(_Choice(setup, j, replace(p, n=1, seed=None if p.seed is None else p.seed + j,
+                                                              prompt_logprobs=p.prompt_logprobs if j == 0 else None)))
         except BaseException:
             self.abort()
             raise
@@ -179,7 +181,8 @@ class _Choice:
                 held += [e.call for e in events if isinstance(e, ToolCallEvent)]
                 said += [e.text for e in passed if isinstance(e, ContentDelta)]
                 last, shown = out, shown + passed
-                yield Update([] if hold else passed, out.new_token_ids, self._logprobs(out))
+                yield Update([] if hold else passed, out.new_token_ids, self._logprobs(out),
+                             prompt_logprobs=out.prompt_logprobs, prompt_ranks=out.prompt_ranks)
             self._count(trace)
             self._sent += stream.count
             checked = as_sent(check_calls(held, s.schemas, s.required), held, stream.count)
@@ -257,7 +260,8 @@ class _Choice:
             self.report.retries.pop()
             self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
             return None
-        return new_ids, replace(self.params, structured_output=forced or self.params.structured_output, raw_logprobs=False)
+        return new_ids, replace(self.params, structured_output=forced or self.params.structured_output,
+                                raw_logprobs=False, prompt_logprobs=None)
 
     def _retry(self, attempt: int, checked: Checked, held: list, trace: TokenTrace, last, ids: list[int],
                params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
@@ -269,7 +273,8 @@ class _Choice:
                 self.report.retries.append(Retry("resample", problem.kind, problem.message))
                 # the answer's budget counts what it continues from (the longer prompt must still fit)
                 room = None if params.max_tokens is None else max(1, params.max_tokens - len(before))
-                return ids + before, replace(params, structured_output=s.forced, raw_logprobs=False, max_tokens=room)
+                return ids + before, replace(params, structured_output=s.forced, raw_logprobs=False, max_tokens=room,
+                                             prompt_logprobs=None)
             self._kept, self.report.calls = [], []
         if self._sent:  # a re-prompt answers afresh: it would take back the calls the client has
             self.report.notes["retry_stopped"] = f"{self._sent} call(s) already streamed to the client"
@@ -285,7 +290,7 @@ class _Choice:
                 checked.problems.remove(problem)
                 self.report.validation_errors.remove(problem.message)
             return None
-        return new_ids, replace(self.params, raw_logprobs=False)
+        return new_ids, replace(self.params, raw_logprobs=False, prompt_logprobs=None)
 
     def _before(self, problem, held: list, checked: Checked, trace: TokenTrace, last) -> list[int]:
         """The tokens the resample continues from: all of a text answer (less its end-of-turn token),

@@ -1,5 +1,6 @@
 """Engine logprobs ({token_id: logprob} per token, sampled token first) -> OpenAI's two shapes:
-chat's `logprobs.content[]` and completions' `tokens` / `token_logprobs` / `top_logprobs`."""
+chat's `logprobs.content[]` and completions' `tokens` / `token_logprobs` / `top_logprobs`; and the
+prompt's, as vLLM's `prompt_logprobs` extension returns them."""
 
 from __future__ import annotations
 
@@ -57,6 +58,28 @@ def _legacy_top(tokenizer, token_id: int, entry: dict[int, float], k: int) -> di
     if token_id not in dict(top):
         top.append((token_id, entry.get(token_id, 0.0)))
     return {_token_text(tokenizer, t): _finite(lp) for t, lp in top}
+
+
+def prompt_logprobs(tokenizer, prompt_ids: list[int], entries: list[dict[int, float] | None],
+                    ranks: list[int | None], k: int) -> list[dict | None]:
+    """vLLM's `prompt_logprobs`: per prompt token null (the first: nothing precedes it), else
+    {"<token id>": {"logprob", "rank", "decoded_token"}} holding the prompt token with its rank in the
+    vocabulary (the engine's), then the k most likely, ranked 1..k (the prompt token among them keeps
+    its own entry)."""
+    out = []
+    for token_id, entry, rank in zip(prompt_ids, entries, ranks):
+        if entry is None:
+            out.append(None)
+            continue
+        item = {str(token_id): _ranked(tokenizer, token_id, entry[token_id], rank)}
+        for r, (t, lp) in enumerate(_top(entry, k), 1):
+            item.setdefault(str(t), _ranked(tokenizer, t, lp, r))
+        out.append(item)
+    return out
+
+
+def _ranked(tokenizer, token_id: int, logprob: float, rank: int) -> dict:
+    return {"logprob": _finite(logprob), "rank": rank, "decoded_token": _token_text(tokenizer, token_id)}
 
 
 def _finite(x: float) -> float:

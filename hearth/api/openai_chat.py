@@ -1,6 +1,7 @@
 """POST /v1/chat/completions: messages (+ tools) -> prompt -> n engine requests -> a chat.completion
 body, or chat.completion.chunk events (role chunk, deltas, finish chunk, optional usage chunk,
-`data: [DONE]`)."""
+`data: [DONE]`). vLLM's `prompt_logprobs: N` puts the prompt's logprobs, ranks and top N in the
+body's top-level `prompt_logprobs` (whole replies only, as vLLM: hearth.api.openai_protocol)."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import guided
-from hearth.api.logprobs import chat_logprobs
+from hearth.api.logprobs import chat_logprobs, prompt_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest
 from hearth.api.parsing import openai_finish
 from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
+from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
@@ -48,14 +50,15 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}
     ask = Ask(guard.tools, tool_choice, history, body.n,
-              token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids),
+              token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids
+                               or fields["prompt_logprobs"] is not None),  # the main model's, not the router's
               structured=fields["structured_output"] not in (None, plan.constraint),
               workflow=guard.ext.workflow is not None, prefill=body.continue_final_message)
     req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard, parallel,
                          lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]),
                          streaming=bool(body.stream))
     source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), req)
-    reply = _Reply(served, source, client_k, parallel, legacy)
+    reply = _Reply(served, source, client_k, parallel, legacy, (ids, fields["prompt_logprobs"]))
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return SSEResponse(reply.events(usage, request.url.path), on_close=source.abort)
@@ -92,6 +95,7 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
             "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
+            "prompt_logprobs": asked_prompt_logprobs(body, served.vocab_size),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
             "include_stop_str_in_output": body.include_stop_str_in_output,
             "structured_output": guided(body, {"tool_choice": plan.constraint,
@@ -104,9 +108,12 @@ def _tool_call(call, index: int | None = None) -> dict:
 
 
 class _Reply:
-    def __init__(self, served, source, top_logprobs: int | None, parallel: bool = True, legacy: bool = False):
-        """source: PlainChoices or GuardedChoices (hearth.api.choices): parsed updates per choice."""
+    def __init__(self, served, source, top_logprobs: int | None, parallel: bool = True, legacy: bool = False,
+                 asked: tuple[list[int], int | None] = ([], None)):
+        """source: PlainChoices or GuardedChoices (hearth.api.choices): parsed updates per choice;
+        asked: the prompt's ids and vLLM's prompt_logprobs as asked (None: not asked)."""
         self.served, self.src, self.k = served, source, top_logprobs
+        self.prompt_ids, self.prompt_k = asked
         self.parallel = parallel
         """parallel_tool_calls false: only a response's first call is returned."""
         self.legacy = legacy
@@ -129,7 +136,8 @@ class _Reply:
 
     async def body(self) -> dict:
         choices = []
-        for c in await _collect(self.src):
+        collected = await _collect(self.src)
+        for c in collected:
             self.completion_tokens += len(c.token_ids)
             parsed = collect(c.events)
             calls = parsed.tool_calls if self.parallel else parsed.tool_calls[:1]
@@ -148,6 +156,10 @@ class _Reply:
                             "stop_reason": c.stop_reason})
         out = {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.served.name,
                "choices": choices, "usage": self.usage(), "system_fingerprint": None}
+        if self.prompt_k is not None:  # the request's one prompt: its first choice scored it
+            scored = next(c for c in collected if c.prompt_logprobs is not None)
+            out["prompt_logprobs"] = prompt_logprobs(self.served.tokenizer, self.prompt_ids, scored.prompt_logprobs,
+                                                     scored.prompt_ranks, self.prompt_k)
         ext = self.extension()
         return out if ext is None else {**out, "hearth": ext}
 
@@ -202,6 +214,8 @@ async def _collect(source) -> list[Choice]:
         c.events = settle(c.events, u)
         c.token_ids += u.token_ids
         c.logprobs += u.logprobs or []
+        if u.prompt_logprobs is not None:
+            c.prompt_logprobs, c.prompt_ranks = u.prompt_logprobs, u.prompt_ranks
         if u.finished:
             c.finish_reason, c.stop_reason = u.finish_reason, u.stop_reason
     return choices
@@ -215,6 +229,8 @@ class Choice:
     logprobs: list[dict[int, float]] = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_ranks: list[int | None] | None = None
 
 
 def _choice(i: int, delta: dict, logprobs=None, finish: str | None = None, stop_reason=None) -> dict:

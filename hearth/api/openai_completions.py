@@ -2,7 +2,9 @@
 bodies or chunks. Choice index = prompt index * n + j, as OpenAI numbers them. With echo and
 logprobs, the logprobs hold the prompt's tokens first (the first one's null), as OpenAI's legacy
 API and vLLM return them; text_offset then counts from the first prompt token's text. max_tokens 0 with
-echo scores the prompt: the reply holds the echo (and its logprobs), no generated token."""
+echo scores the prompt: the reply holds the echo (and its logprobs), no generated token. vLLM's
+`prompt_logprobs: N` puts each choice's prompt's logprobs, ranks and top N in its `prompt_logprobs`
+(whole replies only, as vLLM: hearth.api.openai_protocol)."""
 
 from __future__ import annotations
 
@@ -13,9 +15,10 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
-from hearth.api.logprobs import completion_logprobs
+from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest
-from hearth.api.sampling import common_fields, logit_bias, make_params, response_format, stop_list
+from hearth.api.sampling import common_fields, logit_bias, make_params, prompt_logprobs as asked_prompt_logprobs
+from hearth.api.sampling import response_format, stop_list
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -40,18 +43,21 @@ async def completions(body: CompletionRequest, request: Request):
     if scoring and body.min_tokens:  # named with the client's 0, not the 1 computed below
         raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
     max_tokens = 1 if scoring else body.max_tokens
+    asked = asked_prompt_logprobs(body, served.vocab_size)
+    echo_k = body.logprobs if body.echo else None  # the echo's logprobs are the prompt's too
+    engine_k = max((k for k in (asked, echo_k) if k is not None), default=None)
     if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
         max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
     params = make_params({
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
-        "logprobs": body.logprobs, "prompt_logprobs": body.logprobs if body.echo else None,
+        "logprobs": body.logprobs, "prompt_logprobs": engine_k,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
         "structured_output": guided(body, {"response_format": response_format(body.response_format)})},
         state.limits, served.max_model_len, prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs, scoring)
+    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs, scoring, (prompts, asked))
     if body.stream:
         usage = bool(body.stream_options and body.stream_options.include_usage)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
@@ -80,8 +86,9 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
 
 class _Reply:
     def __init__(self, served, gen: Generation, echo: tuple[list[str], list[list[int]]] | None, k: int | None,
-                 scoring: bool = False):
-        """echo: the prompts' (texts, token ids); scoring: max_tokens 0, the one token generated is dropped."""
+                 scoring: bool = False, asked: tuple[list[list[int]], int | None] = ([], None)):
+        """echo: the prompts' (texts, token ids); scoring: max_tokens 0, the one token generated is
+        dropped; asked: the prompts' ids and vLLM's prompt_logprobs as asked (None: not asked)."""
         self.served, self.gen, self.k, self.scoring = served, gen, k, scoring
         self.echo, self.echo_ids = echo or (None, None)
         self.id = f"cmpl-{gen.request_id}"
@@ -89,6 +96,7 @@ class _Reply:
         self.completion_tokens = 0
         self.offsets: dict[int, int] = {}
         """Streaming: choice -> the text_offset of its next token."""
+        self.prompts, self.prompt_k = asked
 
     def usage(self) -> dict:
         p, c = self.gen.num_prompt_tokens, self.completion_tokens
@@ -117,11 +125,16 @@ class _Reply:
                 c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason = "", [], [], "length", None
             self.completion_tokens += len(c.token_ids)
             prefix = self._echo(c.index)
-            choices.append({"index": c.index, "text": prefix + c.text,
-                            "logprobs": self._logprobs(c.index, c.token_ids, c.logprobs, len(prefix),
-                                                       c.prompt_logprobs),
-                            "finish_reason": "length" if c.finish_reason == "length" else "stop",
-                            "stop_reason": c.stop_reason})
+            choice = {"index": c.index, "text": prefix + c.text,
+                      "logprobs": self._logprobs(c.index, c.token_ids, c.logprobs, len(prefix),
+                                                 c.prompt_logprobs if self.echo else None),
+                      "finish_reason": "length" if c.finish_reason == "length" else "stop",
+                      "stop_reason": c.stop_reason}
+            if self.prompt_k is not None:
+                choice["prompt_logprobs"] = prompt_logprobs(
+                    self.served.tokenizer, self.prompts[c.index // self.gen.n_per_prompt], c.prompt_logprobs,
+                    c.prompt_ranks, self.prompt_k)
+            choices.append(choice)
         return {**self._payload(choices), "usage": self.usage()}
 
     async def events(self, usage: bool, path: str):

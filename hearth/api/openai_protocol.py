@@ -103,6 +103,8 @@ class SamplingFields(SamplingScalars):
     guided_choice: Any = None
     guided_grammar: Any = None
     structured_outputs: dict[str, Any] | None = None
+    prompt_logprobs: StrictInt | None = None
+    """vLLM's: each prompt token's logprob and rank, and its top N alternatives (hearth.api.logprobs)."""
 
     @field_validator("stream_options")
     @classmethod
@@ -110,6 +112,20 @@ class SamplingFields(SamplingScalars):
         """OpenAI and vLLM answer it 400 on a whole (non-streamed) reply: it was accepted and did nothing."""
         if v is not None and not info.data.get("stream"):
             raise ValueError("is only allowed when stream is true")
+        return v
+
+    @field_validator("prompt_logprobs")
+    @classmethod
+    def _prompt_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
+        """vLLM's rules: a stream has no place for them (0 asks for none there, and passes), and -1
+        (the whole vocabulary: ~150k entries per prompt token on a Qwen) is not taken here."""
+        if v is not None and info.data.get("stream") and v != 0:
+            raise ValueError("is not available when stream is true")
+        if v == -1:
+            raise ValueError("-1 (the whole vocabulary) is not supported: ask for the top N, "
+                             "at most the vocabulary's size")
+        if v is not None and v < 0:
+            raise ValueError(f"must be >= 0, got {v}")
         return v
 
 

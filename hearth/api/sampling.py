@@ -69,6 +69,17 @@ def logit_bias(bias: dict | None, vocab_size: int | None = None) -> dict[int, fl
     return out
 
 
+def prompt_logprobs(body, vocab_size: int | None) -> int | None:
+    """vLLM's `prompt_logprobs` field -> SamplingParams.prompt_logprobs (its sign and a stream are
+    checked with the body: hearth.api.openai_protocol). None where a stream asks 0: nothing to send."""
+    k = body.prompt_logprobs
+    if k is None or body.stream:
+        return None
+    if vocab_size is not None and k > vocab_size:
+        raise _bad("prompt_logprobs", f"must be at most the vocabulary's size ({vocab_size}), got {k}")
+    return k
+
+
 def stop_list(stop) -> list[str]:
     if stop is None:
         return []

@@ -217,4 +217,5 @@ class EngineCore:
             num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=req.num_cached_tokens,
             prompt_logprobs=[None, *req.prompt_logprobs] if first else None,
+            prompt_ranks=[None, *req.prompt_ranks] if first else None,
         )

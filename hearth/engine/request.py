@@ -57,6 +57,8 @@ class Request:
         """Or: how many drafts the runner's draft model may write for the next step (method draft)."""
         self.prompt_logprobs: list[dict[int, float]] = []
         """Only for params.prompt_logprobs: those of prompt tokens 1, 2, ... so far (RunnerOutput's)."""
+        self.prompt_ranks: list[int] = []
+        """Beside prompt_logprobs: each of those tokens' rank in the vocabulary (1: the most likely)."""
 
     @property
     def num_tokens(self) -> int:
@@ -71,10 +73,12 @@ class Request:
         """Asked for prompt logprobs and has not all of them: every prompt position is to be computed."""
         return self.params.prompt_logprobs is not None and len(self.prompt_logprobs) < len(self.prompt_token_ids) - 1
 
-    def add_prompt_logprobs(self, start: int, entries: list[dict[int, float]]) -> None:
+    def add_prompt_logprobs(self, start: int, entries: list[dict[int, float]], ranks: list[int]) -> None:
         """A chunk's, for prompt tokens start + 1, ...: those already held (a recompute after a
         preemption) are kept."""
-        self.prompt_logprobs += entries[len(self.prompt_logprobs) - start:]
+        held = len(self.prompt_logprobs) - start
+        self.prompt_logprobs += entries[held:]
+        self.prompt_ranks += ranks[held:]
 
     def token_slice(self, start: int, n: int) -> list[int]:
         """all_token_ids[start:start + n] without joining prompt and output (a decode reads 1 token)."""

@@ -237,7 +237,8 @@ class Scheduler:
                 continue
             req.num_computed_tokens += len(seq.token_ids)
             if seq.prompt_targets:
-                req.add_prompt_logprobs(seq.start_pos, result.prompt_logprobs[seq.request_id])
+                req.add_prompt_logprobs(seq.start_pos, result.prompt_logprobs[seq.request_id],
+                                        result.prompt_ranks[seq.request_id])
             sampled = result.sampled.get(seq.request_id)
             if sampled is None:
                 self.kv.cache_full_blocks(req)

@@ -117,3 +117,6 @@ class RunnerOutput:
     prompt_logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     """request_id -> per prompt_targets token {its id: logprob, then the top params.prompt_logprobs},
     from the model's raw logits."""
+    prompt_ranks: dict[str, list[int]] = field(default_factory=dict)
+    """request_id -> per prompt_targets token its rank in the vocabulary (1: the most likely; 1 + the
+    tokens strictly more likely), beside prompt_logprobs."""

@@ -165,14 +165,15 @@ class ModelRunner:
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
             out_rows = with_prompt_rows(rows, targets)
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows)  # [len(out_rows), hidden]
-            prompt, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs, lambda h: self._logits(h, None))
+            prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs,
+                                                  lambda h: self._logits(h, None))
             if not rows:
-                return RunnerOutput({}, prompt_logprobs=prompt)
+                return RunnerOutput({}, prompt_logprobs=prompt, prompt_ranks=ranks)
             if len(rows) > len(seqs):
                 masks, narrow = reached(seqs, self.matchers, self.cfg.vocab_size)
                 scored = scored_ids([a for s in seqs for a in masks[s.request_id]] if narrow else None)
                 out = self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None, masks=masks)
-                out.prompt_logprobs = prompt
+                out.prompt_logprobs, out.prompt_ranks = prompt, ranks
                 return out
             allowed = self._matched(seqs)
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
@@ -191,7 +192,7 @@ class ModelRunner:
         return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
                                                         raw_known=scored is None)
                              for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers),
-                            prompt_logprobs=prompt)
+                            prompt_logprobs=prompt, prompt_ranks=ranks)
 
     def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
         """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers

@@ -35,8 +35,10 @@ def reference(llm) -> torch.Tensor:
     return torch.log_softmax(logits_from(llm, PROMPT, 0)[:-1], -1)
 
 
-def _check(prompt_logprobs: list, reference: torch.Tensor) -> None:
+def _check(prompt_logprobs: list, reference: torch.Tensor, ranks: list | None = None) -> None:
     assert len(prompt_logprobs) == len(PROMPT) and prompt_logprobs[0] is None
+    if ranks is not None:
+        _check_ranks(ranks, reference)
     for i, entry in enumerate(prompt_logprobs[1:]):
         token, top = PROMPT[i + 1], reference[i].topk(K)
         assert next(iter(entry)) == token  # the prompt token first, then the top K
@@ -46,10 +48,25 @@ def _check(prompt_logprobs: list, reference: torch.Tensor) -> None:
             assert entry[t] == pytest.approx(v, abs=ATOL)
 
 
+def _check_ranks(ranks: list, reference: torch.Tensor) -> None:
+    assert len(ranks) == len(PROMPT) and ranks[0] is None
+    for i, rank in enumerate(ranks[1:]):
+        low, high = rank_bounds(reference[i], PROMPT[i + 1])
+        assert low <= rank <= high
+    assert len(set(ranks[1:])) > 3  # a random model ranks the prompt's tokens all over its vocabulary
+
+
+def rank_bounds(row: torch.Tensor, token: int) -> tuple[int, int]:
+    """row: [vocab] reference logprobs -> the rank of `token` (1 + the tokens strictly more likely),
+    lowest and highest, as the engine's sums may differ from the reference's by ATOL."""
+    own = float(row[token])
+    return 1 + int((row > own + ATOL).sum()), 1 + int((row > own - ATOL).sum())
+
+
 def test_prompt_logprobs_match_the_models_logits(llm, reference):
     params = SamplingParams(max_tokens=2, temperature=0, prompt_logprobs=K)
     out = llm.generate({"prompt_token_ids": PROMPT}, params)[0]
-    _check(out.prompt_logprobs, reference)
+    _check(out.prompt_logprobs, reference, out.prompt_ranks)
     assert llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=2))[0].prompt_logprobs is None
 
 
@@ -59,7 +76,7 @@ def test_a_request_asking_for_them_skips_the_prefix_cache(llm, reference):
     assert llm.generate({"prompt_token_ids": PROMPT}, plain)[0].num_cached_tokens == 32
     out = llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=K))[0]
     assert out.num_cached_tokens == 0
-    _check(out.prompt_logprobs, reference)
+    _check(out.prompt_logprobs, reference, out.prompt_ranks)
 
 
 def test_batched_with_other_requests_and_zero_alternatives(llm, reference):
@@ -71,9 +88,10 @@ def test_batched_with_other_requests_and_zero_alternatives(llm, reference):
                         [other, SamplingParams(max_tokens=3, temperature=0, prompt_logprobs=0), other])
     got = outs[1].prompt_logprobs
     assert [list(e) for e in got[1:]] == [[t] for t in PROMPT[1:]]
+    _check_ranks(outs[1].prompt_ranks, reference)  # ranks over the whole vocabulary, with no top k asked
     assert [e[t] for e, t in zip(got[1:], PROMPT[1:])] == pytest.approx(
         reference[torch.arange(len(PROMPT) - 1), torch.tensor(PROMPT[1:])].tolist(), abs=ATOL)
-    assert outs[0].prompt_logprobs is None and outs[2].prompt_logprobs is None
+    assert outs[0].prompt_logprobs is None and outs[2].prompt_logprobs is None and outs[0].prompt_ranks is None
 
 
 def test_a_preempted_request_keeps_them_once(tmp_path, reference):
@@ -88,7 +106,7 @@ def test_a_preempted_request_keeps_them_once(tmp_path, reference):
     outs = small.generate([{"prompt_token_ids": PROMPT}] * 2, params)
     assert small.engine.scheduler.num_preemptions > 0
     for out in outs:
-        _check(out.prompt_logprobs, reference)
+        _check(out.prompt_logprobs, reference, out.prompt_ranks)
 
 
 @pytest.mark.parametrize("field", ["prompt_logprobs", "logprobs"])
@@ -128,8 +146,9 @@ def test_n_children_compute_the_prompt_about_once(tmp_path, reference):
     params = SamplingParams(max_tokens=1, temperature=0, prompt_logprobs=K, n=4)
     out = llm.generate({"prompt_token_ids": PROMPT}, params)[0]
     assert sum(rows) <= len(PROMPT) + 3 * (len(PROMPT) % 16)  # 40, then each sibling's last 8 past 2 blocks
-    _check(out.prompt_logprobs, reference)
-    assert out.prompt_logprobs == llm.generate({"prompt_token_ids": PROMPT}, replace(params, n=1))[0].prompt_logprobs
+    _check(out.prompt_logprobs, reference, out.prompt_ranks)
+    one = llm.generate({"prompt_token_ids": PROMPT}, replace(params, n=1))[0]
+    assert (out.prompt_logprobs, out.prompt_ranks) == (one.prompt_logprobs, one.prompt_ranks)
 
 
 @pytest.mark.parametrize("stream", [False, True])

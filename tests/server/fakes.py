@@ -168,14 +168,16 @@ class FakeStream:
         lp = LOGPROBS.get((self.script, self.sent - 1), -0.5)
         logprobs = [{ord(piece[0]) if piece else 0: lp, 65: -1.0, 66: -2.0}] if self.params.logprobs is not None else None
         raw = [RAW_LOGPROBS.get((self.script, self.sent - 1), lp)] if self.params.raw_logprobs else None
-        # prompt logprobs (first output): token i's is -i/100, its alternatives "A" and "B" as above
+        # prompt logprobs (first output): token i's is -i/100, its alternatives "A" and "B" as above; ranks 1
+        asked = self.params.prompt_logprobs is not None and self.sent == 1
         prompt = ([None] + [{t: -i / 100, 65: -1.0, 66: -2.0} for i, t in enumerate(self.prompt_ids[1:], 1)]
-                  if self.params.prompt_logprobs is not None and self.sent == 1 else None)
+                  if asked else None)
         if done:
             self._end()
         return EngineOutput(self.request_id, [ord(piece[0]) if piece else 0], piece, done, reason,
                             new_logprobs=logprobs, new_raw_logprobs=raw, num_prompt_tokens=self.n_prompt,
-                            num_cached_tokens=self.engine.cached, prompt_logprobs=prompt)
+                            num_cached_tokens=self.engine.cached, prompt_logprobs=prompt,
+                            prompt_ranks=[None] + [1] * (self.n_prompt - 1) if asked else None)
 
     async def __aenter__(self):
         return self

@@ -114,6 +114,7 @@ def test_streamed_the_client_sees_the_small_models_call_only_when_accepted(make,
                                                                       "content": "sunny"}], TOOLS, {}, "multi_turn"),
     (ASK, TOOLS, {"n": 2}, "n"),
     (ASK, TOOLS, {"logprobs": True}, "token_level"),
+    (ASK, TOOLS, {"prompt_logprobs": 1}, "token_level"),  # the main model's prompt, as vLLM's
     (ASK, TOOLS, {"response_format": {"type": "json_object"}}, "response_format"),
 ])
 def test_requests_that_need_prose_skip_the_router(make, messages, tools, extra, reason):
