@@ -170,20 +170,17 @@ class SpeculativeDecoder:
         # 2026-12-03), so the cost rule grants a tree no more nodes than a chain
         depth = self.config.num_speculative_tokens if self.config.tree_budget else most
         k, rate = best_rate(t.acceptance.rates(prior, depth), costs, batch)
-        top = best_rate([1.0] * depth, costs, batch)[1]  # every draft accepted
+        hopeless = best_length([1.0] * depth, costs, batch) == 0  # not even with every draft accepted
         lag = self.lags.get(req.request_id, 0)
-        if lag and not seeded:
+        if lag and not seeded and tokens_left(req) * (1 - 1 / rate) <= lag * self.cost.catch_up(batch):
             # the draft model catches up `lag` tokens before its first draft (a prompt: on the Zen 4
             # a 40-line file cost the 0.5B ~25 plain steps of the 1.5B, more than drafting 256
-            # tokens could win there): a speed-up pays only if the steps it saves over the tokens
-            # left cover that
-            price, left = lag * self.cost.catch_up(batch), tokens_left(req)
-            if left * (1 - 1 / rate) <= price:
-                k = 0
-            if left * (1 - 1 / top) <= price:
-                top = 1.0
+            # tokens could win there). Drafting pays only if the steps it is expected to save over
+            # the tokens left cover that; nor does a probe, which pays all of it to learn one
+            # acceptance
+            k, hopeless = 0, True
         t.priced_out = k == 0
-        t.hopeless = k == 0 and top == 1.0
+        t.hopeless = k == 0 and hopeless
         return k
 
     def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:

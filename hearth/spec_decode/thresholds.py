@@ -37,11 +37,11 @@ class PolicyThresholds:
     Qwen2.5-Coder-1.5B on the int8 GEMV (AMX machine, 2 threads)."""
     draft_model_token_cost: float = 0.8
     """The same with a draft model, whose own step per draft position comes on top."""
-    draft_catch_up_cost: float = 0.08
+    draft_catch_up_cost: float = 0.07
     """A token the draft model catches up (a request's prompt before its first drafts) as a share of
-    the target's plain step, until the engine has timed one (hearth.spec_decode.cost): 0.072-0.081
-    for Qwen2.5-Coder-0.5B (q4_0, 64k head) catching up for the 1.5B, 4.2 ms a token against 52 ms
-    steps (AMD Zen 4 without AMX, one thread, 2026-12-06)."""
+    the target's plain step, until the engine has timed one (hearth.spec_decode.cost): ~0.06-0.08
+    for Qwen2.5-Coder-0.5B (q4_0, 64k head) catching up for the 1.5B on an AMD Zen 4 without AMX,
+    2026-12-06 (one thread: 3.2-4.2 ms a token against 52 ms steps; two: 1.8-1.9 against ~31)."""
     catch_up_horizon: int = 512
     """Output tokens a request without max_tokens is assumed to have left, for what drafting could
     win against a catch-up's price."""
