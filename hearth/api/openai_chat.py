@@ -17,7 +17,7 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
 from hearth.api.messages import openai_messages
-from hearth.api.openai_protocol import ChatCompletionRequest
+from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
 from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
 from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs
@@ -60,7 +60,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), req)
     reply = _Reply(served, source, client_k, parallel, legacy, (ids, fields["prompt_logprobs"]))
     if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
+        usage, reply.continuous = stream_usage(body.stream_options)
         return SSEResponse(reply.events(usage, request.url.path), on_close=source.abort)
     result = await until_disconnect(request, reply.body())
     return result if result is not None else {}
@@ -121,6 +121,8 @@ class _Reply:
         self.id = f"chatcmpl-{source.request_id}"
         self.created = int(time.time())
         self.completion_tokens = 0
+        self.continuous = False
+        """stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far."""
 
     def usage(self) -> dict:
         p, c = self.src.num_prompt_tokens, self.completion_tokens
@@ -171,7 +173,7 @@ class _Reply:
         payload = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                    "model": self.served.name, "system_fingerprint": None, "choices": choices}
         if usage:
-            payload["usage"] = usage_value
+            payload["usage"] = self.usage() if self.continuous else usage_value
         if ext is not None:
             payload["hearth"] = ext
         return data_event(payload)

@@ -54,6 +54,14 @@ def _known(cls: type[BaseModel]) -> frozenset[str]:
 class StreamOptions(_Body):
     include_usage: StrictBool = False
     continuous_usage_stats: StrictBool = False
+    """vLLM's: with include_usage, every chunk carries the usage so far (not only the last one)."""
+
+
+def stream_usage(options: StreamOptions | None) -> tuple[bool, bool]:
+    """(a usage chunk at the end, usage on every chunk), as vLLM reads stream_options: continuous
+    usage only where include_usage is set too."""
+    usage = bool(options and options.include_usage)
+    return usage, usage and options.continuous_usage_stats
 
 
 class JSONSchemaFormat(_Body):
