@@ -52,6 +52,17 @@ TABLE = [
     (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
      "tool_choice"),
     (CHAT, {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0].function.name"),
+    # OpenAI's tool rules: a type (only "function" runs here), a name of ^[a-zA-Z0-9_-]{1,64}$, unique
+    (CHAT, {"messages": USER, "tools": [TOOL, {"type": "retrieval", "function": TOOL["function"]}]}, 400,
+     "tools[1].type"),
+    (CHAT, {"messages": USER, "tools": [{"function": TOOL["function"]}]}, 400, "tools[0].type"),
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "get weather"}}]}, 400,
+     "tools[0].function.name"),
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "multi_tool_use.parallel"}}]}, 400,
+     "tools[0].function.name"),
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f" * 65}}]}, 400,
+     "tools[0].function.name"),
+    (CHAT, {"messages": USER, "tools": [TOOL, TOOL]}, 400, "tools[1].function.name"),
     (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, 400,
      "tools[0].function.parameters"),
     # not JSON Schema (BFCL's type names): no grammar or validation can read it
@@ -92,8 +103,13 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"input_schema": {}}]}, 400, "tools[0].name"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "float"}}]}, 400,
      "tools[0].input_schema"),
-    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}], "tool_choice": {"type": "tool", "name": "g"}},
-     400, "tool_choice"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+      "tool_choice": {"type": "tool", "name": "g"}}, 400, "tool_choice"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}]}, 400, "tools[0].input_schema"),
+    # Anthropic's server tools run on Anthropic's servers: never a schema-less function here
+    ({"max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search",
+                                                    "max_uses": 5}]}, 400, "does not run server tools"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"type": "bash_20250124", "name": "bash"}]}, 400, "tools[0].type"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
     ({"max_tokens": 5, "messages": USER, "stop_sequences": [""]}, 400, "stop_sequences"),
     ({"max_tokens": 5, "messages": USER, "temperature": 3}, 400, "temperature"),  # Anthropic's range is [0, 1]
