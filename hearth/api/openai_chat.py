@@ -19,7 +19,7 @@ from hearth.api.logprobs import chat_logprobs, prompt_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
-from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
+from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list, token_ids
 from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
@@ -93,7 +93,7 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
-            "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
+            "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
             "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
             "prompt_logprobs": asked_prompt_logprobs(body, served.vocab_size),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,

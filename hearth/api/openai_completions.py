@@ -18,7 +18,7 @@ from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import common_fields, logit_bias, make_params, prompt_logprobs as asked_prompt_logprobs
-from hearth.api.sampling import response_format, stop_list
+from hearth.api.sampling import response_format, stop_list, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -50,7 +50,7 @@ async def completions(body: CompletionRequest, request: Request):
         max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
     params = make_params({
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
-        "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
+        "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
         "logprobs": body.logprobs, "prompt_logprobs": engine_k,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
@@ -78,8 +78,15 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
         if isinstance(p, str):
             texts.append(p)
             ids.append(served.encode_text(p))
-        else:
-            texts.append(served.tokenizer.decode(p) if p else "")
+        else:  # token ids: checked here, where the error can name the field (decode failed on them)
+            where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
+            if not p:
+                raise APIError(400, f"{where}: must not be empty", param="prompt")
+            bad = next((t for t in p if t < 0 or served.vocab_size is not None and t >= served.vocab_size), None)
+            if bad is not None:
+                raise APIError(400, f"{where}: token id {bad} is outside the vocabulary"
+                                    + (f" (0..{served.vocab_size - 1})" if served.vocab_size else ""), param="prompt")
+            texts.append(served.tokenizer.decode(p))
             ids.append(list(p))
     return texts, ids
 
