@@ -43,14 +43,15 @@ FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
 maximum length of 64": no dots, its API answers `multi_tool_use.parallel` with a 400)."""
 
 
-def openai_tools(tools: list | None, param: str = "tools") -> list[dict]:
+def openai_tools(tools: list | None, param: str = "tools", name_at: str = "function.name") -> list[dict]:
+    """name_at: where a tool's name sits in the request's own shape (the Responses API's: "name")."""
     out = []
     for i, t in enumerate(tools or []):
         kind = t.get("type") if isinstance(t, dict) else None
         if kind != "function":  # OpenAI's "custom" (free-text) tools have no parser here
             raise APIError(400, f"{param}[{i}].type: must be 'function', got {kind!r}", param=f"{param}[{i}].type")
         fn = t.get("function")
-        where = f"{param}[{i}].function.name"
+        where = f"{param}[{i}].{name_at}"
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise APIError(400, f"{where}: is required (a string)", param=where)
         _check_name(fn["name"], where, [o["function"]["name"] for o in out])
