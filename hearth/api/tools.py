@@ -94,6 +94,9 @@ def anthropic_tools(tools: list | None) -> list[dict]:
                                 "server tools (give a custom tool with name and input_schema)", param=f"tools[{i}].type")
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
             raise APIError(400, f"tools[{i}].name: is required (a string)", param=f"tools[{i}].name")
+        if any(o["function"]["name"] == t["name"] for o in out):  # Anthropic: "Tool names must be unique"
+            raise APIError(400, f"tools[{i}].name: {t['name']!r} is the name of an earlier tool; tool names must "
+                                "be unique", param=f"tools[{i}].name")
         if t.get("input_schema") is None:
             raise APIError(400, f"tools[{i}].input_schema: is required (a JSON schema object)",
                            param=f"tools[{i}].input_schema")
