@@ -50,6 +50,11 @@ def test_a_request_past_the_cache_is_a_400_naming_both_counts(model_file):
         assert r.status_code == 400, r.text
         msg = r.json()["error"]["message"]
         assert "200" in msg and "32" in msg and "--max-model-len" not in msg, msg
+        r = c.post("/v1/completions", json={"model": "tiny", "prompt": [1, 2, 3, 4, 5], "max_tokens": 30})
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["message"] == (
+            "max_tokens: this model's maximum context length is 32 tokens, but 35 were requested (5 in the prompt, "
+            "30 in max_tokens); max_tokens can be at most 27 for this prompt")
         r = c.post("/v1/completions", json={"model": "tiny", "prompt": list(range(1, 41)), "max_tokens": 1})
         assert r.status_code == 400, r.text
         assert r.json()["error"]["message"].startswith("prompt is 40 tokens but the context holds 32; shorten the prompt")
