@@ -21,7 +21,7 @@ from hearth.errors import HearthError
 from hearth.kvstore.codecs import get_codec
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
-from hearth.loader.context import context_to_run
+from hearth.loader.context import context_in_cache, context_to_run
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
@@ -88,7 +88,7 @@ class LLM:
             spec = draft_gguf = None
         draft_gguf = _draft_weights(spec, draft_gguf, self.backend)
         draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
-        self.max_model_len = context_to_run(cfg.max_model_len, mc.context_length)
+        self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
@@ -100,6 +100,9 @@ class LLM:
         # an explicit num_kv_blocks counts blocks of context: the staging reservations come on top
         num_blocks = (cfg.num_kv_blocks + cfg.max_num_seqs * reserve if cfg.num_kv_blocks
                       else _num_blocks(cfg, self.max_model_len, block_bytes, reserve))
+        # one sequence may hold every block but its staging reserve: a longer context would never be admitted
+        self.max_model_len = context_in_cache(self.max_model_len, (num_blocks - reserve) * cfg.block_size,
+                                              cfg.max_model_len)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
                                   GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
         self.runner.forced_drafts = cfg.grammar_drafts and regimes is not None
@@ -128,7 +131,9 @@ class LLM:
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
                                  SpeculativeDecoder(spec, _step_cost(spec, self.runner.row_passes) if spec.cost_aware else None,
                                                     self.tokenizer) if spec is not None else None,
-                                 model_context=mc.context_length)
+                                 # a context the cache caps is not raised by --max-model-len: no such hint
+                                 model_context=mc.context_length if self.max_model_len == context else
+                                 self.max_model_len)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0

@@ -267,3 +267,17 @@ def test_serve_flags_out_of_range_are_one_line(capsys, tiny, argv, needle):
     code, err = run_cli(capsys, "serve", str(tiny), *argv)
     err = "\n".join(line for line in err.splitlines() if not line.startswith("hearth: loading"))
     assert_one_line_error(code, err, needle)
+
+
+def test_serve_an_unknown_model_names_it_once(capsys):
+    """Was "MODEL 'nope': model: unknown model 'nope': ...": the model named twice."""
+    code, err = run_cli(capsys, "serve", "nope")
+    assert_one_line_error(code, err, "MODEL: unknown model 'nope': use a catalog name")
+    assert err.count("nope") == 1, err
+
+
+def test_serve_an_unknown_kv_cache_dtype_names_the_flag(capsys, tiny):
+    """Was "MODEL 'tiny.gguf': unknown KV cache dtype": the model blamed for the flag's value."""
+    code, err = run_cli(capsys, "serve", str(tiny), "--kv-cache-dtype", "bogus")
+    assert_one_line_error(code, err, "--kv-cache-dtype: KV cache dtype 'bogus' is not supported; supported: auto")
+    assert "MODEL" not in err and "tiny" not in err, err

@@ -16,10 +16,10 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
-from hearth.api.messages import openai_messages
-from hearth.api.openai_protocol import ChatCompletionRequest
+from hearth.api.messages import check_tool_results, openai_messages
+from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
-from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list
+from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list, token_ids
 from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
@@ -40,6 +40,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
     history = openai_messages(body.messages)
+    check_tool_results(body.messages, history)
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(tools), history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
@@ -60,7 +61,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), req)
     reply = _Reply(served, source, client_k, parallel, legacy, (ids, fields["prompt_logprobs"]))
     if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
+        usage, reply.continuous = stream_usage(body.stream_options)
         return SSEResponse(reply.events(usage, request.url.path), on_close=source.abort)
     result = await until_disconnect(request, reply.body())
     return result if result is not None else {}
@@ -93,7 +94,7 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
-            "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
+            "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
             "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
             "prompt_logprobs": asked_prompt_logprobs(body, served.vocab_size),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
@@ -121,6 +122,8 @@ class _Reply:
         self.id = f"chatcmpl-{source.request_id}"
         self.created = int(time.time())
         self.completion_tokens = 0
+        self.continuous = False
+        """stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far."""
 
     def usage(self) -> dict:
         p, c = self.src.num_prompt_tokens, self.completion_tokens
@@ -171,7 +174,7 @@ class _Reply:
         payload = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                    "model": self.served.name, "system_fingerprint": None, "choices": choices}
         if usage:
-            payload["usage"] = usage_value
+            payload["usage"] = self.usage() if self.continuous else usage_value
         if ext is not None:
             payload["hearth"] = ext
         return data_event(payload)

@@ -16,9 +16,9 @@ from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
-from hearth.api.openai_protocol import CompletionRequest
+from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import common_fields, logit_bias, make_params, prompt_logprobs as asked_prompt_logprobs
-from hearth.api.sampling import response_format, stop_list
+from hearth.api.sampling import response_format, stop_list, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -50,7 +50,7 @@ async def completions(body: CompletionRequest, request: Request):
         max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
     params = make_params({
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
-        "stop_token_ids": body.stop_token_ids or [], "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
+        "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
         "logprobs": body.logprobs, "prompt_logprobs": engine_k,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
@@ -59,7 +59,7 @@ async def completions(body: CompletionRequest, request: Request):
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
     reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs, scoring, (prompts, asked))
     if body.stream:
-        usage = bool(body.stream_options and body.stream_options.include_usage)
+        usage, reply.continuous = stream_usage(body.stream_options)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
     result = await until_disconnect(request, reply.body())
     return result if result is not None else {}
@@ -78,8 +78,15 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
         if isinstance(p, str):
             texts.append(p)
             ids.append(served.encode_text(p))
-        else:
-            texts.append(served.tokenizer.decode(p) if p else "")
+        else:  # token ids: checked here, where the error can name the field (decode failed on them)
+            where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
+            if not p:
+                raise APIError(400, f"{where}: must not be empty", param="prompt")
+            bad = next((t for t in p if t < 0 or served.vocab_size is not None and t >= served.vocab_size), None)
+            if bad is not None:
+                raise APIError(400, f"{where}: token id {bad} is outside the vocabulary"
+                                    + (f" (0..{served.vocab_size - 1})" if served.vocab_size else ""), param="prompt")
+            texts.append(served.tokenizer.decode(p))
             ids.append(list(p))
     return texts, ids
 
@@ -97,6 +104,8 @@ class _Reply:
         self.offsets: dict[int, int] = {}
         """Streaming: choice -> the text_offset of its next token."""
         self.prompts, self.prompt_k = asked
+        self.continuous = False
+        """stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far."""
 
     def usage(self) -> dict:
         p, c = self.gen.num_prompt_tokens, self.completion_tokens
@@ -137,11 +146,14 @@ class _Reply:
             choices.append(choice)
         return {**self._payload(choices), "usage": self.usage()}
 
+    def _usage_so_far(self, usage: bool) -> dict:
+        """A chunk's usage field: the counts so far (continuous_usage_stats), null (include_usage), or none."""
+        return {"usage": self.usage() if self.continuous else None} if usage else {}
+
     async def events(self, usage: bool, path: str):
-        extra = {"usage": None} if usage else {}
         if self.echo and self.k is None:  # else with the prompt's logprobs, in the choice's first chunk
             for i in range(self.gen.n):
-                yield data_event({**self._payload([_choice(i, self._echo(i))]), **extra})
+                yield data_event({**self._payload([_choice(i, self._echo(i))]), **self._usage_so_far(usage)})
         try:
             async for i, out in self.gen.outputs():
                 ids, text, entries = ([], "", []) if self.scoring else (out.new_token_ids, out.new_text,
@@ -157,7 +169,7 @@ class _Reply:
                 choice = _choice(i, self._echo(i) + text if echoed else text, lp, finish)
                 if finish:
                     choice["stop_reason"] = None if self.scoring else out.stop_reason
-                yield data_event({**self._payload([choice]), **extra})
+                yield data_event({**self._payload([choice]), **self._usage_so_far(usage)})
         except HearthError as e:
             err = from_hearth_error(e, path)
             yield data_event(error_body(path, err.status, err.message, err.param, err.code))

@@ -54,6 +54,14 @@ def _known(cls: type[BaseModel]) -> frozenset[str]:
 class StreamOptions(_Body):
     include_usage: StrictBool = False
     continuous_usage_stats: StrictBool = False
+    """vLLM's: with include_usage, every chunk carries the usage so far (not only the last one)."""
+
+
+def stream_usage(options: StreamOptions | None) -> tuple[bool, bool]:
+    """(a usage chunk at the end, usage on every chunk), as vLLM reads stream_options: continuous
+    usage only where include_usage is set too."""
+    usage = bool(options and options.include_usage)
+    return usage, usage and options.continuous_usage_stats
 
 
 class JSONSchemaFormat(_Body):
@@ -150,6 +158,19 @@ class ChatCompletionRequest(SamplingFields):
 
 class CompletionRequest(SamplingFields):
     prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _one_of_the_prompt_shapes(cls, v):
+        """One line naming the four shapes (pydantic's union error listed "a valid list" three times)."""
+        if isinstance(v, list) and v and isinstance(v[0], list):
+            ok = all(isinstance(p, list) and all(_token_id(t) for t in p) for p in v)
+        else:
+            ok = isinstance(v, str) or isinstance(v, list) and (all(isinstance(p, str) for p in v)
+                                                                or all(_token_id(t) for t in v))
+        if not ok:
+            raise ValueError("must be a string, a list of strings, a list of token ids or a list of lists of token ids")
+        return v
     max_tokens: StrictInt | None = 16
     logprobs: StrictInt | None = None
     echo: StrictBool = False
@@ -169,3 +190,7 @@ class TokenizeRequest(_Request):
 class DetokenizeRequest(_Request):
     model: str | None = None
     tokens: list[StrictInt]
+
+
+def _token_id(t) -> bool:
+    return isinstance(t, int) and not isinstance(t, bool)

@@ -69,6 +69,15 @@ def logit_bias(bias: dict | None, vocab_size: int | None = None) -> dict[int, fl
     return out
 
 
+def token_ids(param: str, ids: list[int] | None, vocab_size: int | None) -> list[int]:
+    """A request's list of token ids (stop_token_ids), each in the vocabulary (as logit_bias's keys):
+    an id past it was never sampled, so the stop it asked for silently never came."""
+    for t in ids or []:
+        if t < 0 or (vocab_size is not None and t >= vocab_size):
+            raise _bad(param, f"token id {t} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else ""))
+    return list(ids or [])
+
+
 def prompt_logprobs(body, vocab_size: int | None) -> int | None:
     """vLLM's `prompt_logprobs` field -> SamplingParams.prompt_logprobs (its sign and a stream are
     checked with the body: hearth.api.openai_protocol). None where a stream asks 0: nothing to send."""

@@ -9,6 +9,7 @@ and the output is parsed as hermes: the format documented in hearth.tool_parsers
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from hearth.api.errors import APIError
@@ -37,15 +38,35 @@ class ToolPlan:
     """The tool a named tool_choice forces: an output max_tokens cuts is a call of it (hearth.tool_parsers.cut)."""
 
 
-def openai_tools(tools: list | None, param: str = "tools") -> list[dict]:
+FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
+"""OpenAI's rule for a function's name ("a-z, A-Z, 0-9, or contain underscores and dashes, with a
+maximum length of 64": no dots, its API answers `multi_tool_use.parallel` with a 400)."""
+
+
+def openai_tools(tools: list | None, param: str = "tools", name_at: str = "function.name") -> list[dict]:
+    """name_at: where a tool's name sits in the request's own shape (the Responses API's: "name")."""
     out = []
     for i, t in enumerate(tools or []):
-        fn = t.get("function") if isinstance(t, dict) else None
+        kind = t.get("type") if isinstance(t, dict) else None
+        if kind != "function":  # OpenAI's "custom" (free-text) tools have no parser here
+            raise APIError(400, f"{param}[{i}].type: must be 'function', got {kind!r}", param=f"{param}[{i}].type")
+        fn = t.get("function")
+        where = f"{param}[{i}].{name_at}"
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
-            raise APIError(400, f"{param}[{i}].function.name: is required (a string)", param=f"{param}[{i}].function.name")
+            raise APIError(400, f"{where}: is required (a string)", param=where)
+        _check_name(fn["name"], where, [o["function"]["name"] for o in out])
         _check_schema(fn.get("parameters"), f"{param}[{i}].function.parameters")
         out.append({"type": "function", "function": fn})
     return out
+
+
+def _check_name(name: str, where: str, earlier: list[str]) -> None:
+    if not FUNCTION_NAME.fullmatch(name):
+        raise APIError(400, f"{where}: {name!r} must be 1 to 64 letters, digits, underscores or dashes "
+                            "(^[a-zA-Z0-9_-]{1,64}$)", param=where)
+    if name in earlier:  # a call names its tool: two of one name could not be told apart
+        raise APIError(400, f"{where}: {name!r} is the name of an earlier tool; tool names must be unique",
+                       param=where)
 
 
 def legacy_functions(functions: list[dict], function_call) -> tuple[list[dict], str | dict | None]:
@@ -62,11 +83,23 @@ def legacy_functions(functions: list[dict], function_call) -> tuple[list[dict], 
 
 
 def anthropic_tools(tools: list | None) -> list[dict]:
-    """Anthropic {name, description, input_schema} -> OpenAI function schemas (what templates read)."""
+    """Anthropic {name, description, input_schema} -> OpenAI function schemas (what templates read).
+    A typed tool other than "custom" is one of Anthropic's server tools (web_search_20250305,
+    code_execution_...), run by Anthropic's servers, not by the model: refused, never a bare function."""
     out = []
     for i, t in enumerate(tools or []):
+        kind = t.get("type") if isinstance(t, dict) else None
+        if kind not in (None, "custom"):
+            raise APIError(400, f"tools[{i}].type: {kind!r} is an Anthropic server tool; hearth does not run "
+                                "server tools (give a custom tool with name and input_schema)", param=f"tools[{i}].type")
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
             raise APIError(400, f"tools[{i}].name: is required (a string)", param=f"tools[{i}].name")
+        if any(o["function"]["name"] == t["name"] for o in out):  # Anthropic: "Tool names must be unique"
+            raise APIError(400, f"tools[{i}].name: {t['name']!r} is the name of an earlier tool; tool names must "
+                                "be unique", param=f"tools[{i}].name")
+        if t.get("input_schema") is None:
+            raise APIError(400, f"tools[{i}].input_schema: is required (a JSON schema object)",
+                           param=f"tools[{i}].input_schema")
         _check_schema(t.get("input_schema"), f"tools[{i}].input_schema")
         fn = {"name": t["name"], "description": t.get("description", ""),
               "parameters": t.get("input_schema") or {"type": "object"}}

@@ -172,6 +172,7 @@ def build_pool(args: argparse.Namespace):
 
     if args.max_memory < 0:
         raise HearthError(f"--max-memory must be a positive number of GiB, not {args.max_memory}")
+    _check_kv(args.kv_cache_dtype, "--kv-cache-dtype")  # the flag's fault, before a model is blamed for it
     given = with_router(entries(args), getattr(args, "router", None))
     paths = [_resolve(e) for e in given]
     names = unique_names([model_names(e, p) for e, p in zip(given, paths)], given)
@@ -194,6 +195,8 @@ def _resolve(e: ModelEntry) -> Path:
     try:
         return resolve_model(e.model)
     except HearthError as err:
+        if e.where.startswith("MODEL ") and repr(e.model) in str(err):  # it names the argument already
+            raise HearthError(f"MODEL: {err}") from None
         raise HearthError(f"{e.where}: model: {err}") from None
 
 

@@ -198,6 +198,8 @@ class AsyncEngine:
                 stream._put(out)
             if out.finished:
                 self._streams.pop(out.request_id, None)
+        if self.core.stalled:  # nothing could run: wait for a command (cleared above, so none is missed)
+            self._wake.wait()
 
     def _drain_commands(self) -> None:
         while True:

@@ -71,6 +71,9 @@ class EngineCore:
         name) costs one verify step, not a decode step a token."""
         self.max_model_len, self.vocab_size, self.model_context = max_model_len, vocab_size, model_context
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
+        self.stalled = False
+        """The last step ran nothing and moved no K/V: only requests that cannot be admitted now wait,
+        and only a new request or an abort changes that (the async loop then sleeps, never spins)."""
         self.executing: list[str] | None = None
         """The requests of the runner call in progress (failed_step reads it after step() raised)."""
         self._ids = itertools.count()
@@ -106,6 +109,7 @@ class EngineCore:
         self.executing = None
         grammar_drafted = self._propose() if self.spec is not None or self.forced else set()
         so = self.scheduler.schedule()
+        self.stalled = not (so.seqs or so.kv_loads or so.kv_saves)
         t0 = time.perf_counter()
         self.executing = [s.request_id for s in so.seqs]
         result = self.runner.execute(so)

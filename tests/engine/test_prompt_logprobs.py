@@ -99,7 +99,7 @@ def test_a_preempted_request_keeps_them_once(tmp_path, reference):
     logprobs are neither lost nor doubled."""
     path = tmp_path / "tiny-llama.gguf"
     write_tiny_gguf(path, "llama")
-    small = LLM(str(path), max_model_len=256, max_num_seqs=2, max_num_batched_tokens=16, num_kv_blocks=5,
+    small = LLM(str(path), max_model_len=80, max_num_seqs=2, max_num_batched_tokens=16, num_kv_blocks=5,
                 progress=False)
     params = SamplingParams(max_tokens=24, ignore_eos=True, temperature=0, prompt_logprobs=K)
     # the first decodes into a 4th block while the second is halfway through its prompt: 4 + 2 > 5

@@ -31,7 +31,7 @@ ATTENTION_BOUND = {
 @pytest.fixture(scope="module", params=list(ATTENTION_BOUND))
 def captured(request, model_path):
     """(model name, [(q, kv [2, n, kvh, d] f16, scale, window, softcap, f16 output)] per layer)."""
-    llm = LLM(str(model_path(request.param)), progress=False, max_model_len=1024, num_kv_blocks=1, max_num_seqs=1)
+    llm = LLM(str(model_path(request.param)), progress=False, num_kv_blocks=1, max_num_seqs=1)
     ids = llm.tokenizer.encode(DEFAULT_TEXT.read_text()[:4000])[:CAPTURE]
     runner = runner_for(llm, "f16", CAPTURE)
     layers = []
@@ -88,7 +88,7 @@ def test_attention_error_on_real_activations(captured, name):
 
 @pytest.fixture(scope="module")
 def smol(model_path):
-    llm = LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=1024, num_kv_blocks=1, max_num_seqs=1)
+    llm = LLM(str(model_path("smollm2-135m")), progress=False, num_kv_blocks=1, max_num_seqs=1)
     return llm, llm.tokenizer.encode(DEFAULT_TEXT.read_text(), parse_special=False)
 
 
