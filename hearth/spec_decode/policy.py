@@ -171,17 +171,19 @@ class SpeculativeDecoder:
         depth = self.config.num_speculative_tokens if self.config.tree_budget else most
         k, rate = best_rate(t.acceptance.rates(prior, depth), costs, batch)
         hopeless = best_length([1.0] * depth, costs, batch) == 0  # not even with every draft accepted
-        lag = self.lags.get(req.request_id, 0)
-        if lag and not seeded and tokens_left(req) * (1 - 1 / rate) <= lag * self.cost.catch_up(batch):
-            # the draft model catches up `lag` tokens before its first draft (a prompt: on the Zen 4
-            # a 40-line file cost the 0.5B ~25 plain steps of the 1.5B, more than drafting 256
-            # tokens could win there). Drafting pays only if the steps it is expected to save over
-            # the tokens left cover that; nor does a probe, which pays all of it to learn one
-            # acceptance
-            k, hopeless = 0, True
+        if not seeded and not self._catch_up_pays(req, rate, batch):
+            k, hopeless = 0, True  # nor does a probe, which pays the whole catch-up to learn one acceptance
         t.priced_out = k == 0
         t.hopeless = k == 0 and hopeless
         return k
+
+    def _catch_up_pays(self, req: DraftRequest, rate: float, batch: int) -> bool:
+        """Whether drafting at `rate` (its expected speed over plain) saves more plain steps over the
+        tokens left than the draft model's catch-up of the request costs: its lag, the prompt before
+        the first drafts (on the Zen 4 a 40-line file cost the 0.5B ~25 plain steps of the 1.5B, more
+        than drafting 256 tokens could win there). True without a lag."""
+        lag = self.lags.get(req.request_id, 0)
+        return not lag or tokens_left(req) * (1 - 1 / rate) > lag * self.cost.catch_up(batch)
 
     def propose(self, decoding: list[DraftRequest], num_running: int) -> dict[str, list[int] | DraftTree | int]:
         """Drafts for the requests that decode their next token this step; num_running: the
