@@ -19,7 +19,7 @@ from hearth.api.logprobs import chat_logprobs, prompt_logprobs
 from hearth.api.messages import check_tool_results, openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
-from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list, token_ids
+from hearth.api.sampling import check_logprobs, common_fields, logit_bias, response_format, stop_list, token_ids
 from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
@@ -88,15 +88,14 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, ex
 
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
-    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= 20:
-        raise APIError(400, f"top_logprobs: must be in [0, 20], got {body.top_logprobs}", param="top_logprobs")
+    check_logprobs("top_logprobs", body.top_logprobs)
     if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
             "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
-            "prompt_logprobs": asked_prompt_logprobs(body, served.vocab_size),
+            "prompt_logprobs": asked_prompt_logprobs(body),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
             "include_stop_str_in_output": body.include_stop_str_in_output,
             "structured_output": guided(body, {"tool_choice": plan.constraint,

@@ -17,8 +17,8 @@ from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
-from hearth.api.sampling import common_fields, logit_bias, make_params, prompt_logprobs as asked_prompt_logprobs
-from hearth.api.sampling import response_format, stop_list, token_ids
+from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
+from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -34,8 +34,7 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "suffix: is not supported", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of: is not supported (use n)", param="best_of")
-    if body.logprobs is not None and not 0 <= body.logprobs <= 20:
-        raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
+    check_logprobs("logprobs", body.logprobs)
     longest = max(len(ids) for ids in prompts)
     # prompt scoring (lm-eval's loglikelihood: echo, max_tokens 0, logprobs N), as vLLM answers it: the
     # echoed prompt and its logprobs alone; the engine computes one token, which the reply drops
@@ -43,7 +42,7 @@ async def completions(body: CompletionRequest, request: Request):
     if scoring and body.min_tokens:  # named with the client's 0, not the 1 computed below
         raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
     max_tokens = 1 if scoring else body.max_tokens
-    asked = asked_prompt_logprobs(body, served.vocab_size)
+    asked = asked_prompt_logprobs(body)
     echo_k = body.logprobs if body.echo else None  # the echo's logprobs are the prompt's too
     engine_k = max((k for k in (asked, echo_k) if k is not None), default=None)
     if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
