@@ -16,7 +16,7 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
-from hearth.api.messages import check_tool_results, openai_messages
+from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, response_format, stop_list, token_ids
@@ -40,8 +40,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
     history = openai_messages(body.messages)
-    check_tool_results(body.messages, history)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(tools), history, tool_choice, body.n)
+    offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
+    guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
-from hearth.api.messages import check_tool_results, openai_messages
+from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import DetokenizeRequest, TokenizeRequest
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 
@@ -42,7 +42,6 @@ def conversation_ids(served, body) -> list[int]:
         return served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
     plan = plan_tools(served, openai_tools(body.tools), None)
     history = openai_messages(body.messages)
-    check_tool_results(body.messages, history)
     messages = prompt_messages(served, plan, history)
     text = served.render_chat(messages, plan.tools if plan.in_template else None,
                               add_generation_prompt=body.add_generation_prompt)

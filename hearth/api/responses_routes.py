@@ -50,7 +50,8 @@ async def create_response(body: ResponsesRequest, request: Request):
     if not conversation:
         raise APIError(400, "input: is required (a string or a list of items)", param="input")
     choice = chat_tool_choice(body.tool_choice)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(chat_tools(body.tools), name_at="name"), conversation, choice)
+    offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
+    guard = RequestGuard(body.hearth, state.config.tool_guard, offered, conversation, choice)
     plan = plan_tools(served, guard.tools, choice)
     fmt = text_format(body.text)
     if plan.constraint is not None and fmt is not None:
