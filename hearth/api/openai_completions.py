@@ -18,7 +18,7 @@ from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
-from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs, token_ids
+from hearth.api.sampling import outside_vocabulary, prompt_logprobs as asked_prompt_logprobs, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -81,10 +81,9 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
             where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
             if not p:
                 raise APIError(400, f"{where}: must not be empty", param="prompt")
-            bad = next((t for t in p if t < 0 or served.vocab_size is not None and t >= served.vocab_size), None)
-            if bad is not None:
-                raise APIError(400, f"{where}: token id {bad} is outside the vocabulary"
-                                    + (f" (0..{served.vocab_size - 1})" if served.vocab_size else ""), param="prompt")
+            why = outside_vocabulary(p, served.vocab_size)
+            if why:
+                raise APIError(400, f"{where}: {why}", param="prompt")
             texts.append(served.tokenizer.decode(p))
             ids.append(list(p))
     return texts, ids

@@ -89,10 +89,19 @@ def logit_bias(bias: dict | None, vocab_size: int | None = None) -> dict[int, fl
 def token_ids(param: str, ids: list[int] | None, vocab_size: int | None) -> list[int]:
     """A request's list of token ids (stop_token_ids), each in the vocabulary (as logit_bias's keys):
     an id past it was never sampled, so the stop it asked for silently never came."""
-    for t in ids or []:
-        if t < 0 or (vocab_size is not None and t >= vocab_size):
-            raise _bad(param, f"token id {t} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else ""))
+    why = outside_vocabulary(ids or [], vocab_size)
+    if why:
+        raise _bad(param, why)
     return list(ids or [])
+
+
+def outside_vocabulary(ids: list[int], vocab_size: int | None) -> str | None:
+    """Why a list of token ids is refused (its first id outside the vocabulary), or None: the one
+    wording for stop_token_ids, a prompt of ids and /detokenize's tokens."""
+    bad = next((t for t in ids if t < 0 or vocab_size is not None and t >= vocab_size), None)
+    if bad is None:
+        return None
+    return f"token id {bad} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else "")
 
 
 def prompt_logprobs(body) -> int | None:
