@@ -38,7 +38,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
-    tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
+    tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
+                          else (body.tools, body.tool_choice))
     history = openai_messages(body.messages)
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
@@ -93,7 +94,8 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
-            "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
+            "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
+            "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
             "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
             "prompt_logprobs": asked_prompt_logprobs(body),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,

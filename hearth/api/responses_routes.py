@@ -147,7 +147,7 @@ class _Reply:
                 "max_output_tokens": b.max_output_tokens, "model": self.served.name,
                 "output": self.builder.items if status != "in_progress" else [],
                 "parallel_tool_calls": b.parallel_tool_calls, "previous_response_id": b.previous_response_id,
-                "reasoning": {"effort": (b.reasoning or {}).get("effort"), "summary": (b.reasoning or {}).get("summary")},
+                "reasoning": {k: (b.reasoning or {}).get(k) for k in ("effort", "summary")},
                 "store": b.store, "temperature": b.temperature, "top_p": b.top_p, "text": {"format": fmt},
                 "tool_choice": b.tool_choice if b.tool_choice is not None else "auto", "tools": b.tools or [],
                 "truncation": "disabled", "user": b.user, "metadata": b.metadata or {},
