@@ -59,8 +59,8 @@ class EngineConfig:
     model: str = DEFAULT_MODEL
     """Catalog name, path to a .gguf file, or a hub reference org/repo:file.gguf."""
     max_model_len: int = 0
-    """Longest sequence (prompt + output) in tokens; 0 = the model's own context length, lowered to what
-    the KV cache holds for one sequence (a value set past that is refused)."""
+    """Longest sequence (prompt + output) in tokens; 0 = the model's own context length; either is
+    lowered (one warning line) to what the KV cache holds for one sequence."""
     block_size: int = 16
     """Tokens per KV-cache block."""
     num_kv_blocks: int = 0

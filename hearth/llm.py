@@ -101,8 +101,7 @@ class LLM:
         num_blocks = (cfg.num_kv_blocks + cfg.max_num_seqs * reserve if cfg.num_kv_blocks
                       else _num_blocks(cfg, self.max_model_len, block_bytes, reserve))
         # one sequence may hold every block but its staging reserve: a longer context would never be admitted
-        self.max_model_len = context_in_cache(self.max_model_len, (num_blocks - reserve) * cfg.block_size,
-                                              cfg.max_model_len)
+        self.max_model_len = context_in_cache(self.max_model_len, (num_blocks - reserve) * cfg.block_size)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
                                   GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
         self.runner.forced_drafts = cfg.grammar_drafts and regimes is not None

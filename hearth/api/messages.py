@@ -46,19 +46,6 @@ def openai_messages(messages: list[dict], *, wire: bool = True) -> list[dict]:
     return out
 
 
-def check_tool_results(messages: list[dict], template: list[dict]) -> None:
-    """OpenAI's pairing rule, for the server's OpenAI routes: a tool message answers a call an
-    earlier assistant message made (its tool_call_id is that call's id); OpenAI answers an unpaired
-    one with a 400 ("'tool_call_id' of 'zzz' not found in 'tool_calls'"). messages: as sent (a legacy
-    `function` message pairs by name, so only `tool` ones are checked); template: openai_messages'."""
-    called: set[str] = set()
-    for i, (m, t) in enumerate(zip(messages, template)):
-        called.update(c["id"] for c in t.get("tool_calls", ()))
-        if m.get("role") == "tool" and t.get("tool_call_id") not in called:
-            raise bad(f"messages[{i}].tool_call_id", f"{t.get('tool_call_id')!r} is the id of no tool call an "
-                                                      "earlier assistant message made")
-
-
 def _openai_message(m: dict, where: str, wire: bool = True) -> dict:
     role = m.get("role")
     if role is None:

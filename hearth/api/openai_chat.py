@@ -16,10 +16,10 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
-from hearth.api.messages import check_tool_results, openai_messages
+from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
-from hearth.api.sampling import common_fields, logit_bias, response_format, stop_list, token_ids
+from hearth.api.sampling import check_logprobs, common_fields, logit_bias, response_format, stop_list, token_ids
 from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
@@ -38,10 +38,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
-    tools, tool_choice = legacy_functions(body.functions, body.function_call) if legacy else (body.tools, body.tool_choice)
+    tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
+                          else (body.tools, body.tool_choice))
     history = openai_messages(body.messages)
-    check_tool_results(body.messages, history)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(tools), history, tool_choice, body.n)
+    offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
+    guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens,
@@ -88,15 +89,15 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, ex
 
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
-    if body.top_logprobs is not None and not 0 <= body.top_logprobs <= 20:
-        raise APIError(400, f"top_logprobs: must be in [0, 20], got {body.top_logprobs}", param="top_logprobs")
+    check_logprobs("top_logprobs", body.top_logprobs)
     if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
-            "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
+            "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
+            "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
             "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
-            "prompt_logprobs": asked_prompt_logprobs(body, served.vocab_size),
+            "prompt_logprobs": asked_prompt_logprobs(body),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
             "include_stop_str_in_output": body.include_stop_str_in_output,
             "structured_output": guided(body, {"tool_choice": plan.constraint,

@@ -17,8 +17,8 @@ from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
-from hearth.api.sampling import common_fields, logit_bias, make_params, prompt_logprobs as asked_prompt_logprobs
-from hearth.api.sampling import response_format, stop_list, token_ids
+from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
+from hearth.api.sampling import outside_vocabulary, prompt_logprobs as asked_prompt_logprobs, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -34,8 +34,7 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "suffix: is not supported", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of: is not supported (use n)", param="best_of")
-    if body.logprobs is not None and not 0 <= body.logprobs <= 20:
-        raise APIError(400, f"logprobs: must be in [0, 20], got {body.logprobs}", param="logprobs")
+    check_logprobs("logprobs", body.logprobs)
     longest = max(len(ids) for ids in prompts)
     # prompt scoring (lm-eval's loglikelihood: echo, max_tokens 0, logprobs N), as vLLM answers it: the
     # echoed prompt and its logprobs alone; the engine computes one token, which the reply drops
@@ -43,14 +42,15 @@ async def completions(body: CompletionRequest, request: Request):
     if scoring and body.min_tokens:  # named with the client's 0, not the 1 computed below
         raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
     max_tokens = 1 if scoring else body.max_tokens
-    asked = asked_prompt_logprobs(body, served.vocab_size)
+    asked = asked_prompt_logprobs(body)
     echo_k = body.logprobs if body.echo else None  # the echo's logprobs are the prompt's too
     engine_k = max((k for k in (asked, echo_k) if k is not None), default=None)
     if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
         max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
     params = make_params({
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
-        "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size), "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
+        "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
+        "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
         "logprobs": body.logprobs, "prompt_logprobs": engine_k,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
@@ -82,10 +82,9 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
             where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
             if not p:
                 raise APIError(400, f"{where}: must not be empty", param="prompt")
-            bad = next((t for t in p if t < 0 or served.vocab_size is not None and t >= served.vocab_size), None)
-            if bad is not None:
-                raise APIError(400, f"{where}: token id {bad} is outside the vocabulary"
-                                    + (f" (0..{served.vocab_size - 1})" if served.vocab_size else ""), param="prompt")
+            why = outside_vocabulary(p, served.vocab_size)
+            if why:
+                raise APIError(400, f"{where}: {why}", param="prompt")
             texts.append(served.tokenizer.decode(p))
             ids.append(list(p))
     return texts, ids

@@ -125,15 +125,10 @@ class SamplingFields(SamplingScalars):
     @field_validator("prompt_logprobs")
     @classmethod
     def _prompt_logprobs(cls, v: int | None, info: ValidationInfo) -> int | None:
-        """vLLM's rules: a stream has no place for them (0 asks for none there, and passes), and -1
-        (the whole vocabulary: ~150k entries per prompt token on a Qwen) is not taken here."""
+        """vLLM's rule, checked first as vLLM does: a stream has no place for them (0 asks for none
+        there, and passes). Their range is hearth.api.sampling.check_logprobs's."""
         if v is not None and info.data.get("stream") and v != 0:
             raise ValueError("is not available when stream is true")
-        if v == -1:
-            raise ValueError("-1 (the whole vocabulary) is not supported: ask for the top N, "
-                             "at most the vocabulary's size")
-        if v is not None and v < 0:
-            raise ValueError(f"must be >= 0, got {v}")
         return v
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
-from hearth.api.messages import check_tool_results, openai_messages
+from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import DetokenizeRequest, TokenizeRequest
+from hearth.api.sampling import outside_vocabulary
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 
 router = APIRouter()
@@ -42,7 +43,6 @@ def conversation_ids(served, body) -> list[int]:
         return served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
     plan = plan_tools(served, openai_tools(body.tools), None)
     history = openai_messages(body.messages)
-    check_tool_results(body.messages, history)
     messages = prompt_messages(served, plan, history)
     text = served.render_chat(messages, plan.tools if plan.in_template else None,
                               add_generation_prompt=body.add_generation_prompt)
@@ -52,7 +52,7 @@ def conversation_ids(served, body) -> list[int]:
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request):
     served = await request.app.state.models.get(body.model)
-    bad = [t for t in body.tokens if t < 0 or (served.vocab_size is not None and t >= served.vocab_size)]
-    if bad:
-        raise APIError(400, f"tokens: token id {bad[0]} is outside the vocabulary", param="tokens")
+    why = outside_vocabulary(body.tokens, served.vocab_size)
+    if why:
+        raise APIError(400, f"tokens: {why}", param="tokens")
     return {"prompt": served.tokenizer.decode(body.tokens)}

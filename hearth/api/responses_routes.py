@@ -50,7 +50,8 @@ async def create_response(body: ResponsesRequest, request: Request):
     if not conversation:
         raise APIError(400, "input: is required (a string or a list of items)", param="input")
     choice = chat_tool_choice(body.tool_choice)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(chat_tools(body.tools), name_at="name"), conversation, choice)
+    offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
+    guard = RequestGuard(body.hearth, state.config.tool_guard, offered, conversation, choice)
     plan = plan_tools(served, guard.tools, choice)
     fmt = text_format(body.text)
     if plan.constraint is not None and fmt is not None:
@@ -146,7 +147,7 @@ class _Reply:
                 "max_output_tokens": b.max_output_tokens, "model": self.served.name,
                 "output": self.builder.items if status != "in_progress" else [],
                 "parallel_tool_calls": b.parallel_tool_calls, "previous_response_id": b.previous_response_id,
-                "reasoning": {"effort": (b.reasoning or {}).get("effort"), "summary": (b.reasoning or {}).get("summary")},
+                "reasoning": {k: (b.reasoning or {}).get(k) for k in ("effort", "summary")},
                 "store": b.store, "temperature": b.temperature, "top_p": b.top_p, "text": {"format": fmt},
                 "tool_choice": b.tool_choice if b.tool_choice is not None else "auto", "tools": b.tools or [],
                 "truncation": "disabled", "user": b.user, "metadata": b.metadata or {},

@@ -14,6 +14,23 @@ _COMMON = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "freque
            "repetition_penalty", "seed")
 
 
+MAX_LOGPROBS = 20
+"""vLLM's default max_logprobs: the most top logprobs a request may ask per token, generated
+(logprobs, top_logprobs) or prompt (prompt_logprobs). Each costs a vocabulary-wide top k per token."""
+
+
+def check_logprobs(param: str, k: int | None) -> int | None:
+    """The one rule for a request's top-k logprobs count: 0..MAX_LOGPROBS (a 400 naming `param`)."""
+    if k is None:
+        return None
+    if k > MAX_LOGPROBS or k == -1:  # vLLM's -1 is the whole vocabulary: past the cap as well
+        whole = " (-1 asks for the whole vocabulary)" if k == -1 else ""
+        raise _bad(param, f"must be at most {MAX_LOGPROBS}, got {k}{whole}")
+    if k < 0:
+        raise _bad(param, f"must be >= 0, got {k}")
+    return k
+
+
 @dataclass(slots=True)
 class Limits:
     max_n: int = 16
@@ -72,21 +89,27 @@ def logit_bias(bias: dict | None, vocab_size: int | None = None) -> dict[int, fl
 def token_ids(param: str, ids: list[int] | None, vocab_size: int | None) -> list[int]:
     """A request's list of token ids (stop_token_ids), each in the vocabulary (as logit_bias's keys):
     an id past it was never sampled, so the stop it asked for silently never came."""
-    for t in ids or []:
-        if t < 0 or (vocab_size is not None and t >= vocab_size):
-            raise _bad(param, f"token id {t} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else ""))
+    why = outside_vocabulary(ids or [], vocab_size)
+    if why:
+        raise _bad(param, why)
     return list(ids or [])
 
 
-def prompt_logprobs(body, vocab_size: int | None) -> int | None:
-    """vLLM's `prompt_logprobs` field -> SamplingParams.prompt_logprobs (its sign and a stream are
-    checked with the body: hearth.api.openai_protocol). None where a stream asks 0: nothing to send."""
-    k = body.prompt_logprobs
-    if k is None or body.stream:
+def outside_vocabulary(ids: list[int], vocab_size: int | None) -> str | None:
+    """Why a list of token ids is refused (its first id outside the vocabulary), or None: the one
+    wording for stop_token_ids, a prompt of ids and /detokenize's tokens."""
+    bad = next((t for t in ids if t < 0 or vocab_size is not None and t >= vocab_size), None)
+    if bad is None:
         return None
-    if vocab_size is not None and k > vocab_size:
-        raise _bad("prompt_logprobs", f"must be at most the vocabulary's size ({vocab_size}), got {k}")
-    return k
+    return f"token id {bad} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else "")
+
+
+def prompt_logprobs(body) -> int | None:
+    """vLLM's `prompt_logprobs` field -> SamplingParams.prompt_logprobs (a stream's are refused with
+    the body: hearth.api.openai_protocol; a k past a tiny vocabulary by the engine's check_request).
+    None where a stream asks 0: nothing to send."""
+    k = check_logprobs("prompt_logprobs", body.prompt_logprobs)
+    return None if body.stream else k
 
 
 def stop_list(stop) -> list[str]:

@@ -9,7 +9,6 @@ and the output is parsed as hermes: the format documented in hearth.tool_parsers
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 
 from hearth.api.errors import APIError
@@ -38,43 +37,30 @@ class ToolPlan:
     """The tool a named tool_choice forces: an output max_tokens cuts is a call of it (hearth.tool_parsers.cut)."""
 
 
-FUNCTION_NAME = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-"""OpenAI's rule for a function's name ("a-z, A-Z, 0-9, or contain underscores and dashes, with a
-maximum length of 64": no dots, its API answers `multi_tool_use.parallel` with a 400)."""
-
-
-def openai_tools(tools: list | None, param: str = "tools", name_at: str = "function.name") -> list[dict]:
-    """name_at: where a tool's name sits in the request's own shape (the Responses API's: "name")."""
+def openai_tools(tools: list | None, param: str = "tools", fn_at: str = "function.") -> list[dict]:
+    """Tools in OpenAI's chat shape, checked as vLLM checks them: `type` is "function" (its default
+    where absent), a name is any non-empty string (dotted MCP names such as `weather.get` included;
+    two of one name pass too), parameters a JSON schema. fn_at: where the function's fields sit in
+    the request's own shape, for the errors' names ("": the Responses API's and legacy `functions`)."""
     out = []
     for i, t in enumerate(tools or []):
-        kind = t.get("type") if isinstance(t, dict) else None
-        if kind != "function":  # OpenAI's "custom" (free-text) tools have no parser here
+        if not isinstance(t, dict):
+            raise APIError(400, f"{param}[{i}]: must be a tool object, not {_kind(t)}", param=f"{param}[{i}]")
+        kind = t.get("type", "function")
+        if kind != "function":  # OpenAI's "custom" (free-text) tools have no parser here (vLLM refuses them too)
             raise APIError(400, f"{param}[{i}].type: must be 'function', got {kind!r}", param=f"{param}[{i}].type")
         fn = t.get("function")
-        where = f"{param}[{i}].{name_at}"
+        where = f"{param}[{i}].{fn_at}name"
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise APIError(400, f"{where}: is required (a string)", param=where)
-        _check_name(fn["name"], where, [o["function"]["name"] for o in out])
-        _check_schema(fn.get("parameters"), f"{param}[{i}].function.parameters")
+        _check_schema(fn.get("parameters"), f"{param}[{i}].{fn_at}parameters")
         out.append({"type": "function", "function": fn})
     return out
 
 
-def _check_name(name: str, where: str, earlier: list[str]) -> None:
-    if not FUNCTION_NAME.fullmatch(name):
-        raise APIError(400, f"{where}: {name!r} must be 1 to 64 letters, digits, underscores or dashes "
-                            "(^[a-zA-Z0-9_-]{1,64}$)", param=where)
-    if name in earlier:  # a call names its tool: two of one name could not be told apart
-        raise APIError(400, f"{where}: {name!r} is the name of an earlier tool; tool names must be unique",
-                       param=where)
-
-
 def legacy_functions(functions: list[dict], function_call) -> tuple[list[dict], str | dict | None]:
-    """OpenAI's legacy `functions` / `function_call` -> tools in OpenAI's shape and a tool_choice."""
-    for i, f in enumerate(functions):  # a list of objects: the request model checked that
-        if not isinstance(f.get("name"), str) or not f["name"]:
-            raise APIError(400, f"functions[{i}].name: is required (a string)", param=f"functions[{i}].name")
-        _check_schema(f.get("parameters"), f"functions[{i}].parameters")
+    """OpenAI's legacy `functions` / `function_call` -> tools in OpenAI's shape and a tool_choice
+    (openai_tools(tools, "functions", "") checks them, naming functions[i]...)."""
     if isinstance(function_call, dict):
         if not isinstance(function_call.get("name"), str):
             raise APIError(400, "function_call.name: is required (a string)", param="function_call.name")
@@ -82,22 +68,25 @@ def legacy_functions(functions: list[dict], function_call) -> tuple[list[dict], 
     return [{"type": "function", "function": f} for f in functions], function_call
 
 
+SERVER_TOOLS = ("web_search_", "code_execution_", "web_fetch_")
+"""Type prefixes of Anthropic's server tools, run by Anthropic's servers, not by the client. Its
+other typed tools (bash_20250124, text_editor_*, computer_*) are client tools: the client runs them."""
+
+
 def anthropic_tools(tools: list | None) -> list[dict]:
     """Anthropic {name, description, input_schema} -> OpenAI function schemas (what templates read).
-    A typed tool other than "custom" is one of Anthropic's server tools (web_search_20250305,
-    code_execution_...), run by Anthropic's servers, not by the model: refused, never a bare function."""
+    An Anthropic-defined client tool ({"type": "bash_20250124", "name": "bash"}, text_editor_*,
+    computer_*: no input_schema) is a function of its name, as before; a server tool (SERVER_TOOLS)
+    is refused, never a bare function: hearth does not run it."""
     out = []
     for i, t in enumerate(tools or []):
         kind = t.get("type") if isinstance(t, dict) else None
-        if kind not in (None, "custom"):
-            raise APIError(400, f"tools[{i}].type: {kind!r} is an Anthropic server tool; hearth does not run "
-                                "server tools (give a custom tool with name and input_schema)", param=f"tools[{i}].type")
+        if isinstance(kind, str) and kind.startswith(SERVER_TOOLS):
+            raise APIError(400, f"tools[{i}].type: {kind!r} is an Anthropic server tool, which hearth does not run "
+                                "(give a custom tool with name and input_schema)", param=f"tools[{i}].type")
         if not isinstance(t, dict) or not isinstance(t.get("name"), str) or not t["name"]:
             raise APIError(400, f"tools[{i}].name: is required (a string)", param=f"tools[{i}].name")
-        if any(o["function"]["name"] == t["name"] for o in out):  # Anthropic: "Tool names must be unique"
-            raise APIError(400, f"tools[{i}].name: {t['name']!r} is the name of an earlier tool; tool names must "
-                                "be unique", param=f"tools[{i}].name")
-        if t.get("input_schema") is None:
+        if kind in (None, "custom") and t.get("input_schema") is None:
             raise APIError(400, f"tools[{i}].input_schema: is required (a JSON schema object)",
                            param=f"tools[{i}].input_schema")
         _check_schema(t.get("input_schema"), f"tools[{i}].input_schema")

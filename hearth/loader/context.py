@@ -2,13 +2,11 @@
 `plan --ctx`: what was asked (0: the model's own), never past the model's own (its rope and
 training stop there), said in one warning line as llama.cpp does. So an error offers a larger context
 only below the model's own (hearth.errors.can_raise_context, for every "raise --ctx/--max-model-len").
-Then never past what the KV cache holds for one sequence (context_in_cache)."""
+Then never past what the KV cache holds for one sequence (context_in_cache), said likewise."""
 
 from __future__ import annotations
 
 import logging
-
-from hearth.errors import HearthError
 
 log = logging.getLogger("hearth")
 
@@ -19,17 +17,14 @@ def context_to_run(asked: int, trained: int) -> int:
     return min(asked or trained, trained)
 
 
-def context_in_cache(context: int, cache_tokens: int, asked: int) -> int:
+def context_in_cache(context: int, cache_tokens: int) -> int:
     """The context clamped to cache_tokens, the K/V one sequence can hold in the whole pool: a longer
-    request could never be admitted (it waited forever). A context the user asked for that the cache
-    cannot hold is refused, as vLLM refuses to start (kv_cache_utils.check_enough_kv_cache_memory);
-    the model's own is lowered, in one warning line."""
+    request could never be admitted (it waited forever). Lowered in one warning line, never refused,
+    whether the context was asked for or the model's own (as context_to_run: the user gets the
+    largest that fits; `run --ctx 200000` and a models-file `context` past the cache once failed)."""
     if context <= cache_tokens:
         return context
-    if asked:
-        raise HearthError(f"--max-model-len {context:,} does not fit the KV cache, which holds {cache_tokens:,} "
-                          "tokens for one sequence; lower --max-model-len or raise --num-kv-blocks "
-                          "(or --kv-cache-memory-gb)")
-    log.warning(f"hearth: the KV cache holds {cache_tokens:,} tokens for one sequence; using that as the "
-                f"context, not the model's {context:,} (raise --num-kv-blocks or --kv-cache-memory-gb)")
+    log.warning(f"hearth: context lowered to {cache_tokens:,} tokens (from {context:,}): the KV cache holds "
+                f"{cache_tokens:,} tokens for one sequence; a larger KV cache (kv_cache_memory_gb / "
+                "num_kv_blocks) raises it")
     return cache_tokens

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import threading
 
 import llguidance
+from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from hearth.errors import HearthError
 from hearth.sampling_params import StructuredOutput
@@ -47,17 +48,32 @@ GRAMMAR_SYNTAX = " (expected Lark in llguidance's dialect, with a `start:` rule,
 REASON_CHARS = 400
 
 
+GBNF_RULE = re.compile(r"(?m)^\s*[\w-]+\s*::=")
+"""A GBNF rule's definition opening a line (Lark writes `name:`): such a text is GBNF. llguidance's
+own test (a line opening `start:`) took `start ::= ...` for Lark and refused the grammar."""
+
+# GBNF's literals, character classes and comments (kept as they are), else a rule name `start`
+_GBNF_START = re.compile(r'"(?:\\.|[^"\\])*"|\[(?:\\.|[^\]\\])*\]|#[^\n]*|(?<![\w-])start(?![\w-])')
+
+
 def _from_grammar(text: str) -> str:
-    """Lark in llguidance's dialect, else GBNF (llama.cpp's, vLLM's guided_grammar takes it too)
-    converted by llguidance itself (grammar_from "grammar": a text without a `start:` rule is GBNF,
-    whose converter's error then says what is wrong; a Lark text comes back as it is)."""
-    lark = llguidance.LLMatcher.grammar_from_lark(text)
-    if not llguidance.LLMatcher.validate_grammar(lark):
-        return lark
+    """Lark in llguidance's dialect, or GBNF (llama.cpp's, vLLM's guided_grammar takes it too)
+    converted by llguidance itself (gbnf_to_lark, whose error then says what is wrong)."""
+    if not GBNF_RULE.search(text):
+        return llguidance.LLMatcher.grammar_from_lark(text)
     try:
-        return llguidance.grammar_from("grammar", text)
-    except ValueError as e:
+        return llguidance.LLMatcher.grammar_from_lark(gbnf_to_lark(_rename_start(text)))
+    except Exception as e:  # the converter raises bare Exceptions (an unknown rule) beside its own
         raise InvalidStructuredOutput(f"invalid grammar{GRAMMAR_SYNTAX}: {_reason(str(e))}", "grammar") from None
+
+
+def _rename_start(text: str) -> str:
+    """GBNF's `root` becomes Lark's `start` in the conversion, which then refused a rule of the
+    user's named `start` ("Rule 'start' already exists"): that one gets a name the text lacks."""
+    fresh = "start-gbnf"
+    while fresh.replace("-", "_") in text.replace("-", "_").lower():
+        fresh += "-x"
+    return _GBNF_START.sub(lambda m: fresh if m.group() == "start" else m.group(), text)
 
 
 def _reason(error: str) -> str:

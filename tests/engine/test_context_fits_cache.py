@@ -1,5 +1,5 @@
 """A request that can never fit the KV cache: the context is clamped to what the cache holds for one
-sequence (or refused where --max-model-len asked for more, as vLLM refuses to start), a request past
+sequence, in one warning line, whether asked for or the model's own (never refused), a request past
 it is a 400 naming both counts, and the engine loop sleeps, never spins, while only requests that
 cannot be admitted wait (the trial's `--num-kv-blocks 8` server hung at 100% CPU)."""
 
@@ -13,7 +13,6 @@ from starlette.testclient import TestClient
 from hearth.api.app import create_app
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import AsyncEngine
-from hearth.errors import HearthError
 from hearth.llm import LLM
 from hearth.sampling_params import SamplingParams
 from tests.engine.test_scheduler import make_engine
@@ -36,10 +35,15 @@ def test_the_context_is_what_the_cache_holds_for_one_sequence(model_file):
     assert llm.engine.scheduler.kv.pool.num_free == 2
 
 
-def test_a_context_asked_for_past_the_cache_is_refused_in_one_line(model_file):
-    with pytest.raises(HearthError, match="^--max-model-len 256 does not fit the KV cache, which holds 32 "
-                                          "tokens for one sequence; lower --max-model-len or raise --num-kv-blocks"):
-        LLM(str(model_file), num_kv_blocks=2, block_size=16, max_model_len=256, progress=False)
+def test_a_context_asked_for_past_the_cache_is_lowered_in_one_warning_line(model_file, caplog):
+    """`run --ctx 200000` on a model with large KV per token failed to start, naming flags `run` does
+    not have, and a models-file context past the cache made every request a 503: now lowered."""
+    with caplog.at_level("WARNING", logger="hearth"):
+        llm = LLM(str(model_file), num_kv_blocks=2, block_size=16, max_model_len=256, progress=False)
+    assert llm.max_model_len == 32
+    lines = [r.getMessage() for r in caplog.records if "KV cache" in r.getMessage()]
+    assert lines == ["hearth: context lowered to 32 tokens (from 256): the KV cache holds 32 tokens for one "
+                     "sequence; a larger KV cache (kv_cache_memory_gb / num_kv_blocks) raises it"], lines
     assert LLM(str(model_file), num_kv_blocks=2, block_size=16, max_model_len=32, progress=False).max_model_len == 32
 
 

@@ -52,17 +52,16 @@ TABLE = [
     (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
      "tool_choice"),
     (CHAT, {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0].function.name"),
-    # OpenAI's tool rules: a type (only "function" runs here), a name of ^[a-zA-Z0-9_-]{1,64}$, unique
+    # vLLM's tool rules: a type other than "function" is refused (none is "function"); names are not checked
     (CHAT, {"messages": USER, "tools": [TOOL, {"type": "retrieval", "function": TOOL["function"]}]}, 400,
      "tools[1].type"),
-    (CHAT, {"messages": USER, "tools": [{"function": TOOL["function"]}]}, 400, "tools[0].type"),
-    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "get weather"}}]}, 400,
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": ""}}]}, 400,
      "tools[0].function.name"),
-    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "multi_tool_use.parallel"}}]}, 400,
-     "tools[0].function.name"),
-    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f" * 65}}]}, 400,
-     "tools[0].function.name"),
-    (CHAT, {"messages": USER, "tools": [TOOL, TOOL]}, 400, "tools[1].function.name"),
+    # legacy functions are named as sent: functions[i].name, not tools[i].function.name
+    (CHAT, {"messages": USER, "functions": [{"name": "f"}, {"parameters": {"type": "object"}}]}, 400,
+     "functions[1].name"),
+    (CHAT, {"messages": USER, "functions": [{"name": "f", "parameters": {"type": "object", "properties": {
+        "d": {"type": "dict"}}}}]}, 400, "functions[0].parameters"),
     (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}, 400,
      "tools[0].function.parameters"),
     # not JSON Schema (BFCL's type names): no grammar or validation can read it
@@ -106,12 +105,13 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
       "tool_choice": {"type": "tool", "name": "g"}}, 400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}]}, 400, "tools[0].input_schema"),
-    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "object"}}] * 2}, 400,
-     "tools[1].name: 'f' is the name of an earlier tool"),
     # Anthropic's server tools run on Anthropic's servers: never a schema-less function here
     ({"max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search",
-                                                    "max_uses": 5}]}, 400, "does not run server tools"),
-    ({"max_tokens": 5, "messages": USER, "tools": [{"type": "bash_20250124", "name": "bash"}]}, 400, "tools[0].type"),
+                                                    "max_uses": 5}]}, 400, "is an Anthropic server tool, which hearth"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"type": "code_execution_20250522", "name": "code_execution"}]},
+     400, "tools[0].type: 'code_execution_20250522' is an Anthropic server tool"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"type": "web_fetch_20250910", "name": "web_fetch"}]}, 400,
+     "tools[0].type"),
     ({"max_tokens": 5, "messages": USER, "model": "nope"}, 404, "model"),
     ({"max_tokens": 5, "messages": USER, "stop_sequences": [""]}, 400, "stop_sequences"),
     ({"max_tokens": 5, "messages": USER, "temperature": 3}, 400, "temperature"),  # Anthropic's range is [0, 1]
@@ -168,6 +168,26 @@ def test_openai_bad_input(fake, path, body, status, param):
     assert error["message"].startswith(param) or f"{param}:" in error["message"] or f"'{param}'" in error["message"] \
         or error["param"] == param, error
     assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+
+
+@pytest.mark.parametrize("path,body", [
+    (CHAT, {"messages": USER, "tools": [{"function": TOOL["function"]}]}),  # no type: a function (vLLM's default)
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "weather.get"}}]}),  # MCP names
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "get weather"}}]}),
+    (CHAT, {"messages": USER, "tools": [{"type": "function", "function": {"name": "f" * 65}}]}),
+    (CHAT, {"messages": USER, "tools": [TOOL, TOOL]}),  # two of one name: vLLM takes them
+    (CHAT, {"messages": USER, "functions": [{"name": "weather.get"}], "function_call": {"name": "weather.get"}}),
+    (MESSAGES, {"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "object"}}] * 2}),
+    # Anthropic-defined client tools: the client runs them, Anthropic's API takes them
+    (MESSAGES, {"max_tokens": 5, "messages": USER, "tools": [{"type": "bash_20250124", "name": "bash"}]}),
+    (MESSAGES, {"max_tokens": 5, "messages": USER, "tools": [
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"},
+        {"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768}]}),
+], ids=["no-type", "dotted", "spaced", "long", "duplicate", "legacy-dotted", "anthropic-duplicate", "bash",
+        "editor-computer"])
+def test_tools_vllm_and_anthropic_accept_pass(fake, path, body):
+    r = fake.client.post(path, json={**body, "max_tokens": 2})
+    assert r.status_code == 200, r.text
 
 
 @pytest.mark.parametrize("body,status,param", ANTHROPIC_TABLE)

@@ -93,6 +93,19 @@ def test_a_gbnf_grammar_is_read_as_vllm_reads_it(fake, path):
     assert not any(_accepts(gbnf, t, "grammar") for t in ["yes", "maybe.", "yes.no."])
 
 
+@pytest.mark.parametrize("gbnf,good,bad", [
+    ('root ::= start\nstart ::= "x"', ["x"], ["start", "xx"]),  # read as Lark (`start ::=` opens a line)
+    ('root ::= start "[start]" # start\nstart ::= "start" | [s-t]', ["start[start]", "s[start]"], ["x[start]"]),
+    ('root ::= start-gbnf start\nstart ::= "a"\nstart-gbnf ::= "b"', ["ba"], ["ab"]),  # the fresh name is fresh
+], ids=["start", "start-in-literals", "taken-name"])
+def test_a_gbnf_rule_named_start_is_gbnf(fake, gbnf, good, bad):
+    """`start ::=` was taken for Lark (llguidance's test: a line opening `start`), and GBNF's root
+    then clashed with the rule in the conversion: a 400 for a valid GBNF grammar."""
+    assert _post(fake, CHAT, {"guided_grammar": gbnf}).status_code == 200
+    assert all(_accepts(gbnf, t, "grammar") for t in good)
+    assert not any(_accepts(gbnf, t, "grammar") for t in bad)
+
+
 @pytest.mark.parametrize("extra,reason", [
     ({"guided_regex": "(unclosed"}, "error: unclosed group"),  # the first line stopped at 'regex parse error:'
     ({"guided_grammar": "start: /[a-/"}, "error: unclosed character class"),

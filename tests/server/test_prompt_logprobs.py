@@ -173,9 +173,10 @@ def test_chat_top_level_shape(client, served, reference, tools, monkeypatch):
 @pytest.mark.parametrize("value,stream,why", [
     (2, True, "prompt_logprobs: is not available when stream is true"),
     (-1, True, "prompt_logprobs: is not available when stream is true"),  # vLLM's order: the stream first
-    (-1, False, "prompt_logprobs: -1 (the whole vocabulary) is not supported"),
+    (-1, False, "prompt_logprobs: must be at most 20, got -1 (-1 asks for the whole vocabulary)"),
     (-3, False, "prompt_logprobs: must be >= 0, got -3"),
-    (10**6, False, "prompt_logprobs: must be at most the vocabulary's size"),
+    (21, False, "prompt_logprobs: must be at most 20, got 21"),  # vLLM's max_logprobs: a vocabulary-wide
+    (151936, False, "prompt_logprobs: must be at most 20, got 151936"),  # top k per prompt token (~86 MB each)
     (True, False, "prompt_logprobs: "),
     ("2", False, "prompt_logprobs: "),
 ])
@@ -209,3 +210,22 @@ def test_openai_sdk_round_trip(client, reference):
     _check_shape(chat.prompt_logprobs, chat_ids, reference(chat_ids))
     with pytest.raises(openai.BadRequestError, match="prompt_logprobs: is not available when stream is true"):
         sdk.completions.create(model="tiny", prompt=PROMPT, max_tokens=1, stream=True, extra_body={"prompt_logprobs": 1})
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": PROMPT, "logprobs": 21}, "logprobs"),
+    ("/v1/completions", {"prompt": PROMPT, "prompt_logprobs": 21}, "prompt_logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}], "logprobs": True,
+                              "top_logprobs": 21}, "top_logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}], "prompt_logprobs": 21},
+     "prompt_logprobs"),
+], ids=["logprobs", "completions-prompt", "top_logprobs", "chat-prompt"])
+def test_one_cap_of_20_for_every_logprobs_count(client, path, body, param):
+    """vLLM's max_logprobs (20) for generated and prompt logprobs alike: prompt_logprobs had none, and
+    151936 (a Qwen's vocabulary) cost ~86 MB and 0.22 s per prompt token."""
+    r = client.post(path, json={"model": "tiny", "max_tokens": 2, **body})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (err["param"], err["message"]) == (param, f"{param}: must be at most 20, got 21")
+    ok = client.post(path, json={"model": "tiny", "max_tokens": 2, **body, param: 20})
+    assert ok.status_code == 200, ok.text

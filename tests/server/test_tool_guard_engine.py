@@ -79,3 +79,25 @@ def test_a_held_call_streams_as_the_grammar_writes_it(client):
     finish = chunks[-1]
     assert finish["choices"][0]["finish_reason"] == "tool_calls" and finish["hearth"]["outcome"] == "ok"
     assert finish["hearth"]["calls"][0]["id"] == pieces[0]["id"] and finish["hearth"]["retries"] == []
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "weather.get"}}],
+                         ids=["required", "named"])
+def test_a_dotted_tool_name_round_trips_through_the_grammar_and_parser(client, choice):
+    """MCP clients name tools `server.tool`: a 400 before (OpenAI's name pattern), vLLM takes them. The
+    call grammar writes the dotted name, the parser reads it back and the guard finds the call valid."""
+    dotted = {"type": "function", "function": {"name": "weather.get", "parameters": {
+        "type": "object", "properties": {"c": {"enum": ["xy", "z"]}}, "required": ["c"], "additionalProperties": False}}}
+    other = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
+    body = {"model": "tiny", "max_tokens": 120, "temperature": 0, "tools": [other, dotted], "tool_choice": choice,
+            "messages": [{"role": "user", "content": "hi"}]}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
+    choice0 = r.json()["choices"][0]
+    calls = choice0["message"]["tool_calls"]
+    assert choice0["finish_reason"] == "tool_calls" and r.json()["hearth"]["outcome"] == "ok", r.json()
+    if isinstance(body["tool_choice"], dict):
+        assert [c["function"]["name"] for c in calls] == ["weather.get"]
+        assert json.loads(calls[0]["function"]["arguments"])["c"] in ("xy", "z")
+    else:
+        assert {c["function"]["name"] for c in calls} <= {"weather", "weather.get"}
