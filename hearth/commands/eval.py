@@ -165,8 +165,10 @@ def main(args: argparse.Namespace) -> int:
     if args.ctx < 16:
         raise HearthError(f"--ctx must be at least 16, not {args.ctx}")
     get_codec(args.kv_cache_dtype).block_size(args.block_size or None)  # a bad format fails before loading
+    # the LLM's own cache goes unused (runner_for brings one in the chosen format): one window's blocks,
+    # the least that keeps the context at --ctx (the engine lowers a context its cache cannot hold)
     llm = LLM(args.model, progress=True, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1,
-              num_kv_blocks=1)  # the LLM's own cache goes unused: runner_for brings one in the chosen format
+              block_size=16, num_kv_blocks=-(-args.ctx // 16))
     if args.ctx > llm.max_model_len:
         raise HearthError(f"--ctx {args.ctx} is longer than the model's context ({llm.max_model_len})")
     runner = runner_for(llm, args.kv_cache_dtype, args.ctx, block_size=args.block_size)
