@@ -20,7 +20,7 @@ from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, response_format, stop_list, token_ids
-from hearth.api.sampling import prompt_logprobs as asked_prompt_logprobs
+from hearth.api.sampling import asked_prompt_logprobs
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices

@@ -18,7 +18,7 @@ from hearth.api.guided import guided
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
-from hearth.api.sampling import outside_vocabulary, prompt_logprobs as asked_prompt_logprobs, token_ids
+from hearth.api.sampling import asked_prompt_logprobs, outside_vocabulary, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 

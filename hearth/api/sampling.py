@@ -104,7 +104,7 @@ def outside_vocabulary(ids: list[int], vocab_size: int | None) -> str | None:
     return f"token id {bad} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else "")
 
 
-def prompt_logprobs(body) -> int | None:
+def asked_prompt_logprobs(body) -> int | None:
     """vLLM's `prompt_logprobs` field -> SamplingParams.prompt_logprobs (a stream's are refused with
     the body: hearth.api.openai_protocol; a k past a tiny vocabulary by the engine's check_request).
     None where a stream asks 0: nothing to send."""
