@@ -57,19 +57,26 @@ def prompt_ids(facts: dict, n: int, seed: int) -> list[int]:
 
 
 # ---------------------------------------------------------------- roofline
-def read_bandwidth(threads: int, nbytes: int, reps: int = 5) -> float:
-    """Streaming-read GB/s: a full reduction over an fp32 buffer (one read per byte, no writes)."""
+def read_bandwidth(threads: int, nbytes: int) -> float:
+    """Streaming-read GB/s as `hearth plan` measures it: the best of a reduction over a buffer and,
+    where hearth's native kernels load, their read pass in 1-16 interleaved runs (one read per byte)."""
     import torch
 
+    from hearth.memory.bandwidth import native_peaks, read_bandwidth as measure
+
     torch.set_num_threads(threads)
-    x = torch.ones(nbytes // 4, dtype=torch.float32)
-    x.sum()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        x.sum()
-        times.append(time.perf_counter() - t0)
-    return x.numel() * 4 / statistics.median(times) / 1e9
+    return measure(torch, nbytes, native_peaks()) / 1e9
+
+
+def int8_peak(threads: int) -> float | None:
+    """GOP/s of the int8 dot products hearth's kernels at this tier are built on (None: torch tier)."""
+    import torch
+
+    from hearth.memory.bandwidth import int8_dot_ops, native_peaks
+
+    torch.set_num_threads(threads)
+    lib = native_peaks()
+    return int8_dot_ops(lib) / 1e9 if lib is not None else None
 
 
 def copy_bandwidth(threads: int, nbytes: int, reps: int = 5) -> float:
@@ -86,6 +93,16 @@ def copy_bandwidth(threads: int, nbytes: int, reps: int = 5) -> float:
         dst.copy_(src)
         times.append(time.perf_counter() - t0)
     return 2 * src.numel() * 4 / statistics.median(times) / 1e9
+
+
+def prefill_flops(path: str, prompt_tokens: int) -> float:
+    """FLOPs per prompt token of a prompt this long, as `hearth plan` counts them."""
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.model_input import from_gguf
+    from hearth.memory.roofline import prefill_flops as flops
+
+    m = from_gguf(GGUFFile(Path(path)))
+    return flops(m.shape, m.tensors, prompt_tokens)
 
 
 # ---------------------------------------------------------------- running the engines
@@ -153,20 +170,23 @@ class Worker:
         self.proc.wait()
 
 
-def summarize(ready: dict, runs: list[dict], done: dict, weight_bytes: int, roofline_gbs: float) -> dict:
+def summarize(ready: dict, runs: list[dict], done: dict, weight_bytes: int, bw: dict, flops_per_token: float) -> dict:
     prefill = [r["prefill_tok_s"] for r in runs]
     decode = [r["decode_tok_s"] for r in runs]
     gbs = weight_bytes * statistics.median(decode) / 1e9
+    gops = flops_per_token * statistics.median(prefill) / 1e9
     return {"engine": done["engine"], "version": done["version"], "load_s": ready["load_s"],
             "peak_rss_mb": done["peak_rss_mb"], "prefill_tok_s": prefill, "decode_tok_s": decode,
             "prefill_med": statistics.median(prefill), "decode_med": statistics.median(decode),
-            "decode_gbs": gbs, "roofline_pct": 100 * gbs / roofline_gbs}
+            "prefill_gops": gops, "decode_gbs": gbs, "roofline_pct": 100 * gbs / bw["read_gbs"],
+            **({"compute_pct": 100 * gops / bw["int8_gops"]} if bw.get("int8_gops") else {})}
 
 
 # ---------------------------------------------------------------- report
 def rows(prompt_tokens: int, decode_tokens: int) -> list[tuple[str, str, str]]:
     return [("load time (s)", "load_s", "{:.2f}"),
             (f"prefill tok/s ({prompt_tokens} tok)", "prefill_med", "{:.1f}"),
+            ("prefill GOP/s", "prefill_gops", "{:.0f}"), ("% of int8 dot peak", "compute_pct", "{:.1f}"),
             (f"decode tok/s ({decode_tokens} tok)", "decode_med", "{:.1f}"),
             ("peak RSS (MB)", "peak_rss_mb", "{:.0f}"),
             ("decode weight GB/s", "decode_gbs", "{:.2f}"), ("% of read roofline", "roofline_pct", "{:.1f}")]
@@ -254,7 +274,8 @@ def bench_model(path: str, args: argparse.Namespace, bw: dict) -> dict:
         except WorkerFailed as e:
             errors[engine] = {"engine": engine, "error": str(e)}
             continue
-        results[engine] = summarize(worker.ready, runs[engine], done, facts["weight_bytes"], bw["read_gbs"])
+        results[engine] = summarize(worker.ready, runs[engine], done, facts["weight_bytes"], bw,
+                                    prefill_flops(path, n))
     results = {e: results.get(e) or errors[e] for e in engines}
     title = (f"{Path(path).name}  [{facts['arch']}, {args.threads} threads, "
              f"{facts['weight_bytes'] / 1e6:.1f} MB weights read per decode token"
@@ -267,9 +288,10 @@ def main() -> None:
     args = parse_args()
     print(f"measuring memory bandwidth with {args.threads} threads ...", file=sys.stderr, flush=True)
     bw = {"read_gbs": read_bandwidth(args.threads, 1 << 30),
-          "copy_gbs": copy_bandwidth(args.threads, 1 << 29)}
-    print(f"streaming read {bw['read_gbs']:.1f} GB/s (1 GiB fp32 reduction; the roofline below), "
-          f"copy {bw['copy_gbs']:.1f} GB/s (read+write)")
+          "copy_gbs": copy_bandwidth(args.threads, 1 << 29), "int8_gops": int8_peak(args.threads)}
+    print(f"streaming read {bw['read_gbs']:.1f} GB/s (1 GiB, `hearth plan`'s measure: the roofline below), "
+          f"copy {bw['copy_gbs']:.1f} GB/s (read+write), int8 dot peak "
+          f"{bw['int8_gops'] or 0:.0f} GOP/s (the kernels' instruction at this tier; prefill's ceiling)")
     print("note: weights under ~300 MB can stay in L3 across tokens, so decode may exceed the DRAM roofline")
     report = {"threads": args.threads, "repeats": args.repeats, "bandwidth": bw, "models": []}
     from hearth.loader.resolve import resolve_model

@@ -76,7 +76,7 @@ def _bandwidth(results: list[dict], plans: list[dict]) -> str | None:
         return None
     device, bandwidth = known[0]
     if device.startswith("this"):
-        return f"{rate(bandwidth)} measured memory bandwidth (streaming copy, `hearth plan`)"
+        return f"{rate(bandwidth)} measured memory read bandwidth (`hearth plan`)"
     return f"ceilings for {device} ({rate(bandwidth)})"
 
 

@@ -49,6 +49,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
     "many_rows": ("hk_many_rows", "hk_avx_vnni", "hk_gemm_chunk_bytes"),  # the GEMV library's register-blocked GEMM for prefills (csrc/gemm_avx2.h)
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
+    "peaks": ("hk_read_pass", "hk_int8_dot_pass"),  # the roofline's passes (csrc/peaks.h): every library
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
 together; callers ask has(capability) and take the torch path where it is missing."""
@@ -69,7 +70,7 @@ class Library:
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
                          frozenset(CAPABILITIES) - {"many_rows"})
-DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer"})
+DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "peaks"})
 """What the decode-tier libraries (csrc/decode_library.h: avx2, neon) implement."""
 AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
                        DECODE_CAPABILITIES | {"many_rows"})
@@ -312,6 +313,8 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_many_rows": (_int, []),
     "hk_avx_vnni": (_int, [_int]),
     "hk_gemm_chunk_bytes": (_i64, [_i64]),
+    "hk_read_pass": (ctypes.c_uint64, [_p, _i64, _i64]),
+    "hk_int8_dot_pass": (_i64, [_i64]),
     "hk_paged_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _p, _p, _p, _p,
                                   _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
     "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,

@@ -4,11 +4,14 @@ object. The only torch user of hearth.memory; hearth.memory.this_machine runs it
   runtime_bytes  resident memory of a fresh python once the libraries hearth's engine runs on are
                  imported and a few small ops have run (their code pages fault in on first use):
                  the fixed cost every hearth process pays before any model byte
-  bandwidth      streaming copy, best of 3: (bytes read + bytes written) / seconds, over buffers
-                 larger than any cache (decode reads weights the same way: once, in order)
-  peak_flops     bf16 matmul, best of 3: 2 n^3 / seconds
-On a CUDA machine the copy and the matmul run on the GPU, memory is the GPU's, and runtime_bytes
-is what the CUDA context takes (total - free after start-up)."""
+  bandwidth      reading a buffer larger than any cache once, in order (as decode reads weights),
+                 best of 3: bytes / seconds of torch's sum over it and, where the native kernels
+                 load, of their read pass in 1-16 interleaved runs (csrc/peaks.h), the best of all
+  peak_flops     the best of a bf16 matmul (2 n^3 / seconds, best of 3) and, where the native
+                 kernels load, their int8 dot products (2 x multiply-adds / seconds: the instruction
+                 their GEMMs run prefills on); `compute` says which
+On a CUDA machine a copy, (bytes read + written) / seconds, and the matmul run on the GPU, memory is
+the GPU's, and runtime_bytes is what the CUDA context takes (total - free after start-up)."""
 
 from __future__ import annotations
 
@@ -19,7 +22,13 @@ import sys
 import time
 
 COPY_BYTES = 512 * 2**20  # per buffer; two of them, so 1 GiB in all, well past a 300 MB L3
+READ_BYTES = 2 * COPY_BYTES
 REPEATS = 3
+METHOD = 2
+"""What `measure` measures, in the cache's key: 2 reads where 1 (until 2026-12-06) copied on CPUs."""
+STREAMS = (1, 2, 4, 8, 16)
+"""Interleaved runs of the kernels' read pass tried: the best pattern differs per CPU (rows_dot.h)."""
+DOT_ROUNDS = 1 << 22
 RUNTIME_MODULES = ("torch", "numpy", "gguf", "tokenizers", "jinja2", "tqdm")
 
 
@@ -50,14 +59,38 @@ def copy_bandwidth(torch, device: str, nbytes: int) -> float:
     return 2 * nbytes / seconds  # each byte is read once and written once
 
 
+def read_bandwidth(torch, nbytes: int, lib) -> float:
+    buf = torch.ones(nbytes // 4, dtype=torch.float32)
+    rates = [nbytes / _best_seconds(lambda: buf.sum(), _no_sync)]
+    if lib is not None:
+        rates += [nbytes / _best_seconds(lambda: lib.hk_read_pass(buf.data_ptr(), nbytes, s), _no_sync) for s in STREAMS]
+    return max(rates)
+
+
+def int8_dot_ops(lib) -> float:
+    macs = lib.hk_int8_dot_pass(DOT_ROUNDS)  # every thread's, counted from their accumulators
+    return 2 * macs / _best_seconds(lambda: lib.hk_int8_dot_pass(DOT_ROUNDS), _no_sync)
+
+
 def matmul_flops(torch, device: str, n: int) -> float:
     a = torch.randn(n, n, device=device).to(torch.bfloat16)
     b = torch.randn(n, n, device=device).to(torch.bfloat16)
     return 2 * n**3 / _best_seconds(lambda: a @ b, _sync(torch, device))
 
 
+def _no_sync() -> None:
+    pass
+
+
 def _sync(torch, device: str):
-    return torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    return torch.cuda.synchronize if device == "cuda" else _no_sync
+
+
+def native_peaks():
+    """The native kernel library with its roofline passes, or None (the torch tier)."""
+    from hearth.kernels import native
+
+    return native.lib() if native.has("peaks") else None
 
 
 def import_runtime() -> None:
@@ -88,9 +121,16 @@ def measure() -> dict:
     warm_up(torch)
     runtime = rss_bytes()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    lib = native_peaks()
+    computes = {"dense bf16": matmul_flops(torch, "cpu", 2048)}
+    if lib is not None:
+        from hearth.kernels import native
+
+        computes[f"int8 dot products ({native.loaded_tier.name} kernels)"] = int8_dot_ops(lib)
+    compute = max(computes, key=computes.get)
     return {"kind": "cpu", "runtime_bytes": runtime, "threads": torch.get_num_threads(),
-            "bandwidth": copy_bandwidth(torch, "cpu", min(COPY_BYTES, mem // 16)),
-            "peak_flops": matmul_flops(torch, "cpu", 2048)}
+            "bandwidth": read_bandwidth(torch, min(READ_BYTES, mem // 16), lib),
+            "peak_flops": computes[compute], "compute": compute}
 
 
 def _measure_cuda(torch) -> dict:

@@ -53,11 +53,14 @@ class Device:
     bandwidth: float
     """Bytes per second."""
     peak_flops: float
-    """Dense bf16 FLOP/s."""
+    """Dense FLOP/s of `compute`."""
     source: str
     """Where the figures come from, said in the report."""
     runtime_bytes: int | None = None
     """Measured runtime cost (this machine); None = the kind's estimate."""
+    compute: str = "dense bf16"
+    """What peak_flops counts: a preset's bf16 tensor throughput; on this machine the better of a bf16
+    matmul and the native kernels' int8 dot products (hearth.memory.bandwidth)."""
 
     @property
     def usable_bytes(self) -> int:

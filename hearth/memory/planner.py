@@ -137,7 +137,7 @@ def _speed(req: PlanRequest, r: Roofline) -> dict[str, Figure]:
         "prefill_flops_per_token": Figure(r.prefill_flops(ctx), _prefill_flops_reason(req, r)),
         "prefill_tok_s_ceiling": Figure(prefill, _prefill_reason(r, ctx, prefill)),
         "bandwidth": Figure(d.bandwidth, f"{rate(d.bandwidth)}: {d.source}"),
-        "peak_flops": Figure(d.peak_flops, f"{flops(d.peak_flops)}/s dense bf16: {d.source}"),
+        "peak_flops": Figure(d.peak_flops, f"{flops(d.peak_flops)}/s {d.compute}: {d.source}"),
     }
 
 

@@ -39,6 +39,11 @@ def prefill_keys(shape: ModelShape, ctx: int):
     return mean_keys
 
 
+def prefill_flops(shape: ModelShape, tensors: list[WeightTensor], ctx: int) -> float:
+    """FLOPs per token of a ctx-token prompt: every matmul once, attention over the mean key count."""
+    return 2 * active_matmul_params(tensors, shape, False) + attention_flops(shape, prefill_keys(shape, ctx))
+
+
 @dataclass(frozen=True, slots=True)
 class Roofline:
     shape: ModelShape
@@ -72,8 +77,7 @@ class Roofline:
         return min(self.decode_memory_bound(ctx, concurrency), self.decode_compute_bound(ctx))
 
     def prefill_flops(self, ctx: int) -> float:
-        attention = attention_flops(self.shape, prefill_keys(self.shape, ctx))
-        return 2 * active_matmul_params(self.tensors, self.shape, False) + attention
+        return prefill_flops(self.shape, self.tensors, ctx)
 
     def prefill_compute_bound(self, ctx: int) -> float:
         return self.device.peak_flops / self.prefill_flops(ctx)

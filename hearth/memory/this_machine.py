@@ -1,6 +1,7 @@
-"""`--device this`: this machine's memory (detected) with bandwidth, bf16 FLOP/s and runtime cost
-measured once by hearth.memory.bandwidth in a fresh process (about two seconds), then cached in
-$HEARTH_HOME/plan/this.json until the hardware or torch changes. `--remeasure` measures again and
+"""`--device this`: this machine's memory (detected) with read bandwidth, compute (the better of a bf16
+matmul and the native kernels' int8 dot products) and runtime cost measured once by
+hearth.memory.bandwidth in a fresh process (about four seconds), then cached in
+$HEARTH_HOME/plan/this.json until the hardware, torch or the measurement changes. `--remeasure` measures again and
 keeps the better bandwidth and FLOP/s of the two runs: they are ceilings, and a busy machine only
 ever measures low (the 1-minute load average is kept with the figures and shown with them)."""
 
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from hearth.loader.store import hearth_home
 from hearth.memory import PlanError
+from hearth.memory.bandwidth import METHOD
 from hearth.memory.devices import Device
 
 CACHE = Path("plan") / "this.json"
@@ -31,8 +33,9 @@ def this_device(home=None, refresh: bool = False) -> Device:
     if cached is not None:
         if cached["bandwidth"] > m["bandwidth"]:  # the figure kept: with the load it was measured under
             m["load_1min"] = cached.get("load_1min")
-        for ceiling in ("bandwidth", "peak_flops"):
-            m[ceiling] = max(m[ceiling], cached[ceiling])
+        m["bandwidth"] = max(m["bandwidth"], cached["bandwidth"])
+        if cached["peak_flops"] > m["peak_flops"]:
+            m["peak_flops"], m["compute"] = cached["peak_flops"], cached.get("compute")
     _write(path, {"key": key, **m})
     return _device(m, key)
 
@@ -45,7 +48,7 @@ def machine_key() -> dict:
         torch_version = ""
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "memory_bytes": system_memory(),
             "gpu": os.path.exists("/proc/driver/nvidia/gpus") and sorted(os.listdir("/proc/driver/nvidia/gpus")),
-            "torch": torch_version}
+            "torch": torch_version, "method": METHOD}
 
 
 def cpu_name() -> str:
@@ -80,7 +83,7 @@ def _device(m: dict, key: dict) -> Device:
     return Device(f"this ({name})", m["kind"], int(m.get("memory_bytes") or key["memory_bytes"]),
                   float(m["bandwidth"]), float(m["peak_flops"]),
                   source=f"measured on this machine ({m['kind']}){under}, cached in $HEARTH_HOME/{CACHE}",
-                  runtime_bytes=int(m["runtime_bytes"]))
+                  runtime_bytes=int(m["runtime_bytes"]), compute=m.get("compute") or "dense bf16")
 
 
 def _load() -> float | None:

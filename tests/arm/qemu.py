@@ -29,7 +29,7 @@ VARIANTS = {  # the two builds a CPU can get: baseline aarch64, and with the int
 CPUS = {"plain": "cortex-a72", "dotprod": "neoverse-n1"}
 """The CPU qemu emulates for each build: one without the dot-product instructions (SDOT in the plain build
 would stop it), one with them (Graviton 2's core)."""
-C_TYPES = {ctypes.c_void_p: "void*", ctypes.c_int64: "int64_t", ctypes.c_int: "int", ctypes.c_float: "float", None: "void"}
+C_TYPES = {ctypes.c_void_p: "void*", ctypes.c_int64: "int64_t", ctypes.c_uint64: "uint64_t", ctypes.c_int: "int", ctypes.c_float: "float", None: "void"}
 
 
 def missing_tool() -> str | None:

@@ -38,7 +38,7 @@ def test_tables_medians_and_ratios():
     md = render_markdown(_runs())
     lines = md.splitlines()
     assert lines[0] == ("**Machine:** Xeon Test CPU, 2 cores, 2 threads per engine, 24.0 GiB memory, 18.3 GB/s "
-                        "measured memory bandwidth (streaming copy, `hearth plan`), Linux 6.1; 2026-11-29, "
+                        "measured memory read bandwidth (`hearth plan`), Linux 6.1; 2026-11-29, "
                         "1-minute load average 0.3-1.7.")
     assert "Baseline: llama.cpp." in lines
     assert ("**concurrency-sweep**, SmolLM2.Q4_1.gguf: concurrency 1, 8; 2/16 requests per level of up to 32 "
@@ -100,7 +100,7 @@ def test_the_machine_is_stated_once_and_must_be_one():
     one["created"] = "2026-12-01T09:00:00+00:00"
     line = machine_line([one, results("a", 1, [level(1, 1)])])
     assert line == ("**Machine:** Xeon Test CPU, 2 cores, 2 threads per engine, 24.0 GiB memory, 18.3 GB/s measured "
-                    "memory bandwidth (streaming copy, `hearth plan`), Linux 6.1; 2026-11-29 to 2026-12-01, "
+                    "memory read bandwidth (`hearth plan`), Linux 6.1; 2026-11-29 to 2026-12-01, "
                     "1-minute load average 0.5.")
     preset = results("a", 0, [level(1, 1)])
     preset["target"].update(device="H200", bandwidth=4.8e12, threads=1)

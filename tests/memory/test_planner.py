@@ -3,6 +3,8 @@ same arithmetic that says `fits`."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hearth.memory import PlanError
@@ -38,6 +40,15 @@ def test_llama_7b_decode_and_prefill_ceilings_on_h100():
     assert p["prefill_tok_s_ceiling"] == pytest.approx(989e12 / 14_026_014_720)  # 70,511 tok/s, compute-bound
     assert "compute-bound" in p.figures["prefill_tok_s_ceiling"].reason
     assert "memory-bound" in p.figures["decode_tok_s_ceiling"].reason
+    assert "/s dense bf16: NVIDIA H100 SXM datasheet" in p.figures["peak_flops"].reason
+
+
+def test_the_compute_ceiling_says_what_it_counts():
+    """This machine's compute may be the kernels' int8 dot products: the figure names it."""
+    m = from_description("llama-7b,quant=Q4_K_M")
+    device = replace(get_device("H100 SXM"), compute="int8 dot products (avx512 kernels)")
+    p = plan(PlanRequest(m.shape, m.tensors, m.weights_source, device, 4096, 1, kv_format("f16"), 16, 2048))
+    assert "/s int8 dot products (avx512 kernels): " in p.figures["peak_flops"].reason
 
 
 def test_llama_7b_concurrency_on_a100_by_hand():

@@ -26,6 +26,7 @@
 #include "gemm_vnni_panels.h"
 #include "attention_prefill.h"
 #include "kv_quant.h"
+#include "peaks.h"
 
 namespace {
 

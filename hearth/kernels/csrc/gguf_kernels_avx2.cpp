@@ -11,6 +11,7 @@
 #include "attention_pages.h"
 #include "tier.h"
 #include "decode_library.h"
+#include "peaks.h"
 
 extern "C" {
 

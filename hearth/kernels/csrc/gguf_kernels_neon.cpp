@@ -12,6 +12,7 @@
 #include "attention_pages.h"
 #include "tier.h"
 #include "decode_library.h"
+#include "peaks.h"
 
 #ifndef HWCAP_ASIMDDP
 #define HWCAP_ASIMDDP (1 << 20)  // Linux's arch/arm64 hwcap bit for the SDOT/UDOT instructions
