@@ -29,6 +29,8 @@ def this_device(home=None, refresh: bool = False) -> Device:
     cached = _read(path, key)
     if cached is not None and not refresh:
         return _device(cached, key)
+    print(f"hearth: measuring this machine's memory and compute (once: cached in $HEARTH_HOME/{CACHE}; "
+          "the first time also builds the kernels) ...", file=sys.stderr, flush=True)
     m = {**_run_measurement(), "load_1min": _load()}
     if cached is not None:
         if cached["bandwidth"] > m["bandwidth"]:  # the figure kept: with the load it was measured under
