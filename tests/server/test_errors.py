@@ -123,6 +123,20 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "thinking": {"type": "sometimes"}}, 400, "thinking.type"),
     ({"max_tokens": True, "messages": USER}, 400, "max_tokens"),
     ({"max_tokens": 5, "messages": USER, "stream": "yes"}, 400, "stream"),
+    # Anthropic's own 400s for empty input (its words; it had reached the template and the model)
+    *(({"max_tokens": 5, "messages": messages}, 400, f"{where}: all messages must have non-empty content except for "
+                                                     "the optional final assistant message")
+      for messages, where in [([{"role": "user", "content": ""}], "messages[0].content"),
+                              ([{"role": "user", "content": []}], "messages[0].content"),
+                              ([*USER, {"role": "assistant", "content": ""}, *USER], "messages[1].content"),
+                              ([{"role": "assistant", "content": ""}], "messages[0].content")]),  # alone: no turn left
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]}, 400,
+     "messages[0].content[0].text: text content blocks must be non-empty"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text",
+                                                                                                  "text": " \n"}]}]},
+     400, "messages[0].content[1].text: text content blocks must contain non-whitespace text"),
+    ({"max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": [{"type": "text", "text": ""}]}]}, 400,
+     "messages[1].content[0].text: text content blocks must be non-empty"),
 ]
 
 
@@ -209,6 +223,24 @@ def test_anthropic_bad_input(fake, body, status, param):
 def test_an_integer_is_still_a_float(fake, path, body):
     """Strict scalars refuse booleans and strings, not a whole number where a float goes (JSON has one number type)."""
     assert fake.client.post(path, json=body).status_code == 200
+
+
+def test_anthropic_turns_its_api_takes_pass(fake):
+    """Consecutive user turns are one turn (Anthropic combines them: a template that wants roles to
+    alternate renders them), a first assistant turn passes (Anthropic's own API takes it), and an
+    empty final assistant message prefills nothing (the answer starts a fresh assistant turn; it
+    was rendered as a closed, empty assistant turn)."""
+    def prompt(messages: list[dict]) -> str:
+        r = fake.client.post(MESSAGES, json={"max_tokens": 5, "messages": messages})
+        assert r.status_code == 200, r.text
+        return fake.engine.added[-1].prompt
+
+    one = prompt([{"role": "user", "content": "hi\nthere"}])
+    assert prompt([{"role": "user", "content": "hi"}, {"role": "user", "content": "there"}]) == one
+    assert prompt([{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "text", "text": "there"}]}]) == one
+    assert prompt([*USER, {"role": "assistant", "content": ""}]) == prompt(USER)
+    assert prompt([*USER, {"role": "assistant", "content": []}]) == prompt(USER)
+    assert prompt([{"role": "assistant", "content": "hello"}, *USER]).endswith("hi<|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_anthropic_thinking_and_temperature_in_range_pass(fake):
