@@ -2,8 +2,8 @@
 step reads. Sliding-window layers hold at most `window` tokens however long the context.
 
 Reserved memory counts whole cache blocks (a sequence of ctx tokens holds ceil(ctx / block) blocks
-in every global layer, as hearth's allocator does); bytes per token and bytes read use exact
-token counts."""
+in every global layer); bytes per token and bytes read use exact token counts. engine_pool is what
+hearth's own engine allocates: its pool's blocks hold every layer, sliding or not."""
 
 from __future__ import annotations
 
@@ -53,18 +53,24 @@ def pool_block_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class ForcedPool:
-    """The KV cache of an engine given num_kv_blocks (`--num-kv-blocks`), as hearth.llm builds it:
-    those blocks of context, plus each of max_num_seqs sequences' staging reserve in whole blocks,
-    plus the f16 staging itself; one sequence holds the pool less its own reserve."""
+class EnginePool:
+    """The KV cache hearth.llm allocates: num_kv_blocks blocks of context when given, else enough
+    for max_num_seqs full-length sequences within kv_cache_memory_gb (at least one sequence's
+    staging and a block); on top, each sequence's staging reserve in whole blocks, and the f16
+    staging itself. One sequence holds the pool less its own reserve."""
     blocks: int
     bytes: float
     context: int
     """Tokens one sequence can hold: the context is lowered to it where longer."""
 
 
-def forced_pool(shape: ModelShape, fmt: KVFormat, block: int, num_kv_blocks: int, max_num_seqs: int) -> ForcedPool:
+def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int, ctx: int,
+                kv_cache_memory_gb: float, num_kv_blocks: int = 0) -> EnginePool:
     per_block, stage = pool_block_bytes(shape, fmt, block), staging_bytes(shape, fmt, block)
     reserve = math.ceil(stage / per_block)  # hearth.llm: blocks' worth of one running request's staging
-    blocks = num_kv_blocks + max_num_seqs * reserve
-    return ForcedPool(blocks, blocks * per_block + max_num_seqs * stage, (blocks - reserve) * block)
+    if num_kv_blocks:
+        blocks = num_kv_blocks + max_num_seqs * reserve
+    else:  # hearth.llm._num_blocks
+        wanted = max_num_seqs * (math.ceil(ctx / block) + reserve)
+        blocks = max(1 + reserve, min(wanted, int(int(kv_cache_memory_gb * 2**30) // per_block)))
+    return EnginePool(blocks, blocks * per_block + max_num_seqs * stage, (blocks - reserve) * block)
