@@ -49,6 +49,10 @@ DEVICES = ("auto", "cpu", "cuda", "torch")
 this CPU's tier), cuda (Triton kernels), torch (torch's kernels: the reference)."""
 
 
+MAX_LOGPROBS = 20
+"""vLLM's default max_logprobs (OpenAI's chat top_logprobs allows 0..20)."""
+
+
 THREADS_ZERO = "0: torch's default, one per physical core (or $OMP_NUM_THREADS when set)"
 """What --threads 0 means: hearth leaves torch's thread count as torch chose it at start."""
 
@@ -90,6 +94,10 @@ class EngineConfig:
     """One of DEVICES: the backend the model runs on (hearth.backends)."""
     seed: int = 0
     """Default seed for requests that give none."""
+    max_logprobs: int = MAX_LOGPROBS
+    """Most top logprobs a request may ask per token, generated (logprobs, top_logprobs) or prompt
+    (prompt_logprobs), as vLLM's --max-logprobs; -1 = no cap (up to the whole vocabulary). Each costs
+    a vocabulary-wide top k per token."""
     grammar_drafts: bool = True
     """Under a grammar (structured output, tool calls), draft the tokens it forces next (a tool's
     name once begun, `", "arguments": {`) and verify them in one step instead of one step each;
@@ -120,6 +128,7 @@ _LOWEST = {
     "max_num_seqs": (1, "at least 1"),
     "max_num_batched_tokens": (1, "at least 1"),
     "threads": (0, "a number of threads (0: torch's default)"),
+    "max_logprobs": (-1, "a number of logprobs per token (-1: no cap)"),
 }
 """EngineConfig's numeric fields -> (the smallest value each may take, what the value must be)."""
 _FLAGS = {"max_model_len": "--ctx / --max-model-len"}

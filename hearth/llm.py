@@ -132,7 +132,7 @@ class LLM:
                                                     self.tokenizer) if spec is not None else None,
                                  # a context the cache caps is not raised by --max-model-len: no such hint
                                  model_context=mc.context_length if self.max_model_len == context else
-                                 self.max_model_len)
+                                 self.max_model_len, max_logprobs=cfg.max_logprobs)
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0

@@ -14,9 +14,10 @@ GREEDY_EPS = 1e-5
 """vLLM's _SAMPLING_EPS: a smaller temperature samples greedily (logits / T would overflow to inf)."""
 
 
-class InvalidSamplingParams(HearthError):
+class InvalidSamplingParams(HearthError, ValueError):
     """A sampling option outside its valid range: `field` (the SamplingParams name, which the API maps
-    to its wire's name) and `why`; the message is "{field} {why}"."""
+    to its wire's name) and `why`; the message is "{field} {why}". A ValueError too, as vLLM's
+    (VLLMValidationError), so a library caller's `except ValueError` holds."""
 
     def __init__(self, field: str, why: str):
         super().__init__(field, why)  # both in args: the error pickles (a cluster replica's)
@@ -125,6 +126,17 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_EPS or self.top_k == 1
+
+
+def over_max_logprobs(k: int, max_logprobs: int, setting: str = "max_logprobs") -> str | None:
+    """Why a top-k logprobs count is refused under vLLM's max_logprobs (EngineConfig.max_logprobs;
+    -1: no cap), or None: the one rule for logprobs and prompt_logprobs, library and server alike.
+    k -1 is vLLM's whole vocabulary (the API's; SamplingParams takes none below 0). setting: how the
+    caller names the cap."""
+    if max_logprobs < 0 or 0 <= k <= max_logprobs:
+        return None
+    whole = " (-1 asks for the whole vocabulary)" if k == -1 else ""
+    return f"must be at most {max_logprobs} ({setting}), got {k}{whole}"
 
 
 @functools.cache

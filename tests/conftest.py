@@ -176,4 +176,5 @@ def smol_llm(model_path):
     """One SmolLM2-135M engine shared by the tests that only add requests to it."""
     from hearth import LLM
 
-    return LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048)
+    # no max_logprobs cap: equivalence tests compare the top 1000 logprobs of two runs
+    return LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048, max_logprobs=-1)

@@ -110,6 +110,20 @@ def test_a_bad_tool_guard_is_one_line_before_the_load(argv, needle, capsys, monk
     assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and needle in err, err
 
 
+def test_serve_max_logprobs_is_the_engines_and_a_bad_one_is_one_line_before_the_load(capsys, monkeypatch):
+    """vLLM's --max-logprobs (default 20, -1: no cap) reaches the LLM each served model is built with."""
+    import hearth.llm
+    from hearth.cli import command_parser
+    from hearth.commands.serve import engine_args
+
+    assert engine_args(command_parser("serve").parse_args(["m"]))["max_logprobs"] == 20
+    assert engine_args(command_parser("serve").parse_args(["m", "--max-logprobs", "-1"]))["max_logprobs"] == -1
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["serve", "no-such-model.gguf", "--max-logprobs", "-2"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "hearth: error: --max-logprobs must be a number of logprobs per token (-1: no cap), not -2", err
+
+
 # ---- hearth run: chat with a model's own template, complete text without one (llama-cli's rule) ----
 
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"

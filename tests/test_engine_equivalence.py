@@ -81,7 +81,8 @@ def test_prefix_cache_hit_equals_miss(smol_llm, mode):
 def test_preempted_and_recomputed_equals_uninterrupted(model_path, alone, mode):
     p = MODES[mode]
     # 6 blocks of 16 tokens cannot hold 5 sequences of ~22 tokens: the newest are preempted
-    small = LLM(str(model_path("smollm2-135m")), progress=False, num_kv_blocks=6)  # context: the 96 tokens cached
+    # context: the 96 tokens cached; no max_logprobs cap for MODES' 1000
+    small = LLM(str(model_path("smollm2-135m")), progress=False, num_kv_blocks=6, max_logprobs=-1)
     squeezed = [o.outputs[0] for o in small.generate(PROMPTS, p)]
     sched = small.engine.scheduler
     assert sched.num_preemptions > 0

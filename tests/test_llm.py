@@ -1,5 +1,6 @@
 """hearth.llm.LLM.chat reads messages as the server does (hearth.api.messages): a role the server
-answers with a 400 is a ValueError naming it and the roles allowed, before anything renders."""
+answers with a 400 is a ValueError naming it and the roles allowed, before anything renders. The
+engine's max_logprobs caps LLM.generate and LLM.chat as it caps the server (vLLM's LLM(max_logprobs=))."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from hearth import SamplingParams
 from hearth.api.messages import ROLES
+from hearth.errors import HearthError
 from hearth.llm import LLM
 from tests.gguf_factory import write_tiny_gguf
 
@@ -60,3 +62,33 @@ def test_hugging_face_tool_messages_render_and_unknown_keys_reach_the_template(t
     assert "w?[img]" in text and '{"city": "Oslo"}' in text and "cold(f)" in text
     out = llm.chat(hf, SamplingParams(max_tokens=1, temperature=0))
     assert len(out.outputs[0].token_ids) == 1
+
+
+@pytest.mark.parametrize("field", ["logprobs", "prompt_logprobs"])
+def test_max_logprobs_caps_generate_and_chat_with_a_value_error_naming_the_field(llm, field):
+    """vLLM's default of 20 (its _validate_logprobs: a ValueError naming the count and the cap): the
+    library had no cap, only the HTTP API."""
+    over = SamplingParams(max_tokens=1, **{field: 21})
+    expected = f"{field} must be at most 20 (max_logprobs), got 21"
+    for call in (lambda: llm.generate("hi", over), lambda: llm.chat([{"role": "user", "content": "hi"}], over)):
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            call()
+    assert not llm.engine.has_unfinished()
+    out = llm.generate("hi", SamplingParams(max_tokens=1, temperature=0, **{field: 20}))[0]
+    got = out.outputs[0].logprobs[0] if field == "logprobs" else out.prompt_logprobs[1]
+    assert len(got) >= 20
+
+
+def test_max_logprobs_is_the_engines_setting_and_minus_one_lifts_it(tmp_path):
+    path = tmp_path / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama")
+    five = LLM(str(path), max_model_len=64, max_num_seqs=1, max_logprobs=5, progress=False)
+    with pytest.raises(ValueError, match=re.escape("logprobs must be at most 5 (max_logprobs), got 6")):
+        five.generate("hi", SamplingParams(max_tokens=1, logprobs=6))
+    uncapped = LLM(str(path), max_model_len=64, max_num_seqs=1, max_logprobs=-1, progress=False)
+    vocab = uncapped.model_config.vocab_size
+    out = uncapped.generate("hi", SamplingParams(max_tokens=1, temperature=0, logprobs=vocab))[0]
+    assert len(out.outputs[0].logprobs[0]) == vocab
+    with pytest.raises(HearthError, match=re.escape("--max-logprobs must be a number of logprobs per token "
+                                                    "(-1: no cap), not -2")):
+        LLM(str(path), max_logprobs=-2, progress=False)

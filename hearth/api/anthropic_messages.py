@@ -19,6 +19,11 @@ as in Anthropic's own examples of failed tool results ("Error: Missing required 
 
 
 def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
+    """Anthropic's rules checked as its API answers them (400s naming the field): no empty content but
+    in an optional final assistant message (which then prefills nothing), no empty or whitespace-only
+    text block. Consecutive user turns are one turn, as Anthropic combines them (a template that
+    wants roles to alternate renders them). A first assistant turn passes, as Anthropic's own API
+    takes it (its Bedrock endpoint refuses it)."""
     check_messages(messages)
     out: list[dict] = []
     if system is not None:
@@ -26,11 +31,11 @@ def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
         if text:
             out.append({"role": "system", "content": text})
     for i, m in enumerate(messages):
-        out += _message(m, f"messages[{i}]")
-    return out
+        out += _message(m, f"messages[{i}]", final=0 < i == len(messages) - 1)  # alone, it would leave no turn
+    return _combined(out)
 
 
-def _message(m: dict, where: str) -> list[dict]:
+def _message(m: dict, where: str, final: bool = False) -> list[dict]:
     role = m.get("role")
     if role is None:
         raise bad(f"{where}.role", "is required")
@@ -38,6 +43,11 @@ def _message(m: dict, where: str) -> list[dict]:
         hint = " (a system prompt goes in the top-level `system` field)" if role == "system" else ""
         raise bad(f"{where}.role", f"unknown role {role!r}; expected 'user' or 'assistant'{hint}")
     content = m.get("content")
+    if content == "" or content == []:
+        if final and role == "assistant":  # an empty prefill: the answer starts a fresh assistant turn
+            return []
+        raise bad(f"{where}.content", "all messages must have non-empty content except for the optional final "
+                                      "assistant message")
     if isinstance(content, str):
         return [{"role": role, "content": content}]
     if not isinstance(content, list):
@@ -56,7 +66,7 @@ def _assistant(blocks: list[dict], where: str) -> dict:
     for j, b in enumerate(blocks):
         kind, at = b.get("type"), f"{where}[{j}]"
         if kind == "text":
-            texts.append(_string(b, "text", at))
+            texts.append(_text(b, at))
         elif kind == "tool_use":
             calls.append({"id": str(b.get("id") or f"toolu_{j}"), "type": "function",
                           "function": {"name": _string(b, "name", at),
@@ -78,7 +88,7 @@ def _user(blocks: list[dict], where: str) -> list[dict]:
     for j, b in enumerate(blocks):
         kind, at = b.get("type"), f"{where}[{j}]"
         if kind == "text":
-            texts.append(_string(b, "text", at))
+            texts.append(_text(b, at))
         elif kind == "tool_result":
             text = _result_text(b.get("content"), f"{at}.content")
             result = {"role": "tool", "tool_call_id": _string(b, "tool_use_id", at), "content": text}
@@ -98,6 +108,28 @@ def _result_text(content: Any, where: str) -> str:
     if isinstance(content, (dict, int, float, bool)):
         return json.dumps(content)
     return text_content(content, where)
+
+
+def _text(block: dict, where: str) -> str:
+    """A text block's text; Anthropic refuses an empty or whitespace-only one, in these words."""
+    text = _string(block, "text", where)
+    if not text:
+        raise bad(f"{where}.text", "text content blocks must be non-empty")
+    if not text.strip():
+        raise bad(f"{where}.text", "text content blocks must contain non-whitespace text")
+    return text
+
+
+def _combined(messages: list[dict]) -> list[dict]:
+    """Consecutive user turns (text only) as one, their texts joined as one message's text blocks are."""
+    out: list[dict] = []
+    for m in messages:
+        if out and m.keys() == {"role", "content"} and m["role"] == "user" and out[-1].keys() == m.keys() \
+                and out[-1]["role"] == "user":
+            out[-1] = {"role": "user", "content": out[-1]["content"] + "\n" + m["content"]}
+        else:
+            out.append(m)
+    return out
 
 
 def _string(block: dict, key: str, where: str) -> str:

@@ -89,15 +89,15 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, ex
 
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
-    check_logprobs("top_logprobs", body.top_logprobs)
+    k = check_logprobs("top_logprobs", body.top_logprobs, served)
     if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
             "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
-            "logprobs": (body.top_logprobs or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
-            "prompt_logprobs": asked_prompt_logprobs(body),
+            "logprobs": (k or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
+            "prompt_logprobs": asked_prompt_logprobs(body, served),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,
             "include_stop_str_in_output": body.include_stop_str_in_output,
             "structured_output": guided(body, {"tool_choice": plan.constraint,

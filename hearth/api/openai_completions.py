@@ -34,7 +34,7 @@ async def completions(body: CompletionRequest, request: Request):
         raise APIError(400, "suffix: is not supported", param="suffix")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of: is not supported (use n)", param="best_of")
-    check_logprobs("logprobs", body.logprobs)
+    k = check_logprobs("logprobs", body.logprobs, served)
     longest = max(len(ids) for ids in prompts)
     # prompt scoring (lm-eval's loglikelihood: echo, max_tokens 0, logprobs N), as vLLM answers it: the
     # echoed prompt and its logprobs alone; the engine computes one token, which the reply drops
@@ -42,8 +42,8 @@ async def completions(body: CompletionRequest, request: Request):
     if scoring and body.min_tokens:  # named with the client's 0, not the 1 computed below
         raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
     max_tokens = 1 if scoring else body.max_tokens
-    asked = asked_prompt_logprobs(body)
-    echo_k = body.logprobs if body.echo else None  # the echo's logprobs are the prompt's too
+    asked = asked_prompt_logprobs(body, served)
+    echo_k = k if body.echo else None  # the echo's logprobs are the prompt's too
     engine_k = max((k for k in (asked, echo_k) if k is not None), default=None)
     if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
         max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
@@ -51,13 +51,13 @@ async def completions(body: CompletionRequest, request: Request):
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
         "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
-        "logprobs": body.logprobs, "prompt_logprobs": engine_k,
+        "logprobs": k, "prompt_logprobs": engine_k,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
         "structured_output": guided(body, {"response_format": response_format(body.response_format)})},
         state.limits, served.max_model_len, prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, body.logprobs, scoring, (prompts, asked))
+    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, k, scoring, (prompts, asked))
     if body.stream:
         usage, reply.continuous = stream_usage(body.stream_options)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)

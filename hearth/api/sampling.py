@@ -7,28 +7,24 @@ from dataclasses import dataclass
 
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.errors import MaxTokensTooLargeError, check_room
-from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput
+from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput, over_max_logprobs
 
 # OpenAI/Anthropic field -> SamplingParams field, copied when the request sets it
 _COMMON = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
            "repetition_penalty", "seed")
 
 
-MAX_LOGPROBS = 20
-"""vLLM's default max_logprobs: the most top logprobs a request may ask per token, generated
-(logprobs, top_logprobs) or prompt (prompt_logprobs). Each costs a vocabulary-wide top k per token."""
-
-
-def check_logprobs(param: str, k: int | None) -> int | None:
-    """The one rule for a request's top-k logprobs count: 0..MAX_LOGPROBS (a 400 naming `param`)."""
+def check_logprobs(param: str, k: int | None, served) -> int | None:
+    """The one rule for a request's top-k logprobs count, named by the wire's `param` (a 400): 0 up to
+    the served engine's max_logprobs (`hearth serve --max-logprobs`; the engine checks it too), or
+    vLLM's -1, the whole vocabulary, where that cap is -1 (returned as the vocabulary's size)."""
     if k is None:
         return None
-    if k > MAX_LOGPROBS or k == -1:  # vLLM's -1 is the whole vocabulary: past the cap as well
-        whole = " (-1 asks for the whole vocabulary)" if k == -1 else ""
-        raise _bad(param, f"must be at most {MAX_LOGPROBS}, got {k}{whole}")
-    if k < 0:
+    if k < -1:
         raise _bad(param, f"must be >= 0, got {k}")
-    return k
+    if why := over_max_logprobs(k, served.max_logprobs, "the server's --max-logprobs"):
+        raise _bad(param, why)
+    return served.vocab_size if k == -1 and served.vocab_size else k
 
 
 @dataclass(slots=True)
@@ -104,11 +100,11 @@ def outside_vocabulary(ids: list[int], vocab_size: int | None) -> str | None:
     return f"token id {bad} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else "")
 
 
-def asked_prompt_logprobs(body) -> int | None:
+def asked_prompt_logprobs(body, served) -> int | None:
     """vLLM's `prompt_logprobs` field -> SamplingParams.prompt_logprobs (a stream's are refused with
     the body: hearth.api.openai_protocol; a k past a tiny vocabulary by the engine's check_request).
     None where a stream asks 0: nothing to send."""
-    k = check_logprobs("prompt_logprobs", body.prompt_logprobs)
+    k = check_logprobs("prompt_logprobs", body.prompt_logprobs, served)
     return None if body.stream else k
 
 

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import Any
 
 from hearth.api.chat_template import ChatTemplate
+from hearth.config import MAX_LOGPROBS
 from hearth.tool_parsers import detect_format, detect_reasoning, prompt_opens_reasoning, supports_tools
 
 
@@ -36,11 +37,14 @@ class ServedModel:
     created: int = field(default_factory=lambda: int(time.time()))
     owner: Any = None
     """What must live as long as it is served: the LLM (whose collection closes its KV disk tier)."""
+    max_logprobs: int = MAX_LOGPROBS
+    """The engine's EngineConfig.max_logprobs (-1: no cap), which the routes name by their wire's field."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
-                   llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm)
+                   llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
+                   max_logprobs=llm.config.max_logprobs)
 
     @property
     def name(self) -> str:

@@ -28,7 +28,7 @@ def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> 
     tok = Tokenizer.from_gguf(g)
     template = ChatTemplate(tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
     return ServedModel(names or model_names(ModelEntry(model), path), tok, template, engine, engine.max_model_len,
-                       engine.vocab_size, model_context=engine.model_context)
+                       engine.vocab_size, model_context=engine.model_context, max_logprobs=engine.max_logprobs)
 
 
 class ClusterCollector:

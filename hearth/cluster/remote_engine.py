@@ -52,7 +52,7 @@ class ClusterEngine:
         self.health_interval_s, self.call_timeout_s = health_interval_s, call_timeout_s
         info = slots[0].info
         self.max_model_len, self.vocab_size = info.max_model_len, info.vocab_size
-        self.model_context = info.model_context
+        self.model_context, self.max_logprobs = info.model_context, info.max_logprobs
         self._health: asyncio.Task | None = None
         self._stopping = False
 
@@ -72,7 +72,8 @@ class ClusterEngine:
                     request_id: str | None = None) -> RemoteStream:
         """Bad prompts raise here, as AsyncEngine's do (a 400 before any output); so does a
         cluster with no replica up or every replica full (429)."""
-        check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context)
+        check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
+                      self.max_logprobs)
         return RemoteStream(self, list(prompt_token_ids), params, request_id or uuid.uuid4().hex,
                             self._choose(prompt_token_ids))
 

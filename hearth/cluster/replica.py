@@ -12,6 +12,7 @@ import os
 import socket
 from dataclasses import dataclass
 
+from hearth.config import MAX_LOGPROBS
 from hearth.engine.async_engine import AsyncEngine, EngineFullError, EngineStats, EngineStepError
 from hearth.errors import HearthError
 from hearth.sampling_params import SamplingParams
@@ -31,6 +32,8 @@ class ReplicaInfo:
     """Requests it takes at once: max_num_seqs + max_queued."""
     pid: int
     host: str
+    max_logprobs: int = MAX_LOGPROBS
+    """EngineConfig.max_logprobs (-1: no cap): the front end refuses past it, as the replica would."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +76,8 @@ class Replica:
             kv = llm.engine.scheduler.kv
             self.result = ReplicaInfo(llm.max_model_len, llm.model_config.vocab_size, llm.engine.model_context,
                                       kv.block_size, kv.cache_key,
-                                      self.engine.max_in_flight, os.getpid(), socket.gethostname())
+                                      self.engine.max_in_flight, os.getpid(), socket.gethostname(),
+                                      llm.config.max_logprobs)
         except Exception as e:  # reported by ready(): the front end refuses to start half-ready
             self.result = LoadFailure(str(e) if isinstance(e, HearthError) else f"{type(e).__name__}: {e}")
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import uvicorn
 
-from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO, EngineConfig
+from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
 from hearth.errors import HearthError
 
 
@@ -92,6 +92,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help=f"CPU threads per model; {THREADS_ZERO}; a --models entry's `threads` overrides it "
                           "(default: 0)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
+    eng.add_argument("--max-logprobs", type=int, default=MAX_LOGPROBS, metavar="N",
+                     help="most top logprobs a request may ask per token (logprobs, top_logprobs, prompt_logprobs); "
+                          "-1: no cap, and a request's -1 asks for the whole vocabulary, as vLLM's (default: %(default)s)")
     spec = p.add_argument_group("speculative decoding")
     spec.add_argument("--speculative-config", default=None, metavar="JSON",
                       help='vLLM\'s speculative config, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
@@ -124,7 +127,7 @@ def engine_args(args: argparse.Namespace) -> dict:
                 max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
                 kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
                 enable_prefix_caching=not args.no_prefix_caching, grammar_drafts=not args.no_grammar_drafts,
-                threads=args.threads, seed=args.seed,
+                threads=args.threads, seed=args.seed, max_logprobs=args.max_logprobs,
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
                 speculative_config=speculative_config(args), device=args.device)
 

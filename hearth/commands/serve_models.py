@@ -206,7 +206,8 @@ def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace):
 
     try:
         return served_footprint(GGUFFile(path), e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
-                                args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens)
+                                args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
+                                args.num_kv_blocks)
     except HearthError as err:
         raise HearthError(f"{e.where}: {err}") from None
 

@@ -13,7 +13,8 @@ from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar
-from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+from hearth.config import MAX_LOGPROBS
+from hearth.sampling_params import InvalidSamplingParams, SamplingParams, over_max_logprobs
 from hearth.spec_decode.policy import SpeculativeDecoder
 
 
@@ -36,14 +37,16 @@ def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: in
 
 
 def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model_len: int, vocab_size: int,
-                  model_context: int | None = None) -> None:
-    """check_prompt, top-k logprobs the vocabulary holds and a structured-output constraint the
-    grammar engine can compile (also run by a cluster's front end, which holds no engine). A
-    max_tokens past the room left is the API's and the CLI's error (where a client set it:
-    hearth.errors.check_room); here it ends the answer."""
+                  model_context: int | None = None, max_logprobs: int = MAX_LOGPROBS) -> None:
+    """check_prompt, top-k logprobs within max_logprobs (-1: no cap) and the vocabulary, and a
+    structured-output constraint the grammar engine can compile (also run by a cluster's front end,
+    which holds no engine). A max_tokens past the room left is the API's and the CLI's error (where a
+    client set it: hearth.errors.check_room); here it ends the answer."""
     check_prompt(prompt_token_ids, max_model_len, vocab_size, model_context)
     for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
         k = getattr(params, field)
+        if k is not None and (why := over_max_logprobs(k, max_logprobs)):
+            raise InvalidSamplingParams(field, why)
         if k is not None and k > vocab_size:
             raise InvalidSamplingParams(field, f"must be at most the vocabulary's size ({vocab_size}), got {k}")
     if params.structured_output is not None:
@@ -59,9 +62,11 @@ class GrammarDraftStats:
 
 class EngineCore:
     def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int,
-                 spec: SpeculativeDecoder | None = None, model_context: int | None = None):
+                 spec: SpeculativeDecoder | None = None, model_context: int | None = None,
+                 max_logprobs: int = MAX_LOGPROBS):
         """spec: proposes draft tokens before each step (None: one token per sequence and step).
-        model_context: the model's own context (max_model_len is at most it; None: unknown)."""
+        model_context: the model's own context (max_model_len is at most it; None: unknown).
+        max_logprobs: EngineConfig's, the most top logprobs a request may ask per token (-1: no cap)."""
         self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
         self.spec = spec
         self.grammar_drafts = GrammarDraftStats()
@@ -70,6 +75,7 @@ class EngineCore:
         next step where the proposer offers none, so a forced run (`", "arguments": {` after a tool's
         name) costs one verify step, not a decode step a token."""
         self.max_model_len, self.vocab_size, self.model_context = max_model_len, vocab_size, model_context
+        self.max_logprobs = max_logprobs
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
         self.stalled = False
         """The last step ran nothing and moved no K/V: only requests that cannot be admitted now wait,
@@ -83,7 +89,8 @@ class EngineCore:
         check_prompt(prompt_token_ids, self.max_model_len, self.vocab_size, self.model_context)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context)
+        check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
+                      self.max_logprobs)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False) -> str:

@@ -2,9 +2,9 @@
 server of several models may hold together by default (`hearth serve --max-memory`).
 
 A served model holds its weights as the CPU engine does (hearth.memory.layouts), the KV cache the
-engine allocates (max_num_seqs full-length sequences, capped at kv_cache_memory_gb, as
-hearth.llm._num_blocks sizes it), one step's activations and its tokenizer. The runtime (torch and
-hearth's libraries) is paid once per process, so it comes off the budget, not off each model."""
+engine allocates (hearth.memory.kv_cache.engine_pool: the blocks hearth.llm sizes, every layer's,
+with their staging), one step's activations and its tokenizer. The runtime (torch and hearth's
+libraries) is paid once per process, so it comes off the budget, not off each model."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from hearth.memory.devices import KINDS
 from hearth.memory.gguf_shape import shape_from_gguf
-from hearth.memory.kv_cache import reserved_per_sequence
+from hearth.memory.kv_cache import engine_pool
 from hearth.memory.kv_formats import kv_format
 from hearth.memory.layouts import LAYOUTS, cpu_layout, resident_weight_bytes
 from hearth.memory.overhead import activation_bytes, tokenizer_bytes
@@ -38,14 +38,17 @@ class Footprint:
 
 
 def served_footprint(gguf, max_model_len: int = 0, kv_cache_dtype: str = "auto", max_num_seqs: int = 16,
-                     kv_cache_memory_gb: float = 2.0, batch_tokens: int = 2048) -> Footprint:
-    """`gguf`: an open GGUFFile (its header only is read)."""
+                     kv_cache_memory_gb: float = 2.0, batch_tokens: int = 2048, num_kv_blocks: int = 0) -> Footprint:
+    """`gguf`: an open GGUFFile (its header only is read). num_kv_blocks: `--num-kv-blocks` (0: sized
+    from the rest); given, it is the cache (kv_cache_memory_gb no longer bounds it) and may lower the
+    context, as the engine does."""
     shape = shape_from_gguf(gguf)
     ctx = min(max_model_len or shape.context_length, shape.context_length)
     fmt = kv_format(kv_cache_dtype)
     block = fmt.block_size(None, DEFAULT_BLOCK)
     weights = resident_weight_bytes(tensors_from_gguf(gguf), shape, LAYOUTS[cpu_layout(CPU.layout)])
-    kv = min(max_num_seqs * reserved_per_sequence(shape, fmt, block, ctx), kv_cache_memory_gb * 2**30)
+    pool = engine_pool(shape, fmt, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks)
+    kv, ctx = pool.bytes, min(ctx, pool.context)
     other = activation_bytes(shape, CPU.act_bytes, ctx, max_num_seqs, batch_tokens) + tokenizer_bytes(shape)
     return Footprint(int(weights), int(kv), int(other), ctx)
 

@@ -17,7 +17,7 @@ from hearth.cluster.scaling import Scaler
 from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepError
 from hearth.errors import PromptTooLongError
 from hearth.outputs import EngineOutput
-from hearth.sampling_params import SamplingParams
+from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
 DIED = ray.exceptions.ActorDiedError
 
@@ -125,6 +125,15 @@ def test_bad_prompts_fail_before_routing_and_no_replica_up_is_a_429():
         s.up = False
     with pytest.raises(EngineFullError, match="no replica is up"):
         engine.add_request([1], SamplingParams())
+
+
+def test_the_replicas_max_logprobs_is_checked_before_routing():
+    """The front end holds no engine: the cap it checks is the replicas' EngineConfig.max_logprobs."""
+    info = ReplicaInfo(64, 100, 64, 16, b"r" * 16, 4, 1, "host", max_logprobs=5)
+    engine = ClusterEngine([ReplicaSlot("r0", FakeHandle(), info)], make_router("round-robin", 1))
+    with pytest.raises(InvalidSamplingParams, match=r"^logprobs must be at most 5 \(max_logprobs\), got 6$"):
+        engine.add_request([1], SamplingParams(logprobs=6))
+    assert engine.slots[0].routed == 0
 
 
 def test_abort_cancels_the_replicas_call(monkeypatch):

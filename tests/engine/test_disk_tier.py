@@ -236,7 +236,7 @@ def served_once(model_path, tmp_path_factory):
 
     def get(codec: str):
         if codec not in runs:
-            kw = dict(progress=False, max_model_len=1024, kv_cache_dtype=codec,
+            kw = dict(progress=False, max_model_len=1024, kv_cache_dtype=codec, max_logprobs=-1,  # GREEDY's 1000
                       kv_disk_dir=str(tmp_path_factory.mktemp(f"disk-{codec}")))
             llm = LLM(str(model_path("smollm2-135m")), **kw)
             cold = llm.generate(LONG, GREEDY)[0]

@@ -25,7 +25,9 @@ differ in their last bits across step sizes (measured max |diff| ~1e-6 here)."""
 def llm(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf"
     write_tiny_gguf(path, "llama")
-    return LLM(str(path), max_model_len=256, max_num_seqs=4, max_num_batched_tokens=16, progress=False)
+    # no max_logprobs cap: the vocabulary's own limit is tested here (the cap's: tests/test_llm.py)
+    return LLM(str(path), max_model_len=256, max_num_seqs=4, max_num_batched_tokens=16, max_logprobs=-1,
+               progress=False)
 
 
 @pytest.fixture(scope="module")

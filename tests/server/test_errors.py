@@ -123,6 +123,20 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "thinking": {"type": "sometimes"}}, 400, "thinking.type"),
     ({"max_tokens": True, "messages": USER}, 400, "max_tokens"),
     ({"max_tokens": 5, "messages": USER, "stream": "yes"}, 400, "stream"),
+    # Anthropic's own 400s for empty input (its words; it had reached the template and the model)
+    *(({"max_tokens": 5, "messages": messages}, 400, f"{where}: all messages must have non-empty content except for "
+                                                     "the optional final assistant message")
+      for messages, where in [([{"role": "user", "content": ""}], "messages[0].content"),
+                              ([{"role": "user", "content": []}], "messages[0].content"),
+                              ([*USER, {"role": "assistant", "content": ""}, *USER], "messages[1].content"),
+                              ([{"role": "assistant", "content": ""}], "messages[0].content")]),  # alone: no turn left
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]}, 400,
+     "messages[0].content[0].text: text content blocks must be non-empty"),
+    ({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, {"type": "text",
+                                                                                                  "text": " \n"}]}]},
+     400, "messages[0].content[1].text: text content blocks must contain non-whitespace text"),
+    ({"max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": [{"type": "text", "text": ""}]}]}, 400,
+     "messages[1].content[0].text: text content blocks must be non-empty"),
 ]
 
 
@@ -209,6 +223,44 @@ def test_anthropic_bad_input(fake, body, status, param):
 def test_an_integer_is_still_a_float(fake, path, body):
     """Strict scalars refuse booleans and strings, not a whole number where a float goes (JSON has one number type)."""
     assert fake.client.post(path, json=body).status_code == 200
+
+
+def test_anthropic_turns_its_api_takes_pass(fake):
+    """Consecutive user turns are one turn (Anthropic combines them: a template that wants roles to
+    alternate renders them), a first assistant turn passes (Anthropic's own API takes it), and an
+    empty final assistant message prefills nothing (the answer starts a fresh assistant turn; it
+    was rendered as a closed, empty assistant turn)."""
+    def prompt(messages: list[dict]) -> str:
+        r = fake.client.post(MESSAGES, json={"max_tokens": 5, "messages": messages})
+        assert r.status_code == 200, r.text
+        return fake.engine.added[-1].prompt
+
+    one = prompt([{"role": "user", "content": "hi\nthere"}])
+    assert prompt([{"role": "user", "content": "hi"}, {"role": "user", "content": "there"}]) == one
+    assert prompt([{"role": "user", "content": "hi"}, {"role": "user", "content": [{"type": "text", "text": "there"}]}]) == one
+    assert prompt([*USER, {"role": "assistant", "content": ""}]) == prompt(USER)
+    assert prompt([*USER, {"role": "assistant", "content": []}]) == prompt(USER)
+    assert prompt([{"role": "assistant", "content": "hello"}, *USER]).endswith("hi<|im_end|>\n<|im_start|>assistant\n")
+
+
+@pytest.mark.parametrize("path,body,top", [
+    (CHAT, {"messages": USER}, 2),
+    (COMPLETIONS, {"prompt": "x", "max_tokens": 2}, 2),
+    ("/v1/responses", {"input": "hi", "max_output_tokens": 5}, 2),
+    (MESSAGES, {"messages": USER, "max_tokens": 5}, 1),
+], ids=["chat", "completions", "responses", "messages"])
+def test_each_route_takes_its_own_apis_temperature_range(fake, path, body, top):
+    """OpenAI documents "between 0 and 2" for chat, completions and Responses; Anthropic "Ranges from
+    0.0 to 1.0". Above 2 the OpenAI routes took any temperature (vLLM's rule: only >= 0)."""
+    for t in (0, top):
+        assert fake.client.post(path, json={**body, "temperature": t}).status_code == 200, t
+    for t in (top + 0.5, -0.1):
+        r = fake.client.post(path, json={**body, "temperature": t})
+        assert r.status_code == 400, r.text
+        error = r.json()["error"]
+        assert error["message"].startswith("temperature: "), error
+        assert error.get("param", "temperature") == "temperature" and error["type"] == "invalid_request_error"
+        assert f"{top}" in error["message"] or t < 0, error
 
 
 def test_anthropic_thinking_and_temperature_in_range_pass(fake):

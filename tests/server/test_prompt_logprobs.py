@@ -173,10 +173,10 @@ def test_chat_top_level_shape(client, served, reference, tools, monkeypatch):
 @pytest.mark.parametrize("value,stream,why", [
     (2, True, "prompt_logprobs: is not available when stream is true"),
     (-1, True, "prompt_logprobs: is not available when stream is true"),  # vLLM's order: the stream first
-    (-1, False, "prompt_logprobs: must be at most 20, got -1 (-1 asks for the whole vocabulary)"),
+    (-1, False, "prompt_logprobs: must be at most 20 (the server's --max-logprobs), got -1 (-1 asks for the whole vocabulary)"),
     (-3, False, "prompt_logprobs: must be >= 0, got -3"),
-    (21, False, "prompt_logprobs: must be at most 20, got 21"),  # vLLM's max_logprobs: a vocabulary-wide
-    (151936, False, "prompt_logprobs: must be at most 20, got 151936"),  # top k per prompt token (~86 MB each)
+    (21, False, "prompt_logprobs: must be at most 20 (the server's --max-logprobs), got 21"),  # vLLM's max_logprobs: a vocabulary-wide
+    (151936, False, "prompt_logprobs: must be at most 20 (the server's --max-logprobs), got 151936"),  # top k per prompt token (~86 MB each)
     (True, False, "prompt_logprobs: "),
     ("2", False, "prompt_logprobs: "),
 ])
@@ -226,6 +226,43 @@ def test_one_cap_of_20_for_every_logprobs_count(client, path, body, param):
     r = client.post(path, json={"model": "tiny", "max_tokens": 2, **body})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
-    assert (err["param"], err["message"]) == (param, f"{param}: must be at most 20, got 21")
+    assert (err["param"], err["message"]) == (param, f"{param}: must be at most 20 (the server's --max-logprobs), got 21")
     ok = client.post(path, json={"model": "tiny", "max_tokens": 2, **body, param: 20})
     assert ok.status_code == 200, ok.text
+
+
+def _client_capped_at(model_file, cap: int) -> TestClient:
+    llm = LLM(str(model_file), max_model_len=256, max_logprobs=cap, progress=False)
+    return TestClient(create_app(ServedModel.from_llm(llm, ["tiny"], AsyncEngine(llm.engine))))
+
+
+@pytest.mark.parametrize("path,body,param", [
+    ("/v1/completions", {"prompt": PROMPT, "logprobs": 6}, "logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}], "logprobs": True,
+                              "top_logprobs": 6}, "top_logprobs"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": PROMPT}], "prompt_logprobs": 6},
+     "prompt_logprobs"),
+], ids=["logprobs", "top_logprobs", "prompt_logprobs"])
+def test_the_cap_is_the_engines_max_logprobs(model_file, path, body, param):
+    """`hearth serve --max-logprobs 5` (EngineConfig.max_logprobs): the routes refuse past the engine's
+    own cap, not a constant of the API."""
+    with _client_capped_at(model_file, 5) as client:
+        r = client.post(path, json={"model": "tiny", "max_tokens": 1, **body})
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert (err["param"], err["message"]) == (param, f"{param}: must be at most 5 (the server's --max-logprobs), got 6")
+        assert client.post(path, json={"model": "tiny", "max_tokens": 1, **body, param: 5}).status_code == 200
+
+
+def test_no_cap_takes_minus_one_as_the_whole_vocabulary(model_file, served):
+    """vLLM's --max-logprobs -1: no cap, and a request's -1 asks for every token of the vocabulary."""
+    vocab = served.vocab_size
+    with _client_capped_at(model_file, -1) as client:
+        r = client.post("/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user", "content": PROMPT}],
+                                                      "max_tokens": 1, "logprobs": True, "top_logprobs": -1})
+        assert r.status_code == 200, r.text  # a list, where completions' text keys would merge equal strings
+        assert len(r.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) == vocab
+        r = client.post("/v1/completions", json={"model": "tiny", "prompt": PROMPT, "max_tokens": 1, "logprobs": 21})
+        assert r.status_code == 200, r.text
+        r = client.post("/v1/completions", json={"model": "tiny", "prompt": PROMPT, "max_tokens": 1, "logprobs": -2})
+        assert r.status_code == 400 and r.json()["error"]["message"] == "logprobs: must be >= 0, got -2", r.text

@@ -50,6 +50,40 @@ def test_one_model_is_pinned_with_no_budget(tiny):
     assert build_pool(serve_args(str(tiny), "--served-model-name", "t", "--served-model-name", "t2")).slots[0].spec.names == ["t", "t2", str(tiny), "tiny-llama-q8", tiny.name]
 
 
+@pytest.mark.parametrize("arch,kv,blocks,gb", [
+    ("llama", "auto", 0, 2.0), ("llama", "q8_0", 0, 2.0), ("llama", "kvarn_k4v2", 0, 2.0),
+    ("llama", "auto", 0, 0.0002), ("llama", "q8_0", 0, 0.0001),  # the memory bound caps the blocks and the context
+    ("llama", "auto", 40, 2.0), ("llama", "q8_0", 40, 2.0), ("llama", "kvarn_k4v2", 40, 2.0),
+    ("llama", "auto", 10, 2.0), ("llama", "q8_0", 10, 2.0),  # too few blocks for 512 tokens: the context lowered
+    ("gemma3", "auto", 0, 2.0), ("gemma3", "auto", 20, 2.0),  # sliding-window layers hold whole blocks too
+])
+def test_the_footprint_holds_the_kv_cache_the_engine_allocates(tmp_path, arch, kv, blocks, gb):
+    """The planner's footprint (the "loading NAME (X GiB with its KV cache)" line, /v1/models and
+    --max-memory) is the engine's own KV allocation and context, byte for byte: it ignored
+    --num-kv-blocks (4 full-length sequences counted whatever was forced), the staging reserve
+    blocks of a quantized format, and the blocks sliding-window layers hold (it counted their window only)."""
+    from hearth.llm import LLM
+
+    path = tmp_path / "m.gguf"  # llama with head_dim 32: q8_0's blocks fit
+    dims = dict(hidden=128, heads=4, kv_heads=2, head_dim=32) if arch == "llama" else dict(sliding_window=64)
+    write_tiny_gguf(path, arch, context=2048, **dims)
+    flags = ["--max-model-len", "512", "--max-num-seqs", "4", "--kv-cache-dtype", kv, "--num-kv-blocks", str(blocks),
+             "--kv-cache-memory-gb", str(gb)]
+    spec, = [s.spec for s in build_pool(serve_args(str(path), *flags)).slots]
+    llm = LLM(str(path), max_model_len=512, max_num_seqs=4, kv_cache_dtype=kv, num_kv_blocks=blocks,
+              kv_cache_memory_gb=gb, progress=False)
+    fp = _footprint(path, kv, blocks, gb)
+    assert (fp.kv, fp.context) == (llm.runner.kv_bytes, llm.max_model_len)
+    assert (spec.footprint, spec.max_model_len) == (fp.total, llm.max_model_len)
+
+
+def _footprint(path, kv: str, blocks: int, gb: float):
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.serving import served_footprint
+
+    return served_footprint(GGUFFile(path), 512, kv, 4, gb, 2048, blocks)
+
+
 def test_several_models_and_a_models_file(tiny, tmp_path):
     other = tmp_path / "other.gguf"
     write_tiny_gguf(other, "qwen2")
