@@ -80,8 +80,7 @@ class SamplingScalars(_Request):
     """The sampling knobs every OpenAI request body has (chat, completions, Responses)."""
 
     model: str | None = None
-    temperature: StrictFloat | None = Field(None, ge=0, le=2)
-    """OpenAI's range is [0, 2] on chat, completions and Responses alike (Anthropic's [0, 1])."""
+    temperature: StrictFloat | None = None
     top_p: StrictFloat | None = None
     top_k: StrictInt | None = None
     min_p: StrictFloat | None = None
