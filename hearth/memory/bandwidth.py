@@ -28,7 +28,7 @@ METHOD = 2
 """What `measure` measures, in the cache's key: 2 reads where 1 (until 2026-12-06) copied on CPUs."""
 STREAMS = (1, 2, 4, 8, 16)
 """Interleaved runs of the kernels' read pass tried: the best pattern differs per CPU (rows_dot.h)."""
-DOT_ROUNDS = 1 << 22
+DOT_ROUNDS = 1 << 20
 RUNTIME_MODULES = ("torch", "numpy", "gguf", "tokenizers", "jinja2", "tqdm")
 
 

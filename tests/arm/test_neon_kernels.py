@@ -78,7 +78,7 @@ def test_the_library_loads_as_native_py_loads_it(neon):
 
 def test_the_roofline_passes(neon):
     """csrc/peaks.h on NEON: the read pass reads every byte once (tests/kernels/test_peaks.py), the dot
-    pass counts 12 chains x 16 products a round per thread (sdot, or the widening multiplies)."""
+    pass counts 12 chains x 4 dots x 16 products a round per thread (sdot, or the widening multiplies)."""
     _, script, run = neon
     s = script()
     buf = torch.randint(0, 256, (64 * 1013,), dtype=torch.uint8, generator=torch.Generator().manual_seed(3))
@@ -87,7 +87,7 @@ def test_the_roofline_passes(neon):
     run(s)  # 2 threads
     want = int(np.bitwise_xor.reduce(buf.numpy().view(np.uint64)))
     assert {k: s.result(r) % 2**64 for k, r in reads.items()} == {1: want, 4: want}
-    assert s.result(dots) == 100 * 2 * 12 * 16
+    assert s.result(dots) == 100 * 2 * 12 * 4 * 16
 
 
 def _plan(s: qemu.Script, parts: list, k: int) -> str:

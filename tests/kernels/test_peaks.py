@@ -13,7 +13,7 @@ from hearth.kernels import native
 
 pytestmark = pytest.mark.skipif(not native.has("peaks"), reason="the torch tier runs no C++ kernels")
 
-DOT_CHAINS = 12  # csrc/peaks.h: accumulators per round
+DOT_CHAINS, DOTS = 12, 4  # csrc/peaks.h: accumulators, and dots per accumulator, a round
 VECTOR_BYTES = {"amx": 64, "avx512": 64, "avx2": 32, "neon": 16}  # int8 products per dot instruction
 
 
@@ -27,7 +27,7 @@ def test_the_read_pass_reads_every_byte_once(streams, lines):
 
 def test_the_dot_pass_counts_what_it_did():
     lib, tier = native.lib(), native.loaded_tier.name
-    per_round = torch.get_num_threads() * DOT_CHAINS * VECTOR_BYTES[tier]
+    per_round = torch.get_num_threads() * DOT_CHAINS * DOTS * VECTOR_BYTES[tier]
     modes = [lib.hk_avx_vnni(-1), 0] if native.has("many_rows") else [None]  # avx2: AVX-VNNI and the AVX2 pair
     try:
         for mode in modes:

@@ -40,19 +40,22 @@ inline uint64_t read_runs(const uint8_t* p, int64_t n, int64_t streams) {
 }
 
 constexpr int DOT_CHAINS = 12;  // independent accumulators: more than a dot's latency x its throughput
+constexpr int DOTS = 4;  // dot instructions per chain and round: the avx2 GEMM's int16 run (gemm_chain)
 
-// One thread's `iters` rounds of DOT_CHAINS int8 dot instructions on all-ones operands: every product
-// is 1, so the accumulators' lanes add up to the multiply-adds done (the caller's op count)
+// One thread's `iters` rounds of DOT_CHAINS x DOTS int8 dot instructions on all-ones operands: every
+// product is 1, so the accumulators' lanes add up to the multiply-adds done (the caller's op count).
+// u "changes" before each dot (an empty asm), so every product is computed: none shared or hoisted.
 inline int64_t dot_rounds(int64_t iters) {
   int64_t total = 0;
 #if defined(__AVX512VNNI__)
   __m512i acc[DOT_CHAINS], u = _mm512_set1_epi8(1), s = _mm512_set1_epi8(1);
   for (auto& a : acc) a = _mm512_setzero_si512();
   for (int64_t i = 0; i < iters; ++i)
-    for (auto& a : acc) {
-      __asm__ volatile("" : "+v"(u));  // u "changes": every product is computed, none shared or hoisted
-      a = _mm512_dpbusd_epi32(a, u, s);
-    }
+    for (int d = 0; d < DOTS; ++d)  // chain after chain: each dot's latency hidden behind 11 others
+      for (auto& a : acc) {
+        __asm__ volatile("" : "+v"(u));
+        a = _mm512_dpbusd_epi32(a, u, s);
+      }
   for (auto& a : acc) total += _mm512_reduce_add_epi32(a);
 #elif defined(__AVX2__)
   __m256i acc[DOT_CHAINS], u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(1);
@@ -61,8 +64,15 @@ inline int64_t dot_rounds(int64_t iters) {
   const bool vnni = gemm_avx_vnni();  // the GEMM's own choice (gemm_avx2.h)
   for (int64_t i = 0; i < iters; ++i)
     for (auto& a : acc) {
-      __asm__ volatile("" : "+x"(u));
-      a = vnni ? dpbusd_vex(a, u, s) : _mm256_add_epi32(a, _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones));
+      __m256i run = _mm256_setzero_si256();  // the pair's way: int16 sums of DOTS vpmaddubsw, one vpmaddwd
+      for (int d = 0; d < DOTS; ++d) {
+        __asm__ volatile("" : "+x"(u));
+        if (vnni)
+          a = dpbusd_vex(a, u, s);
+        else
+          run = _mm256_add_epi16(run, _mm256_maddubs_epi16(u, s));
+      }
+      if (!vnni) a = _mm256_add_epi32(a, _mm256_madd_epi16(run, ones));
     }
   for (auto& a : acc) {
     alignas(32) int32_t lanes[8];
@@ -74,14 +84,15 @@ inline int64_t dot_rounds(int64_t iters) {
   int8x16_t u = vdupq_n_s8(1), s = vdupq_n_s8(1);
   for (auto& a : acc) a = vdupq_n_s32(0);
   for (int64_t i = 0; i < iters; ++i)
-    for (auto& a : acc) {
-      __asm__ volatile("" : "+w"(u));
+    for (int d = 0; d < DOTS; ++d)
+      for (auto& a : acc) {
+        __asm__ volatile("" : "+w"(u));
 #if defined(__ARM_FEATURE_DOTPROD)
-      a = vdotq_s32(a, u, s);
+        a = vdotq_s32(a, u, s);
 #else
-      a = vpadalq_s16(vpadalq_s16(a, vmull_s8(vget_low_s8(u), vget_low_s8(s))), vmull_high_s8(u, s));
+        a = vpadalq_s16(vpadalq_s16(a, vmull_s8(vget_low_s8(u), vget_low_s8(s))), vmull_high_s8(u, s));
 #endif
-    }
+      }
   for (auto& a : acc) total += vaddvq_s32(a);
 #endif
   return total;
@@ -104,7 +115,7 @@ uint64_t hk_read_pass(const uint8_t* buf, int64_t bytes, int64_t streams) {
   return fold;
 }
 
-// Every thread runs `iters` rounds of dot_rounds (iters <= 2^24 keeps each int32 lane exact): the
+// Every thread runs `iters` rounds of dot_rounds (iters <= 2^22 keeps each int32 lane exact): the
 // multiply-adds done by all of them, counted from their accumulators
 int64_t hk_int8_dot_pass(int64_t iters) {
   int64_t macs = 0;
