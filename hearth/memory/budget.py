@@ -1,7 +1,9 @@
 """Memory a configuration needs, and the largest context / concurrency that fit a device.
 
-total(ctx, C) = weights as held + C x KV reserved per sequence + activations of one step + runtime
-(+ the tokenizer where host data shares the device's memory).
+total(ctx, C) = weights as held + the KV cache hearth's engine allocates for C sequences of ctx
+tokens (kv_cache.engine_pool: blocks of every layer, sliding ones too, and a quantized format's
+staging reserve) + activations of one step + runtime (+ the tokenizer where host data shares the
+device's memory). The same engine runs on CPUs and GPUs, so every device plans the same pool.
 Every term grows with ctx and with C, so the limits are found by bisection on whole tokens /
 whole sequences, with the same arithmetic that answers `fits`."""
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hearth.memory.devices import KINDS, Device
-from hearth.memory.kv_cache import reserved_per_sequence
+from hearth.memory.kv_cache import engine_pool
 from hearth.memory.kv_formats import KVFormat
 from hearth.memory.overhead import activation_bytes, tokenizer_bytes
 from hearth.memory.shape import ModelShape
@@ -29,7 +31,8 @@ class Budget:
     batch_tokens: int
 
     def kv_reserved(self, ctx: int, concurrency: int) -> float:
-        return concurrency * reserved_per_sequence(self.shape, self.kv, self.block, ctx)
+        """hearth.llm with max_num_seqs=C, max_model_len=ctx and no memory bound on its pool."""
+        return engine_pool(self.shape, self.kv, self.block, concurrency, ctx).bytes
 
     def activations(self, ctx: int, concurrency: int) -> int:
         return activation_bytes(self.shape, self.device.act_bytes, ctx, concurrency, self.batch_tokens)

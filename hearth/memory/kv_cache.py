@@ -1,9 +1,11 @@
-"""KV-cache bytes of a model for a format: per token, per sequence at a context, and what a decode
-step reads. Sliding-window layers hold at most `window` tokens however long the context.
+"""KV-cache bytes of a model for a format: what hearth's engine allocates (memory), and what a
+decode step reads.
 
-Reserved memory counts whole cache blocks (a sequence of ctx tokens holds ceil(ctx / block) blocks
-in every global layer); bytes per token and bytes read use exact token counts. engine_pool is what
-hearth's own engine allocates: its pool's blocks hold every layer, sliding or not."""
+Memory is hearth's paged pool (engine_pool, the arithmetic of hearth.llm): a block holds
+`block` tokens of EVERY layer, sliding-window layers too, and a quantized format adds each running
+sequence's staging reserve (whole blocks) besides its f16 staging. Reads apply the window: the
+attention kernels (native C++ and Triton) start at the window's first key, so a sliding
+layer reads at most `window` tokens however long the context."""
 
 from __future__ import annotations
 
@@ -22,34 +24,31 @@ def layer_tokens(shape: ModelShape, layer: int, tokens: int) -> int:
     return min(tokens, shape.sliding_window) if shape.is_sliding(layer) else tokens
 
 
-def kv_bytes_at(shape: ModelShape, fmt: KVFormat, block: int, tokens: int) -> float:
-    """K and V of one sequence holding `tokens` tokens, all layers (windows applied)."""
+def kv_bytes_read(shape: ModelShape, fmt: KVFormat, block: int, tokens: int) -> float:
+    """K and V one decode step of a sequence holding `tokens` tokens reads, all layers (windows applied)."""
     return sum(layer_token_bytes(shape, fmt, block, i) * layer_tokens(shape, i, tokens)
                for i in range(shape.num_layers))
 
 
-def kv_bytes_per_token(shape: ModelShape, fmt: KVFormat, block: int, ctx: int) -> float:
-    """All layers, averaged over a full context of ctx tokens (sliding layers cap at their window)."""
-    return kv_bytes_at(shape, fmt, block, ctx) / ctx
+def token_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
+    """One token's K and V as the pool holds it: every layer, sliding or not."""
+    return sum(layer_token_bytes(shape, fmt, block, i) for i in range(shape.num_layers))
 
 
 def staging_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
     """Per sequence: the full-precision (f16) blocks a quantized format keeps beside its storage."""
-    f16 = KV_FORMATS["f16"]
-    return fmt.staging_blocks * block * sum(layer_token_bytes(shape, f16, block, i)
-                                            for i in range(shape.num_layers))
-
-
-def reserved_per_sequence(shape: ModelShape, fmt: KVFormat, block: int, ctx: int) -> float:
-    """What the allocator sets aside for one sequence of up to ctx tokens: whole blocks + staging."""
-    padded = math.ceil(ctx / block) * block
-    return kv_bytes_at(shape, fmt, block, padded) + staging_bytes(shape, fmt, block)
+    return fmt.staging_blocks * block * token_bytes(shape, KV_FORMATS["f16"], block)
 
 
 def pool_block_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
     """One block of the engine's pool: `block` tokens in every layer, sliding or not (the pool's
     blocks serve all layers: hearth.llm sizes them so)."""
-    return block * sum(layer_token_bytes(shape, fmt, block, i) for i in range(shape.num_layers))
+    return block * token_bytes(shape, fmt, block)
+
+
+def reserve_blocks(shape: ModelShape, fmt: KVFormat, block: int) -> int:
+    """Blocks a running sequence holds, never written, for its staging (hearth.llm's `reserve`)."""
+    return math.ceil(staging_bytes(shape, fmt, block) / pool_block_bytes(shape, fmt, block))
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +64,15 @@ class EnginePool:
 
 
 def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int, ctx: int,
-                kv_cache_memory_gb: float, num_kv_blocks: int = 0) -> EnginePool:
+                kv_cache_memory_gb: float | None = None, num_kv_blocks: int = 0) -> EnginePool:
+    """kv_cache_memory_gb None: no bound, every block max_num_seqs sequences of ctx tokens want
+    (`hearth plan` asks what a workload needs, then whether it fits the device)."""
     per_block, stage = pool_block_bytes(shape, fmt, block), staging_bytes(shape, fmt, block)
-    reserve = math.ceil(stage / per_block)  # hearth.llm: blocks' worth of one running request's staging
+    reserve = reserve_blocks(shape, fmt, block)
     if num_kv_blocks:
         blocks = num_kv_blocks + max_num_seqs * reserve
     else:  # hearth.llm._num_blocks
         wanted = max_num_seqs * (math.ceil(ctx / block) + reserve)
-        blocks = max(1 + reserve, min(wanted, int(int(kv_cache_memory_gb * 2**30) // per_block)))
+        bound = wanted if kv_cache_memory_gb is None else int(int(kv_cache_memory_gb * 2**30) // per_block)
+        blocks = max(1 + reserve, min(wanted, bound))
     return EnginePool(blocks, blocks * per_block + max_num_seqs * stage, (blocks - reserve) * block)

@@ -2,7 +2,9 @@
 
 The request holds a model (its shape and weight inventory), a device and the workload (context,
 concurrency, KV format). Figures come out in the order they are printed; `Plan.to_json()` is the
-`--json` object."""
+`--json` object. Memory and limits are what hearth's engine allocates (hearth.memory.kv_cache.engine_pool:
+every layer in every block, sliding ones too, plus a quantized format's staging); decode reads
+apply sliding windows, as the attention kernels do."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from hearth.memory import PlanError
 from hearth.memory.budget import SEARCH_LIMIT, Budget
 from hearth.memory.devices import KINDS, Device
-from hearth.memory.kv_cache import kv_bytes_per_token, layer_token_bytes, staging_bytes
+from hearth.memory.kv_cache import layer_token_bytes, reserve_blocks, staging_bytes, token_bytes
 from hearth.memory.kv_formats import KVFormat
 from hearth.memory.layouts import LAYOUTS, resident_weight_bytes
 from hearth.memory.overhead import (LOGIT_COPIES, TOKENIZER_BYTES_PER_ENTRY, activation_values_per_token,
@@ -93,7 +95,7 @@ def _memory(req: PlanRequest, b: Budget) -> dict[str, Figure]:
     return {
         "weight_bytes": Figure(weight_bytes(req.tensors), req.weights_source),
         "resident_weight_bytes": Figure(b.weight_bytes, f"as held in memory: {layout.about}"),
-        "kv_bytes_per_token": Figure(kv_bytes_per_token(s, req.kv, req.block_size, ctx), _kv_token_reason(req)),
+        "kv_bytes_per_token": Figure(token_bytes(s, req.kv, req.block_size), _kv_token_reason(req)),
         "kv_cache_bytes": Figure(b.kv_reserved(ctx, c), _kv_cache_reason(req)),
         "activation_bytes": Figure(b.activations(ctx, c), _activation_reason(req)),
         "runtime_bytes": Figure(d.runtime, _runtime_reason(d)),
@@ -116,10 +118,10 @@ def _limits(req: PlanRequest, b: Budget) -> dict[str, Figure]:
         ctx_reason = (f"capped by the model's context length; memory alone allows "
                       f"{'any' if by_memory >= SEARCH_LIMIT else f'{by_memory:,}'} tokens x {c} sequence(s)")
     else:
-        ctx_reason = f"the longest context whose KV for {c} sequence(s) still fits beside the weights"
+        ctx_reason = f"the longest context whose KV for {c} sequence(s) in hearth's pool still fits beside the weights"
     max_conc = b.max_concurrency(req.ctx)
-    conc_reason = (f"sequences of {req.ctx:,} tokens whose KV ({nbytes(b.kv_reserved(req.ctx, 1))} each), "
-                   f"logits and activations fit beside the weights" if max_conc
+    conc_reason = (f"sequences of {req.ctx:,} tokens whose KV in hearth's pool ({nbytes(b.kv_reserved(req.ctx, 1))} "
+                   f"each), logits and activations fit beside the weights" if max_conc
                    else f"not one {req.ctx:,}-token sequence fits")
     return {"max_context": Figure(max_ctx, ctx_reason), "max_concurrency": Figure(max_conc, conc_reason)}
 
@@ -131,7 +133,7 @@ def _speed(req: PlanRequest, r: Roofline) -> dict[str, Figure]:
     return {
         "decode_bytes_per_token": Figure(one, f"weights in the file's format {nbytes(r.decode_weight_bytes(1))} "
                                               f"({_weights_read_note(req)}) + KV {nbytes(r.kv_read(ctx))} "
-                                              f"at {ctx:,} tokens"),
+                                              f"at {ctx:,} tokens{_window_read_note(req)}"),
         "decode_tok_s_ceiling": Figure(single, _decode_reason(r, ctx, 1, single)),
         "decode_tok_s_ceiling_aggregate": Figure(agg, _decode_reason(r, ctx, c, agg)),
         "prefill_flops_per_token": Figure(r.prefill_flops(ctx), _prefill_flops_reason(req, r)),
@@ -147,18 +149,20 @@ def _kv_token_reason(req: PlanRequest) -> str:
     layer_text = f"{per_layer.pop():,.2f}".rstrip("0").rstrip(".") if len(per_layer) == 1 else "varies by layer"
     text = (f"{f.name} ({f.about}): K+V of {s.kv_heads[0]} KV head(s) x {s.head_dim_k} dims = {layer_text} B a layer "
             f"x {s.num_layers} layers")
-    if s.num_sliding:
-        text += (f"; {s.num_sliding} sliding layers hold at most {s.sliding_window:,} of the {req.ctx:,} tokens, "
-                 "averaged over the context")
+    if s.num_sliding:  # hearth.llm sizes one block for all layers: the window saves reads, not memory
+        text += (f"; blocks hold every layer, the {s.num_sliding} sliding ones too (hearth's pool): "
+                 f"their {s.sliding_window:,}-token window cuts reads only")
     return text
 
 
 def _kv_cache_reason(req: PlanRequest) -> str:
     blocks = math.ceil(req.ctx / req.block_size)
-    text = f"{req.concurrency} sequence(s) x {blocks:,} blocks of {req.block_size} tokens"
+    every = "every layer, sliding ones too" if req.shape.num_sliding else "every layer"
+    text = f"{req.concurrency} sequence(s) x {blocks:,} blocks of {req.block_size} tokens in {every} (hearth's pool)"
     stage = staging_bytes(req.shape, req.kv, req.block_size)
     if stage:
-        text += f" + {req.kv.staging_blocks} f16 staging block(s) ({nbytes(stage)}) per sequence"
+        text += (f" + per sequence {reserve_blocks(req.shape, req.kv, req.block_size)} reserve block(s) for its "
+                 f"staging and the {req.kv.staging_blocks} f16 staging block(s) ({nbytes(stage)})")
     return text
 
 
@@ -188,6 +192,13 @@ def _weights_read_note(req: PlanRequest) -> str:
         parts.append(f"{s.active_experts} of {s.num_experts} experts ({experts_touched(s, 1):.1%})")
     parts.append("the whole tied embedding as head" if s.tied_embeddings else "one embedding row")
     return ", ".join(parts)
+
+
+def _window_read_note(req: PlanRequest) -> str:
+    s = req.shape
+    if not s.num_sliding or req.ctx <= s.sliding_window:
+        return ""
+    return f" ({s.num_sliding} sliding layers read only their last {s.sliding_window:,}: the kernels skip older keys)"
 
 
 def _decode_reason(r: Roofline, ctx: int, c: int, value: float) -> str:

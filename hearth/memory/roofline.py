@@ -1,7 +1,8 @@
 """Speed ceilings: what the hardware allows, not what any engine reaches.
 
 Decode is memory-bound: a step reads the weights it uses once (dense tensors and the head whole,
-the routed experts only, one embedding row per sequence) plus every sequence's KV at its context;
+the routed experts only, one embedding row per sequence) plus every sequence's KV at its context
+(a sliding-window layer only its window: the kernels skip older keys);
 tokens/s <= bandwidth / bytes. It is also capped by FLOPs / peak compute, which only matters for
 large batches. Prefill is compute-bound: FLOPs per token = 2 x active parameters (no head: only
 the last prompt token needs logits) + attention (4 x heads x head_dim x keys a token attends to,
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hearth.memory.devices import Device
-from hearth.memory.kv_cache import kv_bytes_at
+from hearth.memory.kv_cache import kv_bytes_read
 from hearth.memory.kv_formats import KVFormat
 from hearth.memory.shape import ModelShape
 from hearth.memory.weights import WeightTensor, active_matmul_params, decode_weight_bytes, role
@@ -57,7 +58,7 @@ class Roofline:
         return decode_weight_bytes(self.tensors, self.shape, concurrency)
 
     def kv_read(self, ctx: int) -> float:
-        return kv_bytes_at(self.shape, self.kv, self.block, ctx)
+        return kv_bytes_read(self.shape, self.kv, self.block, ctx)
 
     def decode_flops(self, ctx: int) -> float:
         attention = attention_flops(self.shape, decode_keys(self.shape, ctx))

@@ -13,7 +13,7 @@ from hearth.backends.base import Backend
 from hearth.config import ModelConfig
 from hearth.kvstore.codecs import ALL_CODECS, QUANTIZED, get_codec
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
-from hearth.memory.kv_cache import reserved_per_sequence
+from hearth.memory.kv_cache import engine_pool
 from hearth.memory.shape import ModelShape
 from hearth.runner.model_runner import ModelRunner
 
@@ -126,7 +126,7 @@ def test_allocator_bytes_equal_the_plans(name):
                       intermediate_size=512, vocab_size=100, context_length=4096)
     codec = get_codec(name)
     bs, ctx, seqs = codec.block_size(None), 1000, 3
-    num_blocks = seqs * -(-ctx // bs)  # what hearth.llm._num_blocks hands out for max_num_seqs=3
-    runner = ModelRunner(NO_MODEL, cfg, num_blocks, bs, codec, max_num_seqs=seqs)
-    planned = seqs * reserved_per_sequence(_shape(cfg), codec.format, bs, ctx)
-    assert runner.kv_bytes == planned
+    pool = engine_pool(_shape(cfg), codec.format, bs, seqs, ctx)  # hearth.llm's blocks, staging reserve included
+    assert pool.blocks >= seqs * -(-ctx // bs)
+    runner = ModelRunner(NO_MODEL, cfg, pool.blocks, bs, codec, max_num_seqs=seqs)
+    assert runner.kv_bytes == pool.bytes

@@ -1,4 +1,5 @@
-"""KV bytes per token, hand-computed: every format, and whole models (no GQA, GQA, MoE, sliding)."""
+"""KV bytes per token, hand-computed: every format, whole models (no GQA, GQA, MoE, sliding), what
+hearth's pool holds and what a decode step reads."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from hearth.memory import PlanError
 from hearth.memory.describe import describe
-from hearth.memory.kv_cache import kv_bytes_at, kv_bytes_per_token, reserved_per_sequence, staging_bytes
+from hearth.memory.kv_cache import engine_pool, kv_bytes_read, reserve_blocks, staging_bytes, token_bytes
 from hearth.memory.kv_formats import kv_format
 
 # one layer, 8 KV heads x head_dim 128, K and V: (format, block/tile size, bytes per token)
@@ -61,40 +62,55 @@ def test_staging_blocks():
     assert staging_bytes(shape, kv_format("f16"), 16) == 0
 
 
-# (model, format, ctx, bytes per token over all layers)
+# (model, format, bytes a token takes in hearth's pool: every layer)
 MODELS = [
     # llama 7B, no GQA: 32 layers x 2 (K, V) x 32 heads x 128 x 2 B = 524,288 (512 KiB)
-    ("llama-7b", "f16", 4096, 32 * 2 * 32 * 128 * 2),
+    ("llama-7b", "f16", 32 * 2 * 32 * 128 * 2),
     # llama 70B, GQA 8 KV heads: 80 x 2 x 8 x 128 x 2 = 327,680
-    ("llama-70b", "f16", 8192, 80 * 2 * 8 * 128 * 2),
+    ("llama-70b", "f16", 80 * 2 * 8 * 128 * 2),
     # same with q8_0: 80 x 2 x 8 x (4 x 34) = 174,080
-    ("llama-70b", "q8_0", 8192, 80 * 2 * 8 * 136),
+    ("llama-70b", "q8_0", 80 * 2 * 8 * 136),
     # Mixtral 8x7B: experts do not touch KV: 32 x 2 x 8 x 128 x 2 = 131,072
-    ("mixtral-8x7b", "f16", 32768, 32 * 2 * 8 * 128 * 2),
-    # gemma3 27B: 62 layers, 16 KV heads x 128: 8,192 B a layer-token. Every 6th layer is global
-    # (10 of them), 52 slide over 1,024 tokens. At 8,192 tokens:
-    # (10 x 8,192 x 8,192 + 52 x 8,192 x 1,024) / 8,192 = 81,920 + 53,248 = 135,168
-    ("gemma3-27b", "f16", 8192, (10 * 8192 * 8192 + 52 * 8192 * 1024) / 8192),
-    # ... and within the window every layer holds every token: 62 x 8,192 = 507,904
-    ("gemma3-27b", "f16", 1024, 62 * 8192),
+    ("mixtral-8x7b", "f16", 32 * 2 * 8 * 128 * 2),
+    # gemma3 27B: 62 layers, 16 KV heads x 128: 8,192 B a layer-token. 52 of them slide over 1,024
+    # tokens, but a block of hearth's pool holds every layer (hearth.llm): 62 x 8,192 = 507,904
+    ("gemma3-27b", "f16", 62 * 8192),
 ]
 
 
-@pytest.mark.parametrize("preset,fmt,ctx,expected", MODELS)
-def test_model_bytes_per_token(preset, fmt, ctx, expected):
+@pytest.mark.parametrize("preset,fmt,expected", MODELS)
+def test_model_bytes_per_token(preset, fmt, expected):
     shape, _ = describe(preset)
-    assert kv_bytes_per_token(shape, kv_format(fmt), 16, ctx) == expected
+    assert token_bytes(shape, kv_format(fmt), 16) == expected
 
 
-def test_sliding_layers_cap_a_sequence():
+def test_sliding_layers_cap_what_a_decode_reads():
     shape, _ = describe("gemma3-27b")
     assert shape.num_sliding == 52
     f16 = kv_format("f16")
-    # past the window only the 10 global layers grow: 10 x 8,192 B per extra token
-    assert kv_bytes_at(shape, f16, 16, 9000) - kv_bytes_at(shape, f16, 16, 8000) == 1000 * 10 * 8192
+    # every 6th layer is global (10), 52 read only their window. At 8,192 tokens:
+    # 10 x 8,192 x 8,192 + 52 x 8,192 x 1,024 = 135,168 B a token of the context
+    assert kv_bytes_read(shape, f16, 16, 8192) == 8192 * 135_168
+    # within the window every layer reads every token
+    assert kv_bytes_read(shape, f16, 16, 1024) == 1024 * 62 * 8192
+    # past the window only the 10 global layers read more: 10 x 8,192 B per extra token
+    assert kv_bytes_read(shape, f16, 16, 9000) - kv_bytes_read(shape, f16, 16, 8000) == 1000 * 10 * 8192
 
 
-def test_reservation_is_whole_blocks():
+def test_the_pool_is_whole_blocks_of_every_layer():
     shape, _ = describe("llama-7b")
     # 1,000 tokens take ceil(1000 / 16) = 63 blocks = 1,008 token slots of 524,288 B
-    assert reserved_per_sequence(shape, kv_format("f16"), 16, 1000) == 1008 * 524288
+    assert engine_pool(shape, kv_format("f16"), 16, 1, 1000).bytes == 1008 * 524288
+    gemma, _ = describe("gemma3-27b")  # sliding layers hold whole blocks too: 62 layers, not 10 + a window
+    assert engine_pool(gemma, kv_format("f16"), 16, 2, 8192).bytes == 2 * 8192 * 62 * 8192
+
+
+def test_a_quantized_pool_adds_each_sequences_staging_reserve():
+    """hearth.llm: a q4_0 block of llama 70B is 16 x 80 x 1,152 B; its f16 staging (16 x 80 x 4,096)
+    takes ceil(4,096 / 1,152) = 4 such blocks, held by each running sequence, besides the staging."""
+    shape, _ = describe("llama-70b")
+    q4 = kv_format("q4_0")
+    block, stage = 16 * 80 * 1152, 16 * 80 * 4096
+    assert reserve_blocks(shape, q4, 16) == 4 and reserve_blocks(shape, kv_format("f16"), 16) == 0
+    pool = engine_pool(shape, q4, 16, 2, 1000)
+    assert (pool.blocks, pool.bytes, pool.context) == (2 * (63 + 4), 2 * (63 + 4) * block + 2 * stage, (134 - 4) * 16)

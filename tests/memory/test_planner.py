@@ -103,12 +103,28 @@ def test_moe_decode_reads_only_active_experts():
         8 * moe["decode_tok_s_ceiling"]
 
 
-def test_sliding_window_model_holds_more_context():
+def test_sliding_windows_cut_reads_not_memory():
+    """hearth's pool gives every layer a slot for every token (hearth.llm sizes one block for all
+    layers): a sliding-window model holds no more context than its all-global twin. A decode step
+    reads less: the attention kernels start at the window's first key."""
     full = make("gemma3-27b,global_every=1", "RTX 5090", 8192)  # every layer global
     sliding = make("gemma3-27b", "RTX 5090", 8192)
-    assert full["kv_bytes_per_token"] == 62 * 8192
-    assert sliding["kv_bytes_per_token"] == 135_168
-    assert sliding["max_context"] > full["max_context"]
+    assert full["kv_bytes_per_token"] == sliding["kv_bytes_per_token"] == 62 * 8192
+    assert full["kv_cache_bytes"] == sliding["kv_cache_bytes"] == 8192 * 62 * 8192
+    assert (sliding["max_context"], sliding["max_concurrency"]) == (full["max_context"], full["max_concurrency"])
+    # the 52 sliding layers read 1,024 of the 8,192 tokens, at 8,192 B a layer-token
+    assert full["decode_bytes_per_token"] - sliding["decode_bytes_per_token"] == 52 * (8192 - 1024) * 8192
+    assert "sliding ones too (hearth's pool)" in sliding.figures["kv_cache_bytes"].reason
+    assert "read only their last 1,024" in sliding.figures["decode_bytes_per_token"].reason
+
+
+def test_a_quantized_cache_counts_its_staging_reserve():
+    """llama 7B, q8_0: a 16-token block of 32 layers is 16 x 32 x 2 x 32 heads x 4 x 34 B = 4,456,448;
+    each running sequence holds ceil(8,388,608 / 4,456,448) = 2 of them for its f16 staging block
+    (16 x 524,288 = 8,388,608 B), which comes on top (hearth.llm)."""
+    p = make("llama-7b,quant=F16", "A100 80GB", ctx=4096, concurrency=3, kv="q8_0")
+    assert p["kv_cache_bytes"] == 3 * ((256 + 2) * 4_456_448 + 8_388_608)
+    assert "2 reserve block(s) for its staging and the 1 f16 staging block(s)" in p.figures["kv_cache_bytes"].reason
 
 
 def test_weights_too_big():
