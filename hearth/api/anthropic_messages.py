@@ -19,11 +19,12 @@ as in Anthropic's own examples of failed tool results ("Error: Missing required 
 
 
 def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
-    """Anthropic's rules checked as its API answers them (400s naming the field): no empty content but
-    in an optional final assistant message (which then prefills nothing), no empty or whitespace-only
-    text block. Consecutive user turns are one turn, as Anthropic combines them (a template that
-    wants roles to alternate renders them). A first assistant turn passes, as Anthropic's own API
-    takes it (its Bedrock endpoint refuses it)."""
+    """Anthropic's rules checked as its API answers them (400s naming the field) on user turns: no empty
+    content, no empty or whitespace-only text block. Assistant turns pass as they are, empty ones
+    dropped: they echo what a model answered, and a small model's empty or whitespace-only answer
+    must come back without a 400 (an empty final one prefills nothing). Consecutive user turns are
+    one turn, as Anthropic combines them (a template that wants roles to alternate renders them). A
+    first assistant turn passes, as Anthropic's own API takes it (its Bedrock endpoint refuses it)."""
     check_messages(messages)
     out: list[dict] = []
     if system is not None:
@@ -31,11 +32,14 @@ def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
         if text:
             out.append({"role": "system", "content": text})
     for i, m in enumerate(messages):
-        out += _message(m, f"messages[{i}]", final=0 < i == len(messages) - 1)  # alone, it would leave no turn
+        out += _message(m, f"messages[{i}]")
+    if not any(m["role"] != "system" for m in out):  # only empty assistant turns: nothing to answer
+        raise bad("messages", "all messages must have non-empty content except for the optional final "
+                              "assistant message")
     return _combined(out)
 
 
-def _message(m: dict, where: str, final: bool = False) -> list[dict]:
+def _message(m: dict, where: str) -> list[dict]:
     role = m.get("role")
     if role is None:
         raise bad(f"{where}.role", "is required")
@@ -44,7 +48,7 @@ def _message(m: dict, where: str, final: bool = False) -> list[dict]:
         raise bad(f"{where}.role", f"unknown role {role!r}; expected 'user' or 'assistant'{hint}")
     content = m.get("content")
     if content == "" or content == []:
-        if final and role == "assistant":  # an empty prefill: the answer starts a fresh assistant turn
+        if role == "assistant":  # an empty answer echoed back, or an empty prefill: no turn
             return []
         raise bad(f"{where}.content", "all messages must have non-empty content except for the optional final "
                                       "assistant message")
@@ -66,7 +70,7 @@ def _assistant(blocks: list[dict], where: str) -> dict:
     for j, b in enumerate(blocks):
         kind, at = b.get("type"), f"{where}[{j}]"
         if kind == "text":
-            texts.append(_text(b, at))
+            texts.append(_string(b, "text", at))  # as the model said it, blank or not
         elif kind == "tool_use":
             calls.append({"id": str(b.get("id") or f"toolu_{j}"), "type": "function",
                           "function": {"name": _string(b, "name", at),
