@@ -290,8 +290,9 @@ def main() -> None:
     bw = {"read_gbs": read_bandwidth(args.threads, 1 << 30),
           "copy_gbs": copy_bandwidth(args.threads, 1 << 29), "int8_gops": int8_peak(args.threads)}
     print(f"streaming read {bw['read_gbs']:.1f} GB/s (1 GiB, `hearth plan`'s measure: the roofline below), "
-          f"copy {bw['copy_gbs']:.1f} GB/s (read+write), int8 dot peak "
-          f"{bw['int8_gops'] or 0:.0f} GOP/s (the kernels' instruction at this tier; prefill's ceiling)")
+          f"copy {bw['copy_gbs']:.1f} GB/s (read+write)" + (
+              f", int8 dot peak {bw['int8_gops']:.0f} GOP/s (the kernels' instruction at this tier; prefill's "
+              "ceiling)" if bw["int8_gops"] else ""))
     print("note: weights under ~300 MB can stay in L3 across tokens, so decode may exceed the DRAM roofline")
     report = {"threads": args.threads, "repeats": args.repeats, "bandwidth": bw, "models": []}
     from hearth.loader.resolve import resolve_model

@@ -105,7 +105,8 @@ def _memory_line(home, remeasure: bool) -> str:
         dev = this_device(home, refresh=remeasure)
     except HearthError as e:
         return f"{total}; bandwidth not measured ({e})"
-    return (f"{total}; bandwidth {dev.bandwidth / 1e9:.1f} GB/s, {dev.compute} {dev.peak_flops / 1e9:.0f} GFLOP/s "
+    int8 = f", int8 dots {dev.int8_ops / 1e9:.0f} GOP/s" if dev.int8_ops else ""
+    return (f"{total}; read bandwidth {dev.bandwidth / 1e9:.1f} GB/s, bf16 {dev.peak_flops / 1e9:.0f} GFLOP/s{int8} "
             f"(measured, cached in $HEARTH_HOME/{CACHE}; --remeasure measures again)")
 
 

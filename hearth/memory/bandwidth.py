@@ -7,9 +7,11 @@ object. The only torch user of hearth.memory; hearth.memory.this_machine runs it
   bandwidth      reading a buffer larger than any cache once, in order (as decode reads weights),
                  best of 3: bytes / seconds of torch's sum over it and, where the native kernels
                  load, of their read pass in 1-16 interleaved runs (csrc/peaks.h), the best of all
-  peak_flops     the best of a bf16 matmul (2 n^3 / seconds, best of 3) and, where the native
-                 kernels load, their int8 dot products (2 x multiply-adds / seconds: the instruction
-                 their GEMMs run prefills on); `compute` says which
+  peak_flops     a bf16 matmul, best of 3: 2 n^3 / seconds
+  int8_ops       where a native tier without AMX loads (whose GEMMs run quantized weights' prefills
+                 on int8 dots), its dot pass (csrc/peaks.h), best of 3: 2 x multiply-adds / seconds;
+                 else 0 (AMX prefills run on bf16 tiles, which the matmul measures)
+  tier           the kernel tier measured (`hearth.kernels.tiers`)
 On a CUDA machine a copy, (bytes read + written) / seconds, and the matmul run on the GPU, memory is
 the GPU's, and runtime_bytes is what the CUDA context takes (total - free after start-up)."""
 
@@ -24,8 +26,9 @@ import time
 COPY_BYTES = 512 * 2**20  # per buffer; two of them, so 1 GiB in all, well past a 300 MB L3
 READ_BYTES = 2 * COPY_BYTES
 REPEATS = 3
-METHOD = 2
-"""What `measure` measures, in the cache's key: 2 reads where 1 (until 2026-12-06) copied on CPUs."""
+METHOD = 3
+"""What `measure` measures, in the cache's key: from 2 (2026-12-06) CPUs read where they copied, 3
+adds int8_ops."""
 STREAMS = (1, 2, 4, 8, 16)
 """Interleaved runs of the kernels' read pass tried: the best pattern differs per CPU (rows_dot.h)."""
 DOT_ROUNDS = 1 << 20
@@ -93,6 +96,12 @@ def native_peaks():
     return native.lib() if native.has("peaks") else None
 
 
+def kernel_tier() -> str:
+    from hearth.kernels import tiers
+
+    return tiers.active()
+
+
 def import_runtime() -> None:
     """What an engine process holds before its model: the libraries hearth's engine runs on."""
     for name in RUNTIME_MODULES:
@@ -121,16 +130,11 @@ def measure() -> dict:
     warm_up(torch)
     runtime = rss_bytes()
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    lib = native_peaks()
-    computes = {"dense bf16": matmul_flops(torch, "cpu", 2048)}
-    if lib is not None:
-        from hearth.kernels import native
-
-        computes[f"int8 dot products ({native.loaded_tier.name} kernels)"] = int8_dot_ops(lib)
-    compute = max(computes, key=computes.get)
-    return {"kind": "cpu", "runtime_bytes": runtime, "threads": torch.get_num_threads(),
+    lib, tier = native_peaks(), kernel_tier()
+    return {"kind": "cpu", "runtime_bytes": runtime, "threads": torch.get_num_threads(), "tier": tier,
             "bandwidth": read_bandwidth(torch, min(READ_BYTES, mem // 16), lib),
-            "peak_flops": computes[compute], "compute": compute}
+            "peak_flops": matmul_flops(torch, "cpu", 2048),
+            "int8_ops": int8_dot_ops(lib) if lib is not None and tier != "amx" else 0.0}
 
 
 def _measure_cuda(torch) -> dict:

@@ -53,14 +53,14 @@ class Device:
     bandwidth: float
     """Bytes per second."""
     peak_flops: float
-    """Dense FLOP/s of `compute`."""
+    """Dense bf16 FLOP/s."""
     source: str
     """Where the figures come from, said in the report."""
     runtime_bytes: int | None = None
     """Measured runtime cost (this machine); None = the kind's estimate."""
-    compute: str = "dense bf16"
-    """What peak_flops counts: a preset's bf16 tensor throughput; on this machine the better of a bf16
-    matmul and the native kernels' int8 dot products (hearth.memory.bandwidth)."""
+    int8_ops: float = 0.0
+    """Int8 multiply-add ops a second of the CPU kernels that run quantized weights' prefills (this
+    machine's, measured: hearth.memory.bandwidth); 0 where none are measured (presets, AMX, torch)."""
 
     @property
     def usable_bytes(self) -> int:

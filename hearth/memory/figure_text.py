@@ -3,7 +3,7 @@ table for `hearth plan`'s report and for the benchmark's markdown, so both say t
 
 from __future__ import annotations
 
-from hearth.memory.units import flops, nbytes, rate
+from hearth.memory.units import flops, nbytes, ops, rate
 
 
 def _tokens(v) -> str:
@@ -35,6 +35,7 @@ FIGURES = {
     "prefill_tok_s_ceiling": ("speed ceilings", "prefill", lambda v: f"{v:,.0f} tok/s"),
     "bandwidth": ("device", "bandwidth", rate),
     "peak_flops": ("device", "compute", lambda v: f"{flops(v)}/s"),
+    "int8_ops": ("device", "int8 compute", lambda v: f"{ops(v)}/s"),
 }
 
 

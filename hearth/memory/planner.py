@@ -21,7 +21,7 @@ from hearth.memory.overhead import (LOGIT_COPIES, TOKENIZER_BYTES_PER_ENTRY, act
                                    step_tokens)
 from hearth.memory.roofline import Roofline
 from hearth.memory.shape import ModelShape
-from hearth.memory.units import count, flops, nbytes, rate
+from hearth.memory.units import count, flops, nbytes, ops, rate
 from hearth.memory.weights import WeightTensor, active_matmul_params, experts_touched, weight_bytes
 
 
@@ -139,7 +139,9 @@ def _speed(req: PlanRequest, r: Roofline) -> dict[str, Figure]:
         "prefill_flops_per_token": Figure(r.prefill_flops(ctx), _prefill_flops_reason(req, r)),
         "prefill_tok_s_ceiling": Figure(prefill, _prefill_reason(r, ctx, prefill)),
         "bandwidth": Figure(d.bandwidth, f"{rate(d.bandwidth)}: {d.source}"),
-        "peak_flops": Figure(d.peak_flops, f"{flops(d.peak_flops)}/s {d.compute}: {d.source}"),
+        "peak_flops": Figure(d.peak_flops, f"{flops(d.peak_flops)}/s dense bf16: {d.source}"),
+        **({"int8_ops": Figure(d.int8_ops, f"{ops(d.int8_ops)}/s int8 dot products of the CPU kernels (their "
+                                           f"prefills of quantized weights): {d.source}")} if d.int8_ops else {}),
     }
 
 
@@ -222,4 +224,6 @@ def _prefill_reason(r: Roofline, ctx: int, value: float) -> str:
     if value < r.prefill_compute_bound(ctx):
         return (f"memory-bound: each step of {min(r.batch_tokens, ctx):,} prompt tokens reads all weights once "
                 f"at {rate(r.device.bandwidth)}")
-    return f"compute-bound: {flops(r.device.peak_flops)}/s / {flops(r.prefill_flops(ctx))} per token"
+    peak, what = r.prefill_peak
+    per_s = ops(peak) if what.startswith("int8") else flops(peak)
+    return f"compute-bound: {per_s}/s of {what} / {flops(r.prefill_flops(ctx))} per token"

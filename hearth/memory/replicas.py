@@ -109,7 +109,7 @@ def plan_replicas(req: PlanRequest, w: Workload, here: Machine, machines: list[M
     check_request(req.shape, ctx, req.concurrency, req.batch_tokens)
     share = w.threads / here.cores
     dev: Device = replace(req.device, bandwidth=req.device.bandwidth * share,
-                          peak_flops=req.device.peak_flops * share)
+                          peak_flops=req.device.peak_flops * share, int8_ops=req.device.int8_ops * share)
     roof = Roofline(req.shape, req.tensors, dev, req.kv, req.block_size, req.batch_tokens)
     decode, prefill = roof.decode_tok_s(ctx, req.concurrency), roof.prefill_tok_s(w.prompt_tokens)
     rps = 1 / (w.prompt_tokens / prefill + w.output_tokens / decode)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hearth.formats.weights import NATIVE_IDS
 from hearth.memory.devices import Device
 from hearth.memory.kv_cache import kv_bytes_read
 from hearth.memory.kv_formats import KVFormat
@@ -80,8 +81,17 @@ class Roofline:
     def prefill_flops(self, ctx: int) -> float:
         return prefill_flops(self.shape, self.tensors, ctx)
 
+    @property
+    def prefill_peak(self) -> tuple[float, str]:
+        """(ops a second, what they are) a prefill's matmuls run at: the CPU kernels' int8 dot products
+        where every matrix is in a format they multiply (the GGUF block types), else dense bf16."""
+        d = self.device
+        int8 = d.int8_ops and all(int(t.qtype) in NATIVE_IDS for t in self.tensors
+                                  if t.is_matrix and role(t, self.shape) != "embedding")
+        return (d.int8_ops, "int8 dot products") if int8 else (d.peak_flops, "dense bf16")
+
     def prefill_compute_bound(self, ctx: int) -> float:
-        return self.device.peak_flops / self.prefill_flops(ctx)
+        return self.prefill_peak[0] / self.prefill_flops(ctx)
 
     def prefill_memory_bound(self, ctx: int) -> float:
         """A step of min(batch_tokens, ctx) prompt tokens reads every weight (all experts) once."""

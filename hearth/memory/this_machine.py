@@ -1,7 +1,8 @@
-"""`--device this`: this machine's memory (detected) with read bandwidth, compute (the better of a bf16
-matmul and the native kernels' int8 dot products) and runtime cost measured once by
-hearth.memory.bandwidth in a fresh process (about four seconds), then cached in
-$HEARTH_HOME/plan/this.json until the hardware, torch or the measurement changes. `--remeasure` measures again and
+"""`--device this`: this machine's memory (detected) with read bandwidth, compute (a bf16 matmul, and
+the CPU kernels' int8 dot products) and runtime cost measured once by hearth.memory.bandwidth in a
+fresh process (about four seconds; the first time also builds the kernels, up to a minute), then
+cached in $HEARTH_HOME/plan/this.json until the hardware, torch, the kernel tier or the measurement
+changes. `--remeasure` measures again and
 keeps the better bandwidth and FLOP/s of the two runs: they are ceilings, and a busy machine only
 ever measures low (the 1-minute load average is kept with the figures and shown with them)."""
 
@@ -15,6 +16,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from hearth.kernels import tiers
 from hearth.loader.store import hearth_home
 from hearth.memory import PlanError
 from hearth.memory.bandwidth import METHOD
@@ -35,9 +37,8 @@ def this_device(home=None, refresh: bool = False) -> Device:
     if cached is not None:
         if cached["bandwidth"] > m["bandwidth"]:  # the figure kept: with the load it was measured under
             m["load_1min"] = cached.get("load_1min")
-        m["bandwidth"] = max(m["bandwidth"], cached["bandwidth"])
-        if cached["peak_flops"] > m["peak_flops"]:
-            m["peak_flops"], m["compute"] = cached["peak_flops"], cached.get("compute")
+        for ceiling in ("bandwidth", "peak_flops", "int8_ops"):
+            m[ceiling] = max(m.get(ceiling, 0.0), cached.get(ceiling, 0.0))
     _write(path, {"key": key, **m})
     return _device(m, key)
 
@@ -50,7 +51,7 @@ def machine_key() -> dict:
         torch_version = ""
     return {"cpu": cpu_name(), "cores": os.cpu_count(), "memory_bytes": system_memory(),
             "gpu": os.path.exists("/proc/driver/nvidia/gpus") and sorted(os.listdir("/proc/driver/nvidia/gpus")),
-            "torch": torch_version, "method": METHOD}
+            "torch": torch_version, "tier": tiers.selected().name, "method": METHOD}
 
 
 def cpu_name() -> str:
@@ -85,7 +86,7 @@ def _device(m: dict, key: dict) -> Device:
     return Device(f"this ({name})", m["kind"], int(m.get("memory_bytes") or key["memory_bytes"]),
                   float(m["bandwidth"]), float(m["peak_flops"]),
                   source=f"measured on this machine ({m['kind']}){under}, cached in $HEARTH_HOME/{CACHE}",
-                  runtime_bytes=int(m["runtime_bytes"]), compute=m.get("compute") or "dense bf16")
+                  runtime_bytes=int(m["runtime_bytes"]), int8_ops=float(m.get("int8_ops", 0.0)))
 
 
 def _load() -> float | None:
@@ -97,7 +98,7 @@ def _load() -> float | None:
         return None
 
 
-def _run_measurement(timeout: float = 300) -> dict:
+def _run_measurement(timeout: float = 900) -> dict:  # the first run builds the kernels too
     cmd = [sys.executable, "-m", "hearth.memory.bandwidth"]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)

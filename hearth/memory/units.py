@@ -15,11 +15,16 @@ def rate(bytes_per_s: float) -> str:
     return f"{bytes_per_s / 1e9:,.1f} GB/s"
 
 
-def flops(n: float) -> str:
-    for unit, size in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+def flops(n: float, op: str = "FLOP") -> str:
+    for prefix, size in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6)):
         if n >= size:
-            return f"{n / size:,.2f} {unit}"
-    return f"{n:,.0f} FLOP"
+            return f"{n / size:,.2f} {prefix}{op}"
+    return f"{n:,.0f} {op}"
+
+
+def ops(n: float) -> str:
+    """Integer operations (int8 multiply-adds count 2)."""
+    return flops(n, "OP")
 
 
 def count(n: float) -> str:

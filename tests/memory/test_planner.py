@@ -40,15 +40,20 @@ def test_llama_7b_decode_and_prefill_ceilings_on_h100():
     assert p["prefill_tok_s_ceiling"] == pytest.approx(989e12 / 14_026_014_720)  # 70,511 tok/s, compute-bound
     assert "compute-bound" in p.figures["prefill_tok_s_ceiling"].reason
     assert "memory-bound" in p.figures["decode_tok_s_ceiling"].reason
-    assert "/s dense bf16: NVIDIA H100 SXM datasheet" in p.figures["peak_flops"].reason
+    assert "/s dense bf16: NVIDIA H100 SXM datasheet" in p.figures["peak_flops"].reason and "int8_ops" not in p.figures
 
 
-def test_the_compute_ceiling_says_what_it_counts():
-    """This machine's compute may be the kernels' int8 dot products: the figure names it."""
-    m = from_description("llama-7b,quant=Q4_K_M")
-    device = replace(get_device("H100 SXM"), compute="int8 dot products (avx512 kernels)")
+@pytest.mark.parametrize("quant,int8", [("Q4_K_M", True), ("Q8_0", True), ("F16", False), ("BF16", False)])
+def test_quantized_prefills_run_at_the_int8_dot_rate(quant, int8):
+    """This machine's CPU kernels multiply GGUF block types on int8 dots (measured apart from the bf16
+    matmul): a prefill of such weights is bounded by that rate, of F16/BF16 weights by the matmul's."""
+    m = from_description(f"llama-7b,quant={quant}")
+    device = replace(get_device("H100 SXM"), peak_flops=100e9, int8_ops=400e9)
     p = plan(PlanRequest(m.shape, m.tensors, m.weights_source, device, 4096, 1, kv_format("f16"), 16, 2048))
-    assert "/s int8 dot products (avx512 kernels): " in p.figures["peak_flops"].reason
+    rate = 400e9 if int8 else 100e9
+    assert p["prefill_tok_s_ceiling"] == pytest.approx(rate / p["prefill_flops_per_token"])
+    assert ("of int8 dot products" if int8 else "of dense bf16") in p.figures["prefill_tok_s_ceiling"].reason
+    assert p["int8_ops"] == 400e9 and "int8 dot products of the CPU kernels" in p.figures["int8_ops"].reason
 
 
 def test_llama_7b_concurrency_on_a100_by_hand():
