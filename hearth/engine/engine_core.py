@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass
 
 from hearth.engine.detokenizer import IncrementalDetokenizer
+from hearth.config import MAX_LOGPROBS
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar
-from hearth.config import MAX_LOGPROBS
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, over_max_logprobs
 from hearth.spec_decode.policy import SpeculativeDecoder
 

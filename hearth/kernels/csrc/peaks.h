@@ -3,30 +3,33 @@
 // rate of the int8 dot products the GEMV and the GEMMs are built on. Included by every library; the
 // dot is the one its own kernels take (AVX-512 VNNI; AVX-VNNI or vpmaddubsw + vpmaddwd; NEON sdot
 // or widening multiplies). AMX tiles are not measured here: an AMX machine's bf16 matmul (oneDNN on
-// tiles, measured beside this) is its compute ceiling.
+// tiles, measured beside this) is its compute ceiling. Included after the library's own headers (the
+// intrinsics; the avx2 library's gemm_avx2.h for gemm_avx_vnni and dpbusd_vex).
 #pragma once
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdint>
 
-namespace {
+namespace peaks {
 
 #if defined(__AVX512F__)
-constexpr int VEC = 64;
+constexpr int VEC_BYTES = 64;
 #elif defined(__AVX2__)
-constexpr int VEC = 32;
+constexpr int VEC_BYTES = 32;
 #else
-constexpr int VEC = 16;
+constexpr int VEC_BYTES = 16;
 #endif
-typedef uint64_t Vec __attribute__((vector_size(VEC)));  // the ISA's widest integer vector
-constexpr int PER_LINE = 64 / VEC;
+typedef uint64_t Vec __attribute__((vector_size(VEC_BYTES)));  // the ISA's widest integer vector
+typedef Vec LooseVec __attribute__((aligned(1), may_alias));  // loads from any address (unaligned loads)
+constexpr int PER_LINE = 64 / VEC_BYTES;
 
 // One thread's read of n bytes (a multiple of 64) at p as `streams` runs side by side, a 64-byte line
 // of each in turn (a run's lines in ascending order, as the prefetchers follow them), folded by xor
 inline uint64_t read_runs(const uint8_t* p, int64_t n, int64_t streams) {
-  const Vec* v = reinterpret_cast<const Vec*>(p);
-  const int64_t lines = n / 64, per = lines / streams;
+  const LooseVec* v = reinterpret_cast<const LooseVec*>(p);
+  const int64_t lines = n / 64, per = lines / std::max<int64_t>(streams, 1);
   Vec fold[PER_LINE] = {};
   for (int64_t i = 0; i < per; ++i)
     for (int64_t s = 0; s < streams; ++s)
@@ -35,7 +38,7 @@ inline uint64_t read_runs(const uint8_t* p, int64_t n, int64_t streams) {
     for (int j = 0; j < PER_LINE; ++j) fold[j] ^= v[at * PER_LINE + j];
   uint64_t out = 0;
   for (const Vec& f : fold)
-    for (int j = 0; j < VEC / 8; ++j) out ^= f[j];
+    for (int j = 0; j < VEC_BYTES / 8; ++j) out ^= f[j];
   return out;
 }
 
@@ -56,7 +59,11 @@ inline int64_t dot_rounds(int64_t iters) {
         __asm__ volatile("" : "+v"(u));
         a = _mm512_dpbusd_epi32(a, u, s);
       }
-  for (auto& a : acc) total += _mm512_reduce_add_epi32(a);
+  for (auto& a : acc) {  // in int64: the int32 reduce of all 16 lanes overflows first
+    alignas(64) int32_t lanes[16];
+    _mm512_store_si512(lanes, a);
+    for (int32_t v : lanes) total += v;
+  }
 #elif defined(__AVX2__)
   __m256i acc[DOT_CHAINS], u = _mm256_set1_epi8(1), s = _mm256_set1_epi8(1);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -93,12 +100,12 @@ inline int64_t dot_rounds(int64_t iters) {
         a = vpadalq_s16(vpadalq_s16(a, vmull_s8(vget_low_s8(u), vget_low_s8(s))), vmull_high_s8(u, s));
 #endif
       }
-  for (auto& a : acc) total += vaddvq_s32(a);
+  for (auto& a : acc) total += vaddlvq_s32(a);  // widened: the lanes' sum past int32
 #endif
   return total;
 }
 
-}  // namespace
+}  // namespace peaks
 
 extern "C" {
 
@@ -110,7 +117,7 @@ uint64_t hk_read_pass(const uint8_t* buf, int64_t bytes, int64_t streams) {
   {
     const int64_t lines = bytes / 64, n = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t l0 = lines * t / n, l1 = lines * (t + 1) / n;
-    fold ^= read_runs(buf + 64 * l0, 64 * (l1 - l0), streams);
+    fold ^= peaks::read_runs(buf + 64 * l0, 64 * (l1 - l0), streams);
   }
   return fold;
 }
@@ -120,7 +127,7 @@ uint64_t hk_read_pass(const uint8_t* buf, int64_t bytes, int64_t streams) {
 int64_t hk_int8_dot_pass(int64_t iters) {
   int64_t macs = 0;
 #pragma omp parallel reduction(+ : macs)
-  macs += dot_rounds(iters);
+  macs += peaks::dot_rounds(iters);
   return macs;
 }
 
