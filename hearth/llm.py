@@ -40,7 +40,7 @@ from hearth.spec_decode.cost import StepCost
 from hearth.spec_decode.policy import SpeculativeDecoder
 from hearth.spec_decode.thresholds import POLICY
 from hearth.tool_guard import DEFAULT_MODE
-from hearth.tool_guard.offline import chat_constraint
+from hearth.tool_guard.offline import chat_constraint, chat_message
 
 PromptType = str | dict
 log = logging.getLogger("hearth")
@@ -204,14 +204,19 @@ class LLM:
              tool_guard: str = DEFAULT_MODE) -> RequestOutput:
         """tool_guard: "guard" or "grammar" constrain a call once the model starts one (from the first
         token when tool_choice forces one), "off" leaves the output free; the server's guard also
-        validates and retries (hearth.api.guarded)."""
+        validates and retries (hearth.api.guarded). Each output's `message` is its answer as an
+        assistant message: content, parsed `tool_calls`, reasoning."""
         text = self.chat_template.render(_template_messages(messages), tools=tools)
         ids = self._chat_ids(text)
         params = sampling_params or SamplingParams()
         so = chat_constraint(self.chat_template.source, tools, tool_choice, tool_guard, text)
         if so is not None and params.structured_output is None:
             params = replace(params, structured_output=so)
-        return self.generate({"prompt_token_ids": ids}, params)[0]
+        out = self.generate({"prompt_token_ids": ids}, params)[0]
+        for o in out.outputs:  # each answer also as the message to append for the next turn
+            o.message = chat_message(self.chat_template.source, tools, tool_choice, text, o.text,
+                                     cut=o.finish_reason == "length")
+        return out
 
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         return self._chat_ids(self.chat_template.render(_template_messages(messages), tools=tools))

@@ -15,6 +15,10 @@ class CompletionOutput:
     stop_reason: int | str | None = None
     """The stop string or token id that ended it, if any."""
     logprobs: list[dict[int, float]] | None = None
+    message: dict | None = None
+    """LLM.chat's outputs only: the answer as an OpenAI assistant message (`content`, the
+    `tool_calls` of offered tools parsed as the server parses them, `reasoning_content` where the
+    template has a reasoning channel), ready to append to the conversation for the next turn."""
 
 
 @dataclass(slots=True)

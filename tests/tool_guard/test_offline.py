@@ -11,7 +11,7 @@ from hearth import SamplingParams
 from hearth.api.chat_template import ChatTemplate
 from hearth.llm import LLM
 from hearth.tool_guard import ToolGuardError
-from hearth.tool_guard.offline import chat_constraint
+from hearth.tool_guard.offline import chat_constraint, chat_message
 from tests.gguf_factory import write_tiny_gguf
 from tests.server.fakes import CHATML_NO_TOOLS, TEMPLATE
 
@@ -36,6 +36,26 @@ def test_forced_call_holds_on_random_weights(llm):
     assert text.startswith("<tool_call>\n") and text.rstrip().endswith("</tool_call>"), text
     call = json.loads(text[len("<tool_call>"):text.rindex("</tool_call>")])
     assert call["name"] == "get_weather" and set(call["arguments"]) == {"city"}
+    # the same answer as the message to append for the next turn: the call parsed, no markup left
+    message = out.outputs[0].message
+    assert message["role"] == "assistant" and message["content"] == ""
+    [parsed] = message["tool_calls"]
+    assert parsed["function"]["name"] == "get_weather" and json.loads(parsed["function"]["arguments"]) == call["arguments"]
+    again = llm.chat([*MESSAGES, message, {"role": "tool", "content": "sunny"}], SamplingParams(max_tokens=2))
+    assert again.outputs[0].message["role"] == "assistant"  # it renders back as a turn
+
+
+def test_chat_message_reads_answers_as_the_server_does():
+    """Calls of offered tools in the template's format or a fenced near-miss; text stays content; no
+    tools (or tool_choice none): no calls parsed, whatever the text says."""
+    fenced = '```json\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n```'
+    tagged = 'Sure.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
+    for text, content in ((fenced, ""), (tagged, "Sure.")):
+        m = chat_message(TEMPLATE, [WEATHER], None, "", text, cut=False)
+        assert m["content"] == content and m["tool_calls"][0]["function"] == {
+            "name": "get_weather", "arguments": '{"city": "Oslo"}'}
+    assert chat_message(TEMPLATE, None, None, "", tagged, cut=False) == {"role": "assistant", "content": tagged}
+    assert chat_message(TEMPLATE, [WEATHER], "none", "", tagged, cut=False) == {"role": "assistant", "content": tagged}
 
 
 def test_modes_pick_the_grammar():
