@@ -203,9 +203,15 @@ def _engine_series(s) -> list[tuple[type, str, str, float]]:
 
 
 def _spec_counters(spec) -> list[tuple[str, str, int]]:
-    """vLLM's vllm:spec_decode_* counters."""
+    """vLLM's vllm:spec_decode_* counters, then hearth's policy's decisions (why drafts were few)."""
     return [
         ("hearth:spec_decode_num_drafts", "Sequence-steps that verified draft tokens.", spec.num_drafts),
         ("hearth:spec_decode_num_draft_tokens", "Draft tokens verified.", spec.num_draft_tokens),
         ("hearth:spec_decode_num_accepted_tokens", "Draft tokens accepted.", spec.num_accepted_tokens),
+        ("hearth:spec_decode_policy_steps", "Steps with a request decoding its next token.", spec.num_steps),
+        ("hearth:spec_decode_policy_steps_drafting", "Of them, steps that offered drafts.", spec.num_steps_drafting),
+        ("hearth:spec_decode_policy_steps_batch_off",
+         "Of them, steps without drafts: the batch at disable_by_batch_size or more.", spec.num_steps_batch_off),
+        ("hearth:spec_decode_policy_paused",
+         "Request-steps without drafts: the request's drafts kept failing.", spec.num_paused),
     ]

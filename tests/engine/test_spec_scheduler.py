@@ -233,6 +233,7 @@ def test_spec_counters_reach_metrics():
     engine, _, _ = make_spec_engine([[0, 0, 0], [9, 9]])
     spec = engine.spec.stats
     spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens = 3, 12, 7
+    spec.num_steps, spec.num_steps_drafting, spec.num_steps_batch_off, spec.num_paused = 9, 3, 2, 4
     spec.accepted_per_pos[:] = [3, 2, 1, 1]
     stats = AsyncEngine(engine).stats()
     assert stats.spec == spec and stats.spec is not spec and stats.spec.accepted_per_pos is not spec.accepted_per_pos
@@ -246,7 +247,11 @@ def test_spec_counters_reach_metrics():
     for line in ('hearth:spec_decode_num_drafts_total{model_name="m"} 3.0',
                  'hearth:spec_decode_num_draft_tokens_total{model_name="m"} 12.0',
                  'hearth:spec_decode_num_accepted_tokens_total{model_name="m"} 7.0',
-                 'hearth:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 2.0'):
+                 'hearth:spec_decode_num_accepted_tokens_per_pos_total{model_name="m",position="1"} 2.0',
+                 'hearth:spec_decode_policy_steps_total{model_name="m"} 9.0',  # why drafts were few
+                 'hearth:spec_decode_policy_steps_drafting_total{model_name="m"} 3.0',
+                 'hearth:spec_decode_policy_steps_batch_off_total{model_name="m"} 2.0',
+                 'hearth:spec_decode_policy_paused_total{model_name="m"} 4.0'):
         assert line in text, line
 
 
