@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import operator
 import sys
+import threading
 import time
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import fields, replace
 
@@ -43,10 +47,32 @@ from hearth.tool_guard import DEFAULT_MODE
 from hearth.tool_guard.offline import chat_constraint, chat_message
 
 PromptType = str | dict
+PROMPT_TYPES = "a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}"
+"""What one prompt may be (vLLM's PromptType: a string, a TextPrompt or a TokensPrompt)."""
 log = logging.getLogger("hearth")
 
 
+class LLMClosedError(HearthError):
+    """A call that would run the engine after LLM.close()."""
+
+
 class LLM:
+    """A model loaded for offline generation (vLLM's `LLM`): `generate(prompts, SamplingParams)`,
+    `chat(messages, ...)` (with `tools`, `tool_choice` and `tool_guard`: "guard" | "grammar" | "off"),
+    `stream(prompt)`, then `close()`. Calls from several threads run one at a time.
+
+    Engine arguments (hearth.config.EngineConfig, whose field docstrings say more):
+      model: catalog name, .gguf path or hub reference org/repo:file.gguf
+      max_model_len: longest prompt + output in tokens (0: the model's own context)
+      max_num_seqs: most sequences per step; max_num_batched_tokens: tokens per step
+      kv_cache_dtype: auto | f16 | bf16 | fp8_e4m3 | q8_0 | q4_0 | kvarn_k4v2 | kvarn_k4v4
+      kv_cache_memory_gb, num_kv_blocks, block_size: the KV cache's size
+      enable_prefix_caching: reuse the K/V of a seen prompt prefix; kv_disk_dir: keep it on disk
+      speculative_config: vLLM's dict (or JSON), e.g. {"method": "ngram", "num_speculative_tokens": 4}
+      max_logprobs: most top logprobs per token a request may ask (-1: no cap)
+      threads: CPU threads (0: torch's default); device: auto | cpu | cuda | torch; seed: default seed
+    progress: a loading bar on a terminal."""
+
     def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, **engine_args):
         known = {f.name for f in fields(EngineConfig)}
         unknown = sorted(set(engine_args) - known)
@@ -136,31 +162,60 @@ class LLM:
         self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0
+        self._lock = threading.Lock()
+        """Held by the call that steps the engine: each steps it until its own requests end, and would
+        take (and drop) another thread's outputs on the way."""
+        self._holder: int | None = None  # the thread that holds _lock (an open stream's may call again)
+        self._closed = False
+        self._request_ids = itertools.count()  # across calls: ids never collide in the engine
+
+    @contextmanager
+    def _driving(self, call: str, closing: bool = False):
+        """Run the engine for one call: after any other thread's call, never after close() (closing:
+        the call is close(), which may come twice)."""
+        if self._holder == threading.get_ident():  # a plain Lock would wait for itself forever
+            raise RuntimeError(f"LLM.{call}: a stream of this LLM is still open in this thread: "
+                               "exhaust or close() it first")
+        with self._lock:
+            if self._closed and not closing:
+                raise LLMClosedError(f"LLM.{call}: this LLM is closed (LLM.close() was called): load a new LLM")
+            self._holder = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._holder = None
 
     def generate(self, prompts: PromptType | list[PromptType],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
-        """Run prompts to completion together; one RequestOutput per prompt, in order."""
-        prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
+        """Run prompts to completion together; one RequestOutput per prompt, in order. prompts: one
+        prompt or a list of them, each a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}."""
+        prompts = _prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
-        encoded = [self._prompt_ids(prompt) for prompt in prompts]
+        encoded = [self._prompt_ids(prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
         for (_, ids), p in zip(encoded, params):  # validate every request before queueing any
             self.engine.check_request(ids, p)
+        with self._driving("generate"):
+            return self._run(encoded, params)
+
+    def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
+        """generate's work, under the engine's lock: each (text, ids) runs with its params."""
         results, children = [], {}
-        for i, ((text, ids), p) in enumerate(zip(encoded, params)):
-            result = RequestOutput(str(i), text, ids, [])
-            results.append(result)
-            for j in range(p.n):
-                child = p if p.seed is None else replace(p, seed=p.seed + j)
-                if j and p.prompt_logprobs is not None:  # the first child's are the result's: the rest hit its prefix
-                    child = replace(child, prompt_logprobs=None)
-                rid = self.engine.add_request(ids, child, request_id=f"{i}-{j}", checked=True)
-                result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
-                children[rid] = (result, result.outputs[j])
         try:
+            for (text, ids), p in zip(encoded, params):
+                result = RequestOutput(str(next(self._request_ids)), text, ids, [])
+                results.append(result)
+                for j in range(p.n):
+                    child = p if p.seed is None else replace(p, seed=p.seed + j)
+                    # the first child's prompt logprobs are the result's: the rest hit its prefix
+                    if j and p.prompt_logprobs is not None:
+                        child = replace(child, prompt_logprobs=None)
+                    rid = self.engine.add_request(ids, child, request_id=f"{result.request_id}-{j}", checked=True)
+                    result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
+                    children[rid] = (result, result.outputs[j])
             while self.engine.has_unfinished():
                 for out in self.engine.step():
                     result, comp = children[out.request_id]
@@ -182,22 +237,29 @@ class LLM:
         return results
 
     def close(self) -> None:
-        """Finish the disk tier's queued writes (they are lost if the process exits first)."""
-        self.engine.close()
+        """Finish the disk tier's queued writes (they are lost if the process exits first), after any
+        call in progress; later calls that would run the engine raise LLMClosedError."""
+        with self._driving("close", closing=True):
+            if not self._closed:
+                self._closed = True
+                self.engine.close()
 
     def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None):
-        """Yield EngineOutput deltas of one request as they are generated."""
-        _, ids = self._prompt_ids(prompt)
-        rid = self.engine.add_request(ids, sampling_params or SamplingParams())
-        try:
-            while self.engine.has_unfinished():
-                for out in self.engine.step():
-                    if out.request_id == rid:
-                        yield out
-                        if out.finished:
-                            return
-        finally:
-            self.engine.abort(rid)  # a consumer that stops early frees the request's blocks
+        """Yield EngineOutput deltas of one request as they are generated. The engine is this
+        stream's (other threads' calls wait) until it ends or is closed."""
+        _, ids = self._prompt_ids(prompt, "prompt")
+        with self._driving("stream"):
+            rid = self.engine.add_request(ids, sampling_params or SamplingParams(),
+                                          request_id=str(next(self._request_ids)))
+            try:
+                while self.engine.has_unfinished():
+                    for out in self.engine.step():
+                        if out.request_id == rid:
+                            yield out
+                            if out.finished:
+                                return
+            finally:
+                self.engine.abort(rid)  # a consumer that stops early frees the request's blocks
 
     def chat(self, messages: list[dict], sampling_params: SamplingParams | None = None,
              tools: list[dict] | None = None, *, tool_choice: str | dict | None = None,
@@ -228,12 +290,46 @@ class LLM:
             text = text[len(tok.bos_token):]
         return tok.encode(text, add_special_tokens=True, parse_special=True)
 
-    def _prompt_ids(self, prompt: PromptType) -> tuple[str | None, list[int]]:
-        if isinstance(prompt, str):
-            return prompt, self.tokenizer.encode(prompt)
+    def _prompt_ids(self, prompt: PromptType, name: str) -> tuple[str | None, list[int]]:
+        """name: where the prompt sits in the call (prompts[2]), for the error."""
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            return prompt.get("prompt"), [int(t) for t in prompt["prompt_token_ids"]]
-        raise TypeError("a prompt is a string or {'prompt_token_ids': [...]}")
+            return prompt.get("prompt"), _token_ids(prompt["prompt_token_ids"], f"{name}['prompt_token_ids']")
+        text = prompt.get("prompt") if isinstance(prompt, dict) else prompt
+        if isinstance(text, str):
+            return text, self.tokenizer.encode(text)
+        raise TypeError(f"{name} must be {PROMPT_TYPES}, not {_type_name(prompt)}")
+
+
+def _prompt_list(prompts) -> list:
+    """generate's prompts as a list: one prompt, or a list (any iterable) of them."""
+    if isinstance(prompts, (str, dict)):
+        return [prompts]
+    if not isinstance(prompts, (bytes, bytearray)):
+        try:
+            return list(prompts)
+        except TypeError:
+            pass
+    raise TypeError(f"prompts must be one prompt ({PROMPT_TYPES}) or a list of them, not {_type_name(prompts)}")
+
+
+def _token_ids(ids, name: str) -> list[int]:
+    if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
+        raise TypeError(f"{name} must be a list of int token ids, not {type(ids).__name__}")
+    out = []
+    for k, t in enumerate(ids):
+        try:  # index(): ints (numpy's too), never a float cut short nor a digit string
+            out.append(operator.index(t))
+        except TypeError:
+            raise TypeError(f"{name}[{k}] must be an int token id, not {type(t).__name__}") from None
+    return out
+
+
+def _type_name(value) -> str:
+    if not isinstance(value, dict):
+        return type(value).__name__
+    if "prompt" in value:
+        return f"{{'prompt': {type(value['prompt']).__name__}}}"
+    return f"a dict without 'prompt' or 'prompt_token_ids' (keys: {', '.join(map(str, value)) or 'none'})"
 
 
 def _template_messages(messages: list[dict]) -> list[dict]:
