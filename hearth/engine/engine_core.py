@@ -98,6 +98,8 @@ class EngineCore:
         if not checked:
             self.check_request(prompt_token_ids, params)
         rid = request_id if request_id is not None else str(next(self._ids))
+        if rid in self.detokenizers:  # a second one would take over the first's detokenizer and state
+            raise ValueError(f"request id {rid!r} is already in the engine")
         eos = frozenset(self.tokenizer.eog_ids)
         self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len))
         self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)

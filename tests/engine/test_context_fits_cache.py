@@ -94,3 +94,13 @@ def test_the_engine_loop_sleeps_while_only_unadmittable_requests_wait():
     finally:
         ae.shutdown()
     assert sched.kv.pool.num_free == 2
+
+
+def test_a_request_id_already_in_the_engine_is_refused():
+    """A second request under a running one's id would take over its detokenizer: refused, the first
+    left as it was."""
+    engine, sched, _ = make_engine(num_blocks=8, block_size=4, max_len=64)
+    engine.add_request([1, 2, 3], SamplingParams(max_tokens=2), request_id="x")
+    with pytest.raises(ValueError, match="request id 'x' is already in the engine"):
+        engine.add_request([4, 5], SamplingParams(max_tokens=2), request_id="x")
+    assert [r.prompt_token_ids for r in sched.waiting] == [[1, 2, 3]]
