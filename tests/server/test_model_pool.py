@@ -339,6 +339,19 @@ def test_a_follow_up_on_another_model_does_not_reuse_the_first_models_ids(serve)
     assert ShiftedTokenizer().decode(b_ids) == a_prompt  # b: all its own ids, none of a's
 
 
+def test_a_follow_up_without_model_stays_on_the_previous_response_s_model(serve):
+    """OpenAI requires `model`; hearth takes it missing, and a follow-up then continues its conversation's
+    model (it went to the server's first model)."""
+    pool, loader = pool_of(("a", 1), ("b", 1))
+    client = serve(pool)
+    first = client.post("/v1/responses", json={"model": "b", "input": "script:hello"}).json()
+    r = client.post("/v1/responses", json={"input": "more", "previous_response_id": first["id"]})
+    assert r.status_code == 200 and r.json()["model"] == "b", r.text
+    assert loader.loads == ["b"] and [a.prompt.endswith("more<|im_end|>\n<|im_start|>assistant\n")
+                                      for a in loader.engine("b").added] == [False, True]
+    assert client.post("/v1/responses", json={"input": "new"}).json()["model"] == "a"  # none to follow: the first
+
+
 def test_names_must_be_unique_across_models():
     with pytest.raises(ValueError, match="'x' is used by both 'a' and 'b'"):
         ModelPool(specs((["a", "x"], 1), (["b", "x"], 1)), FakeLoader())
