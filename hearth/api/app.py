@@ -78,7 +78,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     if config.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], allow_credentials="*" not in config.cors_origins,
-                           expose_headers=[IGNORED_HEADER])
+                           expose_headers=[IGNORED_HEADER, "Retry-After", "x-should-retry"])  # SDKs in a browser read them
     return app
 
 

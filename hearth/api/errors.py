@@ -33,12 +33,29 @@ _TYPES = {
 }
 
 
-class APIError(Exception):
-    """An error to answer with; `param` names the request field at fault (OpenAI's `param`)."""
+RETRY_AFTER_S = 1
+"""`Retry-After` of a full queue (429) and of a model whose room is held (503 model_busy): the server
+knows no finish time for the requests in the way, and a model_busy request already waited
+ModelPool.busy_wait_s on the server, which takes the room the moment it frees, so a prompt retry loses nothing."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None):
+
+class APIError(Exception):
+    """An error to answer with; `param` names the request field at fault (OpenAI's `param`).
+    `retry_after`: seconds for the `Retry-After` header of a retryable 429/503 (the SDKs wait that
+    long, not their own backoff); `permanent`: a 5xx that no retry fixes, sent with
+    `x-should-retry: false` (the openai and anthropic SDKs then do not retry it)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 retry_after: int | None = None, permanent: bool = False):
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
+        self.retry_after, self.permanent = retry_after, permanent
+
+    def headers(self) -> dict[str, str] | None:
+        h = {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
+        if self.permanent:
+            h["x-should-retry"] = "false"
+        return h or None
 
 
 def is_anthropic(path: str) -> bool:
@@ -71,7 +88,7 @@ _WIRE_NAMES = {"/v1/completions": {"prompt_logprobs": "logprobs"},  # echo asks 
 def from_hearth_error(e: HearthError, path: str = "") -> APIError:
     """The API status of an error the engine raised about a request on route `path`."""
     if isinstance(e, EngineFullError):
-        return APIError(429, str(e), code="queue_full")
+        return APIError(429, str(e), code="queue_full", retry_after=RETRY_AFTER_S)
     if isinstance(e, EngineShutdownError):
         return APIError(503, str(e), code="server_shutting_down")
     if isinstance(e, EngineStepError):
@@ -131,8 +148,7 @@ def validation_message(errors: list) -> tuple[str, str | None]:
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError):
-        headers = {"Retry-After": "1"} if e.status == 429 else None
-        return error_response(request.url.path, e.status, e.message, e.param, e.code, headers)
+        return error_response(request.url.path, e.status, e.message, e.param, e.code, e.headers())
 
     @app.exception_handler(HearthError)
     async def _hearth_error(request: Request, e: HearthError):

@@ -2,7 +2,8 @@
 keeps answering), unloaded least-recently-used when the next one would not fit the memory budget.
 
 A pinned model is never unloaded; a model with requests in flight is not unloaded under them (its
-turn waits up to `busy_wait_s`, then the request that needed the room gets a 503 saying why). The
+turn waits up to `busy_wait_s`, then the request that needed the room gets a 503 saying why, with
+`Retry-After`; one that can never fit gets a 503 its SDK does not retry). The
 loading itself is the `loader` that `hearth serve` injects (tests inject fakes): nothing here
 touches torch."""
 
@@ -17,7 +18,7 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from hearth.api.errors import APIError
+from hearth.api.errors import RETRY_AFTER_S, APIError
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import EngineShutdownError
 from hearth.errors import HearthError
@@ -38,6 +39,8 @@ class ModelSpec:
     """Its context, for /v1/models before it is loaded; 0 = not known yet."""
     router: RouterConfig | None = None
     """A small model of this pool that answers its single-turn tool calls when sure (hearth.api.tool_router)."""
+    kv_bytes: int = 0
+    """The KV cache's part of footprint (what --kv-cache-memory-gb and a shorter context lower); 0: not known."""
 
     @property
     def name(self) -> str:
@@ -240,8 +243,8 @@ class ModelPool:
         if need + held > budget:
             beside = f" beside the pinned {', '.join(s.spec.name for s in pinned)} ({_gib(held)})" if pinned else ""
             raise APIError(503, f"model {slot.spec.name!r} needs {_gib(need)}, which does not fit the server's "
-                           f"memory budget of {_gib(budget)}{beside} (--max-memory)", param="model",
-                           code="model_too_large")
+                           f"memory budget of {_gib(budget)}{beside} (--max-memory){_share(slot.spec)}",
+                           param="model", code="model_too_large", permanent=True)
         deadline = time.monotonic() + self.busy_wait_s
         while self._used() + need > budget:
             idle = [s for s in self.slots if s.served is not None and not s.spec.pinned and not s.busy()]
@@ -252,8 +255,9 @@ class ModelPool:
                 busy = [s.spec.name for s in self.slots if s.reserved and not s.spec.pinned and s is not slot]
                 raise APIError(503, f"model {slot.spec.name!r} needs {_gib(need)} of the {_gib(budget)} budget "
                                f"and {_gib(budget - self._used())} is free; the models holding the rest "
-                               f"({', '.join(busy)}) are serving requests or loading: retry shortly",
-                               param="model", code="model_busy")
+                               f"({', '.join(busy)}) are still serving requests or loading after the {self.busy_wait_s:g} s "
+                               "this request waited for them: retry shortly", param="model", code="model_busy",
+                               retry_after=RETRY_AFTER_S)
             await asyncio.sleep(0.05)
 
     async def _unload(self, victim: _Slot, for_name: str) -> None:
@@ -268,6 +272,17 @@ class ModelPool:
 def _say(line: str) -> None:
     """A progress line in the server's log (stderr, as `hearth serve`'s own lines)."""
     print(f"hearth: {line}", file=sys.stderr, flush=True)
+
+
+def _share(spec: ModelSpec) -> str:
+    """What makes most of a model's share, and the setting that lowers it (a too-large model's 503)."""
+    if not spec.kv_bytes:
+        return ""
+    weights = spec.footprint - spec.kv_bytes  # with one step's activations and the tokenizer
+    if spec.kv_bytes >= weights:
+        return (f"; most of that is its KV cache ({_gib(spec.kv_bytes)}): --kv-cache-memory-gb caps it (default "
+                "2 GiB), and its `context` in the --models file (or --max-model-len) sizes it below that cap")
+    return f"; most of that is its weights ({_gib(weights)}): a smaller quantization of the model needs less"
 
 
 def _gib(n: int) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from hearth.api.messages import _kind, bad, template_arguments
+from hearth.api.responses_output import item_id
 from hearth.sampling_params import StructuredOutput
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
@@ -36,6 +37,30 @@ def input_messages(given: str | list | None, before: list[dict] = ()) -> list[di
             raise bad(f"{where}.type", f"unknown item type {kind!r}; expected one of {known}")
         handler(item, where, out, pending)
     return out[len(before):]
+
+
+_ID_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
+
+
+def as_items(given: str | list | None) -> list[dict]:
+    """`input` as GET /v1/responses/{id}/input_items lists it (call after input_messages checked it):
+    each item with its `type` and an `id` (hearth's where the client gave none), a message's text as
+    content parts (OpenAI's ResponseInputMessageItem: input_text, output_text in an assistant turn)."""
+    if given is None:
+        return []
+    if isinstance(given, str):
+        given = [{"role": "user", "content": given}]
+    out = []
+    for item in given:
+        kind = item.get("type", "message")
+        it = {**item, "type": kind, "id": item.get("id") or item_id(_ID_PREFIX[kind])}
+        if kind == "message":
+            if isinstance(it.get("content"), str):
+                part = "output_text" if it["role"] == "assistant" else "input_text"
+                it["content"] = [{"type": part, "text": it["content"]}]
+            it.setdefault("status", "completed")
+        out.append(it)
+    return out
 
 
 def _message(item: dict, where: str, out: list[dict], pending: dict) -> None:

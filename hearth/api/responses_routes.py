@@ -1,5 +1,6 @@
-"""POST /v1/responses, GET and DELETE /v1/responses/{id}: the OpenAI Responses API over the chat
-path (template, tools, grammar, output parser), answered whole or as typed stream events.
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}, GET .../{id}/input_items and POST
+.../{id}/cancel: the OpenAI Responses API over the chat path (template, tools, grammar, output
+parser), answered whole or as typed stream events.
 
 A follow-up (`previous_response_id`) renders the stored conversation plus its new input; when that
 text starts with the previous prompt and output as generated, its ids are the stored ids plus the
@@ -18,11 +19,11 @@ from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.messages import openai_messages
-from hearth.api.responses_items import (chat_tool_choice, chat_tools, input_messages, text_format,
+from hearth.api.responses_items import (as_items, chat_tool_choice, chat_tools, input_messages, text_format,
                                         with_instructions)
 from hearth.api.responses_output import OutputBuilder, assistant_messages
 from hearth.api.responses_protocol import ResponsesRequest
-from hearth.api.responses_store import StoredResponse
+from hearth.api.responses_store import StoredResponse, items_page
 from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse, named_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
@@ -38,15 +39,18 @@ router = APIRouter()
 async def create_response(body: ResponsesRequest, request: Request):
     state = request.app.state
     store = state.responses
-    served = await state.models.get(body.model)
     prev = None
     if body.previous_response_id is not None:
         prev = store.get(body.previous_response_id)
         if prev is None:
             raise APIError(400, f"previous_response_id: no stored response {body.previous_response_id!r} "
                            "(never stored, deleted, or expired)", param="previous_response_id")
+    # no `model` (OpenAI requires one; hearth takes it missing): a follow-up stays on its conversation's model
+    model = body.model or (prev.body.get("model") if prev else None)
+    served = await state.models.get(model)
     before = prev.messages if prev else []
     conversation = before + input_messages(body.input, before)
+    items = (prev.input_items + prev.body.get("output", []) if prev else []) + as_items(body.input)
     if not conversation:
         raise APIError(400, "input: is required (a string or a list of items)", param="input")
     choice = chat_tool_choice(body.tool_choice)
@@ -81,8 +85,8 @@ async def create_response(body: ResponsesRequest, request: Request):
 
     req = ChoicesRequest(served, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, guard,
                          body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}", streaming=bool(body.stream))
-    source, _ = await routed_choices(state, body.model, ask, render_for, req)
-    reply = _Reply(served, store, body, source, conversation, prompt, ids)
+    source, _ = await routed_choices(state, model, ask, render_for, req)
+    reply = _Reply(served, store, body, source, conversation, prompt, ids, items)
     if body.stream:
         return SSEResponse(reply.events(), on_close=source.abort)
     result = await until_disconnect(request, reply.whole())
@@ -102,6 +106,34 @@ async def delete_response(response_id: str, request: Request):
     if not request.app.state.responses.delete(response_id):
         raise _not_found(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
+
+
+@router.get("/v1/responses/{response_id}/input_items")
+async def list_input_items(response_id: str, request: Request, after: str | None = None, limit: str = "20",
+                           order: str = "desc"):
+    """OpenAI's list input items: the context the response answered, newest first unless order=asc."""
+    record = request.app.state.responses.get(response_id)
+    if record is None:
+        raise _not_found(response_id)
+    if not limit.isdigit() or not 1 <= int(limit) <= 100:
+        raise APIError(400, f"limit: must be a whole number from 1 to 100, not {limit!r}", param="limit")
+    if order not in ("asc", "desc"):
+        raise APIError(400, f"order: must be 'asc' or 'desc', not {order!r}", param="order")
+    try:
+        return items_page(record.input_items, after, int(limit), order)
+    except ValueError:
+        raise APIError(400, f"after: no input item {after!r} in response {response_id!r}", param="after") from None
+
+
+@router.post("/v1/responses/{response_id}/cancel")
+async def cancel_response(response_id: str, request: Request):
+    """OpenAI cancels only responses created with background=true; hearth runs none in the background
+    (`background` is ignored), so a stored response is answered as OpenAI answers a synchronous one."""
+    if request.app.state.responses.get(response_id) is None:
+        raise _not_found(response_id)
+    raise APIError(400, f"cannot cancel a synchronous response: only a response created with background=true "
+                   f"can be cancelled, and {response_id!r} was not (hearth runs none in the background)",
+                   param="response_id")
 
 
 def _not_found(response_id: str) -> APIError:
@@ -127,10 +159,11 @@ def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
 
 class _Reply:
     def __init__(self, served, store, body: ResponsesRequest, gen, conversation: list[dict], prompt: str,
-                 ids: list[int]):
-        """gen: the response's choices (hearth.api.choices / hearth.api.guarded): parsed updates."""
+                 ids: list[int], items: list[dict]):
+        """gen: the response's choices (hearth.api.choices / hearth.api.guarded): parsed updates;
+        items: its input items (StoredResponse.input_items)."""
         self.served, self.store, self.body, self.gen = served, store, body, gen
-        self.conversation, self.prompt, self.ids = conversation, prompt, ids
+        self.conversation, self.prompt, self.ids, self.items = conversation, prompt, ids, items
         self.id = gen.request_id
         self.created = int(time.time())
         self.builder = OutputBuilder()
@@ -182,7 +215,8 @@ class _Reply:
             # retried, or answered by a router's small model: the output ids continue no single prompt of this model
             retried = bool(ext and (ext.get("retries") or (ext.get("router") or {}).get("decision") == "accepted"))
             text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
-            self.store.put(self.id, StoredResponse(body, messages, text, [] if retried else self.ids + self.output_ids))
+            self.store.put(self.id, StoredResponse(body, messages, text, [] if retried else self.ids + self.output_ids,
+                                                   input_items=self.items))
         return body
 
     async def whole(self) -> dict:

@@ -1,5 +1,6 @@
-"""Stored responses (`store`, `previous_response_id`, GET/DELETE /v1/responses/{id}), bounded in
-number and age: the oldest goes first when the store is full, and an expired one is gone.
+"""Stored responses (`store`, `previous_response_id`, GET/DELETE /v1/responses/{id}, its
+input_items), bounded in number and age: the oldest goes first when the store is full, and an
+expired one is gone.
 
 A record keeps what a follow-up needs to continue through the prefix cache: the conversation as
 chat messages (input and output, without `instructions`, which OpenAI does not carry over), and
@@ -26,6 +27,9 @@ class StoredResponse:
     token_ids: list[int]
     """Previous prompt ids + output ids: the KV the prefix cache holds for `text`."""
     created: float = field(default=0.0)
+    input_items: list[dict] = field(default_factory=list)
+    """What GET /v1/responses/{id}/input_items lists, oldest first: as OpenAI, the whole context this
+    response answered (a previous response's input items and output, then this request's input)."""
 
 
 class ResponseStore:
@@ -66,3 +70,13 @@ class ResponseStore:
             if first.created >= oldest:
                 return
             self._items.popitem(last=False)
+
+
+def items_page(items: list[dict], after: str | None, limit: int, order: str) -> dict:
+    """OpenAI's list object over stored input items: `order` asc (oldest first) or desc, up to `limit`
+    after the item whose id is `after` (one not among them: ValueError, the caller's 400)."""
+    ordered = items if order == "asc" else items[::-1]
+    start = [it["id"] for it in ordered].index(after) + 1 if after is not None else 0
+    data = ordered[start:start + limit]
+    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None, "has_more": start + limit < len(ordered)}

@@ -2,7 +2,7 @@
 
 `hearth eval perplexity MODEL [--kv-cache-dtype D] [--ctx N] [--text FILE]`: perplexity the way
 llama.cpp's `llama-perplexity` computes it: the text is cut into non-overlapping windows of ctx
-tokens (the first token of each replaced by BOS when the model uses one), each window is run from an
+tokens (at most the model's context, as `run --ctx`) (the first token of each replaced by BOS when the model uses one), each window is run from an
 empty cache, and the second half of each window is scored (every token there sees at least ctx/2
 tokens before it). Prints the running perplexity per window and the final estimate +/- its standard
 error. The windows run through the engine's model runner and KV cache, with the chosen KV codec, so
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
     p.add_argument("--kv-cache-dtype", default="auto",
                    help="KV cache format: auto (f16), bf16, fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4")
-    p.add_argument("--ctx", type=int, default=512, help="window (context) length in tokens (default: %(default)s)")
+    p.add_argument("--ctx", type=int, default=512, help="window (context) length in tokens, at most the model's (default: %(default)s)")
     p.add_argument("--text", help="UTF-8 text file to score (default: the text hearth ships)")
     p.add_argument("--chunks", type=int, default=0, help="score only the first N windows (default: all)")
     p.add_argument("--batch", type=int, default=512, help="tokens per forward pass (default: %(default)s)")
@@ -156,6 +156,10 @@ def main(args: argparse.Namespace) -> int:
         return eval_tools.main(args)
     from hearth.kvstore.codecs import get_codec
     from hearth.llm import LLM
+    from hearth.loader.context import context_to_run
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.loader.resolve import resolve_model
+    from hearth.memory.gguf_shape import shape_from_gguf
 
     text_path = Path(args.text) if args.text else DEFAULT_TEXT
     try:
@@ -165,21 +169,22 @@ def main(args: argparse.Namespace) -> int:
     if args.ctx < 16:
         raise HearthError(f"--ctx must be at least 16, not {args.ctx}")
     get_codec(args.kv_cache_dtype).block_size(args.block_size or None)  # a bad format fails before loading
+    # as `run --ctx`: past the model's own context, that one, said in one line (hearth.loader.context);
+    # read from the header first, so that no cache is sized for the longer window
+    ctx = context_to_run(args.ctx, shape_from_gguf(GGUFFile(resolve_model(args.model))).context_length)
     # the LLM's own cache goes unused (runner_for brings one in the chosen format): one window's blocks,
-    # the least that keeps the context at --ctx (the engine lowers a context its cache cannot hold)
-    llm = LLM(args.model, progress=True, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1,
-              block_size=16, num_kv_blocks=-(-args.ctx // 16))
-    if args.ctx > llm.max_model_len:
-        raise HearthError(f"--ctx {args.ctx} is longer than the model's context ({llm.max_model_len})")
-    runner = runner_for(llm, args.kv_cache_dtype, args.ctx, block_size=args.block_size)
+    # the least that keeps the context at ctx (the engine lowers a context its cache cannot hold)
+    llm = LLM(args.model, progress=True, threads=args.threads, max_model_len=ctx, max_num_seqs=1,
+              block_size=16, num_kv_blocks=-(-ctx // 16))
+    runner = runner_for(llm, args.kv_cache_dtype, ctx, block_size=args.block_size)
     codec, bs = runner.codec, runner.block_size
     tokens = llm.tokenizer.encode(text, parse_special=False)
-    n = len(tokens) // args.ctx
+    n = len(tokens) // ctx
     if n < 1:
-        raise HearthError(f"{text_path} has {len(tokens)} tokens: fewer than one window of {args.ctx}")
+        raise HearthError(f"{text_path} has {len(tokens)} tokens: fewer than one window of {ctx}")
     if args.chunks:
         n = min(n, args.chunks)
-    print(f"perplexity: {len(tokens)} tokens of {text_path.name}; {n} windows of {args.ctx} tokens, scoring the "
+    print(f"perplexity: {len(tokens)} tokens of {text_path.name}; {n} windows of {ctx} tokens, scoring the "
           f"second half of each; KV cache {codec.name} (blocks of {bs})", file=sys.stderr)
     t0 = time.perf_counter()
 
@@ -189,8 +194,8 @@ def main(args: argparse.Namespace) -> int:
             print(f"perplexity: {per:.1f} s per window, ETA {per * (n - 1):.0f} s", file=sys.stderr)
         print(f"[{r.windows}]{r.value:.4f},", end="", flush=True)
 
-    r = perplexity(runner, llm.tokenizer, tokens, args.ctx, args.batch, n, progress)
+    r = perplexity(runner, llm.tokenizer, tokens, ctx, args.batch, n, progress)
     print()
     print(f"Final estimate: PPL = {r.value:.4f} +/- {r.stderr:.5f}  ({len(r.nll)} tokens scored, "
-          f"KV {codec.name}, ctx {args.ctx}, {time.perf_counter() - t0:.0f} s)")
+          f"KV {codec.name}, ctx {ctx}, {time.perf_counter() - t0:.0f} s)")
     return 0

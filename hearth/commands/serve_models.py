@@ -183,7 +183,7 @@ def build_pool(args: argparse.Namespace):
     specs = []
     for e, path, n, router in zip(given, paths, names, routers):
         fp = _footprint(e, path, args)
-        specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router))
+        specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p) for e, p, n in zip(given, paths, names)})
     return ModelPool(specs, loader, budget)

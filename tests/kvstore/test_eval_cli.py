@@ -34,3 +34,17 @@ def test_bad_input_is_one_line(model_path, capsys, tmp_path):
     short.write_text("too short")
     assert main(["eval", "perplexity", str(model_path("smollm2-135m")), "--text", str(short)]) == 1
     assert "fewer than one window" in capsys.readouterr().err
+
+
+def test_a_ctx_past_the_model_s_is_the_model_s_said_once(model_path, capsys, caplog, tmp_path):
+    """As `run --ctx` (hearth.loader.context): the model's 8,192 in one line, then the eval goes on with
+    it; it once said "using that" and then refused the --ctx it had just replaced."""
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    args = ["eval", "perplexity", str(model_path("smollm2-135m")), "--ctx", "99999", "--text", str(short)]
+    with caplog.at_level("WARNING", logger="hearth"):
+        assert main(args) == 1  # the text is shorter than one window of 8,192: that is the error, not --ctx
+    notes = [r.getMessage() for r in caplog.records if "context" in r.getMessage()]
+    assert notes == ["hearth: the model's context is 8,192 tokens; using that, not the 99,999 asked for"]
+    err = capsys.readouterr().err
+    assert "fewer than one window of 8192" in err and "longer than the model's context" not in err

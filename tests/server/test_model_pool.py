@@ -137,6 +137,36 @@ def test_a_model_that_cannot_fit_is_refused_and_nothing_is_unloaded(serve):
     assert loaded(client) == {"p": True, "a": True, "huge": False} and "huge" not in loader.loads
     r = client.post("/v1/messages", json={"model": "huge", "max_tokens": 5, "messages": USER})
     assert r.status_code == 503 and r.json()["type"] == "error" and "needs 7.00 GiB" in r.json()["error"]["message"]
+    # no retry fixes it: no Retry-After, and the openai / anthropic SDKs' own retries are told off
+    assert "retry-after" not in r.headers and r.headers["x-should-retry"] == "false"
+
+
+@pytest.mark.parametrize("kv_gib, words", [
+    (6, "most of that is its KV cache (6.00 GiB): --kv-cache-memory-gb caps it (default 2 GiB), and its `context` "
+        "in the --models file (or --max-model-len) sizes it below that cap"),
+    (1, "most of that is its weights (6.00 GiB): a smaller quantization of the model needs less"),
+])
+def test_a_model_too_large_says_what_makes_most_of_its_share(serve, kv_gib, words):
+    pool, _ = pool_of(("a", 1), ("huge", 7), budget_gib=4)
+    pool.slots[1].spec.kv_bytes = kv_gib << 30
+    err = chat(serve(pool), "huge").json()["error"]
+    assert err["code"] == "model_too_large" and err["message"].endswith(words), err["message"]
+
+
+def test_a_busy_model_s_503_carries_retry_after_on_both_wires(serve):
+    """The openai SDK waits what Retry-After says (up to 60 s); without it, its own backoff."""
+    pool, loader = pool_of(("a", 4), ("b", 4), budget_gib=4, busy_wait_s=0.2)
+    client = serve(pool)
+    assert chat(client, "a").status_code == 200
+    held = loader.engine("a").add_request([1], _params(), request_id="r1")  # a keeps its room
+    try:
+        r = chat(client, "b")
+        assert r.status_code == 503 and r.json()["error"]["code"] == "model_busy" and r.headers["retry-after"] == "1"
+        r = client.post("/v1/messages", json={"model": "b", "max_tokens": 5, "messages": USER})
+        assert r.status_code == 503 and r.json()["error"]["type"] == "overloaded_error"
+        assert r.headers["retry-after"] == "1" and "x-should-retry" not in r.headers
+    finally:
+        held.abort()
 
 
 def test_a_model_in_use_is_not_unloaded_under_its_requests():
@@ -153,7 +183,8 @@ def test_a_model_in_use_is_not_unloaded_under_its_requests():
         with pytest.raises(APIError) as e:  # both busy, no wait allowed: a 503 saying why
             await pool.get("c")
         assert e.value.status == 503 and e.value.code == "model_busy" and "'a', 'b'" not in e.value.message
-        assert "(a, b) are serving requests" in e.value.message
+        assert "(a, b) are still serving requests or loading after the 0 s this request waited" in e.value.message
+        assert e.value.headers() == {"Retry-After": "1"}  # the SDKs retry on hearth's word, not their own backoff
         busy.abort()
         await pool.get("c")  # a idle again: it goes
         assert [s.spec.name for s in pool.slots if s.served] == ["b", "c"]
@@ -306,6 +337,19 @@ def test_a_follow_up_on_another_model_does_not_reuse_the_first_models_ids(serve)
     a_prompt, b_ids = loader.engine("a").added[-1].prompt, [ord(c) for c in loader.engine("b").added[-1].prompt]
     assert a_prompt.startswith(loader.engine("a").added[0].prompt + "Hi!")  # a: the stored ids continued
     assert ShiftedTokenizer().decode(b_ids) == a_prompt  # b: all its own ids, none of a's
+
+
+def test_a_follow_up_without_model_stays_on_the_previous_response_s_model(serve):
+    """OpenAI requires `model`; hearth takes it missing, and a follow-up then continues its conversation's
+    model (it went to the server's first model)."""
+    pool, loader = pool_of(("a", 1), ("b", 1))
+    client = serve(pool)
+    first = client.post("/v1/responses", json={"model": "b", "input": "script:hello"}).json()
+    r = client.post("/v1/responses", json={"input": "more", "previous_response_id": first["id"]})
+    assert r.status_code == 200 and r.json()["model"] == "b", r.text
+    assert loader.loads == ["b"] and [a.prompt.endswith("more<|im_end|>\n<|im_start|>assistant\n")
+                                      for a in loader.engine("b").added] == [False, True]
+    assert client.post("/v1/responses", json={"input": "new"}).json()["model"] == "a"  # none to follow: the first
 
 
 def test_names_must_be_unique_across_models():

@@ -123,6 +123,44 @@ def test_previous_response_id_continues_the_stored_prompt(fake):
     assert e.value.body["param"] == "previous_response_id" and first.id in e.value.message
 
 
+def test_input_items_list_the_context_a_response_answered(fake):
+    """OpenAI's GET /v1/responses/{id}/input_items: a follow-up's list holds the previous input and
+    output too, newest first by default; the SDK pages through it by `after`."""
+    first = fake.openai.responses.create(model="fake-model", input="script:hello")
+    second = fake.openai.responses.create(model="fake-model", previous_response_id=first.id, input=[
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "And again?"}]}])
+    page = fake.openai.responses.input_items.list(second.id)
+    newest, answer, oldest = page.data
+    assert [i.type for i in page.data] == ["message"] * 3 and not page.has_more
+    assert newest.role == "user" and newest.content[0].text == "And again?" and newest.id.startswith("msg_")
+    assert answer.id == first.output[0].id and answer.role == "assistant" and answer.content[0].text == "Hello there!"
+    assert oldest.role == "user" and oldest.content[0].type == "input_text" and oldest.content[0].text == "script:hello"
+    assert [i.id for i in fake.openai.responses.input_items.list(first.id).data] == [oldest.id]
+    walked = fake.openai.responses.input_items.list(second.id, order="asc", limit=1)  # one item a page
+    assert [i.id for i in walked] == [oldest.id, answer.id, newest.id]
+    raw = fake.client.get(f"/v1/responses/{second.id}/input_items", params={"order": "asc", "limit": 2}).json()
+    assert raw["object"] == "list" and raw["has_more"] and (raw["first_id"], raw["last_id"]) == (oldest.id, answer.id)
+
+
+@pytest.mark.parametrize("query, param", [({"limit": 0}, "limit"), ({"limit": 101}, "limit"), ({"limit": "x"}, "limit"),
+                                          ({"order": "up"}, "order"), ({"after": "msg_nope"}, "after")])
+def test_input_items_bad_query_is_a_400_naming_it(fake, query, param):
+    r = fake.openai.responses.create(model="fake-model", input="hi")
+    got = fake.client.get(f"/v1/responses/{r.id}/input_items", params=query)
+    assert got.status_code == 400 and got.json()["error"]["param"] == param, got.text
+    assert fake.client.get("/v1/responses/resp_nope/input_items").status_code == 404
+
+
+def test_cancel_answers_as_openai_does_for_a_response_not_in_the_background(fake):
+    r = fake.openai.responses.create(model="fake-model", input="hi")
+    with pytest.raises(openai.BadRequestError) as e:
+        fake.openai.responses.cancel(r.id)
+    assert "cannot cancel a synchronous response" in e.value.message and "background" in e.value.message
+    assert fake.openai.responses.retrieve(r.id).status == "completed"  # nothing changed
+    with pytest.raises(openai.NotFoundError):
+        fake.openai.responses.cancel("resp_nope")
+
+
 def test_store_false_keeps_nothing(fake):
     r = fake.openai.responses.create(model="fake-model", input="hi", store=False)
     with pytest.raises(openai.NotFoundError):

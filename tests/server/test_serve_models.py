@@ -74,7 +74,7 @@ def test_the_footprint_holds_the_kv_cache_the_engine_allocates(tmp_path, arch, k
               kv_cache_memory_gb=gb, progress=False)
     fp = _footprint(path, kv, blocks, gb)
     assert (fp.kv, fp.context) == (llm.runner.kv_bytes, llm.max_model_len)
-    assert (spec.footprint, spec.max_model_len) == (fp.total, llm.max_model_len)
+    assert (spec.footprint, spec.max_model_len, spec.kv_bytes) == (fp.total, llm.max_model_len, fp.kv)
 
 
 def _footprint(path, kv: str, blocks: int, gb: float):
