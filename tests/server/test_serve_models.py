@@ -96,7 +96,7 @@ def test_several_models_and_a_models_file(tiny, tmp_path):
     assert got[0][:2] == (["tiny-llama-q8"], False) and got[2][:2] == (["big"], False)
     assert got[1] == (["small", "gpt-4o-mini", str(other), "other", "other.gguf"], True, 64)
     assert pool.max_memory == int(1.5 * 2**30)
-    entry, _ = pool.loader.by_id["big"]
+    entry, _, _ = pool.loader.by_id["big"]
     assert entry.kv_cache_dtype == "bf16" and entry.threads == 1
 
 
@@ -234,3 +234,68 @@ def test_serve_says_what_speculation_runs(tmp_path, capsys):
     said = lines(f32, '{"method": "ngram"}')
     assert "f32: speculative decoding is off: without the native kernels a verify row is not computed" in said
     assert "backend" not in said
+
+
+def test_a_draft_model_speculates_for_the_models_whose_vocabulary_it_shares(tmp_path, capsys):
+    """`hearth serve A B -md A` where B has another vocabulary: every request to B got `503
+    model_load_failed: ... vocabulary differs`. B is served without speculation, one startup line says
+    why, and A drafts as asked."""
+    coder, small = tmp_path / "coder.gguf", tmp_path / "small.gguf"
+    write_tiny_gguf(coder, "qwen2", qtype="Q8_0", vocab=320)
+    write_tiny_gguf(small, "qwen2", qtype="Q8_0", vocab=384)
+    pool = build_pool(serve_args(str(coder), str(small), "-md", str(coder), "--max-model-len", "64",
+                                 "--max-memory", "4"))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hearth: small: served without speculative decoding: the draft model" in err
+    assert "vocabulary differs from the target's (384 vs 320 tokens)" in err
+    a, b = (s.spec for s in pool.slots)
+    assert pool.loader.by_id["coder"][2]["method"] == "draft" and pool.loader.by_id["small"][2] is None
+    pool.loader(b)  # loads (it raised the vocabulary error), its engine thread not started: nothing to stop
+    assert "speculative" not in capsys.readouterr().err
+    pool.loader(a)
+    assert "hearth: coder: speculative decoding: draft (num_speculative_tokens 4" in capsys.readouterr().err
+
+
+def test_a_models_file_entry_has_its_own_speculative_config(tmp_path, capsys):
+    """An entry's speculative_config (a table of the flag's keys; false: none) overrides the command
+    line for that model; a relative draft path is the file's; validated as the flag is."""
+    coder, small = tmp_path / "coder.gguf", tmp_path / "small.gguf"
+    write_tiny_gguf(coder, "qwen2", qtype="Q8_0", vocab=320)
+    write_tiny_gguf(small, "qwen2", qtype="Q8_0", vocab=384)
+    (tmp_path / "models.toml").write_text(
+        '[[models]]\nname = "a"\nmodel = "coder.gguf"\nspeculative_config = false\n'
+        '[[models]]\nname = "b"\nmodel = "small.gguf"\nspeculative_config = { model = "small.gguf", '
+        'num_speculative_tokens = 3 }\n'
+        '[[models]]\nname = "c"\nmodel = "coder.gguf"\n')
+    pool = build_pool(serve_args("--models", str(tmp_path / "models.toml"), "--speculative-config",
+                                 '{"method": "ngram", "num_speculative_tokens": 5}', "--max-memory", "4"))
+    got = {n: c and (c["method"], c["model"], c["num_speculative_tokens"]) for n, (_, _, c) in pool.loader.by_id.items()}
+    assert got == {"a": None, "b": ("draft", str(small), 3), "c": ("ngram", "", 5)}
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("entry,needles", [
+    ('speculative_config = { method = "nope" }', ["models[1] ('a'): speculative_config.method 'nope' is unknown"]),
+    ('speculative_config = "ngram"', ["models[1] ('a'): speculative_config: must be a table of speculative_config keys"]),
+    ('speculative_config = { method = "ngram", model = "x.gguf" }',
+     ["models[1] ('a'): speculative_config.model applies to method \"draft\" only"]),
+    ('speculative_config = { model = "other.gguf" }',  # named for this model: a misfit is an error, not a skip
+     ["models[1] ('a'): speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"]),
+    ('speculative_config = { model = "nope.gguf" }', ["models[1] ('a'): speculative_config.model 'nope.gguf':"]),
+])
+def test_a_bad_entry_speculative_config_is_one_line(capsys, tmp_path, entry, needles):
+    write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2", vocab=320)
+    write_tiny_gguf(tmp_path / "other.gguf", "qwen2", vocab=384)
+    (tmp_path / "models.toml").write_text(f'[[models]]\nname = "a"\nmodel = "tiny.gguf"\n{entry}\n')
+    code, err = run_cli(capsys, "serve", "--models", str(tmp_path / "models.toml"))
+    assert_one_line_error(code, err, *needles)
+
+
+def test_one_model_with_a_draft_of_another_vocabulary_stays_an_error(capsys, tmp_path):
+    target, other = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    write_tiny_gguf(target, "qwen2", vocab=320)
+    write_tiny_gguf(other, "qwen2", vocab=384)
+    code, err = run_cli(capsys, "serve", str(target), "-md", str(other), "--port", "0", "--max-model-len", "64")
+    *loading, last = err.splitlines()  # "hearth: loading t (...) ...", then the load's error
+    assert code == 1 and len(loading) == 1 and "Traceback" not in err
+    assert last == "hearth: error: speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"
