@@ -191,7 +191,7 @@ def build_pool(args: argparse.Namespace):
     several = len(given) > 1
     specs = []
     for e, path, n, router, spec in zip(given, paths, names, routers, speculation):
-        fp = _footprint(e, path, args)
+        fp = _footprint(e, path, args, spec.draft)
         specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
@@ -209,14 +209,14 @@ def _resolve(e: ModelEntry) -> Path:
         raise HearthError(f"{e.where}: model: {err}") from None
 
 
-def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace):
+def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.memory.serving import served_footprint
 
     try:
         return served_footprint(GGUFFile(path), e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
-                                args.num_kv_blocks)
+                                args.num_kv_blocks, None if draft is None else GGUFFile(draft))
     except HearthError as err:
         raise HearthError(f"{e.where}: {err}") from None
 
