@@ -30,7 +30,7 @@ from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.loader.tokenizer import Tokenizer
-from hearth.loader.vocab import read_vocab
+from hearth.loader.vocab import read_vocab, vocab_difference
 from hearth.models.registry import load_model
 from hearth.outputs import CompletionOutput, RequestOutput
 from hearth.runner.model_runner import ModelRunner
@@ -363,14 +363,8 @@ def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile |
         theirs = read_vocab(g).tokens
     except (HearthError, OSError, ValueError, KeyError) as e:
         raise InvalidSpeculativeConfig(f"speculative_config.model {spec.model!r}: {e}") from None
-    mine = target.tokens
-    if len(mine) != len(theirs):
-        raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
-                                       f"({len(mine)} vs {len(theirs)} tokens)")
-    if mine != theirs:
-        i = next(i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b)
-        raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's "
-                                       f"(token {i} is {mine[i]!r} vs {theirs[i]!r})")
+    if differ := vocab_difference(target.tokens, theirs):
+        raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's {differ}")
     spec.check_draft_vocab(head_tensor(g).shape[0])  # before the load, as every other bad value
     return g
 

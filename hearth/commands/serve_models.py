@@ -12,6 +12,8 @@
     router = "small"               # a model of this server that answers its single-turn tool calls when
     router_threshold = 0.5         #   sure (default: --router, --router-threshold, --router-tool-floor);
     router_tool_floor = 0.95       #   a router is pinned
+    speculative_config = { model = "qwen2.5-coder-0.5b" }   # its own speculation over the command line's
+                                   #   (--speculative-config's keys; false: none); hearth.commands.serve_speculation
 
 A bad entry is one line naming the entry and the field."""
 
@@ -24,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
 from hearth.errors import HearthError
 
 
@@ -41,6 +44,8 @@ class ModelEntry:
     router: str = ""
     router_threshold: float | None = None
     router_tool_floor: float | None = None
+    speculative_config: dict | bool | None = None
+    """Its own speculative_config (a dict of the record's keys), False for none, None for the command line's."""
 
 
 def _text(v) -> bool:
@@ -67,6 +72,7 @@ FIELDS = {
     "router": (_text, "the name of another model this server serves"),
     "router_threshold": (_unit, "a number in [0, 1]"),
     "router_tool_floor": (_unit, "a number in [0, 1] (0: off)"),
+    "speculative_config": (lambda v: isinstance(v, dict) or v is False, ENTRY_FIELD),
 }
 
 
@@ -105,9 +111,10 @@ def _entry(raw, where: str, base: Path) -> ModelEntry:
         model = str(base / model)  # relative paths are the file's, not the working directory's
     if "kv_cache_dtype" in raw:
         _check_kv(raw["kv_cache_dtype"], f"{where}: kv_cache_dtype")
+    spec = entry_config(raw["speculative_config"], where, base) if "speculative_config" in raw else None
     return ModelEntry(model, raw.get("name", ""), tuple(raw.get("aliases", ())), raw.get("context", 0),
                       raw.get("kv_cache_dtype", ""), raw.get("threads", 0), raw.get("pinned", False), where,
-                      raw.get("router", ""), raw.get("router_threshold"), raw.get("router_tool_floor"))
+                      raw.get("router", ""), raw.get("router_threshold"), raw.get("router_tool_floor"), spec)
 
 
 def _check_kv(name: str, where: str) -> None:
@@ -166,8 +173,9 @@ def build_pool(args: argparse.Namespace):
     """The server's ModelPool: specs with friendly ids and the planner's footprints, the budget, the
     loader. One model is pinned and unbudgeted unless --max-memory is given (as before: it just loads)."""
     from hearth.api.model_pool import GiB, ModelPool, ModelSpec
-    from hearth.commands.serve import router_threshold, router_tool_floor
+    from hearth.commands.serve import router_threshold, router_tool_floor, speculative_config
     from hearth.commands.serve_router import router_configs, with_router
+    from hearth.commands.serve_speculation import per_model
     from hearth.memory.serving import default_budget
 
     if args.max_memory < 0:
@@ -179,13 +187,14 @@ def build_pool(args: argparse.Namespace):
     routers = router_configs(given, names, getattr(args, "router", None), router_threshold(args),
                              router_tool_floor(args))
     routing = {r.model for r in routers if r is not None}
+    speculation = per_model(given, paths, [n[0] for n in names], speculative_config(args))
     several = len(given) > 1
     specs = []
-    for e, path, n, router in zip(given, paths, names, routers):
-        fp = _footprint(e, path, args)
+    for e, path, n, router, spec in zip(given, paths, names, routers, speculation):
+        fp = _footprint(e, path, args, spec.draft)
         specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
-    loader = Loader(args, {n[0]: (e, p) for e, p, n in zip(given, paths, names)})
+    loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
     return ModelPool(specs, loader, budget)
 
 
@@ -200,23 +209,24 @@ def _resolve(e: ModelEntry) -> Path:
         raise HearthError(f"{e.where}: model: {err}") from None
 
 
-def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace):
+def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.memory.serving import served_footprint
 
     try:
         return served_footprint(GGUFFile(path), e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
-                                args.num_kv_blocks)
+                                args.num_kv_blocks, None if draft is None else GGUFFile(draft))
     except HearthError as err:
         raise HearthError(f"{e.where}: {err}") from None
 
 
 class Loader:
     """What the pool calls (in a worker thread) to load one model: an LLM with its entry's settings
-    over the server's, its grammar vocabulary prepared, an AsyncEngine whose thread uses its threads."""
+    over the server's (and its speculation: hearth.commands.serve_speculation), its grammar vocabulary
+    prepared, an AsyncEngine whose thread uses its threads."""
 
-    def __init__(self, args: argparse.Namespace, by_id: dict[str, tuple[ModelEntry, Path]]):
+    def __init__(self, args: argparse.Namespace, by_id: dict[str, tuple[ModelEntry, Path, dict | None]]):
         import torch
 
         self.args, self.by_id = args, by_id
@@ -233,10 +243,11 @@ class Loader:
         from hearth.llm import LLM
 
         a = self.args
-        entry, path = self.by_id[spec.name]
+        entry, path, speculation = self.by_id[spec.name]
         threads = entry.threads or self.default_threads
         llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
-                                "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads})
+                                "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
+                                "speculative_config": speculation})
         llm.runner.grammar.prepare_in_background()
         if line := _speculation(llm, llm.config.speculative_config):
             print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)

@@ -121,7 +121,7 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
     if defaults is None:
         raise UnsupportedError(f"{g.path}: tokenizer model {model!r} (tokenizer.ggml.model) is not "
                                f"supported; supported: {', '.join(sorted(_MODELS))}")
-    tokens = _read_tokens(g)
+    tokens = read_tokens(g)
     token_to_id = dict(zip(tokens, range(len(tokens))))
     if len(token_to_id) != len(tokens):
         raise ModelLoadError(f"{g.path}: the vocabulary has duplicate tokens")
@@ -155,13 +155,23 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
         chat_template=g.get(K.CHAT_TEMPLATE))
 
 
-def _read_tokens(g: GGUFFile) -> list[str]:
+def read_tokens(g: GGUFFile) -> list[str]:
+    """The vocabulary's token strings by id (the file's header only: what a draft model's fit is checked on)."""
     tokens = g.field_array(K.LIST)
     if not tokens:
         raise ModelLoadError(f"{g.path}: GGUF has no tokenizer.ggml.tokens vocabulary")
     if not all(tokens):  # llama.cpp names empty entries so they stay unique and unmatchable
         tokens = [t or f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     return tokens
+
+
+def vocab_difference(mine: list[str], theirs: list[str]) -> str:
+    """"" where two vocabularies give every id the same string (a draft's token ids mean to its target
+    what they mean to it), else where they differ, in parentheses: the sizes, or the first id."""
+    if len(mine) != len(theirs):
+        return f"({len(mine)} vs {len(theirs)} tokens)"
+    i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
+    return "" if i is None else f"(token {i} is {mine[i]!r} vs {theirs[i]!r})"
 
 
 def _read_attrs(g: GGUFFile, n_vocab: int) -> np.ndarray:

@@ -64,11 +64,16 @@ class EnginePool:
 
 
 def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int, ctx: int,
-                kv_cache_memory_gb: float | None = None, num_kv_blocks: int = 0) -> EnginePool:
+                kv_cache_memory_gb: float | None = None, num_kv_blocks: int = 0, draft: ModelShape | None = None
+                ) -> EnginePool:
     """kv_cache_memory_gb None: no bound, every block max_num_seqs sequences of ctx tokens want
-    (`hearth plan` asks what a workload needs, then whether it fits the device)."""
+    (`hearth plan` asks what a workload needs, then whether it fits the device). draft: the speculative
+    draft model, whose f16 K/V sits under the same block ids (hearth.llm adds it to each block's bytes,
+    so it takes its share of the bound and of the staging reserve)."""
     per_block, stage = pool_block_bytes(shape, fmt, block), staging_bytes(shape, fmt, block)
-    reserve = reserve_blocks(shape, fmt, block)
+    if draft is not None:
+        per_block += pool_block_bytes(draft, KV_FORMATS["f16"], block)
+    reserve = math.ceil(stage / per_block)  # reserve_blocks, over the draft's bytes too
     if num_kv_blocks:
         blocks = num_kv_blocks + max_num_seqs * reserve
     else:  # hearth.llm._num_blocks

@@ -88,14 +88,7 @@ class SpeculativeConfig:
         """From a dict or its JSON text (as `--speculative-config` takes it); None stays None."""
         if value is None or isinstance(value, SpeculativeConfig):
             return value
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError as e:
-                raise InvalidSpeculativeConfig(f"speculative_config is not valid JSON: {e.msg} (at {e.pos})") from None
-        if not isinstance(value, dict):
-            raise InvalidSpeculativeConfig(f"speculative_config must be a JSON object, not {type(value).__name__}")
-        value = {k: v for k, v in value.items() if not (k == "method" and v is None)}  # null: not given
+        value = given_keys(value)
         known = {f.name: f for f in fields(cls)}
         unknown = sorted(set(value) - set(known))
         if unknown:
@@ -185,6 +178,19 @@ class SpeculativeConfig:
             if not ok:
                 raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "
                                                f"got {getattr(self, name)!r}")
+
+
+def given_keys(value: dict | str) -> dict:
+    """The keys a config gives, as a dict, from a dict or its JSON text (a null method is not given):
+    what `hearth serve` compares its other speculation flags with."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise InvalidSpeculativeConfig(f"speculative_config is not valid JSON: {e.msg} (at {e.pos})") from None
+    if not isinstance(value, dict):
+        raise InvalidSpeculativeConfig(f"speculative_config must be a JSON object, not {type(value).__name__}")
+    return {k: v for k, v in value.items() if not (k == "method" and v is None)}
 
 
 def _method(value: dict) -> str:

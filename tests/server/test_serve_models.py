@@ -84,6 +84,40 @@ def _footprint(path, kv: str, blocks: int, gb: float):
     return served_footprint(GGUFFile(path), 512, kv, 4, gb, 2048, blocks)
 
 
+@pytest.mark.parametrize("kv,blocks,gb,same", [
+    ("auto", 0, 2.0, False), ("q8_0", 0, 2.0, False), ("auto", 40, 2.0, False), ("q8_0", 10, 2.0, False),
+    ("auto", 0, 0.0002, False), ("q8_0", 0, 0.0002, False),  # the bound holds fewer blocks: the context is lowered
+    ("auto", 0, 0.0002, True),  # a model drafting for itself
+])
+def test_the_footprint_holds_the_draft_model_the_engine_loads(tmp_path, kv, blocks, gb, same):
+    """With -md the engine holds the draft's weights and adds the draft's f16 K/V to every block (so the
+    memory bound holds fewer blocks and a shorter context): the footprint (the load line, /v1/models'
+    memory_bytes, --max-memory) left both out (0.5B drafting for itself, --ctx 4096,
+    --kv-cache-memory-gb 0.05: the engine ran 2,176 tokens, the footprint said 4,096)."""
+    from hearth.llm import LLM
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.serving import served_footprint
+
+    path, draft = tmp_path / "m.gguf", tmp_path / "d.gguf"  # Q8_0: the native kernels, so speculation runs
+    write_tiny_gguf(path, "qwen2", qtype="Q8_0", context=2048, hidden=128, heads=4, kv_heads=2, head_dim=32)
+    write_tiny_gguf(draft, "qwen2", qtype="Q8_0", layers=1, seed=1)  # the same vocabulary, another shape
+    draft = path if same else draft
+    flags = ["--max-model-len", "512", "--max-num-seqs", "4", "--kv-cache-dtype", kv, "--num-kv-blocks", str(blocks),
+             "--kv-cache-memory-gb", str(gb), "-md", str(draft)]
+    spec, = [s.spec for s in build_pool(serve_args(str(path), *flags)).slots]
+    llm = LLM(str(path), max_model_len=512, max_num_seqs=4, kv_cache_dtype=kv, num_kv_blocks=blocks,
+              kv_cache_memory_gb=gb, progress=False, speculative_config={"method": "draft", "model": str(draft)})
+    assert llm.runner.drafter is not None
+    assert spec.max_model_len == llm.max_model_len
+    drafts = sum(t.numel() * t.element_size() for t in llm.runner.drafter.kv_caches)
+    fp = served_footprint(GGUFFile(path), 512, kv, 4, gb, 2048, blocks, GGUFFile(draft))
+    assert (fp.kv, fp.context) == (llm.runner.kv_bytes + drafts, llm.max_model_len)
+    assert spec.footprint == fp.total
+    alone, its = _footprint(path, kv, blocks, gb), served_footprint(GGUFFile(draft))  # its weights: any settings
+    # its weights on top, unless it is the model itself (the same mapped pages, on the native kernels' layout)
+    assert fp.weights == alone.weights + (0 if same else its.weights)
+
+
 def test_several_models_and_a_models_file(tiny, tmp_path):
     other = tmp_path / "other.gguf"
     write_tiny_gguf(other, "qwen2")
@@ -96,7 +130,7 @@ def test_several_models_and_a_models_file(tiny, tmp_path):
     assert got[0][:2] == (["tiny-llama-q8"], False) and got[2][:2] == (["big"], False)
     assert got[1] == (["small", "gpt-4o-mini", str(other), "other", "other.gguf"], True, 64)
     assert pool.max_memory == int(1.5 * 2**30)
-    entry, _ = pool.loader.by_id["big"]
+    entry, _, _ = pool.loader.by_id["big"]
     assert entry.kv_cache_dtype == "bf16" and entry.threads == 1
 
 
@@ -234,3 +268,72 @@ def test_serve_says_what_speculation_runs(tmp_path, capsys):
     said = lines(f32, '{"method": "ngram"}')
     assert "f32: speculative decoding is off: without the native kernels a verify row is not computed" in said
     assert "backend" not in said
+
+
+def test_a_draft_model_speculates_for_the_models_whose_vocabulary_it_shares(tmp_path, capsys):
+    """`hearth serve A B -md A` where B has another vocabulary: every request to B got `503
+    model_load_failed: ... vocabulary differs`. B is served without speculation, one startup line says
+    why, and A drafts as asked."""
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.serving import served_footprint
+
+    coder, small = tmp_path / "coder.gguf", tmp_path / "small.gguf"
+    write_tiny_gguf(coder, "qwen2", qtype="Q8_0", vocab=320)
+    write_tiny_gguf(small, "qwen2", qtype="Q8_0", vocab=384)
+    pool = build_pool(serve_args(str(coder), str(small), "-md", str(coder), "--max-model-len", "64",
+                                 "--max-memory", "4"))
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "hearth: small: served without speculative decoding: the draft model" in err
+    assert "vocabulary differs from the target's (384 vs 320 tokens)" in err
+    a, b = (s.spec for s in pool.slots)
+    assert pool.loader.by_id["coder"][2]["method"] == "draft" and pool.loader.by_id["small"][2] is None
+    assert b.footprint == served_footprint(GGUFFile(small), 64, "auto", 16, 2.0, 2048).total  # no draft counted
+    pool.loader(b)  # loads (it raised the vocabulary error), its engine thread not started: nothing to stop
+    assert "speculative" not in capsys.readouterr().err
+    pool.loader(a)
+    assert "hearth: coder: speculative decoding: draft (num_speculative_tokens 4" in capsys.readouterr().err
+
+
+def test_a_models_file_entry_has_its_own_speculative_config(tmp_path, capsys):
+    """An entry's speculative_config (a table of the flag's keys; false: none) overrides the command
+    line for that model; a relative draft path is the file's; validated as the flag is."""
+    coder, small = tmp_path / "coder.gguf", tmp_path / "small.gguf"
+    write_tiny_gguf(coder, "qwen2", qtype="Q8_0", vocab=320)
+    write_tiny_gguf(small, "qwen2", qtype="Q8_0", vocab=384)
+    (tmp_path / "models.toml").write_text(
+        '[[models]]\nname = "a"\nmodel = "coder.gguf"\nspeculative_config = false\n'
+        '[[models]]\nname = "b"\nmodel = "small.gguf"\nspeculative_config = { model = "small.gguf", '
+        'num_speculative_tokens = 3 }\n'
+        '[[models]]\nname = "c"\nmodel = "coder.gguf"\n')
+    pool = build_pool(serve_args("--models", str(tmp_path / "models.toml"), "--speculative-config",
+                                 '{"method": "ngram", "num_speculative_tokens": 5}', "--max-memory", "4"))
+    got = {n: c and (c["method"], c["model"], c["num_speculative_tokens"]) for n, (_, _, c) in pool.loader.by_id.items()}
+    assert got == {"a": None, "b": ("draft", str(small), 3), "c": ("ngram", "", 5)}
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("entry,needles", [
+    ('speculative_config = { method = "nope" }', ["models[1] ('a'): speculative_config.method 'nope' is unknown"]),
+    ('speculative_config = "ngram"', ["models[1] ('a'): speculative_config: must be a table of speculative_config keys"]),
+    ('speculative_config = { method = "ngram", model = "x.gguf" }',
+     ["models[1] ('a'): speculative_config.model applies to method \"draft\" only"]),
+    ('speculative_config = { model = "other.gguf" }',  # named for this model: a misfit is an error, not a skip
+     ["models[1] ('a'): speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"]),
+    ('speculative_config = { model = "nope.gguf" }', ["models[1] ('a'): speculative_config.model 'nope.gguf':"]),
+])
+def test_a_bad_entry_speculative_config_is_one_line(capsys, tmp_path, entry, needles):
+    write_tiny_gguf(tmp_path / "tiny.gguf", "qwen2", vocab=320)
+    write_tiny_gguf(tmp_path / "other.gguf", "qwen2", vocab=384)
+    (tmp_path / "models.toml").write_text(f'[[models]]\nname = "a"\nmodel = "tiny.gguf"\n{entry}\n')
+    code, err = run_cli(capsys, "serve", "--models", str(tmp_path / "models.toml"))
+    assert_one_line_error(code, err, *needles)
+
+
+def test_one_model_with_a_draft_of_another_vocabulary_stays_an_error(capsys, tmp_path):
+    target, other = tmp_path / "t.gguf", tmp_path / "d.gguf"
+    write_tiny_gguf(target, "qwen2", vocab=320)
+    write_tiny_gguf(other, "qwen2", vocab=384)
+    code, err = run_cli(capsys, "serve", str(target), "-md", str(other), "--port", "0", "--max-model-len", "64")
+    *loading, last = err.splitlines()  # "hearth: loading t (...) ...", then the load's error
+    assert code == 1 and len(loading) == 1 and "Traceback" not in err
+    assert last == "hearth: error: speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"

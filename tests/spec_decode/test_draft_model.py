@@ -71,6 +71,43 @@ def test_serve_model_draft_flag_sets_method_draft():
     assert (c["method"], c["model"], c["num_speculative_tokens"]) == ("draft", "qwen2.5-coder-0.5b", 6)
     c = serve.speculative_config(p.parse_args(["--model-draft", "x.gguf"]))
     assert (c["method"], c["model"]) == ("draft", "x.gguf")
+    for spelling in ("--draft-max", "--draft", "--draft-n"):  # llama-server's (common/arg.cpp), = --spec-draft-n-max
+        c = serve.speculative_config(p.parse_args(["-md", "x.gguf", spelling, "5"]))
+        assert (c["method"], c["num_speculative_tokens"]) == ("draft", 5)
+    for absent in ("--draft-min", "--draft-p-min"):  # no hearth knob: refused, not ignored
+        with pytest.raises(SystemExit):
+            p.parse_args([absent, "2"])
+
+
+@pytest.mark.parametrize("flags,needles", [
+    (["-md", "d.gguf", "--speculative-config", '{"method": "ngram"}'],
+     ["-md/--model-draft runs method draft but --speculative-config gives method 'ngram'"]),
+    (["-md", "d.gguf", "--speculative-config", '{"method": "suffix"}'], ["--speculative-config gives method 'suffix'"]),
+    (["-md", "d.gguf", "--speculative-config", '{"model": "e.gguf"}'],
+     ["-md/--model-draft 'd.gguf' and --speculative-config's model 'e.gguf' differ"]),
+    (["--draft-max", "6", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'],
+     ["--spec-draft-n-max/--draft-max 6 and --speculative-config's num_speculative_tokens 4 differ"]),
+])
+def test_serve_flags_that_contradict_the_speculative_config_are_one_line(capsys, flags, needles):
+    """-md used to override --speculative-config '{"method": "ngram"}' without a word (the draft ran)."""
+    from tests.test_bad_input import assert_one_line_error, run_cli
+
+    code, err = run_cli(capsys, "serve", "no-model-loads.gguf", *flags)
+    assert_one_line_error(code, err, *needles, "give one of them")
+
+
+def test_serve_flags_that_agree_with_the_speculative_config_are_accepted(tmp_path, monkeypatch):
+    from hearth.commands import serve
+
+    p = argparse.ArgumentParser()
+    serve.add_arguments(p)
+    draft = tmp_path / "d.gguf"
+    write_tiny_gguf(draft, "qwen2")
+    monkeypatch.chdir(tmp_path)
+    for config in ('{"method": "draft", "model": "d.gguf"}', f'{{"model": "{draft}"}}', '{"model": "./d.gguf"}'):
+        c = serve.speculative_config(p.parse_args(["-md", "d.gguf", "--draft", "4", "--speculative-config",
+                                                   config.replace("}", ', "num_speculative_tokens": 4}')]))
+        assert (c["method"], c["num_speculative_tokens"], c["model"]) == ("draft", 4, "d.gguf")
 
 
 @pytest.mark.parametrize("which", ["story", "code"])
