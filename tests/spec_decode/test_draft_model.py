@@ -143,7 +143,7 @@ def test_draft_kv_is_recomputed_after_preemption(model_path, smol_llm):
     """6 blocks of 16 tokens cannot hold 5 sequences of ~45 tokens: the newest are preempted and
     recomputed from position 0, the draft's K/V with them (else acceptance would fall)."""
     p = replace(MODES["greedy"], max_tokens=40)  # drafts finish 16 tokens before anyone is preempted
-    small = draft_llm(model_path, num_kv_blocks=6, max_model_len=96)  # all 6 blocks
+    small = draft_llm(model_path, num_kv_blocks=6, max_model_len=96, max_logprobs=-1)  # all 6 blocks; the top 1000
     squeezed = [o.outputs[0] for o in small.generate(PROMPTS, p)]
     sched, s = small.engine.scheduler, small.engine.spec.stats
     assert sched.num_preemptions > 0 and sched.kv.pool.num_free == 6
