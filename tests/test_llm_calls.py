@@ -15,10 +15,9 @@ from hearth import SamplingParams
 from hearth.config import EngineConfig
 from hearth.llm import LLM, LLMClosedError
 from tests.gguf_factory import write_tiny_gguf
+from tests.test_llm import TEMPLATE
 
 GREEDY = SamplingParams(max_tokens=8, temperature=0, ignore_eos=True)
-TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 @pytest.fixture(scope="module")
