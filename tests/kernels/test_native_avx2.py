@@ -10,8 +10,8 @@ integers, so the same bits), and each row independent of the other rows of the c
 
 The two GEMVs (below 10 rows, where the AVX-512 one takes no AMX tiles) quantize the activations to
 the same bytes (ggml's q8_0 rule, a scale per 16 values) and take the same integer dot products per
-32 weights; they differ only in the order of the f32 sums (8 lanes here, 16 there), ~1e-7 relative
-per term: held to 1e-5 of sum(blockmax|x| |W|)."""
+16-weight group and superblock; they differ only in the order of the f32 sums (8 lanes here, 16
+there), ~1e-7 relative per term: held to 1e-5 of sum(blockmax|x| |W|)."""
 
 from __future__ import annotations
 
