@@ -2,7 +2,8 @@
 // superblock 16 scales and offsets (one per 16 weights, as two 8-lane vectors), per 32 weights their
 // codes in natural order; the 8-bit activations; the per-row dot product (u8 codes x s8 activations
 // by vpmaddubsw, summed per 16-weight group in integers across the superblock: dot_row) and
-// dequantization (bit-exact with gguf-py) built on them. Included once, by gguf_kernels_avx2.cpp, compiled with -mavx2 -mfma -mf16c -mbmi2.
+// dequantization (bit-exact with gguf-py) built on them. Included once, by gguf_kernels_avx2.cpp,
+// compiled with -mavx2 -mfma -mf16c -mbmi2.
 #pragma once
 
 #include <immintrin.h>
