@@ -28,7 +28,7 @@ from pathlib import Path
 import bench_vs_llamacpp as bvl
 from bench_proc import emit, log, peak_rss_mb
 
-DEFAULT_MODEL = "/root/.cache/hearth/models/smollm2-135m/SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL = "smollm2-135m"  # a catalog name or a .gguf path
 WORKERS = {"llama.cpp": "bench_batching_worker_llamacpp.py", "hearth": "bench_batching_worker_hearth.py"}
 
 # Prompts are real sentences in a seeded order behind a per-sequence header: ordinary text (so greedy
@@ -322,7 +322,10 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     from hearth.loader.gguf_loader import GGUFFile
+    from hearth.loader.resolve import resolve_model
     from hearth.loader.tokenizer import Tokenizer
+
+    args.model = str(resolve_model(args.model))  # the workers take the file
 
     t0 = time.perf_counter()
     check_load()

@@ -6,8 +6,8 @@ import itertools
 import time
 from dataclasses import dataclass
 
-from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.config import MAX_LOGPROBS
+from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
