@@ -31,6 +31,7 @@ from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.loader.tokenizer import Tokenizer
 from hearth.loader.vocab import read_vocab, vocab_difference
+from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import load_model
 from hearth.outputs import CompletionOutput, RequestOutput
 from hearth.runner.model_runner import ModelRunner
@@ -122,10 +123,8 @@ class LLM:
             dmc = draft[1]
             block_bytes += dmc.num_layers * get_codec("f16").block_bytes(cfg.block_size, dmc.num_kv_heads, dmc.head_dim)
         staging = mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-        reserve = -(-staging // block_bytes)  # blocks' worth of one running request's staging
-        # an explicit num_kv_blocks counts blocks of context: the staging reservations come on top
-        num_blocks = (cfg.num_kv_blocks + cfg.max_num_seqs * reserve if cfg.num_kv_blocks
-                      else _num_blocks(cfg, self.max_model_len, block_bytes, reserve))
+        num_blocks, reserve = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs,
+                                          self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
         # one sequence may hold every block but its staging reserve: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, (num_blocks - reserve) * cfg.block_size)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
@@ -406,14 +405,6 @@ def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend, special: lis
     past = [i for i in special if i >= size]
     keep = special if len(past) <= KEPT_SPECIAL_MAX else sorted(eog)
     return DraftVocab(head, size, backend, mc.final_logit_softcap, keep=keep)
-
-
-def _num_blocks(cfg: EngineConfig, max_len: int, block_bytes: int, reserve: int = 0) -> int:
-    """Enough blocks for max_num_seqs full-length sequences, each with `reserve` more for its
-    full-precision staging (quantized formats), within kv_cache_memory_gb."""
-    wanted = cfg.max_num_seqs * (-(-max_len // cfg.block_size) + reserve)
-    budget = int(cfg.kv_cache_memory_gb * 2**30) // block_bytes
-    return max(1 + reserve, min(wanted, budget))
 
 
 def _cache_key(path: Path, codec: str, block_size: int) -> bytes:

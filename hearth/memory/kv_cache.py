@@ -73,11 +73,19 @@ def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int,
     per_block, stage = pool_block_bytes(shape, fmt, block), staging_bytes(shape, fmt, block)
     if draft is not None:
         per_block += pool_block_bytes(draft, KV_FORMATS["f16"], block)
-    reserve = math.ceil(stage / per_block)  # reserve_blocks, over the draft's bytes too
-    if num_kv_blocks:
-        blocks = num_kv_blocks + max_num_seqs * reserve
-    else:  # hearth.llm._num_blocks
-        wanted = max_num_seqs * (math.ceil(ctx / block) + reserve)
-        bound = wanted if kv_cache_memory_gb is None else int(int(kv_cache_memory_gb * 2**30) // per_block)
-        blocks = max(1 + reserve, min(wanted, bound))
+    blocks, reserve = pool_blocks(per_block, stage, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks)
     return EnginePool(blocks, blocks * per_block + max_num_seqs * stage, (blocks - reserve) * block)
+
+
+def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, ctx: int,
+                kv_cache_memory_gb: float | None, num_kv_blocks: int = 0) -> tuple[int, int]:
+    """(blocks, reserve): the pool's block count and each running sequence's staging reserve in
+    blocks (over a draft's bytes too). num_kv_blocks counts blocks of context, the reserves come on
+    top; else max_num_seqs sequences of ctx tokens with their reserves, within the memory bound, at
+    least one block besides one reserve. hearth.llm sizes its pool with this."""
+    reserve = math.ceil(stage / per_block)
+    if num_kv_blocks:
+        return num_kv_blocks + max_num_seqs * reserve, reserve
+    wanted = max_num_seqs * (math.ceil(ctx / block) + reserve)
+    bound = wanted if kv_cache_memory_gb is None else int(int(kv_cache_memory_gb * 2**30) // per_block)
+    return max(1 + reserve, min(wanted, bound)), reserve

@@ -64,11 +64,11 @@ def test_predicted_resident_memory_within_10_percent(real_gguf, plan_home, name)
 
 @pytest.mark.parametrize("name,ctx,seqs", [("smollm2-135m", 8192, 3), ("gemma3-270m", 2048, 4)])
 def test_kv_reservation_equals_the_engines(real_gguf, name, ctx, seqs):
-    """The KV bytes the plan reserves are the bytes hearth's allocator (hearth.llm._num_blocks and
-    the KV codec) sets aside. (gemma3 past its 512 window: the pool's blocks hold its sliding layers
+    """The KV bytes the plan reserves are the bytes hearth's allocator (hearth.memory.kv_cache.pool_blocks over
+    the KV codec's bytes) sets aside. (gemma3 past its 512 window: the pool's blocks hold its sliding layers
     too. Quantized formats: tests/memory/test_plan_vs_engine.py.)"""
     from hearth.kvstore.codecs import CODECS
-    from hearth.llm import _num_blocks
+    from hearth.memory.kv_cache import pool_blocks
     from hearth.models.registry import model_class
 
     g = real_gguf(name)
@@ -76,7 +76,7 @@ def test_kv_reservation_equals_the_engines(real_gguf, name, ctx, seqs):
     cfg = EngineConfig(max_num_seqs=seqs, kv_cache_memory_gb=64)
     for codec in CODECS.values():
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-        engine_bytes = _num_blocks(cfg, ctx, block_bytes) * block_bytes
+        engine_bytes = pool_blocks(block_bytes, 0, cfg.block_size, seqs, ctx, cfg.kv_cache_memory_gb)[0] * block_bytes
         p = plan(PlanRequest(m.shape, m.tensors, m.weights_source, get_device("H200"), ctx, seqs,
                              codec.format, cfg.block_size, cfg.max_num_batched_tokens))
         assert p["kv_cache_bytes"] == engine_bytes, codec.name
