@@ -16,6 +16,7 @@ from hearth.api.served import ServedModel
 from hearth.engine.async_engine import AsyncEngine
 from hearth.llm import LLM
 from tests.gguf_factory import write_tiny_gguf
+from tests.server.fakes import FakeTokenizer
 
 CONTEXT = 256
 PREFIX = "def add(a, b):\n"
@@ -27,7 +28,7 @@ GREEDY = {"temperature": 0.0, "n_predict": 6}
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny") / "tiny-fim.gguf"
-    write_tiny_gguf(path, "qwen2", fim=True, context=1024)
+    write_tiny_gguf(path, "qwen2", fim=True, context=1024, tied=False)  # untied: not an echo of FIM_MID
     llm = LLM(str(path), max_model_len=CONTEXT, max_num_batched_tokens=64, progress=False)
     return ServedModel.from_llm(llm, ["tiny-coder"], AsyncEngine(llm.engine))
 
@@ -53,7 +54,7 @@ def test_whole_reply_in_llama_servers_shape(client, served):
     assert body["prompt"] == expected_prompt(prompt="  ")
     assert body["tokens_evaluated"] == len(served.tokenizer.encode(body["prompt"], add_special_tokens=False))
     assert 1 <= body["tokens_predicted"] <= 6 and len(body["tokens"]) == body["tokens_predicted"]
-    assert body["content"] == served.tokenizer.decode(body["tokens"], skip_special_tokens=True)
+    assert body["content"] and body["content"] == served.tokenizer.decode(body["tokens"], skip_special_tokens=True)
     assert body["stop_type"] == ("limit" if body["tokens_predicted"] == 6 else "eos")
     assert body["truncated"] is False and "hearth" not in body and body["stopping_word"] == ""
     assert body["timings"]["predicted_n"] == body["tokens_predicted"]
@@ -70,7 +71,7 @@ def test_streamed_deltas_then_a_last_chunk_and_no_done(client):
     chunks = [json.loads(line[6:]) for line in lines]
     *deltas, last = chunks
     assert deltas and not any(c["stop"] for c in deltas) and last["stop"] is True and last["content"] == ""
-    assert "".join(c["content"] for c in deltas) == whole["content"]  # greedy: the same answer both ways
+    assert "".join(c["content"] for c in deltas) == whole["content"] != ""  # greedy: the same answer both ways
     assert last["tokens_predicted"] == whole["tokens_predicted"] == deltas[-1]["tokens_predicted"]
     assert last["prompt"] == expected_prompt(extra=[])
 
@@ -81,7 +82,7 @@ def test_same_tokens_as_completions_with_suffix(client):
     r = client.post("/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 6, "temperature": 0})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["choices"][0]["text"] == infill["content"]
+    assert body["choices"][0]["text"] == infill["content"] != ""
     assert body["usage"]["prompt_tokens"] == infill["tokens_evaluated"]
     assert body["usage"]["completion_tokens"] == infill["tokens_predicted"]
     r = client.post("/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "echo": True})
@@ -142,3 +143,35 @@ def test_a_model_without_fim_tokens_is_refused(fake):
     error = r.json()["error"]
     assert r.status_code == 400 and error["param"] == "suffix" and "fill-in-the-middle" in error["message"]
     assert not fake.engine.added  # nothing ran
+
+
+def test_a_stop_word_ends_it_as_word(client):
+    """llama-server's stop_type "word" and stopping_word, with a stop string the greedy answer holds."""
+    ask = {"input_prefix": PREFIX, "input_suffix": SUFFIX, **GREEDY, "n_predict": 12}
+    free = client.post("/infill", json=ask).json()["content"]
+    word = free.strip()[1:3]
+    assert len(word) == 2, free
+    body = client.post("/infill", json={**ask, "stop": [word]}).json()
+    assert (body["stop_type"], body["stopping_word"]) == ("word", word), body
+    assert body["content"] == free[:free.index(word)]
+
+
+def test_an_engine_error_mid_stream_is_a_last_event_in_llama_servers_shape(make_fake):
+    """The scripted fake, given FIM ids: its `script:fail` prompt fails after one piece."""
+    fake = make_fake()
+    (served,) = fake.client.app.state.models.loaded()
+    served.tokenizer = FIMFakeTokenizer()
+    with fake.client.stream("POST", "/infill", json={"input_prefix": "script:fail", "input_suffix": "",
+                                                     "stream": True}) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line]
+    assert chunks[0]["content"] == "partial" and chunks[0]["stop"] is False
+    assert chunks[-1]["error"]["code"] == 500 and "boom" in chunks[-1]["error"]["message"]
+    assert not fake.engine.live  # aborted, blocks freed
+
+
+class FIMFakeTokenizer(FakeTokenizer):
+    """Code points, with FIM markers in the private-use area."""
+    FIM = {"fim_pre": 0xE000, "fim_suf": 0xE001, "fim_mid": 0xE002}
+
+    def special(self, slot: str) -> int | None:
+        return self.FIM.get(slot)
