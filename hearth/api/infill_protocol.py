@@ -2,7 +2,7 @@
 `/completion` options it shares), with llama-server's defaults where hearth's API routes differ
 (temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, n_predict -1: no limit), so an editor plugin
 written against llama-server gets the sampling it expects. Fields llama-server has and hearth does
-not (n_indent, t_max_predict_ms, samplers, n_probs, response_fields ...) are ignored and named in
+not (samplers, n_probs, response_fields, t_max_prompt_ms ...) are ignored and named in
 `x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields)."""
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ class InfillRequest(_Request):
     stop: list[StrictStr] = []
     ignore_eos: StrictBool = False
     stream: StrictBool = False
+    n_indent: StrictInt = 0
+    """Lines after the answer's first must be indented at least this much (hearth.api.infill_stops)."""
+    t_max_predict_ms: StrictInt = 0
+    """Past this many ms of generation the next new line ends the answer (hearth.api.infill_stops)."""
     return_tokens: StrictBool = False
     """The generated token ids in `tokens` (else `tokens` is empty, as llama-server's)."""
     cache_prompt: StrictBool = True

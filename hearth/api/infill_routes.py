@@ -18,6 +18,7 @@ from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.infill import DoesNotFit, Dropped, NoFIMTokens, extra_context, fim_tokens, fit
 from hearth.api.infill_protocol import InfillRequest
+from hearth.api.infill_stops import EditorStops
 from hearth.api.sampling import make_params
 from hearth.api.sse import SSEResponse, data_event
 from hearth.errors import HearthError
@@ -83,11 +84,25 @@ class _Reply:
         self.start = time.monotonic()
         self.first: float | None = None
         """When the first token came (the prompt's time ends there)."""
+        self.stops = EditorStops(body.n_indent, body.t_max_predict_ms)
 
-    def _seen(self, out) -> None:
-        self.first = self.first or time.monotonic()
-        self.tokens += out.new_token_ids
-        self.text += out.new_text
+    async def _deltas(self):
+        """(text to send, output, (finish_reason, stop_reason) once it ends) per engine output; an editor
+        stop ends it early, as a limit, and aborts the rest (its text may cut into text already streamed,
+        which a stream cannot take back, as llama-server's)."""
+        async for _, out in self.gen.outputs():
+            self.first = self.first or time.monotonic()
+            self.tokens += out.new_token_ids
+            sent = len(self.text)
+            cut = self.stops.feed(out.new_text, (time.monotonic() - self.first) * 1e3) if self.stops.active else None
+            if cut is None:
+                self.text += out.new_text
+                yield out.new_text, out, (out.finish_reason, out.stop_reason) if out.finished else None
+                continue
+            self.text = self.stops.text[:cut]
+            self.gen.abort()
+            yield self.text[sent:], out, ("length", None)
+            return
 
     def _final(self, content: str, finish: str | None, stop_reason, whole: bool) -> dict:
         """llama-server's last /completion object (server_task_result_cmpl_final); a stream's last one
@@ -125,24 +140,21 @@ class _Reply:
                 "predicted_per_second": predicted_n / predicted_ms * 1e3 if predicted_ms else 0.0}
 
     async def body(self) -> dict:
-        finish = stop_reason = None
-        async for _, out in self.gen.outputs():
-            self._seen(out)
-            if out.finished:
-                finish, stop_reason = out.finish_reason, out.stop_reason
-        return self._final(self.text, finish, stop_reason, whole=True)
+        end = (None, None)
+        async for _, _, ended in self._deltas():
+            end = ended or end
+        return self._final(self.text, *end, whole=True)
 
     async def events(self, path: str):
         try:
-            async for _, out in self.gen.outputs():
-                self._seen(out)
-                if out.new_text or out.new_token_ids:
-                    yield data_event({"index": 0, "content": out.new_text,
+            async for text, out, ended in self._deltas():
+                if text or out.new_token_ids:
+                    yield data_event({"index": 0, "content": text,
                                       "tokens": out.new_token_ids if self.request.return_tokens else [],
                                       "stop": False, "tokens_predicted": len(self.tokens),
                                       "tokens_evaluated": len(self.ids)})
-                if out.finished:
-                    yield data_event(self._final("", out.finish_reason, out.stop_reason, whole=False))
+                if ended:
+                    yield data_event(self._final("", *ended, whole=False))
         except HearthError as e:
             err = from_hearth_error(e, path)
             yield data_event(error_body(path, err.status, err.message, err.param, err.code))

@@ -128,9 +128,9 @@ def test_bad_input_is_a_400_naming_the_field(client, body, field):
 
 
 def test_unknown_llama_server_fields_are_named(client):
-    r = client.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_indent": 4,
-                                     "t_max_predict_ms": 250, "cache_prompt": True, **GREEDY})
-    assert r.status_code == 200 and r.headers["x-hearth-ignored-fields"] == "n_indent,t_max_predict_ms"
+    r = client.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "samplers": ["top_k", "infill"],
+                                     "t_max_prompt_ms": 500, "cache_prompt": True, **GREEDY})
+    assert r.status_code == 200 and r.headers["x-hearth-ignored-fields"] == "samplers,t_max_prompt_ms"
 
 
 def test_a_model_without_fim_tokens_is_refused(fake):
@@ -156,11 +156,28 @@ def test_a_stop_word_ends_it_as_word(client):
     assert body["content"] == free[:free.index(word)]
 
 
-def test_an_engine_error_mid_stream_is_a_last_event_in_llama_servers_shape(make_fake):
-    """The scripted fake, given FIM ids: its `script:fail` prompt fails after one piece."""
+@pytest.fixture
+def fim_fake(make_fake):
+    """The scripted fake (tests/server/fakes.py), its tokenizer given FIM ids."""
     fake = make_fake()
     (served,) = fake.client.app.state.models.loaded()
     served.tokenizer = FIMFakeTokenizer()
+    return fake
+
+
+def test_n_indent_ends_the_block_as_llama_server(fim_fake):
+    """The line back at the margin is cut where its text starts; the rest of the answer is aborted."""
+    r = fim_fake.client.post("/infill", json={"input_prefix": "script:indent", "input_suffix": "", "n_indent": 4})
+    body = r.json()
+    assert (body["content"], body["stop_type"]) == ("a = 1\n    b = 2\n    c = 3\n", "limit"), body
+    assert r.headers.get("x-hearth-ignored-fields") is None and fim_fake.engine.aborted
+    whole = fim_fake.client.post("/infill", json={"input_prefix": "script:indent", "input_suffix": ""}).json()
+    assert whole["content"] == "a = 1\n    b = 2\n    c = 3\nd = 4\ne = 5\nf" and whole["stop_type"] == "eos"
+
+
+def test_an_engine_error_mid_stream_is_a_last_event_in_llama_servers_shape(fim_fake):
+    """The scripted fake's `script:fail` prompt fails after one piece."""
+    fake = fim_fake
     with fake.client.stream("POST", "/infill", json={"input_prefix": "script:fail", "input_suffix": "",
                                                      "stream": True}) as r:
         chunks = [json.loads(line[6:]) for line in r.iter_lines() if line]
