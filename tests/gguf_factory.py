@@ -36,6 +36,9 @@ class TinyDims:
     """gemma3: linear rope scaling factor of the global layers (0 = none)."""
     tokenizer: str = "gpt2"
     """gpt2 (byte-level BPE) or llama (sentencepiece)."""
+    fim: bool = False
+    """gpt2 only: Qwen2.5-Coder's six fill-in-the-middle tokens, as control tokens before BOS/EOS
+    (found by their text, as in Qwen's GGUFs, which name them by no key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,8 +182,10 @@ WORDS = ("the capital of france is paris hello world and to in that it was for o
 
 
 def _write_tokenizer(w: gguf.GGUFWriter, d: TinyDims) -> None:
-    build = {"gpt2": _gpt2_vocab, "llama": _spm_vocab}[d.tokenizer]
-    tokens, types, scores, merges, special = build(d.vocab)
+    if d.fim and d.tokenizer != "gpt2":
+        raise ValueError("fim tokens are written for the gpt2 tokenizer only")
+    built = _gpt2_vocab(d.vocab, d.fim) if d.tokenizer == "gpt2" else _spm_vocab(d.vocab)
+    tokens, types, scores, merges, special = built
     w.add_tokenizer_model(d.tokenizer)
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -228,11 +233,15 @@ def _grow(words: list[str], base: set[str], budget: int) -> tuple[list[str], lis
     return new, merges
 
 
-def _gpt2_vocab(vocab: int):
+FIM_TOKENS = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")
+"""Qwen2.5-Coder's, in its vocabulary's order: ids vocab-8 .. vocab-3 of a `fim` tiny model."""
+
+
+def _gpt2_vocab(vocab: int, fim: bool = False):
     byte_tokens = _byte_chars()
     space = byte_tokens[ord(" ")]
     words = [space + wd for wd in WORDS.split()]
-    specials = ["<|begin_of_text|>", "<|end_of_text|>"]
+    specials = [*(FIM_TOKENS if fim else ()), "<|begin_of_text|>", "<|end_of_text|>"]
     new, merges = _grow(words, set(byte_tokens), vocab - 256 - len(specials))
     tokens = byte_tokens + new
     tokens += [f"<|reserved_{i}|>" for i in range(vocab - len(specials) - len(tokens))] + specials

@@ -4,7 +4,11 @@ logprobs, the logprobs hold the prompt's tokens first (the first one's null), as
 API and vLLM return them; text_offset then counts from the first prompt token's text. max_tokens 0 with
 echo scores the prompt: the reply holds the echo (and its logprobs), no generated token. vLLM's
 `prompt_logprobs: N` puts each choice's prompt's logprobs, ranks and top N in its `prompt_logprobs`
-(whole replies only, as vLLM: hearth.api.openai_protocol)."""
+(whole replies only, as vLLM: hearth.api.openai_protocol).
+
+`suffix` (OpenAI's insert mode, vLLM's FIM) on a model with fill-in-the-middle tokens makes each prompt
+the prefix of hearth.api.infill's layout, the one /infill builds; nothing is dropped to fit (a prompt too
+long is a 400, as any). A model without them answers 400 naming `suffix`, as vLLM does."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
+from hearth.api.infill import FIMTokens, NoFIMTokens, extra_context, fim_tokens, layout
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
@@ -29,9 +34,9 @@ router = APIRouter()
 async def completions(body: CompletionRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)
-    texts, prompts = _prompts(served, body.prompt)
-    if body.suffix:
-        raise APIError(400, "suffix: is not supported", param="suffix")
+    texts, prompts = _prompts(served, body.prompt, body.suffix)
+    if body.suffix is not None and body.echo:  # the echo would be the prefix alone, not the prompt run
+        raise APIError(400, "echo: is not supported with suffix", param="echo")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of: is not supported (use n)", param="best_of")
     k = check_logprobs("logprobs", body.logprobs, served)
@@ -65,8 +70,9 @@ async def completions(body: CompletionRequest, request: Request):
     return result if result is not None else {}
 
 
-def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
-    """(texts for echo, token ids) per prompt."""
+def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list[list[int]]]:
+    """(texts for echo, token ids) per prompt; with a suffix, each prompt is the prefix of a FIM prompt."""
+    fim = _fim(served) if suffix is not None else None
     if isinstance(prompt, str):
         prompt = [prompt]
     if not prompt:
@@ -77,7 +83,7 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
     for p in prompt:
         if isinstance(p, str):
             texts.append(p)
-            ids.append(served.encode_text(p))
+            ids.append(served.encode_text(p, add_special_tokens=fim is None))  # FIM's layout adds the BOS
         else:  # token ids: checked here, where the error can name the field (decode failed on them)
             where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
             if not p:
@@ -87,7 +93,20 @@ def _prompts(served, prompt) -> tuple[list[str], list[list[int]]]:
                 raise APIError(400, f"{where}: {why}", param="prompt")
             texts.append(served.tokenizer.decode(p))
             ids.append(list(p))
+    if fim is not None:  # /infill's layout without input_extra, so both routes run the same tokens
+        def encode(text: str) -> list[int]:
+            return served.encode_text(text, add_special_tokens=False)
+        head, after = extra_context(fim, encode, []), encode(suffix)
+        ids = [layout(fim, before, after, extra=head) for before in ids]
     return texts, ids
+
+
+def _fim(served) -> FIMTokens:
+    try:
+        return fim_tokens(served.tokenizer)
+    except NoFIMTokens as e:
+        raise APIError(400, f"suffix: is not supported by model {served.name!r}, which has no fill-in-the-middle "
+                            f"tokens ({e.missing})", param="suffix") from None
 
 
 class _Reply:

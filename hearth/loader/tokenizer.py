@@ -126,6 +126,11 @@ class Tokenizer:
     def token_to_id(self, piece: str) -> int | None:
         return self._vocab.token_to_id.get(piece)
 
+    def special(self, slot: str) -> int | None:
+        """The id of a special slot as vocab.py found it (GGUF key or llama.cpp's token-text fallback):
+        bos, eos, eot, pad, fim_pre, fim_suf, fim_mid, fim_pad, fim_rep, fim_sep ...; None where absent."""
+        return self._vocab.special.get(slot)
+
     def is_control(self, token_id: int) -> bool:
         """Control/unknown tokens: printed only when special tokens are not skipped."""
         return bool(self._vocab.attrs[token_id] & (Attr.CONTROL | Attr.UNKNOWN))

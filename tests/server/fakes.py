@@ -51,6 +51,8 @@ SCRIPTS = {
     "markdown": ["## Fibonacci\n\nThe **fast** way uses ", "`a, b = b, a + b`:\n\n", "1. start at *zero*\n",
                  "2. add\n\n```python\ndef fib(n):\n", "    a, b = 0, 1  # the first two\n",
                  "    for _ in range(n):\n        a, b = b, a + b\n    return a\n```\n", "See [the docs](https://docs.python.org/3/)."],
+    # a block, then a line back at the margin: /infill's n_indent 4 ends it there (tests/server/test_infill.py)
+    "indent": ["a = 1\n", "    b = 2\n", "    c = 3\n", "d = 4\n", "e = 5\n", "f"],
     "fail": ["partial"],
     "slow": ["tick"],
 }
