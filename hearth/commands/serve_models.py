@@ -173,9 +173,9 @@ def build_pool(args: argparse.Namespace):
     """The server's ModelPool: specs with friendly ids and the planner's footprints, the budget, the
     loader. One model is pinned and unbudgeted unless --max-memory is given (as before: it just loads)."""
     from hearth.api.model_pool import GiB, ModelPool, ModelSpec
-    from hearth.commands.serve import router_threshold, router_tool_floor, speculative_config
+    from hearth.commands.serve import router_threshold, router_tool_floor
     from hearth.commands.serve_router import router_configs, with_router
-    from hearth.commands.serve_speculation import per_model
+    from hearth.commands.serve_speculation import check_drafts_fit, k_flag, per_model, speculative_config
     from hearth.memory.serving import default_budget
 
     if args.max_memory < 0:
@@ -192,6 +192,9 @@ def build_pool(args: argparse.Namespace):
     specs = []
     for e, path, n, router, spec in zip(given, paths, names, routers, speculation):
         fp = _footprint(e, path, args, spec.draft)
+        own = e.speculative_config is not None  # K from the entry's own config, else from the flags
+        check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
+                         else k_flag(args))
         specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
