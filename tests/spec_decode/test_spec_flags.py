@@ -35,12 +35,28 @@ def test_run_takes_serve_s_speculative_flags(argv):
     assert speculative_config(run) == speculative_config(serve)
 
 
-def test_run_speculates_with_the_flags(capsys, tiny):
-    """Greedy output with speculation equals greedy output without it."""
-    assert main(["run", str(tiny), "one two one two one", *GREEDY]) == 0
+def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
+    """Speculation runs (a Q8_0 model: the native kernels verify rows bit for bit), and greedy output
+    with it equals greedy output without it."""
+    import hearth.llm
+
+    path = tmp_path / "q8.gguf"
+    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    made = []
+
+    class Spy(hearth.llm.LLM):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(hearth.llm, "LLM", Spy)
+    prompt = "one two one two one two one"
+    assert main(["run", str(path), prompt, *GREEDY]) == 0
     plain = capsys.readouterr().out
-    assert main(["run", str(tiny), "one two one two one", *GREEDY, "--spec-draft-n-max", "3"]) == 0
+    assert made[-1].engine.spec is None
+    assert main(["run", str(path), prompt, *GREEDY, "--draft-max", "3"]) == 0
     assert capsys.readouterr().out == plain
+    assert made[-1].engine.spec.config.num_speculative_tokens == 3 and made[-1].speculation_off == ""
 
 
 @pytest.mark.parametrize("command", ["run", "serve"])
