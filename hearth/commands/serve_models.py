@@ -167,7 +167,9 @@ def unique_names(named: list[list[str]], entries_: list[ModelEntry]) -> None:
     for names, e in zip(named, entries_):
         for n in names:
             if n in owner:
-                raise HearthError(f"{e.where}: name {n!r} is already that of {owner[n]}; give each model its own name")
+                how = " (a --models file's `name`)" if e.where.startswith("MODEL ") else ""
+                raise HearthError(f"{e.where}: name {n!r} is already that of {owner[n]}; give each model its own "
+                                  f"name{how}")
             owner[n] = e.where
 
 

@@ -52,6 +52,15 @@ def test_ids_and_given_aliases_must_be_unique(tmp_path):
         unique_names([model_names(b, path), model_names(d, path)], [b, d])
 
 
+def test_two_model_files_of_one_name_are_one_line_naming_both(capsys, tiny, tmp_path):
+    other = tmp_path / "b" / tiny.name
+    other.parent.mkdir()
+    write_tiny_gguf(other, "llama")
+    assert_one_line_error(*run_cli(capsys, "serve", str(tiny), str(other)),
+                          f"MODEL {str(other)!r}: name 'tiny-llama-q8' is already that of MODEL {str(tiny)!r}; "
+                          "give each model its own name (a --models file's `name`)")
+
+
 def test_one_model_is_pinned_with_no_budget(tiny):
     pool = build_pool(serve_args(str(tiny)))
     (spec,) = [s.spec for s in pool.slots]
