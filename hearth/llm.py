@@ -96,8 +96,9 @@ class LLM:
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
-        if spec is not None:  # K past the context fails before the weights load (checked again once the cache is sized)
-            spec.check_context(context_to_run(cfg.max_model_len, shape_from_gguf(self.gguf).context_length))
+        if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
+            trained = shape_from_gguf(self.gguf).context_length
+            spec.check_context(context_to_run(cfg.max_model_len, trained, quiet=True))
         draft_gguf = _draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls

@@ -112,7 +112,8 @@ def _context(args: argparse.Namespace) -> int:
     from hearth.loader.resolve import resolve_model
     from hearth.memory.gguf_shape import shape_from_gguf
 
-    return context_to_run(args.ctx, shape_from_gguf(GGUFFile(resolve_model(args.model))).context_length)
+    trained = shape_from_gguf(GGUFFile(resolve_model(args.model))).context_length
+    return context_to_run(args.ctx, trained, quiet=True)  # LLM says it once, as it loads
 
 
 def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:

@@ -86,3 +86,12 @@ def test_llm_refuses_k_past_the_context_naming_the_field(tiny, ctx, k):
     with pytest.raises(ValueError, match=rf"speculative_config\.num_speculative_tokens \({k}\) must be below the "
                                          rf"context, max_model_len \({ctx or 256}\)"):
         LLM(str(tiny), max_model_len=ctx, speculative_config={"method": "ngram", "num_speculative_tokens": k})
+
+
+def test_a_context_past_the_model_s_is_said_once_with_speculation(caplog, tiny):
+    """The check before the load reads the context quietly: the load's warning stays the one line."""
+    from hearth.llm import LLM
+
+    with caplog.at_level("WARNING", logger="hearth"):
+        LLM(str(tiny), max_model_len=4096, speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    assert sum("the model's context is 256 tokens" in r.getMessage() for r in caplog.records) == 1
