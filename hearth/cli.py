@@ -25,6 +25,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("hearth.commands.doctor", "which CPU tier runs and why, memory bandwidth, models on disk: for bug reports"),
     "eval": ("hearth.commands.eval", "perplexity over a text (llama-perplexity's method), with any KV cache format; BFCL tool calling"),
 }
+# command -> its subcommands (subcommand -> (module, one-line help)): each parses with its own parser,
+# so `hearth eval tools --help` lists tools' options only (as `ollama` and `git` subcommands do)
+SUBCOMMANDS: dict[str, dict[str, tuple[str, str]]] = {
+    "eval": {
+        "perplexity": ("hearth.commands.eval", "perplexity over a text (llama-perplexity's method), with any KV "
+                                               "cache format"),
+        "tools": ("hearth.commands.eval_tools", "BFCL v4 tool calling through a hearth server (or one at --url); "
+                                                "--compare, --sweep over saved runs"),
+    },
+}
 
 
 def _usage() -> str:
@@ -46,11 +56,37 @@ def version() -> str:
     return f"hearth {__version__} (torch {torch}, python {platform.python_version()})"
 
 
-def command_parser(name: str) -> argparse.ArgumentParser:
-    module, help_text = COMMANDS[name]
-    parser = argparse.ArgumentParser(prog=f"hearth {name}", description=help_text)
+def command_parser(name: str, sub: str | None = None) -> argparse.ArgumentParser:
+    """The parser of `hearth NAME` (or of `hearth NAME SUB`, a command with subcommands)."""
+    module, help_text = SUBCOMMANDS[name][sub] if sub is not None else COMMANDS[name]
+    parser = argparse.ArgumentParser(prog=f"hearth {name}" + (f" {sub}" if sub else ""), description=help_text)
     importlib.import_module(module).add_arguments(parser)
     return parser
+
+
+def _sub_usage(name: str) -> str:
+    subs = SUBCOMMANDS[name]
+    width = max(map(len, subs))
+    lines = [f"  {sub:<{width}}  {help_text}" for sub, (_, help_text) in subs.items()]
+    return (f"usage: hearth {name} {{{','.join(subs)}}} [ARGS]\n\n{COMMANDS[name][1]}\n\n{name} commands "
+            f"(hearth {name} COMMAND --help for its options):\n" + "\n".join(lines))
+
+
+def _split(name: str, rest: list[str]) -> tuple[str | None, list[str]] | int:
+    """(the subcommand, its arguments) for a command with subcommands; an exit code where usage was printed."""
+    if name not in SUBCOMMANDS:
+        return None, rest
+    if not rest:
+        print(_sub_usage(name), file=sys.stderr)
+        return 2
+    if rest[0] in ("-h", "--help"):  # exits as argparse's --help does
+        print(_sub_usage(name))
+        raise SystemExit(0)
+    if rest[0] not in SUBCOMMANDS[name]:
+        print(f"hearth: error: unknown {name} command {rest[0]!r}; {name} commands: {', '.join(SUBCOMMANDS[name])}",
+              file=sys.stderr)
+        return 2
+    return rest[0], rest[1:]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,10 +134,15 @@ def _run(argv: list[str] | None) -> int:
     if name not in COMMANDS:
         print(f"hearth: error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
+    split = _split(name, argv[1:])
+    if isinstance(split, int):
+        return split
+    sub, rest = split
     # one parser per command, parsed intermixed so options may sit between positionals
-    args = command_parser(name).parse_intermixed_args(argv[1:])
+    args = command_parser(name, sub).parse_intermixed_args(rest)
+    module = SUBCOMMANDS[name][sub][0] if sub is not None else COMMANDS[name][0]
     try:
-        return int(importlib.import_module(COMMANDS[name][0]).main(args) or 0)
+        return int(importlib.import_module(module).main(args) or 0)
     except HearthError as e:
         print(f"hearth: error: {e}", file=sys.stderr)
         return 1

@@ -31,6 +31,7 @@ from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.loader.tokenizer import Tokenizer
 from hearth.loader.vocab import read_vocab, vocab_difference
+from hearth.memory.gguf_shape import shape_from_gguf
 from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import load_model
 from hearth.outputs import CompletionOutput, RequestOutput
@@ -96,6 +97,9 @@ class LLM:
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
+        if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
+            trained = shape_from_gguf(self.gguf).context_length
+            spec.check_context(context_to_run(cfg.max_model_len, trained, quiet=True))
         draft_gguf = _draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
@@ -127,6 +131,8 @@ class LLM:
                                           self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
         # one sequence may hold every block but its staging reserve: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, (num_blocks - reserve) * cfg.block_size)
+        if spec is not None:
+            spec.check_context(self.max_model_len)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
                                   GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
         self.runner.forced_drafts = cfg.grammar_drafts and regimes is not None

@@ -15,6 +15,26 @@ def test_every_command_has_help(name, capsys):
     assert f"hearth {name}" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("sub,own,other", [("perplexity", "--kv-cache-dtype", "--router"),
+                                           ("tools", "--router", "--kv-cache-dtype")])
+def test_a_subcommand_prints_its_own_help(sub, own, other, capsys):
+    """`hearth eval tools --help` lists tools' options, not perplexity's too (one combined help before)."""
+    with pytest.raises(SystemExit) as e:
+        main(["eval", sub, "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith(f"usage: hearth eval {sub} ") and own in out and other not in out
+
+
+def test_a_command_with_subcommands_lists_them(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage: hearth eval {perplexity,tools}") and "hearth eval COMMAND --help" in out
+    assert main(["eval"]) == 2 and "perplexity" in capsys.readouterr().err
+    assert main(["eval", "nope"]) == 2
+    assert capsys.readouterr().err == "hearth: error: unknown eval command 'nope'; eval commands: perplexity, tools\n"
+
+
 def test_no_command_prints_usage(capsys):
     assert main([]) == 2
     out = capsys.readouterr().out
@@ -286,8 +306,8 @@ def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
     from hearth.cli import command_parser
     from hearth.config import THREADS_ZERO
 
-    for name in ("run", "serve", "eval", "bench"):
-        assert THREADS_ZERO in " ".join(command_parser(name).format_help().split()), name
+    for name in (("run",), ("serve",), ("eval", "perplexity"), ("eval", "tools"), ("bench",)):
+        assert THREADS_ZERO in " ".join(command_parser(*name).format_help().split()), name
     before = torch.get_num_threads()
     run_stdout(capsys, str(tiny_models[0]), PROMPT, *GREEDY, "--threads", "0")
     assert torch.get_num_threads() == before  # left as torch chose it

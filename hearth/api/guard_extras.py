@@ -24,6 +24,12 @@ Render = Callable[[list[dict]], tuple[str, list[int]]]
 """Template messages -> (prompt text, prompt ids), with the request's tools and template options."""
 
 
+def answer_room(max_tokens: int | None, max_model_len: int) -> int:
+    """Tokens a prompt that is cut to fit (compacted, truncated) leaves for the answer: max_tokens, else
+    an eighth of the context, at most 256."""
+    return max_tokens if max_tokens is not None else min(256, max_model_len // 8)
+
+
 class RequestGuard:
     """One per request: its checked `hearth` extensions, its tools (ranked), its history (template
     messages as sent) and the log of what was done before generation."""
@@ -59,7 +65,7 @@ class RequestGuard:
         model_context: the model's own (ServedModel.model_context), for the error's remedy."""
         prompt, ids = render(history)
         options = self.ext.compaction
-        room = max_tokens if max_tokens is not None else min(256, max_model_len // 8)
+        room = answer_room(max_tokens, max_model_len)
         # fits as check_room and the engine have it: prompt + room may fill the context exactly
         if options is None or len(ids) + room <= max_model_len:
             return prompt, ids

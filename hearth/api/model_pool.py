@@ -30,7 +30,8 @@ GiB = 2**30
 @dataclass
 class ModelSpec:
     names: list[str]
-    """What clients may put in `model`: the id first (never a path), then its aliases."""
+    """What clients may put in `model` and /v1/models lists: the id first (never a path), then the
+    aliases the user gave (vLLM lists each --served-model-name); unique across the pool."""
     footprint: int = 0
     """Bytes it holds once loaded (the planner's weights + KV budget); counted against the budget."""
     pinned: bool = False
@@ -41,6 +42,9 @@ class ModelSpec:
     """A small model of this pool that answers its single-turn tool calls when sure (hearth.api.tool_router)."""
     kv_bytes: int = 0
     """The KV cache's part of footprint (what --kv-cache-memory-gb and a shorter context lower); 0: not known."""
+    file_names: list[str] = field(default_factory=list)
+    """Other names `model` may give, never listed (MODEL as given, its file's stem and name): one that
+    several models share (the same file served twice) is a 400 naming them, not a guess."""
 
     @property
     def name(self) -> str:
@@ -82,6 +86,11 @@ class ModelPool:
                 other = self._by_name.setdefault(name, slot)
                 if other is not slot:
                     raise ValueError(f"model name {name!r} is used by both {other.spec.name!r} and {slot.spec.name!r}")
+        self._by_file: dict[str, list[_Slot]] = {}  # a name that is no model's own -> the models of that file
+        for slot in self.slots:
+            for name in slot.spec.file_names:
+                if name not in self._by_name:
+                    self._by_file.setdefault(name, []).append(slot)
         self._clock = itertools.count(1)
         self._room = asyncio.Lock()
 
@@ -90,8 +99,8 @@ class ModelPool:
         """A server of models already loaded and pinned (the eval's in-process server; tests);
         `routers`: model id -> its router."""
         routers = routers or {}
-        pool = cls([ModelSpec(list(s.names), pinned=True, max_model_len=s.max_model_len, router=routers.get(s.name))
-                    for s in served], None)
+        pool = cls([ModelSpec(list(s.names), pinned=True, max_model_len=s.max_model_len, router=routers.get(s.name),
+                              file_names=list(s.file_names)) for s in served], None)
         for slot, s in zip(pool.slots, served):
             slot.served, slot.reserved, slot.created = s, True, s.created
         return pool
@@ -152,6 +161,12 @@ class ModelPool:
         if not requested:
             return self.slots[0]
         slot = self._by_name.get(requested)
+        files = self._by_file.get(requested, [])
+        if slot is None and len(files) > 1:  # as `ollama` and vLLM never guess a model: say which ids to use
+            raise APIError(400, f"model {requested!r} is ambiguous: it names the file of {len(files)} models this "
+                           f"server serves ({', '.join(repr(s.spec.name) for s in files)}); give one of those ids",
+                           param="model", code="model_ambiguous")
+        slot = slot or (files[0] if files else None)
         if slot is None:
             raise APIError(404, f"model {requested!r} does not exist; this server serves {self.ids_text()}",
                            param="model", code="model_not_found")
@@ -186,7 +201,8 @@ class ModelPool:
         return ", ".join(repr(s.spec.name) for s in self.slots)
 
     def cards(self) -> list[dict]:
-        """/v1/models: every id and alias; `root` is the id an alias belongs to; `hearth` says its state."""
+        """/v1/models: each model's id and the aliases the user gave (not its file's names, which clients'
+        pickers would show as more models); `root` is the id an alias belongs to; `hearth` says its state."""
         return [self.card(slot, name) for slot in self.slots for name in slot.spec.names]
 
     def card(self, slot: _Slot, name: str) -> dict:

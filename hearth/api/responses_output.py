@@ -23,12 +23,15 @@ class OutputBuilder:
         self._open: dict | None = None  # the item being filled
         self._calls: dict[int, dict] = {}  # parser call index -> its function_call item
         self.status = "completed"  # "incomplete" when cut by max_output_tokens
+        self._logprobs: list[dict] = []  # the current feed's, until its message text takes them
 
     @property
     def called(self) -> bool:
         return bool(self._calls)
 
-    def feed(self, events: list) -> list[dict]:
+    def feed(self, events: list, logprobs: list[dict] = ()) -> list[dict]:
+        """logprobs: what this feed's message text carries (hearth.api.responses_options.MessageLogprobs)."""
+        self._logprobs = list(logprobs)
         out: list[dict] = []
         for e in events:
             if isinstance(e, ContentDelta) and e.text:
@@ -52,7 +55,7 @@ class OutputBuilder:
         if item["type"] == "message":
             part = item["content"][0]
             head = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            return [{"type": "response.output_text.done", **head, "text": part["text"], "logprobs": []},
+            return [{"type": "response.output_text.done", **head, "text": part["text"], "logprobs": part["logprobs"]},
                     {"type": "response.content_part.done", **head, "part": part},
                     {"type": "response.output_item.done", "output_index": index, "item": item}]
         if item["type"] == "reasoning":
@@ -75,9 +78,11 @@ class OutputBuilder:
         item = self._open
         index = len(self.items) - 1
         if kind == "message":
+            logprobs, self._logprobs = self._logprobs, []
             item["content"][0]["text"] += text
+            item["content"][0]["logprobs"] += logprobs
             return out + [{"type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
-                           "content_index": 0, "delta": text, "logprobs": []}]
+                           "content_index": 0, "delta": text, "logprobs": logprobs}]
         item["summary"][0]["text"] += text
         return out + [{"type": "response.reasoning_summary_text.delta", "item_id": item["id"],
                        "output_index": index, "summary_index": 0, "delta": text}]

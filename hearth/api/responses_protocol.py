@@ -3,7 +3,7 @@ hearth.api.responses_items checks them by hand so a bad one is named precisely (
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import StrictBool, StrictInt
 
@@ -25,3 +25,9 @@ class ResponsesRequest(SamplingScalars):
     store: StrictBool = True
     previous_response_id: str | None = None
     metadata: dict[str, Any] | None = None
+    truncation: Literal["auto", "disabled"] = "disabled"
+    """auto: the oldest turns dropped to fit the context; disabled: a 400 (hearth.api.responses_options)."""
+    include: list[str] | None = None
+    """"message.output_text.logprobs": output_text parts carry logprobs (hearth.api.responses_options)."""
+    top_logprobs: StrictInt | None = None
+    """Most likely tokens per position with include's logprobs (OpenAI: 0 to 20; the server's --max-logprobs)."""

@@ -17,14 +17,16 @@ from fastapi import APIRouter, Request
 from hearth.api.choices import settle
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import until_disconnect
-from hearth.api.guard_extras import RequestGuard
+from hearth.api.guard_extras import RequestGuard, answer_room
+from hearth.api.logprobs import chat_logprobs
 from hearth.api.messages import openai_messages
 from hearth.api.responses_items import (as_items, chat_tool_choice, chat_tools, input_messages, text_format,
                                         with_instructions)
+from hearth.api.responses_options import MessageLogprobs, truncate_oldest, wants_logprobs
 from hearth.api.responses_output import OutputBuilder, assistant_messages
 from hearth.api.responses_protocol import ResponsesRequest
 from hearth.api.responses_store import StoredResponse, items_page
-from hearth.api.sampling import common_fields
+from hearth.api.sampling import check_logprobs, common_fields
 from hearth.api.sse import SSEResponse, named_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
@@ -62,31 +64,43 @@ async def create_response(body: ResponsesRequest, request: Request):
         raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",
                        param="text.format")
 
-    def render(msgs: list[dict]) -> tuple[str, list[int]]:
+    k = check_logprobs("top_logprobs", body.top_logprobs, served)
+    logprobs = (k or 0) if wants_logprobs(body.include) else None  # top_logprobs alone: none, as OpenAI's
+
+    def render_whole(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, with_instructions(body.instructions, msgs)),
                                   plan.tools if plan.in_template else None)
         return text, _prompt_ids(served, text, prev)
 
+    def render(msgs: list[dict]) -> tuple[str, list[int]]:
+        if body.truncation == "auto":  # room for the answer as a compaction leaves it
+            limit = served.max_model_len - answer_room(body.max_output_tokens, served.max_model_len)
+            msgs = truncate_oldest(lambda m: len(render_whole(m)[1]), msgs, limit)
+        return render_whole(msgs)
+
     prompt, ids = guard.fit(render, conversation, served.max_model_len, body.max_output_tokens,
                            served.model_context)
-    fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt}
+    fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt,
+              "logprobs": logprobs}
 
     def reprompt(extra: list[dict]) -> list[int]:
         text, _ = guard.fit(render, conversation + openai_messages(extra), served.max_model_len,
                             body.max_output_tokens, served.model_context)
         return reprompt_ids(served, text, body.max_output_tokens)
 
-    ask = Ask(guard.tools, choice, conversation, structured=fmt is not None, workflow=guard.ext.workflow is not None)
+    ask = Ask(guard.tools, choice, conversation, token_level=logprobs is not None, structured=fmt is not None,
+              workflow=guard.ext.workflow is not None)
 
     def render_for(model, model_plan) -> tuple[str, list[int]]:
         text = model.render_chat(prompt_messages(model, model_plan, with_instructions(body.instructions, conversation)),
                                  model_plan.tools if model_plan.in_template else None)
         return text, model.encode_chat_text(text)
 
-    req = ChoicesRequest(served, plan, prompt, ids, fields, {"max_tokens": "max_output_tokens"}, guard,
+    names = {"max_tokens": "max_output_tokens", "logprobs": "top_logprobs"}
+    req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard,
                          body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}", streaming=bool(body.stream))
     source, _ = await routed_choices(state, model, ask, render_for, req)
-    reply = _Reply(served, store, body, source, conversation, prompt, ids, items)
+    reply = _Reply(served, store, body, source, conversation, prompt, ids, items, logprobs)
     if body.stream:
         return SSEResponse(reply.events(), on_close=source.abort)
     result = await until_disconnect(request, reply.whole())
@@ -159,9 +173,11 @@ def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
 
 class _Reply:
     def __init__(self, served, store, body: ResponsesRequest, gen, conversation: list[dict], prompt: str,
-                 ids: list[int], items: list[dict]):
+                 ids: list[int], items: list[dict], top_logprobs: int | None = None):
         """gen: the response's choices (hearth.api.choices / hearth.api.guarded): parsed updates;
-        items: its input items (StoredResponse.input_items)."""
+        items: its input items (StoredResponse.input_items); top_logprobs: None unless include asks
+        for output_text logprobs."""
+        self.k, self.logprobs = top_logprobs, MessageLogprobs()
         self.served, self.store, self.body, self.gen = served, store, body, gen
         self.conversation, self.prompt, self.ids, self.items = conversation, prompt, ids, items
         self.id = gen.request_id
@@ -183,7 +199,7 @@ class _Reply:
                 "reasoning": {k: (b.reasoning or {}).get(k) for k in ("effort", "summary")},
                 "store": b.store, "temperature": b.temperature, "top_p": b.top_p, "text": {"format": fmt},
                 "tool_choice": b.tool_choice if b.tool_choice is not None else "auto", "tools": b.tools or [],
-                "truncation": "disabled", "user": b.user, "metadata": b.metadata or {},
+                "truncation": b.truncation, "user": b.user, "metadata": b.metadata or {},
                 "usage": self.usage() if status != "in_progress" else None}
 
     def usage(self) -> dict:
@@ -195,14 +211,22 @@ class _Reply:
                 "output_tokens": c, "output_tokens_details": {"reasoning_tokens": min(reasoning, c)},
                 "total_tokens": p + c}
 
-    def _on_output(self, out) -> list[dict]:
+    def _on_output(self, out, logprobs: list[dict] | None = None) -> list[dict]:
+        """logprobs: the message text's in this update (None: taken from it, as a stream goes)."""
         self.output_ids += out.token_ids
         events = out.events
         if out.finished:
             self.finish_reason = out.finish_reason
             if out.finish_reason == "length":
                 self.builder.status = "incomplete"
-        return self.builder.feed(events) + (self.builder.close() if out.finished else [])
+        if logprobs is None:
+            logprobs = self._message_logprobs(out)
+        return self.builder.feed(events, logprobs) + (self.builder.close() if out.finished else [])
+
+    def _message_logprobs(self, out) -> list[dict]:
+        if self.k is None or not out.logprobs:
+            return []
+        return self.logprobs.take(out.events, chat_logprobs(self.served.tokenizer, out.token_ids, out.logprobs, self.k))
 
     def _finish(self) -> dict:
         status = self.builder.status
@@ -220,12 +244,13 @@ class _Reply:
         return body
 
     async def whole(self) -> dict:
-        events, tokens, last = [], [], None
+        events, tokens, logprobs, last = [], [], [], None
         async for _, out in self.gen.updates():
             events, last = settle(events, out), out
             tokens += out.token_ids
+            logprobs += self._message_logprobs(out)
         if last is not None:  # one update of the whole answer (settle: its text as a whole answer reads)
-            self._on_output(replace(last, events=events, token_ids=tokens))
+            self._on_output(replace(last, events=events, token_ids=tokens), logprobs)
         return self._finish()
 
     def _event(self, payload: dict) -> str:

@@ -22,7 +22,7 @@ _RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token"
 @dataclass
 class ServedModel:
     names: list[str]
-    """What clients may put in `model`; the first is the one /v1/models lists."""
+    """What clients may put in `model` and /v1/models lists; the first is its id."""
     tokenizer: Any
     """encode(text, add_special_tokens=, parse_special=), decode(ids), bos_token, add_bos."""
     chat_template: ChatTemplate
@@ -39,12 +39,14 @@ class ServedModel:
     """What must live as long as it is served: the LLM (whose collection closes its KV disk tier)."""
     max_logprobs: int = MAX_LOGPROBS
     """The engine's EngineConfig.max_logprobs (-1: no cap), which the routes name by their wire's field."""
+    file_names: list[str] = field(default_factory=list)
+    """More names `model` may give, never listed (hearth.api.model_pool.ModelSpec.file_names)."""
 
     @classmethod
-    def from_llm(cls, llm, names: list[str], engine) -> ServedModel:
+    def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = ()) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
-                   max_logprobs=llm.config.max_logprobs)
+                   max_logprobs=llm.config.max_logprobs, file_names=list(file_names))
 
     @property
     def name(self) -> str:

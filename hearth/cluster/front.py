@@ -21,14 +21,16 @@ from hearth.loader.tokenizer import Tokenizer
 
 def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> ServedModel:
     """names: None -> as `hearth serve` names it (catalog name or file stem, with aliases)."""
-    from hearth.commands.serve_models import ModelEntry, model_names
+    from hearth.commands.serve_models import ModelEntry, file_names, model_names
 
     path = resolve_model(model)
     g = GGUFFile(path)
     tok = Tokenizer.from_gguf(g)
     template = ChatTemplate(tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
-    return ServedModel(names or model_names(ModelEntry(model), path), tok, template, engine, engine.max_model_len,
-                       engine.vocab_size, model_context=engine.model_context, max_logprobs=engine.max_logprobs)
+    names = names or model_names(ModelEntry(model), path)
+    return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,
+                       model_context=engine.model_context, max_logprobs=engine.max_logprobs,
+                       file_names=file_names(ModelEntry(model), path, names))
 
 
 class ClusterCollector:

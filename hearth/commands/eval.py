@@ -1,6 +1,4 @@
-"""`hearth eval tools ...`: BFCL tool calling (hearth.commands.eval_tools).
-
-`hearth eval perplexity MODEL [--kv-cache-dtype D] [--ctx N] [--text FILE]`: perplexity the way
+"""`hearth eval perplexity MODEL [--kv-cache-dtype D] [--ctx N] [--text FILE]`: perplexity the way
 llama.cpp's `llama-perplexity` computes it: the text is cut into non-overlapping windows of ctx
 tokens (at most the model's context, as `run --ctx`) (the first token of each replaced by BOS when the model uses one), each window is run from an
 empty cache, and the second half of each window is scored (every token there sees at least ctx/2
@@ -18,7 +16,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hearth.commands import eval_tools
 from hearth.config import DEFAULT_MODEL, THREADS_ZERO
 from hearth.errors import HearthError
 
@@ -28,7 +25,6 @@ LOGIT_ROWS = 128
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("task", choices=["perplexity", "tools"], help="what to evaluate")
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
     p.add_argument("--kv-cache-dtype", default="auto",
@@ -39,7 +35,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch", type=int, default=512, help="tokens per forward pass (default: %(default)s)")
     p.add_argument("--block-size", type=int, default=0, help="KV block size (default: the format's)")
     p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
-    eval_tools.add_arguments(p)
 
 
 @dataclass(slots=True)
@@ -152,8 +147,6 @@ def perplexity(runner, tokenizer, tokens: list[int], ctx: int, batch: int = 512,
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.task == "tools":
-        return eval_tools.main(args)
     from hearth.kvstore.codecs import get_codec
     from hearth.llm import LLM
     from hearth.loader.context import context_to_run

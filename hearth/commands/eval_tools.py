@@ -11,47 +11,51 @@ import sys
 import time
 from pathlib import Path
 
+from hearth.config import DEFAULT_MODEL, THREADS_ZERO
 from hearth.errors import HearthError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("tools (BFCL v4 tool calling)")
-    g.add_argument("--mode", default="bare", help="the server's tool handling, sent as hearth.tool_guard: bare "
+    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+                   help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL}); "
+                        "with --url the name sent")
+    p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
+    p.add_argument("--mode", default="bare", help="the server's tool handling, sent as hearth.tool_guard: bare "
                    "(today's parse-only), grammar, guard (default: %(default)s)")
-    g.add_argument("--categories", default="", help="comma-separated BFCL categories (default: all of "
+    p.add_argument("--categories", default="", help="comma-separated BFCL categories (default: all of "
                    "simple_python, multiple, parallel, parallel_multiple, irrelevance, multi_turn_base)")
-    g.add_argument("--limit", type=int, default=0, help="items per category, spread evenly over it (default: all)")
-    g.add_argument("--offset", type=int, default=0, metavar="K",
+    p.add_argument("--limit", type=int, default=0, help="items per category, spread evenly over it (default: all)")
+    p.add_argument("--offset", type=int, default=0, metavar="K",
                    help="with --limit: shift each picked item K items on (below the spacing of the picks), for a "
                         "second sample disjoint from the first (default: %(default)s)")
-    g.add_argument("--ids", default="", help="comma-separated item ids: only these (within --categories)")
-    g.add_argument("--out", help="write one JSON line per item here (commit, model hash, mode, category, id, result, reason)")
-    g.add_argument("--report", help="write the summary as JSON here")
-    g.add_argument("--compare", nargs=2, metavar=("A.jsonl", "B.jsonl"), help="compare two --out files: McNemar's exact test")
-    g.add_argument("--router", metavar="SMALL", help="route the model's single-turn tool calls through this small "
+    p.add_argument("--ids", default="", help="comma-separated item ids: only these (within --categories)")
+    p.add_argument("--out", help="write one JSON line per item here (commit, model hash, mode, category, id, result, reason)")
+    p.add_argument("--report", help="write the summary as JSON here")
+    p.add_argument("--compare", nargs=2, metavar=("A.jsonl", "B.jsonl"), help="compare two --out files: McNemar's exact test")
+    p.add_argument("--router", metavar="SMALL", help="route the model's single-turn tool calls through this small "
                    "model (hearth serve --router); rows record its decision, confidence and seconds")
-    g.add_argument("--router-threshold", type=float, default=0.0, metavar="P",
+    p.add_argument("--router-threshold", type=float, default=0.0, metavar="P",
                    help="the router's threshold; 0 (default) accepts every valid call: the rows a --sweep reads")
-    g.add_argument("--router-tool-floor", type=float, default=0.0, metavar="F",
+    p.add_argument("--router-tool-floor", type=float, default=0.0, metavar="F",
                    help="the router's tool floor (hearth serve --router-tool-floor); 0 (default) off, as a --sweep "
                         "run wants it")
-    g.add_argument("--alone-out", metavar="FILE", help="with --router: run each item also with the router off "
+    p.add_argument("--alone-out", metavar="FILE", help="with --router: run each item also with the router off "
                    "(the model alone, on the same server, in turns with the routed run so both share the load; "
                    "prefix caching off) and write those rows here")
-    g.add_argument("--sweep", nargs=2, metavar=("ROUTER.jsonl", "MAIN.jsonl"),
+    p.add_argument("--sweep", nargs=2, metavar=("ROUTER.jsonl", "MAIN.jsonl"),
                    help="the router's accuracy and median latency per threshold, computed from a --router run at "
                         "threshold 0 and a run of the main model alone")
-    g.add_argument("--decline-below", type=float, default=None, metavar="P",
+    p.add_argument("--decline-below", type=float, default=None, metavar="P",
                    help="mode guard: decline a lazily triggered call whose name's first token had a raw probability "
                         "below P (sent as hearth.tool_guard_decline_below; 0: never; default: the server's)")
-    g.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
+    p.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
                    "(another hearth, llama-server --jinja) instead of loading MODEL; MODEL is the name sent")
-    g.add_argument("--concurrency", type=int, default=1, metavar="N",
+    p.add_argument("--concurrency", type=int, default=1, metavar="N",
                    help="ask up to N items at once (the engine batches them; multi-turn items one at a time): "
                         "fewer CPU seconds a run, but each request's latency then includes the others' work, and "
                         "a near-tie between the model's top two tokens may resolve otherwise than alone, as a "
                         "batched step sums in another order (default: %(default)s, one item at a time)")
-    g.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
+    p.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ import time
 from dataclasses import replace
 
 from hearth.commands.prompt_line import TerminalLines
+from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, check_room
 
@@ -46,6 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
     p.add_argument("--ctx", type=int, default=4096, help="context length in tokens, at most the model's; 0: the model's (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer")
+    add_speculation_arguments(p)  # serve's flags, parsed and checked by the same code
 
 
 def main(args: argparse.Namespace) -> int:
@@ -54,7 +56,11 @@ def main(args: argparse.Namespace) -> int:
 
     if args.system and args.mode == "text":
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
-    llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device)
+    speculation = speculative_config(args)  # a bad value is one line before the model loads
+    if speculation is not None:
+        check_drafts_fit(speculation, _context(args), k_flag(args))
+    llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
+              speculative_config=speculation)
     chat, note = conversation(args, llm)
     if args.system and not chat:
         raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
@@ -97,6 +103,17 @@ def main(args: argparse.Namespace) -> int:
             except HearthError as e:  # the chat goes on: this message was not added to it
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def _context(args: argparse.Namespace) -> int:
+    """The context --ctx runs at, read from the file's header (no weights): the model's own at most."""
+    from hearth.loader.context import context_to_run
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.loader.resolve import resolve_model
+    from hearth.memory.gguf_shape import shape_from_gguf
+
+    trained = shape_from_gguf(GGUFFile(resolve_model(args.model))).context_length
+    return context_to_run(args.ctx, trained, quiet=True)  # LLM says it once, as it loads
 
 
 def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:

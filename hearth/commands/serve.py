@@ -14,6 +14,7 @@ from collections.abc import Callable
 import uvicorn
 
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
+from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 
 
@@ -95,23 +96,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--max-logprobs", type=int, default=MAX_LOGPROBS, metavar="N",
                      help="most top logprobs a request may ask per token (logprobs, top_logprobs, prompt_logprobs); "
                           "-1: no cap, and a request's -1 asks for the whole vocabulary, as vLLM's (default: %(default)s)")
-    spec = p.add_argument_group("speculative decoding")
-    spec.add_argument("--speculative-config", default=None, metavar="JSON",
-                      help='vLLM\'s speculative config, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
-                           '"prompt_lookup_min": 2, "prompt_lookup_max": 5}\', or \'{"method": "suffix"}\' for a '
-                           "cache of earlier requests' text (default: off)")
-    # llama-server's spellings (common/arg.cpp): --draft-max, --draft and --draft-n set the same n_max;
-    # its --draft-min and --draft-p-min have no hearth knob (the cost-aware policy sizes each draft)
-    spec.add_argument("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n", dest="spec_draft_n_max", type=int,
-                      default=None, metavar="N",
-                      help="llama-server's spellings: up to N draft tokens per step (num_speculative_tokens): the "
-                           "draft model's K with -md, else n-gram prompt lookup's")
-    spec.add_argument("--model-draft", "-md", default=None, metavar="PATH",
-                      help="llama-server's spelling: speculative decoding with this draft model (a catalog "
-                           "name or .gguf; sets method draft and model). With several models, those whose "
-                           "vocabulary it does not share are served without it (a --models entry's own "
-                           "speculative_config overrides the flags)")
-
+    add_speculation_arguments(p)
 
 def main(args: argparse.Namespace) -> int:
     from hearth.api.app import create_app
@@ -214,61 +199,6 @@ def run_server(app, args: argparse.Namespace, names: str) -> int:
                                     timeout_graceful_shutdown=5), ready, app.state.models.end_streams)
     server.run()
     return 0 if server.started else 1
-
-
-def speculative_config(args: argparse.Namespace) -> dict | None:
-    """--speculative-config, with --spec-draft-n-max (or its llama-server spellings) as its
-    num_speculative_tokens and --model-draft as method draft with that model (checked here, before the
-    model loads: a bad value is one line naming the field). A flag that sets a key the JSON gives
-    otherwise is one line naming both (-md used to win over an ngram config without a word)."""
-    from hearth.spec_decode.config import SpeculativeConfig, given_keys
-
-    given = None if args.speculative_config is None else given_keys(args.speculative_config)
-    spec = SpeculativeConfig.parse(given)
-    over = {}
-    if args.spec_draft_n_max is not None:
-        over["num_speculative_tokens"] = args.spec_draft_n_max
-    if getattr(args, "model_draft", None):
-        over.update(method="draft", model=args.model_draft)
-    if not over:
-        return None if spec is None else _as_dict(spec)
-    if spec is not None:
-        _flags_agree(spec, given, over)
-    base = _as_dict(spec) if spec is not None else {"method": "ngram"}
-    return _as_dict(SpeculativeConfig.parse({**base, **over}))
-
-
-def _flags_agree(spec, given: dict, over: dict) -> None:
-    """The keys -md and --spec-draft-n-max set are the config's own where it gives them (the same
-    draft model under another name too)."""
-    if "model" in over and spec.method != "draft":
-        raise HearthError(f"-md/--model-draft runs method draft but --speculative-config gives method "
-                          f"{spec.method!r}: give one of them")
-    if "model" in over and not _same_model(spec.model, over["model"]):
-        raise HearthError(f"-md/--model-draft {over['model']!r} and --speculative-config's model {spec.model!r} "
-                          "differ: give one of them")
-    k, theirs = over.get("num_speculative_tokens"), given.get("num_speculative_tokens")
-    if k is not None and theirs is not None and theirs != k:
-        raise HearthError(f"--spec-draft-n-max/--draft-max {k} and --speculative-config's num_speculative_tokens "
-                          f"{theirs} differ: give one of them")
-
-
-def _same_model(a: str, b: str) -> bool:
-    """a and b name the same file (a catalog name and its path, say), found without a download."""
-    from hearth.loader.resolve import resolve_model
-
-    if a == b:
-        return True
-    try:
-        return resolve_model(a, download=False, progress=False) == resolve_model(b, download=False, progress=False)
-    except HearthError:
-        return False
-
-
-def _as_dict(spec) -> dict:
-    from dataclasses import asdict
-
-    return asdict(spec)
 
 
 def _url_host(host: str) -> str:

@@ -1,5 +1,5 @@
 """The models `hearth serve` serves: MODEL arguments and/or a `--models` TOML file -> ModelSpecs
-(friendly ids, aliases, the planner's footprint) and the loader the server's pool calls.
+(friendly ids, aliases, the file's names, the planner's footprint) and the loader the server's pool calls.
 
     [[models]]
     name = "coder"                 # the id clients use (default: the catalog name or the file's stem)
@@ -146,36 +146,40 @@ def entries(args: argparse.Namespace) -> list[ModelEntry]:
 
 def model_names(entry: ModelEntry, path: Path) -> list[str]:
     """The id (its name, else the catalog name, else the file's stem: never a path: clients reject
-    it, and it would show the user's directories in every response), its aliases, then the old
-    forms (MODEL as given, the file's stem and name) as aliases too."""
+    it, and it would show the user's directories in every response), then its aliases: what
+    /v1/models lists (vLLM lists each --served-model-name; llama-server its one alias)."""
     from hearth.loader.catalog import CATALOG
 
     primary = entry.name or (entry.model if entry.model in CATALOG else path.stem)
-    return list(dict.fromkeys([primary, *entry.aliases, entry.model, path.stem, path.name]))
+    return list(dict.fromkeys([primary, *entry.aliases]))
 
 
-def unique_names(named: list[list[str]], entries_: list[ModelEntry]) -> list[list[str]]:
-    """Ids and given aliases must be unique across models (else one line naming both); an old form
-    two models share (the same file served twice) is dropped from both."""
+def file_names(entry: ModelEntry, path: Path, names: list[str]) -> list[str]:
+    """The old forms (MODEL as given, the file's stem and name), still taken in `model` but never
+    listed (a picker would show each as another model); those among names left out."""
+    return [n for n in dict.fromkeys([entry.model, path.stem, path.name]) if n not in names]
+
+
+def unique_names(named: list[list[str]], entries_: list[ModelEntry]) -> None:
+    """Ids and given aliases must be unique across models, else one line naming both (a file name two
+    models share is no error: the pool answers it with a 400 naming them)."""
     owner: dict[str, str] = {}
-    kept = [len(dict.fromkeys([names[0], *e.aliases])) for names, e in zip(named, entries_)]
-    for names, e, keep in zip(named, entries_, kept):
-        for n in names[:keep]:
+    for names, e in zip(named, entries_):
+        for n in names:
             if n in owner:
-                raise HearthError(f"{e.where}: name {n!r} is already that of {owner[n]}; give each model its own name")
+                how = " (a --models file's `name`)" if e.where.startswith("MODEL ") else ""
+                raise HearthError(f"{e.where}: name {n!r} is already that of {owner[n]}; give each model its own "
+                                  f"name{how}")
             owner[n] = e.where
-    seen = Counter(n for names in named for n in names)
-    return [names[:keep] + [n for n in names[keep:] if seen[n] == 1 and n not in owner]
-            for names, keep in zip(named, kept)]
 
 
 def build_pool(args: argparse.Namespace):
     """The server's ModelPool: specs with friendly ids and the planner's footprints, the budget, the
     loader. One model is pinned and unbudgeted unless --max-memory is given (as before: it just loads)."""
     from hearth.api.model_pool import GiB, ModelPool, ModelSpec
-    from hearth.commands.serve import router_threshold, router_tool_floor, speculative_config
+    from hearth.commands.serve import router_threshold, router_tool_floor
     from hearth.commands.serve_router import router_configs, with_router
-    from hearth.commands.serve_speculation import per_model
+    from hearth.commands.serve_speculation import check_drafts_fit, k_flag, per_model, speculative_config
     from hearth.memory.serving import default_budget
 
     if args.max_memory < 0:
@@ -183,16 +187,22 @@ def build_pool(args: argparse.Namespace):
     _check_kv(args.kv_cache_dtype, "--kv-cache-dtype")  # the flag's fault, before a model is blamed for it
     given = with_router(entries(args), getattr(args, "router", None))
     paths = [_resolve(e) for e in given]
-    names = unique_names([model_names(e, p) for e, p in zip(given, paths)], given)
-    routers = router_configs(given, names, getattr(args, "router", None), router_threshold(args),
-                             router_tool_floor(args))
+    names = [model_names(e, p) for e, p in zip(given, paths)]
+    unique_names(names, given)
+    files = [file_names(e, p, n) for e, p, n in zip(given, paths, names)]
+    routers = router_configs(given, [n + f for n, f in zip(names, files)], getattr(args, "router", None),
+                             router_threshold(args), router_tool_floor(args))
     routing = {r.model for r in routers if r is not None}
     speculation = per_model(given, paths, [n[0] for n in names], speculative_config(args))
     several = len(given) > 1
     specs = []
-    for e, path, n, router, spec in zip(given, paths, names, routers, speculation):
+    for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
         fp = _footprint(e, path, args, spec.draft)
-        specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv))
+        own = e.speculative_config is not None  # K from the entry's own config, else from the flags
+        check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
+                         else k_flag(args))
+        specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv,
+                               f))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
     return ModelPool(specs, loader, budget)
@@ -253,7 +263,7 @@ class Loader:
             print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
-        return ServedModel.from_llm(llm, spec.names, engine)
+        return ServedModel.from_llm(llm, spec.names, engine, spec.file_names)
 
 
 def _speculation(llm, asked: dict | None) -> str:

@@ -1,6 +1,7 @@
-"""Which speculation each model of `hearth serve` runs: a --models entry's own `speculative_config`
-(a table of vLLM's keys, as --speculative-config takes them; false: none), else the command line's
-(--speculative-config, -md, --spec-draft-n-max).
+"""The speculative-decoding flags of `hearth serve` and `hearth run` (--speculative-config, -md,
+--spec-draft-n-max and llama-server's other spellings) -> one speculative_config, and which
+speculation each model of `hearth serve` runs: a --models entry's own `speculative_config` (a table
+of vLLM's keys, as --speculative-config takes them; false: none), else the command line's.
 
 A draft model speculates only for a model whose vocabulary it shares (its drafts are token ids the
 target scores). With several models the command line's draft applies to the models it fits and the
@@ -10,6 +11,7 @@ stays one clear error line."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -37,6 +39,93 @@ def entry_config(value, where: str, base: Path) -> dict | bool:
     return asdict(spec)
 
 
+def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags, one group (serve's and run's alike)."""
+    spec = p.add_argument_group("speculative decoding")
+    spec.add_argument("--speculative-config", default=None, metavar="JSON",
+                      help='vLLM\'s speculative config, e.g. \'{"method": "ngram", "num_speculative_tokens": 4, '
+                           '"prompt_lookup_min": 2, "prompt_lookup_max": 5}\', or \'{"method": "suffix"}\' for a '
+                           "cache of earlier requests' text (default: off)")
+    # llama-server's spellings (common/arg.cpp): --draft-max, --draft and --draft-n set the same n_max;
+    # its --draft-min and --draft-p-min have no hearth knob (the cost-aware policy sizes each draft)
+    spec.add_argument("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n", dest="spec_draft_n_max", type=int,
+                      default=None, metavar="N",
+                      help="llama-server's spellings: up to N draft tokens per step (num_speculative_tokens): the "
+                           "draft model's K with -md, else n-gram prompt lookup's")
+    spec.add_argument("--model-draft", "-md", default=None, metavar="PATH",
+                      help="llama-server's spelling: speculative decoding with this draft model (a catalog "
+                           "name or .gguf; sets method draft and model). With several models, those whose "
+                           "vocabulary it does not share are served without it (a --models entry's own "
+                           "speculative_config overrides the flags)")
+
+
+def speculative_config(args: argparse.Namespace) -> dict | None:
+    """--speculative-config, with --spec-draft-n-max (or its llama-server spellings) as its
+    num_speculative_tokens and --model-draft as method draft with that model (checked here, before the
+    model loads: a bad value is one line naming the field). A flag that sets a key the JSON gives
+    otherwise is one line naming both (-md used to win over an ngram config without a word)."""
+    from hearth.spec_decode.config import SpeculativeConfig, given_keys
+
+    given = None if args.speculative_config is None else given_keys(args.speculative_config)
+    spec = SpeculativeConfig.parse(given)
+    over = {}
+    if args.spec_draft_n_max is not None:
+        over["num_speculative_tokens"] = args.spec_draft_n_max
+    if getattr(args, "model_draft", None):
+        over.update(method="draft", model=args.model_draft)
+    if not over:
+        return None if spec is None else _as_dict(spec)
+    if spec is not None:
+        _flags_agree(spec, given, over)
+    base = _as_dict(spec) if spec is not None else {"method": "ngram"}
+    return _as_dict(SpeculativeConfig.parse({**base, **over}))
+
+
+def _flags_agree(spec, given: dict, over: dict) -> None:
+    """The keys -md and --spec-draft-n-max set are the config's own where it gives them (the same
+    draft model under another name too)."""
+    if "model" in over and spec.method != "draft":
+        raise HearthError(f"-md/--model-draft runs method draft but --speculative-config gives method "
+                          f"{spec.method!r}: give one of them")
+    if "model" in over and not _same_model(spec.model, over["model"]):
+        raise HearthError(f"-md/--model-draft {over['model']!r} and --speculative-config's model {spec.model!r} "
+                          "differ: give one of them")
+    k, theirs = over.get("num_speculative_tokens"), given.get("num_speculative_tokens")
+    if k is not None and theirs is not None and theirs != k:
+        raise HearthError(f"--spec-draft-n-max/--draft-max {k} and --speculative-config's num_speculative_tokens "
+                          f"{theirs} differ: give one of them")
+
+
+def _same_model(a: str, b: str) -> bool:
+    """a and b name the same file (a catalog name and its path, say), found without a download."""
+    from hearth.loader.resolve import resolve_model
+
+    if a == b:
+        return True
+    try:
+        return resolve_model(a, download=False, progress=False) == resolve_model(b, download=False, progress=False)
+    except HearthError:
+        return False
+
+
+def _as_dict(spec) -> dict:
+    return asdict(spec)
+
+
+def k_flag(args: argparse.Namespace) -> str:
+    """The flag the command line's K (num_speculative_tokens) came from, as an error names it."""
+    return "--spec-draft-n-max" if args.spec_draft_n_max is not None else "--speculative-config's num_speculative_tokens"
+
+
+def check_drafts_fit(config: dict | None, context: int, where: str) -> None:
+    """A step verifies a sequence's next token and its K drafts within its context: K at or above the
+    context is one line naming where K came from (checked before the model loads; LLM checks it too)."""
+    if config is not None and config["num_speculative_tokens"] >= context:
+        raise HearthError(f"{where} {config['num_speculative_tokens']} must be below the context ({context} "
+                          "tokens): a step verifies the next token and its drafts within it; lower it or raise "
+                          "the context")
+
+
 @dataclass(frozen=True, slots=True)
 class Speculation:
     config: dict | None
@@ -47,7 +136,7 @@ class Speculation:
 
 def per_model(given: list, paths: list[Path], ids: list[str], flags: dict | None) -> list[Speculation]:
     """Per entry (ModelEntry, its file, its id) the speculation it runs; flags: the command line's
-    config (hearth.commands.serve.speculative_config)."""
+    config (speculative_config)."""
     files = _Files()
     out = []
     for e, path, name in zip(given, paths, ids):

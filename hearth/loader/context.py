@@ -11,8 +11,9 @@ import logging
 log = logging.getLogger("hearth")
 
 
-def context_to_run(asked: int, trained: int) -> int:
-    if asked > trained:
+def context_to_run(asked: int, trained: int, quiet: bool = False) -> int:
+    """quiet: no warning (a check before the load, which says it once itself)."""
+    if asked > trained and not quiet:
         log.warning(f"hearth: the model's context is {trained:,} tokens; using that, not the {asked:,} asked for")
     return min(asked or trained, trained)
 

@@ -24,7 +24,7 @@ per step), and its step is ~10% cheaper (docs/speculative.md, 2026-12-05 sixth s
 _TYPES = {"str": str, "int": int, "int | None": int, "float": (int, float), "bool": bool}
 
 
-class InvalidSpeculativeConfig(HearthError):
+class InvalidSpeculativeConfig(HearthError, ValueError):
     """A speculative_config that names an unknown method or key, or holds a value out of range."""
 
 
@@ -141,6 +141,13 @@ class SpeculativeConfig:
             raise InvalidSpeculativeConfig(
                 f"speculative_config.tree_budget ({self.tree_budget}) must be below max_num_batched_tokens "
                 f"({max_num_batched_tokens}): a step verifies the next token and the tree's nodes together")
+
+    def check_context(self, max_model_len: int) -> None:
+        """A step verifies a sequence's next token and its K drafts within its context: K must be below it."""
+        if self.num_speculative_tokens >= max_model_len:
+            raise InvalidSpeculativeConfig(
+                f"speculative_config.num_speculative_tokens ({self.num_speculative_tokens}) must be below the "
+                f"context, max_model_len ({max_model_len}): a step verifies the next token and its drafts within it")
 
     def __post_init__(self) -> None:
         from hearth.spec_decode.proposer import PROPOSERS

@@ -62,7 +62,7 @@ def test_router_tool_floor_reaches_the_in_process_router(monkeypatch):
     monkeypatch.setattr(hearth.llm, "LLM", FakeLLM)
     monkeypatch.setattr(fingerprint, "model_fingerprint", lambda path: "sha")
     monkeypatch.setattr(server, "InProcessServer", lambda *a: seen.setdefault("args", a))
-    args = command_parser("eval").parse_intermixed_args(["tools", "big.gguf", "--router", "small.gguf",
+    args = command_parser("eval", "tools").parse_intermixed_args(["big.gguf", "--router", "small.gguf",
                                                          "--router-threshold", "0.3", "--router-tool-floor", "0.9"])
     _, meta = eval_tools._load(args)
     assert seen["args"][2:] == (0.3, 0.9) and meta["router_tool_floor"] == 0.9

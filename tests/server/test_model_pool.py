@@ -48,11 +48,12 @@ class FakeLoader:
 
 
 def specs(*items) -> list[ModelSpec]:
-    """("a", 4) or ("a", 4, "pinned") or (["a", "alias"], 4)."""
+    """("a", 4) or ("a", 4, "pinned") or (["a", "alias"], 4), a list among the flags its file names."""
     out = []
     for names, gib, *flags in items:
         names = [names] if isinstance(names, str) else names
-        out.append(ModelSpec(names, gib << 30, pinned="pinned" in flags, max_model_len=4096))
+        files = next((f for f in flags if isinstance(f, list)), [])
+        out.append(ModelSpec(names, gib << 30, pinned="pinned" in flags, max_model_len=4096, file_names=files))
     return out
 
 
@@ -292,15 +293,40 @@ def test_unknown_model_on_the_anthropic_route(serve):
                         "model 'claude-3' does not exist; this server serves 'coder', 'chat'"}}
 
 
-def test_models_lists_every_model_and_alias_with_its_state(serve):
-    pool, _ = pool_of((["coder", "/m/coder.gguf", "coder.gguf"], 2, "pinned"), ("chat", 1))
+def test_models_lists_each_id_and_given_alias_with_its_state(serve):
+    """One entry per id and alias given (as vLLM lists each --served-model-name): the file's names are
+    taken in `model` but not listed, which pickers (Open WebUI, LibreChat) showed as more models."""
+    pool, _ = pool_of((["coder", "gpt-4o"], 2, "pinned", ["/m/coder.gguf", "coder.gguf"]), ("chat", 1))
     client = serve(pool)
     data = client.get("/v1/models").json()["data"]
-    assert [(m["id"], m["root"]) for m in data] == [("coder", "coder"), ("/m/coder.gguf", "coder"),
-                                                    ("coder.gguf", "coder"), ("chat", "chat")]
+    assert [(m["id"], m["root"]) for m in data] == [("coder", "coder"), ("gpt-4o", "coder"), ("chat", "chat")]
     assert data[0]["hearth"] == {"loaded": True, "loading": False, "pinned": True, "memory_bytes": 2 << 30}
-    assert data[3]["hearth"]["loaded"] is False and data[3]["max_model_len"] == 4096
+    assert data[2]["hearth"]["loaded"] is False and data[2]["max_model_len"] == 4096
     assert client.get("/v1/models/coder.gguf").json()["root"] == "coder"
+    assert chat(client, "/m/coder.gguf", "script:hello").json()["model"] == "coder"
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": USER}),
+    ("/v1/responses", {"input": "hi"}),
+])
+def test_a_file_name_two_models_share_is_a_400_naming_both(serve, path, body):
+    """The same file served twice (say with two KV formats): its file's name picks neither (it was a
+    404 "does not exist"); the ids still do."""
+    pool, _ = pool_of(("fast", 1, ["m.gguf", "m"]), ("long", 1, ["m.gguf", "m"]), ("chat", 1, ["m"]))
+    client = serve(pool)
+    r = client.post(path, json={**body, "model": "m.gguf"})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (err["code"], err["param"], err["type"]) == ("model_ambiguous", "model", "invalid_request_error")
+    assert err["message"] == ("model 'm.gguf' is ambiguous: it names the file of 2 models this server serves "
+                              "('fast', 'long'); give one of those ids")
+    assert "'fast', 'long', 'chat'" in client.post(path, json={**body, "model": "m"}).json()["error"]["message"]
+    assert client.post(path, json={**body, "model": "long"}).status_code == 200
+    a = client.post("/v1/messages", json={"model": "m.gguf", "max_tokens": 5, "messages": USER})
+    assert a.status_code == 400 and a.json()["error"]["type"] == "invalid_request_error"
+    assert "'m.gguf' is ambiguous" in a.json()["error"]["message"]
+    assert client.get("/v1/models/m.gguf").status_code == 400
 
 
 def test_metrics_carry_each_models_name(serve):

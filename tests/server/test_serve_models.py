@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from hearth.api.errors import APIError
 from hearth.cli import command_parser
-from hearth.commands.serve_models import ModelEntry, build_pool, model_names, read_models_file, unique_names
+from hearth.commands.serve_models import (ModelEntry, build_pool, file_names, model_names, read_models_file,
+                                          unique_names)
 from hearth.errors import HearthError
 from tests.gguf_factory import write_tiny_gguf
 from tests.test_bad_input import assert_one_line_error, run_cli
@@ -25,29 +27,48 @@ def serve_args(*argv: str):
 
 
 def test_model_ids_are_never_paths(tmp_path):
+    """/v1/models lists the id and the aliases given; MODEL as given and the file's names are still taken."""
     path = tmp_path / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-    assert model_names(ModelEntry(str(path)), path) == ["qwen2.5-coder-1.5b-instruct-q4_k_m", str(path), path.name]
+    entry = ModelEntry(str(path))
+    assert model_names(entry, path) == ["qwen2.5-coder-1.5b-instruct-q4_k_m"]
+    assert file_names(entry, path, model_names(entry, path)) == [str(path), path.name]
     catalog = tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    assert model_names(ModelEntry("smollm2-135m"), catalog) == ["smollm2-135m", catalog.stem, catalog.name]
+    assert model_names(ModelEntry("smollm2-135m"), catalog) == ["smollm2-135m"]
+    assert file_names(ModelEntry("smollm2-135m"), catalog, ["smollm2-135m"]) == [catalog.stem, catalog.name]
     named = ModelEntry(str(path), name="coder", aliases=("gpt-4o",))
-    assert model_names(named, path)[:3] == ["coder", "gpt-4o", str(path)]
+    assert model_names(named, path) == ["coder", "gpt-4o"]
+    assert file_names(named, path, ["coder", "gpt-4o"]) == [str(path), path.stem, path.name]
 
 
-def test_old_forms_two_models_share_are_dropped_and_ids_must_be_unique(tmp_path):
+def test_ids_and_given_aliases_must_be_unique(tmp_path):
     path = tmp_path / "same.gguf"
     a, b = ModelEntry(str(path), name="a"), ModelEntry(str(path), name="b")
-    assert unique_names([model_names(a, path), model_names(b, path)], [a, b]) == [["a"], ["b"]]
+    unique_names([model_names(a, path), model_names(b, path)], [a, b])  # the same file twice: no error
     c = ModelEntry(str(path), name="a", where="models.toml: models[2] ('a')")
     with pytest.raises(HearthError, match=r"models\[2\] \('a'\): name 'a' is already"):
         unique_names([model_names(a, path), model_names(c, path)], [a, c])
+    d = ModelEntry(str(path), name="d", aliases=("b",), where="models.toml: models[3] ('d')")
+    with pytest.raises(HearthError, match=r"models\[3\] \('d'\): name 'b' is already"):
+        unique_names([model_names(b, path), model_names(d, path)], [b, d])
+
+
+def test_two_model_files_of_one_name_are_one_line_naming_both(capsys, tiny, tmp_path):
+    other = tmp_path / "b" / tiny.name
+    other.parent.mkdir()
+    write_tiny_gguf(other, "llama")
+    assert_one_line_error(*run_cli(capsys, "serve", str(tiny), str(other)),
+                          f"MODEL {str(other)!r}: name 'tiny-llama-q8' is already that of MODEL {str(tiny)!r}; "
+                          "give each model its own name (a --models file's `name`)")
 
 
 def test_one_model_is_pinned_with_no_budget(tiny):
     pool = build_pool(serve_args(str(tiny)))
     (spec,) = [s.spec for s in pool.slots]
-    assert spec.names == ["tiny-llama-q8", str(tiny), tiny.name] and spec.pinned and pool.max_memory == 0
+    assert spec.names == ["tiny-llama-q8"] and spec.file_names == [str(tiny), tiny.name]
+    assert spec.pinned and pool.max_memory == 0
     assert spec.footprint > tiny.stat().st_size // 2 and spec.max_model_len > 0
-    assert build_pool(serve_args(str(tiny), "--served-model-name", "t", "--served-model-name", "t2")).slots[0].spec.names == ["t", "t2", str(tiny), "tiny-llama-q8", tiny.name]
+    named = build_pool(serve_args(str(tiny), "--served-model-name", "t", "--served-model-name", "t2")).slots[0].spec
+    assert (named.names, named.file_names) == (["t", "t2"], [str(tiny), "tiny-llama-q8", tiny.name])
 
 
 @pytest.mark.parametrize("arch,kv,blocks,gb", [
@@ -126,9 +147,18 @@ def test_several_models_and_a_models_file(tiny, tmp_path):
         '[[models]]\nname = "big"\nmodel = "tiny-llama-q8.gguf"\nkv_cache_dtype = "bf16"\nthreads = 1\n')
     pool = build_pool(serve_args(str(tiny), "--models", str(tmp_path / "models.toml"), "--max-memory", "1.5"))
     got = [(s.spec.names, s.spec.pinned, s.spec.max_model_len) for s in pool.slots]
-    # its file is `big`'s too: the path and file name, which both would answer to, are dropped
     assert got[0][:2] == (["tiny-llama-q8"], False) and got[2][:2] == (["big"], False)
-    assert got[1] == (["small", "gpt-4o-mini", str(other), "other", "other.gguf"], True, 64)
+    assert got[1] == (["small", "gpt-4o-mini"], True, 64) and pool.slots[1].spec.file_names == [str(other), "other",
+                                                                                                 "other.gguf"]
+    assert pool.resolve("other.gguf").spec.name == "small" and pool.resolve("tiny-llama-q8").spec.name == "tiny-llama-q8"
+    # its file is `big`'s too: its path and file name answer with a 400 naming both, never a guess
+    for name in (str(tiny), "tiny-llama-q8.gguf"):
+        with pytest.raises(APIError) as e:
+            pool.resolve(name)
+        assert (e.value.status, e.value.code, e.value.param) == (400, "model_ambiguous", "model")
+        assert f"model {name!r} is ambiguous: it names the file of 2 models this server serves ('tiny-llama-q8', " \
+               "'big'); give one of those ids" == e.value.message
+    assert [c["id"] for c in pool.cards()] == ["tiny-llama-q8", "small", "gpt-4o-mini", "big"]
     assert pool.max_memory == int(1.5 * 2**30)
     entry, _, _ = pool.loader.by_id["big"]
     assert entry.kv_cache_dtype == "bf16" and entry.threads == 1

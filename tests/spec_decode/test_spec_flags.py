@@ -1,0 +1,97 @@
+"""The speculative flags of `hearth run` and `hearth serve` are one set, parsed and checked by the same
+code (hearth.commands.serve_speculation); K past the context is one line naming the flag (or the
+field, in LLM(...)), before any weights load."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.cli import command_parser, main
+from hearth.commands.serve_speculation import speculative_config
+from tests.gguf_factory import write_tiny_gguf
+from tests.test_bad_input import assert_one_line_error, run_cli
+
+GREEDY = ["--temperature", "0", "--max-tokens", "4"]
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    path = tmp_path / "tiny.gguf"  # its context: 256 tokens
+    write_tiny_gguf(path, "llama")
+    return path
+
+
+@pytest.mark.parametrize("argv", [
+    ["-md", "d.gguf", "--spec-draft-n-max", "6"],
+    ["--model-draft", "d.gguf", "--draft-max", "6"],
+    ["--speculative-config", '{"method": "suffix"}'],
+    ["--draft", "3"],
+    ["--draft-n", "2"],
+    [],
+], ids=" ".join)
+def test_run_takes_serve_s_speculative_flags(argv):
+    run = command_parser("run").parse_intermixed_args(["m.gguf", "hi", *argv])
+    serve = command_parser("serve").parse_intermixed_args(["m.gguf", *argv])
+    assert speculative_config(run) == speculative_config(serve)
+
+
+def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
+    """Speculation runs (a Q8_0 model: the native kernels verify rows bit for bit), and greedy output
+    with it equals greedy output without it."""
+    import hearth.llm
+
+    path = tmp_path / "q8.gguf"
+    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    made = []
+
+    class Spy(hearth.llm.LLM):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(hearth.llm, "LLM", Spy)
+    prompt = "one two one two one two one"
+    assert main(["run", str(path), prompt, *GREEDY]) == 0
+    plain = capsys.readouterr().out
+    assert made[-1].engine.spec is None
+    assert main(["run", str(path), prompt, *GREEDY, "--draft-max", "3"]) == 0
+    assert capsys.readouterr().out == plain
+    assert made[-1].engine.spec.config.num_speculative_tokens == 3 and made[-1].speculation_off == ""
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+@pytest.mark.parametrize("argv,needle", [
+    (["--spec-draft-n-max", "256"], "--spec-draft-n-max 256 must be below the context (256 tokens)"),
+    (["--draft-max", "1000"], "--spec-draft-n-max 1000 must be below the context (256 tokens)"),
+    (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 300}'],
+     "--speculative-config's num_speculative_tokens 300 must be below the context (256 tokens)"),
+    (["--spec-draft-n-max", "0"], "speculative_config.num_speculative_tokens must be at least 1, got 0"),
+], ids=lambda v: v if isinstance(v, str) else " ".join(v))
+def test_k_past_the_context_is_one_line_naming_the_flag(capsys, tiny, command, argv, needle):
+    assert_one_line_error(*run_cli(capsys, command, str(tiny), *(["hi"] if command == "run" else []), *argv), needle)
+
+
+def test_k_past_the_context_of_a_models_file_entry_names_the_entry(capsys, tiny, tmp_path):
+    toml = tmp_path / "models.toml"
+    toml.write_text(f'[[models]]\nname = "t"\nmodel = "{tiny.name}"\n'
+                    'speculative_config = { method = "ngram", num_speculative_tokens = 500 }\n')
+    assert_one_line_error(*run_cli(capsys, "serve", "--models", str(toml)),
+                          "models.toml: models[1] ('t'): speculative_config.num_speculative_tokens 500 must be below")
+
+
+@pytest.mark.parametrize("ctx,k", [(64, 64), (0, 256)])
+def test_llm_refuses_k_past_the_context_naming_the_field(tiny, ctx, k):
+    from hearth.llm import LLM
+
+    with pytest.raises(ValueError, match=rf"speculative_config\.num_speculative_tokens \({k}\) must be below the "
+                                         rf"context, max_model_len \({ctx or 256}\)"):
+        LLM(str(tiny), max_model_len=ctx, speculative_config={"method": "ngram", "num_speculative_tokens": k})
+
+
+def test_a_context_past_the_model_s_is_said_once_with_speculation(caplog, tiny):
+    """The check before the load reads the context quietly: the load's warning stays the one line."""
+    from hearth.llm import LLM
+
+    with caplog.at_level("WARNING", logger="hearth"):
+        LLM(str(tiny), max_model_len=4096, speculative_config={"method": "ngram", "num_speculative_tokens": 3})
+    assert sum("the model's context is 256 tokens" in r.getMessage() for r in caplog.records) == 1
