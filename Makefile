@@ -34,50 +34,34 @@ run: setup
 	$(BIN)/hearth serve $(MODEL) --host $(HOST) --port $(PORT)
 
 # The whole suite at the best tier (listing its slowest tests: where the time of the next make test goes),
-# then the `tiered` tests (kernels, logits vs transformers, goldens, engine equivalence, fidelity, planner layouts) at each
-# other tier this CPU runs, forced with HEARTH_CPU_TIER (hearth/kernels/tiers.py). One pass at a time: two
-# side by side on 2 cores took 20 min against 14 (2026-12-05). Every tier runs even after a failure;
-# pytest's 5 (nothing collected under a narrow PYTEST_ARGS) is no failure.
-# BESIDE=1 (BESIDE=0: one pass at a time) runs the emulated tests (single-threaded: Triton's
-# interpreter, qemu-user) as a second pytest beside the passes, at the idle scheduling class (nice 19
-# without chrt), on the core those leave idle; the first pass then runs -m "not(emulated)", and the emulated
-# run's report follows the last pass. Fresh clone, quiet 2-core AMX machine, 2026-12-05: 10 min 38 s in all
-# (setup included), the emulated run's 2:19 done inside the amx pass's 7:14.
-# BESIDE=tiers (the default): the other tiers' passes go there too, after the emulated run, so the best
-# tier's pass is the only one in the foreground (what is left of the idle-class runs when it ends runs at
-# full speed); their reports follow it, in order. Fresh clone, empty HEARTH_HOME (models downloaded and
-# kernels compiled inside), quiet 2-core AMX machine, 2026-12-05, with the tests' OpenMP workers sleeping
-# between parallel regions (tests/conftest.py): 8 min 12 s in all, the amx pass 6:50 (10:35-11:13 before).
-# The beside passes are a queue that both sides take from: once the best tier's pass ends, the
-# foreground takes the next pass the background has not started (at normal priority), so the last two
-# run side by side instead of one after the other with a core idle.
-# WORKERS: the best tier's pass runs in this many pytest-xdist processes (a test file's tests in one of
-# them, so its module fixtures load once): alone, one pytest left a core idle most of the pass (fresh
-# clone, 2026-12-06: 14.4 CPU-min over 10.4 min of wall for the whole make test). 0: one process.
+# in WORKERS pytest-xdist processes (a test file's tests in one of them, so its module fixtures load
+# once; 0: one process), and the `tiered` tests (kernels, logits vs transformers, goldens, engine
+# equivalence, fidelity, planner layouts) at each other tier this CPU runs, forced with HEARTH_CPU_TIER
+# (hearth/kernels/tiers.py). Every tier runs even after a failure; pytest's 5 (nothing collected under a
+# narrow PYTEST_ARGS) is no failure.
+# BESIDE=1 (the default; BESIDE=0: one pass after the other) runs the other tiers' passes beside the best
+# tier's, one at a time, from a queue that the foreground also takes from once its pass ends; their
+# reports follow it. Until 2026-12-06 the best tier ran in one pytest with the others at the idle
+# scheduling class: a fresh clone on a quiet 2-core Zen 4 took 10 min 25 s for 14.4 CPU-min of work, one
+# core idle most of the time (the tests are mostly one Python thread).
 WORKERS ?= 2
 TIERS = $(BIN)/python -m hearth.kernels.tiers
 PYTEST = $(BIN)/python -m pytest -q
-BESIDE ?= tiers
-IDLE := $(shell command -v chrt >/dev/null && chrt -i 0 true 2>/dev/null && echo "chrt -i 0" || echo "nice -n 19")
+BESIDE ?= 1
 test: setup browser
 	@tiers="$$($(TIERS) runnable)" && [ -n "$$tiers" ] && $(TIERS) skipped || exit 1; status=0; \
-	set -- $$tiers; fg="$$tiers"; sel="--durations=25 -n $(WORKERS) --dist loadfile"; bg=; jobs=; dir=; \
-	run() { j=$$1; shift; HEARTH_CPU_TIER=$${j#*:} "$$@" $(PYTEST) -m $${j%%:*} --durations=10 \
-	  --basetemp=$$dir/$$j $(PYTEST_ARGS) >$$dir/$$j.log 2>&1; echo $$? >$$dir/$$j.rc; }; \
-	take() { for j in $$jobs; do ! mkdir $$dir/$$j.taken 2>/dev/null || run $$j "$$@"; done; }; \
-	if [ "$(BESIDE)" != 0 ]; then \
-	  dir=$$(mktemp -d) || exit 1; jobs="emulated:$$1"; sel="$$sel -m not(emulated)"; \
-	  if [ "$(BESIDE)" = tiers ]; then fg=$$1; shift; for t in "$$@"; do jobs="$$jobs tiered:$$t"; done; fi; \
-	  take $(IDLE) & bg=$$!; fi; \
-	for t in $$fg; do \
-	  echo "== tier $$t: pytest $$sel $(PYTEST_ARGS)"; \
-	  HEARTH_CPU_TIER=$$t $(PYTEST) $$sel $(PYTEST_ARGS); rc=$$?; \
-	  [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; sel="-m tiered"; \
-	done; \
-	if [ -n "$$bg" ]; then take; wait $$bg; for j in $$jobs; do \
-	  echo "== tier $${j#*:}, beside the passes: pytest -m $${j%%:*} $(PYTEST_ARGS)"; cat $$dir/$$j.log; \
-	  rc=$$(cat $$dir/$$j.rc 2>/dev/null || echo 1); [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; done; rm -rf $$dir; fi; \
-	echo "tiers run: $$tiers"; exit $$status
+	set -- $$tiers; best=$$1; shift; jobs="$$*"; bg=; dir=$$(mktemp -d) || exit 1; \
+	run() { HEARTH_CPU_TIER=$$1 $(PYTEST) -m tiered --durations=10 --basetemp=$$dir/$$1 $(PYTEST_ARGS) \
+	  >$$dir/$$1.log 2>&1; echo $$? >$$dir/$$1.rc; }; \
+	take() { for t in $$jobs; do ! mkdir $$dir/$$t.taken 2>/dev/null || run $$t; done; }; \
+	[ "$(BESIDE)" = 0 ] || { take & bg=$$!; }; \
+	echo "== tier $$best: pytest --durations=25 -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)"; \
+	HEARTH_CPU_TIER=$$best $(PYTEST) --durations=25 -n $(WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; \
+	take; [ -z "$$bg" ] || wait $$bg; for t in $$jobs; do \
+	  echo "== tier $$t: pytest -m tiered $(PYTEST_ARGS)"; cat $$dir/$$t.log; \
+	  rc=$$(cat $$dir/$$t.rc 2>/dev/null || echo 1); [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; done; \
+	rm -rf $$dir; echo "tiers run: $$tiers"; exit $$status
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "unit and not emulated" $(PYTEST_ARGS) || [ $$? -eq 5 ]

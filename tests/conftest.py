@@ -131,12 +131,22 @@ def pytest_ignore_collect(collection_path: Path, config):
     return None if holds_tiered(path.relative_to(TESTS).as_posix(), is_dir) else True
 
 
+HEAVY = ("real_model", "server", "browser", "emulated")
+"""Kinds of test that take seconds each, where a unit test takes milliseconds."""
+
+
 def pytest_collection_modifyitems(config, items):
+    heavy: dict[str, int] = {}
     for item in items:
         rel = Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()
         params = item.callspec.id if hasattr(item, "callspec") else ""
-        for kind in sorted(markers(rel, item.fixturenames, params, item.originalname)):
+        kinds = markers(rel, item.fixturenames, params, item.originalname)
+        for kind in sorted(kinds):
             item.add_marker(kind)
+        heavy[rel] = heavy.get(rel, 0) + any(k in kinds for k in HEAVY)
+    # the modules with the most heavy tests first, each module's order kept: make test's xdist workers take
+    # whole modules in this order, so the long ones start at once and the short ones even out the end
+    items.sort(key=lambda item: -heavy[Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()])
 
 
 @pytest.fixture(scope="session")
