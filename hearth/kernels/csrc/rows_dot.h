@@ -10,6 +10,13 @@ constexpr int64_t STREAMS = 4;
 // while the 864-byte rows of gate|up lose in 2 (21 -> 17 GB/s) and the 0.5B's 2736-3990-byte down
 // rows neither gain nor lose. Where rows_dot prefetches (Intel) it keeps STREAMS: not measured there
 constexpr int64_t LONG_ROW_BYTES = 4096;
+// From this many activation rows on (a verify step's), rows of any length are read as 2 runs where
+// rows_dot does not prefetch (AMD), not STREAMS: there the GEMV computes more than it reads, and 4 runs
+// cost it time (Zen 4, one thread, rows summed as a verify step's: the 1.5B's head 0.74-0.90x the time
+// at 2-16 rows, gate|up 0.87-0.96x; whole verify steps of 2-16 rows 0.87-0.98x; avx2 alike, head
+// 0.73x at 4 rows). At 1 row 4 runs stay faster (a synthetic 19,000-row Q6_K
+// head 1.15-1.4x the time in 2)
+constexpr int64_t MULTI_ROW_RUNS_FROM = 2;
 
 // Whether rows_dot prefetches in software: on Intel (Sapphire Rapids) one core streaming from DRAM was
 // latency-bound and the prefetches took gemma3's head 17 -> 20-22 GB/s; on AMD (Zen 4, 2026-12-05)
@@ -63,7 +70,8 @@ template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
   const bool prefetch = software_prefetch();
-  const int64_t streams = row_bytes >= LONG_ROW_BYTES && !prefetch ? 2 : STREAMS;  // Intel (prefetching): untested
+  // 2 runs also where rows are computed more than read (several activation rows: a verify step)
+  const int64_t streams = (row_bytes >= LONG_ROW_BYTES || a.M >= MULTI_ROW_RUNS_FROM) && !prefetch ? 2 : STREAMS;  // Intel (prefetching): untested
   const int64_t runs = n1 - n0 >= 16 * streams ? streams : 2, len = (n1 - n0 + runs - 1) / runs, half = runs / 2;
   for (int64_t i = 0; i < len * half; ++i) {
     const int64_t n = n0 + 2 * (i % half) * len + i / half;
