@@ -12,7 +12,8 @@ of repeats, and the median of the per-pair ratios. Run from the checkout's root 
 
 The GEMV (decode and verify steps' row counts): --rows 1 2 5 8 --head adds the output head (its own
 type: Q6_K on the 1.5B, Q8_0 on the 0.5B and SmolLM2); `time` also prints the weights' GB/s.
---gemm-min-rows N gives the plans a gemm_min_rows (a prefill's: the avx2 tier's csrc/gemm_avx2.h runs
+--exact sums every row as a verify step does (native.batch_invariant on both libraries: past 9 rows
+the GEMV, not the batch GEMMs, where the CPU has no AMX). --gemm-min-rows N gives the plans a gemm_min_rows (a prefill's: the avx2 tier's csrc/gemm_avx2.h runs
 from N rows on; 0, the default, keeps that tier on its GEMV):
 
     HEARTH_CPU_TIER=avx2 OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/ab_native_gemm.py time REF \
@@ -67,8 +68,17 @@ def matrices(model: str, layers: bool, head: bool = False):
         yield count, "head", [(as_bytes(t.data, t.qtype), int(t.qtype))], t.shape[1], t.shape[0]
 
 
-def check(ref, models, rows, head: bool = False, gemm_min_rows: int = 0) -> int:
+def invariant_rows(libraries, n: int) -> None:
+    """native.batch_invariant's setting on each library that has batch GEMMs (the others run the GEMV
+    at every row count already)."""
+    for so in libraries:
+        if hasattr(so, "hk_set_invariant_rows"):
+            so.hk_set_invariant_rows(n)
+
+
+def check(ref, models, rows, head: bool = False, gemm_min_rows: int = 0, exact: bool = False) -> int:
     bad = 0
+    invariant_rows((native.lib(), ref), max(rows) if exact else 0)
     for model in models:
         xs = {}
         for b, label, raws, k, n in matrices(model, True, head):
@@ -84,7 +94,7 @@ def check(ref, models, rows, head: bool = False, gemm_min_rows: int = 0) -> int:
     return bad
 
 
-def timing(ref, models, rows, repeats: int, head: bool = False, gemm_min_rows: int = 0) -> None:
+def timing(ref, models, rows, repeats: int, head: bool = False, gemm_min_rows: int = 0, exact: bool = False) -> None:
     print(f"{'model':>20} {'shape':>8} {'K':>5} {'N':>6} {'M':>4} | GOP/s (CPU) ref  this  | this/ref time "
           f"| weights GB/s ref  this")
     for model in models:
@@ -92,6 +102,7 @@ def timing(ref, models, rows, repeats: int, head: bool = False, gemm_min_rows: i
             size = sum(r.numel() for r, _ in raws) / 1e9
             mine, theirs = native.NativeMatmul(raws, k, gemm_min_rows), native.NativeMatmul(raws, k, gemm_min_rows, ref)
             for m in rows:
+                invariant_rows((native.lib(), ref), m if exact else 0)
                 x, y = torch.randn(m, k), torch.empty(m, n)  # y reused, as the layers' scratch (no page faults)
                 fns = [lambda: theirs(x, out=y), lambda: mine(x, out=y)]
                 for fn in fns:
@@ -117,13 +128,14 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[64, 256, 512])
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--head", action="store_true", help="the output head too")
+    ap.add_argument("--exact", action="store_true", help="every row summed as a verify step's (batch_invariant)")
     ap.add_argument("--gemm-min-rows", type=int, default=0, help="the plans' gemm_min_rows (0: never)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     ref = reference_library(a.reference)
     if a.what == "check":
-        raise SystemExit(1 if check(ref, a.models, a.rows, a.head, a.gemm_min_rows) else 0)
-    timing(ref, a.models, a.rows, a.repeats, a.head, a.gemm_min_rows)
+        raise SystemExit(1 if check(ref, a.models, a.rows, a.head, a.gemm_min_rows, a.exact) else 0)
+    timing(ref, a.models, a.rows, a.repeats, a.head, a.gemm_min_rows, a.exact)
 
 
 if __name__ == "__main__":

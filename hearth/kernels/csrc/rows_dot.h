@@ -10,6 +10,20 @@ constexpr int64_t STREAMS = 4;
 // while the 864-byte rows of gate|up lose in 2 (21 -> 17 GB/s) and the 0.5B's 2736-3990-byte down
 // rows neither gain nor lose. Where rows_dot prefetches (Intel) it keeps STREAMS: not measured there
 constexpr int64_t LONG_ROW_BYTES = 4096;
+// From this many activation rows on (a verify step's), rows of any length are read as 2 runs where
+// rows_dot does not prefetch (AMD), not STREAMS: there the GEMV computes more than it reads, and 4 runs
+// cost it time (Zen 4, one thread, rows summed as a verify step's: the 1.5B's head 0.74-0.90x the time
+// at 2-16 rows, gate|up 0.87-0.96x; whole verify steps of 2-16 rows 0.87-0.98x; avx2 alike, head
+// 0.73x at 4 rows). At 1 row 4 runs stay faster (a synthetic 19,000-row Q6_K
+// head 1.15-1.4x the time in 2)
+constexpr int64_t MULTI_ROW_RUNS_FROM = 2;
+// Activation codes (rows x Kp bytes, their d16 and a16 half as much again) up to which a call of more
+// rows than a pair's pass holds, but no more than GEMV_ROWS, takes one weight row at a time in one
+// pass: its codes decoded once, the activations read from L1 for each weight row. Zen 4 (avx512: pairs
+// of 4 rows, passes of 8), one thread, rows summed as a verify step's: the 1.5B's q|k|v and o at 5-8
+// rows 0.72-0.84x the time of two passes of pairs, gate|up 0.79-0.98x, the head 0.90-0.99x; its down
+// (K = 8960: 72 KB of activations at 8 rows, from L2 for each weight row) 1.1-1.3x, so it keeps pairs
+constexpr int64_t ONE_PASS_CODES = 16384;
 
 // Whether rows_dot prefetches in software: on Intel (Sapphire Rapids) one core streaming from DRAM was
 // latency-bound and the prefetches took gemma3's head 17 -> 20-22 GB/s; on AMD (Zen 4, 2026-12-05)
@@ -63,8 +77,10 @@ template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
   const bool prefetch = software_prefetch();
-  const int64_t streams = row_bytes >= LONG_ROW_BYTES && !prefetch ? 2 : STREAMS;  // Intel (prefetching): untested
+  // 2 runs also where rows are computed more than read (several activation rows: a verify step)
+  const int64_t streams = (row_bytes >= LONG_ROW_BYTES || a.M >= MULTI_ROW_RUNS_FROM) && !prefetch ? 2 : STREAMS;  // Intel (prefetching): untested
   const int64_t runs = n1 - n0 >= 16 * streams ? streams : 2, len = (n1 - n0 + runs - 1) / runs, half = runs / 2;
+  const bool one_pass = a.M > GEMV_PAIR_ROWS && a.M <= GEMV_ROWS && a.M * a.Kp <= ONE_PASS_CODES;
   for (int64_t i = 0; i < len * half; ++i) {
     const int64_t n = n0 + 2 * (i % half) * len + i / half;
     if (n >= n1) continue;
@@ -76,7 +92,7 @@ void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64
         for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(row + r * len * row_bytes + PREFETCH_BYTES + b, 0, 2);  // prefetcht1 on x86
     if (n + len >= n1)
       dot_rows<T>(row, nb, a, 0, y + n, ldy);
-    else if (a.M <= GEMV_PAIR_UPTO)
+    else if (a.M <= GEMV_PAIR_UPTO && !one_pass)
       dot_rows_pair<T>(row, len * row_bytes, nb, a, 0, y + n, ldy, len);
     else
       dot_rows_pair<T, 0>(row, len * row_bytes, nb, a, 0, y + n, ldy, len);
