@@ -183,6 +183,15 @@ class KVCacheManager:
         self.pending_saves = {}
         return loads, saves
 
+    def unsaved(self, saves: list[tuple[int, bytes]]) -> None:
+        """Saves a failed step took and never handed over go back to the queue, each under the block
+        holding its hash now. A failed step writes only blocks that hold no hash (fresh ones, the
+        unregistered tail): one it took from the cache lost its hash then, so its save is dropped."""
+        for _, h in saves:
+            block = self.pool.lookup(h)
+            if block is not None:
+                self.pending_saves.setdefault(h, block)
+
     def saved(self, saves: list[tuple[int, bytes]], payloads: list[bytes]) -> None:
         """Hand the bytes the runner read out of `saves` to the disk tier's writer."""
         for (_, h), payload in zip(saves, payloads):
