@@ -306,6 +306,40 @@ def _request(prompt):
     return Request("h", prompt, SamplingParams(), frozenset(), 256)
 
 
+@pytest.mark.parametrize("then", ["a later call", "close"])
+def test_a_tiny_model_s_blocks_reach_the_disk_after_a_failed_decode_step(tmp_path, then):
+    """LLM on a tiny random model: the decode step that was to save the prefill's blocks fails after
+    reading them (generate raises); the next call, or close, saves them, with the bytes a run without
+    the failure stores."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, "llama")
+    prompt, p = list(range(5, 45)), SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    clean = LLM(str(path), progress=False, block_size=16, kv_disk_dir=str(tmp_path / "clean"))
+    clean.generate({"prompt_token_ids": prompt}, p)
+    clean.close()
+    llm = LLM(str(path), progress=False, block_size=16, kv_disk_dir=str(tmp_path / "failed"))
+    hashes = llm.engine.scheduler.kv.block_hashes(_request(prompt), 2)
+    run, calls = llm.runner._execute, []
+
+    def failing(so):
+        calls.append(so)
+        if len(calls) == 2:  # the first decode: it reads the prefill's two full blocks out, then fails
+            assert sorted(h for _, h in so.kv_saves) == sorted(hashes)
+            raise RuntimeError("step failed")
+        return run(so)
+
+    llm.runner._execute = failing
+    with pytest.raises(RuntimeError, match="step failed"):
+        llm.generate({"prompt_token_ids": prompt}, p)
+    if then == "a later call":
+        llm.generate({"prompt_token_ids": [1, 2, 3]}, p)  # runs the saves first
+    llm.close()
+    assert all(llm.disk.get(h) is not None for h in hashes)
+    assert [bytes(llm.disk.get(h)) for h in hashes] == [bytes(clean.disk.get(h)) for h in hashes]
+
+
 # -- SmolLM2 -----------------------------------------------------------------------------------
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=1000)
