@@ -227,9 +227,8 @@ class Scheduler:
 
     def step_failed(self, out: SchedulerOutput) -> None:
         """The runner raised on `out`: the full blocks it was to hand to the disk tier hold committed
-        K/V all the same, so the next step saves them, where `out` ran requests (a step of saves
-        alone that fails drops them: retried, it would fail forever)."""
-        if out.seqs and out.kv_saves:
+        K/V all the same, so a later step saves them (KVCacheManager.unsaved: once)."""
+        if out.kv_saves:
             self.kv.unsaved(out.kv_saves)
 
     def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, list[SampledToken]]]:

@@ -241,16 +241,21 @@ def test_a_block_a_failed_step_reused_is_never_saved_under_its_old_hash(tmp_path
     assert [_on_disk(disk, h) for h in hashes] == [None, None]
 
 
-def test_saves_of_a_failed_step_without_requests_are_dropped(tmp_path):
-    """Only a failed step that ran requests gives its saves back: a step of saves alone failing again
-    would otherwise be retried forever."""
+@pytest.mark.parametrize("second", ["saves alone", "with a request"])
+def test_saves_are_given_back_once(tmp_path, second):
+    """A save that fails twice is dropped: where reading it is what fails, every later step (and
+    its requests) would fail with it."""
     engine, runner, disk = make(tmp_path)
     runner.history["a"] = list(PROMPT)
     engine.add_request(PROMPT, SamplingParams(max_tokens=5, temperature=0), "a")
     engine.step()
     _fail_next(runner, after_the_forward=False, times=2)
     assert _fail_step(engine) == ["a"] and engine.has_unfinished()  # the saves go back to the queue
-    assert _fail_step(engine) == [] and not engine.has_unfinished()  # they alone failed: dropped
+    if second == "with a request":
+        runner.history["b"] = [40, 41]
+        engine.add_request([40, 41], SamplingParams(max_tokens=2, temperature=0), "b")
+    assert _fail_step(engine) == ([] if second == "saves alone" else ["b"])
+    assert not engine.has_unfinished() and not engine.scheduler.kv.pending_saves  # failed again: dropped
     assert disk.flush(10) and disk.stats.writes == 0
 
 
