@@ -247,7 +247,11 @@ class LLM:
         with self._driving("close", closing=True):
             if not self._closed:
                 self._closed = True
-                self.engine.close()
+                try:
+                    while self.engine.has_unfinished():  # saves a failed step gave back: no request is left
+                        self.engine.step()
+                finally:
+                    self.engine.close()
 
     def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None):
         """Yield EngineOutput deltas of one request as they are generated. The engine is this

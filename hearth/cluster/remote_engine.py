@@ -4,7 +4,8 @@ shutdown), forwarding each request to a replica actor picked by the router.
 A request's deltas come back over a Ray streaming generator. A replica that dies before a request's
 first delta costs nothing visible: the request is sent once more, to another replica. One that dies
 mid-answer ends the stream with EngineStepError (the routes turn it into an error event, or a 500
-body), never a hang. Ray restarts a dead replica's actor (max_restarts); the health loop marks it
+body), never a hang. A shutdown (Ctrl-C) ends every open stream at once with EngineShutdownError, as
+AsyncEngine.end_streams does. Ray restarts a dead replica's actor (max_restarts); the health loop marks it
 down until it has loaded again."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass, fields
 
 from hearth.cluster.replica import ReplicaError, ReplicaInfo
 from hearth.cluster.router import ReplicaLoad, Router
-from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepError
+from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStats, EngineStepError
 from hearth.engine.engine_core import check_request
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
@@ -55,6 +56,10 @@ class ClusterEngine:
         self.model_context, self.max_logprobs = info.model_context, info.max_logprobs
         self._health: asyncio.Task | None = None
         self._stopping = False
+        self._closing: EngineShutdownError | None = None
+        """Set by end_streams: what every later add_request raises."""
+        self._open: set[RemoteStream] = set()
+        """Streams not yet ended (end_streams ends them)."""
 
     # -- the AsyncEngine interface the routes and the app use --------------------------------------
     def start(self) -> None:
@@ -68,10 +73,20 @@ class ClusterEngine:
         for slot in self.slots:
             ray.kill(slot.handle, no_restart=True)
 
+    def end_streams(self, error: EngineShutdownError) -> None:
+        """Shutdown's first step (on the event loop): every open stream ends now with `error` (its
+        client gets an error event, not a cut stream after uvicorn's graceful timeout), new requests
+        are refused with it."""
+        self._closing = error
+        for stream in list(self._open):
+            stream.shut(error)
+
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None) -> RemoteStream:
         """Bad prompts raise here, as AsyncEngine's do (a 400 before any output); so does a
-        cluster with no replica up or every replica full (429)."""
+        cluster with no replica up or every replica full (429), or one shutting down (503)."""
+        if self._closing is not None:
+            raise EngineShutdownError(*self._closing.args)
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs)
         return RemoteStream(self, list(prompt_token_ids), params, request_id or uuid.uuid4().hex,
@@ -152,7 +167,10 @@ class RemoteStream:
         self.finished = False
         self.retries = 1
         self._seen_output = False
+        self._shutdown: asyncio.Future | None = None
+        """Resolved by shut(): the error the stream ends with, whatever the replica is doing."""
         self._gen = self._call(slot)
+        engine._open.add(self)
 
     def _call(self, slot: ReplicaSlot):
         return slot.handle.generate.options(num_returns="streaming").remote(self.ids, self.params, self.request_id)
@@ -167,7 +185,7 @@ class RemoteStream:
             raise StopAsyncIteration
         while True:
             try:
-                item = await (await self._gen.__anext__())
+                item = await self._next_or_shutdown()
             except StopAsyncIteration:
                 self._end()
                 raise EngineStepError(f"replica {self.slot.name} ended the answer without finishing it") from None
@@ -184,6 +202,31 @@ class RemoteStream:
                 self._end()
             return item
 
+    async def _next_or_shutdown(self):
+        """The replica's next item, unless shut() comes first: then its error is raised at once."""
+        if self._shutdown is None:
+            self._shutdown = asyncio.get_running_loop().create_future()
+        nxt = asyncio.ensure_future(self._next())
+        try:
+            await asyncio.wait((nxt, self._shutdown), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not nxt.done():  # shut, or the caller cancelled: the replica's item is not waited for
+                nxt.cancel()
+        if self._shutdown.done():  # first, or with the item: the stream ends here all the same
+            self.abort()
+            raise EngineShutdownError(*self._shutdown.result().args)
+        return nxt.result()
+
+    async def _next(self):
+        return await (await self._gen.__anext__())
+
+    def shut(self, error: EngineShutdownError) -> None:
+        """End this stream with `error` now (a waiting __anext__ raises it; a later one too)."""
+        if self._shutdown is None:
+            self._shutdown = asyncio.get_running_loop().create_future()
+        if not self._shutdown.done():
+            self._shutdown.set_result(error)
+
     def _replica_lost(self, e: BaseException) -> None:
         """Retry once elsewhere if nothing came out yet; else end the stream with the error."""
         lost = self.slot
@@ -197,7 +240,7 @@ class RemoteStream:
         try:
             self.slot = self.engine._choose(self.ids, avoid=lost)
         except EngineFullError:
-            self.finished = True
+            self._end()  # released above: this only marks it ended
             raise
         self._holding = True
         self._gen = self._call(self.slot)
@@ -220,6 +263,7 @@ class RemoteStream:
 
     def _end(self) -> None:
         self.finished = True
+        self.engine._open.discard(self)
         self._release()
 
     def _release(self) -> None:

@@ -121,7 +121,11 @@ class EngineCore:
         self.stalled = not (so.seqs or so.kv_loads or so.kv_saves)
         t0 = time.perf_counter()
         self.executing = [s.request_id for s in so.seqs]
-        result = self.runner.execute(so)
+        try:
+            result = self.runner.execute(so)
+        except BaseException:
+            self.scheduler.step_failed(so)
+            raise
         self.executing = None
         seconds = time.perf_counter() - t0
         changed = self.scheduler.update(so, result)

@@ -51,6 +51,8 @@ class KVCacheManager:
         """(block id, verified payload) for the runner to write before the next step reads them."""
         self.pending_saves: dict[bytes, int] = {}
         """hash -> block id of newly full blocks the disk tier lacks (the runner reads them out)."""
+        self._given_back: set[bytes] = set()
+        """Hashes whose save a failed step gave back: one more failure drops them (unsaved)."""
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -183,10 +185,24 @@ class KVCacheManager:
         self.pending_saves = {}
         return loads, saves
 
+    def unsaved(self, saves: list[tuple[int, bytes]]) -> None:
+        """Saves a failed step took and never handed over go back to the queue once, each under the
+        block holding its hash now (a second failure drops them: reading them may be what fails). A
+        failed step writes only blocks that hold no hash (fresh ones, the unregistered tail): one it
+        took from the cache lost its hash then, so its save is dropped."""
+        for _, h in saves:
+            block = self.pool.lookup(h)
+            if h in self._given_back or block is None:
+                self._given_back.discard(h)
+            else:
+                self._given_back.add(h)
+                self.pending_saves.setdefault(h, block)
+
     def saved(self, saves: list[tuple[int, bytes]], payloads: list[bytes]) -> None:
         """Hand the bytes the runner read out of `saves` to the disk tier's writer."""
         for (_, h), payload in zip(saves, payloads):
             self.disk.put(h, payload)
+            self._given_back.discard(h)
 
     def locate_prefix(self, token_ids: list[int]) -> list[int | bytes]:
         """For each full block of token_ids, in order: its block id when in memory, else its payload

@@ -225,6 +225,12 @@ class Scheduler:
             return []
         return sorted(set(p.stop_token_ids) | (set() if p.ignore_eos else req.eos_ids))
 
+    def step_failed(self, out: SchedulerOutput) -> None:
+        """The runner raised on `out`: the full blocks it was to hand to the disk tier hold committed
+        K/V all the same, so a later step saves them (KVCacheManager.unsaved: once)."""
+        if out.kv_saves:
+            self.kv.unsaved(out.kv_saves)
+
     def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, list[SampledToken]]]:
         """Advance every scheduled request; returns those that got new tokens (some now finished)."""
         if out.kv_saves:

@@ -39,7 +39,8 @@ class SpeculativeConfig:
     """The draft model of method draft: a catalog name or a .gguf path."""
     num_speculative_tokens: int | None = None
     """Most draft tokens verified per sequence and step (K); unset: 4, with method suffix
-    suffix_decoding_max_tree_depth (as vLLM)."""
+    suffix_decoding_max_tree_depth (as vLLM). A step verifies only the drafts its token budget
+    (max_num_batched_tokens) has left after every request's real tokens, as vLLM's scheduler trims them."""
     tree_budget: int = 0
     """Most nodes of a token tree verified per sequence and step, its depth at most
     num_speculative_tokens (0: chains only). The n-gram proposer branches where earlier

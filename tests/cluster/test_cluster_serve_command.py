@@ -39,8 +39,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start(model: Path, port: int, log: Path) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "hearth", "cluster", "serve", str(model), "--replicas", "2",
+def _start(model: Path, port: int, log: Path, replicas: int = 2) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "hearth", "cluster", "serve", str(model), "--replicas", str(replicas),
            "--threads-per-replica", "1", "--port", str(port), "--api-key", API_KEY, "--served-model-name", "smol",
            "--max-model-len", "1024", "--max-num-seqs", "2", "--kv-cache-memory-gb", "0.25", "--log-level", "warning"]
     env = {k: v for k, v in {**os.environ, **ENV}.items() if v is not None}

@@ -14,12 +14,13 @@ from hearth.cluster.remote_engine import ClusterEngine, ReplicaSlot
 from hearth.cluster.replica import ReplicaError, ReplicaInfo
 from hearth.cluster.router import make_router
 from hearth.cluster.scaling import Scaler
-from hearth.engine.async_engine import EngineFullError, EngineStats, EngineStepError
+from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStats, EngineStepError
 from hearth.errors import PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
 DIED = ray.exceptions.ActorDiedError
+HANG = object()
 
 
 def out(text: str, finished: bool = False) -> EngineOutput:
@@ -39,6 +40,8 @@ class FakeCall:
         if not self.script:
             raise StopAsyncIteration
         item = self.script.pop(0)
+        if item is HANG:  # the replica's next delta is far off (a long step, a busy replica)
+            await asyncio.Event().wait()
         if isinstance(item, BaseException):
             raise item
         ref = asyncio.get_running_loop().create_future()  # an ObjectRef is awaited for the value
@@ -148,6 +151,34 @@ def test_abort_cancels_the_replicas_call(monkeypatch):
 
     asyncio.run(first_then_leave())
     assert cancelled == handle.calls and engine.slots[0].in_flight == 0
+
+
+def test_a_shutdown_ends_open_streams_at_once_and_refuses_new_requests(monkeypatch):
+    """end_streams (Ctrl-C): a stream waiting on its replica raises EngineShutdownError now, one
+    not yet read raises it on its first read, the replicas' calls are cancelled and the load counts
+    return to zero; a new request is refused with the same error (the server's 503)."""
+    cancelled = []
+    monkeypatch.setattr(ray, "cancel", cancelled.append)
+    handle = FakeHandle([out("he"), HANG], [HANG])
+    engine = cluster(handle)
+
+    async def main():
+        waiting, unread = engine.add_request([1], SamplingParams()), engine.add_request([2], SamplingParams())
+        assert (await waiting.__anext__()).new_text == "he"
+        pending = asyncio.ensure_future(waiting.__anext__())
+        await asyncio.sleep(0.01)
+        assert not pending.done()  # the replica has not answered
+        engine.end_streams(EngineShutdownError("the server is shutting down"))
+        for stream in (pending, unread.__anext__()):
+            with pytest.raises(EngineShutdownError, match="shutting down"):
+                await asyncio.wait_for(stream, 1)
+        with pytest.raises(StopAsyncIteration):
+            await waiting.__anext__()
+        with pytest.raises(EngineShutdownError, match="shutting down"):
+            engine.add_request([3], SamplingParams())
+
+    asyncio.run(main())
+    assert cancelled == handle.calls and engine.slots[0].in_flight == 0 and not engine._open
 
 
 def test_stats_sum_over_replicas_and_stay_per_replica():

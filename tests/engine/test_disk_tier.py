@@ -170,6 +170,95 @@ def test_a_failed_step_leaves_no_hash_on_blocks_it_was_to_load(tmp_path, fails):
     assert not any(so.kv_saves for so in runner.steps)  # nothing the disk has is written again
 
 
+def _fail_next(runner, after_the_forward: bool, times: int = 1):
+    """The runner's next `times` calls raise: before it computes anything, or after it wrote this
+    step's "K/V" (the real runner reads the saves out first either way)."""
+    real, left = runner.execute, [times]
+
+    def failing(so):
+        if left[0] <= 0:
+            return real(so)
+        left[0] -= 1
+        if after_the_forward:
+            real(so)
+        raise RuntimeError("step failed")
+
+    runner.execute = failing
+
+
+def _fail_step(engine):
+    with pytest.raises(RuntimeError, match="step failed"):
+        engine.step()
+    failed = engine.failed_step()  # what AsyncEngine does: abort the requests of the failed runner call
+    for rid in failed:
+        engine.abort(rid)
+    return failed
+
+
+def _on_disk(disk, h):
+    payload = disk.get(h)
+    return None if payload is None else array("i", bytes(payload)).tolist()
+
+
+@pytest.mark.parametrize("after_the_forward", [False, True], ids=["before the forward", "after the forward"])
+def test_blocks_committed_before_a_failed_step_still_reach_the_disk(tmp_path, after_the_forward):
+    """The prefill registers two full blocks; the next step, which was to hand them to the disk tier,
+    fails: they hold committed K/V all the same, so a later step saves them (not lost)."""
+    engine, runner, disk = make(tmp_path)
+    kv = engine.scheduler.kv
+    hashes = kv.block_hashes(_request(PROMPT), 2)
+    runner.history["a"] = list(PROMPT)
+    engine.add_request(PROMPT, SamplingParams(max_tokens=5, temperature=0), "a")
+    engine.step()  # the prefill: blocks 0 and 1 full and registered, to be saved by the next step
+    assert sorted(kv.pending_saves.values()) == [0, 1]
+    _fail_next(runner, after_the_forward)
+    assert _fail_step(engine) == ["a"]
+    run_all(engine)  # the saves alone: one more step
+    assert disk.flush(10)
+    assert [_on_disk(disk, h) for h in hashes] == [PROMPT[:4], PROMPT[4:8]]
+
+
+def test_a_block_a_failed_step_reused_is_never_saved_under_its_old_hash(tmp_path):
+    """A finished request's full blocks wait, free, for the next step to save them; that step gives
+    them to another request (evicting the hashes), writes its "K/V" into them and fails. The disk tier
+    must then not store them: their contents are no longer the hashes' K/V."""
+    engine, runner, disk = make(tmp_path, num_blocks=4)
+    kv = engine.scheduler.kv
+    hashes = kv.block_hashes(_request(PROMPT), 2)
+    runner.history["a"] = list(PROMPT)
+    engine.add_request(PROMPT, SamplingParams(max_tokens=1, temperature=0), "a")
+    engine.step()  # "a" ends in its prefill: blocks 0 and 1 free and cached, their saves queued
+    other = list(range(20, 33))  # 13 tokens: every block of the pool, the cached ones evicted
+    runner.history["b"] = list(other)
+    engine.add_request(other, SamplingParams(max_tokens=2, temperature=0), "b")
+    _fail_next(runner, after_the_forward=True)
+    assert _fail_step(engine) == ["b"]
+    failed = [so for so in runner.steps if so.seqs][-1]  # (the idle message after the abort comes last)
+    assert sorted(failed.kv_saves) == [(0, hashes[0]), (1, hashes[1])] and {0, 1} <= set(failed.seqs[0].block_ids)
+    assert [kv.pool.lookup(h) for h in hashes] == [None, None]
+    run_all(engine)
+    assert disk.flush(10)
+    assert [_on_disk(disk, h) for h in hashes] == [None, None]
+
+
+@pytest.mark.parametrize("second", ["saves alone", "with a request"])
+def test_saves_are_given_back_once(tmp_path, second):
+    """A save that fails twice is dropped: where reading it is what fails, every later step (and
+    its requests) would fail with it."""
+    engine, runner, disk = make(tmp_path)
+    runner.history["a"] = list(PROMPT)
+    engine.add_request(PROMPT, SamplingParams(max_tokens=5, temperature=0), "a")
+    engine.step()
+    _fail_next(runner, after_the_forward=False, times=2)
+    assert _fail_step(engine) == ["a"] and engine.has_unfinished()  # the saves go back to the queue
+    if second == "with a request":
+        runner.history["b"] = [40, 41]
+        engine.add_request([40, 41], SamplingParams(max_tokens=2, temperature=0), "b")
+    assert _fail_step(engine) == ([] if second == "saves alone" else ["b"])
+    assert not engine.has_unfinished() and not engine.scheduler.kv.pending_saves  # failed again: dropped
+    assert disk.flush(10) and disk.stats.writes == 0
+
+
 def test_loaded_blocks_become_findable_after_their_step_and_unsent_loads_go_with_an_abort():
     kv = KVCacheManager(8, BS, b"model|fake")
     req, other = _request(PROMPT), _request(PROMPT)
@@ -220,6 +309,40 @@ def _request(prompt):
     from hearth.engine.request import Request
 
     return Request("h", prompt, SamplingParams(), frozenset(), 256)
+
+
+@pytest.mark.parametrize("then", ["a later call", "close"])
+def test_a_tiny_model_s_blocks_reach_the_disk_after_a_failed_decode_step(tmp_path, then):
+    """LLM on a tiny random model: the decode step that was to save the prefill's blocks fails after
+    reading them (generate raises); the next call, or close, saves them, with the bytes a run without
+    the failure stores."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny.gguf"
+    write_tiny_gguf(path, "llama")
+    prompt, p = list(range(5, 45)), SamplingParams(temperature=0, max_tokens=3, ignore_eos=True)
+    clean = LLM(str(path), progress=False, block_size=16, kv_disk_dir=str(tmp_path / "clean"))
+    clean.generate({"prompt_token_ids": prompt}, p)
+    clean.close()
+    llm = LLM(str(path), progress=False, block_size=16, kv_disk_dir=str(tmp_path / "failed"))
+    hashes = llm.engine.scheduler.kv.block_hashes(_request(prompt), 2)
+    run, calls = llm.runner._execute, []
+
+    def failing(so):
+        calls.append(so)
+        if len(calls) == 2:  # the first decode: it reads the prefill's two full blocks out, then fails
+            assert sorted(h for _, h in so.kv_saves) == sorted(hashes)
+            raise RuntimeError("step failed")
+        return run(so)
+
+    llm.runner._execute = failing
+    with pytest.raises(RuntimeError, match="step failed"):
+        llm.generate({"prompt_token_ids": prompt}, p)
+    if then == "a later call":
+        llm.generate({"prompt_token_ids": [1, 2, 3]}, p)  # runs the saves first
+    llm.close()
+    assert all(llm.disk.get(h) is not None for h in hashes)
+    assert [bytes(llm.disk.get(h)) for h in hashes] == [bytes(clean.disk.get(h)) for h in hashes]
 
 
 # -- SmolLM2 -----------------------------------------------------------------------------------

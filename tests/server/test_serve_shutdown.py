@@ -27,9 +27,9 @@ def tiny(tmp_path):
     return path
 
 
-def _stream(url: str, started: threading.Event, lines: list[str]) -> None:
-    headers = {"Authorization": f"Bearer {API_KEY}"}
-    with httpx2.stream("POST", url + "/v1/chat/completions", json=LONG, headers=headers, timeout=60) as r:
+def _stream(url: str, started: threading.Event, lines: list[str], body: dict = LONG, key: str = API_KEY) -> None:
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx2.stream("POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=60) as r:
         try:
             for line in r.iter_lines():
                 lines.append(line)
