@@ -150,8 +150,10 @@ inline int k4_words(const uint8_t* b, __m256i* w, __m256* d, __m256* o) {
   k4_scale_bytes(b, sc, mn);
   const char Z = -128;  // pshufb: a zero byte
   const __m256i v = _mm256_set1_epi64x(static_cast<int64_t>(sc));
-  w[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, Z, 0, Z, 1, Z, 1, Z, 2, Z, 2, Z, 3, Z, 3, Z, 0, Z, 0, Z, 1, Z, 1, Z, 2, Z, 2, Z, 3, Z, 3, Z));
-  w[1] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(4, Z, 4, Z, 5, Z, 5, Z, 6, Z, 6, Z, 7, Z, 7, Z, 4, Z, 4, Z, 5, Z, 5, Z, 6, Z, 6, Z, 7, Z, 7, Z));
+  w[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, Z, 0, Z, 1, Z, 1, Z, 2, Z, 2, Z, 3, Z, 3, Z,  //
+                                                 0, Z, 0, Z, 1, Z, 1, Z, 2, Z, 2, Z, 3, Z, 3, Z));
+  w[1] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(4, Z, 4, Z, 5, Z, 5, Z, 6, Z, 6, Z, 7, Z, 7, Z,  //
+                                                 4, Z, 4, Z, 5, Z, 5, Z, 6, Z, 6, Z, 7, Z, 7, Z));
   const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(u32(b))));  // d, dmin: one convert
   *d = _mm256_broadcastss_ps(dm);
   *o = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(_mm_xor_ps(dm, _mm_set1_ps(-0.0f)))), bytes8_ps(mn));
@@ -164,7 +166,9 @@ struct K4 : FQ4_K {
   static constexpr int QMAX = 15;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_scales<FQ4_K>(row + sb * TS, s, o); }
   static constexpr int OFFSETS = 32;  // words(): one offset (min) per 32 weights
-  static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256* o) { return k4_words(row + sb * TS, w, d, o); }
+  static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256* o) {
+    return k4_words(row + sb * TS, w, d, o);
+  }
   static __m256i codes(const uint8_t* row, int64_t sb, int j) {
     const __m256i x = load256(row + sb * TS + QS + 32 * (j >> 1));
     return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(x, 4) : x, low4());
@@ -177,7 +181,9 @@ struct K5 : FQ5_K {
   static constexpr int QMAX = 31;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_scales<FQ5_K>(row + sb * TS, s, o); }
   static constexpr int OFFSETS = 32;  // words(): one offset (min) per 32 weights
-  static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256* o) { return k4_words(row + sb * TS, w, d, o); }
+  static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256* o) {
+    return k4_words(row + sb * TS, w, d, o);
+  }
   static __m256i codes(const uint8_t* row, int64_t sb, int j) {
     const uint8_t* b = row + sb * TS;
     const __m256i x = load256(b + QS + 32 * (j >> 1));
@@ -207,10 +213,12 @@ struct K6 : FQ6_K {
     // each scale byte to a word's high byte, then an arithmetic shift (vpmovsxbw: 2 uops on Zen)
     const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + SC)));
     const char Z = -128;  // pshufb: a zero byte
-    w[0] = _mm256_srai_epi16(_mm256_shuffle_epi8(sc, _mm256_setr_epi8(Z, 0, Z, 0, Z, 2, Z, 2, Z, 4, Z, 4, Z, 6, Z, 6, Z, 1, Z, 1, Z, 3, Z, 3,
-                                                                      Z, 5, Z, 5, Z, 7, Z, 7)), 8);
-    w[1] = _mm256_srai_epi16(_mm256_shuffle_epi8(sc, _mm256_setr_epi8(Z, 8, Z, 8, Z, 10, Z, 10, Z, 12, Z, 12, Z, 14, Z, 14, Z, 9, Z, 9, Z,
-                                                                      11, Z, 11, Z, 13, Z, 13, Z, 15, Z, 15)), 8);
+    w[0] = _mm256_srai_epi16(_mm256_shuffle_epi8(sc, _mm256_setr_epi8(Z, 0, Z, 0, Z, 2, Z, 2, Z, 4, Z, 4, Z, 6, Z, 6,  //
+                                                                      Z, 1, Z, 1, Z, 3, Z, 3, Z, 5, Z, 5, Z, 7, Z, 7)),
+                             8);
+    w[1] = _mm256_srai_epi16(_mm256_shuffle_epi8(sc, _mm256_setr_epi8(Z, 8, Z, 8, Z, 10, Z, 10, Z, 12, Z, 12, Z, 14, Z, 14,  //
+                                                                      Z, 9, Z, 9, Z, 11, Z, 11, Z, 13, Z, 13, Z, 15, Z, 15)),
+                             8);
     *d = _mm256_set1_ps(f16(b + D));
     return 8;
   }
@@ -344,7 +352,8 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx) {
     for (int64_t i = 0; i < g / 2; ++i) a.a32[m * g / 2 + i] = a.a16[m * g + 2 * i] + a.a16[m * g + 2 * i + 1];
     for (int64_t i = 0; i < a.Kp / 128; ++i) {  // each half superblock: words_dot's sums of codes all 32
       __m256i p[4];
-      for (int j = 0; j < 4; ++j) p[j] = _mm256_maddubs_epi16(_mm256_set1_epi8(32), load256(reinterpret_cast<const uint8_t*>(a.q + m * a.Kp + 128 * i + 32 * j)));
+      const uint8_t* x = reinterpret_cast<const uint8_t*>(a.q + m * a.Kp + 128 * i);
+      for (int j = 0; j < 4; ++j) p[j] = _mm256_maddubs_epi16(_mm256_set1_epi8(32), load256(x + 32 * j));
       const __m256i z = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));  // <= 32 x 8 x 127
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.z8 + m * a.Kp / 8 + 16 * i), z);
     }
@@ -481,9 +490,11 @@ void lanes_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
 // per 32 weights one FMA per superblock (T::OFFSETS 32, Act::a32), Q6_K's constant code - 32 in the
 // integers (T::C): its sums of 8 code x activation products wrap in int16 (to 8 x 63 x 127), 32 x the
 // activations' sums (Act::z8) subtracted leaves sum((code - 32) x), within 8 x 32 x 127 < 2^15, so
-// exact despite the wrap. Against lanes_dot per superblock and row: no vphaddd, 2 vpmaddwd fewer, no
-// float scales (Q6_K: 16, Q4_K/Q5_K: 8 converts and multiplies, and their permutes); the same
-// arithmetic at any MT and R (a sum of the halves before x d spilled at 3-4 rows)
+// exact despite the wrap. Against lanes_dot per superblock and row: 2 vpmaddwd fewer (its 2 vphaddd
+// now vphaddw), no float scales (converts, multiplies, permutes), for Q6_K no offset FMAs; the same
+// arithmetic at any MT and R (a sum of the halves before x d spilled at 3-4 rows). Zen 4, one thread:
+// the 1.5B's Q6_K down 0.88x, head 0.94x, Q4_K 0.96-0.98x at 1 row; decode step 0.975x
+// (docs/performance.md, eleventh session)
 template <class T, int MT, int R = 1>
 void words_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t wstep,
                int64_t ystep) {
@@ -509,11 +520,12 @@ void words_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
       half_dots<T, MT, R, true, 1>(row, wstep, sb, 8, a, m0, h, q);
       for (int m = 0; m < MT; ++m) {
         const __m256 d = _mm256_loadu_ps(a.d16l + (m0 + m) * g + 16 * sb + 8 * h);
+        const int16_t* z8 = a.z8 + (m0 + m) * a.Kp / 8 + 32 * sb;
         for (int r = 0; r < R; ++r) {
           __m256i s = _mm256_hadd_epi16(q[r][m][0], q[r][m][1]);
-          if constexpr (T::C != 0)
-            s = _mm256_sub_epi16(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.z8 + (m0 + m) * a.Kp / 8 + 32 * sb + 16 * h)));
-          acc[r][m] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s, w[r][h])), _mm256_mul_ps(d, dsb[r]), acc[r][m]);
+          if constexpr (T::C != 0) s = _mm256_sub_epi16(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(z8 + 16 * h)));
+          const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, w[r][h]));
+          acc[r][m] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, dsb[r]), acc[r][m]);
         }
       }
     }
