@@ -72,6 +72,26 @@ def test_rows_are_independent_of_the_batch(qtype):
         assert torch.equal(mm(x[:m]), alone[:m])
 
 
+@pytest.mark.parametrize("code_byte", [0x00, 0xFF])
+def test_gemv_q6k_int16_sums_at_the_codes_extremes(code_byte):
+    """The GEMV adds Q6_K's products of 8 weights in int16 before subtracting 32 x the activations'
+    sums (blocks_avx2.h words_dot): the sum of code x activation wraps (up to 8 x 63 x 127), the
+    difference, sum((code - 32) x), does not (8 x 32 x 127 < 2^15). Every code 0 (-32) or 63 (+31)
+    against activations at +-127, scales at -128 and 127: where a wrong order of the two would show."""
+    t = random_tensor(Q.Q6_K, 19, 512, np.random.default_rng(23))
+    blocks = t.data.reshape(-1, block_format(Q.Q6_K).type_size)
+    blocks[:, :192] = code_byte  # ql, qh: every code 0 or 63
+    blocks[0::2, 192:208] = 0x80  # int8 scales -128 in every other superblock, 127 in the rest
+    blocks[1::2, 192:208] = 0x7F
+    w = torch.from_numpy(gguf_reference(t))
+    gemv = matmul("avx2", t, 512)
+    x = torch.ones(13, 512) * torch.tensor([1.0, -1.0] * 6 + [0.5])[:, None]  # each row: all 127 or all -127
+    x[12, ::2] = -0.5  # and one of alternating signs
+    y = gemv(x)
+    assert_act8_close(y, x, w)
+    assert torch.equal(torch.cat([gemv(x[i:i + 1]) for i in range(13)]), y)
+
+
 def test_the_flag_lists_are_separate():
     assert not any(f.startswith(("-mavx512", "-mamx")) for f in native.AVX2_LIBRARY.flags)
     assert {"-mavx2", "-mfma", "-mf16c"} <= set(native.AVX2_LIBRARY.flags)

@@ -97,6 +97,7 @@ struct B32 {
     }
     return n;
   }
+  static constexpr bool WORDS = false;  // dot_row takes lanes(), not words()
   static constexpr int OFFSETS = 32;  // lanes(): one offset per 32 weights
   static int lanes(const uint8_t* row, int64_t sb, int64_t nb, __m256* s, __m256* o) {  // dot_row's order
     const int64_t b0 = sb * 8;
@@ -140,32 +141,34 @@ inline int k4_scales(const uint8_t* b, __m256* s, __m256* o) {  // Q4_K/Q5_K: on
   return 8;
 }
 
-// The same in dot_row's lane order (the offsets one per 32 weights, in order), the scale bytes
-// unpacked in vector registers: bytes 0-7 sc[0..7], 8-15 mn[0..7] (k4_scale_bytes' values), converted
-// 8 at a time; each product as k4_scales rounds it
-inline int k4_lanes(const uint8_t* b, __m256* s, __m256* o) {
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b));
+// Q4_K/Q5_K's scales and mins as dot_row's words_dot takes them: per half h the int16 words sc[4h + 0, 0,
+// 1, 1, 2, 2, 3, 3] in both 128-bit lanes (groups 2j, 2j + 1 share block j's scale), d the superblock's,
+// and the offsets -dmin x mn[0..7] (one per 32 weights, in order). The 12 scale bytes unpacked in
+// general registers (k4_scale_bytes): the vector pipes are the GEMV's bottleneck, the integer ALUs idle
+inline int k4_words(const uint8_t* b, __m256i* w, __m256* d, __m256* o) {
+  uint64_t sc, mn;
+  k4_scale_bytes(b, sc, mn);
   const char Z = -128;  // pshufb: a zero byte
-  // low bits: sc[0-3] byte 4 + j & 63, sc[4-7] byte 8 + j & 15, mn[0-3] byte 8 + j & 63, mn[4-7] byte 8 + j >> 4
-  const __m128i lo = _mm_shuffle_epi8(x, _mm_setr_epi8(4, 5, 6, 7, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15));
-  const __m128i low = _mm_and_si128(_mm_blend_epi16(lo, _mm_srli_epi16(lo, 4), 0xC0),
-                                    _mm_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
-  // bits 4-5 of sc[4-7], mn[4-7]: bits 6-7 of bytes 4 + (j - 4), 8 + (j - 4)
-  const __m128i high = _mm_and_si128(
-      _mm_srli_epi16(_mm_shuffle_epi8(x, _mm_setr_epi8(Z, Z, Z, Z, 4, 5, 6, 7, Z, Z, Z, Z, 8, 9, 10, 11)), 2), _mm_set1_epi8(0x30));
-  const __m128i v = _mm_or_si128(low, high);
-  const __m256 dm = _mm256_castps128_ps256(_mm_xor_ps(_mm_cvtph_ps(x), _mm_setr_ps(0.0f, -0.0f, 0.0f, 0.0f)));  // d, -dmin
-  pairs_to_lanes(_mm256_mul_ps(_mm256_broadcastss_ps(_mm256_castps256_ps128(dm)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))), s);
-  o[0] = _mm256_mul_ps(_mm256_permutevar8x32_ps(dm, _mm256_set1_epi32(1)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8))));
+  const __m256i v = _mm256_set1_epi64x(static_cast<int64_t>(sc));
+  w[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(0, Z, 0, Z, 1, Z, 1, Z, 2, Z, 2, Z, 3, Z, 3, Z,  //
+                                                 0, Z, 0, Z, 1, Z, 1, Z, 2, Z, 2, Z, 3, Z, 3, Z));
+  w[1] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(4, Z, 4, Z, 5, Z, 5, Z, 6, Z, 6, Z, 7, Z, 7, Z,  //
+                                                 4, Z, 4, Z, 5, Z, 5, Z, 6, Z, 6, Z, 7, Z, 7, Z));
+  const __m128 dm = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(u32(b))));  // d, dmin: one convert
+  *d = _mm256_broadcastss_ps(dm);
+  *o = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(_mm_xor_ps(dm, _mm_set1_ps(-0.0f)))), bytes8_ps(mn));
   return 8;
 }
 
 struct K4 : FQ4_K {
+  static constexpr bool WORDS = true;
   static constexpr bool SIGNED = false;
   static constexpr int QMAX = 15;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_scales<FQ4_K>(row + sb * TS, s, o); }
-  static constexpr int OFFSETS = 32;
-  static int lanes(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_lanes(row + sb * TS, s, o); }
+  static constexpr int OFFSETS = 32;  // words(): one offset (min) per 32 weights
+  static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256* o) {
+    return k4_words(row + sb * TS, w, d, o);
+  }
   static __m256i codes(const uint8_t* row, int64_t sb, int j) {
     const __m256i x = load256(row + sb * TS + QS + 32 * (j >> 1));
     return _mm256_and_si256(j & 1 ? _mm256_srli_epi16(x, 4) : x, low4());
@@ -173,11 +176,14 @@ struct K4 : FQ4_K {
 };
 
 struct K5 : FQ5_K {
+  static constexpr bool WORDS = true;
   static constexpr bool SIGNED = false;
   static constexpr int QMAX = 31;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_scales<FQ5_K>(row + sb * TS, s, o); }
-  static constexpr int OFFSETS = 32;
-  static int lanes(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) { return k4_lanes(row + sb * TS, s, o); }
+  static constexpr int OFFSETS = 32;  // words(): one offset (min) per 32 weights
+  static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256* o) {
+    return k4_words(row + sb * TS, w, d, o);
+  }
   static __m256i codes(const uint8_t* row, int64_t sb, int j) {
     const uint8_t* b = row + sb * TS;
     const __m256i x = load256(b + QS + 32 * (j >> 1));
@@ -187,7 +193,8 @@ struct K5 : FQ5_K {
 };
 
 struct K6 : FQ6_K {
-  static constexpr int OFFSETS = 16;  // lanes(): one offset per 16 weights, in lane order
+  static constexpr bool WORDS = true;
+  static constexpr int OFFSETS = 0;  // words(): none, code - C (32) is taken in the integer sums (Act::z8)
   static constexpr bool SIGNED = false;
   static constexpr int QMAX = 63;
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) {
@@ -199,14 +206,20 @@ struct K6 : FQ6_K {
     o[0] = _mm256_mul_ps(s[0], c), o[1] = _mm256_mul_ps(s[1], c);
     return 8;
   }
-  static int lanes(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) {  // the scale bytes shuffled first
+  // the 16 int8 scales as int16 words in the order of dot_row's last int16 sums (words_dot): half h's
+  // vector sc[8h + 0, 0, 2, 2, 4, 4, 6, 6 | 1, 1, 3, 3, 5, 5, 7, 7]; d the superblock's f16 scale
+  static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256*) {
     const uint8_t* b = row + sb * TS;
-    const __m128i sc = _mm_shuffle_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + SC)),
-                                        _mm_setr_epi8(0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15));
-    const __m256 d = _mm256_set1_ps(f16(b + D)), c = _mm256_set1_ps(-32.0f);
-    s[0] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-    s[1] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
-    o[0] = _mm256_mul_ps(s[0], c), o[1] = _mm256_mul_ps(s[1], c);
+    // each scale byte to a word's high byte, then an arithmetic shift (vpmovsxbw: 2 uops on Zen)
+    const __m256i sc = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + SC)));
+    const char Z = -128;  // pshufb: a zero byte
+    w[0] = _mm256_srai_epi16(_mm256_shuffle_epi8(sc, _mm256_setr_epi8(Z, 0, Z, 0, Z, 2, Z, 2, Z, 4, Z, 4, Z, 6, Z, 6,  //
+                                                                      Z, 1, Z, 1, Z, 3, Z, 3, Z, 5, Z, 5, Z, 7, Z, 7)),
+                             8);
+    w[1] = _mm256_srai_epi16(_mm256_shuffle_epi8(sc, _mm256_setr_epi8(Z, 8, Z, 8, Z, 10, Z, 10, Z, 12, Z, 12, Z, 14, Z, 14,  //
+                                                                      Z, 9, Z, 9, Z, 11, Z, 11, Z, 13, Z, 13, Z, 15, Z, 15)),
+                             8);
+    *d = _mm256_set1_ps(f16(b + D));
     return 8;
   }
   static __m256i codes(const uint8_t* row, int64_t sb, int j) {
@@ -222,6 +235,7 @@ struct K6 : FQ6_K {
 };
 
 struct K2 : FQ2_K {
+  static constexpr bool WORDS = false;
   static constexpr int OFFSETS = 16;  // lanes(): one offset per 16 weights, in lane order
   static constexpr bool SIGNED = false;
   static constexpr int QMAX = 3;
@@ -242,6 +256,7 @@ struct K2 : FQ2_K {
 };
 
 struct K3 : FQ3_K {
+  static constexpr bool WORDS = false;
   static constexpr int OFFSETS = 16;  // lanes(): one offset per 16 weights, in lane order
   static constexpr bool SIGNED = false;
   static constexpr int QMAX = 7;
@@ -273,6 +288,7 @@ struct Act {
   float* d16l = nullptr;  // [M][Kp/16]: d16 and a16 in dot_row's lane order (to_lanes), per superblock
   float* a16l = nullptr;
   float* a32 = nullptr;  // [M][Kp/32]: a16 of each 32 codes' halves added, for offsets per 32 (T::OFFSETS)
+  int16_t* z8 = nullptr;  // [M][Kp/8]: 32 x the sum of each 8 codes, in words_dot's order (Q6_K's code - 32)
 };
 
 thread_local std::vector<uint8_t> act_buf;
@@ -296,7 +312,7 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx) {
   Act a;
   a.M = M, a.K = K, a.Kp = (K + SB - 1) / SB * SB;
   const int64_t g = a.Kp / 16;
-  const size_t need = static_cast<size_t>(M) * (a.Kp + 5 * g * sizeof(float)) + 64;
+  const size_t need = static_cast<size_t>(M) * (a.Kp + 5 * g * sizeof(float) + a.Kp / 8 * sizeof(int16_t)) + 64;
   if (act_buf.size() < need) act_buf.resize(need);
   a.d16 = reinterpret_cast<float*>(act_buf.data());
   a.a16 = a.d16 + M * g;
@@ -304,6 +320,7 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx) {
   a.a16l = a.d16l + M * g;
   a.a32 = a.a16l + M * g;  // M * g / 2 floats, the rest of its M * g unused
   a.q = reinterpret_cast<int8_t*>(a.a32 + M * g);
+  a.z8 = reinterpret_cast<int16_t*>(a.q + M * a.Kp);
   std::memset(act_buf.data(), 0, need);
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t m = 0; m < M; ++m) {
@@ -333,6 +350,13 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx) {
       _mm256_storeu_ps(a.a16l + m * g + i, to_lanes(_mm256_loadu_ps(a.a16 + m * g + i)));
     }
     for (int64_t i = 0; i < g / 2; ++i) a.a32[m * g / 2 + i] = a.a16[m * g + 2 * i] + a.a16[m * g + 2 * i + 1];
+    for (int64_t i = 0; i < a.Kp / 128; ++i) {  // each half superblock: words_dot's sums of codes all 32
+      __m256i p[4];
+      const uint8_t* x = reinterpret_cast<const uint8_t*>(a.q + m * a.Kp + 128 * i);
+      for (int j = 0; j < 4; ++j) p[j] = _mm256_maddubs_epi16(_mm256_set1_epi8(32), load256(x + 32 * j));
+      const __m256i z = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));  // <= 32 x 8 x 127
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.z8 + m * a.Kp / 8 + 16 * i), z);
+    }
   }
   return a;
 }
@@ -365,6 +389,42 @@ inline __m256i group_dots(__m256i q0, __m256i q1) {
   return _mm256_hadd_epi32(q0, q1);
 }
 
+// Half h of superblock sb (chunks 4h .. 4h + 3) for R weight rows and MT activation rows: q[r][m][k]
+// = pair_dots of chunks 4h + 2k, 4h + 2k + 1's vpmaddubsw pairs (codes of row r x activations of m).
+// FULL: all 8 chunks (constant indices); else chunks from nch on add nothing (a short superblock, the
+// rows' last, the same in every row)
+template <class T, int MT, int R, bool FULL, int L16>
+__attribute__((always_inline)) inline void half_dots(const uint8_t* row, int64_t wstep, int64_t sb, int nch, const Act& a,
+                                                     int64_t m0, int h, __m256i (&q)[R][MT][2]) {
+#pragma GCC unroll 2
+  for (int k = 0; k < 2; ++k) {
+    __m256i p[R][MT][2];
+#pragma GCC unroll 2
+    for (int c = 0; c < 2; ++c) {  // unrolled: each chunk's shifts are constants
+      const int j = 4 * h + 2 * k + c;
+      if (!FULL && j >= nch) {  // no codes to read
+        for (int r = 0; r < R; ++r)
+          for (int m = 0; m < MT; ++m) p[r][m][c] = _mm256_setzero_si256();
+        continue;
+      }
+      __m256i codes[R], ua[R];
+      for (int r = 0; r < R; ++r) {
+        codes[r] = T::codes(row + r * wstep, sb, j);
+        ua[r] = T::SIGNED ? _mm256_sign_epi8(codes[r], codes[r]) : codes[r];  // |codes| for int8 codes
+      }
+      for (int m = 0; m < MT; ++m) {
+        const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (m0 + m) * a.Kp + sb * SB + 32 * j));
+        for (int r = 0; r < R; ++r) {
+          const __m256i qa = T::SIGNED ? _mm256_sign_epi8(x, codes[r]) : x;  // |w| x sign(w) x: the u8 x s8 product stays exact
+          p[r][m][c] = _mm256_maddubs_epi16(ua[r], qa);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int m = 0; m < MT; ++m) q[r][m][k] = pair_dots<L16>(p[r][m][0], p[r][m][1]);
+  }
+}
+
 // y[m] for rows m0 .. m0 + MT of the activations and R weight rows (row + r * wstep -> y[.. + r * ystep]):
 // per superblock and half (chunks 0-3, 4-7) the integer dots of codes and activations (vpmaddubsw per
 // 32 weights), summed per 16-weight group exactly in integers (group_dots: one int32 lane per group),
@@ -373,10 +433,10 @@ inline __m256i group_dots(__m256i q0, __m256i q1) {
 // accumulator. Per 32 weights no conversion, permute or FMA (before 2026-12-06: one each): Zen 4,
 // one thread, all of the 1.5B's GEMVs of a decode step 0.84-0.86x the time, 2 rows 0.85-0.89x. The R
 // rows share each activation load; each row's arithmetic is the one-row pass's, so every row of a
-// call has its one-row bits
+// call has its one-row bits. Types with WORDS take words_dot instead
 template <class T, int MT, int R = 1>
-void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t wstep = 0,
-             int64_t ystep = 0) {
+void lanes_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t wstep,
+               int64_t ystep) {
   constexpr int L16 = hadd16_levels<T>();
   __m256 acc[R][MT];
   for (int r = 0; r < R; ++r)
@@ -405,33 +465,7 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
       for (int h = 0; h < 2; ++h) {
         if (!FULL && 4 * h >= nch) break;  // a short superblock without chunks 4-7: nothing to add
         __m256i q[R][MT][2];
-#pragma GCC unroll 2
-        for (int k = 0; k < 2; ++k) {
-          __m256i p[R][MT][2];
-#pragma GCC unroll 2
-          for (int c = 0; c < 2; ++c) {  // unrolled: each chunk's shifts are constants
-            const int j = 4 * h + 2 * k + c;
-            if (!FULL && j >= nch) {  // a short superblock (the rows' last, the same in every row): no codes to read
-              for (int r = 0; r < R; ++r)
-                for (int m = 0; m < MT; ++m) p[r][m][c] = _mm256_setzero_si256();
-              continue;
-            }
-            __m256i codes[R], ua[R];
-            for (int r = 0; r < R; ++r) {
-              codes[r] = T::codes(row + r * wstep, sb, j);
-              ua[r] = T::SIGNED ? _mm256_sign_epi8(codes[r], codes[r]) : codes[r];  // |codes| for int8 codes
-            }
-            for (int m = 0; m < MT; ++m) {
-              const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a.q + (m0 + m) * a.Kp + sb * SB + 32 * j));
-              for (int r = 0; r < R; ++r) {
-                const __m256i qa = T::SIGNED ? _mm256_sign_epi8(x, codes[r]) : x;  // |w| x sign(w) x: the u8 x s8 product stays exact
-                p[r][m][c] = _mm256_maddubs_epi16(ua[r], qa);
-              }
-            }
-          }
-          for (int r = 0; r < R; ++r)
-            for (int m = 0; m < MT; ++m) q[r][m][k] = pair_dots<L16>(p[r][m][0], p[r][m][1]);
-        }
+        half_dots<T, MT, R, FULL, L16>(row, wstep, sb, nch, a, m0, h, q);
         for (int m = 0; m < MT; ++m) {
           const __m256 d = _mm256_loadu_ps(a.d16l + (m0 + m) * g + 16 * sb + 8 * h);
           for (int r = 0; r < R; ++r)
@@ -447,6 +481,66 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
   }
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy + r * ystep] = hsum(acc[r][m]);
+}
+
+// The same for the k-quants whose scales come as int16 words (T::WORDS: Q4_K, Q5_K, Q6_K): per half
+// superblock the pairs' sums add up once more in int16 (8 products each), so each 16-weight group
+// holds 2 words, and vpmaddwd with the scale words gives its scale x dot in one int32 lane (to_lanes
+// order); then one convert and one FMA by the activations' d16 x the superblock's d. The offsets: mins
+// per 32 weights one FMA per superblock (T::OFFSETS 32, Act::a32), Q6_K's constant code - 32 in the
+// integers (T::C): its sums of 8 code x activation products wrap in int16 (to 8 x 63 x 127), 32 x the
+// activations' sums (Act::z8) subtracted leaves sum((code - 32) x), within 8 x 32 x 127 < 2^15, so
+// exact despite the wrap. Against lanes_dot per superblock and row: 2 vpmaddwd fewer (its 2 vphaddd
+// now vphaddw), no float scales (converts, multiplies, permutes), for Q6_K no offset FMAs; the same
+// arithmetic at any MT and R (a sum of the halves before x d spilled at 3-4 rows). Zen 4, one thread:
+// the 1.5B's Q6_K down 0.88x, head 0.94x, Q4_K 0.96-0.98x at 1 row; decode step 0.975x
+// (docs/performance.md, eleventh session)
+template <class T, int MT, int R = 1>
+void words_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t wstep,
+               int64_t ystep) {
+  static_assert(8 * (T::C ? T::C : T::QMAX) * 127 <= 32767 && 4 * T::QMAX * 127 <= 32767 && (T::C == 0 || T::C == 32),
+                "the int16 sums exact (mod 2^16 before z8's subtraction); Act::z8 is 32 x the sums");
+  __m256 acc[R][MT];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MT; ++m) acc[r][m] = _mm256_setzero_ps();
+  const int64_t g = a.Kp / 16;
+  for (int64_t sb = 0; sb < a.Kp / SB; ++sb) {
+    __m256i w[R][2];
+    __m256 dsb[R];
+    for (int r = 0; r < R; ++r) {
+      __m256 o;
+      T::words(row + r * wstep, sb, nb, w[r], &dsb[r], &o);
+      if constexpr (T::OFFSETS == 32)
+        for (int m = 0; m < MT; ++m)
+          acc[r][m] = _mm256_fmadd_ps(o, _mm256_loadu_ps(a.a32 + (m0 + m) * g / 2 + 8 * sb), acc[r][m]);
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      __m256i q[R][MT][2];
+      half_dots<T, MT, R, true, 1>(row, wstep, sb, 8, a, m0, h, q);
+      for (int m = 0; m < MT; ++m) {
+        const __m256 d = _mm256_loadu_ps(a.d16l + (m0 + m) * g + 16 * sb + 8 * h);
+        const int16_t* z8 = a.z8 + (m0 + m) * a.Kp / 8 + 32 * sb;
+        for (int r = 0; r < R; ++r) {
+          __m256i s = _mm256_hadd_epi16(q[r][m][0], q[r][m][1]);
+          if constexpr (T::C != 0) s = _mm256_sub_epi16(s, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(z8 + 16 * h)));
+          const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(s, w[r][h]));
+          acc[r][m] = _mm256_fmadd_ps(f, _mm256_mul_ps(d, dsb[r]), acc[r][m]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MT; ++m) y[(m0 + m) * ldy + r * ystep] = hsum(acc[r][m]);
+}
+
+template <class T, int MT, int R = 1>
+void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t wstep = 0,
+             int64_t ystep = 0) {
+  if constexpr (T::WORDS)
+    words_dot<T, MT, R>(row, nb, a, m0, y, ldy, wstep, ystep);
+  else
+    lanes_dot<T, MT, R>(row, nb, a, m0, y, ldy, wstep, ystep);
 }
 
 // Activation rows per pass of dot_row: what 16 ymm registers hold beside the codes and scales
