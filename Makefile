@@ -55,8 +55,8 @@ test: setup browser
 	  >$$dir/$$1.log 2>&1; echo $$? >$$dir/$$1.rc; }; \
 	take() { for t in $$jobs; do ! mkdir $$dir/$$t.taken 2>/dev/null || run $$t; done; }; \
 	[ "$(BESIDE)" = 0 ] || { take & bg=$$!; }; \
-	echo "== tier $$best: pytest --durations=25 -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)"; \
-	HEARTH_CPU_TIER=$$best $(PYTEST) --durations=25 -n $(WORKERS) --dist loadfile $(PYTEST_ARGS); rc=$$?; \
+	echo "== tier $$best: pytest --durations=25 -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)"; \
+	HEARTH_CPU_TIER=$$best $(PYTEST) --durations=25 -n $(WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
 	[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; \
 	take; [ -z "$$bg" ] || wait $$bg; for t in $$jobs; do \
 	  echo "== tier $$t: pytest -m tiered $(PYTEST_ARGS)"; cat $$dir/$$t.log; \
@@ -64,7 +64,7 @@ test: setup browser
 	rm -rf $$dir; echo "tiers run: $$tiers"; exit $$status
 
 test-fast: setup
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "unit and not emulated" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "unit and not emulated" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # The neon tier on this (x86) machine: both its builds (plain NEON, +dotprod) cross-compiled with Debian's
 # aarch64 g++ and their kernel tests run under qemu-user (tests/arm). `make test` runs the plain build's

@@ -250,6 +250,8 @@ class LLM:
                 try:
                     while self.engine.has_unfinished():  # saves a failed step gave back: no request is left
                         self.engine.step()
+                except Exception as e:  # the caller saw this error from its call already: say it, close anyway
+                    log.warning("hearth: KV disk saves given back by a failed step were lost: %s", e)
                 finally:
                     self.engine.close()
 

@@ -143,7 +143,7 @@ class ModelPool:
         """A shutdown begins: every request in flight ends now with an error its client sees (an SSE
         error event, else a 503), so that the server need not wait for (or cancel) long answers."""
         for slot in self.slots:
-            # a cluster's engine (and a test's fake) has none: its requests run to the end as before
+            # a test's fake engine has none: its requests run to the end
             end = getattr(slot.served.engine, "end_streams", None) if slot.served is not None else None
             if end is not None:
                 end(EngineShutdownError("the server is shutting down"))

@@ -98,6 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "-1: no cap, and a request's -1 asks for the whole vocabulary, as vLLM's (default: %(default)s)")
     add_speculation_arguments(p)
 
+
 def main(args: argparse.Namespace) -> int:
     from hearth.api.app import create_app
     from hearth.commands.serve_models import build_pool

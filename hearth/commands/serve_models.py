@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tomllib
-from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 

@@ -113,17 +113,21 @@ def _as_dict(spec) -> dict:
 
 
 def k_flag(args: argparse.Namespace) -> str:
-    """The flag the command line's K (num_speculative_tokens) came from, as an error names it."""
-    return "--spec-draft-n-max" if args.spec_draft_n_max is not None else "--speculative-config's num_speculative_tokens"
+    """Where the command line's K (num_speculative_tokens) came from, as an error names it."""
+    if args.spec_draft_n_max is not None:
+        return "--spec-draft-n-max"
+    from hearth.spec_decode.config import given_keys
+
+    given = args.speculative_config is not None and "num_speculative_tokens" in given_keys(args.speculative_config)
+    return "--speculative-config's num_speculative_tokens" if given else "the default num_speculative_tokens"
 
 
 def check_drafts_fit(config: dict | None, context: int, where: str) -> None:
-    """A step verifies a sequence's next token and its K drafts within its context: K at or above the
-    context is one line naming where K came from (checked before the model loads; LLM checks it too)."""
-    if config is not None and config["num_speculative_tokens"] >= context:
-        raise HearthError(f"{where} {config['num_speculative_tokens']} must be below the context ({context} "
-                          "tokens): a step verifies the next token and its drafts within it; lower it or raise "
-                          "the context")
+    """K at or above the context is one line naming where K came from (before the model loads; LLM checks too)."""
+    from hearth.spec_decode.config import check_drafts_fit as drafts_fit
+
+    if config is not None:
+        drafts_fit(config["num_speculative_tokens"], context, where)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,14 @@ class InvalidSpeculativeConfig(HearthError, ValueError):
     """A speculative_config that names an unknown method or key, or holds a value out of range."""
 
 
+def check_drafts_fit(k: int, context: int, name: str) -> None:
+    """A step verifies a sequence's next token and its k drafts within its context: k must be below it
+    (`name`: where k came from, a field or a command-line flag)."""
+    if k >= context:
+        raise InvalidSpeculativeConfig(f"{name} ({k}) must be below the context ({context} tokens): a step verifies "
+                                       "the next token and its drafts within it; lower it or raise the context")
+
+
 @dataclass(frozen=True, slots=True)
 class SpeculativeConfig:
     method: str = "ngram"
@@ -144,11 +152,7 @@ class SpeculativeConfig:
                 f"({max_num_batched_tokens}): a step verifies the next token and the tree's nodes together")
 
     def check_context(self, max_model_len: int) -> None:
-        """A step verifies a sequence's next token and its K drafts within its context: K must be below it."""
-        if self.num_speculative_tokens >= max_model_len:
-            raise InvalidSpeculativeConfig(
-                f"speculative_config.num_speculative_tokens ({self.num_speculative_tokens}) must be below the "
-                f"context, max_model_len ({max_model_len}): a step verifies the next token and its drafts within it")
+        check_drafts_fit(self.num_speculative_tokens, max_model_len, "speculative_config.num_speculative_tokens")
 
     def __post_init__(self) -> None:
         from hearth.spec_decode.proposer import PROPOSERS

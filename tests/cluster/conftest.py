@@ -62,3 +62,10 @@ def cluster(model_path, tmp_path_factory):
             server.should_exit = True
             thread.join(timeout=60)
         ray.shutdown()
+
+
+def one_error_line(stderr: str) -> str:
+    """The one `hearth: error:` line of a refused command (no traceback, nothing served)."""
+    lines = [line for line in stderr.splitlines() if line.startswith("hearth: error:")]
+    assert len(lines) == 1 and "Traceback" not in stderr and "serving" not in stderr, stderr
+    return lines[0]

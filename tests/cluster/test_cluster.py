@@ -15,8 +15,10 @@ import openai
 import pytest
 import ray
 
+from hearth.cli import main
 from hearth.cluster.router import make_router
-from tests.cluster.conftest import API_KEY
+from tests.cluster.conftest import API_KEY, one_error_line
+from tests.gguf_factory import write_header_only_gguf
 
 TIMEOUT = 300  # a shared 2-core machine can take seconds per step; no test waits this long when it passes
 
@@ -228,3 +230,28 @@ def test_a_replica_killed_under_load(cluster):
         assert victim.routed > before  # round-robin sent one of them to the restarted replica
     finally:
         engine.router = prefix_router
+
+
+# Refusals that need the running cluster (kept in this module: the cluster fixture is built once per
+# module under make test's xdist workers); the others: tests/cluster/test_cluster_bad_input.py
+def _free_cpus() -> float:
+    return ray.available_resources().get("CPU", 0)
+
+
+def test_more_replicas_than_the_cluster_can_place(cluster, capsys):
+    assert _free_cpus() == 1  # 3 logical CPUs, 2 held by the serving replicas
+    assert main(["cluster", "serve", cluster.path, "--replicas", "2"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "2 replicas x 1 threads need 2 CPUs; the Ray cluster has 1 free of 3" in line
+
+
+def test_a_model_a_replica_cannot_load(cluster, tmp_path, capsys):
+    bad = tmp_path / "bad.gguf"
+    write_header_only_gguf(bad, "nosucharch")
+    assert main(["cluster", "serve", str(bad), "--replicas", "1"]) == 1
+    line = one_error_line(capsys.readouterr().err)
+    assert "replica r0 could not load the model: " in line and "bad.gguf: tokenizer model" in line
+    deadline = time.monotonic() + 60  # the failed replica's actor is killed, its CPU freed
+    while _free_cpus() < 1:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.1)

@@ -61,14 +61,19 @@ def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("command", ["run", "serve"])
 @pytest.mark.parametrize("argv,needle", [
-    (["--spec-draft-n-max", "256"], "--spec-draft-n-max 256 must be below the context (256 tokens)"),
-    (["--draft-max", "1000"], "--spec-draft-n-max 1000 must be below the context (256 tokens)"),
+    (["--spec-draft-n-max", "256"], "--spec-draft-n-max (256) must be below the context (256 tokens)"),
+    (["--draft-max", "1000"], "--spec-draft-n-max (1000) must be below the context (256 tokens)"),
     (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 300}'],
-     "--speculative-config's num_speculative_tokens 300 must be below the context (256 tokens)"),
+     "--speculative-config's num_speculative_tokens (300) must be below the context (256 tokens)"),
     (["--spec-draft-n-max", "0"], "speculative_config.num_speculative_tokens must be at least 1, got 0"),
 ], ids=lambda v: v if isinstance(v, str) else " ".join(v))
 def test_k_past_the_context_is_one_line_naming_the_flag(capsys, tiny, command, argv, needle):
     assert_one_line_error(*run_cli(capsys, command, str(tiny), *(["hi"] if command == "run" else []), *argv), needle)
+
+
+def test_a_default_k_past_the_context_is_named_as_the_default(capsys, tiny):
+    assert_one_line_error(*run_cli(capsys, "run", str(tiny), "hi", "-md", str(tiny), "--ctx", "4"),
+                          "the default num_speculative_tokens (4) must be below the context (4 tokens)")
 
 
 def test_k_past_the_context_of_a_models_file_entry_names_the_entry(capsys, tiny, tmp_path):
@@ -76,7 +81,7 @@ def test_k_past_the_context_of_a_models_file_entry_names_the_entry(capsys, tiny,
     toml.write_text(f'[[models]]\nname = "t"\nmodel = "{tiny.name}"\n'
                     'speculative_config = { method = "ngram", num_speculative_tokens = 500 }\n')
     assert_one_line_error(*run_cli(capsys, "serve", "--models", str(toml)),
-                          "models.toml: models[1] ('t'): speculative_config.num_speculative_tokens 500 must be below")
+                          "models.toml: models[1] ('t'): speculative_config.num_speculative_tokens (500) must be below")
 
 
 @pytest.mark.parametrize("ctx,k", [(64, 64), (0, 256)])
@@ -84,7 +89,7 @@ def test_llm_refuses_k_past_the_context_naming_the_field(tiny, ctx, k):
     from hearth.llm import LLM
 
     with pytest.raises(ValueError, match=rf"speculative_config\.num_speculative_tokens \({k}\) must be below the "
-                                         rf"context, max_model_len \({ctx or 256}\)"):
+                                         rf"context \({ctx or 256} tokens\)"):
         LLM(str(tiny), max_model_len=ctx, speculative_config={"method": "ngram", "num_speculative_tokens": k})
 
 
