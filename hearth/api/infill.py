@@ -70,6 +70,14 @@ def fim_tokens(tokenizer) -> FIMTokens:
     return FIMTokens(ids["fim_pre"], ids["fim_suf"], ids["fim_mid"], ids["fim_rep"], ids["fim_sep"], bos)
 
 
+def has_fim(tokenizer) -> bool:
+    try:
+        fim_tokens(tokenizer)
+    except NoFIMTokens:
+        return False
+    return True
+
+
 def extra_context(fim: FIMTokens, encode, chunks: list[tuple[str, str]]) -> list[int]:
     """The repo-level header and input_extra's (filename, text) chunks, as ids; `encode(text)` gives a
     text's ids without special tokens added or parsed (the code is plain text, as llama.cpp reads it)."""

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
-from hearth.api.infill import FIMTokens, NoFIMTokens, extra_context, fim_tokens, layout
+from hearth.api.infill import FIMTokens, NoFIMTokens, extra_context, fim_tokens, has_fim, layout
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
@@ -72,6 +72,8 @@ async def completions(body: CompletionRequest, request: Request):
 
 def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list[list[int]]]:
     """(texts for echo, token ids) per prompt; with a suffix, each prompt is the prefix of a FIM prompt."""
+    if suffix == "" and not has_fim(served.tokenizer):  # OpenAI's "no suffix", which clients may send as ""
+        suffix = None
     fim = _fim(served) if suffix is not None else None
     if isinstance(prompt, str):
         prompt = [prompt]
@@ -83,7 +85,9 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
     for p in prompt:
         if isinstance(p, str):
             texts.append(p)
-            ids.append(served.encode_text(p, add_special_tokens=fim is None))  # FIM's layout adds the BOS
+            # with a suffix the prompt is code before it: plain text (as /infill reads it), the layout adds the BOS
+            ids.append(served.encode_text(p) if fim is None else
+                       served.encode_text(p, add_special_tokens=False, parse_special=False))
         else:  # token ids: checked here, where the error can name the field (decode failed on them)
             where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
             if not p:
@@ -95,7 +99,7 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
             ids.append(list(p))
     if fim is not None:  # /infill's layout without input_extra, so both routes run the same tokens
         def encode(text: str) -> list[int]:
-            return served.encode_text(text, add_special_tokens=False)
+            return served.encode_text(text, add_special_tokens=False, parse_special=False)
         head, after = extra_context(fim, encode, []), encode(suffix)
         ids = [layout(fim, before, after, extra=head) for before in ids]
     return texts, ids

@@ -91,8 +91,9 @@ class ServedModel:
             text = text[len(bos):]
         return tok.encode(text, add_special_tokens=True, parse_special=True)
 
-    def encode_text(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
+    def encode_text(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
+        """parse_special False: special tokens' texts stay characters (code, as fill-in-the-middle reads it)."""
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens, parse_special=parse_special)
 
     def starts_in_reasoning(self, prompt_text: str) -> bool:
         return self.knows_reasoning and prompt_opens_reasoning(prompt_text)

@@ -192,3 +192,20 @@ class FIMFakeTokenizer(FakeTokenizer):
 
     def special(self, slot: str) -> int | None:
         return self.FIM.get(slot)
+
+
+def test_an_empty_suffix_on_a_model_without_fim_tokens_is_no_suffix(fake):
+    """OpenAI's suffix "" means none (clients send it as a default): not a 400 where the model has no FIM."""
+    r = fake.client.post("/v1/completions", json={"prompt": "hi", "suffix": ""})
+    assert r.status_code == 200, r.text
+    assert fake.engine.added
+
+
+def test_suffix_text_is_code_on_both_routes(client):
+    """A control token's text in the code stays characters on /v1/completions as on /infill: the same prompt."""
+    code = "x = '<|fim_middle|>'\n"
+    infill = client.post("/infill", json={"input_prefix": code, "input_suffix": code, **GREEDY}).json()
+    r = client.post("/v1/completions", json={"prompt": code, "suffix": code, "max_tokens": 6, "temperature": 0})
+    assert r.status_code == 200, r.text
+    assert r.json()["usage"]["prompt_tokens"] == infill["tokens_evaluated"]
+    assert r.json()["choices"][0]["text"] == infill["content"]
