@@ -213,5 +213,12 @@ def _spec_counters(spec) -> list[tuple[str, str, int]]:
         ("hearth:spec_decode_policy_steps_batch_off",
          "Of them, steps without drafts: the batch at disable_by_batch_size or more.", spec.num_steps_batch_off),
         ("hearth:spec_decode_policy_paused",
-         "Request-steps without drafts: the request's drafts kept failing.", spec.num_paused),
+         "Request-steps without drafts: the policy paused the request, for either reason below (their sum).",
+         spec.num_paused),
+        ("hearth:spec_decode_policy_paused_failing",
+         "Of them, pauses because the request's drafts kept failing (rejected several steps in a row).",
+         spec.num_paused_failing),
+        ("hearth:spec_decode_policy_paused_not_paying",
+         "Of them, pauses because the cost model priced the request's drafts as not paying on this machine "
+         "(a draft step costs more than the tokens its acceptance would gain).", spec.num_paused_not_paying),
     ]

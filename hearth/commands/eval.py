@@ -31,9 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="KV cache format: auto (f16), bf16, fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4")
     p.add_argument("--ctx", type=int, default=512, help="window (context) length in tokens, at most the model's (default: %(default)s)")
     p.add_argument("--text", help="UTF-8 text file to score (default: the text hearth ships)")
-    p.add_argument("--chunks", type=int, default=0, help="score only the first N windows (default: all)")
-    p.add_argument("--batch", type=int, default=512, help="tokens per forward pass (default: %(default)s)")
-    p.add_argument("--block-size", type=int, default=0, help="KV block size (default: the format's)")
+    p.add_argument("--chunks", type=int, default=-1, metavar="N",
+                   help="score only the first N windows; -1 (llama-perplexity's spelling) or 0: all (default: all)")
+    p.add_argument("--batch", type=int, default=512, help="tokens per forward pass, at least 1 (default: %(default)s)")
+    p.add_argument("--block-size", type=int, default=None, help="KV block size, at least 1 (default: the format's)")
     p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
 
 
@@ -59,8 +60,9 @@ class Perplexity:
 
 
 def windows(tokens: list[int], ctx: int, bos: int | None, limit: int = 0) -> list[list[int]]:
+    """Whole windows of ctx tokens, at most limit of them (0 or negative: all, as llama-perplexity's -1)."""
     n = len(tokens) // ctx
-    if limit:
+    if limit > 0:
         n = min(n, limit)
     out = []
     for w in range(n):
@@ -146,6 +148,18 @@ def perplexity(runner, tokenizer, tokens: list[int], ctx: int, batch: int = 512,
     return result
 
 
+_LOWEST = {"ctx": (16, "at least 16"), "chunks": (-1, "a number of windows, or -1 or 0 for all"),
+           "batch": (1, "at least 1"), "block_size": (1, "at least 1")}
+"""Flag -> (its lowest value, what it must be): checked before the text is read or any model loads."""
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    for name, (lo, what) in _LOWEST.items():
+        value = getattr(args, name)
+        if value is not None and value < lo:
+            raise HearthError(f"--{name.replace('_', '-')} must be {what}, not {value}")
+
+
 def main(args: argparse.Namespace) -> int:
     from hearth.kvstore.codecs import get_codec
     from hearth.llm import LLM
@@ -154,14 +168,13 @@ def main(args: argparse.Namespace) -> int:
     from hearth.loader.resolve import resolve_model
     from hearth.memory.gguf_shape import shape_from_gguf
 
+    check_flags(args)
     text_path = Path(args.text) if args.text else DEFAULT_TEXT
     try:
         text = text_path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise HearthError(f"cannot read text {text_path}: {e}") from None
-    if args.ctx < 16:
-        raise HearthError(f"--ctx must be at least 16, not {args.ctx}")
-    get_codec(args.kv_cache_dtype).block_size(args.block_size or None)  # a bad format fails before loading
+    get_codec(args.kv_cache_dtype).block_size(args.block_size)  # a bad format fails before loading
     # as `run --ctx`: past the model's own context, that one, said in one line (hearth.loader.context);
     # read from the header first, so that no cache is sized for the longer window
     ctx = context_to_run(args.ctx, shape_from_gguf(GGUFFile(resolve_model(args.model))).context_length)
@@ -169,13 +182,13 @@ def main(args: argparse.Namespace) -> int:
     # the least that keeps the context at ctx (the engine lowers a context its cache cannot hold)
     llm = LLM(args.model, progress=True, threads=args.threads, max_model_len=ctx, max_num_seqs=1,
               block_size=16, num_kv_blocks=-(-ctx // 16))
-    runner = runner_for(llm, args.kv_cache_dtype, ctx, block_size=args.block_size)
+    runner = runner_for(llm, args.kv_cache_dtype, ctx, block_size=args.block_size or 0)
     codec, bs = runner.codec, runner.block_size
     tokens = llm.tokenizer.encode(text, parse_special=False)
     n = len(tokens) // ctx
     if n < 1:
         raise HearthError(f"{text_path} has {len(tokens)} tokens: fewer than one window of {ctx}")
-    if args.chunks:
+    if args.chunks > 0:
         n = min(n, args.chunks)
     print(f"perplexity: {len(tokens)} tokens of {text_path.name}; {n} windows of {ctx} tokens, scoring the "
           f"second half of each; KV cache {codec.name} (blocks of {bs})", file=sys.stderr)

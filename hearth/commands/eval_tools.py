@@ -21,10 +21,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "with --url the name sent")
     p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--mode", default="bare", help="the server's tool handling, sent as hearth.tool_guard: bare "
-                   "(today's parse-only), grammar, guard (default: %(default)s)")
+                   "(parse-only; `off` is a synonym, serve --tool-guard's name for it), grammar, guard "
+                   "(default: %(default)s)")
     p.add_argument("--categories", default="", help="comma-separated BFCL categories (default: all of "
                    "simple_python, multiple, parallel, parallel_multiple, irrelevance, multi_turn_base)")
-    p.add_argument("--limit", type=int, default=0, help="items per category, spread evenly over it (default: all)")
+    p.add_argument("--limit", type=int, default=0, help="items per category, spread evenly over it: 0 (all) or "
+                   "more (default: 0, all)")
     p.add_argument("--offset", type=int, default=0, metavar="K",
                    help="with --limit: shift each picked item K items on (below the spacing of the picks), for a "
                         "second sample disjoint from the first (default: %(default)s)")
@@ -108,11 +110,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     from hearth.evals.server import RemoteServer
     from hearth.evals.tool_eval import Run, run_in_turns
 
-    check_mode(args.mode)  # before anything loads
+    args.mode = check_mode(args.mode)  # before anything loads; rows and meta carry the mode's own name
     _check_flags(args)
     remote = RemoteServer(args.url, args.model) if args.url else None
-    if args.limit < 0:
-        raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
     categories = _categories(args.categories)
     wheel = fetch_wheel()
     items = select(wheel, categories, args.limit, args.ids, args.offset)
@@ -186,6 +186,8 @@ def _check_flags(args: argparse.Namespace) -> None:
         raise HearthError(f"{' and '.join(given)} {'needs' if len(given) == 1 else 'need'} --router SMALL")
     elif args.alone_out:
         raise HearthError("--alone-out needs --router SMALL")
+    if args.limit < 0:
+        raise HearthError(f"--limit must be 0 (all) or more, not {args.limit}")
     if args.offset and args.limit <= 0:
         raise HearthError("--offset needs --limit N (it shifts the N picks of each category)")
     if args.offset < 0:

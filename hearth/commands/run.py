@@ -148,6 +148,8 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         print(note, file=sys.stderr, flush=True)
     if history is not None:
         history.append({"role": "user", "content": text})
+    spec = llm.engine.spec  # its counters run over the session: this answer's are the difference
+    before = spec.stats.snapshot() if spec is not None else None
     start, first, parts, n = time.perf_counter(), None, [], 0
     try:
         for out in llm.stream({"prompt_token_ids": ids}, params):
@@ -166,7 +168,20 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         end = time.perf_counter()
         rate = (n - 1) / (end - first) if n > 1 and end > first else 0.0
         print(f"prompt: {len(ids)} tokens, {first - start:.2f}s to first token; "
-              f"answer: {n} tokens, {rate:.1f} tok/s", file=sys.stderr)
+              f"answer: {n} tokens, {rate:.1f} tok/s{_speculation_text(before, spec, n)}", file=sys.stderr)
+
+
+def _speculation_text(before, spec, n: int) -> str:
+    """This answer's drafts, as llama-speculative's n_drafted / n_accept, and the acceptance length:
+    its n tokens per target forward (each forward commits one token plus the drafts it accepted, as
+    hearth bench counts it); "" without speculation."""
+    if spec is None:
+        return ""
+    now = spec.stats
+    drafted, accepted = now.num_draft_tokens - before.num_draft_tokens, now.num_accepted_tokens - before.num_accepted_tokens
+    share = f" ({100 * accepted / drafted:.0f}%)" if drafted else ""
+    length = f", acceptance length {n / (n - accepted):.2f}" if 0 <= accepted < n else ""
+    return f"; speculation: {drafted} drafted, {accepted} accepted{share}{length}"
 
 
 def _prompt_ids(llm, history: list[dict] | None, text: str) -> list[int]:

@@ -21,13 +21,19 @@ MAX_TOKENS = 512
 MODES = {"bare": "off", "grammar": "grammar", "guard": "guard"}
 """Eval mode -> the server's hearth.tool_guard: `bare` is the parse-only server (`off`), `grammar`
 the call grammar alone, `guard` grammar, validation and retries (issue 20)."""
+SYNONYMS = {"off": "bare"}
+"""Other names of a mode: `off` is what `serve --tool-guard` calls the bare mode."""
 
 Post = Callable[[dict], tuple[int, dict]]
 
 
-def check_mode(mode: str) -> None:
+def check_mode(mode: str) -> str:
+    """The mode's own name (a synonym resolved), or one line naming the modes."""
+    mode = SYNONYMS.get(mode, mode)
     if mode not in MODES:
-        raise HearthError(f"--mode {mode!r}: unknown; modes: {', '.join(MODES)}")
+        names = [m + "".join(f" (or {s})" for s, to in SYNONYMS.items() if to == m) for m in MODES]
+        raise HearthError(f"--mode {mode!r}: unknown; modes: {', '.join(names)}")
+    return mode
 
 
 @dataclass(slots=True)
@@ -65,7 +71,7 @@ class Reply:
 class ChatClient:
     def __init__(self, post: Post, mode: str, max_tokens: int = MAX_TOKENS, decline_below: float | None = None):
         """decline_below: sent as hearth.tool_guard_decline_below (None: the server's own)."""
-        check_mode(mode)
+        mode = check_mode(mode)
         self.post, self.mode, self.max_tokens = post, mode, max_tokens
         self.extensions = {"tool_guard": MODES[mode]}
         if decline_below is not None:

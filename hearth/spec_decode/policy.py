@@ -48,7 +48,11 @@ class SpecDecodeStats:
     num_steps_batch_off: int = 0
     """... steps with none because the batch was at disable_by_batch_size or more..."""
     num_paused: int = 0
-    """... and request-steps without drafts because the request's drafts kept failing (paused)."""
+    """... and request-steps without drafts because the policy paused the request, for either reason:"""
+    num_paused_failing: int = 0
+    """... its drafts kept failing (POLICY.misses_to_pause in a row)..."""
+    num_paused_not_paying: int = 0
+    """... or the cost rule priced its drafts as not paying on this machine (best_length 0)."""
 
     def snapshot(self) -> SpecDecodeStats:
         """A copy another thread (metrics) can read while the engine counts on."""
@@ -93,6 +97,8 @@ class _Track:
     hopeless: bool = False
     """... and no length would pay even were every draft accepted: nothing a probe could learn
     (its acceptance) would change that, so the pause ends without one."""
+    priced_pause: bool = False
+    """The running pause is the cost rule's (drafts would not pay), not the misses' (drafts failed)."""
 
 
 def best_rate(rates: list[float], costs: list[float], batch: int) -> tuple[int, float]:
@@ -211,11 +217,14 @@ class SpeculativeDecoder:
                 else:
                     t.paused_until = self.step + t.pause
                     t.pause = min(2 * t.pause, POLICY.longest_pause)
+                    t.priced_pause = True
             if k:
                 reqs.append(req)
                 ks.append(k)
             else:
                 paused.append(req)
+                s.num_paused_not_paying += t.priced_pause
+                s.num_paused_failing += not t.priced_pause
         if paused or unmeasured:
             self.proposer.track(paused + unmeasured)
         s.num_paused += len(paused)
@@ -252,6 +261,7 @@ class SpeculativeDecoder:
                 t.misses, t.k = 0, K
                 t.paused_until = self.step + t.pause
                 t.pause = min(2 * t.pause, POLICY.longest_pause)
+                t.priced_pause = False
             elif accepted and not t.priced_out:
                 t.pause = POLICY.first_pause
 

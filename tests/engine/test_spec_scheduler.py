@@ -234,6 +234,7 @@ def test_spec_counters_reach_metrics():
     spec = engine.spec.stats
     spec.num_drafts, spec.num_draft_tokens, spec.num_accepted_tokens = 3, 12, 7
     spec.num_steps, spec.num_steps_drafting, spec.num_steps_batch_off, spec.num_paused = 9, 3, 2, 4
+    spec.num_paused_failing, spec.num_paused_not_paying = 1, 3
     spec.accepted_per_pos[:] = [3, 2, 1, 1]
     stats = AsyncEngine(engine).stats()
     assert stats.spec == spec and stats.spec is not spec and stats.spec.accepted_per_pos is not spec.accepted_per_pos
@@ -251,8 +252,12 @@ def test_spec_counters_reach_metrics():
                  'hearth:spec_decode_policy_steps_total{model_name="m"} 9.0',  # why drafts were few
                  'hearth:spec_decode_policy_steps_drafting_total{model_name="m"} 3.0',
                  'hearth:spec_decode_policy_steps_batch_off_total{model_name="m"} 2.0',
-                 'hearth:spec_decode_policy_paused_total{model_name="m"} 4.0'):
+                 'hearth:spec_decode_policy_paused_total{model_name="m"} 4.0',  # the name dashboards read
+                 'hearth:spec_decode_policy_paused_failing_total{model_name="m"} 1.0',  # and why
+                 'hearth:spec_decode_policy_paused_not_paying_total{model_name="m"} 3.0'):
         assert line in text, line
+    helps = [line for line in text.splitlines() if line.startswith("# HELP hearth:spec_decode_policy_paused")]
+    assert len(helps) == 3 and "either reason" in helps[0] and "kept failing" not in helps[0]  # it said only that
 
 
 def _two_decoders(num_blocks):

@@ -66,3 +66,32 @@ def test_router_tool_floor_reaches_the_in_process_router(monkeypatch):
                                                          "--router-threshold", "0.3", "--router-tool-floor", "0.9"])
     _, meta = eval_tools._load(args)
     assert seen["args"][2:] == (0.3, 0.9) and meta["router_tool_floor"] == 0.9
+
+
+def test_limit_help_and_error_say_the_same_thing(capsys):
+    """The help once said only "(default: all)" while -1's error said "0 (all) or more"."""
+    from hearth.cli import command_parser
+
+    help_text = " ".join(command_parser("eval", "tools").format_help().split())
+    assert "0 (all) or more" in help_text
+    assert main(["eval", "tools", "no-such-model.gguf", "--limit", "-1"]) == 1
+    assert "--limit must be 0 (all) or more, not -1" in capsys.readouterr().err
+
+
+def test_mode_off_is_bare_as_serve_tool_guard_calls_it(capsys, monkeypatch):
+    """`serve --tool-guard off` and `eval tools --mode bare` are one mode: both names are taken."""
+    import hearth.evals.bfcl_data as data
+    from hearth.cli import command_parser
+    from hearth.errors import HearthError
+    from hearth.evals.chat_loop import ChatClient
+
+    client = ChatClient(lambda body: (200, {}), "off")
+    assert client.mode == "bare" and client.extensions == {"tool_guard": "off"}
+    assert "off" in command_parser("eval", "tools").format_help()
+
+    def fetched(*a, **k):
+        raise HearthError("past the flag checks")
+
+    monkeypatch.setattr(data, "fetch_wheel", fetched)
+    assert main(["eval", "tools", "no-such-model.gguf", "--mode", "off"]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: past the flag checks"

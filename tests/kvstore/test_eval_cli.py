@@ -48,3 +48,36 @@ def test_a_ctx_past_the_model_s_is_the_model_s_said_once(model_path, capsys, cap
     assert notes == ["hearth: the model's context is 8,192 tokens; using that, not the 99,999 asked for"]
     err = capsys.readouterr().err
     assert "fewer than one window of 8192" in err and "longer than the model's context" not in err
+
+
+def test_a_negative_limit_is_every_window_as_llama_perplexity_s_minus_one():
+    toks = list(range(12))
+    assert windows(toks, 4, None, -1) == windows(toks, 4, None, 0) == [toks[0:4], toks[4:8], toks[8:12]]
+    assert windows(toks, 4, None, 2) == [toks[0:4], toks[4:8]]
+
+
+def test_bad_numbers_are_one_line_before_any_model_loads(capsys, tmp_path):
+    """A trial once got "-1 windows" and a ZeroDivisionError (--chunks -1), `range() arg 3 must not be zero`
+    (--batch 0) and a silently accepted --block-size 0. The model here does not exist: the flag is the error."""
+    missing = str(tmp_path / "missing.gguf")
+    cases = {("--chunks", "-2"): "--chunks must be a number of windows, or -1 or 0 for all, not -2",
+             ("--batch", "0"): "--batch must be at least 1, not 0",
+             ("--batch", "-5"): "--batch must be at least 1, not -5",
+             ("--block-size", "0"): "--block-size must be at least 1, not 0",
+             ("--block-size", "-16"): "--block-size must be at least 1, not -16",
+             ("--ctx", "0"): "--ctx must be at least 16, not 0"}
+    for flag, line in cases.items():
+        assert main(["eval", "perplexity", missing, *flag]) == 1, flag
+        assert capsys.readouterr().err.strip() == f"hearth: error: {line}"
+
+
+def test_chunks_minus_one_and_zero_score_every_window(model_path, capsys, tmp_path):
+    text = tmp_path / "t.txt"
+    text.write_text(DEFAULT_TEXT.read_text()[:1500])  # a few windows of 128 tokens
+    for chunks in ("-1", "0"):
+        rc = main(["eval", "perplexity", str(model_path("smollm2-135m")), "--ctx", "128", "--text", str(text),
+                   "--chunks", chunks, "--batch", "100"])
+        out = capsys.readouterr()
+        assert rc == 0, out.err
+        n = int(out.err.split(" windows of ")[0].rsplit(" ", 1)[1])
+        assert n >= 2 and f"[{n}]" in out.out and "Final estimate: PPL = " in out.out

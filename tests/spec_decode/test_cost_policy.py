@@ -219,15 +219,18 @@ def test_a_seeded_sampled_request_reads_neither_timings_nor_other_requests():
 ZEN4_DRAFT_MS = {1: 52, 2: 113, 3: 157, 5: 250}
 
 
-def drafting_steps(ms, accept, steps=256, lag=0, catch_up_ms=4.2):
+def drafting_steps(ms, accept, steps=256, lag=0, catch_up_ms=4.2, keep=None):
     """A greedy request of `steps` tokens whose first draft is accepted at `accept`, with the step
-    costs `ms` measured and a draft model `lag` tokens behind until it first drafts, each costing
-    catch_up_ms -> the steps that drafted."""
-    cost = StepCost(0.8)
-    for rows, t in ms.items():
+    costs `ms` measured (None: no cost rule) and a draft model `lag` tokens behind until it first
+    drafts, each costing catch_up_ms -> the steps that drafted (keep: a list the decoder is put in)."""
+    cost = None if ms is None else StepCost(0.8)
+    for rows, t in (ms or {}).items():
         cost.add(rows, t / 1e3)
-    cost.add_catch_up(100, catch_up_ms / 1e3 * 100)
+    if cost is not None:
+        cost.add_catch_up(100, catch_up_ms / 1e3 * 100)
     spec = SpeculativeDecoder(SpeculativeConfig(num_speculative_tokens=4, disable_by_batch_size=0), cost)
+    if keep is not None:
+        keep.append(spec)
     spec.proposer = ScriptedProposer(lambda r: [7] * 4, obey_k=True)
     spec.acceptance = Acceptance([accept * 20] + [0.0] * 3, [20.0] + [0.0] * 3)
     req = SimpleNamespace(request_id="a", prompt_token_ids=[1], output_token_ids=[],
@@ -261,6 +264,21 @@ def test_drafts_accepted_but_too_dear_are_not_probed_every_pause():
     assert 1 <= len(drafted) <= 6  # probes at ~9, 26, 59, 124, 253: doubling pauses (was 25)
     # the control: where a verify row is nearly free (AMX: 1 row 46 ms, 5 rows 67), they draft on
     assert len(drafting_steps({1: 46, 2: 50, 3: 55, 5: 67}, 0.93)) > 0.9 * 256
+
+
+def test_a_pause_is_counted_under_its_reason():
+    """/metrics once said every pause was drafts that "kept failing", while on the Zen 4 (no AMX) the
+    1.5B with the 0.5B draft paused on ~95% of steps because the cost rule priced its drafts out."""
+    random.seed(0)
+    priced, failing = [], []
+    drafting_steps(ZEN4_DRAFT_MS, 0.93, keep=priced)  # accepted drafts, too dear: the cost rule's pauses
+    s = priced[0].stats
+    assert s.num_paused > 0.9 * s.num_steps
+    assert s.num_paused_not_paying == s.num_paused and s.num_paused_failing == 0
+    drafting_steps(None, 0.0, keep=failing)  # no cost rule; every draft rejected: the misses' pauses
+    s = failing[0].stats
+    assert s.num_paused > 0.5 * s.num_steps
+    assert s.num_paused_failing == s.num_paused and s.num_paused_not_paying == 0
 
 
 def test_no_probe_where_no_acceptance_would_pay():

@@ -100,3 +100,40 @@ def test_a_context_past_the_model_s_is_said_once_with_speculation(caplog, tiny):
     with caplog.at_level("WARNING", logger="hearth"):
         LLM(str(tiny), max_model_len=4096, speculative_config={"method": "ngram", "num_speculative_tokens": 3})
     assert sum("the model's context is 256 tokens" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_run_verbose_says_what_speculation_drafted_and_accepted(capsys, monkeypatch, tmp_path):
+    """As llama-speculative's n_drafted / n_accept: the --verbose line carries each answer's own drafts
+    (the engine's counters run over the session), and nothing without speculation."""
+    import io
+    import re
+
+    import hearth.llm
+
+    path = tmp_path / "q8.gguf"
+    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    made = []
+
+    class Spy(hearth.llm.LLM):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(hearth.llm, "LLM", Spy)
+    prompt = "one two one two one two one two one two one"
+    argv = ["run", str(path), "--raw", "--temperature", "0", "--max-tokens", "24", "--verbose"]
+    assert main([*argv, prompt]) == 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "answer: 24 tokens" in line and "speculation" not in line
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{prompt}\n{prompt} two\n"))  # two answers, one session
+    fixed = '{"method": "ngram", "num_speculative_tokens": 3, "cost_aware": false}'  # no timings: drafts every step
+    assert main([*argv, "--speculative-config", fixed]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("prompt: ")]
+    got = [re.search(r"answer: (\d+) tokens.*; speculation: (\d+) drafted, (\d+) accepted(?: \((\d+)%\))?(?:, acceptance length "
+                     r"([\d.]+))?$", x) for x in lines]
+    assert len(got) == 2 and all(got), lines
+    (_, d1, a1, _, _), (n, d2, a2, share, length) = [m.groups() for m in got]
+    s = made[-1].engine.spec.stats
+    assert int(d1) + int(d2) == s.num_draft_tokens and int(a1) + int(a2) == s.num_accepted_tokens
+    assert int(d1) > 0 and int(d2) > 0, lines  # each answer drafted: else the split could not be told
+    assert share == f"{100 * int(a2) / int(d2):.0f}" and length == f"{int(n) / (int(n) - int(a2)):.2f}"
