@@ -26,7 +26,8 @@ class InfillRequest(_Request):
     prompt: StrictStr = ""
     """Text after the prefix (llama-server puts it there, before FIM_SUF): what the user typed so far."""
     n_predict: StrictInt | None = None
-    """-1 (llama-server's default): until an end token or the context is full."""
+    """Any negative (llama-server's -1, its default, and -2): until an end token or the context is full;
+    0: evaluate the prompt into the cache and answer nothing (editors warm the cache so)."""
     max_tokens: StrictInt | None = None
     """llama-server's alias of n_predict, read where n_predict is absent."""
     temperature: StrictFloat = 0.8
@@ -53,13 +54,11 @@ class InfillRequest(_Request):
     @field_validator("n_predict", "max_tokens")
     @classmethod
     def _limit(cls, v: int | None) -> int | None:
-        """-1 and -2 (llama-server's "infinity" and "until the context is full") are both no limit here; 0
-        (llama-server: evaluate the prompt only) has no meaning without its slot cache."""
-        if v is not None and v < -2 or v == 0:
-            raise ValueError(f"must be -1 (no limit) or at least 1, got {v}")
+        """Any negative is no limit, as llama.cpp reads it (-1 "infinity" and -2 "until the context is
+        full" both end at the context here)."""
         return None if v is not None and v < 0 else v
 
     def limit(self) -> int | None:
-        """The answer's token limit (None: none), n_predict before its alias max_tokens."""
+        """The answer's token limit (None: none; 0: the prompt only), n_predict before its alias max_tokens."""
         given = self.model_fields_set
         return self.n_predict if "n_predict" in given else self.max_tokens

@@ -40,18 +40,21 @@ async def infill(body: InfillRequest, request: Request):
     except NoFIMTokens as e:
         raise APIError(400, str(e), param="model") from None
     limit = body.limit()
-    ids, dropped = _prompt(served, fim, body, limit)
+    prompt_only = limit == 0
+    # n_predict 0 (llama.vim's ring_update, llama.vscode's prepare): the prompt into the prefix cache and an
+    # empty answer, as /v1/completions' prompt scoring runs it: the engine computes one token, the reply drops it
+    ids, dropped = _prompt(served, fim, body, 1 if prompt_only else limit)
     params = make_params({
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
         "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "seed": None if body.seed < 0 else body.seed,
-        "max_tokens": limit, "stop": list(body.stop), "ignore_eos": body.ignore_eos},
+        "max_tokens": 1 if prompt_only else limit, "stop": list(body.stop), "ignore_eos": body.ignore_eos},
         state.limits, served.max_model_len, {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"},
         prompt_tokens=len(ids))
     if dropped:
         log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, ids, dropped, body)
+    reply = _Reply(served, gen, ids, dropped, body, prompt_only)
     if body.stream:
         return SSEResponse(reply.events(request.url.path), on_close=gen.abort)
     result = await until_disconnect(request, reply.body())
@@ -77,8 +80,11 @@ def _prompt(served, fim, body: InfillRequest, limit: int | None) -> tuple[list[i
 
 
 class _Reply:
-    def __init__(self, served, gen: Generation, ids: list[int], dropped: Dropped, body: InfillRequest):
+    def __init__(self, served, gen: Generation, ids: list[int], dropped: Dropped, body: InfillRequest,
+                 prompt_only: bool = False):
+        """prompt_only: n_predict 0, the one token the engine computes is dropped."""
         self.served, self.gen, self.ids, self.dropped, self.request = served, gen, ids, dropped, body
+        self.prompt_only = prompt_only
         self.tokens: list[int] = []
         self.text = ""
         self.start = time.monotonic()
@@ -87,21 +93,25 @@ class _Reply:
         self.stops = EditorStops(body.n_indent, body.t_max_predict_ms)
 
     async def _deltas(self):
-        """(text to send, output, (finish_reason, stop_reason) once it ends) per engine output; an editor
-        stop ends it early, as a limit, and aborts the rest (its text may cut into text already streamed,
-        which a stream cannot take back, as llama-server's)."""
+        """(text to send, its token ids, (finish_reason, stop_reason) once it ends) per engine output; an
+        editor stop ends it early, as a limit, and aborts the rest (its text may cut into text already
+        streamed, which a stream cannot take back, as llama-server's)."""
         async for _, out in self.gen.outputs():
             self.first = self.first or time.monotonic()
+            if self.prompt_only:
+                if out.finished:
+                    yield "", [], ("length", None)
+                continue
             self.tokens += out.new_token_ids
             sent = len(self.text)
             cut = self.stops.feed(out.new_text, (time.monotonic() - self.first) * 1e3) if self.stops.active else None
             if cut is None:
                 self.text += out.new_text
-                yield out.new_text, out, (out.finish_reason, out.stop_reason) if out.finished else None
+                yield out.new_text, out.new_token_ids, (out.finish_reason, out.stop_reason) if out.finished else None
                 continue
             self.text = self.stops.text[:cut]
             self.gen.abort()
-            yield self.text[sent:], out, ("length", None)
+            yield self.text[sent:], out.new_token_ids, ("length", None)
             return
 
     def _final(self, content: str, finish: str | None, stop_reason, whole: bool) -> dict:
@@ -121,7 +131,7 @@ class _Reply:
 
     def _settings(self) -> dict:
         b = self.request
-        return {"n_predict": b.limit() or -1, "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
+        return {"n_predict": -1 if b.limit() is None else b.limit(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
                 "min_p": b.min_p, "repeat_penalty": b.repeat_penalty, "presence_penalty": b.presence_penalty,
                 "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
                 "ignore_eos": b.ignore_eos, "stream": b.stream}
@@ -147,10 +157,10 @@ class _Reply:
 
     async def events(self, path: str):
         try:
-            async for text, out, ended in self._deltas():
-                if text or out.new_token_ids:
+            async for text, ids, ended in self._deltas():
+                if text or ids:
                     yield data_event({"index": 0, "content": text,
-                                      "tokens": out.new_token_ids if self.request.return_tokens else [],
+                                      "tokens": ids if self.request.return_tokens else [],
                                       "stop": False, "tokens_predicted": len(self.tokens),
                                       "tokens_evaluated": len(self.ids)})
                 if ended:
