@@ -131,6 +131,17 @@ def test_any_negative_n_predict_is_no_limit(client, n):
     assert r.json()["generation_settings"]["n_predict"] == -1
 
 
+def test_an_oversized_prefix_keeps_the_repo_header_and_counts_only_what_was_sent(client):
+    big = "x = 1 + 2\n" * CONTEXT
+    r = client.post("/infill", json={"input_prefix": big, "input_suffix": SUFFIX, **GREEDY})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    dropped = body["hearth"]["dropped_tokens"]
+    assert dropped["input_extra"] == 0 and dropped["input_prefix"] > 0, dropped
+    assert body["prompt"].startswith("<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>")
+    assert body["tokens_evaluated"] == CONTEXT - 6
+
+
 ERRORS = [  # (body, the field named)
     ({"input_suffix": SUFFIX}, "input_prefix"),
     ({"input_prefix": PREFIX}, "input_suffix"),
