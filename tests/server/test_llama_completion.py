@@ -81,3 +81,15 @@ def test_bad_prompts_are_a_400_naming_it(client, prompt):
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == "prompt" and error["code"] == 400  # llama-server's error shape
+
+
+def test_tokenize_and_detokenize_in_llama_servers_shape(client):
+    """llama-server's /tokenize {content, add_special (default false)} -> {tokens}; /detokenize -> {content}."""
+    plain = client.post("/tokenize", json={"prompt": PROMPT, "add_special_tokens": False}).json()["tokens"]
+    r = client.post("/tokenize", json={"content": PROMPT})
+    assert r.status_code == 200 and r.json()["tokens"] == plain and "x-hearth-ignored-fields" not in r.headers
+    assert client.post("/tokenize", json={"content": PROMPT, "add_special": True}).json()["tokens"] == \
+        client.post("/tokenize", json={"prompt": PROMPT}).json()["tokens"]
+    assert client.post("/detokenize", json={"tokens": plain}).json()["content"] == PROMPT
+    r = client.post("/tokenize", json={"content": PROMPT, "prompt": PROMPT})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "content"
