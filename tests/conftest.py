@@ -149,6 +149,18 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -heavy[Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()])
 
 
+@pytest.fixture(autouse=True)
+def _hearth_logger_restored():
+    """`hearth serve`'s main configures the `hearth` logger (hearth.commands.logs); a test that runs it
+    must not leave its level and handler to the tests after it."""
+    import logging
+
+    logger = logging.getLogger("hearth")
+    handlers, level = list(logger.handlers), logger.level
+    yield
+    logger.handlers[:], logger.level = handlers, level
+
+
 @pytest.fixture(scope="session")
 def model_path():
     # read HEARTH_HOME once, at session start, so a test that points it at a temp dir

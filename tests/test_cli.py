@@ -313,3 +313,25 @@ def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
     assert torch.get_num_threads() == before  # left as torch chose it
     assert main(["run", str(tiny_models[0]), PROMPT, "--threads", "-1"]) == 1
     assert capsys.readouterr().err.strip() == "hearth: error: --threads must be a number of threads (0: torch's default), not -1"
+
+
+def test_serve_log_level_reaches_hearths_own_loggers(capsys, monkeypatch):
+    """/infill's "dropped to fit" (hearth.api, info) printed nothing under `hearth serve`: uvicorn's
+    --log-level configured only uvicorn's loggers."""
+    import logging
+
+    import hearth.llm
+    from hearth.cli import command_parser
+    from hearth.commands.logs import configure_logging
+
+    assert "(default: info)" in " ".join(command_parser("serve").format_help().split())
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["serve", "no-such-model.gguf", "--log-level", "debug"]) == 1
+    assert logging.getLogger("hearth").level == logging.DEBUG
+    capsys.readouterr()
+    configure_logging("info")
+    configure_logging("info")  # once more: still one line per record
+    logging.getLogger("hearth.api").info("/infill: dropped %d tokens", 7)
+    logging.getLogger("hearth.api").debug("not at info")
+    err = capsys.readouterr().err
+    assert err.count("/infill: dropped 7 tokens") == 1 and "INFO" in err and "not at info" not in err, err

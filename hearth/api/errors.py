@@ -63,7 +63,7 @@ def is_anthropic(path: str) -> bool:
     return path.startswith("/v1/messages")
 
 
-_LLAMA_ROUTES = frozenset({"/infill"})
+_LLAMA_ROUTES = frozenset({"/infill", "/completion", "/completions"})
 """Routes that speak llama-server's wire (format_error_response in tools/server/server-common.cpp)."""
 
 
@@ -82,13 +82,15 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
     return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
 
 
-_PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", "/infill": "prompt"}
+_PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", "/infill": "prompt", "/completion": "prompt",
+                 "/completions": "prompt"}
 """The request field that holds the prompt, per route (elsewhere: messages)."""
 _SCHEMA_FIELD = {"/v1/chat/completions": "response_format.json_schema.schema",
                  "/v1/messages": "output_config.format.schema", "/v1/responses": "text.format.schema"}
 """The request field that holds a structured-output JSON schema, per route."""
 _WIRE_NAMES = {"/v1/completions": {"prompt_logprobs": "logprobs"},  # echo asks the prompt's by logprobs
-               "/infill": {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"},
+               **dict.fromkeys(("/infill", "/completion", "/completions"),
+                               {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}),
                "/v1/chat/completions": {"logprobs": "top_logprobs"}}
 """SamplingParams fields the engine checks (check_request) by their name on a route's wire."""
 

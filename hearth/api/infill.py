@@ -12,9 +12,9 @@ the model adds one, after the extra context as llama.cpp puts it.
 Fitting the context (`fit`): llama-server cuts every request to a batch (the prefix's last 3/4 of
 n_batch, the suffix's first 1/4, the extra context's last n_ctx - n_batch - 2 n_predict tokens) and
 tells no one. hearth keeps everything that fits the room the request leaves; only past it does it drop,
-in llama.cpp's order and proportions: the extra context's oldest tokens first, then the prefix's start
-and the suffix's end, 3:1. The route names what was dropped in its reply; the prompt field and the
-FIM markers are never dropped (a request they do not fit is a 400)."""
+in llama.cpp's order and proportions: the input_extra chunks' oldest tokens first, then the prefix's
+start and the suffix's end, 3:1. The route names what was dropped in its reply; the prompt field, the
+FIM markers and the repo header around the chunks are never dropped (a request they do not fit is a 400)."""
 
 from __future__ import annotations
 
@@ -78,16 +78,32 @@ def has_fim(tokenizer) -> bool:
     return True
 
 
-def extra_context(fim: FIMTokens, encode, chunks: list[tuple[str, str]]) -> list[int]:
+@dataclass(frozen=True, slots=True)
+class Extra:
+    """The extra context as ids, in three parts: the repo header and the current file's separator are
+    markers (fixed, as the FIM markers), the chunks between them the client's input_extra (droppable)."""
+    head: tuple[int, ...] = ()
+    """FIM_REP "myproject\\n" (none without FIM_REP)."""
+    chunks: tuple[int, ...] = ()
+    """Each chunk's file line (or snippet line) and text, oldest first."""
+    tail: tuple[int, ...] = ()
+    """FIM_SEP "filename\\n" (none without FIM_SEP)."""
+
+    @property
+    def ids(self) -> list[int]:
+        return [*self.head, *self.chunks, *self.tail]
+
+
+def extra_context(fim: FIMTokens, encode, chunks: list[tuple[str, str]]) -> Extra:
     """The repo-level header and input_extra's (filename, text) chunks, as ids; `encode(text)` gives a
     text's ids without special tokens added or parsed (the code is plain text, as llama.cpp reads it)."""
-    ids = [fim.rep, *encode(REPO_NAME)] if fim.rep is not None else []
+    head = (fim.rep, *encode(REPO_NAME)) if fim.rep is not None else ()
+    ids: list[int] = []
     for filename, text in chunks:
         ids += [fim.sep, *encode(f"{filename}\n")] if fim.sep is not None else encode(SNIPPET)
         ids += encode(text)
-    if fim.sep is not None:
-        ids += [fim.sep, *encode(CURRENT_FILE)]
-    return ids
+    tail = (fim.sep, *encode(CURRENT_FILE)) if fim.sep is not None else ()
+    return Extra(head, tuple(ids), tail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +127,14 @@ def layout(fim: FIMTokens, prefix: list[int], suffix: list[int], prompt: list[in
     return [*head, fim.pre, *prefix, *prompt, fim.suf, *suffix, fim.mid]
 
 
-def fit(fim: FIMTokens, prefix: list[int], suffix: list[int], prompt: list[int], extra: list[int],
+def fit(fim: FIMTokens, prefix: list[int], suffix: list[int], prompt: list[int], extra: Extra,
         room: int) -> tuple[list[int], Dropped]:
     """The FIM prompt in at most `room` tokens, and what was dropped to get there (see the module
-    docstring); DoesNotFit when the markers and the prompt alone exceed it."""
-    fixed = (fim.bos is not None) + 3 + len(prompt)
+    docstring): the chunks' oldest tokens, then prefix and suffix; what the client did not send (the
+    repo header, the markers) is neither dropped nor counted. DoesNotFit when the markers and the
+    prompt alone exceed it."""
+    chunks = extra.chunks
+    fixed = len(extra.head) + len(extra.tail) + (fim.bos is not None) + 3 + len(prompt)
     if fixed > room:
         raise DoesNotFit(fixed, room)
     free = room - fixed
@@ -124,7 +143,8 @@ def fit(fim: FIMTokens, prefix: list[int], suffix: list[int], prompt: list[int],
         keep_suf = min(keep_suf, free - int(free * PREFIX_SHARE))
         keep_pre = min(keep_pre, free - keep_suf)
         keep_suf = min(len(suffix), free - keep_pre)  # a short prefix leaves its share to the suffix
-    keep_extra = min(len(extra), free - keep_pre - keep_suf)
-    dropped = Dropped(len(extra) - keep_extra, len(prefix) - keep_pre, len(suffix) - keep_suf)
-    ids = layout(fim, prefix[len(prefix) - keep_pre:], suffix[:keep_suf], prompt, extra[len(extra) - keep_extra:])
+    keep_extra = min(len(chunks), free - keep_pre - keep_suf)
+    dropped = Dropped(len(chunks) - keep_extra, len(prefix) - keep_pre, len(suffix) - keep_suf)
+    kept = [*extra.head, *chunks[len(chunks) - keep_extra:], *extra.tail]
+    ids = layout(fim, prefix[len(prefix) - keep_pre:], suffix[:keep_suf], prompt, kept)
     return ids, dropped

@@ -1,65 +1,24 @@
-"""The body of POST /infill, llama-server's fields (tools/server/README.md, `/infill` and the
-`/completion` options it shares), with llama-server's defaults where hearth's API routes differ
-(temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, n_predict -1: no limit), so an editor plugin
-written against llama-server gets the sampling it expects. Fields llama-server has and hearth does
-not (samplers, n_probs, response_fields, t_max_prompt_ms ...) are ignored and named in
-`x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields)."""
+"""The body of POST /infill: llama-server's /infill fields (tools/server/README.md) on top of the
+/completion options it shares (hearth.api.llama_protocol)."""
 
 from __future__ import annotations
 
-from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+from pydantic import StrictStr
 
-from hearth.api.openai_protocol import _Body, _Request
+from hearth.api.infill import CHUNK_NAME
+from hearth.api.llama_protocol import LlamaOptions
+from hearth.api.openai_protocol import _Body
 
 
 class ExtraChunk(_Body):
     """One input_extra entry: another file's text, given as repo-level context."""
     text: StrictStr
-    filename: StrictStr = "tmp"
+    filename: StrictStr = CHUNK_NAME
 
 
-class InfillRequest(_Request):
-    model: str | None = None
+class InfillRequest(LlamaOptions):
     input_prefix: StrictStr
     input_suffix: StrictStr
     input_extra: list[ExtraChunk] = []
     prompt: StrictStr = ""
     """Text after the prefix (llama-server puts it there, before FIM_SUF): what the user typed so far."""
-    n_predict: StrictInt | None = None
-    """-1 (llama-server's default): until an end token or the context is full."""
-    max_tokens: StrictInt | None = None
-    """llama-server's alias of n_predict, read where n_predict is absent."""
-    temperature: StrictFloat = 0.8
-    top_k: StrictInt = 40
-    top_p: StrictFloat = 0.95
-    min_p: StrictFloat = 0.05
-    repeat_penalty: StrictFloat = 1.0
-    presence_penalty: StrictFloat = 0.0
-    frequency_penalty: StrictFloat = 0.0
-    seed: StrictInt = -1
-    """-1: a random seed (llama-server's default)."""
-    stop: list[StrictStr] = []
-    ignore_eos: StrictBool = False
-    stream: StrictBool = False
-    n_indent: StrictInt = 0
-    """Lines after the answer's first must be indented at least this much (hearth.api.infill_stops)."""
-    t_max_predict_ms: StrictInt = 0
-    """Past this many ms of generation the next new line ends the answer (hearth.api.infill_stops)."""
-    return_tokens: StrictBool = False
-    """The generated token ids in `tokens` (else `tokens` is empty, as llama-server's)."""
-    cache_prompt: StrictBool = True
-    """Accepted, and always true here: hearth's prefix cache gives the same tokens either way."""
-
-    @field_validator("n_predict", "max_tokens")
-    @classmethod
-    def _limit(cls, v: int | None) -> int | None:
-        """-1 and -2 (llama-server's "infinity" and "until the context is full") are both no limit here; 0
-        (llama-server: evaluate the prompt only) has no meaning without its slot cache."""
-        if v is not None and v < -2 or v == 0:
-            raise ValueError(f"must be -1 (no limit) or at least 1, got {v}")
-        return None if v is not None and v < 0 else v
-
-    def limit(self) -> int | None:
-        """The answer's token limit (None: none), n_predict before its alias max_tokens."""
-        given = self.model_fields_set
-        return self.n_predict if "n_predict" in given else self.max_tokens

@@ -1,8 +1,6 @@
 """POST /infill: llama-server's code-infill endpoint, which editor plugins call (llama.vscode, llama.vim,
 Continue, Tabby): prefix, suffix and other files' text in, the middle out, in llama-server's /completion
-shape (`content`, `stop`, `stop_type`, `tokens_predicted`, `timings` ...). Streamed, each chunk is one
-`data: {...}` delta with `stop: false`, then a last one with `stop: true` and the totals, and no
-`[DONE]` (llama-server's non-OpenAI stream). The prompt is hearth.api.infill's layout.
+shape (hearth.api.llama_reply). The prompt is hearth.api.infill's layout.
 
 What it drops to fit the context it names: `truncated: true` (llama-server's field) and
 `hearth.dropped_tokens` {input_extra, input_prefix, input_suffix}."""
@@ -10,52 +8,35 @@ What it drops to fit the context it names: `truncated: true` (llama-server's fie
 from __future__ import annotations
 
 import logging
-import time
 
 from fastapi import APIRouter, Request
 
-from hearth.api.errors import APIError, error_body, from_hearth_error
-from hearth.api.generate import Generation, until_disconnect
+from hearth.api.errors import APIError
 from hearth.api.infill import DoesNotFit, Dropped, NoFIMTokens, extra_context, fim_tokens, fit
 from hearth.api.infill_protocol import InfillRequest
-from hearth.api.infill_stops import EditorStops
-from hearth.api.sampling import make_params
-from hearth.api.sse import SSEResponse, data_event
-from hearth.errors import HearthError
+from hearth.api.llama_reply import answer_room, respond
 
 router = APIRouter()
 log = logging.getLogger("hearth.api")
 
 ROOM_WITHOUT_LIMIT = 256
 """Tokens kept free for the answer when fitting a request without n_predict (at most a quarter of the
-context): it still runs until an end token or the full context, as llama-server's n_predict -1."""
+context): it still runs until an end token or the full context, as llama-server's n_predict -1. A
+quarter, where a compacted chat keeps an eighth (guard_extras.answer_room): a completion in an editor is
+most of what is asked, and its prompt (a file around the cursor) is cut more readily than a dialogue."""
 
 
 @router.post("/infill")
 async def infill(body: InfillRequest, request: Request):
-    state = request.app.state
-    served = await state.models.get(body.model)
+    served = await request.app.state.models.get(body.model)
     try:
         fim = fim_tokens(served.tokenizer)
     except NoFIMTokens as e:
         raise APIError(400, str(e), param="model") from None
-    limit = body.limit()
-    ids, dropped = _prompt(served, fim, body, limit)
-    params = make_params({
-        "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
-        "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
-        "frequency_penalty": body.frequency_penalty, "seed": None if body.seed < 0 else body.seed,
-        "max_tokens": limit, "stop": list(body.stop), "ignore_eos": body.ignore_eos},
-        state.limits, served.max_model_len, {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"},
-        prompt_tokens=len(ids))
+    ids, dropped = _prompt(served, fim, body, answer_room(body))
     if dropped:
         log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)
-    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, ids, dropped, body)
-    if body.stream:
-        return SSEResponse(reply.events(request.url.path), on_close=gen.abort)
-    result = await until_disconnect(request, reply.body())
-    return result if result is not None else {}
+    return await respond(request, served, ids, body, dropped)
 
 
 def _prompt(served, fim, body: InfillRequest, limit: int | None) -> tuple[list[int], Dropped]:
@@ -74,87 +55,3 @@ def _prompt(served, fim, body: InfillRequest, limit: int | None) -> tuple[list[i
         raise APIError(400, f"{field}: the prompt field and the FIM markers take {e.needed} tokens and the "
                             f"answer {answer}, more than the context holds ({served.max_model_len})",
                        param=field, code="context_length_exceeded") from None
-
-
-class _Reply:
-    def __init__(self, served, gen: Generation, ids: list[int], dropped: Dropped, body: InfillRequest):
-        self.served, self.gen, self.ids, self.dropped, self.request = served, gen, ids, dropped, body
-        self.tokens: list[int] = []
-        self.text = ""
-        self.start = time.monotonic()
-        self.first: float | None = None
-        """When the first token came (the prompt's time ends there)."""
-        self.stops = EditorStops(body.n_indent, body.t_max_predict_ms)
-
-    async def _deltas(self):
-        """(text to send, output, (finish_reason, stop_reason) once it ends) per engine output; an editor
-        stop ends it early, as a limit, and aborts the rest (its text may cut into text already streamed,
-        which a stream cannot take back, as llama-server's)."""
-        async for _, out in self.gen.outputs():
-            self.first = self.first or time.monotonic()
-            self.tokens += out.new_token_ids
-            sent = len(self.text)
-            cut = self.stops.feed(out.new_text, (time.monotonic() - self.first) * 1e3) if self.stops.active else None
-            if cut is None:
-                self.text += out.new_text
-                yield out.new_text, out, (out.finish_reason, out.stop_reason) if out.finished else None
-                continue
-            self.text = self.stops.text[:cut]
-            self.gen.abort()
-            yield self.text[sent:], out, ("length", None)
-            return
-
-    def _final(self, content: str, finish: str | None, stop_reason, whole: bool) -> dict:
-        """llama-server's last /completion object (server_task_result_cmpl_final); a stream's last one
-        holds no content or tokens (the deltas did)."""
-        word = stop_reason if isinstance(stop_reason, str) else ""
-        stop_type = "limit" if finish == "length" else "word" if word else "eos" if finish == "stop" else "none"
-        body = {"index": 0, "content": content, "tokens": self.tokens if whole and self.request.return_tokens else [],
-                "stop": True, "model": self.served.name, "tokens_predicted": len(self.tokens),
-                "tokens_evaluated": len(self.ids), "generation_settings": self._settings(),
-                "prompt": self.served.tokenizer.decode(self.ids), "has_new_line": "\n" in self.text,
-                "truncated": bool(self.dropped), "stop_type": stop_type, "stopping_word": word,
-                "tokens_cached": self.gen.num_cached_tokens, "timings": self._timings()}
-        if self.dropped:
-            body["hearth"] = {"dropped_tokens": self.dropped.as_dict()}
-        return body
-
-    def _settings(self) -> dict:
-        b = self.request
-        return {"n_predict": b.limit() or -1, "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
-                "min_p": b.min_p, "repeat_penalty": b.repeat_penalty, "presence_penalty": b.presence_penalty,
-                "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
-                "ignore_eos": b.ignore_eos, "stream": b.stream}
-
-    def _timings(self) -> dict:
-        """llama-server's timings: the prompt until the first token, the rest for the predicted ones."""
-        end = time.monotonic()
-        first = self.first or end
-        prompt_n, predicted_n = len(self.ids) - self.gen.num_cached_tokens, len(self.tokens)
-        prompt_ms, predicted_ms = (first - self.start) * 1e3, (end - first) * 1e3
-        return {"prompt_n": prompt_n, "prompt_ms": prompt_ms,
-                "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
-                "prompt_per_second": prompt_n / prompt_ms * 1e3 if prompt_ms else 0.0,
-                "predicted_n": predicted_n, "predicted_ms": predicted_ms,
-                "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
-                "predicted_per_second": predicted_n / predicted_ms * 1e3 if predicted_ms else 0.0}
-
-    async def body(self) -> dict:
-        end = (None, None)
-        async for _, _, ended in self._deltas():
-            end = ended or end
-        return self._final(self.text, *end, whole=True)
-
-    async def events(self, path: str):
-        try:
-            async for text, out, ended in self._deltas():
-                if text or out.new_token_ids:
-                    yield data_event({"index": 0, "content": text,
-                                      "tokens": out.new_token_ids if self.request.return_tokens else [],
-                                      "stop": False, "tokens_predicted": len(self.tokens),
-                                      "tokens_evaluated": len(self.ids)})
-                if ended:
-                    yield data_event(self._final("", *ended, whole=False))
-        except HearthError as e:
-            err = from_hearth_error(e, path)
-            yield data_event(error_body(path, err.status, err.message, err.param, err.code))

@@ -100,7 +100,7 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
     if fim is not None:  # /infill's layout without input_extra, so both routes run the same tokens
         def encode(text: str) -> list[int]:
             return served.encode_text(text, add_special_tokens=False, parse_special=False)
-        head, after = extra_context(fim, encode, []), encode(suffix)
+        head, after = extra_context(fim, encode, []).ids, encode(suffix)
         ids = [layout(fim, before, after, extra=head) for before in ids]
     return texts, ids
 

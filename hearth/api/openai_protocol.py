@@ -174,12 +174,17 @@ class CompletionRequest(SamplingFields):
 
 
 class TokenizeRequest(_Request):
+    """vLLM's body (prompt or messages), or llama-server's: `content`, `add_special` (default false)."""
     model: str | None = None
     prompt: str | None = None
     messages: list[dict[str, Any]] | None = None
     add_special_tokens: StrictBool = True
     add_generation_prompt: StrictBool = True
     tools: list[dict[str, Any]] | None = None
+    content: str | None = None
+    """llama-server's text field (special tokens parsed, as there)."""
+    add_special: StrictBool = False
+    """llama-server's BOS switch for `content`, off by default as there."""
 
 
 class DetokenizeRequest(_Request):

@@ -1,4 +1,5 @@
-"""GET /v1/models, /v1/models/{id}; POST /tokenize, /detokenize (vLLM's shapes). Chat and
+"""GET /v1/models, /v1/models/{id}; POST /tokenize, /detokenize (vLLM's shapes, and llama-server's:
+`content` in, `tokens` out; `tokens` in, `content` out). Chat and
 completions live in openai_chat.py and openai_completions.py."""
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ async def get_model(model_id: str, request: Request):
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request):
     served = await request.app.state.models.get(body.model)
-    ids = conversation_ids(served, body)
+    if body.content is not None:  # llama-server's shape
+        if body.prompt is not None or body.messages is not None:
+            raise APIError(400, "content: give content (llama-server's) or prompt/messages, not both", param="content")
+        ids = served.encode_text(body.content, add_special_tokens=body.add_special)
+    else:
+        ids = conversation_ids(served, body)
     return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
 
 
@@ -55,4 +61,5 @@ async def detokenize(body: DetokenizeRequest, request: Request):
     why = outside_vocabulary(body.tokens, served.vocab_size)
     if why:
         raise APIError(400, f"tokens: {why}", param="tokens")
-    return {"prompt": served.tokenizer.decode(body.tokens)}
+    text = served.tokenizer.decode(body.tokens)
+    return {"prompt": text, "content": text}  # vLLM's name and llama-server's

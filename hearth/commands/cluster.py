@@ -39,6 +39,7 @@ def main(args: argparse.Namespace) -> int:
 
     from hearth.loader.resolve import resolve_model
 
+    serve.configure_logging(args.log_level)
     if args.threads:
         raise ClusterError("use --threads-per-replica, not --threads, with hearth cluster serve")
     if len(args.model) > 1 or args.models:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 import uvicorn
 
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
+from hearth.commands.logs import configure_logging
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 
@@ -67,7 +68,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="with several tools offered, the small model's call is stopped at its tool's name and "
                           "the main model answers when the tokens that chose that tool read below P, in [0, 1]; "
                           f"0: off (default: {TOOL_FLOOR}; 0.95 is the measured value, docs/eval-tools.md)")
-    net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
+                     help="least severe log line printed, uvicorn's and hearth's own (default: %(default)s)")
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
                      help="context length in tokens (default: the model's own)")
@@ -103,6 +105,7 @@ def main(args: argparse.Namespace) -> int:
     from hearth.api.app import create_app
     from hearth.commands.serve_models import build_pool
 
+    configure_logging(args.log_level)  # before the load, whose notes are hearth's log lines
     config = server_config(args)  # a bad --tool-guard fails before any model loads
     EngineConfig(**engine_args(args))  # so does a bad engine flag (checked again for each model)
     pool = build_pool(args)  # reads the files' headers, no weights

@@ -101,6 +101,47 @@ def test_what_does_not_fit_is_dropped_and_named(client, served):
     assert body["prompt"].endswith(expected_prompt(extra=[])[len("<|repo_name|>myproject\n"):])
 
 
+def test_n_predict_0_warms_the_cache_and_answers_nothing(client):
+    """llama.vim's ring_update / llama.vscode's prepare request, as sent: the prompt is computed into the
+    prefix cache (the next request with the same extra context finds it cached), the reply is empty."""
+    extra = [{"text": "the capital of france is paris hello world\n" * 6, "time": 1733000000.5, "filename": "consts.py"}]
+    warm = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": extra, "prompt": "",
+            "n_predict": 0, "temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True,
+            "t_max_prompt_ms": 1, "t_max_predict_ms": 1, "response_fields": [""]}
+    r = client.post("/infill", json=warm)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert (body["content"], body["tokens_predicted"], body["stop"], body["stop_type"]) == ("", 0, True, "limit")
+    assert body["tokens_cached"] == 0 and body["timings"]["predicted_n"] == 0
+    assert body["generation_settings"]["n_predict"] == 0
+    with client.stream("POST", "/infill", json={**warm, "stream": True}) as s:
+        chunks = [json.loads(line[6:]) for line in s.iter_lines() if line]
+    assert len(chunks) == 1 and chunks[0]["stop"] is True and chunks[0]["content"] == ""
+    after = client.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": extra,
+                                         **GREEDY}).json()
+    assert after["tokens_cached"] >= body["tokens_evaluated"] - 3 - 16 > 0  # the shared head, in whole blocks
+
+
+@pytest.mark.parametrize("n", [-1, -2, -7])
+def test_any_negative_n_predict_is_no_limit(client, n):
+    """As llama.cpp reads it: -1 (its default), -2 and the rest run to an end token or the context."""
+    r = client.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "temperature": 0.0,
+                                     "n_predict": n})
+    assert r.status_code == 200, r.text
+    assert r.json()["generation_settings"]["n_predict"] == -1
+
+
+def test_an_oversized_prefix_keeps_the_repo_header_and_counts_only_what_was_sent(client):
+    big = "x = 1 + 2\n" * CONTEXT
+    r = client.post("/infill", json={"input_prefix": big, "input_suffix": SUFFIX, **GREEDY})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    dropped = body["hearth"]["dropped_tokens"]
+    assert dropped["input_extra"] == 0 and dropped["input_prefix"] > 0, dropped
+    assert body["prompt"].startswith("<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>")
+    assert body["tokens_evaluated"] == CONTEXT - 6
+
+
 ERRORS = [  # (body, the field named)
     ({"input_suffix": SUFFIX}, "input_prefix"),
     ({"input_prefix": PREFIX}, "input_suffix"),
@@ -110,7 +151,6 @@ ERRORS = [  # (body, the field named)
     ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "input_extra": [{"text": "x", "filename": 1}]},
      "input_extra[0].filename"),
     ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "prompt": ["x"]}, "prompt"),
-    ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 0}, "n_predict"),
     ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": CONTEXT}, "n_predict"),
     ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "temperature": "0.2"}, "temperature"),
     ({"input_prefix": PREFIX, "input_suffix": SUFFIX, "repeat_penalty": -1.0}, "repeat_penalty"),
@@ -151,9 +191,10 @@ def test_a_stop_word_ends_it_as_word(client):
     free = client.post("/infill", json=ask).json()["content"]
     word = free.strip()[1:3]
     assert len(word) == 2, free
-    body = client.post("/infill", json={**ask, "stop": [word]}).json()
-    assert (body["stop_type"], body["stopping_word"]) == ("word", word), body
-    assert body["content"] == free[:free.index(word)]
+    for stop in ([word], word):  # llama-server takes one stop string as a string too
+        body = client.post("/infill", json={**ask, "stop": stop}).json()
+        assert (body["stop_type"], body["stopping_word"]) == ("word", word), body
+        assert body["content"] == free[:free.index(word)]
 
 
 @pytest.fixture

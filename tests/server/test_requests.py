@@ -284,7 +284,7 @@ def test_models_and_small_endpoints(fake):
     assert tok["tokens"] == [97, 98, 99] and tok["count"] == 3 and tok["max_model_len"] == 4096
     chat_tok = c.post("/tokenize", json={"messages": USER}).json()
     assert chat_tok["count"] == len("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
-    assert c.post("/detokenize", json={"tokens": [104, 105]}).json() == {"prompt": "hi"}
+    assert c.post("/detokenize", json={"tokens": [104, 105]}).json() == {"prompt": "hi", "content": "hi"}
     counted = fake.anthropic.messages.count_tokens(model="fake-model", messages=USER)
     assert counted.input_tokens == chat_tok["count"]
     page = c.get("/")

@@ -1,0 +1,39 @@
+"""POST /completion (and /completions): llama-server's native completion endpoint, which Tabby's llama.cpp
+backend and Continue's llama.cpp provider call: a raw prompt (text or token ids, no chat template) in,
+llama-server's /completion object out (hearth.api.llama_reply, the reply /infill gives). Nothing is
+dropped: a prompt the context does not hold is a 400 naming `prompt`, an n_predict it leaves no room for
+one naming `n_predict`."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from hearth.api.errors import APIError
+from hearth.api.llama_protocol import CompletionRequest
+from hearth.api.llama_reply import respond
+from hearth.api.sampling import outside_vocabulary
+
+router = APIRouter()
+
+
+@router.post("/completion")
+@router.post("/completions")
+async def completion(body: CompletionRequest, request: Request):
+    served = await request.app.state.models.get(body.model)
+    return await respond(request, served, _prompt_ids(served, body.prompt), body)
+
+
+def _prompt_ids(served, prompt: str | list[int]) -> list[int]:
+    """Text as llama-server tokenizes it (BOS where the model adds one, special tokens parsed); ids as given."""
+    if isinstance(prompt, str):
+        ids = served.encode_text(prompt, add_special_tokens=True)
+    else:
+        if why := outside_vocabulary(prompt, served.vocab_size):
+            raise APIError(400, f"prompt: {why}", param="prompt")
+        ids = list(prompt)
+    if not ids:
+        raise APIError(400, "prompt: must not be empty", param="prompt")
+    if len(ids) >= served.max_model_len:
+        raise APIError(400, f"prompt: has {len(ids)} tokens, the context holds {served.max_model_len} with room "
+                            f"for one more", param="prompt", code="context_length_exceeded")
+    return ids

@@ -1,0 +1,65 @@
+"""llama-server's own request bodies (tools/server/README.md): the `/completion` options, which `/infill`
+shares, with llama-server's defaults where hearth's API routes differ (temperature 0.8, top_k 40, top_p
+0.95, min_p 0.05, n_predict -1: no limit), so a client written against llama-server (Tabby, Continue,
+llama.vscode, llama.vim) gets the sampling it expects. Fields llama-server has and hearth does not
+(samplers, n_probs, response_fields, t_max_prompt_ms, penalty_last_n ...) are ignored and named in
+`x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields)."""
+
+from __future__ import annotations
+
+from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
+
+from hearth.api.openai_protocol import _Request
+
+
+class LlamaOptions(_Request):
+    model: str | None = None
+    n_predict: StrictInt | None = None
+    """Any negative (llama-server's -1, its default, and -2): until an end token or the context is full;
+    0: evaluate the prompt into the cache and answer nothing (editors warm the cache so)."""
+    max_tokens: StrictInt | None = None
+    """llama-server's alias of n_predict, read where n_predict is absent."""
+    temperature: StrictFloat = 0.8
+    top_k: StrictInt = 40
+    top_p: StrictFloat = 0.95
+    min_p: StrictFloat = 0.05
+    repeat_penalty: StrictFloat = 1.0
+    presence_penalty: StrictFloat = 0.0
+    frequency_penalty: StrictFloat = 0.0
+    seed: StrictInt = -1
+    """-1: a random seed (llama-server's default)."""
+    stop: list[StrictStr] | StrictStr = []
+    """Stop strings; one given as a string is one stop (llama-server takes both)."""
+    ignore_eos: StrictBool = False
+    stream: StrictBool = False
+    n_indent: StrictInt = 0
+    """Lines after the answer's first must be indented at least this much (hearth.api.infill_stops)."""
+    t_max_predict_ms: StrictInt = 0
+    """Past this many ms of generation the next new line ends the answer (hearth.api.infill_stops)."""
+    return_tokens: StrictBool = False
+    """The generated token ids in `tokens` (else `tokens` is empty, as llama-server's)."""
+    cache_prompt: StrictBool = True
+    """Accepted, and always true here: hearth's prefix cache gives the same tokens either way."""
+
+    @field_validator("stop")
+    @classmethod
+    def _one_stop(cls, v: list[str] | str) -> list[str]:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("n_predict", "max_tokens")
+    @classmethod
+    def _limit(cls, v: int | None) -> int | None:
+        """Any negative is no limit, as llama.cpp reads it (-1 "infinity" and -2 "until the context is
+        full" both end at the context here)."""
+        return None if v is not None and v < 0 else v
+
+    def limit(self) -> int | None:
+        """The answer's token limit (None: none; 0: the prompt only), n_predict before its alias max_tokens."""
+        given = self.model_fields_set
+        return self.n_predict if "n_predict" in given else self.max_tokens
+
+
+class CompletionRequest(LlamaOptions):
+    """POST /completion (and /completions): a raw prompt, no template."""
+    prompt: StrictStr | list[StrictInt]
+    """Text (BOS added where the model adds one, special tokens parsed, as llama-server) or token ids."""

@@ -1,0 +1,144 @@
+"""llama-server's /completion reply, which /completion and /infill share: `content`, `stop`, `stop_type`
+(eos, word, limit), `stopping_word`, `tokens_predicted`, `tokens_evaluated`, `tokens_cached`, `prompt`,
+`truncated`, `timings`, `generation_settings` ... Streamed, each chunk is one `data: {...}` delta with
+`stop: false`, then a last one with `stop: true` and the totals, and no `[DONE]` (llama-server's
+non-OpenAI stream). Also the sampling both routes run: llama-server's options -> SamplingParams, and
+n_predict 0 (the prompt into the cache, an empty answer)."""
+
+from __future__ import annotations
+
+import time
+
+from hearth.api.errors import error_body, from_hearth_error
+from hearth.api.generate import Generation, until_disconnect
+from hearth.api.infill import Dropped
+from hearth.api.infill_stops import EditorStops
+from hearth.api.llama_protocol import LlamaOptions
+from hearth.api.sampling import make_params
+from hearth.api.sse import SSEResponse, data_event
+from hearth.errors import HearthError
+
+
+def answer_room(body: LlamaOptions) -> int | None:
+    """The engine's max_tokens for the request's n_predict (None: none). n_predict 0 (llama.vim's
+    ring_update, llama.vscode's prepare) computes the prompt into the prefix cache, as /v1/completions'
+    prompt scoring runs it: the engine computes one token, which the reply drops."""
+    limit = body.limit()
+    return 1 if limit == 0 else limit
+
+
+def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
+    """llama-server's sampling options -> SamplingParams, errors named by llama-server's fields."""
+    return make_params({
+        "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
+        "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty, "seed": None if body.seed < 0 else body.seed,
+        "max_tokens": answer_room(body), "stop": list(body.stop), "ignore_eos": body.ignore_eos},
+        state.limits, served.max_model_len, {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"},
+        prompt_tokens=prompt_tokens)
+
+
+async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped()):
+    """Run `ids` with the body's options; the reply whole, or its stream."""
+    state = request.app.state
+    params = llama_params(body, state, served, len(ids))
+    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
+    reply = LlamaReply(served, gen, ids, body, dropped, prompt_only=body.limit() == 0)
+    if body.stream:
+        return SSEResponse(reply.events(request.url.path), on_close=gen.abort)
+    result = await until_disconnect(request, reply.body())
+    return result if result is not None else {}
+
+
+class LlamaReply:
+    """One answer in llama-server's /completion shape, whole (`body`) or streamed (`events`)."""
+
+    def __init__(self, served, gen: Generation, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped(),
+                 prompt_only: bool = False):
+        """ids: the prompt run; dropped: what /infill left out to fit (/completion drops nothing);
+        prompt_only: n_predict 0, the one token the engine computes is dropped."""
+        self.served, self.gen, self.ids, self.dropped, self.request = served, gen, ids, dropped, body
+        self.prompt_only = prompt_only
+        self.tokens: list[int] = []
+        self.text = ""
+        self.start = time.monotonic()
+        self.first: float | None = None
+        """When the first token came (the prompt's time ends there)."""
+        self.stops = EditorStops(body.n_indent, body.t_max_predict_ms)
+
+    async def _deltas(self):
+        """(text to send, its token ids, (finish_reason, stop_reason) once it ends) per engine output; an
+        editor stop ends it early, as a limit, and aborts the rest (its text may cut into text already
+        streamed, which a stream cannot take back, as llama-server's)."""
+        async for _, out in self.gen.outputs():
+            self.first = self.first or time.monotonic()
+            if self.prompt_only:
+                if out.finished:
+                    yield "", [], ("length", None)
+                continue
+            self.tokens += out.new_token_ids
+            sent = len(self.text)
+            cut = self.stops.feed(out.new_text, (time.monotonic() - self.first) * 1e3) if self.stops.active else None
+            if cut is None:
+                self.text += out.new_text
+                yield out.new_text, out.new_token_ids, (out.finish_reason, out.stop_reason) if out.finished else None
+                continue
+            self.text = self.stops.text[:cut]
+            self.gen.abort()
+            yield self.text[sent:], out.new_token_ids, ("length", None)
+            return
+
+    def _final(self, content: str, finish: str | None, stop_reason, whole: bool) -> dict:
+        """llama-server's last /completion object (server_task_result_cmpl_final); a stream's last one
+        holds no content or tokens (the deltas did)."""
+        word = stop_reason if isinstance(stop_reason, str) else ""
+        stop_type = "limit" if finish == "length" else "word" if word else "eos" if finish == "stop" else "none"
+        body = {"index": 0, "content": content, "tokens": self.tokens if whole and self.request.return_tokens else [],
+                "stop": True, "model": self.served.name, "tokens_predicted": len(self.tokens),
+                "tokens_evaluated": len(self.ids), "generation_settings": self._settings(),
+                "prompt": self.served.tokenizer.decode(self.ids), "has_new_line": "\n" in self.text,
+                "truncated": bool(self.dropped), "stop_type": stop_type, "stopping_word": word,
+                "tokens_cached": self.gen.num_cached_tokens, "timings": self._timings()}
+        if self.dropped:
+            body["hearth"] = {"dropped_tokens": self.dropped.as_dict()}
+        return body
+
+    def _settings(self) -> dict:
+        b = self.request
+        return {"n_predict": -1 if b.limit() is None else b.limit(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
+                "min_p": b.min_p, "repeat_penalty": b.repeat_penalty, "presence_penalty": b.presence_penalty,
+                "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
+                "ignore_eos": b.ignore_eos, "stream": b.stream}
+
+    def _timings(self) -> dict:
+        """llama-server's timings: the prompt until the first token, the rest for the predicted ones."""
+        end = time.monotonic()
+        first = self.first or end
+        prompt_n, predicted_n = len(self.ids) - self.gen.num_cached_tokens, len(self.tokens)
+        prompt_ms, predicted_ms = (first - self.start) * 1e3, (end - first) * 1e3
+        return {"prompt_n": prompt_n, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
+                "prompt_per_second": prompt_n / prompt_ms * 1e3 if prompt_ms else 0.0,
+                "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
+                "predicted_per_second": predicted_n / predicted_ms * 1e3 if predicted_ms else 0.0}
+
+    async def body(self) -> dict:
+        end = (None, None)
+        async for _, _, ended in self._deltas():
+            end = ended or end
+        return self._final(self.text, *end, whole=True)
+
+    async def events(self, path: str):
+        try:
+            async for text, ids, ended in self._deltas():
+                if text or ids:
+                    yield data_event({"index": 0, "content": text,
+                                      "tokens": ids if self.request.return_tokens else [],
+                                      "stop": False, "tokens_predicted": len(self.tokens),
+                                      "tokens_evaluated": len(self.ids)})
+                if ended:
+                    yield data_event(self._final("", *ended, whole=False))
+        except HearthError as e:
+            err = from_hearth_error(e, path)
+            yield data_event(error_body(path, err.status, err.message, err.param, err.code))
