@@ -43,7 +43,8 @@ run: setup
 # tier's, one at a time, from a queue that the foreground also takes from once its pass ends; their
 # reports follow it. Until 2026-12-06 the best tier ran in one pytest with the others at the idle
 # scheduling class: a fresh clone on a quiet 2-core Zen 4 took 10 min 25 s for 14.4 CPU-min of work, one
-# core idle most of the time (the tests are mostly one Python thread).
+# core idle most of the time (the tests are mostly one Python thread). With 2 workers: 9 min 40 s
+# (the pass 8:36) for 15.7 CPU-min; 3 workers ran the pass in 8:50 on 17.4 CPU-min: it is CPU-bound now.
 WORKERS ?= 2
 TIERS = $(BIN)/python -m hearth.kernels.tiers
 PYTEST = $(BIN)/python -m pytest -q
