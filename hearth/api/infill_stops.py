@@ -8,7 +8,9 @@ llama.vim send with every request:
 
 llama-server checks them per token, a line one token after its newline came (it advances its line
 marker once per token); here per delta of the stream, which is one token but with speculative
-decoding, where it may be several. Both end the answer as a limit (stop_type "limit")."""
+decoding, where it may be several. Both end the answer as a limit (stop_type "limit"). A stream holds
+back what a later n_indent cut could still take (`settled`): llama-server sends a token before its check,
+so an editor joining its deltas got the blank line and indentation the whole reply leaves out."""
 
 from __future__ import annotations
 
@@ -24,6 +26,21 @@ class EditorStops:
     @property
     def active(self) -> bool:
         return self.n_indent > 0 or self.t_max_ms > 0
+
+    def settled(self) -> int:
+        """How much of the text no later n_indent cut can take back: all of it up to the line still to
+        be checked (the first one after the first newline, then each in turn), past it once that line
+        is indented enough (a cut lands where a line's text starts, never before the line checked next)."""
+        if self.n_indent <= 0 or not self.has_new_line:
+            return len(self.text)
+        start = self.line or self.text.find("\n") + 1
+        pos = start
+        while pos < len(self.text) and self.text[pos] in " \t":
+            pos += 1
+        if pos < len(self.text) and pos - start >= self.n_indent:  # it passed: the next line is the one to wait for
+            nl = self.text.find("\n", start)
+            return len(self.text) if nl < 0 else nl + 1
+        return start
 
     def feed(self, delta: str, elapsed_ms: float) -> int | None:
         """The answer's text grew by `delta`, `elapsed_ms` into generation: the length of text to keep

@@ -68,8 +68,9 @@ class LlamaReply:
 
     async def _deltas(self):
         """(text to send, its token ids, (finish_reason, stop_reason) once it ends) per engine output; an
-        editor stop ends it early, as a limit, and aborts the rest (its text may cut into text already
-        streamed, which a stream cannot take back, as llama-server's)."""
+        editor stop ends it early, as a limit, and aborts the rest. Text an n_indent cut could still take
+        back waits (EditorStops.settled), so the deltas join to the whole reply's content."""
+        sent = 0
         async for _, out in self.gen.outputs():
             self.first = self.first or time.monotonic()
             if self.prompt_only:
@@ -77,16 +78,16 @@ class LlamaReply:
                     yield "", [], ("length", None)
                 continue
             self.tokens += out.new_token_ids
-            sent = len(self.text)
             cut = self.stops.feed(out.new_text, (time.monotonic() - self.first) * 1e3) if self.stops.active else None
-            if cut is None:
-                self.text += out.new_text
-                yield out.new_text, out.new_token_ids, (out.finish_reason, out.stop_reason) if out.finished else None
-                continue
-            self.text = self.stops.text[:cut]
-            self.gen.abort()
-            yield self.text[sent:], out.new_token_ids, ("length", None)
-            return
+            self.text = self.stops.text[:cut] if cut is not None else self.text + out.new_text
+            end = ("length", None) if cut is not None else (out.finish_reason, out.stop_reason) if out.finished else None
+            if cut is not None:
+                self.gen.abort()
+            upto = len(self.text) if end is not None or not self.stops.active else self.stops.settled()
+            yield self.text[sent:upto], out.new_token_ids, end
+            if cut is not None:
+                return
+            sent = max(sent, upto)
 
     def _final(self, content: str, finish: str | None, stop_reason, whole: bool) -> dict:
         """llama-server's last /completion object (server_task_result_cmpl_final); a stream's last one

@@ -216,6 +216,17 @@ def test_n_indent_ends_the_block_as_llama_server(fim_fake):
     assert whole["content"] == "a = 1\n    b = 2\n    c = 3\nd = 4\ne = 5\nf" and whole["stop_type"] == "eos"
 
 
+def test_a_streamed_n_indent_cut_sends_no_text_it_takes_back(fim_fake):
+    """The deltas join to the whole reply's content: the line back at the margin waits until it is judged
+    (llama-server sends it first, and an editor joining its deltas inserts what the cut leaves out)."""
+    ask = {"input_prefix": "script:indent", "input_suffix": "", "n_indent": 4}
+    with fim_fake.client.stream("POST", "/infill", json={**ask, "stream": True}) as r:
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line]
+    *deltas, last = chunks
+    assert "".join(c["content"] for c in deltas) == "a = 1\n    b = 2\n    c = 3\n"
+    assert last["stop"] is True and last["stop_type"] == "limit"
+
+
 def test_an_engine_error_mid_stream_is_a_last_event_in_llama_servers_shape(fim_fake):
     """The scripted fake's `script:fail` prompt fails after one piece."""
     fake = fim_fake
