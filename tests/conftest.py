@@ -158,7 +158,8 @@ def _hearth_logger_restored():
     logger = logging.getLogger("hearth")
     handlers, level = list(logger.handlers), logger.level
     yield
-    logger.handlers[:], logger.level = handlers, level
+    logger.handlers[:] = handlers
+    logger.setLevel(level)  # not .level =: setLevel clears the children's cached isEnabledFor
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """The FastAPI app: the served models (a ModelPool: one AsyncEngine per loaded model, owned by the
-lifespan), the OpenAI and Anthropic routes, llama-server's /infill, /health, /metrics, the chat page at
+lifespan), the OpenAI and Anthropic routes, llama-server's /infill and /completion, /health, /metrics, the chat page at
 `/`; auth, CORS and a body-size limit around all of it."""
 
 from __future__ import annotations

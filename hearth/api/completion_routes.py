@@ -9,7 +9,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
-from hearth.api.llama_protocol import CompletionRequest
+from hearth.api.llama_protocol import LlamaCompletionRequest
 from hearth.api.llama_reply import respond
 from hearth.api.sampling import outside_vocabulary
 
@@ -18,7 +18,7 @@ router = APIRouter()
 
 @router.post("/completion")
 @router.post("/completions")
-async def completion(body: CompletionRequest, request: Request):
+async def completion(body: LlamaCompletionRequest, request: Request):
     served = await request.app.state.models.get(body.model)
     return await respond(request, served, _prompt_ids(served, body.prompt), body)
 
@@ -34,6 +34,6 @@ def _prompt_ids(served, prompt: str | list[int]) -> list[int]:
     if not ids:
         raise APIError(400, "prompt: must not be empty", param="prompt")
     if len(ids) >= served.max_model_len:
-        raise APIError(400, f"prompt: has {len(ids)} tokens, the context holds {served.max_model_len} with room "
-                            f"for one more", param="prompt", code="context_length_exceeded")
+        raise APIError(400, f"prompt: has {len(ids)} tokens, the context holds {served.max_model_len} and the "
+                            f"answer needs at least one more", param="prompt", code="context_length_exceeded")
     return ids

@@ -1,7 +1,7 @@
 """Errors as the wires spell them: OpenAI `{"error": {message, type, param, code}}`, Anthropic
 `{"type": "error", "error": {type, message}}` and llama-server `{"error": {code, message, type}}` (code:
 the HTTP status; hearth adds `param`), chosen by the route (`/v1/messages...` speaks Anthropic,
-`/infill` llama-server). Every handler here turns a failure into one of those bodies; a malformed model
+`/infill` and `/completion(s)` llama-server). Every handler here turns a failure into one of those bodies; a malformed model
 output never reaches them (the output parsers fall back to plain text)."""
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ def is_anthropic(path: str) -> bool:
     return path.startswith("/v1/messages")
 
 
-_LLAMA_ROUTES = frozenset({"/infill", "/completion", "/completions"})
+LLAMA_ROUTES = ("/infill", "/completion", "/completions")
 """Routes that speak llama-server's wire (format_error_response in tools/server/server-common.cpp)."""
+LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
+"""SamplingParams fields by their llama-server names."""
 
 
 def error_body(path: str, status: int, message: str, param: str | None = None,
@@ -72,7 +74,7 @@ def error_body(path: str, status: int, message: str, param: str | None = None,
     openai_type, anthropic_type = _TYPES.get(status, _TYPES[400] if status < 500 else _TYPES[500])
     if is_anthropic(path):
         return {"type": "error", "error": {"type": anthropic_type, "message": message}}
-    if path in _LLAMA_ROUTES:
+    if path in LLAMA_ROUTES:
         return {"error": {"code": status, "message": message, "type": openai_type, "param": param}}
     return {"error": {"message": message, "type": openai_type, "param": param, "code": code}}
 
@@ -82,15 +84,13 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
     return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
 
 
-_PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", "/infill": "prompt", "/completion": "prompt",
-                 "/completions": "prompt"}
+_PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", **dict.fromkeys(LLAMA_ROUTES, "prompt")}
 """The request field that holds the prompt, per route (elsewhere: messages)."""
 _SCHEMA_FIELD = {"/v1/chat/completions": "response_format.json_schema.schema",
                  "/v1/messages": "output_config.format.schema", "/v1/responses": "text.format.schema"}
 """The request field that holds a structured-output JSON schema, per route."""
 _WIRE_NAMES = {"/v1/completions": {"prompt_logprobs": "logprobs"},  # echo asks the prompt's by logprobs
-               **dict.fromkeys(("/infill", "/completion", "/completions"),
-                               {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}),
+               **dict.fromkeys(LLAMA_ROUTES, LLAMA_WIRE_NAMES),
                "/v1/chat/completions": {"logprobs": "top_logprobs"}}
 """SamplingParams fields the engine checks (check_request) by their name on a route's wire."""
 

@@ -7,17 +7,14 @@ What it drops to fit the context it names: `truncated: true` (llama-server's fie
 
 from __future__ import annotations
 
-import logging
-
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
 from hearth.api.infill import DoesNotFit, Dropped, NoFIMTokens, extra_context, fim_tokens, fit
 from hearth.api.infill_protocol import InfillRequest
-from hearth.api.llama_reply import answer_room, respond
+from hearth.api.llama_reply import engine_max_tokens, respond
 
 router = APIRouter()
-log = logging.getLogger("hearth.api")
 
 ROOM_WITHOUT_LIMIT = 256
 """Tokens kept free for the answer when fitting a request without n_predict (at most a quarter of the
@@ -33,9 +30,7 @@ async def infill(body: InfillRequest, request: Request):
         fim = fim_tokens(served.tokenizer)
     except NoFIMTokens as e:
         raise APIError(400, str(e), param="model") from None
-    ids, dropped = _prompt(served, fim, body, answer_room(body))
-    if dropped:
-        log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)
+    ids, dropped = _prompt(served, fim, body, engine_max_tokens(body))
     return await respond(request, served, ids, body, dropped)
 
 
@@ -52,6 +47,6 @@ def _prompt(served, fim, body: InfillRequest, limit: int | None) -> tuple[list[i
                    served.max_model_len - answer)
     except DoesNotFit as e:
         field = "n_predict" if limit is not None and e.needed < served.max_model_len else "prompt"
-        raise APIError(400, f"{field}: the prompt field and the FIM markers take {e.needed} tokens and the "
+        raise APIError(400, f"{field}: the prompt field, the FIM markers and the repo header take {e.needed} tokens and the "
                             f"answer {answer}, more than the context holds ({served.max_model_len})",
                        param=field, code="context_length_exceeded") from None

@@ -15,8 +15,9 @@ from hearth.api.openai_protocol import _Request
 class LlamaOptions(_Request):
     model: str | None = None
     n_predict: StrictInt | None = None
-    """Any negative (llama-server's -1, its default, and -2): until an end token or the context is full;
-    0: evaluate the prompt into the cache and answer nothing (editors warm the cache so)."""
+    """-1 (llama-server's default): until an end token or the context is full, and so any negative here
+    (hearth's choice: llama-server stops a -2 or -7 after one token); 0: evaluate the prompt into the
+    cache and answer nothing (editors warm the cache so). null: not given."""
     max_tokens: StrictInt | None = None
     """llama-server's alias of n_predict, read where n_predict is absent."""
     temperature: StrictFloat = 0.8
@@ -44,22 +45,16 @@ class LlamaOptions(_Request):
     @field_validator("stop")
     @classmethod
     def _one_stop(cls, v: list[str] | str) -> list[str]:
-        return [v] if isinstance(v, str) else v
-
-    @field_validator("n_predict", "max_tokens")
-    @classmethod
-    def _limit(cls, v: int | None) -> int | None:
-        """Any negative is no limit, as llama.cpp reads it (-1 "infinity" and -2 "until the context is
-        full" both end at the context here)."""
-        return None if v is not None and v < 0 else v
+        return [s for s in ([v] if isinstance(v, str) else v) if s]  # llama-server skips empty stop words
 
     def limit(self) -> int | None:
-        """The answer's token limit (None: none; 0: the prompt only), n_predict before its alias max_tokens."""
-        given = self.model_fields_set
-        return self.n_predict if "n_predict" in given else self.max_tokens
+        """The answer's token limit (None: none; 0: the prompt only), n_predict before its alias max_tokens
+        (a null one is not given, as llama-server's json_value reads it)."""
+        given = self.n_predict if self.n_predict is not None else self.max_tokens
+        return None if given is None or given < 0 else given
 
 
-class CompletionRequest(LlamaOptions):
+class LlamaCompletionRequest(LlamaOptions):
     """POST /completion (and /completions): a raw prompt, no template."""
     prompt: StrictStr | list[StrictInt]
     """Text (BOS added where the model adds one, special tokens parsed, as llama-server) or token ids."""

@@ -7,9 +7,10 @@ n_predict 0 (the prompt into the cache, an empty answer)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
-from hearth.api.errors import error_body, from_hearth_error
+from hearth.api.errors import LLAMA_WIRE_NAMES, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
@@ -18,8 +19,10 @@ from hearth.api.sampling import make_params
 from hearth.api.sse import SSEResponse, data_event
 from hearth.errors import HearthError
 
+log = logging.getLogger("hearth.api")
 
-def answer_room(body: LlamaOptions) -> int | None:
+
+def engine_max_tokens(body: LlamaOptions) -> int | None:
     """The engine's max_tokens for the request's n_predict (None: none). n_predict 0 (llama.vim's
     ring_update, llama.vscode's prepare) computes the prompt into the prefix cache, as /v1/completions'
     prompt scoring runs it: the engine computes one token, which the reply drops."""
@@ -33,8 +36,8 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
         "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "seed": None if body.seed < 0 else body.seed,
-        "max_tokens": answer_room(body), "stop": list(body.stop), "ignore_eos": body.ignore_eos},
-        state.limits, served.max_model_len, {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"},
+        "max_tokens": engine_max_tokens(body), "stop": list(body.stop), "ignore_eos": body.ignore_eos},
+        state.limits, served.max_model_len, LLAMA_WIRE_NAMES,
         prompt_tokens=prompt_tokens)
 
 
@@ -42,6 +45,8 @@ async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: 
     """Run `ids` with the body's options; the reply whole, or its stream."""
     state = request.app.state
     params = llama_params(body, state, served, len(ids))
+    if dropped:  # said once the request is valid: a 400 for its options dropped nothing
+        log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
     reply = LlamaReply(served, gen, ids, body, dropped, prompt_only=body.limit() == 0)
     if body.stream:

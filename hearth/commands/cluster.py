@@ -9,6 +9,7 @@ import sys
 import time
 
 from hearth.commands import serve
+from hearth.commands.logs import configure_logging
 from hearth.config import DEFAULT_MODEL
 
 ROUTINGS = ("prefix", "round-robin", "least-loaded")
@@ -39,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
 
     from hearth.loader.resolve import resolve_model
 
-    serve.configure_logging(args.log_level)
+    configure_logging(args.log_level)
     if args.threads:
         raise ClusterError("use --threads-per-replica, not --threads, with hearth cluster serve")
     if len(args.model) > 1 or args.models:
