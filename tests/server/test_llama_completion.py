@@ -93,3 +93,18 @@ def test_tokenize_and_detokenize_in_llama_servers_shape(client):
     assert client.post("/detokenize", json={"tokens": plain}).json()["content"] == PROMPT
     r = client.post("/tokenize", json={"content": PROMPT, "prompt": PROMPT})
     assert r.status_code == 400 and r.json()["error"]["param"] == "content"
+
+
+def test_a_model_that_adds_a_bos_gets_it_where_llama_server_adds_it(tmp_path):
+    """SentencePiece tiny model (adds BOS): /completion's text prompt and /tokenize's add_special get the
+    BOS, /tokenize's content without add_special (llama-server's default) does not."""
+    path = tmp_path / "tiny-spm.gguf"
+    write_tiny_gguf(path, "llama", tokenizer="llama")
+    llm = LLM(str(path), max_model_len=CONTEXT, max_num_batched_tokens=64, progress=False)
+    bos = llm.tokenizer.bos_id
+    with TestClient(create_app(ServedModel.from_llm(llm, ["spm"], AsyncEngine(llm.engine)))) as c:
+        bare = c.post("/tokenize", json={"content": PROMPT}).json()["tokens"]
+        with_bos = c.post("/tokenize", json={"content": PROMPT, "add_special": True}).json()["tokens"]
+        assert bare[0] != bos and with_bos == [bos, *bare]
+        body = c.post("/completion", json={"prompt": PROMPT, **GREEDY}).json()
+        assert body["tokens_evaluated"] == len(with_bos)
