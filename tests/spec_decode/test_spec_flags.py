@@ -35,9 +35,9 @@ def test_run_takes_serve_s_speculative_flags(argv):
     assert speculative_config(run) == speculative_config(serve)
 
 
-def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
-    """Speculation runs (a Q8_0 model: the native kernels verify rows bit for bit), and greedy output
-    with it equals greedy output without it."""
+def q8_model_and_spy(tmp_path, monkeypatch):
+    """A tiny Q8_0 model (the native kernels verify rows bit for bit, so speculation runs) and the list
+    of every LLM the command makes."""
     import hearth.llm
 
     path = tmp_path / "q8.gguf"
@@ -50,6 +50,13 @@ def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
             made.append(self)
 
     monkeypatch.setattr(hearth.llm, "LLM", Spy)
+    return path, made
+
+
+def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
+    """Speculation runs (a Q8_0 model: the native kernels verify rows bit for bit), and greedy output
+    with it equals greedy output without it."""
+    path, made = q8_model_and_spy(tmp_path, monkeypatch)
     prompt = "one two one two one two one"
     assert main(["run", str(path), prompt, *GREEDY]) == 0
     plain = capsys.readouterr().out
@@ -108,18 +115,7 @@ def test_run_verbose_says_what_speculation_drafted_and_accepted(capsys, monkeypa
     import io
     import re
 
-    import hearth.llm
-
-    path = tmp_path / "q8.gguf"
-    write_tiny_gguf(path, "llama", qtype="Q8_0")
-    made = []
-
-    class Spy(hearth.llm.LLM):
-        def __init__(self, *a, **kw):
-            super().__init__(*a, **kw)
-            made.append(self)
-
-    monkeypatch.setattr(hearth.llm, "LLM", Spy)
+    path, made = q8_model_and_spy(tmp_path, monkeypatch)
     prompt = "one two one two one two one two one two one"
     argv = ["run", str(path), "--raw", "--temperature", "0", "--max-tokens", "24", "--verbose"]
     assert main([*argv, prompt]) == 0
