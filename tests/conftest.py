@@ -131,6 +131,25 @@ def pytest_ignore_collect(collection_path: Path, config):
     return None if holds_tiered(path.relative_to(TESTS).as_posix(), is_dir) else True
 
 
+SHARED_WORKER = {"tests/models/test_fidelity.py": "tests/test_golden_llamacpp.py"}
+"""Modules make test's xdist workers keep together (`--dist loadfile`): the fidelity test's prefill path
+and the goldens read the same teacher-forced rows (tests/teacher_forced.py), kept per process."""
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, with the SHARED_WORKER modules one unit of work (other modes: xdist's own)."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = super()._split_scope(nodeid)
+            return SHARED_WORKER.get(module, module)
+
+    return Scheduling(config, log)
+
+
 HEAVY = ("real_model", "server", "browser", "emulated")
 """Kinds of test that take seconds each, where a unit test takes milliseconds."""
 
