@@ -48,7 +48,7 @@ async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: 
     if dropped:  # said once the request is valid: a 400 for its options dropped nothing
         log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
-    reply = LlamaReply(served, gen, ids, body, dropped, prompt_only=body.limit() == 0)
+    reply = LlamaReply(served, gen, ids, body, dropped)
     if body.stream:
         return SSEResponse(reply.events(request.url.path), on_close=gen.abort)
     result = await until_disconnect(request, reply.body())
@@ -58,12 +58,11 @@ async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: 
 class LlamaReply:
     """One answer in llama-server's /completion shape, whole (`body`) or streamed (`events`)."""
 
-    def __init__(self, served, gen: Generation, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped(),
-                 prompt_only: bool = False):
+    def __init__(self, served, gen: Generation, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped()):
         """ids: the prompt run; dropped: what /infill left out to fit (/completion drops nothing);
-        prompt_only: n_predict 0, the one token the engine computes is dropped."""
+        n_predict 0 (prompt_only): the one token the engine computes is dropped."""
         self.served, self.gen, self.ids, self.dropped, self.request = served, gen, ids, dropped, body
-        self.prompt_only = prompt_only
+        self.prompt_only = body.limit() == 0
         self.tokens: list[int] = []
         self.text = ""
         self.start = time.monotonic()
