@@ -75,7 +75,7 @@ def test_rows_are_independent_of_the_batch(qtype):
 @pytest.mark.parametrize("code_byte", [0x00, 0xFF])
 def test_gemv_q6k_int16_sums_at_the_codes_extremes(code_byte):
     """The GEMV adds Q6_K's products of 8 weights in int16 before subtracting 32 x the activations'
-    sums (blocks_avx2.h words_dot): the sum of code x activation wraps (up to 8 x 63 x 127), the
+    sums (gemv_avx2.h words_dot): the sum of code x activation wraps (up to 8 x 63 x 127), the
     difference, sum((code - 32) x), does not (8 x 32 x 127 < 2^15). Every code 0 (-32) or 63 (+31)
     against activations at +-127, scales at -128 and 127: where a wrong order of the two would show."""
     t = random_tensor(Q.Q6_K, 19, 512, np.random.default_rng(23))

@@ -1,7 +1,7 @@
 // The same matmul on AMX tiles for a batch of activation rows (a decode batch, a verify step): one
 // TDPBUSD per 16 weight rows x 16 activation rows x one scale group (16 weights for the k-quants, the
 // whole 32-weight block for the 32-wide types) multiplies the weights' u8 codes by the activations'
-// int8 codes exactly, then AVX-512 applies the group's scales in f32. The GEMV (blocks.h rows_dot)
+// int8 codes exactly, then AVX-512 applies the group's scales in f32. The GEMV (rows_dot.h)
 // re-decodes each weight chunk for every 4 activation rows; here a tile op does 16 x 16 x 16 (or 32)
 // and the unpacked codes are shared by every row of the batch.
 //

@@ -247,7 +247,7 @@ inline int32x4_t dot16(int8x16_t a, int8x16_t b) {
 #endif
 }
 
-// y[m] for rows m0 .. m0 + MT of the activations and one weight row: blocks_avx2.h's dot_row (per 32
+// y[m] for rows m0 .. m0 + MT of the activations and one weight row: gemv_avx2.h's dot_row (per 32
 // weights the integer dot, times weight scale x activation scale; offsets on the side)
 template <class T, int MT>
 void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy) {

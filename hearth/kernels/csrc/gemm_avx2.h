@@ -8,7 +8,7 @@
 // features and a row: 4 integer dots (vpdpbusd on AVX-VNNI; else 4 vpmaddubsw whose int16 pairs add up
 // in int16 as far as the codes' range allows, gemm_chain, then one vpmaddwd) and 4 ops of epilogue,
 // against the GEMV's 4 vpmaddubsw, 3 vphaddw, 1 vpmaddwd and ~3.5 f32 ops per 128 k of one feature
-// (4-bit codes; blocks_avx2.h dot_row): the GEMV sums lanes of k, so every (row, feature) pair pays
+// (4-bit codes; gemv_avx2.h dot_row): the GEMV sums lanes of k, so every (row, feature) pair pays
 // its own reduction and epilogue. Those 4 are the limit here: on Sapphire Rapids
 // vpdpbusd ymm and the f32 ops issue on the same 2 ports (measured: 8 dpbusd + 8 FMA take the time of
 // both alone), so the epilogue holds half the ALU slots (~196 GOP/s a core of ~380). On Zen 4 (no

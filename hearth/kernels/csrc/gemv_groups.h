@@ -1,4 +1,4 @@
-// The GEMV's lane order (blocks.h dot_row): the rearrangement of a superblock's codes, the fixed sum
+// The GEMV's lane order (gemv_vnni.h dot_row): the rearrangement of a superblock's codes, the fixed sum
 // of a row's 16 group sums, and the weights' codes read straight into that order. Included by
 // blocks.h after the block types and Act, inside its namespace.
 #pragma once

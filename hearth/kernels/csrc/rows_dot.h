@@ -1,5 +1,6 @@
-// The GEMV's row loop, the same for every kernel library: included by blocks.h and blocks_avx2.h
-// after their own Act and dot_row<T, MT> (the ISA-specific parts), so one copy serves both.
+// The GEMV's row loop, the same for every kernel library: included by each library's GEMV header
+// (gemv_vnni.h, gemv_avx2.h, blocks_neon.h) after its own Act and dot_row<T, MT> (the ISA-specific
+// parts), so one copy serves them all.
 #pragma once
 
 constexpr int64_t PREFETCH_BYTES = 4096;
