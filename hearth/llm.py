@@ -15,6 +15,7 @@ from dataclasses import fields, replace
 
 import torch
 
+from hearth import llm_draft
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig
@@ -28,9 +29,8 @@ from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.context import context_in_cache, context_to_run
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
-from hearth.loader.gguf_loader import GGUFFile, head_tensor
+from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
-from hearth.loader.vocab import read_vocab, vocab_difference
 from hearth.memory.gguf_shape import shape_from_gguf
 from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import load_model
@@ -39,12 +39,8 @@ from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
 from hearth.runner.drafter import DraftModel
-from hearth.runner.draft_quant import requantized
-from hearth.runner.draft_vocab import DraftVocab
-from hearth.spec_decode.config import DEFAULT_DRAFT_VOCAB, InvalidSpeculativeConfig, SpeculativeConfig
-from hearth.spec_decode.cost import StepCost
+from hearth.spec_decode.config import SpeculativeConfig
 from hearth.spec_decode.policy import SpeculativeDecoder
-from hearth.spec_decode.thresholds import POLICY
 from hearth.tool_guard import DEFAULT_MODE
 from hearth.tool_guard.offline import chat_constraint, chat_message
 
@@ -100,7 +96,7 @@ class LLM:
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
             trained = shape_from_gguf(self.gguf).context_length
             spec.check_context(context_to_run(cfg.max_model_len, trained, quiet=True))
-        draft_gguf = _draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
+        draft_gguf = llm_draft.draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
@@ -117,8 +113,8 @@ class LLM:
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
             log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
-        draft_gguf = _draft_weights(spec, draft_gguf, self.backend)
-        draft = _draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
+        draft_gguf = llm_draft.draft_weights(spec, draft_gguf, self.backend)
+        draft = llm_draft.draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
@@ -152,15 +148,15 @@ class LLM:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         if spec is not None and draft is not None:
             self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens,
-                                             _draft_vocab(spec, draft_gguf, draft[1], self.backend,
-                                                         self.tokenizer.special_ids, self.tokenizer.eog_ids))
+                                             llm_draft.draft_vocab(spec, draft_gguf, draft[1], self.backend,
+                                                                   self.tokenizer.special_ids, self.tokenizer.eog_ids))
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
                               self.runner.verify_rows)
-        self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size,
-                                 SpeculativeDecoder(spec, _step_cost(spec, self.runner.row_passes) if spec.cost_aware else None,
-                                                    self.tokenizer) if spec is not None else None,
+        policy = None if spec is None else SpeculativeDecoder(
+            spec, llm_draft.step_cost(spec, self.runner.row_passes) if spec.cost_aware else None, self.tokenizer)
+        self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size, policy,
                                  # a context the cache caps is not raised by --max-model-len: no such hint
                                  model_context=mc.context_length if self.max_model_len == context else
                                  self.max_model_len, max_logprobs=cfg.max_logprobs)
@@ -355,68 +351,6 @@ def _template_messages(messages: list[dict]) -> list[dict]:
         return openai_messages(messages, wire=False)
     except APIError as e:
         raise ValueError(e.message) from None
-
-
-def _step_cost(spec: SpeculativeConfig, passes: tuple[int, int, int]) -> StepCost:
-    """A draft token's cost, measured on this engine's steps from a prior for the method."""
-    if spec.method == "draft":
-        return StepCost(POLICY.draft_model_token_cost, catch_up_prior=POLICY.draft_catch_up_cost, passes=passes)
-    return StepCost(POLICY.draft_token_cost, passes=passes)
-
-
-def _draft_gguf(spec: SpeculativeConfig | None, target: Tokenizer) -> GGUFFile | None:
-    """The draft model's file (method draft), once its vocabulary is checked to be the target's:
-    the drafts are token ids the target scores, so both must mean the same strings by them."""
-    if spec is None or spec.method != "draft":
-        return None
-    try:
-        g = GGUFFile(resolve_model(spec.model))
-        theirs = read_vocab(g).tokens
-    except (HearthError, OSError, ValueError, KeyError) as e:
-        raise InvalidSpeculativeConfig(f"speculative_config.model {spec.model!r}: {e}") from None
-    if differ := vocab_difference(target.tokens, theirs):
-        raise InvalidSpeculativeConfig(f"speculative_config.model: vocabulary differs from the target's {differ}")
-    spec.check_draft_vocab(head_tensor(g).shape[0])  # before the load, as every other bad value
-    return g
-
-
-def _draft_weights(spec: SpeculativeConfig | None, g: GGUFFile | None, backend) -> GGUFFile | None:
-    """The draft's file seen re-encoded at speculative_config.draft_quant where that is set (only
-    once speculation is known to run: the encoding is the load's slowest part)."""
-    if g is None or not spec.draft_quant:
-        return g
-    log.info(f"hearth: draft {g.path.name}: matrices at {spec.draft_quant} (encoded at the first load, then cached)")
-    return requantized(g, spec.draft_quant, backend)
-
-
-def _draft_model(g: GGUFFile, backend):
-    """The draft model's (module, ModelConfig); its K/V comes later, in the target's block layout."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as for the target: repacking is many small ops
-    try:
-        return load_model(g, backend)
-    except HearthError as e:
-        raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
-    finally:
-        torch.set_num_threads(threads)
-
-
-KEPT_SPECIAL_MAX = 512
-"""Special tokens past a reduced draft head scored on every draft step, at most (Qwen2.5: 22); past
-this only the end-of-generation ones (gemma3 marks 6,176 there, mostly <unused*>: a dense matmul a step)."""
-
-
-def _draft_vocab(spec: SpeculativeConfig, g: GGUFFile, mc, backend, special: list[int], eog: set[int]
-                 ) -> DraftVocab | None:
-    """The draft's reduced head (speculative_config.draft_vocab; the special tokens kept), or None for
-    the whole vocabulary."""
-    head = head_tensor(g)
-    size = spec.draft_vocab_for(head.shape[0], DEFAULT_DRAFT_VOCAB if backend.reduced_draft_head else 0)
-    if not size:
-        return None
-    past = [i for i in special if i >= size]
-    keep = special if len(past) <= KEPT_SPECIAL_MAX else sorted(eog)
-    return DraftVocab(head, size, backend, mc.final_logit_softcap, keep=keep)
 
 
 def _cache_key(path: Path, codec: str, block_size: int) -> bytes:

@@ -93,6 +93,7 @@ def test_where_speculation_is_off_the_draft_is_neither_re_encoded_nor_loaded(tmp
 
     from hearth import LLM
     from hearth import llm as llm_module
+    from hearth import llm_draft
     from hearth.kernels import native
 
     target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
@@ -100,9 +101,10 @@ def test_where_speculation_is_off_the_draft_is_neither_re_encoded_nor_loaded(tmp
     write_tiny_gguf(draft, "qwen2", qtype="F32")  # the same vocabulary, every matrix wider than Q4_0
     spec = {"method": "draft", "model": str(draft), "num_speculative_tokens": 2, "draft_quant": "q4_0"}
     encoded, loaded = [], []
-    monkeypatch.setattr(llm_module, "requantized", lambda g, *a: encoded.append(g.path) or requantized(g, *a))
+    monkeypatch.setattr(llm_draft, "requantized", lambda g, *a: encoded.append(g.path) or requantized(g, *a))
     load = llm_module.load_model
-    monkeypatch.setattr(llm_module, "load_model", lambda g, *a, **k: loaded.append(g.path) or load(g, *a, **k))
+    for module in (llm_module, llm_draft):  # the target's load, the draft's
+        monkeypatch.setattr(module, "load_model", lambda g, *a, **k: loaded.append(g.path) or load(g, *a, **k))
     monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))  # the encoding's cache stays in the test's dir
     with caplog.at_level(logging.WARNING, logger="hearth"):
         llm = LLM(str(target), device="torch", progress=False, speculative_config=spec)

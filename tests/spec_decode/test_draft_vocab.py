@@ -80,18 +80,18 @@ def test_the_llm_keeps_the_vocabularys_special_tokens_in_the_drafts_head(tmp_pat
 def test_past_many_special_tokens_only_the_end_of_generation_ones_are_kept(tiny, monkeypatch):
     """gemma3 marks 6,176 tokens special past 65,536 (mostly <unused*>): scoring them all each draft
     step is a dense matmul; past KEPT_SPECIAL_MAX only the end-of-generation tokens are kept."""
-    from hearth import llm as llm_module
+    from hearth import llm_draft
 
     model, head = tiny
     spec = SpeculativeConfig.parse({"method": "draft", "model": "x", "draft_vocab": 100})
     mc = type("MC", (), {"final_logit_softcap": None})()
-    monkeypatch.setattr(llm_module, "head_tensor", lambda _: head)  # the draft file's head
+    monkeypatch.setattr(llm_draft, "head_tensor", lambda _: head)  # the draft file's head
     g = None
     special = list(range(150, 320))
-    few = llm_module._draft_vocab(spec, g, mc, model.backend, special, {319})
+    few = llm_draft.draft_vocab(spec, g, mc, model.backend, special, {319})
     assert few.kept == special
-    monkeypatch.setattr(llm_module, "KEPT_SPECIAL_MAX", 64)
-    many = llm_module._draft_vocab(spec, g, mc, model.backend, special, {319})
+    monkeypatch.setattr(llm_draft, "KEPT_SPECIAL_MAX", 64)
+    many = llm_draft.draft_vocab(spec, g, mc, model.backend, special, {319})
     assert many.kept == [319]
 
 
