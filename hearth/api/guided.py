@@ -6,25 +6,18 @@ hold one constraint, and a second is a 400 naming it, as is one the grammar engi
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from typing import Any
 
 from hearth.api.errors import APIError
+from hearth.config import json_object
 from hearth.sample.grammar import InvalidStructuredOutput, compile_grammar
 from hearth.sampling_params import StructuredOutput
 
 
 def _json(v: Any) -> StructuredOutput:
-    if isinstance(v, str):  # vLLM takes the schema as JSON text too
-        try:
-            v = json.loads(v)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"is not valid JSON: {e.msg} (at {e.pos})") from None
-    if not isinstance(v, dict):
-        raise ValueError(f"must be a JSON schema object, not {type(v).__name__}")
-    return StructuredOutput(json_schema=v)
+    return StructuredOutput(json_schema=json_object(v, "a JSON schema object"))  # vLLM takes JSON text too
 
 
 def _text(make: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:

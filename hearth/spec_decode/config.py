@@ -3,9 +3,9 @@ naming the field."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 
+from hearth.config import json_object
 from hearth.errors import HearthError
 from hearth.spec_decode.thresholds import POLICY
 
@@ -195,13 +195,10 @@ class SpeculativeConfig:
 def given_keys(value: dict | str) -> dict:
     """The keys a config gives, as a dict, from a dict or its JSON text (a null method is not given):
     what `hearth serve` compares its other speculation flags with."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise InvalidSpeculativeConfig(f"speculative_config is not valid JSON: {e.msg} (at {e.pos})") from None
-    if not isinstance(value, dict):
-        raise InvalidSpeculativeConfig(f"speculative_config must be a JSON object, not {type(value).__name__}")
+    try:
+        value = json_object(value)
+    except ValueError as e:
+        raise InvalidSpeculativeConfig(f"speculative_config {e}") from None
     return {k: v for k, v in value.items() if not (k == "method" and v is None)}
 
 

@@ -223,3 +223,11 @@ def test_the_cursor_is_dropped_where_the_output_stops_copying():
     assert gone[-1] == [] and all(d == [] for d in gone[7:])
     short = copying(src, [10, 11, 60, 12])  # two tokens copied are a match, not a copy yet
     assert short[2] == [] and short[3] == []
+
+
+def test_json_text_errors_name_speculative_config():
+    """hearth.config.json_object parses it (guided_json's too): the words stay this field's own."""
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not list$"):
+        SpeculativeConfig.parse("[1, 2]")
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config is not valid JSON: .* \(at 1\)$"):
+        SpeculativeConfig.parse("{")
