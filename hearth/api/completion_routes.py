@@ -11,7 +11,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError
 from hearth.api.llama_protocol import LlamaCompletionRequest
 from hearth.api.llama_reply import respond
-from hearth.api.sampling import outside_vocabulary
+from hearth.api.sampling import prompt_token_ids
 
 router = APIRouter()
 
@@ -27,12 +27,10 @@ def _prompt_ids(served, prompt: str | list[int]) -> list[int]:
     """Text as llama-server tokenizes it (BOS where the model adds one, special tokens parsed); ids as given."""
     if isinstance(prompt, str):
         ids = served.encode_text(prompt, add_special_tokens=True)
+        if not ids:
+            raise APIError(400, "prompt: must not be empty", param="prompt")
     else:
-        if why := outside_vocabulary(prompt, served.vocab_size):
-            raise APIError(400, f"prompt: {why}", param="prompt")
-        ids = list(prompt)
-    if not ids:
-        raise APIError(400, "prompt: must not be empty", param="prompt")
+        ids = prompt_token_ids(prompt, served.vocab_size)
     if len(ids) >= served.max_model_len:
         raise APIError(400, f"prompt: has {len(ids)} tokens, the context holds {served.max_model_len} and the "
                             f"answer needs at least one more", param="prompt", code="context_length_exceeded")

@@ -2,6 +2,7 @@
 their outputs merged into one stream of (index, EngineOutput), or collected whole. Prompt logprobs
 are asked of each prompt's first child only: a child that scores its prompt takes no prefix-cache
 hit, so n of them computed the prompt n times; its siblings hit its blocks and are handed its result.
+A request for the prompt alone (prompt_only) computes one token, which its outputs drop.
 
 Every path out (done, client gone, error) aborts what is still running, which frees its KV blocks."""
 
@@ -33,11 +34,19 @@ class Choice:
     """With prompt_logprobs: the prompt tokens' ranks (EngineOutput's)."""
 
 
+PROMPT_ONLY_TOKENS = 1
+"""max_tokens of a request for the prompt alone (llama-server's n_predict 0; /v1/completions' echo with
+max_tokens 0, prompt scoring): the engine has no zero-token request, so it computes one token, which
+Generation(prompt_only=True) drops."""
+
+
 class Generation:
     """`prompts` is one prompt's ids or a batch of them; choice index = prompt index * n + j."""
 
     def __init__(self, engine, prompts: list[int] | list[list[int]], params: SamplingParams, metrics=None,
-                 request_id: str | None = None):
+                 request_id: str | None = None, prompt_only: bool = False):
+        """prompt_only: params ask PROMPT_ONLY_TOKENS, and every output comes without them, ending as a limit."""
+        self.prompt_only = prompt_only
         batch = prompts if prompts and isinstance(prompts[0], list) else [prompts]
         self.request_id = request_id or uuid.uuid4().hex
         self.num_prompt_tokens = sum(len(ids) for ids in batch)
@@ -83,7 +92,8 @@ class Generation:
         try:
             async for i, out in interleave(self.streams):
                 for k, shared in self._shared(i, out) if self._share else ((i, out),):
-                    yield k, self._seen(k, shared)
+                    seen = self._seen(k, shared)  # the metrics count the token computed
+                    yield k, _without_tokens(seen) if self.prompt_only else seen
         finally:
             self.abort()
 
@@ -127,6 +137,14 @@ class Generation:
             self.timers[i].on_output(out)
         self._cached.setdefault(i, out.num_cached_tokens)
         return out
+
+
+def _without_tokens(out: EngineOutput) -> EngineOutput:
+    """A prompt-only request's output: the token computed dropped, the end a limit (as llama-server's
+    n_predict 0 and vLLM's echo with max_tokens 0 report it)."""
+    return replace(out, new_token_ids=[], new_text="", new_logprobs=None if out.new_logprobs is None else [],
+                   new_raw_logprobs=None if out.new_raw_logprobs is None else [],
+                   finish_reason="length" if out.finished else None, stop_reason=None)
 
 
 def check_fits(engine, prompts: int, n: int) -> None:

@@ -11,7 +11,7 @@ import logging
 import time
 
 from hearth.api.errors import LLAMA_WIRE_NAMES, error_body, from_hearth_error
-from hearth.api.generate import Generation, until_disconnect
+from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
 from hearth.api.llama_protocol import LlamaOptions
@@ -24,10 +24,10 @@ log = logging.getLogger("hearth.api")
 
 def engine_max_tokens(body: LlamaOptions) -> int | None:
     """The engine's max_tokens for the request's n_predict (None: none). n_predict 0 (llama.vim's
-    ring_update, llama.vscode's prepare) computes the prompt into the prefix cache, as /v1/completions'
-    prompt scoring runs it: the engine computes one token, which the reply drops."""
+    ring_update, llama.vscode's prepare) computes the prompt into the prefix cache: a prompt-only
+    Generation, as /v1/completions' prompt scoring runs it."""
     limit = body.limit()
-    return 1 if limit == 0 else limit
+    return PROMPT_ONLY_TOKENS if limit == 0 else limit
 
 
 def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
@@ -47,7 +47,7 @@ async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: 
     params = llama_params(body, state, served, len(ids))
     if dropped:  # said once the request is valid: a 400 for its options dropped nothing
         log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)
-    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
+    gen = Generation(served.engine, ids, params, state.metrics.of(served.name), prompt_only=body.limit() == 0)
     reply = LlamaReply(served, gen, ids, body, dropped)
     if body.stream:
         return SSEResponse(reply.events(request.url.path), on_close=gen.abort)
@@ -59,10 +59,8 @@ class LlamaReply:
     """One answer in llama-server's /completion shape, whole (`body`) or streamed (`events`)."""
 
     def __init__(self, served, gen: Generation, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped()):
-        """ids: the prompt run; dropped: what /infill left out to fit (/completion drops nothing);
-        n_predict 0 (prompt_only): the one token the engine computes is dropped."""
+        """ids: the prompt run; dropped: what /infill left out to fit (/completion drops nothing)."""
         self.served, self.gen, self.ids, self.dropped, self.request = served, gen, ids, dropped, body
-        self.prompt_only = body.limit() == 0
         self.tokens: list[int] = []
         self.text = ""
         self.start = time.monotonic()
@@ -77,10 +75,6 @@ class LlamaReply:
         sent = 0
         async for _, out in self.gen.outputs():
             self.first = self.first or time.monotonic()
-            if self.prompt_only:
-                if out.finished:
-                    yield "", [], ("length", None)
-                continue
             self.tokens += out.new_token_ids
             cut = self.stops.feed(out.new_text, (time.monotonic() - self.first) * 1e3) if self.stops.active else None
             self.text = self.stops.text[:cut] if cut is not None else self.text + out.new_text

@@ -17,13 +17,13 @@ import time
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
-from hearth.api.generate import Generation, until_disconnect
+from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.guided import guided
 from hearth.api.infill import FIMTokens, NoFIMTokens, extra_context, fim_tokens, has_fim, layout
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
-from hearth.api.sampling import asked_prompt_logprobs, outside_vocabulary, token_ids
+from hearth.api.sampling import asked_prompt_logprobs, prompt_token_ids, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -42,11 +42,11 @@ async def completions(body: CompletionRequest, request: Request):
     k = check_logprobs("logprobs", body.logprobs, served)
     longest = max(len(ids) for ids in prompts)
     # prompt scoring (lm-eval's loglikelihood: echo, max_tokens 0, logprobs N), as vLLM answers it: the
-    # echoed prompt and its logprobs alone; the engine computes one token, which the reply drops
+    # echoed prompt and its logprobs alone (Generation's prompt_only)
     scoring = body.echo and body.max_tokens == 0
-    if scoring and body.min_tokens:  # named with the client's 0, not the 1 computed below
+    if scoring and body.min_tokens:  # named with the client's 0, not the token computed
         raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
-    max_tokens = 1 if scoring else body.max_tokens
+    max_tokens = PROMPT_ONLY_TOKENS if scoring else body.max_tokens
     asked = asked_prompt_logprobs(body, served)
     echo_k = k if body.echo else None  # the echo's logprobs are the prompt's too
     engine_k = max((k for k in (asked, echo_k) if k is not None), default=None)
@@ -61,8 +61,8 @@ async def completions(body: CompletionRequest, request: Request):
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
         "structured_output": guided(body, {"response_format": response_format(body.response_format)})},
         state.limits, served.max_model_len, prompt_tokens=longest)
-    gen = Generation(served.engine, prompts, params, state.metrics.of(served.name))
-    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, k, scoring, (prompts, asked))
+    gen = Generation(served.engine, prompts, params, state.metrics.of(served.name), prompt_only=scoring)
+    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, k, (prompts, asked))
     if body.stream:
         usage, reply.continuous = stream_usage(body.stream_options)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
@@ -89,14 +89,8 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
             ids.append(served.encode_text(p) if fim is None else
                        served.encode_text(p, add_special_tokens=False, parse_special=False))
         else:  # token ids: checked here, where the error can name the field (decode failed on them)
-            where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
-            if not p:
-                raise APIError(400, f"{where}: must not be empty", param="prompt")
-            why = outside_vocabulary(p, served.vocab_size)
-            if why:
-                raise APIError(400, f"{where}: {why}", param="prompt")
+            ids.append(prompt_token_ids(p, served.vocab_size, "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"))
             texts.append(served.tokenizer.decode(p))
-            ids.append(list(p))
     if fim is not None:  # /infill's layout without input_extra, so both routes run the same tokens
         def encode(text: str) -> list[int]:
             return served.encode_text(text, add_special_tokens=False, parse_special=False)
@@ -115,10 +109,10 @@ def _fim(served) -> FIMTokens:
 
 class _Reply:
     def __init__(self, served, gen: Generation, echo: tuple[list[str], list[list[int]]] | None, k: int | None,
-                 scoring: bool = False, asked: tuple[list[list[int]], int | None] = ([], None)):
-        """echo: the prompts' (texts, token ids); scoring: max_tokens 0, the one token generated is
-        dropped; asked: the prompts' ids and vLLM's prompt_logprobs as asked (None: not asked)."""
-        self.served, self.gen, self.k, self.scoring = served, gen, k, scoring
+                 asked: tuple[list[list[int]], int | None] = ([], None)):
+        """echo: the prompts' (texts, token ids); asked: the prompts' ids and vLLM's prompt_logprobs as
+        asked (None: not asked)."""
+        self.served, self.gen, self.k = served, gen, k
         self.echo, self.echo_ids = echo or (None, None)
         self.id = f"cmpl-{gen.request_id}"
         self.created = int(time.time())
@@ -152,8 +146,6 @@ class _Reply:
     async def body(self) -> dict:
         choices = []
         for c in await self.gen.collect():
-            if self.scoring:
-                c.text, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason = "", [], [], "length", None
             self.completion_tokens += len(c.token_ids)
             prefix = self._echo(c.index)
             choice = {"index": c.index, "text": prefix + c.text,
@@ -178,11 +170,9 @@ class _Reply:
                 yield data_event({**self._payload([_choice(i, self._echo(i))]), **self._usage_so_far(usage)})
         try:
             async for i, out in self.gen.outputs():
-                ids, text, entries = ([], "", []) if self.scoring else (out.new_token_ids, out.new_text,
-                                                                         out.new_logprobs or [])
+                ids, text, entries = out.new_token_ids, out.new_text, out.new_logprobs or []
                 self.completion_tokens += len(ids)
-                length = out.finish_reason == "length" or self.scoring
-                finish = ("length" if length else "stop") if out.finished else None
+                finish = ("length" if out.finish_reason == "length" else "stop") if out.finished else None
                 echoed = self.echo is not None and out.prompt_logprobs is not None
                 start = self.offsets.get(i, len(self._echo(i)))
                 lp = self._logprobs(i, ids, entries, start, out.prompt_logprobs if echoed else None)
@@ -190,7 +180,7 @@ class _Reply:
                     self.offsets[i] = lp["text_offset"][-1] + len(lp["tokens"][-1])
                 choice = _choice(i, self._echo(i) + text if echoed else text, lp, finish)
                 if finish:
-                    choice["stop_reason"] = None if self.scoring else out.stop_reason
+                    choice["stop_reason"] = out.stop_reason
                 yield data_event({**self._payload([choice]), **self._usage_so_far(usage)})
         except HearthError as e:
             err = from_hearth_error(e, path)

@@ -100,6 +100,16 @@ def outside_vocabulary(ids: list[int], vocab_size: int | None) -> str | None:
     return f"token id {bad} is outside the vocabulary" + (f" (0..{vocab_size - 1})" if vocab_size else "")
 
 
+def prompt_token_ids(ids: list[int], vocab_size: int | None, where: str = "prompt") -> list[int]:
+    """A prompt given as token ids (/v1/completions', llama-server's /completion), checked where the
+    error can name it (where: prompt, or prompt[i] of a batch): not empty, every id in the vocabulary."""
+    if not ids:
+        raise APIError(400, f"{where}: must not be empty", param="prompt")
+    if why := outside_vocabulary(ids, vocab_size):
+        raise APIError(400, f"{where}: {why}", param="prompt")
+    return list(ids)
+
+
 def asked_prompt_logprobs(body, served) -> int | None:
     """vLLM's `prompt_logprobs` field -> SamplingParams.prompt_logprobs (a stream's are refused with
     the body: hearth.api.openai_protocol; a k past a tiny vocabulary by the engine's check_request).

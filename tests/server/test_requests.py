@@ -132,6 +132,34 @@ def test_scoring_with_min_tokens_names_the_max_tokens_the_client_sent(fake):
     assert not fake.engine.added
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_prompt_only_request_shows_no_token_on_either_route(fake, stream):
+    """llama-server's n_predict 0 and /v1/completions' echo with max_tokens 0 run one path (Generation's
+    prompt_only): the engine computes one token (here one that ends the answer: "stop"), which neither
+    reply shows, and both end as a limit."""
+    def events(r) -> list[dict]:
+        return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+
+    r = fake.client.post("/completion", json={"prompt": "hello", "n_predict": 0, "stream": stream})
+    assert r.status_code == 200 and fake.last.params.max_tokens == 1, r.text
+    replies = events(r) if stream else [r.json()]  # a stream: its last event alone (no delta had content)
+    assert len(replies) == 1 and replies[0]["content"] == ""
+    assert (replies[0]["tokens_predicted"], replies[0]["stop_type"], replies[0]["tokens"]) == (0, "limit", [])
+
+    r = fake.client.post("/v1/completions", json={"prompt": "hello", "max_tokens": 0, "echo": True, "stream": stream,
+                                                  "stream_options": {"include_usage": True} if stream else None})
+    assert r.status_code == 200 and fake.last.params.max_tokens == 1, r.text
+    if stream:
+        chunks = events(r)
+        choices = [c for chunk in chunks for c in chunk["choices"]]
+        assert [c["text"] for c in choices] == ["hello", ""] and choices[-1]["finish_reason"] == "length"
+        assert choices[-1]["stop_reason"] is None and chunks[-1]["usage"]["completion_tokens"] == 0
+    else:
+        (choice,), usage = r.json()["choices"], r.json()["usage"]
+        assert (choice["text"], choice["finish_reason"], choice["stop_reason"]) == ("hello", "length", None)
+        assert usage["completion_tokens"] == 0
+
+
 def test_completions_stream_echo_with_logprobs(fake):
     """The echo goes out with the prompt's logprobs in each choice's first chunk; text_offset runs on
     across chunks."""
