@@ -47,11 +47,16 @@ class LlamaOptions(_Request):
     def _one_stop(cls, v: list[str] | str) -> list[str]:
         return [s for s in ([v] if isinstance(v, str) else v) if s]  # llama-server skips empty stop words
 
-    def limit(self) -> int | None:
-        """The answer's token limit (None: none; 0: the prompt only), n_predict before its alias max_tokens
-        (a null one is not given, as llama-server's json_value reads it)."""
+    def n_predict_read(self) -> int:
+        """n_predict as llama-server reads it, before its alias max_tokens (a null one is not given, as its
+        json_value reads it), else -1: what the reply's generation_settings echo, a -7 as -7."""
         given = self.n_predict if self.n_predict is not None else self.max_tokens
-        return None if given is None or given < 0 else given
+        return -1 if given is None else given
+
+    def limit(self) -> int | None:
+        """The answer's token limit (None: none, any negative n_predict; 0: the prompt only)."""
+        n = self.n_predict_read()
+        return None if n < 0 else n
 
 
 class LlamaCompletionRequest(LlamaOptions):

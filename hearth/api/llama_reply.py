@@ -104,7 +104,7 @@ class LlamaReply:
 
     def _settings(self) -> dict:
         b = self.request
-        return {"n_predict": -1 if b.limit() is None else b.limit(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
+        return {"n_predict": b.n_predict_read(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
                 "min_p": b.min_p, "repeat_penalty": b.repeat_penalty, "presence_penalty": b.presence_penalty,
                 "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
                 "ignore_eos": b.ignore_eos, "stream": b.stream}

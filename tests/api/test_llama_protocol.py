@@ -17,6 +17,14 @@ def test_the_answer_limit(body, limit):
     assert LlamaOptions(**body).limit() == limit
 
 
+@pytest.mark.parametrize("body,read", [
+    ({}, -1), ({"n_predict": -7}, -7), ({"max_tokens": -3}, -3), ({"n_predict": None, "max_tokens": 5}, 5),
+    ({"n_predict": 0, "max_tokens": 5}, 0),
+])
+def test_n_predict_as_llama_server_reads_and_echoes_it(body, read):
+    assert LlamaOptions(**body).n_predict_read() == read
+
+
 def test_the_engine_computes_one_token_for_a_prompt_only_request_and_none_for_no_limit():
     assert engine_max_tokens(LlamaOptions(n_predict=0)) == 1
     assert engine_max_tokens(LlamaOptions(n_predict=-2)) is None

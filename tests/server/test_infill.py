@@ -124,11 +124,12 @@ def test_n_predict_0_warms_the_cache_and_answers_nothing(client):
 
 @pytest.mark.parametrize("n", [-1, -2, -7])
 def test_any_negative_n_predict_is_no_limit(client, n):
-    """As llama.cpp reads it: -1 (its default), -2 and the rest run to an end token or the context."""
+    """As llama.cpp reads it: -1 (its default), -2 and the rest run to an end token or the context; the
+    reply's settings echo the value given, as llama-server's (it echoed -1 for any)."""
     r = client.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "temperature": 0.0,
                                      "n_predict": n})
     assert r.status_code == 200, r.text
-    assert r.json()["generation_settings"]["n_predict"] == -1
+    assert r.json()["generation_settings"]["n_predict"] == n
 
 
 def test_an_oversized_prefix_keeps_the_repo_header_and_counts_only_what_was_sent(client):
