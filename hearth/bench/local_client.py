@@ -56,7 +56,8 @@ class LocalClient:
         s = spec.stats
         return {"drafts": s.num_drafts, "draft_tokens": s.num_draft_tokens, "accepted_tokens": s.num_accepted_tokens,
                 "steps": s.num_steps, "steps_drafting": s.num_steps_drafting,
-                "steps_batch_off": s.num_steps_batch_off, "paused": s.num_paused}
+                "steps_batch_off": s.num_steps_batch_off, "paused": s.num_paused,
+                "paused_failing": s.num_paused_failing, "paused_not_paying": s.num_paused_not_paying}
 
     async def start(self, workload: Workload) -> None:
         self.prepare(workload)

@@ -66,20 +66,29 @@ def _acceptance_text(results: dict) -> str:
             f"{drafted:,} drafted tokens accepted){_policy_text(results['levels'])}")
 
 
+POLICY_COUNTS = ("steps", "steps_drafting", "steps_batch_off", "paused", "paused_failing", "paused_not_paying")
+"""The policy's spec-decode counters a level holds (hearth.bench.local_client; the pauses split as /metrics
+splits them, hearth.api.metrics)."""
+
+
 def policy_text(counts: dict) -> str:
     """The policy's decisions from spec-decode counter deltas (steps, steps_drafting, ...)."""
     steps = counts.get("steps") or 0
     if not steps:
         return "no decode steps"
+    paused = f"{counts['paused']:,} request-steps paused"
+    if "paused_failing" in counts:  # results.json written before the split holds the total alone
+        paused += (f" ({counts['paused_failing']:,} as the drafts kept failing, {counts['paused_not_paying']:,} "
+                   "as they would not pay)")
     return (f"drafts on in {counts['steps_drafting'] / steps:.0%} of {steps:,} decode steps, off for the batch "
-            f"size in {counts['steps_batch_off'] / steps:.0%}, {counts['paused']:,} request-steps paused")
+            f"size in {counts['steps_batch_off'] / steps:.0%}, {paused}")
 
 
 def _policy_text(levels: list[dict]) -> str:
     specs = [lv["speculative"] for lv in levels if lv.get("speculative") and "steps" in lv["speculative"]]
     if not specs:
         return ""
-    total = {k: sum(s[k] for s in specs) for k in ("steps", "steps_drafting", "steps_batch_off", "paused")}
+    total = {k: sum(s[k] for s in specs) for k in POLICY_COUNTS if all(k in s for s in specs)}
     return "; policy: " + policy_text(total)
 
 

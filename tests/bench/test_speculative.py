@@ -10,6 +10,7 @@ import pytest
 
 from hearth.bench.ceiling import level_ceiling
 from hearth.bench.metrics.levels import speculative_summary
+from hearth.bench.report import _policy_text, policy_text
 from hearth.cli import main
 from tests.gguf_factory import write_tiny_gguf
 
@@ -32,6 +33,20 @@ def test_ceiling_is_the_one_token_ceiling_times_the_acceptance_length():
     assert plain["tok_s_per_sequence"] == 50 and plain["pct"] == 150  # over the one-token ceiling
     assert spec["tok_s_per_sequence"] == 125 and spec["pct"] == 60 and spec["acceptance_length"] == 2.5
     assert "acceptance length 2.50" in spec["reason"]
+
+
+def test_the_policy_line_splits_the_pauses_as_metrics_does():
+    """The pauses' two reasons (hearth.api.metrics' paused_failing, paused_not_paying) summed over the
+    levels; a results.json from before the split (the total alone) still reads."""
+    lv = {"steps": 10, "steps_drafting": 4, "steps_batch_off": 1, "paused": 5, "paused_failing": 2,
+          "paused_not_paying": 3}
+    text = _policy_text([{"speculative": lv}, {"speculative": {**lv, "paused_failing": 0, "paused_not_paying": 5}},
+                         {"speculative": None}])
+    assert text == ("; policy: drafts on in 40% of 20 decode steps, off for the batch size in 10%, 10 request-steps "
+                    "paused (2 as the drafts kept failing, 8 as they would not pay)")
+    old = {k: lv[k] for k in ("steps", "steps_drafting", "steps_batch_off", "paused")}
+    assert policy_text(old).endswith(", 5 request-steps paused")
+    assert _policy_text([{"speculative": old}, {"speculative": lv}]).endswith(", 10 request-steps paused")
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +72,9 @@ def test_bench_with_suffix_speculation_reports_acceptance_length(tiny, tmp_path,
     assert lv["decode_ceiling"]["acceptance_length"] == spec["acceptance_length"] == results["acceptance_length"]
     assert spec["acceptance_length"] == lv["output_tokens"] / (lv["output_tokens"] - spec["accepted_tokens"])
     assert f"acceptance length {results['acceptance_length']:.2f} tokens per forward (suffix" in out
+    assert spec["paused"] == spec["paused_failing"] + spec["paused_not_paying"], spec
+    assert (f"{spec['paused']:,} request-steps paused ({spec['paused_failing']:,} as the drafts kept failing, "
+            f"{spec['paused_not_paying']:,} as they would not pay)") in out
 
 
 def test_speculative_config_errors_are_one_line(tiny, tmp_path, capsys):
