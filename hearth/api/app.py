@@ -16,6 +16,7 @@ from hearth.api import (anthropic_routes, chat_page, completion_routes, infill_r
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
+from hearth.api.json_body import JSONBodyMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
 from hearth.api.model_pool import ModelPool
 from hearth.api.responses_store import ResponseStore
@@ -72,6 +73,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth
     app.add_middleware(IgnoredFieldsMiddleware)
+    app.add_middleware(JSONBodyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
     if config.api_key:
         app.add_middleware(APIKeyMiddleware, api_key=config.api_key)

@@ -133,7 +133,7 @@ def _loc_to_param(loc: tuple) -> str:
 
 
 _NOT_AN_OBJECT = {"model_attributes_type", "model_type", "dict_type"}
-"""pydantic's error types for a body that is no JSON object (text/plain is read as bytes, `[1]` is a list)."""
+"""pydantic's error types for a body that is no JSON object (`[1]` is a list, `"hi"` a string)."""
 
 
 def validation_message(errors: list) -> tuple[str, str | None]:
@@ -149,7 +149,7 @@ def validation_message(errors: list) -> tuple[str, str | None]:
             if _loc_to_param(tuple(e.get("loc", ()))) == param]
     why = " or ".join([same[0]] + [m.removeprefix("Input should be ") for m in same[1:]])
     if not param and first.get("type") in _NOT_AN_OBJECT:
-        return "the request body must be a JSON object (sent with Content-Type: application/json)", None
+        return "the request body must be a JSON object", None
     if not param:
         return f"request body: {why}", None
     return f"{param}: {why}", param
