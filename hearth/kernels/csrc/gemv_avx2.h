@@ -152,7 +152,7 @@ void words_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
     __m256 dsb[R];
     for (int r = 0; r < R; ++r) {
       __m256 o;
-      T::words(row + r * wstep, sb, nb, w[r], &dsb[r], &o);
+      T::template words<MT == 1>(row + r * wstep, sb, nb, w[r], &dsb[r], &o);
       if constexpr (T::OFFSETS == 32)
         for (int m = 0; m < MT; ++m)
           acc[r][m] = _mm256_fmadd_ps(o, _mm256_loadu_ps(a.a32 + (m0 + m) * g / 2 + 8 * sb), acc[r][m]);
