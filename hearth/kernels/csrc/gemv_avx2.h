@@ -142,7 +142,8 @@ void lanes_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
 // together: their weights (2 x row) and what the pass reads of the activations each row (the codes, d16l,
 // Q6_K's z8, the mins' a32) stay in a 32 KB L1D. Past it the rows go one after the other: Zen 4, one
 // thread, the 1.5B's Q6_K down (K = 8960: 2 x 7350 + 13,440 bytes) from DRAM 0.925-0.933x the time,
-// its Q4_K down (2 x 5040 + 12,320) 1.03-1.05x (so it stays in pairs); at 2 activation rows pairs win
+// its Q4_K down (2 x 5040 + 12,320) 1.03-1.05x (so it stays in pairs); Q5_K rows that long (2 x 6160 +
+// 12,320) go one at a time too, not measured (no model here has them); at 2 activation rows pairs win
 // either way (one row at a time 1.30-1.35x)
 constexpr int64_t PAIR_L1_BYTES = 24 * 1024;
 
