@@ -72,6 +72,24 @@ def test_rows_are_independent_of_the_batch(qtype):
         assert torch.equal(mm(x[:m]), alone[:m])
 
 
+@pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K], ids=lambda q: q.name)
+def test_long_rows_alone_and_in_pairs(qtype):
+    """Rows of K = 8960 (the 1.5B's down): at one activation row Q6_K's and Q5_K's two weight rows of a
+    pass go one after the other (gemv_avx2.h PAIR_L1_BYTES: 2 x 7350 or 2 x 6160 weight bytes and the
+    activations pass 24 KB), Q4_K's stay paired; Q4_K/Q5_K's scales unpacked in vector registers at one
+    row (k4_words), in general ones at more: near the exact twin, and each row's bits the same in a
+    call of 1, 2 or 3 (the second row of a single pass written to the first's place fails it)."""
+    k = 8960
+    t = random_tensor(qtype, 71, k, np.random.default_rng(int(qtype) + 3))  # 71 rows: 2 runs, the last one short
+    w = torch.from_numpy(gguf_reference(t))
+    mm = matmul("avx2", t, k)
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(5)) * 4
+    alone = torch.cat([mm(x[i:i + 1]) for i in range(3)])
+    assert_act8_close(alone, x, w)
+    for m in (2, 3):
+        assert torch.equal(mm(x[:m]), alone[:m])
+
+
 @pytest.mark.parametrize("code_byte", [0x00, 0xFF])
 def test_gemv_q6k_int16_sums_at_the_codes_extremes(code_byte):
     """The GEMV adds Q6_K's products of 8 weights in int16 before subtracting 32 x the activations'

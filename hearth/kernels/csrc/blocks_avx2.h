@@ -133,9 +133,38 @@ inline int k4_scales(const uint8_t* b, __m256* s, __m256* o) {  // Q4_K/Q5_K: on
 
 // Q4_K/Q5_K's scales and mins as dot_row's words_dot takes them: per half h the int16 words sc[4h + 0, 0,
 // 1, 1, 2, 2, 3, 3] in both 128-bit lanes (groups 2j, 2j + 1 share block j's scale), d the superblock's,
-// and the offsets -dmin x mn[0..7] (one per 32 weights, in order). The 12 scale bytes unpacked in
-// general registers (k4_scale_bytes): the vector pipes are the GEMV's bottleneck, the integer ALUs idle
+// and the offsets -dmin x mn[0..7] (one per 32 weights, in order). The 16-byte head (d, dmin, the 12
+// scale bytes q) in both lanes is unpacked as k4_scale_bytes does by one byte shuffle to P = q[4..11],
+// q[0..3], q[8..11]: mn[i] = q[4 + i] & 63, mn[4 + i] = q[8 + i] >> 4, sc[i] = q[i] & 63, sc[4 + i] =
+// q[8 + i] & 15 (one variable shift, one mask), and the high 2 bits of mn[4 + i], sc[4 + i] (bits 6-7
+// of q[4 + i], q[i]: P's bytes 0-3, 8-11) by P's qwords << 30 and one mask: 6 vector uops a row and
+// superblock where k4_scale_bytes took ~20 in general registers plus 2 moves (the loop is bound by its
+// uops: ~180 per pass of 2 rows, 6 a cycle). Zen 4, one thread: Q4_K matrices 0.92-0.94x the time from
+// L3, 0.95-0.97x from DRAM (docs/performance.md, twelfth session)
 inline int k4_words(const uint8_t* b, __m256i* w, __m256* d, __m256* o) {
+  const char Z = -128;  // pshufb: a zero byte
+  const __m256i H = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b)));
+  const __m256i P = _mm256_shuffle_epi8(H, _mm256_setr_epi8(8, 9, 10, 11, 12, 13, 14, 15, 4, 5, 6, 7, 12, 13, 14, 15,  //
+                                                            8, 9, 10, 11, 12, 13, 14, 15, 4, 5, 6, 7, 12, 13, 14, 15));
+  const __m256i lo = _mm256_and_si256(_mm256_srlv_epi32(P, _mm256_setr_epi32(0, 4, 0, 0, 0, 4, 0, 0)),
+                                      _mm256_setr_epi32(0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F, 0x3F3F3F3F,
+                                                        0x0F0F0F0F, 0x3F3F3F3F, 0x0F0F0F0F));
+  // bytes 0-7: mn[0..7], 8-15: sc[0..7], in both lanes
+  const __m256i v = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi64(P, 30), _mm256_set1_epi8(0x30)));
+  w[0] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(8, Z, 8, Z, 9, Z, 9, Z, 10, Z, 10, Z, 11, Z, 11, Z,  //
+                                                 8, Z, 8, Z, 9, Z, 9, Z, 10, Z, 10, Z, 11, Z, 11, Z));
+  w[1] = _mm256_shuffle_epi8(v, _mm256_setr_epi8(12, Z, 12, Z, 13, Z, 13, Z, 14, Z, 14, Z, 15, Z, 15, Z,  //
+                                                 12, Z, 12, Z, 13, Z, 13, Z, 14, Z, 14, Z, 15, Z, 15, Z));
+  const __m128 dm = _mm_cvtph_ps(_mm256_castsi256_si128(H));  // d, dmin: one convert
+  *d = _mm256_broadcastss_ps(dm);
+  *o = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(_mm_xor_ps(dm, _mm_set1_ps(-0.0f)))),
+                     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm256_castsi256_si128(v))));
+  return 8;
+}
+
+// The same with the 12 scale bytes unpacked in general registers (k4_scale_bytes): where 2 activation
+// rows share the pass (words_dot's MT > 1) the vector unpacking's registers spill (1.02-1.03x the time)
+inline int k4_words_gpr(const uint8_t* b, __m256i* w, __m256* d, __m256* o) {
   uint64_t sc, mn;
   k4_scale_bytes(b, sc, mn);
   const char Z = -128;  // pshufb: a zero byte
@@ -163,8 +192,9 @@ struct K45 : KQuant, F {
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m256* s, __m256* o) {
     return k4_scales(row + sb * F::TS, s, o);
   }
+  template <bool VEC>  // words_dot's choice: vector registers at one activation row, else general ones
   static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256* o) {
-    return k4_words(row + sb * F::TS, w, d, o);
+    return VEC ? k4_words(row + sb * F::TS, w, d, o) : k4_words_gpr(row + sb * F::TS, w, d, o);
   }
 };
 
@@ -199,6 +229,7 @@ struct K6 : KQuant, FQ6_K {
   }
   // the 16 int8 scales as int16 words in the order of dot_row's last int16 sums (words_dot): half h's
   // vector sc[8h + 0, 0, 2, 2, 4, 4, 6, 6 | 1, 1, 3, 3, 5, 5, 7, 7]; d the superblock's f16 scale
+  template <bool VEC>  // the same either way
   static int words(const uint8_t* row, int64_t sb, int64_t, __m256i* w, __m256* d, __m256*) {
     const uint8_t* b = row + sb * TS;
     // each scale byte to a word's high byte, then an arithmetic shift (vpmovsxbw: 2 uops on Zen)

@@ -138,9 +138,30 @@ void lanes_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
 // arithmetic at any MT and R (a sum of the halves before x d spilled at 3-4 rows). Zen 4, one thread:
 // the 1.5B's Q6_K down 0.88x, head 0.94x, Q4_K 0.96-0.98x at 1 row; decode step 0.975x
 // (docs/performance.md, eleventh session)
+// Bytes of L1 up to which words_dot's pass of 2 weight rows and 1 activation row reads both rows
+// together: their weights (2 x row) and what the pass reads of the activations each row (the codes, d16l,
+// Q6_K's z8, the mins' a32) stay in a 32 KB L1D. Past it the rows go one after the other: Zen 4, one
+// thread, the 1.5B's Q6_K down (K = 8960: 2 x 7350 + 13,440 bytes) from DRAM 0.925-0.933x the time,
+// its Q4_K down (2 x 5040 + 12,320) 1.03-1.05x (so it stays in pairs); Q5_K rows that long (2 x 6160 +
+// 12,320) go one at a time too, not measured (no model here has them); at 2 activation rows pairs win
+// either way (one row at a time 1.30-1.35x)
+constexpr int64_t PAIR_L1_BYTES = 24 * 1024;
+
+template <class T>
+inline bool pair_in_l1(int64_t nb, const Act& a) {
+  const int64_t act = a.Kp + a.Kp / 4 + (T::C ? a.Kp / 4 : 0) + (T::OFFSETS == 32 ? a.Kp / 8 : 0);
+  return 2 * nb * T::TS + act <= PAIR_L1_BYTES;
+}
+
 template <class T, int MT, int R = 1>
 void words_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y, int64_t ldy, int64_t wstep,
                int64_t ystep) {
+  if constexpr (R == 2 && MT == 1)
+    if (!pair_in_l1<T>(nb, a)) {  // each row's one-row pass: the same arithmetic as in the pair
+      words_dot<T, 1, 1>(row, nb, a, m0, y, ldy, 0, 0);
+      words_dot<T, 1, 1>(row + wstep, nb, a, m0, y + ystep, ldy, 0, 0);
+      return;
+    }
   static_assert(8 * (T::C ? T::C : T::QMAX) * 127 <= 32767 && 4 * T::QMAX * 127 <= 32767 && (T::C == 0 || T::C == 32),
                 "the int16 sums exact (mod 2^16 before z8's subtraction); Act::z8 is 32 x the sums");
   __m256 acc[R][MT];
@@ -152,7 +173,7 @@ void words_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
     __m256 dsb[R];
     for (int r = 0; r < R; ++r) {
       __m256 o;
-      T::words(row + r * wstep, sb, nb, w[r], &dsb[r], &o);
+      T::template words<MT == 1>(row + r * wstep, sb, nb, w[r], &dsb[r], &o);
       if constexpr (T::OFFSETS == 32)
         for (int m = 0; m < MT; ++m)
           acc[r][m] = _mm256_fmadd_ps(o, _mm256_loadu_ps(a.a32 + (m0 + m) * g / 2 + 8 * sb), acc[r][m]);
