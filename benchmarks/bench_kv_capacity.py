@@ -87,8 +87,8 @@ def main() -> None:
     for name in names:
         llm, rs = llms[name], results[name]
         kv, bs = llm.engine.scheduler.kv, llm.config.block_size
-        # whole sequences the pool holds: each its blocks plus the blocks reserved for its staging
-        fit = kv.pool.num_blocks / (-(-seq_tokens // bs) + kv.reserve_per_request)
+        # whole sequences the pool holds (their staging is beside it, within the same --kv-gb)
+        fit = kv.pool.num_blocks / -(-seq_tokens // bs)
         med = {k: statistics.median(x[k] for x in rs) for k in rs[0]}
         base = base or med["tok_s"]
         print(f"{name:12} {kv.pool.num_blocks * bs:11,} {fit:9.1f} {med['max_running']:12.0f} "

@@ -69,8 +69,8 @@ class EngineConfig:
     block_size: int = 16
     """Tokens per KV-cache block."""
     num_kv_blocks: int = 0
-    """KV blocks of context to allocate (a quantized format adds each sequence's staging on top); 0 = enough
-    for max_num_seqs full-length sequences and their staging, within kv_cache_memory_gb."""
+    """KV blocks of context to allocate (a quantized format adds max_num_seqs sequences' f16 staging on top);
+    0 = enough for max_num_seqs full-length sequences, within kv_cache_memory_gb less that staging."""
     kv_cache_memory_gb: float = 2.0
     """Upper bound on KV-cache memory when num_kv_blocks is 0."""
     max_num_seqs: int = 16

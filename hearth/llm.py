@@ -123,10 +123,10 @@ class LLM:
             dmc = draft[1]
             block_bytes += dmc.num_layers * get_codec("f16").block_bytes(cfg.block_size, dmc.num_kv_heads, dmc.head_dim)
         staging = mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-        num_blocks, reserve = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs,
-                                          self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
-        # one sequence may hold every block but its staging reserve: a longer context would never be admitted
-        self.max_model_len = context_in_cache(self.max_model_len, (num_blocks - reserve) * cfg.block_size)
+        num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs,
+                                 self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
+        # one sequence may hold every block: a longer context would never be admitted
+        self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
         if spec is not None:
             spec.check_context(self.max_model_len)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
@@ -142,7 +142,7 @@ class LLM:
                                     owner=cfg.kv_disk_owner)
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name, cfg.block_size),
-                            cfg.enable_prefix_caching, self.disk, reserve_per_request=reserve,
+                            cfg.enable_prefix_caching, self.disk,
                             seals_full_blocks=codec.quantized)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)

@@ -32,17 +32,12 @@ class PrefixCacheStats:
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, cache_key: bytes = b"",
-                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, reserve_per_request: int = 0,
-                 seals_full_blocks: bool = False):
-        """reserve_per_request: blocks a running request holds besides its table, never written: the
-        memory of its full-precision staging (a quantized format's block being filled and sink copy,
-        hearth.kvstore.paged), so one budget covers both and staging costs only while a request runs."""
+                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, seals_full_blocks: bool = False):
         self.block_size = block_size
         self.seals_full_blocks = seals_full_blocks
         """A quantized format encodes a block when its last slot is written (hearth.kvstore.paged):
         drafts must never reach a last slot, so every seal happens on a committed token."""
         self.pool = BlockPool(num_blocks)
-        self.reserve_per_request = reserve_per_request
         self.cache_key = root_hash(cache_key)
         self.enable_prefix_caching = enable_prefix_caching
         self.disk = disk if enable_prefix_caching else None
@@ -115,8 +110,7 @@ class KVCacheManager:
         hit = len(cached) + len(loads)
         total = req.num_computed_tokens + hit * self.block_size + num_new_tokens
         need = self.blocks_needed(total) - len(req.block_ids) - len(cached)
-        reserve = 0 if req.reserved_blocks else self.reserve_per_request
-        if need + reserve > self.pool.num_free - reused_free:
+        if need > self.pool.num_free - reused_free:
             return False
         if req.num_computed_tokens == 0:  # an admission: count it for the hit rate
             self.stats.queries += req.num_tokens
@@ -125,8 +119,6 @@ class KVCacheManager:
         if cached:  # before anything is allocated: allocation evicts free cached blocks
             self.pool.touch(cached)
             req.block_ids.extend(cached)
-        if reserve:
-            req.reserved_blocks = self.pool.allocate(reserve)
         if need > 0:
             fresh = self.pool.allocate(need)
             # findable only once the step that loads them has run (cache_full_blocks, from update):
@@ -225,8 +217,8 @@ class KVCacheManager:
         if self.pending_loads:  # loads not sent yet (a failed schedule): their blocks go back unwritten
             mine = set(req.block_ids)
             self.pending_loads = [(b, p) for b, p in self.pending_loads if b not in mine]
-        self.pool.free(req.block_ids[::-1] + req.reserved_blocks)
-        req.block_ids, req.reserved_blocks = [], []
+        self.pool.free(req.block_ids[::-1])
+        req.block_ids = []
         req.num_registered_blocks = 0
 
     @property

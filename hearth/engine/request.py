@@ -31,8 +31,6 @@ class Request:
         self.num_computed_tokens = 0
         """Tokens whose K/V are in the cache. One rule covers prefill chunks, decodes and recompute."""
         self.block_ids: list[int] = []
-        self.reserved_blocks: list[int] = []
-        """Blocks held, never written, while the request runs: the budget of its staging (KVCacheManager)."""
         self.block_hashes: list[bytes] = []
         """Chained prefix-cache hashes of the full blocks so far (tokens never change once full)."""
         self.num_registered_blocks = 0

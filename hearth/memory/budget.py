@@ -2,7 +2,7 @@
 
 total(ctx, C) = weights as held + the KV cache hearth's engine allocates for C sequences of ctx
 tokens (kv_cache.engine_pool: blocks of every layer, sliding ones too, and a quantized format's
-staging reserve) + activations of one step + runtime (+ the tokenizer where host data shares the
+f16 staging) + activations of one step + runtime (+ the tokenizer where host data shares the
 device's memory). The same engine runs on CPUs and GPUs, so every device plans the same pool.
 Every term grows with ctx and with C, so the limits are found by bisection on whole tokens /
 whole sequences, with the same arithmetic that answers `fits`."""

@@ -2,8 +2,8 @@
 decode step reads.
 
 Memory is hearth's paged pool (engine_pool, the arithmetic of hearth.llm): a block holds
-`block` tokens of EVERY layer, sliding-window layers too, and a quantized format adds each running
-sequence's staging reserve (whole blocks) besides its f16 staging. Reads apply the window: the
+`block` tokens of EVERY layer, sliding-window layers too, and a quantized format adds the f16 staging
+of max_num_seqs sequences (the runner's staging tensor: the block each fills, KVarN's sink copy). Reads apply the window: the
 attention kernels (native C++ and Triton) start at the window's first key, so a sliding
 layer reads at most `window` tokens however long the context."""
 
@@ -46,17 +46,11 @@ def pool_block_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
     return block * token_bytes(shape, fmt, block)
 
 
-def reserve_blocks(shape: ModelShape, fmt: KVFormat, block: int) -> int:
-    """Blocks a running sequence holds, never written, for its staging (hearth.llm's `reserve`)."""
-    return math.ceil(staging_bytes(shape, fmt, block) / pool_block_bytes(shape, fmt, block))
-
-
 @dataclass(frozen=True, slots=True)
 class EnginePool:
     """The KV cache hearth.llm allocates: num_kv_blocks blocks of context when given, else enough
-    for max_num_seqs full-length sequences within kv_cache_memory_gb (at least one sequence's
-    staging and a block); on top, each sequence's staging reserve in whole blocks, and the f16
-    staging itself. One sequence holds the pool less its own reserve."""
+    for max_num_seqs full-length sequences within kv_cache_memory_gb less their f16 staging (at
+    least one block); and that staging. One sequence may hold every block."""
     blocks: int
     bytes: float
     context: int
@@ -69,23 +63,27 @@ def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int,
     """kv_cache_memory_gb None: no bound, every block max_num_seqs sequences of ctx tokens want
     (`hearth plan` asks what a workload needs, then whether it fits the device). draft: the speculative
     draft model, whose f16 K/V sits under the same block ids (hearth.llm adds it to each block's bytes,
-    so it takes its share of the bound and of the staging reserve)."""
+    so it takes its share of the bound; it has no staging)."""
     per_block, stage = pool_block_bytes(shape, fmt, block), staging_bytes(shape, fmt, block)
     if draft is not None:
         per_block += pool_block_bytes(draft, KV_FORMATS["f16"], block)
-    blocks, reserve = pool_blocks(per_block, stage, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks)
-    return EnginePool(blocks, blocks * per_block + max_num_seqs * stage, (blocks - reserve) * block)
+    blocks = pool_blocks(per_block, stage, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks)
+    return EnginePool(blocks, blocks * per_block + max_num_seqs * stage, blocks * block)
 
 
 def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, ctx: int,
-                kv_cache_memory_gb: float | None, num_kv_blocks: int = 0) -> tuple[int, int]:
-    """(blocks, reserve): the pool's block count and each running sequence's staging reserve in
-    blocks (over a draft's bytes too). num_kv_blocks counts blocks of context, the reserves come on
-    top; else max_num_seqs sequences of ctx tokens with their reserves, within the memory bound, at
-    least one block besides one reserve. hearth.llm sizes its pool with this."""
-    reserve = math.ceil(stage / per_block)
+                kv_cache_memory_gb: float | None, num_kv_blocks: int = 0) -> int:
+    """The pool's block count: num_kv_blocks when given, else max_num_seqs sequences of ctx tokens
+    within the memory bound less max_num_seqs sequences' `stage` bytes (the f16 staging the runner
+    allocates beside the pool), at least one. hearth.llm sizes its pool with this.
+
+    Until 2026-12-06 each running sequence also held ceil(stage / per_block) pool blocks that were
+    never written, as the budget of its staging: its memory counted twice, the staging tensor being
+    allocated anyway (on a GPU in full; on the host, blocks reused as reserve are resident)."""
     if num_kv_blocks:
-        return num_kv_blocks + max_num_seqs * reserve, reserve
-    wanted = max_num_seqs * (math.ceil(ctx / block) + reserve)
-    bound = wanted if kv_cache_memory_gb is None else int(int(kv_cache_memory_gb * 2**30) // per_block)
-    return max(1 + reserve, min(wanted, bound)), reserve
+        return num_kv_blocks
+    wanted = max_num_seqs * math.ceil(ctx / block)
+    if kv_cache_memory_gb is None:
+        return wanted
+    bound = (int(kv_cache_memory_gb * 2**30) - max_num_seqs * stage) // per_block
+    return max(1, min(wanted, int(bound)))

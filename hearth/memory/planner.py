@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hearth.memory import PlanError
 from hearth.memory.budget import SEARCH_LIMIT, Budget
 from hearth.memory.devices import KINDS, Device
-from hearth.memory.kv_cache import layer_token_bytes, reserve_blocks, staging_bytes, token_bytes
+from hearth.memory.kv_cache import layer_token_bytes, staging_bytes, token_bytes
 from hearth.memory.kv_formats import KVFormat
 from hearth.memory.layouts import LAYOUTS, resident_weight_bytes
 from hearth.memory.overhead import (LOGIT_COPIES, TOKENIZER_BYTES_PER_ENTRY, activation_values_per_token,
@@ -163,8 +163,7 @@ def _kv_cache_reason(req: PlanRequest) -> str:
     text = f"{req.concurrency} sequence(s) x {blocks:,} blocks of {req.block_size} tokens in {every} (hearth's pool)"
     stage = staging_bytes(req.shape, req.kv, req.block_size)
     if stage:
-        text += (f" + per sequence {reserve_blocks(req.shape, req.kv, req.block_size)} reserve block(s) for its "
-                 f"staging and the {req.kv.staging_blocks} f16 staging block(s) ({nbytes(stage)})")
+        text += f" + per sequence {req.kv.staging_blocks} f16 staging block(s) ({nbytes(stage)})"
     return text
 
 

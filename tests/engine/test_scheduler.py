@@ -9,8 +9,8 @@ from hearth.sampling_params import SamplingParams
 from tests.engine.fakes import CountingRunner, LetterTokenizer
 
 
-def make_engine(num_blocks=64, block_size=4, max_seqs=8, budget=16, max_len=256, reserve=0):
-    sched = Scheduler(KVCacheManager(num_blocks, block_size, reserve_per_request=reserve), max_seqs, budget)
+def make_engine(num_blocks=64, block_size=4, max_seqs=8, budget=16, max_len=256):
+    sched = Scheduler(KVCacheManager(num_blocks, block_size), max_seqs, budget)
     runner = CountingRunner()
     return EngineCore(sched, runner, LetterTokenizer(), max_len, 50), sched, runner
 
@@ -85,23 +85,6 @@ def test_token_slice_spans_prompt_and_output():
     for start in range(5):
         for n in range(1, 6 - start):
             assert req.token_slice(start, n) == req.all_token_ids[start : start + n]
-
-
-def test_staging_reservation_is_held_while_running_and_counts_against_admission():
-    """reserve_per_request blocks (a quantized cache's staging) are taken at admission, after a cache
-    hit's blocks, kept through the request's growth and returned with its blocks."""
-    engine, sched, _ = make_engine(num_blocks=10, block_size=4, reserve=3)
-    engine.add_request([1, 2, 3, 4, 5], SamplingParams(max_tokens=8, temperature=0), "a")  # 2 blocks + 3
-    engine.add_request(list(range(1, 18)), SamplingParams(max_tokens=1, temperature=0), "b")
-    engine.step()
-    (a,) = sched.running
-    assert (a.block_ids, a.reserved_blocks) == ([3, 4], [0, 1, 2])
-    assert [r.request_id for r in sched.waiting] == ["b"]  # its 11-token chunk: 3 blocks + 3 > 5 free
-    for _ in range(4):  # a's 9th position needs a third block; its reservation stays
-        engine.step()
-    assert (a.block_ids, a.reserved_blocks) == ([3, 4, 5], [0, 1, 2])
-    outs = run_all(engine)
-    assert outs["b"][-1].finished and sched.kv.pool.num_free == 10 and not a.reserved_blocks
 
 
 def test_an_idle_engine_names_the_blocks_a_full_step_takes_next():

@@ -7,7 +7,7 @@ import pytest
 
 from hearth.memory import PlanError
 from hearth.memory.describe import describe
-from hearth.memory.kv_cache import engine_pool, kv_bytes_read, reserve_blocks, staging_bytes, token_bytes
+from hearth.memory.kv_cache import engine_pool, kv_bytes_read, staging_bytes, token_bytes
 from hearth.memory.kv_formats import kv_format
 
 # one layer, 8 KV heads x head_dim 128, K and V: (format, block/tile size, bytes per token)
@@ -105,12 +105,18 @@ def test_the_pool_is_whole_blocks_of_every_layer():
     assert engine_pool(gemma, kv_format("f16"), 16, 2, 8192).bytes == 2 * 8192 * 62 * 8192
 
 
-def test_a_quantized_pool_adds_each_sequences_staging_reserve():
-    """hearth.llm: a q4_0 block of llama 70B is 16 x 80 x 1,152 B; its f16 staging (16 x 80 x 4,096)
-    takes ceil(4,096 / 1,152) = 4 such blocks, held by each running sequence, besides the staging."""
+def test_a_quantized_pool_adds_each_sequences_staging_once():
+    """hearth.llm: a q4_0 block of llama 70B is 16 x 80 x 1,152 B and its f16 staging 16 x 80 x 4,096 B
+    per sequence: the pool is the sequences' blocks, the staging comes beside it, and no block is
+    held for it (until 2026-12-06: 4 more blocks per sequence, never written, 2 x (63 + 4) blocks),
+    so one sequence holds the whole pool. Under a memory bound the staging comes out of it."""
     shape, _ = describe("llama-70b")
     q4 = kv_format("q4_0")
     block, stage = 16 * 80 * 1152, 16 * 80 * 4096
-    assert reserve_blocks(shape, q4, 16) == 4 and reserve_blocks(shape, kv_format("f16"), 16) == 0
+    assert staging_bytes(shape, q4, 16) == stage and staging_bytes(shape, kv_format("f16"), 16) == 0
     pool = engine_pool(shape, q4, 16, 2, 1000)
-    assert (pool.blocks, pool.bytes, pool.context) == (2 * (63 + 4), 2 * (63 + 4) * block + 2 * stage, (134 - 4) * 16)
+    assert (pool.blocks, pool.bytes, pool.context) == (2 * 63, 2 * 63 * block + 2 * stage, 2 * 63 * 16)
+    # 1 GiB: (2**30 - 2 x 5,242,880) // 1,474,560 = 721 blocks (was 2**30 // 1,474,560 = 728, 8 of them reserve)
+    bound = engine_pool(shape, q4, 16, 2, 100_000, kv_cache_memory_gb=1)
+    assert (bound.blocks, bound.context) == (721, 721 * 16) and bound.bytes <= 2**30
+    assert engine_pool(shape, q4, 16, 2, 1000, num_kv_blocks=50).blocks == 50  # was 50 + 2 x 4

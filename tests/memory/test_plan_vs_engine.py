@@ -39,7 +39,7 @@ def engines():
 
 
 def holds(llm, seqs: int, tokens: int) -> bool:
-    """seqs requests of `tokens` tokens all get their blocks (and staging reserve) at once."""
+    """seqs requests of `tokens` tokens all get their blocks at once."""
     kv = llm.engine.scheduler.kv
     reqs = [Request(f"r{i}", [1 + i] * tokens, SamplingParams(), frozenset(), tokens) for i in range(seqs)]
     ok = all(kv.allocate_slots(r, tokens) for r in reqs)
@@ -84,3 +84,20 @@ def test_the_plan_is_what_the_engine_allocates_and_holds(tmp_path, engines, arch
     most = p["max_concurrency"]  # of CTX-token sequences: the engine holds them, one more does not fit
     assert most >= SEQS and engine_fits(CTX, most) and not engine_fits(CTX, most + 1)
     assert holds(engines(path, kv, CTX, most), most, CTX)
+
+
+def test_a_quantized_cache_pays_its_staging_once(tmp_path, engines):
+    """q8_0 on a tiny llama (2 layers, 2 KV heads of 32): a 16-token block is 2 x 2 x 16 x 2 x 34 B =
+    4,352 B of the pool and a sequence's f16 staging 2 x 2 x 16 x 2 x 64 B = 8,192 B beside it. The
+    pool is the sequences' 3 x 32 blocks, all of them for context: until 2026-12-06 each running
+    sequence also held ceil(8,192 / 4,352) = 2 blocks, never written, for the staging it has anyway
+    (102 blocks, of which one sequence could take 100)."""
+    path = tmp_path / "llama.gguf"
+    write_tiny_gguf(path, "llama", context=2048, hidden=128, heads=4, kv_heads=2, head_dim=32)
+    llm = engines(path, "q8_0", CTX, SEQS)
+    mc = llm.model_config
+    assert (mc.num_layers, mc.num_kv_heads, mc.head_dim, llm.config.block_size) == (2, 2, 32, 16)
+    kv = llm.engine.scheduler.kv
+    assert kv.pool.num_blocks == SEQS * CTX // 16 == 96
+    assert llm.runner.kv_bytes == 96 * 4352 + SEQS * 8192
+    assert holds(llm, 1, 96 * 16) and holds(llm, SEQS, CTX)  # one sequence may take every block

@@ -123,13 +123,13 @@ def test_sliding_windows_cut_reads_not_memory():
     assert "read only their last 1,024" in sliding.figures["decode_bytes_per_token"].reason
 
 
-def test_a_quantized_cache_counts_its_staging_reserve():
+def test_a_quantized_cache_counts_its_staging_once():
     """llama 7B, q8_0: a 16-token block of 32 layers is 16 x 32 x 2 x 32 heads x 4 x 34 B = 4,456,448;
-    each running sequence holds ceil(8,388,608 / 4,456,448) = 2 of them for its f16 staging block
-    (16 x 524,288 = 8,388,608 B), which comes on top (hearth.llm)."""
+    each sequence's f16 staging block (16 x 524,288 = 8,388,608 B) comes on top (hearth.llm). Until
+    2026-12-06 each also held 2 pool blocks for it, never written (3 x (256 + 2) blocks)."""
     p = make("llama-7b,quant=F16", "A100 80GB", ctx=4096, concurrency=3, kv="q8_0")
-    assert p["kv_cache_bytes"] == 3 * ((256 + 2) * 4_456_448 + 8_388_608)
-    assert "2 reserve block(s) for its staging and the 1 f16 staging block(s)" in p.figures["kv_cache_bytes"].reason
+    assert p["kv_cache_bytes"] == 3 * (256 * 4_456_448 + 8_388_608)
+    assert "+ per sequence 1 f16 staging block(s) (8.0 MiB)" in p.figures["kv_cache_bytes"].reason
 
 
 def test_weights_too_big():

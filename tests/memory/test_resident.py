@@ -76,7 +76,7 @@ def test_kv_reservation_equals_the_engines(real_gguf, name, ctx, seqs):
     cfg = EngineConfig(max_num_seqs=seqs, kv_cache_memory_gb=64)
     for codec in CODECS.values():
         block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-        engine_bytes = pool_blocks(block_bytes, 0, cfg.block_size, seqs, ctx, cfg.kv_cache_memory_gb)[0] * block_bytes
+        engine_bytes = pool_blocks(block_bytes, 0, cfg.block_size, seqs, ctx, cfg.kv_cache_memory_gb) * block_bytes
         p = plan(PlanRequest(m.shape, m.tensors, m.weights_source, get_device("H200"), ctx, seqs,
                              codec.format, cfg.block_size, cfg.max_num_batched_tokens))
         assert p["kv_cache_bytes"] == engine_bytes, codec.name
