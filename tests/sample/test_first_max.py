@@ -11,7 +11,10 @@ import torch
 from hearth.sample.sampler import FIRST_MAX_CHUNK, first_max
 
 
-@pytest.mark.parametrize("rows,vocab", [(1, 49152), (16, 49152), (3, 151936), (5, 50000), (2, 3000), (4, 2 * FIRST_MAX_CHUNK + 1)])
+SHAPES = [(1, 49152), (16, 49152), (3, 151936), (5, 50000), (2, 3000), (4, 2 * FIRST_MAX_CHUNK + 1)]
+
+
+@pytest.mark.parametrize("rows,vocab", SHAPES)
 def test_random_rows_match_torch(rows, vocab):
     g = torch.Generator().manual_seed(rows * vocab)
     x = torch.randn(rows, vocab, generator=g)
