@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from hearth.sample.sampler import apply_bias_and_penalties, target_probs
+from hearth.sample.sampler import apply_bias_and_penalties, first_max, target_probs
 from hearth.sampling_params import SamplingParams
 
 
@@ -54,7 +54,7 @@ def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[t
     None; per sequence the row each committed token was decided on)."""
     logprobs = logits.log_softmax(-1) if want_logprobs else None
     logits = apply_bias_and_penalties(logits, params, histories)
-    best = logits.max(-1).indices.tolist()  # first maxima, as the sampler's greedy
+    best = first_max(logits).tolist()  # first maxima, as the sampler's greedy
     probs = None if all(p.greedy for p in params) else target_probs(logits, params)
     out, rows, r0 = [], [], 0
     qs = draft_probs if draft_probs is not None else [None] * len(drafts)
