@@ -4,6 +4,8 @@ named only in x-hearth-ignored-fields. One constraint per request."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hearth.api.guided import KINDS
@@ -138,3 +140,18 @@ def test_guided_json_as_text_or_object():
         KINDS["json"]("[1]")
     with pytest.raises(ValueError, match=r"^is not valid JSON: .* \(at 1\)$"):
         KINDS["json"]("{")
+
+
+@pytest.mark.parametrize("schema,good,bad", [
+    ({"type": "integer"}, ["9007199254740991", "-9007199254740991", "0"], ["9007199254740992", "1" + "0" * 40]),
+    ({"type": ["integer", "null"]}, ["null", "12"], ["1" + "0" * 20]),
+    ({"type": "object", "properties": {"pop": {"type": "integer", "minimum": 0}}, "required": ["pop"]},
+     ['{"pop":12}'], ['{"pop":-1}', '{"pop":' + "1" * 17 + "}"]),
+    ({"type": "integer", "maximum": 10**18}, ["1" + "0" * 17], ["-" + "1" * 17]),  # a bound given is kept
+    ({"type": "array", "items": {"type": "integer"}}, ["[1,2]"], ["[1," + "9" * 17 + "]"]),
+    ({"const": {"type": "integer"}}, ['{"type":"integer"}'], []),  # data, not a schema: left as given
+], ids=["integer", "nullable", "property", "given-bound", "items", "const"])
+def test_an_integer_without_bounds_ends_within_a_safe_integer(schema, good, bad):
+    """A new user's trial: `"pop": {"type": "integer"}` let a small model write zeros until max_tokens."""
+    assert all(_accepts(json.dumps(schema), t, "json") for t in good)
+    assert not any(_accepts(json.dumps(schema), t, "json") for t in bad)
