@@ -23,7 +23,7 @@ from hearth.loader.store import hearth_home
 from hearth.memory.this_machine import CACHE, cpu_name, system_memory, this_device
 
 ENV = ("HEARTH_HOME", "HEARTH_CPU_TIER", "HEARTH_NATIVE", "HEARTH_EXACT_LINEAR", "OMP_NUM_THREADS",
-       "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "CXX")
+       "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY", "CXX")
 """Variables that change what hearth runs."""
 
 
