@@ -738,8 +738,8 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
 static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
                              int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
                              float scale, int64_t window, float softcap, int64_t skip, float* out, int64_t ldo,
-                             uint16_t* packed = nullptr) {
-  const bool amx = amx_bf16_usable();
+                             uint16_t* packed = nullptr, bool precise = false) {
+  const bool amx = amx_bf16_usable() && !precise;
   if (!(amx || (avx512_bf16_usable() && !packed)) || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 || T > ctx) return -1;
   const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16, first = skip / 16 * 16;  // first task's row
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, table, scale, softcap};
@@ -751,10 +751,16 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
   scratch(p.k, kvh * p.nkb * d * 32);
   scratch(p.v, kvh * p.nkb * d * 32);
   const auto pack = kv_bf16 ? pack_kv_block<true> : pack_kv_block<false>;
+  const auto pack_lo = kv_bf16 ? pack_k_lo_block<true> : pack_k_lo_block<false>;
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> klo_pack;  // precise: the keys' low parts
+  uint16_t* klo = precise ? scratch(klo_pack, kvh * p.nkb * d * 32) : nullptr;
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < kvh * p.nkb; ++i) pack(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, p);
+    for (int64_t i = 0; i < kvh * p.nkb; ++i) {
+      pack(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, p);
+      if (klo) pack_lo(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, klo + p.at(i / p.nkb, p.kb0 + i % p.nkb));
+    }
     if (amx) load_bf16_tile_config();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < kvh * (nq - first / 16); ++i) {  // the longest rows (the last) first
@@ -763,7 +769,7 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
         prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
                      packed ? nullptr : out + (t0 + from - skip) * ldo, ldo, packed ? packed + t0 * heads * d : nullptr);
       else
-        prefill_task_avx512(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
+        prefill_task_avx512(a, p, klo, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
                             out + (t0 + from - skip) * ldo, ldo);
     }
     if (amx) _tile_release();
@@ -776,6 +782,18 @@ int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf1
                          float scale, int64_t window, float softcap, float* out, int64_t ldo) {
   return prefill_attention(q, ldq, kv, kv_bf16, num_slots, bs, heads, kvh, d, T, ctx, table, scale, window, softcap, 0,
                            out, ldo);
+}
+
+// hk_prefill_attention for layers whose scores must be near-f32 (attention.PRECISE_SCORES: a k bias):
+// q and k split into bf16 high and low parts (attention_prefill_avx512.h's scores16), on AVX512-BF16
+// only (-1 elsewhere, AMX included: its tiles do not split yet).
+int hk_prefill_attention_precise(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots,
+                                 int64_t bs, int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx,
+                                 const int64_t* table, float scale, int64_t window, float softcap, float* out,
+                                 int64_t ldo) {
+  if (amx_bf16_usable()) return -1;
+  return prefill_attention(q, ldq, kv, kv_bf16, num_slots, bs, heads, kvh, d, T, ctx, table, scale, window, softcap, 0,
+                           out, ldo, nullptr, true);
 }
 
 // Rows of one sequence in one step attend as a row group (attention_tasks.h) while on (1, the
