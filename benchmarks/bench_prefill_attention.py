@@ -3,10 +3,12 @@ without them, csrc/attention_prefill_avx512.h) against the SDPA path it replaces
 in the long-chunk dtype, f32 without AMX), in one process, one call of each in turn. Two parts:
 
   kernel: one layer's attention of a T-token causal prompt at a model's head shape, ms of the calling
-          thread's CPU time (`time.thread_time`), median of the repeats.
+          thread's CPU time (`time.thread_time`), median of the repeats; the kernel plain and with split
+          scores (precise: the k-bias layers of Qwen2, attention.PRECISE_SCORES).
   prefill: whole prompts of fresh random ids through a catalog model (`generate(max_tokens=1)`, prefix
           caching off), with the kernel and with it declined (native.prefill_attention -> False, so
-          SDPA takes the chunk as on a CPU without it), alternating; tok/s of thread CPU time.
+          SDPA takes the chunk as on a CPU without it), alternating; tok/s of thread CPU time (the
+          thread that runs the model: one thread).
 
 Run with one thread (OMP_NUM_THREADS=1): on a shared machine CPU time is the load-proof figure; read
 the ratios. Usage (from the checkout's root, hearth's venv; PYTHONPATH=. so this checkout's hearth runs):
@@ -47,6 +49,7 @@ def kernel(tokens: list[int], repeats: int) -> None:
             scale, dtype = d ** -0.5, attention._long_chunk_dtype(False)
             table = meta.table_tensor(0)
             fns = {"flash": lambda: native.prefill_attention(q, cache, table, T, scale, 0, 0.0, out),
+                   "split": lambda: native.prefill_attention(q, cache, table, T, scale, 0, 0.0, out, True),
                    "sdpa": lambda: attention._prefill_one(q.to(dtype), cache, meta, 0, scale, 0, 0.0)}
             ts = {k: [] for k in fns}
             for f in fns.values():
@@ -58,9 +61,10 @@ def kernel(tokens: list[int], repeats: int) -> None:
                     ts[k].append(time.thread_time() - t0)
             err = (out - attention._prefill_one(q, cache, meta, 0, scale, 0, 0.0)).abs().max().item()
             flops = 4 * heads * d * T * (T + 1) / 2  # the causal half: QK^T and PV
-            a, b = (statistics.median(ts[k]) for k in ("flash", "sdpa"))
+            a, c, b = (statistics.median(ts[k]) for k in ("flash", "split", "sdpa"))
             print(f"{name:20s} ({heads}/{kvh}, d {d}) T {T:5d}: flash {a * 1e3:8.2f} ms ({flops / a / 1e9:6.1f} GFLOP/s), "
-                  f"sdpa {b * 1e3:8.2f} ms ({flops / b / 1e9:6.1f}), sdpa / flash {b / a:5.2f}x, max |diff| {err:.1e}")
+                  f"split scores {c * 1e3:8.2f} ms ({flops / c / 1e9:6.1f}), sdpa {b * 1e3:8.2f} ms ({flops / b / 1e9:6.1f}); "
+                  f"sdpa / flash {b / a:5.2f}x, sdpa / split {b / c:5.2f}x, max |diff| {err:.1e}")
 
 
 def prefill(model: str, tokens: list[int], rounds: int) -> None:
