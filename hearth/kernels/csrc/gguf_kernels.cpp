@@ -731,16 +731,18 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
 // d], heads and dims contiguous, row strides ldq, ldo) over an f16/bf16 paged cache (as in
 // hk_paged_attention; table: the sequence's block ids), on AMX bf16 tiles (attention_prefill.h), or
 // without AMX on AVX512-BF16 (attention_prefill_avx512.h; no `packed` output there: that layout is
-// the AMX matmul's). -1 (out untouched) when the CPU or the shape is not covered. Only rows skip .. T are wanted (out
-// holds them from its first row): the 16-row tasks holding none of them are not run, the others are
-// run whole, so the wanted rows get the same values as in a call for all T (a task's rows share
-// their running max).
+// the AMX matmul's; `precise`: split scores, there only). -1 (out untouched) when the CPU or the
+// shape is not covered. Only rows skip .. T are wanted (out holds them from its first row): the
+// 16-row tasks holding none of them are not run, the others are run whole, so the wanted rows get
+// the same values as in a call for all T (a task's rows share their running max).
 static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
                              int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
                              float scale, int64_t window, float softcap, int64_t skip, float* out, int64_t ldo,
                              uint16_t* packed = nullptr, bool precise = false) {
   const bool amx = amx_bf16_usable() && !precise;
-  if (!(amx || (avx512_bf16_usable() && !packed)) || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 || T > ctx) return -1;
+  if (!(amx || (avx512_bf16_usable() && !packed)) || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 ||
+      T > ctx)
+    return -1;
   const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16, first = skip / 16 * 16;  // first task's row
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, table, scale, softcap};
   thread_local PrefillPacks packs;  // the caller's, kept across layers and steps (each block is packed anew)
