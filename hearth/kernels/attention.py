@@ -31,7 +31,8 @@ PRECISE_SCORES = "a k bias"
 """Why a layer's long chunks attend with f32 scores instead of the bf16 tiles or bf16 SDPA: a k
 projection bias (qwen2) adds a large component every key shares, and bf16's 8-bit mantissa then puts
 q.k off by whole logits (Qwen2.5-Coder-0.5B: KL 0.35 from the f32 reference at a golden position where
-f32 scores give 0.002). bf16 hi/lo splits in the tile kernel would keep such layers on AMX."""
+f32 scores give 0.002). The AVX512-BF16 flash kernel takes them with q and k split into bf16 high and low
+parts (~16 mantissa bits); bf16 hi/lo splits in the tile kernel would keep such layers on AMX too."""
 
 
 def _flat(kv_cache: torch.Tensor) -> torch.Tensor:
@@ -119,10 +120,10 @@ def _paged_native(q, kv_cache, meta, scale, window, softcap, precise=False):
     if args is not None and not native.paged_attention(q, kv_cache, *args, scale, window, softcap, out, meta.tree_rows()):
         return None
     dtype = _long_chunk_dtype(precise)
-    for i in big:  # long chunks on AMX bf16 tiles: the C++ flash kernel, else SDPA
+    for i in big:  # long chunks: the C++ flash kernel (AMX tiles or AVX512-BF16), else SDPA
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        if precise or i in meta.trees or not native.prefill_attention(q[q0:q1], kv_cache, meta.table_tensor(i), meta.seq_lens[i], scale,
-                                                   window, softcap, out[q0:q1]):
+        if i in meta.trees or not native.prefill_attention(q[q0:q1], kv_cache, meta.table_tensor(i), meta.seq_lens[i],
+                                                            scale, window, softcap, out[q0:q1], precise):
             out[q0:q1] = _prefill_one(q[q0:q1].to(dtype), kv_cache, meta, i, scale, window, softcap)
     return out
 

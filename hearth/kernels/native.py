@@ -45,7 +45,8 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "fused_ops": ("hk_linear_residual", "hk_mlp", "hk_qk_rope"),
     "paged_attention": ("hk_paged_attention", "hk_kv_write", "hk_set_row_groups"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward", "hk_stack_forward"),
-    "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_prefill_attention", "hk_stack_forward_prefill"),
+    "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_flash_prefill", "hk_prefill_attention",
+                   "hk_prefill_attention_precise", "hk_stack_forward_prefill"),
     "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
     "many_rows": ("hk_many_rows", "hk_avx_vnni", "hk_gemm_chunk_bytes"),  # the GEMV library's register-blocked GEMM for prefills (csrc/gemm_avx2.h)
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
@@ -151,6 +152,13 @@ def entry_points() -> set[str]:
 def bf16_tiles() -> bool:
     """The kernels multiply prefill-sized batches on AMX bf16 tiles here (Sapphire Rapids and later)."""
     return has("bf16_tiles") and bool(lib().hk_amx_bf16())
+
+
+@functools.cache
+def flash_prefill() -> bool:
+    """prefill_attention's flash kernel runs here: on AMX bf16 tiles, or without them on AVX512-BF16
+    (Zen 4); elsewhere long chunks take torch's SDPA."""
+    return has("bf16_tiles") and bool(lib().hk_flash_prefill())
 
 
 @functools.cache
@@ -307,6 +315,7 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
     "hk_gemm_bf16": (_int, [_p, _p, _i64, _i64, _p, _i64]),
     "hk_amx_bf16": (_int, []),
+    "hk_flash_prefill": (_int, []),
     "hk_batch_min_rows": (_int, []),
     "hk_vnni_gemm": (_int, []),
     "hk_set_invariant_rows": (None, [_i64]),
@@ -319,6 +328,8 @@ SIGNATURES = {  # name: (restype, argtypes)
                                   _i64, _f32, _i64, _f32, _p, _i64, _p, _i64]),
     "hk_prefill_attention": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32, _i64,
                                     _f32, _p, _i64]),
+    "hk_prefill_attention_precise": (_int, [_p, _i64, _p, _int, _i64, _i64, _i64, _i64, _i64, _i64, _i64, _p, _f32,
+                                            _i64, _f32, _p, _i64]),
     "hk_set_row_groups": (None, [_int]),
     "hk_kv_write": (None, [_p, _i64, _i64, _p, _p, _int, _i64, _i64]),
     "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
@@ -480,18 +491,19 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, q_start: torch.Tens
 
 
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, table: torch.Tensor, ctx: int, scale: float,
-                      window: int, softcap: float, out: torch.Tensor) -> bool:
+                      window: int, softcap: float, out: torch.Tensor, precise: bool = False) -> bool:
     """Causal attention of one sequence's T new rows (the last T of its ctx tokens) over an f16/bf16
-    paged cache on AMX bf16 tiles, into `out`; False (out untouched) where the CPU or the head shape
-    is not covered. q, out: f32 [T, heads, d] (heads and dims contiguous, rows may be strided);
-    table: int64 [blocks], the sequence's block ids."""
+    paged cache on AMX bf16 tiles or AVX512-BF16 (flash_prefill()), into `out`; False (out untouched)
+    where the CPU or the head shape is not covered. q, out: f32 [T, heads, d] (heads and dims contiguous, rows may be strided);
+    table: int64 [blocks], the sequence's block ids. precise: near-f32 scores (attention.PRECISE_SCORES),
+    q and k split into bf16 high and low parts: AVX512-BF16 only (AMX tiles decline)."""
     if not has("bf16_tiles"):
         return False
     _, nb, bs, kvh, d = kv_cache.shape
     assert q.stride(2) == 1 and q.stride(1) == d and out.stride(2) == 1 and out.stride(1) == d
-    rc = lib().hk_prefill_attention(q.data_ptr(), q.stride(0), kv_cache.data_ptr(),
-                                    int(kv_cache.dtype == torch.bfloat16), nb * bs, bs, q.shape[1], kvh, d, q.shape[0],
-                                    ctx, table.data_ptr(), scale, window, softcap, out.data_ptr(), out.stride(0))
+    fn = lib().hk_prefill_attention_precise if precise else lib().hk_prefill_attention
+    rc = fn(q.data_ptr(), q.stride(0), kv_cache.data_ptr(), int(kv_cache.dtype == torch.bfloat16), nb * bs, bs,
+            q.shape[1], kvh, d, q.shape[0], ctx, table.data_ptr(), scale, window, softcap, out.data_ptr(), out.stride(0))
     return rc == 0
 
 

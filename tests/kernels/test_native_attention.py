@@ -4,11 +4,12 @@
 Tolerance: both read the same f16/bf16 keys and values exactly and accumulate in f32; they differ
 only in summation order and the exp polynomial (~2 ulp), so outputs agree to ~1e-5 relative to
 the values' scale. Stated as atol 2e-5 on values of unit scale. Long chunks (NATIVE_MAX_Q new tokens or
-more) run in bf16 where the CPU has AMX bf16 tiles: the flash kernel, or SDPA in bf16 where it declines.
-Both round q, k, v (the kernel also the probabilities) to 8 mantissa bits, ~4e-3 relative, and keep the
-scores in f32; the sharp softmax used here amplifies that to <= ~0.035 on either path: 5e-2 there, a
-property of bf16 inputs, not of one CPU. Without tiles they run SDPA in f32, the reference's own op
-(test_long_chunks_without_the_tile_kernel runs both SDPA paths on any CPU)."""
+more) run in bf16 where the flash kernel runs (AMX bf16 tiles, or AVX512-BF16 without them), and in
+SDPA in bf16 where the CPU has tiles and the kernel declines. Both round q, k, v (the kernel also the
+probabilities) to 8 mantissa bits, ~4e-3 relative, and keep the scores in f32; the sharp softmax used
+here amplifies that to <= ~0.035 on either path: 5e-2 there, a property of bf16 inputs, not of one CPU.
+Without tiles SDPA runs in f32, the reference's own op (test_long_chunks_without_the_tile_kernel runs
+both SDPA paths on any CPU)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,8 @@ def test_native_attention_matches_torch(case, dtype):
         q0 = meta.query_start_loc[i]
         long[q0:q0 + n_q] = n_q >= NATIVE_MAX_Q
     torch.testing.assert_close(got[~long], want[~long], atol=ATOL, rtol=0)
-    torch.testing.assert_close(got[long], want[long], atol=BF16_ATOL if native.bf16_tiles() else ATOL, rtol=0)
+    bf16 = native.bf16_tiles() or (native.flash_prefill() and d % 32 == 0)  # the flash kernel's head dims
+    torch.testing.assert_close(got[long], want[long], atol=BF16_ATOL if bf16 else ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("tiles", [False, True], ids=["no-tiles", "tiles"])
@@ -85,6 +87,7 @@ def test_long_chunks_without_the_tile_kernel(case, dtype, tiles, monkeypatch):
     tiles (exact: the reference's op), in bf16 where it has them (the bf16 bound)."""
     monkeypatch.setattr(native, "prefill_attention", lambda *args: False)
     monkeypatch.setattr(native, "bf16_tiles", lambda: tiles)
+    monkeypatch.setattr(native, "flash_prefill", lambda: False)
     test_native_attention_matches_torch(case, dtype)
 
 
@@ -117,23 +120,37 @@ def test_kv_write_rounds_like_torch(dtype):
     assert not flat[:, untouched].any()
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
+KERNEL_CASES = [  # heads, kv_heads, head_dim, new rows, context, window, softcap
+    (6, 2, 64, 141, 299, 100, 0.0),  # after a cached prefix, rows not a multiple of 16, a window from mid-block
+    (9, 3, 64, 77, 77, 0, 0.0),  # SmolLM2's heads, a whole prompt not a multiple of 16 or 32
+    (12, 2, 128, 100, 133, 0, 0.0),  # Qwen2.5-1.5B's heads (group of 6), a prefix of 33
+    (16, 1, 128, 48, 48, 0, 30.0),  # a group of 16 (a task's most), softcap
+    (4, 1, 256, 70, 600, 64, 0.0),  # gemma3's head_dim 256, a window far shorter than the context
+    (8, 8, 32, 33, 40, 0, 0.0),  # no grouping, head_dim 32
+]
+
+
+@pytest.mark.skipif(not native.flash_prefill(), reason="no flash prefill kernel (AMX or AVX512-BF16) at this CPU tier")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
-def test_the_tile_kernel_takes_long_chunks(dtype):
-    """The AMX flash kernel itself (not the SDPA fallback) on a long chunk after a cached prefix,
-    rows not a multiple of 16, a sliding window that starts mid-block and grouped heads."""
-    heads, kvh, d, n_q, ctx, window = 6, 2, 64, 141, 299, 100
-    g = torch.Generator().manual_seed(3)
-    meta = scattered_batch([n_q], [ctx], 16, 64, g)
-    cache = torch.randn(2, 64, 16, kvh, d, generator=g).to(dtype)
-    q = torch.randn(n_q, heads, d, generator=g)
+@pytest.mark.parametrize("case", KERNEL_CASES, ids=lambda c: f"h{c[0]}kv{c[1]}d{c[2]}q{c[3]}ctx{c[4]}w{c[5]}c{c[6]:g}")
+def test_the_tile_kernel_takes_long_chunks(case, dtype):
+    """The flash kernel itself (not the SDPA fallback) against SDPA in f32 (the reference) on q and
+    caches exact in bf16: the kernel rounds only q * scale and its probabilities (max error 1.6-2.0e-2
+    on Zen 4's AVX512-BF16 kernel)."""
+    heads, kvh, d, n_q, ctx, window, softcap = case
+    g = torch.Generator().manual_seed(3 + n_q + d)
+    nb = -(-ctx // 16) + 8
+    meta = scattered_batch([n_q], [ctx], 16, nb, g)
+    cache = torch.randn(2, nb, 16, kvh, d, generator=g).to(torch.bfloat16).to(dtype)
+    wide = torch.randn(n_q, heads * d + 16, generator=g).to(torch.bfloat16).float()
+    q = wide[:, 16:].view(n_q, heads, d)  # rows strided, as in the fused qkv output
     out = torch.full_like(q, float("nan"))
-    assert native.prefill_attention(q, cache, meta.table_tensor(0), ctx, d ** -0.5 * 3, window, 0.0, out)
-    want = paged_attention_torch(q, cache, meta, d ** -0.5 * 3, window, 0.0)
+    assert native.prefill_attention(q, cache, meta.table_tensor(0), ctx, d ** -0.5 * 3, window, softcap, out)
+    want = paged_attention_torch(q, cache, meta, d ** -0.5 * 3, window, softcap)
     torch.testing.assert_close(out, want, atol=BF16_ATOL, rtol=0)
 
 
-@pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
+@pytest.mark.skipif(not native.flash_prefill(), reason="no flash prefill kernel (AMX or AVX512-BF16) at this CPU tier")
 def test_the_tile_kernel_rescales_when_later_keys_score_far_higher():
     """The kernel's running max moves only when a row's scores pass it by more than 8 (then O^T and
     the sums are rescaled): keys that grow with their position make it move block after block.
@@ -154,3 +171,26 @@ def test_the_tile_kernel_rescales_when_later_keys_score_far_higher():
     assert native.prefill_attention(q, cache, table, ctx, scale, 0, 0.0, out)
     want = paged_attention_torch(q, cache, meta, scale, 0, 0.0)
     torch.testing.assert_close(out, want, atol=1e-2, rtol=0)
+
+
+@pytest.mark.skipif(not native.flash_prefill() or native.bf16_tiles(),
+                    reason="no AVX512-BF16 flash kernel (AMX tiles do not split the scores)")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["f16", "bf16"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_precise_scores_survive_a_k_bias(d, dtype):
+    """PRECISE_SCORES' layers (a k bias every key shares) on the AVX512-BF16 kernel: q and k split into
+    bf16 high and low parts keep the scores near f32. With an f16 cache and a bias 20x the keys' own
+    spread, the unsplit scores put outputs 0.14-0.19 off the f32 reference, the split ones <= 9e-3
+    (P's rounding): the bound 2e-2 fails the former."""
+    heads, kvh, n_q, ctx = 12, 2, 100, 133
+    g = torch.Generator().manual_seed(7)
+    nb = -(-ctx // 16) + 4
+    meta = scattered_batch([n_q], [ctx], 16, nb, g)
+    cache = torch.randn(2, nb, 16, kvh, d, generator=g)
+    cache[0] += torch.randn(kvh, d, generator=g) * 20
+    cache = cache.to(dtype)
+    q = torch.randn(n_q, heads, d, generator=g) + 2
+    out = torch.full_like(q, float("nan"))
+    assert native.prefill_attention(q, cache, meta.table_tensor(0), ctx, d ** -0.5, 0, 0.0, out, True)
+    want = paged_attention_torch(q, cache, meta, d ** -0.5, 0, 0.0)
+    torch.testing.assert_close(out, want, atol=2e-2, rtol=0)

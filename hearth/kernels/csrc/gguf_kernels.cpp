@@ -25,6 +25,7 @@
 #include "gemm_vnni.h"
 #include "gemm_vnni_panels.h"
 #include "attention_prefill.h"
+#include "attention_prefill_avx512.h"
 #include "kv_quant.h"
 #include "peaks.h"
 
@@ -728,16 +729,20 @@ int hk_paged_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16,
 
 // Causal attention of one sequence's T new rows (the last T of its ctx tokens; q, out: f32 [T, heads,
 // d], heads and dims contiguous, row strides ldq, ldo) over an f16/bf16 paged cache (as in
-// hk_paged_attention; table: the sequence's block ids), on AMX bf16 tiles (attention_prefill.h).
-// -1 (out untouched) when the CPU or the shape is not covered. Only rows skip .. T are wanted (out
-// holds them from its first row): the 16-row tasks holding none of them are not run, the others are
-// run whole, so the wanted rows get the same values as in a call for all T (a task's rows share
-// their running max).
+// hk_paged_attention; table: the sequence's block ids), on AMX bf16 tiles (attention_prefill.h), or
+// without AMX on AVX512-BF16 (attention_prefill_avx512.h; no `packed` output there: that layout is
+// the AMX matmul's; `precise`: split scores, there only). -1 (out untouched) when the CPU or the
+// shape is not covered. Only rows skip .. T are wanted (out holds them from its first row): the
+// 16-row tasks holding none of them are not run, the others are run whole, so the wanted rows get
+// the same values as in a call for all T (a task's rows share their running max).
 static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
                              int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx, const int64_t* table,
                              float scale, int64_t window, float softcap, int64_t skip, float* out, int64_t ldo,
-                             uint16_t* packed = nullptr) {
-  if (!amx_bf16_usable() || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 || T > ctx) return -1;
+                             uint16_t* packed = nullptr, bool precise = false) {
+  const bool amx = amx_bf16_usable() && !precise;
+  if (!(amx || (avx512_bf16_usable() && !packed)) || d % 32 || d > 256 || heads % kvh || heads / kvh > 16 || T <= 0 ||
+      T > ctx)
+    return -1;
   const int64_t G = heads / kvh, pos0 = ctx - T, nq = (T + 15) / 16, first = skip / 16 * 16;  // first task's row
   const AttnShape a{static_cast<const uint8_t*>(kv), num_slots * kvh * d, bs, heads, kvh, d, table, scale, softcap};
   thread_local PrefillPacks packs;  // the caller's, kept across layers and steps (each block is packed anew)
@@ -748,18 +753,28 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
   scratch(p.k, kvh * p.nkb * d * 32);
   scratch(p.v, kvh * p.nkb * d * 32);
   const auto pack = kv_bf16 ? pack_kv_block<true> : pack_kv_block<false>;
+  const auto pack_lo = kv_bf16 ? pack_k_lo_block<true> : pack_k_lo_block<false>;
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> klo_pack;  // precise: the keys' low parts
+  uint16_t* klo = precise ? scratch(klo_pack, kvh * p.nkb * d * 32) : nullptr;
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < kvh * p.nkb; ++i) pack(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, p);
-    load_bf16_tile_config();
+    for (int64_t i = 0; i < kvh * p.nkb; ++i) {
+      pack(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, p);
+      if (klo) pack_lo(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, klo + p.at(i / p.nkb, p.kb0 + i % p.nkb));
+    }
+    if (amx) load_bf16_tile_config();
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < kvh * (nq - first / 16); ++i) {  // the longest rows (the last) first
       const int64_t g = i % kvh, t0 = 16 * (nq - 1 - i / kvh), from = std::max<int64_t>(0, skip - t0);
-      prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
-                   packed ? nullptr : out + (t0 + from - skip) * ldo, ldo, packed ? packed + t0 * heads * d : nullptr);
+      if (amx)
+        prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
+                     packed ? nullptr : out + (t0 + from - skip) * ldo, ldo, packed ? packed + t0 * heads * d : nullptr);
+      else
+        prefill_task_avx512(a, p, klo, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
+                            out + (t0 + from - skip) * ldo, ldo);
     }
-    _tile_release();
+    if (amx) _tile_release();
   }
   return 0;
 }
@@ -769,6 +784,18 @@ int hk_prefill_attention(const float* q, int64_t ldq, const void* kv, int kv_bf1
                          float scale, int64_t window, float softcap, float* out, int64_t ldo) {
   return prefill_attention(q, ldq, kv, kv_bf16, num_slots, bs, heads, kvh, d, T, ctx, table, scale, window, softcap, 0,
                            out, ldo);
+}
+
+// hk_prefill_attention for layers whose scores must be near-f32 (attention.PRECISE_SCORES: a k bias):
+// q and k split into bf16 high and low parts (attention_prefill_avx512.h's scores16), on AVX512-BF16
+// only (-1 elsewhere, AMX included: its tiles do not split yet).
+int hk_prefill_attention_precise(const float* q, int64_t ldq, const void* kv, int kv_bf16, int64_t num_slots,
+                                 int64_t bs, int64_t heads, int64_t kvh, int64_t d, int64_t T, int64_t ctx,
+                                 const int64_t* table, float scale, int64_t window, float softcap, float* out,
+                                 int64_t ldo) {
+  if (amx_bf16_usable()) return -1;
+  return prefill_attention(q, ldq, kv, kv_bf16, num_slots, bs, heads, kvh, d, T, ctx, table, scale, window, softcap, 0,
+                           out, ldo, nullptr, true);
 }
 
 // Rows of one sequence in one step attend as a row group (attention_tasks.h) while on (1, the
@@ -829,6 +856,9 @@ int hk_gemm_bf16(const void* plan, const uint16_t* x, int64_t M, int64_t ldx, fl
 
 // 1 when this CPU and kernel run AMX bf16 tiles (the prefill matmuls), else 0
 int hk_amx_bf16() { return amx_bf16_usable() ? 1 : 0; }
+
+// 1 where hk_prefill_attention runs here (AMX bf16 tiles, or AVX512-BF16 without them), else 0
+int hk_flash_prefill() { return amx_bf16_usable() || avx512_bf16_usable() ? 1 : 0; }
 
 // The row count from which matmuls leave the GEMV (rows_dot) here: for AMX int8 tiles, or without AMX
 // for the int8 VNNI GEMM (gemm_vnni.h)

@@ -1,0 +1,206 @@
+// attention_prefill.h's flash attention without AMX: the same packs (K as A tiles, V^T, Q^T as B
+// tiles), the same transposed walk (lanes = 16 query rows, the softmax down vectors) and the same
+// roundings (q, k, v, p to bf16; f32 sums), its products on AVX512-BF16 vdpbf16ps instead of tiles:
+// each product takes one bf16 pair broadcast (a key's two dims, a dim's two keys) against a vector of
+// the 16 rows' pairs. Zen 4 has it without AMX; an AVX-512 CPU without it (Skylake-X, Ice Lake) keeps
+// torch's f32 SDPA (avx512_bf16_usable() false: an f32-FMA flash kernel would gain there only what
+// SDPA's own f32 GEMMs leave, and f32 K/V packs double the traffic).
+#pragma once
+
+#include <cstring>
+
+#include "attention_prefill.h"
+
+namespace {
+
+bool avx512_bf16_usable() {  // CPUID.(7, 1):EAX[5], AVX512_BF16
+  static const bool ok = [] {
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (a < 1) return false;  // no subleaf 1
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(1));
+    return ((a >> 5) & 1) != 0;
+  }();
+  return ok;
+}
+
+inline __m512bh pair_at(const uint16_t* p) {  // the bf16 pair at p, in every lane
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return reinterpret_cast<__m512bh>(_mm512_set1_epi32(v));
+}
+
+inline __m512 bf16_round(__m512 x) {  // x rounded to bf16 (nearest even), as f32
+  const __m256i h = reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// S^T of 16 keys against one head's 16 rows: kt, the keys' half of an A pack ([d / 32][16 keys][32
+// dims]); qb, the head's Q^T ([d / 2 pairs][16 rows][2]) -> st [16 keys][16 rows]. 16 sums side by
+// side: each waits only on its own previous product. SPLIT (PRECISE_SCORES' layers): k = kt + klo and
+// q = qb + qlo, each a bf16 high part and the bf16 rounding of the rest; q.k takes hi.hi + hi.lo +
+// lo.hi, ~16 mantissa bits instead of 8 (a k bias every key shares no longer moves the scores).
+template <bool SPLIT>
+inline void scores16(const uint16_t* kt, const uint16_t* klo, const uint16_t* qb, const uint16_t* qlo, int64_t d,
+                     float* st) {
+  __m512 acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < d / 2; ++c) {
+    const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_load_si512(qb + 32 * c));
+    const int64_t at = (c / 16) * 512 + 2 * (c % 16);  // key j's dims 2c, 2c + 1 at at + 32 j
+    if constexpr (SPLIT) {
+      const __m512bh ql = reinterpret_cast<__m512bh>(_mm512_load_si512(qlo + 32 * c));
+      for (int j = 0; j < 16; ++j) {
+        const __m512bh kh = pair_at(kt + at + 32 * j);
+        acc[j] = _mm512_dpbf16_ps(acc[j], kh, qv);
+        acc[j] = _mm512_dpbf16_ps(acc[j], pair_at(klo + at + 32 * j), qv);
+        acc[j] = _mm512_dpbf16_ps(acc[j], kh, ql);
+      }
+    } else {
+      for (int j = 0; j < 16; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], pair_at(kt + at + 32 * j), qv);
+    }
+  }
+  for (int j = 0; j < 16; ++j) _mm512_store_ps(st + 16 * j, acc[j]);
+}
+
+// The low parts of 32-key block kb's keys (key - bf16(key), rounded to bf16), in pack_kv_block's K
+// layout at klo (keys at or past ctx: zeros). A bf16 cache's are zeros; an f16 cache's are not.
+template <bool BF16>
+void pack_k_lo_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, uint16_t* klo) {
+  const int64_t ksn = a.d / 32;
+  for (int64_t j = 0; j < 32; ++j) {
+    const int64_t key = 32 * kb + j;
+    const uint8_t* kr = key < ctx ? slot_row(a, 0, g, key) : nullptr;
+    for (int64_t ks = 0; ks < ksn; ++ks) {
+      __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+      if (kr) {
+        lo = load_half<BF16>(kr + 64 * ks), hi = load_half<BF16>(kr + 64 * ks + 32);
+        lo = _mm512_sub_ps(lo, bf16_round(lo)), hi = _mm512_sub_ps(hi, bf16_round(hi));
+      }
+      _mm512_store_si512(klo + ((j / 16) * ksn + ks) * 512 + 32 * (j % 16), join(to_bf16(lo), to_bf16(hi)));
+    }
+  }
+}
+
+// O^T (oh: [d][16 rows] f32) += V^T . P^T over 32 keys: vt [d][16 key pairs][2] (the V^T pack), pt
+// [16 key pairs][16 rows][2]. 16 dims' sums in registers at a time, each P^T vector used 16 times.
+inline void values32(const uint16_t* vt, const uint16_t* pt, int64_t d, float* oh) {
+  for (int64_t c0 = 0; c0 < d; c0 += 16) {
+    __m512 acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_load_ps(oh + 16 * (c0 + i));
+    for (int r = 0; r < 16; ++r) {
+      const __m512bh pv = reinterpret_cast<__m512bh>(_mm512_load_si512(pt + 32 * r));
+      for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], pair_at(vt + (c0 + i) * 32 + 2 * r), pv);
+    }
+    for (int i = 0; i < 16; ++i) _mm512_store_ps(oh + 16 * (c0 + i), acc[i]);
+  }
+}
+
+// prefill_task's rows, heads and arguments (no packed output: that layout feeds AMX tiles), on
+// vdpbf16ps. The online softmax is prefill_task's (lazy max), O^T updated in memory every block.
+// klo (null: none): the keys' low parts (pack_k_lo_block, p.at's blocks), for split scores.
+void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16_t* klo, const float* q, int64_t ldq,
+                         int64_t rows, int64_t pos0, int64_t window, int64_t g, int64_t G, int64_t from, float* out,
+                         int64_t ldo) {
+  const int64_t d = a.d, ksn = d / 32;
+  thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> qb_buf, ql_buf, pt_buf;
+  ql_buf.resize(klo ? G * ksn * 512 : 0);
+  thread_local std::vector<float, AlignedAlloc<float>> o_buf, rows_buf, st_buf;
+  qb_buf.resize(G * ksn * 512);
+  o_buf.assign(G * d * 16, 0.0f);  // O^T per head: [d][16 rows]
+  rows_buf.resize(16 * d);
+  st_buf.resize(32 * 16);
+  pt_buf.resize(512);
+  uint16_t* qb = qb_buf.data();
+  float* ot = o_buf.data();
+  float* st = st_buf.data();  // [32 keys][16 rows]
+  uint16_t (*pt)[32] = reinterpret_cast<uint16_t (*)[32]>(pt_buf.data());
+  for (int64_t h = 0; h < G; ++h) {  // Q^T (q * scale), padded to 16 rows
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t c = 0; c < d; c += 16)
+        _mm512_store_ps(rows_buf.data() + i * d + c,
+                        _mm512_mul_ps(_mm512_loadu_ps(q + i * ldq + (g * G + h) * d + c), _mm512_set1_ps(a.scale)));
+    pack_rows16(rows_buf.data(), d, rows, d, qb + h * ksn * 512);
+    if (!klo) continue;
+    for (int64_t i = 0; i < rows * d; i += 16) {  // the low parts, q * scale - bf16(q * scale)
+      const __m512 x = _mm512_load_ps(rows_buf.data() + i);
+      _mm512_store_ps(rows_buf.data() + i, _mm512_sub_ps(x, bf16_round(x)));
+    }
+    pack_rows16(rows_buf.data(), d, rows, d, ql_buf.data() + h * ksn * 512);
+  }
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i pos = _mm512_mask_add_epi32(_mm512_set1_epi32(-1), tail_mask(rows), lane,  // -1: padding rows
+                                            _mm512_set1_epi32(static_cast<int>(pos0)));
+  const __m512i lo = window > 0 ? _mm512_sub_epi32(pos, _mm512_set1_epi32(static_cast<int>(window - 1)))
+                                : _mm512_setzero_si512();
+  __m512 m[16], l[16];
+  for (int64_t h = 0; h < G; ++h) m[h] = _mm512_set1_ps(-INFINITY), l[h] = _mm512_setzero_ps();
+  const int64_t last = pos0 + rows - 1, first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
+  for (int64_t kb = first_key / 32; kb <= last / 32; ++kb) {
+    const uint16_t* kt = p.k.data() + p.at(g, kb);
+    const uint16_t* vt = p.v.data() + p.at(g, kb);
+    const uint16_t* kl = klo ? klo + p.at(g, kb) : nullptr;
+    __mmask16 ok[32];
+    for (int j = 0; j < 32; ++j) {  // which rows see key j
+      const __m512i key = _mm512_set1_epi32(static_cast<int>(32 * kb + j));
+      ok[j] = _mm512_cmple_epi32_mask(key, pos) & _mm512_cmpge_epi32_mask(key, lo);
+    }
+    const bool second = 32 * kb + 16 <= last;  // keys 16-31 seen by some row
+    for (int64_t h = 0; h < G; ++h) {
+      const uint16_t* qh = qb + h * ksn * 512;
+      if (kl) {
+        const uint16_t* qlh = ql_buf.data() + h * ksn * 512;
+        scores16<true>(kt, kl, qh, qlh, d, st);
+        if (second) scores16<true>(kt + ksn * 512, kl + ksn * 512, qh, qlh, d, st + 256);
+      } else {
+        scores16<false>(kt, nullptr, qh, nullptr, d, st);
+        if (second) scores16<false>(kt + ksn * 512, nullptr, qh, nullptr, d, st + 256);
+      }
+      __m512 bm = _mm512_set1_ps(-INFINITY);
+      for (int j = 0; j < (second ? 32 : 16); ++j) {
+        __m512 v = _mm512_load_ps(st + 16 * j);
+        if (a.softcap > 0.0f) _mm512_store_ps(st + 16 * j, v = softcap_ps(v, a.softcap));
+        bm = _mm512_mask_max_ps(bm, ok[j], bm, v);
+      }
+      // as in prefill_task: the max moves only when passed by more than LAZY_MAX
+      const __mmask16 seen = _mm512_cmp_ps_mask(m[h], _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+      const bool move = _mm512_cmp_ps_mask(bm, _mm512_add_ps(m[h], _mm512_set1_ps(LAZY_MAX)), _CMP_GT_OQ) != 0;
+      const __m512 mn = move ? _mm512_max_ps(m[h], bm) : m[h];
+      const __mmask16 any = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+      const __m512 base = _mm512_maskz_mov_ps(any, mn);
+      const __m512 base2 = _mm512_mul_ps(base, _mm512_set1_ps(LOG2E));
+      __m512 sum = _mm512_setzero_ps();
+      for (int r = 0; r < 16; ++r) {  // P^T rows: keys 2r, 2r + 1 (unseen keys: zeros, their scores unset)
+        __m512 e[2];
+        for (int t = 0; t < 2; ++t) {
+          const int j = 2 * r + t;
+          const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(_mm512_maskz_load_ps(ok[j], st + 16 * j), _mm512_set1_ps(LOG2E), base2), P_FLOOR);
+          e[t] = _mm512_maskz_mov_ps(ok[j], exp2_bf16(x));
+          sum = _mm512_add_ps(sum, e[t]);
+        }
+        _mm512_store_si512(pt[r], pair_rows_bf16(e[0], e[1]));
+      }
+      float* oh = ot + h * d * 16;
+      if (move && seen) {  // rows that had keys: O^T and l scale by e^(old max - new max)
+        const __m512 alpha = _mm512_maskz_mov_ps(seen, exp2_bf16(_mm512_max_ps(_mm512_fmsub_ps(m[h], _mm512_set1_ps(LOG2E), base2), P_FLOOR)));
+        l[h] = _mm512_mul_ps(l[h], alpha);
+        for (int64_t i = 0; i < d; ++i) _mm512_store_ps(oh + 16 * i, _mm512_mul_ps(_mm512_load_ps(oh + 16 * i), alpha));
+      }
+      l[h] = _mm512_add_ps(l[h], sum);
+      m[h] = mn;
+      values32(vt, pt[0], d, oh);
+    }
+  }
+  for (int64_t h = 0; h < G; ++h) {  // out rows = (O^T / l)^T
+    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), l[h]);
+    for (int64_t cc = 0; cc < d / 16; ++cc) {
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(ot + (h * d + 16 * cc + i) * 16), inv));
+      transpose16(r);  // r[row] = its 16 dims
+      for (int64_t i = from; i < rows; ++i)
+        _mm512_storeu_ps(out + (i - from) * ldo + (g * G + h) * d + 16 * cc, _mm512_castsi512_ps(r[i]));
+    }
+  }
+}
+
+}  // namespace
