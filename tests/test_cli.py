@@ -236,6 +236,32 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+
+def _interrupt_after_first_output(monkeypatch):
+    """LLM.stream yields its first delta, then Ctrl-C lands (as a SIGINT mid-answer raises in the loop)."""
+    import hearth.llm
+
+    stream = hearth.llm.LLM.stream
+
+    def interrupted(self, *a, **k):
+        it = stream(self, *a, **k)
+        yield next(it)
+        it.close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hearth.llm.LLM, "stream", interrupted)
+
+
+def test_run_one_shot_exits_130_after_ctrl_c_mid_answer(tiny_models, capsys, monkeypatch):
+    """A script tells an interrupted answer from a whole one: 130 (128 + SIGINT), as a shell's; 0 before."""
+    _, instruct = tiny_models
+    assert main(["run", str(instruct), PROMPT, *GREEDY]) == 0
+    capsys.readouterr()
+    _interrupt_after_first_output(monkeypatch)
+    assert main(["run", str(instruct), PROMPT, *GREEDY]) == 130
+    out, err = capsys.readouterr()
+    assert out.endswith("\n") and "Traceback" not in err
+
 # ---- hearth serve: a port in use is one line, before the model loads ----
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])

@@ -68,9 +68,8 @@ def main(args: argparse.Namespace) -> int:
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []
-    if args.prompt:
-        _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
-        return 0
+    if args.prompt:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
+        return 130 if _answer(llm, history if chat else None, args.prompt, params, args.verbose, note) else 0
     if note:
         print(note, file=sys.stderr)
     interactive = sys.stdin.isatty()
@@ -128,9 +127,9 @@ def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:
     return False, f"hearth: {args.model} has no chat template: completing {what} as text (--chat to chat in a built-in one)"
 
 
-def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None) -> None:
+def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None) -> bool:
     """Stream the answer to `text` and add both to `history` (None: complete `text` as it is, no
-    chat); a prompt that does not fit the context raises (naming --ctx) and leaves `history` as it
+    chat); True when Ctrl-C stopped it. A prompt that does not fit the context raises (naming --ctx) and leaves `history` as it
     was. `note` is said once the request is accepted, so that a refusal stays one line."""
     ids = _prompt_ids(llm, history, text)
     if params.max_tokens is None:  # not given: the default, within the room left
@@ -150,7 +149,7 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         history.append({"role": "user", "content": text})
     spec = llm.engine.spec  # its counters run over the session: this answer's are the difference
     before = spec.stats.snapshot() if spec is not None else None
-    start, first, parts, n = time.perf_counter(), None, [], 0
+    start, first, parts, n, interrupted = time.perf_counter(), None, [], 0, False
     try:
         for out in llm.stream({"prompt_token_ids": ids}, params):
             if first is None:
@@ -160,7 +159,7 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
             sys.stdout.write(out.new_text)
             sys.stdout.flush()
     except KeyboardInterrupt:
-        pass
+        interrupted = True
     print()
     if history is not None:
         history.append({"role": "assistant", "content": "".join(parts)})
@@ -169,6 +168,7 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         rate = (n - 1) / (end - first) if n > 1 and end > first else 0.0
         print(f"prompt: {len(ids)} tokens, {first - start:.2f}s to first token; "
               f"answer: {n} tokens, {rate:.1f} tok/s{_speculation_text(before, spec, n)}", file=sys.stderr)
+    return interrupted
 
 
 def _speculation_text(before, spec, n: int) -> str:
