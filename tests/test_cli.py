@@ -262,6 +262,19 @@ def test_run_one_shot_exits_130_after_ctrl_c_mid_answer(tiny_models, capsys, mon
     out, err = capsys.readouterr()
     assert out.endswith("\n") and "Traceback" not in err
 
+
+def test_interactive_run_answers_an_unknown_command_without_the_model(tiny_models, capsys, monkeypatch):
+    """As ollama: `/foo` is one line naming it and /help, not a message; `/ x` or a path is text."""
+    import io
+
+    base, _ = tiny_models
+    texts = ["/src/app.py is a path", "/ slash"]
+    expected = [greedy_text(base, lambda llm, t=t: as_text(llm, t)) for t in texts]
+    monkeypatch.setattr("sys.stdin", io.StringIO("/foo\n/set x 1\n" + "\n".join(texts) + "\n"))
+    out, err = run_stdout(capsys, str(base), *GREEDY)
+    assert out == "".join(e + "\n" for e in expected)  # only the two texts were answered
+    assert err[1:] == ["Unknown command '/foo'. Type /help for help", "Unknown command '/set'. Type /help for help"]
+
 # ---- hearth serve: a port in use is one line, before the model loads ----
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from dataclasses import replace
@@ -17,6 +18,10 @@ from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongErro
 
 DEFAULT_MAX_TOKENS = 1024
 HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
+# A line whose first word is a slash and a name (`/foo`, `/set x`) is a command; `/ ...` or a path
+# (`/usr/bin/env is ...`) is text a user may mean for the model, so it goes to it (ollama refuses any
+# leading slash): a path names no command, and a word is what a mistyped command looks like.
+COMMAND = re.compile(r"/[A-Za-z?][\w?-]*")
 INTERRUPTED = "Use Ctrl + d or /bye to exit."  # ollama's words when Ctrl-C meets its prompt
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
           "a user message, and the conversation is remembered. A model without one (a base model such as "
@@ -95,6 +100,10 @@ def main(args: argparse.Namespace) -> int:
             continue
         if text in ("/help", "/?"):
             print(HELP, file=sys.stderr)
+            continue
+        word = text.split(maxsplit=1)[0] if text else ""
+        if COMMAND.fullmatch(word):  # ollama's words; nothing reaches the model
+            print(f"Unknown command '{word}'. Type /help for help", file=sys.stderr)
             continue
         if text:
             try:
