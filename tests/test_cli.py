@@ -275,6 +275,22 @@ def test_interactive_run_answers_an_unknown_command_without_the_model(tiny_model
     assert out == "".join(e + "\n" for e in expected)  # only the two texts were answered
     assert err[1:] == ["Unknown command '/foo'. Type /help for help", "Unknown command '/set'. Type /help for help"]
 
+
+def test_run_says_when_the_context_filled_and_the_answer_stopped(tiny_models, capsys, monkeypatch):
+    """With a small --ctx the answer ran into the context's end and stopped mid-sentence silently;
+    now one line says so and how to go on. max_tokens' stop says nothing (the tests above: err == [])."""
+    import io
+
+    _, instruct = tiny_models
+    full = "hearth: the context (64 tokens) is full, so the answer stopped there"
+    small = ["--temperature", "0", "--ctx", "64"]  # no --max-tokens: the room left caps the answer
+    out, err = run_stdout(capsys, str(instruct), PROMPT, *small)
+    assert err == [f"{full}; run with a larger --ctx"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello there\nsecond\n"))
+    out, err = run_stdout(capsys, str(instruct), *small)
+    assert err[0] == f"{full}; /clear to start over, or run with a larger --ctx"
+    assert err[1].startswith("hearth: error: prompt is ") and len(err) == 2  # the turn kept, nothing dropped
+
 # ---- hearth serve: a port in use is one line, before the model loads ----
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
