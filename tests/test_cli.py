@@ -236,6 +236,61 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+
+def _interrupt_after_first_output(monkeypatch):
+    """LLM.stream yields its first delta, then Ctrl-C lands (as a SIGINT mid-answer raises in the loop)."""
+    import hearth.llm
+
+    stream = hearth.llm.LLM.stream
+
+    def interrupted(self, *a, **k):
+        it = stream(self, *a, **k)
+        yield next(it)
+        it.close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(hearth.llm.LLM, "stream", interrupted)
+
+
+def test_run_one_shot_exits_130_after_ctrl_c_mid_answer(tiny_models, capsys, monkeypatch):
+    """A script tells an interrupted answer from a whole one: 130 (128 + SIGINT), as a shell's; 0 before."""
+    _, instruct = tiny_models
+    assert main(["run", str(instruct), PROMPT, *GREEDY]) == 0
+    capsys.readouterr()
+    _interrupt_after_first_output(monkeypatch)
+    assert main(["run", str(instruct), PROMPT, *GREEDY]) == 130
+    out, err = capsys.readouterr()
+    assert out.endswith("\n") and "Traceback" not in err
+
+
+def test_interactive_run_answers_an_unknown_command_without_the_model(tiny_models, capsys, monkeypatch):
+    """As ollama: `/foo` is one line naming it and /help, not a message; `/ x` or a path is text."""
+    import io
+
+    base, _ = tiny_models
+    texts = ["/src/app.py is a path", "/ slash"]
+    expected = [greedy_text(base, lambda llm, t=t: as_text(llm, t)) for t in texts]
+    monkeypatch.setattr("sys.stdin", io.StringIO("/foo\n/set x 1\n" + "\n".join(texts) + "\n"))
+    out, err = run_stdout(capsys, str(base), *GREEDY)
+    assert out == "".join(e + "\n" for e in expected)  # only the two texts were answered
+    assert err[1:] == ["Unknown command '/foo'. Type /help for help", "Unknown command '/set'. Type /help for help"]
+
+
+def test_run_says_when_the_context_filled_and_the_answer_stopped(tiny_models, capsys, monkeypatch):
+    """With a small --ctx the answer ran into the context's end and stopped mid-sentence silently;
+    now one line says so and how to go on. max_tokens' stop says nothing (the tests above: err == [])."""
+    import io
+
+    _, instruct = tiny_models
+    full = "hearth: the context (64 tokens) is full, so the answer stopped there"
+    small = ["--temperature", "0", "--ctx", "64"]  # no --max-tokens: the room left caps the answer
+    out, err = run_stdout(capsys, str(instruct), PROMPT, *small)
+    assert err == [f"{full}; run with a larger --ctx"]
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello there\nsecond\n"))
+    out, err = run_stdout(capsys, str(instruct), *small)
+    assert err[0] == f"{full}; /clear to start over, or run with a larger --ctx"
+    assert err[1].startswith("hearth: error: prompt is ") and len(err) == 2  # the turn kept, nothing dropped
+
 # ---- hearth serve: a port in use is one line, before the model loads ----
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from hearth.api.errors import APIError
+from hearth.loader.tokenizer import lone_surrogate
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
 # the keys _openai_message reads and rewrites; any other passes through when wire=False
@@ -85,20 +86,20 @@ def text_content(content: Any, where: str, optional: bool = False) -> str:
             return ""
         raise bad(where, "is required")
     if isinstance(content, str):
-        return content
+        return _valid(content, where)
     if not isinstance(content, list):
         raise bad(where, f"must be a string or a list of content parts, not {_kind(content)}")
     texts = []
     for j, part in enumerate(content):
         at = f"{where}[{j}]"
         if isinstance(part, str):
-            texts.append(part)
+            texts.append(_valid(part, at))
             continue
         if not isinstance(part, dict):
             raise bad(at, f"must be a content part object, not {_kind(part)}")
         kind = part.get("type")
         if kind in ("text", "input_text") and isinstance(part.get("text"), str):
-            texts.append(part["text"])
+            texts.append(_valid(part["text"], f"{at}.text"))
         elif kind in ("text", "input_text"):
             raise bad(f"{at}.text", "must be a string")
         elif kind in ("image_url", "input_image", "image", "input_audio", "file", "document"):
@@ -106,6 +107,13 @@ def text_content(content: Any, where: str, optional: bool = False) -> str:
         else:
             raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text'")
     return "\n".join(texts)
+
+
+def _valid(text: str, where: str) -> str:
+    """A lone surrogate is refused here, where the field is known: the tokenizer's refusal named none."""
+    if why := lone_surrogate(text):
+        raise bad(where, why)
+    return text
 
 
 def legacy_call_id(name) -> str:

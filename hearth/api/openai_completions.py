@@ -26,6 +26,7 @@ from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_
 from hearth.api.sampling import asked_prompt_logprobs, prompt_token_ids, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
+from hearth.loader.tokenizer import lone_surrogate
 
 router = APIRouter()
 
@@ -83,13 +84,18 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
         prompt = [prompt]
     texts, ids = [], []
     for p in prompt:
+        where = "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"
         if isinstance(p, str):
+            if why := lone_surrogate(p):  # the tokenizer's refusal named no field
+                raise APIError(400, f"{where}: {why}", param="prompt")
             texts.append(p)
             # with a suffix the prompt is code before it: plain text (as /infill reads it), the layout adds the BOS
             ids.append(served.encode_text(p) if fim is None else
                        served.encode_text(p, add_special_tokens=False, parse_special=False))
+            if not ids[-1] and fim is None:  # "" without a BOS: the engine's "prompt is empty" named no field
+                raise APIError(400, f"{where}: must not be empty", param="prompt")
         else:  # token ids: checked here, where the error can name the field (decode failed on them)
-            ids.append(prompt_token_ids(p, served.vocab_size, "prompt" if len(prompt) == 1 else f"prompt[{len(ids)}]"))
+            ids.append(prompt_token_ids(p, served.vocab_size, where))
             texts.append(served.tokenizer.decode(p))
     if fim is not None:  # /infill's layout without input_extra, so both routes run the same tokens
         def encode(text: str) -> list[int]:

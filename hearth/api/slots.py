@@ -1,11 +1,14 @@
 """POST /slots/save and /slots/restore: a conversation's KV state to a named file under
 --kv-disk-dir and back, as llama-server's slot save/restore (`POST /slots/{id}?action=save|restore`
-with {"filename": ...} is taken too; hearth has no slots, so the id is ignored and a save names
-its conversation). Behind the API key like every route but /health.
+with {"filename": ...} is taken too; hearth has no slots, so the id is ignored). Behind the API key
+like every route but /health.
 
 save: the conversation (`messages` (+ `tools`) rendered as a chat request would be, or `prompt`
 text or token ids) is prefilled once through the engine (its cached blocks are reused, so this is
-cheap when it was just served), then its full blocks are written to `saved/<name>.hkv`.
+cheap when it was just served), then its full blocks are written to `saved/<name>.hkv`. Without
+one, as llama-server's `{"filename": ...}` alone, the sequence that ended last (prompt and answer:
+what llama-server's single slot holds) is saved as far as its blocks are still cached, with no
+prefill.
 restore: the file's blocks go back into the disk tier; the next request with that prefix reports
 them in `cached_tokens` and skips their prefill."""
 
@@ -44,9 +47,15 @@ class SlotRequest(_Request):
 async def save(body: SlotRequest, request: Request):
     async with request.app.state.models.lease(body.model) as served:  # loaded until the export is written
         snapshots, name, field = _target(served, body)
-        ids = conversation_ids(served, body)
         t0 = time.perf_counter()
-        await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
+        if body.prompt is None and body.messages is None:  # llama-server's form: the slot's KV as it is
+            ids = served.engine.last_sequence()
+            if not ids:
+                raise APIError(400, "nothing was served yet to save: give the conversation as messages or "
+                               "prompt", param="messages")
+        else:
+            ids = conversation_ids(served, body)
+            await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
         payloads = await served.engine.export_prefix(ids)
         info = await _run(snapshots.save, name, field, ids, payloads)
     return {"name": name, "filename": info.path.name, "n_saved": info.num_tokens, "n_written": info.num_bytes,

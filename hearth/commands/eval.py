@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hearth.config import DEFAULT_MODEL, THREADS_ZERO
 from hearth.errors import HearthError
+from hearth.formats.kv import SERVED_KV
 
 DEFAULT_TEXT = Path(__file__).resolve().parent.parent / "data" / "perplexity" / "persuasion.txt"
 LOGIT_ROWS = 128
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
     p.add_argument("--kv-cache-dtype", default="auto",
-                   help="KV cache format: auto (f16), bf16, fp8_e4m3, q8_0, q4_0, kvarn_k4v2, kvarn_k4v4")
+                   help=f"KV cache format: auto (f16), {', '.join(SERVED_KV)}")
     p.add_argument("--ctx", type=int, default=512, help="window (context) length in tokens, at most the model's (default: %(default)s)")
     p.add_argument("--text", help="UTF-8 text file to score (default: the text hearth ships)")
     p.add_argument("--chunks", type=int, default=-1, metavar="N",

@@ -11,7 +11,7 @@ from pathlib import Path
 from hearth.loader.catalog import CATALOG
 from hearth.memory.devices import THIS, known_devices
 from hearth.memory.figure_text import FIGURES
-from hearth.memory.kv_formats import KV_FORMATS
+from hearth.memory.kv_formats import SERVED_KV
 from hearth.memory.overhead import DEFAULT_BATCH_TOKENS
 from hearth.memory import PlanError
 from hearth.memory.planner import Plan, PlanRequest
@@ -32,7 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", type=int, default=None,
                    help=f"sequences served at once (default: 1; with --target-rps, per replica: {SERVE_MAX_NUM_SEQS})")
     p.add_argument("--kv-cache-dtype", default="auto",
-                   help=f"auto (f16), {', '.join(KV_FORMATS)} (default: %(default)s)")
+                   help=f"auto (f16), {', '.join(SERVED_KV)}, as serve takes them (default: %(default)s)")
     p.add_argument("--block-size", type=int, default=None,
                    help=f"tokens per KV block (default: {DEFAULT_BLOCK}; KVarN: its 128-token tile)")
     p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from dataclasses import replace
@@ -13,11 +14,16 @@ from dataclasses import replace
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
-from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, check_room
+from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, can_raise_context, check_room
 
 DEFAULT_MAX_TOKENS = 1024
 HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
+# A line whose first word is a slash and a name (`/foo`, `/set x`) is a command; `/ ...` or a path
+# (`/usr/bin/env is ...`) is text a user may mean for the model, so it goes to it (ollama refuses any
+# leading slash): a path names no command, and a word is what a mistyped command looks like.
+COMMAND = re.compile(r"/[A-Za-z?][\w?-]*")
 INTERRUPTED = "Use Ctrl + d or /bye to exit."  # ollama's words when Ctrl-C meets its prompt
+INTERRUPTED_ANSWER, CONTEXT_FULL = "interrupted", "context full"  # how an answer may end early (_answer)
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
           "a user message, and the conversation is remembered. A model without one (a base model such as "
           "gemma3-270m) completes text instead, as llama-cli does: PROMPT, or each line on its own, is "
@@ -68,9 +74,11 @@ def main(args: argparse.Namespace) -> int:
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []
-    if args.prompt:
-        _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
-        return 0
+    if args.prompt:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
+        end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
+        if end == CONTEXT_FULL:
+            print(_full_notice(llm), file=sys.stderr)
+        return 130 if end == INTERRUPTED_ANSWER else 0
     if note:
         print(note, file=sys.stderr)
     interactive = sys.stdin.isatty()
@@ -97,9 +105,15 @@ def main(args: argparse.Namespace) -> int:
         if text in ("/help", "/?"):
             print(HELP, file=sys.stderr)
             continue
+        word = text.split(maxsplit=1)[0] if text else ""
+        if COMMAND.fullmatch(word):  # ollama's words; nothing reaches the model
+            print(f"Unknown command '{word}'. Type /help for help", file=sys.stderr)
+            continue
         if text:
             try:
-                _answer(llm, history if chat else None, text, params, args.verbose)
+                end = _answer(llm, history if chat else None, text, params, args.verbose)
+                if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
+                    print(_full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
@@ -128,10 +142,11 @@ def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:
     return False, f"hearth: {args.model} has no chat template: completing {what} as text (--chat to chat in a built-in one)"
 
 
-def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None) -> None:
+def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None) -> str | None:
     """Stream the answer to `text` and add both to `history` (None: complete `text` as it is, no
-    chat); a prompt that does not fit the context raises (naming --ctx) and leaves `history` as it
-    was. `note` is said once the request is accepted, so that a refusal stays one line."""
+    chat); INTERRUPTED_ANSWER when Ctrl-C stopped it, CONTEXT_FULL when the context's end did (not
+    max_tokens), else None. A prompt that does not fit the context raises (naming --ctx) and leaves
+    `history` as it was. `note` is said once the request is accepted, so that a refusal stays one line."""
     ids = _prompt_ids(llm, history, text)
     if params.max_tokens is None:  # not given: the default, within the room left
         params = replace(params, max_tokens=max(1, min(DEFAULT_MAX_TOKENS, llm.max_model_len - len(ids))))
@@ -150,7 +165,7 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         history.append({"role": "user", "content": text})
     spec = llm.engine.spec  # its counters run over the session: this answer's are the difference
     before = spec.stats.snapshot() if spec is not None else None
-    start, first, parts, n = time.perf_counter(), None, [], 0
+    start, first, parts, n, stop = time.perf_counter(), None, [], 0, None
     try:
         for out in llm.stream({"prompt_token_ids": ids}, params):
             if first is None:
@@ -159,8 +174,10 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
             parts.append(out.new_text)
             sys.stdout.write(out.new_text)
             sys.stdout.flush()
+            if out.finish_reason == "length" and len(ids) + n >= llm.max_model_len:
+                stop = CONTEXT_FULL  # the room left capped max_tokens (or it asked for all of it)
     except KeyboardInterrupt:
-        pass
+        stop = INTERRUPTED_ANSWER
     print()
     if history is not None:
         history.append({"role": "assistant", "content": "".join(parts)})
@@ -169,6 +186,16 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
         rate = (n - 1) / (end - first) if n > 1 and end > first else 0.0
         print(f"prompt: {len(ids)} tokens, {first - start:.2f}s to first token; "
               f"answer: {n} tokens, {rate:.1f} tok/s{_speculation_text(before, spec, n)}", file=sys.stderr)
+    return stop
+
+
+def _full_notice(llm, remedy: str | None = None) -> str:
+    """The line said when an answer stopped at the context's end; remedy: what else this mode can do."""
+    ways = [remedy] if remedy else []
+    if can_raise_context(llm.max_model_len, llm.engine.model_context):
+        ways.append("run with a larger --ctx")
+    how = f"; {', or '.join(ways)}" if ways else " (the model's own context)"
+    return f"hearth: the context ({llm.max_model_len} tokens) is full, so the answer stopped there{how}"
 
 
 def _speculation_text(before, spec, n: int) -> str:

@@ -17,6 +17,7 @@ from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, En
 from hearth.commands.logs import configure_logging
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
+from hearth.formats.kv import SERVED_KV
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -81,7 +82,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--num-kv-blocks", type=int, default=0, help="KV-cache blocks (default: sized from the rest)")
     eng.add_argument("--kv-cache-memory-gb", type=float, default=2.0,
                      help="upper bound on KV-cache memory (default: %(default)s)")
-    eng.add_argument("--kv-cache-dtype", default="auto", help="KV-cache format (default: %(default)s)")
+    eng.add_argument("--kv-cache-dtype", default="auto",
+                     help=f"KV-cache format: auto (f16), {', '.join(SERVED_KV)} (default: %(default)s)")
     eng.add_argument("--kv-disk-dir", default="", metavar="DIR",
                      help="keep full prefix blocks of the KV cache in DIR across restarts, and enable "
                           "POST /slots/save and /slots/restore (default: off)")

@@ -161,6 +161,10 @@ class AsyncEngine:
         self._send(("export", future, list(prompt_token_ids)))
         return await future
 
+    def last_sequence(self) -> list[int]:
+        """EngineCore.last_sequence (set on the engine thread, read whole: one reference)."""
+        return list(self.core.last_sequence)
+
     def stats(self) -> EngineStats:
         """A snapshot for metrics; read from another thread, so the counts may be a step apart."""
         s = self.core.scheduler

@@ -82,6 +82,9 @@ class EngineCore:
         and only a new request or an abort changes that (the async loop then sleeps, never spins)."""
         self.executing: list[str] | None = None
         """The requests of the runner call in progress (failed_step reads it after step() raised)."""
+        self.last_sequence: list[int] = []
+        """The token ids of the request that ended last (finished or aborted): what a llama-server
+        slot holds after it, which `/slots/{id}?action=save` without a conversation saves."""
         self._ids = itertools.count()
         self._idle()
 
@@ -107,6 +110,8 @@ class EngineCore:
 
     def abort(self, request_id: str) -> None:
         ended = self.scheduler.finish_request(request_id)
+        if ended is not None:
+            self.last_sequence = ended.all_token_ids
         self._forget(request_id)
         if ended is not None and not self.scheduler.has_unfinished():  # the last one (a failed step's too)
             self._idle()  # its runner state goes now, not when the next request comes
@@ -217,6 +222,7 @@ class EngineCore:
         if finished:
             detok.flush()
             self._forget(req.request_id)
+            self.last_sequence = req.all_token_ids
         logprobs = None
         if tokens[0].logprob is not None:
             logprobs = [{t.token_id: t.logprob, **(t.top_logprobs or {})} for t in tokens]

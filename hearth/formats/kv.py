@@ -201,3 +201,17 @@ def kv_format(name: str) -> KVFormat:
         return KV_FORMATS[canonical(name)]
     except KeyError:
         raise PlanError(f"unknown KV cache dtype {name!r}; known: auto, {', '.join(KV_FORMATS)}") from None
+
+
+SERVED_KV = tuple(name for name, f in KV_FORMATS.items() if f.served)
+"""The formats hearth's runtime holds a cache in: the one list of --kv-cache-dtype choices (serve's,
+run's and plan's; kvstore.codecs builds exactly these). f32 stays a record for pricing only."""
+
+
+def served_kv_format(name: str) -> KVFormat:
+    """A user's --kv-cache-dtype: only a format serve takes, so a plan is one it can run."""
+    fmt = KV_FORMATS.get(canonical(name))
+    if fmt is None or not fmt.served:
+        what = "unknown KV cache dtype" if fmt is None else "hearth does not serve the KV cache dtype"
+        raise PlanError(f"{what} {name!r}; known: auto, {', '.join(SERVED_KV)}")
+    return fmt

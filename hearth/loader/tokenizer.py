@@ -30,11 +30,19 @@ class InvalidTextError(HearthError):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+def lone_surrogate(text: str) -> str | None:
+    """Why `text` is not valid Unicode, naming its first lone surrogate (None: it is), as the server
+    says it about the field that holds it (a JSON body may spell one, "\\ud800")."""
+    if isinstance(text, str) and (m := _SURROGATE.search(text)):
+        return (f"holds a lone UTF-16 surrogate (\\u{ord(m.group()):04x}, near "
+                f"{text[max(0, m.start() - 20):m.start()]!r}): not valid Unicode")
+    return None
+
+
 def _check_text(text: str) -> None:
     """One line naming the first lone surrogate, which the backend refuses with a bare TypeError."""
-    if isinstance(text, str) and (m := _SURROGATE.search(text)):
-        raise InvalidTextError(f"the text holds a lone UTF-16 surrogate (\\u{ord(m.group()):04x}, "
-                               f"near {text[max(0, m.start() - 20):m.start()]!r}): not valid Unicode")
+    if why := lone_surrogate(text):
+        raise InvalidTextError(f"the text {why}")
 
 
 class Tokenizer:

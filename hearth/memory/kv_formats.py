@@ -3,4 +3,5 @@
 them from here."""
 
 from hearth.formats.kv import (ALIASES, F16_BYTES, KV_FORMATS, Cost, GGMLBlocks, KVFormat, PerChannel,  # noqa: F401
-                               PerToken, Plain, ScalePerBlock, kv_format)
+                               PerToken, Plain, SERVED_KV, ScalePerBlock, kv_format,
+                               served_kv_format)

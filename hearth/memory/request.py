@@ -6,7 +6,7 @@ from __future__ import annotations
 from hearth.loader.context import context_to_run
 from hearth.memory import PlanError
 from hearth.memory.devices import THIS, get_device
-from hearth.memory.kv_formats import kv_format
+from hearth.memory.kv_formats import served_kv_format
 from hearth.memory.model_input import model_input
 from hearth.memory.overhead import DEFAULT_BATCH_TOKENS
 from hearth.memory.planner import Plan, PlanRequest, check_request, plan
@@ -21,7 +21,7 @@ def build_request(model: str, device: str = THIS, ctx: int | None = None, concur
     """Checks the cheap things first (names, numbers) so bad input never waits on a measurement.
     fit_ctx: serve's and run's rule (hearth.loader.context): 0 is the model's own context, one past it
     is the model's with their notice; else both are errors."""
-    fmt = kv_format(kv_cache_dtype)
+    fmt = served_kv_format(kv_cache_dtype)
     block = fmt.block_size(block_size, DEFAULT_BLOCK)
     if block <= 0:
         raise PlanError(f"--block-size must be positive, got {block}")

@@ -76,6 +76,9 @@ def test_ctx_0_is_the_model_s_own_as_in_serve_and_run(capsys, caplog):
     (["llama-7b", "--device", "h200", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--concurrency", "-2"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--kv-cache-dtype", "int3"], "unknown KV cache dtype 'int3'"),
+    # serve refuses f32: a plan for it was one no hearth runs (it was listed and priced)
+    (["llama-7b", "--device", "h200", "--kv-cache-dtype", "f32"], "hearth does not serve the KV cache dtype 'f32'; "
+                                                                  "known: auto, f16, bf16, fp8_e4m3, q8_0"),
     (["llama-7b", "--device", "h200", "--kv-cache-dtype", "kvarn_k4v2", "--block-size", "16"], "128 or 64"),
     (["llama-7b", "--device", "h200", "--memory-gib", "-1"], "--memory-gib must be positive"),
     (["llama-7b,quant=Q3_X", "--device", "h200"], "unknown weight quantization 'Q3_X'"),
@@ -90,3 +93,14 @@ def test_bad_input_is_one_line(capsys, argv, needle):
     assert code == 1 and out == ""
     assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and "Traceback" not in err
     assert needle in err, err
+
+
+def test_plan_serve_and_eval_list_the_kv_formats_serve_builds():
+    """One list: plan's help listed f32, which serve refuses (the planner's records price it)."""
+    from hearth.cli import command_parser
+    from hearth.kvstore.codecs import ALL_CODECS
+
+    listed = f"auto (f16), {', '.join(ALL_CODECS)}"
+    for name in (("plan",), ("serve",), ("eval", "perplexity")):
+        text = " ".join(command_parser(*name).format_help().split())
+        assert listed in text and "f32" not in text, name

@@ -3,6 +3,7 @@ OpenAI- or Anthropic-shaped body that names the field; never a 500."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -137,6 +138,26 @@ ANTHROPIC_TABLE = [
                                                                                                   "text": " \n"}]}]},
      400, "messages[0].content[1].text: text content blocks must contain non-whitespace text"),
 ]
+
+
+@pytest.mark.parametrize("path,body,field,param", [
+    (COMPLETIONS, {"prompt": ""}, "prompt", "prompt"),  # encodes to no token (the engine's "prompt is empty")
+    (COMPLETIONS, {"prompt": ["x", ""]}, "prompt[1]", "prompt"),
+    (COMPLETIONS, {"prompt": "a\ud800"}, "prompt", "prompt"),
+    (CHAT, {"messages": [{"role": "user", "content": "a\ud800"}]}, "messages[0].content", "messages[0].content"),
+    (CHAT, {"messages": [*USER, {"role": "user", "content": [{"type": "text", "text": "\udfff"}]}]},
+     "messages[1].content[0].text", "messages[1].content[0].text"),
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_empty_prompt_or_a_lone_surrogate_names_its_field(fake, path, body, field, param, stream):
+    """Each was a 400 with `param: null` (the engine's and the tokenizer's refusals know no field).
+    The fake tokenizer refuses neither: the route's own check answers. json.dumps spells a lone
+    surrogate as JSON may ("\\ud800"); the client cannot encode it as UTF-8."""
+    r = fake.client.post(path, content=json.dumps({**body, "stream": stream}).encode(),
+                         headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and error["message"].startswith(f"{field}: "), error
 
 
 @pytest.mark.parametrize("path,body,param", [
