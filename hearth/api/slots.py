@@ -44,7 +44,7 @@ class SlotRequest(_Request):
 async def save(body: SlotRequest, request: Request):
     async with request.app.state.models.lease(body.model) as served:  # loaded until the export is written
         snapshots, name, field = _target(served, body)
-        ids = conversation_ids(served, body)
+        ids = conversation_ids(served, body, request.app.state.config.tool_guard)
         t0 = time.perf_counter()
         await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
         payloads = await served.engine.export_prefix(ids)

@@ -37,6 +37,9 @@ class GuardConfig:
     decline_below: float = NAME_FLOOR
     """A lazily triggered call whose name's first token had a raw probability below this is declined
     (hearth.tool_guard.declined); 0 declines none."""
+    parallel_hint: bool = True
+    """Mode guard: add the one-call-per-thing sentence to the system message where parallel calls are
+    allowed (hearth.tool_guard.parallel_hint)."""
 
     def __post_init__(self) -> None:
         check_mode(self.mode, "--tool-guard")
