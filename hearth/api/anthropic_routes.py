@@ -35,7 +35,7 @@ def _guarded(served, body, server_guard, hearth=None) -> tuple[RequestGuard, obj
                          body.tool_choice)
     plan = plan_tools(served, guard.tools, body.tool_choice)
     choice = body.tool_choice if isinstance(body.tool_choice, dict) else {}
-    guard.prompt_hint(plan, not choice.get("disable_parallel_tool_use"), served.default_system)
+    guard.prompt_hint(plan, not choice.get("disable_parallel_tool_use"))
     return guard, plan
 
 

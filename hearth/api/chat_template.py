@@ -98,29 +98,6 @@ class ChatTemplate:
             raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
 
 
-    def default_system(self, tools: list | None = None) -> str:
-        """The system text this template writes when the conversation has no system message (Qwen2.5's
-        "You are Qwen, created by Alibaba Cloud. ..."), "" when it writes none or it cannot be told:
-        the text of a render without a system message where one with a marker system message has
-        the marker (same text before and after it)."""
-        user = {"role": "user", "content": "Hi."}
-        try:
-            bare = self.render([user], tools=tools)
-            marked = self.render([{"role": "system", "content": _SYSTEM_MARK}, user], tools=tools)
-        except ChatTemplateError:
-            return ""
-        at = marked.find(_SYSTEM_MARK)
-        if at < 0:
-            return ""
-        head, tail = marked[:at], marked[at + len(_SYSTEM_MARK):]
-        if len(head) + len(tail) > len(bare) or not bare.startswith(head) or not bare.endswith(tail):
-            return ""
-        return bare[len(head):len(bare) - len(tail)]
-
-
-_SYSTEM_MARK = "HEARTHSYSTEMTEXTMARK"
-
-
 def _raise_exception(message: str):
     raise ChatTemplateError(str(message))
 

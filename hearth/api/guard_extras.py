@@ -44,10 +44,10 @@ class RequestGuard:
         self.log = GuardLog()
         self.history = history
         self.tools = self._rank(tools, tool_choice) if tools else None
-        self.instruction: tuple[str, str] | None = None
-        """(the sentence, the template's default system text): added to every render (prompt_hint)."""
+        self.instruction: str | None = None
+        """The sentence added to every render (prompt_hint)."""
 
-    def prompt_hint(self, plan, parallel: bool, default_system: str = "") -> None:
+    def prompt_hint(self, plan, parallel: bool) -> None:
         """In mode guard, where the plan has tools and parallel calls are allowed: the sentence asking
         for one call per thing asked, in the plan's call format (hearth.tool_guard.parallel_hint), is
         added to the system message of every render of this request (its re-prompts too: the same
@@ -57,7 +57,7 @@ class RequestGuard:
             return
         text = parallel_hint(plan.parse_format)
         if text is not None:
-            self.instruction = (text, default_system)
+            self.instruction = text
             self.log.add(KIND, name=NAME, where="system", text=text)
 
     def _rank(self, tools: list[dict], tool_choice) -> list[dict]:
@@ -81,8 +81,7 @@ class RequestGuard:
         with room for max_tokens (else for an eighth of the context, at most 256 tokens).
         model_context: the model's own (ServedModel.model_context), for the error's remedy."""
         if self.instruction is not None:  # in the render: compaction cuts the client's messages, measured with it
-            text, default = self.instruction
-            render = _instructed(render, text, default)
+            render = _instructed(render, self.instruction)
         prompt, ids = render(history)
         options = self.ext.compaction
         room = answer_room(max_tokens, max_model_len)
@@ -105,8 +104,8 @@ class RequestGuard:
         return None if wf is None or not self.tools else Policy(wf, progress(self.history), self.tools, fmt)
 
 
-def _instructed(render: Render, text: str, default_system: str) -> Render:
-    return lambda msgs: render(with_system_text(msgs, text, default_system))
+def _instructed(render: Render, text: str) -> Render:
+    return lambda msgs: render(with_system_text(msgs, text))
 
 
 class Policy:

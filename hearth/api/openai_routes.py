@@ -52,7 +52,7 @@ def conversation_ids(served, body, server_guard) -> list[int]:
     history = openai_messages(body.messages)
     guard = RequestGuard(None, server_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
-    guard.prompt_hint(plan, True, served.default_system)
+    guard.prompt_hint(plan, True)
 
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,

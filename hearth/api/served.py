@@ -17,9 +17,6 @@ from hearth.tool_parsers import detect_format, detect_reasoning, prompt_opens_re
 
 # template variables a request's chat_template_kwargs may not override
 _RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
-# a tool for reading what a template renders around its tools (ServedModel.default_system)
-_PROBE_TOOLS = [{"type": "function", "function": {"name": "f", "description": "",
-                                                  "parameters": {"type": "object", "properties": {}}}}]
 
 
 @dataclass
@@ -67,16 +64,6 @@ class ServedModel:
     def tool_format(self) -> str | None:
         """The format the template teaches, when it takes tools; None: we prompt with hermes."""
         return detect_format(self.template_source) if self.template_supports_tools else None
-
-    @cached_property
-    def default_system(self) -> str:
-        """The system text the template writes with tools when a conversation has none (Qwen2.5's
-        "You are Qwen, ..."): kept when the server adds a system message of its own
-        (hearth.tool_guard.parallel_hint). "" for a template that takes no tools: the server's tools
-        prompt (hearth.api.tools.prompt_messages) already takes the system message's place."""
-        if not self.template_supports_tools:
-            return ""
-        return self.chat_template.default_system(_PROBE_TOOLS)
 
     @cached_property
     def knows_reasoning(self) -> bool:

@@ -42,13 +42,15 @@ def wants_hint(mode: str, enabled: bool, has_tools: bool, parallel: bool) -> boo
     return mode == "guard" and enabled and has_tools and parallel
 
 
-def with_system_text(messages: list[dict], text: str, default_system: str = "") -> list[dict]:
-    """`messages` with `text` appended to the leading system message, or a system message put first:
-    the template's own default system text (what it renders when there is none) and then `text`, so
-    the only change to the prompt is the sentence. A copy: the caller's list is not changed."""
+def with_system_text(messages: list[dict], text: str) -> list[dict]:
+    """`messages` with `text` appended to the leading system message, or as the system message put
+    first where there is none. That replaces what a template writes in its place (Qwen2.5's "You are
+    Qwen, created by Alibaba Cloud. ..."), and must: measured on Qwen2.5-Coder-1.5B (LLM.chat, greedy,
+    BFCL parallel_0/10/20/30), the sentence alone wrote 2 calls on 3 of 4 items, the sentence after
+    Qwen's default text (or before it) on none, as without it (docs/eval-tools.md, 2026-12-06, twelfth
+    session). A copy: the caller's list is not changed."""
     if messages and messages[0].get("role") == "system":
         first = messages[0]
         content = first.get("content") or ""
         return [{**first, "content": f"{content}\n\n{text}" if content else text}, *messages[1:]]
-    content = f"{default_system}\n\n{text}" if default_system else text
-    return [{"role": "system", "content": content}, *messages]
+    return [{"role": "system", "content": text}, *messages]

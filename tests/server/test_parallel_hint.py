@@ -1,7 +1,7 @@
 """The guard's system sentence for parallel calls (hearth.tool_guard.parallel_hint) through the routes,
 on the scripted engine: added in mode guard only, where tools are offered, tool_choice is not "none",
 parallel calls are allowed and the request did not switch it off; worded in the format's own
-delimiters; appended to the client's system message or to the template's own default; reported in
+delimiters; appended to the client's system message, else the whole system message; reported in
 `hearth.events`; and the same text in every render of a conversation (re-prompts, later turns,
 /tokenize), so the cached prefix is reused. Each "absent" case is paired with the same request
 without its condition, where the sentence is present."""
@@ -12,7 +12,6 @@ import json
 
 import pytest
 
-from hearth.api.chat_template import ChatTemplate
 from hearth.tool_guard.parallel_hint import parallel_hint, with_system_text
 from tests.server.fakes import TEMPLATE, FakeEngine
 
@@ -79,17 +78,16 @@ def test_the_switch_must_be_a_boolean(fake):
     assert chat(fake, tools=[WEATHER], hearth={"tool_guard_parallel_hint": True}).status_code == 200
 
 
-def test_the_templates_default_system_text_is_kept(make_fake):
-    """No client system message: the template's own default, then the sentence (only the sentence is added)."""
-    assert ChatTemplate(QWEN_LIKE, None, None, "qwen2").default_system([WEATHER]) == DEFAULT
-    assert ChatTemplate(TEMPLATE, None, None, "qwen2").default_system([WEATHER]) == ""
+def test_where_the_client_gave_no_system_message_the_sentence_is_the_whole_of_it(make_fake):
+    """It takes the place of the template's default system text (Qwen's "You are Qwen, ..."): kept
+    beside it, the sentence did nothing measurable (hearth.tool_guard.parallel_hint.with_system_text)."""
     fake = make_fake(QWEN_LIKE)
     chat(fake, tools=[WEATHER], hearth={"tool_guard_parallel_hint": False})
-    before = fake.last.prompt
+    assert DEFAULT in fake.last.prompt
     chat(fake, tools=[WEATHER])
-    assert fake.last.prompt == before.replace(DEFAULT, f"{DEFAULT}\n\n{HINT}", 1)
+    assert fake.last.prompt.startswith(f"<|im_start|>system\n{HINT}\n# Tools") and DEFAULT not in fake.last.prompt
     chat(fake, [{"role": "system", "content": "Be brief."}, *USER], tools=[WEATHER])
-    assert fake.last.prompt.startswith(f"<|im_start|>system\nBe brief.\n\n{HINT}\n# Tools") and DEFAULT not in fake.last.prompt
+    assert fake.last.prompt.startswith(f"<|im_start|>system\nBe brief.\n\n{HINT}\n# Tools")
 
 
 def test_the_same_prefix_across_turns_and_retries(make_fake):
@@ -138,8 +136,7 @@ def test_anthropic_and_responses(fake):
 
 def test_with_system_text_leaves_the_callers_messages_alone():
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "u"}]
-    out = with_system_text(msgs, "T", "D")
+    out = with_system_text(msgs, "T")
     assert out[0]["content"] == "S\n\nT" and msgs[0]["content"] == "S" and out[1] is msgs[1]
-    assert with_system_text(msgs[1:], "T", "D")[0] == {"role": "system", "content": "D\n\nT"}
     assert with_system_text(msgs[1:], "T")[0] == {"role": "system", "content": "T"}
     assert json.dumps(with_system_text([], "T")) == '[{"role": "system", "content": "T"}]'
