@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "below P (sent as hearth.tool_guard_decline_below; 0: never; default: the server's)")
     p.add_argument("--parallel-hint", choices=("on", "off"), default=None,
                    help="mode guard: the system sentence asking for one call per thing asked (sent as "
-                        "hearth.tool_guard_parallel_hint; default: the server's, on)")
+                        "hearth.tool_guard_parallel_hint; default: the server's, off)")
     p.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
                    "(another hearth, llama-server --jinja) instead of loading MODEL; MODEL is the name sent")
     p.add_argument("--concurrency", type=int, default=1, metavar="N",

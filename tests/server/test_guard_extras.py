@@ -60,14 +60,8 @@ def sse(r) -> list[dict]:
     return [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
 
 
-def others(report: dict) -> list[dict]:
-    """A `hearth` report's events but the system sentence's (hearth.tool_guard.parallel_hint), which
-    every guard-mode request with tools carries."""
-    return [e for e in report.get("events", []) if e["kind"] != "prompt_instruction"]
-
-
 def kinds(body: dict) -> list[str]:
-    return [e["kind"] for e in others(body.get("hearth", {}))]
+    return [e["kind"] for e in body.get("hearth", {}).get("events", [])]
 
 
 def nudges(body: dict) -> list[dict]:
@@ -85,7 +79,7 @@ def test_disguised_call_becomes_a_call(fake):
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Sure!"
     (tc,) = choice["message"]["tool_calls"]
     assert tc["function"]["name"] == "get_weather" and json.loads(tc["function"]["arguments"]) == {"city": "Paris"}
-    assert others(body["hearth"]) == [{"kind": "rescued", "calls": [{"name": "get_weather", "from": "doubled_braces"}]}]
+    assert body["hearth"]["events"] == [{"kind": "rescued", "calls": [{"name": "get_weather", "from": "doubled_braces"}]}]
 
 
 def test_disguised_call_streamed_comes_at_the_end(fake):
@@ -218,7 +212,7 @@ def test_many_tools_only_the_top_k_are_rendered_and_allowed(fake):
                 hearth={"max_tools": 3}).json()
     prompt = fake.engine.added[-1].prompt
     shown = [t["function"]["name"] for t in MANY if f'"{t["function"]["name"]}"' in prompt]
-    (event,) = others(body["hearth"])
+    (event,) = body["hearth"]["events"]
     assert len(shown) == 3 and "get_weather" in shown and event == {"kind": "tools_ranked", "offered": 40, "shown": shown}
     grammar = fake.engine.added[-1].params.structured_output.grammar
     assert all((f'"{t["function"]["name"]}"' in grammar) == (t["function"]["name"] in shown) for t in MANY)
@@ -227,7 +221,7 @@ def test_many_tools_only_the_top_k_are_rendered_and_allowed(fake):
 def test_ranked_tools_are_all_the_lazy_grammar_allows(fake):
     """In auto the lazy call grammar (plan.callable) holds the same top-k as the prompt."""
     body = post(fake, "What is the weather in the city of Oslo?", tools=MANY, hearth={"max_tools": 3}).json()
-    shown = others(body["hearth"])[0]["shown"]
+    shown = body["hearth"]["events"][0]["shown"]
     grammar = fake.engine.added[-1].params.structured_output.grammar
     assert "TEXT" in grammar and len(shown) == 3  # lazy: free text until a call opens
     assert all((f'\\"{t["function"]["name"]}\\"' in grammar) == (t["function"]["name"] in shown) for t in MANY)
@@ -243,9 +237,9 @@ def test_default_cap_and_few_tools(make_fake):
     from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
     assert DEFAULT_MAX_TOOLS == 32
     post(fake, "hi", tools=MANY[:32])
-    assert "tool_31" in fake.engine.added[-1].prompt and not others(post(fake, "hi", tools=MANY[:32]).json()["hearth"])
+    assert "tool_31" in fake.engine.added[-1].prompt and not post(fake, "hi", tools=MANY[:32]).json()["hearth"]["events"]
     body = post(fake, "weather in Oslo", tools=MANY).json()  # 40 > 32: ranked to 32
-    assert len(others(body["hearth"])[0]["shown"]) == 32
+    assert len(body["hearth"]["events"][0]["shown"]) == 32
 
 
 # point 6: compaction
@@ -269,7 +263,7 @@ def test_tiered_compaction_fits_and_says_what_it_did(make_fake):
     fake = make_fake(engine=FakeEngine(max_model_len=1500))
     body = post(fake, long_chat(6), tools=[WEATHER], max_tokens=50,
                 hearth={"compaction": {"mode": "tiered", "keep_last": 2}}).json()
-    (event,) = others(body["hearth"])
+    (event,) = body["hearth"]["events"]
     assert event["kind"] == "compacted" and event["tiers"][0] == "shorten_tool_results"
     assert event["prompt_tokens_before"] >= 1500 and event["prompt_tokens_after"] + 50 < 1500
     prompt = fake.engine.added[-1].prompt
@@ -289,7 +283,7 @@ def test_a_re_prompt_is_compacted_too_and_reported(make_fake):
     fake = make_fake(engine=FakeEngine(max_model_len=first + 50 + 20))
     body = post(fake, chat, tools=[WEATHER], max_tokens=50, hearth=ext).json()
     assert [r["kind"] for r in body["hearth"]["retries"]] == ["resample", "reprompt"]
-    (event,) = others(body["hearth"])
+    (event,) = body["hearth"]["events"]
     assert event["kind"] == "compacted" and event["prompt_tokens_after"] + 50 < first + 70
     first_prompt, _, reprompt = (a.prompt for a in fake.engine.added)
     assert len(first_prompt) == first and "result 0 " + "x" * 300 not in reprompt and "no tool named" in reprompt
@@ -305,9 +299,9 @@ def test_a_prompt_that_fits_exactly_is_not_compacted(make_fake):
     fake = make_fake(engine=FakeEngine(max_model_len=n + 50))
     r = post(fake, chat, tools=[WEATHER], max_tokens=50, hearth=ext)
     assert r.status_code == 200, r.text
-    assert others(r.json()["hearth"]) == [] and len(fake.engine.added[0].prompt) == n
+    assert r.json()["hearth"]["events"] == [] and len(fake.engine.added[0].prompt) == n
     tight = make_fake(engine=FakeEngine(max_model_len=n + 49))
-    (event,) = others(post(tight, chat, tools=[WEATHER], max_tokens=50, hearth=ext).json()["hearth"])
+    (event,) = post(tight, chat, tools=[WEATHER], max_tokens=50, hearth=ext).json()["hearth"]["events"]
     assert event["kind"] == "compacted" and event["prompt_tokens_after"] + 50 <= n + 49
 
 
@@ -429,6 +423,6 @@ def test_outside_guard_mode_only_the_opt_ins_act(make_fake, mode):
     post(fake, "weather in Oslo", tools=MANY, hearth={"tool_guard": mode})
     assert all(f'"{t["function"]["name"]}"' in fake.engine.added[-1].prompt for t in MANY)  # no default cap
     body = post(fake, "weather in Oslo", tools=MANY, hearth={"tool_guard": mode, "max_tools": 2}).json()
-    assert len(others(body["hearth"])[0]["shown"]) == 2  # asked for: done in every mode
+    assert len(body["hearth"]["events"][0]["shown"]) == 2  # asked for: done in every mode
     body = post(fake, "script:premature", tools=[SEARCH, BOOK], hearth={"tool_guard": mode, "workflow": FLOW}).json()
     assert [r["reason"] for r in nudges(body)] == ["premature_answer"] and body["hearth"]["tool_guard"] == mode

@@ -4,14 +4,18 @@ parallel calls are allowed and the request did not switch it off; worded in the 
 delimiters; appended to the client's system message, else the whole system message; reported in
 `hearth.events`; and the same text in every render of a conversation (re-prompts, later turns,
 /tokenize), so the cached prefix is reused. Each "absent" case is paired with the same request
-without its condition, where the sentence is present."""
+without its condition, where the sentence is present. Off by default (`hearth serve
+--tool-guard-parallel-hint`, or per request): these servers have it on unless a test says otherwise."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 
+from hearth.commands.serve import tool_guard
+from hearth.tool_guard import GuardConfig
 from hearth.tool_guard.parallel_hint import parallel_hint, with_system_text
 from tests.server.fakes import TEMPLATE, FakeEngine
 
@@ -30,6 +34,14 @@ DEFAULT = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 QWEN_LIKE = TEMPLATE.replace("{% if messages[0].role == 'system' %}{{ messages[0].content }}\n\n{% endif %}",
                              "{% if messages[0].role == 'system' %}{{ messages[0].content }}{% else %}" + DEFAULT
                              + "{% endif %}\n\n")
+
+
+ON = GuardConfig(parallel_hint=True)
+
+
+@pytest.fixture
+def fake(make_fake):
+    return make_fake(tool_guard=ON)
 
 
 def chat(fake, messages=USER, **body):
@@ -71,6 +83,16 @@ def test_absent_under_each_condition(fake, condition):
     assert HINT not in fake.last.prompt and EVENT not in events(body.json())
 
 
+def test_off_unless_the_server_or_the_request_turns_it_on(make_fake):
+    plain = make_fake()
+    body = chat(plain, tools=[WEATHER]).json()
+    assert HINT not in plain.last.prompt and EVENT not in events(body)
+    body = chat(plain, tools=[WEATHER], hearth={"tool_guard_parallel_hint": True}).json()
+    assert HINT in plain.last.prompt and EVENT in events(body)
+    flags = argparse.Namespace(tool_guard="guard", tool_guard_retries=3, tool_guard_parallel_hint=True)
+    assert tool_guard(flags) == ON and not tool_guard(argparse.Namespace()).parallel_hint
+
+
 def test_the_switch_must_be_a_boolean(fake):
     r = chat(fake, tools=[WEATHER], hearth={"tool_guard_parallel_hint": "no"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "hearth.tool_guard_parallel_hint"
@@ -81,7 +103,7 @@ def test_the_switch_must_be_a_boolean(fake):
 def test_where_the_client_gave_no_system_message_the_sentence_is_the_whole_of_it(make_fake):
     """It takes the place of the template's default system text (Qwen's "You are Qwen, ..."): kept
     beside it, the sentence did nothing measurable (hearth.tool_guard.parallel_hint.with_system_text)."""
-    fake = make_fake(QWEN_LIKE)
+    fake = make_fake(QWEN_LIKE, tool_guard=ON)
     chat(fake, tools=[WEATHER], hearth={"tool_guard_parallel_hint": False})
     assert DEFAULT in fake.last.prompt
     chat(fake, tools=[WEATHER])
@@ -93,7 +115,7 @@ def test_where_the_client_gave_no_system_message_the_sentence_is_the_whole_of_it
 def test_the_same_prefix_across_turns_and_retries(make_fake):
     """A later turn's prompt extends the earlier one's (the cached prefix is reused), and a re-prompt
     carries the same system message."""
-    fake = make_fake(QWEN_LIKE)
+    fake = make_fake(QWEN_LIKE, tool_guard=ON)
     chat(fake, tools=[WEATHER])
     first = fake.last.prompt
     call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
@@ -103,7 +125,7 @@ def test_the_same_prefix_across_turns_and_retries(make_fake):
     generation = "<|im_start|>assistant\n"
     assert first.endswith(generation) and fake.last.prompt.startswith(first[:-len(generation)])
     assert HINT in first
-    retried = make_fake(QWEN_LIKE, engine=FakeEngine())
+    retried = make_fake(QWEN_LIKE, engine=FakeEngine(), tool_guard=ON)
     body = chat(retried, [{"role": "user", "content": "script:guard_never"}], tools=[WEATHER],
                 hearth={"tool_guard_retries": 2}).json()
     assert [r["kind"] for r in body["hearth"]["retries"]] == ["resample", "reprompt"]

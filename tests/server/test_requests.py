@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from hearth.tool_guard.parallel_hint import parallel_hint
 from tests.server.fakes import CHATML_NO_TOOLS
 from tests.server.test_channels import A_WEATHER, WEATHER, chat
 
@@ -263,8 +262,7 @@ def test_template_without_tools_gets_the_system_prompt(make_fake):
                {"role": "user", "content": "script:tool"}]
     r = fake.openai.chat.completions.create(model="fake-model", messages=history, tools=[WEATHER])
     prompt = fake.last.prompt
-    hint = parallel_hint("hermes")  # the guard's sentence (hearth.tool_guard.parallel_hint), then the tools
-    assert prompt.startswith(f"<|im_start|>system\nBe brief.\n\n{hint}\n\n# Tools") and '"name": "get_weather"' in prompt
+    assert prompt.startswith("<|im_start|>system\nBe brief.\n\n# Tools") and '"name": "get_weather"' in prompt
     assert '<tool_call>\n{"name": "get_weather", "arguments": {bad}\n</tool_call>' in prompt
     assert "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>" in prompt
     assert r.choices[0].message.tool_calls[0].function.name == "get_weather"  # parsed as hermes
