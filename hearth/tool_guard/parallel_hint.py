@@ -8,10 +8,12 @@ closing marker (mistral's `[TOOL_CALLS]` list, llama3_json, bare_json) gets no s
 calls are one region in another shape (a JSON list), and a format-neutral wording is unmeasured
 there, so the prompt stays as the template renders it.
 
-It goes only where it can help and cannot contradict the request: mode `guard`, tools offered,
-tool_choice not "none" (the plan then has no tools), parallel calls allowed, and not switched off by
-the request (`hearth.tool_guard_parallel_hint: false`). Its text depends on nothing but the format,
-so every turn of a conversation renders the same system message: the cached prefix is reused."""
+Turned on (GuardConfig.parallel_hint: `hearth serve --tool-guard-parallel-hint`, per request
+`hearth.tool_guard_parallel_hint`; off by default: it won BFCL parallel items on Qwen2.5-Coder-1.5B
+and lost irrelevance items on the 0.5B), it goes only where it can help and cannot contradict the
+request: mode `guard`, tools offered, tool_choice not "none" (the plan then has no tools), parallel
+calls allowed. Its text depends on nothing but the format, so every turn of a conversation renders
+the same system message: the cached prefix is reused."""
 
 from __future__ import annotations
 
