@@ -33,7 +33,10 @@ def _guarded(served, body, server_guard, hearth=None) -> tuple[RequestGuard, obj
     """The request's guard (its extensions checked, its tools ranked) and tool plan."""
     guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools), anthropic_messages(body.messages, body.system),
                          body.tool_choice)
-    return guard, plan_tools(served, guard.tools, body.tool_choice)
+    plan = plan_tools(served, guard.tools, body.tool_choice)
+    choice = body.tool_choice if isinstance(body.tool_choice, dict) else {}
+    guard.prompt_hint(plan, not choice.get("disable_parallel_tool_use"))
+    return guard, plan
 
 
 def _prompt(served, body, guard: RequestGuard, plan, extra: list[dict] | None = None) -> tuple[str, list[int]]:

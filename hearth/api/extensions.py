@@ -2,8 +2,8 @@
 fields there: `{"hearth": {"tool_guard": "off"}}`). Each key is checked here, once per request, so a
 bad value is a 400 that names it (`hearth.tool_guard`, `hearth.workflow.required[1]`).
 
-Keys: tool_guard (the mode), tool_guard_retries, tool_guard_decline_below (GuardConfig), workflow
-(hearth.tool_guard.workflow), compaction (hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank), router (a small model's
+Keys: tool_guard (the mode), tool_guard_retries, tool_guard_decline_below, tool_guard_parallel_hint
+(GuardConfig), workflow (hearth.tool_guard.workflow), compaction (hearth.tool_guard.compaction), max_tools (hearth.tool_guard.tool_rank), router (a small model's
 name, or false), router_threshold and router_tool_floor (hearth.tool_guard.routing)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from hearth.tool_guard.routing import RouterError, check_threshold
 from hearth.tool_guard.tool_rank import DEFAULT_MAX_TOOLS
 from hearth.tool_guard.workflow import Workflow, parse_workflow
 
-KEYS = ("tool_guard", "tool_guard_retries", "tool_guard_decline_below", "workflow", "compaction", "max_tools", "router",
-        "router_threshold", "router_tool_floor")
+KEYS = ("tool_guard", "tool_guard_retries", "tool_guard_decline_below", "tool_guard_parallel_hint", "workflow",
+        "compaction", "max_tools", "router", "router_threshold", "router_tool_floor")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +74,11 @@ def _parse(raw: Any, server_guard: GuardConfig, tool_names: list[str]) -> Extens
         if (why := decline_below_error(below)) is not None:
             raise FieldError("hearth.tool_guard_decline_below", why)
         guard = replace(guard, decline_below=float(below))
+    hint = raw.get("tool_guard_parallel_hint")
+    if hint is not None:
+        if not isinstance(hint, bool):
+            raise FieldError("hearth.tool_guard_parallel_hint", f"must be true or false, not {kind(hint)}")
+        guard = replace(guard, parallel_hint=hint)
     workflow = raw.get("workflow")
     if workflow is not None and not tool_names:
         raise FieldError("hearth.workflow", "needs tools: the request offers none")

@@ -1,5 +1,6 @@
 """Where a request meets hearth.tool_guard's request-side parts (issue 20, points 4-7): many tools
-ranked down to the relevant ones (the prompt and the grammar hold only those), an over-long
+ranked down to the relevant ones (the prompt and the grammar hold only those), in mode guard a
+sentence asking for one call per thing asked (hearth.tool_guard.parallel_hint), an over-long
 conversation compacted (opt-in, before every render and re-prompt), and the `hearth.workflow`
 policy that the guard's attempt loop (hearth.api.guarded) reviews each attempt against. What it
 does is logged as GuardEvents, reported in the response's `hearth` field (GuardReport.events)."""
@@ -15,6 +16,7 @@ from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard.compaction import compact
 from hearth.tool_guard.guard_event import GuardLog
 from hearth.tool_guard.nudge import Verdict
+from hearth.tool_guard.parallel_hint import KIND, NAME, parallel_hint, wants_hint, with_system_text
 from hearth.tool_guard.tool_rank import called_tools, rank_tools
 from hearth.tool_guard.workflow import Workflow, progress, review
 from hearth.tool_parsers import ToolCall, ToolParserError, call_constraint
@@ -42,6 +44,21 @@ class RequestGuard:
         self.log = GuardLog()
         self.history = history
         self.tools = self._rank(tools, tool_choice) if tools else None
+        self.instruction: str | None = None
+        """The sentence added to every render (prompt_hint)."""
+
+    def prompt_hint(self, plan, parallel: bool) -> None:
+        """In mode guard, where the plan has tools and parallel calls are allowed: the sentence asking
+        for one call per thing asked, in the plan's call format (hearth.tool_guard.parallel_hint), is
+        added to the system message of every render of this request (its re-prompts too: the same
+        prefix), and reported as an event. Once per request, after plan_tools."""
+        guard = self.ext.tool_guard
+        if not wants_hint(guard.mode, guard.parallel_hint, bool(plan.tools), parallel):
+            return
+        text = parallel_hint(plan.parse_format)
+        if text is not None:
+            self.instruction = text
+            self.log.add(KIND, name=NAME, where="system", text=text)
 
     def _rank(self, tools: list[dict], tool_choice) -> list[dict]:
         cap = self.ext.tool_cap
@@ -63,6 +80,8 @@ class RequestGuard:
         """The prompt for `history`; with hearth.compaction, compacted until it fits the context
         with room for max_tokens (else for an eighth of the context, at most 256 tokens).
         model_context: the model's own (ServedModel.model_context), for the error's remedy."""
+        if self.instruction is not None:  # in the render: compaction cuts the client's messages, measured with it
+            render = _instructed(render, self.instruction)
         prompt, ids = render(history)
         options = self.ext.compaction
         room = answer_room(max_tokens, max_model_len)
@@ -83,6 +102,10 @@ class RequestGuard:
     def policy(self, fmt: str | None) -> Policy | None:
         wf = self.ext.workflow
         return None if wf is None or not self.tools else Policy(wf, progress(self.history), self.tools, fmt)
+
+
+def _instructed(render: Render, text: str) -> Render:
+    return lambda msgs: render(with_system_text(msgs, text))
 
 
 class Policy:

@@ -44,10 +44,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
+    parallel = body.parallel_tool_calls and not legacy
+    guard.prompt_hint(plan, parallel)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens,
                              served.model_context)
-    parallel = body.parallel_tool_calls and not legacy
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}

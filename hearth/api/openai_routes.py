@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
+from hearth.api.guard_extras import RequestGuard
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import DetokenizeRequest, TokenizeRequest
 from hearth.api.sampling import outside_vocabulary
@@ -34,25 +35,30 @@ async def tokenize(body: TokenizeRequest, request: Request):
             raise APIError(400, "content: give content (llama-server's) or prompt/messages, not both", param="content")
         ids = served.encode_text(body.content, add_special_tokens=body.add_special)
     else:
-        ids = conversation_ids(served, body)
+        ids = conversation_ids(served, body, request.app.state.config.tool_guard)
     return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
 
 
-def conversation_ids(served, body) -> list[int]:
+def conversation_ids(served, body, server_guard) -> list[int]:
     """The prompt ids of a body with exactly one of `prompt` (text, or token ids) and `messages`
-    (+ `tools`), rendered as a chat request with the same fields would render them."""
+    (+ `tools`), rendered as a chat request with the same fields would render them under the server's
+    tool guard (`server_guard`: its tool cap, its system sentence), so a saved slot is the chat's prefix."""
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt and messages", param="prompt")
     if isinstance(body.prompt, list):
         return list(body.prompt)
     if body.prompt is not None:
         return served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
-    plan = plan_tools(served, openai_tools(body.tools), None)
     history = openai_messages(body.messages)
-    messages = prompt_messages(served, plan, history)
-    text = served.render_chat(messages, plan.tools if plan.in_template else None,
-                              add_generation_prompt=body.add_generation_prompt)
-    return served.encode_chat_text(text)
+    guard = RequestGuard(None, server_guard, openai_tools(body.tools), history)
+    plan = plan_tools(served, guard.tools, None)
+    guard.prompt_hint(plan, True)
+
+    def render(msgs: list[dict]) -> tuple[str, list[int]]:
+        text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
+                                  add_generation_prompt=body.add_generation_prompt)
+        return text, served.encode_chat_text(text)
+    return guard.fit(render, history, served.max_model_len, None)[1]
 
 
 @router.post("/detokenize")

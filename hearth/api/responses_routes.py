@@ -59,6 +59,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, conversation, choice)
     plan = plan_tools(served, guard.tools, choice)
+    guard.prompt_hint(plan, body.parallel_tool_calls)
     fmt = text_format(body.text)
     if plan.constraint is not None and fmt is not None:
         raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",

@@ -54,7 +54,7 @@ async def save(body: SlotRequest, request: Request):
                 raise APIError(400, "nothing was served yet to save: give the conversation as messages or "
                                "prompt", param="messages")
         else:
-            ids = conversation_ids(served, body)
+            ids = conversation_ids(served, body, request.app.state.config.tool_guard)
             await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
         payloads = await served.engine.export_prefix(ids)
         info = await _run(snapshots.save, name, field, ids, payloads)

@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--decline-below", type=float, default=None, metavar="P",
                    help="mode guard: decline a lazily triggered call whose name's first token had a raw probability "
                         "below P (sent as hearth.tool_guard_decline_below; 0: never; default: the server's)")
+    p.add_argument("--parallel-hint", choices=("on", "off"), default=None,
+                   help="mode guard: the system sentence asking for one call per thing asked (sent as "
+                        "hearth.tool_guard_parallel_hint; default: the server's, off)")
     p.add_argument("--url", help="evaluate an OpenAI-compatible server already running at this http://HOST:PORT "
                    "(another hearth, llama-server --jinja) instead of loading MODEL; MODEL is the name sent")
     p.add_argument("--concurrency", type=int, default=1, metavar="N",
@@ -120,11 +123,14 @@ def run(args: argparse.Namespace) -> tuple[list[dict], dict]:
     server, meta = (remote, _meta(args, None, None)) if remote is not None else _load(args)
     if args.decline_below is not None:
         meta["decline_below"] = args.decline_below
+    hint = None if args.parallel_hint is None else args.parallel_hint == "on"
+    if hint is not None:
+        meta["parallel_hint"] = hint
     if args.concurrency > 1:  # latencies then include the other items' work
         meta["concurrency"] = args.concurrency
-    runs = [Run(ChatClient(server.post, args.mode, decline_below=args.decline_below), meta)]
+    runs = [Run(ChatClient(server.post, args.mode, decline_below=args.decline_below, parallel_hint=hint), meta)]
     if args.alone_out:  # the main model alone, on the same server: the router off per request
-        alone = Run(ChatClient(server.post, args.mode, decline_below=args.decline_below),
+        alone = Run(ChatClient(server.post, args.mode, decline_below=args.decline_below, parallel_hint=hint),
                     {k: v for k, v in meta.items() if not k.startswith("router")}, " (alone)")
         alone.client.extensions["router"] = False
         runs.append(alone)

@@ -69,13 +69,17 @@ class Reply:
 
 
 class ChatClient:
-    def __init__(self, post: Post, mode: str, max_tokens: int = MAX_TOKENS, decline_below: float | None = None):
-        """decline_below: sent as hearth.tool_guard_decline_below (None: the server's own)."""
+    def __init__(self, post: Post, mode: str, max_tokens: int = MAX_TOKENS, decline_below: float | None = None,
+                 parallel_hint: bool | None = None):
+        """decline_below, parallel_hint: sent as hearth.tool_guard_decline_below and
+        hearth.tool_guard_parallel_hint (None: the server's own)."""
         mode = check_mode(mode)
         self.post, self.mode, self.max_tokens = post, mode, max_tokens
         self.extensions = {"tool_guard": MODES[mode]}
         if decline_below is not None:
             self.extensions["tool_guard_decline_below"] = decline_below
+        if parallel_hint is not None:
+            self.extensions["tool_guard_parallel_hint"] = parallel_hint
         self.exchanges: list[Exchange] = []
 
     def fresh(self) -> ChatClient:

@@ -9,6 +9,7 @@ The request-side parts (points 4-7), wired in by hearth.api.guard_extras and hea
 - workflow / nudge: hearth.workflow's rules, a broken one a problem answered by a nudge;
 - compaction: hearth.compaction's tiers, before every render and re-prompt;
 - tool_rank: BM25 ranking of many tools down to hearth.max_tools (the prompt and grammar hold only those);
+- parallel_hint: guard mode's system sentence asking for one call per thing asked, in the format's delimiters;
 - guard_event: what they did, as GuardReport.events."""
 
 from __future__ import annotations

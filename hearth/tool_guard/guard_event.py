@@ -10,7 +10,8 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class GuardEvent:
     kind: str
-    """"rescued", "compacted", "tools_ranked" (workflow nudges are the report's retries); in mode `off`,
+    """"rescued", "compacted", "tools_ranked", "prompt_instruction" (a sentence the guard added to the
+    prompt: hearth.tool_guard.parallel_hint) (workflow nudges are the report's retries); in mode `off`,
     "unparsed_call": a call whose arguments are not JSON (streamed, then broken, or cut off by
     max_tokens: ToolCall.unparsed)."""
     detail: dict[str, Any] = field(default_factory=dict)

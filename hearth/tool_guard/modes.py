@@ -37,6 +37,10 @@ class GuardConfig:
     decline_below: float = NAME_FLOOR
     """A lazily triggered call whose name's first token had a raw probability below this is declined
     (hearth.tool_guard.declined); 0 declines none."""
+    parallel_hint: bool = False
+    """Mode guard: add the one-call-per-thing sentence to the system message where parallel calls are
+    allowed (hearth.tool_guard.parallel_hint). Off by default: measured 2026-12-06 it won BFCL's
+    parallel items for Qwen2.5-Coder-1.5B and lost irrelevance and multiple items for the 0.5B."""
 
     def __post_init__(self) -> None:
         check_mode(self.mode, "--tool-guard")

@@ -114,6 +114,16 @@ def test_the_decline_floor_travels_with_each_request_and_kept_calls_report_what_
     assert not r.passed and r.row({})["name_prob"] == [0.004] and r.row({})["declined"] == 0
 
 
+def test_the_parallel_hint_switch_travels_with_each_request(wheel):
+    """--parallel-hint on|off: hearth.tool_guard_parallel_hint in every request; unset, the server decides."""
+    item = load_category(wheel, "simple_python")[0]
+    reply = {"choices": [{"message": {"role": "assistant", "content": "No."}}], "hearth": {"tool_guard": "guard"}}
+    for hint, want in ((False, {"tool_guard_parallel_hint": False}), (True, {"tool_guard_parallel_hint": True}), (None, {})):
+        sent = []
+        run_item(item, ChatClient(lambda body: (sent.append(body), (200, reply))[1], "guard", parallel_hint=hint), None)
+        assert sent[0]["hearth"] == {"tool_guard": "guard", **want}
+
+
 def test_server_errors_fail_the_item(wheel):
     r = run_item(load_category(wheel, "simple_python")[0], ChatClient(Scripted(status=400), "bare"), None)
     assert not r.passed and r.reason == "HTTP 400: prompt too long"
