@@ -56,7 +56,9 @@ def test_ctrl_c_ends_streams_with_an_error_event_and_exits_quietly(tiny, tmp_pat
     finally:
         stop(proc)
     text = log.read_text()
-    assert code == 130 and took < 3, (took, text)  # 130: a Ctrl-C, as uvicorn re-raises it and the shell says
+    # 130: a Ctrl-C, as uvicorn re-raises it and the shell says. Waiting out uvicorn's graceful timeout
+    # (the defect: 6.4 s) logs "timeout graceful"; the clock only bounds a hang (a loaded CI runner took 6.9 s)
+    assert code == 130 and took < 15, (took, text)
     assert "Traceback" not in text and "CancelledError" not in text and "timeout graceful" not in text, text
 
     lines = [x for x in lines if x]
