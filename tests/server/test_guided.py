@@ -150,7 +150,14 @@ def test_guided_json_as_text_or_object():
     ({"type": "integer", "maximum": 10**18}, ["1" + "0" * 17], ["-" + "1" * 17]),  # a bound given is kept
     ({"type": "array", "items": {"type": "integer"}}, ["[1,2]"], ["[1," + "9" * 17 + "]"]),
     ({"const": {"type": "integer"}}, ['{"type":"integer"}'], []),  # data, not a schema: left as given
-], ids=["integer", "nullable", "property", "given-bound", "items", "const"])
+    ({"type": "object", "properties": {"default": {"type": "integer"}}, "required": ["default"]},
+     ['{"default":1}'], ['{"default":' + "1" * 17 + "}"]),  # a property's name is no keyword
+    # a side past the safe bound: the other side stays open (a bound there made it unsatisfiable)
+    ({"type": "integer", "minimum": 10**17}, [str(10**17 + 5)], [str(10**17 - 1)]),
+    ({"type": "integer", "maximum": -10**17}, [str(-10**17 - 5)], ["0"]),
+    ({"type": "integer", "exclusiveMinimum": 10**16}, [str(10**17)], ["0", str(-10**17)]),
+], ids=["integer", "nullable", "property", "given-bound", "items", "const", "named-default", "minimum-past",
+        "maximum-past", "exclusive-past"])
 def test_an_integer_without_bounds_ends_within_a_safe_integer(schema, good, bad):
     """A new user's trial: `"pop": {"type": "integer"}` let a small model write zeros until max_tokens."""
     assert all(_accepts(json.dumps(schema), t, "json") for t in good)

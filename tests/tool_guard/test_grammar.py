@@ -163,3 +163,11 @@ def test_after_a_leading_call_the_formats_own_calls_or_free_text():
     assert not accepts(FENCED + '\n<tool_call>\n{"name": "add", "arguments": {"a": "one"}}\n</tool_call>')
     assert accepts(FENCED + '\n{"response": "2"}')
     assert accepts(FENCED + "\nThat adds one.")
+
+
+@pytest.mark.parametrize("days,ok", [("7", True), ("1" + "0" * 16, False)])
+def test_a_forced_call_s_integers_end_within_a_safe_integer(days, ok):
+    """tool_choice required: digits without end were taken there too."""
+    forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [WEATHER], "required").lark()))
+    call = CALL.replace('"Paris"', f'"Paris", "days": {days}')
+    assert (feed(forced, TOK.encode(call)) and TOK.eos_id in allowed(forced)) == ok
