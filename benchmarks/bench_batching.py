@@ -28,6 +28,8 @@ from pathlib import Path
 import bench_vs_llamacpp as bvl
 from bench_proc import emit, log, peak_rss_mb
 
+from hearth import openmp
+
 DEFAULT_MODEL = "smollm2-135m"  # a catalog name or a .gguf path
 WORKERS = {"llama.cpp": "bench_batching_worker_llamacpp.py", "hearth": "bench_batching_worker_hearth.py"}
 
@@ -158,7 +160,7 @@ class BatchWorker(bvl.Worker):
 
     def __init__(self, engine: str, python: str, job: dict, timeout: float):
         self.engine = engine
-        env = dict(os.environ, OMP_NUM_THREADS=str(job["threads"]), PYTHONPATH=str(bvl.REPO))
+        env = dict(openmp.peer_env(), OMP_NUM_THREADS=str(job["threads"]), PYTHONPATH=str(bvl.REPO))
         try:
             self.proc = subprocess.Popen([python, str(bvl.HERE / WORKERS[engine])], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True, env=env, cwd=bvl.REPO)

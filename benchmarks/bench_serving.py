@@ -24,6 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from hearth import openmp
 from hearth.bench.harness import run_workload
 from hearth.bench.http_client import HttpClient
 from hearth.bench.metrics.levels import level_summary
@@ -67,7 +68,7 @@ def start_servers(model: Path, threads: int, slots: int) -> dict[str, tuple[str,
     }
     servers = {}
     for name, cmd in commands.items():
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=openmp.peer_env())
         url = f"http://127.0.0.1:{hp if name == 'hearth' else lp}"
         servers[name] = (url, proc)
         wait_healthy(url, proc)

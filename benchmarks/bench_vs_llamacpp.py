@@ -22,6 +22,8 @@ import threading
 import time
 from pathlib import Path
 
+from hearth import openmp
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_MODELS = ["smollm2-135m", "gemma3-270m"]
@@ -124,7 +126,7 @@ class Worker:
 
     def __init__(self, engine: str, python: str, job: dict, timeout: float):
         self.engine = engine
-        env = dict(os.environ, OMP_NUM_THREADS=str(job["threads"]), PYTHONPATH=str(REPO))
+        env = dict(openmp.peer_env(), OMP_NUM_THREADS=str(job["threads"]), PYTHONPATH=str(REPO))  # each engine its own OpenMP default
         try:
             self.proc = subprocess.Popen([python, str(HERE / WORKERS[engine])], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)

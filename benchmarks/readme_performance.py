@@ -35,6 +35,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_serving beside us, also when imported
 from bench_serving import CTX_PER_SEQ, LLAMA_SERVER, ROOT, free_port, wait_healthy  # noqa: E402
 
+from hearth import openmp  # noqa: E402
 from hearth.bench.readme_section import replace_section, write_section  # noqa: E402
 from hearth.cli import main as hearth  # noqa: E402
 from hearth.errors import HearthError  # noqa: E402
@@ -196,7 +197,7 @@ def running_servers(args, gguf: Path):
             port, log = free_port(), args.out / "logs" / f"{label}.log"
             with open(log, "w") as sink:
                 proc = subprocess.Popen(engine.command(args, gguf, port), cwd=ROOT, stdout=sink,
-                                        stderr=subprocess.STDOUT)
+                                        stderr=subprocess.STDOUT, env=openmp.peer_env())
             procs.append(proc)
             url = f"http://127.0.0.1:{port}"
             try:

@@ -14,6 +14,7 @@ from importlib import metadata
 
 import torch
 
+from hearth import openmp
 from hearth.backends import cuda_missing
 from hearth.commands.models import _catalog_row, _hub_rows, format_table, human_size
 from hearth.errors import HearthError
@@ -45,7 +46,8 @@ def report(remeasure: bool = False) -> str:
     lines += _tier_lines()
     lines.append(_gpu_line())
     lines.append(_memory_line(home, remeasure))
-    env = [f"{k}={os.environ[k]}" for k in ENV if k in os.environ]
+    env = [f"{k}={os.environ[k]}" + (" (hearth's default)" if k == "GOMP_SPINCOUNT" and openmp.set_by_hearth() else "")
+           for k in ENV if k in os.environ]
     lines.append(f"env       {' '.join(env) or 'none of ' + ', '.join(ENV)}")
     free = shutil.disk_usage(home if home.exists() else home.anchor).free
     lines.append(f"models    $HEARTH_HOME = {home} ({human_size(free)} free)")

@@ -12,6 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from hearth.openmp import peer_env
 from hearth.bench import BenchError
 
 READY_TIMEOUT = 600.0
@@ -45,7 +46,7 @@ class Server:
         with open(self.log, "wb") as out:  # the child keeps its own copy of the descriptor
             # a new session: stopping the group also stops anything the server started
             self.proc = subprocess.Popen(self.command, cwd=self.cwd, stdout=out, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True, env=peer_env())
         try:
             self._wait_ready()
         except BaseException:
