@@ -27,5 +27,6 @@ def context_in_cache(context: int, cache_tokens: int) -> int:
         return context
     log.warning(f"hearth: context lowered to {cache_tokens:,} tokens (from {context:,}): the KV cache holds "
                 f"{cache_tokens:,} tokens for one sequence; a larger KV cache (kv_cache_memory_gb / "
-                "num_kv_blocks) raises it")
+                "num_kv_blocks) raises it, or, with a quantized KV cache, fewer max_num_seqs (their staging "
+                "shares the bound)")
     return cache_tokens

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hearth.errors import HearthError
 from hearth.memory.kv_formats import KV_FORMATS, KVFormat
 from hearth.memory.shape import ModelShape
 
@@ -75,15 +76,16 @@ def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, c
                 kv_cache_memory_gb: float | None, num_kv_blocks: int = 0) -> int:
     """The pool's block count: num_kv_blocks when given, else max_num_seqs sequences of ctx tokens
     within the memory bound less max_num_seqs sequences' `stage` bytes (the f16 staging the runner
-    allocates beside the pool), at least one. hearth.llm sizes its pool with this.
-
-    Until 2026-12-06 each running sequence also held ceil(stage / per_block) pool blocks that were
-    never written, as the budget of its staging: its memory counted twice, the staging tensor being
-    allocated anyway (on a GPU in full; on the host, blocks reused as reserve are resident)."""
+    allocates beside the pool). hearth.llm sizes its pool with this. Staging that leaves no block of
+    the bound is an error naming both settings (a one-block pool would cut the context to one block)."""
     if num_kv_blocks:
         return num_kv_blocks
     wanted = max_num_seqs * math.ceil(ctx / block)
     if kv_cache_memory_gb is None:
         return wanted
-    bound = (int(kv_cache_memory_gb * 2**30) - max_num_seqs * stage) // per_block
-    return max(1, min(wanted, int(bound)))
+    bound = int((int(kv_cache_memory_gb * 2**30) - max_num_seqs * stage) // per_block)
+    if bound < 1:
+        raise HearthError(f"kv_cache_memory_gb {kv_cache_memory_gb:g} leaves no room for KV blocks beside "
+                          f"the staging of max_num_seqs {max_num_seqs} sequences ({stage / 2**20:.2f} MiB each, "
+                          "a quantized KV cache's): raise --kv-cache-memory-gb or lower --max-num-seqs")
+    return min(wanted, bound)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hearth.errors import HearthError
 from hearth.memory import PlanError
 from hearth.memory.describe import describe
 from hearth.memory.kv_cache import engine_pool, kv_bytes_read, staging_bytes, token_bytes
@@ -120,3 +121,6 @@ def test_a_quantized_pool_adds_each_sequences_staging_once():
     bound = engine_pool(shape, q4, 16, 2, 100_000, kv_cache_memory_gb=1)
     assert (bound.blocks, bound.context) == (721, 721 * 16) and bound.bytes <= 2**30
     assert engine_pool(shape, q4, 16, 2, 1000, num_kv_blocks=50).blocks == 50  # was 50 + 2 x 4
+    # staging that takes the whole bound: an error naming both settings (it was a one-block pool)
+    with pytest.raises(HearthError, match=r"raise --kv-cache-memory-gb or lower --max-num-seqs$"):
+        engine_pool(shape, q4, 16, 205, 1000, kv_cache_memory_gb=1)  # 205 x 5 MiB of staging > 1 GiB
