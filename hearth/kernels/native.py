@@ -67,7 +67,7 @@ class Library:
 
 
 # the AMX and AVX512-BF16 flags let the compiler take those intrinsics; the code using them runs only
-# after csrc's CPUID checks (amx_usable, amx_bf16_usable)
+# after csrc's CPUID checks (amx_usable, amx_bf16_usable, avx512_bf16_usable)
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
                          frozenset(CAPABILITIES) - {"many_rows"})

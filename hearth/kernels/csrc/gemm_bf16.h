@@ -122,7 +122,7 @@ inline void store_vnni(__m512i r[16], uint16_t* tile) {
 }
 
 // Two rows of 16 values (f32) -> one VNNI tile row, rounded to bf16: [a0, b0, a1, b1, ..]
-// (AVX512-BF16: callers check amx_bf16_usable())
+// (AVX512-BF16: callers check amx_bf16_usable() or avx512_bf16_usable())
 inline __m512i pair_rows_bf16(__m512 a, __m512 b) {
   const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                          21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -132,7 +132,7 @@ inline __m512i pair_rows_bf16(__m512 a, __m512 b) {
 // Up to 16 rows (bf16, or f32 rounded to bf16; row stride ldx; rows past `rows` read as zeros) -> their
 // VNNI tiles, one per 32 values of K: tiles[ks * 512 + 32 p + 2 i + t] = row i's value 32 ks + 2 p + t.
 // norm_w (f32 only): each row RMS-normed on the way, as rmsnorm_row (no normed copy in between).
-// AVX512-BF16: callers check amx_bf16_usable().
+// AVX512-BF16: callers check amx_bf16_usable() or avx512_bf16_usable().
 template <class X>
 void pack_rows16(const X* x, int64_t ldx, int64_t rows, int64_t K, uint16_t* tiles, const float* norm_w = nullptr,
                  float eps = 0.0f) {
