@@ -29,7 +29,7 @@ def test_the_spin_count_is_set_before_torch_loads_unless_the_user_chose(first, g
 
 
 def test_other_engines_start_without_hearth_s_choice_but_keep_the_user_s():
-    ours = {"GOMP_SPINCOUNT": openmp.SPIN_COUNT, openmp.MARK: "1", "PATH": "/bin"}
-    assert openmp.peer_env(ours) == {"PATH": "/bin"}
-    theirs = {"GOMP_SPINCOUNT": "50", "PATH": "/bin"}
+    ours = {"GOMP_SPINCOUNT": openmp.SPIN_COUNT, openmp.MARK: "1", "LANG": "C"}
+    assert openmp.peer_env(ours) == {"LANG": "C"}
+    theirs = {"GOMP_SPINCOUNT": "50", "LANG": "C"}
     assert openmp.peer_env(theirs) == theirs
