@@ -50,8 +50,8 @@ def pool_block_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
 @dataclass(frozen=True, slots=True)
 class EnginePool:
     """The KV cache hearth.llm allocates: num_kv_blocks blocks of context when given, else enough
-    for max_num_seqs full-length sequences within kv_cache_memory_gb less their f16 staging (at
-    least one block); and that staging. One sequence may hold every block."""
+    for max_num_seqs full-length sequences within kv_cache_memory_gb less their f16 staging (an
+    error where it leaves no block); and that staging. One sequence may hold every block."""
     blocks: int
     bytes: float
     context: int
