@@ -98,6 +98,95 @@ constexpr float LAZY_MAX = 8.0f;  // how far scores may pass the running max bef
 constexpr float LOG2E = 1.44269504f;
 const __m512 P_FLOOR = _mm512_set1_ps(-100.0f);  // 2^-100: no subnormal P (an assist per use), ~0 beside 1
 
+// The pieces of a task both flash kernels share (this file's on tiles, attention_prefill_avx512.h's
+// on vdpbf16ps): Q^T packing, the masks, the online softmax's step and the output rows.
+
+// Head column col's Q^T (q * scale, rows padded to 16) into qb's B tiles; rows_buf keeps the scaled rows
+inline void pack_q_head(const AttnShape& a, const float* q, int64_t ldq, int64_t rows, int64_t col, float* rows_buf,
+                        uint16_t* qb) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < a.d; c += 16)
+      _mm512_store_ps(rows_buf + i * a.d + c, _mm512_mul_ps(_mm512_loadu_ps(q + i * ldq + col + c), _mm512_set1_ps(a.scale)));
+  pack_rows16(rows_buf, a.d, rows, a.d, qb);
+}
+
+struct RowSpan {  // per lane (query row): its position (-1: a padding row) and the first key it sees
+  __m512i pos, lo;
+  RowSpan(int64_t rows, int64_t pos0, int64_t window) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    pos = _mm512_mask_add_epi32(_mm512_set1_epi32(-1), tail_mask(rows), lane, _mm512_set1_epi32(static_cast<int>(pos0)));
+    lo = window > 0 ? _mm512_sub_epi32(pos, _mm512_set1_epi32(static_cast<int>(window - 1))) : _mm512_setzero_si512();
+  }
+  void key_masks(int64_t kb, __mmask16 ok[32]) const {  // which rows see each key of 32-key block kb
+    for (int j = 0; j < 32; ++j) {
+      const __m512i key = _mm512_set1_epi32(static_cast<int>(32 * kb + j));
+      ok[j] = _mm512_cmple_epi32_mask(key, pos) & _mm512_cmpge_epi32_mask(key, lo);
+    }
+  }
+};
+
+// One head's online-softmax step over a key block's scores st ([keys][16 rows], the first `keys`
+// softcapped in place): the block max, and whether the running max m moves. It moves only when some
+// row's block max passes it by more than LAZY_MAX: the exponents stay <= e^LAZY_MAX (harmless in f32
+// sums and bf16 P), and most blocks skip the rescale of O^T.
+struct SoftmaxStep {
+  __mmask16 seen;  // rows that had keys before this block
+  bool move;
+  __m512 mn, base2;  // the new running max; it (0 for rows without keys yet) times log2 e
+  SoftmaxStep(float* st, const __mmask16* ok, int keys, float softcap, __m512 m) {
+    __m512 bm = _mm512_set1_ps(-INFINITY);
+    for (int j = 0; j < keys; ++j) {
+      __m512 v = _mm512_load_ps(st + 16 * j);
+      if (softcap > 0.0f) _mm512_store_ps(st + 16 * j, v = softcap_ps(v, softcap));
+      bm = _mm512_mask_max_ps(bm, ok[j], bm, v);
+    }
+    seen = _mm512_cmp_ps_mask(m, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+    move = _mm512_cmp_ps_mask(bm, _mm512_add_ps(m, _mm512_set1_ps(LAZY_MAX)), _CMP_GT_OQ) != 0;
+    mn = move ? _mm512_max_ps(m, bm) : m;
+    const __mmask16 any = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
+    base2 = _mm512_mul_ps(_mm512_maskz_mov_ps(any, mn), _mm512_set1_ps(LOG2E));
+  }
+  // P^T rows (keys 2r, 2r + 1, bf16 pairs) of the 32 keys into pt; keys a row does not see are zeros
+  // (their scores are not read). Returns the rows' sums of P.
+  __m512 probs(const float* st, const __mmask16* ok, uint16_t (*pt)[32]) const {
+    __m512 sum = _mm512_setzero_ps();
+    for (int r = 0; r < 16; ++r) {
+      __m512 e[2];
+      for (int t = 0; t < 2; ++t) {
+        const int j = 2 * r + t;
+        const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(_mm512_maskz_load_ps(ok[j], st + 16 * j), _mm512_set1_ps(LOG2E), base2), P_FLOOR);
+        e[t] = _mm512_maskz_mov_ps(ok[j], exp2_bf16(x));
+        sum = _mm512_add_ps(sum, e[t]);
+      }
+      _mm512_store_si512(pt[r], pair_rows_bf16(e[0], e[1]));
+    }
+    return sum;
+  }
+  // Where the max moved, rows that had keys scale O^T (oh: [d][16 rows]) and l by e^(old max - new max);
+  // then l takes the block's sum and m the new max.
+  void update(__m512 sum, float* oh, int64_t d, __m512& m, __m512& l) const {
+    if (move && seen) {
+      const __m512 alpha = _mm512_maskz_mov_ps(seen, exp2_bf16(_mm512_max_ps(_mm512_fmsub_ps(m, _mm512_set1_ps(LOG2E), base2), P_FLOOR)));
+      l = _mm512_mul_ps(l, alpha);
+      for (int64_t i = 0; i < d; ++i) _mm512_store_ps(oh + 16 * i, _mm512_mul_ps(_mm512_load_ps(oh + 16 * i), alpha));
+    }
+    l = _mm512_add_ps(l, sum);
+    m = mn;
+  }
+};
+
+// Output rows from .. rows (from out's first row, head column col) = (O^T / l)^T, O^T oh: [d][16 rows]
+inline void store_rows(const float* oh, int64_t d, __m512 l, int64_t from, int64_t rows, float* out, int64_t ldo,
+                       int64_t col) {
+  const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), l);
+  for (int64_t cc = 0; cc < d / 16; ++cc) {
+    __m512i r[16];
+    for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(oh + (16 * cc + i) * 16), inv));
+    transpose16(r);  // r[row] = its 16 dims
+    for (int64_t i = from; i < rows; ++i) _mm512_storeu_ps(out + (i - from) * ldo + col + 16 * cc, _mm512_castsi512_ps(r[i]));
+  }
+}
+
 // One task: query rows t0 .. t0 + rows (rows <= 16; positions pos0 + i) of heads g G .. g G + G; rows
 // from .. rows of the output are stored, from out's first row. With `packed` instead (from = 0), the
 // task's rows go as bf16 straight into the B tiles of the output projection's matmul (pack_b's layout
@@ -113,18 +202,8 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
   rows_buf.resize(16 * d);
   uint16_t* qb = qb_buf.data();
   float* ot = o_buf.data();
-  for (int64_t h = 0; h < G; ++h) {  // Q^T B tiles (q * scale), padded to 16 rows
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t c = 0; c < d; c += 16)
-        _mm512_store_ps(rows_buf.data() + i * d + c,
-                        _mm512_mul_ps(_mm512_loadu_ps(q + i * ldq + (g * G + h) * d + c), _mm512_set1_ps(a.scale)));
-    pack_rows16(rows_buf.data(), d, rows, d, qb + h * ksn * 512);
-  }
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i pos = _mm512_mask_add_epi32(_mm512_set1_epi32(-1), tail_mask(rows), lane,  // -1: padding rows
-                                            _mm512_set1_epi32(static_cast<int>(pos0)));
-  const __m512i lo = window > 0 ? _mm512_sub_epi32(pos, _mm512_set1_epi32(static_cast<int>(window - 1)))
-                                : _mm512_setzero_si512();
+  for (int64_t h = 0; h < G; ++h) pack_q_head(a, q, ldq, rows, (g * G + h) * d, rows_buf.data(), qb + h * ksn * 512);
+  const RowSpan span(rows, pos0, window);
   __m512 m[16], l[16];
   for (int64_t h = 0; h < G; ++h) m[h] = _mm512_set1_ps(-INFINITY), l[h] = _mm512_setzero_ps();
   const int64_t last = pos0 + rows - 1, first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
@@ -167,48 +246,14 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
       }
     }
     __mmask16 ok[32];
-    for (int j = 0; j < 32; ++j) {  // which rows see key j
-      const __m512i key = _mm512_set1_epi32(static_cast<int>(32 * kb + j));
-      ok[j] = _mm512_cmple_epi32_mask(key, pos) & _mm512_cmpge_epi32_mask(key, lo);
-    }
+    span.key_masks(kb, ok);
     for (int64_t h = 0; h < G; ++h) {
       float* st = st_buf.data() + h * 512;  // [32 keys][16 rows]
-      __m512 bm = _mm512_set1_ps(-INFINITY);
-      for (int j = 0; j < 32; ++j) {
-        __m512 v = _mm512_load_ps(st + 16 * j);
-        if (a.softcap > 0.0f) _mm512_store_ps(st + 16 * j, v = softcap_ps(v, a.softcap));
-        bm = _mm512_mask_max_ps(bm, ok[j], bm, v);
-      }
-      // The running max moves only when some row's block max passes it by more than LAZY_MAX: the
-      // exponents stay <= e^LAZY_MAX (harmless in f32 sums and bf16 P), and most blocks skip the
-      // rescale of O^T, so it accumulates in memory through tiles alone.
-      const __mmask16 seen = _mm512_cmp_ps_mask(m[h], _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
-      const bool move = _mm512_cmp_ps_mask(bm, _mm512_add_ps(m[h], _mm512_set1_ps(LAZY_MAX)), _CMP_GT_OQ) != 0;
-      const __m512 mn = move ? _mm512_max_ps(m[h], bm) : m[h];
-      const __mmask16 any = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);  // rows with a key so far
-      const __m512 base = _mm512_maskz_mov_ps(any, mn);
-      if (move && seen) flush(h);  // the waiting blocks' P^T used the old max, as O^T so far
+      const SoftmaxStep step(st, ok, 32, a.softcap, m[h]);
+      // O^T accumulates in memory through tiles alone while the max stays
+      if (step.move && step.seen) flush(h);  // the waiting blocks' P^T used the old max, as O^T so far
       uint16_t (*pt)[32] = reinterpret_cast<uint16_t (*)[32]>(pt_buf.data() + (h * PENDING + pending[h]) * 512);
-      const __m512 base2 = _mm512_mul_ps(base, _mm512_set1_ps(LOG2E));
-      __m512 sum = _mm512_setzero_ps();
-      for (int r = 0; r < 16; ++r) {  // P^T rows: keys 2r, 2r + 1
-        __m512 e[2];
-        for (int t = 0; t < 2; ++t) {
-          const int j = 2 * r + t;
-          const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(_mm512_load_ps(st + 16 * j), _mm512_set1_ps(LOG2E), base2), P_FLOOR);
-          e[t] = _mm512_maskz_mov_ps(ok[j], exp2_bf16(x));
-          sum = _mm512_add_ps(sum, e[t]);
-        }
-        _mm512_store_si512(pt[r], pair_rows_bf16(e[0], e[1]));
-      }
-      float* oh = ot + h * d * 16;
-      if (move && seen) {  // rows that had keys: O^T and l scale by e^(old max - new max)
-        const __m512 alpha = _mm512_maskz_mov_ps(seen, exp2_bf16(_mm512_max_ps(_mm512_fmsub_ps(m[h], _mm512_set1_ps(LOG2E), base2), P_FLOOR)));
-        l[h] = _mm512_mul_ps(l[h], alpha);
-        for (int64_t i = 0; i < d; ++i) _mm512_store_ps(oh + 16 * i, _mm512_mul_ps(_mm512_load_ps(oh + 16 * i), alpha));
-      }
-      l[h] = _mm512_add_ps(l[h], sum);
-      m[h] = mn;
+      step.update(step.probs(st, ok, pt), ot + h * d * 16, d, m[h], l[h]);
       vts[h][pending[h]++] = vt;
       if (pending[h] == PENDING) flush(h);
     }
@@ -227,16 +272,7 @@ void prefill_task(const AttnShape& a, const PrefillPacks& p, const float* q, int
     }
     return;
   }
-  for (int64_t h = 0; h < G; ++h) {  // out rows = (O^T / l)^T
-    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), l[h]);
-    for (int64_t cc = 0; cc < d / 16; ++cc) {
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(ot + (h * d + 16 * cc + i) * 16), inv));
-      transpose16(r);  // r[row] = its 16 dims
-      for (int64_t i = from; i < rows; ++i)
-        _mm512_storeu_ps(out + (i - from) * ldo + (g * G + h) * d + 16 * cc, _mm512_castsi512_ps(r[i]));
-    }
-  }
+  for (int64_t h = 0; h < G; ++h) store_rows(ot + h * d * 16, d, l[h], from, rows, out, ldo, (g * G + h) * d);
 }
 
 }  // namespace

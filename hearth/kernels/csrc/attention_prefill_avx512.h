@@ -97,7 +97,7 @@ inline void values32(const uint16_t* vt, const uint16_t* pt, int64_t d, float* o
 }
 
 // prefill_task's rows, heads and arguments (no packed output: that layout feeds AMX tiles), on
-// vdpbf16ps. The online softmax is prefill_task's (lazy max), O^T updated in memory every block.
+// vdpbf16ps, with its softmax steps (SoftmaxStep).
 // klo (null: none): the keys' low parts (pack_k_lo_block, p.at's blocks), for split scores.
 void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16_t* klo, const float* q, int64_t ldq,
                          int64_t rows, int64_t pos0, int64_t window, int64_t g, int64_t G, int64_t from, float* out,
@@ -115,12 +115,8 @@ void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16
   float* ot = o_buf.data();
   float* st = st_buf.data();  // [32 keys][16 rows]
   uint16_t (*pt)[32] = reinterpret_cast<uint16_t (*)[32]>(pt_buf.data());
-  for (int64_t h = 0; h < G; ++h) {  // Q^T (q * scale), padded to 16 rows
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t c = 0; c < d; c += 16)
-        _mm512_store_ps(rows_buf.data() + i * d + c,
-                        _mm512_mul_ps(_mm512_loadu_ps(q + i * ldq + (g * G + h) * d + c), _mm512_set1_ps(a.scale)));
-    pack_rows16(rows_buf.data(), d, rows, d, qb + h * ksn * 512);
+  for (int64_t h = 0; h < G; ++h) {
+    pack_q_head(a, q, ldq, rows, (g * G + h) * d, rows_buf.data(), qb + h * ksn * 512);
     if (!klo) continue;
     for (int64_t i = 0; i < rows * d; i += 16) {  // the low parts, q * scale - bf16(q * scale)
       const __m512 x = _mm512_load_ps(rows_buf.data() + i);
@@ -128,11 +124,7 @@ void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16
     }
     pack_rows16(rows_buf.data(), d, rows, d, ql_buf.data() + h * ksn * 512);
   }
-  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-  const __m512i pos = _mm512_mask_add_epi32(_mm512_set1_epi32(-1), tail_mask(rows), lane,  // -1: padding rows
-                                            _mm512_set1_epi32(static_cast<int>(pos0)));
-  const __m512i lo = window > 0 ? _mm512_sub_epi32(pos, _mm512_set1_epi32(static_cast<int>(window - 1)))
-                                : _mm512_setzero_si512();
+  const RowSpan span(rows, pos0, window);
   __m512 m[16], l[16];
   for (int64_t h = 0; h < G; ++h) m[h] = _mm512_set1_ps(-INFINITY), l[h] = _mm512_setzero_ps();
   const int64_t last = pos0 + rows - 1, first_key = window > 0 ? std::max<int64_t>(0, pos0 - window + 1) : 0;
@@ -141,10 +133,7 @@ void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16
     const uint16_t* vt = p.v.data() + p.at(g, kb);
     const uint16_t* kl = klo ? klo + p.at(g, kb) : nullptr;
     __mmask16 ok[32];
-    for (int j = 0; j < 32; ++j) {  // which rows see key j
-      const __m512i key = _mm512_set1_epi32(static_cast<int>(32 * kb + j));
-      ok[j] = _mm512_cmple_epi32_mask(key, pos) & _mm512_cmpge_epi32_mask(key, lo);
-    }
+    span.key_masks(kb, ok);
     const bool second = 32 * kb + 16 <= last;  // keys 16-31 seen by some row
     for (int64_t h = 0; h < G; ++h) {
       const uint16_t* qh = qb + h * ksn * 512;
@@ -156,51 +145,13 @@ void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16
         scores16<false>(kt, nullptr, qh, nullptr, d, st);
         if (second) scores16<false>(kt + ksn * 512, nullptr, qh, nullptr, d, st + 256);
       }
-      __m512 bm = _mm512_set1_ps(-INFINITY);
-      for (int j = 0; j < (second ? 32 : 16); ++j) {
-        __m512 v = _mm512_load_ps(st + 16 * j);
-        if (a.softcap > 0.0f) _mm512_store_ps(st + 16 * j, v = softcap_ps(v, a.softcap));
-        bm = _mm512_mask_max_ps(bm, ok[j], bm, v);
-      }
-      // as in prefill_task: the max moves only when passed by more than LAZY_MAX
-      const __mmask16 seen = _mm512_cmp_ps_mask(m[h], _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
-      const bool move = _mm512_cmp_ps_mask(bm, _mm512_add_ps(m[h], _mm512_set1_ps(LAZY_MAX)), _CMP_GT_OQ) != 0;
-      const __m512 mn = move ? _mm512_max_ps(m[h], bm) : m[h];
-      const __mmask16 any = _mm512_cmp_ps_mask(mn, _mm512_set1_ps(-INFINITY), _CMP_GT_OQ);
-      const __m512 base = _mm512_maskz_mov_ps(any, mn);
-      const __m512 base2 = _mm512_mul_ps(base, _mm512_set1_ps(LOG2E));
-      __m512 sum = _mm512_setzero_ps();
-      for (int r = 0; r < 16; ++r) {  // P^T rows: keys 2r, 2r + 1 (unseen keys: zeros, their scores unset)
-        __m512 e[2];
-        for (int t = 0; t < 2; ++t) {
-          const int j = 2 * r + t;
-          const __m512 x = _mm512_max_ps(_mm512_fmsub_ps(_mm512_maskz_load_ps(ok[j], st + 16 * j), _mm512_set1_ps(LOG2E), base2), P_FLOOR);
-          e[t] = _mm512_maskz_mov_ps(ok[j], exp2_bf16(x));
-          sum = _mm512_add_ps(sum, e[t]);
-        }
-        _mm512_store_si512(pt[r], pair_rows_bf16(e[0], e[1]));
-      }
+      const SoftmaxStep step(st, ok, second ? 32 : 16, a.softcap, m[h]);  // keys not scored: no row sees them
       float* oh = ot + h * d * 16;
-      if (move && seen) {  // rows that had keys: O^T and l scale by e^(old max - new max)
-        const __m512 alpha = _mm512_maskz_mov_ps(seen, exp2_bf16(_mm512_max_ps(_mm512_fmsub_ps(m[h], _mm512_set1_ps(LOG2E), base2), P_FLOOR)));
-        l[h] = _mm512_mul_ps(l[h], alpha);
-        for (int64_t i = 0; i < d; ++i) _mm512_store_ps(oh + 16 * i, _mm512_mul_ps(_mm512_load_ps(oh + 16 * i), alpha));
-      }
-      l[h] = _mm512_add_ps(l[h], sum);
-      m[h] = mn;
+      step.update(step.probs(st, ok, pt), oh, d, m[h], l[h]);  // O^T updated in memory every block
       values32(vt, pt[0], d, oh);
     }
   }
-  for (int64_t h = 0; h < G; ++h) {  // out rows = (O^T / l)^T
-    const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.0f), l[h]);
-    for (int64_t cc = 0; cc < d / 16; ++cc) {
-      __m512i r[16];
-      for (int i = 0; i < 16; ++i) r[i] = _mm512_castps_si512(_mm512_mul_ps(_mm512_load_ps(ot + (h * d + 16 * cc + i) * 16), inv));
-      transpose16(r);  // r[row] = its 16 dims
-      for (int64_t i = from; i < rows; ++i)
-        _mm512_storeu_ps(out + (i - from) * ldo + (g * G + h) * d + 16 * cc, _mm512_castsi512_ps(r[i]));
-    }
-  }
+  for (int64_t h = 0; h < G; ++h) store_rows(ot + h * d * 16, d, l[h], from, rows, out, ldo, (g * G + h) * d);
 }
 
 }  // namespace
