@@ -37,10 +37,11 @@ inline __m512 bf16_round(__m512 x) {  // x rounded to bf16 (nearest even), as f3
 
 // S^T of 16 keys against one head's 16 rows: kt, the keys' half of an A pack ([d / 32][16 keys][32
 // dims]); qb, the head's Q^T ([d / 2 pairs][16 rows][2]) -> st [16 keys][16 rows]. 16 sums side by
-// side: each waits only on its own previous product. SPLIT (PRECISE_SCORES' layers): k = kt + klo and
-// q = qb + qlo, each a bf16 high part and the bf16 rounding of the rest; q.k takes hi.hi + hi.lo +
-// lo.hi, ~16 mantissa bits instead of 8 (a k bias every key shares no longer moves the scores).
-template <bool SPLIT>
+// side: each waits only on its own previous product. PARTS > 1 (PRECISE_SCORES' layers): k = kt + klo
+// and q = qb + qlo, each a bf16 high part and the bf16 rounding of the rest; q.k takes hi.hi + hi.lo +
+// lo.hi (PARTS 3), ~16 mantissa bits instead of 8 (a k bias every key shares no longer moves the
+// scores); PARTS 2 leaves out lo.hi, whose k low parts are zeros where the cache is bf16.
+template <int PARTS>
 inline void scores16(const uint16_t* kt, const uint16_t* klo, const uint16_t* qb, const uint16_t* qlo, int64_t d,
                      float* st) {
   __m512 acc[16];
@@ -48,12 +49,12 @@ inline void scores16(const uint16_t* kt, const uint16_t* klo, const uint16_t* qb
   for (int64_t c = 0; c < d / 2; ++c) {
     const __m512bh qv = reinterpret_cast<__m512bh>(_mm512_load_si512(qb + 32 * c));
     const int64_t at = (c / 16) * 512 + 2 * (c % 16);  // key j's dims 2c, 2c + 1 at at + 32 j
-    if constexpr (SPLIT) {
+    if constexpr (PARTS > 1) {
       const __m512bh ql = reinterpret_cast<__m512bh>(_mm512_load_si512(qlo + 32 * c));
       for (int j = 0; j < 16; ++j) {
         const __m512bh kh = pair_at(kt + at + 32 * j);
         acc[j] = _mm512_dpbf16_ps(acc[j], kh, qv);
-        acc[j] = _mm512_dpbf16_ps(acc[j], pair_at(klo + at + 32 * j), qv);
+        if constexpr (PARTS > 2) acc[j] = _mm512_dpbf16_ps(acc[j], pair_at(klo + at + 32 * j), qv);
         acc[j] = _mm512_dpbf16_ps(acc[j], kh, ql);
       }
     } else {
@@ -63,9 +64,8 @@ inline void scores16(const uint16_t* kt, const uint16_t* klo, const uint16_t* qb
   for (int j = 0; j < 16; ++j) _mm512_store_ps(st + 16 * j, acc[j]);
 }
 
-// The low parts of 32-key block kb's keys (key - bf16(key), rounded to bf16), in pack_kv_block's K
-// layout at klo (keys at or past ctx: zeros). A bf16 cache's are zeros; an f16 cache's are not.
-template <bool BF16>
+// The low parts of an f16 cache's 32-key block kb's keys (key - bf16(key), rounded to bf16), in
+// pack_kv_block's K layout at klo (keys at or past ctx: zeros). A bf16 cache's are zeros: none packed.
 void pack_k_lo_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, uint16_t* klo) {
   const int64_t ksn = a.d / 32;
   for (int64_t j = 0; j < 32; ++j) {
@@ -74,7 +74,7 @@ void pack_k_lo_block(const AttnShape& a, int64_t ctx, int64_t g, int64_t kb, uin
     for (int64_t ks = 0; ks < ksn; ++ks) {
       __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
       if (kr) {
-        lo = load_half<BF16>(kr + 64 * ks), hi = load_half<BF16>(kr + 64 * ks + 32);
+        lo = load_half<false>(kr + 64 * ks), hi = load_half<false>(kr + 64 * ks + 32);
         lo = _mm512_sub_ps(lo, bf16_round(lo)), hi = _mm512_sub_ps(hi, bf16_round(hi));
       }
       _mm512_store_si512(klo + ((j / 16) * ksn + ks) * 512 + 32 * (j % 16), join(to_bf16(lo), to_bf16(hi)));
@@ -98,13 +98,14 @@ inline void values32(const uint16_t* vt, const uint16_t* pt, int64_t d, float* o
 
 // prefill_task's rows, heads and arguments (no packed output: that layout feeds AMX tiles), on
 // vdpbf16ps, with its softmax steps (SoftmaxStep).
-// klo (null: none): the keys' low parts (pack_k_lo_block, p.at's blocks), for split scores.
-void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16_t* klo, const float* q, int64_t ldq,
-                         int64_t rows, int64_t pos0, int64_t window, int64_t g, int64_t G, int64_t from, float* out,
+// split: split scores (scores16's PARTS 2, or 3 with klo: the keys' low parts, pack_k_lo_block at
+// p.at's blocks; null for a bf16 cache).
+void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, bool split, const uint16_t* klo, const float* q,
+                         int64_t ldq, int64_t rows, int64_t pos0, int64_t window, int64_t g, int64_t G, int64_t from, float* out,
                          int64_t ldo) {
   const int64_t d = a.d, ksn = d / 32;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> qb_buf, ql_buf, pt_buf;
-  ql_buf.resize(klo ? G * ksn * 512 : 0);
+  ql_buf.resize(split ? G * ksn * 512 : 0);
   thread_local std::vector<float, AlignedAlloc<float>> o_buf, rows_buf, st_buf;
   qb_buf.resize(G * ksn * 512);
   o_buf.assign(G * d * 16, 0.0f);  // O^T per head: [d][16 rows]
@@ -117,7 +118,7 @@ void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16
   uint16_t (*pt)[32] = reinterpret_cast<uint16_t (*)[32]>(pt_buf.data());
   for (int64_t h = 0; h < G; ++h) {
     pack_q_head(a, q, ldq, rows, (g * G + h) * d, rows_buf.data(), qb + h * ksn * 512);
-    if (!klo) continue;
+    if (!split) continue;
     for (int64_t i = 0; i < rows * d; i += 16) {  // the low parts, q * scale - bf16(q * scale)
       const __m512 x = _mm512_load_ps(rows_buf.data() + i);
       _mm512_store_ps(rows_buf.data() + i, _mm512_sub_ps(x, bf16_round(x)));
@@ -137,13 +138,12 @@ void prefill_task_avx512(const AttnShape& a, const PrefillPacks& p, const uint16
     const bool second = 32 * kb + 16 <= last;  // keys 16-31 seen by some row
     for (int64_t h = 0; h < G; ++h) {
       const uint16_t* qh = qb + h * ksn * 512;
-      if (kl) {
-        const uint16_t* qlh = ql_buf.data() + h * ksn * 512;
-        scores16<true>(kt, kl, qh, qlh, d, st);
-        if (second) scores16<true>(kt + ksn * 512, kl + ksn * 512, qh, qlh, d, st + 256);
-      } else {
-        scores16<false>(kt, nullptr, qh, nullptr, d, st);
-        if (second) scores16<false>(kt + ksn * 512, nullptr, qh, nullptr, d, st + 256);
+      const uint16_t* qlh = split ? ql_buf.data() + h * ksn * 512 : nullptr;
+      for (int half = 0; half < (second ? 2 : 1); ++half) {  // keys 0-15, 16-31
+        const int64_t at = half * ksn * 512;
+        if (kl) scores16<3>(kt + at, kl + at, qh, qlh, d, st + 256 * half);
+        else if (split) scores16<2>(kt + at, nullptr, qh, qlh, d, st + 256 * half);
+        else scores16<1>(kt + at, nullptr, qh, nullptr, d, st + 256 * half);
       }
       const SoftmaxStep step(st, ok, second ? 32 : 16, a.softcap, m[h]);  // keys not scored: no row sees them
       float* oh = ot + h * d * 16;

@@ -753,15 +753,14 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
   scratch(p.k, kvh * p.nkb * d * 32);
   scratch(p.v, kvh * p.nkb * d * 32);
   const auto pack = kv_bf16 ? pack_kv_block<true> : pack_kv_block<false>;
-  const auto pack_lo = kv_bf16 ? pack_k_lo_block<true> : pack_k_lo_block<false>;
   thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> klo_pack;  // precise: the keys' low parts
-  uint16_t* klo = precise ? scratch(klo_pack, kvh * p.nkb * d * 32) : nullptr;
+  uint16_t* klo = precise && !kv_bf16 ? scratch(klo_pack, kvh * p.nkb * d * 32) : nullptr;  // bf16's are zeros
 #pragma omp parallel
   {
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < kvh * p.nkb; ++i) {
       pack(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, p);
-      if (klo) pack_lo(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, klo + p.at(i / p.nkb, p.kb0 + i % p.nkb));
+      if (klo) pack_k_lo_block(a, ctx, i / p.nkb, p.kb0 + i % p.nkb, klo + p.at(i / p.nkb, p.kb0 + i % p.nkb));
     }
     if (amx) load_bf16_tile_config();
 #pragma omp for schedule(dynamic, 1)
@@ -771,7 +770,7 @@ static int prefill_attention(const float* q, int64_t ldq, const void* kv, int kv
         prefill_task(a, p, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
                      packed ? nullptr : out + (t0 + from - skip) * ldo, ldo, packed ? packed + t0 * heads * d : nullptr);
       else
-        prefill_task_avx512(a, p, klo, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
+        prefill_task_avx512(a, p, precise, klo, q + t0 * ldq, ldq, std::min<int64_t>(16, T - t0), pos0 + t0, window, g, G, from,
                             out + (t0 + from - skip) * ldo, ldo);
     }
     if (amx) _tile_release();
