@@ -270,6 +270,22 @@ def test_a_call_whose_tool_the_grammar_chose_is_declined(fake):
     assert forced["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
+def test_the_gate_reads_each_name_of_a_leading_doubled_brace_region(fake):
+    """`{{"name": ...}}}` opening the answer, then another: the parser reads both calls, and the gate
+    reads each one's name in its own span (it read none when the region was one span for two calls)."""
+    r = post(fake, "guard_doubled_two")
+    msg = r["choices"][0]["message"]
+    assert [json.loads(c["function"]["arguments"]) for c in msg["tool_calls"]] == [{"city": "Paris"}]
+    assert msg["content"] == '\n{{"name": "get_weather", "arguments": {"city": "Rome"}}}'  # declined: its text
+    (call,) = r["hearth"]["calls"]
+    assert call["name_prob"] == pytest.approx(math.exp(-0.2), rel=1e-2)
+    (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
+    assert event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
+    off = post(fake, "guard_doubled_two", hearth={"tool_guard_decline_below": 0})  # the gate off: two calls
+    assert [c["name_prob"] for c in off["hearth"]["calls"]] == [pytest.approx(math.exp(-0.2), rel=1e-2),
+                                                                  pytest.approx(math.exp(-6.0), rel=1e-2)]
+
+
 def test_modes(fake):
     r = post(fake, "tool", hearth={"tool_guard": "off"})
     assert "hearth" not in r and fake.last.params.structured_output is None and fake.last.params.logprobs is None
