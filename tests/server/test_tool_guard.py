@@ -67,6 +67,17 @@ def test_a_resample_keeps_the_valid_calls_before_the_bad_one(fake):
     assert retry.prompt == first.prompt + "<\n"  # the fake's tokens: one per piece, its first character
 
 
+
+def test_a_resample_keeps_the_good_calls_of_a_leading_region(fake):
+    """Doubled braces opening the answer, the second call of no offered tool: the resample continues
+    after the first call (each call has its span), which stays; it was resampled from the start."""
+    r = post(fake, "guard_doubled_second_bad")
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == ["Paris", "Rome"]
+    assert [e["kind"] for e in r["hearth"]["retries"]] == ["resample"]
+    first, retry = fake.engine.added
+    assert retry.prompt == first.prompt + "{"  # the first call's piece (the fake's token: its first character)
+
 def test_bad_arguments_resample_then_reprompt_with_the_error(fake):
     r = post(fake, "guard_bad_args", tools=[LOOSE])
     call = r["choices"][0]["message"]["tool_calls"][0]["function"]
