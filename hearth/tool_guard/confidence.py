@@ -66,17 +66,19 @@ class TokenTrace:
         return float(f"{math.exp(min(lps)):.3g}") if lps else None  # 3 digits: far below 1e-6 still reads
 
 
-def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...]) -> list[tuple[int, int]]:
+def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...],
+               per_call: bool = True) -> list[tuple[int, int]]:
     """Byte spans of the calls in an output, in order: from each opener to its closer; a leading
     region is cut before each further call it holds (`{{"name": ...}}}\n{{"name": ...}}}`: the
-    parser reads both, and each call's name is read in its own span: hearth.tool_guard.declined)."""
+    parser reads both, and each call's name is read in its own span: hearth.tool_guard.declined),
+    unless per_call is False (one span per region: where a resample may start)."""
     found = openers(text, triggers)
     spans = []
     for k, (s, trigger) in enumerate(found):
         stop = found[k + 1][0] if k + 1 < len(found) else len(text)
         ends = [text.find(c, s, stop) for c in closers]
         e = min((x + len(c) for x, c in zip(ends, closers) if x >= 0), default=stop)
-        cuts = _later_calls(text, s, e) if trigger.at_start and trigger.body == OPEN_OBJECT else []
+        cuts = _later_calls(text, s, e) if per_call and trigger.at_start and trigger.body == OPEN_OBJECT else []
         bounds = [s, *cuts, e]
         spans += [(len(text[:a].encode()), len(text[:b].encode())) for a, b in zip(bounds, bounds[1:])]
     return spans
