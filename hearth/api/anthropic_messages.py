@@ -24,22 +24,27 @@ def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
     dropped: they echo what a model answered, and a small model's empty or whitespace-only answer
     must come back without a 400 (an empty final one prefills nothing). Consecutive user turns are
     one turn, as Anthropic combines them (a template that wants roles to alternate renders them). A
-    first assistant turn passes, as Anthropic's own API takes it (its Bedrock endpoint refuses it)."""
+    first assistant turn passes, as Anthropic's own API takes it (its Bedrock endpoint refuses it). A
+    tool_result must answer a tool_use of the assistant turn before it, as Anthropic's API requires."""
     check_messages(messages)
     out: list[dict] = []
     if system is not None:
         text = text_content(system, "system")
         if text:
             out.append({"role": "system", "content": text})
+    calls: set[str] = set()  # the tool_use ids of the last assistant turn: what a tool_result may answer
     for i, m in enumerate(messages):
-        out += _message(m, f"messages[{i}]")
+        turn = _message(m, f"messages[{i}]", calls)
+        if m.get("role") == "assistant":
+            calls = {c["id"] for t in turn for c in t.get("tool_calls", ())}
+        out += turn
     if not any(m["role"] != "system" for m in out):  # only empty assistant turns: nothing to answer
         raise bad("messages", "all messages must have non-empty content except for the optional final "
                               "assistant message")
     return _combined(out)
 
 
-def _message(m: dict, where: str) -> list[dict]:
+def _message(m: dict, where: str, calls: set[str]) -> list[dict]:
     role = m.get("role")
     if role is None:
         raise bad(f"{where}.role", "is required")
@@ -62,7 +67,7 @@ def _message(m: dict, where: str) -> list[dict]:
             raise bad(f"{where}.content[{j}]", f"must be a content block object, not {_kind(block)}")
     if role == "assistant":
         return [_assistant(content, f"{where}.content")]
-    return _user(content, f"{where}.content")
+    return _user(content, f"{where}.content", calls)
 
 
 def _assistant(blocks: list[dict], where: str) -> dict:
@@ -87,7 +92,9 @@ def _assistant(blocks: list[dict], where: str) -> dict:
     return out
 
 
-def _user(blocks: list[dict], where: str) -> list[dict]:
+def _user(blocks: list[dict], where: str, calls: set[str]) -> list[dict]:
+    """calls: the ids of the tool_use blocks of the assistant turn before (consecutive user turns are
+    one turn to Anthropic, so they share it)."""
     results, texts = [], []
     for j, b in enumerate(blocks):
         kind, at = b.get("type"), f"{where}[{j}]"
@@ -95,7 +102,7 @@ def _user(blocks: list[dict], where: str) -> list[dict]:
             texts.append(_text(b, at))
         elif kind == "tool_result":
             text = _result_text(b.get("content"), f"{at}.content")
-            result = {"role": "tool", "tool_call_id": _string(b, "tool_use_id", at), "content": text}
+            result = {"role": "tool", "tool_call_id": _answered(b, at, calls), "content": text}
             if b.get("is_error") is True:  # the client says the call failed (hearth.tool_guard.repeats reads it)
                 result.update(is_error=True, content=text if tool_error(text) else ERROR_MARK + text)
             results.append(result)
@@ -104,6 +111,18 @@ def _user(blocks: list[dict], where: str) -> list[dict]:
         else:
             raise bad(f"{at}.type", f"unknown block type {kind!r}; expected 'text' or 'tool_result'")
     return results + ([{"role": "user", "content": "\n".join(texts)}] if texts or not results else [])
+
+
+def _answered(block: dict, where: str, calls: set[str]) -> str:
+    """The tool_use id a tool_result answers, refused in Anthropic's words when the assistant turn before
+    made no such call (unlike OpenAI's routes, which follow vLLM's leniency: Anthropic clients meet
+    this 400 from Anthropic itself, so hearth answering it too breaks none of them)."""
+    use_id = _string(block, "tool_use_id", where)
+    if use_id not in calls:
+        raise bad(f"{where}.tool_use_id", f"unexpected `tool_use_id` found in `tool_result` blocks: {use_id}. Each "
+                                          "`tool_result` block must have a corresponding `tool_use` block in the "
+                                          "previous message.")
+    return use_id
 
 
 def _result_text(content: Any, where: str) -> str:

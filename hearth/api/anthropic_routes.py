@@ -15,7 +15,7 @@ from hearth.api.errors import APIError
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
-from hearth.api.messages import openai_messages
+from hearth.api.messages import _kind, openai_messages
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse
@@ -34,9 +34,19 @@ def _guarded(served, body, server_guard, hearth=None) -> tuple[RequestGuard, obj
     guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools), anthropic_messages(body.messages, body.system),
                          body.tool_choice)
     plan = plan_tools(served, guard.tools, body.tool_choice)
-    choice = body.tool_choice if isinstance(body.tool_choice, dict) else {}
-    guard.prompt_hint(plan, not choice.get("disable_parallel_tool_use"))
+    guard.prompt_hint(plan, _parallel(body))
     return guard, plan
+
+
+def _parallel(body) -> bool:
+    """Anthropic's `tool_choice.disable_parallel_tool_use: true` is OpenAI's `parallel_tool_calls: false`:
+    at most one call (the lazy call grammar ends the answer after one; the reply keeps the first)."""
+    choice = body.tool_choice if isinstance(body.tool_choice, dict) else {}
+    flag = choice.get("disable_parallel_tool_use")
+    if flag is not None and not isinstance(flag, bool):
+        raise APIError(400, f"tool_choice.disable_parallel_tool_use: must be a boolean, not {_kind(flag)}",
+                       param="tool_choice.disable_parallel_tool_use")
+    return not flag
 
 
 def _prompt(served, body, guard: RequestGuard, plan, extra: list[dict] | None = None) -> tuple[str, list[int]]:
@@ -77,16 +87,16 @@ async def messages(body: MessagesRequest, request: Request):
     text, ids = _prompt(served, body, guard, plan)
     fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
-    history = guard.history
+    history, parallel = guard.history, _parallel(body)
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
-    req = ChoicesRequest(served, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, True,
+    req = ChoicesRequest(served, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, parallel,
                          lambda extra: reprompt_ids(served, _prompt(served, body, guard, plan, extra)[0], body.max_tokens),
                          streaming=bool(body.stream))
     source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history), req)
     if body.stream:
-        return SSEResponse(message_events(served, source), on_close=source.abort)
-    result = await until_disconnect(request, _message(served, source))
+        return SSEResponse(message_events(served, source, parallel), on_close=source.abort)
+    result = await until_disconnect(request, _message(served, source, parallel))
     return result if result is not None else {}
 
 
@@ -108,7 +118,7 @@ def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
     return StructuredOutput(json_schema=fmt.schema_)
 
 
-async def _message(served, source) -> dict:
+async def _message(served, source, parallel: bool = True) -> dict:
     events, tokens, finish, stop_reason = [], 0, None, None
     async for _, u in source.updates():
         events = settle(events, u)
@@ -116,6 +126,7 @@ async def _message(served, source) -> dict:
         if u.finished:
             finish, stop_reason = u.finish_reason, u.stop_reason
     parsed = collect(events)
+    calls = parsed.tool_calls if parallel else parsed.tool_calls[:1]
     content: list[dict] = []
     if parsed.reasoning:
         content.append({"type": "thinking", "thinking": parsed.reasoning, "signature": ""})
@@ -123,9 +134,9 @@ async def _message(served, source) -> dict:
         content.append({"type": "text", "text": parsed.content})
     # a call whose arguments are not an object (cut by max_tokens) has no `input` to give: it is
     # reported in the `hearth` field, never a tool_use block with an invented {}
-    unparsed = [unparsed_tool_use(c) for c in parsed.tool_calls if tool_input(c) is None]
-    content += [tool_use_block(c) for c in parsed.tool_calls if tool_input(c) is not None]
-    stop = anthropic_stop(finish, len(unparsed) < len(parsed.tool_calls), stop_reason)
+    unparsed = [unparsed_tool_use(c) for c in calls if tool_input(c) is None]
+    content += [tool_use_block(c) for c in calls if tool_input(c) is not None]
+    stop = anthropic_stop(finish, len(unparsed) < len(calls), stop_reason)
     out = {"id": f"msg_{source.request_id}", "type": "message", "role": "assistant", "model": served.name,
            "content": content, "stop_reason": stop, "stop_sequence": stop_reason if stop == "stop_sequence" else None,
            "usage": usage(source, tokens)}

@@ -56,10 +56,11 @@ def _event(payload: dict) -> str:
 
 
 class _Blocks:
-    """Opens, fills and closes content blocks as channel events arrive."""
+    """Opens, fills and closes content blocks as channel events arrive. parallel False (Anthropic's
+    disable_parallel_tool_use): calls after the first are dropped, as OpenAI's parallel_tool_calls false."""
 
-    def __init__(self):
-        self.index, self.open_kind, self.called = -1, None, False
+    def __init__(self, parallel: bool = True):
+        self.index, self.open_kind, self.called, self.parallel = -1, None, False, parallel
         self._streaming: int | None = None  # the streamed call whose block is open
         self._started: dict[int, str] = {}  # streamed call index -> the input JSON sent
 
@@ -115,6 +116,11 @@ class _Blocks:
         rest = arguments_rest(e.call.arguments, sent)
         return (self._input(rest) if rest else []) + self.close()
 
+    def _dropped(self, e) -> bool:
+        """A call after the first where parallel calls are off (its pieces follow no open block anyway)."""
+        new_call = isinstance(e, ToolCallStart) or (isinstance(e, ToolCallEvent) and e.index not in self._started)
+        return new_call and not self.parallel and self.called
+
     def _input(self, text: str) -> list[str]:
         delta = {"type": "input_json_delta", "partial_json": text}
         return [_event({"type": "content_block_delta", "index": self.index, "delta": delta})]
@@ -122,6 +128,8 @@ class _Blocks:
     def events(self, events: list) -> list[str]:
         out: list[str] = []
         for e in events:
+            if self._dropped(e):
+                continue
             if isinstance(e, ContentDelta):
                 out += self.text("text", e.text)
             elif isinstance(e, ReasoningDelta):
@@ -137,13 +145,13 @@ class _Blocks:
         return out
 
 
-async def message_events(served, gen):
+async def message_events(served, gen, parallel: bool = True):
     """gen: the message's choices (hearth.api.choices / hearth.api.guarded): parsed updates.
     message_start goes out with the first update: only then does the engine know how much of the
     prompt the prefix cache held, so its usage agrees with message_delta's (input_tokens without
     the cache reads, as Anthropic counts). A tool-guard retry's prompt comes later: message_delta's
     usage counts every attempt, message_start's the first."""
-    blocks, output_tokens, last, started = _Blocks(), 0, None, False
+    blocks, output_tokens, last, started = _Blocks(parallel), 0, None, False
     try:
         async for _, out in gen.updates():
             if not started:

@@ -12,7 +12,7 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
 from hearth.api import (anthropic_routes, chat_page, completion_routes, infill_routes, openai_chat, openai_completions,
-                        openai_routes, responses_routes, slots)
+                        openai_routes, props, responses_routes, slots)
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
@@ -45,6 +45,8 @@ class ServerConfig:
     """A router's threshold where neither the request nor its model's router gives one."""
     router_tool_floor: float = TOOL_FLOOR
     """A router's tool floor where neither the request nor its model's router gives one (0: off)."""
+    build_info: str = "hearth"
+    """What GET /props reports as llama-server's build_info (`hearth serve` gives its version)."""
 
 
 def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:
@@ -68,7 +70,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
     for module in (openai_routes, openai_chat, openai_completions, responses_routes, anthropic_routes, infill_routes,
-                   completion_routes, slots, chat_page):
+                   completion_routes, slots, props, chat_page):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth

@@ -63,7 +63,7 @@ def is_anthropic(path: str) -> bool:
     return path.startswith("/v1/messages")
 
 
-LLAMA_ROUTES = ("/infill", "/completion", "/completions")
+LLAMA_ROUTES = ("/infill", "/completion", "/completions", "/props")
 """Routes that speak llama-server's wire (format_error_response in tools/server/server-common.cpp)."""
 LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
 """SamplingParams fields by their llama-server names."""

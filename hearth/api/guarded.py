@@ -298,7 +298,10 @@ class _Choice:
         if problem.kind == NO_CALL:
             ended = last is not None and last.finish_reason == "stop" and not isinstance(last.stop_reason, str)
             return trace.token_ids[:-1] if ended and trace.token_ids else list(trace.token_ids)
-        spans = call_spans(trace.text, triggers_for(self.s.fmt), CLOSERS)
+        # a leading region's calls are one span: a resample of its later call starts over (keeping its first
+        # calls and writing the rest in tags made Qwen2.5-Coder-0.5B repeat one call to max_tokens in an
+        # openai-agents loop, tests/server/test_responses_real.py)
+        spans = call_spans(trace.text, triggers_for(self.s.fmt), CLOSERS, per_call=False)
         k = next((i for i, c in enumerate(held) if c is problem.call), 0)
         if len(spans) != len(held):  # calls not all at openers: resample from the first
             self._kept, k = [], 0

@@ -55,6 +55,15 @@ async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: 
     return result if result is not None else {}
 
 
+def generation_settings(b: LlamaOptions) -> dict:
+    """The options a reply ran with, as llama-server's generation_settings name them (its /props shows
+    the defaults': hearth.api.props)."""
+    return {"n_predict": b.n_predict_read(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
+            "min_p": b.min_p, "repeat_penalty": b.repeat_penalty, "presence_penalty": b.presence_penalty,
+            "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
+            "ignore_eos": b.ignore_eos, "stream": b.stream}
+
+
 class LlamaReply:
     """One answer in llama-server's /completion shape, whole (`body`) or streamed (`events`)."""
 
@@ -94,20 +103,13 @@ class LlamaReply:
         stop_type = "limit" if finish == "length" else "word" if word else "eos" if finish == "stop" else "none"
         body = {"index": 0, "content": content, "tokens": self.tokens if whole and self.request.return_tokens else [],
                 "stop": True, "model": self.served.name, "tokens_predicted": len(self.tokens),
-                "tokens_evaluated": len(self.ids), "generation_settings": self._settings(),
+                "tokens_evaluated": len(self.ids), "generation_settings": generation_settings(self.request),
                 "prompt": self.served.tokenizer.decode(self.ids), "has_new_line": "\n" in self.text,
                 "truncated": bool(self.dropped), "stop_type": stop_type, "stopping_word": word,
                 "tokens_cached": self.gen.num_cached_tokens, "timings": self._timings()}
         if self.dropped:
             body["hearth"] = {"dropped_tokens": self.dropped.as_dict()}
         return body
-
-    def _settings(self) -> dict:
-        b = self.request
-        return {"n_predict": b.n_predict_read(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
-                "min_p": b.min_p, "repeat_penalty": b.repeat_penalty, "presence_penalty": b.presence_penalty,
-                "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
-                "ignore_eos": b.ignore_eos, "stream": b.stream}
 
     def _timings(self) -> dict:
         """llama-server's timings: the prompt until the first token, the rest for the predicted ones."""

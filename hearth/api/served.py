@@ -41,12 +41,20 @@ class ServedModel:
     """The engine's EngineConfig.max_logprobs (-1: no cap), which the routes name by their wire's field."""
     file_names: list[str] = field(default_factory=list)
     """More names `model` may give, never listed (hearth.api.model_pool.ModelSpec.file_names)."""
+    path: str = ""
+    """The model's file (/props' model_path; "": not known)."""
+    total_slots: int = 1
+    """Sequences the engine decodes together (EngineConfig.max_num_seqs): llama-server's total_slots."""
+    speculative: bool = False
+    """Speculative decoding runs for it (/props' default_generation_settings.speculative)."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = ()) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
-                   max_logprobs=llm.config.max_logprobs, file_names=list(file_names))
+                   max_logprobs=llm.config.max_logprobs, file_names=list(file_names), path=str(llm.path),
+                   total_slots=llm.config.max_num_seqs,
+                   speculative=llm.config.speculative_config is not None and not llm.speculation_off)
 
     @property
     def name(self) -> str:

@@ -30,7 +30,7 @@ def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> 
     names = names or model_names(ModelEntry(model), path)
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,
                        model_context=engine.model_context, max_logprobs=engine.max_logprobs,
-                       file_names=file_names(ModelEntry(model), path, names))
+                       file_names=file_names(ModelEntry(model), path, names), path=str(path))
 
 
 class ClusterCollector:

@@ -166,6 +166,7 @@ def check_port(host: str, port: int) -> None:
 
 
 def server_config(args: argparse.Namespace):
+    from hearth import __version__
     from hearth.api.app import ServerConfig
 
     check_server_flags(args)
@@ -173,7 +174,8 @@ def server_config(args: argparse.Namespace):
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,
                         tool_guard=tool_guard(args),
-                        router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args))
+                        router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args),
+                        build_info=f"hearth {__version__}")
 
 
 def tool_guard(args: argparse.Namespace):

@@ -15,7 +15,7 @@ import llguidance
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from hearth.errors import HearthError
-from hearth.sample.schema_bounds import bounded_integers
+from hearth.sample.schema_bounds import bounded_numbers
 from hearth.sampling_params import StructuredOutput
 
 
@@ -92,7 +92,7 @@ def _from_schema(schema: dict) -> str:
     try:
         # whitespace as compact JSON allows: small models otherwise pad with newlines forever
         return llguidance.LLMatcher.grammar_from_json_schema(
-            json.dumps(bounded_integers(schema)), overrides={"whitespace_flexible": False})
+            json.dumps(bounded_numbers(schema)), overrides={"whitespace_flexible": False})
     except ValueError as e:
         raise InvalidStructuredOutput(f"invalid json_schema: {_reason(str(e))}") from None
 

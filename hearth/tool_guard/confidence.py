@@ -3,14 +3,17 @@ over what the call grammar allowed (the engine's logprobs: a token the grammar f
 Beside it each token's raw probability, before the grammar's mask, where the engine reports it
 (SamplingParams.raw_logprobs): what the model itself would have written (hearth.tool_guard.declined).
 Tokens are placed on the output's bytes as they arrive; a call's span runs from its opener to its
-close (or the next opener)."""
+close (or the next opener); a leading region (a bare, fenced or doubled-brace call opening the
+output) holds one span per call the parser reads there."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
-from hearth.tool_guard.triggers import Trigger
+from hearth.tool_guard.triggers import OPEN_OBJECT, Trigger
+from hearth.tool_parsers.lenient_json import leading_values
 
 CLOSERS = ("</tool_call>", "</function>")
 """What ends a tagged call (the span of a call without one runs to the next opener or the end)."""
@@ -63,16 +66,39 @@ class TokenTrace:
         return float(f"{math.exp(min(lps)):.3g}") if lps else None  # 3 digits: far below 1e-6 still reads
 
 
-def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...]) -> list[tuple[int, int]]:
-    """Byte spans of the call regions in an output, in order: from each opener to its closer."""
-    starts = [s for s, _ in openers(text, triggers)]
+def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...],
+               per_call: bool = True) -> list[tuple[int, int]]:
+    """Byte spans of the calls in an output, in order: from each opener to its closer; a leading
+    region is cut before each further call it holds (`{{"name": ...}}}\n{{"name": ...}}}`: the
+    parser reads both, and each call's name is read in its own span: hearth.tool_guard.declined),
+    unless per_call is False (one span per region: where a resample may start)."""
+    found = openers(text, triggers)
     spans = []
-    for k, s in enumerate(starts):
-        stop = starts[k + 1] if k + 1 < len(starts) else len(text)
+    for k, (s, trigger) in enumerate(found):
+        stop = found[k + 1][0] if k + 1 < len(found) else len(text)
         ends = [text.find(c, s, stop) for c in closers]
         e = min((x + len(c) for x, c in zip(ends, closers) if x >= 0), default=stop)
-        spans.append((len(text[:s].encode()), len(text[:e].encode())))
+        cuts = _later_calls(text, s, e) if per_call and trigger.at_start and trigger.body == OPEN_OBJECT else []
+        bounds = [s, *cuts, e]
+        spans += [(len(text[:a].encode()), len(text[:b].encode())) for a, b in zip(bounds, bounds[1:])]
     return spans
+
+
+_GAP = re.compile(r"(?:[ \t\n]*```json)?[ \t\n]*$")
+"""What goes before a further call in a leading region: its fence's opener and the layout (the call's span)."""
+
+
+def _later_calls(text: str, start: int, end: int) -> list[int]:
+    """Character offsets where the values after the first begin in a leading region [start, end),
+    their fence and layout included: the values the parser reads as calls there (leading_values: bare
+    or fenced, one after another; a nested "name" key or text after them starts none)."""
+    region, out, at = text[start:end], [], 0
+    for k, value in enumerate(leading_values(region)):
+        at = region.find(value, at)
+        if k:
+            out.append(start + at - len(_GAP.search(region[:at]).group()))
+        at += len(value)
+    return out
 
 
 def openers(text: str, triggers: list[Trigger]) -> list[tuple[int, Trigger]]:

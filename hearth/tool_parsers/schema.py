@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import llguidance
 
-from hearth.sample.schema_bounds import bounded_integers
+from hearth.sample.schema_bounds import bounded_numbers
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.types import ToolParserError, tool_parameters
 
@@ -44,7 +44,7 @@ class CallConstraint:
         model's vocabulary ([TOOL_CALLS], <|python_tag|>) need the grammar's token syntax instead."""
         body = [json.dumps(self.prefix)] if self.prefix else []
         body += ["call"] + ([json.dumps(self.suffix)] if self.suffix else [])
-        schema = {**bounded_integers(self.schema), "x-guidance": TOOL_JSON}
+        schema = {**bounded_numbers(self.schema), "x-guidance": TOOL_JSON}
         return f"start: {' '.join(body)}\ncall: %json {json.dumps(schema)}\n"
 
 

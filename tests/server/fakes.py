@@ -80,6 +80,12 @@ ATTEMPTS = {
     # though over the allowed tokens it was sure (LOGPROBS); the same with a name the model chose
     "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
     "guard_sure_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
+    # doubled braces opening the answer: a good call, then one of no offered tool (resampled after the first)
+    "guard_doubled_second_bad": [['{{"name": "get_weather", "arguments": {"city": "Paris"}}}', "\n",
+                                  '{{"name": "get_wether", "arguments": {}}}'], [WEATHER_CALL.replace("Paris", "Rome")]],
+    # Qwen's doubled-brace call opening the answer, then another: the model's own name, then a bent one
+    "guard_doubled_two": [['{{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}}\n{{"name": "',
+                           "get_weather", '", "arguments": {"city": "Rome"}}}']],
     # the call of the conversation's last step again (its result ignored), then an answer from the result
     "guard_repeat": [[WEATHER_CALL], ["It is sunny in Paris."]],
     "guard_repeat_again": [[WEATHER_CALL]],
@@ -89,7 +95,8 @@ LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05, ("ro
             ("router_unsure_arguments", 4): -2.0, ("router_sure_name", 1): -0.01, ("router_sure_name", 2): -0.01,
             ("router_unsure_city", 1): -0.01, ("router_unsure_city", 4): -2.0}
 """(script, piece index) -> the sampled token's logprob there (else -0.5)."""
-RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2}
+RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2, ("guard_doubled_two", 1): -0.2,
+                ("guard_doubled_two", 3): -6.0}
 """(script, piece index) -> its raw logprob, before the grammar's mask (else its logprob); sent only
 when the request asks for raw logprobs (SamplingParams.raw_logprobs)."""
 PACED = {"markdown": 0.05}

@@ -162,3 +162,23 @@ def test_an_integer_without_bounds_ends_within_a_safe_integer(schema, good, bad)
     """A new user's trial: `"pop": {"type": "integer"}` let a small model write zeros until max_tokens."""
     assert all(_accepts(json.dumps(schema), t, "json") for t in good)
     assert not any(_accepts(json.dumps(schema), t, "json") for t in bad)
+
+
+@pytest.mark.parametrize("schema,good,bad", [
+    ({"type": "number"}, ["1.5", "-2", "0", "0.0000000001", "9" * 15 + ".25"],
+     ["0." + "3" * 11, "1" + "0" * 15, "-1" + "0" * 15, "1e5"]),  # a bounded number takes no exponent
+    ({"type": ["number", "null"]}, ["null", "2.5"], ["0." + "1" * 11]),
+    ({"type": "object", "properties": {"t": {"type": "number", "minimum": 0, "maximum": 1}}, "required": ["t"]},
+     ['{"t":0.5}', '{"t":1}'], ['{"t":0.' + "1" * 11 + "}", '{"t":2}']),
+    ({"type": "array", "items": {"type": "number"}}, ["[1.5,2]"], ["[0." + "9" * 11 + "]"]),
+    ({"type": "number", "multipleOf": 0.25}, ["0.75"], ["0.7", "1" + "0" * 15]),  # its own step is kept
+    ({"type": "number", "minimum": -1e17, "maximum": 5}, ["-" + "9" * 16, "4.5"], ["6"]),  # a bound given is kept
+    # no multiple of the step in the range: no step (the range alone), never an unsatisfiable schema
+    ({"type": "number", "minimum": 1e-11, "maximum": 2e-11}, ["0.000000000015"], ["0.00000000003"]),
+    ({"type": "number", "enum": [1e-12, 2.5]}, ["0.000000000001", "2.5"], ["2"]),  # a finite set: left as given
+    ({"type": "integer", "enum": [10**17]}, [str(10**17)], ["1"]),  # a bound made it unsatisfiable
+], ids=["number", "nullable", "range", "items", "own-step", "given-bound", "narrow-range", "enum", "integer-enum"])
+def test_a_number_without_bounds_ends_within_15_integer_and_10_fraction_digits(schema, good, bad):
+    """`{"type": "number"}` took any number of digits: `0.333...` until max_tokens."""
+    assert all(_accepts(json.dumps(schema), t, "json") for t in good)
+    assert not any(_accepts(json.dumps(schema), t, "json") for t in bad)

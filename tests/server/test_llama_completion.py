@@ -108,3 +108,11 @@ def test_a_model_that_adds_a_bos_gets_it_where_llama_server_adds_it(tmp_path):
         assert bare[0] != bos and with_bos == [bos, *bare]
         body = c.post("/completion", json={"prompt": PROMPT, **GREEDY}).json()
         assert body["tokens_evaluated"] == len(with_bos)
+
+
+def test_props_of_a_loaded_model(client):
+    """GET /props with what the loaded model really has: its file, context and slots (EngineConfig.max_num_seqs)."""
+    body = client.get("/props").json()
+    assert body["model_path"].endswith("tiny.gguf") and body["total_slots"] == 16
+    assert body["default_generation_settings"]["n_ctx"] == CONTEXT
+    assert body["default_generation_settings"]["speculative"] is False and body["chat_template"]

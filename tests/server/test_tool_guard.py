@@ -67,6 +67,19 @@ def test_a_resample_keeps_the_valid_calls_before_the_bad_one(fake):
     assert retry.prompt == first.prompt + "<\n"  # the fake's tokens: one per piece, its first character
 
 
+
+def test_a_resample_in_a_leading_region_starts_over(fake):
+    """Doubled braces opening the answer, the second call of no offered tool: the resample starts over,
+    though each call has its own span for the decline gate (keeping the first call and writing the rest in
+    tags made Qwen2.5-Coder-0.5B repeat one call to max_tokens in an openai-agents loop)."""
+    r = post(fake, "guard_doubled_second_bad")
+    calls = r["choices"][0]["message"]["tool_calls"]
+    assert [json.loads(c["function"]["arguments"])["city"] for c in calls] == ["Rome"]
+    assert [e["kind"] for e in r["hearth"]["retries"]] == ["resample"]
+    first, retry = fake.engine.added
+    assert retry.prompt == first.prompt
+
+
 def test_bad_arguments_resample_then_reprompt_with_the_error(fake):
     r = post(fake, "guard_bad_args", tools=[LOOSE])
     call = r["choices"][0]["message"]["tool_calls"][0]["function"]
@@ -268,6 +281,22 @@ def test_a_call_whose_tool_the_grammar_chose_is_declined(fake):
     assert off["hearth"]["calls"][0]["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
     forced = post(fake, "guard_forced_name", tool_choice="required")  # a call was asked for: kept
     assert forced["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+def test_the_gate_reads_each_name_of_a_leading_doubled_brace_region(fake):
+    """`{{"name": ...}}}` opening the answer, then another: the parser reads both calls, and the gate
+    reads each one's name in its own span (it read none when the region was one span for two calls)."""
+    r = post(fake, "guard_doubled_two")
+    msg = r["choices"][0]["message"]
+    assert [json.loads(c["function"]["arguments"]) for c in msg["tool_calls"]] == [{"city": "Paris"}]
+    assert msg["content"] == '\n{{"name": "get_weather", "arguments": {"city": "Rome"}}}'  # declined: its text
+    (call,) = r["hearth"]["calls"]
+    assert call["name_prob"] == pytest.approx(math.exp(-0.2), rel=1e-2)
+    (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
+    assert event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
+    off = post(fake, "guard_doubled_two", hearth={"tool_guard_decline_below": 0})  # the gate off: two calls
+    assert [c["name_prob"] for c in off["hearth"]["calls"]] == [pytest.approx(math.exp(-0.2), rel=1e-2),
+                                                                  pytest.approx(math.exp(-6.0), rel=1e-2)]
 
 
 def test_modes(fake):

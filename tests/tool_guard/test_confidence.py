@@ -24,6 +24,25 @@ def test_spans_of_tagged_and_leading_calls():
     assert call_spans("<think>no</think> text", triggers_for("hermes"), CLOSERS) == []
 
 
+def test_a_leading_region_has_a_span_per_call():
+    """Doubled braces, fences or bare objects opening the output: the parser reads every call there,
+    each gets its own span (its fence and layout before it); a nested "name" key, a brace in a
+    string or a call after other text starts none."""
+    def pieces(text: str) -> list[str]:
+        return [text.encode()[a:b].decode() for a, b in call_spans(text, triggers_for("hermes"), CLOSERS)]
+
+    f = '{"name": "f", "arguments": {"p": {"name": "Bo"}, "q": "}} {\\"name\\": 1"}}'
+    g = '{"name": "g", "arguments": {}}'
+    assert pieces("{" + f + "}\n{" + g + "}") == ["{" + f + "}", "\n{" + g + "}"]
+    assert pieces(f + "\n\n" + g + "\n") == [f, "\n\n" + g + "\n"]
+    fenced = "```json\n" + f + "\n```"
+    assert pieces(fenced + "\n" + fenced.replace(f, g)) == [fenced, "\n" + fenced.replace(f, g)]
+    tagged = "<tool_call>\n" + g + "\n</tool_call>"
+    assert pieces("{" + f + "}\n" + tagged) == ["{" + f + "}\n", tagged]
+    assert pieces("{" + f + "} then {" + g + "}") == ["{" + f + "} then {" + g + "}"]  # the parser reads one
+    assert pieces("{" + f + "}") == ["{" + f + "}"]
+
+
 def test_min_prob_inside_the_call_only():
     pieces = {1: b"Hi ", 2: b"<tool_call>", 3: b'{"name"}', 4: b"</tool_call>", 5: b" bye"}
     trace = TokenTrace(pieces.__getitem__)

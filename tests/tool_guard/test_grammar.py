@@ -171,3 +171,14 @@ def test_a_forced_call_s_integers_end_within_a_safe_integer(days, ok):
     forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [WEATHER], "required").lark()))
     call = CALL.replace('"Paris"', f'"Paris", "days": {days}')
     assert (feed(forced, TOK.encode(call)) and TOK.eos_id in allowed(forced)) == ok
+
+
+@pytest.mark.parametrize("number,ok", [("0." + "3" * 10, True), ("0." + "3" * 11, False), ("9" * 15, True),
+                                       ("1" + "0" * 15, False), ("-" + "9" * 15 + ".5", True)])
+def test_a_number_argument_ends_within_15_integer_and_10_fraction_digits(number, ok):
+    """A float's digits without end were taken (`0.333...` until max_tokens): the digit past the bound is
+    refused where it is written, in the lazy grammar and a forced call's."""
+    text = '<tool_call>\n{"name": "add", "arguments": {"a": ' + number
+    assert feed(matcher(), TOK.encode(text)) == ok
+    forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [ADD], "required").lark()))
+    assert feed(forced, TOK.encode(text)) == ok
