@@ -49,7 +49,8 @@ void by_superblock(Act& act) {
   const int64_t M = act.M, nsb = act.Kp / SB, g = act.Kp / 16;
   const Layout* from[3] = {&act.natural, &act.paired, &act.grouped};
   const size_t per = static_cast<size_t>(M * act.Kp) + 2 * static_cast<size_t>(M * g) * sizeof(float);
-  if (wide_buf.size() < 3 * per + 64) wide_buf.resize(3 * per + 64);
+  const size_t need = per * ((from[0]->q != nullptr) + (from[1]->q != nullptr) + (from[2]->q != nullptr)) + 64;
+  if (wide_buf.size() < need) wide_buf.resize(need);
   uint8_t* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(wide_buf.data()) + 63) & ~uintptr_t{63});
   for (int i = 0; i < 3; ++i) {
     Layout& l = act.wide[i];
