@@ -146,6 +146,25 @@ def test_every_gemv_pass_size_sums_a_row_as_alone(qtype):
         assert torch.equal(mm(x[:m]), alone[:m]), m
 
 
+@pytest.mark.parametrize("k", [512, 2304])
+def test_wide_gemv_passes_sum_each_row_as_alone(k):
+    """A verify step's 2-32 rows on the AVX-512 GEMV take its wide passes (csrc/gemv_wide.h: 8 rows x
+    two weight rows a pass, the offsets' chains after the codes', activations interleaved per
+    superblock; past one pass only where a pass's activations fit L1, so K = 2304 takes rows_dot's
+    own passes from 9 rows): every row's bits are its 1-row GEMV's. Fused parts of the three layouts
+    (lanes, group order, paired) and odd row counts (a run's last weight row alone); 33 rows: the
+    passes rows_dot makes past the wide ones' 32. The avx2 library has no wide passes: the same holds."""
+    rng = np.random.default_rng(k)
+    ts = [random_tensor(Q.Q4_K, 37, k, rng), random_tensor(Q.Q6_K, 19, k, rng), random_tensor(Q.Q8_0, 21, k, rng),
+          random_tensor(Q.Q4_1, 9, k, rng)]
+    mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], k)
+    x = torch.randn(33, k, generator=torch.Generator().manual_seed(k)) * torch.rand(33, 1) * 4
+    alone = torch.cat([mm(x[i:i + 1]) for i in range(33)])
+    with native.batch_invariant(64):
+        for m in (*range(2, 18), 23, 24, 32, 33):
+            assert torch.equal(mm(x[:m]), alone[:m]), m
+
+
 @pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
 def test_batched_rows_unchanged_by_other_tile_users(qtype):
     """The AMX tiles are configured per kernel (16- or 32-wide int8 steps, bf16 panels); other users

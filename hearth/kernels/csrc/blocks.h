@@ -272,6 +272,9 @@ struct Act {
   // natural's codes in the GEMV's group order, where natural holds its lane order (group_codes: for the
   // types that read groups, beside Q4_K's lanes in one fused matrix)
   Layout grouped;
+  // natural, paired and grouped with the rows interleaved per superblock (codes [Kp / 256][M][256], d16 and
+  // a16 [Kp / 256][M][16]): what the GEMV's wide passes read (gemv_wide.h by_superblock), else null
+  Layout wide[3];
   const Layout& get(bool p) const { return p ? paired : natural; }
 };
 

@@ -284,6 +284,11 @@ void dot_row(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* y,
 constexpr int GEMV_ROWS = 4;
 constexpr int GEMV_PAIR_ROWS = 0;  // no two-row pass (rows_dot.h)
 constexpr int64_t GEMV_PAIR_UPTO = 0;
+// No wide passes here (the AVX-512 library's gemv_wide.h): rows_dot's own passes at every row count
+template <class T>
+bool rows_dot_wide(const uint8_t*, int64_t, int64_t, int64_t, int64_t, const Act&, float*, int64_t) {
+  return false;
+}
 #include "rows_dot.h"  // after dot_row and Act: the row loop every library shares
 
 // ---- dequantization (bit-exact with gguf-py: s * q, then + o, two roundings; -ffp-contract=off) ----

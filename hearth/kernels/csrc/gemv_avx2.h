@@ -213,4 +213,9 @@ constexpr int GEMV_ROWS = 4;
 // step is the same, at 8 1.07-1.10x the time (16 ymm registers)
 constexpr int GEMV_PAIR_ROWS = 2;
 constexpr int64_t GEMV_PAIR_UPTO = 2;
+// No wide passes here (the AVX-512 library's gemv_wide.h): rows_dot's own passes at every row count
+template <class T>
+bool rows_dot_wide(const uint8_t*, int64_t, int64_t, int64_t, int64_t, const Act&, float*, int64_t) {
+  return false;
+}
 #include "rows_dot.h"  // after dot_row and Act: the row loop every library shares

@@ -130,4 +130,5 @@ constexpr int GEMV_PAIR_ROWS = 4;
 // time, Zen 4) against one weight row x up to 8 activation rows: 5 rows 0.95x, 6 0.91x, 8 0.92x,
 // 12 0.90-0.95x, 16 0.85-0.88x
 constexpr int64_t GEMV_PAIR_UPTO = INT64_MAX;
+#include "gemv_wide.h"  // after dot_row and the pass sizes: rows_dot_wide, a verify step's rows
 #include "rows_dot.h"  // after dot_row and Act: the row loop both libraries share

@@ -526,6 +526,7 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
     for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
   }
   group_codes(a, p.grouped);  // the GEMV's order (the tiles' rows past a multiple of 16 take the GEMV too)
+  if (!amx && wide_call(M, a.Kp)) by_superblock(a);  // the wide passes' layout (gemv_wide.h)
   return run(p, a, y, ldy, amx ? &tile_acts_buf : nullptr, exact);
 }
 

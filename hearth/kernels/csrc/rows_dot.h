@@ -77,6 +77,13 @@ void dot_rows_pair(const uint8_t* row, int64_t wstep, int64_t nb, const Act& a, 
 template <class T>
 void rows_dot(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a,
               float* y, int64_t ldy) {
+  // a library's wide passes (a verify step's rows: the AVX-512 library's gemv_wide.h) did the pairs
+  // (n, n + len); an odd count's last row has none
+  if (rows_dot_wide<T>(w, row_bytes, n0, n1, nb, a, y, ldy)) {
+    const int64_t last = n0 + (n1 - n0 + 1) / 2 - 1;
+    if ((n1 - n0) % 2) dot_rows<T>(w + last * row_bytes, nb, a, 0, y + last, ldy);
+    return;
+  }
   const bool prefetch = software_prefetch();
   // 2 runs also where rows are computed more than read (several activation rows: a verify step)
   const int64_t streams = (row_bytes >= LONG_ROW_BYTES || a.M >= MULTI_ROW_RUNS_FROM) && !prefetch ? 2 : STREAMS;  // Intel (prefetching): untested

@@ -1,0 +1,159 @@
+// The AVX-512 GEMV's wide passes: a verify step's rows (WIDE_FROM or more activation rows) over pairs
+// of weight rows, every row summed as dot_row sums it (the same operations on the same values in the
+// same order: a decode row's bits). Included by gemv_vnni.h after dot_row, inside blocks.h's namespace;
+// rows_dot.h takes them first (rows_dot_wide).
+//
+// What differs from dot_row's passes is only where values wait:
+// - each (activation row, weight row)'s offset chain (vo x a16, one FMA a superblock) runs in a loop of its
+//   own after the codes' chain (they meet only in the final add), so a pass holds MT x 2 accumulators,
+//   not 2 MT x 2: 8 activation rows x 2 weight rows a pass (16 + 8 codes + scales: 31 zmm, no spill)
+//   instead of 4 x 2 with spills, each weight superblock decoded once for 8 rows instead of 4;
+// - the activations are copied once per call with their rows interleaved per superblock (Act::wide):
+//   a pass finds every row's codes at a constant offset from one pointer (no per-row address registers);
+// - the weight rows go in blocks of WIDE_BLOCK pairs, each pass over a block's pairs in turn: a pass's
+//   activations (8 rows at K = 1536: 15 KB) are read from L1 by every pair of the block, where the
+//   passes of 16 rows over one pair (36 KB) read them from L2.
+// Measured (Zen 4, one thread, every row summed as a verify step's, docs/speculative.md 2026-12-06,
+// thirteenth session): the 1.5B's Q4_K matrices at 8-16 rows 0.78-0.87x the time, its Q6_K head
+// 0.75-0.92x; whole verify steps 4 rows 0.89x, 8 rows 0.83x, 12-16 rows 0.90x.
+#pragma once
+
+constexpr int WIDE_ROWS = 8;  // activation rows a pass (31 zmm, see above)
+constexpr int64_t WIDE_FROM = 2;  // activation rows from which a call takes the wide passes
+constexpr int64_t WIDE_MAX_PASSES = 4;  // up to 32 rows (more: rows_dot's own passes)
+constexpr int64_t WIDE_MAX_SB = 128;  // K <= 32768 (a pass's offset scales on its stack: 16 KB)
+constexpr int64_t WIDE_BLOCK = 4;  // pairs of weight rows a block
+// A call of more rows than one pass holds takes the wide passes only where a pass's activations (codes,
+// d16: 1.25 Kp bytes a row) stay in L1 across a block: the 1.5B's down (K = 8960: 90 KB a pass) at
+// 12-16 rows was 1.00-1.06x the time of rows_dot's pairs of 4 rows (Q6_K keeping its decoded superblocks)
+constexpr int64_t WIDE_PASS_BYTES = 20480;
+
+// Whether a call of M rows with K padded to Kp takes the wide passes (and so the interleaved layout)
+inline bool wide_call(int64_t M, int64_t Kp) {
+  const int64_t passes = (M + WIDE_ROWS - 1) / WIDE_ROWS;
+  return M >= WIDE_FROM && passes <= WIDE_MAX_PASSES && Kp / SB <= WIDE_MAX_SB &&
+         (passes == 1 || WIDE_ROWS * (Kp + Kp / 4) <= WIDE_PASS_BYTES);
+}
+
+// which of Act::wide a type reads: its dot_row's layout
+template <class T>
+constexpr int wide_layout() {
+  return T::paired ? 1 : T::lanes ? 0 : 2;
+}
+
+thread_local std::vector<uint8_t> wide_buf;
+
+// Act::wide: the layouts the GEMV reads, their rows interleaved per superblock (codes [Kp / 256][M][256],
+// d16 and a16 [Kp / 256][M][16])
+void by_superblock(Act& act) {
+  const int64_t M = act.M, nsb = act.Kp / SB, g = act.Kp / 16;
+  const Layout* from[3] = {&act.natural, &act.paired, &act.grouped};
+  const size_t per = static_cast<size_t>(M * act.Kp) + 2 * static_cast<size_t>(M * g) * sizeof(float);
+  const size_t need = per * ((from[0]->q != nullptr) + (from[1]->q != nullptr) + (from[2]->q != nullptr)) + 64;
+  if (wide_buf.size() < need) wide_buf.resize(need);
+  uint8_t* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(wide_buf.data()) + 63) & ~uintptr_t{63});
+  for (int i = 0; i < 3; ++i) {
+    Layout& l = act.wide[i];
+    if (!from[i]->q) {
+      l = Layout{};
+      continue;
+    }
+    l.d16 = reinterpret_cast<float*>(p), l.a16 = l.d16 + M * g, l.q = reinterpret_cast<int8_t*>(l.a16 + M * g);
+    p += per;
+    for (int64_t sb = 0; sb < nsb; ++sb)
+      for (int64_t m = 0; m < M; ++m) {
+        std::memcpy(l.q + (sb * M + m) * SB, from[i]->q + m * act.Kp + sb * SB, SB);
+        std::memcpy(l.d16 + (sb * M + m) * 16, from[i]->d16 + m * g + 16 * sb, 64);
+        std::memcpy(l.a16 + (sb * M + m) * 16, from[i]->a16 + m * g + 16 * sb, 64);
+      }
+  }
+}
+
+// Weight rows row, row + wstep against activation rows m0 .. m0 + MT -> y[m][0], y[m][ystep]: the codes'
+// chains, each superblock's offset scales kept in vob, then the offsets' chains
+template <class T, int MT>
+void wide_pass(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy, int64_t ystep) {
+  const Layout& a = act.wide[wide_layout<T>()];
+  const int64_t M = act.M, nsb = act.Kp / SB;
+  alignas(64) __m512 vob[WIDE_MAX_SB][2];  // each superblock's offset scales (vo), both rows
+  __m512 acc[2][MT];
+#pragma GCC unroll 16
+  for (int r = 0; r < 2; ++r)
+#pragma GCC unroll 16
+    for (int m = 0; m < MT; ++m) acc[r][m] = _mm512_setzero_ps();
+  const int8_t* qa = a.q + m0 * SB;
+  const float* da = a.d16 + m0 * 16;
+  for (int64_t sb = 0; sb < nsb; ++sb, qa += M * SB, da += M * 16) {
+    __m512 vs[2];
+    __m512i q[2][4];
+#pragma GCC unroll 16
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* w = row + r * wstep;
+      int nch;
+      if constexpr (T::lanes) {
+        nch = T::template scales<true>(w, sb, nb, vs[r], vob[sb][r]);
+      } else {
+        nch = T::scales(w, sb, nb, vs[r], vob[sb][r]);
+      }
+      grouped_codes<T>(w, sb, nb, nch, q[r]);
+    }
+#pragma GCC unroll 16
+    for (int m = 0; m < MT; ++m) {
+      const __m512 d16 = _mm512_load_ps(da + 16 * m);
+      __m512i dp[2];
+      const __m512i x0 = _mm512_load_si512(qa + SB * m);
+#pragma GCC unroll 16
+      for (int r = 0; r < 2; ++r) dp[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
+#pragma GCC unroll 16
+      for (int c = 1; c < 4; ++c) {
+        const __m512i x = _mm512_load_si512(qa + SB * m + 64 * c);
+#pragma GCC unroll 16
+        for (int r = 0; r < 2; ++r) dp[r] = _mm512_dpbusd_epi32(dp[r], q[r][c], x);
+      }
+#pragma GCC unroll 16
+      for (int r = 0; r < 2; ++r) acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp[r]), _mm512_mul_ps(vs[r], d16), acc[r][m]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < 2; ++r) {
+    __m512 off[MT];
+#pragma GCC unroll 16
+    for (int m = 0; m < MT; ++m) off[m] = _mm512_setzero_ps();
+    const float* oa = a.a16 + m0 * 16;
+    for (int64_t sb = 0; sb < nsb; ++sb, oa += M * 16)
+#pragma GCC unroll 16
+      for (int m = 0; m < MT; ++m) off[m] = _mm512_fmadd_ps(vob[sb][r], _mm512_load_ps(oa + 16 * m), off[m]);
+#pragma GCC unroll 16
+    for (int m = 0; m < MT; ++m) {
+      const __m512 v = _mm512_add_ps(acc[r][m], off[m]);
+      y[(m0 + m) * ldy + r * ystep] = sum_groups(T::lanes ? lanes_to_groups(v) : v);
+    }
+  }
+}
+
+// f(std::integral_constant<int, mt>) for a runtime mt in 1 .. MT
+template <int MT = WIDE_ROWS, class F>
+inline void with_rows(int mt, F&& f) {
+  if constexpr (MT > 1)
+    if (mt < MT) return with_rows<MT - 1>(mt, f);
+  f(std::integral_constant<int, MT>{});
+}
+
+// Rows n0 .. n1 of w as rows_dot's two runs in pairs (n, n + len), n < n0 + (n1 - n0) / 2; false (nothing
+// done) where the call is not a wide one. rows_dot does an odd count's last row
+template <class T>
+bool rows_dot_wide(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a, float* y,
+                   int64_t ldy) {
+  if (!wide_call(a.M, a.Kp) || !a.wide[wide_layout<T>()].q) return false;
+  const int64_t passes = (a.M + WIDE_ROWS - 1) / WIDE_ROWS;
+  const int64_t len = (n1 - n0 + 1) / 2, pairs = (n1 - n0) / 2, wstep = len * row_bytes;
+  int64_t m_at[WIDE_MAX_PASSES + 1] = {0};  // pass p: rows m_at[p] .. m_at[p + 1], as even as they go
+  for (int64_t p = 0; p < passes; ++p) m_at[p + 1] = m_at[p] + (a.M - m_at[p]) / (passes - p);
+  for (int64_t i0 = 0; i0 < pairs; i0 += WIDE_BLOCK)
+    for (int64_t p = 0; p < passes; ++p)
+      with_rows(static_cast<int>(m_at[p + 1] - m_at[p]), [&](auto mt) {
+        for (int64_t i = i0; i < std::min(pairs, i0 + WIDE_BLOCK); ++i)
+          wide_pass<T, decltype(mt)::value>(w + (n0 + i) * row_bytes, wstep, nb, a, m_at[p], y + n0 + i, ldy, len);
+      });
+  return true;
+}
