@@ -4,7 +4,6 @@ Field docstrings (the string right under each field) double as CLI help."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from hearth.errors import HearthError
@@ -133,17 +132,3 @@ _LOWEST = {
 }
 """EngineConfig's numeric fields -> (the smallest value each may take, what the value must be)."""
 _FLAGS = {"max_model_len": "--ctx / --max-model-len"}
-
-
-def json_object(value, what: str = "a JSON object") -> dict:
-    """A dict given as itself or as its JSON text (EngineConfig.speculative_config, vLLM's guided_json):
-    else a ValueError that says what is wrong (not JSON, or not `what`) for the caller to put its field
-    and error type to."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"is not valid JSON: {e.msg} (at {e.pos})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"must be {what}, not {type(value).__name__}")
-    return value

@@ -2,7 +2,8 @@
 their outputs merged into one stream of (index, EngineOutput), or collected whole. Prompt logprobs
 are asked of each prompt's first child only: a child that scores its prompt takes no prefix-cache
 hit, so n of them computed the prompt n times; its siblings hit its blocks and are handed its result.
-A request for the prompt alone (prompt_only) computes one token, which its outputs drop.
+A request for the prompt alone (prompt_only) computes one token, which its outputs drop; Generation
+sets that max_tokens itself.
 
 Every path out (done, client gone, error) aborts what is still running, which frees its KV blocks."""
 
@@ -35,9 +36,10 @@ class Choice:
 
 
 PROMPT_ONLY_TOKENS = 1
-"""max_tokens of a request for the prompt alone (llama-server's n_predict 0; /v1/completions' echo with
-max_tokens 0, prompt scoring): the engine has no zero-token request, so it computes one token, which
-Generation(prompt_only=True) drops."""
+"""The engine's max_tokens for a request for the prompt alone (llama-server's n_predict 0; /v1/completions'
+echo with max_tokens 0, prompt scoring): it has no zero-token request, so it computes one token, which
+Generation(prompt_only=True) drops. The prompt must leave room for it (a route fitting a prompt to the
+context counts it)."""
 
 
 class Generation:
@@ -45,8 +47,12 @@ class Generation:
 
     def __init__(self, engine, prompts: list[int] | list[list[int]], params: SamplingParams, metrics=None,
                  request_id: str | None = None, prompt_only: bool = False):
-        """prompt_only: params ask PROMPT_ONLY_TOKENS, and every output comes without them, ending as a limit."""
+        """prompt_only: the prompt alone: the engine computes PROMPT_ONLY_TOKENS whatever params' max_tokens
+        (give None: make_params then checks the room a token needs), and every output comes without them,
+        ending as a limit."""
         self.prompt_only = prompt_only
+        if prompt_only:
+            params = replace(params, max_tokens=PROMPT_ONLY_TOKENS)
         batch = prompts if prompts and isinstance(prompts[0], list) else [prompts]
         self.request_id = request_id or uuid.uuid4().hex
         self.num_prompt_tokens = sum(len(ids) for ids in batch)

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from hearth.api.errors import APIError
-from hearth.config import json_object
 from hearth.sample.grammar import InvalidStructuredOutput, compile_grammar
 from hearth.sampling_params import StructuredOutput
+from hearth.spec_decode.config import json_object
 
 
 def _json(v: Any) -> StructuredOutput:

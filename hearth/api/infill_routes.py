@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError
 from hearth.api.infill import DoesNotFit, Dropped, NoFIMTokens, extra_context, fim_tokens, fit
 from hearth.api.infill_protocol import InfillRequest
-from hearth.api.llama_reply import engine_max_tokens, respond
+from hearth.api.llama_reply import answer_room, respond
 
 router = APIRouter()
 
@@ -30,7 +30,7 @@ async def infill(body: InfillRequest, request: Request):
         fim = fim_tokens(served.tokenizer)
     except NoFIMTokens as e:
         raise APIError(400, str(e), param="model") from None
-    ids, dropped = _prompt(served, fim, body, engine_max_tokens(body))
+    ids, dropped = _prompt(served, fim, body, answer_room(body))
     return await respond(request, served, ids, body, dropped)
 
 

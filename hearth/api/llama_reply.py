@@ -22,21 +22,22 @@ from hearth.errors import HearthError
 log = logging.getLogger("hearth.api")
 
 
-def engine_max_tokens(body: LlamaOptions) -> int | None:
-    """The engine's max_tokens for the request's n_predict (None: none). n_predict 0 (llama.vim's
-    ring_update, llama.vscode's prepare) computes the prompt into the prefix cache: a prompt-only
-    Generation, as /v1/completions' prompt scoring runs it."""
+def answer_room(body: LlamaOptions) -> int | None:
+    """The tokens the request's answer takes in the context (None: no limit): n_predict, and for n_predict
+    0 (llama.vim's ring_update, llama.vscode's prepare: the prompt into the prefix cache, run as a
+    prompt-only Generation, as /v1/completions' prompt scoring) the token the engine computes."""
     limit = body.limit()
     return PROMPT_ONLY_TOKENS if limit == 0 else limit
 
 
 def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
-    """llama-server's sampling options -> SamplingParams, errors named by llama-server's fields."""
+    """llama-server's sampling options -> SamplingParams, errors named by llama-server's fields (n_predict 0:
+    no max_tokens, which the prompt-only Generation sets)."""
     return make_params({
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
         "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "seed": None if body.seed < 0 else body.seed,
-        "max_tokens": engine_max_tokens(body), "stop": list(body.stop), "ignore_eos": body.ignore_eos},
+        "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos},
         state.limits, served.max_model_len, LLAMA_WIRE_NAMES,
         prompt_tokens=prompt_tokens)
 

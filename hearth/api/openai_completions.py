@@ -17,7 +17,7 @@ import time
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError, error_body, from_hearth_error
-from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
+from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
 from hearth.api.infill import FIMTokens, NoFIMTokens, extra_context, fim_tokens, has_fim, layout
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
@@ -47,7 +47,7 @@ async def completions(body: CompletionRequest, request: Request):
     scoring = body.echo and body.max_tokens == 0
     if scoring and body.min_tokens:  # named with the client's 0, not the token computed
         raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
-    max_tokens = PROMPT_ONLY_TOKENS if scoring else body.max_tokens
+    max_tokens = None if scoring else body.max_tokens  # scoring: Generation's prompt_only sets it
     asked = asked_prompt_logprobs(body, served)
     echo_k = k if body.echo else None  # the echo's logprobs are the prompt's too
     engine_k = max((k for k in (asked, echo_k) if k is not None), default=None)

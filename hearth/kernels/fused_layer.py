@@ -1,4 +1,4 @@
-"""A whole decoder layer in one C++ call (hk_layer_forward in csrc/gguf_kernels.cpp) for steps of a
+"""A whole decoder layer in one C++ call (hk_layer_forward in csrc/fused_layer.h) for steps of a
 few rows and for one sequence's prefill chunk (hk_layer_forward_prefill): norm, q|k|v, q/k norm and
 rope, KV write, attention, output projection and MLP with their residual adds. Over an f16/bf16
 paged cache, or a quantized one (hk_layer_forward_kvq) in the steps that only stage new tokens (a

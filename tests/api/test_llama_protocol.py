@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hearth.api.llama_protocol import LlamaOptions
-from hearth.api.llama_reply import engine_max_tokens
+from hearth.api.llama_reply import answer_room
 
 
 @pytest.mark.parametrize("body,limit", [
@@ -25,9 +25,9 @@ def test_n_predict_as_llama_server_reads_and_echoes_it(body, read):
     assert LlamaOptions(**body).n_predict_read() == read
 
 
-def test_the_engine_computes_one_token_for_a_prompt_only_request_and_none_for_no_limit():
-    assert engine_max_tokens(LlamaOptions(n_predict=0)) == 1
-    assert engine_max_tokens(LlamaOptions(n_predict=-2)) is None
+def test_a_prompt_only_request_leaves_room_for_the_token_the_engine_computes_and_no_limit_none():
+    assert answer_room(LlamaOptions(n_predict=0)) == 1
+    assert answer_room(LlamaOptions(n_predict=-2)) is None
 
 
 @pytest.mark.parametrize("stop,kept", [("", []), (["", "\n"], ["\n"]), ("END", ["END"])])

@@ -150,7 +150,10 @@ def _llm(path, device: str, **kw):
     return LLM(str(path), device=device, progress=False, **kw)
 
 
-@pytest.mark.parametrize("kv", ["fp8_e4m3", "q8_0"])  # q4_0: a tie in the torch backend's bf16 logits here
+# one format: the runner's way (staging, sealing) is every QuantCodec's, and each format's Triton kernels are
+# held to the torch backend's above; fp8_e4m3 ran here too until 2026-12-06 (~10 CPU-s in the interpreter).
+# q4_0: a tie in the torch backend's bf16 logits here
+@pytest.mark.parametrize("kv", ["q8_0"])
 def test_an_engine_with_a_quantized_kv_cache_on_the_cuda_backend_generates_as_the_torch_backend(tmp_path, kv):
     """The engine over a quantized cache on the CUDA backend (runner, staging, sealing on 4-token blocks):
     the same greedy tokens as the torch backend over the same format (tiny qwen3: its top two logprobs

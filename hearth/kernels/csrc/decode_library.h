@@ -351,7 +351,7 @@ int hk_dequant_bf16(const void* w, int qtype, int64_t row_bytes, int64_t K, int6
   return bad ? -1 : 0;
 }
 
-// ---- a whole decoder layer for a few rows in one call (gguf_kernels.cpp's hk_layer_forward) ----
+// ---- a whole decoder layer for a few rows in one call (fused_layer.h's hk_layer_forward) ----
 
 struct Layer {
   const Plan *qkv, *o, *gate_up, *down;
