@@ -23,7 +23,7 @@ def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
     content, no empty or whitespace-only text block. Assistant turns pass as they are, empty ones
     dropped: they echo what a model answered, and a small model's empty or whitespace-only answer
     must come back without a 400 (an empty final one prefills nothing). Consecutive user turns are
-    one turn, as Anthropic combines them (a template that wants roles to alternate renders them). A
+    one turn, and so are consecutive assistant turns, as Anthropic combines them (a template that wants roles to alternate renders them). A
     first assistant turn passes, as Anthropic's own API takes it (its Bedrock endpoint refuses it). A
     tool_result must answer a tool_use of the assistant turn before it, as Anthropic's API requires."""
     check_messages(messages)
@@ -33,10 +33,13 @@ def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
         if text:
             out.append({"role": "system", "content": text})
     calls: set[str] = set()  # the tool_use ids of the last assistant turn: what a tool_result may answer
+    previous = None
     for i, m in enumerate(messages):
         turn = _message(m, f"messages[{i}]", calls)
-        if m.get("role") == "assistant":
-            calls = {c["id"] for t in turn for c in t.get("tool_calls", ())}
+        if m.get("role") == "assistant":  # consecutive assistant messages are one turn, as user ones are
+            made = {c["id"] for t in turn for c in t.get("tool_calls", ())}
+            calls = calls | made if previous == "assistant" else made
+        previous = m.get("role")
         out += turn
     if not any(m["role"] != "system" for m in out):  # only empty assistant turns: nothing to answer
         raise bad("messages", "all messages must have non-empty content except for the optional final "

@@ -85,6 +85,16 @@ def test_anthropic_takes_results_of_the_turn_before():
                [b["tool_use_id"] for m in after for b in m["content"]]
 
 
+def test_anthropic_takes_results_of_an_assistant_turn_split_over_messages():
+    """Consecutive assistant messages are one turn too (clients that write one message per tool call, or
+    text and calls apart): a result may answer a call of any of them."""
+    def call(use_id):
+        return {"role": "assistant", "content": [{"type": "tool_use", "id": use_id, "name": "f", "input": {}}]}
+    for turn in ([call("t1"), call("t2")], [call("t1"), {"role": "assistant", "content": "more text"}, call("t2")]):
+        out = anthropic_messages([USER, *turn, {"role": "user", "content": [_result("t1"), _result("t2")]}])
+        assert [m["tool_call_id"] for m in out if m["role"] == "tool"] == ["t1", "t2"]
+
+
 def test_anthropic_answered_call_through_the_server(fake):
     messages = [USER, A_CALL, {"role": "user", "content": [_result("t1"), _result("t2")]}]
     r = fake.client.post("/v1/messages", json={"messages": messages, "max_tokens": 2})
