@@ -8,7 +8,10 @@ bounded llguidance number has none)."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+
+import llguidance
 
 SAFE_INTEGER = 2**53 - 1
 """The bound an integer takes where its schema gives none: the largest every JSON reader keeps exactly
@@ -28,15 +31,28 @@ NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definiti
 def bounded_numbers(schema):
     """A copy of `schema` in which every integer without a bound on a side gets SAFE_INTEGER there, and
     every number NUMBER_LIMIT and a step of NUMBER_STEP, unless that contradicts what the schema gives
-    (a bound on the other side past ours, a range holding no multiple of the step: no bound then, never
-    an unsatisfiable schema). A `const` or `enum` ends by itself and is left as given."""
+    (a bound on the other side past ours, a range holding no multiple of the step: no bound then). A
+    `const` or `enum` ends by itself and is left as given. Each subschema is bounded on its own, so a
+    bound given beside an `allOf` or a `$ref` can still meet ours in one instance: where the bounded
+    copy is unsatisfiable (llguidance's check, ~0.2 ms), the schema goes as given."""
+    out = _bounded(schema)
+    if out == schema or not isinstance(out, dict):
+        return out
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(out))
+    except ValueError:  # not a schema llguidance takes: the caller's compile names what is wrong in it
+        return schema
+    return schema if llguidance.LLMatcher.validate_grammar(grammar) else out
+
+
+def _bounded(schema):
     if isinstance(schema, list):
-        return [bounded_numbers(s) for s in schema]
+        return [_bounded(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
     out = {k: v if k in AS_GIVEN else
-           {name: bounded_numbers(s) for name, s in v.items()} if k in NAMED_SCHEMAS and isinstance(v, dict) else
-           bounded_numbers(v) for k, v in schema.items()}
+           {name: _bounded(s) for name, s in v.items()} if k in NAMED_SCHEMAS and isinstance(v, dict) else
+           _bounded(v) for k, v in schema.items()}
     kinds = out.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     if "const" in out or "enum" in out:

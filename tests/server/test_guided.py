@@ -177,7 +177,12 @@ def test_an_integer_without_bounds_ends_within_a_safe_integer(schema, good, bad)
     ({"type": "number", "minimum": 1e-11, "maximum": 2e-11}, ["0.000000000015"], ["0.00000000003"]),
     ({"type": "number", "enum": [1e-12, 2.5]}, ["0.000000000001", "2.5"], ["2"]),  # a finite set: left as given
     ({"type": "integer", "enum": [10**17]}, [str(10**17)], ["1"]),  # a bound made it unsatisfiable
-], ids=["number", "nullable", "range", "items", "own-step", "given-bound", "narrow-range", "enum", "integer-enum"])
+    # a bound given beside allOf / $ref meets ours in one instance: the schema goes as given
+    ({"allOf": [{"type": "number"}], "minimum": 2e15}, ["3" + "0" * 15], ["1"]),
+    ({"$defs": {"n": {"type": "number"}}, "$ref": "#/$defs/n", "minimum": 2e15}, ["3" + "0" * 15], ["1"]),
+    ({"allOf": [{"type": "integer"}, {"minimum": 10**17}]}, [str(10**17)], ["1"]),
+], ids=["number", "nullable", "range", "items", "own-step", "given-bound", "narrow-range", "enum", "integer-enum",
+        "all-of-bound", "ref-bound", "all-of-integer"])
 def test_a_number_without_bounds_ends_within_15_integer_and_10_fraction_digits(schema, good, bad):
     """`{"type": "number"}` took any number of digits: `0.333...` until max_tokens."""
     assert all(_accepts(json.dumps(schema), t, "json") for t in good)
