@@ -15,7 +15,7 @@ from hearth.api.errors import APIError
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
-from hearth.api.messages import _kind, openai_messages
+from hearth.api.messages import _kind, bad, openai_messages
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sampling import common_fields
 from hearth.api.sse import SSEResponse
@@ -44,8 +44,7 @@ def _parallel(body) -> bool:
     choice = body.tool_choice if isinstance(body.tool_choice, dict) else {}
     flag = choice.get("disable_parallel_tool_use")
     if flag is not None and not isinstance(flag, bool):
-        raise APIError(400, f"tool_choice.disable_parallel_tool_use: must be a boolean, not {_kind(flag)}",
-                       param="tool_choice.disable_parallel_tool_use")
+        raise bad("tool_choice.disable_parallel_tool_use", f"must be a boolean, not {_kind(flag)}")
     return not flag
 
 

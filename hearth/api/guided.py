@@ -13,7 +13,7 @@ from typing import Any
 from hearth.api.errors import APIError
 from hearth.sample.grammar import InvalidStructuredOutput, compile_grammar
 from hearth.sampling_params import StructuredOutput
-from hearth.spec_decode.config import json_object
+from hearth.json_object import json_object
 
 
 def _json(v: Any) -> StructuredOutput:

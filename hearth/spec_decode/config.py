@@ -3,10 +3,10 @@ naming the field."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, fields, replace
 
 from hearth.errors import HearthError
+from hearth.json_object import json_object
 from hearth.spec_decode.thresholds import POLICY
 
 
@@ -190,20 +190,6 @@ class SpeculativeConfig:
             if not ok:
                 raise InvalidSpeculativeConfig(f"speculative_config.{name} must be {want}, "
                                                f"got {getattr(self, name)!r}")
-
-
-def json_object(value, what: str = "a JSON object") -> dict:
-    """A dict given as itself or as its JSON text (speculative_config; the API's guided_json too):
-    else a ValueError that says what is wrong (not JSON, or not `what`) for the caller to put its field
-    and error type to."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"is not valid JSON: {e.msg} (at {e.pos})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"must be {what}, not {type(value).__name__}")
-    return value
 
 
 def given_keys(value: dict | str) -> dict:

@@ -80,7 +80,7 @@ ATTEMPTS = {
     # though over the allowed tokens it was sure (LOGPROBS); the same with a name the model chose
     "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
     "guard_sure_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
-    # doubled braces opening the answer: a good call, then one of no offered tool (resampled after the first)
+    # doubled braces opening the answer: a good call, then one of no offered tool (the resample starts over)
     "guard_doubled_second_bad": [['{{"name": "get_weather", "arguments": {"city": "Paris"}}}', "\n",
                                   '{{"name": "get_wether", "arguments": {}}}'], [WEATHER_CALL.replace("Paris", "Rome")]],
     # Qwen's doubled-brace call opening the answer, then another: the model's own name, then a bent one

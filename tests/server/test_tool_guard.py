@@ -67,7 +67,6 @@ def test_a_resample_keeps_the_valid_calls_before_the_bad_one(fake):
     assert retry.prompt == first.prompt + "<\n"  # the fake's tokens: one per piece, its first character
 
 
-
 def test_a_resample_in_a_leading_region_starts_over(fake):
     """Doubled braces opening the answer, the second call of no offered tool: the resample starts over,
     though each call has its own span for the decline gate (keeping the first call and writing the rest in

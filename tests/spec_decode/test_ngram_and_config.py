@@ -226,7 +226,7 @@ def test_the_cursor_is_dropped_where_the_output_stops_copying():
 
 
 def test_json_text_errors_name_speculative_config():
-    """hearth.spec_decode.config.json_object parses it (guided_json's too): the words stay this field's own."""
+    """hearth.json_object parses it (guided_json's too): the words stay this field's own."""
     with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not list$"):
         SpeculativeConfig.parse("[1, 2]")
     with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config is not valid JSON: .* \(at 1\)$"):
