@@ -39,7 +39,7 @@ class Side:
         self.name, self.so, self.torch_max = name, so, args.torch_max and name == "reference"
         native._lib = so
         fused_layer._declared = False  # its signatures, declared on the library it first meets
-        self.llm = LLM(args.model, progress=False, enable_prefix_caching=False, threads=1, max_num_seqs=args.seqs,
+        self.llm = LLM(args.model, progress=False, enable_prefix_caching=False, threads=args.threads, max_num_seqs=args.seqs,
                        max_model_len=args.prompt + args.steps + 16, max_num_batched_tokens=512)
         self.engine, self.times, self.tokens = self.llm.engine, [], {}
 
@@ -63,6 +63,8 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=256, help="tokens a prompt")
     ap.add_argument("--steps", type=int, default=60, help="decode steps a round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="OpenMP threads (CPU time is the calling thread's: at 2 "
+                    "threads it counts that thread's waits at barriers as well, a proxy of the step's wall time)")
     ap.add_argument("--torch-max", action="store_true", help="the reference samples with torch's max")
     args = ap.parse_args()
     mine = native.lib()

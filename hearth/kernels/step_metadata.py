@@ -187,9 +187,9 @@ class AttentionMetadata:
             args = None
             if small:
                 width = max(len(self.block_tables[i]) for i in small)
-                tables = torch.zeros(len(small), width, dtype=torch.long)
-                for r, i in enumerate(small):
-                    tables[r, :len(self.block_tables[i])] = torch.tensor(self.block_tables[i], dtype=torch.long)
+                # one tensor from padded lists: a row at a time cost ~6 us a sequence (16: ~0.1 ms a step)
+                tables = torch.tensor([list(self.block_tables[i]) + [0] * (width - len(self.block_tables[i]))
+                                       for i in small], dtype=torch.long).reshape(len(small), width)
                 args = (torch.tensor([qsl[i] for i in small], dtype=torch.long),
                         torch.tensor([qsl[i + 1] - qsl[i] for i in small], dtype=torch.long),
                         torch.tensor([self.seq_lens[i] for i in small], dtype=torch.long), tables)

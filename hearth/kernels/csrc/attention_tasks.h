@@ -93,10 +93,18 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
                    int64_t groups, int64_t G, int64_t d, int64_t window, float* out, int64_t ldo, const Attend& attend,
                    const int64_t* tree = nullptr, int64_t ldtree = 0, const AttendRows& attend_rows = {}) {
   const int nt = omp_get_max_threads();
-  std::vector<AttnTask> tasks;
+  // the calling thread's buffers, kept across calls (no allocation per layer), shared with the region's
+  // threads by reference (a thread_local's name would be each thread's own)
+  thread_local std::vector<AttnTask> tasks_buf;
+  thread_local std::vector<int64_t> gidx_buf, gstart_buf, firsts_buf;
+  std::vector<AttnTask>& tasks = tasks_buf;
+  std::vector<int64_t>&gidx = gidx_buf, &gstart = gstart_buf, &firsts = firsts_buf;
+  tasks.clear();
   int64_t parts = 0;
+  bool single = true;  // one row per sequence (a decode step): every row group is one task
   double work = 0;
-  for (int64_t s = 0; s < S; ++s)
+  for (int64_t s = 0; s < S; ++s) {
+    single &= q_len[s] <= 1;
     for (int64_t t = q_start[s]; t < q_start[s] + q_len[s]; ++t) {
       const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
       const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
@@ -111,6 +119,7 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
           work += static_cast<double>(n) / split * G * d;
         }
     }
+  }
   thread_local std::vector<float> partials_buf;  // every part is written before it is read: no zeroing
   if (static_cast<int64_t>(partials_buf.size()) < parts * G * (d + 2)) partials_buf.resize(parts * G * (d + 2));
   float* partials = partials_buf.data();
@@ -127,8 +136,9 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
         for (int64_t c = 0; c < d; ++c) acc[h * d + c] /= l[h];
     }
   };
-  std::vector<int64_t> gidx, gstart;
-  if constexpr (std::is_same_v<AttendRows, NoRowGroups>) {
+  // one row per sequence: no two tasks share (sequence, group, range), so group_tasks would give a group
+  // per task, in task order (its std::map and vectors cost ~the attention of a few keys a layer)
+  if (std::is_same_v<AttendRows, NoRowGroups> || single) {
     gidx.resize(tasks.size());
     gstart.resize(tasks.size() + 1);
     for (size_t i = 0; i < tasks.size(); ++i) gidx[i] = gstart[i] = static_cast<int64_t>(i);
@@ -166,7 +176,7 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
   // merge, each split (row, group) on its own: weights exp(m_j - max m) for each range's sum and
   // accumulator. Its tasks are consecutive; the order of its ranges is the one of a 1-row call.
   const int64_t ntasks = static_cast<int64_t>(tasks.size());
-  std::vector<int64_t> firsts;
+  firsts.clear();
   for (int64_t i = 0; i < ntasks; ++i)
     if (tasks[i].part >= 0 && (i == 0 || tasks[i - 1].row != tasks[i].row || tasks[i - 1].g != tasks[i].g))
       firsts.push_back(i);

@@ -323,11 +323,9 @@ inline void quantize256_scale16(const float* x, int8_t* q, float* d16, float* a1
   _mm512_storeu_ps(a16, _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_castps_si512(sums))));
 }
 
-// row m of x -> q8 blocks; half-block h (16 values) lands at 16 * dst(h) in both layouts
-// scale16: a scale per 16 values (finer than ggml's per 32, so less rounding; the VNNI loop applies
-// d16 per 16 either way), else one per 32 for both halves (what the AMX tile path's 32-wide K steps need)
-Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natural, bool want_paired,
-             bool scale16 = false) {
+// The buffers of M rows' q8 blocks in the layouts wanted (zeroed: the padding past K stays zero);
+// quantize_row fills them a row at a time (on any thread: a row's values depend on that row alone)
+Act quantize_layout(int64_t M, int64_t K, bool want_natural, bool want_paired) {
   Act a;
   a.M = M, a.K = K, a.Kp = (K + SB - 1) / SB * SB;
   const int64_t g = a.Kp / 16;
@@ -347,36 +345,50 @@ Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natura
     p += per;
     std::memset(l->d16, 0, per);
   }
-#pragma omp parallel for schedule(static) if (M >= 64)  // a prefill's rows (each row alone: same values)
-  for (int64_t m = 0; m < M; ++m) {
-    const float* xr = x + m * ldx;
-    int64_t b = 0;
-    // the VNNI GEMM's and the GEMV's layout: 256 values at a time (Zen 4, K = 1536: 0.35 -> 0.20 ns a value)
-    if (scale16 && want_natural && !want_paired)
-      for (; b + 8 <= K / 32; b += 8)
-        quantize256_scale16(xr + 32 * b, a.natural.q + m * a.Kp + 32 * b, a.natural.d16 + m * g + 2 * b,
-                            a.natural.a16 + m * g + 2 * b);
-    for (; b < K / 32; ++b) {
-      __m512 v[2] = {_mm512_loadu_ps(xr + 32 * b), _mm512_loadu_ps(xr + 32 * b + 16)};
-      const __m512 a0 = _mm512_abs_ps(v[0]), a1 = _mm512_abs_ps(v[1]);
-      const float both = scale16 ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
-      for (int h = 0; h < 2; ++h) {
-        const float amax = scale16 ? _mm512_reduce_max_ps(h ? a1 : a0) : both;
-        const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const __m512i iq = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(id)));  // nearest even
-        const __m128i q8 = _mm512_cvtsepi32_epi8(iq);
-        const float sum = d * static_cast<float>(_mm512_reduce_add_epi32(iq));
-        // half-block index in each layout: natural 2b + h; paired (64-chunk of block pair b / 2)
-        const int64_t idx[2] = {2 * b + h, 4 * (b >> 1) + 2 * h + (b & 1)};
-        for (int li = 0; li < 2; ++li) {
-          if (!outs[li]) continue;
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(outs[li]->q + m * a.Kp + 16 * idx[li]), q8);
-          outs[li]->d16[m * g + idx[li]] = d;
-          outs[li]->a16[m * g + idx[li]] = sum;
-        }
+  return a;
+}
+
+// row m (xr: its K values) -> q8 blocks; half-block h (16 values) lands at 16 * dst(h) in each layout
+// quantize_layout made (a.natural.q / a.paired.q set). scale16: a scale per 16 values (finer than
+// ggml's per 32, so less rounding; the VNNI loop applies d16 per 16 either way), else one per 32 for
+// both halves (what the AMX tile path's 32-wide K steps need)
+inline void quantize_row(const Act& a, const float* xr, int64_t m, bool scale16) {
+  const int64_t K = a.K, g = a.Kp / 16;
+  const Layout* outs[2] = {a.natural.q ? &a.natural : nullptr, a.paired.q ? &a.paired : nullptr};
+  int64_t b = 0;
+  // the VNNI GEMM's and the GEMV's layout: 256 values at a time (Zen 4, K = 1536: 0.35 -> 0.20 ns a value)
+  if (scale16 && outs[0] && !outs[1])
+    for (; b + 8 <= K / 32; b += 8)
+      quantize256_scale16(xr + 32 * b, a.natural.q + m * a.Kp + 32 * b, a.natural.d16 + m * g + 2 * b,
+                          a.natural.a16 + m * g + 2 * b);
+  for (; b < K / 32; ++b) {
+    __m512 v[2] = {_mm512_loadu_ps(xr + 32 * b), _mm512_loadu_ps(xr + 32 * b + 16)};
+    const __m512 a0 = _mm512_abs_ps(v[0]), a1 = _mm512_abs_ps(v[1]);
+    const float both = scale16 ? 0.0f : _mm512_reduce_max_ps(_mm512_max_ps(a0, a1));
+    for (int h = 0; h < 2; ++h) {
+      const float amax = scale16 ? _mm512_reduce_max_ps(h ? a1 : a0) : both;
+      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      const __m512i iq = _mm512_cvtps_epi32(_mm512_mul_ps(v[h], _mm512_set1_ps(id)));  // nearest even
+      const __m128i q8 = _mm512_cvtsepi32_epi8(iq);
+      const float sum = d * static_cast<float>(_mm512_reduce_add_epi32(iq));
+      // half-block index in each layout: natural 2b + h; paired (64-chunk of block pair b / 2)
+      const int64_t idx[2] = {2 * b + h, 4 * (b >> 1) + 2 * h + (b & 1)};
+      for (int li = 0; li < 2; ++li) {
+        if (!outs[li]) continue;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(outs[li]->q + m * a.Kp + 16 * idx[li]), q8);
+        outs[li]->d16[m * g + idx[li]] = d;
+        outs[li]->a16[m * g + idx[li]] = sum;
       }
     }
   }
+}
+
+// rows of x -> q8 blocks (quantize_layout, then quantize_row for every row)
+Act quantize(const float* x, int64_t M, int64_t K, int64_t ldx, bool want_natural, bool want_paired,
+             bool scale16 = false) {
+  const Act a = quantize_layout(M, K, want_natural, want_paired);
+#pragma omp parallel for schedule(static) if (M >= 64)  // a prefill's rows (each row alone: same values)
+  for (int64_t m = 0; m < M; ++m) quantize_row(a, x + m * ldx, m, scale16);
   return a;
 }
 

@@ -49,8 +49,9 @@ int layer_forward(const Layer& l, float* x, int64_t M, int64_t keep, const float
                   const Attend& attend) {
   const int64_t hidden = l.qkv->K, n = l.qkv->N, nq = l.heads * l.d;
   float* y = scratch(tmp_qkv, M * n);
-  hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
-  hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
+  // q | k normed and rotated as the matmul's row phase (on its threads, a decode's rows split)
+  linear(*l.qkv, x, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n,
+         QkRope{y, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox});
   const bool packed = PACKED && keep == M && bf16_tiles_for(*l.o, M);
   uint16_t* att16 = packed ? scratch(tmp_attn16, (M + 15) / 16 * 16 * nq) : nullptr;
   float* att = att16 ? nullptr : scratch(tmp_attn, std::max<int64_t>(1, keep) * nq);

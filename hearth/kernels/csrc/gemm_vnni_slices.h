@@ -12,7 +12,7 @@ constexpr int64_t VNNI_SLICE_K = 512;
 
 // Panel pn's products for rows 0 .. M where both its halves are 16 rows of one part of a type the
 // direct builders take (gemm_vnni_panels.h); false (nothing done) for any other panel
-bool vnni_sliced(const Plan& p, int64_t pn, const VnniActs& x16, const VnniActs& x32, int64_t M, float* y,
+__attribute__((always_inline)) inline bool vnni_sliced(const Plan& p, int64_t pn, const VnniActs& x16, const VnniActs& x32, int64_t M, float* y,
                  int64_t ldy, uint8_t* buf, VnniAhead& ahead) {
   const Part* part[2] = {nullptr, nullptr};
   int ts[2] = {0, 0}, width[2] = {0, 0}, gs = 32;

@@ -13,6 +13,7 @@
 // (-ffp-contract=off keeps dequantization bit-exact with gguf-py: s * q, then + o, two roundings).
 
 #include <cmath>
+#include <type_traits>
 
 #include <omp.h>
 
@@ -418,16 +419,23 @@ bool vnni_gemm_for(int64_t M) { return M >= VNNI_GEMM_MIN_ROWS && !amx_usable();
 // group's products prefetch the next group's weights (VnniAhead). False for an unknown type.
 constexpr int64_t VNNI_GROUP_BYTES = 512 << 10, VNNI_CHUNK_BYTES = 256 << 10;
 
-bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
+struct NoRows {  // a row phase that does nothing
+  void operator()(int64_t, int64_t) const {}
+};
+
+// pre(m0, m1) and post(m0, m1): row phases run on the GEMM's own threads, each thread its share of the
+// rows, before its products (the rows' activations: a's rows m0 .. m1 filled there) and after every
+// thread's products (y's rows whole). A decode step's row ops (norm, quantize, act(gate) * up, residual
+// adds, rope) ran on one thread between the regions while the other waited; here they split without
+// a region of their own (a row's values depend on that row alone: the same bits).
+template <class Pre = NoRows, class Post = NoRows>
+bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy, const Pre& pre = {}, const Post& post = {}) {
   const int64_t K = p.K, M = a.M, Kp = a.Kp, N = p.N, panels = (N + VNNI_PANEL - 1) / VNNI_PANEL;
   const Layout& l = a.natural;
   // the offsets of 32-wide weight groups take the activations' sums over both 16-halves
   thread_local std::vector<float, AlignedAlloc<float>> acts32;
   const int64_t g16 = Kp / 16, g32 = Kp / 32;
   float* a32 = scratch(acts32, M * g32);
-  for_rows(M, [&](int64_t m) {
-    for (int64_t j = 0; j < g32; ++j) a32[m * g32 + j] = l.a16[m * g16 + 2 * j] + l.a16[m * g16 + 2 * j + 1];
-  });
   const VnniActs x16{l.q, Kp, l.d16, l.a16, g16, g16}, x32{l.q, Kp, l.d16, a32, g16, g32};
   const int64_t pb = vnni_panel_bytes(K), group = std::max<int64_t>(1, VNNI_GROUP_BYTES / pb);
   const int64_t chunk = std::max<int64_t>(VNNI_MR, VNNI_CHUNK_BYTES / Kp / VNNI_MR * VNNI_MR);
@@ -442,7 +450,11 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
     float* st_o = st_s + 16 * g16;
     std::vector<VnniPanel> ps(group);
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int64_t p1 = panels * (t + 1) / T;
+    const int64_t p1 = panels * (t + 1) / T, r0 = M * t / T, r1 = M * (t + 1) / T;
+    pre(r0, r1);
+    for (int64_t m = r0; m < r1; ++m)
+      for (int64_t j = 0; j < g32; ++j) a32[m * g32 + j] = l.a16[m * g16 + 2 * j] + l.a16[m * g16 + 2 * j + 1];
+#pragma omp barrier
     // groups of 1, 2, 4 .. panels, then `group`: the first one's weights are the only ones no products hide
     for (int64_t g0 = panels * t / T, size = 1, g1; g0 < p1; g0 = g1, size = std::min(group, 2 * size)) {
       g1 = std::min(p1, g0 + size);
@@ -498,6 +510,10 @@ bool gemm_vnni(const Plan& p, const Act& a, float* y, int64_t ldy) {
         }
       }
     }
+    if constexpr (!std::is_same_v<Post, NoRows>) {
+#pragma omp barrier
+      post(r0, r1);
+    }
   }
   return !bad;
 }
@@ -513,12 +529,33 @@ int64_t invariant_rows = 0;
 // y = rmsnorm(x) @ W.T (norm_w optional): on AMX bf16 tiles for a prefill (the norm applied as x is
 // packed), else x's rows normed, quantized, and multiplied on AMX int8 tiles for a batch or the VNNI
 // loop; without AMX, from VNNI_GEMM_MIN_ROWS rows on (batches and prefills) on the int8 VNNI GEMM
+// post(m0, m1): a row phase on y's finished rows (gemm_vnni's; on the other paths after the matmul, as
+// for_rows runs rows)
+template <class Post = NoRows>
 bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int64_t ldy,
-            const float* norm_w = nullptr, float eps = 0.0f) {
-  if (bf16_tiles_for(p, M)) return gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps);
-  x = normed(x, M, p.K, ldx, norm_w, eps);
+            const float* norm_w = nullptr, float eps = 0.0f, const Post& post = {}) {
+  auto after = [&](bool ok) {
+    if constexpr (!std::is_same_v<Post, NoRows>) for_rows(M, [&](int64_t m) { post(m, m + 1); });
+    return ok;
+  };
+  if (bf16_tiles_for(p, M)) return after(gemm_bf16(p, x, M, ldx, static_cast<void*>(y), ldy, 0, norm_w, eps));
   const bool exact = M <= invariant_rows;  // a verify step: every row summed as a decode row
-  if (!exact && vnni_gemm_for(M)) return gemm_vnni(p, quantize(x, M, p.K, ldx, true, false, /*scale16=*/true), y, ldy);
+  if (!exact && vnni_gemm_for(M)) {  // the rows normed and quantized on the GEMM's threads
+    const Act a = quantize_layout(M, p.K, true, false);
+    float* xn = norm_w ? scratch(tmp_norm, M * p.K) : nullptr;
+    auto pre = [&](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m) {
+        const float* xr = x + m * ldx;
+        if (norm_w) {
+          rmsnorm_row(xr, p.K, norm_w, eps, xn + m * p.K);
+          xr = xn + m * p.K;
+        }
+        quantize_row(a, xr, m, /*scale16=*/true);
+      }
+    };
+    return gemm_vnni(p, a, y, ldy, pre, post);
+  }
+  x = normed(x, M, p.K, ldx, norm_w, eps);
   const bool amx = M >= AMX_MIN_ROWS && amx_usable();
   Act a = quantize(x, M, p.K, ldx, p.natural || amx, p.paired, /*scale16=*/!amx || exact);
   if (amx) {
@@ -527,23 +564,30 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
   }
   group_codes(a, p.grouped);  // the GEMV's order (the tiles' rows past a multiple of 16 take the GEMV too)
   if (!amx && wide_call(M, a.Kp)) by_superblock(a);  // the wide passes' layout (gemv_wide.h)
-  return run(p, a, y, ldy, amx ? &tile_acts_buf : nullptr, exact);
+  return after(run(p, a, y, ldy, amx ? &tile_acts_buf : nullptr, exact));
 }
 
 // r += y (after an RMSNorm of y's rows with post_w when given, as rmsnorm_row rounds it); y: [M, N]
 // contiguous, read once past the norm's sums
+void add_residual_row(const float* ym, int64_t N, const float* post_w, float post_eps, float* rm) {
+  const __m512 inv = _mm512_set1_ps(post_w ? inv_rms(ym, N, post_eps) : 1.0f);
+  for (int64_t i = 0; i < N; i += 16) {
+    const __mmask16 k = tail_mask(N - i);
+    __m512 v = _mm512_maskz_loadu_ps(k, ym + i);
+    if (post_w) v = _mm512_mul_ps(_mm512_mul_ps(v, inv), _mm512_maskz_loadu_ps(k, post_w + i));
+    _mm512_mask_storeu_ps(rm + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, rm + i), v));
+  }
+}
+
 void add_residual(const float* y, int64_t M, int64_t N, const float* post_w, float post_eps, float* r, int64_t ldr) {
-  for_rows(M, [&](int64_t m) {
-    const float* ym = y + m * N;
-    float* rm = r + m * ldr;
-    const __m512 inv = _mm512_set1_ps(post_w ? inv_rms(ym, N, post_eps) : 1.0f);
-    for (int64_t i = 0; i < N; i += 16) {
-      const __mmask16 k = tail_mask(N - i);
-      __m512 v = _mm512_maskz_loadu_ps(k, ym + i);
-      if (post_w) v = _mm512_mul_ps(_mm512_mul_ps(v, inv), _mm512_maskz_loadu_ps(k, post_w + i));
-      _mm512_mask_storeu_ps(rm + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, rm + i), v));
-    }
-  });
+  for_rows(M, [&](int64_t m) { add_residual_row(y + m * N, N, post_w, post_eps, r + m * ldr); });
+}
+
+// add_residual as matmul's row phase (y: [M, N] contiguous)
+auto residual_rows(const float* y, int64_t N, const float* post_w, float post_eps, float* r, int64_t ldr) {
+  return [=](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) add_residual_row(y + m * N, N, post_w, post_eps, r + m * ldr);
+  };
 }
 
 // rows of bf16 x as f32 (in scratch)
@@ -609,21 +653,29 @@ void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t*
 
 void hk_plan_free(void* p) { delete static_cast<Plan*>(p); }
 
-// y[M, N] (row stride ldy) = rmsnorm(x) @ W.T + bias; x: [M, K] (row stride ldx), f32 or (x_bf16) bf16;
-// norm_w, bias optional (null).
-void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t ldx, const float* norm_w,
-               float eps, const float* bias, float* y, int64_t ldy) {
-  const Plan& p = *static_cast<const Plan*>(plan);
-  const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
-  matmul(p, xf, M, ldx, y, ldy, norm_w, eps);
-  if (bias)  // on every thread for a prefill (q|k|v of 512 rows: ~1 ms in one scalar loop)
-    for_rows(M, [&](int64_t m) {
-      for (int64_t n = 0; n < p.N; n += 16) {
-        const __mmask16 k = tail_mask(p.N - n);
-        float* ym = y + m * ldy + n;
-        _mm512_mask_storeu_ps(ym, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, ym), _mm512_maskz_loadu_ps(k, bias + n)));
-      }
-    });
+}  // extern "C"
+
+namespace {
+
+// y[M, N] (row stride ldy) = rmsnorm(x) @ W.T + bias, then post(m0, m1) on finished rows (matmul's row
+// phase: the bias is added there first)
+template <class Post = NoRows>
+void linear(const Plan& p, const float* x, int64_t M, int64_t ldx, const float* norm_w, float eps, const float* bias,
+            float* y, int64_t ldy, const Post& post = {}) {
+  auto rows = [&](int64_t m0, int64_t m1) {
+    if (bias)  // on every thread for a prefill (q|k|v of 512 rows: ~1 ms in one scalar loop)
+      for (int64_t m = m0; m < m1; ++m)
+        for (int64_t n = 0; n < p.N; n += 16) {
+          const __mmask16 k = tail_mask(p.N - n);
+          float* ym = y + m * ldy + n;
+          _mm512_mask_storeu_ps(ym, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, ym), _mm512_maskz_loadu_ps(k, bias + n)));
+        }
+    post(m0, m1);
+  };
+  if (bias || !std::is_same_v<Post, NoRows>)
+    matmul(p, x, M, ldx, y, ldy, norm_w, eps, rows);
+  else
+    matmul(p, x, M, ldx, y, ldy, norm_w, eps);
 }
 
 // r[M, N] += rmsnorm_post(x @ W.T): an output projection into the residual stream (post_w optional).
@@ -631,11 +683,71 @@ void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t l
 void linear_residual(const Plan& p, const float* x, const uint16_t* x16, int64_t M, int64_t ldx, const float* post_w,
                      float post_eps, float* r, int64_t ldr) {
   float* y = scratch(tmp_out, M * p.N);
-  if (x16)
+  if (x16) {
     gemm_bf16<GemmOut::F32, true>(p, x16, M, 0, y, p.N);
-  else
-    matmul(p, x, M, ldx, y, p.N);
-  add_residual(y, M, p.N, post_w, post_eps, r, ldr);
+    add_residual(y, M, p.N, post_w, post_eps, r, ldr);
+  } else {
+    matmul(p, x, M, ldx, y, p.N, nullptr, 0.0f, residual_rows(y, p.N, post_w, post_eps, r, ldr));
+  }
+}
+
+// Rows t of q | k heads in place (hk_qk_rope)
+struct QkRope {
+  float* qk;
+  int64_t ld, heads, D, rot;
+  const float* norm_w;
+  float eps;
+  const float *cos, *sin;
+  int neox;
+
+  void operator()(int64_t t0, int64_t t1) const {
+    const int64_t h2 = rot / 2;
+    // adjacent pairs: 16 of them (32 values) split into their first and second values and back
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+    for (int64_t t = t0; t < t1; ++t) {
+      const float* c = cos + t * h2;
+      const float* s = sin + t * h2;
+      for (int64_t h = 0; h < heads; ++h) {
+        float* v = qk + t * ld + h * D;
+        if (norm_w) rmsnorm_row(v, D, norm_w + h * D, eps, v);
+        int64_t i = 0;
+        for (; i + 16 <= h2; i += 16) {  // 16 pairs (a, b) -> (a c - b s, b c + a s)
+          const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);
+          float* pa = neox ? v + i : v + 2 * i;
+          float* pb = neox ? v + i + h2 : v + 2 * i + 16;
+          const __m512 x0 = _mm512_loadu_ps(pa), x1 = _mm512_loadu_ps(pb);
+          const __m512 a = neox ? x0 : _mm512_permutex2var_ps(x0, even, x1);
+          const __m512 b = neox ? x1 : _mm512_permutex2var_ps(x0, odd, x1);
+          const __m512 na = _mm512_sub_ps(_mm512_mul_ps(a, ci), _mm512_mul_ps(b, si));
+          const __m512 nb = _mm512_add_ps(_mm512_mul_ps(b, ci), _mm512_mul_ps(a, si));
+          _mm512_storeu_ps(pa, neox ? na : _mm512_permutex2var_ps(na, lo, nb));
+          _mm512_storeu_ps(pb, neox ? nb : _mm512_permutex2var_ps(na, hi, nb));
+        }
+        for (; i < h2; ++i) {  // the last rot / 2 % 16 pairs
+          const int64_t ia = neox ? i : 2 * i, ib = neox ? i + h2 : 2 * i + 1;
+          const float a = v[ia], b = v[ib];
+          v[ia] = a * c[i] - b * s[i];
+          v[ib] = b * c[i] + a * s[i];
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+extern "C" {
+
+// y[M, N] (row stride ldy) = rmsnorm(x) @ W.T + bias; x: [M, K] (row stride ldx), f32 or (x_bf16) bf16;
+// norm_w, bias optional (null).
+void hk_linear(const void* plan, const void* x, int x_bf16, int64_t M, int64_t ldx, const float* norm_w,
+               float eps, const float* bias, float* y, int64_t ldy) {
+  const Plan& p = *static_cast<const Plan*>(plan);
+  const float* xf = x_bf16 ? widened(static_cast<const uint16_t*>(x), M, p.K, ldx) : static_cast<const float*>(x);
+  linear(p, xf, M, ldx, norm_w, eps, bias, y, ldy);
 }
 
 void hk_linear_residual(const void* plan, const float* x, int64_t M, int64_t ldx, const float* post_w,
@@ -655,13 +767,14 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
     uint16_t* h = scratch(tmp_act16, ((M + 15) / 16) * 16 * inter);  // rows past M within a 16: act(0) * 0
     gemm_bf16<GemmOut::GLU>(gu, r, M, ldr, h, 0, act, norm_w, eps);
     gemm_bf16<GemmOut::F32, true>(dn, h, M, 0, y, dn.N);
+    add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
   } else {
     float* g = scratch(tmp_mid, M * gu.N);
-    matmul(gu, r, M, ldr, g, gu.N, norm_w, eps);
-    for_rows(M, [&](int64_t m) { act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N); });
-    matmul(dn, g, M, gu.N, y, dn.N);
+    matmul(gu, r, M, ldr, g, gu.N, norm_w, eps, [&](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m) act_mul(act, g + m * gu.N, g + m * gu.N + inter, inter, g + m * gu.N);
+    });
+    matmul(dn, g, M, gu.N, y, dn.N, nullptr, 0.0f, residual_rows(y, dn.N, post_w, post_eps, r, ldr));
   }
-  add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
 }
 
 // q | k heads in place: an RMSNorm per head (norm_w: [heads, D], optional), then rotary embedding of
@@ -669,39 +782,8 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
 // adjacent pairs (x[2i], x[2i + 1]) (hearth.layers.rotary).
 void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w,
                 float eps, const float* cos, const float* sin, int neox) {
-  const int64_t h2 = rot / 2;
-  // adjacent pairs: 16 of them (32 values) split into their first and second values and back
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
-  for_rows(T, [&](int64_t t) {
-    const float* c = cos + t * h2;
-    const float* s = sin + t * h2;
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = qk + t * ld + h * D;
-      if (norm_w) rmsnorm_row(v, D, norm_w + h * D, eps, v);
-      int64_t i = 0;
-      for (; i + 16 <= h2; i += 16) {  // 16 pairs (a, b) -> (a c - b s, b c + a s)
-        const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);
-        float* pa = neox ? v + i : v + 2 * i;
-        float* pb = neox ? v + i + h2 : v + 2 * i + 16;
-        const __m512 x0 = _mm512_loadu_ps(pa), x1 = _mm512_loadu_ps(pb);
-        const __m512 a = neox ? x0 : _mm512_permutex2var_ps(x0, even, x1);
-        const __m512 b = neox ? x1 : _mm512_permutex2var_ps(x0, odd, x1);
-        const __m512 na = _mm512_sub_ps(_mm512_mul_ps(a, ci), _mm512_mul_ps(b, si));
-        const __m512 nb = _mm512_add_ps(_mm512_mul_ps(b, ci), _mm512_mul_ps(a, si));
-        _mm512_storeu_ps(pa, neox ? na : _mm512_permutex2var_ps(na, lo, nb));
-        _mm512_storeu_ps(pb, neox ? nb : _mm512_permutex2var_ps(na, hi, nb));
-      }
-      for (; i < h2; ++i) {  // the last rot / 2 % 16 pairs
-        const int64_t ia = neox ? i : 2 * i, ib = neox ? i + h2 : 2 * i + 1;
-        const float a = v[ia], b = v[ib];
-        v[ia] = a * c[i] - b * s[i];
-        v[ib] = b * c[i] + a * s[i];
-      }
-    }
-  });
+  const QkRope rope{qk, ld, heads, D, rot, norm_w, eps, cos, sin, neox};
+  for_rows(T, [&](int64_t t) { rope(t, t + 1); });
 }
 
 // Attention of query rows (q: f32 [rows, heads, d], row stride ldq) over a paged KV cache (kv:
