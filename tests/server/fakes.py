@@ -95,6 +95,10 @@ ATTEMPTS = {
     # grammar bent to get_weather, text after it; its second request: the model's own answer
     "guard_bent_joke": [['{"name": "', "get_weather", '", "arguments": {"city": "New York"}}', "\nEnjoy the weather!"],
                         ['{"name": "', "Cat Joke", '", "arguments": {"cat": "Meow"}}']],
+    # the same bent name, its arguments failing the schema: resampled, not declined
+    "guard_bent_bad_args": [['<tool_call>\n{"name": "', "get_weather", '", "arguments": {"town": "Rome"}}\n</tool_call>',
+                             "\nDone."],
+                            [WEATHER_CALL]],
     # the call of the conversation's last step again (its result ignored), then an answer from the result
     "guard_repeat": [[WEATHER_CALL], ["It is sunny in Paris."]],
     "guard_repeat_again": [[WEATHER_CALL]],
@@ -105,7 +109,8 @@ LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05, ("ro
             ("router_unsure_city", 1): -0.01, ("router_unsure_city", 4): -2.0}
 """(script, piece index) -> the sampled token's logprob there (else -0.5)."""
 RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2, ("guard_doubled_two", 1): -0.2,
-                ("guard_doubled_two", 3): -6.0, ("guard_bent_joke", 1): -7.0}
+                ("guard_doubled_two", 3): -6.0, ("guard_bent_joke", 1): -7.0,
+                ("guard_bent_bad_args", 1): -7.0}
 """(script, piece index) -> its raw logprob, before the grammar's mask (else its logprob); sent only
 when the request asks for raw logprobs (SamplingParams.raw_logprobs)."""
 PACED = {"markdown": 0.05}

@@ -312,6 +312,27 @@ def test_a_declined_call_is_the_models_own_text_not_the_grammars(fake):
     assert [e["kind"] for e in chunks[-1]["hearth"]["events"]] == ["declined"]
 
 
+def test_text_held_after_a_call_the_gate_doubts_goes_out_when_it_is_retried_instead(fake):
+    """A stream holds the text after a call whose name the gate doubts until the guard decides; a call
+    that fails its schema is resampled (no decline: the retry decides), and that text is sent as before."""
+    whole = post(fake, "guard_bent_bad_args", tools=[LOOSE])
+    fake.engine.attempts.clear()
+    chunks = stream(fake, "guard_bent_bad_args", tools=[LOOSE])
+    for msg, hearth in ((whole["choices"][0]["message"], whole["hearth"]),
+                        (streamed_message(chunks), chunks[-1]["hearth"])):
+        assert msg["content"].strip() == "Done." and [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather"]
+        assert [r["kind"] for r in hearth["retries"]] == ["resample"]
+        assert not [e for e in hearth.get("events", []) if e["kind"] == "declined"]
+
+
+def streamed_message(chunks: list[dict]) -> dict:
+    """A stream's chunks as a whole message: its content and its calls' names."""
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    calls = [{"function": {"name": t["function"]["name"]}} for d in deltas for t in d.get("tool_calls") or []
+             if t.get("function", {}).get("name")]
+    return {"content": "".join(d.get("content") or "" for d in deltas), "tool_calls": calls}
+
+
 def test_the_gate_reads_each_name_of_a_leading_doubled_brace_region(fake):
     """`{{"name": ...}}}` opening the answer, then another: the parser reads both calls, and the gate
     reads each one's name in its own span (it read none when the region was one span for two calls)."""
