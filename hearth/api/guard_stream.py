@@ -9,7 +9,11 @@ the grammar held (hearth.tool_guard.held: its tool's schema and its region), whi
 gate lets through at its name, after only streamed calls; in mode `grammar` (no validation, no
 retries) every announced call. Nothing streams while a workflow reviews the answer, nor in mode
 `guard` when stop strings or stop tokens could cut a call short. Every other call is held and sent
-whole once validated, as before. hearth.api.guarded never retries past a streamed call."""
+whole once validated, as before. hearth.api.guarded never retries past a streamed call.
+
+A held call the decline gate reads as the grammar's choice (its floor set) withholds the text after
+it: should the guard decline the call, the answer from its opener on is the model's own
+unconstrained continuation (hearth.api.guarded), and that text must not have gone out first."""
 
 from __future__ import annotations
 
@@ -54,12 +58,18 @@ class CallStream:
         """Calls streamed so far (this attempt's first ones)."""
         self._sent: dict[int, str] = {}  # parser index -> the arguments text sent
         self._closed = not rules.open
+        self.gated: int | None = None
+        """The first held call the decline gate reads as the grammar's choice (parser index), if any."""
+        self.withheld: list[Event] = []
+        """The text after it, held back until the guard decides (release)."""
 
     def events(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
         shift = self.rules.offset
         for e in events:
-            if isinstance(e, (ContentDelta, ReasoningDelta)):
+            if isinstance(e, (ContentDelta, ReasoningDelta)) and self.gated is not None:
+                self.withheld.append(e)
+            elif isinstance(e, (ContentDelta, ReasoningDelta)):
                 out.append(e)
             elif isinstance(e, ToolCallStart):
                 if self._closed or e.index != self.count or not self._may_stream(e.index, e.name):
@@ -79,7 +89,21 @@ class CallStream:
                     out.append(ToolCallArgumentsDelta(e.index + shift, rest))
             elif isinstance(e, ToolCallEvent):
                 self._closed = True  # a call that was never announced (rescued, a second in its region)
+                if self.gated is None and self._overridden(e.index):
+                    self.gated = e.index
         return out
+
+    def release(self) -> list[Event]:
+        """The withheld text, once the guard kept the gated call (no rewrite follows)."""
+        out, self.withheld, self.gated = self.withheld, [], None
+        return out
+
+    def _overridden(self, k: int) -> bool:
+        """The decline gate reads call k's name as the grammar's choice (only where it judges)."""
+        if self.rules.decline_floor is None:
+            return False
+        spans = call_spans(self.trace.text, triggers_for(self.rules.fmt), CLOSERS)
+        return k < len(spans) and overridden(self.trace, spans[k], self.rules.decline_floor) is not None
 
     def _may_stream(self, k: int, name: str) -> bool:
         r = self.rules
@@ -89,10 +113,7 @@ class CallStream:
             return False
         if not region_held(self.trace.text, r.fmt, k, r.parallel, r.grammar == "forced"):
             return False
-        if r.decline_floor is None:
-            return True
-        spans = call_spans(self.trace.text, triggers_for(r.fmt), CLOSERS)
-        return overridden(self.trace, spans[k], r.decline_floor) is None
+        return not self._overridden(k)
 
 
 def as_sent(checked: Checked, held: list, n: int) -> Checked:

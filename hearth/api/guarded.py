@@ -196,14 +196,30 @@ class _Choice:
             else:
                 done = checked.ok or cut or attempt - nudges == s.config.retries
                 nxt = None if done else self._retry(attempt - nudges, checked, held, trace, last, ids, params)
+            calls, spans, gone = self._calls(held, checked), call_spans(trace.text, triggers_for(s.fmt), CLOSERS), []
             if nxt is None:
+                gone = self._declined(calls, spans, trace)
+            if not gone:  # the gated call stays (or is retried): the text the stream held after it goes too
+                late = stream.release()
+                said += [e.text for e in late if isinstance(e, ContentDelta)]
+                shown += late
+                if late and not hold:
+                    yield Update(late)
+            if nxt is None:
+                rewrite = _Rewrite()
+                if gone:  # the model's own answer from the first declined call's opener on
+                    async for u in self._rewrite(ids, params, trace, spans[gone[0]][0], attempt + 1, hold, rewrite):
+                        yield u
+                    last = rewrite.last or last
                 rescue = getattr(parser, "rescue", None)
                 text = "".join(before) + (rescue.content if rescue is not None else "".join(said))
                 if hold:  # what was held back: the reasoning, then the text as a whole answer reads
+                    text += rewrite.text
                     shown = [e for e in shown if isinstance(e, ReasoningDelta)] + ([ContentDelta(text)] if text else [])
-                    yield self._final(held, checked, trace, last, None, shown)
+                    yield self._final(held, checked, trace, last, None, calls, spans, gone, shown)
                 else:
-                    yield self._final(held, checked, trace, last, text if restarted or rescue is not None else None)
+                    text = text + rewrite.text if restarted or rescue is not None else None
+                    yield self._final(held, checked, trace, last, text, calls, spans, gone)
                 return
             ids, params = nxt
             attempt += 1
@@ -326,26 +342,25 @@ class _Choice:
         if self.s.config.mode == "guard":  # the grammar alone changes nothing: no coercions to report
             self.report.coercions += [{"call": checked.calls[i].name, **c.as_dict()} for i, c in checked.coercions]
 
-    def _final(self, held: list, checked: Checked, trace: TokenTrace, last, text: str | None,
-               shown: list | None = None) -> Update:
-        """The choice's calls (validated, or as they came once retries ran out) and its finish;
-        `text`: the whole answer's content when it differs from what was streamed."""
+    def _calls(self, held: list, checked: Checked) -> list:
+        """The choice's calls: validated, or as they came once retries ran out."""
         s = self.s
         if s.config.mode != "guard":  # the grammar alone: calls as parsed, problems only reported
-            calls = held
-        else:
-            calls = self._kept + (checked.calls if checked.ok else [c for c in checked.calls if c.name in s.schemas])
+            return held
+        return self._kept + (checked.calls if checked.ok else [c for c in checked.calls if c.name in s.schemas])
+
+    def _final(self, held: list, checked: Checked, trace: TokenTrace, last, text: str | None, calls: list,
+               spans: list, gone: list[int], shown: list | None = None) -> Update:
+        """The choice's calls and its finish; `text`: the whole answer's content when it differs from
+        what was streamed; `gone`: the declined calls, the answer rewritten from the first one's opener
+        (_rewrite: its text went out as it came), so they and every call after it are dropped."""
+        s = self.s
         # given up: a call of no offered tool goes back as the text it was, as without the guard
         unknown = [ContentDelta(_call_text(c)) for c in held if c.name not in s.schemas]
         if not checked.ok:  # retries or nudges ran out
             self.report.outcome = "unresolved"
-        spans = call_spans(trace.text, triggers_for(s.fmt), CLOSERS)
-        gone = self._declined(calls, spans, trace)
-        if gone:  # the model meant a tool nobody offered: the text it wrote, as without the guard
-            raw = trace.text.encode()
-            unknown += [ContentDelta(raw[slice(*spans[k])].decode("utf-8", "replace")) for k in gone]
-            calls = [c for k, c in enumerate(calls) if k not in gone]
-            spans = [span for k, span in enumerate(spans) if k not in gone]
+        if gone:  # the model meant a tool nobody offered: its own text instead, as without the guard
+            calls, spans = calls[:gone[0]], spans[:gone[0]]
         self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
         new = calls[len(self._kept):]  # calls this attempt wrote (kept ones were scored where written)
         for k, call in enumerate(new):
@@ -379,8 +394,33 @@ class _Choice:
             p = overridden(trace, span, s.config.decline_below)
             if p is not None:
                 out.append(k)
-                self._log.add("declined", name=call.name, name_prob=p)
+                self._log.add("declined", name=call.name, name_prob=p, rewritten="unconstrained")
         return out
+
+    async def _rewrite(self, ids: list[int], params: SamplingParams, trace: TokenTrace, start: int, attempt: int,
+                       hold: bool, into: _Rewrite) -> AsyncIterator[Update]:
+        """The answer from byte `start` (a declined call's opener) on, as the model writes it without
+        the grammar: the same sampling after the same tokens (the prompt a prefix-cache hit). Its text
+        streams as it comes (unless a workflow holds the answer); it is text, whatever it says."""
+        before = trace.prefix_tokens(start)
+        room = None if params.max_tokens is None else max(1, params.max_tokens - len(before))
+        free = replace(params, structured_output=None, raw_logprobs=False, raw_logprobs_at=None, max_tokens=room,
+                       prompt_logprobs=None)
+        self._gen, self._counted = self._start(ids + before, free, attempt), False
+        cont = TokenTrace(self.s.token_bytes)
+        # tokens before the opener that the trace cut inside of: the continuation writes them again
+        skip = start - max((b for _, b, _ in trace.spans if b <= start), default=0)  # bytes the client has
+        async for _, out in self._gen.outputs():
+            cont.add(out.new_text, out.new_token_ids, out.new_logprobs, out.new_raw_logprobs)
+            new = out.new_text
+            if skip > 0:
+                cut = new.encode()[:skip]
+                skip -= len(cut)
+                new = new.encode()[len(cut):].decode("utf-8", "replace")
+            into.text += new
+            into.last = out
+            yield Update([ContentDelta(new)] if new and not hold else [], out.new_token_ids, self._logprobs(out))
+        self._count(cont)
 
     def _logprobs(self, out):
         return out.new_logprobs if self.s.client_logprobs else None
@@ -408,6 +448,13 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
     held = frozenset(n for n, schema in schemas.items() if schema_held(schema))
     return GuardSetup(served.engine, metrics, ids, params, make_parser, schemas, plan.required, plan.parse_format,
                       grammar, forced, reprompt, config, token_bytes, client_logprobs, uuid.uuid4().hex, held=held)
+
+
+@dataclass(slots=True)
+class _Rewrite:
+    """What _rewrite wrote: its text from the declined call's opener on, and its last output."""
+    text: str = ""
+    last: object | None = None
 
 
 def _call_text(call) -> str:

@@ -3,8 +3,9 @@ a ```json fence or an object starting `{"name"`), the grammar allows only offere
 the model meant a tool nobody offered (BFCL's irrelevance: asked for a triangle's area with only a
 BMI tool, it writes `"name": "calculate_triangle_area"`), the grammar bends the name's first token to
 an offered one, which the model itself gave almost no probability. Such a call is declined: the
-answer goes back as the text it was, as the server without the guard returns a call of an unknown
-tool. A misspelled name keeps its first token (`get_wether` -> `get_weather`) and stays a call.
+answer from its opener on is the model's own, written again without the grammar (hearth.api.guarded:
+the grammar's text would carry arguments the model never wrote), as the server without the guard
+returns a call of an unknown tool. A misspelled name keeps its first token (`get_wether` -> `get_weather`) and stays a call.
 
 The probability read is the raw one, before the grammar's mask (SamplingParams.raw_logprobs): over
 the allowed tokens only, a name the grammar leaves one way to start reads 1 whatever the model meant."""

@@ -78,14 +78,27 @@ ATTEMPTS = {
     # an answer opened as a fenced call whose name the lazy grammar bent to an offered tool: the
     # model gave the name's first token almost nothing before the grammar's mask (RAW_LOGPROBS),
     # though over the allowed tokens it was sure (LOGPROBS); the same with a name the model chose
-    "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
+    # (its second request: the model's own answer from the opener on, without the grammar, once declined)
+    "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```'],
+                          ['```json\n{"name": "', "triangle_area", '", "arguments": {"base": 3}}\n```']],
     "guard_sure_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
     # doubled braces opening the answer: a good call, then one of no offered tool (the resample starts over)
     "guard_doubled_second_bad": [['{{"name": "get_weather", "arguments": {"city": "Paris"}}}', "\n",
                                   '{{"name": "get_wether", "arguments": {}}}'], [WEATHER_CALL.replace("Paris", "Rome")]],
     # Qwen's doubled-brace call opening the answer, then another: the model's own name, then a bent one
+    # (its second request: the model's own text from the end of the token "get_weather", the last whole one
+    # before the second call's opener, once that call is declined)
     "guard_doubled_two": [['{{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}}\n{{"name": "',
-                           "get_weather", '", "arguments": {"city": "Rome"}}}']],
+                           "get_weather", '", "arguments": {"city": "Rome"}}}'],
+                          ['", "arguments": {"city": "Paris"}}}\n{{"name": "', "hotel_rooms", '", "arguments": {}}}']],
+    # the trial's case (Qwen2.5-Coder-0.5B asked for a joke, one tool get_weather): a bare object the
+    # grammar bent to get_weather, text after it; its second request: the model's own answer
+    "guard_bent_joke": [['{"name": "', "get_weather", '", "arguments": {"city": "New York"}}', "\nEnjoy the weather!"],
+                        ['{"name": "', "Cat Joke", '", "arguments": {"cat": "Meow"}}']],
+    # the same bent name, its arguments failing the schema: resampled, not declined
+    "guard_bent_bad_args": [['<tool_call>\n{"name": "', "get_weather", '", "arguments": {"town": "Rome"}}\n</tool_call>',
+                             "\nDone."],
+                            [WEATHER_CALL]],
     # the call of the conversation's last step again (its result ignored), then an answer from the result
     "guard_repeat": [[WEATHER_CALL], ["It is sunny in Paris."]],
     "guard_repeat_again": [[WEATHER_CALL]],
@@ -96,7 +109,8 @@ LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05, ("ro
             ("router_unsure_city", 1): -0.01, ("router_unsure_city", 4): -2.0}
 """(script, piece index) -> the sampled token's logprob there (else -0.5)."""
 RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2, ("guard_doubled_two", 1): -0.2,
-                ("guard_doubled_two", 3): -6.0}
+                ("guard_doubled_two", 3): -6.0, ("guard_bent_joke", 1): -7.0,
+                ("guard_bent_bad_args", 1): -7.0}
 """(script, piece index) -> its raw logprob, before the grammar's mask (else its logprob); sent only
 when the request asks for raw logprobs (SamplingParams.raw_logprobs)."""
 PACED = {"markdown": 0.05}

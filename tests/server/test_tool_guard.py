@@ -261,15 +261,22 @@ def test_extension_field_says_what_was_done(fake):
 def test_a_call_whose_tool_the_grammar_chose_is_declined(fake):
     """An answer that opened like a call, whose name's first token the model itself gave almost no
     probability before the grammar's mask (the lazy grammar bent it from a tool nobody offered),
-    though over the allowed tokens it read p ~ 1: the text it was, no call."""
+    though over the allowed tokens it read p ~ 1: no call, and the answer from its opener on is the
+    model's own, written again without the grammar (same params, the same prefix: here all of it)."""
     r = post(fake, "guard_forced_name")
-    assert fake.last.params.raw_logprobs  # the guard asked the engine for raw logprobs
+    first, again = fake.engine.added
+    assert first.params.raw_logprobs  # the guard asked the engine for raw logprobs
+    assert again.prompt == first.prompt and again.params.structured_output is None and not again.params.raw_logprobs
+    assert again.params.temperature == first.params.temperature and again.params.seed == first.params.seed
     msg = r["choices"][0]["message"]
     assert msg.get("tool_calls") is None and r["choices"][0]["finish_reason"] == "stop"
-    assert '"name": "get_weather"' in msg["content"]
+    assert msg["content"] == '```json\n{"name": "triangle_area", "arguments": {"base": 3}}\n```'
     (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
     assert event["name"] == "get_weather" and event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
-    assert r["hearth"]["calls"] == [] and len(fake.engine.added) == 1
+    assert event["rewritten"] == "unconstrained"
+    assert r["hearth"]["calls"] == [] and r["hearth"]["retries"] == []
+    assert r["usage"]["completion_tokens"] == 6  # both requests' tokens, as a resample's count
+    fake.engine.attempts.clear()
     sure = post(fake, "guard_sure_name")  # the same output, the name the model's own choice: a call
     assert sure["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert not [e for e in sure["hearth"].get("events", []) if e["kind"] == "declined"]
@@ -278,8 +285,51 @@ def test_a_call_whose_tool_the_grammar_chose_is_declined(fake):
     off = post(fake, "guard_forced_name", hearth={"tool_guard_decline_below": 0})  # the gate off: a call
     assert off["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
     assert off["hearth"]["calls"][0]["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
+    fake.engine.attempts.clear()
     forced = post(fake, "guard_forced_name", tool_choice="required")  # a call was asked for: kept
     assert forced["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+    assert len(fake.engine.added) == 5  # one request each: nothing written again
+
+
+def test_a_declined_call_is_the_models_own_text_not_the_grammars(fake):
+    """The trial's case: asked for a joke with only get_weather offered, the answer opened as a bare
+    object whose name the grammar bent to get_weather (and went on to invent its arguments); declined,
+    the answer is what the model writes without the grammar, and the text the bent call was followed
+    by is gone with it, streamed or not."""
+    own = '{"name": "Cat Joke", "arguments": {"cat": "Meow"}}'
+    r = post(fake, "guard_bent_joke")
+    msg = r["choices"][0]["message"]
+    assert msg["content"] == own and msg.get("tool_calls") is None and r["choices"][0]["finish_reason"] == "stop"
+    (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
+    assert event == {"kind": "declined", "name": "get_weather", "name_prob": pytest.approx(math.exp(-7.0), rel=1e-2),
+                     "rewritten": "unconstrained"}
+    fake.engine.attempts.clear()
+    chunks = stream(fake, "guard_bent_joke")
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert "".join(d.get("content") or "" for d in deltas) == own and not [d for d in deltas if d.get("tool_calls")]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert [e["kind"] for e in chunks[-1]["hearth"]["events"]] == ["declined"]
+
+
+def test_text_held_after_a_call_the_gate_doubts_goes_out_when_it_is_retried_instead(fake):
+    """A stream holds the text after a call whose name the gate doubts until the guard decides; a call
+    that fails its schema is resampled (no decline: the retry decides), and that text is sent as before."""
+    whole = post(fake, "guard_bent_bad_args", tools=[LOOSE])
+    fake.engine.attempts.clear()
+    chunks = stream(fake, "guard_bent_bad_args", tools=[LOOSE])
+    for msg, hearth in ((whole["choices"][0]["message"], whole["hearth"]),
+                        (streamed_message(chunks), chunks[-1]["hearth"])):
+        assert msg["content"].strip() == "Done." and [c["function"]["name"] for c in msg["tool_calls"]] == ["get_weather"]
+        assert [r["kind"] for r in hearth["retries"]] == ["resample"]
+        assert not [e for e in hearth.get("events", []) if e["kind"] == "declined"]
+
+
+def streamed_message(chunks: list[dict]) -> dict:
+    """A stream's chunks as a whole message: its content and its calls' names."""
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    calls = [{"function": {"name": t["function"]["name"]}} for d in deltas for t in d.get("tool_calls") or []
+             if t.get("function", {}).get("name")]
+    return {"content": "".join(d.get("content") or "" for d in deltas), "tool_calls": calls}
 
 
 def test_the_gate_reads_each_name_of_a_leading_doubled_brace_region(fake):
@@ -288,11 +338,15 @@ def test_the_gate_reads_each_name_of_a_leading_doubled_brace_region(fake):
     r = post(fake, "guard_doubled_two")
     msg = r["choices"][0]["message"]
     assert [json.loads(c["function"]["arguments"]) for c in msg["tool_calls"]] == [{"city": "Paris"}]
-    assert msg["content"] == '\n{{"name": "get_weather", "arguments": {"city": "Rome"}}}'  # declined: its text
+    # declined: the model's own text from the second call's opener on (its prefix ends inside the first
+    # call's last token: the client has those bytes, so they are not sent again)
+    assert msg["content"] == '\n{{"name": "hotel_rooms", "arguments": {}}}'
+    assert fake.engine.added[1].prompt == fake.engine.added[0].prompt + '{g'  # the fake's tokens: one per piece
     (call,) = r["hearth"]["calls"]
     assert call["name_prob"] == pytest.approx(math.exp(-0.2), rel=1e-2)
     (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
     assert event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
+    fake.engine.attempts.clear()
     off = post(fake, "guard_doubled_two", hearth={"tool_guard_decline_below": 0})  # the gate off: two calls
     assert [c["name_prob"] for c in off["hearth"]["calls"]] == [pytest.approx(math.exp(-0.2), rel=1e-2),
                                                                   pytest.approx(math.exp(-6.0), rel=1e-2)]
