@@ -404,6 +404,37 @@ def test_server_limits_on_n_and_max_tokens(make_fake):
     assert fake.client.post(CHAT, json={"messages": USER, "n": 2, "max_tokens": 100}).status_code == 200
 
 
+@pytest.mark.parametrize("path,body", [
+    (CHAT, {"messages": USER}),
+    (COMPLETIONS, {"prompt": "hi"}),  # OpenAI's default of 16 is past the limit: bounded by it, not a 400
+    ("/completion", {"prompt": "hi", "n_predict": -1}),
+    ("/completion", {"prompt": "hi"}),
+    ("/v1/responses", {"input": "hi"}),
+])
+def test_max_tokens_limit_bounds_a_request_that_asks_none(make_fake, path, body):
+    """--max-tokens-limit is the max_tokens of a request that sets none (it ran to the context's end)."""
+    fake = make_fake(max_tokens=10)
+    r = fake.client.post(path, json={"model": "fake-model", **body})
+    assert r.status_code == 200, r.text
+    assert fake.last.params.max_tokens == 10
+
+
+def test_max_tokens_limit_is_named_where_it_bounds(make_fake):
+    fake = make_fake(max_tokens=10)
+    err = fake.client.post(CHAT, json={"messages": USER, "max_tokens": 20}).json()["error"]
+    assert err["param"] == "max_tokens" and "--max-tokens-limit" in err["message"] and "context" not in err["message"]
+    err = fake.client.post(MESSAGES, json={"messages": USER, "max_tokens": 20}).json()["error"]
+    assert "max_tokens" in err["message"] and "--max-tokens-limit" in err["message"]
+    # a limit past the context: the context bounds it, and is named
+    fake = make_fake(engine=FakeEngine(max_model_len=64), max_tokens=1000)
+    err = fake.client.post(CHAT, json={"messages": USER, "max_tokens": 100}).json()["error"]
+    assert "context holds 64" in err["message"] and "--max-tokens-limit" not in err["message"]
+    # a prompt near the context's end, no max_tokens: the limit is not a 400, the room left ends the answer
+    fake = make_fake(engine=FakeEngine(max_model_len=60), max_tokens=10)
+    assert fake.client.post(CHAT, json={"messages": [{"role": "user", "content": "x" * 5}]}).status_code == 200
+    assert len(fake.last.prompt) > 50 and fake.last.params.max_tokens == 10
+
+
 def test_unknown_route_and_method(fake):
     assert fake.client.get("/v1/nothing").json()["error"]["type"] == "not_found_error"
     r = fake.client.get(CHAT)
