@@ -56,6 +56,9 @@ TABLE = [
     (CHAT, {"messages": USER, "max_completion_tokens": 0}, 400, "max_completion_tokens"),
     (CHAT, {"messages": USER, "max_tokens": 10**6}, 400, "max_tokens"),
     (CHAT, {"messages": USER, "temperature": -1}, 400, "temperature"),
+    (CHAT, {"messages": USER, "temperature": 2.5}, 400, "temperature"),  # OpenAI's range is 0 to 2
+    (COMPLETIONS, {"prompt": "hi", "temperature": 3}, 400, "temperature"),
+    ("/v1/responses", {"input": "hi", "temperature": 2.01}, 400, "temperature"),
     (CHAT, {"messages": USER, "top_p": 0}, 400, "top_p"),
     (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
     (CHAT, {"messages": USER, "n": 0}, 400, "n"),
@@ -234,6 +237,13 @@ def test_openai_bad_input(fake, path, body, status, param):
     assert error["message"].startswith(param) or f"{param}:" in error["message"] or f"'{param}'" in error["message"] \
         or error["param"] == param, error
     assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+
+
+def test_llama_server_routes_keep_an_unbounded_temperature(fake):
+    """OpenAI's routes refuse a temperature above 2 (the table); llama-server's take it, as llama-server does."""
+    r = fake.client.post("/completion", json={"prompt": "hi", "temperature": 2.5})
+    assert r.status_code == 200 and fake.last.params.temperature == 2.5
+    assert fake.client.post(CHAT, json={"messages": USER, "temperature": 2}).status_code == 200
 
 
 def test_a_wrong_typed_tool_call_id_is_named_as_such(fake):
