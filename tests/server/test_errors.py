@@ -239,6 +239,20 @@ def test_openai_bad_input(fake, path, body, status, param):
     assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
 
 
+def test_a_prompt_that_fills_the_context_says_no_room_is_left(make_fake):
+    """It said "prompt is 64 tokens but the context holds 64", as if it fit."""
+    fake = make_fake(engine=FakeEngine(max_model_len=64))
+    for path, body in [(COMPLETIONS, {"prompt": [65] * 64}), (CHAT, {"messages": USER})]:
+        if path == CHAT:  # the rendered chat prompt's length, measured, made to fill the context
+            fake.client.post(CHAT, json={"messages": USER, "max_tokens": 1})
+            pad = 64 - len(fake.last.prompt)
+            body = {"messages": [{"role": "user", "content": "hi" + "x" * pad}]}
+        err = fake.client.post(path, json=body).json()["error"]
+        assert err["message"].startswith("prompt is 64 tokens, which fills the context (64) and leaves no room "
+                                         "for an answer (the prompt must be shorter than the context); "), err
+        assert err["code"] == "context_length_exceeded"
+
+
 def test_llama_server_routes_keep_an_unbounded_temperature(fake):
     """OpenAI's routes refuse a temperature above 2 (the table); llama-server's take it, as llama-server does."""
     r = fake.client.post("/completion", json={"prompt": "hi", "temperature": 2.5})
