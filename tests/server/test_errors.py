@@ -253,6 +253,16 @@ def test_a_prompt_that_fills_the_context_says_no_room_is_left(make_fake):
         assert err["code"] == "context_length_exceeded"
 
 
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES, "/v1/responses", "/completion", "/tokenize"])
+def test_an_empty_body_is_named_empty(fake, path):
+    """It said "request body: Field required"."""
+    r = fake.client.post(path, content=b"", headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["message"] == "the request body is empty; it must be a JSON object"
+    assert error["type"] == "invalid_request_error"
+
+
 def test_llama_server_routes_keep_an_unbounded_temperature(fake):
     """OpenAI's routes refuse a temperature above 2 (the table); llama-server's take it, as llama-server does."""
     r = fake.client.post("/completion", json={"prompt": "hi", "temperature": 2.5})
