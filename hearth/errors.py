@@ -43,9 +43,17 @@ class PromptTooLongError(HearthError):
         remedy = "shorten the prompt or raise --max-model-len" if self.can_raise else "shorten the prompt"
         if model_context is not None and self.can_raise:
             remedy += f" (the model's own context is {model_context})"
-        super().__init__(f"prompt is {prompt_tokens} tokens but the context holds {max_context}; {remedy}")
+        super().__init__(f"{too_long(prompt_tokens, max_context)}; {remedy}")
         self.prompt_tokens = prompt_tokens
         self.max_context = max_context
+
+
+def too_long(prompt_tokens: int, max_context: int) -> str:
+    """Why a prompt does not fit: past the context, or filling it (the answer needs one token more)."""
+    if prompt_tokens == max_context:
+        return (f"prompt is {prompt_tokens} tokens, which fills the context ({max_context}) and leaves no room "
+                "for an answer (the prompt must be shorter than the context)")
+    return f"prompt is {prompt_tokens} tokens but the context holds {max_context}"
 
 
 class MaxTokensTooLargeError(PromptTooLongError):

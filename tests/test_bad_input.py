@@ -171,7 +171,8 @@ def tiny_llm(tmp_path_factory):
 @pytest.mark.parametrize("prompt,needle", [
     ({"prompt_token_ids": []}, "prompt is empty"),
     ({"prompt_token_ids": [1, 10**6]}, "token id 1000000 is outside the vocabulary"),
-    ({"prompt_token_ids": [1] * 64}, "context holds 64"),
+    ({"prompt_token_ids": [1] * 65}, "context holds 64"),
+    ({"prompt_token_ids": [1] * 64}, r"fills the context \(64\) and leaves no room for an answer"),
 ])
 def test_engine_rejects_bad_prompts_and_queues_nothing(tiny_llm, prompt, needle):
     from hearth.errors import HearthError

@@ -35,7 +35,7 @@ class ServerConfig:
     max_body_bytes: int = 16 * 2**20
     max_n: int = 16
     max_tokens: int = 0
-    """Largest max_tokens a request may ask for; 0 = the context length."""
+    """Largest max_tokens a request may ask for, and one's that asks none; 0 = the context length."""
     max_stored_responses: int = 1000
     """Responses kept for previous_response_id and GET /v1/responses/{id}; the oldest go first."""
     stored_response_max_age_s: float = 3600.0

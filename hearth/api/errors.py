@@ -150,6 +150,8 @@ def validation_message(errors: list) -> tuple[str, str | None]:
     why = " or ".join([same[0]] + [m.removeprefix("Input should be ") for m in same[1:]])
     if not param and first.get("type") in _NOT_AN_OBJECT:
         return "the request body must be a JSON object", None
+    if not param and first.get("type") == "missing":  # FastAPI's word for no body at all ("Field required")
+        return "the request body is empty; it must be a JSON object", None
     if not param:
         return f"request body: {why}", None
     return f"{param}: {why}", param

@@ -71,6 +71,8 @@ def _openai_message(m: dict, where: str, wire: bool = True) -> dict:
     for key in ("name", "tool_call_id"):
         if isinstance(m.get(key), str):
             out[key] = m[key]
+        elif m.get(key) is not None:  # strict, as OpenAI reads it: a number was dropped without a word
+            raise bad(f"{where}.{key}", f"must be a string, not {_kind(m[key])}")
     if wire and role == "tool" and "tool_call_id" not in out:  # OpenAI's rule; HF's tool messages carry a name
         raise bad(f"{where}.tool_call_id", "is required for a tool message")
     reasoning = m.get("reasoning_content", m.get("reasoning"))
@@ -129,6 +131,8 @@ def history_tool_calls(calls: Any, where: str) -> list[dict]:
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise bad(f"{where}[{j}].function.name", "is required (a string)")
+        if call.get("type", "function") != "function":  # OpenAI's one type of call (absent: vLLM's default)
+            raise bad(f"{where}[{j}].type", f"must be 'function', got {call['type']!r}")
         out.append({"id": str(call.get("id") or f"call_{j}"), "type": "function",
                     "function": {"name": fn["name"], "arguments": template_arguments(fn.get("arguments"))}})
     return out

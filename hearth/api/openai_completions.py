@@ -51,8 +51,9 @@ async def completions(body: CompletionRequest, request: Request):
     asked = asked_prompt_logprobs(body, served)
     echo_k = k if body.echo else None  # the echo's logprobs are the prompt's too
     engine_k = max((k for k in (asked, echo_k) if k is not None), default=None)
-    if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room left
-        max_tokens = max(1, min(max_tokens, served.max_model_len - longest))
+    if "max_tokens" not in body.model_fields_set:  # OpenAI's default of 16, not asked for: within the room
+        cap = state.limits.max_tokens or max_tokens  # left and the server's --max-tokens-limit
+        max_tokens = max(1, min(max_tokens, cap, served.max_model_len - longest))
     params = make_params({
         **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),

@@ -80,7 +80,9 @@ class SamplingScalars(_Request):
     """The sampling knobs every OpenAI request body has (chat, completions, Responses)."""
 
     model: str | None = None
-    temperature: StrictFloat | None = None
+    temperature: StrictFloat | None = Field(None, le=2)
+    """OpenAI's range is 0 to 2 (a 400 above; below 0 is SamplingParams' error). llama-server's routes
+    (hearth.api.llama_protocol) keep its unbounded temperature."""
     top_p: StrictFloat | None = None
     top_k: StrictInt | None = None
     min_p: StrictFloat | None = None

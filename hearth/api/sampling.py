@@ -31,7 +31,7 @@ def check_logprobs(param: str, k: int | None, served) -> int | None:
 class Limits:
     max_n: int = 16
     max_tokens: int = 0
-    """Largest max_tokens a request may ask for; 0 = the model's context length."""
+    """Largest max_tokens a request may ask for, and one's that asks none; 0 = the model's context length."""
 
 
 def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: dict | None = None,
@@ -45,20 +45,27 @@ def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: d
     if n > limits.max_n:
         raise _bad(names.get("n", "n"), f"must be at most {limits.max_n} on this server, got {n}")
     max_tokens = kwargs.get("max_tokens")
-    cap = limits.max_tokens or max_model_len
-    if max_tokens is not None and max_tokens > cap:
-        raise _bad(names.get("max_tokens", "max_tokens"),
-                   f"must be at most {cap} (the model's context holds {max_model_len} tokens), got {max_tokens}")
+    if max_tokens is not None and (why := _over_cap(max_tokens, limits.max_tokens, max_model_len)):
+        raise _bad(names.get("max_tokens", "max_tokens"), why)
     try:
         check_room(prompt_tokens, max_tokens, max_model_len, names.get("max_tokens", "max_tokens"))
     except MaxTokensTooLargeError as e:
         raise from_hearth_error(e) from None
-    if "max_tokens" not in kwargs:
-        kwargs["max_tokens"] = None  # until the context is full
+    if max_tokens is None:  # not asked: the server's limit, else until the context is full (the engine
+        kwargs["max_tokens"] = limits.max_tokens or None  # ends either where the context's room does)
     try:
         return SamplingParams(**kwargs)
     except InvalidSamplingParams as e:
         raise _bad(names.get(e.field, e.field), e.why) from None
+
+
+def _over_cap(max_tokens: int, limit: int, max_model_len: int) -> str | None:
+    """Why an asked max_tokens is past the server's --max-tokens-limit or the context, naming which bounds it."""
+    if limit and limit <= max_model_len and max_tokens > limit:
+        return f"must be at most {limit} (the server's --max-tokens-limit), got {max_tokens}"
+    if max_tokens > max_model_len:
+        return f"must be at most {max_model_len} (the model's context holds {max_model_len} tokens), got {max_tokens}"
+    return None
 
 
 def common_fields(body) -> dict:

@@ -9,6 +9,7 @@ and the output is parsed as hermes: the format documented in hearth.tool_parsers
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from hearth.api.errors import APIError
@@ -37,12 +38,17 @@ class ToolPlan:
     """The tool a named tool_choice forces: an output max_tokens cuts is a call of it (hearth.tool_parsers.cut)."""
 
 
+# OpenAI's rule for a function's name, plus the dot of MCP's `server.tool` names (vLLM takes any
+# string; a dotted call round-trips the call grammar and parsers: tests/server/test_tool_guard_engine)
+TOOL_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,64}")
+
+
 def openai_tools(tools: list | None, param: str = "tools", fn_at: str = "function.") -> list[dict]:
-    """Tools in OpenAI's chat shape, checked as vLLM checks them: `type` is "function" (its default
-    where absent), a name is any non-empty string (dotted MCP names such as `weather.get` included;
-    two of one name pass too), parameters a JSON schema. fn_at: where the function's fields sit in
-    the request's own shape, for the errors' names ("": the Responses API's and legacy `functions`)."""
-    out = []
+    """Tools in OpenAI's chat shape, checked as OpenAI checks them: `type` is "function" (vLLM's default
+    where absent), a name matches TOOL_NAME and is no other tool's (a call names one tool only), a
+    description is a string, parameters a JSON schema. fn_at: where the function's fields sit in the
+    request's own shape, for the errors' names ("": the Responses API's and legacy `functions`)."""
+    out, seen = [], {}
     for i, t in enumerate(tools or []):
         if not isinstance(t, dict):
             raise APIError(400, f"{param}[{i}]: must be a tool object, not {_kind(t)}", param=f"{param}[{i}]")
@@ -53,6 +59,15 @@ def openai_tools(tools: list | None, param: str = "tools", fn_at: str = "functio
         where = f"{param}[{i}].{fn_at}name"
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str) or not fn["name"]:
             raise APIError(400, f"{where}: is required (a string)", param=where)
+        if not TOOL_NAME.fullmatch(fn["name"]):
+            raise APIError(400, f"{where}: {fn['name']!r} must be 1 to 64 letters, digits, '_', '-' or '.'", param=where)
+        if fn["name"] in seen:
+            raise APIError(400, f"{where}: {fn['name']!r} is the name of {param}[{seen[fn['name']]}] too; "
+                                "tool names must be unique", param=where)
+        seen[fn["name"]] = i
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            at = f"{param}[{i}].{fn_at}description"
+            raise APIError(400, f"{at}: must be a string, not {_kind(fn['description'])}", param=at)
         _check_schema(fn.get("parameters"), f"{param}[{i}].{fn_at}parameters")
         out.append({"type": "function", "function": fn})
     return out

@@ -14,7 +14,8 @@ from dataclasses import replace
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
-from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError, can_raise_context, check_room
+from hearth.errors import (HearthError, MaxTokensTooLargeError, PromptTooLongError, can_raise_context, check_room,
+                           too_long)
 
 DEFAULT_MAX_TOKENS = 1024
 HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
@@ -157,7 +158,7 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
     except MaxTokensTooLargeError as e:
         raise HearthError(f"{e}; lower it{' or raise --ctx' if e.can_raise else ''}") from None
     except PromptTooLongError as e:
-        raise HearthError(f"prompt is {e.prompt_tokens} tokens but the context holds {e.max_context}; "
+        raise HearthError(f"{too_long(e.prompt_tokens, e.max_context)}; "
                           f"shorten it{' or raise --ctx' if e.can_raise else ''}") from None
     if note:
         print(note, file=sys.stderr, flush=True)

@@ -47,7 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--max-n", type=int, default=16, help="largest `n` a request may ask for (default: %(default)s)")
     net.add_argument("--max-tokens-limit", type=int, default=0,
-                     help="largest max_tokens a request may ask for (default: the context length)")
+                     help="largest max_tokens a request may ask for, and the max_tokens of one that asks none "
+                          "(default: the context length)")
     net.add_argument("--max-body-mb", type=float, default=16, help="largest request body in MiB (default: %(default)s)")
     net.add_argument("--tool-guard", default="guard", metavar="MODE",
                      help="tool calls: guard (call grammar, validation, retries), grammar (the grammar only) or "

@@ -58,11 +58,11 @@ class SnapshotStore:
 
     def path(self, name: str) -> Path:
         if not isinstance(name, str) or not NAME.fullmatch(name):
-            raise SnapshotNameError(f"name {name!r} must be 1-128 letters, digits, '.', '_' or '-', "
+            raise SnapshotNameError(f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', "
                                     "starting with a letter or digit")
         path = (self.dir / f"{name}{SUFFIX}").resolve()
         if path.parent != self.dir.resolve():  # belt and braces: the pattern already forbids it
-            raise SnapshotNameError(f"name {name!r} leaves the snapshot directory")
+            raise SnapshotNameError(f"{name!r} leaves the snapshot directory")
         return path
 
     def save(self, name: str, token_ids: list[int], payloads: list[bytes]) -> SnapshotInfo:

@@ -159,6 +159,7 @@ def test_save_and_restore_a_conversation(restarted, model_path, tmp_path_factory
 def test_names_that_leave_the_directory_are_400(restarted, field, name):
     r = restarted.server.http().post("/slots/save", json={field: name, "prompt": "hello"})
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    assert r.json()["error"]["message"].startswith(f"{field}: {name!r} must be "), r.text
     assert {p.name for p in (restarted.dir / "saved").iterdir()} <= {"lighthouse-1.hkv"}
 
 

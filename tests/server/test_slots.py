@@ -39,3 +39,11 @@ def test_llama_server_slot_save_takes_the_last_sequence(client):
     assert saved["n_saved"] == (n - 1) // BLOCK * BLOCK > done["usage"]["prompt_tokens"] // BLOCK * BLOCK
     r = client.post("/slots/0?action=restore", json={"filename": "a.bin"})
     assert r.status_code == 200 and r.json()["n_restored"] == saved["n_saved"], r.text
+
+
+@pytest.mark.parametrize("field", ["name", "filename"])
+def test_a_bad_name_is_named_once(client, field):
+    """It read "name: name '../etc' must be ...", and for filename "filename: name '../etc' ..."."""
+    r = client.post("/slots/save", json={field: "../etc", "prompt": "hi"})
+    assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
+    assert r.json()["error"]["message"].startswith(f"{field}: '../etc' must be 1-128 letters, digits"), r.text
