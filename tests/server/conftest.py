@@ -3,7 +3,9 @@
 - `fake` / `make_fake`: the app in-process around a scripted FakeEngine (tests/server/fakes.py), driven
   through Starlette's TestClient, which the openai and anthropic SDKs accept as their http client;
 - `real_server`: `python -m hearth serve <SmolLM2 .gguf>` started once per session as a
-  subprocess on a free loopback port, with an API key and one CORS origin."""
+  subprocess on a free loopback port, with an API key and one CORS origin;
+- `qwen_client`: the app in-process around Qwen2.5-Coder-0.5B (served as "qwen", one sequence), once
+  per session for the real-model tests that need a coder model's answers."""
 
 from __future__ import annotations
 
@@ -28,6 +30,19 @@ CORS_ORIGIN = "http://allowed.example"
 REPO = Path(__file__).resolve().parents[2]
 # generous: a shared 2-core CI machine under load can take seconds per decode step
 TIMEOUT = 300
+
+
+@pytest.fixture(scope="session")
+def qwen_client(model_path):
+    from hearth.api.app import create_app
+    from hearth.api.served import ServedModel
+    from hearth.engine.async_engine import AsyncEngine
+    from hearth.llm import LLM
+
+    llm = LLM(str(model_path("qwen2.5-coder-0.5b")), progress=False, max_model_len=1024, max_num_seqs=1,
+              kv_cache_memory_gb=0.05)
+    with TestClient(create_app(ServedModel.from_llm(llm, ["qwen"], AsyncEngine(llm.engine)))) as c:
+        yield c
 
 
 @dataclass

@@ -5,33 +5,17 @@ first only if the prompt put the suffix where its FIM training did (measured 202
 
 from __future__ import annotations
 
-import pytest
-from starlette.testclient import TestClient
-
-from hearth.api.app import create_app
-from hearth.api.served import ServedModel
-from hearth.engine.async_engine import AsyncEngine
-from hearth.llm import LLM
-
 PREFIX = "def average(numbers):\n    "
 SUFFIX = "\n    return mean_value\n"
 
 
-@pytest.fixture(scope="module")
-def client(model_path):
-    llm = LLM(str(model_path("qwen2.5-coder-0.5b")), progress=False, max_model_len=512, max_num_seqs=1,
-              kv_cache_memory_gb=0.05)
-    with TestClient(create_app(ServedModel.from_llm(llm, ["qwen"], AsyncEngine(llm.engine)))) as c:
-        yield c
-
-
-def test_the_middle_uses_the_suffix(client):
-    r = client.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 12,
-                                     "temperature": 0})
+def test_the_middle_uses_the_suffix(qwen_client):
+    r = qwen_client.post("/infill", json={"input_prefix": PREFIX, "input_suffix": SUFFIX, "n_predict": 12,
+                                          "temperature": 0})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["content"].startswith("mean_value =") and "sum(numbers)" in body["content"], body["content"]
     assert body["prompt"].endswith(f"<|fim_prefix|>{PREFIX}<|fim_suffix|>{SUFFIX}<|fim_middle|>")
-    r = client.post("/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 12, "temperature": 0})
+    r = qwen_client.post("/v1/completions", json={"prompt": PREFIX, "suffix": SUFFIX, "max_tokens": 12, "temperature": 0})
     text = r.json()["choices"][0]["text"]
     assert text.startswith("mean_value =") and "sum(numbers)" in text, text

@@ -8,39 +8,23 @@ from __future__ import annotations
 
 import json
 
-import pytest
-from starlette.testclient import TestClient
-
-from hearth.api.app import create_app
-from hearth.api.served import ServedModel
-from hearth.engine.async_engine import AsyncEngine
-from hearth.llm import LLM
-
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
 BODY = {"model": "qwen", "messages": [{"role": "user", "content": "Tell me a joke about cats."}], "tools": TOOLS,
         "temperature": 0, "max_tokens": 64}
 
 
-@pytest.fixture(scope="module")
-def client(model_path):
-    llm = LLM(str(model_path("qwen2.5-coder-0.5b")), progress=False, max_model_len=1024, max_num_seqs=1,
-              kv_cache_memory_gb=0.05)
-    with TestClient(create_app(ServedModel.from_llm(llm, ["qwen"], AsyncEngine(llm.engine)))) as c:
-        yield c
-
-
-def test_a_declined_call_is_the_models_own_text(client):
-    own = client.post("/v1/chat/completions", json={**BODY, "hearth": {"tool_guard": "off"}}).json()
+def test_a_declined_call_is_the_models_own_text(qwen_client):
+    own = qwen_client.post("/v1/chat/completions", json={**BODY, "hearth": {"tool_guard": "off"}}).json()
     own_text = own["choices"][0]["message"]["content"]
     assert '"name": "Cat Joke"' in own_text, own_text  # the trial's answer: no offered tool
-    r = client.post("/v1/chat/completions", json=BODY).json()
+    r = qwen_client.post("/v1/chat/completions", json=BODY).json()
     msg = r["choices"][0]["message"]
     assert msg["content"] == own_text and not msg.get("tool_calls") and r["choices"][0]["finish_reason"] == "stop"
     (event,) = [e for e in r["hearth"]["events"] if e["kind"] == "declined"]
     assert event["name"] == "get_weather" and event["name_prob"] < 0.35 and event["rewritten"] == "unconstrained"
     assert r["usage"]["prompt_tokens_details"]["cached_tokens"] > 0  # the rewrite's prompt: a prefix-cache hit
-    with client.stream("POST", "/v1/chat/completions", json={**BODY, "stream": True}) as s:
+    with qwen_client.stream("POST", "/v1/chat/completions", json={**BODY, "stream": True}) as s:
         chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     assert "".join(d.get("content") or "" for d in deltas) == own_text and not [d for d in deltas if d.get("tool_calls")]
