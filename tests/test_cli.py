@@ -236,6 +236,15 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("prompt", ["", "  \n"])
+def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, monkeypatch):
+    """`hearth run m ""` (a variable that expanded to nothing) went interactive; omitted, it still is."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["run", "no-such-model.gguf", prompt]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: the prompt is empty"
+
 
 def _interrupt_after_first_output(monkeypatch):
     """LLM.stream yields its first delta, then Ctrl-C lands (as a SIGINT mid-answer raises in the loop)."""

@@ -62,6 +62,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.system and args.mode == "text":
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
+    if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
+        raise HearthError("the prompt is empty")
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     if speculation is not None:
         check_drafts_fit(speculation, _context(args), k_flag(args))
@@ -74,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                             seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []
-    if args.prompt:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
+    if args.prompt is not None:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
         end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
         if end == CONTEXT_FULL:
             print(_full_notice(llm), file=sys.stderr)
