@@ -245,6 +245,19 @@ def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, monkeyp
     assert main(["run", "no-such-model.gguf", prompt]) == 1
     assert capsys.readouterr().err.strip() == "hearth: error: the prompt is empty"
 
+@pytest.mark.parametrize("argv,error", [
+    (["--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
+    (["--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
+    (["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
+])
+def test_run_a_bad_sampling_flag_is_named_as_the_flag_before_the_load(argv, error, capsys, monkeypatch):
+    """The API's field names (top_p) are no flag of `hearth run`: the error names the flag typed."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["run", "no-such-model.gguf", "hi", *argv]) == 1
+    assert capsys.readouterr().err.strip() == f"hearth: error: {error}"
+
 
 def _interrupt_after_first_output(monkeypatch):
     """LLM.stream yields its first delta, then Ctrl-C lands (as a SIGINT mid-answer raises in the loop)."""

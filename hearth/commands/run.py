@@ -58,7 +58,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from hearth.llm import LLM
-    from hearth.sampling_params import SamplingParams
 
     if args.system and args.mode == "text":
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
@@ -67,14 +66,13 @@ def main(args: argparse.Namespace) -> int:
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     if speculation is not None:
         check_drafts_fit(speculation, _context(args), k_flag(args))
+    params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation)
     chat, note = conversation(args, llm)
     if args.system and not chat:
         raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
                           "add --chat to chat in a built-in template, or drop --system")
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
-                            seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
         end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
@@ -119,6 +117,17 @@ def main(args: argparse.Namespace) -> int:
             except HearthError as e:  # the chat goes on: this message was not added to it
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def sampling_params(args: argparse.Namespace):
+    """The flags' SamplingParams; a bad value is one line naming its flag (--top-p), not the API's field."""
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+
+    try:
+        return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
+                              seed=args.seed)
+    except InvalidSamplingParams as e:  # every field set here is a flag of the same name
+        raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
 
 def _context(args: argparse.Namespace) -> int:
