@@ -309,9 +309,26 @@ def test_run_says_when_the_context_filled_and_the_answer_stopped(tiny_models, ca
     out, err = run_stdout(capsys, str(instruct), PROMPT, *small)
     assert err == [f"{full}; run with a larger --ctx"]
     monkeypatch.setattr("sys.stdin", io.StringIO("hello there\nsecond\n"))
-    out, err = run_stdout(capsys, str(instruct), *small)
+    assert main(["run", str(instruct), *small]) == 1  # piped: a line that got no answer fails the run
+    err = capsys.readouterr().err.splitlines()
     assert err[0] == f"{full}; /clear to start over, or run with a larger --ctx"
     assert err[1].startswith("hearth: error: prompt is ") and len(err) == 2  # the turn kept, nothing dropped
+
+
+def test_run_max_tokens_that_leaves_no_room_for_a_prompt_is_one_line_before_any(tiny_models, capsys, monkeypatch):
+    """`printf 'hello\\n' | hearth run m --ctx 64 --max-tokens 100` failed the line and exited 0:
+    now it is refused at the start, naming both flags; a piped line that fails exits 1 (above)."""
+    import io
+
+    _, instruct = tiny_models
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
+    for argv in ([], [PROMPT]):
+        assert main(["run", str(instruct), *argv, "--ctx", "64", "--max-tokens", "64"]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and err == ("hearth: error: --max-tokens 64 leaves no room for a prompt in the context of "
+                                     "64 tokens (--ctx); lower --max-tokens or raise --ctx\n")
+    assert main(["run", str(instruct), PROMPT, "--ctx", "64", "--max-tokens", "100", "--temperature", "0"]) == 1
+    assert "--max-tokens 100 leaves no room" in capsys.readouterr().err
 
 # ---- hearth serve: a port in use is one line, before the model loads ----
 

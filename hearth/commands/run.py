@@ -69,6 +69,7 @@ def main(args: argparse.Namespace) -> int:
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation)
+    _check_max_tokens_fit(args.max_tokens, llm)
     chat, note = conversation(args, llm)
     if args.system and not chat:
         raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
@@ -86,11 +87,12 @@ def main(args: argparse.Namespace) -> int:
     read = TerminalLines(sys.stdin.fileno()).read if posix_tty else input
     if interactive:
         print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
+    failed = False  # a piped line that got no answer: the exit status says so (a script checks it)
     while True:
         try:
             line = read(">>> " if interactive else "")
         except EOFError:
-            return 0
+            return 1 if failed else 0
         except KeyboardInterrupt:  # as ollama: the line typed so far is dropped, a fresh prompt
             if not interactive:
                 raise
@@ -98,7 +100,7 @@ def main(args: argparse.Namespace) -> int:
             continue
         text = line.strip()
         if text in ("/bye", "/exit", "/quit"):
-            return 0
+            return 1 if failed else 0
         if text == "/clear":
             history = history[:1] if args.system else []
             continue
@@ -115,8 +117,20 @@ def main(args: argparse.Namespace) -> int:
                 if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
                     print(_full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
+                failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def _check_max_tokens_fit(max_tokens: int | None, llm) -> None:
+    """--max-tokens that leaves no room for a prompt of even one token fails every prompt: said once,
+    before the first (the context is the one that runs, --ctx clamped to the model's)."""
+    if max_tokens is None or max_tokens < llm.max_model_len:
+        return
+    remedy = "lower --max-tokens" + (" or raise --ctx" if can_raise_context(llm.max_model_len, llm.engine.model_context)
+                                     else "")
+    raise HearthError(f"--max-tokens {max_tokens} leaves no room for a prompt in the context of {llm.max_model_len} "
+                      f"tokens (--ctx); {remedy}")
 
 
 def sampling_params(args: argparse.Namespace):
