@@ -35,6 +35,16 @@ def test_a_command_with_subcommands_lists_them(capsys):
     assert capsys.readouterr().err == "hearth: error: unknown eval command 'nope'; eval commands: perplexity, tools\n"
 
 
+def test_cluster_serve_is_a_subcommand_with_its_own_usage(capsys):
+    """`hearth cluster serve --help` said `usage: hearth cluster`, and a bad action was argparse's
+    "argument action: invalid choice": now serve is a subcommand as eval's are."""
+    with pytest.raises(SystemExit) as e:
+        main(["cluster", "serve", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage: hearth cluster serve ") and "--replicas" in out
+    assert main(["cluster", "bogus"]) == 2
+    assert capsys.readouterr().err == "hearth: error: unknown cluster command 'bogus'; cluster commands: serve\n"
+
 def test_no_command_prints_usage(capsys):
     assert main([]) == 2
     out = capsys.readouterr().out
