@@ -144,7 +144,10 @@ def _run(argv: list[str] | None) -> int:
     # one parser per command, parsed intermixed so options may sit between positionals
     args = command_parser(name, sub).parse_intermixed_args(rest)
     module = SUBCOMMANDS[name][sub][0] if sub is not None else COMMANDS[name][0]
+    from hearth.loader.store import check_home
+
     try:
+        check_home()  # every command keeps models or caches there: an unusable one is one line, before a build
         return int(importlib.import_module(module).main(args) or 0)
     except HearthError as e:
         print(f"hearth: error: {e}", file=sys.stderr)

@@ -45,6 +45,20 @@ def test_cluster_serve_is_a_subcommand_with_its_own_usage(capsys):
     assert main(["cluster", "bogus"]) == 2
     assert capsys.readouterr().err == "hearth: error: unknown cluster command 'bogus'; cluster commands: serve\n"
 
+@pytest.mark.parametrize("argv", [["pull", "smollm2-135m"], ["run", "smollm2-135m", "hi"], ["doctor"]])
+def test_an_unusable_hearth_home_is_one_line_before_any_work(argv, tmp_path, capsys, monkeypatch):
+    """HEARTH_HOME naming a file was a NotADirectoryError traceback (after a minute of kernel build for run)."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model"))
+    home = tmp_path / "f"
+    home.write_text("")
+    for at, reason in ((home, "it is a file"), (home / "sub", "a folder above it is a file")):
+        monkeypatch.setenv("HEARTH_HOME", str(at))
+        assert main(argv) == 1
+        assert capsys.readouterr().err == (f"hearth: error: HEARTH_HOME ({at}) is not a folder hearth can write "
+                                           f"to: {reason}; set HEARTH_HOME to one that is\n")
+
 def test_no_command_prints_usage(capsys):
     assert main([]) == 2
     out = capsys.readouterr().out
