@@ -23,7 +23,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import weakref
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ import torch
 from hearth.formats.kv import NATIVE_SIDES
 from hearth.formats.weights import NATIVE_IDS
 from hearth.kernels import tiers
+from hearth.kernels.atomic_build import build_into
 from hearth.kvstore import kvarn
 from hearth.loader.store import hearth_home
 
@@ -282,19 +282,7 @@ def _build(library: Library) -> Path:
             continue
     else:
         raise RuntimeError("no writable directory for the compiled kernels")
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
-    os.close(fd)
-    try:
-        r = subprocess.run(command(cxx, library, tmp), capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            lines = r.stderr.strip().splitlines() or ["?"]
-            first = next((line for line in lines if "error" in line), lines[-1])
-            raise RuntimeError(f"{Path(cxx).name} failed: {first.strip()}")
-        os.replace(tmp, out)  # atomic: a concurrent build of the same key writes the same bytes
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    return build_into(out, lambda partial: command(cxx, library, partial))
 
 
 _f32 = ctypes.c_float
