@@ -45,6 +45,7 @@ def test_cluster_serve_is_a_subcommand_with_its_own_usage(capsys):
     assert main(["cluster", "bogus"]) == 2
     assert capsys.readouterr().err == "hearth: error: unknown cluster command 'bogus'; cluster commands: serve\n"
 
+
 @pytest.mark.parametrize("argv", [["pull", "smollm2-135m"], ["run", "smollm2-135m", "hi"], ["doctor"]])
 def test_an_unusable_hearth_home_is_one_line_before_any_work(argv, tmp_path, capsys, monkeypatch):
     """HEARTH_HOME naming a file was a NotADirectoryError traceback (after a minute of kernel build for run)."""
@@ -58,6 +59,7 @@ def test_an_unusable_hearth_home_is_one_line_before_any_work(argv, tmp_path, cap
         assert main(argv) == 1
         assert capsys.readouterr().err == (f"hearth: error: HEARTH_HOME ({at}) is not a folder hearth can write "
                                            f"to: {reason}; set HEARTH_HOME to one that is\n")
+
 
 def test_no_command_prints_usage(capsys):
     assert main([]) == 2
@@ -179,7 +181,10 @@ PROMPT = "the capital of france is"
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     """(base, instruct): tiny random llamas, without a chat template (a base model's GGUF) and with one."""
+    from hearth.kernels import native
     from tests.gguf_factory import write_tiny_gguf
+
+    native.lib()  # a first build's stderr line is said here, not in a test that reads stderr
 
     root = tmp_path_factory.mktemp("run")
     base, instruct = root / "base.gguf", root / "instruct.gguf"
