@@ -16,7 +16,7 @@ from hearth.errors import HearthError
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("hearth.commands.serve", "serve a model over OpenAI- and Anthropic-compatible HTTP, with a chat page"),
-    "cluster": ("hearth.commands.cluster", "serve a model from N engine replicas on Ray behind one API (hearth[cluster])"),
+    "cluster": ("hearth.commands.cluster", "serve a model from N engine replicas on Ray behind one API (the cluster extra: Ray)"),
     "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt (a base model completes the text)"),
     "pull": ("hearth.commands.pull", "download a model (catalog name or org/repo:file.gguf) and print its path"),
     "models": ("hearth.commands.models", "list known models and which are downloaded"),
@@ -28,6 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # command -> its subcommands (subcommand -> (module, one-line help)): each parses with its own parser,
 # so `hearth eval tools --help` lists tools' options only (as `ollama` and `git` subcommands do)
 SUBCOMMANDS: dict[str, dict[str, tuple[str, str]]] = {
+    "cluster": {
+        "serve": ("hearth.commands.cluster", "start N engine replicas on Ray and one HTTP front end over them"),
+    },
     "eval": {
         "perplexity": ("hearth.commands.eval", "perplexity over a text (llama-perplexity's method), with any KV "
                                                "cache format"),
@@ -141,7 +144,10 @@ def _run(argv: list[str] | None) -> int:
     # one parser per command, parsed intermixed so options may sit between positionals
     args = command_parser(name, sub).parse_intermixed_args(rest)
     module = SUBCOMMANDS[name][sub][0] if sub is not None else COMMANDS[name][0]
+    from hearth.loader.store import check_home
+
     try:
+        check_home()  # every command keeps models or caches there: an unusable one is one line, before a build
         return int(importlib.import_module(module).main(args) or 0)
     except HearthError as e:
         print(f"hearth: error: {e}", file=sys.stderr)

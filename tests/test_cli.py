@@ -35,6 +35,32 @@ def test_a_command_with_subcommands_lists_them(capsys):
     assert capsys.readouterr().err == "hearth: error: unknown eval command 'nope'; eval commands: perplexity, tools\n"
 
 
+def test_cluster_serve_is_a_subcommand_with_its_own_usage(capsys):
+    """`hearth cluster serve --help` said `usage: hearth cluster`, and a bad action was argparse's
+    "argument action: invalid choice": now serve is a subcommand as eval's are."""
+    with pytest.raises(SystemExit) as e:
+        main(["cluster", "serve", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and out.startswith("usage: hearth cluster serve ") and "--replicas" in out
+    assert main(["cluster", "bogus"]) == 2
+    assert capsys.readouterr().err == "hearth: error: unknown cluster command 'bogus'; cluster commands: serve\n"
+
+
+@pytest.mark.parametrize("argv", [["pull", "smollm2-135m"], ["run", "smollm2-135m", "hi"], ["doctor"]])
+def test_an_unusable_hearth_home_is_one_line_before_any_work(argv, tmp_path, capsys, monkeypatch):
+    """HEARTH_HOME naming a file was a NotADirectoryError traceback (after a minute of kernel build for run)."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model"))
+    home = tmp_path / "f"
+    home.write_text("")
+    for at, reason in ((home, "it is a file"), (home / "sub", "a folder above it is a file")):
+        monkeypatch.setenv("HEARTH_HOME", str(at))
+        assert main(argv) == 1
+        assert capsys.readouterr().err == (f"hearth: error: HEARTH_HOME ({at}) is not a folder hearth can write "
+                                           f"to: {reason}; set HEARTH_HOME to one that is\n")
+
+
 def test_no_command_prints_usage(capsys):
     assert main([]) == 2
     out = capsys.readouterr().out
@@ -155,7 +181,10 @@ PROMPT = "the capital of france is"
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
     """(base, instruct): tiny random llamas, without a chat template (a base model's GGUF) and with one."""
+    from hearth.kernels import native
     from tests.gguf_factory import write_tiny_gguf
+
+    native.lib()  # a first build's stderr line is said here, not in a test that reads stderr
 
     root = tmp_path_factory.mktemp("run")
     base, instruct = root / "base.gguf", root / "instruct.gguf"
@@ -236,6 +265,28 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
     assert e.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("prompt", ["", "  \n"])
+def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, monkeypatch):
+    """`hearth run m ""` (a variable that expanded to nothing) went interactive; omitted, it still is."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["run", "no-such-model.gguf", prompt]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: the prompt is empty"
+
+@pytest.mark.parametrize("argv,error", [
+    (["--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
+    (["--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
+    (["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
+])
+def test_run_a_bad_sampling_flag_is_named_as_the_flag_before_the_load(argv, error, capsys, monkeypatch):
+    """The API's field names (top_p) are no flag of `hearth run`: the error names the flag typed."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["run", "no-such-model.gguf", "hi", *argv]) == 1
+    assert capsys.readouterr().err.strip() == f"hearth: error: {error}"
+
 
 def _interrupt_after_first_output(monkeypatch):
     """LLM.stream yields its first delta, then Ctrl-C lands (as a SIGINT mid-answer raises in the loop)."""
@@ -287,9 +338,26 @@ def test_run_says_when_the_context_filled_and_the_answer_stopped(tiny_models, ca
     out, err = run_stdout(capsys, str(instruct), PROMPT, *small)
     assert err == [f"{full}; run with a larger --ctx"]
     monkeypatch.setattr("sys.stdin", io.StringIO("hello there\nsecond\n"))
-    out, err = run_stdout(capsys, str(instruct), *small)
+    assert main(["run", str(instruct), *small]) == 1  # piped: a line that got no answer fails the run
+    err = capsys.readouterr().err.splitlines()
     assert err[0] == f"{full}; /clear to start over, or run with a larger --ctx"
     assert err[1].startswith("hearth: error: prompt is ") and len(err) == 2  # the turn kept, nothing dropped
+
+
+def test_run_max_tokens_that_leaves_no_room_for_a_prompt_is_one_line_before_any(tiny_models, capsys, monkeypatch):
+    """`printf 'hello\\n' | hearth run m --ctx 64 --max-tokens 100` failed the line and exited 0:
+    now it is refused at the start, naming both flags; a piped line that fails exits 1 (above)."""
+    import io
+
+    _, instruct = tiny_models
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
+    for argv in ([], [PROMPT]):
+        assert main(["run", str(instruct), *argv, "--ctx", "64", "--max-tokens", "64"]) == 1
+        out, err = capsys.readouterr()
+        assert out == "" and err == ("hearth: error: --max-tokens 64 leaves no room for a prompt in the context of "
+                                     "64 tokens (--ctx); lower --max-tokens or raise --ctx\n")
+    assert main(["run", str(instruct), PROMPT, "--ctx", "64", "--max-tokens", "100", "--temperature", "0"]) == 1
+    assert "--max-tokens 100 leaves no room" in capsys.readouterr().err
 
 # ---- hearth serve: a port in use is one line, before the model loads ----
 

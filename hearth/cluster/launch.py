@@ -56,6 +56,10 @@ to ~/.ray/auth_token (Ray's token authentication is on by default since 2.5x; a 
 accepts the token too). Unset, joining a `ray start` head fails with "Failed to connect"."""
 
 
+INSTALL_RAY = "pip install -c constraints.txt '.[cluster]' in hearth's checkout"
+"""How Ray comes: the optional extra, pinned by the constraints file as the README installs hearth."""
+
+
 def import_ray(local: bool | None = None):
     """local: Ray will start its own instance here (no --address), kept on loopback; False: this
     process joins a head (with its token); None: Ray is already set up. Both settings are read when
@@ -65,7 +69,7 @@ def import_ray(local: bool | None = None):
     try:
         import ray
     except ImportError:
-        raise ClusterError("hearth cluster needs Ray: pip install 'hearth[cluster]'") from None
+        raise ClusterError(f"hearth cluster needs Ray: {INSTALL_RAY}") from None
     return ray
 
 

@@ -16,7 +16,6 @@ ROUTINGS = ("prefix", "round-robin", "least-loaded")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["serve"], help="serve: start the replicas and the HTTP front end")
     serve.add_arguments(p)
     c = p.add_argument_group("cluster")
     c.add_argument("--replicas", type=int, default=2, help="engine replicas, each a Ray actor (default: %(default)s)")

@@ -59,23 +59,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from hearth.llm import LLM
-    from hearth.sampling_params import SamplingParams
 
     if args.system and args.mode == "text":
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
+    if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
+        raise HearthError("the prompt is empty")
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     if speculation is not None:
         check_drafts_fit(speculation, _context(args), k_flag(args))
+    params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation)
+    _check_max_tokens_fit(args.max_tokens, llm)
     chat, note = conversation(args, llm)
     if args.system and not chat:
         raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
                           "add --chat to chat in a built-in template, or drop --system")
-    params = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
-                            seed=args.seed)
     history = [{"role": "system", "content": args.system}] if args.system else []
-    if args.prompt:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
+    if args.prompt is not None:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
         end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
         if end == CONTEXT_FULL:
             print(_full_notice(llm), file=sys.stderr)
@@ -87,11 +88,12 @@ def main(args: argparse.Namespace) -> int:
     read = TerminalLines(sys.stdin.fileno()).read if posix_tty else input
     if interactive:
         print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
+    failed = False  # a piped line that got no answer: the exit status says so (a script checks it)
     while True:
         try:
             line = read(">>> " if interactive else "")
         except EOFError:
-            return 0
+            return 1 if failed else 0
         except KeyboardInterrupt:  # as ollama: the line typed so far is dropped, a fresh prompt
             if not interactive:
                 raise
@@ -99,7 +101,7 @@ def main(args: argparse.Namespace) -> int:
             continue
         text = line.strip()
         if text in ("/bye", "/exit", "/quit"):
-            return 0
+            return 1 if failed else 0
         if text == "/clear":
             history = history[:1] if args.system else []
             continue
@@ -116,8 +118,31 @@ def main(args: argparse.Namespace) -> int:
                 if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
                     print(_full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
+                failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def _check_max_tokens_fit(max_tokens: int | None, llm) -> None:
+    """--max-tokens that leaves no room for a prompt of even one token fails every prompt: said once,
+    before the first (the context is the one that runs, --ctx clamped to the model's)."""
+    if max_tokens is None or max_tokens < llm.max_model_len:
+        return
+    remedy = "lower --max-tokens" + (" or raise --ctx" if can_raise_context(llm.max_model_len, llm.engine.model_context)
+                                     else "")
+    raise HearthError(f"--max-tokens {max_tokens} leaves no room for a prompt in the context of {llm.max_model_len} "
+                      f"tokens (--ctx); {remedy}")
+
+
+def sampling_params(args: argparse.Namespace):
+    """The flags' SamplingParams; a bad value is one line naming its flag (--top-p), not the API's field."""
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+
+    try:
+        return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
+                              seed=args.seed)
+    except InvalidSamplingParams as e:  # every field set here is a flag of the same name
+        raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
 
 def _context(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
+import sys
 import tempfile
 import weakref
 from dataclasses import dataclass
@@ -34,6 +34,7 @@ import torch
 from hearth.formats.kv import NATIVE_SIDES
 from hearth.formats.weights import NATIVE_IDS
 from hearth.kernels import tiers
+from hearth.kernels.atomic_build import build_into
 from hearth.kvstore import kvarn
 from hearth.loader.store import hearth_home
 
@@ -64,23 +65,25 @@ class Library:
     flags: tuple[str, ...]
     provides: frozenset[str]
     """Its CAPABILITIES."""
+    name: str = ""
+    """What the line said while it builds calls it (the instruction set)."""
 
 
 # the AMX and AVX512-BF16 flags let the compiler take those intrinsics; the code using them runs only
 # after csrc's CPUID checks (amx_usable, amx_bf16_usable, avx512_bf16_usable)
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
-                         frozenset(CAPABILITIES) - {"many_rows"})
+                         frozenset(CAPABILITIES) - {"many_rows"}, "avx512")
 DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "peaks"})
 """What the decode-tier libraries (csrc/decode_library.h: avx2, neon) implement."""
 AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
-                       DECODE_CAPABILITIES | {"many_rows"})
+                       DECODE_CAPABILITIES | {"many_rows"}, "avx2")
 NEON_DOTPROD = ("-march=armv8.2-a+dotprod",)
 """The neon library's flags where the CPU has the int8 dot-product instructions (/proc/cpuinfo's asimddp):
 its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (plain NEON)."""
 NEON_LIBRARY = Library("gguf_kernels_neon.cpp",
                        NEON_DOTPROD if tiers.machine() == "aarch64" and "asimddp" in tiers.cpu_flags() else (),
-                       DECODE_CAPABILITIES)
+                       DECODE_CAPABILITIES, "neon")
 ABI_VERSION = 14
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
@@ -282,19 +285,10 @@ def _build(library: Library) -> Path:
             continue
     else:
         raise RuntimeError("no writable directory for the compiled kernels")
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
-    os.close(fd)
-    try:
-        r = subprocess.run(command(cxx, library, tmp), capture_output=True, text=True, timeout=300)
-        if r.returncode != 0:
-            lines = r.stderr.strip().splitlines() or ["?"]
-            first = next((line for line in lines if "error" in line), lines[-1])
-            raise RuntimeError(f"{Path(cxx).name} failed: {first.strip()}")
-        os.replace(tmp, out)  # atomic: a concurrent build of the same key writes the same bytes
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return out
+    # stderr, once per build: the first run is otherwise silent for a minute (stdout stays the answer's)
+    print(f"hearth: building the {library.name or Path(library.source).stem} kernels for this CPU (first run "
+          "only, about a minute)...", file=sys.stderr, flush=True)
+    return build_into(out, lambda partial: command(cxx, library, partial))
 
 
 _f32 = ctypes.c_float

@@ -70,7 +70,10 @@ def _path_shaped(name: str, home, download: bool, progress: bool) -> Path | None
     path = Path(name).expanduser()
     if path.is_dir():
         raise ModelNotFoundError(f"{name} is a directory; name the .gguf file inside it")
-    raise ModelNotFoundError(f"model file not found: {name}")
+    if name.lower().endswith(".gguf"):
+        raise ModelNotFoundError(f"model file not found: {name}")
+    # org/repo, a folder's name: what else it may have meant
+    raise ModelNotFoundError(f"model file not found: {name}; use {accepted_forms()}")
 
 
 _RESOLVERS = (_local_file, _catalog, _hub, _path_shaped)

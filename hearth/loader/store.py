@@ -21,7 +21,7 @@ from typing import BinaryIO
 
 from tqdm import tqdm
 
-from hearth.errors import DownloadError
+from hearth.errors import DownloadError, HearthError
 from hearth.loader.catalog import CatalogEntry
 
 CHUNK = 1 << 20  # 1 MiB: big enough that hashing, not Python, is the cost
@@ -31,6 +31,25 @@ def hearth_home(home: str | os.PathLike | None = None) -> Path:
     if home is not None:
         return Path(home).expanduser()
     return Path(os.environ.get("HEARTH_HOME") or "~/.cache/hearth").expanduser()
+
+
+def check_home(home: str | os.PathLike | None = None) -> Path:
+    """hearth_home(), created if missing; a HearthError naming HEARTH_HOME and why where it cannot be
+    a folder hearth writes to (a file, a read-only place): said once, before a command builds or pulls."""
+    path = hearth_home(home)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        reason = None if os.access(path, os.W_OK | os.X_OK) else "it is not writable"
+    except FileExistsError:
+        reason = "it is a file"
+    except NotADirectoryError:
+        reason = "a folder above it is a file"
+    except OSError as e:  # PermissionError, a read-only filesystem, ...
+        reason = f"it cannot be created ({e.strerror or e})"
+    if reason is not None:
+        where = f"HEARTH_HOME ({path})" if os.environ.get("HEARTH_HOME") else f"the default HEARTH_HOME ({path})"
+        raise HearthError(f"{where} is not a folder hearth can write to: {reason}; set HEARTH_HOME to one that is")
+    return path
 
 
 def catalog_path(entry: CatalogEntry, home: str | os.PathLike | None = None) -> Path:

@@ -28,7 +28,7 @@ def test_without_ray_one_line_names_the_extra(model_path):
             f"sys.exit(main(['cluster', 'serve', {str(model_path('smollm2-135m'))!r}]))")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
-    assert "pip install 'hearth[cluster]'" in _one_error_line(r.stderr)
+    assert "pip install -c constraints.txt '.[cluster]'" in _one_error_line(r.stderr)  # the README's
 
 
 def test_unreachable_ray_address(model_path):

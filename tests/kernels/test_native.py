@@ -228,6 +228,20 @@ def fresh_load(monkeypatch):
         f.cache_clear()
 
 
+def test_a_build_says_so_on_stderr_and_a_cached_library_says_nothing(tmp_path, monkeypatch, capsys):
+    """The first run compiled for a minute in silence: one line on stderr now (stdout is the answer's)."""
+    def build_into(out, command):
+        out.write_bytes(b"ELF")
+        return out
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    monkeypatch.setattr(native, "build_into", build_into)
+    path = native._build(native.AVX2_LIBRARY)
+    assert path.parent == tmp_path / "kernels" and capsys.readouterr() == (
+        "", "hearth: building the avx2 kernels for this CPU (first run only, about a minute)...\n")
+    assert native._build(native.AVX2_LIBRARY) == path and capsys.readouterr() == ("", "")
+
+
 def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog, fresh_load):
     def broken(*_):
         raise RuntimeError("g++ failed: gguf_kernels.cpp:1:10: error: boom")

@@ -57,6 +57,15 @@ def test_path_that_does_not_exist(home, name):
         resolve_model(name)
 
 
+def test_a_path_without_gguf_lists_the_forms(home):
+    """`hearth pull nosuchorg/nosuchrepo`: a hub model needs its file named (org/repo:file.gguf)."""
+    with pytest.raises(ModelNotFoundError) as e:
+        resolve_model("nosuchorg/nosuchrepo")
+    msg = str(e.value)
+    assert msg.startswith("model file not found: nosuchorg/nosuchrepo; use a catalog name (")
+    assert "a path to a .gguf file" in msg and "org/repo:file.gguf" in msg and "\n" not in msg
+
+
 def test_directory_is_not_a_model(home, tmp_path):
     with pytest.raises(ModelNotFoundError, match="is a directory; name the .gguf file inside it"):
         resolve_model(str(tmp_path))
