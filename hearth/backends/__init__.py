@@ -42,7 +42,7 @@ def cuda_missing() -> str | None:
     try:
         import triton  # noqa: F401
     except ImportError:
-        return "Triton is not installed (pip install 'hearth[cuda]')"
+        return "Triton is not installed (pip install -c constraints.txt '.[cuda]' in hearth's checkout)"
     return None
 
 

@@ -1,6 +1,6 @@
 """PNG charts: aggregate throughput against concurrency (with the decode ceiling when known) and
-the latency distributions per level. matplotlib is optional (`pip install 'hearth[bench]'`); without
-it the JSON is still written and the charts are skipped with a note."""
+the latency distributions per level. matplotlib is optional (`pip install -c constraints.txt
+'.[bench]'` in the checkout); without it the JSON is still written and the charts are skipped with a note."""
 
 from __future__ import annotations
 
@@ -59,6 +59,7 @@ def write_charts(levels: list[dict], runs, title: str, folder: Path) -> tuple[li
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        return [], "charts skipped: matplotlib is not installed (pip install 'hearth[bench]')"
+        return [], ("charts skipped: matplotlib is not installed "
+                    "(pip install -c constraints.txt '.[bench]' in hearth's checkout)")
     return [throughput_chart(levels, title, folder / THROUGHPUT_PNG),
             latency_chart(runs, title, folder / LATENCY_PNG)], None
