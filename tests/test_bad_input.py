@@ -90,9 +90,9 @@ def test_prompt_longer_than_the_model_s_whole_context_names_only_shortening(caps
 @pytest.mark.parametrize("ctx,raise_it", [("0", False), ("64", True)])
 def test_max_tokens_past_the_room_offers_a_larger_ctx_only_below_the_model_s(capsys, tiny, ctx, raise_it):
     """The same rule as a prompt too long (hearth.errors.can_raise_context): at the model's own 256
-    tokens (--ctx 0), only lowering --max-tokens helps."""
+    tokens (--ctx 0), only lowering --max-tokens helps. Said at startup, before any prompt."""
     code, err = run_cli(capsys, "run", str(tiny), "--ctx", ctx, "--max-tokens", "300", "hi")
-    assert_one_line_error(code, err, "--max-tokens can be at most", "lower it")
+    assert_one_line_error(code, err, "--max-tokens 300 leaves no room for a prompt", "lower --max-tokens")
     assert ("raise --ctx" in err) == raise_it
 
 
@@ -112,14 +112,15 @@ def test_the_engine_s_too_long_error_says_what_the_user_can_do(tiny, max_model_l
 
 
 def test_interactive_chat_outlives_a_message_too_long(capsys, monkeypatch, tiny):
-    """The chat said the error and ended; now it says it, forgets that message and goes on."""
+    """The chat said the error and ended; now it says it, forgets that message and goes on (and, its
+    input piped, exits 1 at the end: a line went unanswered)."""
     import io
 
     monkeypatch.setattr("sys.stdin", io.StringIO("hi\n" + "z" * 400 + "\n/help\nhi\n/bye\nnever sent\n"))
     # --chat: tiny has no template of its own, and without one each line is completed on its own
     code = main(["run", str(tiny), "--ctx", "160", "--max-tokens", "2", "--temperature", "0", "--chat"])
     out, err = capsys.readouterr()
-    assert code == 0 and "Traceback" not in err
+    assert code == 1 and "Traceback" not in err
     errors = [line for line in err.splitlines() if line.startswith("hearth: error: ")]
     assert len(errors) == 1 and "context holds 160" in errors[0] and "--ctx" in errors[0] and "/clear" in errors[0]
     assert "/bye" in err  # /help's line
@@ -221,7 +222,7 @@ def test_max_tokens_past_the_context_ends_the_answer_there_in_the_library(tiny_l
 
 def test_run_max_tokens_past_the_context_is_one_line(capsys, tiny):
     code, err = run_cli(capsys, "run", str(tiny), "--ctx", "80", "--max-tokens", "80", "hi")
-    assert_one_line_error(code, err, "--max-tokens: this model's maximum context length is 80", "--ctx")
+    assert_one_line_error(code, err, "--max-tokens 80 leaves no room for a prompt in the context of 80 tokens", "--ctx")
     code = main(["run", str(tiny), "--ctx", "80", "--temperature", "0", "hi"])  # the default: within the room
     assert code == 0 and "error" not in capsys.readouterr().err
 
