@@ -254,13 +254,21 @@ def test_a_prompt_that_fills_the_context_says_no_room_is_left(make_fake):
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES, "/v1/responses", "/completion", "/tokenize"])
-def test_an_empty_body_is_named_empty(fake, path):
-    """It said "request body: Field required"."""
-    r = fake.client.post(path, content=b"", headers={"content-type": "application/json"})
+@pytest.mark.parametrize("content", [b"", b" \r\n\t "], ids=["empty", "whitespace"])
+def test_an_empty_body_is_named_empty(fake, path, content):
+    """It said "request body: Field required"; a body of only whitespace said "malformed JSON body:
+    Expecting value"."""
+    r = fake.client.post(path, content=content, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["message"] == "the request body is empty; it must be a JSON object"
     assert error["type"] == "invalid_request_error"
+
+
+def test_a_body_of_other_whitespace_is_malformed_json(fake):
+    """Only JSON's own whitespace makes an empty body: a vertical tab is no JSON at all."""
+    r = fake.client.post(CHAT, content=b"\x0b", headers={"content-type": "application/json"})
+    assert r.json()["error"]["message"].startswith("malformed JSON body: "), r.text
 
 
 def test_llama_server_routes_keep_an_unbounded_temperature(fake):
