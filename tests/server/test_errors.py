@@ -278,6 +278,33 @@ def test_llama_server_routes_keep_an_unbounded_temperature(fake):
     assert fake.client.post(CHAT, json={"messages": USER, "temperature": 2}).status_code == 200
 
 
+@pytest.mark.parametrize("call,param,why", [
+    ({"id": 5, "function": {"name": "f", "arguments": "{}"}}, "id", "must be a string, not a number"),
+    ({"id": "c1", "function": {"name": "f", "arguments": 5}}, "function.arguments",
+     "must be a string of JSON (or an object), not a number"),
+    ({"id": "c1", "function": {"name": "f", "arguments": ["x"]}}, "function.arguments",
+     "must be a string of JSON (or an object), not a list"),
+], ids=["id-number", "arguments-number", "arguments-list"])
+def test_a_wrong_typed_history_tool_call_is_refused(fake, call, param, why):
+    """`id: 5` became the string "5" and `arguments: 5` the string "5", where OpenAI refuses both."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"type": "function", **call}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    r = fake.client.post(CHAT, json={"messages": messages})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == f"messages[1].tool_calls[0].{param}"
+    assert error["message"] == f"messages[1].tool_calls[0].{param}: {why}"
+
+
+def test_history_tool_call_arguments_may_be_an_object(fake):
+    """vLLM takes parsed arguments (transformers' convention); so does hearth, and renders them as given."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"city": "Oslo"}}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    assert fake.client.post(CHAT, json={"messages": messages}).status_code == 200
+    assert '"city": "Oslo"' in fake.last.prompt
+
+
 def test_a_wrong_typed_tool_call_id_is_named_as_such(fake):
     """It was "is required for a tool message" though the client gave one."""
     r = fake.client.post(CHAT, json={"messages": [{"role": "tool", "content": "x", "tool_call_id": 5}]})
