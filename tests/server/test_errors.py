@@ -127,6 +127,8 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
       "tool_choice": {"type": "tool", "name": "g"}}, 400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}]}, 400, "tools[0].input_schema"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "description": 5, "input_schema": {"type": "object"}}]},
+     400, "tools[0].description: must be a string, not a number"),  # it was taken, and rendered as 5
     # Anthropic's server tools run on Anthropic's servers: never a schema-less function here
     ({"max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search",
                                                     "max_uses": 5}]}, 400, "is an Anthropic server tool, which hearth"),
