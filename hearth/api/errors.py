@@ -132,16 +132,22 @@ def _loc_to_param(loc: tuple) -> str:
     return out
 
 
+EMPTY_BODY = "the request body is empty; it must be a JSON object"
+_JSON_SPACE = " \t\n\r"  # JSON's whitespace (RFC 8259); str.strip() would take more
+
 _NOT_AN_OBJECT = {"model_attributes_type", "model_type", "dict_type"}
 """pydantic's error types for a body that is no JSON object (`[1]` is a list, `"hi"` a string)."""
 
 
-def validation_message(errors: list) -> tuple[str, str | None]:
+def validation_message(errors: list, body: object = None) -> tuple[str, str | None]:
     """One line for pydantic's errors: the first one, with the field it is about (a union's
-    branches joined: "stop: Input should be a valid string or a valid list")."""
+    branches joined: "stop: Input should be a valid string or a valid list"). `body` is the text
+    FastAPI failed to parse as JSON, when that was the error."""
     if not errors:
         return "invalid request", None
     first = errors[0]
+    if first.get("type") == "json_invalid" and isinstance(body, str) and not body.strip(_JSON_SPACE):
+        return EMPTY_BODY, None  # only whitespace: as empty as no body at all, not "Expecting value"
     if first.get("type") == "json_invalid":
         return f"malformed JSON body: {first.get('ctx', {}).get('error', first.get('msg'))}", None
     param = _loc_to_param(tuple(first.get("loc", ())))
@@ -151,7 +157,7 @@ def validation_message(errors: list) -> tuple[str, str | None]:
     if not param and first.get("type") in _NOT_AN_OBJECT:
         return "the request body must be a JSON object", None
     if not param and first.get("type") == "missing":  # FastAPI's word for no body at all ("Field required")
-        return "the request body is empty; it must be a JSON object", None
+        return EMPTY_BODY, None
     if not param:
         return f"request body: {why}", None
     return f"{param}: {why}", param
@@ -168,7 +174,7 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError):
-        message, param = validation_message(list(e.errors()))
+        message, param = validation_message(list(e.errors()), e.body)
         return error_response(request.url.path, 400, message, param)
 
     @app.exception_handler(StarletteHTTPException)

@@ -359,9 +359,10 @@ class _Choice:
         unknown = [ContentDelta(_call_text(c)) for c in held if c.name not in s.schemas]
         if not checked.ok:  # retries or nudges ran out
             self.report.outcome = "unresolved"
+        # read before a decline drops its calls: the grammar did constrain them (it bent their names)
+        self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
         if gone:  # the model meant a tool nobody offered: its own text instead, as without the guard
             calls, spans = calls[:gone[0]], spans[:gone[0]]
-        self.report.triggered = bool(spans) and self.report.grammar != "none" or (bool(calls) and self.report.grammar == "forced")
         new = calls[len(self._kept):]  # calls this attempt wrote (kept ones were scored where written)
         for k, call in enumerate(new):
             span = spans[k] if len(spans) == len(new) else (spans[0][0], spans[-1][1]) if spans else None

@@ -101,7 +101,10 @@ async def create_response(body: ResponsesRequest, request: Request):
     req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard,
                          body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}", streaming=bool(body.stream))
     source, _ = await routed_choices(state, model, ask, render_for, req)
-    reply = _Reply(served, store, body, source, conversation, prompt, ids, items, logprobs)
+    # what bounds the answer, as the response echoes it: the asked value (as OpenAI echoes it), else the
+    # server's --max-tokens-limit that make_params applied, else null (the context's room bounds it)
+    limit = body.max_output_tokens if body.max_output_tokens is not None else state.limits.max_tokens or None
+    reply = _Reply(served, store, body, source, conversation, prompt, ids, items, logprobs, limit)
     if body.stream:
         return SSEResponse(reply.events(), on_close=source.abort)
     result = await until_disconnect(request, reply.whole())
@@ -174,10 +177,12 @@ def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
 
 class _Reply:
     def __init__(self, served, store, body: ResponsesRequest, gen, conversation: list[dict], prompt: str,
-                 ids: list[int], items: list[dict], top_logprobs: int | None = None):
+                 ids: list[int], items: list[dict], top_logprobs: int | None = None,
+                 max_output_tokens: int | None = None):
         """gen: the response's choices (hearth.api.choices / hearth.api.guarded): parsed updates;
         items: its input items (StoredResponse.input_items); top_logprobs: None unless include asks
-        for output_text logprobs."""
+        for output_text logprobs; max_output_tokens: the effective limit, echoed."""
+        self.max_output_tokens = max_output_tokens
         self.k, self.logprobs = top_logprobs, MessageLogprobs()
         self.served, self.store, self.body, self.gen = served, store, body, gen
         self.conversation, self.prompt, self.ids, self.items = conversation, prompt, ids, items
@@ -194,7 +199,7 @@ class _Reply:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                 "error": None, "incomplete_details": incomplete, "instructions": b.instructions,
-                "max_output_tokens": b.max_output_tokens, "model": self.served.name,
+                "max_output_tokens": self.max_output_tokens, "model": self.served.name,
                 "output": self.builder.items if status != "in_progress" else [],
                 "parallel_tool_calls": b.parallel_tool_calls, "previous_response_id": b.previous_response_id,
                 "reasoning": {k: (b.reasoning or {}).get(k) for k in ("effort", "summary")},

@@ -39,7 +39,8 @@ class GuardReport:
     grammar: str = "none"
     """"lazy" (free until a call starts), "forced" (a call from the first token) or "none"."""
     triggered: bool = False
-    """The output (the last attempt) started a call, so the grammar constrained it."""
+    """The output (the last attempt) started a call, so the grammar constrained it; true too when that
+    call was then declined (the answer rewritten without the grammar from its opener on)."""
     retries: list[Retry] = field(default_factory=list)
     coercions: list[dict] = field(default_factory=list)
     validation_errors: list[str] = field(default_factory=list)

@@ -127,6 +127,8 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "input_schema": {"type": "object"}}],
       "tool_choice": {"type": "tool", "name": "g"}}, 400, "tool_choice"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}]}, 400, "tools[0].input_schema"),
+    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "description": 5, "input_schema": {"type": "object"}}]},
+     400, "tools[0].description: must be a string, not a number"),  # it was taken, and rendered as 5
     # Anthropic's server tools run on Anthropic's servers: never a schema-less function here
     ({"max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search",
                                                     "max_uses": 5}]}, 400, "is an Anthropic server tool, which hearth"),
@@ -254,13 +256,21 @@ def test_a_prompt_that_fills_the_context_says_no_room_is_left(make_fake):
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETIONS, MESSAGES, "/v1/responses", "/completion", "/tokenize"])
-def test_an_empty_body_is_named_empty(fake, path):
-    """It said "request body: Field required"."""
-    r = fake.client.post(path, content=b"", headers={"content-type": "application/json"})
+@pytest.mark.parametrize("content", [b"", b" \r\n\t "], ids=["empty", "whitespace"])
+def test_an_empty_body_is_named_empty(fake, path, content):
+    """It said "request body: Field required"; a body of only whitespace said "malformed JSON body:
+    Expecting value"."""
+    r = fake.client.post(path, content=content, headers={"content-type": "application/json"})
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["message"] == "the request body is empty; it must be a JSON object"
     assert error["type"] == "invalid_request_error"
+
+
+def test_a_body_of_other_whitespace_is_malformed_json(fake):
+    """Only JSON's own whitespace makes an empty body: a vertical tab is no JSON at all."""
+    r = fake.client.post(CHAT, content=b"\x0b", headers={"content-type": "application/json"})
+    assert r.json()["error"]["message"].startswith("malformed JSON body: "), r.text
 
 
 def test_llama_server_routes_keep_an_unbounded_temperature(fake):
@@ -268,6 +278,33 @@ def test_llama_server_routes_keep_an_unbounded_temperature(fake):
     r = fake.client.post("/completion", json={"prompt": "hi", "temperature": 2.5})
     assert r.status_code == 200 and fake.last.params.temperature == 2.5
     assert fake.client.post(CHAT, json={"messages": USER, "temperature": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("call,param,why", [
+    ({"id": 5, "function": {"name": "f", "arguments": "{}"}}, "id", "must be a string, not a number"),
+    ({"id": "c1", "function": {"name": "f", "arguments": 5}}, "function.arguments",
+     "must be a string of JSON (or an object), not a number"),
+    ({"id": "c1", "function": {"name": "f", "arguments": ["x"]}}, "function.arguments",
+     "must be a string of JSON (or an object), not a list"),
+], ids=["id-number", "arguments-number", "arguments-list"])
+def test_a_wrong_typed_history_tool_call_is_refused(fake, call, param, why):
+    """`id: 5` became the string "5" and `arguments: 5` the string "5", where OpenAI refuses both."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"type": "function", **call}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    r = fake.client.post(CHAT, json={"messages": messages})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == f"messages[1].tool_calls[0].{param}"
+    assert error["message"] == f"messages[1].tool_calls[0].{param}: {why}"
+
+
+def test_history_tool_call_arguments_may_be_an_object(fake):
+    """vLLM takes parsed arguments (transformers' convention); so does hearth, and renders them as given."""
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"city": "Oslo"}}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    assert fake.client.post(CHAT, json={"messages": messages}).status_code == 200
+    assert '"city": "Oslo"' in fake.last.prompt
 
 
 def test_a_wrong_typed_tool_call_id_is_named_as_such(fake):

@@ -105,6 +105,22 @@ def test_max_output_tokens_makes_it_incomplete(fake):
     assert events[-1].type == "response.incomplete"
 
 
+def test_max_output_tokens_echoes_the_limit_applied(make_fake):
+    """With `--max-tokens-limit 7` and no max_output_tokens asked, 7 bounded the answer but the response
+    said null; an asked value is echoed as given (as OpenAI echoes it), and with no limit null stays."""
+    fake = make_fake(max_tokens=7)
+    r = fake.openai.responses.create(model="fake-model", input="script:hello")
+    assert fake.last.params.max_tokens == 7 and r.max_output_tokens == 7
+    stored = fake.client.get(f"/v1/responses/{r.id}").json()
+    assert stored["max_output_tokens"] == 7
+    events = _events(fake.openai.responses.create(model="fake-model", input="script:hello", stream=True))
+    assert events[0].response.max_output_tokens == 7 and events[-1].response.max_output_tokens == 7
+    r = fake.openai.responses.create(model="fake-model", input="script:hello", max_output_tokens=5)
+    assert r.max_output_tokens == 5
+    r = make_fake().openai.responses.create(model="fake-model", input="script:hello")
+    assert r.max_output_tokens is None
+
+
 def test_previous_response_id_continues_the_stored_prompt(fake):
     first = fake.openai.responses.create(model="fake-model", input="script:hello", instructions="Be brief.")
     p1 = fake.last.prompt

@@ -275,6 +275,7 @@ def test_a_call_whose_tool_the_grammar_chose_is_declined(fake):
     assert event["name"] == "get_weather" and event["name_prob"] == pytest.approx(math.exp(-6.0), rel=1e-2)
     assert event["rewritten"] == "unconstrained"
     assert r["hearth"]["calls"] == [] and r["hearth"]["retries"] == []
+    assert r["hearth"]["grammar_triggered"] is True  # it bent the name: it read false once the call was gone
     assert r["usage"]["completion_tokens"] == 6  # both requests' tokens, as a resample's count
     fake.engine.attempts.clear()
     sure = post(fake, "guard_sure_name")  # the same output, the name the model's own choice: a call
@@ -309,6 +310,7 @@ def test_a_declined_call_is_the_models_own_text_not_the_grammars(fake):
     assert "".join(d.get("content") or "" for d in deltas) == own and not [d for d in deltas if d.get("tool_calls")]
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert [e["kind"] for e in chunks[-1]["hearth"]["events"]] == ["declined"]
+    assert r["hearth"]["grammar_triggered"] is True and chunks[-1]["hearth"]["grammar_triggered"] is True
 
 
 def test_text_held_after_a_call_the_gate_doubts_goes_out_when_it_is_retried_instead(fake):
