@@ -23,25 +23,27 @@ constexpr int64_t WIDE_FROM = 2;  // activation rows from which a call takes the
 constexpr int64_t WIDE_MAX_PASSES = 4;  // up to 32 rows (more: rows_dot's own passes)
 constexpr int64_t WIDE_MAX_SB = 128;  // K <= 32768 (a pass's offset scales on its stack: 16 KB)
 constexpr int64_t WIDE_BLOCK = 4;  // pairs of weight rows a block
-// A call of more rows than one pass holds takes the wide passes only where a pass's activations (codes,
-// d16: 1.25 Kp bytes a row) stay in L1 across a block: the 1.5B's down (K = 8960: 90 KB a pass) at
+// Unchunked, a call of more rows than one pass holds takes the wide passes only where a pass's activations
+// (codes, d16: 1.25 Kp bytes a row) stay in L1 across a block: the 1.5B's down (K = 8960: 90 KB a pass) at
 // 12-16 rows was 1.00-1.06x the time of rows_dot's pairs of 4 rows (Q6_K keeping its decoded superblocks);
 // past it, K in chunks (below)
 constexpr int64_t WIDE_PASS_BYTES = 20480;
 
-// Calls of 9 or more rows whose pass's activations do not stay in L1 (the 1.5B's down, K = 8960) take
-// the wide passes in K chunks of WIDE_CHUNK_SB superblocks (8 rows x 6: 19 KB, from L1 for each pair of
-// a block of WIDE_CHUNK_BLOCK), every (row, weight row)'s accumulators kept in memory between chunks,
-// each going on in the same order; with the next block's weight rows prefetched into L2 a share each
-// chunk (without it the weights, read a chunk at a time, stream worse: 0.95-1.05x the time of rows_dot).
-// Only Q6_K (wide_chunks): Q4_K, whose rows_dot passes decode cheaply, was 1.10-1.27x at 9-12 rows
-constexpr int64_t WIDE_CHUNK_FROM = 9;
+// Calls whose pass's activations do not stay in L1 (the 1.5B's down, K = 8960) take the wide passes in
+// K chunks of WIDE_CHUNK_SB superblocks (8 rows x 6: 19 KB, from L1 for each pair of a block of
+// WIDE_CHUNK_BLOCK), every (row, weight row)'s accumulators kept in memory between chunks, each going on
+// in the same order; with the next block's weight rows prefetched into L2 a share each chunk (without it
+// the weights, read a chunk at a time, stream worse: 0.95-1.05x the time of rows_dot at 9-16 rows).
+// Zen 4, one thread, the 1.5B's Q6_K down: 0.85-0.97x the time of the unchunked wide passes at 5-8
+// rows (0.91-1.10x at 2-4: not taken), 0.79-0.93x of rows_dot's at 9-33. Only Q6_K (wide_chunks): Q4_K's
+// down was 1.08-1.46x at 2-8 rows, 1.10-1.27x at 9-32 (its rows_dot passes decode cheaply)
+constexpr int64_t WIDE_CHUNK_FROM = 5;
 constexpr int64_t WIDE_CHUNK_SB = 6;
 constexpr int64_t WIDE_CHUNK_BLOCK = 2;
 
-// Whether a call takes the wide passes in K chunks (where its type does: wide_chunks)
-inline bool chunked_call(int64_t M, int64_t Kp) {
-  return M >= WIDE_CHUNK_FROM && WIDE_ROWS * (Kp + Kp / 4) > WIDE_PASS_BYTES;
+// Whether a pass's activations (codes, d16: 1.25 Kp bytes a row) miss L1
+inline bool past_l1(int64_t Kp) {
+  return WIDE_ROWS * (Kp + Kp / 4) > WIDE_PASS_BYTES;
 }
 
 template <class T>
@@ -49,11 +51,11 @@ constexpr bool wide_chunks() {
   return std::is_same<T, TQ6_K>::value;
 }
 
-// Whether a call of M rows with K padded to Kp takes the wide passes (and so the interleaved layout)
+// Whether a call of M rows with K padded to Kp takes the wide passes (and so the interleaved layout; a
+// part of another type than Q6_K past L1 and past one pass leaves it unread)
 inline bool wide_call(int64_t M, int64_t Kp) {
   const int64_t passes = (M + WIDE_ROWS - 1) / WIDE_ROWS;
-  return M >= WIDE_FROM && passes <= WIDE_MAX_PASSES && Kp / SB <= WIDE_MAX_SB &&
-         (passes == 1 || WIDE_ROWS * (Kp + Kp / 4) <= WIDE_PASS_BYTES || chunked_call(M, Kp));
+  return M >= WIDE_FROM && passes <= WIDE_MAX_PASSES && Kp / SB <= WIDE_MAX_SB;
 }
 
 // which of Act::wide a type reads: its dot_row's layout
@@ -235,8 +237,9 @@ template <class T>
 bool rows_dot_wide(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a, float* y,
                    int64_t ldy) {
   if (!wide_call(a.M, a.Kp) || !a.wide[wide_layout<T>()].q) return false;
-  const bool chunked = chunked_call(a.M, a.Kp);
-  if (chunked && !wide_chunks<T>()) return false;
+  // past L1: Q6_K from WIDE_CHUNK_FROM rows in K chunks; else one unchunked pass, or rows_dot's passes
+  const bool chunked = past_l1(a.Kp) && wide_chunks<T>() && a.M >= WIDE_CHUNK_FROM;
+  if (past_l1(a.Kp) && !chunked && a.M > WIDE_ROWS) return false;
   const int64_t passes = (a.M + WIDE_ROWS - 1) / WIDE_ROWS;
   const int64_t len = (n1 - n0 + 1) / 2, pairs = (n1 - n0) / 2, wstep = len * row_bytes;
   int64_t m_at[WIDE_MAX_PASSES + 1] = {0};  // pass p: rows m_at[p] .. m_at[p + 1], as even as they go
