@@ -35,8 +35,9 @@ constexpr int64_t WIDE_PASS_BYTES = 20480;
 // in the same order; with the next block's weight rows prefetched into L2 a share each chunk (without it
 // the weights, read a chunk at a time, stream worse: 0.95-1.05x the time of rows_dot at 9-16 rows).
 // Zen 4, one thread, the 1.5B's Q6_K down: 0.85-0.97x the time of the unchunked wide passes at 5-8
-// rows (0.91-1.10x at 2-4: not taken), 0.79-0.93x of rows_dot's at 9-33. Only Q6_K (wide_chunks): Q4_K's
-// down was 1.08-1.46x at 2-8 rows, 1.10-1.27x at 9-32 (its rows_dot passes decode cheaply)
+// rows (one run 1.07x at 8; 0.91-1.10x at 2-4: not taken), 0.78-0.97x of rows_dot's at 9-33; whole verify
+// steps 0.95-0.98x at 5-16 rows (docs/speculative.md). Only Q6_K (wide_chunks): Q4_K's down was
+// 1.08-1.46x at 2-8 rows, 1.10-1.27x at 9-32 (its rows_dot passes decode cheaply)
 constexpr int64_t WIDE_CHUNK_FROM = 5;
 constexpr int64_t WIDE_CHUNK_SB = 6;
 constexpr int64_t WIDE_CHUNK_BLOCK = 2;
