@@ -150,8 +150,9 @@ def test_every_gemv_pass_size_sums_a_row_as_alone(qtype):
 def test_wide_gemv_passes_sum_each_row_as_alone(k):
     """A verify step's 2-32 rows on the AVX-512 GEMV take its wide passes (csrc/gemv_wide.h: 8 rows x
     two weight rows a pass, the offsets' chains after the codes', activations interleaved per
-    superblock; past one pass only where a pass's activations fit L1, so K = 2304 takes rows_dot's
-    own passes from 9 rows): every row's bits are its 1-row GEMV's. Fused parts of the three layouts
+    superblock; where a pass's activations miss L1, Q6_K from 5 rows in K chunks, so at K = 2304
+    chunks of 6 and 3 superblocks, and the others past one pass rows_dot's own passes): every row's
+    bits are its 1-row GEMV's. Fused parts of the three layouts
     (lanes, group order, paired) and odd row counts (a run's last weight row alone); 33 rows: the
     passes rows_dot makes past the wide ones' 32. The avx2 library has no wide passes: the same holds."""
     rng = np.random.default_rng(k)
