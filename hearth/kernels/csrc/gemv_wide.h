@@ -93,77 +93,17 @@ void by_superblock(Act& act) {
   }
 }
 
-// Weight rows row, row + wstep against activation rows m0 .. m0 + MT -> y[m][0], y[m][ystep]: the codes'
-// chains, each superblock's offset scales kept in vob, then the offsets' chains
-template <class T, int MT>
-void wide_pass(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy, int64_t ystep) {
+// Weight rows row, row + wstep against activation rows m0 .. m0 + MT over superblocks sb0 .. sb1 (<=
+// sb0 + MAX_SB): the codes' chains, each superblock's offset scales kept in vob, then the offsets'
+// chains, the accumulators (codes' then offsets', both rows: st[4][MT]) loaded before and stored after,
+// so a call over the whole row (wide_pass) and chunks in order (wide_chunk) do the same operations in
+// the same order; the last superblock's call writes y[m][0], y[m][ystep]
+template <class T, int MT, int MAX_SB>
+void wide_span(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, int64_t m0, int64_t sb0, int64_t sb1,
+               __m512* st, float* y, int64_t ldy, int64_t ystep) {
   const Layout& a = act.wide[wide_layout<T>()];
   const int64_t M = act.M, nsb = act.Kp / SB;
-  alignas(64) __m512 vob[WIDE_MAX_SB][2];  // each superblock's offset scales (vo), both rows
-  __m512 acc[2][MT];
-#pragma GCC unroll 16
-  for (int r = 0; r < 2; ++r)
-#pragma GCC unroll 16
-    for (int m = 0; m < MT; ++m) acc[r][m] = _mm512_setzero_ps();
-  const int8_t* qa = a.q + m0 * SB;
-  const float* da = a.d16 + m0 * 16;
-  for (int64_t sb = 0; sb < nsb; ++sb, qa += M * SB, da += M * 16) {
-    __m512 vs[2];
-    __m512i q[2][4];
-#pragma GCC unroll 16
-    for (int r = 0; r < 2; ++r) {
-      const uint8_t* w = row + r * wstep;
-      int nch;
-      if constexpr (T::lanes) {
-        nch = T::template scales<true>(w, sb, nb, vs[r], vob[sb][r]);
-      } else {
-        nch = T::scales(w, sb, nb, vs[r], vob[sb][r]);
-      }
-      grouped_codes<T>(w, sb, nb, nch, q[r]);
-    }
-#pragma GCC unroll 16
-    for (int m = 0; m < MT; ++m) {
-      const __m512 d16 = _mm512_load_ps(da + 16 * m);
-      __m512i dp[2];
-      const __m512i x0 = _mm512_load_si512(qa + SB * m);
-#pragma GCC unroll 16
-      for (int r = 0; r < 2; ++r) dp[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[r][0], x0);
-#pragma GCC unroll 16
-      for (int c = 1; c < 4; ++c) {
-        const __m512i x = _mm512_load_si512(qa + SB * m + 64 * c);
-#pragma GCC unroll 16
-        for (int r = 0; r < 2; ++r) dp[r] = _mm512_dpbusd_epi32(dp[r], q[r][c], x);
-      }
-#pragma GCC unroll 16
-      for (int r = 0; r < 2; ++r) acc[r][m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dp[r]), _mm512_mul_ps(vs[r], d16), acc[r][m]);
-    }
-  }
-#pragma GCC unroll 16
-  for (int r = 0; r < 2; ++r) {
-    __m512 off[MT];
-#pragma GCC unroll 16
-    for (int m = 0; m < MT; ++m) off[m] = _mm512_setzero_ps();
-    const float* oa = a.a16 + m0 * 16;
-    for (int64_t sb = 0; sb < nsb; ++sb, oa += M * 16)
-#pragma GCC unroll 16
-      for (int m = 0; m < MT; ++m) off[m] = _mm512_fmadd_ps(vob[sb][r], _mm512_load_ps(oa + 16 * m), off[m]);
-#pragma GCC unroll 16
-    for (int m = 0; m < MT; ++m) {
-      const __m512 v = _mm512_add_ps(acc[r][m], off[m]);
-      y[(m0 + m) * ldy + r * ystep] = sum_groups(T::lanes ? lanes_to_groups(v) : v);
-    }
-  }
-}
-
-// The same pass over superblocks sb0 .. sb1 only, its accumulators (codes' then offsets', both rows:
-// st[4][MT]) loaded before and stored after: each accumulator's operations and their order are
-// wide_pass's, the chunks in order; the last chunk writes y
-template <class T, int MT>
-void wide_chunk(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, int64_t m0, int64_t sb0, int64_t sb1,
-                __m512* st, float* y, int64_t ldy, int64_t ystep) {
-  const Layout& a = act.wide[wide_layout<T>()];
-  const int64_t M = act.M, nsb = act.Kp / SB;
-  alignas(64) __m512 vob[WIDE_CHUNK_SB][2];  // sb1 - sb0 <= WIDE_CHUNK_SB
+  alignas(64) __m512 vob[MAX_SB][2];
   __m512 acc[2][MT];
 #pragma GCC unroll 16
   for (int r = 0; r < 2; ++r)
@@ -222,6 +162,20 @@ void wide_chunk(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, i
       }
     }
   }
+}
+
+template <class T, int MT>
+void wide_pass(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy,
+               int64_t ystep) {
+  alignas(64) __m512 st[4 * MT];
+  for (auto& v : st) v = _mm512_setzero_ps();
+  wide_span<T, MT, WIDE_MAX_SB>(row, wstep, nb, act, m0, 0, act.Kp / SB, st, y, ldy, ystep);
+}
+
+template <class T, int MT>
+void wide_chunk(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, int64_t m0, int64_t sb0, int64_t sb1,
+                __m512* st, float* y, int64_t ldy, int64_t ystep) {
+  wide_span<T, MT, WIDE_CHUNK_SB>(row, wstep, nb, act, m0, sb0, sb1, st, y, ldy, ystep);
 }
 
 // f(std::integral_constant<int, mt>) for a runtime mt in 1 .. MT
