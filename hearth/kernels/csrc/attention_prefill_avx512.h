@@ -1,5 +1,5 @@
-// attention_prefill.h's flash attention without AMX: the same packs (K as A tiles, V^T, Q^T as B
-// tiles), the same transposed walk (lanes = 16 query rows, the softmax down vectors) and the same
+// attention_prefill.h's flash attention without AMX, on attention_prefill_common.h's packs (K as A
+// tiles, V^T, Q^T as B tiles), transposed walk (lanes = 16 query rows, the softmax down vectors) and
 // roundings (q, k, v, p to bf16; f32 sums), its products on AVX512-BF16 vdpbf16ps instead of tiles:
 // each product takes one bf16 pair broadcast (a key's two dims, a dim's two keys) against a vector of
 // the 16 rows' pairs. Zen 4 has it without AMX; an AVX-512 CPU without it (Skylake-X, Ice Lake) keeps
@@ -9,7 +9,7 @@
 
 #include <cstring>
 
-#include "attention_prefill.h"
+#include "attention_prefill_common.h"
 
 namespace {
 
