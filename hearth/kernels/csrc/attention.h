@@ -24,18 +24,6 @@
 
 namespace {
 
-struct AttnShape {
-  const uint8_t* kv;  // plane 0 = keys, plane 1 = values, 2 bytes per element
-  int64_t plane;  // elements per plane: num_slots * kvh * d
-  int64_t bs, heads, kvh, d;
-  const int64_t* table;  // the row's sequence's block ids
-  float scale, softcap;
-  // a token tree's node row: keys remap_from .. (its ancestors and itself, along its path) are read
-  // from the flat slots remap[key - remap_from] instead of their positions' slots (null: none)
-  const int64_t* remap = nullptr;
-  int64_t remap_from = 0;
-};
-
 template <bool BF16>
 inline __m512 load_half(const uint8_t* p) {  // 16 f16 or bf16 values -> f32
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -63,13 +51,6 @@ inline __m512 softcap_ps(__m512 v, float cap) {  // cap * tanh(v / cap), tanh(z)
   const __m512 t = _mm512_sub_ps(_mm512_set1_ps(1.0f),
                                  _mm512_div_ps(_mm512_set1_ps(2.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), exp_ps(z))));
   return _mm512_mul_ps(t, _mm512_set1_ps(cap));
-}
-
-inline bool remapped(const AttnShape& a, int64_t key) { return a.remap && key >= a.remap_from; }
-
-inline const uint8_t* slot_row(const AttnShape& a, int plane, int64_t g, int64_t key) {
-  const int64_t slot = remapped(a, key) ? a.remap[key - a.remap_from] : a.table[key / a.bs] * a.bs + key % a.bs;
-  return a.kv + (plane * a.plane + (slot * a.kvh + g) * a.d) * 2;
 }
 
 // Prefetch the block after `next` (a block's keys take ~the memory latency to process): blocks sit
@@ -128,13 +109,6 @@ inline float exp_in_place(float* sh, int64_t n, float mx) {
   return _mm512_reduce_add_ps(sum);
 }
 
-template <int N, class F>
-void with_const(int n, const F& f) {  // f(std::integral_constant<int, n>) for 1 <= n <= N
-  if constexpr (N > 1)
-    if (n < N) return with_const<N - 1>(n, f);
-  f(std::integral_constant<int, N>{});
-}
-
 // p . V in register tiles of up to 4 heads x 4 vectors (64 dims): tile(hb, cv, h0, c0) for heads
 // h0 .. h0 + hb and vectors c0 .. c0 + cv, hb and cv as integral constants (template arguments)
 template <int DV, class Tile>
@@ -151,10 +125,6 @@ void for_value_tiles(int64_t G, const Tile& tile) {
 // slot (all kv heads, contiguous) is read whole, front to back through a block, so that the
 // hardware prefetchers and whole cache lines serve every head; the next block is prefetched by
 // software while this one is converted (blocks sit anywhere in the pool).
-struct AttnScratch {
-  std::vector<float> scores, qs, vmax, kt;
-};
-
 template <int DV, bool BF16>
 void attend_range(const AttnShape& a, const float* q, int64_t k0, int64_t k1, float* m, float* l, float* acc,
                   AttnScratch& buf) {

@@ -23,29 +23,10 @@
 
 namespace {
 
-struct AttnShape {
-  const uint8_t* kv;  // plane 0 = keys, plane 1 = values, 2 bytes per element
-  int64_t plane;  // elements per plane: num_slots * kvh * d
-  int64_t bs, heads, kvh, d;
-  const int64_t* table;  // the row's sequence's block ids
-  float scale, softcap;
-  // a token tree's node row: keys remap_from .. (its ancestors and itself, along its path) are read
-  // from the flat slots remap[key - remap_from] instead of their positions' slots (null: none)
-  const int64_t* remap = nullptr;
-  int64_t remap_from = 0;
-};
-
 inline vf8 softcap_ps(vf8 v, float cap) {  // cap * tanh(v / cap), tanh(z) = 1 - 2 / (1 + e^2z)
   const vf8 z = vmul(v, vset1(2.0f / cap));
   const vf8 t = vsub(vset1(1.0f), vdiv(vset1(2.0f), vadd(vset1(1.0f), exp_ps(z))));
   return vmul(t, vset1(cap));
-}
-
-inline bool remapped(const AttnShape& a, int64_t key) { return a.remap && key >= a.remap_from; }
-
-inline const uint8_t* slot_row(const AttnShape& a, int plane, int64_t g, int64_t key) {
-  const int64_t slot = remapped(a, key) ? a.remap[key - a.remap_from] : a.table[key / a.bs] * a.bs + key % a.bs;
-  return a.kv + (plane * a.plane + (slot * a.kvh + g) * a.d) * 2;
 }
 
 // acc[h][8 c0 .. 8 (c0 + CV)) = sum_j p[h][j] v_j for HB heads from h0 over keys [k0, k1) (kv head g)
@@ -88,17 +69,6 @@ inline float exp_in_place(float* sh, int64_t n, float mx) {
   }
   return hsum(sum);
 }
-
-template <int N, class F>
-void with_const(int n, const F& f) {  // f(std::integral_constant<int, n>) for 1 <= n <= N
-  if constexpr (N > 1)
-    if (n < N) return with_const<N - 1>(n, f);
-  f(std::integral_constant<int, N>{});
-}
-
-struct AttnScratch {
-  std::vector<float> scores, qs, vmax, kt;
-};
 
 // One task: every query head of one row (q: [kvh][G][D] f32) against keys [k0, k1): per head the
 // running max m, the sum of exp(s - m) l, and acc = sum exp(s - m) v (unnormalized)

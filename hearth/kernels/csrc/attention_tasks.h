@@ -1,5 +1,5 @@
 // How attention over a paged cache is cut into tasks and merged, for every tier (attention.h,
-// attention_pages.h, kv_quant.h): no intrinsics here, only the plan, the thread loop and the merge.
+// attention_pages.h, kv_quant.h): no intrinsics here, only what a task reads, the plan, the thread loop and the merge.
 //
 // A task is (query row, group of G query heads, key range). A row's ranges depend on its position
 // and the number of sequences only, never on how many rows its sequence has, so a verify step's row
@@ -23,6 +23,38 @@
 namespace {
 
 constexpr int64_t MAX_TASK_HEADS = 64;  // query heads one task may cover
+
+// What a task reads: the cache's planes, the sequence's block table, and a tree row's remapped keys
+struct AttnShape {
+  const uint8_t* kv;  // plane 0 = keys, plane 1 = values, 2 bytes per element
+  int64_t plane;  // elements per plane: num_slots * kvh * d
+  int64_t bs, heads, kvh, d;
+  const int64_t* table;  // the row's sequence's block ids
+  float scale, softcap;
+  // a token tree's node row: keys remap_from .. (its ancestors and itself, along its path) are read
+  // from the flat slots remap[key - remap_from] instead of their positions' slots (null: none)
+  const int64_t* remap = nullptr;
+  int64_t remap_from = 0;
+};
+
+inline bool remapped(const AttnShape& a, int64_t key) { return a.remap && key >= a.remap_from; }
+
+inline const uint8_t* slot_row(const AttnShape& a, int plane, int64_t g, int64_t key) {
+  const int64_t slot = remapped(a, key) ? a.remap[key - a.remap_from] : a.table[key / a.bs] * a.bs + key % a.bs;
+  return a.kv + (plane * a.plane + (slot * a.kvh + g) * a.d) * 2;
+}
+
+template <int N, class F>
+void with_const(int n, const F& f) {  // f(std::integral_constant<int, n>) for 1 <= n <= N
+  if constexpr (N > 1)
+    if (n < N) return with_const<N - 1>(n, f);
+  f(std::integral_constant<int, N>{});
+}
+
+// a task thread's buffers (scores, packed queries, ...), reused across its tasks
+struct AttnScratch {
+  std::vector<float> scores, qs, vmax, kt;
+};
 
 struct AttnTask {
   int64_t row, seq, g, k0, k1, part;  // part: its slot in the partials buffer, -1 when it writes out directly
