@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hearth.api.messages import _kind, bad, check_messages, template_arguments, text_content
+from hearth.api.messages import _kind, bad, check_messages, text_content
 from hearth.tool_guard.repeats import tool_error
 
 ROLES = ("user", "assistant")
@@ -81,8 +81,7 @@ def _assistant(blocks: list[dict], where: str) -> dict:
             texts.append(_string(b, "text", at))  # as the model said it, blank or not
         elif kind == "tool_use":
             calls.append({"id": str(b.get("id") or f"toolu_{j}"), "type": "function",
-                          "function": {"name": _string(b, "name", at),
-                                       "arguments": template_arguments(b.get("input"))}})
+                          "function": {"name": _string(b, "name", at), "arguments": _input(b, at)}})
         elif kind == "thinking":
             thinking.append(_string(b, "thinking", at))
         elif kind != "redacted_thinking":
@@ -156,6 +155,16 @@ def _combined(messages: list[dict]) -> list[dict]:
         else:
             out.append(m)
     return out
+
+
+def _input(block: dict, where: str) -> dict:
+    """A tool_use block's input: an object, required (Anthropic's ToolUseBlockParam); a string, list or
+    number was str()-ed into arguments no call had, where Anthropic answers 400."""
+    if "input" not in block:
+        raise bad(f"{where}.input", "is required (an object)")
+    if not isinstance(block["input"], dict):
+        raise bad(f"{where}.input", f"must be an object, not {_kind(block['input'])}")
+    return block["input"]
 
 
 def _string(block: dict, key: str, where: str) -> str:

@@ -29,13 +29,14 @@ from hearth.tool_parsers import collect
 router = APIRouter()
 
 
-def _guarded(served, body, server_guard, hearth=None) -> tuple[RequestGuard, object]:
-    """The request's guard (its extensions checked, its tools ranked) and tool plan."""
+def _guarded(served, body, server_guard, hearth=None) -> tuple[RequestGuard, object, bool]:
+    """The request's guard (its extensions checked, its tools ranked), tool plan and whether calls may
+    be parallel (read once here: the reply and the stream use the same answer)."""
     guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools), anthropic_messages(body.messages, body.system),
                          body.tool_choice)
-    plan = plan_tools(served, guard.tools, body.tool_choice)
-    guard.prompt_hint(plan, _parallel(body))
-    return guard, plan
+    plan, parallel = plan_tools(served, guard.tools, body.tool_choice), _parallel(body)
+    guard.prompt_hint(plan, parallel)
+    return guard, plan, parallel
 
 
 def _parallel(body) -> bool:
@@ -72,7 +73,7 @@ def _render(served, body, plan, conversation: list[dict]) -> tuple[str, list[int
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
     served = await request.app.state.models.get(body.model)
-    guard, plan = _guarded(served, body, request.app.state.config.tool_guard)  # the tools a request renders
+    guard, plan, _ = _guarded(served, body, request.app.state.config.tool_guard)  # the tools a request renders
     _, ids = _prompt(served, body, guard, plan)
     return {"input_tokens": len(ids)}
 
@@ -82,11 +83,11 @@ async def messages(body: MessagesRequest, request: Request):
     _check_thinking(body)
     state = request.app.state
     served = await state.models.get(body.model)
-    guard, plan = _guarded(served, body, state.config.tool_guard, body.hearth)
+    guard, plan, parallel = _guarded(served, body, state.config.tool_guard, body.hearth)
     text, ids = _prompt(served, body, guard, plan)
     fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
-    history, parallel = guard.history, _parallel(body)
+    history = guard.history
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
     req = ChoicesRequest(served, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, parallel,

@@ -133,17 +133,22 @@ def history_tool_calls(calls: Any, where: str) -> list[dict]:
             raise bad(f"{where}[{j}].function.name", "is required (a string)")
         if call.get("type", "function") != "function":  # OpenAI's one type of call (absent: vLLM's default)
             raise bad(f"{where}[{j}].type", f"must be 'function', got {call['type']!r}")
-        call_id, arguments = call.get("id"), fn.get("arguments")
+        call_id = call.get("id")
         if call_id is not None and not isinstance(call_id, str):  # OpenAI refuses `"id": 5`; str() hid it
             raise bad(f"{where}[{j}].id", f"must be a string, not {_kind(call_id)}")
-        # OpenAI's arguments are a JSON string; an object is taken too, as vLLM takes it (transformers'
-        # convention, which templates read); any other type was str()-ed into arguments no call had
-        if arguments is not None and not isinstance(arguments, (str, dict)):
-            raise bad(f"{where}[{j}].function.arguments",
-                      f"must be a string of JSON (or an object), not {_kind(arguments)}")
+        arguments = call_arguments(fn.get("arguments"), f"{where}[{j}].function.arguments", lenient=True)
         out.append({"id": call_id or f"call_{j}", "type": "function",
-                    "function": {"name": fn["name"], "arguments": template_arguments(arguments)}})
+                    "function": {"name": fn["name"], "arguments": arguments}})
     return out
+
+
+def call_arguments(arguments: Any, where: str, *, lenient: bool) -> Any:
+    """A history call's `arguments`, checked, as templates read them. OpenAI's are a JSON string;
+    lenient (the chat route) takes an object or none too, as vLLM does (transformers' convention);
+    any other type was str()-ed into arguments no call had, where OpenAI answers 400."""
+    if isinstance(arguments, str) or lenient and (arguments is None or isinstance(arguments, dict)):
+        return template_arguments(arguments)
+    raise bad(where, f"must be a string of JSON{' (or an object)' if lenient else ''}, not {_kind(arguments)}")
 
 
 def template_arguments(arguments: Any) -> Any:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hearth.api.messages import _kind, bad, template_arguments
+from hearth.api.messages import _kind, bad, call_arguments
 from hearth.api.responses_output import item_id
 from hearth.sampling_params import StructuredOutput
 
@@ -77,8 +77,10 @@ def _function_call(item: dict, where: str, out: list[dict], pending: dict) -> No
     for key in ("call_id", "name"):
         if not isinstance(item.get(key), str) or not item[key]:
             raise bad(f"{where}.{key}", "is required (a string)")
-    call = {"id": item["call_id"], "type": "function",
-            "function": {"name": item["name"], "arguments": template_arguments(item.get("arguments"))}}
+    if "arguments" not in item:  # required, as OpenAI's ResponseFunctionToolCall has it
+        raise bad(f"{where}.arguments", "is required (a string of JSON)")
+    arguments = call_arguments(item["arguments"], f"{where}.arguments", lenient=False)
+    call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": arguments}}
     last = out[-1] if out else None
     if last is not None and last["role"] == "assistant" and pending["reasoning"] is None:
         last.setdefault("tool_calls", []).append(call)  # parallel calls: one assistant turn

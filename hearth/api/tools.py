@@ -104,7 +104,9 @@ def anthropic_tools(tools: list | None) -> list[dict]:
         if kind in (None, "custom") and t.get("input_schema") is None:
             raise APIError(400, f"tools[{i}].input_schema: is required (a JSON schema object)",
                            param=f"tools[{i}].input_schema")
-        if t.get("description") is not None and not isinstance(t["description"], str):  # as openai_tools checks it
+        # optional but never null: Anthropic's Tool has `description: str` (its nullable fields, type and
+        # cache_control, say Optional); null reached templates as None
+        if "description" in t and not isinstance(t["description"], str):
             raise APIError(400, f"tools[{i}].description: must be a string, not {_kind(t['description'])}",
                            param=f"tools[{i}].description")
         _check_schema(t.get("input_schema"), f"tools[{i}].input_schema")

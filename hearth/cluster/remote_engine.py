@@ -101,6 +101,17 @@ class ClusterEngine:
                     setattr(total, f, getattr(total, f) + getattr(s.stats, f))
         return total
 
+    @property
+    def total_slots(self) -> int:
+        """Sequences the replicas that take requests decode together, as each reported it when it loaded
+        (no Ray call): /props' total_slots."""
+        return sum(s.info.max_num_seqs for s in self.slots if not s.draining)
+
+    @property
+    def speculative(self) -> bool:
+        """Whether the replicas speculate (they run one configuration), as they reported it when they loaded."""
+        return any(s.info.speculative for s in self.slots)
+
     def replica_stats(self) -> dict[str, EngineStats]:
         """Each replica's last stats, for /metrics' `replica` label."""
         return {s.name: s.stats for s in self.slots if s.stats is not None}

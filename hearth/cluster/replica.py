@@ -34,6 +34,10 @@ class ReplicaInfo:
     host: str
     max_logprobs: int = MAX_LOGPROBS
     """EngineConfig.max_logprobs (-1: no cap): the front end refuses past it, as the replica would."""
+    max_num_seqs: int = 1
+    """Sequences it decodes together (EngineConfig.max_num_seqs): /props' total_slots sums them."""
+    speculative: bool = False
+    """Speculative decoding runs in it (/props' default_generation_settings.speculative)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ class Replica:
             self.result = ReplicaInfo(llm.max_model_len, llm.model_config.vocab_size, llm.engine.model_context,
                                       kv.block_size, kv.cache_key,
                                       self.engine.max_in_flight, os.getpid(), socket.gethostname(),
-                                      llm.config.max_logprobs)
+                                      llm.config.max_logprobs, llm.config.max_num_seqs, llm.engine.spec is not None)
         except Exception as e:  # reported by ready(): the front end refuses to start half-ready
             self.result = LoadFailure(str(e) if isinstance(e, HearthError) else f"{type(e).__name__}: {e}")
 

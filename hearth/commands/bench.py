@@ -138,6 +138,7 @@ def _local(args: argparse.Namespace, workload):
     from hearth.bench.ceiling import decode_roofline
     from hearth.bench.local_client import LocalClient
     from hearth.bench.rss import MemoryProbe
+    from hearth.commands.run import check_max_tokens_fit, header_context
     from hearth.llm import LLM
     from hearth.loader.resolve import resolve_model
     from hearth.memory.devices import get_device
@@ -146,6 +147,7 @@ def _local(args: argparse.Namespace, workload):
     spec = SpeculativeConfig.parse(args.speculative_config)  # bad input: one line, before the load
     path = resolve_model(model)  # a missing model or unknown device fails before anything loads
     device = get_device(args.device)
+    check_max_tokens_fit(args.max_tokens, *header_context(str(path), args.ctx))  # run's check, before the load
     llm = LLM(str(path), max_num_seqs=workload.max_concurrency, max_model_len=args.ctx, threads=args.threads,
               speculative_config=None if spec is None else asdict(spec))
     cfg = llm.config

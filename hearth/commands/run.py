@@ -66,11 +66,11 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError("the prompt is empty")
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     if speculation is not None:
-        check_drafts_fit(speculation, _context(args), k_flag(args))
+        check_drafts_fit(speculation, header_context(args.model, args.ctx)[0], k_flag(args))
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation)
-    _check_max_tokens_fit(args.max_tokens, llm)
+    check_max_tokens_fit(args.max_tokens, llm.max_model_len, llm.engine.model_context)
     chat, note = conversation(args, llm)
     if args.system and not chat:
         raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
@@ -123,14 +123,14 @@ def main(args: argparse.Namespace) -> int:
                       file=sys.stderr)
 
 
-def _check_max_tokens_fit(max_tokens: int | None, llm) -> None:
+def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: int | None) -> None:
     """--max-tokens that leaves no room for a prompt of even one token fails every prompt: said once,
-    before the first (the context is the one that runs, --ctx clamped to the model's)."""
-    if max_tokens is None or max_tokens < llm.max_model_len:
+    before the first (context: the one that runs, --ctx clamped to the model's own, model_context).
+    `hearth bench` checks its --max-tokens with it too."""
+    if max_tokens is None or max_tokens < context:
         return
-    remedy = "lower --max-tokens" + (" or raise --ctx" if can_raise_context(llm.max_model_len, llm.engine.model_context)
-                                     else "")
-    raise HearthError(f"--max-tokens {max_tokens} leaves no room for a prompt in the context of {llm.max_model_len} "
+    remedy = "lower --max-tokens" + (" or raise --ctx" if can_raise_context(context, model_context) else "")
+    raise HearthError(f"--max-tokens {max_tokens} leaves no room for a prompt in the context of {context} "
                       f"tokens (--ctx); {remedy}")
 
 
@@ -145,15 +145,16 @@ def sampling_params(args: argparse.Namespace):
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
 
-def _context(args: argparse.Namespace) -> int:
-    """The context --ctx runs at, read from the file's header (no weights): the model's own at most."""
+def header_context(model, ctx: int) -> tuple[int, int]:
+    """(the context --ctx runs at, the model's own), read from the file's header (no weights): the
+    model's own at most. model: a catalog name or a path."""
     from hearth.loader.context import context_to_run
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.loader.resolve import resolve_model
     from hearth.memory.gguf_shape import shape_from_gguf
 
-    trained = shape_from_gguf(GGUFFile(resolve_model(args.model))).context_length
-    return context_to_run(args.ctx, trained, quiet=True)  # LLM says it once, as it loads
+    trained = shape_from_gguf(GGUFFile(resolve_model(model))).context_length
+    return context_to_run(ctx, trained, quiet=True), trained  # LLM says it once, as it loads
 
 
 def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:

@@ -15,7 +15,7 @@ import llguidance
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from hearth.errors import HearthError
-from hearth.sample.schema_bounds import bounded_numbers
+from hearth.sample.schema_bounds import with_bounded_numbers
 from hearth.sampling_params import StructuredOutput
 
 
@@ -31,10 +31,10 @@ class InvalidStructuredOutput(HearthError):
 def compile_grammar(so: StructuredOutput) -> str:
     """The llguidance grammar for a constraint; raises InvalidStructuredOutput naming the problem."""
     if so.json_schema is not None:
-        kind, grammar = "json_schema", _from_schema(so.json_schema)
-    elif so.json_object:
-        kind, grammar = "json_object", _from_schema({"type": "object"})
-    elif so.grammar is not None:
+        return _from_schema(so.json_schema)  # validated there: its bounded copy's compile is the check
+    if so.json_object:
+        return _from_schema({"type": "object"})
+    if so.grammar is not None:
         kind, grammar = "grammar", _from_grammar(so.grammar)
     else:
         kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(so.regex)
@@ -87,14 +87,23 @@ def _reason(error: str) -> str:
 
 
 def _from_schema(schema: dict) -> str:
+    """The validated grammar of the schema with bounded numbers, or of the schema as given where the
+    bounded copy does not compile (hearth.sample.schema_bounds)."""
     if not isinstance(schema, dict):
         raise InvalidStructuredOutput(f"invalid json_schema: a schema is a JSON object, not {type(schema).__name__}")
     try:
-        # whitespace as compact JSON allows: small models otherwise pad with newlines forever
-        return llguidance.LLMatcher.grammar_from_json_schema(
-            json.dumps(bounded_numbers(schema)), overrides={"whitespace_flexible": False})
+        return with_bounded_numbers(schema, _schema_grammar)
     except ValueError as e:
         raise InvalidStructuredOutput(f"invalid json_schema: {_reason(str(e))}") from None
+
+
+def _schema_grammar(schema: dict) -> str:
+    # whitespace as compact JSON allows: small models otherwise pad with newlines forever
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides={"whitespace_flexible": False})
+    error = llguidance.LLMatcher.validate_grammar(grammar)
+    if error:
+        raise ValueError(error)
+    return grammar
 
 
 class _Vocab:

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 
-from hearth.sample.schema_bounds import bounded_numbers
 from hearth.tool_guard.triggers import ARGUMENTS_KEY, FUNCTION_TAG, OPEN_OBJECT, TAGGED, Trigger, triggers_for
-from hearth.tool_parsers.schema import TOOL_JSON, declared_only
+from hearth.tool_parsers.schema import TOOL_JSON, bounded_arguments, declared_only
 from hearth.tool_parsers.types import tool_parameters
 
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever
@@ -61,7 +60,7 @@ def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
 
 
 def _with_layout(schema: dict) -> dict:
-    schema = bounded_numbers(declared_only(schema))
+    schema = bounded_arguments(declared_only(schema))
     return {**schema, "x-guidance": {**TOOL_JSON, **schema.get("x-guidance", {})}}
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import llguidance
 
-from hearth.sample.schema_bounds import bounded_numbers
+from hearth.sample.schema_bounds import with_bounded_numbers
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.types import ToolParserError, tool_parameters
 
@@ -44,7 +44,7 @@ class CallConstraint:
         model's vocabulary ([TOOL_CALLS], <|python_tag|>) need the grammar's token syntax instead."""
         body = [json.dumps(self.prefix)] if self.prefix else []
         body += ["call"] + ([json.dumps(self.suffix)] if self.suffix else [])
-        schema = {**bounded_numbers(self.schema), "x-guidance": TOOL_JSON}
+        schema = {**bounded_arguments(self.schema), "x-guidance": TOOL_JSON}
         return f"start: {' '.join(body)}\ncall: %json {json.dumps(schema)}\n"
 
 
@@ -101,6 +101,23 @@ def _call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
     return {"type": "object",
             "properties": {"name": {"const": name}, arguments_key: arguments},
             "required": ["name", arguments_key], "additionalProperties": False}
+
+
+def bounded_arguments(schema: dict) -> dict:
+    """`schema` with its numbers bounded (hearth.sample.schema_bounds) where that copy compiles as a
+    call's arguments do (TOOL_JSON), else as given. The compile is schema_error's, cached by the text:
+    the grammar that embeds the schema is compiled later, whole, where no tool's fallback can be chosen.
+    A schema that does not compile as given either goes as given: that later compile names its error."""
+    try:
+        return with_bounded_numbers(schema, _compiled)
+    except ValueError:
+        return schema
+
+
+def _compiled(schema: dict) -> dict:
+    if _schema_error(json.dumps({**schema, "x-guidance": TOOL_JSON}, sort_keys=True)):
+        raise ValueError("the schema does not compile")
+    return schema
 
 
 @functools.lru_cache(maxsize=4096)  # many-tools requests (hearth.max_tools) send hundreds

@@ -71,3 +71,20 @@ def test_one_line_error(argv, needle, files, capsys):
     assert code == 1, err
     assert len(err.splitlines()) == 1 and err.startswith("hearth: error: "), err
     assert needle.format(**fill) in err
+
+
+@pytest.mark.parametrize("ctx, remedy", [("64", "lower --max-tokens or raise --ctx"),
+                                         ("1000", "lower --max-tokens")])  # past the model's 256: its own runs
+def test_max_tokens_past_the_context_is_one_line_before_the_load(tmp_path, capsys, monkeypatch, ctx, remedy):
+    """`hearth run --max-tokens` past the context is one line before any prompt; bench's failed each prompt
+    after the model loaded (in its own words). It is run's check now, on the file's header."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    import hearth.llm
+    dims = write_tiny_gguf(tmp_path / "m.gguf", "llama")
+    context = min(int(ctx), dims.context)
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **kw: pytest.fail("the model loaded"))
+    assert main(["bench", "--model", str(tmp_path / "m.gguf"), "--ctx", ctx, "--max-tokens", str(context),
+                 "--output", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err == (f"hearth: error: --max-tokens {context} leaves no room for a prompt in the "
+                                       f"context of {context} tokens (--ctx); {remedy}\n")

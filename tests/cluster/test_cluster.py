@@ -17,7 +17,7 @@ import ray
 
 from hearth.cli import main
 from hearth.cluster.router import make_router
-from tests.cluster.conftest import API_KEY, one_error_line
+from tests.cluster.conftest import API_KEY, ENGINE_ARGS, one_error_line
 from tests.gguf_factory import write_header_only_gguf
 
 TIMEOUT = 300  # a shared 2-core machine can take seconds per step; no test waits this long when it passes
@@ -137,6 +137,13 @@ def test_metrics_aggregate_per_replica(cluster):
     assert m[("hearth:generation_tokens_total", "")] > 0  # counted by the front end, across replicas
     assert m[("hearth:time_to_first_token_seconds_count", "")] > 0
     assert sum(m[("hearth:replica_requests_routed_total", r)] for r in names) > 0
+
+
+def test_props_counts_the_replicas_slots(cluster):
+    """Each replica reports its max_num_seqs (2 here) and whether it speculates as it loads: /props sums them."""
+    r = httpx2.get(cluster.url + "/props", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=TIMEOUT)
+    assert r.json()["total_slots"] == 2 * ENGINE_ARGS["max_num_seqs"], r.text
+    assert r.json()["default_generation_settings"]["speculative"] is False
 
 
 def test_scale_up_and_down_while_serving(cluster):

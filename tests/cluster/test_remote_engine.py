@@ -218,3 +218,32 @@ def test_scaling_up_adds_loaded_replicas_under_new_names():
     scaler = Scaler(engine, spawn=lambda k: [(FakeHandle(), info) for _ in range(k)],
                     router_for=lambda n: make_router("round-robin", n), kill=None)
     assert asyncio.run(scaler.scale_to(3)) == ["r0", "r1", "r2"] and engine.router.num_replicas == 3
+
+
+def test_props_sums_the_replicas_slots_and_says_whether_they_speculate(tmp_path):
+    """GET /props under `hearth cluster serve` read total_slots 1 and speculative false whatever the
+    replicas ran: now what they reported as they loaded (no Ray call a request), recounted after scaling."""
+    from dataclasses import replace
+
+    from fastapi.testclient import TestClient
+
+    from hearth.api.app import ServerConfig
+    from hearth.commands.cluster import build_app
+    from tests.gguf_factory import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "m.gguf", "llama")
+    info = replace(ReplicaInfo(64, 100, 64, 16, b"r" * 16, 4, 1, "host"), max_num_seqs=3, speculative=True)
+    engine = ClusterEngine([ReplicaSlot(f"r{i}", FakeHandle(), info) for i in range(2)], make_router("round-robin", 2))
+    scaler = Scaler(engine, spawn=lambda k: [(FakeHandle(), info) for _ in range(k)],
+                    router_for=lambda n: make_router("round-robin", n), kill=lambda handle: None)
+    client = TestClient(build_app(str(tmp_path / "m.gguf"), ["m"], engine, ServerConfig(), scaler))
+
+    def props() -> tuple[int, bool]:
+        body = client.get("/props").json()
+        return body["total_slots"], body["default_generation_settings"]["speculative"]
+
+    assert props() == (6, True)
+    assert client.post("/cluster/replicas", json={"replicas": 3}).status_code == 200
+    assert props() == (9, True)
+    assert client.post("/cluster/replicas", json={"replicas": 1}).status_code == 200
+    assert props() == (3, True)

@@ -75,3 +75,12 @@ def test_a_flag_that_is_not_a_boolean_is_a_400(fake, path):
     r = fake.client.post(path, json=_message("tool", tool_choice={"type": "auto", "disable_parallel_tool_use": "yes"}))
     assert r.status_code == 400 and r.json()["type"] == "error"
     assert r.json()["error"]["message"] == "tool_choice.disable_parallel_tool_use: must be a boolean, not a string"
+
+
+def test_the_flag_is_read_once_a_request(fake, monkeypatch):
+    """The guard's hint and the reply read the same answer: computed once in _guarded, passed on."""
+    from hearth.api import anthropic_routes
+    calls = []
+    real = anthropic_routes._parallel
+    monkeypatch.setattr(anthropic_routes, "_parallel", lambda body: calls.append(body) or real(body))
+    assert whole(fake, "tool", tool_choice=ONE_CALL)["stop_reason"] == "tool_use" and len(calls) == 1

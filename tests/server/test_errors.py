@@ -129,6 +129,16 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}]}, 400, "tools[0].input_schema"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "description": 5, "input_schema": {"type": "object"}}]},
      400, "tools[0].description: must be a string, not a number"),  # it was taken, and rendered as 5
+    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "description": None, "input_schema": {}}]},
+     400, "tools[0].description: must be a string, not null"),  # Anthropic's Tool.description is no Optional
+    # a tool_use input is an object (Anthropic's 400); a string, list or number was str()-ed into the call
+    *(({"max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t1", "name": "f", **given}]}]}, 400, f"messages[1].content[0].input: {why}")
+      for given, why in [({"input": '{"a": 1}'}, "must be an object, not a string"),
+                         ({"input": [1]}, "must be an object, not a list"),
+                         ({"input": 5}, "must be an object, not a number"),
+                         ({"input": None}, "must be an object, not null"),
+                         ({}, "is required (an object)")]),
     # Anthropic's server tools run on Anthropic's servers: never a schema-less function here
     ({"max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search",
                                                     "max_uses": 5}]}, 400, "is an Anthropic server tool, which hearth"),

@@ -187,3 +187,22 @@ def test_a_number_without_bounds_ends_within_15_integer_and_10_fraction_digits(s
     """`{"type": "number"}` took any number of digits: `0.333...` until max_tokens."""
     assert all(_accepts(json.dumps(schema), t, "json") for t in good)
     assert not any(_accepts(json.dumps(schema), t, "json") for t in bad)
+
+
+@pytest.mark.parametrize("schema,compiles", [
+    ({"type": "object", "properties": {"n": {"type": "integer"}, "x": {"type": "number"}}}, 1),
+    ({"type": "string"}, 1),  # nothing to bound
+    ({"allOf": [{"type": "integer"}, {"minimum": 10**17}]}, 2),  # the bounded copy fails: the schema as given
+])
+def test_a_json_schema_is_compiled_once(monkeypatch, schema, compiles):
+    """The bounded copy's satisfiability was checked by a compile of its own, then compiled again (~1 ms a
+    request): the compile of the grammar is the check now."""
+    import llguidance
+    from hearth.sample.grammar import compile_grammar
+    from hearth.sampling_params import StructuredOutput
+    from tests.tool_guard.test_grammar import _CountingMatcher
+
+    counted = _CountingMatcher(llguidance.LLMatcher)
+    monkeypatch.setattr(llguidance, "LLMatcher", counted)
+    compile_grammar(StructuredOutput(json_schema=schema))
+    assert counted.compiles == compiles

@@ -217,6 +217,33 @@ def test_bad_input_is_a_400_naming_it(fake, body, param, words):
     assert err["param"] == param and words in err["message"] and err["type"] == "invalid_request_error"
 
 
+@pytest.mark.parametrize("arguments, kind", [({"city": "Oslo"}, "an object"), (5, "a number"), (None, "null"),
+                                             (["x"], "a list")])
+def test_a_function_call_item_with_arguments_not_a_string_is_a_400(fake, arguments, kind):
+    """They were str()-ed (or an object taken as given); OpenAI answers 400 `Invalid type for
+    'input[0].arguments': expected a string`. The wording is the chat route's for its history calls."""
+    item = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": arguments}
+    r = fake.client.post("/v1/responses", json={"model": "fake-model", "input": [item]})
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == "input[0].arguments" and err["type"] == "invalid_request_error"
+    assert err["message"] == f"input[0].arguments: must be a string of JSON, not {kind}"
+
+
+def test_a_function_call_item_without_arguments_is_a_400(fake):
+    item = {"type": "function_call", "call_id": "c1", "name": "f"}
+    r = fake.client.post("/v1/responses", json={"model": "fake-model", "input": [item]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "input[0].arguments", r.text
+
+
+def test_a_function_call_item_with_string_arguments_is_rendered(fake):
+    items = [{"role": "user", "content": "hi"},
+             {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"city": "Oslo"}'},
+             {"type": "function_call_output", "call_id": "c1", "output": "ok"}]
+    assert fake.client.post("/v1/responses", json={"model": "fake-model", "input": items}).status_code == 200
+    assert '"city": "Oslo"' in fake.last.prompt
+
+
 def test_nulls_mean_not_given(fake):
     body = {"model": "fake-model", "input": "script:hello", "instructions": None, "tools": None, "tool_choice": None,
             "text": None, "max_output_tokens": None, "temperature": None, "top_p": None, "reasoning": None,

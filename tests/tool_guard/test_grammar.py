@@ -86,6 +86,57 @@ def test_keywords_llguidance_cannot_enforce_leave_the_rest_enforced():
     assert feed(m, TOK.encode(call.removesuffix("</tool_call>").rstrip() + "\n</tool_call>"))
 
 
+# a set of integers (pydantic's set[int]): uniqueItems only a lenient compile takes
+COUNTS = {"type": "function", "function": {"name": "count", "parameters": {"type": "object", "properties": {
+    "ns": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True}}, "required": ["ns"]}}}
+
+
+@pytest.mark.parametrize("forced", [False, True])
+def test_a_tool_with_keywords_llguidance_cannot_enforce_keeps_its_bounded_numbers(forced):
+    """The bounded copy was checked by a strict compile, which refused uniqueItems: the tool lost its bounds
+    and took digits without end. It is checked as a call's arguments compile (lenient) now."""
+    call = '<tool_call>\n{"name": "count", "arguments": {"ns": [1, %s]}}\n</tool_call>'
+    assert _takes(call % "2", forced) and not _takes(call % ("1" + "0" * 17), forced)
+
+
+def _takes(call: str, forced: bool) -> bool:
+    if not forced:
+        return accepts(call, tools=[COUNTS])
+    m = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [COUNTS], "required").lark()))
+    return feed(m, TOK.encode(call)) and TOK.eos_id in allowed(m)
+
+
+def test_a_tools_bounded_copy_is_compiled_once_for_its_requests(monkeypatch):
+    """Agents send the same tools every turn: the check of a tool's bounded copy is the cached compile
+    of schema_error, not one more compile a request (~1 ms for a schema with a number)."""
+    import llguidance
+    from hearth.tool_parsers import schema as tool_schema
+
+    counted = _CountingMatcher(llguidance.LLMatcher)
+    monkeypatch.setattr(llguidance, "LLMatcher", counted)
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}, "unique_to_this_test": {"type": "number"}}}}}
+    tool_schema._schema_error.cache_clear()
+    for _ in range(3):
+        lazy_tool_grammar("hermes", [tool])
+        call_constraint("hermes", [tool], "required").lark()
+    assert counted.compiles == 2  # the lazy grammar's arguments and the forced call's schema, once each
+
+
+class _CountingMatcher:
+    """llguidance.LLMatcher with its schema compiles counted."""
+
+    def __init__(self, real):
+        self.real, self.compiles = real, 0
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def validate_grammar(self, *a, **kw):
+        self.compiles += 1
+        return self.real.validate_grammar(*a, **kw)
+
+
 def test_a_schema_requiring_an_undeclared_parameter_stays_open():
     """Closed, nothing would satisfy it: both grammars take it as given (a call, not a 400)."""
     odd = {"type": "function", "function": {"name": "odd", "parameters": {

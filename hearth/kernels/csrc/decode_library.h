@@ -203,6 +203,8 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 }  // namespace
 
+#include "layer.h"  // after Plan
+
 extern "C" {
 
 int hk_abi_version() { return 14; }
@@ -352,14 +354,6 @@ int hk_dequant_bf16(const void* w, int qtype, int64_t row_bytes, int64_t K, int6
 }
 
 // ---- a whole decoder layer for a few rows in one call (fused_layer.h's hk_layer_forward) ----
-
-struct Layer {
-  const Plan *qkv, *o, *gate_up, *down;
-  const float *attn_norm, *bias, *qk_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
-  float attn_eps, qk_eps, post_attn_eps, ffn_eps, post_ffn_eps, scale, softcap;
-  int act, neox;
-  int64_t heads, kvh, d, rot, window;
-};
 
 void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const void* down, const float* norms[6],
                    const float eps[5], int act, int neox, int64_t heads, int64_t kvh, int64_t d, int64_t rot,

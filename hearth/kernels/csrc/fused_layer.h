@@ -4,20 +4,14 @@
 // The decode-tier libraries have their own (decode_library.h).
 #pragma once
 
+#include "layer.h"
+
 extern "C" {
 
 // ---- a whole decoder layer for a few rows (decodes, short chunks) in one call ----
 // The same block as hearth.models.transformer.DecoderLayer with every attention over the paged
 // f16/bf16 cache: saves the ~8 Python-level calls and temporaries per layer (~20% of a SmolLM2
 // decode token).
-
-struct Layer {
-  const Plan *qkv, *o, *gate_up, *down;
-  const float *attn_norm, *bias, *qk_norm, *post_attn_norm, *ffn_norm, *post_ffn_norm;
-  float attn_eps, qk_eps, post_attn_eps, ffn_eps, post_ffn_eps, scale, softcap;
-  int act, neox;
-  int64_t heads, kvh, d, rot, window;
-};
 
 thread_local std::vector<float, AlignedAlloc<float>> tmp_qkv, tmp_attn;
 thread_local std::vector<uint16_t, AlignedAlloc<uint16_t>> tmp_attn16;
