@@ -6,6 +6,7 @@ the client's error), the runner turns the bitmask into a logit mask."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -29,15 +30,25 @@ class InvalidStructuredOutput(HearthError):
 
 
 def compile_grammar(so: StructuredOutput) -> str:
-    """The llguidance grammar for a constraint; raises InvalidStructuredOutput naming the problem."""
-    if so.json_schema is not None:
-        return _from_schema(so.json_schema)  # validated there: its bounded copy's compile is the check
-    if so.json_object:
+    """The llguidance grammar for a constraint; raises InvalidStructuredOutput naming the problem.
+    A request's constraint is compiled where the API checks it, where the engine admits it and where
+    its matcher is made, and an agent sends the same tools every turn: the compiled text is kept
+    (~1-8 ms a compile; errors are not kept)."""
+    # the key keeps the properties' order: it is the order the fields are written in
+    return _compile(json.dumps([so.json_schema, so.json_object, so.grammar, so.regex]))
+
+
+@functools.lru_cache(maxsize=256)
+def _compile(key: str) -> str:
+    json_schema, json_object, grammar, regex = json.loads(key)
+    if json_schema is not None:
+        return _from_schema(json_schema)  # validated there: its bounded copy's compile is the check
+    if json_object:
         return _from_schema({"type": "object"})
-    if so.grammar is not None:
-        kind, grammar = "grammar", _from_grammar(so.grammar)
+    if grammar is not None:
+        kind, grammar = "grammar", _from_grammar(grammar)
     else:
-        kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(so.regex)
+        kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(regex)
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
         expected = GRAMMAR_SYNTAX if kind == "grammar" else ""

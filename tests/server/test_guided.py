@@ -202,7 +202,10 @@ def test_a_json_schema_is_compiled_once(monkeypatch, schema, compiles):
     from hearth.sampling_params import StructuredOutput
     from tests.tool_guard.test_grammar import _CountingMatcher
 
+    from hearth.sample import grammar
+
     counted = _CountingMatcher(llguidance.LLMatcher)
     monkeypatch.setattr(llguidance, "LLMatcher", counted)
+    grammar._compile.cache_clear()  # an earlier test may have compiled the same schema
     compile_grammar(StructuredOutput(json_schema=schema))
     assert counted.compiles == compiles
