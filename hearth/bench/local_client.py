@@ -15,6 +15,7 @@ from hearth.bench.records import RequestResult
 from hearth.bench.workloads import BenchRequest, Workload, warmup_request
 from hearth.engine.async_engine import AsyncEngine
 from hearth.engine.engine_core import EngineCore
+from hearth.errors import can_raise_context
 from hearth.sampling_params import SamplingParams
 
 
@@ -39,9 +40,10 @@ class LocalClient:
     def _encode(self, req: BenchRequest, workload: str) -> list[int]:
         ids = self.encode_chat(req.messages)
         if len(ids) + req.max_tokens > self.max_model_len:
+            remedy = "raise --ctx or lower --max-tokens" if can_raise_context(self.max_model_len, self.core.model_context) \
+                else "lower --max-tokens (--ctx is the model's own)"
             raise BenchError(f"{workload} prompt {req.index} is {len(ids):,} tokens + {req.max_tokens:,} to "
-                             f"generate, more than the context of {self.max_model_len:,}; "
-                             "raise --ctx or lower --max-tokens")
+                             f"generate, more than the context of {self.max_model_len:,}; {remedy}")
         self.core.check_request(ids, self._params(req))
         return ids
 

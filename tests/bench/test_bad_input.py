@@ -88,3 +88,16 @@ def test_max_tokens_past_the_context_is_one_line_before_the_load(tmp_path, capsy
                  "--output", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == (f"hearth: error: --max-tokens {context} leaves no room for a prompt in the "
                                        f"context of {context} tokens (--ctx); {remedy}\n")
+
+
+@pytest.mark.parametrize("ctx, max_tokens, remedy", [("128", "120", "raise --ctx or lower --max-tokens"),
+                                                     ("1000", "250", "lower --max-tokens (--ctx is the model's own)")])
+def test_a_prompt_past_the_context_names_a_remedy_that_helps(tmp_path, capsys, ctx, max_tokens, remedy):
+    """A prompt that does not fit with its output: raising --ctx helps only below the model's own (256)."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "m.gguf", "llama")
+    assert main(["bench", "--model", str(tmp_path / "m.gguf"), "--ctx", ctx, "--max-tokens", max_tokens,
+                 "--requests", "1", "--output", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("hearth: error: chat prompt ") and err.endswith(remedy), err
