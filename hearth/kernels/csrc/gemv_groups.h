@@ -189,8 +189,9 @@ inline void grouped_codes<Blocks32<TQ4_1>>(const uint8_t* row, int64_t sb, int64
 // 2h + L % 2) and masked to its lane's planes (lanes 0-1: s = 0, 2; lanes 2-3: s = 1, 3), so that a rotate by
 // dword puts the wanted plane at bits 4-5 with bits 6-7 clear; one ternlog joins them. 22 vector ops a
 // superblock, where the group order took 24, 8 of them cross-lane permutes (Zen 4, one thread, a synthetic
-// Q6_K head: 0.80x the time at 4 rows, 0.95x at 8 and 16; combining the codes first and transposing them by
-// unpacks, 20 ops but a longer chain before the first vpdpbusd, was 1.05x at 8 rows)
+// Q6_K head: 0.78-0.85x the time at 4 rows, 0.92-0.98x at 8 and 16; the 1.5B's down 0.92-0.97x at 1-16 rows;
+// whole verify steps 0.97-1.00x, docs/speculative.md; combining the codes first and transposing them by
+// unpacks, 20 ops but a longer chain before the first vpdpbusd, was 1.03-1.11x at 8 rows)
 template <>
 __attribute__((always_inline)) inline void grouped_codes<TQ6_K>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
   const uint8_t* b = row + sb * TQ6_K::TS;
