@@ -152,12 +152,12 @@ def test_wide_gemv_passes_sum_each_row_as_alone(k):
     two weight rows a pass, the offsets' chains after the codes', activations interleaved per
     superblock; where a pass's activations miss L1, Q6_K from 5 rows in K chunks, so at K = 2304
     chunks of 6 and 3 superblocks, and the others past one pass rows_dot's own passes): every row's
-    bits are its 1-row GEMV's. Fused parts of the three layouts
-    (lanes, group order, paired) and odd row counts (a run's last weight row alone); 33 rows: the
+    bits are its 1-row GEMV's. Fused parts of the four layouts (lanes: Q4_K, transposed: Q6_K, group
+    order: Q2_K, paired: Q8_0, Q4_1) and odd row counts (a run's last weight row alone); 33 rows: the
     passes rows_dot makes past the wide ones' 32. The avx2 library has no wide passes: the same holds."""
     rng = np.random.default_rng(k)
     ts = [random_tensor(Q.Q4_K, 37, k, rng), random_tensor(Q.Q6_K, 19, k, rng), random_tensor(Q.Q8_0, 21, k, rng),
-          random_tensor(Q.Q4_1, 9, k, rng)]
+          random_tensor(Q.Q4_1, 9, k, rng), random_tensor(Q.Q2_K, 7, k, rng)]
     mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], k)
     x = torch.randn(33, k, generator=torch.Generator().manual_seed(k)) * torch.rand(33, 1) * 4
     alone = torch.cat([mm(x[i:i + 1]) for i in range(33)])

@@ -22,6 +22,12 @@ inline __m512i join(__m256i lo, __m256i hi) {
 
 const __m256i LOW4 = _mm256_set1_epi8(0x0F);
 
+// The order in which a type's GEMV (gemv_vnni.h dot_row) lays a superblock's 16 scale groups along a
+// vector's 16 dword lanes (gemv_groups.h): group order (lane g: group g), the lane order 4-bit nibbles
+// fall into (Q4_K's, LANE_GROUP), or its transpose (Q6_K's: lane 4L + k holds group 4k + L). The
+// activations are laid out once per call in each order a plan's parts read (Act's layouts).
+enum class Order { groups, lanes, transposed };
+
 inline __m256i nibbles32(const uint8_t* qs) {  // 16 bytes -> 32 codes: low nibbles, then high
   __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
@@ -74,7 +80,8 @@ struct TQ8_0 : FQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
 template <class T>
 struct Blocks32 {
   using Type = T;
-  static constexpr bool sym = T::sym, paired = true, lanes = true;
+  static constexpr bool sym = T::sym, paired = true;
+  static constexpr Order order = Order::lanes;
   static constexpr int C = T::C;
   // the scales of superblock `sb` (in chunk order: group 4c + k is the k-th 16 weights of chunk c; LANES:
   // the GEMV's lane order, gemv_groups.h)
@@ -161,12 +168,12 @@ inline int k4_lane_scales(const uint8_t* b, __m512& s, __m512& o) {
 
 struct KQuant {
   static constexpr bool paired = false;
-  static constexpr bool lanes = false;  // the GEMV reads the activations in group order (gemv_groups.h)
+  static constexpr Order order = Order::groups;  // the GEMV reads the activations in group order (gemv_groups.h)
   static int pos(int c, int k) { return 64 * c + 16 * k; }
 };
 
 struct TQ4_K : KQuant, FQ4_K {  // 8 groups of 32
-  static constexpr bool lanes = true;  // in the GEMV's lane order (gemv_groups.h)
+  static constexpr Order order = Order::lanes;  // in the GEMV's lane order (gemv_groups.h)
   template <bool LANES = false>
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     return LANES ? k4_lane_scales(row + sb * TS, s, o) : k4_scales(row + sb * TS, s, o);
@@ -183,7 +190,7 @@ inline __mmask64 bit_pair(__m256i v, int c) {  // bits 2c (first 32 bytes) and 2
 }
 
 struct TQ5_K : KQuant, FQ5_K {
-  static constexpr bool lanes = true;
+  static constexpr Order order = Order::lanes;
   template <bool LANES = false>
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     return LANES ? k4_lane_scales(row + sb * TS, s, o) : k4_scales(row + sb * TS, s, o);
@@ -198,9 +205,14 @@ struct TQ5_K : KQuant, FQ5_K {
 };
 
 struct TQ6_K : KQuant, FQ6_K {  // 16 groups of 16
+  static constexpr Order order = Order::transposed;  // the GEMV's (gemv_groups.h grouped_codes<TQ6_K>)
+  // GEMV: in the transposed order (lane l: group 4 (l % 4) + l / 4), else group order; the same values
+  template <bool GEMV = false>
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     const uint8_t* b = row + sb * TS;
-    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192))));
+    __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    if (GEMV) x = _mm_shuffle_epi8(x, _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+    const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x));
     s = _mm512_mul_ps(_mm512_set1_ps(f16(b + 208)), sc);
     o = _mm512_mul_ps(s, _mm512_set1_ps(-32.0f));
     return 4;
@@ -269,13 +281,18 @@ struct Layout {  // M rows, each padded with zeros to Kp = K rounded up to 256
 struct Act {
   int64_t M = 0, K = 0, Kp = 0;
   Layout natural, paired;  // paired: the chunk order of the 32-wide block types
-  // natural's codes in the GEMV's group order, where natural holds its lane order (group_codes: for the
-  // types that read groups, beside Q4_K's lanes in one fused matrix)
-  Layout grouped;
-  // natural, paired and grouped with the rows interleaved per superblock (codes [Kp / 256][M][256], d16 and
-  // a16 [Kp / 256][M][16]): what the GEMV's wide passes read (gemv_wide.h by_superblock), else null
-  Layout wide[3];
+  // natural's codes in the GEMV's group order and in its transposed order (Order), where natural holds its
+  // lane order (group_codes: for the types that read them, beside Q4_K's lanes in one fused matrix)
+  Layout grouped, transposed;
+  // these four with the rows interleaved per superblock (codes [Kp / 256][M][256], d16 and a16 [Kp / 256][M][16]):
+  // what the GEMV's wide passes read (gemv_wide.h by_superblock), else null
+  Layout wide[4];
   const Layout& get(bool p) const { return p ? paired : natural; }
+  // layout i (gemv_layout<T>(): the one T's GEMV reads) of the plain ones or of the wide ones
+  const Layout& gemv(int i, bool wide_rows = false) const {
+    const Layout* plain[4] = {&natural, &paired, &grouped, &transposed};
+    return wide_rows ? wide[i] : *plain[i];
+  }
 };
 
 thread_local std::vector<uint8_t> act_buf;

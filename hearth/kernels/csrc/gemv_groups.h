@@ -23,6 +23,32 @@ inline __m512 lanes_to_groups(__m512 v) {  // the inverse: lane g = v[l] where L
   return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 8, 12, 9, 13, 2, 6, 3, 7, 10, 14, 11, 15), v);
 }
 
+// Q6_K's order (Order::transposed): lane 4L + k holds group 4k + L, the order its codes fall into with
+// in-lane shuffles (grouped_codes<TQ6_K>). Its own inverse: lane l = v[4 (l % 4) + l / 4]
+template <class V>
+inline V transpose16(V v) {
+  const __m512i at = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  if constexpr (std::is_same<V, __m512>::value) {
+    return _mm512_permutexvar_ps(at, v);
+  } else {
+    return _mm512_permutexvar_epi32(at, v);
+  }
+}
+
+// A row's 16 group values v in T's GEMV order -> group order
+template <class T>
+inline __m512 in_group_order(__m512 v) {
+  if constexpr (T::order == Order::lanes) return lanes_to_groups(v);
+  if constexpr (T::order == Order::transposed) return transpose16(v);
+  return v;
+}
+
+// Which of Act's layouts (Act::gemv) T's GEMV reads: natural (Q4_K's lanes), paired, grouped, transposed
+template <class T>
+constexpr int gemv_layout() {
+  return T::paired ? 1 : T::order == Order::lanes ? 0 : T::order == Order::groups ? 2 : 3;
+}
+
 // chunks N_0..3 (chunk order) -> G_c[l] = N_{g/4}[4 (g % 4) + c] for g = LANE_GROUP[l] (LANES), else g =
 // l, in dwords. Lanes: lanes 0-7 take groups of N_0 and N_2, lanes 8-15 of N_1 and N_3
 template <bool LANES>
@@ -50,9 +76,9 @@ inline float sum_groups(__m512 v) {
 
 thread_local std::vector<uint8_t> grouped_buf;
 
-// A layout's codes into the GEMV's lane order (to_groups, with d16 and a16: groups_to_lanes), or group
-// order, in place
-template <bool LANES>
+// A layout's codes into the GEMV's order O (to_groups, then for the transposed order transpose16; d16 and
+// a16 alike), in place
+template <Order O>
 void order_codes(const Act& act, Layout& l) {
   const int64_t g = act.Kp / 16;
   for (int64_t m = 0; m < act.M; ++m)
@@ -60,32 +86,37 @@ void order_codes(const Act& act, Layout& l) {
       int8_t* at = l.q + m * act.Kp + sb * SB;
       __m512i q[4];
       for (int c = 0; c < 4; ++c) q[c] = _mm512_loadu_si512(at + 64 * c);
-      to_groups<LANES>(q);
-      for (int c = 0; c < 4; ++c) _mm512_storeu_si512(at + 64 * c, q[c]);
-      if (LANES)
-        for (float* f : {l.d16 + m * g + 16 * sb, l.a16 + m * g + 16 * sb})
-          _mm512_storeu_ps(f, groups_to_lanes(_mm512_loadu_ps(f)));
+      to_groups<O == Order::lanes>(q);
+      for (int c = 0; c < 4; ++c) _mm512_storeu_si512(at + 64 * c, O == Order::transposed ? transpose16(q[c]) : q[c]);
+      if (O != Order::groups)
+        for (float* f : {l.d16 + m * g + 16 * sb, l.a16 + m * g + 16 * sb}) {
+          const __m512 v = _mm512_loadu_ps(f);
+          _mm512_storeu_ps(f, O == Order::lanes ? groups_to_lanes(v) : transpose16(v));
+        }
     }
 }
 
 // An Act's layouts into the GEMV's orders, after tile_acts has read them: paired and natural in lane
-// order, and where `grouped` (a part reads group order: T::lanes false) natural's copy in group order
-void group_codes(Act& act, bool grouped) {
-  if (act.paired.q) order_codes<true>(act, act.paired);
+// order, and where a part reads group order (`grouped`: Order::groups) or the transposed order
+// (`transposed`), natural's copies in those
+void group_codes(Act& act, bool grouped, bool transposed) {
+  if (act.paired.q) order_codes<Order::lanes>(act, act.paired);
   if (!act.natural.q) return;
-  if (grouped) {
-    const int64_t g = act.Kp / 16;
-    const size_t floats = static_cast<size_t>(act.M * g) * sizeof(float), codes = static_cast<size_t>(act.M * act.Kp);
-    if (grouped_buf.size() < 2 * floats + codes + 64) grouped_buf.resize(2 * floats + codes + 64);
-    uint8_t* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(grouped_buf.data()) + 63) & ~uintptr_t{63});
-    Layout& l = act.grouped;
+  const int64_t g = act.Kp / 16;
+  const size_t floats = static_cast<size_t>(act.M * g) * sizeof(float), codes = static_cast<size_t>(act.M * act.Kp);
+  const size_t per = 2 * floats + codes, need = per * (grouped + transposed) + 64;
+  if (grouped_buf.size() < need) grouped_buf.resize(need);
+  uint8_t* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(grouped_buf.data()) + 63) & ~uintptr_t{63});
+  auto copy = [&](Layout& l) {  // natural's values (chunk order), at p
     l.d16 = reinterpret_cast<float*>(p), l.a16 = l.d16 + act.M * g, l.q = reinterpret_cast<int8_t*>(l.a16 + act.M * g);
+    p += per;  // a multiple of 64: the codes' rows stay 64-byte aligned
     std::memcpy(l.d16, act.natural.d16, floats);
     std::memcpy(l.a16, act.natural.a16, floats);
     std::memcpy(l.q, act.natural.q, codes);
-    order_codes<false>(act, l);
-  }
-  order_codes<true>(act, act.natural);
+  };
+  if (grouped) copy(act.grouped), order_codes<Order::groups>(act, act.grouped);
+  if (transposed) copy(act.transposed), order_codes<Order::transposed>(act, act.transposed);
+  order_codes<Order::lanes>(act, act.natural);
 }
 
 // A superblock's codes in the GEMV's lane order: decoded chunk by chunk, then rearranged (to_groups)
@@ -93,7 +124,8 @@ template <class T>
 inline void decoded_groups(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
   for (int c = 0; c < 4; ++c)  // a short last superblock's missing chunks: zero codes (and zero activations)
     q[c] = c < nch ? T::codes(row, sb, c, nb) : _mm512_setzero_si512();
-  to_groups<T::lanes>(q);
+  static_assert(T::order != Order::transposed, "the transposed order's types read their codes themselves");
+  to_groups<T::order == Order::lanes>(q);
 }
 
 // The same, read straight into group order where a type has a way (specializations below)
@@ -148,23 +180,41 @@ inline void grouped_codes<Blocks32<TQ4_1>>(const uint8_t* row, int64_t sb, int64
   nibble_block_groups<TQ4_1>(row, sb, nb, nch, q);
 }
 
-// Q6_K straight into group order (its lanes = false: the lane order's scales cost it a shuffle, which
-// its codes do not win back): group i = 8h + 2s + u (weights 128h + 32s + 16u ..) takes, for chunk c,
-// ql's dword 16h + 8 (s & 1) + 4u + c (nibble s >> 1) and qh's dword 8h + 4u + c (bits 2s, rotated to
-// 4-5 of each byte)
+// Q6_K straight into its transposed order (lane 4L + k: group 4k + L; chunk c: the group's codes 4c .. 4c + 3)
+// with in-lane shuffles only. 128-bit lane L of ql's half h (64 bytes) holds group 8h + L's low 4 bits in its
+// low nibbles and group 8h + 4 + L's in its high ones (nibble n: group 8h + 4n + L, its 2-bit highs at bits
+// 2s, s = 2n + L / 2, of qh[32h + 16 (L % 2) ..]). So chunk c, lane L takes dword c of ql0 twice (low nibbles,
+// then high: k = 0, 1) and of ql1 twice (k = 2, 3), one vshufps as nibble_groups takes Q4_K's, and the same
+// vshufps takes the highs' dword c from qh's halves, each broadcast to both 256-bit halves (lane L: qh's lane
+// 2h + L % 2) and masked to its lane's planes (lanes 0-1: s = 0, 2; lanes 2-3: s = 1, 3), so that a rotate by
+// dword puts the wanted plane at bits 4-5 with bits 6-7 clear; one ternlog joins them. 22 vector ops a
+// superblock, where the group order took 24, 8 of them cross-lane permutes (Zen 4, one thread, a synthetic
+// Q6_K head: 0.78-0.85x the time at 4 rows, 0.92-0.98x at 8 and 16; the 1.5B's down 0.92-0.97x at 1-16 rows;
+// whole verify steps 0.97-1.00x, docs/speculative.md; combining the codes first and transposing them by
+// unpacks, 20 ops but a longer chain before the first vpdpbusd, was 1.03-1.11x at 8 rows)
 template <>
-inline void grouped_codes<TQ6_K>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
+__attribute__((always_inline)) inline void grouped_codes<TQ6_K>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
   const uint8_t* b = row + sb * TQ6_K::TS;
-  const __m512i l0 = _mm512_loadu_si512(b), l1 = _mm512_loadu_si512(b + 64), qh = _mm512_loadu_si512(b + 128);
-  const __m512i at_l = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28);
-  const __m512i at_h = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12);
-  const __m512i nib = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
-  const __m512i rot = _mm512_setr_epi32(4, 4, 2, 2, 0, 0, 30, 30, 4, 4, 2, 2, 0, 0, 30, 30);
-  for (int c = 0; c < 4; ++c) {
-    const __m512i cc = _mm512_set1_epi32(c);
-    const __m512i lo = _mm512_srlv_epi32(_mm512_permutex2var_epi32(l0, _mm512_add_epi32(at_l, cc), l1), nib);
-    const __m512i hi = _mm512_and_si512(_mm512_rolv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(at_h, cc), qh), rot),
-                                        _mm512_set1_epi8(0x30));
-    q[c] = _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x0F), 0xE4);  // low nibble of lo, bits 4-5 of hi
-  }
+  const __m512 fa = _mm512_castsi512_ps(_mm512_loadu_si512(b)), fb = _mm512_castsi512_ps(_mm512_loadu_si512(b + 64));
+  const __m512i planes = _mm512_setr_epi64(0x3333333333333333ll, 0x3333333333333333ll, 0x3333333333333333ll,
+                                           0x3333333333333333ll, static_cast<long long>(0xCCCCCCCCCCCCCCCCull),
+                                           static_cast<long long>(0xCCCCCCCCCCCCCCCCull),
+                                           static_cast<long long>(0xCCCCCCCCCCCCCCCCull),
+                                           static_cast<long long>(0xCCCCCCCCCCCCCCCCull));
+  auto highs = [&](const uint8_t* qh) {  // 32 bytes of qh in both 256-bit halves, each lane's planes
+    const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh)));
+    return _mm512_castsi512_ps(_mm512_and_si512(v, planes));
+  };
+  const __m512 h0 = highs(b + 128), h1 = highs(b + 160);
+  const __m512i nibble = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+  // plane s to bits 4-5: lanes 0-1 s = 0 (k even: left 4), 2 (odd: in place); lanes 2-3 s = 1 (left 2), 3 (right 2)
+  const __m512i to_45 = _mm512_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0, 2, 30, 2, 30, 2, 30, 2, 30);
+  auto chunk = [&](auto c) {  // vshufps' immediate: dword c of each 128-bit lane
+    constexpr int imm = decltype(c)::value * 0x55;
+    const __m512i lo = _mm512_srlv_epi32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, imm)), nibble);
+    const __m512i hi = _mm512_rolv_epi32(_mm512_castps_si512(_mm512_shuffle_ps(h0, h1, imm)), to_45);
+    return _mm512_ternarylogic_epi32(lo, hi, _mm512_set1_epi8(0x0F), 0xE4);  // C ? A : B: lo's bits 0-3, hi's 4-7
+  };
+  q[0] = chunk(std::integral_constant<int, 0>{}), q[1] = chunk(std::integral_constant<int, 1>{});
+  q[2] = chunk(std::integral_constant<int, 2>{}), q[3] = chunk(std::integral_constant<int, 3>{});
 }

@@ -39,7 +39,7 @@ enum : int { DECODE = 0, DECODE_KEEP = 1, LOAD_DECODED = 2 };
 template <class T, int MT, int R, int SRC>
 void dot_row_from(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy, int64_t wstep,
                   int64_t ystep, DecodedSB* dec) {
-  const Layout& a = T::paired ? act.paired : T::lanes ? act.natural : act.grouped;
+  const Layout& a = act.gemv(gemv_layout<T>());
   __m512 acc[R][MT], off[R][MT];
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < MT; ++m) acc[r][m] = off[r][m] = _mm512_setzero_ps();
@@ -56,7 +56,7 @@ void dot_row_from(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, fl
       }
       const uint8_t* w = row + r * wstep;
       int nch;
-      if constexpr (T::lanes) {
+      if constexpr (T::order != Order::groups) {  // in the GEMV's order
         nch = T::template scales<true>(w, sb, nb, vs[r], vo[r]);
       } else {
         nch = T::scales(w, sb, nb, vs[r], vo[r]);
@@ -87,7 +87,7 @@ void dot_row_from(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, fl
   for (int r = 0; r < R; ++r)
     for (int m = 0; m < MT; ++m) {
       const __m512 v = _mm512_add_ps(acc[r][m], off[r][m]);
-      y[(m0 + m) * ldy + r * ystep] = sum_groups(T::lanes ? lanes_to_groups(v) : v);
+      y[(m0 + m) * ldy + r * ystep] = sum_groups(in_group_order<T>(v));
     }
 }
 

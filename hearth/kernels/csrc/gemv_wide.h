@@ -59,24 +59,19 @@ inline bool wide_call(int64_t M, int64_t Kp) {
   return M >= WIDE_FROM && passes <= WIDE_MAX_PASSES && Kp / SB <= WIDE_MAX_SB;
 }
 
-// which of Act::wide a type reads: its dot_row's layout
-template <class T>
-constexpr int wide_layout() {
-  return T::paired ? 1 : T::lanes ? 0 : 2;
-}
-
 thread_local std::vector<uint8_t> wide_buf;
 
 // Act::wide: the layouts the GEMV reads, their rows interleaved per superblock (codes [Kp / 256][M][256],
 // d16 and a16 [Kp / 256][M][16])
 void by_superblock(Act& act) {
   const int64_t M = act.M, nsb = act.Kp / SB, g = act.Kp / 16;
-  const Layout* from[3] = {&act.natural, &act.paired, &act.grouped};
+  const Layout* from[4] = {&act.natural, &act.paired, &act.grouped, &act.transposed};
   const size_t per = static_cast<size_t>(M * act.Kp) + 2 * static_cast<size_t>(M * g) * sizeof(float);
-  const size_t need = per * ((from[0]->q != nullptr) + (from[1]->q != nullptr) + (from[2]->q != nullptr)) + 64;
+  size_t need = 64;
+  for (const Layout* l : from) need += l->q ? per : 0;
   if (wide_buf.size() < need) wide_buf.resize(need);
   uint8_t* p = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(wide_buf.data()) + 63) & ~uintptr_t{63});
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     Layout& l = act.wide[i];
     if (!from[i]->q) {
       l = Layout{};
@@ -101,7 +96,7 @@ void by_superblock(Act& act) {
 template <class T, int MT, int MAX_SB>
 void wide_span(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, int64_t m0, int64_t sb0, int64_t sb1,
                __m512* st, float* y, int64_t ldy, int64_t ystep) {
-  const Layout& a = act.wide[wide_layout<T>()];
+  const Layout& a = act.gemv(gemv_layout<T>(), true);
   const int64_t M = act.M, nsb = act.Kp / SB;
   alignas(64) __m512 vob[MAX_SB][2];
   __m512 acc[2][MT];
@@ -118,7 +113,7 @@ void wide_span(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, in
     for (int r = 0; r < 2; ++r) {
       const uint8_t* w = row + r * wstep;
       int nch;
-      if constexpr (T::lanes) {
+      if constexpr (T::order != Order::groups) {  // in the GEMV's order
         nch = T::template scales<true>(w, sb, nb, vs[r], vob[sb - sb0][r]);
       } else {
         nch = T::scales(w, sb, nb, vs[r], vob[sb - sb0][r]);
@@ -155,7 +150,7 @@ void wide_span(const uint8_t* row, int64_t wstep, int64_t nb, const Act& act, in
     for (int m = 0; m < MT; ++m) {
       if (sb1 == nsb) {
         const __m512 v = _mm512_add_ps(acc[r][m], off[m]);
-        y[(m0 + m) * ldy + r * ystep] = sum_groups(T::lanes ? lanes_to_groups(v) : v);
+        y[(m0 + m) * ldy + r * ystep] = sum_groups(in_group_order<T>(v));
       } else {
         _mm512_store_ps(reinterpret_cast<float*>(st + r * MT + m), acc[r][m]);
         _mm512_store_ps(reinterpret_cast<float*>(st + (2 + r) * MT + m), off[m]);
@@ -191,7 +186,7 @@ inline void with_rows(int mt, F&& f) {
 template <class T>
 bool rows_dot_wide(const uint8_t* w, int64_t row_bytes, int64_t n0, int64_t n1, int64_t nb, const Act& a, float* y,
                    int64_t ldy) {
-  if (!wide_call(a.M, a.Kp) || !a.wide[wide_layout<T>()].q) return false;
+  if (!wide_call(a.M, a.Kp) || !a.gemv(gemv_layout<T>(), true).q) return false;
   // past L1: Q6_K from WIDE_CHUNK_FROM rows in K chunks; else one unchunked pass, or rows_dot's passes
   const bool chunked = past_l1(a.Kp) && wide_chunks<T>() && a.M >= WIDE_CHUNK_FROM;
   if (past_l1(a.Kp) && !chunked && a.M > WIDE_ROWS) return false;

@@ -60,8 +60,8 @@ struct RowsDot {
 };
 
 template <class T>
-struct GemvLanes {  // whether T's GEMV reads the activations in lane order (gemv_groups.h)
-  static void run(bool& lanes) { lanes = T::lanes; }
+struct GemvOrder {  // the order in which T's GEMV reads the activations (gemv_groups.h)
+  static void run(Order& order) { order = T::order; }
 };
 
 template <class T>
@@ -113,7 +113,7 @@ struct Plan {
   int64_t gemm_min_rows = 0;  // from this many rows on: bf16 tiles (gemm_bf16.h), 0 = never
   std::vector<Part> parts;
   bool natural = false, paired = false;  // the activation layouts its parts read
-  bool grouped = false;  // a natural part's GEMV reads group order (T::lanes false: Act::grouped)
+  bool grouped = false, transposed = false;  // a natural part reads Act::grouped, Act::transposed (its Order)
   double bytes = 0;
 };
 
@@ -562,7 +562,7 @@ bool matmul(const Plan& p, const float* x, int64_t M, int64_t ldx, float* y, int
     tile_acts_buf.resize((M + 15) / 16);
     for (int64_t mt = 0; mt < (M + 15) / 16; ++mt) tile_acts(a, 16 * mt, tile_acts_buf[mt]);
   }
-  group_codes(a, p.grouped);  // the GEMV's order (the tiles' rows past a multiple of 16 take the GEMV too)
+  group_codes(a, p.grouped, p.transposed);  // the GEMV's order (the tiles' rows past a multiple of 16 take the GEMV too)
   if (!amx && wide_call(M, a.Kp)) by_superblock(a);  // the wide passes' layout (gemv_wide.h)
   return after(run(p, a, y, ldy, amx ? &tile_acts_buf : nullptr, exact));
 }
@@ -638,9 +638,10 @@ void* hk_plan_new(int n, const void* const* w, const int* qtypes, const int64_t*
     p->parts.push_back({static_cast<const uint8_t*>(w[i]), qtypes[i], rows[i], row_bytes[i], p->N,
                         blocks_per_row(qtypes[i], K)});
     (k_quant ? p->natural : p->paired) = true;
-    bool lanes = true;
-    dispatch<GemvLanes>(qtypes[i], lanes);
-    p->grouped |= k_quant && !lanes;
+    Order order = Order::lanes;
+    dispatch<GemvOrder>(qtypes[i], order);
+    p->grouped |= k_quant && order == Order::groups;
+    p->transposed |= k_quant && order == Order::transposed;
     p->N += rows[i];
     p->bytes += static_cast<double>(rows[i]) * row_bytes[i];
   }
