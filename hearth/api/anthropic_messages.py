@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from hearth.api.messages import _kind, bad, check_messages, text_content
+from hearth.api.messages import _kind, bad, check_messages, template_arguments, text_content
 from hearth.tool_guard.repeats import tool_error
 
 ROLES = ("user", "assistant")
@@ -157,14 +157,17 @@ def _combined(messages: list[dict]) -> list[dict]:
     return out
 
 
-def _input(block: dict, where: str) -> dict:
-    """A tool_use block's input: an object, required (Anthropic's ToolUseBlockParam); a string, list or
-    number was str()-ed into arguments no call had, where Anthropic answers 400."""
-    if "input" not in block:
-        raise bad(f"{where}.input", "is required (an object)")
-    if not isinstance(block["input"], dict):
-        raise bad(f"{where}.input", f"must be an object, not {_kind(block['input'])}")
-    return block["input"]
+def _input(block: dict, where: str):
+    """A tool_use block's input, as templates read it. Anthropic's is an object; agents replay what they
+    were given (a JSON string, [] or null for no arguments), so those pass as the object they mean (a
+    string that is no JSON object stays raw, as in OpenAI's history); a number or a list of values was
+    str()-ed into arguments no call had: a 400."""
+    value = block.get("input")
+    if value is None or value == []:
+        return {}
+    if not isinstance(value, (dict, str)):
+        raise bad(f"{where}.input", f"must be an object, not {_kind(value)}")
+    return template_arguments(value)
 
 
 def _string(block: dict, key: str, where: str) -> str:

@@ -146,7 +146,7 @@ def call_arguments(arguments: Any, where: str, *, lenient: bool) -> Any:
     """A history call's `arguments`, checked, as templates read them. OpenAI's are a JSON string;
     lenient (the chat route) takes an object or none too, as vLLM does (transformers' convention);
     any other type was str()-ed into arguments no call had, where OpenAI answers 400."""
-    if isinstance(arguments, str) or lenient and (arguments is None or isinstance(arguments, dict)):
+    if isinstance(arguments, str) or (lenient and (arguments is None or isinstance(arguments, dict))):
         return template_arguments(arguments)
     raise bad(where, f"must be a string of JSON{' (or an object)' if lenient else ''}, not {_kind(arguments)}")
 

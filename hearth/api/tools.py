@@ -68,6 +68,8 @@ def openai_tools(tools: list | None, param: str = "tools", fn_at: str = "functio
         if fn.get("description") is not None and not isinstance(fn["description"], str):
             at = f"{param}[{i}].{fn_at}description"
             raise APIError(400, f"{at}: must be a string, not {_kind(fn['description'])}", param=at)
+        if "description" in fn and fn["description"] is None:  # none (MCP tools without a docstring): not None in a template
+            fn = {k: v for k, v in fn.items() if k != "description"}
         _check_schema(fn.get("parameters"), f"{param}[{i}].{fn_at}parameters")
         out.append({"type": "function", "function": fn})
     return out
@@ -104,13 +106,11 @@ def anthropic_tools(tools: list | None) -> list[dict]:
         if kind in (None, "custom") and t.get("input_schema") is None:
             raise APIError(400, f"tools[{i}].input_schema: is required (a JSON schema object)",
                            param=f"tools[{i}].input_schema")
-        # optional but never null: Anthropic's Tool has `description: str` (its nullable fields, type and
-        # cache_control, say Optional); null reached templates as None
-        if "description" in t and not isinstance(t["description"], str):
+        if t.get("description") is not None and not isinstance(t["description"], str):  # null: none (MCP's
             raise APIError(400, f"tools[{i}].description: must be a string, not {_kind(t['description'])}",
                            param=f"tools[{i}].description")
         _check_schema(t.get("input_schema"), f"tools[{i}].input_schema")
-        fn = {"name": t["name"], "description": t.get("description", ""),
+        fn = {"name": t["name"], "description": t.get("description") or "",
               "parameters": t.get("input_schema") or {"type": "object"}}
         out.append({"type": "function", "function": fn})
     return out

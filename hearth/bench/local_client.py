@@ -40,7 +40,7 @@ class LocalClient:
     def _encode(self, req: BenchRequest, workload: str) -> list[int]:
         ids = self.encode_chat(req.messages)
         if len(ids) + req.max_tokens > self.max_model_len:
-            remedy = "raise --ctx or lower --max-tokens" if can_raise_context(self.max_model_len, self.core.model_context) \
+            remedy = "lower --max-tokens or raise --ctx" if can_raise_context(self.max_model_len, self.core.model_context) \
                 else "lower --max-tokens (--ctx is the model's own)"
             raise BenchError(f"{workload} prompt {req.index} is {len(ids):,} tokens + {req.max_tokens:,} to "
                              f"generate, more than the context of {self.max_model_len:,}; {remedy}")

@@ -38,7 +38,7 @@ def compile_grammar(so: StructuredOutput) -> str:
     return _compile(json.dumps([so.json_schema, so.json_object, so.grammar, so.regex]))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=64)  # a 100-tool call grammar and its key: ~0.3 MB
 def _compile(key: str) -> str:
     json_schema, json_object, grammar, regex = json.loads(key)
     if json_schema is not None:

@@ -90,7 +90,7 @@ def test_max_tokens_past_the_context_is_one_line_before_the_load(tmp_path, capsy
                                        f"context of {context} tokens (--ctx); {remedy}\n")
 
 
-@pytest.mark.parametrize("ctx, max_tokens, remedy", [("128", "120", "raise --ctx or lower --max-tokens"),
+@pytest.mark.parametrize("ctx, max_tokens, remedy", [("128", "120", "lower --max-tokens or raise --ctx"),
                                                      ("1000", "250", "lower --max-tokens (--ctx is the model's own)")])
 def test_a_prompt_past_the_context_names_a_remedy_that_helps(tmp_path, capsys, ctx, max_tokens, remedy):
     """A prompt that does not fit with its output: raising --ctx helps only below the model's own (256)."""

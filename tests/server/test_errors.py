@@ -129,16 +129,11 @@ ANTHROPIC_TABLE = [
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f"}]}, 400, "tools[0].input_schema"),
     ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "description": 5, "input_schema": {"type": "object"}}]},
      400, "tools[0].description: must be a string, not a number"),  # it was taken, and rendered as 5
-    ({"max_tokens": 5, "messages": USER, "tools": [{"name": "f", "description": None, "input_schema": {}}]},
-     400, "tools[0].description: must be a string, not null"),  # Anthropic's Tool.description is no Optional
-    # a tool_use input is an object (Anthropic's 400); a string, list or number was str()-ed into the call
+    # a tool_use input of values that are no object's was str()-ed into the call
     *(({"max_tokens": 5, "messages": [*USER, {"role": "assistant", "content": [
         {"type": "tool_use", "id": "t1", "name": "f", **given}]}]}, 400, f"messages[1].content[0].input: {why}")
-      for given, why in [({"input": '{"a": 1}'}, "must be an object, not a string"),
-                         ({"input": [1]}, "must be an object, not a list"),
-                         ({"input": 5}, "must be an object, not a number"),
-                         ({"input": None}, "must be an object, not null"),
-                         ({}, "is required (an object)")]),
+      for given, why in [({"input": [1]}, "must be an object, not a list"),
+                         ({"input": 5}, "must be an object, not a number")]),
     # Anthropic's server tools run on Anthropic's servers: never a schema-less function here
     ({"max_tokens": 5, "messages": USER, "tools": [{"type": "web_search_20250305", "name": "web_search",
                                                     "max_uses": 5}]}, 400, "is an Anthropic server tool, which hearth"),
@@ -382,6 +377,28 @@ def test_anthropic_turns_its_api_takes_pass(fake):
     assert "<|im_start|>assistant\n\n\n<|im_end|>" in blank
     assert prompt([*USER, {"role": "assistant", "content": []}, *USER]) == prompt([*USER, *USER]) == \
         prompt([{"role": "user", "content": "hi\nhi"}])
+
+
+def test_replayed_tool_use_inputs_and_null_descriptions_pass_as_what_they_mean(fake):
+    """Agents replay a tool_use input as a JSON string, [] or null (LangSmith, some SDKs) and MCP bridges
+    send `description: null` for a tool without a docstring: the object meant, and no description
+    (a null reached the template as None)."""
+    def prompt(path: str, body: dict) -> str:
+        r = fake.client.post(path, json={"max_tokens": 5, **body})
+        assert r.status_code == 200, r.text
+        return fake.engine.added[-1].prompt
+
+    def replayed(**given) -> str:
+        return prompt(MESSAGES, {"messages": [*USER, {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "t1", "name": "f", **given}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}]})
+
+    assert replayed(input='{"a": 1}') == replayed(input={"a": 1})
+    assert replayed(input=None) == replayed(input=[]) == replayed() == replayed(input={})
+    for path, tool in [(MESSAGES, {"name": "f", "description": None, "input_schema": {"type": "object"}}),
+                       (CHAT, {"type": "function", "function": {**TOOL["function"], "description": None}})]:
+        text = prompt(path, {"messages": USER, "tools": [tool]})
+        assert "None" not in text and '"f"' in text, text
 
 
 def test_anthropic_thinking_and_temperature_in_range_pass(fake):

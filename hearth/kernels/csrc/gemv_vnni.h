@@ -21,7 +21,7 @@ struct DecodedRows {
 thread_local DecodedRows decoded_rows;
 
 // Which types' passes read decoded_rows: where a superblock's decode costs more than its 6 loads from
-// L1. Zen 4, one thread, every row summed as in a verify step: Q6_K (~30 vector ops a superblock), the
+// L1. Zen 4, one thread, every row summed as in a verify step: Q6_K (then ~30 vector ops a superblock, 22 since), the
 // 1.5B's down 0.92x the time at 16 rows (0.96x at 12), its head 0.95x (0.97x); Q4_K (nibble_groups,
 // ~14 ops) gained nothing. Only where 3 passes or more read the rows (9 rows on): with 2 the copy's
 // stores and loads cost what they saved (down at 5-8 rows 1.00-1.06x). The types decoded through
@@ -33,8 +33,8 @@ constexpr bool keeps_decoded() {
 
 enum : int { DECODE = 0, DECODE_KEEP = 1, LOAD_DECODED = 2 };
 
-// y[m][n + r] for rows m0 .. m0 + MT of the activations (codes, d16 and a16 in the type's order, lanes or
-// groups: group_codes) and R weight rows (row + r * wstep -> y[.. + r * ystep]): the rows' codes side by
+// y[m][n + r] for rows m0 .. m0 + MT of the activations (codes, d16 and a16 in the type's Order: lanes,
+// groups or transposed, group_codes) and R weight rows (row + r * wstep -> y[.. + r * ystep]): the rows' codes side by
 // side share each activation load, and their chains interleave (each row's arithmetic is the one-row pass's)
 template <class T, int MT, int R, int SRC>
 void dot_row_from(const uint8_t* row, int64_t nb, const Act& act, int64_t m0, float* y, int64_t ldy, int64_t wstep,

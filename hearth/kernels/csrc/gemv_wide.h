@@ -65,7 +65,8 @@ thread_local std::vector<uint8_t> wide_buf;
 // d16 and a16 [Kp / 256][M][16])
 void by_superblock(Act& act) {
   const int64_t M = act.M, nsb = act.Kp / SB, g = act.Kp / 16;
-  const Layout* from[4] = {&act.natural, &act.paired, &act.grouped, &act.transposed};
+  const Layout* from[4];
+  for (int i = 0; i < 4; ++i) from[i] = &act.gemv(i);  // Act::gemv's order, as wide[i]
   const size_t per = static_cast<size_t>(M * act.Kp) + 2 * static_cast<size_t>(M * g) * sizeof(float);
   size_t need = 64;
   for (const Layout* l : from) need += l->q ? per : 0;
