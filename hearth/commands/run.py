@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import stat
 import sys
 import time
 from dataclasses import replace
@@ -34,7 +35,8 @@ EPILOG = ("A model with a chat template of its own (an instruct model) chats: PR
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
-    p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit (default: interactive)")
+    p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit, after what a pipe or file "
+                                             "on stdin holds, as ollama run takes it (default: interactive)")
     p.epilog = EPILOG
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--chat", "-cnv", dest="mode", action="store_const", const="chat",
@@ -64,6 +66,8 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
         raise HearthError("the prompt is empty")
+    if args.prompt is not None:
+        args.prompt = _after_piped_input(args.prompt)
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     if speculation is not None:
         check_drafts_fit(speculation, _context(args), k_flag(args))
@@ -121,6 +125,20 @@ def main(args: argparse.Namespace) -> int:
                 failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def _after_piped_input(prompt: str) -> str:
+    """PROMPT after the text a pipe or a file on stdin holds (`cat notes.md | hearth run m "summarize"`,
+    as `ollama run` and `llm` read it; it was dropped without a word). A terminal, /dev/null or a stream
+    without a descriptor (pytest's capture) gives nothing; a pipe is read to its end."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no stdin, or none with a descriptor (UnsupportedOperation)
+        return prompt
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return prompt
+    piped = sys.stdin.read().strip()
+    return f"{piped}\n\n{prompt}" if piped else prompt
 
 
 def _check_max_tokens_fit(max_tokens: int | None, llm) -> None:
