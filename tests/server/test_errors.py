@@ -73,6 +73,8 @@ TABLE = [
     (CHAT, {"messages": USER, "tool_choice": "required"}, 400, "tool_choice"),
     (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
      "tool_choice"),
+    (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function"}}, 400,
+     "tool_choice: needs the tool's name in function.name"),  # it read "names None, which is not one of the tools"
     (CHAT, {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0].function.name"),
     # vLLM's tool rules: a type other than "function" is refused (none is "function"); names are not checked
     (CHAT, {"messages": USER, "tools": [TOOL, {"type": "retrieval", "function": TOOL["function"]}]}, 400,
