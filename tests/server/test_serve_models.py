@@ -208,6 +208,20 @@ def test_pinned_models_beyond_the_budget_are_one_line(capsys, tiny, tmp_path):
     assert_one_line_error(code, err, "pinned models (a) need", "more than --max-memory")
 
 
+def test_a_model_beyond_the_budget_is_said_at_the_start(capsys, tiny, tmp_path):
+    """`hearth serve --models m.toml --max-memory 1.0` with a model of 1.05 GiB started without a word,
+    then every request to that model got 503 model_too_large (a new user's trial). One line at the start
+    says so; the server still starts for the others."""
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, "qwen2")
+    pool = build_pool(serve_args(str(tiny), str(other), "--max-memory", "0.0001"))
+    pool.preload()  # nothing fits: nothing loads, and nothing is refused yet
+    lines = [line for line in capsys.readouterr().err.splitlines() if "more than the memory budget" in line]
+    assert [line.split(" needs ")[0] for line in lines] == ["hearth: tiny-llama-q8", "hearth: other"]
+    assert all("(--max-memory): its requests will get 503 (model_too_large)" in line for line in lines)
+    assert all(s.served is None for s in pool.slots)
+
+
 def test_negative_max_memory_is_one_line(capsys, tiny):
     code, err = run_cli(capsys, "serve", str(tiny), "--max-memory", "-1")
     assert_one_line_error(code, err, "--max-memory must be a positive number of GiB, not -1")
