@@ -227,7 +227,12 @@ def test_the_cursor_is_dropped_where_the_output_stops_copying():
 
 def test_json_text_errors_name_speculative_config():
     """hearth.json_object parses it (guided_json's too): the words stay this field's own."""
-    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not list$"):
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not an array$"):
         SpeculativeConfig.parse("[1, 2]")
+    # JSON's words for what was written: `--speculative-config null` said "not NoneType" (a new user's trial)
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not null$"):
+        SpeculativeConfig.parse("null")
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not a boolean$"):
+        SpeculativeConfig.parse("true")
     with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config is not valid JSON: .* \(at 1\)$"):
         SpeculativeConfig.parse("{")
