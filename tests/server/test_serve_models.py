@@ -330,7 +330,7 @@ def test_a_draft_model_speculates_for_the_models_whose_vocabulary_it_shares(tmp_
                                  "--max-memory", "4"))
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "hearth: small: served without speculative decoding: the draft model" in err
-    assert "vocabulary differs from the target's (384 vs 320 tokens)" in err
+    assert "vocabulary differs from the target's (the target has 384 tokens, the draft 320)" in err
     a, b = (s.spec for s in pool.slots)
     assert pool.loader.by_id["coder"][2]["method"] == "draft" and pool.loader.by_id["small"][2] is None
     assert b.footprint == served_footprint(GGUFFile(small), 64, "auto", 16, 2.0, 2048).total  # no draft counted
@@ -364,7 +364,8 @@ def test_a_models_file_entry_has_its_own_speculative_config(tmp_path, capsys):
     ('speculative_config = { method = "ngram", model = "x.gguf" }',
      ["models[1] ('a'): speculative_config.model applies to method \"draft\" only"]),
     ('speculative_config = { model = "other.gguf" }',  # named for this model: a misfit is an error, not a skip
-     ["models[1] ('a'): speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"]),
+     ["models[1] ('a'): speculative_config.model: vocabulary differs from the target's (the target has 320 tokens, "
+      "the draft 384)"]),
     ('speculative_config = { model = "nope.gguf" }', ["models[1] ('a'): speculative_config.model 'nope.gguf':"]),
 ])
 def test_a_bad_entry_speculative_config_is_one_line(capsys, tmp_path, entry, needles):
@@ -382,4 +383,5 @@ def test_one_model_with_a_draft_of_another_vocabulary_stays_an_error(capsys, tmp
     code, err = run_cli(capsys, "serve", str(target), "-md", str(other), "--port", "0", "--max-model-len", "64")
     *loading, last = err.splitlines()  # "hearth: loading t (...) ...", then the load's error
     assert code == 1 and len(loading) == 1 and "Traceback" not in err
-    assert last == "hearth: error: speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"
+    assert last == ("hearth: error: speculative_config.model: vocabulary differs from the target's (the target has 320 "
+                    "tokens, the draft 384)")
