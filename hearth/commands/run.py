@@ -245,14 +245,19 @@ def _full_notice(llm, remedy: str | None = None) -> str:
 def _speculation_text(before, spec, n: int) -> str:
     """This answer's drafts, as llama-speculative's n_drafted / n_accept, and the acceptance length:
     its n tokens per target forward (each forward commits one token plus the drafts it accepted, as
-    hearth bench counts it); "" without speculation."""
+    hearth bench counts it), and the steps the policy paused, why as hearth bench says it (`-md` on a
+    CPU where the draft cannot pay read "0 drafted" and nothing more); "" without speculation."""
     if spec is None:
         return ""
     now = spec.stats
     drafted, accepted = now.num_draft_tokens - before.num_draft_tokens, now.num_accepted_tokens - before.num_accepted_tokens
     share = f" ({100 * accepted / drafted:.0f}%)" if drafted else ""
     length = f", acceptance length {n / (n - accepted):.2f}" if 0 <= accepted < n else ""
-    return f"; speculation: {drafted} drafted, {accepted} accepted{share}{length}"
+    failing = now.num_paused_failing - before.num_paused_failing
+    not_paying = now.num_paused_not_paying - before.num_paused_not_paying
+    paused = (f", {failing + not_paying} steps paused ({failing} as the drafts kept failing, {not_paying} as they "
+              "would not pay on this machine)") if failing or not_paying else ""
+    return f"; speculation: {drafted} drafted, {accepted} accepted{share}{length}{paused}"
 
 
 def _prompt_ids(llm, history: list[dict] | None, text: str) -> list[int]:
