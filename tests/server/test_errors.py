@@ -59,6 +59,8 @@ TABLE = [
     (CHAT, {"messages": USER, "temperature": 2.5}, 400, "temperature"),  # OpenAI's range is 0 to 2
     (COMPLETIONS, {"prompt": "hi", "temperature": 3}, 400, "temperature"),
     ("/v1/responses", {"input": "hi", "temperature": 2.01}, 400, "temperature"),
+    ("/v1/responses", {"input": []}, 400, "input: is empty: it must hold a message"),  # it read "is required"
+    ("/v1/responses", {}, 400, "input: is required"),
     (CHAT, {"messages": USER, "top_p": 0}, 400, "top_p"),
     (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
     (CHAT, {"messages": USER, "n": 0}, 400, "n"),
