@@ -67,6 +67,18 @@ def test_no_command_prints_usage(capsys):
     assert all(name in out for name in COMMANDS)
 
 
+@pytest.mark.parametrize("command,argv,field", [
+    (("serve",), ["m"], "max_model_len"), (("cluster", "serve"), ["m"], "max_model_len"),
+    (("run",), ["m", "hi"], "ctx"), (("eval", "perplexity"), ["m"], "ctx")])
+def test_llama_cpp_s_context_flag_is_taken(command, argv, field):
+    """`hearth serve m -c 4096` (llama-server's, llama-cli's and llama-perplexity's context flag) was
+    "unrecognized arguments: -c 4096" (a new user's trial)."""
+    from hearth.cli import command_parser
+
+    for flag in ("-c", "--ctx-size"):
+        assert getattr(command_parser(*command).parse_intermixed_args([*argv, flag, "512"]), field) == 512
+
+
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err

@@ -54,7 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
     p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
-    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens, at most the model's; 0: the model's (default: %(default)s)")
+    p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=4096,
+                   help="context length in tokens, at most the model's; 0: the model's; -c/--ctx-size: llama-cli's "
+                        "spelling (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer (with speculation: drafted and accepted tokens, acceptance length)")
     add_speculation_arguments(p)  # serve's flags, parsed and checked by the same code
 
