@@ -66,6 +66,8 @@ def test_proposer_reads_prompt_and_output_and_prefers_the_longest_match():
     ({"method": 3}, "method"),
     ('{"method": "ngram",', "JSON"),
     ("[1, 2]", "JSON object"),
+    # suffix's K defaults to the tree depth: a depth of 0 was named as "num_speculative_tokens ... got 0"
+    ({"method": "suffix", "suffix_decoding_max_tree_depth": 0}, "suffix_decoding_max_tree_depth must be at least 2"),
 ])
 def test_bad_speculative_config_is_one_line_naming_the_field(value, field):
     with pytest.raises(InvalidSpeculativeConfig) as e:
