@@ -15,5 +15,14 @@ def json_object(value, what: str = "a JSON object") -> dict:
         except json.JSONDecodeError as e:
             raise ValueError(f"is not valid JSON: {e.msg} (at {e.pos})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"must be {what}, not {type(value).__name__}")
+        raise ValueError(f"must be {what}, not {json_kind(value)}")
     return value
+
+
+JSON_KINDS = ((type(None), "null"), (bool, "a boolean"), ((int, float), "a number"), (str, "a string"),
+              (list, "an array"))
+"""JSON's names for what a value parsed as: a user wrote `null`, not Python's NoneType (bool before int)."""
+
+
+def json_kind(value) -> str:
+    return next((name for kind, name in JSON_KINDS if isinstance(value, kind)), type(value).__name__)

@@ -67,6 +67,18 @@ def test_no_command_prints_usage(capsys):
     assert all(name in out for name in COMMANDS)
 
 
+@pytest.mark.parametrize("command,argv,field", [
+    (("serve",), ["m"], "max_model_len"), (("cluster", "serve"), ["m"], "max_model_len"),
+    (("run",), ["m", "hi"], "ctx"), (("eval", "perplexity"), ["m"], "ctx")])
+def test_llama_cpp_s_context_flag_is_taken(command, argv, field):
+    """`hearth serve m -c 4096` (llama-server's, llama-cli's and llama-perplexity's context flag) was
+    "unrecognized arguments: -c 4096" (a new user's trial)."""
+    from hearth.cli import command_parser
+
+    for flag in ("-c", "--ctx-size"):
+        assert getattr(command_parser(*command).parse_intermixed_args([*argv, flag, "512"]), field) == 512
+
+
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
@@ -234,6 +246,29 @@ def test_run_chats_with_a_model_s_own_template_unless_raw(tiny_models, capsys):
     assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY) == (chat + "\n", [])
     for raw in ("--raw", "-no-cnv"):  # llama-cli's spelling too
         assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY, raw) == (text + "\n", [])
+
+
+def test_run_with_a_prompt_reads_what_is_piped_first(tiny_models, capsys, monkeypatch, tmp_path):
+    """`cat notes.md | hearth run m "summarize"` (ollama's and llm's habit): the piped text, then PROMPT, is
+    the message; stdin was dropped without a word. A file redirected (`< notes.md`) reads the same."""
+    _, instruct = tiny_models
+    piped = "the notes say hello"
+    expected = greedy_text(instruct, lambda llm: as_chat(llm, f"{piped}\n\n{PROMPT}"))
+    assert expected != greedy_text(instruct, as_chat)
+    read, write = os.pipe()
+    os.write(write, f"{piped}\n".encode())
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        monkeypatch.setattr("sys.stdin", pipe)
+        assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY) == (expected + "\n", [])
+    notes = tmp_path / "notes.md"
+    notes.write_text(piped)
+    with notes.open() as file:
+        monkeypatch.setattr("sys.stdin", file)
+        assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY) == (expected + "\n", [])
+    with open(os.devnull) as null:  # nothing piped: the prompt alone
+        monkeypatch.setattr("sys.stdin", null)
+        assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY) == (greedy_text(instruct, as_chat) + "\n", [])
 
 
 def test_interactive_run_completes_each_line_on_its_own_without_a_template(tiny_models, capsys, monkeypatch):

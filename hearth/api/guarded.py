@@ -142,6 +142,7 @@ class _Choice:
         self._log = GuardLog()  # this choice's rescues
         self._done = [0, 0]  # prompt and cached tokens of the attempts that ended
         self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
+        self._resumed: str | None = None  # the text a resample continues from (None: all the attempt said)
         self._gen = self._start(setup.prompt_ids, params, 0)
         self._counted = False
         self._name_probs: dict[str, float | None] = {}  # call id -> its name's raw first-token probability
@@ -224,7 +225,9 @@ class _Choice:
             ids, params = nxt
             attempt += 1
             if self.report.retries[-1].kind == "resample":  # the resample continues this attempt's text
-                before += said
+                kept = _kept_content(said, self._resumed) if getattr(parser, "rescue", None) is not None else None
+                before += said if kept is None else [kept]
+                restarted = restarted or kept is not None  # a whole answer drops the text it wrote again
             else:  # a re-prompt or nudge answers afresh: a whole answer keeps only the new text
                 before, restarted = [], True
 
@@ -311,6 +314,7 @@ class _Choice:
     def _before(self, problem, held: list, checked: Checked, trace: TokenTrace, last) -> list[int]:
         """The tokens the resample continues from: all of a text answer (less its end-of-turn token),
         or what precedes the failed call (the valid calls before it are kept)."""
+        self._resumed = None  # all of the text: said before the calls, or a text answer continued
         if problem.kind == NO_CALL:
             ended = last is not None and last.finish_reason == "stop" and not isinstance(last.stop_reason, str)
             return trace.token_ids[:-1] if ended and trace.token_ids else list(trace.token_ids)
@@ -325,7 +329,9 @@ class _Choice:
             self._kept = checked.calls[:k]
             self.report.calls = [{"id": c.id, "name": c.name, "confidence": trace.min_prob(*spans[i])}
                                  for i, c in enumerate(self._kept)]
-        return trace.prefix_tokens(spans[k][0] if spans else 0)
+        at = spans[k][0] if spans else 0
+        self._resumed = trace.prefix_text(at)
+        return trace.prefix_tokens(at)
 
     def _count(self, trace: TokenTrace) -> None:
         gen = self._gen
@@ -460,3 +466,14 @@ class _Rewrite:
 
 def _call_text(call) -> str:
     return f'{{"name": {json.dumps(call.name)}, "arguments": {call.arguments}}}'
+
+
+def _kept_content(said: list[str], resumed: str | None) -> str | None:
+    """The content a resample of rescued calls keeps (None: all the attempt said): their text is in
+    what it said, so only the part before the point the resample writes again from (none when it starts
+    over); a whole answer that kept it all showed the first attempt's calls as text beside the resample's.
+    (Text after a marked call stays, as a stream releases it: tests/server/test_tool_guard.py.)"""
+    shown = "".join(said)
+    if resumed is None or shown == resumed or not shown.startswith(resumed):
+        return None
+    return resumed

@@ -116,6 +116,11 @@ class ModelPool:
         """Load the pinned models and the first (the default) now, before the server listens, so a
         model that cannot load is one CLI line. The first waits for its first request if it does not fit."""
         first = self.slots[0]
+        for slot in self.slots:  # said once here: its every request got a 503 and the start said nothing
+            if self.max_memory and slot.spec.footprint > self.max_memory and not slot.spec.pinned:
+                _say(f"{slot.spec.name} needs {_gib(slot.spec.footprint)} with its KV cache, more than the memory "
+                     f"budget of {_gib(self.max_memory)} (--max-memory): its requests will get 503 "
+                     f"(model_too_large){_share(slot.spec)}")
         for slot in [s for s in self.slots if s.spec.pinned] + ([] if first.spec.pinned else [first]):
             over = self.max_memory and self._used() + slot.spec.footprint > self.max_memory
             if over and slot.spec.pinned:

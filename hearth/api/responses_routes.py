@@ -53,8 +53,9 @@ async def create_response(body: ResponsesRequest, request: Request):
     before = prev.messages if prev else []
     conversation = before + input_messages(body.input, before)
     items = (prev.input_items + prev.body.get("output", []) if prev else []) + as_items(body.input)
-    if not conversation:
-        raise APIError(400, "input: is required (a string or a list of items)", param="input")
+    if not conversation:  # `[]` or "" read "is required", as if none had been sent
+        why = "is required" if body.input is None else "is empty: it must hold a message"
+        raise APIError(400, f"input: {why} (a string or a list of items)", param="input")
     choice = chat_tool_choice(body.tool_choice)
     offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, conversation, choice)

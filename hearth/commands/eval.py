@@ -30,7 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
     p.add_argument("--kv-cache-dtype", default="auto",
                    help=f"KV cache format: auto (f16), {', '.join(SERVED_KV)}")
-    p.add_argument("--ctx", type=int, default=512, help="window (context) length in tokens, at most the model's (default: %(default)s)")
+    p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=512,
+                   help="window (context) length in tokens, at most the model's; -c/--ctx-size: llama-perplexity's "
+                        "spelling (default: %(default)s)")
     p.add_argument("--text", help="UTF-8 text file to score (default: the text hearth ships)")
     p.add_argument("--chunks", type=int, default=-1, metavar="N",
                    help="score only the first N windows; -1 (llama-perplexity's spelling) or 0: all (default: all)")

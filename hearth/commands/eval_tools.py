@@ -14,6 +14,8 @@ from pathlib import Path
 from hearth.config import DEFAULT_MODEL, THREADS_ZERO
 from hearth.errors import HearthError
 
+EVAL_CONTEXT = 16384  # the eval server's context unless --max-model-len: BFCL's multi-turn prompts fit
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
@@ -60,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "fewer CPU seconds a run, but each request's latency then includes the others' work, and "
                         "a near-tie between the model's top two tokens may resolve otherwise than alone, as a "
                         "batched step sums in another order (default: %(default)s, one item at a time)")
-    p.add_argument("--max-model-len", type=int, default=16384, help="context for the eval's server (default: %(default)s)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help=f"context for the eval's server (default: {EVAL_CONTEXT:,}, or the model's own when shorter)")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -160,11 +163,24 @@ def _load(args: argparse.Namespace):
     from hearth.llm import LLM
 
     # the same prompt twice (routed, then alone): a cache hit would flatter the second run
-    engine = {"max_model_len": args.max_model_len, "max_num_seqs": args.concurrency, "threads": args.threads,
+    engine = {"max_num_seqs": args.concurrency, "threads": args.threads,
               **({"enable_prefix_caching": False} if args.alone_out else {})}
-    llm = LLM(args.model, progress=True, **engine)
-    small = LLM(args.router, progress=True, **engine) if args.router else None
+    llm = LLM(args.model, progress=True, max_model_len=_context(args.model, args.max_model_len), **engine)
+    small = (LLM(args.router, progress=True, max_model_len=_context(args.router, args.max_model_len), **engine)
+             if args.router else None)
     return InProcessServer(llm, small, args.router_threshold, args.router_tool_floor), _meta(args, llm, small)
+
+
+def _context(model: str, asked: int | None) -> int:
+    """--max-model-len, else EVAL_CONTEXT or the model's own when shorter, read from the file's header:
+    the load said "using that, not the 16,384 asked for" of a default nobody asked for (SmolLM2: 8,192)."""
+    if asked is not None:
+        return asked
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.loader.resolve import resolve_model
+    from hearth.memory.gguf_shape import shape_from_gguf
+
+    return min(EVAL_CONTEXT, shape_from_gguf(GGUFFile(resolve_model(model))).context_length)
 
 
 def _meta(args: argparse.Namespace, llm, small) -> dict:

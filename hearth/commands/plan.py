@@ -52,9 +52,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "default: as many like this one as it takes")
 
 
+REPLICA_FLAGS = {"machines": None, "prompt_tokens": 512, "output_tokens": 128, "threads_per_replica": 1}
+"""The replica flags and their defaults (add_arguments'): without --target-rps they were ignored without a word."""
+
+
 def main(args: argparse.Namespace) -> int:
     if args.target_rps is not None:
         return replicas_main(args)
+    given = [f"--{k.replace('_', '-')}" for k, default in REPLICA_FLAGS.items() if getattr(args, k) != default]
+    if given:
+        raise PlanError(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to replica planning: "
+                        "add --target-rps R (requests a second)")
     seqs = 1 if args.concurrency is None else args.concurrency
     result = plan_for(args.model, device=args.device, ctx=args.ctx, concurrency=seqs,
                       kv_cache_dtype=args.kv_cache_dtype, block_size=args.block_size,

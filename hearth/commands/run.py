@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import stat
 import sys
 import time
 from dataclasses import replace
@@ -34,7 +35,8 @@ EPILOG = ("A model with a chat template of its own (an instruct model) chats: PR
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
-    p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit (default: interactive)")
+    p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit, after what a pipe or file "
+                                             "on stdin holds, as ollama run takes it (default: interactive)")
     p.epilog = EPILOG
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--chat", "-cnv", dest="mode", action="store_const", const="chat",
@@ -52,7 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
     p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
-    p.add_argument("--ctx", type=int, default=4096, help="context length in tokens, at most the model's; 0: the model's (default: %(default)s)")
+    p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=4096,
+                   help="context length in tokens, at most the model's; 0: the model's; -c/--ctx-size: llama-cli's "
+                        "spelling (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer (with speculation: drafted and accepted tokens, acceptance length)")
     add_speculation_arguments(p)  # serve's flags, parsed and checked by the same code
 
@@ -64,6 +68,8 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
         raise HearthError("the prompt is empty")
+    if args.prompt is not None:
+        args.prompt = _after_piped_input(args.prompt)
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     if speculation is not None:
         check_drafts_fit(speculation, header_context(args.model, args.ctx)[0], k_flag(args))
@@ -121,6 +127,20 @@ def main(args: argparse.Namespace) -> int:
                 failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def _after_piped_input(prompt: str) -> str:
+    """PROMPT after the text a pipe or a file on stdin holds (`cat notes.md | hearth run m "summarize"`,
+    as `ollama run` and `llm` read it; it was dropped without a word). A terminal, /dev/null or a stream
+    without a descriptor (pytest's capture) gives nothing; a pipe is read to its end."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (AttributeError, OSError, ValueError):  # no stdin, or none with a descriptor (UnsupportedOperation)
+        return prompt
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return prompt
+    piped = sys.stdin.read().strip()
+    return f"{piped}\n\n{prompt}" if piped else prompt
 
 
 def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: int | None) -> None:
@@ -228,14 +248,19 @@ def _full_notice(llm, remedy: str | None = None) -> str:
 def _speculation_text(before, spec, n: int) -> str:
     """This answer's drafts, as llama-speculative's n_drafted / n_accept, and the acceptance length:
     its n tokens per target forward (each forward commits one token plus the drafts it accepted, as
-    hearth bench counts it); "" without speculation."""
+    hearth bench counts it), and the steps the policy paused, why as hearth bench says it (`-md` on a
+    CPU where the draft cannot pay read "0 drafted" and nothing more); "" without speculation."""
     if spec is None:
         return ""
     now = spec.stats
     drafted, accepted = now.num_draft_tokens - before.num_draft_tokens, now.num_accepted_tokens - before.num_accepted_tokens
     share = f" ({100 * accepted / drafted:.0f}%)" if drafted else ""
     length = f", acceptance length {n / (n - accepted):.2f}" if 0 <= accepted < n else ""
-    return f"; speculation: {drafted} drafted, {accepted} accepted{share}{length}"
+    failing = now.num_paused_failing - before.num_paused_failing
+    not_paying = now.num_paused_not_paying - before.num_paused_not_paying
+    paused = (f", {failing + not_paying} steps paused ({failing} as the drafts kept failing, {not_paying} as they "
+              "would not pay on this machine)") if failing or not_paying else ""
+    return f"; speculation: {drafted} drafted, {accepted} accepted{share}{length}{paused}"
 
 
 def _prompt_ids(llm, history: list[dict] | None, text: str) -> list[int]:

@@ -77,8 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                      help="least severe log line printed, uvicorn's and hearth's own (default: %(default)s)")
     eng = p.add_argument_group("engine")
-    eng.add_argument("--max-model-len", "--ctx", type=int, default=0,
-                     help="context length in tokens (default: the model's own)")
+    eng.add_argument("--max-model-len", "--ctx", "-c", "--ctx-size", type=int, default=0,
+                     help="context length in tokens; -c/--ctx-size: llama-server's spelling (default: the model's own)")
     eng.add_argument("--device", default="auto", choices=DEVICES,
                      help="what runs the model: cpu (this CPU's C++ kernels), torch (the reference), cuda (default: %(default)s)")
     eng.add_argument("--max-num-seqs", type=int, default=16, help="most sequences in one step (default: %(default)s)")

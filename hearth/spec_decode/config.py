@@ -163,7 +163,9 @@ class SpeculativeConfig:
         if self.num_speculative_tokens is None:
             k = self.suffix_decoding_max_tree_depth if self.method == "suffix" else 4
             object.__setattr__(self, "num_speculative_tokens", k)
-        checks = [
+        checks = [  # the tree depth first: suffix's K defaults to it, and a depth of 0 was named as K
+            ("suffix_decoding_max_tree_depth", self.suffix_decoding_max_tree_depth >= 2,
+             "at least 2 (a match of 1 token and a draft of 1)"),
             ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
             ("tree_budget", self.tree_budget >= 0, "0 (chains only) or more"),
             ("draft_vocab", self.draft_vocab is None or self.draft_vocab >= 0, "0 (the whole vocabulary) or more"),
@@ -173,8 +175,6 @@ class SpeculativeConfig:
             ("prompt_lookup_max", self.prompt_lookup_max >= self.prompt_lookup_min,
              f"at least prompt_lookup_min ({self.prompt_lookup_min})"),
             ("disable_by_batch_size", self.disable_by_batch_size >= 0, "0 or more"),
-            ("suffix_decoding_max_tree_depth", self.suffix_decoding_max_tree_depth >= 2,
-             "at least 2 (a match of 1 token and a draft of 1)"),
             ("suffix_decoding_max_cached_requests", self.suffix_decoding_max_cached_requests >= 0, "0 or more"),
             ("suffix_decoding_max_spec_factor", self.suffix_decoding_max_spec_factor > 0, "above 0"),
             ("suffix_decoding_min_token_prob", 0 <= self.suffix_decoding_min_token_prob <= 1, "between 0 and 1"),

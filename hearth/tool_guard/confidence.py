@@ -54,6 +54,11 @@ class TokenTrace:
         """The tokens that end at or before byte_offset (what precedes a call, to resample from)."""
         return [t for t, (_, end, _) in zip(self.token_ids, self.spans) if end <= byte_offset]
 
+    def prefix_text(self, byte_offset: int) -> str:
+        """The text of prefix_tokens(byte_offset): what a resample from there continues."""
+        end = max((e for _, e, _ in self.spans if e <= byte_offset), default=0)
+        return self.text.encode()[:end].decode(errors="ignore")
+
     def min_prob(self, start: int, end: int) -> float | None:
         """The lowest probability (over what the grammar allowed) of the tokens overlapping [start, end)."""
         lps = [lp for a, b, lp in self.spans if a < end and b > start and lp is not None]

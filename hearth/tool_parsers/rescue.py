@@ -26,7 +26,10 @@ def to_call(obj: Any, tools: list[dict] | None) -> ToolCall:
     if not name:
         raise ValueError("a tool call needs a name")
     name = _known_name(name, tools)
-    args = next((obj[k] for k in _ARGUMENT_KEYS if k in obj), None)
+    key = next((k for k in _ARGUMENT_KEYS if k in obj), None)
+    args = obj[key] if key is not None else None
+    if key == "parameters" and _is_schema(args, name, tools):
+        raise ValueError(f"a definition of {name!r} (its parameters' JSON schema), not a call of it")
     if isinstance(args, str):
         args = loads_lenient(args) if args.strip() else None
     if args is None:
@@ -72,6 +75,16 @@ def load_value(value: str) -> tuple[Any, bool]:
             raise ValueError("an empty doubled brace")
         return loads_lenient(values[0]), True
     return obj, False
+
+
+def _is_schema(args: Any, name: str, tools: list[dict] | None) -> bool:
+    """`parameters` holding an object schema: the tool's definition as the request (or its prompt) wrote
+    it, which small models echo before their calls; Llama's calls use the key for arguments, so only a
+    schema's shape counts, and not where the tool itself takes arguments named `type` and `properties`."""
+    if not (isinstance(args, dict) and args.get("type") == "object" and isinstance(args.get("properties"), dict)):
+        return False
+    declared = tool_parameters(tools).get(name, {}).get("properties") if tools is not None else None
+    return not (isinstance(declared, dict) and "type" in declared and "properties" in declared)
 
 
 def _known_name(name: str, tools: list[dict] | None) -> str:

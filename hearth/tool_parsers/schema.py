@@ -59,6 +59,10 @@ def forced_tools(tools: list[dict] | None, tool_choice: str | dict | None) -> li
         return None
     fn = tool_choice.get("function")
     name = fn.get("name") if isinstance(fn, dict) else tool_choice.get("name")
+    if not isinstance(name, str):  # it read "names None, which is not one of the tools"
+        where = "function.name" if kind == "function" else "name"
+        raise ToolParserError(f"tool_choice needs the tool's name in {where} for type {kind!r} "
+                              f"(one of: {', '.join(names) or 'no tools were given'})")
     if name not in names:
         raise ToolParserError(f"tool_choice names {name!r}, which is not one of the tools")
     return [name]

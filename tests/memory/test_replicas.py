@@ -108,6 +108,9 @@ def test_report_and_json(capsys, fake_this):
     (["--target-rps", "5", "--prompt-tokens", "1000000"], "beyond the model's context length"),
     (["--target-rps", "5", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["--target-rps", "5", "--device", "h200"], "replica planning is for CPU machines"),
+    # without --target-rps a replica flag was ignored without a word (a new user's trial: --machines 16:xx)
+    (["--machines", "16:xx"], "--machines applies to replica planning: add --target-rps"),
+    (["--prompt-tokens", "100", "--threads-per-replica", "2"], "--prompt-tokens, --threads-per-replica apply to"),
 ])
 def test_bad_input_is_one_line(capsys, fake_this, argv, needle):
     code, out, err = run(capsys, *argv)

@@ -59,6 +59,8 @@ TABLE = [
     (CHAT, {"messages": USER, "temperature": 2.5}, 400, "temperature"),  # OpenAI's range is 0 to 2
     (COMPLETIONS, {"prompt": "hi", "temperature": 3}, 400, "temperature"),
     ("/v1/responses", {"input": "hi", "temperature": 2.01}, 400, "temperature"),
+    ("/v1/responses", {"input": []}, 400, "input: is empty: it must hold a message"),  # it read "is required"
+    ("/v1/responses", {}, 400, "input: is required"),
     (CHAT, {"messages": USER, "top_p": 0}, 400, "top_p"),
     (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
     (CHAT, {"messages": USER, "n": 0}, 400, "n"),
@@ -73,6 +75,8 @@ TABLE = [
     (CHAT, {"messages": USER, "tool_choice": "required"}, 400, "tool_choice"),
     (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400,
      "tool_choice"),
+    (CHAT, {"messages": USER, "tools": [TOOL], "tool_choice": {"type": "function"}}, 400,
+     "tool_choice: needs the tool's name in function.name"),  # it read "names None, which is not one of the tools"
     (CHAT, {"messages": USER, "tools": [{"type": "function"}]}, 400, "tools[0].function.name"),
     # vLLM's tool rules: a type other than "function" is refused (none is "function"); names are not checked
     (CHAT, {"messages": USER, "tools": [TOOL, {"type": "retrieval", "function": TOOL["function"]}]}, 400,

@@ -111,6 +111,27 @@ def test_a_rescued_call_is_validated_and_retried_like_any_other(fake):
     assert body["hearth"]["outcome"] == "unresolved" and "get_weather" in body["hearth"]["validation_errors"][0]
 
 
+@pytest.mark.parametrize("first,content", [
+    (['Let me look: {"name": "get_weather", "arguments": {"city": ["Paris"]}}',
+      ' and {"name": "get_weather", "arguments": {"city": "Rome"}}'], None),
+    (['Here you go: ', '{"name": "get_weather", "arguments": {"city": ["Paris"]}}',
+      '\n{"name": "get_weather", "arguments": {"city": "Rome"}}'], None),
+])
+def test_a_resample_of_a_rescued_call_drops_the_text_it_wrote_again(fake, monkeypatch, first, content):
+    """Calls in prose (no opener) whose first fails its schema: the resample starts over, so a whole
+    answer is the resample's; it kept the first attempt's prose, calls and all, as content beside the
+    resampled call (a new user's trial, 2026-12-06, fourteenth session)."""
+    monkeypatch.setitem(fakes.ATTEMPTS, "prose_resample", [first, ['{"name": "get_weather", "arguments": {"city": "Oslo"}}']])
+    body = post(fake, "script:prose_resample", tools=[WEATHER]).json()
+    msg = body["choices"][0]["message"]
+    assert [r["kind"] for r in body["hearth"]["retries"]] == ["resample"]
+    assert [json.loads(tc["function"]["arguments"]) for tc in msg["tool_calls"]] == [{"city": "Oslo"}]
+    assert msg["content"] == content
+    fake.engine.attempts.clear()
+    streamed = sse(post(fake, "script:prose_resample", stream=True, tools=[WEATHER]))  # a stream sent it already
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in streamed if c["choices"]).startswith(first[0][:9])
+
+
 def test_metrics_count_the_events_next_to_the_guard(make_fake):
     fake = roomy(make_fake)
     post(fake, "script:prose_call", tools=[WEATHER])

@@ -136,7 +136,7 @@ def test_a_forced_tool_call_and_a_guided_field_are_one_constraint_too(fake):
 def test_guided_json_as_text_or_object():
     """hearth.json_object parses it (speculative_config's too): the words are a JSON schema's."""
     assert KINDS["json"]('{"type": "integer"}').json_schema == {"type": "integer"}
-    with pytest.raises(ValueError, match=r"^must be a JSON schema object, not list$"):
+    with pytest.raises(ValueError, match=r"^must be a JSON schema object, not an array$"):
         KINDS["json"]("[1]")
     with pytest.raises(ValueError, match=r"^is not valid JSON: .* \(at 1\)$"):
         KINDS["json"]("{")

@@ -208,6 +208,20 @@ def test_pinned_models_beyond_the_budget_are_one_line(capsys, tiny, tmp_path):
     assert_one_line_error(code, err, "pinned models (a) need", "more than --max-memory")
 
 
+def test_a_model_beyond_the_budget_is_said_at_the_start(capsys, tiny, tmp_path):
+    """`hearth serve --models m.toml --max-memory 1.0` with a model of 1.05 GiB started without a word,
+    then every request to that model got 503 model_too_large (a new user's trial). One line at the start
+    says so; the server still starts for the others."""
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, "qwen2")
+    pool = build_pool(serve_args(str(tiny), str(other), "--max-memory", "0.0001"))
+    pool.preload()  # nothing fits: nothing loads, and nothing is refused yet
+    lines = [line for line in capsys.readouterr().err.splitlines() if "more than the memory budget" in line]
+    assert [line.split(" needs ")[0] for line in lines] == ["hearth: tiny-llama-q8", "hearth: other"]
+    assert all("(--max-memory): its requests will get 503 (model_too_large)" in line for line in lines)
+    assert all(s.served is None for s in pool.slots)
+
+
 def test_negative_max_memory_is_one_line(capsys, tiny):
     code, err = run_cli(capsys, "serve", str(tiny), "--max-memory", "-1")
     assert_one_line_error(code, err, "--max-memory must be a positive number of GiB, not -1")
@@ -278,9 +292,10 @@ def test_bad_router_settings_are_one_line(capsys, tmp_path, argv, toml, needles)
     assert_one_line_error(code, err, *needles)
 
 
-def test_serve_says_what_speculation_runs(tmp_path, capsys):
+def test_serve_says_what_speculation_runs(tmp_path, capsys, caplog):
     """A config naming a draft model and no method used to run ngram without a word: the load says the
-    method, K and the draft's file, or that the backend turned speculation off."""
+    method, K and the draft's file, or that the backend turned speculation off, once (the LLM's warning;
+    serve's own line said it again: `hearth serve ... --device torch`, a new user's trial)."""
     def lines(path, config):
         pool = build_pool(serve_args(str(path), "--speculative-config", config, "--max-model-len", "64"))
         pool.loader(pool.slots[0].spec)  # its engine thread starts with the server: nothing to stop
@@ -295,8 +310,9 @@ def test_serve_says_what_speculation_runs(tmp_path, capsys):
     assert said.count(str(native)) == 1
     f32 = tmp_path / "f32.gguf"
     write_tiny_gguf(f32, "qwen2")  # F32 weights: no native kernels, on the CPU backend too
-    said = lines(f32, '{"method": "ngram"}')
-    assert "f32: speculative decoding is off: without the native kernels a verify row is not computed" in said
+    caplog.clear()
+    said = lines(f32, '{"method": "ngram"}') + "".join(r.getMessage() + "\n" for r in caplog.records)
+    assert said.count("speculative decoding is off: without the native kernels a verify row is not computed") == 1
     assert "backend" not in said
 
 
@@ -314,7 +330,7 @@ def test_a_draft_model_speculates_for_the_models_whose_vocabulary_it_shares(tmp_
                                  "--max-memory", "4"))
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "hearth: small: served without speculative decoding: the draft model" in err
-    assert "vocabulary differs from the target's (384 vs 320 tokens)" in err
+    assert "vocabulary differs from the target's (the target has 384 tokens, the draft 320)" in err
     a, b = (s.spec for s in pool.slots)
     assert pool.loader.by_id["coder"][2]["method"] == "draft" and pool.loader.by_id["small"][2] is None
     assert b.footprint == served_footprint(GGUFFile(small), 64, "auto", 16, 2.0, 2048).total  # no draft counted
@@ -348,7 +364,8 @@ def test_a_models_file_entry_has_its_own_speculative_config(tmp_path, capsys):
     ('speculative_config = { method = "ngram", model = "x.gguf" }',
      ["models[1] ('a'): speculative_config.model applies to method \"draft\" only"]),
     ('speculative_config = { model = "other.gguf" }',  # named for this model: a misfit is an error, not a skip
-     ["models[1] ('a'): speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"]),
+     ["models[1] ('a'): speculative_config.model: vocabulary differs from the target's (the target has 320 tokens, "
+      "the draft 384)"]),
     ('speculative_config = { model = "nope.gguf" }', ["models[1] ('a'): speculative_config.model 'nope.gguf':"]),
 ])
 def test_a_bad_entry_speculative_config_is_one_line(capsys, tmp_path, entry, needles):
@@ -366,4 +383,5 @@ def test_one_model_with_a_draft_of_another_vocabulary_stays_an_error(capsys, tmp
     code, err = run_cli(capsys, "serve", str(target), "-md", str(other), "--port", "0", "--max-model-len", "64")
     *loading, last = err.splitlines()  # "hearth: loading t (...) ...", then the load's error
     assert code == 1 and len(loading) == 1 and "Traceback" not in err
-    assert last == "hearth: error: speculative_config.model: vocabulary differs from the target's (320 vs 384 tokens)"
+    assert last == ("hearth: error: speculative_config.model: vocabulary differs from the target's (the target has 320 "
+                    "tokens, the draft 384)")

@@ -47,7 +47,7 @@ def test_a_draft_with_another_vocabulary_is_one_clear_error(tmp_path):
     write_tiny_gguf(target, "qwen2", vocab=320)
     write_tiny_gguf(other, "qwen2", vocab=384)
     write_tiny_gguf(shuffled, "llama", vocab=320, tokenizer="llama")  # same size, SentencePiece strings
-    for draft, want in ((other, "(320 vs 384 tokens)"), (shuffled, "(token 0 is ")):
+    for draft, want in ((other, "(the target has 320 tokens, the draft 384)"), (shuffled, "(token 0 is ")):
         with pytest.raises(InvalidSpeculativeConfig) as e:
             LLM(str(target), progress=False, speculative_config={"method": "draft", "model": str(draft)})
         msg = str(e.value)

@@ -66,6 +66,8 @@ def test_proposer_reads_prompt_and_output_and_prefers_the_longest_match():
     ({"method": 3}, "method"),
     ('{"method": "ngram",', "JSON"),
     ("[1, 2]", "JSON object"),
+    # suffix's K defaults to the tree depth: a depth of 0 was named as "num_speculative_tokens ... got 0"
+    ({"method": "suffix", "suffix_decoding_max_tree_depth": 0}, "suffix_decoding_max_tree_depth must be at least 2"),
 ])
 def test_bad_speculative_config_is_one_line_naming_the_field(value, field):
     with pytest.raises(InvalidSpeculativeConfig) as e:
@@ -227,7 +229,12 @@ def test_the_cursor_is_dropped_where_the_output_stops_copying():
 
 def test_json_text_errors_name_speculative_config():
     """hearth.json_object parses it (guided_json's too): the words stay this field's own."""
-    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not list$"):
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not an array$"):
         SpeculativeConfig.parse("[1, 2]")
+    # JSON's words for what was written: `--speculative-config null` said "not NoneType" (a new user's trial)
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not null$"):
+        SpeculativeConfig.parse("null")
+    with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config must be a JSON object, not a boolean$"):
+        SpeculativeConfig.parse("true")
     with pytest.raises(InvalidSpeculativeConfig, match=r"^speculative_config is not valid JSON: .* \(at 1\)$"):
         SpeculativeConfig.parse("{")

@@ -133,3 +133,22 @@ def test_run_verbose_says_what_speculation_drafted_and_accepted(capsys, monkeypa
     assert int(d1) + int(d2) == s.num_draft_tokens and int(a1) + int(a2) == s.num_accepted_tokens
     assert int(d1) > 0 and int(d2) > 0, lines  # each answer drafted: else the split could not be told
     assert share == f"{100 * int(a2) / int(d2):.0f}" and length == f"{int(n) / (int(n) - int(a2)):.2f}"
+
+
+def test_run_verbose_says_why_the_policy_paused_drafting():
+    """`hearth run m -md m --verbose` on a Zen 4 read "speculation: 0 drafted, 0 accepted" and no word of
+    why (the cost rule priced the draft as not paying there): the paused steps are said, as hearth bench
+    says them; a line without pauses is unchanged."""
+    from types import SimpleNamespace
+
+    from hearth.commands.run import _speculation_text
+    from hearth.spec_decode.policy import SpecDecodeStats
+
+    before = SpecDecodeStats(num_paused_failing=1, num_paused_not_paying=2)
+    spec = SimpleNamespace(stats=SpecDecodeStats(num_paused_failing=1, num_paused_not_paying=7))
+    assert _speculation_text(before, spec, 5) == ("; speculation: 0 drafted, 0 accepted, acceptance length 1.00, "
+                                                  "5 steps paused (0 as the drafts kept failing, 5 as they would "
+                                                  "not pay on this machine)")
+    spec = SimpleNamespace(stats=SpecDecodeStats(num_draft_tokens=4, num_accepted_tokens=2, num_paused_failing=1,
+                                                 num_paused_not_paying=2))
+    assert _speculation_text(before, spec, 5) == "; speculation: 4 drafted, 2 accepted (50%), acceptance length 1.67"

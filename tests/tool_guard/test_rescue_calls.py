@@ -40,6 +40,16 @@ CASES = [
      ("", [("get_weather", PARIS)], ["json_in_prose"])),
     ('A {"name": "get_time", "arguments": {}} and {"name": "get_weather", "arguments": {"city": "Paris"}}',
      ("A  and", [("get_time", {}), ("get_weather", PARIS)], ["json_in_prose", "json_in_prose"])),
+    # the request's tool definitions echoed before the calls (Qwen2.5-Coder-0.5B, sampled, "weather in Paris
+    # and in Rome?"): a definition is no call; read as get_weather({"type": ..., "properties": ...}) it failed
+    # validation and the resample that followed lost the Rome call
+    ('<tools>\n{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", '
+     '"properties": {"city": {"type": "string"}}}}}\n</tools>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n'
+     '{"name": "get_weather", "arguments": {"city": "Rome"}}',
+     ('<tools>\n{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", '
+      '"properties": {"city": {"type": "string"}}}}}\n</tools>', [("get_weather", PARIS), ("get_weather", {"city": "Rome"})],
+      ["json_in_prose", "json_in_prose"])),
+    ('{"name": "get_weather", "description": "the weather", "parameters": {"type": "object", "properties": {}}}', None),
     # never a call: a tool nobody offered, a call inside a sentence, plain prose, JSON that is no call
     ('{"name": "delete_everything", "arguments": {}}', None),
     ('{{"name": "rm_rf", "arguments": {}}}', None),

@@ -59,6 +59,15 @@ def test_a_choice_naming_no_tool_is_a_clear_error():
         forced_tools(TOOLS, {"type": "function", "function": {"name": "nope"}})
 
 
+@pytest.mark.parametrize("choice,where", [({"type": "function"}, "function.name"),
+                                           ({"type": "function", "function": {}}, "function.name"),
+                                           ({"type": "tool"}, "name"), ({"type": "tool", "name": 5}, "name")])
+def test_a_named_choice_without_a_name_says_where_the_name_goes(choice, where):
+    """`{"type": "function"}` alone read "tool_choice names None, which is not one of the tools"."""
+    with pytest.raises(ToolParserError, match=f"needs the tool's name in {where} for type"):
+        forced_tools(TOOLS, choice)
+
+
 class _Bytes:
     """A tokenizer with one token per byte, so the grammar is checked on text alone."""
     eos_token_id, bos_token_id, special_token_ids = 256, None, [256]
