@@ -70,6 +70,16 @@ class TokenTrace:
                if a < end and b > start and (raw is not None or lp is not None)]
         return float(f"{math.exp(min(lps)):.3g}") if lps else None  # 3 digits: far below 1e-6 still reads
 
+    def allowed_share(self, start: int, end: int) -> float | None:
+        """The lowest, over the tokens overlapping [start, end) that have a raw logprob, of the share of
+        the raw probability the model gave to what the grammar allowed there: raw / masked probability
+        of the sampled token (1: the grammar removed nothing the model wanted; a token the grammar
+        forced against the model reads about its raw probability; a choice among allowed tokens, however
+        torn, reads the allowed tokens' whole share)."""
+        gaps = [min(raw - lp, 0.0) for (a, b, lp), raw in zip(self.spans, self.raw)
+                if a < end and b > start and raw is not None and lp is not None]
+        return float(f"{math.exp(min(gaps)):.3g}") if gaps else None
+
 
 def call_spans(text: str, triggers: list[Trigger], closers: tuple[str, ...],
                per_call: bool = True) -> list[tuple[int, int]]:

@@ -1,6 +1,7 @@
 """Raw logprobs beside the masked ones (SamplingParams.raw_logprobs): a grammar-constrained row's
 logprobs are over the tokens the grammar allows; its raw logprob is the same token's before the mask.
-The tool guard's decline gate (hearth.tool_guard.declined) reads the raw one at a call's name.
+The tool guard's decline gate (hearth.tool_guard.declined) reads raw / masked at each of a call's
+name tokens (the share of the model's probability on what the grammar allowed).
 
 A fake model whose logits are fixed per step, a fake grammar that allows a fixed set, and a real
 ModelRunner in between: the call is `{"name": "` then one name token, which the grammar bends to an
@@ -106,7 +107,9 @@ def test_a_bent_name_reads_high_masked_and_low_raw_and_is_declined():
     assert tok.logprob == pytest.approx(log_softmax([2.0, 1.0])[0], abs=1e-5)  # p ~ 0.73 over GET, SET
     assert tok.raw_logprob == pytest.approx(log_softmax(MEANT_CALC)[GET], abs=1e-5)  # p ~ 0.0009
     assert np.exp(tok.raw_logprob) < NAME_FLOOR < np.exp(tok.logprob)
-    assert gate(tok) == pytest.approx(np.exp(tok.raw_logprob), rel=1e-2)  # declined
+    # declined: the gate reads the share of the model's probability on what the grammar allowed (GET
+    # and SET, ~0.0012 of it): raw / masked
+    assert gate(tok) == pytest.approx(np.exp(tok.raw_logprob - tok.logprob), rel=1e-2) and gate(tok) < NAME_FLOOR
 
 
 def test_a_name_the_model_chose_reads_high_raw_and_stays_a_call():

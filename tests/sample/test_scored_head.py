@@ -95,9 +95,10 @@ def test_a_raw_logprob_where_the_call_name_opens_and_none_where_few_tokens_were_
     assert any(raw is None for before, raw in raws if b'"days"' in before)  # past the name: few scored
 
 
-def test_raw_logprobs_at_a_call_name_s_opening_only(llm):
+def test_raw_logprobs_at_a_call_name_s_tokens_only(llm):
     """The matcher's text so far decides: the tool guard's pattern matches however the tokens split
-    `"name": "`, and stops matching once the name has begun."""
+    `"name": "`, before each of the name's tokens (the decline gate reads the lowest of them), and
+    stops matching once the name's closing quote is out."""
     runner = llm.engine.runner
     m = runner.grammar.matcher(StructuredOutput(json_schema=CALL))
     pattern = raw_pattern(NAME_OPENING)
@@ -107,11 +108,16 @@ def test_raw_logprobs_at_a_call_name_s_opening_only(llm):
         assert m.accept(t)
     seen = [m.ends_with(pattern)]
     name = llm.tokenizer.encode("get_weather", add_special_tokens=False)
-    assert m.accept(name[0])
+    assert len(name) > 1  # a name of several tokens: each one's row is read
+    for t in name:
+        assert m.accept(t)
+        seen.append(m.ends_with(pattern))
+    close = llm.tokenizer.encode('"', add_special_tokens=False)
+    assert len(close) == 1 and m.accept(close[0])
     seen.append(m.ends_with(pattern))
     m.rollback(1)
     seen.append(m.ends_with(pattern))
-    assert seen == [True, False, True]
+    assert seen == [True] * len(name) + [True, False, True]
 
 
 @pytest.mark.parametrize("regex", ["(unclosed", r"\u00e9"])  # the second: valid as str, not as bytes

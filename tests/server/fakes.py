@@ -82,6 +82,14 @@ ATTEMPTS = {
     "guard_forced_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```'],
                           ['```json\n{"name": "', "triangle_area", '", "arguments": {"base": 3}}\n```']],
     "guard_sure_name": [['```json\n{"name": "', "get_weather", '", "arguments": {"city": "Paris"}}\n```']],
+    # the name bent after its first token: the model's `get` went on as `_frequency` (BFCL irrelevance_36
+    # on Qwen2.5-Coder-1.5B, only get_dominant_trait offered), the grammar made it `_weather`; its second
+    # request: the model's own answer from the opener on, once declined
+    "guard_bent_late": [['```json\n{"name": "', "get", "_weather", '", "arguments": {"city": "Paris"}}\n```'],
+                        ['```json\n{"name": "', "get", "_frequency", '", "arguments": {"gene": "rs7412"}}\n```']],
+    # the same name, the model torn at `_weather` between offered tools (raw 0.30, 0.50 of what the
+    # grammar allowed, so 0.61 of its probability went to allowed tokens): its own choice, a call
+    "guard_sure_late": [['```json\n{"name": "', "get", "_weather", '", "arguments": {"city": "Paris"}}\n```']],
     # doubled braces opening the answer: a good call, then one of no offered tool (the resample starts over)
     "guard_doubled_second_bad": [['{{"name": "get_weather", "arguments": {"city": "Paris"}}}', "\n",
                                   '{{"name": "get_wether", "arguments": {}}}'], [WEATHER_CALL.replace("Paris", "Rome")]],
@@ -104,13 +112,17 @@ ATTEMPTS = {
     "guard_repeat_again": [[WEATHER_CALL]],
 }
 LOGPROBS = {("guard_forced_name", 1): -0.01, ("guard_sure_name", 1): -0.05, ("router_unsure_opener", 0): -2.0,
+            ("guard_bent_late", 1): -0.05, ("guard_bent_late", 2): -0.01, ("guard_sure_late", 1): -0.05,
+            ("guard_sure_late", 2): -0.7, ("guard_doubled_two", 1): -0.01, ("guard_doubled_two", 3): -0.01,
+            ("guard_bent_joke", 1): -0.01,
             ("router_unsure_name", 2): -2.0, ("router_unsure_arguments", 1): -0.01, ("router_unsure_arguments", 2): -0.01,
             ("router_unsure_arguments", 4): -2.0, ("router_sure_name", 1): -0.01, ("router_sure_name", 2): -0.01,
             ("router_unsure_city", 1): -0.01, ("router_unsure_city", 4): -2.0}
 """(script, piece index) -> the sampled token's logprob there (else -0.5)."""
 RAW_LOGPROBS = {("guard_forced_name", 1): -6.0, ("guard_sure_name", 1): -0.2, ("guard_doubled_two", 1): -0.2,
                 ("guard_doubled_two", 3): -6.0, ("guard_bent_joke", 1): -7.0,
-                ("guard_bent_bad_args", 1): -7.0}
+                ("guard_bent_bad_args", 1): -7.0, ("guard_bent_late", 1): -0.2, ("guard_bent_late", 2): -5.0,
+                ("guard_sure_late", 1): -0.2, ("guard_sure_late", 2): -1.2}
 """(script, piece index) -> its raw logprob, before the grammar's mask (else its logprob); sent only
 when the request asks for raw logprobs (SamplingParams.raw_logprobs)."""
 PACED = {"markdown": 0.05}

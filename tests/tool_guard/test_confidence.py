@@ -68,3 +68,27 @@ def test_retry_messages_put_the_error_in_the_tool_channel():
     assert "missing 'city'" in msgs[1]["content"] and "get_weather" in msgs[1]["content"]
     msgs = retry_messages("It is sunny.", Problem("no_call", "a tool call was required"), ["get_weather"])
     assert msgs[0] == {"role": "assistant", "content": "It is sunny."} and msgs[1]["role"] == "user"
+
+
+def test_the_decline_gate_reads_every_name_token_s_allowed_share():
+    """name_prob: the lowest over the name's tokens of raw / masked probability (the share of the
+    model's probability on what the grammar allowed); tokens before the name or after its closing
+    quote are not read, nor a token with no raw logprob."""
+    from hearth.tool_guard.declined import name_prob
+
+    pieces = {1: b'{"name": "', 2: b"get", 3: b"_dom", 4: b"inant", 5: b'", "arguments": {}}'}
+    rows = {1: (-9.0, -0.01), 2: (-0.2, -0.05), 3: (-1.4, -0.01), 4: (None, -0.01), 5: (-8.0, -0.01)}
+
+    def trace_of(rows):
+        trace = TokenTrace(pieces.__getitem__)
+        for t in pieces:
+            raw, lp = rows[t]
+            trace.add(pieces[t].decode(), [t], [{t: lp}], [raw])
+        return trace
+
+    # bent where the name went on (the first token alone read 0.86): exp(-1.4 + 0.01)
+    assert name_prob(trace_of(rows), (0, len(trace_of(rows).text.encode()))) == float(f"{math.exp(-1.39):.3g}")
+    torn = {**rows, 3: (-1.2, -0.7)}  # raw 0.30, but 0.61 of it on allowed tokens: the model's own choice
+    assert name_prob(trace_of(torn), (0, 40)) == float(f"{math.exp(-0.5):.3g}")
+    sure = {**rows, 3: (-0.01, -0.01)}  # nothing removed there: the first token's share is the lowest
+    assert name_prob(trace_of(sure), (0, 40)) == float(f"{math.exp(-0.15):.3g}")
