@@ -8,10 +8,12 @@ and the output is parsed as hermes: the format documented in hearth.tool_parsers
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass
 
+from hearth.api.anthropic_client_tools import client_tool
 from hearth.api.errors import APIError
 from hearth.api.messages import _kind
 from hearth.sampling_params import StructuredOutput
@@ -93,8 +95,9 @@ other typed tools (bash_20250124, text_editor_*, computer_*) are client tools: t
 def anthropic_tools(tools: list | None) -> list[dict]:
     """Anthropic {name, description, input_schema} -> OpenAI function schemas (what templates read).
     An Anthropic-defined client tool ({"type": "bash_20250124", "name": "bash"}, text_editor_*,
-    computer_*: no input_schema) is a function of its name, as before; a server tool (SERVER_TOOLS)
-    is refused, never a bare function: hearth does not run it."""
+    computer_*: no input_schema) takes the schema and description its type documents
+    (hearth.api.anthropic_client_tools), an unknown type none; a server tool (SERVER_TOOLS) is
+    refused, never a bare function: hearth does not run it."""
     out = []
     for i, t in enumerate(tools or []):
         kind = t.get("type") if isinstance(t, dict) else None
@@ -110,8 +113,10 @@ def anthropic_tools(tools: list | None) -> list[dict]:
             raise APIError(400, f"tools[{i}].description: must be a string, not {_kind(t['description'])}",
                            param=f"tools[{i}].description")
         _check_schema(t.get("input_schema"), f"tools[{i}].input_schema")
-        fn = {"name": t["name"], "description": t.get("description") or "",
-              "parameters": t.get("input_schema") or {"type": "object"}}
+        known = client_tool(kind)  # a copy of its schema: a request never edits the registry's
+        schema = copy.deepcopy(known.input_schema) if known else {"type": "object"}
+        fn = {"name": t["name"], "description": t.get("description") or (known.description if known else ""),
+              "parameters": t.get("input_schema") or schema}
         out.append({"type": "function", "function": fn})
     return out
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from hearth.api.tools import anthropic_tools
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard import lazy_tool_grammar
@@ -233,3 +234,14 @@ def test_a_number_argument_ends_within_15_integer_and_10_fraction_digits(number,
     assert feed(matcher(), TOK.encode(text)) == ok
     forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [ADD], "required").lark()))
     assert feed(forced, TOK.encode(text)) == ok
+
+
+def test_an_anthropic_client_tools_documented_schema_constrains_its_calls():
+    """The text editor sent as a type and a name (no input_schema) gets its documented schema: the call
+    grammar takes a valid call and refuses one without the required `path` or with an unknown command."""
+    editor = anthropic_tools([{"type": "text_editor_20250728", "name": "str_replace_based_edit_tool"}])
+    call = '<tool_call>\n{"name": "str_replace_based_edit_tool", "arguments": %s}\n</tool_call>'
+    assert accepts(call % '{"command": "view", "path": "a.py", "view_range": [1, 20]}', tools=editor)
+    assert not accepts(call % '{"command": "view"}', tools=editor)
+    assert not accepts(call % '{"command": "undo_edit", "path": "a.py"}', tools=editor)
+    assert not accepts(call % '{"command": "view", "path": "a.py", "view_range": [1]}', tools=editor)
