@@ -94,9 +94,8 @@ CLIENT_TOOLS: dict[str, ClientTool] = {
 """Anthropic's client tool type -> its record."""
 
 _VERSIONED = re.compile(r"(.+)_(\d{8})")  # family_YYYYMMDD
-_LATEST = {}  # family -> the record of its latest known version
-for _kind in sorted(CLIENT_TOOLS):
-    _LATEST[_VERSIONED.fullmatch(_kind)[1]] = CLIENT_TOOLS[_kind]
+_LATEST = {_VERSIONED.fullmatch(k)[1]: CLIENT_TOOLS[k] for k in sorted(CLIENT_TOOLS)}
+"""family -> the record of its latest known version (sorted: the last date wins)."""
 
 
 def client_tool(kind: str | None) -> ClientTool | None:
