@@ -141,6 +141,11 @@ def _run(argv: list[str] | None) -> int:
     if isinstance(split, int):
         return split
     sub, rest = split
+    from hearth.commands.foreign_flags import foreign_flag
+
+    if (why := foreign_flag(rest)) is not None:  # llama.cpp's -ngl, vLLM's --tensor-parallel-size, ...
+        print(f"hearth: error: {why}", file=sys.stderr)
+        return 2
     # one parser per command, parsed intermixed so options may sit between positionals
     args = command_parser(name, sub).parse_intermixed_args(rest)
     module = SUBCOMMANDS[name][sub][0] if sub is not None else COMMANDS[name][0]

@@ -79,6 +79,27 @@ def test_llama_cpp_s_context_flag_is_taken(command, argv, field):
         assert getattr(command_parser(*command).parse_intermixed_args([*argv, flag, "512"]), field) == 512
 
 
+@pytest.mark.parametrize("argv,says", [
+    (["serve", "m", "-ngl", "99"], "-ngl is llama.cpp's GPU offload: hearth runs a whole model on one device, --device cuda"),
+    (["run", "m", "hi", "--n-gpu-layers=35"], "--n-gpu-layers is llama.cpp's GPU offload"),
+    (["serve", "m", "--tensor-parallel-size", "2"], "hearth cluster serve --replicas N"),
+    (["cluster", "serve", "m", "--gpu-memory-utilization", "0.9"], "--kv-cache-memory-gb"),
+    (["serve", "m", "-fa"], "-fa is llama.cpp's flash attention"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_another_engines_flag_names_hearths_way(argv, says, capsys):
+    """llama.cpp's and vLLM's flags from habit were argparse's bare "unrecognized arguments"."""
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("hearth: error: ") and says in err and err.count("\n") == 1, err
+
+
+def test_llama_cpp_s_threads_flag_is_taken():
+    from hearth.cli import command_parser
+
+    assert command_parser("serve").parse_intermixed_args(["m", "-t", "3"]).threads == 3
+    assert command_parser("run").parse_intermixed_args(["m", "hi", "-t", "3"]).threads == 3
+
+
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err

@@ -52,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="longest answer in tokens; more than the context has left is an error "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
-    p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
+    p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
     p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=4096,
                    help="context length in tokens, at most the model's; 0: the model's; -c/--ctx-size: llama-cli's "

@@ -98,7 +98,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     eng.add_argument("--no-grammar-drafts", action="store_true",
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")
-    eng.add_argument("--threads", type=int, default=0,
+    eng.add_argument("--threads", "-t", type=int, default=0,
                      help=f"CPU threads per model; {THREADS_ZERO}; a --models entry's `threads` overrides it "
                           "(default: 0)")
     eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")

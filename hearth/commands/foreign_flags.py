@@ -1,0 +1,34 @@
+"""Other engines' flags that users of llama.cpp and vLLM type from habit, each with what hearth does
+instead: one line naming the flag and hearth's way, where argparse would say only "unrecognized
+arguments". Flags hearth takes under their own names (-c/--ctx-size, -md, --draft-max,
+--max-model-len, --served-model-name, ...) are its parsers' aliases, not here."""
+
+from __future__ import annotations
+
+_GPU_LAYERS = "llama.cpp's GPU offload: hearth runs a whole model on one device, --device cuda (or cpu)"
+_IN_PLACE = "llama.cpp's: hearth reads the GGUF's weights in place from its memory map, nothing to set"
+
+FOREIGN: dict[str, str] = {
+    "-ngl": _GPU_LAYERS,
+    "--n-gpu-layers": _GPU_LAYERS,
+    "--gpu-layers": _GPU_LAYERS,
+    "-fa": "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax",
+    "--flash-attn": "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax",
+    "--mlock": _IN_PLACE,
+    "--no-mmap": _IN_PLACE,
+    "--gpu-memory-utilization": "vLLM's: hearth sizes its KV cache with --kv-cache-memory-gb (several models: --max-memory)",
+    "--tensor-parallel-size": "vLLM's: hearth runs an engine on one device; for more engines, hearth cluster serve --replicas N",
+    "-tp": "vLLM's: hearth runs an engine on one device; for more engines, hearth cluster serve --replicas N",
+}
+"""flag -> what hearth does instead."""
+
+
+def foreign_flag(argv: list[str]) -> str | None:
+    """The one-line error for the first of `argv`'s flags that is another engine's, else None."""
+    for arg in argv:
+        if arg == "--":  # what follows is positional
+            return None
+        flag = arg.split("=", 1)[0]
+        if flag in FOREIGN:
+            return f"{flag} is {FOREIGN[flag]}"
+    return None
