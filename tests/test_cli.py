@@ -61,6 +61,14 @@ def test_an_unusable_hearth_home_is_one_line_before_any_work(argv, tmp_path, cap
                                            f"to: {reason}; set HEARTH_HOME to one that is\n")
 
 
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Bad input is refused before any model loads: a load fails the test."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+
+
 def test_no_command_prints_usage(capsys):
     assert main([]) == 2
     out = capsys.readouterr().out
@@ -180,24 +188,19 @@ def test_an_unknown_device_is_one_line_naming_the_choices(name, capsys):
     (["--tool-guard-retries", "-1"], "--tool-guard-retries: must be in [0, 10], got -1"),
     (["--tool-guard-decline-below", "2"], "--tool-guard-decline-below: must be a number in [0, 1], got 2.0"),
 ])
-def test_a_bad_tool_guard_is_one_line_before_the_load(argv, needle, capsys, monkeypatch):
-    import hearth.llm
-
-    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+def test_a_bad_tool_guard_is_one_line_before_the_load(argv, needle, capsys, no_model_load):
     assert main(["serve", "no-such-model.gguf", *argv]) == 1
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("hearth: error: ") and needle in err, err
 
 
-def test_serve_max_logprobs_is_the_engines_and_a_bad_one_is_one_line_before_the_load(capsys, monkeypatch):
+def test_serve_max_logprobs_is_the_engines_and_a_bad_one_is_one_line_before_the_load(capsys, no_model_load):
     """vLLM's --max-logprobs (default 20, -1: no cap) reaches the LLM each served model is built with."""
-    import hearth.llm
     from hearth.cli import command_parser
     from hearth.commands.serve import engine_args
 
     assert engine_args(command_parser("serve").parse_args(["m"]))["max_logprobs"] == 20
     assert engine_args(command_parser("serve").parse_args(["m", "--max-logprobs", "-1"]))["max_logprobs"] == -1
-    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
     assert main(["serve", "no-such-model.gguf", "--max-logprobs", "-2"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == "hearth: error: --max-logprobs must be a number of logprobs per token (-1: no cap), not -2", err
@@ -322,11 +325,8 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
 
 
 @pytest.mark.parametrize("prompt", ["", "  \n"])
-def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, monkeypatch):
+def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, no_model_load):
     """`hearth run m ""` (a variable that expanded to nothing) went interactive; omitted, it still is."""
-    import hearth.llm
-
-    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
     assert main(["run", "no-such-model.gguf", prompt]) == 1
     assert capsys.readouterr().err.strip() == "hearth: error: the prompt is empty"
 
@@ -335,11 +335,8 @@ def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, monkeyp
     (["--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
     (["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
 ])
-def test_run_a_bad_sampling_flag_is_named_as_the_flag_before_the_load(argv, error, capsys, monkeypatch):
+def test_run_a_bad_sampling_flag_is_named_as_the_flag_before_the_load(argv, error, capsys, no_model_load):
     """The API's field names (top_p) are no flag of `hearth run`: the error names the flag typed."""
-    import hearth.llm
-
-    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
     assert main(["run", "no-such-model.gguf", "hi", *argv]) == 1
     assert capsys.readouterr().err.strip() == f"hearth: error: {error}"
 
@@ -494,17 +491,15 @@ def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
     assert capsys.readouterr().err.strip() == "hearth: error: --threads must be a number of threads (0: torch's default), not -1"
 
 
-def test_serve_log_level_reaches_hearths_own_loggers(capsys, monkeypatch):
+def test_serve_log_level_reaches_hearths_own_loggers(capsys, no_model_load):
     """/infill's "dropped to fit" (hearth.api, info) printed nothing under `hearth serve`: uvicorn's
     --log-level configured only uvicorn's loggers."""
     import logging
 
-    import hearth.llm
     from hearth.cli import command_parser
     from hearth.commands.logs import configure_logging
 
     assert "(default: info)" in " ".join(command_parser("serve").format_help().split())
-    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
     assert main(["serve", "no-such-model.gguf", "--log-level", "debug"]) == 1
     assert logging.getLogger("hearth").level == logging.DEBUG
     capsys.readouterr()

@@ -7,18 +7,20 @@ from __future__ import annotations
 
 _GPU_LAYERS = "llama.cpp's GPU offload: hearth runs a whole model on one device, --device cuda (or cpu)"
 _IN_PLACE = "llama.cpp's: hearth reads the GGUF's weights in place from its memory map, nothing to set"
+_FLASH = "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax"
+_TP = "vLLM's: hearth runs an engine on one device; for more engines, hearth cluster serve --replicas N"
 
 FOREIGN: dict[str, str] = {
     "-ngl": _GPU_LAYERS,
     "--n-gpu-layers": _GPU_LAYERS,
     "--gpu-layers": _GPU_LAYERS,
-    "-fa": "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax",
-    "--flash-attn": "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax",
+    "-fa": _FLASH,
+    "--flash-attn": _FLASH,
     "--mlock": _IN_PLACE,
     "--no-mmap": _IN_PLACE,
     "--gpu-memory-utilization": "vLLM's: hearth sizes its KV cache with --kv-cache-memory-gb (several models: --max-memory)",
-    "--tensor-parallel-size": "vLLM's: hearth runs an engine on one device; for more engines, hearth cluster serve --replicas N",
-    "-tp": "vLLM's: hearth runs an engine on one device; for more engines, hearth cluster serve --replicas N",
+    "--tensor-parallel-size": _TP,
+    "-tp": _TP,
 }
 """flag -> what hearth does instead."""
 
