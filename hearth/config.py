@@ -39,6 +39,9 @@ class ModelConfig:
     final_logit_softcap: float = 0.0
     attn_logit_softcap: float = 0.0
     tie_word_embeddings: bool = False
+    pooling: str = "last"
+    """How /v1/embeddings pools a prompt's final hidden states: the GGUF's `{arch}.pooling_type` (mean,
+    last), else "last" (a decoder's last token has read the whole prompt: vLLM's default for one)."""
 
 
 DEFAULT_MODEL = "smollm2-135m"

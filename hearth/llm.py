@@ -202,6 +202,13 @@ class LLM:
         with self._driving("generate"):
             return self._run(encoded, params)
 
+    def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[list[float]]:
+        """One L2-normalized embedding per prompt, in order (vLLM's llm.embed(...)[i].outputs.embedding):
+        the prompt's final hidden states pooled as `pooling` says ("last", "mean"; None: the model's
+        own, ModelConfig.pooling). Each prompt computes one token more, which is dropped."""
+        params = SamplingParams(max_tokens=1, temperature=0.0, pooling=pooling or self.model_config.pooling)
+        return [r.embedding for r in self.generate(prompts, params)]
+
     def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
         """generate's work, under the engine's lock: each (text, ids) runs with its params."""
         results, children = [], {}
@@ -228,6 +235,8 @@ class LLM:
                         comp.logprobs.extend(out.new_logprobs)
                     if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
                         result.prompt_logprobs, result.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
+                    if out.embedding is not None:
+                        result.embedding = out.embedding
                     if out.finished:
                         comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
                         result.finished = all(c.finish_reason for c in result.outputs)

@@ -36,6 +36,8 @@ class RequestOutput:
     prompt_ranks: list[int | None] | None = None
     """Beside prompt_logprobs: per prompt token its rank in the vocabulary (1: the model's most
     likely; 1 + the tokens strictly more likely), None for the first."""
+    embedding: list[float] | None = None
+    """Only for SamplingParams.pooling: the prompt's embedding (EngineOutput's)."""
 
 
 @dataclass(slots=True)
@@ -58,3 +60,5 @@ class EngineOutput:
     """Only for SamplingParams.prompt_logprobs, on a request's first output: as RequestOutput's."""
     prompt_ranks: list[int | None] | None = None
     """With prompt_logprobs: as RequestOutput's."""
+    embedding: list[float] | None = None
+    """Only for SamplingParams.pooling, on a request's last output: its prompt's embedding."""

@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 
 
+POOLINGS = ("last", "mean")
+"""SamplingParams.pooling's values."""
+
 GREEDY_EPS = 1e-5
 """vLLM's _SAMPLING_EPS: a smaller temperature samples greedily (logits / T would overflow to inf)."""
 
@@ -88,6 +91,11 @@ class SamplingParams:
     narrows to a few tokens may score only those (hearth.runner.model_runner), and its raw_logprob is
     then None."""
 
+    pooling: str | None = None
+    """Only for embeddings: pool the prompt's final hidden states (POOLINGS) into the request's
+    EngineOutput.embedding, L2-normalized. "mean" reads every prompt row, so the request takes no
+    prefix-cache hit (as prompt_logprobs); "last" reads the row that samples."""
+
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
@@ -116,6 +124,8 @@ class SamplingParams:
             (self.prompt_logprobs is None or self.prompt_logprobs >= 0,
              "prompt_logprobs", f"must be >= 0, got {self.prompt_logprobs}"),
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs", "needs logprobs (0 or more)"),
+            (self.pooling is None or self.pooling in POOLINGS, "pooling",
+             f"must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"),
             (self.raw_logprobs_at is None or _compiles(self.raw_logprobs_at),
              "raw_logprobs_at", f"is not a regular expression: {self.raw_logprobs_at!r}"),
         ]

@@ -39,6 +39,8 @@ class TinyDims:
     fim: bool = False
     """gpt2 only: Qwen2.5-Coder's six fill-in-the-middle tokens, as control tokens before BOS/EOS
     (found by their text, as in Qwen's GGUFs, which name them by no key)."""
+    pooling_type: int | None = None
+    """`{arch}.pooling_type` (llama.cpp's LLAMA_POOLING_TYPE; None: the key is absent, as in a chat model's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +106,8 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
     w.add_head_count(d.heads)
     w.add_head_count_kv(d.kv_heads)
     w.add_layer_norm_rms_eps(d.rms_eps)
+    if d.pooling_type is not None:
+        w.add_pooling_type(gguf.PoolingType(d.pooling_type))
     w.add_rope_freq_base(d.rope_theta)
     if layout.write_key_length:
         w.add_key_length(d.head_dim)

@@ -84,7 +84,8 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
     return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
 
 
-_PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", **dict.fromkeys(LLAMA_ROUTES, "prompt")}
+_PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", "/v1/embeddings": "input",
+                 **dict.fromkeys(LLAMA_ROUTES, "prompt")}
 """The request field that holds the prompt, per route (elsewhere: messages)."""
 _SCHEMA_FIELD = {"/v1/chat/completions": "response_format.json_schema.schema",
                  "/v1/messages": "output_config.format.schema", "/v1/responses": "text.format.schema"}

@@ -33,6 +33,8 @@ class Choice:
     """Only for SamplingParams.prompt_logprobs (EngineOutput's)."""
     prompt_ranks: list[int | None] | None = None
     """With prompt_logprobs: the prompt tokens' ranks (EngineOutput's)."""
+    embedding: list[float] | None = None
+    """Only for SamplingParams.pooling (EngineOutput's)."""
 
 
 PROMPT_ONLY_TOKENS = 1
@@ -112,6 +114,8 @@ class Generation:
             c.logprobs += out.new_logprobs or []
             if out.prompt_logprobs is not None:
                 c.prompt_logprobs, c.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
+            if out.embedding is not None:
+                c.embedding = out.embedding
             if out.finished:
                 c.finish_reason, c.stop_reason = out.finish_reason, out.stop_reason
         return choices

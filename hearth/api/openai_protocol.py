@@ -159,20 +159,40 @@ class CompletionRequest(SamplingFields):
     @field_validator("prompt", mode="before")
     @classmethod
     def _one_of_the_prompt_shapes(cls, v):
-        """One line naming the four shapes (pydantic's union error listed "a valid list" three times)."""
-        if isinstance(v, list) and v and isinstance(v[0], list):
-            ok = all(isinstance(p, list) and all(_token_id(t) for t in p) for p in v)
-        else:
-            ok = isinstance(v, str) or isinstance(v, list) and (all(isinstance(p, str) for p in v)
-                                                                or all(_token_id(t) for t in v))
-        if not ok:
-            raise ValueError("must be a string, a list of strings, a list of token ids or a list of lists of token ids")
-        return v
+        return prompt_shapes(v)
+
     max_tokens: StrictInt | None = 16
     logprobs: StrictInt | None = None
     echo: StrictBool = False
     suffix: str | None = None
     best_of: StrictInt | None = None
+
+
+class EmbeddingRequest(_Request):
+    model: str | None = None
+    input: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _one_of_the_prompt_shapes(cls, v):
+        return prompt_shapes(v)
+
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: StrictInt | None = None
+    user: str | None = None
+
+
+def prompt_shapes(v):
+    """A prompt in one of OpenAI's four shapes, or one line naming them (pydantic's union error listed
+    "a valid list" three times)."""
+    if isinstance(v, list) and v and isinstance(v[0], list):
+        ok = all(isinstance(p, list) and all(_token_id(t) for t in p) for p in v)
+    else:
+        ok = isinstance(v, str) or isinstance(v, list) and (all(isinstance(p, str) for p in v)
+                                                            or all(_token_id(t) for t in v))
+    if not ok:
+        raise ValueError("must be a string, a list of strings, a list of token ids or a list of lists of token ids")
+    return v
 
 
 class TokenizeRequest(_Request):

@@ -109,11 +109,13 @@ def outside_vocabulary(ids: list[int], vocab_size: int | None) -> str | None:
 
 def prompt_token_ids(ids: list[int], vocab_size: int | None, where: str = "prompt") -> list[int]:
     """A prompt given as token ids (/v1/completions', llama-server's /completion), checked where the
-    error can name it (where: prompt, or prompt[i] of a batch): not empty, every id in the vocabulary."""
+    error can name it (where: prompt, or prompt[i] of a batch; input[i] for embeddings): not empty,
+    every id in the vocabulary."""
+    param = where.split("[")[0]
     if not ids:
-        raise APIError(400, f"{where}: must not be empty", param="prompt")
+        raise APIError(400, f"{where}: must not be empty", param=param)
     if why := outside_vocabulary(ids, vocab_size):
-        raise APIError(400, f"{where}: {why}", param="prompt")
+        raise APIError(400, f"{where}: {why}", param=param)
     return list(ids)
 
 

@@ -47,6 +47,10 @@ class ServedModel:
     """Sequences the engine decodes together (EngineConfig.max_num_seqs): llama-server's total_slots."""
     speculative: bool = False
     """Speculative decoding runs for it (/props' default_generation_settings.speculative)."""
+    pooling: str = "last"
+    """How /v1/embeddings pools its prompts (ModelConfig.pooling)."""
+    embedding_size: int | None = None
+    """Its embeddings' dimensions (the hidden size; None: not known)."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = ()) -> ServedModel:
@@ -54,7 +58,8 @@ class ServedModel:
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
                    max_logprobs=llm.config.max_logprobs, file_names=list(file_names), path=str(llm.path),
                    total_slots=llm.config.max_num_seqs,
-                   speculative=llm.config.speculative_config is not None and not llm.speculation_off)
+                   speculative=llm.config.speculative_config is not None and not llm.speculation_off,
+                   pooling=llm.model_config.pooling, embedding_size=llm.model_config.hidden_size)
 
     @property
     def name(self) -> str:

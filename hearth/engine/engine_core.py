@@ -241,4 +241,5 @@ class EngineCore:
             num_cached_tokens=req.num_cached_tokens,
             prompt_logprobs=[None, *req.prompt_logprobs] if first else None,
             prompt_ranks=[None, *req.prompt_ranks] if first else None,
+            embedding=req.embedding() if finished and req.params.pooling else None,
         )

@@ -57,6 +57,8 @@ class Request:
         """Only for params.prompt_logprobs: those of prompt tokens 1, 2, ... so far (RunnerOutput's)."""
         self.prompt_ranks: list[int] = []
         """Beside prompt_logprobs: each of those tokens' rank in the vocabulary (1: the most likely)."""
+        self.pooled: list[float] = []
+        """Only for params.pooling: the sum of the rows its embedding read so far (RunnerOutput's)."""
 
     @property
     def num_tokens(self) -> int:
@@ -77,6 +79,23 @@ class Request:
         held = len(self.prompt_logprobs) - start
         self.prompt_logprobs += entries[held:]
         self.prompt_ranks += ranks[held:]
+
+    @property
+    def pools_every_row(self) -> bool:
+        """Its embedding reads every prompt row: none may come from the prefix cache."""
+        return self.params.pooling == "mean"
+
+    def add_pooled(self, start: int, chunk_sum: list[float]) -> None:
+        """A chunk's sum; one from position 0 starts over (a recompute after a preemption)."""
+        self.pooled = chunk_sum if start == 0 or not self.pooled else [a + b for a, b in zip(self.pooled, chunk_sum)]
+
+    def embedding(self) -> list[float]:
+        """The pooled rows, their mean for "mean", L2-normalized."""
+        v = self.pooled
+        if self.params.pooling == "mean":
+            v = [x / len(self.prompt_token_ids) for x in v]
+        norm = sum(x * x for x in v) ** 0.5 or 1.0
+        return [x / norm for x in v]
 
     def token_slice(self, start: int, n: int) -> list[int]:
         """all_token_ids[start:start + n] without joining prompt and output (a decode reads 1 token)."""

@@ -102,7 +102,8 @@ class Scheduler:
         i = 0
         while i < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
             req = self.waiting[i]
-            fresh = req.needs_prompt_logprobs  # cached positions would have no logits: none taken (as vLLM)
+            # cached positions would have no logits (as vLLM) nor hidden states: none taken
+            fresh = req.needs_prompt_logprobs or req.pools_every_row
             cached = [] if fresh else self.kv.find_cached_prefix(req)
             if not fresh and self._next_block_in(req, len(cached), computing):
                 i += 1
@@ -245,6 +246,8 @@ class Scheduler:
             if seq.prompt_targets:
                 req.add_prompt_logprobs(seq.start_pos, result.prompt_logprobs[seq.request_id],
                                         result.prompt_ranks[seq.request_id])
+            if seq.request_id in result.pooled:
+                req.add_pooled(seq.start_pos, result.pooled[seq.request_id])
             sampled = result.sampled.get(seq.request_id)
             if sampled is None:
                 self.kv.cache_full_blocks(req)

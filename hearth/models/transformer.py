@@ -170,6 +170,11 @@ class CausalLM(nn.Module):
         return out
 
 
+POOLING_TYPES = {1: "mean", 3: "last"}
+"""llama.cpp's LLAMA_POOLING_TYPE values that a decoder's embeddings can take (0 none, 2 cls and 4 rank
+are not: the default stands)."""
+
+
 def require(g: GGUFFile, key: str):
     v = g.arch_get(key)
     if v is None:
@@ -198,6 +203,8 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
         rope_dim=int(g.arch_get("rope.dimension_count", head_dim)),
         tie_word_embeddings="output.weight" not in g.tensors,
     )
+    if (pooling := POOLING_TYPES.get(g.arch_get("pooling_type"))) is not None:
+        fields["pooling"] = pooling
     if g.arch_get("rope.scaling.type") == "linear":
         fields["rope_scaling_factor"] = float(g.arch_get("rope.scaling.factor", 1.0))
     fields.update(overrides)

@@ -120,3 +120,6 @@ class RunnerOutput:
     prompt_ranks: dict[str, list[int]] = field(default_factory=dict)
     """request_id -> per prompt_targets token its rank in the vocabulary (1: the most likely; 1 + the
     tokens strictly more likely), beside prompt_logprobs."""
+    pooled: dict[str, list[float]] = field(default_factory=dict)
+    """request_id -> the sum of the final hidden states of the rows its SamplingParams.pooling reads
+    this step (hearth.runner.pooling): [hidden]."""

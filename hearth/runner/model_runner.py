@@ -18,6 +18,7 @@ from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
 from hearth.runner.grammar_rows import allowed_of, mask_row, reached, scored_ids, wants_raw
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.runner.pooling import pooled_sums, pooling_rows
 from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, top_logprobs, with_prompt_rows
 from hearth.runner.tree_paths import depths, node_paths, tree_moves
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
@@ -162,18 +163,20 @@ class ModelRunner:
         lift = drafts and so.num_tokens - drafts < self.backend.batch_min_rows()  # a verify step's rows as decode rows
         seqs = [s for s in so.seqs if s.sample]
         targets = prompt_rows(so.seqs, meta.query_start_loc)  # SamplingParams.prompt_logprobs' rows
+        pooling = pooling_rows(so.seqs, meta.query_start_loc)  # SamplingParams.pooling's rows
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
-            out_rows = with_prompt_rows(rows, targets)
+            out_rows = with_prompt_rows(rows, targets, pooling)
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows)  # [len(out_rows), hidden]
+            pooled = pooled_sums(hidden, out_rows, pooling, so.seqs)
             prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs,
                                                   lambda h: self._logits(h, None))
             if not rows:
-                return RunnerOutput({}, prompt_logprobs=prompt, prompt_ranks=ranks)
+                return RunnerOutput({}, prompt_logprobs=prompt, prompt_ranks=ranks, pooled=pooled)
             if len(rows) > len(seqs):
                 masks, narrow = reached(seqs, self.matchers, self.cfg.vocab_size)
                 scored = scored_ids([a for s in seqs for a in masks[s.request_id]] if narrow else None)
                 out = self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None, masks=masks)
-                out.prompt_logprobs, out.prompt_ranks = prompt, ranks
+                out.prompt_logprobs, out.prompt_ranks, out.pooled = prompt, ranks, pooled
                 return out
             allowed = self._matched(seqs)
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
@@ -192,7 +195,7 @@ class ModelRunner:
         return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
                                                         raw_known=scored is None)
                              for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers),
-                            prompt_logprobs=prompt, prompt_ranks=ranks)
+                            prompt_logprobs=prompt, prompt_ranks=ranks, pooled=pooled)
 
     def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
         """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers

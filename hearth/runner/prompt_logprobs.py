@@ -28,9 +28,11 @@ def prompt_rows(seqs: list, query_start_loc: list[int]) -> dict[int, range]:
             for i, s in enumerate(seqs) if s.prompt_targets}
 
 
-def with_prompt_rows(rows: list[int], targets: dict[int, range]) -> list[int]:
-    """The rows the model computes hidden states for: the sampled ones and the prompt targets', sorted."""
-    return sorted({*rows, *(r for rs in targets.values() for r in rs)}) if targets else rows
+def with_prompt_rows(rows: list[int], *more: dict[int, range]) -> list[int]:
+    """The rows the model computes hidden states for: the sampled ones and those of `more` (the prompt
+    targets', an embedding's), sorted."""
+    extra = {r for rows_of in more for rs in rows_of.values() for r in rs}
+    return sorted({*rows, *extra}) if extra else rows
 
 
 def score_prompts(hidden: torch.Tensor, out_rows: list[int], rows: list[int], targets: dict[int, range],
@@ -38,9 +40,9 @@ def score_prompts(hidden: torch.Tensor, out_rows: list[int], rows: list[int], ta
                   ) -> tuple[dict[str, list[dict[int, float]]], dict[str, list[int]], torch.Tensor]:
     """hidden: [len(out_rows), hidden] -> (request id -> its prompt logprobs, request id -> their
     tokens' ranks, hidden's sampled rows [len(rows), hidden]); logits: [R, hidden] -> [R, vocab] f32."""
-    if not targets:
-        return {}, {}, hidden
     at = {r: j for j, r in enumerate(out_rows)}
+    if not targets:
+        return {}, {}, hidden if out_rows == rows else hidden[[at[r] for r in rows]]
     scored = {seqs[i].request_id: prompt_logprobs(hidden[[at[r] for r in rs]], seqs[i].prompt_targets,
                                                   seqs[i].params.prompt_logprobs, logits)
               for i, rs in targets.items()}
