@@ -17,6 +17,7 @@ from hearth.errors import HearthError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.resolve import resolve_model
 from hearth.loader.tokenizer import Tokenizer
+from hearth.models.registry import model_class
 
 
 def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> ServedModel:
@@ -28,10 +29,12 @@ def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> 
     tok = Tokenizer.from_gguf(g)
     template = ChatTemplate(tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
     names = names or model_names(ModelEntry(model), path)
+    cfg = model_class(g.arch).config_from_gguf(g)  # metadata only: how embeddings pool, their size
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,
                        model_context=engine.model_context, max_logprobs=engine.max_logprobs,
                        file_names=file_names(ModelEntry(model), path, names), path=str(path),
-                       total_slots=engine.total_slots, speculative=engine.speculative)
+                       total_slots=engine.total_slots, speculative=engine.speculative,
+                       pooling=cfg.pooling, embedding_size=cfg.hidden_size)
 
 
 class ClusterCollector:

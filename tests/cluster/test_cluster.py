@@ -56,6 +56,10 @@ def test_openai_and_anthropic_sdks_streamed_and_not(cluster):
     with claude.messages.stream(model=cluster.model, max_tokens=16, messages=messages) as s:
         assert "".join(s.text_stream)
         assert s.get_final_message().stop_reason in ("end_turn", "max_tokens")
+    emb = client.embeddings.create(model=cluster.model, input=["a red apple", "a red apple", "quarterly taxes"])
+    a, b, c = (d.embedding for d in emb.data)
+    assert len(a) == 576 and sum(x * x for x in a) == pytest.approx(1.0, abs=1e-5)
+    assert a == pytest.approx(b, abs=1e-5) and a != pytest.approx(c, abs=1e-2)
     with pytest.raises(openai.AuthenticationError):  # the front end's auth, as hearth serve's
         openai.OpenAI(base_url=cluster.url + "/v1", api_key="wrong", max_retries=0).models.list()
 
