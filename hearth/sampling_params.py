@@ -126,6 +126,8 @@ class SamplingParams:
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs", "needs logprobs (0 or more)"),
             (self.pooling is None or self.pooling in POOLINGS, "pooling",
              f"must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"),
+            (self.pooling is None or self.max_tokens == 1, "pooling",
+             f"needs max_tokens 1 (an embedding reads the prompt alone), got {self.max_tokens}"),
             (self.raw_logprobs_at is None or _compiles(self.raw_logprobs_at),
              "raw_logprobs_at", f"is not a regular expression: {self.raw_logprobs_at!r}"),
         ]

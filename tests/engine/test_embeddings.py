@@ -78,6 +78,8 @@ def test_embeddings_beside_generation(llm, reference):
 def test_pooling_is_checked():
     with pytest.raises(InvalidSamplingParams, match="pooling must be one of last, mean, got 'cls'"):
         SamplingParams(max_tokens=1, pooling="cls")
+    with pytest.raises(InvalidSamplingParams, match="pooling needs max_tokens 1"):  # decode rows are no prompt's
+        SamplingParams(max_tokens=4, pooling="mean")
 
 
 @pytest.mark.parametrize("pooling_type, expected", [(None, "last"), (1, "mean"), (3, "last"), (2, "last")])
