@@ -33,12 +33,17 @@ class TinyDims:
     tied: bool = True
     sliding_window: int = 0
     rope_scaling: float = 0.0
+    yarn_original_context: int = 0
+    """A YaRN-scaled file (rope.scaling.type yarn, factor context / this): what hearth does not compute."""
     """gemma3: linear rope scaling factor of the global layers (0 = none)."""
     tokenizer: str = "gpt2"
     """gpt2 (byte-level BPE) or llama (sentencepiece)."""
     fim: bool = False
     """gpt2 only: Qwen2.5-Coder's six fill-in-the-middle tokens, as control tokens before BOS/EOS
     (found by their text, as in Qwen's GGUFs, which name them by no key)."""
+    llama3_rope: tuple[float, float, float, int] | None = None
+    """Llama 3.1's rope scaling (factor, low_freq_factor, high_freq_factor, original context): written as
+    llama.cpp's converter writes it, one factor per rotated pair in `rope_freqs.weight`."""
     pooling_type: int | None = None
     """`{arch}.pooling_type` (llama.cpp's LLAMA_POOLING_TYPE; None: the key is absent, as in a chat model's)."""
 
@@ -121,6 +126,10 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
     if d.rope_scaling:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(d.rope_scaling)
+    if d.yarn_original_context:
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(d.context / d.yarn_original_context)
+        w.add_rope_scaling_orig_ctx_len(d.yarn_original_context)
 
 
 def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
@@ -157,9 +166,24 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
         yield p + "ffn_gate.weight", matrix(d.ffn, d.hidden)
         yield p + "ffn_up.weight", matrix(d.ffn, d.hidden)
         yield p + "ffn_down.weight", matrix(d.hidden, d.ffn)
+    if d.llama3_rope:
+        yield "rope_freqs.weight", llama3_rope_factors(d)
     yield "output_norm.weight", norm(d.hidden)
     if not d.tied:
         yield "output.weight", matrix(d.vocab, d.hidden)
+
+
+def llama3_rope_factors(d: TinyDims) -> np.ndarray:
+    """[head_dim / 2] f32: convert_hf_to_gguf.py's factors for rope_type llama3 (a pair whose wavelength is
+    past the original context turns `factor` times slower, one under context / high_freq_factor keeps its
+    speed, and those between blend the two), written from the formula in Meta's and HF's code."""
+    factor, low, high, context = d.llama3_rope
+    freqs = 1.0 / d.rope_theta ** (np.arange(0, d.head_dim, 2, dtype=np.float64) / d.head_dim)
+    wavelen = 2 * np.pi / freqs
+    smooth = (context / wavelen - low) / (high - low)
+    out = np.where(wavelen < context / high, 1.0,
+                   np.where(wavelen > context / low, factor, 1.0 / ((1 - smooth) / factor + smooth)))
+    return out.astype(np.float32)
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from hearth.errors import ModelLoadError
+
 
 TABLE_POSITIONS = 4096
 """At most 4096 x rot/2 x 8 bytes per rope configuration (4 MB at rot 256): computing them took ~0.3 ms
@@ -22,12 +24,20 @@ per 512-token prefill chunk and configuration."""
 
 
 class Rotary(nn.Module):
-    def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0):
+    def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0,
+                 freq_factors: torch.Tensor | None = None):
+        """freq_factors: [rot_dim / 2], each pair's frequency divided by its factor (a GGUF's
+        `rope_freqs.weight`: Llama 3.1's scaling, llama.cpp's freq_factors)."""
         super().__init__()
         self.rot_dim, self.neox = rot_dim, neox
-        self.key = ("rope", rot_dim, base, scale, neox)
+        factors = () if freq_factors is None else tuple(freq_factors.double().tolist())
+        if factors and len(factors) != rot_dim // 2:
+            raise ModelLoadError(f"rope_freqs.weight has {len(factors)} factors, the rope rotates {rot_dim // 2} pairs")
+        self.key = ("rope", rot_dim, base, scale, neox, factors)
         # angles in float64: at position 32k a float32 angle would be off by ~1e-3 rad
         self.inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)) / scale
+        if factors:
+            self.inv_freq = self.inv_freq / torch.tensor(factors, dtype=torch.float64)
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # halves() of positions 0 ..
 
     def tables(self, positions: torch.Tensor, memo: dict) -> tuple[torch.Tensor, ...]:

@@ -6,7 +6,9 @@ the device's linears, attention and KV writes, and how it runs the layer's steps
 
 from __future__ import annotations
 
+import logging
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -18,6 +20,8 @@ from hearth.layers.quant import dequantize
 from hearth.layers.rotary import Rotary
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.arch_spec import ArchSpec
+
+log = logging.getLogger("hearth.models")
 
 
 ACTIVATIONS = {
@@ -59,7 +63,9 @@ class Attention(nn.Module):
         self.window = cfg.sliding_window if sliding else 0
         theta = cfg.rope_local_theta if (sliding and cfg.rope_local_theta) else cfg.rope_theta
         scale = 1.0 if sliding else cfg.rope_scaling_factor
-        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, spec.neox_rope, scale)
+        # Llama 3.1+'s rope scaling, precomputed by llama.cpp's converter as one factor per rotated pair
+        factors = None if sliding else maybe_f32(g, "rope_freqs.weight")
+        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, spec.neox_rope, scale, factors)
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
 
@@ -205,7 +211,13 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
     )
     if (pooling := POOLING_TYPES.get(g.arch_get("pooling_type"))) is not None:
         fields["pooling"] = pooling
-    if g.arch_get("rope.scaling.type") == "linear":
+    scaling = g.arch_get("rope.scaling.type")
+    if scaling == "linear":
         fields["rope_scaling_factor"] = float(g.arch_get("rope.scaling.factor", 1.0))
+    elif scaling not in (None, "none"):  # yarn, longrope: positions past the original context would be off
+        original = int(g.arch_get("rope.scaling.original_context_length") or fields["context_length"])
+        fields["context_length"] = min(fields["context_length"], original)
+        log.warning("hearth: %s: rope scaling %r is not implemented: the context is kept to the model's original "
+                    "%d tokens", g.path.name, scaling, fields["context_length"])
     fields.update(overrides)
     return ModelConfig(**fields)

@@ -30,6 +30,8 @@ CASES = {
     "gemma3": ("gemma3", "F32", {}),
     "gemma3-rope-scaled": ("gemma3", "F32", {"rope_scaling": 8.0}),
     "llama-q8_0": ("llama", "Q8_0", {}),
+    # positions past the 16-token original context: half the pairs 8x slower, two blended
+    "llama3-rope": ("llama", "F32", {"llama3_rope": (8.0, 1.0, 4.0, 16)}),
     "qwen3-f16": ("qwen3", "F16", {}),
 }
 
@@ -37,6 +39,11 @@ CASES = {
 def tf_overrides(arch: str, dims) -> dict:
     """Config values transformers' GGUF loader does not read from the file (it keeps its class
     defaults), set to what the file says so both sides run the same model."""
+    if dims.llama3_rope:  # the GGUF holds only rope_freqs.weight, which transformers does not read
+        factor, low, high, context = dims.llama3_rope
+        return {"rope_parameters": {"rope_type": "llama3", "rope_theta": dims.rope_theta, "factor": factor,
+                                    "low_freq_factor": low, "high_freq_factor": high,
+                                    "original_max_position_embeddings": context}}
     if arch == "qwen3":  # qwen3.attention.key_length is not mapped; the default would be 128
         return {"head_dim": dims.head_dim}
     if arch == "gemma3":
