@@ -33,6 +33,9 @@ class TinyDims:
     tied: bool = True
     sliding_window: int = 0
     rope_scaling: float = 0.0
+    attn_softcap: float = 0.0
+    final_softcap: float = 0.0
+    """gemma2: tanh soft-capping of the attention scores and of the logits (0 = none)."""
     yarn_original_context: int = 0
     """A YaRN-scaled file (rope.scaling.type yarn, factor context / this): what hearth does not compute."""
     """gemma3: linear rope scaling factor of the global layers (0 = none)."""
@@ -66,6 +69,7 @@ LAYOUTS = {
     "llama": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
     "qwen2": ArchLayout(qkv_bias=True),
     "qwen3": ArchLayout(qk_norm=True, write_key_length=True),
+    "gemma2": ArchLayout(sandwich_norm=True, norm_shift=1.0, write_key_length=True),
     "gemma3": ArchLayout(qk_norm=True, sandwich_norm=True, norm_shift=1.0, write_key_length=True),
 }
 
@@ -73,6 +77,10 @@ DEFAULT_DIMS = {
     "llama": TinyDims(rope_theta=100000.0, tied=False, rms_eps=1e-5),
     "qwen2": TinyDims(rope_theta=1000000.0),
     "qwen3": TinyDims(layers=3, head_dim=32, rope_theta=1000000.0),
+    # sliding and global layers in turn; an attention cap small enough to bite on a tiny model's scores, Gemma 2's
+    # logit cap (its logits reach ~75)
+    "gemma2": TinyDims(layers=4, kv_heads=1, head_dim=32, sliding_window=8, tokenizer="llama",
+                       attn_softcap=1.5, final_softcap=30.0),
     # 6 layers: five sliding ones then a global one, llama.cpp's gemma3 pattern
     "gemma3": TinyDims(layers=6, kv_heads=1, head_dim=32, rope_theta=1000000.0, sliding_window=8,
                        tokenizer="llama"),
@@ -126,6 +134,10 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
     if d.rope_scaling:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(d.rope_scaling)
+    if d.attn_softcap:
+        w.add_attn_logit_softcapping(d.attn_softcap)
+    if d.final_softcap:
+        w.add_final_logit_softcapping(d.final_softcap)
     if d.yarn_original_context:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(d.context / d.yarn_original_context)

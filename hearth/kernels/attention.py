@@ -183,7 +183,7 @@ def _attend_prefill(q, kv, meta, i, scale, window, softcap):
     kv = kv.transpose(1, 2)  # [2, kvh, ctx, d]
     if softcap:
         o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap)
-        return o.transpose(0, 1)
+        return o.transpose(0, 1).contiguous()  # [n_q, heads, d] rows, as the flash path's (callers view them flat)
     mask = meta.additive_mask(i, window)
     if mask is not None and mask.dtype != q.dtype:
         mask = mask.to(q.dtype)

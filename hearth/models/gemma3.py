@@ -30,15 +30,15 @@ class Gemma3ForCausalLM(CausalLM):
             sliding_window=window,
             sliding_window_pattern=pattern,
             rope_local_theta=float(g.arch_get("rope.freq_base_swa", LOCAL_ROPE_BASE)),
-            attn_scale=_attn_scale(g, layers),
+            attn_scale=attn_scale(g, layers, GEMMA3_27B_LAYERS),
             final_logit_softcap=float(g.arch_get("final_logit_softcapping", 0.0)),
             rms_norm_eps=float(g.arch_get("attention.layer_norm_rms_epsilon", 1e-6)),
         )
 
 
-def _attn_scale(g, layers: int) -> float:
+def attn_scale(g, layers: int, layers_27b: int) -> float:
     """1/sqrt(query_pre_attn_scalar): head_dim for every size but 27B, which uses hidden / heads
-    (Gemma's config.py; llama.cpp keys it on the 62-layer count since the file does not say)."""
-    if layers == GEMMA3_27B_LAYERS:
+    (Gemma's config.py; llama.cpp keys it on the 27B's layer count since the file does not say)."""
+    if layers == layers_27b:
         return 1.0 / math.sqrt(int(require(g, "embedding_length")) // int(require(g, "attention.head_count")))
     return 0.0  # 0 = 1/sqrt(head_dim)

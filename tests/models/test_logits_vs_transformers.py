@@ -27,6 +27,7 @@ CASES = {
     "llama": ("llama", "F32", {}),
     "qwen2": ("qwen2", "F32", {}),
     "qwen3": ("qwen3", "F32", {}),
+    "gemma2": ("gemma2", "F32", {}),
     "gemma3": ("gemma3", "F32", {}),
     "gemma3-rope-scaled": ("gemma3", "F32", {"rope_scaling": 8.0}),
     "llama-q8_0": ("llama", "Q8_0", {}),
@@ -46,6 +47,9 @@ def tf_overrides(arch: str, dims) -> dict:
                                     "original_max_position_embeddings": context}}
     if arch == "qwen3":  # qwen3.attention.key_length is not mapped; the default would be 128
         return {"head_dim": dims.head_dim}
+    if arch == "gemma2":  # as gemma3's: whatever the loader maps, the file's values, stated
+        return {"query_pre_attn_scalar": dims.head_dim, "head_dim": dims.head_dim, "sliding_window": dims.sliding_window,
+                "attn_logit_softcapping": dims.attn_softcap, "final_logit_softcapping": dims.final_softcap}
     if arch == "gemma3":
         # query_pre_attn_scalar defaults to 256; llama.cpp scales by 1/sqrt(head_dim) (not 27B).
         # rope.scaling.* is not mapped either; llama.cpp applies it to the global layers only.
@@ -151,7 +155,7 @@ def test_fast_linear_logits_near_transformers(tiny, case):
     assert rel_err(ours, transformers_logits(case, d, name, dims, ids)) < REL_TOL_FAST
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3"])
 def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)  # f32 files: the fast path is plain f32 math
     ids = prompt(cfg.vocab_size)
@@ -164,7 +168,7 @@ def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     torch.testing.assert_close(torch.cat(parts), full, rtol=0, atol=1e-5 * full.abs().max().item())
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3"])
 def test_two_sequences_batched_equal_each_alone(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)
     a, b = prompt(cfg.vocab_size, 21, seed=2), prompt(cfg.vocab_size, 13, seed=3)
