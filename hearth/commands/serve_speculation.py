@@ -113,20 +113,17 @@ def _as_dict(spec) -> dict:
 
 
 def k_flag(args: argparse.Namespace) -> str:
-    """Where the command line's K (num_speculative_tokens) came from, as an error names it."""
-    if args.spec_draft_n_max is not None:
-        return "--spec-draft-n-max"
-    from hearth.spec_decode.config import given_keys
-
-    given = args.speculative_config is not None and "num_speculative_tokens" in given_keys(args.speculative_config)
-    return "--speculative-config's num_speculative_tokens" if given else "the default num_speculative_tokens"
+    """Where the command line's K (num_speculative_tokens) came from, as an error names it (a default K
+    is lowered to fit the context, never an error)."""
+    return "--spec-draft-n-max" if args.spec_draft_n_max is not None else "--speculative-config's num_speculative_tokens"
 
 
 def check_drafts_fit(config: dict | None, context: int, where: str) -> None:
-    """K at or above the context is one line naming where K came from (before the model loads; LLM checks too)."""
+    """K given at or above the context is one line naming where K came from (before the model loads;
+    LLM checks too); a default K is lowered to fit when the model loads (SpeculativeConfig.fit_context)."""
     from hearth.spec_decode.config import check_drafts_fit as drafts_fit
 
-    if config is not None:
+    if config is not None and config["num_speculative_tokens"] is not None:
         drafts_fit(config["num_speculative_tokens"], context, where)
 
 
