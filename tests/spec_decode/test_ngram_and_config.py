@@ -7,6 +7,7 @@ import random
 import pytest
 
 from hearth.engine.request import Request
+from hearth.errors import HearthError
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 from hearth.spec_decode.ngram import NgramIndex, NgramProposer
@@ -107,7 +108,7 @@ def test_serve_flags_build_the_config():
     args = p.parse_args(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'])
     assert serve.speculative_config(args)["num_speculative_tokens"] == 3
     assert serve.speculative_config(p.parse_args([])) is None
-    with pytest.raises(InvalidSpeculativeConfig, match="num_speculative_tokens"):
+    with pytest.raises(HearthError, match="--spec-draft-n-max must be at least 1"):
         serve.speculative_config(p.parse_args(["--spec-draft-n-max", "0"]))
     got = serve.speculative_config(p.parse_args(
         ["--speculative-config", '{"method": "suffix", "suffix_decoding_max_tree_depth": 32}']))

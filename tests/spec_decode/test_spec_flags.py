@@ -69,10 +69,13 @@ def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
 @pytest.mark.parametrize("command", ["run", "serve"])
 @pytest.mark.parametrize("argv,needle", [
     (["--spec-draft-n-max", "256"], "--spec-draft-n-max (256) must be below the context (256 tokens)"),
-    (["--draft-max", "1000"], "--spec-draft-n-max (1000) must be below the context (256 tokens)"),
+    # llama-server's spellings are named as typed, not as the long flag
+    (["--draft-max", "1000"], "error: --draft-max (1000) must be below the context (256 tokens)"),
+    (["--draft", "300"], "error: --draft (300) must be below the context (256 tokens)"),
     (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 300}'],
      "--speculative-config's num_speculative_tokens (300) must be below the context (256 tokens)"),
-    (["--spec-draft-n-max", "0"], "speculative_config.num_speculative_tokens must be at least 1, got 0"),
+    (["--spec-draft-n-max", "0"], "error: --spec-draft-n-max must be at least 1 (draft tokens per step), got 0"),
+    (["--draft-max", "0"], "error: --draft-max must be at least 1 (draft tokens per step), got 0"),
 ], ids=lambda v: v if isinstance(v, str) else " ".join(v))
 def test_k_past_the_context_is_one_line_naming_the_flag(capsys, tiny, command, argv, needle):
     assert_one_line_error(*run_cli(capsys, command, str(tiny), *(["hi"] if command == "run" else []), *argv), needle)
