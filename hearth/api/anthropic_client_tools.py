@@ -4,18 +4,38 @@ sees the tool's parameters and the tool guard can validate and constrain its cal
 
 One record per type version, from Anthropic's tool docs (bash, text editor and computer use tool
 pages; the anthropic SDKs' Beta*Input models for computer_20251124's zoom). Another version of a
-known family (bash_20260101) takes the family's latest record; an unknown family has none."""
+known family (bash_20260101) takes the family's latest record; an unknown family has none. A computer
+tool's definition also carries its screen (display_width_px, display_height_px, display_number): the
+model is told it in the description, as Anthropic's definition of the tool tells Claude ("The screen's
+resolution is WxH"), and the coordinates' descriptions name their bounds."""
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
+
+
+class ClientToolError(ValueError):
+    """A field of a client tool's definition that is out of range; `field` names it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
 class ClientTool:
     description: str
     input_schema: dict
+    screen: bool = False
+    """The definition carries a screen (the computer tools): said in what the model sees (definition())."""
+
+    def definition(self, tool: dict) -> tuple[str, dict]:
+        """(description, input schema) the model sees for a request's definition `tool`: copies, so a
+        request never edits the registry's."""
+        schema = copy.deepcopy(self.input_schema)
+        return self.description + (_screen(tool, schema) if self.screen else ""), schema
 
 
 def _object(properties: dict, required: list[str]) -> dict:
@@ -68,7 +88,33 @@ def _computer(actions: list[str], extra: dict) -> ClientTool:
                  "coordinate": _XY,
                  "text": {"type": "string",
                           "description": "type: the text to type; key: the key or combination (xdotool syntax)."},
-                 **extra}, ["action"]))
+                 **extra}, ["action"]), screen=True)
+
+
+SCREEN = {"display_width_px": 1, "display_height_px": 1, "display_number": 0}
+"""A computer tool's screen fields and their least values (Anthropic's docs: the width and height in
+pixels, the X11 display number)."""
+_POINTS = ("coordinate", "start_coordinate")  # inputs that are [x, y] on the screen
+
+
+def _screen(tool: dict, schema: dict) -> str:
+    """The sentences on the screen a computer tool's definition gives, its points' bounds written into
+    `schema`; "" where it gives none."""
+    for key, least in SCREEN.items():
+        v = tool.get(key)
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < least):
+            raise ClientToolError(key, f"must be an integer of at least {least}, not {v!r}")
+    w, h, n = (tool.get(k) for k in SCREEN)
+    text = ""
+    if w is not None and h is not None:
+        text = f" The screen's resolution is {w}x{h} pixels: x from 0 to {w - 1}, y from 0 to {h - 1}."
+        for name in _POINTS:
+            if name in schema["properties"]:
+                point = schema["properties"][name]
+                point["description"] += f" The screen is {w}x{h}: x below {w}, y below {h}."
+    if n is not None:
+        text += f" The display number is {n}."
+    return text
 
 
 _COMPUTER_20250124_INPUTS = {

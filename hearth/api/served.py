@@ -27,7 +27,8 @@ class ServedModel:
     """encode(text, add_special_tokens=, parse_special=), decode(ids), bos_token, add_bos."""
     chat_template: ChatTemplate
     engine: Any
-    """An AsyncEngine (or a fake with add_request/stats/start/shutdown)."""
+    """An AsyncEngine, a cluster's ClusterEngine (or a fake with add_request/stats/start/shutdown and
+    total_slots/speculative, which /props reads from it: each figure is the engine's own, never a copy)."""
     max_model_len: int
     vocab_size: int | None = None
     model_context: int | None = None
@@ -43,10 +44,6 @@ class ServedModel:
     """More names `model` may give, never listed (hearth.api.model_pool.ModelSpec.file_names)."""
     path: str = ""
     """The model's file (/props' model_path; "": not known)."""
-    total_slots: int = 1
-    """Sequences the engine decodes together (EngineConfig.max_num_seqs): llama-server's total_slots."""
-    speculative: bool = False
-    """Speculative decoding runs for it (/props' default_generation_settings.speculative)."""
     pooling: str = "last"
     """How /v1/embeddings pools its prompts (ModelConfig.pooling)."""
     embedding_size: int | None = None
@@ -57,13 +54,22 @@ class ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
                    max_logprobs=llm.config.max_logprobs, file_names=list(file_names), path=str(llm.path),
-                   total_slots=llm.config.max_num_seqs,
-                   speculative=llm.config.speculative_config is not None and not llm.speculation_off,
                    pooling=llm.model_config.pooling, embedding_size=llm.model_config.hidden_size)
 
     @property
     def name(self) -> str:
         return self.names[0]
+
+    @property
+    def total_slots(self) -> int:
+        """Sequences the engine decodes together (EngineConfig.max_num_seqs; a cluster's: its replicas'
+        sum): llama-server's total_slots."""
+        return self.engine.total_slots
+
+    @property
+    def speculative(self) -> bool:
+        """Speculative decoding runs for it (/props' default_generation_settings.speculative)."""
+        return self.engine.speculative
 
     @property
     def template_source(self) -> str:

@@ -8,12 +8,11 @@ and the output is parsed as hermes: the format documented in hearth.tool_parsers
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from dataclasses import dataclass
 
-from hearth.api.anthropic_client_tools import client_tool
+from hearth.api.anthropic_client_tools import ClientToolError, client_tool
 from hearth.api.errors import APIError
 from hearth.api.messages import _kind
 from hearth.sampling_params import StructuredOutput
@@ -113,9 +112,12 @@ def anthropic_tools(tools: list | None) -> list[dict]:
             raise APIError(400, f"tools[{i}].description: must be a string, not {_kind(t['description'])}",
                            param=f"tools[{i}].description")
         _check_schema(t.get("input_schema"), f"tools[{i}].input_schema")
-        known = client_tool(kind)  # a copy of its schema: a request never edits the registry's
-        schema = copy.deepcopy(known.input_schema) if known else {"type": "object"}
-        fn = {"name": t["name"], "description": t.get("description") or (known.description if known else ""),
+        known = client_tool(kind)
+        try:  # its description and schema for this definition (a computer tool's screen in them)
+            description, schema = known.definition(t) if known else ("", {"type": "object"})
+        except ClientToolError as e:
+            raise APIError(400, f"tools[{i}].{e.field}: {e}", param=f"tools[{i}].{e.field}") from None
+        fn = {"name": t["name"], "description": t.get("description") or description,
               "parameters": t.get("input_schema") or schema}
         out.append({"type": "function", "function": fn})
     return out

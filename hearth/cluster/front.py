@@ -33,7 +33,6 @@ def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> 
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,
                        model_context=engine.model_context, max_logprobs=engine.max_logprobs,
                        file_names=file_names(ModelEntry(model), path, names), path=str(path),
-                       total_slots=engine.total_slots, speculative=engine.speculative,
                        pooling=cfg.pooling, embedding_size=cfg.hidden_size)
 
 
@@ -68,9 +67,10 @@ class ScaleRequest(BaseModel):
     replicas: int
 
 
-def install_scaling(app, engine: ClusterEngine, scaler: Scaler, served: ServedModel) -> None:
+def install_scaling(app, engine: ClusterEngine, scaler: Scaler) -> None:
     """GET /cluster/replicas lists them; POST {"replicas": N} scales and answers once done
-    (behind the API key like every route), and /props' total_slots then counts the replicas there are."""
+    (behind the API key like every route); /props' total_slots, read from the engine, then counts the
+    replicas there are."""
 
     def listing() -> dict:
         return {"replicas": [{"name": s.name, "up": s.up, "draining": s.draining, "in_flight": s.in_flight,
@@ -86,7 +86,6 @@ def install_scaling(app, engine: ClusterEngine, scaler: Scaler, served: ServedMo
             await scaler.scale_to(body.replicas)
         except HearthError as e:
             raise APIError(400, str(e), param="replicas") from None
-        served.total_slots, served.speculative = engine.total_slots, engine.speculative
         return listing()
 
     app.add_api_route("/cluster/replicas", get_replicas, methods=["GET"])

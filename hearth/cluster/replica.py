@@ -81,7 +81,7 @@ class Replica:
             self.result = ReplicaInfo(llm.max_model_len, llm.model_config.vocab_size, llm.engine.model_context,
                                       kv.block_size, kv.cache_key,
                                       self.engine.max_in_flight, os.getpid(), socket.gethostname(),
-                                      llm.config.max_logprobs, llm.config.max_num_seqs, llm.engine.spec is not None)
+                                      llm.config.max_logprobs, self.engine.total_slots, self.engine.speculative)
         except Exception as e:  # reported by ready(): the front end refuses to start half-ready
             self.result = LoadFailure(str(e) if isinstance(e, HearthError) else f"{type(e).__name__}: {e}")
 

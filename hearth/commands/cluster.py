@@ -97,5 +97,5 @@ def build_app(model: str, names, engine, config, scaler=None):
     app = create_app(served, config)
     install_metrics(app, engine, served.name)
     if scaler is not None:
-        install_scaling(app, engine, scaler, served)
+        install_scaling(app, engine, scaler)
     return app

@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=4096,
                    help="context length in tokens, at most the model's; 0: the model's; -c/--ctx-size: llama-cli's "
                         "spelling (default: %(default)s)")
-    p.add_argument("--verbose", action="store_true", help="print timings after each answer (with speculation: drafted and accepted tokens, acceptance length)")
+    p.add_argument("--verbose", action="store_true", help="print timings after each answer (with speculation: drafted and accepted tokens, acceptance length), "
+                                                      "and hearth's notes on the load (its info log lines: a default speculative K lowered to fit --ctx)")
     add_speculation_arguments(p)  # serve's flags, parsed and checked by the same code
 
 
@@ -70,6 +71,10 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError("the prompt is empty")
     if args.prompt is not None:
         args.prompt = _after_piped_input(args.prompt)
+    if args.verbose:
+        from hearth.commands.logs import configure_logging
+
+        configure_logging("info")
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     if speculation is not None:
         check_drafts_fit(speculation, header_context(args.model, args.ctx)[0], k_flag(args))

@@ -39,6 +39,20 @@ def entry_config(value, where: str, base: Path) -> dict | bool:
     return asdict(spec)
 
 
+class Spelled(argparse.Action):
+    """Stores the value and, in `{dest}_flag`, the flag as the user typed it (--draft-max, -md): an
+    error names what they wrote, not the long spelling (spelled())."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, f"{self.dest}_flag", option_string)
+
+
+def spelled(args: argparse.Namespace, dest: str, default: str) -> str:
+    """The flag that set `dest` as typed (a Spelled action's); `default` where none did."""
+    return getattr(args, f"{dest}_flag", None) or default
+
+
 def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
     """The flags, one group (serve's and run's alike)."""
     spec = p.add_argument_group("speculative decoding")
@@ -49,10 +63,10 @@ def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
     # llama-server's spellings (common/arg.cpp): --draft-max, --draft and --draft-n set the same n_max;
     # its --draft-min and --draft-p-min have no hearth knob (the cost-aware policy sizes each draft)
     spec.add_argument("--spec-draft-n-max", "--draft-max", "--draft", "--draft-n", dest="spec_draft_n_max", type=int,
-                      default=None, metavar="N",
+                      default=None, metavar="N", action=Spelled,
                       help="llama-server's spellings: up to N draft tokens per step (num_speculative_tokens): the "
                            "draft model's K with -md, else n-gram prompt lookup's")
-    spec.add_argument("--model-draft", "-md", default=None, metavar="PATH",
+    spec.add_argument("--model-draft", "-md", default=None, metavar="PATH", action=Spelled,
                       help="llama-server's spelling: speculative decoding with this draft model (a catalog "
                            "name or .gguf; sets method draft and model). With several models, those whose "
                            "vocabulary it does not share are served without it (a --models entry's own "
@@ -70,29 +84,32 @@ def speculative_config(args: argparse.Namespace) -> dict | None:
     spec = SpeculativeConfig.parse(given)
     over = {}
     if args.spec_draft_n_max is not None:
+        if args.spec_draft_n_max < 1:
+            raise HearthError(f"{k_flag(args)} must be at least 1 (draft tokens per step), got {args.spec_draft_n_max}")
         over["num_speculative_tokens"] = args.spec_draft_n_max
     if getattr(args, "model_draft", None):
         over.update(method="draft", model=args.model_draft)
     if not over:
         return None if spec is None else _as_dict(spec)
     if spec is not None:
-        _flags_agree(spec, given, over)
+        _flags_agree(spec, given, over, args)
     base = _as_dict(spec) if spec is not None else {"method": "ngram"}
     return _as_dict(SpeculativeConfig.parse({**base, **over}))
 
 
-def _flags_agree(spec, given: dict, over: dict) -> None:
+def _flags_agree(spec, given: dict, over: dict, args: argparse.Namespace) -> None:
     """The keys -md and --spec-draft-n-max set are the config's own where it gives them (the same
-    draft model under another name too)."""
+    draft model under another name too); each flag named as typed."""
+    md = spelled(args, "model_draft", "--model-draft")
     if "model" in over and spec.method != "draft":
-        raise HearthError(f"-md/--model-draft runs method draft but --speculative-config gives method "
+        raise HearthError(f"{md} runs method draft but --speculative-config gives method "
                           f"{spec.method!r}: give one of them")
     if "model" in over and not _same_model(spec.model, over["model"]):
-        raise HearthError(f"-md/--model-draft {over['model']!r} and --speculative-config's model {spec.model!r} "
+        raise HearthError(f"{md} {over['model']!r} and --speculative-config's model {spec.model!r} "
                           "differ: give one of them")
     k, theirs = over.get("num_speculative_tokens"), given.get("num_speculative_tokens")
     if k is not None and theirs is not None and theirs != k:
-        raise HearthError(f"--spec-draft-n-max/--draft-max {k} and --speculative-config's num_speculative_tokens "
+        raise HearthError(f"{k_flag(args)} {k} and --speculative-config's num_speculative_tokens "
                           f"{theirs} differ: give one of them")
 
 
@@ -113,20 +130,19 @@ def _as_dict(spec) -> dict:
 
 
 def k_flag(args: argparse.Namespace) -> str:
-    """Where the command line's K (num_speculative_tokens) came from, as an error names it."""
+    """Where the command line's K (num_speculative_tokens) came from, as an error names it (a default K
+    is lowered to fit the context, never an error)."""
     if args.spec_draft_n_max is not None:
-        return "--spec-draft-n-max"
-    from hearth.spec_decode.config import given_keys
-
-    given = args.speculative_config is not None and "num_speculative_tokens" in given_keys(args.speculative_config)
-    return "--speculative-config's num_speculative_tokens" if given else "the default num_speculative_tokens"
+        return spelled(args, "spec_draft_n_max", "--spec-draft-n-max")
+    return "--speculative-config's num_speculative_tokens"
 
 
 def check_drafts_fit(config: dict | None, context: int, where: str) -> None:
-    """K at or above the context is one line naming where K came from (before the model loads; LLM checks too)."""
+    """K given at or above the context is one line naming where K came from (before the model loads;
+    LLM checks too); a default K is lowered to fit when the model loads (SpeculativeConfig.fit_context)."""
     from hearth.spec_decode.config import check_drafts_fit as drafts_fit
 
-    if config is not None:
+    if config is not None and config["num_speculative_tokens"] is not None:
         drafts_fit(config["num_speculative_tokens"], context, where)
 
 

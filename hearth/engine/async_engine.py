@@ -124,6 +124,16 @@ class AsyncEngine:
         self._thread.start()
 
     @property
+    def total_slots(self) -> int:
+        """Sequences it decodes together (EngineConfig.max_num_seqs): /props' total_slots."""
+        return self.core.scheduler.max_num_seqs
+
+    @property
+    def speculative(self) -> bool:
+        """Speculative decoding runs in it (asked for, and not turned off at the load: LLM.speculation_off)."""
+        return self.core.spec is not None
+
+    @property
     def num_in_flight(self) -> int:
         """Requests added and not yet finished or aborted (a server does not unload the model under them)."""
         return self._in_flight

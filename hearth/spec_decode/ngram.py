@@ -207,7 +207,7 @@ class NgramProposer(Proposer, method="ngram"):
             starts = self._starts(req.request_id, index, have)
             cursor = self.cursors.get(req.request_id)
             if c.tree_budget:
-                draft = index.propose_tree(k, min(k, c.num_speculative_tokens), starts)
+                draft = index.propose_tree(k, min(k, c.k), starts)
             elif starts and cursor is not None and starts[0] == cursor.start() and not cursor.edit:
                 draft = cursor.subs.copy_of(index.tokens, starts[0], k, self.codec)  # copying: with the edits learned
             else:

@@ -134,7 +134,7 @@ class SpeculativeDecoder:
         codec: the tokenizer, for proposers that edit drafts as text."""
         self.config = config
         self.proposer = PROPOSERS[config.method](config, codec)
-        self.stats = SpecDecodeStats(accepted_per_pos=[0] * config.num_speculative_tokens)
+        self.stats = SpecDecodeStats(accepted_per_pos=[0] * config.k)
         self.tracks: dict[str, _Track] = {}
         self.step = 0
         self.cost = cost
@@ -174,7 +174,7 @@ class SpeculativeDecoder:
         # a tree's nodes past its depth are branches, worth only what a rejected first choice
         # leaves them; counted as nothing (8 nodes at depth 4 ran 0.95x plain on the code edit,
         # 2026-12-03), so the cost rule grants a tree no more nodes than a chain
-        depth = self.config.num_speculative_tokens if self.config.tree_budget else most
+        depth = self.config.k if self.config.tree_budget else most
         k, rate = best_rate(t.acceptance.rates(prior, depth), costs, batch)
         hopeless = best_length([1.0] * depth, costs, batch) == 0  # not even with every draft accepted
         if not seeded and not self._catch_up_pays(req, rate, batch):

@@ -247,3 +247,7 @@ def test_props_sums_the_replicas_slots_and_says_whether_they_speculate(tmp_path)
     assert props() == (9, True)
     assert client.post("/cluster/replicas", json={"replicas": 1}).status_code == 200
     assert props() == (3, True)
+    # read from the engine, not copied at a scale: a replica back from a restart (the health loop takes
+    # its new report) counts at once
+    engine.slots[0].info = replace(info, max_num_seqs=5, speculative=False)
+    assert props() == (5, False)

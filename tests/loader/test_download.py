@@ -298,7 +298,7 @@ def test_a_pull_waits_for_another_of_the_same_model_and_does_not_download_twice(
     holding, release = threading.Event(), threading.Event()
 
     def first():  # another process's pull of the model, still under way
-        with download._pulling(dest, entry.name):
+        with download.pulling(dest, entry.name):
             holding.set()
             release.wait(30)
             dest.write_bytes(body)

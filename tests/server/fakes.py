@@ -237,6 +237,7 @@ class FakeEngine:
         model's own context (None: unknown, as before; the errors then offer a larger one)."""
         self.max_model_len, self.max_in_flight, self.vocab_size = max_model_len, max_in_flight, vocab_size
         self.model_context = model_context
+        self.total_slots, self.speculative = 1, False  # what /props reads of an engine
         self.added: list[Added] = []
         self.aborted: list[str] = []
         self.live: set[str] = set()

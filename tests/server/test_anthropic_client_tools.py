@@ -69,3 +69,33 @@ def test_a_clients_own_description_and_schema_win():
     schema = {"type": "object", "properties": {"cmd": {"type": "string"}}}
     fn = anthropic_tools([{**BASH, "description": "mine", "input_schema": schema}])[0]["function"]
     assert fn["description"] == "mine" and fn["parameters"] == schema
+
+
+def test_the_model_is_told_the_computer_tool_s_screen():
+    """The definition carries display_width_px / display_height_px (and display_number), and the model
+    was told none of it: it clicked at coordinates of a screen it guessed. As Anthropic's definition of
+    the tool tells Claude, the description says the resolution, and the points' descriptions their bounds."""
+    fn = anthropic_tools([{**COMPUTER, "display_number": 1}])[0]["function"]
+    assert "The screen's resolution is 1024x768 pixels: x from 0 to 1023, y from 0 to 767." in fn["description"]
+    assert "The display number is 1." in fn["description"]
+    props = fn["parameters"]["properties"]
+    assert "The screen is 1024x768" in props["coordinate"]["description"]
+    assert "The screen is 1024x768" in props["start_coordinate"]["description"]
+    assert "1024" not in client_tool(COMPUTER["type"]).description  # the registry's record stays as it was
+    assert "1024" not in str(client_tool(COMPUTER["type"]).input_schema)
+    bare = anthropic_tools([{"type": "computer_20250124", "name": "computer"}])[0]["function"]
+    assert "resolution" not in bare["description"] and "display number" not in bare["description"]
+
+
+def test_the_screen_reaches_the_prompt(fake):
+    r = fake.client.post(MESSAGES, json={"max_tokens": 2, "messages": USER, "tools": [COMPUTER]})
+    assert r.status_code == 200, r.text
+    assert "1024x768" in fake.engine.added[-1].prompt
+
+
+@pytest.mark.parametrize("field,value", [("display_width_px", 0), ("display_height_px", "768"),
+                                         ("display_number", -1), ("display_width_px", True)])
+def test_a_bad_screen_field_is_a_400_naming_it(fake, field, value):
+    r = fake.client.post(MESSAGES, json={"max_tokens": 2, "messages": USER, "tools": [{**COMPUTER, field: value}]})
+    assert r.status_code == 400, r.text
+    assert f"tools[0].{field}: must be an integer of at least" in r.json()["error"]["message"]

@@ -45,3 +45,11 @@ def test_changing_props_is_refused(fake):
     assert r.status_code == 405
     error = r.json()["error"]
     assert error["code"] == 405 and error["message"].startswith("POST /props: changing the server's properties")
+
+
+def test_props_reads_slots_and_speculation_from_the_engine(fake):
+    """total_slots and speculative are the engine's own figures (AsyncEngine's, or a cluster's sum over
+    its replicas), read as /props asks, never a copy taken when the model was served."""
+    fake.engine.total_slots, fake.engine.speculative = 5, True
+    body = fake.client.get("/props").json()
+    assert (body["total_slots"], body["default_generation_settings"]["speculative"]) == (5, True)

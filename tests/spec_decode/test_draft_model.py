@@ -80,13 +80,17 @@ def test_serve_model_draft_flag_sets_method_draft():
 
 
 @pytest.mark.parametrize("flags,needles", [
+    # each flag named as the user typed it
     (["-md", "d.gguf", "--speculative-config", '{"method": "ngram"}'],
-     ["-md/--model-draft runs method draft but --speculative-config gives method 'ngram'"]),
-    (["-md", "d.gguf", "--speculative-config", '{"method": "suffix"}'], ["--speculative-config gives method 'suffix'"]),
+     ["error: -md runs method draft but --speculative-config gives method 'ngram'"]),
+    (["--model-draft", "d.gguf", "--speculative-config", '{"method": "suffix"}'],
+     ["error: --model-draft runs method draft but --speculative-config gives method 'suffix'"]),
     (["-md", "d.gguf", "--speculative-config", '{"model": "e.gguf"}'],
-     ["-md/--model-draft 'd.gguf' and --speculative-config's model 'e.gguf' differ"]),
+     ["error: -md 'd.gguf' and --speculative-config's model 'e.gguf' differ"]),
     (["--draft-max", "6", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'],
-     ["--spec-draft-n-max/--draft-max 6 and --speculative-config's num_speculative_tokens 4 differ"]),
+     ["error: --draft-max 6 and --speculative-config's num_speculative_tokens 4 differ"]),
+    (["--draft-n", "6", "--speculative-config", '{"method": "ngram", "num_speculative_tokens": 4}'],
+     ["error: --draft-n 6 and --speculative-config's num_speculative_tokens 4 differ"]),
 ])
 def test_serve_flags_that_contradict_the_speculative_config_are_one_line(capsys, flags, needles):
     """-md used to override --speculative-config '{"method": "ngram"}' without a word (the draft ran)."""

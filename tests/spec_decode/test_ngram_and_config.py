@@ -7,6 +7,7 @@ import random
 import pytest
 
 from hearth.engine.request import Request
+from hearth.errors import HearthError
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 from hearth.spec_decode.ngram import NgramIndex, NgramProposer
@@ -86,7 +87,7 @@ def test_a_model_without_a_method_is_a_draft_model_as_in_vllm():
     """vLLM: `model` and no method is a draft model (method draft_model); hearth ran ngram and
     dropped the draft without a word."""
     c = SpeculativeConfig.parse('{"model": "qwen2.5-coder-0.5b"}')
-    assert (c.method, c.model, c.num_speculative_tokens) == ("draft", "qwen2.5-coder-0.5b", 4)
+    assert (c.method, c.model, c.k) == ("draft", "qwen2.5-coder-0.5b", 4)
     assert SpeculativeConfig.parse({"method": "draft_model", "model": "d.gguf"}) == \
         SpeculativeConfig.parse({"method": "draft", "model": "d.gguf"})
     assert SpeculativeConfig.parse({"method": None, "model": "d.gguf"}).method == "draft"
@@ -107,11 +108,12 @@ def test_serve_flags_build_the_config():
     args = p.parse_args(["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 3}'])
     assert serve.speculative_config(args)["num_speculative_tokens"] == 3
     assert serve.speculative_config(p.parse_args([])) is None
-    with pytest.raises(InvalidSpeculativeConfig, match="num_speculative_tokens"):
+    with pytest.raises(HearthError, match="--spec-draft-n-max must be at least 1"):
         serve.speculative_config(p.parse_args(["--spec-draft-n-max", "0"]))
     got = serve.speculative_config(p.parse_args(
         ["--speculative-config", '{"method": "suffix", "suffix_decoding_max_tree_depth": 32}']))
-    assert (got["method"], got["num_speculative_tokens"], got["suffix_decoding_max_tree_depth"]) == ("suffix", 32, 32)
+    assert (got["method"], got["num_speculative_tokens"], got["suffix_decoding_max_tree_depth"]) == ("suffix", None, 32)
+    assert SpeculativeConfig.parse(got).k == 32  # unset: the tree depth, once the context is known (fit_context)
     assert SpeculativeConfig.parse(got) == SpeculativeConfig.parse({"method": "suffix", "suffix_decoding_max_tree_depth": 32})
     with pytest.raises(InvalidSpeculativeConfig, match="suffix_decoding_max_spec_factor"):
         serve.speculative_config(p.parse_args(

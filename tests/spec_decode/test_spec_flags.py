@@ -69,18 +69,36 @@ def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
 @pytest.mark.parametrize("command", ["run", "serve"])
 @pytest.mark.parametrize("argv,needle", [
     (["--spec-draft-n-max", "256"], "--spec-draft-n-max (256) must be below the context (256 tokens)"),
-    (["--draft-max", "1000"], "--spec-draft-n-max (1000) must be below the context (256 tokens)"),
+    # llama-server's spellings are named as typed, not as the long flag
+    (["--draft-max", "1000"], "error: --draft-max (1000) must be below the context (256 tokens)"),
+    (["--draft", "300"], "error: --draft (300) must be below the context (256 tokens)"),
     (["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 300}'],
      "--speculative-config's num_speculative_tokens (300) must be below the context (256 tokens)"),
-    (["--spec-draft-n-max", "0"], "speculative_config.num_speculative_tokens must be at least 1, got 0"),
+    (["--spec-draft-n-max", "0"], "error: --spec-draft-n-max must be at least 1 (draft tokens per step), got 0"),
+    (["--draft-max", "0"], "error: --draft-max must be at least 1 (draft tokens per step), got 0"),
 ], ids=lambda v: v if isinstance(v, str) else " ".join(v))
 def test_k_past_the_context_is_one_line_naming_the_flag(capsys, tiny, command, argv, needle):
     assert_one_line_error(*run_cli(capsys, command, str(tiny), *(["hi"] if command == "run" else []), *argv), needle)
 
 
-def test_a_default_k_past_the_context_is_named_as_the_default(capsys, tiny):
-    assert_one_line_error(*run_cli(capsys, "run", str(tiny), "hi", "-md", str(tiny), "--ctx", "4"),
-                          "the default num_speculative_tokens (4) must be below the context (4 tokens)")
+def test_a_default_k_past_the_context_is_lowered_to_fit_and_said_in_verbose(capsys, monkeypatch, tmp_path):
+    """suffix's default K (64) at --ctx 64 failed with "the default num_speculative_tokens (64) must be
+    below the context", a value the user never set: a default K is lowered to fit (said with --verbose);
+    one the user gives still fails (test_k_past_the_context_is_one_line_naming_the_flag)."""
+    path, made = q8_model_and_spy(tmp_path, monkeypatch)
+    argv = ["run", str(path), "hi", *GREEDY, "--ctx", "64", "--speculative-config", '{"method": "suffix"}']
+    assert main(argv) == 0
+    assert made[-1].engine.spec.config.num_speculative_tokens == 63 and made[-1].speculation_off == ""
+    assert main([*argv, "--verbose"]) == 0
+    assert "drafts up to 63 tokens a step, not method suffix's default 64" in capsys.readouterr().err
+
+
+def test_llm_lowers_a_default_k_to_the_context(tmp_path, monkeypatch):
+    from hearth.llm import LLM
+
+    path, _ = q8_model_and_spy(tmp_path, monkeypatch)
+    llm = LLM(str(path), max_model_len=3, speculative_config={"method": "ngram"})  # default K 4
+    assert llm.engine.spec.config.num_speculative_tokens == 2
 
 
 def test_k_past_the_context_of_a_models_file_entry_names_the_entry(capsys, tiny, tmp_path):

@@ -211,9 +211,9 @@ def test_requests_decoding_in_a_step_too_big_to_draft_are_still_cached():
 
 def test_suffix_config_defaults_and_errors():
     c = config()
-    assert (c.num_speculative_tokens, c.suffix_decoding_max_tree_depth) == (64, 64)
-    assert config(num_speculative_tokens=5).num_speculative_tokens == 5
-    assert SpeculativeConfig.parse({"method": "ngram"}).num_speculative_tokens == 4
+    assert (c.num_speculative_tokens, c.k, c.suffix_decoding_max_tree_depth) == (None, 64, 64)  # unset: the default
+    assert config(num_speculative_tokens=5).k == 5
+    assert SpeculativeConfig.parse({"method": "ngram"}).k == 4
     assert config(suffix_decoding_min_token_prob=0).suffix_decoding_min_token_prob == 0
     for bad, field in [({"suffix_decoding_max_tree_depth": 1}, "suffix_decoding_max_tree_depth"),
                        ({"suffix_decoding_max_cached_requests": -1}, "suffix_decoding_max_cached_requests"),
