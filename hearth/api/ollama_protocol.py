@@ -33,14 +33,14 @@ class _Generating(_Request):
     shift: StrictBool | None = None
     logprobs: StrictBool = False
     top_logprobs: StrictInt | None = None
-    hearth: Any = None
-    """hearth's extensions, as on the OpenAI and Anthropic routes (hearth.api.extensions.KEYS)."""
 
 
 class ChatRequest(_Generating):
     messages: list[dict[str, Any]] = Field(default_factory=list)
     """Empty: load the model and answer done (Ollama's way to preload one)."""
     tools: list[dict[str, Any]] | None = None
+    hearth: Any = None
+    """hearth's extensions, as on the OpenAI and Anthropic routes (hearth.api.extensions.KEYS)."""
 
 
 class GenerateRequest(_Generating):

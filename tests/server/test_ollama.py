@@ -116,6 +116,43 @@ def test_history_with_calls_and_results_by_tool_name(fake):
     assert prompt.index("sunny") < prompt.index("rainy")
 
 
+def test_a_final_assistant_message_is_continued(fake):
+    messages = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is"}]
+    r = fake.client.post("/api/chat", json={"model": "fake-model", "messages": messages, "stream": False})
+    assert r.status_code == 200 and fake.last.prompt.endswith("<|im_start|>assistant\nThe colour is")
+    messages[-1]["content"] = ""  # an empty one prefills nothing: a new answer
+    fake.client.post("/api/chat", json={"model": "fake-model", "messages": messages, "stream": False})
+    assert fake.last.prompt.endswith("<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_the_ollama_client_reads_calls_and_streams_in_process(fake):
+    """The `ollama` package's async client on the app in-process: its types parse every reply."""
+    import asyncio
+
+    import httpx
+
+    async def run():
+        client = ollama.AsyncClient(host="http://testserver", transport=httpx.ASGITransport(fake.client.app))
+        r = await client.chat(model="fake-model:latest", messages=[{"role": "user", "content": "script:tool"}],
+                              tools=WEATHER)
+        (call,) = r.message.tool_calls
+        assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+        parts = [p async for p in await client.chat(model="fake-model", stream=True,
+                                                    messages=[{"role": "user", "content": "script:think"}])]
+        assert "".join(p.message.thinking or "" for p in parts) == "The user wants a greeting."
+        assert "".join(p.message.content for p in parts) == "Hi!" and parts[-1].done_reason == "stop"
+        gen = await client.generate(model="fake-model", prompt="script:hello", options={"num_predict": 3})
+        assert gen.response == "Hello there" and gen.done_reason == "length" and gen.eval_count == 3
+        listed = await client.list()
+        assert [m.model for m in listed.models] == ["fake-model:latest"]
+        with pytest.raises(ollama.ResponseError) as e:
+            await client.chat(model="fake-model", messages=[{"role": "user", "content": "hi"}],
+                              options={"temperature": "warm"})
+        assert e.value.status_code == 400 and e.value.error.startswith("options.temperature: ")
+
+    asyncio.run(run())
+
+
 def test_format_json_or_a_schema(fake):
     chat(fake, "script:json", stream=False, format="json")
     assert fake.last.params.structured_output.json_object
