@@ -7,17 +7,23 @@ SmolLM2 server with the `ollama` Python client, unmodified."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
+import httpx
 import ollama
 import pytest
+from starlette.testclient import TestClient
 
+from hearth.api.app import create_app
+from hearth.api.model_pool import ModelPool, ModelSpec
 from tests.server.conftest import API_KEY, TIMEOUT
-from tests.server.fakes import CHATML_NO_TOOLS, FakeTokenizer
+from tests.server.fakes import CHATML_NO_TOOLS, FakeTokenizer, fake_served
 
 WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
                                              "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                             "required": ["city"]}}}]
+USER = [{"role": "user", "content": "hi"}]
 NS_FIELDS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration")
 
 
@@ -127,10 +133,6 @@ def test_a_final_assistant_message_is_continued(fake):
 
 def test_the_ollama_client_reads_calls_and_streams_in_process(fake):
     """The `ollama` package's async client on the app in-process: its types parse every reply."""
-    import asyncio
-
-    import httpx
-
     async def run():
         client = ollama.AsyncClient(host="http://testserver", transport=httpx.ASGITransport(fake.client.app))
         r = await client.chat(model="fake-model:latest", messages=[{"role": "user", "content": "script:tool"}],
@@ -349,3 +351,24 @@ def test_the_ollama_client_unmodified_against_a_real_server(real_server):
     with pytest.raises(ollama.ResponseError) as e:
         client.chat(model="no-such-model", messages=messages)
     assert e.value.status_code == 404 and e.value.error == "model 'no-such-model' not found"
+
+
+def test_show_and_tags_do_not_load_a_model_chat_does():
+    """Clients call /api/show for every model /api/tags lists: a pool's unloaded models stay unloaded."""
+    loads = []
+
+    def loader(spec):
+        loads.append(spec.name)
+        return fake_served(names=spec.names)
+
+    pool = ModelPool([ModelSpec(["first"], pinned=True, max_model_len=4096), ModelSpec(["second"], max_model_len=2048)],
+                     loader)
+    with TestClient(create_app(pool)) as client:
+        assert loads == ["first"]
+        assert [m["name"] for m in client.get("/api/tags").json()["models"]] == ["first:latest", "second:latest"]
+        show = client.post("/api/show", json={"model": "second:latest"}).json()
+        assert show["hearth"] == {"loaded": False, "context_length": 2048} and loads == ["first"]
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest"]
+        body = client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False}).json()
+        assert body["message"]["content"] == "ok" and loads == ["first", "second"] and body["load_duration"] > 0
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest", "second:latest"]
