@@ -142,7 +142,9 @@ async def show(body: ShowRequest, request: Request):
     if family and context:  # what a client sizes num_ctx by: the served context, which num_ctx may not pass
         info[f"{family}.context_length"] = context
     path = served.path if served else ""
-    out = {"modelfile": f"# hearth serves {slot.spec.name}\nFROM {path or slot.spec.name}\n", "parameters": "",
+    # `parameters` in the Modelfile's syntax: Continue sizes its requests' num_ctx by this line
+    out = {"modelfile": f"# hearth serves {slot.spec.name}\nFROM {path or slot.spec.name}\n",
+           "parameters": f"num_ctx {context}" if context else "",
            "template": served.template_source if served else "", "details": _details(served), "model_info": info,
            "capabilities": _capabilities(served), "hearth": {"loaded": served is not None, "context_length": context}}
     if served is not None:

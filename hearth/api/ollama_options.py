@@ -63,6 +63,16 @@ def sampling_fields(options: dict | None, max_model_len: int) -> dict:
     return fields
 
 
+def within_context(fields: dict, prompt_tokens: int, max_model_len: int) -> dict:
+    """A num_predict past the room the prompt leaves means until the context is full, as Ollama reads it
+    (Continue sends its default 4096 whatever the context): the answer then ends with done_reason
+    "length", never a 400 for a limit the context sets anyway."""
+    asked = fields["max_tokens"]
+    if asked is not None and prompt_tokens + asked > max_model_len:
+        return {**fields, "max_tokens": None}
+    return fields
+
+
 def structured_output(fmt: str | dict | None) -> StructuredOutput | None:
     """`format`: "json" (any JSON object) or a JSON schema object; "" or none: free text."""
     if fmt is None or fmt == "":

@@ -23,7 +23,8 @@ from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
 from hearth.api.ollama_models import served_model
-from hearth.api.ollama_options import check_unsupported, sampling_fields, structured_output, think_kwargs
+from hearth.api.ollama_options import (check_unsupported, sampling_fields, structured_output, think_kwargs,
+                                      within_context)
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
 from hearth.api.ollama_reply import NDJSON, OllamaReply
 from hearth.api.parsing import output_parser
@@ -69,6 +70,7 @@ async def chat(body: ChatRequest, request: Request):
                          fields["max_tokens"], served.model_context)
 
     text, ids = fit(history)
+    fields = within_context(fields, len(ids), served.max_model_len)
     constraint = structured_output(body.format)
     fields["structured_output"] = constraint or plan.constraint
     ask = Ask(guard.tools, None, history, structured=constraint is not None, workflow=guard.ext.workflow is not None,
@@ -92,7 +94,8 @@ async def generate(body: GenerateRequest, request: Request):
     if not body.prompt and not body.suffix:
         return _loaded({"model": name, "created_at": now(), "response": ""})
     text, ids, context = _generate_prompt(served, body)
-    fields = {**sampling_fields(body.options, served.max_model_len), "structured_output": structured_output(body.format)}
+    fields = {**within_context(sampling_fields(body.options, served.max_model_len), len(ids), served.max_model_len),
+              "structured_output": structured_output(body.format)}
     params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
     templated = not body.raw and not body.suffix  # a raw or FIM answer is plain text: nothing to parse

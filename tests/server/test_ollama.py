@@ -183,12 +183,20 @@ def test_options_map_to_sampling(fake):
     assert p.max_tokens is None and p.seed is None and p.stop == ["x"] and p.top_k == 3
 
 
+def test_num_predict_past_the_context_runs_until_it_is_full(fake):
+    """Continue sends num_predict 4096 whatever the context: Ollama reads it as a cap, not an error."""
+    r = chat(fake, "script:hello", stream=False, options={"num_predict": 100000})
+    assert r.status_code == 200 and fake.last.params.max_tokens is None
+    r = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "hi", "stream": False,
+                                                "options": {"num_predict": 4096}})
+    assert r.status_code == 200 and fake.last.params.max_tokens is None
+
+
 @pytest.mark.parametrize("options,error", [
     ({"temperature": "hot"}, "options.temperature: must be a number, not a string"),
     ({"top_k": True}, "options.top_k: must be an integer, not a boolean"),
     ({"stop": [1]}, "options.stop: must be a list of strings, not a list"),
     ({"temperature": -1}, "options.temperature: must be >= 0, got -1"),
-    ({"num_predict": 100000}, "options.num_predict: "),
     ({"num_ctx": 8192}, "options.num_ctx: 8192 is more than this server's context for the model (4096 tokens"),
 ])
 def test_bad_options_name_the_option(fake, options, error):
@@ -299,6 +307,7 @@ def test_tags_show_ps_version_and_heartbeat(fake):
     assert show["template"] == fake.client.app.state.models.slots[0].served.template_source
     assert "completion" in show["capabilities"] and "tools" in show["capabilities"]
     assert show["hearth"] == {"loaded": True, "context_length": 4096} and "model_info" in show
+    assert show["parameters"] == "num_ctx 4096"  # Continue reads its context from this line
     (running,) = fake.client.get("/api/ps").json()["models"]
     assert running["name"] == "fake-model:latest" and running["context_length"] == 4096
     assert fake.client.get("/api/version").json()["version"]
