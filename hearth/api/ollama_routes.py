@@ -56,8 +56,8 @@ async def chat(body: ChatRequest, request: Request):
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
     template = think_kwargs(body.think)
-    last = history[-1]
-    prefill = last["role"] == "assistant" and bool(last["content"]) and not last.get("tool_calls")  # Ollama continues it
+    last = history[-1]  # a final assistant message with text is continued, as Ollama continues it
+    prefill = last["role"] == "assistant" and bool(last["content"]) and not last.get("tool_calls")
     fields = sampling_fields(body.options, served.max_model_len)
 
     def render(s, p, msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:

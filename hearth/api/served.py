@@ -123,9 +123,12 @@ _LISTED = 64
 def gguf_facts(gguf) -> dict:
     """ServedModel's metadata, parameter_count and quantization from a GGUFFile (its tensors' shapes
     and types: nothing is read from the weights)."""
-    plain = (str, int, float, bool)
-    metadata = {k: v for k, v in gguf.metadata.items() if k != "tokenizer.chat_template" and
-                (isinstance(v, plain) or isinstance(v, list) and len(v) <= _LISTED and all(isinstance(x, plain) for x in v))}
+    def small(v) -> bool:
+        plain = (str, int, float, bool)
+        listed = isinstance(v, list) and len(v) <= _LISTED
+        return isinstance(v, plain) or listed and all(isinstance(x, plain) for x in v)
+
+    metadata = {k: v for k, v in gguf.metadata.items() if k != "tokenizer.chat_template" and small(v)}
     count, types = 0, Counter()
     for t in gguf.tensors.values():
         n = math.prod(t.shape)

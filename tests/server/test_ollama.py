@@ -20,16 +20,16 @@ from hearth.api.model_pool import ModelPool, ModelSpec
 from tests.server.conftest import API_KEY, TIMEOUT
 from tests.server.fakes import CHATML_NO_TOOLS, FakeTokenizer, fake_served
 
-WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
-                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                            "required": ["city"]}}}]
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER = [{"type": "function",
+            "function": {"name": "get_weather", "description": "Weather in a city", "parameters": CITY}}]
 USER = [{"role": "user", "content": "hi"}]
 NS_FIELDS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration")
 
 
 def chat(fake, content: str, **kw):
-    return fake.client.post("/api/chat", json={"model": "fake-model", "messages": [{"role": "user", "content": content}],
-                                               **kw})
+    messages = [{"role": "user", "content": content}]
+    return fake.client.post("/api/chat", json={"model": "fake-model", "messages": messages, **kw})
 
 
 def lines(r) -> list[dict]:
