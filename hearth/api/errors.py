@@ -80,8 +80,8 @@ def error_body(path: str, status: int, message: str, param: str | None = None,
     openai_type, anthropic_type = _TYPES.get(status, _TYPES[400] if status < 500 else _TYPES[500])
     if is_anthropic(path):
         return {"type": "error", "error": {"type": anthropic_type, "message": message}}
-    if is_ollama(path):
-        return {"error": message}
+    if is_ollama(path):  # one string: the field at fault goes in it, where the message does not name it
+        return {"error": message if not param or message.startswith(param) else f"{param}: {message}"}
     if path in LLAMA_ROUTES:
         return {"error": {"code": status, "message": message, "type": openai_type, "param": param}}
     return {"error": {"message": message, "type": openai_type, "param": param, "code": code}}

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from hearth.api.app import create_app
 from hearth.api.model_pool import ModelPool, ModelSpec
 from tests.server.conftest import API_KEY, TIMEOUT
-from tests.server.fakes import CHATML_NO_TOOLS, FakeTokenizer, fake_served
+from tests.server.fakes import CHATML_NO_TOOLS, FakeEngine, FakeTokenizer, fake_served
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = [{"type": "function",
@@ -217,6 +217,14 @@ def test_bad_options_name_the_option(fake, options, error):
 def test_bad_chat_input_is_an_ollama_400_naming_the_field(fake, body, error):
     r = fake.client.post("/api/chat", json={"model": "fake-model", **body})
     assert r.status_code == 400 and list(r.json()) == ["error"] and r.json()["error"].startswith(error), r.text
+
+
+def test_a_prompt_past_the_context_is_a_400_naming_its_field(make_fake):
+    fake = make_fake(engine=FakeEngine(max_model_len=64))
+    r = chat(fake, "x" * 100)
+    assert r.status_code == 400 and r.json()["error"].startswith("messages: prompt is "), r.text
+    r = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "x" * 100})
+    assert r.status_code == 400 and r.json()["error"].startswith("prompt is 150 tokens but the context holds 64"), r.text
 
 
 def test_unknown_model_is_ollamas_404_and_names_take_the_latest_tag(make_fake):
