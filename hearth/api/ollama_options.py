@@ -14,6 +14,7 @@ from typing import Any
 from hearth.api.errors import OLLAMA_OPTIONS, APIError
 from hearth.api.ignored_fields import note
 from hearth.api.messages import _kind
+from hearth.api.sampling import check_logprobs
 from hearth.sampling_params import StructuredOutput
 
 _INTEGERS = frozenset({"top_k", "seed", "num_predict", "num_ctx"})
@@ -96,9 +97,10 @@ def think_kwargs(think: bool | str | None) -> dict:
     return {"enable_thinking": True, "reasoning_effort": "high" if think == "max" else think}
 
 
-def check_unsupported(body) -> None:
-    """Fields Ollama has that hearth cannot honour: a 400 that says what to use instead."""
-    if body.logprobs or body.top_logprobs:
-        field = "logprobs" if body.logprobs else "top_logprobs"
-        raise _bad(field, "is not supported on Ollama's routes; /v1/chat/completions and /v1/completions return "
-                          "logprobs")
+def asked_logprobs(body, served) -> int | None:
+    """`logprobs: true` -> the top-k to return with each token (`top_logprobs`, 0 by default; its range is
+    the server's --max-logprobs, Ollama's 0 to 20 by default); None: none asked (top_logprobs alone asks none,
+    as Ollama reads it)."""
+    if not body.logprobs:
+        return None
+    return check_logprobs("top_logprobs", body.top_logprobs or 0, served)

@@ -16,6 +16,7 @@ import time
 from hearth.api.anthropic_stream import tool_input
 from hearth.api.choices import settle
 from hearth.api.errors import from_hearth_error
+from hearth.api.logprobs import chat_logprobs
 from hearth.api.ollama_protocol import now
 from hearth.errors import HearthError
 from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent, collect
@@ -40,16 +41,19 @@ def _call(call, index: int) -> dict | None:
 
 class OllamaReply:
     def __init__(self, model: str, source, chat: bool, started: float, load_s: float,
-                 prompt_ids: list[int] | None = None, path: str = "/api/chat"):
+                 prompt_ids: list[int] | None = None, path: str = "/api/chat", logprobs: tuple = (None, None)):
         """model: the name as the request gave it (Ollama echoes it); source: parsed updates; chat: a
         `message` (else generate's `response`); started: the request's perf_counter; prompt_ids:
-        generate's prompt, for the `context` it returns (None: raw, which returns none)."""
+        generate's prompt, for the `context` it returns (None: raw, which returns none); logprobs: (the
+        tokenizer, the top-k asked; None: none asked)."""
         self.model, self.src, self.chat, self.path = model, source, chat, path
         self.started, self.load_s, self.queued = started, load_s, time.perf_counter()
         self.first: float | None = None
         self.context = prompt_ids
         self.output_ids: list[int] = []
         self.calls = 0
+        self.tokenizer, self.k = logprobs
+        self.logprobs: list[dict] = []
 
     def _piece(self, content: str, thinking: str = "", calls: list[dict] = ()) -> dict:
         if self.chat:
@@ -64,10 +68,16 @@ class OllamaReply:
             out["thinking"] = thinking
         return {**out, "done": False}
 
-    def _seen(self, u) -> None:
+    def _seen(self, u) -> list[dict]:
+        """The update's tokens counted; their logprobs in Ollama's shape (OpenAI chat's), where asked."""
         if self.first is None:
             self.first = time.perf_counter()
         self.output_ids += u.token_ids
+        if self.k is None or not u.logprobs:
+            return []
+        items = chat_logprobs(self.tokenizer, u.token_ids, u.logprobs, self.k)
+        self.logprobs += items
+        return items
 
     def _done(self, reason: str | None) -> dict:
         end = time.perf_counter()
@@ -93,12 +103,13 @@ class OllamaReply:
         reason = None
         try:
             async for _, u in self.src.updates():
-                self._seen(u)
+                logprobs = self._seen(u)
                 content = "".join(e.text for e in u.events if isinstance(e, ContentDelta))
                 thinking = "".join(e.text for e in u.events if isinstance(e, ReasoningDelta))
                 calls = self._calls(u.events)
-                if content or thinking or calls:
-                    yield line(self._piece(content, thinking, calls))
+                if content or thinking or calls or logprobs:
+                    piece = self._piece(content, thinking, calls)
+                    yield line({**piece, "logprobs": logprobs} if logprobs else piece)
                 if u.finished:
                     reason = u.finish_reason
         except HearthError as e:
@@ -115,4 +126,5 @@ class OllamaReply:
                 reason = u.finish_reason
         parsed = collect(events)
         calls = self._calls([ToolCallEvent(i, c) for i, c in enumerate(parsed.tool_calls)])
-        return {**self._piece(parsed.content, parsed.reasoning, calls), **self._done(reason)}
+        out = {**self._piece(parsed.content, parsed.reasoning, calls), **self._done(reason)}
+        return out if self.k is None else {**out, "logprobs": self.logprobs}

@@ -23,7 +23,7 @@ from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
 from hearth.api.ollama_models import served_model
-from hearth.api.ollama_options import (check_unsupported, sampling_fields, structured_output, think_kwargs,
+from hearth.api.ollama_options import (asked_logprobs, sampling_fields, structured_output, think_kwargs,
                                       within_context)
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
 from hearth.api.ollama_reply import NDJSON, OllamaReply
@@ -38,17 +38,17 @@ from hearth.tool_parsers import OutputParser
 
 router = APIRouter()
 
-FIELD_NAMES = {field: f"options.{name}" for name, field in OLLAMA_OPTIONS.items()}
+FIELD_NAMES = {**{field: f"options.{name}" for name, field in OLLAMA_OPTIONS.items()}, "logprobs": "top_logprobs"}
 """SamplingParams fields -> their names in an Ollama request, for errors."""
 
 
 @router.post("/api/chat")
 async def chat(body: ChatRequest, request: Request):
     started = time.perf_counter()
-    check_unsupported(body)
     state = request.app.state
     served, load_s = await served_model(state.models, body.model)
     name = body.model or served.name
+    k = asked_logprobs(body, served)
     if not body.messages:
         return _loaded({"model": name, "created_at": now(), "message": {"role": "assistant", "content": ""}})
     history = ollama_messages(body.messages)
@@ -58,7 +58,7 @@ async def chat(body: ChatRequest, request: Request):
     template = think_kwargs(body.think)
     last = history[-1]  # a final assistant message with text is continued, as Ollama continues it
     prefill = last["role"] == "assistant" and bool(last["content"]) and not last.get("tool_calls")
-    fields = sampling_fields(body.options, served.max_model_len)
+    fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k}
 
     def render(s, p, msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
         text = s.render_chat(prompt_messages(s, p, msgs), p.tools if p.in_template else None,
@@ -73,34 +73,36 @@ async def chat(body: ChatRequest, request: Request):
     fields = within_context(fields, len(ids), served.max_model_len)
     constraint = structured_output(body.format)
     fields["structured_output"] = constraint or plan.constraint
-    ask = Ask(guard.tools, None, history, structured=constraint is not None, workflow=guard.ext.workflow is not None,
-              prefill=prefill)
+    ask = Ask(guard.tools, None, history, token_level=k is not None, structured=constraint is not None,
+              workflow=guard.ext.workflow is not None, prefill=prefill)
     req = ChoicesRequest(served, plan, text, ids, fields, FIELD_NAMES, guard, True,
                          lambda extra: reprompt_ids(served, fit(history + openai_messages(extra), False)[0],
                                                     fields["max_tokens"]),
                          streaming=body.stream)
     source, _ = await routed_choices(state, served.name, ask, lambda s, p: render(s, p, history), req)
-    return await _answer(request, body.stream, OllamaReply(name, source, True, started, load_s))
+    reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
+    return await _answer(request, body.stream, reply)
 
 
 @router.post("/api/generate")
 async def generate(body: GenerateRequest, request: Request):
     started = time.perf_counter()
-    check_unsupported(body)
     _check_generate(body)
     state = request.app.state
     served, load_s = await served_model(state.models, body.model)
     name = body.model or served.name
+    k = asked_logprobs(body, served)
     if not body.prompt and not body.suffix:
         return _loaded({"model": name, "created_at": now(), "response": ""})
     text, ids, context = _generate_prompt(served, body)
     fields = {**within_context(sampling_fields(body.options, served.max_model_len), len(ids), served.max_model_len),
-              "structured_output": structured_output(body.format)}
+              "structured_output": structured_output(body.format), "logprobs": k}
     params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
     templated = not body.raw and not body.suffix  # a raw or FIM answer is plain text: nothing to parse
     parser = output_parser(served, ToolPlan(), text, body.stream) if templated else OutputParser()
-    reply = OllamaReply(name, PlainChoices(gen, [parser]), False, started, load_s, context, "/api/generate")
+    reply = OllamaReply(name, PlainChoices(gen, [parser]), False, started, load_s, context, "/api/generate",
+                        (served.tokenizer, k))
     return await _answer(request, body.stream, reply)
 
 

@@ -88,6 +88,20 @@ def test_the_tool_guard_applies_as_on_the_openai_route(fake):
     assert len(fake.engine.added) == 2
 
 
+def test_logprobs_whole_and_streamed(fake):
+    body = chat(fake, "script:hello", stream=False, logprobs=True, top_logprobs=2).json()
+    assert [x["token"] for x in body["logprobs"]] == ["H", "l", "t", "!"]  # the fake's token: a piece's first char
+    assert all(len(x["top_logprobs"]) == 2 and x["logprob"] == -0.5 for x in body["logprobs"])
+    assert fake.last.params.logprobs == 2
+    out = lines(chat(fake, "script:hello", logprobs=True))
+    assert [x["token"] for o in out for x in o.get("logprobs", [])] == ["H", "l", "t", "!"]
+    assert all(x["top_logprobs"] == [] for o in out for x in o.get("logprobs", []))
+    body = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "hi", "stream": False,
+                                                   "logprobs": True}).json()
+    assert [x["token"] for x in body["logprobs"]] == ["o"]
+    assert "logprobs" not in chat(fake, "hi", stream=False, top_logprobs=3).json()  # only with logprobs: true
+
+
 def test_thinking_is_its_own_field(fake):
     body = chat(fake, "script:think", stream=False).json()
     assert body["message"] == {"role": "assistant", "content": "Hi!", "thinking": "The user wants a greeting."}
@@ -212,7 +226,7 @@ def test_bad_options_name_the_option(fake, options, error):
     ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream: "),
     ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {}}]},
      "tools[0].function.name: is required"),
-    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, "logprobs: is not supported"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, "top_logprobs: "),
 ])
 def test_bad_chat_input_is_an_ollama_400_naming_the_field(fake, body, error):
     r = fake.client.post("/api/chat", json={"model": "fake-model", **body})
