@@ -55,18 +55,11 @@ async def chat(body: ChatRequest, request: Request):
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
-    template = think_kwargs(body.think)
-    last = history[-1]  # a final assistant message with text is continued, as Ollama continues it
-    prefill = last["role"] == "assistant" and bool(last["content"]) and not last.get("tool_calls")
+    template, prefill = think_kwargs(body.think), _continued(history)
     fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k}
 
-    def render(s, p, msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
-        text = s.render_chat(prompt_messages(s, p, msgs), p.tools if p.in_template else None,
-                             add_generation_prompt=not continued, continue_final=continued, template_kwargs=template)
-        return text, s.encode_chat_text(text)
-
     def fit(msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
-        return guard.fit(lambda m: render(served, plan, m, continued), msgs, served.max_model_len,
+        return guard.fit(lambda m: _render(served, plan, m, template, continued), msgs, served.max_model_len,
                          fields["max_tokens"], served.model_context)
 
     text, ids = fit(history)
@@ -79,9 +72,22 @@ async def chat(body: ChatRequest, request: Request):
                          lambda extra: reprompt_ids(served, fit(history + openai_messages(extra), False)[0],
                                                     fields["max_tokens"]),
                          streaming=body.stream)
-    source, _ = await routed_choices(state, served.name, ask, lambda s, p: render(s, p, history), req)
+    source, _ = await routed_choices(state, served.name, ask, lambda s, p: _render(s, p, history, template, prefill),
+                                     req)
     reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
     return await _answer(request, body.stream, reply)
+
+
+def _continued(history: list[dict]) -> bool:
+    """A final assistant message with text is continued, as Ollama continues it (an empty one prefills nothing)."""
+    last = history[-1]
+    return last["role"] == "assistant" and bool(last["content"]) and not last.get("tool_calls")
+
+
+def _render(served, plan, messages: list[dict], template: dict, continued: bool) -> tuple[str, list[int]]:
+    text = served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
+                              add_generation_prompt=not continued, continue_final=continued, template_kwargs=template)
+    return text, served.encode_chat_text(text)
 
 
 @router.post("/api/generate")
