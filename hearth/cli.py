@@ -15,7 +15,7 @@ from hearth.errors import HearthError
 
 # subcommand -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("hearth.commands.serve", "serve a model over OpenAI- and Anthropic-compatible HTTP, with a chat page"),
+    "serve": ("hearth.commands.serve", "serve a model over OpenAI-, Anthropic- and Ollama-compatible HTTP, with a chat page"),
     "cluster": ("hearth.commands.cluster", "serve a model from N engine replicas on Ray behind one API (the cluster extra: Ray)"),
     "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt (a base model completes the text)"),
     "pull": ("hearth.commands.pull", "download a model (catalog name or org/repo:file.gguf) and print its path"),

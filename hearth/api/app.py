@@ -1,6 +1,6 @@
 """The FastAPI app: the served models (a ModelPool: one AsyncEngine per loaded model, owned by the
-lifespan), the OpenAI and Anthropic routes, llama-server's /infill and /completion, /health, /metrics, the chat page at
-`/`; auth, CORS and a body-size limit around all of it."""
+lifespan), the OpenAI and Anthropic routes, llama-server's /infill and /completion, Ollama's /api/..., /health, /metrics,
+the chat page at `/`; auth, CORS and a body-size limit around all of it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, openai_chat,
-                        openai_completions, openai_routes, props, responses_routes, slots)
+from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, ollama_models,
+                        ollama_routes, openai_chat, openai_completions, openai_routes, props, responses_routes, slots)
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
@@ -70,7 +70,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
     for module in (openai_routes, openai_chat, openai_completions, embeddings, responses_routes, anthropic_routes,
-                   infill_routes, completion_routes, slots, props, chat_page):
+                   infill_routes, completion_routes, slots, props, ollama_routes, ollama_models, chat_page):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth

@@ -1,8 +1,9 @@
 """Errors as the wires spell them: OpenAI `{"error": {message, type, param, code}}`, Anthropic
-`{"type": "error", "error": {type, message}}` and llama-server `{"error": {code, message, type}}` (code:
-the HTTP status; hearth adds `param`), chosen by the route (`/v1/messages...` speaks Anthropic,
-`/infill` and `/completion(s)` llama-server). Every handler here turns a failure into one of those bodies; a malformed model
-output never reaches them (the output parsers fall back to plain text)."""
+`{"type": "error", "error": {type, message}}`, llama-server `{"error": {code, message, type}}` (code:
+the HTTP status; hearth adds `param`) and Ollama `{"error": message}`, chosen by the route
+(`/v1/messages...` speaks Anthropic, `/infill` and `/completion(s)` llama-server, `/api/...` Ollama).
+Every handler here turns a failure into one of those bodies; a malformed model output never reaches
+them (the output parsers fall back to plain text)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,11 @@ def is_anthropic(path: str) -> bool:
     return path.startswith("/v1/messages")
 
 
+def is_ollama(path: str) -> bool:
+    """Ollama's native API (hearth.api.ollama_routes): its errors are `{"error": "..."}`."""
+    return path.startswith("/api/")
+
+
 LLAMA_ROUTES = ("/infill", "/completion", "/completions", "/props")
 """Routes that speak llama-server's wire (format_error_response in tools/server/server-common.cpp)."""
 LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
@@ -74,6 +80,8 @@ def error_body(path: str, status: int, message: str, param: str | None = None,
     openai_type, anthropic_type = _TYPES.get(status, _TYPES[400] if status < 500 else _TYPES[500])
     if is_anthropic(path):
         return {"type": "error", "error": {"type": anthropic_type, "message": message}}
+    if is_ollama(path):  # one string: the field at fault goes in it, where the message does not name it
+        return {"error": message if not param or message.startswith(param) else f"{param}: {message}"}
     if path in LLAMA_ROUTES:
         return {"error": {"code": status, "message": message, "type": openai_type, "param": param}}
     return {"error": {"message": message, "type": openai_type, "param": param, "code": code}}
@@ -84,15 +92,23 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
     return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
 
 
+OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "seed": "seed",
+                  "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
+                  "repeat_penalty": "repetition_penalty", "num_predict": "max_tokens", "stop": "stop"}
+"""Ollama's `options` hearth applies -> their SamplingParams fields (hearth.api.ollama_options reads them)."""
 _PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", "/v1/embeddings": "input",
+                 "/api/generate": "prompt",
                  **dict.fromkeys(LLAMA_ROUTES, "prompt")}
 """The request field that holds the prompt, per route (elsewhere: messages)."""
 _SCHEMA_FIELD = {"/v1/chat/completions": "response_format.json_schema.schema",
-                 "/v1/messages": "output_config.format.schema", "/v1/responses": "text.format.schema"}
+                 "/v1/messages": "output_config.format.schema", "/v1/responses": "text.format.schema",
+                 "/api/chat": "format", "/api/generate": "format"}
 """The request field that holds a structured-output JSON schema, per route."""
 _WIRE_NAMES = {"/v1/completions": {"prompt_logprobs": "logprobs"},  # echo asks the prompt's by logprobs
                **dict.fromkeys(LLAMA_ROUTES, LLAMA_WIRE_NAMES),
-               "/v1/chat/completions": {"logprobs": "top_logprobs"}}
+               "/v1/chat/completions": {"logprobs": "top_logprobs"},
+               **dict.fromkeys(("/api/chat", "/api/generate"),
+                               {field: f"options.{name}" for name, field in OLLAMA_OPTIONS.items()})}
 """SamplingParams fields the engine checks (check_request) by their name on a route's wire."""
 
 

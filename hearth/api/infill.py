@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hearth.api.errors import APIError
+
 REPO_NAME = "myproject\n"
 CURRENT_FILE = "filename\n"
 CHUNK_NAME = "tmp"
@@ -148,3 +150,21 @@ def fit(fim: FIMTokens, prefix: list[int], suffix: list[int], prompt: list[int],
     kept = [*extra.head, *chunks[len(chunks) - keep_extra:], *extra.tail]
     ids = layout(fim, prefix[len(prefix) - keep_pre:], suffix[:keep_suf], prompt, kept)
     return ids, dropped
+
+
+def suffix_fim(served) -> FIMTokens:
+    """The FIM tokens for a request's `suffix` (OpenAI's insert mode, Ollama's /api/generate); a model
+    without them is a 400 naming `suffix`, as vLLM answers it."""
+    try:
+        return fim_tokens(served.tokenizer)
+    except NoFIMTokens as e:
+        raise APIError(400, f"suffix: is not supported by model {served.name!r}, which has no fill-in-the-middle "
+                            f"tokens ({e.missing})", param="suffix") from None
+
+
+def suffix_prompt(served, fim: FIMTokens, prefix: list[int], suffix: str) -> list[int]:
+    """A prompt's ids (the code before) with `suffix` (the code after) in /infill's layout without
+    input_extra, so every route runs the same tokens; the suffix is plain text, as /infill reads it."""
+    def encode(text: str) -> list[int]:
+        return served.encode_text(text, add_special_tokens=False, parse_special=False)
+    return layout(fim, prefix, encode(suffix), extra=extra_context(fim, encode, []).ids)

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError, error_body, from_hearth_error
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.guided import guided
-from hearth.api.infill import FIMTokens, NoFIMTokens, extra_context, fim_tokens, has_fim, layout
+from hearth.api.infill import has_fim, suffix_fim, suffix_prompt
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
@@ -76,7 +76,7 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
     """(texts for echo, token ids) per prompt; with a suffix, each prompt is the prefix of a FIM prompt."""
     if suffix == "" and not has_fim(served.tokenizer):  # OpenAI's "no suffix", which clients may send as ""
         suffix = None
-    fim = _fim(served) if suffix is not None else None
+    fim = suffix_fim(served) if suffix is not None else None
     if isinstance(prompt, str):
         prompt = [prompt]
     if not prompt:
@@ -98,20 +98,9 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
         else:  # token ids: checked here, where the error can name the field (decode failed on them)
             ids.append(prompt_token_ids(p, served.vocab_size, where))
             texts.append(served.tokenizer.decode(p))
-    if fim is not None:  # /infill's layout without input_extra, so both routes run the same tokens
-        def encode(text: str) -> list[int]:
-            return served.encode_text(text, add_special_tokens=False, parse_special=False)
-        head, after = extra_context(fim, encode, []).ids, encode(suffix)
-        ids = [layout(fim, before, after, extra=head) for before in ids]
+    if fim is not None:
+        ids = [suffix_prompt(served, fim, before, suffix) for before in ids]
     return texts, ids
-
-
-def _fim(served) -> FIMTokens:
-    try:
-        return fim_tokens(served.tokenizer)
-    except NoFIMTokens as e:
-        raise APIError(400, f"suffix: is not supported by model {served.name!r}, which has no fill-in-the-middle "
-                            f"tokens ({e.missing})", param="suffix") from None
 
 
 class _Reply:

@@ -5,7 +5,9 @@ need from the model goes through here, so the routes never touch torch."""
 
 from __future__ import annotations
 
+import math
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -48,13 +50,20 @@ class ServedModel:
     """How /v1/embeddings pools its prompts (ModelConfig.pooling)."""
     embedding_size: int | None = None
     """Its embeddings' dimensions (the hidden size; None: not known)."""
+    metadata: dict = field(default_factory=dict)
+    """The GGUF's metadata, small values only (general.*, {arch}.*): Ollama's /api/show `model_info`."""
+    parameter_count: int = 0
+    """Weights in the file (0: not known)."""
+    quantization: str = ""
+    """The type most of its weight matrices have (Q4_K, Q4_1, ...; "": not known): Ollama's quantization_level."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = ()) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
                    max_logprobs=llm.config.max_logprobs, file_names=list(file_names), path=str(llm.path),
-                   pooling=llm.model_config.pooling, embedding_size=llm.model_config.hidden_size)
+                   pooling=llm.model_config.pooling, embedding_size=llm.model_config.hidden_size,
+                   **gguf_facts(llm.gguf))
 
     @property
     def name(self) -> str:
@@ -116,3 +125,26 @@ class ServedModel:
 
     def starts_in_reasoning(self, prompt_text: str) -> bool:
         return self.knows_reasoning and prompt_opens_reasoning(prompt_text)
+
+
+_LISTED = 64
+"""Longest metadata list kept (a vocabulary's arrays are not metadata a client reads)."""
+
+
+def gguf_facts(gguf) -> dict:
+    """ServedModel's metadata, parameter_count and quantization from a GGUFFile (its tensors' shapes
+    and types: nothing is read from the weights)."""
+    def small(v) -> bool:
+        plain = (str, int, float, bool)
+        listed = isinstance(v, list) and len(v) <= _LISTED
+        return isinstance(v, plain) or listed and all(isinstance(x, plain) for x in v)
+
+    metadata = {k: v for k, v in gguf.metadata.items() if k != "tokenizer.chat_template" and small(v)}
+    count, types = 0, Counter()
+    for t in gguf.tensors.values():
+        n = math.prod(t.shape)
+        count += n
+        if len(t.shape) == 2:
+            types[t.qtype.name] += n
+    return {"metadata": metadata, "parameter_count": count,
+            "quantization": types.most_common(1)[0][0] if types else ""}

@@ -27,8 +27,10 @@ def named_event(event: str, payload: dict) -> str:
 
 
 class SSEResponse(StreamingResponse):
-    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None] | None = None):
-        super().__init__(events, media_type="text/event-stream",
+    def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None] | None = None,
+                 media_type: str = "text/event-stream"):
+        """media_type: Ollama's streams are NDJSON (application/x-ndjson), one JSON object a line."""
+        super().__init__(events, media_type=media_type,
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self.on_close = on_close
 

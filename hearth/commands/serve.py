@@ -1,4 +1,4 @@
-"""`hearth serve [MODEL ...] [--models FILE]`: OpenAI- and Anthropic-compatible HTTP server with a
+"""`hearth serve [MODEL ...] [--models FILE]`: OpenAI-, Anthropic- and Ollama-compatible HTTP server with a
 chat page at `/`, in the manner of `vllm serve` and `llama-server`; several models are loaded on
 their first request and unloaded least-recently-used under --max-memory (llama-swap's way)."""
 

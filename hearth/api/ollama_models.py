@@ -1,0 +1,177 @@
+"""Ollama's model routes: GET /api/tags (the served models), POST /api/show (one model's details,
+template and capabilities), GET /api/ps (the loaded ones), GET /api/version; and Ollama's model
+management (pull, push, create, copy, delete, blobs) and embeddings, which hearth does another way or
+not at all: a 400 that says what to do instead, never a 404 page.
+
+Names: a model's id or alias, or either with Ollama's default tag (`smollm2-135m:latest`); listed with
+it, as Ollama lists every model. A model not yet loaded is described by what the pool knows of it
+(/api/show does not load it: clients call it for every model they list)."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timezone
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+
+from hearth.api.errors import APIError
+from hearth.api.ollama_protocol import ShowRequest, rfc3339
+from hearth.api.infill import has_fim
+
+router = APIRouter()
+
+TAG = ":latest"
+API_VERSION = "0.33.0"
+"""The Ollama release whose API (docs/api.md, api/types.go) these routes follow: clients that check the
+server's version for a feature see one that has it."""
+NEVER = "2318-01-01T00:00:00Z"
+"""/api/ps' expires_at: hearth unloads a model only when another needs its room (Ollama's keep_alive -1
+reads as a date this far)."""
+
+REFUSED = {
+    "pull": "hearth does not download models over its API: run `hearth pull NAME` on the server's machine "
+            "(`hearth models` lists the catalog; a Hugging Face `org/repo:file.gguf` works too), then serve it",
+    "push": "hearth has no model registry to push to: a model is a GGUF file, served in place",
+    "create": "hearth does not build models from a Modelfile: serve the GGUF file itself (`hearth serve PATH "
+              "--served-model-name NAME`) and send sampling settings per request in `options`",
+    "copy": "hearth does not copy models: give a model more names with --served-model-name A B, or `aliases` "
+            "in a --models file",
+    "delete": "hearth does not delete models over its API: they are files in ~/.cache/hearth/models "
+              "(`hearth models` lists them)",
+    "blobs": "hearth does not take model files over its API: put the GGUF file on the server's machine and "
+             "serve it (`hearth serve PATH`)",
+    "embed": "hearth does not compute embeddings: it serves generation (/api/chat, /api/generate and the "
+             "OpenAI and Anthropic routes); use an embedding server for /api/embed",
+}
+REFUSED["embeddings"] = REFUSED["embed"]
+
+
+def resolve(pool, requested: str | None):
+    """The pool's slot for `requested` (an id, an alias, either with `:latest`); unknown: Ollama's 404."""
+    for name in (requested, requested.removesuffix(TAG)) if requested else (requested,):
+        try:
+            return pool.resolve(name)
+        except APIError as e:
+            if e.status != 404:
+                raise
+    raise APIError(404, f"model '{requested}' not found", param="model", code="model_not_found")
+
+
+async def served_model(pool, requested: str | None):
+    """The served model (loaded if need be) and the seconds its load took."""
+    slot = resolve(pool, requested)
+    t0 = time.perf_counter()
+    served = await pool.get(slot.spec.name)
+    return served, time.perf_counter() - t0
+
+
+def _tagged(name: str) -> str:
+    return name if ":" in name else name + TAG
+
+
+def _details(served) -> dict:
+    family = served.metadata.get("general.architecture", "") if served else ""
+    return {"parent_model": "", "format": "gguf", "family": family, "families": [family] if family else None,
+            "parameter_size": _count(served.parameter_count) if served else "",
+            "quantization_level": served.quantization if served else ""}
+
+
+def _count(n: int) -> str:
+    """Ollama's parameter_size: 134515008 -> "134.52M"."""
+    if not n:
+        return ""
+    for unit, size in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}".rstrip("0").rstrip(".") + unit
+    return str(n)
+
+
+def _file(served) -> tuple[int, str | None]:
+    """(size in bytes, modified time) of a loaded model's file; (0, None) where not known."""
+    try:
+        st = os.stat(served.path)
+    except (OSError, TypeError, AttributeError):
+        return 0, None
+    return st.st_size, rfc3339(datetime.fromtimestamp(st.st_mtime, timezone.utc))
+
+
+def _entry(slot, name: str) -> dict:
+    served = slot.served
+    size, modified = _file(served) if served else (0, None)
+    return {"name": _tagged(name), "model": _tagged(name),
+            "modified_at": modified or rfc3339(datetime.fromtimestamp(slot.created, timezone.utc)),
+            "size": size, "digest": "", "details": _details(served)}
+
+
+@router.api_route("/api/tags", methods=["GET", "HEAD"])
+async def tags(request: Request):
+    pool = request.app.state.models
+    return {"models": [_entry(slot, name) for slot in pool.slots for name in slot.spec.names]}
+
+
+@router.get("/api/ps")
+async def ps(request: Request):
+    pool = request.app.state.models
+    return {"models": [{**_entry(slot, name), "size": slot.spec.footprint or _file(slot.served)[0],
+                        "expires_at": NEVER, "size_vram": 0, "context_length": slot.served.max_model_len}
+                       for slot in pool.slots if slot.served is not None for name in slot.spec.names[:1]]}
+
+
+def _capabilities(served) -> list[str]:
+    """Every served model takes tools (a template without them gets hearth's tool prompt: hearth.api.tools)."""
+    caps = ["completion", "tools"]
+    if served is not None and has_fim(served.tokenizer):
+        caps.append("insert")
+    if served is not None and served.knows_reasoning:
+        caps.append("thinking")
+    return caps
+
+
+@router.post("/api/show")
+async def show(body: ShowRequest, request: Request):
+    requested = body.model or body.name
+    slot = resolve(request.app.state.models, requested)
+    served = slot.served
+    context = served.max_model_len if served else slot.spec.max_model_len
+    info = dict(served.metadata) if served else {}
+    family = info.get("general.architecture")
+    if served is not None and served.parameter_count:
+        info["general.parameter_count"] = served.parameter_count
+    if family and context:  # what a client sizes num_ctx by: the served context, which num_ctx may not pass
+        info[f"{family}.context_length"] = context
+    path = served.path if served else ""
+    # `parameters` in the Modelfile's syntax: Continue sizes its requests' num_ctx by this line
+    out = {"modelfile": f"# hearth serves {slot.spec.name}\nFROM {path or slot.spec.name}\n",
+           "parameters": f"num_ctx {context}" if context else "",
+           "template": served.template_source if served else "", "details": _details(served), "model_info": info,
+           "capabilities": _capabilities(served), "hearth": {"loaded": served is not None, "context_length": context}}
+    if served is not None:
+        out["modified_at"] = _file(served)[1] or rfc3339(datetime.fromtimestamp(served.created, timezone.utc))
+    return out
+
+
+@router.api_route("/api/version", methods=["GET", "HEAD"])
+async def version(request: Request):
+    return {"version": API_VERSION, "hearth": request.app.state.config.build_info}
+
+
+@router.head("/")
+async def heartbeat():
+    """`ollama` and other clients check a server is up with HEAD / (GET / is the chat page)."""
+    return Response(status_code=200)
+
+
+def _refuse(what: str):
+    async def refuse():
+        raise APIError(400, REFUSED[what])
+    return refuse
+
+
+for _what, _method, _path in (("pull", "POST", "/api/pull"), ("push", "POST", "/api/push"),
+                              ("create", "POST", "/api/create"), ("copy", "POST", "/api/copy"),
+                              ("delete", "DELETE", "/api/delete"), ("embed", "POST", "/api/embed"),
+                              ("embeddings", "POST", "/api/embeddings"), ("blobs", "POST", "/api/blobs/{digest}"),
+                              ("blobs", "HEAD", "/api/blobs/{digest}")):
+    router.add_api_route(_path, _refuse(_what), methods=[_method])

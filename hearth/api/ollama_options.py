@@ -1,0 +1,106 @@
+"""Ollama's request knobs -> hearth's: `options` (Modelfile parameters) -> SamplingParams fields,
+`format` -> a structured-output constraint, `think` -> the chat template's variables.
+
+Options hearth applies are hearth.api.errors.OLLAMA_OPTIONS; `num_ctx` is checked against the served
+context (asking more is a 400 naming it: hearth's context is set when the model loads); any other key,
+Ollama's (mirostat, num_gpu, ...) or unknown, is ignored as Ollama ignores an unknown one, and named in
+`x-hearth-ignored-fields` as `options.KEY`. Types are checked as Ollama's Options.FromMap checks them
+(an integer option takes a number, a float option a number, `stop` a list of strings)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hearth.api.errors import OLLAMA_OPTIONS, APIError
+from hearth.api.ignored_fields import note
+from hearth.api.messages import _kind
+from hearth.api.sampling import check_logprobs
+from hearth.sampling_params import StructuredOutput
+
+_INTEGERS = frozenset({"top_k", "seed", "num_predict", "num_ctx"})
+THINK_LEVELS = ("low", "medium", "high", "max")
+
+
+def _bad(param: str, why: str) -> APIError:
+    return APIError(400, f"{param}: {why}", param=param)
+
+
+def _number(name: str, value: Any) -> float | int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "an integer" if name in _INTEGERS else "a number"
+        raise _bad(f"options.{name}", f"must be {kind}, not {_kind(value)}")
+    return int(value) if name in _INTEGERS else value  # Go truncates a JSON number into an int option
+
+
+def _stop(value: Any) -> list[str]:
+    if isinstance(value, str):  # Ollama wants a list; one string means itself
+        return [value]
+    if not isinstance(value, list) or not all(isinstance(s, str) for s in value):
+        raise _bad("options.stop", f"must be a list of strings, not {_kind(value)}")
+    return list(value)
+
+
+def sampling_fields(options: dict | None, max_model_len: int) -> dict:
+    """SamplingParams fields (None = not given) from `options`; a num_ctx past the served context is a 400."""
+    options = options or {}
+    fields: dict[str, Any] = dict.fromkeys(OLLAMA_OPTIONS.values())
+    for name, value in options.items():
+        if value is None:
+            continue
+        if name == "num_ctx":
+            if _number(name, value) > max_model_len:
+                raise _bad("options.num_ctx", f"{value} is more than this server's context for the model "
+                                              f"({max_model_len} tokens; `hearth serve --max-model-len` sets it)")
+        elif name == "stop":
+            fields["stop"] = _stop(value)
+        elif name in OLLAMA_OPTIONS:
+            fields[OLLAMA_OPTIONS[name]] = _number(name, value)
+    note({f"options.{k}": None for k in options if k not in OLLAMA_OPTIONS and k != "num_ctx"}, frozenset())
+    if fields["max_tokens"] is not None and fields["max_tokens"] < 0:  # -1: no limit, -2: fill the context
+        fields["max_tokens"] = None
+    if fields["seed"] is not None and fields["seed"] < 0:  # Ollama's -1: a random seed
+        fields["seed"] = None
+    fields["stop"] = fields["stop"] or []
+    return fields
+
+
+def within_context(fields: dict, prompt_tokens: int, max_model_len: int) -> dict:
+    """A num_predict past the room the prompt leaves means until the context is full, as Ollama reads it
+    (Continue sends its default 4096 whatever the context): the answer then ends with done_reason
+    "length", never a 400 for a limit the context sets anyway."""
+    asked = fields["max_tokens"]
+    if asked is not None and prompt_tokens + asked > max_model_len:
+        return {**fields, "max_tokens": None}
+    return fields
+
+
+def structured_output(fmt: str | dict | None) -> StructuredOutput | None:
+    """`format`: "json" (any JSON object) or a JSON schema object; "" or none: free text."""
+    if fmt is None or fmt == "":
+        return None
+    if fmt == "json":
+        return StructuredOutput(json_object=True)
+    if isinstance(fmt, dict):
+        return StructuredOutput(json_schema=fmt) if fmt else StructuredOutput(json_object=True)
+    raise _bad("format", f"must be \"json\" or a JSON schema object, got {fmt!r}")
+
+
+def think_kwargs(think: bool | str | None) -> dict:
+    """Template variables for `think`: enable_thinking (Qwen3's and others' switch), and a level as
+    reasoning_effort (gpt-oss's; "max" is its "high", as Ollama maps it)."""
+    if think is None:
+        return {}
+    if isinstance(think, bool):
+        return {"enable_thinking": think}
+    if think not in THINK_LEVELS:
+        raise _bad("think", f"must be true, false or one of {', '.join(map(repr, THINK_LEVELS))}, got {think!r}")
+    return {"enable_thinking": True, "reasoning_effort": "high" if think == "max" else think}
+
+
+def asked_logprobs(body, served) -> int | None:
+    """`logprobs: true` -> the top-k to return with each token (`top_logprobs`, 0 by default; its range is
+    the server's --max-logprobs, Ollama's 0 to 20 by default); None: none asked (top_logprobs alone asks none,
+    as Ollama reads it)."""
+    if not body.logprobs:
+        return None
+    return check_logprobs("top_logprobs", body.top_logprobs or 0, served)

@@ -1,0 +1,150 @@
+"""POST /api/chat and /api/generate: Ollama's native generation routes, so clients written for Ollama
+(the `ollama` Python client, LangChain's ChatOllama, Open WebUI, Continue) work against `hearth serve`.
+
+/api/chat goes the way /v1/chat/completions and /v1/messages go: the messages (hearth.api.ollama_messages)
+and tools rendered by the model's template, the tool guard and a router as configured
+(hearth.api.tool_router), the reply from the parsed updates (hearth.api.ollama_reply). /api/generate
+renders `system` + `prompt` as one user turn, or takes the prompt as it is (`raw`), or lays a
+fill-in-the-middle prompt out with `suffix` (hearth.api.infill). An empty conversation or prompt loads
+the model and answers done (done_reason "load"), as Ollama does."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from hearth.api.errors import OLLAMA_OPTIONS, APIError
+from hearth.api.generate import Generation, until_disconnect
+from hearth.api.choices import PlainChoices
+from hearth.api.guard_extras import RequestGuard
+from hearth.api.infill import suffix_fim, suffix_prompt
+from hearth.api.messages import openai_messages
+from hearth.api.ollama_messages import ollama_messages
+from hearth.api.ollama_models import served_model
+from hearth.api.ollama_options import (asked_logprobs, sampling_fields, structured_output, think_kwargs,
+                                      within_context)
+from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
+from hearth.api.ollama_reply import NDJSON, OllamaReply
+from hearth.api.parsing import output_parser
+from hearth.api.sampling import make_params, token_ids
+from hearth.api.sse import SSEResponse
+from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
+from hearth.api.tool_router import routed_choices
+from hearth.api.tools import ToolPlan, openai_tools, plan_tools, prompt_messages
+from hearth.tool_guard.routing import Ask
+from hearth.tool_parsers import OutputParser
+
+router = APIRouter()
+
+FIELD_NAMES = {**{field: f"options.{name}" for name, field in OLLAMA_OPTIONS.items()}, "logprobs": "top_logprobs"}
+"""SamplingParams fields -> their names in an Ollama request, for errors."""
+
+
+@router.post("/api/chat")
+async def chat(body: ChatRequest, request: Request):
+    started = time.perf_counter()
+    state = request.app.state
+    served, load_s = await served_model(state.models, body.model)
+    name = body.model or served.name
+    k = asked_logprobs(body, served)
+    if not body.messages:
+        return _loaded({"model": name, "created_at": now(), "message": {"role": "assistant", "content": ""}})
+    history = ollama_messages(body.messages)
+    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(body.tools), history)
+    plan = plan_tools(served, guard.tools, None)
+    guard.prompt_hint(plan, True)
+    template, prefill = think_kwargs(body.think), _continued(history)
+    fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k}
+
+    def fit(msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
+        return guard.fit(lambda m: _render(served, plan, m, template, continued), msgs, served.max_model_len,
+                         fields["max_tokens"], served.model_context)
+
+    text, ids = fit(history)
+    fields = within_context(fields, len(ids), served.max_model_len)
+    constraint = structured_output(body.format)
+    fields["structured_output"] = constraint or plan.constraint
+    ask = Ask(guard.tools, None, history, token_level=k is not None, structured=constraint is not None,
+              workflow=guard.ext.workflow is not None, prefill=prefill)
+    req = ChoicesRequest(served, plan, text, ids, fields, FIELD_NAMES, guard, True,
+                         lambda extra: reprompt_ids(served, fit(history + openai_messages(extra), False)[0],
+                                                    fields["max_tokens"]),
+                         streaming=body.stream)
+    source, _ = await routed_choices(state, served.name, ask, lambda s, p: _render(s, p, history, template, prefill),
+                                     req)
+    reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
+    return await _answer(request, body.stream, reply)
+
+
+def _continued(history: list[dict]) -> bool:
+    """A final assistant message with text is continued, as Ollama continues it (an empty one prefills nothing)."""
+    last = history[-1]
+    return last["role"] == "assistant" and bool(last["content"]) and not last.get("tool_calls")
+
+
+def _render(served, plan, messages: list[dict], template: dict, continued: bool) -> tuple[str, list[int]]:
+    text = served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
+                              add_generation_prompt=not continued, continue_final=continued, template_kwargs=template)
+    return text, served.encode_chat_text(text)
+
+
+@router.post("/api/generate")
+async def generate(body: GenerateRequest, request: Request):
+    started = time.perf_counter()
+    _check_generate(body)
+    state = request.app.state
+    served, load_s = await served_model(state.models, body.model)
+    name = body.model or served.name
+    k = asked_logprobs(body, served)
+    if not body.prompt and not body.suffix:
+        return _loaded({"model": name, "created_at": now(), "response": ""})
+    text, ids, context = _generate_prompt(served, body)
+    fields = {**within_context(sampling_fields(body.options, served.max_model_len), len(ids), served.max_model_len),
+              "structured_output": structured_output(body.format), "logprobs": k}
+    params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
+    gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
+    templated = not body.raw and not body.suffix  # a raw or FIM answer is plain text: nothing to parse
+    parser = output_parser(served, ToolPlan(), text, body.stream) if templated else OutputParser()
+    reply = OllamaReply(name, PlainChoices(gen, [parser]), False, started, load_s, context, "/api/generate",
+                        (served.tokenizer, k))
+    return await _answer(request, body.stream, reply)
+
+
+def _check_generate(body: GenerateRequest) -> None:
+    if body.images:
+        raise APIError(400, "images: images are not supported: hearth serves text-only models", param="images")
+    if body.template:
+        raise APIError(400, "template: hearth renders prompts with the model's own chat template (from its GGUF); "
+                            "send `raw: true` with a prompt you formatted yourself", param="template")
+    if body.raw and (body.system or body.context):  # Ollama's rule
+        field = "system" if body.system else "context"
+        raise APIError(400, f"{field}: raw mode does not support template, system, or context", param=field)
+
+
+def _generate_prompt(served, body: GenerateRequest) -> tuple[str, list[int], list[int] | None]:
+    """(the prompt's text, its ids, the ids a reply's `context` starts with: None for raw and FIM, as Ollama)."""
+    if body.suffix:
+        fim = suffix_fim(served)
+        prefix = served.encode_text(body.prompt, add_special_tokens=False, parse_special=False)
+        return body.prompt, suffix_prompt(served, fim, prefix, body.suffix), None
+    if body.raw:
+        return body.prompt, served.encode_text(body.prompt), None
+    messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
+        [{"role": "user", "content": body.prompt}]
+    text = served.render_chat(openai_messages(messages), template_kwargs=think_kwargs(body.think))
+    ids = token_ids("context", body.context, served.vocab_size) + served.encode_chat_text(text)
+    return text, ids, ids
+
+
+def _loaded(head: dict) -> JSONResponse:
+    """The answer to a request that only loads its model (Ollama's one object, streamed or not)."""
+    return JSONResponse({**head, "done": True, "done_reason": "load"})
+
+
+async def _answer(request: Request, stream: bool, reply: OllamaReply):
+    if stream:
+        return SSEResponse(reply.lines(), on_close=reply.src.abort, media_type=NDJSON)
+    result = await until_disconnect(request, reply.whole())
+    return result if result is not None else {}

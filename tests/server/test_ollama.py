@@ -1,0 +1,405 @@
+"""Ollama's native API (/api/chat, /api/generate, /api/tags, /api/show, /api/ps, /api/version and the
+management routes hearth answers with what it does instead), on the scripted fake engine: NDJSON
+streams by default and whole replies, tool calls with arguments as objects (the tool guard on, as on
+the OpenAI route), thinking, `format`, `options` mapped to SamplingParams, `:latest` names, and errors
+in Ollama's shape ({"error": "..."}, 400 naming the field, 404 for a model). The last test drives a real
+SmolLM2 server with the `ollama` Python client, unmodified."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import ollama
+import pytest
+from starlette.testclient import TestClient
+
+from hearth.api.app import create_app
+from hearth.api.model_pool import ModelPool, ModelSpec
+from tests.server.conftest import API_KEY, TIMEOUT
+from tests.server.fakes import CHATML_NO_TOOLS, FakeEngine, FakeTokenizer, fake_served
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER = [{"type": "function",
+            "function": {"name": "get_weather", "description": "Weather in a city", "parameters": CITY}}]
+USER = [{"role": "user", "content": "hi"}]
+NS_FIELDS = ("total_duration", "load_duration", "prompt_eval_duration", "eval_duration")
+
+
+def chat(fake, content: str, **kw):
+    messages = [{"role": "user", "content": content}]
+    return fake.client.post("/api/chat", json={"model": "fake-model", "messages": messages, **kw})
+
+
+def lines(r) -> list[dict]:
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/x-ndjson")
+    return [json.loads(x) for x in r.text.splitlines() if x.strip()]
+
+
+def test_chat_streams_ndjson_by_default_and_ends_with_counts(fake):
+    r = fake.client.post("/api/chat", json={"model": "fake-model:latest",
+                                            "messages": [{"role": "user", "content": "script:hello"}]})
+    out = lines(r)
+    assert all(o["model"] == "fake-model:latest" and o["created_at"].endswith("Z") for o in out)
+    assert [o["done"] for o in out] == [False] * (len(out) - 1) + [True]
+    assert "".join(o["message"]["content"] for o in out) == "Hello there!"
+    assert all(o["message"]["role"] == "assistant" for o in out)
+    last = out[-1]
+    assert last["done_reason"] == "stop" and last["message"]["content"] == ""
+    assert last["eval_count"] == 4 and last["prompt_eval_count"] == len(fake.last.prompt)
+    assert all(isinstance(last[k], int) and last[k] >= 0 for k in NS_FIELDS)
+    assert last["total_duration"] >= last["eval_duration"]
+
+
+def test_chat_whole_reply(fake):
+    r = chat(fake, "script:hello", stream=False)
+    assert r.status_code == 200 and r.headers["content-type"] == "application/json"
+    body = r.json()
+    assert body["message"] == {"role": "assistant", "content": "Hello there!"}
+    assert body["done"] is True and body["done_reason"] == "stop" and body["eval_count"] == 4
+
+
+def test_num_predict_ends_as_length(fake):
+    body = chat(fake, "script:hello", stream=False, options={"num_predict": 2}).json()
+    assert body["done_reason"] == "length" and body["eval_count"] == 2
+    assert fake.last.params.max_tokens == 2
+
+
+def test_tool_call_arguments_are_an_object_whole_and_streamed(fake):
+    body = chat(fake, "script:tool", stream=False, tools=WEATHER).json()
+    assert body["message"]["content"] == "Let me check."
+    (call,) = body["message"]["tool_calls"]
+    assert call["function"] == {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}
+    assert body["done_reason"] == "stop"
+    out = lines(chat(fake, "script:tool", tools=WEATHER))
+    calls = [c for o in out for c in o["message"].get("tool_calls", [])]
+    assert [c["function"]["arguments"] for c in calls] == [{"city": "Paris"}]
+    assert "".join(o["message"]["content"] for o in out) == "Let me check."
+
+
+def test_the_tool_guard_applies_as_on_the_openai_route(fake):
+    """guard_unknown's first attempt calls a tool that does not exist: the guard retries, the client gets
+    the good call, and the `hearth` field says what the guard did."""
+    body = chat(fake, "script:guard_unknown", stream=False, tools=WEATHER).json()
+    assert [c["function"]["name"] for c in body["message"]["tool_calls"]] == ["get_weather"]
+    assert body["hearth"]["tool_guard"] == "guard" and body["hearth"]["retries"]
+    assert len(fake.engine.added) == 2
+
+
+def test_logprobs_whole_and_streamed(fake):
+    body = chat(fake, "script:hello", stream=False, logprobs=True, top_logprobs=2).json()
+    assert [x["token"] for x in body["logprobs"]] == ["H", "l", "t", "!"]  # the fake's token: a piece's first char
+    assert all(len(x["top_logprobs"]) == 2 and x["logprob"] == -0.5 for x in body["logprobs"])
+    assert fake.last.params.logprobs == 2
+    out = lines(chat(fake, "script:hello", logprobs=True))
+    assert [x["token"] for o in out for x in o.get("logprobs", [])] == ["H", "l", "t", "!"]
+    assert all(x["top_logprobs"] == [] for o in out for x in o.get("logprobs", []))
+    body = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "hi", "stream": False,
+                                                   "logprobs": True}).json()
+    assert [x["token"] for x in body["logprobs"]] == ["o"]
+    assert "logprobs" not in chat(fake, "hi", stream=False, top_logprobs=3).json()  # only with logprobs: true
+
+
+def test_thinking_is_its_own_field(fake):
+    body = chat(fake, "script:think", stream=False).json()
+    assert body["message"] == {"role": "assistant", "content": "Hi!", "thinking": "The user wants a greeting."}
+    out = lines(chat(fake, "script:think"))
+    assert "".join(o["message"].get("thinking", "") for o in out) == "The user wants a greeting."
+    assert "".join(o["message"]["content"] for o in out) == "Hi!"
+
+
+def test_think_sets_the_templates_switch(make_fake):
+    fake = make_fake(template="{{ enable_thinking }} {{ reasoning_effort }}|" + CHATML_NO_TOOLS)
+    chat(fake, "hi", stream=False, think=False)
+    assert fake.last.prompt.startswith("False |")
+    chat(fake, "hi", stream=False, think="max")
+    assert fake.last.prompt.startswith("True high|")
+    r = chat(fake, "hi", think="very")
+    assert r.status_code == 400 and r.json()["error"].startswith("think: ")
+
+
+def test_history_with_calls_and_results_by_tool_name(fake):
+    messages = [{"role": "user", "content": "weather in Paris and Rome?"},
+                {"role": "assistant", "content": "", "thinking": "two cities",
+                 "tool_calls": [{"function": {"name": "get_weather", "arguments": {"city": "Paris"}}},
+                                {"function": {"name": "get_weather", "arguments": {"city": "Rome"}}}]},
+                {"role": "tool", "tool_name": "get_weather", "content": "sunny"},
+                {"role": "TOOL", "tool_name": "get_weather", "content": "rainy"}]
+    r = fake.client.post("/api/chat", json={"model": "fake-model", "messages": messages, "tools": WEATHER,
+                                            "stream": False})
+    assert r.status_code == 200, r.text
+    prompt = fake.last.prompt
+    assert '"arguments": {"city": "Paris"}' in prompt and '"arguments": {"city": "Rome"}' in prompt
+    assert "<think>two cities</think>" in prompt
+    assert prompt.index("sunny") < prompt.index("rainy")
+
+
+def test_a_final_assistant_message_is_continued(fake):
+    messages = [{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "The colour is"}]
+    r = fake.client.post("/api/chat", json={"model": "fake-model", "messages": messages, "stream": False})
+    assert r.status_code == 200 and fake.last.prompt.endswith("<|im_start|>assistant\nThe colour is")
+    messages[-1]["content"] = ""  # an empty one prefills nothing: a new answer
+    fake.client.post("/api/chat", json={"model": "fake-model", "messages": messages, "stream": False})
+    assert fake.last.prompt.endswith("<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_the_ollama_client_reads_calls_and_streams_in_process(fake):
+    """The `ollama` package's async client on the app in-process: its types parse every reply."""
+    async def run():
+        client = ollama.AsyncClient(host="http://testserver", transport=httpx.ASGITransport(fake.client.app))
+        r = await client.chat(model="fake-model:latest", messages=[{"role": "user", "content": "script:tool"}],
+                              tools=WEATHER)
+        (call,) = r.message.tool_calls
+        assert call.function.name == "get_weather" and call.function.arguments == {"city": "Paris"}
+        parts = [p async for p in await client.chat(model="fake-model", stream=True,
+                                                    messages=[{"role": "user", "content": "script:think"}])]
+        assert "".join(p.message.thinking or "" for p in parts) == "The user wants a greeting."
+        assert "".join(p.message.content for p in parts) == "Hi!" and parts[-1].done_reason == "stop"
+        gen = await client.generate(model="fake-model", prompt="script:hello", options={"num_predict": 3})
+        assert gen.response == "Hello there" and gen.done_reason == "length" and gen.eval_count == 3
+        listed = await client.list()
+        assert [m.model for m in listed.models] == ["fake-model:latest"]
+        with pytest.raises(ollama.ResponseError) as e:
+            await client.chat(model="fake-model", messages=[{"role": "user", "content": "hi"}],
+                              options={"temperature": "warm"})
+        assert e.value.status_code == 400 and e.value.error.startswith("options.temperature: ")
+
+    asyncio.run(run())
+
+
+def test_format_json_or_a_schema(fake):
+    chat(fake, "script:json", stream=False, format="json")
+    assert fake.last.params.structured_output.json_object
+    schema = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+    body = chat(fake, "script:json", stream=False, format=schema).json()
+    assert json.loads(body["message"]["content"]) == {"answer": "yes"}
+    assert fake.last.params.structured_output.json_schema == schema
+    r = chat(fake, "hi", format="xml")
+    assert r.status_code == 400 and r.json() == {"error": "format: must be \"json\" or a JSON schema object, got 'xml'"}
+
+
+def test_options_map_to_sampling(fake):
+    options = {"temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 7, "repeat_penalty": 1.1,
+               "presence_penalty": 0.2, "frequency_penalty": 0.3, "stop": ["\n\n"], "num_predict": 9, "num_ctx": 2048,
+               "mirostat": 2, "num_gpu": 1, "no_such_option": True}
+    r = chat(fake, "hi", stream=False, options=options)
+    assert r.status_code == 200, r.text
+    p = fake.last.params
+    assert (p.temperature, p.top_p, p.top_k, p.min_p, p.seed) == (0.5, 0.9, 20, 0.05, 7)
+    assert (p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (1.1, 0.2, 0.3)
+    assert p.stop == ["\n\n"] and p.max_tokens == 9
+    ignored = r.headers["x-hearth-ignored-fields"].split(",")
+    assert set(ignored) == {"options.mirostat", "options.num_gpu", "options.no_such_option"}
+    chat(fake, "hi", stream=False, options={"num_predict": -1, "seed": -1, "stop": "x", "top_k": 3.0})
+    p = fake.last.params
+    assert p.max_tokens is None and p.seed is None and p.stop == ["x"] and p.top_k == 3
+
+
+def test_num_predict_past_the_context_runs_until_it_is_full(fake):
+    """Continue sends num_predict 4096 whatever the context: Ollama reads it as a cap, not an error."""
+    r = chat(fake, "script:hello", stream=False, options={"num_predict": 100000})
+    assert r.status_code == 200 and fake.last.params.max_tokens is None
+    r = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "hi", "stream": False,
+                                                "options": {"num_predict": 4096}})
+    assert r.status_code == 200 and fake.last.params.max_tokens is None
+
+
+@pytest.mark.parametrize("options,error", [
+    ({"temperature": "hot"}, "options.temperature: must be a number, not a string"),
+    ({"top_k": True}, "options.top_k: must be an integer, not a boolean"),
+    ({"stop": [1]}, "options.stop: must be a list of strings, not a list"),
+    ({"temperature": -1}, "options.temperature: must be >= 0, got -1"),
+    ({"num_ctx": 8192}, "options.num_ctx: 8192 is more than this server's context for the model (4096 tokens"),
+])
+def test_bad_options_name_the_option(fake, options, error):
+    r = chat(fake, "hi", options=options)
+    assert r.status_code == 400 and r.json()["error"].startswith(error), r.text
+
+
+@pytest.mark.parametrize("body,error", [
+    ({"messages": [{"role": "user", "content": "hi", "images": ["iVBOR"]}]},
+     "messages[0].images: images are not supported"),
+    ({"messages": [{"role": "robot", "content": "hi"}]}, "messages[0].role: unknown role 'robot'"),
+    ({"messages": "hi"}, "messages: "),
+    ({"messages": [{"role": "user", "content": "hi"}], "stream": "yes"}, "stream: "),
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {}}]},
+     "tools[0].function.name: is required"),
+    ({"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, "top_logprobs: "),
+])
+def test_bad_chat_input_is_an_ollama_400_naming_the_field(fake, body, error):
+    r = fake.client.post("/api/chat", json={"model": "fake-model", **body})
+    assert r.status_code == 400 and list(r.json()) == ["error"] and r.json()["error"].startswith(error), r.text
+
+
+def test_a_prompt_past_the_context_is_a_400_naming_its_field(make_fake):
+    fake = make_fake(engine=FakeEngine(max_model_len=64))
+    r = chat(fake, "x" * 100)
+    assert r.status_code == 400 and r.json()["error"].startswith("messages: prompt is "), r.text
+    r = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "x" * 100})
+    assert r.status_code == 400 and r.json()["error"].startswith("prompt is 150 tokens but the context"), r.text
+
+
+def test_unknown_model_is_ollamas_404_and_names_take_the_latest_tag(make_fake):
+    fake = make_fake(names=("smollm2-135m", "tiny"))
+    r = fake.client.post("/api/chat", json={"model": "nope", "messages": [{"role": "user", "content": "hi"}]})
+    assert r.status_code == 404 and r.json() == {"error": "model 'nope' not found"}
+    assert fake.client.post("/api/show", json={"model": "nope:latest"}).status_code == 404
+    for name in ("smollm2-135m", "smollm2-135m:latest", "tiny:latest"):
+        r = fake.client.post("/api/generate", json={"model": name, "prompt": "hi", "stream": False})
+        assert r.status_code == 200 and r.json()["model"] == name
+    assert not fake.client.post("/api/generate", json={"model": "tiny:7b", "prompt": "hi"}).status_code == 200
+
+
+def test_an_empty_conversation_or_prompt_loads_the_model(fake):
+    r = fake.client.post("/api/chat", json={"model": "fake-model", "messages": []})
+    assert r.json() == {"model": "fake-model", "created_at": r.json()["created_at"],
+                        "message": {"role": "assistant", "content": ""}, "done": True, "done_reason": "load"}
+    r = fake.client.post("/api/generate", json={"model": "fake-model", "keep_alive": "5m"})
+    assert r.json()["response"] == "" and r.json()["done_reason"] == "load"
+    assert fake.engine.added == []
+
+
+def test_generate_renders_system_and_prompt_and_returns_a_context(fake):
+    r = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "script:hello", "system": "Be brief.",
+                                                "stream": False})
+    body = r.json()
+    assert body["response"] == "Hello there!" and body["done_reason"] == "stop"
+    first = fake.last.prompt
+    assert first.startswith("<|im_start|>system\nBe brief.<|im_end|>") and first.endswith("<|im_start|>assistant\n")
+    assert body["context"][:len(first)] == [ord(c) for c in first] and len(body["context"]) == len(first) + 4
+    fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "again", "context": body["context"],
+                                            "stream": False})
+    assert fake.last.prompt.startswith(first)  # the earlier turn, then this one
+
+
+def test_generate_streams_and_raw_takes_the_prompt_as_it_is(fake):
+    out = lines(fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "[INST] script:hello",
+                                                        "raw": True}))
+    assert fake.last.prompt == "[INST] script:hello"
+    assert "".join(o["response"] for o in out) == "Hello there!" and out[-1]["done"] is True
+    assert "context" not in out[-1]
+
+
+@pytest.mark.parametrize("body,error", [
+    ({"prompt": "hi", "images": ["iVBOR"]}, "images: images are not supported"),
+    ({"prompt": "hi", "template": "{{ .Prompt }}"}, "template: hearth renders prompts with the model's own"),
+    ({"prompt": "hi", "raw": True, "system": "x"}, "system: raw mode does not support template, system, or context"),
+    ({"prompt": "hi", "context": [-1]}, "context: token id -1 is outside the vocabulary"),
+    ({"prompt": "hi", "suffix": "end"}, "suffix: is not supported by model 'fake-model'"),
+    ({"prompt": "hi", "format": {"type": "nonsense"}}, "format: "),
+])
+def test_bad_generate_input_is_an_ollama_400(fake, body, error):
+    r = fake.client.post("/api/generate", json={"model": "fake-model", **body})
+    assert r.status_code == 400 and r.json()["error"].startswith(error), r.text
+
+
+class FIMTokenizer(FakeTokenizer):
+    """The fake tokenizer with fill-in-the-middle tokens (private-use code points)."""
+    IDS = {"fim_pre": 0xE000, "fim_suf": 0xE001, "fim_mid": 0xE002}
+    bos_id = None
+
+    def special(self, slot: str) -> int | None:
+        return self.IDS.get(slot)
+
+
+def test_generate_with_suffix_runs_the_fill_in_the_middle_prompt_of_v1_completions(fake):
+    fake.client.app.state.models.slots[0].served.tokenizer = FIMTokenizer()
+    body = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "def f(", "suffix": "    return x",
+                                                   "system": "ignored", "stream": False}).json()
+    assert body["response"] == "ok" and "context" not in body
+    ran = fake.last.prompt
+    assert ran == "\ue000def f(\ue001    return x\ue002"
+    fake.openai.completions.create(model="fake-model", prompt="def f(", suffix="    return x", max_tokens=2)
+    assert fake.last.prompt == ran
+
+
+def test_an_engine_failure_mid_stream_is_an_error_line(fake):
+    out = lines(chat(fake, "script:fail"))
+    assert out[0]["message"]["content"] == "partial"
+    assert out[-1] == {"error": "engine step failed: RuntimeError: boom"}
+
+
+def test_tags_show_ps_version_and_heartbeat(fake):
+    (entry,) = fake.client.get("/api/tags").json()["models"]
+    assert entry["name"] == entry["model"] == "fake-model:latest"
+    assert entry["details"]["format"] == "gguf" and entry["modified_at"].endswith("Z")
+    show = fake.client.post("/api/show", json={"model": "fake-model:latest"}).json()
+    assert show["template"] == fake.client.app.state.models.slots[0].served.template_source
+    assert "completion" in show["capabilities"] and "tools" in show["capabilities"]
+    assert show["hearth"] == {"loaded": True, "context_length": 4096} and "model_info" in show
+    assert show["parameters"] == "num_ctx 4096"  # Continue reads its context from this line
+    (running,) = fake.client.get("/api/ps").json()["models"]
+    assert running["name"] == "fake-model:latest" and running["context_length"] == 4096
+    assert fake.client.get("/api/version").json()["version"]
+    assert fake.client.head("/").status_code == 200 and fake.client.head("/api/tags").status_code == 200
+
+
+@pytest.mark.parametrize("method,path,says", [
+    ("POST", "/api/pull", "hearth pull NAME"), ("POST", "/api/push", "no model registry"),
+    ("POST", "/api/create", "hearth serve PATH --served-model-name NAME"), ("POST", "/api/copy", "--served-model-name"),
+    ("DELETE", "/api/delete", "hearth models"), ("POST", "/api/embed", "does not compute embeddings"),
+    ("POST", "/api/embeddings", "does not compute embeddings"), ("POST", "/api/blobs/sha256:00", "hearth serve PATH"),
+])
+def test_management_routes_say_what_hearth_does_instead(fake, method, path, says):
+    r = fake.client.request(method, path, json={"model": "x"})
+    assert r.status_code == 400 and says in r.json()["error"], r.text
+
+
+def test_auth_and_errors_keep_ollamas_shape(make_fake):
+    fake = make_fake(api_key="k")
+    r = fake.client.get("/api/tags")
+    assert r.status_code == 401 and list(r.json()) == ["error"]
+    assert fake.client.head("/").status_code == 200  # the heartbeat needs no key
+    r = fake.client.get("/api/tags", headers={"Authorization": "Bearer k"})
+    assert r.status_code == 200
+    r = fake.client.post("/api/chat", content=b"", headers={"Authorization": "Bearer k"})
+    assert r.status_code == 400 and r.json() == {"error": "the request body is empty; it must be a JSON object"}
+
+
+def test_the_ollama_client_unmodified_against_a_real_server(real_server):
+    client = ollama.Client(host=real_server.url, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=TIMEOUT)
+    model = f"{real_server.model}:latest"
+    assert model in [m.model for m in client.list().models]
+    show = client.show(model)
+    assert show.details.family == "llama" and show.details.quantization_level == "Q4_1"
+    assert show.modelinfo["llama.context_length"] == 512 and "completion" in show.capabilities
+    greedy = {"temperature": 0, "num_predict": 8, "seed": 1}
+    messages = [{"role": "user", "content": "Say hello."}]
+    whole = client.chat(model=model, messages=messages, options=greedy)
+    assert whole.done and whole.message.content and whole.eval_count <= 8 and whole.prompt_eval_count > 0
+    parts = list(client.chat(model=model, messages=messages, options=greedy, stream=True))
+    # not equal to `whole` token for token: the second request reads its prompt from the prefix cache
+    assert "".join(p.message.content for p in parts) and parts[-1].done and parts[-1].eval_count <= 8
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
+    structured = client.chat(model=model, messages=messages, format=schema, options={**greedy, "num_predict": 32})
+    assert isinstance(json.loads(structured.message.content)["ok"], bool)
+    gen = client.generate(model=model, prompt="The capital of France is", options=greedy)
+    assert gen.done and gen.response and gen.context
+    assert [m.model for m in client.ps().models] == [model]
+    with pytest.raises(ollama.ResponseError) as e:
+        client.chat(model="no-such-model", messages=messages)
+    assert e.value.status_code == 404 and e.value.error == "model 'no-such-model' not found"
+
+
+def test_show_and_tags_do_not_load_a_model_chat_does():
+    """Clients call /api/show for every model /api/tags lists: a pool's unloaded models stay unloaded."""
+    loads = []
+
+    def loader(spec):
+        loads.append(spec.name)
+        return fake_served(names=spec.names)
+
+    pool = ModelPool([ModelSpec(["first"], pinned=True, max_model_len=4096), ModelSpec(["second"], max_model_len=2048)],
+                     loader)
+    with TestClient(create_app(pool)) as client:
+        assert loads == ["first"]
+        assert [m["name"] for m in client.get("/api/tags").json()["models"]] == ["first:latest", "second:latest"]
+        show = client.post("/api/show", json={"model": "second:latest"}).json()
+        assert show["hearth"] == {"loaded": False, "context_length": 2048} and loads == ["first"]
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest"]
+        body = client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False}).json()
+        assert body["message"]["content"] == "ok" and loads == ["first", "second"] and body["load_duration"] > 0
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest", "second:latest"]
