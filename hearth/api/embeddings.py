@@ -30,16 +30,10 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     if body.dimensions is not None and body.dimensions != served.embedding_size:
         raise APIError(400, f"dimensions: this model's embeddings have {served.embedding_size} dimensions "
                             f"(no shortening), got {body.dimensions}", param="dimensions")
-    prompts = _inputs(served, body.input)
-    params = SamplingParams(max_tokens=1, temperature=0.0, pooling=served.pooling)
-    wave = getattr(served.engine, "max_in_flight", None) or len(prompts)
-    vectors = []
-    for at in range(0, len(prompts), wave):
-        gen = Generation(served.engine, prompts[at:at + wave], params, state.metrics.of(served.name), prompt_only=True)
-        choices = await until_disconnect(request, gen.collect())
-        if choices is None:  # the client went away: its requests are aborted
-            return {}
-        vectors += [c.embedding for c in choices]
+    prompts = inputs(served, body.input)
+    vectors = await embed(request, served, prompts)
+    if vectors is None:  # the client went away: its requests are aborted
+        return {}
     tokens = sum(map(len, prompts))
     return {"object": "list", "model": served.name,
             "data": [{"object": "embedding", "index": i, "embedding": _encoded(v, body.encoding_format)}
@@ -47,9 +41,25 @@ async def embeddings(body: EmbeddingRequest, request: Request):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
-def _inputs(served, value) -> list[list[int]]:
-    """Token ids per input; an empty one, or one the context cannot hold, is a 400 naming it (OpenAI
-    refuses "" too)."""
+async def embed(request: Request, served, prompts: list[list[int]]) -> list[list[float]] | None:
+    """One embedding per prompt, in order, at most as many prompts at once as the engine holds; None
+    when the client went away (what was running is aborted)."""
+    params = SamplingParams(max_tokens=1, temperature=0.0, pooling=served.pooling)
+    wave = getattr(served.engine, "max_in_flight", None) or len(prompts)
+    vectors = []
+    for at in range(0, len(prompts), wave):
+        gen = Generation(served.engine, prompts[at:at + wave], params, request.app.state.metrics.of(served.name),
+                         prompt_only=True)
+        choices = await until_disconnect(request, gen.collect())
+        if choices is None:
+            return None
+        vectors += [c.embedding for c in choices]
+    return vectors
+
+
+def inputs(served, value, truncate: bool = False) -> list[list[int]]:
+    """Token ids per input; an empty one, or one the context cannot hold (unless `truncate`: its first
+    tokens that fit, as asked), is a 400 naming it (OpenAI refuses "" too)."""
     if isinstance(value, str) or value and isinstance(value[0], int):
         value = [value]
     if not value:
@@ -65,9 +75,12 @@ def _inputs(served, value) -> list[list[int]]:
             ids.append(served.encode_text(v))
         else:
             ids.append(prompt_token_ids(v, served.vocab_size, where))
-        if len(ids[-1]) >= served.max_model_len:  # a prompt alone computes one token more
+        room = served.max_model_len - 1  # a prompt alone computes one token more
+        if len(ids[-1]) > room and truncate:
+            ids[-1] = ids[-1][:room]
+        elif len(ids[-1]) > room:
             raise APIError(400, f"{where}: {len(ids[-1])} tokens, more than the context holds for one "
-                                f"({served.max_model_len - 1}); shorten it", param="input", code="context_length_exceeded")
+                                f"({room}); shorten it", param="input", code="context_length_exceeded")
     return ids
 
 

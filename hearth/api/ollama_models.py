@@ -1,7 +1,7 @@
 """Ollama's model routes: GET /api/tags (the served models), POST /api/show (one model's details,
 template and capabilities), GET /api/ps (the loaded ones), GET /api/version; and Ollama's model
-management (pull, push, create, copy, delete, blobs) and embeddings, which hearth does another way or
-not at all: a 400 that says what to do instead, never a 404 page.
+management (pull, push, create, copy, delete, blobs), which hearth does another way or not at all: a
+400 that says what to do instead, never a 404 page. Embeddings: hearth.api.ollama_embed.
 
 Names: a model's id or alias, or either with Ollama's default tag (`smollm2-135m:latest`); listed with
 it, as Ollama lists every model. A model not yet loaded is described by what the pool knows of it
@@ -42,10 +42,7 @@ REFUSED = {
               "(`hearth models` lists them)",
     "blobs": "hearth does not take model files over its API: put the GGUF file on the server's machine and "
              "serve it (`hearth serve PATH`)",
-    "embed": "hearth does not compute embeddings: it serves generation (/api/chat, /api/generate and the "
-             "OpenAI and Anthropic routes); use an embedding server for /api/embed",
 }
-REFUSED["embeddings"] = REFUSED["embed"]
 
 
 def resolve(pool, requested: str | None):
@@ -171,7 +168,6 @@ def _refuse(what: str):
 
 for _what, _method, _path in (("pull", "POST", "/api/pull"), ("push", "POST", "/api/push"),
                               ("create", "POST", "/api/create"), ("copy", "POST", "/api/copy"),
-                              ("delete", "DELETE", "/api/delete"), ("embed", "POST", "/api/embed"),
-                              ("embeddings", "POST", "/api/embeddings"), ("blobs", "POST", "/api/blobs/{digest}"),
+                              ("delete", "DELETE", "/api/delete"), ("blobs", "POST", "/api/blobs/{digest}"),
                               ("blobs", "HEAD", "/api/blobs/{digest}")):
     router.add_api_route(_path, _refuse(_what), methods=[_method])

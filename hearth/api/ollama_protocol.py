@@ -57,6 +57,19 @@ class GenerateRequest(_Generating):
     images: list[Any] | None = None
 
 
+class EmbedRequest(_Request):
+    """/api/embed's body, and the older /api/embeddings' (`prompt`: one text)."""
+    model: str | None = None
+    input: str | list[str] | None = None
+    prompt: str | None = None
+    truncate: StrictBool | None = None
+    """true: an input past the context is cut to what fits; otherwise (Ollama's default is true) a 400:
+    hearth never truncates unasked."""
+    dimensions: StrictInt | None = None
+    options: dict[str, Any] | None = None
+    keep_alive: str | StrictInt | StrictFloat | None = None
+
+
 class ShowRequest(_Request):
     model: str | None = None
     name: str | None = None

@@ -1,14 +1,18 @@
 """POST /v1/embeddings on a real tiny model: the OpenAI SDK unmodified (its default base64 and
 floats), each input's embedding the model's own final hidden states pooled and normalized (the tiny
 GGUF says mean, as a gte-style embedding GGUF would), OpenAI's four input shapes, a batch larger than
-the engine holds at once (in waves, in order), usage, and bad input as 400s naming the field."""
+the engine holds at once (in waves, in order), usage, and bad input as 400s naming the field. Ollama's
+/api/embed and /api/embeddings over the same path, through the `ollama` client unmodified."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
+import httpx
 import numpy as np
+import ollama
 import openai
 import pytest
 from starlette.testclient import TestClient
@@ -95,3 +99,26 @@ def test_bad_input_names_the_field(client, body, param, message):
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == param and message in error["message"], json.dumps(error)
+
+
+def test_ollama_embed_routes(client, served, reference):
+    ids = [_ids(served, t) for t in TEXTS]
+    sdk = ollama.AsyncClient(host="http://testserver", transport=httpx.ASGITransport(client.app))
+    r = asyncio.run(sdk.embed(model="tiny:latest", input=TEXTS))  # the ollama client, unmodified
+    assert r.model == "tiny:latest" and r.prompt_eval_count == sum(map(len, ids))
+    for i, v in zip(ids, r.embeddings):
+        assert list(v) == pytest.approx(reference(i), abs=ATOL)
+    old = client.post("/api/embeddings", json={"model": "tiny", "prompt": TEXTS[0]}).json()
+    assert old["embedding"] == pytest.approx(reference(ids[0]), abs=ATOL)
+
+
+def test_ollama_embed_truncates_only_when_asked(client, served, reference):
+    long = "word " * 200
+    r = client.post("/api/embed", json={"model": "tiny", "input": long})
+    assert r.status_code == 400 and r.json()["error"].startswith("input[0]: ") and "shorten it" in r.json()["error"]
+    cut = client.post("/api/embed", json={"model": "tiny", "input": long, "truncate": True}).json()
+    assert cut["prompt_eval_count"] == 127
+    assert cut["embeddings"][0] == pytest.approx(reference(_ids(served, long)[:127]), abs=ATOL)
+    for body, field in (({}, "input"), ({"input": "x", "dimensions": 5}, "dimensions")):
+        r = client.post("/api/embed", json={"model": "tiny", **body})
+        assert r.status_code == 400 and r.json()["error"].startswith(field), r.text

@@ -339,8 +339,7 @@ def test_tags_show_ps_version_and_heartbeat(fake):
 @pytest.mark.parametrize("method,path,says", [
     ("POST", "/api/pull", "hearth pull NAME"), ("POST", "/api/push", "no model registry"),
     ("POST", "/api/create", "hearth serve PATH --served-model-name NAME"), ("POST", "/api/copy", "--served-model-name"),
-    ("DELETE", "/api/delete", "hearth models"), ("POST", "/api/embed", "does not compute embeddings"),
-    ("POST", "/api/embeddings", "does not compute embeddings"), ("POST", "/api/blobs/sha256:00", "hearth serve PATH"),
+    ("DELETE", "/api/delete", "hearth models"), ("POST", "/api/blobs/sha256:00", "hearth serve PATH"),
 ])
 def test_management_routes_say_what_hearth_does_instead(fake, method, path, says):
     r = fake.client.request(method, path, json={"model": "x"})
