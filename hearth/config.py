@@ -30,6 +30,11 @@ class ModelConfig:
     """Rope base for sliding-window layers when it differs (gemma3: 10000); 0 = same as rope_theta."""
     rope_scaling_factor: float = 1.0
     """Linear rope scaling (positions are divided by it)."""
+    rope_original_context: int = 0
+    """The context the model was trained at before its rope scaling (0: none given): LongRoPE's long
+    factors apply past it."""
+    rope_attn_factor: float = 1.0
+    """LongRoPE's scale of cos and sin (llama.cpp's attn_factor)."""
     sliding_window: int = 0
     """Window of sliding-window layers (0 = none)."""
     sliding_window_pattern: tuple[bool, ...] = ()

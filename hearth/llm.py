@@ -127,6 +127,7 @@ class LLM:
                                  self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
         # one sequence may hold every block: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
+        self.model.fit_context(self.max_model_len)
         if spec is not None:  # K set: a default one lowered to fit this context
             spec = spec.fit_context(self.max_model_len)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,

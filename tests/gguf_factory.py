@@ -36,6 +36,10 @@ class TinyDims:
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
     """gemma2: tanh soft-capping of the attention scores and of the logits (0 = none)."""
+    longrope_original_context: int = 0
+    """phi3: LongRoPE (longrope_factors) for a model trained at this context and stretched to `context`."""
+    rope_dim: int = 0
+    """Rotated dims of a head (0: all; phi3 writes it, Phi-4-mini rotates 3/4)."""
     yarn_original_context: int = 0
     """A YaRN-scaled file (rope.scaling.type yarn, factor context / this): what hearth does not compute."""
     """gemma3: linear rope scaling factor of the global layers (0 = none)."""
@@ -63,10 +67,15 @@ class ArchLayout:
     write_key_length: bool = False
     write_rope_dim: bool = False
     write_vocab_size: bool = False
+    fused_qkv: bool = False
+    """q, k, v as one attn_qkv matrix (phi3)."""
+    fused_gate_up: bool = False
+    """gate and up as one ffn_up matrix, rows [gate | up] (phi3)."""
 
 
 LAYOUTS = {
     "llama": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
+    "phi3": ArchLayout(write_rope_dim=True, fused_qkv=True, fused_gate_up=True),
     "qwen2": ArchLayout(qkv_bias=True),
     "qwen3": ArchLayout(qk_norm=True, write_key_length=True),
     "gemma2": ArchLayout(sandwich_norm=True, norm_shift=1.0, write_key_length=True),
@@ -75,6 +84,7 @@ LAYOUTS = {
 
 DEFAULT_DIMS = {
     "llama": TinyDims(rope_theta=100000.0, tied=False, rms_eps=1e-5),
+    "phi3": TinyDims(tied=False, rms_eps=1e-5),
     "qwen2": TinyDims(rope_theta=1000000.0),
     "qwen3": TinyDims(layers=3, head_dim=32, rope_theta=1000000.0),
     # sliding and global layers in turn; an attention cap small enough to bite on a tiny model's scores, Gemma 2's
@@ -126,7 +136,7 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_key_length(d.head_dim)
         w.add_value_length(d.head_dim)
     if layout.write_rope_dim:
-        w.add_rope_dimension_count(d.head_dim)
+        w.add_rope_dimension_count(d.rope_dim or d.head_dim)
     if layout.write_vocab_size:
         w.add_vocab_size(d.vocab)
     if d.sliding_window:
@@ -138,6 +148,9 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_attn_logit_softcapping(d.attn_softcap)
     if d.final_softcap:
         w.add_final_logit_softcapping(d.final_softcap)
+    if d.longrope_original_context:
+        w.add_rope_scaling_orig_ctx_len(d.longrope_original_context)
+        w.add_rope_scaling_attn_factors(longrope_attn_factor(d))
     if d.yarn_original_context:
         w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
         w.add_rope_scaling_factor(d.context / d.yarn_original_context)
@@ -160,9 +173,13 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
         q, k = matrix(q_rows, d.hidden), matrix(kv_rows, d.hidden)
         if layout.permute_qk:
             q, k = _permute(q, d.heads), _permute(k, d.kv_heads)
-        yield p + "attn_q.weight", q
-        yield p + "attn_k.weight", k
-        yield p + "attn_v.weight", matrix(kv_rows, d.hidden)
+        v = matrix(kv_rows, d.hidden)
+        if layout.fused_qkv:
+            yield p + "attn_qkv.weight", np.concatenate([q, k, v])
+        else:
+            yield p + "attn_q.weight", q
+            yield p + "attn_k.weight", k
+            yield p + "attn_v.weight", v
         yield p + "attn_output.weight", matrix(d.hidden, q_rows)
         if layout.qkv_bias:
             for name, n in (("attn_q", q_rows), ("attn_k", kv_rows), ("attn_v", kv_rows)):
@@ -175,11 +192,19 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
         if layout.sandwich_norm:
             yield p + "post_attention_norm.weight", norm(d.hidden)
             yield p + "post_ffw_norm.weight", norm(d.hidden)
-        yield p + "ffn_gate.weight", matrix(d.ffn, d.hidden)
-        yield p + "ffn_up.weight", matrix(d.ffn, d.hidden)
+        gate, up = matrix(d.ffn, d.hidden), matrix(d.ffn, d.hidden)
+        if layout.fused_gate_up:
+            yield p + "ffn_up.weight", np.concatenate([gate, up])
+        else:
+            yield p + "ffn_gate.weight", gate
+            yield p + "ffn_up.weight", up
         yield p + "ffn_down.weight", matrix(d.hidden, d.ffn)
     if d.llama3_rope:
         yield "rope_freqs.weight", llama3_rope_factors(d)
+    if d.longrope_original_context:
+        short, long = longrope_factors(d)
+        yield "rope_factors_short.weight", short
+        yield "rope_factors_long.weight", long
     yield "output_norm.weight", norm(d.hidden)
     if not d.tied:
         yield "output.weight", matrix(d.vocab, d.hidden)
@@ -196,6 +221,20 @@ def llama3_rope_factors(d: TinyDims) -> np.ndarray:
     out = np.where(wavelen < context / high, 1.0,
                    np.where(wavelen > context / low, factor, 1.0 / ((1 - smooth) / factor + smooth)))
     return out.astype(np.float32)
+
+
+def longrope_factors(d: TinyDims) -> tuple[np.ndarray, np.ndarray]:
+    """[rot / 2] f32 each: a LongRoPE model's short and long factors (made up, growing with the pair's
+    wavelength as Phi-3's do; the long ones larger)."""
+    pairs = (d.rope_dim or d.head_dim) // 2
+    short = 1.0 + 0.25 * np.arange(pairs) / pairs
+    return short.astype(np.float32), (short * np.linspace(1.0, 6.0, pairs)).astype(np.float32)
+
+
+def longrope_attn_factor(d: TinyDims) -> float:
+    """sqrt(1 + ln(scale) / ln(original)), scale = context / original: what Phi-3's converter writes as
+    rope.scaling.attn_factor and transformers computes."""
+    return float(np.sqrt(1 + np.log(d.context / d.longrope_original_context) / np.log(d.longrope_original_context)))
 
 
 def _permute(w: np.ndarray, n_head: int) -> np.ndarray:

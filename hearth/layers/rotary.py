@@ -12,6 +12,8 @@ e^(i*angle); halves are x * cos + [b, a] * [-sin, sin] (torch.roll makes [b, a])
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -23,21 +25,44 @@ TABLE_POSITIONS = 4096
 per 512-token prefill chunk and configuration."""
 
 
+@dataclass(frozen=True, slots=True)
+class RopeFactors:
+    """Per-pair frequency divisors a GGUF carries (llama.cpp's freq_factors): Llama 3.1's one set
+    (`rope_freqs.weight`), or Phi-3's LongRoPE pair (`rope_factors_short` / `_long`), the long set
+    for a context past `original_context`, and the attention factor LongRoPE scales cos and sin by."""
+
+    short: tuple[float, ...]
+    long: tuple[float, ...] = ()
+    original_context: int = 0
+    attn_factor: float = 1.0
+
+
 class Rotary(nn.Module):
-    def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0,
-                 freq_factors: torch.Tensor | None = None):
-        """freq_factors: [rot_dim / 2], each pair's frequency divided by its factor (a GGUF's
-        `rope_freqs.weight`: Llama 3.1's scaling, llama.cpp's freq_factors)."""
+    def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0, factors: RopeFactors | None = None):
         super().__init__()
-        self.rot_dim, self.neox = rot_dim, neox
-        factors = () if freq_factors is None else tuple(freq_factors.double().tolist())
-        if factors and len(factors) != rot_dim // 2:
-            raise ModelLoadError(f"rope_freqs.weight has {len(factors)} factors, the rope rotates {rot_dim // 2} pairs")
-        self.key = ("rope", rot_dim, base, scale, neox, factors)
+        self.rot_dim, self.neox, self.base, self.scale = rot_dim, neox, base, scale
+        self.factors = factors
+        for name, f in (("short", factors.short), ("long", factors.long)) if factors else ():
+            if f and len(f) != rot_dim // 2:
+                raise ModelLoadError(f"rope factors ({name}): {len(f)}, but the rope rotates {rot_dim // 2} pairs")
+        self._use(factors.short if factors else ())
+
+    def fit_context(self, n: int) -> None:
+        """The model runs sequences of up to n tokens: LongRoPE's long factors past its original context
+        (llama.cpp's choice by the context; transformers' by the sequence so far), else the short ones."""
+        f = self.factors
+        if f is not None and f.long:
+            self._use(f.long if n > f.original_context else f.short)
+
+    def _use(self, factors: tuple[float, ...]) -> None:
+        attn = self.factors.attn_factor if self.factors else 1.0
+        self.key = ("rope", self.rot_dim, self.base, self.scale, self.neox, factors, attn)
         # angles in float64: at position 32k a float32 angle would be off by ~1e-3 rad
-        self.inv_freq = 1.0 / (base ** (torch.arange(0, rot_dim, 2, dtype=torch.float64) / rot_dim)) / scale
+        self.inv_freq = 1.0 / (self.base ** (torch.arange(0, self.rot_dim, 2, dtype=torch.float64) / self.rot_dim))
+        self.inv_freq /= self.scale
         if factors:
-            self.inv_freq = self.inv_freq / torch.tensor(factors, dtype=torch.float64)
+            self.inv_freq /= torch.tensor(factors, dtype=torch.float64)
+        self._attn = attn
         self._table: tuple[torch.Tensor, torch.Tensor] | None = None  # halves() of positions 0 ..
 
     def tables(self, positions: torch.Tensor, memo: dict) -> tuple[torch.Tensor, ...]:
@@ -68,6 +93,8 @@ class Rotary(nn.Module):
 
     def _cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = torch.outer(positions.to(torch.float64), self.inv_freq)
+        if self._attn != 1.0:
+            return (freqs.cos() * self._attn).float(), (freqs.sin() * self._attn).float()
         return freqs.cos().float(), freqs.sin().float()
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, memo: dict) -> torch.Tensor:

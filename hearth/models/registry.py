@@ -9,6 +9,7 @@ from hearth.loader.gguf_loader import GGUFFile
 
 ARCHITECTURES: dict[str, str] = {
     "llama": "hearth.models.llama:LlamaForCausalLM",
+    "phi3": "hearth.models.phi3:Phi3ForCausalLM",
     "qwen2": "hearth.models.qwen2:Qwen2ForCausalLM",
     "qwen3": "hearth.models.qwen3:Qwen3ForCausalLM",
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",

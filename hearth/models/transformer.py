@@ -17,7 +17,7 @@ from hearth.config import ModelConfig
 from hearth.errors import ModelLoadError
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
-from hearth.layers.rotary import Rotary
+from hearth.layers.rotary import RopeFactors, Rotary
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.arch_spec import ArchSpec
 
@@ -40,6 +40,19 @@ def maybe_f32(g: GGUFFile, name: str) -> torch.Tensor | None:
     return f32(g, name) if name in g.tensors else None
 
 
+def rope_factors(g: GGUFFile, cfg: ModelConfig) -> RopeFactors | None:
+    """The per-pair rope factors llama.cpp's converter precomputes: Llama 3.1's scaling in
+    rope_freqs.weight, Phi-3's LongRoPE in rope_factors_short/long.weight; None without them."""
+    def pairs(name: str) -> tuple[float, ...]:
+        return tuple(f32(g, name).double().tolist())
+    if "rope_freqs.weight" in g.tensors:
+        return RopeFactors(pairs("rope_freqs.weight"))
+    if "rope_factors_long.weight" in g.tensors:
+        return RopeFactors(pairs("rope_factors_short.weight"), pairs("rope_factors_long.weight"),
+                           cfg.rope_original_context, cfg.rope_attn_factor)
+    return None
+
+
 class Attention(nn.Module):
     """The attention block's weights and shape; DecoderLayer.forward computes it."""
 
@@ -49,10 +62,12 @@ class Attention(nn.Module):
         self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         self.q_size, self.kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
         names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        if p + "attn_qkv.weight" in g.tensors:  # one matrix, rows [q | k | v] (phi3)
+            names = [p + "attn_qkv.weight"]
         biases = [maybe_f32(g, n.replace(".weight", ".bias")) for n in names]
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.qkv = backend.linear([g.tensor(n) for n in names], bias=bias)
-        self.precise_scores = biases[1] is not None  # hearth.kernels.attention.PRECISE_SCORES
+        self.precise_scores = bias is not None  # a k bias: hearth.kernels.attention.PRECISE_SCORES
         self.o = backend.linear(g.tensor(p + "attn_output.weight"))
         self.qk_norm = None
         if spec.qk_norm:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim]
@@ -62,10 +77,10 @@ class Attention(nn.Module):
         sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
         self.window = cfg.sliding_window if sliding else 0
         theta = cfg.rope_local_theta if (sliding and cfg.rope_local_theta) else cfg.rope_theta
+        local = sliding and bool(cfg.rope_local_theta)  # gemma3's sliding layers: their own base, unscaled
         scale = 1.0 if sliding else cfg.rope_scaling_factor
-        # Llama 3.1+'s rope scaling, precomputed by llama.cpp's converter as one factor per rotated pair
-        factors = None if sliding else maybe_f32(g, "rope_freqs.weight")
-        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, spec.neox_rope, scale, factors)
+        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, spec.neox_rope, scale,
+                           None if local else rope_factors(g, cfg))
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
 
@@ -74,7 +89,10 @@ class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend):
         super().__init__()
         p = f"blk.{i}."
-        self.gate_up = backend.linear([g.tensor(p + "ffn_gate.weight"), g.tensor(p + "ffn_up.weight")])
+        # phi3 holds both in ffn_up, rows [gate | up]
+        fused = p + "ffn_gate.weight" not in g.tensors
+        self.gate_up = backend.linear([g.tensor(p + "ffn_up.weight")] if fused else
+                                      [g.tensor(p + "ffn_gate.weight"), g.tensor(p + "ffn_up.weight")])
         self.down = backend.linear(g.tensor(p + "ffn_down.weight"))
         self.act = ACTIVATIONS[spec.activation]
         self.activation = spec.activation
@@ -147,6 +165,12 @@ class CausalLM(nn.Module):
     def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:
         raise NotImplementedError
 
+    def fit_context(self, n: int) -> None:
+        """It will run sequences of up to n tokens (LLM sizes the context after the load): the rope's
+        factors for that context (Rotary.fit_context)."""
+        for layer in self.layers:
+            layer.attn.rope.fit_context(n)
+
     def forward(self, ids, positions, meta, kv_caches: list,
                 out_rows: list[int] | None = None):
         # ids, positions: [T] -> hidden: [T, hidden], or [len(out_rows), hidden] for those rows only
@@ -211,11 +235,14 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
     )
     if (pooling := POOLING_TYPES.get(g.arch_get("pooling_type"))) is not None:
         fields["pooling"] = pooling
+    fields["rope_original_context"] = int(g.arch_get("rope.scaling.original_context_length") or 0)
+    fields["rope_attn_factor"] = float(g.arch_get("rope.scaling.attn_factor", 1.0))
     scaling = g.arch_get("rope.scaling.type")
     if scaling == "linear":
         fields["rope_scaling_factor"] = float(g.arch_get("rope.scaling.factor", 1.0))
-    elif scaling not in (None, "none"):  # yarn, longrope: positions past the original context would be off
-        original = int(g.arch_get("rope.scaling.original_context_length") or fields["context_length"])
+    elif scaling not in (None, "none") and "rope_factors_long.weight" not in g.tensors:
+        # yarn, or longrope without its factors: positions past the original context would be off
+        original = fields["rope_original_context"] or fields["context_length"]
         fields["context_length"] = min(fields["context_length"], original)
         log.warning("hearth: %s: rope scaling %r is not implemented: the context is kept to the model's original "
                     "%d tokens", g.path.name, scaling, fields["context_length"])

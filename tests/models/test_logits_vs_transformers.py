@@ -10,7 +10,7 @@ from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.backends import select
 from hearth.models.registry import load_model
-from tests.gguf_factory import tiny_dir
+from tests.gguf_factory import longrope_factors, tiny_dir
 
 import transformers  # noqa: E402  (a test dependency, pinned in constraints.txt)
 transformers.logging.set_verbosity_error()
@@ -25,6 +25,9 @@ REL_TOL_FAST = 2e-2
 # same way, so they check that hearth reads the blocks, not only f32.
 CASES = {
     "llama": ("llama", "F32", {}),
+    "phi3": ("phi3", "F32", {}),
+    # LongRoPE stretched 256 / 16: at SEQ_LEN past 16 both sides take the long factors; 3/4 of a head rotated
+    "phi3-longrope": ("phi3", "F32", {"longrope_original_context": 16, "rope_dim": 12, "sliding_window": 8}),
     "qwen2": ("qwen2", "F32", {}),
     "qwen3": ("qwen3", "F32", {}),
     "gemma2": ("gemma2", "F32", {}),
@@ -45,6 +48,16 @@ def tf_overrides(arch: str, dims) -> dict:
         return {"rope_parameters": {"rope_type": "llama3", "rope_theta": dims.rope_theta, "factor": factor,
                                     "low_freq_factor": low, "high_freq_factor": high,
                                     "original_max_position_embeddings": context}}
+    if arch == "phi3":  # the file's LongRoPE factors, window and partial rotation, which the loader does not read
+        rope = {"rope_type": "default", "rope_theta": dims.rope_theta}
+        if dims.longrope_original_context:
+            short, long = longrope_factors(dims)
+            rope = {"rope_type": "longrope", "rope_theta": dims.rope_theta, "short_factor": short.tolist(),
+                    "long_factor": long.tolist(), "original_max_position_embeddings": dims.longrope_original_context}
+        rotated = (dims.rope_dim or dims.head_dim) / dims.head_dim
+        return {"rope_parameters": {**rope, "partial_rotary_factor": rotated},
+                "sliding_window": dims.sliding_window or None, "original_max_position_embeddings":
+                dims.longrope_original_context or dims.context}
     if arch == "qwen3":  # qwen3.attention.key_length is not mapped; the default would be 128
         return {"head_dim": dims.head_dim}
     if arch == "gemma2":  # as gemma3's: whatever the loader maps, the file's values, stated
@@ -111,6 +124,7 @@ def tiny(tmp_path_factory):
             d, name, dims = files[case]
             with use_linear_policy(exact=exact):
                 model, cfg = load_model(GGUFFile(d / name), select())
+            model.fit_context(SEQ_LEN)  # the sequences run here (LongRoPE: transformers' choice at this length)
             built[case, exact] = (model, cfg, d, name, dims)
         return built[case, exact]
 
@@ -147,6 +161,22 @@ def test_logits_match_transformers(tiny, case):
     assert rel_err(ours[1:], ref[:-1]) > 0.1
 
 
+def test_longrope_takes_the_short_factors_within_the_original_context(tiny):
+    """A context within the 16 tokens trained: the short factors, as transformers takes them for a
+    sequence that short (and llama.cpp for -c 16); the long ones again for a longer context."""
+    case = "phi3-longrope"
+    model, cfg, d, name, dims = tiny(case, exact=True)
+    ids = prompt(cfg.vocab_size, n=14)
+    try:
+        model.fit_context(16)
+        ours = PagedDriver(model, cfg).step({"a": ids})["a"]
+        assert rel_err(ours, transformers_logits(case, d, name, dims, ids)) < REL_TOL
+        model.fit_context(17)
+        assert rel_err(PagedDriver(model, cfg).step({"a": ids})["a"], ours) > 0.01
+    finally:
+        model.fit_context(SEQ_LEN)
+
+
 @pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16"])
 def test_fast_linear_logits_near_transformers(tiny, case):
     model, cfg, d, name, dims = tiny(case, exact=False)
@@ -155,7 +185,7 @@ def test_fast_linear_logits_near_transformers(tiny, case):
     assert rel_err(ours, transformers_logits(case, d, name, dims, ids)) < REL_TOL_FAST
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope"])
 def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)  # f32 files: the fast path is plain f32 math
     ids = prompt(cfg.vocab_size)
@@ -168,7 +198,7 @@ def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     torch.testing.assert_close(torch.cat(parts), full, rtol=0, atol=1e-5 * full.abs().max().item())
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope"])
 def test_two_sequences_batched_equal_each_alone(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)
     a, b = prompt(cfg.vocab_size, 21, seed=2), prompt(cfg.vocab_size, 13, seed=3)
