@@ -11,6 +11,7 @@ ARCHITECTURES: dict[str, str] = {
     "llama": "hearth.models.llama:LlamaForCausalLM",
     "qwen2": "hearth.models.qwen2:Qwen2ForCausalLM",
     "qwen3": "hearth.models.qwen3:Qwen3ForCausalLM",
+    "qwen3moe": "hearth.models.qwen3moe:Qwen3MoeForCausalLM",
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",
     "gemma3": "hearth.models.gemma3:Gemma3ForCausalLM",
 }
