@@ -42,7 +42,8 @@ class MoE(nn.Module):
         super().__init__()
         p = f"blk.{i}."
         r = g.tensor(p + "ffn_gate_inp.weight")  # [n_expert, hidden], f32 in llama.cpp's files (never quantized)
-        self.register_buffer("router", dequantize(r.data, r.qtype).reshape(r.shape).clone(), persistent=False)
+        # F32 (as llama.cpp keeps it): a view of the file, no copy
+        self.register_buffer("router", dequantize(r.data, r.qtype).reshape(r.shape), persistent=False)
         gates, ups, downs = (expert_views(g.tensor(p + f"ffn_{w}_exps.weight")) for w in ("gate", "up", "down"))
         # per expert: gate|up fused [2 * expert_ffn, hidden] and down [hidden, expert_ffn], each a linear
         self.gate_up = nn.ModuleList(backend.linear([a, b]) for a, b in zip(gates, ups))
