@@ -58,13 +58,26 @@ class MoE(nn.Module):
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights, ids
 
+    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
+        """Expert e's SwiGLU: x [rows, hidden] -> f32 [rows, hidden]."""
+        gate_up = self.gate_up[e]
+        gate, up = gate_up(x.to(gate_up.in_dtype)).split(self.inter, dim=-1)
+        return self.down[e](self.act(gate).mul_(up)).float()
+
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         weights, ids = self.route(h)
+        if h.shape[0] == 1:  # decode: k experts, no gather or scatter (~10 torch ops fewer per layer)
+            return self._one_row(h, weights[0].tolist(), ids[0].tolist())
         out = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         for e in ids.unique().tolist():  # ascending, as transformers sums them
             rows, slot = (ids == e).nonzero(as_tuple=True)  # the tokens routed to e, and where in their top-k
-            gate_up = self.gate_up[e]
-            gate, up = gate_up(h[rows].to(gate_up.in_dtype)).split(self.inter, dim=-1)
-            y = self.down[e](self.act(gate).mul_(up))  # [rows, hidden]
-            out.index_add_(0, rows, y.float().mul_(weights[rows, slot, None]))
+            out.index_add_(0, rows, self.expert(e, h[rows]).mul_(weights[rows, slot, None]))
+        return out
+
+    def _one_row(self, h: torch.Tensor, weights: list[float], ids: list[int]) -> torch.Tensor:
+        """The same sum in the same order (ascending experts) as forward's scatter, for one row."""
+        out = None
+        for e, w in sorted(zip(ids, weights)):
+            y = self.expert(e, h).mul_(w)
+            out = y if out is None else out.add_(y)
         return out
