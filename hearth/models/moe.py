@@ -59,10 +59,10 @@ class MoE(nn.Module):
         return weights, ids
 
     def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        """Expert e's SwiGLU: x [rows, hidden] -> f32 [rows, hidden]."""
-        gate_up = self.gate_up[e]
-        gate, up = gate_up(x.to(gate_up.in_dtype)).split(self.inter, dim=-1)
-        return self.down[e](self.act(gate).mul_(up)).float()
+        """Expert e's SwiGLU: x f32 [rows, hidden] -> f32 [rows, hidden]. f32 in and out: the native GEMV
+        reads f32 with no cast (a bf16 input would add four casts per expert, measured ~1.3x its time)."""
+        gate, up = self.gate_up[e](x).split(self.inter, dim=-1)
+        return self.down[e](self.act(gate).mul_(up))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         weights, ids = self.route(h)
