@@ -62,7 +62,7 @@ class LayerOps:
 
     def mlp_add(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
         """x + post_norm(mlp(norm(x))), into x: the dense MLP or the routed experts (hearth.models.moe)."""
-        h = layer.mlp(self.norm(layer.ffn_norm, x))
+        h = layer.mlp.forward(self.norm(layer.ffn_norm, x))  # .forward: no module-call overhead
         if layer.post_ffn_norm is not None:
             h = self.norm(layer.post_ffn_norm, h)
         return x.add_(h)

@@ -23,8 +23,9 @@ def moe_config(g: GGUFFile, weights_norm: bool) -> dict:
     """ModelConfig fields of a MoE file's `{arch}.expert_*` keys; weights_norm: the architecture's
     renormalization when the file does not state it (llama.cpp hard-codes it per graph: true for qwen3moe)."""
     count, used = g.arch_get("expert_count"), g.arch_get("expert_used_count")
-    if not count or not used:
-        raise UnsupportedError(f"{g.path}: a MoE model needs {g.arch}.expert_count and {g.arch}.expert_used_count")
+    if not count or not used or used > count:
+        raise UnsupportedError(f"{g.path}: a MoE model needs {g.arch}.expert_count and {g.arch}.expert_used_count "
+                               f"(at most expert_count); the file has {count} and {used}")
     gating = int(g.arch_get("expert_gating_func", ExpertGatingFuncType.SOFTMAX))
     if gating != ExpertGatingFuncType.SOFTMAX:
         raise UnsupportedError(f"{g.path}: {g.arch}.expert_gating_func={gating}: only softmax routing (1) is implemented")

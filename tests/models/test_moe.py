@@ -11,6 +11,7 @@ from gguf.quants import dequantize
 
 from hearth import LLM, SamplingParams
 from hearth.backends import select
+from hearth.errors import UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile, expert_views
 from hearth.memory.planner import plan
 from hearth.memory.request import build_request
@@ -59,3 +60,11 @@ def test_the_plan_counts_every_expert_and_reads_the_used_ones(moe_file):
     experts = sum(t.data.nbytes for n, t in g.tensors.items() if "_exps." in n)
     # a decode step reads its 2 of 4 experts; the token embedding is the tied head, read whole
     assert decode_weight_bytes(req.tensors, req.shape, 1) == p["weight_bytes"] - experts / 2
+
+
+@pytest.mark.parametrize("used", [0, 5])
+def test_a_file_with_bad_expert_counts_is_one_clear_error(tmp_path, used):
+    path = tmp_path / "bad.gguf"
+    write_tiny_gguf(path, "qwen3moe", experts_used=used)
+    with pytest.raises(UnsupportedError, match=r"qwen3moe.expert_used_count \(at most expert_count\); the file has 4 and"):
+        load_model(GGUFFile(path), select())
