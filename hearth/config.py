@@ -44,6 +44,14 @@ class ModelConfig:
     final_logit_softcap: float = 0.0
     attn_logit_softcap: float = 0.0
     tie_word_embeddings: bool = False
+    num_experts: int = 0
+    """Routed experts per MoE layer (0: a dense MLP)."""
+    experts_used: int = 0
+    """Experts each token runs (top-k of the router's softmax)."""
+    expert_ffn: int = 0
+    """Each expert's SwiGLU width."""
+    expert_weights_norm: bool = False
+    """The top-k router weights are renormalized to sum to 1 (Qwen3-MoE's norm_topk_prob)."""
     pooling: str = "last"
     """How /v1/embeddings pools a prompt's final hidden states: the GGUF's `{arch}.pooling_type` (mean,
     last), else "last" (a decoder's last token has read the whole prompt: vLLM's default for one)."""

@@ -53,6 +53,10 @@ class TinyDims:
     llama.cpp's converter writes it, one factor per rotated pair in `rope_freqs.weight`."""
     pooling_type: int | None = None
     """`{arch}.pooling_type` (llama.cpp's LLAMA_POOLING_TYPE; None: the key is absent, as in a chat model's)."""
+    experts: int = 0
+    experts_used: int = 0
+    expert_ffn: int = 0
+    """MoE (qwen3moe): routed experts per layer, how many each token runs, each one's SwiGLU width."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,8 @@ class ArchLayout:
     """q, k, v as one attn_qkv matrix (phi3)."""
     fused_gate_up: bool = False
     """gate and up as one ffn_up matrix, rows [gate | up] (phi3)."""
+    moe: bool = False
+    """Router and stacked experts (ffn_gate_inp, ffn_{gate,up,down}_exps) in place of the dense MLP."""
 
 
 LAYOUTS = {
@@ -78,6 +84,7 @@ LAYOUTS = {
     "phi3": ArchLayout(write_rope_dim=True, fused_qkv=True, fused_gate_up=True),
     "qwen2": ArchLayout(qkv_bias=True),
     "qwen3": ArchLayout(qk_norm=True, write_key_length=True),
+    "qwen3moe": ArchLayout(qk_norm=True, write_key_length=True, moe=True),
     "gemma2": ArchLayout(sandwich_norm=True, norm_shift=1.0, write_key_length=True),
     "gemma3": ArchLayout(qk_norm=True, sandwich_norm=True, norm_shift=1.0, write_key_length=True),
 }
@@ -87,6 +94,8 @@ DEFAULT_DIMS = {
     "phi3": TinyDims(tied=False, rms_eps=1e-5),
     "qwen2": TinyDims(rope_theta=1000000.0),
     "qwen3": TinyDims(layers=3, head_dim=32, rope_theta=1000000.0),
+    # 4 experts, 2 per token: every routing choice (which two, their weights) shows in the logits
+    "qwen3moe": TinyDims(layers=2, head_dim=32, rope_theta=1000000.0, experts=4, experts_used=2, expert_ffn=96),
     # sliding and global layers in turn; an attention cap small enough to bite on a tiny model's scores, Gemma 2's
     # logit cap (its logits reach ~75)
     "gemma2": TinyDims(layers=4, kv_heads=1, head_dim=32, sliding_window=8, tokenizer="llama",
@@ -141,6 +150,10 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_vocab_size(d.vocab)
     if d.sliding_window:
         w.add_sliding_window(d.sliding_window)
+    if layout.moe:  # as convert_hf_to_gguf.py's Qwen2MoeModel; no expert_weights_norm (llama.cpp's graph implies it)
+        w.add_expert_count(d.experts)
+        w.add_expert_used_count(d.experts_used)
+        w.add_expert_feed_forward_length(d.expert_ffn)
     if d.rope_scaling:
         w.add_rope_scaling_type(gguf.RopeScalingType.LINEAR)
         w.add_rope_scaling_factor(d.rope_scaling)
@@ -192,6 +205,12 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
         if layout.sandwich_norm:
             yield p + "post_attention_norm.weight", norm(d.hidden)
             yield p + "post_ffw_norm.weight", norm(d.hidden)
+        if layout.moe:  # the router [experts, hidden]; each expert's matrices stacked [experts, out, in]
+            yield p + "ffn_gate_inp.weight", matrix(d.experts, d.hidden)
+            for name, rows, cols in (("gate", d.expert_ffn, d.hidden), ("up", d.expert_ffn, d.hidden),
+                                     ("down", d.hidden, d.expert_ffn)):
+                yield p + f"ffn_{name}_exps.weight", np.stack([matrix(rows, cols) for _ in range(d.experts)])
+            continue
         gate, up = matrix(d.ffn, d.hidden), matrix(d.ffn, d.hidden)
         if layout.fused_gate_up:
             yield p + "ffn_up.weight", np.concatenate([gate, up])
@@ -244,8 +263,8 @@ def _permute(w: np.ndarray, n_head: int) -> np.ndarray:
 
 
 def _add_tensor(w: gguf.GGUFWriter, name: str, value: np.ndarray, matrix_type: Q) -> None:
-    """Matrices in `matrix_type`; norms, biases (1-D) stay F32 as the converter keeps them."""
-    if value.ndim == 1 or matrix_type == Q.F32:
+    """Matrices in `matrix_type`; norms, biases (1-D) and MoE routers stay F32 as llama.cpp keeps them."""
+    if value.ndim == 1 or matrix_type == Q.F32 or name.endswith("ffn_gate_inp.weight"):
         w.add_tensor(name, value)
     elif matrix_type == Q.F16:
         w.add_tensor(name, value.astype(np.float16))

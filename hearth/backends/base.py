@@ -61,11 +61,8 @@ class LayerOps:
         return x + h  # f32 + bf16 promotes to f32: no cast op
 
     def mlp_add(self, layer: DecoderLayer, x: torch.Tensor) -> torch.Tensor:
-        """x + post_norm(down(act(gate) * up) of norm(x)), into x."""
-        m = layer.mlp
-        gate, up = m.gate_up(self.norm(layer.ffn_norm, x)).split(m.inter, dim=-1)
-        # in the linear's dtype: bf16 rounding here is finer than llama.cpp's 8-bit activations
-        h = m.down(m.act(gate).mul_(up))
+        """x + post_norm(mlp(norm(x))), into x: the dense MLP or the routed experts (hearth.models.moe)."""
+        h = layer.mlp.forward(self.norm(layer.ffn_norm, x))  # .forward: no module-call overhead
         if layer.post_ffn_norm is not None:
             h = self.norm(layer.post_ffn_norm, h)
         return x.add_(h)

@@ -159,9 +159,11 @@ class CpuBackend(Backend):
         """NativeLayerOps when each of the layer's linears is one NativePart, the C++ layer implements
         every ArchSpec field the model sets (else the reason is logged once) and the library has the
         ops around the GEMV; else the torch ops (over the same native linears)."""
+        if not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec):  # first: a MoE layer has no gate_up
+            return TORCH_OPS
         lins = _linears(layer)
         if (not all(native_part(lin) for lin in lins) or any(lin.bias is not None for lin in lins[1:])
-                or not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec) or not native.has("fused_ops")):
+                or not native.has("fused_ops")):
             return TORCH_OPS
         return NativeLayerOps(layer, spec)
 

@@ -204,6 +204,16 @@ def head_tensor(g: GGUFFile) -> GGUFTensor:
     return g.tensors.get("output.weight") or g.tensor("token_embd.weight")
 
 
+def expert_views(t: GGUFTensor) -> list[GGUFTensor]:
+    """A stacked expert tensor [n_expert, out, in] (`blk.N.ffn_*_exps.weight`) as one 2-D tensor per
+    expert: each expert's matrix is a contiguous run of rows in the file (the outermost dimension), so
+    its view is a slice of the memmap, named `<name>#<expert>`."""
+    if len(t.shape) != 3:
+        raise ModelLoadError(f"tensor {t.name!r} of shape {t.shape} is not [experts, out, in]")
+    return [GGUFTensor(f"{t.name}#{e}", t.qtype, t.shape[1:], None if t.data is None else t.data[e])
+            for e in range(t.shape[0])]
+
+
 def _check_header(path: Path) -> None:
     if not path.exists():
         raise ModelLoadError(f"model file not found: {path}")

@@ -26,6 +26,8 @@ class ArchSpec:
     """Extra norms after attention and after the MLP (gemma2/3)."""
     embed_scale: bool = False
     """Multiply embeddings by sqrt(hidden_size) (gemma)."""
+    moe: bool = False
+    """Routed experts in place of the dense MLP (qwen3moe: hearth.models.moe)."""
 
 
 Implements = Mapping[str, Collection | None]

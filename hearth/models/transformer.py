@@ -20,6 +20,7 @@ from hearth.layers.quant import dequantize
 from hearth.layers.rotary import RopeFactors, Rotary
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.arch_spec import ArchSpec
+from hearth.models.moe import MoE
 
 log = logging.getLogger("hearth.models")
 
@@ -97,6 +98,13 @@ class MLP(nn.Module):
         self.act = ACTIVATIONS[spec.activation]
         self.activation = spec.activation
         self.inter = cfg.intermediate_size
+        self.in_dtype = self.gate_up.in_dtype
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """h: the normed hidden [T, hidden] -> down(act(gate) * up) [T, hidden]."""
+        gate, up = self.gate_up(h).split(self.inter, dim=-1)
+        # in the linear's dtype: bf16 rounding here is finer than llama.cpp's 8-bit activations
+        return self.down(self.act(gate).mul_(up))
 
 
 class DecoderLayer(nn.Module):
@@ -105,12 +113,13 @@ class DecoderLayer(nn.Module):
         p, eps = f"blk.{i}.", cfg.rms_norm_eps
         self.backend = backend
         self.attn = Attention(cfg, spec, g, i, backend)
-        self.mlp = MLP(cfg, spec, g, i, backend)
+        moe = spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors  # a MoE model's dense layers have none
+        self.mlp = MoE(cfg, g, i, backend, ACTIVATIONS[spec.activation]) if moe else MLP(cfg, spec, g, i, backend)
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
         self.ffn_norm = RMSNorm(f32(g, p + "ffn_norm.weight"), eps)
         # the norms feeding a linear write the dtype it computes in (bf16 on the fast paths)
         self.attn_norm.out_dtype = self.attn.qkv.in_dtype
-        self.ffn_norm.out_dtype = self.mlp.gate_up.in_dtype
+        self.ffn_norm.out_dtype = self.mlp.in_dtype
         self.post_attn_norm = self.post_ffn_norm = None
         if spec.sandwich_norm:
             self.post_attn_norm = RMSNorm(f32(g, p + "post_attention_norm.weight"), eps)

@@ -11,6 +11,7 @@ import torch
 from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.backends.base import TORCH_OPS, Backend
+from hearth.backends.cpu_linear import native_part
 from hearth.errors import UnsupportedError
 from hearth.kernels import native
 from hearth.loader.gguf_loader import GGUFFile
@@ -50,10 +51,10 @@ def test_cuda_without_a_gpu_is_one_line_and_the_cpu_runs(caplog):
 
 
 @pytest.mark.parametrize("arch, dims", [
-    ("llama", {}), ("qwen2", {}), ("qwen3", {}), ("gemma2", {}), ("gemma3", {}), ("phi3", {}),
+    ("llama", {}), ("qwen2", {}), ("qwen3", {}), ("qwen3moe", {}), ("gemma2", {}), ("gemma3", {}), ("phi3", {}),
     ("llama", {"llama3_rope": (8.0, 1.0, 4.0, 16)}),
     ("phi3", {"longrope_original_context": 16, "rope_dim": 12, "sliding_window": 8})],
-    ids=["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "llama3-rope", "phi3-longrope"])
+    ids=["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "llama3-rope", "phi3-longrope"])
 def test_cpu_backend_is_held_to_the_torch_backend(tmp_path, arch, dims):
     """The same file on both backends: logits within the fast paths' bound of each other, and at a
     tier with C++ kernels every layer runs the backend's own ops (not torch's) with other bits."""
@@ -69,7 +70,11 @@ def test_cpu_backend_is_held_to_the_torch_backend(tmp_path, arch, dims):
             assert all(layer.ops is TORCH_OPS for layer in model.layers)
     assert rel_err(logits["cpu"], logits["torch"]) < 2 * REL_TOL_FAST
     if native.available():
-        assert all(layer.ops is not TORCH_OPS for layer in model.layers)
+        if model.spec.moe:  # op by op (the fused layer refuses ArchSpec.moe), every expert on the C++ kernels
+            experts = [lin for layer in model.layers for lin in (*layer.mlp.gate_up, *layer.mlp.down)]
+            assert model.stack is None and all(native_part(lin) is not None for lin in experts)
+        else:
+            assert all(layer.ops is not TORCH_OPS for layer in model.layers)
         assert not torch.equal(logits["cpu"], logits["torch"])
 
 

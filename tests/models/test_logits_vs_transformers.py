@@ -37,6 +37,8 @@ CASES = {
     # positions past the 16-token original context: half the pairs 8x slower, two blended
     "llama3-rope": ("llama", "F32", {"llama3_rope": (8.0, 1.0, 4.0, 16)}),
     "qwen3-f16": ("qwen3", "F16", {}),
+    "qwen3moe": ("qwen3moe", "F32", {}),
+    "qwen3moe-q8_0": ("qwen3moe", "Q8_0", {}),  # each expert a 2-D view of the stacked blocks
 }
 
 
@@ -60,6 +62,8 @@ def tf_overrides(arch: str, dims) -> dict:
                 dims.longrope_original_context or dims.context}
     if arch == "qwen3":  # qwen3.attention.key_length is not mapped; the default would be 128
         return {"head_dim": dims.head_dim}
+    if arch == "qwen3moe":  # expert_feed_forward_length is not mapped; norm_topk_prob is set for GGUF files
+        return {"moe_intermediate_size": dims.expert_ffn}
     if arch == "gemma2":  # as gemma3's: whatever the loader maps, the file's values, stated
         return {"query_pre_attn_scalar": dims.head_dim, "head_dim": dims.head_dim, "sliding_window": dims.sliding_window,
                 "attn_logit_softcapping": dims.attn_softcap, "final_logit_softcapping": dims.final_softcap}
@@ -177,7 +181,19 @@ def test_longrope_takes_the_short_factors_within_the_original_context(tiny):
         model.fit_context(SEQ_LEN)
 
 
-@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16"])
+@pytest.mark.parametrize("routing", [{"top_k": 1}, {"top_k": 3}, {"renorm": False}], ids=str)
+def test_moe_routing_shows_in_the_logits(tiny, monkeypatch, routing):
+    """The MoE comparison has teeth: other experts per token, or weights not renormalized, are far off."""
+    model, cfg, d, name, dims = tiny("qwen3moe", exact=True)
+    ids = prompt(cfg.vocab_size)
+    ref = transformers_logits("qwen3moe", d, name, dims, ids)
+    for layer in model.layers:
+        for key, value in routing.items():
+            monkeypatch.setattr(layer.mlp, key, value)
+    assert rel_err(PagedDriver(model, cfg).step({"a": ids})["a"], ref) > 0.05
+
+
+@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16", "qwen3moe-q8_0"])
 def test_fast_linear_logits_near_transformers(tiny, case):
     model, cfg, d, name, dims = tiny(case, exact=False)
     ids = prompt(cfg.vocab_size)
@@ -185,7 +201,7 @@ def test_fast_linear_logits_near_transformers(tiny, case):
     assert rel_err(ours, transformers_logits(case, d, name, dims, ids)) < REL_TOL_FAST
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe"])
 def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)  # f32 files: the fast path is plain f32 math
     ids = prompt(cfg.vocab_size)
@@ -198,7 +214,7 @@ def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     torch.testing.assert_close(torch.cat(parts), full, rtol=0, atol=1e-5 * full.abs().max().item())
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe"])
 def test_two_sequences_batched_equal_each_alone(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)
     a, b = prompt(cfg.vocab_size, 21, seed=2), prompt(cfg.vocab_size, 13, seed=3)
