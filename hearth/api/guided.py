@@ -1,8 +1,8 @@
 """vLLM's structured-output request fields -> the engine's StructuredOutput, the same constraint that
 `response_format` sets (llguidance: JSON schema, regex, Lark or GBNF grammar): `guided_json`, `guided_regex`,
 `guided_choice`, `guided_grammar` and their newer spelling `structured_outputs: {json | regex | choice |
-grammar | json_object: ...}`. They were ignored (named only in x-hearth-ignored-fields); a request may
-hold one constraint, and a second is a 400 naming it, as is one the grammar engine cannot compile."""
+grammar | json_object: ...}`, and llama-server's `json_schema` and `grammar` (also on its /completion and
+/infill). They were ignored (named only in x-hearth-ignored-fields); a request may hold one constraint, and a second is a 400 naming it, as is one the grammar engine cannot compile."""
 
 from __future__ import annotations
 
@@ -50,12 +50,16 @@ KINDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
 """structured_outputs' keys (and guided_<key>'s, json_object aside) -> the constraint from the value."""
 LEGACY = {f"guided_{k}": k for k in ("json", "regex", "choice", "grammar")}
 """vLLM's older top-level fields -> their kind."""
+LLAMA = {"json_schema": "json", "grammar": "grammar"}
+"""llama-server's fields (its /completion, /infill and OpenAI routes): a schema ({} is any JSON value), a GBNF
+grammar; "" (its default, which its old web UI sends) is none."""
 
 
 def _given(body) -> list[tuple[str, str, Any]]:
     """(the field as the client wrote it, its kind, its value) of each constraint the body holds."""
-    given = [(field, kind, getattr(body, field)) for field, kind in LEGACY.items() if getattr(body, field) is not None]
-    for key, v in (body.structured_outputs or {}).items():
+    given = [(field, kind, v) for field, kind in (LEGACY | LLAMA).items()
+             if (v := getattr(body, field, None)) is not None and not (field in LLAMA and v == "")]
+    for key, v in (getattr(body, "structured_outputs", None) or {}).items():
         if key not in KINDS:
             raise APIError(400, f"structured_outputs.{key}: is not supported (hearth reads {', '.join(KINDS)})",
                            param=f"structured_outputs.{key}")

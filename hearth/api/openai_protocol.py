@@ -113,6 +113,9 @@ class SamplingFields(SamplingScalars):
     guided_choice: Any = None
     guided_grammar: Any = None
     structured_outputs: dict[str, Any] | None = None
+    json_schema: Any = None
+    """llama-server's structured-output fields, on its OpenAI routes too (hearth.api.guided)."""
+    grammar: Any = None
     prompt_logprobs: StrictInt | None = None
     """vLLM's: each prompt token's logprob and rank, and its top N alternatives (hearth.api.logprobs)."""
 

@@ -209,3 +209,42 @@ def test_a_json_schema_is_compiled_once(monkeypatch, schema, compiles):
     grammar._compile.cache_clear()  # an earlier test may have compiled the same schema
     compile_grammar(StructuredOutput(json_schema=schema))
     assert counted.compiles == compiles
+
+
+LLAMA_COMPLETION = "/completion"
+GBNF = 'root ::= "yes" | "no"'
+
+
+@pytest.mark.parametrize("path", [LLAMA_COMPLETION, CHAT, COMPLETIONS])
+@pytest.mark.parametrize("extra,field,want", [
+    ({"json_schema": SCHEMA}, "json_schema", SCHEMA),
+    ({"json_schema": {}}, "json_schema", {}),  # llama-server's "any JSON value"
+    ({"grammar": GBNF}, "grammar", GBNF),
+])
+def test_llama_servers_json_schema_and_grammar_constrain(fake, path, extra, field, want):
+    """llama-server's `json_schema` and `grammar` (GBNF), on its /completion and its OpenAI routes: they were
+    ignored (named in x-hearth-ignored-fields) and the answer ran free."""
+    r = _post(fake, path, extra) if path != LLAMA_COMPLETION else \
+        fake.client.post(path, json={"prompt": "hi", "n_predict": 4, **extra})
+    assert r.status_code == 200, r.text
+    assert "x-hearth-ignored-fields" not in r.headers
+    assert getattr(fake.last.params.structured_output, field) == want
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"json_schema": {"type": "objekt"}}, "json_schema"),
+    ({"json_schema": [1]}, "json_schema"),
+    ({"grammar": "root ::= [0-9"}, "grammar"),
+    ({"grammar": GBNF, "json_schema": SCHEMA}, "grammar"),
+])
+def test_llama_servers_bad_constraint_is_a_400_in_its_shape(fake, extra, param):
+    r = fake.client.post(LLAMA_COMPLETION, json={"prompt": "hi", "n_predict": 4, **extra})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == 400 and error["param"] == param and error["message"].startswith(f"{param}: "), error
+
+
+def test_llama_servers_empty_grammar_is_none(fake):
+    """Its default, which its old web UI sent with every request."""
+    r = fake.client.post(LLAMA_COMPLETION, json={"prompt": "hi", "n_predict": 4, "grammar": ""})
+    assert r.status_code == 200 and fake.last.params.structured_output is None, r.text
