@@ -16,6 +16,7 @@ import llguidance
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from hearth.errors import HearthError
+from hearth.sample.regex_ascii import ascii_classes
 from hearth.sample.schema_bounds import with_bounded_numbers
 from hearth.sampling_params import StructuredOutput
 
@@ -48,7 +49,7 @@ def _compile(key: str) -> str:
     if grammar is not None:
         kind, grammar = "grammar", _from_grammar(grammar)
     else:
-        kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(regex)
+        kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(ascii_classes(regex))
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
         expected = GRAMMAR_SYNTAX if kind == "grammar" else ""

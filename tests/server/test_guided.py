@@ -248,3 +248,18 @@ def test_llama_servers_empty_grammar_is_none(fake):
     """Its default, which its old web UI sent with every request."""
     r = fake.client.post(LLAMA_COMPLETION, json={"prompt": "hi", "n_predict": 4, "grammar": ""})
     assert r.status_code == 200 and fake.last.params.structured_output is None, r.text
+
+
+@pytest.mark.parametrize("regex,good,bad", [
+    (r"\d{3}-\d{4}", ["555-1234"], ["🯸🯸🯸-🯸🯸🯸🯸", "١٢٣-٤٥٦٧"]),
+    (r"\w+", ["a_Z9"], ["héllo", "日本"]),
+    (r"[\d.]+", ["3.14"], ["٣.١٤"]),
+    (r"[^\W_]+", ["ab1"], ["a_b", "é"]),
+    (r"\D\W", ["x-", "١ "], ["1-", "xa"]),
+    (r"\\d", ["\\d"], ["\\1"]),
+])
+def test_regex_classes_are_ascii_as_json_schema_patterns_are(regex, good, bad):
+    """llguidance's plain regex read \\d and \\w as Unicode classes: guided_regex \\d{3}-\\d{4} let SmolLM2
+    write U+1FBF8 segmented digits; a JSON schema's pattern (ECMAScript), xgrammar and outlines read ASCII."""
+    assert all(_accepts(regex, t) for t in good)
+    assert not any(_accepts(regex, t) for t in bad)
