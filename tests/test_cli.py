@@ -380,6 +380,18 @@ def test_interactive_run_answers_an_unknown_command_without_the_model(tiny_model
     assert err[1:] == ["Unknown command '/foo'. Type /help for help", "Unknown command '/set'. Type /help for help"]
 
 
+def test_interactive_run_reads_a_fenced_block_as_one_message(tiny_models, capsys, monkeypatch):
+    """ollama's \"\"\" fences: the lines between them are one message (a pasted block was a message per line)."""
+    import io
+
+    base, _ = tiny_models
+    block = "def f(x):\n    return x"
+    expected = greedy_text(base, lambda llm: as_text(llm, block))
+    monkeypatch.setattr("sys.stdin", io.StringIO(f'"""def f(x):\n    return x"""\n"""\n{block}\n"""\n'))
+    out, err = run_stdout(capsys, str(base), *GREEDY)
+    assert out == f"{expected}\n{expected}\n" and err[1:] == []  # two messages, each the whole block
+
+
 def test_run_says_when_the_context_filled_and_the_answer_stopped(tiny_models, capsys, monkeypatch):
     """With a small --ctx the answer ran into the context's end and stopped mid-sentence silently;
     now one line says so and how to go on. max_tokens' stop says nothing (the tests above: err == [])."""
