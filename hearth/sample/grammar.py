@@ -17,7 +17,7 @@ from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from hearth.errors import HearthError
 from hearth.sample.regex_ascii import ascii_classes
-from hearth.sample.schema_bounds import with_bounded_numbers
+from hearth.sample.schema_bounds import ANY_OBJECT, with_bounded_numbers
 from hearth.sampling_params import StructuredOutput
 
 
@@ -45,7 +45,7 @@ def _compile(key: str) -> str:
     if json_schema is not None:
         return _from_schema(json_schema)  # validated there: its bounded copy's compile is the check
     if json_object:
-        return _from_schema({"type": "object"})
+        return _from_schema(ANY_OBJECT)
     if grammar is not None:
         kind, grammar = "grammar", _from_grammar(grammar)
     else:

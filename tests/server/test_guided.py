@@ -263,3 +263,12 @@ def test_regex_classes_are_ascii_as_json_schema_patterns_are(regex, good, bad):
     write U+1FBF8 segmented digits; a JSON schema's pattern (ECMAScript), xgrammar and outlines read ASCII."""
     assert all(_accepts(regex, t) for t in good)
     assert not any(_accepts(regex, t) for t in bad)
+
+
+def test_a_json_object_has_bounded_numbers_at_any_depth():
+    """response_format json_object was {"type": "object"}: its values' numbers took any number of digits
+    (SmolLM2 wrote `{", ":1000...` to max_tokens)."""
+    good = ['{}', '{"a":1,"b":[true,null,"x",{"c":-2.5}],"d":{"e":{}}}', '{"n":' + "9" * 15 + "}"]
+    bad = ['{"a":1' + "0" * 16 + "}", '{"a":[0.' + "3" * 11 + "]}", '{"a":{"b":' + "1" * 17 + "}}", "[]", "1"]
+    assert all(_accepts(True, t, "json_object") for t in good)
+    assert not any(_accepts(True, t, "json_object") for t in bad)
