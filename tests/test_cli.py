@@ -113,6 +113,15 @@ def test_unknown_command(capsys):
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name,words", [("list", "hearth models lists"), ("ls", "hearth models lists"),
+                                        ("rm", "delete that folder"), ("ps", "GET /v1/models"), ("show", "hearth plan")])
+def test_an_ollama_command_names_hearths_way(capsys, name, words):
+    """ollama's list / rm / ps / show, typed from habit, were a bare 'unknown command'."""
+    assert main([name, "smollm2-135m"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hearth: error: unknown command {name!r} (ollama's: ") and words in err, err
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"]], ids=" ".join)
 def test_a_reader_that_closed_stdout_early_ends_it_quietly(argv):
     """`hearth --help | head -1`: head exits after its line. Here the pipe's read end is closed before
