@@ -190,6 +190,8 @@ class TokenizeRequest(_Request):
     """llama-server's text field (special tokens parsed, as there)."""
     add_special: StrictBool = False
     """llama-server's BOS switch for `content`, off by default as there."""
+    with_pieces: StrictBool = False
+    """llama-server's: each token as {"id", "piece"} (its text, or its bytes where they are not UTF-8)."""
 
 
 class DetokenizeRequest(_Request):

@@ -116,3 +116,16 @@ def test_props_of_a_loaded_model(client):
     assert body["model_path"].endswith("tiny.gguf") and body["total_slots"] == 16
     assert body["default_generation_settings"]["n_ctx"] == CONTEXT
     assert body["default_generation_settings"]["speculative"] is False and body["chat_template"]
+
+
+def test_tokenize_with_pieces_as_llama_server(client):
+    """llama-server's `with_pieces`: each token as {id, piece}, bytes where its piece is not UTF-8 (it was
+    ignored, named in x-hearth-ignored-fields, and the ids came bare)."""
+    text = "the capital 🙂 of"
+    ids = client.post("/tokenize", json={"content": text}).json()["tokens"]
+    r = client.post("/tokenize", json={"content": text, "with_pieces": True})
+    assert r.status_code == 200 and "x-hearth-ignored-fields" not in r.headers, r.text
+    pieces = r.json()["tokens"]
+    assert [p["id"] for p in pieces] == ids
+    raw = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
+    assert raw.decode() == text and any(isinstance(p["piece"], list) for p in pieces)  # the emoji's bytes split
