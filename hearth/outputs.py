@@ -58,3 +58,6 @@ class EngineOutput:
     """Only for SamplingParams.prompt_logprobs, on a request's first output: as RequestOutput's."""
     prompt_ranks: list[int | None] | None = None
     """With prompt_logprobs: as RequestOutput's."""
+    error: Exception | None = None
+    """Set on a request's last output where it ended in error rather than an answer (its grammar engine
+    gave up mid-answer: hearth.sample.grammar.GrammarStopped); the caller raises it."""

@@ -30,6 +30,21 @@ class InvalidStructuredOutput(HearthError):
         self.kind = kind
 
 
+class GrammarStopped(InvalidStructuredOutput):
+    """The grammar engine gave up mid-answer: llguidance's limits on a parser row or on the lexer, which
+    a compile does not check (`root ::= "w0" | ... | "w19999"` compiles, then stops after the `w`). Its
+    mask then allows only the end, and the answer ended there, cut and invalid, as if whole."""
+
+
+def stopped(so: StructuredOutput, error: str) -> GrammarStopped:
+    """The error of a request whose grammar engine gave up (llguidance's first line: the reason; the
+    rest is its state and the grammar)."""
+    kind = "json_schema" if so.json_schema is not None or so.json_object else \
+        "grammar" if so.grammar is not None else "regex"
+    reason = error.strip().splitlines()[0] if error.strip() else "no reason given"
+    return GrammarStopped(f"the grammar engine gave up mid-answer, the {kind} being too complex for it: {reason}", kind)
+
+
 def compile_grammar(so: StructuredOutput) -> str:
     """The llguidance grammar for a constraint; raises InvalidStructuredOutput naming the problem.
     A request's constraint is compiled where the API checks it, where the engine admits it and where

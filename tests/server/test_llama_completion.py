@@ -129,3 +129,21 @@ def test_tokenize_with_pieces_as_llama_server(client):
     assert [p["id"] for p in pieces] == ids
     raw = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
     assert raw.decode() == text and any(isinstance(p["piece"], list) for p in pieces)  # the emoji's bytes split
+
+
+TOO_WIDE = "root ::= " + " | ".join(f'"w{i}"' for i in range(2001))
+"""Compiles, then llguidance's parser stops after the `w` (a row of 2,002 items; its limit is 2,000)."""
+
+
+@pytest.mark.parametrize("path,body", [("/completion", {"grammar": TOO_WIDE, "n_predict": 8}),
+                                       ("/v1/completions", {"guided_grammar": TOO_WIDE, "max_tokens": 8})])
+def test_a_grammar_engine_that_gives_up_mid_answer_is_an_error(client, path, body):
+    """Its mask then allowed only the end: the answer ended "w", invalid, as a whole one (stop)."""
+    r = client.post(path, json={"prompt": PROMPT, "temperature": 0.0, **body})
+    assert r.status_code == 400, r.text
+    assert "the grammar engine gave up mid-answer" in r.json()["error"]["message"] and "2000" in r.text
+    with client.stream("POST", path, json={"prompt": PROMPT, "temperature": 0.0, "stream": True, **body}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert "gave up mid-answer" in events[-1]["error"]["message"], events
+    ok = client.post(path, json={"prompt": PROMPT, "temperature": 0.0, **body, **{next(iter(body)): 'root ::= "w1"'}})
+    assert ok.status_code == 200, ok.text  # the engine goes on
