@@ -48,6 +48,10 @@ KINDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
     "json_object": _json_object,
 }
 """structured_outputs' keys (and guided_<key>'s, json_object aside) -> the constraint from the value."""
+NO_OPS = frozenset({"disable_any_whitespace", "disable_fallback"})
+"""structured_outputs' option keys that change nothing here (booleans, taken): hearth writes JSON without
+whitespace between its tokens anyway, and has one grammar engine, so nothing to fall back from. They were
+a 400 ("is not supported") for a vLLM client that sent them."""
 LEGACY = {f"guided_{k}": k for k in ("json", "regex", "choice", "grammar")}
 """vLLM's older top-level fields -> their kind."""
 LLAMA = {"json_schema": "json", "grammar": "grammar"}
@@ -60,6 +64,11 @@ def _given(body) -> list[tuple[str, str, Any]]:
     given = [(field, kind, v) for field, kind in (LEGACY | LLAMA).items()
              if (v := getattr(body, field, None)) is not None and not (field in LLAMA and v == "")]
     for key, v in (getattr(body, "structured_outputs", None) or {}).items():
+        if key in NO_OPS:
+            if not isinstance(v, bool) and v is not None:
+                raise APIError(400, f"structured_outputs.{key}: must be a boolean, not {v!r}",
+                               param=f"structured_outputs.{key}")
+            continue
         if key not in KINDS:
             raise APIError(400, f"structured_outputs.{key}: is not supported (hearth reads {', '.join(KINDS)})",
                            param=f"structured_outputs.{key}")

@@ -272,3 +272,15 @@ def test_a_json_object_has_bounded_numbers_at_any_depth():
     bad = ['{"a":1' + "0" * 16 + "}", '{"a":[0.' + "3" * 11 + "]}", '{"a":{"b":' + "1" * 17 + "}}", "[]", "1"]
     assert all(_accepts(True, t, "json_object") for t in good)
     assert not any(_accepts(True, t, "json_object") for t in bad)
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_vllms_no_op_structured_output_options_are_taken(fake, path):
+    """vLLM's disable_any_whitespace and disable_fallback change nothing here (compact JSON; one engine):
+    they were a 400 'is not supported'."""
+    options = {"json": SCHEMA, "disable_any_whitespace": True, "disable_fallback": False}
+    r = _post(fake, path, {"structured_outputs": options})
+    assert r.status_code == 200, r.text
+    assert fake.last.params.structured_output.json_schema == SCHEMA
+    r = _post(fake, path, {"structured_outputs": {"json": SCHEMA, "disable_any_whitespace": "yes"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "structured_outputs.disable_any_whitespace"
