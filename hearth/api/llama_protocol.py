@@ -67,5 +67,7 @@ class LlamaOptions(_Request):
 
 class LlamaCompletionRequest(LlamaOptions):
     """POST /completion (and /completions): a raw prompt, no template."""
-    prompt: StrictStr | list[StrictInt]
-    """Text (BOS added where the model adds one, special tokens parsed, as llama-server) or token ids."""
+    prompt: StrictStr | list[StrictInt | StrictStr]
+    """Text (BOS added where the model adds one, special tokens parsed, as llama-server), token ids, or
+    llama-server's mix of both (`[12, " text", 34]`); a list of texts alone is several prompts, which
+    llama-server answers one by one and hearth refuses (hearth.api.completion_routes)."""

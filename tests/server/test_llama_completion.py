@@ -147,3 +147,18 @@ def test_a_grammar_engine_that_gives_up_mid_answer_is_an_error(client, path, bod
     assert "gave up mid-answer" in events[-1]["error"]["message"], events
     ok = client.post(path, json={"prompt": PROMPT, "temperature": 0.0, **body, **{next(iter(body)): 'root ::= "w1"'}})
     assert ok.status_code == 200, ok.text  # the engine goes on
+
+
+def test_a_mix_of_ids_and_text_is_one_prompt_and_several_texts_a_400(client):
+    """llama-server's mixed prompt (`[ids..., " text", ids...]`) was a 400 'Input should be a valid string';
+    its several prompts (a list of texts), which hearth does not answer, now say so."""
+    ids = client.post("/tokenize", json={"content": PROMPT}).json()["tokens"]
+    head = client.post("/tokenize", json={"content": "the capital"}).json()["tokens"]
+    tail = PROMPT[len("the capital"):]
+    whole = client.post("/completion", json={"prompt": PROMPT, **GREEDY}).json()
+    for prompt in ([*head, tail], [PROMPT]):
+        body = client.post("/completion", json={"prompt": prompt, **GREEDY}).json()
+        assert body["content"] == whole["content"], body
+    assert len(client.post("/tokenize", json={"content": tail}).json()["tokens"]) + len(head) == len(ids)
+    r = client.post("/completion", json={"prompt": [PROMPT, "second"], **GREEDY})
+    assert r.status_code == 400 and "2 prompts in one request" in r.json()["error"]["message"], r.text
