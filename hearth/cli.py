@@ -135,7 +135,10 @@ def _run(argv: list[str] | None) -> int:
         return 0
     name = argv[0]
     if name not in COMMANDS:
-        print(f"hearth: error: unknown command {name!r}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        from hearth.commands.foreign_flags import FOREIGN_COMMANDS
+
+        hint = f" ({FOREIGN_COMMANDS[name]})" if name in FOREIGN_COMMANDS else ""
+        print(f"hearth: error: unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     split = _split(name, argv[1:])
     if isinstance(split, int):

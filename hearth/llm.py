@@ -227,6 +227,8 @@ class LLM:
                     children[rid] = (result, result.outputs[j])
             while self.engine.has_unfinished():
                 for out in self.engine.step():
+                    if out.error is not None:  # the others are aborted below
+                        raise out.error
                     result, comp = children[out.request_id]
                     if comp.index == 0:  # the prompt's, as the server counts it: siblings hit the first's blocks
                         result.num_cached_tokens = out.num_cached_tokens
@@ -272,6 +274,8 @@ class LLM:
                 while self.engine.has_unfinished():
                     for out in self.engine.step():
                         if out.request_id == rid:
+                            if out.error is not None:
+                                raise out.error
                             yield out
                             if out.finished:
                                 return

@@ -62,3 +62,6 @@ class EngineOutput:
     """With prompt_logprobs: as RequestOutput's."""
     embedding: list[float] | None = None
     """Only for SamplingParams.pooling, on a request's last output: its prompt's embedding."""
+    error: Exception | None = None
+    """Set on a request's last output where it ended in error rather than an answer (its grammar engine
+    gave up mid-answer: hearth.sample.grammar.GrammarStopped); the caller raises it."""

@@ -113,6 +113,15 @@ def test_unknown_command(capsys):
     assert "unknown command 'frobnicate'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name,words", [("list", "hearth models lists"), ("ls", "hearth models lists"),
+                                        ("rm", "delete that folder"), ("ps", "GET /v1/models"), ("show", "hearth plan")])
+def test_an_ollama_command_names_hearths_way(capsys, name, words):
+    """ollama's list / rm / ps / show, typed from habit, were a bare 'unknown command'."""
+    assert main([name, "smollm2-135m"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"hearth: error: unknown command {name!r} (ollama's: ") and words in err, err
+
+
 @pytest.mark.parametrize("argv", [["--help"], ["--version"], ["run", "--help"]], ids=" ".join)
 def test_a_reader_that_closed_stdout_early_ends_it_quietly(argv):
     """`hearth --help | head -1`: head exits after its line. Here the pipe's read end is closed before
@@ -378,6 +387,18 @@ def test_interactive_run_answers_an_unknown_command_without_the_model(tiny_model
     out, err = run_stdout(capsys, str(base), *GREEDY)
     assert out == "".join(e + "\n" for e in expected)  # only the two texts were answered
     assert err[1:] == ["Unknown command '/foo'. Type /help for help", "Unknown command '/set'. Type /help for help"]
+
+
+def test_interactive_run_reads_a_fenced_block_as_one_message(tiny_models, capsys, monkeypatch):
+    """ollama's \"\"\" fences: the lines between them are one message (a pasted block was a message per line)."""
+    import io
+
+    base, _ = tiny_models
+    block = "def f(x):\n    return x"
+    expected = greedy_text(base, lambda llm: as_text(llm, block))
+    monkeypatch.setattr("sys.stdin", io.StringIO(f'"""def f(x):\n    return x"""\n"""\n{block}\n"""\n'))
+    out, err = run_stdout(capsys, str(base), *GREEDY)
+    assert out == f"{expected}\n{expected}\n" and err[1:] == []  # two messages, each the whole block
 
 
 def test_run_says_when_the_context_filled_and_the_answer_stopped(tiny_models, capsys, monkeypatch):

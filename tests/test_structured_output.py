@@ -3,6 +3,7 @@ unconstrained requests; a constraint the grammar engine cannot compile is a one-
 
 import json
 import re
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -106,3 +107,16 @@ def test_min_tokens_past_the_grammar_s_end_ends_where_the_grammar_does(tmp_path,
                            structured_output=StructuredOutput(regex="a+"))
         comp = llm.generate({"prompt_token_ids": [1, 2, 3]}, p)[0].outputs[0]
         assert comp.text == "a" * n and comp.finish_reason == "stop", comp
+
+
+def test_a_grammar_the_engine_gives_up_on_raises_and_the_engine_goes_on(smol_llm):
+    """llguidance's parser stops after the `w` (a row of 2,002 items, its limit 2,000); the mask then
+    allowed only the end, and generate returned "w" finished as "stop"."""
+    from hearth.sample.grammar import GrammarStopped
+
+    wide = "root ::= " + " | ".join(f'"w{i}"' for i in range(2001))
+    params = SamplingParams(temperature=0, max_tokens=8, structured_output=StructuredOutput(grammar=wide))
+    with pytest.raises(GrammarStopped, match="gave up mid-answer, the grammar .*max is 2000"):
+        smol_llm.generate("Pick one:", params)
+    ok = replace(params, structured_output=StructuredOutput(grammar='root ::= "w1"'))
+    assert smol_llm.generate("Pick one:", ok)[0].outputs[0].text == "w1"

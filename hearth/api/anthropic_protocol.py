@@ -45,6 +45,9 @@ class MessagesRequest(_Request):
     thinking: ThinkingConfig | None = None
     output_config: OutputConfig | None = None
     """`format` {type: json_schema, schema}: Anthropic's structured output."""
+    output_format: OutputFormat | None = None
+    """The same format in its beta's spelling (structured-outputs-2025-11-13), which the SDK's
+    `beta.messages.create(output_format=...)` still sends."""
     metadata: dict[str, Any] | None = None
     # not in Anthropic's API; accepted like vLLM's extra fields
     seed: StrictInt | None = None

@@ -22,6 +22,7 @@ from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
 from hearth.api.tools import anthropic_tools, plan_tools, prompt_messages
+from hearth.sample.grammar import InvalidStructuredOutput, compile_grammar
 from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard.routing import Ask
 from hearth.tool_parsers import collect
@@ -109,13 +110,22 @@ def _check_thinking(body: MessagesRequest) -> None:
 
 
 def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
-    fmt = body.output_config.format if body.output_config else None
+    fmt, field = body.output_config.format if body.output_config else None, "output_config.format"
+    if body.output_format is not None:  # the beta's spelling: it was ignored, and the answer ran free
+        if fmt is not None:
+            raise APIError(400, "output_format: give it or output_config.format (its newer spelling), not both",
+                           param="output_format")
+        fmt, field = body.output_format, "output_format"
     if fmt is None:
         return plan.constraint
     if plan.constraint is not None:
-        raise APIError(400, "output_config.format: cannot be combined with a tool_choice that forces a call",
-                       param="output_config.format")
-    return StructuredOutput(json_schema=fmt.schema_)
+        raise APIError(400, f"{field}: cannot be combined with a tool_choice that forces a call", param=field)
+    so = StructuredOutput(json_schema=fmt.schema_)
+    try:
+        compile_grammar(so)  # a bad schema names the field it came in
+    except InvalidStructuredOutput as e:
+        raise APIError(400, f"{field}.schema: {e}", param=f"{field}.schema") from None
+    return so
 
 
 async def _message(served, source, parallel: bool = True) -> dict:

@@ -23,8 +23,22 @@ async def completion(body: LlamaCompletionRequest, request: Request):
     return await respond(request, served, _prompt_ids(served, body.prompt), body)
 
 
-def _prompt_ids(served, prompt: str | list[int]) -> list[int]:
-    """Text as llama-server tokenizes it (BOS where the model adds one, special tokens parsed); ids as given."""
+def _prompt_ids(served, prompt: str | list[int | str]) -> list[int]:
+    """Text as llama-server tokenizes it (BOS where the model adds one, special tokens parsed); ids as given;
+    a mix of both as llama-server's tokenize_mixed: BOS first where the model adds one, each text's tokens
+    in its place. One text in a list is that text."""
+    texts = [p for p in prompt if isinstance(p, str)] if isinstance(prompt, list) else []
+    if texts and len(texts) == len(prompt) > 1:
+        raise APIError(400, f"prompt: {len(prompt)} prompts in one request (llama-server answers each) are not "
+                            "supported here: send one per request, or use /v1/completions, which takes a list",
+                       param="prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and texts:
+        prompt = texts[0]
+    if texts and isinstance(prompt, list):
+        tok = served.tokenizer
+        bos = [tok.bos_id] if tok.add_bos and tok.bos_id is not None else []
+        ids = [t for p in prompt for t in (served.encode_text(p, add_special_tokens=False) if isinstance(p, str) else [p])]
+        prompt = bos + ids  # checked as ids below
     if isinstance(prompt, str):
         ids = served.encode_text(prompt, add_special_tokens=True)
         if not ids:

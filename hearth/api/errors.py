@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hearth.api.unserved import unserved
 from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStepError
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError
 from hearth.sample.grammar import InvalidStructuredOutput
@@ -198,7 +199,8 @@ def install_handlers(app: FastAPI) -> None:
     async def _http(request: Request, e: StarletteHTTPException):
         message = e.detail if isinstance(e.detail, str) else HTTPStatus(e.status_code).phrase
         if e.status_code == 404 and message == "Not Found":
-            message = f"no route {request.method} {request.url.path}"
+            why = unserved(request.url.path)
+            message = f"no route {request.method} {request.url.path}" + (f": {why}" if why else "")
         return error_response(request.url.path, e.status_code, message, headers=getattr(e, "headers", None))
 
     @app.exception_handler(Exception)

@@ -1,8 +1,8 @@
 """vLLM's structured-output request fields -> the engine's StructuredOutput, the same constraint that
 `response_format` sets (llguidance: JSON schema, regex, Lark or GBNF grammar): `guided_json`, `guided_regex`,
 `guided_choice`, `guided_grammar` and their newer spelling `structured_outputs: {json | regex | choice |
-grammar | json_object: ...}`. They were ignored (named only in x-hearth-ignored-fields); a request may
-hold one constraint, and a second is a 400 naming it, as is one the grammar engine cannot compile."""
+grammar | json_object: ...}`, and llama-server's `json_schema` and `grammar` (also on its /completion and
+/infill). They were ignored (named only in x-hearth-ignored-fields); a request may hold one constraint, and a second is a 400 naming it, as is one the grammar engine cannot compile."""
 
 from __future__ import annotations
 
@@ -48,14 +48,27 @@ KINDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
     "json_object": _json_object,
 }
 """structured_outputs' keys (and guided_<key>'s, json_object aside) -> the constraint from the value."""
+NO_OPS = frozenset({"disable_any_whitespace", "disable_fallback"})
+"""structured_outputs' option keys that change nothing here (booleans, taken): hearth writes JSON without
+whitespace between its tokens anyway, and has one grammar engine, so nothing to fall back from. They were
+a 400 ("is not supported") for a vLLM client that sent them."""
 LEGACY = {f"guided_{k}": k for k in ("json", "regex", "choice", "grammar")}
 """vLLM's older top-level fields -> their kind."""
+LLAMA = {"json_schema": "json", "grammar": "grammar"}
+"""llama-server's fields (its /completion, /infill and OpenAI routes): a schema ({} is any JSON value), a GBNF
+grammar; "" (its default, which its old web UI sends) is none."""
 
 
 def _given(body) -> list[tuple[str, str, Any]]:
     """(the field as the client wrote it, its kind, its value) of each constraint the body holds."""
-    given = [(field, kind, getattr(body, field)) for field, kind in LEGACY.items() if getattr(body, field) is not None]
-    for key, v in (body.structured_outputs or {}).items():
+    given = [(field, kind, v) for field, kind in (LEGACY | LLAMA).items()
+             if (v := getattr(body, field, None)) is not None and not (field in LLAMA and v == "")]
+    for key, v in (getattr(body, "structured_outputs", None) or {}).items():
+        if key in NO_OPS:
+            if not isinstance(v, bool) and v is not None:
+                raise APIError(400, f"structured_outputs.{key}: must be a boolean, not {v!r}",
+                               param=f"structured_outputs.{key}")
+            continue
         if key not in KINDS:
             raise APIError(400, f"structured_outputs.{key}: is not supported (hearth reads {', '.join(KINDS)})",
                            param=f"structured_outputs.{key}")

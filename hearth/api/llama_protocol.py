@@ -7,6 +7,8 @@ llama.vscode, llama.vim) gets the sampling it expects. Fields llama-server has a
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
 from hearth.api.openai_protocol import _Request
@@ -39,6 +41,10 @@ class LlamaOptions(_Request):
     """Past this many ms of generation the next new line ends the answer (hearth.api.infill_stops)."""
     return_tokens: StrictBool = False
     """The generated token ids in `tokens` (else `tokens` is empty, as llama-server's)."""
+    json_schema: Any = None
+    """The answer follows this JSON schema ({}: any JSON value), as llama-server's (hearth.api.guided)."""
+    grammar: Any = None
+    """The answer follows this GBNF grammar (or Lark in llguidance's dialect); "" is none."""
     cache_prompt: StrictBool = True
     """Accepted, and always true here: hearth's prefix cache gives the same tokens either way."""
 
@@ -61,5 +67,7 @@ class LlamaOptions(_Request):
 
 class LlamaCompletionRequest(LlamaOptions):
     """POST /completion (and /completions): a raw prompt, no template."""
-    prompt: StrictStr | list[StrictInt]
-    """Text (BOS added where the model adds one, special tokens parsed, as llama-server) or token ids."""
+    prompt: StrictStr | list[StrictInt | StrictStr]
+    """Text (BOS added where the model adds one, special tokens parsed, as llama-server), token ids, or
+    llama-server's mix of both (`[12, " text", 34]`); a list of texts alone is several prompts, which
+    llama-server answers one by one and hearth refuses (hearth.api.completion_routes)."""

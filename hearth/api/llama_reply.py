@@ -11,6 +11,7 @@ import logging
 import time
 
 from hearth.api.errors import LLAMA_WIRE_NAMES, error_body, from_hearth_error
+from hearth.api.guided import guided
 from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
@@ -37,7 +38,8 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
         "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "seed": None if body.seed < 0 else body.seed,
-        "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos},
+        "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
+        "structured_output": guided(body, {})},
         state.limits, served.max_model_len, LLAMA_WIRE_NAMES,
         prompt_tokens=prompt_tokens)
 

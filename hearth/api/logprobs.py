@@ -5,7 +5,7 @@ prompt's, as vLLM's `prompt_logprobs` extension returns them."""
 from __future__ import annotations
 
 
-def _token_bytes(tokenizer, token_id: int) -> bytes:
+def token_bytes(tokenizer, token_id: int) -> bytes:
     to_bytes = getattr(tokenizer, "token_to_bytes", None)
     if to_bytes is not None:
         return to_bytes(token_id)
@@ -13,7 +13,7 @@ def _token_bytes(tokenizer, token_id: int) -> bytes:
 
 
 def _token_text(tokenizer, token_id: int) -> str:
-    return _token_bytes(tokenizer, token_id).decode("utf-8", errors="replace")
+    return token_bytes(tokenizer, token_id).decode("utf-8", errors="replace")
 
 
 def _top(entry: dict[int, float], k: int) -> list[tuple[int, float]]:
@@ -32,7 +32,7 @@ def chat_logprobs(tokenizer, token_ids: list[int], entries: list[dict[int, float
 
 
 def _chat_item(tokenizer, token_id: int, logprob: float) -> dict:
-    raw = _token_bytes(tokenizer, token_id)
+    raw = token_bytes(tokenizer, token_id)
     return {"token": raw.decode("utf-8", errors="replace"), "logprob": _finite(logprob), "bytes": list(raw)}
 
 

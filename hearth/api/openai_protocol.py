@@ -113,6 +113,9 @@ class SamplingFields(SamplingScalars):
     guided_choice: Any = None
     guided_grammar: Any = None
     structured_outputs: dict[str, Any] | None = None
+    json_schema: Any = None
+    """llama-server's structured-output fields, on its OpenAI routes too (hearth.api.guided)."""
+    grammar: Any = None
     prompt_logprobs: StrictInt | None = None
     """vLLM's: each prompt token's logprob and rank, and its top N alternatives (hearth.api.logprobs)."""
 
@@ -207,6 +210,8 @@ class TokenizeRequest(_Request):
     """llama-server's text field (special tokens parsed, as there)."""
     add_special: StrictBool = False
     """llama-server's BOS switch for `content`, off by default as there."""
+    with_pieces: StrictBool = False
+    """llama-server's: each token as {"id", "piece"} (its text, or its bytes where they are not UTF-8)."""
 
 
 class DetokenizeRequest(_Request):

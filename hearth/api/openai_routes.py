@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
 from hearth.api.guard_extras import RequestGuard
+from hearth.api.logprobs import token_bytes
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import DetokenizeRequest, TokenizeRequest
 from hearth.api.sampling import outside_vocabulary
@@ -36,7 +37,18 @@ async def tokenize(body: TokenizeRequest, request: Request):
         ids = served.encode_text(body.content, add_special_tokens=body.add_special)
     else:
         ids = conversation_ids(served, body, request.app.state.config.tool_guard)
-    return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": ids}
+    tokens = [_piece(served.tokenizer, i) for i in ids] if body.with_pieces else ids
+    return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": tokens}
+
+
+def _piece(tokenizer, token_id: int) -> dict:
+    """llama-server's with_pieces entry: a token's text, or its bytes as a list where they are not UTF-8
+    (a byte-fallback token, a piece of a multi-byte character)."""
+    raw = token_bytes(tokenizer, token_id)
+    try:
+        return {"id": token_id, "piece": raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"id": token_id, "piece": list(raw)}
 
 
 def conversation_ids(served, body, server_guard) -> list[int]:

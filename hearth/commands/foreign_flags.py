@@ -34,3 +34,16 @@ def foreign_flag(argv: list[str]) -> str | None:
         if flag in FOREIGN:
             return f"{flag} is {FOREIGN[flag]}"
     return None
+
+
+_MODELS = "ollama's: hearth models lists the catalog and what is downloaded, with each file's path"
+FOREIGN_COMMANDS: dict[str, str] = {
+    "list": _MODELS,
+    "ls": _MODELS,
+    "rm": "ollama's: a model is a plain GGUF file under $HEARTH_HOME/models/NAME (hearth models prints its path): "
+          "delete that folder",
+    "ps": "ollama's: a server's GET /v1/models says which models are loaded (hearth.loaded)",
+    "show": "ollama's: hearth plan MODEL shows a model's architecture, sizes and limits; a server's GET /props its "
+            "chat template",
+}
+"""Commands that users of ollama type from habit -> what hearth does instead."""

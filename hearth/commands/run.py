@@ -19,7 +19,9 @@ from hearth.errors import (HearthError, MaxTokensTooLargeError, PromptTooLongErr
                            too_long)
 
 DEFAULT_MAX_TOKENS = 1024
-HELP = "/bye (or Ctrl-D) to quit, /clear to forget the conversation, /help for this line"
+HELP = ('/bye (or Ctrl-D) to quit, /clear to forget the conversation, """ to begin and end a message of '
+        'several lines, /help for this line')
+FENCE = '"""'  # ollama's: a line opening with it begins one message of several lines, one ending with it ends it
 # A line whose first word is a slash and a name (`/foo`, `/set x`) is a command; `/ ...` or a path
 # (`/usr/bin/env is ...`) is text a user may mean for the model, so it goes to it (ollama refuses any
 # leading slash): a path names no command, and a word is what a mistyped command looks like.
@@ -103,6 +105,8 @@ def main(args: argparse.Namespace) -> int:
     while True:
         try:
             line = read(">>> " if interactive else "")
+            if line.lstrip().startswith(FENCE):
+                line = read_block(line.lstrip(), read, "... " if interactive else "")
         except EOFError:
             return 1 if failed else 0
         except KeyboardInterrupt:  # as ollama: the line typed so far is dropped, a fresh prompt
@@ -132,6 +136,16 @@ def main(args: argparse.Namespace) -> int:
                 failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def read_block(first: str, read, prompt: str) -> str:
+    """The lines of one message between ollama's fences (the text after the opening one and before the
+    closing one included), joined by newlines: a pasted block of code was each line a message of its own."""
+    line, lines = first.removeprefix(FENCE), []
+    while not line.endswith(FENCE):
+        lines.append(line)
+        line = read(prompt)
+    return "\n".join([*lines, line.removesuffix(FENCE)])
 
 
 def _after_piped_input(prompt: str) -> str:

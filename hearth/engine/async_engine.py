@@ -209,7 +209,7 @@ class AsyncEngine:
         for out in self.core.step():
             stream = self._streams.get(out.request_id)
             if stream is not None:
-                stream._put(out)
+                stream._put(out if out.error is None else out.error)
             if out.finished:
                 self._streams.pop(out.request_id, None)
         if self.core.stalled:  # nothing could run: wait for a command (cleared above, so none is missed)

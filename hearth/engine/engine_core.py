@@ -13,7 +13,7 @@ from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
-from hearth.sample.grammar import compile_grammar
+from hearth.sample.grammar import compile_grammar, stopped
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, over_max_logprobs
 from hearth.spec_decode.policy import SpeculativeDecoder
 
@@ -149,9 +149,21 @@ class EngineCore:
             self.spec.observe([o for o in results if o.request_id not in grammar_drafted])
         self.scheduler.spec_results = []
         outputs = [self._output(req, tokens) for req, tokens in changed]
+        for (req, _), o in zip(changed, outputs):
+            if (why := result.grammar_errors.get(req.request_id)) is not None:
+                self._grammar_gave_up(req, o, why)
         if not self.scheduler.has_unfinished():
             self._idle()
         return outputs
+
+    def _grammar_gave_up(self, req: Request, o: EngineOutput, why: str) -> None:
+        """The request's grammar engine gave up this step: it ends with that error (o.error), not with
+        the end token its mask then allowed, as if its answer were whole."""
+        if not o.finished:
+            self.scheduler.finish_request(req.request_id)
+            self._forget(req.request_id)
+        o.finished, o.finish_reason = True, "abort"
+        o.error = stopped(req.params.structured_output, why)
 
     def failed_step(self) -> list[str] | None:
         """After step() raised: the requests of its runner call where the runner failed (only their

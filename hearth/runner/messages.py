@@ -114,6 +114,9 @@ class RunnerOutput:
     drafted: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
     """request_id -> (tokens, parents) of the drafts the runner's draft model wrote into its slots
     (method draft; parents [] for a chain): what was verified, for the acceptance statistics."""
+    grammar_errors: dict[str, str] = field(default_factory=dict)
+    """request_id -> why its grammar engine gave up this step (llguidance's parser or lexer limits, met
+    mid-answer: its mask then allowed only the end, so its last token is no answer's)."""
     prompt_logprobs: dict[str, list[dict[int, float]]] = field(default_factory=dict)
     """request_id -> per prompt_targets token {its id: logprob, then the top params.prompt_logprobs},
     from the model's raw logits."""

@@ -128,6 +128,8 @@ class ModelRunner:
             self.block_io.load(so.kv_loads)
         out = self._execute(so)
         out.kv_saved = saved
+        out.grammar_errors = {s.request_id: m.error for s in so.seqs
+                              if (m := self.matchers.get(s.request_id)) is not None and m.error}
         return out
 
     def forget(self, request_ids: list[str]) -> None:

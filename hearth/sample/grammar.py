@@ -16,7 +16,8 @@ import llguidance
 from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from hearth.errors import HearthError
-from hearth.sample.schema_bounds import with_bounded_numbers
+from hearth.sample.regex_ascii import ascii_classes
+from hearth.sample.schema_bounds import ANY_OBJECT, with_bounded_numbers
 from hearth.sampling_params import StructuredOutput
 
 
@@ -27,6 +28,21 @@ class InvalidStructuredOutput(HearthError):
     def __init__(self, message: str, kind: str = "json_schema"):
         super().__init__(message)
         self.kind = kind
+
+
+class GrammarStopped(InvalidStructuredOutput):
+    """The grammar engine gave up mid-answer: llguidance's limits on a parser row or on the lexer, which
+    a compile does not check (`root ::= "w0" | ... | "w19999"` compiles, then stops after the `w`). Its
+    mask then allows only the end, and the answer ended there, cut and invalid, as if whole."""
+
+
+def stopped(so: StructuredOutput, error: str) -> GrammarStopped:
+    """The error of a request whose grammar engine gave up (llguidance's first line: the reason; the
+    rest is its state and the grammar)."""
+    kind = "json_schema" if so.json_schema is not None or so.json_object else \
+        "grammar" if so.grammar is not None else "regex"
+    reason = error.strip().splitlines()[0] if error.strip() else "no reason given"
+    return GrammarStopped(f"the grammar engine gave up mid-answer, the {kind} being too complex for it: {reason}", kind)
 
 
 def compile_grammar(so: StructuredOutput) -> str:
@@ -44,11 +60,11 @@ def _compile(key: str) -> str:
     if json_schema is not None:
         return _from_schema(json_schema)  # validated there: its bounded copy's compile is the check
     if json_object:
-        return _from_schema({"type": "object"})
+        return _from_schema(ANY_OBJECT)
     if grammar is not None:
         kind, grammar = "grammar", _from_grammar(grammar)
     else:
-        kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(regex)
+        kind, grammar = "regex", llguidance.LLMatcher.grammar_from_regex(ascii_classes(regex))
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
         expected = GRAMMAR_SYNTAX if kind == "grammar" else ""

@@ -30,6 +30,15 @@ AS_GIVEN = frozenset({"const", "enum", "default", "examples", "not"})
 NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 """Keywords whose values map names to schemas: the names are not keywords (a property may be `default`)."""
 
+_VALUE = {"$ref": "#/$defs/value"}
+ANY_OBJECT = {"$defs": {"value": {"anyOf": [
+    {"type": "null"}, {"type": "boolean"}, {"type": "number"}, {"type": "string"},
+    {"type": "array", "items": _VALUE}, {"type": "object", "additionalProperties": _VALUE}]}},
+    "type": "object", "additionalProperties": _VALUE}
+"""response_format json_object: any JSON object, its values spelled out so their numbers are bounded
+(`{"type": "object"}` left them open: SmolLM2 wrote `{", ":1000...` to max_tokens; llama.cpp's json.gbnf
+caps a number's digits too)."""
+
 
 def with_bounded_numbers(schema: Any, compile: Callable[[Any], R]) -> R:
     """compile(a copy of `schema` with bounded numbers); where that raises ValueError, compile(schema)

@@ -55,6 +55,8 @@ class FixedModel(torch.nn.Module):
 class AllowedSet:
     """A grammar that allows the same tokens at every step (a call's name: offered tools only)."""
 
+    error = None  # it never gives up (GrammarMatcher.error)
+
     def __init__(self, allowed: set[int]):
         self.allowed = allowed
 

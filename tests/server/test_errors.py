@@ -684,3 +684,22 @@ def test_response_format_and_a_forced_call_are_one_rule_one_message(fake, fmt):
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
     assert r.json()["error"]["message"] == "response_format: cannot be combined with tool_choice (one constraint per request)"
     assert not fake.engine.added
+
+
+@pytest.mark.parametrize("method,path,words", [
+    ("POST", "/embedding", "hearth's are at /v1/embeddings"),
+    ("POST", "/v1/rerank", "hearth does not rerank"),
+    ("POST", "/api/pulls", "not one of the Ollama routes hearth serves"),
+])
+def test_another_servers_route_says_hearth_has_none(fake, method, path, words):
+    """A client moved from vLLM, llama-server or Ollama got a bare 'no route', as for a typo."""
+    r = fake.client.request(method, path, json={})
+    assert r.status_code == 404
+    error = r.json()["error"]
+    message = error if path.startswith("/api/") else error["message"]  # Ollama's one-string error there
+    assert message.startswith(f"no route {method} {path}: ") and words in message, message
+
+
+def test_an_unknown_route_is_a_bare_404(fake):
+    r = fake.client.post("/v1/chat/completion", json={})
+    assert r.status_code == 404 and r.json()["error"]["message"] == "no route POST /v1/chat/completion"

@@ -209,3 +209,78 @@ def test_a_json_schema_is_compiled_once(monkeypatch, schema, compiles):
     grammar._compile.cache_clear()  # an earlier test may have compiled the same schema
     compile_grammar(StructuredOutput(json_schema=schema))
     assert counted.compiles == compiles
+
+
+LLAMA_COMPLETION = "/completion"
+GBNF = 'root ::= "yes" | "no"'
+
+
+@pytest.mark.parametrize("path", [LLAMA_COMPLETION, CHAT, COMPLETIONS])
+@pytest.mark.parametrize("extra,field,want", [
+    ({"json_schema": SCHEMA}, "json_schema", SCHEMA),
+    ({"json_schema": {}}, "json_schema", {}),  # llama-server's "any JSON value"
+    ({"grammar": GBNF}, "grammar", GBNF),
+])
+def test_llama_servers_json_schema_and_grammar_constrain(fake, path, extra, field, want):
+    """llama-server's `json_schema` and `grammar` (GBNF), on its /completion and its OpenAI routes: they were
+    ignored (named in x-hearth-ignored-fields) and the answer ran free."""
+    r = _post(fake, path, extra) if path != LLAMA_COMPLETION else \
+        fake.client.post(path, json={"prompt": "hi", "n_predict": 4, **extra})
+    assert r.status_code == 200, r.text
+    assert "x-hearth-ignored-fields" not in r.headers
+    assert getattr(fake.last.params.structured_output, field) == want
+
+
+@pytest.mark.parametrize("extra,param", [
+    ({"json_schema": {"type": "objekt"}}, "json_schema"),
+    ({"json_schema": [1]}, "json_schema"),
+    ({"grammar": "root ::= [0-9"}, "grammar"),
+    ({"grammar": GBNF, "json_schema": SCHEMA}, "grammar"),
+])
+def test_llama_servers_bad_constraint_is_a_400_in_its_shape(fake, extra, param):
+    r = fake.client.post(LLAMA_COMPLETION, json={"prompt": "hi", "n_predict": 4, **extra})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == 400 and error["param"] == param and error["message"].startswith(f"{param}: "), error
+
+
+def test_llama_servers_empty_grammar_is_none(fake):
+    """Its default, which its old web UI sent with every request."""
+    r = fake.client.post(LLAMA_COMPLETION, json={"prompt": "hi", "n_predict": 4, "grammar": ""})
+    assert r.status_code == 200 and fake.last.params.structured_output is None, r.text
+
+
+@pytest.mark.parametrize("regex,good,bad", [
+    (r"\d{3}-\d{4}", ["555-1234"], ["🯸🯸🯸-🯸🯸🯸🯸", "١٢٣-٤٥٦٧"]),
+    (r"\w+", ["a_Z9"], ["héllo", "日本"]),
+    (r"[\d.]+", ["3.14"], ["٣.١٤"]),
+    (r"[^\W_]+", ["ab1"], ["a_b", "é"]),
+    (r"\D\W", ["x-", "١ "], ["1-", "xa"]),
+    (r"\\d", ["\\d"], ["\\1"]),
+])
+def test_regex_classes_are_ascii_as_json_schema_patterns_are(regex, good, bad):
+    """llguidance's plain regex read \\d and \\w as Unicode classes: guided_regex \\d{3}-\\d{4} let SmolLM2
+    write U+1FBF8 segmented digits; a JSON schema's pattern (ECMAScript), xgrammar and outlines read ASCII."""
+    assert all(_accepts(regex, t) for t in good)
+    assert not any(_accepts(regex, t) for t in bad)
+
+
+def test_a_json_object_has_bounded_numbers_at_any_depth():
+    """response_format json_object was {"type": "object"}: its values' numbers took any number of digits
+    (SmolLM2 wrote `{", ":1000...` to max_tokens)."""
+    good = ['{}', '{"a":1,"b":[true,null,"x",{"c":-2.5}],"d":{"e":{}}}', '{"n":' + "9" * 15 + "}"]
+    bad = ['{"a":1' + "0" * 16 + "}", '{"a":[0.' + "3" * 11 + "]}", '{"a":{"b":' + "1" * 17 + "}}", "[]", "1"]
+    assert all(_accepts(True, t, "json_object") for t in good)
+    assert not any(_accepts(True, t, "json_object") for t in bad)
+
+
+@pytest.mark.parametrize("path", [CHAT, COMPLETIONS])
+def test_vllms_no_op_structured_output_options_are_taken(fake, path):
+    """vLLM's disable_any_whitespace and disable_fallback change nothing here (compact JSON; one engine):
+    they were a 400 'is not supported'."""
+    options = {"json": SCHEMA, "disable_any_whitespace": True, "disable_fallback": False}
+    r = _post(fake, path, {"structured_outputs": options})
+    assert r.status_code == 200, r.text
+    assert fake.last.params.structured_output.json_schema == SCHEMA
+    r = _post(fake, path, {"structured_outputs": {"json": SCHEMA, "disable_any_whitespace": "yes"}})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "structured_outputs.disable_any_whitespace"

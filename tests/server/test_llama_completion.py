@@ -116,3 +116,49 @@ def test_props_of_a_loaded_model(client):
     assert body["model_path"].endswith("tiny.gguf") and body["total_slots"] == 16
     assert body["default_generation_settings"]["n_ctx"] == CONTEXT
     assert body["default_generation_settings"]["speculative"] is False and body["chat_template"]
+
+
+def test_tokenize_with_pieces_as_llama_server(client):
+    """llama-server's `with_pieces`: each token as {id, piece}, bytes where its piece is not UTF-8 (it was
+    ignored, named in x-hearth-ignored-fields, and the ids came bare)."""
+    text = "the capital 🙂 of"
+    ids = client.post("/tokenize", json={"content": text}).json()["tokens"]
+    r = client.post("/tokenize", json={"content": text, "with_pieces": True})
+    assert r.status_code == 200 and "x-hearth-ignored-fields" not in r.headers, r.text
+    pieces = r.json()["tokens"]
+    assert [p["id"] for p in pieces] == ids
+    raw = b"".join(p["piece"].encode() if isinstance(p["piece"], str) else bytes(p["piece"]) for p in pieces)
+    assert raw.decode() == text and any(isinstance(p["piece"], list) for p in pieces)  # the emoji's bytes split
+
+
+TOO_WIDE = "root ::= " + " | ".join(f'"w{i}"' for i in range(2001))
+"""Compiles, then llguidance's parser stops after the `w` (a row of 2,002 items; its limit is 2,000)."""
+
+
+@pytest.mark.parametrize("path,body", [("/completion", {"grammar": TOO_WIDE, "n_predict": 8}),
+                                       ("/v1/completions", {"guided_grammar": TOO_WIDE, "max_tokens": 8})])
+def test_a_grammar_engine_that_gives_up_mid_answer_is_an_error(client, path, body):
+    """Its mask then allowed only the end: the answer ended "w", invalid, as a whole one (stop)."""
+    r = client.post(path, json={"prompt": PROMPT, "temperature": 0.0, **body})
+    assert r.status_code == 400, r.text
+    assert "the grammar engine gave up mid-answer" in r.json()["error"]["message"] and "2000" in r.text
+    with client.stream("POST", path, json={"prompt": PROMPT, "temperature": 0.0, "stream": True, **body}) as r:
+        events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    assert "gave up mid-answer" in events[-1]["error"]["message"], events
+    ok = client.post(path, json={"prompt": PROMPT, "temperature": 0.0, **body, **{next(iter(body)): 'root ::= "w1"'}})
+    assert ok.status_code == 200, ok.text  # the engine goes on
+
+
+def test_a_mix_of_ids_and_text_is_one_prompt_and_several_texts_a_400(client):
+    """llama-server's mixed prompt (`[ids..., " text", ids...]`) was a 400 'Input should be a valid string';
+    its several prompts (a list of texts), which hearth does not answer, now say so."""
+    ids = client.post("/tokenize", json={"content": PROMPT}).json()["tokens"]
+    head = client.post("/tokenize", json={"content": "the capital"}).json()["tokens"]
+    tail = PROMPT[len("the capital"):]
+    whole = client.post("/completion", json={"prompt": PROMPT, **GREEDY}).json()
+    for prompt in ([*head, tail], [PROMPT]):
+        body = client.post("/completion", json={"prompt": prompt, **GREEDY}).json()
+        assert body["content"] == whole["content"], body
+    assert len(client.post("/tokenize", json={"content": tail}).json()["tokens"]) + len(head) == len(ids)
+    r = client.post("/completion", json={"prompt": [PROMPT, "second"], **GREEDY})
+    assert r.status_code == 400 and "2 prompts in one request" in r.json()["error"]["message"], r.text

@@ -55,6 +55,23 @@ def test_anthropic_sampling_fields_reach_the_engine(fake):
     assert fake.last.params.structured_output.json_schema == schema
 
 
+def test_anthropic_beta_output_format_constrains_as_output_config(fake):
+    """The structured-outputs beta's top-level `output_format` (anthropic-beta: structured-outputs-2025-11-13,
+    as the SDK's beta sent it) was ignored (named in x-hearth-ignored-fields) and the answer ran free."""
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    r = fake.client.post("/v1/messages", headers={"anthropic-beta": "structured-outputs-2025-11-13"},
+                         json={"model": "fake-model", "max_tokens": 9, "messages": USER,
+                               "output_format": {"type": "json_schema", "schema": schema}})
+    assert r.status_code == 200 and "x-hearth-ignored-fields" not in r.headers, r.text
+    assert fake.last.params.structured_output.json_schema == schema
+    fmt = {"type": "json_schema", "schema": schema}
+    for body, param in [({"output_format": fmt, "output_config": {"format": fmt}}, "output_format"),
+                        ({"output_format": {"type": "json_schema", "schema": {"type": "objekt"}}},
+                         "output_format.schema")]:
+        r = fake.client.post("/v1/messages", json={"model": "fake-model", "max_tokens": 9, "messages": USER, **body})
+        assert r.status_code == 400 and r.json()["error"]["message"].startswith(f"{param}: "), r.text
+
+
 def test_n_children_and_seeds(fake):
     r = fake.openai.chat.completions.create(model="fake-model", messages=[{"role": "user", "content": "script:hello"}],
                                             n=3, seed=10)

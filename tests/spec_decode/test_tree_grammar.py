@@ -16,6 +16,8 @@ V = 8
 
 
 class StepMatcher:
+    error = None  # it never gives up (GrammarMatcher.error)
+
     def __init__(self):
         self.seen: list[int] = [0]
 
