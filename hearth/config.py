@@ -9,6 +9,26 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 
 
+@dataclass(frozen=True, slots=True)
+class YarnScaling:
+    """YaRN rope scaling (llama.cpp's yarn_* parameters, transformers' rope_type "yarn"): each rotated pair's
+    frequency a blend of itself and itself / factor, by a ramp between the pairs that turn beta_fast and
+    beta_slow times over the original context; cos and sin scaled by 0.1 ln(factor) + 1."""
+
+    factor: float
+    original_context: int = 0
+    """The context it was trained at (0: the file's rope.scaling.original_context_length, else its context)."""
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    ext_factor: float = 1.0
+    """llama.cpp's yarn_ext_factor: the ramp's weight (0: every pair interpolated, as linear scaling)."""
+    attn_factor: float = 1.0
+    """llama.cpp's yarn_attn_factor: one more scale of cos and sin."""
+    log_multiplier: float = 0.0
+    """llama.cpp's yarn_log_multiplier (transformers' mscale_all_dim): the attention factor becomes
+    mscale(factor, 1) / mscale(factor, it) (0: mscale(factor))."""
+
+
 @dataclass(slots=True)
 class ModelConfig:
     """Hyper-parameters of one transformer, read from GGUF metadata by the model's registry entry."""
@@ -35,6 +55,8 @@ class ModelConfig:
     factors apply past it."""
     rope_attn_factor: float = 1.0
     """LongRoPE's scale of cos and sin (llama.cpp's attn_factor)."""
+    rope_yarn: YarnScaling | None = None
+    """YaRN scaling of the global layers' rope (rope.scaling.type yarn, or the engine's rope_scaling)."""
     sliding_window: int = 0
     """Window of sliding-window layers (0 = none)."""
     sliding_window_pattern: tuple[bool, ...] = ()
@@ -124,11 +146,16 @@ class EngineConfig:
     "disable_by_batch_size": B, "model": draft model (method draft), "suffix_decoding_max_tree_depth",
     "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob" (method suffix)}; None = off."""
+    rope_scaling: dict | None = None
+    """Rope scaling over the file's, as llama-server's --rope-scaling yarn --rope-scale F --yarn-orig-ctx N:
+    {"rope_type": "yarn", "factor": F, "original_max_position_embeddings": N, "beta_fast", "beta_slow"}
+    (transformers' keys; N defaults to the file's original context); None = the file's."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         """A value no engine can run is one line naming its flag (--threads -1 hung the server: the
         engine thread died setting it; --max-num-seqs 0 scheduled nothing, ever)."""
+        parse_rope_scaling(self.rope_scaling)
         for name, (lowest, why) in _LOWEST.items():
             value = getattr(self, name)
             if not value >= lowest:
@@ -148,3 +175,35 @@ _LOWEST = {
 }
 """EngineConfig's numeric fields -> (the smallest value each may take, what the value must be)."""
 _FLAGS = {"max_model_len": "--ctx / --max-model-len"}
+
+
+_YARN_KEYS = {
+    "factor": ("factor", "--rope-scale", lambda v: v >= 1, "a factor of at least 1"),
+    "original_max_position_embeddings": ("original_context", "--yarn-orig-ctx", lambda v: v >= 0 and v == int(v),
+                                         "a number of tokens (0: the file's)"),
+    "beta_fast": ("beta_fast", "--yarn-beta-fast", lambda v: v > 0, "a positive number"),
+    "beta_slow": ("beta_slow", "--yarn-beta-slow", lambda v: v > 0, "a positive number"),
+}
+"""rope_scaling's keys -> (YarnScaling's field, the flag that sets it, its test, what the value must be)."""
+
+
+def parse_rope_scaling(d: dict | None) -> YarnScaling | None:
+    """EngineConfig.rope_scaling -> a YarnScaling (None: none asked); a bad value is one line naming its flag."""
+    if d is None:
+        return None
+    kind = d.get("rope_type", d.get("type"))
+    if kind != "yarn":
+        raise HearthError(f"--rope-scaling must be yarn, not {kind}")
+    unknown = sorted(set(d) - set(_YARN_KEYS) - {"rope_type", "type"})
+    if unknown:
+        raise HearthError(f"--rope-scaling yarn takes {', '.join(_YARN_KEYS)}, not {', '.join(unknown)}")
+    if "factor" not in d:
+        raise HearthError("--rope-scaling yarn needs --rope-scale (the factor the context is stretched by)")
+    values = {}
+    for key, (name, flag, ok, why) in _YARN_KEYS.items():
+        if key in d:
+            v = d[key]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v):
+                raise HearthError(f"{flag} must be {why}, not {v}")
+            values[name] = int(v) if name == "original_context" else float(v)
+    return YarnScaling(**values)

@@ -18,7 +18,7 @@ import torch
 from hearth import llm_draft
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
-from hearth.config import DEFAULT_MODEL, EngineConfig
+from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
@@ -67,6 +67,7 @@ class LLM:
       kv_cache_memory_gb, num_kv_blocks, block_size: the KV cache's size
       enable_prefix_caching: reuse the K/V of a seen prompt prefix; kv_disk_dir: keep it on disk
       speculative_config: vLLM's dict (or JSON), e.g. {"method": "ngram", "num_speculative_tokens": 4}
+      rope_scaling: {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768} over the file's
       max_logprobs: most top logprobs per token a request may ask (-1: no cap)
       threads: CPU threads (0: torch's default); device: auto | cpu | cuda | torch; seed: default seed
     progress: a loading bar on a terminal."""
@@ -100,7 +101,8 @@ class LLM:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
-            self.model, self.model_config = load_model(self.gguf, self.backend, _layer_progress(progress))
+            self.model, self.model_config = load_model(self.gguf, self.backend, _layer_progress(progress),
+                                                       parse_rope_scaling(cfg.rope_scaling))
         finally:
             torch.set_num_threads(threads)
         mc = self.model_config

@@ -33,6 +33,7 @@ class TinyDims:
     tied: bool = True
     sliding_window: int = 0
     rope_scaling: float = 0.0
+    """gemma3: linear rope scaling factor of the global layers (0 = none)."""
     attn_softcap: float = 0.0
     final_softcap: float = 0.0
     """gemma2: tanh soft-capping of the attention scores and of the logits (0 = none)."""
@@ -41,8 +42,11 @@ class TinyDims:
     rope_dim: int = 0
     """Rotated dims of a head (0: all; phi3 writes it, Phi-4-mini rotates 3/4)."""
     yarn_original_context: int = 0
-    """A YaRN-scaled file (rope.scaling.type yarn, factor context / this): what hearth does not compute."""
-    """gemma3: linear rope scaling factor of the global layers (0 = none)."""
+    """A YaRN-scaled file (rope.scaling.type yarn, factor context / this, trained at this context)."""
+    yarn_betas: tuple[float, float] | None = None
+    """(rope.scaling.yarn_beta_fast, yarn_beta_slow) written too (None: the keys are absent, llama.cpp's 32, 1)."""
+    yarn_type: str = "yarn"
+    """The rope.scaling.type a yarn_original_context file names (another: a type hearth does not know)."""
     tokenizer: str = "gpt2"
     """gpt2 (byte-level BPE) or llama (sentencepiece)."""
     fim: bool = False
@@ -165,9 +169,12 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_rope_scaling_orig_ctx_len(d.longrope_original_context)
         w.add_rope_scaling_attn_factors(longrope_attn_factor(d))
     if d.yarn_original_context:
-        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_string(gguf.Keys.Rope.SCALING_TYPE.format(arch=arch), d.yarn_type)
         w.add_rope_scaling_factor(d.context / d.yarn_original_context)
         w.add_rope_scaling_orig_ctx_len(d.yarn_original_context)
+        if d.yarn_betas:
+            w.add_rope_scaling_yarn_beta_fast(d.yarn_betas[0])
+            w.add_rope_scaling_yarn_beta_slow(d.yarn_betas[1])
 
 
 def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):

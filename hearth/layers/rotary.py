@@ -12,11 +12,13 @@ e^(i*angle); halves are x * cos + [b, a] * [-sin, sin] (torch.roll makes [b, a])
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from hearth.config import YarnScaling
 from hearth.errors import ModelLoadError
 
 
@@ -35,6 +37,26 @@ class RopeFactors:
     long: tuple[float, ...] = ()
     original_context: int = 0
     attn_factor: float = 1.0
+
+
+def yarn_factors(rot_dim: int, base: float, y: YarnScaling, original: int) -> RopeFactors:
+    """YaRN as per-pair divisors of the frequency (as ggml's rope_yarn and transformers'
+    _compute_yarn_parameters): pairs below the correction range keep their frequency (extrapolated),
+    pairs above it are divided by the factor (interpolated), a linear ramp between; cos and sin
+    scaled by mscale = 0.1 ln(factor) + 1 (llama.cpp's yarn_attn_factor after its cancel)."""
+    def corr_dim(rotations: float) -> float:  # the pair that turns `rotations` times over the original context
+        return rot_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+    pairs = rot_dim // 2
+    low = max(0, math.floor(corr_dim(y.beta_fast)))
+    high = min(rot_dim - 1, math.ceil(corr_dim(y.beta_slow)))
+    ramp = ((torch.arange(pairs, dtype=torch.float64) - low) / max(high - low, 0.001)).clamp(0, 1)
+    extrapolated = (1 - ramp) * y.ext_factor  # ggml's ramp_mix: each pair's weight of its own frequency
+    divisors = 1 / (extrapolated + (1 - extrapolated) / y.factor)
+
+    def mscale(m: float) -> float:
+        return 0.1 * m * math.log(y.factor) + 1 if y.factor > 1 else 1.0
+    attn = mscale(1) / mscale(y.log_multiplier) if y.log_multiplier else mscale(1)
+    return RopeFactors(tuple(divisors.tolist()), attn_factor=attn * y.attn_factor if y.ext_factor else y.attn_factor)
 
 
 class Rotary(nn.Module):

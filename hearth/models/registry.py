@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 
+from hearth.config import YarnScaling
 from hearth.errors import UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile
 
@@ -27,8 +28,12 @@ def model_class(arch: str):
     return getattr(importlib.import_module(module), name)
 
 
-def load_model(g: GGUFFile, backend, progress=None):
-    """Build the model for a GGUF file on a backend (hearth.backends.select) -> (model, ModelConfig)."""
+def load_model(g: GGUFFile, backend, progress=None, rope_scaling: YarnScaling | None = None):
+    """Build the model for a GGUF file on a backend (hearth.backends.select) -> (model, ModelConfig);
+    rope_scaling: the engine's, over the file's."""
     cls = model_class(g.arch)
     cfg = cls.config_from_gguf(g)
+    if rope_scaling is not None:
+        from hearth.models.transformer import with_rope_scaling
+        cfg = with_rope_scaling(cfg, rope_scaling)
     return cls(cfg, g, backend, progress=progress).eval(), cfg

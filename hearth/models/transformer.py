@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hearth.config import ModelConfig
+from hearth.config import ModelConfig, YarnScaling
 from hearth.errors import ModelLoadError
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
-from hearth.layers.rotary import RopeFactors, Rotary
+from hearth.layers.rotary import RopeFactors, Rotary, yarn_factors
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.arch_spec import ArchSpec
 from hearth.models.moe import MoE
@@ -43,11 +44,18 @@ def maybe_f32(g: GGUFFile, name: str) -> torch.Tensor | None:
 
 def rope_factors(g: GGUFFile, cfg: ModelConfig) -> RopeFactors | None:
     """The per-pair rope factors llama.cpp's converter precomputes: Llama 3.1's scaling in
-    rope_freqs.weight, Phi-3's LongRoPE in rope_factors_short/long.weight; None without them."""
+    rope_freqs.weight, Phi-3's LongRoPE in rope_factors_short/long.weight; YaRN's (yarn_factors),
+    times rope_freqs where both are given (as ggml divides by both); None without any."""
     def pairs(name: str) -> tuple[float, ...]:
         return tuple(f32(g, name).double().tolist())
-    if "rope_freqs.weight" in g.tensors:
-        return RopeFactors(pairs("rope_freqs.weight"))
+    freqs = pairs("rope_freqs.weight") if "rope_freqs.weight" in g.tensors else ()
+    if cfg.rope_yarn is not None:
+        rot = cfg.rope_dim or cfg.head_dim
+        y = yarn_factors(rot, cfg.rope_theta, cfg.rope_yarn, cfg.rope_yarn.original_context or cfg.context_length)
+        short = tuple(a * b for a, b in zip(y.short, freqs)) if freqs else y.short
+        return RopeFactors(short, attn_factor=y.attn_factor * cfg.rope_attn_factor)
+    if freqs:
+        return RopeFactors(freqs)
     if "rope_factors_long.weight" in g.tensors:
         return RopeFactors(pairs("rope_factors_short.weight"), pairs("rope_factors_long.weight"),
                            cfg.rope_original_context, cfg.rope_attn_factor)
@@ -221,6 +229,28 @@ def require(g: GGUFFile, key: str):
     return v
 
 
+YARN_KEYS = {"yarn_ext_factor": "ext_factor", "yarn_attn_factor": "attn_factor", "yarn_beta_fast": "beta_fast",
+             "yarn_beta_slow": "beta_slow", "yarn_log_multiplier": "log_multiplier"}
+"""`{arch}.rope.scaling.*` keys llama.cpp's converter may write -> YarnScaling's fields (absent: its defaults)."""
+
+
+def yarn_from_gguf(g: GGUFFile, original: int) -> YarnScaling:
+    given = {name: float(v) for key, name in YARN_KEYS.items() if (v := g.arch_get(f"rope.scaling.{key}")) is not None}
+    # llama.cpp: a negative yarn_ext_factor means "not set" (1 for yarn)
+    if given.get("ext_factor", 0.0) < 0:
+        del given["ext_factor"]
+    return YarnScaling(float(g.arch_get("rope.scaling.factor", 1.0)), original, **given)
+
+
+def with_rope_scaling(cfg: ModelConfig, y: YarnScaling) -> ModelConfig:
+    """The engine's rope scaling over the file's (llama-server's --rope-scaling yarn): the original context
+    defaults to the file's; the model's context becomes factor x that, or the file's if larger."""
+    original = y.original_context or cfg.rope_original_context or cfg.context_length
+    y = replace(y, original_context=original)
+    return replace(cfg, rope_yarn=y, rope_scaling_factor=1.0,
+                   context_length=max(cfg.context_length, int(y.factor * original)))
+
+
 def base_config(g: GGUFFile, **overrides) -> ModelConfig:
     """The fields every architecture reads the same way from `{arch}.*` keys."""
     hidden, heads = int(require(g, "embedding_length")), int(require(g, "attention.head_count"))
@@ -249,8 +279,10 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
     scaling = g.arch_get("rope.scaling.type")
     if scaling == "linear":
         fields["rope_scaling_factor"] = float(g.arch_get("rope.scaling.factor", 1.0))
+    elif scaling == "yarn":
+        fields["rope_yarn"] = yarn_from_gguf(g, fields["rope_original_context"] or fields["context_length"])
     elif scaling not in (None, "none") and "rope_factors_long.weight" not in g.tensors:
-        # yarn, or longrope without its factors: positions past the original context would be off
+        # longrope without its factors, or a type hearth does not know: positions past the original context would be off
         original = fields["rope_original_context"] or fields["context_length"]
         fields["context_length"] = min(fields["context_length"], original)
         log.warning("hearth: %s: rope scaling %r is not implemented: the context is kept to the model's original "

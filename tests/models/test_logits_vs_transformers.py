@@ -37,6 +37,9 @@ CASES = {
     # positions past the 16-token original context: half the pairs 8x slower, two blended
     "llama3-rope": ("llama", "F32", {"llama3_rope": (8.0, 1.0, 4.0, 16)}),
     "qwen3-f16": ("qwen3", "F16", {}),
+    # YaRN 4x over a 16-token original context, betas that put a ramp over pairs 1-2 of 8 (32 and 1 blend none)
+    "qwen2-yarn": ("qwen2", "F32", {"context": 64, "yarn_original_context": 16, "yarn_betas": (4.0, 0.1),
+                                    "rope_theta": 10000.0}),
     "qwen3moe": ("qwen3moe", "F32", {}),
     "qwen3moe-q8_0": ("qwen3moe", "Q8_0", {}),  # each expert a 2-D view of the stacked blocks
 }
@@ -50,6 +53,11 @@ def tf_overrides(arch: str, dims) -> dict:
         return {"rope_parameters": {"rope_type": "llama3", "rope_theta": dims.rope_theta, "factor": factor,
                                     "low_freq_factor": low, "high_freq_factor": high,
                                     "original_max_position_embeddings": context}}
+    if dims.yarn_original_context:  # transformers' GGUF loader does not map rope.scaling.*
+        fast, slow = dims.yarn_betas or (32.0, 1.0)
+        return {"rope_parameters": {"rope_type": "yarn", "rope_theta": dims.rope_theta, "beta_fast": fast,
+                                    "beta_slow": slow, "factor": dims.context / dims.yarn_original_context,
+                                    "original_max_position_embeddings": dims.yarn_original_context}}
     if arch == "phi3":  # the file's LongRoPE factors, window and partial rotation, which the loader does not read
         rope = {"rope_type": "default", "rope_theta": dims.rope_theta}
         if dims.longrope_original_context:

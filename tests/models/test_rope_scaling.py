@@ -1,13 +1,19 @@
-"""Rope scaling a GGUF declares: Llama 3.1's (rope_freqs.weight) is computed (against transformers in
-test_logits_vs_transformers' llama3-rope case); one hearth does not compute (YaRN) keeps the context
-to the model's original length, said in one line, instead of running positions past it wrongly."""
+"""Rope scaling a GGUF declares: Llama 3.1's (rope_freqs.weight) and YaRN are computed (against
+transformers in test_logits_vs_transformers' llama3-rope and qwen2-yarn cases); a type hearth does not
+know keeps the context to the model's original length, said in one line, instead of running positions
+past it wrongly. The engine's rope_scaling (llama-server's --rope-scaling yarn) overrides the file's."""
 
 from __future__ import annotations
 
 import logging
 
+import pytest
+
+from hearth.config import EngineConfig, YarnScaling, parse_rope_scaling
+from hearth.errors import HearthError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import model_class
+from hearth.models.transformer import with_rope_scaling
 from tests.gguf_factory import write_tiny_gguf
 
 
@@ -16,12 +22,22 @@ def config(path):
     return model_class(g.arch).config_from_gguf(g)
 
 
-def test_yarn_keeps_the_original_context(tmp_path, caplog):
+def test_yarn_runs_the_files_whole_context(tmp_path, caplog):
     path = tmp_path / "yarn.gguf"
-    write_tiny_gguf(path, "qwen2", context=256, yarn_original_context=64)
+    write_tiny_gguf(path, "qwen2", context=256, yarn_original_context=64, yarn_betas=(16.0, 2.0))
+    with caplog.at_level(logging.WARNING, logger="hearth"):
+        cfg = config(path)
+    assert cfg.context_length == 256
+    assert cfg.rope_yarn == YarnScaling(4.0, 64, beta_fast=16.0, beta_slow=2.0)
+    assert "not implemented" not in caplog.text
+
+
+def test_an_unknown_scaling_keeps_the_original_context(tmp_path, caplog):
+    path = tmp_path / "odd.gguf"
+    write_tiny_gguf(path, "qwen2", context=256, yarn_original_context=64, yarn_type="dynamic")
     with caplog.at_level(logging.WARNING, logger="hearth"):
         assert config(path).context_length == 64
-    assert "rope scaling 'yarn' is not implemented: the context is kept to the model's original 64 tokens" in caplog.text
+    assert "rope scaling 'dynamic' is not implemented: the context is kept to the model's original 64 tokens" in caplog.text
 
 
 def test_linear_and_no_scaling_keep_the_files_context(tmp_path, caplog):
@@ -30,3 +46,28 @@ def test_linear_and_no_scaling_keep_the_files_context(tmp_path, caplog):
         with caplog.at_level(logging.WARNING, logger="hearth"):
             assert config(tmp_path / f"{name}.gguf").context_length == 256
     assert "not implemented" not in caplog.text
+
+
+def test_the_engines_yarn_overrides_the_file(tmp_path):
+    """llama-server's --rope-scaling yarn --rope-scale 4 on a plain file: 4x its context, trained at the file's."""
+    write_tiny_gguf(tmp_path / "plain.gguf", "qwen2", context=256)
+    cfg = with_rope_scaling(config(tmp_path / "plain.gguf"), parse_rope_scaling({"rope_type": "yarn", "factor": 4}))
+    assert (cfg.context_length, cfg.rope_yarn) == (1024, YarnScaling(4.0, 256))
+    y = parse_rope_scaling({"type": "yarn", "factor": 2.5, "original_max_position_embeddings": 32, "beta_fast": 8})
+    assert y == YarnScaling(2.5, 32, beta_fast=8.0)
+    assert with_rope_scaling(config(tmp_path / "plain.gguf"), y).context_length == 256  # the file's is larger
+
+
+@pytest.mark.parametrize("scaling, line", [
+    ({"rope_type": "linear", "factor": 2}, "--rope-scaling must be yarn, not linear"),
+    ({"rope_type": "yarn"}, "--rope-scaling yarn needs --rope-scale"),
+    ({"rope_type": "yarn", "factor": 0.5}, "--rope-scale must be a factor of at least 1, not 0.5"),
+    ({"rope_type": "yarn", "factor": "4"}, "--rope-scale must be a factor of at least 1, not 4"),
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": -1},
+     "--yarn-orig-ctx must be a number of tokens (0: the file's), not -1"),
+    ({"rope_type": "yarn", "factor": 4, "beta_slow": 0}, "--yarn-beta-slow must be a positive number, not 0"),
+    ({"rope_type": "yarn", "factor": 4, "mscale": 1}, "--rope-scaling yarn takes factor"),
+], ids=lambda v: str(v)[:30])
+def test_a_bad_rope_scaling_is_one_line_naming_its_flag(scaling, line):
+    with pytest.raises(HearthError, match="^" + line.replace("(", r"\(").replace(")", r"\)")):
+        EngineConfig(rope_scaling=scaling)
