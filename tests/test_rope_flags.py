@@ -1,0 +1,71 @@
+"""llama-server's --rope-scaling yarn --rope-scale F --yarn-orig-ctx N on `hearth run` and `hearth serve`:
+EngineConfig.rope_scaling over the file's; a bad value is one line naming its flag, before any load."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hearth.cli import main
+from hearth.llm import LLM
+from tests.gguf_factory import write_tiny_gguf
+
+BAD = [
+    (["--rope-scale", "4"], "--rope-scale needs --rope-scaling yarn"),
+    (["--yarn-orig-ctx", "16"], "--yarn-orig-ctx needs --rope-scaling yarn"),
+    (["--rope-scaling", "yarn"], "--rope-scaling yarn needs --rope-scale (the factor the context is stretched by)"),
+    (["--rope-scaling", "yarn", "--rope-scale", "0.5"], "--rope-scale must be a factor of at least 1, not 0.5"),
+    (["--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "-2"],
+     "--yarn-orig-ctx must be a number of tokens (0: the file's), not -2"),
+    (["--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-beta-fast", "0"],
+     "--yarn-beta-fast must be a positive number, not 0.0"),
+]
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+@pytest.mark.parametrize("flags, line", BAD, ids=[" ".join(f) for f, _ in BAD])
+def test_a_bad_rope_flag_is_one_line_before_the_load(command, flags, line, capsys, no_model_load):
+    argv = [command, "no-such-model.gguf", *(["hi"] if command == "run" else ["--port", "0"]), *flags]
+    assert main(argv) == 1
+    assert capsys.readouterr().err.strip() == f"hearth: error: {line}"
+
+
+def test_an_unknown_rope_scaling_is_argparse_s_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "m.gguf", "hi", "--rope-scaling", "dynamic"])
+    assert e.value.code == 2 and "argument --rope-scaling: invalid choice: 'dynamic'" in capsys.readouterr().err
+
+
+def test_run_passes_the_flags_to_the_engine(tmp_path, monkeypatch, capsys):
+    import hearth.llm
+
+    seen = {}
+
+    def fake(model, **kw):
+        seen.update(kw)
+        raise SystemExit(0)
+    monkeypatch.setattr(hearth.llm, "LLM", fake)
+    with pytest.raises(SystemExit):
+        main(["run", "m.gguf", "hi", "--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "32768"])
+    assert seen["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+def test_the_engines_yarn_stretches_a_plain_files_context(tmp_path):
+    path = tmp_path / "plain.gguf"
+    write_tiny_gguf(path, "qwen2", context=32)
+    llm = LLM(str(path), progress=False, device="torch", num_kv_blocks=32,
+              rope_scaling={"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 16})
+    try:
+        assert (llm.max_model_len, llm.model_config.rope_yarn.original_context) == (64, 16)
+        rope = llm.model.layers[0].attn.rope
+        assert rope.factors is not None and rope.factors.attn_factor == pytest.approx(1 + 0.1 * math.log(4))
+    finally:
+        llm.close()
