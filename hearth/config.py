@@ -29,6 +29,10 @@ class YarnScaling:
     mscale(factor, 1) / mscale(factor, it) (0: mscale(factor))."""
 
 
+DEFAULT_POOLING = "last"
+"""How a decoder's embeddings pool where its GGUF names no pooling type (vLLM's default for one)."""
+
+
 @dataclass(slots=True)
 class ModelConfig:
     """Hyper-parameters of one transformer, read from GGUF metadata by the model's registry entry."""
@@ -74,7 +78,7 @@ class ModelConfig:
     """Each expert's SwiGLU width."""
     expert_weights_norm: bool = False
     """The top-k router weights are renormalized to sum to 1 (Qwen3-MoE's norm_topk_prob)."""
-    pooling: str = "last"
+    pooling: str = DEFAULT_POOLING
     """How /v1/embeddings pools a prompt's final hidden states: the GGUF's `{arch}.pooling_type` (mean,
     last), else "last" (a decoder's last token has read the whole prompt: vLLM's default for one)."""
 

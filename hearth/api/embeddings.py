@@ -1,13 +1,14 @@
 """POST /v1/embeddings: OpenAI's embeddings from the served model's final hidden states, pooled as
 its GGUF says (`{arch}.pooling_type`: mean or last; else the last token's, vLLM's default for a
 decoder) and L2-normalized, as `float` lists or `base64` (little-endian f32, what the OpenAI SDK asks
-for). Each input runs as a prompt alone (hearth.api.generate's prompt_only), at most as many at once
-as the engine holds: a batch of thousands (an ingestion's) goes in waves, not as a 429. A chat model's
+for). Each input runs as a prompt alone (hearth.api.generate's prompt_only), in waves that fit the room
+the engine has beside other requests: a batch of thousands (an ingestion's) is not a 429. A chat model's
 embeddings are what llama-server's --embeddings gives; a model trained for them (e.g. a
 Qwen3-Embedding GGUF) is what retrieval wants."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import struct
 
@@ -17,19 +18,21 @@ from hearth.api.errors import APIError
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.openai_protocol import EmbeddingRequest
 from hearth.api.sampling import prompt_token_ids
+from hearth.engine.async_engine import EngineFullError
 from hearth.loader.tokenizer import lone_surrogate
 from hearth.sampling_params import SamplingParams
 
 router = APIRouter()
+
+FULL_POLL_S, FULL_WAIT_S = 0.05, 60.0
+"""How often a batch looks again for room in an engine others have filled, and for how long in all."""
 
 
 @router.post("/v1/embeddings")
 async def embeddings(body: EmbeddingRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)
-    if body.dimensions is not None and body.dimensions != served.embedding_size:
-        raise APIError(400, f"dimensions: this model's embeddings have {served.embedding_size} dimensions "
-                            f"(no shortening), got {body.dimensions}", param="dimensions")
+    check_dimensions(served, body.dimensions)
     prompts = inputs(served, body.input)
     vectors = await embed(request, served, prompts)
     if vectors is None:  # the client went away: its requests are aborted
@@ -41,37 +44,55 @@ async def embeddings(body: EmbeddingRequest, request: Request):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
+def check_dimensions(served, dimensions: int | None) -> None:
+    if dimensions is not None and dimensions != served.embedding_size:
+        raise APIError(400, f"dimensions: this model's embeddings have {served.embedding_size} dimensions "
+                            f"(no shortening), got {dimensions}", param="dimensions")
+
+
 async def embed(request: Request, served, prompts: list[list[int]]) -> list[list[float]] | None:
-    """One embedding per prompt, in order, at most as many prompts at once as the engine holds; None
-    when the client went away (what was running is aborted)."""
-    params = SamplingParams(max_tokens=1, temperature=0.0, pooling=served.pooling)
-    wave = getattr(served.engine, "max_in_flight", None) or len(prompts)
-    vectors = []
-    for at in range(0, len(prompts), wave):
-        gen = Generation(served.engine, prompts[at:at + wave], params, request.app.state.metrics.of(served.name),
-                         prompt_only=True)
-        choices = await until_disconnect(request, gen.collect())
-        if choices is None:
-            return None
-        vectors += [c.embedding for c in choices]
+    """One embedding per prompt, in order; None when the client went away (what was running is aborted)."""
+    return await until_disconnect(request, _waves(served, prompts, request.app.state.metrics.of(served.name)))
+
+
+async def _waves(served, prompts: list[list[int]], metrics) -> list[list[float]]:
+    """The prompts in waves that fit the room the engine has left beside what else runs (at least one
+    prompt: a full engine is waited on, up to FULL_WAIT_S, then its 429 stands)."""
+    engine, params = served.engine, SamplingParams(max_tokens=1, temperature=0.0, pooling=served.pooling)
+    limit = getattr(engine, "max_in_flight", None)
+    vectors: list[list[float]] = []
+    waited = 0.0
+    while len(vectors) < len(prompts):
+        rest = prompts[len(vectors):]
+        room = len(rest) if limit is None else max(1, limit - engine.num_in_flight)
+        try:
+            gen = Generation(engine, rest[:room], params, metrics, prompt_only=True)
+        except EngineFullError:
+            if waited >= FULL_WAIT_S:
+                raise
+            await asyncio.sleep(FULL_POLL_S)
+            waited += FULL_POLL_S
+            continue
+        waited = 0.0
+        vectors += [c.embedding for c in await gen.collect()]
     return vectors
 
 
-def inputs(served, value, truncate: bool = False) -> list[list[int]]:
+def inputs(served, value, truncate: bool = False, field: str = "input") -> list[list[int]]:
     """Token ids per input; an empty one, or one the context cannot hold (unless `truncate`: its first
-    tokens that fit, as asked), is a 400 naming it (OpenAI refuses "" too)."""
+    tokens that fit, as asked), is a 400 naming it (OpenAI refuses "" too); `field`: the body's name for them."""
     if isinstance(value, str) or value and isinstance(value[0], int):
         value = [value]
     if not value:
-        raise APIError(400, "input: must not be empty", param="input")
+        raise APIError(400, f"{field}: must not be empty", param=field)
     ids = []
     for i, v in enumerate(value):
-        where = f"input[{i}]"
+        where = f"input[{i}]" if field == "input" else field  # Ollama's older route embeds one `prompt`
         if isinstance(v, str):
             if not v:
-                raise APIError(400, f"{where}: must not be empty", param="input")
+                raise APIError(400, f"{where}: must not be empty", param=field)
             if why := lone_surrogate(v):
-                raise APIError(400, f"{where}: {why}", param="input")
+                raise APIError(400, f"{where}: {why}", param=field)
             ids.append(served.encode_text(v))
         else:
             ids.append(prompt_token_ids(v, served.vocab_size, where))
@@ -80,7 +101,7 @@ def inputs(served, value, truncate: bool = False) -> list[list[int]]:
             ids[-1] = ids[-1][:room]
         elif len(ids[-1]) > room:
             raise APIError(400, f"{where}: {len(ids[-1])} tokens, more than the context holds for one "
-                                f"({room}); shorten it", param="input", code="context_length_exceeded")
+                                f"({room}); shorten it", param=field, code="context_length_exceeded")
     return ids
 
 

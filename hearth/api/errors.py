@@ -127,6 +127,8 @@ def from_hearth_error(e: HearthError, path: str = "") -> APIError:
         return APIError(400, str(e), param=_PROMPT_FIELD.get(path, "messages"), code="context_length_exceeded")
     if isinstance(e, InvalidStructuredOutput) and e.kind == "json_schema" and path in _SCHEMA_FIELD:
         return APIError(400, f"{_SCHEMA_FIELD[path]}: {e}", param=_SCHEMA_FIELD[path])
+    if isinstance(e, InvalidStructuredOutput) and e.kind == "tools":  # the tool layer's own grammar
+        return APIError(400, f"tools: {e}", param="tools")
     if isinstance(e, InvalidSamplingParams):
         param = _WIRE_NAMES.get(path, {}).get(e.field, e.field)
         return APIError(400, f"{param}: {e.why}", param=param)

@@ -27,6 +27,7 @@ from hearth.api.errors import APIError
 from hearth.api.generate import Generation, check_fits, interleave
 from hearth.api.guard_stream import CallStream, StreamRules, as_sent
 from hearth.errors import HearthError
+from hearth.sample.grammar import GrammarStopped
 from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
                                triggers_for)
@@ -175,15 +176,18 @@ class _Choice:
             if attempt:
                 self._gen, self._counted = self._start(ids, params, attempt), False
             stream = CallStream(self._rules(params, hold), trace)
-            async for _, out in self._gen.outputs():
-                trace.add(out.new_text, out.new_token_ids, out.new_logprobs, out.new_raw_logprobs)
-                events = parser.feed(out.new_text) + (parser.finish(out.finish_reason == "length") if out.finished else [])
-                passed = stream.events(events)
-                held += [e.call for e in events if isinstance(e, ToolCallEvent)]
-                said += [e.text for e in passed if isinstance(e, ContentDelta)]
-                last, shown = out, shown + passed
-                yield Update([] if hold else passed, out.new_token_ids, self._logprobs(out),
-                             prompt_logprobs=out.prompt_logprobs, prompt_ranks=out.prompt_ranks)
+            try:
+                async for _, out in self._gen.outputs():
+                    trace.add(out.new_text, out.new_token_ids, out.new_logprobs, out.new_raw_logprobs)
+                    events = parser.feed(out.new_text) + (parser.finish(out.finish_reason == "length") if out.finished else [])
+                    passed = stream.events(events)
+                    held += [e.call for e in events if isinstance(e, ToolCallEvent)]
+                    said += [e.text for e in passed if isinstance(e, ContentDelta)]
+                    last, shown = out, shown + passed
+                    yield Update([] if hold else passed, out.new_token_ids, self._logprobs(out),
+                                 prompt_logprobs=out.prompt_logprobs, prompt_ranks=out.prompt_ranks)
+            except GrammarStopped as e:  # the call grammar hearth built from the tools, not the client's
+                raise GrammarStopped(f"the call grammar of these tools: {e} (fewer or simpler tools fit)", "tools") from e
             self._count(trace)
             self._sent += stream.count
             checked = as_sent(check_calls(held, s.schemas, s.required), held, stream.count)

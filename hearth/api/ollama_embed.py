@@ -10,8 +10,7 @@ import time
 
 from fastapi import APIRouter, Request
 
-from hearth.api.embeddings import embed, inputs
-from hearth.api.errors import APIError
+from hearth.api.embeddings import check_dimensions, embed, inputs
 from hearth.api.ollama_models import served_model
 from hearth.api.ollama_protocol import EmbedRequest
 
@@ -21,14 +20,12 @@ router = APIRouter()
 @router.post("/api/embed")
 async def embed_texts(body: EmbedRequest, request: Request):
     started = time.perf_counter()
-    if body.input is None:
-        raise APIError(400, "input: is required (a text or a list of texts)", param="input")
     served, load_s = await served_model(request.app.state.models, body.model)
-    if body.dimensions is not None and body.dimensions != served.embedding_size:
-        raise APIError(400, f"dimensions: this model's embeddings have {served.embedding_size} dimensions "
-                            f"(no shortening), got {body.dimensions}", param="dimensions")
-    prompts = inputs(served, body.input, truncate=body.truncate is True)
-    vectors = await embed(request, served, prompts)
+    check_dimensions(served, body.dimensions)
+    texts = [body.input] if isinstance(body.input, str) else body.input or []
+    # no text (none, "" or []): the model is loaded and nothing embedded, as Ollama answers a preload
+    prompts = inputs(served, texts, truncate=body.truncate is True) if any(texts) else []
+    vectors = await embed(request, served, prompts) if prompts else []
     if vectors is None:
         return {}
     return {"model": body.model or served.name, "embeddings": vectors,
@@ -38,8 +35,8 @@ async def embed_texts(body: EmbedRequest, request: Request):
 
 @router.post("/api/embeddings")
 async def embed_prompt(body: EmbedRequest, request: Request):
-    if body.prompt is None:
-        raise APIError(400, "prompt: is required (the text to embed)", param="prompt")
     served, _ = await served_model(request.app.state.models, body.model)
-    vectors = await embed(request, served, inputs(served, body.prompt, truncate=body.truncate is True))
+    if not body.prompt:  # a preload, as Ollama answers it
+        return {"embedding": []}
+    vectors = await embed(request, served, inputs(served, [body.prompt], truncate=body.truncate is True, field="prompt"))
     return {} if vectors is None else {"embedding": vectors[0]}

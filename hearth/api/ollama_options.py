@@ -1,8 +1,9 @@
 """Ollama's request knobs -> hearth's: `options` (Modelfile parameters) -> SamplingParams fields,
 `format` -> a structured-output constraint, `think` -> the chat template's variables.
 
-Options hearth applies are hearth.api.errors.OLLAMA_OPTIONS; `num_ctx` is checked against the served
-context (asking more is a 400 naming it: hearth's context is set when the model loads); any other key,
+Options hearth applies are hearth.api.errors.OLLAMA_OPTIONS; `num_ctx` sizes nothing here (hearth's
+context is set when the model loads): one past it is ignored and named, as a prompt too long for the
+served context is a 400 of its own (clients send a large num_ctx with every request); any other key,
 Ollama's (mirostat, num_gpu, ...) or unknown, is ignored as Ollama ignores an unknown one, and named in
 `x-hearth-ignored-fields` as `options.KEY`. Types are checked as Ollama's Options.FromMap checks them
 (an integer option takes a number, a float option a number, `stop` a list of strings)."""
@@ -41,7 +42,7 @@ def _stop(value: Any) -> list[str]:
 
 
 def sampling_fields(options: dict | None, max_model_len: int) -> dict:
-    """SamplingParams fields (None = not given) from `options`; a num_ctx past the served context is a 400."""
+    """SamplingParams fields (None = not given) from `options`; a num_ctx past the served context is noted."""
     options = options or {}
     fields: dict[str, Any] = dict.fromkeys(OLLAMA_OPTIONS.values())
     for name, value in options.items():
@@ -49,14 +50,13 @@ def sampling_fields(options: dict | None, max_model_len: int) -> dict:
             continue
         if name == "num_ctx":
             if _number(name, value) > max_model_len:
-                raise _bad("options.num_ctx", f"{value} is more than this server's context for the model "
-                                              f"({max_model_len} tokens; `hearth serve --max-model-len` sets it)")
+                note({"options.num_ctx": None}, frozenset())
         elif name == "stop":
             fields["stop"] = _stop(value)
         elif name in OLLAMA_OPTIONS:
             fields[OLLAMA_OPTIONS[name]] = _number(name, value)
     note({f"options.{k}": None for k in options if k not in OLLAMA_OPTIONS and k != "num_ctx"}, frozenset())
-    if fields["max_tokens"] is not None and fields["max_tokens"] < 0:  # -1: no limit, -2: fill the context
+    if fields["max_tokens"] is not None and fields["max_tokens"] <= 0:  # -1 and 0: no limit, -2: fill the context
         fields["max_tokens"] = None
     if fields["seed"] is not None and fields["seed"] < 0:  # Ollama's -1: a random seed
         fields["seed"] = None

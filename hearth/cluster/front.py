@@ -17,7 +17,8 @@ from hearth.errors import HearthError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.resolve import resolve_model
 from hearth.loader.tokenizer import Tokenizer
-from hearth.models.registry import model_class
+from hearth.config import DEFAULT_POOLING
+from hearth.models.transformer import POOLING_TYPES
 
 
 def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> ServedModel:
@@ -29,11 +30,11 @@ def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> 
     tok = Tokenizer.from_gguf(g)
     template = ChatTemplate(tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
     names = names or model_names(ModelEntry(model), path)
-    cfg = model_class(g.arch).config_from_gguf(g)  # metadata only: how embeddings pool, their size
+    pooling = POOLING_TYPES.get(g.arch_get("pooling_type"), DEFAULT_POOLING)  # as config_from_gguf reads it
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,
                        model_context=engine.model_context, max_logprobs=engine.max_logprobs,
                        file_names=file_names(ModelEntry(model), path, names), path=str(path),
-                       pooling=cfg.pooling, embedding_size=cfg.hidden_size)
+                       pooling=pooling, embedding_size=int(g.arch_get("embedding_length")))
 
 
 class ClusterCollector:

@@ -108,6 +108,16 @@ class ClusterEngine:
         return sum(s.info.max_num_seqs for s in self.slots if not s.draining)
 
     @property
+    def max_in_flight(self) -> int:
+        """Requests the replicas that take requests hold at once (each's capacity, as it reported it; one
+        restarting counts: it will hold them again), as AsyncEngine's: a request of more is a 400."""
+        return sum(s.info.capacity for s in self.slots if not s.draining)
+
+    @property
+    def num_in_flight(self) -> int:
+        return sum(s.in_flight for s in self.slots)
+
+    @property
     def speculative(self) -> bool:
         """Whether the replicas speculate (they run one configuration), as they reported it when they loaded."""
         return any(s.info.speculative for s in self.slots)

@@ -57,8 +57,9 @@ def rope_factors(g: GGUFFile, cfg: ModelConfig) -> RopeFactors | None:
     if freqs:
         return RopeFactors(freqs)
     if "rope_factors_long.weight" in g.tensors:
+        # a file without the original context: its own (llama.cpp's n_ctx_orig_yarn = n_ctx_train)
         return RopeFactors(pairs("rope_factors_short.weight"), pairs("rope_factors_long.weight"),
-                           cfg.rope_original_context, cfg.rope_attn_factor)
+                           cfg.rope_original_context or cfg.context_length, cfg.rope_attn_factor)
     return None
 
 

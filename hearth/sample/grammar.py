@@ -39,7 +39,7 @@ class GrammarStopped(InvalidStructuredOutput):
 def stopped(so: StructuredOutput, error: str) -> GrammarStopped:
     """The error of a request whose grammar engine gave up (llguidance's first line: the reason; the
     rest is its state and the grammar)."""
-    kind = "json_schema" if so.json_schema is not None or so.json_object else \
+    kind = "json_schema" if so.json_schema is not None else "json_object" if so.json_object else \
         "grammar" if so.grammar is not None else "regex"
     reason = error.strip().splitlines()[0] if error.strip() else "no reason given"
     return GrammarStopped(f"the grammar engine gave up mid-answer, the {kind} being too complex for it: {reason}", kind)

@@ -119,6 +119,31 @@ def test_ollama_embed_truncates_only_when_asked(client, served, reference):
     cut = client.post("/api/embed", json={"model": "tiny", "input": long, "truncate": True}).json()
     assert cut["prompt_eval_count"] == 127
     assert cut["embeddings"][0] == pytest.approx(reference(_ids(served, long)[:127]), abs=ATOL)
-    for body, field in (({}, "input"), ({"input": "x", "dimensions": 5}, "dimensions")):
+    r = client.post("/api/embed", json={"model": "tiny", "input": "x", "dimensions": 5})
+    assert r.status_code == 400 and r.json()["error"].startswith("dimensions"), r.text
+    r = client.post("/api/embeddings", json={"model": "tiny", "prompt": long})
+    assert r.status_code == 400 and r.json()["error"].startswith("prompt: "), r.text
+
+
+def test_ollama_embed_without_text_loads_the_model(client):
+    """Ollama answers an embed request with no text (a preload) with no vectors, not an error."""
+    for body in ({}, {"input": ""}, {"input": []}):
         r = client.post("/api/embed", json={"model": "tiny", **body})
-        assert r.status_code == 400 and r.json()["error"].startswith(field), r.text
+        assert r.status_code == 200 and r.json()["embeddings"] == [], r.text
+    assert client.post("/api/embeddings", json={"model": "tiny", "prompt": ""}).json() == {"embedding": []}
+
+
+def test_concurrent_batches_share_the_room(client, served, reference):
+    """Three 7-input batches at once where the engine holds 3 requests: each waits for room as the
+    others' waves finish, none is a 429, every vector is its input's."""
+    batch = [_ids(served, TEXTS[0])[:k] for k in range(2, 9)]
+
+    async def send():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(client.app), base_url="http://t") as c:
+            return await asyncio.gather(*(c.post("/v1/embeddings", json={"model": "tiny", "input": batch})
+                                          for _ in range(3)))
+
+    for r in asyncio.run(send()):
+        assert r.status_code == 200, r.text
+        for b, d in zip(batch, r.json()["data"]):
+            assert d["embedding"] == pytest.approx(reference(b), abs=ATOL)

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from hearth.sample.grammar import stopped
 from tests.server import fakes
 from tests.server.fakes import TEMPLATE
 
@@ -481,3 +482,21 @@ def test_a_prompt_too_long_is_a_400_before_any_stream(make_fake, stream):
             "stream": stream}
     r = fake.client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded", r.text
+
+
+def test_the_call_grammar_giving_up_names_the_tools(fake, monkeypatch):
+    """The grammar engine gives up on the call grammar the layer built (the client sent none): a 400
+    naming `tools`, not one blaming a json_schema or grammar the client never sent."""
+    real = fakes.FakeStream.__anext__
+
+    async def anext(self):
+        so = self.params.structured_output
+        if so is not None and so.grammar:
+            raise stopped(so, "parser row too large\\nstate ...")
+        return await real(self)
+
+    monkeypatch.setattr(fakes.FakeStream, "__anext__", anext)
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "script:guard_unknown"}], "tools": [WEATHER]}
+    r = fake.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
+    assert r.json()["error"]["message"].startswith("tools: the call grammar of these tools: the grammar engine gave up")
