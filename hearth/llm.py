@@ -144,7 +144,7 @@ class LLM:
             self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format,
                                     owner=cfg.kv_disk_owner)
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
-        kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.path, codec.name, cfg.block_size),
+        kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.gguf.parts, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk,
                             seals_full_blocks=codec.quantized)
         if self.disk is not None:
@@ -369,10 +369,11 @@ def _template_messages(messages: list[dict]) -> list[dict]:
         raise ValueError(e.message) from None
 
 
-def _cache_key(path: Path, codec: str, block_size: int) -> bytes:
+def _cache_key(files: list[Path], codec: str, block_size: int) -> bytes:
     """What makes cached K/V reusable, here or in the disk tier after a restart: the same model
-    file content (see model_fingerprint), the same KV format and the same block size."""
-    return f"{model_fingerprint(path)}|{codec}|{block_size}".encode()
+    files' content (see model_fingerprint; every file of a split model), the same KV format and the
+    same block size."""
+    return f"{'+'.join(model_fingerprint(f) for f in files)}|{codec}|{block_size}".encode()
 
 
 def _layer_progress(enabled: bool):

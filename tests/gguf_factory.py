@@ -113,13 +113,14 @@ MATRIX_TYPES = {"F32": Q.F32, "F16": Q.F16, "Q8_0": Q.Q8_0}
 
 
 def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, chat_template: str | None = None,
-                    **dims) -> TinyDims:
+                    split_max_tensors: int = 0, **dims) -> TinyDims:
     """Write a random `arch` model to `path`; dims override DEFAULT_DIMS[arch]; chat_template: the
     tokenizer's template (default: none, as a base model's GGUF). Returns the dims."""
     d = replace(DEFAULT_DIMS[arch], **dims)
     layout = LAYOUTS[arch]
     rng = np.random.default_rng(seed)
-    w = gguf.GGUFWriter(str(path), arch)
+    # split_max_tensors: several files as llama.cpp's --split-max-tensors writes them (stem-0000i-of-0000n.gguf)
+    w = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
     _write_hparams(w, arch, d, layout)
     _write_tokenizer(w, d)
     if chat_template is not None:

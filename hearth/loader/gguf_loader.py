@@ -9,6 +9,7 @@ first wheel parts for `hearth plan`) give its metadata and tensor table, without
 from __future__ import annotations
 
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,70 +111,76 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike, size: int | None = None):
         """size: the whole file's bytes when `path` holds only its first ones (they must hold the
-        header): tensors are checked against it and come without data."""
+        header): tensors are checked against it and come without data. A file that says it is the
+        first of several (`split.count`, llama.cpp's gguf-split: NAME-00001-of-0000N.gguf) brings the
+        tensors of the others, found beside it."""
         self.path, self._size = Path(path), size
-        _check_header(self.path)
-        self._map = np.memmap(self.path, dtype=np.uint8, mode="r")
-        cur = _Cursor(self._map, self.path)
+        self.metadata, self._arrays = {}, {}
+        self.tensors: dict[str, GGUFTensor] = {}
+        self.parts: list[Path] = [self.path]
+        self.version = self._read(self.path, size, first=True)
+        count = int(self.metadata.get("split.count", 1))
+        if count > 1 and size is None:
+            for part in split_parts(self.path, count, int(self.metadata.get("split.no", 0))):
+                self._read(part, None, first=False)
+                self.parts.append(part)
+        self.arch: str = str(self.metadata.get("general.architecture", ""))
+        if not self.arch:
+            raise ModelLoadError(f"{self.path}: GGUF has no general.architecture key")
+
+    def _read(self, path: Path, size: int | None, first: bool) -> int:
+        """One file's header: its metadata (the first file's is the model's), its tensors over its own
+        map. Returns the GGUF version."""
+        _check_header(path)
+        buf = np.memmap(path, dtype=np.uint8, mode="r")
+        cur = _Cursor(buf, path)
         cur.pos = 4
-        self.version = cur.scalar("<I")
-        if self.version not in (2, 3):
-            raise ModelLoadError(f"{self.path}: GGUF version {self.version} is not supported (2 and 3 are)")
+        version = cur.scalar("<I")
+        if version not in (2, 3):
+            raise ModelLoadError(f"{path}: GGUF version {version} is not supported (2 and 3 are)")
         n_tensors, n_kv = cur.scalar("<Q"), cur.scalar("<Q")
-        self.metadata: dict[str, Any] = {}
-        self._arrays: dict[str, Any] = {}
+        metadata: dict[str, Any] = {}
         for _ in range(n_kv):
             key = cur.string()
             value = cur.value(cur.scalar("<I"))
             if isinstance(value, np.ndarray) and key not in _BIG_ARRAYS:
                 value = value.tolist()
-            (self._arrays if key in _BIG_ARRAYS else self.metadata)[key] = value
-        infos = [self._tensor_info(cur) for _ in range(n_tensors)]
-        align = int(self.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+            if first:
+                (self._arrays if key in _BIG_ARRAYS else self.metadata)[key] = value
+            metadata[key] = value
+        infos = [self._tensor_info(cur, path) for _ in range(n_tensors)]
+        align = int(metadata.get("general.alignment", self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)))
         if align <= 0 or align & (align - 1):
-            raise ModelLoadError(f"{self.path}: invalid general.alignment {align}")
+            raise ModelLoadError(f"{path}: invalid general.alignment {align}")
         data_start = -(-cur.pos // align) * align
-        self.tensors: dict[str, GGUFTensor] = {}
+        file_bytes = path.stat().st_size if size is None else size
         for name, dims, qtype, offset in infos:
-            self.tensors[name] = self._tensor(name, dims, qtype, data_start + offset)
-        self.arch: str = str(self.metadata.get("general.architecture", ""))
-        if not self.arch:
-            raise ModelLoadError(f"{self.path}: GGUF has no general.architecture key")
+            if name in self.tensors:
+                raise ModelLoadError(f"{path}: tensor {name!r} is in more than one of the model's files")
+            self.tensors[name] = _tensor(path, buf if size is None else None, file_bytes, name, dims, qtype,
+                                         data_start + offset)
+        return version
 
-    def _tensor_info(self, cur: _Cursor) -> tuple[str, list[int], GGMLQuantizationType, int]:
+    def _tensor_info(self, cur: _Cursor, path: Path) -> tuple[str, list[int], GGMLQuantizationType, int]:
         name = cur.string()
         n_dims = cur.scalar("<I")
         if n_dims > 8:
-            raise ModelLoadError(f"{self.path}: corrupt tensor info for {name!r} ({n_dims} dimensions)")
+            raise ModelLoadError(f"{path}: corrupt tensor info for {name!r} ({n_dims} dimensions)")
         dims = [int(d) for d in cur.array("<u8", n_dims)]
         type_id = cur.scalar("<I")
         try:
             qtype = GGMLQuantizationType(type_id)
         except ValueError:
             known = ", ".join(t.name for t in GGMLQuantizationType)
-            raise ModelLoadError(f"{self.path}: tensor {name!r} has unknown type id {type_id}; "
+            raise ModelLoadError(f"{path}: tensor {name!r} has unknown type id {type_id}; "
                                  f"known types: {known}") from None
         return name, dims, qtype, cur.scalar("<Q")
 
-    def _tensor(self, name: str, dims: list[int], qtype: GGMLQuantizationType, start: int) -> GGUFTensor:
-        block, type_size = GGML_QUANT_SIZES[qtype]
-        n_elems = int(np.prod(dims)) if dims else 1
-        if dims and dims[0] % block:
-            raise ModelLoadError(f"{self.path}: tensor {name!r} row of {dims[0]} is not a whole number "
-                                 f"of {qtype.name} blocks")
-        n_bytes = n_elems // block * type_size
-        if start + n_bytes > self.file_size:
-            raise ModelLoadError(f"{self.path}: truncated GGUF file: tensor {name!r} needs bytes up to "
-                                 f"{start + n_bytes} but the file has {self.file_size}")
-        shape = tuple(reversed(dims))
-        if self._size is not None:
-            return GGUFTensor(name, qtype, shape, None)
-        raw = self._map[start : start + n_bytes]
-        if qtype in _TYPED:
-            data = raw.view(_TYPED[qtype]).reshape(shape)
-        else:
-            data = raw.reshape(*shape[:-1], shape[-1] // block * type_size)
-        return GGUFTensor(name, qtype, shape, data)
+    @property
+    def file_size(self) -> int:
+        """The model's bytes: every part's (the first's as given when only its header is here)."""
+        return (self._size if self._size is not None else self.path.stat().st_size) + \
+            sum(p.stat().st_size for p in self.parts[1:])
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.metadata.get(key, default)
@@ -194,9 +201,47 @@ class GGUFFile:
         except KeyError:
             raise ModelLoadError(f"{self.path}: tensor {name!r} is missing") from None
 
-    @property
-    def file_size(self) -> int:
-        return self.path.stat().st_size if self._size is None else self._size
+
+
+def _tensor(path: Path, buf: np.ndarray | None, file_bytes: int, name: str, dims: list[int],
+            qtype: GGMLQuantizationType, start: int) -> GGUFTensor:
+    """A tensor of the file at `path` (its map `buf`; None: only its header is here, no data)."""
+    block, type_size = GGML_QUANT_SIZES[qtype]
+    n_elems = int(np.prod(dims)) if dims else 1
+    if dims and dims[0] % block:
+        raise ModelLoadError(f"{path}: tensor {name!r} row of {dims[0]} is not a whole number "
+                             f"of {qtype.name} blocks")
+    n_bytes = n_elems // block * type_size
+    if start + n_bytes > file_bytes:
+        raise ModelLoadError(f"{path}: truncated GGUF file: tensor {name!r} needs bytes up to "
+                             f"{start + n_bytes} but the file has {file_bytes}")
+    shape = tuple(reversed(dims))
+    if buf is None:
+        return GGUFTensor(name, qtype, shape, None)
+    raw = buf[start : start + n_bytes]
+    if qtype in _TYPED:
+        data = raw.view(_TYPED[qtype]).reshape(shape)
+    else:
+        data = raw.reshape(*shape[:-1], shape[-1] // block * type_size)
+    return GGUFTensor(name, qtype, shape, data)
+
+
+SPLIT_NAME = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
+"""llama.cpp's gguf-split names (llama_split_path): NAME-00001-of-00003.gguf, ..."""
+
+
+def split_parts(first: Path, count: int, no: int) -> list[Path]:
+    """The other files of a model split in `count` (gguf-split's, or a converter's --split-max-*), beside
+    the first; a part other than the first, or a part missing, is one clear error."""
+    m = SPLIT_NAME.search(first.name)
+    if no != 0 or m is None or int(m.group(1)) != 1 or int(m.group(2)) != count:
+        raise ModelLoadError(f"{first}: file {no + 1} of a model split in {count}: give the first, "
+                             f"NAME-00001-of-{count:05d}.gguf, which finds the others beside it")
+    prefix = first.name[:m.start()]
+    parts = [first.with_name(f"{prefix}-{i:05d}-of-{count:05d}.gguf") for i in range(2, count + 1)]
+    if missing := [p.name for p in parts if not p.exists()]:
+        raise ModelLoadError(f"{first}: the model is split in {count} files; missing beside it: {', '.join(missing)}")
+    return parts
 
 
 def head_tensor(g: GGUFFile) -> GGUFTensor:

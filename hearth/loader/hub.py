@@ -13,11 +13,12 @@ import os
 import re
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from hearth.errors import DownloadError, ModelNotFoundError
+from hearth.loader.gguf_loader import SPLIT_NAME
 from hearth.loader.store import CHUNK, byte_bar, copy_hashed, hearth_home, install_file
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -69,7 +70,17 @@ def hub_url(ref: HubRef) -> str:
 
 
 def download_hub(ref: HubRef, home=None, progress: bool = True, timeout: float = 60.0) -> Path:
-    """Path of the downloaded file; fetched (or resumed) only when not already complete."""
+    """Path of the downloaded file; fetched (or resumed) only when not already complete. The first file
+    of a split model (NAME-00001-of-0000N.gguf) brings the others with it, into the same folder."""
+    first = _download_file(ref, home, progress, timeout)
+    if (m := SPLIT_NAME.search(ref.file)) and int(m.group(1)) == 1:
+        prefix, count = ref.file[:m.start()], int(m.group(2))
+        for i in range(2, count + 1):
+            _download_file(replace(ref, file=f"{prefix}-{i:05d}-of-{count:05d}.gguf"), home, progress, timeout)
+    return first
+
+
+def _download_file(ref: HubRef, home, progress: bool, timeout: float) -> Path:
     dest = hub_path(ref, home)
     if dest.is_file():
         return dest

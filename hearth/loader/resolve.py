@@ -59,7 +59,7 @@ def _hub(name: str, home, download: bool, progress: bool) -> Path | None:
     if download:
         return download_hub(ref, home, progress)
     path = hub_path(ref, home)
-    if not path.is_file():
+    if not path.is_file():  # a split model's other files: GGUFFile names any that is missing
         raise ModelNotFoundError(f"model {name!r} is not downloaded; run `hearth pull {name}`")
     return path
 

@@ -108,6 +108,19 @@ def test_hub_download_stores_exact_bytes_once(hub, tmp_path, ref, url_path, stor
     assert [p for p, _ in hub.requests] == [url_path]
 
 
+def test_hub_split_model_brings_its_other_files(hub, tmp_path):
+    """The first file of a split model (llama.cpp's NAME-00001-of-0000N.gguf) pulls its siblings too,
+    beside it, each once."""
+    names = [f"big-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    for i, name in enumerate(names):
+        hub.files[f"/org/repo/resolve/main/q4/{name}"] = _payload(50_000, seed=10 + i)
+    path = resolve_model("org/repo:q4/big-00001-of-00003.gguf", progress=False)
+    for name in names:
+        assert (path.parent / name).read_bytes() == hub.files[f"/org/repo/resolve/main/q4/{name}"]
+    resolve_model("org/repo:q4/big-00001-of-00003.gguf", progress=False)
+    assert sorted(p for p, _ in hub.requests) == [f"/org/repo/resolve/main/q4/{n}" for n in names]
+
+
 def test_hub_token_sent_as_bearer_and_not_to_other_hosts(hub, monkeypatch):
     body = _payload(50_000, seed=2)
     sha = hashlib.sha256(body).hexdigest()
