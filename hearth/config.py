@@ -154,6 +154,8 @@ class EngineConfig:
     """Rope scaling over the file's, as llama-server's --rope-scaling yarn --rope-scale F --yarn-orig-ctx N:
     {"rope_type": "yarn", "factor": F, "original_max_position_embeddings": N, "beta_fast", "beta_slow"}
     (transformers' keys; N defaults to the file's original context); None = the file's."""
+    chat_template: str | None = None
+    """A Jinja chat template in place of the GGUF's (vLLM's --chat-template); None = the file's."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

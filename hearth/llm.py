@@ -163,7 +163,7 @@ class LLM:
                                  # a context the cache caps is not raised by --max-model-len: no such hint
                                  model_context=mc.context_length if self.max_model_len == context else
                                  self.max_model_len, max_logprobs=cfg.max_logprobs)
-        self.chat_template = ChatTemplate(self.tokenizer.chat_template, self.tokenizer.bos_token,
+        self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0
         self._lock = threading.Lock()

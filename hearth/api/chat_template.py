@@ -15,6 +15,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import jinja2
@@ -63,9 +64,25 @@ CHATML_TEMPLATE = """
 {%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}
 """
 
+BUILT_IN = {"chatml": CHATML_TEMPLATE, "gemma": GEMMA_TEMPLATE}
+"""Templates a --chat-template may name (llama-server's names for them)."""
+
 # general.architecture -> template used when the GGUF has none; anything else gets ChatML
 FALLBACK_TEMPLATES = {"gemma": GEMMA_TEMPLATE, "gemma2": GEMMA_TEMPLATE, "gemma3": GEMMA_TEMPLATE,
                       "gemma3n": GEMMA_TEMPLATE}
+
+
+def template_text(value: str) -> str:
+    """A chat template given in place of the GGUF's (vLLM's --chat-template, llama-server's --chat-template
+    and --chat-template-file): a built-in's name, a file holding a Jinja template, or the template itself."""
+    if value in BUILT_IN:
+        return BUILT_IN[value]
+    path = Path(value).expanduser()
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    if "{{" in value or "{%" in value:
+        return value
+    raise ChatTemplateError(f"{value!r} is not a file, a Jinja template nor a built-in ({', '.join(BUILT_IN)})")
 
 
 class ChatTemplate:

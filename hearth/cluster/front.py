@@ -21,14 +21,15 @@ from hearth.config import DEFAULT_POOLING
 from hearth.models.transformer import POOLING_TYPES
 
 
-def served_model(model: str, names: list[str] | None, engine: ClusterEngine) -> ServedModel:
-    """names: None -> as `hearth serve` names it (catalog name or file stem, with aliases)."""
+def served_model(model: str, names: list[str] | None, engine: ClusterEngine, template: str | None = None) -> ServedModel:
+    """names: None -> as `hearth serve` names it (catalog name or file stem, with aliases); template: one
+    in place of the file's (--chat-template), as the replicas were given."""
     from hearth.commands.serve_models import ModelEntry, file_names, model_names
 
     path = resolve_model(model)
     g = GGUFFile(path)
     tok = Tokenizer.from_gguf(g)
-    template = ChatTemplate(tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
+    template = ChatTemplate(template or tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
     names = names or model_names(ModelEntry(model), path)
     pooling = POOLING_TYPES.get(g.arch_get("pooling_type"), DEFAULT_POOLING)  # as config_from_gguf reads it
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,

@@ -10,6 +10,7 @@ import time
 
 from hearth.commands import serve
 from hearth.commands.logs import configure_logging
+from hearth.commands.template_flags import chat_template
 from hearth.config import DEFAULT_MODEL
 
 ROUTINGS = ("prefix", "round-robin", "least-loaded")
@@ -80,20 +81,21 @@ def _serve(args: argparse.Namespace, spec, ray, started: bool) -> int:
         engine = start_replicas(spec)
         print(f"hearth: {args.replicas} replicas loaded in {time.perf_counter() - t0:.1f}s "
               f"(context {engine.max_model_len} tokens, routing {args.routing})", file=sys.stderr, flush=True)
-        app = build_app(args.model, args.served_model_name, engine, serve.server_config(args), scaler_for(spec, engine))
+        app = build_app(args.model, args.served_model_name, engine, serve.server_config(args), scaler_for(spec, engine),
+                        template=chat_template(args))
         return serve.run_server(app, args, app.state.models.ids_text())
     finally:
         if started:
             ray.shutdown()
 
 
-def build_app(model: str, names, engine, config, scaler=None):
+def build_app(model: str, names, engine, config, scaler=None, template: str | None = None):
     """`hearth serve`'s app around the cluster's engine, its metrics, and POST /cluster/replicas
     when given a scaler."""
     from hearth.api.app import create_app
     from hearth.cluster.front import install_metrics, install_scaling, served_model
 
-    served = served_model(model, names, engine)
+    served = served_model(model, names, engine, template)
     app = create_app(served, config)
     install_metrics(app, engine, served.name)
     if scaler is not None:

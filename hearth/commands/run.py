@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.rope_flags import add_rope_arguments, rope_scaling
+from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import (HearthError, MaxTokensTooLargeError, PromptTooLongError, can_raise_context, check_room,
@@ -63,6 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="print timings after each answer (with speculation: drafted and accepted tokens, acceptance length), "
                                                       "and hearth's notes on the load (its info log lines: a default speculative K lowered to fit --ctx)")
     add_rope_arguments(p)  # serve's flags, parsed and checked by the same code
+    add_template_arguments(p)
     add_speculation_arguments(p)
 
 
@@ -80,12 +82,12 @@ def main(args: argparse.Namespace) -> int:
 
         configure_logging("info")
     speculation = speculative_config(args)  # a bad value is one line before the model loads
-    rope = rope_scaling(args)
+    rope, template = rope_scaling(args), chat_template(args)
     if speculation is not None:
         check_drafts_fit(speculation, header_context(args.model, args.ctx)[0], k_flag(args))
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
-              speculative_config=speculation, rope_scaling=rope)
+              speculative_config=speculation, rope_scaling=rope, chat_template=template)
     check_max_tokens_fit(args.max_tokens, llm.max_model_len, llm.engine.model_context)
     chat, note = conversation(args, llm)
     if args.system and not chat:

@@ -16,6 +16,7 @@ import uvicorn
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
 from hearth.commands.logs import configure_logging
 from hearth.commands.rope_flags import add_rope_arguments, rope_scaling
+from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
@@ -107,6 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="most top logprobs a request may ask per token (logprobs, top_logprobs, prompt_logprobs); "
                           "-1: no cap, and a request's -1 asks for the whole vocabulary, as vLLM's (default: %(default)s)")
     add_rope_arguments(p)
+    add_template_arguments(p)
     add_speculation_arguments(p)
 
 
@@ -132,7 +134,8 @@ def engine_args(args: argparse.Namespace) -> dict:
                 enable_prefix_caching=not args.no_prefix_caching, grammar_drafts=not args.no_grammar_drafts,
                 threads=args.threads, seed=args.seed, max_logprobs=args.max_logprobs,
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
-                speculative_config=speculative_config(args), device=args.device, rope_scaling=rope_scaling(args))
+                speculative_config=speculative_config(args), device=args.device, rope_scaling=rope_scaling(args),
+                chat_template=chat_template(args))
 
 
 _SERVER_LOWEST = {"port": (0, 65535), "max_n": (1, None), "max_queued": (0, None), "max_tokens_limit": (0, None),
