@@ -60,7 +60,8 @@ class TinyDims:
     experts: int = 0
     experts_used: int = 0
     expert_ffn: int = 0
-    """MoE (qwen3moe): routed experts per layer, how many each token runs, each one's SwiGLU width."""
+    """MoE (qwen3moe, or a llama file as Mixtral's): routed experts per layer, how many each token runs, each
+    one's SwiGLU width."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +156,7 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_vocab_size(d.vocab)
     if d.sliding_window:
         w.add_sliding_window(d.sliding_window)
-    if layout.moe:  # as convert_hf_to_gguf.py's Qwen2MoeModel; no expert_weights_norm (llama.cpp's graph implies it)
+    if layout.moe or d.experts:  # as convert_hf_to_gguf.py's Qwen2MoeModel; no expert_weights_norm (the graph implies it)
         w.add_expert_count(d.experts)
         w.add_expert_used_count(d.experts_used)
         w.add_expert_feed_forward_length(d.expert_ffn)
@@ -213,7 +214,7 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
         if layout.sandwich_norm:
             yield p + "post_attention_norm.weight", norm(d.hidden)
             yield p + "post_ffw_norm.weight", norm(d.hidden)
-        if layout.moe:  # the router [experts, hidden]; each expert's matrices stacked [experts, out, in]
+        if layout.moe or d.experts:  # the router [experts, hidden]; each expert's matrices stacked [experts, out, in]
             yield p + "ffn_gate_inp.weight", matrix(d.experts, d.hidden)
             for name, rows, cols in (("gate", d.expert_ffn, d.hidden), ("up", d.expert_ffn, d.hidden),
                                      ("down", d.hidden, d.expert_ffn)):

@@ -6,6 +6,7 @@ the device's linears, attention and KV writes, and how it runs the layer's steps
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from dataclasses import replace
@@ -169,6 +170,8 @@ class CausalLM(nn.Module):
         # the same value in f32 (in bf16 it would round 25.298 -> 25.25 for gemma3-270m)
         scale = torch.tensor(math.sqrt(cfg.hidden_size), dtype=torch.float32).item()
         self.embed_scale = scale if self.spec.embed_scale else 1.0
+        if cfg.num_experts and not self.spec.moe:  # an architecture whose files come dense or routed (llama: Mixtral)
+            self.spec = dataclasses.replace(self.spec, moe=True)
         layers = []
         for i in range(cfg.num_layers):
             layers.append(DecoderLayer(cfg, self.spec, g, i, backend))
