@@ -99,7 +99,14 @@ WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     _q(Q.Q4_K, QK_K, 144, "int4x1", 32, 4, f16_at=(0, 2)),
     _q(Q.Q5_K, QK_K, 176, "int4x2", 32, 5, f16_at=(0, 2)),
     _q(Q.Q6_K, QK_K, 210, "int8", 16, 6, zero=32, f16_at=(208,)),
+    # i-quants with llama.cpp's 16-value codebook (kvalues_iq4nl): the affine code is the codebook's int8 value
+    # + 128 (w = d * (q - 128), so 8 bits, two int4 planes on the torch path, as Q8_0); the C++ kernels lack them
+    WeightFormat(Q.IQ4_NL, 32, 18, "int4x2", 32, 8, 128, (0,)),  # d, 16 bytes of 4-bit indices
+    WeightFormat(Q.IQ4_XS, QK_K, 136, "int4x2", 32, 8, 128, (0,)),  # d, scales_h, scales_l[4], qs[128]
 )}
+
+IQ4_KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+"""llama.cpp's kvalues_iq4nl (ggml-common.h; gguf-py's IQ4_NL.kvalues): what an IQ4 4-bit index stands for."""
 
 NATIVE_IDS: dict[int, str] = {f.native_id: f.name for f in WEIGHT_FORMATS.values() if f.native}
 """csrc/blocks.h's type ids -> names (hearth.kernels.native.QTYPES)."""

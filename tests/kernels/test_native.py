@@ -20,7 +20,7 @@ from gguf.quants import quantize as gguf_quantize
 from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
-from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+from tests.layers.test_quant import NATIVE_QUANTS as QUANTS, gguf_reference, random_tensor
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 

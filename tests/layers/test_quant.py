@@ -20,6 +20,9 @@ from hearth.loader.gguf_loader import GGUFTensor
 F16_FIELDS = {q: f.f16_at for q, f in WEIGHT_FORMATS.items() if f.group_size}
 FLOATS = (Q.F32, Q.F16, Q.BF16)
 QUANTS = tuple(F16_FIELDS)
+NATIVE_QUANTS = tuple(q for q in QUANTS if WEIGHT_FORMATS[q].native)
+"""The types the C++ kernels read (tests/kernels); the others run on their torch path."""
+EXTREME_F16 = (65504.0, -65504.0, 6e-8, -6e-8, 0.0, -0.0, 1.0)  # largest, smallest subnormal, signed zeros
 
 
 def random_tensor(qtype: Q, rows: int, cols: int, rng: np.random.Generator,
@@ -56,6 +59,22 @@ def test_every_listed_type_is_covered():
 @pytest.mark.parametrize("qtype", FLOATS + QUANTS, ids=lambda q: q.name)
 def test_random_blocks_bit_exact(qtype):
     t = random_tensor(qtype, 7, 512, np.random.default_rng(int(qtype)))
+    assert_bit_exact(dequantize(t.data, t.qtype), gguf_reference(t))
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_extreme_scales_bit_exact(qtype):
+    """f16 scales at the largest and smallest magnitudes and signed zeros, with the extreme codes (every
+    code byte 0x00 or 0xFF: IQ4's first and last codebook values, IQ4_XS's 6-bit sub-scales 0 and 63)."""
+    rng = np.random.default_rng(int(qtype) + 7)
+    t = random_tensor(qtype, 2 * len(EXTREME_F16), 512, rng)
+    blocks = t.data.reshape(-1, block_format(qtype).type_size)
+    f16 = {i for at in F16_FIELDS[qtype] for i in (at, at + 1)}
+    codes = [i for i in range(blocks.shape[1]) if i not in f16]
+    blocks[0::2, codes], blocks[1::2, codes] = 0x00, 0xFF
+    for at in F16_FIELDS[qtype]:
+        d = np.resize(np.array(EXTREME_F16, dtype=np.float16), blocks.shape[0]).reshape(-1, 1)
+        blocks[:, at:at + 2] = rng.permutation(d).view(np.uint8)
     assert_bit_exact(dequantize(t.data, t.qtype), gguf_reference(t))
 
 
