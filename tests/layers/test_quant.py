@@ -15,6 +15,7 @@ from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.layers.quant import SUPPORTED, affine_rows, as_bytes, block_format, dequantize
 from hearth.loader.gguf_loader import GGUFTensor
+from tests.iq4_quantize import QUANTIZERS
 
 # byte offsets of the f16 scale fields inside one block: random bytes there could be inf/nan
 F16_FIELDS = {q: f.f16_at for q, f in WEIGHT_FORMATS.items() if f.group_size}
@@ -85,6 +86,17 @@ def test_gguf_quantized_weights_bit_exact(qtype):
     w[0, :32] = 0.25  # a constant block
     data = gguf_quantize(w, qtype)
     assert_bit_exact(dequantize(data, qtype), gguf_dequantize(data, qtype).astype(np.float32))
+
+
+@pytest.mark.parametrize("qtype", [Q.IQ4_NL, Q.IQ4_XS], ids=lambda q: q.name)
+def test_iq4_encoded_weights_bit_exact(qtype):
+    """Codes as an encoder chooses them (tests/iq4_quantize: gguf-py has none), a zero block included."""
+    w = np.random.default_rng(1).normal(0, 0.05, (6, 512)).astype(np.float32)
+    w[0, :256] = 0.0
+    data = QUANTIZERS[qtype](w)
+    ours = dequantize(data, qtype)
+    assert_bit_exact(ours, gguf_dequantize(data, qtype).astype(np.float32))
+    assert float((ours.numpy() - w).std()) < 0.15 * float(w.std())  # the encoder is a real 4-bit one
 
 
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
