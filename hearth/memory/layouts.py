@@ -2,8 +2,9 @@
 
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
 `hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read their block types in place from the
-memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits); a type they
-lack (the records' native=False: IQ4_NL, IQ4_XS) is held as its torch path holds it (below).
+memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits); a type the
+selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS below avx512) is held as
+its torch path holds it (below).
 `hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run: the torch tier, forced
 or the only one the CPU runs (cpu_layout; each type's torch_path in
 hearth.formats.weights, which hearth.layers.linear builds; a test builds each one and compares):
@@ -62,11 +63,12 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
-    Layout("hearth-cpu", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items() if not f.native}, False,
-           "hearth's CPU kernels: their block types read in place from the file, the others (IQ4) on their "
-           "torch path; embedding rows read from the file",
+    Layout("hearth-cpu", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()
+                          if not f.native_at(tiers.selected().name)}, False,
+           "hearth's CPU kernels: their block types read in place from the file, the others (IQ4 below the "
+           "avx512 tier) on their torch path; embedding rows read from the file",
            {q: TORCH_HELD[f.torch_head_path(torch.backends.cpu.get_cpu_capability())]
-            for q, f in WEIGHT_FORMATS.items() if not f.native}),
+            for q, f in WEIGHT_FORMATS.items() if not f.native_at(tiers.selected().name)}),
     Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,
            "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
            "Q6_K as int8 rows, 2/3-bit k-quants and F16 as bf16; embedding rows read from the file",

@@ -17,6 +17,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize as gguf_quantize
 
+from hearth.formats.weights import QK_K, WEIGHT_FORMATS
 from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels d
 
 ACT8_TOL = 1.01 / 254
 BATCHES = (1, 2, 7, 10, 16, 33)  # from 10 rows on: AMX tiles (16 rows each, a VNNI tail)
-K_QUANTS = (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+K_QUANTS = tuple(q for q, f in WEIGHT_FORMATS.items() if f.block_size == QK_K)  # 256-wide superblocks (IQ4_XS too)
 
 
 def widths(qtype: Q) -> tuple[int, ...]:

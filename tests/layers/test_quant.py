@@ -13,6 +13,7 @@ from gguf.quants import quantize as gguf_quantize
 
 from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
+from hearth.kernels import tiers
 from hearth.layers.quant import SUPPORTED, affine_rows, as_bytes, block_format, dequantize
 from hearth.loader.gguf_loader import GGUFTensor
 from tests.iq4_quantize import QUANTIZERS
@@ -21,8 +22,15 @@ from tests.iq4_quantize import QUANTIZERS
 F16_FIELDS = {q: f.f16_at for q, f in WEIGHT_FORMATS.items() if f.group_size}
 FLOATS = (Q.F32, Q.F16, Q.BF16)
 QUANTS = tuple(F16_FIELDS)
-NATIVE_QUANTS = tuple(q for q in QUANTS if WEIGHT_FORMATS[q].native)
-"""The types the C++ kernels read (tests/kernels); the others run on their torch path."""
+
+
+def native_quants(tier: str) -> tuple[Q, ...]:
+    """The types native tier `tier`'s kernels read (tests/kernels); the others run on their torch path."""
+    return tuple(q for q in QUANTS if WEIGHT_FORMATS[q].native_at(tier))
+
+
+NATIVE_QUANTS = native_quants(tiers.selected().name)
+"""Those of the selected tier (amx shares avx512's library but not IQ4's records: amx tests skip them)."""
 EXTREME_F16 = (65504.0, -65504.0, 6e-8, -6e-8, 0.0, -0.0, 1.0)  # largest, smallest subnormal, signed zeros
 
 

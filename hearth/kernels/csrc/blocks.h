@@ -77,6 +77,17 @@ struct TQ8_0 : FQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
   }
 };
 
+// IQ4's codebook (kvalues_iq4nl) + 128 in each 128-bit lane: one vpshufb turns 4-bit indices into codes
+const __m512i IQ4_CODES = _mm512_broadcast_i32x4(_mm_setr_epi8(
+    1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141), static_cast<char>(153),
+    static_cast<char>(166), static_cast<char>(181), static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
+
+struct TIQ4_NL : FIQ4_NL {
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_shuffle_epi8(IQ4_CODES, paired_nibbles(b0 + 2, b1 + 2));
+  }
+};
+
 template <class T>
 struct Blocks32 {
   using Type = T;
@@ -231,6 +242,23 @@ struct TQ6_K : KQuant, FQ6_K {  // 16 groups of 16
       qh2 = _mm512_srli_epi16(qh2, 4);
     }
     return _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh2, m2), 4));
+  }
+};
+
+struct TIQ4_XS : KQuant, FIQ4_XS {  // 8 groups of 32, codes through the codebook (TIQ4_NL)
+  static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
+    const uint8_t* b = row + sb * TS;
+    const int h = b[2] | (b[3] << 8);  // int: ls - 32 is negative below 32
+    alignas(64) float sc[16];
+    for (int j = 0; j < 8; ++j)  // each group's scale for both its 16s
+      sc[2 * j] = sc[2 * j + 1] = static_cast<float>((((b[4 + j / 2] >> (4 * (j & 1))) & 0x0F) | (((h >> (2 * j)) & 3) << 4)) - 32);
+    s = _mm512_mul_ps(_mm512_set1_ps(f16(b)), _mm512_load_ps(sc));  // d * (ls - 32), as gguf-py rounds it
+    o = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(C)));
+    return 4;
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {  // groups 2c, 2c + 1
+    const uint8_t* qs = row + sb * TS + QS + 32 * c;
+    return _mm512_shuffle_epi8(IQ4_CODES, join(nibbles32(qs), nibbles32(qs + 16)));
   }
 };
 
