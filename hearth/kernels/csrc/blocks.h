@@ -246,13 +246,20 @@ struct TQ6_K : KQuant, FQ6_K {  // 16 groups of 16
 };
 
 struct TIQ4_XS : KQuant, FIQ4_XS {  // 8 groups of 32, codes through the codebook (TIQ4_NL)
+  static constexpr Order order = Order::lanes;  // Q4_K's lane order (gemv_groups.h grouped_codes<TIQ4_XS>)
+  // per 16 weights d * (ls - 32) (as gguf-py rounds it) in group order, or (LANES) in the GEMV's lane order:
+  // lane l's group LANE_GROUP[l] is in 32-group LANE_GROUP[l] / 2
+  template <bool LANES = false>
   static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
     const uint8_t* b = row + sb * TS;
-    const int h = b[2] | (b[3] << 8);  // int: ls - 32 is negative below 32
-    alignas(64) float sc[16];
-    for (int j = 0; j < 8; ++j)  // each group's scale for both its 16s
-      sc[2 * j] = sc[2 * j + 1] = static_cast<float>((((b[4 + j / 2] >> (4 * (j & 1))) & 0x0F) | (((h >> (2 * j)) & 3) << 4)) - 32);
-    s = _mm512_mul_ps(_mm512_set1_ps(f16(b)), _mm512_load_ps(sc));  // d * (ls - 32), as gguf-py rounds it
+    const __m512i j = LANES ? _mm512_setr_epi32(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7)
+                            : _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(u32(b + 4))), _mm512_slli_epi32(j, 2)),
+                                        _mm512_set1_epi32(0x0F));  // nibble j of scales_l
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(u32(b) >> 16)), _mm512_add_epi32(j, j)),
+                                        _mm512_set1_epi32(3));  // bits 2j of scales_h
+    const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    s = _mm512_mul_ps(_mm512_set1_ps(f16(b)), _mm512_cvtepi32_ps(ls));
     o = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(C)));
     return 4;
   }
