@@ -17,6 +17,8 @@ import gguf
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
+from tests.iq4_quantize import QUANTIZERS
+
 
 @dataclass(frozen=True, slots=True)
 class TinyDims:
@@ -110,7 +112,7 @@ DEFAULT_DIMS = {
                        tokenizer="llama"),
 }
 
-MATRIX_TYPES = {"F32": Q.F32, "F16": Q.F16, "Q8_0": Q.Q8_0}
+MATRIX_TYPES = {"F32": Q.F32, "F16": Q.F16, "Q8_0": Q.Q8_0, "IQ4_NL": Q.IQ4_NL, "IQ4_XS": Q.IQ4_XS}
 
 
 def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, chat_template: str | None = None,
@@ -278,7 +280,8 @@ def _add_tensor(w: gguf.GGUFWriter, name: str, value: np.ndarray, matrix_type: Q
     elif matrix_type == Q.F16:
         w.add_tensor(name, value.astype(np.float16))
     else:
-        w.add_tensor(name, gguf.quants.quantize(value, matrix_type), raw_dtype=matrix_type)
+        encode = QUANTIZERS.get(matrix_type, lambda v: gguf.quants.quantize(v, matrix_type))
+        w.add_tensor(name, encode(value), raw_dtype=matrix_type)
 
 
 # ---- tokenizer section -------------------------------------------------------------------------

@@ -153,7 +153,7 @@ class CpuBackend(Backend):
         return native_linear(t)
 
     def embedding(self, t: GGUFTensor) -> Embedding:
-        return NativeEmbedding(t) if int(t.qtype) in native.QTYPES else Embedding(t)
+        return NativeEmbedding(t) if int(t.qtype) in native.qtypes() else Embedding(t)
 
     def layer_ops(self, layer, spec: ArchSpec) -> LayerOps:
         """NativeLayerOps when each of the layer's linears is one NativePart, the C++ layer implements

@@ -72,13 +72,18 @@ class NativePart(nn.Module):
         return out
 
 
-NATIVE_PATHS: dict[Q, str] = {**TORCH_PATHS, **{q: "native" for q, f in WEIGHT_FORMATS.items() if f.native}}
-"""qtype -> path where the C++ kernels run."""
+def native_paths() -> dict[Q, str]:
+    """qtype -> path where the C++ kernels run: "native" for the types the running tier's kernels read
+    (native.qtypes()), the torch path for the others (IQ4 below the avx512 tier)."""
+    ids = native.qtypes()
+    return {**TORCH_PATHS, **{q: "native" for q in WEIGHT_FORMATS if int(q) in ids}}
+
+
 NATIVE_BUILDERS: dict[str, Builder] = {**BUILDERS, "native": NativePart}
 
 
 def native_linear(t: GGUFTensor | list[GGUFTensor], bias: torch.Tensor | None = None) -> QuantLinear:
-    return build_linear(t, bias, NATIVE_PATHS, NATIVE_BUILDERS)
+    return build_linear(t, bias, native_paths(), NATIVE_BUILDERS)
 
 
 def native_part(lin: QuantLinear) -> NativePart | None:

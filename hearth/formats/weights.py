@@ -47,6 +47,9 @@ class WeightFormat:
     """Byte offsets of the f16 scales (d, dmin) inside a block."""
     native: bool = False
     """The C++ kernels read it in place (csrc/blocks.h); their id for it is GGML's, native_id."""
+    native_tiers: tuple[str, ...] = ()
+    """The native tiers (hearth.kernels.tiers) whose kernels read it, where not every one does (empty: all of
+    them); at the others it takes its torch path."""
 
     @property
     def name(self) -> str:
@@ -56,6 +59,10 @@ class WeightFormat:
     def native_id(self) -> int | None:
         """The type's id in csrc/blocks.h's enum (GGML's own id), or None if the kernels lack it."""
         return int(self.qtype) if self.native else None
+
+    def native_at(self, tier: str) -> bool:
+        """The kernels of native tier `tier` read it in place."""
+        return self.native and (not self.native_tiers or tier in self.native_tiers)
 
     @property
     def bits(self) -> float:
@@ -80,6 +87,9 @@ def _q(qtype: Q, block: int, size: int, path: str, group: int, bits: int, zero: 
     return WeightFormat(qtype, block, size, path, group, bits, zero, f16_at, native=True)
 
 
+IQ4_TIERS = ("avx512",)
+"""Where the C++ kernels read IQ4_NL / IQ4_XS: not amx (its tiles' paths untested on a CPU with them), avx2, neon."""
+
 WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     WeightFormat(Q.F32, 1, 4, "f32"),  # used in place from the memory map
     WeightFormat(Q.F16, 1, 2, "bf16"),
@@ -99,7 +109,20 @@ WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     _q(Q.Q4_K, QK_K, 144, "int4x1", 32, 4, f16_at=(0, 2)),
     _q(Q.Q5_K, QK_K, 176, "int4x2", 32, 5, f16_at=(0, 2)),
     _q(Q.Q6_K, QK_K, 210, "int8", 16, 6, zero=32, f16_at=(208,)),
+    # i-quants with llama.cpp's 16-value codebook (kvalues_iq4nl): the affine code is the codebook's int8 value
+    # + 128 (w = d * (q - 128), so 8 bits, two int4 planes on the torch path, as Q8_0); the avx512 tier's
+    # kernels read them in place (one vpshufb from index to code), the other tiers take the torch path
+    WeightFormat(Q.IQ4_NL, 32, 18, "int4x2", 32, 8, 128, (0,), True, IQ4_TIERS),  # d, 16 bytes of indices
+    WeightFormat(Q.IQ4_XS, QK_K, 136, "int4x2", 32, 8, 128, (0,), True, IQ4_TIERS),  # d, scales_h, scales_l[4], qs
 )}
 
+IQ4_KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
+"""llama.cpp's kvalues_iq4nl (ggml-common.h; gguf-py's IQ4_NL.kvalues): what an IQ4 4-bit index stands for."""
+
 NATIVE_IDS: dict[int, str] = {f.native_id: f.name for f in WEIGHT_FORMATS.values() if f.native}
-"""csrc/blocks.h's type ids -> names (hearth.kernels.native.QTYPES)."""
+"""csrc/gguf_formats.h's type ids -> names: every type some tier's kernels read."""
+
+
+def native_ids(tier: str) -> dict[int, str]:
+    """The type ids -> names that native tier `tier`'s kernels read (hearth.kernels.native.qtypes)."""
+    return {f.native_id: f.name for f in WEIGHT_FORMATS.values() if f.native_at(tier)}

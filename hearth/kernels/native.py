@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from hearth.formats.kv import NATIVE_SIDES
-from hearth.formats.weights import NATIVE_IDS
+from hearth.formats.weights import NATIVE_IDS, native_ids
 from hearth.kernels import tiers
 from hearth.kernels.atomic_build import build_into
 from hearth.kvstore import kvarn
@@ -90,7 +90,13 @@ are shared, so one number, bumped for a change to any of them, covers every libr
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY, "neon": NEON_LIBRARY}
 """Native tier name -> the library it loads."""
 QTYPES = NATIVE_IDS
-"""GGML type ids the kernels read -> names (the records of hearth.formats.weights with native=True)."""
+"""GGML type ids some tier's kernels read -> names (the records of hearth.formats.weights with native=True);
+qtypes() those of the tier running."""
+
+
+def qtypes() -> dict[int, str]:
+    """GGML type ids the loaded library reads at its tier -> names (the selected tier's before lib() runs)."""
+    return native_ids((loaded_tier or tiers.selected()).name)
 
 _lib: ctypes.CDLL | None = None
 _library: Library | None = None

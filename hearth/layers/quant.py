@@ -18,7 +18,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from hearth.errors import UnsupportedError
-from hearth.formats.weights import QK_K, WEIGHT_FORMATS, WeightFormat
+from hearth.formats.weights import IQ4_KVALUES, QK_K, WEIGHT_FORMATS, WeightFormat
 
 
 class BlockFormat:
@@ -196,6 +196,34 @@ class Q6_K(BlockFormat, qtype=Q.Q6_K):
         low = _nibbles(b[:, :128].reshape(-1, 2, 64)).reshape(-1, QK_K)  # [half, nibble, 64]
         high = _bits(b[:, 128:192].reshape(-1, 2, 32), [0, 2, 4, 6], 3).reshape(-1, QK_K)
         return low | (high << 4), dl, -32 * dl
+
+
+_IQ4_CODES = torch.tensor([v + 128 for v in IQ4_KVALUES], dtype=torch.uint8)  # codebook as affine codes (zero 128)
+
+
+def _iq4_codes(qs: torch.Tensor) -> torch.Tensor:
+    """uint8 [nb, n*16] of 4-bit indices (per 32 weights: 16 bytes, low nibbles first) -> codes [nb, n*32]."""
+    idx = _nibbles(qs.reshape(qs.shape[0], -1, 16)).reshape(qs.shape[0], -1)
+    return _IQ4_CODES[idx.long()]
+
+
+class IQ4_NL(BlockFormat, qtype=Q.IQ4_NL):
+    # d qs[16]; w = d * kvalues[index]
+    @classmethod
+    def affine(cls, b):
+        d = _f16(b, 0)
+        return _iq4_codes(b[:, 2:]), d, -128 * d
+
+
+class IQ4_XS(BlockFormat, qtype=Q.IQ4_XS):
+    # d scales_h (u16) scales_l[4] qs[128]; 8 groups of 32, w = d * (ls - 32) * kvalues[index] with the
+    # 6-bit ls of group g: nibble g of scales_l (low first), bits 2g..2g+1 of scales_h above it
+    @classmethod
+    def affine(cls, b):
+        lo = _nibbles(b[:, 4:8].unsqueeze(-1)).reshape(-1, 8)  # [nb, byte, nibble] -> group order
+        hi = _bits(b[:, 2:4], [0, 2, 4, 6], 3).transpose(1, 2).reshape(-1, 8)  # [nb, byte, shift]
+        dl = _f16(b, 0) * ((lo | (hi << 4)).to(torch.int8) - 32).float()
+        return _iq4_codes(b[:, 8:]), dl, -128 * dl
 
 
 SUPPORTED = tuple(BlockFormat.registry)

@@ -1,14 +1,17 @@
 """How an engine holds each weight once loaded, which is what counts against memory.
 
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
-`hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read every block type in place from the
-memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits).
+`hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read their block types in place from the
+memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits); a type the
+selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS below avx512) is held as
+its torch path holds it (below).
 `hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run: the torch tier, forced
 or the only one the CPU runs (cpu_layout; each type's torch_path in
 hearth.formats.weights, which hearth.layers.linear builds; a test builds each one and compares):
   int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
             32 values = 5 bits a value; rows padded to a multiple of 64
-  int4 x2   Q5_0, Q5_1, Q5_K, Q8_0: two such planes, 10 bits a value
+  int4 x2   Q5_0, Q5_1, Q5_K, Q8_0, IQ4_NL, IQ4_XS (codebook values as 8-bit codes): two such planes,
+            10 bits a value
   int8      Q6_K: requantized to int8 codes, 8 bits a value + a bf16 scale per row; an output head of a
             two-plane type too where ATen runs below AVX-512 (hearth.formats.weights.HEAD_INT4_MAX_PLANES)
   bf16      F16, Q2_K, Q3_K: expanded to 16 bits a value; BF16 is used in place (16 bits)
@@ -60,8 +63,12 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
-    Layout("hearth-cpu", {}, False, "hearth's CPU kernels: every GGUF block type read in place from the "
-                                    "file; embedding rows read from the file"),
+    Layout("hearth-cpu", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()
+                          if not f.native_at(tiers.selected().name)}, False,
+           "hearth's CPU kernels: their block types read in place from the file, the others (IQ4 below the "
+           "avx512 tier) on their torch path; embedding rows read from the file",
+           {q: TORCH_HELD[f.torch_head_path(torch.backends.cpu.get_cpu_capability())]
+            for q, f in WEIGHT_FORMATS.items() if not f.native_at(tiers.selected().name)}),
     Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,
            "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
            "Q6_K as int8 rows, 2/3-bit k-quants and F16 as bf16; embedding rows read from the file",

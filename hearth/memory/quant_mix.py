@@ -45,10 +45,13 @@ MIXES: dict[str, Mix] = {
     "Q5_0": Mix(Q.Q5_0, Q.Q6_K),
     "Q4_1": Mix(Q.Q4_1, Q.Q6_K),
     "Q4_0": Mix(Q.Q4_0, Q.Q6_K),
+    # llama.cpp also gives attn_v Q5_K in these two where a KV head serves >= 4 query heads (not modelled)
+    "IQ4_XS": Mix(Q.IQ4_XS, Q.Q6_K),
+    "IQ4_NL": Mix(Q.IQ4_NL, Q.Q6_K),
 }
 
 # a 256-wide k-quant block that does not fit a row falls back to a 32-wide type of similar size
-FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0}
+FALLBACK = {Q.Q2_K: Q.Q4_0, Q.Q3_K: Q.Q4_0, Q.Q4_K: Q.Q5_0, Q.Q5_K: Q.Q5_1, Q.Q6_K: Q.Q8_0, Q.IQ4_XS: Q.IQ4_NL}
 MORE_BITS_TENSORS = ("attn_v", "ffn_down", "ffn_down_exps")
 
 

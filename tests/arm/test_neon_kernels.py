@@ -33,8 +33,9 @@ from tests.kernels.test_native_attention import CASES as ATTENTION_CASES
 from tests.kernels.test_native_attention import scattered_batch
 from tests.kernels.test_tree_attention import CASES as TREE_CASES
 from tests.kernels.test_tree_attention import PARENTS, fresh, tree_meta
-from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+from tests.layers.test_quant import native_quants, gguf_reference, random_tensor
 
+QUANTS = native_quants("neon")
 pytestmark = pytest.mark.skipif(qemu.missing_tool() is not None,
                                 reason=f"the neon tier's cross-test needs {qemu.missing_tool()} (make test-arm installs it)")
 AVX2 = tiers.why_not("avx2")

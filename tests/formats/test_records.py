@@ -13,7 +13,7 @@ from gguf import GGMLQuantizationType as Q
 
 import hearth
 from hearth.formats import kv as kvrec
-from hearth.formats.weights import TORCH_PATHS, WEIGHT_FORMATS, WeightFormat
+from hearth.formats.weights import TORCH_PATHS, WEIGHT_FORMATS, WeightFormat, native_ids
 from hearth.kernels import native
 from hearth.kvstore import codecs
 from hearth.backends import cpu_linear
@@ -63,11 +63,15 @@ def test_cpp_type_enum_is_the_native_records():
     assert _enum("gguf_formats.h", "enum : int { Q4_0") == NATIVE_WEIGHTS
 
 
-@pytest.mark.parametrize("source", sorted({lib.source for lib in native.LIBRARIES.values()}))
-def test_cpp_dispatch_covers_every_native_record(source):
-    """Every kernel library (one per tier group) dispatches every native record."""
+@pytest.mark.parametrize("tier", sorted(native.LIBRARIES))
+def test_cpp_dispatch_covers_every_native_record(tier):
+    """Every kernel library (one per tier group) dispatches every record native at its tiers (amx and
+    avx512 share one: it dispatches those of either)."""
+    source = native.LIBRARIES[tier].source
     cases = re.findall(r"case (\w+):", _function(source, "bool dispatch(int qtype"))
-    assert sorted(cases) == sorted(NATIVE_WEIGHTS)
+    tiers_of_source = [t for t, lib in native.LIBRARIES.items() if lib.source == source]
+    assert sorted(cases) == sorted({f.name for f in WEIGHT_FORMATS.values() for t in tiers_of_source if f.native_at(t)})
+    assert set(native_ids(tier).values()) <= set(cases)
 
 
 def test_cpp_block_width_tables_follow_the_records():
@@ -81,7 +85,16 @@ def test_cpp_block_width_tables_follow_the_records():
 
 def test_native_qtypes_are_derived():
     assert native.QTYPES == {v: k for k, v in NATIVE_WEIGHTS.items()}
-    assert {q for q, p in cpu_linear.NATIVE_PATHS.items() if p == "native"} == {Q[name] for name in NATIVE_WEIGHTS}
+    here = {v: k for k, v in native.qtypes().items()}
+    assert {q for q, p in cpu_linear.native_paths().items() if p == "native"} == {Q[name] for name in here}
+
+
+def test_iq4_is_native_at_the_avx512_tier_only():
+    """A type a tier's kernels lack takes its torch path there (IQ4 below avx512; amx: untested on AMX)."""
+    for q in (Q.IQ4_NL, Q.IQ4_XS):
+        assert [t for t in native.LIBRARIES if WEIGHT_FORMATS[q].native_at(t)] == ["avx512"]
+        assert int(q) in native_ids("avx512") and int(q) not in native_ids("avx2")
+    assert all(WEIGHT_FORMATS[Q.Q4_K].native_at(t) for t in native.LIBRARIES)
 
 
 def test_every_record_has_a_torch_decoder_and_no_decoder_lacks_a_record():

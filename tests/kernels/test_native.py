@@ -17,16 +17,17 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import quantize as gguf_quantize
 
+from hearth.formats.weights import QK_K, WEIGHT_FORMATS
 from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
-from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+from tests.layers.test_quant import EXTREME_F16, F16_FIELDS, NATIVE_QUANTS as QUANTS, gguf_reference, random_tensor
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
 ACT8_TOL = 1.01 / 254
 BATCHES = (1, 2, 7, 10, 16, 33)  # from 10 rows on: AMX tiles (16 rows each, a VNNI tail)
-K_QUANTS = (Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K)
+K_QUANTS = tuple(q for q, f in WEIGHT_FORMATS.items() if f.block_size == QK_K)  # 256-wide superblocks (IQ4_XS too)
 
 
 def widths(qtype: Q) -> tuple[int, ...]:
@@ -205,6 +206,22 @@ def test_dequant_rows_bit_exact_and_bf16_tiles(qtype):
         assert np.array_equal(rows.view(np.uint32), ref[ids.numpy()].view(np.uint32))
         tile = native.dequant_bf16(raw, qtype, k, slice(3, 45))
         assert torch.equal(tile, torch.from_numpy(ref[3:45]).bfloat16())
+
+
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_dequant_rows_bit_exact_at_extreme_scales(qtype):
+    """f16 scales at +-65504, subnormals and signed zeros, codes all 0x00 or 0xFF (IQ4: the codebook's ends,
+    IQ4_XS's sub-scales 0 and 63, whose ls - 32 < 0 must stay signed)."""
+    t = random_tensor(qtype, 14, 512, np.random.default_rng(int(qtype) + 5))
+    blocks = t.data.reshape(-1, WEIGHT_FORMATS[qtype].type_size)
+    f16 = {i for at in F16_FIELDS[qtype] for i in (at, at + 1)}
+    blocks[:, [i for i in range(blocks.shape[1]) if i not in f16]] = np.repeat([[0x00], [0xFF]], blocks.shape[0] // 2, 1).T.reshape(-1, 1)
+    for at in F16_FIELDS[qtype]:
+        d = np.resize(np.array(EXTREME_F16, dtype=np.float16), blocks.shape[0]).reshape(-1, 1)
+        blocks[:, at:at + 2] = d.view(np.uint8)
+    raw, ref = as_bytes(t.data, qtype), gguf_reference(t)
+    rows = native.dequant_rows(raw, qtype, 512, torch.arange(14)).numpy()
+    assert np.array_equal(rows.view(np.uint32), ref.view(np.uint32))
 
 
 def test_bad_token_id_is_an_index_error():

@@ -27,8 +27,9 @@ from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes, block_format
 from tests.kernels.test_native import assert_act8_close, block_max, widths
 from tests.kernels.test_native_gemm import assert_near_gemv
-from tests.layers.test_quant import F16_FIELDS, QUANTS, gguf_reference, random_tensor
+from tests.layers.test_quant import F16_FIELDS, native_quants, gguf_reference, random_tensor
 
+QUANTS = native_quants("avx2")
 pytestmark = pytest.mark.skipif(tiers.why_not("avx2") is not None, reason=f"tier avx2: {tiers.why_not('avx2')}")
 AVX512 = tiers.why_not("avx512")
 

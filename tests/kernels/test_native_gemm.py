@@ -23,7 +23,7 @@ from hearth.kernels import native
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
 from tests.kernels.test_native import ACT8_TOL, K_QUANTS, assert_act8_close, widths
-from tests.layers.test_quant import QUANTS, gguf_reference, random_tensor
+from tests.layers.test_quant import NATIVE_QUANTS as QUANTS, gguf_reference, random_tensor
 
 INT8 = pytest.mark.skipif(
     not native.vnni_gemm(),

@@ -28,7 +28,7 @@ from hearth.layers.embedding import Embedding
 from hearth.layers.quant import dequantize
 from hearth.backends import select
 from hearth.backends.base import Backend
-from hearth.backends.cpu_linear import NATIVE_PATHS, NativePart
+from hearth.backends.cpu_linear import NativePart, native_paths
 from hearth.layers.linear import TORCH_PATHS, DensePart, Int4Part, Int8Part, build_linear, use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from tests.layers.test_quant import FLOATS, QUANTS, assert_bit_exact, gguf_reference, random_tensor
@@ -39,7 +39,7 @@ EXACT_TOL = 1e-5
 INT8_TOL = 0.51 / 127  # requantized rows (Int8Part): a weight moves by at most half a step, max|w_row| / 127
 FAST, TORCH = select("cpu"), Backend()
 """The CPU backend at this machine's tier (the torch backend at the torch tier), and the torch backend."""
-FAST_PATHS = TORCH_PATHS if type(FAST) is Backend else NATIVE_PATHS
+FAST_PATHS = TORCH_PATHS if type(FAST) is Backend else native_paths()
 BATCHES = (1, 3, 40, 70)  # 40: native AMX tiles or int4's bf16 GEMM; 70 >= every gemm_min_rows: bf16 tiles
 
 

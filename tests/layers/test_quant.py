@@ -13,13 +13,25 @@ from gguf.quants import quantize as gguf_quantize
 
 from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
+from hearth.kernels import tiers
 from hearth.layers.quant import SUPPORTED, affine_rows, as_bytes, block_format, dequantize
 from hearth.loader.gguf_loader import GGUFTensor
+from tests.iq4_quantize import QUANTIZERS
 
 # byte offsets of the f16 scale fields inside one block: random bytes there could be inf/nan
 F16_FIELDS = {q: f.f16_at for q, f in WEIGHT_FORMATS.items() if f.group_size}
 FLOATS = (Q.F32, Q.F16, Q.BF16)
 QUANTS = tuple(F16_FIELDS)
+
+
+def native_quants(tier: str) -> tuple[Q, ...]:
+    """The types native tier `tier`'s kernels read (tests/kernels); the others run on their torch path."""
+    return tuple(q for q in QUANTS if WEIGHT_FORMATS[q].native_at(tier))
+
+
+NATIVE_QUANTS = native_quants(tiers.selected().name)
+"""Those of the selected tier (amx shares avx512's library but not IQ4's records: amx tests skip them)."""
+EXTREME_F16 = (65504.0, -65504.0, 6e-8, -6e-8, 0.0, -0.0, 1.0)  # largest, smallest subnormal, signed zeros
 
 
 def random_tensor(qtype: Q, rows: int, cols: int, rng: np.random.Generator,
@@ -59,6 +71,22 @@ def test_random_blocks_bit_exact(qtype):
     assert_bit_exact(dequantize(t.data, t.qtype), gguf_reference(t))
 
 
+@pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
+def test_extreme_scales_bit_exact(qtype):
+    """f16 scales at the largest and smallest magnitudes and signed zeros, with the extreme codes (every
+    code byte 0x00 or 0xFF: IQ4's first and last codebook values, IQ4_XS's 6-bit sub-scales 0 and 63)."""
+    rng = np.random.default_rng(int(qtype) + 7)
+    t = random_tensor(qtype, 2 * len(EXTREME_F16), 512, rng)
+    blocks = t.data.reshape(-1, block_format(qtype).type_size)
+    f16 = {i for at in F16_FIELDS[qtype] for i in (at, at + 1)}
+    codes = [i for i in range(blocks.shape[1]) if i not in f16]
+    blocks[0::2, codes], blocks[1::2, codes] = 0x00, 0xFF
+    for at in F16_FIELDS[qtype]:
+        d = np.resize(np.array(EXTREME_F16, dtype=np.float16), blocks.shape[0]).reshape(-1, 1)
+        blocks[:, at:at + 2] = rng.permutation(d).view(np.uint8)
+    assert_bit_exact(dequantize(t.data, t.qtype), gguf_reference(t))
+
+
 @pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda q: q.name)
 def test_gguf_quantized_weights_bit_exact(qtype):
     """Codes from gguf's own quantizer (realistic, including all-equal blocks with zero scale)."""
@@ -66,6 +94,17 @@ def test_gguf_quantized_weights_bit_exact(qtype):
     w[0, :32] = 0.25  # a constant block
     data = gguf_quantize(w, qtype)
     assert_bit_exact(dequantize(data, qtype), gguf_dequantize(data, qtype).astype(np.float32))
+
+
+@pytest.mark.parametrize("qtype", [Q.IQ4_NL, Q.IQ4_XS], ids=lambda q: q.name)
+def test_iq4_encoded_weights_bit_exact(qtype):
+    """Codes as an encoder chooses them (tests/iq4_quantize: gguf-py has none), a zero block included."""
+    w = np.random.default_rng(1).normal(0, 0.05, (6, 512)).astype(np.float32)
+    w[0, :256] = 0.0
+    data = QUANTIZERS[qtype](w)
+    ours = dequantize(data, qtype)
+    assert_bit_exact(ours, gguf_dequantize(data, qtype).astype(np.float32))
+    assert float((ours.numpy() - w).std()) < 0.15 * float(w.std())  # the encoder is a real 4-bit one
 
 
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)

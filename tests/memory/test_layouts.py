@@ -10,7 +10,7 @@ import torch
 
 from hearth.backends import select
 from hearth.backends.base import Backend
-from hearth.backends.cpu_linear import NATIVE_PATHS
+from hearth.backends.cpu_linear import native_paths
 from hearth.layers.linear import TORCH_PATHS
 from hearth.memory.devices import Device
 from hearth.memory.layouts import LAYOUTS, held_bytes
@@ -47,7 +47,7 @@ def test_held_bytes_match_the_linear_layer(qtype):
     cpu = select("cpu")  # at the torch tier, the torch backend
     here = LAYOUTS[THIS_CPU.layout]  # what the planner prices for this machine at this tier
     assert here.name == ("hearth-cpu-torch" if type(cpu) is Backend else "hearth-cpu")
-    if type(cpu) is not Backend and NATIVE_PATHS[qtype] == "native":  # the C++ kernels keep no copy
+    if type(cpu) is not Backend and native_paths()[qtype] == "native":  # the C++ kernels keep no copy
         assert module_bytes(cpu.linear(t)) == 0
         assert held_bytes(w, here) == t.data.nbytes
     else:

@@ -71,6 +71,22 @@ def test_llama_7b_f16_bytes():
     assert active_matmul_params(tensors, shape, with_head=False) == LLAMA7B_MATRICES - 2 * 131_072_000
 
 
+def test_llama_7b_iq4_xs_bytes():
+    """IQ4_XS: 136 bytes per 256 weights (4.25 bits), the head Q6_K (210 per 256), as llama.cpp types them:
+    embedding 131,072,000 x 136 / 256 = 69,632,000; head x 210 / 256 = 107,520,000; layers
+    32 x 202,375,168 x 136 / 256 = 3,440,377,856; F32 vectors 4 x 266,240 (Llama-2-7B IQ4_XS files: ~3.6 GB)."""
+    shape, quant = describe("llama-7b,quant=IQ4_XS")
+    assert weight_bytes(synthesize(shape, quant)) == 69_632_000 + 107_520_000 + 3_440_377_856 + 4 * 266_240
+
+
+def test_iq4_xs_rows_that_are_not_whole_superblocks_take_iq4_nl():
+    """Rows of Qwen2.5-0.5B's 896 (3.5 superblocks) take IQ4_NL's 32-wide blocks, its 4,864-wide ffn_down
+    (19 superblocks) stays IQ4_XS, and the Q6_K head falls back to Q8_0."""
+    shape, quant = describe("layers=1,hidden=896,heads=14,kv_heads=2,ffn=4864,vocab=1000,quant=IQ4_XS")
+    types = {t.name.split(".")[-2]: t.qtype.name for t in synthesize(shape, quant)}
+    assert (types["ffn_up"], types["ffn_down"], types["output"]) == ("IQ4_NL", "IQ4_XS", "Q8_0")
+
+
 def test_llama_70b_q4_k_m_is_the_size_of_the_real_files():
     shape, quant = describe("llama-70b")  # Q4_K_M by default
     # Llama-3.1-70B-Instruct-Q4_K_M.gguf files are 42.5 GB; weights are ~99.9% of them

@@ -34,6 +34,10 @@ CASES = {
     "gemma3": ("gemma3", "F32", {}),
     "gemma3-rope-scaled": ("gemma3", "F32", {"rope_scaling": 8.0}),
     "llama-q8_0": ("llama", "Q8_0", {}),
+    # i-quants (codebook values, which transformers' loader dequantizes through gguf-py); IQ4_XS rows are
+    # whole 256-wide superblocks
+    "llama-iq4_nl": ("llama", "IQ4_NL", {}),
+    "qwen3-iq4_xs": ("qwen3", "IQ4_XS", {"hidden": 256, "head_dim": 64, "ffn": 512}),
     # positions past the 16-token original context: half the pairs 8x slower, two blended
     "llama3-rope": ("llama", "F32", {"llama3_rope": (8.0, 1.0, 4.0, 16)}),
     "qwen3-f16": ("qwen3", "F16", {}),
@@ -201,7 +205,7 @@ def test_moe_routing_shows_in_the_logits(tiny, monkeypatch, routing):
     assert rel_err(PagedDriver(model, cfg).step({"a": ids})["a"], ref) > 0.05
 
 
-@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16", "qwen3moe-q8_0"])
+@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16", "qwen3moe-q8_0", "llama-iq4_nl", "qwen3-iq4_xs"])
 def test_fast_linear_logits_near_transformers(tiny, case):
     model, cfg, d, name, dims = tiny(case, exact=False)
     ids = prompt(cfg.vocab_size)

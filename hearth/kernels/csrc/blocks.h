@@ -77,6 +77,17 @@ struct TQ8_0 : FQ8_0 {  // int8 codes, shifted to 0..255 (flip the sign bit)
   }
 };
 
+// IQ4's codebook (kvalues_iq4nl) + 128 in each 128-bit lane: one vpshufb turns 4-bit indices into codes
+const __m512i IQ4_CODES = _mm512_broadcast_i32x4(_mm_setr_epi8(
+    1, 24, 45, 63, 79, 93, 106, 118, static_cast<char>(129), static_cast<char>(141), static_cast<char>(153),
+    static_cast<char>(166), static_cast<char>(181), static_cast<char>(197), static_cast<char>(217), static_cast<char>(241)));
+
+struct TIQ4_NL : FIQ4_NL {
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_shuffle_epi8(IQ4_CODES, paired_nibbles(b0 + 2, b1 + 2));
+  }
+};
+
 template <class T>
 struct Blocks32 {
   using Type = T;
@@ -231,6 +242,30 @@ struct TQ6_K : KQuant, FQ6_K {  // 16 groups of 16
       qh2 = _mm512_srli_epi16(qh2, 4);
     }
     return _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16(_mm512_and_si512(qh2, m2), 4));
+  }
+};
+
+struct TIQ4_XS : KQuant, FIQ4_XS {  // 8 groups of 32, codes through the codebook (TIQ4_NL)
+  static constexpr Order order = Order::lanes;  // Q4_K's lane order (gemv_groups.h grouped_codes<TIQ4_XS>)
+  // per 16 weights d * (ls - 32) (as gguf-py rounds it) in group order, or (LANES) in the GEMV's lane order:
+  // lane l's group LANE_GROUP[l] is in 32-group LANE_GROUP[l] / 2
+  template <bool LANES = false>
+  static int scales(const uint8_t* row, int64_t sb, int64_t, __m512& s, __m512& o) {
+    const uint8_t* b = row + sb * TS;
+    const __m512i j = LANES ? _mm512_setr_epi32(0, 1, 4, 5, 0, 1, 4, 5, 2, 3, 6, 7, 2, 3, 6, 7)
+                            : _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(u32(b + 4))), _mm512_slli_epi32(j, 2)),
+                                        _mm512_set1_epi32(0x0F));  // nibble j of scales_l
+    const __m512i hi = _mm512_and_si512(_mm512_srlv_epi32(_mm512_set1_epi32(static_cast<int>(u32(b) >> 16)), _mm512_add_epi32(j, j)),
+                                        _mm512_set1_epi32(3));  // bits 2j of scales_h
+    const __m512i ls = _mm512_sub_epi32(_mm512_or_si512(lo, _mm512_slli_epi32(hi, 4)), _mm512_set1_epi32(32));
+    s = _mm512_mul_ps(_mm512_set1_ps(f16(b)), _mm512_cvtepi32_ps(ls));
+    o = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(C)));
+    return 4;
+  }
+  static __m512i codes(const uint8_t* row, int64_t sb, int c, int64_t) {  // groups 2c, 2c + 1
+    const uint8_t* qs = row + sb * TS + QS + 32 * c;
+    return _mm512_shuffle_epi8(IQ4_CODES, join(nibbles32(qs), nibbles32(qs + 16)));
   }
 };
 

@@ -236,15 +236,27 @@ void vnni_half_q6k(const uint8_t* const rows[16], int64_t nb, int h, const VnniP
   }
 }
 
+// 32-wide blocks of codebook indices (IQ4_NL): read through T::codes, not by the builders above
+template <class T>
+constexpr bool codebook_blocks() {
+  if constexpr (T::paired) {
+    return std::is_base_of_v<FIQ4_NL, typename T::Type>;
+  } else {
+    return false;
+  }
+}
+
 // Which of the above builds a half of type T's panels (T: dispatch's types); false: none (the
-// staging path: Q2_K, Q3_K)
+// staging path: Q2_K, Q3_K, IQ4_NL, IQ4_XS)
 template <class T>
 struct VnniDirect {
   // a function of its own per type, not inlined into gemm_vnni's loop (inlined, all of them made that
   // loop's body ~25 KB and the Q4_1 halves ~3% slower)
   __attribute__((noinline)) static void run(const uint8_t* const rows[16], int64_t nb, int h, const VnniPanel& p, bool& done) {
     done = true;
-    if constexpr (T::paired) {
+    if constexpr (codebook_blocks<T>()) {
+      done = false;  // codebook codes: the staging path reads them through T::codes
+    } else if constexpr (T::paired) {
       using F = typename T::Type;
       if constexpr (F::LEVELS == 256) {
         vnni_half_q8<F>(rows, nb, h, p);
@@ -267,7 +279,7 @@ template <class T>
 struct VnniBlockShape {
   static void run(int& ts, int& width) {
     if constexpr (T::paired) {
-      ts = T::Type::TS, width = 32;
+      ts = T::Type::TS, width = codebook_blocks<T>() ? 0 : 32;
     } else {
       constexpr bool direct = std::is_base_of_v<FQ4_K, T> || std::is_base_of_v<FQ5_K, T> || std::is_base_of_v<FQ6_K, T>;
       ts = T::TS, width = direct ? SB : 0;

@@ -154,6 +154,22 @@ inline void grouped_codes<TQ4_K>(const uint8_t* row, int64_t sb, int64_t, int, _
   nibble_groups(_mm512_loadu_si512(qs), _mm512_loadu_si512(qs + 64), q);
 }
 
+// IQ4_XS straight into Q4_K's lane order: 32-group s's 16 bytes of indices are qs dwords 4s .. 4s + 3 (low
+// nibbles its first 16 weights, high the next), so chunk c, 128-bit lane L takes dword c of 32-groups
+// (s0, s1, s0 + 4, s1 + 4), (s0, s1) = (0, 1) for L < 2, else (2, 3): one vpermt2d, the low nibbles for even
+// L and the high for odd (lane l: group LANE_GROUP[l]), then the codebook's vpshufb
+template <>
+inline void grouped_codes<TIQ4_XS>(const uint8_t* row, int64_t sb, int64_t, int, __m512i q[4]) {
+  const uint8_t* qs = row + sb * TIQ4_XS::TS + TIQ4_XS::QS;
+  const __m512i a = _mm512_loadu_si512(qs), b = _mm512_loadu_si512(qs + 64);
+  const __m512i at = _mm512_setr_epi32(0, 4, 16, 20, 0, 4, 16, 20, 8, 12, 24, 28, 8, 12, 24, 28);
+  const __m512i shift = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+  for (int c = 0; c < 4; ++c) {
+    const __m512i v = _mm512_permutex2var_epi32(a, _mm512_add_epi32(at, _mm512_set1_epi32(c)), b);
+    q[c] = _mm512_shuffle_epi8(IQ4_CODES, _mm512_and_si512(_mm512_srlv_epi32(v, shift), _mm512_set1_epi8(0x0F)));
+  }
+}
+
 // Q4_0/Q4_1: the 8 blocks' 16 bytes of nibbles side by side are Q4_K's layout in the chunk order's
 // pairs (chunk p: low nibbles of blocks 2p, 2p + 1, then their high ones); a short superblock (the
 // row's last, K % 256 != 0) the generic way, which reads no block past the row
@@ -178,6 +194,14 @@ inline void grouped_codes<Blocks32<TQ4_0>>(const uint8_t* row, int64_t sb, int64
 template <>
 inline void grouped_codes<Blocks32<TQ4_1>>(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
   nibble_block_groups<TQ4_1>(row, sb, nb, nch, q);
+}
+
+// IQ4_NL: Q4_0's nibbles, then the codebook's vpshufb (a short superblock: decoded_groups, codes already)
+template <>
+inline void grouped_codes<Blocks32<TIQ4_NL>>(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
+  if (nb - sb * 8 < 8) return decoded_groups<Blocks32<TIQ4_NL>>(row, sb, nb, nch, q);
+  nibble_block_groups<TIQ4_NL>(row, sb, nb, nch, q);
+  for (int c = 0; c < 4; ++c) q[c] = _mm512_shuffle_epi8(IQ4_CODES, q[c]);
 }
 
 // Q6_K straight into its transposed order (lane 4L + k: group 4k + L; chunk c: the group's codes 4c .. 4c + 3)

@@ -22,7 +22,7 @@ constexpr int SB = 256;  // weights per superblock: 8 chunks of 32, 16 groups of
 
 // GGML type ids (gguf GGMLQuantizationType)
 enum : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
-             Q5_K = 13, Q6_K = 14 };
+             Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23 };
 
 inline float f16(const uint8_t* p) {  // F16C on every x86 tier, a native half type on aarch64
 #if defined(__aarch64__)
@@ -52,6 +52,9 @@ struct FQ5_1 { static constexpr int TS = 24, C = 0, LEVELS = 32, QS = 8, QH = 4;
 // int8 codes: AVX-512 reads them shifted to 0..255 (C = 128), AVX2 signed (its u8 x s8 products of
 // 255 x 127 would saturate int16)
 struct FQ8_0 { static constexpr int TS = 34, C = 128, LEVELS = 256, QS = 2, QH = -1; static constexpr bool sym = true; };
+// IQ4_NL: f16 d, then 16 bytes of 4-bit indices (low nibbles weights 0-15, high 16-31) into llama.cpp's
+// kvalues_iq4nl, read as 8-bit codes kvalue + 128 (C = 128: w = d * (q - 128) = d * kvalue). AVX-512 only
+struct FIQ4_NL { static constexpr int TS = 18, C = 128, LEVELS = 256, QS = 2, QH = -1; static constexpr bool sym = true; };
 
 // ---- k-quants: one 256-weight block per superblock ----
 // Q4_K: d dmin scales[12] qs[128]: 8 groups of 32, weight 64c + l (l < 32) the low nibble of
@@ -67,6 +70,10 @@ struct FQ2_K { static constexpr int TS = 84, C = 0, LEVELS = 0, QS = 16, D = 80;
 struct FQ3_K { static constexpr int TS = 110, C = 4, LEVELS = 0, HM = 0, QS = 32, SC = 96, D = 108; static constexpr bool sym = true; };
 struct FQ4_K { static constexpr int TS = 144, C = 0, LEVELS = 16, QS = 16; static constexpr bool sym = false; };
 struct FQ5_K { static constexpr int TS = 176, C = 0, LEVELS = 32, QH = 16, QS = 48; static constexpr bool sym = false; };
+// IQ4_XS: d scales_h (u16) scales_l[4] qs[128]: 8 groups of 32, group j's 6-bit ls nibble j of scales_l
+//        (low first) | bits 2j of scales_h << 4, w = d * (ls - 32) * kvalue; qs as IQ4_NL's per group
+//        (16 bytes at 8 + 16j); codes kvalue + 128 as IQ4_NL's. AVX-512 only
+struct FIQ4_XS { static constexpr int TS = 136, C = 128, LEVELS = 256, QS = 8; static constexpr bool sym = true; };
 struct FQ6_K { static constexpr int TS = 210, C = 32, LEVELS = 0, QL = 0, QH = 128, SC = 192, D = 208; static constexpr bool sym = true; };
 
 // Q4_K/Q5_K's 12 scale bytes (after d, dmin) -> 8 six-bit scales and 8 mins, one byte each (ggml's
@@ -88,10 +95,12 @@ inline void q3k_scales(const uint8_t* x, float* sc) {
 }
 
 inline bool is_k_quant(int qtype) {
-  return qtype == Q2_K || qtype == Q3_K || qtype == Q4_K || qtype == Q5_K || qtype == Q6_K;
+  return qtype == Q2_K || qtype == Q3_K || qtype == Q4_K || qtype == Q5_K || qtype == Q6_K || qtype == IQ4_XS;
 }
 
-inline bool is_paired(int qtype) { return qtype == Q4_0 || qtype == Q4_1 || qtype == Q5_0 || qtype == Q5_1 || qtype == Q8_0; }
+inline bool is_paired(int qtype) {
+  return qtype == Q4_0 || qtype == Q4_1 || qtype == Q5_0 || qtype == Q5_1 || qtype == Q8_0 || qtype == IQ4_NL;
+}
 
 inline int64_t blocks_per_row(int qtype, int64_t K) { return is_k_quant(qtype) ? K / SB : K / 32; }
 

@@ -47,6 +47,8 @@ bool dispatch(int qtype, Args&&... args) {
     case Q4_K: F<TQ4_K>::run(args...); return true;
     case Q5_K: F<TQ5_K>::run(args...); return true;
     case Q6_K: F<TQ6_K>::run(args...); return true;
+    case IQ4_NL: F<Blocks32<TIQ4_NL>>::run(args...); return true;
+    case IQ4_XS: F<TIQ4_XS>::run(args...); return true;
     default: return false;
   }
 }
