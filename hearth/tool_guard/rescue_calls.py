@@ -9,6 +9,7 @@ own rescue (which repairs a call region that the model marked) to calls the mode
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -74,9 +75,20 @@ def rescue_calls(text: str, tools: list[dict] | None) -> Rescue | None:
 
 def _call(obj: Any, tools: list[dict]) -> ToolCall | None:
     try:
-        return to_call(obj, tools)
+        call = to_call(obj, tools)
     except (ValueError, TypeError):  # TypeError: a Python literal JSON has no form for (a set, bytes)
         return None
+    return call if _its_arguments(call, tools) else None
+
+
+def _its_arguments(call: ToolCall, tools: list[dict]) -> bool:
+    """Whether the arguments name one of the tool's parameters, or it declares none, or there are none:
+    an unmarked object carrying an offered name but none of its parameters is a function the model made
+    up under that name (Qwen2.5-Coder-0.5B on BFCL irrelevance_3: `find_critical_points` with `slope`,
+    which the guard then resampled into a call the model never meant; bare leaves it as text)."""
+    declared = tool_parameters(tools).get(call.name, {}).get("properties")
+    args = json.loads(call.arguments)
+    return not isinstance(declared, dict) or not declared or not args or bool(set(args) & set(declared))
 
 
 def _json_objects(text: str, tools: list[dict]) -> Iterator[Found]:

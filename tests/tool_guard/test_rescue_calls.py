@@ -61,6 +61,12 @@ CASES = [
     ('1. The slope is 3.\n2. So the answer is:\n\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n',
      ('1. The slope is 3.\n2. So the answer is:', [("get_weather", PARIS)], ["fenced_json"])),
     ('Action: get_weather\nAction Input: {"city": "Paris"}\nObservation:', ("Observation:", [("get_weather", PARIS)], ["react"])),
+    # an offered name with none of its tool's parameters is a function the model made up under that name
+    # (Qwen2.5-Coder-0.5B, BFCL irrelevance_3, "the final answer is:"); one it shares is the tool's, checked later
+    ('So the final answer is:\n```json\n{"name": "get_weather", "arguments": {"slope": -0.33}}\n```', None),
+    ('get_weather(slope=-0.33)', None),
+    ('So:\n```json\n{"name": "get_weather", "arguments": {"city": "Paris", "slope": 1}}\n```',
+     ("So:", [("get_weather", {"city": "Paris", "slope": 1})], ["fenced_json"])),
     # never a call: a tool nobody offered, a call inside a sentence, plain prose, JSON that is no call
     ('{"name": "delete_everything", "arguments": {}}', None),
     ('{{"name": "rm_rf", "arguments": {}}}', None),
