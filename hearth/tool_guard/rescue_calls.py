@@ -9,6 +9,7 @@ own rescue (which repairs a call region that the model marked) to calls the mode
 from __future__ import annotations
 
 import ast
+import json
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -22,6 +23,9 @@ _EMPTY_WRAPPER = re.compile(r"```[A-Za-z]*\s*```|<\|?([A-Za-z_\-]*call[A-Za-z_\-
 _FUNCTION_TAG = re.compile(r"<function=([\w.\-]+)>\s*(\{.*?\})\s*</function>", re.DOTALL)
 _REACT = re.compile(r"Action\s*:\s*`?([\w.\-]+)`?\s*\n\s*Action\s+Input\s*:\s*", re.I)
 _FENCE_LINE = re.compile(r"^\s*```[A-Za-z]*\s*$")
+_CALL_END = re.compile(r"(?:\s|```|</\|?[A-Za-z_\-]*call[A-Za-z_\-]*\|?>|Observation\s*:)*", re.I)
+"""What may follow the last call of an answer that is a call: layout, a fence's or tag's close, ReAct's
+`Observation:` (where the result goes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +47,11 @@ class Rescue:
 
 
 def rescue_calls(text: str, tools: list[dict] | None) -> Rescue | None:
-    """The calls of offered tools in `text`, or None when it holds none."""
+    """The calls of offered tools in `text`, or None when it holds none, or when text follows the last
+    of them: a call ends its answer in every format (the model waits for its result), so an answer that
+    goes on after one (`This function will return ...`, `In this example ...`) showed the reader how a
+    call would look (Qwen2.5-Coder-0.5B on BFCL irrelevance, where a call is wrong; docs/eval-tools.md,
+    2026-12-06, fifteenth session) and stays the text it was, as the server without the guard returns it."""
     if not tools or not text.strip():
         return None
     found: list[Found] = []
@@ -54,6 +62,8 @@ def rescue_calls(text: str, tools: list[dict] | None) -> Rescue | None:
     if not found:
         return None
     found.sort(key=lambda f: f.start)
+    if not _CALL_END.fullmatch(text, found[-1].end):
+        return None  # the answer went on past its calls: they were shown to the reader, not made
     rest, at = [], 0
     for f in found:
         rest.append(text[at:f.start])
@@ -65,9 +75,20 @@ def rescue_calls(text: str, tools: list[dict] | None) -> Rescue | None:
 
 def _call(obj: Any, tools: list[dict]) -> ToolCall | None:
     try:
-        return to_call(obj, tools)
+        call = to_call(obj, tools)
     except (ValueError, TypeError):  # TypeError: a Python literal JSON has no form for (a set, bytes)
         return None
+    return call if _its_arguments(call, tools) else None
+
+
+def _its_arguments(call: ToolCall, tools: list[dict]) -> bool:
+    """Whether the arguments name one of the tool's parameters, or it declares none, or there are none:
+    an unmarked object carrying an offered name but none of its parameters is a function the model made
+    up under that name (Qwen2.5-Coder-0.5B on BFCL irrelevance_3: `find_critical_points` with `slope`,
+    which the guard then resampled into a call the model never meant; bare leaves it as text)."""
+    declared = tool_parameters(tools).get(call.name, {}).get("properties")
+    args = json.loads(call.arguments)
+    return not isinstance(declared, dict) or not declared or not args or bool(set(args) & set(declared))
 
 
 def _json_objects(text: str, tools: list[dict]) -> Iterator[Found]:

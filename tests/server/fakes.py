@@ -31,7 +31,7 @@ SCRIPTS = {
     "guard_stream": ["Let me ", "check.", '\n<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa',
                      'ris", "da', 'ys": 3', "}}\n</tool_call>"],
     # a call in prose, without the format's markers: only the guard's rescue finds it, at the end
-    "guard_prose": ["I will look it up: ", '{"name": "get_weather", "arguments": {"city": "Paris"}}', " now."],
+    "guard_prose": ["I will look it up: ", '{"name": "get_weather", "arguments": {"city": "Paris"}}', "\n"],
     # a call that opens the answer as a fence, in pieces (a lead: free text may follow it)
     "guard_fence": ['```json\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris"}}\n```'],
     "bad_tool": ["<tool_call>\n{'name': 'get_weather', 'args': {'city': 'Oslo',},}\n</tool_call>"],

@@ -50,6 +50,23 @@ CASES = [
       '"properties": {"city": {"type": "string"}}}}}\n</tools>', [("get_weather", PARIS), ("get_weather", {"city": "Rome"})],
       ["json_in_prose", "json_in_prose"])),
     ('{"name": "get_weather", "description": "the weather", "parameters": {"type": "object", "properties": {}}}', None),
+    # a call ends its answer: one the answer goes on after was shown to the reader, not made (Qwen2.5-Coder-0.5B
+    # greedy on BFCL irrelevance_207 and _39, where bare's text passes: docs/eval-tools.md, fifteenth session)
+    ('To find it, you can use the `get_weather` function. Here\'s how you can do it:\n\n```json\n'
+     '{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n\nThis function will return the weather.', None),
+    ('Here is an example:\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n'
+     '```json\n{"name": "book_flight", "arguments": {}}\n```\nIn this example, ...', None),
+    ('I will look it up: {"name": "get_weather", "arguments": {"city": "Paris"}} now.', None),
+    # ... and the answer that ends with its call stays one (issue 20 point 4), whatever prose comes before it
+    ('1. The slope is 3.\n2. So the answer is:\n\n```json\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n```\n',
+     ('1. The slope is 3.\n2. So the answer is:', [("get_weather", PARIS)], ["fenced_json"])),
+    ('Action: get_weather\nAction Input: {"city": "Paris"}\nObservation:', ("Observation:", [("get_weather", PARIS)], ["react"])),
+    # an offered name with none of its tool's parameters is a function the model made up under that name
+    # (Qwen2.5-Coder-0.5B, BFCL irrelevance_3, "the final answer is:"); one it shares is the tool's, checked later
+    ('So the final answer is:\n```json\n{"name": "get_weather", "arguments": {"slope": -0.33}}\n```', None),
+    ('get_weather(slope=-0.33)', None),
+    ('So:\n```json\n{"name": "get_weather", "arguments": {"city": "Paris", "slope": 1}}\n```',
+     ("So:", [("get_weather", {"city": "Paris", "slope": 1})], ["fenced_json"])),
     # never a call: a tool nobody offered, a call inside a sentence, plain prose, JSON that is no call
     ('{"name": "delete_everything", "arguments": {}}', None),
     ('{{"name": "rm_rf", "arguments": {}}}', None),
@@ -125,3 +142,14 @@ def test_an_output_max_tokens_cut_is_not_rescued(text):
         assert not [e for e in events if isinstance(e, ToolCallEvent)] and not log.events and parser.rescue is None
         whole = RescuingParser(OutputParser("hermes", TOOLS), TOOLS, log).parse(text, cut=True)
         assert whole.content == text and not whole.tool_calls and not log.events
+
+
+def test_wrapper_leaves_a_call_the_answer_goes_on_after_as_text():
+    """Whole and streamed alike: no call, no event, the text as it was (what bare returns)."""
+    text = 'You can use it like this: {"name": "get_weather", "arguments": {"city": "Paris"}}\nIt returns the weather.'
+    log = GuardLog()
+    parsed = RescuingParser(OutputParser("hermes", TOOLS), TOOLS, log).parse(text)
+    assert parsed.content == text and not parsed.tool_calls
+    parser = RescuingParser(OutputParser("hermes", TOOLS), TOOLS, log)
+    events = [e for piece in (text[:30], text[30:]) for e in parser.feed(piece)] + parser.finish()
+    assert not [e for e in events if isinstance(e, ToolCallEvent)] and parser.rescue is None and not log.events
