@@ -35,7 +35,7 @@ def served_model(model: str, names: list[str] | None, engine: ClusterEngine, tem
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,
                        model_context=engine.model_context, max_logprobs=engine.max_logprobs,
                        file_names=file_names(ModelEntry(model), path, names), path=str(path),
-                       pooling=pooling, embedding_size=int(g.arch_get("embedding_length")))
+                       pooling=pooling, embedding_size=int(g.arch_get("embedding_length")), file_size=g.file_size)
 
 
 class ClusterCollector:
