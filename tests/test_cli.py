@@ -108,6 +108,16 @@ def test_llama_cpp_s_threads_flag_is_taken():
     assert command_parser("run").parse_intermixed_args(["m", "hi", "-t", "3"]).threads == 3
 
 
+def test_llama_cli_s_n_predict_flag_is_taken():
+    """`hearth run m -n 10` (llama-cli's answer length) was read as -no-cnv abbreviated and `10` as the
+    prompt: raw completion of "10" for the default 1024 tokens, stdin ignored (a new user's trial)."""
+    from hearth.cli import command_parser
+
+    for flag in ("-n", "--n-predict"):
+        args = command_parser("run").parse_intermixed_args(["m", flag, "10"])
+        assert (args.max_tokens, args.mode, args.prompt) == (10, None, None)
+
+
 def test_unknown_command(capsys):
     assert main(["frobnicate"]) == 2
     assert "unknown command 'frobnicate'" in capsys.readouterr().err

@@ -86,12 +86,13 @@ def _count(n: int) -> str:
 
 
 def _file(served) -> tuple[int, str | None]:
-    """(size in bytes, modified time) of a loaded model's file; (0, None) where not known."""
+    """(size in bytes, modified time) of a loaded model's file(s): a split GGUF's size is every part's,
+    its first file's alone understates it; (0, None) where not known."""
     try:
         st = os.stat(served.path)
     except (OSError, TypeError, AttributeError):
         return 0, None
-    return st.st_size, rfc3339(datetime.fromtimestamp(st.st_mtime, timezone.utc))
+    return served.file_size or st.st_size, rfc3339(datetime.fromtimestamp(st.st_mtime, timezone.utc))
 
 
 def _entry(slot, name: str) -> dict:

@@ -56,6 +56,8 @@ class ServedModel:
     """Weights in the file (0: not known)."""
     quantization: str = ""
     """The type most of its weight matrices have (Q4_K, Q4_1, ...; "": not known): Ollama's quantization_level."""
+    file_size: int = 0
+    """The model's bytes, every part of a split GGUF's (0: not known; then `path`'s): Ollama's `size`."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = ()) -> ServedModel:
@@ -146,5 +148,5 @@ def gguf_facts(gguf) -> dict:
         count += n
         if len(t.shape) == 2:
             types[t.qtype.name] += n
-    return {"metadata": metadata, "parameter_count": count,
+    return {"metadata": metadata, "parameter_count": count, "file_size": gguf.file_size,
             "quantization": types.most_common(1)[0][0] if types else ""}

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from hearth.api.errors import APIError
 
 from hearth.api.chat_template import ChatTemplate
-from hearth.api.served import ServedModel
+from hearth.api.served import ServedModel, gguf_facts
 from hearth.cluster.remote_engine import ClusterEngine
 from hearth.cluster.scaling import Scaler
 from hearth.errors import HearthError
@@ -35,7 +35,8 @@ def served_model(model: str, names: list[str] | None, engine: ClusterEngine, tem
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,
                        model_context=engine.model_context, max_logprobs=engine.max_logprobs,
                        file_names=file_names(ModelEntry(model), path, names), path=str(path),
-                       pooling=pooling, embedding_size=int(g.arch_get("embedding_length")))
+                       pooling=pooling, embedding_size=int(g.arch_get("embedding_length")),
+                       **gguf_facts(g))  # Ollama's /api/tags and /api/show details, as `hearth serve` gives them
 
 
 class ClusterCollector:

@@ -52,9 +52,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--system", help="system prompt (a chat's)")
     p.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
-    p.add_argument("--max-tokens", type=int, default=None,
+    # -n spelled out: argparse read llama-cli's `-n 10` as an abbreviation of -no-cnv and 10 as the prompt
+    p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=None,
                    help="longest answer in tokens; more than the context has left is an error "
-                        f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left)")
+                        f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left; -n/--n-predict: "
+                        "llama-cli's spelling)")
     p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
     p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")

@@ -148,8 +148,11 @@ def model_names(entry: ModelEntry, path: Path) -> list[str]:
     it, and it would show the user's directories in every response), then its aliases: what
     /v1/models lists (vLLM lists each --served-model-name; llama-server its one alias)."""
     from hearth.loader.catalog import CATALOG
+    from hearth.loader.gguf_loader import SPLIT_NAME
 
-    primary = entry.name or (entry.model if entry.model in CATALOG else path.stem)
+    # a split model's first file is the model: its stem without gguf-split's -00001-of-0000N (still taken)
+    stem = SPLIT_NAME.sub("", path.name) if SPLIT_NAME.search(path.name) else path.stem
+    primary = entry.name or (entry.model if entry.model in CATALOG else stem)
     return list(dict.fromkeys([primary, *entry.aliases]))
 
 

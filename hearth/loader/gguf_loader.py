@@ -234,7 +234,11 @@ def split_parts(first: Path, count: int, no: int) -> list[Path]:
     """The other files of a model split in `count` (gguf-split's, or a converter's --split-max-*), beside
     the first; a part other than the first, or a part missing, is one clear error."""
     m = SPLIT_NAME.search(first.name)
-    if no != 0 or m is None or int(m.group(1)) != 1 or int(m.group(2)) != count:
+    if no == 0 and (m is None or int(m.group(1)) != 1 or int(m.group(2)) != count):
+        # the first file renamed: "give the first" named the file given, and the others are found by name
+        raise ModelLoadError(f"{first}: the first file of a model split in {count}, renamed: the others are found "
+                             f"by its name, which must be NAME-00001-of-{count:05d}.gguf as gguf-split wrote it")
+    if no != 0:
         raise ModelLoadError(f"{first}: file {no + 1} of a model split in {count}: give the first, "
                              f"NAME-00001-of-{count:05d}.gguf, which finds the others beside it")
     prefix = first.name[:m.start()]

@@ -18,6 +18,7 @@ from llguidance.gbnf_to_lark import gbnf_to_lark
 from hearth.errors import HearthError
 from hearth.sample.regex_ascii import ascii_classes
 from hearth.sample.schema_bounds import ANY_OBJECT, with_bounded_numbers
+from hearth.sample.schema_closed import closed_objects
 from hearth.sampling_params import StructuredOutput
 
 
@@ -114,12 +115,12 @@ def _reason(error: str) -> str:
 
 
 def _from_schema(schema: dict) -> str:
-    """The validated grammar of the schema with bounded numbers, or of the schema as given where the
-    bounded copy does not compile (hearth.sample.schema_bounds)."""
+    """The validated grammar of the schema with its objects closed (hearth.sample.schema_closed) and
+    bounded numbers, or without the bounds where the bounded copy does not compile (hearth.sample.schema_bounds)."""
     if not isinstance(schema, dict):
         raise InvalidStructuredOutput(f"invalid json_schema: a schema is a JSON object, not {type(schema).__name__}")
     try:
-        return with_bounded_numbers(schema, _schema_grammar)
+        return with_bounded_numbers(closed_objects(schema), _schema_grammar)
     except ValueError as e:
         raise InvalidStructuredOutput(f"invalid json_schema: {_reason(str(e))}") from None
 

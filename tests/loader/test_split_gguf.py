@@ -52,3 +52,13 @@ def test_a_later_or_missing_part_is_one_line(files, tmp_path):
     with pytest.raises(ModelLoadError, match="split in 3 files; missing beside it: model-00002-of-00003.gguf, "
                                              "model-00003-of-00003.gguf"):
         GGUFFile(lone)
+
+
+def test_a_renamed_first_part_is_named_as_the_first(files, tmp_path):
+    """It was "file 1 of a model split in 3: give the first", about the first file."""
+    _, parts = files
+    renamed = tmp_path / "model.gguf"
+    renamed.write_bytes(parts[0].read_bytes())
+    with pytest.raises(ModelLoadError, match="the first file of a model split in 3, renamed: the others are found by "
+                                             "its name, which must be NAME-00001-of-00003.gguf"):
+        GGUFFile(renamed)

@@ -17,6 +17,9 @@ from starlette.testclient import TestClient
 
 from hearth.api.app import create_app
 from hearth.api.model_pool import ModelPool, ModelSpec
+from hearth.api.served import gguf_facts
+from hearth.loader.gguf_loader import GGUFFile
+from tests.gguf_factory import write_tiny_gguf
 from tests.server.conftest import API_KEY, TIMEOUT
 from tests.server.fakes import CHATML_NO_TOOLS, FakeEngine, FakeTokenizer, fake_served
 
@@ -409,3 +412,16 @@ def test_show_and_tags_do_not_load_a_model_chat_does():
         body = client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False}).json()
         assert body["message"]["content"] == "ok" and loads == ["first", "second"] and body["load_duration"] > 0
         assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest", "second:latest"]
+
+
+def test_tags_size_of_a_split_gguf_is_every_parts(tmp_path):
+    """A model split in several files (NAME-00001-of-0000N.gguf): /api/tags' size is the model's, not its
+    first file's (which holds the header and a few tensors only)."""
+    write_tiny_gguf(tmp_path / "tiny.gguf", "llama", split_max_tensors=8)
+    parts = sorted(tmp_path.glob("tiny-*-of-*.gguf"))
+    assert len(parts) > 1
+    served = fake_served()
+    served.path, served.file_size = str(parts[0]), gguf_facts(GGUFFile(parts[0]))["file_size"]
+    with TestClient(create_app(served)) as client:
+        (entry,) = client.get("/api/tags").json()["models"]
+    assert entry["size"] == sum(p.stat().st_size for p in parts)

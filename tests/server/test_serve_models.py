@@ -40,6 +40,15 @@ def test_model_ids_are_never_paths(tmp_path):
     assert file_names(named, path, ["coder", "gpt-4o"]) == [str(path), path.stem, path.name]
 
 
+
+def test_a_split_models_id_is_its_name_without_the_part_number(tmp_path):
+    """It was `Qwen-7B-Q4_K_M-00001-of-00003` in /v1/models and /api/tags; that name is still taken."""
+    first = tmp_path / "Qwen-7B-Q4_K_M-00001-of-00003.gguf"
+    names = model_names(ModelEntry(str(first)), first)
+    assert names == ["Qwen-7B-Q4_K_M"]
+    assert file_names(ModelEntry(str(first)), first, names) == [str(first), first.stem, first.name]
+
+
 def test_ids_and_given_aliases_must_be_unique(tmp_path):
     path = tmp_path / "same.gguf"
     a, b = ModelEntry(str(path), name="a"), ModelEntry(str(path), name="b")
