@@ -146,8 +146,9 @@ def _local(args: argparse.Namespace, workload):
     model = args.model or DEFAULT_MODEL
     spec = SpeculativeConfig.parse(args.speculative_config)  # bad input: one line, before the load
     path = resolve_model(model)  # a missing model or unknown device fails before anything loads
+    # run's check, before the load and before a first run measures this machine (a doomed run waits for nothing)
+    check_max_tokens_fit(args.max_tokens, *header_context(str(path), args.ctx))
     device = get_device(args.device)
-    check_max_tokens_fit(args.max_tokens, *header_context(str(path), args.ctx))  # run's check, before the load
     llm = LLM(str(path), max_num_seqs=workload.max_concurrency, max_model_len=args.ctx, threads=args.threads,
               speculative_config=None if spec is None else asdict(spec))
     cfg = llm.config
