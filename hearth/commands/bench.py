@@ -141,11 +141,13 @@ def _local(args: argparse.Namespace, workload):
     from hearth.commands.run import check_max_tokens_fit, header_context
     from hearth.llm import LLM
     from hearth.loader.resolve import resolve_model
-    from hearth.memory.devices import get_device
+    from hearth.memory.devices import device_key, get_device
 
     model = args.model or DEFAULT_MODEL
     spec = SpeculativeConfig.parse(args.speculative_config)  # bad input: one line, before the load
     path = resolve_model(model)  # a missing model or unknown device fails before anything loads
+    if device_key(args.device) != THIS:  # a preset, or an unknown name's one line
+        get_device(args.device)
     # run's check, before the load and before a first run measures this machine (a doomed run waits for nothing)
     check_max_tokens_fit(args.max_tokens, *header_context(str(path), args.ctx))
     device = get_device(args.device)

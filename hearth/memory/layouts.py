@@ -61,14 +61,19 @@ class Layout:
     """How the output head is held where it differs from `held` (None: as `held`)."""
 
 
+def _relaid(f) -> bool:
+    """A block type the selected tier's kernels lack (IQ4 below avx512): held as its torch path holds it.
+    The dense types (F32, F16, BF16: one value a block) cost their file bits there anyway."""
+    return f.block_size > 1 and not f.native_at(tiers.selected().name)
+
+
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
-    Layout("hearth-cpu", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()
-                          if not f.native_at(tiers.selected().name)}, False,
+    Layout("hearth-cpu", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items() if _relaid(f)}, False,
            "hearth's CPU kernels: their block types read in place from the file, the others (IQ4 below the "
            "avx512 tier) on their torch path; embedding rows read from the file",
            {q: TORCH_HELD[f.torch_head_path(torch.backends.cpu.get_cpu_capability())]
-            for q, f in WEIGHT_FORMATS.items() if not f.native_at(tiers.selected().name)}),
+            for q, f in WEIGHT_FORMATS.items() if _relaid(f)}),
     Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,
            "hearth's torch fallback: 4/5-bit and Q8_0 as int4 planes (5 bits a value each), "
            "Q6_K as int8 rows, 2/3-bit k-quants and F16 as bf16; embedding rows read from the file",

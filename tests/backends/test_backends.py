@@ -51,11 +51,11 @@ def test_cuda_without_a_gpu_is_one_line_and_the_cpu_runs(caplog):
 
 
 @pytest.mark.parametrize("arch, dims", [
-    ("llama", {}), ("qwen2", {}), ("qwen3", {}), ("qwen3moe", {}), ("gemma2", {}), ("gemma3", {}), ("phi3", {}),
+    ("llama", {}), ("qwen2", {}), ("qwen3", {}), ("gemma2", {}), ("gemma3", {}), ("phi3", {}),
     ("llama", {"llama3_rope": (8.0, 1.0, 4.0, 16)}),
     ("phi3", {"longrope_original_context": 16, "rope_dim": 12, "sliding_window": 8}),
     ("qwen2", {"context": 64, "yarn_original_context": 16, "yarn_betas": (4.0, 0.1), "rope_theta": 10000.0})],
-    ids=["llama", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "llama3-rope", "phi3-longrope", "qwen2-yarn"])
+    ids=["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "llama3-rope", "phi3-longrope", "qwen2-yarn"])
 def test_cpu_backend_is_held_to_the_torch_backend(tmp_path, arch, dims):
     """The same file on both backends: logits within the fast paths' bound of each other, and at a
     tier with C++ kernels every layer runs the backend's own ops (not torch's) with other bits."""

@@ -205,7 +205,9 @@ def test_moe_routing_shows_in_the_logits(tiny, monkeypatch, routing):
     assert rel_err(PagedDriver(model, cfg).step({"a": ids})["a"], ref) > 0.05
 
 
-@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16", "qwen3moe-q8_0", "llama-iq4_nl", "qwen3-iq4_xs"])
+# no MoE file here: the fast paths' rounding may flip a router's near tie, a whole expert apart (avx2 did at
+# one position of 24); its quantized experts are held to the torch path's with one routing (tests/models/test_moe.py)
+@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16", "llama-iq4_nl", "qwen3-iq4_xs"])
 def test_fast_linear_logits_near_transformers(tiny, case):
     model, cfg, d, name, dims = tiny(case, exact=False)
     ids = prompt(cfg.vocab_size)

@@ -1,6 +1,7 @@
 """Mixtral's routed experts in a llama GGUF (expert_count set, ffn_*_exps tensors): the llama file
 runs them as qwen3moe's (hearth.models.moe), against transformers' MixtralForCausalLM built from the
-same weights (its GGUF loader has no Mixtral mapping), and on the CPU backend's native path."""
+same weights (its GGUF loader has no Mixtral mapping); its experts on the CPU backend's native path:
+tests/models/test_moe.py."""
 
 from __future__ import annotations
 
@@ -69,14 +70,3 @@ def test_a_llama_file_with_experts_runs_them_as_transformers_mixtral(tiny):
         ref = mixtral_from(g, d)(torch.tensor([ids])).logits[0]
     assert rel_err(ours, ref) < REL_TOL
     assert rel_err(ours[1:], ref[:-1]) > 0.1
-
-
-def test_the_cpu_backend_runs_it_as_the_torch_backend(tiny, tmp_path):
-    d = tmp_path / "q8.gguf"
-    write_tiny_gguf(d, "llama", qtype="Q8_0", **DIMS)
-    ids = prompt(300)
-    out = {}
-    for device in ("torch", "cpu"):
-        model, cfg = load_model(GGUFFile(d), select(device))
-        out[device] = PagedDriver(model, cfg).step({"a": ids})["a"]
-    assert rel_err(out["cpu"], out["torch"]) < 0.04

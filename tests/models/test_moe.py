@@ -68,3 +68,18 @@ def test_a_file_with_bad_expert_counts_is_one_clear_error(tmp_path, used):
     write_tiny_gguf(path, "qwen3moe", experts_used=used)
     with pytest.raises(UnsupportedError, match=r"qwen3moe.expert_used_count \(at most expert_count\); the file has 4 and"):
         load_model(GGUFFile(path), select())
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "llama"])  # llama: Mixtral's experts in a llama file
+def test_the_cpu_backends_experts_are_the_torch_backends(tmp_path, arch):
+    """Q8_0 experts on the CPU backend's native GEMVs against the torch backend's, one MoE block fed the
+    same rows (so one routing: a whole model's logits would let rounding flip a router's near tie, a
+    whole expert apart, on some CPU); many rows and one row (decode's direct path)."""
+    path = tmp_path / "moe.gguf"
+    write_tiny_gguf(path, arch, qtype="Q8_0", **({} if arch == "qwen3moe" else
+                                                  {"experts": 4, "experts_used": 2, "expert_ffn": 32}))
+    blocks = [load_model(GGUFFile(path), select(device))[0].layers[0].mlp for device in ("torch", "cpu")]
+    h = torch.randn(12, blocks[0].router.shape[1], generator=torch.Generator().manual_seed(0))
+    for rows in (h, h[:1]):
+        ref, ours = (b(rows) for b in blocks)
+        assert ((ours - ref).abs().max() / ref.abs().max()).item() < 0.04
