@@ -6,7 +6,6 @@ the device's linears, attention and KV writes, and how it runs the layer's steps
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 from dataclasses import replace
@@ -65,9 +64,10 @@ def rope_factors(g: GGUFFile, cfg: ModelConfig) -> RopeFactors | None:
 
 
 class Attention(nn.Module):
-    """The attention block's weights and shape; DecoderLayer.forward computes it."""
+    """The attention block's weights and shape; DecoderLayer.forward computes it. factors: the model's
+    rope factors (rope_factors, read once for every layer)."""
 
-    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend):
+    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors: RopeFactors | None):
         super().__init__()
         p = f"blk.{i}."
         self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
@@ -91,7 +91,7 @@ class Attention(nn.Module):
         local = sliding and bool(cfg.rope_local_theta)  # gemma3's sliding layers: their own base, unscaled
         scale = 1.0 if sliding else cfg.rope_scaling_factor
         self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, spec.neox_rope, scale,
-                           None if local else rope_factors(g, cfg))
+                           None if local else factors)
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
 
@@ -118,11 +118,11 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend):
+    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors: RopeFactors | None):
         super().__init__()
         p, eps = f"blk.{i}.", cfg.rms_norm_eps
         self.backend = backend
-        self.attn = Attention(cfg, spec, g, i, backend)
+        self.attn = Attention(cfg, spec, g, i, backend, factors)
         moe = spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors  # a MoE model's dense layers have none
         self.mlp = MoE(cfg, g, i, backend, ACTIVATIONS[spec.activation]) if moe else MLP(cfg, spec, g, i, backend)
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
@@ -171,10 +171,10 @@ class CausalLM(nn.Module):
         scale = torch.tensor(math.sqrt(cfg.hidden_size), dtype=torch.float32).item()
         self.embed_scale = scale if self.spec.embed_scale else 1.0
         if cfg.num_experts and not self.spec.moe:  # an architecture whose files come dense or routed (llama: Mixtral)
-            self.spec = dataclasses.replace(self.spec, moe=True)
-        layers = []
+            self.spec = replace(self.spec, moe=True)
+        layers, factors = [], rope_factors(g, cfg)
         for i in range(cfg.num_layers):
-            layers.append(DecoderLayer(cfg, self.spec, g, i, backend))
+            layers.append(DecoderLayer(cfg, self.spec, g, i, backend, factors))
             if progress is not None:
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)
