@@ -24,3 +24,16 @@ def test_halves_from_the_table_equal_the_direct_values(monkeypatch):
         assert cos.is_contiguous() and cos.shape == (positions.numel(), 32)
         sizes.append(rope._table[0].shape[0])
     assert sizes == [1024, 1024, 2048, 3000, 3000, 3000]  # powers of two from 1024, capped; 3010 not tabled
+
+
+def test_rope_factors_of_another_length_are_one_clear_error():
+    """A file whose rope_freqs / rope_factors_* do not hold one factor per rotated pair is refused at load."""
+    import pytest
+
+    from hearth.errors import ModelLoadError
+    from hearth.layers.rotary import RopeFactors
+
+    with pytest.raises(ModelLoadError, match=r"rope factors \(short\): 3, but the rope rotates 8 pairs"):
+        Rotary(16, 1e4, neox=True, factors=RopeFactors((1.0,) * 3))
+    with pytest.raises(ModelLoadError, match=r"rope factors \(long\): 4, but the rope rotates 8 pairs"):
+        Rotary(16, 1e4, neox=True, factors=RopeFactors((1.0,) * 8, (2.0,) * 4, 16))
