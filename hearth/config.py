@@ -29,6 +29,16 @@ class YarnScaling:
     mscale(factor, 1) / mscale(factor, it) (0: mscale(factor))."""
 
 
+@dataclass(frozen=True, slots=True)
+class LinearScaling:
+    """Linear rope scaling (llama.cpp's --rope-scaling linear, transformers' rope_type "linear"): every
+    position divided by factor, so the context stretches factor times at the cost of resolution."""
+
+    factor: float
+    original_context: int = 0
+    """The context it was trained at (0: the file's), which the stretched context is factor times."""
+
+
 DEFAULT_POOLING = "last"
 """How a decoder's embeddings pool where its GGUF names no pooling type (vLLM's default for one)."""
 
@@ -151,9 +161,9 @@ class EngineConfig:
     "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob" (method suffix)}; None = off."""
     rope_scaling: dict | None = None
-    """Rope scaling over the file's, as llama-server's --rope-scaling yarn --rope-scale F --yarn-orig-ctx N:
-    {"rope_type": "yarn", "factor": F, "original_max_position_embeddings": N, "beta_fast", "beta_slow"}
-    (transformers' keys; N defaults to the file's original context); None = the file's."""
+    """Rope scaling over the file's, as llama-server's --rope-scaling yarn|linear --rope-scale F --yarn-orig-ctx N:
+    {"rope_type": "yarn" | "linear", "factor": F, "original_max_position_embeddings": N, and yarn's "beta_fast",
+    "beta_slow"} (transformers' keys; N defaults to the file's original context); None = the file's."""
     chat_template: str | None = None
     """A Jinja chat template in place of the GGUF's (vLLM's --chat-template); None = the file's."""
     extra: dict = field(default_factory=dict)
@@ -183,33 +193,41 @@ _LOWEST = {
 _FLAGS = {"max_model_len": "--ctx / --max-model-len"}
 
 
-_YARN_KEYS = {
-    "factor": ("factor", "--rope-scale", lambda v: v >= 1, "a factor of at least 1"),
-    "original_max_position_embeddings": ("original_context", "--yarn-orig-ctx", lambda v: v >= 0 and v == int(v),
-                                         "a number of tokens (0: the file's)"),
-    "beta_fast": ("beta_fast", "--yarn-beta-fast", lambda v: v > 0, "a positive number"),
-    "beta_slow": ("beta_slow", "--yarn-beta-slow", lambda v: v > 0, "a positive number"),
+_FACTOR = ("factor", "--rope-scale", lambda v: v >= 1, "a factor of at least 1")
+_ORIGINAL = ("original_context", "--yarn-orig-ctx", lambda v: v >= 0 and v == int(v), "a number of tokens (0: the file's)")
+_SCALINGS = {
+    "yarn": (YarnScaling, {
+        "factor": _FACTOR,
+        "original_max_position_embeddings": _ORIGINAL,
+        "beta_fast": ("beta_fast", "--yarn-beta-fast", lambda v: v > 0, "a positive number"),
+        "beta_slow": ("beta_slow", "--yarn-beta-slow", lambda v: v > 0, "a positive number"),
+    }),
+    "linear": (LinearScaling, {"factor": _FACTOR, "original_max_position_embeddings": _ORIGINAL}),
 }
-"""rope_scaling's keys -> (YarnScaling's field, the flag that sets it, its test, what the value must be)."""
+"""rope_type -> (its record, rope_scaling's keys -> (the record's field, the flag that sets it, its test,
+what the value must be))."""
+ROPE_KEYS = {kind: frozenset(keys) for kind, (_, keys) in _SCALINGS.items()}
+"""rope_type -> the rope_scaling keys it takes."""
 
 
-def parse_rope_scaling(d: dict | None) -> YarnScaling | None:
-    """EngineConfig.rope_scaling -> a YarnScaling (None: none asked); a bad value is one line naming its flag."""
+def parse_rope_scaling(d: dict | None) -> YarnScaling | LinearScaling | None:
+    """EngineConfig.rope_scaling -> its record (None: none asked); a bad value is one line naming its flag."""
     if d is None:
         return None
     kind = d.get("rope_type", d.get("type"))
-    if kind != "yarn":
-        raise HearthError(f"--rope-scaling must be yarn, not {kind}")
-    unknown = sorted(set(d) - set(_YARN_KEYS) - {"rope_type", "type"})
+    if kind not in _SCALINGS:
+        raise HearthError(f"--rope-scaling must be {' or '.join(_SCALINGS)}, not {kind}")
+    record, keys = _SCALINGS[kind]
+    unknown = sorted(set(d) - set(keys) - {"rope_type", "type"})
     if unknown:
-        raise HearthError(f"--rope-scaling yarn takes {', '.join(_YARN_KEYS)}, not {', '.join(unknown)}")
+        raise HearthError(f"--rope-scaling {kind} takes {', '.join(keys)}, not {', '.join(unknown)}")
     if "factor" not in d:
-        raise HearthError("--rope-scaling yarn needs --rope-scale (the factor the context is stretched by)")
+        raise HearthError(f"--rope-scaling {kind} needs --rope-scale (the factor the context is stretched by)")
     values = {}
-    for key, (name, flag, ok, why) in _YARN_KEYS.items():
+    for key, (name, flag, ok, why) in keys.items():
         if key in d:
             v = d[key]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not ok(v):
                 raise HearthError(f"{flag} must be {why}, not {v}")
             values[name] = int(v) if name == "original_context" else float(v)
-    return YarnScaling(**values)
+    return record(**values)

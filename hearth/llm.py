@@ -67,7 +67,7 @@ class LLM:
       kv_cache_memory_gb, num_kv_blocks, block_size: the KV cache's size
       enable_prefix_caching: reuse the K/V of a seen prompt prefix; kv_disk_dir: keep it on disk
       speculative_config: vLLM's dict (or JSON), e.g. {"method": "ngram", "num_speculative_tokens": 4}
-      rope_scaling: {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768} over the file's
+      rope_scaling: {"rope_type": "yarn" | "linear", "factor": 4, "original_max_position_embeddings": 32768} over the file's
       max_logprobs: most top logprobs per token a request may ask (-1: no cap)
       threads: CPU threads (0: torch's default); device: auto | cpu | cuda | torch; seed: default seed
     progress: a loading bar on a terminal."""

@@ -12,8 +12,10 @@ from hearth.llm import LLM
 from tests.gguf_factory import write_tiny_gguf
 
 BAD = [
-    (["--rope-scale", "4"], "--rope-scale needs --rope-scaling yarn"),
-    (["--yarn-orig-ctx", "16"], "--yarn-orig-ctx needs --rope-scaling yarn"),
+    (["--rope-scale", "4"], "--rope-scale needs --rope-scaling yarn or linear"),
+    (["--rope-scaling", "linear", "--rope-scale", "2", "--yarn-beta-fast", "8"], "--yarn-beta-fast needs --rope-scaling yarn"),
+    (["--rope-scaling", "linear"], "--rope-scaling linear needs --rope-scale (the factor the context is stretched by)"),
+    (["--yarn-orig-ctx", "16"], "--yarn-orig-ctx needs --rope-scaling yarn or linear"),
     (["--rope-scaling", "yarn"], "--rope-scaling yarn needs --rope-scale (the factor the context is stretched by)"),
     (["--rope-scaling", "yarn", "--rope-scale", "0.5"], "--rope-scale must be a factor of at least 1, not 0.5"),
     (["--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "-2"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from hearth.config import YarnScaling
+from hearth.config import LinearScaling, YarnScaling
 from hearth.errors import UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile
 
@@ -28,7 +28,7 @@ def model_class(arch: str):
     return getattr(importlib.import_module(module), name)
 
 
-def load_model(g: GGUFFile, backend, progress=None, rope_scaling: YarnScaling | None = None):
+def load_model(g: GGUFFile, backend, progress=None, rope_scaling: YarnScaling | LinearScaling | None = None):
     """Build the model for a GGUF file on a backend (hearth.backends.select) -> (model, ModelConfig);
     rope_scaling: the engine's, over the file's."""
     cls = model_class(g.arch)

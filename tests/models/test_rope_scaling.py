@@ -12,9 +12,11 @@ import pytest
 from hearth.config import EngineConfig, YarnScaling, parse_rope_scaling
 from hearth.errors import HearthError
 from hearth.loader.gguf_loader import GGUFFile
-from hearth.models.registry import model_class
+from hearth.backends import select
+from hearth.models.registry import load_model, model_class
 from hearth.models.transformer import with_rope_scaling
 from tests.gguf_factory import write_tiny_gguf
+from tests.models.test_logits_vs_transformers import PagedDriver, prompt, rel_err
 
 
 def config(path):
@@ -58,8 +60,27 @@ def test_the_engines_yarn_overrides_the_file(tmp_path):
     assert with_rope_scaling(config(tmp_path / "plain.gguf"), y).context_length == 256  # the file's is larger
 
 
+def test_the_engines_linear_scaling_runs_as_a_linear_file(tmp_path):
+    """--rope-scaling linear --rope-scale 4 on a plain file: the logits of the same weights written with
+    rope.scaling linear 4 (that file's rope is held to transformers' linear rope in test_logits_vs_transformers),
+    4x the context; unscaled, the positions differ."""
+    write_tiny_gguf(tmp_path / "plain.gguf", "qwen2", context=64)
+    write_tiny_gguf(tmp_path / "linear.gguf", "qwen2", context=256, rope_scaling=4.0)
+    linear = parse_rope_scaling({"rope_type": "linear", "factor": 4})
+    assert with_rope_scaling(config(tmp_path / "plain.gguf"), linear).context_length == 256
+
+    def logits(name, scaling=None):
+        g = GGUFFile(tmp_path / name)
+        model, cfg = load_model(g, select("torch"), rope_scaling=scaling)
+        return PagedDriver(model, cfg).step({"s": prompt(cfg.vocab_size, 24)})["s"]
+    want = logits("linear.gguf")
+    assert rel_err(logits("plain.gguf", linear), want) < 1e-5
+    assert rel_err(logits("plain.gguf"), want) > 1e-3
+
+
 @pytest.mark.parametrize("scaling, line", [
-    ({"rope_type": "linear", "factor": 2}, "--rope-scaling must be yarn, not linear"),
+    ({"rope_type": "dynamic", "factor": 2}, "--rope-scaling must be yarn or linear, not dynamic"),
+    ({"rope_type": "linear", "factor": 2, "beta_fast": 8}, "--rope-scaling linear takes factor, original_max_position_embeddings, not beta_fast"),
     ({"rope_type": "yarn"}, "--rope-scaling yarn needs --rope-scale"),
     ({"rope_type": "yarn", "factor": 0.5}, "--rope-scale must be a factor of at least 1, not 0.5"),
     ({"rope_type": "yarn", "factor": "4"}, "--rope-scale must be a factor of at least 1, not 4"),
