@@ -34,7 +34,7 @@ from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import shape_from_gguf
 from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import load_model
-from hearth.outputs import CompletionOutput, RequestOutput
+from hearth.outputs import CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
@@ -205,12 +205,13 @@ class LLM:
         with self._driving("generate"):
             return self._run(encoded, params)
 
-    def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[list[float]]:
-        """One L2-normalized embedding per prompt, in order (vLLM's llm.embed(...)[i].outputs.embedding):
+    def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
+        """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
         the prompt's final hidden states pooled as `pooling` says ("last", "mean"; None: the model's
         own, ModelConfig.pooling). Each prompt computes one token more, which is dropped."""
         params = SamplingParams(max_tokens=1, temperature=0.0, pooling=pooling or self.model_config.pooling)
-        return [r.embedding for r in self.generate(prompts, params)]
+        return [EmbeddingRequestOutput(r.request_id, r.prompt_token_ids, EmbeddingOutput(r.embedding))
+                for r in self.generate(prompts, params)]
 
     def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
         """generate's work, under the engine's lock: each (text, ids) runs with its params."""

@@ -40,6 +40,26 @@ class RequestOutput:
     """Only for SamplingParams.pooling: the prompt's embedding (EngineOutput's)."""
 
 
+@dataclass(frozen=True, slots=True)
+class EmbeddingOutput:
+    embedding: list[float]
+    """L2-normalized."""
+
+    @property
+    def hidden_size(self) -> int:
+        return len(self.embedding)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingRequestOutput:
+    """LLM.embed's per prompt (vLLM's shape: `.outputs.embedding`)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: EmbeddingOutput
+    finished: bool = True
+
+
 @dataclass(slots=True)
 class EngineOutput:
     """One step's news for one request: the delta since the previous EngineOutput."""

@@ -50,7 +50,9 @@ def reference(llm) -> dict[str, list[float]]:
 
 @pytest.mark.parametrize("pooling", ["last", "mean"])
 def test_embedding_is_the_pooled_hidden_states(llm, reference, pooling):
-    (e,) = llm.embed([{"prompt_token_ids": PROMPT}], pooling=pooling)
+    (out,) = llm.embed([{"prompt_token_ids": PROMPT}], pooling=pooling)
+    e = out.outputs.embedding  # vLLM's shape
+    assert out.prompt_token_ids == PROMPT and out.outputs.hidden_size == len(reference[pooling])
     assert e == pytest.approx(reference[pooling], abs=ATOL)
     assert sum(x * x for x in e) == pytest.approx(1.0)
 
