@@ -199,6 +199,18 @@ class ModelPool:
         finally:
             slot.pending -= 1
 
+    async def unload(self, requested: str | None) -> bool:
+        """Unload a model now, as Ollama's keep_alive 0 asks (`ollama stop`): whether it is now unloaded. A
+        pinned model, one that is serving requests, or one this server could not load again stays."""
+        slot = self.resolve(requested)
+        async with self._room:
+            if slot.served is None:
+                return slot.loading is None
+            if slot.spec.pinned or self.loader is None or slot.busy():
+                return False
+            await self._unload(slot, None)
+            return True
+
     def loaded(self) -> list[ServedModel]:
         return [s.served for s in self.slots if s.served is not None]
 
@@ -281,9 +293,11 @@ class ModelPool:
                                retry_after=RETRY_AFTER_S)
             await asyncio.sleep(0.05)
 
-    async def _unload(self, victim: _Slot, for_name: str) -> None:
+    async def _unload(self, victim: _Slot, for_name: str | None) -> None:
+        """for_name: the model that needs its room (None: asked by a request's keep_alive 0)."""
         engine, victim.served = victim.served.engine, None
-        _say(f"unloading {victim.spec.name} (least recently used) to make room for {for_name}")
+        why = f"(least recently used) to make room for {for_name}" if for_name else "(keep_alive 0)"
+        _say(f"unloading {victim.spec.name} {why}")
         await asyncio.to_thread(engine.shutdown)
         del engine
         await asyncio.to_thread(gc.collect)  # the model's tensors may sit in reference cycles: free them now

@@ -22,9 +22,9 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
-from hearth.api.ollama_models import served_model
+from hearth.api.ollama_models import resolve, served_model
 from hearth.api.ollama_options import (asked_logprobs, sampling_fields, structured_output, think_kwargs,
-                                      within_context)
+                                      unloads_now, within_context)
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
 from hearth.api.ollama_reply import NDJSON, OllamaReply
 from hearth.api.parsing import output_parser
@@ -46,6 +46,8 @@ FIELD_NAMES = {**{field: f"options.{name}" for name, field in OLLAMA_OPTIONS.ite
 async def chat(body: ChatRequest, request: Request):
     started = time.perf_counter()
     state = request.app.state
+    if unloads_now(body.keep_alive) and not body.messages:  # read first: a bad one is a 400 either way
+        return await _unload(state.models, body.model, {"message": {"role": "assistant", "content": ""}})
     served, load_s = await served_model(state.models, body.model)
     name = body.model or served.name
     k = asked_logprobs(body, served)
@@ -95,6 +97,8 @@ async def generate(body: GenerateRequest, request: Request):
     started = time.perf_counter()
     _check_generate(body)
     state = request.app.state
+    if unloads_now(body.keep_alive) and not body.prompt and not body.suffix:
+        return await _unload(state.models, body.model, {"response": ""})
     served, load_s = await served_model(state.models, body.model)
     name = body.model or served.name
     k = asked_logprobs(body, served)
@@ -141,6 +145,15 @@ def _generate_prompt(served, body: GenerateRequest) -> tuple[str, list[int], lis
 def _loaded(head: dict) -> JSONResponse:
     """The answer to a request that only loads its model (Ollama's one object, streamed or not)."""
     return JSONResponse({**head, "done": True, "done_reason": "load"})
+
+
+async def _unload(pool, model: str | None, empty: dict) -> JSONResponse:
+    """keep_alive 0 with nothing to answer (`ollama stop MODEL`): the model unloaded, "unload"; where it stays
+    loaded (pinned, busy, or a model this server could not load again), the load-only answer."""
+    slot = resolve(pool, model)
+    unloaded = await pool.unload(slot.spec.name)
+    head = {"model": model or slot.spec.name, "created_at": now(), **empty}
+    return JSONResponse({**head, "done": True, "done_reason": "unload"}) if unloaded else _loaded(head)
 
 
 async def _answer(request: Request, stream: bool, reply: OllamaReply):

@@ -17,6 +17,7 @@ from starlette.testclient import TestClient
 
 from hearth.api.app import create_app
 from hearth.api.model_pool import ModelPool, ModelSpec
+from hearth.api.ollama_options import unloads_now
 from hearth.api.served import gguf_facts
 from hearth.loader.gguf_loader import GGUFFile
 from tests.gguf_factory import write_tiny_gguf
@@ -425,3 +426,41 @@ def test_tags_size_of_a_split_gguf_is_every_parts(tmp_path):
     with TestClient(create_app(served)) as client:
         (entry,) = client.get("/api/tags").json()["models"]
     assert entry["size"] == sum(p.stat().st_size for p in parts)
+
+
+def test_keep_alive_0_unloads_a_pool_model_and_keeps_a_pinned_one(capfd):
+    """`ollama stop MODEL` (keep_alive 0, nothing to answer): an unpinned model unloads ("unload"), is not loaded
+    first if it was not, and loads again on its next request; a pinned one stays ("load")."""
+    loads = []
+
+    def loader(spec):
+        loads.append(spec.name)
+        return fake_served(names=spec.names)
+
+    pool = ModelPool([ModelSpec(["first"], pinned=True, max_model_len=4096), ModelSpec(["second"], max_model_len=2048)],
+                     loader)
+    with TestClient(create_app(pool)) as client:
+        client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False})
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest", "second:latest"]
+        r = client.post("/api/generate", json={"model": "second:latest", "keep_alive": 0}).json()
+        assert (r["model"], r["response"], r["done_reason"]) == ("second:latest", "", "unload")
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest"]
+        assert "hearth: unloading second (keep_alive 0)" in capfd.readouterr().err
+        r = client.post("/api/chat", json={"model": "second", "messages": [], "keep_alive": "0s"}).json()
+        assert r["done_reason"] == "unload" and loads == ["first", "second"]  # not loaded to be unloaded
+        assert client.post("/api/chat", json={"model": "first", "messages": [], "keep_alive": "0"}).json()["done_reason"] == "load"
+        client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False})
+        assert loads == ["first", "second", "second"]
+        assert client.post("/api/generate", json={"model": "second", "keep_alive": "5m"}).json()["done_reason"] == "load"
+        assert loads == ["first", "second", "second"]
+
+
+@pytest.mark.parametrize("value, zero", [(0, True), (0.0, True), ("0", True), ("0s", True), ("0m0s", True), ("-0h", True),
+                                         ("5m", False), (-1, False), ("-1", False), ("1h30m", False), (300, False)])
+def test_keep_alive_reads_as_ollama_reads_it(value, zero):
+    assert unloads_now(value) is zero
+
+
+def test_a_bad_keep_alive_is_a_400_naming_it(fake):
+    r = fake.client.post("/api/generate", json={"model": "fake-model", "keep_alive": "soon"})
+    assert r.status_code == 400 and "keep_alive: must be a number of seconds or a duration" in r.json()["error"]
