@@ -231,3 +231,10 @@ def parse_rope_scaling(d: dict | None) -> YarnScaling | LinearScaling | None:
                 raise HearthError(f"{flag} must be {why}, not {v}")
             values[name] = int(v) if name == "original_context" else float(v)
     return record(**values)
+
+
+def stretched_context(y: YarnScaling | LinearScaling, context: int, original: int = 0) -> tuple[int, int]:
+    """(the context a model runs at under rope scaling y, the original it stretches): factor x the original
+    (y's, else the file's `original`, else its `context`), or the file's context where that is larger."""
+    original = y.original_context or original or context
+    return max(context, int(y.factor * original)), original

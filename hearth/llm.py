@@ -31,7 +31,7 @@ from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
-from hearth.memory.gguf_shape import shape_from_gguf
+from hearth.memory.gguf_shape import run_context
 from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import load_model
 from hearth.outputs import CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
@@ -95,8 +95,7 @@ class LLM:
         self.gguf = GGUFFile(self.path)
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
-            trained = shape_from_gguf(self.gguf).context_length
-            spec.check_context(context_to_run(cfg.max_model_len, trained, quiet=True))
+            spec.check_context(context_to_run(cfg.max_model_len, run_context(self.gguf, cfg.rope_scaling), quiet=True))
         draft_gguf = llm_draft.draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls

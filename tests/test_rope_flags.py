@@ -71,3 +71,25 @@ def test_the_engines_yarn_stretches_a_plain_files_context(tmp_path):
         assert rope.factors is not None and rope.factors.attn_factor == pytest.approx(1 + 0.1 * math.log(4))
     finally:
         llm.close()
+
+
+def test_checks_before_the_load_read_the_stretched_context(tmp_path, monkeypatch, capsys):
+    """K and the footprint are checked from the file's header before the weights load: against the context the
+    rope scaling stretches (a 32-token file at yarn x 4: 128), not the file's own."""
+    import hearth.llm
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.gguf_shape import run_context
+    from hearth.memory.serving import served_footprint
+
+    path = tmp_path / "plain.gguf"
+    write_tiny_gguf(path, "qwen2", context=32)
+    yarn = {"rope_type": "yarn", "factor": 4}
+    assert (run_context(GGUFFile(path)), run_context(GGUFFile(path), yarn)) == (32, 128)
+    assert served_footprint(GGUFFile(path), 128, rope_scaling=yarn).context == 128
+    monkeypatch.setattr(hearth.llm, "LLM", lambda model, **kw: (_ for _ in ()).throw(SystemExit(0)))
+    spec = ["--speculative-config", '{"method": "ngram", "num_speculative_tokens": 40}']
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(path), "hi", "--ctx", "128", "--rope-scaling", "yarn", "--rope-scale", "4", *spec])
+    assert e.value.code == 0  # reached the load
+    assert main(["run", str(path), "hi", "--ctx", "128", *spec]) == 1  # unscaled, 40 drafts do not fit 32 tokens
+    assert "num_speculative_tokens (40) must be below the context (32 tokens)" in capsys.readouterr().err

@@ -86,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     rope, template = rope_scaling(args), chat_template(args)
     if speculation is not None:
-        check_drafts_fit(speculation, header_context(args.model, args.ctx)[0], k_flag(args))
+        check_drafts_fit(speculation, header_context(args.model, args.ctx, rope)[0], k_flag(args))
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, chat_template=template)
@@ -191,15 +191,15 @@ def sampling_params(args: argparse.Namespace):
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
 
-def header_context(model, ctx: int) -> tuple[int, int]:
-    """(the context --ctx runs at, the model's own), read from the file's header (no weights): the
-    model's own at most. model: a catalog name or a path."""
+def header_context(model, ctx: int, rope: dict | None = None) -> tuple[int, int]:
+    """(the context --ctx runs at, the model's own: stretched by the rope scaling flags' `rope`), read from the
+    file's header (no weights): the model's own at most. model: a catalog name or a path."""
     from hearth.loader.context import context_to_run
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.loader.resolve import resolve_model
-    from hearth.memory.gguf_shape import shape_from_gguf
+    from hearth.memory.gguf_shape import run_context
 
-    trained = shape_from_gguf(GGUFFile(resolve_model(model))).context_length
+    trained = run_context(GGUFFile(resolve_model(model)), rope)
     return context_to_run(ctx, trained, quiet=True), trained  # LLM says it once, as it loads
 
 

@@ -25,6 +25,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from hearth.commands.rope_flags import rope_scaling
 from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
 from hearth.errors import HearthError
 
@@ -228,7 +229,7 @@ def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path 
     try:
         return served_footprint(GGUFFile(path), e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
-                                args.num_kv_blocks, None if draft is None else GGUFFile(draft))
+                                args.num_kv_blocks, None if draft is None else GGUFFile(draft), rope_scaling(args))
     except HearthError as err:
         raise HearthError(f"{e.where}: {err}") from None
 

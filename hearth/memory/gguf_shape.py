@@ -3,12 +3,23 @@ architecture llama.cpp writes, including ones hearth cannot run yet (planning co
 
 from __future__ import annotations
 
+from hearth.config import parse_rope_scaling, stretched_context
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.memory import PlanError
 from hearth.memory.shape import SLIDING_PATTERNS, ModelShape
 
 
-def shape_from_gguf(g: GGUFFile) -> ModelShape:
+def run_context(g: GGUFFile, rope_scaling: dict | None = None) -> int:
+    """The context the model runs at, from the header: the file's, stretched by the engine's rope scaling
+    (EngineConfig.rope_scaling: llama-server's --rope-scaling) where one is given."""
+    context = int(g.arch_get("context_length", 2048))
+    if (y := parse_rope_scaling(rope_scaling)) is None:
+        return context
+    return stretched_context(y, context, int(g.arch_get("rope.scaling.original_context_length") or 0))[0]
+
+
+def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape:
+    """rope_scaling: the engine's (its context_length is then the stretched one)."""
     layers = int(_require(g, "block_count"))
     hidden, heads = int(_require(g, "embedding_length")), int(_require(g, "attention.head_count"))
     kv = g.arch_get("attention.head_count_kv", heads)
@@ -26,7 +37,7 @@ def shape_from_gguf(g: GGUFFile) -> ModelShape:
         head_dim_v=int(g.arch_get("attention.value_length", head_k)),
         ffn=_widest(g.arch_get("feed_forward_length", 0)),
         vocab_size=int(g.arch_get("vocab_size") or g.tensor("token_embd.weight").shape[0]),
-        context_length=int(g.arch_get("context_length", 2048)),
+        context_length=run_context(g, rope_scaling),
         num_experts=int(g.arch_get("expert_count", 0)),
         active_experts=int(g.arch_get("expert_used_count", 0)),
         expert_ffn=_expert_ffn(g),

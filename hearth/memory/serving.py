@@ -40,13 +40,14 @@ class Footprint:
 
 def served_footprint(gguf, max_model_len: int = 0, kv_cache_dtype: str = "auto", max_num_seqs: int = 16,
                      kv_cache_memory_gb: float = 2.0, batch_tokens: int = 2048, num_kv_blocks: int = 0,
-                     draft=None) -> Footprint:
+                     draft=None, rope_scaling: dict | None = None) -> Footprint:
     """`gguf`: an open GGUFFile (its header only is read). num_kv_blocks: `--num-kv-blocks` (0: sized
     from the rest); given, it is the cache (kv_cache_memory_gb no longer bounds it) and may lower the
     context, as the engine does. draft: the speculative draft model's open GGUFFile (method draft): its
     weights count with the model's, its K/V with the pool's (as its file holds them: draft_quant's
-    fewer bits, and a backend that turns speculation off, make this an upper bound)."""
-    shape = shape_from_gguf(gguf)
+    fewer bits, and a backend that turns speculation off, make this an upper bound). rope_scaling: the engine's
+    (EngineConfig.rope_scaling), which stretches the context."""
+    shape = shape_from_gguf(gguf, rope_scaling)
     ctx = min(max_model_len or shape.context_length, shape.context_length)
     fmt = kv_format(kv_cache_dtype)
     block = fmt.block_size(None, DEFAULT_BLOCK)

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hearth.config import LinearScaling, ModelConfig, YarnScaling
+from hearth.config import LinearScaling, ModelConfig, YarnScaling, stretched_context
 from hearth.errors import ModelLoadError
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
@@ -249,11 +249,10 @@ def yarn_from_gguf(g: GGUFFile, original: int) -> YarnScaling:
 def with_rope_scaling(cfg: ModelConfig, y: YarnScaling | LinearScaling) -> ModelConfig:
     """The engine's rope scaling in place of the file's (llama-server's --rope-scaling yarn|linear): the original
     context defaults to the file's; the model's context becomes factor x that, or the file's if larger."""
-    original = y.original_context or cfg.rope_original_context or cfg.context_length
+    context, original = stretched_context(y, cfg.context_length, cfg.rope_original_context)
     y = replace(y, original_context=original)
     yarn, linear = (y, 1.0) if isinstance(y, YarnScaling) else (None, y.factor)
-    return replace(cfg, rope_yarn=yarn, rope_scaling_factor=linear,
-                   context_length=max(cfg.context_length, int(y.factor * original)))
+    return replace(cfg, rope_yarn=yarn, rope_scaling_factor=linear, context_length=context)
 
 
 def base_config(g: GGUFFile, **overrides) -> ModelConfig:
