@@ -222,3 +222,45 @@ def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:
     if not calls:
         raise ValueError("no message to a function in the output")
     return calls
+
+
+_REASONING_KEYS = ("thinking", "reasoning_content", "reasoning")
+
+
+def history(messages: list[dict]) -> list[dict]:
+    """Chat history as the gpt-oss template reads it (hearth.api.chat_template applies it). The
+    template writes only an assistant message's first call and names a tool result after the last
+    call written, so a message with several calls becomes one message per call, each followed by its
+    result (matched by tool_call_id, else in order): the order the model itself writes them in, as
+    `<|call|>` ends its turn. It refuses both content and reasoning beside a call: the content (a
+    preamble) is dropped there, as llama.cpp does."""
+    out: list[dict] = []
+    placed: set[int] = set()
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if i in placed:
+            continue
+        if not calls:
+            out.append(m)
+            continue
+        if m.get("content") and any(m.get(k) for k in _REASONING_KEYS):
+            m = {**m, "content": ""}
+        results = []
+        for j in range(i + 1, len(messages)):
+            if messages[j].get("role") != "tool":
+                break
+            results.append(j)
+        for k, call in enumerate(calls):
+            rest = {key: v for key, v in m.items() if key not in _REASONING_KEYS} | {"content": ""}
+            out.append({**(m if k == 0 else rest), "tool_calls": [call]})
+            j = _result_of(call, messages, [j for j in results if j not in placed])
+            if j is not None and len(calls) > 1:
+                placed.add(j)
+                out.append(messages[j])
+    return out
+
+
+def _result_of(call: dict, messages: list[dict], free: list[int]) -> int | None:
+    """The tool message (of those free) that answers `call`: by its id, else the first."""
+    mine = [j for j in free if call.get("id") is not None and messages[j].get("tool_call_id") == call.get("id")]
+    return (mine or free or [None])[0]
