@@ -111,3 +111,12 @@ def test_a_forced_call_is_the_harmony_grammar(fake):
     chat(fake, "harmony_tool", tools=[WEATHER], tool_choice="required")
     grammar = fake.last.params.structured_output.grammar
     assert '"<|channel|>commentary to=functions." call' in grammar and '"get_weather"' in grammar
+
+
+def test_ollama_thinking_and_content(fake):
+    r = fake.client.post("/api/chat", json={"model": "fake-model", "stream": False,
+                                            "messages": [{"role": "user", "content": "script:harmony_final"}]})
+    message = r.json()["message"]
+    assert (message["thinking"], message["content"]) == ("The user wants a greeting.", "Hi!")
+    show = fake.client.post("/api/show", json={"model": "fake-model"}).json()
+    assert "thinking" in show["capabilities"]

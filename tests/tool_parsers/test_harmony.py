@@ -96,3 +96,14 @@ def test_a_forced_call_may_follow_one_analysis_message():
     assert not _accepts(tokenizer, grammar, harmony_call("search", '{"query": "x"}', ""))  # named: add only
     assert not _accepts(tokenizer, grammar, "<|channel|>final<|message|>No.")
     assert LLMatcher.validate_grammar(grammar, tokenizer) == ""
+
+
+def test_llm_chat_reads_the_channels_with_and_without_tools():
+    """LLM.chat's reading of an answer (hearth.tool_guard.offline.chat_message), from the template alone."""
+    from hearth.tool_guard.offline import chat_message
+    text = THOUGHT + harmony_call("get_weather", '{"city": "Paris"}', "")
+    message = chat_message(t.HARMONY, TOOLS, None, "", text, False)
+    assert message["reasoning_content"] == REASONS and message["content"] == ""
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["get_weather"]
+    plain = chat_message(t.HARMONY, None, None, "", THOUGHT + "<|channel|>final<|message|>Hi", False)
+    assert (plain["reasoning_content"], plain["content"]) == (REASONS, "Hi")
