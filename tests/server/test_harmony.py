@@ -120,3 +120,9 @@ def test_ollama_thinking_and_content(fake):
     assert (message["thinking"], message["content"]) == ("The user wants a greeting.", "Hi!")
     show = fake.client.post("/api/show", json={"model": "fake-model"}).json()
     assert "thinking" in show["capabilities"]
+
+
+def test_the_guard_sends_the_lazy_call_grammar(fake):
+    chat(fake, "harmony_tool", tools=[WEATHER])
+    grammar = fake.last.params.structured_output.grammar
+    assert "[lazy]" in grammar and "commentary to=functions" in grammar and '"get_weather" " <|constrain|>json' in grammar
