@@ -157,8 +157,9 @@ class Stream:
         self._to(events, self._kind, self._buf[:i])
         if self._kind == _CALL:
             self._close_call(events, False)
-        elif self._kind == _REASONING:
+        elif self._kind == _REASONING:  # layout beside the end of reasoning is no content (as after </think>)
             self._reasoning.boundary()
+            self._content.boundary()
         self._buf = self._buf[i + len(marker):] if marker in _ENDS else self._buf[i:]
         self._state = _START if marker in _ENDS else _HEADER
         return True
