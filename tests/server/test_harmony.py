@@ -126,3 +126,20 @@ def test_the_guard_sends_the_lazy_call_grammar(fake):
     chat(fake, "harmony_tool", tools=[WEATHER])
     grammar = fake.last.params.structured_output.grammar
     assert "[lazy]" in grammar and "commentary to=functions" in grammar and '"get_weather" " <|constrain|>json' in grammar
+
+
+def test_responses_reasoning_and_call_round_trip(fake):
+    """/v1/responses: a reasoning item and a function_call item out; sent back with the call's output, the
+    template gets the call (its recipient), the reasoning as the analysis before it, and the result."""
+    tool = {"type": "function", **WEATHER["function"]}
+    r = fake.openai.responses.create(model="fake-model", input="script:harmony_tool", tools=[tool])
+    reasoning, call = r.output
+    assert reasoning.type == "reasoning" and reasoning.summary[0].text == "Need the weather."
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
+    follow = ["script:harmony_final", *[o.model_dump() for o in r.output],
+              {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}]
+    follow[0] = {"role": "user", "content": follow[0]}
+    fake.openai.responses.create(model="fake-model", input=follow, tools=[tool])
+    assert ("<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>"
+            '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>'
+            '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"sunny"<|end|>') in fake.last.prompt

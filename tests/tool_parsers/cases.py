@@ -194,6 +194,10 @@ CASES = {
     "harmony_final_return_kept": Case("harmony", "<|channel|>final<|message|>Done.<|return|>", "Done.", []),
     "harmony_call": Case("harmony", THOUGHT + harmony_call("get_weather", '{"city": "Paris"}', ""), "", [PARIS]),
     "harmony_call_in_role": Case("harmony", harmony_call("add", '{"a": 1, "b": 2}', role=True), "", [ADD]),
+    # as gpt-oss wrote it in a llama.cpp trial: the recipient in the role and a <|constrain|> too
+    "harmony_role_and_constrain": Case("harmony", '<|channel|>analysis<|message|>Seattle.<|end|><|start|>assistant to=functions.'
+                                       'get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}',
+                                       "", [PARIS]),
     "harmony_two_calls": Case("harmony", harmony_call("get_weather", '{"city":"Paris"}') + "<|start|>assistant"
                               + harmony_call("add", '{"a": 1, "b": 2}', role=True), "", [PARIS, ADD]),
     "harmony_preamble": Case("harmony", "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant"
