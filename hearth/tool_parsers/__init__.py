@@ -23,7 +23,8 @@ from hearth.tool_parsers.types import (ContentDelta, Event, ParsedOutput, Reason
 __all__ = [
     "FORMATS", "CallConstraint", "ContentDelta", "Event", "OutputParser", "PROMPT_FORMAT",
     "ParsedOutput", "ReasoningDelta", "StreamingReasoningParser", "StreamingToolParser", "ToolCall",
-    "ToolCallArgumentsDelta", "ToolCallEvent", "ToolCallStart", "ToolParserError", "arguments_rest", "call_constraint", "collect", "detect_channels", "detect_format",
+    "ToolCallArgumentsDelta", "ToolCallEvent", "ToolCallStart", "ToolParserError", "arguments_rest", "call_constraint",
+    "collect", "detect_channels", "detect_format",
     "detect_reasoning", "forced_tools", "get_format", "new_call_id", "parse_tool_calls",
     "prompt_opens_reasoning", "split_reasoning", "supports_tools", "tool_call_schema", "schema_error",
     "tools_system_prompt",
