@@ -5,9 +5,11 @@ markers around a call region (END "" = the region runs to the next START or the 
 output; START "" = no marker, see LEADS), and `parse(text, tools) -> list[ToolCall]`, which gets
 the text between the markers and raises ValueError (or returns []) when it holds no call. A format
 may add `LEADS`: openings that make an output which starts with them one whole call region (Llama 3
-custom tools and bare JSON have no marker); and `Stream`, a streaming parser of the whole output, its
-channels as well as its calls (harmony), which then parses in place of the machine of
-hearth.tool_parsers.stream, with or without tools (detect_channels)."""
+custom tools and bare JSON have no marker). harmony's record adds more: `Stream`, a streaming parser
+of the whole output, its channels as well as its calls, which then parses in place of the machine of
+hearth.tool_parsers.stream, with or without tools (detect_channels); `SIGNATURE`, how its templates
+are known; `CALL_TEXT`, a call's text around its name (forced and lazy call grammars); and
+`history(messages)`, the chat history laid out as its template reads it (hearth.api.chat_template)."""
 
 from __future__ import annotations
 
