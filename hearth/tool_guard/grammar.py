@@ -37,7 +37,7 @@ def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reason
              "TEXT0: /(.|\\n)*/ & ~/[ \\t\\n]*<think>(.|\\n)*/",
              f"ARGS_GAP: {_GAP}", "END_WS: /[ \\t\\n]*/"]
     lines += _tool_rules(params, key)
-    lines += _named_rules(params, next((t.between for t in triggers if t.body == NAMED), None))
+    lines += _named_rules(params, [t for t in triggers if t.body == NAMED])
     lines += _call_rules(anywhere, "TEXT", "")
     lines += _call_rules(anywhere, "TEXT0", "0")
     lines += _start_rules(triggers, bool(anywhere), parallel)
@@ -60,12 +60,13 @@ def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
                     f"fn_rest: {' | '.join(fn)}"]
 
 
-def _named_rules(params: dict[str, dict], between: str | None) -> list[str]:
-    """`named_rest`: a call after a NAMED trigger, the name pinned to its own arguments (args_i)."""
-    if between is None:
-        return []
-    branches = [f"{json.dumps(name)} {json.dumps(between)} args_{i}" for i, name in enumerate(params)]
-    return [f"named_rest: {' | '.join(branches)}"]
+def _named_rules(params: dict[str, dict], triggers: list[Trigger]) -> list[str]:
+    """`named_{trigger}`: a call after a NAMED trigger, the name pinned to its own arguments (args_i)."""
+    rules = []
+    for t in triggers:
+        branches = [f"{json.dumps(name)} {json.dumps(t.between)} args_{i}" for i, name in enumerate(params)]
+        rules.append(f"named_{t.name}: {' | '.join(branches)}")
+    return rules
 
 
 def _with_layout(schema: dict) -> dict:
@@ -82,7 +83,7 @@ def _body(t: Trigger) -> str:
     if t.body == FUNCTION_TAG:
         return "fn_rest"
     if t.body == NAMED:
-        return "named_rest"
+        return f"named_{t.name}"
     raise ValueError(f"unknown trigger body {t.body!r}")
 
 

@@ -56,18 +56,23 @@ DOUBLED_BRACE = Trigger("doubled_brace", f'{_WS}\\{{\\{{{_WS}"name"', OPEN_OBJEC
 JSON_FENCE = Trigger("json_fence", f'{_WS}```json{_WS}\\{{{_WS}"name"', OPEN_OBJECT, at_start=True,
                      close='"}" /[ \\t\\n]{0,2}```/')
 FUNCTION_EQ = Trigger("function_eq", f"{_WS}<function=", FUNCTION_TAG, at_start=True)
-# from the format's record: its call opener and the text before the arguments (harmony.CALL_TEXT); a
-# space needs no escape (re.escape writes one for verbose mode). The opener in the role (` to=functions.`
-# before `<|channel|>`) and calls in the analysis channel are parsed but not held to the grammar.
+# from the format's record: a call's text around its name, the recipient in the channel (as gpt-oss
+# writes most calls) or in the role (as its template writes them back, and the model at times: after a
+# message's <|start|>assistant, or first in the output, whose prompt ends with it). A space needs no
+# escape (re.escape writes one for verbose mode). Calls in the analysis channel are parsed, not held.
 HARMONY_CHANNEL = Trigger("harmony_channel", re.escape(harmony.CALL_TEXT[0]).replace("\\ ", " "), NAMED,
                           between=harmony.CALL_TEXT[1])
+HARMONY_ROLE = Trigger("harmony_role", re.escape(harmony.ROLE_CALL_TEXT[0]).replace("\\ ", " "), NAMED,
+                       between=harmony.ROLE_CALL_TEXT[1])
+HARMONY_ROLE_FIRST = Trigger("harmony_role_first", " ?to=functions\\.", NAMED, at_start=True,
+                             between=harmony.ROLE_CALL_TEXT[1])
 
 TRIGGERS: dict[str, list[Trigger]] = {
     "hermes": [HERMES_TAG, JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT, FUNCTION_EQ],
     "qwen_xml": [HERMES_TAG, JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT],
     "bare_json": [JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT],
     "llama3_json": [JSON_FENCE, JSON_OBJECT],
-    "harmony": [HARMONY_CHANNEL],
+    "harmony": [HARMONY_CHANNEL, HARMONY_ROLE, HARMONY_ROLE_FIRST],
 }
 """Formats without an entry (mistral: its opener is a special token) get no lazy grammar. harmony's
 opener is text (gpt-oss's markers are printed tokens), but its call has no `"name"` key: the decline

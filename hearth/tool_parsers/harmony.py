@@ -34,15 +34,17 @@ START = "<|channel|>"  # the three-name protocol: a message opens at its channel
 END = ""
 SIGNATURE = "<|channel|>"
 """What a harmony chat template writes (hearth.tool_parsers.formats detects the format by it)."""
-OPENER = "<|channel|>commentary to=functions."
+NAMESPACE = "functions."
+OPENER = "<|channel|>commentary to=" + NAMESPACE
 """How the model opens a call of a function tool."""
 MESSAGE = "<|message|>"
 CALL_TEXT = (OPENER, " <|constrain|>json" + MESSAGE)
 """A call as the template shows it: CALL_TEXT[0] + NAME + CALL_TEXT[1] + the JSON arguments (the grammar
 of a forced call: hearth.tool_parsers.schema)."""
+ROLE_CALL_TEXT = ("<|start|>assistant to=" + NAMESPACE, "<|channel|>commentary json" + MESSAGE)
+"""The same with the recipient in the role, as the template writes a call back."""
 REASONING_TEXT = ("<|channel|>analysis" + MESSAGE, "<|end|><|start|>assistant")
 """An analysis message as it opens and closes before a next one: what a forced call may follow."""
-NAMESPACE = "functions."
 _ENDS = ("<|end|>", "<|call|>", "<|return|>")  # a body's end, dropped
 _OPENS = ("<|start|>", "<|channel|>")  # a next header with no end before it (read leniently)
 _MARKERS = _ENDS + _OPENS

@@ -111,12 +111,17 @@ def test_llm_chat_reads_the_channels_with_and_without_tools():
 
 def test_the_guard_s_lazy_grammar_holds_a_call_once_its_opener_is_written():
     """tool_choice auto under the tool guard: free text (the analysis channel, a final answer) until
-    `<|channel|>commentary to=functions.`, then an offered tool with its own arguments' schema."""
+    `<|channel|>commentary to=functions.` (or the recipient in the role: `<|start|>assistant to=functions.`,
+    or ` to=functions.` first in the output), then an offered tool with its own arguments' schema."""
     from hearth.tool_guard import lazy_tool_grammar
     tokenizer = LLTokenizer(TokenizerWrapper(_Bytes()))
     grammar = lazy_tool_grammar("harmony", TOOLS)
     assert LLMatcher.validate_grammar(grammar, tokenizer) == ""
     assert _accepts(tokenizer, grammar, THOUGHT + harmony_call("add", '{"a": 1, "b": 2}', ""))
+    assert _accepts(tokenizer, grammar, THOUGHT + harmony_call("add", '{"a": 1, "b": 2}', "", role=True))
+    assert _accepts(tokenizer, grammar, harmony_call("add", '{"a": 1, "b": 2}', "", role=True))  # the output's first
+    assert not _accepts(tokenizer, grammar, THOUGHT + harmony_call("rm_rf", "{}", "", role=True))
+    assert not _accepts(tokenizer, grammar, harmony_call("rm_rf", "{}", "", role=True))
     assert _accepts(tokenizer, grammar, THOUGHT + "<|channel|>final<|message|>No call needed.")
     assert not _accepts(tokenizer, grammar, THOUGHT + harmony_call("rm_rf", "{}", ""))
     assert not _accepts(tokenizer, grammar, THOUGHT + harmony_call("add", '{"a": "x", "b": 2}', ""))
