@@ -24,6 +24,7 @@ import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from hearth.errors import HearthError
+from hearth.tool_parsers import FORMATS, detect_format
 
 
 class ChatTemplateError(HearthError):
@@ -91,6 +92,9 @@ class ChatTemplate:
         self.source: str = template or FALLBACK_TEMPLATES.get(arch, CHATML_TEMPLATE)
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""
+        fmt = detect_format(self.source)
+        # how the template's format wants history laid out, where it has a rule (harmony: one call a message)
+        self._history = getattr(FORMATS[fmt], "history", None) if fmt else None
         try:
             self._template = _ENV.from_string(self.source)
         except jinja2.TemplateSyntaxError as e:
@@ -100,7 +104,10 @@ class ChatTemplate:
     def render(self, messages: list, tools: list | None = None, add_generation_prompt: bool = True,
                **kwargs: Any) -> str:
         """The prompt for `messages` (dicts, dataclasses or pydantic models with role/content)."""
-        context = _plain({**kwargs, "messages": _alias_reasoning(_plain(messages)), "tools": tools,
+        messages = _alias_reasoning(_plain(messages))
+        if self._history is not None:
+            messages = self._history(messages)
+        context = _plain({**kwargs, "messages": messages, "tools": tools,
                           "add_generation_prompt": add_generation_prompt})
         context.setdefault("bos_token", self.bos_token)
         context.setdefault("eos_token", self.eos_token)

@@ -122,7 +122,7 @@ def _capabilities(served) -> list[str]:
     caps = ["completion", "tools"]
     if served is not None and has_fim(served.tokenizer):
         caps.append("insert")
-    if served is not None and served.knows_reasoning:
+    if served is not None and (served.knows_reasoning or served.channels):
         caps.append("thinking")
     return caps
 

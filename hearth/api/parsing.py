@@ -14,7 +14,8 @@ def output_parser(served, plan: ToolPlan, prompt_text: str, streaming: bool = Tr
     """One per choice: parsers hold state while streaming; streaming: calls go out as written."""
     starts = served.starts_in_reasoning(prompt_text)
     return OutputParser(plan.parse_format, plan.tools, reasoning=served.knows_reasoning or starts,
-                        starts_in_reasoning=starts, announce=streaming, required=plan.required, named=plan.named)
+                        starts_in_reasoning=starts, announce=streaming, required=plan.required, named=plan.named,
+                        channels=served.channels)
 
 
 def openai_finish(reason: str | None, called: bool) -> str:

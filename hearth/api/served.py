@@ -14,7 +14,8 @@ from typing import Any
 
 from hearth.api.chat_template import ChatTemplate
 from hearth.config import MAX_LOGPROBS
-from hearth.tool_parsers import detect_format, detect_reasoning, prompt_opens_reasoning, supports_tools
+from hearth.tool_parsers import (detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
+                                 supports_tools)
 
 
 # template variables a request's chat_template_kwargs may not override
@@ -98,6 +99,12 @@ class ServedModel:
     @cached_property
     def knows_reasoning(self) -> bool:
         return detect_reasoning(self.template_source)[0]
+
+    @cached_property
+    def channels(self) -> str | None:
+        """A format that parses the model's whole output, with or without tools (harmony: gpt-oss's
+        analysis and final channels); None: `<think>` reasoning, if any, and the tool format."""
+        return detect_channels(self.template_source)
 
     def render_chat(self, messages: list[dict], tools: list[dict] | None = None,
                     add_generation_prompt: bool = True, continue_final: bool = False,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from hearth.tool_guard.triggers import ARGUMENTS_KEY, FUNCTION_TAG, OPEN_OBJECT, TAGGED, Trigger, triggers_for
+from hearth.tool_guard.triggers import ARGUMENTS_KEY, FUNCTION_TAG, NAMED, OPEN_OBJECT, TAGGED, Trigger, triggers_for
 from hearth.tool_parsers.schema import TOOL_JSON, bounded_arguments, declared_only
 from hearth.tool_parsers.types import tool_parameters
 
@@ -37,6 +37,7 @@ def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reason
              "TEXT0: /(.|\\n)*/ & ~/[ \\t\\n]*<think>(.|\\n)*/",
              f"ARGS_GAP: {_GAP}", "END_WS: /[ \\t\\n]*/"]
     lines += _tool_rules(params, key)
+    lines += _named_rules(params, [t for t in triggers if t.body == NAMED])
     lines += _call_rules(anywhere, "TEXT", "")
     lines += _call_rules(anywhere, "TEXT0", "0")
     lines += _start_rules(triggers, bool(anywhere), parallel)
@@ -59,6 +60,15 @@ def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
                     f"fn_rest: {' | '.join(fn)}"]
 
 
+def _named_rules(params: dict[str, dict], triggers: list[Trigger]) -> list[str]:
+    """`named_{trigger}`: a call after a NAMED trigger, the name pinned to its own arguments (args_i)."""
+    rules = []
+    for t in triggers:
+        branches = [f"{json.dumps(name)} {json.dumps(t.between)} args_{i}" for i, name in enumerate(params)]
+        rules.append(f"named_{t.name}: {' | '.join(branches)}")
+    return rules
+
+
 def _with_layout(schema: dict) -> dict:
     schema = bounded_arguments(declared_only(schema))
     return {**schema, "x-guidance": {**TOOL_JSON, **schema.get("x-guidance", {})}}
@@ -72,6 +82,8 @@ def _body(t: Trigger) -> str:
         return f"rest {t.close}"
     if t.body == FUNCTION_TAG:
         return "fn_rest"
+    if t.body == NAMED:
+        return f"named_{t.name}"
     raise ValueError(f"unknown trigger body {t.body!r}")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from hearth.tool_parsers import harmony
+
 # body kinds: what follows the trigger
 TAGGED = "tagged"
 """`<tool_call>` + a whole JSON call object + `</tool_call>`."""
@@ -19,6 +21,9 @@ OPEN_OBJECT = "open_object"
 """The trigger opened the call object up to `"name"`; the rest of the object follows."""
 FUNCTION_TAG = "function_tag"
 """`<function=` + NAME `>` + the arguments as JSON + `</function>`."""
+NAMED = "named"
+"""The trigger addressed a message to a function: NAME, the text `between`, the arguments as JSON
+(harmony's `to=functions.NAME <|constrain|>json<|message|>{...}`; the call ends the output)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,8 @@ class Trigger:
     at_start: bool = False
     close: str = ""
     """For OPEN_OBJECT: what closes the call after its object (braces, fence), in Lark."""
+    between: str = ""
+    """For NAMED: the text between the tool's name and its arguments (one per format)."""
 
     @property
     def lark(self) -> str:
@@ -49,14 +56,27 @@ DOUBLED_BRACE = Trigger("doubled_brace", f'{_WS}\\{{\\{{{_WS}"name"', OPEN_OBJEC
 JSON_FENCE = Trigger("json_fence", f'{_WS}```json{_WS}\\{{{_WS}"name"', OPEN_OBJECT, at_start=True,
                      close='"}" /[ \\t\\n]{0,2}```/')
 FUNCTION_EQ = Trigger("function_eq", f"{_WS}<function=", FUNCTION_TAG, at_start=True)
+# from the format's record: a call's text around its name, the recipient in the channel (as gpt-oss
+# writes most calls) or in the role (as its template writes them back, and the model at times: after a
+# message's <|start|>assistant, or first in the output, whose prompt ends with it). A space needs no
+# escape (re.escape writes one for verbose mode). Calls in the analysis channel are parsed, not held.
+HARMONY_CHANNEL = Trigger("harmony_channel", re.escape(harmony.CALL_TEXT[0]).replace("\\ ", " "), NAMED,
+                          between=harmony.CALL_TEXT[1])
+HARMONY_ROLE = Trigger("harmony_role", re.escape(harmony.ROLE_CALL_TEXT[0]).replace("\\ ", " "), NAMED,
+                       between=harmony.ROLE_CALL_TEXT[1])
+HARMONY_ROLE_FIRST = Trigger("harmony_role_first", " ?to=functions\\.", NAMED, at_start=True,
+                             between=harmony.ROLE_CALL_TEXT[1])
 
 TRIGGERS: dict[str, list[Trigger]] = {
     "hermes": [HERMES_TAG, JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT, FUNCTION_EQ],
     "qwen_xml": [HERMES_TAG, JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT],
     "bare_json": [JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT],
     "llama3_json": [JSON_FENCE, JSON_OBJECT],
+    "harmony": [HARMONY_CHANNEL, HARMONY_ROLE, HARMONY_ROLE_FIRST],
 }
-"""Formats without an entry (mistral: its opener is a special token) get no lazy grammar."""
+"""Formats without an entry (mistral: its opener is a special token) get no lazy grammar. harmony's
+opener is text (gpt-oss's markers are printed tokens), but its call has no `"name"` key: the decline
+gate and the router's early name reading (hearth.tool_guard.declined, name_read) read no name in it."""
 
 ARGUMENTS_KEY = {"llama3_json": "parameters"}
 """The key a format writes the arguments under; "arguments" elsewhere."""

@@ -5,13 +5,17 @@ markers around a call region (END "" = the region runs to the next START or the 
 output; START "" = no marker, see LEADS), and `parse(text, tools) -> list[ToolCall]`, which gets
 the text between the markers and raises ValueError (or returns []) when it holds no call. A format
 may add `LEADS`: openings that make an output which starts with them one whole call region (Llama 3
-custom tools and bare JSON have no marker)."""
+custom tools and bare JSON have no marker). harmony's record adds more: `Stream`, a streaming parser
+of the whole output, its channels as well as its calls, which then parses in place of the machine of
+hearth.tool_parsers.stream, with or without tools (detect_channels); `SIGNATURE`, how its templates
+are known; `CALL_TEXT`, a call's text around its name (forced and lazy call grammars); and
+`history(messages)`, the chat history laid out as its template reads it (hearth.api.chat_template)."""
 
 from __future__ import annotations
 
 from types import ModuleType
 
-from hearth.tool_parsers import bare_json, hermes, llama3_json, mistral, qwen_xml
+from hearth.tool_parsers import bare_json, harmony, hermes, llama3_json, mistral, qwen_xml
 from hearth.tool_parsers.types import ToolParserError
 
 FORMATS: dict[str, ModuleType] = {
@@ -20,11 +24,13 @@ FORMATS: dict[str, ModuleType] = {
     "llama3_json": llama3_json,
     "qwen_xml": qwen_xml,
     "bare_json": bare_json,
+    "harmony": harmony,
 }
 
-# First match wins. Qwen3-Coder templates also write <tool_call>, so <function= comes first;
-# Llama 3.2's template writes custom calls as '"parameters": ' without the python tag.
+# First match wins. harmony's channel marker is its own. Qwen3-Coder templates also write <tool_call>,
+# so <function= comes first; Llama 3.2's template writes custom calls as '"parameters": ' without the python tag.
 _SIGNATURES = (
+    (harmony.SIGNATURE, "harmony"),
     ("<function=", "qwen_xml"),
     ("[TOOL_CALLS]", "mistral"),
     ("<tool_call>", "hermes"),
@@ -48,3 +54,10 @@ def detect_format(template_source: str | None) -> str | None:
     if not template_source:
         return None
     return next((fmt for needle, fmt in _SIGNATURES if needle in template_source), None)
+
+
+def detect_channels(template_source: str | None) -> str | None:
+    """The format whose record parses a model's whole output (`Stream`: reasoning and content channels
+    as well as calls), when the template teaches one; a request without tools needs it too."""
+    fmt = detect_format(template_source)
+    return fmt if fmt is not None and hasattr(FORMATS[fmt], "Stream") else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from dataclasses import dataclass
 
 import llguidance
@@ -38,6 +39,8 @@ class CallConstraint:
     prefix: str
     schema: dict
     suffix: str
+    key: str = "arguments"
+    """The key its call object writes the arguments under."""
 
     def lark(self) -> str:
         """The constraint as an llguidance Lark grammar. Markers that are special tokens in the
@@ -46,6 +49,41 @@ class CallConstraint:
         body += ["call"] + ([json.dumps(self.suffix)] if self.suffix else [])
         schema = {**bounded_arguments(self.schema), "x-guidance": TOOL_JSON}
         return f"start: {' '.join(body)}\ncall: %json {json.dumps(schema)}\n"
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        """A call of `name` as this grammar writes it."""
+        return self.prefix + json.dumps({"name": name, self.key: arguments}) + self.suffix
+
+
+@dataclass(frozen=True, slots=True)
+class NamedCallConstraint:
+    """A forced call whose tool name is text before its arguments, not a JSON key (harmony:
+    `<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}`), after an optional
+    reasoning message: the format record's CALL_TEXT and REASONING_TEXT. One branch per tool pins its
+    name to its own arguments' schema."""
+    head: str
+    between: str
+    schemas: dict[str, dict]
+    reasoning: tuple[str, str] | None = None
+
+    def lark(self) -> str:
+        lines = ["%llguidance {}", f"start: {'reasoning? ' if self.reasoning else ''}{json.dumps(self.head)} call"]
+        branches = []
+        for i, (name, schema) in enumerate(self.schemas.items()):
+            args = {**bounded_arguments(declared_only(schema)), "x-guidance": TOOL_JSON}
+            lines.append(f"args_{i}: %json {json.dumps(args)}")
+            branches.append(f"{json.dumps(name)} {json.dumps(self.between)} args_{i}")
+        lines.append(f"call: {' | '.join(branches)}")
+        if self.reasoning:
+            opens, closes = self.reasoning
+            end = closes.index(">") + 1  # a lazy lexeme: the thought runs to its end marker's first occurrence
+            lines += [f"reasoning: thought {json.dumps(closes[end:])}",
+                      f"thought[lazy]: /{re.escape(opens)}(.|\\n)*{re.escape(closes[:end])}/"]
+        return "\n".join(lines) + "\n"
+
+    def call_text(self, name: str, arguments: dict) -> str:
+        """A call of `name` as this grammar writes it."""
+        return self.head + name + self.between + json.dumps(arguments)
 
 
 def forced_tools(tools: list[dict] | None, tool_choice: str | dict | None) -> list[str] | None:
@@ -79,11 +117,19 @@ def tool_call_schema(tools: list[dict] | None, tool_choice: str | dict,
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
-def call_constraint(fmt: str, tools: list[dict] | None, tool_choice: str | dict) -> CallConstraint:
+def call_constraint(fmt: str, tools: list[dict] | None,
+                    tool_choice: str | dict) -> CallConstraint | NamedCallConstraint:
     """Schema and wrapper for one forced call in format `fmt`."""
-    get_format(fmt)  # a clear error for an unknown name
+    record = get_format(fmt)  # a clear error for an unknown name
+    named = getattr(record, "CALL_TEXT", None)
+    if named is not None:  # the name is text of its own: one grammar branch per tool
+        params = tool_parameters(tools)
+        names = forced_tools(tools, tool_choice)
+        if not names:
+            raise ToolParserError(f"tool_choice {tool_choice!r} forces no call (or no tools were given)")
+        return NamedCallConstraint(*named, {n: params[n] for n in names}, getattr(record, "REASONING_TEXT", None))
     prefix, suffix, key = _WRAPPERS[fmt]
-    return CallConstraint(prefix, tool_call_schema(tools, tool_choice, key), suffix)
+    return CallConstraint(prefix, tool_call_schema(tools, tool_choice, key), suffix, key)
 
 
 def declared_only(schema: dict | None) -> dict:

@@ -28,6 +28,8 @@ class StreamingToolParser:
         cut off before or inside it is that call, never content (hearth.tool_parsers.cut)."""
         self._required, self._named = required or named is not None, named
         self._fmt = get_format(fmt)
+        own = getattr(self._fmt, "Stream", None)  # a format that parses the whole output itself (harmony)
+        self._own = own(tools, announce, required, named) if own else None
         self._announce = announce and fmt in JSON_FORMATS
         self._early: EarlyCall | None = None
         self._tools = tools
@@ -41,6 +43,8 @@ class StreamingToolParser:
         self._steps = {_LEAD: self._lead, _TEXT: self._text, _CALL: self._call}
 
     def feed(self, delta: str) -> list[Event]:
+        if self._own is not None:
+            return self._own.feed(delta)
         self._buf += delta
         events: list[Event] = []
         while self._steps[self._state](events):
@@ -50,6 +54,8 @@ class StreamingToolParser:
     def finish(self, cut: bool = False) -> list[Event]:
         """End of output: an unterminated region is parsed with rescue or given back as text.
         cut: max_tokens ended the output (finish_reason "length"): a region it cut is a cut call."""
+        if self._own is not None:
+            return self._own.finish(cut)
         events: list[Event] = []
         if self._state == _CALL:
             self._announced(events, self._buf)

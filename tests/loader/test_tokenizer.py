@@ -372,3 +372,24 @@ def test_a_lone_surrogate_is_a_clear_error(spm):
     with pytest.raises(HearthError, match=r"lone UTF-16 surrogate \(\\ud800, near 'ab'\)"):
         tok.encode("ab\ud800cd")
     assert tok.decode(tok.encode("ab\U0001f600", add_special_tokens=False)) == "ab\U0001f600"  # a non-BMP character is fine
+
+
+HARMONY_MARKERS = ["<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>", "<|call|>"]
+
+
+def test_harmony_markers_print_and_only_return_and_call_end_generation(tmp_path):
+    """gpt-oss's GGUF marks every harmony marker CONTROL; llama.cpp's fix-ups (hearth.loader.vocab) make
+    <|return|> and <|call|> the ends of generation and print the others even when special tokens are
+    skipped (as the server detokenizes), so the output parser (hearth.tool_parsers.harmony) sees the
+    channels, and a call stops the answer."""
+    tokens, types, merges, _ = bpe_vocab()
+    tokens, types = tokens[:-3] + HARMONY_MARKERS, types[:-3] + [CTRL] * len(HARMONY_MARKERS)
+    g = write_vocab_gguf(tmp_path / "harmony.gguf", "gpt2", tokens, types, pre="gpt-2", merges=merges,
+                         eos_token_id=tokens.index("<|return|>"))
+    tok = Tokenizer.from_gguf(g)
+    ids = {t: tokens.index(t) for t in HARMONY_MARKERS}
+    assert tok.eog_ids == {ids["<|return|>"], ids["<|call|>"]}
+    text = "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{}<|call|>"
+    out = tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=True)
+    assert out == text.removesuffix("<|call|>")
+    assert tok.decode([ids["<|end|>"], ids["<|start|>"]], skip_special_tokens=True) == "<|end|><|start|>"

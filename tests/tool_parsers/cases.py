@@ -37,6 +37,17 @@ def xml(name: str, **params: str) -> str:
                                                for k, v in params.items()), "</function>"])
 
 
+def harmony_call(name: str, args: str, end: str = "<|call|>", role: bool = False) -> str:
+    """A harmony (gpt-oss) call message: the recipient in the channel, as the model writes it, or
+    before the channel (role=True), as the template writes calls back."""
+    if role:
+        return f" to=functions.{name}<|channel|>commentary json<|message|>{args}{end}"
+    return f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{args}{end}"
+
+
+THOUGHT = "<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant"
+
+
 class Case(NamedTuple):
     fmt: str
     text: str
@@ -178,6 +189,31 @@ CASES = {
     "qwen_xml_typed_repair": Case(
         "qwen_xml", "<tool_call><function=add><parameter=a>True</parameter><parameter=b>2</parameter></function>"
         "</tool_call>", "", [("add", {"a": True, "b": 2})]),
+    # harmony (gpt-oss): analysis -> reasoning, final / commentary -> content, to=functions.NAME -> a call
+    "harmony_final": Case("harmony", THOUGHT + "<|channel|>final<|message|>It is sunny.", "It is sunny.", []),
+    "harmony_final_return_kept": Case("harmony", "<|channel|>final<|message|>Done.<|return|>", "Done.", []),
+    "harmony_call": Case("harmony", THOUGHT + harmony_call("get_weather", '{"city": "Paris"}', ""), "", [PARIS]),
+    "harmony_call_in_role": Case("harmony", harmony_call("add", '{"a": 1, "b": 2}', role=True), "", [ADD]),
+    # as gpt-oss wrote it in a llama.cpp trial: the recipient in the role and a <|constrain|> too
+    "harmony_role_and_constrain": Case("harmony", '<|channel|>analysis<|message|>Seattle.<|end|><|start|>assistant to=functions.'
+                                       'get_weather<|channel|>commentary <|constrain|>json<|message|>{"city": "Paris"}',
+                                       "", [PARIS]),
+    "harmony_two_calls": Case("harmony", harmony_call("get_weather", '{"city":"Paris"}') + "<|start|>assistant"
+                              + harmony_call("add", '{"a": 1, "b": 2}', role=True), "", [PARIS, ADD]),
+    "harmony_preamble": Case("harmony", "<|channel|>commentary<|message|>Let me check.<|end|><|start|>assistant"
+                             + harmony_call("get_weather", '{"city": "Paris"}'), "Let me check.", [PARIS]),
+    "harmony_call_in_analysis": Case("harmony", '<|channel|>analysis to=functions.search code<|message|>{"query": "x"}',
+                                     "", [("search", {"query": "x"})]),
+    "harmony_plain": Case("harmony", "The weather is nice.\n", "The weather is nice.\n", []),
+    "harmony_text_then_final": Case("harmony", "Hi <|start|>assistant<|channel|>final<|message|>there", "Hi there", []),
+    "harmony_unknown_tool": Case("harmony", harmony_call("rm_rf", "{}"), "{}", []),
+    "harmony_any_tool_without_list": Case("harmony", harmony_call("rm_rf", "{}"), "", [("rm_rf", {})], None),
+    "harmony_not_json": Case("harmony", harmony_call("add", "add 1 and 2"), "add 1 and 2", []),
+    "harmony_cut_off": Case("harmony", harmony_call("add", '{"a": 1, "b": 2', ""), "", [ADD]),
+    "harmony_no_arguments": Case("harmony", harmony_call("search", ""), "", [("search", {})]),
+    "harmony_unicode": Case("harmony", "<|channel|>final<|message|>café ☕ <|end|>", "café ☕ ", []),
+    "harmony_header_without_body": Case("harmony", "<|channel|>final<|end|><|start|>assistant<|channel|>final"
+                                        "<|message|>ok", "ok", []),
     # bare_json: the whole output is the call(s)
     "bare_object": Case("bare_json", ADD_JSON, "", [ADD]),
     "bare_list": Case("bare_json", f"[{GW}, {ADD_JSON}]", "", [PARIS, ADD]),

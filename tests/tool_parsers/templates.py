@@ -41,3 +41,24 @@ LLAMA32 = """{%- if tools is not none %}{{- "Given the following functions, plea
 CHATML = """{%- for message in messages -%}{{ '<|im_start|>' ~ message['role'] ~ '\\n' ~ message['content'] ~ '<|im_end|>\\n' }}
 {%- endfor -%}{%- if add_generation_prompt -%}{{ '<|im_start|>assistant\\n' }}{%- endif -%}"""
 TOOLS_ONLY_IN_TEXT = """You have no tools. {{ 'no tools here either' }}{{ messages[0]['content'] }}"""
+# gpt-oss (harmony): reasoning is read as `thinking`, only a message's first tool call is written, and
+# a tool result names the last call's function
+HARMONY = """{{- "<|start|>system<|message|>Reasoning: medium\\n\\n# Valid channels: analysis, commentary, final.<|end|>" }}
+{%- if tools %}{{- "<|start|>developer<|message|># Tools\\n\\nnamespace functions {\\n" }}
+{%- for tool in tools %}{{- "type " + tool.function.name + " = (_: " + tool.function.parameters | tojson + ") => any;\\n" }}{%- endfor %}
+{{- "} // namespace functions<|end|>" }}{%- endif %}
+{%- set last_tool_call = namespace(name=none) %}
+{%- for message in messages -%}
+{%- if message.role == 'assistant' -%}
+{%- if "tool_calls" in message %}
+{%- set tool_call = message.tool_calls[0] %}{%- if tool_call.function %}{%- set tool_call = tool_call.function %}{%- endif %}
+{%- if message.thinking %}{{- "<|start|>assistant<|channel|>analysis<|message|>" + message.thinking + "<|end|>" }}{%- endif %}
+{{- "<|start|>assistant to=functions." + tool_call.name + "<|channel|>commentary json<|message|>" }}
+{{- tool_call.arguments|tojson + "<|call|>" }}{%- set last_tool_call.name = tool_call.name %}
+{%- else %}{{- "<|start|>assistant<|channel|>final<|message|>" + message.content + "<|end|>" }}{%- endif %}
+{%- elif message.role == 'tool' -%}
+{{- "<|start|>functions." + last_tool_call.name + " to=assistant<|channel|>commentary<|message|>" + message.content|tojson + "<|end|>" }}
+{%- else -%}{{- "<|start|>" + message.role + "<|message|>" + message.content + "<|end|>" }}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"""

@@ -69,6 +69,14 @@ CASES = [
      [("get_time", '{"tz": "UTC"', True)]),
     ("qwen_xml", "<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC\n</parameter>\n</function>\n</tool", AUTO, "",
      [("get_time", '{"tz": "UTC"}', False)]),
+    # harmony: the header names the call; its body as far as written
+    ("harmony", '<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"tz": "Asia/To', AUTO, "",
+     [("get_time", ASIA, True)]),
+    ("harmony", "<|channel|>commentary to=functions.get_ti", NAMED, "", [("get_time", "", True)]),
+    ("harmony", "<|channel|>commentary to=functions.get_ti", REQUIRED, "", []),
+    ("harmony", "<|channel|>analysis<|message|>Think", AUTO, "", []),
+    ("harmony", '<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"tz": "UTC"}', NAMED, "",
+     [("get_time", '{"tz": "UTC"}', False)]),
 ]
 
 

@@ -93,9 +93,8 @@ def test_grammar_output_parses_back(fmt, byte_tokenizer):
     constraint = call_constraint(fmt, TOOLS, "required")
     grammar = constraint.lark()
     assert LLMatcher.validate_grammar(grammar, byte_tokenizer) == ""
-    key = "parameters" if fmt == "llama3_json" else "arguments"
-    good = constraint.prefix + json.dumps({"name": "add", key: {"a": 1, "b": 2}}) + constraint.suffix
-    bad = constraint.prefix + json.dumps({"name": "add", key: {"a": "x"}}) + constraint.suffix
+    good = constraint.call_text("add", {"a": 1, "b": 2})
+    bad = constraint.call_text("add", {"a": "x"})
     assert _accepts(byte_tokenizer, grammar, good) and not _accepts(byte_tokenizer, grammar, bad)
     content, calls = parse_tool_calls(good, fmt, TOOLS)
     assert content == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("add", {"a": 1, "b": 2})]
