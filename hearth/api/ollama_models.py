@@ -122,9 +122,16 @@ def _capabilities(served) -> list[str]:
     caps = ["completion", "tools"]
     if served is not None and has_fim(served.tokenizer):
         caps.append("insert")
-    if served is not None and (served.knows_reasoning or served.channels):
+    if served is not None and thinks(served):
         caps.append("thinking")
     return caps
+
+
+def thinks(served) -> bool:
+    """Ollama's "thinking" capability: the template has a reasoning channel (<think>, harmony's analysis) or
+    a switch for one (enable_thinking, reasoning_effort)."""
+    source = served.template_source or ""
+    return bool(served.knows_reasoning or served.channels or "enable_thinking" in source or "reasoning_effort" in source)
 
 
 @router.post("/api/show")

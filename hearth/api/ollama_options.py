@@ -87,15 +87,18 @@ def structured_output(fmt: str | dict | None) -> StructuredOutput | None:
     raise _bad("format", f"must be \"json\" or a JSON schema object, got {fmt!r}")
 
 
-def think_kwargs(think: bool | str | None) -> dict:
+def think_kwargs(think: bool | str | None, thinks: bool) -> dict:
     """Template variables for `think`: enable_thinking (Qwen3's and others' switch), and a level as
-    reasoning_effort (gpt-oss's; "max" is its "high", as Ollama maps it)."""
+    reasoning_effort (gpt-oss's; "max" is its "high", as Ollama maps it). thinks: the model can (a request
+    that asks one that cannot is Ollama's 400); false is taken by every model."""
     if think is None:
         return {}
+    if not isinstance(think, bool) and think not in THINK_LEVELS:
+        raise _bad("think", f"must be true, false or one of {', '.join(map(repr, THINK_LEVELS))}, got {think!r}")
+    if think is not False and not thinks:
+        raise _bad("think", "this model does not support thinking (its chat template has no reasoning channel)")
     if isinstance(think, bool):
         return {"enable_thinking": think}
-    if think not in THINK_LEVELS:
-        raise _bad("think", f"must be true, false or one of {', '.join(map(repr, THINK_LEVELS))}, got {think!r}")
     return {"enable_thinking": True, "reasoning_effort": "high" if think == "max" else think}
 
 

@@ -22,7 +22,7 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
-from hearth.api.ollama_models import resolve, served_model
+from hearth.api.ollama_models import resolve, served_model, thinks
 from hearth.api.ollama_options import (asked_logprobs, sampling_fields, structured_output, think_kwargs,
                                       unloads_now, within_context)
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
@@ -57,7 +57,7 @@ async def chat(body: ChatRequest, request: Request):
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
-    template, prefill = think_kwargs(body.think), _continued(history)
+    template, prefill = think_kwargs(body.think, thinks(served)), _continued(history)
     fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k}
 
     def fit(msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
@@ -137,7 +137,7 @@ def _generate_prompt(served, body: GenerateRequest) -> tuple[str, list[int], lis
         return body.prompt, served.encode_text(body.prompt), None
     messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
         [{"role": "user", "content": body.prompt}]
-    text = served.render_chat(openai_messages(messages), template_kwargs=think_kwargs(body.think))
+    text = served.render_chat(openai_messages(messages), template_kwargs=think_kwargs(body.think, thinks(served)))
     ids = token_ids("context", body.context, served.vocab_size) + served.encode_chat_text(text)
     return text, ids, ids
 

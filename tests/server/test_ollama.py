@@ -124,6 +124,20 @@ def test_think_sets_the_templates_switch(make_fake):
     assert r.status_code == 400 and r.json()["error"].startswith("think: ")
 
 
+def test_think_on_a_model_without_thinking_is_ollamas_400(make_fake):
+    """Ollama's rule: `think: true` (or a level) asks a model whose template has no reasoning channel nor switch
+    for one: a 400 (the answer would come without thinking); `false` is taken by every model."""
+    fake = make_fake(template=CHATML_NO_TOOLS)
+    assert "thinking" not in fake.client.post("/api/show", json={"model": "fake-model"}).json()["capabilities"]
+    for think in (True, "high"):
+        r = chat(fake, "hi", stream=False, think=think)
+        assert r.status_code == 400 and r.json()["error"] == ("think: this model does not support thinking "
+                                                              "(its chat template has no reasoning channel)")
+        r = fake.client.post("/api/generate", json={"model": "fake-model", "prompt": "hi", "think": think})
+        assert r.status_code == 400
+    assert chat(fake, "hi", stream=False, think=False).status_code == 200
+
+
 def test_history_with_calls_and_results_by_tool_name(fake):
     messages = [{"role": "user", "content": "weather in Paris and Rome?"},
                 {"role": "assistant", "content": "", "thinking": "two cities",
