@@ -161,6 +161,8 @@ class CausalLM(nn.Module):
     """Subclasses set `spec` and implement `config_from_gguf`."""
 
     spec = ArchSpec()
+    lora = None
+    """LoraRows once adapters are attached (hearth.models.lora): the step's scales, set by the runner."""
 
     def __init__(self, cfg: ModelConfig, g: GGUFFile, backend, progress=None):
         super().__init__()
@@ -200,6 +202,8 @@ class CausalLM(nn.Module):
             x.mul_(self.embed_scale)
         if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
             out_rows = None
+        if self.lora is not None:  # the last layer's o and MLP see only out_rows: their scales
+            self.lora.out_rows = out_rows
         last = len(self.layers) - 1
         done = 0
         if self.stack is not None:
