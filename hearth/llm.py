@@ -109,10 +109,11 @@ class LLM:
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         mc = self.model_config
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
-        regimes = self.backend.row_regimes(self.model, codec.quantized)
+        # a step with an adapter on runs op by op: its rows are not the fused decode's bit for bit
+        regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
-            self.speculation_off = (("with LoRA adapters the layers run op by op, where" if self.lora else
+            self.speculation_off = (("with LoRA adapters on, the layers run op by op, where" if self.lora else
                                      "without the native kernels") + " a verify row is not computed bit for bit as "
                                     "a decode row, so drafts would not be lossless"
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))

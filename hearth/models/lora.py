@@ -2,8 +2,10 @@
 base file and lands as a term on the linear holding that matrix (q, k and v within q|k|v; gate and up
 within gate|up), computed at run time with each row's scale (hearth.layers.lora).
 
-The fused native layer computes no such term: a model with adapters sets ArchSpec.lora, which the
-backends' fused forms refuse (hearth.models.arch_spec), so its layers run op by op."""
+The fused native layer computes no such term: a step where an adapter is on runs each layer with the ops
+its backend gives ArchSpec.lora, which the fused forms refuse (hearth.models.arch_spec): op by op. A step
+where every row's scales are 0 (the base model's requests) keeps the fused forms, which read the base
+weights alone."""
 
 from __future__ import annotations
 
@@ -51,10 +53,22 @@ def attach_lora(model, g: GGUFFile, adapters: list[LoraFile]) -> LoraRows:
         setattr(owner, attr, LoraLinear(getattr(owner, attr), rows, ts))
     model.spec = replace(model.spec, lora=True)
     for layer in model.layers:  # asked again: the fused forms refuse ArchSpec.lora
-        layer.ops = model.backend.layer_ops(layer, model.spec)
-    model.stack = model.backend.stack(list(model.layers))
+        layer.lora_ops = _LoraOps(model.backend.layer_ops(layer, model.spec), rows)
     model.lora = rows
     return rows
+
+
+class _LoraOps:
+    """A backend's ops for ArchSpec.lora, and whether this step needs them (LoraRows.scales)."""
+
+    def __init__(self, ops, rows: LoraRows):
+        self.ops, self.rows = ops, rows
+
+    def idle(self) -> bool:
+        return self.rows.scales is None
+
+    def for_rows(self, rows: int):
+        return self.ops.for_rows(rows)
 
 
 def _target(f: LoraFile, g: GGUFFile, name: str) -> tuple[int, str, int]:
