@@ -20,16 +20,13 @@ class LoraRows:
         self.num_adapters = num_adapters
         self.scales: torch.Tensor | None = None
         """[T, n] or [1, n] (every row alike) f32; None: every scale is 0 this step (no term computed)."""
-        self.active: frozenset[int] = frozenset()
-        """Adapters with a nonzero scale on some row this step."""
         self.out_rows: list[int] | None = None
         """The rows that go past the last layer's attention (CausalLM.forward's out_rows)."""
 
     def set(self, per_seq: list[tuple[float, ...]], rows: list[int]) -> None:
         """per_seq: each sequence's scales (one per adapter), rows: its rows this step."""
         self.out_rows = None
-        self.active = frozenset(j for j in range(self.num_adapters) if any(s[j] for s in per_seq))
-        if not self.active:
+        if not any(any(s) for s in per_seq):
             self.scales = None
         elif len(set(per_seq)) == 1:
             self.scales = torch.tensor([per_seq[0]], dtype=torch.float32)
@@ -59,27 +56,39 @@ class LoraTerm:
 
 class LoraLinear(nn.Module):
     """A linear with low-rank terms; the same interface (in_features, out_features, in_dtype, bias,
-    weight_bytes), output in the input's dtype."""
+    weight_bytes), output in the input's dtype. Its terms are stacked into one pair, so a step costs two
+    small matmuls per linear whatever the number of terms (q, k and v; several adapters): the A's
+    along the rank, each B in its own output rows and rank columns (zeros elsewhere)."""
 
     def __init__(self, base: nn.Module, rows: LoraRows, terms: list[LoraTerm]):
         super().__init__()
-        self.base, self.rows, self.terms = base, rows, terms
+        self.base, self.rows = base, rows
         self.in_features, self.out_features = base.in_features, base.out_features
         self.in_dtype, self.bias = base.in_dtype, base.bias
+        ranks = [t.a.shape[0] for t in terms]
+        self.a_t = torch.cat([t.a for t in terms]).T.contiguous()  # [in, R], R = the ranks' sum
+        self.b_t = torch.zeros(sum(ranks), self.out_features)  # [R, out]: contiguous, a GEMV's fast layout
+        col = 0
+        for t, r in zip(terms, ranks):
+            self.b_t[col:col + r, t.start:t.start + t.b.shape[0]] = t.b.T
+            col += r
+        self.col_adapter = torch.tensor([t.adapter for t, r in zip(terms, ranks) for _ in range(r)])  # [R]
+        self.col_factor = torch.tensor([t.factor for t, r in zip(terms, ranks) for _ in range(r)])  # [R] f32
 
     @property
     def weight_bytes(self) -> int:
-        return self.base.weight_bytes + sum(t.a.nbytes + t.b.nbytes for t in self.terms)
+        return self.base.weight_bytes + self.a_t.nbytes + self.b_t.nbytes
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [..., K] -> [..., N]
         y = self.base(x)
         x2 = x.reshape(-1, self.in_features)
-        scales = self.rows.take(x2.shape[0])
+        scales = self.rows.take(x2.shape[0])  # [T or 1, adapters]
         if scales is None:
             return y
-        y2, xf = y.reshape(-1, self.out_features).float(), x2.float()
-        for t in self.terms:
-            if t.adapter in self.rows.active:
-                h = (xf @ t.a.T) * (scales[:, t.adapter:t.adapter + 1] * t.factor)  # [T, rank]
-                y2[:, t.start:t.start + t.b.shape[0]] += h @ t.b.T
-        return y2.to(y.dtype).view(y.shape)
+        h = torch.mm(x2.float(), self.a_t).mul_(scales[:, self.col_adapter] * self.col_factor)  # [T, R]
+        y2 = y.view(-1, self.out_features)
+        if y2.dtype == torch.float32:
+            y2.addmm_(h, self.b_t)
+        else:  # a bf16 output: the f32 term rounded once, as it is added
+            y2.add_(torch.mm(h, self.b_t))
+        return y
