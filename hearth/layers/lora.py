@@ -85,6 +85,10 @@ class LoraLinear(nn.Module):
         scales = self.rows.take(x2.shape[0])  # [T or 1, adapters]
         if scales is None:
             return y
+        if self.a_t.device != x.device:  # a backend on another device (cuda): the terms follow its activations, once
+            self.a_t, self.b_t, self.col_adapter, self.col_factor = (
+                t.to(x.device) for t in (self.a_t, self.b_t, self.col_adapter, self.col_factor))
+        scales = scales.to(x.device)
         h = torch.mm(x2.float(), self.a_t).mul_(scales[:, self.col_adapter] * self.col_factor)  # [T, R]
         y2 = y.view(-1, self.out_features)
         if y2.dtype == torch.float32:
