@@ -166,6 +166,9 @@ class EngineConfig:
     "beta_slow"} (transformers' keys; N defaults to the file's original context); None = the file's."""
     chat_template: str | None = None
     """A Jinja chat template in place of the GGUF's (vLLM's --chat-template); None = the file's."""
+    lora: list = field(default_factory=list)
+    """LoRA adapters (llama.cpp's GGUF adapters) as [(path, scale), ...], llama-server's --lora FILE
+    (scale 1) / --lora-scaled FILE SCALE: adapter j is id j (GET/POST /lora-adapters, a request's `lora`)."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

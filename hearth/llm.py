@@ -15,7 +15,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from hearth import llm_draft
+from hearth import llm_draft, llm_lora
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
@@ -97,6 +97,7 @@ class LLM:
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
             spec.check_context(context_to_run(cfg.max_model_len, run_context(self.gguf, cfg.rope_scaling), quiet=True))
         draft_gguf = llm_draft.draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
+        adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
@@ -104,13 +105,16 @@ class LLM:
                                                        parse_rope_scaling(cfg.rope_scaling))
         finally:
             torch.set_num_threads(threads)
+        self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         mc = self.model_config
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
-        regimes = self.backend.row_regimes(self.model, codec.quantized)
+        # a step with an adapter on runs op by op: its rows are not the fused decode's bit for bit
+        regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
-            self.speculation_off = ("without the native kernels a verify row is not computed bit for bit as a "
-                                    "decode row, so drafts would not be lossless"
+            self.speculation_off = (("with LoRA adapters on, the layers run op by op, where" if self.lora else
+                                     "without the native kernels") + " a verify row is not computed bit for bit as "
+                                    "a decode row, so drafts would not be lossless"
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
             log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
@@ -145,7 +149,7 @@ class LLM:
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.gguf.parts, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk,
-                            seals_full_blocks=codec.quantized)
+                            seals_full_blocks=codec.quantized, lora=self.lora)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         if spec is not None and draft is not None:
@@ -161,7 +165,7 @@ class LLM:
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size, policy,
                                  # a context the cache caps is not raised by --max-model-len: no such hint
                                  model_context=mc.context_length if self.max_model_len == context else
-                                 self.max_model_len, max_logprobs=cfg.max_logprobs)
+                                 self.max_model_len, max_logprobs=cfg.max_logprobs, lora=self.lora)
         self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self.load_time = time.perf_counter() - t0

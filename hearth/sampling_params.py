@@ -95,6 +95,10 @@ class SamplingParams:
     """Only for embeddings: pool the prompt's final hidden states (POOLINGS) into the request's
     EngineOutput.embedding, L2-normalized. "mean" reads every prompt row, so the request takes no
     prefix-cache hit (as prompt_logprobs); "last" reads the row that samples."""
+    lora: dict[int, float] | None = None
+    """LoRA adapter id -> scale for this request (llama-server's "lora": [{"id": 0, "scale": 0.5}]); the
+    adapters it does not name run at 0. None: the engine's scales (--lora, POST /lora-adapters). The
+    engine replaces it with every adapter's scale (hearth.engine.lora_adapters)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -116,9 +116,10 @@ MATRIX_TYPES = {"F32": Q.F32, "F16": Q.F16, "Q8_0": Q.Q8_0, "IQ4_NL": Q.IQ4_NL, 
 
 
 def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, chat_template: str | None = None,
-                    split_max_tensors: int = 0, **dims) -> TinyDims:
+                    split_max_tensors: int = 0, adjust=None, **dims) -> TinyDims:
     """Write a random `arch` model to `path`; dims override DEFAULT_DIMS[arch]; chat_template: the
-    tokenizer's template (default: none, as a base model's GGUF). Returns the dims."""
+    tokenizer's template (default: none, as a base model's GGUF); adjust(name, f32 array) -> the array
+    written (a LoRA merged into the weights). Returns the dims."""
     d = replace(DEFAULT_DIMS[arch], **dims)
     layout = LAYOUTS[arch]
     rng = np.random.default_rng(seed)
@@ -129,7 +130,7 @@ def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, chat_
     if chat_template is not None:
         w.add_chat_template(chat_template)
     for name, value in _tensors(rng, d, layout):
-        _add_tensor(w, name, value, MATRIX_TYPES[qtype])
+        _add_tensor(w, name, value if adjust is None else adjust(name, value), MATRIX_TYPES[qtype])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

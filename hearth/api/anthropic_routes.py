@@ -86,7 +86,7 @@ async def messages(body: MessagesRequest, request: Request):
     served = await state.models.get(body.model)
     guard, plan, parallel = _guarded(served, body, state.config.tool_guard, body.hearth)
     text, ids = _prompt(served, body, guard, plan)
-    fields = {**common_fields(body), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
+    fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
     history = guard.history
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,

@@ -11,8 +11,8 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import Response
 
-from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, ollama_embed,
-                        ollama_models, ollama_routes, openai_chat, openai_completions, openai_routes, props,
+from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, lora_routes,
+                        ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions, openai_routes, props,
                         responses_routes, slots)
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
@@ -71,7 +71,8 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
     for module in (openai_routes, openai_chat, openai_completions, embeddings, responses_routes, anthropic_routes,
-                   infill_routes, completion_routes, slots, props, ollama_routes, ollama_embed, ollama_models, chat_page):
+                   infill_routes, completion_routes, slots, props, lora_routes, ollama_routes, ollama_embed,
+                   ollama_models, chat_page):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth

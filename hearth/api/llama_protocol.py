@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
-from hearth.api.openai_protocol import _Request
+from hearth.api.openai_protocol import LoraEntry, _Request
 
 
 class LlamaOptions(_Request):
@@ -45,6 +45,8 @@ class LlamaOptions(_Request):
     """The answer follows this JSON schema ({}: any JSON value), as llama-server's (hearth.api.guided)."""
     grammar: Any = None
     """The answer follows this GBNF grammar (or Lark in llguidance's dialect); "" is none."""
+    lora: list[LoraEntry] | None = None
+    """Per-request LoRA scales, the adapters not listed at 0 (as llama-server's)."""
     cache_prompt: StrictBool = True
     """Accepted, and always true here: hearth's prefix cache gives the same tokens either way."""
 

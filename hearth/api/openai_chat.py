@@ -93,7 +93,7 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
     k = check_logprobs("top_logprobs", body.top_logprobs, served)
     if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
         raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
-    return {**common_fields(body), "n": body.n, "stop": stop_list(body.stop),
+    return {**common_fields(body, served), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
             "logit_bias": logit_bias(body.logit_bias, served.vocab_size),

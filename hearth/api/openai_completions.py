@@ -55,7 +55,7 @@ async def completions(body: CompletionRequest, request: Request):
         cap = state.limits.max_tokens or max_tokens  # left and the server's --max-tokens-limit
         max_tokens = max(1, min(max_tokens, cap, served.max_model_len - longest))
     params = make_params({
-        **common_fields(body), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
+        **common_fields(body, served), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
         "logit_bias": logit_bias(body.logit_bias, served.vocab_size),
         "logprobs": k, "prompt_logprobs": engine_k,

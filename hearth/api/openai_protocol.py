@@ -76,6 +76,12 @@ class ResponseFormat(_Body):
     json_schema: JSONSchemaFormat | None = None
 
 
+class LoraEntry(_Body):
+    """One adapter's scale for this request (llama-server's `lora` entries; GET /lora-adapters lists the ids)."""
+    id: StrictInt
+    scale: StrictFloat
+
+
 class SamplingScalars(_Request):
     """The sampling knobs every OpenAI request body has (chat, completions, Responses)."""
 
@@ -92,6 +98,8 @@ class SamplingScalars(_Request):
     seed: StrictInt | None = None
     stream: StrictBool = False
     user: str | None = None
+    lora: list[LoraEntry] | None = None
+    """llama-server's per-request LoRA scales; the adapters not listed run at 0 (hearth.api.sampling.lora_scales)."""
 
 
 class SamplingFields(SamplingScalars):

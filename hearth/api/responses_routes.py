@@ -82,7 +82,7 @@ async def create_response(body: ResponsesRequest, request: Request):
 
     prompt, ids = guard.fit(render, conversation, served.max_model_len, body.max_output_tokens,
                            served.model_context)
-    fields = {**common_fields(body), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt,
+    fields = {**common_fields(body, served), "max_tokens": body.max_output_tokens, "structured_output": plan.constraint or fmt,
               "logprobs": logprobs}
 
     def reprompt(extra: list[dict]) -> list[int]:

@@ -59,14 +59,20 @@ class ServedModel:
     """The type most of its weight matrices have (Q4_K, Q4_1, ...; "": not known): Ollama's quantization_level."""
     file_size: int = 0
     """The model's bytes, every part of a split GGUF's (0: not known; then `path`'s): Ollama's `size`."""
+    lora: Any = None
+    """Its LoRA adapters and their global scales (hearth.engine.lora_adapters.LoraAdapters; None: none):
+    GET/POST /lora-adapters, a request's `lora`."""
+    lora_names: dict[str, int] = field(default_factory=dict)
+    """vLLM's --lora-modules: a request whose `model` is one of these names runs that adapter at scale 1."""
 
     @classmethod
-    def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = ()) -> ServedModel:
+    def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = (),
+                 lora_names: dict[str, int] | None = None) -> ServedModel:
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
                    max_logprobs=llm.config.max_logprobs, file_names=list(file_names), path=str(llm.path),
                    pooling=llm.model_config.pooling, embedding_size=llm.model_config.hidden_size,
-                   **gguf_facts(llm.gguf))
+                   lora=llm.lora, lora_names=dict(lora_names or {}), **gguf_facts(llm.gguf))
 
     @property
     def name(self) -> str:

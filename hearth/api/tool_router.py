@@ -143,7 +143,7 @@ async def _attempt(state, small, ask: Ask, render: Render, req: ChoicesRequest, 
     # within the small model's room too: its context may be shorter than the one the request was checked against
     cap = max(1, min(req.fields.get("max_tokens") or PROBE_MAX_TOKENS, PROBE_MAX_TOKENS, small.max_model_len - len(ids)))
     fields = {**req.fields, "structured_output": plan.constraint, "logprobs": None, "prompt_logprobs": None,
-              "max_tokens": cap}
+              "max_tokens": cap, "lora": None}  # the adapters are the main model's
     # one call: the grammar then ends the output after it, so any text is text instead of a call
     probe = replace(req, served=small, plan=plan, prompt=prompt, ids=ids, fields=fields, guard=guard,
                     parallel=False, reprompt=_no_reprompt)

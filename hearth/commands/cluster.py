@@ -43,6 +43,9 @@ def main(args: argparse.Namespace) -> int:
     configure_logging(args.log_level)
     if args.threads:
         raise ClusterError("use --threads-per-replica, not --threads, with hearth cluster serve")
+    if getattr(args, "lora_adapters", None):  # the front end holds no adapter table: /lora-adapters, names
+        raise ClusterError("hearth cluster serve takes no LoRA adapters yet (--lora, --lora-scaled, --lora-modules): "
+                           "serve them with hearth serve")
     if len(args.model) > 1 or args.models:
         raise ClusterError("hearth cluster serve runs replicas of one model: give one MODEL, no --models")
     args.model = args.model[0] if args.model else DEFAULT_MODEL

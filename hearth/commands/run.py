@@ -13,6 +13,7 @@ import time
 from dataclasses import replace
 
 from hearth.commands.prompt_line import TerminalLines
+from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.rope_flags import add_rope_arguments, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
@@ -68,6 +69,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_rope_arguments(p)  # serve's flags, parsed and checked by the same code
     add_template_arguments(p)
     add_speculation_arguments(p)
+    add_lora_arguments(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -89,7 +91,7 @@ def main(args: argparse.Namespace) -> int:
         check_drafts_fit(speculation, header_context(args.model, args.ctx, rope)[0], k_flag(args))
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
-              speculative_config=speculation, rope_scaling=rope, chat_template=template)
+              speculative_config=speculation, rope_scaling=rope, chat_template=template, lora=lora_entries(args))
     check_max_tokens_fit(args.max_tokens, llm.max_model_len, llm.engine.model_context)
     chat, note = conversation(args, llm)
     if args.system and not chat:

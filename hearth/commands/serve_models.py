@@ -25,6 +25,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from hearth.commands.lora_flags import lora_names
 from hearth.commands.rope_flags import rope_scaling
 from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
 from hearth.errors import HearthError
@@ -191,6 +192,8 @@ def build_pool(args: argparse.Namespace):
     given = with_router(entries(args), getattr(args, "router", None))
     paths = [_resolve(e) for e in given]
     names = [model_names(e, p) for e, p in zip(given, paths)]
+    if names:  # vLLM's --lora-modules: the first model's, listed as its aliases
+        names[0] += [n for n in lora_names(args) if n not in names[0]]
     unique_names(names, given)
     files = [file_names(e, p, n) for e, p, n in zip(given, paths, names)]
     routers = router_configs(given, [n + f for n, f in zip(names, files)], getattr(args, "router", None),
@@ -243,6 +246,7 @@ class Loader:
         import torch
 
         self.args, self.by_id = args, by_id
+        self.first = next(iter(by_id), None)  # the model --lora's adapters are for
         self.default_threads = args.threads or torch.get_num_threads()
 
     def __call__(self, spec):
@@ -260,13 +264,15 @@ class Loader:
         threads = entry.threads or self.default_threads
         llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
-                                "speculative_config": speculation})
+                                "speculative_config": speculation,
+                                "lora": engine_args(a)["lora"] if spec.name == self.first else []})
         llm.runner.grammar.prepare_in_background()
         if line := _speculation(llm, llm.config.speculative_config):
             print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
-        return ServedModel.from_llm(llm, spec.names, engine, spec.file_names)
+        return ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
+                                    lora_names(a) if spec.name == self.first else None)
 
 
 def _speculation(llm, asked: dict | None) -> str:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hearth.config import MAX_LOGPROBS
 from hearth.engine.detokenizer import IncrementalDetokenizer
+from hearth.engine.lora_adapters import LoraAdapters
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
@@ -63,10 +64,12 @@ class GrammarDraftStats:
 class EngineCore:
     def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int,
                  spec: SpeculativeDecoder | None = None, model_context: int | None = None,
-                 max_logprobs: int = MAX_LOGPROBS):
+                 max_logprobs: int = MAX_LOGPROBS, lora: LoraAdapters | None = None):
         """spec: proposes draft tokens before each step (None: one token per sequence and step).
         model_context: the model's own context (max_model_len is at most it; None: unknown).
-        max_logprobs: EngineConfig's, the most top logprobs a request may ask per token (-1: no cap)."""
+        max_logprobs: EngineConfig's, the most top logprobs a request may ask per token (-1: no cap).
+        lora: the model's LoRA adapters and their global scales (None: none loaded)."""
+        self.lora = lora
         self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
         self.spec = spec
         self.grammar_drafts = GrammarDraftStats()
@@ -94,6 +97,7 @@ class EngineCore:
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs)
+        (self.lora or LoraAdapters([], [])).check(params.lora)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False) -> str:
@@ -104,6 +108,8 @@ class EngineCore:
         if rid in self.detokenizers:  # a second one would take over the first's detokenizer and state
             raise ValueError(f"request id {rid!r} is already in the engine")
         eos = frozenset(self.tokenizer.eog_ids)
+        if self.lora is not None:  # every adapter's scale, fixed for the request (its K/V's cache key)
+            params = replace(params, lora=self.lora.resolve(params.lora))
         self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len))
         self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)
         return rid

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hearth.engine.block_pool import BlockPool
+from hearth.engine.lora_adapters import LoraAdapters
 from hearth.engine.request import Request
 from hearth.kvstore.block_hash import chain_hashes, hash_block, root_hash
 from hearth.kvstore.disk import DiskKVStore
@@ -32,7 +33,11 @@ class PrefixCacheStats:
 
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, cache_key: bytes = b"",
-                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, seals_full_blocks: bool = False):
+                 enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, seals_full_blocks: bool = False,
+                 lora: LoraAdapters | None = None):
+        """lora: the model's adapters; a request's nonzero ones key its blocks (its root), so K/V computed
+        with one adapter or scale is never reused for another."""
+        self.lora = lora
         self.block_size = block_size
         self.seals_full_blocks = seals_full_blocks
         """A quantized format encodes a block when its last slot is written (hearth.kvstore.paged):
@@ -49,6 +54,10 @@ class KVCacheManager:
         self._given_back: set[bytes] = set()
         """Hashes whose save a failed step gave back: one more failure drops them (unsaved)."""
 
+    def _root(self, req: Request) -> bytes:
+        salt = b"" if self.lora is None else self.lora.cache_salt(req.params.lora)
+        return root_hash(self.cache_key + b"|lora:" + salt) if salt else self.cache_key
+
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
@@ -56,7 +65,7 @@ class KVCacheManager:
         """The chained hashes of req's first num_blocks full blocks, computed once per request."""
         hashes, bs = req.block_hashes, self.block_size
         while len(hashes) < num_blocks:
-            parent = hashes[-1] if hashes else self.cache_key
+            parent = hashes[-1] if hashes else self._root(req)
             hashes.append(hash_block(parent, req.token_slice(len(hashes) * bs, bs)))
         return hashes[:num_blocks]
 

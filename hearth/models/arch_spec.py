@@ -28,6 +28,8 @@ class ArchSpec:
     """Multiply embeddings by sqrt(hidden_size) (gemma)."""
     moe: bool = False
     """Routed experts in place of the dense MLP (qwen3moe: hearth.models.moe)."""
+    lora: bool = False
+    """Low-rank adapter terms on the linears, each row's own scale (hearth.models.lora)."""
 
 
 Implements = Mapping[str, Collection | None]

@@ -118,6 +118,9 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    lora_ops = None
+    """With LoRA adapters (hearth.models.lora): the ops of the steps where one is on (idle(): none is)."""
+
     def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors: RopeFactors | None):
         super().__init__()
         p, eps = f"blk.{i}.", cfg.rms_norm_eps
@@ -140,7 +143,7 @@ class DecoderLayer(nn.Module):
         """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows
         (the model's last layer: every row's K/V is stored, only the sampled rows go on)."""
         T = x.shape[0]
-        ops = self.ops.for_rows(T)
+        ops = (self.ops if self.lora_ops is None or self.lora_ops.idle() else self.lora_ops).for_rows(T)
         done = ops.whole(self, x, positions, meta, kv_cache, out_rows)
         if done is not None:
             return done
@@ -161,6 +164,8 @@ class CausalLM(nn.Module):
     """Subclasses set `spec` and implement `config_from_gguf`."""
 
     spec = ArchSpec()
+    lora = None
+    """LoraRows once adapters are attached (hearth.models.lora): the step's scales, set by the runner."""
 
     def __init__(self, cfg: ModelConfig, g: GGUFFile, backend, progress=None):
         super().__init__()
@@ -200,9 +205,11 @@ class CausalLM(nn.Module):
             x.mul_(self.embed_scale)
         if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
             out_rows = None
+        if self.lora is not None:  # the last layer's o and MLP see only out_rows: their scales
+            self.lora.out_rows = out_rows
         last = len(self.layers) - 1
         done = 0
-        if self.stack is not None:
+        if self.stack is not None and (self.lora is None or self.lora.scales is None):  # no adapter term this step
             done, x = self.stack.run(x, positions, meta, kv_caches, out_rows)
         for i in range(done, len(self.layers)):
             x = self.layers[i](x, positions, meta, kv_caches[i], out_rows if i == last else None)

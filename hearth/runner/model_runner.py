@@ -235,6 +235,9 @@ class ModelRunner:
             seq_lens.append(s.start_pos + n)
             tables.append(s.block_ids)
         meta = self.backend.metadata(qsl, seq_lens, tables, slots, bs, trees)
+        if (rows := getattr(self.model, "lora", None)) is not None:  # each sequence's adapter scales on its rows
+            rows.set([tuple((s.params.lora or {}).get(j, 0.0) for j in range(rows.num_adapters)) for s in so.seqs],
+                     [s.num_tokens for s in so.seqs])
         if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
             meta.kv_plan = self.staging.plan(
                 [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)

@@ -1,0 +1,65 @@
+"""LoRA adapter flags on `hearth serve` and `hearth run`, in llama-server's spelling (--lora FILE,
+--lora-scaled FILE SCALE, --lora-init-without-apply; ids in the order given) and vLLM's (--enable-lora,
+--lora-modules NAME=FILE: a request selects the adapter by sending NAME as its `model`) ->
+EngineConfig.lora. With several models the adapters are the first model's."""
+
+from __future__ import annotations
+
+import argparse
+
+from hearth.errors import HearthError
+
+
+class _Append(argparse.Action):
+    """Every adapter flag appends (path, scale, name) to one list, so ids follow the command line's order."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        adapters = list(getattr(namespace, "lora_adapters", None) or [])
+        if option_string == "--lora-scaled":
+            path, scale = values
+            try:
+                scale = float(scale)
+            except ValueError:
+                parser.error(f"--lora-scaled {path} {scale}: SCALE must be a number")
+            adapters.append((path, scale, None))
+        elif option_string == "--lora-modules":
+            for module in values:
+                name, sep, path = module.partition("=")
+                if not sep or not name or not path:
+                    parser.error(f"--lora-modules takes NAME=FILE, not {module!r}")
+                adapters.append((path, 1.0, name))
+        else:
+            adapters.append((values, 1.0, None))
+        namespace.lora_adapters = adapters
+
+
+def add_lora_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("LoRA adapters (llama.cpp's GGUF adapters, convert_lora_to_gguf.py)")
+    g.add_argument("--lora", action=_Append, metavar="FILE", dest="lora_adapters",
+                   help="apply this adapter at scale 1; repeat for more (ids 0, 1, ... in the order given)")
+    g.add_argument("--lora-scaled", action=_Append, nargs=2, metavar=("FILE", "SCALE"), dest="lora_adapters",
+                   help="apply this adapter at SCALE (x alpha/rank, as llama.cpp)")
+    g.add_argument("--lora-modules", action=_Append, nargs="+", metavar="NAME=FILE", dest="lora_adapters",
+                   help="vLLM's: adapters a request selects by sending NAME as its model (at scale 1; the "
+                        "server's own model runs without them)")
+    g.add_argument("--lora-init-without-apply", action="store_true",
+                   help="load the adapters at scale 0 (POST /lora-adapters or a request's lora sets them)")
+    g.add_argument("--enable-lora", action="store_true", help="vLLM's switch; adapters need none here")
+
+
+def lora_entries(args: argparse.Namespace) -> list[tuple[str, float]]:
+    """EngineConfig.lora: (path, scale) per adapter; vLLM's modules and --lora-init-without-apply at 0."""
+    off = getattr(args, "lora_init_without_apply", False)
+    return [(path, 0.0 if off or name is not None else scale)
+            for path, scale, name in getattr(args, "lora_adapters", None) or []]
+
+
+def lora_names(args: argparse.Namespace) -> dict[str, int]:
+    """--lora-modules' NAME -> the adapter's id."""
+    names = {}
+    for j, (_, _, name) in enumerate(getattr(args, "lora_adapters", None) or []):
+        if name is not None:
+            if name in names:
+                raise HearthError(f"--lora-modules names {name!r} twice")
+            names[name] = j
+    return names

@@ -1,0 +1,33 @@
+"""The LLM's LoRA adapters (EngineConfig.lora): read and checked before the model loads, attached to it
+after (hearth.models.lora), and their table for the engine (hearth.engine.lora_adapters)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from hearth.engine.lora_adapters import LoraAdapters
+from hearth.errors import HearthError
+from hearth.loader.fingerprint import model_fingerprint
+from hearth.loader.lora_file import LoraFile, read_lora
+from hearth.models.lora import attach_lora
+
+
+def read_adapters(entries: list) -> list[LoraFile]:
+    """EngineConfig.lora's files, each checked to be a LoRA adapter; a bad entry is one line."""
+    files = []
+    for entry in entries:
+        if not isinstance(entry, (list, tuple)) or len(entry) != 2 or isinstance(entry[1], bool) \
+                or not isinstance(entry[1], (int, float)) or not math.isfinite(entry[1]):
+            raise HearthError(f"--lora-scaled takes FILE SCALE (a finite number), not {entry!r}")
+        files.append(read_lora(Path(entry[0]).expanduser()))
+    return files
+
+
+def attach(model, g, files: list[LoraFile], entries: list) -> LoraAdapters | None:
+    """The adapters on the model, and the engine's table of them (None: no adapters)."""
+    if not files:
+        return None
+    attach_lora(model, g, files)
+    return LoraAdapters([str(f.path) for f in files], [float(s) for _, s in entries],
+                        [model_fingerprint(f.path) for f in files])

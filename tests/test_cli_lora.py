@@ -1,0 +1,42 @@
+"""`hearth run` / `hearth serve` LoRA flags: llama-server's and vLLM's spellings in the order given (the
+adapters' ids), the adapter's answer as the library gives it, and a file that is no adapter one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth.cli import command_parser, main
+from hearth.commands.lora_flags import lora_entries, lora_names
+from tests.test_cli import GREEDY, PROMPT
+from tests.test_llm_lora import files  # noqa: F401  (the module's files fixture)
+
+
+def test_flags_keep_their_order_and_spellings():
+    args = command_parser("serve").parse_intermixed_args(
+        ["m", "--lora", "a.gguf", "--lora-scaled", "b.gguf", "0.5", "--enable-lora", "--lora-modules", "x=c.gguf",
+         "y=d.gguf"])
+    assert lora_entries(args) == [("a.gguf", 1.0), ("b.gguf", 0.5), ("c.gguf", 0.0), ("d.gguf", 0.0)]
+    assert lora_names(args) == {"x": 2, "y": 3}
+    off = command_parser("run").parse_intermixed_args(["m", "--lora", "a.gguf", "--lora-init-without-apply"])
+    assert lora_entries(off) == [("a.gguf", 0.0)]
+
+
+@pytest.mark.parametrize("argv, needle", [(["--lora-scaled", "a.gguf", "half"], "SCALE must be a number"),
+                                          (["--lora-modules", "nameless.gguf"], "takes NAME=FILE")])
+def test_bad_flags_are_one_line(argv, needle, capsys):
+    with pytest.raises(SystemExit):
+        command_parser("serve").parse_intermixed_args(["m", *argv])
+    assert needle in capsys.readouterr().err
+
+
+def test_run_answers_with_the_adapter(files, capsys):  # noqa: F811
+    from hearth import LLM, SamplingParams
+
+    base, adapter = str(files / "base.gguf"), str(files / "adapter.gguf")
+    llm = LLM(base, progress=False, max_model_len=256, max_num_seqs=1, lora=[(adapter, 0.5)])
+    expected = llm.generate(PROMPT, SamplingParams(temperature=0, max_tokens=6))[0].outputs[0].text
+    assert main(["run", base, PROMPT, *GREEDY, "--raw", "--lora-scaled", adapter, "0.5"]) == 0
+    assert capsys.readouterr().out == expected + "\n"
+    assert main(["run", base, PROMPT, *GREEDY, "--raw", "--lora", base]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a LoRA adapter" in err[0], err
