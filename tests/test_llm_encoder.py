@@ -72,3 +72,12 @@ def test_hearth_run_refuses_an_embedding_model(encoder_file, capsys):
     assert cli_main(["run", str(encoder_file), "hello"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert "is an embedding model" in err[-1] and "hearth serve" in err[-1] and "Traceback" not in "".join(err)
+
+
+def test_served_footprint_has_no_kv_cache(encoder_file):
+    """The memory planner counts an encoder's weights and activations, never a KV cache it has not."""
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.memory.serving import served_footprint
+
+    f = served_footprint(GGUFFile(encoder_file), 0, "auto", 16, 2.0)
+    assert f.kv == 0 and f.weights > 0 and f.context == 64

@@ -31,6 +31,11 @@ def model_class(arch: str):
     return getattr(importlib.import_module(module), name)
 
 
+def embeds_only(arch: str) -> bool:
+    """An encoder architecture (hearth.models.encoder): embeddings only, no KV cache."""
+    return arch in ARCHITECTURES and getattr(model_class(arch), "embeds_only", False)
+
+
 def load_model(g: GGUFFile, backend, progress=None, rope_scaling: YarnScaling | LinearScaling | None = None):
     """Build the model for a GGUF file on a backend (hearth.backends.select) -> (model, ModelConfig);
     rope_scaling: the engine's, over the file's."""

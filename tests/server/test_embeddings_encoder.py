@@ -99,3 +99,16 @@ def test_hearth_serve_an_encoder_gguf(model_file, tmp_path):
             assert ollama_vector == pytest.approx(vectors[0], abs=ATOL)
     finally:
         stop(proc)
+
+
+def test_the_whole_context_is_the_inputs(client, served):
+    """An encoder computes no token past its input: 64 tokens fit a 64-token context, 65 are a 400."""
+    assert served.max_model_len == 64
+    ok = client.post("/v1/embeddings", json={"model": "tiny-bert", "input": [[101] * 64]})
+    assert ok.status_code == 200, ok.text
+    r = client.post("/v1/embeddings", json={"model": "tiny-bert", "input": [[101] * 65]})
+    assert r.status_code == 400 and "more than the context holds for one (64)" in r.text, r.text
+
+
+def test_ollama_show_says_embedding(client):
+    assert client.post("/api/show", json={"model": "tiny-bert"}).json()["capabilities"] == ["embedding"]
