@@ -143,9 +143,12 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
     eog = _eog_ids(special, token_to_id)
     _fix_attrs(attrs, by_text, token_to_id, eog, str(g.get("general.name", "")).lower())
     add_bos = bool(g.get(K.ADD_BOS, spec.add_bos if spec else defaults.add_bos))
-    # WPM: llama.cpp closes with [SEP] (add_sep, on unless the file says otherwise) and never adds an EOS
-    add_sep = bool(g.get(K.ADD_SEP, True)) if model == "bert" else False
-    add_eos = bool(g.get(K.ADD_EOS, False)) and model != "bert"
+    add_eos = bool(g.get(K.ADD_EOS, False))
+    # WPM: llama.cpp's tokenize always wraps the text in [CLS] ... [SEP] (bos, sep), whatever the file's
+    # add_* flags say (a converted BERT says add_eos with eos [SEP], and add_sep false)
+    add_sep = model == "bert"
+    if add_sep:
+        add_bos, add_eos = True, False
     for flag, slot in ((add_bos, "bos"), (add_eos, "eos"), (add_sep, "sep")):
         if flag and special[slot] is None:
             raise ModelLoadError(f"{g.path}: add_{slot}_token is true but no {slot} token id is set")

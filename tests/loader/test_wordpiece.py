@@ -79,3 +79,18 @@ def test_llama_cpp_defaults_without_special_ids(tmp_path):
     w.close()
     tok = Tokenizer.from_gguf(GGUFFile(path))
     assert tok.encode("hello qqжzz") == [101, tok.token_to_id("\u2581hello"), 100, 102]
+
+
+def test_cls_and_sep_whatever_the_flags_say(tmp_path):
+    """A converted BERT GGUF says add_bos, add_eos (eos [SEP]) and add_sep false (gguf-py's SpecialVocab
+    reads "[CLS] $A [SEP] $B [SEP]" so): llama.cpp's WPM adds [CLS] and [SEP] once, whatever the flags."""
+    path = tmp_path / "flags.gguf"
+    w = gguf.GGUFWriter(str(path), "bert")
+    write_bert_tokenizer(w, hf_vocab())
+    w.add_add_sep_token(False)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    tok = Tokenizer.from_gguf(GGUFFile(path))
+    assert tok.encode("hello") == [101, tok.token_to_id("\u2581hello"), 102]
