@@ -81,3 +81,11 @@ def test_served_footprint_has_no_kv_cache(encoder_file):
 
     f = served_footprint(GGUFFile(encoder_file), 0, "auto", 16, 2.0)
     assert f.kv == 0 and f.weights > 0 and f.context == 64
+
+
+def test_a_cluster_replica_refuses_it_in_one_line(encoder_file):
+    from hearth.cluster.replica import LoadFailure, Replica
+
+    result = Replica(str(encoder_file), {}, max_queued=1).ready()
+    assert isinstance(result, LoadFailure) and "is an embedding model" in result.message
+    assert "--replicas" in result.message
