@@ -46,6 +46,8 @@ class _ModelDefaults:
     unk: int | None
     add_bos: bool
     add_space_prefix: bool
+    slots: tuple[tuple[str, int], ...] = ()
+    """Defaults of further special slots (slot, id)."""
 
 
 # llama.cpp's per-model defaults, used when the GGUF does not say
@@ -54,10 +56,9 @@ _MODELS = {
     "gpt2": _ModelDefaults(bos=11, eos=11, unk=None, add_bos=False, add_space_prefix=False),  # BPE
     # WordPiece (BERT): [CLS] is the BOS, [SEP] closes the text (add_sep); the space prefix is the
     # converter's phantom "\u2581" word start, which decoding drops from the first word
-    "bert": _ModelDefaults(bos=101, eos=None, unk=100, add_bos=True, add_space_prefix=True),
+    "bert": _ModelDefaults(bos=101, eos=None, unk=100, add_bos=True, add_space_prefix=True,
+                           slots=(("sep", 102), ("pad", 0), ("mask", 103))),
 }
-# llama.cpp's WPM defaults for the slots the file does not name
-_BERT_SLOTS = {"sep": 102, "pad": 0, "mask": 103}
 
 # slot -> (GGUF keys, texts llama.cpp recognises when no key names the token)
 _SPECIAL_SLOTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -204,7 +205,7 @@ def _special_ids(g: GGUFFile, defaults: _ModelDefaults, spec, token_to_id: dict[
                  n_vocab: int) -> tuple[dict[str, int | None], list[int]]:
     """Special ids by slot, and the ids that were found by their text (llama.cpp makes those control)."""
     base = {"bos": defaults.bos if (spec is None or spec.default_bos) else None,
-            "eos": defaults.eos, "unk": defaults.unk, **(_BERT_SLOTS if defaults is _MODELS["bert"] else {})}
+            "eos": defaults.eos, "unk": defaults.unk, **dict(defaults.slots)}
     special: dict[str, int | None] = {}
     by_text: list[int] = []
     for slot, (keys, texts) in _SPECIAL_SLOTS.items():
