@@ -19,6 +19,7 @@ from hearth import llm_draft, llm_lora
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
+from hearth.engine.encoder_core import EncoderCore, embedding_only
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
@@ -35,6 +36,7 @@ from hearth.memory.gguf_shape import run_context
 from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import load_model
 from hearth.outputs import CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
+from hearth.runner.encoder_runner import EncoderRunner
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
 from hearth.sampling_params import SamplingParams
@@ -107,6 +109,9 @@ class LLM:
             torch.set_num_threads(threads)
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         mc = self.model_config
+        if self.embeds_only:
+            self._encoder_engine(spec, t0)
+            return
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         # a step with an adapter on runs op by op: its rows are not the fused decode's bit for bit
         regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
@@ -168,6 +173,30 @@ class LLM:
                                  self.max_model_len, max_logprobs=cfg.max_logprobs, lora=self.lora)
         self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
+        self._ready(t0)
+
+    @property
+    def embeds_only(self) -> bool:
+        """An encoder (bert, nomic-bert): it serves embed() and /v1/embeddings, never text."""
+        return getattr(self.model, "embeds_only", False)
+
+    def _encoder_engine(self, spec, t0: float) -> None:
+        """An encoder's engine: whole inputs batched into one forward each, no KV cache nor scheduler
+        (hearth.engine.encoder_core), under the same max_num_seqs / max_num_batched_tokens limits."""
+        cfg, mc = self.config, self.model_config
+        if spec is not None:
+            raise HearthError(f"{embedding_only(mc.arch)}: drop --speculative-config")
+        self.speculation_off = ""
+        self.max_model_len = context_to_run(cfg.max_model_len, mc.context_length)
+        self.runner = EncoderRunner(self.model, cfg.max_num_seqs, cfg.max_num_batched_tokens)
+        self.disk = self.snapshots = None
+        self.engine = EncoderCore(self.runner, self.tokenizer, mc.arch, self.max_model_len, mc.vocab_size,
+                                  cfg.max_num_seqs, mc.context_length)
+        self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
+                                          self.tokenizer.eos_token, self.gguf.arch)
+        self._ready(t0)
+
+    def _ready(self, t0: float) -> None:
         self.load_time = time.perf_counter() - t0
         self._lock = threading.Lock()
         """Held by the call that steps the engine: each steps it until its own requests end, and would
@@ -211,7 +240,8 @@ class LLM:
     def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
         """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
         the prompt's final hidden states pooled as `pooling` says ("last", "mean"; None: the model's
-        own, ModelConfig.pooling). Each prompt computes one token more, which is dropped."""
+        own, ModelConfig.pooling; an encoder's may also be "cls"). A decoder computes one token more for
+        each prompt, which is dropped."""
         params = SamplingParams(max_tokens=1, temperature=0.0, pooling=pooling or self.model_config.pooling)
         return [EmbeddingRequestOutput(r.request_id, r.prompt_token_ids, EmbeddingOutput(r.embedding))
                 for r in self.generate(prompts, params)]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 
 
-POOLINGS = ("last", "mean")
+POOLINGS = ("last", "mean", "cls")
 """SamplingParams.pooling's values."""
 
 GREEDY_EPS = 1e-5

@@ -96,7 +96,7 @@ def inputs(served, value, truncate: bool = False, field: str = "input") -> list[
             ids.append(served.encode_text(v))
         else:
             ids.append(prompt_token_ids(v, served.vocab_size, where))
-        room = served.max_model_len - 1  # a prompt alone computes one token more
+        room = served.max_model_len - (not served.embeds_only)  # a decoder computes one token past a prompt alone
         if len(ids[-1]) > room and truncate:
             ids[-1] = ids[-1][:room]
         elif len(ids[-1]) > room:

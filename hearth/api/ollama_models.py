@@ -118,7 +118,10 @@ async def ps(request: Request):
 
 
 def _capabilities(served) -> list[str]:
-    """Every served model takes tools (a template without them gets hearth's tool prompt: hearth.api.tools)."""
+    """Every served model takes tools (a template without them gets hearth's tool prompt: hearth.api.tools);
+    an encoder only embeds (Ollama lists nomic-embed-text's as ["embedding"])."""
+    if served is not None and served.embeds_only:
+        return ["embedding"]
     caps = ["completion", "tools"]
     if served is not None and has_fim(served.tokenizer):
         caps.append("insert")

@@ -51,6 +51,8 @@ class ServedModel:
     """How /v1/embeddings pools its prompts (ModelConfig.pooling)."""
     embedding_size: int | None = None
     """Its embeddings' dimensions (the hidden size; None: not known)."""
+    embeds_only: bool = False
+    """An encoder (bert, nomic-bert): embeddings only, each input the whole context's (LLM.embeds_only)."""
     metadata: dict = field(default_factory=dict)
     """The GGUF's metadata, small values only (general.*, {arch}.*): Ollama's /api/show `model_info`."""
     parameter_count: int = 0
@@ -72,7 +74,8 @@ class ServedModel:
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
                    max_logprobs=llm.config.max_logprobs, file_names=list(file_names), path=str(llm.path),
                    pooling=llm.model_config.pooling, embedding_size=llm.model_config.hidden_size,
-                   lora=llm.lora, lora_names=dict(lora_names or {}), **gguf_facts(llm.gguf))
+                   lora=llm.lora, lora_names=dict(lora_names or {}), embeds_only=llm.embeds_only,
+                   **gguf_facts(llm.gguf))
 
     @property
     def name(self) -> str:

@@ -69,11 +69,15 @@ class Replica:
     def __init__(self, model: str, engine_args: dict, max_queued: int, name: str = ""):
         self.engine = None
         try:
+            from hearth.engine.encoder_core import embedding_only
             from hearth.llm import LLM
 
             if engine_args.get("kv_disk_dir"):
                 engine_args = {**engine_args, "kv_disk_owner": name}
             self.llm = llm = LLM(model, progress=False, **engine_args)  # held: its finalizer closes the disk tier
+            if llm.embeds_only:  # the front end checks and routes decoders' requests (their KV blocks)
+                raise HearthError(f"{embedding_only(llm.model_config.arch)}; a cluster (--replicas) runs decoders "
+                                  "only: serve it in one process")
             llm.runner.grammar.prepare_in_background()
             self.engine = AsyncEngine(llm.engine, max_queued=max_queued)
             self.engine.start()

@@ -73,6 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from hearth.engine.encoder_core import embedding_only
     from hearth.llm import LLM
 
     if args.system and args.mode == "text":
@@ -92,6 +93,9 @@ def main(args: argparse.Namespace) -> int:
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, chat_template=template, lora=lora_entries(args))
+    if llm.embeds_only:  # as llama-cli refuses an --embedding model's prompt
+        raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch)}: serve it with `hearth serve` "
+                          "and POST /v1/embeddings")
     check_max_tokens_fit(args.max_tokens, llm.max_model_len, llm.engine.model_context)
     chat, note = conversation(args, llm)
     if args.system and not chat:

@@ -266,7 +266,8 @@ class Loader:
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
                                 "speculative_config": speculation,
                                 "lora": engine_args(a)["lora"] if spec.name == self.first else []})
-        llm.runner.grammar.prepare_in_background()
+        if not llm.embeds_only:  # an encoder samples nothing: no grammar vocabulary
+            llm.runner.grammar.prepare_in_background()
         if line := _speculation(llm, llm.config.speculative_config):
             print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread

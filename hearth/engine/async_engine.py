@@ -178,6 +178,8 @@ class AsyncEngine:
     def stats(self) -> EngineStats:
         """A snapshot for metrics; read from another thread, so the counts may be a step apart."""
         s = self.core.scheduler
+        if s.kv is None:  # a model that only embeds (hearth.engine.encoder_core): no KV cache
+            return EngineStats(len(s.running), len(s.waiting), 0, 0, 0, 0)
         disk = s.kv.disk.stats if s.kv.disk is not None else None
         spec = self.core.spec
         return EngineStats(len(s.running), len(s.waiting), s.kv.num_used_blocks, s.kv.pool.num_blocks,

@@ -44,6 +44,8 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model
     which holds no engine). A max_tokens past the room left is the API's and the CLI's error (where a
     client set it: hearth.errors.check_room); here it ends the answer."""
     check_prompt(prompt_token_ids, max_model_len, vocab_size, model_context)
+    if params.pooling == "cls":  # an encoder's [CLS] token: a decoder's first token has seen nothing else
+        raise InvalidSamplingParams("pooling", "cls pools an encoder's first token; a decoder pools mean or last")
     for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
         k = getattr(params, field)
         if k is not None and (why := over_max_logprobs(k, max_logprobs)):

@@ -66,6 +66,8 @@ class Tokenizer:
         self.eog_ids: frozenset[int] = vocab.eog_ids
         self.add_bos: bool = vocab.add_bos
         self.add_eos: bool = vocab.add_eos
+        self.sep_id: int | None = vocab.special["sep"]
+        self.add_sep: bool = vocab.add_sep
         self.chat_template: str | None = vocab.chat_template
 
     @property
@@ -97,7 +99,7 @@ class Tokenizer:
                 _check_text(text)  # checked only on failure: no cost for valid text
                 raise
         if add_special_tokens:
-            ids = [self.bos_id] * self.add_bos + ids + [self.eos_id] * self.add_eos
+            ids = [self.bos_id] * self.add_bos + ids + [self.eos_id] * self.add_eos + [self.sep_id] * self.add_sep
         return ids
 
     def decode(self, ids: Iterable[int], skip_special_tokens: bool = False) -> str:
@@ -110,7 +112,8 @@ class Tokenizer:
         ids = self._checked(ids)
         remove_space = self._vocab.add_space_prefix
         if skip_special_tokens and self.add_bos and ids and ids[0] == self.bos_id:
-            remove_space = False  # llama.cpp keeps the space when it dropped a BOS
+            # llama.cpp keeps the space when it dropped a BOS; WordPiece's first space is the phantom word start
+            remove_space = self._vocab.model == "bert"
             ids = ids[1:]
         if skip_special_tokens and self.add_eos and ids and ids[-1] == self.eos_id:
             ids = ids[:-1]
@@ -211,7 +214,8 @@ def _bpe_pieces(tokens: list[str]) -> list[bytes]:
     return list(map(_bpe_piece, tokens))
 
 
-_NORMAL_PIECES = {"llama": _spm_pieces, "gpt2": _bpe_pieces}
+# WordPiece as llama.cpp stores it: "\u2581" starts a word, a continuation has no mark
+_NORMAL_PIECES = {"llama": _spm_pieces, "gpt2": _bpe_pieces, "bert": _spm_pieces}
 
 # llama_detokenize's clean_spaces passes: " ?" -> "?" (also ! . ,), " ' " -> "'", " 's" -> "'s" etc.
 _SPACE_PUNCT = re.compile(rb" ([?!.,])")

@@ -47,7 +47,44 @@ def _build_spm(vocab: GGUFVocab) -> Tokenizer:
     return tk
 
 
-_BUILDERS = {"gpt2": _build_bpe, "llama": _build_spm}
+def _build_wpm(vocab: GGUFVocab) -> Tokenizer:
+    """WordPiece (tokenizer.ggml.model == "bert"), as llama.cpp's llm_tokenizer_wpm_session runs it:
+    lowercased, accents dropped (its NFD keeps a precomposed letter's base only), control characters
+    dropped, punctuation and CJK characters each a word, then greedy longest-match pieces with the
+    whole word [UNK] when one part matches nothing. HF's BertNormalizer + BertPreTokenizer + WordPiece
+    do the same; llama.cpp lowercases every model, so hearth does too (its converter keeps no flag)."""
+    unk = vocab.special["unk"]
+    pieces = _wordpiece_vocab(vocab)
+    # llama.cpp matches a word of any length; HF's default gives a word past 100 chars [UNK] at once
+    model = models.WordPiece(dict(zip(pieces, range(len(pieces)))), unk_token=pieces[unk],
+                             continuing_subword_prefix=_CONTINUATION, max_input_chars_per_word=1 << 30)
+    tk = Tokenizer(model)
+    tk.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=True,
+                                               lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    return tk
+
+
+_CONTINUATION = "##"
+
+
+def _wordpiece_vocab(vocab: GGUFVocab) -> list[str]:
+    """The GGUF's tokens back in WordPiece's spelling: llama.cpp's converter (BertModel.set_vocab's
+    phantom()) wrote a word start "w" as "\u2581w", a continuation "##w" as "w", and kept "[...]" tokens
+    (and the special ones) as they were."""
+    special = (vocab.attrs & SPECIAL_ATTRS) != 0
+    out = []
+    for t, s in zip(vocab.tokens, special.tolist()):
+        if t.startswith(_SPACE):
+            out.append(t[1:])
+        elif s or (t.startswith("[") and t.endswith("]")):
+            out.append(t)
+        else:
+            out.append(_CONTINUATION + t)
+    return out
+
+
+_BUILDERS = {"gpt2": _build_bpe, "llama": _build_spm, "bert": _build_wpm}
 
 
 def _bpe_merges(vocab: GGUFVocab) -> list[tuple[str, str]]:

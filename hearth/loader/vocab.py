@@ -46,12 +46,18 @@ class _ModelDefaults:
     unk: int | None
     add_bos: bool
     add_space_prefix: bool
+    slots: tuple[tuple[str, int], ...] = ()
+    """Defaults of further special slots (slot, id)."""
 
 
 # llama.cpp's per-model defaults, used when the GGUF does not say
 _MODELS = {
     "llama": _ModelDefaults(bos=1, eos=2, unk=0, add_bos=True, add_space_prefix=True),  # SentencePiece
     "gpt2": _ModelDefaults(bos=11, eos=11, unk=None, add_bos=False, add_space_prefix=False),  # BPE
+    # WordPiece (BERT): [CLS] is the BOS, [SEP] closes the text (add_sep); the space prefix is the
+    # converter's phantom "\u2581" word start, which decoding drops from the first word
+    "bert": _ModelDefaults(bos=101, eos=None, unk=100, add_bos=True, add_space_prefix=True,
+                           slots=(("sep", 102), ("pad", 0), ("mask", 103))),
 }
 
 # slot -> (GGUF keys, texts llama.cpp recognises when no key names the token)
@@ -95,7 +101,7 @@ _EOG_EXCEPTIONS = ((("<|return|>", "<|call|>", "<|end|>"), "<|end|>", Attr.USER_
 @dataclass(slots=True)
 class GGUFVocab:
     model: str
-    """tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama" (SentencePiece)."""
+    """tokenizer.ggml.model: "gpt2" (byte-level BPE), "llama" (SentencePiece) or "bert" (WordPiece)."""
     pre: str
     tokens: list[str]
     token_to_id: dict[str, int]
@@ -107,6 +113,8 @@ class GGUFVocab:
     """bos, eos, eot, eom, unk, sep, pad, mask, fim_* ids (None where the model has none)."""
     add_bos: bool
     add_eos: bool
+    add_sep: bool
+    """Append the sep token ([SEP]) to an encoded text: llama.cpp's WPM (BERT) rule."""
     add_space_prefix: bool
     clean_spaces: bool
     ignore_merges: bool
@@ -137,7 +145,12 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
     _fix_attrs(attrs, by_text, token_to_id, eog, str(g.get("general.name", "")).lower())
     add_bos = bool(g.get(K.ADD_BOS, spec.add_bos if spec else defaults.add_bos))
     add_eos = bool(g.get(K.ADD_EOS, False))
-    for flag, slot in ((add_bos, "bos"), (add_eos, "eos")):
+    # WPM: llama.cpp's tokenize always wraps the text in [CLS] ... [SEP] (bos, sep), whatever the file's
+    # add_* flags say (a converted BERT says add_eos with eos [SEP], and add_sep false)
+    add_sep = model == "bert"
+    if add_sep:
+        add_bos, add_eos = True, False
+    for flag, slot in ((add_bos, "bos"), (add_eos, "eos"), (add_sep, "sep")):
         if flag and special[slot] is None:
             raise ModelLoadError(f"{g.path}: add_{slot}_token is true but no {slot} token id is set")
     merges = g.field_array(K.MERGES)
@@ -147,9 +160,9 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
     return GGUFVocab(
         model=model, pre=pre, tokens=tokens, token_to_id=token_to_id,
         scores=None if scores is None else np.asarray(scores, dtype=np.float32), attrs=attrs,
-        merges=merges, special=special, add_bos=add_bos, add_eos=add_eos,
+        merges=merges, special=special, add_bos=add_bos, add_eos=add_eos, add_sep=add_sep,
         add_space_prefix=bool(g.get(K.ADD_PREFIX, defaults.add_space_prefix)),
-        clean_spaces=spec.clean_spaces if spec else False,
+        clean_spaces=spec.clean_spaces if spec else model == "bert",
         ignore_merges=spec.ignore_merges if spec else False,
         regexes=spec.regexes if spec else (), eog_ids=frozenset(eog),
         chat_template=g.get(K.CHAT_TEMPLATE))
@@ -192,7 +205,7 @@ def _special_ids(g: GGUFFile, defaults: _ModelDefaults, spec, token_to_id: dict[
                  n_vocab: int) -> tuple[dict[str, int | None], list[int]]:
     """Special ids by slot, and the ids that were found by their text (llama.cpp makes those control)."""
     base = {"bos": defaults.bos if (spec is None or spec.default_bos) else None,
-            "eos": defaults.eos, "unk": defaults.unk}
+            "eos": defaults.eos, "unk": defaults.unk, **dict(defaults.slots)}
     special: dict[str, int | None] = {}
     by_text: list[int] = []
     for slot, (keys, texts) in _SPECIAL_SLOTS.items():

@@ -19,6 +19,7 @@ from hearth.memory.layouts import LAYOUTS, cpu_layout, resident_weight_bytes
 from hearth.memory.overhead import activation_bytes, tokenizer_bytes
 from hearth.memory.this_machine import system_memory
 from hearth.memory.weights import tensors_from_gguf
+from hearth.models.registry import embeds_only
 
 DEFAULT_BLOCK = 16  # EngineConfig.block_size
 CPU = KINDS["cpu"]
@@ -57,8 +58,11 @@ def served_footprint(gguf, max_model_len: int = 0, kv_cache_dtype: str = "auto",
     # a model drafting for itself reads the same mapped pages, unless the layout copies them into tensors
     if draft is not None and (draft.path.resolve() != gguf.path.resolve() or layout.held):
         weights += resident_weight_bytes(tensors_from_gguf(draft), draft_shape, layout)
-    pool = engine_pool(shape, fmt, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks, draft_shape)
-    kv, ctx = pool.bytes, min(ctx, pool.context)
+    if embeds_only(gguf.arch):  # an encoder keeps no K/V between forwards (hearth.engine.encoder_core)
+        kv = 0
+    else:
+        pool = engine_pool(shape, fmt, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks, draft_shape)
+        kv, ctx = pool.bytes, min(ctx, pool.context)
     other = activation_bytes(shape, CPU.act_bytes, ctx, max_num_seqs, batch_tokens) + tokenizer_bytes(shape)
     return Footprint(int(weights), int(kv), int(other), ctx)
 

@@ -16,6 +16,9 @@ ARCHITECTURES: dict[str, str] = {
     "qwen3moe": "hearth.models.qwen3moe:Qwen3MoeForCausalLM",
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",
     "gemma3": "hearth.models.gemma3:Gemma3ForCausalLM",
+    # encoders: embeddings only (hearth.models.encoder)
+    "bert": "hearth.models.bert:BertModel",
+    "nomic-bert": "hearth.models.nomic_bert:NomicBertModel",
 }
 
 
@@ -26,6 +29,11 @@ def model_class(arch: str):
         supported = ", ".join(sorted(ARCHITECTURES))
         raise UnsupportedError(f"unsupported architecture {arch!r}; hearth supports: {supported}") from None
     return getattr(importlib.import_module(module), name)
+
+
+def embeds_only(arch: str) -> bool:
+    """An encoder architecture (hearth.models.encoder): embeddings only, no KV cache."""
+    return arch in ARCHITECTURES and getattr(model_class(arch), "embeds_only", False)
 
 
 def load_model(g: GGUFFile, backend, progress=None, rope_scaling: YarnScaling | LinearScaling | None = None):

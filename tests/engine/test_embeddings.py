@@ -77,9 +77,12 @@ def test_embeddings_beside_generation(llm, reference):
     assert outs[2].embedding is None and len(outs[2].outputs[0].token_ids) == 8
 
 
-def test_pooling_is_checked():
-    with pytest.raises(InvalidSamplingParams, match="pooling must be one of last, mean, got 'cls'"):
-        SamplingParams(max_tokens=1, pooling="cls")
+def test_pooling_is_checked(llm):
+    with pytest.raises(InvalidSamplingParams, match="pooling must be one of last, mean, cls, got 'rank'"):
+        SamplingParams(max_tokens=1, pooling="rank")
+    # cls is an encoder's (hearth.models.encoder): a decoder's first token has seen nothing else
+    with pytest.raises(InvalidSamplingParams, match="cls pools an encoder's first token"):
+        llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=1, pooling="cls"))
     with pytest.raises(InvalidSamplingParams, match="pooling needs max_tokens 1"):  # decode rows are no prompt's
         SamplingParams(max_tokens=4, pooling="mean")
 

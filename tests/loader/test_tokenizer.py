@@ -348,8 +348,8 @@ def test_unknown_pre_and_model_are_clear_errors(tmp_path):
     g = write_vocab_gguf(tmp_path / "a.gguf", "gpt2", tokens, types, pre="no-such-pre", merges=merges)
     with pytest.raises(UnsupportedError, match=r"'no-such-pre'.*known:.*llama-bpe.*smollm"):
         Tokenizer.from_gguf(g)
-    g = write_vocab_gguf(tmp_path / "b.gguf", "bert", tokens, types)
-    with pytest.raises(UnsupportedError, match=r"'bert'.*supported: gpt2, llama"):
+    g = write_vocab_gguf(tmp_path / "b.gguf", "ugm", tokens, types)
+    with pytest.raises(UnsupportedError, match=r"'ugm'.*supported: bert, gpt2, llama"):
         Tokenizer.from_gguf(g)
 
 
