@@ -16,12 +16,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import ModelConfig
+from hearth.errors import UnsupportedError
 from hearth.layers.rotary import Rotary
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.transformer import f32, maybe_f32, require
 
 POOLING_TYPES = {1: "mean", 2: "cls", 3: "last"}
-"""llama.cpp's LLAMA_POOLING_TYPE values an encoder's embeddings take (0 none and 4 rank: the default)."""
+"""llama.cpp's LLAMA_POOLING_TYPE values an encoder's embeddings take (0 none: the default)."""
+RANK = 4
+"""llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker (a score per query and document from its cls.output head),
+whose pooled states are no embedding."""
 DEFAULT_POOLING = "mean"
 """Where the file names none: sentence-transformers' default, which most BERT embedders use."""
 
@@ -159,6 +163,9 @@ def encoder_config(g: GGUFFile, **overrides) -> ModelConfig:
     """ModelConfig of an encoder's GGUF (rms_norm_eps holds its LayerNorm's epsilon)."""
     from hearth.models.transformer import base_config
 
+    if g.arch_get("pooling_type") == RANK:
+        raise UnsupportedError(f"{g.path}: pooling_type 4 (rank) makes this {g.arch} file a reranker; hearth serves "
+                               "encoders as embedding models and has no reranking (/v1/rerank) yet")
     pooling = POOLING_TYPES.get(g.arch_get("pooling_type"), DEFAULT_POOLING)
     eps = float(require(g, "attention.layer_norm_epsilon"))
     return base_config(g, rms_norm_eps=eps, pooling=pooling, tie_word_embeddings=False, **overrides)
