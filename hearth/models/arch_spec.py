@@ -28,6 +28,8 @@ class ArchSpec:
     """Multiply embeddings by sqrt(hidden_size) (gemma)."""
     moe: bool = False
     """Routed experts in place of the dense MLP (qwen3moe: hearth.models.moe)."""
+    attn_sinks: bool = False
+    """A learned logit per head joins each attention softmax's denominator (gpt-oss: attn_sinks.weight)."""
 
 
 Implements = Mapping[str, Collection | None]
