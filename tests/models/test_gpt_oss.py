@@ -206,3 +206,16 @@ def test_greedy_generation(tiny, kv):
     ref = reference_logits(gpt_oss_from(g, d), ids + new[:-1])[len(ids) - 1:]
     picked = ref.gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
     assert bool((picked >= ref.amax(-1) - 2 * REL_TOL_FAST * ref.abs().max()).all())
+
+
+def test_chat_through_the_files_own_template(tmp_path):
+    """A gpt-oss GGUF's Jinja template (a harmony-like one here) is the one LLM.chat renders."""
+    from tests.api.test_chat_template import HARMONY_LIKE
+
+    path, _ = tiny_gpt_oss_file(tmp_path, chat_template=HARMONY_LIKE, context=512, yarn_original_context=128)
+    llm = LLM(str(path), progress=False)
+    assert llm.chat_template.source == HARMONY_LIKE
+    messages = [{"role": "user", "content": "Hi"}]
+    assert llm.chat_template.render(messages).endswith("<|start|>user<|message|>Hi<|end|><|start|>assistant")
+    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    assert len(out.outputs[0].token_ids) == 4
