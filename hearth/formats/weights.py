@@ -88,7 +88,7 @@ def _q(qtype: Q, block: int, size: int, path: str, group: int, bits: int, zero: 
 
 
 IQ4_TIERS = ("avx512",)
-"""Where the C++ kernels read IQ4_NL / IQ4_XS: not amx (its tiles' paths untested on a CPU with them), avx2, neon."""
+"""Where the C++ kernels read IQ4_NL / IQ4_XS (and MXFP4, read as IQ4_NL): not amx (its tiles' paths untested on a CPU with them), avx2, neon."""
 
 WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     WeightFormat(Q.F32, 1, 4, "f32"),  # used in place from the memory map
@@ -116,8 +116,9 @@ WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     WeightFormat(Q.IQ4_XS, QK_K, 136, "int4x2", 32, 8, 128, (0,), True, IQ4_TIERS),  # d, scales_h, scales_l[4], qs
     # OCP microscaling FP4 (gpt-oss's experts): an E8M0 exponent byte, then 32 E2M1 codes; the codes' values
     # (doubled: 0, +-1, 2, 3, 4, 6, 8, 12) + 12 are 5-bit affine codes under a power-of-two scale, so the
-    # torch path's two int4 planes hold it exactly (no C++ reader yet)
-    WeightFormat(Q.MXFP4, 32, 17, "int4x2", 32, 5, 12, ()),
+    # torch path's two int4 planes hold it exactly; the avx512 tier's kernels read it in place as IQ4_NL (its
+    # own codebook's vpshufb, the E8M0 byte as the scale)
+    WeightFormat(Q.MXFP4, 32, 17, "int4x2", 32, 5, 12, (), True, IQ4_TIERS),
 )}
 
 MXFP4_KVALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)

@@ -3,7 +3,7 @@
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
 `hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read their block types in place from the
 memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits); a type the
-selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS below avx512) is held as
+selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS, MXFP4 below avx512) is held as
 its torch path holds it (below).
 `hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run: the torch tier, forced
 or the only one the CPU runs (cpu_layout; each type's torch_path in

@@ -156,15 +156,14 @@ def test_yarn_unrounded_as_the_reference(tiny):
 
 
 @pytest.fixture(scope="module")
-def fast(tiny):
-    """The same file on the paths hearth runs (MXFP4 experts as int4 planes, the torch attention for the sinks)."""
-    path = tiny[0]
-    model, cfg = load_model(GGUFFile(path), select())
-    return model, cfg
+def exact(tiny):
+    """The f32 reference linears: the cache's and the attention's paths (decode, batched decode, chunks) alone
+    make any difference (the fast linears sum a row differently by the rows in a step: row_regimes)."""
+    return tiny[3], tiny[4]
 
 
-def test_chunked_prefill_and_decode_equal_full_prefill(tiny, fast):
-    model, cfg = fast
+def test_chunked_prefill_and_decode_equal_full_prefill(tiny, exact):
+    model, cfg = exact
     ids = tiny[5]
     full = PagedDriver(model, cfg).step({"a": ids})["a"]
     driver = PagedDriver(model, cfg, seed=7)
@@ -173,9 +172,9 @@ def test_chunked_prefill_and_decode_equal_full_prefill(tiny, fast):
     torch.testing.assert_close(torch.cat(parts), full, rtol=0, atol=1e-5 * full.abs().max().item())
 
 
-def test_batched_decodes_equal_each_alone(fast):
+def test_batched_decodes_equal_each_alone(exact):
     """Prefill + prefill, prefill + decode, then decode + decode (the batched decode path) past the window."""
-    model, cfg = fast
+    model, cfg = exact
     a, b = prompt(cfg.vocab_size, 21, seed=2), prompt(cfg.vocab_size, 13, seed=3)
     schedule = [{"a": a[:10], "b": b[:12]}, {"a": a[10:19], "b": b[12:]}, {"a": a[19:20], "b": [a[0]]},
                 {"a": a[20:], "b": [a[1]]}]
@@ -190,19 +189,14 @@ def test_batched_decodes_equal_each_alone(fast):
 
 @pytest.mark.parametrize("kv", ["auto", "q8_0"])
 def test_greedy_generation(tiny, kv):
-    """LLM's greedy tokens, each within the fast paths' error of transformers' best; with the f16 cache each
-    the argmax of one prefill over the same text (but near ties); q8_0's cache is read on the torch path too."""
+    """LLM's greedy tokens (the fast linears: MXFP4 in place on the avx512 tier, else as int4 planes; the f16
+    or q8_0 cache read on the torch path for the sinks), each within the fast paths' error of transformers' best."""
     path, d, g, *_ = tiny
     ids = prompt(d.vocab, n=12, seed=5)
     llm = LLM(str(path), progress=False, kv_cache_dtype=kv)
     out = llm.generate([{"prompt_token_ids": ids}], SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
     new = list(out[0].outputs[0].token_ids)
     assert len(new) == 16
-    if kv == "auto":
-        model, cfg = load_model(GGUFFile(path), select())
-        logits = PagedDriver(model, cfg).step({"a": ids + new[:-1]})["a"][len(ids) - 1:]  # [16, vocab]
-        tie = logits.topk(2).values.diff(dim=-1).abs().squeeze(-1) < 1e-3
-        assert [t for t, c in zip(logits.argmax(-1).tolist(), tie) if not c] == [t for t, c in zip(new, tie) if not c]
     ref = reference_logits(gpt_oss_from(g, d), ids + new[:-1])[len(ids) - 1:]
     picked = ref.gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
     assert bool((picked >= ref.amax(-1) - 2 * REL_TOL_FAST * ref.abs().max()).all())
