@@ -192,12 +192,14 @@ def _prefill_one(q, kv_cache, meta, i, scale, window, softcap, sinks=None):
 def _attend_prefill(q, kv, meta, i, scale, window, softcap, sinks=None):
     """q: [n_q, heads, d], kv: [2, ctx, kv_heads, d], sequence i's whole context -> [n_q, heads, d]."""
     kv = kv.transpose(1, 2)  # [2, kvh, ctx, d]
-    if softcap or sinks is not None:
+    if softcap:
         o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap, sinks)
         return o.transpose(0, 1).contiguous()  # [n_q, heads, d] rows, as the flash path's (callers view them flat)
     mask = meta.additive_mask(i, window)
     if mask is not None and mask.dtype != q.dtype:
         mask = mask.to(q.dtype)
+    if sinks is not None:
+        return _attend_sinks(q.transpose(0, 1), kv[0], kv[1], mask, scale, sinks).transpose(0, 1).contiguous()
     # 4-D inputs reach the flash kernel (3-D ones fell back to the unfused math path)
     o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
                                        attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
@@ -273,11 +275,13 @@ def _quantized_one(q, cache, meta, i, scale, window, softcap, sinks=None):
         key, memo = (i, window, a, q.dtype), meta.memo.fresh_masks  # the same for every layer of the step
         if key not in memo:
             mask = _fresh_mask(a, b, a_s0, a_own, bs, window)
-            memo[key] = (mask, None if softcap or sinks is not None else additive_of(mask).to(q.dtype))
+            memo[key] = (mask, None if softcap else additive_of(mask).to(q.dtype))
         mask, additive = memo[key]
         qa = q[a - p0:b - p0].transpose(0, 1)  # [heads, n, d]
-        if softcap or sinks is not None:
+        if softcap:
             o = _sdpa(qa, kv[0], kv[1], mask, scale, softcap, sinks)  # [heads, n, d]
+        elif sinks is not None:
+            o = _attend_sinks(qa, kv[0], kv[1], additive, scale, sinks)
         else:  # 4-D inputs and an additive mask reach the fused kernel (a bool mask takes the math path)
             o = F.scaled_dot_product_attention(qa.unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
                                                attn_mask=additive, scale=scale, enable_gqa=True)[0]
@@ -302,6 +306,24 @@ def _fresh_mask(p0: int, ctx: int, s0: int, own: int, bs: int, window: int) -> t
     if window:
         mask &= (qpos - kpos) < window
     return mask
+
+
+def _attend_sinks(q, k, v, additive, scale, sinks):
+    """q: [heads, n_q, d]; k, v: [kv_heads, ctx, d]; additive: [n_q, ctx] (None: causal over the whole context)
+    -> [heads, n_q, d]. With a sink, softmax's denominator Z grows by e^sink, so the output is SDPA's times
+    Z / (Z + e^sink) = sigmoid(lse - sink): torch's CPU flash kernel returns lse = ln Z, so no [heads, n_q, ctx]
+    scores are held (a long prompt's chunk: 64 heads x 512 x 32k f32 would be 4 GiB)."""
+    if q.device.type != "cpu":  # the flash kernel with lse is CPU-only: explicit scores elsewhere
+        mask = additive == 0 if additive is not None else torch.ones(q.shape[1], k.shape[1], dtype=torch.bool,
+                                                                       device=q.device).tril(k.shape[1] - q.shape[1])
+        return _sdpa(q, k, v, mask, scale, 0.0, sinks)
+    kvh, group = k.shape[0], q.shape[0] // k.shape[0]
+    shape = (kvh, group, k.shape[1], k.shape[2])  # grouped-query heads share their kv head: stride-0 views
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q.reshape(kvh, group, *q.shape[1:]), k.unsqueeze(1).expand(shape), v.unsqueeze(1).expand(shape), 0.0,
+        additive is None, attn_mask=additive, scale=scale)
+    keep = torch.sigmoid(lse.reshape(q.shape[:-1]) - sinks.view(-1, 1).float())  # [heads, n_q]
+    return o.reshape(q.shape).mul_(keep.unsqueeze(-1).to(o.dtype))
 
 
 def _sdpa(q, k, v, mask, scale, softcap, sinks=None):
