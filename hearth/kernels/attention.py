@@ -159,7 +159,8 @@ def _attend_one_token(q, kv, scale, softcap, sinks=None):
     """q: [1, heads, d], kv: [2, n, kv_heads, d], every key visible -> [1, heads, d]."""
     kv_heads, d = kv.shape[-2], kv.shape[-1]
     qg = q.view(kv_heads, -1, d)  # [kvh, group, d]: grouped-query heads share their kv head
-    s = torch.baddbmm(_NOTHING, qg, kv[0].permute(1, 2, 0), beta=0, alpha=scale)  # [kvh, group, n]
+    nothing = _NOTHING if q.is_cpu else _NOTHING.to(q.device)  # sinks on the CUDA backend come here
+    s = torch.baddbmm(nothing, qg, kv[0].permute(1, 2, 0), beta=0, alpha=scale)  # [kvh, group, n]
     if softcap:
         s = torch.tanh(s / softcap) * softcap
     p = _softmax(s, None if sinks is None else sinks.view(kv_heads, -1, 1).to(s.dtype))
