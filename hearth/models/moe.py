@@ -29,7 +29,11 @@ def moe_config(g: GGUFFile, weights_norm: bool) -> dict:
     gating = int(g.arch_get("expert_gating_func", ExpertGatingFuncType.SOFTMAX))
     if gating != ExpertGatingFuncType.SOFTMAX:
         raise UnsupportedError(f"{g.path}: {g.arch}.expert_gating_func={gating}: only softmax routing (1) is implemented")
-    ffn = g.arch_get("expert_feed_forward_length") or g.tensor("blk.0.ffn_gate_exps.weight").shape[1]
+    ffn = g.arch_get("expert_feed_forward_length")
+    if not ffn:  # [experts, expert_ffn, hidden]; a fused gate|up tensor is twice as tall
+        fused = "blk.0.ffn_gate_up_exps.weight" in g.tensors
+        stacked = g.tensor("blk.0.ffn_gate_up_exps.weight" if fused else "blk.0.ffn_gate_exps.weight")
+        ffn = stacked.shape[1] // (1 + fused)
     return dict(num_experts=int(count), experts_used=int(used), expert_ffn=int(ffn),
                 expert_weights_norm=bool(g.arch_get("expert_weights_norm", weights_norm)))
 
@@ -46,13 +50,22 @@ class MoE(nn.Module):
         # F32 (as llama.cpp keeps it): a view of the file, no copy
         self.register_buffer("router", dequantize(r.data, r.qtype).reshape(r.shape), persistent=False)
         self.router_bias = _bias(g, p + "ffn_gate_inp.bias")  # [n_expert] (gpt-oss), or None
-        gates, ups, downs = (expert_views(g.tensor(p + f"ffn_{w}_exps.weight")) for w in ("gate", "up", "down"))
+        # per expert: gate|up [2 * expert_ffn, hidden] (two views, or one of a file converted with
+        # --fuse-gate-up-exps: ffn_gate_up_exps, rows [gate | up]) and down [hidden, expert_ffn], each a linear
+        if p + "ffn_gate_up_exps.weight" in g.tensors:
+            gate_ups = [[v] for v in expert_views(g.tensor(p + "ffn_gate_up_exps.weight"))]
+            gate_up_bias = _bias(g, p + "ffn_gate_up_exps.bias")
+        else:
+            gates, ups = (expert_views(g.tensor(p + f"ffn_{w}_exps.weight")) for w in ("gate", "up"))
+            gate_ups = [list(pair) for pair in zip(gates, ups)]
+            bg, bu = (_bias(g, p + f"ffn_{w}_exps.bias") for w in ("gate", "up"))
+            gate_up_bias = None if bg is None else torch.cat([bg, bu], dim=1)
+        downs, down_bias = expert_views(g.tensor(p + "ffn_down_exps.weight")), _bias(g, p + "ffn_down_exps.bias")
         # per-expert biases (gpt-oss): stacked [n_expert, out], each expert's row its linear's bias
-        bg, bu, bd = (_bias(g, p + f"ffn_{w}_exps.bias") for w in ("gate", "up", "down"))
-        gate_up_bias = [None] * len(gates) if bg is None else list(torch.cat([bg, bu], dim=1))
-        # per expert: gate|up fused [2 * expert_ffn, hidden] and down [hidden, expert_ffn], each a linear
-        self.gate_up = nn.ModuleList(backend.linear([a, b], bias=c) for a, b, c in zip(gates, ups, gate_up_bias))
-        self.down = nn.ModuleList(backend.linear(d, bias=None if bd is None else bd[e]) for e, d in enumerate(downs))
+        self.gate_up = nn.ModuleList(backend.linear(w, bias=None if gate_up_bias is None else gate_up_bias[e])
+                                     for e, w in enumerate(gate_ups))
+        self.down = nn.ModuleList(backend.linear(d, bias=None if down_bias is None else down_bias[e])
+                                  for e, d in enumerate(downs))
         self.top_k, self.renorm, self.inter, self.act = cfg.experts_used, cfg.expert_weights_norm, cfg.expert_ffn, act
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:

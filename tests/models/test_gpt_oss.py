@@ -213,3 +213,33 @@ def test_chat_through_the_files_own_template(tmp_path):
     assert llm.chat_template.render(messages).endswith("<|start|>user<|message|>Hi<|end|><|start|>assistant")
     out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
     assert len(out.outputs[0].token_ids) == 4
+
+
+def test_a_file_with_fused_gate_up_experts_is_the_same_model(tiny, tmp_path):
+    """llama.cpp's converter with --fuse-gate-up-exps writes ffn_gate_up_exps (rows [gate | up], biases the
+    same): the same logits as the separate tensors'."""
+    import gguf
+
+    path, _, g, model, cfg, ids, _ = tiny
+    fused = tmp_path / "fused.gguf"
+    w = gguf.GGUFWriter(str(fused), "gpt-oss")
+    for field in gguf.GGUFReader(path).fields.values():
+        if not field.name.startswith("GGUF.") and field.name != "general.architecture":
+            sub = field.types[-1] if len(field.types) > 1 else None
+            w.add_key_value(field.name, field.contents(), field.types[0], sub)
+    for name, t in g.tensors.items():
+        if "_gate_exps." in name:
+            up = g.tensors[name.replace("_gate_exps.", "_up_exps.")]
+            data = np.concatenate([np.asarray(t.data), np.asarray(up.data)], axis=1)  # [experts, rows, ...]
+            w.add_tensor(name.replace("_gate_exps.", "_gate_up_exps."), data, raw_dtype=t.qtype)
+        elif "_up_exps." not in name:
+            w.add_tensor(name, np.asarray(t.data), raw_dtype=t.qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with use_linear_policy(exact=True):
+        fused_model, fused_cfg = load_model(GGUFFile(fused), select())
+    assert "blk.0.ffn_gate_up_exps.weight" in GGUFFile(fused).tensors and fused_cfg == cfg
+    torch.testing.assert_close(PagedDriver(fused_model, fused_cfg).step({"a": ids})["a"],
+                               PagedDriver(model, cfg).step({"a": ids})["a"], rtol=0, atol=0)

@@ -100,7 +100,8 @@ struct TMXFP4 : FMXFP4 {
   }
 };
 
-// 8 blocks' first dwords -> their scales: f16 d in the low half, or MXFP4's E8M0 exponent in the low byte
+// 8 blocks' first dwords -> their scales: f16 d in the low half, or from MXFP4's E8M0 exponent e in the low byte
+// 2^(e - 128) built from its bits as ggml_e8m0_to_fp32_half (e < 2: the f32 subnormals 2^-128, 2^-127)
 template <class F>
 inline __m256 block_scales8(__m256i g) {
   if constexpr (std::is_base_of_v<FMXFP4, F>) {

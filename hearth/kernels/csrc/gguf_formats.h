@@ -56,11 +56,9 @@ struct FQ8_0 { static constexpr int TS = 34, C = 128, LEVELS = 256, QS = 2, QH =
 // kvalues_iq4nl, read as 8-bit codes kvalue + 128 (C = 128: w = d * (q - 128) = d * kvalue). AVX-512 only
 struct FIQ4_NL { static constexpr int TS = 18, C = 128, LEVELS = 256, QS = 2, QH = -1; static constexpr bool sym = true; };
 // MXFP4 (gpt-oss's experts): an E8M0 exponent byte e, then IQ4_NL's 16 bytes of indices into the doubled E2M1
-// values (ggml's kvalues_mxfp4), read as codes value + 128 under the scale 2^(e - 128) (e8m0_half). AVX-512 only
+// values (ggml's kvalues_mxfp4), read as codes value + 128 under the scale 2^(e - 128) (ggml_e8m0_to_fp32_half;
+// blocks.h block_scales8). AVX-512 only
 struct FMXFP4 { static constexpr int TS = 17, C = 128, LEVELS = 256, QS = 1, QH = -1; static constexpr bool sym = true; };
-
-// ggml_e8m0_to_fp32_half: 2^(e - 128) from its bits (e < 2: the f32 subnormals 2^-128, 2^-127)
-inline uint32_t e8m0_half_bits(uint32_t e) { return e < 2 ? 0x00200000u << e : (e - 1) << 23; }
 
 // ---- k-quants: one 256-weight block per superblock ----
 // Q4_K: d dmin scales[12] qs[128]: 8 groups of 32, weight 64c + l (l < 32) the low nibble of
