@@ -27,6 +27,9 @@ class YarnScaling:
     log_multiplier: float = 0.0
     """llama.cpp's yarn_log_multiplier (transformers' mscale_all_dim): the attention factor becomes
     mscale(factor, 1) / mscale(factor, it) (0: mscale(factor))."""
+    truncate: bool = True
+    """The ramp's ends rounded out to whole pairs (ggml's rope_yarn_corr_dims; transformers' truncate); False for
+    gpt-oss, whose reference rope does not round them (its config.json: truncate false; vLLM and SGLang follow)."""
 
 
 @dataclass(frozen=True, slots=True)

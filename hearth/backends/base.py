@@ -124,12 +124,13 @@ class Backend:
         write_kv_pair_torch(kv_cache, kv, meta)
 
     def attention(self, q: torch.Tensor, kv_cache, meta: AttentionMetadata, scale: float, window: int,
-                  softcap: float, precise: bool) -> torch.Tensor:
+                  softcap: float, precise: bool, sinks: torch.Tensor | None = None) -> torch.Tensor:
         """q: f32 [T, heads, head_dim] over the paged cache -> [T, heads, head_dim] (causal, sliding
-        window, soft-cap, tree masks). precise: long chunks' scores in f32 (kernels.attention.PRECISE_SCORES)."""
+        window, soft-cap, tree masks). precise: long chunks' scores in f32 (kernels.attention.PRECISE_SCORES);
+        sinks: f32 [heads], a logit per head in the softmax's denominator (gpt-oss)."""
         if isinstance(kv_cache, torch.Tensor):
-            return paged_attention_torch(q, kv_cache, meta, scale, window, softcap)
-        return paged_attention_quantized_torch(q, kv_cache, meta, scale, window, softcap)
+            return paged_attention_torch(q, kv_cache, meta, scale, window, softcap, sinks)
+        return paged_attention_quantized_torch(q, kv_cache, meta, scale, window, softcap, sinks)
 
     def logits(self, head: QuantLinear, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
         """hidden: f32 [N, hidden] -> [N, vocab], or with ids [M] only those columns: [N, M], each

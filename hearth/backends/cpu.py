@@ -175,8 +175,8 @@ class CpuBackend(Backend):
     def write_kv(self, kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
         write_kv_pair(kv_cache, kv, meta)
 
-    def attention(self, q, kv_cache, meta, scale, window, softcap, precise):
-        return paged_attention(q, kv_cache, meta, scale, window, softcap, precise)
+    def attention(self, q, kv_cache, meta, scale, window, softcap, precise, sinks=None):
+        return paged_attention(q, kv_cache, meta, scale, window, softcap, precise, sinks)  # sinks: the torch paths
 
     def logits(self, head: QuantLinear, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
         part = native_part(head)  # f32 in, f32 out (also from its bf16 tiles): no cast of a 262k-wide row

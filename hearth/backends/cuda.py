@@ -153,7 +153,9 @@ class CudaBackend(Backend):
             raise UnsupportedError(f"the CUDA backend has {why}")
         write_quantized(kv_cache, kv, meta)
 
-    def attention(self, q, kv_cache, meta, scale, window, softcap, precise):
+    def attention(self, q, kv_cache, meta, scale, window, softcap, precise, sinks=None):
+        if sinks is not None:  # the Triton kernels have no sinks: the torch reference, on the device
+            return super().attention(q, kv_cache, meta, scale, window, softcap, precise, sinks)
         if isinstance(kv_cache, torch.Tensor):
             return paged_attention(q, kv_cache, meta, scale, window, softcap)
         return quantized_attention(q, kv_cache, meta, scale, window, softcap)

@@ -88,7 +88,7 @@ def _q(qtype: Q, block: int, size: int, path: str, group: int, bits: int, zero: 
 
 
 IQ4_TIERS = ("avx512",)
-"""Where the C++ kernels read IQ4_NL / IQ4_XS: not amx (its tiles' paths untested on a CPU with them), avx2, neon."""
+"""Where the C++ kernels read IQ4_NL / IQ4_XS (and MXFP4, read as IQ4_NL): not amx (its tiles' paths untested on a CPU with them), avx2, neon."""
 
 WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     WeightFormat(Q.F32, 1, 4, "f32"),  # used in place from the memory map
@@ -114,7 +114,15 @@ WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     # kernels read them in place (one vpshufb from index to code), the other tiers take the torch path
     WeightFormat(Q.IQ4_NL, 32, 18, "int4x2", 32, 8, 128, (0,), True, IQ4_TIERS),  # d, 16 bytes of indices
     WeightFormat(Q.IQ4_XS, QK_K, 136, "int4x2", 32, 8, 128, (0,), True, IQ4_TIERS),  # d, scales_h, scales_l[4], qs
+    # OCP microscaling FP4 (gpt-oss's experts): an E8M0 exponent byte, then 32 E2M1 codes; the codes' values
+    # (doubled: 0, +-1, 2, 3, 4, 6, 8, 12) + 12 are 5-bit affine codes under a power-of-two scale, so the
+    # torch path's two int4 planes hold it exactly; the avx512 tier's kernels read it in place as IQ4_NL (its
+    # own codebook's vpshufb, the E8M0 byte as the scale)
+    WeightFormat(Q.MXFP4, 32, 17, "int4x2", 32, 5, 12, (), True, IQ4_TIERS),
 )}
+
+MXFP4_KVALUES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+"""E2M1 code -> twice its value (ggml's kvalues_mxfp4; the E8M0 scale is taken halved to match)."""
 
 IQ4_KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)
 """llama.cpp's kvalues_iq4nl (ggml-common.h; gguf-py's IQ4_NL.kvalues): what an IQ4 4-bit index stands for."""

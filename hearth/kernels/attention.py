@@ -88,15 +88,17 @@ def paged_attention(
     sliding_window: int = 0,
     softcap: float = 0.0,
     precise: bool = False,
+    sinks: torch.Tensor | None = None,  # [heads] f32
 ) -> torch.Tensor:  # [T, heads, head_dim]
-    """precise: long chunks' scores in f32, never bf16 (see PRECISE_SCORES)."""
+    """precise: long chunks' scores in f32, never bf16 (see PRECISE_SCORES). sinks: one logit per head
+    that joins each softmax's denominator (gpt-oss); the C++ kernels have none, so the torch paths."""
     if not isinstance(kv_cache, torch.Tensor):
-        return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap, precise=precise)
-    if native_pages(q, kv_cache):
+        return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap, sinks is None, precise, sinks)
+    if native_pages(q, kv_cache) and sinks is None:
         out = _paged_native(q, kv_cache, meta, scale, sliding_window, softcap, precise)
         if out is not None:
             return out
-    return paged_attention_torch(q, kv_cache, meta, scale, sliding_window, softcap)
+    return paged_attention_torch(q, kv_cache, meta, scale, sliding_window, softcap, sinks)
 
 
 def _long_chunk_dtype(precise: bool) -> torch.dtype:
@@ -128,72 +130,84 @@ def _paged_native(q, kv_cache, meta, scale, window, softcap, precise=False):
     return out
 
 
-def paged_attention_torch(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0):
+def paged_attention_torch(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0, sinks=None):
     """The torch reference for an f16/bf16 cache (and the path without native kernels)."""
     if meta.is_decode:
         if len(meta.seq_lens) == 1:
-            return _decode_one(q, kv_cache, meta, scale, sliding_window, softcap)
-        return _decode_batch(q, kv_cache, meta, scale, sliding_window, softcap)
+            return _decode_one(q, kv_cache, meta, scale, sliding_window, softcap, sinks)
+        return _decode_batch(q, kv_cache, meta, scale, sliding_window, softcap, sinks)
     if len(meta.seq_lens) == 1:
-        return _prefill_one(q, kv_cache, meta, 0, scale, sliding_window, softcap)
+        return _prefill_one(q, kv_cache, meta, 0, scale, sliding_window, softcap, sinks)
     out = torch.empty_like(q)
     for i in range(len(meta.seq_lens)):
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        out[q0:q1] = _prefill_one(q[q0:q1], kv_cache, meta, i, scale, sliding_window, softcap)
+        out[q0:q1] = _prefill_one(q[q0:q1], kv_cache, meta, i, scale, sliding_window, softcap, sinks)
     return out
 
 
 _NOTHING = torch.zeros(1, 1, 1)  # baddbmm's ignored input (beta=0): the scale rides on alpha
 
 
-def _decode_one(q, kv_cache, meta, scale, window, softcap):
+def _decode_one(q, kv_cache, meta, scale, window, softcap, sinks=None):
     """q: [1, heads, d]. Only the keys in the window are read, so no mask is needed."""
     ctx = meta.seq_lens[0]
     kv = context_kv(kv_cache, meta, 0, max(0, ctx - window) if window else 0).to(q.dtype)  # [2, n, kvh, d]
-    return _attend_one_token(q, kv, scale, softcap)
+    return _attend_one_token(q, kv, scale, softcap, sinks)
 
 
-def _attend_one_token(q, kv, scale, softcap):
+def _attend_one_token(q, kv, scale, softcap, sinks=None):
     """q: [1, heads, d], kv: [2, n, kv_heads, d], every key visible -> [1, heads, d]."""
     kv_heads, d = kv.shape[-2], kv.shape[-1]
     qg = q.view(kv_heads, -1, d)  # [kvh, group, d]: grouped-query heads share their kv head
-    s = torch.baddbmm(_NOTHING, qg, kv[0].permute(1, 2, 0), beta=0, alpha=scale)  # [kvh, group, n]
+    nothing = _NOTHING if q.is_cpu else _NOTHING.to(q.device)  # sinks on the CUDA backend come here
+    s = torch.baddbmm(nothing, qg, kv[0].permute(1, 2, 0), beta=0, alpha=scale)  # [kvh, group, n]
     if softcap:
         s = torch.tanh(s / softcap) * softcap
-    o = torch.bmm(torch.softmax(s, -1), kv[1].transpose(0, 1))  # [kvh, group, d]
+    p = _softmax(s, None if sinks is None else sinks.view(kv_heads, -1, 1).to(s.dtype))
+    o = torch.bmm(p, kv[1].transpose(0, 1))  # [kvh, group, d]
     return o.view(q.shape)
 
 
-def _decode_batch(q, kv_cache, meta, scale, window, softcap):
+def _softmax(s: torch.Tensor, sink: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last dim of scores s [..., n]; sink (broadcast to [..., 1]): one more logit per head in
+    every denominator, weighting no value (gpt-oss's attention sinks, as transformers' and llama.cpp's)."""
+    if sink is None:
+        return torch.softmax(s, -1)
+    return torch.softmax(torch.cat([s, sink.expand(*s.shape[:-1], 1)], -1), -1)[..., :-1]
+
+
+def _decode_batch(q, kv_cache, meta, scale, window, softcap, sinks=None):
     slots, mask = meta.decode_gather(window)  # [S, L], [S, 1, 1, L]
     S, L = slots.shape
     kv = _flat(kv_cache).index_select(1, slots.view(-1)).to(q.dtype)  # [2, S*L, kvh, d]
     kv = kv.view(2, S, L, kv.shape[-2], kv.shape[-1]).transpose(2, 3)  # [2, S, kvh, L, d]
-    o = _sdpa(q.unsqueeze(2), kv[0], kv[1], mask, scale, softcap)  # [S, heads, 1, d]
+    o = _sdpa(q.unsqueeze(2), kv[0], kv[1], mask, scale, softcap, sinks)  # [S, heads, 1, d]
     return o.squeeze(2)
 
 
-def _prefill_one(q, kv_cache, meta, i, scale, window, softcap):
+def _prefill_one(q, kv_cache, meta, i, scale, window, softcap, sinks=None):
     """q: [n_q, heads, d], the new tokens of sequence i -> [n_q, heads, d]."""
-    return _attend_prefill(q, context_kv(kv_cache, meta, i).to(q.dtype), meta, i, scale, window, softcap)
+    return _attend_prefill(q, context_kv(kv_cache, meta, i).to(q.dtype), meta, i, scale, window, softcap, sinks)
 
 
-def _attend_prefill(q, kv, meta, i, scale, window, softcap):
+def _attend_prefill(q, kv, meta, i, scale, window, softcap, sinks=None):
     """q: [n_q, heads, d], kv: [2, ctx, kv_heads, d], sequence i's whole context -> [n_q, heads, d]."""
     kv = kv.transpose(1, 2)  # [2, kvh, ctx, d]
     if softcap:
-        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap)
+        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap, sinks)
         return o.transpose(0, 1).contiguous()  # [n_q, heads, d] rows, as the flash path's (callers view them flat)
     mask = meta.additive_mask(i, window)
     if mask is not None and mask.dtype != q.dtype:
         mask = mask.to(q.dtype)
+    if sinks is not None:
+        return _attend_sinks(q.transpose(0, 1), kv[0], kv[1], mask, scale, sinks).transpose(0, 1).contiguous()
     # 4-D inputs reach the flash kernel (3-D ones fell back to the unfused math path)
     o = F.scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
                                        attn_mask=mask, is_causal=mask is None, scale=scale, enable_gqa=True)
     return o[0].transpose(0, 1)
 
 
-def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, precise=False):
+def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, precise=False, sinks=None):
     """Over a QuantizedKVCache: sequences with fewer than NATIVE_MAX_Q new tokens in one native call
     that reads the encoded blocks in place, the others (and all without native kernels) through the
     torch path, in the codec's rotated space if it has one."""
@@ -211,14 +225,14 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, pr
         q = q @ rot
     for i in torch_rows:
         q0, q1 = meta.query_start_loc[i], meta.query_start_loc[i + 1]
-        o = _quantized_one(q[q0:q1].to(dtype), cache, meta, i, scale, window, softcap).to(q.dtype)
+        o = _quantized_one(q[q0:q1].to(dtype), cache, meta, i, scale, window, softcap, sinks).to(q.dtype)
         out[q0:q1] = o @ rot if rot is not None else o
     return out
 
 
-def paged_attention_quantized_torch(q, cache, meta, scale, sliding_window=0, softcap=0.0):
+def paged_attention_quantized_torch(q, cache, meta, scale, sliding_window=0, softcap=0.0, sinks=None):
     """The torch reference over a QuantizedKVCache (and the path without native kernels)."""
-    return _paged_quantized(q, cache, meta, scale, sliding_window, softcap, use_native=False)
+    return _paged_quantized(q, cache, meta, scale, sliding_window, softcap, use_native=False, sinks=sinks)
 
 
 def quantized_native_args(meta, bs):
@@ -242,7 +256,7 @@ QUANTIZED_SPAN = 256
 up to its own end, so the chunk costs about half its causal square rather than rows x all its keys."""
 
 
-def _quantized_one(q, cache, meta, i, scale, window, softcap):
+def _quantized_one(q, cache, meta, i, scale, window, softcap, sinks=None):
     """q: [n_q, heads, d], sequence i's new tokens in the cache's space -> [n_q, heads, d]. A new token
     at position p sees the blocks before its own as stored (decoded) and its own block at full
     precision, as it would while decoding token by token (the block being filled is staged in f16):
@@ -266,7 +280,9 @@ def _quantized_one(q, cache, meta, i, scale, window, softcap):
         mask, additive = memo[key]
         qa = q[a - p0:b - p0].transpose(0, 1)  # [heads, n, d]
         if softcap:
-            o = _sdpa(qa, kv[0], kv[1], mask, scale, softcap)  # [heads, n, d]
+            o = _sdpa(qa, kv[0], kv[1], mask, scale, softcap, sinks)  # [heads, n, d]
+        elif sinks is not None:
+            o = _attend_sinks(qa, kv[0], kv[1], additive, scale, sinks)
         else:  # 4-D inputs and an additive mask reach the fused kernel (a bool mask takes the math path)
             o = F.scaled_dot_product_attention(qa.unsqueeze(0), kv[0].unsqueeze(0), kv[1].unsqueeze(0),
                                                attn_mask=additive, scale=scale, enable_gqa=True)[0]
@@ -293,13 +309,35 @@ def _fresh_mask(p0: int, ctx: int, s0: int, own: int, bs: int, window: int) -> t
     return mask
 
 
-def _sdpa(q, k, v, mask, scale, softcap):
-    """q: [..., heads, n_q, d]; k, v: [..., kv_heads, ctx, d]; grouped-query heads share k/v."""
-    if not softcap:
+def _attend_sinks(q, k, v, additive, scale, sinks):
+    """q: [heads, n_q, d]; k, v: [kv_heads, ctx, d]; additive: [n_q, ctx] (None: causal over the whole context)
+    -> [heads, n_q, d]. With a sink, softmax's denominator Z grows by e^sink, so the output is SDPA's times
+    Z / (Z + e^sink) = sigmoid(lse - sink): torch's CPU flash kernel returns lse = ln Z, so no [heads, n_q, ctx]
+    scores are held (a long prompt's chunk: 64 heads x 512 x 32k f32 would be 4 GiB)."""
+    if q.device.type != "cpu":  # the flash kernel with lse is CPU-only: explicit scores elsewhere
+        mask = additive == 0 if additive is not None else torch.ones(q.shape[1], k.shape[1], dtype=torch.bool,
+                                                                       device=q.device).tril(k.shape[1] - q.shape[1])
+        return _sdpa(q, k, v, mask, scale, 0.0, sinks)
+    kvh, group = k.shape[0], q.shape[0] // k.shape[0]
+    shape = (kvh, group, k.shape[1], k.shape[2])  # grouped-query heads share their kv head: stride-0 views
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q.reshape(kvh, group, *q.shape[1:]), k.unsqueeze(1).expand(shape), v.unsqueeze(1).expand(shape), 0.0,
+        additive is None, attn_mask=additive, scale=scale)
+    keep = torch.sigmoid(lse.reshape(q.shape[:-1]) - sinks.view(-1, 1).float())  # [heads, n_q]
+    return o.reshape(q.shape).mul_(keep.unsqueeze(-1).to(o.dtype))
+
+
+def _sdpa(q, k, v, mask, scale, softcap, sinks=None):
+    """q: [..., heads, n_q, d]; k, v: [..., kv_heads, ctx, d]; grouped-query heads share k/v; mask: bool,
+    True where a query sees a key; sinks: [heads] (see _softmax)."""
+    if not softcap and sinks is None:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
     # scores, softmax and p.V in f32 whatever q/k/v's dtype (the upcast is exact), as fused SDPA and the
     # AMX flash kernel keep them: bf16 scores (8 bits, ~0.06 at |s| ~ 16) moved bf16 outputs by ~0.08
     dtype, group = q.dtype, q.shape[-3] // k.shape[-3]
     k, v = k.float().repeat_interleave(group, -3), v.float().repeat_interleave(group, -3)
-    s = torch.tanh((q.float() @ k.transpose(-1, -2)) * scale / softcap) * softcap
-    return (torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1) @ v).to(dtype)
+    s = (q.float() @ k.transpose(-1, -2)) * scale
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    p = _softmax(s.masked_fill(~mask, float("-inf")), None if sinks is None else sinks.view(-1, 1, 1).float())
+    return (p @ v).to(dtype)

@@ -18,7 +18,7 @@ import torch
 from gguf import GGMLQuantizationType as Q
 
 from hearth.errors import UnsupportedError
-from hearth.formats.weights import IQ4_KVALUES, QK_K, WEIGHT_FORMATS, WeightFormat
+from hearth.formats.weights import IQ4_KVALUES, MXFP4_KVALUES, QK_K, WEIGHT_FORMATS, WeightFormat
 
 
 class BlockFormat:
@@ -224,6 +224,25 @@ class IQ4_XS(BlockFormat, qtype=Q.IQ4_XS):
         hi = _bits(b[:, 2:4], [0, 2, 4, 6], 3).transpose(1, 2).reshape(-1, 8)  # [nb, byte, shift]
         dl = _f16(b, 0) * ((lo | (hi << 4)).to(torch.int8) - 32).float()
         return _iq4_codes(b[:, 8:]), dl, -128 * dl
+
+
+_MXFP4_CODES = torch.tensor([v + 12 for v in MXFP4_KVALUES], dtype=torch.uint8)  # doubled E2M1 values + 12
+
+
+def _e8m0_half(e: torch.Tensor) -> torch.Tensor:
+    """uint8 [nb, 1] E8M0 exponents -> f32 2**(e - 128) (half the scale, as the values are doubled), built
+    from its bits as ggml_e8m0_to_fp32_half: e < 2 are the subnormals 2**-128 and 2**-127."""
+    e = e.to(torch.int32)
+    return torch.where(e < 2, 0x00200000 << e, (e - 1) << 23).view(torch.float32)
+
+
+class MXFP4(BlockFormat, qtype=Q.MXFP4):
+    # e (E8M0) qs[16]; weight j < 16 is the low nibble of qs[j], j >= 16 the high nibble of qs[j - 16];
+    # w = 2**(e - 128) * kvalues[code]
+    @classmethod
+    def affine(cls, b):
+        d = _e8m0_half(b[:, :1])
+        return _MXFP4_CODES[_nibbles(b[:, 1:]).reshape(-1, 32).long()], d, -12 * d
 
 
 SUPPORTED = tuple(BlockFormat.registry)

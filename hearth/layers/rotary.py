@@ -47,8 +47,10 @@ def yarn_factors(rot_dim: int, base: float, y: YarnScaling, original: int) -> Ro
     def corr_dim(rotations: float) -> float:  # the pair that turns `rotations` times over the original context
         return rot_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
     pairs = rot_dim // 2
-    low = max(0, math.floor(corr_dim(y.beta_fast)))
-    high = min(rot_dim - 1, math.ceil(corr_dim(y.beta_slow)))
+    low, high = corr_dim(y.beta_fast), corr_dim(y.beta_slow)
+    if y.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(0, low), min(rot_dim - 1, high)
     ramp = ((torch.arange(pairs, dtype=torch.float64) - low) / max(high - low, 0.001)).clamp(0, 1)
     extrapolated = (1 - ramp) * y.ext_factor  # ggml's ramp_mix: each pair's weight of its own frequency
     divisors = 1 / (extrapolated + (1 - extrapolated) / y.factor)

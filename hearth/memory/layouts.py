@@ -3,14 +3,14 @@
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
 `hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read their block types in place from the
 memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits); a type the
-selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS below avx512) is held as
+selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS, MXFP4 below avx512) is held as
 its torch path holds it (below).
 `hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run: the torch tier, forced
 or the only one the CPU runs (cpu_layout; each type's torch_path in
 hearth.formats.weights, which hearth.layers.linear builds; a test builds each one and compares):
   int4 x1   Q4_0, Q4_1, Q4_K: torch's int4pack layout, 4 bits a value + a bf16 scale and zero per
             32 values = 5 bits a value; rows padded to a multiple of 64
-  int4 x2   Q5_0, Q5_1, Q5_K, Q8_0, IQ4_NL, IQ4_XS (codebook values as 8-bit codes): two such planes,
+  int4 x2   Q5_0, Q5_1, Q5_K, Q8_0, IQ4_NL, IQ4_XS (codebook values as 8-bit codes), MXFP4 (5-bit codes): two such planes,
             10 bits a value
   int8      Q6_K: requantized to int8 codes, 8 bits a value + a bf16 scale per row; an output head of a
             two-plane type too where ATen runs below AVX-512 (hearth.formats.weights.HEAD_INT4_MAX_PLANES)

@@ -30,6 +30,8 @@ class ArchSpec:
     """Routed experts in place of the dense MLP (qwen3moe: hearth.models.moe)."""
     lora: bool = False
     """Low-rank adapter terms on the linears, each row's own scale (hearth.models.lora)."""
+    attn_sinks: bool = False
+    """A learned logit per head joins each attention softmax's denominator (gpt-oss: attn_sinks.weight)."""
 
 
 Implements = Mapping[str, Collection | None]

@@ -29,7 +29,11 @@ def moe_config(g: GGUFFile, weights_norm: bool) -> dict:
     gating = int(g.arch_get("expert_gating_func", ExpertGatingFuncType.SOFTMAX))
     if gating != ExpertGatingFuncType.SOFTMAX:
         raise UnsupportedError(f"{g.path}: {g.arch}.expert_gating_func={gating}: only softmax routing (1) is implemented")
-    ffn = g.arch_get("expert_feed_forward_length") or g.tensor("blk.0.ffn_gate_exps.weight").shape[1]
+    ffn = g.arch_get("expert_feed_forward_length")
+    if not ffn:  # [experts, expert_ffn, hidden]; a fused gate|up tensor is twice as tall
+        fused = "blk.0.ffn_gate_up_exps.weight" in g.tensors
+        stacked = g.tensor("blk.0.ffn_gate_up_exps.weight" if fused else "blk.0.ffn_gate_exps.weight")
+        ffn = stacked.shape[1] // (1 + fused)
     return dict(num_experts=int(count), experts_used=int(used), expert_ffn=int(ffn),
                 expert_weights_norm=bool(g.arch_get("expert_weights_norm", weights_norm)))
 
@@ -45,15 +49,33 @@ class MoE(nn.Module):
         r = g.tensor(p + "ffn_gate_inp.weight")  # [n_expert, hidden], f32 in llama.cpp's files (never quantized)
         # F32 (as llama.cpp keeps it): a view of the file, no copy
         self.register_buffer("router", dequantize(r.data, r.qtype).reshape(r.shape), persistent=False)
-        gates, ups, downs = (expert_views(g.tensor(p + f"ffn_{w}_exps.weight")) for w in ("gate", "up", "down"))
-        # per expert: gate|up fused [2 * expert_ffn, hidden] and down [hidden, expert_ffn], each a linear
-        self.gate_up = nn.ModuleList(backend.linear([a, b]) for a, b in zip(gates, ups))
-        self.down = nn.ModuleList(backend.linear(d) for d in downs)
+        self.router_bias = _bias(g, p + "ffn_gate_inp.bias")  # [n_expert] (gpt-oss), or None
+        # per expert: gate|up [2 * expert_ffn, hidden] (two views, or one of a file converted with
+        # --fuse-gate-up-exps: ffn_gate_up_exps, rows [gate | up]) and down [hidden, expert_ffn], each a linear
+        if p + "ffn_gate_up_exps.weight" in g.tensors:
+            gate_ups = [[v] for v in expert_views(g.tensor(p + "ffn_gate_up_exps.weight"))]
+            gate_up_bias = _bias(g, p + "ffn_gate_up_exps.bias")
+        else:
+            gates, ups = (expert_views(g.tensor(p + f"ffn_{w}_exps.weight")) for w in ("gate", "up"))
+            gate_ups = [list(pair) for pair in zip(gates, ups)]
+            bg, bu = (_bias(g, p + f"ffn_{w}_exps.bias") for w in ("gate", "up"))
+            gate_up_bias = None if bg is None else torch.cat([bg, bu], dim=1)
+        downs, down_bias = expert_views(g.tensor(p + "ffn_down_exps.weight")), _bias(g, p + "ffn_down_exps.bias")
+        # per-expert biases (gpt-oss): stacked [n_expert, out], each expert's row its linear's bias
+        self.gate_up = nn.ModuleList(backend.linear(w, bias=None if gate_up_bias is None else gate_up_bias[e])
+                                     for e, w in enumerate(gate_ups))
+        self.down = nn.ModuleList(backend.linear(d, bias=None if down_bias is None else down_bias[e])
+                                  for e, d in enumerate(downs))
         self.top_k, self.renorm, self.inter, self.act = cfg.experts_used, cfg.expert_weights_norm, cfg.expert_ffn, act
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h: [T, hidden] -> the router's f32 logits [T, n_expert]."""
+        logits = h.float() @ self.router.T
+        return logits if self.router_bias is None else logits.add_(self.router_bias)
 
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h: [T, hidden] -> (weights f32 [T, k], expert ids [T, k])."""
-        probs = torch.softmax(h.float() @ self.router.T, dim=-1)  # [T, n_expert]
+        probs = torch.softmax(self.logits(h), dim=-1)  # [T, n_expert]
         weights, ids = probs.topk(self.top_k, dim=-1)
         if self.renorm:
             weights = weights / weights.sum(dim=-1, keepdim=True)
@@ -63,7 +85,11 @@ class MoE(nn.Module):
         """Expert e's SwiGLU: x f32 [rows, hidden] -> f32 [rows, hidden]. f32 in and out: the native GEMV
         reads f32 with no cast (a bf16 input would add four casts per expert, measured ~1.3x its time)."""
         gate, up = self.gate_up[e](x).split(self.inter, dim=-1)
-        return self.down[e](self.act(gate).mul_(up))
+        return self.down[e](self.glu(gate, up))
+
+    def glu(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        """The gated activation of an expert's two halves [rows, expert_ffn] (into gate's memory)."""
+        return self.act(gate).mul_(up)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         weights, ids = self.route(h)
@@ -82,3 +108,11 @@ class MoE(nn.Module):
             y = self.expert(e, h).mul_(w)
             out = y if out is None else out.add_(y)
         return out
+
+
+def _bias(g: GGUFFile, name: str) -> torch.Tensor | None:
+    """An F32 bias in the file as its own f32 tensor (its shape kept), or None where the file has none."""
+    if name not in g.tensors:
+        return None
+    t = g.tensor(name)
+    return dequantize(t.data, t.qtype).reshape(t.shape).clone()

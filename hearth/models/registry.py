@@ -16,6 +16,7 @@ ARCHITECTURES: dict[str, str] = {
     "qwen3moe": "hearth.models.qwen3moe:Qwen3MoeForCausalLM",
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",
     "gemma3": "hearth.models.gemma3:Gemma3ForCausalLM",
+    "gpt-oss": "hearth.models.gpt_oss:GptOssForCausalLM",
     # encoders: embeddings only (hearth.models.encoder)
     "bert": "hearth.models.bert:BertModel",
     "nomic-bert": "hearth.models.nomic_bert:NomicBertModel",

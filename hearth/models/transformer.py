@@ -79,7 +79,7 @@ class Attention(nn.Module):
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.qkv = backend.linear([g.tensor(n) for n in names], bias=bias)
         self.precise_scores = bias is not None  # a k bias: hearth.kernels.attention.PRECISE_SCORES
-        self.o = backend.linear(g.tensor(p + "attn_output.weight"))
+        self.o = backend.linear(g.tensor(p + "attn_output.weight"), bias=maybe_f32(g, p + "attn_output.bias"))
         self.qk_norm = None
         if spec.qk_norm:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim]
             qw, kw = f32(g, p + "attn_q_norm.weight"), f32(g, p + "attn_k_norm.weight")
@@ -94,6 +94,7 @@ class Attention(nn.Module):
                            None if local else factors)
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
+        self.sinks = f32(g, p + "attn_sinks.weight") if spec.attn_sinks else None  # [heads]
 
 
 class MLP(nn.Module):
@@ -121,15 +122,21 @@ class DecoderLayer(nn.Module):
     lora_ops = None
     """With LoRA adapters (hearth.models.lora): the ops of the steps where one is on (idle(): none is)."""
 
-    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors: RopeFactors | None):
+    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors: RopeFactors | None,
+                 moe_block: type[MoE] = MoE):
         super().__init__()
         p, eps = f"blk.{i}.", cfg.rms_norm_eps
         self.backend = backend
         self.attn = Attention(cfg, spec, g, i, backend, factors)
         moe = spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors  # a MoE model's dense layers have none
-        self.mlp = MoE(cfg, g, i, backend, ACTIVATIONS[spec.activation]) if moe else MLP(cfg, spec, g, i, backend)
+        # None: an activation the block applies itself (gpt-oss's clamped SwiGLU), not one of gate alone
+        act = ACTIVATIONS.get(spec.activation)
+        self.mlp = moe_block(cfg, g, i, backend, act) if moe else MLP(cfg, spec, g, i, backend)
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
-        self.ffn_norm = RMSNorm(f32(g, p + "ffn_norm.weight"), eps)
+        # gpt-oss names its one norm before the MLP post_attention_norm (llama.cpp's attn_post_norm)
+        ffn_norm = p + ("ffn_norm.weight" if spec.sandwich_norm or p + "ffn_norm.weight" in g.tensors
+                        else "post_attention_norm.weight")
+        self.ffn_norm = RMSNorm(f32(g, ffn_norm), eps)
         # the norms feeding a linear write the dtype it computes in (bf16 on the fast paths)
         self.attn_norm.out_dtype = self.attn.qkv.in_dtype
         self.ffn_norm.out_dtype = self.mlp.in_dtype
@@ -152,7 +159,7 @@ class DecoderLayer(nn.Module):
         ops.qk_rope(self, y[:, :a.q_size + a.kv_size].view(T, a.heads + a.kv_heads, a.head_dim), positions, meta)
         b.write_kv(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)
         attn = b.attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
-                           a.softcap, a.precise_scores).view(T, a.q_size)
+                           a.softcap, a.precise_scores, a.sinks).view(T, a.q_size)
         if out_rows is not None:  # only these rows past attention
             if not out_rows:
                 return x[:0]
@@ -166,6 +173,8 @@ class CausalLM(nn.Module):
     spec = ArchSpec()
     lora = None
     """LoraRows once adapters are attached (hearth.models.lora): the step's scales, set by the runner."""
+    moe_block: type[MoE] = MoE
+    """The routed-experts block of its MoE layers (gpt-oss: its own routing and activation)."""
 
     def __init__(self, cfg: ModelConfig, g: GGUFFile, backend, progress=None):
         super().__init__()
@@ -179,7 +188,7 @@ class CausalLM(nn.Module):
             self.spec = replace(self.spec, moe=True)
         layers, factors = [], rope_factors(g, cfg)
         for i in range(cfg.num_layers):
-            layers.append(DecoderLayer(cfg, self.spec, g, i, backend, factors))
+            layers.append(DecoderLayer(cfg, self.spec, g, i, backend, factors, self.moe_block))
             if progress is not None:
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)

@@ -127,3 +127,87 @@ def test_message_objects_are_reduced_to_plain_data():
     chat = ChatTemplate("{% for m in messages %}{{ m.role }}={{ m['content'] }};{% endfor %}", "", "", "x")
     messages = [Message("user", "hi"), {"role": "assistant", "content": "yo"}]
     assert chat.render(messages) == "user=hi;assistant=yo;"
+
+
+# harmony-like (gpt-oss's format), written for this test: the constructs gpt-oss's own GGUF template uses --
+# recursive macros rendering JSON schemas as TypeScript, strftime_now, a reasoning_effort kwarg, namespace
+# state across the loop, dict .items(), map("tojson") | join, the assistant's `thinking` and tool calls
+HARMONY_LIKE = """
+{%- macro ts_type(p) -%}
+{%- if p.enum is defined -%}{{ p.enum | map("tojson") | join(" | ") }}
+{%- elif p.type == "array" -%}{{ ts_type(p["items"]) }}[]
+{%- elif p.type in ["integer", "number"] -%}number
+{%- else -%}{{ p.type | default("any") }}{%- endif -%}
+{%- endmacro -%}
+{%- macro tool_namespace(name, tools) -%}
+namespace {{ name }} {
+{% for t in tools %}{% set f = t.function %}
+// {{ f.description | default("") }}
+type {{ f.name }} = (_: {
+{%- for key, p in f.parameters.properties.items() %}
+{{ key }}{{ "" if key in (f.parameters.required or []) else "?" }}: {{ ts_type(p) }},
+{%- endfor %}
+}) => any;
+{% endfor %}
+} // namespace {{ name }}
+{%- endmacro -%}
+<|start|>system<|message|>Current date: {{ strftime_now("%Y-%m-%d") }}
+
+Reasoning: {{ reasoning_effort | default("medium") }}
+
+# Valid channels: analysis, commentary, final.<|end|>
+{%- set ns = namespace(developer=none, last_call=none) -%}
+{%- if messages[0].role in ["system", "developer"] %}{% set ns.developer = messages[0].content %}{% endif -%}
+{%- if ns.developer or tools -%}
+<|start|>developer<|message|>{% if ns.developer %}# Instructions
+
+{{ ns.developer }}
+{% endif %}{% if tools %}
+# Tools
+
+{{ tool_namespace("functions", tools) }}{% endif %}<|end|>
+{%- endif -%}
+{%- for m in messages if m.role not in ["system", "developer"] -%}
+{%- if m.role == "user" -%}<|start|>user<|message|>{{ m.content }}<|end|>
+{%- elif m.role == "assistant" and m.tool_calls -%}
+{%- if m.thinking %}<|start|>assistant<|channel|>analysis<|message|>{{ m.thinking }}<|end|>{% endif -%}
+{%- for tc in m.tool_calls %}{% set ns.last_call = tc.function.name -%}
+<|start|>assistant to=functions.{{ tc.function.name }}<|channel|>commentary json<|message|>
+{{- tc.function.arguments | tojson }}<|call|>
+{%- endfor -%}
+{%- elif m.role == "assistant" -%}<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>
+{%- elif m.role == "tool" -%}
+{%- if ns.last_call is none %}{{ raise_exception("a tool result must follow a tool call") }}{% endif -%}
+<|start|>functions.{{ ns.last_call }} to=assistant<|channel|>commentary<|message|>{{ m.content | tojson }}<|end|>
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|start|>assistant{% endif -%}
+"""
+HARMONY_TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "required": ["city"], "properties": {
+        "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]},
+        "days": {"type": "array", "items": {"type": "integer"}}}}}}]
+HARMONY_MESSAGES = [
+    {"role": "system", "content": "Answer in French."}, {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "thinking": "Need the tool.",
+     "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "content": "18 C, sunny"}, {"role": "assistant", "content": "18 °C et soleil."},
+    {"role": "user", "content": "Merci"}]
+
+
+def test_a_harmony_like_template_renders_like_transformers():
+    chat = ChatTemplate(HARMONY_LIKE, "<|startoftext|>", "<|return|>", "gpt-oss")
+    ours = chat.render(HARMONY_MESSAGES, tools=HARMONY_TOOLS, reasoning_effort="high")
+    assert ours == hf_render(HARMONY_LIKE, HARMONY_MESSAGES, tools=HARMONY_TOOLS, add_generation_prompt=True,
+                             reasoning_effort="high")
+    assert "Reasoning: high" in ours and ours.endswith("<|start|>user<|message|>Merci<|end|><|start|>assistant")
+    assert 'type get_weather = (_: {city: string,unit?: "c" | "f",days?: number[],}) => any;' in ours
+    assert ('<|start|>assistant<|channel|>analysis<|message|>Need the tool.<|end|><|start|>assistant to=functions.'
+            'get_weather<|channel|>commentary json<|message|>{"city": "Paris"}<|call|>') in ours
+    # OpenAI-style clients send the reasoning as reasoning_content: the template reads it as `thinking`
+    aliased = [{k: v for k, v in m.items() if k != "thinking"} | ({"reasoning_content": m["thinking"]}
+                                                                  if "thinking" in m else {}) for m in HARMONY_MESSAGES]
+    assert chat.render(aliased, tools=HARMONY_TOOLS, reasoning_effort="high") == ours
+    with pytest.raises(ChatTemplateError, match="a tool result must follow a tool call"):
+        chat.render([{"role": "tool", "content": "x"}])

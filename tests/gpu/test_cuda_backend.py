@@ -34,6 +34,22 @@ def test_cuda_backend_in_the_interpreter_is_held_to_the_torch_backend(tmp_path, 
     assert rel_err(logits["cuda"], logits["torch"]) < 2 * REL_TOL_FAST
 
 
+
+def test_gpt_oss_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path):
+    """gpt-oss's sinks on the CUDA backend: its attention on the torch reference (the Triton kernels have no
+    sinks), the rest on Triton; in the interpreter that reference runs on the CPU's paths."""
+    from tests.gguf_gpt_oss import tiny_gpt_oss_file
+
+    path, d = tiny_gpt_oss_file(tmp_path)
+    ids = prompt(d.vocab, 12)
+    logits = {}
+    for backend in (Backend(), CudaBackend(DEV)):
+        model, cfg = load_model(GGUFFile(path), backend)
+        driver = PagedDriver(model, cfg, device=getattr(backend, "device", "cpu"))
+        logits[backend.name] = torch.cat([driver.step({"a": ids[:9], "b": ids[:4]})["a"]]
+                                         + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[9:]])
+    assert rel_err(logits["cuda"], logits["torch"]) < 2 * REL_TOL_FAST
+
 def test_an_engine_on_the_cuda_backend_generates_as_the_torch_backend(tmp_path, monkeypatch):
     """The whole engine (runner, KV pages from the backend, metadata, sampling on the host) over the
     CUDA backend: the same greedy tokens as on the torch backend (tiny llama, margins of this seed)."""

@@ -39,8 +39,8 @@ def captured(request, model_path):
     backend = llm.model.backend
     attention = backend.attention
 
-    def record(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0, precise=False):
-        out = attention(q, kv_cache, meta, scale, sliding_window, softcap, precise)
+    def record(q, kv_cache, meta, scale, sliding_window=0, softcap=0.0, precise=False, sinks=None):
+        out = attention(q, kv_cache, meta, scale, sliding_window, softcap, precise, sinks)
         kv = kv_cache.view(2, -1, *kv_cache.shape[-2:])[:, :CAPTURE].clone()
         layers.append((q.clone(), kv, scale, sliding_window, softcap, out))
         return out

@@ -32,6 +32,9 @@ def native_quants(tier: str) -> tuple[Q, ...]:
 NATIVE_QUANTS = native_quants(tiers.selected().name)
 """Those of the selected tier (amx shares avx512's library but not IQ4's records: amx tests skip them)."""
 EXTREME_F16 = (65504.0, -65504.0, 6e-8, -6e-8, 0.0, -0.0, 1.0)  # largest, smallest subnormal, signed zeros
+E8M0_FIELDS = {Q.MXFP4: 0}
+"""Byte offset of a power-of-two (E8M0) scale in one block: random bytes there reach 2**127, whose products overflow."""
+EXTREME_E8M0 = (0, 1, 2, 127, 128, 254, 255)  # the two subnormal scales, 2**-126, 1/2, 1, 2**126, 2**127 (x12: inf)
 
 
 def random_tensor(qtype: Q, rows: int, cols: int, rng: np.random.Generator,
@@ -49,6 +52,8 @@ def random_tensor(qtype: Q, rows: int, cols: int, rng: np.random.Generator,
     for at in F16_FIELDS[qtype]:
         d = rng.normal(0, scale, (blocks.shape[0], 1)).astype(np.float16)
         blocks[:, at:at + 2] = d.view(np.uint8)
+    if qtype in E8M0_FIELDS:  # 2**-10 .. 2**-4 (halved): weights up to 12x that, like an f16 scale's ~0.01
+        blocks[:, E8M0_FIELDS[qtype]] = rng.integers(118, 125, blocks.shape[0])
     return GGUFTensor("w", qtype, (rows, cols), raw)
 
 
@@ -79,15 +84,18 @@ def test_extreme_scales_bit_exact(qtype):
     t = random_tensor(qtype, 2 * len(EXTREME_F16), 512, rng)
     blocks = t.data.reshape(-1, block_format(qtype).type_size)
     f16 = {i for at in F16_FIELDS[qtype] for i in (at, at + 1)}
+    f16 |= {E8M0_FIELDS[qtype]} if qtype in E8M0_FIELDS else set()  # scale bytes, set below
     codes = [i for i in range(blocks.shape[1]) if i not in f16]
     blocks[0::2, codes], blocks[1::2, codes] = 0x00, 0xFF
     for at in F16_FIELDS[qtype]:
         d = np.resize(np.array(EXTREME_F16, dtype=np.float16), blocks.shape[0]).reshape(-1, 1)
         blocks[:, at:at + 2] = rng.permutation(d).view(np.uint8)
+    if qtype in E8M0_FIELDS:
+        blocks[:, E8M0_FIELDS[qtype]] = rng.permutation(np.resize(np.array(EXTREME_E8M0, dtype=np.uint8), len(blocks)))
     assert_bit_exact(dequantize(t.data, t.qtype), gguf_reference(t))
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.MXFP4], ids=lambda q: q.name)
 def test_gguf_quantized_weights_bit_exact(qtype):
     """Codes from gguf's own quantizer (realistic, including all-equal blocks with zero scale)."""
     w = np.random.default_rng(1).normal(0, 0.05, (6, 256)).astype(np.float32)

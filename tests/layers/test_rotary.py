@@ -1,7 +1,9 @@
+import pytest
 import torch
 
+from hearth.config import YarnScaling
 from hearth.layers import rotary
-from hearth.layers.rotary import Rotary
+from hearth.layers.rotary import Rotary, yarn_factors
 
 
 def direct(rope: Rotary, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,3 +39,20 @@ def test_rope_factors_of_another_length_are_one_clear_error():
         Rotary(16, 1e4, neox=True, factors=RopeFactors((1.0,) * 3))
     with pytest.raises(ModelLoadError, match=r"rope factors \(long\): 4, but the rope rotates 8 pairs"):
         Rotary(16, 1e4, neox=True, factors=RopeFactors((1.0,) * 8, (2.0,) * 4, 16))
+
+
+@pytest.mark.parametrize("truncate", [True, False])
+def test_yarn_factors_are_transformers_yarn(truncate):
+    """Both ways of ending the ramp (transformers' truncate; llama.cpp rounds, gpt-oss's reference does not)."""
+    import transformers
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    rot, base, original, factor = 64, 150000.0, 4096, 32.0
+    cfg = transformers.GptOssConfig(head_dim=rot, max_position_embeddings=int(factor * original), rope_parameters={
+        "rope_type": "yarn", "rope_theta": base, "factor": factor, "beta_fast": 32.0, "beta_slow": 1.0,
+        "original_max_position_embeddings": original, "truncate": truncate})
+    inv_freq, attn = ROPE_INIT_FUNCTIONS["yarn"](cfg)
+    y = yarn_factors(rot, base, YarnScaling(factor, original, truncate=truncate), original)
+    ours = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot)) / torch.tensor(y.short)
+    torch.testing.assert_close(ours.float(), inv_freq, rtol=1e-6, atol=0)
+    assert y.attn_factor == pytest.approx(attn, rel=1e-7)

@@ -25,4 +25,4 @@ def test_unsupported_architecture_names_the_supported_ones(tmp_path):
         load_model(GGUFFile(path), select())
     message = str(e.value)
     assert "'mamba'" in message and "\n" not in message
-    assert all(arch in message for arch in ("gemma2", "gemma3", "llama", "phi3", "qwen2", "qwen3"))
+    assert all(arch in message for arch in ("gemma2", "gemma3", "gpt-oss", "llama", "phi3", "qwen2", "qwen3"))

@@ -88,6 +88,32 @@ struct TIQ4_NL : FIQ4_NL {
   }
 };
 
+// MXFP4's doubled E2M1 values (kvalues_mxfp4: 0 1 2 3 4 6 8 12, then their negatives) + 128, as IQ4_CODES
+const __m512i MXFP4_CODES = _mm512_broadcast_i32x4(_mm_setr_epi8(
+    static_cast<char>(128), static_cast<char>(129), static_cast<char>(130), static_cast<char>(131),
+    static_cast<char>(132), static_cast<char>(134), static_cast<char>(136), static_cast<char>(140),
+    static_cast<char>(128), 127, 126, 125, 124, 122, 120, 116));
+
+struct TMXFP4 : FMXFP4 {
+  static __m512i codes(const uint8_t* b0, const uint8_t* b1) {
+    return _mm512_shuffle_epi8(MXFP4_CODES, paired_nibbles(b0 + 1, b1 + 1));
+  }
+};
+
+// 8 blocks' first dwords -> their scales: f16 d in the low half, or from MXFP4's E8M0 exponent e in the low byte
+// 2^(e - 128) built from its bits as ggml_e8m0_to_fp32_half (e < 2: the f32 subnormals 2^-128, 2^-127)
+template <class F>
+inline __m256 block_scales8(__m256i g) {
+  if constexpr (std::is_base_of_v<FMXFP4, F>) {
+    const __m256i e = _mm256_and_si256(g, _mm256_set1_epi32(0xFF));
+    const __m256i normal = _mm256_slli_epi32(_mm256_sub_epi32(e, _mm256_set1_epi32(1)), 23);
+    const __m256i tiny = _mm256_sllv_epi32(_mm256_set1_epi32(0x00200000), e);
+    return _mm256_castsi256_ps(_mm256_mask_blend_epi32(_mm256_cmplt_epu32_mask(e, _mm256_set1_epi32(2)), normal, tiny));
+  } else {
+    return _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+  }
+}
+
 template <class T>
 struct Blocks32 {
   using Type = T;
@@ -107,7 +133,7 @@ struct Blocks32 {
     const __m256i g = _mm256_set_epi32(head(7), head(6), head(5), head(4), head(3), head(2), head(1), head(0));
     const __m512i pair = LANES ? _mm512_setr_epi32(0, 0, 4, 4, 1, 1, 5, 5, 2, 2, 6, 6, 3, 3, 7, 7)  // block of lane l's group
                                : _mm512_set_epi32(7, 6, 7, 6, 5, 4, 5, 4, 3, 2, 3, 2, 1, 0, 1, 0);
-    const __m256 s8 = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+    const __m256 s8 = block_scales8<T>(g);
     s = _mm512_permutexvar_ps(pair, _mm512_castps256_ps512(s8));
     if (sym) {
       o = _mm512_mul_ps(s, _mm512_set1_ps(-static_cast<float>(C)));

@@ -236,18 +236,18 @@ void vnni_half_q6k(const uint8_t* const rows[16], int64_t nb, int h, const VnniP
   }
 }
 
-// 32-wide blocks of codebook indices (IQ4_NL): read through T::codes, not by the builders above
+// 32-wide blocks of codebook indices (IQ4_NL, MXFP4): read through T::codes, not by the builders above
 template <class T>
 constexpr bool codebook_blocks() {
   if constexpr (T::paired) {
-    return std::is_base_of_v<FIQ4_NL, typename T::Type>;
+    return std::is_base_of_v<FIQ4_NL, typename T::Type> || std::is_base_of_v<FMXFP4, typename T::Type>;
   } else {
     return false;
   }
 }
 
 // Which of the above builds a half of type T's panels (T: dispatch's types); false: none (the
-// staging path: Q2_K, Q3_K, IQ4_NL, IQ4_XS)
+// staging path: Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4)
 template <class T>
 struct VnniDirect {
   // a function of its own per type, not inlined into gemm_vnni's loop (inlined, all of them made that

@@ -204,6 +204,14 @@ inline void grouped_codes<Blocks32<TIQ4_NL>>(const uint8_t* row, int64_t sb, int
   for (int c = 0; c < 4; ++c) q[c] = _mm512_shuffle_epi8(IQ4_CODES, q[c]);
 }
 
+// MXFP4: the same, through its own codebook
+template <>
+inline void grouped_codes<Blocks32<TMXFP4>>(const uint8_t* row, int64_t sb, int64_t nb, int nch, __m512i q[4]) {
+  if (nb - sb * 8 < 8) return decoded_groups<Blocks32<TMXFP4>>(row, sb, nb, nch, q);
+  nibble_block_groups<TMXFP4>(row, sb, nb, nch, q);
+  for (int c = 0; c < 4; ++c) q[c] = _mm512_shuffle_epi8(MXFP4_CODES, q[c]);
+}
+
 // Q6_K straight into its transposed order (lane 4L + k: group 4k + L; chunk c: the group's codes 4c .. 4c + 3)
 // with in-lane shuffles only. 128-bit lane L of ql's half h (64 bytes) holds group 8h + L's low 4 bits in its
 // low nibbles and group 8h + 4 + L's in its high ones (nibble n: group 8h + 4n + L, its 2-bit highs at bits

@@ -22,7 +22,7 @@ constexpr int SB = 256;  // weights per superblock: 8 chunks of 32, 16 groups of
 
 // GGML type ids (gguf GGMLQuantizationType)
 enum : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q2_K = 10, Q3_K = 11, Q4_K = 12,
-             Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23 };
+             Q5_K = 13, Q6_K = 14, IQ4_NL = 20, IQ4_XS = 23, MXFP4 = 39 };
 
 inline float f16(const uint8_t* p) {  // F16C on every x86 tier, a native half type on aarch64
 #if defined(__aarch64__)
@@ -55,6 +55,10 @@ struct FQ8_0 { static constexpr int TS = 34, C = 128, LEVELS = 256, QS = 2, QH =
 // IQ4_NL: f16 d, then 16 bytes of 4-bit indices (low nibbles weights 0-15, high 16-31) into llama.cpp's
 // kvalues_iq4nl, read as 8-bit codes kvalue + 128 (C = 128: w = d * (q - 128) = d * kvalue). AVX-512 only
 struct FIQ4_NL { static constexpr int TS = 18, C = 128, LEVELS = 256, QS = 2, QH = -1; static constexpr bool sym = true; };
+// MXFP4 (gpt-oss's experts): an E8M0 exponent byte e, then IQ4_NL's 16 bytes of indices into the doubled E2M1
+// values (ggml's kvalues_mxfp4), read as codes value + 128 under the scale 2^(e - 128) (ggml_e8m0_to_fp32_half;
+// blocks.h block_scales8). AVX-512 only
+struct FMXFP4 { static constexpr int TS = 17, C = 128, LEVELS = 256, QS = 1, QH = -1; static constexpr bool sym = true; };
 
 // ---- k-quants: one 256-weight block per superblock ----
 // Q4_K: d dmin scales[12] qs[128]: 8 groups of 32, weight 64c + l (l < 32) the low nibble of
@@ -99,7 +103,8 @@ inline bool is_k_quant(int qtype) {
 }
 
 inline bool is_paired(int qtype) {
-  return qtype == Q4_0 || qtype == Q4_1 || qtype == Q5_0 || qtype == Q5_1 || qtype == Q8_0 || qtype == IQ4_NL;
+  return qtype == Q4_0 || qtype == Q4_1 || qtype == Q5_0 || qtype == Q5_1 || qtype == Q8_0 || qtype == IQ4_NL ||
+         qtype == MXFP4;
 }
 
 inline int64_t blocks_per_row(int qtype, int64_t K) { return is_k_quant(qtype) ? K / SB : K / 32; }

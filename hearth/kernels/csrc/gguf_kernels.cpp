@@ -49,6 +49,7 @@ bool dispatch(int qtype, Args&&... args) {
     case Q6_K: F<TQ6_K>::run(args...); return true;
     case IQ4_NL: F<Blocks32<TIQ4_NL>>::run(args...); return true;
     case IQ4_XS: F<TIQ4_XS>::run(args...); return true;
+    case MXFP4: F<Blocks32<TMXFP4>>::run(args...); return true;
     default: return false;
   }
 }
