@@ -17,6 +17,7 @@ from hearth.kernels.attention import (AttentionMetadata, paged_attention_quantiz
                                       write_kv_pair_torch)
 from hearth.kvstore.paged import lazy_zeros
 from hearth.layers.embedding import Embedding
+from hearth.layers.experts import Experts
 from hearth.layers.linear import TORCH_HEAD_PATHS, QuantLinear, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFTensor
@@ -93,6 +94,12 @@ class Backend:
 
     def embedding(self, t: GGUFTensor) -> Embedding:
         return Embedding(t)
+
+    def experts(self, gate: GGUFTensor, up: GGUFTensor, down: GGUFTensor, activation: str):
+        """A MoE block's routed experts over the stacked tensors [n_expert, out, in]: a module whose
+        forward(h f32 [T, hidden], weights f32 [T, k], ids int64 [T, k]) -> f32 [T, hidden]. Here one
+        linear per expert, op by op (hearth.layers.experts)."""
+        return Experts(self.linear, gate, up, down, activation)
 
     # ---- the decoder layer ----
 

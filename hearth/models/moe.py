@@ -3,9 +3,10 @@ expert, its top-k, renormalized to sum to 1 where the model does (norm_topk_prob
 sum of the chosen experts' SwiGLU outputs. Same math as transformers' Qwen3MoeSparseMoeBlock and
 llama.cpp's build_moe_ffn(..., norm_w) with softmax gating.
 
-Correct first: each expert is a pair of ordinary linears over its own 2-D view of the stacked GGUF
-tensors (hearth.loader.gguf_loader.expert_views, no copy), run on the rows routed to it; no fused
-backend path implements ArchSpec.moe, so these layers run op by op."""
+The routing is here (f32, torch's topk: the same choice on every backend, ties included); the experts
+are the backend's (Backend.experts): op by op over one linear per expert (hearth.layers.experts), or
+one native call over the stacked tensors (the CPU backend). No fused decoder layer implements
+ArchSpec.moe, so the rest of these layers runs op by op."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from torch import nn
 from hearth.config import ModelConfig
 from hearth.errors import UnsupportedError
 from hearth.layers.quant import dequantize
-from hearth.loader.gguf_loader import GGUFFile, expert_views
+from hearth.loader.gguf_loader import GGUFFile
 
 
 def moe_config(g: GGUFFile, weights_norm: bool) -> dict:
@@ -39,17 +40,16 @@ class MoE(nn.Module):
 
     in_dtype = torch.float32  # the router's logits are taken in f32: a bf16 input could flip a near tie
 
-    def __init__(self, cfg: ModelConfig, g: GGUFFile, i: int, backend, act):
+    def __init__(self, cfg: ModelConfig, g: GGUFFile, i: int, backend, activation: str):
         super().__init__()
         p = f"blk.{i}."
         r = g.tensor(p + "ffn_gate_inp.weight")  # [n_expert, hidden], f32 in llama.cpp's files (never quantized)
         # F32 (as llama.cpp keeps it): a view of the file, no copy
         self.register_buffer("router", dequantize(r.data, r.qtype).reshape(r.shape), persistent=False)
-        gates, ups, downs = (expert_views(g.tensor(p + f"ffn_{w}_exps.weight")) for w in ("gate", "up", "down"))
-        # per expert: gate|up fused [2 * expert_ffn, hidden] and down [hidden, expert_ffn], each a linear
-        self.gate_up = nn.ModuleList(backend.linear([a, b]) for a, b in zip(gates, ups))
-        self.down = nn.ModuleList(backend.linear(d) for d in downs)
-        self.top_k, self.renorm, self.inter, self.act = cfg.experts_used, cfg.expert_weights_norm, cfg.expert_ffn, act
+        # stacked [n_expert, out, in]: gate and up [n_expert, expert_ffn, hidden], down [n_expert, hidden, expert_ffn]
+        self.experts = backend.experts(*(g.tensor(p + f"ffn_{w}_exps.weight") for w in ("gate", "up", "down")),
+                                       activation)
+        self.top_k, self.renorm = cfg.experts_used, cfg.expert_weights_norm
 
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h: [T, hidden] -> (weights f32 [T, k], expert ids [T, k])."""
@@ -59,26 +59,5 @@ class MoE(nn.Module):
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights, ids
 
-    def expert(self, e: int, x: torch.Tensor) -> torch.Tensor:
-        """Expert e's SwiGLU: x f32 [rows, hidden] -> f32 [rows, hidden]. f32 in and out: the native GEMV
-        reads f32 with no cast (a bf16 input would add four casts per expert, measured ~1.3x its time)."""
-        gate, up = self.gate_up[e](x).split(self.inter, dim=-1)
-        return self.down[e](self.act(gate).mul_(up))
-
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        weights, ids = self.route(h)
-        if h.shape[0] == 1:  # decode: k experts, no gather or scatter (~10 torch ops fewer per layer)
-            return self._one_row(h, weights[0].tolist(), ids[0].tolist())
-        out = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
-        for e in ids.unique().tolist():  # ascending, as transformers sums them
-            rows, slot = (ids == e).nonzero(as_tuple=True)  # the tokens routed to e, and where in their top-k
-            out.index_add_(0, rows, self.expert(e, h[rows]).mul_(weights[rows, slot, None]))
-        return out
-
-    def _one_row(self, h: torch.Tensor, weights: list[float], ids: list[int]) -> torch.Tensor:
-        """The same sum in the same order (ascending experts) as forward's scatter, for one row."""
-        out = None
-        for e, w in sorted(zip(ids, weights)):
-            y = self.expert(e, h).mul_(w)
-            out = y if out is None else out.add_(y)
-        return out
+        return self.experts.forward(h, *self.route(h))  # .forward: no module-call overhead

@@ -11,11 +11,11 @@ import math
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import ModelConfig, YarnScaling
 from hearth.errors import ModelLoadError
+from hearth.layers.activation import ACTIVATIONS
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.layers.rotary import RopeFactors, Rotary, yarn_factors
@@ -26,10 +26,6 @@ from hearth.models.moe import MoE
 log = logging.getLogger("hearth.models")
 
 
-ACTIVATIONS = {
-    "silu": F.silu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
 
 
 def f32(g: GGUFFile, name: str) -> torch.Tensor:
@@ -124,7 +120,7 @@ class DecoderLayer(nn.Module):
         self.backend = backend
         self.attn = Attention(cfg, spec, g, i, backend, factors)
         moe = spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors  # a MoE model's dense layers have none
-        self.mlp = MoE(cfg, g, i, backend, ACTIVATIONS[spec.activation]) if moe else MLP(cfg, spec, g, i, backend)
+        self.mlp = MoE(cfg, g, i, backend, spec.activation) if moe else MLP(cfg, spec, g, i, backend)
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
         self.ffn_norm = RMSNorm(f32(g, p + "ffn_norm.weight"), eps)
         # the norms feeding a linear write the dtype it computes in (bf16 on the fast paths)
