@@ -12,12 +12,13 @@ from __future__ import annotations
 import torch
 
 from hearth.backends.base import TORCH_OPS, Backend, LayerOps
+from hearth.backends.cpu_experts import NativeExperts
 from hearth.backends.cpu_linear import native_linear, native_part
 from hearth.kernels import native, tiers
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.kernels.fused_layer import FusedLayer, FusedStack
 from hearth.layers.embedding import Embedding
-from hearth.layers.linear import QuantLinear
+from hearth.layers.linear import QuantLinear, linear_policy
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFTensor
 from hearth.models.arch_spec import ArchSpec, admits
@@ -154,6 +155,15 @@ class CpuBackend(Backend):
 
     def embedding(self, t: GGUFTensor) -> Embedding:
         return NativeEmbedding(t) if int(t.qtype) in native.qtypes() else Embedding(t)
+
+    def experts(self, gate: GGUFTensor, up: GGUFTensor, down: GGUFTensor, activation: str):
+        """Two native plans over the stacked tensors, one call per block (NativeExperts), where the
+        library has hk_moe and reads all three types; else one linear per expert (the torch backend's)."""
+        policy = linear_policy()
+        if (not native.has("moe") or policy.exact or activation not in native.ACTIVATIONS
+                or any(int(t.qtype) not in native.qtypes() for t in (gate, up, down))):
+            return super().experts(gate, up, down, activation)
+        return NativeExperts(gate, up, down, activation, policy.native_gemm_min_rows)
 
     def layer_ops(self, layer, spec: ArchSpec) -> LayerOps:
         """NativeLayerOps when each of the layer's linears is one NativePart, the C++ layer implements
