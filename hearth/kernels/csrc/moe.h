@@ -68,7 +68,8 @@ bool moe_row(const Plan& gu, const Plan& dn, int64_t inter, int64_t hidden, int 
   for (int64_t j = 0; j < k; ++j) es[j] = order[j].first;
   float* g = scratch(moe_mid, k * 2 * inter);  // [k, gate | up]
   float* y = scratch(moe_y, hidden);
-  if (!matmul(gate_up_plan(gu, es.data(), k, inter), x, 1, gu.K, g, k * 2 * inter)) return false;  // one row: ldx unused
+  const Plan all = gate_up_plan(gu, es.data(), k, inter);
+  if (!matmul(all, x, 1, gu.K, g, k * 2 * inter)) return false;  // one row: its stride unused
   for (int64_t j = 0; j < k; ++j) {
     float* gj = g + j * 2 * inter;
     act_mul(act, gj, gj + inter, inter, gj);
@@ -104,7 +105,10 @@ bool moe_rows(const Plan& gu, const Plan& dn, int64_t E, int act, const float* x
     float* g = scratch(moe_mid, c * 2 * inter);
     float* y = scratch(moe_y, c * hidden);
     if (!matmul(gate_up_plan(gu, &e, 1, inter), xe, c, K, g, 2 * inter)) return false;
-    for (int64_t i = 0; i < c; ++i) act_mul(act, g + i * 2 * inter, g + i * 2 * inter + inter, inter, g + i * 2 * inter);
+    for (int64_t i = 0; i < c; ++i) {
+      float* gi = g + i * 2 * inter;
+      act_mul(act, gi, gi + inter, inter, gi);
+    }
     if (!matmul(experts_plan(dn, {expert_part(dn, 0, e, hidden, 0)}), g, c, 2 * inter, y, hidden)) return false;
     for (int64_t i = 0; i < c; ++i) add_scaled(y + i * hidden, w[s0 + i], hidden, out + rows[s0 + i] * ldo);
   }
