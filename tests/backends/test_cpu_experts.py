@@ -121,15 +121,18 @@ def moe_file(tmp_path_factory):
     return path
 
 
-def block_pair(path):
-    """One MoE block of the CPU backend and the same block with the op-by-op experts on the same linears;
-    the file they read."""
+def block_pair(path, tier: str | None = None):
+    """One MoE block of the CPU backend and the same block with the op-by-op experts on the same linears
+    (tier: both experts on that tier's library instead of the selected one's); the file they read."""
     g = GGUFFile(path)
     backend = select("cpu")
     fast = load_model(g, backend)[0].layers[0].mlp
     ref = load_model(g, backend)[0].layers[0].mlp
-    ref.experts = Backend.experts(backend, *(g.tensor(f"blk.0.ffn_{w}_exps.weight") for w in ("gate", "up", "down")),
-                                  "silu")
+    stacks = [g.tensor(f"blk.0.ffn_{w}_exps.weight") for w in ("gate", "up", "down")]
+    if tier is None:
+        ref.experts = Backend.experts(backend, *stacks, "silu")
+    else:
+        fast.experts, ref.experts = experts_at(tier, *stacks)
     return fast, ref, g
 
 
@@ -142,14 +145,14 @@ def test_the_cpu_backend_holds_two_plans_per_layer_not_linears_per_expert(moe_fi
     assert fast.experts.down.weights[0].data_ptr() == as_bytes(t.data, t.qtype).data_ptr()  # the file's bytes
 
 
-@pytest.mark.skipif(not native.has("linear"), reason="the torch tier: no native experts")
+@pytest.mark.parametrize("tier", NATIVE_TIERS)
 @pytest.mark.parametrize("renorm", [True, False])
 @pytest.mark.parametrize("k", [1, 2, 8])
-def test_the_block_with_ties_renorm_and_every_k(moe_file, renorm, k):
+def test_the_block_with_ties_renorm_and_every_k(moe_file, tier, renorm, k):
     """The whole block (routing shared) on a decode row and on a batch, with the router's top-k
     renormalized or not, k = 1 .. every expert, and exact ties: experts 0 and 5 given one router row, so
     each row's probabilities tie between them; both paths take torch's one topk, so the same experts."""
-    fast, ref, _ = block_pair(moe_file)
+    fast, ref, _ = block_pair(moe_file, tier)
     router = fast.router.clone()
     router[5] = router[0]
     for b in (fast, ref):
@@ -157,5 +160,7 @@ def test_the_block_with_ties_renorm_and_every_k(moe_file, renorm, k):
     h = torch.randn(12, router.shape[1], generator=torch.Generator().manual_seed(k))
     weights, ids = fast.route(h)
     assert torch.allclose(weights.sum(-1), torch.ones(12)) == (renorm or k == 8)
+    logits = h @ router.T
+    assert torch.equal(logits[:, 0], logits[:, 5])  # the tie is exact
     for rows in (h, h[:1]):
         assert rel(fast(rows), ref(rows)) <= OP_BY_OP_TOL
