@@ -46,8 +46,16 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
 class NativeLayerOps(LayerOps):
     """A layer whose four linears are each one NativePart: its steps fused around them in C++."""
 
+    NAME, IMPLEMENTS = FusedLayer.NAME, FusedLayer.IMPLEMENTS
+    invariant_rows = True
+    """A row's bits depend only on the step's row regime (row_regimes), not on the other rows."""
+
+    @staticmethod
+    def linears(layer) -> tuple[QuantLinear, ...]:
+        return layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down
+
     def __init__(self, layer, spec: ArchSpec):
-        self.mms = tuple(native_part(lin).mm for lin in _linears(layer))  # qkv, o, gate_up, down
+        self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o, gate_up, down
         self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
         """Steps below this many rows are decode-sized (the GEMV, or the batch GEMMs)."""
         self.fused = _fused(layer, self.mms, spec) if native.has("layer") else None
@@ -91,8 +99,26 @@ class NativeLayerOps(LayerOps):
                                  *_norm_args(layer.post_ffn_norm))
 
 
-def _linears(layer) -> tuple[QuantLinear, ...]:
-    return layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down
+class NativeMoeLayerOps(NativeLayerOps):
+    """A MoE layer whose experts are NativeExperts: attention's steps fused around its native linears as a
+    dense layer's, the experts one native call after torch's norm and routing (LayerOps.mlp_add); no
+    whole-layer call (the fused C++ layer refuses ArchSpec.moe), so no one-call stack either."""
+
+    NAME = "the native MoE layer in parts"
+    IMPLEMENTS = {**FusedLayer.IMPLEMENTS, "moe": (True,)}
+    invariant_rows = False
+    """An expert's rows take the GEMV or the batch GEMMs by how many rows of the step chose it."""
+
+    @staticmethod
+    def linears(layer) -> tuple[QuantLinear, ...]:
+        return layer.attn.qkv, layer.attn.o
+
+    def __init__(self, layer, spec: ArchSpec):
+        self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o
+        self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
+        self.fused, self.rope, self.precise = None, layer.attn.rope, layer.attn.precise_scores
+
+    mlp_add = LayerOps.mlp_add
 
 
 def _fused(layer, mms, spec: ArchSpec) -> FusedLayer:
@@ -168,14 +194,16 @@ class CpuBackend(Backend):
     def layer_ops(self, layer, spec: ArchSpec) -> LayerOps:
         """NativeLayerOps when each of the layer's linears is one NativePart, the C++ layer implements
         every ArchSpec field the model sets (else the reason is logged once) and the library has the
-        ops around the GEMV; else the torch ops (over the same native linears)."""
-        if not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec):  # first: a MoE layer has no gate_up
+        ops around the GEMV (a MoE layer with native experts: NativeMoeLayerOps, its attention's linears
+        alone); else the torch ops (over the same native linears)."""
+        kind = NativeMoeLayerOps if isinstance(getattr(layer.mlp, "experts", None), NativeExperts) else NativeLayerOps
+        if not admits(kind.NAME, kind.IMPLEMENTS, spec):  # first: a MoE layer has no gate_up
             return TORCH_OPS
-        lins = _linears(layer)
+        lins = kind.linears(layer)
         if (not all(native_part(lin) for lin in lins) or any(lin.bias is not None for lin in lins[1:])
                 or not native.has("fused_ops")):
             return TORCH_OPS
-        return NativeLayerOps(layer, spec)
+        return kind(layer, spec)
 
     def stack(self, layers):
         if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):
@@ -206,7 +234,8 @@ class CpuBackend(Backend):
         of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
         batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
         ops = model.layers[0].ops
-        if not isinstance(ops, NativeLayerOps) or not native.has("paged_attention"):
+        if (not all(isinstance(layer.ops, NativeLayerOps) and layer.ops.invariant_rows for layer in model.layers)
+                or not native.has("paged_attention")):
             return None
         if quantized_kv and not native.has("kv_quant"):
             return None
