@@ -5,7 +5,8 @@ The decoder layer's steps run in 5 C++ calls plus attention: norms, activation, 
 fused around the native matmuls (8-bit activations for a few rows, bf16 tiles or the C++ GEMMs for
 prefill chunks), ~30 torch ops fewer per layer; a step of a few rows, or one sequence's prefill chunk,
 runs the whole layer in one call (hearth.kernels.fused_layer), and a prefill chunk can go through every
-layer in one call (FusedStack)."""
+layer in one call (FusedStack). A MoE layer's experts are one native call over the stacked tensors
+(hearth.backends.cpu_experts), its other steps native in parts (NativeMoeLayerOps)."""
 
 from __future__ import annotations
 
@@ -196,7 +197,8 @@ class CpuBackend(Backend):
         every ArchSpec field the model sets (else the reason is logged once) and the library has the
         ops around the GEMV (a MoE layer with native experts: NativeMoeLayerOps, its attention's linears
         alone); else the torch ops (over the same native linears)."""
-        kind = NativeMoeLayerOps if isinstance(getattr(layer.mlp, "experts", None), NativeExperts) else NativeLayerOps
+        moe = isinstance(getattr(layer.mlp, "experts", None), NativeExperts)
+        kind = NativeMoeLayerOps if moe else NativeLayerOps
         if not admits(kind.NAME, kind.IMPLEMENTS, spec):  # first: a MoE layer has no gate_up
             return TORCH_OPS
         lins = kind.linears(layer)

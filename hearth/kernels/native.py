@@ -449,7 +449,8 @@ def moe(gate_up: NativeMatmul, down: NativeMatmul, n_expert: int, activation: st
     if rc == -2:
         raise IndexError(f"expert id out of range [0, {n_expert})")
     if rc:
-        raise ValueError(f"hk_moe: plans of {gate_up.n} and {down.n} rows are not {n_expert} experts' gate | up and down")
+        raise ValueError(f"hk_moe: plans of {gate_up.n} and {down.n} rows are not {n_expert} experts' "
+                         "gate | up and down")
     return out
 
 

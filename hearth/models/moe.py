@@ -5,8 +5,8 @@ llama.cpp's build_moe_ffn(..., norm_w) with softmax gating.
 
 The routing is here (f32, torch's topk: the same choice on every backend, ties included); the experts
 are the backend's (Backend.experts): op by op over one linear per expert (hearth.layers.experts), or
-one native call over the stacked tensors (the CPU backend). No fused decoder layer implements
-ArchSpec.moe, so the rest of these layers runs op by op."""
+one native call over the stacked tensors (the CPU backend). No whole-layer fused call implements
+ArchSpec.moe: the rest of these layers runs step by step (natively on the CPU backend)."""
 
 from __future__ import annotations
 
