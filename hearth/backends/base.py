@@ -30,6 +30,10 @@ if TYPE_CHECKING:
 class LayerOps:
     """The steps of DecoderLayer.forward as torch ops (the slow, obvious twin of every fused form)."""
 
+    invariant_rows = True
+    """A row's bits depend on the other rows of its step only through the step's row regime
+    (Backend.row_regimes); False where they do otherwise (a MoE layer's native experts)."""
+
     def for_rows(self, rows: int) -> LayerOps:
         """The ops that run a step of this many rows (a backend may hand some sizes to torch)."""
         return self

@@ -48,8 +48,6 @@ class NativeLayerOps(LayerOps):
     """A layer whose four linears are each one NativePart: its steps fused around them in C++."""
 
     NAME, IMPLEMENTS = FusedLayer.NAME, FusedLayer.IMPLEMENTS
-    invariant_rows = True
-    """A row's bits depend only on the step's row regime (row_regimes), not on the other rows."""
 
     @staticmethod
     def linears(layer) -> tuple[QuantLinear, ...]:
@@ -236,7 +234,7 @@ class CpuBackend(Backend):
         of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
         batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
         ops = model.layers[0].ops
-        if (not all(isinstance(layer.ops, NativeLayerOps) and layer.ops.invariant_rows for layer in model.layers)
+        if (not isinstance(ops, NativeLayerOps) or not all(layer.ops.invariant_rows for layer in model.layers)
                 or not native.has("paged_attention")):
             return None
         if quantized_kv and not native.has("kv_quant"):
