@@ -88,6 +88,12 @@ def block(args) -> None:
                 for _ in range(iters):
                     f(h, weights, ids)
                 times[name].append((time.perf_counter() - t) / iters * 1e3)
+        router = torch.randn(e, hidden, generator=g)  # the routing both paths share (MoE.route's ops)
+        t = time.perf_counter()
+        for _ in range(iters * args.rounds):
+            torch.softmax(h @ router.T, dim=-1).topk(k, dim=-1)[0].div(1.0)
+        route_ms = (time.perf_counter() - t) / iters / args.rounds * 1e3
+        print(f"  routing (f32 router GEMV, softmax, top-k, renorm; both paths): {route_ms:.3f} ms")
         if rows == 1:  # the same bytes through two plain GEMVs in the same rounds' conditions
             t = time.perf_counter()
             for _ in range(iters * args.rounds):
