@@ -117,9 +117,11 @@ class LLM:
         regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
-            self.speculation_off = (("with LoRA adapters on, the layers run op by op, where" if self.lora else
-                                     "without the native kernels") + " a verify row is not computed bit for bit as "
-                                    "a decode row, so drafts would not be lossless"
+            why = ("with LoRA adapters on, the layers run op by op, where" if self.lora else
+                   "in a MoE model (its experts' matmuls depend on how many rows chose them)" if mc.num_experts
+                   else "without the native kernels")
+            self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "
+                                    "would not be lossless"
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
             log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None

@@ -17,6 +17,7 @@ from hearth.kernels.attention import (AttentionMetadata, paged_attention_quantiz
                                       write_kv_pair_torch)
 from hearth.kvstore.paged import lazy_zeros
 from hearth.layers.embedding import Embedding
+from hearth.layers.experts import Experts
 from hearth.layers.linear import TORCH_HEAD_PATHS, QuantLinear, build_linear
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFTensor
@@ -28,6 +29,10 @@ if TYPE_CHECKING:
 
 class LayerOps:
     """The steps of DecoderLayer.forward as torch ops (the slow, obvious twin of every fused form)."""
+
+    invariant_rows = True
+    """A row's bits depend on the other rows of its step only through the step's row regime
+    (Backend.row_regimes); False where they do otherwise (a MoE layer's native experts)."""
 
     def for_rows(self, rows: int) -> LayerOps:
         """The ops that run a step of this many rows (a backend may hand some sizes to torch)."""
@@ -93,6 +98,13 @@ class Backend:
 
     def embedding(self, t: GGUFTensor) -> Embedding:
         return Embedding(t)
+
+    def experts(self, gate_up: list[GGUFTensor], down: GGUFTensor, activation: str,
+                biases: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)):
+        """A MoE block's routed experts over the stacked tensors [n_expert, out, in] (gate and up, or one fused
+        gate|up; biases: hearth.layers.experts.Experts'): a module whose forward(h f32 [T, hidden], weights
+        f32 [T, k], ids int64 [T, k]) -> f32 [T, hidden]. Here one linear per expert, op by op."""
+        return Experts(self.linear, gate_up, down, activation, biases)
 
     # ---- the decoder layer ----
 

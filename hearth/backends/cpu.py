@@ -5,19 +5,21 @@ The decoder layer's steps run in 5 C++ calls plus attention: norms, activation, 
 fused around the native matmuls (8-bit activations for a few rows, bf16 tiles or the C++ GEMMs for
 prefill chunks), ~30 torch ops fewer per layer; a step of a few rows, or one sequence's prefill chunk,
 runs the whole layer in one call (hearth.kernels.fused_layer), and a prefill chunk can go through every
-layer in one call (FusedStack)."""
+layer in one call (FusedStack). A MoE layer's experts are one native call over the stacked tensors
+(hearth.backends.cpu_experts), its other steps native in parts (NativeMoeLayerOps)."""
 
 from __future__ import annotations
 
 import torch
 
 from hearth.backends.base import TORCH_OPS, Backend, LayerOps
+from hearth.backends.cpu_experts import NativeExperts
 from hearth.backends.cpu_linear import native_linear, native_part
 from hearth.kernels import native, tiers
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.kernels.fused_layer import FusedLayer, FusedStack
 from hearth.layers.embedding import Embedding
-from hearth.layers.linear import QuantLinear
+from hearth.layers.linear import QuantLinear, linear_policy
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFTensor
 from hearth.models.arch_spec import ArchSpec, admits
@@ -45,8 +47,14 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
 class NativeLayerOps(LayerOps):
     """A layer whose four linears are each one NativePart: its steps fused around them in C++."""
 
+    NAME, IMPLEMENTS = FusedLayer.NAME, FusedLayer.IMPLEMENTS
+
+    @staticmethod
+    def linears(layer) -> tuple[QuantLinear, ...]:
+        return layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down
+
     def __init__(self, layer, spec: ArchSpec):
-        self.mms = tuple(native_part(lin).mm for lin in _linears(layer))  # qkv, o, gate_up, down
+        self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o, gate_up, down
         self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
         """Steps below this many rows are decode-sized (the GEMV, or the batch GEMMs)."""
         self.fused = _fused(layer, self.mms, spec) if native.has("layer") else None
@@ -90,8 +98,26 @@ class NativeLayerOps(LayerOps):
                                  *_norm_args(layer.post_ffn_norm))
 
 
-def _linears(layer) -> tuple[QuantLinear, ...]:
-    return layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down
+class NativeMoeLayerOps(NativeLayerOps):
+    """A MoE layer whose experts are NativeExperts: attention's steps fused around its native linears as a
+    dense layer's, the experts one native call after torch's norm and routing (LayerOps.mlp_add); no
+    whole-layer call (the fused C++ layer refuses ArchSpec.moe), so no one-call stack either."""
+
+    NAME = "the native MoE layer in parts"
+    IMPLEMENTS = {**FusedLayer.IMPLEMENTS, "moe": (True,)}
+    invariant_rows = False
+    """An expert's rows take the GEMV or the batch GEMMs by how many rows of the step chose it."""
+
+    @staticmethod
+    def linears(layer) -> tuple[QuantLinear, ...]:
+        return layer.attn.qkv, layer.attn.o
+
+    def __init__(self, layer, spec: ArchSpec):
+        self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o
+        self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
+        self.fused, self.rope, self.precise = None, layer.attn.rope, layer.attn.precise_scores
+
+    mlp_add = LayerOps.mlp_add
 
 
 def _fused(layer, mms, spec: ArchSpec) -> FusedLayer:
@@ -155,17 +181,32 @@ class CpuBackend(Backend):
     def embedding(self, t: GGUFTensor) -> Embedding:
         return NativeEmbedding(t) if int(t.qtype) in native.qtypes() else Embedding(t)
 
+    def experts(self, gate_up: list[GGUFTensor], down: GGUFTensor, activation: str,
+                biases: tuple[torch.Tensor | None, torch.Tensor | None] = (None, None)):
+        """Two native plans over the stacked tensors, one call per block (NativeExperts), where the
+        library has hk_moe and reads all three types, and the block has separate gate and up tensors, no
+        biases and an activation hk_moe knows (not gpt-oss's); else one linear per expert (the torch backend's)."""
+        policy = linear_policy()
+        if (not native.has("moe") or policy.exact or activation not in native.ACTIVATIONS or len(gate_up) != 2
+                or any(b is not None for b in biases)
+                or any(int(t.qtype) not in native.qtypes() for t in (*gate_up, down))):
+            return super().experts(gate_up, down, activation, biases)
+        return NativeExperts(*gate_up, down, activation, policy.native_gemm_min_rows)
+
     def layer_ops(self, layer, spec: ArchSpec) -> LayerOps:
         """NativeLayerOps when each of the layer's linears is one NativePart, the C++ layer implements
         every ArchSpec field the model sets (else the reason is logged once) and the library has the
-        ops around the GEMV; else the torch ops (over the same native linears)."""
-        if not admits(FusedLayer.NAME, FusedLayer.IMPLEMENTS, spec):  # first: a MoE layer has no gate_up
+        ops around the GEMV (a MoE layer with native experts: NativeMoeLayerOps, its attention's linears
+        alone); else the torch ops (over the same native linears)."""
+        moe = isinstance(getattr(layer.mlp, "experts", None), NativeExperts)
+        kind = NativeMoeLayerOps if moe else NativeLayerOps
+        if not admits(kind.NAME, kind.IMPLEMENTS, spec):  # first: a MoE layer has no gate_up
             return TORCH_OPS
-        lins = _linears(layer)
+        lins = kind.linears(layer)
         if (not all(native_part(lin) for lin in lins) or any(lin.bias is not None for lin in lins[1:])
                 or not native.has("fused_ops")):
             return TORCH_OPS
-        return NativeLayerOps(layer, spec)
+        return kind(layer, spec)
 
     def stack(self, layers):
         if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):
@@ -196,7 +237,8 @@ class CpuBackend(Backend):
         of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
         batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
         ops = model.layers[0].ops
-        if not isinstance(ops, NativeLayerOps) or not native.has("paged_attention"):
+        if (not isinstance(ops, NativeLayerOps) or not all(layer.ops.invariant_rows for layer in model.layers)
+                or not native.has("paged_attention")):
             return None
         if quantized_kv and not native.has("kv_quant"):
             return None

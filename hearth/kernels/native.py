@@ -52,6 +52,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "many_rows": ("hk_many_rows", "hk_avx_vnni", "hk_gemm_chunk_bytes"),  # the GEMV library's register-blocked GEMM for prefills (csrc/gemm_avx2.h)
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
     "peaks": ("hk_read_pass", "hk_int8_dot_pass"),  # the roofline's passes (csrc/peaks.h): every library
+    "moe": ("hk_moe",),  # a MoE block's routed experts over the stacked tensors (csrc/moe.h): every library
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
 together; callers ask has(capability) and take the torch path where it is missing."""
@@ -74,7 +75,7 @@ class Library:
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
                          frozenset(CAPABILITIES) - {"many_rows"}, "avx512")
-DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "peaks"})
+DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "peaks", "moe"})
 """What the decode-tier libraries (csrc/decode_library.h: avx2, neon) implement."""
 AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
                        DECODE_CAPABILITIES | {"many_rows"}, "avx2")
@@ -84,7 +85,7 @@ its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (pl
 NEON_LIBRARY = Library("gguf_kernels_neon.cpp",
                        NEON_DOTPROD if tiers.machine() == "aarch64" and "asimddp" in tiers.cpu_flags() else (),
                        DECODE_CAPABILITIES, "neon")
-ABI_VERSION = 14
+ABI_VERSION = 15
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY, "neon": NEON_LIBRARY}
@@ -310,6 +311,7 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_linear": (None, [_p, _p, _int, _i64, _i64, _p, _f32, _p, _p, _i64]),
     "hk_linear_residual": (None, [_p, _p, _i64, _i64, _p, _f32, _p, _i64]),
     "hk_mlp": (None, [_p, _p, _int, _p, _i64, _i64, _p, _f32, _p, _f32]),
+    "hk_moe": (_int, [_p, _p, _i64, _int, _p, _i64, _i64, _p, _p, _i64, _p, _i64]),
     "hk_qk_rope": (None, [_p, _i64, _i64, _i64, _i64, _i64, _p, _f32, _p, _p, _int]),
     "hk_dequant_rows": (_int, [_p, _int, _i64, _i64, _i64, _p, _i64, _p]),
     "hk_dequant_bf16": (_int, [_p, _int, _i64, _i64, _i64, _i64, _p]),
@@ -431,6 +433,25 @@ def mlp_add_to(gate_up: NativeMatmul, down: NativeMatmul, activation: str, r: to
     gate_up.lib.hk_mlp(gate_up.plan, down.plan, ACTIVATIONS[activation], r.data_ptr(), r.shape[0], r.stride(0),
                        _ptr(norm), eps, _ptr(post_norm), post_eps)
     return r
+
+
+def moe(gate_up: NativeMatmul, down: NativeMatmul, n_expert: int, activation: str, x: torch.Tensor,
+        weights: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """A MoE block's routed experts in one call (csrc/moe.h): gate_up over the stacked gate and up tensors
+    (two weights, [n_expert * inter, hidden] each), down over the stacked down tensor ([n_expert * hidden,
+    inter]); x: f32 or bf16 [T, hidden]; weights: [T, k], ids: int [T, k] (the router's) -> f32 [T, hidden],
+    sum_j weights[t, j] * expert_{ids[t, j]}(x[t]) in ascending expert order."""
+    x, ids = _f32_rows(x), ids.to(torch.int64).contiguous()
+    weights = weights.to(torch.float32).contiguous()
+    out = torch.empty(x.shape[0], down.n // n_expert)
+    rc = gate_up.lib.hk_moe(gate_up.plan, down.plan, n_expert, ACTIVATIONS[activation], x.data_ptr(), x.shape[0],
+                            x.stride(0), ids.data_ptr(), weights.data_ptr(), ids.shape[1], out.data_ptr(), out.stride(0))
+    if rc == -2:
+        raise IndexError(f"expert id out of range [0, {n_expert})")
+    if rc:
+        raise ValueError(f"hk_moe: plans of {gate_up.n} and {down.n} rows are not {n_expert} experts' "
+                         "gate | up and down")
+    return out
 
 
 def qk_rope(qk: torch.Tensor, rot: int, cos: torch.Tensor, sin: torch.Tensor, neox: bool,

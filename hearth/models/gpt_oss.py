@@ -2,7 +2,7 @@
 with biases on q, k, v and o and a learned sink logit per head in every softmax, every other layer a
 128-token sliding window (the first one sliding), neox YaRN rope on all layers; in place of the MLP, routed
 experts (MXFP4 in the released files) with biases, chosen by the top-k of the router's biased logits and
-weighted by a softmax over those k (llama.cpp's SOFTMAX_WEIGHT gating), each a clamped SwiGLU.
+weighted by a softmax over those k (llama.cpp's SOFTMAX_WEIGHT gating), each a clamped SwiGLU (hearth.layers.activation's swiglu_oai).
 
 Same math as transformers' GptOssForCausalLM; the file's one norm before the experts is named
 post_attention_norm (hearth.models.transformer.DecoderLayer reads it as the MLP's norm)."""
@@ -15,21 +15,13 @@ from hearth.models.moe import MoE, moe_config
 from hearth.models.transformer import ArchSpec, CausalLM, base_config, require
 
 SLIDING_EVERY = 2  # llama.cpp's swa pattern 2, transformers' layer_types: even layers slide
-SWIGLU_ALPHA, SWIGLU_LIMIT = 1.702, 7.0  # the reference's; llama.cpp's graph hard-codes them too
 
 
 class GptOssMoE(MoE):
-    limit = SWIGLU_LIMIT
-
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """h: [T, hidden] -> (softmax over the top-k logits f32 [T, k], their expert ids [T, k])."""
         top, ids = self.logits(h).topk(self.top_k, dim=-1)
         return torch.softmax(top, dim=-1), ids
-
-    def glu(self, gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        """(clamp(up, -limit, limit) + 1) * g * sigmoid(alpha * g), g = min(gate, limit)."""
-        gate = gate.clamp_(max=self.limit)
-        return torch.sigmoid(gate * SWIGLU_ALPHA).mul_(gate).mul_(up.clamp(-self.limit, self.limit).add_(1))
 
 
 class GptOssForCausalLM(CausalLM):

@@ -11,11 +11,11 @@ import math
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import LinearScaling, ModelConfig, YarnScaling, stretched_context
 from hearth.errors import ModelLoadError
+from hearth.layers.activation import ACTIVATIONS
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.layers.rotary import RopeFactors, Rotary, yarn_factors
@@ -26,10 +26,6 @@ from hearth.models.moe import MoE
 log = logging.getLogger("hearth.models")
 
 
-ACTIVATIONS = {
-    "silu": F.silu,
-    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
 
 
 def f32(g: GGUFFile, name: str) -> torch.Tensor:
@@ -129,9 +125,7 @@ class DecoderLayer(nn.Module):
         self.backend = backend
         self.attn = Attention(cfg, spec, g, i, backend, factors)
         moe = spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors  # a MoE model's dense layers have none
-        # None: an activation the block applies itself (gpt-oss's clamped SwiGLU), not one of gate alone
-        act = ACTIVATIONS.get(spec.activation)
-        self.mlp = moe_block(cfg, g, i, backend, act) if moe else MLP(cfg, spec, g, i, backend)
+        self.mlp = moe_block(cfg, g, i, backend, spec.activation) if moe else MLP(cfg, spec, g, i, backend)
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
         # gpt-oss names its one norm before the MLP post_attention_norm (llama.cpp's attn_post_norm)
         ffn_norm = p + ("ffn_norm.weight" if spec.sandwich_norm or p + "ffn_norm.weight" in g.tensors

@@ -381,3 +381,39 @@ def test_fused_layer_matches_the_avx2_layer(neon, name):
     assert not torch.equal(want_x, x)  # the layer ran
     torch.testing.assert_close(s.read(x_out), want_x, atol=1e-4 * float(want_x.abs().max()), rtol=0)
     torch.testing.assert_close(s.read(kv_out).float(), want_kv.float(), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.skipif(AVX2 is not None, reason=f"the experts are compared with the avx2 tier's, which {AVX2}")
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
+def test_moe_experts_match_the_avx2_library(neon, qtype):
+    """hk_moe (csrc/moe.h) on stacked experts: a decode row (its k experts' gate | up in one matmul) and
+    several rows grouped by expert, against the exact twin within tests/backends/test_cpu_experts.py's
+    bound (3e-2 of max|out|), and against the avx2 library's (hearth.backends.cpu_experts on the same
+    bytes: the same 8-bit activations and integer dots, f32 sums in another order, and neon's own
+    exp in act(gate) * up, which moves some down-projection activations across a rounding edge of their
+    8-bit code: measured 3.7e-4 of max|out|), held to 1e-3."""
+    from hearth.backends.cpu_experts import NativeExperts
+    from hearth.loader.gguf_loader import GGUFTensor
+    from tests.backends.test_cpu_experts import EXACT_TOL, exact, rel, stacked
+
+    _, script, run = neon
+    rng, g = np.random.default_rng(int(qtype)), torch.Generator().manual_seed(int(qtype))
+    e, hidden, inter = 5, 256, 256
+    gate, up, down = stacked(qtype, e, inter, hidden, rng), stacked(qtype, e, inter, hidden, rng), \
+        stacked(qtype, e, hidden, inter, rng)
+    flat = [GGUFTensor("w", qtype, (t.shape[0] * t.shape[1], t.shape[2]), t.data) for t in (gate, up, down)]
+    s, cases = script(), []
+    gu, dn = _plan(s, flat[:2], hidden), _plan(s, flat[2:], inter)
+    for rows, k in ((1, 2), (1, e), (7, 2), (12, 1)):
+        x = torch.randn(rows, hidden, generator=g)
+        weights, ids = torch.softmax(torch.randn(rows, e, generator=g), -1).topk(k, dim=-1)
+        out = s.output(torch.zeros(rows, hidden))
+        rc = s.call("hk_moe", gu, dn, e, 0, s.tensor(x), rows, hidden, s.tensor(ids.contiguous()),
+                    s.tensor(weights.contiguous()), k, out, hidden)
+        cases.append((x, weights, ids, out, rc))
+    run(s)
+    avx2 = NativeExperts(gate, up, down, "silu", 0, native.open_tier("avx2"))
+    for x, weights, ids, out, rc in cases:
+        assert s.result(rc) == 0
+        assert rel(s.read(out), exact(gate, up, down, x, weights, ids)) <= EXACT_TOL
+        assert rel(s.read(out), avx2(x, weights, ids)) <= 1e-3

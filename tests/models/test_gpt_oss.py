@@ -14,6 +14,7 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from hearth import LLM, SamplingParams
 from hearth.backends import select
+from hearth.layers.activation import SWIGLU_ALPHA
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.moe import MoE
@@ -115,10 +116,15 @@ def _softmax_then_topk(self, h):
     return MoE.route(self, h)
 
 
+def _unclamped(self, gate, up):
+    """gpt-oss's SwiGLU without its clamps."""
+    return torch.sigmoid(gate * SWIGLU_ALPHA).mul_(gate).mul_(up + 1)
+
+
 FEATURES = {  # what to take away -> (object path on a layer, attribute, value)
     "sinks": [("attn", "sinks", None)],
     "window": [("attn", "window", 0)],
-    "swiglu_clamp": [("mlp", "limit", math.inf)],
+    "swiglu_clamp": [("mlp.experts", "glu", _unclamped)],
     "router_bias": [("mlp", "router_bias", None)],
     "o_bias": [("attn.o", "bias", None)],
     "routing": [("mlp", "renorm", False), ("mlp", "route", _softmax_then_topk)],
@@ -143,7 +149,7 @@ def test_each_feature_shows_in_the_logits(tiny, monkeypatch, feature):
 def test_expert_biases_show_in_the_logits(tiny, monkeypatch):
     _, _, _, model, cfg, ids, ref = tiny
     for layer in model.layers:
-        for lin in (*layer.mlp.gate_up, *layer.mlp.down):
+        for lin in (*layer.mlp.experts.gate_up, *layer.mlp.experts.down):
             monkeypatch.setattr(lin, "bias", None)
     assert rel_err(PagedDriver(model, cfg).step({"a": ids})["a"], ref) > 0.02
 

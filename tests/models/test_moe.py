@@ -50,6 +50,17 @@ def test_greedy_generation_is_the_argmax_of_one_prefill(moe_file):
     assert (logits.topk(2).values.diff(dim=-1).abs() > 1e-3).all()  # no near tie decided that
 
 
+def test_speculation_asked_for_is_off_and_says_why(moe_file, caplog):
+    """A verify row is not a decode row bit for bit in a MoE model (an expert's matmul regime follows how
+    many rows chose it), so drafts would not be lossless: off, with the reason, and generation goes on."""
+    with caplog.at_level("WARNING", logger="hearth"):
+        llm = LLM(str(moe_file), progress=False, speculative_config={"method": "ngram"})
+    assert "speculative decoding is off: in a MoE model (its experts' matmuls depend on how many rows chose them) " \
+        "a verify row is not computed bit for bit as a decode row" in caplog.text
+    out = llm.generate(["a b a b a b"], SamplingParams(temperature=0, max_tokens=6, ignore_eos=True))
+    assert len(out[0].outputs[0].token_ids) == 6
+
+
 def test_the_plan_counts_every_expert_and_reads_the_used_ones(moe_file):
     req = build_request(str(moe_file), device="H100 SXM", ctx=128, concurrency=1, kv_cache_dtype="f16",
                         batch_tokens=64)
