@@ -69,8 +69,8 @@ def block(args) -> None:
     gate, up = (stacked(f"{w}", qtype, e, inter, hidden, rng) for w in ("gate", "up"))
     down = stacked("down", qtype, e, hidden, inter, rng)
     backend = CpuBackend(tiers.selected())
-    paths = {"op by op": Experts(backend.linear, gate, up, down, "silu"),
-             "native": backend.experts(gate, up, down, "silu")}
+    paths = {"op by op": Experts(backend.linear, [gate, up], down, "silu"),
+             "native": backend.experts([gate, up], down, "silu")}
     floor = gemvs_alone(gate, up, qtype, k, hidden, inter, rng)
     g = torch.Generator().manual_seed(0)
     for rows in args.rows:

@@ -42,7 +42,7 @@ def stacked(qtype: Q, e: int, n: int, k: int, rng) -> GGUFTensor:
 class TierLinear(nn.Module):
     """A native linear on another tier's library (the op-by-op experts' linears at that tier)."""
 
-    def __init__(self, ts, so):
+    def __init__(self, ts, so, bias=None):
         super().__init__()
         ts = ts if isinstance(ts, list) else [ts]
         self.mm = native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype)) for t in ts], ts[0].shape[1], 64, so)
@@ -54,11 +54,11 @@ class TierLinear(nn.Module):
 def experts_at(tier: str, gate, up, down) -> tuple[nn.Module, nn.Module]:
     """(the fast experts, the op-by-op ones) at `tier`: torch's has only the op-by-op experts."""
     if tier == "torch":
-        ref = Backend().experts(gate, up, down, "silu")
+        ref = Backend().experts([gate, up], down, "silu")
         return ref, ref
     so = native.open_tier(tier)
     return (NativeExperts(gate, up, down, "silu", 64, so),
-            Experts(lambda ts: TierLinear(ts, so), gate, up, down, "silu"))
+            Experts(lambda ts, bias: TierLinear(ts, so), [gate, up], down, "silu"))
 
 
 def exact(gate, up, down, h, weights, ids) -> torch.Tensor:
@@ -130,7 +130,7 @@ def block_pair(path, tier: str | None = None):
     ref = load_model(g, backend)[0].layers[0].mlp
     stacks = [g.tensor(f"blk.0.ffn_{w}_exps.weight") for w in ("gate", "up", "down")]
     if tier is None:
-        ref.experts = Backend.experts(backend, *stacks, "silu")
+        ref.experts = Backend.experts(backend, stacks[:2], stacks[2], "silu")
     else:
         fast.experts, ref.experts = experts_at(tier, *stacks)
     return fast, ref, g

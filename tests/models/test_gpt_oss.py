@@ -5,7 +5,6 @@ take the torch attention for the sinks; greedy generation through LLM."""
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
