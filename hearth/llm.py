@@ -34,7 +34,7 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
 from hearth.memory.kv_cache import pool_blocks
-from hearth.models.registry import load_model
+from hearth.models.registry import embeds_only as encoder_arch, load_model
 from hearth.outputs import CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
 from hearth.runner.encoder_runner import EncoderRunner
 from hearth.runner.model_runner import ModelRunner
@@ -99,6 +99,8 @@ class LLM:
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
             spec.check_context(context_to_run(cfg.max_model_len, run_context(self.gguf, cfg.rope_scaling), quiet=True))
         draft_gguf = llm_draft.draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
+        if cfg.lora and encoder_arch(self.gguf.arch):
+            raise HearthError(f"--lora: {self.gguf.arch} is an embedding model; LoRA adapters apply to decoder models")
         adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls

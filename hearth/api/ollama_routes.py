@@ -22,13 +22,13 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
-from hearth.api.ollama_models import resolve, served_model, thinks
+from hearth.api.ollama_models import TAG, resolve, served_model, thinks
 from hearth.api.ollama_options import (asked_logprobs, sampling_fields, structured_output, think_kwargs,
                                       unloads_now, within_context)
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
 from hearth.api.ollama_reply import NDJSON, OllamaReply
 from hearth.api.parsing import output_parser
-from hearth.api.sampling import make_params, token_ids
+from hearth.api.sampling import lora_scales, make_params, token_ids
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
@@ -58,7 +58,7 @@ async def chat(body: ChatRequest, request: Request):
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
     template, prefill = think_kwargs(body.think, thinks(served)), _continued(history)
-    fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k}
+    fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k, "lora": _lora(body, served)}
 
     def fit(msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
         return guard.fit(lambda m: _render(served, plan, m, template, continued), msgs, served.max_model_len,
@@ -78,6 +78,11 @@ async def chat(body: ChatRequest, request: Request):
                                      req)
     reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
     return await _answer(request, body.stream, reply)
+
+
+def _lora(body, served) -> dict[int, float] | None:
+    """The adapter a `--lora-modules` NAME (or NAME:latest) selects, as on the OpenAI routes."""
+    return lora_scales(body, served, (body.model or "").removesuffix(TAG))
 
 
 def _continued(history: list[dict]) -> bool:
@@ -106,7 +111,7 @@ async def generate(body: GenerateRequest, request: Request):
         return _loaded({"model": name, "created_at": now(), "response": ""})
     text, ids, context = _generate_prompt(served, body)
     fields = {**within_context(sampling_fields(body.options, served.max_model_len), len(ids), served.max_model_len),
-              "structured_output": structured_output(body.format), "logprobs": k}
+              "structured_output": structured_output(body.format), "logprobs": k, "lora": _lora(body, served)}
     params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
     templated = not body.raw and not body.suffix  # a raw or FIM answer is plain text: nothing to parse

@@ -72,13 +72,14 @@ def common_fields(body, served=None) -> dict:
     return {**{k: getattr(body, k, None) for k in _COMMON}, "lora": lora_scales(body, served)}
 
 
-def lora_scales(body, served) -> dict[int, float] | None:
+def lora_scales(body, served, model: str | None = None) -> dict[int, float] | None:
     """A request's LoRA scales: its `lora` list (llama-server's [{"id", "scale"}]; a repeated id: the
-    last), else the adapter its `model` names (vLLM's --lora-modules) at 1, else None (the server's)."""
+    last), else the adapter its `model` (or `model`: the name as the route reads it) names (vLLM's
+    --lora-modules) at 1, else None (the server's)."""
     entries = getattr(body, "lora", None)
     if entries is not None:
         return {e.id: e.scale for e in entries}
-    j = getattr(served, "lora_names", {}).get(getattr(body, "model", None))
+    j = getattr(served, "lora_names", {}).get(model or getattr(body, "model", None))
     return None if j is None else {j: 1.0}
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 
 from hearth.config import MAX_LOGPROBS
 from hearth.engine.detokenizer import IncrementalDetokenizer
-from hearth.engine.lora_adapters import LoraAdapters
+from hearth.engine.lora_adapters import NO_ADAPTERS, LoraAdapters
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
@@ -99,7 +99,7 @@ class EngineCore:
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs)
-        (self.lora or LoraAdapters([], [])).check(params.lora)
+        (self.lora or NO_ADAPTERS).check(params.lora)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False) -> str:

@@ -17,7 +17,7 @@ class LoraAdapters:
     paths: list[str]
     scales: list[float]
     """The global scales: what a request without its own `lora` runs with."""
-    keys: list[str] = field(default_factory=list)
+    keys: list[str]
     """Each file's content fingerprint: K/V computed with an adapter is cached under it, so a block is
     reused only with the same adapters at the same scales (here or in the disk tier after a restart)."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -55,4 +55,8 @@ class LoraAdapters:
         """What a request's K/V depends on beyond the model: its nonzero adapters' files and scales
         (b"": none, the base model's blocks)."""
         on = sorted((j, s) for j, s in (scales or {}).items() if s)
-        return "|".join(f"{self.keys[j] if j < len(self.keys) else self.paths[j]}*{s!r}" for j, s in on).encode()
+        return "|".join(f"{self.keys[j]}*{s!r}" for j, s in on).encode()
+
+
+NO_ADAPTERS = LoraAdapters([], [], [])
+"""An engine's without --lora: a request naming an adapter is refused by its check."""

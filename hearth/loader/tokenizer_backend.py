@@ -48,11 +48,13 @@ def _build_spm(vocab: GGUFVocab) -> Tokenizer:
 
 
 def _build_wpm(vocab: GGUFVocab) -> Tokenizer:
-    """WordPiece (tokenizer.ggml.model == "bert"), as llama.cpp's llm_tokenizer_wpm_session runs it:
-    lowercased, accents dropped (its NFD keeps a precomposed letter's base only), control characters
-    dropped, punctuation and CJK characters each a word, then greedy longest-match pieces with the
-    whole word [UNK] when one part matches nothing. HF's BertNormalizer + BertPreTokenizer + WordPiece
-    do the same; llama.cpp lowercases every model, so hearth does too (its converter keeps no flag)."""
+    """WordPiece (tokenizer.ggml.model == "bert") as the model's own tokenizer (HF's BertNormalizer +
+    BertPreTokenizer + WordPiece) runs it: lowercased, accents stripped, control characters dropped,
+    punctuation and CJK characters each a word, then greedy longest-match pieces with the whole word [UNK]
+    when one part matches nothing. llama.cpp's llm_tokenizer_wpm_session differs on a combining mark
+    standing alone (its NFD maps precomposed letters only, so "cafe\u0301" keeps U+0301, where HF drops
+    it) and on words past 100 characters (below); llama.cpp lowercases every model, so hearth does too (its
+    converter keeps no flag)."""
     unk = vocab.special["unk"]
     pieces = _wordpiece_vocab(vocab)
     # llama.cpp matches a word of any length; HF's default gives a word past 100 chars [UNK] at once

@@ -19,7 +19,8 @@ from hearth.config import ModelConfig
 from hearth.errors import UnsupportedError
 from hearth.layers.rotary import Rotary
 from hearth.loader.gguf_loader import GGUFFile
-from hearth.models.transformer import f32, maybe_f32, require
+from hearth.models.gguf_tensors import f32, maybe_f32
+from hearth.models.transformer import base_config, require
 
 POOLING_TYPES = {1: "mean", 2: "cls", 3: "last"}
 """llama.cpp's LLAMA_POOLING_TYPE values an encoder's embeddings take (0 none: the default)."""
@@ -161,8 +162,6 @@ POOLERS = {"mean": lambda h: h.mean(0), "cls": lambda h: h[0], "last": lambda h:
 
 def encoder_config(g: GGUFFile, **overrides) -> ModelConfig:
     """ModelConfig of an encoder's GGUF (rms_norm_eps holds its LayerNorm's epsilon)."""
-    from hearth.models.transformer import base_config
-
     if g.arch_get("pooling_type") == RANK:
         raise UnsupportedError(f"{g.path}: pooling_type 4 (rank) makes this {g.arch} file a reranker; hearth serves "
                                "encoders as embedding models and has no reranking (/v1/rerank) yet")

@@ -18,6 +18,7 @@ from hearth.config import ModelConfig
 from hearth.errors import UnsupportedError
 from hearth.layers.quant import dequantize
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.gguf_tensors import maybe_f32
 
 
 def moe_config(g: GGUFFile, weights_norm: bool) -> dict:
@@ -50,18 +51,18 @@ class MoE(nn.Module):
         r = g.tensor(p + "ffn_gate_inp.weight")  # [n_expert, hidden], f32 in llama.cpp's files (never quantized)
         # F32 (as llama.cpp keeps it): a view of the file, no copy
         self.register_buffer("router", dequantize(r.data, r.qtype).reshape(r.shape), persistent=False)
-        self.router_bias = _bias(g, p + "ffn_gate_inp.bias")  # [n_expert] (gpt-oss), or None
+        self.router_bias = maybe_f32(g, p + "ffn_gate_inp.bias")  # [n_expert] (gpt-oss), or None
         # stacked [n_expert, out, in]: gate and up [n_expert, expert_ffn, hidden] (or one of a file converted
         # with --fuse-gate-up-exps: ffn_gate_up_exps, rows [gate | up]), down [n_expert, hidden, expert_ffn]
         if p + "ffn_gate_up_exps.weight" in g.tensors:
             gate_up = [g.tensor(p + "ffn_gate_up_exps.weight")]
-            gate_up_bias = _bias(g, p + "ffn_gate_up_exps.bias")
+            gate_up_bias = maybe_f32(g, p + "ffn_gate_up_exps.bias")
         else:
             gate_up = [g.tensor(p + f"ffn_{w}_exps.weight") for w in ("gate", "up")]
-            bg, bu = (_bias(g, p + f"ffn_{w}_exps.bias") for w in ("gate", "up"))
+            bg, bu = (maybe_f32(g, p + f"ffn_{w}_exps.bias") for w in ("gate", "up"))
             gate_up_bias = None if bg is None else torch.cat([bg, bu], dim=1)
         # per-expert biases (gpt-oss): stacked [n_expert, out]
-        biases = (gate_up_bias, _bias(g, p + "ffn_down_exps.bias"))
+        biases = (gate_up_bias, maybe_f32(g, p + "ffn_down_exps.bias"))
         self.experts = backend.experts(gate_up, g.tensor(p + "ffn_down_exps.weight"), activation, biases)
         self.top_k, self.renorm = cfg.experts_used, cfg.expert_weights_norm
 
@@ -80,11 +81,3 @@ class MoE(nn.Module):
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         return self.experts.forward(h, *self.route(h))  # .forward: no module-call overhead
-
-
-def _bias(g: GGUFFile, name: str) -> torch.Tensor | None:
-    """An F32 bias in the file as its own f32 tensor (its shape kept), or None where the file has none."""
-    if name not in g.tensors:
-        return None
-    t = g.tensor(name)
-    return dequantize(t.data, t.qtype).reshape(t.shape).clone()

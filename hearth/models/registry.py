@@ -42,6 +42,8 @@ def load_model(g: GGUFFile, backend, progress=None, rope_scaling: YarnScaling | 
     rope_scaling: the engine's, over the file's."""
     cls = model_class(g.arch)
     cfg = cls.config_from_gguf(g)
+    if rope_scaling is not None and getattr(cls, "embeds_only", False):  # its positions are a table or unscaled
+        raise UnsupportedError(f"--rope-scaling: {g.arch} is an embedding model; rope scaling applies to decoder models")
     if rope_scaling is not None:
         from hearth.models.transformer import with_rope_scaling
         cfg = with_rope_scaling(cfg, rope_scaling)

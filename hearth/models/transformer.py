@@ -17,25 +17,15 @@ from hearth.config import LinearScaling, ModelConfig, YarnScaling, stretched_con
 from hearth.errors import ModelLoadError
 from hearth.layers.activation import ACTIVATIONS
 from hearth.layers.norm import RMSNorm
-from hearth.layers.quant import dequantize
 from hearth.layers.rotary import RopeFactors, Rotary, yarn_factors
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.arch_spec import ArchSpec
+from hearth.models.gguf_tensors import f32, maybe_f32
 from hearth.models.moe import MoE
 
 log = logging.getLogger("hearth.models")
 
 
-
-
-def f32(g: GGUFFile, name: str) -> torch.Tensor:
-    """A small tensor (norm weight, bias) as its own f32 copy."""
-    t = g.tensor(name)
-    return dequantize(t.data, t.qtype).reshape(t.shape).clone()
-
-
-def maybe_f32(g: GGUFFile, name: str) -> torch.Tensor | None:
-    return f32(g, name) if name in g.tensors else None
 
 
 def rope_factors(g: GGUFFile, cfg: ModelConfig) -> RopeFactors | None:
@@ -261,6 +251,8 @@ def with_rope_scaling(cfg: ModelConfig, y: YarnScaling | LinearScaling) -> Model
     context defaults to the file's; the model's context becomes factor x that, or the file's if larger."""
     context, original = stretched_context(y, cfg.context_length, cfg.rope_original_context)
     y = replace(y, original_context=original)
+    if isinstance(y, YarnScaling) and cfg.rope_yarn is not None:  # the architecture's rounding (gpt-oss: none) stays
+        y = replace(y, truncate=cfg.rope_yarn.truncate)
     yarn, linear = (y, 1.0) if isinstance(y, YarnScaling) else (None, y.factor)
     return replace(cfg, rope_yarn=yarn, rope_scaling_factor=linear, context_length=context)
 

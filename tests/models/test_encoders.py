@@ -204,3 +204,16 @@ def test_a_reranker_is_refused_not_pooled(tmp_path):
     write_tiny_encoder(path, "bert", pooling_type=4)
     with pytest.raises(UnsupportedError, match="pooling_type 4 .rank. makes this bert file a reranker"):
         load_model(GGUFFile(path), select())
+
+
+def test_lora_and_rope_scaling_on_an_encoder_are_one_line(tmp_path):
+    """Both act on decoder layers: on an encoder they crashed (no attn) or ran positions past the table (a 500)."""
+    from hearth import LLM
+    from hearth.errors import HearthError
+
+    path = tmp_path / "enc.gguf"
+    write_tiny_encoder(path, "bert")
+    with pytest.raises(HearthError, match="^--lora: bert is an embedding model; LoRA adapters apply to decoder models"):
+        LLM(str(path), progress=False, lora=[(str(tmp_path / "any.gguf"), 1.0)])
+    with pytest.raises(HearthError, match="^--rope-scaling: bert is an embedding model"):
+        LLM(str(path), progress=False, rope_scaling={"rope_type": "linear", "factor": 4})

@@ -248,3 +248,13 @@ def test_a_file_with_fused_gate_up_experts_is_the_same_model(tiny, tmp_path):
     assert "blk.0.ffn_gate_up_exps.weight" in GGUFFile(fused).tensors and fused_cfg == cfg
     torch.testing.assert_close(PagedDriver(fused_model, fused_cfg).step({"a": ids})["a"],
                                PagedDriver(model, cfg).step({"a": ids})["a"], rtol=0, atol=0)
+
+
+def test_the_engines_yarn_keeps_gpt_oss_unrounded(tiny):
+    """--rope-scaling yarn over a gpt-oss file replaces the file's factor, not the architecture's rounding."""
+    from hearth.config import YarnScaling
+    from hearth.models.transformer import with_rope_scaling
+
+    cfg = tiny[4]
+    assert cfg.rope_yarn is not None and not cfg.rope_yarn.truncate
+    assert with_rope_scaling(cfg, YarnScaling(8.0)).rope_yarn.truncate is False

@@ -69,6 +69,22 @@ def test_adapters_by_global_scale_request_and_name(client, answers):
     client.post("/lora-adapters", json=[{"id": 0, "scale": 1.0}])
 
 
+def test_a_module_name_selects_its_adapter_on_ollamas_routes_too(client):
+    """`model: "ada"` (or "ada:latest") on /api/generate runs the adapter as on /v1/completions, not the base."""
+    client.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}])
+    try:
+        base = client.get("/v1/models").json()["data"][0]["id"]
+
+        def ollama(model: str) -> str:
+            body = {"model": model, "prompt": "hello there", "raw": True, "stream": False,
+                    "options": {"temperature": 0, "num_predict": 6}}
+            return client.post("/api/generate", json=body).json()["response"]
+        assert ollama("ada:latest") == ollama("ada") == text(client, prompt="hello there", model="ada")
+        assert ollama(base) == text(client, prompt="hello there", model=base) != ollama("ada")
+    finally:
+        client.post("/lora-adapters", json=[{"id": 0, "scale": 1.0}])
+
+
 @pytest.mark.parametrize("path, body, needle", [
     ("/v1/completions", {"prompt": IDS, "lora": [{"id": 2, "scale": 1.0}]}, "lora: names adapter id 2"),
     ("/v1/completions", {"prompt": IDS, "lora": [{"id": 0}]}, "lora[0].scale"),
