@@ -47,6 +47,9 @@ class SlotRequest(_Request):
 async def save(body: SlotRequest, request: Request):
     async with request.app.state.models.lease(body.model) as served:  # loaded until the export is written
         snapshots, name, field = _target(served, body)
+        if served.lora is not None and any(served.lora.scales):  # its blocks are cached under the adapters' keys
+            raise APIError(400, "model: slots save the base model's K/V, and this server runs LoRA adapters "
+                           "(set their scales to 0 with POST /lora-adapters to save)", param="model")
         t0 = time.perf_counter()
         if body.prompt is None and body.messages is None:  # llama-server's form: the slot's KV as it is
             ids = served.engine.last_sequence()

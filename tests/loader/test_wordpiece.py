@@ -17,7 +17,7 @@ TEXTS = [
     "Unbelievable!!! unable, believing; it's an embedding model",
     "  leading and   inner   spaces\tand\ttabs\nnewlines  ",
     "Café naïve résumé ÉCOLE über",  # precomposed accents: dropped
-    "cafe\u0301 combining acute",  # a separate combining mark: dropped as well
+    "cafe\u0301 combining acute",  # a separate combining mark: dropped as well (HF; llama.cpp keeps it)
     "中文日本語 mixed with 한국 text",  # CJK ideographs are words each; Hangul is not CJK
     "unknownжword qqq xyzzy жж",  # no piece sequence covers a word with ж: [UNK] for the whole word
     "tokenizer2024 $42 50% a&b a+b=c user@host #tag a/b",

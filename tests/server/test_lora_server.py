@@ -97,3 +97,17 @@ def test_bad_lora_input_is_a_400_naming_it(client, path, body, needle):
     r = client.post(path, json=body)
     assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
     assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_slots_save_says_it_holds_no_adapters_k_v(files, exact, tmp_path):  # noqa: F811
+    """A conversation's K/V under an adapter is cached under the adapter's keys: saving the base model's would
+    write nothing, so it is a 400 that says what to do, not 0 blocks; with the scales at 0 it saves."""
+    adapter = str(files / "adapter.gguf")
+    args = command_parser("serve").parse_intermixed_args(
+        [str(files / "base.gguf"), "--max-model-len", "128", "--lora", adapter, "--kv-disk-dir", str(tmp_path)])
+    with TestClient(create_app(build_pool(args), server_config(args))) as c:
+        r = c.post("/slots/save", json={"filename": "chat", "prompt": "hello there " * 30})
+        assert r.status_code == 400 and "runs LoRA adapters" in r.json()["error"]["message"]
+        c.post("/lora-adapters", json=[{"id": 0, "scale": 0.0}])
+        r = c.post("/slots/save", json={"filename": "chat", "prompt": "hello there " * 30})
+        assert r.status_code == 200 and r.json()["n_saved"] > 0
