@@ -408,16 +408,21 @@ def test_the_ollama_client_unmodified_against_a_real_server(real_server):
     assert e.value.status_code == 404 and e.value.error == "model 'no-such-model' not found"
 
 
-def test_show_and_tags_do_not_load_a_model_chat_does():
-    """Clients call /api/show for every model /api/tags lists: a pool's unloaded models stay unloaded."""
+def _pinned_and_unpinned() -> tuple[ModelPool, list[str]]:
+    """A pool of a pinned model "first" and an unpinned "second", and the names its loader loaded, in order."""
     loads = []
 
     def loader(spec):
         loads.append(spec.name)
         return fake_served(names=spec.names)
 
-    pool = ModelPool([ModelSpec(["first"], pinned=True, max_model_len=4096), ModelSpec(["second"], max_model_len=2048)],
-                     loader)
+    return ModelPool([ModelSpec(["first"], pinned=True, max_model_len=4096),
+                      ModelSpec(["second"], max_model_len=2048)], loader), loads
+
+
+def test_show_and_tags_do_not_load_a_model_chat_does():
+    """Clients call /api/show for every model /api/tags lists: a pool's unloaded models stay unloaded."""
+    pool, loads = _pinned_and_unpinned()
     with TestClient(create_app(pool)) as client:
         assert loads == ["first"]
         assert [m["name"] for m in client.get("/api/tags").json()["models"]] == ["first:latest", "second:latest"]
@@ -445,14 +450,7 @@ def test_tags_size_of_a_split_gguf_is_every_parts(tmp_path):
 def test_keep_alive_0_unloads_a_pool_model_and_keeps_a_pinned_one(capfd):
     """`ollama stop MODEL` (keep_alive 0, nothing to answer): an unpinned model unloads ("unload"), is not loaded
     first if it was not, and loads again on its next request; a pinned one stays ("load")."""
-    loads = []
-
-    def loader(spec):
-        loads.append(spec.name)
-        return fake_served(names=spec.names)
-
-    pool = ModelPool([ModelSpec(["first"], pinned=True, max_model_len=4096), ModelSpec(["second"], max_model_len=2048)],
-                     loader)
+    pool, loads = _pinned_and_unpinned()
     with TestClient(create_app(pool)) as client:
         client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False})
         assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest", "second:latest"]
