@@ -3,6 +3,7 @@ after (hearth.models.lora), and their table for the engine (hearth.engine.lora_a
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 
@@ -11,6 +12,8 @@ from hearth.errors import HearthError
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.lora_file import LoraFile, read_lora
 from hearth.models.lora import attach_lora
+
+log = logging.getLogger("hearth")
 
 
 def read_adapters(entries: list) -> list[LoraFile]:
@@ -29,5 +32,7 @@ def attach(model, g, files: list[LoraFile], entries: list) -> LoraAdapters | Non
     if not files:
         return None
     attach_lora(model, g, files)
+    for j, (f, (_, scale)) in enumerate(zip(files, entries)):  # as llama-server lists them at start
+        log.info("hearth: LoRA adapter %d: %s at scale %g", j, f.path, scale)
     return LoraAdapters([str(f.path) for f in files], [float(s) for _, s in entries],
                         [model_fingerprint(f.path) for f in files])

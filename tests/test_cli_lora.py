@@ -17,6 +17,8 @@ def test_flags_keep_their_order_and_spellings():
          "y=d.gguf"])
     assert lora_entries(args) == [("a.gguf", 1.0), ("b.gguf", 0.5), ("c.gguf", 0.0), ("d.gguf", 0.0)]
     assert lora_names(args) == {"x": 2, "y": 3}
+    listed = command_parser("serve").parse_intermixed_args(["m", "--lora", "a.gguf,b.gguf", "--lora", "c.gguf"])
+    assert lora_entries(listed) == [("a.gguf", 1.0), ("b.gguf", 1.0), ("c.gguf", 1.0)]  # llama-server's list form
     off = command_parser("run").parse_intermixed_args(["m", "--lora", "a.gguf", "--lora-init-without-apply"])
     assert lora_entries(off) == [("a.gguf", 0.0)]
 
@@ -27,6 +29,17 @@ def test_bad_flags_are_one_line(argv, needle, capsys):
     with pytest.raises(SystemExit):
         command_parser("serve").parse_intermixed_args(["m", *argv])
     assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [["--lora-modules", "base=a.gguf"], ["--served-model-name", "sm", "--lora-modules", "sm=a.gguf"]])
+def test_an_adapter_named_as_a_model_is_one_line(files, argv):  # noqa: F811
+    """It would take that model's requests over (the base unreachable): refused at start."""
+    from hearth.commands.serve_models import build_pool
+    from hearth.errors import HearthError
+
+    args = command_parser("serve").parse_intermixed_args([str(files / "base.gguf"), *argv])
+    with pytest.raises(HearthError, match="is already the name of .*; give the adapter its own name"):
+        build_pool(args)
 
 
 def test_run_answers_with_the_adapter(files, capsys):  # noqa: F811

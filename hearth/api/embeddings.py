@@ -78,9 +78,10 @@ async def _waves(served, prompts: list[list[int]], metrics) -> list[list[float]]
     return vectors
 
 
-def inputs(served, value, truncate: bool = False, field: str = "input") -> list[list[int]]:
+def inputs(served, value, truncate: bool | None = None, field: str = "input") -> list[list[int]]:
     """Token ids per input; an empty one, or one the context cannot hold (unless `truncate`: its first
-    tokens that fit, as asked), is a 400 naming it (OpenAI refuses "" too); `field`: the body's name for them."""
+    tokens that fit, as asked), is a 400 naming it (OpenAI refuses "" too); `field`: the body's name for them.
+    truncate None: the route has no such field (False: Ollama's, which the 400 names)."""
     if isinstance(value, str) or value and isinstance(value[0], int):
         value = [value]
     if not value:
@@ -101,7 +102,8 @@ def inputs(served, value, truncate: bool = False, field: str = "input") -> list[
             ids[-1] = ids[-1][:room]
         elif len(ids[-1]) > room:
             raise APIError(400, f"{where}: {len(ids[-1])} tokens, more than the context holds for one "
-                                f"({room}); shorten it", param=field, code="context_length_exceeded")
+                                f"({room}); shorten it" + (' or send "truncate": true' if truncate is False else ""),
+                                param=field, code="context_length_exceeded")
     return ids
 
 

@@ -6,6 +6,7 @@ EngineConfig.lora. With several models the adapters are the first model's."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from hearth.errors import HearthError
 
@@ -28,15 +29,17 @@ class _Append(argparse.Action):
                 if not sep or not name or not path:
                     parser.error(f"--lora-modules takes NAME=FILE, not {module!r}")
                 adapters.append((path, 1.0, name))
-        else:
-            adapters.append((values, 1.0, None))
+        else:  # llama-server takes a comma-separated list too (a file whose name has a comma stays whole)
+            paths = [values] if "," not in values or Path(values).exists() else values.split(",")
+            adapters += [(path, 1.0, None) for path in paths]
         namespace.lora_adapters = adapters
 
 
 def add_lora_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("LoRA adapters (llama.cpp's GGUF adapters, convert_lora_to_gguf.py)")
     g.add_argument("--lora", action=_Append, metavar="FILE", dest="lora_adapters",
-                   help="apply this adapter at scale 1; repeat for more (ids 0, 1, ... in the order given)")
+                   help="apply this adapter at scale 1 (FILE,FILE,...: several); repeat for more (ids 0, 1, ... in the "
+                        "order given)")
     g.add_argument("--lora-scaled", action=_Append, nargs=2, metavar=("FILE", "SCALE"), dest="lora_adapters",
                    help="apply this adapter at SCALE (x alpha/rank, as llama.cpp)")
     g.add_argument("--lora-modules", action=_Append, nargs="+", metavar="NAME=FILE", dest="lora_adapters",

@@ -192,9 +192,14 @@ def build_pool(args: argparse.Namespace):
     given = with_router(entries(args), getattr(args, "router", None))
     paths = [_resolve(e) for e in given]
     names = [model_names(e, p) for e, p in zip(given, paths)]
-    if names:  # vLLM's --lora-modules: the first model's, listed as its aliases
-        names[0] += [n for n in lora_names(args) if n not in names[0]]
     unique_names(names, given)
+    if names:  # vLLM's --lora-modules: the first model's, listed as its aliases
+        taken = {n: e.where for e, ns in zip(given, names) for n in ns}
+        for n in lora_names(args):  # one that is a model's name would take that model's requests over
+            if n in taken:
+                raise HearthError(f"--lora-modules {n}=...: {n!r} is already the name of {taken[n]}; give the "
+                                  "adapter its own name")
+        names[0] += list(lora_names(args))
     files = [file_names(e, p, n) for e, p, n in zip(given, paths, names)]
     routers = router_configs(given, [n + f for n, f in zip(names, files)], getattr(args, "router", None),
                              router_threshold(args), router_tool_floor(args))

@@ -55,9 +55,10 @@ _logged: set[str] = set()
 
 
 def admits(name: str, implements: Implements, spec: ArchSpec) -> bool:
-    """refusal() is None; a refusal is logged once per reason (not once per layer)."""
+    """refusal() is None; a refusal is logged once per reason (not once per layer), at info: it is how such a
+    model runs (slower), not something the user did wrong."""
     reason = refusal(name, implements, spec)
     if reason is not None and reason not in _logged:
         _logged.add(reason)
-        log.warning(f"hearth: {reason}; those layers run op by op")
+        log.info(f"hearth: {reason}; those layers run op by op")
     return reason is None
