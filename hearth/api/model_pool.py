@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from hearth.api.errors import RETRY_AFTER_S, APIError
-from hearth.api.served import ServedModel
+from hearth.api.served import FileFacts, ServedModel
 from hearth.engine.async_engine import EngineShutdownError
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import RouterConfig
@@ -45,6 +45,8 @@ class ModelSpec:
     file_names: list[str] = field(default_factory=list)
     """Other names `model` may give, never listed (MODEL as given, its file's stem and name): one that
     several models share (the same file served twice) is a 400 naming them, not a guess."""
+    facts: FileFacts | None = None
+    """Its file's header facts (hearth.api.served.FileFacts) for Ollama's routes while it is not loaded."""
 
     @property
     def name(self) -> str:

@@ -95,8 +95,13 @@ def _file(served) -> tuple[int, str | None]:
     return served.file_size or st.st_size, rfc3339(datetime.fromtimestamp(st.st_mtime, timezone.utc))
 
 
+def _facts(slot):
+    """What the routes say of a slot's model: the loaded model's, else its file header's (None: not known)."""
+    return slot.served or slot.spec.facts
+
+
 def _entry(slot, name: str) -> dict:
-    served = slot.served
+    served = _facts(slot)
     size, modified = _file(served) if served else (0, None)
     return {"name": _tagged(name), "model": _tagged(name),
             "modified_at": modified or rfc3339(datetime.fromtimestamp(slot.created, timezone.utc)),
@@ -123,7 +128,7 @@ def _capabilities(served) -> list[str]:
     if served is not None and served.embeds_only:
         return ["embedding"]
     caps = ["completion", "tools"]
-    if served is not None and has_fim(served.tokenizer):
+    if served is not None and served.tokenizer is not None and has_fim(served.tokenizer):
         caps.append("insert")
     if served is not None and thinks(served):
         caps.append("thinking")
@@ -141,8 +146,8 @@ def thinks(served) -> bool:
 async def show(body: ShowRequest, request: Request):
     requested = body.model or body.name
     slot = resolve(request.app.state.models, requested)
-    served = slot.served
-    context = served.max_model_len if served else slot.spec.max_model_len
+    served = _facts(slot)
+    context = slot.served.max_model_len if slot.served else slot.spec.max_model_len
     info = dict(served.metadata) if served else {}
     family = info.get("general.architecture")
     if served is not None and served.parameter_count:
@@ -154,9 +159,9 @@ async def show(body: ShowRequest, request: Request):
     out = {"modelfile": f"# hearth serves {slot.spec.name}\nFROM {path or slot.spec.name}\n",
            "parameters": f"num_ctx {context}" if context else "",
            "template": served.template_source if served else "", "details": _details(served), "model_info": info,
-           "capabilities": _capabilities(served), "hearth": {"loaded": served is not None, "context_length": context}}
+           "capabilities": _capabilities(served), "hearth": {"loaded": slot.served is not None, "context_length": context}}
     if served is not None:
-        out["modified_at"] = _file(served)[1] or rfc3339(datetime.fromtimestamp(served.created, timezone.utc))
+        out["modified_at"] = _file(served)[1] or rfc3339(datetime.fromtimestamp(slot.created, timezone.utc))
     return out
 
 

@@ -166,3 +166,32 @@ def gguf_facts(gguf) -> dict:
             types[t.qtype.name] += n
     return {"metadata": metadata, "parameter_count": count, "file_size": gguf.file_size,
             "quantization": types.most_common(1)[0][0] if types else ""}
+
+
+@dataclass(frozen=True)
+class FileFacts:
+    """What Ollama's /api/tags and /api/show say of a model before it loads, from its file's header alone
+    (the fields a ServedModel has under the same names): built with the pool, where its footprint is."""
+
+    path: str
+    metadata: dict
+    parameter_count: int
+    quantization: str
+    file_size: int
+    template_source: str
+    embeds_only: bool
+    tokenizer = None  # not built before the load: FIM ("insert") is said once loaded
+
+    @property
+    def knows_reasoning(self) -> bool:
+        return detect_reasoning(self.template_source)[0]
+
+    @property
+    def channels(self) -> str | None:
+        return detect_channels(self.template_source)
+
+
+def file_facts(gguf, embeds_only: bool) -> FileFacts:
+    """FileFacts of an open GGUFFile (its header: nothing is read from the weights)."""
+    return FileFacts(str(gguf.path), template_source=str(gguf.metadata.get("tokenizer.chat_template") or ""),
+                     embeds_only=embeds_only, **gguf_facts(gguf))

@@ -208,12 +208,12 @@ def build_pool(args: argparse.Namespace):
     several = len(given) > 1
     specs = []
     for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
-        fp = _footprint(e, path, args, spec.draft)
+        fp, facts = _footprint(e, path, args, spec.draft)
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
                          else k_flag(args))
         specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv,
-                               f))
+                               f, facts))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
     return ModelPool(specs, loader, budget)
@@ -231,13 +231,18 @@ def _resolve(e: ModelEntry) -> Path:
 
 
 def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):
+    """(the planner's footprint, the header's facts) of one model's file, read once."""
+    from hearth.api.served import file_facts
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.memory.serving import served_footprint
+    from hearth.models.registry import embeds_only
 
     try:
-        return served_footprint(GGUFFile(path), e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
+        g = GGUFFile(path)
+        return served_footprint(g, e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
-                                args.num_kv_blocks, None if draft is None else GGUFFile(draft), rope_scaling(args))
+                                args.num_kv_blocks, None if draft is None else GGUFFile(draft),
+                                rope_scaling(args)), file_facts(g, embeds_only(g.arch))
     except HearthError as err:
         raise HearthError(f"{e.where}: {err}") from None
 

@@ -476,3 +476,30 @@ def test_keep_alive_reads_as_ollama_reads_it(value, zero):
 def test_a_bad_keep_alive_is_a_400_naming_it(fake):
     r = fake.client.post("/api/generate", json={"model": "fake-model", "keep_alive": "soon"})
     assert r.status_code == 400 and "keep_alive: must be a number of seconds or a duration" in r.json()["error"]
+
+
+def test_show_and_tags_describe_a_model_not_yet_loaded_from_its_file(tmp_path):
+    """`hearth serve CHAT EMBED`: before EMBED is first used, /api/show and /api/tags say what its file says
+    (family, size, quantization, model_info, ["embedding"]), as once it is loaded, and load nothing."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import server_config
+    from hearth.commands.serve_models import build_pool
+    from tests.bert_factory import write_tiny_encoder
+
+    write_tiny_gguf(tmp_path / "chat.gguf", "llama")
+    write_tiny_encoder(tmp_path / "embed.gguf", "bert")
+    args = command_parser("serve").parse_intermixed_args([str(tmp_path / "chat.gguf"), str(tmp_path / "embed.gguf")])
+    pool = build_pool(args)
+    with TestClient(create_app(pool, server_config(args))) as client:
+        assert pool.slots[1].served is None
+        show = client.post("/api/show", json={"model": "embed"}).json()
+        (tag,) = [m for m in client.get("/api/tags").json()["models"] if m["name"] == "embed:latest"]
+        assert pool.slots[1].served is None  # read from the header, not loaded
+        assert show["capabilities"] == ["embedding"] and show["hearth"]["loaded"] is False
+        assert show["details"] == tag["details"] and tag["details"]["family"] == "bert"
+        assert tag["details"]["parameter_size"] and tag["details"]["quantization_level"] and tag["size"] > 0
+        assert show["model_info"]["general.architecture"] == "bert" and show["model_info"]["bert.context_length"] == 64
+        client.post("/api/embed", json={"model": "embed", "input": "hello"})
+        assert pool.slots[1].served is not None
+        loaded = client.post("/api/show", json={"model": "embed"}).json()
+        assert (loaded["capabilities"], loaded["details"]) == (show["capabilities"], show["details"])
