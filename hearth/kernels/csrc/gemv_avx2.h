@@ -94,7 +94,7 @@ void lanes_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
       for (int m = 0; m < MT; ++m) {
         if constexpr (T::OFFSETS == 32) {
           acc[r][m] = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(a.a32 + (m0 + m) * g / 2 + 8 * sb), acc[r][m]);
-        } else {
+        } else if constexpr (T::OFFSETS == 16) {
           const int64_t at = (m0 + m) * g + 16 * sb;
           acc[r][m] = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(a.a16l + at), acc[r][m]);
           acc[r][m] = _mm256_fmadd_ps(o[1], _mm256_loadu_ps(a.a16l + at + 8), acc[r][m]);
