@@ -61,7 +61,7 @@ def test_gemv_against_exact_twin_and_the_avx512_gemv(qtype):
                     assert bool(((y.double() - mm5(x).double()).abs() <= bound).all())
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.IQ4_XS, Q.MXFP4], ids=lambda q: q.name)
 def test_rows_are_independent_of_the_batch(qtype):
     """One GEMV for every row count (no tiles on this tier): a row's bits are the same alone or
     among 1..63 others, so speculative verify rows equal decode rows."""
@@ -170,7 +170,7 @@ def test_gemm_against_exact_twin_and_the_gemv(qtype):
             so.hk_avx_vnni(1)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4], ids=lambda q: q.name)
 def test_gemm_rows_are_independent_of_the_call_and_below_it_the_gemv_runs(qtype):
     """From gemm_min_rows (64, the runner's prefill regime) a row's bits do not depend on the other
     rows of the call (chunks and register blocks cut anywhere); below it every row is the GEMV's."""
