@@ -28,6 +28,9 @@ bool dispatch(int qtype, Args&&... args) {
     case Q4_K: F<K4>::run(args...); return true;
     case Q5_K: F<K5>::run(args...); return true;
     case Q6_K: F<K6>::run(args...); return true;
+    case IQ4_NL: F<IQ4NL32>::run(args...); return true;
+    case IQ4_XS: F<IQ4XS>::run(args...); return true;
+    case MXFP4: F<MX32>::run(args...); return true;
     default: return false;
   }
 }
