@@ -9,8 +9,8 @@
 //
 // Written once against what the including library provides first: the vf8 interface (simd_avx2.h,
 // simd_neon.h), its block unpackers, Act, quantize, rows_dot and dequant_row (blocks_avx2.h,
-// blocks_neon.h) and attention_pages.h. The library adds hk_set_tier and hk_cpu_ok, its own CPU checks, and dispatch: the block
-// types its kernels read (their ids: hearth.formats.weights native_at).
+// blocks_neon.h) and attention_pages.h. The library adds hk_set_tier and hk_cpu_ok, its own CPU checks,
+// and dispatch: the block types its kernels read (hearth.formats.weights native_at).
 #pragma once
 
 #include <omp.h>
