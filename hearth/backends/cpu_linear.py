@@ -74,7 +74,7 @@ class NativePart(nn.Module):
 
 def native_paths() -> dict[Q, str]:
     """qtype -> path where the C++ kernels run: "native" for the types the running tier's kernels read
-    (native.qtypes()), the torch path for the others (IQ4 below the avx512 tier)."""
+    (native.qtypes()), the torch path for the others (IQ4 and MXFP4 at the amx tier)."""
     ids = native.qtypes()
     return {**TORCH_PATHS, **{q: "native" for q in WEIGHT_FORMATS if int(q) in ids}}
 

@@ -87,8 +87,9 @@ def _q(qtype: Q, block: int, size: int, path: str, group: int, bits: int, zero: 
     return WeightFormat(qtype, block, size, path, group, bits, zero, f16_at, native=True)
 
 
-IQ4_TIERS = ("avx512",)
-"""Where the C++ kernels read IQ4_NL / IQ4_XS (and MXFP4, read as IQ4_NL): not amx (its tiles' paths untested on a CPU with them), avx2, neon."""
+IQ4_TIERS = ("avx512", "avx2", "neon")
+"""Where the C++ kernels read IQ4_NL / IQ4_XS (and MXFP4, read as IQ4_NL): not amx (its tiles' paths untested on a
+CPU with them)."""
 
 WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     WeightFormat(Q.F32, 1, 4, "f32"),  # used in place from the memory map
@@ -110,13 +111,13 @@ WEIGHT_FORMATS: dict[Q, WeightFormat] = {f.qtype: f for f in (
     _q(Q.Q5_K, QK_K, 176, "int4x2", 32, 5, f16_at=(0, 2)),
     _q(Q.Q6_K, QK_K, 210, "int8", 16, 6, zero=32, f16_at=(208,)),
     # i-quants with llama.cpp's 16-value codebook (kvalues_iq4nl): the affine code is the codebook's int8 value
-    # + 128 (w = d * (q - 128), so 8 bits, two int4 planes on the torch path, as Q8_0); the avx512 tier's
-    # kernels read them in place (one vpshufb from index to code), the other tiers take the torch path
+    # + 128 (w = d * (q - 128), so 8 bits, two int4 planes on the torch path, as Q8_0); the avx512, avx2 and
+    # neon tiers' kernels read them in place (one vpshufb from index to code), the other tiers take the torch path
     WeightFormat(Q.IQ4_NL, 32, 18, "int4x2", 32, 8, 128, (0,), True, IQ4_TIERS),  # d, 16 bytes of indices
     WeightFormat(Q.IQ4_XS, QK_K, 136, "int4x2", 32, 8, 128, (0,), True, IQ4_TIERS),  # d, scales_h, scales_l[4], qs
     # OCP microscaling FP4 (gpt-oss's experts): an E8M0 exponent byte, then 32 E2M1 codes; the codes' values
     # (doubled: 0, +-1, 2, 3, 4, 6, 8, 12) + 12 are 5-bit affine codes under a power-of-two scale, so the
-    # torch path's two int4 planes hold it exactly; the avx512 tier's kernels read it in place as IQ4_NL (its
+    # torch path's two int4 planes hold it exactly; the avx512, avx2 and neon tiers read it in place as IQ4_NL (its
     # own codebook's vpshufb, the E8M0 byte as the scale)
     WeightFormat(Q.MXFP4, 32, 17, "int4x2", 32, 5, 12, (), True, IQ4_TIERS),
 )}

@@ -3,7 +3,7 @@
 `file`: the GGUF blocks as they are (GGUF-native kernels: llama.cpp, and hearth's GPU paths).
 `hearth-cpu`: hearth's CPU kernels (hearth.kernels.native) read their block types in place from the
 memory map, so each weight costs its file bytes (F16 is expanded to bf16: the same 16 bits); a type the
-selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS, MXFP4 below avx512) is held as
+selected tier's kernels lack (hearth.formats.weights native_at: IQ4_NL, IQ4_XS, MXFP4 at amx) is held as
 its torch path holds it (below).
 `hearth-cpu-torch`: hearth's torch fallback where those kernels cannot run: the torch tier, forced
 or the only one the CPU runs (cpu_layout; each type's torch_path in
@@ -62,7 +62,7 @@ class Layout:
 
 
 def _relaid(f) -> bool:
-    """A block type the selected tier's kernels lack (IQ4 below avx512): held as its torch path holds it.
+    """A block type the selected tier's kernels lack (IQ4 and MXFP4 at amx, untested there): held as its torch path holds it.
     The dense types (F32, F16, BF16: one value a block) cost their file bits there anyway."""
     return f.block_size > 1 and not f.native_at(tiers.selected().name)
 
@@ -70,8 +70,8 @@ def _relaid(f) -> bool:
 LAYOUTS: dict[str, Layout] = {layout.name: layout for layout in (
     Layout("file", {}, True, "GGUF blocks as stored (GGUF-native kernels)"),
     Layout("hearth-cpu", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items() if _relaid(f)}, False,
-           "hearth's CPU kernels: their block types read in place from the file, the others (IQ4 below the "
-           "avx512 tier) on their torch path; embedding rows read from the file",
+           "hearth's CPU kernels: their block types read in place from the file, the others (IQ4 and MXFP4 "
+           "at the amx tier) on their torch path; embedding rows read from the file",
            {q: TORCH_HELD[f.torch_head_path(torch.backends.cpu.get_cpu_capability())]
             for q, f in WEIGHT_FORMATS.items() if _relaid(f)}),
     Layout("hearth-cpu-torch", {q: TORCH_HELD[f.torch_path] for q, f in WEIGHT_FORMATS.items()}, False,

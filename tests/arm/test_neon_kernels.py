@@ -33,7 +33,7 @@ from tests.kernels.test_native_attention import CASES as ATTENTION_CASES
 from tests.kernels.test_native_attention import scattered_batch
 from tests.kernels.test_tree_attention import CASES as TREE_CASES
 from tests.kernels.test_tree_attention import PARENTS, fresh, tree_meta
-from tests.layers.test_quant import native_quants, gguf_reference, random_tensor
+from tests.layers.test_quant import E8M0_FIELDS, EXTREME_E8M0, native_quants, gguf_reference, random_tensor
 
 QUANTS = native_quants("neon")
 pytestmark = pytest.mark.skipif(qemu.missing_tool() is not None,
@@ -135,6 +135,21 @@ def test_gemv_and_dequant_against_exact_twin_and_the_avx2_library(neon, qtype):
                 bound = 1e-5 * (block_max(x[:m]).double() @ w.abs().double().T) + 1e-7
                 assert bool(((y.double() - mm2(x[:m]).double()).abs() <= bound).all()), (k, m)
 
+
+
+def test_mxfp4_dequant_bit_exact_at_extreme_scales(neon):
+    """MXFP4's E8M0 scales at their ends (2^-128 and 2^-127 are f32 subnormals, 2^127 x 12 overflows) under
+    random codes: row lookup bit-exact, as tests/kernels/test_native.py holds the x86 tiers."""
+    _, script, run = neon
+    t = random_tensor(Q.MXFP4, 14, 512, np.random.default_rng(29))
+    blocks = t.data.reshape(-1, 17)
+    blocks[:, E8M0_FIELDS[Q.MXFP4]] = np.resize(np.array(EXTREME_E8M0, dtype=np.uint8), blocks.shape[0])
+    wb, s = as_bytes(t.data, Q.MXFP4), script()
+    rows = s.output(torch.zeros(14, 512))
+    rc = s.call("hk_dequant_rows", s.tensor(wb), int(Q.MXFP4), wb.shape[1], 512, 14, s.tensor(torch.arange(14)), 14, rows)
+    run(s)
+    assert s.result(rc) == 0
+    assert np.array_equal(s.read(rows).numpy().view(np.uint32), gguf_reference(t).view(np.uint32))
 
 def _attention(s: qemu.Script, q: torch.Tensor, cache: torch.Tensor, meta: AttentionMetadata, scale: float,
                window: int, softcap: float) -> tuple[str, str]:

@@ -89,11 +89,11 @@ def test_native_qtypes_are_derived():
     assert {q for q, p in cpu_linear.native_paths().items() if p == "native"} == {Q[name] for name in here}
 
 
-def test_iq4_is_native_at_the_avx512_tier_only():
-    """A type a tier's kernels lack takes its torch path there (IQ4 below avx512; amx: untested on AMX)."""
-    for q in (Q.IQ4_NL, Q.IQ4_XS):
-        assert [t for t in native.LIBRARIES if WEIGHT_FORMATS[q].native_at(t)] == ["avx512"]
-        assert int(q) in native_ids("avx512") and int(q) not in native_ids("avx2")
+def test_codebook_formats_are_native_at_every_tier_but_amx():
+    """A type a tier's kernels lack takes its torch path there (IQ4 and MXFP4 at amx: untested on AMX)."""
+    for q in (Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4):
+        assert [t for t in native.LIBRARIES if WEIGHT_FORMATS[q].native_at(t)] == ["avx512", "avx2", "neon"]
+        assert int(q) in native_ids("neon") and int(q) not in native_ids("amx")
     assert all(WEIGHT_FORMATS[Q.Q4_K].native_at(t) for t in native.LIBRARIES)
 
 

@@ -21,7 +21,8 @@ from hearth.formats.weights import QK_K, WEIGHT_FORMATS
 from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes
 from hearth.loader.gguf_loader import GGUFTensor
-from tests.layers.test_quant import EXTREME_F16, F16_FIELDS, NATIVE_QUANTS as QUANTS, gguf_reference, random_tensor
+from tests.layers.test_quant import (E8M0_FIELDS, EXTREME_E8M0, EXTREME_F16, F16_FIELDS, NATIVE_QUANTS as QUANTS,
+                                    gguf_reference, random_tensor)
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
@@ -211,7 +212,8 @@ def test_dequant_rows_bit_exact_and_bf16_tiles(qtype):
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_dequant_rows_bit_exact_at_extreme_scales(qtype):
     """f16 scales at +-65504, subnormals and signed zeros, codes all 0x00 or 0xFF (IQ4: the codebook's ends,
-    IQ4_XS's sub-scales 0 and 63, whose ls - 32 < 0 must stay signed)."""
+    IQ4_XS's sub-scales 0 and 63, whose ls - 32 < 0 must stay signed); MXFP4's E8M0 scales at the ends
+    (2^-128 and 2^-127 are f32 subnormals, 2^127 x 12 overflows)."""
     t = random_tensor(qtype, 14, 512, np.random.default_rng(int(qtype) + 5))
     blocks = t.data.reshape(-1, WEIGHT_FORMATS[qtype].type_size)
     f16 = {i for at in F16_FIELDS[qtype] for i in (at, at + 1)}
@@ -219,6 +221,8 @@ def test_dequant_rows_bit_exact_at_extreme_scales(qtype):
     for at in F16_FIELDS[qtype]:
         d = np.resize(np.array(EXTREME_F16, dtype=np.float16), blocks.shape[0]).reshape(-1, 1)
         blocks[:, at:at + 2] = d.view(np.uint8)
+    if qtype in E8M0_FIELDS:  # every exponent against both code bytes (7 against alternating 2)
+        blocks[:, E8M0_FIELDS[qtype]] = np.resize(np.array(EXTREME_E8M0, dtype=np.uint8), blocks.shape[0])
     raw, ref = as_bytes(t.data, qtype), gguf_reference(t)
     rows = native.dequant_rows(raw, qtype, 512, torch.arange(14)).numpy()
     assert np.array_equal(rows.view(np.uint32), ref.view(np.uint32))

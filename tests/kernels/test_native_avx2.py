@@ -27,7 +27,7 @@ from hearth.kernels import native, tiers
 from hearth.layers.quant import as_bytes, block_format
 from tests.kernels.test_native import assert_act8_close, block_max, widths
 from tests.kernels.test_native_gemm import assert_near_gemv
-from tests.layers.test_quant import F16_FIELDS, native_quants, gguf_reference, random_tensor
+from tests.layers.test_quant import E8M0_FIELDS, F16_FIELDS, native_quants, gguf_reference, random_tensor
 
 QUANTS = native_quants("avx2")
 pytestmark = pytest.mark.skipif(tiers.why_not("avx2") is not None, reason=f"tier avx2: {tiers.why_not('avx2')}")
@@ -61,7 +61,7 @@ def test_gemv_against_exact_twin_and_the_avx512_gemv(qtype):
                     assert bool(((y.double() - mm5(x).double()).abs() <= bound).all())
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q4_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.IQ4_XS, Q.MXFP4], ids=lambda q: q.name)
 def test_rows_are_independent_of_the_batch(qtype):
     """One GEMV for every row count (no tiles on this tier): a row's bits are the same alone or
     among 1..63 others, so speculative verify rows equal decode rows."""
@@ -170,7 +170,7 @@ def test_gemm_against_exact_twin_and_the_gemv(qtype):
             so.hk_avx_vnni(1)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.IQ4_NL, Q.IQ4_XS, Q.MXFP4], ids=lambda q: q.name)
 def test_gemm_rows_are_independent_of_the_call_and_below_it_the_gemv_runs(qtype):
     """From gemm_min_rows (64, the runner's prefill regime) a row's bits do not depend on the other
     rows of the call (chunks and register blocks cut anywhere); below it every row is the GEMV's."""
@@ -207,15 +207,16 @@ def test_gemm_rows_are_independent_of_its_chunks(qtype):
 @pytest.mark.parametrize("qtype", QUANTS, ids=lambda q: q.name)
 def test_gemm_int16_sums_at_the_codes_extremes(qtype):
     """Without AVX-VNNI the GEMM adds vpmaddubsw's int16 pairs in int16 as far as the codes' range
-    allows (gemm_avx2.h gemm_chain: 4 for 4/5-bit codes, 2 for Q6_K, 1 for Q8_0): every code at its
-    largest magnitude (every byte 0xFF; Q8_0's -128) against activations at +-127 (constant rows) is
+    allows (gemm_avx2.h gemm_chain: 4 for 4/5-bit codes and MXFP4's |values| <= 12, 2 for Q6_K, 1 for Q8_0
+    and IQ4): every code at its largest magnitude (every byte 0xFF; Q8_0's -128, IQ4's index 0: -127, MXFP4's
+    15: -12; an E8M0 scale kept finite) against activations at +-127 (constant rows) is
     where a sum too long would wrap. Random codes (the test above) never come near it."""
     rng = np.random.default_rng(int(qtype) + 21)
     t = random_tensor(qtype, 19, 512, rng)
     fmt, blocks = block_format(qtype), t.data.reshape(-1, block_format(qtype).type_size)
-    f16 = [i for at in F16_FIELDS[qtype] for i in (at, at + 1)]
-    codes = [i for i in range(fmt.type_size) if i not in f16]
-    blocks[:, codes] = 0x80 if qtype == Q.Q8_0 else 0xFF
+    scales = [i for at in F16_FIELDS[qtype] for i in (at, at + 1)] + [E8M0_FIELDS.get(qtype, -1)]  # kept finite
+    codes = [i for i in range(fmt.type_size) if i not in scales]
+    blocks[:, codes] = {Q.Q8_0: 0x80, Q.IQ4_NL: 0x00, Q.IQ4_XS: 0x00}.get(qtype, 0xFF)
     w = torch.from_numpy(gguf_reference(t))
     so = native.open_tier("avx2")
     mm, gemv = matmul("avx2", t, 512, gemm_min_rows=8), matmul("avx2", t, 512)

@@ -194,7 +194,7 @@ def test_batched_decodes_equal_each_alone(exact):
 
 @pytest.mark.parametrize("kv", ["auto", "q8_0"])
 def test_greedy_generation(tiny, kv):
-    """LLM's greedy tokens (the fast linears: MXFP4 in place on the avx512 tier, else as int4 planes; the f16
+    """LLM's greedy tokens (the fast linears: MXFP4 in place where the tier reads it, else as int4 planes; the f16
     or q8_0 cache read on the torch path for the sinks), each within the fast paths' error of transformers' best."""
     path, d, g, *_ = tiny
     ids = prompt(d.vocab, n=12, seed=5)

@@ -301,6 +301,8 @@ struct K3 : ByPermute<K3>, FQ3_K {
   }
 };
 
+#include "codebooks_avx2.h"  // IQ4_NL, IQ4_XS, MXFP4: codes through a 16-value codebook
+
 // ---- activations: each row padded with zeros to Kp = K rounded up to 256 (AVX-512's natural layout) ----
 
 struct Act {

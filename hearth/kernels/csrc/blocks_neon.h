@@ -1,7 +1,7 @@
 // The GGUF block formats (gguf_formats.h) unpacked with NEON for the neon tier, blocks_avx2.h's
 // structure lane for lane: per 256-weight superblock 16 scales and offsets (one per 16 weights, as two
-// vf8), per 32 weights their codes in natural order (int8: Q8_0's are signed, every other type's fit
-// in 0..63); the 8-bit activations (the same bytes as the avx2 tier's); the per-row dot product (an
+// vf8), per 32 weights their codes in natural order (int8: Q8_0's and the codebook formats' are signed,
+// every other type's fit in 0..63); the 8-bit activations (the same bytes as the avx2 tier's); the per-row dot product (an
 // int8 dot per 4 weights: vdotq_s32 where the compiler targets the dot-product extension, else
 // widening multiplies and pairwise adds, exact either way) and dequantization (bit-exact with gguf-py).
 #pragma once
@@ -190,6 +190,60 @@ struct K3 : FQ3_K {
     const uint8_t* b = row + sb * TS;
     return or_bits(field2(b + QS, j), b + HM, j, 2);
   }
+};
+
+// ---- codebook formats (IQ4_NL, IQ4_XS, MXFP4; codebooks_avx2.h's way): each 4-bit index becomes its
+// int8 codebook value by one vqtbl1q_s8, read as signed codes with C = 0 (B32's Q8_0 way), so no offsets ----
+
+inline int8x16_t iq4_book() {  // kvalues_iq4nl (ggml-common.h)
+  static const int8_t v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return vld1q_s8(v);
+}
+
+inline int8x16_t mxfp4_book() {  // kvalues_mxfp4: the E2M1 values doubled
+  static const int8_t v[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  return vld1q_s8(v);
+}
+
+inline codes32 book_codes(int8x16_t book, const uint8_t* qs) {  // 16 bytes of indices -> 32 values
+  const uint8x16_t x = vld1q_u8(qs);
+  return {{vqtbl1q_s8(book, low4(x)), vqtbl1q_s8(book, vshrq_n_u8(x, 4))}};
+}
+
+struct IQ4NL32 : B32<FIQ4_NL> {
+  static codes32 codes(const uint8_t* row, int64_t sb, int j) { return book_codes(iq4_book(), row + (sb * 8 + j) * TS + FIQ4_NL::QS); }
+};
+
+struct MX32 : B32<FMXFP4> {  // IQ4_NL's layout under 2^(e - 128), e the E8M0 byte (ggml_e8m0_to_fp32_half)
+  static int scales(const uint8_t* row, int64_t sb, int64_t nb, vf8* s, vf8* o) {
+    const int64_t b0 = sb * 8;
+    const int n = static_cast<int>(std::min<int64_t>(8, nb - b0));
+    float d[8] = {};
+    for (int i = 0; i < n; ++i) {
+      const uint32_t e = row[(b0 + i) * TS];  // e < 2: the f32 subnormals 2^-128, 2^-127
+      const uint32_t bits = e < 2 ? 0x00200000u << e : (e - 1) << 23;
+      std::memcpy(&d[i], &bits, 4);
+    }
+    const vf8 d8 = vload(d);
+    s[0] = dup2_lo(d8), s[1] = dup2_hi(d8), o[0] = o[1] = vzero();
+    return n;
+  }
+  static codes32 codes(const uint8_t* row, int64_t sb, int j) { return book_codes(mxfp4_book(), row + (sb * 8 + j) * TS + FMXFP4::QS); }
+};
+
+struct IQ4XS : FIQ4_XS {  // 8 groups of 32: d * (ls_j - 32) (as gguf-py rounds it), IQ4_NL's codes at QS + 16 j
+  static constexpr bool SIGNED = true;
+  static constexpr int C = 0;
+  static int scales(const uint8_t* row, int64_t sb, int64_t, vf8* s, vf8* o) {
+    const uint8_t* b = row + sb * TS;
+    const int h = b[2] | (b[3] << 8);
+    float sc[8];
+    for (int j = 0; j < 8; ++j) sc[j] = static_cast<float>((((b[4 + j / 2] >> (4 * (j & 1))) & 0x0F) | (((h >> (2 * j)) & 3) << 4)) - 32);
+    const vf8 s8 = vmul(vset1(f16(b)), vload(sc));
+    s[0] = dup2_lo(s8), s[1] = dup2_hi(s8), o[0] = o[1] = vzero();
+    return 8;
+  }
+  static codes32 codes(const uint8_t* row, int64_t sb, int j) { return book_codes(iq4_book(), row + sb * TS + QS + 16 * j); }
 };
 
 // ---- activations: each row padded with zeros to Kp = K rounded up to 256 (blocks_avx2.h's layout) ----

@@ -9,7 +9,8 @@
 //
 // Written once against what the including library provides first: the vf8 interface (simd_avx2.h,
 // simd_neon.h), its block unpackers, Act, quantize, rows_dot and dequant_row (blocks_avx2.h,
-// blocks_neon.h) and attention_pages.h. The library adds hk_set_tier and hk_cpu_ok, its own CPU checks.
+// blocks_neon.h) and attention_pages.h. The library adds hk_set_tier and hk_cpu_ok, its own CPU checks,
+// and dispatch: the block types its kernels read (hearth.formats.weights native_at).
 #pragma once
 
 #include <omp.h>
@@ -20,23 +21,6 @@
 #include <vector>
 
 namespace {
-
-template <template <class> class F, class... Args>
-bool dispatch(int qtype, Args&&... args) {
-  switch (qtype) {
-    case Q4_0: F<B32<FQ4_0>>::run(args...); return true;
-    case Q4_1: F<B32<FQ4_1>>::run(args...); return true;
-    case Q5_0: F<B32<FQ5_0>>::run(args...); return true;
-    case Q5_1: F<B32<FQ5_1>>::run(args...); return true;
-    case Q8_0: F<B32<FQ8_0>>::run(args...); return true;
-    case Q2_K: F<K2>::run(args...); return true;
-    case Q3_K: F<K3>::run(args...); return true;
-    case Q4_K: F<K4>::run(args...); return true;
-    case Q5_K: F<K5>::run(args...); return true;
-    case Q6_K: F<K6>::run(args...); return true;
-    default: return false;
-  }
-}
 
 template <class T>
 struct RowsDot {

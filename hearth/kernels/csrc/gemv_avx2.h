@@ -72,8 +72,8 @@ __attribute__((always_inline)) inline void half_dots(const uint8_t* row, int64_t
 // per superblock and half (chunks 0-3, 4-7) the integer dots of codes and activations (vpmaddubsw per
 // 32 weights), summed per 16-weight group exactly in integers (group_dots: one int32 lane per group),
 // then once per group weight scale x activation scale, in to_lanes order; the offsets o x d x sum(q)
-// per group (per 32 weights where the type's offsets are: T::OFFSETS, Act::a32) into the same
-// accumulator. Per 32 weights no conversion, permute or FMA (before 2026-12-06: one each): Zen 4,
+// per group (per 32 weights where the type's offsets are: T::OFFSETS, Act::a32; none for the codebook
+// formats, C = 0) into the same accumulator. Per 32 weights no conversion, permute or FMA (before 2026-12-06: one each): Zen 4,
 // one thread, all of the 1.5B's GEMVs of a decode step 0.84-0.86x the time, 2 rows 0.85-0.89x. The R
 // rows share each activation load; each row's arithmetic is the one-row pass's, so every row of a
 // call has its one-row bits. Types with WORDS take words_dot instead
@@ -94,7 +94,7 @@ void lanes_dot(const uint8_t* row, int64_t nb, const Act& a, int64_t m0, float* 
       for (int m = 0; m < MT; ++m) {
         if constexpr (T::OFFSETS == 32) {
           acc[r][m] = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(a.a32 + (m0 + m) * g / 2 + 8 * sb), acc[r][m]);
-        } else {
+        } else if constexpr (T::OFFSETS == 16) {
           const int64_t at = (m0 + m) * g + 16 * sb;
           acc[r][m] = _mm256_fmadd_ps(o[0], _mm256_loadu_ps(a.a16l + at), acc[r][m]);
           acc[r][m] = _mm256_fmadd_ps(o[1], _mm256_loadu_ps(a.a16l + at + 8), acc[r][m]);

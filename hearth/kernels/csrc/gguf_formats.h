@@ -53,11 +53,12 @@ struct FQ5_1 { static constexpr int TS = 24, C = 0, LEVELS = 32, QS = 8, QH = 4;
 // 255 x 127 would saturate int16)
 struct FQ8_0 { static constexpr int TS = 34, C = 128, LEVELS = 256, QS = 2, QH = -1; static constexpr bool sym = true; };
 // IQ4_NL: f16 d, then 16 bytes of 4-bit indices (low nibbles weights 0-15, high 16-31) into llama.cpp's
-// kvalues_iq4nl, read as 8-bit codes kvalue + 128 (C = 128: w = d * (q - 128) = d * kvalue). AVX-512 only
+// kvalues_iq4nl, read as 8-bit codes kvalue + 128 (C = 128: w = d * (q - 128) = d * kvalue) by AVX-512;
+// AVX2 and NEON read the kvalues signed (C = 0: codebooks_avx2.h, blocks_neon.h)
 struct FIQ4_NL { static constexpr int TS = 18, C = 128, LEVELS = 256, QS = 2, QH = -1; static constexpr bool sym = true; };
 // MXFP4 (gpt-oss's experts): an E8M0 exponent byte e, then IQ4_NL's 16 bytes of indices into the doubled E2M1
 // values (ggml's kvalues_mxfp4), read as codes value + 128 under the scale 2^(e - 128) (ggml_e8m0_to_fp32_half;
-// blocks.h block_scales8). AVX-512 only
+// blocks.h block_scales8); AVX2 and NEON: the values signed, as IQ4_NL's
 struct FMXFP4 { static constexpr int TS = 17, C = 128, LEVELS = 256, QS = 1, QH = -1; static constexpr bool sym = true; };
 
 // ---- k-quants: one 256-weight block per superblock ----
@@ -76,7 +77,7 @@ struct FQ4_K { static constexpr int TS = 144, C = 0, LEVELS = 16, QS = 16; stati
 struct FQ5_K { static constexpr int TS = 176, C = 0, LEVELS = 32, QH = 16, QS = 48; static constexpr bool sym = false; };
 // IQ4_XS: d scales_h (u16) scales_l[4] qs[128]: 8 groups of 32, group j's 6-bit ls nibble j of scales_l
 //        (low first) | bits 2j of scales_h << 4, w = d * (ls - 32) * kvalue; qs as IQ4_NL's per group
-//        (16 bytes at 8 + 16j); codes kvalue + 128 as IQ4_NL's. AVX-512 only
+//        (16 bytes at 8 + 16j); codes as IQ4_NL's
 struct FIQ4_XS { static constexpr int TS = 136, C = 128, LEVELS = 256, QS = 8; static constexpr bool sym = true; };
 struct FQ6_K { static constexpr int TS = 210, C = 32, LEVELS = 0, QL = 0, QH = 128, SC = 192, D = 208; static constexpr bool sym = true; };
 

@@ -10,6 +10,32 @@
 #include "gemm_avx2.h"
 #include "attention_pages.h"
 #include "tier.h"
+
+namespace {
+
+// the block types this library reads, by GGML id (decode_library.h's entry points take them)
+template <template <class> class F, class... Args>
+bool dispatch(int qtype, Args&&... args) {
+  switch (qtype) {
+    case Q4_0: F<B32<FQ4_0>>::run(args...); return true;
+    case Q4_1: F<B32<FQ4_1>>::run(args...); return true;
+    case Q5_0: F<B32<FQ5_0>>::run(args...); return true;
+    case Q5_1: F<B32<FQ5_1>>::run(args...); return true;
+    case Q8_0: F<B32<FQ8_0>>::run(args...); return true;
+    case Q2_K: F<K2>::run(args...); return true;
+    case Q3_K: F<K3>::run(args...); return true;
+    case Q4_K: F<K4>::run(args...); return true;
+    case Q5_K: F<K5>::run(args...); return true;
+    case Q6_K: F<K6>::run(args...); return true;
+    case IQ4_NL: F<IQ4NL32>::run(args...); return true;
+    case IQ4_XS: F<IQ4XS>::run(args...); return true;
+    case MXFP4: F<MX32>::run(args...); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
 #include "decode_library.h"
 #include "peaks.h"
 
