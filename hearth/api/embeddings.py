@@ -33,7 +33,7 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)
     check_dimensions(served, body.dimensions)
-    prompts = inputs(served, body.input)
+    prompts = inputs(served, body.input, keep_last=body.truncate_prompt_tokens)
     vectors = await embed(request, served, prompts)
     if vectors is None:  # the client went away: its requests are aborted
         return {}
@@ -78,10 +78,16 @@ async def _waves(served, prompts: list[list[int]], metrics) -> list[list[float]]
     return vectors
 
 
-def inputs(served, value, truncate: bool | None = None, field: str = "input") -> list[list[int]]:
+def inputs(served, value, truncate: bool | None = None, field: str = "input",
+           keep_last: int | None = None) -> list[list[int]]:
     """Token ids per input; an empty one, or one the context cannot hold (unless `truncate`: its first
     tokens that fit, as asked), is a 400 naming it (OpenAI refuses "" too); `field`: the body's name for them.
-    truncate None: the route has no such field (False: Ollama's, which the 400 names)."""
+    truncate None: the route has no such field (False: Ollama's, which the 400 names). keep_last: vLLM's
+    truncate_prompt_tokens k (-1: the context's room): an input past k tokens keeps its last k."""
+    room = served.max_model_len - (not served.embeds_only)  # a decoder computes one token past a prompt alone
+    if keep_last is not None and not (keep_last == -1 or 1 <= keep_last <= room):
+        raise APIError(400, f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context's room), got {keep_last}",
+                       param="truncate_prompt_tokens")
     if isinstance(value, str) or value and isinstance(value[0], int):
         value = [value]
     if not value:
@@ -97,12 +103,14 @@ def inputs(served, value, truncate: bool | None = None, field: str = "input") ->
             ids.append(served.encode_text(v))
         else:
             ids.append(prompt_token_ids(v, served.vocab_size, where))
-        room = served.max_model_len - (not served.embeds_only)  # a decoder computes one token past a prompt alone
+        if keep_last is not None:
+            ids[-1] = ids[-1][-(room if keep_last == -1 else keep_last):]
         if len(ids[-1]) > room and truncate:
             ids[-1] = ids[-1][:room]
         elif len(ids[-1]) > room:
             raise APIError(400, f"{where}: {len(ids[-1])} tokens, more than the context holds for one "
-                                f"({room}); shorten it" + (' or send "truncate": true' if truncate is False else ""),
+                                f"({room}); shorten it or send " + ('"truncate": true' if truncate is False
+                                                                  else '"truncate_prompt_tokens": -1'),
                                 param=field, code="context_length_exceeded")
     return ids
 

@@ -191,6 +191,8 @@ class EmbeddingRequest(_Request):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: StrictInt | None = None
     user: str | None = None
+    truncate_prompt_tokens: StrictInt | None = None
+    """vLLM's: an input past k tokens keeps its last k (-1: as many as the context holds); None: a 400 instead."""
 
 
 def prompt_shapes(v):

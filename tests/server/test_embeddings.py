@@ -90,7 +90,9 @@ def test_four_input_shapes_and_waves(client, served, reference):
     ({"input": []}, "input", "input: must not be empty"),
     ({"input": ["ok", [1, 2]]}, "input", "input: must be a string, a list of strings"),
     ({"input": [[5, 6], [100000]]}, "input", "input[1]: token id 100000 is outside the vocabulary"),
-    ({"input": "word " * 200}, "input", "more than the context holds for one (127)"),
+    ({"input": "word " * 200}, "input", 'more than the context holds for one (127); shorten it or send "truncate_prompt_tokens": -1'),
+    ({"input": "x", "truncate_prompt_tokens": 0}, "truncate_prompt_tokens", "must be -1 or 1 to 127"),
+    ({"input": "x", "truncate_prompt_tokens": 128}, "truncate_prompt_tokens", "must be -1 or 1 to 127"),
     ({"input": "x", "dimensions": 3}, "dimensions", "this model's embeddings have 64 dimensions"),
     ({"input": "x", "encoding_format": "hex"}, "encoding_format", "encoding_format"),
 ])
@@ -99,6 +101,16 @@ def test_bad_input_names_the_field(client, body, param, message):
     assert r.status_code == 400, r.text
     error = r.json()["error"]
     assert error["param"] == param and message in error["message"], json.dumps(error)
+
+
+def test_truncate_prompt_tokens_keeps_the_last_tokens(client, served, reference):
+    """vLLM's truncate_prompt_tokens on /v1/embeddings: an input past k tokens keeps its last k (-1: the room)."""
+    long = "word " * 100 + "the end"
+    ids = _ids(served, long)
+    for k, kept in ((-1, ids[-127:]), (20, ids[-20:])):
+        r = client.post("/v1/embeddings", json={"model": "tiny", "input": long, "truncate_prompt_tokens": k}).json()
+        assert r["usage"]["prompt_tokens"] == len(kept)
+        assert r["data"][0]["embedding"] == pytest.approx(reference(kept), abs=ATOL)
 
 
 def test_ollama_embed_routes(client, served, reference):
