@@ -14,9 +14,9 @@ from tests.test_llm_lora import files  # noqa: F401  (the module's files fixture
 def test_flags_keep_their_order_and_spellings():
     args = command_parser("serve").parse_intermixed_args(
         ["m", "--lora", "a.gguf", "--lora-scaled", "b.gguf", "0.5", "--enable-lora", "--lora-modules", "x=c.gguf",
-         "y=d.gguf"])
-    assert lora_entries(args) == [("a.gguf", 1.0), ("b.gguf", 0.5), ("c.gguf", 0.0), ("d.gguf", 0.0)]
-    assert lora_names(args) == {"x": 2, "y": 3}
+         "y=d.gguf", '{"name": "z", "path": "e.gguf", "base_model_name": "m"}'])
+    assert lora_entries(args) == [("a.gguf", 1.0), ("b.gguf", 0.5), ("c.gguf", 0.0), ("d.gguf", 0.0), ("e.gguf", 0.0)]
+    assert lora_names(args) == {"x": 2, "y": 3, "z": 4}  # vLLM's JSON form too
     listed = command_parser("serve").parse_intermixed_args(["m", "--lora", "a.gguf,b.gguf", "--lora", "c.gguf"])
     assert lora_entries(listed) == [("a.gguf", 1.0), ("b.gguf", 1.0), ("c.gguf", 1.0)]  # llama-server's list form
     off = command_parser("run").parse_intermixed_args(["m", "--lora", "a.gguf", "--lora-init-without-apply"])
@@ -24,7 +24,8 @@ def test_flags_keep_their_order_and_spellings():
 
 
 @pytest.mark.parametrize("argv, needle", [(["--lora-scaled", "a.gguf", "half"], "SCALE must be a number"),
-                                          (["--lora-modules", "nameless.gguf"], "takes NAME=FILE")])
+                                          (["--lora-modules", "nameless.gguf"], "takes NAME=FILE"),
+                                          (["--lora-modules", '{"name": "x"}'], "takes NAME=FILE or vLLM's JSON")])
 def test_bad_flags_are_one_line(argv, needle, capsys):
     with pytest.raises(SystemExit):
         command_parser("serve").parse_intermixed_args(["m", *argv])

@@ -6,6 +6,7 @@ EngineConfig.lora. With several models the adapters are the first model's."""
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from hearth.errors import HearthError
@@ -25,14 +26,28 @@ class _Append(argparse.Action):
             adapters.append((path, scale, None))
         elif option_string == "--lora-modules":
             for module in values:
-                name, sep, path = module.partition("=")
-                if not sep or not name or not path:
-                    parser.error(f"--lora-modules takes NAME=FILE, not {module!r}")
+                name, path = _module(module) or (None, None)
+                if not name or not path:
+                    parser.error(f"--lora-modules takes NAME=FILE or vLLM's JSON {{\"name\": ..., \"path\": ...}}, "
+                                 f"not {module!r}")
                 adapters.append((path, 1.0, name))
         else:  # llama-server takes a comma-separated list too (a file whose name has a comma stays whole)
             paths = [values] if "," not in values or Path(values).exists() else values.split(",")
             adapters += [(path, 1.0, None) for path in paths]
         namespace.lora_adapters = adapters
+
+
+def _module(text: str) -> tuple[str, str] | None:
+    """(name, path) of one --lora-modules value: NAME=FILE, or vLLM's JSON form {"name": ..., "path": ...}."""
+    if text.lstrip().startswith("{"):
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        name, path = d.get("name"), d.get("path")
+        return (name, path) if isinstance(name, str) and isinstance(path, str) else None
+    name, sep, path = text.partition("=")
+    return (name, path) if sep else None
 
 
 def add_lora_arguments(p: argparse.ArgumentParser) -> None:
