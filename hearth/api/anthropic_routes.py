@@ -96,8 +96,9 @@ async def messages(body: MessagesRequest, request: Request):
                          streaming=bool(body.stream))
     source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history), req)
     if body.stream:
-        return SSEResponse(message_events(served, source, parallel), on_close=source.abort)
-    result = await until_disconnect(request, _message(served, source, parallel))
+        return SSEResponse(message_events(served, source, parallel, served.answer_name(body.model)),
+                           on_close=source.abort)
+    result = await until_disconnect(request, _message(served, source, parallel, served.answer_name(body.model)))
     return result if result is not None else {}
 
 
@@ -128,7 +129,7 @@ def _constraint(body: MessagesRequest, plan) -> StructuredOutput | None:
     return so
 
 
-async def _message(served, source, parallel: bool = True) -> dict:
+async def _message(served, source, parallel: bool = True, model: str | None = None) -> dict:
     events, tokens, finish, stop_reason = [], 0, None, None
     async for _, u in source.updates():
         events = settle(events, u)
@@ -147,7 +148,7 @@ async def _message(served, source, parallel: bool = True) -> dict:
     unparsed = [unparsed_tool_use(c) for c in calls if tool_input(c) is None]
     content += [tool_use_block(c) for c in calls if tool_input(c) is not None]
     stop = anthropic_stop(finish, len(unparsed) < len(calls), stop_reason)
-    out = {"id": f"msg_{source.request_id}", "type": "message", "role": "assistant", "model": served.name,
+    out = {"id": f"msg_{source.request_id}", "type": "message", "role": "assistant", "model": model or served.name,
            "content": content, "stop_reason": stop, "stop_sequence": stop_reason if stop == "stop_sequence" else None,
            "usage": usage(source, tokens)}
     ext = source.report(0)

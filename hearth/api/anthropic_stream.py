@@ -145,7 +145,7 @@ class _Blocks:
         return out
 
 
-async def message_events(served, gen, parallel: bool = True):
+async def message_events(served, gen, parallel: bool = True, model: str | None = None):
     """gen: the message's choices (hearth.api.choices / hearth.api.guarded): parsed updates.
     message_start goes out with the first update: only then does the engine know how much of the
     prompt the prefix cache held, so its usage agrees with message_delta's (input_tokens without
@@ -156,7 +156,7 @@ async def message_events(served, gen, parallel: bool = True):
         async for _, out in gen.updates():
             if not started:
                 started = True
-                for event in _start(served, gen):
+                for event in _start(served, gen, model):
                     yield event
             output_tokens += len(out.token_ids)
             for event in blocks.events(out.events):
@@ -168,7 +168,7 @@ async def message_events(served, gen, parallel: bool = True):
         yield named_event("error", error_body("/v1/messages", err.status, err.message))
         return
     if not started:
-        for event in _start(served, gen):
+        for event in _start(served, gen, model):
             yield event
     for event in blocks.close():
         yield event
@@ -181,7 +181,7 @@ async def message_events(served, gen, parallel: bool = True):
     yield _event({"type": "message_stop"})
 
 
-def _start(served, gen) -> list[str]:
-    start = {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": served.name,
+def _start(served, gen, model: str | None) -> list[str]:
+    start = {"id": f"msg_{gen.request_id}", "type": "message", "role": "assistant", "model": model or served.name,
              "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage(gen, 0)}
     return [_event({"type": "message_start", "message": start}), _event({"type": "ping"})]

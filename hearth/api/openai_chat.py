@@ -61,7 +61,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                          lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]),
                          streaming=bool(body.stream))
     source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), req)
-    reply = _Reply(served, source, client_k, parallel, legacy, (ids, fields["prompt_logprobs"]))
+    reply = _Reply(served, source, client_k, parallel, legacy, (ids, fields["prompt_logprobs"]),
+                   served.answer_name(body.model))
     if body.stream:
         usage, reply.continuous = stream_usage(body.stream_options)
         return SSEResponse(reply.events(usage, request.url.path), on_close=source.abort)
@@ -112,10 +113,12 @@ def _tool_call(call, index: int | None = None) -> dict:
 
 class _Reply:
     def __init__(self, served, source, top_logprobs: int | None, parallel: bool = True, legacy: bool = False,
-                 asked: tuple[list[int], int | None] = ([], None)):
+                 asked: tuple[list[int], int | None] = ([], None), model: str | None = None):
         """source: PlainChoices or GuardedChoices (hearth.api.choices): parsed updates per choice;
-        asked: the prompt's ids and vLLM's prompt_logprobs as asked (None: not asked)."""
+        asked: the prompt's ids and vLLM's prompt_logprobs as asked (None: not asked); model: the name the
+        response gives (ServedModel.answer_name; None: the served id)."""
         self.served, self.src, self.k = served, source, top_logprobs
+        self.model = model or served.name
         self.prompt_ids, self.prompt_k = asked
         self.parallel = parallel
         """parallel_tool_calls false: only a response's first call is returned."""
@@ -159,7 +162,7 @@ class _Reply:
             choices.append({"index": c.index, "message": message, "logprobs": logprobs,
                             "finish_reason": self._finish(c.finish_reason, bool(calls)),
                             "stop_reason": c.stop_reason})
-        out = {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.served.name,
+        out = {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
                "choices": choices, "usage": self.usage(), "system_fingerprint": None}
         if self.prompt_k is not None:  # the request's one prompt: its first choice scored it
             scored = next(c for c in collected if c.prompt_logprobs is not None)
@@ -174,7 +177,7 @@ class _Reply:
 
     def _chunk(self, choices: list, usage: bool, usage_value=None, ext: dict | None = None) -> str:
         payload = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                   "model": self.served.name, "system_fingerprint": None, "choices": choices}
+                   "model": self.model, "system_fingerprint": None, "choices": choices}
         if usage:
             payload["usage"] = self.usage() if self.continuous else usage_value
         if ext is not None:

@@ -64,7 +64,7 @@ async def completions(body: CompletionRequest, request: Request):
         "structured_output": guided(body, {"response_format": response_format(body.response_format)})},
         state.limits, served.max_model_len, prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name), prompt_only=scoring)
-    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, k, (prompts, asked))
+    reply = _Reply(served, gen, (texts, prompts) if body.echo else None, k, (prompts, asked), served.answer_name(body.model))
     if body.stream:
         usage, reply.continuous = stream_usage(body.stream_options)
         return SSEResponse(reply.events(usage, request.url.path), on_close=gen.abort)
@@ -105,10 +105,11 @@ def _prompts(served, prompt, suffix: str | None = None) -> tuple[list[str], list
 
 class _Reply:
     def __init__(self, served, gen: Generation, echo: tuple[list[str], list[list[int]]] | None, k: int | None,
-                 asked: tuple[list[list[int]], int | None] = ([], None)):
+                 asked: tuple[list[list[int]], int | None] = ([], None), model: str | None = None):
         """echo: the prompts' (texts, token ids); asked: the prompts' ids and vLLM's prompt_logprobs as
-        asked (None: not asked)."""
+        asked (None: not asked); model: the name the response gives (None: the served id)."""
         self.served, self.gen, self.k = served, gen, k
+        self.model = model or served.name
         self.echo, self.echo_ids = echo or (None, None)
         self.id = f"cmpl-{gen.request_id}"
         self.created = int(time.time())
@@ -126,7 +127,7 @@ class _Reply:
 
     def _payload(self, choices: list) -> dict:
         return {"id": self.id, "object": "text_completion", "created": self.created,
-                "model": self.served.name, "system_fingerprint": None, "choices": choices}
+                "model": self.model, "system_fingerprint": None, "choices": choices}
 
     def _echo(self, index: int) -> str:
         return self.echo[index // self.gen.n_per_prompt] if self.echo else ""

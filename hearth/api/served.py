@@ -92,6 +92,11 @@ class ServedModel:
         """Speculative decoding runs for it (/props' default_generation_settings.speculative)."""
         return self.engine.speculative
 
+    def answer_name(self, requested: str | None) -> str:
+        """The `model` a response names: a --lora-modules name as sent (vLLM echoes the adapter's), else the id
+        (an alias or file name answers as the id)."""
+        return requested if requested in self.lora_names else self.name
+
     @property
     def template_source(self) -> str:
         return self.chat_template.source

@@ -62,6 +62,12 @@ def test_adapters_by_global_scale_request_and_name(client, answers):
     assert [a["scale"] for a in client.get("/lora-adapters").json()] == [0.0, 0.0]
     assert text(client) == base
     assert text(client, model="ada") == merged  # vLLM's: the name selects the adapter
+    base_id = client.get("/v1/models").json()["data"][0]["id"]
+    for path, body in (("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
+                       ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})):
+        for model, answered in (("ada", "ada"), (base_id, base_id)):  # the adapter's name echoed, as vLLM
+            assert client.post(path, json={**body, "model": model}).json()["model"] == answered, path
     assert "ada" in [m["id"] for m in client.get("/v1/models").json()["data"]]
     r = client.post("/completion", json={"prompt": IDS, "n_predict": 6, "temperature": 0, "return_tokens": True,
                                          "lora": [{"id": 0, "scale": 1.0}]})
