@@ -200,7 +200,7 @@ class _Reply:
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                 "error": None, "incomplete_details": incomplete, "instructions": b.instructions,
-                "max_output_tokens": self.max_output_tokens, "model": self.served.name,
+                "max_output_tokens": self.max_output_tokens, "model": self.served.answer_name(self.body.model),
                 "output": self.builder.items if status != "in_progress" else [],
                 "parallel_tool_calls": b.parallel_tool_calls, "previous_response_id": b.previous_response_id,
                 "reasoning": {k: (b.reasoning or {}).get(k) for k in ("effort", "summary")},

@@ -65,7 +65,8 @@ def test_adapters_by_global_scale_request_and_name(client, answers):
     base_id = client.get("/v1/models").json()["data"][0]["id"]
     for path, body in (("/v1/completions", {"prompt": "hi", "max_tokens": 1}),
                        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
-                       ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})):
+                       ("/v1/messages", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}),
+                       ("/v1/responses", {"input": "hi", "max_output_tokens": 1})):
         for model, answered in (("ada", "ada"), (base_id, base_id)):  # the adapter's name echoed, as vLLM
             assert client.post(path, json={**body, "model": model}).json()["model"] == answered, path
     assert "ada" in [m["id"] for m in client.get("/v1/models").json()["data"]]
