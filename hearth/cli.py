@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("hearth.commands.serve", "serve a model over OpenAI-, Anthropic- and Ollama-compatible HTTP, with a chat page"),
     "cluster": ("hearth.commands.cluster", "serve a model from N engine replicas on Ray behind one API (the cluster extra: Ray)"),
     "run": ("hearth.commands.run", "chat with a model in the terminal, or answer one prompt (a base model completes the text)"),
+    "run-batch": ("hearth.commands.run_batch", "answer an OpenAI batch file (JSONL) in process, as vllm run-batch"),
     "pull": ("hearth.commands.pull", "download a model (catalog name or org/repo:file.gguf) and print its path"),
     "models": ("hearth.commands.models", "list known models and which are downloaded"),
     "plan": ("hearth.commands.plan", "will a model fit, how long a context, how many users, how fast at best"),

@@ -23,7 +23,8 @@ from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
+    """listen: the flags of a server that listens on a port (`hearth run-batch` takes the others)."""
     from hearth.tool_guard.declined import NAME_FLOOR
     from hearth.tool_guard.routing import DEFAULT_THRESHOLD, TOOL_FLOOR
 
@@ -37,13 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="GiB all loaded models may hold together; the least recently used is unloaded to make "
                         "room (default with several models: `hearth plan`'s usable memory less the runtime)")
     net = p.add_argument_group("server")
-    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    net.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
-    net.add_argument("--api-key", default=os.environ.get("HEARTH_API_KEY"),
-                     help="require this key (Bearer or x-api-key) on every route but /health and / "
-                          "(default: $HEARTH_API_KEY, else none)")
-    net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
-                     help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
+    if listen:
+        _add_listen_arguments(net)
     net.add_argument("--served-model-name", action="append", default=None, metavar="NAME",
                      help="name clients use in `model`; repeat for aliases (default: the catalog name or the file's stem; MODEL as given and the file's name are aliases)")
     net.add_argument("--max-queued", type=int, default=256,
@@ -114,6 +110,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_lora_arguments(p)
 
 
+def _add_listen_arguments(net) -> None:
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    net.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
+    net.add_argument("--api-key", default=os.environ.get("HEARTH_API_KEY"),
+                     help="require this key (Bearer or x-api-key) on every route but /health and / "
+                          "(default: $HEARTH_API_KEY, else none)")
+    net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
+                     help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
+
+
 def main(args: argparse.Namespace) -> int:
     from hearth.api.app import create_app
     from hearth.commands.serve_models import build_pool
@@ -178,7 +184,8 @@ def server_config(args: argparse.Namespace):
     from hearth.api.app import ServerConfig
 
     check_server_flags(args)
-    return ServerConfig(api_key=args.api_key, cors_origins=[o.strip() for o in args.cors_origins.split(',') if o.strip()],
+    origins = getattr(args, "cors_origins", "")
+    return ServerConfig(api_key=getattr(args, "api_key", None), cors_origins=[o.strip() for o in origins.split(',') if o.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,
                         tool_guard=tool_guard(args),

@@ -1,0 +1,125 @@
+"""`hearth run-batch`: an OpenAI batch file answered through the server's routes in process."""
+
+import asyncio
+import json
+
+import pytest
+
+from hearth.api.batch_file import read_lines
+from hearth.cli import main
+from hearth.errors import HearthError
+from tests.test_cli import TEMPLATE
+
+
+def _line(custom_id, url="/v1/chat/completions", method="POST", **body):
+    return json.dumps({"custom_id": custom_id, "method": method, "url": url, "body": body})
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0}
+
+
+@pytest.fixture(scope="module")
+def instruct(tmp_path_factory):
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path_factory.mktemp("batch") / "instruct.gguf"
+    write_tiny_gguf(path, "llama", chat_template=TEMPLATE)
+    return path
+
+
+def test_a_batch_is_answered_in_its_order_each_line_as_the_server_answers_it(instruct, tmp_path, capsys):
+    lines = [_line("chat", model="instruct", **CHAT),
+             _line("text", "/v1/completions", model="instruct", prompt="the capital of", max_tokens=3),
+             "",  # blank lines are skipped, as OpenAI's reader does
+             _line("vector", "/v1/embeddings", model="instruct", input="hello"),
+             _line("unknown model", model="nope", **CHAT),
+             _line("no messages", model="instruct", messages=[]),
+             _line("answer", "/v1/responses", model="instruct", input="hi", max_output_tokens=3)]
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(lines) + "\n")
+    assert main(["run-batch", "-i", str(src), "-o", str(out), str(instruct), "--ctx", "256"]) == 0
+    rows = [json.loads(r) for r in out.read_text().splitlines()]
+    assert [r["custom_id"] for r in rows] == ["chat", "text", "vector", "unknown model", "no messages", "answer"]
+    assert [r["response"]["status_code"] for r in rows] == [200, 200, 200, 404, 400, 200]
+    assert all(r["id"].startswith("batch_req_") and r["error"] is None for r in rows)
+    chat, text, vector, unknown, empty, answer = (r["response"]["body"] for r in rows)
+    assert chat["object"] == "chat.completion" and chat["usage"]["completion_tokens"] == 4
+    assert rows[0]["response"]["request_id"] == chat["id"]
+    assert text["object"] == "text_completion" and text["usage"]["completion_tokens"] == 3
+    assert len(vector["data"][0]["embedding"]) > 0
+    assert unknown["error"]["code"] == "model_not_found" and "'nope'" in unknown["error"]["message"]
+    assert empty["error"]["param"] == "messages"
+    assert answer["object"] == "response"
+    assert capsys.readouterr().err.endswith(
+        f"hearth: 6 requests answered to {out}; 2 of them with an error (1 x 400, 1 x 404)\n")
+
+
+@pytest.mark.parametrize("text,why", [
+    ("{", "not JSON"),
+    ("[1]", "not a JSON object"),
+    (_line(""), "custom_id must be a non-empty string"),
+    (_line("a", method="GET"), "method must be \"POST\", not 'GET'"),
+    (_line("a", url="/v1/models"), "url '/v1/models' is not one a batch may name (/v1/chat/completions, "),
+    (json.dumps({"custom_id": "a", "method": "POST", "url": "/v1/completions", "body": "x"}),
+     "body must be a JSON object"),
+    (_line("a", stream=True), "body.stream: a batch's answers are whole; leave stream out"),
+])
+def test_each_bad_line_is_named(text, why):
+    with pytest.raises(HearthError) as e:
+        read_lines([_line("ok", **CHAT), text], "in.jsonl")
+    assert str(e.value).startswith(f"in.jsonl line 2: {why}")
+
+
+def test_a_repeated_custom_id_and_an_empty_file_are_refused():
+    with pytest.raises(HearthError, match=r"^f line 3: custom_id 'x' repeats line 1's$"):
+        read_lines([_line("x"), "", _line("x")], "f")
+    with pytest.raises(HearthError, match=r"^f holds no requests$"):
+        read_lines(["", " "], "f")
+
+
+def test_bad_lines_fail_before_a_model_loads_and_lose_nothing(tmp_path, capsys, monkeypatch):
+    import hearth.commands.serve_models
+
+    monkeypatch.setattr(hearth.commands.serve_models, "build_pool", lambda *a: pytest.fail("loaded a model"))
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join([_line("a", **CHAT), _line("b", method="GET"), _line("a", **CHAT)]))
+    out.write_text("kept")
+    assert main(["run-batch", "-i", str(src), "-o", str(out)]) == 1
+    assert capsys.readouterr().err == (f"hearth: error: {src} line 2: method must be \"POST\", not 'GET' "
+                                       "(and 1 more bad lines)\n")
+    assert out.read_text() == "kept"
+    assert main(["run-batch", "-i", str(src), "-o", str(src)]) == 1
+    assert capsys.readouterr().err == f"hearth: error: --output-file {src} is the input file; name another\n"
+    assert main(["run-batch", "-i", str(tmp_path / "none.jsonl"), "-o", str(out)]) == 1
+    assert "none.jsonl: No such file or directory" in capsys.readouterr().err
+
+
+def test_a_server_error_and_a_failed_route_are_rows_too():
+    """An engine failure is the route's 500 body; a route that raised past it is a row with `error`."""
+    import io
+
+    from fastapi import FastAPI
+
+    from hearth.commands.run_batch import answer
+    from tests.server.fakes import fake_app
+
+    app, _ = fake_app()
+    lines = read_lines([_line("fine", model="fake-model", messages=[{"role": "user", "content": "script:hello"}]),
+                        _line("fails", model="fake-model", messages=[{"role": "user", "content": "script:fail"}])], "f")
+    out = io.StringIO()
+    statuses = asyncio.run(answer(app, lines, out, concurrency=2))
+    fine, fails = (json.loads(r) for r in out.getvalue().splitlines())
+    assert fine["response"]["body"]["choices"][0]["message"]["content"] == "Hello there!"
+    assert fails["response"]["status_code"] == 500 and fails["response"]["body"]["error"]["type"] == "server_error"
+    assert statuses == {200: 1, 500: 1}
+
+    broken = FastAPI()
+
+    @broken.post("/v1/chat/completions")
+    def crash():
+        raise RuntimeError("boom")
+
+    out = io.StringIO()
+    assert asyncio.run(answer(broken, lines[:1], out, concurrency=1)) == {0: 1}
+    row = json.loads(out.getvalue())
+    assert row["response"] is None and row["error"] == {"code": "server_error", "message": "RuntimeError: boom"}
