@@ -71,3 +71,11 @@ def test_embed_on_a_reranker_and_score_on_an_embedder_are_one_line(llm, tmp_path
     with pytest.raises(HearthError, match=r"LLM.score: this model \(bert\) is not a reranker"):
         embedder.score("a", "b")
     embedder.close()
+
+
+def test_hearth_run_refuses_a_reranker(llm, capsys):
+    from hearth.cli import main as cli_main
+
+    assert cli_main(["run", str(llm.path), "hello"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is a reranker" in err and "POST /v1/rerank" in err and "Traceback" not in err, err

@@ -165,3 +165,28 @@ def test_rerank_on_a_model_that_is_no_reranker_names_it(embedder, fake):
             assert r.status_code == 400, r.text
             error = r.json()["error"]
             assert error["param"] == "model" and f"is not a reranker ({kind})" in error["message"], error
+
+
+def test_hearth_serve_a_reranker_with_llama_servers_flag(served, tmp_path):
+    """`hearth serve tiny-rerank.gguf --reranking`, as a llama-server user starts it."""
+    from tests.server.conftest import launch, stop
+
+    proc, server = launch(served.path, tmp_path / "server.log", "--reranking", name=None)
+    try:
+        with server.http() as http:
+            r = http.post("/rerank", json={"query": QUERY, "documents": DOCS[:2], "top_n": 1})
+            assert r.status_code == 200 and len(r.json()["results"]) == 1, r.text
+            best = max(range(2), key=lambda i: logit(served, QUERY, DOCS[i]))
+            assert r.json()["results"][0]["index"] == best
+    finally:
+        stop(proc)
+
+
+def test_reranking_flag_refuses_a_model_that_is_no_reranker(tmp_path, capsys):
+    from hearth.cli import main as cli_main
+
+    path = tmp_path / "tiny-bert.gguf"
+    write_tiny_encoder(path, "bert")
+    assert cli_main(["serve", str(path), "--reranking"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("hearth: error: --reranking: MODEL") and "is not a reranker" in err[-1], err
