@@ -268,8 +268,11 @@ class LLM:
         not its sigmoid. truncate_prompt_tokens k (-1: the context): a pair past k tokens loses its second
         text's last tokens; else it is an error naming both numbers."""
         if not self.reranker:
-            raise EmbeddingOnlyError(f"LLM.score: this model ({self.model_config.arch}) is not a reranker: its GGUF has "
-                                     "no pooling_type 4 (rank) and no classification head to score a pair")
+            raise EmbeddingOnlyError(f"LLM.score: this model ({self.model_config.arch}) is not a reranker: its GGUF "
+                                     "has no pooling_type 4 (rank) and no classification head to score a pair")
+        if truncate_prompt_tokens not in (None, -1) and not 1 <= truncate_prompt_tokens <= self.max_model_len:
+            raise ValueError(f"truncate_prompt_tokens: must be -1 or 1 to {self.max_model_len} (the context), "
+                             f"got {truncate_prompt_tokens}")
         limit = self.max_model_len if truncate_prompt_tokens in (None, -1) else truncate_prompt_tokens
         prompts, params = [], []
         for i, (a, b) in enumerate(paired(data_1, data_2)):

@@ -71,9 +71,8 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
     for module in (openai_routes, openai_chat, openai_completions, embeddings, rerank_routes, responses_routes,
-                   anthropic_routes,
-                   infill_routes, completion_routes, slots, props, lora_routes, ollama_routes, ollama_embed,
-                   ollama_models, chat_page):
+                   anthropic_routes, infill_routes, completion_routes, slots, props, lora_routes, ollama_routes,
+                   ollama_embed, ollama_models, chat_page):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth

@@ -130,7 +130,8 @@ class EncoderModel(nn.Module):
     def fit_context(self, n: int) -> None:
         """Nothing to fit: positions past the file's context are refused before they run."""
 
-    def forward(self, ids: torch.Tensor, lengths: torch.Tensor, pair_starts: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor,
+                pair_starts: torch.Tensor | None = None) -> torch.Tensor:
         """ids: [B, L] int64, each row padded past its length; lengths: [B]; pair_starts: [B], where each row's
         second text starts (token type 1 from there, BERT's segment B; L or None: type 0 throughout, as
         llama.cpp feeds every token) -> final hidden [B, L, hidden] f32 (padding rows hold values no pooling reads)."""

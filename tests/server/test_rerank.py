@@ -159,8 +159,10 @@ def test_a_reranker_serves_no_embeddings_nor_text(client):
 
 
 def test_rerank_on_a_model_that_is_no_reranker_names_it(embedder, fake):
-    for c, name, kind in ((embedder, "tiny-bert", "an embedding model"), (fake.client, None, "a text generation model")):
-        for path, body in (("/v1/rerank", {"query": "q", "documents": ["d"]}), ("/v1/score", {"text_1": "q", "text_2": "d"})):
+    for c, name, kind in ((embedder, "tiny-bert", "an embedding model"),
+                          (fake.client, None, "a text generation model")):
+        for path, body in (("/v1/rerank", {"query": "q", "documents": ["d"]}),
+                           ("/v1/score", {"text_1": "q", "text_2": "d"})):
             r = c.post(path, json={"model": name, **body} if name else body)
             assert r.status_code == 400, r.text
             error = r.json()["error"]
