@@ -1,6 +1,6 @@
 """Reranking over a reranker GGUF (pooling_type 4): POST /rerank, /v1/rerank, /v2/rerank, /reranking,
 /v1/reranking (llama-server's, Jina's, Cohere's and vLLM's shape: results sorted by score, the best
-first, `top_n` of them) and vLLM's POST /score, /v1/score (`data` in pair order). Each query-document
+first, `top_n` of them; a body with `texts` gets TEI's, a bare list, as llama-server answers it) and vLLM's POST /score, /v1/score (`data` in pair order). Each query-document
 pair is one prompt, [CLS] query [SEP] document [SEP] with token types 0 then 1 (hearth.engine.pairs),
 run through the embeddings' engine path in waves; its score is the sigmoid of the head's logit, as vLLM,
 TEI, Jina and Cohere answer (`use_activation: false`: the logit, llama-server's number). A pair past the
@@ -27,26 +27,31 @@ SCORE_PATHS = ("/score", "/v1/score")
 
 async def rerank(body: RerankRequest, request: Request):
     served = await reranker(request, body.model)
-    texts = body.texts()
+    if body.documents is not None and body.texts is not None:
+        raise APIError(400, "texts: give documents or texts (TEI's), not both", param="texts")
+    tei = body.texts is not None
+    field, texts = "texts" if tei else "documents", body.document_texts()
     if not texts:
-        raise APIError(400, "documents: must not be empty (give at least one document)", param="documents")
+        raise APIError(400, f"{field}: must not be empty (give at least one document)", param=field)
     if body.top_n is not None and body.top_n < 0:
         raise APIError(400, f"top_n: must be 0 (all) or more, got {body.top_n}", param="top_n")
     _check_text(body.query, "query", "query")
     for i, t in enumerate(texts):
-        _check_text(t, f"documents[{i}]", "documents")
-    scored = await _scores(request, served, [(body.query, t) for t in texts], body.truncate_prompt_tokens,
-                           [f"documents[{i}]" for i in range(len(texts))], "documents")
+        _check_text(t, f"{field}[{i}]", field)
+    truncate = -1 if body.truncate and body.truncate_prompt_tokens is None else body.truncate_prompt_tokens
+    scored = await _scores(request, served, [(body.query, t) for t in texts], truncate,
+                           [f"{field}[{i}]" for i in range(len(texts))], field)
     if scored is None:  # the client went away: its requests are aborted
         return {}
     logits, tokens = scored
-    results = [{"index": i, "relevance_score": activated(x, body.use_activation)} for i, x in enumerate(logits)]
-    if body.return_documents:
-        for r in results:
-            r["document"] = {"text": texts[r["index"]]}
-    results.sort(key=lambda r: -r["relevance_score"])  # stable: a tie keeps the documents' order
+    best = sorted(range(len(texts)), key=lambda i: -logits[i])[:body.top_n or None]  # stable: ties keep their order
+    if tei:  # TEI's bare list, as llama-server answers a body with `texts`
+        return [{"index": i, "score": activated(logits[i], not body.raw_scores),
+                 **({"text": texts[i]} if body.return_text else {})} for i in best]
+    results = [{"index": i, "relevance_score": activated(logits[i], body.use_activation),
+                **({"document": {"text": texts[i]}} if body.return_documents else {})} for i in best]
     return {"id": f"rerank-{uuid.uuid4().hex}", "object": "list", "model": served.name,
-            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results[:body.top_n or None]}
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results}
 
 
 async def score(body: ScoreRequest, request: Request):

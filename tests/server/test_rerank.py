@@ -1,5 +1,5 @@
 """A reranker GGUF (tiny random bert, pooling_type 4) served in process: the rerank routes in
-llama-server's, Jina's / Cohere's and vLLM's shapes and vLLM's score routes, each score the model's own
+llama-server's, Jina's / Cohere's, vLLM's and TEI's shapes and vLLM's score routes, each score the model's own
 logit for the pair alone (through a sigmoid unless use_activation is false), sorted, top_n, documents as
 strings or {"text"}; a batch larger than the engine holds in waves; bad input a 400 in OpenAI's shape
 naming the field; a rerank to a model that is no reranker and an embedding from a reranker a 400 naming
@@ -93,6 +93,21 @@ def test_llama_server_and_cohere_options(client, served):
     assert [x["index"] for x in got] == [i for _, i in logits]
     assert [x["relevance_score"] for x in got] == pytest.approx([x for x, _ in logits], abs=ATOL)
     assert all(set(x) == {"index", "relevance_score"} for x in got)
+
+
+def test_tei_form(client, served):
+    """A body with `texts` (Hugging Face TEI's, which llama-server takes on its rerank routes): a bare list
+    of {index, score}, raw_scores for the logit, return_text, truncate."""
+    r = client.post("/rerank", json={"query": QUERY, "texts": DOCS[:3], "raw_scores": True, "return_text": True})
+    assert r.status_code == 200, r.text
+    want = sorted(((logit(served, QUERY, d), i) for i, d in enumerate(DOCS[:3])), reverse=True)
+    assert [x["index"] for x in r.json()] == [i for _, i in want]
+    assert [x["score"] for x in r.json()] == pytest.approx([x for x, _ in want], abs=ATOL)
+    assert [x["text"] for x in r.json()] == [DOCS[i] for _, i in want]
+    r = client.post("/rerank", json={"query": QUERY, "texts": [LONG], "truncate": True})
+    assert r.status_code == 200 and set(r.json()[0]) == {"index", "score"}, r.text
+    r = client.post("/rerank", json={"query": QUERY, "texts": ["a"], "documents": ["b"]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "texts", r.text
 
 
 @pytest.mark.parametrize("path", ["/score", "/v1/score"])
