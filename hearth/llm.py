@@ -61,7 +61,8 @@ class LLMClosedError(HearthError):
 class LLM:
     """A model loaded for offline generation (vLLM's `LLM`): `generate(prompts, SamplingParams)`,
     `chat(messages, ...)` (with `tools`, `tool_choice` and `tool_guard`: "guard" | "grammar" | "off"),
-    `stream(prompt)`, then `close()`. Calls from several threads run one at a time.
+    `stream(prompt)`, then `close()`; an embedding GGUF's `embed(prompts)`, a reranker's `score(query,
+    documents)`. Calls from several threads run one at a time.
 
     Engine arguments (hearth.config.EngineConfig, whose field docstrings say more):
       model: catalog name, .gguf path or hub reference org/repo:file.gguf
