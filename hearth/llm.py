@@ -19,7 +19,8 @@ from hearth import llm_draft, llm_lora
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
-from hearth.engine.encoder_core import EncoderCore, embedding_only
+from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
+from hearth.engine.pairs import activated, closing_tokens, cut_pair, pair_prompt, paired
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
@@ -35,7 +36,8 @@ from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
 from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import embeds_only as encoder_arch, load_model
-from hearth.outputs import CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput
+from hearth.outputs import (CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput,
+                            ScoringRequestOutput)
 from hearth.runner.encoder_runner import EncoderRunner
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
@@ -59,7 +61,8 @@ class LLMClosedError(HearthError):
 class LLM:
     """A model loaded for offline generation (vLLM's `LLM`): `generate(prompts, SamplingParams)`,
     `chat(messages, ...)` (with `tools`, `tool_choice` and `tool_guard`: "guard" | "grammar" | "off"),
-    `stream(prompt)`, then `close()`. Calls from several threads run one at a time.
+    `stream(prompt)`, then `close()`; an embedding GGUF's `embed(prompts)`, a reranker's `score(query,
+    documents)`. Calls from several threads run one at a time.
 
     Engine arguments (hearth.config.EngineConfig, whose field docstrings say more):
       model: catalog name, .gguf path or hub reference org/repo:file.gguf
@@ -181,21 +184,27 @@ class LLM:
 
     @property
     def embeds_only(self) -> bool:
-        """An encoder (bert, nomic-bert): it serves embed() and /v1/embeddings, never text."""
+        """An encoder (bert, nomic-bert): it serves embed() and /v1/embeddings (a reranker: score() and
+        /v1/rerank), never text."""
         return getattr(self.model, "embeds_only", False)
+
+    @property
+    def reranker(self) -> bool:
+        """A reranker (its GGUF's pooling_type 4): score() pairs with its classification head, no embed()."""
+        return self.model_config.pooling == "rank"
 
     def _encoder_engine(self, spec, t0: float) -> None:
         """An encoder's engine: whole inputs batched into one forward each, no KV cache nor scheduler
         (hearth.engine.encoder_core), under the same max_num_seqs / max_num_batched_tokens limits."""
         cfg, mc = self.config, self.model_config
         if spec is not None:
-            raise HearthError(f"{embedding_only(mc.arch)}: drop --speculative-config")
+            raise HearthError(f"{embedding_only(mc.arch, self.reranker)}: drop --speculative-config")
         self.speculation_off = ""
         self.max_model_len = context_to_run(cfg.max_model_len, mc.context_length)
         self.runner = EncoderRunner(self.model, cfg.max_num_seqs, cfg.max_num_batched_tokens)
         self.disk = self.snapshots = None
         self.engine = EncoderCore(self.runner, self.tokenizer, mc.arch, self.max_model_len, mc.vocab_size,
-                                  cfg.max_num_seqs, mc.context_length)
+                                  cfg.max_num_seqs, mc.context_length, reranker=self.reranker)
         self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self._ready(t0)
@@ -246,8 +255,39 @@ class LLM:
         the prompt's final hidden states pooled as `pooling` says ("last", "mean"; None: the model's
         own, ModelConfig.pooling; an encoder's may also be "cls"). A decoder computes one token more for
         each prompt, which is dropped."""
+        if self.reranker:
+            raise EmbeddingOnlyError(embedding_only(self.model_config.arch, reranker=True))
         params = SamplingParams(max_tokens=1, temperature=0.0, pooling=pooling or self.model_config.pooling)
         return [EmbeddingRequestOutput(r.request_id, r.prompt_token_ids, EmbeddingOutput(r.embedding))
+                for r in self.generate(prompts, params)]
+
+    def score(self, data_1: str | list[str], data_2: str | list[str], *, use_activation: bool = True,
+              truncate_prompt_tokens: int | None = None) -> list[ScoringRequestOutput]:
+        """A reranker's relevance of each pair, as vLLM's llm.score: `[i].outputs.score`. data_1 one text
+        (scored against each of data_2) or as many as data_2 (zipped); each pair runs as [CLS] text_1 [SEP]
+        text_2 [SEP] with token types 0 then 1 (hearth.engine.pairs). use_activation False: the head's logit,
+        not its sigmoid. truncate_prompt_tokens k (-1: the context): a pair past k tokens loses its second
+        text's last tokens; else it is an error naming both numbers."""
+        if not self.reranker:
+            raise EmbeddingOnlyError(f"LLM.score: this model ({self.model_config.arch}) is not a reranker: its GGUF "
+                                     "has no pooling_type 4 (rank) and no classification head to score a pair")
+        if truncate_prompt_tokens not in (None, -1) and not 1 <= truncate_prompt_tokens <= self.max_model_len:
+            raise ValueError(f"truncate_prompt_tokens: must be -1 or 1 to {self.max_model_len} (the context), "
+                             f"got {truncate_prompt_tokens}")
+        limit = self.max_model_len if truncate_prompt_tokens in (None, -1) else truncate_prompt_tokens
+        prompts, params = [], []
+        for i, (a, b) in enumerate(paired(data_1, data_2)):
+            ids, start = pair_prompt(self.tokenizer, a, b)
+            if truncate_prompt_tokens is not None:
+                cut = cut_pair(ids, start, limit, closing_tokens(self.tokenizer))
+                if cut is None:
+                    raise HearthError(f"pair {i}: its first text takes {start} tokens, more than "
+                                      f"truncate_prompt_tokens ({limit}) leaves a second text")
+                ids = cut
+            prompts.append({"prompt_token_ids": ids})
+            params.append(SamplingParams(max_tokens=1, temperature=0.0, pooling="rank", pair_start=start))
+        return [ScoringRequestOutput(r.request_id, r.prompt_token_ids,
+                                     ScoringOutput(activated(r.embedding[0], use_activation)))
                 for r in self.generate(prompts, params)]
 
     def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:

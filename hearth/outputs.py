@@ -60,6 +60,22 @@ class EmbeddingRequestOutput:
     finished: bool = True
 
 
+@dataclass(frozen=True, slots=True)
+class ScoringOutput:
+    score: float
+    """A reranker's relevance of the pair: sigmoid of its logit (use_activation False: the logit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringRequestOutput:
+    """LLM.score's per pair (vLLM's shape: `.outputs.score`)."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: ScoringOutput
+    finished: bool = True
+
+
 @dataclass(slots=True)
 class EngineOutput:
     """One step's news for one request: the delta since the previous EngineOutput."""

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from hearth.errors import HearthError
 
 
-POOLINGS = ("last", "mean", "cls")
-"""SamplingParams.pooling's values."""
+POOLINGS = ("last", "mean", "cls", "rank")
+"""SamplingParams.pooling's values ("rank": a reranker's relevance logit, not an embedding)."""
 
 GREEDY_EPS = 1e-5
 """vLLM's _SAMPLING_EPS: a smaller temperature samples greedily (logits / T would overflow to inf)."""
@@ -95,6 +95,10 @@ class SamplingParams:
     """Only for embeddings: pool the prompt's final hidden states (POOLINGS) into the request's
     EngineOutput.embedding, L2-normalized. "mean" reads every prompt row, so the request takes no
     prefix-cache hit (as prompt_logprobs); "last" reads the row that samples."""
+    pair_start: int | None = None
+    """Only for pooling "rank": where the prompt's second text (a query-document pair's document) starts;
+    from there its tokens take token type 1 (BERT's segment B, as transformers' tokenizer gives a pair).
+    None: one text, type 0 throughout."""
     lora: dict[int, float] | None = None
     """LoRA adapter id -> scale for this request (llama-server's "lora": [{"id": 0, "scale": 0.5}]); the
     adapters it does not name run at 0. None: the engine's scales (--lora, POST /lora-adapters). The
@@ -130,6 +134,8 @@ class SamplingParams:
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs", "needs logprobs (0 or more)"),
             (self.pooling is None or self.pooling in POOLINGS, "pooling",
              f"must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"),
+            (self.pair_start is None or self.pooling == "rank" and self.pair_start >= 1, "pair_start",
+             f"needs pooling 'rank' and a position >= 1, got {self.pair_start} with pooling {self.pooling!r}"),
             (self.pooling is None or self.max_tokens == 1, "pooling",
              f"needs max_tokens 1 (an embedding reads the prompt alone), got {self.max_tokens}"),
             (self.raw_logprobs_at is None or _compiles(self.raw_logprobs_at),

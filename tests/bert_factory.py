@@ -75,7 +75,10 @@ class EncoderDims:
     eps: float = 1e-12
     rope_theta: float = 1000.0
     pooling_type: int | None = 1
-    """`{arch}.pooling_type` (1 mean, 2 cls, 3 last; None: absent)."""
+    """`{arch}.pooling_type` (1 mean, 2 cls, 3 last, 4 rank: a reranker; None: absent)."""
+    head: tuple[str, ...] = ("cls", "cls.output")
+    """A reranker's (pooling_type 4) classification layers, as llama.cpp names them: `cls` [hidden, hidden]
+    (BERT's pooler dense), `cls.output` [1, hidden] (BertForSequenceClassification's classifier)."""
 
     @property
     def head_dim(self) -> int:
@@ -154,6 +157,11 @@ def _encoder_tensors(rng: np.random.Generator, arch: str, d: EncoderDims, vocab:
             yield p + "ffn_down.bias", vec(d.hidden)
         yield p + "layer_output_norm.weight", vec(d.hidden, 1.0)
         yield p + "layer_output_norm.bias", vec(d.hidden)
+    if d.pooling_type == 4:  # after the encoder's: its weights are those of the same seed without a head
+        rows = {"cls": d.hidden, "cls.output": 1}
+        for name in d.head:  # "cls.norm": ModernBERT's head norm, a vector
+            yield name + ".weight", matrix(rows[name], d.hidden) if name in rows else vec(d.hidden, 1.0)
+            yield name + ".bias", vec(rows.get(name, d.hidden), sd=0.5)
 
 
 def read_weights(path) -> dict[str, np.ndarray]:

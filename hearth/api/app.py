@@ -13,7 +13,7 @@ from fastapi.responses import Response
 
 from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, lora_routes,
                         ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions, openai_routes, props,
-                        responses_routes, slots)
+                        rerank_routes, responses_routes, slots)
 from hearth.api.errors import install_handlers
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
 from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
@@ -70,9 +70,9 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     app.state.metrics = Metrics(pool.loaded)
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
-    for module in (openai_routes, openai_chat, openai_completions, embeddings, responses_routes, anthropic_routes,
-                   infill_routes, completion_routes, slots, props, lora_routes, ollama_routes, ollama_embed,
-                   ollama_models, chat_page):
+    for module in (openai_routes, openai_chat, openai_completions, embeddings, rerank_routes, responses_routes,
+                   anthropic_routes, infill_routes, completion_routes, slots, props, lora_routes, ollama_routes,
+                   ollama_embed, ollama_models, chat_page):
         app.include_router(module.router)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth

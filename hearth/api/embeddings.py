@@ -32,6 +32,7 @@ FULL_POLL_S, FULL_WAIT_S = 0.05, 60.0
 async def embeddings(body: EmbeddingRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)
+    check_embeds(served)
     check_dimensions(served, body.dimensions)
     prompts = inputs(served, body.input, keep_last=body.truncate_prompt_tokens)
     vectors = await embed(request, served, prompts)
@@ -44,18 +45,28 @@ async def embeddings(body: EmbeddingRequest, request: Request):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
+def check_embeds(served) -> None:
+    """A reranker's pooled states are no embedding: its requests are pairs (hearth.api.rerank_routes)."""
+    if served.pooling == "rank":
+        raise APIError(400, f"model: {served.name!r} is a reranker (its GGUF's pooling_type 4): it scores "
+                            "query-document pairs (POST /v1/rerank, /v1/score), not embeddings", param="model")
+
+
 def check_dimensions(served, dimensions: int | None) -> None:
     if dimensions is not None and dimensions != served.embedding_size:
         raise APIError(400, f"dimensions: this model's embeddings have {served.embedding_size} dimensions "
                             f"(no shortening), got {dimensions}", param="dimensions")
 
 
-async def embed(request: Request, served, prompts: list[list[int]]) -> list[list[float]] | None:
-    """One embedding per prompt, in order; None when the client went away (what was running is aborted)."""
-    return await until_disconnect(request, _waves(served, prompts, request.app.state.metrics.of(served.name)))
+async def embed(request: Request, served, prompts: list[list[int]],
+                pair_starts: list[int] | None = None) -> list[list[float]] | None:
+    """One embedding per prompt, in order (a reranker's: [logit] per pair, pair_starts[i] where pair i's
+    second text starts); None when the client went away (what was running is aborted)."""
+    metrics = request.app.state.metrics.of(served.name)
+    return await until_disconnect(request, _waves(served, prompts, metrics, pair_starts))
 
 
-async def _waves(served, prompts: list[list[int]], metrics) -> list[list[float]]:
+async def _waves(served, prompts: list[list[int]], metrics, pair_starts: list[int] | None = None) -> list[list[float]]:
     """The prompts in waves that fit the room the engine has left beside what else runs (at least one
     prompt: a full engine is waited on, up to FULL_WAIT_S, then its 429 stands)."""
     engine, params = served.engine, SamplingParams(max_tokens=1, temperature=0.0, pooling=served.pooling)
@@ -66,7 +77,8 @@ async def _waves(served, prompts: list[list[int]], metrics) -> list[list[float]]
         rest = prompts[len(vectors):]
         room = len(rest) if limit is None else max(1, limit - engine.num_in_flight)
         try:
-            gen = Generation(engine, rest[:room], params, metrics, prompt_only=True)
+            starts = None if pair_starts is None else pair_starts[len(vectors):len(vectors) + room]
+            gen = Generation(engine, rest[:room], params, metrics, prompt_only=True, pair_starts=starts)
         except EngineFullError:
             if waited >= FULL_WAIT_S:
                 raise

@@ -48,10 +48,10 @@ class Generation:
     """`prompts` is one prompt's ids or a batch of them; choice index = prompt index * n + j."""
 
     def __init__(self, engine, prompts: list[int] | list[list[int]], params: SamplingParams, metrics=None,
-                 request_id: str | None = None, prompt_only: bool = False):
+                 request_id: str | None = None, prompt_only: bool = False, pair_starts: list[int | None] | None = None):
         """prompt_only: the prompt alone: the engine computes PROMPT_ONLY_TOKENS whatever params' max_tokens
         (give None: make_params then checks the room a token needs), and every output comes without them,
-        ending as a limit."""
+        ending as a limit. pair_starts: per prompt, its SamplingParams.pair_start (a reranker's pairs)."""
         self.prompt_only = prompt_only
         if prompt_only:
             params = replace(params, max_tokens=PROMPT_ONLY_TOKENS)
@@ -74,7 +74,8 @@ class Generation:
             for p, ids in enumerate(batch):
                 for j in range(params.n):
                     child = replace(params, n=1, seed=None if params.seed is None else params.seed + j,
-                                    prompt_logprobs=params.prompt_logprobs if j == 0 else None)
+                                    prompt_logprobs=params.prompt_logprobs if j == 0 else None,
+                                    pair_start=params.pair_start if pair_starts is None else pair_starts[p])
                     rid = f"{self.request_id}-{p * params.n + j}"
                     self.streams.append(engine.add_request(ids, child, request_id=rid))
                     self.timers.append(metrics.timer() if metrics else None)

@@ -10,7 +10,7 @@ import time
 
 from fastapi import APIRouter, Request
 
-from hearth.api.embeddings import check_dimensions, embed, inputs
+from hearth.api.embeddings import check_dimensions, check_embeds, embed, inputs
 from hearth.api.ollama_models import served_model
 from hearth.api.ollama_protocol import EmbedRequest
 
@@ -21,6 +21,7 @@ router = APIRouter()
 async def embed_texts(body: EmbedRequest, request: Request):
     started = time.perf_counter()
     served, load_s = await served_model(request.app.state.models, body.model)
+    check_embeds(served)
     check_dimensions(served, body.dimensions)
     texts = [body.input] if isinstance(body.input, str) else body.input or []
     # no text (none, "" or []): the model is loaded and nothing embedded, as Ollama answers a preload
@@ -36,6 +37,7 @@ async def embed_texts(body: EmbedRequest, request: Request):
 @router.post("/api/embeddings")
 async def embed_prompt(body: EmbedRequest, request: Request):
     served, _ = await served_model(request.app.state.models, body.model)
+    check_embeds(served)
     if not body.prompt:  # a preload, as Ollama answers it
         return {"embedding": []}
     vectors = await embed(request, served, inputs(served, [body.prompt], truncate=body.truncate is True, field="prompt"))

@@ -76,8 +76,8 @@ class Replica:
                 engine_args = {**engine_args, "kv_disk_owner": name}
             self.llm = llm = LLM(model, progress=False, **engine_args)  # held: its finalizer closes the disk tier
             if llm.embeds_only:  # the front end checks and routes decoders' requests (their KV blocks)
-                raise HearthError(f"{embedding_only(llm.model_config.arch)}; a cluster (--replicas) runs decoders "
-                                  "only: serve it in one process")
+                raise HearthError(f"{embedding_only(llm.model_config.arch, llm.reranker)}; a cluster (--replicas) "
+                                  "runs decoders only: serve it in one process")
             llm.runner.grammar.prepare_in_background()
             self.engine = AsyncEngine(llm.engine, max_queued=max_queued)
             self.engine.start()

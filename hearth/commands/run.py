@@ -94,8 +94,9 @@ def main(args: argparse.Namespace) -> int:
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, chat_template=template, lora=lora_entries(args))
     if llm.embeds_only:  # as llama-cli refuses an --embedding model's prompt
-        raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch)}: serve it with `hearth serve` "
-                          "and POST /v1/embeddings")
+        route = "/v1/rerank" if llm.reranker else "/v1/embeddings"
+        raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "
+                          f"`hearth serve` and POST {route}")
     check_max_tokens_fit(args.max_tokens, llm.max_model_len, llm.engine.model_context)
     chat, note = conversation(args, llm)
     if args.system and not chat:

@@ -37,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     p.add_argument("--max-memory", type=float, default=0, metavar="GIB",
                    help="GiB all loaded models may hold together; the least recently used is unloaded to make "
                         "room (default with several models: `hearth plan`'s usable memory less the runtime)")
+    p.add_argument("--reranking", "--rerank", action="store_true",
+                   help="llama-server's flag: a reranker GGUF (pooling_type 4) serves /v1/rerank and /v1/score without "
+                        "it; with it, a model given that is no reranker is refused at start")
     net = p.add_argument_group("server")
     if listen:
         _add_listen_arguments(net)

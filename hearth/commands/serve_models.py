@@ -209,6 +209,9 @@ def build_pool(args: argparse.Namespace):
     specs = []
     for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
         fp, facts = _footprint(e, path, args, spec.draft)
+        if getattr(args, "reranking", False) and not reranks(facts):
+            raise HearthError(f"--reranking: {e.where} is not a reranker (its GGUF's pooling_type is not 4, rank, "
+                              "as a cross-encoder's is): serve a reranker GGUF, or drop --reranking")
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
                          else k_flag(args))
@@ -228,6 +231,13 @@ def _resolve(e: ModelEntry) -> Path:
         if e.where.startswith("MODEL ") and repr(e.model) in str(err):  # it names the argument already
             raise HearthError(f"MODEL: {err}") from None
         raise HearthError(f"{e.where}: model: {err}") from None
+
+
+def reranks(facts) -> bool:
+    """A reranker's file (hearth.models.encoder's RANK), from its header's metadata."""
+    from hearth.models.encoder import RANK
+
+    return facts.metadata.get(f"{facts.metadata.get('general.architecture')}.pooling_type") == RANK
 
 
 def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):

@@ -2,7 +2,9 @@
 (add_request / step / abort, what AsyncEngine, LLM and the API drive) over a plain queue, with no
 scheduler, paged KV cache or sampling, since those are for causal decoding. A step embeds up to
 max_num_seqs queued requests in one runner call; a request that asks for text (no pooling) is refused
-with one line, as llama-server refuses completions from an --embedding model."""
+with one line, as llama-server refuses completions from an --embedding model. A reranker's (pooling
+"rank") requests are query-document pairs scored by its classification head, never embeddings; an
+embedding model takes no pair."""
 
 from __future__ import annotations
 
@@ -19,7 +21,10 @@ class EmbeddingOnlyError(HearthError):
     """A request for text (or a KV export) from a model that only embeds."""
 
 
-def embedding_only(arch: str) -> str:
+def embedding_only(arch: str, reranker: bool = False) -> str:
+    if reranker:
+        return (f"this model ({arch}) is a reranker: it scores query-document pairs (POST /v1/rerank, /v1/score, "
+                "LLM.score), not text generation nor embeddings")
     return (f"this model ({arch}) is an embedding model: it serves embeddings (POST /v1/embeddings, /api/embed, "
             "LLM.embed), not text generation")
 
@@ -30,8 +35,8 @@ class EncoderQueue:
     between steps), no KV cache."""
 
     max_num_seqs: int
-    waiting: list[tuple[str, list[int], str]] = field(default_factory=list)
-    """(request id, prompt ids, pooling), in arrival order."""
+    waiting: list[tuple[str, list[int], SamplingParams]] = field(default_factory=list)
+    """(request id, prompt ids, params), in arrival order."""
     running: tuple = ()
     kv: None = None
 
@@ -41,9 +46,10 @@ class EncoderCore:
     """No speculative decoding (EngineCore's proposer)."""
 
     def __init__(self, runner, tokenizer, arch: str, max_model_len: int, vocab_size: int, max_num_seqs: int,
-                 model_context: int | None = None):
-        """runner: embed(prompts, poolings) -> one normalized vector each (hearth.runner.encoder_runner)."""
-        self.runner, self.tokenizer, self.arch = runner, tokenizer, arch
+                 model_context: int | None = None, reranker: bool = False):
+        """runner: embed(prompts, poolings, pair_starts) -> one normalized vector each, or [logit] for a
+        reranker's (hearth.runner.encoder_runner)."""
+        self.runner, self.tokenizer, self.arch, self.reranker = runner, tokenizer, arch, reranker
         self.scheduler = EncoderQueue(max_num_seqs)
         self.max_model_len, self.vocab_size, self.model_context = max_model_len, vocab_size, model_context
         self.stalled = False
@@ -62,9 +68,14 @@ class EncoderCore:
             raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        if params.pooling is None:
-            raise EmbeddingOnlyError(embedding_only(self.arch))
+        if params.pooling is None or (params.pooling == "rank") != self.reranker:
+            raise EmbeddingOnlyError(embedding_only(self.arch, self.reranker) if params.pooling is None or self.reranker
+                                     else f"this model ({self.arch}) is an embedding model, not a reranker: its GGUF "
+                                          "has no pooling_type 4 (rank) and no classification head to score a pair")
         self.check_prompt(prompt_token_ids)
+        if params.pair_start is not None and params.pair_start >= len(prompt_token_ids):
+            raise InvalidPromptError(f"pair_start {params.pair_start} is past the prompt's {len(prompt_token_ids)} "
+                                     "tokens: the second text is empty")
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False) -> str:
@@ -73,7 +84,7 @@ class EncoderCore:
         rid = request_id if request_id is not None else str(next(self._ids))
         if any(r == rid for r, _, _ in self.scheduler.waiting):
             raise ValueError(f"request id {rid!r} is already in the engine")
-        self.scheduler.waiting.append((rid, list(prompt_token_ids), params.pooling))
+        self.scheduler.waiting.append((rid, list(prompt_token_ids), params))
         return rid
 
     def abort(self, request_id: str) -> None:
@@ -86,7 +97,8 @@ class EncoderCore:
         q = self.scheduler
         taken, q.waiting = q.waiting[:q.max_num_seqs], q.waiting[q.max_num_seqs:]
         self.executing = [rid for rid, _, _ in taken]
-        vectors = self.runner.embed([ids for _, ids, _ in taken], [p for _, _, p in taken])
+        vectors = self.runner.embed([ids for _, ids, _ in taken], [p.pooling for _, _, p in taken],
+                                    [p.pair_start for _, _, p in taken])
         self.executing = None
         if taken:
             self.last_sequence = taken[-1][1]
@@ -99,7 +111,7 @@ class EncoderCore:
         return failed
 
     def export_prefix(self, token_ids: list[int]) -> list[bytes]:
-        raise EmbeddingOnlyError(f"{embedding_only(self.arch)}; it keeps no KV cache to save")
+        raise EmbeddingOnlyError(f"{embedding_only(self.arch, self.reranker)}; it keeps no KV cache to save")
 
     def close(self) -> None:
         pass

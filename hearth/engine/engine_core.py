@@ -46,6 +46,9 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model
     check_prompt(prompt_token_ids, max_model_len, vocab_size, model_context)
     if params.pooling == "cls":  # an encoder's [CLS] token: a decoder's first token has seen nothing else
         raise InvalidSamplingParams("pooling", "cls pools an encoder's first token; a decoder pools mean or last")
+    if params.pooling == "rank":
+        raise InvalidSamplingParams("pooling", "rank scores a pair with a reranker's classification head; this model "
+                                               "is a decoder (no reranker: its GGUF has no pooling_type 4)")
     for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
         k = getattr(params, field)
         if k is not None and (why := over_max_logprobs(k, max_logprobs)):

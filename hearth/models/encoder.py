@@ -1,7 +1,8 @@
 """BERT-family encoders (llama.cpp's llm_build_bert graph, which `bert` and `nomic-bert` share):
-embeddings (+ token type 0, + absolute positions unless rotary) -> LayerNorm, then per layer
+embeddings (+ token type, + absolute positions unless rotary) -> LayerNorm, then per layer
 bidirectional attention and an MLP, each added to its input and LayerNorm'ed after (post-norm), no
-final norm. No KV cache: each batch of inputs is one forward, padded to its longest, and pooled.
+final norm. No KV cache: each batch of inputs is one forward, padded to its longest, and pooled; a
+reranker's (pooling_type 4) [CLS] state goes through its classification head (classifier_head.py).
 
 An architecture file says how its GGUF maps onto ModelConfig and which variation it runs (an
 EncoderSpec); the computation lives here once."""
@@ -16,17 +17,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import ModelConfig
-from hearth.errors import UnsupportedError
 from hearth.layers.rotary import Rotary
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.classifier_head import ClassifierHead
 from hearth.models.gguf_tensors import f32, maybe_f32
 from hearth.models.transformer import base_config, require
 
 POOLING_TYPES = {1: "mean", 2: "cls", 3: "last"}
 """llama.cpp's LLAMA_POOLING_TYPE values an encoder's embeddings take (0 none: the default)."""
 RANK = 4
-"""llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker (a score per query and document from its cls.output head),
-whose pooled states are no embedding."""
+"""llama.cpp's LLAMA_POOLING_TYPE_RANK: a reranker (a score per query and document from its classification
+head), whose pooled states are no embedding: ModelConfig.pooling "rank"."""
 DEFAULT_POOLING = "mean"
 """Where the file names none: sentence-transformers' default, which most BERT embedders use."""
 
@@ -110,9 +111,8 @@ class EncoderModel(nn.Module):
         self.cfg = cfg
         eps = cfg.rms_norm_eps
         self.embed = backend.embedding(g.tensor("token_embd.weight"))
-        # token types are all 0 ("sentence A"), as llama.cpp feeds them: only row 0 is read
         types = maybe_f32(g, "token_types.weight")
-        self.type_row = None if types is None else types.reshape(-1, cfg.hidden_size)[0]
+        self.types = None if types is None else types.reshape(-1, cfg.hidden_size)  # [type_vocab, hidden]
         self.positions = None if self.spec.rotary else backend.embedding(g.tensor("position_embd.weight"))
         self.embed_norm = LayerNorm(g, "token_embd_norm", eps)
         layers = []
@@ -121,6 +121,7 @@ class EncoderModel(nn.Module):
             if progress is not None:
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)
+        self.head = ClassifierHead(g, cfg.hidden_size) if cfg.pooling == "rank" else None
 
     @classmethod
     def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:
@@ -129,14 +130,18 @@ class EncoderModel(nn.Module):
     def fit_context(self, n: int) -> None:
         """Nothing to fit: positions past the file's context are refused before they run."""
 
-    def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """ids: [B, L] int64, each row padded past its length; lengths: [B] -> final hidden [B, L, hidden] f32
-        (padding rows hold values no pooling reads)."""
+    def forward(self, ids: torch.Tensor, lengths: torch.Tensor,
+                pair_starts: torch.Tensor | None = None) -> torch.Tensor:
+        """ids: [B, L] int64, each row padded past its length; lengths: [B]; pair_starts: [B], where each row's
+        second text starts (token type 1 from there, BERT's segment B; L or None: type 0 throughout, as
+        llama.cpp feeds every token) -> final hidden [B, L, hidden] f32 (padding rows hold values no pooling reads)."""
         B, L = ids.shape
         pos = torch.arange(L).expand(B, L)
         x = self.embed(ids)  # [B, L, hidden], a new tensor
-        if self.type_row is not None:
-            x += self.type_row
+        if self.types is not None and pair_starts is not None and len(self.types) > 1:
+            x += self.types[(pos >= pair_starts[:, None]).long()]  # [B, L, hidden]
+        elif self.types is not None:  # one type row (RoBERTa's), or no pair
+            x += self.types[0]
         if self.positions is not None:
             x += self.positions(pos)
         x = self.embed_norm(x)
@@ -160,11 +165,14 @@ def pooled(hidden: torch.Tensor, lengths: torch.Tensor, poolings: list[str]) -> 
 POOLERS = {"mean": lambda h: h.mean(0), "cls": lambda h: h[0], "last": lambda h: h[-1]}
 
 
+def scores(hidden: torch.Tensor, head: ClassifierHead) -> torch.Tensor:
+    """hidden: [B, L, H] -> each row's relevance logit from its [CLS] (first) state: [B] f32."""
+    return head(hidden[:, 0].float())
+
+
 def encoder_config(g: GGUFFile, **overrides) -> ModelConfig:
     """ModelConfig of an encoder's GGUF (rms_norm_eps holds its LayerNorm's epsilon)."""
-    if g.arch_get("pooling_type") == RANK:
-        raise UnsupportedError(f"{g.path}: pooling_type 4 (rank) makes this {g.arch} file a reranker; hearth serves "
-                               "encoders as embedding models and has no reranking (/v1/rerank) yet")
-    pooling = POOLING_TYPES.get(g.arch_get("pooling_type"), DEFAULT_POOLING)
+    rank = g.arch_get("pooling_type") == RANK
+    pooling = "rank" if rank else POOLING_TYPES.get(g.arch_get("pooling_type"), DEFAULT_POOLING)
     eps = float(require(g, "attention.layer_norm_epsilon"))
     return base_config(g, rms_norm_eps=eps, pooling=pooling, tie_word_embeddings=False, **overrides)

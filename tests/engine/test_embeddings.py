@@ -78,11 +78,16 @@ def test_embeddings_beside_generation(llm, reference):
 
 
 def test_pooling_is_checked(llm):
-    with pytest.raises(InvalidSamplingParams, match="pooling must be one of last, mean, cls, got 'rank'"):
-        SamplingParams(max_tokens=1, pooling="rank")
+    with pytest.raises(InvalidSamplingParams, match="pooling must be one of last, mean, cls, rank, got 'max'"):
+        SamplingParams(max_tokens=1, pooling="max")
     # cls is an encoder's (hearth.models.encoder): a decoder's first token has seen nothing else
     with pytest.raises(InvalidSamplingParams, match="cls pools an encoder's first token"):
         llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=1, pooling="cls"))
+    # rank is a reranker's classification head (hearth.models.classifier_head): a decoder has none
+    with pytest.raises(InvalidSamplingParams, match="rank scores a pair with a reranker's classification head"):
+        llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=1, pooling="rank"))
+    with pytest.raises(InvalidSamplingParams, match="pair_start needs pooling 'rank'"):
+        SamplingParams(max_tokens=1, pooling="mean", pair_start=3)
     with pytest.raises(InvalidSamplingParams, match="pooling needs max_tokens 1"):  # decode rows are no prompt's
         SamplingParams(max_tokens=4, pooling="mean")
 

@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from hearth.backends import select
 from hearth.layers.linear import use_linear_policy
-from hearth.errors import UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.encoder import pooled
 from hearth.models.registry import load_model
@@ -196,14 +195,6 @@ def test_a_file_without_pooling_type_pools_mean(tmp_path):
     write_tiny_encoder(path, "bert", pooling_type=None)
     _, cfg = load_model(GGUFFile(path), select())
     assert cfg.pooling == "mean"
-
-
-def test_a_reranker_is_refused_not_pooled(tmp_path):
-    """pooling_type 4 (rank): a reranker's pooled states are no embedding; one line, not mean vectors."""
-    path = tmp_path / "rank.gguf"
-    write_tiny_encoder(path, "bert", pooling_type=4)
-    with pytest.raises(UnsupportedError, match="pooling_type 4 .rank. makes this bert file a reranker"):
-        load_model(GGUFFile(path), select())
 
 
 def test_lora_and_rope_scaling_on_an_encoder_are_one_line(tmp_path):

@@ -688,7 +688,7 @@ def test_response_format_and_a_forced_call_are_one_rule_one_message(fake, fmt):
 
 @pytest.mark.parametrize("method,path,words", [
     ("POST", "/embedding", "hearth's are at /v1/embeddings"),
-    ("POST", "/v1/rerank", "hearth does not rerank"),
+    ("POST", "/v1/audio/transcriptions", "hearth runs text models only"),
     ("POST", "/api/pulls", "not one of the Ollama routes hearth serves"),
 ])
 def test_another_servers_route_says_hearth_has_none(fake, method, path, words):

@@ -1,0 +1,52 @@
+"""Reranking request bodies as the peers' clients send them: llama-server's and Jina's / Cohere's /
+vLLM's `{query, documents, top_n, return_documents}` (a document a string or `{"text": ...}`), and
+vLLM's score API `{text_1, text_2}` (each a string or a list). vLLM's `truncate_prompt_tokens` and
+`use_activation` on both; Hugging Face TEI's `{query, texts, raw_scores, return_text, truncate}`, which
+llama-server takes on the same routes. Unknown fields (Cohere's rank_fields, max_chunks_per_doc) are ignored and
+named (hearth.api.ignored_fields)."""
+
+from __future__ import annotations
+
+from pydantic import StrictBool, StrictInt, StrictStr
+
+from hearth.api.openai_protocol import _Body, _Request
+
+
+class TextDocument(_Body):
+    """Jina's and Cohere's document object; only its text is read."""
+    text: StrictStr
+
+
+class RerankRequest(_Request):
+    model: str | None = None
+    query: StrictStr
+    documents: list[StrictStr | TextDocument] | None = None
+    texts: list[StrictStr] | None = None
+    """TEI's documents: a body with `texts` is answered in TEI's shape (llama-server's rule)."""
+    top_n: StrictInt | None = None
+    """The best n results (None or 0: all, vLLM's 0)."""
+    return_documents: StrictBool = True
+    """Each result's `document: {"text": ...}` (vLLM and Jina send it; Cohere's false drops it)."""
+    truncate_prompt_tokens: StrictInt | None = None
+    """vLLM's: a pair past k tokens (-1: the context) loses its document's last tokens; None: a 400 instead."""
+    use_activation: StrictBool = True
+    """vLLM's: false answers the head's logit (llama-server's relevance_score), not its sigmoid."""
+    raw_scores: StrictBool = False
+    """TEI's use_activation false."""
+    return_text: StrictBool = False
+    """TEI's: each result's `text`."""
+    truncate: StrictBool = False
+    """TEI's: true cuts a pair past the context (truncate_prompt_tokens -1)."""
+
+    def document_texts(self) -> list[str]:
+        if self.texts is not None:
+            return self.texts
+        return [d if isinstance(d, str) else d.text for d in self.documents or []]
+
+
+class ScoreRequest(_Request):
+    model: str | None = None
+    text_1: StrictStr | list[StrictStr]
+    text_2: StrictStr | list[StrictStr]
+    truncate_prompt_tokens: StrictInt | None = None
+    use_activation: StrictBool = True

@@ -1,0 +1,135 @@
+"""Reranking over a reranker GGUF (pooling_type 4): POST /rerank, /v1/rerank, /v2/rerank, /reranking,
+/v1/reranking (llama-server's, Jina's, Cohere's and vLLM's shape: results sorted by score, the best
+first, `top_n` of them; a body with `texts` gets TEI's, a bare list, as llama-server answers it) and vLLM's POST /score, /v1/score (`data` in pair order). Each query-document
+pair is one prompt, [CLS] query [SEP] document [SEP] with token types 0 then 1 (hearth.engine.pairs),
+run through the embeddings' engine path in waves; its score is the sigmoid of the head's logit, as vLLM,
+TEI, Jina and Cohere answer (`use_activation: false`: the logit, llama-server's number). A pair past the
+context is a 400 naming both numbers unless `truncate_prompt_tokens` cuts its document."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from fastapi import APIRouter, Request
+
+from hearth.api.embeddings import embed
+from hearth.api.errors import APIError
+from hearth.api.rerank_protocol import RerankRequest, ScoreRequest
+from hearth.engine.pairs import activated, closing_tokens, cut_pair, pair_prompt, paired
+from hearth.loader.tokenizer import lone_surrogate
+
+router = APIRouter()
+
+RERANK_PATHS = ("/rerank", "/v1/rerank", "/v2/rerank", "/reranking", "/v1/reranking")
+SCORE_PATHS = ("/score", "/v1/score")
+
+
+async def rerank(body: RerankRequest, request: Request):
+    served = await reranker(request, body.model)
+    if body.documents is not None and body.texts is not None:
+        raise APIError(400, "texts: give documents or texts (TEI's), not both", param="texts")
+    tei = body.texts is not None
+    field, texts = "texts" if tei else "documents", body.document_texts()
+    if not texts:
+        raise APIError(400, f"{field}: must not be empty (give at least one document)", param=field)
+    if body.top_n is not None and body.top_n < 0:
+        raise APIError(400, f"top_n: must be 0 (all) or more, got {body.top_n}", param="top_n")
+    _check_text(body.query, "query", "query")
+    for i, t in enumerate(texts):
+        _check_text(t, f"{field}[{i}]", field)
+    truncate = -1 if body.truncate and body.truncate_prompt_tokens is None else body.truncate_prompt_tokens
+    scored = await _scores(request, served, [(body.query, t) for t in texts], truncate,
+                           [f"{field}[{i}]" for i in range(len(texts))], field)
+    if scored is None:  # the client went away: its requests are aborted
+        return {}
+    logits, tokens = scored
+    best = sorted(range(len(texts)), key=lambda i: -logits[i])[:body.top_n or None]  # stable: ties keep their order
+    if tei:  # TEI's bare list, as llama-server answers a body with `texts`
+        return [{"index": i, "score": activated(logits[i], not body.raw_scores),
+                 **({"text": texts[i]} if body.return_text else {})} for i in best]
+    results = [{"index": i, "relevance_score": activated(logits[i], body.use_activation),
+                **({"document": {"text": texts[i]}} if body.return_documents else {})} for i in best]
+    return {"id": f"rerank-{uuid.uuid4().hex}", "object": "list", "model": served.name,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results}
+
+
+async def score(body: ScoreRequest, request: Request):
+    served = await reranker(request, body.model)
+    for name in ("text_1", "text_2"):
+        value = getattr(body, name)
+        if not value:
+            raise APIError(400, f"{name}: must not be empty", param=name)
+        for i, t in enumerate([value] if isinstance(value, str) else value):
+            _check_text(t, name if isinstance(value, str) else f"{name}[{i}]", name)
+    try:
+        pairs = paired(body.text_1, body.text_2)
+    except ValueError as e:
+        raise APIError(400, f"text_2: {e}", param="text_2") from None
+    many = not isinstance(body.text_2, str)
+    scored = await _scores(request, served, pairs, body.truncate_prompt_tokens,
+                           [f"text_2[{i}]" if many else "text_2" for i in range(len(pairs))], "text_2")
+    if scored is None:
+        return {}
+    logits, tokens = scored
+    return {"id": f"score-{uuid.uuid4().hex}", "object": "list", "created": int(time.time()), "model": served.name,
+            "data": [{"index": i, "object": "score", "score": activated(x, body.use_activation)}
+                     for i, x in enumerate(logits)],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0}}
+
+
+for _path in RERANK_PATHS:
+    router.add_api_route(_path, rerank, methods=["POST"])
+for _path in SCORE_PATHS:
+    router.add_api_route(_path, score, methods=["POST"])
+
+
+async def reranker(request: Request, model: str | None):
+    """The served model `model` names, which must be a reranker: any other is a 400 naming it and why."""
+    served = await request.app.state.models.get(model)
+    if served.pooling != "rank":
+        kind = "an embedding model" if served.embeds_only else "a text generation model"
+        raise APIError(400, f"model: {served.name!r} is not a reranker ({kind}): reranking and scoring need a "
+                            "cross-encoder GGUF, whose pooling_type is 4 (rank) and which has a classification "
+                            "head (cls.*)", param="model")
+    return served
+
+
+async def _scores(request: Request, served, pairs: list[tuple[str, str]], truncate: int | None,
+                  where: list[str], field: str) -> tuple[list[float], int] | None:
+    """(each pair's logit, the prompt tokens of all), or None when the client went away."""
+    prompts, starts = _pair_prompts(served, pairs, truncate, where, field)
+    vectors = await embed(request, served, prompts, starts)
+    return None if vectors is None else ([v[0] for v in vectors], sum(map(len, prompts)))
+
+
+def _pair_prompts(served, pairs: list[tuple[str, str]], truncate: int | None, where: list[str],
+                  field: str) -> tuple[list[list[int]], list[int]]:
+    """Each pair's prompt ids and where its document starts; one the context cannot hold is a 400 naming it
+    and both numbers, unless `truncate` (vLLM's truncate_prompt_tokens k, -1: the context) cuts it."""
+    room = served.max_model_len  # an encoder's whole context is its input's
+    if truncate is not None and not (truncate == -1 or 1 <= truncate <= room):
+        raise APIError(400, f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context), got {truncate}",
+                       param="truncate_prompt_tokens")
+    limit = room if truncate in (None, -1) else truncate
+    prompts, starts = [], []
+    for (a, b), name in zip(pairs, where):
+        ids, start = pair_prompt(served.tokenizer, a, b)
+        if len(ids) > limit and truncate is None:
+            raise APIError(400, f"{name}: the pair with its query is {len(ids)} tokens, more than the context holds "
+                                f"for one ({room}); shorten it or send \"truncate_prompt_tokens\": -1",
+                           param=field, code="context_length_exceeded")
+        cut = cut_pair(ids, start, limit, closing_tokens(served.tokenizer))
+        if cut is None:
+            raise APIError(400, f"{name}: its query takes {start} tokens, which leaves no document token within "
+                                f"{limit}", param=field, code="context_length_exceeded")
+        prompts.append(cut)
+        starts.append(start)
+    return prompts, starts
+
+
+def _check_text(text: str, where: str, field: str) -> None:
+    if not text:
+        raise APIError(400, f"{where}: must not be empty", param=field)
+    if why := lone_surrogate(text):
+        raise APIError(400, f"{where}: {why}", param=field)
