@@ -123,3 +123,20 @@ def test_a_server_error_and_a_failed_route_are_rows_too():
     assert asyncio.run(answer(broken, lines[:1], out, concurrency=1)) == {0: 1}
     row = json.loads(out.getvalue())
     assert row["response"] is None and row["error"] == {"code": "server_error", "message": "RuntimeError: boom"}
+
+
+def test_a_rerankers_batch(tmp_path):
+    from tests.bert_factory import write_tiny_encoder
+
+    model = tmp_path / "tiny-rerank.gguf"
+    write_tiny_encoder(model, "bert", pooling_type=4)
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join([_line("r", "/v1/rerank", query="a", documents=["b", "c"]),
+                              _line("s", "/v1/score", text_1="a", text_2=["b", "c"]),
+                              _line("e", "/v1/embeddings", input="a")]))
+    assert main(["run-batch", "-i", str(src), "-o", str(out), str(model)]) == 0
+    r, s, e = (json.loads(x)["response"] for x in out.read_text().splitlines())
+    assert sorted(x["index"] for x in r["body"]["results"]) == [0, 1] and len(s["body"]["data"]) == 2
+    assert {x["index"]: x["relevance_score"] for x in r["body"]["results"]} == {
+        x["index"]: x["score"] for x in s["body"]["data"]}  # one pair, one score, by either route
+    assert e["status_code"] == 400 and "reranker" in e["body"]["error"]["message"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from hearth.errors import HearthError
 
-URLS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses")
+URLS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/rerank", "/v1/score")
 """The routes a batch line may name: the server's own, answered whole."""
 
 

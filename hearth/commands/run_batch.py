@@ -20,8 +20,8 @@ from hearth.errors import HearthError
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-i", "--input-file", required=True, metavar="FILE",
                    help="the requests, one a line: {\"custom_id\", \"method\": \"POST\", \"url\", \"body\"} "
-                        "(OpenAI's batch input; url /v1/chat/completions, /v1/completions, /v1/embeddings or "
-                        "/v1/responses); -: stdin")
+                        "(OpenAI's batch input; url /v1/chat/completions, /v1/completions, /v1/embeddings, "
+                        "/v1/responses, or a reranker's /v1/rerank and /v1/score); -: stdin")
     p.add_argument("-o", "--output-file", required=True, metavar="FILE",
                    help="the results, one a line in the input's order (OpenAI's batch output); -: stdout")
     serve.add_arguments(p, listen=False)
