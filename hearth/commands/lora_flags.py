@@ -81,3 +81,8 @@ def lora_names(args: argparse.Namespace) -> dict[str, int]:
                 raise HearthError(f"--lora-modules names {name!r} twice")
             names[name] = j
     return names
+
+
+def lora_files(args: argparse.Namespace) -> dict[str, str]:
+    """--lora-modules' NAME -> the adapter's file as given (its /v1/models entry's `root`, as vLLM's)."""
+    return {name: path for path, _, name in getattr(args, "lora_adapters", None) or [] if name is not None}

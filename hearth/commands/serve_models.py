@@ -25,7 +25,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hearth.commands.lora_flags import lora_names
+from hearth.commands.lora_flags import lora_files, lora_names
 from hearth.commands.rope_flags import rope_scaling
 from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
 from hearth.errors import HearthError
@@ -193,7 +193,7 @@ def build_pool(args: argparse.Namespace):
     paths = [_resolve(e) for e in given]
     names = [model_names(e, p) for e, p in zip(given, paths)]
     unique_names(names, given)
-    if names:  # vLLM's --lora-modules: the first model's, listed as its aliases
+    if names:  # vLLM's --lora-modules: the first model's names, listed as models of their own (ModelSpec.adapters)
         taken = {n: e.where for e, ns in zip(given, names) for n in ns}
         for n in lora_names(args):  # one that is a model's name would take that model's requests over
             if n in taken:
@@ -213,7 +213,7 @@ def build_pool(args: argparse.Namespace):
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
                          else k_flag(args))
         specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv,
-                               f, facts))
+                               f, facts, lora_files(args) if not specs else {}))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
     return ModelPool(specs, loader, budget)
