@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
-from hearth.commands.rope_flags import add_rope_arguments, rope_scaling
+from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
@@ -92,7 +92,8 @@ def main(args: argparse.Namespace) -> int:
         check_drafts_fit(speculation, header_context(args.model, args.ctx, rope)[0], k_flag(args))
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
-              speculative_config=speculation, rope_scaling=rope, chat_template=template, lora=lora_entries(args))
+              speculative_config=speculation, rope_scaling=rope, rope_freq_base=rope_freq_base(args),
+              chat_template=template, lora=lora_entries(args))
     if llm.embeds_only:  # as llama-cli refuses an --embedding model's prompt
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch)}: serve it with `hearth serve` "
                           "and POST /v1/embeddings")

@@ -16,7 +16,7 @@ import uvicorn
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
 from hearth.commands.logs import configure_logging
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
-from hearth.commands.rope_flags import add_rope_arguments, rope_scaling
+from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
@@ -137,6 +137,7 @@ def engine_args(args: argparse.Namespace) -> dict:
                 threads=args.threads, seed=args.seed, max_logprobs=args.max_logprobs,
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
                 speculative_config=speculative_config(args), device=args.device, rope_scaling=rope_scaling(args),
+                rope_freq_base=rope_freq_base(args),
                 chat_template=chat_template(args), lora=lora_entries(args))
 
 
