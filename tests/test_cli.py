@@ -108,6 +108,32 @@ def test_llama_cpp_s_threads_flag_is_taken():
     assert command_parser("run").parse_intermixed_args(["m", "hi", "-t", "3"]).threads == 3
 
 
+@pytest.mark.parametrize("flag", ["-m", "--model"])
+def test_llama_server_s_model_flag_is_the_model_not_a_draft(flag):
+    """`hearth serve -m FILE` (llama-server's, vLLM's --model) was read as -md FILE: the default model served with
+    FILE as its draft; `hearth run -m FILE hi` (llama-cli's) as the draft FILE and the model `hi`."""
+    from hearth.cli import command_parser
+    from hearth.commands.run import _model_flag
+    from hearth.commands.serve_models import entries
+
+    args = command_parser("serve").parse_intermixed_args([flag, "x.gguf", "--port", "0"])
+    assert [e.model for e in entries(args)] == ["x.gguf"] and args.model_draft is None
+    args = command_parser("serve").parse_intermixed_args(["a.gguf", flag, "b.gguf"])
+    assert [e.model for e in entries(args)] == ["a.gguf", "b.gguf"]
+    args = command_parser("run").parse_intermixed_args([flag, "x.gguf", "hi there"])
+    _model_flag(args)
+    assert (args.model, args.prompt, args.model_draft) == ("x.gguf", "hi there", None)
+    args = command_parser("run").parse_intermixed_args([flag, "x.gguf"])
+    _model_flag(args)
+    assert (args.model, args.prompt) == ("x.gguf", None)
+
+
+def test_run_with_m_and_two_words_is_one_line(capsys, no_model_load):
+    assert main(["run", "-m", "x.gguf", "a", "b"]) == 1
+    assert capsys.readouterr().err == ("hearth: error: -m x.gguf names the model: give the prompt alone after it, "
+                                       "not 'a' and 'b'\n")
+
+
 def test_llama_cli_s_n_predict_flag_is_taken():
     """`hearth run m -n 10` (llama-cli's answer length) was read as -no-cnv abbreviated and `10` as the
     prompt: raw completion of "10" for the default 1024 tokens, stdin ignored (a new user's trial)."""
@@ -190,7 +216,10 @@ def test_run_defaults_to_the_default_model():
     from hearth.config import DEFAULT_MODEL
     from hearth.loader.catalog import CATALOG
 
+    from hearth.commands.run import _model_flag
+
     args = command_parser("run").parse_intermixed_args([])
+    _model_flag(args)  # MODEL or -m FILE, read when the command runs
     assert args.model == DEFAULT_MODEL and DEFAULT_MODEL in CATALOG
 
 

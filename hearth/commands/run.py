@@ -38,8 +38,11 @@ EPILOG = ("A model with a chat template of its own (an instruct model) chats: PR
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+    p.add_argument("model", nargs="?", default=None,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
+    # llama-cli's -m: without it argparse read `-m FILE` as -md FILE (a draft model) and the prompt as the model
+    p.add_argument("-m", "--model", dest="model_flag", default=None, metavar="MODEL",
+                   help="MODEL as llama-cli's -m spells it; a word after it is then the prompt")
     p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit, after what a pipe or file "
                                              "on stdin holds, as ollama run takes it (default: interactive)")
     p.epilog = EPILOG
@@ -76,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
     from hearth.engine.encoder_core import embedding_only
     from hearth.llm import LLM
 
+    _model_flag(args)
     if args.system and args.mode == "text":
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
@@ -196,6 +200,16 @@ def sampling_params(args: argparse.Namespace):
                               seed=args.seed)
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
+
+
+def _model_flag(args: argparse.Namespace) -> None:
+    """args.model from MODEL or llama-cli's -m FILE, where MODEL's place then holds the prompt."""
+    if args.model_flag is not None:
+        if args.prompt is not None:
+            raise HearthError(f"-m {args.model_flag} names the model: give the prompt alone after it, not "
+                              f"{args.model!r} and {args.prompt!r}")
+        args.model, args.prompt = args.model_flag, args.model
+    args.model = args.model or DEFAULT_MODEL
 
 
 def header_context(model, ctx: int, rope: dict | None = None) -> tuple[int, int]:

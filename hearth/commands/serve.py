@@ -30,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="*", default=[],
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf; several: the first loads at "
                         f"start, the others on their first request (default: {DEFAULT_MODEL})")
+    # llama-server's -m and vLLM's --model: without them argparse read `-m FILE` as -md FILE, a draft model
+    p.add_argument("-m", "--model", dest="model_flag", action="append", default=[], metavar="MODEL",
+                   help="MODEL as llama-server's -m and vLLM's --model spell it (after any MODEL given)")
     p.add_argument("--models", default=None, metavar="FILE",
                    help="a TOML file of [[models]] entries (name, model, aliases, context, kv_cache_dtype, threads, "
                         "pinned, router, speculative_config), served beside any MODEL given")

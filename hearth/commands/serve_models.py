@@ -127,9 +127,14 @@ def _check_kv(name: str, where: str) -> None:
         raise HearthError(f"{where}: {e}") from None
 
 
+def model_args(args: argparse.Namespace) -> list[str]:
+    """The MODEL arguments, then -m/--model's (llama-server's and vLLM's spelling)."""
+    return [*args.model, *getattr(args, "model_flag", [])]
+
+
 def entries(args: argparse.Namespace) -> list[ModelEntry]:
     """MODEL arguments, then the models file's entries; the defaults' model alone when neither."""
-    given = [ModelEntry(m, where=f"MODEL {m!r}") for m in args.model]
+    given = [ModelEntry(m, where=f"MODEL {m!r}") for m in model_args(args)]
     if args.models:
         given += read_models_file(args.models)
     if not given:
