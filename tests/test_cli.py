@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from hearth.cli import COMMANDS, main
+from hearth.errors import HearthError
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -132,6 +133,20 @@ def test_run_with_m_and_two_words_is_one_line(capsys, no_model_load):
     assert main(["run", "-m", "x.gguf", "a", "b"]) == 1
     assert capsys.readouterr().err == ("hearth: error: -m x.gguf names the model: give the prompt alone after it, "
                                        "not 'a' and 'b'\n")
+
+
+def test_vllm_s_served_model_name_takes_several_names():
+    """vLLM's `--served-model-name a b` (nargs +): both names for the one model; `b` was read as a second MODEL."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve_models import entries
+
+    for argv in (["m.gguf", "--served-model-name", "a", "b"], ["m.gguf", "--served-model-name", "a",
+                                                               "--served-model-name", "b"]):
+        (entry,) = entries(command_parser("serve").parse_intermixed_args(argv))
+        assert (entry.model, entry.name, entry.aliases) == ("m.gguf", "a", ("b",))
+    for model in ("m.gguf", "smollm2-135m", "org/repo:m.gguf"):  # MODEL written after the names: not an alias
+        with pytest.raises(HearthError, match=f"^--served-model-name {model}: that is a model, not a name; "):
+            entries(command_parser("serve").parse_intermixed_args(["--served-model-name", "a", model]))
 
 
 def test_llama_cli_s_n_predict_flag_is_taken():

@@ -47,8 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "(default: $HEARTH_API_KEY, else none)")
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
-    net.add_argument("--served-model-name", action="append", default=None, metavar="NAME",
-                     help="name clients use in `model`; repeat for aliases (default: the catalog name or the file's stem; MODEL as given and the file's name are aliases)")
+    net.add_argument("--served-model-name", action="extend", nargs="+", default=None, metavar="NAME",
+                     help="name clients use in `model`; more names (NAME NAME ..., as vLLM's, or the flag repeated) are aliases (default: the catalog name or the file's stem; MODEL as given and the file's name are aliases)")
     net.add_argument("--max-queued", type=int, default=256,
                      help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--max-n", type=int, default=16, help="largest `n` a request may ask for (default: %(default)s)")

@@ -142,12 +142,27 @@ def entries(args: argparse.Namespace) -> list[ModelEntry]:
 
         given = [ModelEntry(DEFAULT_MODEL, where=f"MODEL {DEFAULT_MODEL!r}")]
     if args.served_model_name:
+        _check_names_are_not_models(args)
         if len(given) > 1:
             raise HearthError("--served-model-name names one model; with several, give each its name in a "
                               "--models file")
         first = given[0]
         given = [replace(first, name=args.served_model_name[0], aliases=tuple(args.served_model_name[1:]))]
     return given
+
+
+def _check_names_are_not_models(args: argparse.Namespace) -> None:
+    """--served-model-name takes every word up to the next flag, as vLLM's: with no MODEL left, a name that is a
+    model (a .gguf, a catalog name, a hub reference) was the MODEL meant, written after it; say so rather than
+    serve the default model under that name."""
+    from hearth.loader.catalog import CATALOG
+
+    if model_args(args) or args.models:
+        return
+    for name in args.served_model_name:
+        if name.endswith(".gguf") or name in CATALOG or "/" in name:
+            raise HearthError(f"--served-model-name {name}: that is a model, not a name; --served-model-name takes "
+                              "every word up to the next flag (as vLLM's): give MODEL before it")
 
 
 def model_names(entry: ModelEntry, path: Path) -> list[str]:
