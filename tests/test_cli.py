@@ -155,6 +155,14 @@ def test_vllm_s_served_model_name_takes_several_names():
             entries(command_parser("serve").parse_intermixed_args(["--served-model-name", "a", model]))
 
 
+def test_llama_server_s_parallel_slots_are_max_num_seqs():
+    """llama-server's -np/--parallel N (its slots: sequences decoded together) was "unrecognized arguments"."""
+    from hearth.cli import command_parser
+
+    for flag in ("-np", "--parallel", "--max-num-seqs"):
+        assert command_parser("serve").parse_intermixed_args(["m", flag, "4"]).max_num_seqs == 4
+
+
 def test_llama_cli_s_n_predict_flag_is_taken():
     """`hearth run m -n 10` (llama-cli's answer length) was read as -no-cnv abbreviated and `10` as the
     prompt: raw completion of "10" for the default 1024 tokens, stdin ignored (a new user's trial)."""

@@ -87,7 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="context length in tokens; -c/--ctx-size: llama-server's spelling (default: the model's own)")
     eng.add_argument("--device", default="auto", choices=DEVICES,
                      help="what runs the model: cpu (this CPU's C++ kernels), torch (the reference), cuda (default: %(default)s)")
-    eng.add_argument("--max-num-seqs", type=int, default=16, help="most sequences in one step (default: %(default)s)")
+    eng.add_argument("--max-num-seqs", "-np", "--parallel", type=int, default=16,
+                     help="most sequences in one step; -np/--parallel: llama-server's spelling, its slots "
+                          "(default: %(default)s)")
     eng.add_argument("--max-num-batched-tokens", type=int, default=2048,
                      help="token budget of one engine step (default: %(default)s)")
     eng.add_argument("--num-kv-blocks", type=int, default=0, help="KV-cache blocks (default: sized from the rest)")
