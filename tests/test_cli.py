@@ -163,6 +163,24 @@ def test_llama_server_s_parallel_slots_are_max_num_seqs():
         assert command_parser("serve").parse_intermixed_args(["m", flag, "4"]).max_num_seqs == 4
 
 
+@pytest.mark.parametrize("value, tokens", [("8192", 8192), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),
+                                           ("1M", 1 << 20), ("auto", 0)])
+def test_vllm_s_max_model_len_takes_its_human_readable_forms(value, tokens):
+    """vLLM's --max-model-len 32k / 32K / auto (its human_readable_int) was argparse's "invalid int value"."""
+    from hearth.cli import command_parser
+
+    assert command_parser("serve").parse_intermixed_args(["m", "--max-model-len", value]).max_model_len == tokens
+
+
+@pytest.mark.parametrize("value", ["1.5K", "32kb", "many", "infk"])
+def test_a_bad_max_model_len_is_one_line_naming_it(value, capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "m", "--max-model-len", value])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"argument --max-model-len/--ctx/-c/--ctx-size: must be a number of tokens (8192, 32k, 32K "
+                        f"or auto), not {value!r}")
+
+
 def test_llama_cli_s_n_predict_flag_is_taken():
     """`hearth run m -n 10` (llama-cli's answer length) was read as -no-cnv abbreviated and `10` as the
     prompt: raw completion of "10" for the default 1024 tokens, stdin ignored (a new user's trial)."""

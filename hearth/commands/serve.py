@@ -23,6 +23,23 @@ from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
 
 
+_SUFFIXES = {"k": 10**3, "m": 10**6, "K": 2**10, "M": 2**20}
+"""vLLM's human_readable_int: a lowercase suffix is decimal (25.6k: 25,600), an uppercase one binary (32K: 32,768)."""
+
+
+def token_count(text: str) -> int:
+    """--max-model-len as vLLM reads it: 8192, 32k, 32K, or auto (hearth's 0: the model's own, lowered to fit)."""
+    text = text.strip()
+    if text == "auto":
+        return 0
+    number, suffix = (text[:-1], text[-1]) if text[-1:] in _SUFFIXES else (text, "")
+    scale = _SUFFIXES.get(suffix, 1)
+    try:  # a decimal point only before a decimal suffix, as vLLM's
+        return int(float(number) * scale) if suffix.islower() else int(number) * scale
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"must be a number of tokens (8192, 32k, 32K or auto), not {text!r}") from None
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from hearth.tool_guard.declined import NAME_FLOOR
     from hearth.tool_guard.routing import DEFAULT_THRESHOLD, TOOL_FLOOR
@@ -83,8 +100,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                      help="least severe log line printed, uvicorn's and hearth's own (default: %(default)s)")
     eng = p.add_argument_group("engine")
-    eng.add_argument("--max-model-len", "--ctx", "-c", "--ctx-size", type=int, default=0,
-                     help="context length in tokens; -c/--ctx-size: llama-server's spelling (default: the model's own)")
+    eng.add_argument("--max-model-len", "--ctx", "-c", "--ctx-size", type=token_count, default=0, metavar="N",
+                     help="context length in tokens, or vLLM's 32k (32,000), 32K (32,768), auto (the model's own); "
+                          "-c/--ctx-size: llama-server's spelling (default: the model's own)")
     eng.add_argument("--device", default="auto", choices=DEVICES,
                      help="what runs the model: cpu (this CPU's C++ kernels), torch (the reference), cuda (default: %(default)s)")
     eng.add_argument("--max-num-seqs", "-np", "--parallel", type=int, default=16,
