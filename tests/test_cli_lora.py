@@ -23,6 +23,14 @@ def test_flags_keep_their_order_and_spellings():
     assert lora_entries(off) == [("a.gguf", 0.0)]
 
 
+def test_vllms_adapter_caps_are_taken():
+    """A vLLM command line's --max-loras N --max-lora-rank R runs unchanged (hearth has neither cap); they were
+    argparse's "unrecognized arguments"."""
+    args = command_parser("serve").parse_intermixed_args(
+        ["m", "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64", "--lora-modules", "x=c.gguf"])
+    assert lora_names(args) == {"x": 0} and (args.max_loras, args.max_lora_rank) == (4, 64)
+
+
 @pytest.mark.parametrize("argv, needle", [(["--lora-scaled", "a.gguf", "half"], "SCALE must be a number"),
                                           (["--lora-modules", "nameless.gguf"], "takes NAME=FILE"),
                                           (["--lora-modules", '{"name": "x"}'], "takes NAME=FILE or vLLM's JSON")])

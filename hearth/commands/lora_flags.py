@@ -63,6 +63,12 @@ def add_lora_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lora-init-without-apply", action="store_true",
                    help="load the adapters at scale 0 (POST /lora-adapters or a request's lora sets them)")
     g.add_argument("--enable-lora", action="store_true", help="vLLM's switch; adapters need none here")
+    # vLLM's caps on the slots it preallocates for adapters: hearth sizes each adapter as it loads, so a command
+    # line written for vLLM runs unchanged (they were "unrecognized arguments")
+    g.add_argument("--max-loras", type=int, default=None, metavar="N",
+                   help="vLLM's most adapters in one batch; hearth has no such cap (any number runs in a step)")
+    g.add_argument("--max-lora-rank", type=int, default=None, metavar="R",
+                   help="vLLM's largest adapter rank; hearth has no such cap (an adapter of any rank loads)")
 
 
 def lora_entries(args: argparse.Namespace) -> list[tuple[str, float]]:
