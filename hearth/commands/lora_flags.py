@@ -25,16 +25,33 @@ class _Append(argparse.Action):
                 parser.error(f"--lora-scaled {path} {scale}: SCALE must be a number")
             adapters.append((path, scale, None))
         elif option_string == "--lora-modules":
+            bases = dict(getattr(namespace, "lora_bases", None) or {})
             for module in values:
                 name, path = _module(module) or (None, None)
                 if not name or not path:
                     parser.error(f"--lora-modules takes NAME=FILE or vLLM's JSON {{\"name\": ..., \"path\": ...}}, "
                                  f"not {module!r}")
                 adapters.append((path, 1.0, name))
+                if base := _base(module):
+                    bases[name] = base
+            namespace.lora_bases = bases
         else:  # llama-server takes a comma-separated list too (a file whose name has a comma stays whole)
             paths = [values] if "," not in values or Path(values).exists() else values.split(",")
             adapters += [(path, 1.0, None) for path in paths]
         namespace.lora_adapters = adapters
+
+
+def _base(text: str) -> str | None:
+    """vLLM's JSON form's base_model_name: the served model the adapter belongs to (None: not given)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    base = json.loads(text).get("base_model_name")
+    return base if isinstance(base, str) and base else None
+
+
+def lora_bases(args: argparse.Namespace) -> dict[str, str]:
+    """--lora-modules NAME -> the base_model_name its JSON form gave."""
+    return dict(getattr(args, "lora_bases", None) or {})
 
 
 def _module(text: str) -> tuple[str, str] | None:

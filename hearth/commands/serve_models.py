@@ -25,7 +25,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hearth.commands.lora_flags import lora_files, lora_names
+from hearth.commands.lora_flags import lora_bases, lora_files, lora_names
 from hearth.commands.rope_flags import rope_scaling
 from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
 from hearth.errors import HearthError
@@ -219,6 +219,10 @@ def build_pool(args: argparse.Namespace):
             if n in taken:
                 raise HearthError(f"--lora-modules {n}=...: {n!r} is already the name of {taken[n]}; give the "
                                   "adapter its own name")
+        for n, base in lora_bases(args).items():  # vLLM's parent: hearth applies the adapters to the first model
+            if base not in names[0] + [given[0].model, paths[0].name, paths[0].stem]:
+                raise HearthError(f"--lora-modules {n}: base_model_name {base!r} is not the first model "
+                                  f"({names[0][0]!r}), the one hearth applies --lora-modules adapters to")
         names[0] += list(lora_names(args))
     files = [file_names(e, p, n) for e, p, n in zip(given, paths, names)]
     routers = router_configs(given, [n + f for n, f in zip(names, files)], getattr(args, "router", None),
