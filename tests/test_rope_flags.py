@@ -23,7 +23,8 @@ BAD = [
     (["--hf-overrides", "[1]"], "--hf-overrides must be a JSON object, not [1]"),
     (["--hf-overrides", '{"max_position_embeddings": 4}'], "--hf-overrides: hearth reads rope_parameters, "
      "rope_scaling, rope_theta (a GGUF's other settings are its own), not max_position_embeddings"),
-    (["--hf-overrides", '{"rope_theta": 1e6}', "--rope-freq-base", "5"], "--hf-overrides sets the rope: drop --rope-freq-base"),
+    (["--hf-overrides", '{"rope_theta": 1e6}', "--rope-freq-base", "5"],
+     "--hf-overrides sets the rope: drop --rope-freq-base"),
     (["--hf-overrides", '{"rope_parameters": {"rope_type": "yarn", "factor": 0.5}}'],
      "--hf-overrides: --rope-scale must be a factor of at least 1, not 0.5"),
     (["--hf-overrides", '{"rope_parameters": {"rope_type": "dynamic", "factor": 2}}'],

@@ -13,7 +13,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from hearth.config import FileScaling, LinearScaling, ModelConfig, NoScaling, RopeScaling, YarnScaling, stretched_context
+from hearth.config import (FileScaling, LinearScaling, ModelConfig, NoScaling, RopeScaling, YarnScaling,
+                           stretched_context)
 from hearth.errors import ModelLoadError
 from hearth.layers.activation import ACTIVATIONS
 from hearth.layers.norm import RMSNorm

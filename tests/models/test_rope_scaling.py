@@ -176,5 +176,6 @@ def test_the_engine_passes_rope_freq_base_and_rope_scale_alone(tmp_path):
         assert (llm.model_config.rope_theta, llm.model_config.rope_scaling_factor, llm.max_model_len) == (5e5, 4.0, 128)
     finally:
         llm.close()
-    with pytest.raises(HearthError, match=r"^--rope-freq-base must be a positive base frequency \(0: the file's\), not -1"):
+    with pytest.raises(HearthError, match=r"^--rope-freq-base must be a positive base frequency \(0: the file's\), "
+                                          r"not -1"):
         EngineConfig(rope_freq_base=-1)
