@@ -181,6 +181,23 @@ def test_a_bad_max_model_len_is_one_line_naming_it(value, capsys):
                         f"or auto), not {value!r}")
 
 
+@pytest.mark.parametrize("value, gib", [("4294967296", 4.0), ("4G", 4.0), ("512M", 0.5), ("1g", 1e9 / 2**30)])
+def test_vllm_s_kv_cache_memory_bytes_is_the_kv_budget(value, gib):
+    """vLLM's --kv-cache-memory-bytes was unrecognized, and `--kv-cache-memory N` read as N GiB (an abbreviation
+    of --kv-cache-memory-gb): now the bytes are the budget, and the short spelling is ambiguous, one line."""
+    from hearth.cli import command_parser
+
+    args = command_parser("serve").parse_intermixed_args(["m", "--kv-cache-memory-bytes", value])
+    assert args.kv_cache_memory_gb == pytest.approx(gib)
+    assert command_parser("serve").parse_intermixed_args(["m"]).kv_cache_memory_gb == 2.0
+
+
+def test_kv_cache_memory_abbreviated_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "m", "--kv-cache-memory", "1000000"])
+    assert "ambiguous option: --kv-cache-memory could match" in capsys.readouterr().err
+
+
 def test_llama_cli_s_n_predict_flag_is_taken():
     """`hearth run m -n 10` (llama-cli's answer length) was read as -no-cnv abbreviated and `10` as the
     prompt: raw completion of "10" for the default 1024 tokens, stdin ignored (a new user's trial)."""

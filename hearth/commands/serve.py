@@ -14,6 +14,7 @@ from collections.abc import Callable
 import uvicorn
 
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
+from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
@@ -21,23 +22,6 @@ from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
-
-
-_SUFFIXES = {"k": 10**3, "m": 10**6, "K": 2**10, "M": 2**20}
-"""vLLM's human_readable_int: a lowercase suffix is decimal (25.6k: 25,600), an uppercase one binary (32K: 32,768)."""
-
-
-def token_count(text: str) -> int:
-    """--max-model-len as vLLM reads it: 8192, 32k, 32K, or auto (hearth's 0: the model's own, lowered to fit)."""
-    text = text.strip()
-    if text == "auto":
-        return 0
-    number, suffix = (text[:-1], text[-1]) if text[-1:] in _SUFFIXES else (text, "")
-    scale = _SUFFIXES.get(suffix, 1)
-    try:  # a decimal point only before a decimal suffix, as vLLM's
-        return int(float(number) * scale) if suffix.islower() else int(number) * scale
-    except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"must be a number of tokens (8192, 32k, 32K or auto), not {text!r}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -112,7 +96,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="token budget of one engine step (default: %(default)s)")
     eng.add_argument("--num-kv-blocks", type=int, default=0, help="KV-cache blocks (default: sized from the rest)")
     eng.add_argument("--kv-cache-memory-gb", type=float, default=2.0,
-                     help="upper bound on KV-cache memory (default: %(default)s)")
+                     help="upper bound on KV-cache memory in GiB (default: %(default)s)")
+    # vLLM's spelling in bytes; beside it, argparse no longer reads `--kv-cache-memory N` as N GiB
+    eng.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory_gb", type=gib_of_bytes, metavar="BYTES",
+                     help="--kv-cache-memory-gb in bytes, vLLM's spelling (4294967296, 4G)")
     eng.add_argument("--kv-cache-dtype", default="auto",
                      help=f"KV-cache format: auto (f16), {', '.join(SERVED_KV)} (default: %(default)s)")
     eng.add_argument("--kv-disk-dir", default="", metavar="DIR",
