@@ -100,6 +100,9 @@ def test_llama_cpp_s_context_flag_is_taken(command, argv, field):
      "one format, --kv-cache-dtype"),  # was -c tk: "invalid int value: 'tk'"
     (["run", "m", "hi", "--cache-type-v=q4_0"], "--cache-type-v is llama.cpp's KV cache type"),
     (["serve", "m", "-cb"], "-cb is llama.cpp's continuous batching: hearth always batches continuously"),
+    (["serve", "m", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+     "--tool-call-parser is vLLM's: hearth parses tool calls in the format the model writes"),
+    (["serve", "m", "--reasoning-parser", "deepseek_r1"], "--reasoning-parser is vLLM's: hearth reads <think>"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_another_engines_flag_names_hearths_way(argv, says, capsys):
     """llama.cpp's and vLLM's flags from habit were argparse's bare "unrecognized arguments"."""
@@ -196,6 +199,25 @@ def test_kv_cache_memory_abbreviated_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["serve", "m", "--kv-cache-memory", "1000000"])
     assert "ambiguous option: --kv-cache-memory could match" in capsys.readouterr().err
+
+
+def test_peer_spellings_of_serve_flags_are_taken():
+    """vLLM's --enable-prefix-caching / --no-enable-prefix-caching, --uvicorn-log-level and --enable-auto-tool-choice
+    and llama-server's -a/--alias A,B were "unrecognized arguments"."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import engine_args
+    from hearth.commands.serve_models import entries
+
+    def parsed(*argv: str):
+        return command_parser("serve").parse_intermixed_args(["m.gguf", *argv])
+    assert [engine_args(parsed(*f))["enable_prefix_caching"] for f in
+            ([], ["--enable-prefix-caching"], ["--no-enable-prefix-caching"], ["--no-prefix-caching"])] == \
+        [True, True, False, False]
+    assert parsed("--uvicorn-log-level", "warning").log_level == "warning"
+    assert parsed("--enable-auto-tool-choice").enable_auto_tool_choice
+    for flag in ("-a", "--alias"):
+        (entry,) = entries(parsed(flag, "chat, gpt-4o"))
+        assert (entry.name, entry.aliases) == ("chat", ("gpt-4o",))
 
 
 def test_llama_cli_s_n_predict_flag_is_taken():

@@ -28,6 +28,10 @@ FOREIGN: dict[str, str] = {
     **dict.fromkeys(["-hf", "-hfr", "--hf-repo", "-hff", "--hf-file"], _HF),
     **dict.fromkeys(["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], _KV),
     **dict.fromkeys(["-cb", "--cont-batching"], _BATCHING),
+    "--tool-call-parser": "vLLM's: hearth parses tool calls in the format the model writes (hermes, Mistral, Llama-3 "
+                          "JSON, Qwen XML, harmony), nothing to choose",
+    "--reasoning-parser": "vLLM's: hearth reads <think> and harmony reasoning into reasoning_content itself, nothing "
+                          "to choose",
 }
 """flag -> what hearth does instead."""
 

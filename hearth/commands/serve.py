@@ -24,6 +24,11 @@ from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
 
 
+def _names(text: str) -> list[str]:
+    """llama-server's --alias A,B: its comma-separated names."""
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from hearth.tool_guard.declined import NAME_FLOOR
     from hearth.tool_guard.routing import DEFAULT_THRESHOLD, TOOL_FLOOR
@@ -49,7 +54,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
     net.add_argument("--served-model-name", action="extend", nargs="+", default=None, metavar="NAME",
-                     help="name clients use in `model`; more names (NAME NAME ..., as vLLM's, or the flag repeated) are aliases (default: the catalog name or the file's stem; MODEL as given and the file's name are aliases)")
+                     help="name clients use in `model`; more names (NAME NAME ..., as vLLM's, or the flag repeated) "
+                          "are aliases (default: the catalog name or the file's stem; MODEL as given and the file's "
+                          "name are aliases)")
+    net.add_argument("-a", "--alias", dest="served_model_name", action="extend", type=_names, metavar="NAME[,NAME]",
+                     help="--served-model-name in llama-server's spelling (comma-separated names)")
     net.add_argument("--max-queued", type=int, default=256,
                      help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--max-n", type=int, default=16, help="largest `n` a request may ask for (default: %(default)s)")
@@ -81,8 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      help="with several tools offered, the small model's call is stopped at its tool's name and "
                           "the main model answers when the tokens that chose that tool read below P, in [0, 1]; "
                           f"0: off (default: {TOOL_FLOOR}; 0.95 is the measured value, docs/eval-tools.md)")
-    net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
-                     help="least severe log line printed, uvicorn's and hearth's own (default: %(default)s)")
+    net.add_argument("--log-level", "--uvicorn-log-level", default="info",
+                     choices=["critical", "error", "warning", "info", "debug"],
+                     help="least severe log line printed, uvicorn's and hearth's own; --uvicorn-log-level: vLLM's "
+                          "spelling (default: %(default)s)")
+    net.add_argument("--enable-auto-tool-choice", action="store_true",
+                     help="vLLM's switch; hearth parses tool calls always, in the format the model writes")
     eng = p.add_argument_group("engine")
     eng.add_argument("--max-model-len", "--ctx", "-c", "--ctx-size", type=token_count, default=0, metavar="N",
                      help="context length in tokens, or vLLM's 32k (32,000), 32K (32,768), auto (the model's own); "
@@ -107,7 +120,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                           "POST /slots/save and /slots/restore (default: off)")
     eng.add_argument("--kv-disk-space-mb", type=int, default=4096, metavar="MB",
                      help="most MiB the disk tier may take in DIR (default: %(default)s)")
-    eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
+    eng.add_argument("--no-prefix-caching", "--no-enable-prefix-caching", action="store_true",
+                     help="do not reuse the KV of repeated prefixes (--no-enable-prefix-caching: vLLM's spelling)")
+    eng.add_argument("--enable-prefix-caching", dest="no_prefix_caching", action="store_false",
+                     help="vLLM's switch: prefix caching is on unless --no-prefix-caching")
     eng.add_argument("--no-grammar-drafts", action="store_true",
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")
