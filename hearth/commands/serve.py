@@ -94,6 +94,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      choices=["critical", "error", "warning", "info", "debug"],
                      help="least severe log line printed, uvicorn's and hearth's own; --uvicorn-log-level: vLLM's "
                           "spelling (default: %(default)s)")
+    net.add_argument("--no-webui", dest="webui", action="store_false",
+                     help="no chat page at / (llama-server's): an API-only server")
+    net.add_argument("--webui", dest="webui", action="store_true", default=True, help=argparse.SUPPRESS)
     net.add_argument("--enable-auto-tool-choice", action="store_true",
                      help="vLLM's switch; hearth parses tool calls always, in the format the model writes")
     eng = p.add_argument_group("engine")
@@ -210,7 +213,7 @@ def server_config(args: argparse.Namespace):
                         max_tokens=args.max_tokens_limit,
                         tool_guard=tool_guard(args),
                         router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args),
-                        build_info=f"hearth {__version__}")
+                        build_info=f"hearth {__version__}", webui=getattr(args, "webui", True))
 
 
 def tool_guard(args: argparse.Namespace):
