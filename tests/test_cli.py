@@ -100,6 +100,7 @@ def test_llama_cpp_s_context_flag_is_taken(command, argv, field):
      "one format, --kv-cache-dtype"),  # was -c tk: "invalid int value: 'tk'"
     (["run", "m", "hi", "--cache-type-v=q4_0"], "--cache-type-v is llama.cpp's KV cache type"),
     (["serve", "m", "-cb"], "-cb is llama.cpp's continuous batching: hearth always batches continuously"),
+    (["serve", "m", "-t", "2", "-tb", "2"], "-tb is llama.cpp's prompt-processing threads: hearth's --threads (-t)"),
     (["serve", "m", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
      "--tool-call-parser is vLLM's: hearth parses tool calls in the format the model writes"),
     (["serve", "m", "--reasoning-parser", "deepseek_r1"], "--reasoning-parser is vLLM's: hearth reads <think>"),

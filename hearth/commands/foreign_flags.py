@@ -24,10 +24,12 @@ FOREIGN: dict[str, str] = {
     "--gpu-memory-utilization": "vLLM's: hearth sizes its KV cache with --kv-cache-memory-gb (several models: --max-memory)",
     "--tensor-parallel-size": _TP,
     "-tp": _TP,
-    # argparse read these as other flags: -hf as -h (help, exit 0), -ctk/-ctv/-cb as -c (a context of "tk")
+    # argparse read these as other flags: -hf as -h (help, exit 0), -ctk/-ctv/-cb as -c ("tk"), -tb as -t
     **dict.fromkeys(["-hf", "-hfr", "--hf-repo", "-hff", "--hf-file"], _HF),
     **dict.fromkeys(["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], _KV),
     **dict.fromkeys(["-cb", "--cont-batching"], _BATCHING),
+    **dict.fromkeys(["-tb", "--threads-batch"], "llama.cpp's prompt-processing threads: hearth's --threads (-t) run "
+                                                "prefill and decode alike"),
     "--tool-call-parser": "vLLM's: hearth parses tool calls in the format the model writes (hermes, Mistral, Llama-3 "
                           "JSON, Qwen XML, harmony), nothing to choose",
     "--reasoning-parser": "vLLM's: hearth reads <think> and harmony reasoning into reasoning_content itself, nothing "
