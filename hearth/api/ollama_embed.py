@@ -21,12 +21,12 @@ router = APIRouter()
 async def embed_texts(body: EmbedRequest, request: Request):
     started = time.perf_counter()
     served, load_s = await served_model(request.app.state.models, body.model)
+    then = unload_after(request.app.state.models, served.name, body.keep_alive)  # a bad one: a 400 before any work
     check_dimensions(served, body.dimensions)
     texts = [body.input] if isinstance(body.input, str) else body.input or []
     # no text (none, "" or []): the model is loaded and nothing embedded, as Ollama answers a preload
     prompts = inputs(served, texts, truncate=body.truncate is True) if any(texts) else []
     vectors = await embed(request, served, prompts) if prompts else []
-    then = unload_after(request.app.state.models, served.name, body.keep_alive)
     if vectors is None:
         return answered({}, then)
     return answered({"model": body.model or served.name, "embeddings": vectors,
@@ -37,8 +37,8 @@ async def embed_texts(body: EmbedRequest, request: Request):
 @router.post("/api/embeddings")
 async def embed_prompt(body: EmbedRequest, request: Request):
     served, _ = await served_model(request.app.state.models, body.model)
+    then = unload_after(request.app.state.models, served.name, body.keep_alive)
     if not body.prompt:  # a preload, as Ollama answers it
         return {"embedding": []}
     vectors = await embed(request, served, inputs(served, [body.prompt], truncate=body.truncate is True, field="prompt"))
-    return answered({} if vectors is None else {"embedding": vectors[0]},
-                    unload_after(request.app.state.models, served.name, body.keep_alive))
+    return answered({} if vectors is None else {"embedding": vectors[0]}, then)

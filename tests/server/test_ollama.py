@@ -507,6 +507,8 @@ def test_keep_alive_0_on_an_embed_request_unloads_once_answered(tmp_path):
             assert pool.slots[1].served is None
         r = client.post("/api/embed", json={"model": "embed", "input": "hello", "keep_alive": "1h"})
         assert r.status_code == 200 and pool.slots[1].served is not None
+        r = client.post("/api/embed", json={"model": "embed", "input": "hello", "keep_alive": "soon"})
+        assert r.status_code == 400 and r.json()["error"].startswith("keep_alive: must be a number of seconds")
 
 
 @pytest.mark.parametrize("value, zero", [(0, True), (0.0, True), ("0", True), ("0s", True), ("0m0s", True), ("-0h", True),
