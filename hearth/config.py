@@ -42,6 +42,26 @@ class LinearScaling:
     """The context it was trained at (0: the file's), which the stretched context is factor times."""
 
 
+@dataclass(frozen=True, slots=True)
+class NoScaling:
+    """No rope scaling, even where the file has some (llama-server's --rope-scaling none, transformers' rope_type
+    "default"): llama.cpp's freq_scale 1 and no YaRN ramp; per-pair factors the file holds as tensors (Llama 3.1's
+    rope_freqs, LongRoPE's) stay, as llama.cpp applies them whatever the scaling type."""
+
+    factor: float = 1.0
+    original_context: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FileScaling:
+    """The file's own kind of rope scaling at another factor (llama-server's --rope-scale F or --rope-freq-scale
+    1/F without --rope-scaling): YaRN, with the file's ramp and attention settings, where the file's rope is YaRN;
+    else linear (llama.cpp reads a file that names no rope.scaling.type as linear)."""
+
+    factor: float
+    original_context: int = 0
+
+
 DEFAULT_POOLING = "last"
 """How a decoder's embeddings pool where its GGUF names no pooling type (vLLM's default for one)."""
 
@@ -164,9 +184,14 @@ class EngineConfig:
     "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
     "suffix_decoding_min_token_prob" (method suffix)}; None = off."""
     rope_scaling: dict | None = None
-    """Rope scaling over the file's, as llama-server's --rope-scaling yarn|linear --rope-scale F --yarn-orig-ctx N:
+    """Rope scaling over the file's, as llama-server's --rope-scaling yarn|linear|none --rope-scale F --yarn-orig-ctx N:
     {"rope_type": "yarn" | "linear", "factor": F, "original_max_position_embeddings": N, and yarn's "beta_fast",
-    "beta_slow"} (transformers' keys; N defaults to the file's original context); None = the file's."""
+    "beta_slow"} (transformers' keys; N defaults to the file's original context); {"rope_type": "none"} (or
+    "default"): none, whatever the file's; {"factor": F} without a rope_type: the file's kind at F (--rope-scale
+    alone: FileScaling); None = the file's."""
+    rope_freq_base: float = 0.0
+    """Rope base frequency (theta) of the global layers in place of the file's rope.freq_base (llama-server's
+    --rope-freq-base, vLLM's rope_theta); sliding-window layers keep the file's, as llama.cpp's; 0 = the file's."""
     chat_template: str | None = None
     """A Jinja chat template in place of the GGUF's (vLLM's --chat-template); None = the file's."""
     lora: list = field(default_factory=list)
@@ -194,6 +219,7 @@ _LOWEST = {
     "max_num_batched_tokens": (1, "at least 1"),
     "threads": (0, "a number of threads (0: torch's default)"),
     "max_logprobs": (-1, "a number of logprobs per token (-1: no cap)"),
+    "rope_freq_base": (0, "a positive base frequency (0: the file's)"),
 }
 """EngineConfig's numeric fields -> (the smallest value each may take, what the value must be)."""
 _FLAGS = {"max_model_len": "--ctx / --max-model-len"}
@@ -209,26 +235,34 @@ _SCALINGS = {
         "beta_slow": ("beta_slow", "--yarn-beta-slow", lambda v: v > 0, "a positive number"),
     }),
     "linear": (LinearScaling, {"factor": _FACTOR, "original_max_position_embeddings": _ORIGINAL}),
+    "none": (NoScaling, {}),
+    None: (FileScaling, {"factor": _FACTOR}),
 }
 """rope_type -> (its record, rope_scaling's keys -> (the record's field, the flag that sets it, its test,
-what the value must be))."""
+what the value must be)); None: no rope_type given (the file's kind)."""
 ROPE_KEYS = {kind: frozenset(keys) for kind, (_, keys) in _SCALINGS.items()}
 """rope_type -> the rope_scaling keys it takes."""
+_ROPE_ALIASES = {"default": "none"}
+"""transformers' rope_type names -> llama-server's."""
+RopeScaling = YarnScaling | LinearScaling | NoScaling | FileScaling
 
 
-def parse_rope_scaling(d: dict | None) -> YarnScaling | LinearScaling | None:
+def parse_rope_scaling(d: dict | None) -> RopeScaling | None:
     """EngineConfig.rope_scaling -> its record (None: none asked); a bad value is one line naming its flag."""
     if d is None:
         return None
     kind = d.get("rope_type", d.get("type"))
+    kind = _ROPE_ALIASES.get(kind, kind)
     if kind not in _SCALINGS:
-        raise HearthError(f"--rope-scaling must be {' or '.join(_SCALINGS)}, not {kind}")
+        *most, last = [k for k in _SCALINGS if k]
+        raise HearthError(f"--rope-scaling must be {', '.join(most)} or {last}, not {kind}")
     record, keys = _SCALINGS[kind]
     unknown = sorted(set(d) - set(keys) - {"rope_type", "type"})
+    named = f"--rope-scaling {kind}" if kind else "--rope-scale without --rope-scaling"
     if unknown:
-        raise HearthError(f"--rope-scaling {kind} takes {', '.join(keys)}, not {', '.join(unknown)}")
-    if "factor" not in d:
-        raise HearthError(f"--rope-scaling {kind} needs --rope-scale (the factor the context is stretched by)")
+        raise HearthError(f"{named} takes {', '.join(keys) or 'no other setting'}, not {', '.join(unknown)}")
+    if "factor" in keys and "factor" not in d:
+        raise HearthError(f"{named} needs --rope-scale (the factor the context is stretched by)")
     values = {}
     for key, (name, flag, ok, why) in keys.items():
         if key in d:
@@ -239,7 +273,7 @@ def parse_rope_scaling(d: dict | None) -> YarnScaling | LinearScaling | None:
     return record(**values)
 
 
-def stretched_context(y: YarnScaling | LinearScaling, context: int, original: int = 0) -> tuple[int, int]:
+def stretched_context(y: RopeScaling, context: int, original: int = 0) -> tuple[int, int]:
     """(the context a model runs at under rope scaling y, the original it stretches): factor x the original
     (y's, else the file's `original`, else its `context`), or the file's context where that is larger."""
     original = y.original_context or original or context

@@ -73,6 +73,7 @@ class LLM:
       enable_prefix_caching: reuse the K/V of a seen prompt prefix; kv_disk_dir: keep it on disk
       speculative_config: vLLM's dict (or JSON), e.g. {"method": "ngram", "num_speculative_tokens": 4}
       rope_scaling: {"rope_type": "yarn" | "linear", "factor": 4, "original_max_position_embeddings": 32768} over the file's
+        ({"rope_type": "none"}: none; {"factor": 4}: the file's kind); rope_freq_base: theta over the file's (0: its)
       max_logprobs: most top logprobs per token a request may ask (-1: no cap)
       threads: CPU threads (0: torch's default); device: auto | cpu | cuda | torch; seed: default seed
     progress: a loading bar on a terminal."""
@@ -109,7 +110,7 @@ class LLM:
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
             self.model, self.model_config = load_model(self.gguf, self.backend, _layer_progress(progress),
-                                                       parse_rope_scaling(cfg.rope_scaling))
+                                                       parse_rope_scaling(cfg.rope_scaling), cfg.rope_freq_base)
         finally:
             torch.set_num_threads(threads)
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked

@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from hearth.cli import COMMANDS, main
+from hearth.errors import HearthError
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
@@ -93,6 +94,16 @@ def test_llama_cpp_s_context_flag_is_taken(command, argv, field):
     (["serve", "m", "--tensor-parallel-size", "2"], "hearth cluster serve --replicas N"),
     (["cluster", "serve", "m", "--gpu-memory-utilization", "0.9"], "--kv-cache-memory-gb"),
     (["serve", "m", "-fa"], "-fa is llama.cpp's flash attention"),
+    (["serve", "-hf", "ggml-org/gemma-3-1b-it-GGUF"], "-hf is llama.cpp's Hugging Face download: give hearth the "
+     "hub file as MODEL, org/repo:file.gguf"),  # was -h: the help, exit 0
+    (["serve", "m", "-ctk", "q8_0", "-ctv", "q8_0"], "-ctk is llama.cpp's KV cache type: hearth keeps K and V in "
+     "one format, --kv-cache-dtype"),  # was -c tk: "invalid int value: 'tk'"
+    (["run", "m", "hi", "--cache-type-v=q4_0"], "--cache-type-v is llama.cpp's KV cache type"),
+    (["serve", "m", "-cb"], "-cb is llama.cpp's continuous batching: hearth always batches continuously"),
+    (["serve", "m", "-t", "2", "-tb", "2"], "-tb is llama.cpp's prompt-processing threads: hearth's --threads (-t)"),
+    (["serve", "m", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"],
+     "--tool-call-parser is vLLM's: hearth parses tool calls in the format the model writes"),
+    (["serve", "m", "--reasoning-parser", "deepseek_r1"], "--reasoning-parser is vLLM's: hearth reads <think>"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_another_engines_flag_names_hearths_way(argv, says, capsys):
     """llama.cpp's and vLLM's flags from habit were argparse's bare "unrecognized arguments"."""
@@ -106,6 +117,108 @@ def test_llama_cpp_s_threads_flag_is_taken():
 
     assert command_parser("serve").parse_intermixed_args(["m", "-t", "3"]).threads == 3
     assert command_parser("run").parse_intermixed_args(["m", "hi", "-t", "3"]).threads == 3
+
+
+@pytest.mark.parametrize("flag", ["-m", "--model"])
+def test_llama_server_s_model_flag_is_the_model_not_a_draft(flag):
+    """`hearth serve -m FILE` (llama-server's, vLLM's --model) was read as -md FILE: the default model served with
+    FILE as its draft; `hearth run -m FILE hi` (llama-cli's) as the draft FILE and the model `hi`."""
+    from hearth.cli import command_parser
+    from hearth.commands.run import _model_flag
+    from hearth.commands.serve_models import entries
+
+    args = command_parser("serve").parse_intermixed_args([flag, "x.gguf", "--port", "0"])
+    assert [e.model for e in entries(args)] == ["x.gguf"] and args.model_draft is None
+    args = command_parser("serve").parse_intermixed_args(["a.gguf", flag, "b.gguf"])
+    assert [e.model for e in entries(args)] == ["a.gguf", "b.gguf"]
+    args = command_parser("run").parse_intermixed_args([flag, "x.gguf", "hi there"])
+    _model_flag(args)
+    assert (args.model, args.prompt, args.model_draft) == ("x.gguf", "hi there", None)
+    args = command_parser("run").parse_intermixed_args([flag, "x.gguf"])
+    _model_flag(args)
+    assert (args.model, args.prompt) == ("x.gguf", None)
+
+
+def test_run_with_m_and_two_words_is_one_line(capsys, no_model_load):
+    assert main(["run", "-m", "x.gguf", "a", "b"]) == 1
+    assert capsys.readouterr().err == ("hearth: error: -m x.gguf names the model: give the prompt alone after it, "
+                                       "not 'a' and 'b'\n")
+
+
+def test_vllm_s_served_model_name_takes_several_names():
+    """vLLM's `--served-model-name a b` (nargs +): both names for the one model; `b` was read as a second MODEL."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve_models import entries
+
+    for argv in (["m.gguf", "--served-model-name", "a", "b"], ["m.gguf", "--served-model-name", "a",
+                                                               "--served-model-name", "b"]):
+        (entry,) = entries(command_parser("serve").parse_intermixed_args(argv))
+        assert (entry.model, entry.name, entry.aliases) == ("m.gguf", "a", ("b",))
+    for model in ("m.gguf", "smollm2-135m", "org/repo:m.gguf"):  # MODEL written after the names: not an alias
+        with pytest.raises(HearthError, match=f"^--served-model-name {model}: that is a model, not a name; "):
+            entries(command_parser("serve").parse_intermixed_args(["--served-model-name", "a", model]))
+
+
+def test_llama_server_s_parallel_slots_are_max_num_seqs():
+    """llama-server's -np/--parallel N (its slots: sequences decoded together) was "unrecognized arguments"."""
+    from hearth.cli import command_parser
+
+    for flag in ("-np", "--parallel", "--max-num-seqs"):
+        assert command_parser("serve").parse_intermixed_args(["m", flag, "4"]).max_num_seqs == 4
+
+
+@pytest.mark.parametrize("value, tokens", [("8192", 8192), ("32k", 32000), ("32K", 32768), ("25.6k", 25600),
+                                           ("1M", 1 << 20), ("auto", 0)])
+def test_vllm_s_max_model_len_takes_its_human_readable_forms(value, tokens):
+    """vLLM's --max-model-len 32k / 32K / auto (its human_readable_int) was argparse's "invalid int value"."""
+    from hearth.cli import command_parser
+
+    assert command_parser("serve").parse_intermixed_args(["m", "--max-model-len", value]).max_model_len == tokens
+
+
+@pytest.mark.parametrize("value", ["1.5K", "32kb", "many", "infk"])
+def test_a_bad_max_model_len_is_one_line_naming_it(value, capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "m", "--max-model-len", value])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.endswith(f"argument --max-model-len/--ctx/-c/--ctx-size: must be a number of tokens (8192, 32k, 32K "
+                        f"or auto), not {value!r}")
+
+
+@pytest.mark.parametrize("value, gib", [("4294967296", 4.0), ("4G", 4.0), ("512M", 0.5), ("1g", 1e9 / 2**30)])
+def test_vllm_s_kv_cache_memory_bytes_is_the_kv_budget(value, gib):
+    """vLLM's --kv-cache-memory-bytes was unrecognized, and `--kv-cache-memory N` read as N GiB (an abbreviation
+    of --kv-cache-memory-gb): now the bytes are the budget, and the short spelling is ambiguous, one line."""
+    from hearth.cli import command_parser
+
+    args = command_parser("serve").parse_intermixed_args(["m", "--kv-cache-memory-bytes", value])
+    assert args.kv_cache_memory_gb == pytest.approx(gib)
+    assert command_parser("serve").parse_intermixed_args(["m"]).kv_cache_memory_gb == 2.0
+
+
+def test_kv_cache_memory_abbreviated_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "m", "--kv-cache-memory", "1000000"])
+    assert "ambiguous option: --kv-cache-memory could match" in capsys.readouterr().err
+
+
+def test_peer_spellings_of_serve_flags_are_taken():
+    """vLLM's --enable-prefix-caching / --no-enable-prefix-caching, --uvicorn-log-level and --enable-auto-tool-choice
+    and llama-server's -a/--alias A,B were "unrecognized arguments"."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import engine_args
+    from hearth.commands.serve_models import entries
+
+    def parsed(*argv: str):
+        return command_parser("serve").parse_intermixed_args(["m.gguf", *argv])
+    assert [engine_args(parsed(*f))["enable_prefix_caching"] for f in
+            ([], ["--enable-prefix-caching"], ["--no-enable-prefix-caching"], ["--no-prefix-caching"])] == \
+        [True, True, False, False]
+    assert parsed("--uvicorn-log-level", "warning").log_level == "warning"
+    assert parsed("--enable-auto-tool-choice").enable_auto_tool_choice
+    for flag in ("-a", "--alias"):
+        (entry,) = entries(parsed(flag, "chat, gpt-4o"))
+        assert (entry.name, entry.aliases) == ("chat", ("gpt-4o",))
 
 
 def test_llama_cli_s_n_predict_flag_is_taken():
@@ -190,7 +303,10 @@ def test_run_defaults_to_the_default_model():
     from hearth.config import DEFAULT_MODEL
     from hearth.loader.catalog import CATALOG
 
+    from hearth.commands.run import _model_flag
+
     args = command_parser("run").parse_intermixed_args([])
+    _model_flag(args)  # MODEL or -m FILE, read when the command runs
     assert args.model == DEFAULT_MODEL and DEFAULT_MODEL in CATALOG
 
 

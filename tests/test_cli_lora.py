@@ -23,6 +23,14 @@ def test_flags_keep_their_order_and_spellings():
     assert lora_entries(off) == [("a.gguf", 0.0)]
 
 
+def test_vllms_adapter_caps_are_taken():
+    """A vLLM command line's --max-loras N --max-lora-rank R runs unchanged (hearth has neither cap); they were
+    argparse's "unrecognized arguments"."""
+    args = command_parser("serve").parse_intermixed_args(
+        ["m", "--enable-lora", "--max-loras", "4", "--max-lora-rank", "64", "--lora-modules", "x=c.gguf"])
+    assert lora_names(args) == {"x": 0} and (args.max_loras, args.max_lora_rank) == (4, 64)
+
+
 @pytest.mark.parametrize("argv, needle", [(["--lora-scaled", "a.gguf", "half"], "SCALE must be a number"),
                                           (["--lora-modules", "nameless.gguf"], "takes NAME=FILE"),
                                           (["--lora-modules", '{"name": "x"}'], "takes NAME=FILE or vLLM's JSON")])
@@ -41,6 +49,26 @@ def test_an_adapter_named_as_a_model_is_one_line(files, argv):  # noqa: F811
     args = command_parser("serve").parse_intermixed_args([str(files / "base.gguf"), *argv])
     with pytest.raises(HearthError, match="is already the name of .*; give the adapter its own name"):
         build_pool(args)
+
+
+def test_a_modules_base_model_name_is_the_first_model(files):  # noqa: F811
+    """vLLM's JSON form's base_model_name (its /v1/models parent) was ignored: the adapter went to the first model
+    whatever it named; now a name that is not the first model's is one line, and one that is, its parent."""
+    from hearth.commands.serve_models import build_pool
+    from hearth.errors import HearthError
+
+    base, adapter = str(files / "base.gguf"), str(files / "adapter.gguf")
+
+    def pool(name: str, *more: str):
+        module = '{"name": "ada", "path": "%s", "base_model_name": "%s"}' % (adapter, name)
+        return build_pool(command_parser("serve").parse_intermixed_args([base, *more, "--lora-modules", module]))
+    for name, more, parent in (("base", [], "base"), (base, [], "base"), ("base.gguf", [], "base"),
+                               ("sm", ["--served-model-name", "sm"], "sm")):
+        served = pool(name, *more)
+        assert served.card(served.slots[0], "ada")["parent"] == parent
+    with pytest.raises(HearthError, match=r"^--lora-modules ada: base_model_name 'other' is not the first model "
+                                          r"\('base'\), the one hearth applies --lora-modules adapters to$"):
+        pool("other")
 
 
 def test_run_answers_with_the_adapter(files, capsys):  # noqa: F811

@@ -12,7 +12,24 @@ from hearth.llm import LLM
 from tests.gguf_factory import write_tiny_gguf
 
 BAD = [
-    (["--rope-scale", "4"], "--rope-scale needs --rope-scaling yarn or linear"),
+    (["--rope-scaling", "none", "--rope-scale", "4"], "--rope-scale needs --rope-scaling yarn or linear"),
+    (["--rope-freq-scale", "2"], "--rope-freq-scale must be in (0, 1] (the context is stretched 1/F times), not 2.0"),
+    (["--rope-freq-scale", "0.5", "--rope-scale", "2"],
+     "--rope-freq-scale F and --rope-scale 1/F set the same factor: give one"),
+    (["--rope-scaling", "none", "--rope-freq-scale", "0.5"], "--rope-freq-scale needs --rope-scaling yarn or linear"),
+    (["--rope-scale", "0.5"], "--rope-scale must be a factor of at least 1, not 0.5"),
+    (["--rope-freq-base", "0"], "--rope-freq-base must be a positive base frequency, not 0.0"),
+    (["--rope-freq-base", "-5"], "--rope-freq-base must be a positive base frequency, not -5.0"),
+    (["--hf-overrides", "[1]"], "--hf-overrides must be a JSON object, not [1]"),
+    (["--hf-overrides", '{"max_position_embeddings": 4}'], "--hf-overrides: hearth reads rope_parameters, "
+     "rope_scaling, rope_theta (a GGUF's other settings are its own), not max_position_embeddings"),
+    (["--hf-overrides", '{"rope_theta": 1e6}', "--rope-freq-base", "5"],
+     "--hf-overrides sets the rope: drop --rope-freq-base"),
+    (["--hf-overrides", '{"rope_parameters": {"rope_type": "yarn", "factor": 0.5}}'],
+     "--hf-overrides: --rope-scale must be a factor of at least 1, not 0.5"),
+    (["--hf-overrides", '{"rope_parameters": {"rope_type": "dynamic", "factor": 2}}'],
+     "--hf-overrides: --rope-scaling must be yarn, linear or none, not dynamic"),
+    (["--hf-overrides", '{"rope_theta": -1}'], "--hf-overrides: rope_theta must be a positive base frequency, not -1"),
     (["--rope-scaling", "linear", "--rope-scale", "2", "--yarn-beta-fast", "8"], "--yarn-beta-fast needs --rope-scaling yarn"),
     (["--rope-scaling", "linear"], "--rope-scaling linear needs --rope-scale (the factor the context is stretched by)"),
     (["--yarn-orig-ctx", "16"], "--yarn-orig-ctx needs --rope-scaling yarn or linear"),
@@ -58,6 +75,39 @@ def test_run_passes_the_flags_to_the_engine(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["run", "m.gguf", "hi", "--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "32768"])
     assert seen["rope_scaling"] == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+
+
+PASSED = [
+    (["--rope-scale", "4"], {"factor": 4.0}, 0.0),  # llama-server: the file's kind
+    (["--rope-freq-scale", "0.25"], {"factor": 4.0}, 0.0),
+    (["--rope-scaling", "linear", "--rope-freq-scale", "0.5"], {"rope_type": "linear", "factor": 2.0}, 0.0),
+    (["--rope-scaling", "none"], {"rope_type": "none"}, 0.0),
+    (["--rope-freq-base", "500000"], None, 500000.0),
+    (["--hf-overrides", '{"rope_parameters": {"rope_type": "yarn", "factor": 4.0, '
+      '"original_max_position_embeddings": 32768, "rope_theta": 1000000}}'],
+     {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}, 1e6),
+    (["--hf-overrides", '{"rope_scaling": {"type": "linear", "factor": 2}, "rope_theta": 5e5}'],
+     {"type": "linear", "factor": 2}, 5e5),
+]
+
+
+@pytest.mark.parametrize("flags, scaling, base", PASSED, ids=[" ".join(f)[:40] for f, _, _ in PASSED])
+def test_serve_and_run_pass_the_rope_flags_to_the_engine(flags, scaling, base, monkeypatch):
+    import hearth.llm
+    from hearth.cli import command_parser
+    from hearth.commands.serve import engine_args
+
+    args = engine_args(command_parser("serve").parse_intermixed_args(["m.gguf", *flags]))
+    assert (args["rope_scaling"], args["rope_freq_base"]) == (scaling, base)
+    seen = {}
+
+    def fake(model, **kw):
+        seen.update(kw)
+        raise SystemExit(0)
+    monkeypatch.setattr(hearth.llm, "LLM", fake)
+    with pytest.raises(SystemExit):
+        main(["run", "m.gguf", "hi", *flags])
+    assert (seen["rope_scaling"], seen["rope_freq_base"]) == (scaling, base)
 
 
 def test_the_engines_yarn_stretches_a_plain_files_context(tmp_path):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import Response
+from fastapi.responses import PlainTextResponse, Response
 
 from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, lora_routes,
                         ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions, openai_routes, props,
@@ -48,6 +48,8 @@ class ServerConfig:
     """A router's tool floor where neither the request nor its model's router gives one (0: off)."""
     build_info: str = "hearth"
     """What GET /props reports as llama-server's build_info (`hearth serve` gives its version)."""
+    webui: bool = True
+    """Serve the chat page at / (llama-server's --no-webui: an API-only server answers / with a 404)."""
 
 
 def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:
@@ -72,8 +74,10 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     install_handlers(app)
     for module in (openai_routes, openai_chat, openai_completions, embeddings, rerank_routes, responses_routes,
                    anthropic_routes, infill_routes, completion_routes, slots, props, lora_routes, ollama_routes,
-                   ollama_embed, ollama_models, chat_page):
+                   ollama_embed, ollama_models, *([chat_page] if config.webui else [])):
         app.include_router(module.router)
+    if not config.webui:  # GET / without the chat page: Ollama's heartbeat text, as its HEAD / (ollama_models)
+        app.add_api_route("/", _running, methods=["GET"], response_class=PlainTextResponse)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth
     app.add_middleware(IgnoredFieldsMiddleware)
@@ -86,6 +90,10 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
                            allow_headers=["*"], allow_credentials="*" not in config.cors_origins,
                            expose_headers=[IGNORED_HEADER, "Retry-After", "x-should-retry"])  # SDKs in a browser read them
     return app
+
+
+async def _running() -> str:
+    return "hearth is running"
 
 
 def _add_service_routes(app: FastAPI) -> None:

@@ -47,6 +47,9 @@ class ModelSpec:
     several models share (the same file served twice) is a 400 naming them, not a guess."""
     facts: FileFacts | None = None
     """Its file's header facts (hearth.api.served.FileFacts) for Ollama's routes while it is not loaded."""
+    adapters: dict[str, str] = field(default_factory=dict)
+    """vLLM's --lora-modules of this model: NAME (one of `names`) -> the adapter's file as given; /v1/models lists
+    each as its own model, `parent` this model's id and `root` the file, as vLLM's."""
 
     @property
     def name(self) -> str:
@@ -221,13 +224,16 @@ class ModelPool:
 
     def cards(self) -> list[dict]:
         """/v1/models: each model's id and the aliases the user gave (not its file's names, which clients'
-        pickers would show as more models); `root` is the id an alias belongs to; `hearth` says its state."""
+        pickers would show as more models); `root` is the id an alias belongs to (a --lora-modules adapter's: its file,
+        `parent` the id); `hearth` says its state."""
         return [self.card(slot, name) for slot in self.slots for name in slot.spec.names]
 
     def card(self, slot: _Slot, name: str) -> dict:
         served, spec = slot.served, slot.spec
-        return {"id": name, "object": "model", "created": slot.created, "owned_by": "hearth", "root": spec.name,
-                "parent": None, "max_model_len": served.max_model_len if served else spec.max_model_len,
+        adapter = spec.adapters.get(name)
+        return {"id": name, "object": "model", "created": slot.created, "owned_by": "hearth",
+                "root": spec.name if adapter is None else adapter, "parent": None if adapter is None else spec.name,
+                "max_model_len": served.max_model_len if served else spec.max_model_len,
                 "hearth": {"loaded": served is not None, "loading": slot.loading is not None and served is None,
                            "pinned": spec.pinned, "memory_bytes": spec.footprint}}
 

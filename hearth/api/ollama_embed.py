@@ -2,7 +2,7 @@
 vector each) and the older POST /api/embeddings (`prompt`: one text -> `embedding`), over the same
 engine path as /v1/embeddings (hearth.api.embeddings). Ollama cuts an input past the context unless
 `truncate` is false; hearth cuts only when `truncate` is true, else a 400 naming the input. The older
-route's vectors are normalized too (Ollama's are not)."""
+route's vectors are normalized too (Ollama's are not). `keep_alive: 0` unloads the model once answered."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from fastapi import APIRouter, Request
 
 from hearth.api.embeddings import check_dimensions, check_embeds, embed, inputs
-from hearth.api.ollama_models import served_model
+from hearth.api.ollama_models import answered, served_model, unload_after
 from hearth.api.ollama_protocol import EmbedRequest
 
 router = APIRouter()
@@ -22,23 +22,25 @@ async def embed_texts(body: EmbedRequest, request: Request):
     started = time.perf_counter()
     served, load_s = await served_model(request.app.state.models, body.model)
     check_embeds(served)
+    then = unload_after(request.app.state.models, served.name, body.keep_alive)  # a bad one: a 400 before any work
     check_dimensions(served, body.dimensions)
     texts = [body.input] if isinstance(body.input, str) else body.input or []
     # no text (none, "" or []): the model is loaded and nothing embedded, as Ollama answers a preload
     prompts = inputs(served, texts, truncate=body.truncate is True) if any(texts) else []
     vectors = await embed(request, served, prompts) if prompts else []
     if vectors is None:
-        return {}
-    return {"model": body.model or served.name, "embeddings": vectors,
-            "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": int(load_s * 1e9),
-            "prompt_eval_count": sum(map(len, prompts))}
+        return answered({}, then)
+    return answered({"model": body.model or served.name, "embeddings": vectors,
+                     "total_duration": int((time.perf_counter() - started) * 1e9), "load_duration": int(load_s * 1e9),
+                     "prompt_eval_count": sum(map(len, prompts))}, then)
 
 
 @router.post("/api/embeddings")
 async def embed_prompt(body: EmbedRequest, request: Request):
     served, _ = await served_model(request.app.state.models, body.model)
     check_embeds(served)
+    then = unload_after(request.app.state.models, served.name, body.keep_alive)
     if not body.prompt:  # a preload, as Ollama answers it
         return {"embedding": []}
     vectors = await embed(request, served, inputs(served, [body.prompt], truncate=body.truncate is True, field="prompt"))
-    return {} if vectors is None else {"embedding": vectors[0]}
+    return answered({} if vectors is None else {"embedding": vectors[0]}, then)

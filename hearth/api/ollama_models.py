@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from fastapi import APIRouter, Request
-from fastapi.responses import Response
+from fastapi.responses import JSONResponse, Response
+from starlette.background import BackgroundTask
 
 from hearth.api.errors import APIError
+from hearth.api.ollama_options import unloads_now
 from hearth.api.ollama_protocol import ShowRequest, rfc3339
 from hearth.api.infill import has_fim
 
@@ -62,6 +65,20 @@ async def served_model(pool, requested: str | None):
     t0 = time.perf_counter()
     served = await pool.get(slot.spec.name)
     return served, time.perf_counter() - t0
+
+
+def unload_after(pool, name: str, keep_alive) -> Callable[[], Awaitable] | None:
+    """keep_alive 0 on a request that is answered: the model unloads once the answer is sent, as Ollama's
+    scheduler expires a runner with a zero keep_alive when its last request ends (where the model stays:
+    ModelPool.unload)."""
+    async def unload() -> None:  # a coroutine function: Starlette's BackgroundTask would thread a lambda
+        await pool.unload(name)
+    return unload if unloads_now(keep_alive) else None
+
+
+def answered(body: dict, then: Callable[[], Awaitable] | None) -> JSONResponse:
+    """A whole answer, with `then` (unload_after's) run once it is sent."""
+    return JSONResponse(body, background=then and BackgroundTask(then))
 
 
 def _tagged(name: str) -> str:

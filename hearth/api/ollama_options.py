@@ -107,9 +107,9 @@ _DURATION = re.compile(f"({_SECONDS.pattern})(ns|us|µs|ms|s|m|h)")
 
 
 def unloads_now(keep_alive: str | int | float | None) -> bool:
-    """keep_alive 0 (a number of seconds, or a Go duration such as "0", "0s", "0m"): the routes unload the model
-    where the request has nothing to answer (`ollama stop`); any other keeps it, as hearth keeps every model
-    until another needs its room (a request that is answered keeps it too)."""
+    """keep_alive 0 (a number of seconds, or a Go duration such as "0", "0s", "0m"): the routes unload the model,
+    at once where the request has nothing to answer (`ollama stop`), else once it is answered; any other keeps
+    it, as hearth keeps every model until another needs its room (it has no idle timer to set)."""
     if keep_alive is None:
         return False
     if isinstance(keep_alive, (int, float)):

@@ -6,11 +6,13 @@ and tools rendered by the model's template, the tool guard and a router as confi
 (hearth.api.tool_router), the reply from the parsed updates (hearth.api.ollama_reply). /api/generate
 renders `system` + `prompt` as one user turn, or takes the prompt as it is (`raw`), or lays a
 fill-in-the-middle prompt out with `suffix` (hearth.api.infill). An empty conversation or prompt loads
-the model and answers done (done_reason "load"), as Ollama does."""
+the model and answers done (done_reason "load"), as Ollama does; `keep_alive: 0` unloads it instead, or, on a
+request that generates, once the answer is sent."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -22,7 +24,7 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
-from hearth.api.ollama_models import TAG, resolve, served_model, thinks
+from hearth.api.ollama_models import TAG, answered, resolve, served_model, thinks, unload_after
 from hearth.api.ollama_options import (asked_logprobs, sampling_fields, structured_output, think_kwargs,
                                       unloads_now, within_context)
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
@@ -77,7 +79,7 @@ async def chat(body: ChatRequest, request: Request):
     source, _ = await routed_choices(state, served.name, ask, lambda s, p: _render(s, p, history, template, prefill),
                                      req)
     reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
-    return await _answer(request, body.stream, reply)
+    return await _answer(request, body.stream, reply, unload_after(state.models, served.name, body.keep_alive))
 
 
 def _lora(body, served) -> dict[int, float] | None:
@@ -118,7 +120,7 @@ async def generate(body: GenerateRequest, request: Request):
     parser = output_parser(served, ToolPlan(), text, body.stream) if templated else OutputParser()
     reply = OllamaReply(name, PlainChoices(gen, [parser]), False, started, load_s, context, "/api/generate",
                         (served.tokenizer, k))
-    return await _answer(request, body.stream, reply)
+    return await _answer(request, body.stream, reply, unload_after(state.models, served.name, body.keep_alive))
 
 
 def _check_generate(body: GenerateRequest) -> None:
@@ -161,8 +163,8 @@ async def _unload(pool, model: str | None, empty: dict) -> JSONResponse:
     return JSONResponse({**head, "done": True, "done_reason": "unload"}) if unloaded else _loaded(head)
 
 
-async def _answer(request: Request, stream: bool, reply: OllamaReply):
+async def _answer(request: Request, stream: bool, reply: OllamaReply, then: Callable[[], Awaitable] | None = None):
     if stream:
-        return SSEResponse(reply.lines(), on_close=reply.src.abort, media_type=NDJSON)
+        return SSEResponse(reply.lines(), on_close=reply.src.abort, media_type=NDJSON, then=then)
     result = await until_disconnect(request, reply.whole())
-    return result if result is not None else {}
+    return answered(result if result is not None else {}, then)

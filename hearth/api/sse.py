@@ -7,7 +7,7 @@ stream, and it always calls `on_close` so the engine requests behind it are abor
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import anyio
 from starlette.responses import StreamingResponse
@@ -28,11 +28,12 @@ def named_event(event: str, payload: dict) -> str:
 
 class SSEResponse(StreamingResponse):
     def __init__(self, events: AsyncIterator[str], on_close: Callable[[], None] | None = None,
-                 media_type: str = "text/event-stream"):
-        """media_type: Ollama's streams are NDJSON (application/x-ndjson), one JSON object a line."""
+                 media_type: str = "text/event-stream", then: Callable[[], Awaitable] | None = None):
+        """media_type: Ollama's streams are NDJSON (application/x-ndjson), one JSON object a line. then: awaited
+        once the stream has ended, its request closed (Ollama's keep_alive 0 unloads the model there)."""
         super().__init__(events, media_type=media_type,
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self.on_close = on_close
+        self.on_close, self.then = on_close, then
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -54,6 +55,9 @@ class SSEResponse(StreamingResponse):
             await _close(self.body_iterator)
             if self.on_close is not None:
                 self.on_close()
+            if self.then is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.then()
 
 
 async def _close(iterator) -> None:

@@ -38,6 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from hearth.cluster.launch import ClusterError, ClusterSpec, connect, import_ray
 
+    from hearth.commands.serve_models import model_args
     from hearth.loader.resolve import resolve_model
 
     configure_logging(args.log_level)
@@ -46,9 +47,10 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "lora_adapters", None):  # the front end holds no adapter table: /lora-adapters, names
         raise ClusterError("hearth cluster serve takes no LoRA adapters yet (--lora, --lora-scaled, --lora-modules): "
                            "serve them with hearth serve")
-    if len(args.model) > 1 or args.models:
+    models = model_args(args)
+    if len(models) > 1 or args.models:
         raise ClusterError("hearth cluster serve runs replicas of one model: give one MODEL, no --models")
-    args.model = args.model[0] if args.model else DEFAULT_MODEL
+    args.model = models[0] if models else DEFAULT_MODEL
     ray = import_ray(local=not args.address)  # before anything loads: without Ray, one line naming the extra
     spec = ClusterSpec(args.model, args.replicas, args.threads_per_replica, serve.engine_args(args),
                        args.max_queued, args.routing, args.load_factor, args.prefix_blocks, args.startup_timeout)

@@ -9,6 +9,9 @@ _GPU_LAYERS = "llama.cpp's GPU offload: hearth runs a whole model on one device,
 _IN_PLACE = "llama.cpp's: hearth reads the GGUF's weights in place from its memory map, nothing to set"
 _FLASH = "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax"
 _TP = "vLLM's: hearth runs an engine on one device; for more engines, hearth cluster serve --replicas N"
+_HF = "llama.cpp's Hugging Face download: give hearth the hub file as MODEL, org/repo:file.gguf (HF_ENDPOINT, HF_TOKEN)"
+_KV = "llama.cpp's KV cache type: hearth keeps K and V in one format, --kv-cache-dtype (f16, bf16, q8_0, q4_0, ...)"
+_BATCHING = "llama.cpp's continuous batching: hearth always batches continuously, nothing to set"
 
 FOREIGN: dict[str, str] = {
     "-ngl": _GPU_LAYERS,
@@ -21,6 +24,16 @@ FOREIGN: dict[str, str] = {
     "--gpu-memory-utilization": "vLLM's: hearth sizes its KV cache with --kv-cache-memory-gb (several models: --max-memory)",
     "--tensor-parallel-size": _TP,
     "-tp": _TP,
+    # argparse read these as other flags: -hf as -h (help, exit 0), -ctk/-ctv/-cb as -c ("tk"), -tb as -t
+    **dict.fromkeys(["-hf", "-hfr", "--hf-repo", "-hff", "--hf-file"], _HF),
+    **dict.fromkeys(["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], _KV),
+    **dict.fromkeys(["-cb", "--cont-batching"], _BATCHING),
+    **dict.fromkeys(["-tb", "--threads-batch"], "llama.cpp's prompt-processing threads: hearth's --threads (-t) run "
+                                                "prefill and decode alike"),
+    "--tool-call-parser": "vLLM's: hearth parses tool calls in the format the model writes (hermes, Mistral, Llama-3 "
+                          "JSON, Qwen XML, harmony), nothing to choose",
+    "--reasoning-parser": "vLLM's: hearth reads <think> and harmony reasoning into reasoning_content itself, nothing "
+                          "to choose",
 }
 """flag -> what hearth does instead."""
 

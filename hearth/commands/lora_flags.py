@@ -25,16 +25,33 @@ class _Append(argparse.Action):
                 parser.error(f"--lora-scaled {path} {scale}: SCALE must be a number")
             adapters.append((path, scale, None))
         elif option_string == "--lora-modules":
+            bases = dict(getattr(namespace, "lora_bases", None) or {})
             for module in values:
                 name, path = _module(module) or (None, None)
                 if not name or not path:
                     parser.error(f"--lora-modules takes NAME=FILE or vLLM's JSON {{\"name\": ..., \"path\": ...}}, "
                                  f"not {module!r}")
                 adapters.append((path, 1.0, name))
+                if base := _base(module):
+                    bases[name] = base
+            namespace.lora_bases = bases
         else:  # llama-server takes a comma-separated list too (a file whose name has a comma stays whole)
             paths = [values] if "," not in values or Path(values).exists() else values.split(",")
             adapters += [(path, 1.0, None) for path in paths]
         namespace.lora_adapters = adapters
+
+
+def _base(text: str) -> str | None:
+    """vLLM's JSON form's base_model_name: the served model the adapter belongs to (None: not given)."""
+    if not text.lstrip().startswith("{"):
+        return None
+    base = json.loads(text).get("base_model_name")
+    return base if isinstance(base, str) and base else None
+
+
+def lora_bases(args: argparse.Namespace) -> dict[str, str]:
+    """--lora-modules NAME -> the base_model_name its JSON form gave."""
+    return dict(getattr(args, "lora_bases", None) or {})
 
 
 def _module(text: str) -> tuple[str, str] | None:
@@ -63,6 +80,12 @@ def add_lora_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--lora-init-without-apply", action="store_true",
                    help="load the adapters at scale 0 (POST /lora-adapters or a request's lora sets them)")
     g.add_argument("--enable-lora", action="store_true", help="vLLM's switch; adapters need none here")
+    # vLLM's caps on the slots it preallocates for adapters: hearth sizes each adapter as it loads, so a command
+    # line written for vLLM runs unchanged (they were "unrecognized arguments")
+    g.add_argument("--max-loras", type=int, default=None, metavar="N",
+                   help="vLLM's most adapters in one batch; hearth has no such cap (any number runs in a step)")
+    g.add_argument("--max-lora-rank", type=int, default=None, metavar="R",
+                   help="vLLM's largest adapter rank; hearth has no such cap (an adapter of any rank loads)")
 
 
 def lora_entries(args: argparse.Namespace) -> list[tuple[str, float]]:
@@ -81,3 +104,8 @@ def lora_names(args: argparse.Namespace) -> dict[str, int]:
                 raise HearthError(f"--lora-modules names {name!r} twice")
             names[name] = j
     return names
+
+
+def lora_files(args: argparse.Namespace) -> dict[str, str]:
+    """--lora-modules' NAME -> the adapter's file as given (its /v1/models entry's `root`, as vLLM's)."""
+    return {name: path for path, _, name in getattr(args, "lora_adapters", None) or [] if name is not None}

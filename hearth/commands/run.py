@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
-from hearth.commands.rope_flags import add_rope_arguments, rope_scaling
+from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
@@ -38,8 +38,11 @@ EPILOG = ("A model with a chat template of its own (an instruct model) chats: PR
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
+    p.add_argument("model", nargs="?", default=None,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL})")
+    # llama-cli's -m: without it argparse read `-m FILE` as -md FILE (a draft model) and the prompt as the model
+    p.add_argument("-m", "--model", dest="model_flag", default=None, metavar="MODEL",
+                   help="MODEL as llama-cli's -m spells it; a word after it is then the prompt")
     p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit, after what a pipe or file "
                                              "on stdin holds, as ollama run takes it (default: interactive)")
     p.epilog = EPILOG
@@ -76,6 +79,7 @@ def main(args: argparse.Namespace) -> int:
     from hearth.engine.encoder_core import embedding_only
     from hearth.llm import LLM
 
+    _model_flag(args)
     if args.system and args.mode == "text":
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
@@ -92,7 +96,8 @@ def main(args: argparse.Namespace) -> int:
         check_drafts_fit(speculation, header_context(args.model, args.ctx, rope)[0], k_flag(args))
     params = sampling_params(args)
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
-              speculative_config=speculation, rope_scaling=rope, chat_template=template, lora=lora_entries(args))
+              speculative_config=speculation, rope_scaling=rope, rope_freq_base=rope_freq_base(args),
+              chat_template=template, lora=lora_entries(args))
     if llm.embeds_only:  # as llama-cli refuses an --embedding model's prompt
         route = "/v1/rerank" if llm.reranker else "/v1/embeddings"
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "
@@ -196,6 +201,16 @@ def sampling_params(args: argparse.Namespace):
                               seed=args.seed)
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
+
+
+def _model_flag(args: argparse.Namespace) -> None:
+    """args.model from MODEL or llama-cli's -m FILE, where MODEL's place then holds the prompt."""
+    if args.model_flag is not None:
+        if args.prompt is not None:
+            raise HearthError(f"-m {args.model_flag} names the model: give the prompt alone after it, not "
+                              f"{args.model!r} and {args.prompt!r}")
+        args.model, args.prompt = args.model_flag, args.model
+    args.model = args.model or DEFAULT_MODEL
 
 
 def header_context(model, ctx: int, rope: dict | None = None) -> tuple[int, int]:

@@ -14,13 +14,19 @@ from collections.abc import Callable
 import uvicorn
 
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
+from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
-from hearth.commands.rope_flags import add_rope_arguments, rope_scaling
+from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
+
+
+def _names(text: str) -> list[str]:
+    """llama-server's --alias A,B: its comma-separated names."""
+    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
@@ -31,6 +37,9 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     p.add_argument("model", nargs="*", default=[],
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf; several: the first loads at "
                         f"start, the others on their first request (default: {DEFAULT_MODEL})")
+    # llama-server's -m and vLLM's --model: without them argparse read `-m FILE` as -md FILE, a draft model
+    p.add_argument("-m", "--model", dest="model_flag", action="append", default=[], metavar="MODEL",
+                   help="MODEL as llama-server's -m and vLLM's --model spell it (after any MODEL given)")
     p.add_argument("--models", default=None, metavar="FILE",
                    help="a TOML file of [[models]] entries (name, model, aliases, context, kv_cache_dtype, threads, "
                         "pinned, router, speculative_config), served beside any MODEL given")
@@ -43,8 +52,12 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     net = p.add_argument_group("server")
     if listen:
         _add_listen_arguments(net)
-    net.add_argument("--served-model-name", action="append", default=None, metavar="NAME",
-                     help="name clients use in `model`; repeat for aliases (default: the catalog name or the file's stem; MODEL as given and the file's name are aliases)")
+    net.add_argument("--served-model-name", action="extend", nargs="+", default=None, metavar="NAME",
+                     help="name clients use in `model`; more names (NAME NAME ..., as vLLM's, or the flag repeated) "
+                          "are aliases (default: the catalog name or the file's stem; MODEL as given and the file's "
+                          "name are aliases)")
+    net.add_argument("-a", "--alias", dest="served_model_name", action="extend", type=_names, metavar="NAME[,NAME]",
+                     help="--served-model-name in llama-server's spelling (comma-separated names)")
     net.add_argument("--max-queued", type=int, default=256,
                      help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--max-n", type=int, default=16, help="largest `n` a request may ask for (default: %(default)s)")
@@ -76,19 +89,29 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
                      help="with several tools offered, the small model's call is stopped at its tool's name and "
                           "the main model answers when the tokens that chose that tool read below P, in [0, 1]; "
                           f"0: off (default: {TOOL_FLOOR}; 0.95 is the measured value, docs/eval-tools.md)")
-    net.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
-                     help="least severe log line printed, uvicorn's and hearth's own (default: %(default)s)")
+    net.add_argument("--log-level", "--uvicorn-log-level", default="info",
+                     choices=["critical", "error", "warning", "info", "debug"],
+                     help="least severe log line printed, uvicorn's and hearth's own; --uvicorn-log-level: vLLM's "
+                          "spelling (default: %(default)s)")
+    net.add_argument("--enable-auto-tool-choice", action="store_true",
+                     help="vLLM's switch; hearth parses tool calls always, in the format the model writes")
     eng = p.add_argument_group("engine")
-    eng.add_argument("--max-model-len", "--ctx", "-c", "--ctx-size", type=int, default=0,
-                     help="context length in tokens; -c/--ctx-size: llama-server's spelling (default: the model's own)")
+    eng.add_argument("--max-model-len", "--ctx", "-c", "--ctx-size", type=token_count, default=0, metavar="N",
+                     help="context length in tokens, or vLLM's 32k (32,000), 32K (32,768), auto (the model's own); "
+                          "-c/--ctx-size: llama-server's spelling (default: the model's own)")
     eng.add_argument("--device", default="auto", choices=DEVICES,
                      help="what runs the model: cpu (this CPU's C++ kernels), torch (the reference), cuda (default: %(default)s)")
-    eng.add_argument("--max-num-seqs", type=int, default=16, help="most sequences in one step (default: %(default)s)")
+    eng.add_argument("--max-num-seqs", "-np", "--parallel", type=int, default=16,
+                     help="most sequences in one step; -np/--parallel: llama-server's spelling, its slots "
+                          "(default: %(default)s)")
     eng.add_argument("--max-num-batched-tokens", type=int, default=2048,
                      help="token budget of one engine step (default: %(default)s)")
     eng.add_argument("--num-kv-blocks", type=int, default=0, help="KV-cache blocks (default: sized from the rest)")
     eng.add_argument("--kv-cache-memory-gb", type=float, default=2.0,
-                     help="upper bound on KV-cache memory (default: %(default)s)")
+                     help="upper bound on KV-cache memory in GiB (default: %(default)s)")
+    # vLLM's spelling in bytes; beside it, argparse no longer reads `--kv-cache-memory N` as N GiB
+    eng.add_argument("--kv-cache-memory-bytes", dest="kv_cache_memory_gb", type=gib_of_bytes, metavar="BYTES",
+                     help="--kv-cache-memory-gb in bytes, vLLM's spelling (4294967296, 4G)")
     eng.add_argument("--kv-cache-dtype", default="auto",
                      help=f"KV-cache format: auto (f16), {', '.join(SERVED_KV)} (default: %(default)s)")
     eng.add_argument("--kv-disk-dir", default="", metavar="DIR",
@@ -96,7 +119,10 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
                           "POST /slots/save and /slots/restore (default: off)")
     eng.add_argument("--kv-disk-space-mb", type=int, default=4096, metavar="MB",
                      help="most MiB the disk tier may take in DIR (default: %(default)s)")
-    eng.add_argument("--no-prefix-caching", action="store_true", help="do not reuse the KV of repeated prefixes")
+    eng.add_argument("--no-prefix-caching", "--no-enable-prefix-caching", action="store_true",
+                     help="do not reuse the KV of repeated prefixes (--no-enable-prefix-caching: vLLM's spelling)")
+    eng.add_argument("--enable-prefix-caching", dest="no_prefix_caching", action="store_false",
+                     help="vLLM's switch: prefix caching is on unless --no-prefix-caching")
     eng.add_argument("--no-grammar-drafts", action="store_true",
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")
@@ -121,6 +147,9 @@ def _add_listen_arguments(net) -> None:
                           "(default: $HEARTH_API_KEY, else none)")
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
+    net.add_argument("--no-webui", dest="webui", action="store_false",
+                     help="no chat page at / (llama-server's): an API-only server")
+    net.add_argument("--webui", dest="webui", action="store_true", default=True, help=argparse.SUPPRESS)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -146,6 +175,7 @@ def engine_args(args: argparse.Namespace) -> dict:
                 threads=args.threads, seed=args.seed, max_logprobs=args.max_logprobs,
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
                 speculative_config=speculative_config(args), device=args.device, rope_scaling=rope_scaling(args),
+                rope_freq_base=rope_freq_base(args),
                 chat_template=chat_template(args), lora=lora_entries(args))
 
 
@@ -193,7 +223,7 @@ def server_config(args: argparse.Namespace):
                         max_tokens=args.max_tokens_limit,
                         tool_guard=tool_guard(args),
                         router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args),
-                        build_info=f"hearth {__version__}")
+                        build_info=f"hearth {__version__}", webui=getattr(args, "webui", True))
 
 
 def tool_guard(args: argparse.Namespace):

@@ -25,7 +25,7 @@ import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hearth.commands.lora_flags import lora_names
+from hearth.commands.lora_flags import lora_bases, lora_files, lora_names
 from hearth.commands.rope_flags import rope_scaling
 from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
 from hearth.errors import HearthError
@@ -127,9 +127,14 @@ def _check_kv(name: str, where: str) -> None:
         raise HearthError(f"{where}: {e}") from None
 
 
+def model_args(args: argparse.Namespace) -> list[str]:
+    """The MODEL arguments, then -m/--model's (llama-server's and vLLM's spelling)."""
+    return [*args.model, *getattr(args, "model_flag", [])]
+
+
 def entries(args: argparse.Namespace) -> list[ModelEntry]:
     """MODEL arguments, then the models file's entries; the defaults' model alone when neither."""
-    given = [ModelEntry(m, where=f"MODEL {m!r}") for m in args.model]
+    given = [ModelEntry(m, where=f"MODEL {m!r}") for m in model_args(args)]
     if args.models:
         given += read_models_file(args.models)
     if not given:
@@ -137,12 +142,27 @@ def entries(args: argparse.Namespace) -> list[ModelEntry]:
 
         given = [ModelEntry(DEFAULT_MODEL, where=f"MODEL {DEFAULT_MODEL!r}")]
     if args.served_model_name:
+        _check_names_are_not_models(args)
         if len(given) > 1:
             raise HearthError("--served-model-name names one model; with several, give each its name in a "
                               "--models file")
         first = given[0]
         given = [replace(first, name=args.served_model_name[0], aliases=tuple(args.served_model_name[1:]))]
     return given
+
+
+def _check_names_are_not_models(args: argparse.Namespace) -> None:
+    """--served-model-name takes every word up to the next flag, as vLLM's: with no MODEL left, a name that is a
+    model (a .gguf, a catalog name, a hub reference) was the MODEL meant, written after it; say so rather than
+    serve the default model under that name."""
+    from hearth.loader.catalog import CATALOG
+
+    if model_args(args) or args.models:
+        return
+    for name in args.served_model_name:
+        if name.endswith(".gguf") or name in CATALOG or "/" in name:
+            raise HearthError(f"--served-model-name {name}: that is a model, not a name; --served-model-name takes "
+                              "every word up to the next flag (as vLLM's): give MODEL before it")
 
 
 def model_names(entry: ModelEntry, path: Path) -> list[str]:
@@ -193,12 +213,16 @@ def build_pool(args: argparse.Namespace):
     paths = [_resolve(e) for e in given]
     names = [model_names(e, p) for e, p in zip(given, paths)]
     unique_names(names, given)
-    if names:  # vLLM's --lora-modules: the first model's, listed as its aliases
+    if names:  # vLLM's --lora-modules: the first model's names, listed as models of their own (ModelSpec.adapters)
         taken = {n: e.where for e, ns in zip(given, names) for n in ns}
         for n in lora_names(args):  # one that is a model's name would take that model's requests over
             if n in taken:
                 raise HearthError(f"--lora-modules {n}=...: {n!r} is already the name of {taken[n]}; give the "
                                   "adapter its own name")
+        for n, base in lora_bases(args).items():  # vLLM's parent: hearth applies the adapters to the first model
+            if base not in names[0] + [given[0].model, paths[0].name, paths[0].stem]:
+                raise HearthError(f"--lora-modules {n}: base_model_name {base!r} is not the first model "
+                                  f"({names[0][0]!r}), the one hearth applies --lora-modules adapters to")
         names[0] += list(lora_names(args))
     files = [file_names(e, p, n) for e, p, n in zip(given, paths, names)]
     routers = router_configs(given, [n + f for n, f in zip(names, files)], getattr(args, "router", None),
@@ -216,7 +240,7 @@ def build_pool(args: argparse.Namespace):
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
                          else k_flag(args))
         specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv,
-                               f, facts))
+                               f, facts, lora_files(args) if not specs else {}))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
     return ModelPool(specs, loader, budget)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from hearth.config import LinearScaling, YarnScaling
+from hearth.config import RopeScaling
 from hearth.errors import UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile
 
@@ -37,14 +37,18 @@ def embeds_only(arch: str) -> bool:
     return arch in ARCHITECTURES and getattr(model_class(arch), "embeds_only", False)
 
 
-def load_model(g: GGUFFile, backend, progress=None, rope_scaling: YarnScaling | LinearScaling | None = None):
+def load_model(g: GGUFFile, backend, progress=None, rope_scaling: RopeScaling | None = None,
+               rope_freq_base: float = 0.0):
     """Build the model for a GGUF file on a backend (hearth.backends.select) -> (model, ModelConfig);
-    rope_scaling: the engine's, over the file's."""
+    rope_scaling, rope_freq_base (0: none): the engine's, over the file's."""
     cls = model_class(g.arch)
     cfg = cls.config_from_gguf(g)
-    if rope_scaling is not None and getattr(cls, "embeds_only", False):  # its positions are a table or unscaled
-        raise UnsupportedError(f"--rope-scaling: {g.arch} is an embedding model; rope scaling applies to decoder models")
+    for flag, given in (("--rope-scaling", rope_scaling is not None), ("--rope-freq-base", bool(rope_freq_base))):
+        if given and getattr(cls, "embeds_only", False):  # its positions are a table or unscaled
+            raise UnsupportedError(f"{flag}: {g.arch} is an embedding model; rope settings apply to decoder models")
+    from hearth.models.transformer import with_rope_base, with_rope_scaling
+    if rope_freq_base:
+        cfg = with_rope_base(cfg, rope_freq_base)
     if rope_scaling is not None:
-        from hearth.models.transformer import with_rope_scaling
         cfg = with_rope_scaling(cfg, rope_scaling)
     return cls(cfg, g, backend, progress=progress).eval(), cfg

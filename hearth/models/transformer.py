@@ -13,7 +13,8 @@ from dataclasses import replace
 import torch
 from torch import nn
 
-from hearth.config import LinearScaling, ModelConfig, YarnScaling, stretched_context
+from hearth.config import (FileScaling, LinearScaling, ModelConfig, NoScaling, RopeScaling, YarnScaling,
+                           stretched_context)
 from hearth.errors import ModelLoadError
 from hearth.layers.activation import ACTIVATIONS
 from hearth.layers.norm import RMSNorm
@@ -246,15 +247,26 @@ def yarn_from_gguf(g: GGUFFile, original: int) -> YarnScaling:
     return YarnScaling(float(g.arch_get("rope.scaling.factor", 1.0)), original, **given)
 
 
-def with_rope_scaling(cfg: ModelConfig, y: YarnScaling | LinearScaling) -> ModelConfig:
-    """The engine's rope scaling in place of the file's (llama-server's --rope-scaling yarn|linear): the original
-    context defaults to the file's; the model's context becomes factor x that, or the file's if larger."""
+def with_rope_scaling(cfg: ModelConfig, y: RopeScaling) -> ModelConfig:
+    """The engine's rope scaling in place of the file's (llama-server's --rope-scaling yarn|linear|none): the
+    original context defaults to the file's; the model's context becomes factor x that, or the file's if larger."""
+    if isinstance(y, FileScaling):  # llama.cpp keeps the file's scaling type (and its yarn settings), a new factor
+        y = replace(cfg.rope_yarn, factor=y.factor) if cfg.rope_yarn is not None else LinearScaling(y.factor)
+    if isinstance(y, NoScaling):  # llama.cpp's freq_scale 1, ext_factor 0: the file's context, nothing stretched
+        return replace(cfg, rope_yarn=None, rope_scaling_factor=1.0)
     context, original = stretched_context(y, cfg.context_length, cfg.rope_original_context)
     y = replace(y, original_context=original)
     if isinstance(y, YarnScaling) and cfg.rope_yarn is not None:  # the architecture's rounding (gpt-oss: none) stays
         y = replace(y, truncate=cfg.rope_yarn.truncate)
     yarn, linear = (y, 1.0) if isinstance(y, YarnScaling) else (None, y.factor)
     return replace(cfg, rope_yarn=yarn, rope_scaling_factor=linear, context_length=context)
+
+
+def with_rope_base(cfg: ModelConfig, base: float) -> ModelConfig:
+    """llama-server's --rope-freq-base: the global layers' rope base in place of the file's; sliding-window layers
+    keep the file's (llama.cpp's get_rope_freq_base gives them rope_freq_base_train_swa, the file's)."""
+    local = cfg.rope_local_theta or (cfg.rope_theta if any(cfg.sliding_window_pattern) else 0.0)
+    return replace(cfg, rope_theta=float(base), rope_local_theta=local)
 
 
 def base_config(g: GGUFFile, **overrides) -> ModelConfig:

@@ -79,7 +79,7 @@ def test_the_engines_linear_scaling_runs_as_a_linear_file(tmp_path):
 
 
 @pytest.mark.parametrize("scaling, line", [
-    ({"rope_type": "dynamic", "factor": 2}, "--rope-scaling must be yarn or linear, not dynamic"),
+    ({"rope_type": "dynamic", "factor": 2}, "--rope-scaling must be yarn, linear or none, not dynamic"),
     ({"rope_type": "linear", "factor": 2, "beta_fast": 8}, "--rope-scaling linear takes factor, original_max_position_embeddings, not beta_fast"),
     ({"rope_type": "yarn"}, "--rope-scaling yarn needs --rope-scale"),
     ({"rope_type": "yarn", "factor": 0.5}, "--rope-scale must be a factor of at least 1, not 0.5"),
@@ -92,3 +92,90 @@ def test_the_engines_linear_scaling_runs_as_a_linear_file(tmp_path):
 def test_a_bad_rope_scaling_is_one_line_naming_its_flag(scaling, line):
     with pytest.raises(HearthError, match="^" + line.replace("(", r"\(").replace(")", r"\)")):
         EngineConfig(rope_scaling=scaling)
+
+
+def logits_of(path, scaling=None, base: float = 0.0):
+    g = GGUFFile(path)
+    model, cfg = load_model(g, select("torch"), rope_scaling=parse_rope_scaling(scaling), rope_freq_base=base)
+    return PagedDriver(model, cfg).step({"s": prompt(cfg.vocab_size, 24)})["s"]
+
+
+def test_rope_scale_alone_is_linear_on_a_file_without_scaling(tmp_path):
+    """llama-server's --rope-scale 4 without --rope-scaling on a file that names no scaling type: llama.cpp reads
+    the type as linear, so the positions are those of the same weights written with rope.scaling linear 4."""
+    write_tiny_gguf(tmp_path / "plain.gguf", "qwen2", context=64)
+    write_tiny_gguf(tmp_path / "linear.gguf", "qwen2", context=256, rope_scaling=4.0)
+    cfg = with_rope_scaling(config(tmp_path / "plain.gguf"), parse_rope_scaling({"factor": 4}))
+    assert (cfg.context_length, cfg.rope_scaling_factor, cfg.rope_yarn) == (256, 4.0, None)
+    want = logits_of(tmp_path / "linear.gguf")
+    assert rel_err(logits_of(tmp_path / "plain.gguf", {"factor": 4}), want) < 1e-5
+    assert rel_err(logits_of(tmp_path / "plain.gguf"), want) > 1e-3
+
+
+def test_rope_scale_alone_keeps_a_yarn_files_yarn_at_the_new_factor(tmp_path):
+    """--rope-scale 2 alone on a YaRN x4 file: llama.cpp keeps the file's type and its yarn settings (betas), a
+    new factor: the logits of the same weights written as YaRN x2 with those betas."""
+    write_tiny_gguf(tmp_path / "x4.gguf", "qwen2", context=256, yarn_original_context=64, yarn_betas=(16.0, 2.0))
+    write_tiny_gguf(tmp_path / "x2.gguf", "qwen2", context=128, yarn_original_context=64, yarn_betas=(16.0, 2.0))
+    cfg = with_rope_scaling(config(tmp_path / "x4.gguf"), parse_rope_scaling({"factor": 2}))
+    assert cfg.rope_yarn == YarnScaling(2.0, 64, beta_fast=16.0, beta_slow=2.0) and cfg.context_length == 256
+    want = logits_of(tmp_path / "x2.gguf")
+    assert rel_err(logits_of(tmp_path / "x4.gguf", {"factor": 2}), want) < 1e-5
+    assert rel_err(logits_of(tmp_path / "x4.gguf"), want) > 1e-3
+
+
+@pytest.mark.parametrize("scaled", [{"rope_scaling": 4.0}, {"yarn_original_context": 64}], ids=["linear", "yarn"])
+def test_rope_scaling_none_drops_the_files_scaling(tmp_path, scaled):
+    """--rope-scaling none (transformers' "default"): the positions of the same weights written without scaling;
+    the file's context stays (llama.cpp's n_ctx_train)."""
+    write_tiny_gguf(tmp_path / "plain.gguf", "qwen2", context=256)
+    write_tiny_gguf(tmp_path / "scaled.gguf", "qwen2", context=256, **scaled)
+    for none in ({"rope_type": "none"}, {"rope_type": "default"}):
+        cfg = with_rope_scaling(config(tmp_path / "scaled.gguf"), parse_rope_scaling(none))
+        assert (cfg.context_length, cfg.rope_scaling_factor, cfg.rope_yarn) == (256, 1.0, None)
+    want = logits_of(tmp_path / "plain.gguf")
+    assert rel_err(logits_of(tmp_path / "scaled.gguf", {"rope_type": "none"}), want) < 1e-5
+    assert rel_err(logits_of(tmp_path / "scaled.gguf"), want) > 1e-3
+
+
+@pytest.mark.parametrize("scaling", [None, {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 64}],
+                         ids=["unscaled", "yarn"])
+def test_rope_freq_base_is_the_files_theta(tmp_path, scaling):
+    """--rope-freq-base 500000 on a file of theta 10000: the positions of the same weights written with theta
+    500000 (and a YaRN ramp placed by that base)."""
+    write_tiny_gguf(tmp_path / "t1e4.gguf", "qwen2", context=256)
+    write_tiny_gguf(tmp_path / "t5e5.gguf", "qwen2", context=256, rope_theta=500000.0)
+    want = logits_of(tmp_path / "t5e5.gguf", scaling)
+    assert rel_err(logits_of(tmp_path / "t1e4.gguf", scaling, 500000.0), want) < 1e-5
+    assert rel_err(logits_of(tmp_path / "t1e4.gguf", scaling), want) > 1e-3
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def test_rope_freq_base_leaves_the_sliding_layers_base(tmp_path, arch):
+    """llama.cpp gives sliding-window layers the file's base (rope_freq_base_train_swa) whatever --rope-freq-base
+    says: gemma3's own local base, gemma2's shared one."""
+    write_tiny_gguf(tmp_path / "m.gguf", arch)
+    g = GGUFFile(tmp_path / "m.gguf")
+    file_cfg = config(tmp_path / "m.gguf")
+    model, cfg = load_model(g, select("torch"), rope_freq_base=123456.0)
+    local = file_cfg.rope_local_theta or file_cfg.rope_theta
+    bases = [layer.attn.rope.base for layer in model.layers]
+    assert bases == [local if s else 123456.0 for s in cfg.sliding_window_pattern]
+    assert any(cfg.sliding_window_pattern) and not all(cfg.sliding_window_pattern)
+
+
+def test_the_engine_passes_rope_freq_base_and_rope_scale_alone(tmp_path):
+    from hearth.llm import LLM
+    from hearth.memory.gguf_shape import run_context
+
+    write_tiny_gguf(tmp_path / "plain.gguf", "qwen2", context=32)
+    assert run_context(GGUFFile(tmp_path / "plain.gguf"), {"factor": 4}) == 128
+    llm = LLM(str(tmp_path / "plain.gguf"), progress=False, device="torch", num_kv_blocks=16, rope_freq_base=5e5,
+              rope_scaling={"factor": 4})
+    try:
+        assert (llm.model_config.rope_theta, llm.model_config.rope_scaling_factor, llm.max_model_len) == (5e5, 4.0, 128)
+    finally:
+        llm.close()
+    with pytest.raises(HearthError, match=r"^--rope-freq-base must be a positive base frequency \(0: the file's\), "
+                                          r"not -1"):
+        EngineConfig(rope_freq_base=-1)

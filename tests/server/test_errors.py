@@ -584,6 +584,22 @@ def test_api_key(make_fake, headers, status):
     assert fake.client.get("/").status_code == 200
 
 
+def test_no_webui_is_an_api_only_server(make_fake):
+    """llama-server's --no-webui: no chat page (/ answers Ollama's heartbeat text, /static/ a 404), the APIs as
+    before; `hearth serve --no-webui` sets it."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import server_config
+
+    fake = make_fake(webui=False)
+    r = fake.client.get("/")
+    assert (r.status_code, r.text, r.headers["content-type"].split(";")[0]) == (200, "hearth is running", "text/plain")
+    assert fake.client.head("/").status_code == 200 and fake.client.get("/static/app.js").status_code == 404
+    assert fake.client.get("/v1/models").status_code == 200
+    assert make_fake().client.get("/").status_code == 200
+    for argv, webui in ((["m"], True), (["m", "--no-webui"], False), (["m", "--webui"], True)):
+        assert server_config(command_parser("serve").parse_intermixed_args(argv)).webui is webui
+
+
 def test_cors(make_fake):
     fake = make_fake(cors_origins=["http://ok.example"], api_key="k")
     preflight = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}

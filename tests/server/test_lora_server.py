@@ -92,6 +92,18 @@ def test_a_module_name_selects_its_adapter_on_ollamas_routes_too(client):
         client.post("/lora-adapters", json=[{"id": 0, "scale": 1.0}])
 
 
+def test_models_lists_a_module_as_its_own_model_with_its_parent(client, files):  # noqa: F811
+    """vLLM's /v1/models: a --lora-modules adapter is an entry of its own, `parent` the base model's id and `root`
+    the adapter's file as given; /v1/models/NAME answers the same entry."""
+    data = client.get("/v1/models").json()["data"]
+    base = data[0]
+    ada = next(m for m in data if m["id"] == "ada")
+    assert (base["root"], base["parent"]) == (base["id"], None)
+    assert (ada["root"], ada["parent"]) == (str(files / "adapter.gguf"), base["id"])
+    assert ada["max_model_len"] == base["max_model_len"] == 128
+    assert client.get("/v1/models/ada").json() == ada
+
+
 @pytest.mark.parametrize("path, body, needle", [
     ("/v1/completions", {"prompt": IDS, "lora": [{"id": 2, "scale": 1.0}]}, "lora: names adapter id 2"),
     ("/v1/completions", {"prompt": IDS, "lora": [{"id": 0}]}, "lora[0].scale"),

@@ -467,6 +467,50 @@ def test_keep_alive_0_unloads_a_pool_model_and_keeps_a_pinned_one(capfd):
         assert loads == ["first", "second", "second"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_keep_alive_0_on_an_answered_request_unloads_once_answered(stream, capfd):
+    """Ollama answers a request with keep_alive 0, then unloads its model (its scheduler expires a runner with a
+    zero keep_alive when its last request ends); a pinned model stays."""
+    pool, loads = _pinned_and_unpinned()
+    with TestClient(create_app(pool)) as client:
+        for path, body in (("/api/chat", {"messages": USER}), ("/api/generate", {"prompt": "hi"})):
+            r = client.post(path, json={"model": "second", "keep_alive": 0, "stream": stream, **body})
+            last = [json.loads(line) for line in r.text.splitlines()][-1]
+            assert last["done"] is True and last["done_reason"] == "stop"
+            text = "".join(json.loads(line).get("response") or json.loads(line).get("message", {}).get("content", "")
+                           for line in r.text.splitlines())
+            assert text == "ok"
+            assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest"]
+        assert loads == ["first", "second", "second"]
+        assert "hearth: unloading second (keep_alive 0)" in capfd.readouterr().err
+        r = client.post("/api/chat", json={"model": "first", "messages": USER, "keep_alive": "0s", "stream": stream})
+        assert r.status_code == 200 and [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest"]
+        client.post("/api/chat", json={"model": "second", "messages": USER, "keep_alive": "5m", "stream": False})
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest", "second:latest"]
+
+
+def test_keep_alive_0_on_an_embed_request_unloads_once_answered(tmp_path):
+    """/api/embed and /api/embeddings with keep_alive 0: the vectors, then the model unloaded, as Ollama's."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import server_config
+    from hearth.commands.serve_models import build_pool
+    from tests.bert_factory import write_tiny_encoder
+
+    write_tiny_gguf(tmp_path / "chat.gguf", "llama")
+    write_tiny_encoder(tmp_path / "embed.gguf", "bert")
+    args = command_parser("serve").parse_intermixed_args([str(tmp_path / "chat.gguf"), str(tmp_path / "embed.gguf")])
+    pool = build_pool(args)
+    with TestClient(create_app(pool, server_config(args))) as client:
+        for path, body in (("/api/embed", {"input": "hello"}), ("/api/embeddings", {"prompt": "hello"})):
+            r = client.post(path, json={"model": "embed", "keep_alive": 0, **body})
+            assert r.status_code == 200 and len(r.json().get("embeddings", [r.json().get("embedding")])[0]) > 0
+            assert pool.slots[1].served is None
+        r = client.post("/api/embed", json={"model": "embed", "input": "hello", "keep_alive": "1h"})
+        assert r.status_code == 200 and pool.slots[1].served is not None
+        r = client.post("/api/embed", json={"model": "embed", "input": "hello", "keep_alive": "soon"})
+        assert r.status_code == 400 and r.json()["error"].startswith("keep_alive: must be a number of seconds")
+
+
 @pytest.mark.parametrize("value, zero", [(0, True), (0.0, True), ("0", True), ("0s", True), ("0m0s", True), ("-0h", True),
                                          ("5m", False), (-1, False), ("-1", False), ("1h30m", False), (300, False)])
 def test_keep_alive_reads_as_ollama_reads_it(value, zero):
