@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from gguf import constants as gguf_constants
+
 from hearth.api.chat_template import ChatTemplate
 from hearth.config import MAX_LOGPROBS
 from hearth.tool_parsers import (detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
@@ -58,7 +60,8 @@ class ServedModel:
     parameter_count: int = 0
     """Weights in the file (0: not known)."""
     quantization: str = ""
-    """The type most of its weight matrices have (Q4_K, Q4_1, ...; "": not known): Ollama's quantization_level."""
+    """The file's type as llama.cpp names it (Q4_K_M, Q4_1, ...; without general.file_type the type most of
+    its weight matrices have; "": not known): Ollama's quantization_level."""
     file_size: int = 0
     """The model's bytes, every part of a split GGUF's (0: not known; then `path`'s): Ollama's `size`."""
     lora: Any = None
@@ -170,7 +173,18 @@ def gguf_facts(gguf) -> dict:
         if len(t.shape) == 2:
             types[t.qtype.name] += n
     return {"metadata": metadata, "parameter_count": count, "file_size": gguf.file_size,
-            "quantization": types.most_common(1)[0][0] if types else ""}
+            "quantization": _file_type(gguf.metadata.get("general.file_type"))
+            or (types.most_common(1)[0][0] if types else "")}
+
+
+def _file_type(value) -> str:
+    """general.file_type as llama.cpp and Ollama name it (15: Q4_K_M; its matrices are Q4_K, Q6_K and Q5_0 or
+    Q8_0 by layer, so the commonest type misnames it); "" where absent or unknown."""
+    try:
+        name = gguf_constants.LlamaFileType(int(value)).name
+    except (TypeError, ValueError):
+        return ""
+    return "" if name == "GUESSED" else name.removeprefix("MOSTLY_").removeprefix("ALL_")
 
 
 @dataclass(frozen=True)
