@@ -29,6 +29,7 @@ from hearth.kvstore.codecs import get_codec
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.context import context_in_cache, context_to_run
+from hearth.loader.store import folder_problem
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
@@ -94,6 +95,8 @@ class LLM:
             raise HearthError(f"--device {self.backend.name} has {why}")
         if self.backend.name == "cuda" and cfg.kv_disk_dir:
             raise HearthError("--device cuda has no KV disk tier yet: drop --kv-disk-dir")
+        if cfg.kv_disk_dir and (why := folder_problem(Path(cfg.kv_disk_dir))) is not None:
+            raise HearthError(f"--kv-disk-dir {cfg.kv_disk_dir} is not a folder hearth can write to: {why}")
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
         t0 = time.perf_counter()

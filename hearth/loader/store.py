@@ -39,19 +39,23 @@ def check_home(home: str | os.PathLike | None = None) -> Path:
     """hearth_home(), created if missing; a HearthError naming HEARTH_HOME and why where it cannot be
     a folder hearth writes to (a file, a read-only place): said once, before a command builds or pulls."""
     path = hearth_home(home)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        reason = None if os.access(path, os.W_OK | os.X_OK) else "it is not writable"
-    except FileExistsError:
-        reason = "it is a file"
-    except NotADirectoryError:
-        reason = "a folder above it is a file"
-    except OSError as e:  # PermissionError, a read-only filesystem, ...
-        reason = f"it cannot be created ({e.strerror or e})"
-    if reason is not None:
+    if (reason := folder_problem(path)) is not None:
         where = f"HEARTH_HOME ({path})" if os.environ.get("HEARTH_HOME") else f"the default HEARTH_HOME ({path})"
         raise HearthError(f"{where} is not a folder hearth can write to: {reason}; set HEARTH_HOME to one that is")
     return path
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why `path` cannot be a folder hearth writes to (it is created if missing), or None."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return None if os.access(path, os.W_OK | os.X_OK) else "it is not writable"
+    except FileExistsError:
+        return "it is a file"
+    except NotADirectoryError:
+        return "a folder above it is a file"
+    except OSError as e:  # PermissionError, a read-only filesystem, ...
+        return f"it cannot be created ({e.strerror or e})"
 
 
 def catalog_path(entry: CatalogEntry, home: str | os.PathLike | None = None) -> Path:
