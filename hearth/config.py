@@ -168,7 +168,7 @@ class EngineConfig:
     device: str = "auto"
     """One of DEVICES: the backend the model runs on (hearth.backends)."""
     seed: int = 0
-    """Default seed for requests that give none."""
+    """The engine sampler's seed at start: requests that give none draw from it in turn."""
     max_logprobs: int = MAX_LOGPROBS
     """Most top logprobs a request may ask per token, generated (logprobs, top_logprobs) or prompt
     (prompt_logprobs), as vLLM's --max-logprobs; -1 = no cap (up to the whole vocabulary). Each costs

@@ -129,7 +129,10 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     eng.add_argument("--threads", "-t", type=int, default=0,
                      help=f"CPU threads per model; {THREADS_ZERO}; a --models entry's `threads` overrides it "
                           "(default: 0)")
-    eng.add_argument("--seed", type=int, default=0, help="seed for requests that give none (default: %(default)s)")
+    eng.add_argument("--seed", type=int, default=0,
+                     help="seed of the engine's sampler at start, as vLLM's: requests that give no `seed` draw from "
+                          "it in turn (so a restart repeats the same sequence of answers, not one answer per prompt; "
+                          "a request's own `seed` gives that) (default: %(default)s)")
     eng.add_argument("--max-logprobs", type=int, default=MAX_LOGPROBS, metavar="N",
                      help="most top logprobs a request may ask per token (logprobs, top_logprobs, prompt_logprobs); "
                           "-1: no cap, and a request's -1 asks for the whole vocabulary, as vLLM's (default: %(default)s)")
