@@ -24,6 +24,9 @@ class ResponsesRequest(SamplingScalars):
     max_output_tokens: StrictInt | None = None
     store: StrictBool = True
     previous_response_id: str | None = None
+    conversation: Any = None
+    """OpenAI's Conversations (/v1/conversations), which hearth does not keep: a 400, as dropping it would lose the
+    history the client counts on."""
     metadata: dict[str, Any] | None = None
     truncation: Literal["auto", "disabled"] = "disabled"
     """auto: the oldest turns dropped to fit the context; disabled: a 400 (hearth.api.responses_options)."""

@@ -42,6 +42,9 @@ async def create_response(body: ResponsesRequest, request: Request):
     state = request.app.state
     store = state.responses
     prev = None
+    if body.conversation is not None:
+        raise APIError(400, "conversation: hearth keeps no conversations (/v1/conversations); chain turns with "
+                       "previous_response_id, or send the history in input", param="conversation")
     if body.previous_response_id is not None:
         prev = store.get(body.previous_response_id)
         if prev is None:

@@ -288,3 +288,11 @@ def test_guarded_response_retries_and_reports(fake):
     follow = fake.client.post("/v1/responses", json={"model": "fake-model", "previous_response_id": body["id"],
                                                      "input": "thanks"})
     assert follow.status_code == 200 and "get_wether" not in fake.last.prompt
+
+
+def test_a_conversation_is_a_400_not_dropped(fake):
+    """`conversation` (OpenAI's server-kept history) was dropped with a 200: the answer lost its history."""
+    r = fake.client.post("/v1/responses", json={"model": "fake-model", "input": "hi", "conversation": "conv_1"})
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "conversation" and "previous_response_id" in err["message"]
