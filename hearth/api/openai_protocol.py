@@ -106,7 +106,8 @@ class SamplingFields(SamplingScalars):
     """What both OpenAI endpoints share; the names are OpenAI's and vLLM's."""
 
     n: StrictInt = 1
-    logit_bias: dict[str, StrictFloat] | None = None
+    logit_bias: dict[str, Any] | list[Any] | None = None
+    """OpenAI's {"token id": bias}, or llama-server's [[token id or text, bias or false]] (hearth.api.sampling)."""
     stop: str | list[str] | None = None
     stop_token_ids: list[StrictInt] | None = None
     min_tokens: StrictInt = 0

@@ -83,21 +83,42 @@ def lora_scales(body, served, model: str | None = None) -> dict[int, float] | No
     return None if j is None else {j: 1.0}
 
 
-def logit_bias(bias: dict | None, vocab_size: int | None = None) -> dict[int, float] | None:
+def logit_bias(bias: dict | list | None, served) -> dict[int, float] | None:
+    """OpenAI's {"token id": bias} or llama-server's [[token id or text, bias or false], ...] (its object form
+    takes a text as a key too) -> {token id: bias}; a text biases each of its tokens, false bans the token
+    (-inf), as llama-server's."""
     if not bias:
         return None
+    if isinstance(bias, dict):
+        pairs = list(bias.items())
+    elif all(isinstance(p, list) and len(p) == 2 for p in bias):
+        pairs = [tuple(p) for p in bias]
+    else:
+        raise _bad("logit_bias", "must be an object {token id: bias} or a list of [token id or text, bias] pairs")
     out = {}
-    for key, value in bias.items():
-        try:
-            token = int(key)
-        except ValueError:
-            raise _bad("logit_bias", f"keys are token ids, got {key!r}") from None
-        if token < 0 or (vocab_size is not None and token >= vocab_size):
-            raise _bad("logit_bias", f"token id {token} is outside the vocabulary")
-        if not -100 <= value <= 100:
-            raise _bad("logit_bias", f"bias of token {token} must be in [-100, 100], got {value}")
-        out[token] = float(value)
+    for key, value in pairs:
+        if value is False:
+            value = float("-inf")
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or not -100 <= value <= 100:
+            raise _bad("logit_bias", f"bias of {key!r} must be a number in [-100, 100] or false, got {value!r}")
+        for token in _bias_tokens(key, served):
+            out[token] = float(value)
     return out
+
+
+def _bias_tokens(key, served) -> list[int]:
+    """A logit_bias key's tokens: a token id (an int, or a string of digits), else the text's tokens."""
+    if isinstance(key, bool) or not isinstance(key, (int, str)):
+        raise _bad("logit_bias", f"keys are token ids or texts, got {key!r}")
+    if isinstance(key, str) and not key.strip().lstrip("-").isdigit():
+        tokens = served.tokenizer.encode(key, add_special_tokens=False)
+        if not tokens:
+            raise _bad("logit_bias", f"{key!r} has no tokens")
+        return tokens
+    token = int(key)
+    if token < 0 or token >= served.vocab_size:
+        raise _bad("logit_bias", f"token id {token} is outside the vocabulary")
+    return [token]
 
 
 def token_ids(param: str, ids: list[int] | None, vocab_size: int | None) -> list[int]:

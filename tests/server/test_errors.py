@@ -67,7 +67,11 @@ TABLE = [
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
     (CHAT, {"messages": USER, "top_logprobs": 3}, 400, "top_logprobs"),  # without logprobs: true, as OpenAI
     (CHAT, {"messages": USER, "logprobs": False, "top_logprobs": 0}, 400, "top_logprobs"),
-    (CHAT, {"messages": USER, "logit_bias": {"abc": 1}}, 400, "logit_bias"),
+    (CHAT, {"messages": USER, "logit_bias": {"65": "x"}}, 400, "logit_bias"),
+    (CHAT, {"messages": USER, "logit_bias": {"65": True}}, 400, "logit_bias"),
+    (CHAT, {"messages": USER, "logit_bias": [[65, 1, 2]]}, 400, "logit_bias"),
+    (CHAT, {"messages": USER, "logit_bias": [[{"a": 1}, 1]]}, 400, "logit_bias"),
+    (CHAT, {"messages": USER, "logit_bias": {"": 1}}, 400, "logit_bias"),
     (CHAT, {"messages": USER, "stop": 5}, 400, "stop"),
     (CHAT, {"messages": USER, "stop": ["x", ""]}, 400, "stop"),  # matched at once: an empty answer
     (CHAT, {"messages": USER, "seed": 10**30}, 400, "seed"),  # failed the engine step of every request

@@ -366,3 +366,13 @@ def test_chat_template_kwargs_cannot_break_rendering(fake):
     r = fake.client.post("/v1/chat/completions", json={
         "messages": USER, "chat_template_kwargs": {"messages": [], "tools": 5, "enable_thinking": False}})
     assert r.status_code == 200 and "hi" in fake.last.prompt
+
+
+def test_llama_servers_logit_bias_pairs_and_texts_reach_the_engine(fake):
+    """llama-server's [[id or text, bias or false]] (and a text as an object key) was a 400: each text's tokens
+    (the fake tokenizer's are code points) take the bias, false bans the token."""
+    for bias in ([[65, 2], ["BC", -1.5], [68, False]], {"65": 2, "BC": -1.5}):
+        r = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": USER, "logit_bias": bias})
+        assert r.status_code == 200, r.text
+        expected = {65: 2.0, 66: -1.5, 67: -1.5} | ({68: float("-inf")} if isinstance(bias, list) else {})
+        assert fake.last.params.logit_bias == expected
