@@ -97,7 +97,8 @@ async def _running() -> str:
 
 
 def _add_service_routes(app: FastAPI) -> None:
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])  # HEAD: load balancers' and uptime checkers' probe
+    @app.api_route("/v1/health", methods=["GET", "HEAD"], include_in_schema=False)  # llama-server's too
     async def health():
         return {"status": "ok"}
 

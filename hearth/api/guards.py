@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hearth.api.errors import error_body
 
-PUBLIC_PATHS = frozenset({"/health", "/", "/index.html", "/favicon.ico"})
+PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/index.html", "/favicon.ico"})
 PUBLIC_PREFIXES = ("/static/",)  # the chat page's assets: the page asks for the key, so they cannot need it
 
 

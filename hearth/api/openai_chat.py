@@ -34,6 +34,7 @@ router = APIRouter()
 
 
 @router.post("/v1/chat/completions")
+@router.post("/chat/completions", include_in_schema=False)  # llama-server's too: clients given a base URL without /v1
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
     served = await state.models.get(body.model)

@@ -225,6 +225,14 @@ class TokenizeRequest(_Request):
     """llama-server's: each token as {"id", "piece"} (its text, or its bytes where they are not UTF-8)."""
 
 
+class ApplyTemplateRequest(_Request):
+    """llama-server's /apply-template body."""
+    model: str | None = None
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: StrictBool = True
+
+
 class DetokenizeRequest(_Request):
     model: str | None = None
     tokens: list[StrictInt]

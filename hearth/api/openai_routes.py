@@ -10,14 +10,15 @@ from hearth.api.errors import APIError
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.logprobs import token_bytes
 from hearth.api.messages import openai_messages
-from hearth.api.openai_protocol import DetokenizeRequest, TokenizeRequest
+from hearth.api.openai_protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from hearth.api.sampling import outside_vocabulary
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 
 router = APIRouter()
 
 
-@router.get("/v1/models")
+@router.api_route("/v1/models", methods=["GET", "HEAD"])
+@router.api_route("/models", methods=["GET", "HEAD"], include_in_schema=False)  # llama-server's too
 async def list_models(request: Request):
     return {"object": "list", "data": request.app.state.models.cards()}
 
@@ -61,6 +62,11 @@ def conversation_ids(served, body, server_guard) -> list[int]:
         return list(body.prompt)
     if body.prompt is not None:
         return served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
+    return rendered_chat(served, body, server_guard)[1]
+
+
+def rendered_chat(served, body, server_guard) -> tuple[str, list[int]]:
+    """(prompt text, ids) of body's `messages` (+ `tools`) as a chat request renders them."""
     history = openai_messages(body.messages)
     guard = RequestGuard(None, server_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
@@ -70,7 +76,14 @@ def conversation_ids(served, body, server_guard) -> list[int]:
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
                                   add_generation_prompt=body.add_generation_prompt)
         return text, served.encode_chat_text(text)
-    return guard.fit(render, history, served.max_model_len, None)[1]
+    return guard.fit(render, history, served.max_model_len, None)
+
+
+@router.post("/apply-template")
+async def apply_template(body: ApplyTemplateRequest, request: Request):
+    """llama-server's: the prompt a chat request's messages render to, nothing run."""
+    served = await request.app.state.models.get(body.model)
+    return {"prompt": rendered_chat(served, body, request.app.state.config.tool_guard)[0]}
 
 
 @router.post("/detokenize")
