@@ -131,9 +131,11 @@ def _run(argv: list[str] | None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
-    if argv[0] in ("-V", "--version"):
+    if argv[0] in ("-V", "--version", "version"):  # `version`, `help`: ollama's spellings
         print(version())
         return 0
+    if argv[0] == "help":
+        return main([*argv[1:2], "--help"] if argv[1:] else ["--help"])
     name = argv[0]
     if name not in COMMANDS:
         from hearth.commands.foreign_flags import FOREIGN_COMMANDS

@@ -656,3 +656,12 @@ def test_serve_log_level_reaches_hearths_own_loggers(capsys, no_model_load):
     logging.getLogger("hearth.api").debug("not at info")
     err = capsys.readouterr().err
     assert err.count("/infill: dropped 7 tokens") == 1 and "INFO" in err and "not at info" not in err, err
+
+
+def test_help_and_version_are_commands_too(capsys):
+    """ollama's `help` and `version` were "unknown command"."""
+    assert main(["version"]) == 0 and capsys.readouterr().out.startswith("hearth ")
+    assert main(["help"]) == 0 and "commands" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["help", "serve"])
+    assert e.value.code == 0 and "usage: hearth serve" in capsys.readouterr().out
