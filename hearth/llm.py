@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import operator
+import os
 import sys
 import threading
 import time
@@ -99,6 +100,10 @@ class LLM:
             raise HearthError(f"--kv-disk-dir {cfg.kv_disk_dir} is not a folder hearth can write to: {why}")
         if cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
+            if cfg.threads > (cpus := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()):
+                # every step waits for its slowest thread, and the extra ones are always descheduled
+                log.warning("--threads %d is more than the %d CPUs this process may use: steps run slower, not faster",
+                            cfg.threads, cpus)
         t0 = time.perf_counter()
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)

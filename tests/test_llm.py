@@ -92,3 +92,19 @@ def test_max_logprobs_is_the_engines_setting_and_minus_one_lifts_it(tmp_path):
     with pytest.raises(HearthError, match=re.escape("--max-logprobs must be a number of logprobs per token "
                                                     "(-1: no cap), not -2")):
         LLM(str(path), max_logprobs=-2, progress=False)
+
+
+def test_more_threads_than_cpus_is_a_warning(llm, caplog):
+    """--threads 999 on a 2-CPU machine was taken without a word (and runs slower than --threads 2)."""
+    import os
+
+    import torch
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level("WARNING", logger="hearth"):
+            LLM(str(llm.path), max_model_len=64, max_num_seqs=1, progress=False, threads=cpus + 1)
+    finally:
+        torch.set_num_threads(before)
+    assert f"--threads {cpus + 1} is more than the {cpus} CPUs this process may use" in caplog.text
