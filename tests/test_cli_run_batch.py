@@ -70,11 +70,54 @@ def test_each_bad_line_is_named(text, why):
     assert str(e.value).startswith(f"in.jsonl line 2: {why}")
 
 
-def test_a_repeated_custom_id_and_an_empty_file_are_refused():
+def test_a_repeated_custom_id_is_refused():
     with pytest.raises(HearthError, match=r"^f line 3: custom_id 'x' repeats line 1's$"):
         read_lines([_line("x"), "", _line("x")], "f")
-    with pytest.raises(HearthError, match=r"^f holds no requests$"):
-        read_lines(["", " "], "f")
+
+
+def test_an_empty_file_is_an_empty_output_and_loads_nothing(tmp_path, capsys, monkeypatch):
+    """As vLLM's run-batch (its test_empty_file)."""
+    import hearth.commands.serve_models
+
+    monkeypatch.setattr(hearth.commands.serve_models, "build_pool", lambda *a: pytest.fail("loaded a model"))
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n \n")
+    out.write_text("old")
+    assert main(["run-batch", "-i", str(src), "-o", str(out)]) == 0
+    assert out.read_text() == "" and "holds no requests" in capsys.readouterr().err
+
+
+def test_a_bad_output_path_fails_before_a_model_loads(tmp_path, capsys, monkeypatch):
+    import hearth.commands.serve_models
+
+    monkeypatch.setattr(hearth.commands.serve_models, "build_pool", lambda *a: pytest.fail("loaded a model"))
+    src = tmp_path / "in.jsonl"
+    src.write_text(_line("a", **CHAT))
+    assert main(["run-batch", "-i", str(src), "-o", str(tmp_path / "no" / "out.jsonl")]) == 1
+    assert "No such file or directory" in capsys.readouterr().err
+
+
+def test_many_choices_a_line_are_answered_not_refused(instruct, tmp_path):
+    """Lines of n=4 on two sequences overran the engine's queue (its --max-queued): 429 rows a batch cannot
+    retry."""
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\n".join(_line(str(i), **CHAT | {"n": 4, "max_tokens": 2}) for i in range(6)))
+    assert main(["run-batch", "-i", str(src), "-o", str(out), str(instruct), "--ctx", "256",
+                 "--max-num-seqs", "2"]) == 0
+    rows = [json.loads(r) for r in out.read_text().splitlines()]
+    assert [r["response"]["status_code"] for r in rows] == [200] * 6
+    assert all(len(r["response"]["body"]["choices"]) == 4 for r in rows)
+
+
+def test_a_failed_write_ends_the_lines_in_flight_and_is_one_line(instruct, tmp_path, capsys):
+    """Writing to a full disk was a traceback, and the lines still in flight loaded the model again once
+    the pool had closed."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("\n".join(_line(str(i), **CHAT) for i in range(20)))
+    assert main(["run-batch", "-i", str(src), "-o", "/dev/full", str(instruct), "--ctx", "256"]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith("hearth: error: --output-file /dev/full: No space left on device\n")
+    assert err.count("loading") == 1
 
 
 def test_bad_lines_fail_before_a_model_loads_and_lose_nothing(tmp_path, capsys, monkeypatch):
@@ -133,9 +176,12 @@ def test_a_rerankers_batch(tmp_path):
     src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text("\n".join([_line("r", "/v1/rerank", query="a", documents=["b", "c"]),
                               _line("s", "/v1/score", text_1="a", text_2=["b", "c"]),
-                              _line("e", "/v1/embeddings", input="a")]))
+                              _line("e", "/v1/embeddings", input="a"),
+                              *(_line(url, url, query="a", documents=["b"]) for url in ("/rerank", "/v2/rerank")),
+                              _line("/score", "/score", text_1="a", text_2="b")]))  # vLLM's run-batch spellings
     assert main(["run-batch", "-i", str(src), "-o", str(out), str(model)]) == 0
-    r, s, e = (json.loads(x)["response"] for x in out.read_text().splitlines())
+    r, s, e, *spelled = (json.loads(x)["response"] for x in out.read_text().splitlines())
+    assert [x["status_code"] for x in spelled] == [200, 200, 200]
     assert sorted(x["index"] for x in r["body"]["results"]) == [0, 1] and len(s["body"]["data"]) == 2
     assert {x["index"]: x["relevance_score"] for x in r["body"]["results"]} == {
         x["index"]: x["score"] for x in s["body"]["data"]}  # one pair, one score, by either route

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 from hearth.errors import HearthError
 
-URLS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses", "/v1/rerank", "/v1/score")
-"""The routes a batch line may name: the server's own, answered whole."""
+URLS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses",
+        "/v1/rerank", "/v2/rerank", "/rerank", "/v1/score", "/score")
+"""The routes a batch line may name: the server's own, answered whole (a reranker's under each spelling
+vLLM's run-batch takes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +29,8 @@ class BatchLine:
 
 
 def read_lines(lines: Iterable[str], source: str) -> list[BatchLine]:
-    """Every request of a batch file, all checked before any runs (a bad line costs nothing already
-    answered); raises HearthError naming the first bad line and how many more there are."""
+    """Every request of a batch file (none for an empty one), all checked before any runs (a bad line costs
+    nothing already answered); raises HearthError naming the first bad line and how many more there are."""
     out, bad, seen = [], [], {}
     for number, text in enumerate(lines, 1):
         if not text.strip():
@@ -43,8 +45,6 @@ def read_lines(lines: Iterable[str], source: str) -> list[BatchLine]:
     if bad:
         more = f" (and {len(bad) - 1} more bad lines)" if len(bad) > 1 else ""
         raise HearthError(f"{source} {bad[0]}{more}")
-    if not out:
-        raise HearthError(f"{source} holds no requests")
     return out
 
 

@@ -40,50 +40,82 @@ def main(args: argparse.Namespace) -> int:
     lines = read_lines(_read(args.input_file), args.input_file)  # every line checked before a model loads
     config = serve.server_config(args)
     EngineConfig(**serve.engine_args(args))
-    pool = build_pool(args)
-    pool.preload()
-    app = create_app(pool, config)
-    concurrency = min(2 * args.max_num_seqs, args.max_num_seqs + args.max_queued)
-    with _output(args.output_file) as out:
-        statuses = asyncio.run(answer(app, lines, out, concurrency))
-    failed = sum(n for s, n in statuses.items() if s != 200)
     where = "stdout" if args.output_file == "-" else args.output_file
+    with _output(args.output_file) as out:  # opened before the load: a bad path costs no load
+        if not lines:  # as vLLM's: an empty output
+            print(f"hearth: {args.input_file} holds no requests; {where} is empty", file=sys.stderr)
+            return 0
+        args.max_queued = UNQUEUED  # no 429 to a client that cannot retry: the lines in flight are the bound
+        pool = build_pool(args)
+        pool.preload()
+        app = create_app(pool, config)
+        try:
+            statuses = asyncio.run(answer(app, lines, out, 2 * args.max_num_seqs))
+        except BrokenPipeError:  # stdout's reader left (`| head`): hearth.cli ends quietly
+            raise
+        except OSError as e:
+            raise HearthError(f"--output-file {args.output_file}: {e.strerror or e}") from None
+    failed = sum(n for s, n in statuses.items() if s != 200)
     print(f"hearth: {len(lines)} requests answered to {where}" + (
         f"; {failed} of them with an error ({_counts(statuses)})" if failed else ""), file=sys.stderr)
     return 0
 
 
+UNQUEUED = 1 << 40
+"""run-batch's --max-queued: an engine never refuses a line's requests (its `n` may be many)."""
+
+
 async def answer(app, lines, out, concurrency: int) -> Counter:
-    """Every line through the app (concurrency at a time), each result written once those before it
-    are -> how many got each status (0: no answer)."""
+    """Every line through the app, `concurrency` lines at a time (a line's task made only when one
+    ends: a long file costs no memory up front), each result written once those before it are ->
+    how many got each status (0: no answer). A failed write ends every line in flight first."""
     from tqdm import tqdm
 
     from hearth.api.batch_file import error_row, result_row
     from hearth.api.inprocess import post
 
     statuses: Counter = Counter()
-    gate, done, written = asyncio.Semaphore(concurrency), {}, 0
+    gate, done, tasks, failed = asyncio.Semaphore(concurrency), {}, set(), []
+    written = 0
     bar = tqdm(total=len(lines), unit="req", desc="run-batch", file=sys.stderr)
 
     async def one(i: int) -> None:
         nonlocal written
         line = lines[i]
-        async with gate:
+        try:
             try:
                 status, body = await post(app, line.url, line.body)
                 done[i] = result_row(line, status, body)
             except Exception as e:  # the route failed past its 500 (an app error re-raised): a row saying so
                 status, done[i] = 0, error_row(line, f"{type(e).__name__}: {e}")
+        finally:
+            gate.release()
         statuses[status] += 1
         bar.update()
-        while written in done:
-            out.write(json.dumps(done.pop(written)) + "\n")
-            written += 1
-        out.flush()
+        try:
+            while written in done:
+                out.write(json.dumps(done.pop(written)) + "\n")
+                written += 1
+            out.flush()
+        except OSError as e:
+            failed.append(e)
+            raise
 
     async with app.router.lifespan_context(app):
-        await asyncio.gather(*(one(i) for i in range(len(lines))))
-    bar.close()
+        try:
+            for i in range(len(lines)):
+                await gate.acquire()
+                if failed:
+                    break
+                task = asyncio.create_task(one(i))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.gather(*tasks)
+        finally:  # a failure, or Ctrl-C: no line still runs when the pool closes
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            bar.close()
     return statuses
 
 
@@ -118,5 +150,13 @@ def _output(path: str):
         f = open(path, "w", encoding="utf-8")
     except OSError as e:
         raise HearthError(f"--output-file {path}: {e.strerror}") from None
-    with f:
+    try:
         yield f
+    except BaseException:
+        with contextlib.suppress(OSError):  # the failure in flight is the one to tell
+            f.close()
+        raise
+    try:
+        f.close()
+    except OSError as e:  # the last rows' flush
+        raise HearthError(f"--output-file {path}: {e.strerror or e}") from None

@@ -58,8 +58,6 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
                           "name are aliases)")
     net.add_argument("-a", "--alias", dest="served_model_name", action="extend", type=_names, metavar="NAME[,NAME]",
                      help="--served-model-name in llama-server's spelling (comma-separated names)")
-    net.add_argument("--max-queued", type=int, default=256,
-                     help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--max-n", type=int, default=16, help="largest `n` a request may ask for (default: %(default)s)")
     net.add_argument("--max-tokens-limit", type=int, default=0,
                      help="largest max_tokens a request may ask for, and the max_tokens of one that asks none "
@@ -143,6 +141,8 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
 
 
 def _add_listen_arguments(net) -> None:
+    net.add_argument("--max-queued", type=int, default=256,
+                     help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     net.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
     net.add_argument("--api-key", default=os.environ.get("HEARTH_API_KEY"),
