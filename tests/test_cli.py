@@ -665,3 +665,27 @@ def test_help_and_version_are_commands_too(capsys):
     with pytest.raises(SystemExit) as e:
         main(["help", "serve"])
     assert e.value.code == 0 and "usage: hearth serve" in capsys.readouterr().out
+
+
+def test_llama_cli_s_prompt_flags_and_samplers(tiny_models, capsys, tmp_path):
+    """llama-cli's -p PROMPT, -f FILE, -sys and its samplers (--top-k, --min-p, --repeat-penalty) were
+    unrecognized arguments."""
+    _, instruct = tiny_models
+    chat = greedy_text(instruct, as_chat)
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text(PROMPT)
+    for given in (["-p", PROMPT], ["--prompt", PROMPT], ["-f", str(prompt)]):
+        assert run_stdout(capsys, "-m", str(instruct), *given, *GREEDY) == (chat + "\n", [])
+    assert main(["run", str(instruct), "hi", "-p", "there"]) == 1
+    assert capsys.readouterr().err == "hearth: error: PROMPT and -p both give the prompt: give one\n"
+    assert main(["run", str(instruct), "-f", str(tmp_path / "none.txt")]) == 1
+    assert "-f " in capsys.readouterr().err
+    from hearth.cli import command_parser
+    from hearth.commands.run import sampling_params
+
+    args = command_parser("run").parse_intermixed_args(["m", "--top-k", "40", "--min-p", "0.05", "--repeat-penalty",
+                                                       "1.1", "-sys", "be brief", "--presence-penalty", "0.5"])
+    p = sampling_params(args)
+    assert (p.top_k, p.min_p, p.repetition_penalty, p.presence_penalty, args.system) == (40, 0.05, 1.1, 0.5, "be brief")
+    assert main(["run", str(instruct), "hi", "--min-p", "2"]) == 1
+    assert capsys.readouterr().err.startswith("hearth: error: --min-p ")

@@ -53,9 +53,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--raw", "-no-cnv", dest="mode", action="store_const", const="text",
                       help="complete the prompt (or each line) as plain text, no chat template, whatever the "
                            "model (llama-cli's -no-cnv)")
-    p.add_argument("--system", help="system prompt (a chat's)")
+    p.add_argument("-p", "--prompt", dest="prompt_flag", default=None, metavar="PROMPT",
+                   help="PROMPT as llama-cli's -p spells it")
+    p.add_argument("-f", "--file", dest="prompt_file", default=None, metavar="FILE",
+                   help="the prompt is this file's text (llama-cli's -f)")
+    p.add_argument("--system", "-sys", "--system-prompt", help="system prompt (a chat's; -sys: llama-cli's)")
     p.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
+    p.add_argument("--top-k", type=int, default=0, help="0: off (default: %(default)s)")
+    p.add_argument("--min-p", type=float, default=0.0, help="0: off (default: %(default)s)")
+    p.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=1.0,
+                   help="1: off; --repeat-penalty: llama-cli's spelling (default: %(default)s)")
+    p.add_argument("--presence-penalty", type=float, default=0.0, help="(default: %(default)s)")
+    p.add_argument("--frequency-penalty", type=float, default=0.0, help="(default: %(default)s)")
     # -n spelled out: argparse read llama-cli's `-n 10` as an abbreviation of -no-cnv and 10 as the prompt
     p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=None,
                    help="longest answer in tokens; more than the context has left is an error "
@@ -197,20 +207,39 @@ def sampling_params(args: argparse.Namespace):
     from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
     try:
-        return SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
-                              seed=args.seed)
+        return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                              repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
+                              frequency_penalty=args.frequency_penalty, max_tokens=args.max_tokens, seed=args.seed)
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
 
 def _model_flag(args: argparse.Namespace) -> None:
-    """args.model from MODEL or llama-cli's -m FILE, where MODEL's place then holds the prompt."""
+    """args.model from MODEL or llama-cli's -m FILE, where MODEL's place then holds the prompt; args.prompt
+    from PROMPT, -p PROMPT or -f FILE (one of them)."""
     if args.model_flag is not None:
         if args.prompt is not None:
             raise HearthError(f"-m {args.model_flag} names the model: give the prompt alone after it, not "
                               f"{args.model!r} and {args.prompt!r}")
         args.model, args.prompt = args.model_flag, args.model
     args.model = args.model or DEFAULT_MODEL
+    given = [(flag, text) for flag, text in (("PROMPT", args.prompt), ("-p", args.prompt_flag),
+                                              ("-f", _file_text(args.prompt_file))) if text is not None]
+    if len(given) > 1:
+        raise HearthError(f"{given[0][0]} and {given[1][0]} both give the prompt: give one")
+    args.prompt = given[0][1] if given else None
+
+
+def _file_text(path: str | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise HearthError(f"-f {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise HearthError(f"-f {path}: not UTF-8 text") from None
 
 
 def header_context(model, ctx: int, rope: dict | None = None) -> tuple[int, int]:
