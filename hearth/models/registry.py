@@ -19,6 +19,7 @@ ARCHITECTURES: dict[str, str] = {
     "gpt-oss": "hearth.models.gpt_oss:GptOssForCausalLM",
     "granite": "hearth.models.granite:GraniteForCausalLM",
     "granitemoe": "hearth.models.granite:GraniteMoeForCausalLM",
+    "smollm3": "hearth.models.smollm3:SmolLM3ForCausalLM",
     # encoders: embeddings only (hearth.models.encoder)
     "bert": "hearth.models.bert:BertModel",
     "nomic-bert": "hearth.models.nomic_bert:NomicBertModel",
