@@ -120,13 +120,14 @@ DEFAULT_DIMS = {
     # logit cap (its logits reach ~75)
     "gemma2": TinyDims(layers=4, kv_heads=1, head_dim=32, sliding_window=8, tokenizer="llama",
                        attn_softcap=1.5, final_softcap=30.0),
-    # scales away from 1 (and the attention's from 1/sqrt(16)) so that each shows in the logits
-    "granite": TinyDims(layers=3, tied=False, rms_eps=1e-5, embedding_scale=0.5, residual_scale=0.25,
-                        attention_scale=0.1, logit_scale=4.0),
-    "granitemoe": TinyDims(layers=2, rms_eps=1e-5, embedding_scale=0.5, residual_scale=0.25, attention_scale=0.1,
-                           logit_scale=4.0, experts=4, experts_used=2, expert_ffn=96),
+    # scales away from 1 (and the attention's from 1/sqrt(32)) so that each shows in the logits; heads of 32 (the
+    # fused C++ layer's smallest: the whole layer in one call), written as hidden / heads (llama's files)
+    "granite": TinyDims(layers=3, hidden=128, head_dim=32, tied=False, rms_eps=1e-5, embedding_scale=0.5,
+                        residual_scale=0.25, attention_scale=0.1, logit_scale=4.0),
+    "granitemoe": TinyDims(layers=2, hidden=128, head_dim=32, rms_eps=1e-5, embedding_scale=0.5, residual_scale=0.25,
+                           attention_scale=0.1, logit_scale=4.0, experts=4, experts_used=2, expert_ffn=96),
     # 8 layers: layers 3 and 7 without rope
-    "smollm3": TinyDims(layers=8, rope_theta=2000000.0, rms_eps=1e-6),
+    "smollm3": TinyDims(layers=8, hidden=128, head_dim=32, rope_theta=2000000.0, rms_eps=1e-6),
     "olmo2": TinyDims(layers=3, kv_heads=4, tied=False, rope_theta=500000.0, rms_eps=1e-6),
     # 6 layers: five sliding ones then a global one, llama.cpp's gemma3 pattern
     "gemma3": TinyDims(layers=6, kv_heads=1, head_dim=32, rope_theta=1000000.0, sliding_window=8,
