@@ -69,13 +69,21 @@ def test_granite_each_scale_shows_in_the_logits(tiny, tmp_path, scale):
     assert rel_err(_logits(*_exact(d / name), ids), ref) > FAR
 
 
-def test_granite_config_rescales_the_residual_stream(tiny):
-    """residual_scale r as the stream / r (hearth.models.granite): embeddings x embedding_scale / r, eps / r^2."""
-    _, dims, _, cfg, *_ = tiny("granite")
+def test_granite_runs_the_residual_stream_rescaled(tmp_path):
+    """residual_scale r as the stream / r (hearth.models.granite): embeddings x embedding_scale / r, each norm's
+    eps / r^2. A file with a large eps, where the norms with the file's eps are another model (2.6e-3 off)."""
+    d, name, dims = tiny_dir(tmp_path, "granite", rms_eps=1e-3)
+    model, cfg = _exact(d / name)
     r = dims.residual_scale
     assert cfg.embedding_scale == pytest.approx(dims.embedding_scale / r)
     assert cfg.rms_norm_eps == pytest.approx(dims.rms_eps / r**2)
     assert (cfg.attn_scale, cfg.logit_scale) == (pytest.approx(dims.attention_scale), dims.logit_scale)
+    ids = prompt(cfg.vocab_size)
+    ref = _reference(d / name, "granite", dims, ids)
+    assert rel_err(_logits(model, cfg, ids), ref) < REL_TOL
+    for norm in (m for m in model.modules() if isinstance(m, RMSNorm)):
+        norm._eps.fill_(dims.rms_eps)
+    assert rel_err(_logits(model, cfg, ids), ref) > 10 * REL_TOL
 
 
 def test_smollm3_every_fourth_layer_has_no_rope(tiny, monkeypatch):
