@@ -118,7 +118,7 @@ def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, 
 
 
 @pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "smollm3"])
 def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     """A 100-token prefill runs the layers natively with their matmuls on AMX bf16 tiles (the MLP's
     act(gate) * up applied as the tiles are read out): within REL_TOL_FAST of transformers."""
@@ -135,7 +135,7 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
 
 @pytest.mark.skipif(not (native.vnni_gemm() or native.has("many_rows")),
                     reason="AMX tiles take prefills at this CPU tier, or no C++ prefill GEMM (torch's, neon)")
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "smollm3"])
 def test_prefill_without_amx_near_transformers(tmp_path, monkeypatch, arch):
     """Without AMX (the avx512 and avx2 tiers) a 100-token prefill runs the layers natively too, their
     matmuls on the C++ GEMMs (avx512: the int8 VNNI GEMM; avx2: its int8
