@@ -33,6 +33,8 @@ class NoNorm(nn.Module):
     """In place of a norm an architecture lacks (olmo2's before attention and the MLP): x as it is, in
     out_dtype, as RMSNorm hands it on."""
 
+    weight, eps = None, 0.0  # a native kernel's null norm
+
     def __init__(self):
         super().__init__()
         self.out_dtype = torch.float32
@@ -48,6 +50,8 @@ class WholeQKNorm(nn.Module):
     def __init__(self, q: RMSNorm, k: RMSNorm, heads: int):
         super().__init__()
         self.q, self.k, self.heads = q, k, heads  # weights [heads * head_dim], [kv_heads * head_dim]
+        self.eps = q.eps
+        self.register_buffer("weight", torch.cat([q.weight, k.weight]), persistent=False)  # the native kernels': q | k
 
     def forward(self, qk: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         assert out is None or out is qk, "WholeQKNorm normalizes in place"

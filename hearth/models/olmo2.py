@@ -1,7 +1,8 @@
 """OLMo 2 (AllenAI): no norm before attention or the MLP; RMSNorms after each (post_attention_norm,
 post_ffw_norm) before its residual add; q's and k's RMSNorm each over its whole projection (attn_q_norm
 [heads * head_dim], attn_k_norm [kv_heads * head_dim]), before rope over halves. Same math as llama.cpp's
-olmo2 graph and transformers' Olmo2ForCausalLM. The fused C++ layer implements neither norm: op by op.
+olmo2 graph and transformers' Olmo2ForCausalLM; the fused C++ layer takes null pre-norms and its whole q/k norms
+(hk_layer_qk_whole); the Triton layer ops neither (the CUDA backend refuses it).
 
 OLMo 3's files (arch olmo2 with attention.sliding_window) are refused: their sliding layers are not read."""
 
