@@ -128,7 +128,7 @@ DEFAULT_DIMS = {
                            attention_scale=0.1, logit_scale=4.0, experts=4, experts_used=2, expert_ffn=96),
     # 8 layers: layers 3 and 7 without rope
     "smollm3": TinyDims(layers=8, hidden=128, head_dim=32, rope_theta=2000000.0, rms_eps=1e-6),
-    "olmo2": TinyDims(layers=3, kv_heads=4, tied=False, rope_theta=500000.0, rms_eps=1e-6),
+    "olmo2": TinyDims(layers=3, hidden=128, head_dim=32, tied=False, rope_theta=500000.0, rms_eps=1e-6),
     # 6 layers: five sliding ones then a global one, llama.cpp's gemma3 pattern
     "gemma3": TinyDims(layers=6, kv_heads=1, head_dim=32, rope_theta=1000000.0, sliding_window=8,
                        tokenizer="llama"),

@@ -4,20 +4,16 @@ paths each runs on the CPU backend, greedy generation through LLM, and the file'
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import torch
 
 from hearth import LLM, SamplingParams
 from hearth.backends import select
-from hearth.backends.base import TORCH_OPS
 from hearth.backends.cpu import NativeLayerOps, NativeMoeLayerOps
 from hearth.kernels import native
 from hearth.layers.linear import use_linear_policy
 from hearth.layers.norm import NoNorm, RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
-from hearth.models import arch_spec
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
 from tests.hf_built import hf_model
@@ -144,23 +140,17 @@ def test_files_of_unimplemented_variants_are_refused(tmp_path):
 
 
 @pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
-def test_the_paths_each_runs_on_the_cpu_backend(tmp_path, monkeypatch, caplog):
-    """granite (its scales outside the layer) and smollm3 (rope over 0 dims) on the fused C++ layer; granitemoe's
-    attention native in parts; olmo2 op by op (the fused layer implements neither of its norms), saying why."""
-    monkeypatch.setattr(arch_spec, "_logged", set())
-    want = {"granite": NativeLayerOps, "smollm3": NativeLayerOps, "granitemoe": NativeMoeLayerOps}
-    with caplog.at_level(logging.INFO, logger="hearth.models"):
-        for arch in ARCHS:
-            d, name, _ = tiny_dir(tmp_path, arch, qtype="Q8_0")
-            model, _ = load_model(GGUFFile(d / name), select())
-            kinds = {type(layer.ops) for layer in model.layers}
-            if arch == "olmo2":
-                assert all(layer.ops is TORCH_OPS for layer in model.layers)
-            else:
-                assert kinds == {want[arch]}, (arch, kinds)
-            if want.get(arch) is NativeLayerOps:  # the whole layer in one call, the NoPE ones too
-                assert all(layer.ops.fused.ptr for layer in model.layers) and model.stack is not None
-    assert any("ArchSpec.pre_norm=False" in r.getMessage() for r in caplog.records)
+def test_the_paths_each_runs_on_the_cpu_backend(tmp_path):
+    """granite (its scales outside the layer), smollm3 (rope over 0 dims) and olmo2 (null pre-norms, whole q/k
+    norms) on the fused C++ layer, each layer in one call; granitemoe's attention native in parts."""
+    want = {"granite": NativeLayerOps, "smollm3": NativeLayerOps, "olmo2": NativeLayerOps,
+            "granitemoe": NativeMoeLayerOps}
+    for arch in ARCHS:
+        d, name, _ = tiny_dir(tmp_path, arch, qtype="Q8_0")
+        model, _ = load_model(GGUFFile(d / name), select())
+        assert {type(layer.ops) for layer in model.layers} == {want[arch]}, arch
+        if want[arch] is NativeLayerOps:
+            assert all(layer.ops.fused.ptr for layer in model.layers) and model.stack is not None
 
 
 @pytest.mark.parametrize("arch", ARCHS)
