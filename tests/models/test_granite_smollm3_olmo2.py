@@ -153,6 +153,26 @@ def test_the_paths_each_runs_on_the_cpu_backend(tmp_path):
             assert all(layer.ops.fused.ptr for layer in model.layers) and model.stack is not None
 
 
+@pytest.mark.skipif(not native.has("layer"), reason="no fused C++ layer at this tier")
+@pytest.mark.parametrize("arch", ["granite", "smollm3", "olmo2"])
+def test_the_one_call_layers_near_transformers(tmp_path, monkeypatch, arch):
+    """Over an f16 cache (the one the fused layer reads; the f32 one of the other tests runs it in parts) a
+    prefill and decode steps go through every layer in one C++ call (hk_stack_forward): near transformers."""
+    from hearth.kernels import fused_layer
+
+    d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
+    model, cfg = load_model(GGUFFile(d / name), select())
+    calls = []
+    decode = fused_layer.FusedStack.decode
+    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
+    driver = PagedDriver(model, cfg, seed=5)
+    driver.kv = [kv.half() for kv in driver.kv]
+    ids = prompt(cfg.vocab_size)
+    ours = torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+    assert len(calls) == len(ids) - 5 and set(calls) == {cfg.num_layers}
+    assert rel_err(ours, _reference(d / name, arch, dims, ids)) < REL_TOL_FAST
+
+
 @pytest.mark.parametrize("arch", ARCHS)
 def test_greedy_generation(tmp_path, arch):
     """LLM's greedy tokens on a Q8_0 file (the fast paths), each within their error of transformers' best."""
