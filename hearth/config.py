@@ -98,8 +98,14 @@ class ModelConfig:
     """Window of sliding-window layers (0 = none)."""
     sliding_window_pattern: tuple[bool, ...] = ()
     """Per layer: True where the layer uses the sliding window."""
+    rope_layers: tuple[bool, ...] = ()
+    """Per layer: False where the layer has no rope (NoPE: smollm3's every 4th); empty: every layer rotates."""
     attn_scale: float = 0.0
     """Softmax scale; 0 means 1/sqrt(head_dim)."""
+    embedding_scale: float = 1.0
+    """The embeddings are multiplied by it (granite; gemma's sqrt(hidden) is ArchSpec.embed_scale)."""
+    logit_scale: float = 1.0
+    """The logits are divided by it (granite's logit_scale)."""
     final_logit_softcap: float = 0.0
     attn_logit_softcap: float = 0.0
     tie_word_embeddings: bool = False

@@ -35,7 +35,8 @@ from hearth.loader.store import hearth_home  # noqa: E402
 TESTS = Path(__file__).resolve().parent
 TIERED = ("kernels/", "backends/", "layers/test_linear.py", "models/test_logits_vs_transformers.py", "models/test_native_decode.py",
           "test_golden_llamacpp.py", "test_engine_equivalence.py", "models/test_fidelity.py", "memory/test_layouts.py",
-          "models/test_lora.py", "models/test_gpt_oss.py")
+          "models/test_lora.py", "models/test_gpt_oss.py",
+          "models/test_granite_smollm3_olmo2.py")
 """Kernels, quantized linears, model logits vs transformers, llama.cpp goldens, engine equivalence, fidelity,
 the planner's weight layouts (priced as the tier holds them), LoRA adapters over each tier's linears."""
 ONCE = {  # (module, parameter id): slow cases of tiered modules left to the best tier's run, and why

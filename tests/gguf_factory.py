@@ -64,6 +64,11 @@ class TinyDims:
     expert_ffn: int = 0
     """MoE (qwen3moe, or a llama file as Mixtral's): routed experts per layer, how many each token runs, each
     one's SwiGLU width."""
+    embedding_scale: float = 0.0
+    residual_scale: float = 0.0
+    attention_scale: float = 0.0
+    logit_scale: float = 0.0
+    """granite's `{arch}.embedding_scale`, `.residual_scale`, `.attention.scale`, `.logit_scale` (0: the key is absent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,10 @@ class ArchLayout:
     """gate and up as one ffn_up matrix, rows [gate | up] (phi3)."""
     moe: bool = False
     """Router and stacked experts (ffn_gate_inp, ffn_{gate,up,down}_exps) in place of the dense MLP."""
+    pre_norm: bool = True
+    """attn_norm and ffn_norm (olmo2 has only the sandwich norms after attention and the MLP)."""
+    qk_norm_whole: bool = False
+    """attn_q_norm / attn_k_norm over the whole projection, [heads * head_dim] (olmo2), not [head_dim]."""
 
 
 LAYOUTS = {
@@ -93,6 +102,10 @@ LAYOUTS = {
     "qwen3": ArchLayout(qk_norm=True, write_key_length=True),
     "qwen3moe": ArchLayout(qk_norm=True, write_key_length=True, moe=True),
     "gemma2": ArchLayout(sandwich_norm=True, norm_shift=1.0, write_key_length=True),
+    "granite": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
+    "granitemoe": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True, moe=True),
+    "smollm3": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
+    "olmo2": ArchLayout(qk_norm=True, qk_norm_whole=True, sandwich_norm=True, pre_norm=False),
     "gemma3": ArchLayout(qk_norm=True, sandwich_norm=True, norm_shift=1.0, write_key_length=True),
 }
 
@@ -107,6 +120,15 @@ DEFAULT_DIMS = {
     # logit cap (its logits reach ~75)
     "gemma2": TinyDims(layers=4, kv_heads=1, head_dim=32, sliding_window=8, tokenizer="llama",
                        attn_softcap=1.5, final_softcap=30.0),
+    # scales away from 1 (and the attention's from 1/sqrt(32)) so that each shows in the logits; heads of 32 (the
+    # fused C++ layer's smallest: the whole layer in one call), written as hidden / heads (llama's files)
+    "granite": TinyDims(layers=3, hidden=128, head_dim=32, tied=False, rms_eps=1e-5, embedding_scale=0.5,
+                        residual_scale=0.25, attention_scale=0.1, logit_scale=4.0),
+    "granitemoe": TinyDims(layers=2, hidden=128, head_dim=32, rms_eps=1e-5, embedding_scale=0.5, residual_scale=0.25,
+                           attention_scale=0.1, logit_scale=4.0, experts=4, experts_used=2, expert_ffn=96),
+    # 8 layers: layers 3 and 7 without rope
+    "smollm3": TinyDims(layers=8, hidden=128, head_dim=32, rope_theta=2000000.0, rms_eps=1e-6),
+    "olmo2": TinyDims(layers=3, hidden=128, head_dim=32, tied=False, rope_theta=500000.0, rms_eps=1e-6),
     # 6 layers: five sliding ones then a global one, llama.cpp's gemma3 pattern
     "gemma3": TinyDims(layers=6, kv_heads=1, head_dim=32, rope_theta=1000000.0, sliding_window=8,
                        tokenizer="llama"),
@@ -170,6 +192,10 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_attn_logit_softcapping(d.attn_softcap)
     if d.final_softcap:
         w.add_final_logit_softcapping(d.final_softcap)
+    for value, add in ((d.embedding_scale, w.add_embedding_scale), (d.residual_scale, w.add_residual_scale),
+                       (d.attention_scale, w.add_attention_scale), (d.logit_scale, w.add_logit_scale)):
+        if value:
+            add(value)
     if d.longrope_original_context:
         w.add_rope_scaling_orig_ctx_len(d.longrope_original_context)
         w.add_rope_scaling_attn_factors(longrope_attn_factor(d))
@@ -210,10 +236,11 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
             for name, n in (("attn_q", q_rows), ("attn_k", kv_rows), ("attn_v", kv_rows)):
                 yield p + name + ".bias", (0.5 * rng.standard_normal(n)).astype(np.float32)
         if layout.qk_norm:
-            yield p + "attn_q_norm.weight", norm(d.head_dim)
-            yield p + "attn_k_norm.weight", norm(d.head_dim)
-        yield p + "attn_norm.weight", norm(d.hidden)
-        yield p + "ffn_norm.weight", norm(d.hidden)
+            yield p + "attn_q_norm.weight", norm(q_rows if layout.qk_norm_whole else d.head_dim)
+            yield p + "attn_k_norm.weight", norm(kv_rows if layout.qk_norm_whole else d.head_dim)
+        if layout.pre_norm:
+            yield p + "attn_norm.weight", norm(d.hidden)
+            yield p + "ffn_norm.weight", norm(d.hidden)
         if layout.sandwich_norm:
             yield p + "post_attention_norm.weight", norm(d.hidden)
             yield p + "post_ffw_norm.weight", norm(d.hidden)

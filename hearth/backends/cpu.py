@@ -20,7 +20,7 @@ from hearth.kernels.attention import AttentionMetadata, paged_attention, write_k
 from hearth.kernels.fused_layer import FusedLayer, FusedStack
 from hearth.layers.embedding import Embedding
 from hearth.layers.linear import QuantLinear, linear_policy
-from hearth.layers.norm import RMSNorm
+from hearth.layers.norm import RMSNorm, WholeQKNorm
 from hearth.loader.gguf_loader import GGUFTensor
 from hearth.models.arch_spec import ArchSpec, admits
 
@@ -87,7 +87,12 @@ class NativeLayerOps(LayerOps):
     def qk_rope(self, layer, qk, positions, meta):
         a = layer.attn
         cos, sin = a.rope.halves(positions, meta.memo.rope)
-        native.qk_rope(qk, a.rope.rot_dim, cos, sin, a.rope.neox, *_norm_args(a.qk_norm))
+        norm = a.qk_norm
+        if isinstance(norm, WholeQKNorm):  # q's heads as one head, then k's: normed only (rot 0), then rotated
+            for part, n in ((qk[:, :a.heads], norm.q), (qk[:, a.heads:], norm.k)):
+                native.qk_rope(part.view(part.shape[0], 1, -1), 0, cos, sin, a.rope.neox, n.weight, n.eps)
+            norm = None
+        native.qk_rope(qk, a.rope.rot_dim, cos, sin, a.rope.neox, *_norm_args(norm))
 
     def out_add(self, layer, attn, x):
         self.mms[1].add_to(attn, x, *_norm_args(layer.post_attn_norm))
@@ -126,7 +131,7 @@ def _fused(layer, mms, spec: ArchSpec) -> FusedLayer:
              n(layer.post_ffn_norm)]
     eps = [e(layer.attn_norm), e(a.qk_norm), e(layer.post_attn_norm), e(layer.ffn_norm), e(layer.post_ffn_norm)]
     return FusedLayer(mms, norms, eps, spec.activation, a.rope.neox, a.heads, a.kv_heads, a.head_dim, a.rope.rot_dim,
-                      a.window, a.scale, a.softcap or 0.0)
+                      a.window, a.scale, a.softcap or 0.0, qk_whole=isinstance(a.qk_norm, WholeQKNorm))
 
 
 class NativeStack:

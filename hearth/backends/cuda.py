@@ -34,6 +34,7 @@ from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import as_bytes, dequantize
 from hearth.layers.repack import dense_bf16
 from hearth.loader.gguf_loader import GGUFTensor
+from hearth.models.arch_spec import refusal
 
 
 class TritonPart(nn.Module):
@@ -87,11 +88,19 @@ class DeviceEmbedding(Embedding):
 class TritonLayerOps(LayerOps):
     """The torch ops' steps with the norms and rope on the Triton kernels."""
 
+    NAME = "the Triton layer ops"
+    IMPLEMENTS = {f: None for f in ("neox_rope", "activation", "qk_norm", "sandwich_norm", "embed_scale", "moe",
+                                    "lora", "attn_sinks")}  # the rest (olmo2's missing and whole norms): refused
+
     def norm(self, norm, x):
         return rms_norm(x, norm.weight, norm.eps, norm.out_dtype)
 
     def qk_rope(self, layer, qk, positions, meta):
         a = layer.attn
+        if not a.rope.rot_dim:  # a NoPE layer (smollm3): at most its q/k norm
+            if a.qk_norm is not None:
+                a.qk_norm(qk, out=qk)
+            return
         cos, sin = _device_tables(a.rope, positions, meta, qk.device)
         weight, eps = (None, 0.0) if a.qk_norm is None else (a.qk_norm.weight, a.qk_norm.eps)
         qk_norm_rope(qk, cos, sin, a.rope.neox, a.rope.rot_dim, weight, eps)
@@ -132,6 +141,8 @@ class CudaBackend(Backend):
 
     def layer_ops(self, layer, spec) -> LayerOps:
         layer.to(self.device)  # its norms' weights (the linears hold theirs on the device already)
+        if why := refusal(TRITON_OPS.NAME, TRITON_OPS.IMPLEMENTS, spec):  # torch's ops read host tables: no fallback
+            raise UnsupportedError(f"the CUDA backend cannot run this model yet: {why}")
         return TRITON_OPS
 
     def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:

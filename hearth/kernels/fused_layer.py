@@ -24,6 +24,7 @@ _declared = False
 LAYER_SIGNATURES = {  # name: (restype, argtypes)
     "hk_layer_new": (_p, [_p, _p, _p, _p, _p, _p, _int, _int, _i64, _i64, _i64, _i64, _i64, _f32, _f32]),
     "hk_layer_free": (None, [_p]),
+    "hk_layer_qk_whole": (None, [_p, _i64]),
     "hk_layer_forward": (_int, [_p, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64,
                                 _p, _i64]),
     "hk_stack_forward": (_int, [_p, _int, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p, _p, _p, _i64,
@@ -54,14 +55,17 @@ class FusedLayer:
         "qk_norm": None,  # the per-head norm pointer
         "sandwich_norm": None,  # the post-attention and post-MLP norm pointers
         "embed_scale": None,  # before the first layer (the model's embedding step): no layer's concern
+        "pre_norm": None,  # no norm before attention and the MLP: null norm pointers
+        "qk_norm_whole": None,  # hk_layer_qk_whole: q's and k's norm each over its whole projection
     }
     """What DecoderLayer may hand it, and the C++ layer in parts (the same kernels, op by op)."""
 
     def __init__(self, mms: tuple[NativeMatmul, ...], norms: list[torch.Tensor | None], eps: list[float],
                  activation: str, neox: bool, heads: int, kv_heads: int, head_dim: int, rot: int, window: int,
-                 scale: float, softcap: float):
-        """mms: qkv, o, gate_up, down; norms: attn, qkv bias, q|k (per head), post-attn, ffn, post-ffn
-        (f32, None where the architecture has none); eps: attn, q|k, post-attn, ffn, post-ffn."""
+                 scale: float, softcap: float, qk_whole: bool = False):
+        """mms: qkv, o, gate_up, down; norms: attn, qkv bias, q|k (per head, or with qk_whole q's whole projection
+        then k's), post-attn, ffn, post-ffn (f32, None where the architecture has none); eps: attn, q|k,
+        post-attn, ffn, post-ffn."""
         self.lib = _lib()
         self.mms, self.norms = mms, norms  # keep the memory the C++ side points at alive
         ptrs = (_p * 6)(*[None if t is None else t.data_ptr() for t in norms])
@@ -69,6 +73,8 @@ class FusedLayer:
                                          int(neox), heads, kv_heads, head_dim, rot, window, scale, softcap)
         if self.ptr:  # freed before the plans it points at (they are kept alive by self.mms till then)
             self._free = weakref.finalize(self, self.lib.hk_layer_free, self.ptr)
+            if qk_whole:
+                self.lib.hk_layer_qk_whole(self.ptr, heads)
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv_cache, meta) -> bool:
         """x: the residual stream f32 [M, hidden], contiguous, updated in place. False: not run (the

@@ -45,7 +45,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "linear": ("hk_plan_new", "hk_plan_free", "hk_linear", "hk_dequant_rows", "hk_dequant_bf16"),
     "fused_ops": ("hk_linear_residual", "hk_mlp", "hk_qk_rope"),
     "paged_attention": ("hk_paged_attention", "hk_kv_write", "hk_set_row_groups"),
-    "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward", "hk_stack_forward"),
+    "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward", "hk_stack_forward", "hk_layer_qk_whole"),
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_flash_prefill", "hk_prefill_attention",
                    "hk_prefill_attention_precise", "hk_stack_forward_prefill"),
     "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
@@ -85,7 +85,7 @@ its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (pl
 NEON_LIBRARY = Library("gguf_kernels_neon.cpp",
                        NEON_DOTPROD if tiers.machine() == "aarch64" and "asimddp" in tiers.cpu_flags() else (),
                        DECODE_CAPABILITIES, "neon")
-ABI_VERSION = 15
+ABI_VERSION = 16
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY, "neon": NEON_LIBRARY}

@@ -15,7 +15,7 @@ class RMSNorm(nn.Module):
         # offset: gemma stores (w - 1) in HF checkpoints but the GGUF converter already adds the 1 back
         self.weight = nn.Parameter(weight.float() + offset, requires_grad=False)
         self.eps = eps
-        self._eps = torch.tensor([eps], dtype=torch.float32)
+        self.register_buffer("_eps", torch.tensor([eps], dtype=torch.float32), persistent=False)  # moves with .to()
         self.out_dtype = torch.float32
 
     def forward(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -27,3 +27,35 @@ class RMSNorm(nn.Module):
         if out is not None:
             return torch.mul(x * r, self.weight, out=out)
         return (x * r).mul_(self.weight).to(self.out_dtype)
+
+
+class NoNorm(nn.Module):
+    """In place of a norm an architecture lacks (olmo2's before attention and the MLP): x as it is, in
+    out_dtype, as RMSNorm hands it on."""
+
+    weight, eps = None, 0.0  # a native kernel's null norm
+
+    def __init__(self):
+        super().__init__()
+        self.out_dtype = torch.float32
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.out_dtype)
+
+
+class WholeQKNorm(nn.Module):
+    """q's and k's norms each over its whole projection (olmo2: RMS over all of q's heads together), not
+    per head: forward(qk [T, heads + kv_heads, head_dim], a row's heads contiguous) normalizes it in place."""
+
+    def __init__(self, q: RMSNorm, k: RMSNorm, heads: int):
+        super().__init__()
+        self.q, self.k, self.heads = q, k, heads  # weights [heads * head_dim], [kv_heads * head_dim]
+        self.eps = q.eps
+        self.register_buffer("weight", torch.cat([q.weight, k.weight]), persistent=False)  # the native kernels': q | k
+
+    def forward(self, qk: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        assert out is None or out is qk, "WholeQKNorm normalizes in place"
+        for norm, part in ((self.q, qk[:, :self.heads]), (self.k, qk[:, self.heads:])):
+            flat = part.view(part.shape[0], -1)  # [T, heads * head_dim], a view: written in place
+            norm(flat, out=flat)
+        return qk

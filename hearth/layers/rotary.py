@@ -124,6 +124,8 @@ class Rotary(nn.Module):
     def forward(self, x: torch.Tensor, positions: torch.Tensor, memo: dict) -> torch.Tensor:
         """x: [T, heads, head_dim] f32, rotated in place (a strided view of a wider row is fine)."""
         T, heads, _ = x.shape
+        if not self.rot_dim:  # a NoPE layer (smollm3)
+            return x
         r = x if x.shape[-1] == self.rot_dim else x[..., : self.rot_dim]
         if self.neox:
             cos, sin = self.tables(positions, memo)

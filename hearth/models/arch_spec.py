@@ -32,6 +32,10 @@ class ArchSpec:
     """Low-rank adapter terms on the linears, each row's own scale (hearth.models.lora)."""
     attn_sinks: bool = False
     """A learned logit per head joins each attention softmax's denominator (gpt-oss: attn_sinks.weight)."""
+    pre_norm: bool = True
+    """RMSNorm before attention and before the MLP; False: only sandwich_norm's after them (olmo2)."""
+    qk_norm_whole: bool = False
+    """qk_norm over each projection whole (all of q's heads together, all of k's: olmo2), not per head."""
 
 
 Implements = Mapping[str, Collection | None]

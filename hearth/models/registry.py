@@ -17,6 +17,10 @@ ARCHITECTURES: dict[str, str] = {
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",
     "gemma3": "hearth.models.gemma3:Gemma3ForCausalLM",
     "gpt-oss": "hearth.models.gpt_oss:GptOssForCausalLM",
+    "granite": "hearth.models.granite:GraniteForCausalLM",
+    "granitemoe": "hearth.models.granite:GraniteMoeForCausalLM",
+    "smollm3": "hearth.models.smollm3:SmolLM3ForCausalLM",
+    "olmo2": "hearth.models.olmo2:Olmo2ForCausalLM",
     # encoders: embeddings only (hearth.models.encoder)
     "bert": "hearth.models.bert:BertModel",
     "nomic-bert": "hearth.models.nomic_bert:NomicBertModel",

@@ -17,7 +17,7 @@ from hearth.config import (FileScaling, LinearScaling, ModelConfig, NoScaling, R
                            stretched_context)
 from hearth.errors import ModelLoadError
 from hearth.layers.activation import ACTIVATIONS
-from hearth.layers.norm import RMSNorm
+from hearth.layers.norm import NoNorm, RMSNorm, WholeQKNorm
 from hearth.layers.rotary import RopeFactors, Rotary, yarn_factors
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.models.arch_spec import ArchSpec
@@ -68,17 +68,21 @@ class Attention(nn.Module):
         self.precise_scores = bias is not None  # a k bias: hearth.kernels.attention.PRECISE_SCORES
         self.o = backend.linear(g.tensor(p + "attn_output.weight"), bias=maybe_f32(g, p + "attn_output.bias"))
         self.qk_norm = None
-        if spec.qk_norm:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim]
+        if spec.qk_norm:
             qw, kw = f32(g, p + "attn_q_norm.weight"), f32(g, p + "attn_k_norm.weight")
-            w = torch.cat([qw.expand(self.heads, -1), kw.expand(self.kv_heads, -1)])
-            self.qk_norm = RMSNorm(w, cfg.rms_norm_eps)
+            if spec.qk_norm_whole:  # qw: [heads * head_dim], kw: [kv_heads * head_dim]
+                self.qk_norm = WholeQKNorm(RMSNorm(qw, cfg.rms_norm_eps), RMSNorm(kw, cfg.rms_norm_eps), self.heads)
+            else:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim]
+                w = torch.cat([qw.expand(self.heads, -1), kw.expand(self.kv_heads, -1)])
+                self.qk_norm = RMSNorm(w, cfg.rms_norm_eps)
         sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
         self.window = cfg.sliding_window if sliding else 0
         theta = cfg.rope_local_theta if (sliding and cfg.rope_local_theta) else cfg.rope_theta
         local = sliding and bool(cfg.rope_local_theta)  # gemma3's sliding layers: their own base, unscaled
         scale = 1.0 if sliding else cfg.rope_scaling_factor
-        self.rope = Rotary(cfg.rope_dim or cfg.head_dim, theta, spec.neox_rope, scale,
-                           None if local else factors)
+        rotates = not cfg.rope_layers or cfg.rope_layers[i]  # a NoPE layer rotates no dims (every path's no-op)
+        self.rope = Rotary((cfg.rope_dim or cfg.head_dim) if rotates else 0, theta, spec.neox_rope, scale,
+                           None if local or not rotates else factors)
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
         self.sinks = f32(g, p + "attn_sinks.weight") if spec.attn_sinks else None  # [heads]
@@ -117,11 +121,14 @@ class DecoderLayer(nn.Module):
         self.attn = Attention(cfg, spec, g, i, backend, factors)
         moe = spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors  # a MoE model's dense layers have none
         self.mlp = moe_block(cfg, g, i, backend, spec.activation) if moe else MLP(cfg, spec, g, i, backend)
-        self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
-        # gpt-oss names its one norm before the MLP post_attention_norm (llama.cpp's attn_post_norm)
-        ffn_norm = p + ("ffn_norm.weight" if spec.sandwich_norm or p + "ffn_norm.weight" in g.tensors
-                        else "post_attention_norm.weight")
-        self.ffn_norm = RMSNorm(f32(g, ffn_norm), eps)
+        if spec.pre_norm:
+            self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
+            # gpt-oss names its one norm before the MLP post_attention_norm (llama.cpp's attn_post_norm)
+            ffn_norm = p + ("ffn_norm.weight" if spec.sandwich_norm or p + "ffn_norm.weight" in g.tensors
+                            else "post_attention_norm.weight")
+            self.ffn_norm = RMSNorm(f32(g, ffn_norm), eps)
+        else:  # olmo2: attention and the MLP read the residual stream as it is
+            self.attn_norm, self.ffn_norm = NoNorm(), NoNorm()
         # the norms feeding a linear write the dtype it computes in (bf16 on the fast paths)
         self.attn_norm.out_dtype = self.attn.qkv.in_dtype
         self.ffn_norm.out_dtype = self.mlp.in_dtype
@@ -168,7 +175,7 @@ class CausalLM(nn.Module):
         # f32 sqrt like llama.cpp's sqrtf(n_embd); transformers casts it to the weight dtype, which is
         # the same value in f32 (in bf16 it would round 25.298 -> 25.25 for gemma3-270m)
         scale = torch.tensor(math.sqrt(cfg.hidden_size), dtype=torch.float32).item()
-        self.embed_scale = scale if self.spec.embed_scale else 1.0
+        self.embed_scale = scale if self.spec.embed_scale else cfg.embedding_scale
         if cfg.num_experts and not self.spec.moe:  # an architecture whose files come dense or routed (llama: Mixtral)
             self.spec = replace(self.spec, moe=True)
         layers, factors = [], rope_factors(g, cfg)
@@ -178,7 +185,9 @@ class CausalLM(nn.Module):
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)
         self.stack = backend.stack(layers)  # a prefill chunk through many layers in one call, or None
-        self.norm = RMSNorm(f32(g, "output_norm.weight"), cfg.rms_norm_eps)
+        # logits / logit_scale (granite) as the final norm's weight / logit_scale: the head is linear, and every
+        # reader of the logits (a reduced draft head too) gets them
+        self.norm = RMSNorm(f32(g, "output_norm.weight") / cfg.logit_scale, cfg.rms_norm_eps)
         self.lm_head = backend.head(head_tensor(g))
 
     @classmethod

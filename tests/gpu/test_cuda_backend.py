@@ -17,7 +17,7 @@ from tests.gpu.test_triton_kernels import DEV
 from tests.models.test_logits_vs_transformers import REL_TOL_FAST, PagedDriver, prompt, rel_err
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3", "granite", "smollm3"])
 def test_cuda_backend_in_the_interpreter_is_held_to_the_torch_backend(tmp_path, arch):
     """The CUDA backend's whole model (Triton linears, norms, rope, KV write, attention) in Triton's
     interpreter on the CPU (tests/conftest.py sets TRITON_INTERPRET=1; on a GPU with benchmarks/gpu_check.sh),
@@ -32,6 +32,15 @@ def test_cuda_backend_in_the_interpreter_is_held_to_the_torch_backend(tmp_path, 
                                          + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[9:]])
     assert all(layer.ops is TRITON_OPS and isinstance(layer.attn.qkv.parts[0], TritonPart) for layer in model.layers)
     assert rel_err(logits["cuda"], logits["torch"]) < 2 * REL_TOL_FAST
+
+
+def test_olmo2_is_refused_with_the_reason(tmp_path):
+    """The Triton ops implement neither of olmo2's norms, and torch's ops read host tables: a clear refusal."""
+    from hearth.errors import UnsupportedError
+
+    d, name, _ = tiny_dir(tmp_path, "olmo2", qtype="Q8_0")
+    with pytest.raises(UnsupportedError, match="ArchSpec.pre_norm=False"):
+        load_model(GGUFFile(d / name), CudaBackend(DEV))
 
 
 

@@ -11,6 +11,8 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.backends import select
 from hearth.models.registry import load_model
 from tests.gguf_factory import longrope_factors, tiny_dir
+from tests.hf_built import MODELS as HF_BUILT
+from tests.hf_built import hf_model
 
 import transformers  # noqa: E402  (a test dependency, pinned in constraints.txt)
 transformers.logging.set_verbosity_error()
@@ -46,6 +48,12 @@ CASES = {
                                     "rope_theta": 10000.0}),
     "qwen3moe": ("qwen3moe", "F32", {}),
     "qwen3moe-q8_0": ("qwen3moe", "Q8_0", {}),  # each expert a 2-D view of the stacked blocks
+    # transformers built from the file's weights (tests/hf_built.py): its GGUF loader does not read these
+    "granite": ("granite", "F32", {}),
+    "granitemoe": ("granitemoe", "F32", {}),
+    "smollm3": ("smollm3", "F32", {}),
+    "olmo2": ("olmo2", "F32", {}),
+    "granite-q8_0": ("granite", "Q8_0", {}),
 }
 
 
@@ -149,9 +157,12 @@ def tiny(tmp_path_factory):
 
 def transformers_logits(case: str, d, name, dims, ids: list[int]) -> torch.Tensor:
     arch = CASES[case][0]
-    ref_model = transformers.AutoModelForCausalLM.from_pretrained(
-        d, gguf_file=name, dtype=torch.float32, attn_implementation="eager", **tf_overrides(arch, dims)
-    ).eval()
+    if arch in HF_BUILT:
+        ref_model = hf_model(d / name, arch, dims)
+    else:
+        ref_model = transformers.AutoModelForCausalLM.from_pretrained(
+            d, gguf_file=name, dtype=torch.float32, attn_implementation="eager", **tf_overrides(arch, dims)
+        ).eval()
     with torch.no_grad():
         return ref_model(torch.tensor([ids])).logits[0]  # [T, vocab]
 
@@ -207,7 +218,7 @@ def test_moe_routing_shows_in_the_logits(tiny, monkeypatch, routing):
 
 # no MoE file here: the fast paths' rounding may flip a router's near tie, a whole expert apart (avx2 did at
 # one position of 24); its quantized experts are held to the torch path's with one routing (tests/models/test_moe.py)
-@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16", "llama-iq4_nl", "qwen3-iq4_xs"])
+@pytest.mark.parametrize("case", ["llama-q8_0", "qwen3-f16", "llama-iq4_nl", "qwen3-iq4_xs", "granite-q8_0"])
 def test_fast_linear_logits_near_transformers(tiny, case):
     model, cfg, d, name, dims = tiny(case, exact=False)
     ids = prompt(cfg.vocab_size)
@@ -215,7 +226,8 @@ def test_fast_linear_logits_near_transformers(tiny, case):
     assert rel_err(ours, transformers_logits(case, d, name, dims, ids)) < REL_TOL_FAST
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe", "granite", "granitemoe",
+                                  "smollm3", "olmo2"])
 def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)  # f32 files: the fast path is plain f32 math
     ids = prompt(cfg.vocab_size)
@@ -228,7 +240,8 @@ def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     torch.testing.assert_close(torch.cat(parts), full, rtol=0, atol=1e-5 * full.abs().max().item())
 
 
-@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe"])
+@pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe", "granite", "granitemoe",
+                                  "smollm3", "olmo2"])
 def test_two_sequences_batched_equal_each_alone(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)
     a, b = prompt(cfg.vocab_size, 21, seed=2), prompt(cfg.vocab_size, 13, seed=3)

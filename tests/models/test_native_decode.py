@@ -27,7 +27,7 @@ from tests.models.test_logits_vs_transformers import (REL_TOL_FAST, PagedDriver,
 
 pytestmark = pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
 
-FUSED_ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3"]
+FUSED_ARCHS = ["llama", "qwen2", "qwen3", "gemma3", "phi3", "granite", "smollm3", "olmo2"]
 """Run fused against op by op: between them, every ArchSpec field the fused layer declares is set
 away from its default (tests/models/test_arch_spec.py checks that). gemma2's soft-caps are the fused
 kernels' tanh, a little off torch's (avx2: 1.25x op by op's error): held to the torch backend instead,
@@ -61,11 +61,11 @@ def test_fused_decode_equals_op_by_op_and_transformers(tmp_path, arch):
     assert rel_err(fused, op_by_op) > 0  # the two paths really differ: the fused one ran
 
 
-@pytest.mark.parametrize("arch", ["qwen3", "gemma3"])  # the tiny files whose head_dim the fused layer takes
+@pytest.mark.parametrize("arch", ["qwen3", "gemma3", "smollm3", "olmo2"])  # the tiny files whose head_dim the fused layer takes
 def test_decode_stack_equals_the_layers_one_call_each(tmp_path, monkeypatch, arch):
     """A decode-sized step runs every layer in one C++ call (FusedStack.decode, hk_stack_forward), each
     layer as its own call does (FusedLayer): identical tokens and logprobs, one sequence or two
-    batched (qwen3: q/k norms; gemma3: sliding-window layers, sandwich norms)."""
+    batched (qwen3: q/k norms; gemma3: sliding-window layers, sandwich norms; smollm3: NoPE layers; olmo2: no pre-norms, whole q/k norms)."""
     from hearth import LLM, SamplingParams
     from hearth.kernels import fused_layer
 
@@ -118,7 +118,8 @@ def test_fused_layer_over_a_quantized_cache_equals_the_layer_in_parts(tmp_path, 
 
 
 @pytest.mark.skipif(not native.bf16_tiles(), reason="no AMX bf16 tiles at this CPU tier")
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "smollm3",
+                                  "olmo2"])
 def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
     """A 100-token prefill runs the layers natively with their matmuls on AMX bf16 tiles (the MLP's
     act(gate) * up applied as the tiles are read out): within REL_TOL_FAST of transformers."""
@@ -135,7 +136,8 @@ def test_prefill_on_bf16_tiles_near_transformers(tmp_path, monkeypatch, arch):
 
 @pytest.mark.skipif(not (native.vnni_gemm() or native.has("many_rows")),
                     reason="AMX tiles take prefills at this CPU tier, or no C++ prefill GEMM (torch's, neon)")
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "granite", "smollm3",
+                                  "olmo2"])
 def test_prefill_without_amx_near_transformers(tmp_path, monkeypatch, arch):
     """Without AMX (the avx512 and avx2 tiers) a 100-token prefill runs the layers natively too, their
     matmuls on the C++ GEMMs (avx512: the int8 VNNI GEMM; avx2: its int8

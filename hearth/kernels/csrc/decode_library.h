@@ -191,7 +191,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 15; }
+int hk_abi_version() { return 16; }
 
 // A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
 // type or a K that is not a whole number of its blocks. gemm_min_rows: from this many rows on the
@@ -252,17 +252,21 @@ void hk_mlp(const void* gate_up, const void* down, int act, float* r, int64_t M,
   add_residual(y, M, dn.N, post_w, post_eps, r, ldr);
 }
 
-// q | k heads in place: an RMSNorm per head (norm_w: [heads, D], optional), then rotary embedding of
-// the first `rot` dims with cos, sin: [T, rot / 2]; neox rotates halves, else adjacent pairs
-void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w, float eps,
-                const float* cos, const float* sin, int neox) {
+// hk_qk_rope, and with `whole` q heads a norm over q's whole projection then k's (olmo2; 0: per head)
+static void qk_rope_rows(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w,
+                         float eps, const float* cos, const float* sin, int neox, int64_t whole) {
   const int64_t h2 = rot / 2;
   for_rows(T, [&](int64_t t) {
     const float* c = cos + t * h2;
     const float* s = sin + t * h2;
+    if (norm_w && whole) {
+      float* row = qk + t * ld;
+      rmsnorm_row(row, whole * D, norm_w, eps, row);
+      rmsnorm_row(row + whole * D, (heads - whole) * D, norm_w + whole * D, eps, row + whole * D);
+    }
     for (int64_t h = 0; h < heads; ++h) {
       float* v = qk + t * ld + h * D;
-      if (norm_w) rmsnorm_row(v, D, norm_w + h * D, eps, v);
+      if (norm_w && !whole) rmsnorm_row(v, D, norm_w + h * D, eps, v);
       for (int64_t i = 0; i < h2; ++i) {  // (a, b) -> (a c - b s, b c + a s)
         const int64_t ia = neox ? i : 2 * i, ib = neox ? i + h2 : 2 * i + 1;
         const float a = v[ia], b = v[ib];
@@ -271,6 +275,13 @@ void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int6
       }
     }
   });
+}
+
+// q | k heads in place: an RMSNorm per head (norm_w: [heads, D], optional), then rotary embedding of
+// the first `rot` dims with cos, sin: [T, rot / 2]; neox rotates halves, else adjacent pairs
+void hk_qk_rope(float* qk, int64_t T, int64_t ld, int64_t heads, int64_t D, int64_t rot, const float* norm_w, float eps,
+                const float* cos, const float* sin, int neox) {
+  qk_rope_rows(qk, T, ld, heads, D, rot, norm_w, eps, cos, sin, neox, 0);
 }
 
 // Attention of query rows over a paged f16/bf16 KV cache, as gguf_kernels.cpp's hk_paged_attention:
@@ -350,6 +361,9 @@ void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const vo
 
 void hk_layer_free(void* l) { delete static_cast<Layer*>(l); }
 
+// The layer's q/k norm spans each whole projection (q's `qheads` heads, then k's), not each head (olmo2).
+void hk_layer_qk_whole(void* l, int64_t qheads) { static_cast<Layer*>(l)->qk_whole = qheads; }
+
 // x: the residual stream f32 [M, hidden] (contiguous), updated in place. cos, sin: [M, rot / 2];
 // slots: [M] cache slots of the new tokens; the attention arguments as in hk_paged_attention.
 int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, const float* sin, void* kv, int kv_bf16,
@@ -360,7 +374,7 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
   const int64_t hidden = l.qkv->K, n = l.qkv->N, nq = l.heads * l.d;
   float* y = scratch(tmp_qkv, M * n);
   hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
-  hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
+  qk_rope_rows(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox, l.qk_whole);
   hk_kv_write(y + nq, n, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
   float* att = scratch(tmp_attn, std::max<int64_t>(1, M) * nq);
   if (const int rc = hk_paged_attention(y, n, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len,

@@ -28,6 +28,9 @@ void* hk_layer_new(const void* qkv, const void* o, const void* gate_up, const vo
 
 void hk_layer_free(void* l) { delete static_cast<Layer*>(l); }
 
+// The layer's q/k norm spans each whole projection (q's `qheads` heads, then k's), not each head (olmo2).
+void hk_layer_qk_whole(void* l, int64_t qheads) { static_cast<Layer*>(l)->qk_whole = qheads; }
+
 }  // extern "C"
 
 namespace {
@@ -45,7 +48,7 @@ int layer_forward(const Layer& l, float* x, int64_t M, int64_t keep, const float
   float* y = scratch(tmp_qkv, M * n);
   // q | k normed and rotated as the matmul's row phase (on its threads, a decode's rows split)
   linear(*l.qkv, x, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n,
-         QkRope{y, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox});
+         QkRope{y, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox, l.qk_whole});
   const bool packed = PACKED && keep == M && bf16_tiles_for(*l.o, M);
   uint16_t* att16 = packed ? scratch(tmp_attn16, (M + 15) / 16 * 16 * nq) : nullptr;
   float* att = att16 ? nullptr : scratch(tmp_attn, std::max<int64_t>(1, keep) * nq);

@@ -610,7 +610,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 15; }
+int hk_abi_version() { return 16; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -703,6 +703,7 @@ struct QkRope {
   float eps;
   const float *cos, *sin;
   int neox;
+  int64_t whole = 0;  // q heads: norm_w ([whole + k heads] x D) spans q's and then k's whole projection; 0: per head
 
   void operator()(int64_t t0, int64_t t1) const {
     const int64_t h2 = rot / 2;
@@ -714,9 +715,14 @@ struct QkRope {
     for (int64_t t = t0; t < t1; ++t) {
       const float* c = cos + t * h2;
       const float* s = sin + t * h2;
+      if (norm_w && whole) {  // q's heads as one row, then k's (olmo2)
+        float* row = qk + t * ld;
+        rmsnorm_row(row, whole * D, norm_w, eps, row);
+        rmsnorm_row(row + whole * D, (heads - whole) * D, norm_w + whole * D, eps, row + whole * D);
+      }
       for (int64_t h = 0; h < heads; ++h) {
         float* v = qk + t * ld + h * D;
-        if (norm_w) rmsnorm_row(v, D, norm_w + h * D, eps, v);
+        if (norm_w && !whole) rmsnorm_row(v, D, norm_w + h * D, eps, v);
         int64_t i = 0;
         for (; i + 16 <= h2; i += 16) {  // 16 pairs (a, b) -> (a c - b s, b c + a s)
           const __m512 ci = _mm512_loadu_ps(c + i), si = _mm512_loadu_ps(s + i);

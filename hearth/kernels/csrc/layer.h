@@ -12,4 +12,5 @@ struct Layer {
   float attn_eps, qk_eps, post_attn_eps, ffn_eps, post_ffn_eps, scale, softcap;
   int act, neox;
   int64_t heads, kvh, d, rot, window;
+  int64_t qk_whole;  // q heads of a q/k norm over each whole projection (olmo2: hk_layer_qk_whole); 0: per head
 };
