@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import uvicorn
 
+from hearth.api.durations import seconds
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
 from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
@@ -22,6 +23,15 @@ from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
+
+
+def keep_alive(text: str) -> float:
+    """--keep-alive's seconds, as Ollama reads OLLAMA_KEEP_ALIVE (hearth.api.durations)."""
+    try:
+        return seconds(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a duration such as 5m, 1h30m, 300 (seconds) or -1 (forever), "
+                                         f"not {text!r}") from None
 
 
 def _names(text: str) -> list[str]:
@@ -147,6 +157,11 @@ def _add_listen_arguments(net) -> None:
                           "(default: $HEARTH_API_KEY, else none)")
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
+    net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
+                     help="unload a model once idle this long (Ollama's OLLAMA_KEEP_ALIVE: 5m, 1h30m, 300 seconds, "
+                          "-1 forever); its next request loads it again. A request's keep_alive sets its model's own; "
+                          "pinned models stay (default: forever, as llama-swap's ttl: a model goes only when another "
+                          "needs its room under --max-memory)")
     net.add_argument("--no-webui", dest="webui", action="store_false",
                      help="no chat page at / (llama-server's): an API-only server")
     net.add_argument("--webui", dest="webui", action="store_true", default=True, help=argparse.SUPPRESS)
