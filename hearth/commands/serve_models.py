@@ -252,6 +252,7 @@ def build_pool(args: argparse.Namespace):
         if getattr(args, "reranking", False) and not reranks(facts):
             raise HearthError(f"--reranking: {e.where} is not a reranker (its GGUF's pooling_type is not 4, rank, "
                               "as a cross-encoder's is): serve a reranker GGUF, or drop --reranking")
+        check_pooling(getattr(args, "pooling", None), facts, e.where)
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
                          else k_flag(args))
@@ -275,6 +276,17 @@ def _resolve(e: ModelEntry) -> Path:
         if e.where.startswith("MODEL ") and repr(e.model) in str(err):  # it names the argument already
             raise HearthError(f"MODEL: {err}") from None
         raise HearthError(f"{e.where}: model: {err}") from None
+
+
+def check_pooling(pooling: str | None, facts, where: str) -> None:
+    """--pooling fits every model served: cls pools an encoder's first token (a decoder's first has read nothing
+    else); a reranker scores pairs with its classification head, which no pooling replaces."""
+    if pooling is not None and reranks(facts):
+        raise HearthError(f"--pooling {pooling}: {where} is a reranker (pooling_type 4): it scores pairs, it does not "
+                          "embed; serve it without --pooling")
+    if pooling == "cls" and not facts.embeds_only:
+        raise HearthError(f"--pooling cls: {where} is a decoder, whose first token has read nothing else: pool it "
+                          "mean or last")
 
 
 def reranks(facts) -> bool:
@@ -330,6 +342,8 @@ class Loader:
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
                                 "speculative_config": speculation,
                                 "lora": engine_args(a)["lora"] if spec.name == self.first else []})
+        if getattr(a, "pooling", None):  # llama-server's --pooling, over the GGUF's (check_pooling took it)
+            llm.model_config.pooling = a.pooling
         if not llm.embeds_only:  # an encoder samples nothing: no grammar vocabulary
             llm.runner.grammar.prepare_in_background()
         if line := _speculation(llm, llm.config.speculative_config):
