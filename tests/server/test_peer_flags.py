@@ -220,3 +220,41 @@ def test_timeout_ends_a_stream_its_client_stopped_reading_and_aborts_its_request
 
 def test_a_negative_timeout_is_one_line(capsys):
     assert_one_line_error(*run_cli(capsys, "serve", "m.gguf", "--timeout", "-1"), "--timeout must be 0 or more")
+
+
+def test_https_with_a_self_signed_certificate(tmp_path):
+    """The options make uvicorn speak TLS: /health answers over https with the certificate given."""
+    import shutil
+    import socket
+    import subprocess
+    import threading
+
+    import httpx
+    import uvicorn
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl to make a certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], check=True,
+                   capture_output=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    options = uvicorn_options(serve_args("--ssl-keyfile", str(key), "--ssl-certfile", str(cert)))
+    server = uvicorn.Server(uvicorn.Config(create_app(fake_served()), host="127.0.0.1", port=port, log_level="error",
+                                           **options))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for _ in range(200):
+            if server.started:
+                break
+            time.sleep(0.02)
+        r = httpx.get(f"https://127.0.0.1:{port}/health", verify=str(cert), timeout=10)
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        with pytest.raises(httpx.HTTPError):  # plain http is no longer spoken there
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
