@@ -21,9 +21,10 @@ def add_listen_flags(net) -> None:
     net.add_argument("--root-path", default="", metavar="PATH",
                      help="vLLM's: the path prefix a proxy serves hearth under (ASGI root_path), e.g. /llm")
     net.add_argument("--timeout", "-to", type=float, default=0, metavar="SECONDS",
-                     help="llama-server's read/write timeout: a client that sends none of its request, or reads none "
-                          "of the answer, for SECONDS is dropped (its request aborted, its KV freed); 0: never "
-                          "(default: %(default)s; llama-server's is 600)")
+                     help="llama-server's read/write timeout: a client that sends none of the rest of its request, "
+                          "or reads none of the answer once its connection's buffers are full, for SECONDS is dropped "
+                          "(its request not run, or aborted and its KV freed); 0: never (default: %(default)s; "
+                          "llama-server's is 600)")
     net.add_argument("--disable-uvicorn-access-log", action="store_true",
                      help="vLLM's: no log line per HTTP request")
     net.add_argument("--disable-fastapi-docs", action="store_true",
