@@ -273,7 +273,10 @@ class ModelPool:
     async def _check_idle_forever(self) -> None:
         while True:
             await asyncio.sleep(self.tick_s)
-            await self.check_idle()
+            try:
+                await self.check_idle()
+            except Exception as e:  # one failed unload must not end the idle check for every model
+                _say(f"the idle check failed: {type(e).__name__}: {e}")
 
     def loaded(self) -> list[ServedModel]:
         return [s.served for s in self.slots if s.served is not None]
