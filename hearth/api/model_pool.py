@@ -223,7 +223,7 @@ class ModelPool:
 
     async def unload(self, requested: str | None) -> bool:
         """Unload a model now, as Ollama's keep_alive 0 asks (`ollama stop`): whether it is now unloaded. A
-        pinned model, one that is serving requests, or one this server could not load again stays."""
+        pinned model, or one this server could not load again, stays; one serving requests goes once they end."""
         slot = self.resolve(requested)
         async with self._room:
             if slot.served is None:

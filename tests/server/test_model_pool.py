@@ -496,3 +496,18 @@ def test_without_a_keep_alive_models_stay():
         await pool.close()
 
     asyncio.run(scenario())
+
+
+def test_keep_alive_0_on_a_busy_model_unloads_it_once_its_requests_end():
+    """Ollama sets a busy runner's duration to 0: it expires when its last request ends, not never."""
+    async def scenario():
+        pool, loader, clock = idle_pool(3600)
+        a = await pool.get("a")
+        stream = a.engine.add_request([1], _params(), request_id="r1")
+        assert await pool.unload("a") is False and pool.slots[1].served is a
+        stream.abort()
+        await pool.check_idle()
+        assert pool.slots[1].served is None
+        await pool.close()
+
+    asyncio.run(scenario())
