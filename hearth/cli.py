@@ -149,11 +149,12 @@ def _run(argv: list[str] | None) -> int:
     sub, rest = split
     from hearth.commands.foreign_flags import foreign_flag
 
-    if (why := foreign_flag(rest)) is not None:  # llama.cpp's -ngl, vLLM's --tensor-parallel-size, ...
+    # one parser per command, parsed intermixed so options may sit between positionals
+    parser = command_parser(name, sub)
+    if (why := foreign_flag(rest, set(parser._option_string_actions))) is not None:  # llama.cpp's -ngl, ...
         print(f"hearth: error: {why}", file=sys.stderr)
         return 2
-    # one parser per command, parsed intermixed so options may sit between positionals
-    args = command_parser(name, sub).parse_intermixed_args(rest)
+    args = parser.parse_intermixed_args(rest)
     module = SUBCOMMANDS[name][sub][0] if sub is not None else COMMANDS[name][0]
     from hearth.loader.store import check_home
 

@@ -112,6 +112,54 @@ def test_another_engines_flag_names_hearths_way(argv, says, capsys):
     assert err.startswith("hearth: error: ") and says in err and err.count("\n") == 1, err
 
 
+def _foreign_flags():
+    from hearth.commands.foreign_flags import FOREIGN
+
+    return sorted(FOREIGN.items())
+
+
+@pytest.mark.parametrize("flag,does", _foreign_flags(), ids=[f for f, _ in _foreign_flags()])
+def test_every_foreign_flag_is_one_line_naming_it_and_hearths_way(flag, does, capsys):
+    """The whole table: each flag, with or without a value after it, is one line naming it and what hearth does."""
+    for argv in (["serve", "m", flag], ["serve", "m", flag, "2"], ["serve", "m", f"{flag}=2"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err == f"hearth: error: {flag} is {does}\n", err
+
+
+def test_a_foreign_flag_that_is_a_command_s_own_is_that_command_s():
+    """hearth plan's --block-size and hearth pull's -q are theirs, not vLLM's."""
+    from hearth.cli import command_parser
+    from hearth.commands.foreign_flags import foreign_flag
+
+    for command, flag in (("plan", "--block-size"), ("pull", "-q")):
+        assert flag in command_parser(command)._option_string_actions
+        assert foreign_flag(["x", flag], set(command_parser(command)._option_string_actions)) is None
+    assert foreign_flag(["x", "--block-size"], set(command_parser("serve")._option_string_actions)) is not None
+
+
+def _already():
+    from hearth.commands.peer_flags import ALREADY
+
+    return [(flags, does) for flags, does in ALREADY.items()]
+
+
+@pytest.mark.parametrize("flags,does", _already(), ids=[f[0] for f, _ in _already()])
+def test_a_flag_asking_what_hearth_does_already_is_taken_and_its_help_says_so(flags, does, capsys):
+    """llama-server's --jinja, --metrics, ... and vLLM's --trust-remote-code, --enable-chunked-prefill, ... were
+    "unrecognized arguments"; each is taken, by serve and run-batch, and --help says what hearth does."""
+    from hearth.cli import command_parser
+
+    for command in ("serve", "run-batch"):
+        parser = command_parser(command)
+        for flag in flags:
+            assert flag in parser._option_string_actions and parser._option_string_actions[flag].help == does
+    assert command_parser("serve").parse_intermixed_args(["m", *flags]).model == ["m"]
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    assert " ".join(does.split()[:4]) in " ".join(capsys.readouterr().out.split())
+
+
 def test_llama_cpp_s_threads_flag_is_taken():
     from hearth.cli import command_parser
 

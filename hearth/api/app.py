@@ -15,7 +15,8 @@ from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddin
                         ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions, openai_routes, props,
                         rerank_routes, responses_routes, slots)
 from hearth.api.errors import install_handlers
-from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware
+from hearth.api.embeddings_only import refusing
+from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware, StallTimeoutMiddleware
 from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
 from hearth.api.json_body import JSONBodyMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
@@ -26,11 +27,17 @@ from hearth.api.served import ServedModel
 from hearth.tool_guard import GuardConfig
 from hearth.tool_guard.routing import DEFAULT_THRESHOLD, TOOL_FLOOR
 
+GENERATING = (openai_chat, openai_completions, responses_routes, anthropic_routes, infill_routes, completion_routes,
+              ollama_routes)
+"""The route modules that generate text: llama-server's --embedding refuses them."""
+
 
 @dataclass
 class ServerConfig:
     api_key: str | None = None
     """Required on every route but /health and the chat page (Bearer or x-api-key)."""
+    api_keys: list[str] = field(default_factory=list)
+    """More keys, each taken as api_key is (llama-server's --api-key-file)."""
     cors_origins: list[str] = field(default_factory=list)
     """Origins allowed by CORS; ["*"] allows any."""
     max_body_bytes: int = 16 * 2**20
@@ -50,6 +57,13 @@ class ServerConfig:
     """What GET /props reports as llama-server's build_info (`hearth serve` gives its version)."""
     webui: bool = True
     """Serve the chat page at / (llama-server's --no-webui: an API-only server answers / with a 404)."""
+    timeout_s: float = 0
+    """A client that sends none of its request, or reads none of the answer, this long is dropped (llama-server's
+    --timeout); 0: never."""
+    openapi: bool = True
+    """Serve /openapi.json (vLLM's --disable-fastapi-docs: not)."""
+    embeddings_only: bool = False
+    """llama-server's --embedding: the generating routes answer 501 (hearth.api.embeddings_only)."""
 
 
 def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:
@@ -65,30 +79,36 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
         finally:
             await pool.close()
 
-    app = FastAPI(title="hearth", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app = FastAPI(title="hearth", lifespan=lifespan, docs_url=None, redoc_url=None,
+                  openapi_url="/openapi.json" if config.openapi else None)
     app.state.models = pool
     app.state.config = config
     app.state.limits = Limits(config.max_n, config.max_tokens)
     app.state.metrics = Metrics(pool.loaded)
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
-    for module in (openai_routes, openai_chat, openai_completions, embeddings, rerank_routes, responses_routes,
-                   anthropic_routes, infill_routes, completion_routes, slots, props, lora_routes, ollama_routes,
-                   ollama_embed, ollama_models, *([chat_page] if config.webui else [])):
+    webui = config.webui and not config.embeddings_only  # a chat page that cannot chat is none
+    for module in (openai_routes, embeddings, rerank_routes, slots, props, lora_routes, ollama_embed, ollama_models,
+                   *([chat_page] if webui else [])):
         app.include_router(module.router)
-    if not config.webui:  # GET / without the chat page: Ollama's heartbeat text, as its HEAD / (ollama_models)
+    for module in GENERATING:
+        app.include_router(refusing(module.router) if config.embeddings_only else module.router)
+    if not webui:  # GET / without the chat page: Ollama's heartbeat text, as its HEAD / (ollama_models)
         app.add_api_route("/", _running, methods=["GET"], response_class=PlainTextResponse)
     _add_service_routes(app)
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth
     app.add_middleware(IgnoredFieldsMiddleware)
     app.add_middleware(JSONBodyMiddleware)
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
-    if config.api_key:
-        app.add_middleware(APIKeyMiddleware, api_key=config.api_key)
+    keys = [k for k in (config.api_key, *config.api_keys) if k]
+    if keys:
+        app.add_middleware(APIKeyMiddleware, keys=keys)
     if config.cors_origins:
         app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], allow_credentials="*" not in config.cors_origins,
                            expose_headers=[IGNORED_HEADER, "Retry-After", "x-should-retry"])  # SDKs in a browser read them
+    if config.timeout_s:  # outermost: the other middlewares' reads and writes are timed too
+        app.add_middleware(StallTimeoutMiddleware, seconds=config.timeout_s)
     return app
 
 

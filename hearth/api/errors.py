@@ -32,6 +32,7 @@ _TYPES = {
     413: ("invalid_request_error", "request_too_large"),
     429: ("rate_limit_exceeded", "rate_limit_error"),
     500: ("server_error", "api_error"),
+    501: ("not_supported_error", "api_error"),  # llama-server's type for it
     503: ("server_error", "overloaded_error"),
 }
 

@@ -1,9 +1,10 @@
-"""ASGI middleware that guards every route: the API key and the request body size.
+"""ASGI middleware that guards every route: the API key, the request body size, a client that stalls.
 
 Plain ASGI (not BaseHTTPMiddleware) so streaming responses and disconnect messages pass untouched."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 
@@ -30,8 +31,8 @@ def _public(path: str) -> bool:
 class APIKeyMiddleware:
     """`Authorization: Bearer KEY` or `x-api-key: KEY` (Anthropic's header), compared in constant time."""
 
-    def __init__(self, app: ASGIApp, api_key: str):
-        self.app, self.key = app, api_key.encode()
+    def __init__(self, app: ASGIApp, keys: list[str]):
+        self.app, self.keys = app, [k.encode() for k in keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or _public(scope["path"]) or scope["method"] == "OPTIONS":
@@ -41,7 +42,7 @@ class APIKeyMiddleware:
         auth = headers.get(b"authorization", b"")
         if auth[:7].lower() == b"bearer ":
             given = auth[7:].strip()
-        if not hmac.compare_digest(given, self.key):
+        if not any([hmac.compare_digest(given, key) for key in self.keys]):  # a list: every key compared
             why = "invalid API key" if given else "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
             return await _send_error(scope, send, 401, why, [(b"www-authenticate", b"Bearer")])
         await self.app(scope, receive, send)
@@ -82,3 +83,36 @@ def _replay(messages: list[Message], receive: Receive) -> Receive:
     async def replay() -> Message:
         return messages.pop(0) if messages else await receive()
     return replay
+
+
+class StallTimeoutMiddleware:
+    """llama-server's --timeout (its HTTP library's read and write timeouts): a client that sends none of its request
+    body, or reads none of the answer, for `seconds` is dropped as one that disconnected: its request is aborted
+    and its KV blocks freed, where it would hold a slot for as long as it stalls."""
+
+    def __init__(self, app: ASGIApp, seconds: float):
+        self.app, self.seconds = app, seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        body_read = False
+
+        async def timed_receive() -> Message:
+            nonlocal body_read
+            if body_read:  # past the body, receive() waits for a disconnect the whole answer long
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.seconds)
+            except asyncio.TimeoutError:
+                return {"type": "http.disconnect"}
+            body_read = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def timed_send(message: Message) -> None:
+            try:
+                await asyncio.wait_for(send(message), self.seconds)
+            except asyncio.TimeoutError:  # what a write to a gone client raises: the routes end their stream on it
+                raise OSError(f"the client read nothing for {self.seconds:g} s (--timeout)") from None
+
+        await self.app(scope, timed_receive, timed_send)

@@ -1,5 +1,6 @@
 """The models one server serves: each loaded on its first request (in a worker thread, so the server
-keeps answering), unloaded least-recently-used when the next one would not fit the memory budget.
+keeps answering), unloaded least-recently-used when the next one would not fit the memory budget, or
+once idle for its keep-alive (Ollama's keep_alive: --keep-alive, a --models entry's, a request's).
 
 A pinned model is never unloaded; a model with requests in flight is not unloaded under them (its
 turn waits up to `busy_wait_s`, then the request that needed the room gets a 503 saying why, with
@@ -12,12 +13,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import math
 import sys
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from hearth.api.durations import spelled
 from hearth.api.errors import RETRY_AFTER_S, APIError
 from hearth.api.served import FileFacts, ServedModel
 from hearth.engine.async_engine import EngineShutdownError
@@ -50,6 +53,9 @@ class ModelSpec:
     adapters: dict[str, str] = field(default_factory=dict)
     """vLLM's --lora-modules of this model: NAME (one of `names`) -> the adapter's file as given; /v1/models lists
     each as its own model, `parent` this model's id and `root` the file, as vLLM's."""
+    keep_alive: float = math.inf
+    """Seconds it stays loaded once idle, each time it loads (a request's keep_alive sets its own until the
+    next); inf: until another model needs its room."""
 
     @property
     def name(self) -> str:
@@ -71,6 +77,10 @@ class _Slot:
     pending: int = 0
     """Requests that chose it and have not yet queued in its engine (or hold a lease)."""
     created: int = field(default_factory=lambda: int(time.time()))
+    keep_alive: float = math.inf
+    """Seconds it stays loaded once idle: its spec's from each load, then the last request's keep_alive."""
+    idle_since: float | None = None
+    """When (the pool's clock) the idle check first saw it idle since its last request; None: in use since."""
 
     def busy(self) -> bool:
         engine = self.served.engine if self.served is not None else None
@@ -79,12 +89,15 @@ class _Slot:
 
 class ModelPool:
     def __init__(self, specs: list[ModelSpec], loader: Loader | None, max_memory: int = 0,
-                 busy_wait_s: float = 30.0):
-        """`max_memory`: bytes all loaded models may hold together; 0 = no limit."""
+                 busy_wait_s: float = 30.0, clock: Callable[[], float] = time.monotonic, tick_s: float = 1.0):
+        """`max_memory`: bytes all loaded models may hold together; 0 = no limit. `clock` (seconds) and
+        `tick_s` (how often idle models are checked): tests give a fake clock and a short tick."""
         if not specs:
             raise ValueError("a server needs at least one model")
         self.loader, self.max_memory, self.busy_wait_s = loader, max_memory, busy_wait_s
-        self.slots = [_Slot(s) for s in specs]
+        self.clock, self.tick_s = clock, tick_s
+        self.slots = [_Slot(s, keep_alive=s.keep_alive) for s in specs]
+        self._idle_check: asyncio.Task | None = None
         self._by_name: dict[str, _Slot] = {}
         for slot in self.slots:
             for name in slot.spec.names:
@@ -136,7 +149,7 @@ class ModelPool:
             if not over and slot.served is None:
                 _say(f"loading {slot.spec.name} ({_gib(slot.spec.footprint)} with its KV cache) ...")
                 t0 = time.perf_counter()
-                slot.served, slot.reserved = self.loader(slot.spec), True
+                slot.served, slot.reserved, slot.keep_alive = self.loader(slot.spec), True, slot.spec.keep_alive
                 _say(f"loaded {slot.spec.name} in {time.perf_counter() - t0:.1f}s "
                      f"(context {slot.served.max_model_len} tokens)")
 
@@ -148,6 +161,8 @@ class ModelPool:
         for slot in self.slots:
             if slot.spec.pinned and slot.served is None:
                 await self._ensure_loaded(slot)
+        if self.loader is not None and not all(s.spec.pinned for s in self.slots):
+            self._idle_check = asyncio.ensure_future(self._check_idle_forever())
 
     def end_streams(self) -> None:
         """A shutdown begins: every request in flight ends now with an error its client sees (an SSE
@@ -159,6 +174,8 @@ class ModelPool:
                 end(EngineShutdownError("the server is shutting down"))
 
     async def close(self) -> None:
+        if self._idle_check is not None:
+            self._idle_check.cancel()
         for slot in self.slots:
             if slot.served is not None:
                 served, slot.served = slot.served, None
@@ -186,7 +203,7 @@ class ModelPool:
         """The served model for a request, loaded if need be. Call Generation before the next await:
         from then on the engine's requests in flight keep it loaded."""
         slot = self.resolve(requested)
-        slot.last_used = next(self._clock)
+        slot.last_used, slot.idle_since = next(self._clock), None
         slot.pending += 1
         try:
             return await self._ensure_loaded(slot)
@@ -197,7 +214,7 @@ class ModelPool:
     async def lease(self, requested: str | None):
         """The served model, kept loaded for the whole block (work spanning several awaits)."""
         slot = self.resolve(requested)
-        slot.last_used = next(self._clock)
+        slot.last_used, slot.idle_since = next(self._clock), None
         slot.pending += 1
         try:
             yield await self._ensure_loaded(slot)
@@ -206,15 +223,60 @@ class ModelPool:
 
     async def unload(self, requested: str | None) -> bool:
         """Unload a model now, as Ollama's keep_alive 0 asks (`ollama stop`): whether it is now unloaded. A
-        pinned model, one that is serving requests, or one this server could not load again stays."""
+        pinned model, or one this server could not load again, stays; one serving requests goes once they end."""
         slot = self.resolve(requested)
         async with self._room:
             if slot.served is None:
                 return slot.loading is None
-            if slot.spec.pinned or self.loader is None or slot.busy():
+            if slot.spec.pinned or self.loader is None:
                 return False
-            await self._unload(slot, None)
+            if slot.busy():  # it goes once its requests end, as Ollama's runner with a zero keep_alive
+                slot.keep_alive = 0
+                return False
+            await self._unload(slot, "(keep_alive 0)")
             return True
+
+    def keep(self, requested: str | None, seconds: float) -> None:
+        """A request's keep_alive: how long the model it named stays loaded once idle, until the next request
+        that gives one (Ollama's scheduler sets its runner's session duration so); pinned models stay."""
+        slot = self.resolve(requested)
+        if not slot.spec.pinned:
+            slot.keep_alive = seconds
+
+    def expires_at(self, slot: _Slot) -> float | None:
+        """When (Unix time) the idle check unloads it if no request comes; None: never (pinned, kept forever)."""
+        if slot.spec.pinned or self.loader is None or slot.keep_alive == math.inf:
+            return None
+        now = self.clock()
+        since = now if slot.idle_since is None or slot.busy() else slot.idle_since
+        return time.time() + max(0.0, since + slot.keep_alive - now)
+
+    async def check_idle(self) -> None:
+        """Unload each model idle for its keep-alive. A model is idle from the first check that sees no request
+        of it running, queued or choosing it: a request's get() marks it in use again."""
+        now = self.clock()
+        for slot in self.slots:
+            if slot.served is None or slot.busy():
+                slot.idle_since = None
+                continue
+            slot.idle_since = now if slot.idle_since is None else slot.idle_since
+            if self._expired(slot, now):
+                async with self._room:
+                    if self._expired(slot, self.clock()):  # a request may have come while the lock was held
+                        await self._unload(slot, f"(idle for {spelled(slot.keep_alive)}, its keep_alive)")
+
+    def _expired(self, slot: _Slot, now: float) -> bool:
+        # no await between this check and _unload's first line: a request that comes later loads it again
+        return (slot.served is not None and not slot.spec.pinned and not slot.busy() and slot.idle_since is not None
+                and now - slot.idle_since >= slot.keep_alive)
+
+    async def _check_idle_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.tick_s)
+            try:
+                await self.check_idle()
+            except Exception as e:  # one failed unload must not end the idle check for every model
+                _say(f"the idle check failed: {type(e).__name__}: {e}")
 
     def loaded(self) -> list[ServedModel]:
         return [s.served for s in self.slots if s.served is not None]
@@ -261,7 +323,7 @@ class ModelPool:
                 raise APIError(503, f"model {spec.name!r} failed to load: {e}", param="model",
                                code="model_load_failed") from None
             served.engine.start()
-            slot.served, slot.created = served, int(time.time())
+            slot.served, slot.created, slot.keep_alive = served, int(time.time()), spec.keep_alive
             _say(f"loaded {spec.name} in {time.perf_counter() - t0:.1f}s (context {served.max_model_len} tokens)")
             return served
         except BaseException:
@@ -290,7 +352,8 @@ class ModelPool:
         while self._used() + need > budget:
             idle = [s for s in self.slots if s.served is not None and not s.spec.pinned and not s.busy()]
             if idle:
-                await self._unload(min(idle, key=lambda s: s.last_used), slot.spec.name)
+                await self._unload(min(idle, key=lambda s: s.last_used),
+                                   f"(least recently used) to make room for {slot.spec.name}")
                 continue
             if time.monotonic() >= deadline:
                 busy = [s.spec.name for s in self.slots if s.reserved and not s.spec.pinned and s is not slot]
@@ -301,10 +364,8 @@ class ModelPool:
                                retry_after=RETRY_AFTER_S)
             await asyncio.sleep(0.05)
 
-    async def _unload(self, victim: _Slot, for_name: str | None) -> None:
-        """for_name: the model that needs its room (None: asked by a request's keep_alive 0)."""
-        engine, victim.served = victim.served.engine, None
-        why = f"(least recently used) to make room for {for_name}" if for_name else "(keep_alive 0)"
+    async def _unload(self, victim: _Slot, why: str) -> None:
+        engine, victim.served, victim.idle_since = victim.served.engine, None, None
         _say(f"unloading {victim.spec.name} {why}")
         await asyncio.to_thread(engine.shutdown)
         del engine

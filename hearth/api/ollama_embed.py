@@ -2,7 +2,7 @@
 vector each) and the older POST /api/embeddings (`prompt`: one text -> `embedding`), over the same
 engine path as /v1/embeddings (hearth.api.embeddings). Ollama cuts an input past the context unless
 `truncate` is false; hearth cuts only when `truncate` is true, else a 400 naming the input. The older
-route's vectors are normalized too (Ollama's are not). `keep_alive: 0` unloads the model once answered."""
+route's vectors are normalized too (Ollama's are not). `keep_alive: 0` unloads the model once answered; another sets how long it stays once idle."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.embeddings import check_dimensions, check_embeds, embed, inputs
 from hearth.api.ollama_models import answered, served_model, unload_after
+from hearth.api.ollama_options import keep_alive_seconds
 from hearth.api.ollama_protocol import EmbedRequest
 
 router = APIRouter()
@@ -20,9 +21,10 @@ router = APIRouter()
 @router.post("/api/embed")
 async def embed_texts(body: EmbedRequest, request: Request):
     started = time.perf_counter()
-    served, load_s = await served_model(request.app.state.models, body.model)
+    keep_alive = keep_alive_seconds(body.keep_alive)  # a bad one: a 400 before any work
+    served, load_s = await served_model(request.app.state.models, body.model, keep_alive)
     check_embeds(served)
-    then = unload_after(request.app.state.models, served.name, body.keep_alive)  # a bad one: a 400 before any work
+    then = unload_after(request.app.state.models, served.name, keep_alive)
     check_dimensions(served, body.dimensions)
     texts = [body.input] if isinstance(body.input, str) else body.input or []
     # no text (none, "" or []): the model is loaded and nothing embedded, as Ollama answers a preload
@@ -37,9 +39,10 @@ async def embed_texts(body: EmbedRequest, request: Request):
 
 @router.post("/api/embeddings")
 async def embed_prompt(body: EmbedRequest, request: Request):
-    served, _ = await served_model(request.app.state.models, body.model)
+    keep_alive = keep_alive_seconds(body.keep_alive)
+    served, _ = await served_model(request.app.state.models, body.model, keep_alive)
     check_embeds(served)
-    then = unload_after(request.app.state.models, served.name, body.keep_alive)
+    then = unload_after(request.app.state.models, served.name, keep_alive)
     if not body.prompt:  # a preload, as Ollama answers it
         return {"embedding": []}
     vectors = await embed(request, served, inputs(served, [body.prompt], truncate=body.truncate is True, field="prompt"))

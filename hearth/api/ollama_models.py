@@ -19,7 +19,6 @@ from fastapi.responses import JSONResponse, Response
 from starlette.background import BackgroundTask
 
 from hearth.api.errors import APIError
-from hearth.api.ollama_options import unloads_now
 from hearth.api.ollama_protocol import ShowRequest, rfc3339
 from hearth.api.infill import has_fim
 
@@ -30,8 +29,8 @@ API_VERSION = "0.33.0"
 """The Ollama release whose API (docs/api.md, api/types.go) these routes follow: clients that check the
 server's version for a feature see one that has it."""
 NEVER = "2318-01-01T00:00:00Z"
-"""/api/ps' expires_at: hearth unloads a model only when another needs its room (Ollama's keep_alive -1
-reads as a date this far)."""
+"""/api/ps' expires_at of a model kept until another needs its room (pinned, or kept forever: Ollama's
+keep_alive -1 reads as a date this far)."""
 
 REFUSED = {
     "pull": "hearth does not download models over its API: run `hearth pull NAME` on the server's machine "
@@ -59,21 +58,24 @@ def resolve(pool, requested: str | None):
     raise APIError(404, f"model '{requested}' not found", param="model", code="model_not_found")
 
 
-async def served_model(pool, requested: str | None):
-    """The served model (loaded if need be) and the seconds its load took."""
+async def served_model(pool, requested: str | None, keep_alive: float | None = None):
+    """The served model (loaded if need be) and the seconds its load took; `keep_alive` (seconds, None: not
+    given) becomes how long it stays once idle, as Ollama's scheduler sets it when it hands the runner out."""
     slot = resolve(pool, requested)
     t0 = time.perf_counter()
     served = await pool.get(slot.spec.name)
+    if keep_alive is not None:
+        pool.keep(slot.spec.name, keep_alive)
     return served, time.perf_counter() - t0
 
 
-def unload_after(pool, name: str, keep_alive) -> Callable[[], Awaitable] | None:
-    """keep_alive 0 on a request that is answered: the model unloads once the answer is sent, as Ollama's
-    scheduler expires a runner with a zero keep_alive when its last request ends (where the model stays:
-    ModelPool.unload)."""
+def unload_after(pool, name: str, keep_alive: float | None) -> Callable[[], Awaitable] | None:
+    """keep_alive 0 (seconds) on a request that is answered: the model unloads once the answer is sent, as
+    Ollama's scheduler expires a runner with a zero keep_alive when its last request ends (where the model
+    stays: ModelPool.unload)."""
     async def unload() -> None:  # a coroutine function: Starlette's BackgroundTask would thread a lambda
         await pool.unload(name)
-    return unload if unloads_now(keep_alive) else None
+    return unload if keep_alive == 0 else None
 
 
 def answered(body: dict, then: Callable[[], Awaitable] | None) -> JSONResponse:
@@ -135,8 +137,13 @@ async def tags(request: Request):
 async def ps(request: Request):
     pool = request.app.state.models
     return {"models": [{**_entry(slot, name), "size": slot.spec.footprint or _file(slot.served)[0],
-                        "expires_at": NEVER, "size_vram": 0, "context_length": slot.served.max_model_len}
+                        "expires_at": _expiry(pool.expires_at(slot)), "size_vram": 0,
+                        "context_length": slot.served.max_model_len}
                        for slot in pool.slots if slot.served is not None for name in slot.spec.names[:1]]}
+
+
+def _expiry(at: float | None) -> str:
+    return NEVER if at is None else rfc3339(datetime.fromtimestamp(at, timezone.utc))
 
 
 def _capabilities(served) -> list[str]:

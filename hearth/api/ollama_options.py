@@ -1,6 +1,6 @@
 """Ollama's request knobs -> hearth's: `options` (Modelfile parameters) -> SamplingParams fields,
-`format` -> a structured-output constraint, `think` -> the chat template's variables, `keep_alive` -> whether to
-unload the model now.
+`format` -> a structured-output constraint, `think` -> the chat template's variables, `keep_alive` -> how long
+the model stays loaded once idle (0: unload it now).
 
 Options hearth applies are hearth.api.errors.OLLAMA_OPTIONS; `num_ctx` sizes nothing here (hearth's
 context is set when the model loads): one past it is ignored and named, as a prompt too long for the
@@ -11,9 +11,9 @@ Ollama's (mirostat, num_gpu, ...) or unknown, is ignored as Ollama ignores an un
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from hearth.api import durations
 from hearth.api.errors import OLLAMA_OPTIONS, APIError
 from hearth.api.ignored_fields import note
 from hearth.api.messages import _kind
@@ -102,25 +102,22 @@ def think_kwargs(think: bool | str | None, thinks: bool) -> dict:
     return {"enable_thinking": True, "reasoning_effort": "high" if think == "max" else think}
 
 
-_SECONDS = re.compile(r"\d+(?:\.\d*)?|\.\d+")
-_DURATION = re.compile(f"({_SECONDS.pattern})(ns|us|µs|ms|s|m|h)")
+def keep_alive_seconds(keep_alive: str | int | float | None) -> float | None:
+    """A request's keep_alive in seconds (hearth.api.durations: negative is forever), None where none is given
+    (the model keeps the one it has, as Ollama's scheduler keeps a runner's); a bad one is a 400 naming it."""
+    if keep_alive is None:
+        return None
+    try:
+        return durations.seconds(keep_alive)
+    except ValueError:
+        raise _bad("keep_alive", f'must be a number of seconds or a duration such as "5m" or "0", got {keep_alive!r}') from None
 
 
 def unloads_now(keep_alive: str | int | float | None) -> bool:
     """keep_alive 0 (a number of seconds, or a Go duration such as "0", "0s", "0m"): the routes unload the model,
-    at once where the request has nothing to answer (`ollama stop`), else once it is answered; any other keeps
-    it, as hearth keeps every model until another needs its room (it has no idle timer to set)."""
-    if keep_alive is None:
-        return False
-    if isinstance(keep_alive, (int, float)):
-        return keep_alive == 0
-    text = keep_alive.strip().lstrip("+-")
-    if _SECONDS.fullmatch(text):  # a bare number: seconds, as the JSON number (Go's parser takes only "0")
-        return float(text) == 0
-    parts = _DURATION.findall(text)
-    if not parts or "".join(a + b for a, b in parts) != text:
-        raise _bad("keep_alive", f'must be a number of seconds or a duration such as "5m" or "0", got {keep_alive!r}')
-    return all(float(n) == 0 for n, _ in parts)
+    at once where the request has nothing to answer (`ollama stop`), else once it is answered; any other sets
+    how long it stays once idle (ModelPool.keep)."""
+    return keep_alive_seconds(keep_alive) == 0
 
 
 def asked_logprobs(body, served) -> int | None:

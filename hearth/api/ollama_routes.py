@@ -7,7 +7,7 @@ and tools rendered by the model's template, the tool guard and a router as confi
 renders `system` + `prompt` as one user turn, or takes the prompt as it is (`raw`), or lays a
 fill-in-the-middle prompt out with `suffix` (hearth.api.infill). An empty conversation or prompt loads
 the model and answers done (done_reason "load"), as Ollama does; `keep_alive: 0` unloads it instead, or, on a
-request that generates, once the answer is sent."""
+request that generates, once the answer is sent; any other keep_alive is how long it stays loaded once idle."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
 from hearth.api.ollama_models import TAG, answered, resolve, served_model, thinks, unload_after
-from hearth.api.ollama_options import (asked_logprobs, sampling_fields, structured_output, think_kwargs,
-                                      unloads_now, within_context)
+from hearth.api.ollama_options import (asked_logprobs, keep_alive_seconds, sampling_fields, structured_output,
+                                      think_kwargs, within_context)
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
 from hearth.api.ollama_reply import NDJSON, OllamaReply
 from hearth.api.parsing import output_parser
@@ -48,9 +48,10 @@ FIELD_NAMES = {**{field: f"options.{name}" for name, field in OLLAMA_OPTIONS.ite
 async def chat(body: ChatRequest, request: Request):
     started = time.perf_counter()
     state = request.app.state
-    if unloads_now(body.keep_alive) and not body.messages:  # read first: a bad one is a 400 either way
+    keep_alive = keep_alive_seconds(body.keep_alive)  # read first: a bad one is a 400 before any load
+    if keep_alive == 0 and not body.messages:
         return await _unload(state.models, body.model, {"message": {"role": "assistant", "content": ""}})
-    served, load_s = await served_model(state.models, body.model)
+    served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
     if not body.messages:
@@ -79,7 +80,7 @@ async def chat(body: ChatRequest, request: Request):
     source, _ = await routed_choices(state, served.name, ask, lambda s, p: _render(s, p, history, template, prefill),
                                      req)
     reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
-    return await _answer(request, body.stream, reply, unload_after(state.models, served.name, body.keep_alive))
+    return await _answer(request, body.stream, reply, unload_after(state.models, served.name, keep_alive))
 
 
 def _lora(body, served) -> dict[int, float] | None:
@@ -104,9 +105,10 @@ async def generate(body: GenerateRequest, request: Request):
     started = time.perf_counter()
     _check_generate(body)
     state = request.app.state
-    if unloads_now(body.keep_alive) and not body.prompt and not body.suffix:
+    keep_alive = keep_alive_seconds(body.keep_alive)
+    if keep_alive == 0 and not body.prompt and not body.suffix:
         return await _unload(state.models, body.model, {"response": ""})
-    served, load_s = await served_model(state.models, body.model)
+    served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
     if not body.prompt and not body.suffix:
@@ -120,7 +122,7 @@ async def generate(body: GenerateRequest, request: Request):
     parser = output_parser(served, ToolPlan(), text, body.stream) if templated else OutputParser()
     reply = OllamaReply(name, PlainChoices(gen, [parser]), False, started, load_s, context, "/api/generate",
                         (served.tokenizer, k))
-    return await _answer(request, body.stream, reply, unload_after(state.models, served.name, body.keep_alive))
+    return await _answer(request, body.stream, reply, unload_after(state.models, served.name, keep_alive))
 
 
 def _check_generate(body: GenerateRequest) -> None:

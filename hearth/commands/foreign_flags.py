@@ -34,17 +34,42 @@ FOREIGN: dict[str, str] = {
                           "JSON, Qwen XML, harmony), nothing to choose",
     "--reasoning-parser": "vLLM's: hearth reads <think> and harmony reasoning into reasoning_content itself, nothing "
                           "to choose",
+    **dict.fromkeys(["-ub", "--ubatch-size"], "llama.cpp's physical batch: hearth splits a step's tokens itself; "
+                                              "--max-num-batched-tokens (-b) is the step's budget"),
+    "--dtype": "vLLM's: hearth keeps each weight in its GGUF's format and computes in what the CPU tier or GPU runs "
+               "best; --kv-cache-dtype sets the KV cache's",
+    **dict.fromkeys(["-q", "--quantization"], "vLLM's: a GGUF's quantization is its own; serve the GGUF file of the "
+                                              "quantization you want"),
+    "--block-size": "vLLM's: hearth's KV blocks are 16 tokens, the unit its KV formats and prefix hashes share",
+    "--context-shift": "llama.cpp's: hearth never drops the start of a conversation; an answer that fills the context "
+                       "ends with finish_reason length (a request's hearth.compaction compacts old turns)",
+    "--no-enable-chunked-prefill": "vLLM's: hearth always prefills in chunks; --max-num-batched-tokens sizes them",
+    "--slots": "llama-server's GET /slots monitor: hearth has none; /metrics counts running and waiting requests, "
+               "GET /props gives total_slots",
+    "--props": "llama-server's POST /props: hearth has no property to change there; GET /props reads them",
+    "--swap-space": "vLLM's CPU swap: hearth recomputes a preempted request's KV (--kv-disk-dir keeps prefixes on disk)",
+    "--cpu-offload-gb": _GPU_LAYERS,
+    **dict.fromkeys(["-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu"], _GPU_LAYERS),
+    **dict.fromkeys(["-pp", "--pipeline-parallel-size"], _TP),
+    "--threads-http": "llama-server's: hearth answers HTTP on one event loop; --threads are the model's",
+    "--cache-reuse": "llama.cpp's KV shifting: hearth reuses a cached prompt prefix in 16-token blocks (on unless "
+                     "--no-prefix-caching)",
+    **dict.fromkeys(["-mm", "--mmproj"], "llama.cpp's multimodal projector: hearth serves text-only models"),
+    "--load-format": "vLLM's: hearth reads GGUF files only, memory-mapped in place",
+    "--tokenizer": "vLLM's: hearth reads the tokenizer from the GGUF itself",
+    "--download-dir": "vLLM's: hearth keeps models in $HEARTH_HOME/models (hearth pull NAME)",
 }
 """flag -> what hearth does instead."""
 
 
-def foreign_flag(argv: list[str]) -> str | None:
-    """The one-line error for the first of `argv`'s flags that is another engine's, else None."""
+def foreign_flag(argv: list[str], taken: set[str] = frozenset()) -> str | None:
+    """The one-line error for the first of `argv`'s flags that is another engine's, else None. taken: the command's
+    own flags (hearth pull's -q, hearth plan's --block-size are hearth's)."""
     for arg in argv:
         if arg == "--":  # what follows is positional
             return None
         flag = arg.split("=", 1)[0]
-        if flag in FOREIGN:
+        if flag in FOREIGN and flag not in taken:
             return f"{flag} is {FOREIGN[flag]}"
     return None
 

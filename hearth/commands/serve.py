@@ -13,15 +13,27 @@ from collections.abc import Callable
 
 import uvicorn
 
+from hearth.api.durations import seconds
 from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
 from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
+from hearth.commands.listen_flags import add_listen_flags, api_keys, scheme, uvicorn_options
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
+from hearth.commands.peer_flags import add_peer_arguments
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
+
+
+def keep_alive(text: str) -> float:
+    """--keep-alive's seconds, as Ollama reads OLLAMA_KEEP_ALIVE (hearth.api.durations)."""
+    try:
+        return seconds(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a duration such as 5m, 1h30m, 300 (seconds) or -1 (forever), "
+                                         f"not {text!r}") from None
 
 
 def _names(text: str) -> list[str]:
@@ -46,6 +58,10 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     p.add_argument("--max-memory", type=float, default=0, metavar="GIB",
                    help="GiB all loaded models may hold together; the least recently used is unloaded to make "
                         "room (default with several models: `hearth plan`'s usable memory less the runtime)")
+    p.add_argument("--embedding", "--embeddings", action="store_true",
+                   help="llama-server's embeddings-only server: the embedding and rerank routes answer, the generating "
+                        "ones (chat, completions, responses, messages, /api/chat, /api/generate, infill) are a 501 "
+                        "naming this flag; without it every model embeds too (/v1/embeddings)")
     p.add_argument("--reranking", "--rerank", action="store_true",
                    help="llama-server's flag: a reranker GGUF (pooling_type 4) serves /v1/rerank and /v1/score without "
                         "it; with it, a model given that is no reranker is refused at start")
@@ -102,8 +118,12 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     eng.add_argument("--max-num-seqs", "-np", "--parallel", type=int, default=16,
                      help="most sequences in one step; -np/--parallel: llama-server's spelling, its slots "
                           "(default: %(default)s)")
-    eng.add_argument("--max-num-batched-tokens", type=int, default=2048,
-                     help="token budget of one engine step (default: %(default)s)")
+    eng.add_argument("--max-num-batched-tokens", "-b", "--batch-size", type=int, default=2048,
+                     help="token budget of one engine step; -b/--batch-size: llama-server's spelling, its logical "
+                          "batch (default: %(default)s)")
+    eng.add_argument("--pooling", default=None, choices=["mean", "cls", "last"],
+                     help="llama-server's: how an embedding pools a prompt's final hidden states, over the GGUF's "
+                          "pooling_type (cls: an encoder's first token; default: the GGUF's, else last)")
     eng.add_argument("--num-kv-blocks", type=int, default=0, help="KV-cache blocks (default: sized from the rest)")
     eng.add_argument("--kv-cache-memory-gb", type=float, default=2.0,
                      help="upper bound on KV-cache memory in GiB (default: %(default)s)")
@@ -138,6 +158,7 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     add_template_arguments(p)
     add_speculation_arguments(p)
     add_lora_arguments(p)
+    add_peer_arguments(p)
 
 
 def _add_listen_arguments(net) -> None:
@@ -150,9 +171,15 @@ def _add_listen_arguments(net) -> None:
                           "(default: $HEARTH_API_KEY, else none)")
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
+    net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
+                     help="unload a model once idle this long (Ollama's OLLAMA_KEEP_ALIVE: 5m, 1h30m, 300 seconds, "
+                          "-1 forever); its next request loads it again. A request's keep_alive sets its model's own; "
+                          "pinned models stay (default: forever, as llama-swap's ttl: a model goes only when another "
+                          "needs its room under --max-memory)")
     net.add_argument("--no-webui", dest="webui", action="store_false",
                      help="no chat page at / (llama-server's): an API-only server")
     net.add_argument("--webui", dest="webui", action="store_true", default=True, help=argparse.SUPPRESS)
+    add_listen_flags(net)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -161,6 +188,7 @@ def main(args: argparse.Namespace) -> int:
 
     configure_logging(args.log_level)  # before the load, whose notes are hearth's log lines
     config = server_config(args)  # a bad --tool-guard fails before any model loads
+    uvicorn_options(args)  # so does half an --ssl-* pair
     EngineConfig(**engine_args(args))  # so does a bad engine flag (checked again for each model)
     pool = build_pool(args)  # reads the files' headers, no weights
     check_port(args.host, args.port)  # and a port in use is one line, not uvicorn's log after the load
@@ -183,7 +211,7 @@ def engine_args(args: argparse.Namespace) -> dict:
 
 
 _SERVER_LOWEST = {"port": (0, 65535), "max_n": (1, None), "max_queued": (0, None), "max_tokens_limit": (0, None),
-                  "max_body_mb": (1e-6, None)}
+                  "max_body_mb": (1e-6, None), "timeout": (0, None)}
 """Server flags -> the range each takes (None: no upper bound); checked before any model loads."""
 
 
@@ -221,12 +249,15 @@ def server_config(args: argparse.Namespace):
 
     check_server_flags(args)
     origins = getattr(args, "cors_origins", "")
-    return ServerConfig(api_key=getattr(args, "api_key", None), cors_origins=[o.strip() for o in origins.split(',') if o.strip()],
+    return ServerConfig(api_key=getattr(args, "api_key", None), api_keys=api_keys(args),
+                        cors_origins=[o.strip() for o in origins.split(',') if o.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,
                         tool_guard=tool_guard(args),
                         router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args),
-                        build_info=f"hearth {__version__}", webui=getattr(args, "webui", True))
+                        build_info=f"hearth {__version__}", webui=getattr(args, "webui", True),
+                        timeout_s=getattr(args, "timeout", 0), openapi=not getattr(args, "disable_fastapi_docs", False),
+                        embeddings_only=args.embedding)
 
 
 def tool_guard(args: argparse.Namespace):
@@ -259,10 +290,11 @@ def router_tool_floor(args: argparse.Namespace) -> float:
 
 def run_server(app, args: argparse.Namespace, names: str) -> int:
     """Serve until interrupted; the URL is announced once the socket listens. names: what is served, as text."""
-    url = f"http://{_url_host(args.host)}:{args.port}"
+    options = uvicorn_options(args)
+    url = f"{scheme(args)}://{_url_host(args.host)}:{args.port}{args.root_path}"
     ready = f"hearth: serving {names} at {url} (chat page {url}/, API {url}/v1)"
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                    timeout_graceful_shutdown=5), ready, app.state.models.end_streams)
+                                    timeout_graceful_shutdown=5, **options), ready, app.state.models.end_streams)
     server.run()
     return 0 if server.started else 1
 

@@ -9,6 +9,7 @@
     kv_cache_dtype = "q8_0"        # default: --kv-cache-dtype
     threads = 2                    # its engine thread's CPU threads (default: --threads, else all cores)
     pinned = true                  # loaded at start and never unloaded (default: false)
+    keep_alive = "10m"             # unloaded once idle this long (default: --keep-alive, else forever)
     router = "small"               # a model of this server that answers its single-turn tool calls when
     router_threshold = 0.5         #   sure (default: --router, --router-threshold, --router-tool-floor);
     router_tool_floor = 0.95       #   a router is pinned
@@ -20,11 +21,13 @@ A bad entry is one line naming the entry and the field."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from hearth.api.durations import seconds
 from hearth.commands.lora_flags import lora_bases, lora_files, lora_names
 from hearth.commands.rope_flags import rope_scaling
 from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
@@ -47,6 +50,8 @@ class ModelEntry:
     router_tool_floor: float | None = None
     speculative_config: dict | bool | None = None
     """Its own speculative_config (a dict of the record's keys), False for none, None for the command line's."""
+    keep_alive: float | None = None
+    """Seconds it stays loaded once idle (inf: forever); None: --keep-alive's."""
 
 
 def _text(v) -> bool:
@@ -55,6 +60,13 @@ def _text(v) -> bool:
 
 def _count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _duration(v) -> bool:
+    try:
+        return not isinstance(v, bool) and isinstance(v, (str, int, float)) and seconds(v) >= 0
+    except ValueError:
+        return False
 
 
 def _unit(v) -> bool:
@@ -74,6 +86,7 @@ FIELDS = {
     "router_threshold": (_unit, "a number in [0, 1]"),
     "router_tool_floor": (_unit, "a number in [0, 1] (0: off)"),
     "speculative_config": (lambda v: isinstance(v, dict) or v is False, ENTRY_FIELD),
+    "keep_alive": (_duration, 'a duration such as "5m" or "1h30m", a number of seconds, or -1 (forever)'),
 }
 
 
@@ -115,7 +128,8 @@ def _entry(raw, where: str, base: Path) -> ModelEntry:
     spec = entry_config(raw["speculative_config"], where, base) if "speculative_config" in raw else None
     return ModelEntry(model, raw.get("name", ""), tuple(raw.get("aliases", ())), raw.get("context", 0),
                       raw.get("kv_cache_dtype", ""), raw.get("threads", 0), raw.get("pinned", False), where,
-                      raw.get("router", ""), raw.get("router_threshold"), raw.get("router_tool_floor"), spec)
+                      raw.get("router", ""), raw.get("router_threshold"), raw.get("router_tool_floor"), spec,
+                      seconds(raw["keep_alive"]) if "keep_alive" in raw else None)
 
 
 def _check_kv(name: str, where: str) -> None:
@@ -198,8 +212,9 @@ def unique_names(named: list[list[str]], entries_: list[ModelEntry]) -> None:
 
 
 def build_pool(args: argparse.Namespace):
-    """The server's ModelPool: specs with friendly ids and the planner's footprints, the budget, the
-    loader. One model is pinned and unbudgeted unless --max-memory is given (as before: it just loads)."""
+    """The server's ModelPool: specs with friendly ids and the planner's footprints and keep-alives, the budget,
+    the loader. One model is pinned (unless a keep-alive is given) and unbudgeted unless --max-memory is given
+    (as before: it just loads)."""
     from hearth.api.model_pool import GiB, ModelPool, ModelSpec
     from hearth.commands.serve import router_threshold, router_tool_floor
     from hearth.commands.serve_router import router_configs, with_router
@@ -230,17 +245,23 @@ def build_pool(args: argparse.Namespace):
     routing = {r.model for r in routers if r is not None}
     speculation = per_model(given, paths, [n[0] for n in names], speculative_config(args))
     several = len(given) > 1
+    flag_keep = getattr(args, "keep_alive", None)  # run-batch has none
     specs = []
     for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
         fp, facts = _footprint(e, path, args, spec.draft)
         if getattr(args, "reranking", False) and not reranks(facts):
             raise HearthError(f"--reranking: {e.where} is not a reranker (its GGUF's pooling_type is not 4, rank, "
                               "as a cross-encoder's is): serve a reranker GGUF, or drop --reranking")
+        check_pooling(getattr(args, "pooling", None), facts, e.where)
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
                          else k_flag(args))
-        specs.append(ModelSpec(n, fp.total, e.pinned or not several or n[0] in routing, fp.context, router, fp.kv,
-                               f, facts, lora_files(args) if not specs else {}))
+        keep = e.keep_alive if e.keep_alive is not None else flag_keep
+        # one model is pinned as before, unless a keep-alive asks it to go when idle
+        alone = not several and keep is None
+        specs.append(ModelSpec(n, fp.total, e.pinned or alone or n[0] in routing, fp.context, router, fp.kv,
+                               f, facts, lora_files(args) if not specs else {},
+                               math.inf if keep is None else keep))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
     return ModelPool(specs, loader, budget)
@@ -255,6 +276,17 @@ def _resolve(e: ModelEntry) -> Path:
         if e.where.startswith("MODEL ") and repr(e.model) in str(err):  # it names the argument already
             raise HearthError(f"MODEL: {err}") from None
         raise HearthError(f"{e.where}: model: {err}") from None
+
+
+def check_pooling(pooling: str | None, facts, where: str) -> None:
+    """--pooling fits every model served: cls pools an encoder's first token (a decoder's first has read nothing
+    else); a reranker scores pairs with its classification head, which no pooling replaces."""
+    if pooling is not None and reranks(facts):
+        raise HearthError(f"--pooling {pooling}: {where} is a reranker (pooling_type 4): it scores pairs, it does not "
+                          "embed; serve it without --pooling")
+    if pooling == "cls" and not facts.embeds_only:
+        raise HearthError(f"--pooling cls: {where} is a decoder, whose first token has read nothing else: pool it "
+                          "mean or last")
 
 
 def reranks(facts) -> bool:
@@ -310,6 +342,8 @@ class Loader:
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
                                 "speculative_config": speculation,
                                 "lora": engine_args(a)["lora"] if spec.name == self.first else []})
+        if getattr(a, "pooling", None):  # llama-server's --pooling, over the GGUF's (check_pooling took it)
+            llm.model_config.pooling = a.pooling
         if not llm.embeds_only:  # an encoder samples nothing: no grammar vocabulary
             llm.runner.grammar.prepare_in_background()
         if line := _speculation(llm, llm.config.speculative_config):

@@ -387,3 +387,127 @@ def _params():
     from hearth.sampling_params import SamplingParams
 
     return SamplingParams(max_tokens=5)
+
+
+class FakeClock:
+    """The pool's clock (seconds), moved by hand."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def idle_pool(keep_alive: float, tick_s: float = 3600.0) -> tuple[ModelPool, FakeLoader, FakeClock]:
+    """A pinned "p" and an unpinned "a" that stays `keep_alive` seconds once idle, on a fake clock."""
+    loader, clock = FakeLoader(), FakeClock()
+    specs_ = [ModelSpec(["p"], pinned=True, max_model_len=4096, keep_alive=keep_alive),
+              ModelSpec(["a"], max_model_len=4096, keep_alive=keep_alive)]
+    return ModelPool(specs_, loader, clock=clock, tick_s=tick_s), loader, clock
+
+
+def test_an_idle_model_unloads_after_its_keep_alive_and_loads_again(capfd):
+    """Ollama's keep_alive: idle for its keep-alive, a model is unloaded (a pinned one stays); the next request
+    loads it again."""
+    async def scenario():
+        pool, loader, clock = idle_pool(300)
+        await pool.start()
+        await pool.get("a")
+        await pool.check_idle()  # the first check that sees it idle starts its timer
+        clock.now += 299
+        await pool.check_idle()
+        assert [s.spec.name for s in pool.slots if s.served] == ["p", "a"]
+        clock.now += 1
+        await pool.check_idle()
+        assert [s.spec.name for s in pool.slots if s.served] == ["p"] and loader.built["a"][0].engine.stopped
+        assert "hearth: unloading a (idle for 5m, its keep_alive)" in capfd.readouterr().err
+        await pool.get("a")
+        assert loader.loads == ["p", "a", "a"]
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_in_flight_or_queued_keeps_its_model_past_its_keep_alive():
+    async def scenario():
+        pool, loader, clock = idle_pool(10)
+        a = await pool.get("a")
+        stream = a.engine.add_request([1], _params(), request_id="r1")  # running or queued: in the engine's count
+        await pool.check_idle()
+        clock.now += 100
+        await pool.check_idle()
+        assert pool.slots[1].served is a
+        stream.abort()
+        await pool.check_idle()  # idle from now: its keep-alive counts from the end of its last request
+        assert pool.slots[1].served is a
+        clock.now += 10
+        await pool.check_idle()
+        assert pool.slots[1].served is None
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_that_comes_as_the_timer_fires_keeps_the_model():
+    """The check found the model expired and waits for the pool's lock (a load making room holds it); a request
+    comes meanwhile: the check looks again under the lock and the model stays for it."""
+    async def scenario():
+        pool, loader, clock = idle_pool(10)
+        a = await pool.get("a")
+        await pool.check_idle()
+        clock.now += 11
+        async with pool._room:
+            check = asyncio.ensure_future(pool.check_idle())
+            await asyncio.sleep(0)  # the check has seen it expired and waits for the lock
+            assert not check.done()
+            served = await pool.get("a")
+            stream = served.engine.add_request([1], _params(), request_id="r1")
+        await check
+        assert pool.slots[1].served is a
+        stream.abort()
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_idle_check_runs_in_the_server(serve):
+    """The running server checks on its own: /v1/models says unloaded once the keep-alive has passed."""
+    pool, loader, clock = idle_pool(60, tick_s=0.01)
+    client = serve(pool)
+    assert chat(client, "a").status_code == 200 and loaded(client) == {"p": True, "a": True}
+    for _ in range(100):  # the first check after the answer starts its timer, a later one ends it
+        clock.now += 61
+        if not loaded(client)["a"]:
+            break
+        threading.Event().wait(0.01)
+    assert loaded(client) == {"p": True, "a": False}
+    assert chat(client, "a").status_code == 200 and loaded(client)["a"] and loader.loads == ["p", "a", "a"]
+
+
+def test_without_a_keep_alive_models_stay():
+    async def scenario():
+        pool, loader = pool_of(("a", 1), ("b", 1))
+        await pool.get("b")
+        await pool.check_idle()
+        pool.clock = lambda: 1e12
+        await pool.check_idle()
+        assert pool.slots[1].served is not None and pool.expires_at(pool.slots[1]) is None
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_keep_alive_0_on_a_busy_model_unloads_it_once_its_requests_end():
+    """Ollama sets a busy runner's duration to 0: it expires when its last request ends, not never."""
+    async def scenario():
+        pool, loader, clock = idle_pool(3600)
+        a = await pool.get("a")
+        stream = a.engine.add_request([1], _params(), request_id="r1")
+        assert await pool.unload("a") is False and pool.slots[1].served is a
+        stream.abort()
+        await pool.check_idle()
+        assert pool.slots[1].served is None
+        await pool.close()
+
+    asyncio.run(scenario())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 
 import httpx
 import ollama
@@ -547,3 +549,56 @@ def test_show_and_tags_describe_a_model_not_yet_loaded_from_its_file(tmp_path):
         assert pool.slots[1].served is not None
         loaded = client.post("/api/show", json={"model": "embed"}).json()
         assert (loaded["capabilities"], loaded["details"]) == (show["capabilities"], show["details"])
+
+
+def test_a_request_s_keep_alive_sets_its_model_s_timer_and_api_ps_says_when():
+    """As Ollama's scheduler: a request's keep_alive is how long its model stays once idle, until a later
+    request gives another (one that gives none keeps it; negative: forever); the model loads again with the
+    server's; /api/ps' expires_at is when it goes (a pinned model: never)."""
+    from datetime import datetime
+
+    clock = [1000.0]
+    pool = ModelPool([ModelSpec(["first"], pinned=True, max_model_len=4096),
+                      ModelSpec(["second"], max_model_len=2048, keep_alive=600)],
+                     lambda spec: fake_served(names=spec.names), clock=lambda: clock[0], tick_s=3600)
+
+    def expires() -> dict[str, float]:
+        return {m["name"]: datetime.fromisoformat(m["expires_at"].replace("Z", "+00:00")).timestamp()
+                for m in client.get("/api/ps").json()["models"]}
+
+    def ask(**kw):
+        r = client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False, **kw})
+        assert r.status_code == 200, r.text
+
+    with TestClient(create_app(pool)) as client:
+        ask()
+        now = time.time()
+        assert expires()["first:latest"] > now + 1e9  # never, as Ollama's keep_alive -1 reads
+        assert abs(expires()["second:latest"] - (now + 600)) < 5  # the server's keep-alive for it
+        ask(keep_alive="1h")
+        assert abs(expires()["second:latest"] - (time.time() + 3600)) < 5
+        ask()  # none given: it keeps the last one
+        assert abs(expires()["second:latest"] - (time.time() + 3600)) < 5
+        client.post("/api/embed", json={"model": "second", "input": "", "keep_alive": 90})  # a number: seconds
+        assert abs(expires()["second:latest"] - (time.time() + 90)) < 5
+        ask(keep_alive=-1)
+        assert expires()["second:latest"] > time.time() + 1e9
+        ask(keep_alive="2m")
+        client.portal.call(pool.check_idle)  # the first check that sees it idle starts its timer
+        clock[0] += 119
+        client.portal.call(pool.check_idle)
+        assert "second:latest" in expires()
+        clock[0] += 1
+        client.portal.call(pool.check_idle)
+        assert "second:latest" not in expires() and pool.slots[1].served is None
+        ask()  # loaded again: the server's keep-alive again
+        assert abs(expires()["second:latest"] - (time.time() + 600)) < 5
+
+
+@pytest.mark.parametrize("value, seconds", [(300, 300), (2.5, 2.5), ("300", 300), ("5m", 300), ("1h30m", 5400),
+                                            ("250ms", 0.25), ("1m0.5s", 60.5), (-1, math.inf), ("-1", math.inf),
+                                            ("-5m", math.inf), ("0", 0), ("-0s", 0)])
+def test_durations_read_as_go_reads_them(value, seconds):
+    from hearth.api.durations import seconds as read
+
+    assert read(value) == seconds

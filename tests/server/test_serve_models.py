@@ -188,6 +188,7 @@ def test_several_models_default_to_the_planners_usable_memory(tiny, tmp_path):
     ('[[models]]\nmodel = "smollm2-135m"\n[[models]]\nname = "b"\n',
      ["models.toml: models[2] ('b'): model: is required"]),
     ('[[models]]\nmodel = "smollm2-135m"\npinned = "yes"\n', ["models[1]: pinned: must be true or false"]),
+    ('[[models]]\nmodel = "smollm2-135m"\nkeep_alive = "soon"\n', ["models[1]: keep_alive: must be a duration", "'soon'"]),
     ('[[models]]\nmodel = "smollm2-135m"\ngpu = 1\n', ["models[1]: unknown field 'gpu'", "kv_cache_dtype"]),
     ('[[models]]\nmodel = "smollm2-135m"\nkv_cache_dtype = "fp3"\n', ["models[1]: kv_cache_dtype:", "'fp3'"]),
     ('[[models]]\nname = "n"\nmodel = "no-such-model"\n', ["models[1] ('n'): model: unknown model 'no-such-model'"]),
@@ -394,3 +395,30 @@ def test_one_model_with_a_draft_of_another_vocabulary_stays_an_error(capsys, tmp
     assert code == 1 and len(loading) == 1 and "Traceback" not in err
     assert last == ("hearth: error: speculative_config.model: vocabulary differs from the target's (the target has 320 "
                     "tokens, the draft 384)")
+
+
+def test_keep_alive_from_the_flag_and_per_entry(tiny, tmp_path):
+    """--keep-alive (Ollama's OLLAMA_KEEP_ALIVE) is each model's, a --models entry's `keep_alive` its own (llama-swap's
+    per-model ttl); a model alone is then no longer pinned (it may go when idle); pinned ones stay pinned."""
+    import math
+
+    assert build_pool(serve_args(str(tiny))).slots[0].spec.keep_alive == math.inf  # as before: forever
+    alone = build_pool(serve_args(str(tiny), "--keep-alive", "5m")).slots[0].spec
+    assert (alone.keep_alive, alone.pinned) == (300, False)
+    (tmp_path / "models.toml").write_text(
+        f'[[models]]\nname = "a"\nmodel = "{tiny}"\nkeep_alive = "1h30m"\n'
+        f'[[models]]\nname = "b"\nmodel = "{tiny}"\nkeep_alive = -1\n'
+        f'[[models]]\nname = "c"\nmodel = "{tiny}"\npinned = true\n'
+        f'[[models]]\nname = "d"\nmodel = "{tiny}"\n')
+    pool = build_pool(serve_args("--models", str(tmp_path / "models.toml"), "--keep-alive", "300"))
+    assert [(s.spec.keep_alive, s.spec.pinned) for s in pool.slots] == [(5400, False), (math.inf, False),
+                                                                          (300, True), (300, False)]
+    assert [s.keep_alive for s in pool.slots] == [5400, math.inf, 300, 300]  # what the slots start with
+
+
+@pytest.mark.parametrize("value", ["soon", "5 m", "1d"])
+def test_a_bad_keep_alive_flag_is_argparse_s_line_naming_it(capsys, value):
+    with pytest.raises(SystemExit):
+        serve_args("m", "--keep-alive", value)
+    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
+        f"argument --keep-alive: must be a duration such as 5m, 1h30m, 300 (seconds) or -1 (forever), not {value!r}")
