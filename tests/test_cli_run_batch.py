@@ -183,6 +183,7 @@ def test_a_rerankers_batch(tmp_path):
     r, s, e, *spelled = (json.loads(x)["response"] for x in out.read_text().splitlines())
     assert [x["status_code"] for x in spelled] == [200, 200, 200]
     assert sorted(x["index"] for x in r["body"]["results"]) == [0, 1] and len(s["body"]["data"]) == 2
-    assert {x["index"]: x["relevance_score"] for x in r["body"]["results"]} == {
-        x["index"]: x["score"] for x in s["body"]["data"]}  # one pair, one score, by either route
+    ranked = {x["index"]: x["relevance_score"] for x in r["body"]["results"]}
+    scored = {x["index"]: x["score"] for x in s["body"]["data"]}  # one pair, one score, by either route
+    assert ranked == pytest.approx(scored, rel=1e-6)  # a batch's padding moves the last bits
     assert e["status_code"] == 400 and "reranker" in e["body"]["error"]["message"]
