@@ -60,10 +60,19 @@ def version() -> str:
     return f"hearth {__version__} (torch {torch}, python {platform.python_version()})"
 
 
+class _Parser(argparse.ArgumentParser):
+    """No abbreviated options: the peers' own short flags read as other hearth flags (llama-server's -n as -np,
+    its slots; llama-cli's -s SEED as -sys, the system prompt; --temp is spelled out where it is meant).
+    A short option's attached value (-c4096, -t4) still parses."""
+
+    def _get_option_tuples(self, option_string):
+        return [t for t in super()._get_option_tuples(option_string) if len(t[1]) == 2]
+
+
 def command_parser(name: str, sub: str | None = None) -> argparse.ArgumentParser:
     """The parser of `hearth NAME` (or of `hearth NAME SUB`, a command with subcommands)."""
     module, help_text = SUBCOMMANDS[name][sub] if sub is not None else COMMANDS[name]
-    parser = argparse.ArgumentParser(prog=f"hearth {name}" + (f" {sub}" if sub else ""), description=help_text)
+    parser = _Parser(prog=f"hearth {name}" + (f" {sub}" if sub else ""), description=help_text)
     importlib.import_module(module).add_arguments(parser)
     return parser
 

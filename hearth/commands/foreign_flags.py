@@ -30,12 +30,12 @@ FOREIGN: dict[str, str] = {
     **dict.fromkeys(["-cb", "--cont-batching"], _BATCHING),
     **dict.fromkeys(["-tb", "--threads-batch"], "llama.cpp's prompt-processing threads: hearth's --threads (-t) run "
                                                 "prefill and decode alike"),
-    "--tool-call-parser": "vLLM's: hearth parses tool calls in the format the model writes (hermes, Mistral, Llama-3 "
-                          "JSON, Qwen XML, harmony), nothing to choose",
-    "--reasoning-parser": "vLLM's: hearth reads <think> and harmony reasoning into reasoning_content itself, nothing "
-                          "to choose",
     **dict.fromkeys(["-ub", "--ubatch-size"], "llama.cpp's physical batch: hearth splits a step's tokens itself; "
                                               "--max-num-batched-tokens (-b) is the step's budget"),
+    # argparse read llama-server's -n as an abbreviation of -np (its slots)
+    **dict.fromkeys(["-n", "--predict", "--n-predict"], "llama-server's default n_predict: hearth's "
+                                                         "--max-tokens-limit caps a request's max_tokens and is the "
+                                                         "max_tokens of one that asks none"),
     "--dtype": "vLLM's: hearth keeps each weight in its GGUF's format and computes in what the CPU tier or GPU runs "
                "best; --kv-cache-dtype sets the KV cache's",
     **dict.fromkeys(["-q", "--quantization"], "vLLM's: a GGUF's quantization is its own; serve the GGUF file of the "

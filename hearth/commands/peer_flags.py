@@ -23,8 +23,18 @@ ALREADY: dict[tuple[str, ...], str] = {
 }
 """flag and its spellings -> what hearth does (the flag's help)."""
 
+ALREADY_NAMED: dict[tuple[str, ...], str] = {
+    ("--tool-call-parser",): "vLLM's (with --enable-auto-tool-choice): hearth parses tool calls in the format the "
+                             "model writes (hermes, Mistral, Llama-3 JSON, Qwen XML, harmony), whatever NAME says",
+    ("--reasoning-parser",): "vLLM's: hearth reads <think> and harmony reasoning into reasoning_content itself, "
+                             "whatever NAME says",
+}
+"""The same for flags that take a value, which hearth reads past."""
+
 
 def add_peer_arguments(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("other engines' flags that hearth follows already")
     for flags, does in ALREADY.items():
         group.add_argument(*flags, action="store_true", help=does)
+    for flags, does in ALREADY_NAMED.items():
+        group.add_argument(*flags, metavar="NAME", help=does)

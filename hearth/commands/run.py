@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import replace
 
+from hearth.commands.human_ints import token_count
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
@@ -58,7 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-f", "--file", dest="prompt_file", default=None, metavar="FILE",
                    help="the prompt is this file's text (llama-cli's -f)")
     p.add_argument("--system", "-sys", "--system-prompt", help="system prompt (a chat's; -sys: llama-cli's)")
-    p.add_argument("--temperature", type=float, default=0.7, help="0: greedy (default: %(default)s)")
+    p.add_argument("--temperature", "--temp", type=float, default=0.7,
+                   help="0: greedy; --temp: llama-cli's spelling (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
     p.add_argument("--top-k", type=int, default=0, help="0: off (default: %(default)s)")
     p.add_argument("--min-p", type=float, default=0.0, help="0: off (default: %(default)s)")
@@ -71,12 +73,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="longest answer in tokens; more than the context has left is an error "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left; -n/--n-predict: "
                         "llama-cli's spelling)")
-    p.add_argument("--seed", type=int, default=None, help="seed of the sampler (default: none, a new draw each time)")
+    p.add_argument("--seed", "-s", type=int, default=None,
+                   help="seed of the sampler; -s: llama-cli's spelling (default: none, a new draw each time)")
     p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
-    p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=4096,
-                   help="context length in tokens, at most the model's; 0: the model's; -c/--ctx-size: llama-cli's "
-                        "spelling (default: %(default)s)")
+    p.add_argument("--ctx", "-c", "--ctx-size", type=token_count, default=4096, metavar="N",
+                   help="context length in tokens (or 32k, 32K, auto), at most the model's; 0: the model's; "
+                        "-c/--ctx-size: llama-cli's spelling (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer (with speculation: drafted and accepted tokens, acceptance length), "
                                                       "and hearth's notes on the load (its info log lines: a default speculative K lowered to fit --ctx)")
     add_rope_arguments(p)  # serve's flags, parsed and checked by the same code
