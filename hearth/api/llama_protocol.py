@@ -29,6 +29,8 @@ class LlamaOptions(_Request):
     repeat_penalty: StrictFloat = 1.0
     presence_penalty: StrictFloat = 0.0
     frequency_penalty: StrictFloat = 0.0
+    logit_bias: dict[str, Any] | list[Any] | None = None
+    """[[token id or text, bias or false], ...] or {"id or text": bias} (hearth.api.sampling.logit_bias)."""
     seed: StrictInt = -1
     """-1: a random seed (llama-server's default)."""
     stop: list[StrictStr] | StrictStr = []

@@ -16,7 +16,7 @@ from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
 from hearth.api.llama_protocol import LlamaOptions
-from hearth.api.sampling import lora_scales, make_params
+from hearth.api.sampling import logit_bias, lora_scales, make_params
 from hearth.api.sse import SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -37,7 +37,8 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
     return make_params({
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
         "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
-        "frequency_penalty": body.frequency_penalty, "seed": None if body.seed < 0 else body.seed,
+        "frequency_penalty": body.frequency_penalty, "logit_bias": logit_bias(body.logit_bias, served),
+        "seed": None if body.seed < 0 else body.seed,
         "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
         "structured_output": guided(body, {}), "lora": lora_scales(body, served)},
         state.limits, served.max_model_len, LLAMA_WIRE_NAMES,

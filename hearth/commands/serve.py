@@ -167,12 +167,12 @@ def _add_listen_arguments(net) -> None:
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     net.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
     net.add_argument("--api-key", default=os.environ.get("HEARTH_API_KEY"),
-                     help="require this key (Bearer or x-api-key) on every route but /health and / "
-                          "(default: $HEARTH_API_KEY, else none)")
+                     help="require this key (Bearer or x-api-key) on every route but /health and /; several: "
+                          "K1,K2, as llama-server's (default: $HEARTH_API_KEY, else none)")
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
     net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
-                     help="unload a model once idle this long (Ollama's OLLAMA_KEEP_ALIVE: 5m, 1h30m, 300 seconds, "
+                     help="unload a model once idle this long (what Ollama's OLLAMA_KEEP_ALIVE sets; not read from it: 5m, 1h30m, 300 seconds, "
                           "-1 forever); its next request loads it again. A request's keep_alive sets its model's own; "
                           "pinned models stay (default: forever, as llama-swap's ttl: a model goes only when another "
                           "needs its room under --max-memory)")
@@ -249,7 +249,8 @@ def server_config(args: argparse.Namespace):
 
     check_server_flags(args)
     origins = getattr(args, "cors_origins", "")
-    return ServerConfig(api_key=getattr(args, "api_key", None), api_keys=api_keys(args),
+    keys = [k.strip() for k in (getattr(args, "api_key", None) or "").split(",") if k.strip()]  # llama-server's K1,K2
+    return ServerConfig(api_key=keys[0] if keys else None, api_keys=keys[1:] + api_keys(args),
                         cors_origins=[o.strip() for o in origins.split(',') if o.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,

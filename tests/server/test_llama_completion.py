@@ -162,3 +162,13 @@ def test_a_mix_of_ids_and_text_is_one_prompt_and_several_texts_a_400(client):
     assert len(client.post("/tokenize", json={"content": tail}).json()["tokens"]) + len(head) == len(ids)
     r = client.post("/completion", json={"prompt": [PROMPT, "second"], **GREEDY})
     assert r.status_code == 400 and "2 prompts in one request" in r.json()["error"]["message"], r.text
+
+
+def test_logit_bias_false_bans_a_token_on_completion(client):
+    """llama-server's own /completion ignored logit_bias (named in x-hearth-ignored-fields): its pairs form is
+    that route's syntax first."""
+    first = client.post("/completion", json={"prompt": PROMPT, "return_tokens": True, **GREEDY}).json()["tokens"][0]
+    r = client.post("/completion", json={"prompt": PROMPT, "return_tokens": True, "logit_bias": [[first, False]],
+                                         **GREEDY})
+    assert r.status_code == 200 and "logit_bias" not in r.headers.get("x-hearth-ignored-fields", "")
+    assert r.json()["tokens"][0] != first

@@ -258,3 +258,10 @@ def test_https_with_a_self_signed_certificate(tmp_path):
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_api_key_takes_llama_servers_comma_separated_keys():
+    """`--api-key k1,k2` was one literal key "k1,k2"."""
+    with TestClient(create_app(fake_served(), server_config(serve_args("--api-key", "k1, k2")))) as client:
+        for key, status in (("k1", 200), ("k2", 200), ("k1,k2", 401), ("k1, k2", 401)):
+            assert client.get("/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == status, key
