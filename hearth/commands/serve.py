@@ -172,8 +172,8 @@ def _add_listen_arguments(net) -> None:
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
     net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
-                     help="unload a model once idle this long (what Ollama's OLLAMA_KEEP_ALIVE sets; not read from it: 5m, 1h30m, 300 seconds, "
-                          "-1 forever); its next request loads it again. A request's keep_alive sets its model's own; "
+                     help="unload a model once idle this long (what Ollama's OLLAMA_KEEP_ALIVE sets, not read "
+                          "from it: 5m, 1h30m, 300 seconds, -1 forever); its next request loads it again. A request's keep_alive sets its model's own; "
                           "pinned models stay (default: forever, as llama-swap's ttl: a model goes only when another "
                           "needs its room under --max-memory)")
     net.add_argument("--no-webui", dest="webui", action="store_false",
