@@ -204,6 +204,7 @@ def build_pool(args: argparse.Namespace):
     from hearth.commands.serve import router_threshold, router_tool_floor
     from hearth.commands.serve_router import router_configs, with_router
     from hearth.commands.serve_speculation import check_drafts_fit, k_flag, per_model, speculative_config
+    from hearth.engine.pairs import not_a_reranker
     from hearth.memory.serving import default_budget
 
     if args.max_memory < 0:
@@ -234,8 +235,8 @@ def build_pool(args: argparse.Namespace):
     for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
         fp, facts = _footprint(e, path, args, spec.draft)
         if getattr(args, "reranking", False) and not reranks(facts):
-            raise HearthError(f"--reranking: {e.where} is not a reranker (its GGUF's pooling_type is not 4, rank, "
-                              "as a cross-encoder's is): serve a reranker GGUF, or drop --reranking")
+            kind = "an embedding model" if facts.embeds_only else "a text generation model"
+            raise HearthError(f"--reranking: {not_a_reranker(e.where, kind)}; or drop --reranking")
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
                          else k_flag(args))
