@@ -56,19 +56,20 @@ async def rerank(body: RerankRequest, request: Request):
 
 async def score(body: ScoreRequest, request: Request):
     served = await reranker(request, body.model)
-    for name in ("text_1", "text_2"):
-        value = getattr(body, name)
+    names = body.pair_fields()  # (text_1, text_2) or vLLM's other names for them
+    first, second = (getattr(body, n) for n in names)
+    for name, value in zip(names, (first, second)):
         if not value:
             raise APIError(400, f"{name}: must not be empty", param=name)
         for i, t in enumerate([value] if isinstance(value, str) else value):
             _check_text(t, name if isinstance(value, str) else f"{name}[{i}]", name)
     try:
-        pairs = paired(body.text_1, body.text_2)
+        pairs = paired(first, second, names)
     except ValueError as e:
-        raise APIError(400, f"text_2: {e}", param="text_2") from None
-    many = not isinstance(body.text_2, str)
+        raise APIError(400, f"{names[1]}: {e}", param=names[1]) from None
+    many = not isinstance(second, str)
     scored = await _scores(request, served, pairs, body.truncate_prompt_tokens,
-                           [f"text_2[{i}]" if many else "text_2" for i in range(len(pairs))], "text_2")
+                           [f"{names[1]}[{i}]" if many else names[1] for i in range(len(pairs))], names[1])
     if scored is None:
         return {}
     logits, tokens = scored

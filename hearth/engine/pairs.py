@@ -82,15 +82,17 @@ def not_a_reranker(subject: str, kind: str) -> str:
             "pooling_type is 4 (rank) and which has a classification head (cls.*)")
 
 
-def paired(first: str | list[str], second: str | list[str]) -> list[tuple[str, str]]:
+def paired(first: str | list[str], second: str | list[str],
+           names: tuple[str, str] = ("text_1", "text_2")) -> list[tuple[str, str]]:
     """vLLM's score API's pairs: one first text against each second (1:1, 1:N), or the two lists zipped
-    (N:N). Raises ValueError naming the counts where they differ."""
+    (N:N). Raises ValueError naming the counts (and the fields, `names`) where they differ."""
     a = [first] if isinstance(first, str) else list(first)
     b = [second] if isinstance(second, str) else list(second)
     if len(a) == 1:
         return [(a[0], t) for t in b]
     if len(a) != len(b):
-        raise ValueError(f"text_1 has {len(a)} texts and text_2 {len(b)}: give one text_1, or as many as text_2")
+        raise ValueError(f"{names[0]} has {len(a)} texts and {names[1]} {len(b)}: give one {names[0]}, or as many "
+                         f"as {names[1]}")
     return list(zip(a, b))
 
 

@@ -125,6 +125,29 @@ def test_score_pairs_in_order(client, served, path):
     assert one["data"][0]["score"] == pytest.approx(sigmoid(logit(served, QUERY, DOCS[0])), abs=ATOL)
 
 
+@pytest.mark.parametrize("first, second", [("queries", "documents"), ("queries", "items"), ("data_1", "data_2")])
+def test_score_takes_vllms_other_names_for_the_pair(client, served, first, second):
+    """vLLM's ScoreRequest is a union of four forms of one pair; each scores as text_1 and text_2 do, and its
+    errors name its own fields."""
+    r = client.post("/v1/score", json={first: QUERY, second: DOCS[:2], "use_activation": False})
+    assert r.status_code == 200, r.text
+    assert [d["score"] for d in r.json()["data"]] == pytest.approx([logit(served, QUERY, d) for d in DOCS[:2]],
+                                                                    abs=ATOL)
+    r = client.post("/v1/score", json={first: QUERY, second: ["a", ""]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == second, r.text
+    assert f"{second}[1]: must not be empty" in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("body", [{"text_1": "a", "text_2": "b", "queries": "a", "documents": "b"},
+                                  {"queries": "a", "documents": "b", "items": "c"}, {"text_1": "a", "data_2": "b"},
+                                  {"queries": "a"}])
+def test_score_refuses_a_mix_of_forms_naming_the_fields(client, body):
+    r = client.post("/v1/score", json=body)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert all(name in message.split(":")[1] for name in body) and "give the pair as one of" in message, message
+
+
 LONG = " ".join(["paris"] * 80)  # the tiny context holds 64 tokens
 BAD = [  # (path, body, status, param, words)
     ("/v1/rerank", {"query": QUERY, "documents": []}, 400, "documents", "documents: must not be empty"),
