@@ -9,11 +9,12 @@ import math
 
 
 def pair_prompt(tokenizer, first: str, second: str) -> tuple[list[int], int]:
-    """(ids, pair_start): the first text with its special tokens, then the second's without its BOS:
-    BERT's [CLS] query [SEP] document [SEP], what transformers' tokenizer gives a text pair and
-    llama-server's format_prompt_rerank builds; pair_start: the document's first token. Both are read as
+    """(ids, pair_start): the first text with its special tokens, the file's sep where it asks for one
+    (pair_sep), then the second text's without its BOS, as llama-server's format_prompt_rerank builds it:
+    BERT's [CLS] query [SEP] document [SEP] and RoBERTa's <s> query </s></s> document </s>, what
+    transformers' tokenizers give a text pair; pair_start: the document's first token. Both are read as
     text (a "[SEP]" written in one stays characters), as llama-server tokenizes them."""
-    a = tokenizer.encode(first, add_special_tokens=True, parse_special=False)
+    a = tokenizer.encode(first, add_special_tokens=True, parse_special=False) + [tokenizer.sep_id] * tokenizer.pair_sep
     b = tokenizer.encode(second, add_special_tokens=True, parse_special=False)
     if tokenizer.add_bos and b and b[0] == tokenizer.bos_id:
         b = b[1:]
