@@ -82,3 +82,13 @@ def test_hearth_run_refuses_a_reranker(llm, capsys):
     assert cli_main(["run", str(llm.path), "hello"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "is a reranker" in err and "POST /v1/rerank" in err and "Traceback" not in err, err
+
+
+def test_a_decoder_reranker_is_refused_at_load(tmp_path):
+    from hearth.errors import UnsupportedError
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-qwen3-rerank.gguf"
+    write_tiny_gguf(path, "qwen3", pooling_type=4)
+    with pytest.raises(UnsupportedError, match=r"a decoder reranker \(qwen3 with pooling_type 4, rank\) is not"):
+        LLM(str(path), progress=False)

@@ -234,7 +234,7 @@ def build_pool(args: argparse.Namespace):
     specs = []
     for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
         fp, facts = _footprint(e, path, args, spec.draft)
-        if getattr(args, "reranking", False) and not reranks(facts):
+        if getattr(args, "reranking", False) and facts.pooling != "rank":  # its config's: a decoder's 4 is refused
             kind = "an embedding model" if facts.embeds_only else "a text generation model"
             raise HearthError(f"--reranking: {not_a_reranker(e.where, kind)}; or drop --reranking")
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
@@ -258,26 +258,19 @@ def _resolve(e: ModelEntry) -> Path:
         raise HearthError(f"{e.where}: model: {err}") from None
 
 
-def reranks(facts) -> bool:
-    """A reranker's file (hearth.models.encoder's RANK), from its header's metadata."""
-    from hearth.models.encoder import RANK
-
-    return facts.metadata.get(f"{facts.metadata.get('general.architecture')}.pooling_type") == RANK
-
-
 def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):
     """(the planner's footprint, the header's facts) of one model's file, read once."""
     from hearth.api.served import file_facts
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.memory.serving import served_footprint
-    from hearth.models.registry import embeds_only
+    from hearth.models.registry import embeds_only, model_config
 
     try:
         g = GGUFFile(path)
         return served_footprint(g, e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
                                 args.num_kv_blocks, None if draft is None else GGUFFile(draft),
-                                rope_scaling(args)), file_facts(g, embeds_only(g.arch))
+                                rope_scaling(args)), file_facts(g, embeds_only(g.arch), model_config(g).pooling)
     except HearthError as err:
         raise HearthError(f"{e.where}: {err}") from None
 

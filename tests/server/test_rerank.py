@@ -230,3 +230,18 @@ def test_reranking_flag_refuses_a_model_that_is_no_reranker(tmp_path, capsys):
     assert cli_main(["serve", str(path), "--reranking"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("hearth: error: --reranking: MODEL") and "is not a reranker" in err[-1], err
+
+
+@pytest.mark.parametrize("flags", [["--reranking"], []])
+def test_a_decoder_reranker_is_refused_at_start(tmp_path, capsys, flags):
+    """Qwen3-Reranker as llama.cpp converts it (a qwen3 decoder, pooling_type 4): it served chat while
+    /v1/rerank called it no reranker; now it is one line at start, with --reranking or without."""
+    from hearth.cli import main as cli_main
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-qwen3-rerank.gguf"
+    write_tiny_gguf(path, "qwen3", pooling_type=4)
+    assert cli_main(["serve", str(path), *flags]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "a decoder reranker (qwen3 with pooling_type 4, rank) is not supported yet" in err[-1], err
+    assert "Traceback" not in "\n".join(err)
