@@ -245,3 +245,22 @@ def test_a_decoder_reranker_is_refused_at_start(tmp_path, capsys, flags):
     err = capsys.readouterr().err.strip().splitlines()
     assert "a decoder reranker (qwen3 with pooling_type 4, rank) is not supported yet" in err[-1], err
     assert "Traceback" not in "\n".join(err)
+
+
+def test_ollama_lists_no_embedding_capability_for_a_reranker(tmp_path):
+    """/api/embed refuses a reranker, so /api/show lists no "embedding" for it, from its file's header before
+    it loads and once loaded."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import server_config
+    from hearth.commands.serve_models import build_pool
+    from tests.gguf_factory import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "chat.gguf", "llama")
+    write_tiny_encoder(tmp_path / "rerank.gguf", "bert", pooling_type=4)
+    args = command_parser("serve").parse_intermixed_args([str(tmp_path / "chat.gguf"), str(tmp_path / "rerank.gguf")])
+    pool = build_pool(args)
+    with TestClient(create_app(pool, server_config(args))) as c:
+        assert c.post("/api/show", json={"model": "rerank"}).json()["capabilities"] == []
+        assert c.post("/v1/rerank", json={"model": "rerank", "query": "q", "documents": ["d"]}).status_code == 200
+        assert pool.slots[1].served is not None
+        assert c.post("/api/show", json={"model": "rerank"}).json()["capabilities"] == []
