@@ -44,7 +44,8 @@ async def rerank(body: RerankRequest, request: Request):
     if scored is None:  # the client went away: its requests are aborted
         return {}
     logits, tokens = scored
-    best = sorted(range(len(texts)), key=lambda i: -logits[i])[:body.top_n or None]  # stable: ties keep their order
+    # no order is promised among near-ties: one pair's logit moves by ~1e-9 with the batch (padding) it ran in
+    best = sorted(range(len(texts)), key=lambda i: -logits[i])[:body.top_n or None]
     if tei:  # TEI's bare list, as llama-server answers a body with `texts`
         return [{"index": i, "score": activated(logits[i], not body.raw_scores),
                  **({"text": texts[i]} if body.return_text else {})} for i in best]
