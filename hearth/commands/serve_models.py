@@ -234,7 +234,7 @@ def build_pool(args: argparse.Namespace):
     specs = []
     for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
         fp, facts = _footprint(e, path, args, spec.draft)
-        if getattr(args, "reranking", False) and facts.pooling != "rank":  # its config's: a decoder's 4 is refused
+        if getattr(args, "reranking", False) and not reranks(facts):
             kind = "an embedding model" if facts.embeds_only else "a text generation model"
             raise HearthError(f"--reranking: {not_a_reranker(e.where, kind)}; or drop --reranking")
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
@@ -256,6 +256,12 @@ def _resolve(e: ModelEntry) -> Path:
         if e.where.startswith("MODEL ") and repr(e.model) in str(err):  # it names the argument already
             raise HearthError(f"MODEL: {err}") from None
         raise HearthError(f"{e.where}: model: {err}") from None
+
+
+def reranks(facts) -> bool:
+    """A reranker: its config's pooling (hearth.models.registry.model_config, which refuses a decoder's
+    pooling_type 4), not its header's number alone."""
+    return facts.pooling == "rank"
 
 
 def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):
