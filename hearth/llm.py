@@ -21,7 +21,7 @@ from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
-from hearth.engine.pairs import activated, closing_tokens, cut_pair, pair_prompt, paired
+from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
@@ -276,25 +276,13 @@ class LLM:
         (scored against each of data_2) or as many as data_2 (zipped); each pair runs as [CLS] text_1 [SEP]
         text_2 [SEP] with token types 0 then 1 (hearth.engine.pairs). use_activation False: the head's logit,
         not its sigmoid. truncate_prompt_tokens k (-1: the context): a pair past k tokens loses its second
-        text's last tokens; else it is an error naming both numbers."""
+        text's last tokens; else it is a ValueError naming the pair and both numbers."""
         if not self.reranker:
-            raise EmbeddingOnlyError(f"LLM.score: this model ({self.model_config.arch}) is not a reranker: its GGUF "
-                                     "has no pooling_type 4 (rank) and no classification head to score a pair")
-        if truncate_prompt_tokens not in (None, -1) and not 1 <= truncate_prompt_tokens <= self.max_model_len:
-            raise ValueError(f"truncate_prompt_tokens: must be -1 or 1 to {self.max_model_len} (the context), "
-                             f"got {truncate_prompt_tokens}")
-        limit = self.max_model_len if truncate_prompt_tokens in (None, -1) else truncate_prompt_tokens
-        prompts, params = [], []
-        for i, (a, b) in enumerate(paired(data_1, data_2)):
-            ids, start = pair_prompt(self.tokenizer, a, b)
-            if truncate_prompt_tokens is not None:
-                cut = cut_pair(ids, start, limit, closing_tokens(self.tokenizer))
-                if cut is None:
-                    raise HearthError(f"pair {i}: its first text takes {start} tokens, more than "
-                                      f"truncate_prompt_tokens ({limit}) leaves a second text")
-                ids = cut
-            prompts.append({"prompt_token_ids": ids})
-            params.append(SamplingParams(max_tokens=1, temperature=0.0, pooling="rank", pair_start=start))
+            kind = "an embedding model" if self.embeds_only else "a text generation model"
+            raise EmbeddingOnlyError(not_a_reranker(f"LLM.score: this model ({self.model_config.arch})", kind))
+        ids, starts = pair_prompts(self.tokenizer, paired(data_1, data_2), truncate_prompt_tokens, self.max_model_len)
+        prompts = [{"prompt_token_ids": p} for p in ids]
+        params = [SamplingParams(max_tokens=1, temperature=0.0, pooling="rank", pair_start=s) for s in starts]
         return [ScoringRequestOutput(r.request_id, r.prompt_token_ids,
                                      ScoringOutput(activated(r.embedding[0], use_activation)))
                 for r in self.generate(prompts, params)]

@@ -54,10 +54,11 @@ def test_score_is_each_pair_alone_through_a_sigmoid(llm):
 
 def test_a_pair_past_the_context(llm):
     long_doc = " ".join(["paris"] * 80)  # the tiny context is 64 tokens
-    with pytest.raises(Exception, match=r"context holds 64"):
-        llm.score(QUERY, long_doc)
-    with pytest.raises(ValueError, match=r"truncate_prompt_tokens: must be -1 or 1 to 64"):
-        llm.score(QUERY, long_doc, truncate_prompt_tokens=0)
+    with pytest.raises(ValueError, match=r"pair 1: the pair with its query is 87 tokens, more than the context holds"):
+        llm.score(QUERY, ["paris", long_doc])  # the pair is named, as the API names its document
+    for bad in (0, 65, True):  # True is no 1 (a bool is an int to Python)
+        with pytest.raises(ValueError, match=r"truncate_prompt_tokens: must be -1 or 1 to 64"):
+            llm.score(QUERY, long_doc, truncate_prompt_tokens=bad)
     (cut,) = llm.score(QUERY, long_doc, truncate_prompt_tokens=-1, use_activation=False)
     ids = cut.prompt_token_ids
     assert len(ids) == 64 and ids[-1] == 102 and ids[:6] == pair_prompt(llm.tokenizer, QUERY, "x")[0][:6]
@@ -81,3 +82,13 @@ def test_hearth_run_refuses_a_reranker(llm, capsys):
     assert cli_main(["run", str(llm.path), "hello"]) == 1
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "is a reranker" in err and "POST /v1/rerank" in err and "Traceback" not in err, err
+
+
+def test_a_decoder_reranker_is_refused_at_load(tmp_path):
+    from hearth.errors import UnsupportedError
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-qwen3-rerank.gguf"
+    write_tiny_gguf(path, "qwen3", pooling_type=4)
+    with pytest.raises(UnsupportedError, match=r"a decoder reranker \(qwen3 with pooling_type 4, rank\) is not"):
+        LLM(str(path), progress=False)

@@ -19,6 +19,7 @@ from hearth.api.generate import Generation, until_disconnect
 from hearth.api.openai_protocol import EmbeddingRequest
 from hearth.api.sampling import prompt_token_ids
 from hearth.engine.async_engine import EngineFullError
+from hearth.engine.pairs import a_reranker
 from hearth.loader.tokenizer import lone_surrogate
 from hearth.sampling_params import SamplingParams
 
@@ -48,8 +49,7 @@ async def embeddings(body: EmbeddingRequest, request: Request):
 def check_embeds(served) -> None:
     """A reranker's pooled states are no embedding: its requests are pairs (hearth.api.rerank_routes)."""
     if served.pooling == "rank":
-        raise APIError(400, f"model: {served.name!r} is a reranker (its GGUF's pooling_type 4): it scores "
-                            "query-document pairs (POST /v1/rerank, /v1/score), not embeddings", param="model")
+        raise APIError(400, a_reranker(f"model: {served.name!r}"), param="model")
 
 
 def check_dimensions(served, dimensions: int | None) -> None:

@@ -1,13 +1,14 @@
 """Reranking request bodies as the peers' clients send them: llama-server's and Jina's / Cohere's /
 vLLM's `{query, documents, top_n, return_documents}` (a document a string or `{"text": ...}`), and
-vLLM's score API `{text_1, text_2}` (each a string or a list). vLLM's `truncate_prompt_tokens` and
+vLLM's score API `{text_1, text_2}` (each a string or a list; or `{queries, documents}`, `{queries, items}`,
+`{data_1, data_2}`: vLLM's other forms of the same pair). vLLM's `truncate_prompt_tokens` and
 `use_activation` on both; Hugging Face TEI's `{query, texts, raw_scores, return_text, truncate}`, which
 llama-server takes on the same routes. Unknown fields (Cohere's rank_fields, max_chunks_per_doc) are ignored and
 named (hearth.api.ignored_fields)."""
 
 from __future__ import annotations
 
-from pydantic import StrictBool, StrictInt, StrictStr
+from pydantic import StrictBool, StrictInt, StrictStr, model_validator
 
 from hearth.api.openai_protocol import _Body, _Request
 
@@ -44,9 +45,34 @@ class RerankRequest(_Request):
         return [d if isinstance(d, str) else d.text for d in self.documents or []]
 
 
+Texts = StrictStr | list[StrictStr]
+
+SCORE_FORMS = (("text_1", "text_2"), ("queries", "documents"), ("queries", "items"), ("data_1", "data_2"))
+"""vLLM's ScoreRequest forms (ScoreTextRequest, ScoreQueriesDocumentsRequest, ScoreQueriesItemsRequest,
+ScoreDataRequest): each names the same pair, (first, second), its own way."""
+
+
 class ScoreRequest(_Request):
     model: str | None = None
-    text_1: StrictStr | list[StrictStr]
-    text_2: StrictStr | list[StrictStr]
+    text_1: Texts | None = None
+    text_2: Texts | None = None
+    queries: Texts | None = None
+    documents: Texts | None = None
+    items: Texts | None = None
+    data_1: Texts | None = None
+    data_2: Texts | None = None
     truncate_prompt_tokens: StrictInt | None = None
     use_activation: StrictBool = True
+
+    @model_validator(mode="after")
+    def _one_form(self) -> ScoreRequest:
+        """Exactly one of SCORE_FORMS, whole: a body mixing two (or with half of one) names its fields."""
+        given = [n for n in dict.fromkeys(n for form in SCORE_FORMS for n in form) if getattr(self, n) is not None]
+        if not any(set(given) == set(form) for form in SCORE_FORMS):
+            forms = ", ".join(" + ".join(form) for form in SCORE_FORMS)
+            raise ValueError(f"{' + '.join(given) or 'no texts'}: give the pair as one of {forms}")
+        return self
+
+    def pair_fields(self) -> tuple[str, str]:
+        """The names the body gave its pair in, (first, second)."""
+        return next(f for f in SCORE_FORMS if all(getattr(self, n) is not None for n in f))

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from hearth.api.embeddings import embed
 from hearth.api.errors import APIError
 from hearth.api.rerank_protocol import RerankRequest, ScoreRequest
-from hearth.engine.pairs import activated, closing_tokens, cut_pair, pair_prompt, paired
+from hearth.engine.pairs import PairError, activated, not_a_reranker, pair_prompts, paired
 from hearth.loader.tokenizer import lone_surrogate
 
 router = APIRouter()
@@ -44,7 +44,8 @@ async def rerank(body: RerankRequest, request: Request):
     if scored is None:  # the client went away: its requests are aborted
         return {}
     logits, tokens = scored
-    best = sorted(range(len(texts)), key=lambda i: -logits[i])[:body.top_n or None]  # stable: ties keep their order
+    # no order is promised among near-ties: one pair's logit moves by ~1e-9 with the batch (padding) it ran in
+    best = sorted(range(len(texts)), key=lambda i: -logits[i])[:body.top_n or None]
     if tei:  # TEI's bare list, as llama-server answers a body with `texts`
         return [{"index": i, "score": activated(logits[i], not body.raw_scores),
                  **({"text": texts[i]} if body.return_text else {})} for i in best]
@@ -56,19 +57,20 @@ async def rerank(body: RerankRequest, request: Request):
 
 async def score(body: ScoreRequest, request: Request):
     served = await reranker(request, body.model)
-    for name in ("text_1", "text_2"):
-        value = getattr(body, name)
+    names = body.pair_fields()  # (text_1, text_2) or vLLM's other names for them
+    first, second = (getattr(body, n) for n in names)
+    for name, value in zip(names, (first, second)):
         if not value:
             raise APIError(400, f"{name}: must not be empty", param=name)
         for i, t in enumerate([value] if isinstance(value, str) else value):
             _check_text(t, name if isinstance(value, str) else f"{name}[{i}]", name)
     try:
-        pairs = paired(body.text_1, body.text_2)
+        pairs = paired(first, second, names)
     except ValueError as e:
-        raise APIError(400, f"text_2: {e}", param="text_2") from None
-    many = not isinstance(body.text_2, str)
+        raise APIError(400, f"{names[1]}: {e}", param=names[1]) from None
+    many = not isinstance(second, str)
     scored = await _scores(request, served, pairs, body.truncate_prompt_tokens,
-                           [f"text_2[{i}]" if many else "text_2" for i in range(len(pairs))], "text_2")
+                           [f"{names[1]}[{i}]" if many else names[1] for i in range(len(pairs))], names[1])
     if scored is None:
         return {}
     logits, tokens = scored
@@ -89,43 +91,22 @@ async def reranker(request: Request, model: str | None):
     served = await request.app.state.models.get(model)
     if served.pooling != "rank":
         kind = "an embedding model" if served.embeds_only else "a text generation model"
-        raise APIError(400, f"model: {served.name!r} is not a reranker ({kind}): reranking and scoring need a "
-                            "cross-encoder GGUF, whose pooling_type is 4 (rank) and which has a classification "
-                            "head (cls.*)", param="model")
+        raise APIError(400, not_a_reranker(f"model: {served.name!r}", kind), param="model")
     return served
 
 
 async def _scores(request: Request, served, pairs: list[tuple[str, str]], truncate: int | None,
                   where: list[str], field: str) -> tuple[list[float], int] | None:
-    """(each pair's logit, the prompt tokens of all), or None when the client went away."""
-    prompts, starts = _pair_prompts(served, pairs, truncate, where, field)
+    """(each pair's logit, the prompt tokens of all), or None when the client went away. A pair the context
+    cannot hold is a 400 naming it and both numbers, unless `truncate` cuts it (hearth.engine.pairs)."""
+    try:
+        prompts, starts = pair_prompts(served.tokenizer, pairs, truncate, served.max_model_len, where)
+    except PairError as e:
+        if e.index is None:
+            raise APIError(400, str(e), param="truncate_prompt_tokens") from None
+        raise APIError(400, str(e), param=field, code="context_length_exceeded") from None
     vectors = await embed(request, served, prompts, starts)
     return None if vectors is None else ([v[0] for v in vectors], sum(map(len, prompts)))
-
-
-def _pair_prompts(served, pairs: list[tuple[str, str]], truncate: int | None, where: list[str],
-                  field: str) -> tuple[list[list[int]], list[int]]:
-    """Each pair's prompt ids and where its document starts; one the context cannot hold is a 400 naming it
-    and both numbers, unless `truncate` (vLLM's truncate_prompt_tokens k, -1: the context) cuts it."""
-    room = served.max_model_len  # an encoder's whole context is its input's
-    if truncate is not None and not (truncate == -1 or 1 <= truncate <= room):
-        raise APIError(400, f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context), got {truncate}",
-                       param="truncate_prompt_tokens")
-    limit = room if truncate in (None, -1) else truncate
-    prompts, starts = [], []
-    for (a, b), name in zip(pairs, where):
-        ids, start = pair_prompt(served.tokenizer, a, b)
-        if len(ids) > limit and truncate is None:
-            raise APIError(400, f"{name}: the pair with its query is {len(ids)} tokens, more than the context holds "
-                                f"for one ({room}); shorten it or send \"truncate_prompt_tokens\": -1",
-                           param=field, code="context_length_exceeded")
-        cut = cut_pair(ids, start, limit, closing_tokens(served.tokenizer))
-        if cut is None:
-            raise APIError(400, f"{name}: its query takes {start} tokens, which leaves no document token within "
-                                f"{limit}", param=field, code="context_length_exceeded")
-        prompts.append(cut)
-        starts.append(start)
-    return prompts, starts
 
 
 def _check_text(text: str, where: str, field: str) -> None:

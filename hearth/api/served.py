@@ -199,6 +199,8 @@ class FileFacts:
     file_size: int
     template_source: str
     embeds_only: bool
+    pooling: str
+    """ModelConfig.pooling ("rank": a reranker)."""
     tokenizer = None  # not built before the load: FIM ("insert") is said once loaded
 
     @property
@@ -210,7 +212,7 @@ class FileFacts:
         return detect_channels(self.template_source)
 
 
-def file_facts(gguf, embeds_only: bool) -> FileFacts:
+def file_facts(gguf, embeds_only: bool, pooling: str) -> FileFacts:
     """FileFacts of an open GGUFFile (its header: nothing is read from the weights)."""
     return FileFacts(str(gguf.path), template_source=str(gguf.metadata.get("tokenizer.chat_template") or ""),
-                     embeds_only=embeds_only, **gguf_facts(gguf))
+                     embeds_only=embeds_only, pooling=pooling, **gguf_facts(gguf))

@@ -219,6 +219,7 @@ def build_pool(args: argparse.Namespace):
     from hearth.commands.serve import router_threshold, router_tool_floor
     from hearth.commands.serve_router import router_configs, with_router
     from hearth.commands.serve_speculation import check_drafts_fit, k_flag, per_model, speculative_config
+    from hearth.engine.pairs import not_a_reranker
     from hearth.memory.serving import default_budget
 
     if args.max_memory < 0:
@@ -250,8 +251,8 @@ def build_pool(args: argparse.Namespace):
     for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
         fp, facts = _footprint(e, path, args, spec.draft)
         if getattr(args, "reranking", False) and not reranks(facts):
-            raise HearthError(f"--reranking: {e.where} is not a reranker (its GGUF's pooling_type is not 4, rank, "
-                              "as a cross-encoder's is): serve a reranker GGUF, or drop --reranking")
+            kind = "an embedding model" if facts.embeds_only else "a text generation model"
+            raise HearthError(f"--reranking: {not_a_reranker(e.where, kind)}; or drop --reranking")
         check_pooling(getattr(args, "pooling", None), facts, e.where)
         own = e.speculative_config is not None  # K from the entry's own config, else from the flags
         check_drafts_fit(spec.config, fp.context, f"{e.where}: speculative_config.num_speculative_tokens" if own
@@ -281,19 +282,19 @@ def _resolve(e: ModelEntry) -> Path:
 def check_pooling(pooling: str | None, facts, where: str) -> None:
     """--pooling fits every model served: cls pools an encoder's first token (a decoder's first has read nothing
     else); a reranker scores pairs with its classification head, which no pooling replaces."""
+    from hearth.engine.pairs import a_reranker
+
     if pooling is not None and reranks(facts):
-        raise HearthError(f"--pooling {pooling}: {where} is a reranker (pooling_type 4): it scores pairs, it does not "
-                          "embed; serve it without --pooling")
+        raise HearthError(f"--pooling {pooling}: {a_reranker(where)}; serve it without --pooling")
     if pooling == "cls" and not facts.embeds_only:
         raise HearthError(f"--pooling cls: {where} is a decoder, whose first token has read nothing else: pool it "
                           "mean or last")
 
 
 def reranks(facts) -> bool:
-    """A reranker's file (hearth.models.encoder's RANK), from its header's metadata."""
-    from hearth.models.encoder import RANK
-
-    return facts.metadata.get(f"{facts.metadata.get('general.architecture')}.pooling_type") == RANK
+    """A reranker: its config's pooling (hearth.models.registry.model_config, which refuses a decoder's
+    pooling_type 4), not its header's number alone."""
+    return facts.pooling == "rank"
 
 
 def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):
@@ -301,14 +302,14 @@ def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path 
     from hearth.api.served import file_facts
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.memory.serving import served_footprint
-    from hearth.models.registry import embeds_only
+    from hearth.models.registry import embeds_only, model_config
 
     try:
         g = GGUFFile(path)
         return served_footprint(g, e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
                                 args.num_kv_blocks, None if draft is None else GGUFFile(draft),
-                                rope_scaling(args)), file_facts(g, embeds_only(g.arch))
+                                rope_scaling(args)), file_facts(g, embeds_only(g.arch), model_config(g).pooling)
     except HearthError as err:
         raise HearthError(f"{e.where}: {err}") from None
 

@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from hearth.engine.engine_core import InvalidPromptError
+from hearth.engine.pairs import a_reranker, not_a_reranker
 from hearth.errors import HearthError, PromptTooLongError
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
@@ -23,8 +24,7 @@ class EmbeddingOnlyError(HearthError):
 
 def embedding_only(arch: str, reranker: bool = False) -> str:
     if reranker:
-        return (f"this model ({arch}) is a reranker: it scores query-document pairs (POST /v1/rerank, /v1/score, "
-                "LLM.score), not text generation nor embeddings")
+        return a_reranker(f"this model ({arch})")
     return (f"this model ({arch}) is an embedding model: it serves embeddings (POST /v1/embeddings, /api/embed, "
             "LLM.embed), not text generation")
 
@@ -68,10 +68,10 @@ class EncoderCore:
             raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
-        if params.pooling is None or (params.pooling == "rank") != self.reranker:
-            raise EmbeddingOnlyError(embedding_only(self.arch, self.reranker) if params.pooling is None or self.reranker
-                                     else f"this model ({self.arch}) is an embedding model, not a reranker: its GGUF "
-                                          "has no pooling_type 4 (rank) and no classification head to score a pair")
+        if params.pooling is None or self.reranker and params.pooling != "rank":  # text, or a reranker's embedding
+            raise EmbeddingOnlyError(embedding_only(self.arch, self.reranker))
+        if params.pooling == "rank" and not self.reranker:
+            raise EmbeddingOnlyError(not_a_reranker(f"this model ({self.arch})", "an embedding model"))
         self.check_prompt(prompt_token_ids)
         if params.pair_start is not None and params.pair_start >= len(prompt_token_ids):
             raise InvalidPromptError(f"pair_start {params.pair_start} is past the prompt's {len(prompt_token_ids)} "

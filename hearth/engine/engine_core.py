@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from hearth.config import MAX_LOGPROBS
 from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.engine.lora_adapters import NO_ADAPTERS, LoraAdapters
+from hearth.engine.pairs import not_a_reranker
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
@@ -47,8 +48,7 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model
     if params.pooling == "cls":  # an encoder's [CLS] token: a decoder's first token has seen nothing else
         raise InvalidSamplingParams("pooling", "cls pools an encoder's first token; a decoder pools mean or last")
     if params.pooling == "rank":
-        raise InvalidSamplingParams("pooling", "rank scores a pair with a reranker's classification head; this model "
-                                               "is a decoder (no reranker: its GGUF has no pooling_type 4)")
+        raise InvalidSamplingParams("pooling", not_a_reranker("this model", "a text generation model"))
     for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
         k = getattr(params, field)
         if k is not None and (why := over_max_logprobs(k, max_logprobs)):

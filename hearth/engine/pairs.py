@@ -1,6 +1,7 @@
 """Query-document pairs for a reranker (SamplingParams.pooling "rank"): a pair's prompt ids and where
-its second text starts, a pair cut to a token limit, vLLM's score API's pairing of two lists, and the
-score's activation. Plain Python over a tokenizer: the API and LLM.score share it."""
+its second text starts, a pair cut to a token limit, every pair of a request checked against the context,
+vLLM's score API's pairing of two lists, the score's activation, and the one wording of "is / is not a
+reranker". Plain Python over a tokenizer: the API, the engines and LLM.score share it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ import math
 
 
 def pair_prompt(tokenizer, first: str, second: str) -> tuple[list[int], int]:
-    """(ids, pair_start): the first text with its special tokens, then the second's without its BOS:
-    BERT's [CLS] query [SEP] document [SEP], what transformers' tokenizer gives a text pair and
-    llama-server's format_prompt_rerank builds; pair_start: the document's first token. Both are read as
+    """(ids, pair_start): the first text with its special tokens, the file's sep where it asks for one
+    (pair_sep), then the second text's without its BOS, as llama-server's format_prompt_rerank builds it:
+    BERT's [CLS] query [SEP] document [SEP] and RoBERTa's <s> query </s></s> document </s>, what
+    transformers' tokenizers give a text pair; pair_start: the document's first token. Both are read as
     text (a "[SEP]" written in one stays characters), as llama-server tokenizes them."""
-    a = tokenizer.encode(first, add_special_tokens=True, parse_special=False)
+    a = tokenizer.encode(first, add_special_tokens=True, parse_special=False) + [tokenizer.sep_id] * tokenizer.pair_sep
     b = tokenizer.encode(second, add_special_tokens=True, parse_special=False)
     if tokenizer.add_bos and b and b[0] == tokenizer.bos_id:
         b = b[1:]
@@ -36,15 +38,62 @@ def cut_pair(ids: list[int], pair_start: int, limit: int, closing: int) -> list[
     return ids[:pair_start + keep] + ids[len(ids) - closing:]
 
 
-def paired(first: str | list[str], second: str | list[str]) -> list[tuple[str, str]]:
+class PairError(ValueError):
+    """A pair the context cannot hold (index: which), or a truncate_prompt_tokens out of range (index None)."""
+
+    def __init__(self, message: str, index: int | None = None):
+        super().__init__(message)
+        self.index = index
+
+
+def pair_prompts(tokenizer, pairs: list[tuple[str, str]], truncate: int | None, room: int,
+                 where: list[str] | None = None) -> tuple[list[list[int]], list[int]]:
+    """Each pair's prompt ids and where its second text starts. truncate (vLLM's truncate_prompt_tokens):
+    k cuts a pair past k tokens, -1 past the context (`room`), None refuses it; a pair that cannot fit, or a
+    truncate out of range, raises PairError naming it (where[i]; default "pair i") and both numbers."""
+    if truncate is not None and (isinstance(truncate, bool) or not (truncate == -1 or 1 <= truncate <= room)):
+        raise PairError(f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context), got {truncate!r}")
+    limit = room if truncate in (None, -1) else truncate
+    prompts, starts = [], []
+    for i, (a, b) in enumerate(pairs):
+        name = where[i] if where else f"pair {i}"
+        ids, start = pair_prompt(tokenizer, a, b)
+        if len(ids) > limit and truncate is None:
+            raise PairError(f"{name}: the pair with its query is {len(ids)} tokens, more than the context holds "
+                            f"for one ({room}); shorten it or set truncate_prompt_tokens to -1", i)
+        cut = cut_pair(ids, start, limit, closing_tokens(tokenizer))
+        if cut is None:
+            raise PairError(f"{name}: its query takes {start} tokens, which leaves no document token within "
+                            f"{limit}", i)
+        prompts.append(cut)
+        starts.append(start)
+    return prompts, starts
+
+
+def a_reranker(subject: str) -> str:
+    """`subject` (a model, named) is a reranker: the one line every refusal of text or embeddings from one says."""
+    return (f"{subject} is a reranker: it scores query-document pairs (POST /v1/rerank, /v1/score, LLM.score), "
+            "not text generation nor embeddings")
+
+
+def not_a_reranker(subject: str, kind: str) -> str:
+    """`subject` (a model, named; kind: what it is instead) is no reranker: the one line every refusal of a
+    pair to score says."""
+    return (f"{subject} is not a reranker ({kind}): reranking and scoring need a cross-encoder GGUF, whose "
+            "pooling_type is 4 (rank) and which has a classification head (cls.*)")
+
+
+def paired(first: str | list[str], second: str | list[str],
+           names: tuple[str, str] = ("text_1", "text_2")) -> list[tuple[str, str]]:
     """vLLM's score API's pairs: one first text against each second (1:1, 1:N), or the two lists zipped
-    (N:N). Raises ValueError naming the counts where they differ."""
+    (N:N). Raises ValueError naming the counts (and the fields, `names`) where they differ."""
     a = [first] if isinstance(first, str) else list(first)
     b = [second] if isinstance(second, str) else list(second)
     if len(a) == 1:
         return [(a[0], t) for t in b]
     if len(a) != len(b):
-        raise ValueError(f"text_1 has {len(a)} texts and text_2 {len(b)}: give one text_1, or as many as text_2")
+        raise ValueError(f"{names[0]} has {len(a)} texts and {names[1]} {len(b)}: give one {names[0]}, or as many "
+                         f"as {names[1]}")
     return list(zip(a, b))
 
 

@@ -68,6 +68,7 @@ class Tokenizer:
         self.add_eos: bool = vocab.add_eos
         self.sep_id: int | None = vocab.special["sep"]
         self.add_sep: bool = vocab.add_sep
+        self.pair_sep: bool = vocab.pair_sep
         self.chat_template: str | None = vocab.chat_template
 
     @property

@@ -115,6 +115,10 @@ class GGUFVocab:
     add_eos: bool
     add_sep: bool
     """Append the sep token ([SEP]) to an encoded text: llama.cpp's WPM (BERT) rule."""
+    pair_sep: bool
+    """The file's add_sep_token outside WPM: a sep token between a pair's two texts, as llama-server's
+    format_prompt_rerank puts it after the first text's EOS (RoBERTa's `<s> q </s></s> d </s>`); never on
+    one text. WPM's pair needs none: each text already ends with its [SEP]."""
     add_space_prefix: bool
     clean_spaces: bool
     ignore_merges: bool
@@ -150,7 +154,8 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
     add_sep = model == "bert"
     if add_sep:
         add_bos, add_eos = True, False
-    for flag, slot in ((add_bos, "bos"), (add_eos, "eos"), (add_sep, "sep")):
+    pair_sep = not add_sep and bool(g.get(K.ADD_SEP, False))
+    for flag, slot in ((add_bos, "bos"), (add_eos, "eos"), (add_sep or pair_sep, "sep")):
         if flag and special[slot] is None:
             raise ModelLoadError(f"{g.path}: add_{slot}_token is true but no {slot} token id is set")
     merges = g.field_array(K.MERGES)
@@ -160,7 +165,7 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
     return GGUFVocab(
         model=model, pre=pre, tokens=tokens, token_to_id=token_to_id,
         scores=None if scores is None else np.asarray(scores, dtype=np.float32), attrs=attrs,
-        merges=merges, special=special, add_bos=add_bos, add_eos=add_eos, add_sep=add_sep,
+        merges=merges, special=special, add_bos=add_bos, add_eos=add_eos, add_sep=add_sep, pair_sep=pair_sep,
         add_space_prefix=bool(g.get(K.ADD_PREFIX, defaults.add_space_prefix)),
         clean_spaces=spec.clean_spaces if spec else model == "bert",
         ignore_merges=spec.ignore_merges if spec else False,

@@ -41,12 +41,23 @@ def embeds_only(arch: str) -> bool:
     return arch in ARCHITECTURES and getattr(model_class(arch), "embeds_only", False)
 
 
+def model_config(g: GGUFFile):
+    """The file's ModelConfig, from its header. A decoder whose pooling_type is 4 (rank) is refused: its head
+    scores a yes/no token hearth does not run, and served as a chat model it would answer text, not scores."""
+    cls = model_class(g.arch)
+    cfg = cls.config_from_gguf(g)
+    if cfg.pooling == "rank" and not getattr(cls, "embeds_only", False):
+        raise UnsupportedError(f"{g.path}: a decoder reranker ({g.arch} with pooling_type 4, rank) is not supported "
+                               "yet; hearth reranks with a BERT cross-encoder GGUF")
+    return cfg
+
+
 def load_model(g: GGUFFile, backend, progress=None, rope_scaling: RopeScaling | None = None,
                rope_freq_base: float = 0.0):
     """Build the model for a GGUF file on a backend (hearth.backends.select) -> (model, ModelConfig);
     rope_scaling, rope_freq_base (0: none): the engine's, over the file's."""
     cls = model_class(g.arch)
-    cfg = cls.config_from_gguf(g)
+    cfg = model_config(g)
     for flag, given in (("--rope-scaling", rope_scaling is not None), ("--rope-freq-base", bool(rope_freq_base))):
         if given and getattr(cls, "embeds_only", False):  # its positions are a table or unscaled
             raise UnsupportedError(f"{flag}: {g.arch} is an embedding model; rope settings apply to decoder models")

@@ -231,9 +231,10 @@ class CausalLM(nn.Module):
         return out
 
 
-POOLING_TYPES = {1: "mean", 3: "last"}
-"""llama.cpp's LLAMA_POOLING_TYPE values that a decoder's embeddings can take (0 none, 2 cls and 4 rank
-are not: the default stands)."""
+POOLING_TYPES = {1: "mean", 3: "last", 4: "rank"}
+"""llama.cpp's LLAMA_POOLING_TYPE values a decoder's file may say (0 none and 2 cls: the default stands);
+4 rank, a decoder reranker's (Qwen3-Reranker as llama.cpp converts it), is refused at load
+(hearth.models.registry.model_config)."""
 
 
 def require(g: GGUFFile, key: str):

@@ -84,7 +84,7 @@ def test_pooling_is_checked(llm):
     with pytest.raises(InvalidSamplingParams, match="cls pools an encoder's first token"):
         llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=1, pooling="cls"))
     # rank is a reranker's classification head (hearth.models.classifier_head): a decoder has none
-    with pytest.raises(InvalidSamplingParams, match="rank scores a pair with a reranker's classification head"):
+    with pytest.raises(InvalidSamplingParams, match=r"this model is not a reranker \(a text generation model\)"):
         llm.generate({"prompt_token_ids": PROMPT}, SamplingParams(max_tokens=1, pooling="rank"))
     with pytest.raises(InvalidSamplingParams, match="pair_start needs pooling 'rank'"):
         SamplingParams(max_tokens=1, pooling="mean", pair_start=3)

@@ -163,3 +163,28 @@ def test_a_cut_pair_keeps_the_query_and_the_closing_sep():
     assert cut_pair(ids, start, 8, 1) == ids
     assert cut_pair(ids, start, 6, 1) == [101, 5, 6, 102, 7, 102]
     assert cut_pair(ids, start, 5, 1) is None  # no document token would be left
+
+
+def test_a_bpe_pair_takes_the_files_sep_between_its_texts(tmp_path):
+    """A RoBERTa cross-encoder's vocabulary (gpt2 BPE, add_bos, add_eos and add_sep, sep = eos = </s>): the
+    pair is <s> q </s></s> d </s>, as llama-server's format_prompt_rerank builds it and transformers'
+    RobertaTokenizer encodes a text pair; one text alone gets no sep."""
+    import json
+
+    from tests.loader.test_tokenizer import bpe_vocab, write_vocab_gguf
+
+    tokens, types, merges, _ = bpe_vocab()
+    tokens, types = tokens + ["<s>", "</s>", "<unk>", "<pad>"], types + [3, 3, 3, 3]  # CONTROL
+    bos, eos, unk, pad = range(len(tokens) - 4, len(tokens))
+    g = write_vocab_gguf(tmp_path / "roberta.gguf", "gpt2", tokens, types, pre="gpt-2", merges=merges,
+                         bos_token_id=bos, eos_token_id=eos, sep_token_id=eos, unk_token_id=unk, pad_token_id=pad,
+                         add_bos_token=True, add_eos_token=True, add_sep_token=True)
+    tok = Tokenizer.from_gguf(g)
+    (tmp_path / "vocab.json").write_text(json.dumps({t: i for i, t in enumerate(tokens)}))
+    (tmp_path / "merges.txt").write_text("#version: 0.2\n" + "\n".join(merges) + "\n")
+    hf = transformers.RobertaTokenizer(str(tmp_path / "vocab.json"), str(tmp_path / "merges.txt"))
+    for q, d in (("abc", "bad cab"), ("a b", "AB1 'e")):
+        ids, start = pair_prompt(tok, q, d)
+        assert ids == hf(q, d)["input_ids"], (q, d)
+        assert ids[start - 2:start] == [eos, eos] and ids[0] == bos and ids[-1] == eos
+        assert tok.encode(q).count(eos) == 1  # the sep is the pair's, not every text's

@@ -125,6 +125,29 @@ def test_score_pairs_in_order(client, served, path):
     assert one["data"][0]["score"] == pytest.approx(sigmoid(logit(served, QUERY, DOCS[0])), abs=ATOL)
 
 
+@pytest.mark.parametrize("first, second", [("queries", "documents"), ("queries", "items"), ("data_1", "data_2")])
+def test_score_takes_vllms_other_names_for_the_pair(client, served, first, second):
+    """vLLM's ScoreRequest is a union of four forms of one pair; each scores as text_1 and text_2 do, and its
+    errors name its own fields."""
+    r = client.post("/v1/score", json={first: QUERY, second: DOCS[:2], "use_activation": False})
+    assert r.status_code == 200, r.text
+    assert [d["score"] for d in r.json()["data"]] == pytest.approx([logit(served, QUERY, d) for d in DOCS[:2]],
+                                                                    abs=ATOL)
+    r = client.post("/v1/score", json={first: QUERY, second: ["a", ""]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == second, r.text
+    assert f"{second}[1]: must not be empty" in r.json()["error"]["message"], r.text
+
+
+@pytest.mark.parametrize("body", [{"text_1": "a", "text_2": "b", "queries": "a", "documents": "b"},
+                                  {"queries": "a", "documents": "b", "items": "c"}, {"text_1": "a", "data_2": "b"},
+                                  {"queries": "a"}])
+def test_score_refuses_a_mix_of_forms_naming_the_fields(client, body):
+    r = client.post("/v1/score", json=body)
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert all(name in message.split(":")[1] for name in body) and "give the pair as one of" in message, message
+
+
 LONG = " ".join(["paris"] * 80)  # the tiny context holds 64 tokens
 BAD = [  # (path, body, status, param, words)
     ("/v1/rerank", {"query": QUERY, "documents": []}, 400, "documents", "documents: must not be empty"),
@@ -207,3 +230,37 @@ def test_reranking_flag_refuses_a_model_that_is_no_reranker(tmp_path, capsys):
     assert cli_main(["serve", str(path), "--reranking"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("hearth: error: --reranking: MODEL") and "is not a reranker" in err[-1], err
+
+
+@pytest.mark.parametrize("flags", [["--reranking"], []])
+def test_a_decoder_reranker_is_refused_at_start(tmp_path, capsys, flags):
+    """Qwen3-Reranker as llama.cpp converts it (a qwen3 decoder, pooling_type 4): it served chat while
+    /v1/rerank called it no reranker; now it is one line at start, with --reranking or without."""
+    from hearth.cli import main as cli_main
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "tiny-qwen3-rerank.gguf"
+    write_tiny_gguf(path, "qwen3", pooling_type=4)
+    assert cli_main(["serve", str(path), *flags]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "a decoder reranker (qwen3 with pooling_type 4, rank) is not supported yet" in err[-1], err
+    assert "Traceback" not in "\n".join(err)
+
+
+def test_ollama_lists_no_embedding_capability_for_a_reranker(tmp_path):
+    """/api/embed refuses a reranker, so /api/show lists no "embedding" for it, from its file's header before
+    it loads and once loaded."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import server_config
+    from hearth.commands.serve_models import build_pool
+    from tests.gguf_factory import write_tiny_gguf
+
+    write_tiny_gguf(tmp_path / "chat.gguf", "llama")
+    write_tiny_encoder(tmp_path / "rerank.gguf", "bert", pooling_type=4)
+    args = command_parser("serve").parse_intermixed_args([str(tmp_path / "chat.gguf"), str(tmp_path / "rerank.gguf")])
+    pool = build_pool(args)
+    with TestClient(create_app(pool, server_config(args))) as c:
+        assert c.post("/api/show", json={"model": "rerank"}).json()["capabilities"] == []
+        assert c.post("/v1/rerank", json={"model": "rerank", "query": "q", "documents": ["d"]}).status_code == 200
+        assert pool.slots[1].served is not None
+        assert c.post("/api/show", json={"model": "rerank"}).json()["capabilities"] == []
