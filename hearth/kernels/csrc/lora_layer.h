@@ -1,0 +1,154 @@
+// LoRA adapter terms inside the fused decoder layer (hearth.layers.lora's math, per row):
+//   y[m] += B (s_m,adapter(r) * factor(r) * (A x[m]))   after each of the layer's four matmuls,
+// added where the op-by-op path adds it: q|k|v after the bias and before q/k norm and rope; the output
+// projection and down before their post-norm and residual add; gate|up before the activation.
+// hk_lora_new holds a layer's terms (f32 A and B as LoraLinear stacks them); hk_stack_forward_lora is
+// hk_stack_forward with the step's per-row adapter scales, a layer without terms running
+// hk_layer_forward. A row whose scales are all 0 gets no term: the base layer's bits.
+//
+// One definition for every kernel library (gguf_kernels.cpp, and the decode tiers through
+// decode_library.h): it uses only what each provides under the same names (Plan, Layer, matmul,
+// rmsnorm_row, act_mul, add_residual, scratch, hk_linear, hk_qk_rope, hk_kv_write, hk_paged_attention,
+// hk_layer_forward), so each includes this once, after them, outside its own anonymous namespace.
+// The term's loops are plain C++ the compiler vectorizes (ranks are small: A x is K x R multiply-adds).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+namespace {
+
+struct LoraLinear {  // one linear's terms; R == 0: none
+  int64_t K = 0, N = 0, R = 0, n_terms = 0;
+  const float* a = nullptr;  // [K, R]: every term's A, transposed, side by side along R
+  const float* b = nullptr;  // [R, N]: term t's B in rows c0 .. c0 + rank, columns start .. start + width
+  const int64_t* adapter = nullptr;  // [R]: the adapter (a column of the step's scales) of each rank column
+  const float* factor = nullptr;  // [R]: alpha / rank of each rank column
+  const int64_t* terms = nullptr;  // [n_terms, 4]: c0, rank, start, width
+};
+
+struct LoraLayer {
+  LoraLinear lin[4];  // q|k|v, the output projection, gate|up, down (Layer's plans)
+};
+
+thread_local std::vector<float> lora_h, lora_t, lora_xn, lora_qkv, lora_att, lora_mid, lora_out;
+
+// Rows m < M of y (row stride ldy) += the terms of x's rows (row stride ldx); s: the step's scales [M,
+// adapters] (row stride lds; 0: one row for every row). As LoraLinear.forward: h = (x A) * (s * factor),
+// then each term's columns get the sum over its ranks of h B, added to y once.
+void lora_add(const LoraLinear& L, const float* x, int64_t ldx, int64_t M, const float* s, int64_t lds, float* y,
+              int64_t ldy) {
+  if (L.R == 0) return;
+  const int64_t R = L.R;
+  float* h = scratch(lora_h, R);
+  float* t = scratch(lora_t, L.N);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xm = x + m * ldx;
+    std::fill(h, h + R, 0.0f);
+    for (int64_t k = 0; k < L.K; ++k) {
+      const float xk = xm[k];
+      const float* ak = L.a + k * R;
+      for (int64_t r = 0; r < R; ++r) h[r] += xk * ak[r];
+    }
+    bool any = false;
+    for (int64_t r = 0; r < R; ++r) {
+      h[r] *= s[m * lds + L.adapter[r]] * L.factor[r];
+      any |= h[r] != 0.0f;
+    }
+    if (!any) continue;  // every scale 0 on this row: the base layer's values
+    for (int64_t i = 0; i < L.n_terms; ++i) {
+      const int64_t* d = L.terms + 4 * i;
+      const int64_t c0 = d[0], rank = d[1], start = d[2], width = d[3];
+      std::fill(t, t + width, 0.0f);
+      for (int64_t r = c0; r < c0 + rank; ++r) {
+        const float hr = h[r];
+        const float* br = L.b + r * L.N + start;
+        for (int64_t n = 0; n < width; ++n) t[n] += hr * br[n];
+      }
+      float* ym = y + m * ldy + start;
+      for (int64_t n = 0; n < width; ++n) ym[n] += t[n];
+    }
+  }
+}
+
+// rows of x normed (w: null, none) into lora_xn, for the term of a linear that norms its input itself
+const float* lora_input(const float* x, int64_t M, int64_t K, const float* w, float eps) {
+  if (!w) return x;
+  float* out = scratch(lora_xn, M * K);
+  for (int64_t m = 0; m < M; ++m) rmsnorm_row(x + m * K, K, w, eps, out + m * K);
+  return out;
+}
+
+// hk_layer_forward's layer (x: f32 [M, hidden], contiguous) with the terms of `lo` in its linears, in
+// parts: each matmul as the fused layer runs it (the same kernels and row ops), its term added after it.
+int lora_layer_forward(const Layer& l, const LoraLayer& lo, float* x, int64_t M, const float* s, int64_t lds,
+                       const float* cos, const float* sin, void* kv, int kv_bf16, int64_t num_slots, int64_t bs,
+                       const int64_t* slots, int64_t S, const int64_t* q_start, const int64_t* q_len,
+                       const int64_t* seq_lens, const int64_t* tables, int64_t ldt, const int64_t* tree,
+                       int64_t ldtree) {
+  const int64_t hidden = l.qkv->K, n = l.qkv->N, nq = l.heads * l.d, inter = l.gate_up->N / 2, ngu = l.gate_up->N;
+  float* y = scratch(lora_qkv, M * n);
+  hk_linear(l.qkv, x, 0, M, hidden, l.attn_norm, l.attn_eps, l.bias, y, n);
+  if (lo.lin[0].R) lora_add(lo.lin[0], lora_input(x, M, hidden, l.attn_norm, l.attn_eps), hidden, M, s, lds, y, n);
+  hk_qk_rope(y, M, n, l.heads + l.kvh, l.d, l.rot, l.qk_norm, l.qk_eps, cos, sin, l.neox);
+  hk_kv_write(y + nq, n, M, slots, kv, kv_bf16, num_slots, l.kvh * l.d);
+  float* att = scratch(lora_att, std::max<int64_t>(1, M) * nq);
+  if (const int rc = hk_paged_attention(y, n, kv, kv_bf16, num_slots, bs, l.heads, l.kvh, l.d, S, q_start, q_len,
+                                        seq_lens, tables, ldt, l.scale, l.window, l.softcap, att, nq, tree, ldtree))
+    return rc;
+  float* o = scratch(lora_out, M * hidden);
+  matmul(*l.o, att, M, nq, o, hidden);
+  lora_add(lo.lin[1], att, nq, M, s, lds, o, hidden);
+  add_residual(o, M, hidden, l.post_attn_norm, l.post_attn_eps, x, hidden);
+  float* g = scratch(lora_mid, M * ngu);
+  matmul(*l.gate_up, x, M, hidden, g, ngu, l.ffn_norm, l.ffn_eps);
+  if (lo.lin[2].R) lora_add(lo.lin[2], lora_input(x, M, hidden, l.ffn_norm, l.ffn_eps), hidden, M, s, lds, g, ngu);
+  for (int64_t m = 0; m < M; ++m) act_mul(l.act, g + m * ngu, g + m * ngu + inter, inter, g + m * ngu);
+  matmul(*l.down, g, M, ngu, o, hidden);
+  lora_add(lo.lin[3], g, ngu, M, s, lds, o, hidden);
+  add_residual(o, M, hidden, l.post_ffn_norm, l.post_ffn_eps, x, hidden);
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+// A layer's terms: for linear i (q|k|v, o, gate|up, down) a[i] f32 [K, R], b[i] f32 [R, N], adapter[i]
+// int64 [R], factor[i] f32 [R], terms[i] int64 [n_terms, 4] (c0, rank, start, width), dims[i] = {K, N,
+// R, n_terms}; R == 0: no term on that linear. The arrays stay the caller's (kept alive while in use).
+void* hk_lora_new(const float* const* a, const float* const* b, const int64_t* const* adapter,
+                  const float* const* factor, const int64_t* const* terms, const int64_t* dims) {
+  LoraLayer* lo = new LoraLayer;
+  for (int i = 0; i < 4; ++i) {
+    const int64_t* d = dims + 4 * i;
+    lo->lin[i] = LoraLinear{d[0], d[1], d[2], d[3], a[i], b[i], adapter[i], factor[i], terms[i]};
+  }
+  return lo;
+}
+
+void hk_lora_free(void* lo) { delete static_cast<LoraLayer*>(lo); }
+
+// hk_stack_forward with the adapters' terms: layer i with loras[i] (null: none, hk_layer_forward), the
+// step's scales s: f32 [M, adapters] (row stride lds; 0: one row for all). Returns the layers run.
+int hk_stack_forward_lora(const void* const* layers, const void* const* loras, int n, float* x, int64_t M,
+                          const float* s, int64_t lds, const float* const* cos, const float* const* sin,
+                          void* const* kv, int kv_bf16, int64_t num_slots, int64_t bs, const int64_t* slots, int64_t S,
+                          const int64_t* q_start, const int64_t* q_len, const int64_t* seq_lens, const int64_t* tables,
+                          int64_t ldt, const int64_t* tree, int64_t ldtree) {
+  for (int i = 0; i < n; ++i) {
+    const int rc = loras[i]
+        ? lora_layer_forward(*static_cast<const Layer*>(layers[i]), *static_cast<const LoraLayer*>(loras[i]), x, M, s,
+                             lds, cos[i], sin[i], kv[i], kv_bf16, num_slots, bs, slots, S, q_start, q_len, seq_lens,
+                             tables, ldt, tree, ldtree)
+        : hk_layer_forward(layers[i], x, M, cos[i], sin[i], kv[i], kv_bf16, num_slots, bs, slots, S, q_start, q_len,
+                           seq_lens, tables, ldt, tree, ldtree);
+    if (rc != 0) return i;
+  }
+  return n;
+}
+
+}  // extern "C"
