@@ -7,9 +7,9 @@ generate calls alternate between the modes, so a shared machine's load hits them
     lora-ops  scale 1 with the fused LoRA stack declined: the layers op by op (the path before it)
 
 Per mode: the median wall and process-CPU time of EngineCore.step over the decode steps (each call's first
-two left out), and their ratios to base's (tok/s of lora / tok/s of base). OpenMP's workers sleep between
-regions (OMP_WAIT_POLICY=PASSIVE unless set, as under make test), so the CPU time counts work, not spinning:
-the figure that holds on a loaded machine. Usage (checkout root, hearth's venv):
+two left out), and their ratios to base's (tok/s of lora / tok/s of base). OpenMP waits as hearth sets it
+(hearth.openmp: a short spin) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set; on a loaded machine the CPU
+time is the steadier figure. Usage (checkout root, hearth's venv):
 
     PYTHONPATH=. python benchmarks/bench_lora_decode.py smollm2-135m --rank 16 --rounds 6
 """
@@ -17,22 +17,19 @@ the figure that holds on a loaded machine. Usage (checkout root, hearth's venv):
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch loads libgomp
+import gguf
+import numpy as np
 
-import gguf  # noqa: E402
-import numpy as np  # noqa: E402
-
-from hearth import LLM, SamplingParams  # noqa: E402
-from hearth.engine.engine_core import EngineCore  # noqa: E402
-from hearth.loader.gguf_loader import GGUFFile  # noqa: E402
-from hearth.loader.resolve import resolve_model  # noqa: E402
+from hearth import LLM, SamplingParams
+from hearth.engine.engine_core import EngineCore
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.resolve import resolve_model
 
 MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 

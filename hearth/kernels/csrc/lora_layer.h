@@ -34,42 +34,67 @@ struct LoraLayer {
   LoraLinear lin[4];  // q|k|v, the output projection, gate|up, down (Layer's plans)
 };
 
-thread_local std::vector<float> lora_h, lora_t, lora_xn, lora_qkv, lora_att, lora_mid, lora_out;
+thread_local std::vector<float> lora_h, lora_xn, lora_qkv, lora_att, lora_mid, lora_out;
+
+constexpr int64_t LORA_COLS = 8;  // a thread's share of rank columns or outputs: whole vectors of 8
+constexpr int64_t LORA_BLOCK = 256;  // outputs summed over the ranks in an L1-resident block, then added to y
+
+// [lo, hi) of n in whole LORA_COLS for thread t of T
+inline void lora_share(int64_t n, int t, int T, int64_t& lo, int64_t& hi) {
+  const int64_t v = (n + LORA_COLS - 1) / LORA_COLS;
+  lo = std::min(n, v * t / T * LORA_COLS);
+  hi = std::min(n, v * (t + 1) / T * LORA_COLS);
+}
 
 // Rows m < M of y (row stride ldy) += the terms of x's rows (row stride ldx); s: the step's scales [M,
 // adapters] (row stride lds; 0: one row for every row). As LoraLinear.forward: h = (x A) * (s * factor),
-// then each term's columns get the sum over its ranks of h B, added to y once.
+// then each output gets the sum over its term's ranks of h B, added to y once. The threads split A's
+// rank columns, then the outputs: each value is summed in the same order at any thread count.
 void lora_add(const LoraLinear& L, const float* x, int64_t ldx, int64_t M, const float* s, int64_t lds, float* y,
               int64_t ldy) {
   if (L.R == 0) return;
   const int64_t R = L.R;
-  float* h = scratch(lora_h, R);
-  float* t = scratch(lora_t, L.N);
-  for (int64_t m = 0; m < M; ++m) {
-    const float* xm = x + m * ldx;
-    std::fill(h, h + R, 0.0f);
-    for (int64_t k = 0; k < L.K; ++k) {
-      const float xk = xm[k];
-      const float* ak = L.a + k * R;
-      for (int64_t r = 0; r < R; ++r) h[r] += xk * ak[r];
+  float* h = scratch(lora_h, M * R);  // [M, R]
+  const double bytes = static_cast<double>(L.K + L.N) * R * 4;
+#pragma omp parallel num_threads(bytes * M < 64.0 * 1024 ? 1 : omp_get_max_threads())
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    int64_t r0, r1;
+    lora_share(R, t, T, r0, r1);
+    for (int64_t m = 0; m < M; ++m) {
+      float* hm = h + m * R;
+      const float* xm = x + m * ldx;
+      std::fill(hm + r0, hm + r1, 0.0f);
+      for (int64_t k = 0; k < L.K; ++k) {
+        const float xk = xm[k];
+        const float* ak = L.a + k * R;
+        for (int64_t r = r0; r < r1; ++r) hm[r] += xk * ak[r];
+      }
+      for (int64_t r = r0; r < r1; ++r) hm[r] *= s[m * lds + L.adapter[r]] * L.factor[r];
     }
-    bool any = false;
-    for (int64_t r = 0; r < R; ++r) {
-      h[r] *= s[m * lds + L.adapter[r]] * L.factor[r];
-      any |= h[r] != 0.0f;
-    }
-    if (!any) continue;  // every scale 0 on this row: the base layer's values
+#pragma omp barrier
     for (int64_t i = 0; i < L.n_terms; ++i) {
       const int64_t* d = L.terms + 4 * i;
       const int64_t c0 = d[0], rank = d[1], start = d[2], width = d[3];
-      std::fill(t, t + width, 0.0f);
-      for (int64_t r = c0; r < c0 + rank; ++r) {
-        const float hr = h[r];
-        const float* br = L.b + r * L.N + start;
-        for (int64_t n = 0; n < width; ++n) t[n] += hr * br[n];
+      int64_t n0, n1;
+      lora_share(width, t, T, n0, n1);
+      for (int64_t m = 0; m < M; ++m) {
+        bool any = false;
+        for (int64_t r = c0; r < c0 + rank; ++r) any |= h[m * R + r] != 0.0f;
+        if (!any) continue;  // this term's scale 0 on this row: nothing to add (a row at 0: the base's values)
+        float acc[LORA_BLOCK];
+        for (int64_t b0 = n0; b0 < n1; b0 += LORA_BLOCK) {
+          const int64_t w = std::min(LORA_BLOCK, n1 - b0);
+          std::fill(acc, acc + w, 0.0f);
+          for (int64_t r = c0; r < c0 + rank; ++r) {
+            const float hr = h[m * R + r];
+            const float* br = L.b + r * L.N + start + b0;
+            for (int64_t n = 0; n < w; ++n) acc[n] += hr * br[n];
+          }
+          float* ym = y + m * ldy + start + b0;
+          for (int64_t n = 0; n < w; ++n) ym[n] += acc[n];
+        }
       }
-      float* ym = y + m * ldy + start;
-      for (int64_t n = 0; n < width; ++n) ym[n] += t[n];
     }
   }
 }
