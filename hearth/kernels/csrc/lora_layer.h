@@ -56,7 +56,7 @@ void lora_add(const LoraLinear& L, const float* x, int64_t ldx, int64_t M, const
   const int64_t R = L.R;
   float* h = scratch(lora_h, M * R);  // [M, R]
   const double bytes = static_cast<double>(L.K + L.N) * R * 4;
-#pragma omp parallel num_threads(bytes * M < 64.0 * 1024 ? 1 : omp_get_max_threads())
+#pragma omp parallel num_threads(bytes * M < 64.0 * 1024 ? 1 : omp_get_max_threads())  // threads_for's rule
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     int64_t r0, r1;
