@@ -3,8 +3,8 @@ v, o, gate, up, down of every layer) is written next to a temporary dir, the mod
 generate calls alternate between the modes, so a shared machine's load hits them alike:
 
     base      the request's adapter scale 0: the base model's fused decode
-    lora      scale 1 (the fused stack with the adapter terms where the library has them)
-    lora-ops  scale 1 with the fused LoRA stack declined: the layers op by op (the path before it)
+    lora      scale 1 (--scale; the fused stack with the adapter terms where the library has them)
+    lora-ops  the same with the fused LoRA stack declined: the layers op by op (the path before it)
 
 Per mode: the median wall and process-CPU time of EngineCore.step over the decode steps (each call's first
 two left out), and their ratios to base's (tok/s of lora / tok/s of base). OpenMP waits as hearth sets it
@@ -56,6 +56,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model")
     ap.add_argument("--rank", type=int, default=16)
+    ap.add_argument("--scale", type=float, default=1.0, help="the adapter's scale in the lora modes")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5, help="generate calls per mode (after one warm-up round)")
     ap.add_argument("--tokens", type=int, default=48, help="new tokens per call")
@@ -91,7 +92,7 @@ def main() -> None:
             steps.clear()
             out = llm.generate([{"prompt_token_ids": ids}],
                                SamplingParams(temperature=0, max_tokens=args.tokens, ignore_eos=True,
-                                              lora={0: 0.0 if mode == "base" else 1.0}))
+                                              lora={0: 0.0 if mode == "base" else args.scale}))
             texts[mode].append(out[0].outputs[0].token_ids)
             if r > 0:
                 got[mode] += steps[2:]
