@@ -41,7 +41,7 @@ def write_adapter(path: Path, base: GGUFFile, rank: int, alpha: float = 16.0, se
     w.add_type(gguf.GGUFType.ADAPTER)
     w.add_string(gguf.Keys.Adapter.TYPE, "lora")
     w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
-    names = [n for n in base.tensors if n.startswith("blk.") and n.rsplit(".", 2)[-2] in MATRICES]
+    names = [n for n in base.tensors if n.startswith("blk.") and n.endswith(".weight") and n.rsplit(".", 2)[-2] in MATRICES]
     for name in names:
         out, k = base.tensors[name].shape
         w.add_tensor(name + ".lora_a", (rng.standard_normal((rank, k)) / np.sqrt(k)).astype(np.float32))
