@@ -211,8 +211,8 @@ def _steps(model, cfg, steps: list[dict[str, tuple[list[int], float]]]) -> list[
 @pytest.fixture(scope="module")
 def quantized(tmp_path_factory):
     """arch -> (model with a rank-32 adapter on every matrix, cfg, base model without it), on a Q8_0 file
-    with the linears hearth runs (the native kernels where this tier has them). Rank 32: the terms of
-    q|k|v and gate|up are wide enough to split over the threads (csrc/lora_layer.h), o's and down's not."""
+    with the linears hearth runs (the native kernels where this tier has them). Rank 32: q|k|v's term
+    splits over the threads in a step of 8 rows (csrc/lora_layer.h's LORA_SPLIT_WORK), the others do not."""
     made = {}
 
     def get(arch: str):
@@ -292,23 +292,25 @@ def test_rows_of_one_decode_step_take_their_own_scales(quantized):
     model, cfg, base = quantized("llama")
     if model.lora_stack is None:
         pytest.skip("no fused LoRA stack at this tier")
-    a, b = prompt(cfg.vocab_size, 5, seed=6), prompt(cfg.vocab_size, 4, seed=7)
+    # a: 8 rows in one step, enough work for q|k|v's term to split over the threads (csrc/lora_layer.h)
+    a, b = prompt(cfg.vocab_size, 8, seed=6), prompt(cfg.vocab_size, 4, seed=7)
     first = [{"a": (a, 1.0)}, {"b": (b, 0.0)}]
     done = _stack_runs(model)
     try:
-        mixed = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])[-1]
+        steps = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])
         both = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 1.0)}])[-1]
     finally:
         del model.lora_stack.run
     assert done[-1] == cfg.num_layers
+    mixed = steps[-1]
     plain = _steps(base, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])[-1]
     assert torch.equal(mixed["b"], plain["b"])
     assert torch.equal(mixed["a"], both["a"])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the threads split the terms' rank columns and outputs, never a sum
     try:
-        alone = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])[-1]
+        alone = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])
     finally:
         torch.set_num_threads(threads)
-    assert threads == 1 or all(torch.equal(alone[seq], mixed[seq]) for seq in mixed)
+    assert threads == 1 or all(torch.equal(x[seq], y[seq]) for x, y in zip(alone, steps) for seq in x)
     assert rel_err(both["b"], plain["b"]) > 1e-2  # teeth: the adapter moves b's logits at scale 1

@@ -36,6 +36,11 @@ struct LoraLayer {
 
 thread_local std::vector<float> lora_h, lora_xn, lora_qkv, lora_att, lora_mid, lora_out;
 
+// The threads split a call's terms from this much work on (bytes of A and B x rows): each split is a
+// parallel region and a barrier, which a loaded machine's descheduled thread holds for a time slice.
+// SmolLM2-135M, rank 16, 2 threads at load 3-9: split from 64 KB 0.48-1.17x of the base model's decode
+// across four runs, unsplit 0.96-0.98x in three of them (an idle machine gains ~0.5 ms a token from it).
+constexpr double LORA_SPLIT_WORK = 1 << 20;
 constexpr int64_t LORA_COLS = 8;  // a thread's share of rank columns or outputs: whole vectors of 8
 constexpr int64_t LORA_BLOCK = 256;  // outputs summed over the ranks in an L1-resident block, then added to y
 
@@ -56,7 +61,7 @@ void lora_add(const LoraLinear& L, const float* x, int64_t ldx, int64_t M, const
   const int64_t R = L.R;
   float* h = scratch(lora_h, M * R);  // [M, R]
   const double bytes = static_cast<double>(L.K + L.N) * R * 4;
-#pragma omp parallel num_threads(bytes * M < 64.0 * 1024 ? 1 : omp_get_max_threads())  // threads_for's rule
+#pragma omp parallel num_threads(bytes * M < LORA_SPLIT_WORK ? 1 : omp_get_max_threads())
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
     int64_t r0, r1;
