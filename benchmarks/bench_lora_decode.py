@@ -35,13 +35,15 @@ MATRICES = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "
 
 
 def write_adapter(path: Path, base: GGUFFile, rank: int, alpha: float = 16.0, seed: int = 0) -> None:
-    """A random adapter (convert_lora_to_gguf.py's keys) for every layer's MATRICES, small enough to keep the text sane."""
+    """A random adapter (convert_lora_to_gguf.py's keys) on every layer's MATRICES; B small (0.01), so the
+    greedy text stays the model's kind of text."""
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), base.arch)
     w.add_type(gguf.GGUFType.ADAPTER)
     w.add_string(gguf.Keys.Adapter.TYPE, "lora")
     w.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
-    names = [n for n in base.tensors if n.startswith("blk.") and n.endswith(".weight") and n.rsplit(".", 2)[-2] in MATRICES]
+    names = [n for n in base.tensors
+             if n.startswith("blk.") and n.endswith(".weight") and n.rsplit(".", 2)[-2] in MATRICES]
     for name in names:
         out, k = base.tensors[name].shape
         w.add_tensor(name + ".lora_a", (rng.standard_normal((rank, k)) / np.sqrt(k)).astype(np.float32))
