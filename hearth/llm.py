@@ -127,11 +127,12 @@ class LLM:
             self._encoder_engine(spec, t0)
             return
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
-        # a step with an adapter on runs op by op: its rows are not the fused decode's bit for bit
+        # with an adapter on, a verify step's rows are not yet held to a decode row's bits (its prefill chunks
+        # run op by op, its decode steps the fused LoRA stack: hearth.backends.cpu_lora)
         regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
-            why = ("with LoRA adapters on, the layers run op by op, where" if self.lora else
+            why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else
                    "in a MoE model (its experts' matmuls depend on how many rows chose them)" if mc.num_experts
                    else "without the native kernels")
             self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "

@@ -18,6 +18,7 @@ DEVICE_BLIND = ("models", "layers")
 """Packages that call the backend object they are given and never ask which device or CPU tier runs
 (DESIGN.md, "Devices"): they import none of the modules that know it."""
 DEVICE_MODULES = {"hearth.backends", "hearth.kernels.native", "hearth.kernels.tiers", "hearth.kernels.fused_layer",
+                  "hearth.kernels.fused_lora",
                   "hearth.kernels.attention", "hearth.kernels.gpu"}
 # engine talks to the runner only through its plain-data messages
 NARROW = {(src, "runner"): {"hearth.runner.messages"} for src in ("engine", "spec_decode")}

@@ -23,6 +23,7 @@ from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFTensor
 
 if TYPE_CHECKING:
+    from hearth.layers.lora import LoraRows
     from hearth.models.arch_spec import ArchSpec
     from hearth.models.transformer import DecoderLayer
 
@@ -115,6 +116,11 @@ class Backend:
     def stack(self, layers: list[DecoderLayer]):
         """Something with run(x, positions, meta, kv_caches, out_rows) -> (layers run, x after them:
         out_rows' rows when every layer ran), that takes a step through many layers in one call; None."""
+        return None
+
+    def lora_stack(self, stack, layers: list[DecoderLayer], rows: LoraRows):
+        """Like `stack` (the model's, or None), for the steps where a LoRA adapter is on: layers whose
+        linears were wrapped in LoraLinear (hearth.models.lora), rows the step's scales; None: op by op."""
         return None
 
     def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ import torch
 from hearth.backends.base import TORCH_OPS, Backend, LayerOps
 from hearth.backends.cpu_experts import NativeExperts
 from hearth.backends.cpu_linear import native_linear, native_part
+from hearth.backends.cpu_lora import native_lora_stack
 from hearth.kernels import native, tiers
 from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.kernels.fused_layer import FusedLayer, FusedStack
@@ -153,7 +154,7 @@ class NativeStack:
         sized steps run every row; a prefill chunk long enough for the bf16 tiles, when the rows going
         on are its last ones, computes only those past the K/V; (0, x) where neither applies."""
         T = x.shape[0]
-        if any(layer.ops is not ops or ops.fused is not fused for layer, (ops, fused) in zip(self.layers, self.ops)):
+        if not self.intact():
             return 0, x
         if T < self.min_rows:
             done = self.fused.decode(x, self._tables(positions, meta), kv_caches, meta)
@@ -163,6 +164,10 @@ class NativeStack:
             return 0, x
         done = self.fused.prefill(x, self._tables(positions, meta), kv_caches, meta, keep)
         return done, (x[T - keep:] if done == len(self.layers) else x)
+
+    def intact(self) -> bool:
+        """Every layer still has the ops (and fused layer) it was built with."""
+        return all(layer.ops is ops and ops.fused is fused for layer, (ops, fused) in zip(self.layers, self.ops))
 
     def _tables(self, positions, meta) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(cos, sin) per layer, looked up once per rope configuration."""
@@ -217,6 +222,11 @@ class CpuBackend(Backend):
         if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):
             return NativeStack(layers)
         return None
+
+    def lora_stack(self, stack, layers, rows):
+        """The decode stack with the adapters' terms in its C++ layers (NativeLoraStack), where the model
+        has the stack and the library the terms."""
+        return native_lora_stack(stack, layers, rows) if isinstance(stack, NativeStack) and native.has("lora") else None
 
     def write_kv(self, kv_cache, kv: torch.Tensor, meta: AttentionMetadata) -> None:
         write_kv_pair(kv_cache, kv, meta)

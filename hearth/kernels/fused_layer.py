@@ -32,6 +32,10 @@ LAYER_SIGNATURES = {  # name: (restype, argtypes)
     "hk_stack_forward_prefill": (_int, [_p, _int, _p, _i64, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p]),
     "hk_layer_forward_kvq": (_int, [_p, _p, _i64, _p, _p, _int, _int, _p, _p, _i64, _i64, _p, _int, _i64, _p,
                                     _p, _p, _p, _i64, _p, _p, _i64]),
+    "hk_lora_new": (_p, [_p, _p, _p, _p, _p, _p]),  # hearth.kernels.fused_lora's
+    "hk_lora_free": (None, [_p]),
+    "hk_stack_forward_lora": (_int, [_p, _p, _int, _p, _i64, _p, _i64, _p, _p, _p, _int, _i64, _i64, _p, _i64, _p, _p,
+                                     _p, _p, _i64, _p, _i64]),
 }
 
 
@@ -122,20 +126,27 @@ class FusedStack:
         """FusedLayer.__call__ through every layer in one C++ call (hk_stack_forward): a step of a few
         rows over f16/bf16 caches of one dtype and shape (as the runner allocates them), x updated in
         place. Returns the number of layers run (0 where the step or cache is not one it covers)."""
+        args = self.decode_args(x, tables, kv_caches, meta)
+        return 0 if args is None else self.lib.hk_stack_forward(self.ptrs, len(self.layers), x.data_ptr(), x.shape[0],
+                                                                *args)
+
+    def decode_args(self, x: torch.Tensor, tables: list[tuple[torch.Tensor, torch.Tensor]], kv_caches: list,
+                    meta) -> tuple | None:
+        """hk_stack_forward's arguments after x and its rows (tables, caches, the step's), or None where
+        the step or cache is not one it covers."""
         kv, n = kv_caches[0], len(kv_caches)
         if not all(self.ptrs) or not x.is_contiguous() or n != len(self.layers):
-            return 0
+            return None
         if not all(isinstance(c, torch.Tensor) for c in kv_caches):  # quantized caches: layer by layer
-            return 0
+            return None
         key = (kv.dtype, kv.shape, *((id(c), c.data_ptr()) for c in kv_caches))  # checked once, not every step (~25 us)
         if self.kv_key != key:
             ok = all(native_pages(x, c) and c.dtype == kv.dtype and c.shape == kv.shape for c in kv_caches)
             self.kv_key, self.kv_ptrs = key, (_p * n)(*[c.data_ptr() for c in kv_caches]) if ok else None
         if self.kv_ptrs is None or x.dtype != torch.float32:
-            return 0
+            return None
         ptrs = lambda ts: (_p * n)(*[t.data_ptr() for t in ts])  # noqa: E731
-        return self.lib.hk_stack_forward(self.ptrs, n, x.data_ptr(), x.shape[0], ptrs(c for c, _ in tables),
-                                         ptrs(s for _, s in tables), self.kv_ptrs, *step_args(kv, meta))
+        return (ptrs(c for c, _ in tables), ptrs(s for _, s in tables), self.kv_ptrs, *step_args(kv, meta))
 
 
 def _prefill(lib, layers, x: torch.Tensor, tables: list, kv_caches: list, meta, keep: int) -> int:

@@ -46,6 +46,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "fused_ops": ("hk_linear_residual", "hk_mlp", "hk_qk_rope"),
     "paged_attention": ("hk_paged_attention", "hk_kv_write", "hk_set_row_groups"),
     "layer": ("hk_layer_new", "hk_layer_free", "hk_layer_forward", "hk_stack_forward", "hk_layer_qk_whole"),
+    "lora": ("hk_lora_new", "hk_lora_free", "hk_stack_forward_lora"),  # LoRA terms in the decode stack (csrc/lora_layer.h)
     "bf16_tiles": ("hk_gemm_bf16", "hk_amx_bf16", "hk_flash_prefill", "hk_prefill_attention",
                    "hk_prefill_attention_precise", "hk_stack_forward_prefill"),
     "gemm": ("hk_batch_min_rows", "hk_vnni_gemm", "hk_set_invariant_rows"),  # batch and prefill GEMMs without AMX
@@ -75,7 +76,7 @@ class Library:
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
                          frozenset(CAPABILITIES) - {"many_rows"}, "avx512")
-DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "peaks", "moe"})
+DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "lora", "peaks", "moe"})
 """What the decode-tier libraries (csrc/decode_library.h: avx2, neon) implement."""
 AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
                        DECODE_CAPABILITIES | {"many_rows"}, "avx2")
@@ -85,7 +86,7 @@ its GEMV then takes vdotq_s32; without them it is built for baseline aarch64 (pl
 NEON_LIBRARY = Library("gguf_kernels_neon.cpp",
                        NEON_DOTPROD if tiers.machine() == "aarch64" and "asimddp" in tiers.cpu_flags() else (),
                        DECODE_CAPABILITIES, "neon")
-ABI_VERSION = 16
+ABI_VERSION = 17
 """What every library's hk_abi_version() returns: the entry points' signatures (_declare, fused_layer)
 are shared, so one number, bumped for a change to any of them, covers every library."""
 LIBRARIES = {"amx": AVX512_LIBRARY, "avx512": AVX512_LIBRARY, "avx2": AVX2_LIBRARY, "neon": NEON_LIBRARY}

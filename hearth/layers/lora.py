@@ -74,6 +74,9 @@ class LoraLinear(nn.Module):
             col += r
         self.col_adapter = torch.tensor([t.adapter for t, r in zip(terms, ranks) for _ in range(r)])  # [R]
         self.col_factor = torch.tensor([t.factor for t, r in zip(terms, ranks) for _ in range(r)])  # [R] f32
+        firsts = [sum(ranks[:i]) for i in range(len(terms))]
+        self.spans = torch.tensor([[c, r, t.start, t.b.shape[0]] for t, r, c in zip(terms, ranks, firsts)])
+        """[terms, 4] int64: each term's first rank column, rank, first output and outputs (b_t's nonzero block)."""
 
     @property
     def weight_bytes(self) -> int:

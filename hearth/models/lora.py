@@ -2,10 +2,11 @@
 base file and lands as a term on the linear holding that matrix (q, k and v within q|k|v; gate and up
 within gate|up), computed at run time with each row's scale (hearth.layers.lora).
 
-The fused native layer computes no such term: a step where an adapter is on runs each layer with the ops
-its backend gives ArchSpec.lora, which the fused forms refuse (hearth.models.arch_spec): op by op. A step
-where every row's scales are 0 (the base model's requests) keeps the fused forms, which read the base
-weights alone."""
+A step where an adapter is on runs through the backend's LoRA stack where it has one (the CPU backend's
+decode: the fused C++ layers with each linear's term after its matmul, hearth.backends.cpu_lora); else,
+and for what that stack does not cover (prefill chunks), each layer with the ops its backend gives
+ArchSpec.lora, which the fused forms refuse (hearth.models.arch_spec): op by op. A step where every
+row's scales are 0 (the base model's requests) keeps the fused forms, which read the base weights alone."""
 
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ def attach_lora(model, g: GGUFFile, adapters: list[LoraFile]) -> LoraRows:
     for layer in model.layers:  # asked again: the fused forms refuse ArchSpec.lora
         layer.lora_ops = _LoraOps(model.backend.layer_ops(layer, model.spec), rows)
     model.lora = rows
+    model.lora_stack = model.backend.lora_stack(model.stack, list(model.layers), rows)
     return rows
 
 

@@ -165,6 +165,8 @@ class CausalLM(nn.Module):
     spec = ArchSpec()
     lora = None
     """LoraRows once adapters are attached (hearth.models.lora): the step's scales, set by the runner."""
+    lora_stack = None
+    """With adapters: the stack for the steps where one is on (Backend.lora_stack), or None (op by op)."""
     moe_block: type[MoE] = MoE
     """The routed-experts block of its MoE layers (gpt-oss: its own routing and activation)."""
 
@@ -212,8 +214,9 @@ class CausalLM(nn.Module):
             self.lora.out_rows = out_rows
         last = len(self.layers) - 1
         done = 0
-        if self.stack is not None and (self.lora is None or self.lora.scales is None):  # no adapter term this step
-            done, x = self.stack.run(x, positions, meta, kv_caches, out_rows)
+        stack = self.stack if self.lora is None or self.lora.scales is None else self.lora_stack  # an adapter on?
+        if stack is not None:
+            done, x = stack.run(x, positions, meta, kv_caches, out_rows)
         for i in range(done, len(self.layers)):
             x = self.layers[i](x, positions, meta, kv_caches[i], out_rows if i == last else None)
         return self.backend.norm(self.norm, x)

@@ -10,7 +10,8 @@ references the x86 tiers' tests use, with their tolerances:
 - paged attention (causal, sliding window, soft-cap, grouped heads, token trees): the torch twin,
   atol 2e-5 (tests/kernels/test_native_attention.py, test_tree_attention.py), and with row groups on
   and off bit for bit (test_attention_rows.py); KV write: torch's casts;
-- q/k norm + rope: its torch twin; the fused decoder layer: the avx2 library's, on the same inputs.
+- q/k norm + rope: its torch twin; the fused decoder layer, and the stack with LoRA terms: the avx2
+  library's, on the same inputs.
 
 Skipped, naming the tool, where the cross compiler or qemu-user is missing (`make test-arm` installs them)."""
 
@@ -396,6 +397,90 @@ def test_fused_layer_matches_the_avx2_layer(neon, name):
     assert not torch.equal(want_x, x)  # the layer ran
     torch.testing.assert_close(s.read(x_out), want_x, atol=1e-4 * float(want_x.abs().max()), rtol=0)
     torch.testing.assert_close(s.read(kv_out).float(), want_kv.float(), atol=2e-3, rtol=2e-3)
+
+
+def _lora_inputs(name: str):
+    """A layer's LoRA terms as hk_lora_new takes them (hearth.layers.lora.LoraLinear's tensors): rank 4
+    on q and on v (adapters 0 and 1), rank 8 on o, up (within gate|up) and down; and the step's scales
+    [3 rows, 2 adapters]: the decode row with both adapters on, the 2-row verify with none."""
+    hidden, heads, kvh, d, inter, *_ = LAYERS[name]
+    g = torch.Generator().manual_seed(12)
+    nq, nk = heads * d, kvh * d
+    linears = [(hidden, nq + 2 * nk, [(0, 4, 0, nq, 0.5), (1, 4, nq + nk, nk, 2.0)]),
+               (nq, hidden, [(0, 8, 0, hidden, 1.0)]), (hidden, 2 * inter, [(1, 8, inter, inter, 0.25)]),
+               (inter, hidden, [(0, 8, 0, hidden, 1.0)])]
+    parts = []
+    for k, n, terms in linears:
+        ranks = sum(t[1] for t in terms)
+        a_t, b_t = torch.randn(k, ranks, generator=g) / k ** 0.5, torch.zeros(ranks, n)
+        adapter, factor, spans, c = [], [], [], 0
+        for j, r, start, width, f in terms:
+            b_t[c:c + r, start:start + width] = torch.randn(r, width, generator=g) * 0.05
+            adapter += [j] * r
+            factor += [f] * r
+            spans.append([c, r, start, width])
+            c += r
+        parts.append((a_t, b_t, torch.tensor(adapter), torch.tensor(factor), torch.tensor(spans)))
+    scales = torch.tensor([[1.0, 0.5], [0.0, 0.0], [0.0, 0.0]])
+    return parts, scales
+
+
+def _lora_dims(parts) -> torch.Tensor:
+    return torch.tensor([[a.shape[0], b.shape[1], a.shape[1], spans.shape[0]] for a, b, _, _, spans in parts]).view(-1)
+
+
+def _avx2_lora_stack(weights, norms, head, meta, cache, x, cos, sin, parts, scales):
+    """hk_stack_forward_lora of one layer through the avx2 library here (ctypes, as fused_lora calls it)."""
+    from hearth.kernels.fused_layer import LAYER_SIGNATURES, step_args
+
+    so = native.open_tier("avx2")
+    for fn in ("hk_layer_new", "hk_layer_free", "hk_lora_new", "hk_lora_free", "hk_stack_forward_lora"):
+        getattr(so, fn).restype, getattr(so, fn).argtypes = LAYER_SIGNATURES[fn]
+    mms = [native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], t.shape[1], so=so) for t in weights]
+    p = native.ctypes.c_void_p
+    ptrs = (p * 6)(*[None if t is None else t.data_ptr() for t in norms])
+    eps = (native.ctypes.c_float * 5)(*head[0].tolist())
+    layer = so.hk_layer_new(*(m.plan for m in mms), ptrs, eps, *head[1:])
+    dims = _lora_dims(parts)
+    lora = so.hk_lora_new(*[(p * 4)(*[part[j].data_ptr() for part in parts]) for j in range(5)], dims.data_ptr())
+    one = lambda t: (p * 1)(t.data_ptr())  # noqa: E731
+    done = so.hk_stack_forward_lora((p * 1)(layer), (p * 1)(lora), 1, x.data_ptr(), x.shape[0], scales.data_ptr(),
+                                    scales.shape[1], one(cos), one(sin), one(cache), *step_args(cache, meta))
+    so.hk_lora_free(lora)
+    so.hk_layer_free(layer)
+    assert done == 1
+    return x
+
+
+@pytest.mark.skipif(AVX2 is not None, reason=f"the LoRA stack is compared with the avx2 tier's, which {AVX2}")
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_fused_lora_stack_matches_the_avx2_stack(neon, name):
+    """hk_stack_forward_lora (csrc/lora_layer.h: each linear's low-rank term after its matmul, per-row
+    scales of two adapters) against the avx2 library's on the same inputs, held as the fused layer is
+    (1e-4 of the stream's scale); the rows whose scales are all 0 are hk_layer_forward's bit for bit."""
+    _, script, run = neon
+    weights, norms, head, meta, cache, x, cos, sin = _layer_inputs(name)
+    parts, scales = _lora_inputs(name)
+    s = script()
+    plans = [_plan(s, [t], t.shape[1]) for t in weights]
+    layer = s.call("hk_layer_new", *plans, s.pointers(*[None if t is None else s.tensor(t) for t in norms]),
+                   s.tensor(head[0]), *head[1:])
+    lora = s.call("hk_lora_new", *[s.pointers(*[s.tensor(part[j]) for part in parts]) for j in range(5)],
+                  s.tensor(_lora_dims(parts)))
+    q_start, q_len, seq_lens, tables = meta.native_split()[1]
+    step = [0, 16 * 16, 16, s.tensor(meta.slot_mapping), 2, s.tensor(q_start), s.tensor(q_len), s.tensor(seq_lens),
+            s.tensor(tables), tables.shape[1], None, 0]
+    x_lora, x_base = s.output(x), s.output(x)
+    done = s.call("hk_stack_forward_lora", s.pointers(layer), s.pointers(lora), 1, x_lora, 3, s.tensor(scales), 2,
+                  s.pointers(s.tensor(cos)), s.pointers(s.tensor(sin)), s.pointers(s.tensor(cache)), *step)
+    rc = s.call("hk_layer_forward", layer, x_base, 3, s.tensor(cos), s.tensor(sin), s.tensor(cache), *step)
+    run(s)
+    assert s.result(done) == 1 and s.result(rc) == 0
+    got, base = s.read(x_lora), s.read(x_base)
+    assert torch.equal(got[1:], base[1:])
+    assert float((got[0] - base[0]).abs().max()) > 1e-2 * float(base[0].abs().max())  # the terms moved row 0
+    want = _avx2_lora_stack(weights, norms, head, meta, cache.clone(), x.clone(), cos, sin, parts, scales)
+    torch.testing.assert_close(got, want, atol=1e-4 * float(want.abs().max()), rtol=0)
 
 
 @pytest.mark.skipif(AVX2 is not None, reason=f"the experts are compared with the avx2 tier's, which {AVX2}")

@@ -10,6 +10,7 @@ import torch
 from hearth.backends import select
 from hearth.backends.base import TORCH_OPS
 from hearth.errors import ModelLoadError
+from hearth.kernels import native
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.lora_file import read_lora
@@ -176,3 +177,140 @@ def test_adapters_that_do_not_fit_are_one_line(files, tmp_path):
         attach_lora(model, g, [read_lora(tmp_path / "head-lora.gguf")])
     with pytest.raises(ModelLoadError, match="no such file"):
         read_lora(tmp_path / "missing.gguf")
+
+
+def _stack_runs(model) -> list[int]:
+    """The layers the fused LoRA stack ran, one entry per call (wrapped around model.lora_stack.run)."""
+    done, run = [], model.lora_stack.run
+
+    def counted(*a):
+        out = run(*a)
+        done.append(out[0])
+        return out
+    model.lora_stack.run = counted
+    return done
+
+
+def _f16_driver(model, cfg) -> PagedDriver:
+    """A PagedDriver over f16 caches (the fused stacks read f16/bf16 pages, not the f32 ones of the others)."""
+    driver = PagedDriver(model, cfg)
+    driver.kv = [k.half() for k in driver.kv]
+    return driver
+
+
+def _steps(model, cfg, steps: list[dict[str, tuple[list[int], float]]]) -> list[dict[str, torch.Tensor]]:
+    """Each step's {seq: (new ids, scale)} through one driver: its logits."""
+    driver, out = _f16_driver(model, cfg), []
+    for batch in steps:
+        if model.lora is not None:
+            model.lora.set([(s,) for _, s in batch.values()], [len(ids) for ids, _ in batch.values()])
+        out.append(driver.step({seq: ids for seq, (ids, _) in batch.items()}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def quantized(tmp_path_factory):
+    """arch -> (model with a rank-32 adapter on every matrix, cfg, base model without it), on a Q8_0 file
+    with the linears hearth runs (the native kernels where this tier has them). Rank 32: q|k|v's term
+    splits over the threads in a step of 8 rows (csrc/lora_layer.h's LORA_SPLIT_WORK), the others do not."""
+    made = {}
+
+    def get(arch: str):
+        if arch not in made:
+            d = tmp_path_factory.mktemp(f"lora-q8-{arch}")
+            # head_dim 32: the fused layer's kernels take no 16 (llama's and qwen2's tiny default)
+            dims = write_tiny_gguf(d / "q8.gguf", arch, qtype="Q8_0", **({} if arch == "gemma3" else WIDE))
+            names = [f"blk.{i}.{m}.weight" for i in range(dims.layers) for m in MATRICES["llama"]]
+            write_lora_gguf(d / "lora.gguf", d / "q8.gguf", names, 32, 8.0)
+            model, cfg = build(d, "q8.gguf", [d / "lora.gguf"], exact=False)
+            made[arch] = (model, cfg, build(d, "q8.gguf", exact=False)[0])
+        return made[arch]
+
+    return get
+
+
+WIDE = {"hidden": 128, "head_dim": 32}
+
+
+def _f32_ops(model):
+    """The op-by-op path's activations in f32 (the fast linears' bf16 otherwise), as the fused layers have
+    them; returns the undo."""
+    saved = []
+    for layer in model.layers:
+        for owner in (layer.attn_norm, layer.ffn_norm):
+            saved.append((owner, "out_dtype", owner.out_dtype))
+            owner.out_dtype = torch.float32
+        for lin in (layer.attn.qkv, layer.attn.o, layer.mlp.gate_up, layer.mlp.down):
+            saved.append((lin, "in_dtype", lin.in_dtype))
+            lin.in_dtype = torch.float32
+
+    def undo():
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+    return undo
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_decode_with_an_adapter_runs_the_fused_stack_as_the_layers_op_by_op(quantized, arch):
+    """A decode step with an adapter on goes through every layer in one C++ call where the library has
+    the terms (hk_stack_forward_lora), its logits those of the layers op by op with f32 activations
+    within f32 rounding (and the 8-bit activations' codes that rounding flips); qwen2: q|k|v's bias
+    comes before the term; gemma3: q/k norms after it, post-norms after o's and down's. On the torch
+    tier there is no such stack: op by op."""
+    model, cfg, base = quantized(arch)
+    if model.lora_stack is None:
+        assert not native.has("lora") or model.stack is None
+        pytest.skip("no fused LoRA stack at this tier")
+    a, b = prompt(cfg.vocab_size, 5, seed=4), prompt(cfg.vocab_size, 3, seed=5)
+    steps = [{"a": (a, 1.0)}, {"b": (b, 0.5)}, {"a": ([7], 1.0), "b": ([9], 0.5)}, {"a": ([11], 1.0), "b": ([13], 0.5)}]
+    stack, undo = model.lora_stack, _f32_ops(model)
+    done = _stack_runs(model)
+    try:
+        fused = _steps(model, cfg, steps)
+        model.lora_stack = None
+        ops = _steps(model, cfg, steps)
+    finally:
+        model.lora_stack = stack
+        del stack.run
+        undo()
+    assert done and all(n == cfg.num_layers for n in done)
+    errs = sorted(rel_err(g[i], r[i]) for got, ref in zip(fused, ops) for seq in got for g, r in [(got[seq], ref[seq])]
+                  for i in range(len(g)))
+    # measured (avx512, avx2): most rows 5e-8 .. 1e-6 (f32 rounding: sums in another order, torch's norm,
+    # rope and silu); a few up to 1e-3, where an input rounded the other way takes the neighbouring 8-bit
+    # code (that row alone, at any position). A random adapter as large as the weights (alpha / rank 2)
+    # amplifies both: median 2e-5, max 7e-3
+    assert errs[len(errs) // 2] < 2e-6 and errs[-1] < 1e-2, errs
+    plain = _steps(base, cfg, steps)  # teeth: the adapter moves the logits far more than that
+    assert min(rel_err(got[seq], ref[seq]) for got, ref in zip(fused, plain) for seq in got) > 1e-2
+
+
+def test_rows_of_one_decode_step_take_their_own_scales(quantized):
+    """Two sequences in one fused decode step, one at scale 1 and one at 0: the second's logits are the
+    base model's bit for bit (no term computed for its row), the first's those of a step where both are at
+    1; and the same bits on one thread as on several."""
+    model, cfg, base = quantized("llama")
+    if model.lora_stack is None:
+        pytest.skip("no fused LoRA stack at this tier")
+    # a: 8 rows in one step, enough work for q|k|v's term to split over the threads (csrc/lora_layer.h)
+    a, b = prompt(cfg.vocab_size, 8, seed=6), prompt(cfg.vocab_size, 4, seed=7)
+    first = [{"a": (a, 1.0)}, {"b": (b, 0.0)}]
+    done = _stack_runs(model)
+    try:
+        steps = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])
+        both = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 1.0)}])[-1]
+    finally:
+        del model.lora_stack.run
+    assert done[-1] == cfg.num_layers
+    mixed = steps[-1]
+    plain = _steps(base, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])[-1]
+    assert torch.equal(mixed["b"], plain["b"])
+    assert torch.equal(mixed["a"], both["a"])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the threads split the terms' rank columns and outputs, never a sum
+    try:
+        alone = _steps(model, cfg, [*first, {"a": ([5], 1.0), "b": ([6], 0.0)}])
+    finally:
+        torch.set_num_threads(threads)
+    assert threads == 1 or all(torch.equal(x[seq], y[seq]) for x, y in zip(alone, steps) for seq in x)
+    assert rel_err(both["b"], plain["b"]) > 1e-2  # teeth: the adapter moves b's logits at scale 1

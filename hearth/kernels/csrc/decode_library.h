@@ -191,7 +191,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {  /
 
 extern "C" {
 
-int hk_abi_version() { return 16; }
+int hk_abi_version() { return 17; }
 
 // A plan over `n` weights [rows_i, K] (GGUF blocks, rows row_bytes_i apart); nullptr for an unknown
 // type or a K that is not a whole number of its blocks. gemm_min_rows: from this many rows on the
@@ -388,4 +388,5 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
 }  // extern "C"
 
 #include "stack_forward.h"  // hk_stack_forward over this library's hk_layer_forward
+#include "lora_layer.h"  // hk_stack_forward_lora: that stack with LoRA terms, over the entry points above
 #include "moe.h"  // hk_moe over this library's matmul

@@ -610,7 +610,7 @@ const float* widened(const uint16_t* x, int64_t M, int64_t K, int64_t& ldx) {
 
 extern "C" {
 
-int hk_abi_version() { return 16; }
+int hk_abi_version() { return 17; }
 
 // The tier hearth/kernels/tiers.py chose (CpuTier); 0, or -1 for a level this build does not know.
 // Called once at load, before any kernel runs.
@@ -966,4 +966,5 @@ int hk_vnni_gemm() { return amx_usable() ? 0 : 1; }
 
 #include "fused_layer.h"  // the whole decoder layer over the entry points above
 #include "stack_forward.h"  // hk_stack_forward over this library's hk_layer_forward
+#include "lora_layer.h"  // hk_stack_forward_lora: that stack with LoRA terms, over the entry points above
 #include "moe.h"  // hk_moe over this library's matmul
