@@ -109,14 +109,27 @@ def test_many_choices_a_line_are_answered_not_refused(instruct, tmp_path):
     assert all(len(r["response"]["body"]["choices"]) == 4 for r in rows)
 
 
-def test_a_failed_write_ends_the_lines_in_flight_and_is_one_line(instruct, tmp_path, capsys):
+def test_a_failed_write_ends_the_lines_in_flight_and_is_one_line(instruct, tmp_path, capsys, monkeypatch):
     """Writing to a full disk was a traceback, and the lines still in flight loaded the model again once
     the pool had closed."""
+    import contextlib
+    import errno
+
+    import hearth.commands.run_batch as run_batch
+
+    class Full:
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(run_batch, "_output", contextlib.contextmanager(lambda path: (yield Full())))
     src = tmp_path / "in.jsonl"
     src.write_text("\n".join(_line(str(i), **CHAT) for i in range(20)))
-    assert main(["run-batch", "-i", str(src), "-o", "/dev/full", str(instruct), "--ctx", "256"]) == 1
+    assert main(["run-batch", "-i", str(src), "-o", "out.jsonl", str(instruct), "--ctx", "256"]) == 1
     err = capsys.readouterr().err
-    assert err.endswith("hearth: error: --output-file /dev/full: No space left on device\n")
+    assert err.endswith("hearth: error: --output-file out.jsonl: No space left on device\n")
     assert err.count("loading") == 1
 
 
