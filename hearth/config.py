@@ -84,7 +84,10 @@ class ModelConfig:
     rope_dim: int = 0
     """Rotated dims per head (0 = all of head_dim)."""
     rope_local_theta: float = 0.0
-    """Rope base for sliding-window layers when it differs (gemma3: 10000); 0 = same as rope_theta."""
+    """Rope base for sliding-window layers when it differs (gemma3: 10000): theirs, unscaled; 0 = same as rope_theta."""
+    rope_swa_theta: float = 0.0
+    """Rope base of the sliding-window layers when --rope-freq-base moved the others' (llama.cpp's
+    rope_freq_base_train_swa: the file's); unlike rope_local_theta, the model's factors stay; 0 = rope_theta."""
     rope_scaling_factor: float = 1.0
     """Linear rope scaling (positions are divided by it)."""
     rope_original_context: int = 0

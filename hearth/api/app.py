@@ -27,9 +27,9 @@ from hearth.api.served import ServedModel
 from hearth.tool_guard import GuardConfig
 from hearth.tool_guard.routing import DEFAULT_THRESHOLD, TOOL_FLOOR
 
-GENERATING = (openai_chat, openai_completions, responses_routes, anthropic_routes, infill_routes, completion_routes,
-              ollama_routes)
-"""The route modules that generate text: llama-server's --embedding refuses them."""
+GENERATING = (openai_chat, openai_completions, responses_routes, anthropic_routes, infill_routes, completion_routes)
+"""The route modules that generate text: llama-server's --embedding refuses them (ollama_routes refuses in its routes:
+their load and unload requests answer)."""
 
 
 @dataclass
@@ -89,7 +89,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     install_handlers(app)
     webui = config.webui and not config.embeddings_only  # a chat page that cannot chat is none
     for module in (openai_routes, embeddings, rerank_routes, slots, props, lora_routes, ollama_embed, ollama_models,
-                   *([chat_page] if webui else [])):
+                   ollama_routes, *([chat_page] if webui else [])):
         app.include_router(module.router)
     for module in GENERATING:
         app.include_router(refusing(module.router) if config.embeddings_only else module.router)

@@ -44,6 +44,6 @@ async def embed_prompt(body: EmbedRequest, request: Request):
     check_embeds(served)
     then = unload_after(request.app.state.models, served.name, keep_alive)
     if not body.prompt:  # a preload, as Ollama answers it
-        return {"embedding": []}
+        return answered({"embedding": []}, then)
     vectors = await embed(request, served, inputs(served, [body.prompt], truncate=body.truncate is True, field="prompt"))
     return answered({} if vectors is None else {"embedding": vectors[0]}, then)

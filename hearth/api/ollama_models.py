@@ -60,11 +60,13 @@ def resolve(pool, requested: str | None):
 
 async def served_model(pool, requested: str | None, keep_alive: float | None = None):
     """The served model (loaded if need be) and the seconds its load took; `keep_alive` (seconds, None: not
-    given) becomes how long it stays once idle, as Ollama's scheduler sets it when it hands the runner out."""
+    given) becomes how long it stays once idle, as Ollama's scheduler sets it when it hands the runner out. 0
+    applies when the answer ends (unload_after): set here, an idle tick could unload the model before the
+    request reaches its engine."""
     slot = resolve(pool, requested)
     t0 = time.perf_counter()
     served = await pool.get(slot.spec.name)
-    if keep_alive is not None:
+    if keep_alive:
         pool.keep(slot.spec.name, keep_alive)
     return served, time.perf_counter() - t0
 

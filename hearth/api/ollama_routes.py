@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
+from hearth.api.embeddings_only import refuse
 from hearth.api.errors import OLLAMA_OPTIONS, APIError
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.choices import PlainChoices
@@ -51,6 +52,8 @@ async def chat(body: ChatRequest, request: Request):
     keep_alive = keep_alive_seconds(body.keep_alive)  # read first: a bad one is a 400 before any load
     if keep_alive == 0 and not body.messages:
         return await _unload(state.models, body.model, {"message": {"role": "assistant", "content": ""}})
+    if body.messages and state.config.embeddings_only:  # a load answers there, as `ollama run`'s preload
+        await refuse()
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
@@ -108,6 +111,8 @@ async def generate(body: GenerateRequest, request: Request):
     keep_alive = keep_alive_seconds(body.keep_alive)
     if keep_alive == 0 and not body.prompt and not body.suffix:
         return await _unload(state.models, body.model, {"response": ""})
+    if (body.prompt or body.suffix) and state.config.embeddings_only:
+        await refuse()
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)

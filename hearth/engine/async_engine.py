@@ -155,6 +155,8 @@ class AsyncEngine:
         """Queue a request; bad prompts and a full queue raise here, before any output."""
         if self._closing is not None:
             raise _fresh(self._closing)
+        if self._stopping:  # its loop answers nothing more (a model unloaded between get() and here)
+            raise EngineShutdownError("the model was unloaded as this request reached it; send it again")
         self.core.check_request(prompt_token_ids, params)
         if self._in_flight >= self.max_in_flight:
             raise EngineFullError(f"{self._in_flight} requests are in flight (limit {self.max_in_flight}); "

@@ -77,7 +77,7 @@ class Attention(nn.Module):
                 self.qk_norm = RMSNorm(w, cfg.rms_norm_eps)
         sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
         self.window = cfg.sliding_window if sliding else 0
-        theta = cfg.rope_local_theta if (sliding and cfg.rope_local_theta) else cfg.rope_theta
+        theta = (cfg.rope_local_theta or cfg.rope_swa_theta or cfg.rope_theta) if sliding else cfg.rope_theta
         local = sliding and bool(cfg.rope_local_theta)  # gemma3's sliding layers: their own base, unscaled
         scale = 1.0 if sliding else cfg.rope_scaling_factor
         rotates = not cfg.rope_layers or cfg.rope_layers[i]  # a NoPE layer rotates no dims (every path's no-op)
@@ -181,8 +181,12 @@ class CausalLM(nn.Module):
         if cfg.num_experts and not self.spec.moe:  # an architecture whose files come dense or routed (llama: Mixtral)
             self.spec = replace(self.spec, moe=True)
         layers, factors = [], rope_factors(g, cfg)
+        # sliding layers at the file's base (--rope-freq-base): YaRN's ramp placed by that base, as ggml's corr dims
+        swa_factors = rope_factors(g, replace(cfg, rope_theta=cfg.rope_swa_theta)) if cfg.rope_swa_theta else factors
         for i in range(cfg.num_layers):
-            layers.append(DecoderLayer(cfg, self.spec, g, i, backend, factors, self.moe_block))
+            sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
+            layers.append(DecoderLayer(cfg, self.spec, g, i, backend, swa_factors if sliding else factors,
+                                       self.moe_block))
             if progress is not None:
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)
@@ -277,9 +281,11 @@ def with_rope_scaling(cfg: ModelConfig, y: RopeScaling) -> ModelConfig:
 
 def with_rope_base(cfg: ModelConfig, base: float) -> ModelConfig:
     """llama-server's --rope-freq-base: the global layers' rope base in place of the file's; sliding-window layers
-    keep the file's (llama.cpp's get_rope_freq_base gives them rope_freq_base_train_swa, the file's)."""
-    local = cfg.rope_local_theta or (cfg.rope_theta if any(cfg.sliding_window_pattern) else 0.0)
-    return replace(cfg, rope_theta=float(base), rope_local_theta=local)
+    keep the file's and the model's factors (llama.cpp's get_rope_freq_base gives them rope_freq_base_train_swa, the
+    file's). A window on every layer (phi3) is no swa there (llama.cpp turns phi3's off): every layer takes the base."""
+    pattern = cfg.sliding_window_pattern
+    swa = cfg.rope_theta if any(pattern) and not all(pattern) else 0.0
+    return replace(cfg, rope_theta=float(base), rope_swa_theta=swa)
 
 
 def base_config(g: GGUFFile, **overrides) -> ModelConfig:

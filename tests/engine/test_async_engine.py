@@ -77,6 +77,17 @@ def test_bad_prompt_and_full_queue_raise_before_any_output():
     run(main, engine)
 
 
+def test_a_request_added_to_a_stopped_engine_is_refused_not_left_waiting():
+    """A model unloaded between the pool's get() and add_request: a clean error (the API's 503), never a
+    stream its loop will not answer."""
+    engine, _, _ = make_engine()
+    ae = AsyncEngine(engine)
+    ae.start()
+    ae.shutdown()
+    with pytest.raises(EngineShutdownError, match="unloaded"):
+        ae.add_request([1], greedy(1))
+
+
 def _frames(tb) -> int:
     n = 0
     while tb is not None:

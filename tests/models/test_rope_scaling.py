@@ -150,18 +150,33 @@ def test_rope_freq_base_is_the_files_theta(tmp_path, scaling):
     assert rel_err(logits_of(tmp_path / "t1e4.gguf", scaling), want) > 1e-3
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+def write_sliding(path, arch):
+    if arch == "gpt-oss":  # YaRN on every layer, every other one sliding
+        from tests.gguf_gpt_oss import write_tiny_gpt_oss
+        write_tiny_gpt_oss(path)
+    elif arch == "phi3":  # LongRoPE, a window on every layer
+        write_tiny_gguf(path, "phi3", context=256, longrope_original_context=64, sliding_window=128)
+    else:
+        write_tiny_gguf(path, arch)
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "gpt-oss", "phi3"])
 def test_rope_freq_base_leaves_the_sliding_layers_base(tmp_path, arch):
     """llama.cpp gives sliding-window layers the file's base (rope_freq_base_train_swa) whatever --rope-freq-base
-    says: gemma3's own local base, gemma2's shared one."""
-    write_tiny_gguf(tmp_path / "m.gguf", arch)
+    says, and the model's factors (gpt-oss' YaRN): gemma3's own local base, the shared one of gemma2 and gpt-oss.
+    phi3's window on every layer is no swa layer there: each takes the new base. The file's own base changes nothing."""
+    write_sliding(tmp_path / "m.gguf", arch)
     g = GGUFFile(tmp_path / "m.gguf")
-    file_cfg = config(tmp_path / "m.gguf")
+    file_model, file_cfg = load_model(g, select("torch"))
     model, cfg = load_model(g, select("torch"), rope_freq_base=123456.0)
+    swa = [bool(s) and not all(cfg.sliding_window_pattern) for s in cfg.sliding_window_pattern]
+    assert any(cfg.sliding_window_pattern) and any(swa) == (arch != "phi3")
     local = file_cfg.rope_local_theta or file_cfg.rope_theta
-    bases = [layer.attn.rope.base for layer in model.layers]
-    assert bases == [local if s else 123456.0 for s in cfg.sliding_window_pattern]
-    assert any(cfg.sliding_window_pattern) and not all(cfg.sliding_window_pattern)
+    assert [layer.attn.rope.base for layer in model.layers] == [local if s else 123456.0 for s in swa]
+    for layer, file_layer, s in zip(model.layers, file_model.layers, swa):
+        if s:
+            assert layer.attn.rope.key == file_layer.attn.rope.key  # base, scale and factors
+    assert rel_err(logits_of(tmp_path / "m.gguf", None, file_cfg.rope_theta), logits_of(tmp_path / "m.gguf")) < 1e-6
 
 
 def test_the_engine_passes_rope_freq_base_and_rope_scale_alone(tmp_path):

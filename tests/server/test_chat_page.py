@@ -291,7 +291,7 @@ def test_model_picker_shows_the_loaded_flag(browser, page_server):
     page = fresh(browser, page_server.url)
     browser.execute_script("""
         const original = window.fetch, cards = arguments[0];
-        window.fetch = (url, options) => String(url).endsWith('/v1/models')
+        window.fetch = (url, options) => String(url).endsWith('v1/models')
           ? Promise.resolve(new Response(JSON.stringify({object: 'list', data: cards})))
           : original(url, options);
         document.getElementById('key').dispatchEvent(new Event('change'));""", cards)

@@ -511,3 +511,19 @@ def test_keep_alive_0_on_a_busy_model_unloads_it_once_its_requests_end():
         await pool.close()
 
     asyncio.run(scenario())
+
+
+def test_keep_alive_0_waits_for_the_answer_not_the_next_idle_tick():
+    """A request's keep_alive 0 applies when its answer ends (unload_after): an idle tick between get() and its
+    Generation (/api/embed's one loop turn) does not stop the engine under it."""
+    from hearth.api.ollama_models import served_model
+
+    async def scenario():
+        pool, loader, clock = idle_pool(300)
+        await pool.start()
+        served, _ = await served_model(pool, "a", 0.0)
+        await pool.check_idle()
+        assert pool.slots[1].served is served and not served.engine.stopped
+        await pool.close()
+
+    asyncio.run(scenario())

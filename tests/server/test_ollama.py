@@ -507,6 +507,9 @@ def test_keep_alive_0_on_an_embed_request_unloads_once_answered(tmp_path):
             r = client.post(path, json={"model": "embed", "keep_alive": 0, **body})
             assert r.status_code == 200 and len(r.json().get("embeddings", [r.json().get("embedding")])[0]) > 0
             assert pool.slots[1].served is None
+        for path, body in (("/api/embed", {"input": []}), ("/api/embeddings", {"prompt": ""})):  # preloads
+            r = client.post(path, json={"model": "embed", "keep_alive": 0, **body})
+            assert r.status_code == 200 and pool.slots[1].served is None
         r = client.post("/api/embed", json={"model": "embed", "input": "hello", "keep_alive": "1h"})
         assert r.status_code == 200 and pool.slots[1].served is not None
         r = client.post("/api/embed", json={"model": "embed", "input": "hello", "keep_alive": "soon"})

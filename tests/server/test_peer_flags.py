@@ -114,6 +114,10 @@ def test_embedding_mode_refuses_the_generating_routes_in_their_own_shape():
             assert client.post(path, json=body).status_code == 501, path
         assert client.get("/v1/models").status_code == 200
         assert client.get("/").status_code == 200 and "text/plain" in client.get("/").headers["content-type"]
+        for path, body in (("/api/generate", {}), ("/api/chat", {"messages": []})):  # Ollama's preload and stop
+            for keep_alive in ("5m", 0):
+                r = client.post(path, json={"model": "fake-model", "keep_alive": keep_alive, **body})
+                assert r.status_code == 200 and r.json()["done_reason"] in ("load", "unload"), (path, keep_alive)
     with TestClient(create_app(fake_served())) as client:  # without it: chat answers
         assert client.post("/v1/chat/completions", json={"messages": USER}).status_code == 200
 

@@ -30,7 +30,7 @@ let modelsAsked = 0;
 async function loadModels() {
   const mine = ++modelsAsked;  // a slower earlier answer (before the key was typed) must not win
   try {
-    const response = await fetch("/v1/models", { headers: headers() });
+    const response = await fetch("v1/models", { headers: headers() });
     const body = await response.json();
     if (mine !== modelsAsked) return;
     if (!response.ok) throw new Error(body.error?.message || response.statusText);

@@ -46,7 +46,7 @@ export async function streamAnswer(body, headers, message, signal, onUpdate) {
   const started = performance.now();
   const timing = { first: null, last: null };
   try {
-    const response = await fetch("/v1/chat/completions", { method: "POST", headers, body: JSON.stringify(body), signal });
+    const response = await fetch("v1/chat/completions", { method: "POST", headers, body: JSON.stringify(body), signal });
     if (!response.ok) throw new Error(await errorText(response));
     for await (const batch of sseBatches(response)) {
       for (const data of batch) {
