@@ -333,7 +333,7 @@ def test_models_and_small_endpoints(fake):
     counted = fake.anthropic.messages.count_tokens(model="fake-model", messages=USER)
     assert counted.input_tokens == chat_tok["count"]
     page = c.get("/")
-    assert page.status_code == 200 and "text/html" in page.headers["content-type"] and "/static/app.js" in page.text
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"] and "static/app.js" in page.text
     assert "/v1/chat/completions" in c.get("/static/stream.js").text  # the page's modules, served by hearth
 
 
