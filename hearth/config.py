@@ -89,7 +89,10 @@ class ModelConfig:
     """Rope base of the sliding-window layers when --rope-freq-base moved the others' (llama.cpp's
     rope_freq_base_train_swa: the file's); unlike rope_local_theta, the model's factors stay; 0 = rope_theta."""
     rope_scaling_factor: float = 1.0
-    """Linear rope scaling (positions are divided by it)."""
+    """Linear rope scaling (positions are divided by it), on every layer but gemma3's local ones."""
+    rope_swa_scale: float = 0.0
+    """Linear rope scaling of the sliding-window layers when --rope-scaling replaced the others' (llama.cpp's
+    rope_freq_scale_train_swa: the file's; phi3's window on every layer is no swa there); 0 = rope_scaling_factor."""
     rope_original_context: int = 0
     """The context the model was trained at before its rope scaling (0: none given): LongRoPE's long
     factors apply past it."""

@@ -79,7 +79,10 @@ class Attention(nn.Module):
         self.window = cfg.sliding_window if sliding else 0
         theta = (cfg.rope_local_theta or cfg.rope_swa_theta or cfg.rope_theta) if sliding else cfg.rope_theta
         local = sliding and bool(cfg.rope_local_theta)  # gemma3's sliding layers: their own base, unscaled
-        scale = 1.0 if sliding else cfg.rope_scaling_factor
+        # linear scaling on every other layer, as transformers' and llama.cpp's (its swa layers: the file's factor)
+        scale = cfg.rope_scaling_factor
+        if sliding:
+            scale = 1.0 if local else cfg.rope_swa_scale or scale
         rotates = not cfg.rope_layers or cfg.rope_layers[i]  # a NoPE layer rotates no dims (every path's no-op)
         self.rope = Rotary((cfg.rope_dim or cfg.head_dim) if rotates else 0, theta, spec.neox_rope, scale,
                            None if local or not rotates else factors)
@@ -269,6 +272,9 @@ def with_rope_scaling(cfg: ModelConfig, y: RopeScaling) -> ModelConfig:
     original context defaults to the file's; the model's context becomes factor x that, or the file's if larger."""
     if isinstance(y, FileScaling):  # llama.cpp keeps the file's scaling type (and its yarn settings), a new factor
         y = replace(cfg.rope_yarn, factor=y.factor) if cfg.rope_yarn is not None else LinearScaling(y.factor)
+    pattern = cfg.sliding_window_pattern  # llama.cpp's swa layers keep the file's factor (freq_scale_train_swa)
+    if any(pattern) and not all(pattern):
+        cfg = replace(cfg, rope_swa_scale=cfg.rope_swa_scale or cfg.rope_scaling_factor)
     if isinstance(y, NoScaling):  # llama.cpp's freq_scale 1, ext_factor 0: the file's context, nothing stretched
         return replace(cfg, rope_yarn=None, rope_scaling_factor=1.0)
     context, original = stretched_context(y, cfg.context_length, cfg.rope_original_context)

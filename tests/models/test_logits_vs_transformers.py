@@ -30,9 +30,11 @@ CASES = {
     "phi3": ("phi3", "F32", {}),
     # LongRoPE stretched 256 / 16: at SEQ_LEN past 16 both sides take the long factors; 3/4 of a head rotated
     "phi3-longrope": ("phi3", "F32", {"longrope_original_context": 16, "rope_dim": 12, "sliding_window": 8}),
+    "phi3-rope-scaled": ("phi3", "F32", {"rope_scaling": 4.0, "sliding_window": 8}),  # a window on every layer
     "qwen2": ("qwen2", "F32", {}),
     "qwen3": ("qwen3", "F32", {}),
     "gemma2": ("gemma2", "F32", {}),
+    "gemma2-rope-scaled": ("gemma2", "F32", {"rope_scaling": 4.0}),  # on every layer, the sliding ones too
     "gemma3": ("gemma3", "F32", {}),
     "gemma3-rope-scaled": ("gemma3", "F32", {"rope_scaling": 8.0}),
     "llama-q8_0": ("llama", "Q8_0", {}),
@@ -72,6 +74,8 @@ def tf_overrides(arch: str, dims) -> dict:
                                     "original_max_position_embeddings": dims.yarn_original_context}}
     if arch == "phi3":  # the file's LongRoPE factors, window and partial rotation, which the loader does not read
         rope = {"rope_type": "default", "rope_theta": dims.rope_theta}
+        if dims.rope_scaling:
+            rope = {"rope_type": "linear", "factor": dims.rope_scaling, "rope_theta": dims.rope_theta}
         if dims.longrope_original_context:
             short, long = longrope_factors(dims)
             rope = {"rope_type": "longrope", "rope_theta": dims.rope_theta, "short_factor": short.tolist(),
@@ -85,8 +89,12 @@ def tf_overrides(arch: str, dims) -> dict:
     if arch == "qwen3moe":  # expert_feed_forward_length is not mapped; norm_topk_prob is set for GGUF files
         return {"moe_intermediate_size": dims.expert_ffn}
     if arch == "gemma2":  # as gemma3's: whatever the loader maps, the file's values, stated
+        rope = {"rope_type": "default", "rope_theta": dims.rope_theta}
+        if dims.rope_scaling:  # one rotary for every layer
+            rope = {"rope_type": "linear", "factor": dims.rope_scaling, "rope_theta": dims.rope_theta}
         return {"query_pre_attn_scalar": dims.head_dim, "head_dim": dims.head_dim, "sliding_window": dims.sliding_window,
-                "attn_logit_softcapping": dims.attn_softcap, "final_logit_softcapping": dims.final_softcap}
+                "attn_logit_softcapping": dims.attn_softcap, "final_logit_softcapping": dims.final_softcap,
+                "rope_parameters": rope}
     if arch == "gemma3":
         # query_pre_attn_scalar defaults to 256; llama.cpp scales by 1/sqrt(head_dim) (not 27B).
         # rope.scaling.* is not mapped either; llama.cpp applies it to the global layers only.

@@ -219,7 +219,8 @@ def quantized(tmp_path_factory):
         if arch not in made:
             d = tmp_path_factory.mktemp(f"lora-q8-{arch}")
             # head_dim 32: the fused layer's kernels take no 16 (llama's and qwen2's tiny default)
-            dims = write_tiny_gguf(d / "q8.gguf", arch, qtype="Q8_0", **({} if arch == "gemma3" else WIDE))
+            dims = write_tiny_gguf(d / "q8.gguf", arch, qtype="Q8_0", **({} if arch == "gemma3" else WIDE),
+                                   **DEPTH.get(arch, {}))
             names = [f"blk.{i}.{m}.weight" for i in range(dims.layers) for m in MATRICES["llama"]]
             write_lora_gguf(d / "lora.gguf", d / "q8.gguf", names, 32, 8.0)
             model, cfg = build(d, "q8.gguf", [d / "lora.gguf"], exact=False)
@@ -230,6 +231,9 @@ def quantized(tmp_path_factory):
 
 
 WIDE = {"hidden": 128, "head_dim": 32}
+# smollm3's tiny 8 layers: 4, its 4th NoPE. Deeper, both paths' f32 roundings (sums in another order) flip more f16
+# K/V roundings and 8-bit activation codes, each compounding: llama at 8 layers measured a median 3e-3 too
+DEPTH = {"smollm3": {"layers": 4}}
 
 
 def _f32_ops(model):
@@ -250,13 +254,13 @@ def _f32_ops(model):
     return undo
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "granite"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3", "granite", "smollm3"])
 def test_decode_with_an_adapter_runs_the_fused_stack_as_the_layers_op_by_op(quantized, arch):
     """A decode step with an adapter on goes through every layer in one C++ call where the library has
     the terms (hk_stack_forward_lora), its logits those of the layers op by op with f32 activations
     within f32 rounding (and the 8-bit activations' codes that rounding flips); qwen2: q|k|v's bias
-    comes before the term; gemma3: q/k norms after it, post-norms after o's and down's. On the torch
-    tier there is no such stack: op by op."""
+    comes before the term; gemma3: q/k norms after it, post-norms after o's and down's; smollm3: a NoPE
+    layer (rot 0: no rope, its term as any other's). On the torch tier there is no such stack: op by op."""
     model, cfg, base = quantized(arch)
     if model.lora_stack is None:
         assert not native.has("lora") or model.stack is None
@@ -285,11 +289,10 @@ def test_decode_with_an_adapter_runs_the_fused_stack_as_the_layers_op_by_op(quan
     assert min(rel_err(got[seq], ref[seq]) for got, ref in zip(fused, plain) for seq in got) > 1e-2
 
 
-@pytest.mark.parametrize("arch", ["olmo2", "smollm3"])
-def test_olmo2_and_smollm3_with_an_adapter_run_op_by_op(quantized, arch):
-    """csrc/lora_layer.h norms q and k per head (olmo2 norms whole projections), and smollm3's NoPE layers'
-    terms came out 3e-3 off the layers op by op: both keep the layers op by op with an adapter on."""
-    model, _, _ = quantized(arch)
+def test_olmo2_with_an_adapter_runs_op_by_op(quantized):
+    """csrc/lora_layer.h norms q and k per head (olmo2 norms whole projections): the layers op by op with an
+    adapter on."""
+    model, _, _ = quantized("olmo2")
     assert model.lora_stack is None
 
 

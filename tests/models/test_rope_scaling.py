@@ -194,3 +194,35 @@ def test_the_engine_passes_rope_freq_base_and_rope_scale_alone(tmp_path):
     with pytest.raises(HearthError, match=r"^--rope-freq-base must be a positive base frequency \(0: the file's\), "
                                           r"not -1"):
         EngineConfig(rope_freq_base=-1)
+
+
+def test_linear_scaling_reaches_phi3s_windowed_layers(tmp_path):
+    """--rope-scaling linear --rope-scale 4 on phi3, whose files set a window on every layer (no swa layer in
+    llama.cpp, one rotary in transformers): the logits of the same weights written with rope.scaling linear 4
+    (held to transformers' linear rope in test_logits_vs_transformers' phi3-rope-scaled)."""
+    write_tiny_gguf(tmp_path / "plain.gguf", "phi3", context=64, sliding_window=8)
+    write_tiny_gguf(tmp_path / "linear.gguf", "phi3", context=256, rope_scaling=4.0, sliding_window=8)
+    want = logits_of(tmp_path / "linear.gguf")
+    assert rel_err(logits_of(tmp_path / "plain.gguf", {"rope_type": "linear", "factor": 4}), want) < 1e-5
+    assert rel_err(logits_of(tmp_path / "plain.gguf"), want) > 1e-3
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3"])
+@pytest.mark.parametrize("file_scale", [0.0, 2.0], ids=["plain", "linear2"])
+def test_rope_scaling_leaves_the_sliding_layers_scale(tmp_path, arch, file_scale):
+    """llama.cpp's swa layers keep the file's linear factor (rope_freq_scale_train_swa: gemma2's the file's, gemma3's
+    1 with its own local base) whatever --rope-scaling says; the global layers take the flag's."""
+    write_tiny_gguf(tmp_path / "m.gguf", arch, rope_scaling=file_scale)
+    g = GGUFFile(tmp_path / "m.gguf")
+    file_model, _ = load_model(g, select("torch"))
+    model, cfg = load_model(g, select("torch"), rope_scaling=parse_rope_scaling({"rope_type": "linear", "factor": 4}))
+    pattern = cfg.sliding_window_pattern
+    assert any(pattern) and not all(pattern)
+    file_sliding = 1.0 if arch == "gemma3" else file_scale or 1.0
+    for layer, file_layer, sliding in zip(model.layers, file_model.layers, pattern):
+        assert file_layer.attn.rope.scale == (file_sliding if sliding else file_scale or 1.0)
+        assert layer.attn.rope.scale == (file_sliding if sliding else 4.0)
+        if sliding:
+            assert layer.attn.rope.key == file_layer.attn.rope.key
+    none, _ = load_model(g, select("torch"), rope_scaling=parse_rope_scaling({"rope_type": "none"}))
+    assert [layer.attn.rope.scale for layer in none.layers] == [file_sliding if s else 1.0 for s in pattern]
