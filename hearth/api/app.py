@@ -107,9 +107,26 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
         app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["*"],
                            allow_headers=["*"], allow_credentials="*" not in config.cors_origins,
                            expose_headers=[IGNORED_HEADER, "Retry-After", "x-should-retry"])  # SDKs in a browser read them
-    if config.timeout_s:  # outermost: the other middlewares' reads and writes are timed too
+    if config.timeout_s:  # the other middlewares' reads and writes are timed too
         app.add_middleware(StallTimeoutMiddleware, seconds=config.timeout_s)
+    app.add_middleware(RoutePathMiddleware)  # outermost: every check below reads the route's own path
     return app
+
+
+class RoutePathMiddleware:
+    """--root-path (vLLM's; ASGI's root_path): uvicorn puts it in front of every request's path, while the key
+    guard's public routes, the error shapes (Ollama's, Anthropic's, llama-server's by path) and the logs match
+    routes by their own path; so it comes off the path here, once. Routing and the chat page's <base> read
+    root_path itself."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        root = scope.get("root_path", "")
+        if root and scope["type"] == "http" and scope["path"].startswith(root + "/"):
+            scope = dict(scope, path=scope["path"][len(root):])
+        await self.app(scope, receive, send)
 
 
 async def _running() -> str:

@@ -37,3 +37,20 @@ def test_the_page_and_its_assets_resolve_under_the_root_path():
         assert client.get(urljoin("/llm/", "v1/models")).status_code == 200  # app.js' fetch, from the base
     with TestClient(fake_app()[0]) as client:
         assert '<base href="/">' in client.get("/").text
+
+
+def test_behind_a_root_path_the_routes_keep_their_own_path():
+    """--root-path put the prefix in front of every path the guards and error shapes read (uvicorn's scope: path
+    /llm/health, root_path /llm): /health wanted the API key, Ollama's errors came back in OpenAI's shape, a 404
+    named /llm/llm/..."""
+    app, _ = fake_app(api_key="k")
+    with TestClient(app, root_path="/llm") as client:
+        assert client.get("/llm/health").status_code == 200
+        assert client.get("/llm/v1/models").status_code == 401
+        keyed = {"Authorization": "Bearer k"}
+        assert client.get("/llm/v1/models", headers=keyed).status_code == 200
+        bad = client.post("/llm/api/generate", json={"model": "fake-model", "prompt": "hi", "keep_alive": "zz"},
+                          headers=keyed)
+        assert bad.status_code == 400 and isinstance(bad.json()["error"], str), bad.text  # Ollama's shape
+        missing = client.get("/llm/v1/nope", headers=keyed)
+        assert missing.status_code == 404 and "no route GET /v1/nope" in missing.text
