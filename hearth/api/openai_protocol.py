@@ -162,6 +162,14 @@ class ChatCompletionRequest(SamplingFields):
     continue_final_message: StrictBool = False
     chat_template_kwargs: dict[str, Any] | None = None
     hearth: Any = None
+
+    @model_validator(mode="after")
+    def _one_ending(self):
+        """Both asked for (add_generation_prompt given true, not its default): vLLM's 400, not one silently."""
+        if self.continue_final_message and self.add_generation_prompt and "add_generation_prompt" in self.model_fields_set:
+            raise ValueError("continue_final_message: cannot be true with add_generation_prompt true (the last "
+                             "message is continued, no new one opened): set add_generation_prompt false")
+        return self
     """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 
 
@@ -226,11 +234,12 @@ class TokenizeRequest(_Request):
 
 
 class ApplyTemplateRequest(_Request):
-    """llama-server's /apply-template body."""
+    """llama-server's /apply-template body (and the chat's continue_final_message, previewed as it runs)."""
     model: str | None = None
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
     add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
 
 
 class DetokenizeRequest(_Request):

@@ -72,9 +72,11 @@ def rendered_chat(served, body, server_guard) -> tuple[str, list[int]]:
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
 
+    cont = getattr(body, "continue_final_message", False)  # /apply-template's preview of a continued answer
+
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
-                                  add_generation_prompt=body.add_generation_prompt)
+                                  add_generation_prompt=body.add_generation_prompt and not cont, continue_final=cont)
         return text, served.encode_chat_text(text)
     return guard.fit(render, history, served.max_model_len, None)
 

@@ -26,3 +26,18 @@ def test_apply_template_renders_the_prompt_and_runs_nothing(fake):
                                                      "add_generation_prompt": False}).json()["prompt"].endswith("<|im_end|>\n")
     bad = fake.client.post("/apply-template", json={"model": "fake-model"})
     assert bad.status_code == 400 and "messages" in bad.text
+
+
+def test_apply_template_previews_a_continued_answer_and_the_chat_refuses_both_endings(fake):
+    """/apply-template closed the message continue_final_message continues; a chat asking both endings was a 200
+    with one of them chosen (vLLM: a 400)."""
+    messages = USER + [{"role": "assistant", "content": "4, 5,"}]
+    r = fake.client.post("/apply-template", json={"model": "fake-model", "messages": messages,
+                                                  "continue_final_message": True})
+    assert r.status_code == 200 and r.json()["prompt"].endswith("<|im_start|>assistant\n4, 5,"), r.text
+    both = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": messages,
+                                                          "continue_final_message": True, "add_generation_prompt": True})
+    assert both.status_code == 400 and "add_generation_prompt false" in both.json()["error"]["message"]
+    one = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": messages,
+                                                         "continue_final_message": True})
+    assert one.status_code == 200
