@@ -177,7 +177,7 @@ def test_llama_server_s_model_flag_is_the_model_not_a_draft(flag):
     args = command_parser("serve").parse_intermixed_args([flag, "x.gguf", "--port", "0"])
     assert [e.model for e in entries(args)] == ["x.gguf"] and args.model_draft is None
     args = command_parser("serve").parse_intermixed_args(["a.gguf", flag, "b.gguf"])
-    assert [e.model for e in entries(args)] == ["a.gguf", "b.gguf"]
+    assert [e.model for e in entries(args)] == ["b.gguf", "a.gguf"]  # -m's is the default model, as the peers
     args = command_parser("run").parse_intermixed_args([flag, "x.gguf", "hi there"])
     _model_flag(args)
     assert (args.model, args.prompt, args.model_draft) == ("x.gguf", "hi there", None)
@@ -759,3 +759,12 @@ def test_no_flag_is_read_as_an_abbreviation_of_another(capsys):
         with pytest.raises(SystemExit):
             command_parser(command).parse_intermixed_args(["m", arg, "1"])
         assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_llama_servers_pooling_rank_is_reranking():
+    from hearth.cli import command_parser
+
+    args = command_parser("serve").parse_intermixed_args(["m", "--pooling", "rank"])
+    assert args.reranking and args.pooling is None
+    args = command_parser("serve").parse_intermixed_args(["m", "--pooling", "mean"])
+    assert not args.reranking and args.pooling == "mean"

@@ -88,6 +88,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     install_handlers(app)
     webui = config.webui and not config.embeddings_only  # a chat page that cannot chat is none
+    app.state.webui = webui
     for module in (openai_routes, embeddings, rerank_routes, slots, props, lora_routes, ollama_embed, ollama_models,
                    ollama_routes, *([chat_page] if webui else [])):
         app.include_router(module.router)

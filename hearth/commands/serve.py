@@ -121,9 +121,10 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     eng.add_argument("--max-num-batched-tokens", "-b", "--batch-size", type=int, default=2048,
                      help="token budget of one engine step; -b/--batch-size: llama-server's spelling, its logical "
                           "batch (default: %(default)s)")
-    eng.add_argument("--pooling", default=None, choices=["mean", "cls", "last"],
+    eng.add_argument("--pooling", default=None, choices=["mean", "cls", "last", "rank"], action=_Pooling,
                      help="llama-server's: how an embedding pools a prompt's final hidden states, over the GGUF's "
-                          "pooling_type (cls: an encoder's first token; default: the GGUF's, else last)")
+                          "pooling_type (cls: an encoder's first token; rank: --reranking; default: the GGUF's, "
+                          "else last)")
     eng.add_argument("--num-kv-blocks", type=int, default=0, help="KV-cache blocks (default: sized from the rest)")
     eng.add_argument("--kv-cache-memory-gb", type=float, default=2.0,
                      help="upper bound on KV-cache memory in GiB (default: %(default)s)")
@@ -159,6 +160,16 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     add_speculation_arguments(p)
     add_lora_arguments(p)
     add_peer_arguments(p)
+
+
+class _Pooling(argparse.Action):
+    """llama-server's --pooling rank is its --reranking (the reranker's head scores, no pooling is chosen)."""
+
+    def __call__(self, parser, namespace, value, option_string=None):
+        if value == "rank":
+            namespace.reranking = True
+        else:
+            setattr(namespace, self.dest, value)
 
 
 def _add_listen_arguments(net) -> None:
@@ -293,7 +304,8 @@ def run_server(app, args: argparse.Namespace, names: str) -> int:
     """Serve until interrupted; the URL is announced once the socket listens. names: what is served, as text."""
     options = uvicorn_options(args)
     url = f"{scheme(args)}://{_url_host(args.host)}:{args.port}{args.root_path}"
-    ready = f"hearth: serving {names} at {url} (chat page {url}/, API {url}/v1)"
+    page = f"chat page {url}/, " if app.state.webui else ""
+    ready = f"hearth: serving {names} at {url} ({page}API {url}/v1)"
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=5, **options), ready, app.state.models.end_streams)
     server.run()

@@ -142,8 +142,8 @@ def _check_kv(name: str, where: str) -> None:
 
 
 def model_args(args: argparse.Namespace) -> list[str]:
-    """The MODEL arguments, then -m/--model's (llama-server's and vLLM's spelling)."""
-    return [*args.model, *getattr(args, "model_flag", [])]
+    """-m/--model's (llama-server's and vLLM's spelling: the first, the default model), then the MODEL arguments."""
+    return [*getattr(args, "model_flag", []), *args.model]
 
 
 def entries(args: argparse.Namespace) -> list[ModelEntry]:

@@ -269,3 +269,14 @@ def test_api_key_takes_llama_servers_comma_separated_keys():
     with TestClient(create_app(fake_served(), server_config(serve_args("--api-key", "k1, k2")))) as client:
         for key, status in (("k1", 200), ("k2", 200), ("k1,k2", 401), ("k1, k2", 401)):
             assert client.get("/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == status, key
+
+
+def test_the_banner_names_a_chat_page_only_where_one_is_served(monkeypatch, capsys):
+    """--no-webui and --embedding still announced "chat page .../", where / answers "hearth is running"."""
+    import hearth.commands.serve as serve
+    from hearth.api.app import ServerConfig
+
+    monkeypatch.setattr(serve._Server, "run", lambda self: (setattr(self, "started", True), print(self.ready)))
+    for config, page in ((ServerConfig(), True), (ServerConfig(webui=False), False)):
+        assert serve.run_server(create_app(fake_served(), config), serve_args("--port", "8081"), "'m'") == 0
+        assert ("(chat page http://127.0.0.1:8081/, API" in capsys.readouterr().out) == page
