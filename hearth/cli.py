@@ -140,7 +140,7 @@ def _run(argv: list[str] | None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0 if argv else 2
-    if argv[0] in ("-V", "--version", "version"):  # `version`, `help`: ollama's spellings
+    if argv[0] in ("-V", "-v", "--version", "version"):  # `version`, `-v`, `help`: ollama's spellings
         print(version())
         return 0
     if argv[0] == "help":

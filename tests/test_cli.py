@@ -768,3 +768,15 @@ def test_llama_servers_pooling_rank_is_reranking():
     assert args.reranking and args.pooling is None
     args = command_parser("serve").parse_intermixed_args(["m", "--pooling", "mean"])
     assert not args.reranking and args.pooling == "mean"
+
+
+def test_a_root_path_without_its_slash_and_ollamas_v(capsys):
+    from hearth.cli import command_parser
+
+    assert command_parser("serve").parse_intermixed_args(["m", "--root-path", "/llm/"]).root_path == "/llm"
+    with pytest.raises(SystemExit):
+        command_parser("serve").parse_intermixed_args(["m", "--root-path", "llm"])
+    assert "give it with its leading slash, /llm" in capsys.readouterr().err
+    assert main(["-v"]) == 0 and capsys.readouterr().out.startswith("hearth ")
+    assert main(["run-batch", "-i", "https://example.com/x.jsonl", "-o", "o.jsonl"]) == 1
+    assert "a URL; download it" in capsys.readouterr().err

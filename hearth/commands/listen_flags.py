@@ -18,7 +18,7 @@ def add_listen_flags(net) -> None:
                           "--ssl-key-file: llama-server's)")
     net.add_argument("--ssl-certfile", "--ssl-cert-file", default=None, metavar="FILE",
                      help="the PEM certificate for --ssl-keyfile (--ssl-cert-file: llama-server's spelling)")
-    net.add_argument("--root-path", default="", metavar="PATH",
+    net.add_argument("--root-path", default="", metavar="PATH", type=_root_path,
                      help="vLLM's: the path prefix a proxy serves hearth under (ASGI root_path), e.g. /llm")
     net.add_argument("--timeout", "-to", type=float, default=0, metavar="SECONDS",
                      help="llama-server's read/write timeout: a client that sends none of the rest of its request, "
@@ -29,6 +29,13 @@ def add_listen_flags(net) -> None:
                      help="vLLM's: no log line per HTTP request")
     net.add_argument("--disable-fastapi-docs", action="store_true",
                      help="vLLM's: no /openapi.json (hearth serves no /docs or /redoc pages anyway)")
+
+
+def _root_path(text: str) -> str:
+    """--root-path as a URL path: /llm (a trailing slash dropped); `llm` made the banner read :8080llm."""
+    if text and not text.startswith("/"):
+        raise argparse.ArgumentTypeError(f"{text!r} is no URL path: give it with its leading slash, /{text}")
+    return text.rstrip("/")
 
 
 def api_keys(args: argparse.Namespace) -> list[str]:

@@ -126,6 +126,8 @@ def _counts(statuses: Counter) -> str:
 def _read(path: str) -> list[str]:
     if path == "-":
         return sys.stdin.read().splitlines()
+    if path.startswith(("http://", "https://")):  # vLLM's run-batch fetches one; hearth reads files
+        raise HearthError(f"--input-file {path}: a URL; download it and give the file (or - for stdin)")
     try:
         with open(path, encoding="utf-8") as f:
             return f.read().splitlines()
