@@ -141,8 +141,8 @@ def test_bad_lines_fail_before_a_model_loads_and_lose_nothing(tmp_path, capsys, 
     src.write_text("\n".join([_line("a", **CHAT), _line("b", method="GET"), _line("a", **CHAT)]))
     out.write_text("kept")
     assert main(["run-batch", "-i", str(src), "-o", str(out)]) == 1
-    assert capsys.readouterr().err == (f"hearth: error: {src} line 2: method must be \"POST\", not 'GET' "
-                                       "(and 1 more bad lines)\n")
+    assert capsys.readouterr().err == (f"hearth: error: {src} line 2: method must be \"POST\", not 'GET'; "
+                                       "line 3: custom_id 'a' repeats line 1's\n")
     assert out.read_text() == "kept"
     assert main(["run-batch", "-i", str(src), "-o", str(src)]) == 1
     assert capsys.readouterr().err == f"hearth: error: --output-file {src} is the input file; name another\n"
@@ -200,3 +200,10 @@ def test_a_rerankers_batch(tmp_path):
     scored = {x["index"]: x["score"] for x in s["body"]["data"]}  # one pair, one score, by either route
     assert ranked == pytest.approx(scored, rel=1e-6)  # a batch's padding moves the last bits
     assert e["status_code"] == 400 and "reranker" in e["body"]["error"]["message"]
+
+
+def test_a_refusal_names_the_first_five_bad_lines_and_counts_the_rest():
+    with pytest.raises(HearthError) as e:
+        read_lines(["{"] * 7, "f")
+    assert str(e.value).count("not JSON") == 5 and str(e.value).endswith("(and 2 more bad lines)")
+    assert "\n" not in str(e.value)

@@ -19,6 +19,10 @@ URLS = ("/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/respon
 vLLM's run-batch takes)."""
 
 
+SHOWN = 5
+"""Bad lines a refusal names (the rest counted)."""
+
+
 @dataclass(frozen=True, slots=True)
 class BatchLine:
     number: int
@@ -42,9 +46,9 @@ def read_lines(lines: Iterable[str], source: str) -> list[BatchLine]:
             continue
         seen[line.custom_id] = number
         out.append(line)
-    if bad:
-        more = f" (and {len(bad) - 1} more bad lines)" if len(bad) > 1 else ""
-        raise HearthError(f"{source} {bad[0]}{more}")
+    if bad:  # one line naming the first few, so a file is mended in one pass
+        more = f" (and {len(bad) - SHOWN} more bad lines)" if len(bad) > SHOWN else ""
+        raise HearthError(f"{source} {'; '.join(bad[:SHOWN])}{more}")
     return out
 
 
