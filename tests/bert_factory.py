@@ -172,3 +172,16 @@ def read_weights(path) -> dict[str, np.ndarray]:
         shape = tuple(int(x) for x in reversed(t.shape))
         out[t.name] = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape).astype(np.float32)
     return out
+
+
+BERT_LAYER_NAMES = {"attention.self.query": "attn_q", "attention.self.key": "attn_k", "attention.self.value": "attn_v",
+                    "attention.output.dense": "attn_output", "attention.output.LayerNorm": "attn_output_norm",
+                    "intermediate.dense": "ffn_up", "output.dense": "ffn_down", "output.LayerNorm": "layer_output_norm"}
+"""transformers' BertLayer module -> the GGUF tensor it comes from (blk.N.NAME)."""
+
+
+def hf_bert_layers(t: dict, layers: int, prefix: str = "") -> dict:
+    """transformers' state-dict entries of every BertLayer, `prefix` before each (BertModel: "", inside a
+    BertForSequenceClassification: "bert."), from the GGUF's tensors `t`."""
+    return {f"{prefix}encoder.layer.{i}.{hf}.{part}": t[f"blk.{i}.{gg}.{part}"]
+            for i in range(layers) for hf, gg in BERT_LAYER_NAMES.items() for part in ("weight", "bias")}

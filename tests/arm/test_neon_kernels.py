@@ -321,18 +321,25 @@ def _layer_inputs(name: str):
     return weights, norms, head, meta, cache, x, cos, sin
 
 
-def _avx2_layer(weights, norms, head, meta, cache, x, cos, sin):
-    """The same layer through the avx2 library here (ctypes, as fused_layer.FusedLayer calls it)."""
-    from hearth.kernels.fused_layer import LAYER_SIGNATURES, step_args
+def _avx2_built_layer(fns: tuple[str, ...], weights, norms, head):
+    """(the avx2 library here with hk_layer_new/free and `fns` declared as fused_layer declares them, a layer of
+    `weights` in it, its plans: kept alive as long as the layer)."""
+    from hearth.kernels.fused_layer import LAYER_SIGNATURES
 
     so = native.open_tier("avx2")
-    for fn in ("hk_layer_new", "hk_layer_forward", "hk_layer_free"):
+    for fn in ("hk_layer_new", "hk_layer_free", *fns):
         getattr(so, fn).restype, getattr(so, fn).argtypes = LAYER_SIGNATURES[fn]
     mms = [native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], t.shape[1], so=so) for t in weights]
-    p = native.ctypes.c_void_p
-    ptrs = (p * 6)(*[None if t is None else t.data_ptr() for t in norms])
+    ptrs = (native.ctypes.c_void_p * 6)(*[None if t is None else t.data_ptr() for t in norms])
     eps = (native.ctypes.c_float * 5)(*head[0].tolist())
-    layer = so.hk_layer_new(*(m.plan for m in mms), ptrs, eps, *head[1:])
+    return so, so.hk_layer_new(*(m.plan for m in mms), ptrs, eps, *head[1:]), mms
+
+
+def _avx2_layer(weights, norms, head, meta, cache, x, cos, sin):
+    """The same layer through the avx2 library here (ctypes, as fused_layer.FusedLayer calls it)."""
+    from hearth.kernels.fused_layer import step_args
+
+    so, layer, mms = _avx2_built_layer(("hk_layer_forward",), weights, norms, head)
     rc = so.hk_layer_forward(layer, x.data_ptr(), x.shape[0], cos.data_ptr(), sin.data_ptr(), cache.data_ptr(),
                              *step_args(cache, meta))
     so.hk_layer_free(layer)
@@ -431,16 +438,10 @@ def _lora_dims(parts) -> torch.Tensor:
 
 def _avx2_lora_stack(weights, norms, head, meta, cache, x, cos, sin, parts, scales):
     """hk_stack_forward_lora of one layer through the avx2 library here (ctypes, as fused_lora calls it)."""
-    from hearth.kernels.fused_layer import LAYER_SIGNATURES, step_args
+    from hearth.kernels.fused_layer import step_args
 
-    so = native.open_tier("avx2")
-    for fn in ("hk_layer_new", "hk_layer_free", "hk_lora_new", "hk_lora_free", "hk_stack_forward_lora"):
-        getattr(so, fn).restype, getattr(so, fn).argtypes = LAYER_SIGNATURES[fn]
-    mms = [native.NativeMatmul([(as_bytes(t.data, t.qtype), int(t.qtype))], t.shape[1], so=so) for t in weights]
+    so, layer, mms = _avx2_built_layer(("hk_lora_new", "hk_lora_free", "hk_stack_forward_lora"), weights, norms, head)
     p = native.ctypes.c_void_p
-    ptrs = (p * 6)(*[None if t is None else t.data_ptr() for t in norms])
-    eps = (native.ctypes.c_float * 5)(*head[0].tolist())
-    layer = so.hk_layer_new(*(m.plan for m in mms), ptrs, eps, *head[1:])
     dims = _lora_dims(parts)
     lora = so.hk_lora_new(*[(p * 4)(*[part[j].data_ptr() for part in parts]) for j in range(5)], dims.data_ptr())
     one = lambda t: (p * 1)(t.data_ptr())  # noqa: E731

@@ -18,7 +18,7 @@ from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.encoder import pooled
 from hearth.models.registry import load_model
-from tests.bert_factory import read_weights, write_tiny_encoder
+from tests.bert_factory import hf_bert_layers, read_weights, write_tiny_encoder
 
 import transformers  # noqa: E402
 transformers.logging.set_verbosity_error()
@@ -80,13 +80,7 @@ def bert_reference(w: dict, dims, ids, lengths, drop: str = "") -> torch.Tensor:
           "embeddings.position_embeddings.weight": t["position_embd.weight"] * (drop != "positions"),
           "embeddings.token_type_embeddings.weight": t["token_types.weight"] * (drop != "types"),
           "embeddings.LayerNorm.weight": t["token_embd_norm.weight"], "embeddings.LayerNorm.bias": t["token_embd_norm.bias"]}
-    names = {"attention.self.query": "attn_q", "attention.self.key": "attn_k", "attention.self.value": "attn_v",
-             "attention.output.dense": "attn_output", "attention.output.LayerNorm": "attn_output_norm",
-             "intermediate.dense": "ffn_up", "output.dense": "ffn_down", "output.LayerNorm": "layer_output_norm"}
-    for i in range(dims.layers):
-        for hf, gg in names.items():
-            for part in ("weight", "bias"):
-                sd[f"encoder.layer.{i}.{hf}.{part}"] = t[f"blk.{i}.{gg}.{part}"]
+    sd |= hf_bert_layers(t, dims.layers, "")
     missing, unexpected = m.load_state_dict(sd, strict=False)
     assert not unexpected and all("position_ids" in k for k in missing), (missing, unexpected)
     mask = (torch.arange(ids.shape[1]) < lengths[:, None]).long()

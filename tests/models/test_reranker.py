@@ -18,7 +18,7 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.models.encoder import scores
 from hearth.models.registry import load_model
-from tests.bert_factory import hf_vocab, read_weights, write_tiny_encoder
+from tests.bert_factory import hf_bert_layers, hf_vocab, read_weights, write_tiny_encoder
 
 import transformers  # noqa: E402
 transformers.logging.set_verbosity_error()
@@ -55,13 +55,7 @@ def reference(w: dict, dims, ids, types, mask, drop: str = "") -> torch.Tensor:
           "bert.embeddings.LayerNorm.bias": t["token_embd_norm.bias"],
           "bert.pooler.dense.weight": t["cls.weight"], "bert.pooler.dense.bias": t["cls.bias"],
           "classifier.weight": t["cls.output.weight"], "classifier.bias": t["cls.output.bias"]}
-    names = {"attention.self.query": "attn_q", "attention.self.key": "attn_k", "attention.self.value": "attn_v",
-             "attention.output.dense": "attn_output", "attention.output.LayerNorm": "attn_output_norm",
-             "intermediate.dense": "ffn_up", "output.dense": "ffn_down", "output.LayerNorm": "layer_output_norm"}
-    for i in range(dims.layers):
-        for hf, gg in names.items():
-            for part in ("weight", "bias"):
-                sd[f"bert.encoder.layer.{i}.{hf}.{part}"] = t[f"blk.{i}.{gg}.{part}"]
+    sd |= hf_bert_layers(t, dims.layers, "bert.")
     missing, unexpected = m.load_state_dict(sd, strict=False)
     assert not unexpected and all("position_ids" in k for k in missing), (missing, unexpected)
     if drop == "pooler":  # the pooler as the identity: classifier(CLS state)
