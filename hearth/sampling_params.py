@@ -61,6 +61,8 @@ class SamplingParams:
     top_k: int = 0
     """0 or -1 disables."""
     min_p: float = 0.0
+    typical_p: float = 1.0
+    """Locally typical sampling's mass (llama-server's typical_p, Ollama's option); 1 disables."""
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
@@ -114,6 +116,7 @@ class SamplingParams:
             (0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}"),
             (self.top_k >= -1, "top_k", f"must be -1, 0 or positive, got {self.top_k}"),
             (0 <= self.min_p <= 1, "min_p", f"must be in [0, 1], got {self.min_p}"),
+            (0 <= self.typical_p <= 1, "typical_p", f"must be in [0, 1], got {self.typical_p}"),
             (self.repetition_penalty > 0, "repetition_penalty", f"must be > 0, got {self.repetition_penalty}"),
             (-2 <= self.presence_penalty <= 2, "presence_penalty",
              f"must be in [-2, 2], got {self.presence_penalty}"),

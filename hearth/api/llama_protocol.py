@@ -26,6 +26,8 @@ class LlamaOptions(_Request):
     top_k: StrictInt = 40
     top_p: StrictFloat = 0.95
     min_p: StrictFloat = 0.05
+    typical_p: StrictFloat = 1.0
+    """Locally typical sampling; 1: off (llama-server's default)."""
     repeat_penalty: StrictFloat = 1.0
     presence_penalty: StrictFloat = 0.0
     frequency_penalty: StrictFloat = 0.0

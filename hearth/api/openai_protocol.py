@@ -92,6 +92,8 @@ class SamplingScalars(_Request):
     top_p: StrictFloat | None = None
     top_k: StrictInt | None = None
     min_p: StrictFloat | None = None
+    typical_p: StrictFloat | None = None
+    """Locally typical sampling (llama-server's and vLLM's older versions' field); 1 = off."""
     presence_penalty: StrictFloat | None = None
     frequency_penalty: StrictFloat | None = None
     repetition_penalty: StrictFloat | None = None

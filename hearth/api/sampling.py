@@ -10,7 +10,7 @@ from hearth.errors import MaxTokensTooLargeError, check_room
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput, over_max_logprobs
 
 # OpenAI/Anthropic field -> SamplingParams field, copied when the request sets it
-_COMMON = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty",
+_COMMON = ("temperature", "top_p", "top_k", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
            "repetition_penalty", "seed")
 
 

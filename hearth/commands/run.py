@@ -64,6 +64,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
     p.add_argument("--top-k", type=int, default=0, help="0: off (default: %(default)s)")
     p.add_argument("--min-p", type=float, default=0.0, help="0: off (default: %(default)s)")
+    p.add_argument("--typical-p", "--typical", type=float, default=1.0,
+                   help="locally typical sampling's mass, 1: off; --typical: llama-cli's spelling (default: %(default)s)")
     p.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=1.0,
                    help="1: off; --repeat-penalty: llama-cli's spelling (default: %(default)s)")
     p.add_argument("--presence-penalty", type=float, default=0.0, help="(default: %(default)s)")
@@ -211,6 +213,7 @@ def sampling_params(args: argparse.Namespace):
 
     try:
         return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+                              typical_p=args.typical_p,
                               repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
                               frequency_penalty=args.frequency_penalty, max_tokens=args.max_tokens, seed=args.seed)
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name

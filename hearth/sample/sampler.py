@@ -1,8 +1,8 @@
 """Sampling as a pure function of (logits, per-request options, per-request generators).
 
 Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`):
-logit bias -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> top-p
--> sample. Each filter sees what the one before left, renormalized (HF's warpers do the same, but
+logit bias -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> typical-p
+-> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain). Each filter sees what the one before left, renormalized (HF's warpers do the same, but
 run min-p last; min-p commutes with top-k, not with top-p). Each row draws its noise from its own
 generator, so a seeded request gives the same tokens alone or batched."""
 
@@ -53,10 +53,11 @@ def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
 
 
 def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                             min_p: torch.Tensor) -> torch.Tensor:
-    """logits: [S, V] already divided by temperature; top_k [S] (0 = off), top_p [S], min_p [S].
-    Filtered-out tokens become -inf. Order and tie rules follow vLLM's apply_min_p and
-    apply_top_k_top_p: min-p, then top-k keeping every token tied with the k-th, then top-p."""
+                             min_p: torch.Tensor, typical_p: torch.Tensor | None = None) -> torch.Tensor:
+    """logits: [S, V] already divided by temperature; top_k [S] (0 = off), top_p [S], min_p [S],
+    typical_p [S] (1 = off; None: all off). Filtered-out tokens become -inf. Order and tie rules follow
+    vLLM's apply_min_p and apply_top_k_top_p: min-p, then top-k keeping every token tied with the k-th,
+    then (llama.cpp's place for it) typical-p, then top-p."""
     V = logits.shape[-1]
     if bool((min_p > 0).any()):
         # keep p >= min_p * p_max: a ratio, so the same before or after renormalizing
@@ -65,12 +66,16 @@ def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: t
         logits = logits.masked_fill(probs < threshold, float("-inf"))
     use_k = (top_k > 0) & (top_k < V)
     use_p = top_p < 1
+    use_typical = typical_p is not None and bool((typical_p < 1).any())
+    if bool(use_k.any()) and (use_typical or not bool(use_p.any())):  # top-k alone: the k largest, no full sort
+        k = torch.where(use_k, top_k, 1)
+        kth = logits.topk(int(k.max()), dim=-1).values.gather(1, (k - 1).unsqueeze(1))
+        kth = kth.masked_fill(~use_k.unsqueeze(1), float("-inf"))
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+        use_k = torch.zeros_like(use_k)
+    if use_typical:
+        logits = filter_typical_p(logits, typical_p)
     if not bool(use_p.any()):
-        if bool(use_k.any()):  # top-k alone needs the k largest, not a full sort
-            k = torch.where(use_k, top_k, 1)
-            kth = logits.topk(int(k.max()), dim=-1).values.gather(1, (k - 1).unsqueeze(1))
-            kth = kth.masked_fill(~use_k.unsqueeze(1), float("-inf"))
-            logits = logits.masked_fill(logits < kth, float("-inf"))
         return logits
     # stable: tied tokens stay in id order, so top-p's prefix takes the lower ids first
     sorted_logits, order = logits.sort(dim=-1, descending=True, stable=True)
@@ -86,6 +91,23 @@ def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: t
     drop = (before >= top_p.unsqueeze(1)) & use_p.unsqueeze(1)
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
+
+
+def filter_typical_p(logits: torch.Tensor, typical_p: torch.Tensor) -> torch.Tensor:
+    """logits: [S, V]; typical_p: [S] (1 = off) -> logits with the atypical tokens at -inf.
+    Locally typical sampling (Meister et al. 2022) as llama.cpp's llama_sampler_typical: over the
+    renormalized distribution left so far, rank tokens by |-log p - H| (H its entropy), ascending
+    (ties in id order), and keep them until the mass kept exceeds typical_p, the crossing token
+    included (llama.cpp's `cum_sum > p`: drop a token once the mass before it exceeds typical_p)."""
+    use = typical_p < 1
+    logp = logits.log_softmax(-1)  # -inf where filtered out: p 0, last in the ranking
+    p = logp.exp()
+    entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1, keepdim=True)  # [S, 1]
+    order = (-logp - entropy).abs().argsort(dim=-1, stable=True)
+    ranked = p.gather(1, order)
+    before = torch.cat([torch.zeros_like(ranked[:, :1]), ranked[:, :-1].cumsum(-1)], dim=-1)
+    drop = (before > typical_p.unsqueeze(1)) & use.unsqueeze(1)
+    return logits.masked_fill(torch.zeros_like(drop).scatter_(-1, order, drop), float("-inf"))
 
 
 FIRST_MAX_CHUNK = 1024  # columns a chunk: first_max's in-chunk search is torch's scalar max over this many
@@ -143,7 +165,7 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
 
 def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
     """logits: [S, V] after bias and penalties -> [S, V] the distribution each row samples from
-    (temperature, then min-p / top-k / top-p, renormalized); greedy rows at temperature 1, unused."""
+    (temperature, then min-p / top-k / typical-p / top-p, renormalized); greedy rows at temperature 1, unused."""
     greedy = [p.greedy for p in params]
     temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
     logits = filter_top_k_top_p_min_p(
@@ -151,5 +173,6 @@ def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Te
         torch.tensor([0 if g else max(p.top_k, 0) for p, g in zip(params, greedy)]),
         torch.tensor([1.0 if g else p.top_p for p, g in zip(params, greedy)]),
         torch.tensor([0.0 if g else p.min_p for p, g in zip(params, greedy)]),
+        torch.tensor([1.0 if g else p.typical_p for p, g in zip(params, greedy)]),
     )
     return logits.softmax(-1)
