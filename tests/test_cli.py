@@ -591,6 +591,23 @@ def test_run_says_when_the_context_filled_and_the_answer_stopped(tiny_models, ca
     assert err[1].startswith("hearth: error: prompt is ") and len(err) == 2  # the turn kept, nothing dropped
 
 
+def test_run_n_minus_one_or_two_runs_until_the_context_is_full(tiny_models, capsys, monkeypatch):
+    """llama-cli's `-n -1` (until an end token) and `-n -2` (until the context is full) were a refusal
+    ("--max-tokens must be at least 1"); now each takes all the room left, past the default cap."""
+    _, instruct = tiny_models
+    monkeypatch.setattr("hearth.commands.run.DEFAULT_MAX_TOKENS", 4)
+    greedy = ["--temperature", "0", "--ctx", "64"]
+    out, err = run_stdout(capsys, str(instruct), PROMPT, *greedy)
+    assert err == []  # the default cap (4 here) stops it, before the context's end
+    for n in ("-1", "-2"):
+        long, err = run_stdout(capsys, str(instruct), PROMPT, *greedy, "-n", n)
+        assert len(long) > len(out) and long.startswith(out.rstrip("\n"))
+        assert err == ["hearth: the context (64 tokens) is full, so the answer stopped there; run with a larger --ctx"]
+    assert main(["run", str(instruct), PROMPT, *greedy, "-n", "-3"]) == 1
+    assert capsys.readouterr().err == ("hearth: error: --max-tokens must be at least 1, or -1 / -2 (until an end "
+                                       "token or the context is full), got -3\n")
+
+
 def test_run_max_tokens_that_leaves_no_room_for_a_prompt_is_one_line_before_any(tiny_models, capsys, monkeypatch):
     """`printf 'hello\\n' | hearth run m --ctx 64 --max-tokens 100` failed the line and exited 0:
     now it is refused at the start, naming both flags; a piped line that fails exits 1 (above)."""

@@ -23,6 +23,8 @@ from hearth.errors import (HearthError, MaxTokensTooLargeError, PromptTooLongErr
                            too_long)
 
 DEFAULT_MAX_TOKENS = 1024
+UNTIL_FULL = (-1, -2)  # llama-cli's -n: -1 until an end token (its "infinity"), -2 until the context is full; here,
+# without a context shift, both run to an end token or the context's end
 HELP = ('/bye (or Ctrl-D) to quit, /clear to forget the conversation, """ to begin and end a message of '
         'several lines, /help for this line')
 FENCE = '"""'  # ollama's: a line opening with it begins one message of several lines, one ending with it ends it
@@ -72,7 +74,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frequency-penalty", type=float, default=0.0, help="(default: %(default)s)")
     # -n spelled out: argparse read llama-cli's `-n 10` as an abbreviation of -no-cnv and 10 as the prompt
     p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=None,
-                   help="longest answer in tokens; more than the context has left is an error "
+                   help="longest answer in tokens; more than the context has left is an error; -1 or -2: "
+                        "until an end token or the context is full (llama-cli's) "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left; -n/--n-predict: "
                         "llama-cli's spelling)")
     p.add_argument("--seed", "-s", type=int, default=None,
@@ -110,6 +113,7 @@ def main(args: argparse.Namespace) -> int:
     if speculation is not None:
         check_drafts_fit(speculation, header_context(args.model, args.ctx, rope)[0], k_flag(args))
     params = sampling_params(args)
+    until_full = args.max_tokens in UNTIL_FULL
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, rope_freq_base=rope_freq_base(args),
               chat_template=template, lora=lora_entries(args))
@@ -124,7 +128,7 @@ def main(args: argparse.Namespace) -> int:
                           "add --chat to chat in a built-in template, or drop --system")
     history = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
-        end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note)
+        end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note, until_full)
         if end == CONTEXT_FULL:
             print(_full_notice(llm), file=sys.stderr)
         return 130 if end == INTERRUPTED_ANSWER else 0
@@ -163,7 +167,7 @@ def main(args: argparse.Namespace) -> int:
             continue
         if text:
             try:
-                end = _answer(llm, history if chat else None, text, params, args.verbose)
+                end = _answer(llm, history if chat else None, text, params, args.verbose, until_full=until_full)
                 if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
                     print(_full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
@@ -211,11 +215,14 @@ def sampling_params(args: argparse.Namespace):
     """The flags' SamplingParams; a bad value is one line naming its flag (--top-p), not the API's field."""
     from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
+    if args.max_tokens is not None and args.max_tokens < 1 and args.max_tokens not in UNTIL_FULL:
+        raise HearthError(f"--max-tokens must be at least 1, or -1 / -2 (until an end token or the context is full), "
+                          f"got {args.max_tokens}")
     try:
         return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-                              typical_p=args.typical_p,
-                              repetition_penalty=args.repetition_penalty, presence_penalty=args.presence_penalty,
-                              frequency_penalty=args.frequency_penalty, max_tokens=args.max_tokens, seed=args.seed)
+                              typical_p=args.typical_p, repetition_penalty=args.repetition_penalty,
+                              presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
+                              max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed)
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
@@ -272,14 +279,17 @@ def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:
     return False, f"hearth: {args.model} has no chat template: completing {what} as text (--chat to chat in a built-in one)"
 
 
-def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None) -> str | None:
+def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None,
+            until_full: bool = False) -> str | None:
     """Stream the answer to `text` and add both to `history` (None: complete `text` as it is, no
     chat); INTERRUPTED_ANSWER when Ctrl-C stopped it, CONTEXT_FULL when the context's end did (not
     max_tokens), else None. A prompt that does not fit the context raises (naming --ctx) and leaves
-    `history` as it was. `note` is said once the request is accepted, so that a refusal stays one line."""
+    `history` as it was. `note` is said once the request is accepted, so that a refusal stays one line.
+    until_full: -n -1 / -2 (params.max_tokens None): all the room left, not the default."""
     ids = _prompt_ids(llm, history, text)
-    if params.max_tokens is None:  # not given: the default, within the room left
-        params = replace(params, max_tokens=max(1, min(DEFAULT_MAX_TOKENS, llm.max_model_len - len(ids))))
+    if params.max_tokens is None:  # not given: the default (or -n -1: no cap), within the room left
+        cap = llm.max_model_len if until_full else DEFAULT_MAX_TOKENS
+        params = replace(params, max_tokens=max(1, min(cap, llm.max_model_len - len(ids))))
     try:
         check_room(len(ids), params.max_tokens, llm.max_model_len, "--max-tokens",  # named as run's flag
                    llm.engine.model_context)
