@@ -56,6 +56,8 @@ class ModelSpec:
     keep_alive: float = math.inf
     """Seconds it stays loaded once idle, each time it loads (a request's keep_alive sets its own until the
     next); inf: until another model needs its room."""
+    pinned_why: str = ""
+    """Why it is pinned, in the words a refused unload (`ollama stop`) says; "": its pinned flag alone."""
 
     @property
     def name(self) -> str:
@@ -118,7 +120,8 @@ class ModelPool:
         `routers`: model id -> its router."""
         routers = routers or {}
         pool = cls([ModelSpec(list(s.names), pinned=True, max_model_len=s.max_model_len, router=routers.get(s.name),
-                              file_names=list(s.file_names)) for s in served], None)
+                              file_names=list(s.file_names), pinned_why="this server was given it loaded and "
+                              "cannot load it again") for s in served], None)
         for slot, s in zip(pool.slots, served):
             slot.served, slot.reserved, slot.created = s, True, s.created
         return pool
@@ -235,6 +238,17 @@ class ModelPool:
                 return False
             await self._unload(slot, "(keep_alive 0)")
             return True
+
+    def why_kept(self, requested: str | None) -> str | None:
+        """Why unload() would leave this model loaded (pinned, a model this server could not load again, one
+        still loading), in a sentence an unload request's refusal says; None: it would go (now, or once its
+        requests end)."""
+        slot = self.resolve(requested)
+        if slot.spec.pinned or self.loader is None:
+            return slot.spec.pinned_why or "it is pinned on this server"
+        if slot.served is None and slot.loading is not None:
+            return "it is still loading: ask again once it has loaded"
+        return None
 
     def keep(self, requested: str | None, seconds: float) -> None:
         """A request's keep_alive: how long the model it named stays loaded once idle, until the next request

@@ -6,8 +6,8 @@ and tools rendered by the model's template, the tool guard and a router as confi
 (hearth.api.tool_router), the reply from the parsed updates (hearth.api.ollama_reply). /api/generate
 renders `system` + `prompt` as one user turn, or takes the prompt as it is (`raw`), or lays a
 fill-in-the-middle prompt out with `suffix` (hearth.api.infill). An empty conversation or prompt loads
-the model and answers done (done_reason "load"), as Ollama does; `keep_alive: 0` unloads it instead, or, on a
-request that generates, once the answer is sent; any other keep_alive is how long it stays loaded once idle."""
+the model and answers done (done_reason "load"), as Ollama does; `keep_alive: 0` unloads it instead (a 409 saying why where it
+stays: pinned), or, on a request that generates, once the answer is sent; any other keep_alive is how long it stays loaded once idle."""
 
 from __future__ import annotations
 
@@ -162,12 +162,16 @@ def _loaded(head: dict) -> JSONResponse:
 
 
 async def _unload(pool, model: str | None, empty: dict) -> JSONResponse:
-    """keep_alive 0 with nothing to answer (`ollama stop MODEL`): the model unloaded, "unload"; where it stays
-    loaded (pinned, busy, or a model this server could not load again), the load-only answer."""
+    """keep_alive 0 with nothing to answer (`ollama stop MODEL`): "unload", the model unloaded now or, busy,
+    once its requests end (as Ollama expires a busy runner). Where it stays loaded (pinned, a model this server
+    could not load again, one still loading) a 409 says why: `ollama stop` ignores a 200's body, so a "load"
+    answer told its user it stopped while it stayed; it prints a non-200's error and exits 1."""
     slot = resolve(pool, model)
-    unloaded = await pool.unload(slot.spec.name)
+    if why := pool.why_kept(slot.spec.name):
+        raise APIError(409, f"model '{model or slot.spec.name}' was not unloaded: {why}", code="model_pinned")
+    await pool.unload(slot.spec.name)
     head = {"model": model or slot.spec.name, "created_at": now(), **empty}
-    return JSONResponse({**head, "done": True, "done_reason": "unload"}) if unloaded else _loaded(head)
+    return JSONResponse({**head, "done": True, "done_reason": "unload"})
 
 
 async def _answer(request: Request, stream: bool, reply: OllamaReply, then: Callable[[], Awaitable] | None = None):

@@ -262,10 +262,22 @@ def build_pool(args: argparse.Namespace):
         alone = not several and keep is None
         specs.append(ModelSpec(n, fp.total, e.pinned or alone or n[0] in routing, fp.context, router, fp.kv,
                                f, facts, lora_files(args) if not specs else {},
-                               math.inf if keep is None else keep))
+                               math.inf if keep is None else keep, _pinned_why(e, alone, n[0] in routing)))
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
     loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
     return ModelPool(specs, loader, budget)
+
+
+def _pinned_why(e: ModelEntry, alone: bool, routes: bool) -> str:
+    """Why a model is pinned, as a refused `ollama stop` says it ("" where it is not)."""
+    if e.pinned:
+        return f"{e.where} is pinned (pinned = true), so it stays loaded"
+    if routes:
+        return "it is --router's model, which stays loaded"
+    if alone:
+        return ("it is this server's only model, which stays loaded unless `hearth serve` is given --keep-alive "
+                "(then it unloads when idle that long, or when asked)")
+    return ""
 
 
 def _resolve(e: ModelEntry) -> Path:

@@ -6,6 +6,7 @@ by `model`, unknown models, /v1/models and /metrics per model. Fake loaders and 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -493,6 +494,25 @@ def test_without_a_keep_alive_models_stay():
         pool.clock = lambda: 1e12
         await pool.check_idle()
         assert pool.slots[1].served is not None and pool.expires_at(pool.slots[1]) is None
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
+def test_stop_of_a_busy_model_answers_unload_and_it_goes_once_its_requests_end():
+    """`ollama stop` of a model answering requests: Ollama says "unload" at once and expires the runner when its
+    last request ends; hearth answered "load" (as if it stayed), though it unloaded it afterwards."""
+    from hearth.api.ollama_routes import _unload
+
+    async def scenario():
+        pool, loader, clock = idle_pool(3600)
+        a = await pool.get("a")
+        stream = a.engine.add_request([1], _params(), request_id="r1")
+        r = await _unload(pool, "a", {"response": ""})
+        assert json.loads(r.body)["done_reason"] == "unload" and pool.slots[1].served is a
+        stream.abort()
+        await pool.check_idle()
+        assert pool.slots[1].served is None
         await pool.close()
 
     asyncio.run(scenario())

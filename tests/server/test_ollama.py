@@ -451,7 +451,8 @@ def test_tags_size_of_a_split_gguf_is_every_parts(tmp_path):
 
 def test_keep_alive_0_unloads_a_pool_model_and_keeps_a_pinned_one(capfd):
     """`ollama stop MODEL` (keep_alive 0, nothing to answer): an unpinned model unloads ("unload"), is not loaded
-    first if it was not, and loads again on its next request; a pinned one stays ("load")."""
+    first if it was not, and loads again on its next request; a pinned one stays, and the answer is a 409 saying
+    so (a 200 "load" made `ollama stop` print nothing and exit 0, as if it had stopped)."""
     pool, loads = _pinned_and_unpinned()
     with TestClient(create_app(pool)) as client:
         client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False})
@@ -462,7 +463,9 @@ def test_keep_alive_0_unloads_a_pool_model_and_keeps_a_pinned_one(capfd):
         assert "hearth: unloading second (keep_alive 0)" in capfd.readouterr().err
         r = client.post("/api/chat", json={"model": "second", "messages": [], "keep_alive": "0s"}).json()
         assert r["done_reason"] == "unload" and loads == ["first", "second"]  # not loaded to be unloaded
-        assert client.post("/api/chat", json={"model": "first", "messages": [], "keep_alive": "0"}).json()["done_reason"] == "load"
+        r = client.post("/api/chat", json={"model": "first", "messages": [], "keep_alive": "0"})
+        assert r.status_code == 409 and r.json() == {"error": "model 'first' was not unloaded: it is pinned on this server"}
+        assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest"]
         client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False})
         assert loads == ["first", "second", "second"]
         assert client.post("/api/generate", json={"model": "second", "keep_alive": "5m"}).json()["done_reason"] == "load"
@@ -514,6 +517,29 @@ def test_keep_alive_0_on_an_embed_request_unloads_once_answered(tmp_path):
         assert r.status_code == 200 and pool.slots[1].served is not None
         r = client.post("/api/embed", json={"model": "embed", "input": "hello", "keep_alive": "soon"})
         assert r.status_code == 400 and r.json()["error"].startswith("keep_alive: must be a number of seconds")
+
+
+def test_stop_says_why_a_served_model_stays(tmp_path):
+    """`hearth serve MODEL` pins its only model unless --keep-alive is given: `ollama stop MODEL` is a 409 whose
+    error (which `ollama stop` prints) says so and how to change it; with --keep-alive the model unloads."""
+    from hearth.cli import command_parser
+    from hearth.commands.serve import server_config
+    from hearth.commands.serve_models import build_pool
+
+    write_tiny_gguf(tmp_path / "chat.gguf", "llama")
+    for flags, status in (([], 409), (["--keep-alive", "1h"], 200)):
+        args = command_parser("serve").parse_intermixed_args([str(tmp_path / "chat.gguf"), *flags])
+        pool = build_pool(args)
+        with TestClient(create_app(pool, server_config(args))) as client:
+            client.post("/api/generate", json={"model": "chat", "prompt": "hi", "stream": False})
+            r = client.post("/api/generate", json={"model": "chat", "keep_alive": 0})
+            assert r.status_code == status, r.text
+            if status == 409:
+                assert r.json()["error"].startswith("model 'chat' was not unloaded: it is this server's only model, "
+                                                    "which stays loaded unless `hearth serve` is given --keep-alive")
+                assert pool.slots[0].served is not None
+            else:
+                assert r.json()["done_reason"] == "unload" and pool.slots[0].served is None
 
 
 @pytest.mark.parametrize("value, zero", [(0, True), (0.0, True), ("0", True), ("0s", True), ("0m0s", True), ("-0h", True),
