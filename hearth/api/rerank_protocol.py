@@ -3,25 +3,31 @@ vLLM's `{query, documents, top_n, return_documents}` (a document a string or `{"
 vLLM's score API `{text_1, text_2}` (each a string or a list; or `{queries, documents}`, `{queries, items}`,
 `{data_1, data_2}`: vLLM's other forms of the same pair). vLLM's `truncate_prompt_tokens` and
 `use_activation` on both; Hugging Face TEI's `{query, texts, raw_scores, return_text, truncate}`, which
-llama-server takes on the same routes. Unknown fields (Cohere's rank_fields, max_chunks_per_doc) are ignored and
-named (hearth.api.ignored_fields)."""
+llama-server takes on the same routes. Cohere's `rank_fields` (v1: object documents, the named fields read) and
+`max_tokens_per_doc` (v2: each document cut to that many tokens) apply; unknown fields (Cohere's
+max_chunks_per_doc) are ignored and named (hearth.api.ignored_fields)."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from pydantic import StrictBool, StrictInt, StrictStr, model_validator
 
-from hearth.api.openai_protocol import _Body, _Request
-
-
-class TextDocument(_Body):
-    """Jina's and Cohere's document object; only its text is read."""
-    text: StrictStr
+from hearth.api.errors import APIError
+from hearth.api.openai_protocol import _Request
 
 
 class RerankRequest(_Request):
     model: str | None = None
     query: StrictStr
-    documents: list[StrictStr | TextDocument] | None = None
+    documents: list[StrictStr | dict[str, Any]] | None = None
+    """Texts, or objects: Jina's and Cohere's `{"text": ...}`, or any whose `rank_fields` are read."""
+    rank_fields: list[StrictStr] | None = None
+    """Cohere v1's: an object document is read as its fields' `key: value` lines, in this order."""
+    max_tokens_per_doc: StrictInt | None = None
+    """Cohere v2's: each document cut to its first this many tokens before scoring (Cohere's default 4096 is
+    not applied: hearth cuts nothing unasked, and a pair past the context is a 400)."""
     texts: list[StrictStr] | None = None
     """TEI's documents: a body with `texts` is answered in TEI's shape (llama-server's rule)."""
     top_n: StrictInt | None = None
@@ -42,7 +48,23 @@ class RerankRequest(_Request):
     def document_texts(self) -> list[str]:
         if self.texts is not None:
             return self.texts
-        return [d if isinstance(d, str) else d.text for d in self.documents or []]
+        if self.rank_fields is not None and (not self.rank_fields or not all(self.rank_fields)):
+            raise APIError(400, "rank_fields: give the names of the document fields to rank on", param="rank_fields")
+        return [d if isinstance(d, str) else self._object_text(d, i) for i, d in enumerate(self.documents or [])]
+
+    def _object_text(self, doc: dict[str, Any], i: int) -> str:
+        """An object document's text: its `text`, or with rank_fields the fields it has, one `key: value` line
+        each in rank_fields' order (Cohere's), a value that is no string as JSON."""
+        if self.rank_fields is None:
+            if not isinstance(doc.get("text"), str):
+                raise APIError(400, f"documents[{i}]: an object document needs a string `text` (or give "
+                               "rank_fields to name the fields to rank on)", param="documents")
+            return doc["text"]
+        lines = [f"{k}: {v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+                 for k in self.rank_fields if (v := doc.get(k)) is not None]
+        if not lines:
+            raise APIError(400, f"documents[{i}]: has none of rank_fields {self.rank_fields}", param="documents")
+        return "\n".join(lines)
 
 
 Texts = StrictStr | list[StrictStr]

@@ -35,12 +35,15 @@ async def rerank(body: RerankRequest, request: Request):
         raise APIError(400, f"{field}: must not be empty (give at least one document)", param=field)
     if body.top_n is not None and body.top_n < 0:
         raise APIError(400, f"top_n: must be 0 (all) or more, got {body.top_n}", param="top_n")
+    if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < 1:
+        raise APIError(400, f"max_tokens_per_doc: must be at least 1, got {body.max_tokens_per_doc}",
+                       param="max_tokens_per_doc")
     _check_text(body.query, "query", "query")
     for i, t in enumerate(texts):
         _check_text(t, f"{field}[{i}]", field)
     truncate = -1 if body.truncate and body.truncate_prompt_tokens is None else body.truncate_prompt_tokens
     scored = await _scores(request, served, [(body.query, t) for t in texts], truncate,
-                           [f"{field}[{i}]" for i in range(len(texts))], field)
+                           [f"{field}[{i}]" for i in range(len(texts))], field, body.max_tokens_per_doc)
     if scored is None:  # the client went away: its requests are aborted
         return {}
     logits, tokens = scored
@@ -49,8 +52,10 @@ async def rerank(body: RerankRequest, request: Request):
     if tei:  # TEI's bare list, as llama-server answers a body with `texts`
         return [{"index": i, "score": activated(logits[i], not body.raw_scores),
                  **({"text": texts[i]} if body.return_text else {})} for i in best]
+    docs = body.documents  # an object comes back whole, as Cohere keeps its other fields
     results = [{"index": i, "relevance_score": activated(logits[i], body.use_activation),
-                **({"document": {"text": texts[i]}} if body.return_documents else {})} for i in best]
+                **({"document": docs[i] if isinstance(docs[i], dict) else {"text": texts[i]}}
+                   if body.return_documents else {})} for i in best]
     return {"id": f"rerank-{uuid.uuid4().hex}", "object": "list", "model": served.name,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}, "results": results}
 
@@ -96,11 +101,12 @@ async def reranker(request: Request, model: str | None):
 
 
 async def _scores(request: Request, served, pairs: list[tuple[str, str]], truncate: int | None,
-                  where: list[str], field: str) -> tuple[list[float], int] | None:
+                  where: list[str], field: str, doc_tokens: int | None = None) -> tuple[list[float], int] | None:
     """(each pair's logit, the prompt tokens of all), or None when the client went away. A pair the context
-    cannot hold is a 400 naming it and both numbers, unless `truncate` cuts it (hearth.engine.pairs)."""
+    cannot hold is a 400 naming it and both numbers, unless `truncate` cuts it (hearth.engine.pairs);
+    doc_tokens (max_tokens_per_doc) cuts each document first."""
     try:
-        prompts, starts = pair_prompts(served.tokenizer, pairs, truncate, served.max_model_len, where)
+        prompts, starts = pair_prompts(served.tokenizer, pairs, truncate, served.max_model_len, where, doc_tokens)
     except PairError as e:
         if e.index is None:
             raise APIError(400, str(e), param="truncate_prompt_tokens") from None

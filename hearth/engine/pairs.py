@@ -47,8 +47,9 @@ class PairError(ValueError):
 
 
 def pair_prompts(tokenizer, pairs: list[tuple[str, str]], truncate: int | None, room: int,
-                 where: list[str] | None = None) -> tuple[list[list[int]], list[int]]:
-    """Each pair's prompt ids and where its second text starts. truncate (vLLM's truncate_prompt_tokens):
+                 where: list[str] | None = None, second_tokens: int | None = None) -> tuple[list[list[int]], list[int]]:
+    """Each pair's prompt ids and where its second text starts. second_tokens (Cohere's max_tokens_per_doc)
+    first cuts each second text to its first that many tokens. truncate (vLLM's truncate_prompt_tokens):
     k cuts a pair past k tokens, -1 past the context (`room`), None refuses it; a pair that cannot fit, or a
     truncate out of range, raises PairError naming it (where[i]; default "pair i") and both numbers."""
     if truncate is not None and (isinstance(truncate, bool) or not (truncate == -1 or 1 <= truncate <= room)):
@@ -58,6 +59,9 @@ def pair_prompts(tokenizer, pairs: list[tuple[str, str]], truncate: int | None, 
     for i, (a, b) in enumerate(pairs):
         name = where[i] if where else f"pair {i}"
         ids, start = pair_prompt(tokenizer, a, b)
+        if second_tokens is not None:
+            closing = closing_tokens(tokenizer)
+            ids = cut_pair(ids, start, start + second_tokens + closing, closing)
         if len(ids) > limit and truncate is None:
             raise PairError(f"{name}: the pair with its query is {len(ids)} tokens, more than the context holds "
                             f"for one ({room}); shorten it or set truncate_prompt_tokens to -1", i)

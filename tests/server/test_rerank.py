@@ -188,6 +188,42 @@ def test_truncate_prompt_tokens_cuts_the_document(client, served):
     assert r.json()["results"][0]["relevance_score"] == pytest.approx(logit(served, QUERY, cut), abs=ATOL)
 
 
+def test_cohere_rank_fields_read_the_named_fields_in_order(client, served):
+    """Cohere v1's rank_fields: an object document is read as its fields' `key: value` lines in rank_fields'
+    order (a missing one skipped, a number as JSON), and comes back whole; it was ignored, and an object
+    without `text` refused."""
+    docs = [{"title": "paris", "body": "is the capital of france", "id": 7},
+            {"body": "an embedding model", "year": 2024}, "it is 42"]
+    texts = ["body: is the capital of france\ntitle: paris", "body: an embedding model\nyear: 2024", "it is 42"]
+    r = client.post("/v1/rerank", json={"query": QUERY, "documents": docs, "rank_fields": ["body", "title", "year"],
+                                        "use_activation": False})
+    assert r.status_code == 200, r.text
+    assert "rank_fields" not in r.headers.get("x-hearth-ignored-fields", "")
+    for x in r.json()["results"]:
+        assert x["relevance_score"] == pytest.approx(logit(served, QUERY, texts[x["index"]]), abs=ATOL)
+        assert x["document"] == (docs[x["index"]] if x["index"] < 2 else {"text": "it is 42"})
+    for body, words in (({"documents": [{"title": "paris"}]}, "documents[0]: an object document needs a string `text`"),
+                        ({"documents": [{"title": "paris"}], "rank_fields": ["body"]}, "documents[0]: has none of"),
+                        ({"documents": ["a"], "rank_fields": []}, "rank_fields: give the names")):
+        r = client.post("/v1/rerank", json={"query": QUERY, **body})
+        assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
+
+
+def test_cohere_max_tokens_per_doc_cuts_each_document(client, served):
+    """Cohere v2's max_tokens_per_doc: each document's first N tokens are scored (it was ignored: a long one was
+    a 400, a shorter one scored whole)."""
+    r = client.post("/v2/rerank", json={"query": QUERY, "documents": [LONG, "paris is the capital"],
+                                        "max_tokens_per_doc": 3, "use_activation": False})
+    assert r.status_code == 200, r.text
+    assert "max_tokens_per_doc" not in r.headers.get("x-hearth-ignored-fields", "")
+    got = {x["index"]: x["relevance_score"] for x in r.json()["results"]}
+    assert got[0] == pytest.approx(logit(served, QUERY, "paris paris paris"), abs=ATOL)
+    assert got[1] == pytest.approx(logit(served, QUERY, "paris is the"), abs=ATOL)
+    assert r.json()["usage"]["prompt_tokens"] == 2 * (7 + 3)  # [CLS] 4 query tokens [SEP], 3, [SEP]
+    r = client.post("/v2/rerank", json={"query": QUERY, "documents": ["a"], "max_tokens_per_doc": 0})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "max_tokens_per_doc"
+
+
 def test_a_reranker_serves_no_embeddings_nor_text(client):
     for path, body in (("/v1/embeddings", {"input": "hello"}), ("/api/embed", {"input": "hello"})):
         r = client.post(path, json={"model": "tiny-rerank", **body})
