@@ -11,9 +11,9 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import PlainTextResponse, Response
 
-from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, lora_routes,
-                        ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions, openai_routes, props,
-                        rerank_routes, responses_routes, slots)
+from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, llama_embedding,
+                        lora_routes, ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions,
+                        openai_routes, props, rerank_routes, responses_routes, slots)
 from hearth.api.errors import install_handlers
 from hearth.api.embeddings_only import refusing
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware, StallTimeoutMiddleware
@@ -89,8 +89,8 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     install_handlers(app)
     webui = config.webui and not config.embeddings_only  # a chat page that cannot chat is none
     app.state.webui = webui
-    for module in (openai_routes, embeddings, rerank_routes, slots, props, lora_routes, ollama_embed, ollama_models,
-                   ollama_routes, *([chat_page] if webui else [])):
+    for module in (openai_routes, embeddings, llama_embedding, rerank_routes, slots, props, lora_routes, ollama_embed,
+                   ollama_models, ollama_routes, *([chat_page] if webui else [])):
         app.include_router(module.router)
     for module in GENERATING:
         app.include_router(refusing(module.router) if config.embeddings_only else module.router)

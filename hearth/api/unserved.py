@@ -8,8 +8,6 @@ GENERATION = ("hearth serves text generation (/v1/chat/completions, /v1/completi
               "Ollama's /api/chat), embeddings (/v1/embeddings, /api/embed) and reranking (/v1/rerank, /v1/score)")
 
 UNSERVED: tuple[tuple[str, str], ...] = (
-    ("/embedding", "llama-server's embeddings route: hearth's are at /v1/embeddings (OpenAI's shape) and "
-                   "/api/embed (Ollama's)"),
     ("/v1/audio/", f"hearth runs text models only; {GENERATION}"),
     ("/v1/images/", f"hearth runs text models only; {GENERATION}"),
     ("/api/", "not one of the Ollama routes hearth serves (/api/chat, /api/generate, /api/embed, /api/tags, "

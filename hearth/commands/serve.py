@@ -121,7 +121,7 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     eng.add_argument("--max-num-batched-tokens", "-b", "--batch-size", type=int, default=2048,
                      help="token budget of one engine step; -b/--batch-size: llama-server's spelling, its logical "
                           "batch (default: %(default)s)")
-    eng.add_argument("--pooling", default=None, choices=["mean", "cls", "last", "rank"], action=_Pooling,
+    eng.add_argument("--pooling", default=None, choices=["mean", "cls", "last", "rank", "none"], action=_Pooling,
                      help="llama-server's: how an embedding pools a prompt's final hidden states, over the GGUF's "
                           "pooling_type (cls: an encoder's first token; rank: --reranking; default: the GGUF's, "
                           "else last)")

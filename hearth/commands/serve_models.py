@@ -296,6 +296,9 @@ def check_pooling(pooling: str | None, facts, where: str) -> None:
     else); a reranker scores pairs with its classification head, which no pooling replaces."""
     from hearth.engine.pairs import a_reranker
 
+    if pooling == "none":  # llama-server's per-token rows (its /embedding's); every hearth embedding is pooled
+        raise HearthError("--pooling none: hearth has no per-token embeddings (llama-server's /embedding rows with "
+                          "--pooling none); pool them mean, cls (an encoder's first token) or last")
     if pooling is not None and reranks(facts):
         raise HearthError(f"--pooling {pooling}: {a_reranker(where)}; serve it without --pooling")
     if pooling == "cls" and not facts.embeds_only:

@@ -707,7 +707,7 @@ def test_response_format_and_a_forced_call_are_one_rule_one_message(fake, fmt):
 
 
 @pytest.mark.parametrize("method,path,words", [
-    ("POST", "/embedding", "hearth's are at /v1/embeddings"),
+    ("POST", "/v1/images/generations", "hearth runs text models only"),
     ("POST", "/v1/audio/transcriptions", "hearth runs text models only"),
     ("POST", "/api/pulls", "not one of the Ollama routes hearth serves"),
 ])
