@@ -13,7 +13,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, llama_embedding,
                         lora_routes, ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions,
-                        openai_routes, props, rerank_routes, responses_routes, slots)
+                        openai_routes, props, rerank_routes, responses_routes, slots, slots_monitor)
 from hearth.api.errors import install_handlers
 from hearth.api.embeddings_only import refusing
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware, StallTimeoutMiddleware
@@ -64,6 +64,8 @@ class ServerConfig:
     """Serve /openapi.json (vLLM's --disable-fastapi-docs: not)."""
     embeddings_only: bool = False
     """llama-server's --embedding: the generating routes answer 501 (hearth.api.embeddings_only)."""
+    slots_endpoint: bool = True
+    """GET /slots answers (llama-server's --no-slots: a 501; hearth.api.slots_monitor)."""
 
 
 def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = None) -> FastAPI:
@@ -89,8 +91,9 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     install_handlers(app)
     webui = config.webui and not config.embeddings_only  # a chat page that cannot chat is none
     app.state.webui = webui
-    for module in (openai_routes, embeddings, llama_embedding, rerank_routes, slots, props, lora_routes, ollama_embed,
-                   ollama_models, ollama_routes, *([chat_page] if webui else [])):
+    app.state.slots_endpoint = config.slots_endpoint
+    for module in (openai_routes, embeddings, llama_embedding, rerank_routes, slots, slots_monitor, props, lora_routes,
+                   ollama_embed, ollama_models, ollama_routes, *([chat_page] if webui else [])):
         app.include_router(module.router)
     for module in GENERATING:
         app.include_router(refusing(module.router) if config.embeddings_only else module.router)

@@ -71,7 +71,7 @@ def is_ollama(path: str) -> bool:
     return path.startswith("/api/")
 
 
-LLAMA_ROUTES = ("/infill", "/completion", "/completions", "/props", "/embedding", "/embeddings")
+LLAMA_ROUTES = ("/infill", "/completion", "/completions", "/props", "/embedding", "/embeddings", "/slots")
 """Routes that speak llama-server's wire (format_error_response in tools/server/server-common.cpp)."""
 LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
 """SamplingParams fields by their llama-server names."""

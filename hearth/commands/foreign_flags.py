@@ -44,8 +44,6 @@ FOREIGN: dict[str, str] = {
     "--context-shift": "llama.cpp's: hearth never drops the start of a conversation; an answer that fills the context "
                        "ends with finish_reason length (a request's hearth.compaction compacts old turns)",
     "--no-enable-chunked-prefill": "vLLM's: hearth always prefills in chunks; --max-num-batched-tokens sizes them",
-    "--slots": "llama-server's GET /slots monitor: hearth has none; /metrics counts running and waiting requests, "
-               "GET /props gives total_slots",
     "--props": "llama-server's POST /props: hearth has no property to change there; GET /props reads them",
     "--swap-space": "vLLM's CPU swap: hearth recomputes a preempted request's KV (--kv-disk-dir keeps prefixes on disk)",
     "--cpu-offload-gb": _GPU_LAYERS,

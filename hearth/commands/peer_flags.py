@@ -11,8 +11,6 @@ ALREADY: dict[tuple[str, ...], str] = {
     ("--jinja",): "llama-server's: hearth always renders the GGUF's own Jinja chat template (--chat-template and "
                   "--chat-template-file give another)",
     ("--metrics",): "llama-server's: GET /metrics (Prometheus, vLLM's names) is always on",
-    ("--no-slots",): "llama-server's: hearth has no GET /slots monitor to turn off (/metrics counts running and "
-                     "waiting requests)",
     ("--no-context-shift",): "llama-server's: hearth never shifts the context; an answer that fills it ends with "
                              "finish_reason length, and a prompt longer than it is a 400",
     ("--enable-chunked-prefill",): "vLLM's: hearth always prefills in chunks within --max-num-batched-tokens",

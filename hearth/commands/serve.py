@@ -187,6 +187,9 @@ def _add_listen_arguments(net) -> None:
                           "from it: 5m, 1h30m, 300 seconds, -1 forever); its next request loads it again. A request's keep_alive sets its model's own; "
                           "pinned models stay (default: forever, as llama-swap's ttl: a model goes only when another "
                           "needs its room under --max-memory)")
+    net.add_argument("--slots", action=argparse.BooleanOptionalAction, default=True,
+                     help="llama-server's: GET /slots lists the running requests as its slots; --no-slots: a 501 "
+                          "(default: on)")
     net.add_argument("--no-webui", dest="webui", action="store_false",
                      help="no chat page at / (llama-server's): an API-only server")
     net.add_argument("--webui", dest="webui", action="store_true", default=True, help=argparse.SUPPRESS)
@@ -269,7 +272,7 @@ def server_config(args: argparse.Namespace):
                         router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args),
                         build_info=f"hearth {__version__}", webui=getattr(args, "webui", True),
                         timeout_s=getattr(args, "timeout", 0), openapi=not getattr(args, "disable_fastapi_docs", False),
-                        embeddings_only=args.embedding)
+                        embeddings_only=args.embedding, slots_endpoint=getattr(args, "slots", True))
 
 
 def tool_guard(args: argparse.Namespace):

@@ -53,6 +53,19 @@ class EngineStats:
     """Speculative decoding's counters, when it is on."""
 
 
+@dataclass(frozen=True, slots=True)
+class RunningRequest:
+    """One request the scheduler runs, copied for GET /slots (read from another thread: a step apart at most)."""
+    request_id: str
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    params: SamplingParams
+    num_computed_tokens: int
+    """Tokens whose KV is computed (the prompt's, then the answer's)."""
+    num_cached_tokens: int
+    """Prompt tokens the prefix cache gave it."""
+
+
 class RequestStream:
     """Async iterator over one request's EngineOutput deltas. Use it as an async context manager:
     leaving the block early (client gone, task cancelled) aborts the request and frees its blocks."""
@@ -187,6 +200,11 @@ class AsyncEngine:
         return EngineStats(len(s.running), len(s.waiting), s.kv.num_used_blocks, s.kv.pool.num_blocks,
                            s.kv.stats.queries, s.kv.stats.hits, s.kv.stats.disk_hits, disk,
                            None if spec is None else spec.stats.snapshot())
+
+    def running_requests(self) -> list[RunningRequest]:
+        """The requests being run now, in the scheduler's order (an encoder's queue runs none between steps)."""
+        return [RunningRequest(r.request_id, list(r.prompt_token_ids), list(r.output_token_ids), r.params,
+                               r.num_computed_tokens, r.num_cached_tokens) for r in list(self.core.scheduler.running)]
 
     def _send(self, command: tuple) -> None:
         self._commands.put(command)
