@@ -52,6 +52,7 @@ class MessagesRequest(_Request):
     # not in Anthropic's API; accepted like vLLM's extra fields
     seed: StrictInt | None = None
     min_p: StrictFloat | None = None
+    typical_p: StrictFloat | None = None
     presence_penalty: StrictFloat | None = None
     frequency_penalty: StrictFloat | None = None
     repetition_penalty: StrictFloat | None = None

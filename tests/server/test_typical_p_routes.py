@@ -1,5 +1,5 @@
 """typical_p reaches the sampler from every route that takes it (OpenAI chat, completions and Responses,
-llama-server's /completion, Ollama's options), never named as ignored; out of range is a 400 naming it."""
+Anthropic's messages as a vLLM-style extra, llama-server's /completion, Ollama's options), never named as ignored; out of range is a 400 naming it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ ROUTES = {  # route -> (body with typical_p 0.4, the field a 400 names)
     "/v1/chat/completions": ({"model": "fake-model", "messages": USER, "typical_p": 0.4}, "typical_p"),
     "/v1/completions": ({"model": "fake-model", "prompt": "hi", "typical_p": 0.4}, "typical_p"),
     "/v1/responses": ({"model": "fake-model", "input": "hi", "typical_p": 0.4}, "typical_p"),
+    "/v1/messages": ({"model": "fake-model", "max_tokens": 4, "messages": USER, "typical_p": 0.4}, "typical_p"),
     "/completion": ({"prompt": "hi", "n_predict": 4, "typical_p": 0.4}, "typical_p"),
     "/api/chat": ({"model": "fake-model", "messages": USER, "stream": False, "options": {"typical_p": 0.4}},
                   "options.typical_p"),
