@@ -515,7 +515,8 @@ def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, no_mode
 @pytest.mark.parametrize("argv,error", [
     (["--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
     (["--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
-    (["--max-tokens", "0"], "--max-tokens must be at least 1, got 0"),
+    (["--max-tokens", "0"], "--max-tokens must be at least 1, or -1 / -2 (until an end token or the context is full), "
+                            "got 0"),
 ])
 def test_run_a_bad_sampling_flag_is_named_as_the_flag_before_the_load(argv, error, capsys, no_model_load):
     """The API's field names (top_p) are no flag of `hearth run`: the error names the flag typed."""
