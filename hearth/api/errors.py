@@ -94,8 +94,8 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
     return JSONResponse(error_body(path, status, message, param, code), status_code=status, headers=headers)
 
 
-OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "typical_p": "typical_p",
-                  "seed": "seed",
+OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                  "typical_p": "typical_p", "seed": "seed",
                   "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
                   "repeat_penalty": "repetition_penalty", "num_predict": "max_tokens", "stop": "stop"}
 """Ollama's `options` hearth applies -> their SamplingParams fields (hearth.api.ollama_options reads them)."""

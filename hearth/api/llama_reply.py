@@ -36,7 +36,8 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
     no max_tokens, which the prompt-only Generation sets)."""
     return make_params({
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
-        "typical_p": body.typical_p, "repetition_penalty": body.repeat_penalty, "presence_penalty": body.presence_penalty,
+        "typical_p": body.typical_p, "repetition_penalty": body.repeat_penalty,
+        "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "logit_bias": logit_bias(body.logit_bias, served),
         "seed": None if body.seed < 0 else body.seed,
         "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
@@ -63,7 +64,8 @@ def generation_settings(b: LlamaOptions) -> dict:
     """The options a reply ran with, as llama-server's generation_settings name them (its /props shows
     the defaults': hearth.api.props)."""
     return {"n_predict": b.n_predict_read(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
-            "min_p": b.min_p, "typical_p": b.typical_p, "repeat_penalty": b.repeat_penalty, "presence_penalty": b.presence_penalty,
+            "min_p": b.min_p, "typical_p": b.typical_p, "repeat_penalty": b.repeat_penalty,
+            "presence_penalty": b.presence_penalty,
             "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
             "ignore_eos": b.ignore_eos, "stream": b.stream}
 

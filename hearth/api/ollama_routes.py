@@ -6,8 +6,9 @@ and tools rendered by the model's template, the tool guard and a router as confi
 (hearth.api.tool_router), the reply from the parsed updates (hearth.api.ollama_reply). /api/generate
 renders `system` + `prompt` as one user turn, or takes the prompt as it is (`raw`), or lays a
 fill-in-the-middle prompt out with `suffix` (hearth.api.infill). An empty conversation or prompt loads
-the model and answers done (done_reason "load"), as Ollama does; `keep_alive: 0` unloads it instead (a 409 saying why where it
-stays: pinned), or, on a request that generates, once the answer is sent; any other keep_alive is how long it stays loaded once idle."""
+the model and answers done (done_reason "load"), as Ollama does; `keep_alive: 0` unloads it instead (a 409
+saying why where it stays: pinned), or, on a request that generates, once the answer is sent; any other
+keep_alive is how long it stays loaded once idle."""
 
 from __future__ import annotations
 

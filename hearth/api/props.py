@@ -21,7 +21,8 @@ router = APIRouter()
 async def props(request: Request, model: str | None = None):
     served = await request.app.state.models.get(model)
     defaults = {**generation_settings(LlamaOptions()), "max_tokens": -1, "n_probs": 0,
-                "samplers": ["penalties", "temperature", "min_p", "top_k", "typ_p", "top_p"]}  # hearth.sample's fixed order
+                # hearth.sample's fixed order, in llama-server's names
+                "samplers": ["penalties", "temperature", "min_p", "top_k", "typ_p", "top_p"]}
     return {
         "default_generation_settings": {
             "id": 0, "id_task": -1, "n_ctx": served.max_model_len, "speculative": served.speculative,

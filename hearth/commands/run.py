@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0, help="0: off (default: %(default)s)")
     p.add_argument("--min-p", type=float, default=0.0, help="0: off (default: %(default)s)")
     p.add_argument("--typical-p", "--typical", type=float, default=1.0,
-                   help="locally typical sampling's mass, 1: off; --typical: llama-cli's spelling (default: %(default)s)")
+                   help="locally typical sampling's mass, 1: off; --typical: llama-cli's spelling "
+                        "(default: %(default)s)")
     p.add_argument("--repetition-penalty", "--repeat-penalty", type=float, default=1.0,
                    help="1: off; --repeat-penalty: llama-cli's spelling (default: %(default)s)")
     p.add_argument("--presence-penalty", type=float, default=0.0, help="(default: %(default)s)")

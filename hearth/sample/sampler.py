@@ -2,7 +2,8 @@
 
 Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`):
 logit bias -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> typical-p
--> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain). Each filter sees what the one before left, renormalized (HF's warpers do the same, but
+-> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain).
+Each filter sees what the one before left, renormalized (HF's warpers do the same, but
 run min-p last; min-p commutes with top-k, not with top-p). Each row draws its noise from its own
 generator, so a seeded request gives the same tokens alone or batched."""
 

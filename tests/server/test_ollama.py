@@ -464,7 +464,8 @@ def test_keep_alive_0_unloads_a_pool_model_and_keeps_a_pinned_one(capfd):
         r = client.post("/api/chat", json={"model": "second", "messages": [], "keep_alive": "0s"}).json()
         assert r["done_reason"] == "unload" and loads == ["first", "second"]  # not loaded to be unloaded
         r = client.post("/api/chat", json={"model": "first", "messages": [], "keep_alive": "0"})
-        assert r.status_code == 409 and r.json() == {"error": "model 'first' was not unloaded: it is pinned on this server"}
+        assert r.status_code == 409
+        assert r.json() == {"error": "model 'first' was not unloaded: it is pinned on this server"}
         assert [m["name"] for m in client.get("/api/ps").json()["models"]] == ["first:latest"]
         client.post("/api/chat", json={"model": "second", "messages": USER, "stream": False})
         assert loads == ["first", "second", "second"]

@@ -1,5 +1,6 @@
 """typical_p reaches the sampler from every route that takes it (OpenAI chat, completions and Responses,
-Anthropic's messages as a vLLM-style extra, llama-server's /completion, Ollama's options), never named as ignored; out of range is a 400 naming it."""
+Anthropic's messages as a vLLM-style extra, llama-server's /completion, Ollama's options), never named as
+ignored; out of range is a 400 naming it."""
 
 from __future__ import annotations
 
