@@ -83,18 +83,18 @@ def vision_config(g: GGUFFile) -> VisionConfig:
 
 
 def _projector_type(g: GGUFFile) -> str:
-    if g.arch != "clip" or ("clip.projector_type" not in g.metadata and CLIP + "projector_type" not in g.metadata):
+    # mixed-modality files name each tower's projector apart (clip.vision.projector_type)
+    name = g.get("clip.projector_type") or g.get(CLIP + "projector_type")
+    if g.arch != "clip" or (name is None and not g.get("clip.has_audio_encoder", False)):
         raise ModelLoadError(f"{g.path}: not an mmproj file (it has no clip.projector_type; "
                              f"its architecture is {g.arch!r}): pass a llama.cpp mmproj GGUF")
     if not g.get("clip.has_vision_encoder", True) or CLIP + "image_size" not in g.metadata:
         raise ModelLoadError(f"{g.path}: this mmproj has no vision tower (an audio-only projector?): "
                              "images need one with clip.has_vision_encoder")
-    # mixed-modality files name each tower's projector apart (clip.vision.projector_type)
-    name = str(g.get("clip.projector_type") or g.get(CLIP + "projector_type"))
     if name not in PROJECTORS:
         raise UnsupportedError(f"{g.path}: mmproj projector type {name!r} is not supported; "
                                f"hearth runs {', '.join(PROJECTORS)}")
-    return name
+    return str(name)
 
 
 def _required(g: GGUFFile):
