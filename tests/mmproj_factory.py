@@ -200,3 +200,31 @@ def _add(w: gguf.GGUFWriter, name: str, value: np.ndarray, qtype: str, legacy: b
         w.add_tensor(name, value.astype(np.float16))
     else:
         w.add_tensor(name, gguf.quants.quantize(value, Q.Q8_0), raw_dtype=Q.Q8_0)
+
+
+def write_settings_only(path, projector: str | None, tensors: dict, arch: str = "clip", **extra) -> None:
+    """A GGUF with an mmproj's vision keys (vision=False: none) and only the given tensors (a config reads
+    no others); `extra`: more string or bool keys."""
+    w = gguf.GGUFWriter(str(path), arch)
+    if projector is not None:
+        w.add_clip_projector_type(projector)
+    vision = extra.pop("vision", True)
+    w.add_clip_has_vision_encoder(vision)
+    if vision:
+        w.add_vision_image_size(64)
+        w.add_vision_patch_size(8)
+        w.add_vision_embedding_length(32)
+        w.add_vision_feed_forward_length(64)
+        w.add_vision_block_count(2)
+        w.add_vision_head_count(4)
+        w.add_vision_attention_layernorm_eps(1e-6)
+        w.add_vision_image_mean([0.5] * 3)
+        w.add_vision_image_std([0.5] * 3)
+    for key, value in extra.items():
+        w.add_string(key, value) if isinstance(value, str) else w.add_bool(key, value)
+    for name, value in tensors.items():
+        w.add_tensor(name, value)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()

@@ -8,7 +8,7 @@ import pytest
 
 from hearth.errors import ModelLoadError, UnsupportedError
 from hearth.media.config import read_vision_config
-from tests.mmproj_factory import tiny_hf, write_mmproj
+from tests.mmproj_factory import tiny_hf, write_mmproj, write_settings_only
 
 EXPECTED = {  # projector -> (layers, feature layers, merge, activation, rows, lm width)
     "mlp": (2, (2,), 1, "quick_gelu", 16, 48),  # legacy file: 3 CLIP blocks, the last dropped; class row not counted
@@ -36,39 +36,12 @@ def test_explicit_feature_layer_is_read(tmp_path):
 def test_idefics3_first_resize_and_gemma3_default_pool(tmp_path):
     write_mmproj(tmp_path / "i.gguf", "idefics3", tiny_hf("idefics3"))
     assert read_vision_config(tmp_path / "i.gguf").preproc_size == 96
-    meta(tmp_path / "g.gguf", "gemma3", {"mm.input_projection.weight": np.zeros((32, 48), np.float32)})
+    write_settings_only(tmp_path / "g.gguf", "gemma3", {"mm.input_projection.weight": np.zeros((32, 48), np.float32)})
     assert read_vision_config(tmp_path / "g.gguf").merge == 4  # llama.cpp's default where the file names none
 
 
-def meta(path, projector: str | None, tensors: dict, arch: str = "clip", **extra) -> None:
-    """A clip file with vision keys and only the given tensors (a config reads no others)."""
-    w = gguf.GGUFWriter(str(path), arch)
-    if projector is not None:
-        w.add_clip_projector_type(projector)
-    vision = extra.pop("vision", True)
-    w.add_clip_has_vision_encoder(vision)
-    if vision:
-        w.add_vision_image_size(64)
-        w.add_vision_patch_size(8)
-        w.add_vision_embedding_length(32)
-        w.add_vision_feed_forward_length(64)
-        w.add_vision_block_count(2)
-        w.add_vision_head_count(4)
-        w.add_vision_attention_layernorm_eps(1e-6)
-        w.add_vision_image_mean([0.5] * 3)
-        w.add_vision_image_std([0.5] * 3)
-    for key, value in extra.items():
-        w.add_string(key, value) if isinstance(value, str) else w.add_bool(key, value)
-    for name, value in tensors.items():
-        w.add_tensor(name, value)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def test_a_language_model_is_not_an_mmproj(tmp_path):
-    meta(tmp_path / "lm.gguf", None, {"token_embd.weight": np.zeros((4, 8), np.float32)}, arch="llama", vision=False)
+    write_settings_only(tmp_path / "lm.gguf", None, {"token_embd.weight": np.zeros((4, 8), np.float32)}, arch="llama", vision=False)
     with pytest.raises(ModelLoadError, match=r"not an mmproj file \(it has no clip.projector_type; its architecture "
                                              r"is 'llama'\)") as e:
         read_vision_config(tmp_path / "lm.gguf")
@@ -76,23 +49,23 @@ def test_a_language_model_is_not_an_mmproj(tmp_path):
 
 
 def test_unknown_projector_names_the_supported_ones(tmp_path):
-    meta(tmp_path / "q.gguf", "qwen2vl_merger", {})
+    write_settings_only(tmp_path / "q.gguf", "qwen2vl_merger", {})
     with pytest.raises(UnsupportedError, match=r"projector type 'qwen2vl_merger' is not supported; "
                                                r"hearth runs mlp, gemma3, idefics3"):
         read_vision_config(tmp_path / "q.gguf")
 
 
 def test_audio_only_mmproj_has_no_vision_tower(tmp_path):
-    meta(tmp_path / "a.gguf", None, {}, vision=False, **{"clip.has_audio_encoder": True,
+    write_settings_only(tmp_path / "a.gguf", None, {}, vision=False, **{"clip.has_audio_encoder": True,
                                                         "clip.audio.projector_type": "ultravox"})
-    meta(tmp_path / "b.gguf", "ultravox", {}, vision=False, **{"clip.has_audio_encoder": True})
+    write_settings_only(tmp_path / "b.gguf", "ultravox", {}, vision=False, **{"clip.has_audio_encoder": True})
     for path in (tmp_path / "a.gguf", tmp_path / "b.gguf"):
         with pytest.raises(ModelLoadError, match=r"this mmproj has no vision tower"):
             read_vision_config(path)
 
 
 def test_mixed_modality_file_names_the_vision_projector_apart(tmp_path):
-    meta(tmp_path / "m.gguf", None, {"mm.input_projection.weight": np.zeros((32, 48), np.float32)},
+    write_settings_only(tmp_path / "m.gguf", None, {"mm.input_projection.weight": np.zeros((32, 48), np.float32)},
          **{"clip.vision.projector_type": "gemma3", "clip.has_audio_encoder": True})
     assert read_vision_config(tmp_path / "m.gguf").projector == "gemma3"
 
