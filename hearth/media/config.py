@@ -64,6 +64,13 @@ def read_vision_config(path: str | os.PathLike) -> VisionConfig:
     return vision_config(GGUFFile(path))
 
 
+def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model") -> None:
+    """ModelLoadError unless the rows fit the LM: an mmproj made for another model (another width)."""
+    if cfg.lm_hidden != hidden:
+        raise ModelLoadError(f"the mmproj makes rows of width {cfg.lm_hidden} but {where} has hidden size {hidden}: "
+                             "pass the mmproj made for this model")
+
+
 def vision_config(g: GGUFFile) -> VisionConfig:
     name = _projector_type(g)
     spec = PROJECTORS[name]

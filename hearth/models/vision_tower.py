@@ -1,7 +1,10 @@
 """The ViT of an mmproj (CLIP for LLaVA, SigLIP for gemma3 and idefics3), llama.cpp's `v.*` tensors: patch
 embedding (a stride-p convolution, F16/F32 in every converter's file), [class row], learned positions,
 [pre-LayerNorm], pre-norm blocks of bidirectional attention and an MLP, [post-LayerNorm]. The same math
-as transformers' CLIPVisionTransformer and SiglipVisionTransformer; which parts a file has says which."""
+as transformers' CLIPVisionTransformer and SiglipVisionTransformer; which parts a file has says which.
+Positions are the patches' row-major indices, as llama.cpp's; Idefics3's bucketized ids are the same for
+one whole image at the grids real models use (26, 27, 32 per side; not at e.g. 25 or 29, where float
+rounding in transformers shifts a bucket)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from hearth.errors import ModelLoadError, UnsupportedError
-from hearth.media.config import read_vision_config
+from hearth.media.config import check_lm_hidden, read_vision_config
 from tests.mmproj_factory import tiny_hf, write_mmproj, write_settings_only
 
 EXPECTED = {  # projector -> (layers, feature layers, merge, activation, rows, lm width)
@@ -81,3 +81,11 @@ def test_missing_key_is_named(tmp_path):
     w.close()
     with pytest.raises(ModelLoadError, match=r"mmproj has no clip.vision.patch_size"):
         read_vision_config(tmp_path / "k.gguf")
+
+
+def test_rows_must_fit_the_lm(tmp_path):
+    write_mmproj(tmp_path / "m.gguf", "gemma3", tiny_hf("gemma3"))
+    cfg = read_vision_config(tmp_path / "m.gguf")
+    check_lm_hidden(cfg, 48)
+    with pytest.raises(ModelLoadError, match=r"the mmproj makes rows of width 48 but gemma-3-270m has hidden size 640"):
+        check_lm_hidden(cfg, 640, "gemma-3-270m")
