@@ -51,10 +51,11 @@ class VisionBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: f32 [N, hidden] (one image's rows) -> [N, hidden]."""
         n = x.shape[0]
-        q, k, v = (t.view(n, self.heads, self.head_dim).transpose(0, 1)
-                   for t in self.qkv(self.ln1(x)).split(self.hidden, dim=-1))  # each [heads, N, head_dim]
+        # each [1, heads, N, head_dim]: 4-d, so torch takes its fused CPU kernel (3-d falls back to the math one)
+        q, k, v = (t.view(1, n, self.heads, self.head_dim).transpose(1, 2)
+                   for t in self.qkv(self.ln1(x)).split(self.hidden, dim=-1))
         attn = F.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))  # every row sees all
-        x = x + self.o(attn.transpose(0, 1).reshape(n, self.hidden))
+        x = x + self.o(attn[0].transpose(0, 1).reshape(n, self.hidden))
         return x + self.down(self.act(self.up(self.ln2(x))))
 
 
