@@ -68,7 +68,8 @@ class VisionTower(nn.Module):
         self.cls = maybe_f32(g, "v.class_embd")  # [hidden]: CLIP's class row, first
         self.positions = f32(g, "v.position_embd.weight")  # [rows, hidden]
         rows = cfg.patches_per_side ** 2 + (self.cls is not None)
-        if self.patch.shape != (cfg.hidden, 3, cfg.patch_size, cfg.patch_size) or self.positions.shape != (rows, cfg.hidden):
+        patch = (cfg.hidden, 3, cfg.patch_size, cfg.patch_size)
+        if self.patch.shape != patch or self.positions.shape != (rows, cfg.hidden):
             raise ModelLoadError(f"{g.path}: mmproj patch embedding {tuple(self.patch.shape)} or positions "
                                  f"{tuple(self.positions.shape)} do not fit {cfg.image_size} px in {cfg.patch_size} "
                                  f"px patches of width {cfg.hidden}")

@@ -41,7 +41,8 @@ def test_idefics3_first_resize_and_gemma3_default_pool(tmp_path):
 
 
 def test_a_language_model_is_not_an_mmproj(tmp_path):
-    write_settings_only(tmp_path / "lm.gguf", None, {"token_embd.weight": np.zeros((4, 8), np.float32)}, arch="llama", vision=False)
+    write_settings_only(tmp_path / "lm.gguf", None, {"token_embd.weight": np.zeros((4, 8), np.float32)},
+                        arch="llama", vision=False)
     with pytest.raises(ModelLoadError, match=r"not an mmproj file \(it has no clip.projector_type; its architecture "
                                              r"is 'llama'\)") as e:
         read_vision_config(tmp_path / "lm.gguf")

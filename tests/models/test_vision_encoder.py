@@ -89,6 +89,7 @@ def test_wrong_pixels_and_wrong_files_are_refused(tmp_path, models):
     with pytest.raises(ValueError, match=r"pixels of shape \(3, 32, 32\); this encoder reads \[3, 64, 64\]"):
         enc.encode(np.zeros((3, 32, 32), np.float32))
     not_mmproj = tmp_path / "lm.gguf"
-    write_settings_only(not_mmproj, None, {"token_embd.weight": np.zeros((4, 8), np.float32)}, arch="llama", vision=False)
+    write_settings_only(not_mmproj, None, {"token_embd.weight": np.zeros((4, 8), np.float32)},
+                        arch="llama", vision=False)
     with pytest.raises(ModelLoadError, match="not an mmproj file"):
         VisionEncoder.load(not_mmproj, select())
