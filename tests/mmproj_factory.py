@@ -35,24 +35,27 @@ IDEFICS3_PREPROC = 96
 """Idefics3's processor's first resize (size.longest_edge): larger than the 64 px the tower reads, as SmolVLM's."""
 
 
-def tiny_hf(projector: str, seed: int = 0):
-    """A random transformers model (eval, f32) whose vision tower and projector the mmproj holds."""
+def tiny_hf(projector: str, seed: int = 0, **config):
+    """A random transformers model (eval, f32) whose vision tower and projector the mmproj holds; `config`:
+    its top-level settings changed (vision_feature_layer, mm_tokens_per_image, scale_factor)."""
     torch.manual_seed(seed)
     if projector == "mlp":
         vision = CLIPVisionConfig(**VISION, num_hidden_layers=3, image_size=32, hidden_act="quick_gelu",
                                   layer_norm_eps=1e-5, projection_dim=16)
-        cfg = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**TEXT), vision_feature_layer=-2,
-                          vision_feature_select_strategy="default", image_token_index=100)
+        cfg = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**TEXT), vision_feature_select_strategy="default",
+                          image_token_index=100, **{"vision_feature_layer": -2, **config})
         model = transformers.LlavaForConditionalGeneration(cfg)
     elif projector == "gemma3":
         vision = SiglipVisionConfig(**VISION, num_hidden_layers=2, image_size=64, layer_norm_eps=1e-6,
                                     hidden_act="gelu_pytorch_tanh", vision_use_head=False)
         text = Gemma3TextConfig(**TEXT, head_dim=12)
-        cfg = Gemma3Config(vision_config=vision.to_dict(), text_config=text.to_dict(), mm_tokens_per_image=16)
+        cfg = Gemma3Config(vision_config=vision.to_dict(), text_config=text.to_dict(),
+                           **{"mm_tokens_per_image": 16, **config})
         model = transformers.Gemma3ForConditionalGeneration(cfg)
     else:
         vision = Idefics3VisionConfig(**VISION, num_hidden_layers=2, image_size=64, layer_norm_eps=1e-6)
-        cfg = Idefics3Config(vision_config=vision.to_dict(), text_config=LlamaConfig(**TEXT).to_dict(), scale_factor=2)
+        cfg = Idefics3Config(vision_config=vision.to_dict(), text_config=LlamaConfig(**TEXT).to_dict(),
+                             **{"scale_factor": 2, **config})
         model = transformers.Idefics3ForConditionalGeneration(cfg)
     _randomize(model)
     return model.eval()
@@ -112,9 +115,10 @@ def write_mmproj(path, projector: str, model, qtype: str = "F32", feature_key: b
     config with vision_feature_layer)."""
     w = gguf.GGUFWriter(str(path), "clip")
     vc = model.config.vision_config
-    layers = vc.num_hidden_layers - 1 if projector == "mlp" else vc.num_hidden_layers
+    features = _feature_layers(model) if projector == "mlp" else None
+    layers = max(features) if features else vc.num_hidden_layers
     tensors = _tensors(projector, model, layers)
-    _metadata(w, projector, model, layers, feature_key)
+    _metadata(w, projector, model, layers, features if feature_key else None)
     for name, value in tensors:
         _add(w, name, value, qtype, projector == "mlp")
     w.write_header_to_file()
@@ -123,7 +127,14 @@ def write_mmproj(path, projector: str, model, qtype: str = "F32", feature_key: b
     w.close()
 
 
-def _metadata(w: gguf.GGUFWriter, projector: str, model, layers: int, feature_key: bool) -> None:
+def _feature_layers(model) -> list[int]:
+    """LLaVA's vision_feature_layer made non-negative as the legacy converter does (i: after block i); the file
+    keeps the blocks up to the deepest (-2 alone: every block but the last)."""
+    n, chosen = model.config.vision_config.num_hidden_layers, model.config.vision_feature_layer
+    return [i if i >= 0 else n + i + 1 for i in ([chosen] if isinstance(chosen, int) else chosen)]
+
+
+def _metadata(w: gguf.GGUFWriter, projector: str, model, layers: int, features: list[int] | None) -> None:
     vc, proc = model.config.vision_config, hf_processor(projector)
     w.add_name(f"tiny-{projector}")
     w.add_clip_has_vision_encoder(True)
@@ -145,8 +156,8 @@ def _metadata(w: gguf.GGUFWriter, projector: str, model, layers: int, feature_ke
     w.add_vision_image_mean(list(proc.image_mean))
     w.add_vision_image_std(list(proc.image_std))
     w.add_vision_use_gelu(projector != "mlp")  # legacy: hidden_act == "gelu"; CLIP's is quick_gelu
-    if feature_key:
-        w.add_array("clip.vision.feature_layer", [layers])
+    if features:
+        w.add_array("clip.vision.feature_layer", features)
     if projector == "gemma3":
         k = (vc.image_size // vc.patch_size) // int(model.config.mm_tokens_per_image ** 0.5)
         if k != 4:

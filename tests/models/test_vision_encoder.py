@@ -25,17 +25,29 @@ from tests.mmproj_factory import hf_features, tiny_hf, write_mmproj, write_setti
 
 REL_TOL = 1e-5  # max |hearth - transformers| relative to the largest |value|, f32 math on the file's weights
 REL_TOL_FAST = 3e-2  # the fast linear paths round activations (and F16 weights) to bf16; Q8_0 its blocks
-CASES = {  # case -> (projector, matrix type, feature_layer key written)
-    **{name: (name, "F32", False) for name in PROJECTORS},
-    "mlp-feature-key": ("mlp", "F32", True),
-    **{f"{name}-f16": (name, "F16", False) for name in PROJECTORS},
-    **{f"{name}-q8_0": (name, "Q8_0", False) for name in PROJECTORS},
+CASES = {  # case -> (projector, matrix type, feature_layer key written, model settings)
+    **{name: (name, "F32", False, {}) for name in PROJECTORS},
+    "mlp-feature-key": ("mlp", "F32", True, {}),
+    "mlp-two-feature-layers": ("mlp", "F32", True, {"vision_feature_layer": [-3, -2]}),  # concatenated (granite's way)
+    "gemma3-default-pool": ("gemma3", "F32", False, {"mm_tokens_per_image": 4}),  # k = 4: no scale_factor key
+    "idefics3-scale-4": ("idefics3", "F32", False, {"scale_factor": 4}),  # SmolVLM's
+    **{f"{name}-f16": (name, "F16", False, {}) for name in PROJECTORS},
+    **{f"{name}-q8_0": (name, "Q8_0", False, {}) for name in PROJECTORS},
 }
 
 
 @pytest.fixture(scope="module")
 def models():
-    return {name: tiny_hf(name) for name in PROJECTORS}
+    """(projector, settings) -> its tiny transformers model, built once."""
+    built = {}
+
+    def get(name: str, **config):
+        key = (name, repr(sorted(config.items())))
+        if key not in built:
+            built[key] = tiny_hf(name, **config)
+        return built[key]
+
+    return get
 
 
 @pytest.fixture(scope="module")
@@ -52,15 +64,16 @@ def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("case", CASES)
 def test_rows_equal_transformers(tmp_path, models, image, case):
-    name, qtype, feature_key = CASES[case]
+    name, qtype, feature_key, config = CASES[case]
+    model = models(name, **config)
     path = tmp_path / "mmproj.gguf"
-    write_mmproj(path, name, models[name], qtype=qtype, feature_key=feature_key)
+    write_mmproj(path, name, model, qtype=qtype, feature_key=feature_key)
     exact = qtype == "F32"
     with use_linear_policy(exact=exact):
         enc = VisionEncoder.load(path, select())
     prepared = prepare_image(image, enc.cfg)
     got = enc.encode(prepared.pixels)
-    want = hf_features(name, models[name], prepared.pixels)
+    want = hf_features(name, model, prepared.pixels)
     assert got.dtype == torch.float32 and got.shape == want.shape == (prepared.num_embeds, enc.cfg.lm_hidden)
     assert rel_err(got, want) < (REL_TOL if exact else REL_TOL_FAST)
 
@@ -69,11 +82,11 @@ def test_the_legacy_llava_file_runs_every_block_it_holds(tmp_path, models, image
     """The file already dropped the block past LLaVA's feature layer -2 (llama.cpp's graph drops one more:
     ggml-org/llama.cpp#25817): the rows are HF's hidden_states[-2], not [-3]."""
     path = tmp_path / "mmproj.gguf"
-    write_mmproj(path, "mlp", models["mlp"])
+    model = models("mlp")
+    write_mmproj(path, "mlp", model)
     with use_linear_policy(exact=True):
         enc = VisionEncoder.load(path, select())
     pixels = prepare_image(image, enc.cfg).pixels
-    model = models["mlp"]
     model.config.vision_feature_layer = -3
     try:
         one_short = hf_features("mlp", model, pixels)
@@ -84,7 +97,7 @@ def test_the_legacy_llava_file_runs_every_block_it_holds(tmp_path, models, image
 
 def test_wrong_pixels_and_wrong_files_are_refused(tmp_path, models):
     path = tmp_path / "mmproj.gguf"
-    write_mmproj(path, "idefics3", models["idefics3"])
+    write_mmproj(path, "idefics3", models("idefics3"))
     enc = VisionEncoder.load(path, select())
     with pytest.raises(ValueError, match=r"pixels of shape \(3, 32, 32\); this encoder reads \[3, 64, 64\]"):
         enc.encode(np.zeros((3, 32, 32), np.float32))
