@@ -52,24 +52,33 @@ def prepare_image(data: bytes, cfg: VisionConfig, max_pixels: int = MAX_PIXELS) 
 
 
 def decode(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
-    """Bytes -> an upright RGB PIL image (transparent parts white)."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+    """Bytes -> an upright RGB PIL image (transparent parts white). Whatever a decoder raises on bad bytes
+    becomes one ValueError: a malformed upload is the client's error, never a crash."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", Image.DecompressionBombWarning)
+        try:
             img = Image.open(io.BytesIO(data))
-            w, h = img.size
-            if w * h > max_pixels:
-                raise ValueError(f"image is {w}x{h} pixels, more than the {max_pixels} allowed")
-            img.load()
-    except ValueError:
-        raise
-    except (OSError, SyntaxError, Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-        reason = "not an image" if isinstance(e, Image.UnidentifiedImageError) else str(e) or type(e).__name__
-        raise ValueError(f"cannot read the image: {reason}") from None
-    img = ImageOps.exif_transpose(img)
-    if "A" in img.getbands() or img.info.get("transparency") is not None:
-        img = Image.alpha_composite(Image.new("RGBA", img.size, (255, 255, 255, 255)), img.convert("RGBA"))
-    return img.convert("RGB")
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+            raise ValueError(f"image is more than the {max_pixels} pixels allowed") from None
+        except Exception as e:  # noqa: BLE001 - PIL's plugins raise many kinds on garbled bytes
+            raise ValueError(f"cannot read the image: {_reason(e)}") from None
+    w, h = img.size
+    if w * h > max_pixels:
+        raise ValueError(f"image is {w}x{h} pixels, more than the {max_pixels} allowed")
+    try:
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        if "A" in img.getbands() or img.info.get("transparency") is not None:
+            img = Image.alpha_composite(Image.new("RGBA", img.size, (255, 255, 255, 255)), img.convert("RGBA"))
+        return img.convert("RGB")
+    except Exception as e:  # noqa: BLE001
+        raise ValueError(f"cannot read the image: {_reason(e)}") from None
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, Image.UnidentifiedImageError):
+        return "not an image"
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _crop(img: Image.Image, cfg: VisionConfig) -> np.ndarray:

@@ -120,6 +120,11 @@ def test_digest_names_the_pixels(configs):
     (b"", "cannot read the image: not an image"),
     (encoded(noise(40, 40), "PNG")[:60], "cannot read the image"),
     (encoded(noise(40, 40), "JPEG")[:300], "cannot read the image"),
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "cannot read the image"),
+    (b"GIF89a\x10\x00\x10\x00", "cannot read the image"),
+    (encoded(noise(40, 40), "GIF")[:40], "cannot read the image"),
+    (encoded(noise(40, 40), "BMP")[:200], "cannot read the image"),
+    (encoded(noise(40, 40), "WEBP")[:100], "cannot read the image"),
 ])
 def test_garbled_bytes_are_one_line_errors(configs, data, reason):
     with pytest.raises(ValueError, match=reason) as e:
@@ -130,3 +135,8 @@ def test_garbled_bytes_are_one_line_errors(configs, data, reason):
 def test_too_many_pixels_is_refused_before_decoding(configs):
     with pytest.raises(ValueError, match=r"image is 300x200 pixels, more than the 10000 allowed"):
         prepare_image(encoded(noise(300, 200), "PNG"), configs["mlp"], max_pixels=10_000)
+    # a header that claims a decompression bomb (PIL's own limit): refused from the header alone
+    bomb = bytearray(encoded(noise(8, 8), "BMP"))
+    bomb[18:26] = (30000).to_bytes(4, "little") + (30000).to_bytes(4, "little")
+    with pytest.raises(ValueError, match=r"image is more than the .* pixels allowed"):
+        prepare_image(bytes(bomb), configs["mlp"])
