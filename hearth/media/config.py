@@ -90,8 +90,11 @@ def vision_config(g: GGUFFile) -> VisionConfig:
 
 
 def _projector_type(g: GGUFFile) -> str:
-    # mixed-modality files name each tower's projector apart (clip.vision.projector_type)
+    # mixed-modality files name each tower's projector apart (clip.vision.projector_type); LLaVA files from
+    # before the key (late 2023) say only clip.has_llava_projector, which llama.cpp then read as mlp
     name = g.get("clip.projector_type") or g.get(CLIP + "projector_type")
+    if name is None and g.get("clip.has_llava_projector", False):
+        name = "mlp"
     if g.arch != "clip" or (name is None and not g.get("clip.has_audio_encoder", False)):
         raise ModelLoadError(f"{g.path}: not an mmproj file (it has no clip.projector_type; "
                              f"its architecture is {g.arch!r}): pass a llama.cpp mmproj GGUF")

@@ -90,3 +90,9 @@ def test_rows_must_fit_the_lm(tmp_path):
     check_lm_hidden(cfg, 48)
     with pytest.raises(ModelLoadError, match=r"the mmproj makes rows of width 48 but gemma-3-270m has hidden size 640"):
         check_lm_hidden(cfg, 640, "gemma-3-270m")
+
+
+def test_llava_file_from_before_the_projector_key_is_mlp(tmp_path):
+    write_settings_only(tmp_path / "old.gguf", None, {"mm.2.weight": np.zeros((48, 64), np.float32)},
+                        **{"clip.has_llava_projector": True})
+    assert read_vision_config(tmp_path / "old.gguf").projector == "mlp"
