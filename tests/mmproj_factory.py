@@ -108,17 +108,18 @@ VIT_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_a
 LEGACY_SWAP = {"ffn_up": "ffn_down", "ffn_down": "ffn_up"}  # convert_image_encoder_to_gguf.py's get_tensor_name
 
 
-def write_mmproj(path, projector: str, model, qtype: str = "F32", feature_key: bool = False) -> None:
+def write_mmproj(path, projector: str, model, qtype: str = "F32", feature_key: bool = False,
+                 feature_layers: list[int] | None = None) -> None:
     """The mmproj of `model` (tiny_hf) as the converter writes it; matrices in `qtype` (F32, F16 or Q8_0:
     a row that is no whole Q8_0 block stays F16, as llama.cpp's quantizer leaves it). feature_key: an mlp
     file that names its feature layer (clip.vision.feature_layer, as the legacy converter writes one from a
-    config with vision_feature_layer)."""
+    config with vision_feature_layer); feature_layers: that key as given, whatever the model (a broken file)."""
     w = gguf.GGUFWriter(str(path), "clip")
     vc = model.config.vision_config
     features = _feature_layers(model) if projector == "mlp" else None
     layers = max(features) if features else vc.num_hidden_layers
     tensors = _tensors(projector, model, layers)
-    _metadata(w, projector, model, layers, features if feature_key else None)
+    _metadata(w, projector, model, layers, feature_layers or (features if feature_key else None))
     for name, value in tensors:
         _add(w, name, value, qtype, projector == "mlp")
     w.write_header_to_file()

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
+
 from hearth.errors import ModelLoadError, UnsupportedError
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.media.projectors import PROJECTORS, Projector
@@ -72,6 +74,7 @@ def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model") ->
 
 
 def vision_config(g: GGUFFile) -> VisionConfig:
+    """read_vision_config of a file already open (VisionEncoder.load reads its tensors from the same one)."""
     name = _projector_type(g)
     spec = PROJECTORS[name]
     need = _required(g)
@@ -83,7 +86,7 @@ def vision_config(g: GGUFFile) -> VisionConfig:
         hidden=need("embedding_length"), ffn=need("feed_forward_length"), heads=need("attention.head_count"),
         layers=layers, eps=float(need("attention.layer_norm_epsilon")),
         mean=_triple(g, "image_mean"), std=_triple(g, "image_std"), activation=_activation(g),
-        feature_layers=tuple(int(i) for i in g.get(CLIP + "feature_layer", [layers])),
+        feature_layers=tuple(int(i) for i in np.atleast_1d(g.get(CLIP + "feature_layer", layers))),
         merge=merge, preproc_size=int(g.get(CLIP + "preproc_image_size", image_size)))
     _check(g, cfg)
     return cfg

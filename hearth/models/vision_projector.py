@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from gguf import GGMLQuantizationType as Q
 from torch import nn
 
+from hearth.errors import ModelLoadError
 from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
@@ -29,6 +30,10 @@ class MlpProjector(nn.Module):
         super().__init__()
         self.drop_class = "v.class_embd" in g.tensors  # HF's vision_feature_select_strategy "default"
         self.mm0, self.mm2 = _linear(g, backend, "mm.0"), _linear(g, backend, "mm.2")
+        width = cfg.hidden * len(cfg.feature_layers)  # the feature layers side by side
+        if self.mm0.in_features != width:
+            raise ModelLoadError(f"{g.path}: mm.0 reads rows of width {self.mm0.in_features}, but "
+                                 f"{len(cfg.feature_layers)} feature layer(s) of width {cfg.hidden} make {width}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # [rows, features] -> [patches, lm_hidden]
         if self.drop_class:

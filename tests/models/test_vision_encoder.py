@@ -106,3 +106,12 @@ def test_wrong_pixels_and_wrong_files_are_refused(tmp_path, models):
                         arch="llama", vision=False)
     with pytest.raises(ModelLoadError, match="not an mmproj file"):
         VisionEncoder.load(not_mmproj, select())
+
+
+def test_feature_layers_must_fit_the_projector(tmp_path, models):
+    """Two feature layers named where mm.0 reads one layer's width: refused at load, not at the first image."""
+    path = tmp_path / "mmproj.gguf"
+    write_mmproj(path, "mlp", models("mlp"), feature_layers=[1, 2])
+    with pytest.raises(ModelLoadError, match=r"mm.0 reads rows of width 32, but 2 feature layer\(s\) of width 32 "
+                                             r"make 64"):
+        VisionEncoder.load(path, select())
