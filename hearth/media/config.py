@@ -1,0 +1,151 @@
+"""The vision settings of a llama.cpp mmproj GGUF (general.architecture "clip"), as its converters write
+them: convert_hf_to_gguf.py --mmproj (gemma3, idefics3) and the legacy convert_image_encoder_to_gguf.py
+(LLaVA-1.5's `mlp`). Key names are gguf-py's Keys.Clip / Keys.ClipVision and llama.cpp's clip-impl.h."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from hearth.errors import ModelLoadError, UnsupportedError
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.media.projectors import PROJECTORS, Projector
+
+CLIP = "clip.vision."
+
+
+@dataclass(frozen=True, slots=True)
+class VisionConfig:
+    projector: str
+    """llama.cpp's clip.projector_type: "mlp" | "gemma3" | "idefics3" (hearth.media.projectors.PROJECTORS)."""
+    lm_hidden: int
+    """Width of the rows it makes: must equal the LM's hidden size (checked where the two meet)."""
+    image_size: int
+    """Side of the square the tower reads, in pixels."""
+    patch_size: int
+    hidden: int
+    """The tower's width (clip.vision.embedding_length)."""
+    ffn: int
+    heads: int
+    layers: int
+    """Blocks the file holds (the legacy LLaVA converter already dropped those past the feature layer)."""
+    eps: float
+    """The tower's LayerNorm epsilon; also gemma3's soft-embedding RMS norm's (HF: vision layer_norm_eps)."""
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+    activation: str
+    """The tower's MLP activation: "gelu" (tanh form: clip.use_gelu, SigLIP's gelu_pytorch_tanh), "silu",
+    or "quick_gelu" (neither key: CLIP's)."""
+    feature_layers: tuple[int, ...]
+    """Hidden states the features are (0: the embeddings, i: after block i), concatenated; clip.vision.feature_layer
+    or, where absent, the last block's (its output norm applied when the file has v.post_ln)."""
+    merge: int = 1
+    """gemma3: the average pool's side; idefics3: the pixel shuffle's scale factor; mlp: 1."""
+    preproc_size: int = 0
+    """idefics3: the longest edge of the processor's first resize (clip.vision.preproc_image_size)."""
+
+    @property
+    def spec(self) -> Projector:
+        return PROJECTORS[self.projector]
+
+    @property
+    def patches_per_side(self) -> int:
+        return self.image_size // self.patch_size
+
+    @property
+    def num_embeds(self) -> int:
+        """Rows one image becomes: the patch grid merged `merge` x `merge` (LLaVA's class row dropped)."""
+        return (self.patches_per_side // self.merge) ** 2
+
+
+def read_vision_config(path: str | os.PathLike) -> VisionConfig:
+    """The VisionConfig of an mmproj file; a one-line ModelLoadError for a file that is not one (or one
+    without a vision tower), UnsupportedError for a projector type hearth does not run."""
+    return vision_config(GGUFFile(path))
+
+
+def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model") -> None:
+    """ModelLoadError unless the rows fit the LM: an mmproj made for another model (another width)."""
+    if cfg.lm_hidden != hidden:
+        raise ModelLoadError(f"the mmproj makes rows of width {cfg.lm_hidden} but {where} has hidden size {hidden}: "
+                             "pass the mmproj made for this model")
+
+
+def vision_config(g: GGUFFile) -> VisionConfig:
+    """read_vision_config of a file already open (VisionEncoder.load reads its tensors from the same one)."""
+    name = _projector_type(g)
+    spec = PROJECTORS[name]
+    need = _required(g)
+    image_size, patch_size = need("image_size"), need("patch_size")
+    layers = need("block_count")
+    merge = int(g.get(CLIP + "projector.scale_factor", spec.merge_default)) if spec.merge != "none" else 1
+    cfg = VisionConfig(
+        projector=name, lm_hidden=_lm_hidden(g, spec), image_size=image_size, patch_size=patch_size,
+        hidden=need("embedding_length"), ffn=need("feed_forward_length"), heads=need("attention.head_count"),
+        layers=layers, eps=float(need("attention.layer_norm_epsilon")),
+        mean=_triple(g, "image_mean"), std=_triple(g, "image_std"), activation=_activation(g),
+        feature_layers=tuple(int(i) for i in np.atleast_1d(g.get(CLIP + "feature_layer", layers))),
+        merge=merge, preproc_size=int(g.get(CLIP + "preproc_image_size", image_size)))
+    _check(g, cfg)
+    return cfg
+
+
+def _projector_type(g: GGUFFile) -> str:
+    # mixed-modality files name each tower's projector apart (clip.vision.projector_type); LLaVA files from
+    # before the key (late 2023) say only clip.has_llava_projector, which llama.cpp then read as mlp
+    name = g.get("clip.projector_type") or g.get(CLIP + "projector_type")
+    if name is None and g.get("clip.has_llava_projector", False):
+        name = "mlp"
+    if g.arch != "clip" or (name is None and not g.get("clip.has_audio_encoder", False)):
+        raise ModelLoadError(f"{g.path}: not an mmproj file (it has no clip.projector_type; "
+                             f"its architecture is {g.arch!r}): pass a llama.cpp mmproj GGUF")
+    if not g.get("clip.has_vision_encoder", True) or CLIP + "image_size" not in g.metadata:
+        raise ModelLoadError(f"{g.path}: this mmproj has no vision tower (an audio-only projector?): "
+                             "images need one with clip.has_vision_encoder")
+    if name not in PROJECTORS:
+        raise UnsupportedError(f"{g.path}: mmproj projector type {name!r} is not supported; "
+                               f"hearth runs {', '.join(PROJECTORS)}")
+    return str(name)
+
+
+def _required(g: GGUFFile):
+    def need(key: str):
+        value = g.get(CLIP + key)
+        if value is None:
+            raise ModelLoadError(f"{g.path}: mmproj has no {CLIP + key}")
+        return value
+    return need
+
+
+def _triple(g: GGUFFile, key: str) -> tuple[float, float, float]:
+    values = g.get(CLIP + key)
+    if values is None or len(values) != 3:
+        raise ModelLoadError(f"{g.path}: mmproj needs {CLIP + key} with 3 values (one per RGB channel)")
+    return tuple(float(v) for v in values)
+
+
+def _activation(g: GGUFFile) -> str:
+    # llama.cpp's clip.cpp: use_gelu -> ggml_gelu (tanh form), use_silu -> silu, neither -> gelu_quick
+    if g.get("clip.use_gelu", False):
+        return "gelu"
+    return "silu" if g.get("clip.use_silu", False) else "quick_gelu"
+
+
+def _lm_hidden(g: GGUFFile, spec: Projector) -> int:
+    # the projector's output width; clip.vision.projection_dim is CLIP's own in legacy LLaVA files
+    return g.tensor(spec.out_tensor).shape[spec.out_axis]
+
+
+def _check(g: GGUFFile, cfg: VisionConfig) -> None:
+    if cfg.image_size % cfg.patch_size or cfg.hidden % cfg.heads:
+        raise ModelLoadError(f"{g.path}: mmproj image_size {cfg.image_size} / patch_size {cfg.patch_size} or "
+                             f"embedding_length {cfg.hidden} / head_count {cfg.heads} is not whole")
+    if cfg.patches_per_side % cfg.merge:
+        raise ModelLoadError(f"{g.path}: mmproj's {cfg.patches_per_side} patches per side do not merge by "
+                             f"{cfg.merge} ({cfg.projector})")
+    bad = [i for i in cfg.feature_layers if not 0 <= i <= cfg.layers]
+    if bad or not cfg.feature_layers:
+        raise ModelLoadError(f"{g.path}: mmproj feature layers {list(cfg.feature_layers)} are not within its "
+                             f"{cfg.layers} blocks")

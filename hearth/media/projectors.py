@@ -1,0 +1,49 @@
+"""What differs between the projector types hearth runs, one record each (llama.cpp's
+`clip.projector_type` names): how the HF image processor sizes an image, how the tower's rows merge,
+and how the rows sit in the prompt. The math lives once in hearth.models.vision*; this table picks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from PIL import Image
+
+BICUBIC, BILINEAR, LANCZOS = Image.Resampling.BICUBIC, Image.Resampling.BILINEAR, Image.Resampling.LANCZOS
+
+
+@dataclass(frozen=True, slots=True)
+class Projector:
+    name: str
+    resize: str
+    """How the HF processor sizes an image (hearth.media.images.RESIZES): "crop" (CLIPImageProcessor: shortest
+    edge to image_size, then a centre crop), "square" (Siglip/Gemma3ImageProcessor: straight to S x S),
+    "longest_then_square" (Idefics3ImageProcessor without splitting: longest edge to preproc_size, then S x S)."""
+    resample: Image.Resampling
+    """The PIL filter of that processor's resizes (the model's preprocessor_config: gemma-3 asks bilinear)."""
+    merge: str
+    """How the tower's rows become fewer (hearth.models.vision_projector): "none", "avg_pool" (gemma3: k x k
+    average of the patch grid), "pixel_shuffle" (idefics3: s x s neighbours concatenated)."""
+    merge_default: int
+    """k or s where the file names none (clip.vision.projector.scale_factor; llama.cpp's defaults)."""
+    out_tensor: str
+    out_axis: int
+    """The projector's last weight and its axis (torch order) that is the LM's width: the rows' width."""
+    before: str = ""
+    after: str = ""
+    """Prompt text right before and after the rows (the HF processor's expansion of one image)."""
+    placeholder: str | None = None
+    """A token whose id fills the rows' places in the prompt ids; None: the API uses id 0."""
+    bidirectional: bool = False
+    """The LM attends within the image's rows both ways (gemma3: HF's token_type_ids mask)."""
+
+
+PROJECTORS: dict[str, Projector] = {p.name: p for p in (
+    # LLaVA-1.5: CLIP ViT, features of layer -2 without the class row, mm.0 -> gelu -> mm.2
+    Projector("mlp", "crop", BICUBIC, "none", 1, "mm.2.weight", 0),
+    # Gemma3Processor: boi "<start_of_image>" becomes "\n\n<start_of_image>" + soft tokens + "<end_of_image>\n\n"
+    Projector("gemma3", "square", BILINEAR, "avg_pool", 4, "mm.input_projection.weight", 1,
+              "\n\n<start_of_image>", "<end_of_image>\n\n", "<image_soft_token>", bidirectional=True),
+    # Idefics3Processor, one global image (do_image_splitting=False): fake, global-img, rows, fake
+    Projector("idefics3", "longest_then_square", LANCZOS, "pixel_shuffle", 2, "mm.model.fc.weight", 0,
+              "<fake_token_around_image><global-img>", "<fake_token_around_image>", "<image>"),
+)}

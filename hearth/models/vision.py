@@ -1,0 +1,39 @@
+"""An mmproj's vision encoder: the tower (hearth.models.vision_tower) and its projector
+(hearth.models.vision_projector), built from the file once; encode() makes one image's rows for the LM.
+Linear weights go through the backend's quantized linears (F32/F16 in tiny files, F16/Q8_0 in real ones)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+from torch import nn
+
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.media.config import VisionConfig, vision_config
+from hearth.models.vision_projector import PROJECTORS
+from hearth.models.vision_tower import VisionTower
+
+
+class VisionEncoder(nn.Module):
+    def __init__(self, cfg: VisionConfig, g: GGUFFile, backend):
+        super().__init__()
+        self.cfg = cfg
+        self.tower = VisionTower(cfg, g, backend)
+        self.projector = PROJECTORS[cfg.projector](cfg, g, backend)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, backend) -> VisionEncoder:
+        """The encoder of an mmproj GGUF (hearth.media.config's one-line errors for a file that is none)."""
+        g = GGUFFile(path)
+        return cls(vision_config(g), g, backend)
+
+    @torch.inference_mode()
+    def encode(self, pixels: np.ndarray) -> torch.Tensor:
+        """pixels: float32 [3, S, S] (hearth.media.images.prepare_image) -> f32 [num_embeds, lm_hidden]."""
+        s = self.cfg.image_size
+        if pixels.shape != (3, s, s):
+            raise ValueError(f"pixels of shape {tuple(pixels.shape)}; this encoder reads [3, {s}, {s}]")
+        x = torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
+        return self.projector(self.tower(x)).float()

@@ -1,0 +1,142 @@
+"""prepare_image against the HF image processors (transformers' PIL backend) of the three tiny models: the
+same pixels, to the bit, for odd sizes, both orientations, RGBA, grayscale, a palette with transparency, PNG
+and JPEG, an EXIF-rotated photo; and the one-line refusals."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image, ImageOps
+
+from hearth.media.config import read_vision_config
+from hearth.media.images import prepare_image
+from hearth.media.projectors import PROJECTORS
+from tests.mmproj_factory import hf_processor, tiny_hf, write_mmproj
+
+
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory):
+    out = {}
+    for name in PROJECTORS:
+        path = tmp_path_factory.mktemp(name) / f"{name}.gguf"
+        write_mmproj(path, name, tiny_hf(name))
+        out[name] = read_vision_config(path)
+    return out
+
+
+def encoded(img: Image.Image, fmt: str, **save) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, fmt, **save)
+    return buf.getvalue()
+
+
+def noise(w: int, h: int, mode: str = "RGB", seed: int = 0) -> Image.Image:
+    rng = np.random.default_rng(seed)
+    channels = {"RGB": 3, "RGBA": 4, "L": 1}[mode]
+    arr = rng.integers(0, 256, (h, w, channels), dtype=np.uint8)
+    return Image.fromarray(arr[..., 0] if channels == 1 else arr, mode)
+
+
+def rotated_photo() -> bytes:
+    """A JPEG whose EXIF orientation 6 says: turn it 90 degrees clockwise to see it upright."""
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    return encoded(noise(50, 30, seed=3), "JPEG", exif=exif, quality=90)
+
+
+def palette_with_transparency() -> bytes:
+    img = noise(40, 33, seed=4).convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+    return encoded(img, "PNG", transparency=3)
+
+
+IMAGES = {
+    "png-wide-odd": lambda: encoded(noise(71, 45), "PNG"),
+    "jpeg-tall": lambda: encoded(noise(30, 97, seed=1), "JPEG", quality=85),
+    "png-rgba": lambda: encoded(noise(53, 53, "RGBA", seed=2), "PNG"),
+    "png-gray": lambda: encoded(noise(64, 40, "L", seed=5), "PNG"),
+    "png-palette-transparent": palette_with_transparency,
+    "png-tiny": lambda: encoded(noise(5, 3, seed=6), "PNG"),
+    "jpeg-exif-rotated": rotated_photo,
+}
+
+
+def hf_pixels(name: str, data: bytes) -> np.ndarray:
+    """The HF processor's pixels for bytes opened as transformers' load_image opens them (EXIF-upright)."""
+    img = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    out = hf_processor(name)(images=img, return_tensors="np")["pixel_values"]
+    return out.reshape(out.shape[-3:])
+
+
+@pytest.mark.parametrize("image", IMAGES)
+@pytest.mark.parametrize("name", PROJECTORS)
+def test_pixels_equal_the_hf_processor(configs, name, image):
+    data = IMAGES[image]()
+    got = prepare_image(data, configs[name])
+    want = hf_pixels(name, data)
+    assert got.pixels.dtype == np.float32 and got.pixels.shape == want.shape == (3,) + (configs[name].image_size,) * 2
+    np.testing.assert_array_equal(got.pixels, want)
+
+
+def test_exif_orientation_is_applied(configs):
+    """The upright photo, not the stored one (HF's load_image for URLs and base64)."""
+    data, cfg = rotated_photo(), configs["gemma3"]
+    stored = hf_processor("gemma3")(images=Image.open(io.BytesIO(data)), return_tensors="np")["pixel_values"][0]
+    assert np.abs(prepare_image(data, cfg).pixels - stored).max() > 0.5
+
+
+def test_transparency_goes_onto_white(configs):
+    clear = Image.new("RGBA", (20, 20), (0, 0, 0, 0))
+    pixels = prepare_image(encoded(clear, "PNG"), configs["gemma3"]).pixels
+    np.testing.assert_allclose(pixels, 1.0)  # white, normalized by mean 0.5 / std 0.5
+
+
+def test_prompt_facts_come_from_the_projector(configs):
+    data = IMAGES["png-wide-odd"]()
+    for name, cfg in configs.items():
+        p = prepare_image(data, cfg)
+        spec = PROJECTORS[name]
+        assert (p.num_embeds, p.before, p.after, p.placeholder, p.bidirectional) == \
+            (cfg.num_embeds, spec.before, spec.after, spec.placeholder, spec.bidirectional)
+    g = prepare_image(data, configs["gemma3"])
+    assert (g.num_embeds, g.placeholder, g.bidirectional) == (16, "<image_soft_token>", True)
+    assert prepare_image(data, configs["mlp"]).placeholder is None
+
+
+def test_digest_names_the_pixels(configs):
+    cfg = configs["idefics3"]
+    a, b = IMAGES["png-wide-odd"](), IMAGES["jpeg-tall"]()
+    assert prepare_image(a, cfg).digest == prepare_image(a, cfg).digest
+    assert prepare_image(a, cfg).digest != prepare_image(b, cfg).digest
+    # the same picture in another container is the same pixels: the same KV
+    same = encoded(Image.open(io.BytesIO(a)), "BMP")
+    assert prepare_image(same, cfg).digest == prepare_image(a, cfg).digest
+    assert prepare_image(a, cfg).digest != prepare_image(a, configs["gemma3"]).digest
+
+
+@pytest.mark.parametrize("data, reason", [
+    (b"this is not an image", "cannot read the image: not an image"),
+    (b"", "cannot read the image: not an image"),
+    (encoded(noise(40, 40), "PNG")[:60], "cannot read the image"),
+    (encoded(noise(40, 40), "JPEG")[:300], "cannot read the image"),
+    (b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4, "cannot read the image"),
+    (b"GIF89a\x10\x00\x10\x00", "cannot read the image"),
+    (encoded(noise(40, 40), "GIF")[:40], "cannot read the image"),
+    (encoded(noise(40, 40), "BMP")[:200], "cannot read the image"),
+    (encoded(noise(40, 40), "WEBP")[:100], "cannot read the image"),
+])
+def test_garbled_bytes_are_one_line_errors(configs, data, reason):
+    with pytest.raises(ValueError, match=reason) as e:
+        prepare_image(data, configs["mlp"])
+    assert "\n" not in str(e.value)
+
+
+def test_too_many_pixels_is_refused_before_decoding(configs):
+    with pytest.raises(ValueError, match=r"image is 300x200 pixels, more than the 10000 allowed"):
+        prepare_image(encoded(noise(300, 200), "PNG"), configs["mlp"], max_pixels=10_000)
+    # a header that claims a decompression bomb (PIL's own limit): refused from the header alone
+    bomb = bytearray(encoded(noise(8, 8), "BMP"))
+    bomb[18:26] = (30000).to_bytes(4, "little") + (30000).to_bytes(4, "little")
+    with pytest.raises(ValueError, match=r"image is more than the .* pixels allowed"):
+        prepare_image(bytes(bomb), configs["mlp"])
