@@ -75,6 +75,15 @@ class RequestImages:
     def marker(self, k: int) -> str:
         return f"<__hearth_image_{self.nonce}_{k}__>"
 
+    def continued(self, vision: Vision | None) -> RequestImages:
+        """A follow-up's images (Responses' previous_response_id): the same nonce, so the stored
+        conversation's markers still name their images, and more may be added. Prepared again on load
+        (kept as bytes only: a prepared image's pixels are large)."""
+        out = RequestImages(vision)
+        out.nonce = self.nonce
+        out.parts = [ImagePart(p.field, p.data, p.url) for p in self.parts]
+        return out
+
     def require(self, field: str) -> None:
         """A 400 naming `field` unless the model takes images."""
         if self.vision is None:

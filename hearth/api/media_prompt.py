@@ -72,6 +72,17 @@ def encode_with_images(served, text: str, images: RequestImages, messages: list[
     return PromptIds(ids, media)
 
 
+MEDIA_MARKER = "<__media__>"
+"""llama.cpp's (mtmd_default_marker): where /apply-template's prompt shows an image."""
+
+
+def shown(text: str, images: RequestImages) -> str:
+    """A rendered prompt as a client reads it: each of the request's markers as MEDIA_MARKER."""
+    if not images:
+        return text
+    return MARKER.sub(lambda m: MEDIA_MARKER if images.part(*m.groups()) else m.group(0), text)
+
+
 def _encode(served, text: str, first: bool) -> list[int]:
     if first:
         return served.encode_chat_text(text)
