@@ -116,7 +116,7 @@ def _user(blocks: list[dict], where: str, calls: set[str], images=None) -> list[
         elif kind == "document":
             raise bad(f"{at}.type", f"{kind!r} blocks are not supported: this model reads text only")
         else:
-            raise bad(f"{at}.type", f"unknown block type {kind!r}; expected 'text' or 'tool_result'")
+            raise bad(f"{at}.type", f"unknown block type {kind!r}; expected 'text', 'image' or 'tool_result'")
     return results + ([{"role": "user", "content": "\n".join(texts)}] if texts or not results else [])
 
 

@@ -45,8 +45,8 @@ class Vision:
 
 
 def text_only(field: str) -> APIError:
-    return bad(field, "images are not supported: this model reads text only (serve it with a vision "
-                      "projector: `--mmproj FILE`)")
+    return bad(field, "images are not supported: this model reads text only (start the server with "
+                      "`--mmproj FILE`, the model's vision projector, to give it images)")
 
 
 @dataclass(slots=True)
@@ -104,8 +104,11 @@ class RequestImages:
     async def load(self) -> None:
         """Fetch what is fetched and prepare every image for the model, in threads (a 400 naming the part's
         field where one fails: the first such in the request's order)."""
-        if self.parts:
-            await asyncio.gather(*(asyncio.to_thread(self._load, p) for p in self.parts if p.image is None))
+        todo = [p for p in self.parts if p.image is None]
+        done = await asyncio.gather(*(asyncio.to_thread(self._load, p) for p in todo), return_exceptions=True)
+        for failed in done:
+            if isinstance(failed, BaseException):
+                raise failed
 
     def _load(self, part: ImagePart) -> None:
         if part.data is None:

@@ -114,7 +114,7 @@ def text_content(content: Any, where: str, optional: bool = False, images=None) 
         elif kind in ("input_audio", "file", "document", "input_file"):
             raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
         else:
-            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text'")
+            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text' or 'image_url'")
     return "\n".join(texts)
 
 

@@ -52,8 +52,9 @@ def _with_images(given: Any, content: Any, where: str, images) -> Any:
     images.require(where)
     if not isinstance(given, list):
         raise bad(where, f"must be a list of base64 strings, not {_kind(given)}")
-    markers = "".join(images.add(f"{where}[{j}]", b64=x) for j, x in enumerate(given))
-    return markers + content if isinstance(content, str) else content  # a content of another type: openai_messages names it
+    if not isinstance(content, str):
+        raise bad(where.removesuffix(".images") + ".content", f"must be a string, not {_kind(content)}")
+    return "".join(images.add(f"{where}[{j}]", b64=x) for j, x in enumerate(given)) + content
 
 
 def _calls(calls: Any, where: str, i: int) -> Any:

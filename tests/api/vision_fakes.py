@@ -70,7 +70,8 @@ def vision_client(vision: bool = True, template: str = TEMPLATE) -> tuple[TestCl
 
 @dataclass
 class ImageServer:
-    """127.0.0.1, a free port: GET /NAME answers files[NAME] (404 else); /slow never answers."""
+    """127.0.0.1, a free port: GET /NAME answers files[NAME] (a 1-tuple: a redirect to its URL; 404 where
+    absent); /slow answers after 5 s."""
     files: dict
 
     def __enter__(self) -> ImageServer:
@@ -81,6 +82,11 @@ class ImageServer:
                 body = files.get(self.path.lstrip("/"))
                 if self.path == "/slow":
                     threading.Event().wait(5)
+                if isinstance(body, tuple):  # (location,): a redirect there
+                    self.send_response(302)
+                    self.send_header("Location", body[0])
+                    self.end_headers()
+                    return
                 if body is None:
                     self.send_error(404)
                     return

@@ -1,0 +1,105 @@
+"""hearth.api.media_prompt: a rendered prompt split at its image markers (BOS once, each image's
+before/rows/after, the placeholder's id), PromptIds through the ways routes extend prompts, and a tool
+guard's retries and re-prompts keeping the request's images."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+import pytest
+
+from hearth.api.errors import APIError
+from hearth.api.media_parts import RequestImages, Vision
+from hearth.api.media_prompt import PromptIds, encode_with_images, shifted, shown
+from hearth.api.served import ServedModel
+from hearth.media.inputs import MediaInput
+from tests.api.vision_fakes import AFTER, BEFORE, PLACEHOLDER, ImageServer, data_url, fake_prepare, image, vision_client
+from tests.server.fakes import FakeTokenizer
+
+BOS = "\x02"
+
+
+class BosTokenizer(FakeTokenizer):
+    """Adds BOS (id 2) when asked to add special tokens, as a llama tokenizer does."""
+    bos_token, add_bos = BOS, True
+
+    def encode(self, text, add_special_tokens=True, parse_special=False):
+        return ([2] if add_special_tokens else []) + super().encode(text)
+
+
+def served_with(tokenizer, vision) -> ServedModel:
+    return ServedModel(["m"], tokenizer, None, None, 4096, vision=vision)
+
+
+def loaded(vision, *datas: bytes) -> tuple[RequestImages, list[str]]:
+    images = RequestImages(vision)
+    marks = [images.add(f"messages[0].content[{j}]", url=data_url(d)) for j, d in enumerate(datas)]
+    asyncio.run(images.load())
+    return images, marks
+
+
+def test_bos_once_rows_in_place_and_text_around_them():
+    vision = Vision(None, fake_prepare)
+    images, (a, b) = loaded(vision, image(2), image(3, b"bi"))
+    served = served_with(BosTokenizer(), vision)
+    text = f"{BOS}hi {a} and {b}."  # the template wrote BOS: it is not doubled
+    ids = encode_with_images(served, text, images, [{"content": f"hi {a} and {b}."}])
+    assert "".join(map(chr, ids)) == f"{BOS}hi {BEFORE}{PLACEHOLDER * 2}{AFTER} and {BEFORE}{PLACEHOLDER * 3}{AFTER}."
+    first, second = ids.media
+    assert (first.offset, first.length, first.bidirectional) == (4 + len(BEFORE), 2, False)
+    assert second.length == 3 and second.bidirectional and ids[second.offset:second.end] == [1, 1, 1]
+
+
+def test_an_image_first_and_last_and_a_placeholder_of_no_single_token():
+    vision = Vision(None, lambda d: SimpleNamespace(**{**vars(fake_prepare(d)), "placeholder": "<two>"}))
+    images, (a,) = loaded(vision, image(2))
+    ids = encode_with_images(served_with(BosTokenizer(), vision), a, images, [{"content": a}])
+    assert ids[0] == 2 and ids.count(0) == 2  # BOS, then the rows as id 0: "<two>" is no single token
+    assert "".join(map(chr, ids[ids.media[0].end:])) == AFTER
+
+
+def test_another_models_served_cannot_take_the_images():
+    images, (a,) = loaded(Vision(None, fake_prepare), image(1))
+    with pytest.raises(APIError) as e:
+        encode_with_images(served_with(FakeTokenizer(), Vision(None, fake_prepare)), a, images, [{"content": a}])
+    assert e.value.param == "messages[0].content[0]" and "not supported by model 'm'" in e.value.message
+
+
+def test_prompt_ids_keep_their_media_when_extended_and_moved():
+    m = MediaInput(3, 2, b"d", None)
+    ids = PromptIds([9, 9, 9, 1, 1, 9], [m])
+    assert (ids + [7]).media == (m,) and list(ids + [7]) == [9, 9, 9, 1, 1, 9, 7]
+    moved = shifted([5, 5], ids)
+    assert moved.media[0].offset == 5 and moved[moved.media[0].offset] == 1
+    assert shifted([5], [1, 2]) == [5, 1, 2] and not hasattr(shifted([5], [1, 2]), "media")
+
+
+def test_shown_replaces_only_this_requests_markers():
+    images, (a,) = loaded(Vision(None, fake_prepare), image(1))
+    other = "<__hearth_image_ffffffffffffffff_0__>"
+    assert shown(f"x{a}y{other}", images) == f"x<__media__>y{other}"
+
+
+def test_a_redirect_to_another_scheme_is_not_followed():
+    """urllib itself follows one to ftp."""
+    client, _ = vision_client()
+    with ImageServer({"moved": ("ftp://127.0.0.1:1/a.png",)}) as site, client:
+        r = client.post("/v1/chat/completions", json={"model": "fake-model", "messages": [
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": site.url("moved")}}]}]})
+    assert r.status_code == 400 and "not http(s)" in r.json()["error"]["message"], r.text
+
+
+def test_the_tool_guards_resample_and_reprompt_keep_the_image():
+    from tests.server.test_tool_guard import LOOSE
+    client, engine = vision_client()
+    content = [{"type": "image_url", "image_url": {"url": data_url(image(3))}}, {"type": "text", "text": "script:guard_bad_args"}]
+    with client:
+        r = client.post("/v1/chat/completions", json={"model": "fake-model", "tools": [LOOSE],
+                                                      "messages": [{"role": "user", "content": content}]})
+    assert r.status_code == 200, r.text
+    assert [e["kind"] for e in r.json()["hearth"]["retries"]] == ["resample", "reprompt"]
+    assert len(engine.added) == len(engine.media) == 3
+    for added, media in zip(engine.added, engine.media):
+        (m,) = media
+        assert added.prompt[m.offset - len(BEFORE):m.end + len(AFTER)] == BEFORE + PLACEHOLDER * 3 + AFTER
