@@ -57,8 +57,8 @@ def _prompt(served, body, guard: RequestGuard, plan, images, extra: list[dict] |
     conversation compacted first with hearth.compaction."""
     conversation = guard.history + (openai_messages(extra) if extra else [])
     max_tokens = getattr(body, "max_tokens", None)
-    return guard.fit(lambda msgs: _render(served, body, plan, msgs, images), conversation, served.max_model_len, max_tokens,
-                     served.model_context)
+    return guard.fit(lambda msgs: _render(served, body, plan, msgs, images), conversation, served.max_model_len,
+                     max_tokens, served.model_context)
 
 
 def _reprompt(served, body, guard: RequestGuard, plan, images, extra: list[dict]) -> list[int]:

@@ -87,8 +87,8 @@ async def chat(body: ChatRequest, request: Request):
     req = ChoicesRequest(served, plan, text, ids, fields, FIELD_NAMES, guard, True,
                          reprompt,
                          streaming=body.stream)
-    source, _ = await routed_choices(state, served.name, ask, lambda s, p: _render(s, p, history, template, prefill, images),
-                                     req)
+    source, _ = await routed_choices(state, served.name, ask,
+                                     lambda s, p: _render(s, p, history, template, prefill, images), req)
     reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
     return await _answer(request, body.stream, reply, unload_after(state.models, served.name, keep_alive))
 
@@ -161,7 +161,8 @@ def _generate_images(given, images: RequestImages) -> str:
     return "".join(images.add(f"images[{j}]", b64=x) for j, x in enumerate(given))
 
 
-def _generate_prompt(served, body: GenerateRequest, images=None, marks: str = "") -> tuple[str, list[int], list[int] | None]:
+def _generate_prompt(served, body: GenerateRequest, images=None,
+                     marks: str = "") -> tuple[str, list[int], list[int] | None]:
     """(the prompt's text, its ids, the ids a reply's `context` starts with: None for raw and FIM, as Ollama,
     and where images are in the prompt: ids with image rows continue nothing without their images)."""
     if body.suffix:
@@ -176,7 +177,8 @@ def _generate_prompt(served, body: GenerateRequest, images=None, marks: str = ""
     messages = openai_messages(([{"role": "system", "content": body.system}] if body.system else []) +
                                [{"role": "user", "content": marks + body.prompt}])
     text = served.render_chat(messages, template_kwargs=think_kwargs(body.think, thinks(served)))
-    ids = shifted(token_ids("context", body.context, served.vocab_size), served.encode_chat_text(text, images, messages))
+    context = token_ids("context", body.context, served.vocab_size)
+    ids = shifted(context, served.encode_chat_text(text, images, messages))
     return text, ids, None if images else ids
 
 

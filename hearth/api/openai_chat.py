@@ -51,8 +51,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     parallel = body.parallel_tool_calls and not legacy
     guard.prompt_hint(plan, parallel)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body, images), history, served.max_model_len, max_tokens,
-                             served.model_context)
+    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body, images), history, served.max_model_len,
+                            max_tokens, served.model_context)
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}
@@ -65,7 +65,8 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                          lambda extra: _reprompt(served, plan, body, guard, history + openai_messages(extra), images,
                                                  fields["max_tokens"]),
                          streaming=bool(body.stream))
-    source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body, images), req)
+    source, client_k = await routed_choices(state, body.model, ask,
+                                            lambda s, p: _render(s, p, history, body, images), req)
     reply = _Reply(served, source, client_k, parallel, legacy, (ids, fields["prompt_logprobs"]),
                    served.answer_name(body.model))
     if body.stream:

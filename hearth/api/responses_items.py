@@ -143,7 +143,8 @@ def part_text(content: Any, where: str, images=None) -> str:
         if kind not in _TEXT_PARTS:
             if kind in ("input_file", "input_audio"):
                 raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
-            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'input_text', 'output_text' or 'input_image'")
+            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'input_text', 'output_text' "
+                                    "or 'input_image'")
         text = part.get("refusal") if kind == "refusal" else part.get("text")
         if not isinstance(text, str):
             raise bad(f"{at}.text", "must be a string")

@@ -101,7 +101,8 @@ async def create_response(body: ResponsesRequest, request: Request):
 
     def render_for(model, model_plan) -> tuple[str, list[int]]:
         msgs = with_instructions(body.instructions, conversation)
-        text = model.render_chat(prompt_messages(model, model_plan, msgs), model_plan.tools if model_plan.in_template else None)
+        text = model.render_chat(prompt_messages(model, model_plan, msgs),
+                                 model_plan.tools if model_plan.in_template else None)
         return text, model.encode_chat_text(text, images, msgs)
 
     names = {"max_tokens": "max_output_tokens", "logprobs": "top_logprobs"}
@@ -255,9 +256,9 @@ class _Reply:
             # retried, or answered by a router's small model: the output ids continue no single prompt of this model
             retried = bool(ext and (ext.get("retries") or (ext.get("router") or {}).get("decision") == "accepted"))
             text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
-            self.store.put(self.id, StoredResponse(body, messages, text, [] if retried else list(self.ids + self.output_ids),
-                                                   input_items=self.items,
-                                                   images=self.images.continued(self.images.vision) if self.images else None))
+            ids = [] if retried else list(self.ids + self.output_ids)  # plain ids: no image's pixels kept
+            images = self.images.continued(self.images.vision) if self.images else None  # bytes only
+            self.store.put(self.id, StoredResponse(body, messages, text, ids, input_items=self.items, images=images))
         return body
 
     async def whole(self) -> dict:
