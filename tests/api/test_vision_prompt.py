@@ -103,3 +103,24 @@ def test_the_tool_guards_resample_and_reprompt_keep_the_image():
     for added, media in zip(engine.added, engine.media):
         (m,) = media
         assert added.prompt[m.offset - len(BEFORE):m.end + len(AFTER)] == BEFORE + PLACEHOLDER * 3 + AFTER
+
+
+def test_compaction_may_drop_an_old_image_but_a_template_may_not():
+    """The image of a turn compaction dropped is no template's doing: no 400, no MediaInput for it."""
+    old = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": data_url(image(9, bytes([65 + i])))}},
+                                        {"type": "text", "text": f"step {i} " + "x" * 300}]} for i in range(3)]
+    chat = [{"role": "user", "content": "Look at these."}]
+    for msg in old:
+        chat += [{"role": "assistant", "content": "ok"}, msg]
+    chat += [{"role": "assistant", "content": "ok"}, {"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data_url(image(2, b"last"))}}, {"type": "text", "text": "and this?"}]}]
+    client, engine = vision_client(max_model_len=600)
+    with client:
+        r = client.post("/v1/chat/completions", json={"model": "fake-model", "messages": chat, "max_tokens": 20,
+                                                      "hearth": {"compaction": {"mode": "tiered", "keep_last": 1}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["hearth"]["events"][0]["kind"] == "compacted"
+    prompt, media = engine.added[-1].prompt, engine.media[-1]
+    assert "step 0" not in prompt and media and media[-1].length == 2 and len(media) < 4
+    for m in media:
+        assert prompt[m.offset:m.end] == PLACEHOLDER * m.length

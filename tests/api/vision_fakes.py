@@ -60,8 +60,8 @@ class MediaEngine(FakeEngine):
         return super().add_request(prompt_ids, params, request_id)
 
 
-def vision_client(vision: bool = True, template: str = TEMPLATE) -> tuple[TestClient, MediaEngine]:
-    engine = MediaEngine()
+def vision_client(vision: bool = True, template: str = TEMPLATE, **engine_kw) -> tuple[TestClient, MediaEngine]:
+    engine = MediaEngine(**engine_kw)
     served = fake_served(template, engine)
     if vision:
         served.vision = Vision(cfg=None, prepare=fake_prepare, path="mmproj.gguf")
