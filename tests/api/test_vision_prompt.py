@@ -124,3 +124,32 @@ def test_compaction_may_drop_an_old_image_but_a_template_may_not():
     assert "step 0" not in prompt and media and media[-1].length == 2 and len(media) < 4
     for m in media:
         assert prompt[m.offset:m.end] == PLACEHOLDER * m.length
+
+
+def test_pieces_tokenized_apart_equal_the_expanded_prompt_tokenized_whole(model_path):
+    """Gemma3's real tokenizer and template: the text before an image with its `before`, and its `after`
+    with the text after, tokenized apart = the prompt with the rows spelled out as a special token,
+    tokenized whole (HF's processor expands the image that way): the rows' special ids cut the text the
+    same way."""
+    from hearth.api.chat_template import ChatTemplate
+    from hearth.api.messages import openai_messages
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.loader.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_gguf(GGUFFile(model_path("gemma3-270m")))
+    before, after = "\n\n<start_of_image>", "<end_of_image>\n\n"
+    vision = Vision(None, lambda d: SimpleNamespace(**{**vars(fake_prepare(d)), "before": before, "after": after,
+                                                       "placeholder": "<pad>"}))
+    served = ServedModel(["g"], tok, ChatTemplate(tok.chat_template, "<bos>", "<end_of_turn>", "gemma3"), None,
+                         4096, vision=vision)
+    images = RequestImages(vision)
+    msgs = openai_messages([{"role": "user", "content": [
+        {"type": "text", "text": "Describe"}, {"type": "image_url", "image_url": data_url(image(5))},
+        {"type": "text", "text": "please."}]}], images=images)
+    asyncio.run(images.load())
+    text = served.render_chat(msgs)
+    ids = served.encode_chat_text(text, images, msgs)
+    whole = served.encode_chat_text(text.replace(images.marker(0), before + "<pad>" * 5 + after))
+    assert list(ids) == whole and ids.count(tok.bos_id) == 1
+    (m,) = ids.media
+    assert ids[m.offset - 1] == tok.encode("<start_of_image>", add_special_tokens=False)[0] and ids[m.end] != 0
