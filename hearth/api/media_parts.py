@@ -35,7 +35,7 @@ class Vision:
     """bytes -> hearth.media.images.PreparedImage, ValueError for what is no usable image; None:
     hearth.media.images.prepare_image with `cfg`."""
     path: str = ""
-    """The mmproj file (/props' and /api/show's)."""
+    """The mmproj file it was read from ("": not known)."""
 
     def prepare_image(self, data: bytes):
         if self.prepare is not None:
@@ -115,7 +115,7 @@ class RequestImages:
             part.data = fetch(part.url, part.field)
         try:
             part.image = self.vision.prepare_image(part.data)
-        except ValueError as e:
+        except (ValueError, OSError) as e:  # OSError: Pillow's for a truncated or unknown file, if one gets by
             raise bad(part.field, f"not a usable image: {e}") from None
 
 
