@@ -116,7 +116,7 @@ class RequestImages:
         try:
             part.image = self.vision.prepare_image(part.data)
         except (ValueError, OSError) as e:  # OSError: Pillow's for a truncated or unknown file, if one gets by
-            raise bad(part.field, f"not a usable image: {e}") from None
+            raise bad(part.field, str(e) or "not an image") from None
 
 
 def read_part(part: dict, at: str, images: RequestImages | None) -> str | None:

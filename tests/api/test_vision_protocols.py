@@ -45,7 +45,7 @@ def test_anthropic_400s_are_anthropic_shaped():
     with client:
         for block, field, why in ((bad, "messages[0].content[0].source.data", "invalid base64"),
                                   (kind, "messages[0].content[0].source.media_type", "image/jpeg"),
-                                  (junk, "messages[0].content[0].source.data", "not a usable image")):
+                                  (junk, "messages[0].content[0].source.data", "cannot identify image file")):
             r = anthropic(client, [block])
             body = r.json()
             assert r.status_code == 400 and body["type"] == "error", body
@@ -109,7 +109,7 @@ def test_ollama_400s_are_ollama_shaped():
             {"role": "user", "content": "x", "images": ["not base64!"]}]})
         g = client.post("/api/generate", json={"model": "fake-model", "prompt": "x", "images": [b64(b"junk")]})
     assert r.status_code == 400 and r.json()["error"].startswith("messages[0].images[0]: invalid base64"), r.text
-    assert g.status_code == 400 and g.json()["error"].startswith("images[0]: not a usable image"), g.text
+    assert g.status_code == 400 and g.json()["error"].startswith("images[0]: cannot identify image file"), g.text
     text_only, _ = vision_client(vision=False)
     with text_only:
         r = text_only.post("/api/chat", json={"model": "fake-model", "messages": [
