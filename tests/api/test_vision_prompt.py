@@ -153,3 +153,26 @@ def test_pieces_tokenized_apart_equal_the_expanded_prompt_tokenized_whole(model_
     assert list(ids) == whole and ids.count(tok.bos_id) == 1
     (m,) = ids.media
     assert ids[m.offset - 1] == tok.encode("<start_of_image>", add_special_tokens=False)[0] and ids[m.end] != 0
+
+
+def test_a_router_whose_small_model_reads_text_only_leaves_an_image_to_the_main_model():
+    from hearth.api.app import ServerConfig, create_app
+    from hearth.api.model_pool import ModelPool
+    from hearth.tool_guard.routing import RouterConfig
+    from starlette.testclient import TestClient
+    from tests.api.vision_fakes import MediaEngine
+    from tests.server.fakes import fake_served
+    from tests.server.test_tool_router import TOOLS
+
+    main, small = MediaEngine(), MediaEngine()
+    served = fake_served(engine=main, names=("main",))
+    served.vision = Vision(None, fake_prepare)
+    pool = ModelPool.of([served, fake_served(engine=small, names=("small",))], {"main": RouterConfig("small", 0.5, 0.0)})
+    content = [{"type": "image_url", "image_url": {"url": data_url(image(2))}}, {"type": "text", "text": "weather?"}]
+    with TestClient(create_app(pool, ServerConfig()), raise_server_exceptions=False) as client:
+        r = client.post("/v1/chat/completions", json={"model": "main", "tools": TOOLS,
+                                                      "messages": [{"role": "user", "content": content}]})
+    assert r.status_code == 200, r.text
+    router = r.json()["hearth"]["router"]
+    assert router["decision"] == "fallback" and "not supported by model 'small'" in router["reason"]
+    assert small.added == [] and [m.length for m in main.media[-1]] == [2]
