@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hearth.api.media_parts import read_part
 from hearth.api.messages import _kind, bad, check_messages, template_arguments, text_content
 from hearth.tool_guard.repeats import tool_error
 
@@ -18,14 +19,16 @@ templates have no field for it (OpenAI's tool message has none), so the model se
 as in Anthropic's own examples of failed tool results ("Error: Missing required 'location' parameter")."""
 
 
-def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
+def anthropic_messages(messages: list[dict], system: Any = None, images=None) -> list[dict]:
     """Anthropic's rules checked as its API answers them (400s naming the field) on user turns: no empty
     content, no empty or whitespace-only text block. Assistant turns pass as they are, empty ones
     dropped: they echo what a model answered, and a small model's empty or whitespace-only answer
     must come back without a 400 (an empty final one prefills nothing). Consecutive user turns are
     one turn, and so are consecutive assistant turns, as Anthropic combines them (a template that wants roles to alternate renders them). A
     first assistant turn passes, as Anthropic's own API takes it (its Bedrock endpoint refuses it). A
-    tool_result must answer a tool_use of the assistant turn before it, as Anthropic's API requires."""
+    tool_result must answer a tool_use of the assistant turn before it, as Anthropic's API requires.
+    images: the request's hearth.api.media_parts.RequestImages, which takes its image blocks (user turns
+    and tool results: their markers in the text); None: an image block is a 400."""
     check_messages(messages)
     out: list[dict] = []
     if system is not None:
@@ -35,7 +38,7 @@ def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
     calls: set[str] = set()  # the tool_use ids of the last assistant turn: what a tool_result may answer
     previous = None
     for i, m in enumerate(messages):
-        turn = _message(m, f"messages[{i}]", calls)
+        turn = _message(m, f"messages[{i}]", calls, images)
         if m.get("role") == "assistant":  # consecutive assistant messages are one turn, as user ones are
             made = {c["id"] for t in turn for c in t.get("tool_calls", ())}
             calls = calls | made if previous == "assistant" else made
@@ -47,7 +50,7 @@ def anthropic_messages(messages: list[dict], system: Any = None) -> list[dict]:
     return _combined(out)
 
 
-def _message(m: dict, where: str, calls: set[str]) -> list[dict]:
+def _message(m: dict, where: str, calls: set[str], images=None) -> list[dict]:
     role = m.get("role")
     if role is None:
         raise bad(f"{where}.role", "is required")
@@ -70,7 +73,7 @@ def _message(m: dict, where: str, calls: set[str]) -> list[dict]:
             raise bad(f"{where}.content[{j}]", f"must be a content block object, not {_kind(block)}")
     if role == "assistant":
         return [_assistant(content, f"{where}.content")]
-    return _user(content, f"{where}.content", calls)
+    return _user(content, f"{where}.content", calls, images)
 
 
 def _assistant(blocks: list[dict], where: str) -> dict:
@@ -94,7 +97,7 @@ def _assistant(blocks: list[dict], where: str) -> dict:
     return out
 
 
-def _user(blocks: list[dict], where: str, calls: set[str]) -> list[dict]:
+def _user(blocks: list[dict], where: str, calls: set[str], images=None) -> list[dict]:
     """calls: the ids of the tool_use blocks of the assistant turn before (consecutive user turns are
     one turn to Anthropic, so they share it)."""
     results, texts = [], []
@@ -103,15 +106,17 @@ def _user(blocks: list[dict], where: str, calls: set[str]) -> list[dict]:
         if kind == "text":
             texts.append(_text(b, at))
         elif kind == "tool_result":
-            text = _result_text(b.get("content"), f"{at}.content")
+            text = _result_text(b.get("content"), f"{at}.content", images)
             result = {"role": "tool", "tool_call_id": _answered(b, at, calls), "content": text}
             if b.get("is_error") is True:  # the client says the call failed (hearth.tool_guard.repeats reads it)
                 result.update(is_error=True, content=text if tool_error(text) else ERROR_MARK + text)
             results.append(result)
-        elif kind in ("image", "document"):
+        elif kind == "image":
+            texts.append(read_part(b, at, images))
+        elif kind == "document":
             raise bad(f"{at}.type", f"{kind!r} blocks are not supported: this model reads text only")
         else:
-            raise bad(f"{at}.type", f"unknown block type {kind!r}; expected 'text' or 'tool_result'")
+            raise bad(f"{at}.type", f"unknown block type {kind!r}; expected 'text', 'image' or 'tool_result'")
     return results + ([{"role": "user", "content": "\n".join(texts)}] if texts or not results else [])
 
 
@@ -127,12 +132,12 @@ def _answered(block: dict, where: str, calls: set[str]) -> str:
     return use_id
 
 
-def _result_text(content: Any, where: str) -> str:
+def _result_text(content: Any, where: str, images=None) -> str:
     if content is None:
         return ""
     if isinstance(content, (dict, int, float, bool)):
         return json.dumps(content)
-    return text_content(content, where)
+    return text_content(content, where, images=images)
 
 
 def _text(block: dict, where: str) -> str:

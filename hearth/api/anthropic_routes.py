@@ -15,6 +15,7 @@ from hearth.api.errors import APIError
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
+from hearth.api.media_parts import RequestImages
 from hearth.api.messages import _kind, bad, openai_messages
 from hearth.api.parsing import anthropic_stop
 from hearth.api.sampling import common_fields
@@ -30,11 +31,12 @@ from hearth.tool_parsers import collect
 router = APIRouter()
 
 
-def _guarded(served, body, server_guard, hearth=None) -> tuple[RequestGuard, object, bool]:
+def _guarded(served, body, server_guard, images, hearth=None) -> tuple[RequestGuard, object, bool]:
     """The request's guard (its extensions checked, its tools ranked), tool plan and whether calls may
-    be parallel (read once here: the reply and the stream use the same answer)."""
-    guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools), anthropic_messages(body.messages, body.system),
-                         body.tool_choice)
+    be parallel (read once here: the reply and the stream use the same answer); its image blocks go to
+    `images` (hearth.api.media_parts.RequestImages), which the caller loads."""
+    guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools),
+                         anthropic_messages(body.messages, body.system, images), body.tool_choice)
     plan, parallel = plan_tools(served, guard.tools, body.tool_choice), _parallel(body)
     guard.prompt_hint(plan, parallel)
     return guard, plan, parallel
@@ -50,16 +52,21 @@ def _parallel(body) -> bool:
     return not flag
 
 
-def _prompt(served, body, guard: RequestGuard, plan, extra: list[dict] | None = None) -> tuple[str, list[int]]:
+def _prompt(served, body, guard: RequestGuard, plan, images, extra: list[dict] | None = None) -> tuple[str, list[int]]:
     """extra: OpenAI-shaped messages after the conversation (a tool guard re-prompt); the
     conversation compacted first with hearth.compaction."""
     conversation = guard.history + (openai_messages(extra) if extra else [])
     max_tokens = getattr(body, "max_tokens", None)
-    return guard.fit(lambda msgs: _render(served, body, plan, msgs), conversation, served.max_model_len, max_tokens,
-                     served.model_context)
+    return guard.fit(lambda msgs: _render(served, body, plan, msgs, images), conversation, served.max_model_len,
+                     max_tokens, served.model_context)
 
 
-def _render(served, body, plan, conversation: list[dict]) -> tuple[str, list[int]]:
+def _reprompt(served, body, guard: RequestGuard, plan, images, extra: list[dict]) -> list[int]:
+    text, ids = _prompt(served, body, guard, plan, images, extra)
+    return reprompt_ids(served, text, body.max_tokens, ids)
+
+
+def _render(served, body, plan, conversation: list[dict], images=None) -> tuple[str, list[int]]:
     messages = prompt_messages(served, plan, conversation)
     kwargs = {}
     thinking = getattr(body, "thinking", None)
@@ -68,14 +75,16 @@ def _render(served, body, plan, conversation: list[dict]) -> tuple[str, list[int
     prefill = messages[-1]["role"] == "assistant"  # Anthropic continues a final assistant turn
     text = served.render_chat(messages, plan.tools if plan.in_template else None,
                               add_generation_prompt=not prefill, continue_final=prefill, template_kwargs=kwargs)
-    return text, served.encode_chat_text(text)
+    return text, served.encode_chat_text(text, images, conversation)
 
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
     served = await request.app.state.models.get(body.model)
-    guard, plan, _ = _guarded(served, body, request.app.state.config.tool_guard)  # the tools a request renders
-    _, ids = _prompt(served, body, guard, plan)
+    images = RequestImages(served.vision)
+    guard, plan, _ = _guarded(served, body, request.app.state.config.tool_guard, images)  # the tools a request renders
+    await images.load()  # each image counts its rows
+    _, ids = _prompt(served, body, guard, plan, images)
     return {"input_tokens": len(ids)}
 
 
@@ -84,17 +93,19 @@ async def messages(body: MessagesRequest, request: Request):
     _check_thinking(body)
     state = request.app.state
     served = await state.models.get(body.model)
-    guard, plan, parallel = _guarded(served, body, state.config.tool_guard, body.hearth)
-    text, ids = _prompt(served, body, guard, plan)
+    images = RequestImages(served.vision)
+    guard, plan, parallel = _guarded(served, body, state.config.tool_guard, images, body.hearth)
+    await images.load()
+    text, ids = _prompt(served, body, guard, plan, images)
     fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
     history = guard.history
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
     req = ChoicesRequest(served, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, parallel,
-                         lambda extra: reprompt_ids(served, _prompt(served, body, guard, plan, extra)[0], body.max_tokens),
+                         lambda extra: _reprompt(served, body, guard, plan, images, extra),
                          streaming=bool(body.stream))
-    source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history), req)
+    source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history, images), req)
     if body.stream:
         return SSEResponse(message_events(served, source, parallel, served.answer_name(body.model)),
                            on_close=source.abort)

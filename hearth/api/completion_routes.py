@@ -19,6 +19,10 @@ router = APIRouter()
 @router.post("/completion")
 @router.post("/completions")
 async def completion(body: LlamaCompletionRequest, request: Request):
+    if body.multimodal_data is not None:
+        raise APIError(400, "multimodal_data: /completion takes a raw text prompt only here; images go in through "
+                            "a chat template: send them as image_url parts to /v1/chat/completions",
+                       param="multimodal_data")
     served = await request.app.state.models.get(body.model)
     return await respond(request, served, _prompt_ids(served, body.prompt), body)
 

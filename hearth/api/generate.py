@@ -77,7 +77,7 @@ class Generation:
                                     prompt_logprobs=params.prompt_logprobs if j == 0 else None,
                                     pair_start=params.pair_start if pair_starts is None else pair_starts[p])
                     rid = f"{self.request_id}-{p * params.n + j}"
-                    self.streams.append(engine.add_request(ids, child, request_id=rid))
+                    self.streams.append(engine.add_request(ids, child, request_id=rid, **_media(ids)))
                     self.timers.append(metrics.timer() if metrics else None)
         except BaseException:
             self.abort()
@@ -148,6 +148,13 @@ class Generation:
             self.timers[i].on_output(out)
         self._cached.setdefault(i, out.num_cached_tokens)
         return out
+
+
+def _media(ids) -> dict:
+    """add_request's `media` for prompt ids that hold images (hearth.api.media_prompt.PromptIds); none
+    for a text prompt, so an engine that takes no images is called as before."""
+    media = getattr(ids, "media", ())
+    return {"media": media} if media else {}
 
 
 def _without_tokens(out: EngineOutput) -> EngineOutput:

@@ -77,3 +77,5 @@ class LlamaCompletionRequest(LlamaOptions):
     """Text (BOS added where the model adds one, special tokens parsed, as llama-server), token ids, or
     llama-server's mix of both (`[12, " text", 34]`); a list of texts alone is several prompts, which
     llama-server answers one by one and hearth refuses (hearth.api.completion_routes)."""
+    multimodal_data: Any = None
+    """llama-server's images for `<__media__>` markers in a raw prompt: refused (images go in by a chat template)."""

@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from hearth.api.errors import APIError
+from hearth.api.media_parts import read_part
 from hearth.loader.tokenizer import lone_surrogate
 
 ROLES = {"system", "developer", "user", "assistant", "tool", "function"}
@@ -37,17 +38,19 @@ def check_messages(messages: Any, param: str = "messages") -> None:
             raise bad(f"{param}[{i}]", f"must be a message object, not {_kind(m)}")
 
 
-def openai_messages(messages: list[dict], *, wire: bool = True) -> list[dict]:
+def openai_messages(messages: list[dict], *, wire: bool = True, images=None) -> list[dict]:
     """wire=True: OpenAI's rules, as the server routes apply them (unknown keys dropped, as vLLM does);
-    wire=False: the chat-template convention the library follows (see the module docstring)."""
+    wire=False: the chat-template convention the library follows (see the module docstring).
+    images: the request's hearth.api.media_parts.RequestImages, which takes its image parts (their
+    markers in the text); None: an image part is a 400."""
     check_messages(messages)
-    out = [_openai_message(m, f"messages[{i}]", wire) for i, m in enumerate(messages)]
+    out = [_openai_message(m, f"messages[{i}]", wire, images) for i, m in enumerate(messages)]
     if not wire:  # the template still sees what the caller wrote beside the keys read here
         out = [{**{k: v for k, v in m.items() if k not in KNOWN_KEYS}, **o} for m, o in zip(messages, out)]
     return out
 
 
-def _openai_message(m: dict, where: str, wire: bool = True) -> dict:
+def _openai_message(m: dict, where: str, wire: bool = True, images=None) -> dict:
     role = m.get("role")
     if role is None:
         raise bad(f"{where}.role", "is required")
@@ -56,7 +59,8 @@ def _openai_message(m: dict, where: str, wire: bool = True) -> dict:
     if role == "function":  # legacy: a function's result, answered by name
         if not isinstance(m.get("name"), str):
             raise bad(f"{where}.name", "is required for a function message")
-        return {"role": "tool", "content": text_content(m.get("content"), f"{where}.content", optional=True),
+        return {"role": "tool", "content": text_content(m.get("content"), f"{where}.content", optional=True,
+                                                        images=images),
                 "name": m["name"], "tool_call_id": legacy_call_id(m["name"])}
     out: dict = {"role": "system" if role == "developer" else role}
     tool_calls = m.get("tool_calls") if role == "assistant" else None
@@ -65,7 +69,7 @@ def _openai_message(m: dict, where: str, wire: bool = True) -> dict:
         name = fc.get("name") if isinstance(fc, dict) else None
         tool_calls = [{"id": legacy_call_id(name), "type": "function", "function": fc}]
     optional = role == "assistant" and (tool_calls or m.get("content") is None)
-    out["content"] = text_content(m.get("content"), f"{where}.content", optional=optional)
+    out["content"] = text_content(m.get("content"), f"{where}.content", optional=optional, images=images)
     if tool_calls:
         out["tool_calls"] = history_tool_calls(tool_calls, f"{where}.tool_calls")
     for key in ("name", "tool_call_id"):
@@ -81,8 +85,9 @@ def _openai_message(m: dict, where: str, wire: bool = True) -> dict:
     return out
 
 
-def text_content(content: Any, where: str, optional: bool = False) -> str:
-    """A string, or a list of text parts joined with newlines (vLLM's "string" content format)."""
+def text_content(content: Any, where: str, optional: bool = False, images=None) -> str:
+    """A string, or a list of text parts joined with newlines (vLLM's "string" content format); an image
+    part is its marker there, its image added to `images` (hearth.api.media_parts)."""
     if content is None:
         if optional:
             return ""
@@ -104,10 +109,12 @@ def text_content(content: Any, where: str, optional: bool = False) -> str:
             texts.append(_valid(part["text"], f"{at}.text"))
         elif kind in ("text", "input_text"):
             raise bad(f"{at}.text", "must be a string")
-        elif kind in ("image_url", "input_image", "image", "input_audio", "file", "document"):
+        elif (marker := read_part(part, at, images)) is not None:
+            texts.append(marker)
+        elif kind in ("input_audio", "file", "document", "input_file"):
             raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
         else:
-            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text'")
+            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text' or 'image_url'")
     return "\n".join(texts)
 
 

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from hearth.api.media_parts import text_only
 from hearth.api.messages import _kind, bad, check_messages, openai_messages
 
 
-def ollama_messages(messages: list[Any]) -> list[dict]:
-    """The template dicts of hearth.api.messages.openai_messages (wire rules, not empty)."""
+def ollama_messages(messages: list[Any], images=None) -> list[dict]:
+    """The template dicts of hearth.api.messages.openai_messages (wire rules, not empty). A message's
+    `images` (base64) go to `images` (hearth.api.media_parts.RequestImages), their markers ahead of its
+    text, as Ollama puts them; None: they are a 400."""
     check_messages(messages)
     out: list[dict] = []
     open_calls: list[dict] = []  # the last assistant turn's calls no tool result answered yet
@@ -23,9 +26,9 @@ def ollama_messages(messages: list[Any]) -> list[dict]:
         where = f"messages[{i}]"
         role = m.get("role")
         role = role.lower() if isinstance(role, str) else role
-        if m.get("images"):
-            raise bad(f"{where}.images", "images are not supported: hearth serves text-only models")
         msg: dict = {"role": role, "content": m.get("content") if m.get("content") is not None else ""}
+        if m.get("images"):
+            msg["content"] = _with_images(m["images"], msg["content"], f"{where}.images", images)
         if role == "assistant":
             if m.get("thinking") is not None:
                 msg["reasoning_content"] = m["thinking"]
@@ -40,7 +43,18 @@ def ollama_messages(messages: list[Any]) -> list[dict]:
             if name:
                 msg["name"] = name
         out.append(msg)
-    return openai_messages(out)
+    return openai_messages(out, images=images)
+
+
+def _with_images(given: Any, content: Any, where: str, images) -> Any:
+    if images is None:
+        raise text_only(where)
+    images.require(where)
+    if not isinstance(given, list):
+        raise bad(where, f"must be a list of base64 strings, not {_kind(given)}")
+    if not isinstance(content, str):
+        raise bad(where.removesuffix(".images") + ".content", f"must be a string, not {_kind(content)}")
+    return "".join(images.add(f"{where}[{j}]", b64=x) for j, x in enumerate(given)) + content
 
 
 def _calls(calls: Any, where: str, i: int) -> Any:

@@ -159,6 +159,8 @@ def _capabilities(served) -> list[str]:
         caps.append("insert")
     if served is not None and thinks(served):
         caps.append("thinking")
+    if getattr(served, "vision", None) is not None:  # served with an mmproj (a file's facts before its load: none)
+        caps.append("vision")
     return caps
 
 

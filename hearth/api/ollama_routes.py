@@ -24,6 +24,8 @@ from hearth.api.generate import Generation, until_disconnect
 from hearth.api.choices import PlainChoices
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.infill import suffix_fim, suffix_prompt
+from hearth.api.media_parts import RequestImages
+from hearth.api.media_prompt import shifted
 from hearth.api.messages import openai_messages
 from hearth.api.ollama_messages import ollama_messages
 from hearth.api.ollama_models import TAG, answered, resolve, served_model, thinks, unload_after
@@ -60,7 +62,9 @@ async def chat(body: ChatRequest, request: Request):
     k = asked_logprobs(body, served)
     if not body.messages:
         return _loaded({"model": name, "created_at": now(), "message": {"role": "assistant", "content": ""}})
-    history = ollama_messages(body.messages)
+    images = RequestImages(served.vision)
+    history = ollama_messages(body.messages, images)
+    await images.load()
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
@@ -68,8 +72,12 @@ async def chat(body: ChatRequest, request: Request):
     fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k, "lora": _lora(body, served)}
 
     def fit(msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
-        return guard.fit(lambda m: _render(served, plan, m, template, continued), msgs, served.max_model_len,
+        return guard.fit(lambda m: _render(served, plan, m, template, continued, images), msgs, served.max_model_len,
                          fields["max_tokens"], served.model_context)
+
+    def reprompt(extra: list[dict]) -> list[int]:
+        text, ids = fit(history + openai_messages(extra), False)
+        return reprompt_ids(served, text, fields["max_tokens"], ids)
 
     text, ids = fit(history)
     fields = within_context(fields, len(ids), served.max_model_len)
@@ -78,11 +86,10 @@ async def chat(body: ChatRequest, request: Request):
     ask = Ask(guard.tools, None, history, token_level=k is not None, structured=constraint is not None,
               workflow=guard.ext.workflow is not None, prefill=prefill)
     req = ChoicesRequest(served, plan, text, ids, fields, FIELD_NAMES, guard, True,
-                         lambda extra: reprompt_ids(served, fit(history + openai_messages(extra), False)[0],
-                                                    fields["max_tokens"]),
+                         reprompt,
                          streaming=body.stream)
-    source, _ = await routed_choices(state, served.name, ask, lambda s, p: _render(s, p, history, template, prefill),
-                                     req)
+    source, _ = await routed_choices(state, served.name, ask,
+                                     lambda s, p: _render(s, p, history, template, prefill, images), req)
     reply = OllamaReply(name, source, True, started, load_s, logprobs=(served.tokenizer, k))
     return await _answer(request, body.stream, reply, unload_after(state.models, served.name, keep_alive))
 
@@ -98,10 +105,10 @@ def _continued(history: list[dict]) -> bool:
     return last["role"] == "assistant" and bool(last["content"]) and not last.get("tool_calls")
 
 
-def _render(served, plan, messages: list[dict], template: dict, continued: bool) -> tuple[str, list[int]]:
+def _render(served, plan, messages: list[dict], template: dict, continued: bool, images=None) -> tuple[str, list[int]]:
     text = served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
                               add_generation_prompt=not continued, continue_final=continued, template_kwargs=template)
-    return text, served.encode_chat_text(text)
+    return text, served.encode_chat_text(text, images, messages)
 
 
 @router.post("/api/generate")
@@ -119,7 +126,10 @@ async def generate(body: GenerateRequest, request: Request):
     k = asked_logprobs(body, served)
     if not body.prompt and not body.suffix:
         return _loaded({"model": name, "created_at": now(), "response": ""})
-    text, ids, context = _generate_prompt(served, body)
+    images = RequestImages(served.vision)
+    marks = _generate_images(body.images, images)
+    await images.load()
+    text, ids, context = _generate_prompt(served, body, images, marks)
     fields = {**within_context(sampling_fields(body.options, served.max_model_len), len(ids), served.max_model_len),
               "structured_output": structured_output(body.format), "logprobs": k, "lora": _lora(body, served)}
     params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
@@ -132,8 +142,8 @@ async def generate(body: GenerateRequest, request: Request):
 
 
 def _check_generate(body: GenerateRequest) -> None:
-    if body.images:
-        raise APIError(400, "images: images are not supported: hearth serves text-only models", param="images")
+    if body.images and body.suffix:
+        raise APIError(400, "images: a fill-in-the-middle prompt (suffix) takes no images", param="images")
     if body.template:
         raise APIError(400, "template: hearth renders prompts with the model's own chat template (from its GGUF); "
                             "send `raw: true` with a prompt you formatted yourself", param="template")
@@ -142,19 +152,35 @@ def _check_generate(body: GenerateRequest) -> None:
         raise APIError(400, f"{field}: raw mode does not support template, system, or context", param=field)
 
 
-def _generate_prompt(served, body: GenerateRequest) -> tuple[str, list[int], list[int] | None]:
-    """(the prompt's text, its ids, the ids a reply's `context` starts with: None for raw and FIM, as Ollama)."""
+def _generate_images(given, images: RequestImages) -> str:
+    """The markers of /api/generate's `images` (base64), which go ahead of the prompt, as Ollama puts them."""
+    if not given:
+        return ""
+    images.require("images")
+    if not isinstance(given, list):
+        raise APIError(400, "images: must be a list of base64 strings", param="images")
+    return "".join(images.add(f"images[{j}]", b64=x) for j, x in enumerate(given))
+
+
+def _generate_prompt(served, body: GenerateRequest, images=None,
+                     marks: str = "") -> tuple[str, list[int], list[int] | None]:
+    """(the prompt's text, its ids, the ids a reply's `context` starts with: None for raw and FIM, as Ollama,
+    and where images are in the prompt: ids with image rows continue nothing without their images)."""
     if body.suffix:
         fim = suffix_fim(served)
         prefix = served.encode_text(body.prompt, add_special_tokens=False, parse_special=False)
         return body.prompt, suffix_prompt(served, fim, prefix, body.suffix), None
+    if body.raw and images:
+        prompt = marks + body.prompt
+        return body.prompt, served.encode_chat_text(prompt, images, [{"content": prompt}]), None
     if body.raw:
         return body.prompt, served.encode_text(body.prompt), None
-    messages = ([{"role": "system", "content": body.system}] if body.system else []) + \
-        [{"role": "user", "content": body.prompt}]
-    text = served.render_chat(openai_messages(messages), template_kwargs=think_kwargs(body.think, thinks(served)))
-    ids = token_ids("context", body.context, served.vocab_size) + served.encode_chat_text(text)
-    return text, ids, ids
+    messages = openai_messages(([{"role": "system", "content": body.system}] if body.system else []) +
+                               [{"role": "user", "content": marks + body.prompt}])
+    text = served.render_chat(messages, template_kwargs=think_kwargs(body.think, thinks(served)))
+    context = token_ids("context", body.context, served.vocab_size)
+    ids = shifted(context, served.encode_chat_text(text, images, messages))
+    return text, ids, None if images else ids
 
 
 def _loaded(head: dict) -> JSONResponse:

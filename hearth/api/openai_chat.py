@@ -16,6 +16,7 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
+from hearth.api.media_parts import RequestImages
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
@@ -41,15 +42,17 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
                           else (body.tools, body.tool_choice))
-    history = openai_messages(body.messages)
+    images = RequestImages(served.vision)
+    history = openai_messages(body.messages, images=images)
+    await images.load()
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     parallel = body.parallel_tool_calls and not legacy
     guard.prompt_hint(plan, parallel)
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
-    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body), history, served.max_model_len, max_tokens,
-                             served.model_context)
+    prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body, images), history, served.max_model_len,
+                            max_tokens, served.model_context)
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs"}
@@ -59,9 +62,11 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
               structured=fields["structured_output"] not in (None, plan.constraint),
               workflow=guard.ext.workflow is not None, prefill=body.continue_final_message)
     req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard, parallel,
-                         lambda extra: _reprompt(served, plan, body, guard, extra, fields["max_tokens"]),
+                         lambda extra: _reprompt(served, plan, body, guard, history + openai_messages(extra), images,
+                                                 fields["max_tokens"]),
                          streaming=bool(body.stream))
-    source, client_k = await routed_choices(state, body.model, ask, lambda s, p: _render(s, p, history, body), req)
+    source, client_k = await routed_choices(state, body.model, ask,
+                                            lambda s, p: _render(s, p, history, body, images), req)
     reply = _Reply(served, source, client_k, parallel, legacy, (ids, fields["prompt_logprobs"]),
                    served.answer_name(body.model))
     if body.stream:
@@ -71,24 +76,23 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     return result if result is not None else {}
 
 
-def _render(served, plan, messages: list[dict], body: ChatCompletionRequest) -> tuple[str, list[int]]:
+def _render(served, plan, messages: list[dict], body: ChatCompletionRequest, images=None) -> tuple[str, list[int]]:
     text = served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
                               add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
                               continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
-    return text, served.encode_chat_text(text)
+    return text, served.encode_chat_text(text, images, messages)
 
 
-def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, extra: list[dict],
+def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, conversation: list[dict], images,
               max_tokens: int | None) -> list[int]:
     """The conversation with a failed attempt and its error appended (compacted with
     hearth.compaction), as prompt ids."""
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
                                   template_kwargs=body.chat_template_kwargs)
-        return text, served.encode_chat_text(text)
-    text, _ = guard.fit(render, openai_messages(body.messages + extra), served.max_model_len, max_tokens,
-                     served.model_context)
-    return reprompt_ids(served, text, max_tokens)
+        return text, served.encode_chat_text(text, images, msgs)
+    text, ids = guard.fit(render, conversation, served.max_model_len, max_tokens, served.model_context)
+    return reprompt_ids(served, text, max_tokens, ids)
 
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:

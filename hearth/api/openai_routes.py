@@ -9,6 +9,8 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.logprobs import token_bytes
+from hearth.api.media_parts import RequestImages
+from hearth.api.media_prompt import shown
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from hearth.api.sampling import outside_vocabulary
@@ -37,7 +39,10 @@ async def tokenize(body: TokenizeRequest, request: Request):
             raise APIError(400, "content: give content (llama-server's) or prompt/messages, not both", param="content")
         ids = served.encode_text(body.content, add_special_tokens=body.add_special)
     else:
-        ids = conversation_ids(served, body, request.app.state.config.tool_guard)
+        images = RequestImages(served.vision)  # a chat's images count their rows, as the chat's prompt holds them
+        history = chat_history(body, images)
+        await images.load()
+        ids = conversation_ids(served, body, request.app.state.config.tool_guard, history, images)
     tokens = [_piece(served.tokenizer, i) for i in ids] if body.with_pieces else ids
     return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": tokens}
 
@@ -52,22 +57,30 @@ def _piece(tokenizer, token_id: int) -> dict:
         return {"id": token_id, "piece": list(raw)}
 
 
-def conversation_ids(served, body, server_guard) -> list[int]:
+def chat_history(body, images=None) -> list[dict] | None:
+    """body's `messages` checked (None: it has none), their images added to `images` (load them next)."""
+    return None if body.messages is None else openai_messages(body.messages, images=images)
+
+
+def conversation_ids(served, body, server_guard, history: list[dict] | None = None, images=None) -> list[int]:
     """The prompt ids of a body with exactly one of `prompt` (text, or token ids) and `messages`
     (+ `tools`), rendered as a chat request with the same fields would render them under the server's
-    tool guard (`server_guard`: its tool cap, its system sentence), so a saved slot is the chat's prefix."""
+    tool guard (`server_guard`: its tool cap, its system sentence), so a saved slot is the chat's prefix.
+    history, images: body's messages as chat_history read them, and their images, loaded (None: read here,
+    images refused)."""
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "give exactly one of prompt and messages", param="prompt")
     if isinstance(body.prompt, list):
         return list(body.prompt)
     if body.prompt is not None:
         return served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
-    return rendered_chat(served, body, server_guard)[1]
+    return rendered_chat(served, body, server_guard, history, images)[1]
 
 
-def rendered_chat(served, body, server_guard) -> tuple[str, list[int]]:
-    """(prompt text, ids) of body's `messages` (+ `tools`) as a chat request renders them."""
-    history = openai_messages(body.messages)
+def rendered_chat(served, body, server_guard, history: list[dict] | None = None, images=None) -> tuple[str, list[int]]:
+    """(prompt text, ids) of body's `messages` (+ `tools`) as a chat request renders them (history, images:
+    see conversation_ids)."""
+    history = chat_history(body) if history is None else history
     guard = RequestGuard(None, server_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
@@ -77,7 +90,7 @@ def rendered_chat(served, body, server_guard) -> tuple[str, list[int]]:
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
                                   add_generation_prompt=body.add_generation_prompt and not cont, continue_final=cont)
-        return text, served.encode_chat_text(text)
+        return text, served.encode_chat_text(text, images, msgs)
     return guard.fit(render, history, served.max_model_len, None)
 
 
@@ -85,7 +98,11 @@ def rendered_chat(served, body, server_guard) -> tuple[str, list[int]]:
 async def apply_template(body: ApplyTemplateRequest, request: Request):
     """llama-server's: the prompt a chat request's messages render to, nothing run."""
     served = await request.app.state.models.get(body.model)
-    return {"prompt": rendered_chat(served, body, request.app.state.config.tool_guard)[0]}
+    images = RequestImages(served.vision)
+    history = chat_history(body, images)
+    await images.load()
+    text, _ = rendered_chat(served, body, request.app.state.config.tool_guard, history, images)
+    return {"prompt": shown(text, images)}  # an image where llama-server's marker shows it
 
 
 @router.post("/detokenize")

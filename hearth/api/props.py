@@ -2,7 +2,7 @@
 (llama.vscode, llama.vim) read first (tools/server/README.md, "GET /props"). As far as hearth has
 the data: `default_generation_settings` (the /completion defaults as its `params`, `n_ctx` the
 model's context), `total_slots` (sequences decoded together), `model_path`, `chat_template`,
-`modalities` (text only), `build_info`, `is_sleeping`. With several models `?model=NAME` picks one,
+`modalities` (vision with an mmproj), `build_info`, `is_sleeping`. With several models `?model=NAME` picks one,
 as llama-server's router mode asks (the default model otherwise). POST /props (changing settings,
 which llama-server takes only under --props) is refused: hearth has no setting to change there."""
 
@@ -34,7 +34,7 @@ async def props(request: Request, model: str | None = None):
         "model": served.name,  # hearth's: the id /v1/models lists and requests name it by
         "chat_template": served.template_source,
         "chat_template_caps": dict.fromkeys(("supports_tools", "supports_tool_calls"), served.template_supports_tools),
-        "modalities": {"vision": False, "audio": False},
+        "modalities": {"vision": served.vision is not None, "audio": False},
         "build_info": request.app.state.config.build_info,
         "is_sleeping": False,
     }

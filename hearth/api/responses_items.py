@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from hearth.api.media_parts import read_part
 from hearth.api.messages import _kind, bad, call_arguments
 from hearth.api.responses_output import item_id
 from hearth.sampling_params import StructuredOutput
@@ -17,15 +18,16 @@ _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant"
 _TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text", "refusal")
 
 
-def input_messages(given: str | list | None, before: list[dict] = ()) -> list[dict]:
+def input_messages(given: str | list | None, before: list[dict] = (), images=None) -> list[dict]:
     """`input` -> chat messages (see hearth.api.messages for their shape); `before`: the stored
-    conversation it follows (previous_response_id), where its outputs' calls may be."""
+    conversation it follows (previous_response_id), where its outputs' calls may be; images: the
+    request's hearth.api.media_parts.RequestImages, which takes its input_image parts (None: a 400)."""
     if given is None:
         return []
     if isinstance(given, str):
         return [{"role": "user", "content": given}]
     out: list[dict] = list(before)
-    pending = {"reasoning": None}  # a reasoning item waiting for its assistant turn
+    pending = {"reasoning": None, "images": images}  # a reasoning item waiting for its assistant turn
     for i, item in enumerate(given):
         where = f"input[{i}]"
         if not isinstance(item, dict):
@@ -67,7 +69,7 @@ def _message(item: dict, where: str, out: list[dict], pending: dict) -> None:
     role = item.get("role")
     if role not in _ROLES:
         raise bad(f"{where}.role", f"unknown role {role!r}; expected one of {', '.join(sorted(_ROLES))}")
-    m = {"role": _ROLES[role], "content": part_text(item.get("content"), f"{where}.content")}
+    m = {"role": _ROLES[role], "content": part_text(item.get("content"), f"{where}.content", pending["images"])}
     if m["role"] == "assistant" and pending["reasoning"] is not None:
         m["reasoning_content"], pending["reasoning"] = pending["reasoning"], None
     out.append(m)
@@ -95,7 +97,7 @@ def _function_call_output(item: dict, where: str, out: list[dict], pending: dict
     if not isinstance(item.get("call_id"), str) or not item["call_id"]:
         raise bad(f"{where}.call_id", "is required (a string)")
     output = item.get("output")
-    text = output if isinstance(output, str) else part_text(output, f"{where}.output")
+    text = output if isinstance(output, str) else part_text(output, f"{where}.output", pending["images"])
     name = _call_name(out, item["call_id"])
     if name is None:  # as OpenAI: an output answers a call made before it
         raise bad(f"{where}.call_id", f"no function_call with call_id {item['call_id']!r} before it "
@@ -120,8 +122,9 @@ def _call_name(messages: list[dict], call_id: str) -> str | None:
     return None
 
 
-def part_text(content: Any, where: str) -> str:
-    """A string, or content parts (input_text, output_text, ...) joined with newlines."""
+def part_text(content: Any, where: str, images=None) -> str:
+    """A string, or content parts (input_text, output_text, ...) joined with newlines; an input_image is
+    its marker there (hearth.api.media_parts)."""
     if isinstance(content, str):
         return content
     if content is None:
@@ -134,10 +137,14 @@ def part_text(content: Any, where: str) -> str:
         if not isinstance(part, dict):
             raise bad(at, f"must be a content part object, not {_kind(part)}")
         kind = part.get("type")
+        if kind == "input_image":
+            texts.append(read_part(part, at, images))
+            continue
         if kind not in _TEXT_PARTS:
-            if kind in ("input_image", "input_file", "input_audio"):
+            if kind in ("input_file", "input_audio"):
                 raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
-            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'input_text' or 'output_text'")
+            raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'input_text', 'output_text' "
+                                    "or 'input_image'")
         text = part.get("refusal") if kind == "refusal" else part.get("text")
         if not isinstance(text, str):
             raise bad(f"{at}.text", "must be a string")

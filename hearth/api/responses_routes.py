@@ -19,6 +19,7 @@ from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard, answer_room
 from hearth.api.logprobs import chat_logprobs
+from hearth.api.media_parts import RequestImages
 from hearth.api.messages import openai_messages
 from hearth.api.responses_items import (as_items, chat_tool_choice, chat_tools, input_messages, text_format,
                                         with_instructions)
@@ -54,7 +55,9 @@ async def create_response(body: ResponsesRequest, request: Request):
     model = body.model or (prev.body.get("model") if prev else None)
     served = await state.models.get(model)
     before = prev.messages if prev else []
-    conversation = before + input_messages(body.input, before)
+    images = prev.images.continued(served.vision) if prev and prev.images else RequestImages(served.vision)
+    conversation = before + input_messages(body.input, before, images)
+    await images.load()
     items = (prev.input_items + prev.body.get("output", []) if prev else []) + as_items(body.input)
     if not conversation:  # `[]` or "" read "is required", as if none had been sent
         why = "is required" if body.input is None else "is empty: it must hold a message"
@@ -75,7 +78,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     def render_whole(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, with_instructions(body.instructions, msgs)),
                                   plan.tools if plan.in_template else None)
-        return text, _prompt_ids(served, text, prev)
+        return text, _prompt_ids(served, text, prev, images, msgs)
 
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
         if body.truncation == "auto":  # room for the answer as a compaction leaves it
@@ -89,17 +92,18 @@ async def create_response(body: ResponsesRequest, request: Request):
               "logprobs": logprobs}
 
     def reprompt(extra: list[dict]) -> list[int]:
-        text, _ = guard.fit(render, conversation + openai_messages(extra), served.max_model_len,
-                            body.max_output_tokens, served.model_context)
-        return reprompt_ids(served, text, body.max_output_tokens)
+        text, ids = guard.fit(render, conversation + openai_messages(extra), served.max_model_len,
+                              body.max_output_tokens, served.model_context)
+        return reprompt_ids(served, text, body.max_output_tokens, ids)
 
     ask = Ask(guard.tools, choice, conversation, token_level=logprobs is not None, structured=fmt is not None,
               workflow=guard.ext.workflow is not None)
 
     def render_for(model, model_plan) -> tuple[str, list[int]]:
-        text = model.render_chat(prompt_messages(model, model_plan, with_instructions(body.instructions, conversation)),
+        msgs = with_instructions(body.instructions, conversation)
+        text = model.render_chat(prompt_messages(model, model_plan, msgs),
                                  model_plan.tools if model_plan.in_template else None)
-        return text, model.encode_chat_text(text)
+        return text, model.encode_chat_text(text, images, msgs)
 
     names = {"max_tokens": "max_output_tokens", "logprobs": "top_logprobs"}
     req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard,
@@ -108,7 +112,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     # what bounds the answer, as the response echoes it: the asked value (as OpenAI echoes it), else the
     # server's --max-tokens-limit that make_params applied, else null (the context's room bounds it)
     limit = body.max_output_tokens if body.max_output_tokens is not None else state.limits.max_tokens or None
-    reply = _Reply(served, store, body, source, conversation, prompt, ids, items, logprobs, limit)
+    reply = _Reply(served, store, body, source, conversation, prompt, ids, items, logprobs, limit, images)
     if body.stream:
         return SSEResponse(reply.events(), on_close=source.abort)
     result = await until_disconnect(request, reply.whole())
@@ -167,26 +171,29 @@ def _hex() -> str:
     return uuid.uuid4().hex
 
 
-def _prompt_ids(served, prompt: str, prev: StoredResponse | None) -> list[int]:
+def _prompt_ids(served, prompt: str, prev: StoredResponse | None, images=None, msgs: list[dict] = ()) -> list[int]:
     """The previous prompt + output ids + the new part's, when the render continues them; else
     the whole prompt encoded (the prefix cache still serves what matches). Another model's ids
     are never reused: its tokenizer may spell the same text otherwise; nor those of an output the
-    tool guard retried (text None: they continue no single prompt)."""
+    tool guard retried (text None: they continue no single prompt); nor a conversation with images
+    (its rows are placed anew; the prefix cache keys them by content)."""
     same_model = prev is not None and prev.body.get("model") == served.name
-    if same_model and prev.text is not None and prompt.startswith(prev.text) and len(prompt) > len(prev.text):
+    if (same_model and not images and prev.text is not None and prompt.startswith(prev.text)
+            and len(prompt) > len(prev.text)):
         rest = served.tokenizer.encode(prompt[len(prev.text):], add_special_tokens=False, parse_special=True)
         return prev.token_ids + rest
-    return served.encode_chat_text(prompt)
+    return served.encode_chat_text(prompt, images, msgs)
 
 
 class _Reply:
     def __init__(self, served, store, body: ResponsesRequest, gen, conversation: list[dict], prompt: str,
                  ids: list[int], items: list[dict], top_logprobs: int | None = None,
-                 max_output_tokens: int | None = None):
+                 max_output_tokens: int | None = None, images=None):
         """gen: the response's choices (hearth.api.choices / hearth.api.guarded): parsed updates;
         items: its input items (StoredResponse.input_items); top_logprobs: None unless include asks
         for output_text logprobs; max_output_tokens: the effective limit, echoed."""
         self.max_output_tokens = max_output_tokens
+        self.images = images
         self.k, self.logprobs = top_logprobs, MessageLogprobs()
         self.served, self.store, self.body, self.gen = served, store, body, gen
         self.conversation, self.prompt, self.ids, self.items = conversation, prompt, ids, items
@@ -249,8 +256,9 @@ class _Reply:
             # retried, or answered by a router's small model: the output ids continue no single prompt of this model
             retried = bool(ext and (ext.get("retries") or (ext.get("router") or {}).get("decision") == "accepted"))
             text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
-            self.store.put(self.id, StoredResponse(body, messages, text, [] if retried else self.ids + self.output_ids,
-                                                   input_items=self.items))
+            ids = [] if retried else list(self.ids + self.output_ids)  # plain ids: no image's pixels kept
+            images = self.images.continued(self.images.vision) if self.images else None  # bytes only
+            self.store.put(self.id, StoredResponse(body, messages, text, ids, input_items=self.items, images=images))
         return body
 
     async def whole(self) -> dict:

@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(slots=True)
@@ -30,6 +31,9 @@ class StoredResponse:
     input_items: list[dict] = field(default_factory=list)
     """What GET /v1/responses/{id}/input_items lists, oldest first: as OpenAI, the whole context this
     response answered (a previous response's input items and output, then this request's input)."""
+    images: Any = None
+    """The images `messages` hold markers of (hearth.api.media_parts.RequestImages; None: none), which a
+    follow-up continues."""
 
 
 class ResponseStore:

@@ -15,6 +15,7 @@ from typing import Any
 from gguf import constants as gguf_constants
 
 from hearth.api.chat_template import ChatTemplate
+from hearth.api.media_prompt import encode_with_images
 from hearth.config import MAX_LOGPROBS
 from hearth.tool_parsers import (detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
                                  supports_tools)
@@ -69,16 +70,20 @@ class ServedModel:
     GET/POST /lora-adapters, a request's `lora`."""
     lora_names: dict[str, int] = field(default_factory=dict)
     """vLLM's --lora-modules: a request whose `model` is one of these names runs that adapter at scale 1."""
+    vision: Any = None
+    """How it takes images (hearth.api.media_parts.Vision: the --mmproj file's config and preparer); None:
+    it reads text only, and an image part is a 400 naming --mmproj."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = (),
-                 lora_names: dict[str, int] | None = None) -> ServedModel:
+                 lora_names: dict[str, int] | None = None, vision=None) -> ServedModel:
+        """vision: a hearth.api.media_parts.Vision when served with --mmproj."""
         return cls(names, llm.tokenizer, llm.chat_template, engine, llm.max_model_len,
                    llm.model_config.vocab_size, llm.engine.model_context, llm.snapshots, owner=llm,
                    max_logprobs=llm.config.max_logprobs, file_names=list(file_names), path=str(llm.path),
                    pooling=llm.model_config.pooling, embedding_size=llm.model_config.hidden_size,
                    lora=llm.lora, lora_names=dict(lora_names or {}), embeds_only=llm.embeds_only,
-                   **gguf_facts(llm.gguf))
+                   vision=vision, **gguf_facts(llm.gguf))
 
     @property
     def name(self) -> str:
@@ -137,8 +142,12 @@ class ServedModel:
         at = text.rfind(final) if final else -1
         return text[:at + len(final)] if at >= 0 else text
 
-    def encode_chat_text(self, text: str) -> list[int]:
-        """Prompt ids with BOS exactly once, whether or not the template wrote it (as LLM.encode_chat)."""
+    def encode_chat_text(self, text: str, images=None, messages: list[dict] = ()) -> list[int]:
+        """Prompt ids with BOS exactly once, whether or not the template wrote it (as LLM.encode_chat).
+        images: the request's (hearth.api.media_parts.RequestImages), `text` rendered from `messages`:
+        a PromptIds with the images' rows and MediaInputs (hearth.api.media_prompt)."""
+        if images:
+            return encode_with_images(self, text, images, messages)
         tok = self.tokenizer
         bos = getattr(tok, "bos_token", None)
         if getattr(tok, "add_bos", False) and bos and text.startswith(bos):

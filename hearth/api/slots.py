@@ -24,7 +24,8 @@ from pydantic import StrictBool, StrictInt
 from hearth.api.errors import APIError
 from hearth.api.generate import Generation
 from hearth.api.openai_protocol import _Request
-from hearth.api.openai_routes import conversation_ids
+from hearth.api.media_parts import RequestImages
+from hearth.api.openai_routes import chat_history, conversation_ids
 from hearth.kvstore.snapshot import SnapshotError, SnapshotNameError, SnapshotNotFoundError
 from hearth.sampling_params import SamplingParams
 
@@ -57,7 +58,12 @@ async def save(body: SlotRequest, request: Request):
                 raise APIError(400, "nothing was served yet to save: give the conversation as messages or "
                                "prompt", param="messages")
         else:
-            ids = conversation_ids(served, body, request.app.state.config.tool_guard)
+            images = RequestImages(served.vision)
+            history = chat_history(body, images)
+            if images:  # a snapshot is keyed by token ids: an image's placeholder rows would match any image
+                raise APIError(400, f"{images.parts[0].field}: a slot saves a text conversation (images are not saved)",
+                               param=images.parts[0].field)
+            ids = conversation_ids(served, body, request.app.state.config.tool_guard, history)
             await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
         payloads = await served.engine.export_prefix(ids)
         info = await _run(snapshots.save, name, field, ids, payloads)

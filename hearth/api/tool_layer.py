@@ -82,9 +82,10 @@ def check_fields(state, req: ChoicesRequest) -> None:
     make_params(req.fields, state.limits, req.served.max_model_len, req.field_names, len(req.ids))
 
 
-def reprompt_ids(served, text: str, max_tokens: int | None) -> list[int]:
-    """A re-prompt's rendered text as ids; a HearthError when no room is left to answer."""
-    ids = served.encode_chat_text(text)
+def reprompt_ids(served, text: str, max_tokens: int | None, ids: list[int] | None = None) -> list[int]:
+    """A re-prompt's rendered text as ids (`ids`: already encoded, with its images' rows); a HearthError
+    when no room is left to answer."""
+    ids = served.encode_chat_text(text) if ids is None else ids
     if len(ids) + (max_tokens or 1) > served.max_model_len:
         raise HearthError(f"a re-prompt of {len(ids)} tokens would not leave room for the answer")
     return ids

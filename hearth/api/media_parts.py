@@ -1,0 +1,161 @@
+"""A request's images: each protocol's image part becomes a marker in its message's text, and the
+image's source is kept, in order, in the request's RequestImages. A marker carries a random per-request
+nonce, so no text a client writes can stand for an image: a forged one stays text. The route awaits
+`load()` (fetches and prepares every image in threads) before it renders; hearth.api.media_prompt then
+splits the rendered prompt at the markers.
+
+The parts, by protocol (READERS): OpenAI chat `image_url` ({"url"} or a string; `detail` ignored),
+Responses `input_image` (`image_url`; `file_id` refused: hearth keeps no files), Anthropic `image`
+(source base64 with a media_type, or url); Ollama's `images` (bare base64) call `add` directly."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hearth.api.errors import APIError
+from hearth.api.media_fetch import b64_bytes, bad, fetch, url_bytes
+
+MARKER = re.compile(r"<__hearth_image_([0-9a-f]{16})_(\d+)__>")
+"""An image's place in a message's text: the request's nonce and the image's index."""
+ANTHROPIC_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
+"""The media types Anthropic's base64 image source takes."""
+
+
+@dataclass(frozen=True)
+class Vision:
+    """How a served model takes images: its mmproj's hearth.media.config.VisionConfig and the function that
+    prepares one image for it (ServedModel.vision; None there: the model reads text only)."""
+    cfg: Any
+    prepare: Callable[[bytes], Any] | None = None
+    """bytes -> hearth.media.images.PreparedImage, ValueError for what is no usable image; None:
+    hearth.media.images.prepare_image with `cfg`."""
+    path: str = ""
+    """The mmproj file it was read from ("": not known)."""
+
+    def prepare_image(self, data: bytes):
+        if self.prepare is not None:
+            return self.prepare(data)
+        from hearth.media.images import prepare_image  # the vision-encoder's; Pillow loads only with an mmproj
+        return prepare_image(data, self.cfg)
+
+
+def text_only(field: str) -> APIError:
+    return bad(field, "images are not supported: this model reads text only (start the server with "
+                      "`--mmproj FILE`, the model's vision projector, to give it images)")
+
+
+@dataclass(slots=True)
+class ImagePart:
+    field: str
+    """The request field that gave it (`messages[1].content[0].image_url`): every error names it."""
+    data: bytes | None = None
+    url: str | None = None
+    """An http(s) URL still to fetch (data None)."""
+    image: Any = None
+    """Its PreparedImage, once loaded."""
+
+
+class RequestImages:
+    """A request's images, in the order its messages hold them (a falsy one: none). `vision` None: the
+    model reads text only, and the first image part is a 400 that says how to serve one that does not."""
+
+    def __init__(self, vision: Vision | None):
+        self.vision = vision
+        self.nonce = secrets.token_hex(8)
+        self.parts: list[ImagePart] = []
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def marker(self, k: int) -> str:
+        return f"<__hearth_image_{self.nonce}_{k}__>"
+
+    def continued(self, vision: Vision | None) -> RequestImages:
+        """A follow-up's images (Responses' previous_response_id): the same nonce, so the stored
+        conversation's markers still name their images, and more may be added. Prepared again on load
+        (kept as bytes only: a prepared image's pixels are large)."""
+        out = RequestImages(vision)
+        out.nonce = self.nonce
+        out.parts = [ImagePart(p.field, p.data, p.url) for p in self.parts]
+        return out
+
+    def require(self, field: str) -> None:
+        """A 400 naming `field` unless the model takes images."""
+        if self.vision is None:
+            raise text_only(field)
+
+    def add(self, field: str, url: str | None = None, b64: str | None = None) -> str:
+        """The marker of a new image from a URL or bare base64 (decoded now: a bad one is a 400 here)."""
+        self.require(field)
+        data = b64_bytes(b64, field) if url is None else url_bytes(url, field)
+        self.parts.append(ImagePart(field, data, url if data is None else None))
+        return self.marker(len(self.parts) - 1)
+
+    def part(self, nonce: str, k: str) -> ImagePart | None:
+        """The image a marker's groups name; None for a marker of no image of this request (text)."""
+        i = int(k)
+        return self.parts[i] if nonce == self.nonce and i < len(self.parts) else None
+
+    async def load(self) -> None:
+        """Fetch what is fetched and prepare every image for the model, in threads (a 400 naming the part's
+        field where one fails: the first such in the request's order)."""
+        todo = [p for p in self.parts if p.image is None]
+        done = await asyncio.gather(*(asyncio.to_thread(self._load, p) for p in todo), return_exceptions=True)
+        for failed in done:
+            if isinstance(failed, BaseException):
+                raise failed
+
+    def _load(self, part: ImagePart) -> None:
+        if part.data is None:
+            part.data = fetch(part.url, part.field)
+        try:
+            part.image = self.vision.prepare_image(part.data)
+        except (ValueError, OSError) as e:  # OSError: Pillow's for a truncated or unknown file, if one gets by
+            raise bad(part.field, str(e) or "not an image") from None
+
+
+def read_part(part: dict, at: str, images: RequestImages | None) -> str | None:
+    """The marker of an image content part (any protocol's, READERS); None: not an image part."""
+    reader = READERS.get(part.get("type"))
+    if reader is None:
+        return None
+    if images is None:  # the library's messages (LLM.chat): no images come that way
+        raise text_only(f"{at}.type")
+    images.require(f"{at}.type")
+    return reader(part, at, images)
+
+
+def _openai_image(part: dict, at: str, images: RequestImages) -> str:
+    value = part.get("image_url")
+    if isinstance(value, dict):
+        return images.add(f"{at}.image_url.url", url=value.get("url"))
+    return images.add(f"{at}.image_url", url=value)
+
+
+def _responses_image(part: dict, at: str, images: RequestImages) -> str:
+    if part.get("image_url") is None and part.get("file_id") is not None:
+        raise bad(f"{at}.file_id", "hearth keeps no files (/v1/files): send the image as image_url, a "
+                                   "data:image/...;base64, URL or an http(s) URL")
+    return images.add(f"{at}.image_url", url=part.get("image_url"))
+
+
+def _anthropic_image(part: dict, at: str, images: RequestImages) -> str:
+    source = part.get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64":
+        media_type = source.get("media_type")
+        if media_type not in ANTHROPIC_TYPES:
+            raise bad(f"{at}.source.media_type", f"must be one of {', '.join(ANTHROPIC_TYPES)}, got {media_type!r}")
+        return images.add(f"{at}.source.data", b64=source.get("data"))
+    if kind == "url":
+        return images.add(f"{at}.source.url", url=source.get("url"))
+    raise bad(f"{at}.source.type", f"must be 'base64' or 'url', got {kind!r}")
+
+
+READERS: dict[str, Callable[[dict, str, RequestImages], str]] = {
+    "image_url": _openai_image, "input_image": _responses_image, "image": _anthropic_image}
