@@ -94,7 +94,8 @@ def paged_attention(
     that joins each softmax's denominator (gpt-oss); the C++ kernels have none, so the torch paths."""
     if not isinstance(kv_cache, torch.Tensor):
         return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap, sinks is None, precise, sinks)
-    if native_pages(q, kv_cache) and sinks is None:
+    # the native kernels' masks are causal (and tree) only: a step with bidirectional rows takes torch's
+    if native_pages(q, kv_cache) and sinks is None and not meta.bidirectional:
         out = _paged_native(q, kv_cache, meta, scale, sliding_window, softcap, precise)
         if out is not None:
             return out
@@ -194,11 +195,11 @@ def _attend_prefill(q, kv, meta, i, scale, window, softcap, sinks=None):
     """q: [n_q, heads, d], kv: [2, ctx, kv_heads, d], sequence i's whole context -> [n_q, heads, d]."""
     kv = kv.transpose(1, 2)  # [2, kvh, ctx, d]
     if softcap:
-        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap, sinks)
+        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window).to(q.device), scale, softcap, sinks)
         return o.transpose(0, 1).contiguous()  # [n_q, heads, d] rows, as the flash path's (callers view them flat)
     mask = meta.additive_mask(i, window)
-    if mask is not None and mask.dtype != q.dtype:
-        mask = mask.to(q.dtype)
+    if mask is not None and (mask.dtype != q.dtype or mask.device != q.device):  # CUDA's torch fallbacks
+        mask = mask.to(q.device, q.dtype)
     if sinks is not None:
         return _attend_sinks(q.transpose(0, 1), kv[0], kv[1], mask, scale, sinks).transpose(0, 1).contiguous()
     # 4-D inputs reach the flash kernel (3-D ones fell back to the unfused math path)
@@ -212,6 +213,7 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, pr
     that reads the encoded blocks in place, the others (and all without native kernels) through the
     torch path, in the codec's rotated space if it has one."""
     assert not meta.trees, "a quantized KV cache verifies chains only (Scheduler.set_drafts)"
+    assert not meta.bidirectional, "bidirectional image rows need an f16/bf16 cache (EngineCore.check_media)"
     out = torch.empty(q.shape, dtype=q.dtype)
     torch_rows, dtype = range(len(meta.seq_lens)), q.dtype
     if use_native and q.dtype == torch.float32 and native.has("kv_quant"):
