@@ -1,0 +1,211 @@
+"""Image rows through the engine and the runner on tiny random models, with a fake encoder (fixed random
+rows): the logits equal transformers' on the same embeddings (inputs_embeds: the token embeddings, scaled
+as the model does, with the image rows written over them unscaled), causal or bidirectional (a hand-built
+4-D mask: causal, and the window, OR the same image); chunked prefill at several budgets equals one
+step; the prefix cache hits only for the same digest. Tiered: the step that holds bidirectional rows
+leaves the native kernels and fused layers for the torch attention, the others stay on them."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from hearth import LLM, SamplingParams
+from hearth.layers.linear import use_linear_policy
+from hearth.media.inputs import MediaInput
+from hearth.runner.media_rows import MediaRows
+from hearth.runner.messages import ScheduledSequence, SchedulerOutput
+
+from tests.gguf_factory import tiny_dir
+from tests.models.test_logits_vs_transformers import tf_overrides
+
+REL_TOL = 1e-3  # exact linears on both sides, hearth's K/V in f16 (measured 2e-4 here; an image's rows
+# written unscaled where the model scales its token embeddings, or the wrong mask, move them by 1e-2 and more)
+PROMPT = [5 + (7 * i) % 300 for i in range(26)]
+IMAGE_AT, IMAGE_LEN = 6, 10  # rows 6..15: longer than gemma3's tiny window (8), cut by 4-token blocks
+PLACEHOLDER = 3
+
+
+class FakeEncoder:
+    """encode(pixels) -> fixed random rows: pixels is (seed, rows); counts its calls."""
+
+    def __init__(self, hidden: int):
+        self.hidden, self.calls = hidden, 0
+
+    def encode(self, pixels) -> torch.Tensor:
+        self.calls += 1
+        seed, rows = pixels
+        return torch.randn(rows, self.hidden, generator=torch.Generator().manual_seed(seed))
+
+
+def image(seed: int = 1, bidirectional: bool = False, digest: bytes | None = None) -> MediaInput:
+    return MediaInput(IMAGE_AT, IMAGE_LEN, digest or bytes([seed]), (seed, IMAGE_LEN), bidirectional)
+
+
+def prompt_ids() -> list[int]:
+    ids = list(PROMPT)
+    ids[IMAGE_AT:IMAGE_AT + IMAGE_LEN] = [PLACEHOLDER] * IMAGE_LEN
+    return ids
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def tiny(request, tmp_path_factory):
+    """(arch, LLM with a fake encoder, transformers' model, dims)."""
+    arch = request.param
+    d, name, dims = tiny_dir(tmp_path_factory.mktemp(arch), arch)
+    with use_linear_policy(exact=True):
+        llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=64)
+    attach(llm, FakeEncoder(dims.hidden))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                          attn_implementation="eager", **tf_overrides(arch, dims)).eval()
+    return arch, llm, hf, dims
+
+
+def attach(llm: LLM, encoder) -> None:
+    runner = llm.engine.runner
+    runner.vision, runner.media = encoder, MediaRows(encoder, runner.cfg.hidden_size)
+
+
+def hf_logits(hf, dims, ids: list[int], media: list[MediaInput], bidirectional: bool) -> torch.Tensor:
+    """[T, vocab]: transformers on the prompt's embeddings with the image rows written over them."""
+    with torch.no_grad():
+        x = hf.get_input_embeddings()(torch.tensor([ids]))  # gemma3's scales inside
+        for m in media:
+            x[0, m.offset:m.end] = FakeEncoder(dims.hidden).encode(m.pixels)
+        T = len(ids)
+        pos = torch.arange(T)
+        causal = pos[None, :] <= pos[:, None]
+        span = torch.zeros(T, T, dtype=torch.bool)
+        for m in media:
+            if m.bidirectional:
+                span[m.offset:m.end, m.offset:m.end] = True
+
+        def additive(mask):
+            return torch.zeros(1, 1, T, T).masked_fill(~mask, torch.finfo(torch.float32).min)
+
+        kw = {}
+        if bidirectional:
+            full = additive(causal | span)
+            kw["attention_mask"] = full
+            if getattr(hf.config, "sliding_window", None) and "sliding_attention" in set(hf.config.layer_types):
+                near = (pos[:, None] - pos[None, :]) < hf.config.sliding_window
+                kw["attention_mask"] = {"full_attention": full, "sliding_attention": additive(causal & near | span)}
+        return hf(inputs_embeds=x, **kw).logits[0]
+
+
+def runner_logits(llm: LLM, ids: list[int], media: list[MediaInput]) -> torch.Tensor:
+    """[T, vocab]: the runner's forward over the whole prompt in one step (fresh blocks, then forgotten)."""
+    runner, bs = llm.engine.runner, llm.engine.scheduler.kv.block_size
+    seq = ScheduledSequence("ref", ids, 0, list(range(-(-len(ids) // bs))), False, SamplingParams(), [],
+                            media=list(media))
+    try:
+        with torch.inference_mode():
+            return llm.engine.runner.model.compute_logits(runner.forward(SchedulerOutput([seq])))
+    finally:
+        runner.forget(["ref"])
+
+
+def rel_err(a, b) -> float:
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
+def test_logits_equal_transformers_on_the_same_embeddings(tiny, bidirectional):
+    arch, llm, hf, dims = tiny
+    media = [image(1, bidirectional)]
+    ours = runner_logits(llm, prompt_ids(), media)
+    ref = hf_logits(hf, dims, prompt_ids(), media, bidirectional)
+    assert rel_err(ours, ref) < REL_TOL
+    # teeth: without the rows, or with the other mask, the logits after the image's first row move
+    plain = hf_logits(hf, dims, prompt_ids(), [], False)
+    assert rel_err(ours[IMAGE_AT:], plain[IMAGE_AT:]) > 0.01
+    other = hf_logits(hf, dims, prompt_ids(), [image(1, not bidirectional)], not bidirectional)
+    assert rel_err(ours[IMAGE_AT:], other[IMAGE_AT:]) > 1e-3
+    assert rel_err(ours[:IMAGE_AT], other[:IMAGE_AT]) < REL_TOL  # before the image: the same
+
+
+def generate(llm: LLM, media, budget: int = 64, **kw):
+    """Greedy tokens and their logprobs through the engine, nothing cached before; (tokens, logprobs, cached)."""
+    engine = llm.engine
+    engine.scheduler.kv.pool.reset_prefix_cache()
+    return run(llm, media, budget, **kw)
+
+
+def run(llm: LLM, media, budget: int = 64, ids=None, **kw):
+    engine = llm.engine
+    engine.scheduler.max_num_batched_tokens = budget
+    try:
+        params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3, **kw)
+        rid = engine.add_request(ids or prompt_ids(), params, media=media)
+        tokens, logprobs, cached = [], [], None
+        while engine.has_unfinished():
+            for o in engine.step():
+                assert o.request_id == rid
+                tokens += o.new_token_ids
+                logprobs += o.new_logprobs
+                cached = o.num_cached_tokens
+        return tokens, logprobs, cached
+    finally:
+        engine.scheduler.max_num_batched_tokens = 64
+
+
+def assert_same(a, b):
+    """Equal tokens, logprobs within f32 summation order (a chunk's rows sum in other blocks: ~4e-6 relative)."""
+    assert a[0] == b[0]
+    for x, y in zip(a[1], b[1]):
+        assert x.keys() == y.keys() and all(abs(x[t] - y[t]) <= 1e-4 + 1e-5 * abs(y[t]) for t in x), (x, y)
+
+
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
+def test_the_engines_first_token_is_transformers_and_chunked_prefill_changes_nothing(tiny, bidirectional):
+    arch, llm, hf, dims = tiny
+    media = [image(2, bidirectional)]
+    whole = generate(llm, media)
+    ref = torch.log_softmax(hf_logits(hf, dims, prompt_ids(), media, bidirectional)[-1], -1)
+    first = whole[1][0]
+    assert whole[0][0] == int(ref.argmax())
+    assert all(abs(lp - ref[t].item()) < 1e-3 for t, lp in first.items())
+    for budget in ((10, 13, 17) if bidirectional else (3, 5, 8, 11)):
+        assert_same(generate(llm, media, budget), whole)
+    assert whole[0] != generate(llm, [])[0] or whole[1] != generate(llm, [])[1]
+
+
+def test_the_prefix_cache_hits_for_the_same_image_only(tiny):
+    arch, llm, hf, dims = tiny
+    kv, encoder = llm.engine.scheduler.kv, llm.engine.runner.vision
+    first = generate(llm, [image(3)])
+    calls = encoder.calls
+    again = run(llm, [image(3)])
+    assert again[2] == 24 and encoder.calls == calls  # every full block but the last token's: no encoding
+    assert_same(again, first)
+    other = run(llm, [image(4)])  # the same placeholder ids, another image
+    assert other[2] == 4  # the block before the image's first row only
+    assert_same(other, generate(llm, [image(4)]))
+    assert other[0] != first[0] or other[1] != first[1]
+    hits = kv.stats.hits
+    run(llm, [image(4)])
+    assert kv.stats.hits - hits == 24
+
+
+def test_bidirectional_image_and_the_prefix_cache(tiny):
+    """A hit that would end inside the span is cut back to the block before it; the output is the miss's."""
+    arch, llm, hf, dims = tiny
+    ids = prompt_ids()[:14]  # the prompt ends inside the image's span: a hit could only end in it
+    media = [MediaInput(IMAGE_AT, 8, b"b", (5, 8), True)]  # rows 6..13
+    first = generate(llm, media, ids=ids)
+    again = run(llm, media, ids=ids)
+    assert again[2] == 4
+    assert_same(again, first)
+
+
+@pytest.mark.parametrize("spec", [{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}])
+def test_speculation_over_a_prompt_with_images_is_lossless(tiny, spec, tmp_path):
+    arch, llm, hf, dims = tiny
+    with use_linear_policy(exact=True):
+        spec_llm = LLM(llm.config.model, max_model_len=128, block_size=4, progress=False, speculative_config=spec)
+    attach(spec_llm, FakeEncoder(dims.hidden))
+    for bidirectional in (False, True):
+        media = [image(6, bidirectional)]
+        want = generate(llm, media)[0]
+        assert generate(spec_llm, media)[0] == want
