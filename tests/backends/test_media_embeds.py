@@ -209,3 +209,34 @@ def test_speculation_over_a_prompt_with_images_is_lossless(tiny, spec, tmp_path)
         media = [image(6, bidirectional)]
         want = generate(llm, media)[0]
         assert generate(spec_llm, media)[0] == want
+
+
+REL_TOL_FAST = 2e-2  # the fast linear paths round activations to bf16 (tests/models/test_logits_vs_transformers.py's)
+
+
+@pytest.fixture(scope="module", params=["llama", "gemma3"])
+def tiny_fast(request, tmp_path_factory):
+    """(arch, LLM on the tier's fast paths over Q8_0 weights: the fused C++ layers and stack, the native
+    attention; transformers' model of the same file, dims)."""
+    arch = request.param
+    d, name, dims = tiny_dir(tmp_path_factory.mktemp(arch), arch, qtype="Q8_0")
+    llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=128)
+    attach(llm, FakeEncoder(dims.hidden))
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
+                                                          attn_implementation="eager", **tf_overrides(arch, dims)).eval()
+    return arch, llm, hf, dims
+
+
+@pytest.mark.parametrize("length", [26, 80], ids=["decode-sized", "prefill-sized"])
+@pytest.mark.parametrize("bidirectional", [False, True], ids=["causal", "bidirectional"])
+def test_the_fast_paths_step_aside_for_bidirectional_rows(tiny_fast, bidirectional, length):
+    """A step of fewer rows than the fused layers' prefill GEMMs runs the whole stack in one C++ call
+    (causal attention inside), a longer one the tile kernels where the CPU has them: a step holding
+    bidirectional rows must leave both for the torch attention (the causal one stays on them)."""
+    arch, llm, hf, dims = tiny_fast
+    ids = (prompt_ids() * 4)[:length]
+    media = [image(7, bidirectional)]
+    ours = runner_logits(llm, ids, media)
+    assert rel_err(ours, hf_logits(hf, dims, ids, media, bidirectional)) < REL_TOL_FAST
+    other = hf_logits(hf, dims, ids, [image(7, not bidirectional)], not bidirectional)
+    assert rel_err(ours[IMAGE_AT:], other[IMAGE_AT:]) > 0.1
