@@ -313,3 +313,17 @@ def test_a_lora_adapter_with_images_runs_the_merged_model(tmp_path, bidirectiona
         attach(model, FakeEncoder(dims.hidden))
         out[name] = run(model, [image(13, bidirectional)])
     assert_same(out["lora"], out["merged"], tol=1e-3)  # x(W + BA) against xW + (xB)A: ~2e-4 apart
+
+
+def test_llm_generate_and_stream_take_media_in_a_tokens_prompt(tiny, tmp_path):
+    arch, llm, hf, dims = tiny
+    want = generate(llm, [image(14)])
+    prompt = {"prompt_token_ids": prompt_ids(), "media": [image(14)]}
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True)
+    assert llm.generate(prompt, params)[0].outputs[0].token_ids == want[0]
+    assert sum((o.new_token_ids for o in llm.stream(prompt, params)), []) == want[0]
+    from hearth.engine.engine_core import InvalidPromptError
+
+    text_only = LLM(llm.config.model, max_model_len=128, block_size=4, progress=False)
+    with pytest.raises(InvalidPromptError, match="reads text only: images need a vision encoder"):
+        text_only.generate(prompt, params)
