@@ -356,8 +356,9 @@ class LLM:
         _, ids = self._prompt_ids(prompt, "prompt")
         media = _media(prompt)
         with self._driving("stream"):
+            extra = {"media": media} if media else {}  # engines without images take no such argument
             rid = self.engine.add_request(ids, sampling_params or SamplingParams(),
-                                          request_id=str(next(self._request_ids)), **({"media": media} if media else {}))
+                                          request_id=str(next(self._request_ids)), **extra)
             try:
                 while self.engine.has_unfinished():
                     for out in self.engine.step():

@@ -25,7 +25,8 @@ def check_media(media: Sequence[MediaInput], prompt_len: int, step_budget: int) 
             return (f"media[{i}] covers prompt positions {m.offset}..{m.end - 1}, outside the prompt's "
                     f"{prompt_len} tokens" if m.length >= 1 else f"media[{i}] has {m.length} rows: give at least one")
         if m.offset < end:
-            return f"media[{i}] starts at position {m.offset}, before media[{i - 1}] ends ({end}): sort them, no overlaps"
+            return (f"media[{i}] starts at position {m.offset}, before media[{i - 1}] ends ({end}): "
+                    "sort them, no overlaps")
         if m.bidirectional and m.length > step_budget:
             return (f"media[{i}] has {m.length} rows that attend to each other, more than a step computes "
                     f"(max_num_batched_tokens {step_budget}): raise it to at least {m.length}")

@@ -1,8 +1,9 @@
 """The chained hash that names a full KV block, in memory (the prefix cache) and on disk.
 
-hash(block i) = blake2b(hash(block i - 1), its token ids[, the media rows it holds]); block 0's parent is the cache's root,
-itself a hash of what makes K/V reusable (model file content, KV format, block size). Equal hashes
-mean equal K/V, in this process or in a file written by another one. Plain Python, no torch."""
+hash(block i) = blake2b(hash(block i - 1), its token ids[, the digests of the images among them]);
+block 0's parent is the cache's root, itself a hash of what makes K/V reusable (model file content,
+KV format, block size). Equal hashes mean equal K/V, in this process or in a file written by another
+one. Plain Python, no torch."""
 
 from __future__ import annotations
 

@@ -175,7 +175,8 @@ class ModelRunner:
         pooling = pooling_rows(so.seqs, meta.query_start_loc)  # SamplingParams.pooling's rows
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
             out_rows = with_prompt_rows(rows, targets, pooling)
-            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows, **embeds)  # [len(out_rows), hidden]
+            # [len(out_rows), hidden]; embeds: image rows over their placeholders' embeddings
+            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows, **embeds)
             pooled = pooled_sums(hidden, out_rows, pooling, so.seqs)
             prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs,
                                                   lambda h: self._logits(h, None))

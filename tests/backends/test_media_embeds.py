@@ -57,8 +57,8 @@ def tiny(request, tmp_path_factory):
     with use_linear_policy(exact=True):
         llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=64)
     attach(llm, FakeEncoder(dims.hidden))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
-                                                          attn_implementation="eager", **tf_overrides(arch, dims)).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        d, gguf_file=name, dtype=torch.float32, attn_implementation="eager", **tf_overrides(arch, dims)).eval()
     return arch, llm, hf, dims
 
 
@@ -210,8 +210,8 @@ def tiny_fast(request, tmp_path_factory):
     d, name, dims = tiny_dir(tmp_path_factory.mktemp(arch), arch, qtype="Q8_0")
     llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=128)
     attach(llm, FakeEncoder(dims.hidden))
-    hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32,
-                                                          attn_implementation="eager", **tf_overrides(arch, dims)).eval()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(
+        d, gguf_file=name, dtype=torch.float32, attn_implementation="eager", **tf_overrides(arch, dims)).eval()
     return arch, llm, hf, dims
 
 
