@@ -115,9 +115,6 @@ class EngineCore:
         if getattr(self.runner, "vision", None) is None:
             raise InvalidPromptError("this model reads text only: images need a vision encoder (--mmproj)")
         why = check_media(media, len(prompt_token_ids), self.scheduler.max_num_batched_tokens)
-        if why is None and self.scheduler.kv.seals_full_blocks and any(m.bidirectional for m in media):
-            # the quantized paths' masks (kernels.attention._fresh_mask, the native kernel) are causal only
-            why = "images whose rows attend both ways (gemma3) need an f16/bf16 KV cache (--kv-cache-dtype)"
         if why is not None:
             raise InvalidPromptError(why)
 

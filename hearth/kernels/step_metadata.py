@@ -69,7 +69,8 @@ class AttentionMetadata:
     HF's token_type_ids mask; llama.cpp decodes an image batch non-causally): i -> [(first position,
     one past the last)], each span's rows all among this step's queries. A query in a span sees the
     keys its causal (and window) rule allows, or in its span (an OR, as HF's or_mask_function). Only
-    the torch attention honors it: the native kernels and fused layers step aside for such a step."""
+    the torch attentions honor it (f16/bf16 and quantized caches): the native kernels and fused layers
+    step aside for such a step."""
 
     @property
     def is_decode(self) -> bool:

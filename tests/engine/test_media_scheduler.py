@@ -23,8 +23,8 @@ class SeeingRunner(CountingRunner):
     vision = object()  # the engine takes images only where the runner has an encoder
 
 
-def make_engine(num_blocks=64, block_size=4, budget=16, runner=None, seals=False):
-    sched = Scheduler(KVCacheManager(num_blocks, block_size, seals_full_blocks=seals), 8, budget)
+def make_engine(num_blocks=64, block_size=4, budget=16, runner=None):
+    sched = Scheduler(KVCacheManager(num_blocks, block_size), 8, budget)
     runner = runner or SeeingRunner()
     return EngineCore(sched, runner, LetterTokenizer(), 256, 50), sched, runner
 
@@ -61,14 +61,10 @@ def test_a_causal_image_may_be_longer_than_a_step_and_touching_spans_are_fine():
     assert chunks_of(runner, "a")[:3] == [(0, 8), (8, 4), (12, 8)]  # the causal one cut at 8, the other whole
 
 
-def test_images_need_a_runner_with_an_encoder_and_bidirectional_ones_an_unquantized_cache():
+def test_images_need_a_runner_with_an_encoder():
     engine, _, _ = make_engine(runner=CountingRunner())
     with pytest.raises(InvalidPromptError, match="reads text only.*--mmproj"):
         engine.add_request(list(range(1, 11)), GREEDY, media=[image(2, 3, bidirectional=False)])
-    engine, _, _ = make_engine(seals=True)
-    with pytest.raises(InvalidPromptError, match="f16/bf16 KV cache"):
-        engine.add_request(list(range(1, 11)), GREEDY, media=[image(2, 3)])
-    engine.add_request(list(range(1, 11)), GREEDY, media=[image(2, 3, bidirectional=False)])  # causal: fine
 
 
 @pytest.mark.parametrize("budget", [5, 6, 7, 8, 9, 13])
