@@ -159,3 +159,26 @@ def test_block_hashes_take_the_digests_of_the_media_in_each_block():
     assert one[0] == other[0] == text[0]  # the block before the image is shared
     for h in (other, moved, causal, text):  # the image's block and every one after it differ
         assert h[1] != one[1] and h[2] != one[2]
+
+
+def test_the_async_engine_carries_media_and_refuses_bad_spans_before_any_output():
+    import asyncio
+
+    from hearth.engine.async_engine import AsyncEngine
+
+    engine, sched, runner = make_engine(budget=8)
+    ae = AsyncEngine(engine)
+    ae.start()
+
+    async def main():
+        with pytest.raises(InvalidPromptError, match="outside the prompt"):
+            ae.add_request([1, 2, 3], GREEDY, media=[image(2, 5)])
+        async with ae.add_request(list(range(1, 11)), GREEDY, "a", media=[image(3, 6)]) as stream:
+            return [o async for o in stream]
+
+    try:
+        outs = asyncio.run(main())
+    finally:
+        ae.shutdown()
+    assert outs[-1].finished
+    assert [s.media for so in runner.steps for s in so.seqs if s.request_id == "a"][:2] == [[], [image(3, 6)]]
