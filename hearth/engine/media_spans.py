@@ -1,10 +1,11 @@
 """Where a request's media rows constrain the engine's bookkeeping (plain Python, no tensors).
 
-A bidirectional span (gemma3's image: its rows attend to each other both ways) must be computed in
-one step, so a prefill chunk never ends inside one and a prefix-cache hit never ends inside one
-either (the rest of the span would then be computed without the cached rows' partners in the same
-step). A block's prefix-cache hash takes the digests of the media overlapping it: the K/V of image
-rows depend on the image, not on the placeholder ids standing in for it."""
+A bidirectional span (gemma3's image: its rows attend to each other both ways) is computed in one
+step: the attention's mask pairs rows among one step's queries (AttentionMetadata.bidirectional), and
+a row computed before its later partners exist would never see them. So a prefill chunk never ends
+inside one, nor does a prefix-cache hit (the span's rest would be a step of its own). A block's hash
+takes the digests of the media overlapping it: the K/V of image rows follow the image, not the
+placeholder ids standing in for it."""
 
 from __future__ import annotations
 
