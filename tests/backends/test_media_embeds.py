@@ -240,7 +240,8 @@ def test_speculation_over_a_prompt_with_images_is_lossless(tiny_fast, spec):
     config["cost_aware"] = False  # drafts every step, whatever they would pay on this machine
     spec_llm = LLM(llm.config.model, max_model_len=128, block_size=4, progress=False, speculative_config=config,
                    max_num_batched_tokens=128)
-    assert not spec_llm.speculation_off
+    if spec_llm.speculation_off:  # the torch tier (HEARTH_NATIVE=0): verify rows are not decode rows
+        pytest.skip(spec_llm.speculation_off)
     attach(spec_llm, FakeEncoder(dims.hidden))
     ids = prompt_ids() * 2  # text that repeats: the n-gram proposer finds drafts
     for bidirectional in (False, True):
