@@ -53,8 +53,6 @@ class ModelRunner:
         an image's pixels into the LM's rows, encode(pixels) -> [length, hidden] (None: text only)."""
         keep_freed_pages()
         self.drafter = drafter
-        self.vision = vision
-        self.media = None if vision is None else MediaRows(vision, cfg.hidden_size)
         self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
         self.backend = model.backend  # the one the model was built on (hearth.backends)
         self._allocate_kv(codec, num_blocks, max_num_seqs)
@@ -69,6 +67,14 @@ class ModelRunner:
         """Report each constrained sequence's grammar-forced next tokens (RunnerOutput.forced): on
         where a verify row is computed as a decode row (row_regimes), so those drafts are lossless."""
         self._unseeded = torch.Generator().manual_seed(seed)
+        self.set_vision(vision)
+
+    def set_vision(self, vision) -> None:
+        """The image encoder (an mmproj's VisionEncoder: encode(pixels) -> [length, hidden]), or None: text only.
+        Set between steps (a loader may attach it after the LM is up); the engine reads `vision` to refuse
+        images without one."""
+        self.vision = vision
+        self.media = None if vision is None else MediaRows(vision, self.cfg.hidden_size)
 
     def _allocate_kv(self, codec, num_blocks: int, max_num_seqs: int) -> None:
         cfg, bs = self.cfg, self.block_size

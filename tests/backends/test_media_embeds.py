@@ -14,7 +14,6 @@ import transformers
 from hearth import LLM, SamplingParams
 from hearth.layers.linear import use_linear_policy
 from hearth.media.inputs import MediaInput
-from hearth.runner.media_rows import MediaRows
 from hearth.runner.messages import ScheduledSequence, SchedulerOutput
 
 from tests.gguf_factory import tiny_dir
@@ -63,8 +62,7 @@ def tiny(request, tmp_path_factory):
 
 
 def attach(llm: LLM, encoder) -> None:
-    runner = llm.engine.runner
-    runner.vision, runner.media = encoder, MediaRows(encoder, runner.cfg.hidden_size)
+    llm.engine.runner.set_vision(encoder)
 
 
 def hf_logits(hf, dims, ids: list[int], media: list[MediaInput], bidirectional: bool) -> torch.Tensor:
