@@ -2,8 +2,9 @@
 rows): the logits equal transformers' on the same embeddings (inputs_embeds: the token embeddings, scaled
 as the model does, with the image rows written over them unscaled), causal or bidirectional (a hand-built
 4-D mask: causal, and the window, OR the same image); chunked prefill at several budgets equals one
-step; the prefix cache hits only for the same digest. Tiered: the step that holds bidirectional rows
-leaves the native kernels and fused layers for the torch attention, the others stay on them."""
+step; the prefix cache and the disk tier hit only for the same digest; speculation stays lossless; a
+LoRA adapter, pooling, prompt logprobs and a quantized KV cache take images too. Tiered: a step holding
+bidirectional rows leaves the native kernels and fused layers for the torch attention."""
 
 from __future__ import annotations
 
