@@ -93,10 +93,10 @@ def hf_logits(hf, dims, ids: list[int], media: list[MediaInput], bidirectional: 
         return hf(inputs_embeds=x, **kw).logits[0]
 
 
-def runner_logits(llm: LLM, ids: list[int], media: list[MediaInput]) -> torch.Tensor:
+def runner_logits(llm: LLM, ids: list[int], media: list[MediaInput], params=None) -> torch.Tensor:
     """[T, vocab]: the runner's forward over the whole prompt in one step (fresh blocks, then forgotten)."""
     runner, bs = llm.engine.runner, llm.engine.scheduler.kv.block_size
-    seq = ScheduledSequence("ref", ids, 0, list(range(-(-len(ids) // bs))), False, SamplingParams(), [],
+    seq = ScheduledSequence("ref", ids, 0, list(range(-(-len(ids) // bs))), False, params or SamplingParams(), [],
                             media=list(media))
     try:
         with torch.inference_mode():
@@ -339,3 +339,26 @@ def test_llm_generate_and_stream_take_media_in_a_tokens_prompt(tiny, tmp_path):
     text_only = LLM(llm.config.model, max_model_len=128, block_size=4, progress=False)
     with pytest.raises(InvalidPromptError, match="reads text only: images need a vision encoder"):
         text_only.generate(prompt, params)
+
+
+def test_the_fused_lora_stack_steps_aside_for_bidirectional_rows(tmp_path):
+    """With an adapter on, a decode-sized step runs the fused LoRA stack (causal attention inside)."""
+    from tests.gguf_factory import write_tiny_gguf
+    from tests.lora_factory import merged, write_lora_gguf
+    from tests.models.test_lora import ALPHA, RANK, targets
+
+    dims = write_tiny_gguf(tmp_path / "base.gguf", "gemma3", qtype="Q8_0")
+    pairs = write_lora_gguf(tmp_path / "adapter.gguf", tmp_path / "base.gguf", targets("llama", dims.layers), RANK,
+                            ALPHA)  # gemma3 names its matrices as llama does
+    write_tiny_gguf(tmp_path / "merged.gguf", "gemma3", qtype="Q8_0", adjust=merged(pairs, 1.0, ALPHA))
+    lora = LLM(str(tmp_path / "base.gguf"), max_model_len=128, block_size=4, progress=False,
+               lora=[(str(tmp_path / "adapter.gguf"), 1.0)])
+    whole = LLM(str(tmp_path / "merged.gguf"), max_model_len=128, block_size=4, progress=False)
+    logits = {}
+    for name, model, params in (("lora", lora, SamplingParams(lora={0: 1.0})), ("merged", whole, None)):
+        attach(model, FakeEncoder(dims.hidden))
+        for bidirectional in (False, True):
+            logits[name, bidirectional] = runner_logits(model, prompt_ids(), [image(5, bidirectional)], params)
+    for bidirectional in (False, True):  # the merged file's weights quantized anew: 0.02-0.03 apart here
+        assert rel_err(logits["lora", bidirectional], logits["merged", bidirectional]) < 0.1
+    assert rel_err(logits["lora", True][IMAGE_AT:], logits["lora", False][IMAGE_AT:]) > 0.1
