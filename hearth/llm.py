@@ -247,7 +247,9 @@ class LLM:
     def generate(self, prompts: PromptType | list[PromptType],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
         """Run prompts to completion together; one RequestOutput per prompt, in order. prompts: one
-        prompt or a list of them, each a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}."""
+        prompt or a list of them, each a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}; a dict
+        may add 'media': [hearth.media.inputs.MediaInput, ...], image rows in the prompt (a model with a
+        vision encoder)."""
         prompts = _prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
@@ -255,10 +257,14 @@ class LLM:
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
         encoded = [self._prompt_ids(prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
-        for (_, ids), p in zip(encoded, params):  # validate every request before queueing any
-            self.engine.check_request(ids, p)
+        media = [_media(prompt) for prompt in prompts]
+        for (_, ids), p, m in zip(encoded, params, media):  # validate every request before queueing any
+            if m:
+                self.engine.check_request(ids, p, m)
+            else:
+                self.engine.check_request(ids, p)
         with self._driving("generate"):
-            return self._run(encoded, params)
+            return self._run(encoded, params, media)
 
     def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
         """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
@@ -288,11 +294,13 @@ class LLM:
                                      ScoringOutput(activated(r.embedding[0], use_activation)))
                 for r in self.generate(prompts, params)]
 
-    def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams]) -> list[RequestOutput]:
-        """generate's work, under the engine's lock: each (text, ids) runs with its params."""
+    def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams],
+             media: list[tuple] | None = None) -> list[RequestOutput]:
+        """generate's work, under the engine's lock: each (text, ids) runs with its params (and media)."""
         results, children = [], {}
         try:
-            for (text, ids), p in zip(encoded, params):
+            for i, ((text, ids), p) in enumerate(zip(encoded, params)):
+                m = media[i] if media else ()
                 result = RequestOutput(str(next(self._request_ids)), text, ids, [])
                 results.append(result)
                 for j in range(p.n):
@@ -300,7 +308,8 @@ class LLM:
                     # the first child's prompt logprobs are the result's: the rest hit its prefix
                     if j and p.prompt_logprobs is not None:
                         child = replace(child, prompt_logprobs=None)
-                    rid = self.engine.add_request(ids, child, request_id=f"{result.request_id}-{j}", checked=True)
+                    rid = self.engine.add_request(ids, child, request_id=f"{result.request_id}-{j}", checked=True,
+                                                  **({"media": m} if m else {}))
                     result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                     children[rid] = (result, result.outputs[j])
             while self.engine.has_unfinished():
@@ -345,9 +354,11 @@ class LLM:
         """Yield EngineOutput deltas of one request as they are generated. The engine is this
         stream's (other threads' calls wait) until it ends or is closed."""
         _, ids = self._prompt_ids(prompt, "prompt")
+        media = _media(prompt)
         with self._driving("stream"):
+            extra = {"media": media} if media else {}  # engines without images take no such argument
             rid = self.engine.add_request(ids, sampling_params or SamplingParams(),
-                                          request_id=str(next(self._request_ids)))
+                                          request_id=str(next(self._request_ids)), **extra)
             try:
                 while self.engine.has_unfinished():
                     for out in self.engine.step():
@@ -397,6 +408,11 @@ class LLM:
         if isinstance(text, str):
             return text, self.tokenizer.encode(text)
         raise TypeError(f"{name} must be {PROMPT_TYPES}, not {_type_name(prompt)}")
+
+
+def _media(prompt: PromptType) -> tuple:
+    """A prompt dict's image spans ('media'), else ()."""
+    return tuple(prompt.get("media") or ()) if isinstance(prompt, dict) else ()
 
 
 def _prompt_list(prompts) -> list:

@@ -70,7 +70,7 @@ class NativeLayerOps(LayerOps):
     def whole(self, layer, x, positions, meta, kv_cache, out_rows):
         """A step of a few rows, or one sequence's prefill chunk (which, when out_rows are its last
         rows, computes no others past the K/V), in one call; None where it does not cover the step."""
-        if self.fused is None:
+        if self.fused is None or meta.bidirectional:  # its attention is causal only: the ops, torch's attention
             return None
         T, keep = x.shape[0], _kept_tail(out_rows, x.shape[0])
         cos, sin = self.rope.halves(positions, meta.memo.rope)
@@ -154,7 +154,7 @@ class NativeStack:
         sized steps run every row; a prefill chunk long enough for the bf16 tiles, when the rows going
         on are its last ones, computes only those past the K/V; (0, x) where neither applies."""
         T = x.shape[0]
-        if not self.intact():
+        if not self.intact() or meta.bidirectional:  # its attention is causal only: layer by layer
             return 0, x
         if T < self.min_rows:
             done = self.fused.decode(x, self._tables(positions, meta), kv_caches, meta)

@@ -165,7 +165,8 @@ class CudaBackend(Backend):
         write_quantized(kv_cache, kv, meta)
 
     def attention(self, q, kv_cache, meta, scale, window, softcap, precise, sinks=None):
-        if sinks is not None:  # the Triton kernels have no sinks: the torch reference, on the device
+        # the Triton kernels have no sinks, and masks causal (and tree) only: the torch reference, on the device
+        if sinks is not None or meta.bidirectional:
             return super().attention(q, kv_cache, meta, scale, window, softcap, precise, sinks)
         if isinstance(kv_cache, torch.Tensor):
             return paged_attention(q, kv_cache, meta, scale, window, softcap)

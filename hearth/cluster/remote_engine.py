@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 from hearth.cluster.replica import ReplicaError, ReplicaInfo
 from hearth.cluster.router import ReplicaLoad, Router
 from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStats, EngineStepError
-from hearth.engine.engine_core import check_request
+from hearth.engine.engine_core import InvalidPromptError, check_request
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
 
@@ -82,11 +82,13 @@ class ClusterEngine:
             stream.shut(error)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None) -> RemoteStream:
+                    request_id: str | None = None, media=()) -> RemoteStream:
         """Bad prompts raise here, as AsyncEngine's do (a 400 before any output); so does a
         cluster with no replica up or every replica full (429), or one shutting down (503)."""
         if self._closing is not None:
             raise EngineShutdownError(*self._closing.args)
+        if media:  # the replicas' wire carries token ids only
+            raise InvalidPromptError("a cluster does not carry images to its replicas yet: serve the model alone")
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs)
         return RemoteStream(self, list(prompt_token_ids), params, request_id or uuid.uuid4().hex,

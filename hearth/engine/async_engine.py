@@ -11,12 +11,13 @@ import itertools
 import logging
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hearth.engine.engine_core import EngineCore
 from hearth.errors import HearthError
 from hearth.kvstore.disk import DiskStats
+from hearth.media.inputs import MediaInput
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.policy import SpecDecodeStats
@@ -164,20 +165,21 @@ class AsyncEngine:
         self._send(("end_all", error))
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None) -> RequestStream:
-        """Queue a request; bad prompts and a full queue raise here, before any output."""
+                    request_id: str | None = None, media: Sequence[MediaInput] = ()) -> RequestStream:
+        """Queue a request; bad prompts and a full queue raise here, before any output. media: image
+        spans in the prompt (EngineCore.add_request)."""
         if self._closing is not None:
             raise _fresh(self._closing)
         if self._stopping:  # its loop answers nothing more (a model unloaded between get() and here)
             raise EngineShutdownError("the model was unloaded as this request reached it; send it again")
-        self.core.check_request(prompt_token_ids, params)
+        self.core.check_request(prompt_token_ids, params, media)
         if self._in_flight >= self.max_in_flight:
             raise EngineFullError(f"{self._in_flight} requests are in flight (limit {self.max_in_flight}); "
                                   "retry later")
         rid = request_id if request_id is not None else f"req-{next(self._ids)}"
         stream = RequestStream(self, rid)
         self._in_flight += 1
-        self._send(("add", stream, list(prompt_token_ids), params))
+        self._send(("add", stream, list(prompt_token_ids), params, tuple(media)))
         return stream
 
     async def export_prefix(self, prompt_token_ids: list[int]) -> list[bytes]:
@@ -244,9 +246,9 @@ class AsyncEngine:
             except queue.Empty:
                 return
             if command[0] == "add":
-                _, stream, ids, params = command
+                _, stream, ids, params, media = command
                 try:
-                    self.core.add_request(ids, params, stream.request_id, checked=True)
+                    self.core.add_request(ids, params, stream.request_id, checked=True, media=media)
                 except Exception as e:  # this request fails, the engine goes on
                     stream._put(e if isinstance(e, HearthError) else EngineStepError(f"{type(e).__name__}: {e}"))
                     continue

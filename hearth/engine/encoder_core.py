@@ -67,7 +67,9 @@ class EncoderCore:
         if bad := [t for t in prompt_token_ids if not 0 <= t < self.vocab_size]:
             raise InvalidPromptError(f"token id {bad[0]} is outside the vocabulary (0..{self.vocab_size - 1})")
 
-    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams, media=()) -> None:
+        if media:
+            raise InvalidPromptError(f"this model ({self.arch}) embeds text only: it reads no images")
         if params.pooling is None or self.reranker and params.pooling != "rank":  # text, or a reranker's embedding
             raise EmbeddingOnlyError(embedding_only(self.arch, self.reranker))
         if params.pooling == "rank" and not self.reranker:
@@ -78,9 +80,9 @@ class EncoderCore:
                                      "tokens: the second text is empty")
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None, checked: bool = False) -> str:
-        if not checked:
-            self.check_request(prompt_token_ids, params)
+                    request_id: str | None = None, checked: bool = False, media=()) -> str:
+        if not checked or media:
+            self.check_request(prompt_token_ids, params, media)
         rid = request_id if request_id is not None else str(next(self._ids))
         if any(r == rid for r, _, _ in self.scheduler.waiting):
             raise ValueError(f"request id {rid!r} is already in the engine")

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import itertools
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from hearth.config import MAX_LOGPROBS
 from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.engine.lora_adapters import NO_ADAPTERS, LoraAdapters
+from hearth.engine.media_spans import check_media
 from hearth.engine.pairs import not_a_reranker
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
+from hearth.media.inputs import MediaInput
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.grammar import compile_grammar, stopped
@@ -99,23 +102,36 @@ class EngineCore:
     def check_prompt(self, prompt_token_ids: list[int]) -> None:
         check_prompt(prompt_token_ids, self.max_model_len, self.vocab_size, self.model_context)
 
-    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> None:
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams,
+                      media: Sequence[MediaInput] = ()) -> None:
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs)
         (self.lora or NO_ADAPTERS).check(params.lora)
+        if media:
+            self.check_media(prompt_token_ids, media)
+
+    def check_media(self, prompt_token_ids: list[int], media: Sequence[MediaInput]) -> None:
+        """Image spans this engine can take with this prompt, else InvalidPromptError naming why."""
+        if getattr(self.runner, "vision", None) is None:
+            raise InvalidPromptError("this model reads text only: images need a vision encoder (--mmproj)")
+        why = check_media(media, len(prompt_token_ids), self.scheduler.max_num_batched_tokens)
+        if why is not None:
+            raise InvalidPromptError(why)
 
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                    request_id: str | None = None, checked: bool = False) -> str:
-        """checked: the caller already ran check_request (it compiles any grammar: not twice)."""
+                    request_id: str | None = None, checked: bool = False,
+                    media: Sequence[MediaInput] = ()) -> str:
+        """checked: the caller already ran check_request (it compiles any grammar: not twice).
+        media: image spans in the prompt (sorted, disjoint), each's rows written over its positions."""
         if not checked:
-            self.check_request(prompt_token_ids, params)
+            self.check_request(prompt_token_ids, params, media)
         rid = request_id if request_id is not None else str(next(self._ids))
         if rid in self.detokenizers:  # a second one would take over the first's detokenizer and state
             raise ValueError(f"request id {rid!r} is already in the engine")
         eos = frozenset(self.tokenizer.eog_ids)
         if self.lora is not None:  # every adapter's scale, fixed for the request (its K/V's cache key)
             params = replace(params, lora=self.lora.resolve(params.lora))
-        self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len))
+        self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len, media))
         self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)
         return rid
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hearth.engine.block_pool import BlockPool
 from hearth.engine.lora_adapters import LoraAdapters
+from hearth.engine.media_spans import block_salt
 from hearth.engine.request import Request
 from hearth.kvstore.block_hash import chain_hashes, hash_block, root_hash
 from hearth.kvstore.disk import DiskKVStore
@@ -65,8 +66,9 @@ class KVCacheManager:
         """The chained hashes of req's first num_blocks full blocks, computed once per request."""
         hashes, bs = req.block_hashes, self.block_size
         while len(hashes) < num_blocks:
-            parent = hashes[-1] if hashes else self._root(req)
-            hashes.append(hash_block(parent, req.token_slice(len(hashes) * bs, bs)))
+            parent, start = hashes[-1] if hashes else self._root(req), len(hashes) * bs
+            salt = block_salt(req.media, start, bs) if req.media else b""  # image rows: their digests
+            hashes.append(hash_block(parent, req.token_slice(start, bs), salt))
         return hashes[:num_blocks]
 
     def find_cached_prefix(self, req: Request) -> list[int]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 import time
+from collections.abc import Sequence
 
+from hearth.media.inputs import MediaInput
 from hearth.sampling_params import SamplingParams
 
 
@@ -23,9 +25,12 @@ class RequestStatus(enum.Enum):
 
 class Request:
     def __init__(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
-                 eos_ids: frozenset[int], max_len: int):
+                 eos_ids: frozenset[int], max_len: int, media: Sequence[MediaInput] = ()):
         self.request_id = request_id
         self.prompt_token_ids = list(prompt_token_ids)
+        self.media = tuple(media)
+        """Image rows in the prompt (sorted, disjoint: EngineCore.check_media): the runner writes their
+        embeddings over the placeholder ids' at those positions."""
         self.params = params
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0

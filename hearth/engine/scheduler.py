@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections import deque
 
 from hearth.engine.kv_cache_manager import KVCacheManager
+from hearth.engine.media_spans import chunk_tokens, hit_blocks
 from hearth.engine.request import Request, RequestStatus
+from hearth.media.inputs import overlapping
 from hearth.runner.messages import RunnerOutput, SampledToken, ScheduledSequence, SchedulerOutput
 from hearth.spec_decode.policy import DraftOutcome
 from hearth.spec_decode.tree import DraftTree
@@ -83,6 +85,8 @@ class Scheduler:
             if req not in self.running:  # preempted earlier in this loop
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
+            if req.media:  # a bidirectional span comes whole: it waits for a step with room for it
+                n = chunk_tokens(req.media, req.num_computed_tokens, n)
             if n <= 0 or not self._allocate_or_preempt(req, n):
                 continue
             scheduled.append((req, n))
@@ -105,11 +109,19 @@ class Scheduler:
             # cached positions would have no logits (as vLLM) nor hidden states: none taken
             fresh = req.needs_prompt_logprobs or req.pools_every_row
             cached = [] if fresh else self.kv.find_cached_prefix(req)
+            if req.media:  # a hit ends outside every bidirectional span
+                cached = cached[:hit_blocks(req.media, len(cached), self.kv.block_size)]
             if not fresh and self._next_block_in(req, len(cached), computing):
                 i += 1
                 continue
             loads = [] if fresh else self.kv.find_disk_prefix(req, len(cached))
-            n = min(req.num_tokens - (len(cached) + len(loads)) * self.kv.block_size, budget)
+            if req.media and loads:
+                loads = loads[:hit_blocks(req.media, len(cached) + len(loads), self.kv.block_size) - len(cached)]
+            hit = (len(cached) + len(loads)) * self.kv.block_size
+            n = min(req.num_tokens - hit, budget)
+            if req.media and (n := chunk_tokens(req.media, hit, n)) == 0:  # its span waits for a roomier step
+                i += 1
+                continue
             if not self.kv.allocate_slots(req, n, cached, loads):
                 break
             if req.status is RequestStatus.WAITING:
@@ -216,6 +228,7 @@ class Scheduler:
             prefix_token_ids=req.token_slice(0, start) if req.request_id in self._admitted_with_hit else [],
             num_draft_slots=0 if req.spec_token_ids else k,
             prompt_targets=req.prompt_token_ids[start + 1:start + n + 1] if req.needs_prompt_logprobs else [],
+            media=overlapping(req.media, start, start + n) if req.media else [],
         )
 
     @staticmethod

@@ -94,7 +94,8 @@ def paged_attention(
     that joins each softmax's denominator (gpt-oss); the C++ kernels have none, so the torch paths."""
     if not isinstance(kv_cache, torch.Tensor):
         return _paged_quantized(q, kv_cache, meta, scale, sliding_window, softcap, sinks is None, precise, sinks)
-    if native_pages(q, kv_cache) and sinks is None:
+    # the native kernels' masks are causal (and tree) only: a step with bidirectional rows takes torch's
+    if native_pages(q, kv_cache) and sinks is None and not meta.bidirectional:
         out = _paged_native(q, kv_cache, meta, scale, sliding_window, softcap, precise)
         if out is not None:
             return out
@@ -194,11 +195,11 @@ def _attend_prefill(q, kv, meta, i, scale, window, softcap, sinks=None):
     """q: [n_q, heads, d], kv: [2, ctx, kv_heads, d], sequence i's whole context -> [n_q, heads, d]."""
     kv = kv.transpose(1, 2)  # [2, kvh, ctx, d]
     if softcap:
-        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window), scale, softcap, sinks)
+        o = _sdpa(q.transpose(0, 1), kv[0], kv[1], meta.causal_mask(i, window).to(q.device), scale, softcap, sinks)
         return o.transpose(0, 1).contiguous()  # [n_q, heads, d] rows, as the flash path's (callers view them flat)
     mask = meta.additive_mask(i, window)
-    if mask is not None and mask.dtype != q.dtype:
-        mask = mask.to(q.dtype)
+    if mask is not None and (mask.dtype != q.dtype or mask.device != q.device):  # CUDA's torch fallbacks
+        mask = mask.to(q.device, q.dtype)
     if sinks is not None:
         return _attend_sinks(q.transpose(0, 1), kv[0], kv[1], mask, scale, sinks).transpose(0, 1).contiguous()
     # 4-D inputs reach the flash kernel (3-D ones fell back to the unfused math path)
@@ -214,7 +215,8 @@ def _paged_quantized(q, cache, meta, scale, window, softcap, use_native=True, pr
     assert not meta.trees, "a quantized KV cache verifies chains only (Scheduler.set_drafts)"
     out = torch.empty(q.shape, dtype=q.dtype)
     torch_rows, dtype = range(len(meta.seq_lens)), q.dtype
-    if use_native and q.dtype == torch.float32 and native.has("kv_quant"):
+    # the native kernel's mask is causal: a step with bidirectional rows takes the torch path
+    if use_native and q.dtype == torch.float32 and native.has("kv_quant") and not meta.bidirectional:
         big, args = quantized_native_args(meta, cache.bs)
         if args is None or native.quantized_paged_attention(q, cache, *args, scale, window, softcap, out):
             torch_rows = big  # long chunks: SDPA, as _paged_native does
@@ -268,14 +270,17 @@ def _quantized_one(q, cache, meta, i, scale, window, softcap, sinks=None):
     stored = cache.read(plan, i, s0, q.dtype)  # [2, ctx - s0, kvh, d]
     fresh = cache.read_fresh(plan, i, q.dtype)  # [2, ctx - own, kvh, d]
     out = torch.empty_like(q)
+    spans = meta.bidirectional.get(i, [])  # within [p0, ctx): their keys are all in this step's reads
     for a in range(p0, ctx, QUANTIZED_SPAN):  # query positions [a, b), keys up to b
         b = min(ctx, a + QUANTIZED_SPAN)
         a_own, a_s0 = a // bs * bs, _first_key(a, a // bs * bs, window)
+        mine = [(s, e) for s, e in spans if s < b and e > a]  # their rows see keys past b, or out of the window
+        k_end, a_s0 = max([b] + [e for _, e in mine]), min([a_s0] + [s for s, _ in mine])
         end = a_own if a == b - 1 else b  # a lone query reads no stored key of its own block
-        kv = torch.cat([stored[:, a_s0 - s0:end - s0], fresh[:, a_own - own:b - own]], 1).transpose(1, 2)
+        kv = torch.cat([stored[:, a_s0 - s0:end - s0], fresh[:, a_own - own:k_end - own]], 1).transpose(1, 2)
         key, memo = (i, window, a, q.dtype), meta.memo.fresh_masks  # the same for every layer of the step
         if key not in memo:
-            mask = _fresh_mask(a, b, a_s0, a_own, bs, window)
+            mask = _fresh_mask(a, b, a_s0, a_own, bs, window, k_end, mine)
             memo[key] = (mask, None if softcap else additive_of(mask).to(q.dtype))
         mask, additive = memo[key]
         qa = q[a - p0:b - p0].transpose(0, 1)  # [heads, n, d]
@@ -295,17 +300,23 @@ def _first_key(p: int, own: int, window: int) -> int:
     return min(max(0, p - window + 1), own) if window else 0
 
 
-def _fresh_mask(p0: int, ctx: int, s0: int, own: int, bs: int, window: int) -> torch.Tensor:
-    """[n_q, keys] bool over stored keys at [s0, ctx) then fresh keys at [own, ctx): query at position p
-    sees stored keys before its block, fresh keys in its block up to itself (and keys < window back)."""
+def _fresh_mask(p0: int, ctx: int, s0: int, own: int, bs: int, window: int, k_end: int = 0,
+                spans: list[tuple[int, int]] = ()) -> torch.Tensor:
+    """[n_q, keys] bool over stored keys at [s0, ctx) then fresh keys at [own, k_end or ctx): query at
+    position p sees stored keys before its block, fresh keys in its block up to itself (and keys < window
+    back); a query in a bidirectional span also every key of its span (AttentionMetadata.bidirectional),
+    those after its block fresh."""
     qpos = torch.arange(p0, ctx).unsqueeze(1)
     block = qpos // bs * bs
     end = own if p0 == ctx - 1 else ctx  # a decode reads no stored key of its own block
-    kpos = torch.cat([torch.arange(s0, end), torch.arange(own, ctx)]).unsqueeze(0)
+    kpos = torch.cat([torch.arange(s0, end), torch.arange(own, k_end or ctx)]).unsqueeze(0)
     fresh = torch.arange(kpos.shape[1]).unsqueeze(0) >= end - s0
-    mask = torch.where(fresh, (kpos >= block) & (kpos <= qpos), kpos < block)
+    where = torch.where(fresh, kpos >= block, kpos < block)  # each key once: stored before the block, else fresh
+    mask = where & (kpos <= qpos)
     if window:
         mask &= (qpos - kpos) < window
+    for s, e in spans:  # OR the span's square (HF's or_mask_function)
+        mask |= where & (qpos >= s) & (qpos < e) & (kpos >= s) & (kpos < e)
     return mask
 
 

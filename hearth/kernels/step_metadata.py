@@ -64,6 +64,13 @@ class AttentionMetadata:
     position base + c (base: the first node's), but it attends as a decode of its path would: to
     the keys before base, then to its ancestors and itself as positions base .. base + depth - 1.
     Only for f16/bf16 caches (a quantized cache takes a tree's top-1 chain: Scheduler.set_drafts)."""
+    bidirectional: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    """Sequences whose new tokens hold spans of rows that attend to each other both ways (gemma3's image,
+    HF's token_type_ids mask; llama.cpp decodes an image batch non-causally): i -> [(first position,
+    one past the last)], each span's rows all among this step's queries. A query in a span sees the
+    keys its causal (and window) rule allows, or in its span (an OR, as HF's or_mask_function). Only
+    the torch attentions honor it (f16/bf16 and quantized caches): the native kernels and fused layers
+    step aside for such a step."""
 
     @property
     def is_decode(self) -> bool:
@@ -107,6 +114,8 @@ class AttentionMetadata:
             mask = kpos <= qpos
             if window:
                 mask &= (qpos - kpos) < window
+            for a, b in self.bidirectional.get(i, ()):  # the span's rows see each other
+                mask[a - (ctx - n_q):b - (ctx - n_q), a:b] = True
             memo[key] = mask
         return memo[key]
 
@@ -165,7 +174,7 @@ class AttentionMetadata:
         memo, key = self.memo.additive, (i, window)
         if key not in memo:
             n_q, ctx = self.query_start_loc[i + 1] - self.query_start_loc[i], self.seq_lens[i]
-            if n_q == ctx and (not window or window >= ctx) and i not in self.trees:
+            if n_q == ctx and (not window or window >= ctx) and i not in self.trees and i not in self.bidirectional:
                 memo[key] = None
             else:
                 memo[key] = additive_of(self.causal_mask(i, window))

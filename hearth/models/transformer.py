@@ -210,11 +210,15 @@ class CausalLM(nn.Module):
             layer.attn.rope.fit_context(n)
 
     def forward(self, ids, positions, meta, kv_caches: list,
-                out_rows: list[int] | None = None):
+                out_rows: list[int] | None = None, embeds: tuple[torch.Tensor, torch.Tensor] | None = None):
         # ids, positions: [T] -> hidden: [T, hidden], or [len(out_rows), hidden] for those rows only
+        # embeds: (rows [R] int64, values [R, hidden]) written over those rows' token embeddings (an image's)
         x = self.embed(ids)  # a new tensor
         if self.embed_scale != 1.0:
             x.mul_(self.embed_scale)
+        if embeds is not None:  # after the scale: HF's models insert image features unscaled (Gemma3's too)
+            rows, values = embeds
+            x.index_copy_(0, rows.to(x.device), values.to(x.device, x.dtype))
         if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
             out_rows = None
         if self.lora is not None:  # the last layer's o and MLP see only out_rows: their scales

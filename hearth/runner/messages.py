@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hearth.media.inputs import MediaInput
 from hearth.sampling_params import SamplingParams
 
 
@@ -46,6 +47,9 @@ class ScheduledSequence:
     """Only for params.prompt_logprobs, while the prompt is computed: the prompt tokens that this
     chunk's first rows predict (token_ids[1:], and the next chunk's first token unless the prompt
     ends here): RunnerOutput.prompt_logprobs scores them."""
+    media: list[MediaInput] = field(default_factory=list)
+    """The request's image spans with a row among token_ids' positions (a causal one may be cut by the
+    chunk; a bidirectional one never is): the runner writes their rows over those tokens' embeddings."""
 
     @property
     def is_tree(self) -> bool:

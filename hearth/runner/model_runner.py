@@ -17,6 +17,7 @@ from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
 from hearth.runner.grammar_rows import allowed_of, mask_row, reached, scored_ids, wants_raw
+from hearth.runner.media_rows import MediaRows
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.runner.pooling import pooled_sums, pooling_rows
 from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, top_logprobs, with_prompt_rows
@@ -46,8 +47,10 @@ def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
 class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
                  codec: PlainCodec | QuantCodec = CODECS["f16"], seed: int = 0,
-                 grammar: GrammarCompiler | None = None, max_num_seqs: int = 16, drafter: DraftModel | None = None):
-        """drafter: the draft model that fills draft slots (speculative method draft)."""
+                 grammar: GrammarCompiler | None = None, max_num_seqs: int = 16, drafter: DraftModel | None = None,
+                 vision=None):
+        """drafter: the draft model that fills draft slots (speculative method draft). vision: what turns
+        an image's pixels into the LM's rows, encode(pixels) -> [length, hidden] (None: text only)."""
         keep_freed_pages()
         self.drafter = drafter
         self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
@@ -64,6 +67,14 @@ class ModelRunner:
         """Report each constrained sequence's grammar-forced next tokens (RunnerOutput.forced): on
         where a verify row is computed as a decode row (row_regimes), so those drafts are lossless."""
         self._unseeded = torch.Generator().manual_seed(seed)
+        self.set_vision(vision)
+
+    def set_vision(self, vision) -> None:
+        """The image encoder (an mmproj's VisionEncoder: encode(pixels) -> [length, hidden]), or None: text only.
+        Set between steps (a loader may attach it after the LM is up); the engine reads `vision` to refuse
+        images without one."""
+        self.vision = vision
+        self.media = None if vision is None else MediaRows(vision, self.cfg.hidden_size)
 
     def _allocate_kv(self, codec, num_blocks: int, max_num_seqs: int) -> None:
         cfg, bs = self.cfg, self.block_size
@@ -111,8 +122,8 @@ class ModelRunner:
         """[T, hidden]: the final hidden states of every scheduled token (K/V written to the cache),
         without sampling: what `hearth eval perplexity` scores."""
         self.forget(so.finished_request_ids)
-        ids, positions, meta = self._prepare(so)
-        return self.model(ids, positions, meta, self.kv_caches)
+        ids, positions, meta, embeds = self._prepare(so)
+        return self.model(ids, positions, meta, self.kv_caches, **embeds)
 
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
         self.forget(so.finished_request_ids)  # first: the ids come once, whatever fails after
@@ -141,6 +152,8 @@ class ModelRunner:
                 self.staging.release(rid)
             if self.drafter is not None:
                 self.drafter.forget(rid)
+            if self.media is not None:
+                self.media.forget(rid)
 
     @torch.inference_mode()
     def _execute(self, so: SchedulerOutput) -> RunnerOutput:
@@ -157,7 +170,7 @@ class ModelRunner:
         return out
 
     def _run(self, so: SchedulerOutput) -> RunnerOutput:
-        ids, positions, meta = self._prepare(so)
+        ids, positions, meta, embeds = self._prepare(so)
         # a sequence's sampled rows: its last one, or with k drafts its last k + 1
         rows = [r for i, s in enumerate(so.seqs) if s.sample
                 for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
@@ -168,7 +181,8 @@ class ModelRunner:
         pooling = pooling_rows(so.seqs, meta.query_start_loc)  # SamplingParams.pooling's rows
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
             out_rows = with_prompt_rows(rows, targets, pooling)
-            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows)  # [len(out_rows), hidden]
+            # [len(out_rows), hidden]; embeds: image rows over their placeholders' embeddings
+            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows, **embeds)
             pooled = pooled_sums(hidden, out_rows, pooling, so.seqs)
             prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs,
                                                   lambda h: self._logits(h, None))
@@ -215,7 +229,8 @@ class ModelRunner:
         """[R, vocab] f32: every token's logits, or only scored's (the rest -inf)."""
         return (self.model.compute_logits(hidden) if scored is None else self.model.compute_logits(hidden, scored)).float()
 
-    def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+    def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict]:
+        """(ids [T], positions [T], the step's metadata, the model's extra arguments: image rows' embeds)."""
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
         trees = {}
         bs = self.block_size
@@ -241,7 +256,13 @@ class ModelRunner:
         if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
             meta.kv_plan = self.staging.plan(
                 [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
-        return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta
+        embeds = {}
+        if any(s.media for s in so.seqs):
+            if self.media is None:
+                raise ValueError("a request with images reached a runner without a vision encoder")
+            embeds = {"embeds": self.media.rows(so.seqs, qsl)}
+            meta.bidirectional = self.media.bidirectional(so.seqs)
+        return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta, embeds
 
     def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True,
                 masks: dict[str, list[torch.Tensor]] | None = None) -> RunnerOutput:

@@ -1,0 +1,81 @@
+"""Image rows for a step: each scheduled sequence's MediaInputs encoded (once per digest) and placed
+at their batch rows, for the model to write over the placeholder ids' embeddings
+(CausalLM.forward's `embeds`); and the spans whose rows attend both ways (AttentionMetadata.bidirectional)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+
+from hearth.media.inputs import MediaInput
+
+MAX_UNUSED = 8
+"""Encoded images kept beyond those a live request still reads (the same picture sent again soon)."""
+
+
+class MediaRows:
+    def __init__(self, vision, hidden: int):
+        """vision: has encode(pixels) -> [length, hidden] f32 (hearth.models.vision.VisionEncoder); hidden:
+        the LM's width."""
+        self.vision, self.hidden = vision, hidden
+        self.encoded: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        """digest -> its rows [length, hidden] f32, least recently used first."""
+        self.users: dict[str, set[bytes]] = {}
+        """request id -> the digests of its images (their rows stay while it lives: a causal image cut by
+        chunked prefill is encoded once)."""
+
+    def rows(self, seqs: list, qsl: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(batch rows [R] int64, their values [R, hidden] f32) for every media row among the step's
+        tokens (sequence i's token j is batch row qsl[i] + j); None when there are none."""
+        at, values = [], []
+        for i, s in enumerate(seqs):
+            start, end = s.start_pos, s.start_pos + len(s.token_ids)
+            for m in s.media:
+                a, b = max(start, m.offset), min(end, m.end)  # the positions of its rows in this chunk
+                if a >= b:
+                    continue
+                self.users.setdefault(s.request_id, set()).add(m.digest)
+                values.append(self._encode(m)[a - m.offset:b - m.offset])
+                at.append(torch.arange(qsl[i] + a - start, qsl[i] + b - start))
+        if not at:
+            return None
+        self._trim()
+        return torch.cat(at), torch.cat(values)
+
+    @staticmethod
+    def bidirectional(seqs: list) -> dict[int, list[tuple[int, int]]]:
+        """Sequence -> its spans whose rows attend both ways (each whole in this step: the scheduler's rule)."""
+        out = {}
+        for i, s in enumerate(seqs):
+            spans = [(m.offset, m.end) for m in s.media if m.bidirectional]
+            for a, b in spans:
+                if a < s.start_pos or b > s.start_pos + len(s.token_ids):
+                    raise RuntimeError(f"{s.request_id}: bidirectional rows {a}..{b - 1} cut by the chunk "
+                                       f"at {s.start_pos}..{s.start_pos + len(s.token_ids) - 1}")
+            if spans:
+                out[i] = spans
+        return out
+
+    def forget(self, request_id: str) -> None:
+        """A request ended: its images are kept only among the MAX_UNUSED most recent unused ones."""
+        if self.users.pop(request_id, None) is not None:
+            self._trim()
+
+    def _encode(self, m: MediaInput) -> torch.Tensor:
+        rows = self.encoded.get(m.digest)
+        if rows is None:
+            rows = self.vision.encode(m.pixels).float()
+            if tuple(rows.shape) != (m.length, self.hidden):
+                raise ValueError(f"the vision encoder made rows {tuple(rows.shape)} for an image of {m.length} "
+                                 f"rows in a model {self.hidden} wide")
+            self.encoded[m.digest] = rows
+        self.encoded.move_to_end(m.digest)
+        return rows
+
+    def _trim(self) -> None:
+        """Drop the least recently used images no live request reads, past MAX_UNUSED of them."""
+        live = set().union(*self.users.values()) if self.users else set()
+        unused = [d for d in self.encoded if d not in live]
+        for d in unused[:max(0, len(unused) - MAX_UNUSED)]:
+            del self.encoded[d]

@@ -1,0 +1,44 @@
+"""Image rows on the CUDA backend in Triton's interpreter (on a GPU with benchmarks/gpu_check.sh): the
+embeds written over the token embeddings on the device, and a step with bidirectional rows attended by
+the torch reference there (the Triton kernels' masks are causal), held to the torch backend."""
+
+from __future__ import annotations
+
+import torch
+
+from hearth.backends.base import Backend
+from hearth.backends.cuda import CudaBackend
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.registry import load_model
+from tests.gguf_factory import tiny_dir
+from tests.gpu.test_triton_kernels import DEV
+from tests.models.test_logits_vs_transformers import REL_TOL_FAST, PagedDriver, prompt, rel_err
+
+
+def step(driver: PagedDriver, ids: list[int], rows: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
+    """One sequence's prompt in one step, rows [len(ids), hidden] written over positions 2.. (bidirectional
+    spans as given) -> logits [len(ids), vocab]."""
+    model, n = driver.model, len(ids)
+    table = [driver.free.pop() for _ in range(-(-n // driver.block_size))]
+    slots = [table[p // driver.block_size] * driver.block_size + p % driver.block_size for p in range(n)]
+    meta = model.backend.metadata([0, n], [n], [table], slots, driver.block_size)
+    meta.bidirectional = {0: spans} if spans else {}
+    with torch.no_grad():
+        hidden = model(torch.tensor(ids), torch.arange(n), meta, driver.kv,
+                       embeds=(torch.arange(2, 2 + len(rows)), rows))
+        return model.compute_logits(hidden).cpu()
+
+
+def test_image_rows_on_the_cuda_backend_are_held_to_the_torch_backend(tmp_path):
+    d, name, dims = tiny_dir(tmp_path, "gemma3", qtype="Q8_0")
+    ids = prompt(300, 14)
+    rows = torch.randn(7, dims.hidden, generator=torch.Generator().manual_seed(3))
+    logits = {}
+    for backend in (Backend(), CudaBackend(DEV)):
+        model, cfg = load_model(GGUFFile(d / name), backend)
+        for spans in ([], [(2, 9)]):
+            driver = PagedDriver(model, cfg, device=getattr(backend, "device", "cpu"))
+            logits[backend.name, bool(spans)] = step(driver, ids, rows, spans)
+    for bidirectional in (False, True):
+        assert rel_err(logits["cuda", bidirectional], logits["torch", bidirectional]) < 2 * REL_TOL_FAST
+    assert rel_err(logits["torch", True][2:], logits["torch", False][2:]) > 0.1
