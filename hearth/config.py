@@ -209,6 +209,9 @@ class EngineConfig:
     lora: list = field(default_factory=list)
     """LoRA adapters (llama.cpp's GGUF adapters) as [(path, scale), ...], llama-server's --lora FILE
     (scale 1) / --lora-scaled FILE SCALE: adapter j is id j (GET/POST /lora-adapters, a request's `lora`)."""
+    mmproj: str = ""
+    """A llama.cpp mmproj GGUF, the model's vision tower and projector (llama-server's --mmproj): chat
+    messages may then hold images; "" = text only."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:

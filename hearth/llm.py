@@ -16,7 +16,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from hearth import llm_draft, llm_lora
+from hearth import llm_draft, llm_lora, llm_vision
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
@@ -114,6 +114,7 @@ class LLM:
         if cfg.lora and encoder_arch(self.gguf.arch):
             raise HearthError(f"--lora: {self.gguf.arch} is an embedding model; LoRA adapters apply to decoder models")
         adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load
+        self.vision_config = llm_vision.vision_config(cfg.mmproj, encoder_arch(self.gguf.arch))  # so does an mmproj
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
@@ -160,6 +161,7 @@ class LLM:
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
                                   GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
         self.runner.forced_drafts = cfg.grammar_drafts and regimes is not None
+        llm_vision.attach(self, self.vision_config, self.backend)
         self.disk = self.snapshots = None
         if cfg.kv_disk_dir:
             if not cfg.enable_prefix_caching:
@@ -378,20 +380,28 @@ class LLM:
         token when tool_choice forces one), "off" leaves the output free; the server's guard also
         validates and retries (hearth.api.guarded). Each output's `message` is its answer as an
         assistant message: content, parsed `tool_calls`, reasoning."""
-        text = self.chat_template.render(_template_messages(messages), tools=tools)
-        ids = self._chat_ids(text)
+        text, ids = self._chat_prompt(messages, tools)
         params = sampling_params or SamplingParams()
         so = chat_constraint(self.chat_template.source, tools, tool_choice, tool_guard, text)
         if so is not None and params.structured_output is None:
             params = replace(params, structured_output=so)
-        out = self.generate({"prompt_token_ids": ids}, params)[0]
+        out = self.generate(llm_vision.tokens_prompt(ids), params)[0]
         for o in out.outputs:  # each answer also as the message to append for the next turn
             o.message = chat_message(self.chat_template.source, tools, tool_choice, text, o.text,
                                      cut=o.finish_reason == "length")
         return out
 
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        return self._chat_ids(self.chat_template.render(_template_messages(messages), tools=tools))
+        """The chat's prompt ids; with images, a hearth.api.media_prompt.PromptIds whose `media` are their
+        rows' spans (llm_vision.tokens_prompt makes either a prompt for generate and stream)."""
+        return self._chat_prompt(messages, tools)[1]
+
+    def _chat_prompt(self, messages: list[dict], tools: list[dict] | None) -> tuple[str, list[int]]:
+        images = llm_vision.ChatImages(self)
+        messages = _template_messages(messages, images.images)
+        text = self.chat_template.render(messages, tools=tools)
+        with _as_value_error():
+            return text, images.encode(text, messages) if images.images else self._chat_ids(text)
 
     def _chat_ids(self, text: str) -> list[int]:
         tok = self.tokenizer
@@ -447,16 +457,25 @@ def _type_name(value) -> str:
     return f"a dict without 'prompt' or 'prompt_token_ids' (keys: {', '.join(map(str, value)) or 'none'})"
 
 
-def _template_messages(messages: list[dict]) -> list[dict]:
+def _template_messages(messages: list[dict], images=None) -> list[dict]:
     """Chat messages read as the server reads them (hearth.api.messages: the same roles, checks and
     mapping, developer -> system) less OpenAI's wire-only rules: Hugging Face's convention holds (a tool
     message needs no tool_call_id; keys hearth does not read reach the template). A bad message is a
-    ValueError naming the field, as the server's 400."""
-    from hearth.api.errors import APIError  # here: it imports fastapi, which the library need not load
+    ValueError naming the field, as the server's 400. images: hearth.api.media_parts.RequestImages, which
+    takes the image parts (their markers in the text); None: an image part is refused."""
     from hearth.api.messages import openai_messages
 
+    with _as_value_error():
+        return openai_messages(messages, wire=False, images=images)
+
+
+@contextmanager
+def _as_value_error():
+    """The server's 400 (an APIError naming the field) as the library's ValueError."""
+    from hearth.api.errors import APIError  # here: it imports fastapi, which the library need not load
+
     try:
-        return openai_messages(messages, wire=False)
+        yield
     except APIError as e:
         raise ValueError(e.message) from None
 

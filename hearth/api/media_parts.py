@@ -105,12 +105,13 @@ class RequestImages:
         """Fetch what is fetched and prepare every image for the model, in threads (a 400 naming the part's
         field where one fails: the first such in the request's order)."""
         todo = [p for p in self.parts if p.image is None]
-        done = await asyncio.gather(*(asyncio.to_thread(self._load, p) for p in todo), return_exceptions=True)
+        done = await asyncio.gather(*(asyncio.to_thread(self.load_now, p) for p in todo), return_exceptions=True)
         for failed in done:
             if isinstance(failed, BaseException):
                 raise failed
 
-    def _load(self, part: ImagePart) -> None:
+    def load_now(self, part: ImagePart) -> None:
+        """Fetch (if a URL) and prepare one image, in this thread (load() runs these in threads)."""
         if part.data is None:
             part.data = fetch(part.url, part.field)
         try:

@@ -47,6 +47,8 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "lora_adapters", None):  # the front end holds no adapter table: /lora-adapters, names
         raise ClusterError("hearth cluster serve takes no LoRA adapters yet (--lora, --lora-scaled, --lora-modules): "
                            "serve them with hearth serve")
+    if args.mmproj:  # the front end prepares no images and its replicas' engines refuse them
+        raise ClusterError("hearth cluster serve takes no images yet (--mmproj): serve a vision model with hearth serve")
     if args.pooling is not None:  # the replicas build their models from the engine flags alone
         raise ClusterError("hearth cluster serve takes no --pooling yet: serve an embedding model with hearth serve")
     if args.keep_alive is not None:  # replicas are actors that load once; scale with /cluster/replicas instead

@@ -52,7 +52,8 @@ FOREIGN: dict[str, str] = {
     "--threads-http": "llama-server's: hearth answers HTTP on one event loop; --threads are the model's",
     "--cache-reuse": "llama.cpp's KV shifting: hearth reuses a cached prompt prefix in 16-token blocks (on unless "
                      "--no-prefix-caching)",
-    **dict.fromkeys(["-mm", "--mmproj"], "llama.cpp's multimodal projector: hearth serves text-only models"),
+    **dict.fromkeys(["-mmu", "--mmproj-url"], "llama.cpp's download of a projector: hearth reads local files; "
+                                                 "download it and pass --mmproj FILE"),
     "--load-format": "vLLM's: hearth reads GGUF files only, memory-mapped in place",
     "--tokenizer": "vLLM's: hearth reads the tokenizer from the GGUF itself",
     "--download-dir": "vLLM's: hearth keeps models in $HEARTH_HOME/models (hearth pull NAME)",

@@ -15,6 +15,8 @@ from dataclasses import replace
 from hearth.commands.human_ints import token_count
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
+from hearth.commands.vision_flags import add_vision_arguments, image_parts
+from hearth.llm_vision import tokens_prompt
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
@@ -92,6 +94,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_template_arguments(p)
     add_speculation_arguments(p)
     add_lora_arguments(p)
+    add_vision_arguments(p, images=True)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -114,10 +117,11 @@ def main(args: argparse.Namespace) -> int:
     if speculation is not None:
         check_drafts_fit(speculation, header_context(args.model, args.ctx, rope)[0], k_flag(args))
     params = sampling_params(args)
+    images = image_parts(args)  # read before the load, as the prompt's files are
     until_full = args.max_tokens in UNTIL_FULL
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, rope_freq_base=rope_freq_base(args),
-              chat_template=template, lora=lora_entries(args))
+              chat_template=template, lora=lora_entries(args), mmproj=args.mmproj)
     if llm.embeds_only:  # as llama-cli refuses an --embedding model's prompt
         route = "/v1/rerank" if llm.reranker else "/v1/embeddings"
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "
@@ -129,7 +133,7 @@ def main(args: argparse.Namespace) -> int:
                           "add --chat to chat in a built-in template, or drop --system")
     history = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
-        end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note, until_full)
+        end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note, until_full, images)
         if end == CONTEXT_FULL:
             print(_full_notice(llm), file=sys.stderr)
         return 130 if end == INTERRUPTED_ANSWER else 0
@@ -168,7 +172,9 @@ def main(args: argparse.Namespace) -> int:
             continue
         if text:
             try:
-                end = _answer(llm, history if chat else None, text, params, args.verbose, until_full=until_full)
+                first = not any(m["role"] == "user" for m in history)  # --image goes with the chat's first message
+                end = _answer(llm, history if chat else None, text, params, args.verbose, until_full=until_full,
+                              images=images if first else ())
                 if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
                     print(_full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
@@ -281,13 +287,15 @@ def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:
 
 
 def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None,
-            until_full: bool = False) -> str | None:
+            until_full: bool = False, images: list[dict] = ()) -> str | None:
     """Stream the answer to `text` and add both to `history` (None: complete `text` as it is, no
     chat); INTERRUPTED_ANSWER when Ctrl-C stopped it, CONTEXT_FULL when the context's end did (not
     max_tokens), else None. A prompt that does not fit the context raises (naming --ctx) and leaves
     `history` as it was. `note` is said once the request is accepted, so that a refusal stays one line.
-    until_full: -n -1 / -2 (params.max_tokens None): all the room left, not the default."""
-    ids = _prompt_ids(llm, history, text)
+    until_full: -n -1 / -2 (params.max_tokens None): all the room left, not the default. images: --image's
+    content parts, ahead of `text` in its message."""
+    message = {"role": "user", "content": [*images, {"type": "text", "text": text}] if images else text}
+    ids = _prompt_ids(llm, history, message)
     if params.max_tokens is None:  # not given: the default (or -n -1: no cap), within the room left
         cap = llm.max_model_len if until_full else DEFAULT_MAX_TOKENS
         params = replace(params, max_tokens=max(1, min(cap, llm.max_model_len - len(ids))))
@@ -303,12 +311,12 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
     if note:
         print(note, file=sys.stderr, flush=True)
     if history is not None:
-        history.append({"role": "user", "content": text})
+        history.append(message)
     spec = llm.engine.spec  # its counters run over the session: this answer's are the difference
     before = spec.stats.snapshot() if spec is not None else None
     start, first, parts, n, stop = time.perf_counter(), None, [], 0, None
     try:
-        for out in llm.stream({"prompt_token_ids": ids}, params):
+        for out in llm.stream(tokens_prompt(ids), params):
             if first is None:
                 first = time.perf_counter()
             n += len(out.new_token_ids)
@@ -357,7 +365,10 @@ def _speculation_text(before, spec, n: int) -> str:
     return f"; speculation: {drafted} drafted, {accepted} accepted{share}{length}{paused}"
 
 
-def _prompt_ids(llm, history: list[dict] | None, text: str) -> list[int]:
+def _prompt_ids(llm, history: list[dict] | None, message: dict) -> list[int]:
     if history is None:
-        return llm.tokenizer.encode(text)  # as LLM.generate encodes a plain prompt
-    return llm.encode_chat(history + [{"role": "user", "content": text}])
+        return llm.tokenizer.encode(message["content"])  # as LLM.generate encodes a plain prompt
+    try:
+        return llm.encode_chat(history + [message])
+    except ValueError as e:  # an image that is none (the server's 400)
+        raise HearthError(str(e)) from None

@@ -19,6 +19,7 @@ from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
 from hearth.commands.listen_flags import add_listen_flags, api_keys, scheme, uvicorn_options
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
+from hearth.commands.vision_flags import add_vision_arguments
 from hearth.commands.peer_flags import add_peer_arguments
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
@@ -159,6 +160,7 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     add_template_arguments(p)
     add_speculation_arguments(p)
     add_lora_arguments(p)
+    add_vision_arguments(p)
     add_peer_arguments(p)
 
 
@@ -221,7 +223,7 @@ def engine_args(args: argparse.Namespace) -> dict:
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
                 speculative_config=speculative_config(args), device=args.device, rope_scaling=rope_scaling(args),
                 rope_freq_base=rope_freq_base(args),
-                chat_template=chat_template(args), lora=lora_entries(args))
+                chat_template=chat_template(args), lora=lora_entries(args), mmproj=args.mmproj)
 
 
 _SERVER_LOWEST = {"port": (0, 65535), "max_n": (1, None), "max_queued": (0, None), "max_tokens_limit": (0, None),

@@ -346,6 +346,7 @@ class Loader:
 
         import torch
 
+        from hearth.api.media_parts import Vision
         from hearth.api.served import ServedModel
         from hearth.commands.serve import engine_args
         from hearth.engine.async_engine import AsyncEngine
@@ -357,7 +358,8 @@ class Loader:
         llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
                                 "speculative_config": speculation,
-                                "lora": engine_args(a)["lora"] if spec.name == self.first else []})
+                                "lora": engine_args(a)["lora"] if spec.name == self.first else [],
+                                "mmproj": a.mmproj if spec.name == self.first else ""})
         if getattr(a, "pooling", None):  # llama-server's --pooling, over the GGUF's (check_pooling took it)
             llm.model_config.pooling = a.pooling
         if not llm.embeds_only:  # an encoder samples nothing: no grammar vocabulary
@@ -366,8 +368,9 @@ class Loader:
             print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
+        vision = Vision(llm.vision_config, path=llm.config.mmproj) if llm.vision_config is not None else None
         return ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
-                                    lora_names(a) if spec.name == self.first else None)
+                                    lora_names(a) if spec.name == self.first else None, vision=vision)
 
 
 def _speculation(llm, asked: dict | None) -> str:

@@ -46,6 +46,7 @@ def test_bad_settings_fail_before_ray_starts(capsys, tmp_path):
                          (["--routing", "prefix", "--prefix-blocks", "0"], "--prefix-blocks must be at least 1"),
                          (["--lora", "adapter.gguf"], "takes no LoRA adapters yet"),
                          (["--keep-alive", "5m"], "keeps its replicas loaded (no --keep-alive)"),
+                         (["--mmproj", "mmproj.gguf"], "takes no images yet (--mmproj)"),
                          (["--pooling", "mean"], "takes no --pooling yet")):
         assert main(["cluster", "serve", str(tmp_path / "never-read.gguf"), *argv]) == 1
         assert needle in _one_error_line(capsys.readouterr().err)

@@ -1,0 +1,64 @@
+"""LLM's images: the --mmproj file read before the weights load (a wrong one fails first), its vision
+encoder attached to the runner, and LLM.chat's image parts made into prompt ids with their rows
+(the server's own per-request markers and prompt layout: hearth.api.media_parts, media_prompt)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from hearth.backends import select as select_backend
+from hearth.errors import HearthError
+from hearth.media.config import VisionConfig, check_lm_hidden, read_vision_config
+
+log = logging.getLogger("hearth")
+
+
+def vision_config(mmproj: str, arch_embeds_only: bool) -> VisionConfig | None:
+    """The mmproj's settings (None without one), before any weights load."""
+    if not mmproj:
+        return None
+    if arch_embeds_only:
+        raise HearthError("--mmproj: an embedding model takes no images")
+    if not Path(mmproj).expanduser().is_file():
+        raise HearthError(f"--mmproj {mmproj}: no such file")
+    return read_vision_config(Path(mmproj).expanduser())
+
+
+def attach(llm, cfg: VisionConfig | None, backend) -> None:
+    """The encoder on the runner, once the LM is up: rows as wide as its hidden size. The tower runs on
+    the CPU (its own tensors are CPU tensors) whatever device runs the LM."""
+    if cfg is None:
+        return
+    from hearth.models.vision import VisionEncoder  # torch's side: only with an mmproj
+
+    check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
+    cpu = backend if backend.name in ("cpu", "torch") else select_backend("cpu")
+    llm.runner.set_vision(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu))
+    log.info("hearth: vision from %s: %s projector, %d rows an image", llm.config.mmproj, cfg.projector, cfg.num_embeds)
+
+
+class ChatImages:
+    """LLM.chat's images (OpenAI's `image_url` parts, Anthropic's `image`): `images` takes the messages'
+    image parts (hearth.api.messages.openai_messages puts their markers in the text), encode() makes the
+    rendered prompt ids with each image's rows. It holds what encode_with_images reads of a served model."""
+
+    def __init__(self, llm):
+        from hearth.api.media_parts import RequestImages, Vision  # here: hearth.api loads fastapi
+
+        self.vision = Vision(llm.vision_config) if llm.vision_config is not None else None
+        self.tokenizer, self.name, self.encode_chat_text = llm.tokenizer, llm.config.model, llm._chat_ids
+        self.images = RequestImages(self.vision)
+
+    def encode(self, text: str, messages: list[dict]) -> list[int]:
+        from hearth.api.media_prompt import encode_with_images
+
+        for part in self.images.parts:
+            self.images.load_now(part)
+        return encode_with_images(self, text, self.images, messages)
+
+
+def tokens_prompt(ids: list[int]) -> dict:
+    """A tokens prompt for LLM.generate / stream; with images (a PromptIds) the spans of their rows too."""
+    media = getattr(ids, "media", ())
+    return {"prompt_token_ids": list(ids), "media": list(media)} if media else {"prompt_token_ids": ids}
