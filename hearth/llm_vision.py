@@ -35,7 +35,8 @@ def attach(llm, cfg: VisionConfig | None, backend) -> None:
     check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
     cpu = backend if backend.name in ("cpu", "torch") else select_backend("cpu")
     llm.runner.set_vision(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu))
-    log.info("hearth: vision from %s: %s projector, %d rows an image", llm.config.mmproj, cfg.projector, cfg.num_embeds)
+    log.info("hearth: vision from %s: %s projector, %d rows an image (idefics3: a tile)", llm.config.mmproj,
+             cfg.projector, cfg.num_embeds)
 
 
 class ChatImages:

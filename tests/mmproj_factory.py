@@ -78,14 +78,15 @@ def _randomize(model) -> None:
                 p.copy_(p.half().float())  # the converter stores it F16 whatever: the reference holds the same values
 
 
-def hf_processor(projector: str):
-    """The HF image processor (PIL backend) of each tiny model, as its preprocessor_config would say."""
+def hf_processor(projector: str, preproc: int = IDEFICS3_PREPROC):
+    """The HF image processor (PIL backend) of each tiny model, as its preprocessor_config would say (idefics3:
+    its default do_image_splitting, the first resize's longest edge `preproc`)."""
     if projector == "mlp":
         return CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
                                      image_mean=MEAN, image_std=STD)
     if projector == "gemma3":  # gemma-3's preprocessor_config: resample 2 (bilinear), mean/std 0.5
         return Gemma3ImageProcessorPil(size={"height": 64, "width": 64}, resample=2, image_mean=HALF, image_std=HALF)
-    return Idefics3ImageProcessorPil(do_image_splitting=False, size={"longest_edge": IDEFICS3_PREPROC},
+    return Idefics3ImageProcessorPil(size={"longest_edge": preproc},
                                      max_image_size={"longest_edge": 64}, image_mean=HALF, image_std=HALF)
 
 
@@ -109,17 +110,18 @@ LEGACY_SWAP = {"ffn_up": "ffn_down", "ffn_down": "ffn_up"}  # convert_image_enco
 
 
 def write_mmproj(path, projector: str, model, qtype: str = "F32", feature_key: bool = False,
-                 feature_layers: list[int] | None = None) -> None:
+                 feature_layers: list[int] | None = None, preproc: int = IDEFICS3_PREPROC) -> None:
     """The mmproj of `model` (tiny_hf) as the converter writes it; matrices in `qtype` (F32, F16 or Q8_0:
     a row that is no whole Q8_0 block stays F16, as llama.cpp's quantizer leaves it). feature_key: an mlp
     file that names its feature layer (clip.vision.feature_layer, as the legacy converter writes one from a
-    config with vision_feature_layer); feature_layers: that key as given, whatever the model (a broken file)."""
+    config with vision_feature_layer); feature_layers: that key as given, whatever the model (a broken file);
+    preproc: idefics3's clip.vision.preproc_image_size (its processor's size.longest_edge)."""
     w = gguf.GGUFWriter(str(path), "clip")
     vc = model.config.vision_config
     features = _feature_layers(model) if projector == "mlp" else None
     layers = max(features) if features else vc.num_hidden_layers
     tensors = _tensors(projector, model, layers)
-    _metadata(w, projector, model, layers, feature_layers or (features if feature_key else None))
+    _metadata(w, projector, model, layers, feature_layers or (features if feature_key else None), preproc)
     for name, value in tensors:
         _add(w, name, value, qtype, projector == "mlp")
     w.write_header_to_file()
@@ -135,7 +137,8 @@ def _feature_layers(model) -> list[int]:
     return [i if i >= 0 else n + i + 1 for i in ([chosen] if isinstance(chosen, int) else chosen)]
 
 
-def _metadata(w: gguf.GGUFWriter, projector: str, model, layers: int, features: list[int] | None) -> None:
+def _metadata(w: gguf.GGUFWriter, projector: str, model, layers: int, features: list[int] | None,
+              preproc: int) -> None:
     vc, proc = model.config.vision_config, hf_processor(projector)
     w.add_name(f"tiny-{projector}")
     w.add_clip_has_vision_encoder(True)
@@ -165,7 +168,7 @@ def _metadata(w: gguf.GGUFWriter, projector: str, model, layers: int, features: 
             w.add_vision_projector_scale_factor(k)
     if projector == "idefics3":
         w.add_vision_projector_scale_factor(model.config.scale_factor)
-        w.add_vision_preproc_image_size(IDEFICS3_PREPROC)
+        w.add_vision_preproc_image_size(preproc)
 
 
 def _tensors(projector: str, model, layers: int):

@@ -1,10 +1,11 @@
 """A rendered chat prompt with image markers (hearth.api.media_parts) -> prompt ids with each image's rows
 in place, and the MediaInput records the engine takes with them (mtmd's way, llama.cpp tools/mtmd):
 
-    text before + image.before | [placeholder id] * num_embeds | image.after + text after ...
+    text before + image.befores[0] | [placeholder id] * num_embeds | image.befores[1] | ... | image.after + text after
 
-each text piece tokenized on its own (BOS once, at the start, as ServedModel.encode_chat_text). A marker
-whose nonce or index names no image of the request is text a client wrote, and stays text."""
+an image being one piece or several (idefics3's tiles), a MediaInput each; each text piece tokenized on its
+own (BOS once, at the start, as ServedModel.encode_chat_text). A marker whose nonce or index names no image
+of the request is text a client wrote, and stays text."""
 
 from __future__ import annotations
 
@@ -62,9 +63,12 @@ def encode_with_images(served, text: str, images: RequestImages, messages: list[
             continue
         seen.add(int(m.group(2)))
         image = part.image
-        ids += _encode(served, carried + text[at:m.start()] + image.before, first=not ids)
-        media.append(MediaInput(len(ids), image.num_embeds, image.digest, image.pixels, image.bidirectional))
-        ids += [_placeholder_id(tok, image.placeholder)] * image.num_embeds
+        carried, fill = carried + text[at:m.start()], _placeholder_id(tok, image.placeholder)
+        for before, pixels, digest in zip(image.befores, image.pixels, image.digests, strict=True):
+            ids += _encode(served, carried + before, first=not ids)
+            media.append(MediaInput(len(ids), image.num_embeds, digest, pixels, image.bidirectional))
+            ids += [fill] * image.num_embeds
+            carried = ""
         carried, at = image.after, m.end()
     ids += _encode(served, carried + text[at:], first=not ids)
     for k in sorted(_markers_in(messages, images) - seen)[:1]:

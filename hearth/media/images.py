@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -23,32 +24,35 @@ MAX_HF_SIDE = 4096
 
 @dataclass(frozen=True, slots=True)
 class PreparedImage:
+    """One image as the prompt holds it: one piece (mlp, gemma3, a small idefics3 image) or several (idefics3's
+    tiles and its global image), each piece `num_embeds` rows of its own pixels after its own text."""
     pixels: np.ndarray
-    """float32 [3, S, S], resized and normalized as the HF processor does."""
+    """float32 [pieces, 3, S, S], resized and normalized as the HF processor does, in prompt order."""
     num_embeds: int
-    """Embedding rows it becomes."""
-    before: str
+    """Embedding rows each piece becomes."""
+    befores: tuple[str, ...]
+    """Prompt text right before each piece's rows (hearth.media.projectors.Projector.befores)."""
     after: str
-    """Prompt text right before and right after the rows (hearth.media.projectors)."""
+    """Prompt text right after the last piece's rows."""
     placeholder: str | None
     """A token text whose id fills the rows' places in prompt_token_ids (None: the API uses id 0)."""
     bidirectional: bool
-    """The LM attends within these rows both ways (gemma3)."""
-    digest: bytes
-    """sha256 over the pixels' bytes and the config: equal images share prefix-cache KV."""
+    """The LM attends within a piece's rows both ways (gemma3)."""
+    digests: tuple[bytes, ...]
+    """Per piece, sha256 over its pixels' bytes and the config: equal pieces share prefix-cache KV and rows."""
 
 
 def prepare_image(data: bytes, cfg: VisionConfig, max_pixels: int = MAX_PIXELS) -> PreparedImage:
     """ValueError with a short reason for bytes PIL cannot read as an image, or one over max_pixels."""
-    rgb = RESIZES[cfg.spec.resize](decode(data, max_pixels), cfg)  # uint8 [S, S, 3]
+    frames, rows, cols = RESIZES[cfg.spec.resize](decode(data, max_pixels), cfg)  # uint8 [pieces, S, S, 3]
     # HF's rescale (f64 product, then f32) and normalize (f32), bit for bit
-    x = (rgb.astype(np.float64) * (1 / 255)).astype(np.float32)
+    x = (frames.astype(np.float64) * (1 / 255)).astype(np.float32)
     x = (x - np.asarray(cfg.mean, np.float32)) / np.asarray(cfg.std, np.float32)
-    pixels = np.ascontiguousarray(x.transpose(2, 0, 1))  # [3, S, S]
-    spec = cfg.spec
-    digest = hashlib.sha256(pixels.tobytes() + repr(cfg).encode()).digest()
-    return PreparedImage(pixels, cfg.num_embeds, spec.before, spec.after, spec.placeholder, spec.bidirectional,
-                         digest)
+    pixels = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # [pieces, 3, S, S]
+    spec, salt = cfg.spec, repr(cfg).encode()
+    digests = tuple(hashlib.sha256(p.tobytes() + salt).digest() for p in pixels)
+    return PreparedImage(pixels, cfg.num_embeds, spec.befores(rows, cols), spec.after, spec.placeholder,
+                         spec.bidirectional, digests)
 
 
 def decode(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
@@ -81,7 +85,7 @@ def _reason(e: Exception) -> str:
     return " ".join(str(e).split()) or type(e).__name__
 
 
-def _crop(img: Image.Image, cfg: VisionConfig) -> np.ndarray:
+def _crop(img: Image.Image, cfg: VisionConfig):
     """CLIPImageProcessor: shortest edge to S (the long one truncated as int()), then the centre S x S."""
     s, (w, h) = cfg.image_size, img.size
     short, long = min(w, h), max(w, h)
@@ -89,20 +93,37 @@ def _crop(img: Image.Image, cfg: VisionConfig) -> np.ndarray:
     size = (s, new_long) if w <= h else (new_long, s)  # PIL (width, height)
     arr = np.asarray(img.resize(size, resample=cfg.spec.resample))
     top, left = (arr.shape[0] - s) // 2, (arr.shape[1] - s) // 2
-    return arr[top:top + s, left:left + s]
+    return arr[None, top:top + s, left:left + s], 0, 0
 
 
-def _square(img: Image.Image, cfg: VisionConfig) -> np.ndarray:
+def _square(img: Image.Image, cfg: VisionConfig):
     """Siglip/Gemma3ImageProcessor: straight to S x S, the aspect ratio not kept."""
+    return _to_square(img, cfg)[None], 0, 0
+
+
+def _to_square(img: Image.Image, cfg: VisionConfig) -> np.ndarray:
     return np.asarray(img.resize((cfg.image_size, cfg.image_size), resample=cfg.spec.resample))
 
 
-def _longest_then_square(img: Image.Image, cfg: VisionConfig) -> np.ndarray:
-    """Idefics3ImageProcessor, do_image_splitting=False: longest edge to preproc_size (the other edge even,
-    as its _resize_output_size_rescale_to_max_len rounds it), bounded by 4096, then S x S; both resizes
-    with its filter."""
-    w, h = img.size
-    n, aspect = cfg.preproc_size, w / h
+def _split(img: Image.Image, cfg: VisionConfig):
+    """Idefics3ImageProcessor's default (do_image_splitting): longest edge to preproc_size, then each edge up to
+    a multiple of S, cut into S x S tiles row by row, and that whole image to S x S last (the global image);
+    one that is S x S by then is the global image alone (0 rows, 0 cols). Every resize with its filter."""
+    img = img.resize(_longest_edge(*img.size, cfg.preproc_size), resample=cfg.spec.resample)
+    img = img.resize(_multiples(*img.size, cfg.image_size), resample=cfg.spec.resample)
+    s, (w, h) = cfg.image_size, img.size
+    if w <= s and h <= s:
+        return np.asarray(img)[None], 0, 0
+    arr = np.asarray(img)  # [h, w, 3]; both multiples of S
+    rows, cols = h // s, w // s
+    tiles = [arr[r * s:(r + 1) * s, c * s:(c + 1) * s] for r in range(rows) for c in range(cols)]
+    return np.stack([*tiles, _to_square(img, cfg)]), rows, cols
+
+
+def _longest_edge(w: int, h: int, n: int) -> tuple[int, int]:
+    """PIL (width, height) with the longest edge n and the other even, as Idefics3's
+    _resize_output_size_rescale_to_max_len rounds it, then bounded by its MAX_IMAGE_SIZE."""
+    aspect = w / h
     if w >= h:
         w, h = n, int(n / aspect)
         h += h % 2
@@ -114,9 +135,21 @@ def _longest_then_square(img: Image.Image, cfg: VisionConfig) -> np.ndarray:
         w, h = MAX_HF_SIDE, int(MAX_HF_SIDE / (w / h))
     elif h > w and h > MAX_HF_SIDE:
         h, w = MAX_HF_SIDE, int(MAX_HF_SIDE * (w / h))
-    img = img.resize((max(w, 1), max(h, 1)), resample=cfg.spec.resample)
-    return _square(img, cfg)
+    return max(w, 1), max(h, 1)
 
 
-RESIZES = {"crop": _crop, "square": _square, "longest_then_square": _longest_then_square}
-"""Projector.resize -> (RGB image, cfg) -> uint8 [S, S, 3]."""
+def _multiples(w: int, h: int, s: int) -> tuple[int, int]:
+    """Idefics3's resize_for_vision_encoder: the longest edge up to a multiple of s, the other kept in aspect
+    (truncated) and then up to one too."""
+    aspect = w / h
+    if w >= h:
+        w = math.ceil(w / s) * s
+        h = math.ceil(int(w / aspect) / s) * s
+    else:
+        h = math.ceil(h / s) * s
+        w = math.ceil(int(h * aspect) / s) * s
+    return w, h
+
+
+RESIZES = {"crop": _crop, "square": _square, "split": _split}
+"""Projector.resize -> (RGB image, cfg) -> (uint8 [pieces, S, S, 3], rows, cols of the tile grid: 0, 0 for one)."""

@@ -16,11 +16,11 @@ class MediaInput:
     offset: int
     """Prompt position of its first row."""
     length: int
-    """Rows (hearth.media.images.PreparedImage.num_embeds)."""
+    """Rows (hearth.media.images.PreparedImage.num_embeds: one piece's)."""
     digest: bytes
     """Equal digests mean equal rows (sha256 over the pixels and the encoder's config)."""
     pixels: Any
-    """What the runner's encoder reads (PreparedImage.pixels)."""
+    """What the runner's encoder reads: one piece of PreparedImage.pixels (float32 [3, S, S])."""
     bidirectional: bool = False
     """The LM attends within these rows both ways (gemma3): never split across prefill chunks."""
 

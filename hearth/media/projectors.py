@@ -17,7 +17,8 @@ class Projector:
     resize: str
     """How the HF processor sizes an image (hearth.media.images.RESIZES): "crop" (CLIPImageProcessor: shortest
     edge to image_size, then a centre crop), "square" (Siglip/Gemma3ImageProcessor: straight to S x S),
-    "longest_then_square" (Idefics3ImageProcessor without splitting: longest edge to preproc_size, then S x S)."""
+    "split" (Idefics3ImageProcessor's default: longest edge to preproc_size, then a grid of S x S tiles and the
+    whole image as one more, the global one)."""
     resample: Image.Resampling
     """The PIL filter of that processor's resizes (the model's preprocessor_config: gemma-3 asks bilinear)."""
     merge: str
@@ -35,6 +36,20 @@ class Projector:
     """A token whose id fills the rows' places in the prompt ids; None: the API uses id 0."""
     bidirectional: bool = False
     """The LM attends within the image's rows both ways (gemma3: HF's token_type_ids mask)."""
+    tile: str = ""
+    """A split image: the text before tile (row, col)'s rows, a format string (1-based, as HF's
+    _prompt_split_image); `before` stays the global image's, which comes last."""
+    row_end: str = ""
+    """After each row of tiles."""
+    global_sep: str = ""
+    """Between the tiles (their last row_end) and the global image's `before`."""
+
+    def befores(self, rows: int, cols: int) -> tuple[str, ...]:
+        """The text before each piece's rows, in prompt order: a rows x cols grid of tiles, row by row, then the
+        global image (rows = cols = 0: the global image alone, `before`)."""
+        tiles = [(self.row_end if r and not c else "") + self.tile.format(row=r + 1, col=c + 1)
+                 for r in range(rows) for c in range(cols)]
+        return (*tiles, (self.row_end + self.global_sep if tiles else "") + self.before)
 
 
 PROJECTORS: dict[str, Projector] = {p.name: p for p in (
@@ -43,7 +58,9 @@ PROJECTORS: dict[str, Projector] = {p.name: p for p in (
     # Gemma3Processor: boi "<start_of_image>" becomes "\n\n<start_of_image>" + soft tokens + "<end_of_image>\n\n"
     Projector("gemma3", "square", BILINEAR, "avg_pool", 4, "mm.input_projection.weight", 1,
               "\n\n<start_of_image>", "<end_of_image>\n\n", "<image_soft_token>", bidirectional=True),
-    # Idefics3Processor, one global image (do_image_splitting=False): fake, global-img, rows, fake
-    Projector("idefics3", "longest_then_square", LANCZOS, "pixel_shuffle", 2, "mm.model.fc.weight", 0,
-              "<fake_token_around_image><global-img>", "<fake_token_around_image>", "<image>"),
+    # Idefics3Processor (do_image_splitting, its default): per tile fake, <row_R_col_C>, rows; "\n" after each row;
+    # then "\n", fake, global-img, rows, fake (an image no larger than one tile: the global image alone)
+    Projector("idefics3", "split", LANCZOS, "pixel_shuffle", 2, "mm.model.fc.weight", 0,
+              "<fake_token_around_image><global-img>", "<fake_token_around_image>", "<image>",
+              tile="<fake_token_around_image><row_{row}_col_{col}>", row_end="\n", global_sep="\n"),
 )}

@@ -31,7 +31,8 @@ class VisionEncoder(nn.Module):
 
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> torch.Tensor:
-        """pixels: float32 [3, S, S] (hearth.media.images.prepare_image) -> f32 [num_embeds, lm_hidden]."""
+        """pixels: float32 [3, S, S], one piece of hearth.media.images.prepare_image's
+        -> f32 [num_embeds, lm_hidden]."""
         s = self.cfg.image_size
         if pixels.shape != (3, s, s):
             raise ValueError(f"pixels of shape {tuple(pixels.shape)}; this encoder reads [3, {s}, {s}]")

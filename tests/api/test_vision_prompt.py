@@ -126,20 +126,26 @@ def test_compaction_may_drop_an_old_image_but_a_template_may_not():
         assert prompt[m.offset:m.end] == PLACEHOLDER * m.length
 
 
-def test_pieces_tokenized_apart_equal_the_expanded_prompt_tokenized_whole(model_path):
-    """Gemma3's real tokenizer and template: the text before an image with its `before`, and its `after`
-    with the text after, tokenized apart = the prompt with the rows spelled out as a special token,
-    tokenized whole (HF's processor expands the image that way): the rows' special ids cut the text the
-    same way."""
+TILES = ("<start_of_image>", "<start_of_image>", "\n<start_of_image>", "<start_of_image>", "\n\n<start_of_image>")
+"""An image in 2 x 2 tiles and a global image, laid out as idefics3's (its tokens are not in gemma3's vocab)."""
+
+
+@pytest.mark.parametrize("befores", [("\n\n<start_of_image>",), TILES], ids=["one-piece", "tiles"])
+def test_pieces_tokenized_apart_equal_the_expanded_prompt_tokenized_whole(model_path, befores):
+    """Gemma3's real tokenizer and template: the text before an image with its first piece's `before`, each
+    further piece's, and its `after` with the text after, tokenized apart = the prompt with the rows spelled
+    out as a special token, tokenized whole (HF's processor expands the image that way): the rows' special
+    ids cut the text the same way."""
     from hearth.api.chat_template import ChatTemplate
     from hearth.api.messages import openai_messages
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.loader.tokenizer import Tokenizer
 
     tok = Tokenizer.from_gguf(GGUFFile(model_path("gemma3-270m")))
-    before, after = "\n\n<start_of_image>", "<end_of_image>\n\n"
-    vision = Vision(None, lambda d: SimpleNamespace(**{**vars(fake_prepare(d)), "before": before, "after": after,
-                                                       "placeholder": "<pad>"}))
+    after, n = "<end_of_image>\n\n", len(befores)
+    vision = Vision(None, lambda d: SimpleNamespace(**{**vars(fake_prepare(d)), "befores": befores, "after": after,
+                                                       "placeholder": "<pad>", "pixels": (d,) * n,
+                                                       "digests": tuple(bytes([k]) * 32 for k in range(n))}))
     served = ServedModel(["g"], tok, ChatTemplate(tok.chat_template, "<bos>", "<end_of_turn>", "gemma3"), None,
                          4096, vision=vision)
     images = RequestImages(vision)
@@ -149,10 +155,13 @@ def test_pieces_tokenized_apart_equal_the_expanded_prompt_tokenized_whole(model_
     asyncio.run(images.load())
     text = served.render_chat(msgs)
     ids = served.encode_chat_text(text, images, msgs)
-    whole = served.encode_chat_text(text.replace(images.marker(0), before + "<pad>" * 5 + after))
+    spelled = "".join(b + "<pad>" * 5 for b in befores) + after
+    whole = served.encode_chat_text(text.replace(images.marker(0), spelled))
     assert list(ids) == whole and ids.count(tok.bos_id) == 1
-    (m,) = ids.media
-    assert ids[m.offset - 1] == tok.encode("<start_of_image>", add_special_tokens=False)[0] and ids[m.end] != 0
+    start = tok.encode("<start_of_image>", add_special_tokens=False)[0]
+    assert [m.digest for m in ids.media] == [bytes([k]) * 32 for k in range(n)]
+    for m in ids.media:
+        assert m.length == 5 and ids[m.offset - 1] == start and ids[m.end] != 0
 
 
 def test_a_router_whose_small_model_reads_text_only_leaves_an_image_to_the_main_model():

@@ -37,9 +37,9 @@ def fake_prepare(data: bytes) -> SimpleNamespace:
     """hearth.media.images.prepare_image's shape: PreparedImage's fields."""
     if not data.startswith(b"IMG") or not data[3:4].isdigit():
         raise ValueError("cannot identify image file")
-    return SimpleNamespace(pixels=data, num_embeds=int(data[3:4]), before=BEFORE, after=AFTER,
+    return SimpleNamespace(pixels=(data,), num_embeds=int(data[3:4]), befores=(BEFORE,), after=AFTER,
                            placeholder=PLACEHOLDER, bidirectional=data.endswith(b"bi"),
-                           digest=hashlib.sha256(data).digest())
+                           digests=(hashlib.sha256(data).digest(),))
 
 
 def digest(data: bytes) -> bytes:

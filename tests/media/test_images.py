@@ -1,14 +1,17 @@
 """prepare_image against the HF image processors (transformers' PIL backend) of the three tiny models: the
 same pixels, to the bit, for odd sizes, both orientations, RGBA, grayscale, a palette with transparency, PNG
-and JPEG, an EXIF-rotated photo; and the one-line refusals."""
+and JPEG, an EXIF-rotated photo; idefics3's tiles (HF's default image splitting) and their prompt text as
+Idefics3Processor writes it; and the one-line refusals."""
 
 from __future__ import annotations
 
 import io
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from PIL import Image, ImageOps
+from transformers import Idefics3Processor
 
 from hearth.media.config import read_vision_config
 from hearth.media.images import prepare_image
@@ -62,11 +65,12 @@ IMAGES = {
 }
 
 
-def hf_pixels(name: str, data: bytes) -> np.ndarray:
-    """The HF processor's pixels for bytes opened as transformers' load_image opens them (EXIF-upright)."""
+def hf_pixels(name: str, data: bytes, **kw) -> np.ndarray:
+    """The HF processor's pixels [pieces, 3, S, S] for bytes opened as transformers' load_image opens them
+    (EXIF-upright)."""
     img = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
-    out = hf_processor(name)(images=img, return_tensors="np")["pixel_values"]
-    return out.reshape(out.shape[-3:])
+    out = hf_processor(name, **kw)(images=img, return_tensors="np")["pixel_values"]
+    return out.reshape(-1, *out.shape[-3:])
 
 
 @pytest.mark.parametrize("image", IMAGES)
@@ -75,14 +79,15 @@ def test_pixels_equal_the_hf_processor(configs, name, image):
     data = IMAGES[image]()
     got = prepare_image(data, configs[name])
     want = hf_pixels(name, data)
-    assert got.pixels.dtype == np.float32 and got.pixels.shape == want.shape == (3,) + (configs[name].image_size,) * 2
+    assert got.pixels.dtype == np.float32 and got.pixels.shape == want.shape
+    assert want.shape[1:] == (3,) + (configs[name].image_size,) * 2 and (len(want) > 1) == (name == "idefics3")
     np.testing.assert_array_equal(got.pixels, want)
 
 
 def test_exif_orientation_is_applied(configs):
     """The upright photo, not the stored one (HF's load_image for URLs and base64)."""
     data, cfg = rotated_photo(), configs["gemma3"]
-    stored = hf_processor("gemma3")(images=Image.open(io.BytesIO(data)), return_tensors="np")["pixel_values"][0]
+    stored = hf_processor("gemma3")(images=Image.open(io.BytesIO(data)), return_tensors="np")["pixel_values"]
     assert np.abs(prepare_image(data, cfg).pixels - stored).max() > 0.5
 
 
@@ -97,8 +102,10 @@ def test_prompt_facts_come_from_the_projector(configs):
     for name, cfg in configs.items():
         p = prepare_image(data, cfg)
         spec = PROJECTORS[name]
-        assert (p.num_embeds, p.before, p.after, p.placeholder, p.bidirectional) == \
-            (cfg.num_embeds, spec.before, spec.after, spec.placeholder, spec.bidirectional)
+        assert (p.num_embeds, p.after, p.placeholder, p.bidirectional) == \
+            (cfg.num_embeds, spec.after, spec.placeholder, spec.bidirectional)
+        assert p.befores[-1].endswith(spec.before)  # the global image's, last (after idefics3's tiles)
+        assert len(p.befores) == len(p.pixels) == len(p.digests)
     g = prepare_image(data, configs["gemma3"])
     assert (g.num_embeds, g.placeholder, g.bidirectional) == (16, "<image_soft_token>", True)
     assert prepare_image(data, configs["mlp"]).placeholder is None
@@ -107,12 +114,57 @@ def test_prompt_facts_come_from_the_projector(configs):
 def test_digest_names_the_pixels(configs):
     cfg = configs["idefics3"]
     a, b = IMAGES["png-wide-odd"](), IMAGES["jpeg-tall"]()
-    assert prepare_image(a, cfg).digest == prepare_image(a, cfg).digest
-    assert prepare_image(a, cfg).digest != prepare_image(b, cfg).digest
+    assert prepare_image(a, cfg).digests == prepare_image(a, cfg).digests
+    assert set(prepare_image(a, cfg).digests).isdisjoint(prepare_image(b, cfg).digests)
+    assert len(set(prepare_image(a, cfg).digests)) == len(prepare_image(a, cfg).digests)  # a piece each
     # the same picture in another container is the same pixels: the same KV
     same = encoded(Image.open(io.BytesIO(a)), "BMP")
-    assert prepare_image(same, cfg).digest == prepare_image(a, cfg).digest
-    assert prepare_image(a, cfg).digest != prepare_image(a, configs["gemma3"]).digest
+    assert prepare_image(same, cfg).digests == prepare_image(a, cfg).digests
+    assert prepare_image(a, cfg).digests != prepare_image(a, configs["gemma3"]).digests
+    # equal tiles are equal rows (one flat colour): one digest, the encoder's cache and the KV shared
+    flat = prepare_image(encoded(Image.new("RGB", (200, 130), (9, 99, 199)), "PNG"), cfg)
+    assert len(flat.digests) == 5 and len(set(flat.digests[:-1])) == 1
+
+
+TILED = {  # image (w, h), preproc_size (the first resize's longest edge) -> tile grid (rows, cols); S = 64
+    "smaller-than-a-tile": ((40, 25), 64, (0, 0)),
+    "exactly-one-tile": ((64, 64), 64, (0, 0)),
+    "one-tile-when-resized": ((300, 200), 64, (0, 0)),
+    "wide": ((71, 45), 96, (2, 2)),  # 96 x 60 -> 128 x 128 (60 * 128 / 96 = 80, up to 128)
+    "wide-thin": ((250, 40), 160, (1, 3)),
+    "tall": ((30, 97), 96, (2, 1)),
+    "square-upscaled": ((20, 20), 200, (4, 4)),
+    "huge": ((5000, 90), 5000, (2, 64)),  # the longest edge bounded by 4096 (Idefics3's MAX_IMAGE_SIZE)
+}
+
+
+@pytest.fixture(scope="module")
+def tiled_configs(tmp_path_factory):
+    model, out = tiny_hf("idefics3"), {}
+    for preproc in sorted({t[1] for t in TILED.values()}):
+        path = tmp_path_factory.mktemp("tiled") / f"i{preproc}.gguf"
+        write_mmproj(path, "idefics3", model, preproc=preproc)
+        out[preproc] = read_vision_config(path)
+    return out
+
+
+@pytest.mark.parametrize("case", TILED)
+def test_tiles_and_their_prompt_equal_idefics3s_processor(tiled_configs, case):
+    """Idefics3ImageProcessor's default (do_image_splitting): the tiles row by row, then the global image; and
+    the text Idefics3Processor puts where the image was (its replace_image_token), piece by piece."""
+    (w, h), preproc, (rows, cols) = TILED[case]
+    data, cfg = encoded(noise(w, h, seed=w), "PNG"), tiled_configs[preproc]
+    got = prepare_image(data, cfg)
+    img = Image.open(io.BytesIO(data))
+    hf = hf_processor("idefics3", preproc=preproc)(images=img, return_tensors="np", return_row_col_info=True)
+    assert (hf["rows"], hf["cols"]) == ([[rows]], [[cols]])
+    want = hf["pixel_values"][0]  # [pieces, 3, S, S]
+    assert got.pixels.shape == want.shape == (rows * cols + 1, 3, 64, 64)
+    np.testing.assert_array_equal(got.pixels, want)
+    tokens = SimpleNamespace(fake_image_token="<fake_token_around_image>", global_image_tag="<global-img>",
+                             image_token="<image>", image_seq_len=cfg.num_embeds)
+    text = Idefics3Processor.replace_image_token(tokens, hf, 0)
+    assert "".join(b + got.placeholder * got.num_embeds for b in got.befores) + got.after == text
 
 
 @pytest.mark.parametrize("data, reason", [

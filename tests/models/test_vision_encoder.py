@@ -21,7 +21,7 @@ from hearth.layers.linear import use_linear_policy
 from hearth.media.images import prepare_image
 from hearth.media.projectors import PROJECTORS
 from hearth.models.vision import VisionEncoder
-from tests.mmproj_factory import hf_features, tiny_hf, write_mmproj, write_settings_only
+from tests.mmproj_factory import hf_features, hf_processor, tiny_hf, write_mmproj, write_settings_only
 
 REL_TOL = 1e-5  # max |hearth - transformers| relative to the largest |value|, f32 math on the file's weights
 REL_TOL_FAST = 3e-2  # the fast linear paths round activations (and F16 weights) to bf16; Q8_0 its blocks
@@ -72,10 +72,31 @@ def test_rows_equal_transformers(tmp_path, models, image, case):
     with use_linear_policy(exact=exact):
         enc = VisionEncoder.load(path, select())
     prepared = prepare_image(image, enc.cfg)
-    got = enc.encode(prepared.pixels)
-    want = hf_features(name, model, prepared.pixels)
+    got = enc.encode(prepared.pixels[-1])  # the global image (idefics3's last piece)
+    want = hf_features(name, model, prepared.pixels[-1])
     assert got.dtype == torch.float32 and got.shape == want.shape == (prepared.num_embeds, enc.cfg.lm_hidden)
     assert rel_err(got, want) < (REL_TOL if exact else REL_TOL_FAST)
+
+
+@pytest.mark.parametrize("size", [(71, 45), (30, 97), (20, 20)])
+def test_idefics3_tiles_equal_transformers_over_its_processors_pixels(tmp_path, models, size):
+    """Each tile's rows (and the global image's) = Idefics3Model.get_image_features over all the pixel_values
+    its processor makes by default (image splitting), in the same order: one MediaInput's rows each."""
+    model = models("idefics3")
+    path = tmp_path / "mmproj.gguf"
+    write_mmproj(path, "idefics3", model)
+    with use_linear_policy(exact=True):
+        enc = VisionEncoder.load(path, select())
+    img = Image.fromarray(np.random.default_rng(size[0]).integers(0, 256, (size[1], size[0], 3), dtype=np.uint8))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    prepared = prepare_image(buf.getvalue(), enc.cfg)
+    pixel_values = hf_processor("idefics3")(images=img, return_tensors="pt")["pixel_values"]  # [1, pieces, 3, S, S]
+    with torch.no_grad():
+        want = model.model.get_image_features(pixel_values=pixel_values).pooler_output[0]  # [pieces * rows, hidden]
+    got = torch.cat([enc.encode(p) for p in prepared.pixels])
+    assert len(prepared.pixels) > 1 and got.shape == want.shape == (len(prepared.befores) * 16, enc.cfg.lm_hidden)
+    assert rel_err(got, want) < REL_TOL
 
 
 def test_the_legacy_llava_file_runs_every_block_it_holds(tmp_path, models, image):
@@ -86,7 +107,7 @@ def test_the_legacy_llava_file_runs_every_block_it_holds(tmp_path, models, image
     write_mmproj(path, "mlp", model)
     with use_linear_policy(exact=True):
         enc = VisionEncoder.load(path, select())
-    pixels = prepare_image(image, enc.cfg).pixels
+    (pixels,) = prepare_image(image, enc.cfg).pixels
     model.config.vision_feature_layer = -3
     try:
         one_short = hf_features("mlp", model, pixels)
