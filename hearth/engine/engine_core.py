@@ -114,7 +114,8 @@ class EngineCore:
         """Image spans this engine can take with this prompt, else InvalidPromptError naming why."""
         if getattr(self.runner, "vision", None) is None:
             raise InvalidPromptError("this model reads text only: images need a vision encoder (--mmproj)")
-        why = check_media(media, len(prompt_token_ids), self.scheduler.max_num_batched_tokens)
+        sched = self.scheduler
+        why = check_media(media, len(prompt_token_ids), sched.max_num_batched_tokens, sched.max_num_seqs)
         if why is not None:
             raise InvalidPromptError(why)
 

@@ -55,7 +55,8 @@ def tiny(request, tmp_path_factory):
     arch = request.param
     d, name, dims = tiny_dir(tmp_path_factory.mktemp(arch), arch)
     with use_linear_policy(exact=True):
-        llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=64)
+        llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=64,
+                  max_num_seqs=1)  # a bidirectional span may take a whole step alone (check_media)
     attach(llm, FakeEncoder(dims.hidden))
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         d, gguf_file=name, dtype=torch.float32, attn_implementation="eager", **tf_overrides(arch, dims)).eval()
@@ -297,7 +298,7 @@ def test_a_quantized_kv_cache_attends_bidirectional_rows_as_an_f16_one(tmp_path,
     first = {}
     for kv in ("f16", "q8_0"):
         model = LLM(str(d / name), max_model_len=128, block_size=16, progress=False, kv_cache_dtype=kv,
-                    max_num_batched_tokens=48)
+                    max_num_batched_tokens=48, max_num_seqs=1)
         attach(model, FakeEncoder(dims.hidden))
         for bidirectional in (False, True):  # rows 36..75: chunks 0..35, 36..83 (the span whole), 84..99
             media = [MediaInput(36, 40, b"q", (15, 40), bidirectional)]
