@@ -35,7 +35,8 @@ class PreparedImage:
     bidirectional: bool
     """The LM attends within these rows both ways (gemma3)."""
     digest: bytes
-    """sha256 over the pixels' bytes and the config: equal images share prefix-cache KV."""
+    """sha256 over the pixels' bytes and the config (the mmproj's fingerprint in it): equal images through
+    equal encoders share prefix-cache KV."""
 
 
 def prepare_image(data: bytes, cfg: VisionConfig, max_pixels: int = MAX_PIXELS) -> PreparedImage:

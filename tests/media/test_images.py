@@ -5,6 +5,7 @@ and JPEG, an EXIF-rotated photo; and the one-line refusals."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -113,6 +114,21 @@ def test_digest_names_the_pixels(configs):
     same = encoded(Image.open(io.BytesIO(a)), "BMP")
     assert prepare_image(same, cfg).digest == prepare_image(a, cfg).digest
     assert prepare_image(a, cfg).digest != prepare_image(a, configs["gemma3"]).digest
+
+
+def test_digest_names_the_mmproj_weights(tmp_path):
+    """Two files with one config and other weights (another seed: as F16 vs Q8_0, or a fine-tune) make
+    other rows: their digests differ, so neither's K/V is served for the other's image. A copy of a file
+    is the same encoder: the same digest."""
+    write_mmproj(tmp_path / "a.gguf", "gemma3", tiny_hf("gemma3", seed=0))
+    write_mmproj(tmp_path / "b.gguf", "gemma3", tiny_hf("gemma3", seed=1))
+    (tmp_path / "copy.gguf").write_bytes((tmp_path / "a.gguf").read_bytes())
+    a, b, copy = (read_vision_config(tmp_path / f"{n}.gguf") for n in ("a", "b", "copy"))
+    assert (tmp_path / "a.gguf").stat().st_size == (tmp_path / "b.gguf").stat().st_size
+    img = IMAGES["png-wide-odd"]()
+    assert prepare_image(img, a).digest != prepare_image(img, b).digest
+    assert prepare_image(img, a).digest == prepare_image(img, copy).digest
+    assert replace(a, weights="") == replace(b, weights="")  # only the weights tell them apart
 
 
 @pytest.mark.parametrize("data, reason", [
