@@ -25,6 +25,24 @@ class MediaRows:
         """request id -> the digests of its images (their rows stay while it lives: a causal image cut by
         chunked prefill is encoded once)."""
 
+    @torch.inference_mode()
+    def encode(self, seqs: list) -> dict[str, str]:
+        """Encode the images of the step's sequences before its batch is built, each request on its own:
+        request id -> why one of its images failed (those requests leave the step; the others go on)."""
+        failed = {}
+        for s in seqs:
+            end = s.start_pos + len(s.token_ids)
+            for m in s.media:
+                if max(s.start_pos, m.offset) >= min(end, m.end):
+                    continue
+                try:
+                    self._encode(m)
+                except Exception as e:  # noqa: BLE001 - whatever the encoder raises ends this request only
+                    failed[s.request_id] = (f"the image at prompt positions {m.offset}..{m.end - 1} could not "
+                                            f"be encoded: {type(e).__name__}: {e}")
+                    break
+        return failed
+
     def rows(self, seqs: list, qsl: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(batch rows [R] int64, their values [R, hidden] f32) for every media row among the step's
         tokens (sequence i's token j is batch row qsl[i] + j); None when there are none."""
