@@ -199,7 +199,8 @@ class EngineCore:
             return None
         self._forget(request_id)
         self.last_sequence = req.all_token_ids
-        return EngineOutput(request_id=request_id, new_token_ids=[], new_text="", finished=True, finish_reason="abort", num_prompt_tokens=len(req.prompt_token_ids),
+        return EngineOutput(request_id=request_id, new_token_ids=[], new_text="", finished=True,
+                            finish_reason="abort", num_prompt_tokens=len(req.prompt_token_ids),
                             num_cached_tokens=req.num_cached_tokens, error=MediaEncodeError(why))
 
     def _grammar_gave_up(self, req: Request, o: EngineOutput, why: str) -> None:
