@@ -17,6 +17,7 @@ from hearth.commands.serve import server_config
 from hearth.commands.serve_models import build_pool
 from hearth.errors import HearthError
 from hearth.llm_vision import tokens_prompt
+from hearth.media.config import read_vision_config
 from tests import mmproj_factory
 from tests.gguf_factory import tiny_dir
 
@@ -80,6 +81,28 @@ def test_the_same_image_again_is_a_prefix_cache_hit(llm):
     assert first.num_cached_tokens <= span.offset  # a new image: no block holding its rows is found
     assert second.num_cached_tokens >= span.end // bs * bs > span.offset
     assert second.outputs[0].token_ids == first.outputs[0].token_ids
+
+
+def test_another_mmprojs_weights_never_read_the_disk_tiers_image_blocks(files, tmp_path):
+    """The disk tier outlives the process: restarted with an mmproj of the same config and other weights
+    (another seed: as Q8_0 for F16, or a fine-tune), the image's blocks are not found; with the first
+    file again they are."""
+    model, mmproj, _ = files
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(mmproj_factory.TEXT, "hidden_size", read_vision_config(mmproj).lm_hidden)
+        mmproj_factory.write_mmproj(tmp_path / "tuned.gguf", "gemma3", mmproj_factory.tiny_hf("gemma3", seed=7))
+    messages = asking(png((90, 90, 30)), "on disk?")
+    cached = []
+    for path in (mmproj, tmp_path / "tuned.gguf", mmproj):
+        run = LLM(str(model), mmproj=str(path), max_model_len=256, progress=False,
+                  kv_disk_dir=str(tmp_path / "kv"), kv_disk_space_mb=16)
+        (span,) = run.encode_chat(messages).media
+        out = run.chat(messages, GREEDY)
+        cached.append(out.num_cached_tokens)
+        bs = run.config.block_size
+        run.close()
+    assert cached[1] <= span.offset  # the text before the image only
+    assert cached[2] >= span.end // bs * bs > span.offset
 
 
 def test_bad_mmproj_and_image_input_are_one_line(files, llm):

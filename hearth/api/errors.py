@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from hearth.api.unserved import unserved
 from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStepError
+from hearth.engine.engine_core import MediaEncodeError
 from hearth.errors import HearthError, MaxTokensTooLargeError, PromptTooLongError
 from hearth.sample.grammar import InvalidStructuredOutput
 from hearth.sampling_params import InvalidSamplingParams
@@ -121,7 +122,7 @@ def from_hearth_error(e: HearthError, path: str = "") -> APIError:
         return APIError(429, str(e), code="queue_full", retry_after=RETRY_AFTER_S)
     if isinstance(e, EngineShutdownError):
         return APIError(503, str(e), code="server_shutting_down")
-    if isinstance(e, EngineStepError):
+    if isinstance(e, (EngineStepError, MediaEncodeError)):
         return APIError(500, str(e), code="engine_error")
     if isinstance(e, MaxTokensTooLargeError):
         return APIError(400, str(e), param=e.field, code="context_length_exceeded")

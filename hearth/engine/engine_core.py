@@ -27,6 +27,11 @@ class InvalidPromptError(HearthError):
     """A prompt that is empty or holds token ids outside the vocabulary."""
 
 
+class MediaEncodeError(HearthError):
+    """The vision encoder failed on one of a request's images: that request ends with this error (the
+    server answers 500), the other requests of its step go on."""
+
+
 def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: int,
                  model_context: int | None = None) -> None:
     """Raise a one-line error for a prompt the engine cannot take; never truncate it. model_context:
@@ -114,7 +119,8 @@ class EngineCore:
         """Image spans this engine can take with this prompt, else InvalidPromptError naming why."""
         if getattr(self.runner, "vision", None) is None:
             raise InvalidPromptError("this model reads text only: images need a vision encoder (--mmproj)")
-        why = check_media(media, len(prompt_token_ids), self.scheduler.max_num_batched_tokens)
+        sched = self.scheduler
+        why = check_media(media, len(prompt_token_ids), sched.max_num_batched_tokens, sched.max_num_seqs)
         if why is not None:
             raise InvalidPromptError(why)
 
@@ -160,6 +166,8 @@ class EngineCore:
             raise
         self.executing = None
         seconds = time.perf_counter() - t0
+        # ended before update, which then skips them: none of their blocks is cached uncomputed
+        failed = [o for rid, why in result.media_errors.items() if (o := self._media_failed(rid, why))]
         changed = self.scheduler.update(so, result)
         for rid in result.sampled:  # forced tokens hold for the step right after this one
             self.forced.pop(rid, None)
@@ -181,7 +189,19 @@ class EngineCore:
                 self._grammar_gave_up(req, o, why)
         if not self.scheduler.has_unfinished():
             self._idle()
-        return outputs
+        return failed + outputs
+
+    def _media_failed(self, request_id: str, why: str) -> EngineOutput | None:
+        """The runner could not encode one of the request's images: it ends now with that error (its
+        blocks freed uncomputed); None where it ended while the step ran."""
+        req = self.scheduler.finish_request(request_id)
+        if req is None:
+            return None
+        self._forget(request_id)
+        self.last_sequence = req.all_token_ids
+        return EngineOutput(request_id=request_id, new_token_ids=[], new_text="", finished=True,
+                            finish_reason="abort", num_prompt_tokens=len(req.prompt_token_ids),
+                            num_cached_tokens=req.num_cached_tokens, error=MediaEncodeError(why))
 
     def _grammar_gave_up(self, req: Request, o: EngineOutput, why: str) -> None:
         """The request's grammar engine gave up this step: it ends with that error (o.error), not with

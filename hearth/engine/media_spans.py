@@ -15,9 +15,12 @@ from collections.abc import Sequence
 from hearth.media.inputs import MediaInput
 
 
-def check_media(media: Sequence[MediaInput], prompt_len: int, step_budget: int) -> str | None:
+def check_media(media: Sequence[MediaInput], prompt_len: int, step_budget: int, max_num_seqs: int) -> str | None:
     """Why these spans cannot go with a prompt of prompt_len tokens (None: they can): each inside the
-    prompt with at least one row, sorted and disjoint, a bidirectional one no longer than a step."""
+    prompt with at least one row, sorted and disjoint, a bidirectional one fitting a step beside the
+    decodes of max_num_seqs - 1 other sequences (else it waits until they all end: a span as long as
+    the step would wait for every other request, and, at the head of the queue, hold up every later one)."""
+    room = step_budget - (max_num_seqs - 1)
     end = 0
     for i, m in enumerate(media):
         if not isinstance(m, MediaInput):
@@ -28,9 +31,11 @@ def check_media(media: Sequence[MediaInput], prompt_len: int, step_budget: int) 
         if m.offset < end:
             return (f"media[{i}] starts at position {m.offset}, before media[{i - 1}] ends ({end}): "
                     "sort them, no overlaps")
-        if m.bidirectional and m.length > step_budget:
+        if m.bidirectional and m.length > room:
             return (f"media[{i}] has {m.length} rows that attend to each other, more than a step computes "
-                    f"(max_num_batched_tokens {step_budget}): raise it to at least {m.length}")
+                    f"beside {max_num_seqs - 1} other sequences' decodes (max_num_batched_tokens {step_budget}, "
+                    f"max_num_seqs {max_num_seqs}): raise max_num_batched_tokens to at least "
+                    f"{m.length + max_num_seqs - 1} or lower max_num_seqs")
         end = m.end
     return None
 

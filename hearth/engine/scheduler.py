@@ -101,7 +101,9 @@ class Scheduler:
     def _admit(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """Waiting requests in arrival order while the budget, max_num_seqs and free blocks allow;
         one whose next uncached block another request is computing steps aside (a step or a few
-        later that block is a cache hit). Returns the budget left."""
+        later that block is a cache hit). A request whose bidirectional span does not fit the budget
+        left stops admission (as vLLM's FCFS waiting loop breaks): later arrivals taking the budget
+        each step would starve it. Returns the budget left."""
         computing = self._blocks_being_computed() if self.waiting else set()
         i = 0
         while i < len(self.waiting) and budget > 0 and len(self.running) < self.max_num_seqs:
@@ -120,8 +122,7 @@ class Scheduler:
             hit = (len(cached) + len(loads)) * self.kv.block_size
             n = min(req.num_tokens - hit, budget)
             if req.media and (n := chunk_tokens(req.media, hit, n)) == 0:  # its span waits for a roomier step
-                i += 1
-                continue
+                break
             if not self.kv.allocate_slots(req, n, cached, loads):
                 break
             if req.status is RequestStatus.WAITING:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hearth.errors import ModelLoadError, UnsupportedError
+from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.media.projectors import PROJECTORS, Projector
 
@@ -45,6 +46,10 @@ class VisionConfig:
     """gemma3: the average pool's side; idefics3: the pixel shuffle's scale factor; mlp: 1."""
     preproc_size: int = 0
     """idefics3: the longest edge of the processor's first resize (clip.vision.preproc_image_size)."""
+    weights: str = ""
+    """The mmproj file's fingerprint (hearth.loader.fingerprint: its pull marker's sha256, else size and
+    ~16 MB sampled): an image's digest takes it, so two files with one config and other weights (F16 vs
+    Q8_0, a fine-tune) never share the prefix cache's or the disk tier's K/V of its rows."""
 
     @property
     def spec(self) -> Projector:
@@ -87,7 +92,8 @@ def vision_config(g: GGUFFile) -> VisionConfig:
         layers=layers, eps=float(need("attention.layer_norm_epsilon")),
         mean=_triple(g, "image_mean"), std=_triple(g, "image_std"), activation=_activation(g),
         feature_layers=tuple(int(i) for i in np.atleast_1d(g.get(CLIP + "feature_layer", layers))),
-        merge=merge, preproc_size=int(g.get(CLIP + "preproc_image_size", image_size)))
+        merge=merge, preproc_size=int(g.get(CLIP + "preproc_image_size", image_size)),
+        weights=model_fingerprint(g.path))
     _check(g, cfg)
     return cfg
 

@@ -39,7 +39,8 @@ class PreparedImage:
     bidirectional: bool
     """The LM attends within a piece's rows both ways (gemma3)."""
     digests: tuple[bytes, ...]
-    """Per piece, sha256 over its pixels' bytes and the config: equal pieces share prefix-cache KV and rows."""
+    """Per piece, sha256 over its pixels' bytes and the config (the mmproj's fingerprint in it): equal pieces
+    through equal encoders share prefix-cache KV and rows."""
 
 
 def prepare_image(data: bytes, cfg: VisionConfig, max_pixels: int = MAX_PIXELS) -> PreparedImage:

@@ -25,6 +25,28 @@ class MediaRows:
         """request id -> the digests of its images (their rows stay while it lives: a causal image cut by
         chunked prefill is encoded once)."""
 
+    @torch.inference_mode()
+    def encode(self, seqs: list) -> dict[str, str]:
+        """Encode the images of the step's sequences before its batch is built, each request on its own:
+        request id -> why one of its images failed (those requests leave the step; the others go on).
+        This runs inside the engine step, on its thread (as vLLM's model runner and llama-server's slot
+        loop encode), so it holds up the step's other sequences for its duration: a SmolVLM-256M-sized image
+        (SigLIP 12 x 768, 512 px, 64 rows, F16 mmproj) took 4.5-6.9 s where a 4-sequence SmolLM2-135M decode
+        step took 0.13-0.3 s (2026-12-07, 2 shared cores at load ~8: 30-64x a step; noisy)."""
+        failed = {}
+        for s in seqs:
+            end = s.start_pos + len(s.token_ids)
+            for m in s.media:
+                if max(s.start_pos, m.offset) >= min(end, m.end):
+                    continue
+                try:
+                    self._encode(m)
+                except Exception as e:  # noqa: BLE001 - whatever the encoder raises ends this request only
+                    failed[s.request_id] = (f"the image at prompt positions {m.offset}..{m.end - 1} could not "
+                                            f"be encoded: {type(e).__name__}: {e}")
+                    break
+        return failed
+
     def rows(self, seqs: list, qsl: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(batch rows [R] int64, their values [R, hidden] f32) for every media row among the step's
         tokens (sequence i's token j is batch row qsl[i] + j); None when there are none."""

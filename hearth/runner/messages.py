@@ -118,6 +118,9 @@ class RunnerOutput:
     drafted: dict[str, tuple[list[int], list[int]]] = field(default_factory=dict)
     """request_id -> (tokens, parents) of the drafts the runner's draft model wrote into its slots
     (method draft; parents [] for a chain): what was verified, for the acceptance statistics."""
+    media_errors: dict[str, str] = field(default_factory=dict)
+    """request_id -> why its image could not be encoded (the vision encoder raised, or made rows of
+    another shape): the step ran without it and computed none of its rows; it ends with this error."""
     grammar_errors: dict[str, str] = field(default_factory=dict)
     """request_id -> why its grammar engine gave up this step (llguidance's parser or lexer limits, met
     mid-answer: its mask then allowed only the end, so its last token is no answer's)."""

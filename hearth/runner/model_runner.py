@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -137,7 +138,11 @@ class ModelRunner:
             if self.drafter is not None:  # the disk tier holds the target's K/V only
                 self.drafter.invalidate([b for b, _ in so.kv_loads])
             self.block_io.load(so.kv_loads)
+        failed = self.media.encode(so.seqs) if self.media is not None and any(s.media for s in so.seqs) else {}
+        if failed:  # a bad image ends its request only: the step runs the others
+            so = replace(so, seqs=[s for s in so.seqs if s.request_id not in failed])
         out = self._execute(so)
+        out.media_errors = failed
         out.kv_saved = saved
         out.grammar_errors = {s.request_id: m.error for s in so.seqs
                               if (m := self.matchers.get(s.request_id)) is not None and m.error}

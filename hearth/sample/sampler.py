@@ -2,7 +2,8 @@
 
 Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`):
 logit bias -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> typical-p
--> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain).
+-> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain, and
+reads the distribution before temperature, which that chain applies last; vLLM has no typical-p).
 Each filter sees what the one before left, renormalized (HF's warpers do the same, but
 run min-p last; min-p commutes with top-k, not with top-p). Each row draws its noise from its own
 generator, so a seeded request gives the same tokens alone or batched."""
@@ -54,11 +55,13 @@ def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
 
 
 def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: torch.Tensor,
-                             min_p: torch.Tensor, typical_p: torch.Tensor | None = None) -> torch.Tensor:
+                             min_p: torch.Tensor, typical_p: torch.Tensor | None = None,
+                             temperature: torch.Tensor | None = None) -> torch.Tensor:
     """logits: [S, V] already divided by temperature; top_k [S] (0 = off), top_p [S], min_p [S],
-    typical_p [S] (1 = off; None: all off). Filtered-out tokens become -inf. Order and tie rules follow
-    vLLM's apply_min_p and apply_top_k_top_p: min-p, then top-k keeping every token tied with the k-th,
-    then (llama.cpp's place for it) typical-p, then top-p."""
+    typical_p [S] (1 = off; None: all off), temperature [S] what logits were divided by (None: 1).
+    Filtered-out tokens become -inf. Order and tie rules follow vLLM's apply_min_p and
+    apply_top_k_top_p: min-p, then top-k keeping every token tied with the k-th, then (llama.cpp's place
+    for it) typical-p, then top-p."""
     V = logits.shape[-1]
     if bool((min_p > 0).any()):
         # keep p >= min_p * p_max: a ratio, so the same before or after renormalizing
@@ -75,7 +78,7 @@ def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: t
         logits = logits.masked_fill(logits < kth, float("-inf"))
         use_k = torch.zeros_like(use_k)
     if use_typical:
-        logits = filter_typical_p(logits, typical_p)
+        logits = filter_typical_p(logits, typical_p, temperature)
     if not bool(use_p.any()):
         return logits
     # stable: tied tokens stay in id order, so top-p's prefix takes the lower ids first
@@ -94,14 +97,18 @@ def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: t
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 
 
-def filter_typical_p(logits: torch.Tensor, typical_p: torch.Tensor) -> torch.Tensor:
-    """logits: [S, V]; typical_p: [S] (1 = off) -> logits with the atypical tokens at -inf.
-    Locally typical sampling (Meister et al. 2022) as llama.cpp's llama_sampler_typical: over the
-    renormalized distribution left so far, rank tokens by |-log p - H| (H its entropy), ascending
-    (ties in id order), and keep them until the mass kept exceeds typical_p, the crossing token
-    included (llama.cpp's `cum_sum > p`: drop a token once the mass before it exceeds typical_p)."""
+def filter_typical_p(logits: torch.Tensor, typical_p: torch.Tensor,
+                     temperature: torch.Tensor | None = None) -> torch.Tensor:
+    """logits: [S, V] divided by temperature [S] (None: 1); typical_p: [S] (1 = off) -> logits with the
+    atypical tokens at -inf. Locally typical sampling (Meister et al. 2022) as llama.cpp's
+    llama_sampler_typical: over the renormalized distribution left so far, before temperature (llama.cpp's
+    default chain applies temperature last: at T = 0.5, typical_p 0.5 on [1/2, 1/4, 1/8, 1/8] it keeps the
+    first two, not the first alone), rank tokens by |-log p - H| (H its entropy), ascending (ties in id
+    order), and keep them until the mass kept exceeds typical_p, the crossing token included (llama.cpp's
+    `cum_sum > p`: drop a token once the mass before it exceeds typical_p)."""
     use = typical_p < 1
-    logp = logits.log_softmax(-1)  # -inf where filtered out: p 0, last in the ranking
+    untempered = logits if temperature is None else logits * temperature.unsqueeze(1)  # -inf stays -inf
+    logp = untempered.log_softmax(-1)  # -inf where filtered out: p 0, last in the ranking
     p = logp.exp()
     entropy = -torch.where(p > 0, p * logp, torch.zeros_like(p)).sum(-1, keepdim=True)  # [S, 1]
     order = (-logp - entropy).abs().argsort(dim=-1, stable=True)
@@ -175,5 +182,6 @@ def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Te
         torch.tensor([1.0 if g else p.top_p for p, g in zip(params, greedy)]),
         torch.tensor([0.0 if g else p.min_p for p, g in zip(params, greedy)]),
         torch.tensor([1.0 if g else p.typical_p for p, g in zip(params, greedy)]),
+        temp.squeeze(1),
     )
     return logits.softmax(-1)

@@ -55,7 +55,8 @@ def tiny(request, tmp_path_factory):
     arch = request.param
     d, name, dims = tiny_dir(tmp_path_factory.mktemp(arch), arch)
     with use_linear_policy(exact=True):
-        llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=64)
+        llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=64,
+                  max_num_seqs=1)  # a bidirectional span may take a whole step alone (check_media)
     attach(llm, FakeEncoder(dims.hidden))
     hf = transformers.AutoModelForCausalLM.from_pretrained(
         d, gguf_file=name, dtype=torch.float32, attn_implementation="eager", **tf_overrides(arch, dims)).eval()
@@ -297,7 +298,7 @@ def test_a_quantized_kv_cache_attends_bidirectional_rows_as_an_f16_one(tmp_path,
     first = {}
     for kv in ("f16", "q8_0"):
         model = LLM(str(d / name), max_model_len=128, block_size=16, progress=False, kv_cache_dtype=kv,
-                    max_num_batched_tokens=48)
+                    max_num_batched_tokens=48, max_num_seqs=1)
         attach(model, FakeEncoder(dims.hidden))
         for bidirectional in (False, True):  # rows 36..75: chunks 0..35, 36..83 (the span whole), 84..99
             media = [MediaInput(36, 40, b"q", (15, 40), bidirectional)]
@@ -362,3 +363,56 @@ def test_the_fused_lora_stack_steps_aside_for_bidirectional_rows(tmp_path):
     for bidirectional in (False, True):  # the merged file's weights quantized anew: 0.02-0.03 apart here
         assert rel_err(logits["lora", bidirectional], logits["merged", bidirectional]) < 0.1
     assert rel_err(logits["lora", True][IMAGE_AT:], logits["lora", False][IMAGE_AT:]) > 0.1
+
+
+class BadImages(FakeEncoder):
+    """FakeEncoder that raises on seed 66 and makes a row too few on seed 67."""
+
+    def encode(self, pixels) -> torch.Tensor:
+        if pixels[0] == 66:
+            raise RuntimeError("the tower fell over")
+        rows = super().encode(pixels)
+        return rows[:-1] if pixels[0] == 67 else rows
+
+
+@pytest.mark.parametrize("bad", [66, 67], ids=["encoder-raises", "rows-short"])
+def test_a_bad_image_ends_its_request_only(tiny, bad):
+    """Its request ends with a MediaEncodeError naming why; the step's other request goes on, as it
+    would alone, and none of the bad one's blocks is cached."""
+    from hearth.api.errors import from_hearth_error
+    from hearth.engine.engine_core import MediaEncodeError
+
+    arch, llm, hf, dims = tiny
+    engine, vision = llm.engine, llm.engine.runner.vision
+    want = generate(llm, [image(20)])
+    engine.scheduler.kv.pool.reset_prefix_cache()
+    attach(llm, BadImages(dims.hidden))
+    engine.scheduler.max_num_seqs = 2
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)
+    other_ids = [9] + prompt_ids()[1:]  # another first block: admitted beside it, not after it
+    try:
+        good = engine.add_request(prompt_ids(), params, media=[image(20)])
+        failed = engine.add_request(other_ids, params, media=[image(bad)])
+        first = engine.step()
+        (err,) = [o for o in first if o.request_id == failed]
+        assert err.finished and isinstance(err.error, MediaEncodeError)
+        assert "could not be encoded" in str(err.error)
+        assert ("the tower fell over" if bad == 66 else "rows (9, ") in str(err.error)
+        assert from_hearth_error(err.error).status == 500  # the server's encoder failed, not the request
+        tokens, logprobs = [], []
+        outs = first
+        while True:
+            for o in outs:
+                assert o.request_id != failed or o is err
+                if o.request_id == good:
+                    tokens += o.new_token_ids
+                    logprobs += o.new_logprobs
+            if not engine.has_unfinished():
+                break
+            outs = engine.step()
+        assert_same((tokens, logprobs), want)
+        attach(llm, vision)
+        assert run(llm, [image(bad)], ids=other_ids)[2] == 0  # nothing of the failed request was cached
+    finally:
+        engine.scheduler.max_num_seqs = 1
+        attach(llm, vision)

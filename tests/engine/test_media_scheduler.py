@@ -23,8 +23,9 @@ class SeeingRunner(CountingRunner):
     vision = object()  # the engine takes images only where the runner has an encoder
 
 
-def make_engine(num_blocks=64, block_size=4, budget=16, runner=None):
-    sched = Scheduler(KVCacheManager(num_blocks, block_size), 8, budget)
+def make_engine(num_blocks=64, block_size=4, budget=16, runner=None, max_num_seqs=2):
+    """max_num_seqs 2: a bidirectional span fits a step beside one other sequence's decode."""
+    sched = Scheduler(KVCacheManager(num_blocks, block_size), max_num_seqs, budget)
     runner = runner or SeeingRunner()
     return EngineCore(sched, runner, LetterTokenizer(), 256, 50), sched, runner
 
@@ -44,7 +45,9 @@ def chunks_of(runner, rid):
     ([image(2, 0)], "has 0 rows"),
     ([image(4, 3), image(2, 3)], "before media[0] ends"),
     ([image(2, 3), image(4, 3)], "before media[0] ends"),
-    ([image(0, 9)], "more than a step computes (max_num_batched_tokens 8)"),
+    ([image(0, 9)], "more than a step computes beside 1 other sequences' decodes (max_num_batched_tokens 8, "
+                    "max_num_seqs 2): raise max_num_batched_tokens to at least 10 or lower max_num_seqs"),
+    ([image(0, 8)], "raise max_num_batched_tokens to at least 9"),  # a whole step: never beside a decode
     (["pixels"], "is a str, not a MediaInput"),
 ])
 def test_bad_spans_are_refused_naming_why(media, why):
@@ -67,7 +70,7 @@ def test_images_need_a_runner_with_an_encoder():
         engine.add_request(list(range(1, 11)), GREEDY, media=[image(2, 3, bidirectional=False)])
 
 
-@pytest.mark.parametrize("budget", [5, 6, 7, 8, 9, 13])
+@pytest.mark.parametrize("budget", [6, 7, 8, 9, 10, 13])
 def test_chunked_prefill_never_cuts_a_bidirectional_span(budget):
     engine, _, runner = make_engine(budget=budget)
     spans = [image(3, 5, b"x"), image(9, 5, b"y"), image(20, 2, b"z")]
@@ -86,14 +89,14 @@ def test_chunked_prefill_never_cuts_a_bidirectional_span(budget):
 
 
 def test_a_span_that_does_not_fit_beside_the_running_rows_waits_then_comes_whole():
-    engine, sched, runner = make_engine(budget=6)
-    engine.add_request([1, 2, 3], SamplingParams(max_tokens=6, temperature=0), "b")
+    engine, sched, runner = make_engine(budget=7)
+    engine.add_request(list(range(1, 11)), SamplingParams(max_tokens=6, temperature=0), "b")
+    engine.step()  # b's first 7 prompt rows
+    engine.add_request(list(range(1, 12)), GREEDY, "a", media=[image(0, 6)])
     engine.step()
-    engine.add_request(list(range(1, 12)), GREEDY, "a", media=[image(0, 6)])  # 6 rows: only a step alone
+    assert not chunks_of(runner, "a")  # b's last 3 prompt rows left 4: a waits in the queue, not cut
     engine.step()
-    assert not chunks_of(runner, "a")  # b's decode took a row: a waits in the queue, not cut
-    run_all(engine)
-    assert chunks_of(runner, "a")[0] == (0, 6)
+    assert chunks_of(runner, "a") == [(0, 6)]  # beside b's decode
 
 
 def test_a_cache_hit_ends_before_a_bidirectional_span_and_the_span_is_computed_whole():
@@ -127,7 +130,7 @@ def test_hit_blocks_rounds_down_through_earlier_spans():
 
 def test_preemption_recomputes_a_request_with_images():
     def tokens(num_blocks):
-        engine, sched, runner = make_engine(num_blocks=num_blocks, block_size=2, budget=8)
+        engine, sched, runner = make_engine(num_blocks=num_blocks, block_size=2, budget=8, max_num_seqs=3)
         for i in range(3):
             engine.add_request([1 + i] * 9, SamplingParams(max_tokens=8, temperature=0), str(i),
                                media=[image(2, 5, bytes([i]))])
@@ -182,3 +185,41 @@ def test_the_async_engine_carries_media_and_refuses_bad_spans_before_any_output(
         ae.shutdown()
     assert outs[-1].finished
     assert [s.media for so in runner.steps for s in so.seqs if s.request_id == "a"][:2] == [[], [image(3, 6)]]
+
+
+def test_a_waiting_span_is_admitted_before_later_arrivals_under_steady_traffic():
+    """The head of the queue whose span does not fit the budget left stops admission (vLLM's FCFS
+    break): admitting later arrivals in its place kept the budget taken by their prefills, step after
+    step (the review's probe: 0 rows after 2000 steps)."""
+    engine, sched, runner = make_engine(num_blocks=1024, budget=16, max_num_seqs=4)
+    prefix = list(range(1, 9))  # two full blocks, cached: the span starts where the hit ends
+    engine.add_request(prefix + [9], SamplingParams(max_tokens=1, temperature=0), "warm")
+    run_all(engine)
+    engine.add_request([40] * 40, SamplingParams(max_tokens=200, temperature=0, ignore_eos=True), "long")
+    engine.step()  # long prefills 40 rows, 16 a step
+    engine.add_request(prefix + [0] * 13 + [12, 13], GREEDY, "img", media=[image(8, 13)])  # 16 - 3 rows
+    for step in range(30):  # a new 30-token prompt every step, each ending after one token
+        engine.add_request([10 + step % 7] * 30, SamplingParams(max_tokens=1, temperature=0), f"t{step}")
+        engine.step()
+        if not any(r.request_id == "img" for r in list(sched.waiting) + sched.running):
+            break
+    assert step <= 4  # waits only for long's prefill (was: 17 steps)
+    img_step = next(i for i, so in enumerate(runner.steps) if any(s.request_id == "img" for s in so.seqs))
+    later = {s.request_id for so in runner.steps[:img_step + 1] for s in so.seqs if s.request_id.startswith("t")}
+    assert not later  # no later arrival computed a row before img's span
+
+
+def test_a_running_span_goes_beside_every_other_decode():
+    """check_media leaves a bidirectional span room beside max_num_seqs - 1 decodes: a running request
+    whose span comes next never waits for the others to end."""
+    engine, sched, runner = make_engine(num_blocks=1024, budget=16, max_num_seqs=4)
+    for i in range(3):
+        engine.add_request([20 + i] * 3, SamplingParams(max_tokens=100, temperature=0, ignore_eos=True), f"d{i}")
+    engine.step()
+    engine.add_request([1, 2] + [0] * 13 + [3], GREEDY, "img", media=[image(2, 13)])
+    for _ in range(3):
+        engine.step()
+    assert chunks_of(runner, "img")[:2] == [(0, 2), (2, 13)]  # the span the step after its text
+    span_step = next(so for so in runner.steps if any(s.request_id == "img" and s.start_pos == 2 for s in so.seqs))
+    assert sorted((s.request_id, len(s.token_ids)) for s in span_step.seqs) == [
+        ("d0", 1), ("d1", 1), ("d2", 1), ("img", 13)]  # beside every decode, none of them ended

@@ -6,6 +6,7 @@ Idefics3Processor writes it; and the one-line refusals."""
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -165,6 +166,21 @@ def test_tiles_and_their_prompt_equal_idefics3s_processor(tiled_configs, case):
                              image_token="<image>", image_seq_len=cfg.num_embeds)
     text = Idefics3Processor.replace_image_token(tokens, hf, 0)
     assert "".join(b + got.placeholder * got.num_embeds for b in got.befores) + got.after == text
+
+
+def test_digest_names_the_mmproj_weights(tmp_path):
+    """Two files with one config and other weights (another seed: as F16 vs Q8_0, or a fine-tune) make
+    other rows: their digests differ, so neither's K/V is served for the other's image. A copy of a file
+    is the same encoder: the same digest."""
+    write_mmproj(tmp_path / "a.gguf", "gemma3", tiny_hf("gemma3", seed=0))
+    write_mmproj(tmp_path / "b.gguf", "gemma3", tiny_hf("gemma3", seed=1))
+    (tmp_path / "copy.gguf").write_bytes((tmp_path / "a.gguf").read_bytes())
+    a, b, copy = (read_vision_config(tmp_path / f"{n}.gguf") for n in ("a", "b", "copy"))
+    assert (tmp_path / "a.gguf").stat().st_size == (tmp_path / "b.gguf").stat().st_size
+    img = IMAGES["png-wide-odd"]()
+    assert prepare_image(img, a).digests != prepare_image(img, b).digests
+    assert prepare_image(img, a).digests == prepare_image(img, copy).digests
+    assert replace(a, weights="") == replace(b, weights="")  # only the weights tell them apart
 
 
 @pytest.mark.parametrize("data, reason", [

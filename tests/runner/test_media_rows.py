@@ -67,3 +67,21 @@ def test_an_encoder_giving_the_wrong_shape_and_a_cut_bidirectional_span_are_erro
     with pytest.raises(RuntimeError, match="cut by the chunk"):
         MediaRows.bidirectional([seq("a", 0, 2, [image(1, 1, bidirectional=True)])])
     assert MediaRows.bidirectional([seq("a", 0, 4, [image(1, 1, True), image(0, 2)])]) == {0: [(1, 4)]}
+
+
+def test_encode_names_the_requests_whose_images_fail_and_encodes_the_others():
+    class Failing(Counting):
+        def encode(self, pixels):
+            if pixels == 9:
+                raise RuntimeError("bad pixels")
+            return super().encode(pixels)[: 2 if pixels == 8 else 3]  # 8: a row too few
+
+    rows = MediaRows(Failing(), 4)
+    seqs = [seq("ok", 0, 5, [image(0, 1)]), seq("raises", 0, 5, [image(0, 2), image(3, 9)]),
+            seq("short", 0, 5, [image(1, 8)]), seq("later", 0, 2, [image(3, 9)])]  # its image not in this chunk
+    failed = rows.encode(seqs)
+    assert sorted(failed) == ["raises", "short"]
+    assert failed["raises"] == ("the image at prompt positions 3..5 could not be encoded: RuntimeError: bad pixels")
+    assert "be encoded: ValueError: the vision encoder made rows (2, 4) for an image of 3 rows" in failed["short"]
+    at, values = rows.rows([seqs[0]], [0, 5])  # the others' rows: encoded already
+    assert at.tolist() == [0, 1, 2] and rows.vision.calls == [1, 2, 8]  # "later": not this chunk

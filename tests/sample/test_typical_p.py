@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from hearth.sample.sampler import filter_top_k_top_p_min_p
+from hearth.sample.sampler import filter_top_k_top_p_min_p, target_probs
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 from tests.sample.reference import check, draw, softmax
 
@@ -47,9 +47,10 @@ def test_the_crossing_is_strict_as_llama_cpp():
     assert np.allclose(filtered_probs(HALVES, 0.8749), BY_HAND[0.8], atol=1e-6)
 
 
-def reference(logits, typical_p, top_k=0, top_p=1.0):
-    """The rule in float64, one token at a time: top-k, then typical-p on the renormalized rest
-    (llama.cpp's chain order), then top-p (the smallest prefix by probability reaching it)."""
+def reference(logits, typical_p, top_k=0, top_p=1.0, temperature=1.0):
+    """The rule in float64, one token at a time: top-k, then typical-p on the renormalized rest before
+    temperature (llama.cpp's chain order), then top-p (the smallest prefix by probability reaching it)
+    over the tempered rest."""
     x = np.asarray(logits, dtype=np.float64)
     keep = np.ones(len(x), bool)
     if top_k:
@@ -63,7 +64,7 @@ def reference(logits, typical_p, top_k=0, top_p=1.0):
         if mass > typical_p:
             keep[t] = False
         mass += p[t]
-    p = np.where(keep, p, 0.0)
+    p = np.where(keep, softmax(x / temperature), 0.0)
     p /= p.sum()
     if top_p < 1:
         mass = 0.0
@@ -82,6 +83,29 @@ def test_typical_p_follows_the_rule_after_top_k_and_before_top_p(seed, typical_p
     logits = np.random.default_rng(seed).normal(0, 2, 32).astype(np.float32)
     assert np.allclose(filtered_probs(logits, typical_p, top_k, top_p), reference(logits, typical_p, top_k, top_p),
                        atol=1e-5)
+
+
+@pytest.mark.parametrize("temperature,kept", [
+    (0.5, [1 / 4, 1 / 16, 0, 0]),  # the first two (by the untempered ranking), tempered: p^2 renormalized
+    (2.0, [math.sqrt(1 / 2), 1 / 2, 0, 0]),  # p^(1/2)
+])
+def test_typical_p_reads_the_distribution_before_temperature(temperature, kept):
+    """llama.cpp's default chain applies temperature last: at T = 0.5, typical_p 0.5 on [1/2, 1/4, 1/8, 1/8]
+    keeps {0, 1} as at T = 1 (the tempered [0.73, 0.18, 0.05, 0.05] would keep {0} alone)."""
+    params = SamplingParams(temperature=temperature, typical_p=0.5)
+    probs = target_probs(torch.tensor(HALVES).unsqueeze(0), [params])[0].double().numpy()
+    assert np.allclose(probs, np.array(kept) / sum(kept), atol=1e-6)
+    counts = draw(HALVES, params)
+    check(counts, np.array(kept) / sum(kept), softmax(HALVES / temperature))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_typical_p_before_temperature_then_top_p_after_it(seed):
+    logits = np.random.default_rng(seed).normal(0, 2, 32).astype(np.float32)
+    for t in (0.4, 1.7):
+        probs = target_probs(torch.tensor(logits).unsqueeze(0), [SamplingParams(temperature=t, typical_p=0.7,
+                                                                                 top_k=20, top_p=0.9)])
+        assert np.allclose(probs[0].double().numpy(), reference(logits, 0.7, 20, 0.9, t), atol=1e-5)
 
 
 def test_off_rows_beside_typical_rows_are_untouched():
