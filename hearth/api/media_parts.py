@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hearth.api.errors import APIError
-from hearth.api.media_fetch import b64_bytes, bad, fetch, url_bytes
+from hearth.api.media_fetch import FETCH_POOL, FetchPolicy, b64_bytes, bad, fetch, url_bytes
 
 MARKER = re.compile(r"<__hearth_image_([0-9a-f]{16})_(\d+)__>")
 """An image's place in a message's text: the request's nonce and the image's index."""
@@ -36,6 +36,8 @@ class Vision:
     hearth.media.images.prepare_image with `cfg`."""
     path: str = ""
     """The mmproj file it was read from ("": not known)."""
+    fetch_policy: FetchPolicy = FetchPolicy()
+    """Where its http(s) images may come from (--allowed-media-domains, --allow-private-media-urls)."""
 
     def prepare_image(self, data: bytes):
         if self.prepare is not None:
@@ -105,15 +107,23 @@ class RequestImages:
         """Fetch what is fetched and prepare every image for the model, in threads (a 400 naming the part's
         field where one fails: the first such in the request's order)."""
         todo = [p for p in self.parts if p.image is None]
-        done = await asyncio.gather(*(asyncio.to_thread(self.load_now, p) for p in todo), return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        done = await asyncio.gather(*(loop.run_in_executor(FETCH_POOL, self.load_now, p) for p in todo),
+                                    return_exceptions=True)
         for failed in done:
             if isinstance(failed, BaseException):
                 raise failed
 
     def load_now(self, part: ImagePart) -> None:
-        """Fetch (if a URL) and prepare one image, in this thread (load() runs these in threads)."""
+        """Fetch (if a URL) and prepare one image, in this thread (load() runs these in FETCH_POOL). Whatever
+        goes wrong is a 400 naming the part's field, never a 500."""
         if part.data is None:
-            part.data = fetch(part.url, part.field)
+            try:
+                part.data = fetch(part.url, part.field, self.vision.fetch_policy)
+            except APIError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a fetch's surprise is the request's 400, not a 500
+                raise bad(part.field, f"fetching {part.url!r} failed ({type(e).__name__})") from None
         try:
             part.image = self.vision.prepare_image(part.data)
         except (ValueError, OSError) as e:  # OSError: Pillow's for a truncated or unknown file, if one gets by
