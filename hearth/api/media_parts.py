@@ -117,6 +117,8 @@ class RequestImages:
     def load_now(self, part: ImagePart) -> None:
         """Fetch (if a URL) and prepare one image, in this thread (load() runs these in FETCH_POOL). Whatever
         goes wrong is a 400 naming the part's field, never a 500."""
+        if self.vision is None:  # a follow-up's stored images, asked of a model that reads text only
+            raise text_only(part.field)
         if part.data is None:
             try:
                 part.data = fetch(part.url, part.field, self.vision.fetch_policy)
