@@ -26,6 +26,11 @@ ANTHROPIC_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 """The media types Anthropic's base64 image source takes."""
 
 
+MAX_IMAGES = 16
+"""Images a request may hold by default (vLLM's --limit-mm-per-prompt defaults to 999: every image here is
+fetched, decoded and encoded before the first token, so the default stays small)."""
+
+
 @dataclass(frozen=True)
 class Vision:
     """How a served model takes images: its mmproj's hearth.media.config.VisionConfig and the function that
@@ -38,6 +43,8 @@ class Vision:
     """The mmproj file it was read from ("": not known)."""
     fetch_policy: FetchPolicy = FetchPolicy()
     """Where its http(s) images may come from (--allowed-media-domains, --allow-private-media-urls)."""
+    max_images: int = MAX_IMAGES
+    """Most images one request may hold (--limit-mm-per-prompt, vLLM's)."""
 
     def prepare_image(self, data: bytes):
         if self.prepare is not None:
@@ -86,6 +93,16 @@ class RequestImages:
         out.parts = [ImagePart(p.field, p.data, p.url) for p in self.parts]
         return out
 
+    def nbytes(self) -> int:
+        """Bytes of image data it holds (a stored response's share of the store's image budget)."""
+        return sum(len(p.data) for p in self.parts if p.data is not None)
+
+    def drop_bytes(self) -> None:
+        """Forget the images' bytes (the store's budget is spent): a URL is fetched again on a follow-up;
+        an inline image is a 400 there, asking for it again."""
+        for p in self.parts:
+            p.data, p.image = None, None
+
     def require(self, field: str) -> None:
         """A 400 naming `field` unless the model takes images."""
         if self.vision is None:
@@ -94,6 +111,9 @@ class RequestImages:
     def add(self, field: str, url: str | None = None, b64: str | None = None) -> str:
         """The marker of a new image from a URL or bare base64 (decoded now: a bad one is a 400 here)."""
         self.require(field)
+        if len(self.parts) >= self.vision.max_images:
+            raise bad(field, f"more than {self.vision.max_images} images in one request (the server's "
+                             "--limit-mm-per-prompt)")
         data = b64_bytes(b64, field) if url is None else url_bytes(url, field)
         self.parts.append(ImagePart(field, data, url if data is None else None))
         return self.marker(len(self.parts) - 1)
@@ -119,6 +139,9 @@ class RequestImages:
         goes wrong is a 400 naming the part's field, never a 500."""
         if self.vision is None:  # a follow-up's stored images, asked of a model that reads text only
             raise text_only(part.field)
+        if part.data is None and part.url is None:
+            raise bad(part.field, "an image of an earlier response that the server no longer keeps (its store "
+                                  "of images is full): send the conversation again with the image")
         if part.data is None:
             try:
                 part.data = fetch(part.url, part.field, self.vision.fetch_policy)

@@ -64,12 +64,13 @@ class MediaEngine(FakeEngine):
 LOCAL = FetchPolicy(private=True)
 
 
-def vision_client(vision: bool = True, template: str = TEMPLATE, **engine_kw) -> tuple[TestClient, MediaEngine]:
+def vision_client(vision: bool = True, template: str = TEMPLATE, max_images: int = 16, **engine_kw) -> tuple[TestClient, MediaEngine]:
     engine = MediaEngine(**engine_kw)
     served = fake_served(template, engine)
     if vision:
         # ImageServer listens on 127.0.0.1: a loopback address, allowed here as --allow-private-media-urls does
-        served.vision = Vision(cfg=None, prepare=fake_prepare, path="mmproj.gguf", fetch_policy=LOCAL)
+        served.vision = Vision(cfg=None, prepare=fake_prepare, path="mmproj.gguf", fetch_policy=LOCAL,
+                              max_images=max_images)
     return TestClient(create_app(served, ServerConfig()), raise_server_exceptions=False), engine
 
 
