@@ -23,8 +23,8 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from hearth.api.media_parts import MARKER
 from hearth.errors import HearthError
+from hearth.media.marker import MARKER
 from hearth.tool_parsers import FORMATS, detect_format
 
 

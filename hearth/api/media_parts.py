@@ -11,7 +11,6 @@ Responses `input_image` (`image_url`; `file_id` refused: hearth keeps no files),
 from __future__ import annotations
 
 import asyncio
-import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +19,6 @@ from typing import Any
 from hearth.api.errors import APIError
 from hearth.api.media_fetch import FETCH_POOL, FetchPolicy, b64_bytes, bad, fetch, url_bytes
 
-MARKER = re.compile(r"<__hearth_image_([0-9a-f]{16})_(\d+)__>")
-"""An image's place in a message's text: the request's nonce and the image's index."""
 ANTHROPIC_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 """The media types Anthropic's base64 image source takes."""
 
