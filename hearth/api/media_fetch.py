@@ -187,6 +187,9 @@ def _body(sock, response, deadline: float, url: str, field: str) -> bytes:
             break
         chunks.append(chunk)
         got += len(chunk)
+    _left(deadline)  # the watchdog's shutdown reads as the end of the body: past the deadline, it was not
+    if size is not None and size.isdigit() and got < int(size):
+        raise http.client.IncompleteRead(b"", int(size) - got)
     if got > cap:
         raise bad(field, f"fetching {url!r}: the image is more than the {cap} bytes allowed")
     if not got:

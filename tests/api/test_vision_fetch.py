@@ -48,6 +48,7 @@ def chat_image(client, url):
 
 @pytest.mark.parametrize("payload,why", [
     (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nabc", "the response ended early"),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\nabc", "the response ended early"),
     (b"SSH-2.0-OpenSSH_9.6\r\n", "not a valid HTTP response"),
 ])
 def test_a_broken_reply_is_a_400_that_quotes_nothing_it_read(payload, why):
