@@ -10,6 +10,7 @@ import binascii
 import http.client
 import ipaddress
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
@@ -143,9 +144,11 @@ def _why(e: Exception, deadline: float) -> str:
         return "the response ended early"
     if isinstance(e, http.client.HTTPException):
         return "the server's answer is not a valid HTTP response"
-    if isinstance(e, ValueError):
-        return "not a valid http(s) URL"
-    return e.strerror or type(e).__name__
+    if isinstance(e, ssl.SSLError):  # a ValueError too, where the certificate fails
+        return f"TLS: {getattr(e, 'reason', None) or type(e).__name__}"
+    if isinstance(e, OSError):
+        return e.strerror or type(e).__name__
+    return "not a valid http(s) URL"  # urlsplit's ValueError
 
 
 _STATUSES = {s.value for s in HTTPStatus}

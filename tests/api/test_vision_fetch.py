@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -155,3 +156,9 @@ def test_a_responses_follow_up_asked_of_a_text_model_is_a_400():
         r = client.post("/v1/responses", json={"model": "small", "previous_response_id": first.json()["id"],
                                                "input": "and now?"})
     assert r.status_code == 400 and "--mmproj" in r.text, r.text
+
+
+def test_a_certificate_failure_reads_as_tls_not_as_a_bad_url():
+    """ssl.SSLCertVerificationError is a ValueError too (urlsplit's kind): checked first."""
+    why = media_fetch._why(ssl.SSLCertVerificationError(1, "certificate verify failed"), time.monotonic() + 60)
+    assert why.startswith("TLS: ")
