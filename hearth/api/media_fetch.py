@@ -113,15 +113,15 @@ def fetch(url: str, field: str, policy: FetchPolicy = FetchPolicy()) -> bytes:
     """An http(s) URL's body (blocking: call it in FETCH_POOL), within FETCH_TIMEOUT_S all told. Redirects
     are followed only to http(s), each checked by `policy`; a body past MAX_IMAGE_BYTES is refused without
     reading the rest. An error never quotes what the peer sent (a 500 once echoed an SSH banner)."""
-    deadline = time.monotonic() + FETCH_TIMEOUT_S
+    deadline, target = time.monotonic() + FETCH_TIMEOUT_S, url  # errors name the client's url, not a Location
     try:
         for _ in range(MAX_REDIRECTS + 1):
-            conn, response = _get(url, deadline, policy, field)
+            conn, response = _get(target, url, deadline, policy, field)
             with _Watchdog(conn, deadline):
                 try:
                     location = response.getheader("Location")
                     if response.status in _REDIRECTS and location:
-                        url = _redirected(url, location, field)
+                        target = _redirected(target, location, url, field)
                         continue
                     if response.status != 200:
                         phrase = HTTPStatus(response.status).phrase if response.status in _STATUSES else ""
@@ -154,9 +154,10 @@ def _why(e: Exception, deadline: float) -> str:
 _STATUSES = {s.value for s in HTTPStatus}
 
 
-def _get(url: str, deadline: float, policy: FetchPolicy, field: str):
-    """(connection, response) of a GET of `url`, connected to the address `policy` checked."""
-    parts = urllib.parse.urlsplit(url)
+def _get(target: str, url: str, deadline: float, policy: FetchPolicy, field: str):
+    """(connection, response) of a GET of `target` (`url` or where it redirected), connected to the address
+    `policy` checked."""
+    parts = urllib.parse.urlsplit(target)
     host, tls = parts.hostname, parts.scheme.lower() == "https"
     if not host:
         raise bad(field, f"fetching {url!r} failed: the URL has no host")
@@ -170,8 +171,8 @@ def _get(url: str, deadline: float, policy: FetchPolicy, field: str):
         return conn, conn.getresponse()
 
 
-def _redirected(url: str, location: str, field: str) -> str:
-    new = urllib.parse.urljoin(url, location)
+def _redirected(target: str, location: str, url: str, field: str) -> str:
+    new = urllib.parse.urljoin(target, location)
     if not is_fetched(new):
         raise bad(field, f"fetching {url!r} failed: redirected to a URL that is not http(s)")
     return new
