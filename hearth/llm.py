@@ -311,7 +311,7 @@ class LLM:
                     if j and p.prompt_logprobs is not None:
                         child = replace(child, prompt_logprobs=None)
                     rid = self.engine.add_request(ids, child, request_id=f"{result.request_id}-{j}", checked=True,
-                                                  **({"media": m} if m else {}))
+                                                  media=m)
                     result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                     children[rid] = (result, result.outputs[j])
             while self.engine.has_unfinished():
@@ -358,9 +358,8 @@ class LLM:
         _, ids = self._prompt_ids(prompt, "prompt")
         media = _media(prompt)
         with self._driving("stream"):
-            extra = {"media": media} if media else {}  # engines without images take no such argument
             rid = self.engine.add_request(ids, sampling_params or SamplingParams(),
-                                          request_id=str(next(self._request_ids)), **extra)
+                                          request_id=str(next(self._request_ids)), media=media)
             try:
                 while self.engine.has_unfinished():
                     for out in self.engine.step():

@@ -24,6 +24,7 @@ import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from hearth.errors import HearthError
+from hearth.media.marker import MARKER
 from hearth.tool_parsers import FORMATS, detect_format
 
 
@@ -95,6 +96,7 @@ class ChatTemplate:
         fmt = detect_format(self.source)
         # how the template's format wants history laid out, where it has a rule (harmony: one call a message)
         self._history = getattr(FORMATS[fmt], "history", None) if fmt else None
+        self._typed: bool | None = None  # whether it reads content only as typed parts (typed_content)
         try:
             self._template = _ENV.from_string(self.source)
         except jinja2.TemplateSyntaxError as e:
@@ -105,6 +107,8 @@ class ChatTemplate:
                **kwargs: Any) -> str:
         """The prompt for `messages` (dicts, dataclasses or pydantic models with role/content)."""
         messages = _alias_reasoning(_plain(messages))
+        if self.typed_content:
+            messages = [_typed(m) for m in messages]
         if self._history is not None:
             messages = self._history(messages)
         context = _plain({**kwargs, "messages": messages, "tools": tools,
@@ -120,6 +124,39 @@ class ChatTemplate:
         except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
                 ZeroDivisionError) as e:
             raise ChatTemplateError(f"the chat template failed: {type(e).__name__}: {e}") from None
+
+
+    @property
+    def typed_content(self) -> bool:
+        """True where the template drops string content and reads a text part's text (SmolVLM's, Idefics3's:
+        `for line in message['content']`): found once by rendering a needle both ways (llama.cpp's
+        chat-template caps, `requires_typed_content`). Such a template gets every string as parts."""
+        if self._typed is None:
+            self._typed = not self._renders("string") and self._renders("typed")
+        return self._typed
+
+    def _renders(self, how: str) -> bool:
+        needle = "<__hearth_needle__>"
+        content = needle if how == "string" else [{"type": "text", "text": needle}]
+        try:
+            out = self._template.render(messages=[{"role": "user", "content": content}], tools=None,
+                                        add_generation_prompt=True, bos_token=self.bos_token, eos_token=self.eos_token)
+        except Exception:  # noqa: BLE001 - a template that refuses the probe: this way does not render
+            return False
+        return needle in out
+
+
+def _typed(m: Any) -> Any:
+    """A message whose string content is text parts, each image marker a part of its own (llama.cpp's
+    server puts its media marker in a text part too): the template writes it where the image goes."""
+    if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+        return m
+    text, pieces, at = m["content"], [], 0
+    for mark in MARKER.finditer(text):
+        pieces += [text[at:mark.start()], mark.group(0)]
+        at = mark.end()
+    pieces = [p for p in pieces + [text[at:]] if p] or [""]
+    return {**m, "content": [{"type": "text", "text": p} for p in pieces]}
 
 
 def _raise_exception(message: str):

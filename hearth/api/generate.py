@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 
 from hearth.api.errors import APIError
+from hearth.api.media_prompt import prompt_media
 from hearth.errors import HearthError
 from hearth.outputs import EngineOutput
 from hearth.sampling_params import SamplingParams
@@ -77,7 +78,7 @@ class Generation:
                                     prompt_logprobs=params.prompt_logprobs if j == 0 else None,
                                     pair_start=params.pair_start if pair_starts is None else pair_starts[p])
                     rid = f"{self.request_id}-{p * params.n + j}"
-                    self.streams.append(engine.add_request(ids, child, request_id=rid, **_media(ids)))
+                    self.streams.append(engine.add_request(ids, child, request_id=rid, media=prompt_media(ids)))
                     self.timers.append(metrics.timer() if metrics else None)
         except BaseException:
             self.abort()
@@ -148,13 +149,6 @@ class Generation:
             self.timers[i].on_output(out)
         self._cached.setdefault(i, out.num_cached_tokens)
         return out
-
-
-def _media(ids) -> dict:
-    """add_request's `media` for prompt ids that hold images (hearth.api.media_prompt.PromptIds); none
-    for a text prompt, so an engine that takes no images is called as before."""
-    media = getattr(ids, "media", ())
-    return {"media": media} if media else {}
 
 
 def _without_tokens(out: EngineOutput) -> EngineOutput:

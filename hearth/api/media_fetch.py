@@ -1,15 +1,22 @@
 """An image's bytes from where a request put them: a `data:image/...;base64,` URL or bare base64 (decoded
-here), or an http(s) URL (fetched with the standard library, a timeout and a size cap; the routes run it
-in a thread so the event loop stays free). Every failure is a 400 naming the request's field and why;
+here), or an http(s) URL (fetched with the standard library, a timeout all told, a size cap and an address policy,
+FetchPolicy; the routes run it in FETCH_POOL so the event loop stays free). Every failure is a 400 naming the request's field and why;
 whether the bytes are an image is hearth.media.images.prepare_image's to say."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import http.client
+import ipaddress
+import socket
+import ssl
+import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http import HTTPStatus
 
 from hearth.api.errors import APIError
 
@@ -62,52 +69,179 @@ def b64_bytes(text: str, field: str) -> bytes:
     return data
 
 
-def fetch(url: str, field: str) -> bytes:
-    """An http(s) URL's body (blocking: call it in a thread). Redirects are followed only to http(s);
-    a body past MAX_IMAGE_BYTES is refused without reading the rest."""
-    timeout, cap = FETCH_TIMEOUT_S, MAX_IMAGE_BYTES
-    request = urllib.request.Request(url, headers={"User-Agent": "hearth", "Accept": "image/*"})
+@dataclass(frozen=True, slots=True)
+class FetchPolicy:
+    """Where an http(s) image may be fetched from (the server's flags). By default any public address:
+    loopback, private, link-local (cloud metadata, 169.254.169.254) and other non-global addresses are
+    refused after DNS resolution and on every redirect, and the connection goes to the address checked
+    (a second lookup cannot swap it)."""
+    domains: tuple[str, ...] = ()
+    """--allowed-media-domains (vLLM's): only these hosts, exactly (none: any host)."""
+    private: bool = False
+    """--allow-private-media-urls: non-global addresses too (an image server on the LAN or this machine)."""
+
+    def address(self, host: str, port: int, url: str, field: str) -> str:
+        """The address to connect to for `host`, checked: a 400 where the policy refuses it."""
+        if self.domains and host.lower().rstrip(".") not in {d.lower().rstrip(".") for d in self.domains}:
+            raise bad(field, f"fetching {url!r}: host {host!r} is not one of --allowed-media-domains")
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            raise bad(field, f"fetching {url!r} failed: cannot resolve host {host!r}") from None
+        addresses = [info[4][0] for info in infos]
+        if not self.private and any(_refused(a) for a in addresses):
+            raise bad(field, f"fetching {url!r}: {host!r} is a loopback, private or link-local address "
+                             "(the server allows them with --allow-private-media-urls)")
+        return addresses[0]
+
+
+def _refused(address: str) -> bool:
+    """Not a public unicast address (IPv4-mapped IPv6 read as the IPv4 it holds)."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return not ip.is_global or ip.is_multicast
+
+
+FETCH_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="hearth-media")
+"""Where images are fetched and prepared: bounded, and apart from asyncio's default pool (model loads)."""
+MAX_REDIRECTS = 5
+_REDIRECTS = {301, 302, 303, 307, 308}
+
+
+def fetch(url: str, field: str, policy: FetchPolicy = FetchPolicy()) -> bytes:
+    """An http(s) URL's body (blocking: call it in FETCH_POOL), within FETCH_TIMEOUT_S all told. Redirects
+    are followed only to http(s), each checked by `policy`; a body past MAX_IMAGE_BYTES is refused without
+    reading the rest. An error never quotes what the peer sent (a 500 once echoed an SSH banner)."""
+    deadline, target = time.monotonic() + FETCH_TIMEOUT_S, url  # errors name the client's url, not a Location
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            size = response.headers.get("Content-Length")
-            if size is not None and size.isdigit() and int(size) > cap:
-                raise bad(field, f"fetching {url!r}: the image is {size} bytes, more than the {cap} bytes allowed")
-            data = _read(response, cap + 1, time.monotonic() + timeout, url, field)
-    except urllib.error.HTTPError as e:
-        raise bad(field, f"fetching {url!r} failed: HTTP {e.code} {e.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise bad(field, f"fetching {url!r} failed: {getattr(e, 'reason', e)}") from None
-    if len(data) > cap:
-        raise bad(field, f"fetching {url!r}: the image is more than the {cap} bytes allowed")
-    if not data:
-        raise bad(field, f"fetching {url!r}: the response is empty")
-    return data
+        for _ in range(MAX_REDIRECTS + 1):
+            conn, response = _get(target, url, deadline, policy, field)
+            with _Watchdog(conn, deadline):
+                try:
+                    location = response.getheader("Location")
+                    if response.status in _REDIRECTS and location:
+                        target = _redirected(target, location, url, field)
+                        continue
+                    if response.status != 200:
+                        phrase = HTTPStatus(response.status).phrase if response.status in _STATUSES else ""
+                        raise bad(field, f"fetching {url!r} failed: HTTP {response.status} {phrase}".rstrip())
+                    return _body(conn.raw_sock, response, deadline, url, field)
+                finally:
+                    conn.close()
+        raise bad(field, f"fetching {url!r} failed: more than {MAX_REDIRECTS} redirects")
+    except APIError:
+        raise
+    except (OSError, http.client.HTTPException, ValueError) as e:  # TimeoutError is an OSError
+        raise bad(field, f"fetching {url!r} failed: {_why(e, deadline)}") from None
 
 
-class _HttpRedirects(urllib.request.HTTPRedirectHandler):
-    """urllib's redirects, to http(s) only (its own rule lets ftp through)."""
+def _why(e: Exception, deadline: float) -> str:
+    """A failed fetch's reason, in hearth's words: never the peer's bytes (BadStatusLine quotes them)."""
+    if isinstance(e, TimeoutError) or time.monotonic() >= deadline:  # or the watchdog shut the socket
+        return "timed out"
+    if isinstance(e, http.client.IncompleteRead):
+        return "the response ended early"
+    if isinstance(e, http.client.HTTPException):
+        return "the server's answer is not a valid HTTP response"
+    if isinstance(e, ssl.SSLError):  # a ValueError too, where the certificate fails
+        return f"TLS: {getattr(e, 'reason', None) or type(e).__name__}"
+    if isinstance(e, OSError):
+        return e.strerror or type(e).__name__
+    return "not a valid http(s) URL"  # urlsplit's ValueError
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        if not is_fetched(newurl):
-            raise urllib.error.HTTPError(newurl, code, f"redirected to a URL that is not http(s): {newurl!r}",
-                                         headers, fp)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+_STATUSES = {s.value for s in HTTPStatus}
 
 
-_OPENER = urllib.request.OpenerDirector()
-for _handler in (urllib.request.ProxyHandler(), urllib.request.HTTPHandler(), urllib.request.HTTPSHandler(),
-                 urllib.request.HTTPDefaultErrorHandler(), _HttpRedirects(), urllib.request.HTTPErrorProcessor()):
-    _OPENER.add_handler(_handler)
+def _get(target: str, url: str, deadline: float, policy: FetchPolicy, field: str):
+    """(connection, response) of a GET of `target` (`url` or where it redirected), connected to the address
+    `policy` checked."""
+    parts = urllib.parse.urlsplit(target)
+    host, tls = parts.hostname, parts.scheme.lower() == "https"
+    if not host:
+        raise bad(field, f"fetching {url!r} failed: the URL has no host")
+    port = parts.port or (443 if tls else 80)
+    address = policy.address(host, port, url, field)
+    conn = (_PinnedHTTPS if tls else _PinnedHTTP)(host, port, timeout=_left(deadline))
+    conn.address = address
+    with _Watchdog(conn, deadline):
+        conn.request("GET", (parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
+                     headers={"User-Agent": "hearth", "Accept": "image/*"})
+        return conn, conn.getresponse()
 
 
-def _read(response, most: int, deadline: float, url: str, field: str) -> bytes:
+def _redirected(target: str, location: str, url: str, field: str) -> str:
+    new = urllib.parse.urljoin(target, location)
+    if not is_fetched(new):
+        raise bad(field, f"fetching {url!r} failed: redirected to a URL that is not http(s)")
+    return new
+
+
+def _body(sock, response, deadline: float, url: str, field: str) -> bytes:
+    cap = MAX_IMAGE_BYTES
+    size = response.getheader("Content-Length")
+    if size is not None and size.isdigit() and int(size) > cap:
+        raise bad(field, f"fetching {url!r}: the image is {size} bytes, more than the {cap} bytes allowed")
     chunks, got = [], 0
-    while got < most:
-        if time.monotonic() > deadline:
-            raise bad(field, f"fetching {url!r} failed: timed out")
-        chunk = response.read(min(65536, most - got))
+    while got <= cap:
+        sock.settimeout(_left(deadline))
+        chunk = response.read1(min(65536, cap + 1 - got))  # read1: one recv, so a trickle meets the deadline
         if not chunk:
             break
         chunks.append(chunk)
         got += len(chunk)
+    _left(deadline)  # the watchdog's shutdown reads as the end of the body: past the deadline, it was not
+    if size is not None and size.isdigit() and got < int(size):
+        raise http.client.IncompleteRead(b"", int(size) - got)
+    if got > cap:
+        raise bad(field, f"fetching {url!r}: the image is more than the {cap} bytes allowed")
+    if not got:
+        raise bad(field, f"fetching {url!r}: the response is empty")
     return b"".join(chunks)
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+class _Watchdog:
+    """Shuts the connection's socket at the deadline: headers that trickle in reset no recv timeout."""
+
+    def __init__(self, conn, deadline: float):
+        self.timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._shut, (conn,))
+        self.timer.daemon = True
+
+    @staticmethod
+    def _shut(conn) -> None:
+        if conn.raw_sock is not None:
+            try:
+                conn.raw_sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        self.timer.start()
+
+    def __exit__(self, *exc):
+        self.timer.cancel()
+
+
+class _PinnedHTTP(http.client.HTTPConnection):
+    """Connects to `address` (the one FetchPolicy checked) while the Host header names the host. raw_sock
+    outlives getresponse (which drops `sock` where the response will close the connection)."""
+    address, raw_sock = "", None
+
+    def connect(self):
+        self.sock = self.raw_sock = socket.create_connection((self.address, self.port), self.timeout)
+
+
+class _PinnedHTTPS(http.client.HTTPSConnection):
+    address, raw_sock = "", None
+
+    def connect(self):
+        sock = socket.create_connection((self.address, self.port), self.timeout)
+        self.sock = self.raw_sock = self._context.wrap_socket(sock, server_hostname=self.host)

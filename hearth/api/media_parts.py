@@ -11,19 +11,21 @@ Responses `input_image` (`image_url`; `file_id` refused: hearth keeps no files),
 from __future__ import annotations
 
 import asyncio
-import re
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from hearth.api.errors import APIError
-from hearth.api.media_fetch import b64_bytes, bad, fetch, url_bytes
+from hearth.api.media_fetch import FETCH_POOL, FetchPolicy, b64_bytes, bad, fetch, url_bytes
 
-MARKER = re.compile(r"<__hearth_image_([0-9a-f]{16})_(\d+)__>")
-"""An image's place in a message's text: the request's nonce and the image's index."""
 ANTHROPIC_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
 """The media types Anthropic's base64 image source takes."""
+
+
+MAX_IMAGES = 16
+"""Images a request may hold by default (vLLM's --limit-mm-per-prompt defaults to 999: every image here is
+fetched, decoded and encoded before the first token, so the default stays small)."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,10 @@ class Vision:
     hearth.media.images.prepare_image with `cfg`."""
     path: str = ""
     """The mmproj file it was read from ("": not known)."""
+    fetch_policy: FetchPolicy = FetchPolicy()
+    """Where its http(s) images may come from (--allowed-media-domains, --allow-private-media-urls)."""
+    max_images: int = MAX_IMAGES
+    """Most images one request may hold (--limit-mm-per-prompt, vLLM's)."""
 
     def prepare_image(self, data: bytes):
         if self.prepare is not None:
@@ -84,6 +90,16 @@ class RequestImages:
         out.parts = [ImagePart(p.field, p.data, p.url) for p in self.parts]
         return out
 
+    def nbytes(self) -> int:
+        """Bytes of image data it holds (a stored response's share of the store's image budget)."""
+        return sum(len(p.data) for p in self.parts if p.data is not None)
+
+    def drop_bytes(self) -> None:
+        """Forget the images' bytes (the store's budget is spent): a URL is fetched again on a follow-up;
+        an inline image is a 400 there, asking for it again."""
+        for p in self.parts:
+            p.data, p.image = None, None
+
     def require(self, field: str) -> None:
         """A 400 naming `field` unless the model takes images."""
         if self.vision is None:
@@ -92,6 +108,9 @@ class RequestImages:
     def add(self, field: str, url: str | None = None, b64: str | None = None) -> str:
         """The marker of a new image from a URL or bare base64 (decoded now: a bad one is a 400 here)."""
         self.require(field)
+        if len(self.parts) >= self.vision.max_images:
+            raise bad(field, f"more than {self.vision.max_images} images in one request (the server's "
+                             "--limit-mm-per-prompt)")
         data = b64_bytes(b64, field) if url is None else url_bytes(url, field)
         self.parts.append(ImagePart(field, data, url if data is None else None))
         return self.marker(len(self.parts) - 1)
@@ -105,15 +124,28 @@ class RequestImages:
         """Fetch what is fetched and prepare every image for the model, in threads (a 400 naming the part's
         field where one fails: the first such in the request's order)."""
         todo = [p for p in self.parts if p.image is None]
-        done = await asyncio.gather(*(asyncio.to_thread(self.load_now, p) for p in todo), return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        done = await asyncio.gather(*(loop.run_in_executor(FETCH_POOL, self.load_now, p) for p in todo),
+                                    return_exceptions=True)
         for failed in done:
             if isinstance(failed, BaseException):
                 raise failed
 
     def load_now(self, part: ImagePart) -> None:
-        """Fetch (if a URL) and prepare one image, in this thread (load() runs these in threads)."""
+        """Fetch (if a URL) and prepare one image, in this thread (load() runs these in FETCH_POOL). Whatever
+        goes wrong is a 400 naming the part's field, never a 500."""
+        if self.vision is None:  # a follow-up's stored images, asked of a model that reads text only
+            raise text_only(part.field)
+        if part.data is None and part.url is None:
+            raise bad(part.field, "an image of an earlier response that the server no longer keeps (its store "
+                                  "of images is full): send the conversation again with the image")
         if part.data is None:
-            part.data = fetch(part.url, part.field)
+            try:
+                part.data = fetch(part.url, part.field, self.vision.fetch_policy)
+            except APIError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a fetch's surprise is the request's 400, not a 500
+                raise bad(part.field, f"fetching {part.url!r} failed ({type(e).__name__})") from None
         try:
             part.image = self.vision.prepare_image(part.data)
         except (ValueError, OSError) as e:  # OSError: Pillow's for a truncated or unknown file, if one gets by

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from hearth.api.media_fetch import bad
-from hearth.api.media_parts import MARKER, RequestImages
+from hearth.api.media_parts import RequestImages
 from hearth.media.inputs import MediaInput
+from hearth.media.marker import MARKER
 
 
 class PromptIds(list):

@@ -86,8 +86,8 @@ def _openai_message(m: dict, where: str, wire: bool = True, images=None) -> dict
 
 
 def text_content(content: Any, where: str, optional: bool = False, images=None) -> str:
-    """A string, or a list of text parts joined with newlines (vLLM's "string" content format); an image
-    part is its marker there, its image added to `images` (hearth.api.media_parts)."""
+    """A string, or a list of text parts joined with newlines (vLLM's "string" content format; none beside
+    an image, _joined); an image part is its marker there, its image added to `images` (hearth.api.media_parts)."""
     if content is None:
         if optional:
             return ""
@@ -96,7 +96,7 @@ def text_content(content: Any, where: str, optional: bool = False, images=None) 
         return _valid(content, where)
     if not isinstance(content, list):
         raise bad(where, f"must be a string or a list of content parts, not {_kind(content)}")
-    texts = []
+    texts, images_at = [], set()
     for j, part in enumerate(content):
         at = f"{where}[{j}]"
         if isinstance(part, str):
@@ -111,11 +111,22 @@ def text_content(content: Any, where: str, optional: bool = False, images=None) 
             raise bad(f"{at}.text", "must be a string")
         elif (marker := read_part(part, at, images)) is not None:
             texts.append(marker)
+            images_at.add(len(texts) - 1)
         elif kind in ("input_audio", "file", "document", "input_file"):
             raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
         else:
             raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text' or 'image_url'")
-    return "\n".join(texts)
+    return _joined(texts, images_at)
+
+
+def _joined(texts: list[str], images_at: set[int]) -> str:
+    """Text parts joined with newlines, none beside an image's marker: the image brings its own layout
+    (HF's processors: Gemma3's "\n\n<start_of_image>...<end_of_image>\n\n" right against the text).
+    llama.cpp's server joins its marker with "\n" like any text part: hearth follows HF here."""
+    out = texts[:1]
+    for i in range(1, len(texts)):
+        out += ([] if i in images_at or i - 1 in images_at else ["\n"]) + [texts[i]]
+    return "".join(out)
 
 
 def _valid(text: str, where: str) -> str:

@@ -1,6 +1,6 @@
 """Stored responses (`store`, `previous_response_id`, GET/DELETE /v1/responses/{id}, its
 input_items), bounded in number and age: the oldest goes first when the store is full, and an
-expired one is gone.
+expired one is gone. Images' bytes have a budget of their own: the oldest go first.
 
 A record keeps what a follow-up needs to continue through the prefix cache: the conversation as
 chat messages (input and output, without `instructions`, which OpenAI does not carry over), and
@@ -36,10 +36,15 @@ class StoredResponse:
     follow-up continues."""
 
 
+MAX_IMAGE_BYTES = 256 * 2**20
+"""Image bytes the store keeps for follow-ups, all records together (1000 records of 20 MB would be 20 GB)."""
+
+
 class ResponseStore:
     def __init__(self, max_count: int = 1000, max_age_s: float = 3600.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, max_image_bytes: int = MAX_IMAGE_BYTES):
         self.max_count, self.max_age_s, self.clock = max_count, max_age_s, clock
+        self.max_image_bytes = max_image_bytes
         self._items: OrderedDict[str, StoredResponse] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -51,6 +56,7 @@ class ResponseStore:
             self._expire()
             while len(self._items) > self.max_count:
                 self._items.popitem(last=False)
+            self._trim_images()
 
     def get(self, response_id: str) -> StoredResponse | None:
         with self._lock:
@@ -66,6 +72,16 @@ class ResponseStore:
         with self._lock:
             self._expire()
             return len(self._items)
+
+    def _trim_images(self) -> None:
+        """The oldest records' image bytes go first once all of them pass max_image_bytes."""
+        held = [r.images for r in self._items.values() if r.images]
+        total = sum(images.nbytes() for images in held)
+        for images in held:
+            if total <= self.max_image_bytes:
+                return
+            total -= images.nbytes()
+            images.drop_bytes()
 
     def _expire(self) -> None:
         oldest = self.clock() - self.max_age_s

@@ -346,7 +346,8 @@ class Loader:
 
         import torch
 
-        from hearth.api.media_parts import Vision
+        from hearth.api.media_fetch import FetchPolicy
+        from hearth.api.media_parts import MAX_IMAGES, Vision
         from hearth.api.served import ServedModel
         from hearth.commands.serve import engine_args
         from hearth.engine.async_engine import AsyncEngine
@@ -368,7 +369,10 @@ class Loader:
             print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
-        vision = Vision(llm.vision_config, path=llm.config.mmproj) if llm.vision_config is not None else None
+        vision = None if llm.vision_config is None else Vision(
+            llm.vision_config, path=llm.config.mmproj, fetch_policy=FetchPolicy(
+                tuple(getattr(a, "allowed_media_domains", None) or ()), bool(getattr(a, "allow_private_media_urls", False))),
+            max_images=MAX_IMAGES if getattr(a, "limit_mm_per_prompt", None) is None else a.limit_mm_per_prompt)
         return ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
                                     lora_names(a) if spec.name == self.first else None, vision=vision)
 

@@ -62,7 +62,9 @@ def decode(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         try:
-            img = Image.open(io.BytesIO(data))
+            img = Image.open(io.BytesIO(data), formats=FORMATS)
+        except Image.UnidentifiedImageError:
+            raise ValueError(_unread(data)) from None
         except (Image.DecompressionBombError, Image.DecompressionBombWarning):
             raise ValueError(f"image is more than the {max_pixels} pixels allowed") from None
         except Exception as e:  # noqa: BLE001 - PIL's plugins raise many kinds on garbled bytes
@@ -78,6 +80,24 @@ def decode(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
         return img.convert("RGB")
     except Exception as e:  # noqa: BLE001
         raise ValueError(f"cannot read the image: {_reason(e)}") from None
+
+
+FORMATS = ("JPEG", "PNG", "GIF", "WEBP", "BMP")
+"""The formats read: what OpenAI and Anthropic take, and BMP. Pillow's others stay shut (EPS runs Ghostscript)."""
+
+
+def _unread(data: bytes) -> str:
+    """Why bytes are no image read here: another format, named from its first bytes (Pillow's `accept`
+    checks look at the prefix only; nothing of it is decoded), or no image at all."""
+    Image.init()
+    head = data[:64]
+    for name, (_, accept) in Image.OPEN.items():
+        try:
+            if name not in FORMATS and accept is not None and accept(head):
+                return f"{name} images are not taken: send {', '.join(FORMATS)}"
+        except Exception:  # noqa: BLE001 - an accept check that trips on short data: not that format
+            continue
+    return "cannot read the image: not an image"
 
 
 def _reason(e: Exception) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from hearth.media.marker import cut_before_marker
 from hearth.tool_guard.request_fields import FieldError, check_keys, int_field, kind
 
 _KEYS = ("mode", "keep_last", "shorten_to")
@@ -87,7 +88,8 @@ def _shorten_tool_results(msgs: list[dict], old: list[range], options: Compactio
     for m in _old(msgs, old, "tool"):
         text = m.get("content") or ""
         if len(text) > options.shorten_to and text != DROPPED_RESULT:
-            m["content"] = f"{text[:options.shorten_to]} … [{len(text) - options.shorten_to} characters compacted]"
+            keep = cut_before_marker(text, options.shorten_to)  # half an image's marker would be text
+            m["content"] = f"{text[:keep]} … [{len(text) - keep} characters compacted]"
             n += 1
     return n
 

@@ -26,7 +26,7 @@ def test_an_image_url_part_becomes_rows_and_a_media_input():
                           {"type": "text", "text": "what?"}])
     assert r.status_code == 200, r.text
     prompt = engine.added[-1].prompt
-    assert prompt == f"<|im_start|>user\nlook:\n{rows(3)}\nwhat?<|im_end|>\n<|im_start|>assistant\n"
+    assert prompt == f"<|im_start|>user\nlook:{rows(3)}what?<|im_end|>\n<|im_start|>assistant\n"  # no newline beside an image (HF)
     (m,) = engine.media[-1]
     assert (m.offset, m.length, m.digest) == (prompt.index(PLACEHOLDER), 3, digest(image(3)))
     assert m.pixels == image(3) and m.bidirectional is False

@@ -153,9 +153,9 @@ def test_tokenize_counts_the_rows_and_apply_template_shows_the_media_marker():
     with client:
         tok = client.post("/tokenize", json={"model": "fake-model", "messages": messages})
         shown = client.post("/apply-template", json={"model": "fake-model", "messages": messages})
-    prompt = f"<|im_start|>user\nhi\n{rows(4)}<|im_end|>\n<|im_start|>assistant\n"
+    prompt = f"<|im_start|>user\nhi{rows(4)}<|im_end|>\n<|im_start|>assistant\n"
     assert tok.status_code == 200 and tok.json()["tokens"] == [ord(c) for c in prompt], tok.text
-    assert shown.json()["prompt"] == "<|im_start|>user\nhi\n<__media__><|im_end|>\n<|im_start|>assistant\n"
+    assert shown.json()["prompt"] == "<|im_start|>user\nhi<__media__><|im_end|>\n<|im_start|>assistant\n"
 
 
 def test_completion_refuses_multimodal_data():

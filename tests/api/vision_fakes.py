@@ -14,6 +14,7 @@ from types import SimpleNamespace
 from starlette.testclient import TestClient
 
 from hearth.api.app import ServerConfig, create_app
+from hearth.api.media_fetch import FetchPolicy
 from hearth.api.media_parts import Vision
 from tests.server.fakes import TEMPLATE, FakeEngine, fake_served
 
@@ -60,11 +61,16 @@ class MediaEngine(FakeEngine):
         return super().add_request(prompt_ids, params, request_id)
 
 
-def vision_client(vision: bool = True, template: str = TEMPLATE, **engine_kw) -> tuple[TestClient, MediaEngine]:
+LOCAL = FetchPolicy(private=True)
+
+
+def vision_client(vision: bool = True, template: str = TEMPLATE, max_images: int = 16, **engine_kw) -> tuple[TestClient, MediaEngine]:
     engine = MediaEngine(**engine_kw)
     served = fake_served(template, engine)
     if vision:
-        served.vision = Vision(cfg=None, prepare=fake_prepare, path="mmproj.gguf")
+        # ImageServer listens on 127.0.0.1: a loopback address, allowed here as --allow-private-media-urls does
+        served.vision = Vision(cfg=None, prepare=fake_prepare, path="mmproj.gguf", fetch_policy=LOCAL,
+                              max_images=max_images)
     return TestClient(create_app(served, ServerConfig()), raise_server_exceptions=False), engine
 
 

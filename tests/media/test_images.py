@@ -208,3 +208,18 @@ def test_too_many_pixels_is_refused_before_decoding(configs):
     bomb[18:26] = (30000).to_bytes(4, "little") + (30000).to_bytes(4, "little")
     with pytest.raises(ValueError, match=r"image is more than the .* pixels allowed"):
         prepare_image(bytes(bomb), configs["mlp"])
+
+
+@pytest.mark.parametrize("data,name", [
+    (b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 10 10\n", "EPS"),  # Pillow's EPS plugin runs Ghostscript
+    (encoded(noise(8, 8), "TIFF"), "TIFF"),
+    (encoded(noise(8, 8), "PPM"), "PPM"),
+])
+def test_only_the_formats_users_send_are_read(configs, data, name):
+    with pytest.raises(ValueError, match=f"{name} images are not taken: send JPEG, PNG, GIF, WEBP, BMP"):
+        prepare_image(data, configs["mlp"])
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "WEBP", "BMP"])
+def test_the_formats_taken(configs, fmt):
+    assert prepare_image(encoded(noise(8, 8), fmt), configs["mlp"]).pixels.shape[0] == 3

@@ -251,7 +251,7 @@ class FakeEngine:
     def shutdown(self) -> None:
         self.stopped = True
 
-    def add_request(self, prompt_ids, params, request_id=None) -> FakeStream:
+    def add_request(self, prompt_ids, params, request_id=None, media=()) -> FakeStream:
         check_request(prompt_ids, params, self.max_model_len, self.vocab_size, self.model_context)  # the real engine's
         if len(self.live) >= self.max_in_flight:
             raise EngineFullError(f"{len(self.live)} requests are in flight (limit {self.max_in_flight}); retry later")

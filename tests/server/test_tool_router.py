@@ -33,7 +33,7 @@ class Says(FakeEngine):
         super().__init__(max_model_len)
         self.pieces = list(pieces)
 
-    def add_request(self, prompt_ids, params, request_id=None):
+    def add_request(self, prompt_ids, params, request_id=None, media=()):
         stream = super().add_request(prompt_ids, params, request_id)
         stream.pieces = self.pieces
         return stream

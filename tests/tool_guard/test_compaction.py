@@ -96,3 +96,14 @@ def test_bad_compaction_names_the_field(value, param):
     with pytest.raises(FieldError) as e:
         parse_compaction(value)
     assert e.value.param == param
+
+
+def test_a_shortened_result_never_cuts_an_image_marker_in_half():
+    marker = "<__hearth_image_0123456789abcdef_7__>"  # hearth.media.marker's: an Anthropic tool_result's image
+    msgs = agent_loop(4)
+    msgs[3]["content"] = "a" * 40 + marker + "b" * 400  # shorten_to (50) falls inside the marker
+    msgs[5]["content"] = "a" * 5 + marker + "b" * 400  # the marker ends before 50: it stays whole
+    out, report = compact(msgs, fits_in(1600), OPTS)
+    assert report.tiers == ["shorten_tool_results"]
+    assert out[3]["content"].startswith("a" * 40 + " … [") and "<__hearth_image_" not in out[3]["content"]
+    assert out[5]["content"].startswith("a" * 5 + marker + "b" * 8 + " … [")
