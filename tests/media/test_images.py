@@ -222,4 +222,4 @@ def test_only_the_formats_users_send_are_read(configs, data, name):
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "WEBP", "BMP"])
 def test_the_formats_taken(configs, fmt):
-    assert prepare_image(encoded(noise(8, 8), fmt), configs["mlp"]).pixels.shape[0] == 3
+    assert prepare_image(encoded(noise(8, 8), fmt), configs["mlp"]).pixels.shape[1] == 3  # [pieces, 3, S, S]
