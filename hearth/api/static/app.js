@@ -106,7 +106,11 @@ function showAttach() {
 
 async function attach(files) {
   if (!files.length) return;
-  if (!readsImages()) return notice(`Images: ${pickedModel() || "this model"} reads text only; it cannot be sent any.`);
+  const model = pickedModel() || "this model";
+  if (!readsImages()) {
+    return notice(state.vision.has(model) ? `Images: ${model} reads text only; it cannot be sent any.`
+      : `Images: whether ${model} reads images is known once it is loaded (send it a message first).`);
+  }
   const refused = await attachments.add(files);
   if (refused) notice(`Images: ${refused}`);
   else clearNotice("Images:");
