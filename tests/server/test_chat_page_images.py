@@ -112,9 +112,11 @@ def test_images_in_the_chat_page(browser, vision_server, tmp_path):
     page.find("#image-files").send_keys(str(png))
     browser.execute_script("document.getElementById('image-files').hidden = true")
     jpeg, gif = image("JPEG"), image("GIF")
-    # two pasted (a screenshot's paste: an image and no text), one removed again; a file that is no image refused
-    assert browser.execute_script(GIVE_FILES, "paste", [["blue.jpg", "image/jpeg", b64(jpeg)],
-                                                        ["green.gif", "image/gif", b64(gif)]])
+    # one pasted (a screenshot's paste: an image and no text), one dropped on the page and removed again; a
+    # file that is no image refused
+    assert browser.execute_script(GIVE_FILES, "paste", [["blue.jpg", "image/jpeg", b64(jpeg)]])
+    page.wait(lambda: len(page.all("#attachments .thumb img")) == 2, "two thumbnails")
+    assert browser.execute_script(GIVE_FILES, "drop", [["green.gif", "image/gif", b64(gif)]])
     page.wait(lambda: len(page.all("#attachments .thumb img")) == 3, "three thumbnails")
     browser.execute_script(GIVE_FILES, "paste", [["notes.txt", "text/plain", b64(b"hello")]])
     page.wait(lambda: page.find("#notice").text == "Images: not attached: notes.txt (not PNG, JPEG, GIF or WEBP).",
