@@ -22,18 +22,20 @@ WAIT = 120  # seconds for anything the page does (the fake answers in millisecon
 
 
 class PageServer:
-    """The fake app under uvicorn on a free loopback port, in a thread of this process."""
+    """An app under uvicorn on a free loopback port, in a thread of this process: the fake one of two models
+    (MODELS, with API_KEY) unless given one."""
 
-    def __init__(self):
+    def __init__(self, app=None):
         import uvicorn
 
         from hearth.api.app import ServerConfig, create_app
         from hearth.api.model_pool import ModelPool
 
-        self.engine = FakeEngine()  # both models answer from it: its requests name the model
-        pool = ModelPool.of([fake_served(engine=self.engine, names=(MODELS[0], FILE_ALIAS)),
-                             fake_served(engine=self.engine, names=(MODELS[1],))])
-        app = create_app(pool, ServerConfig(api_key=API_KEY))
+        if app is None:
+            self.engine = FakeEngine()  # both models answer from it: its requests name the model
+            pool = ModelPool.of([fake_served(engine=self.engine, names=(MODELS[0], FILE_ALIAS)),
+                                 fake_served(engine=self.engine, names=(MODELS[1],))])
+            app = create_app(pool, ServerConfig(api_key=API_KEY))
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]

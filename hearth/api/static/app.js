@@ -1,11 +1,13 @@
 // The chat page: conversations (store.js) in a sidebar (sidebar.js), the open one's messages
-// (view.js), a composer that streams an answer (stream.js) and stops it, a model picker over
-// /v1/models, and the conversation's system prompt and sampling settings.
+// (view.js), a composer that streams an answer (stream.js) and stops it and takes images for a model
+// that reads them (attachments.js), a model picker over /v1/models, and the conversation's system
+// prompt and sampling settings.
 
 import { Store, autoTitle, DEFAULT_SETTINGS } from "./store.js";
 import { renderSidebar } from "./sidebar.js";
 import { requestBody, streamAnswer, parseTools } from "./stream.js";
 import { userElement, answerElement, toolResultElement, updateAnswer, copyText } from "./view.js";
+import { Attachments, listenForImages } from "./attachments.js";
 
 const $ = (id) => document.getElementById(id);
 const KEY = "hearth-key";
@@ -14,7 +16,10 @@ const SETTINGS = { system: "system", temperature: "temperature", top_p: "top-p",
 
 const EMPTY = $("empty");  // the welcome, shown in an empty conversation (kept: render() clears its box)
 const store = new Store();
-const state = { chat: null, models: [], streaming: null, views: new WeakMap() };
+const state = { chat: null, models: [], streaming: null, views: new WeakMap(),
+                vision: new Map(), visionAsked: new Set() };  // model id -> reads images (/props), and asked since the last listing
+const attachments = new Attachments($("attachments"));
+store.onError = notice;
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -35,7 +40,8 @@ async function loadModels() {
     if (mine !== modelsAsked) return;
     if (!response.ok) throw new Error(body.error?.message || response.statusText);
     state.models = body.data || [];
-    notice("");
+    state.visionAsked.clear();  // a model may have loaded since: ask again (the last answers stand meanwhile)
+    clearNotice("Could not list");
   } catch (e) {
     if (mine !== modelsAsked) return;
     state.models = [];
@@ -70,6 +76,44 @@ function renderModels() {
   select.value = wanted && select.querySelector(`option[value="${CSS.escape(wanted)}"]`) ? wanted : (ids[0] || "");
   const picked = listed.find((m) => m.id === select.value);
   $("model-state").textContent = loadedOf(picked) === false ? "loads on first use" : loadedOf(picked) ? "loaded" : "";
+  askVision();
+}
+
+// ---- images: offered where the picked model reads them (llama-server's /props `modalities.vision`)
+
+/** Ask /props whether the picked model reads images, once per model listing. Not for a model that is
+ * not loaded: /props would load it (it is asked again once an answer has loaded it). */
+async function askVision() {
+  const model = pickedModel();
+  showAttach();
+  if (!model || state.visionAsked.has(model) || loadedOf(state.models.find((m) => m.id === model)) === false) return;
+  state.visionAsked.add(model);
+  try {
+    const response = await fetch(`props?model=${encodeURIComponent(model)}`, { headers: headers() });
+    const body = await response.json();
+    state.vision.set(model, response.ok && body.modalities?.vision === true);
+  } catch {
+    state.vision.set(model, false);  // not hearth's /props (or not JSON): text only
+  }
+  showAttach();
+}
+
+const readsImages = () => state.vision.get(pickedModel()) === true;
+
+function showAttach() {
+  $("attach").hidden = !readsImages();
+}
+
+async function attach(files) {
+  if (!files.length) return;
+  const model = pickedModel() || "this model";
+  if (!readsImages()) {
+    return notice(state.vision.has(model) ? `Images: ${model} reads text only; it cannot be sent any.`
+      : `Images: whether ${model} reads images is known once it is loaded (send it a message first).`);
+  }
+  const refused = await attachments.add(files);
+  if (refused) notice(`Images: ${refused}`);
+  else clearNotice("Images:");
 }
 
 function pickedModel() {
@@ -143,13 +187,23 @@ function notice(text) {
   $("notice").hidden = !text;
 }
 
+/** Take the notice away if it is one about `what` (its start), now settled. */
+function clearNotice(what) {
+  if ($("notice").textContent.startsWith(what)) notice("");
+}
+
 // ---- sending and stopping
 
-/** Send a user message; false (and a notice) when the conversation's settings are not valid. */
-function send(text) {
+/** Send a user message (text and images); false (and a notice) when it cannot go. */
+function send(text, images) {
   const chat = state.chat;
   if (!settingsValid(chat)) return false;
-  chat.messages.push({ role: "user", content: text });
+  if (images.length && state.vision.get(pickedModel()) === false) {
+    notice(`Images: ${pickedModel()} reads text only; remove them, or pick a model that reads them.`);
+    return false;
+  }
+  clearNotice("Images:");
+  chat.messages.push(images.length ? { role: "user", content: text, images } : { role: "user", content: text });
   autoTitle(chat);
   generate(chat);
   return true;
@@ -175,7 +229,7 @@ function retry() {
 function settingsValid(chat) {
   try {
     parseTools(chat.settings.tools);
-    if ($("notice").textContent.startsWith("Settings:")) notice("");
+    clearNotice("Settings:");
     return true;
   } catch (e) {
     notice(`Settings: ${e.message}`);
@@ -292,11 +346,14 @@ function bindComposer() {
   $("composer").onsubmit = (e) => {
     e.preventDefault();
     const text = input.value.trim();
-    if (!text || state.streaming || !send(text)) return;
+    if (!text && !attachments.images.length || state.streaming || !send(text, attachments.images)) return;
+    attachments.take();
     input.value = "";
     grow();
   };
   $("stop").onclick = stop;
+  listenForImages({ button: $("attach"), picker: $("image-files"), input, drop: $("composer") },
+                  { wanted: readsImages, onFiles: attach });
   document.addEventListener("keydown", (e) => { if (e.key === "Escape" && state.streaming) stop(); });
 }
 

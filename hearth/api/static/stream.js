@@ -7,7 +7,7 @@ export function requestBody(chat, model) {
   const messages = [];
   if (s.system.trim()) messages.push({ role: "system", content: s.system });
   for (const m of chat.messages) {
-    if (m.role === "user") messages.push({ role: "user", content: m.content });
+    if (m.role === "user") messages.push({ role: "user", content: userContent(m) });
     else if (m.role === "tool") messages.push({ role: "tool", tool_call_id: m.tool_call_id, content: m.content });
     else if (m.state !== "error" && m.state !== "streaming" && (m.content || m.tool_calls.length)) {
       messages.push(assistantTurn(m));
@@ -21,6 +21,15 @@ export function requestBody(chat, model) {
   const tools = parseTools(s.tools);
   if (tools) body.tools = tools;
   return body;
+}
+
+// a user turn with images: OpenAI content parts, its images (data URLs) then its text; else the text alone.
+// An image the browser's storage did not keep (store.js: no url) cannot go: its placeholder says so.
+function userContent(m) {
+  const images = (m.images || []).filter((i) => i.url);
+  if (!images.length) return m.content;
+  const parts = images.map((i) => ({ type: "image_url", image_url: { url: i.url } }));
+  return m.content ? [...parts, { type: "text", text: m.content }] : parts;
 }
 
 // as the model wrote it, less its reasoning (templates leave earlier turns' thinking out)

@@ -1,4 +1,4 @@
-// A conversation's messages as DOM: a user turn is its text; an answer is its reasoning (collapsed),
+// A conversation's messages as DOM: a user turn is its images (thumbnails) and its text; an answer is its reasoning (collapsed),
 // its markdown, its tool calls and a line of stats. An answer's element is built once and updated
 // in place while it streams, so an opened reasoning block stays open.
 
@@ -14,8 +14,32 @@ const h = (tag, cls, text) => {
 
 export function userElement(message) {
   const el = h("div", "msg user");
-  el.append(h("div", "bubble", message.content));
+  if (message.images?.length) el.append(thumbnails(message.images));
+  if (message.content || !message.images?.length) el.append(h("div", "bubble", message.content));
   return el;
+}
+
+/** A row of small images; `extra(image, i)` may add to each (the composer's remove button). An image
+ * whose data the browser's storage could not keep (store.js) is a placeholder saying so. */
+export function thumbnails(images, extra) {
+  const row = h("div", "thumbs");
+  images.forEach((image, i) => {
+    const item = h("figure", "thumb");
+    if (image.url) {
+      const img = h("img");
+      img.src = image.url;  // a data: URL (attachments.js read it): an <img> runs no script from it
+      img.alt = image.name || `image ${i + 1}`;
+      img.title = image.name || "";
+      item.append(img);
+    } else {
+      item.classList.add("dropped");
+      item.append(h("span", null, "image not kept: the browser's storage was full"));
+      item.title = image.name || "";
+    }
+    if (extra) extra(item, image, i);
+    row.append(item);
+  });
+  return row;
 }
 
 export function toolResultElement(message) {
