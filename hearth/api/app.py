@@ -40,7 +40,7 @@ class ServerConfig:
     """More keys, each taken as api_key is (llama-server's --api-key-file)."""
     cors_origins: list[str] = field(default_factory=list)
     """Origins allowed by CORS; ["*"] allows any."""
-    max_body_bytes: int = 16 * 2**20
+    max_body_bytes: int = 32 * 2**20
     max_n: int = 16
     max_tokens: int = 0
     """Largest max_tokens a request may ask for, and one's that asks none; 0 = the context length."""

@@ -76,7 +76,8 @@ class BodyLimitMiddleware:
         await self.app(scope, _replay([whole], receive), send)
 
     def _why(self, size: int) -> str:
-        return f"request body is {size} bytes or more; this server takes at most {self.max_bytes}"
+        return (f"request body is {size} bytes or more; this server takes at most {self.max_bytes} "
+                "(hearth serve --max-body-mb)")
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

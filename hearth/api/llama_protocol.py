@@ -79,3 +79,11 @@ class LlamaCompletionRequest(LlamaOptions):
     llama-server answers one by one and hearth refuses (hearth.api.completion_routes)."""
     multimodal_data: Any = None
     """llama-server's images for `<__media__>` markers in a raw prompt: refused (images go in by a chat template)."""
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _no_prompt_object(cls, v):
+        if isinstance(v, dict) and {"prompt_string", "multimodal_data"} & set(v):  # llama-server's multimodal prompt
+            raise ValueError("llama-server's {prompt_string, multimodal_data} prompt: /completion takes a raw text "
+                             "prompt only here; send images as image_url parts to /v1/chat/completions")
+        return v

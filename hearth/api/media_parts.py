@@ -166,15 +166,15 @@ def read_part(part: dict, at: str, images: RequestImages | None) -> str | None:
 def _openai_image(part: dict, at: str, images: RequestImages) -> str:
     value = part.get("image_url")
     if isinstance(value, dict):
-        return images.add(f"{at}.image_url.url", url=value.get("url"))
-    return images.add(f"{at}.image_url", url=value)
+        return images.add(f"{at}.image_url.url", url=_url(value.get("url"), f"{at}.image_url.url"))
+    return images.add(f"{at}.image_url", url=_url(value, f"{at}.image_url"))
 
 
 def _responses_image(part: dict, at: str, images: RequestImages) -> str:
     if part.get("image_url") is None and part.get("file_id") is not None:
         raise bad(f"{at}.file_id", "hearth keeps no files (/v1/files): send the image as image_url, a "
                                    "data:image/...;base64, URL or an http(s) URL")
-    return images.add(f"{at}.image_url", url=part.get("image_url"))
+    return images.add(f"{at}.image_url", url=_url(part.get("image_url"), f"{at}.image_url"))
 
 
 def _anthropic_image(part: dict, at: str, images: RequestImages) -> str:
@@ -186,8 +186,18 @@ def _anthropic_image(part: dict, at: str, images: RequestImages) -> str:
             raise bad(f"{at}.source.media_type", f"must be one of {', '.join(ANTHROPIC_TYPES)}, got {media_type!r}")
         return images.add(f"{at}.source.data", b64=source.get("data"))
     if kind == "url":
-        return images.add(f"{at}.source.url", url=source.get("url"))
+        return images.add(f"{at}.source.url", url=_url(source.get("url"), f"{at}.source.url"))
+    if not isinstance(source, dict):  # OpenAI's spelling sent as Anthropic's `image` type, say
+        raise bad(f"{at}.source", "an image part of type 'image' (Anthropic's) needs a source {type: base64 | url}; "
+                                  "OpenAI's is {type: image_url, image_url: {url: ...}}")
     raise bad(f"{at}.source.type", f"must be 'base64' or 'url', got {kind!r}")
+
+
+def _url(value, field: str) -> str:
+    """An image part's URL, or a 400 naming what it takes (a missing one read as a bad base64 string)."""
+    if not isinstance(value, str) or not value:
+        raise bad(field, "required: a data:image/...;base64, URL or an http(s) URL")
+    return value
 
 
 READERS: dict[str, Callable[[dict, str, RequestImages], str]] = {

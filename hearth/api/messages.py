@@ -113,7 +113,7 @@ def text_content(content: Any, where: str, optional: bool = False, images=None) 
             texts.append(marker)
             images_at.add(len(texts) - 1)
         elif kind in ("input_audio", "file", "document", "input_file"):
-            raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
+            raise bad(f"{at}.type", f"{kind!r} parts are not supported: hearth reads text and images")
         else:
             raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'text' or 'image_url'")
     return _joined(texts, images_at)

@@ -142,7 +142,7 @@ def part_text(content: Any, where: str, images=None) -> str:
             continue
         if kind not in _TEXT_PARTS:
             if kind in ("input_file", "input_audio"):
-                raise bad(f"{at}.type", f"{kind!r} parts are not supported: this model reads text only")
+                raise bad(f"{at}.type", f"{kind!r} parts are not supported: hearth reads text and images")
             raise bad(f"{at}.type", f"unknown content part type {kind!r}; expected 'input_text', 'output_text' "
                                     "or 'input_image'")
         text = part.get("refusal") if kind == "refusal" else part.get("text")

@@ -79,7 +79,8 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     net.add_argument("--max-tokens-limit", type=int, default=0,
                      help="largest max_tokens a request may ask for, and the max_tokens of one that asks none "
                           "(default: the context length)")
-    net.add_argument("--max-body-mb", type=float, default=16, help="largest request body in MiB (default: %(default)s)")
+    net.add_argument("--max-body-mb", type=float, default=32, help="largest request body in MiB (default: %(default)s: "
+                     "a 20 MiB image as a data URL fits)")
     net.add_argument("--tool-guard", default="guard", metavar="MODE",
                      help="tool calls: guard (call grammar, validation, retries), grammar (the grammar only) or "
                           "off (parse only); a request may pick its own with hearth.tool_guard (default: %(default)s)")

@@ -126,3 +126,20 @@ def test_a_template_that_drops_the_image_is_a_400():
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["param"] == "messages[0].content[0].image_url.url" and "left this image out" in err["message"], err
+
+
+@pytest.mark.parametrize("part,field,why", [
+    ({"type": "image_url"}, "messages[0].content[1].image_url", "required: a data:image/...;base64, URL"),
+    ({"type": "image_url", "image_url": {}}, "messages[0].content[1].image_url.url", "required: a data:image"),
+    ({"type": "image_url", "image_url": None}, "messages[0].content[1].image_url", "required: a data:image"),
+    ({"type": "image", "image": "x"}, "messages[0].content[1].source", "OpenAI's is {type: image_url"),
+    ({"type": "input_audio", "input_audio": {}}, "messages[0].content[1].type", "hearth reads text and images"),
+])
+def test_a_missing_url_or_a_part_of_another_kind_says_what_it_takes(part, field, why):
+    client, engine = vision_client()
+    with client:
+        r = chat(client, [{"type": "text", "text": "hi"}, part])
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["param"] == field and why in err["message"], err
+    assert not engine.added

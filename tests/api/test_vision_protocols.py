@@ -162,7 +162,10 @@ def test_completion_refuses_multimodal_data():
     client, _ = vision_client()
     with client:
         r = client.post("/completion", json={"prompt": "<__media__> hi", "multimodal_data": [b64(image(1))]})
+        nested = client.post("/completion", json={"prompt": {"prompt_string": "<__media__> hi",
+                                                             "multimodal_data": [b64(image(1))]}})
     assert r.status_code == 400 and "multimodal_data" in r.text
+    assert nested.status_code == 400 and "{prompt_string, multimodal_data} prompt" in nested.text, nested.text
 
 
 def test_props_and_show_say_vision():

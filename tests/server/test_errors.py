@@ -517,7 +517,7 @@ def test_queue_full_is_429(make_fake):
 def test_body_too_large(make_fake):
     fake = make_fake(max_body_bytes=2000)
     r = fake.client.post(CHAT, json={"messages": [{"role": "user", "content": "x" * 5000}]})
-    assert r.status_code == 413 and "at most 2000" in r.json()["error"]["message"]
+    assert r.status_code == 413 and "at most 2000 (hearth serve --max-body-mb)" in r.json()["error"]["message"]
     chunks = (b'{"messages": [{"role": "user", "content": "' + b"x" * 1000 + b'"}' for _ in range(3))
     r = fake.client.post(CHAT, content=chunks, headers={"content-type": "application/json"})  # chunked, no length
     assert r.status_code == 413
