@@ -119,3 +119,17 @@ def test_image_command_without_a_projector_is_one_line(files, capsys, monkeypatc
     monkeypatch.setattr("sys.stdin", io.StringIO("/image x.png\n"))
     assert main(["run", str(model), *ARGS]) == 1
     assert "/image needs the model's vision projector: run with --mmproj FILE" in capsys.readouterr().err
+
+
+def test_llama_cpp_s_projector_flags_are_taken():
+    """--no-mmproj-offload (llama-mtmd-cli's own help names it) and --no-mmproj were "unrecognized arguments";
+    --no-mmproj with --mmproj asks two things: argparse's one line."""
+    from hearth.cli import command_parser
+
+    for command, argv in (("serve", ["m"]), ("run", ["m", "hi"])):
+        parser = command_parser(command)
+        args = parser.parse_intermixed_args([*argv, "--mmproj", "p.gguf", "--no-mmproj-offload"])
+        assert args.mmproj == "p.gguf" and args.no_mmproj_offload
+        assert parser.parse_intermixed_args([*argv, "--no-mmproj"]).mmproj == ""
+        with pytest.raises(SystemExit):
+            parser.parse_intermixed_args([*argv, "--mmproj", "p.gguf", "--no-mmproj"])
