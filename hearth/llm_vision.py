@@ -35,8 +35,13 @@ def attach(llm, cfg: VisionConfig | None, backend) -> None:
     check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
     cpu = backend if backend.name in ("cpu", "torch") else select_backend("cpu")
     llm.runner.set_vision(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu))
-    log.info("hearth: vision from %s: %s projector, %d rows an image (idefics3: a tile)", llm.config.mmproj,
-             cfg.projector, cfg.num_embeds)
+    log.debug("%s %s", llm.config.model, reads_images(cfg, llm.config.mmproj))  # serve prints it as its other lines
+
+
+def reads_images(cfg: VisionConfig, mmproj: str) -> str:
+    """The startup line's words: `reads images (mmproj FILE: gemma3 projector, 256 tokens an image)`."""
+    each = "a tile" if cfg.spec.resize == "split" else "an image"
+    return f"reads images (mmproj {mmproj}: {cfg.projector} projector, {cfg.num_embeds} tokens {each})"
 
 
 class ChatImages:

@@ -1,0 +1,57 @@
+"""Which served model reads images: --mmproj is the first model's (as --lora's adapters), a --models entry's
+`mmproj` gives any model its own, and the startup lines say who reads them, as hearth's other startup lines."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from starlette.testclient import TestClient
+
+from hearth.api.app import create_app
+from hearth.cli import command_parser
+from hearth.commands.serve import server_config
+from hearth.commands.serve_models import build_pool
+from hearth.errors import HearthError
+from hearth.media.config import read_vision_config
+from tests.test_vision_cli import asking, files, png  # noqa: F401 - files: the module's fixture
+
+
+def serve(argv: list[str]):
+    args = command_parser("serve").parse_intermixed_args([*argv, "--max-model-len", "256"])
+    return TestClient(create_app(build_pool(args), server_config(args)))
+
+
+def ask(c, model: str) -> int:
+    r = c.post("/v1/chat/completions", json={"model": model, "messages": [asking(png((9, 80, 9)), "hi")],
+                                             "max_tokens": 2, "temperature": 0})
+    return r.status_code
+
+
+def test_mmproj_is_the_first_model_s_and_an_entry_gives_another_its_own(files, tmp_path, capsys):
+    model, mmproj, _ = files
+    other = tmp_path / "other.gguf"
+    shutil.copy(model, other)
+    shutil.copy(mmproj, tmp_path / "mm.gguf")
+    with serve([str(model), str(other), "--mmproj", str(mmproj)]) as c:
+        assert ask(c, model.stem) == 200 and ask(c, "other") == 400
+    err = capsys.readouterr().err
+    assert f"hearth: images: {model.stem} (--mmproj is the first model's;" in err
+    n = read_vision_config(mmproj).num_embeds
+    line = f"hearth: {model.stem} reads images (mmproj {mmproj}: gemma3 projector, {n} tokens an image)\n"
+    assert line in err and "INFO" not in err  # as hearth's other startup lines, not a log line
+    (tmp_path / "models.toml").write_text(f'[[models]]\nmodel = "{model}"\nname = "a"\n\n'
+                                          '[[models]]\nmodel = "other.gguf"\nname = "b"\nmmproj = "mm.gguf"\n')
+    with serve(["--models", str(tmp_path / "models.toml")]) as c:
+        assert ask(c, "a") == 400 and ask(c, "b") == 200
+    assert "hearth: images: b (--mmproj" in capsys.readouterr().err
+
+
+def test_a_wrong_entry_mmproj_is_one_line_at_start(files, tmp_path):
+    model, _, _ = files
+    (tmp_path / "models.toml").write_text(f'[[models]]\nmodel = "{model}"\nname = "a"\nmmproj = "no.gguf"\n')
+    with pytest.raises(HearthError, match=r"models.toml: models\[1\] \('a'\): mmproj: no.gguf: no such file"):
+        build_pool(command_parser("serve").parse_intermixed_args(["--models", str(tmp_path / "models.toml")]))
+    (tmp_path / "models.toml").write_text(f'[[models]]\nmodel = "{model}"\nname = "a"\nmmproj = "{model}"\n')
+    with pytest.raises(HearthError, match=r"models.toml: models\[1\] \('a'\): .*projector_type"):
+        build_pool(command_parser("serve").parse_intermixed_args(["--models", str(tmp_path / "models.toml")]))
