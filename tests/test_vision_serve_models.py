@@ -55,3 +55,19 @@ def test_a_wrong_entry_mmproj_is_one_line_at_start(files, tmp_path):
     (tmp_path / "models.toml").write_text(f'[[models]]\nmodel = "{model}"\nname = "a"\nmmproj = "{model}"\n')
     with pytest.raises(HearthError, match=r"models.toml: models\[1\] \('a'\): .*projector_type"):
         build_pool(command_parser("serve").parse_intermixed_args(["--models", str(tmp_path / "models.toml")]))
+
+
+def test_ollama_show_has_the_projector_s_info(files, tmp_path):
+    """Ollama's /api/show `projector_info` (the mmproj's metadata; `ollama show` prints its architecture,
+    parameters and embedding length) for a model served with one; none for the others."""
+    model, mmproj, _ = files
+    other = tmp_path / "other.gguf"
+    shutil.copy(model, other)
+    with serve([str(model), str(other), "--mmproj", str(mmproj)]) as c:
+        for name in (model.stem, "other"):  # loaded: the facts are the served model's (before: its file's)
+            c.post("/v1/chat/completions", json={"model": name, "messages": [{"role": "user", "content": "hi"}],
+                                                 "max_tokens": 1})
+        info = c.post("/api/show", json={"model": model.stem}).json()["projector_info"]
+        assert info["general.architecture"] == "clip" and info["clip.projector_type"] == "gemma3"
+        assert info["general.parameter_count"] > 0 and info["clip.vision.embedding_length"] > 0
+        assert "projector_info" not in c.post("/api/show", json={"model": "other"}).json()
