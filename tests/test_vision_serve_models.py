@@ -71,3 +71,18 @@ def test_ollama_show_has_the_projector_s_info(files, tmp_path):
         assert info["general.architecture"] == "clip" and info["clip.projector_type"] == "gemma3"
         assert info["general.parameter_count"] > 0 and info["clip.vision.embedding_length"] > 0
         assert "projector_info" not in c.post("/api/show", json={"model": "other"}).json()
+
+
+def test_metrics_count_images(files):
+    """/metrics: images prepared for requests, the tower's encodes and their seconds, per model read images."""
+    model, mmproj, _ = files
+    with serve([str(model), "--mmproj", str(mmproj)]) as c:
+        for _ in range(2):
+            assert ask(c, model.stem) == 200
+        text = c.get("/metrics").text
+    samples = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+               if line.startswith("hearth:image")}
+    label = f'{{model_name="{model.stem}"}}'
+    assert samples[f"hearth:images_prepared_total{label}"] == 2
+    assert samples[f"hearth:images_encoded_total{label}"] >= 1  # the second: rows cached (prefix cache, runner's)
+    assert samples[f"hearth:image_encode_seconds_total{label}"] > 0

@@ -291,8 +291,8 @@ def build_pool(args: argparse.Namespace):
         print(f"hearth: images: {readers} (--mmproj is the first model's; a --models entry's `mmproj` gives "
               "another its own); the others read text only", file=sys.stderr, flush=True)
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
-    loader = Loader(args, {n[0]: (e, p, s.config, m) for e, p, n, s, m in zip(given, paths, names, speculation,
-                                                                              mmprojs)})
+    loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)},
+                    {n[0]: m for n, m in zip(names, mmprojs)})
     return ModelPool(specs, loader, budget)
 
 
@@ -362,10 +362,12 @@ class Loader:
     over the server's (and its speculation: hearth.commands.serve_speculation), its grammar vocabulary
     prepared, an AsyncEngine whose thread uses its threads."""
 
-    def __init__(self, args: argparse.Namespace, by_id: dict[str, tuple[ModelEntry, Path, dict | None, str]]):
+    def __init__(self, args: argparse.Namespace, by_id: dict[str, tuple[ModelEntry, Path, dict | None]],
+                 mmproj: dict[str, str] | None = None):
+        """mmproj: each model's vision projector ("" or absent: none)."""
         import torch
 
-        self.args, self.by_id = args, by_id
+        self.args, self.by_id, self.mmproj = args, by_id, mmproj or {}
         self.first = next(iter(by_id), None)  # the model --lora's adapters are for
         self.default_threads = args.threads or torch.get_num_threads()
 
@@ -382,7 +384,7 @@ class Loader:
         from hearth.llm_vision import reads_images
 
         a = self.args
-        entry, path, speculation, mmproj = self.by_id[spec.name]
+        (entry, path, speculation), mmproj = self.by_id[spec.name], self.mmproj.get(spec.name, "")
         threads = entry.threads or self.default_threads
         llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
@@ -399,9 +401,16 @@ class Loader:
             print(f"hearth: {spec.name} {reads_images(llm.vision_config, mmproj)}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
-        vision = Vision(llm.vision_config, path=llm.config.mmproj) if llm.vision_config is not None else None
-        return ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
-                                    lora_names(a) if spec.name == self.first else None, vision=vision)
+        vision = None
+        if llm.vision_config is not None:  # its prepares counted for /metrics, as the runner counts its encodes
+            from hearth.media.images import prepare_image
+
+            prepare = llm.vision_stats.preparing(partial(prepare_image, cfg=llm.vision_config))
+            vision = Vision(llm.vision_config, prepare=prepare, path=llm.config.mmproj)
+        served = ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
+                                      lora_names(a) if spec.name == self.first else None, vision=vision)
+        served.vision_stats = llm.vision_stats
+        return served
 
 
 def _speculation(llm, asked: dict | None) -> str:
