@@ -90,8 +90,10 @@ def test_image_given_as_a_data_url(files, llm, capsys):
     model, mmproj, _ = files
     data = png((5, 99, 180))
     want = llm.chat([asking(data, "hi")], SAMPLE).outputs[0].text
-    assert main(["run", str(model), "hi", *ARGS, "--mmproj", str(mmproj), "--image", data_url(data)]) == 0
-    assert capsys.readouterr().out == want + "\n"
+    assert main(["run", str(model), "hi", *ARGS, "--mmproj", str(mmproj), "--image", data_url(data), "--verbose"]) == 0
+    out, err = capsys.readouterr()
+    assert out == want + "\n"
+    assert f"hearth: {model} reads images (mmproj {mmproj}: gemma3 projector, " in err  # serve's line, with --verbose
 
 
 def test_image_command_adds_an_image_to_the_next_message(files, llm, tmp_path, capsys, monkeypatch):

@@ -16,7 +16,7 @@ from hearth.commands.human_ints import token_count
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
-from hearth.llm_vision import tokens_prompt
+from hearth.llm_vision import reads_images, tokens_prompt
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
@@ -128,6 +128,8 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "
                           f"`hearth serve` and POST {route}")
     check_max_tokens_fit(args.max_tokens, llm.max_model_len, llm.engine.model_context)
+    if args.verbose and llm.vision_config is not None:  # serve's startup line
+        print(f"hearth: {args.model} {reads_images(llm.vision_config, args.mmproj)}", file=sys.stderr)
     chat, note = conversation(args, llm)
     if args.system and not chat:
         raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
