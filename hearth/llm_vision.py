@@ -10,6 +10,7 @@ from pathlib import Path
 from hearth.backends import select as select_backend
 from hearth.errors import HearthError
 from hearth.media.config import VisionConfig, check_lm_hidden, read_vision_config
+from hearth.media.vision_stats import VisionStats
 
 log = logging.getLogger("hearth")
 
@@ -27,16 +28,23 @@ def vision_config(mmproj: str, arch_embeds_only: bool) -> VisionConfig | None:
 
 def attach(llm, cfg: VisionConfig | None, backend) -> None:
     """The encoder on the runner, once the LM is up: rows as wide as its hidden size. The tower runs on
-    the CPU (its own tensors are CPU tensors) whatever device runs the LM."""
+    the CPU (its own tensors are CPU tensors) whatever device runs the LM. llm.vision_stats counts its work
+    (/metrics; None without an mmproj)."""
+    llm.vision_stats = None if cfg is None else VisionStats()
     if cfg is None:
         return
     from hearth.models.vision import VisionEncoder  # torch's side: only with an mmproj
 
     check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
     cpu = backend if backend.name in ("cpu", "torch") else select_backend("cpu")
-    llm.runner.set_vision(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu))
-    log.info("hearth: vision from %s: %s projector, %d rows an image (idefics3: a tile)", llm.config.mmproj,
-             cfg.projector, cfg.num_embeds)
+    llm.runner.set_vision(llm.vision_stats.timed(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu)))
+    log.debug("%s %s", llm.config.model, reads_images(cfg, llm.config.mmproj))  # serve prints it as its other lines
+
+
+def reads_images(cfg: VisionConfig, mmproj: str) -> str:
+    """The startup line's words: `reads images (mmproj FILE: gemma3 projector, 256 tokens an image)`."""
+    each = "a tile" if cfg.spec.resize == "split" else "an image"
+    return f"reads images (mmproj {mmproj}: {cfg.projector} projector, {cfg.num_embeds} tokens {each})"
 
 
 class ChatImages:

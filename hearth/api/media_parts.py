@@ -51,8 +51,8 @@ class Vision:
 
 
 def text_only(field: str) -> APIError:
-    return bad(field, "images are not supported: this model reads text only (start the server with "
-                      "`--mmproj FILE`, the model's vision projector, to give it images)")
+    return bad(field, "images are not supported: this model reads text only (serve it with its vision "
+                      "projector: `--mmproj FILE` for the first model, a --models entry's `mmproj` for another)")
 
 
 @dataclass(slots=True)

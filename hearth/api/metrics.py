@@ -167,6 +167,25 @@ class _EngineCollector:
                 for pos, n in enumerate(s.spec.accepted_per_pos):
                     families[metric].add_metric(values + [str(pos)], n)
         yield from families.values()
+        yield from _image_series(self.loaded())
+
+
+_IMAGES = (("hearth:images_prepared", "Images of requests prepared (decoded and resized, or from the cache of "
+            "recent ones).", "prepared"),
+           ("hearth:images_encoded", "Images (idefics3: tiles) the vision tower encoded.", "encoded"),
+           ("hearth:image_encode_seconds", "Seconds the vision tower took.", "encode_seconds"))
+"""(name, help, VisionStats field) of the image counters, for models served with an mmproj."""
+
+
+def _image_series(loaded: list):
+    served = [(m.name, m.vision_stats) for m in loaded if getattr(m, "vision_stats", None) is not None]
+    if not served:
+        return
+    for metric, doc, attr in _IMAGES:
+        family = CounterMetricFamily(metric, doc, labels=["model_name"])
+        for name, stats in served:
+            family.add_metric([name], getattr(stats, attr))
+        yield family
 
 
 def _engine_series(s) -> list[tuple[type, str, str, float]]:

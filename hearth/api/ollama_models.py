@@ -191,7 +191,25 @@ async def show(body: ShowRequest, request: Request):
            "capabilities": _capabilities(served), "hearth": {"loaded": slot.served is not None, "context_length": context}}
     if served is not None:
         out["modified_at"] = _file(served)[1] or rfc3339(datetime.fromtimestamp(slot.created, timezone.utc))
+    vision = getattr(served, "vision", None)
+    if vision is not None and vision.path and (projector := projector_info(vision.path)):
+        out["projector_info"] = projector
     return out
+
+
+def projector_info(path: str) -> dict | None:
+    """Ollama's `projector_info`: the mmproj GGUF's metadata (as model_info is the model's; `ollama show` reads
+    its general.architecture, general.parameter_count and clip.vision.embedding_length); None where the file
+    is gone since it loaded (the model still reads images: its tower is in memory)."""
+    from hearth.api.served import gguf_facts
+    from hearth.errors import HearthError
+    from hearth.loader.gguf_loader import GGUFFile
+
+    try:
+        facts = gguf_facts(GGUFFile(path))
+    except (OSError, ValueError, HearthError):
+        return None
+    return {**facts["metadata"], "general.parameter_count": facts["parameter_count"]}
 
 
 @router.api_route("/api/version", methods=["GET", "HEAD"])

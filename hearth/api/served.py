@@ -73,6 +73,8 @@ class ServedModel:
     vision: Any = None
     """How it takes images (hearth.api.media_parts.Vision: the --mmproj file's config and preparer); None:
     it reads text only, and an image part is a 400 naming --mmproj."""
+    vision_stats: Any = None
+    """Its image counters (hearth.media.vision_stats.VisionStats: /metrics); None: none kept."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = (),

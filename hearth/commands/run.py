@@ -15,8 +15,8 @@ from dataclasses import replace
 from hearth.commands.human_ints import token_count
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
-from hearth.commands.vision_flags import add_vision_arguments, image_parts
-from hearth.llm_vision import tokens_prompt
+from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
+from hearth.llm_vision import reads_images, tokens_prompt
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
@@ -29,6 +29,7 @@ UNTIL_FULL = (-1, -2)  # llama-cli's -n: -1 until an end token (its "infinity"),
 # without a context shift, both run to an end token or the context's end
 HELP = ('/bye (or Ctrl-D) to quit, /clear to forget the conversation, """ to begin and end a message of '
         'several lines, /help for this line')
+IMAGE_HELP = ", /image FILE (or URL) to add an image to the next message"  # llama-mtmd-cli's; with --mmproj
 FENCE = '"""'  # ollama's: a line opening with it begins one message of several lines, one ending with it ends it
 # A line whose first word is a slash and a name (`/foo`, `/set x`) is a command; `/ ...` or a path
 # (`/usr/bin/env is ...`) is text a user may mean for the model, so it goes to it (ollama refuses any
@@ -127,10 +128,15 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "
                           f"`hearth serve` and POST {route}")
     check_max_tokens_fit(args.max_tokens, llm.max_model_len, llm.engine.model_context)
+    if args.verbose and llm.vision_config is not None:  # serve's startup line
+        print(f"hearth: {args.model} {reads_images(llm.vision_config, args.mmproj)}", file=sys.stderr)
     chat, note = conversation(args, llm)
     if args.system and not chat:
         raise HearthError(f"{args.model} has no chat template, so --system has no place in its prompt: "
                           "add --chat to chat in a built-in template, or drop --system")
+    if images and not chat:  # its prompt is text; an image has no place in it
+        raise HearthError(f"{args.model} has no chat template, and --image needs a chat: add --chat to chat in a "
+                          "built-in template")
     history = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
         end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note, until_full, images)
@@ -142,8 +148,10 @@ def main(args: argparse.Namespace) -> int:
     interactive = sys.stdin.isatty()
     posix_tty = interactive and os.name == "posix"  # TerminalLines waits in select(): a POSIX tty's
     read = TerminalLines(sys.stdin.fileno()).read if posix_tty else input
+    help_line = HELP + (IMAGE_HELP if args.mmproj and chat else "")
     if interactive:
-        print(f"{'Send a message' if chat else 'Type text to complete'} ({HELP})", file=sys.stderr)
+        print(f"{'Send a message' if chat else 'Type text to complete'} ({help_line})", file=sys.stderr)
+    pending = list(images)  # the next message's images: --image's for the first, then /image's
     failed = False  # a piped line that got no answer: the exit status says so (a script checks it)
     while True:
         try:
@@ -160,11 +168,18 @@ def main(args: argparse.Namespace) -> int:
         text = line.strip()
         if text in ("/bye", "/exit", "/quit"):
             return 1 if failed else 0
-        if text == "/clear":
-            history = history[:1] if args.system else []
+        if text == "/clear":  # a fresh start: --image's images go with its first message again
+            history, pending = history[:1] if args.system else [], list(images)
             continue
         if text in ("/help", "/?"):
-            print(HELP, file=sys.stderr)
+            print(help_line, file=sys.stderr)
+            continue
+        if text == "/image" or text.startswith("/image "):
+            try:
+                pending.append(_image_command(args, llm.vision_config, chat, text.removeprefix("/image").strip()))
+            except HearthError as e:
+                failed = failed or not interactive
+                print(f"hearth: error: {e}", file=sys.stderr)
             continue
         word = text.split(maxsplit=1)[0] if text else ""
         if COMMAND.fullmatch(word):  # ollama's words; nothing reaches the model
@@ -172,15 +187,29 @@ def main(args: argparse.Namespace) -> int:
             continue
         if text:
             try:
-                first = not any(m["role"] == "user" for m in history)  # --image goes with the chat's first message
                 end = _answer(llm, history if chat else None, text, params, args.verbose, until_full=until_full,
-                              images=images if first else ())
+                              images=pending)
+                pending = []  # sent (a message refused keeps them for the next one)
                 if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
                     print(_full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
                 failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
                       file=sys.stderr)
+
+
+def _image_command(args: argparse.Namespace, cfg, chat: bool, source: str) -> dict:
+    """llama-mtmd-cli's `/image FILE`: the image (a file, an http(s) or data: URL) read and checked now, for
+    the next message."""
+    if not source:
+        raise HearthError("/image needs a file (or an http(s) or data: URL): /image FILE")
+    if cfg is None:
+        raise HearthError("/image needs the model's vision projector: run with --mmproj FILE")
+    if not chat:
+        raise HearthError(f"{args.model} has no chat template, and an image needs a chat: run with --chat")
+    part = image_part(source, cfg, "/image")
+    print(f"{source if not source.lower().startswith('data:') else 'data URL'} image loaded", file=sys.stderr)
+    return part
 
 
 def read_block(first: str, read, prompt: str) -> str:

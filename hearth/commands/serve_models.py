@@ -15,6 +15,8 @@
     router_tool_floor = 0.95       #   a router is pinned
     speculative_config = { model = "qwen2.5-coder-0.5b" }   # its own speculation over the command line's
                                    #   (--speculative-config's keys; false: none); hearth.commands.serve_speculation
+    mmproj = "mmproj-coder.gguf"   # its vision projector (llama.cpp's mmproj; relative to this file): it takes
+                                   #   images (default: --mmproj's, for the first model only, as --lora's)
 
 A bad entry is one line naming the entry and the field."""
 
@@ -52,6 +54,8 @@ class ModelEntry:
     """Its own speculative_config (a dict of the record's keys), False for none, None for the command line's."""
     keep_alive: float | None = None
     """Seconds it stays loaded once idle (inf: forever); None: --keep-alive's."""
+    mmproj: str = ""
+    """Its vision projector (a llama.cpp mmproj GGUF); "": --mmproj's for the first model, none for the others."""
 
 
 def _text(v) -> bool:
@@ -87,6 +91,7 @@ FIELDS = {
     "router_tool_floor": (_unit, "a number in [0, 1] (0: off)"),
     "speculative_config": (lambda v: isinstance(v, dict) or v is False, ENTRY_FIELD),
     "keep_alive": (_duration, 'a duration such as "5m" or "1h30m", a number of seconds, or -1 (forever)'),
+    "mmproj": (_text, "the model's vision projector: a llama.cpp mmproj .gguf path"),
 }
 
 
@@ -126,10 +131,27 @@ def _entry(raw, where: str, base: Path) -> ModelEntry:
     if "kv_cache_dtype" in raw:
         _check_kv(raw["kv_cache_dtype"], f"{where}: kv_cache_dtype")
     spec = entry_config(raw["speculative_config"], where, base) if "speculative_config" in raw else None
+    mmproj = _mmproj(raw["mmproj"], f"{where}: mmproj", base) if "mmproj" in raw else ""
     return ModelEntry(model, raw.get("name", ""), tuple(raw.get("aliases", ())), raw.get("context", 0),
                       raw.get("kv_cache_dtype", ""), raw.get("threads", 0), raw.get("pinned", False), where,
                       raw.get("router", ""), raw.get("router_threshold"), raw.get("router_tool_floor"), spec,
-                      seconds(raw["keep_alive"]) if "keep_alive" in raw else None)
+                      seconds(raw["keep_alive"]) if "keep_alive" in raw else None, mmproj)
+
+
+def _mmproj(path: str, where: str, base: Path) -> str:
+    """An entry's mmproj, relative to the models file, read now (a wrong one is one line at start, not at the
+    model's first request)."""
+    from hearth.media.config import read_vision_config
+
+    p = Path(path).expanduser()
+    p = p if p.is_absolute() else base / p
+    if not p.is_file():
+        raise HearthError(f"{where}: {path}: no such file")
+    try:
+        read_vision_config(p)
+    except HearthError as e:
+        raise HearthError(f"{where}: {e}") from None
+    return str(p)
 
 
 def _check_kv(name: str, where: str) -> None:
@@ -263,8 +285,14 @@ def build_pool(args: argparse.Namespace):
         specs.append(ModelSpec(n, fp.total, e.pinned or alone or n[0] in routing, fp.context, router, fp.kv,
                                f, facts, lora_files(args) if not specs else {},
                                math.inf if keep is None else keep, _pinned_why(e, alone, n[0] in routing)))
+    mmprojs = [e.mmproj or (getattr(args, "mmproj", "") if i == 0 else "") for i, e in enumerate(given)]
+    if several and any(mmprojs):  # --mmproj is the first model's alone: say who reads images
+        readers = ", ".join(n[0] for n, m in zip(names, mmprojs) if m)
+        print(f"hearth: images: {readers} (--mmproj is the first model's; a --models entry's `mmproj` gives "
+              "another its own); the others read text only", file=sys.stderr, flush=True)
     budget = int(args.max_memory * GiB) if args.max_memory else (default_budget() if several else 0)
-    loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)})
+    loader = Loader(args, {n[0]: (e, p, s.config) for e, p, n, s in zip(given, paths, names, speculation)},
+                    {n[0]: m for n, m in zip(names, mmprojs)})
     return ModelPool(specs, loader, budget)
 
 
@@ -334,10 +362,12 @@ class Loader:
     over the server's (and its speculation: hearth.commands.serve_speculation), its grammar vocabulary
     prepared, an AsyncEngine whose thread uses its threads."""
 
-    def __init__(self, args: argparse.Namespace, by_id: dict[str, tuple[ModelEntry, Path, dict | None]]):
+    def __init__(self, args: argparse.Namespace, by_id: dict[str, tuple[ModelEntry, Path, dict | None]],
+                 mmproj: dict[str, str] | None = None):
+        """mmproj: each model's vision projector ("" or absent: none)."""
         import torch
 
-        self.args, self.by_id = args, by_id
+        self.args, self.by_id, self.mmproj = args, by_id, mmproj or {}
         self.first = next(iter(by_id), None)  # the model --lora's adapters are for
         self.default_threads = args.threads or torch.get_num_threads()
 
@@ -352,29 +382,38 @@ class Loader:
         from hearth.commands.serve import engine_args
         from hearth.engine.async_engine import AsyncEngine
         from hearth.llm import LLM
+        from hearth.llm_vision import reads_images
 
         a = self.args
-        entry, path, speculation = self.by_id[spec.name]
+        (entry, path, speculation), mmproj = self.by_id[spec.name], self.mmproj.get(spec.name, "")
         threads = entry.threads or self.default_threads
         llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
                                 "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
                                 "speculative_config": speculation,
                                 "lora": engine_args(a)["lora"] if spec.name == self.first else [],
-                                "mmproj": a.mmproj if spec.name == self.first else ""})
+                                "mmproj": mmproj})
         if getattr(a, "pooling", None):  # llama-server's --pooling, over the GGUF's (check_pooling took it)
             llm.model_config.pooling = a.pooling
         if not llm.embeds_only:  # an encoder samples nothing: no grammar vocabulary
             llm.runner.grammar.prepare_in_background()
         if line := _speculation(llm, llm.config.speculative_config):
             print(f"hearth: {spec.name}: {line}", file=sys.stderr, flush=True)
+        if llm.vision_config is not None:
+            print(f"hearth: {spec.name} {reads_images(llm.vision_config, mmproj)}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
-        vision = None if llm.vision_config is None else Vision(
-            llm.vision_config, path=llm.config.mmproj, fetch_policy=FetchPolicy(
+        vision = None
+        if llm.vision_config is not None:  # its prepares counted for /metrics, as the runner counts its encodes
+            from hearth.media.images import prepare_image
+
+            prepare = llm.vision_stats.preparing(partial(prepare_image, cfg=llm.vision_config))
+            vision = Vision(llm.vision_config, prepare=prepare, path=llm.config.mmproj, fetch_policy=FetchPolicy(
                 tuple(getattr(a, "allowed_media_domains", None) or ()), bool(getattr(a, "allow_private_media_urls", False))),
-            max_images=MAX_IMAGES if getattr(a, "limit_mm_per_prompt", None) is None else a.limit_mm_per_prompt)
-        return ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
-                                    lora_names(a) if spec.name == self.first else None, vision=vision)
+                max_images=MAX_IMAGES if getattr(a, "limit_mm_per_prompt", None) is None else a.limit_mm_per_prompt)
+        served = ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
+                                      lora_names(a) if spec.name == self.first else None, vision=vision)
+        served.vision_stats = llm.vision_stats
+        return served
 
 
 def _speculation(llm, asked: dict | None) -> str:

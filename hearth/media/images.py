@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image, ImageOps
 
 from hearth.media.config import VisionConfig
+from hearth.media.image_cache import PreparedCache
 
 MAX_PIXELS = 64 * 1024 * 1024
 """Largest width x height decoded (~8k x 8k); a bigger one is refused before its pixels are read."""
@@ -43,8 +44,18 @@ class PreparedImage:
     through equal encoders share prefix-cache KV and rows."""
 
 
+PREPARED = PreparedCache()
+"""Recent images, prepared: a chat's image is read once, not at every turn (image_cache)."""
+
+
 def prepare_image(data: bytes, cfg: VisionConfig, max_pixels: int = MAX_PIXELS) -> PreparedImage:
-    """ValueError with a short reason for bytes PIL cannot read as an image, or one over max_pixels."""
+    """ValueError with a short reason for bytes PIL cannot read as an image, or one over max_pixels (not kept).
+    The result is shared with later calls for the same bytes and config: its pixels are read, never written."""
+    key = (hashlib.sha256(data).digest(), repr(cfg), max_pixels)
+    return PREPARED.get(key, lambda: _prepare(data, cfg, max_pixels))
+
+
+def _prepare(data: bytes, cfg: VisionConfig, max_pixels: int) -> PreparedImage:
     frames, rows, cols = RESIZES[cfg.spec.resize](decode(data, max_pixels), cfg)  # uint8 [pieces, S, S, 3]
     # HF's rescale (f64 product, then f32) and normalize (f32), bit for bit
     x = (frames.astype(np.float64) * (1 / 255)).astype(np.float32)
