@@ -115,6 +115,7 @@ class LLM:
             raise HearthError(f"--lora: {self.gguf.arch} is an embedding model; LoRA adapters apply to decoder models")
         adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load
         self.vision_config = llm_vision.vision_config(cfg.mmproj, encoder_arch(self.gguf.arch))  # so does an mmproj
+        self.vision_stats = None  # its prepares and encodes, with an mmproj (llm_vision.attach)
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:

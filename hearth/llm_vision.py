@@ -30,9 +30,9 @@ def attach(llm, cfg: VisionConfig | None, backend) -> None:
     """The encoder on the runner, once the LM is up: rows as wide as its hidden size. The tower runs on
     the CPU (its own tensors are CPU tensors) whatever device runs the LM. llm.vision_stats counts its work
     (/metrics; None without an mmproj)."""
-    llm.vision_stats = None if cfg is None else VisionStats()
     if cfg is None:
         return
+    llm.vision_stats = VisionStats()
     from hearth.models.vision import VisionEncoder  # torch's side: only with an mmproj
 
     check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
