@@ -36,9 +36,13 @@ TIE = 0.75
 ROBUST = TIE
 """Smallest llama.cpp margin over 64 steps for a case to be compared free-running."""
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
-LIMIT = {"qwen2.5-coder-0.5b": 12, "qwen2.5-coder-1.5b": 8}
-"""The Qwen pair: teacher-forced on this many first cases, free-running on the first 8 robust ones (on
-2 cores all 34 took 4-7 min a model)."""
+LIMIT = {"gemma3-270m": 12, "qwen2.5-coder-0.5b": 12, "qwen2.5-coder-1.5b": 8}
+"""gemma3 and the Qwen pair: teacher-forced on this many first cases, free-running on the first FREE robust ones
+(on 2 cores all 34 took 4-7 min a Qwen; gemma3's 34 and 21 were 62 s of make test's ~10 min until 2026-12-07,
+where SmolLM2's 34 run at every tier: the cases' prompts are token ids, the same model code whatever they say)."""
+FREE = {"qwen2.5-coder-1.5b": 4}
+"""Robust cases free-running where LIMIT is set (default 8): the 1.5B's 4 (the 0.5B, same architecture, quant
+types and vocabulary, runs 8 at every tier; 4 took 2/3 of 8's CPU time on the 1.5B)."""
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -80,9 +84,10 @@ def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
 
 
 def test_free_running_greedy_equals_llama_cpp(golden):
-    _, cases, llm, limit = golden
-    chosen = [c for c in cases if robust(c)][:8 if limit else None]
-    assert len(chosen) >= 8, f"only {len(chosen)} golden cases keep llama.cpp's margin >= {ROBUST} for 64 tokens"
+    name, cases, llm, limit = golden
+    want = FREE.get(name, 8)
+    chosen = [c for c in cases if robust(c)][:want if limit else None]
+    assert len(chosen) >= want, f"only {len(chosen)} golden cases keep llama.cpp's margin >= {ROBUST} for 64 tokens"
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": c["prompt_token_ids"]} for c in chosen], params)
     for case, out in zip(chosen, outs):
