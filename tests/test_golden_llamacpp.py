@@ -36,13 +36,14 @@ TIE = 0.75
 ROBUST = TIE
 """Smallest llama.cpp margin over 64 steps for a case to be compared free-running."""
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
-LIMIT = {"gemma3-270m": 12, "qwen2.5-coder-0.5b": 12, "qwen2.5-coder-1.5b": 8}
-"""gemma3 and the Qwen pair: teacher-forced on this many first cases, free-running on the first FREE robust ones
-(on 2 cores all 34 took 4-7 min a Qwen; gemma3's 34 and 21 were 62 s of make test's ~10 min until 2026-12-07,
-where SmolLM2's 34 run at every tier: the cases' prompts are token ids, the same model code whatever they say)."""
-FREE = {"qwen2.5-coder-1.5b": 4}
-"""Robust cases free-running where LIMIT is set (default 8): the 1.5B's 4 (the 0.5B, same architecture, quant
-types and vocabulary, runs 8 at every tier; 4 took 2/3 of 8's CPU time on the 1.5B)."""
+LIMIT = {"qwen2.5-coder-0.5b": 12, "qwen2.5-coder-1.5b": 8}
+"""The Qwen pair: teacher-forced on this many first cases (on 2 cores all 34 took 4-7 min a model)."""
+FREE = {"gemma3-270m": 8, "qwen2.5-coder-0.5b": 8, "qwen2.5-coder-1.5b": 4}
+"""Free-running on this many first robust cases (default: all, SmolLM2's 8 at every tier). gemma3's 21 took 46 s
+of 2 busy cores until 2026-12-07, 8 took 11; the 1.5B's 4 take 2/3 of 8's CPU time (the 0.5B, same architecture,
+quant types and vocabulary, runs 8 at every tier). With gemma3's sliding window shrunk to 64 (a bug its 512 never
+shows on these prompts) two cases part from llama.cpp teacher-forced, robust case 12 among them: its first 8 robust
+ones still fail. Teacher-forced, gemma3 keeps all 34 (its first 12 missed both)."""
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -84,9 +85,9 @@ def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
 
 
 def test_free_running_greedy_equals_llama_cpp(golden):
-    name, cases, llm, limit = golden
+    name, cases, llm, _ = golden
+    chosen = [c for c in cases if robust(c)][:FREE.get(name)]
     want = FREE.get(name, 8)
-    chosen = [c for c in cases if robust(c)][:want if limit else None]
     assert len(chosen) >= want, f"only {len(chosen)} golden cases keep llama.cpp's margin >= {ROBUST} for 64 tokens"
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": c["prompt_token_ids"]} for c in chosen], params)
