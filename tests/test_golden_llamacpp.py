@@ -37,8 +37,13 @@ ROBUST = TIE
 """Smallest llama.cpp margin over 64 steps for a case to be compared free-running."""
 MODELS = ["smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
 LIMIT = {"qwen2.5-coder-0.5b": 12, "qwen2.5-coder-1.5b": 8}
-"""The Qwen pair: teacher-forced on this many first cases, free-running on the first 8 robust ones (on
-2 cores all 34 took 4-7 min a model)."""
+"""The Qwen pair: teacher-forced on this many first cases (on 2 cores all 34 took 4-7 min a model)."""
+FREE = {"gemma3-270m": 8, "qwen2.5-coder-0.5b": 8, "qwen2.5-coder-1.5b": 4}
+"""Free-running on this many first robust cases (default: all, SmolLM2's 8 at every tier). gemma3's 21 took 46 s
+of 2 busy cores until 2026-12-07, 8 took 11; the 1.5B's 4 take 2/3 of 8's CPU time (the 0.5B, same architecture,
+quant types and vocabulary, runs 8 at every tier). With gemma3's sliding window shrunk to 64 (a bug its 512 never
+shows on these prompts) two cases part from llama.cpp teacher-forced, robust case 12 among them: its first 8 robust
+ones still fail. Teacher-forced, gemma3 keeps all 34 (its first 12 missed both)."""
 
 
 @pytest.fixture(scope="module", params=MODELS)
@@ -80,9 +85,10 @@ def test_teacher_forced_argmax_agrees_with_llama_cpp(golden):
 
 
 def test_free_running_greedy_equals_llama_cpp(golden):
-    _, cases, llm, limit = golden
-    chosen = [c for c in cases if robust(c)][:8 if limit else None]
-    assert len(chosen) >= 8, f"only {len(chosen)} golden cases keep llama.cpp's margin >= {ROBUST} for 64 tokens"
+    name, cases, llm, _ = golden
+    chosen = [c for c in cases if robust(c)][:FREE.get(name)]
+    want = FREE.get(name, 8)
+    assert len(chosen) >= want, f"only {len(chosen)} golden cases keep llama.cpp's margin >= {ROBUST} for 64 tokens"
     params = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
     outs = llm.generate([{"prompt_token_ids": c["prompt_token_ids"]} for c in chosen], params)
     for case, out in zip(chosen, outs):

@@ -27,6 +27,11 @@ GOLDENS = REFERENCE.parent / "goldens"
 MODELS = ["smollm2-135m", "qwen2.5-coder-0.5b"]
 DECODE_CASES, DECODE_STEPS = 8, 32
 """Cases run one token per step (single-stream and batched), and their first steps: 256 positions a path."""
+PREFILL_CASES = {"qwen2.5-coder-0.5b": 12}
+"""Cases whose prefill KL is taken (default: all 34): the 0.5B's first 12, the rows the goldens' teacher-forced test
+reads too (tests/test_golden_llamacpp.py LIMIT), so they are computed once. Measured 2026-12-07 at avx512,
+hearth/llama.cpp on the first 12 and on all 34: 0.40 and 0.37 as shipped; rope base x1.05 0.46, 0.41; x0.5 4.3,
+6.2; norms' eps x10 0.62, 0.56; x100 16.3, 16.7: the 12 (9 with KL well above 0) rank a setting as the 34 do."""
 BOUND = {"prefill": 1.0, "decode": 1.25}
 """hearth's mean KL over llama.cpp's, at most. Decode is not yet at 1.0 (issue "Every CPU", point 3):
 its 8-bit activations follow ggml's q8 rule as llama.cpp's do, and measured 1.05-1.12x llama.cpp's
@@ -112,10 +117,11 @@ def check(path: str, hearth: list[np.ndarray], peer: list[list[float]], name: st
 
 def test_prefill_kl_at_most_llama_cpp(fidelity):
     name, ref, cases, peer, llm = fidelity
+    cases = cases[:PREFILL_CASES.get(name)]
     # one prefill of each case's prompt + tokens (tests/teacher_forced.py), which the goldens reuse
     prefetch(llm, name, cases, ref)
     ours = [forced(llm, name, case, i, ref).kl for i, case in enumerate(cases)]
-    check("prefill", ours, peer["prefill"], name)
+    check("prefill", ours, peer["prefill"][:len(cases)], name)
 
 
 def test_single_stream_decode_kl_at_most_llama_cpp(fidelity):
