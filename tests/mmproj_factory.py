@@ -10,6 +10,8 @@ Sizes: 64 px images (LLaVA 32), 8 px patches, width 32: each file is a few hundr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import gguf
 import numpy as np
 import torch
@@ -35,30 +37,46 @@ IDEFICS3_PREPROC = 96
 """Idefics3's processor's first resize (size.longest_edge): larger than the 64 px the tower reads, as SmolVLM's."""
 
 
-def tiny_hf(projector: str, seed: int = 0, **config):
-    """A random transformers model (eval, f32) whose vision tower and projector the mmproj holds; `config`:
-    its top-level settings changed (vision_feature_layer, mm_tokens_per_image, scale_factor)."""
+def tiny_hf(projector: str, seed: int = 0, lm_hidden: int | None = None, **config):
+    """A random transformers model (eval, f32) whose vision tower and projector the mmproj holds; lm_hidden: its
+    LM's width (the projector's rows), TEXT's by default; `config`: its top-level settings changed
+    (vision_feature_layer, mm_tokens_per_image, scale_factor)."""
     torch.manual_seed(seed)
+    text = {**TEXT, **({"hidden_size": lm_hidden} if lm_hidden else {})}
     if projector == "mlp":
         vision = CLIPVisionConfig(**VISION, num_hidden_layers=3, image_size=32, hidden_act="quick_gelu",
                                   layer_norm_eps=1e-5, projection_dim=16)
-        cfg = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**TEXT), vision_feature_select_strategy="default",
+        cfg = LlavaConfig(vision_config=vision, text_config=LlamaConfig(**text), vision_feature_select_strategy="default",
                           image_token_index=100, **{"vision_feature_layer": -2, **config})
         model = transformers.LlavaForConditionalGeneration(cfg)
     elif projector == "gemma3":
         vision = SiglipVisionConfig(**VISION, num_hidden_layers=2, image_size=64, layer_norm_eps=1e-6,
                                     hidden_act="gelu_pytorch_tanh", vision_use_head=False)
-        text = Gemma3TextConfig(**TEXT, head_dim=12)
+        text = Gemma3TextConfig(**text, head_dim=12)
         cfg = Gemma3Config(vision_config=vision.to_dict(), text_config=text.to_dict(),
                            **{"mm_tokens_per_image": 16, **config})
         model = transformers.Gemma3ForConditionalGeneration(cfg)
     else:
         vision = Idefics3VisionConfig(**VISION, num_hidden_layers=2, image_size=64, layer_norm_eps=1e-6)
-        cfg = Idefics3Config(vision_config=vision.to_dict(), text_config=LlamaConfig(**TEXT).to_dict(),
+        cfg = Idefics3Config(vision_config=vision.to_dict(), text_config=LlamaConfig(**text).to_dict(),
                              **{"scale_factor": 2, **config})
         model = transformers.Idefics3ForConditionalGeneration(cfg)
     _randomize(model)
     return model.eval()
+
+
+ROLES = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+"""A chat template showing each message as it is, for the tests' tiny LMs (they have none of their own)."""
+
+
+def tiny_vision_model(d: Path, arch: str = "gemma3", projector: str = "gemma3", **lm) -> tuple[Path, Path, object]:
+    """A tiny LM (tests.gguf_factory, chat template ROLES unless given) in folder d and `mmproj.gguf` beside it,
+    whose rows are as wide as the LM: (model, mmproj, the LM's TinyDims)."""
+    from tests.gguf_factory import tiny_dir
+
+    _, name, dims = tiny_dir(d, arch, **{"chat_template": ROLES, **lm})
+    write_mmproj(d / "mmproj.gguf", projector, tiny_hf(projector, lm_hidden=dims.hidden))
+    return d / name, d / "mmproj.gguf", dims
 
 
 HALF_STORED = {"LlavaForConditionalGeneration": "patch_embedding.weight",  # 4-d: "always saved in f16"

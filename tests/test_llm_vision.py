@@ -19,7 +19,6 @@ from hearth.errors import HearthError
 from hearth.llm_vision import tokens_prompt
 from hearth.media.config import read_vision_config
 from tests import mmproj_factory
-from tests.gguf_factory import tiny_dir
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, logprobs=3)
 
@@ -44,14 +43,9 @@ def asking(data: bytes, text: str = "what is it?") -> list[dict]:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("vision")
-    _, name, dims = tiny_dir(d, "gemma3", chat_template="{% for m in messages %}<{{ m.role }}>{{ m.content }}"
-                                                       "{% endfor %}<assistant>")
-    with pytest.MonkeyPatch.context() as mp:  # the projector's rows as wide as this LM
-        mp.setitem(mmproj_factory.TEXT, "hidden_size", dims.hidden)
-        mmproj_factory.write_mmproj(d / "mmproj.gguf", "gemma3", mmproj_factory.tiny_hf("gemma3"))
-        mp.setitem(mmproj_factory.TEXT, "hidden_size", dims.hidden + 16)
-        mmproj_factory.write_mmproj(d / "other.gguf", "gemma3", mmproj_factory.tiny_hf("gemma3"))
-    return d / name, d / "mmproj.gguf", d / "other.gguf"
+    model, mmproj, dims = mmproj_factory.tiny_vision_model(d)
+    mmproj_factory.write_mmproj(d / "other.gguf", "gemma3", mmproj_factory.tiny_hf("gemma3", lm_hidden=dims.hidden + 16))
+    return model, mmproj, d / "other.gguf"
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +82,8 @@ def test_another_mmprojs_weights_never_read_the_disk_tiers_image_blocks(files, t
     (another seed: as Q8_0 for F16, or a fine-tune), the image's blocks are not found; with the first
     file again they are."""
     model, mmproj, _ = files
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(mmproj_factory.TEXT, "hidden_size", read_vision_config(mmproj).lm_hidden)
-        mmproj_factory.write_mmproj(tmp_path / "tuned.gguf", "gemma3", mmproj_factory.tiny_hf("gemma3", seed=7))
+    mmproj_factory.write_mmproj(tmp_path / "tuned.gguf", "gemma3",
+                                mmproj_factory.tiny_hf("gemma3", seed=7, lm_hidden=read_vision_config(mmproj).lm_hidden))
     messages = asking(png((90, 90, 30)), "on disk?")
     cached = []
     for path in (mmproj, tmp_path / "tuned.gguf", mmproj):

@@ -15,7 +15,6 @@ from hearth import LLM, SamplingParams
 from hearth.llm_vision import tokens_prompt
 from hearth.media.images import prepare_image
 from tests import mmproj_factory
-from tests.gguf_factory import tiny_dir
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, logprobs=3)
 
@@ -38,12 +37,8 @@ def asking(data: bytes, text: str = "what is it?") -> list[dict]:
 def llm(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiles")
     # the tags around tiles are plain text to this byte-level vocab: ~40 ids each
-    _, name, dims = tiny_dir(d, "llama", context=1024, chat_template="{% for m in messages %}<{{ m.role }}>"
-                                                                    "{{ m.content }}{% endfor %}<assistant>")
-    with pytest.MonkeyPatch.context() as mp:  # the projector's rows as wide as this LM
-        mp.setitem(mmproj_factory.TEXT, "hidden_size", dims.hidden)
-        mmproj_factory.write_mmproj(d / "mmproj.gguf", "idefics3", mmproj_factory.tiny_hf("idefics3"))
-    return LLM(str(d / name), mmproj=str(d / "mmproj.gguf"), max_model_len=1024, progress=False)
+    model, mmproj, _ = mmproj_factory.tiny_vision_model(d, "llama", "idefics3", context=1024)
+    return LLM(str(model), mmproj=str(mmproj), max_model_len=1024, progress=False)
 
 
 @pytest.mark.parametrize("size, pieces", [((71, 45), 5), ((30, 97), 3), ((250, 40), 3)])

@@ -39,14 +39,10 @@ def asking(data: bytes, text: str) -> dict:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("vision-cli")
-    _, name, dims = tiny_dir(d, "gemma3", chat_template="{% for m in messages %}<{{ m.role }}>{{ m.content }}"
-                                                       "{% endfor %}<assistant>")
+    model, mmproj, _ = mmproj_factory.tiny_vision_model(d)
     base = tmp_path_factory.mktemp("base")
     _, base_name, _ = tiny_dir(base, "gemma3")  # no chat template: a base model
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(mmproj_factory.TEXT, "hidden_size", dims.hidden)
-        mmproj_factory.write_mmproj(d / "mmproj.gguf", "gemma3", mmproj_factory.tiny_hf("gemma3"))
-    return d / name, d / "mmproj.gguf", base / base_name
+    return model, mmproj, base / base_name
 
 
 @pytest.fixture(scope="module")

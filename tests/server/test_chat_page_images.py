@@ -16,7 +16,6 @@ import pytest
 from PIL import Image
 
 from tests import mmproj_factory
-from tests.gguf_factory import tiny_dir
 from tests.server.chat_browser import CHROMIUM, DRIVER, PageServer, chromium, fresh
 from tests.server.conftest import API_KEY
 
@@ -79,13 +78,8 @@ def vision_server(tmp_path_factory):
     from hearth.commands.serve_models import build_pool
 
     d = tmp_path_factory.mktemp("vision")
-    _, name, dims = tiny_dir(d, "gemma3", chat_template="{% for m in messages %}<{{ m.role }}>{{ m.content }}"
-                                                       "{% endfor %}<assistant>")
-    with pytest.MonkeyPatch.context() as mp:  # the projector's rows as wide as this LM
-        mp.setitem(mmproj_factory.TEXT, "hidden_size", dims.hidden)
-        mmproj_factory.write_mmproj(d / "mmproj.gguf", "gemma3", mmproj_factory.tiny_hf("gemma3"))
-    args = command_parser("serve").parse_intermixed_args([str(d / name), "--mmproj", str(d / "mmproj.gguf"),
-                                                          "--max-model-len", "256"])
+    model, mmproj, _ = mmproj_factory.tiny_vision_model(d)
+    args = command_parser("serve").parse_intermixed_args([str(model), "--mmproj", str(mmproj), "--max-model-len", "256"])
     with PageServer(create_app(build_pool(args), server_config(args))) as server:
         yield server
 
