@@ -52,8 +52,8 @@ def tiny_hf(projector: str, seed: int = 0, lm_hidden: int | None = None, **confi
     elif projector == "gemma3":
         vision = SiglipVisionConfig(**VISION, num_hidden_layers=2, image_size=64, layer_norm_eps=1e-6,
                                     hidden_act="gelu_pytorch_tanh", vision_use_head=False)
-        text = Gemma3TextConfig(**text, head_dim=12)
-        cfg = Gemma3Config(vision_config=vision.to_dict(), text_config=text.to_dict(),
+        lm = Gemma3TextConfig(**text, head_dim=12)
+        cfg = Gemma3Config(vision_config=vision.to_dict(), text_config=lm.to_dict(),
                            **{"mm_tokens_per_image": 16, **config})
         model = transformers.Gemma3ForConditionalGeneration(cfg)
     else:
