@@ -15,7 +15,8 @@ other benchmarks); --llama-mtmd PATH overrides, --engines hearth runs hearth alo
 is one process (load, encode one image, one token), timed by its own log line; hearth's encoder is loaded
 once and warmed up once. GFLOP/s counts the tower's and projector's matmuls (2 per multiply-add: linears,
 attention's two products, the patch convolution); the peak is torch's bf16 matmul on this machine with
-the same threads (a 2048^3 product, the tiles the linears of many rows run on)."""
+the same threads (a 2048^3 product, the tiles the linears of many rows run on), timed in one thread's CPU
+time and multiplied by the threads: the cores' figure, which a busy host does not move."""
 
 from __future__ import annotations
 
@@ -156,17 +157,19 @@ def write_image(path: Path, side: int) -> np.ndarray:
 
 
 def matmul_peak(threads: int) -> float:
-    """GFLOP/s of torch's bf16 2048^3 matmul (median of 5) with `threads` threads."""
+    """The cores' bf16 matmul peak: one thread's 2048^3 torch product in its own CPU time (median of 5; a
+    shared host's load does not move it as it moves the wall clock), times `threads`."""
     import torch
-    torch.set_num_threads(threads)
+    torch.set_num_threads(1)
     a, b = torch.randn(2048, 2048).bfloat16(), torch.randn(2048, 2048).bfloat16()
     a @ b
     times = []
     for _ in range(5):
-        t = time.perf_counter()
+        t = time.thread_time()
         a @ b
-        times.append(time.perf_counter() - t)
-    return 2 * 2048 ** 3 / statistics.median(times) / 1e9
+        times.append(time.thread_time() - t)
+    torch.set_num_threads(threads)
+    return threads * 2 * 2048 ** 3 / statistics.median(times) / 1e9
 
 
 class Hearth:
@@ -183,8 +186,9 @@ class Hearth:
         self.encode_ms()  # warm-up (first-touch pages, kernel plans)
 
     def encode_ms(self) -> float:
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         self.enc.encode(self.pixels)
+        self.cpu_ms = (time.process_time() - cpu) * 1e3  # all threads' CPU time: how much the host's load inflated the wall
         return (time.perf_counter() - t) * 1e3
 
 
@@ -199,6 +203,8 @@ def llama_encode_ms(binary: str, lm: Path, mmproj: Path, image: Path, threads: i
     found = [int(m) for m in ENCODED.findall(out.stdout + out.stderr)]
     if out.returncode != 0 or not found:
         raise RuntimeError(f"llama-mtmd-cli failed ({out.returncode}): {(out.stdout + out.stderr)[-2000:]}")
+    if len(found) != 1:  # llama.cpp sliced the image (hearth encodes one): the comparison is not like for like
+        print(f"  llama-mtmd-cli encoded {len(found)} slices: {found} ms", flush=True)
     return float(sum(found))
 
 
@@ -225,7 +231,7 @@ def main() -> None:
     work = Path(args.workdir or tempfile.mkdtemp(prefix="bench-vision-"))
     work.mkdir(parents=True, exist_ok=True)
     peak = matmul_peak(args.threads)
-    print(f"torch bf16 matmul peak ({args.threads} threads): {peak:.0f} GFLOP/s", flush=True)
+    print(f"torch bf16 matmul peak: {peak:.0f} GFLOP/s ({args.threads} x one thread's, in CPU time)", flush=True)
     results = {"threads": args.threads, "qtype": args.qtype, "bf16_matmul_peak_gflops": peak, "shapes": {}}
     for name in args.shapes:
         s = SHAPES[name]
@@ -241,19 +247,25 @@ def main() -> None:
         if h is not None and args.profile:
             print(profile(h), flush=True)
             continue
-        times = {e: [] for e in args.engines}
+        times, hearth_cpu = {e: [] for e in args.engines}, []
         for r in range(args.repeats):  # interleaved: llama.cpp's repeat r, then hearth's
             if "llama.cpp" in args.engines:
                 times["llama.cpp"].append(llama_encode_ms(args.llama_mtmd, lm, mmproj, image, args.threads))
             if h is not None:
                 times["hearth"].append(h.encode_ms())
-            print(f"  repeat {r}: " + ", ".join(f"{e} {t[-1]:.0f} ms" for e, t in times.items()), flush=True)
+                hearth_cpu.append(h.cpu_ms)
+            print(f"  repeat {r}: " + ", ".join(f"{e} {t[-1]:.0f} ms" for e, t in times.items())
+                  + (f" (hearth's CPU time {h.cpu_ms:.0f} ms)" if h is not None else "") + f", load {os.getloadavg()[0]:.1f}",
+                  flush=True)
         row = {"gflop": work_gf}
         for e, t in times.items():
             med = statistics.median(t)
             row[e] = {"ms": t, "median_ms": med, "gflops": work_gf / med * 1e3, "pct_peak": 100 * work_gf / med * 1e3 / peak}
             print(f"  {e:9s} median {med:8.0f} ms  {row[e]['gflops']:6.0f} GFLOP/s  {row[e]['pct_peak']:4.0f}% of peak "
                   f"(runs {', '.join(f'{x:.0f}' for x in t)})", flush=True)
+        if hearth_cpu:
+            row["hearth"]["cpu_ms"] = hearth_cpu
+            print(f"  hearth's CPU time median {statistics.median(hearth_cpu):.0f} ms (both threads)", flush=True)
         if len(times) == 2:
             row["hearth_speedup"] = row["llama.cpp"]["median_ms"] / row["hearth"]["median_ms"]
             print(f"  hearth / llama.cpp speed: {row['hearth_speedup']:.2f}x", flush=True)
