@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build llama.cpp's `llama-mtmd-cli` (the peer for bench_vision.py: it prints "image slice encoded in
-# N ms") from the llama.cpp sources vendored in the same llama-cpp-python sdist that setup_llamacpp.sh uses, OUTSIDE the repo, with the
-# same ISA flags (AVX-512 named, AMX off: a native build dies with "Illegal instruction" here).
+# Build llama.cpp's `llama-mtmd-cli` (the peer for bench_vision.py: it prints "mtmd batch encoding done in
+# N ms") from the llama.cpp sources vendored in the same llama-cpp-python sdist that setup_llamacpp.sh uses,
+# OUTSIDE the repo, with the same ISA flags (AVX-512 named, AMX off: a native build dies with "Illegal instruction" here).
 # Idempotent: skips when the binary exists. Prints the binary's path.
 set -euo pipefail
 
