@@ -150,6 +150,14 @@ class Backend:
             return paged_attention_torch(q, kv_cache, meta, scale, window, softcap, sinks)
         return paged_attention_quantized_torch(q, kv_cache, meta, scale, window, softcap, sinks)
 
+    def full_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """One sequence's bidirectional attention (a vision tower's: every row sees every row).
+        q, k, v: [N, heads, head_dim] in one dtype (bf16 or f32) -> [N, heads, head_dim] in that dtype."""
+        # [1, heads, N, d]: 4-d, so torch takes its fused CPU kernel (3-d falls back to the math one)
+        out = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(0, 1)[None] for t in (q, k, v)),
+                                                               scale=scale)
+        return out[0].transpose(0, 1)
+
     def logits(self, head: QuantLinear, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
         """hidden: f32 [N, hidden] -> [N, vocab], or with ids [M] only those columns: [N, M], each
         value bit for bit the whole head's (a backend computes fewer rows where it can)."""

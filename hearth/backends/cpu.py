@@ -14,6 +14,7 @@ import torch
 
 from hearth.backends.base import TORCH_OPS, Backend, LayerOps
 from hearth.backends.cpu_experts import NativeExperts
+from hearth.backends.cpu_full_attention import full_attention_native
 from hearth.backends.cpu_linear import native_linear, native_part
 from hearth.backends.cpu_lora import native_lora_stack
 from hearth.kernels import native, tiers
@@ -238,6 +239,13 @@ class CpuBackend(Backend):
 
     def attention(self, q, kv_cache, meta, scale, window, softcap, precise, sinks=None):
         return paged_attention(q, kv_cache, meta, scale, window, softcap, precise, sinks)  # sinks: the torch paths
+
+    def full_attention(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+        """bf16 rows on the native flash kernel where it runs (hearth.backends.cpu_full_attention: 2x torch's
+        SDPA at head dim 64, 1.25x at 72 padded to 96, one thread); f32 rows (an exact or f32 tower) keep torch's."""
+        if q.dtype == torch.bfloat16 and (out := full_attention_native(q, k, v, scale)) is not None:
+            return out.to(q.dtype)
+        return super().full_attention(q, k, v, scale)
 
     def logits(self, head: QuantLinear, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
         part = native_part(head)  # f32 in, f32 out (also from its bf16 tiles): no cast of a 262k-wide row

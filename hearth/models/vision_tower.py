@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hearth.errors import ModelLoadError
+from hearth.layers.linear import DensePart, QuantLinear
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.media.config import VisionConfig
 from hearth.models.encoder import LayerNorm
@@ -27,11 +28,29 @@ ACTIVATIONS = {
 }
 
 
-def _linear(g: GGUFFile, backend, names: list[str]):
+def _linear(g: GGUFFile, backend, names: list[str]) -> Affine:
     """Weights fused along out_features (q | k | v), with their biases (every ViT linear has one)."""
     biases = [maybe_f32(g, n.replace(".weight", ".bias")) for n in names]
     bias = torch.cat(biases) if all(b is not None for b in biases) else None
-    return backend.linear([g.tensor(n) for n in names], bias=bias)
+    return Affine(backend.linear([g.tensor(n) for n in names], bias=bias))
+
+
+class Affine(nn.Module):
+    """x @ W.T + b in the linear's own activation dtype (bf16 on the fast paths, f32 for F32 or exact weights):
+    a dense weight takes one addmm with the bias in it (no f32 round trip of the [N, out] rows per linear);
+    other parts (the native GEMMs on Q8_0 blocks, the exact twin) their QuantLinear, cast to that dtype."""
+
+    def __init__(self, lin: QuantLinear):
+        super().__init__()
+        self.lin, self.dtype, self.in_features = lin, lin.in_dtype, lin.in_features
+        part = lin.parts[0] if len(lin.parts) == 1 else None
+        self.weight = part.weight if isinstance(part, DensePart) and part.weight.dtype == self.dtype else None
+        self.bias = None if lin.bias is None else lin.bias.to(self.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [N, in] in self.dtype -> [N, out] in self.dtype
+        if self.weight is None:
+            return self.lin(x).to(self.dtype)
+        return x @ self.weight.T if self.bias is None else torch.addmm(self.bias, x, self.weight.T)
 
 
 class VisionBlock(nn.Module):
@@ -47,16 +66,20 @@ class VisionBlock(nn.Module):
             up, down = down, up  # the legacy LLaVA converter names fc1 ffn_down (llama.cpp's is_ffn_swapped)
         self.up, self.down = _linear(g, backend, [up]), _linear(g, backend, [down])
         self.act = ACTIVATIONS[cfg.activation]
+        self.backend = backend
+        # the rows between the norms and the residual adds in one dtype: bf16 where every linear computes in
+        # it (the fast paths), else f32; the residual stream stays f32
+        dtypes = {lin.dtype for lin in (self.qkv, self.o, self.up, self.down)}
+        self.dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: f32 [N, hidden] (one image's rows) -> [N, hidden]."""
-        n = x.shape[0]
-        # each [1, heads, N, head_dim]: 4-d, so torch takes its fused CPU kernel (3-d falls back to the math one)
-        q, k, v = (t.view(1, n, self.heads, self.head_dim).transpose(1, 2)
-                   for t in self.qkv(self.ln1(x)).split(self.hidden, dim=-1))
-        attn = F.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(self.head_dim))  # every row sees all
-        x = x + self.o(attn[0].transpose(0, 1).reshape(n, self.hidden))
-        return x + self.down(self.act(self.up(self.ln2(x))))
+        n, dt = x.shape[0], self.dtype
+        q, k, v = (t.view(n, self.heads, self.head_dim)
+                   for t in self.qkv(self.ln1(x).to(dt)).split(self.hidden, dim=-1))
+        attn = self.backend.full_attention(q, k, v, 1.0 / math.sqrt(self.head_dim))  # every row sees all
+        x = x + self.o(attn.reshape(n, self.hidden))
+        return x + self.down(self.act(self.up(self.ln2(x).to(dt))))
 
 
 class VisionTower(nn.Module):
