@@ -123,7 +123,7 @@ def _crop(img: Image.Image, cfg: VisionConfig):
     short, long = min(w, h), max(w, h)
     new_long = int(s * long / short)
     size = (s, new_long) if w <= h else (new_long, s)  # PIL (width, height)
-    arr = np.asarray(img.resize(size, resample=cfg.spec.resample))
+    arr = np.asarray(img.resize(size, resample=Image.Resampling[cfg.spec.resample]))
     top, left = (arr.shape[0] - s) // 2, (arr.shape[1] - s) // 2
     return arr[None, top:top + s, left:left + s], 0, 0
 
@@ -134,15 +134,15 @@ def _square(img: Image.Image, cfg: VisionConfig):
 
 
 def _to_square(img: Image.Image, cfg: VisionConfig) -> np.ndarray:
-    return np.asarray(img.resize((cfg.image_size, cfg.image_size), resample=cfg.spec.resample))
+    return np.asarray(img.resize((cfg.image_size, cfg.image_size), resample=Image.Resampling[cfg.spec.resample]))
 
 
 def _split(img: Image.Image, cfg: VisionConfig):
     """Idefics3ImageProcessor's default (do_image_splitting): longest edge to preproc_size, then each edge up to
     a multiple of S, cut into S x S tiles row by row, and that whole image to S x S last (the global image);
     one that is S x S by then is the global image alone (0 rows, 0 cols). Every resize with its filter."""
-    img = img.resize(_longest_edge(*img.size, cfg.preproc_size), resample=cfg.spec.resample)
-    img = img.resize(_multiples(*img.size, cfg.image_size), resample=cfg.spec.resample)
+    img = img.resize(_longest_edge(*img.size, cfg.preproc_size), resample=Image.Resampling[cfg.spec.resample])
+    img = img.resize(_multiples(*img.size, cfg.image_size), resample=Image.Resampling[cfg.spec.resample])
     s, (w, h) = cfg.image_size, img.size
     if w <= s and h <= s:
         return np.asarray(img)[None], 0, 0

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PIL import Image
-
-BICUBIC, BILINEAR, LANCZOS = Image.Resampling.BICUBIC, Image.Resampling.BILINEAR, Image.Resampling.LANCZOS
-
 
 @dataclass(frozen=True, slots=True)
 class Projector:
@@ -19,7 +15,8 @@ class Projector:
     edge to image_size, then a centre crop), "square" (Siglip/Gemma3ImageProcessor: straight to S x S),
     "split" (Idefics3ImageProcessor's default: longest edge to preproc_size, then a grid of S x S tiles and the
     whole image as one more, the global one)."""
-    resample: Image.Resampling
+    resample: str
+    """PIL's Image.Resampling member by name (hearth.media.images resolves it: Pillow loads with an image)."""
     """The PIL filter of that processor's resizes (the model's preprocessor_config: gemma-3 asks bilinear)."""
     merge: str
     """How the tower's rows become fewer (hearth.models.vision_projector): "none", "avg_pool" (gemma3: k x k
@@ -54,13 +51,13 @@ class Projector:
 
 PROJECTORS: dict[str, Projector] = {p.name: p for p in (
     # LLaVA-1.5: CLIP ViT, features of layer -2 without the class row, mm.0 -> gelu -> mm.2
-    Projector("mlp", "crop", BICUBIC, "none", 1, "mm.2.weight", 0),
+    Projector("mlp", "crop", "BICUBIC", "none", 1, "mm.2.weight", 0),
     # Gemma3Processor: boi "<start_of_image>" becomes "\n\n<start_of_image>" + soft tokens + "<end_of_image>\n\n"
-    Projector("gemma3", "square", BILINEAR, "avg_pool", 4, "mm.input_projection.weight", 1,
+    Projector("gemma3", "square", "BILINEAR", "avg_pool", 4, "mm.input_projection.weight", 1,
               "\n\n<start_of_image>", "<end_of_image>\n\n", "<image_soft_token>", bidirectional=True),
     # Idefics3Processor (do_image_splitting, its default): per tile fake, <row_R_col_C>, rows; "\n" after each row;
     # then "\n", fake, global-img, rows, fake (an image no larger than one tile: the global image alone)
-    Projector("idefics3", "split", LANCZOS, "pixel_shuffle", 2, "mm.model.fc.weight", 0,
+    Projector("idefics3", "split", "LANCZOS", "pixel_shuffle", 2, "mm.model.fc.weight", 0,
               "<fake_token_around_image><global-img>", "<fake_token_around_image>", "<image>",
               tile="<fake_token_around_image><row_{row}_col_{col}>", row_end="\n", global_sep="\n"),
 )}
