@@ -38,7 +38,7 @@ def is_fetched(url: str) -> bool:
 def url_bytes(url: str, field: str) -> bytes | None:
     """A data URL's bytes; None for an http(s) URL (fetch it); any other scheme is a 400."""
     if not isinstance(url, str) or not url:
-        raise bad(field, "must be a non-empty string: a data:image/...;base64, URL or an http(s) URL")
+        raise bad(field, "required: a data:image/...;base64, URL or an http(s) URL")
     if is_fetched(url):
         return None
     if not url.lower().startswith("data:"):

@@ -105,14 +105,26 @@ class RequestImages:
         if self.vision is None:
             raise text_only(field)
 
-    def add(self, field: str, url: str | None = None, b64: str | None = None) -> str:
-        """The marker of a new image from a URL or bare base64 (decoded now: a bad one is a 400 here)."""
+    def add_url(self, field: str, url) -> str:
+        """The marker of a new image from a URL (a data URL decoded now, an http(s) one fetched on load)."""
+        self._room(field)
+        data = url_bytes(url, field)
+        return self._added(ImagePart(field, data, url if data is None else None))
+
+    def add_b64(self, field: str, b64) -> str:
+        """The marker of a new image from bare base64 (decoded now)."""
+        self._room(field)
+        return self._added(ImagePart(field, b64_bytes(b64, field)))
+
+    def _room(self, field: str) -> None:
+        """A 400 naming `field` unless the model takes images and the request has room for one more."""
         self.require(field)
         if len(self.parts) >= self.vision.max_images:
             raise bad(field, f"more than {self.vision.max_images} images in one request (the server's "
                              "--limit-mm-per-prompt)")
-        data = b64_bytes(b64, field) if url is None else url_bytes(url, field)
-        self.parts.append(ImagePart(field, data, url if data is None else None))
+
+    def _added(self, part: ImagePart) -> str:
+        self.parts.append(part)
         return self.marker(len(self.parts) - 1)
 
     def part(self, nonce: str, k: str) -> ImagePart | None:
@@ -166,15 +178,15 @@ def read_part(part: dict, at: str, images: RequestImages | None) -> str | None:
 def _openai_image(part: dict, at: str, images: RequestImages) -> str:
     value = part.get("image_url")
     if isinstance(value, dict):
-        return images.add(f"{at}.image_url.url", url=_url(value.get("url"), f"{at}.image_url.url"))
-    return images.add(f"{at}.image_url", url=_url(value, f"{at}.image_url"))
+        return images.add_url(f"{at}.image_url.url", value.get("url"))
+    return images.add_url(f"{at}.image_url", value)
 
 
 def _responses_image(part: dict, at: str, images: RequestImages) -> str:
     if part.get("image_url") is None and part.get("file_id") is not None:
         raise bad(f"{at}.file_id", "hearth keeps no files (/v1/files): send the image as image_url, a "
                                    "data:image/...;base64, URL or an http(s) URL")
-    return images.add(f"{at}.image_url", url=_url(part.get("image_url"), f"{at}.image_url"))
+    return images.add_url(f"{at}.image_url", part.get("image_url"))
 
 
 def _anthropic_image(part: dict, at: str, images: RequestImages) -> str:
@@ -184,20 +196,13 @@ def _anthropic_image(part: dict, at: str, images: RequestImages) -> str:
         media_type = source.get("media_type")
         if media_type not in ANTHROPIC_TYPES:
             raise bad(f"{at}.source.media_type", f"must be one of {', '.join(ANTHROPIC_TYPES)}, got {media_type!r}")
-        return images.add(f"{at}.source.data", b64=source.get("data"))
+        return images.add_b64(f"{at}.source.data", source.get("data"))
     if kind == "url":
-        return images.add(f"{at}.source.url", url=_url(source.get("url"), f"{at}.source.url"))
+        return images.add_url(f"{at}.source.url", source.get("url"))
     if not isinstance(source, dict):  # OpenAI's spelling sent as Anthropic's `image` type, say
         raise bad(f"{at}.source", "an image part of type 'image' (Anthropic's) needs a source {type: base64 | url}; "
                                   "OpenAI's is {type: image_url, image_url: {url: ...}}")
     raise bad(f"{at}.source.type", f"must be 'base64' or 'url', got {kind!r}")
-
-
-def _url(value, field: str) -> str:
-    """An image part's URL, or a 400 naming what it takes (a missing one read as a bad base64 string)."""
-    if not isinstance(value, str) or not value:
-        raise bad(field, "required: a data:image/...;base64, URL or an http(s) URL")
-    return value
 
 
 READERS: dict[str, Callable[[dict, str, RequestImages], str]] = {

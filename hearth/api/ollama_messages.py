@@ -54,7 +54,7 @@ def _with_images(given: Any, content: Any, where: str, images) -> Any:
         raise bad(where, f"must be a list of base64 strings, not {_kind(given)}")
     if not isinstance(content, str):
         raise bad(where.removesuffix(".images") + ".content", f"must be a string, not {_kind(content)}")
-    return "".join(images.add(f"{where}[{j}]", b64=x) for j, x in enumerate(given)) + content
+    return "".join(images.add_b64(f"{where}[{j}]", x) for j, x in enumerate(given)) + content
 
 
 def _calls(calls: Any, where: str, i: int) -> Any:

@@ -159,7 +159,7 @@ def _generate_images(given, images: RequestImages) -> str:
     images.require("images")
     if not isinstance(given, list):
         raise APIError(400, "images: must be a list of base64 strings", param="images")
-    return "".join(images.add(f"images[{j}]", b64=x) for j, x in enumerate(given))
+    return "".join(images.add_b64(f"images[{j}]", x) for j, x in enumerate(given))
 
 
 def _generate_prompt(served, body: GenerateRequest, images=None,

@@ -106,7 +106,7 @@ def test_fetches_run_in_their_own_pool():
                     fetch_policy=LOCAL)
     images = RequestImages(vision)
     with ImageServer({"a.png": image(1)}) as site:
-        images.add(FIELD, url=site.url("a.png"))
+        images.add_url(FIELD, site.url("a.png"))
         asyncio.run(images.load())
     assert seen and seen[0].startswith("hearth-media")
 

@@ -34,7 +34,7 @@ def served_with(tokenizer, vision) -> ServedModel:
 
 def loaded(vision, *datas: bytes) -> tuple[RequestImages, list[str]]:
     images = RequestImages(vision)
-    marks = [images.add(f"messages[0].content[{j}]", url=data_url(d)) for j, d in enumerate(datas)]
+    marks = [images.add_url(f"messages[0].content[{j}]", data_url(d)) for j, d in enumerate(datas)]
     asyncio.run(images.load())
     return images, marks
 
