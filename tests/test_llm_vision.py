@@ -19,6 +19,7 @@ from hearth.errors import HearthError
 from hearth.llm_vision import tokens_prompt
 from hearth.media.config import read_vision_config
 from tests import mmproj_factory
+from tests.bert_factory import write_tiny_encoder
 
 GREEDY = SamplingParams(temperature=0, max_tokens=4, logprobs=3)
 
@@ -104,6 +105,9 @@ def test_bad_mmproj_and_image_input_are_one_line(files, llm):
         LLM(str(model), mmproj="nowhere.gguf", progress=False)
     with pytest.raises(HearthError, match="pass the mmproj made for this model"):
         LLM(str(model), mmproj=str(other), max_model_len=256, progress=False)
+    write_tiny_encoder(model.parent / "encoder.gguf", "bert")
+    with pytest.raises(HearthError, match="--mmproj: an embedding model takes no images"):
+        LLM(str(model.parent / "encoder.gguf"), mmproj=str(other), progress=False)
     with pytest.raises(ValueError, match=r"messages\[0\].content\[0\].image_url"):
         llm.chat(asking(b"not an image"), GREEDY)
     text_only = LLM(str(model), max_model_len=256, progress=False)

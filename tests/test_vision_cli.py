@@ -66,6 +66,9 @@ def test_image_on_a_model_without_a_chat_template_is_one_line(files, tmp_path, c
     assert main(argv) == 1
     assert "has no chat template, and --image needs a chat: add --chat" in one_line(capsys)
     assert main([*argv, "--chat"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--raw"]) == 1
+    assert "--image is a chat's, and --raw completes text: drop one of them" in one_line(capsys)
 
 
 def test_a_bad_image_is_named_by_its_flag_before_the_model_loads(files, tmp_path, capsys, monkeypatch):
