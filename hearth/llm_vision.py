@@ -37,7 +37,7 @@ def attach(llm, cfg: VisionConfig | None, backend) -> None:
 
     check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
     cpu = backend if backend.name in ("cpu", "torch") else select_backend("cpu")
-    llm.runner.set_vision(llm.vision_stats.timed(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu)))
+    llm.runner.set_vision(llm.vision_stats.timed(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu, cfg)))
     log.debug("%s %s", llm.config.model, reads_images(cfg, llm.config.mmproj))  # serve prints it as its other lines
 
 

@@ -24,10 +24,11 @@ class VisionEncoder(nn.Module):
         self.projector = PROJECTORS[cfg.projector](cfg, g, backend)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, backend) -> VisionEncoder:
-        """The encoder of an mmproj GGUF (hearth.media.config's one-line errors for a file that is none)."""
+    def load(cls, path: str | os.PathLike, backend, cfg: VisionConfig | None = None) -> VisionEncoder:
+        """The encoder of an mmproj GGUF (hearth.media.config's one-line errors for a file that is none);
+        cfg: its VisionConfig if already read (the file's fingerprint is not sampled again)."""
         g = GGUFFile(path)
-        return cls(vision_config(g), g, backend)
+        return cls(cfg or vision_config(g), g, backend)
 
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> torch.Tensor:
