@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from hearth.backends import select as select_backend
 from hearth.errors import HearthError
 from hearth.media.config import VisionConfig, check_lm_hidden, read_vision_config
 from hearth.media.vision_stats import VisionStats
@@ -33,7 +32,8 @@ def attach(llm, cfg: VisionConfig | None, backend) -> None:
     if cfg is None:
         return
     llm.vision_stats = VisionStats()
-    from hearth.models.vision import VisionEncoder  # torch's side: only with an mmproj
+    from hearth.backends import select as select_backend  # torch's side: only with an mmproj
+    from hearth.models.vision import VisionEncoder
 
     check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
     cpu = backend if backend.name in ("cpu", "torch") else select_backend("cpu")

@@ -77,3 +77,16 @@ def test_models_and_layers_never_ask_which_device_runs():
     problems = [f"{module} imports {name}" for module, path in _modules() if _package(module) in DEVICE_BLIND
                 for name in _imports(path) if any(name == m or name.startswith(m + ".") for m in DEVICE_MODULES)]
     assert not problems, "\n".join(problems)
+
+
+def test_the_commands_load_no_torch_before_they_must():
+    """`hearth run`'s and `hearth serve`'s one-line refusals (a bad flag, a missing file) come before torch
+    loads (~1.7 s): their modules import the model side only inside main (llm_vision's import had pulled
+    hearth.backends, and torch, into `import hearth.commands.run`)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, hearth.commands.run, hearth.commands.serve, hearth.commands.vision_flags; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -16,7 +16,6 @@ from hearth.commands.human_ints import token_count
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
-from hearth.llm_vision import reads_images, tokens_prompt
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
@@ -101,6 +100,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from hearth.engine.encoder_core import embedding_only
     from hearth.llm import LLM
+    from hearth.llm_vision import reads_images
 
     _model_flag(args)
     if args.system and args.mode == "text":
@@ -323,6 +323,8 @@ def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, n
     `history` as it was. `note` is said once the request is accepted, so that a refusal stays one line.
     until_full: -n -1 / -2 (params.max_tokens None): all the room left, not the default. images: --image's
     content parts, ahead of `text` in its message."""
+    from hearth.llm_vision import tokens_prompt  # beside LLM's import: the command's flags read first
+
     message = {"role": "user", "content": [*images, {"type": "text", "text": text}] if images else text}
     ids = _prompt_ids(llm, history, message)
     if params.max_tokens is None:  # not given: the default (or -n -1: no cap), within the room left
