@@ -53,9 +53,11 @@ class ChatImages:
     rendered prompt ids with each image's rows. It holds what encode_with_images reads of a served model."""
 
     def __init__(self, llm):
-        from hearth.api.media_parts import RequestImages, Vision  # here: hearth.api loads fastapi
+        from hearth.api.media_fetch import USER_GIVEN  # here: hearth.api loads fastapi
+        from hearth.api.media_parts import RequestImages, Vision
 
-        self.vision = Vision(llm.vision_config) if llm.vision_config is not None else None
+        # the caller's own messages: their URLs may name this machine (the server's requests may not)
+        self.vision = Vision(llm.vision_config, fetch_policy=USER_GIVEN) if llm.vision_config is not None else None
         self.tokenizer, self.name, self.encode_chat_text = llm.tokenizer, llm.config.model, llm._chat_ids
         self.images = RequestImages(self.vision)
 

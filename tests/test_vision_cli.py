@@ -115,6 +115,28 @@ def test_image_command_adds_an_image_to_the_next_message(files, llm, tmp_path, c
     assert f"{tmp_path / 'red.png'} image loaded" in err
 
 
+def test_a_url_on_this_machine_is_fetched_for_run_and_llm_chat(files, llm, capsys, monkeypatch):
+    """The user's own URL (--image, /image, LLM.chat) may name this machine: the server's default policy
+    (loopback and private addresses refused, --allow-private-media-urls) refused it, and `hearth run` has
+    no flag to change it. The server's requests are still refused (tests/api/test_vision_fetch.py)."""
+    from tests.api.vision_fakes import ImageServer
+
+    model, mmproj, _ = files
+    data = png((90, 160, 20))
+    want = llm.chat([asking(data, "hi")], SAMPLE).outputs[0].text
+    with ImageServer({"cat.png": data}) as server:
+        url = server.url("cat.png")
+        fetched = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
+                                               {"type": "text", "text": "hi"}]}
+        assert llm.chat([fetched], SAMPLE).outputs[0].text == want
+        assert main(["run", str(model), "hi", *ARGS, "--mmproj", str(mmproj), "--image", url]) == 0
+        assert capsys.readouterr().out == want + "\n"
+        monkeypatch.setattr("sys.stdin", io.StringIO(f"/image {url}\nhi\n"))
+        assert main(["run", str(model), *ARGS, "--mmproj", str(mmproj)]) == 0
+        out, err = capsys.readouterr()
+        assert out == want + "\n" and f"{url} image loaded" in err
+
+
 def test_image_command_without_a_projector_is_one_line(files, capsys, monkeypatch):
     model, _, _ = files
     monkeypatch.setattr("sys.stdin", io.StringIO("/image x.png\n"))

@@ -95,6 +95,13 @@ class FetchPolicy:
         return addresses[0]
 
 
+USER_GIVEN = FetchPolicy(private=True)
+"""A URL the user gave hearth themselves (`hearth run --image URL`, `/image URL`, LLM.chat): no one else's
+request can aim it at this machine or its network, so loopback and LAN hosts are fetched, as vLLM's LLM.chat
+does (its only check is allowed_media_domains, unset by default) and llama-mtmd-cli reads any local file. The
+server's requests keep FetchPolicy()'s refusal (--allow-private-media-urls)."""
+
+
 def _refused(address: str) -> bool:
     """Not a public unicast address (IPv4-mapped IPv6 read as the IPv4 it holds)."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])

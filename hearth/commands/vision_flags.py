@@ -97,11 +97,11 @@ def image_part(source: str, cfg, flag: str) -> dict:
 def _image_bytes(source: str, shown: str) -> bytes:
     if source.lower().startswith(("http://", "https://", "data:")):
         from hearth.api.errors import APIError
-        from hearth.api.media_fetch import fetch, url_bytes
+        from hearth.api.media_fetch import USER_GIVEN, fetch, url_bytes
 
         try:
             data = url_bytes(source, shown)
-            return data if data is not None else fetch(source, shown)
+            return data if data is not None else fetch(source, shown, USER_GIVEN)  # the user's own URL
         except APIError as e:  # its message names `shown`
             raise HearthError(e.message) from None
     try:
