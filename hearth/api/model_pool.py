@@ -224,26 +224,26 @@ class ModelPool:
         finally:
             slot.pending -= 1
 
-    async def unload(self, requested: str | None) -> bool:
-        """Unload a model now, as Ollama's keep_alive 0 asks (`ollama stop`): whether it is now unloaded. A
-        pinned model, or one this server could not load again, stays; one serving requests goes once they end."""
+    async def unload(self, requested: str | None) -> str | None:
+        """Unload a model now, as Ollama's keep_alive 0 asks (`ollama stop`): None where it goes (now, or once
+        the requests it is serving end), else why it stays (pinned, a model this server could not load again,
+        one still loading), in a sentence an unload request's refusal says. The check and the unload are one
+        step under the pool's lock: a load that begins while this waits for the lock is seen, never answered
+        "unloaded" (checked before the wait, it was)."""
         slot = self.resolve(requested)
         async with self._room:
+            if why := self._kept(slot):
+                return why
             if slot.served is None:
-                return slot.loading is None
-            if slot.spec.pinned or self.loader is None:
-                return False
+                return None
             if slot.busy():  # it goes once its requests end, as Ollama's runner with a zero keep_alive
                 slot.keep_alive = 0
-                return False
+                return None
             await self._unload(slot, "(keep_alive 0)")
-            return True
+            return None
 
-    def why_kept(self, requested: str | None) -> str | None:
-        """Why unload() would leave this model loaded (pinned, a model this server could not load again, one
-        still loading), in a sentence an unload request's refusal says; None: it would go (now, or once its
-        requests end)."""
-        slot = self.resolve(requested)
+    def _kept(self, slot: _Slot) -> str | None:
+        """Why unload() leaves this model loaded; None: it goes. Read under the pool's lock."""
         if slot.spec.pinned or self.loader is None:
             return slot.spec.pinned_why or "it is pinned on this server"
         if slot.served is None and slot.loading is not None:

@@ -194,9 +194,8 @@ async def _unload(pool, model: str | None, empty: dict) -> JSONResponse:
     could not load again, one still loading) a 409 says why: `ollama stop` ignores a 200's body, so a "load"
     answer told its user it stopped while it stayed; it prints a non-200's error and exits 1."""
     slot = resolve(pool, model)
-    if why := pool.why_kept(slot.spec.name):
+    if why := await pool.unload(slot.spec.name):  # checked and unloaded in one step (ModelPool.unload)
         raise APIError(409, f"model '{model or slot.spec.name}' was not unloaded: {why}", code="model_pinned")
-    await pool.unload(slot.spec.name)
     head = {"model": model or slot.spec.name, "created_at": now(), **empty}
     return JSONResponse({**head, "done": True, "done_reason": "unload"})
 

@@ -518,13 +518,46 @@ def test_stop_of_a_busy_model_answers_unload_and_it_goes_once_its_requests_end()
     asyncio.run(scenario())
 
 
+async def _until(ready) -> None:
+    """Let the other tasks run (no clock: each await below is a turn of the loop) until `ready()`."""
+    for _ in range(100):
+        if ready():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never ready")
+
+
+def test_stop_checks_and_unloads_in_one_step_under_the_pools_lock():
+    """`ollama stop` asked whether the model stays (pinned, still loading) before it waited for the pool's lock,
+    and unloaded after: a load that began in between was answered 200 "unload" while the model loaded. The stop
+    here waits behind a load making room (the test holds the lock as that does), a request for the model begins
+    its load meanwhile, and the answer is the 409 that says it is loading; the load goes on."""
+    from hearth.api.ollama_routes import _unload
+
+    async def scenario():
+        pool, loader, clock = idle_pool(3600)
+        async with pool._room:
+            stop = asyncio.ensure_future(_unload(pool, "a", {"response": ""}))
+            await _until(lambda: len(pool._room._waiters or ()) == 1)  # the stop waits for the lock
+            get = asyncio.ensure_future(pool.get("a"))
+            await _until(lambda: pool.slots[1].loading is not None and len(pool._room._waiters) == 2)
+        with pytest.raises(APIError) as e:
+            await stop
+        assert e.value.status == 409 and e.value.message == ("model 'a' was not unloaded: it is still loading: "
+                                                            "ask again once it has loaded")
+        assert await get is pool.slots[1].served is not None and loader.loads == ["a"]
+        await pool.close()
+
+    asyncio.run(scenario())
+
+
 def test_keep_alive_0_on_a_busy_model_unloads_it_once_its_requests_end():
     """Ollama sets a busy runner's duration to 0: it expires when its last request ends, not never."""
     async def scenario():
         pool, loader, clock = idle_pool(3600)
         a = await pool.get("a")
         stream = a.engine.add_request([1], _params(), request_id="r1")
-        assert await pool.unload("a") is False and pool.slots[1].served is a
+        assert await pool.unload("a") is None and pool.slots[1].served is a  # None: not kept, it goes
         stream.abort()
         await pool.check_idle()
         assert pool.slots[1].served is None
