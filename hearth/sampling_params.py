@@ -67,6 +67,11 @@ class SamplingParams:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] | None = None
+    bad_words: list[str] = field(default_factory=list)
+    """vLLM's: words whose token sequences are never generated, at the start of the text or after a space
+    (hearth.sample.bad_words). Only what is generated counts: a word the prompt ends in the middle of is not."""
+    bad_words_token_ids: list[list[int]] = field(default_factory=list)
+    """bad_words' token sequences, which the engine fills from its tokenizer (set: used as they are)."""
     seed: int | None = None
     max_tokens: int | None = 16
     """None: until the context is full."""
@@ -109,7 +114,12 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             self.stop = [self.stop]
+        if isinstance(self.bad_words, tuple):
+            self.bad_words = list(self.bad_words)
         checks = [
+            # a string would read as a list of its characters, each one banned
+            (isinstance(self.bad_words, list) and all(isinstance(w, str) and w.strip() for w in self.bad_words),
+             "bad_words", f"must be a list of words (non-empty strings), got {self.bad_words!r}"),
             (self.n >= 1, "n", f"must be at least 1, got {self.n}"),
             (self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}"),
             (math.isfinite(self.temperature), "temperature", f"must be a finite number, got {self.temperature}"),

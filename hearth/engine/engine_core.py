@@ -18,6 +18,7 @@ from hearth.errors import HearthError, PromptTooLongError
 from hearth.media.inputs import MediaInput
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
+from hearth.sample.bad_words import word_token_ids
 from hearth.sample.grammar import compile_grammar, stopped
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, over_max_logprobs
 from hearth.spec_decode.policy import SpeculativeDecoder
@@ -111,9 +112,24 @@ class EngineCore:
                       media: Sequence[MediaInput] = ()) -> None:
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs)
+        self.bad_word_ids(params)
         (self.lora or NO_ADAPTERS).check(params.lora)
         if media:
             self.check_media(prompt_token_ids, media)
+
+    def bad_word_ids(self, params: SamplingParams) -> list[list[int]]:
+        """params.bad_words' token sequences (vLLM's rule: hearth.sample.bad_words), each id in the model's
+        vocabulary (a tokenizer may hold more ids than the model's head scores)."""
+        if params.bad_words_token_ids or not params.bad_words:
+            sequences = params.bad_words_token_ids
+        else:
+            sequences = word_token_ids(params.bad_words, lambda t: self.tokenizer.encode(t, add_special_tokens=False))
+        if not all(sequences):
+            raise InvalidSamplingParams("bad_words", "must not hold a word of no tokens")
+        bad = next((t for ids in sequences for t in ids if not 0 <= t < self.vocab_size), None)
+        if bad is not None:
+            raise InvalidSamplingParams("bad_words", f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+        return sequences
 
     def check_media(self, prompt_token_ids: list[int], media: Sequence[MediaInput]) -> None:
         """Image spans this engine can take with this prompt, else InvalidPromptError naming why."""
@@ -137,6 +153,8 @@ class EngineCore:
         eos = frozenset(self.tokenizer.eog_ids)
         if self.lora is not None:  # every adapter's scale, fixed for the request (its K/V's cache key)
             params = replace(params, lora=self.lora.resolve(params.lora))
+        if params.bad_words and not params.bad_words_token_ids:  # a copy: the caller's params stay as given
+            params = replace(params, bad_words_token_ids=self.bad_word_ids(params))
         self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len, media))
         self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)
         return rid

@@ -15,6 +15,7 @@ from hearth.engine.media_spans import chunk_tokens, hit_blocks
 from hearth.engine.request import Request, RequestStatus
 from hearth.media.inputs import overlapping
 from hearth.runner.messages import RunnerOutput, SampledToken, ScheduledSequence, SchedulerOutput
+from hearth.sample.bad_words import history_needed
 from hearth.spec_decode.policy import DraftOutcome
 from hearth.spec_decode.tree import DraftTree
 
@@ -213,6 +214,8 @@ class Scheduler:
         p = req.params
         # the token history travels only when a penalty reads it: a copy per step is O(length)
         penalties = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
+        out = req.output_token_ids  # bad words read only its last few
+        tail = out if penalties else out[max(0, len(out) - history_needed(p.bad_words_token_ids)):]
         return ScheduledSequence(
             request_id=req.request_id,
             token_ids=req.token_slice(start, n),
@@ -220,7 +223,7 @@ class Scheduler:
             block_ids=list(req.block_ids),
             sample=start + n == req.num_tokens,
             params=p,
-            output_token_ids=list(req.output_token_ids) if penalties else [],
+            output_token_ids=list(tail),
             prompt_token_ids=req.prompt_token_ids if penalties else [],
             banned_token_ids=self._banned(req),
             banned_rows=p.min_tokens - len(req.output_token_ids),

@@ -280,13 +280,14 @@ class ModelRunner:
         r = 0
         for s in seqs:
             k, p = len(s.spec_token_ids), s.params
-            penalties = bool(s.output_token_ids or s.prompt_token_ids)
+            # the rows' histories, where a penalty or a bad word reads them (a word may start in the drafts)
+            reads = bool(s.output_token_ids or s.prompt_token_ids or p.bad_words_token_ids)
             # row j's history holds the drafts before it: a chain's first j, a tree node's path
             paths = node_paths(s.spec_parents) if s.is_tree else [list(range(j)) for j in range(1, k + 1)]
             for j, path in enumerate([[]] + paths):
                 params.append(p)
                 histories.append((s.prompt_token_ids, s.output_token_ids + [s.spec_token_ids[a] for a in path])
-                                 if penalties else ([], []))
+                                 if reads else ([], []))
                 if s.banned_token_ids and len(path) < s.banned_rows and p.structured_output is None:
                     logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in mask_row
             if p.structured_output is not None:

@@ -1,7 +1,7 @@
 """Sampling as a pure function of (logits, per-request options, per-request generators).
 
 Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`):
-logit bias -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> typical-p
+logit bias -> bad words -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> typical-p
 -> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain, and
 reads the distribution before temperature, which that chain applies last; vLLM has no typical-p).
 Each filter sees what the one before left, renormalized (HF's warpers do the same, but
@@ -14,6 +14,7 @@ import itertools
 
 import torch
 
+from hearth.sample.bad_words import banned_last_tokens
 from hearth.sampling_params import GREEDY_EPS, SamplingParams
 
 
@@ -26,13 +27,20 @@ def _pairs(rows: list[int], token_lists: list[list[int]]) -> tuple[torch.Tensor,
 
 def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
                              histories: list[tuple[list[int], list[int]]]) -> torch.Tensor:
-    """logits: [S, V], modified in place; histories[i] = (prompt ids, output ids).
+    """logits: [S, V], modified in place; histories[i] = (prompt ids, output ids: at least the tail its bad
+    words read, all of them where a penalty reads them).
     Rows without options are untouched; one batched op per option, not one per row."""
     bias = [(i, t, b) for i, p in enumerate(params) if p.logit_bias for t, b in p.logit_bias.items()]
     if bias:
         r, t, b = zip(*bias)
         logits.index_put_((torch.tensor(r), torch.tensor(t)), torch.tensor(b, dtype=logits.dtype),
                           accumulate=True)
+    # bad words: a verify row's history holds the drafts before it, so a banned draft is rejected there
+    bad = [(i, t) for i, p in enumerate(params) if p.bad_words_token_ids
+           for t in banned_last_tokens(p.bad_words_token_ids, histories[i][1])]
+    if bad:
+        r, t = zip(*bad)
+        logits[torch.tensor(r), torch.tensor(t)] = float("-inf")
     rep = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
     if rep:
         # HF/vLLM rule over prompt and output: divide positive logits, multiply the others.

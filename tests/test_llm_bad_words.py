@@ -1,0 +1,65 @@
+"""vLLM's bad_words on a real model (SmolLM2-135M): a word its greedy answer holds is never generated once
+banned, a word of two tokens too (its last token banned right after the first), through LLM.generate and
+LLM.chat; with prompt-lookup speculation, whose drafts copy the banned words from the prompt, the output is
+token for token the output without speculation."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth import LLM, SamplingParams
+
+PROMPT = "Paris is the capital of France. Rome is the capital of Italy. Madrid is the capital of Spain. Berlin is the"
+
+
+def greedy(llm, prompt: str, bad_words=(), n: int = 24) -> list[int]:
+    params = SamplingParams(temperature=0, max_tokens=n, bad_words=list(bad_words))
+    return llm.generate([prompt], params)[0].outputs[0].token_ids
+
+
+def holds(ids: list[int], seq: list[int]) -> bool:
+    return any(ids[i:i + len(seq)] == seq for i in range(len(ids) - len(seq) + 1))
+
+
+def test_a_word_of_the_greedy_answer_is_never_generated_once_banned(smol_llm):
+    out = smol_llm.generate(["The capital of France is"], SamplingParams(temperature=0, max_tokens=12))[0].outputs[0]
+    assert out.text.startswith(" Paris")
+    paris = smol_llm.engine.bad_word_ids(SamplingParams(bad_words=["Paris"]))  # "Paris" and " Paris"
+    assert len(paris) == 2 and all(len(s) == 1 for s in paris)
+    banned = smol_llm.generate(["The capital of France is"],
+                               SamplingParams(temperature=0, max_tokens=12, bad_words=["Paris"]))[0].outputs[0]
+    assert "Paris" not in banned.text and not any(s[0] in banned.token_ids for s in paris)
+    chat = [{"role": "user", "content": "What is the capital of France? One word."}]
+    assert "Paris" in smol_llm.chat(chat, SamplingParams(temperature=0, max_tokens=8)).outputs[0].text
+    assert "Paris" not in smol_llm.chat(chat, SamplingParams(temperature=0, max_tokens=8,
+                                                             bad_words=["Paris"])).outputs[0].text
+
+
+def test_a_two_token_word_is_banned_after_its_first_token(smol_llm):
+    plain, seq = smol_llm.engine.bad_word_ids(SamplingParams(bad_words=["capital of"]))  # seq: " capital of"
+    assert len(plain) == len(seq) == 2 and plain[0] != seq[0]
+    assert holds(greedy(smol_llm, PROMPT), seq)
+    out = greedy(smol_llm, PROMPT, ["capital of"])
+    assert not holds(out, seq) and seq[0] in out  # its first token alone is no bad word
+
+
+@pytest.fixture(scope="module")
+def spec_llm(model_path):
+    return LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048,
+               speculative_config={"method": "ngram", "num_speculative_tokens": 6})
+
+
+LINE = "one two three four five six seven eight nine ten."
+COUNTING = f"{LINE} {LINE} {LINE} one two"
+"""Prompt lookup drafts the count from the prompt: " five six" as drafts, whose rows must ban " seven"."""
+
+
+@pytest.mark.parametrize("bad_words", [[], ["six seven"], ["six seven eight"], ["seven"], ["capital of"]])
+def test_speculation_is_lossless_with_bad_words(smol_llm, spec_llm, bad_words):
+    """A verify row's history holds the drafts before it: a word begun in the drafts is banned on the rows
+    after them (the drafted " seven", or the bonus token after a drafted " six", rejected)."""
+    for prompt in (COUNTING, PROMPT):
+        out = greedy(spec_llm, prompt, bad_words, n=16)
+        assert out == greedy(smol_llm, prompt, bad_words, n=16)
+        assert not any(holds(out, seq) for seq in smol_llm.engine.bad_word_ids(SamplingParams(bad_words=bad_words)))
+    assert spec_llm.engine.spec.stats.num_accepted_tokens > 0  # drafts were verified
