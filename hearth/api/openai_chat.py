@@ -102,7 +102,7 @@ def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
     return {**common_fields(body, served), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
-            "logit_bias": logit_bias(body.logit_bias, served),
+            "logit_bias": logit_bias(body.logit_bias, served), "bad_words": body.bad_words,
             "logprobs": (k or 0) if body.logprobs else None, "min_tokens": body.min_tokens,
             "prompt_logprobs": asked_prompt_logprobs(body, served),
             "ignore_eos": body.ignore_eos, "skip_special_tokens": body.skip_special_tokens,

@@ -57,7 +57,7 @@ async def completions(body: CompletionRequest, request: Request):
     params = make_params({
         **common_fields(body, served), "n": body.n, "max_tokens": max_tokens, "stop": stop_list(body.stop),
         "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),
-        "logit_bias": logit_bias(body.logit_bias, served),
+        "logit_bias": logit_bias(body.logit_bias, served), "bad_words": body.bad_words,
         "logprobs": k, "prompt_logprobs": engine_k,
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,

@@ -112,6 +112,8 @@ class SamplingFields(SamplingScalars):
     """OpenAI's {"token id": bias}, or llama-server's [[token id or text, bias or false]] (hearth.api.sampling)."""
     stop: str | list[str] | None = None
     stop_token_ids: list[StrictInt] | None = None
+    bad_words: list[str] | None = None
+    """vLLM's: words never generated (SamplingParams.bad_words; each model's engine finds their tokens)."""
     min_tokens: StrictInt = 0
     ignore_eos: StrictBool = False
     skip_special_tokens: StrictBool = True
