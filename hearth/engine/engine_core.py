@@ -128,7 +128,8 @@ class EngineCore:
             raise InvalidSamplingParams("bad_words", "must not hold a word of no tokens")
         bad = next((t for ids in sequences for t in ids if not 0 <= t < self.vocab_size), None)
         if bad is not None:
-            raise InvalidSamplingParams("bad_words", f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+            raise InvalidSamplingParams("bad_words", f"token id {bad} is outside the vocabulary "
+                                                     f"(0..{self.vocab_size - 1})")
         return sequences
 
     def check_media(self, prompt_token_ids: list[int], media: Sequence[MediaInput]) -> None:

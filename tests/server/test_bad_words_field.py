@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-ROUTES = [("/v1/completions", {"prompt": "hi"}), ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})]
+ROUTES = [("/v1/completions", {"prompt": "hi"}),
+          ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})]
 
 
 @pytest.mark.parametrize("path, body", ROUTES)
