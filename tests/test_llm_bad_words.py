@@ -63,3 +63,12 @@ def test_speculation_is_lossless_with_bad_words(smol_llm, spec_llm, bad_words):
         assert out == greedy(smol_llm, prompt, bad_words, n=16)
         assert not any(holds(out, seq) for seq in smol_llm.engine.bad_word_ids(SamplingParams(bad_words=bad_words)))
     assert spec_llm.engine.spec.stats.num_accepted_tokens > 0  # drafts were verified
+
+
+def test_sequences_outside_the_vocabulary_are_refused_by_name(smol_llm):
+    from hearth.sampling_params import InvalidSamplingParams
+
+    params = SamplingParams(temperature=0, max_tokens=2, bad_words=["x"], bad_words_token_ids=[[10**7]])
+    with pytest.raises(InvalidSamplingParams) as e:
+        smol_llm.generate(["hi"], params)
+    assert e.value.field == "bad_words" and e.value.why.startswith("token id 10000000 is outside the vocabulary")
