@@ -23,6 +23,8 @@ class ResponsesRequest(SamplingScalars):
     reasoning: dict[str, Any] | None = None
     max_output_tokens: StrictInt | None = None
     store: StrictBool = True
+    background: StrictBool = False
+    """Answer at once with status "queued" and generate in the background (hearth.api.responses_background)."""
     previous_response_id: str | None = None
     conversation: Any = None
     """OpenAI's Conversations (/v1/conversations), which hearth does not keep: a 400, as dropping it would lose the

@@ -1,6 +1,6 @@
 """POST /v1/responses, GET and DELETE /v1/responses/{id}, GET .../{id}/input_items and POST
 .../{id}/cancel: the OpenAI Responses API over the chat path (template, tools, grammar, output
-parser), answered whole or as typed stream events.
+parser), answered whole or as typed stream events, or in the background (hearth.api.responses_background).
 
 A follow-up (`previous_response_id`) renders the stored conversation plus its new input; when that
 text starts with the previous prompt and output as generated, its ids are the stored ids plus the
@@ -20,6 +20,7 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard, answer_room
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.media_parts import RequestImages
+from hearth.api.responses_background import Run
 from hearth.api.messages import openai_messages
 from hearth.api.responses_items import (as_items, chat_tool_choice, chat_tools, input_messages, text_format,
                                         with_instructions)
@@ -51,6 +52,12 @@ async def create_response(body: ResponsesRequest, request: Request):
         if prev is None:
             raise APIError(400, f"previous_response_id: no stored response {body.previous_response_id!r} "
                            "(never stored, deleted, or expired)", param="previous_response_id")
+        if prev.run is not None and prev.run.active:
+            raise APIError(400, f"previous_response_id: response {body.previous_response_id!r} is still "
+                           f"{prev.run.status} (background): poll it until it ends", param="previous_response_id")
+    if body.background and not body.store:
+        raise APIError(400, "background: a background response must be stored (store=true), as it is polled "
+                       "by its id", param="background")
     # no `model` (OpenAI requires one; hearth takes it missing): a follow-up stays on its conversation's model
     model = body.model or (prev.body.get("model") if prev else None)
     served = await state.models.get(model)
@@ -113,6 +120,10 @@ async def create_response(body: ResponsesRequest, request: Request):
     # server's --max-tokens-limit that make_params applied, else null (the context's room bounds it)
     limit = body.max_output_tokens if body.max_output_tokens is not None else state.limits.max_tokens or None
     reply = _Reply(served, store, body, source, conversation, prompt, ids, items, logprobs, limit, images)
+    if body.background:
+        run = Run(reply, streamed=bool(body.stream))
+        store.put(reply.id, StoredResponse(run.body(), conversation, None, [], input_items=items, run=run))
+        return SSEResponse(run.follow()) if body.stream else run.body()  # a dropped stream leaves it running
     if body.stream:
         return SSEResponse(reply.events(), on_close=source.abort)
     result = await until_disconnect(request, reply.whole())
@@ -120,15 +131,28 @@ async def create_response(body: ResponsesRequest, request: Request):
 
 
 @router.get("/v1/responses/{response_id}")
-async def get_response(response_id: str, request: Request):
+async def get_response(response_id: str, request: Request, stream: str = "false", starting_after: str = "-1"):
+    """A background run's response as it stands; with stream=true its stream's events after starting_after
+    (a streamed background response only: no other keeps its events)."""
     record = request.app.state.responses.get(response_id)
     if record is None:
         raise _not_found(response_id)
-    return record.body
+    if stream.lower() not in ("true", "1"):
+        return record.run.body() if record.run and record.run.active else record.body
+    if record.run is None or not record.run.streamed:
+        raise APIError(400, f"stream: only a response created with background=true and stream=true can be "
+                       f"streamed again, and {response_id!r} was not", param="stream")
+    if not starting_after.lstrip("-").isdigit() or int(starting_after) < -1:
+        raise APIError(400, f"starting_after: must be a sequence number (a whole number), not {starting_after!r}",
+                       param="starting_after")
+    return SSEResponse(record.run.follow(int(starting_after)))
 
 
 @router.delete("/v1/responses/{response_id}")
 async def delete_response(response_id: str, request: Request):
+    record = request.app.state.responses.get(response_id)
+    if record is not None and record.run is not None:
+        await record.run.cancel()  # nothing left to poll it by
     if not request.app.state.responses.delete(response_id):
         raise _not_found(response_id)
     return {"id": response_id, "object": "response.deleted", "deleted": True}
@@ -153,13 +177,14 @@ async def list_input_items(response_id: str, request: Request, after: str | None
 
 @router.post("/v1/responses/{response_id}/cancel")
 async def cancel_response(response_id: str, request: Request):
-    """OpenAI cancels only responses created with background=true; hearth runs none in the background
-    (`background` is ignored), so a stored response is answered as OpenAI answers a synchronous one."""
-    if request.app.state.responses.get(response_id) is None:
+    """As OpenAI: only a response created with background=true; one that has ended is answered as it stands."""
+    record = request.app.state.responses.get(response_id)
+    if record is None:
         raise _not_found(response_id)
-    raise APIError(400, f"cannot cancel a synchronous response: only a response created with background=true "
-                   f"can be cancelled, and {response_id!r} was not (hearth runs none in the background)",
-                   param="response_id")
+    if record.run is None:
+        raise APIError(400, f"cannot cancel a synchronous response: only a response created with background=true "
+                       f"can be cancelled, and {response_id!r} was not", param="response_id")
+    return await record.run.cancel()
 
 
 def _not_found(response_id: str) -> APIError:
@@ -194,6 +219,8 @@ class _Reply:
         for output_text logprobs; max_output_tokens: the effective limit, echoed."""
         self.max_output_tokens = max_output_tokens
         self.images = images
+        self.run: Run | None = None  # set by a background run
+        self.error: HearthError | None = None  # what ended it early, if anything did
         self.k, self.logprobs = top_logprobs, MessageLogprobs()
         self.served, self.store, self.body, self.gen = served, store, body, gen
         self.conversation, self.prompt, self.ids, self.items = conversation, prompt, ids, items
@@ -204,20 +231,31 @@ class _Reply:
         self.finish_reason: str | None = None
         self.seq = 0
 
+    @property
+    def status(self) -> str:
+        """completed or incomplete, once the answer has ended."""
+        return self.builder.status
+
     def response(self, status: str) -> dict:
         b = self.body
         fmt = (b.text or {}).get("format") or {"type": "text"}
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
+        running = status in ("queued", "in_progress")
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
-                "error": None, "incomplete_details": incomplete, "instructions": b.instructions,
+                "background": bool(b.background), "error": self._error() if status == "failed" else None,
+                "incomplete_details": incomplete, "instructions": b.instructions,
                 "max_output_tokens": self.max_output_tokens, "model": self.served.answer_name(self.body.model),
-                "output": self.builder.items if status != "in_progress" else [],
+                "output": self.builder.items if not running else [],
                 "parallel_tool_calls": b.parallel_tool_calls, "previous_response_id": b.previous_response_id,
                 "reasoning": {k: (b.reasoning or {}).get(k) for k in ("effort", "summary")},
                 "store": b.store, "temperature": b.temperature, "top_p": b.top_p, "text": {"format": fmt},
                 "tool_choice": b.tool_choice if b.tool_choice is not None else "auto", "tools": b.tools or [],
                 "truncation": b.truncation, "user": b.user, "metadata": b.metadata or {},
-                "usage": self.usage() if status != "in_progress" else None}
+                "usage": self.usage() if not running else None}
+
+    def _error(self) -> dict:
+        err = from_hearth_error(self.error, "/v1/responses")
+        return {"code": err.code or "server_error", "message": err.message}
 
     def usage(self) -> dict:
         p, c = self.gen.num_prompt_tokens, len(self.output_ids)
@@ -258,8 +296,15 @@ class _Reply:
             text = None if retried else self.prompt + self.served.tokenizer.decode(self.output_ids)
             ids = [] if retried else list(self.ids + self.output_ids)  # plain ids: no image's pixels kept
             images = self.images.continued(self.images.vision) if self.images else None  # bytes only
-            self.store.put(self.id, StoredResponse(body, messages, text, ids, input_items=self.items, images=images))
+            self.store.put(self.id, StoredResponse(body, messages, text, ids, input_items=self.items, images=images,
+                                                   run=self.run))
         return body
+
+    def store_unfinished(self, status: str) -> None:
+        """A background run that failed or was cancelled: what it had said by then, for GET and follow-ups."""
+        messages = self.conversation + assistant_messages(self.builder.items)
+        self.store.put(self.id, StoredResponse(self.response(status), messages, None, [], input_items=self.items,
+                                               run=self.run))
 
     async def whole(self) -> dict:
         events, tokens, logprobs, last = [], [], [], None
@@ -284,6 +329,7 @@ class _Reply:
                 for e in self._on_output(out):
                     yield self._event(e)
         except HearthError as e:
+            self.error = e
             err = from_hearth_error(e, "/v1/responses")
             yield self._event({"type": "error", "code": err.code or "server_error", "message": err.message,
                                "param": err.param})

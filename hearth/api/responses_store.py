@@ -34,6 +34,8 @@ class StoredResponse:
     images: Any = None
     """The images `messages` hold markers of (hearth.api.media_parts.RequestImages; None: none), which a
     follow-up continues."""
+    run: Any = None
+    """A background response's run (hearth.api.responses_background.Run): its live status and stream events."""
 
 
 MAX_IMAGE_BYTES = 256 * 2**20
