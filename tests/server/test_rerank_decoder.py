@@ -65,3 +65,10 @@ def test_chat_and_embeddings_from_it_are_a_400(client, path, body):
     r = client.post(path, json={"model": "tiny-qwen3-rerank", **body})
     assert r.status_code == 400, r.text
     assert "is a reranker: it scores query-document pairs" in r.json()["error"]["message"]
+
+
+def test_ollama_lists_no_capability_for_it(client):
+    """Not Ollama's "completion" and "tools" (its chat is a 400), nor "embedding": a reranker's `[]`."""
+    r = client.post("/api/show", json={"model": "tiny-qwen3-rerank"})
+    assert r.status_code == 200, r.text
+    assert r.json()["capabilities"] == []
