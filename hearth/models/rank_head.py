@@ -51,5 +51,6 @@ class RankHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: [B, hidden] (each pair's last token, after the final norm) -> [B] f32 log-odds of the first label."""
-        logits = F.linear(x.float(), self.weight)  # [B, 2]
+        # the head stays where it loaded (host memory): a backend's rows come to it, one per pair
+        logits = F.linear(x.to(self.weight.device, torch.float32), self.weight)  # [B, 2]
         return logits[:, 0] - logits[:, 1]
