@@ -4,8 +4,8 @@ first, `top_n` of them; a body with `texts` gets TEI's, a bare list, as llama-se
 pair is one prompt, the file's rerank template's (Qwen3-Reranker's) or [CLS] query [SEP] document [SEP] with
 token types 0 then 1 (hearth.engine.pairs), run through the embeddings' engine path in waves; its score is
 the sigmoid of the head's logit, as vLLM, TEI, Jina and Cohere answer (`use_activation: false`: the logit,
-llama-server's number for a cross-encoder; a decoder reranker's sigmoid is llama-server's p("yes")). A pair past the
-context is a 400 naming both numbers unless `truncate_prompt_tokens` cuts its document."""
+llama-server's number for a cross-encoder; a decoder reranker's sigmoid is llama-server's p("yes")). A pair
+past the context is a 400 naming both numbers unless `truncate_prompt_tokens` cuts its document."""
 
 from __future__ import annotations
 
