@@ -56,6 +56,12 @@ def test_the_prompt_is_the_rerank_template_as_llama_server_fills_it(llm):
     assert out.prompt_token_ids[-2:] == [tok.eos_id, *tok.encode("\n", add_special_tokens=False)]
 
 
+def test_the_places_are_filled_in_one_pass():
+    """A text's own braces stay text: llama-server would put the document in a query's "{document}" too."""
+    assert template_text("<{query}|{document}>", "q {document}", "d {query}") == "<q {document}|d {query}>"
+    assert template_text("{query}{query} {document}", "q", "d") == "qq d"  # every place, as llama-server
+
+
 def test_without_a_template_the_texts_are_joined_as_llama_server_joins_them(files):
     """No rerank template: llama-server's [BOS] query [EOS] [SEP] document [EOS], each only where the vocabulary
     adds it: a Qwen vocabulary adds none, so the query's tokens then the document's."""
