@@ -1,9 +1,14 @@
 """LLM.score over a tiny Qwen3-Reranker GGUF (tests/qwen3_reranker.py): each pair's score is llama.cpp's, the
 softmax of the yes and no logits of its prompt's last token, p(yes), against transformers on the same file and
-prompt; the prompt is the file's rerank template as llama-server fills and tokenizes it (without one: the two
-texts as llama-server joins them); a cut keeps the template's end; text and embeddings from it are one line."""
+prompt and against llama.cpp's own (a golden); the prompt is the file's rerank template as llama-server fills
+and tokenizes it (without one: the two texts as llama-server joins them); a cut keeps the template's end; text
+and embeddings from it are one line."""
 
 from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +19,9 @@ from hearth.engine.rerank_template import template_text
 from hearth.llm import LLM
 from tests.qwen3_reranker import DOCS, QUERY, TEMPLATE, reference, write_reranker
 
-P_ATOL = 2e-3  # p(yes); hearth's CPU kernels vs transformers' f32 (measured: <= 6e-4)
+GOLDEN = Path(__file__).parent / "data" / "goldens" / "rerank_tiny_qwen3.json"
+"""llama.cpp's prompts and scores for the tiny file (benchmarks/make_rerank_golden.py)."""
+P_ATOL = 2e-3  # p(yes); hearth's CPU kernels vs transformers' f32 (measured: <= 6e-4), vs llama.cpp (<= 1.1e-3)
 LOGIT_ATOL = 2e-2  # l(yes) - l(no) (measured: <= 4e-3)
 
 
@@ -43,6 +50,17 @@ def test_each_score_is_the_softmax_of_yes_and_no_at_the_last_token(llm, files):
     assert [o.outputs.score for o in raw] == pytest.approx([x for _, x in ref], abs=LOGIT_ATOL)
     scores = sorted(p for p, _ in ref)  # spread over (0, 1): a wrong label, row or pooling cannot pass
     assert scores[0] < 0.05 and scores[-1] > 0.95 and any(0.2 < p < 0.8 for p in scores), scores
+
+
+def test_prompts_and_scores_are_llamacpps(llm):
+    """llama-server's prompt for each pair (its tokenizer's ids) and llama.cpp's score, p(yes), on this very file."""
+    golden = json.loads(GOLDEN.read_text())
+    assert hashlib.sha256(llm.path.read_bytes()).hexdigest() == golden["sha256"], \
+        "the tiny reranker's file changed: write the golden again (benchmarks/make_rerank_golden.py)"
+    cases = golden["cases"]
+    out = llm.score(QUERY, [c["document"] for c in cases])
+    assert [o.prompt_token_ids for o in out] == [c["ids"] for c in cases]
+    assert [o.outputs.score for o in out] == pytest.approx([c["p_yes"] for c in cases], abs=P_ATOL)
 
 
 def test_the_prompt_is_the_rerank_template_as_llama_server_fills_it(llm):
