@@ -128,6 +128,8 @@ class LLM:
         if self.embeds_only:
             self._encoder_engine(spec, t0)
             return
+        if self.reranker and spec is not None:  # it computes one token past each pair: nothing to draft
+            raise HearthError(f"{embedding_only(mc.arch, reranker=True)}: drop --speculative-config")
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         # with an adapter on, a verify step's rows are not yet held to a decode row's bits (its prefill chunks
         # run op by op, its decode steps the fused LoRA stack: hearth.backends.cpu_lora)
@@ -190,7 +192,8 @@ class LLM:
         self.engine = EngineCore(scheduler, self.runner, self.tokenizer, self.max_model_len, mc.vocab_size, policy,
                                  # a context the cache caps is not raised by --max-model-len: no such hint
                                  model_context=mc.context_length if self.max_model_len == context else
-                                 self.max_model_len, max_logprobs=cfg.max_logprobs, lora=self.lora)
+                                 self.max_model_len, max_logprobs=cfg.max_logprobs, lora=self.lora,
+                                 reranker=self.reranker)
         self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
                                           self.tokenizer.eos_token, self.gguf.arch)
         self._ready(t0)
@@ -203,7 +206,8 @@ class LLM:
 
     @property
     def reranker(self) -> bool:
-        """A reranker (its GGUF's pooling_type 4): score() pairs with its classification head, no embed()."""
+        """A reranker (its GGUF's pooling_type 4): score() pairs with its classification head (a decoder's: its
+        rank head over the last token, hearth.models.rank_head), no embed() nor text."""
         return self.model_config.pooling == "rank"
 
     def _encoder_engine(self, spec, t0: float) -> None:
@@ -283,14 +287,16 @@ class LLM:
     def score(self, data_1: str | list[str], data_2: str | list[str], *, use_activation: bool = True,
               truncate_prompt_tokens: int | None = None) -> list[ScoringRequestOutput]:
         """A reranker's relevance of each pair, as vLLM's llm.score: `[i].outputs.score`. data_1 one text
-        (scored against each of data_2) or as many as data_2 (zipped); each pair runs as [CLS] text_1 [SEP]
-        text_2 [SEP] with token types 0 then 1 (hearth.engine.pairs). use_activation False: the head's logit,
-        not its sigmoid. truncate_prompt_tokens k (-1: the context): a pair past k tokens loses its second
-        text's last tokens; else it is a ValueError naming the pair and both numbers."""
+        (scored against each of data_2) or as many as data_2 (zipped); each pair runs in the file's rerank template
+        where it has one (Qwen3-Reranker's), else as [CLS] text_1 [SEP] text_2 [SEP] with token types 0 then 1
+        (hearth.engine.pairs). use_activation False: the head's logit, not its sigmoid (a decoder reranker's
+        sigmoid is llama.cpp's score, p("yes")). truncate_prompt_tokens k (-1: the context): a pair past k tokens
+        loses its second text's last tokens; else it is a ValueError naming the pair and both numbers."""
         if not self.reranker:
             kind = "an embedding model" if self.embeds_only else "a text generation model"
             raise EmbeddingOnlyError(not_a_reranker(f"LLM.score: this model ({self.model_config.arch})", kind))
-        ids, starts = pair_prompts(self.tokenizer, paired(data_1, data_2), truncate_prompt_tokens, self.max_model_len)
+        room = self.max_model_len - (not self.embeds_only)  # a decoder computes one token past each pair
+        ids, starts = pair_prompts(self.tokenizer, paired(data_1, data_2), truncate_prompt_tokens, room)
         prompts = [{"prompt_token_ids": p} for p in ids]
         params = [SamplingParams(max_tokens=1, temperature=0.0, pooling="rank", pair_start=s) for s in starts]
         return [ScoringRequestOutput(r.request_id, r.prompt_token_ids,

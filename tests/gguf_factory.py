@@ -59,6 +59,9 @@ class TinyDims:
     llama.cpp's converter writes it, one factor per rotated pair in `rope_freqs.weight`."""
     pooling_type: int | None = None
     """`{arch}.pooling_type` (llama.cpp's LLAMA_POOLING_TYPE; None: the key is absent, as in a chat model's)."""
+    rank_rows: tuple[int, ...] = ()
+    """A decoder reranker's `cls.output.weight`: these rows of the output head, as llama.cpp's converter takes
+    Qwen3-Reranker's "yes" and "no" rows, and `{arch}.classifier.output_labels` naming them (RANK_LABELS)."""
     experts: int = 0
     experts_used: int = 0
     expert_ffn: int = 0
@@ -134,14 +137,18 @@ DEFAULT_DIMS = {
                        tokenizer="llama"),
 }
 
+RANK_LABELS = ("yes", "no", "maybe", "unsure")
+"""The labels a rank_rows file names, in order (Qwen3-Reranker's are the first two)."""
+
 MATRIX_TYPES = {"F32": Q.F32, "F16": Q.F16, "Q8_0": Q.Q8_0, "IQ4_NL": Q.IQ4_NL, "IQ4_XS": Q.IQ4_XS}
 
 
 def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, chat_template: str | None = None,
-                    split_max_tensors: int = 0, adjust=None, **dims) -> TinyDims:
+                    split_max_tensors: int = 0, adjust=None, rerank_template: str | None = None, **dims) -> TinyDims:
     """Write a random `arch` model to `path`; dims override DEFAULT_DIMS[arch]; chat_template: the
     tokenizer's template (default: none, as a base model's GGUF); adjust(name, f32 array) -> the array
-    written (a LoRA merged into the weights). Returns the dims."""
+    written (a LoRA merged into the weights); rerank_template: `tokenizer.chat_template.rerank` (a decoder
+    reranker's prompt, as llama.cpp's converter writes Qwen3-Reranker's). Returns the dims."""
     d = replace(DEFAULT_DIMS[arch], **dims)
     layout = LAYOUTS[arch]
     rng = np.random.default_rng(seed)
@@ -151,6 +158,8 @@ def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, chat_
     _write_tokenizer(w, d)
     if chat_template is not None:
         w.add_chat_template(chat_template)
+    if rerank_template is not None:
+        w.add_chat_template([{"name": "rerank", "template": rerank_template}])
     for name, value in _tensors(rng, d, layout):
         _add_tensor(w, name, value if adjust is None else adjust(name, value), MATRIX_TYPES[qtype])
     w.write_header_to_file()
@@ -171,6 +180,8 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
     w.add_layer_norm_rms_eps(d.rms_eps)
     if d.pooling_type is not None:
         w.add_pooling_type(gguf.PoolingType(d.pooling_type))
+    if d.rank_rows:
+        w.add_classifier_output_labels(list(RANK_LABELS[:len(d.rank_rows)]))
     w.add_rope_freq_base(d.rope_theta)
     if layout.write_key_length:
         w.add_key_length(d.head_dim)
@@ -218,7 +229,8 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
         return (rng.normal(0.0 if layout.norm_shift else 1.0, 0.1, n) + layout.norm_shift).astype(np.float32)
 
     q_rows, kv_rows = d.heads * d.head_dim, d.kv_heads * d.head_dim
-    yield "token_embd.weight", rng.standard_normal((d.vocab, d.hidden)).astype(np.float32)
+    embd = rng.standard_normal((d.vocab, d.hidden)).astype(np.float32)
+    yield "token_embd.weight", embd
     for i in range(d.layers):
         p = f"blk.{i}."
         q, k = matrix(q_rows, d.hidden), matrix(kv_rows, d.hidden)
@@ -264,8 +276,11 @@ def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):
         yield "rope_factors_short.weight", short
         yield "rope_factors_long.weight", long
     yield "output_norm.weight", norm(d.hidden)
+    head = embd if d.tied else matrix(d.vocab, d.hidden)
     if not d.tied:
-        yield "output.weight", matrix(d.vocab, d.hidden)
+        yield "output.weight", head
+    if d.rank_rows:
+        yield "cls.output.weight", head[list(d.rank_rows)]
 
 
 def llama3_rope_factors(d: TinyDims) -> np.ndarray:

@@ -1,6 +1,8 @@
 """transformers' model of a tiny GGUF (tests/gguf_factory.py) whose architecture its GGUF loader does not read
-(granite, granitemoe, smollm3, olmo2): the config from the file's dims, the weights from the file
-(gguf-py's dequantize), q/k rows un-permuted where llama.cpp's converter permuted them for its rope."""
+(granite, granitemoe, smollm3, olmo2), or reads slowly (qwen3: a reranker's, built in 0.1 s, not 13): the config
+from the file's dims, the weights from the file (gguf-py's dequantize), q/k rows un-permuted where llama.cpp's
+converter permuted them for its rope. A reranker's cls.output (the head's label rows) is not read: transformers
+scores with the whole head."""
 
 from __future__ import annotations
 
@@ -28,6 +30,10 @@ MODELS = {  # arch -> (config class, model class, config fields beyond the commo
     "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM, lambda d: {}),
 }
 
+FAST = {"qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, lambda d: {})}
+"""Architectures its GGUF loader reads too (the logits tests load them through it), built here where a test
+wants the reference quick (a qwen3 reranker's: ~13 s through the loader)."""
+
 NAMES = {  # llama.cpp's name of a block's tensor -> transformers'
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
@@ -49,8 +55,8 @@ def hf_model(path, arch: str, d: TinyDims) -> torch.nn.Module:
 
     g = GGUFFile(path)
     t = {n: torch.from_numpy(dequantize(np.asarray(x.data), x.qtype).astype(np.float32).reshape(x.shape))
-         for n, x in g.tensors.items()}
-    config_cls, model_cls, extra = MODELS[arch]
+         for n, x in g.tensors.items() if not n.startswith("cls.")}
+    config_cls, model_cls, extra = (MODELS | FAST)[arch]
     fields = dict(vocab_size=d.vocab, hidden_size=d.hidden, intermediate_size=d.ffn, num_hidden_layers=d.layers,
                   num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, head_dim=d.head_dim,
                   rms_norm_eps=d.rms_eps, max_position_embeddings=d.context, tie_word_embeddings=d.tied, pad_token_id=None,

@@ -84,11 +84,14 @@ def test_hearth_run_refuses_a_reranker(llm, capsys):
     assert "is a reranker" in err and "POST /v1/rerank" in err and "Traceback" not in err, err
 
 
-def test_a_decoder_reranker_is_refused_at_load(tmp_path):
+def test_a_decoder_reranker_without_a_rank_head_is_refused_at_load(tmp_path):
+    """llama.cpp builds cls.output for qwen3 alone: another decoder's pooling_type 4 names those hearth reranks
+    with (a qwen3 one: tests/test_llm_rerank_decoder.py)."""
     from hearth.errors import UnsupportedError
     from tests.gguf_factory import write_tiny_gguf
 
-    path = tmp_path / "tiny-qwen3-rerank.gguf"
-    write_tiny_gguf(path, "qwen3", pooling_type=4)
-    with pytest.raises(UnsupportedError, match=r"a decoder reranker \(qwen3 with pooling_type 4, rank\) is not"):
+    path = tmp_path / "tiny-llama-rerank.gguf"
+    write_tiny_gguf(path, "llama", pooling_type=4)
+    with pytest.raises(UnsupportedError, match=r"a decoder reranker \(llama with pooling_type 4, rank\) is not "
+                                               r"supported; hearth reranks with qwen3 decoders"):
         LLM(str(path), progress=False)

@@ -152,8 +152,10 @@ def _capabilities(served) -> list[str]:
     """Every served model takes tools (a template without them gets hearth's tool prompt: hearth.api.tools);
     an encoder only embeds (Ollama lists nomic-embed-text's as ["embedding"]); a reranker ("rank") embeds
     nothing (/api/embed refuses it) and Ollama has no word for what it does: none."""
+    if served is not None and served.pooling == "rank":  # a cross-encoder's or a decoder's (Qwen3-Reranker)
+        return []
     if served is not None and served.embeds_only:
-        return [] if served.pooling == "rank" else ["embedding"]
+        return ["embedding"]
     caps = ["completion", "tools"]
     if served is not None and served.tokenizer is not None and has_fim(served.tokenizer):
         caps.append("insert")

@@ -1,10 +1,11 @@
 """Reranking over a reranker GGUF (pooling_type 4): POST /rerank, /v1/rerank, /v2/rerank, /reranking,
 /v1/reranking (llama-server's, Jina's, Cohere's and vLLM's shape: results sorted by score, the best
 first, `top_n` of them; a body with `texts` gets TEI's, a bare list, as llama-server answers it) and vLLM's POST /score, /v1/score (`data` in pair order). Each query-document
-pair is one prompt, [CLS] query [SEP] document [SEP] with token types 0 then 1 (hearth.engine.pairs),
-run through the embeddings' engine path in waves; its score is the sigmoid of the head's logit, as vLLM,
-TEI, Jina and Cohere answer (`use_activation: false`: the logit, llama-server's number). A pair past the
-context is a 400 naming both numbers unless `truncate_prompt_tokens` cuts its document."""
+pair is one prompt, the file's rerank template's (Qwen3-Reranker's) or [CLS] query [SEP] document [SEP] with
+token types 0 then 1 (hearth.engine.pairs), run through the embeddings' engine path in waves; its score is
+the sigmoid of the head's logit, as vLLM, TEI, Jina and Cohere answer (`use_activation: false`: the logit,
+llama-server's number for a cross-encoder; a decoder reranker's sigmoid is llama-server's p("yes")). A pair
+past the context is a 400 naming both numbers unless `truncate_prompt_tokens` cuts its document."""
 
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ async def _scores(request: Request, served, pairs: list[tuple[str, str]], trunca
     cannot hold is a 400 naming it and both numbers, unless `truncate` cuts it (hearth.engine.pairs);
     doc_tokens (max_tokens_per_doc) cuts each document first."""
     try:
-        prompts, starts = pair_prompts(served.tokenizer, pairs, truncate, served.max_model_len, where, doc_tokens)
+        room = served.max_model_len - (not served.embeds_only)  # a decoder computes one token past each pair
+        prompts, starts = pair_prompts(served.tokenizer, pairs, truncate, room, where, doc_tokens)
     except PairError as e:
         if e.index is None:
             raise APIError(400, str(e), param="truncate_prompt_tokens") from None

@@ -75,9 +75,9 @@ class Replica:
             if engine_args.get("kv_disk_dir"):
                 engine_args = {**engine_args, "kv_disk_owner": name}
             self.llm = llm = LLM(model, progress=False, **engine_args)  # held: its finalizer closes the disk tier
-            if llm.embeds_only:  # the front end checks and routes decoders' requests (their KV blocks)
+            if llm.embeds_only or llm.reranker:  # the front end checks and routes text decoders' requests
                 raise HearthError(f"{embedding_only(llm.model_config.arch, llm.reranker)}; a cluster (--replicas) "
-                                  "runs decoders only: serve it in one process")
+                                  "runs text decoders only: serve it in one process")
             llm.runner.grammar.prepare_in_background()
             self.engine = AsyncEngine(llm.engine, max_queued=max_queued)
             self.engine.start()

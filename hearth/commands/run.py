@@ -123,7 +123,7 @@ def main(args: argparse.Namespace) -> int:
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, rope_freq_base=rope_freq_base(args),
               chat_template=template, lora=lora_entries(args), mmproj=args.mmproj)
-    if llm.embeds_only:  # as llama-cli refuses an --embedding model's prompt
+    if llm.embeds_only or llm.reranker:  # as llama-cli refuses an --embedding model's prompt
         route = "/v1/rerank" if llm.reranker else "/v1/embeddings"
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "
                           f"`hearth serve` and POST {route}")

@@ -11,7 +11,7 @@ from hearth.config import MAX_LOGPROBS
 from hearth.engine.detokenizer import IncrementalDetokenizer
 from hearth.engine.lora_adapters import NO_ADAPTERS, LoraAdapters
 from hearth.engine.media_spans import check_media
-from hearth.engine.pairs import not_a_reranker
+from hearth.engine.pairs import a_reranker, not_a_reranker
 from hearth.engine.request import Request, RequestStatus
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError, PromptTooLongError
@@ -48,16 +48,19 @@ def check_prompt(prompt_token_ids: list[int], max_model_len: int, vocab_size: in
 
 
 def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model_len: int, vocab_size: int,
-                  model_context: int | None = None, max_logprobs: int = MAX_LOGPROBS) -> None:
+                  model_context: int | None = None, max_logprobs: int = MAX_LOGPROBS, reranker: bool = False) -> None:
     """check_prompt, top-k logprobs within max_logprobs (-1: no cap) and the vocabulary, and a
     structured-output constraint the grammar engine can compile (also run by a cluster's front end,
     which holds no engine). A max_tokens past the room left is the API's and the CLI's error (where a
-    client set it: hearth.errors.check_room); here it ends the answer."""
+    client set it: hearth.errors.check_room); here it ends the answer. reranker: a decoder reranker's engine
+    (pooling_type 4), which scores pairs (pooling "rank") and nothing else."""
     check_prompt(prompt_token_ids, max_model_len, vocab_size, model_context)
     if params.pooling == "cls":  # an encoder's [CLS] token: a decoder's first token has seen nothing else
         raise InvalidSamplingParams("pooling", "cls pools an encoder's first token; a decoder pools mean or last")
-    if params.pooling == "rank":
+    if params.pooling == "rank" and not reranker:
         raise InvalidSamplingParams("pooling", not_a_reranker("this model", "a text generation model"))
+    if reranker and params.pooling != "rank":  # its text would be a yes or a no, its embedding no embedding
+        raise InvalidPromptError(a_reranker("this model"))
     for field in ("logprobs", "prompt_logprobs"):  # more failed the runner's topk, and the whole step
         k = getattr(params, field)
         if k is not None and (why := over_max_logprobs(k, max_logprobs)):
@@ -78,12 +81,13 @@ class GrammarDraftStats:
 class EngineCore:
     def __init__(self, scheduler: Scheduler, runner, tokenizer, max_model_len: int, vocab_size: int,
                  spec: SpeculativeDecoder | None = None, model_context: int | None = None,
-                 max_logprobs: int = MAX_LOGPROBS, lora: LoraAdapters | None = None):
+                 max_logprobs: int = MAX_LOGPROBS, lora: LoraAdapters | None = None, reranker: bool = False):
         """spec: proposes draft tokens before each step (None: one token per sequence and step).
         model_context: the model's own context (max_model_len is at most it; None: unknown).
         max_logprobs: EngineConfig's, the most top logprobs a request may ask per token (-1: no cap).
-        lora: the model's LoRA adapters and their global scales (None: none loaded)."""
-        self.lora = lora
+        lora: the model's LoRA adapters and their global scales (None: none loaded).
+        reranker: the model is a decoder reranker: its requests are pairs to score (check_request)."""
+        self.lora, self.reranker = lora, reranker
         self.scheduler, self.runner, self.tokenizer = scheduler, runner, tokenizer
         self.spec = spec
         self.grammar_drafts = GrammarDraftStats()
@@ -111,7 +115,7 @@ class EngineCore:
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams,
                       media: Sequence[MediaInput] = ()) -> None:
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
-                      self.max_logprobs)
+                      self.max_logprobs, self.reranker)
         self.bad_word_ids(params)
         (self.lora or NO_ADAPTERS).check(params.lora)
         if media:

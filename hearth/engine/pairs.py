@@ -1,11 +1,16 @@
 """Query-document pairs for a reranker (SamplingParams.pooling "rank"): a pair's prompt ids and where
 its second text starts, a pair cut to a token limit, every pair of a request checked against the context,
 vLLM's score API's pairing of two lists, the score's activation, and the one wording of "is / is not a
-reranker". Plain Python over a tokenizer: the API, the engines and LLM.score share it."""
+reranker". A pair's prompt has one of two formats, as llama-server picks them: the file's rerank template
+where it has one (hearth.engine.rerank_template: Qwen3-Reranker's), else the texts joined by the
+tokenizer's special tokens (SepPair: a cross-encoder's). Plain Python over a tokenizer: the API, the engines
+and LLM.score share it."""
 
 from __future__ import annotations
 
 import math
+
+from hearth.engine.rerank_template import TemplatePair
 
 
 def pair_prompt(tokenizer, first: str, second: str) -> tuple[list[int], int]:
@@ -38,6 +43,33 @@ def cut_pair(ids: list[int], pair_start: int, limit: int, closing: int) -> list[
     return ids[:pair_start + keep] + ids[len(ids) - closing:]
 
 
+class SepPair:
+    """The pair format of a file without a rerank template: pair_prompt's, cut by cut_pair."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+
+    def prompt(self, query: str, document: str) -> tuple[list[int], int | None]:
+        return pair_prompt(self.tokenizer, query, document)
+
+    def fixed(self, query: str, start: int | None) -> str:
+        return f"its query takes {start} tokens"
+
+    def first_tokens(self, query: str, document: str, ids: list[int], start: int | None,
+                     n: int) -> tuple[list[int], str]:
+        closing = closing_tokens(self.tokenizer)
+        return cut_pair(ids, start, start + n + closing, closing), document
+
+    def cut(self, query: str, document: str, ids: list[int], start: int | None, limit: int) -> list[int] | None:
+        return cut_pair(ids, start, limit, closing_tokens(self.tokenizer))
+
+
+def pair_format(tokenizer) -> SepPair | TemplatePair:
+    """llama-server's rule: the file's rerank template where it has one, else the texts and special tokens."""
+    template = getattr(tokenizer, "rerank_template", None)
+    return SepPair(tokenizer) if template is None else TemplatePair(tokenizer, template)
+
+
 class PairError(ValueError):
     """A pair the context cannot hold (index: which), or a truncate_prompt_tokens out of range (index None)."""
 
@@ -55,20 +87,19 @@ def pair_prompts(tokenizer, pairs: list[tuple[str, str]], truncate: int | None, 
     if truncate is not None and (isinstance(truncate, bool) or not (truncate == -1 or 1 <= truncate <= room)):
         raise PairError(f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context), got {truncate!r}")
     limit = room if truncate in (None, -1) else truncate
+    fmt = pair_format(tokenizer)
     prompts, starts = [], []
     for i, (a, b) in enumerate(pairs):
         name = where[i] if where else f"pair {i}"
-        ids, start = pair_prompt(tokenizer, a, b)
+        ids, start = fmt.prompt(a, b)
         if second_tokens is not None:
-            closing = closing_tokens(tokenizer)
-            ids = cut_pair(ids, start, start + second_tokens + closing, closing)
+            ids, b = fmt.first_tokens(a, b, ids, start, second_tokens)
         if len(ids) > limit and truncate is None:
             raise PairError(f"{name}: the pair with its query is {len(ids)} tokens, more than the context holds "
                             f"for one ({room}); shorten it or set truncate_prompt_tokens to -1", i)
-        cut = cut_pair(ids, start, limit, closing_tokens(tokenizer))
+        cut = fmt.cut(a, b, ids, start, limit)
         if cut is None:
-            raise PairError(f"{name}: its query takes {start} tokens, which leaves no document token within "
-                            f"{limit}", i)
+            raise PairError(f"{name}: {fmt.fixed(a, start)}, which leaves no document token within {limit}", i)
         prompts.append(cut)
         starts.append(start)
     return prompts, starts

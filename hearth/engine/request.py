@@ -95,8 +95,10 @@ class Request:
         self.pooled = chunk_sum if start == 0 or not self.pooled else [a + b for a, b in zip(self.pooled, chunk_sum)]
 
     def embedding(self) -> list[float]:
-        """The pooled rows, their mean for "mean", L2-normalized."""
+        """The pooled rows, their mean for "mean", L2-normalized; a reranker's ("rank") [logit] as it is."""
         v = self.pooled
+        if self.params.pooling == "rank":  # a score, not a direction
+            return list(v)
         if self.params.pooling == "mean":
             v = [x / len(self.prompt_token_ids) for x in v]
         norm = sum(x * x for x in v) ** 0.5 or 1.0

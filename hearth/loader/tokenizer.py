@@ -70,6 +70,7 @@ class Tokenizer:
         self.add_sep: bool = vocab.add_sep
         self.pair_sep: bool = vocab.pair_sep
         self.chat_template: str | None = vocab.chat_template
+        self.rerank_template: str | None = vocab.rerank_template
 
     @property
     def tokens(self) -> list[str]:

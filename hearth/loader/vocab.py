@@ -125,6 +125,9 @@ class GGUFVocab:
     regexes: tuple[str, ...]
     eog_ids: frozenset[int]
     chat_template: str | None
+    rerank_template: str | None = None
+    """`tokenizer.chat_template.rerank`: a reranker's prompt with `{query}` and `{document}` places (llama.cpp's
+    converter writes one for Qwen3-Reranker; hearth.engine.rerank_template)."""
 
 
 def read_vocab(g: GGUFFile) -> GGUFVocab:
@@ -170,7 +173,7 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
         clean_spaces=spec.clean_spaces if spec else model == "bert",
         ignore_merges=spec.ignore_merges if spec else False,
         regexes=spec.regexes if spec else (), eog_ids=frozenset(eog),
-        chat_template=g.get(K.CHAT_TEMPLATE))
+        chat_template=g.get(K.CHAT_TEMPLATE), rerank_template=g.get(K.CHAT_TEMPLATE_N.format(name="rerank")))
 
 
 def read_tokens(g: GGUFFile) -> list[str]:

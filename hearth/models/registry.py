@@ -42,13 +42,19 @@ def embeds_only(arch: str) -> bool:
 
 
 def model_config(g: GGUFFile):
-    """The file's ModelConfig, from its header. A decoder whose pooling_type is 4 (rank) is refused: its head
-    scores a yes/no token hearth does not run, and served as a chat model it would answer text, not scores."""
+    """The file's ModelConfig, from its header. A decoder whose pooling_type is 4 (rank) is a reranker where its
+    architecture has a rank head, whose tensor the header must show right (hearth.models.rank_head); elsewhere
+    it is refused: served as a chat model it would answer text, not scores."""
     cls = model_class(g.arch)
     cfg = cls.config_from_gguf(g)
     if cfg.pooling == "rank" and not getattr(cls, "embeds_only", False):
-        raise UnsupportedError(f"{g.path}: a decoder reranker ({g.arch} with pooling_type 4, rank) is not supported "
-                               "yet; hearth reranks with a BERT cross-encoder GGUF")
+        head = getattr(cls, "rank_head_class", None)
+        if head is None:
+            rankers = ", ".join(a for a in ARCHITECTURES if getattr(model_class(a), "rank_head_class", None))
+            raise UnsupportedError(f"{g.path}: a decoder reranker ({g.arch} with pooling_type 4, rank) is not "
+                                   f"supported; hearth reranks with {rankers} decoders (Qwen3-Reranker) and BERT "
+                                   "cross-encoders")
+        head.check(g, cfg.hidden_size)
     return cfg
 
 

@@ -172,6 +172,9 @@ class CausalLM(nn.Module):
     """With adapters: the stack for the steps where one is on (Backend.lora_stack), or None (op by op)."""
     moe_block: type[MoE] = MoE
     """The routed-experts block of its MoE layers (gpt-oss: its own routing and activation)."""
+    rank_head_class: type | None = None
+    """The head its reranker files (pooling_type 4) score with (qwen3: hearth.models.rank_head.RankHead); None:
+    such a file is refused (hearth.models.registry), as llama.cpp builds cls.output for qwen3 alone."""
 
     def __init__(self, cfg: ModelConfig, g: GGUFFile, backend, progress=None):
         super().__init__()
@@ -198,6 +201,9 @@ class CausalLM(nn.Module):
         # reader of the logits (a reduced draft head too) gets them
         self.norm = RMSNorm(f32(g, "output_norm.weight") / cfg.logit_scale, cfg.rms_norm_eps)
         self.lm_head = backend.head(head_tensor(g))
+        # a reranker's pooled last row goes through it (hearth.runner.pooling); its lm_head still samples the
+        # one token an engine request computes past its prompt
+        self.rank_head = self.rank_head_class(g, cfg.hidden_size) if cfg.pooling == "rank" else None
 
     @classmethod
     def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:
@@ -247,8 +253,8 @@ class CausalLM(nn.Module):
 
 POOLING_TYPES = {1: "mean", 3: "last", 4: "rank"}
 """llama.cpp's LLAMA_POOLING_TYPE values a decoder's file may say (0 none and 2 cls: the default stands);
-4 rank, a decoder reranker's (Qwen3-Reranker as llama.cpp converts it), is refused at load
-(hearth.models.registry.model_config)."""
+4 rank, a decoder reranker's (Qwen3-Reranker as llama.cpp converts it), runs where the architecture has a
+rank_head_class (CausalLM) and is refused elsewhere (hearth.models.registry.model_config)."""
 
 
 def require(g: GGUFFile, key: str):

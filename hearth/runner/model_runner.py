@@ -188,7 +188,7 @@ class ModelRunner:
             out_rows = with_prompt_rows(rows, targets, pooling)
             # [len(out_rows), hidden]; embeds: image rows over their placeholders' embeddings
             hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows, **embeds)
-            pooled = pooled_sums(hidden, out_rows, pooling, so.seqs)
+            pooled = pooled_sums(hidden, out_rows, pooling, so.seqs, getattr(self.model, "rank_head", None))
             prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs,
                                                   lambda h: self._logits(h, None))
             if not rows:

@@ -268,18 +268,33 @@ def test_reranking_flag_refuses_a_model_that_is_no_reranker(tmp_path, capsys):
     assert err[-1].startswith("hearth: error: --reranking: MODEL") and "is not a reranker" in err[-1], err
 
 
-@pytest.mark.parametrize("flags", [["--reranking"], []])
-def test_a_decoder_reranker_is_refused_at_start(tmp_path, capsys, flags):
-    """Qwen3-Reranker as llama.cpp converts it (a qwen3 decoder, pooling_type 4): it served chat while
-    /v1/rerank called it no reranker; now it is one line at start, with --reranking or without."""
+BAD_DECODER_RERANKERS = {  # case -> (arch, rank_rows, serve's flags, its error)
+    # Qwen3-Reranker converted without its head: nothing to score the yes/no with
+    "qwen3, no cls.output": ("qwen3", (), ["--reranking"], r"qwen3 with pooling_type 4 \(rank\) has no cls.output.weight"),
+    # three labels: the first one's probability is no relevance
+    "qwen3, 3 labels": ("qwen3", (5, 6, 7), [], r"cls.output.weight has 3 rows \(3 labels named: \['yes', 'no', "
+                                            r"'maybe'\]\); hearth scores a decoder reranker with 2 labels"),
+    # llama.cpp builds cls.output for qwen3 alone
+    "llama": ("llama", (5, 6), [], r"a decoder reranker \(llama with pooling_type 4, rank\) is not supported; "
+                               r"hearth reranks with qwen3 decoders"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_DECODER_RERANKERS)
+def test_a_decoder_reranker_hearth_cannot_score_is_refused_at_start(tmp_path, capsys, case):
+    """A decoder GGUF with pooling_type 4 whose head hearth cannot score (hearth.models.rank_head): one line at
+    start, from the header, with --reranking or without; never a chat model that /v1/rerank calls no reranker."""
+    import re
+
     from hearth.cli import main as cli_main
     from tests.gguf_factory import write_tiny_gguf
 
-    path = tmp_path / "tiny-qwen3-rerank.gguf"
-    write_tiny_gguf(path, "qwen3", pooling_type=4)
+    arch, rows, flags, why = BAD_DECODER_RERANKERS[case]
+    path = tmp_path / f"tiny-{arch}-rerank.gguf"
+    write_tiny_gguf(path, arch, pooling_type=4, rank_rows=rows)
     assert cli_main(["serve", str(path), *flags]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert "a decoder reranker (qwen3 with pooling_type 4, rank) is not supported yet" in err[-1], err
+    assert err[-1].startswith("hearth: error: MODEL") and re.search(why, err[-1]), err
     assert "Traceback" not in "\n".join(err)
 
 
