@@ -116,8 +116,9 @@ DEFAULT_DIMS = {
     "llama": TinyDims(rope_theta=100000.0, tied=False, rms_eps=1e-5),
     "phi3": TinyDims(tied=False, rms_eps=1e-5),
     "qwen2": TinyDims(rope_theta=1000000.0),
-    # heads of 32 (the fused C++ layer's smallest), 16 pairs in sections as Qwen2-VL's 16 / 24 / 24 of 64 go
-    "qwen2vl": TinyDims(hidden=128, head_dim=32, rope_theta=1000000.0, rope_sections=(4, 6, 6, 0)),
+    # heads of 32 (the fused C++ layer's smallest), 16 pairs in sections as Qwen2-VL's 16 / 24 / 24 of 64 go; a
+    # base of 100, not 1e6: the h and w sections are the slow pairs, which at 1e6 barely turn over an image's rows
+    "qwen2vl": TinyDims(hidden=128, head_dim=32, rope_theta=100.0, rope_sections=(4, 6, 6, 0)),
     "qwen3": TinyDims(layers=3, head_dim=32, rope_theta=1000000.0),
     # 4 experts, 2 per token: every routing choice (which two, their weights) shows in the logits
     "qwen3moe": TinyDims(layers=2, head_dim=32, rope_theta=1000000.0, experts=4, experts_used=2, expert_ffn=96),
