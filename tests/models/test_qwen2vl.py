@@ -148,6 +148,28 @@ def test_n_sequences_of_one_prompt_each_decode_as_one(exact):
     assert [o.token_ids for o in out.outputs] == [want, want]
 
 
+def test_preempted_requests_recompute_their_images_as_they_were(exact):
+    """Three requests with their own images in a cache too small for all: the preempted ones recompute their
+    prompts (their positions from the indices again) and end as each alone."""
+    llm, _, dims = exact
+    media = [[MediaInput(3, 6, bytes([i]), (10 + i, 6), grid=(2, 3)),
+              MediaInput(12, 8, bytes([9, i]), (20 + i, 8), grid=(4, 2))] for i in range(3)]
+    want = [generate(llm, m, max_tokens=12) for m in media]
+    with use_linear_policy(exact=True):
+        small = llm_of(llm.config.model, dims, num_kv_blocks=20, max_num_seqs=3)  # 80 tokens for 3 x 42
+    engine = small.engine
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3)
+    rids = [engine.add_request(prompt_ids(), params, media=m) for m in media]
+    got = {rid: ([], []) for rid in rids}
+    while engine.has_unfinished():
+        for o in engine.step():
+            got[o.request_id][0].extend(o.new_token_ids)
+            got[o.request_id][1].extend(o.new_logprobs)
+    assert engine.scheduler.num_preemptions > 0
+    for rid, w in zip(rids, want):
+        assert_same(got[rid], w, tol=2e-3)
+
+
 @pytest.mark.parametrize("length", [30, 80], ids=["decode-sized", "prefill-sized"])
 def test_the_fast_paths_rotate_image_rows_by_their_grid(fast, length, monkeypatch):
     """A short step runs the whole stack in one C++ call, a long one the fused prefill (where the CPU has it):
@@ -199,3 +221,18 @@ def test_text_alone_is_qwen2_bit_for_bit(fast, tmp_path):
     outs = [generate(llm_of(p, dims, speculative_config=config), [], ids=PROMPT * 2, max_tokens=16)
             for p in (llm.config.model, tmp_path / "qwen2.gguf")]
     assert outs[0] == outs[1]
+
+
+@pytest.mark.parametrize("sections,why", [
+    ((4, 6, 4, 0), r"rope.dimension_sections \[4, 6, 4, 0\]: hearth runs three sections \(t, h, w\) covering the 16"),
+    ((4, 6, 4, 2), r"\[4, 6, 4, 2\]"),  # a 4th component (Qwen3-VL's layout): text would not rotate as qwen2
+    ((), "metadata key qwen2vl.rope.dimension_sections is missing"),
+])
+def test_sections_that_would_not_rotate_text_as_qwen2_are_refused(tmp_path, sections, why):
+    from hearth.errors import ModelLoadError
+    from hearth.loader.gguf_loader import GGUFFile
+    from hearth.models.registry import model_config
+
+    write_tiny_gguf(tmp_path / "bad.gguf", "qwen2vl", rope_sections=sections)
+    with pytest.raises(ModelLoadError, match=why):
+        model_config(GGUFFile(tmp_path / "bad.gguf"))
