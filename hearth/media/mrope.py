@@ -31,7 +31,7 @@ def positions(index: Sequence[int], delta: int, media: Sequence[MediaInput]) -> 
     delta: delta_before(the request's media, index[0]); media: its images that end after index[0], sorted (the
     runner's ScheduledSequence.media: those with a row in the chunk; a cut image's rows go on from its own offset)."""
     grids = [m for m in media if m.grid is not None]
-    t, h, w = [], [], []
+    rows = []  # (t, h, w) per index
     k, d = 0, delta  # grids[:k] end at or before p: their shifts are in d
     for p in index:
         while k < len(grids) and grids[k].end <= p:
@@ -41,7 +41,8 @@ def positions(index: Sequence[int], delta: int, media: Sequence[MediaInput]) -> 
             m = grids[k]
             st = m.offset + d
             r, c = divmod(p - m.offset, m.grid[1])
-            t.append(st), h.append(st + r), w.append(st + c)
+            rows.append((st, st + r, st + c))
         else:
-            t.append(p + d), h.append(p + d), w.append(p + d)
+            rows.append((p + d, p + d, p + d))
+    t, h, w = (list(c) for c in zip(*rows)) if rows else ([], [], [])
     return t, h, w
