@@ -190,13 +190,16 @@ def test_the_fast_paths_rotate_image_rows_by_their_grid(fast, length, monkeypatc
     assert rel_err(ours[3:], flat[3:]) > 0.05 and rel_err(ours, t_alone) > 2 * REL_TOL_FAST
 
 
-@pytest.mark.parametrize("spec", ["ngram", "draft"])
+@pytest.mark.parametrize("spec", ["ngram", "draft", "draft-tree"])
 def test_speculation_over_a_prompt_with_images_is_lossless(fast, spec):
-    """Verify rows (and a draft model's catch-up, at its own positions) after images: greedy output unchanged."""
+    """Verify rows, a tree's nodes at their depths (and a draft model's catch-up, at its own positions) after
+    images: greedy output unchanged."""
     llm, _, dims, path = fast
     config = ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1} if spec == "ngram" else
               {"method": "draft", "model": str(path), "num_speculative_tokens": 3})
     config["cost_aware"] = False  # drafts every step, whatever they would pay on this machine
+    if spec == "draft-tree":
+        config["tree_budget"] = 8
     spec_llm = llm_of(path, dims, speculative_config=config)
     if spec_llm.speculation_off:  # the torch tier (HEARTH_NATIVE=0): verify rows are not decode rows
         pytest.skip(spec_llm.speculation_off)
