@@ -148,6 +148,25 @@ def test_n_sequences_of_one_prompt_each_decode_as_one(exact):
     assert [o.token_ids for o in out.outputs] == [want, want]
 
 
+def test_a_step_with_image_rows_beside_text_only_sequences_computes_each_as_alone(exact):
+    """Batched: one request's image rows make the step's positions [3, T]; the other's text rows take three equal
+    ones (and its decode the 1-D path at its own positions): each ends as it would alone."""
+    llm, _, _ = exact
+    text = PROMPT[::-1]
+    want = [generate(llm), generate(llm, [], ids=text)]
+    engine = llm.engine
+    engine.scheduler.kv.pool.reset_prefix_cache()
+    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)
+    rids = [engine.add_request(prompt_ids(), params, media=MEDIA), engine.add_request(text, params)]
+    got = {rid: ([], []) for rid in rids}
+    while engine.has_unfinished():
+        for o in engine.step():
+            got[o.request_id][0].extend(o.new_token_ids)
+            got[o.request_id][1].extend(o.new_logprobs)
+    for rid, w in zip(rids, want):
+        assert_same(got[rid], w[:2], tol=2e-3)
+
+
 def test_preempted_requests_recompute_their_images_as_they_were(exact):
     """Three requests with their own images in a cache too small for all: the preempted ones recompute their
     prompts (their positions from the indices again) and end as each alone."""
