@@ -12,16 +12,16 @@ from hearth.media.mrope import positions
 
 def mrope_positions(seqs: list, index: torch.Tensor, qsl: list[int]) -> torch.Tensor:
     """index: [T] int64, each token's index in its sequence (a tree node's: its path's) -> [T] or [3, T] int64.
-    seqs: the step's ScheduledSequences (rope_delta, media), sequence i's rows at qsl[i]:qsl[i + 1]."""
+    seqs: the step's ScheduledSequences (rope_delta, media), sequence i's rows at qsl[i]:qsl[i + 1]. In Python
+    lists, one tensor at the end: a decode step of 16 sequences took ~0.4 ms in per-sequence tensor ops."""
     if not any(s.rope_delta or s.media for s in seqs):
         return index
-    out = index.expand(3, -1).clone()  # [3, T]
-    grids = False
+    flat = index.tolist()
+    if not any(m.grid is not None for s in seqs for m in s.media):
+        return torch.tensor([p + s.rope_delta for i, s in enumerate(seqs) for p in flat[qsl[i]:qsl[i + 1]]])
+    thw: list[list[int]] = [[], [], []]
     for i, s in enumerate(seqs):
-        a, b = qsl[i], qsl[i + 1]
-        if any(m.grid is not None for m in s.media):
-            out[:, a:b] = torch.tensor(positions(index[a:b].tolist(), s.rope_delta, s.media))
-            grids = True
-        else:
-            out[:, a:b] += s.rope_delta
-    return out if grids else out[0].contiguous()
+        rows = positions(flat[qsl[i]:qsl[i + 1]], s.rope_delta, s.media)  # text only: its indices + rope_delta
+        for out, part in zip(thw, rows):
+            out += part
+    return torch.tensor(thw)
