@@ -106,6 +106,9 @@ class ModelConfig:
     """Per layer: True where the layer uses the sliding window."""
     rope_layers: tuple[bool, ...] = ()
     """Per layer: False where the layer has no rope (NoPE: smollm3's every 4th); empty: every layer rotates."""
+    rope_sections: tuple[int, ...] = ()
+    """M-RoPE (qwen2vl): how many rotated pairs follow each position component (t, h, w), in order; empty: one
+    position per token. A token whose components are equal (text) rotates as ordinary rope at that position."""
     attn_scale: float = 0.0
     """Softmax scale; 0 means 1/sqrt(head_dim)."""
     embedding_scale: float = 1.0

@@ -72,6 +72,8 @@ class TinyDims:
     attention_scale: float = 0.0
     logit_scale: float = 0.0
     """granite's `{arch}.embedding_scale`, `.residual_scale`, `.attention.scale`, `.logit_scale` (0: the key is absent)."""
+    rope_sections: tuple[int, ...] = ()
+    """qwen2vl's `{arch}.rope.dimension_sections` (M-RoPE: rotated pairs per t, h, w, and a 4th; (): absent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,7 @@ LAYOUTS = {
     "llama": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
     "phi3": ArchLayout(write_rope_dim=True, fused_qkv=True, fused_gate_up=True),
     "qwen2": ArchLayout(qkv_bias=True),
+    "qwen2vl": ArchLayout(qkv_bias=True),  # Qwen2-VL's and Qwen2.5-VL's text model: qwen2's tensors
     "qwen3": ArchLayout(qk_norm=True, write_key_length=True),
     "qwen3moe": ArchLayout(qk_norm=True, write_key_length=True, moe=True),
     "gemma2": ArchLayout(sandwich_norm=True, norm_shift=1.0, write_key_length=True),
@@ -116,6 +119,9 @@ DEFAULT_DIMS = {
     "llama": TinyDims(rope_theta=100000.0, tied=False, rms_eps=1e-5),
     "phi3": TinyDims(tied=False, rms_eps=1e-5),
     "qwen2": TinyDims(rope_theta=1000000.0),
+    # heads of 32 (the fused C++ layer's smallest), 16 pairs in sections as Qwen2-VL's 16 / 24 / 24 of 64 go; a
+    # base of 100, not 1e6: the h and w sections are the slow pairs, which at 1e6 barely turn over an image's rows
+    "qwen2vl": TinyDims(hidden=128, head_dim=32, rope_theta=100.0, rope_sections=(4, 6, 6, 0)),
     "qwen3": TinyDims(layers=3, head_dim=32, rope_theta=1000000.0),
     # 4 experts, 2 per token: every routing choice (which two, their weights) shows in the logits
     "qwen3moe": TinyDims(layers=2, head_dim=32, rope_theta=1000000.0, experts=4, experts_used=2, expert_ffn=96),
@@ -192,6 +198,8 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_vocab_size(d.vocab)
     if d.sliding_window:
         w.add_sliding_window(d.sliding_window)
+    if d.rope_sections:
+        w.add_rope_dimension_sections(list(d.rope_sections))
     if layout.moe or d.experts:  # as convert_hf_to_gguf.py's Qwen2MoeModel; no expert_weights_norm (the graph implies it)
         w.add_expert_count(d.experts)
         w.add_expert_used_count(d.experts_used)

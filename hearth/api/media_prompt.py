@@ -45,7 +45,7 @@ def shifted(before: list[int], ids) -> list[int]:
 
 
 def _moved(m: MediaInput, n: int) -> MediaInput:
-    return MediaInput(m.offset + n, m.length, m.digest, m.pixels, m.bidirectional)
+    return MediaInput(m.offset + n, m.length, m.digest, m.pixels, m.bidirectional, m.grid)
 
 
 def encode_with_images(served, text: str, images: RequestImages, messages: list[dict]) -> PromptIds:
@@ -67,7 +67,7 @@ def encode_with_images(served, text: str, images: RequestImages, messages: list[
         carried, fill = carried + text[at:m.start()], _placeholder_id(tok, image.placeholder)
         for before, pixels, digest in zip(image.befores, image.pixels, image.digests, strict=True):
             ids += _encode(served, carried + before, first=not ids)
-            media.append(MediaInput(len(ids), image.num_embeds, digest, pixels, image.bidirectional))
+            media.append(MediaInput(len(ids), image.num_embeds, digest, pixels, image.bidirectional, image.grid))
             ids += [fill] * image.num_embeds
             carried = ""
         carried, at = image.after, m.end()

@@ -31,6 +31,8 @@ def check_media(media: Sequence[MediaInput], prompt_len: int, step_budget: int, 
         if m.offset < end:
             return (f"media[{i}] starts at position {m.offset}, before media[{i - 1}] ends ({end}): "
                     "sort them, no overlaps")
+        if m.grid is not None and (len(m.grid) != 2 or min(m.grid) < 1 or m.grid[0] * m.grid[1] != m.length):
+            return f"media[{i}] has grid {m.grid} for {m.length} rows: give (rows, cols) with rows * cols == {m.length}"
         if m.bidirectional and m.length > room:
             return (f"media[{i}] has {m.length} rows that attend to each other, more than a step computes "
                     f"beside {max_num_seqs - 1} other sequences' decodes (max_num_batched_tokens {step_budget}, "
@@ -65,8 +67,10 @@ def hit_blocks(media: Sequence[MediaInput], blocks: int, block_size: int) -> int
 
 def block_salt(media: Sequence[MediaInput], start: int, block_size: int) -> bytes:
     """What the media overlapping the block at [start, start + block_size) add to its hash: per span,
-    its place relative to the block, its rows, its kind and its digest; b"" without any (a text block's
+    its place relative to the block, its rows, its kind, its digest and its grid where it has one (M-RoPE's
+    positions: they move every later block's K/V too, which chain this hash); b"" without any (a text block's
     hash is unchanged, so existing disk-tier files stay valid)."""
     parts = [struct.pack("<qq?", m.offset - start, m.length, m.bidirectional) + m.digest
+             + (b"" if m.grid is None else struct.pack("<qq", *m.grid))
              for m in media if m.offset < start + block_size and m.end > start]
     return b"".join(parts)

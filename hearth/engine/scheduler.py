@@ -14,6 +14,7 @@ from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.media_spans import chunk_tokens, hit_blocks
 from hearth.engine.request import Request, RequestStatus
 from hearth.media.inputs import overlapping
+from hearth.media.mrope import delta_before
 from hearth.runner.messages import RunnerOutput, SampledToken, ScheduledSequence, SchedulerOutput
 from hearth.sample.bad_words import history_needed
 from hearth.spec_decode.policy import DraftOutcome
@@ -233,6 +234,7 @@ class Scheduler:
             num_draft_slots=0 if req.spec_token_ids else k,
             prompt_targets=req.prompt_token_ids[start + 1:start + n + 1] if req.needs_prompt_logprobs else [],
             media=overlapping(req.media, start, start + n) if req.media else [],
+            rope_delta=delta_before(req.media, start) if req.media else 0,
         )
 
     @staticmethod

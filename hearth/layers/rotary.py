@@ -7,6 +7,9 @@ llama-arch GGUFs are converted with q/k rows permuted so that rope rotates adjac
 cos/sin are looked up once per step and rope configuration (`memo` is the step's
 AttentionMetadata.memo.rope, shared by all layers) in a table of the positions seen so far, up to TABLE_POSITIONS (no table
 sized to the whole context); positions past it are computed for the step.
+M-RoPE (Qwen2-VL's `mrope_section`, ggml's rope_multi): a step's positions may be [3, T], (t, h, w) per
+token, each rotated pair following one component by the sections; the tables keep their [T, rot/2] layout,
+so every path that reads them (the native and fused kernels too) rotates M-RoPE unchanged.
 Rotation is in place on f32 q|k, in one or three ops: adjacent pairs are complex numbers times
 e^(i*angle); halves are x * cos + [b, a] * [-sin, sin] (torch.roll makes [b, a])."""
 
@@ -62,10 +65,16 @@ def yarn_factors(rot_dim: int, base: float, y: YarnScaling, original: int) -> Ro
 
 
 class Rotary(nn.Module):
-    def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0, factors: RopeFactors | None = None):
+    def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0, factors: RopeFactors | None = None,
+                 sections: tuple[int, ...] = ()):
         super().__init__()
         self.rot_dim, self.neox, self.base, self.scale = rot_dim, neox, base, scale
-        self.factors = factors
+        self.factors, self.sections = factors, tuple(sections)
+        if sections and sum(sections) != rot_dim // 2:
+            raise ModelLoadError(f"M-RoPE sections {list(sections)} cover {sum(sections)} pairs, but the rope rotates "
+                                 f"{rot_dim // 2}")
+        # [rot/2] int64: the position component (0 t, 1 h, 2 w) each pair turns by
+        self.component = torch.repeat_interleave(torch.arange(len(sections)), torch.tensor(sections, dtype=torch.long))
         for name, f in (("short", factors.short), ("long", factors.long)) if factors else ():
             if f and len(f) != rot_dim // 2:
                 raise ModelLoadError(f"rope factors ({name}): {len(f)}, but the rope rotates {rot_dim // 2} pairs")
@@ -80,7 +89,7 @@ class Rotary(nn.Module):
 
     def _use(self, factors: tuple[float, ...]) -> None:
         attn = self.factors.attn_factor if self.factors else 1.0
-        self.key = ("rope", self.rot_dim, self.base, self.scale, self.neox, factors, attn)
+        self.key = ("rope", self.rot_dim, self.base, self.scale, self.neox, factors, attn, self.sections)
         # angles in float64: at position 32k a float32 angle would be off by ~1e-3 rad
         self.inv_freq = 1.0 / (self.base ** (torch.arange(0, self.rot_dim, 2, dtype=torch.float64) / self.rot_dim))
         self.inv_freq /= self.scale
@@ -101,19 +110,32 @@ class Rotary(nn.Module):
         return memo[self.key]
 
     def halves(self, positions: torch.Tensor, memo: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per step: (cos, sin) f32 [T, rot/2], contiguous (the layout the native kernel reads)."""
+        """Per step: (cos, sin) f32 [T, rot/2], contiguous (the layout the native kernel reads). positions: [T],
+        or [3, T] (t, h, w) with M-RoPE sections: pair j at its component's position."""
         key = (*self.key, "halves")
         if key not in memo:
-            top = int(positions.max()) + 1 if positions.numel() else 0
-            if top > TABLE_POSITIONS:
-                memo[key] = self._cos_sin(positions)
+            if positions.dim() == 1:
+                memo[key] = self._lookup(positions)
+            elif self.sections and positions.shape[0] == len(self.sections):
+                T = positions.shape[1]
+                pick = self.component.expand(T, -1).unsqueeze(-1)  # [T, rot/2, 1]
+                memo[key] = tuple(t.permute(1, 2, 0).gather(2, pick).squeeze(-1)  # [3, T, rot/2] -> [T, rot/2]
+                                  for t in self._lookup(positions))
             else:
-                if self._table is None or self._table[0].shape[0] < top:  # grow to a power of two
-                    n = min(TABLE_POSITIONS, max(1024, 1 << (top - 1).bit_length()))
-                    self._table = self._cos_sin(torch.arange(n))
-                cos, sin = self._table
-                memo[key] = (cos[positions], sin[positions])
+                raise ValueError(f"positions {tuple(positions.shape)} for a rope with sections {list(self.sections)}")
         return memo[key]
+
+    def _lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, sin) f32 [*positions.shape, rot/2]."""
+        top = int(positions.max()) + 1 if positions.numel() else 0
+        if top > TABLE_POSITIONS:
+            cos, sin = self._cos_sin(positions.reshape(-1))
+            return cos.view(*positions.shape, -1), sin.view(*positions.shape, -1)
+        if self._table is None or self._table[0].shape[0] < top:  # grow to a power of two
+            n = min(TABLE_POSITIONS, max(1024, 1 << (top - 1).bit_length()))
+            self._table = self._cos_sin(torch.arange(n))
+        cos, sin = self._table
+        return cos[positions], sin[positions]
 
     def _cos_sin(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         freqs = torch.outer(positions.to(torch.float64), self.inv_freq)

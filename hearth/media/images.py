@@ -42,6 +42,8 @@ class PreparedImage:
     digests: tuple[bytes, ...]
     """Per piece, sha256 over its pixels' bytes and the config (the mmproj's fingerprint in it): equal pieces
     through equal encoders share prefix-cache KV and rows."""
+    grid: tuple[int, int] | None = None
+    """(rows, cols) of each piece's embedding rows, row-major, for M-RoPE (qwen2vl projectors); None: 1-D."""
 
 
 PREPARED = PreparedCache()

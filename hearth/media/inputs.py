@@ -23,6 +23,9 @@ class MediaInput:
     """What the runner's encoder reads: one piece of PreparedImage.pixels (float32 [3, S, S])."""
     bidirectional: bool = False
     """The LM attends within these rows both ways (gemma3): never split across prefill chunks."""
+    grid: tuple[int, int] | None = None
+    """(rows, cols) of its rows, row-major (rows * cols == length): the LM's M-RoPE positions
+    (hearth.media.mrope); None: one position per row, as text."""
 
     @property
     def end(self) -> int:

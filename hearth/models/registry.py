@@ -12,6 +12,7 @@ ARCHITECTURES: dict[str, str] = {
     "llama": "hearth.models.llama:LlamaForCausalLM",
     "phi3": "hearth.models.phi3:Phi3ForCausalLM",
     "qwen2": "hearth.models.qwen2:Qwen2ForCausalLM",
+    "qwen2vl": "hearth.models.qwen2vl:Qwen2VLForCausalLM",
     "qwen3": "hearth.models.qwen3:Qwen3ForCausalLM",
     "qwen3moe": "hearth.models.qwen3moe:Qwen3MoeForCausalLM",
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",

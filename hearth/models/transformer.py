@@ -85,7 +85,7 @@ class Attention(nn.Module):
             scale = 1.0 if local else cfg.rope_swa_scale or scale
         rotates = not cfg.rope_layers or cfg.rope_layers[i]  # a NoPE layer rotates no dims (every path's no-op)
         self.rope = Rotary((cfg.rope_dim or cfg.head_dim) if rotates else 0, theta, spec.neox_rope, scale,
-                           None if local or not rotates else factors)
+                           None if local or not rotates else factors, cfg.rope_sections if rotates else ())
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
         self.sinks = f32(g, p + "attn_sinks.weight") if spec.attn_sinks else None  # [heads]

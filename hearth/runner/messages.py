@@ -50,6 +50,9 @@ class ScheduledSequence:
     media: list[MediaInput] = field(default_factory=list)
     """The request's image spans with a row among token_ids' positions (a causal one may be cut by the
     chunk; a bidirectional one never is): the runner writes their rows over those tokens' embeddings."""
+    rope_delta: int = 0
+    """M-RoPE's position delta at start_pos from the request's images before it (hearth.media.mrope.delta_before):
+    a token that is no image row rotates at its index + the delta (with the shifts of `media` past it)."""
 
     @property
     def is_tree(self) -> bool:

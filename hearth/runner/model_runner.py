@@ -22,6 +22,7 @@ from hearth.runner.media_rows import MediaRows
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.runner.pooling import pooled_sums, pooling_rows
 from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, top_logprobs, with_prompt_rows
+from hearth.runner.rope_positions import mrope_positions
 from hearth.runner.tree_paths import depths, node_paths, tree_moves
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
@@ -55,6 +56,7 @@ class ModelRunner:
         keep_freed_pages()
         self.drafter = drafter
         self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
+        self.mrope = bool(cfg.rope_sections)  # images move its rope positions (rope_positions)
         self.backend = model.backend  # the one the model was built on (hearth.backends)
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         self.block_format = block_format(codec, cfg, block_size)
@@ -235,7 +237,8 @@ class ModelRunner:
         return (self.model.compute_logits(hidden) if scored is None else self.model.compute_logits(hidden, scored)).float()
 
     def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict]:
-        """(ids [T], positions [T], the step's metadata, the model's extra arguments: image rows' embeds)."""
+        """(ids [T], positions [T] (or [3, T]: M-RoPE's, for a step with image rows), the step's metadata, the
+        model's extra arguments: image rows' embeds). A token's KV slot follows its index, its rope the position."""
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
         trees = {}
         bs = self.block_size
@@ -267,7 +270,10 @@ class ModelRunner:
                 raise ValueError("a request with images reached a runner without a vision encoder")
             embeds = {"embeds": self.media.rows(so.seqs, qsl)}
             meta.bidirectional = self.media.bidirectional(so.seqs)
-        return torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long), meta, embeds
+        positions = torch.tensor(positions, dtype=torch.long)
+        if self.mrope:
+            positions = mrope_positions(so.seqs, positions, qsl)
+        return torch.tensor(ids, dtype=torch.long), positions, meta, embeds
 
     def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True,
                 masks: dict[str, list[torch.Tensor]] | None = None) -> RunnerOutput:

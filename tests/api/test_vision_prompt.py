@@ -51,6 +51,15 @@ def test_bos_once_rows_in_place_and_text_around_them():
     assert second.length == 3 and second.bidirectional and ids[second.offset:second.end] == [1, 1, 1]
 
 
+def test_an_images_grid_reaches_its_media_input_and_moves_with_it():
+    """PreparedImage.grid (M-RoPE's rows x cols) into the MediaInput, and along Ollama's `context` (shifted)."""
+    vision = Vision(None, fake_prepare)
+    images, (a, b) = loaded(vision, image(2, b"grid"), image(3))
+    ids = encode_with_images(served_with(BosTokenizer(), vision), f"{a} {b}", images, [{"content": f"{a} {b}"}])
+    assert [m.grid for m in ids.media] == [(1, 2), None]
+    assert [m.grid for m in shifted([5, 5], ids).media] == [(1, 2), None]
+
+
 def test_an_image_first_and_last_and_a_placeholder_of_no_single_token():
     vision = Vision(None, lambda d: SimpleNamespace(**{**vars(fake_prepare(d)), "placeholder": "<two>"}))
     images, (a,) = loaded(vision, image(2))
@@ -72,6 +81,7 @@ def test_prompt_ids_keep_their_media_when_extended_and_moved():
     assert (ids + [7]).media == (m,) and list(ids + [7]) == [9, 9, 9, 1, 1, 9, 7]
     moved = shifted([5, 5], ids)
     assert moved.media[0].offset == 5 and moved[moved.media[0].offset] == 1
+    assert moved.media[0] == MediaInput(5, 2, b"d", None)  # every other field as it was
     assert shifted([5], [1, 2]) == [5, 1, 2] and not hasattr(shifted([5], [1, 2]), "media")
 
 

@@ -40,7 +40,8 @@ def fake_prepare(data: bytes) -> SimpleNamespace:
         raise ValueError("cannot identify image file")
     return SimpleNamespace(pixels=(data,), num_embeds=int(data[3:4]), befores=(BEFORE,), after=AFTER,
                            placeholder=PLACEHOLDER, bidirectional=data.endswith(b"bi"),
-                           digests=(hashlib.sha256(data).digest(),))
+                           digests=(hashlib.sha256(data).digest(),),
+                           grid=(1, int(data[3:4])) if data.endswith(b"grid") else None)  # qwen2vl's (rows, cols)
 
 
 def digest(data: bytes) -> bytes:

@@ -49,6 +49,8 @@ def chunks_of(runner, rid):
                     "max_num_seqs 2): raise max_num_batched_tokens to at least 10 or lower max_num_seqs"),
     ([image(0, 8)], "raise max_num_batched_tokens to at least 9"),  # a whole step: never beside a decode
     (["pixels"], "is a str, not a MediaInput"),
+    ([MediaInput(2, 6, b"g", None, grid=(2, 2))], "has grid (2, 2) for 6 rows: give (rows, cols) with rows * cols == 6"),
+    ([MediaInput(2, 6, b"g", None, grid=(0, 6))], "has grid (0, 6)"),
 ])
 def test_bad_spans_are_refused_naming_why(media, why):
     engine, _, _ = make_engine(budget=8)
@@ -158,9 +160,10 @@ def test_block_hashes_take_the_digests_of_the_media_in_each_block():
     other = kv.block_hashes(request([image(5, 2, b"two")]), 3)
     moved = kv.block_hashes(request([image(4, 2, b"one")]), 3)
     causal = kv.block_hashes(request([image(5, 2, b"one", bidirectional=False)]), 3)
+    grid = kv.block_hashes(request([MediaInput(5, 2, b"one", None, True, grid=(1, 2))]), 3)  # M-RoPE's positions
     assert one == same
-    assert one[0] == other[0] == text[0]  # the block before the image is shared
-    for h in (other, moved, causal, text):  # the image's block and every one after it differ
+    assert one[0] == other[0] == text[0] == grid[0]  # the block before the image is shared
+    for h in (other, moved, causal, text, grid):  # the image's block and every one after it differ
         assert h[1] != one[1] and h[2] != one[2]
 
 
@@ -223,3 +226,16 @@ def test_a_running_span_goes_beside_every_other_decode():
     span_step = next(so for so in runner.steps if any(s.request_id == "img" and s.start_pos == 2 for s in so.seqs))
     assert sorted((s.request_id, len(s.token_ids)) for s in span_step.seqs) == [
         ("d0", 1), ("d1", 1), ("d2", 1), ("img", 13)]  # beside every decode, none of them ended
+
+
+def test_each_step_carries_the_m_rope_delta_of_the_images_before_its_chunk():
+    """ScheduledSequence.rope_delta: hearth.media.mrope.delta_before at the chunk's start, whatever the chunking
+    (a decode's too); a request without grids has 0."""
+    engine, sched, runner = make_engine(budget=5, max_num_seqs=1)
+    media = [MediaInput(1, 6, b"a", None, grid=(2, 3)), MediaInput(9, 4, b"b", None, grid=(4, 1))]  # -3, then -0
+    engine.add_request(list(range(1, 15)), SamplingParams(max_tokens=3, temperature=0), "g", media=media)
+    engine.add_request(list(range(1, 15)), SamplingParams(max_tokens=3, temperature=0), "t", media=[image(1, 6, bidirectional=False)])
+    run_all(engine)
+    steps = [(s.request_id, s.start_pos, s.rope_delta) for so in runner.steps for s in so.seqs]
+    assert [(p, d) for r, p, d in steps if r == "g"] == [(0, 0), (5, 0), (10, -3), (14, -3), (15, -3)]
+    assert all(d == 0 for r, _, d in steps if r == "t")

@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from hearth.config import YarnScaling
+from hearth.errors import ModelLoadError
 from hearth.layers import rotary
 from hearth.layers.rotary import Rotary, yarn_factors
 
@@ -56,3 +57,33 @@ def test_yarn_factors_are_transformers_yarn(truncate):
     ours = 1.0 / (base ** (torch.arange(0, rot, 2, dtype=torch.float64) / rot)) / torch.tensor(y.short)
     torch.testing.assert_close(ours.float(), inv_freq, rtol=1e-6, atol=0)
     assert y.attn_factor == pytest.approx(attn, rel=1e-7)
+
+
+@pytest.mark.parametrize("top", [100, 5000], ids=["table", "past-the-table"])
+def test_mrope_tables_pick_each_pairs_component_as_transformers_qwen2_vl(top):
+    """Positions [3, T] (t, h, w): pair j turns by its section's component (transformers' mrope_section
+    recomposition), in the [T, rot/2] layout every kernel reads; equal components are the 1-D rope's bits."""
+    from transformers import Qwen2VLTextConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+
+    sections = (4, 6, 6)
+    rope = Rotary(32, 1e6, neox=True, sections=sections)
+    g = torch.Generator().manual_seed(0)
+    thw = torch.randint(0, top, (3, 40), generator=g)
+    cos, sin = rope.halves(thw, {})
+    assert cos.shape == (40, 16) and cos.is_contiguous() and sin.is_contiguous()
+    cfg = Qwen2VLTextConfig(hidden_size=128, num_attention_heads=4, rope_parameters={
+        "rope_type": "default", "rope_theta": 1e6, "mrope_section": list(sections)})
+    hf_cos, hf_sin = Qwen2VLRotaryEmbedding(cfg)(torch.zeros(1, dtype=torch.float64), thw[:, None])
+    tol = 2e-6 + top * 4e-7  # transformers' angles in f32 (hearth's in f64): ~1e-3 rad off at 5000
+    assert torch.allclose(cos, hf_cos[0, :, :16].float(), atol=tol) and torch.allclose(sin, hf_sin[0, :, :16].float(), atol=tol)
+    text = thw[0]
+    assert all(torch.equal(a, b) for a, b in zip(rope.halves(text.expand(3, -1), {}), rope.halves(text, {})))
+    assert not torch.allclose(cos, rope.halves(text, {})[0])  # teeth: h and w pairs move
+
+
+def test_mrope_sections_must_cover_the_rotated_pairs():
+    with pytest.raises(ModelLoadError, match=r"M-RoPE sections \[4, 6, 4\] cover 14 pairs, but the rope rotates 16"):
+        Rotary(32, 1e6, neox=True, sections=(4, 6, 4))
+    with pytest.raises(ValueError, match="positions"):
+        Rotary(32, 1e6, neox=True).halves(torch.zeros(3, 4, dtype=torch.long), {})
