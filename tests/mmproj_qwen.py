@@ -48,10 +48,11 @@ def hf_processor(min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS):
 def hf_features(model, pixels: np.ndarray) -> torch.Tensor:
     """get_image_features for one image's pixels [rows, cols, 4, 3 * 2 * 14 * 14] (hearth's, = the processor's
     pixel_values) -> [rows * cols, lm_hidden] f32."""
-    rows, cols = pixels.shape[:2]
+    height, width = pixels.shape[:2]
     flat = torch.from_numpy(np.ascontiguousarray(pixels)).reshape(-1, pixels.shape[-1])
-    grid = torch.tensor([[1, rows * 2, cols * 2]])
-    return model.model.get_image_features(pixel_values=flat, image_grid_thw=grid).pooler_output
+    grid = torch.tensor([[1, height * 2, width * 2]])  # patches: 2 x 2 to a unit
+    (rows,) = model.model.get_image_features(pixel_values=flat, image_grid_thw=grid).pooler_output  # one per image
+    return rows
 
 
 BLOCK_NAMES = {"norm1": "ln1", "norm2": "ln2", "attn.proj": "attn_out", "mlp.fc1": "ffn_up", "mlp.fc2": "ffn_down",
