@@ -59,7 +59,9 @@ BLOCK_NAMES = {"norm1": "ln1", "norm2": "ln2", "attn.proj": "attn_out", "mlp.fc1
                "mlp.up_proj": "ffn_up", "mlp.gate_proj": "ffn_gate", "mlp.down_proj": "ffn_down"}
 
 
-def write_mmproj(path, projector: str, model, qtype: str = "F32") -> None:
+def write_mmproj(path, projector: str, model, qtype: str = "F32", max_pixels: int | None = None) -> None:
+    """The mmproj of `model` as the converter writes it, matrices in `qtype` (F32, F16, Q8_0); max_pixels: a
+    clip.vision.image_max_pixels key, which the converter does not write for these types (hearth reads it)."""
     vc = model.config.vision_config
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_name(f"tiny-{projector}")
@@ -80,6 +82,8 @@ def write_mmproj(path, projector: str, model, qtype: str = "F32") -> None:
         w.add_vision_use_silu(True)
         w.add_vision_n_wa_pattern(vc.fullatt_block_indexes[0] + 1)
     w.add_vision_attention_layernorm_eps(1e-6)
+    if max_pixels:
+        w.add_uint32("clip.vision.image_max_pixels", max_pixels)
     for name, value in _tensors(model):
         _add(w, name, value, qtype)
     w.write_header_to_file()
