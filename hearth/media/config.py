@@ -1,6 +1,6 @@
 """The vision settings of a llama.cpp mmproj GGUF (general.architecture "clip"), as its converters write
-them: convert_hf_to_gguf.py --mmproj (gemma3, idefics3, Qwen2-VL's and Qwen2.5-VL's mergers) and the legacy convert_image_encoder_to_gguf.py
-(LLaVA-1.5's `mlp`). Key names are gguf-py's Keys.Clip / Keys.ClipVision and llama.cpp's clip-impl.h."""
+them: convert_hf_to_gguf.py --mmproj (gemma3, idefics3, Qwen2-VL's and Qwen2.5-VL's mergers) and the legacy
+convert_image_encoder_to_gguf.py (LLaVA-1.5's `mlp`). Key names are gguf-py's Keys.Clip / Keys.ClipVision and llama.cpp's clip-impl.h."""
 
 from __future__ import annotations
 

@@ -105,12 +105,13 @@ class QwenVisionTower(nn.Module):
         rows, cols = pixels.shape[:2]
         x = pixels.reshape(-1, self.patch.shape[0]) @ self.patch  # [N, hidden]
         cos, sin = rope_angles(rows, cols, self.cfg.merge, self.cfg.hidden // self.cfg.heads)  # [N, head_dim]
-        order, sizes = windows(rows, cols, self.window) if self.window else (None, None)
-        if order is not None:  # each window's patches together, and their angles with them
+        order, spans = None, None
+        if self.window:  # each window's patches together, and their angles with them
+            order, sizes = windows(rows, cols, self.window)
             x, cos, sin = (self._units(t)[order].flatten(0, 1) for t in (x, cos, sin))
             spans = [s * self.unit for s in sizes]
         for block, whole in zip(self.blocks, self.whole):
-            x = block(x, cos, sin, None if whole or order is None else spans)
+            x = block(x, cos, sin, None if whole else spans)
         if order is not None:  # back in the processor's order (HF's reverse_indices after the merger: the same)
             x = self._units(x)[torch.argsort(order)].flatten(0, 1)
         return x
