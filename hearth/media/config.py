@@ -30,6 +30,8 @@ class VisionConfig:
     hidden: int
     """The tower's width (clip.vision.embedding_length)."""
     ffn: int
+    """The MLP's width as the file says it (Qwen2-VL's converter writes the LM's width here: its tower reads the
+    MLP's from the tensors)."""
     heads: int
     layers: int
     """Blocks the file holds (the legacy LLaVA converter already dropped those past the feature layer)."""
