@@ -1,6 +1,7 @@
 """The vision settings of a llama.cpp mmproj GGUF (general.architecture "clip"), as its converters write
 them: convert_hf_to_gguf.py --mmproj (gemma3, idefics3, Qwen2-VL's and Qwen2.5-VL's mergers) and the legacy
-convert_image_encoder_to_gguf.py (LLaVA-1.5's `mlp`). Key names are gguf-py's Keys.Clip / Keys.ClipVision and llama.cpp's clip-impl.h."""
+convert_image_encoder_to_gguf.py (LLaVA-1.5's `mlp`). Key names are gguf-py's Keys.Clip / Keys.ClipVision and
+llama.cpp's clip-impl.h."""
 
 from __future__ import annotations
 
@@ -182,8 +183,8 @@ def _check(g: GGUFFile, cfg: VisionConfig) -> None:
                              f"{cfg.merge} ({cfg.projector})")
     unit = cfg.patch_size * cfg.merge
     if cfg.max_pixels and not unit * unit <= cfg.min_pixels <= cfg.max_pixels:
-        raise ModelLoadError(f"{g.path}: mmproj image_min_pixels {cfg.min_pixels} / image_max_pixels {cfg.max_pixels} "
-                             f"do not hold one {unit} x {unit} unit")
+        raise ModelLoadError(f"{g.path}: mmproj image_min_pixels {cfg.min_pixels} / image_max_pixels "
+                             f"{cfg.max_pixels} do not hold one {unit} x {unit} unit")
     if cfg.window % unit or (cfg.window and cfg.wa_pattern <= 0):
         raise ModelLoadError(f"{g.path}: mmproj window_size {cfg.window} (a multiple of {unit} wanted) or "
                              f"n_wa_pattern {cfg.wa_pattern} (> 0 wanted) does not fit")
