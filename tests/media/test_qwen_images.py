@@ -150,3 +150,10 @@ def test_qwen25_needs_its_window_pattern(tmp_path):
     write_settings_only(tmp_path / "q.gguf", "qwen2.5vl_merger", {"mm.2.weight": np.zeros((48, 128), np.float32)})
     with pytest.raises(ModelLoadError, match=r"mmproj has no clip.vision.n_wa_pattern"):
         read_vision_config(tmp_path / "q.gguf")
+
+
+def test_an_area_bound_below_one_unit_is_refused(tmp_path):
+    """smart_resize never goes below one 28 x 28 unit: a file whose image_max_pixels does is refused at load."""
+    write_mmproj(tmp_path / "q.gguf", "qwen2vl_merger", tiny_hf("qwen2vl_merger"), max_pixels=700)
+    with pytest.raises(ModelLoadError, match=r"image_min_pixels 6272 / image_max_pixels 700 do not hold one 28 x 28"):
+        read_vision_config(tmp_path / "q.gguf")
