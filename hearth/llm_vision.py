@@ -43,8 +43,12 @@ def attach(llm, cfg: VisionConfig | None, backend) -> None:
 
 def reads_images(cfg: VisionConfig, mmproj: str) -> str:
     """The startup line's words: `reads images (mmproj FILE: gemma3 projector, 256 tokens an image)`."""
-    each = "a tile" if cfg.spec.resize == "split" else "an image"
-    return f"reads images (mmproj {mmproj}: {cfg.projector} projector, {cfg.num_embeds} tokens {each})"
+    each = EACH.get(cfg.spec.resize, "tokens an image")
+    return f"reads images (mmproj {mmproj}: {cfg.projector} projector, {cfg.num_embeds} {each})"
+
+
+EACH = {"split": "tokens a tile", "smart": "tokens an image at most"}
+"""Projector.resize -> what VisionConfig.num_embeds counts (Qwen-VL's smart resize: its most, by max_pixels)."""
 
 
 class ChatImages:

@@ -1,6 +1,7 @@
 """The vision settings of a llama.cpp mmproj GGUF (general.architecture "clip"), as its converters write
-them: convert_hf_to_gguf.py --mmproj (gemma3, idefics3) and the legacy convert_image_encoder_to_gguf.py
-(LLaVA-1.5's `mlp`). Key names are gguf-py's Keys.Clip / Keys.ClipVision and llama.cpp's clip-impl.h."""
+them: convert_hf_to_gguf.py --mmproj (gemma3, idefics3, Qwen2-VL's and Qwen2.5-VL's mergers) and the legacy
+convert_image_encoder_to_gguf.py (LLaVA-1.5's `mlp`). Key names are gguf-py's Keys.Clip / Keys.ClipVision and
+llama.cpp's clip-impl.h."""
 
 from __future__ import annotations
 
@@ -24,11 +25,14 @@ class VisionConfig:
     lm_hidden: int
     """Width of the rows it makes: must equal the LM's hidden size (checked where the two meet)."""
     image_size: int
-    """Side of the square the tower reads, in pixels."""
+    """Side of the square the tower reads, in pixels (Qwen-VL's files say 560, which nothing reads: its images
+    keep their aspect, min_pixels..max_pixels)."""
     patch_size: int
     hidden: int
     """The tower's width (clip.vision.embedding_length)."""
     ffn: int
+    """The MLP's width as the file says it (Qwen2-VL's converter writes the LM's width here: its tower reads the
+    MLP's from the tensors)."""
     heads: int
     layers: int
     """Blocks the file holds (the legacy LLaVA converter already dropped those past the feature layer)."""
@@ -46,6 +50,15 @@ class VisionConfig:
     """gemma3: the average pool's side; idefics3: the pixel shuffle's scale factor; mlp: 1."""
     preproc_size: int = 0
     """idefics3: the longest edge of the processor's first resize (clip.vision.preproc_image_size)."""
+    min_pixels: int = 0
+    max_pixels: int = 0
+    """Qwen-VL's smart resize brings an image's area within these (clip.vision.image_min_pixels and
+    image_max_pixels, else llama.cpp's limits: 8 and 4096 rows of (patch * merge) ** 2 pixels); 0: not used."""
+    window: int = 0
+    """Qwen2.5-VL: a window's side in pixels (clip.vision.window_size, else 112, llama.cpp's and HF's); 0: none."""
+    wa_pattern: int = 0
+    """Qwen2.5-VL: block i attends to the whole image where (i + 1) % wa_pattern == 0, the others within
+    windows (clip.vision.n_wa_pattern; HF's fullatt_block_indexes, evenly spaced); 0: every block whole."""
     weights: str = ""
     """The mmproj file's fingerprint (hearth.loader.fingerprint: its pull marker's sha256, else size and
     ~16 MB sampled): an image's digest takes it, so two files with one config and other weights (F16 vs
@@ -61,7 +74,10 @@ class VisionConfig:
 
     @property
     def num_embeds(self) -> int:
-        """Rows one image becomes: the patch grid merged `merge` x `merge` (LLaVA's class row dropped)."""
+        """Rows one image becomes: the patch grid merged `merge` x `merge` (LLaVA's class row dropped); for a
+        smart resize (Qwen-VL) the most an image becomes (its own count is its PreparedImage's)."""
+        if self.max_pixels:
+            return self.max_pixels // (self.patch_size * self.merge) ** 2
         return (self.patches_per_side // self.merge) ** 2
 
 
@@ -85,7 +101,7 @@ def vision_config(g: GGUFFile) -> VisionConfig:
     need = _required(g)
     image_size, patch_size = need("image_size"), need("patch_size")
     layers = need("block_count")
-    merge = int(g.get(CLIP + "projector.scale_factor", spec.merge_default)) if spec.merge != "none" else 1
+    merge = int(g.get(CLIP + spec.merge_key, spec.merge_default)) if spec.merge != "none" else 1
     cfg = VisionConfig(
         projector=name, lm_hidden=_lm_hidden(g, spec), image_size=image_size, patch_size=patch_size,
         hidden=need("embedding_length"), ffn=need("feed_forward_length"), heads=need("attention.head_count"),
@@ -93,7 +109,7 @@ def vision_config(g: GGUFFile) -> VisionConfig:
         mean=_triple(g, "image_mean"), std=_triple(g, "image_std"), activation=_activation(g),
         feature_layers=tuple(int(i) for i in np.atleast_1d(g.get(CLIP + "feature_layer", layers))),
         merge=merge, preproc_size=int(g.get(CLIP + "preproc_image_size", image_size)),
-        weights=model_fingerprint(g.path))
+        weights=model_fingerprint(g.path), **_smart(g, spec, (patch_size * merge) ** 2), **_windows(g, spec, need))
     _check(g, cfg)
     return cfg
 
@@ -144,6 +160,20 @@ def _lm_hidden(g: GGUFFile, spec: Projector) -> int:
     return g.tensor(spec.out_tensor).shape[spec.out_axis]
 
 
+def _smart(g: GGUFFile, spec: Projector, unit: int) -> dict:
+    """A smart resize's area bounds (llama.cpp's set_limit_image_tokens(8, 4096) where the file names none)."""
+    if spec.resize != "smart":
+        return {}
+    return {"min_pixels": int(g.get(CLIP + "image_min_pixels", 8 * unit)),
+            "max_pixels": int(g.get(CLIP + "image_max_pixels", 4096 * unit))}
+
+
+def _windows(g: GGUFFile, spec: Projector, need) -> dict:
+    if not spec.windows:
+        return {}
+    return {"window": int(g.get(CLIP + "window_size", 112)), "wa_pattern": int(need("n_wa_pattern"))}
+
+
 def _check(g: GGUFFile, cfg: VisionConfig) -> None:
     if cfg.image_size % cfg.patch_size or cfg.hidden % cfg.heads:
         raise ModelLoadError(f"{g.path}: mmproj image_size {cfg.image_size} / patch_size {cfg.patch_size} or "
@@ -151,6 +181,13 @@ def _check(g: GGUFFile, cfg: VisionConfig) -> None:
     if cfg.patches_per_side % cfg.merge:
         raise ModelLoadError(f"{g.path}: mmproj's {cfg.patches_per_side} patches per side do not merge by "
                              f"{cfg.merge} ({cfg.projector})")
+    unit = cfg.patch_size * cfg.merge
+    if cfg.max_pixels and not unit * unit <= cfg.min_pixels <= cfg.max_pixels:
+        raise ModelLoadError(f"{g.path}: mmproj image_min_pixels {cfg.min_pixels} / image_max_pixels "
+                             f"{cfg.max_pixels} do not hold one {unit} x {unit} unit")
+    if cfg.window % unit or (cfg.window and cfg.wa_pattern <= 0):
+        raise ModelLoadError(f"{g.path}: mmproj window_size {cfg.window} (a multiple of {unit} wanted) or "
+                             f"n_wa_pattern {cfg.wa_pattern} (> 0 wanted) does not fit")
     bad = [i for i in cfg.feature_layers if not 0 <= i <= cfg.layers]
     if bad or not cfg.feature_layers:
         raise ModelLoadError(f"{g.path}: mmproj feature layers {list(cfg.feature_layers)} are not within its "

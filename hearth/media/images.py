@@ -16,6 +16,7 @@ from PIL import Image, ImageOps
 
 from hearth.media.config import VisionConfig
 from hearth.media.image_cache import PreparedCache
+from hearth.media.merge_units import patchify, resize as smart_resize
 
 MAX_PIXELS = 64 * 1024 * 1024
 """Largest width x height decoded (~8k x 8k); a bigger one is refused before its pixels are read."""
@@ -28,7 +29,8 @@ class PreparedImage:
     """One image as the prompt holds it: one piece (mlp, gemma3, a small idefics3 image) or several (idefics3's
     tiles and its global image), each piece `num_embeds` rows of its own pixels after its own text."""
     pixels: np.ndarray
-    """float32 [pieces, 3, S, S], resized and normalized as the HF processor does, in prompt order."""
+    """float32 [pieces, 3, S, S], resized and normalized as the HF processor does, in prompt order (Qwen-VL:
+    [1, rows, cols, m * m, 3 * T * p * p], its processor's pixel_values: hearth.media.merge_units)."""
     num_embeds: int
     """Embedding rows each piece becomes."""
     befores: tuple[str, ...]
@@ -40,8 +42,8 @@ class PreparedImage:
     bidirectional: bool
     """The LM attends within a piece's rows both ways (gemma3)."""
     digests: tuple[bytes, ...]
-    """Per piece, sha256 over its pixels' bytes and the config (the mmproj's fingerprint in it): equal pieces
-    through equal encoders share prefix-cache KV and rows."""
+    """Per piece, sha256 over its pixels' bytes and shape and the config (the mmproj's fingerprint in it): equal
+    pieces through equal encoders share prefix-cache KV and rows."""
     grid: tuple[int, int] | None = None
     """(rows, cols) of each piece's embedding rows, row-major, for M-RoPE (qwen2vl projectors); None: 1-D."""
 
@@ -62,11 +64,12 @@ def _prepare(data: bytes, cfg: VisionConfig, max_pixels: int) -> PreparedImage:
     # HF's rescale (f64 product, then f32) and normalize (f32), bit for bit
     x = (frames.astype(np.float64) * (1 / 255)).astype(np.float32)
     x = (x - np.asarray(cfg.mean, np.float32)) / np.asarray(cfg.std, np.float32)
-    pixels = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # [pieces, 3, S, S]
+    pixels, num_embeds, grid = LAYOUTS[cfg.spec.tower](np.ascontiguousarray(x.transpose(0, 3, 1, 2)), cfg)
     spec, salt = cfg.spec, repr(cfg).encode()
-    digests = tuple(hashlib.sha256(p.tobytes() + salt).digest() for p in pixels)
-    return PreparedImage(pixels, cfg.num_embeds, spec.befores(rows, cols), spec.after, spec.placeholder,
-                         spec.bidirectional, digests)
+    # the shape too: Qwen-VL's pieces of one size may hold other grids (2 x 3 rows or 3 x 2)
+    digests = tuple(hashlib.sha256(p.tobytes() + repr(p.shape).encode() + salt).digest() for p in pixels)
+    return PreparedImage(pixels, num_embeds, spec.befores(rows, cols), spec.after, spec.placeholder,
+                         spec.bidirectional, digests, grid)
 
 
 def decode(data: bytes, max_pixels: int = MAX_PIXELS) -> Image.Image:
@@ -185,5 +188,8 @@ def _multiples(w: int, h: int, s: int) -> tuple[int, int]:
     return w, h
 
 
-RESIZES = {"crop": _crop, "square": _square, "split": _split}
-"""Projector.resize -> (RGB image, cfg) -> (uint8 [pieces, S, S, 3], rows, cols of the tile grid: 0, 0 for one)."""
+RESIZES = {"crop": _crop, "square": _square, "split": _split, "smart": smart_resize}
+"""Projector.resize -> (RGB image, cfg) -> (uint8 [pieces, H, W, 3], rows, cols of the tile grid: 0, 0 for one)."""
+
+LAYOUTS = {"vit": lambda pixels, cfg: (pixels, cfg.num_embeds, None), "qwen2vl": patchify}
+"""Projector.tower -> (f32 [pieces, 3, H, W], cfg) -> (the pixels that tower reads, rows a piece, M-RoPE grid)."""

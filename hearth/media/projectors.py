@@ -1,6 +1,7 @@
 """What differs between the projector types hearth runs, one record each (llama.cpp's
-`clip.projector_type` names): how the HF image processor sizes an image, how the tower's rows merge,
-and how the rows sit in the prompt. The math lives once in hearth.models.vision*; this table picks."""
+`clip.projector_type` names): how the HF image processor sizes an image, which tower reads it, how the
+tower's rows merge, and how the rows sit in the prompt. The math lives once in hearth.models.vision* and
+hearth.models.qwen_vision; this table picks."""
 
 from __future__ import annotations
 
@@ -14,15 +15,17 @@ class Projector:
     """How the HF processor sizes an image (hearth.media.images.RESIZES): "crop" (CLIPImageProcessor: shortest
     edge to image_size, then a centre crop), "square" (Siglip/Gemma3ImageProcessor: straight to S x S),
     "split" (Idefics3ImageProcessor's default: longest edge to preproc_size, then a grid of S x S tiles and the
-    whole image as one more, the global one)."""
+    whole image as one more, the global one), "smart" (Qwen2VLImageProcessor: the aspect kept, each side a
+    multiple of patch * merge, the area within min_pixels..max_pixels)."""
     resample: str
     """PIL's Image.Resampling member by name (hearth.media.images resolves it: Pillow loads with an image)."""
     """The PIL filter of that processor's resizes (the model's preprocessor_config: gemma-3 asks bilinear)."""
     merge: str
     """How the tower's rows become fewer (hearth.models.vision_projector): "none", "avg_pool" (gemma3: k x k
-    average of the patch grid), "pixel_shuffle" (idefics3: s x s neighbours concatenated)."""
+    average of the patch grid), "pixel_shuffle" (idefics3: s x s neighbours concatenated), "merger" (Qwen-VL:
+    each m x m unit's rows, already neighbours in the processor's order, concatenated)."""
     merge_default: int
-    """k or s where the file names none (clip.vision.projector.scale_factor; llama.cpp's defaults)."""
+    """k, s or m where the file names none (clip.vision.<merge_key>; llama.cpp's defaults)."""
     out_tensor: str
     out_axis: int
     """The projector's last weight and its axis (torch order) that is the LM's width: the rows' width."""
@@ -40,6 +43,20 @@ class Projector:
     """After each row of tiles."""
     global_sep: str = ""
     """Between the tiles (their last row_end) and the global image's `before`."""
+    merge_key: str = "projector.scale_factor"
+    """The clip.vision key that names `merge` (Qwen-VL's spatial_merge_size)."""
+    tower: str = "vit"
+    """Which tower reads the pixels (hearth.models.vision.TOWERS) and so how they are laid out
+    (hearth.media.images.LAYOUTS): "vit" (one [3, S, S] image a piece, positions from a table), "qwen2vl"
+    (Qwen-VL's flattened patches in merge-unit order, any aspect, 2-D rotary positions)."""
+    norm: str = "layer"
+    """The tower's norms and the merger's: "layer" (LayerNorm) or "rms" (Qwen2.5-VL's RMSNorm)."""
+    frames: int = 1
+    """A still image repeated to this many frames (Qwen-VL's temporal_patch_size 2: its Conv3d patch
+    embedding, two slices v.patch_embd.weight and .weight.1 in llama.cpp's files)."""
+    windows: bool = False
+    """Window attention in the blocks between the full-attention ones (Qwen2.5-VL): needs
+    clip.vision.n_wa_pattern, as llama.cpp does."""
 
     def befores(self, rows: int, cols: int) -> tuple[str, ...]:
         """The text before each piece's rows, in prompt order: a rows x cols grid of tiles, row by row, then the
@@ -48,6 +65,11 @@ class Projector:
                  for r in range(rows) for c in range(cols)]
         return (*tiles, (self.row_end + self.global_sep if tiles else "") + self.before)
 
+
+QWEN = dict(resize="smart", resample="BICUBIC", merge="merger", merge_default=2, out_tensor="mm.2.weight", out_axis=0,
+            before="<|vision_start|>", after="<|vision_end|>", placeholder="<|image_pad|>",
+            merge_key="spatial_merge_size", tower="qwen2vl", frames=2)
+"""What Qwen2-VL's and Qwen2.5-VL's records share."""
 
 PROJECTORS: dict[str, Projector] = {p.name: p for p in (
     # LLaVA-1.5: CLIP ViT, features of layer -2 without the class row, mm.0 -> gelu -> mm.2
@@ -60,4 +82,8 @@ PROJECTORS: dict[str, Projector] = {p.name: p for p in (
     Projector("idefics3", "split", "LANCZOS", "pixel_shuffle", 2, "mm.model.fc.weight", 0,
               "<fake_token_around_image><global-img>", "<fake_token_around_image>", "<image>",
               tile="<fake_token_around_image><row_{row}_col_{col}>", row_end="\n", global_sep="\n"),
+    # Qwen2-VL: its chat template writes <|vision_start|><|image_pad|><|vision_end|> for an image part and
+    # Qwen2VLProcessor repeats the pad once per row; Qwen2.5-VL the same, with RMSNorm and window attention
+    Projector("qwen2vl_merger", **QWEN),
+    Projector("qwen2.5vl_merger", **QWEN, norm="rms", windows=True),
 )}

@@ -1,5 +1,5 @@
-"""An mmproj's vision encoder: the tower (hearth.models.vision_tower) and its projector
-(hearth.models.vision_projector), built from the file once; encode() makes one image's rows for the LM.
+"""An mmproj's vision encoder: the tower (hearth.models.vision_tower; Qwen-VL's hearth.models.qwen_vision) and its
+projector (hearth.models.vision_projector), built from the file once; encode() makes one image's rows for the LM.
 Linear weights go through the backend's quantized linears (F32/F16 in tiny files, F16/Q8_0 in real ones)."""
 
 from __future__ import annotations
@@ -12,15 +12,19 @@ from torch import nn
 
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.media.config import VisionConfig, vision_config
+from hearth.models.qwen_vision import QwenVisionTower
 from hearth.models.vision_projector import PROJECTORS
 from hearth.models.vision_tower import VisionTower
+
+TOWERS = {"vit": VisionTower, "qwen2vl": QwenVisionTower}
+"""hearth.media.projectors.Projector.tower -> the module; each checks the pixels it reads (check) first."""
 
 
 class VisionEncoder(nn.Module):
     def __init__(self, cfg: VisionConfig, g: GGUFFile, backend):
         super().__init__()
         self.cfg = cfg
-        self.tower = VisionTower(cfg, g, backend)
+        self.tower = TOWERS[cfg.spec.tower](cfg, g, backend)
         self.projector = PROJECTORS[cfg.projector](cfg, g, backend)
 
     @classmethod
@@ -32,10 +36,8 @@ class VisionEncoder(nn.Module):
 
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> torch.Tensor:
-        """pixels: float32 [3, S, S], one piece of hearth.media.images.prepare_image's
-        -> f32 [num_embeds, lm_hidden]."""
-        s = self.cfg.image_size
-        if pixels.shape != (3, s, s):
-            raise ValueError(f"pixels of shape {tuple(pixels.shape)}; this encoder reads [3, {s}, {s}]")
+        """pixels: float32 [3, S, S] (Qwen-VL: [rows, cols, m * m, 3 * T * p * p]), one piece of
+        hearth.media.images.prepare_image's -> f32 [num_embeds, lm_hidden]."""
+        self.tower.check(pixels)
         x = torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
         return self.projector(self.tower(x)).float()

@@ -3,7 +3,8 @@ per llama.cpp projector type, each the math of transformers' own:
   mlp       LlavaMultiModalProjector: linear_1 (mm.0) -> gelu (erf form, projector_hidden_act) -> linear_2 (mm.2)
   gemma3    Gemma3MultiModalProjector: k x k average pool of the patch grid -> RMS norm (the file holds 1 + w)
             -> x @ mm_input_projection_weight
-  idefics3  Idefics3Connector: pixel shuffle by s -> modality_projection (mm.model.fc, no bias)"""
+  idefics3  Idefics3Connector: pixel shuffle by s -> modality_projection (mm.model.fc, no bias)
+  qwen2vl_merger, qwen2.5vl_merger  PatchMerger (hearth.models.qwen_vision.QwenMerger)"""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from hearth.layers.quant import dequantize
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from hearth.media.config import VisionConfig
 from hearth.models.gguf_tensors import f32, maybe_f32
+from hearth.models.qwen_vision import QwenMerger
 
 
 def _linear(g: GGUFFile, backend, name: str):
@@ -85,5 +87,6 @@ def _transposed(t: GGUFTensor) -> GGUFTensor:
     return GGUFTensor(t.name, qtype, t.shape[::-1], data)
 
 
-PROJECTORS = {"mlp": MlpProjector, "gemma3": Gemma3Projector, "idefics3": Idefics3Projector}
+PROJECTORS = {"mlp": MlpProjector, "gemma3": Gemma3Projector, "idefics3": Idefics3Projector,
+              "qwen2vl_merger": QwenMerger, "qwen2.5vl_merger": QwenMerger}
 """clip.projector_type -> its module (the torch-free facts: hearth.media.projectors)."""

@@ -100,6 +100,12 @@ class VisionTower(nn.Module):
         self.post_ln = LayerNorm(g, "v.post_ln", cfg.eps) if "v.post_ln.weight" in g.tensors else None
         self.blocks = nn.ModuleList(VisionBlock(cfg, g, i, backend) for i in range(max(cfg.feature_layers)))
 
+    def check(self, pixels) -> None:
+        """ValueError unless pixels is one [3, S, S] piece."""
+        s = self.cfg.image_size
+        if pixels.shape != (3, s, s):
+            raise ValueError(f"pixels of shape {tuple(pixels.shape)}; this encoder reads [3, {s}, {s}]")
+
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
         """pixels: f32 [3, S, S] -> the feature layers' states concatenated: [rows, hidden * len(feature_layers)]
         (rows: the patches row-major, after the class row where the tower has one)."""

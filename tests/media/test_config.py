@@ -50,9 +50,9 @@ def test_a_language_model_is_not_an_mmproj(tmp_path):
 
 
 def test_unknown_projector_names_the_supported_ones(tmp_path):
-    write_settings_only(tmp_path / "q.gguf", "qwen2vl_merger", {})
-    with pytest.raises(UnsupportedError, match=r"projector type 'qwen2vl_merger' is not supported; "
-                                               r"hearth runs mlp, gemma3, idefics3"):
+    write_settings_only(tmp_path / "q.gguf", "qwen3vl_merger", {})
+    with pytest.raises(UnsupportedError, match=r"projector type 'qwen3vl_merger' is not supported; "
+                                               r"hearth runs mlp, gemma3, idefics3, qwen2vl_merger, qwen2.5vl_merger"):
         read_vision_config(tmp_path / "q.gguf")
 
 
