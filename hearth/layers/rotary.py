@@ -8,8 +8,9 @@ cos/sin are looked up once per step and rope configuration (`memo` is the step's
 AttentionMetadata.memo.rope, shared by all layers) in a table of the positions seen so far, up to TABLE_POSITIONS (no table
 sized to the whole context); positions past it are computed for the step.
 M-RoPE (Qwen2-VL's `mrope_section`, ggml's rope_multi): a step's positions may be [3, T], (t, h, w) per
-token, each rotated pair following one component by the sections; the tables keep their [T, rot/2] layout,
-so every path that reads them (the native and fused kernels too) rotates M-RoPE unchanged.
+token, each rotated pair following one component by the sections, laid out as a MROPE_LAYOUTS record says
+(Qwen2-VL's runs, Qwen3-VL's interleaving); the tables keep their [T, rot/2] layout, so every path that reads
+them (the native and fused kernels too) rotates M-RoPE unchanged.
 Rotation is in place on f32 q|k, in one or three ops: adjacent pairs are complex numbers times
 e^(i*angle); halves are x * cos + [b, a] * [-sin, sin] (torch.roll makes [b, a])."""
 
@@ -64,17 +65,38 @@ def yarn_factors(rot_dim: int, base: float, y: YarnScaling, original: int) -> Ro
     return RopeFactors(tuple(divisors.tolist()), attn_factor=attn * y.attn_factor if y.ext_factor else y.attn_factor)
 
 
+def runs(sections: tuple[int, ...]) -> torch.Tensor:
+    """Qwen2-VL's M-RoPE (transformers' mrope_section split, ggml's rope_multi): the first sections[0] pairs
+    turn by t, the next sections[1] by h, then w."""
+    return torch.repeat_interleave(torch.arange(len(sections)), torch.tensor(sections, dtype=torch.long))
+
+
+def interleaved(sections: tuple[int, ...]) -> torch.Tensor:
+    """Qwen3-VL's (transformers' apply_interleaved_mrope): pair j turns by h where j % 3 == 1 and j < 3 * sections[1],
+    by w where j % 3 == 2 and j < 3 * sections[2], else by t. (ggml's imrope turns pairs past those, j % 3 != 0, by
+    a 4th position, 0 on an image's rows: at Qwen3-VL's [24, 20, 20] pairs 61 and 62, whose ~4e-7 rad per position
+    make ~1e-4 rad at most there.)"""
+    j = torch.arange(sum(sections))
+    hw = j % 3
+    limit = 3 * torch.tensor([0, *sections[1:3]], dtype=torch.long)[hw]
+    return torch.where((hw > 0) & (j < limit), hw, 0)
+
+
+MROPE_LAYOUTS = {"runs": runs, "interleaved": interleaved}
+"""ModelConfig.rope_layout -> sections -> [rot/2] int64, the position component (0 t, 1 h, 2 w) each pair turns by."""
+
+
 class Rotary(nn.Module):
     def __init__(self, rot_dim: int, base: float, neox: bool, scale: float = 1.0, factors: RopeFactors | None = None,
-                 sections: tuple[int, ...] = ()):
+                 sections: tuple[int, ...] = (), layout: str = "runs"):
         super().__init__()
         self.rot_dim, self.neox, self.base, self.scale = rot_dim, neox, base, scale
         self.factors, self.sections = factors, tuple(sections)
         if sections and sum(sections) != rot_dim // 2:
             raise ModelLoadError(f"M-RoPE sections {list(sections)} cover {sum(sections)} pairs, but the rope rotates "
                                  f"{rot_dim // 2}")
-        # [rot/2] int64: the position component (0 t, 1 h, 2 w) each pair turns by
-        self.component = torch.repeat_interleave(torch.arange(len(sections)), torch.tensor(sections, dtype=torch.long))
+        self.layout = layout if sections else ""  # in the key: the same sections laid out otherwise are other tables
+        self.component = MROPE_LAYOUTS[layout](self.sections)  # [rot/2] int64
         for name, f in (("short", factors.short), ("long", factors.long)) if factors else ():
             if f and len(f) != rot_dim // 2:
                 raise ModelLoadError(f"rope factors ({name}): {len(f)}, but the rope rotates {rot_dim // 2} pairs")
@@ -89,7 +111,7 @@ class Rotary(nn.Module):
 
     def _use(self, factors: tuple[float, ...]) -> None:
         attn = self.factors.attn_factor if self.factors else 1.0
-        self.key = ("rope", self.rot_dim, self.base, self.scale, self.neox, factors, attn, self.sections)
+        self.key = ("rope", self.rot_dim, self.base, self.scale, self.neox, factors, attn, self.sections, self.layout)
         # angles in float64: at position 32k a float32 angle would be off by ~1e-3 rad
         self.inv_freq = 1.0 / (self.base ** (torch.arange(0, self.rot_dim, 2, dtype=torch.float64) / self.rot_dim))
         self.inv_freq /= self.scale

@@ -87,3 +87,24 @@ def test_mrope_sections_must_cover_the_rotated_pairs():
         Rotary(32, 1e6, neox=True, sections=(4, 6, 4))
     with pytest.raises(ValueError, match="positions"):
         Rotary(32, 1e6, neox=True).halves(torch.zeros(3, 4, dtype=torch.long), {})
+
+
+def test_interleaved_mrope_tables_are_transformers_qwen3_vl():
+    """Qwen3-VL's layout: pair j turns by t, h, w in turn (transformers' apply_interleaved_mrope over its
+    sections), in the same [T, rot/2] tables; text (t = h = w) is the 1-D rope's bits."""
+    from transformers import Qwen3VLTextConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
+
+    sections = (6, 5, 5)  # 16 pairs: h at 1, 4, .., 13, w at 2, 5, .., 14, t at the rest
+    rope = Rotary(32, 100.0, neox=True, sections=sections, layout="interleaved")
+    assert rope.component.tolist() == [0, 1, 2] * 5 + [0]
+    thw = torch.randint(0, 100, (3, 40), generator=torch.Generator().manual_seed(0))
+    cos, sin = rope.halves(thw, {})
+    cfg = Qwen3VLTextConfig(hidden_size=128, num_attention_heads=4, head_dim=32, rope_parameters={
+        "rope_type": "default", "rope_theta": 100.0, "mrope_section": list(sections)})
+    hf_cos, hf_sin = Qwen3VLTextRotaryEmbedding(cfg)(torch.zeros(1), thw[:, None])
+    assert torch.allclose(cos, hf_cos[0, :, :16], atol=1e-5) and torch.allclose(sin, hf_sin[0, :, :16], atol=1e-5)
+    runs = Rotary(32, 100.0, neox=True, sections=sections)  # teeth: Qwen2-VL's layout of the same sections
+    assert not torch.allclose(runs.halves(thw, {})[0], hf_cos[0, :, :16], atol=1e-2) and runs.key != rope.key
+    text = thw[0]
+    assert all(torch.equal(a, b) for a, b in zip(rope.halves(text.expand(3, -1), {}), rope.halves(text, {})))
