@@ -109,6 +109,12 @@ class ModelConfig:
     rope_sections: tuple[int, ...] = ()
     """M-RoPE (qwen2vl): how many rotated pairs follow each position component (t, h, w), in order; empty: one
     position per token. A token whose components are equal (text) rotates as ordinary rope at that position."""
+    rope_layout: str = "runs"
+    """Which pairs the sections name (hearth.layers.rotary.MROPE_LAYOUTS): runs (Qwen2-VL: t's pairs first, then
+    h's, then w's), interleaved (Qwen3-VL: t, h, w in turn)."""
+    deepstack_layers: int = 0
+    """Qwen3-VL's deepstack: an image row carries this many more parts of the LM's width, part i added to the
+    hidden state at that row after layer i - 1 (llama.cpp's `{arch}.n_deepstack_layers`)."""
     attn_scale: float = 0.0
     """Softmax scale; 0 means 1/sqrt(head_dim)."""
     embedding_scale: float = 1.0

@@ -14,6 +14,7 @@ ARCHITECTURES: dict[str, str] = {
     "qwen2": "hearth.models.qwen2:Qwen2ForCausalLM",
     "qwen2vl": "hearth.models.qwen2vl:Qwen2VLForCausalLM",
     "qwen3": "hearth.models.qwen3:Qwen3ForCausalLM",
+    "qwen3vl": "hearth.models.qwen3vl:Qwen3VLForCausalLM",
     "qwen3moe": "hearth.models.qwen3moe:Qwen3MoeForCausalLM",
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",
     "gemma3": "hearth.models.gemma3:Gemma3ForCausalLM",

@@ -85,7 +85,8 @@ class Attention(nn.Module):
             scale = 1.0 if local else cfg.rope_swa_scale or scale
         rotates = not cfg.rope_layers or cfg.rope_layers[i]  # a NoPE layer rotates no dims (every path's no-op)
         self.rope = Rotary((cfg.rope_dim or cfg.head_dim) if rotates else 0, theta, spec.neox_rope, scale,
-                           None if local or not rotates else factors, cfg.rope_sections if rotates else ())
+                           None if local or not rotates else factors, cfg.rope_sections if rotates else (),
+                           cfg.rope_layout)
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
         self.softcap = cfg.attn_logit_softcap
         self.sinks = f32(g, p + "attn_sinks.weight") if spec.attn_sinks else None  # [heads]
@@ -218,13 +219,17 @@ class CausalLM(nn.Module):
     def forward(self, ids, positions, meta, kv_caches: list,
                 out_rows: list[int] | None = None, embeds: tuple[torch.Tensor, torch.Tensor] | None = None):
         # ids, positions: [T] -> hidden: [T, hidden], or [len(out_rows), hidden] for those rows only
-        # embeds: (rows [R] int64, values [R, hidden]) written over those rows' token embeddings (an image's)
+        # embeds: (rows [R] int64, values [R, hidden * (1 + cfg.deepstack_layers)]): the first part written over
+        # those rows' token embeddings (an image's), part i added at them after layer i - 1 (Qwen3-VL's deepstack)
         x = self.embed(ids)  # a new tensor
         if self.embed_scale != 1.0:
             x.mul_(self.embed_scale)
+        deep = None
         if embeds is not None:  # after the scale: HF's models insert image features unscaled (Gemma3's too)
             rows, values = embeds
-            x.index_copy_(0, rows.to(x.device), values.to(x.device, x.dtype))
+            rows, values = rows.to(x.device), values.to(x.device, x.dtype).view(len(rows), -1, x.shape[1])
+            x.index_copy_(0, rows, values[:, 0])
+            deep = (rows, values[:, 1:]) if values.shape[1] > 1 else None  # [R, parts, hidden]
         if out_rows is not None and len(out_rows) == len(ids):  # every row (distinct indices)
             out_rows = None
         if self.lora is not None:  # the last layer's o and MLP see only out_rows: their scales
@@ -232,10 +237,12 @@ class CausalLM(nn.Module):
         last = len(self.layers) - 1
         done = 0
         stack = self.stack if self.lora is None or self.lora.scales is None else self.lora_stack  # an adapter on?
-        if stack is not None:
+        if stack is not None and deep is None:  # the stack's one call adds nothing between layers
             done, x = stack.run(x, positions, meta, kv_caches, out_rows)
         for i in range(done, len(self.layers)):
             x = self.layers[i](x, positions, meta, kv_caches[i], out_rows if i == last else None)
+            if deep is not None and i < deep[1].shape[1]:  # never the last layer (Qwen3VLForCausalLM's check)
+                x.index_add_(0, deep[0], deep[1][:, i])
         return self.backend.norm(self.norm, x)
 
     def compute_logits(self, hidden: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:

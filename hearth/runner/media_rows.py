@@ -17,7 +17,7 @@ MAX_UNUSED = 8
 class MediaRows:
     def __init__(self, vision, hidden: int):
         """vision: has encode(pixels) -> [length, hidden] f32 (hearth.models.vision.VisionEncoder); hidden:
-        the LM's width."""
+        its rows' width, the LM's times 1 + its deepstack parts (Qwen3-VL's, CausalLM.forward)."""
         self.vision, self.hidden = vision, hidden
         self.encoded: OrderedDict[bytes, torch.Tensor] = OrderedDict()
         """digest -> its rows [length, hidden] f32, least recently used first."""
@@ -90,7 +90,7 @@ class MediaRows:
             rows = self.vision.encode(m.pixels).float()
             if tuple(rows.shape) != (m.length, self.hidden):
                 raise ValueError(f"the vision encoder made rows {tuple(rows.shape)} for an image of {m.length} "
-                                 f"rows in a model {self.hidden} wide")
+                                 f"rows, {self.hidden} wide")
             self.encoded[m.digest] = rows
         self.encoded.move_to_end(m.digest)
         return rows

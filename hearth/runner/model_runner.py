@@ -77,7 +77,8 @@ class ModelRunner:
         Set between steps (a loader may attach it after the LM is up); the engine reads `vision` to refuse
         images without one."""
         self.vision = vision
-        self.media = None if vision is None else MediaRows(vision, self.cfg.hidden_size)
+        width = self.cfg.hidden_size * (1 + self.cfg.deepstack_layers)  # Qwen3-VL's rows carry deepstack parts
+        self.media = None if vision is None else MediaRows(vision, width)
 
     def _allocate_kv(self, codec, num_blocks: int, max_num_seqs: int) -> None:
         cfg, bs = self.cfg, self.block_size
