@@ -74,6 +74,8 @@ class TinyDims:
     """granite's `{arch}.embedding_scale`, `.residual_scale`, `.attention.scale`, `.logit_scale` (0: the key is absent)."""
     rope_sections: tuple[int, ...] = ()
     """qwen2vl's `{arch}.rope.dimension_sections` (M-RoPE: rotated pairs per t, h, w, and a 4th; (): absent)."""
+    deepstack: int = 0
+    """qwen3vl's `{arch}.n_deepstack_layers` (0: the key is absent)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +108,7 @@ LAYOUTS = {
     "qwen2": ArchLayout(qkv_bias=True),
     "qwen2vl": ArchLayout(qkv_bias=True),  # Qwen2-VL's and Qwen2.5-VL's text model: qwen2's tensors
     "qwen3": ArchLayout(qk_norm=True, write_key_length=True),
+    "qwen3vl": ArchLayout(qk_norm=True, write_key_length=True),  # Qwen3-VL's text model: qwen3's tensors
     "qwen3moe": ArchLayout(qk_norm=True, write_key_length=True, moe=True),
     "gemma2": ArchLayout(sandwich_norm=True, norm_shift=1.0, write_key_length=True),
     "granite": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
@@ -123,6 +126,9 @@ DEFAULT_DIMS = {
     # base of 100, not 1e6: the h and w sections are the slow pairs, which at 1e6 barely turn over an image's rows
     "qwen2vl": TinyDims(hidden=128, head_dim=32, rope_theta=100.0, rope_sections=(4, 6, 6, 0)),
     "qwen3": TinyDims(layers=3, head_dim=32, rope_theta=1000000.0),
+    # 16 pairs interleaved as Qwen3-VL's 24 / 20 / 20 of 64 (h and w in every third pair up to 15), base 100 as
+    # qwen2vl's; deepstack parts after layers 0 and 1 of 3 (Qwen3-VL's 3 of 28+)
+    "qwen3vl": TinyDims(layers=3, hidden=128, head_dim=32, rope_theta=100.0, rope_sections=(6, 5, 5, 0), deepstack=2),
     # 4 experts, 2 per token: every routing choice (which two, their weights) shows in the logits
     "qwen3moe": TinyDims(layers=2, head_dim=32, rope_theta=1000000.0, experts=4, experts_used=2, expert_ffn=96),
     # sliding and global layers in turn; an attention cap small enough to bite on a tiny model's scores, Gemma 2's
@@ -200,6 +206,8 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_sliding_window(d.sliding_window)
     if d.rope_sections:
         w.add_rope_dimension_sections(list(d.rope_sections))
+    if d.deepstack:
+        w.add_num_deepstack_layers(d.deepstack)
     if layout.moe or d.experts:  # as convert_hf_to_gguf.py's Qwen2MoeModel; no expert_weights_norm (the graph implies it)
         w.add_expert_count(d.experts)
         w.add_expert_used_count(d.experts_used)
