@@ -17,13 +17,22 @@ MEDIA = [MediaInput(2, 6, b"a", None, grid=(2, 3)),  # text after it at +3 - 6
          MediaInput(31, 5, b"d", None, grid=(1, 5))]  # one row
 
 
-@pytest.fixture(scope="module")
-def reference() -> tuple[list[list[int]], int]:
+TEXT = dict(vocab_size=32, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+            intermediate_size=32)
+MODELS = {  # Qwen3-VL's get_rope_index is its own code (videos split by timestamps), images by the same rule
+    "qwen2-vl": lambda: transformers.Qwen2VLModel(transformers.Qwen2VLConfig(
+        text_config=TEXT, vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2))),
+    "qwen3-vl": lambda: transformers.Qwen3VLModel(transformers.Qwen3VLConfig(
+        text_config={**TEXT, "head_dim": 16}, vision_config=dict(depth=1, hidden_size=16, intermediate_size=32,
+                                                                  num_heads=2, out_hidden_size=32,
+                                                                  num_position_embeddings=16))),
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS))
+def reference(request) -> tuple[list[list[int]], int]:
     """(get_rope_index's [t, h, w] for the prompt, its mrope_position_delta: where generated tokens go on)."""
-    cfg = transformers.Qwen2VLConfig(text_config=dict(vocab_size=32, hidden_size=32, num_hidden_layers=1,
-                                                      num_attention_heads=2, num_key_value_heads=1, intermediate_size=32),
-                                     vision_config=dict(depth=1, embed_dim=16, hidden_size=32, num_heads=2))
-    model = transformers.Qwen2VLModel(cfg)
+    model = MODELS[request.param]()
     types = torch.zeros(1, LENGTH, dtype=torch.int)
     for m in MEDIA:
         types[0, m.offset:m.end] = 1
