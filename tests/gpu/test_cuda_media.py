@@ -1,7 +1,7 @@
 """Image rows on the CUDA backend in Triton's interpreter (on a GPU with benchmarks/gpu_check.sh): the
 embeds written over the token embeddings on the device, and a step with bidirectional rows attended by
 the torch reference there (the Triton kernels' masks are causal), and M-RoPE's positions [3, T] read through
-the device's rope tables, held to the torch backend."""
+the device's rope tables (Qwen3-VL's deepstack parts added there too), held to the torch backend."""
 
 from __future__ import annotations
 
@@ -62,3 +62,21 @@ def test_m_rope_positions_on_the_cuda_backend_are_held_to_the_torch_backend(tmp_
     for grid in (False, True):  # measured 3e-3 in the interpreter (the h and w sections turned as t: 1.9e-2)
         assert rel_err(logits["cuda", grid], logits["torch", grid]) < 1e-2
     assert rel_err(logits["torch", True][2:], logits["torch", False][2:]) > 0.05
+
+
+def test_deepstack_rows_and_interleaved_m_rope_on_the_cuda_backend_are_held_to_the_torch_backend(tmp_path):
+    """qwen3vl: rows [n, hidden * (1 + deepstack)] whose parts are added on the device between layers, at
+    positions [3, T] through the interleaved tables."""
+    d, name, dims = tiny_dir(tmp_path, "qwen3vl", qtype="Q8_0")
+    ids = prompt(300, 14)
+    rows = torch.randn(6, dims.hidden * (1 + dims.deepstack), generator=torch.Generator().manual_seed(5))
+    thw = torch.tensor(mrope_positions(range(14), 0, [MediaInput(2, 6, b"g", None, grid=(2, 3))]))  # [3, 14]
+    logits = {}
+    for backend in (Backend(), CudaBackend(DEV)):
+        model, cfg = load_model(GGUFFile(d / name), backend)
+        for parts in (1, 1 + dims.deepstack):
+            driver = PagedDriver(model, cfg, device=getattr(backend, "device", "cpu"))
+            logits[backend.name, parts] = step(driver, ids, rows[:, :dims.hidden * parts].contiguous(), [], thw)
+    for parts in (1, 1 + dims.deepstack):
+        assert rel_err(logits["cuda", parts], logits["torch", parts]) < 1e-2
+    assert rel_err(logits["torch", 1 + dims.deepstack][2:], logits["torch", 1][2:]) > 0.05
