@@ -1,4 +1,4 @@
-"""A step's rope positions for an M-RoPE model (ModelConfig.rope_sections: Qwen2-VL's text model): each
+"""A step's rope positions for an M-RoPE model (ModelConfig.rope_sections: Qwen2-VL's, Qwen3-VL's text model): each
 sequence's token indices moved by its images (hearth.media.mrope). A step with no image row among its tokens
 stays [T], one position per token (every native and fused path as for any model); one with image rows is
 [3, T], (t, h, w) per token, text rows with three equal ones (Rotary.halves reads both)."""

@@ -122,6 +122,28 @@ def test_a_step_with_image_rows_beside_a_text_only_sequence_computes_each_as_alo
         assert_same(got[rid], w[:2], tol=2e-3)
 
 
+def test_preempted_requests_recompute_their_images_with_their_deepstack_parts(exact):
+    """Three requests with their own images in a cache too small for all: the preempted ones recompute their
+    prompts (each image's rows, all parts, from the encoded cache or again) and end as each alone."""
+    llm, _, dims = exact
+    media = [[MediaInput(3, 6, bytes([i]), (10 + i, 6), grid=(2, 3)),
+              MediaInput(12, 8, bytes([9, i]), (20 + i, 8), grid=(4, 2))] for i in range(3)]
+    want = [generate(llm, m, max_tokens=12) for m in media]
+    with use_linear_policy(exact=True):
+        small = llm_of(llm.config.model, dims, num_kv_blocks=20, max_num_seqs=3)  # 80 tokens for 3 x 42
+    engine = small.engine
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3)
+    rids = [engine.add_request(prompt_ids(), params, media=m) for m in media]
+    got = {rid: ([], []) for rid in rids}
+    while engine.has_unfinished():
+        for o in engine.step():
+            got[o.request_id][0].extend(o.new_token_ids)
+            got[o.request_id][1].extend(o.new_logprobs)
+    assert engine.scheduler.num_preemptions > 0
+    for rid, w in zip(rids, want):
+        assert_same(got[rid], w, tol=2e-3)
+
+
 @pytest.mark.parametrize("length", [30, 80], ids=["decode-sized", "prefill-sized"])
 def test_steps_with_image_rows_leave_the_fused_stack_and_follow_transformers(fast, length, monkeypatch):
     """The fused stack's one call cannot add between layers: a step with deepstack rows runs layer by layer (each
