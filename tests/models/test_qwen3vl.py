@@ -159,6 +159,19 @@ def test_steps_with_image_rows_leave_the_fused_stack_and_follow_transformers(fas
     assert rel_err(ours[3:], reference(hf, dims, ids, parts=0)[3:]) > 5 * REL_TOL_FAST
 
 
+def test_layer_by_layer_is_the_stacks_bits(fast, monkeypatch):
+    """What keeps the fallback exact: rows the fused stack computes come out the same layer by layer (so a text
+    sequence batched beside image rows, or a draft verified there, is the decode it would be in any step)."""
+    llm, _, _, _ = fast
+    model = llm.engine.runner.model
+    for length in (1, 4, 30, 80):
+        ids = (PROMPT * 3)[:length]
+        want = runner_logits(llm, ids, [])
+        with monkeypatch.context() as m:
+            m.setattr(model, "stack", None)
+            assert torch.equal(runner_logits(llm, ids, []), want)
+
+
 @pytest.mark.parametrize("spec", ["ngram", "draft", "draft-tree"])
 def test_speculation_over_a_prompt_with_images_is_lossless(fast, spec):
     llm, _, dims, path = fast
