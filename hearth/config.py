@@ -107,8 +107,8 @@ class ModelConfig:
     rope_layers: tuple[bool, ...] = ()
     """Per layer: False where the layer has no rope (NoPE: smollm3's every 4th); empty: every layer rotates."""
     rope_sections: tuple[int, ...] = ()
-    """M-RoPE (qwen2vl, qwen3vl): how many rotated pairs follow each position component (t, h, w), in order; empty: one
-    position per token. A token whose components are equal (text) rotates as ordinary rope at that position."""
+    """M-RoPE (qwen2vl, qwen3vl): how many rotated pairs follow each position component (t, h, w), in order;
+    empty: one position per token. A token whose components are equal (text) rotates as ordinary rope there."""
     rope_layout: str = "runs"
     """Which pairs the sections name (hearth.layers.rotary.MROPE_LAYOUTS): runs (Qwen2-VL: t's pairs first, then
     h's, then w's), interleaved (Qwen3-VL: t, h, w in turn)."""

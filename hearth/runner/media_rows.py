@@ -15,12 +15,12 @@ MAX_UNUSED = 8
 
 
 class MediaRows:
-    def __init__(self, vision, hidden: int):
-        """vision: has encode(pixels) -> [length, hidden] f32 (hearth.models.vision.VisionEncoder); hidden:
-        its rows' width, the LM's times 1 + its deepstack parts (Qwen3-VL's, CausalLM.forward)."""
-        self.vision, self.hidden = vision, hidden
+    def __init__(self, vision, width: int):
+        """vision: has encode(pixels) -> [length, width] f32 (hearth.models.vision.VisionEncoder); width: the
+        LM's hidden size, times 1 + its deepstack parts (Qwen3-VL's rows carry them: CausalLM.forward)."""
+        self.vision, self.width = vision, width
         self.encoded: OrderedDict[bytes, torch.Tensor] = OrderedDict()
-        """digest -> its rows [length, hidden] f32, least recently used first."""
+        """digest -> its rows [length, width] f32, least recently used first."""
         self.users: dict[str, set[bytes]] = {}
         """request id -> the digests of its images (their rows stay while it lives: a causal image cut by
         chunked prefill is encoded once)."""
@@ -48,7 +48,7 @@ class MediaRows:
         return failed
 
     def rows(self, seqs: list, qsl: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(batch rows [R] int64, their values [R, hidden] f32) for every media row among the step's
+        """(batch rows [R] int64, their values [R, width] f32) for every media row among the step's
         tokens (sequence i's token j is batch row qsl[i] + j); None when there are none."""
         at, values = [], []
         for i, s in enumerate(seqs):
@@ -88,9 +88,9 @@ class MediaRows:
         rows = self.encoded.get(m.digest)
         if rows is None:
             rows = self.vision.encode(m.pixels).float()
-            if tuple(rows.shape) != (m.length, self.hidden):
+            if tuple(rows.shape) != (m.length, self.width):
                 raise ValueError(f"the vision encoder made rows {tuple(rows.shape)} for an image of {m.length} "
-                                 f"rows, {self.hidden} wide")
+                                 f"rows; the model takes rows {self.width} wide")
             self.encoded[m.digest] = rows
         self.encoded.move_to_end(m.digest)
         return rows

@@ -206,6 +206,20 @@ def test_text_alone_is_qwen3_bit_for_bit(fast, tmp_path):
     assert outs[0] == outs[1]
 
 
+def test_rows_without_their_deepstack_parts_end_their_request_with_why(exact):
+    """An encoder making rows of the LM's width alone (another model's mmproj) fails the request by name, not
+    into the model."""
+    _, _, dims = exact
+    with use_linear_policy(exact=True):
+        llm = llm_of(exact[0].config.model, dims)
+    attach(llm, FakeEncoder(dims.hidden))
+    llm.engine.add_request(prompt_ids(), SamplingParams(max_tokens=2), media=MEDIA)
+    outs = [o for o in llm.engine.step()]
+    assert len(outs) == 1 and outs[0].finished and outs[0].finish_reason == "abort"
+    assert f"made rows (6, {dims.hidden}) for an image of 6 rows; the model takes rows {3 * dims.hidden} wide" in str(
+        outs[0].error)
+
+
 @pytest.mark.parametrize("dims,why", [
     (dict(deepstack=3), r"qwen3vl.n_deepstack_layers 3: hearth adds deepstack parts after layers 0 .. 1 of its 3"),
     (dict(rope_sections=(6, 5, 5, 2)), r"rope.dimension_sections \[6, 5, 5, 2\]: hearth runs three sections"),

@@ -62,7 +62,7 @@ def test_unused_images_are_dropped_past_the_bound(monkeypatch):
 
 def test_an_encoder_giving_the_wrong_shape_and_a_cut_bidirectional_span_are_errors():
     rows = MediaRows(Counting(hidden=5), 4)
-    with pytest.raises(ValueError, match=r"rows \(3, 5\) for an image of 3 rows, 4 wide"):
+    with pytest.raises(ValueError, match=r"rows \(3, 5\) for an image of 3 rows; the model takes rows 4 wide"):
         rows.rows([seq("a", 0, 3, [image(0, 1)])], [0, 3])
     with pytest.raises(RuntimeError, match="cut by the chunk"):
         MediaRows.bidirectional([seq("a", 0, 2, [image(1, 1, bidirectional=True)])])
