@@ -50,9 +50,9 @@ def test_a_language_model_is_not_an_mmproj(tmp_path):
 
 
 def test_unknown_projector_names_the_supported_ones(tmp_path):
-    write_settings_only(tmp_path / "q.gguf", "qwen3vl_merger", {})
-    with pytest.raises(UnsupportedError, match=r"projector type 'qwen3vl_merger' is not supported; "
-                                               r"hearth runs mlp, gemma3, idefics3, qwen2vl_merger, qwen2.5vl_merger"):
+    write_settings_only(tmp_path / "q.gguf", "glm4v", {})
+    with pytest.raises(UnsupportedError, match=r"projector type 'glm4v' is not supported; hearth runs mlp, gemma3, "
+                                               r"idefics3, qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger"):
         read_vision_config(tmp_path / "q.gguf")
 
 
