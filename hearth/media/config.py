@@ -92,11 +92,16 @@ def read_vision_config(path: str | os.PathLike) -> VisionConfig:
     return vision_config(GGUFFile(path))
 
 
-def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model") -> None:
-    """ModelLoadError unless the rows fit the LM: an mmproj made for another model (another width)."""
+def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model", deepstack: int = 0) -> None:
+    """ModelLoadError unless the rows fit the LM: an mmproj made for another model (another width), or one whose
+    rows carry another number of DeepStack parts than the LM adds (`deepstack`: its n_deepstack_layers; llama.cpp's
+    mtmd compares the whole row width, lm_hidden * (1 + deepstack), with the LM's n_embd_inp)."""
     if cfg.lm_hidden != hidden:
         raise ModelLoadError(f"the mmproj makes rows of width {cfg.lm_hidden} but {where} has hidden size {hidden}: "
                              "pass the mmproj made for this model")
+    if cfg.deepstack != deepstack:
+        raise ModelLoadError(f"the mmproj's rows carry {cfg.deepstack} DeepStack part(s) but {where} adds "
+                             f"{deepstack}: pass the mmproj made for this model")
 
 
 def vision_config(g: GGUFFile) -> VisionConfig:

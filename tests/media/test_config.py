@@ -90,6 +90,18 @@ def test_rows_must_fit_the_lm(tmp_path):
     check_lm_hidden(cfg, 48)
     with pytest.raises(ModelLoadError, match=r"the mmproj makes rows of width 48 but gemma-3-270m has hidden size 640"):
         check_lm_hidden(cfg, 640, "gemma-3-270m")
+    with pytest.raises(ModelLoadError, match=r"the mmproj's rows carry 0 DeepStack part\(s\) but qwen3vl adds 2"):
+        check_lm_hidden(cfg, 48, "qwen3vl", deepstack=2)
+
+
+def test_deepstack_rows_need_an_lm_that_adds_them(tmp_path):
+    """A Qwen3-VL mmproj (2 DeepStack parts a row) fits only an LM adding as many (llama.cpp: n_embd_inp)."""
+    write_mmproj(tmp_path / "q.gguf", "qwen3vl_merger", tiny_hf("qwen3vl_merger"))
+    cfg = read_vision_config(tmp_path / "q.gguf")
+    check_lm_hidden(cfg, 48, deepstack=2)
+    with pytest.raises(ModelLoadError, match=r"the mmproj's rows carry 2 DeepStack part\(s\) but qwen3 adds 0: "
+                                             r"pass the mmproj made for this model"):
+        check_lm_hidden(cfg, 48, "qwen3")
 
 
 def test_llava_file_from_before_the_projector_key_is_mlp(tmp_path):
