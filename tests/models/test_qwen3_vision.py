@@ -27,6 +27,7 @@ from hearth.media.images import prepare_image
 from hearth.models import qwen_vision
 from hearth.models.qwen_vision_grid import learned_positions
 from hearth.models.vision import VisionEncoder
+from tests import mmproj_qwen3
 from tests.mmproj_factory import hf_features, tiny_hf
 from tests.mmproj_qwen3 import DEEPSTACK, NAME, write_mmproj
 
@@ -150,3 +151,22 @@ def test_deepstack_key_and_tensors_must_agree(tmp_path):
     with pytest.raises(ModelLoadError, match=r"is_deepstack_layers \[True, True, False\] does not name the blocks "
                                              r"it has v.deepstack tensors for \[0, 2\]"):
         read_vision_config(tmp_path / "bad.gguf")
+
+
+@pytest.mark.parametrize("table", ["none", "not square"])
+def test_a_missing_or_odd_position_table_is_refused(tmp_path, model, monkeypatch, table):
+    tensors = mmproj_qwen3._tensors
+
+    def changed(m):
+        for name, value in tensors(m):
+            if name != "v.position_embd.weight":
+                yield name, value
+            elif table == "not square":
+                yield name, value[:35]
+
+    monkeypatch.setattr(mmproj_qwen3, "_tensors", changed)
+    write_mmproj(tmp_path / "q.gguf", model)
+    shape = "none" if table == "none" else r"\(35, 32\)"
+    with pytest.raises(ModelLoadError, match=rf"v.position_embd.weight is {shape}: qwen3vl_merger needs a square "
+                                             r"grid of positions of width 32"):
+        VisionEncoder.load(tmp_path / "q.gguf", select())
