@@ -4,8 +4,9 @@ and Qwen3VLVisionModel), from llama.cpp's mmproj:
   patches   the processor's flattened patches (hearth.media.merge_units) x the Conv3d weight, whose temporal
             slices the file holds apart (v.patch_embd.weight, .weight.1): one matmul (3: plus its bias)
   positions 3: a learned table resampled to the grid (qwen_vision_grid.learned_positions), added
-  blocks    pre-norm (LayerNorm; 2.5: RMSNorm), attention with 2-D rotary positions (qwen_vision_grid), an MLP
-            (quick_gelu fc1/fc2; 2.5: SwiGLU with biases, where the file has ffn_gate)
+  blocks    pre-norm (LayerNorm; 2.5: RMSNorm), attention with 2-D rotary positions (qwen_vision_grid; 3: q/k/v
+            fused in the file), an MLP (fc1/fc2 in the file's activation: 2's quick_gelu, 3's gelu tanh; 2.5: SwiGLU
+            with biases, where the file has ffn_gate)
   windows   2.5: the merge units reordered window by window before the blocks; a block attends within its
             windows except every wa_pattern-th (whole image); the rows put back in the processor's order after
   deepstack 3: the outputs of the blocks cfg.deepstack_layers names, kept beside the last block's (their

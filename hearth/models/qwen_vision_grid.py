@@ -34,7 +34,8 @@ def _patch_rows_cols(rows: int, cols: int, merge: int) -> tuple[torch.Tensor, to
 def learned_positions(table: torch.Tensor, rows: int, cols: int, merge: int) -> torch.Tensor:
     """table: f32 [side * side, d], a side x side grid row-major -> [rows * cols * merge ** 2, d], each patch's
     position (merge-unit order) read bilinearly from it with the corners aligned: the grid's first and last patch
-    on the table's first and last entry. HF's four taps, weights and sum order, so its values to the bit."""
+    on the table's first and last entry. HF's four taps, weights and sum order (its values to the bit on the
+    tests' grids)."""
     side = round(table.shape[0] ** 0.5)
     h, w = _patch_rows_cols(rows, cols, merge)
     (h0, h1), (hw0, hw1) = _taps(h, rows * merge, side)
