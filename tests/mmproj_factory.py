@@ -7,6 +7,7 @@ vision tower + projector written as llama.cpp's converters write an mmproj GGUF:
             projection kept [vision, lm] and forced F16, embeddings F32, scale_factor only when not 4
   idefics3  convert_hf_to_gguf.py --mmproj (SmolVLMModel): scale_factor, preproc_image_size, mm.model.fc
   qwen2vl_merger, qwen2.5vl_merger  convert_hf_to_gguf.py --mmproj (Qwen2VLVisionModel, tests.mmproj_qwen)
+  qwen3vl_merger  convert_hf_to_gguf.py --mmproj (Qwen3VLVisionModel, tests.mmproj_qwen3)
 Sizes: 64 px images (LLaVA 32), 8 px patches, width 32: each file is a few hundred kB."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImagePr
 from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-from tests import mmproj_qwen
+from tests import mmproj_qwen, mmproj_qwen3
 
 transformers.logging.set_verbosity_error()
 
@@ -48,6 +49,8 @@ def tiny_hf(projector: str, seed: int = 0, lm_hidden: int | None = None, **confi
     text = {**TEXT, **({"hidden_size": lm_hidden} if lm_hidden else {})}
     if projector in mmproj_qwen.QWEN:
         model = mmproj_qwen.tiny_hf(projector, text, **config)
+    elif projector == mmproj_qwen3.NAME:
+        model = mmproj_qwen3.tiny_hf(text, **config)
     elif projector == "mlp":
         vision = CLIPVisionConfig(**VISION, num_hidden_layers=3, image_size=32, hidden_act="quick_gelu",
                                   layer_norm_eps=1e-5, projection_dim=16)
@@ -87,7 +90,8 @@ def tiny_vision_model(d: Path, arch: str = "gemma3", projector: str = "gemma3", 
 HALF_STORED = {"LlavaForConditionalGeneration": "patch_embedding.weight",  # 4-d: "always saved in f16"
                "Gemma3ForConditionalGeneration": "mm_input_projection_weight",  # forced F16
                "Idefics3ForConditionalGeneration": "(none)",
-               "Qwen2VLForConditionalGeneration": "(none)", "Qwen2_5_VLForConditionalGeneration": "(none)"}
+               "Qwen2VLForConditionalGeneration": "(none)", "Qwen2_5_VLForConditionalGeneration": "(none)",
+               "Qwen3VLForConditionalGeneration": "(none)"}
 
 
 def _randomize(model) -> None:
@@ -107,6 +111,8 @@ def hf_processor(projector: str, preproc: int = IDEFICS3_PREPROC):
     its default do_image_splitting, the first resize's longest edge `preproc`)."""
     if projector in mmproj_qwen.QWEN:
         return mmproj_qwen.hf_processor()
+    if projector == mmproj_qwen3.NAME:
+        return mmproj_qwen3.hf_processor()
     if projector == "mlp":
         return CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32},
                                      image_mean=MEAN, image_std=STD)
@@ -121,6 +127,8 @@ def hf_features(projector: str, model, pixels: np.ndarray) -> torch.Tensor:
     """get_image_features of the model for one image's pixels [3, S, S] -> [rows, lm_hidden] f32."""
     if projector in mmproj_qwen.QWEN:
         return mmproj_qwen.hf_features(model, pixels)
+    if projector == mmproj_qwen3.NAME:
+        return mmproj_qwen3.hf_features(model, pixels)
     x = torch.from_numpy(pixels)[None]
     if projector == "mlp":
         out = model.model.get_image_features(pixel_values=x, vision_feature_layer=model.config.vision_feature_layer,
@@ -146,6 +154,8 @@ def write_mmproj(path, projector: str, model, qtype: str = "F32", feature_key: b
     preproc: idefics3's clip.vision.preproc_image_size (its processor's size.longest_edge)."""
     if projector in mmproj_qwen.QWEN:
         return mmproj_qwen.write_mmproj(path, projector, model, qtype)
+    if projector == mmproj_qwen3.NAME:
+        return mmproj_qwen3.write_mmproj(path, model, qtype)
     w = gguf.GGUFWriter(str(path), "clip")
     vc = model.config.vision_config
     features = _feature_layers(model) if projector == "mlp" else None

@@ -59,6 +59,11 @@ class VisionConfig:
     wa_pattern: int = 0
     """Qwen2.5-VL: block i attends to the whole image where (i + 1) % wa_pattern == 0, the others within
     windows (clip.vision.n_wa_pattern; HF's fullatt_block_indexes, evenly spaced); 0: every block whole."""
+    deepstack: int = 0
+    """Qwen3-VL: the extra parts each row carries after its first lm_hidden columns, part i (1-based) the
+    DeepStack rows the LM adds to its hidden state after decoder layer i - 1 (len(deepstack_layers))."""
+    deepstack_layers: tuple[int, ...] = ()
+    """Qwen3-VL: the blocks (0-based) whose outputs make those parts, in order (clip.vision.is_deepstack_layers)."""
     weights: str = ""
     """The mmproj file's fingerprint (hearth.loader.fingerprint: its pull marker's sha256, else size and
     ~16 MB sampled): an image's digest takes it, so two files with one config and other weights (F16 vs
@@ -87,11 +92,16 @@ def read_vision_config(path: str | os.PathLike) -> VisionConfig:
     return vision_config(GGUFFile(path))
 
 
-def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model") -> None:
-    """ModelLoadError unless the rows fit the LM: an mmproj made for another model (another width)."""
+def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model", deepstack: int = 0) -> None:
+    """ModelLoadError unless the rows fit the LM: an mmproj made for another model (another width), or one whose
+    rows carry another number of DeepStack parts than the LM adds (`deepstack`: its n_deepstack_layers; llama.cpp's
+    mtmd compares the whole row width, lm_hidden * (1 + deepstack), with the LM's n_embd_inp)."""
     if cfg.lm_hidden != hidden:
         raise ModelLoadError(f"the mmproj makes rows of width {cfg.lm_hidden} but {where} has hidden size {hidden}: "
                              "pass the mmproj made for this model")
+    if cfg.deepstack != deepstack:
+        raise ModelLoadError(f"the mmproj's rows carry {cfg.deepstack} DeepStack part(s) but {where} adds "
+                             f"{deepstack}: pass the mmproj made for this model")
 
 
 def vision_config(g: GGUFFile) -> VisionConfig:
@@ -109,7 +119,8 @@ def vision_config(g: GGUFFile) -> VisionConfig:
         mean=_triple(g, "image_mean"), std=_triple(g, "image_std"), activation=_activation(g),
         feature_layers=tuple(int(i) for i in np.atleast_1d(g.get(CLIP + "feature_layer", layers))),
         merge=merge, preproc_size=int(g.get(CLIP + "preproc_image_size", image_size)),
-        weights=model_fingerprint(g.path), **_smart(g, spec, (patch_size * merge) ** 2), **_windows(g, spec, need))
+        weights=model_fingerprint(g.path), **_smart(g, spec, (patch_size * merge) ** 2), **_windows(g, spec, need),
+        **_deepstack(g, spec, layers))
     _check(g, cfg)
     return cfg
 
@@ -172,6 +183,19 @@ def _windows(g: GGUFFile, spec: Projector, need) -> dict:
     if not spec.windows:
         return {}
     return {"window": int(g.get(CLIP + "window_size", 112)), "wa_pattern": int(need("n_wa_pattern"))}
+
+
+def _deepstack(g: GGUFFile, spec: Projector, layers: int) -> dict:
+    """The blocks with a DeepStack merger: those whose v.deepstack.{i} tensors the file holds (llama.cpp's rule),
+    which must be those clip.vision.is_deepstack_layers marks where the file has the key (the converter's)."""
+    if not spec.deepstack:
+        return {}
+    found = tuple(i for i in range(layers) if f"v.deepstack.{i}.fc1.weight" in g.tensors)
+    marked = g.get(CLIP + "is_deepstack_layers")
+    if marked is not None and (len(marked) != layers or found != tuple(i for i, on in enumerate(marked) if on)):
+        raise ModelLoadError(f"{g.path}: mmproj's clip.vision.is_deepstack_layers {[bool(m) for m in marked]} does "
+                             f"not name the blocks it has v.deepstack tensors for {list(found)}")
+    return {"deepstack": len(found), "deepstack_layers": found}
 
 
 def _check(g: GGUFFile, cfg: VisionConfig) -> None:

@@ -57,6 +57,12 @@ class Projector:
     windows: bool = False
     """Window attention in the blocks between the full-attention ones (Qwen2.5-VL): needs
     clip.vision.n_wa_pattern, as llama.cpp does."""
+    learned_positions: bool = False
+    """A learned square table of positions (v.position_embd.weight) resampled to each image's patch grid and
+    added after the patch embedding, besides the blocks' 2-D rotary (Qwen3-VL)."""
+    deepstack: bool = False
+    """Rows from the blocks clip.vision.is_deepstack_layers marks, each through its own merger (v.deepstack.{i}),
+    beside the main merger's: each row lm_hidden * (1 + deepstack) wide, llama.cpp's layout (Qwen3-VL)."""
 
     def befores(self, rows: int, cols: int) -> tuple[str, ...]:
         """The text before each piece's rows, in prompt order: a rows x cols grid of tiles, row by row, then the
@@ -86,4 +92,7 @@ PROJECTORS: dict[str, Projector] = {p.name: p for p in (
     # Qwen2VLProcessor repeats the pad once per row; Qwen2.5-VL the same, with RMSNorm and window attention
     Projector("qwen2vl_merger", **QWEN),
     Projector("qwen2.5vl_merger", **QWEN, norm="rms", windows=True),
+    # Qwen3-VL: Qwen2-VL's processor (16 px patches, mean / std 0.5 from the file) and prompt text; its tower adds
+    # learned positions, and mergers on some blocks' outputs (DeepStack) whose rows the LM adds after its layers
+    Projector("qwen3vl_merger", **QWEN, learned_positions=True, deepstack=True),
 )}

@@ -1,11 +1,16 @@
-"""Qwen2-VL's and Qwen2.5-VL's vision tower and merger (llama.cpp's clip_graph_qwen2vl; transformers'
-Qwen2VisionTransformerPretrainedModel and Qwen2_5_VisionTransformerPretrainedModel), from llama.cpp's mmproj:
+"""Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's vision tower and merger (llama.cpp's clip_graph_qwen2vl and
+clip_graph_qwen3vl; transformers' Qwen2VisionTransformerPretrainedModel, Qwen2_5_VisionTransformerPretrainedModel
+and Qwen3VLVisionModel), from llama.cpp's mmproj:
   patches   the processor's flattened patches (hearth.media.merge_units) x the Conv3d weight, whose temporal
-            slices the file holds apart (v.patch_embd.weight, .weight.1): one matmul, no bias
-  blocks    pre-norm (LayerNorm; 2.5: RMSNorm), attention with 2-D rotary positions (qwen_vision_grid), an MLP
-            (quick_gelu fc1/fc2; 2.5: SwiGLU with biases, where the file has ffn_gate)
+            slices the file holds apart (v.patch_embd.weight, .weight.1): one matmul (3: plus its bias)
+  positions 3: a learned table resampled to the grid (qwen_vision_grid.learned_positions), added
+  blocks    pre-norm (LayerNorm; 2.5: RMSNorm), attention with 2-D rotary positions (qwen_vision_grid; 3: q/k/v
+            fused in the file), an MLP (fc1/fc2 in the file's activation: 2's quick_gelu, 3's gelu tanh; 2.5: SwiGLU
+            with biases, where the file has ffn_gate)
   windows   2.5: the merge units reordered window by window before the blocks; a block attends within its
             windows except every wa_pattern-th (whole image); the rows put back in the processor's order after
+  deepstack 3: the outputs of the blocks cfg.deepstack_layers names, kept beside the last block's (their
+            mergers: hearth.models.qwen_deepstack)
   merger    norm (v.post_ln) -> each unit's m * m rows side by side -> mm.0 -> gelu (erf) -> mm.2"""
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.media.config import VisionConfig
 from hearth.models.encoder import LayerNorm
-from hearth.models.gguf_tensors import f32
-from hearth.models.qwen_vision_grid import rope_angles, windows
+from hearth.models.gguf_tensors import f32, maybe_f32
+from hearth.models.qwen_vision_grid import learned_positions, rope_angles, windows
 from hearth.models.vision_tower import ACTIVATIONS, _linear
 
 NORMS = {"layer": LayerNorm, "rms": lambda g, name, eps: RMSNorm(f32(g, name + ".weight"), eps)}
@@ -44,7 +49,10 @@ class QwenVisionBlock(nn.Module):
         self.heads, self.head_dim, self.hidden = cfg.heads, cfg.hidden // cfg.heads, cfg.hidden
         norm = NORMS[cfg.spec.norm]
         self.ln1, self.ln2 = norm(g, p + "ln1", cfg.eps), norm(g, p + "ln2", cfg.eps)
-        self.qkv = _linear(g, backend, [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"])
+        # Qwen3-VL's converter keeps qkv fused (attn_qkv), Qwen2-VL's splits it: q | k | v either way
+        fused = p + "attn_qkv.weight" in g.tensors
+        self.qkv = _linear(g, backend, [p + "attn_qkv.weight"] if fused else
+                           [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"])
         self.o = _linear(g, backend, [p + "attn_out.weight"])
         # llama.cpp's build_ffn: gated where the file has a gate (2.5's SwiGLU), gate | up fused in one linear
         self.gated = p + "ffn_gate.weight" in g.tensors
@@ -88,6 +96,9 @@ class QwenVisionTower(nn.Module):
                                  f"patches of width {cfg.hidden}")
         # the Conv3d weight [hidden, C, T, p, p] flattened as the processor flattens a patch (C, T, p, p)
         self.patch = torch.stack(slices, dim=2).reshape(cfg.hidden, -1).T.contiguous()  # [3 * T * p * p, hidden]
+        self.patch_bias = maybe_f32(g, "v.patch_embd.bias")  # [hidden]: Qwen3-VL's Conv3d has one
+        self.positions = _position_table(cfg, g) if cfg.spec.learned_positions else None  # [side * side, hidden]
+        self.deepstack = set(cfg.deepstack_layers)
         self.unit = m * m
         self.window = cfg.window // (p * m)  # units per window side; 0: no windows
         self.blocks = nn.ModuleList(QwenVisionBlock(cfg, g, i, backend) for i in range(cfg.layers))
@@ -101,23 +112,44 @@ class QwenVisionTower(nn.Module):
                              f"{width}]")
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        """pixels: f32 [rows, cols, m * m, 3 * T * p * p] -> [rows * cols * m * m, hidden], the processor's order."""
+        """pixels: f32 [rows, cols, m * m, 3 * T * p * p] -> [rows * cols * m * m, hidden * (1 + deepstack)] in the
+        processor's order: the last block's output, then each deepstack block's, side by side."""
         rows, cols = pixels.shape[:2]
         x = pixels.reshape(-1, self.patch.shape[0]) @ self.patch  # [N, hidden]
+        if self.patch_bias is not None:
+            x = x + self.patch_bias
+        if self.positions is not None:
+            x = x + learned_positions(self.positions, rows, cols, self.cfg.merge)
         cos, sin = rope_angles(rows, cols, self.cfg.merge, self.cfg.hidden // self.cfg.heads)  # [N, head_dim]
         order, spans = None, None
         if self.window:  # each window's patches together, and their angles with them
             order, sizes = windows(rows, cols, self.window)
             x, cos, sin = (self._units(t)[order].flatten(0, 1) for t in (x, cos, sin))
             spans = [s * self.unit for s in sizes]
-        for block, whole in zip(self.blocks, self.whole):
+        kept = []  # the deepstack blocks' outputs
+        for i, (block, whole) in enumerate(zip(self.blocks, self.whole)):
             x = block(x, cos, sin, None if whole else spans)
+            if i in self.deepstack:
+                kept.append(x)
+        x = torch.cat([x, *kept], dim=-1) if kept else x
         if order is not None:  # back in the processor's order (HF's reverse_indices after the merger: the same)
             x = self._units(x)[torch.argsort(order)].flatten(0, 1)
         return x
 
     def _units(self, t: torch.Tensor) -> torch.Tensor:
         return t.view(-1, self.unit, t.shape[-1])  # [units, m * m, d]
+
+
+def _position_table(cfg: VisionConfig, g: GGUFFile) -> torch.Tensor:
+    """Qwen3-VL's learned positions [side * side, hidden] (pos_embed: num_position_embeddings a square)."""
+    name = "v.position_embd.weight"
+    table = f32(g, name) if name in g.tensors else None
+    side = round(table.shape[0] ** 0.5) if table is not None else 0
+    if table is None or table.shape != (side * side, cfg.hidden):
+        shape = "none" if table is None else tuple(table.shape)
+        raise ModelLoadError(f"{g.path}: mmproj's {name} is {shape}: {cfg.projector} needs a square grid of "
+                             f"positions of width {cfg.hidden}")
+    return table
 
 
 class QwenMerger(nn.Module):

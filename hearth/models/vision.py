@@ -37,7 +37,8 @@ class VisionEncoder(nn.Module):
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> torch.Tensor:
         """pixels: float32 [3, S, S] (Qwen-VL: [rows, cols, m * m, 3 * T * p * p]), one piece of
-        hearth.media.images.prepare_image's -> f32 [num_embeds, lm_hidden]."""
+        hearth.media.images.prepare_image's -> f32 [num_embeds, lm_hidden] (Qwen3-VL: [num_embeds, lm_hidden *
+        (1 + deepstack)], the main rows then each DeepStack part)."""
         self.tower.check(pixels)
         x = torch.from_numpy(np.ascontiguousarray(pixels, dtype=np.float32))
         return self.projector(self.tower(x)).float()

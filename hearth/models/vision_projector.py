@@ -4,7 +4,8 @@ per llama.cpp projector type, each the math of transformers' own:
   gemma3    Gemma3MultiModalProjector: k x k average pool of the patch grid -> RMS norm (the file holds 1 + w)
             -> x @ mm_input_projection_weight
   idefics3  Idefics3Connector: pixel shuffle by s -> modality_projection (mm.model.fc, no bias)
-  qwen2vl_merger, qwen2.5vl_merger  PatchMerger (hearth.models.qwen_vision.QwenMerger)"""
+  qwen2vl_merger, qwen2.5vl_merger  PatchMerger (hearth.models.qwen_vision.QwenMerger)
+  qwen3vl_merger  Qwen3VLVisionPatchMerger and its DeepStack twins (hearth.models.qwen_deepstack.Qwen3Merger)"""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from hearth.layers.quant import dequantize
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from hearth.media.config import VisionConfig
 from hearth.models.gguf_tensors import f32, maybe_f32
+from hearth.models.qwen_deepstack import Qwen3Merger
 from hearth.models.qwen_vision import QwenMerger
 
 
@@ -88,5 +90,5 @@ def _transposed(t: GGUFTensor) -> GGUFTensor:
 
 
 PROJECTORS = {"mlp": MlpProjector, "gemma3": Gemma3Projector, "idefics3": Idefics3Projector,
-              "qwen2vl_merger": QwenMerger, "qwen2.5vl_merger": QwenMerger}
+              "qwen2vl_merger": QwenMerger, "qwen2.5vl_merger": QwenMerger, "qwen3vl_merger": Qwen3Merger}
 """clip.projector_type -> its module (the torch-free facts: hearth.media.projectors)."""

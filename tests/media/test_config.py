@@ -50,9 +50,9 @@ def test_a_language_model_is_not_an_mmproj(tmp_path):
 
 
 def test_unknown_projector_names_the_supported_ones(tmp_path):
-    write_settings_only(tmp_path / "q.gguf", "qwen3vl_merger", {})
-    with pytest.raises(UnsupportedError, match=r"projector type 'qwen3vl_merger' is not supported; "
-                                               r"hearth runs mlp, gemma3, idefics3, qwen2vl_merger, qwen2.5vl_merger"):
+    write_settings_only(tmp_path / "q.gguf", "glm4v", {})
+    with pytest.raises(UnsupportedError, match=r"projector type 'glm4v' is not supported; hearth runs mlp, gemma3, "
+                                               r"idefics3, qwen2vl_merger, qwen2.5vl_merger, qwen3vl_merger"):
         read_vision_config(tmp_path / "q.gguf")
 
 
@@ -90,6 +90,18 @@ def test_rows_must_fit_the_lm(tmp_path):
     check_lm_hidden(cfg, 48)
     with pytest.raises(ModelLoadError, match=r"the mmproj makes rows of width 48 but gemma-3-270m has hidden size 640"):
         check_lm_hidden(cfg, 640, "gemma-3-270m")
+    with pytest.raises(ModelLoadError, match=r"the mmproj's rows carry 0 DeepStack part\(s\) but qwen3vl adds 2"):
+        check_lm_hidden(cfg, 48, "qwen3vl", deepstack=2)
+
+
+def test_deepstack_rows_need_an_lm_that_adds_them(tmp_path):
+    """A Qwen3-VL mmproj (2 DeepStack parts a row) fits only an LM adding as many (llama.cpp: n_embd_inp)."""
+    write_mmproj(tmp_path / "q.gguf", "qwen3vl_merger", tiny_hf("qwen3vl_merger"))
+    cfg = read_vision_config(tmp_path / "q.gguf")
+    check_lm_hidden(cfg, 48, deepstack=2)
+    with pytest.raises(ModelLoadError, match=r"the mmproj's rows carry 2 DeepStack part\(s\) but qwen3 adds 0: "
+                                             r"pass the mmproj made for this model"):
+        check_lm_hidden(cfg, 48, "qwen3")
 
 
 def test_llava_file_from_before_the_projector_key_is_mlp(tmp_path):

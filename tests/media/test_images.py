@@ -18,7 +18,6 @@ from hearth.media.config import read_vision_config
 from hearth.media.images import prepare_image
 from hearth.media.projectors import PROJECTORS
 from tests.mmproj_factory import hf_processor, tiny_hf, write_mmproj
-from tests.mmproj_qwen import QWEN
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +68,11 @@ IMAGES = {
 
 def hf_pixels(name: str, data: bytes, **kw) -> np.ndarray:
     """The HF processor's pixels [pieces, 3, S, S] for bytes opened as transformers' load_image opens them
-    (EXIF-upright); Qwen-VL's [patches, 3 * 2 * 14 * 14] as hearth holds them, [1, rows, cols, 4, ...] by its
+    (EXIF-upright); Qwen-VL's [patches, 3 * 2 * p * p] as hearth holds them, [1, rows, cols, 4, ...] by its
     image_grid_thw (a reshape: the same bytes in the same order)."""
     img = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
     out = hf_processor(name, **kw)(images=img, return_tensors="np")
-    if name in QWEN:
+    if PROJECTORS[name].tower == "qwen2vl":  # Qwen2-VL, 2.5 and 3
         _, h, w = out["image_grid_thw"][0]
         return out["pixel_values"].reshape(1, h // 2, w // 2, 4, -1)
     return out["pixel_values"].reshape(-1, *out["pixel_values"].shape[-3:])
@@ -87,7 +86,7 @@ def test_pixels_equal_the_hf_processor(configs, name, image):
     want = hf_pixels(name, data)
     assert got.pixels.dtype == np.float32 and got.pixels.shape == want.shape
     assert (len(want) > 1) == (name == "idefics3")
-    assert name in QWEN or want.shape[1:] == (3,) + (configs[name].image_size,) * 2
+    assert PROJECTORS[name].tower == "qwen2vl" or want.shape[1:] == (3,) + (configs[name].image_size,) * 2
     np.testing.assert_array_equal(got.pixels, want)
 
 
@@ -112,7 +111,7 @@ def test_prompt_facts_come_from_the_projector(configs):
         rows = cfg.num_embeds if p.grid is None else p.grid[0] * p.grid[1]  # Qwen-VL's: the image's own
         assert (p.num_embeds, p.after, p.placeholder, p.bidirectional) == \
             (rows, spec.after, spec.placeholder, spec.bidirectional)
-        assert (p.grid is not None) == (name in QWEN)
+        assert (p.grid is not None) == (spec.tower == "qwen2vl")
         assert p.befores[-1].endswith(spec.before)  # the global image's, last (after idefics3's tiles)
         assert len(p.befores) == len(p.pixels) == len(p.digests)
     g = prepare_image(data, configs["gemma3"])
