@@ -35,7 +35,8 @@ def attach(llm, cfg: VisionConfig | None, backend) -> None:
     from hearth.backends import select as select_backend  # torch's side: only with an mmproj
     from hearth.models.vision import VisionEncoder
 
-    check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}")
+    check_lm_hidden(cfg, llm.model_config.hidden_size, where=f"the model {llm.config.model!r}",
+                    deepstack=llm.model_config.deepstack_layers)
     cpu = backend if backend.name in ("cpu", "torch") else select_backend("cpu")
     llm.runner.set_vision(llm.vision_stats.timed(VisionEncoder.load(Path(llm.config.mmproj).expanduser(), cpu, cfg)))
     log.debug("%s %s", llm.config.model, reads_images(cfg, llm.config.mmproj))  # serve prints it as its other lines
