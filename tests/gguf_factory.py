@@ -72,6 +72,11 @@ class TinyDims:
     attention_scale: float = 0.0
     logit_scale: float = 0.0
     """granite's `{arch}.embedding_scale`, `.residual_scale`, `.attention.scale`, `.logit_scale` (0: the key is absent)."""
+    attn_temperature: float = 0.0
+    """mistral3's `{arch}.attention.temperature_scale` (Llama 4-style beta; 0: the key is absent), its floor scale the
+    yarn_original_context."""
+    yarn_log_mul: float = 0.0
+    """`rope.scaling.yarn_log_multiplier` (transformers' mscale_all_dim, as Ministral 3's converter writes it; 0: absent)."""
     rope_sections: tuple[int, ...] = ()
     """qwen2vl's `{arch}.rope.dimension_sections` (M-RoPE: rotated pairs per t, h, w, and a 4th; (): absent)."""
 
@@ -116,6 +121,7 @@ LAYOUTS = {
     "granite": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
     "granitemoe": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True, moe=True),
     "smollm3": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
+    "mistral3": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
     "olmo2": ArchLayout(qk_norm=True, qk_norm_whole=True, sandwich_norm=True, pre_norm=False),
     "olmo3": ArchLayout(qk_norm=True, qk_norm_whole=True, sandwich_norm=True, pre_norm=False, file_arch="olmo2",
                         swa_every=4),
@@ -142,6 +148,10 @@ DEFAULT_DIMS = {
                         residual_scale=0.25, attention_scale=0.1, logit_scale=4.0),
     "granitemoe": TinyDims(layers=2, hidden=128, head_dim=32, rms_eps=1e-5, embedding_scale=0.5, residual_scale=0.25,
                            attention_scale=0.1, logit_scale=4.0, experts=4, experts_used=2, expert_ffn=96),
+    # Ministral 3's YaRN (betas 32 and 1, mscale_all_dim 1) 8x over an original context of 8, so that the
+    # tests' 24 positions take three temperature steps; beta 0.5 (the released models': 0.1) to show in 2 layers
+    "mistral3": TinyDims(hidden=128, head_dim=32, tied=False, rms_eps=1e-5, rope_theta=1000000.0, context=64,
+                         yarn_original_context=8, yarn_betas=(32.0, 1.0), yarn_log_mul=1.0, attn_temperature=0.5),
     # 8 layers: layers 3 and 7 without rope
     "smollm3": TinyDims(layers=8, hidden=128, head_dim=32, rope_theta=2000000.0, rms_eps=1e-6),
     "olmo2": TinyDims(layers=3, hidden=128, head_dim=32, tied=False, rope_theta=500000.0, rms_eps=1e-6),
@@ -237,6 +247,10 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         if d.yarn_betas:
             w.add_rope_scaling_yarn_beta_fast(d.yarn_betas[0])
             w.add_rope_scaling_yarn_beta_slow(d.yarn_betas[1])
+        if d.yarn_log_mul:
+            w.add_rope_scaling_yarn_log_mul(d.yarn_log_mul)
+    if d.attn_temperature:
+        w.add_attn_temperature_scale(d.attn_temperature)
 
 
 def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):

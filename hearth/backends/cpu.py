@@ -47,9 +47,11 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
 
 
 class NativeLayerOps(LayerOps):
-    """A layer whose four linears are each one NativePart: its steps fused around them in C++."""
+    """A layer whose four linears are each one NativePart: its steps fused around them in C++; with
+    ArchSpec.attn_temperature in those parts only (the whole-layer call forms its queries itself: no fused
+    layer, no one-call stack), the queries scaled between them (DecoderLayer.forward)."""
 
-    NAME, IMPLEMENTS = FusedLayer.NAME, FusedLayer.IMPLEMENTS
+    NAME, IMPLEMENTS = FusedLayer.NAME, {**FusedLayer.IMPLEMENTS, "attn_temperature": None}
 
     @staticmethod
     def linears(layer) -> tuple[QuantLinear, ...]:
@@ -59,7 +61,7 @@ class NativeLayerOps(LayerOps):
         self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o, gate_up, down
         self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
         """Steps below this many rows are decode-sized (the GEMV, or the batch GEMMs)."""
-        self.fused = _fused(layer, self.mms, spec) if native.has("layer") else None
+        self.fused = _fused(layer, self.mms, spec) if native.has("layer") and not spec.attn_temperature else None
         self.rope, self.precise = layer.attn.rope, layer.attn.precise_scores  # read every step: no module lookups
 
     def for_rows(self, rows: int) -> LayerOps:
