@@ -1,6 +1,6 @@
 """Ministral 3 (mistral3) beyond its logits against transformers (test_logits_vs_transformers.py): the attention
 temperature shown to matter (positions 8 .. 23 past the tiny file's original context of 8), the paths it runs on
-the CPU backend (the native parts, the queries scaled between them), and the engine's chunked prefill giving
+the CPU backend (the one-call stack within the original context, the native parts past it), and the engine's chunked prefill giving
 what one whole prefill gives."""
 
 from __future__ import annotations
@@ -58,19 +58,25 @@ def test_a_file_without_the_key_is_llama(tmp_path):
         assert all(layer.ops.fused is not None for layer in model.layers) and model.stack is not None
 
 
-@pytest.mark.skipif(not native.available(), reason="native kernels do not run here")
-def test_the_native_parts_run_it_near_transformers(tmp_path):
-    """Q8_0 over an f16 cache: each layer's native parts (no whole-layer call, no one-call stack: the C++ layer
-    forms its queries itself), a prefill and decode steps past the original context, near transformers."""
+@pytest.mark.skipif(not native.has("layer"), reason="no fused C++ layer at this tier")
+def test_the_one_call_stack_within_the_original_context_then_the_parts(tmp_path, monkeypatch):
+    """Q8_0 over an f16 cache: while every position is within the original context of 8 (the factor 1) the
+    layers run in one C++ call, which forms the queries itself; past it each layer's native parts, the queries
+    scaled between them. A prefill and decode steps, near transformers."""
+    from hearth.kernels import fused_layer
+
     d, name, dims = tiny_dir(tmp_path, "mistral3", qtype="Q8_0")
     model, cfg = load_model(GGUFFile(d / name), select())
     model.fit_context(SEQ_LEN)
-    assert {type(layer.ops) for layer in model.layers} == {NativeLayerOps}
-    assert all(layer.ops.fused is None for layer in model.layers) and model.stack is None
+    assert {type(layer.ops) for layer in model.layers} == {NativeLayerOps} and model.stack is not None
+    lens = []
+    decode = fused_layer.FusedStack.decode
+    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: lens.append(max(a[4].seq_lens)) or decode(*a))
     driver = PagedDriver(model, cfg, seed=5)
     driver.kv = [kv.half() for kv in driver.kv]
     ids = prompt(cfg.vocab_size)
     ours = torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+    assert lens[-2:] == [7, 8] and max(lens) == 8  # the steps past 8 positions: the parts
     assert rel_err(ours, _reference(d / name, "mistral3", dims, ids)) < REL_TOL_FAST
 
 
