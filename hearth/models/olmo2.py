@@ -9,6 +9,8 @@ converter writes from layer_types, else every 4th layer full, as llama.cpp's loa
 layers rotate unscaled at the file's base (llama.cpp: freq_scale 1, no YaRN; transformers: their own default
 rope), the full ones with the file's scaling (YaRN in OLMo 3's long-context files)."""
 
+from dataclasses import replace
+
 from hearth.models.transformer import ArchSpec, CausalLM, base_config, require
 
 SWA_PATTERN = 4  # llama.cpp's olmo2 default: layers 0, 1, 2 sliding, 3 full, ...
@@ -31,8 +33,9 @@ class Olmo2ForCausalLM(CausalLM):
         window = int(g.arch_get("attention.sliding_window", 0))
         if not window:
             return base_config(g)
-        theta = float(g.arch_get("rope.freq_base", 10000.0))
-        return base_config(g, sliding_window=window,
-                           sliding_window_pattern=swa_pattern(g.arch_get("attention.sliding_window_pattern"),
-                                                              int(require(g, "block_count"))),
-                           rope_local_theta=float(g.arch_get("rope.freq_base_swa", theta)))
+        cfg = base_config(g, sliding_window=window,
+                          sliding_window_pattern=swa_pattern(g.arch_get("attention.sliding_window_pattern"),
+                                                             int(require(g, "block_count"))))
+        # the sliding layers at the file's freq_base unscaled (llama.cpp's graph reads no freq_base_swa here; its
+        # --rope-freq-base moves them too, hearth's the full layers only)
+        return replace(cfg, rope_local_theta=cfg.rope_theta)
