@@ -39,6 +39,21 @@ def test_the_pattern_llama_cpp_reads():
     assert swa_pattern(2, 4) == (True, False, True, False)
 
 
+@pytest.mark.parametrize("arch", ["olmo3", "olmo2"])
+def test_the_planner_counts_the_models_sliding_layers(tmp_path, arch):
+    """The converter's pattern array (olmo3), and an olmo2 file with a window but no array: llama.cpp's every 4th
+    layer full, in the model and in the memory planner alike."""
+    from hearth.memory.gguf_shape import shape_from_gguf
+    from hearth.models.registry import model_config
+
+    d, name, _ = tiny_dir(tmp_path, arch, layers=8, sliding_window=8)
+    g = GGUFFile(d / name)
+    assert ("attention.sliding_window_pattern" in str(list(g.metadata))) == (arch == "olmo3")
+    cfg, shape = model_config(g), shape_from_gguf(g)
+    assert shape.sliding == cfg.sliding_window_pattern == (True, True, True, False) * 2
+    assert shape.sliding_window == cfg.sliding_window == 8
+
+
 def test_the_sliding_window_shows_in_the_logits(tmp_path):
     """The 24-token prompt runs past the window of 8: with every layer full, another model."""
     model, cfg, ids, ref = _built(tmp_path)
