@@ -117,6 +117,11 @@ class ModelConfig:
     hidden state at that row after layer i - 1 (llama.cpp's `{arch}.n_deepstack_layers`)."""
     attn_scale: float = 0.0
     """Softmax scale; 0 means 1/sqrt(head_dim)."""
+    attn_temperature_scale: float = 0.0
+    """Llama 4-style temperature (mistral3's attention.temperature_scale, beta): queries times 1 + beta ln(1 +
+    floor(pos / attn_temperature_floor)) (hearth.layers.attn_temperature); 0: none."""
+    attn_temperature_floor: int = 0
+    """Its floor scale: the file's original context (llama.cpp's n_ctx_orig_yarn, not the engine's)."""
     embedding_scale: float = 1.0
     """The embeddings are multiplied by it (granite; gemma's sqrt(hidden) is ArchSpec.embed_scale)."""
     logit_scale: float = 1.0

@@ -72,6 +72,11 @@ class TinyDims:
     attention_scale: float = 0.0
     logit_scale: float = 0.0
     """granite's `{arch}.embedding_scale`, `.residual_scale`, `.attention.scale`, `.logit_scale` (0: the key is absent)."""
+    attn_temperature: float = 0.0
+    """mistral3's `{arch}.attention.temperature_scale` (Llama 4-style beta; 0: the key is absent), its floor scale the
+    yarn_original_context."""
+    yarn_log_mul: float = 0.0
+    """`rope.scaling.yarn_log_multiplier` (transformers' mscale_all_dim, as Ministral 3's converter writes it; 0: absent)."""
     rope_sections: tuple[int, ...] = ()
     """qwen2vl's `{arch}.rope.dimension_sections` (M-RoPE: rotated pairs per t, h, w, and a 4th; (): absent)."""
     deepstack: int = 0
@@ -100,6 +105,11 @@ class ArchLayout:
     """attn_norm and ffn_norm (olmo2 has only the sandwich norms after attention and the MLP)."""
     qk_norm_whole: bool = False
     """attn_q_norm / attn_k_norm over the whole projection, [heads * head_dim] (olmo2), not [head_dim]."""
+    file_arch: str = ""
+    """general.architecture where it is not the tiny model's name (olmo3: an olmo2 file)."""
+    swa_every: int = 0
+    """With a sliding window: attention.sliding_window_pattern as the per-layer bools the converter writes, every
+    swa_every-th layer full (OLMo 3's layer_types)."""
 
 
 LAYOUTS = {
@@ -114,7 +124,10 @@ LAYOUTS = {
     "granite": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
     "granitemoe": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True, moe=True),
     "smollm3": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
+    "mistral3": ArchLayout(permute_qk=True, write_rope_dim=True, write_vocab_size=True),
     "olmo2": ArchLayout(qk_norm=True, qk_norm_whole=True, sandwich_norm=True, pre_norm=False),
+    "olmo3": ArchLayout(qk_norm=True, qk_norm_whole=True, sandwich_norm=True, pre_norm=False, file_arch="olmo2",
+                        swa_every=4),
     "gemma3": ArchLayout(qk_norm=True, sandwich_norm=True, norm_shift=1.0, write_key_length=True),
 }
 
@@ -141,9 +154,16 @@ DEFAULT_DIMS = {
                         residual_scale=0.25, attention_scale=0.1, logit_scale=4.0),
     "granitemoe": TinyDims(layers=2, hidden=128, head_dim=32, rms_eps=1e-5, embedding_scale=0.5, residual_scale=0.25,
                            attention_scale=0.1, logit_scale=4.0, experts=4, experts_used=2, expert_ffn=96),
+    # Ministral 3's YaRN (betas 32 and 1, mscale_all_dim 1) 8x over an original context of 8, so that the
+    # tests' 24 positions take three temperature steps; beta 0.5 (the released models': 0.1) to show in 2 layers
+    "mistral3": TinyDims(hidden=128, head_dim=32, tied=False, rms_eps=1e-5, rope_theta=1000000.0, context=64,
+                         yarn_original_context=8, yarn_betas=(32.0, 1.0), yarn_log_mul=1.0, attn_temperature=0.5),
     # 8 layers: layers 3 and 7 without rope
     "smollm3": TinyDims(layers=8, hidden=128, head_dim=32, rope_theta=2000000.0, rms_eps=1e-6),
     "olmo2": TinyDims(layers=3, hidden=128, head_dim=32, tied=False, rope_theta=500000.0, rms_eps=1e-6),
+    # 3 sliding layers then a full one; a window of 8 under the tests' 24-token prompts
+    "olmo3": TinyDims(layers=4, hidden=128, head_dim=32, tied=False, rope_theta=500000.0, rms_eps=1e-6,
+                      sliding_window=8),
     # 6 layers: five sliding ones then a global one, llama.cpp's gemma3 pattern
     "gemma3": TinyDims(layers=6, kv_heads=1, head_dim=32, rope_theta=1000000.0, sliding_window=8,
                        tokenizer="llama"),
@@ -165,8 +185,8 @@ def write_tiny_gguf(path, arch: str, *, qtype: str = "F32", seed: int = 0, chat_
     layout = LAYOUTS[arch]
     rng = np.random.default_rng(seed)
     # split_max_tensors: several files as llama.cpp's --split-max-tensors writes them (stem-0000i-of-0000n.gguf)
-    w = gguf.GGUFWriter(str(path), arch, split_max_tensors=split_max_tensors)
-    _write_hparams(w, arch, d, layout)
+    w = gguf.GGUFWriter(str(path), layout.file_arch or arch, split_max_tensors=split_max_tensors)
+    _write_hparams(w, layout.file_arch or arch, d, layout)
     _write_tokenizer(w, d)
     if chat_template is not None:
         w.add_chat_template(chat_template)
@@ -204,6 +224,8 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         w.add_vocab_size(d.vocab)
     if d.sliding_window:
         w.add_sliding_window(d.sliding_window)
+        if layout.swa_every:
+            w.add_sliding_window_pattern([(i + 1) % layout.swa_every != 0 for i in range(d.layers)])
     if d.rope_sections:
         w.add_rope_dimension_sections(list(d.rope_sections))
     if d.deepstack:
@@ -233,6 +255,10 @@ def _write_hparams(w: gguf.GGUFWriter, arch: str, d: TinyDims, layout: ArchLayou
         if d.yarn_betas:
             w.add_rope_scaling_yarn_beta_fast(d.yarn_betas[0])
             w.add_rope_scaling_yarn_beta_slow(d.yarn_betas[1])
+        if d.yarn_log_mul:
+            w.add_rope_scaling_yarn_log_mul(d.yarn_log_mul)
+    if d.attn_temperature:
+        w.add_attn_temperature_scale(d.attn_temperature)
 
 
 def _tensors(rng: np.random.Generator, d: TinyDims, layout: ArchLayout):

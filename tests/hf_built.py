@@ -1,5 +1,5 @@
 """transformers' model of a tiny GGUF (tests/gguf_factory.py) whose architecture its GGUF loader does not read
-(granite, granitemoe, smollm3, olmo2), or reads slowly (qwen3: a reranker's, built in 0.1 s, not 13): the config
+(granite, granitemoe, smollm3, olmo2, olmo3, mistral3), or reads slowly (qwen3: a reranker's, built in 0.1 s, not 13): the config
 from the file's dims, the weights from the file (gguf-py's dequantize), q/k rows un-permuted where llama.cpp's
 converter permuted them for its rope. A reranker's cls.output (the head's label rows) is not read: transformers
 scores with the whole head."""
@@ -23,11 +23,33 @@ def _experts(d: TinyDims) -> dict:
     return dict(num_local_experts=d.experts, num_experts_per_tok=d.experts_used, intermediate_size=d.expert_ffn)
 
 
+def _olmo3(d: TinyDims) -> dict:
+    """Its window; rope per layer type: the sliding layers' default, the full ones' the file's YaRN if any."""
+    default = {"rope_type": "default", "rope_theta": d.rope_theta}
+    full = default
+    if d.yarn_original_context:
+        fast, slow = d.yarn_betas or (32.0, 1.0)
+        full = {"rope_type": "yarn", "rope_theta": d.rope_theta, "factor": d.context / d.yarn_original_context,
+                "original_max_position_embeddings": d.yarn_original_context, "beta_fast": fast, "beta_slow": slow}
+    return dict(sliding_window=d.sliding_window, rope_parameters={"sliding_attention": default, "full_attention": full})
+
+
+def _ministral3(d: TinyDims) -> dict:
+    """Its YaRN (the file's factor, betas, mscale_all_dim) and Llama 4 temperature beta over the original context."""
+    fast, slow = d.yarn_betas or (32.0, 1.0)
+    return dict(rope_parameters={"rope_type": "yarn", "rope_theta": d.rope_theta, "factor": d.context / d.yarn_original_context,
+                                 "original_max_position_embeddings": d.yarn_original_context, "beta_fast": fast,
+                                 "beta_slow": slow, "mscale": 1.0, "mscale_all_dim": d.yarn_log_mul,
+                                 "llama_4_scaling_beta": d.attn_temperature})
+
+
 MODELS = {  # arch -> (config class, model class, config fields beyond the common ones)
     "granite": (transformers.GraniteConfig, transformers.GraniteForCausalLM, _granite),
     "granitemoe": (transformers.GraniteMoeConfig, transformers.GraniteMoeForCausalLM, lambda d: _granite(d) | _experts(d)),
     "smollm3": (transformers.SmolLM3Config, transformers.SmolLM3ForCausalLM, lambda d: {}),
     "olmo2": (transformers.Olmo2Config, transformers.Olmo2ForCausalLM, lambda d: {}),
+    "olmo3": (transformers.Olmo3Config, transformers.Olmo3ForCausalLM, _olmo3),
+    "mistral3": (transformers.Ministral3Config, transformers.Ministral3ForCausalLM, _ministral3),
 }
 
 FAST = {"qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, lambda d: {})}

@@ -47,9 +47,14 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
 
 
 class NativeLayerOps(LayerOps):
-    """A layer whose four linears are each one NativePart: its steps fused around them in C++."""
+    """A layer whose four linears are each one NativePart: its steps fused around them in C++. With
+    ArchSpec.attn_temperature the whole-layer call (which forms the queries itself, unscaled) runs only steps
+    whose positions are all within the original context, where the factor is 1; past it, the parts, the
+    queries scaled between them (DecoderLayer.forward)."""
 
-    NAME, IMPLEMENTS = FusedLayer.NAME, FusedLayer.IMPLEMENTS
+    NAME, IMPLEMENTS = FusedLayer.NAME, {**FusedLayer.IMPLEMENTS, "attn_temperature": None}
+    fused_until: int | None = None
+    """The longest sequence the fused calls run (None: any): a query temperature's original context."""
 
     @staticmethod
     def linears(layer) -> tuple[QuantLinear, ...]:
@@ -60,6 +65,8 @@ class NativeLayerOps(LayerOps):
         self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
         """Steps below this many rows are decode-sized (the GEMV, or the batch GEMMs)."""
         self.fused = _fused(layer, self.mms, spec) if native.has("layer") else None
+        if layer.attn.temperature is not None:
+            self.fused_until = layer.attn.temperature.floor_scale
         self.rope, self.precise = layer.attn.rope, layer.attn.precise_scores  # read every step: no module lookups
 
     def for_rows(self, rows: int) -> LayerOps:
@@ -72,6 +79,8 @@ class NativeLayerOps(LayerOps):
         """A step of a few rows, or one sequence's prefill chunk (which, when out_rows are its last
         rows, computes no others past the K/V), in one call; None where it does not cover the step."""
         if self.fused is None or meta.bidirectional:  # its attention is causal only: the ops, torch's attention
+            return None
+        if self.fused_until is not None and max(meta.seq_lens) > self.fused_until:  # a query temperature not 1
             return None
         T, keep = x.shape[0], _kept_tail(out_rows, x.shape[0])
         cos, sin = self.rope.halves(positions, meta.memo.rope)
@@ -149,13 +158,15 @@ class NativeStack:
         self.rope_of = [keys.index(layer.attn.rope.key) for layer in layers]
         self.fused = FusedStack([layer.ops.fused for layer in layers])
         self.tile_prefill = not any(layer.attn.precise_scores for layer in layers)
+        untils = [layer.ops.fused_until for layer in layers if layer.ops.fused_until is not None]
+        self.fused_until = min(untils) if untils else None  # a query temperature's original context
 
     def run(self, x, positions, meta, kv_caches, out_rows) -> tuple[int, torch.Tensor]:
         """(how many layers one call ran, x after them: every row, or out_rows' when all ran). Decode-
         sized steps run every row; a prefill chunk long enough for the bf16 tiles, when the rows going
         on are its last ones, computes only those past the K/V; (0, x) where neither applies."""
         T = x.shape[0]
-        if not self.intact() or meta.bidirectional:  # its attention is causal only: layer by layer
+        if not self.covers(meta):
             return 0, x
         if T < self.min_rows:
             done = self.fused.decode(x, self._tables(positions, meta), kv_caches, meta)
@@ -165,6 +176,13 @@ class NativeStack:
             return 0, x
         done = self.fused.prefill(x, self._tables(positions, meta), kv_caches, meta, keep)
         return done, (x[T - keep:] if done == len(self.layers) else x)
+
+    def covers(self, meta) -> bool:
+        """Its layers as built, a causal step (its attention is causal only), and every position within a query
+        temperature's original context (past it the layers scale their queries op by op)."""
+        if not self.intact() or meta.bidirectional:
+            return False
+        return self.fused_until is None or max(meta.seq_lens) <= self.fused_until
 
     def intact(self) -> bool:
         """Every layer still has the ops (and fused layer) it was built with."""

@@ -21,8 +21,7 @@ class NativeLoraStack:
     def run(self, x, positions, meta, kv_caches, out_rows) -> tuple[int, torch.Tensor]:
         """(layers run, x after them: out_rows' rows when all ran); (0, x) for a prefill-sized step,
         or where the stack does not cover it (the layers op by op go on from there)."""
-        if (x.shape[0] >= self.stack.min_rows or not self.stack.intact() or self.rows.scales is None
-                or meta.bidirectional):  # its attention is causal only
+        if x.shape[0] >= self.stack.min_rows or not self.stack.covers(meta) or self.rows.scales is None:
             return 0, x
         done = self.fused.decode(x, self.stack._tables(positions, meta), kv_caches, meta, self.rows.scales)
         return done, (x if out_rows is None or done < self.n else x[out_rows])

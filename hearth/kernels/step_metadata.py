@@ -39,6 +39,8 @@ class StepMemo:
     """hearth.layers.rotary.Rotary's key -> its cos/sin tables for the step's positions."""
     kernel_args: dict[tuple, tuple] = field(default_factory=dict)
     """The fused C++ layer's packed per-step arguments, by cache kind (hearth.kernels.fused_layer)."""
+    temperature: dict[tuple, torch.Tensor] = field(default_factory=dict)
+    """hearth.layers.attn_temperature's (beta, floor scale) -> the queries' factors for the step's positions."""
 
 
 @dataclass(slots=True)

@@ -76,5 +76,6 @@ SLIDING_PATTERNS = {
     "gemma3": every_nth_global(6),
     "gemma2": alternating,
     "cohere2": every_nth_global(4),
+    "olmo2": every_nth_global(4),  # OLMo 3's files with a window and no pattern array (llama.cpp's default)
     "gpt-oss": alternating,
 }

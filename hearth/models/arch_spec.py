@@ -36,6 +36,9 @@ class ArchSpec:
     """RMSNorm before attention and before the MLP; False: only sandwich_norm's after them (olmo2)."""
     qk_norm_whole: bool = False
     """qk_norm over each projection whole (all of q's heads together, all of k's: olmo2), not per head."""
+    attn_temperature: bool = False
+    """Queries scaled after rope by a factor of their position (mistral3: hearth.layers.attn_temperature); set
+    by CausalLM where the file gives the scale."""
 
 
 Implements = Mapping[str, Collection | None]

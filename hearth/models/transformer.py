@@ -17,6 +17,7 @@ from hearth.config import (FileScaling, LinearScaling, ModelConfig, NoScaling, R
                            stretched_context)
 from hearth.errors import ModelLoadError
 from hearth.layers.activation import ACTIVATIONS
+from hearth.layers.attn_temperature import AttnTemperature
 from hearth.layers.norm import NoNorm, RMSNorm, WholeQKNorm
 from hearth.layers.rotary import RopeFactors, Rotary, yarn_factors
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
@@ -88,6 +89,8 @@ class Attention(nn.Module):
                            None if local or not rotates else factors, cfg.rope_sections if rotates else (),
                            cfg.rope_layout)
         self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
+        self.temperature = (AttnTemperature(cfg.attn_temperature_scale, cfg.attn_temperature_floor)
+                            if spec.attn_temperature else None)
         self.softcap = cfg.attn_logit_softcap
         self.sinks = f32(g, p + "attn_sinks.weight") if spec.attn_sinks else None  # [heads]
 
@@ -153,6 +156,8 @@ class DecoderLayer(nn.Module):
         a, b = self.attn, self.backend
         y = ops.qkv(self, x)  # [T, q | k | v] f32: q and k are normed and rotated in place
         ops.qk_rope(self, y[:, :a.q_size + a.kv_size].view(T, a.heads + a.kv_heads, a.head_dim), positions, meta)
+        if a.temperature is not None:  # the queries only, after rope
+            a.temperature.scale_(y[:, :a.q_size].view(T, a.heads, a.head_dim), positions, meta.memo.temperature)
         b.write_kv(kv_cache, y[:, a.q_size:].view(T, 2, a.kv_heads, a.head_dim), meta)
         attn = b.attention(y[:, :a.q_size].view(T, a.heads, a.head_dim), kv_cache, meta, a.scale, a.window,
                            a.softcap, a.precise_scores, a.sinks).view(T, a.q_size)
@@ -187,6 +192,8 @@ class CausalLM(nn.Module):
         self.embed_scale = scale if self.spec.embed_scale else cfg.embedding_scale
         if cfg.num_experts and not self.spec.moe:  # an architecture whose files come dense or routed (llama: Mixtral)
             self.spec = replace(self.spec, moe=True)
+        if cfg.attn_temperature_scale:  # the file's key turns it on (mistral3's Ministral 3; not Mistral Small 3.1)
+            self.spec = replace(self.spec, attn_temperature=True)
         layers, factors = [], rope_factors(g, cfg)
         # sliding layers at the file's base (--rope-freq-base): YaRN's ramp placed by that base, as ggml's corr dims
         swa_factors = rope_factors(g, replace(cfg, rope_theta=cfg.rope_swa_theta)) if cfg.rope_swa_theta else factors

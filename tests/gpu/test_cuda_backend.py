@@ -53,6 +53,15 @@ def test_olmo2_is_refused_with_the_reason(tmp_path):
         load_model(GGUFFile(d / name), CudaBackend(DEV))
 
 
+def test_mistral3s_temperature_is_refused_with_the_reason(tmp_path):
+    """Ministral 3's query temperature is not in the Triton ops (torch's ops read host tables): a clear refusal."""
+    from hearth.errors import UnsupportedError
+
+    d, name, _ = tiny_dir(tmp_path, "mistral3", qtype="Q8_0")
+    with pytest.raises(UnsupportedError, match="ArchSpec.attn_temperature=True"):
+        load_model(GGUFFile(d / name), CudaBackend(DEV))
+
+
 
 def test_gpt_oss_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path):
     """gpt-oss's sinks on the CUDA backend: its attention on the torch reference (the Triton kernels have no

@@ -55,6 +55,10 @@ CASES = {
     "granitemoe": ("granitemoe", "F32", {}),
     "smollm3": ("smollm3", "F32", {}),
     "olmo2": ("olmo2", "F32", {}),
+    "mistral3": ("mistral3", "F32", {}),  # YaRN and the attention temperature over an original context of 8
+    "olmo3": ("olmo3", "F32", {}),  # sliding layers (window 8) and full ones
+    "olmo3-yarn": ("olmo3", "F32", {"context": 64, "yarn_original_context": 16, "yarn_betas": (4.0, 0.1),
+                                    "rope_theta": 10000.0}),  # YaRN on the full layers only
     "granite-q8_0": ("granite", "Q8_0", {}),
 }
 
@@ -235,7 +239,7 @@ def test_fast_linear_logits_near_transformers(tiny, case):
 
 
 @pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe", "granite", "granitemoe",
-                                  "smollm3", "olmo2"])
+                                  "smollm3", "olmo2", "olmo3", "mistral3"])
 def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)  # f32 files: the fast path is plain f32 math
     ids = prompt(cfg.vocab_size)
@@ -249,7 +253,7 @@ def test_chunked_prefill_and_decode_equal_full_prefill(tiny, case):
 
 
 @pytest.mark.parametrize("case", ["llama", "qwen2", "qwen3", "gemma2", "gemma3", "phi3-longrope", "qwen3moe", "granite", "granitemoe",
-                                  "smollm3", "olmo2"])
+                                  "smollm3", "olmo2", "olmo3", "mistral3"])
 def test_two_sequences_batched_equal_each_alone(tiny, case):
     model, cfg, *_ = tiny(case, exact=False)
     a, b = prompt(cfg.vocab_size, 21, seed=2), prompt(cfg.vocab_size, 13, seed=3)
