@@ -133,9 +133,16 @@ def pytest_ignore_collect(collection_path: Path, config):
     return None if holds_tiered(path.relative_to(TESTS).as_posix(), is_dir) else True
 
 
-SHARED_WORKER = {"tests/models/test_fidelity.py": "tests/test_golden_llamacpp.py"}
-"""Modules make test's xdist workers keep together (`--dist loadfile`): the fidelity test's prefill path
-and the goldens read the same teacher-forced rows (tests/teacher_forced.py), kept per process."""
+SHARED_WORKER = {
+    # the fidelity test's prefill path and the goldens read the same teacher-forced rows (tests/teacher_forced.py)
+    "tests/models/test_fidelity.py": "tests/test_golden_llamacpp.py",
+    # gguf_py_reader: gguf-py's parse of gemma3-270m's 262K-entry vocabulary is 12 CPU-s (SmolLM2's 2.7)
+    "tests/loader/test_gguf_loader.py": "tests/memory/test_weights.py",
+    # plan_home: this machine's measurement (a subprocess, ~4 CPU-s)
+    "tests/memory/test_this_machine.py": "tests/memory/test_resident.py",
+}
+"""Modules make test's xdist workers keep together (`--dist loadfile`): they read the same costly
+session fixture, made once per process (each pair one unit of work, in the first one's place)."""
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -184,8 +184,11 @@ def test_scale_up_and_down_while_serving(cluster):
 
 
 async def _ask(client, model: str, i: int, stream: bool) -> tuple:
-    """("ok", finish_reason, characters) or ("error", message): one client of the kill test."""
-    kw = dict(model=model, max_tokens=160, temperature=0, extra_body={"ignore_eos": True},
+    """("ok", finish_reason, characters) or ("error", message): one client of the kill test. 64 tokens: r0 is
+    killed within milliseconds of its first delta, dozens of decode steps before an answer could end; after
+    the kill r1 answers 4-5 of them 2 at a time (160 until 2026-12-07: 13-19 s of the test at load 9-10, now 9-10 s,
+    most of it r0's restart)."""
+    kw = dict(model=model, max_tokens=64, temperature=0, extra_body={"ignore_eos": True},
               messages=[{"role": "user", "content": f"Tell story number {i} about a lighthouse."}])
     try:
         if not stream:
