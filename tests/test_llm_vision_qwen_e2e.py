@@ -60,27 +60,32 @@ def chats(images: list[Image.Image]) -> tuple[list[dict], list[dict]]:
     return [{"role": "user", "content": ours}], [{"role": "user", "content": theirs}]
 
 
-@pytest.fixture(scope="module", params=list(PROJECTORS))
-def pair(request, tmp_path_factory):
-    """(hearth's LLM on exact linears, transformers' model, its (tokenizer, image processor)) of one tiny Qwen-VL."""
-    d = tmp_path_factory.mktemp(request.param)
-    projector = PROJECTORS[request.param]
+def tiny_qwen_vl(d, variant: str):
+    """(LM GGUF, mmproj GGUF, transformers' model of both, its (tokenizer, image processor)) of one tiny Qwen-VL
+    written in folder d."""
+    projector = PROJECTORS[variant]
     dims = write_tiny_gguf(d / "lm.gguf", "qwen2vl", vl_tokens=True, chat_template=QWEN2_VL_TEMPLATE,
-                           tied=False)
+                           tied=False)  # tied: each step's argmax is the last token again
     # transformers' GGUF reader knows no qwen2vl: the same tokenizer in a one-layer qwen2 file
     (d / "tok").mkdir()
     tok_dir, tok_name, _ = tiny_dir(d / "tok", "qwen2", vl_tokens=True, layers=1)
     tokenizer = AutoTokenizer.from_pretrained(tok_dir, gguf_file=tok_name)
     ids = dict(zip(QWEN_VL_TOKENS, tokenizer.convert_tokens_to_ids(list(QWEN_VL_TOKENS)), strict=True))
     tower = mmproj_factory.tiny_hf(projector, seed=1, lm_hidden=dims.hidden)  # random vision weights
-    hf = hf_qwen_vl(d / "lm.gguf", request.param, dims, vision=tower.config.vision_config.to_dict(),
+    hf = hf_qwen_vl(d / "lm.gguf", variant, dims, vision=tower.config.vision_config.to_dict(),
                     image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
                     vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
     hf.model.visual.load_state_dict(tower.model.visual.state_dict())
     mmproj_factory.write_mmproj(d / "mmproj.gguf", projector, hf)
-    processor = tokenizer, mmproj_factory.hf_processor(projector)
+    return d / "lm.gguf", d / "mmproj.gguf", hf, (tokenizer, mmproj_factory.hf_processor(projector))
+
+
+@pytest.fixture(scope="module", params=list(PROJECTORS))
+def pair(request, tmp_path_factory):
+    """(hearth's LLM on exact linears, transformers' model, its (tokenizer, image processor)) of one tiny Qwen-VL."""
+    model, mmproj, hf, processor = tiny_qwen_vl(tmp_path_factory.mktemp(request.param), request.param)
     with use_linear_policy(exact=True):
-        llm = LLM(str(d / "lm.gguf"), mmproj=str(d / "mmproj.gguf"), max_model_len=512, progress=False)
+        llm = LLM(str(model), mmproj=str(mmproj), max_model_len=256, progress=False)
     return llm, hf, processor
 
 
