@@ -6,7 +6,7 @@ written as llama.cpp's converter writes them (tests/mmproj_factory.py's layout; 
 files ship, or Q8_0), and a one-layer random llama LM of the projector's output width (mtmd checks that
 the LM's n_embd equals it). Random weights cost the same FLOPs as real ones.
 
-    /work/main/.venv/bin/python benchmarks/bench_vision.py                      # both shapes, F16, 3 repeats
+    /work/main/.venv/bin/python benchmarks/bench_vision.py                      # every shape, F16, 3 repeats
     /work/main/.venv/bin/python benchmarks/bench_vision.py --shapes smolvlm-256m --repeats 5 --qtype Q8_0
     ... --profile        # hearth alone: where one encode's time goes (torch profiler, by op)
 
