@@ -6,7 +6,7 @@ written as llama.cpp's converter writes them (tests/mmproj_factory.py's layout; 
 files ship, or Q8_0), and a one-layer random llama LM of the projector's output width (mtmd checks that
 the LM's n_embd equals it). Random weights cost the same FLOPs as real ones.
 
-    /work/main/.venv/bin/python benchmarks/bench_vision.py                      # both shapes, F16, 3 repeats
+    /work/main/.venv/bin/python benchmarks/bench_vision.py                      # every shape, F16, 3 repeats
     /work/main/.venv/bin/python benchmarks/bench_vision.py --shapes smolvlm-256m --repeats 5 --qtype Q8_0
     ... --profile        # hearth alone: where one encode's time goes (torch profiler, by op)
 
@@ -50,22 +50,34 @@ class Shape:
     image: int
     patch: int
     lm_hidden: int
-    merge: int  # idefics3's pixel shuffle / gemma3's pool side
+    merge: int  # idefics3's pixel shuffle / gemma3's pool side / Qwen's merge unit side
+    window: int = 0  # Qwen2.5-VL: patches per attention window side (0: every block attends to the whole image)
+    full_every: int = 0  # Qwen2.5-VL: every n-th block attends to the whole image (clip.vision.n_wa_pattern)
 
     @property
     def patches(self) -> int:
         return (self.image // self.patch) ** 2
 
 
-SHAPES = {  # the vision towers of SmolVLM-256M-Instruct and gemma-3-4b-it (SigLIP-So400m)
+SHAPES = {  # the vision towers of SmolVLM-256M-Instruct, gemma-3-4b-it (SigLIP-So400m), Qwen2.5-VL-3B-Instruct
     "smolvlm-256m": Shape("idefics3", 768, 3072, 12, 12, 512, 16, 576, 4),
     "gemma3-4b": Shape("gemma3", 1152, 4304, 27, 16, 896, 14, 2560, 4),
+    # its vision_config: depth 32, hidden 1280, 16 heads, intermediate 3420, window 112 px, fullatt_block_indexes
+    # 7, 15, 23, 31, out_hidden_size 2048; a 448 x 448 image: 32 x 32 patches, 256 LM rows (smart_resize keeps it)
+    "qwen2.5-vl-3b": Shape("qwen2.5vl_merger", 1280, 3420, 32, 16, 448, 14, 2048, 2, window=8, full_every=8),
 }
 
 
 def gflop(s: Shape) -> float:
-    """Multiply-adds x 2 of one image: patch conv, per block q|k|v|o + up/down + attention's QK^T and PV, projector."""
+    """Multiply-adds x 2 of one image: patch conv, per block q|k|v|o + the MLP + attention's QK^T and PV (within
+    windows where a block has them), projector."""
     n, h = s.patches, s.hidden
+    if s.projector == "qwen2.5vl_merger":  # two temporal frames, SwiGLU, windows, the merger's two linears
+        full = s.blocks // s.full_every
+        attn = 2 * n * h * (full * n + (s.blocks - full) * s.window ** 2)
+        wide = h * s.merge ** 2
+        merger = (n // s.merge ** 2) * wide * (wide + s.lm_hidden)
+        return 2 * (n * 3 * 2 * s.patch ** 2 * h + s.blocks * n * (4 * h * h + 3 * h * s.ffn) + attn + merger) / 1e9
     conv = n * 3 * s.patch ** 2 * h
     block = n * (4 * h * h + 2 * h * s.ffn) + 2 * n * n * h
     proj = (n // s.merge ** 2) * (h * s.merge ** 2 if s.projector == "idefics3" else h) * s.lm_hidden
@@ -136,12 +148,51 @@ def write_mmproj(path: Path, s: Shape, qtype: str, seed: int = 0) -> None:
     w.close()
 
 
+def write_qwen_mmproj(path: Path, s: Shape, qtype: str, seed: int = 0) -> None:
+    """Random weights in transformers' Qwen2.5-VL vision state dict, written as tests/mmproj_qwen.py writes a
+    tiny one (convert_hf_to_gguf.py --mmproj's layout: the patch embedding's two temporal slices, q / k / v
+    apart, the merger as v.post_ln, mm.0, mm.2)."""
+    from types import SimpleNamespace
+
+    from tests.mmproj_qwen import write_state
+    rng = np.random.default_rng(seed)
+    h, f, wide = s.hidden, s.ffn, s.hidden * s.merge ** 2
+
+    def matrix(rows, *cols):
+        return (rng.standard_normal((rows, *cols), np.float32) / np.sqrt(np.prod(cols))).astype(np.float32)
+
+    def vec(n, one=False):
+        return (rng.standard_normal(n, np.float32) * 0.1 + (1.0 if one else 0.0)).astype(np.float32)
+
+    sd = {"patch_embed.proj.weight": matrix(h, 3, 2, s.patch, s.patch)}
+    for i in range(s.blocks):
+        p = f"blocks.{i}."
+        sd |= {p + "norm1.weight": vec(h, True), p + "norm2.weight": vec(h, True),
+               p + "attn.qkv.weight": matrix(3 * h, h), p + "attn.qkv.bias": vec(3 * h),
+               p + "attn.proj.weight": matrix(h, h), p + "attn.proj.bias": vec(h)}
+        for name, (rows, cols) in {"gate_proj": (f, h), "up_proj": (f, h), "down_proj": (h, f)}.items():
+            sd |= {p + f"mlp.{name}.weight": matrix(rows, cols), p + f"mlp.{name}.bias": vec(rows)}
+    sd |= {"merger.ln_q.weight": vec(h, True), "merger.mlp.0.weight": matrix(wide, wide), "merger.mlp.0.bias": vec(wide),
+           "merger.mlp.2.weight": matrix(s.lm_hidden, wide), "merger.mlp.2.bias": vec(s.lm_hidden)}
+    vc = SimpleNamespace(patch_size=s.patch, hidden_size=h, intermediate_size=f, depth=s.blocks, num_heads=s.heads,
+                         fullatt_block_indexes=list(range(s.full_every - 1, s.blocks, s.full_every)))
+    write_state(path, s.projector, vc, s.lm_hidden, sd, qtype)
+
+
+WRITERS = {"qwen2.5vl_merger": write_qwen_mmproj}
+"""Projector type -> its mmproj writer (write_mmproj for the SigLIP towers)."""
+
+
 def write_lm(path: Path, s: Shape) -> None:
-    """A one-layer random llama of width lm_hidden (mtmd refuses an LM whose n_embd is not the projector's)."""
+    """A one-layer random LM of width lm_hidden (mtmd refuses an LM whose n_embd is not the projector's): llama,
+    or qwen2vl with M-RoPE for a Qwen projector (mtmd lays out the image's positions for it)."""
     from tests.gguf_factory import write_tiny_gguf
-    heads = s.lm_hidden // 64
-    write_tiny_gguf(path, "llama", qtype="F16", layers=1, hidden=s.lm_hidden, heads=heads, kv_heads=heads,
-                    head_dim=64, ffn=256, vocab=320, context=8192, chat_template=CHATML)
+    qwen = s.projector in WRITERS
+    head_dim = 128 if qwen else 64  # Qwen2.5-VL-3B's: 16 / 24 / 24 of its 64 rotated pairs
+    heads = s.lm_hidden // head_dim
+    extra = dict(rope_sections=(16, 24, 24, 0)) if qwen else {}
+    write_tiny_gguf(path, "qwen2vl" if qwen else "llama", qtype="F16", layers=1, hidden=s.lm_hidden, heads=heads,
+                    kv_heads=heads, head_dim=head_dim, ffn=256, vocab=320, context=8192, chat_template=CHATML, **extra)
 
 
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -182,7 +233,10 @@ class Hearth:
         t = time.perf_counter()
         self.enc = VisionEncoder.load(mmproj, select())
         self.load_s = time.perf_counter() - t
-        self.pixels = prepare_image(image.read_bytes(), self.enc.cfg).pixels
+        prepared = prepare_image(image.read_bytes(), self.enc.cfg)
+        # a Qwen tower reads one image's [rows, cols, 4, patch values] (the engine's MediaInput.pixels), the others
+        # a batch of pieces
+        self.pixels = prepared.pixels[0] if prepared.grid else prepared.pixels
         self.encode_ms()  # warm-up (first-touch pages, kernel plans)
 
     def encode_ms(self) -> float:
@@ -242,7 +296,7 @@ def main() -> None:
         s = SHAPES[name]
         mmproj, lm, image = work / f"{name}-{args.qtype}.mmproj.gguf", work / f"{name}-lm.gguf", work / f"{name}.png"
         if not mmproj.exists():
-            write_mmproj(mmproj, s, args.qtype)
+            WRITERS.get(s.projector, write_mmproj)(mmproj, s, args.qtype)
         if "llama.cpp" in args.engines and not lm.exists():
             write_lm(lm, s)
         write_image(image, s.image)

@@ -54,6 +54,8 @@ class TinyDims:
     fim: bool = False
     """gpt2 only: Qwen2.5-Coder's six fill-in-the-middle tokens, as control tokens before BOS/EOS
     (found by their text, as in Qwen's GGUFs, which name them by no key)."""
+    vl_tokens: bool = False
+    """gpt2 only: Qwen2-VL's chat and vision tokens (QWEN_VL_TOKENS), as control tokens before BOS/EOS."""
     llama3_rope: tuple[float, float, float, int] | None = None
     """Llama 3.1's rope scaling (factor, low_freq_factor, high_freq_factor, original context): written as
     llama.cpp's converter writes it, one factor per rotated pair in `rope_freqs.weight`."""
@@ -379,7 +381,9 @@ WORDS = ("the capital of france is paris hello world and to in that it was for o
 def _write_tokenizer(w: gguf.GGUFWriter, d: TinyDims) -> None:
     if d.fim and d.tokenizer != "gpt2":
         raise ValueError("fim tokens are written for the gpt2 tokenizer only")
-    built = _gpt2_vocab(d.vocab, d.fim) if d.tokenizer == "gpt2" else _spm_vocab(d.vocab)
+    if d.vl_tokens and d.tokenizer != "gpt2":
+        raise ValueError("vl tokens are written for the gpt2 tokenizer only")
+    built = _gpt2_vocab(d.vocab, d.fim, d.vl_tokens) if d.tokenizer == "gpt2" else _spm_vocab(d.vocab)
     tokens, types, scores, merges, special = built
     w.add_tokenizer_model(d.tokenizer)
     w.add_tokenizer_pre("default")
@@ -432,11 +436,16 @@ FIM_TOKENS = ("<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>
 """Qwen2.5-Coder's, in its vocabulary's order: ids vocab-8 .. vocab-3 of a `fim` tiny model."""
 
 
-def _gpt2_vocab(vocab: int, fim: bool = False):
+QWEN_VL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                  "<|video_pad|>")
+"""Qwen2-VL's chat turns and an image's (or video's) frame and places, in a `vl_tokens` tiny model."""
+
+
+def _gpt2_vocab(vocab: int, fim: bool = False, vl: bool = False):
     byte_tokens = _byte_chars()
     space = byte_tokens[ord(" ")]
     words = [space + wd for wd in WORDS.split()]
-    specials = [*(FIM_TOKENS if fim else ()), "<|begin_of_text|>", "<|end_of_text|>"]
+    specials = [*(FIM_TOKENS if fim else ()), *(QWEN_VL_TOKENS if vl else ()), "<|begin_of_text|>", "<|end_of_text|>"]
     new, merges = _grow(words, set(byte_tokens), vocab - 256 - len(specials))
     tokens = byte_tokens + new
     tokens += [f"<|reserved_{i}|>" for i in range(vocab - len(specials) - len(tokens))] + specials

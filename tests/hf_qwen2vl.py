@@ -21,20 +21,22 @@ VARIANTS = {  # name -> (config class, model class, a tiny vision config: its `o
 MERGE = 2  # spatial_merge_size: image_grid_thw counts patches, 2 x 2 of them one LM row
 
 
-def hf_qwen_vl(path, variant: str, d: TinyDims) -> torch.nn.Module:
-    """transformers' f32 model (eager attention) with the weights of the GGUF at `path`."""
+def hf_qwen_vl(path, variant: str, d: TinyDims, vision: dict | None = None, **top) -> torch.nn.Module:
+    """transformers' f32 model (eager attention) with the text weights of the GGUF at `path`; vision: its vision
+    config (VARIANTS' by default), the tower's weights as random as the config's init leaves them; `top`: other
+    top-level settings (image_token_id, ...)."""
     from hearth.loader.gguf_loader import GGUFFile
 
     g = GGUFFile(path)
     t = {n: torch.from_numpy(dequantize(np.asarray(x.data), x.qtype).astype(np.float32).reshape(x.shape))
          for n, x in g.tensors.items()}
-    config_cls, model_cls, vision = VARIANTS[variant]
+    config_cls, model_cls, default_vision = VARIANTS[variant]
     text = dict(vocab_size=d.vocab, hidden_size=d.hidden, intermediate_size=d.ffn, num_hidden_layers=d.layers,
                 num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, rms_norm_eps=d.rms_eps,
                 max_position_embeddings=d.context, tie_word_embeddings=d.tied, bos_token_id=None, eos_token_id=None,
                 rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta,
                                  "mrope_section": list(d.rope_sections[:3])})
-    cfg = config_cls(text_config=text, vision_config=vision(d), tie_word_embeddings=d.tied)
+    cfg = config_cls(text_config=text, vision_config=vision or default_vision(d), tie_word_embeddings=d.tied, **top)
     cfg._attn_implementation = "eager"
     model = model_cls(cfg).eval()
     lm = "model.language_model."

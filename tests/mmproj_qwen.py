@@ -62,12 +62,20 @@ BLOCK_NAMES = {"norm1": "ln1", "norm2": "ln2", "attn.proj": "attn_out", "mlp.fc1
 def write_mmproj(path, projector: str, model, qtype: str = "F32", max_pixels: int | None = None) -> None:
     """The mmproj of `model` as the converter writes it, matrices in `qtype` (F32, F16, Q8_0); max_pixels: a
     clip.vision.image_max_pixels key, which the converter does not write for these types (hearth reads it)."""
-    vc = model.config.vision_config
+    sd = {k: v.detach().float().numpy() for k, v in model.model.visual.state_dict().items()}
+    write_state(path, projector, model.config.vision_config, model.config.text_config.hidden_size, sd, qtype,
+                max_pixels)
+
+
+def write_state(path, projector: str, vc, lm_hidden: int, sd: dict[str, np.ndarray], qtype: str = "F32",
+                max_pixels: int | None = None) -> None:
+    """write_mmproj of a vision config `vc` (its fields as transformers' config names them) and the tower's
+    state dict `sd` as numpy arrays (benchmarks/bench_vision.py writes random ones at real shapes)."""
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_name(f"tiny-{projector}")
     w.add_type(gguf.GGUFType.MMPROJ)
     w.add_clip_has_vision_encoder(True)
-    w.add_vision_projection_dim(model.config.text_config.hidden_size)
+    w.add_vision_projection_dim(lm_hidden)
     w.add_vision_image_size(560)  # the converter's default: Qwen's vision configs have no image_size
     w.add_vision_patch_size(vc.patch_size)
     qwen2 = projector == "qwen2vl_merger"
@@ -84,7 +92,7 @@ def write_mmproj(path, projector: str, model, qtype: str = "F32", max_pixels: in
     w.add_vision_attention_layernorm_eps(1e-6)
     if max_pixels:
         w.add_uint32("clip.vision.image_max_pixels", max_pixels)
-    for name, value in _tensors(model):
+    for name, value in _tensors(sd):
         _add(w, name, value, qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -92,8 +100,8 @@ def write_mmproj(path, projector: str, model, qtype: str = "F32", max_pixels: in
     w.close()
 
 
-def _tensors(model):
-    sd = {k: v.detach().float().numpy() for k, v in model.model.visual.state_dict().items()}
+def _tensors(sd: dict[str, np.ndarray]):
+    sd = dict(sd)
     patch = sd.pop("patch_embed.proj.weight")  # [hidden, 3, 2, p, p]
     yield "v.patch_embd.weight", patch[:, :, 0]
     yield "v.patch_embd.weight.1", patch[:, :, 1]

@@ -1,6 +1,7 @@
 """A Qwen-VL mmproj through LLM.chat, on a tiny LM without M-RoPE (the qwen2vl LM is the other helper's): an
 image's rows are as many as its own grid (not a fixed count), its pixels the 4-d merge-unit patches, and they
-reach the LM. The M-RoPE positions of those rows (PreparedImage.grid -> MediaInput) are the glue's to check."""
+reach the LM. The M-RoPE positions of those rows (PreparedImage.grid -> MediaInput) on a qwen2vl LM:
+tests/test_llm_vision_qwen_e2e.py (against transformers' whole model)."""
 
 from __future__ import annotations
 

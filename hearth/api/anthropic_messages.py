@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from hearth.api.media_parts import read_part
-from hearth.api.messages import _kind, bad, check_messages, template_arguments, text_content
+from hearth.api.messages import _joined, _kind, bad, check_messages, template_arguments, text_content
 from hearth.tool_guard.repeats import tool_error
 
 ROLES = ("user", "assistant")
@@ -100,7 +100,7 @@ def _assistant(blocks: list[dict], where: str) -> dict:
 def _user(blocks: list[dict], where: str, calls: set[str], images=None) -> list[dict]:
     """calls: the ids of the tool_use blocks of the assistant turn before (consecutive user turns are
     one turn to Anthropic, so they share it)."""
-    results, texts = [], []
+    results, texts, images_at = [], [], set()
     for j, b in enumerate(blocks):
         kind, at = b.get("type"), f"{where}[{j}]"
         if kind == "text":
@@ -111,13 +111,14 @@ def _user(blocks: list[dict], where: str, calls: set[str], images=None) -> list[
             if b.get("is_error") is True:  # the client says the call failed (hearth.tool_guard.repeats reads it)
                 result.update(is_error=True, content=text if tool_error(text) else ERROR_MARK + text)
             results.append(result)
-        elif kind == "image":
+        elif kind == "image":  # no newline beside it, as an OpenAI image part (HF's processors' layout)
             texts.append(read_part(b, at, images))
+            images_at.add(len(texts) - 1)
         elif kind == "document":
             raise bad(f"{at}.type", f"{kind!r} blocks are not supported: this model reads text only")
         else:
             raise bad(f"{at}.type", f"unknown block type {kind!r}; expected 'text', 'image' or 'tool_result'")
-    return results + ([{"role": "user", "content": "\n".join(texts)}] if texts or not results else [])
+    return results + ([{"role": "user", "content": _joined(texts, images_at)}] if texts or not results else [])
 
 
 def _answered(block: dict, where: str, calls: set[str]) -> str:

@@ -301,7 +301,7 @@ class ModelPool:
     def cards(self) -> list[dict]:
         """/v1/models: each model's id and the aliases the user gave (not its file's names, which clients'
         pickers would show as more models); `root` is the id an alias belongs to (a --lora-modules adapter's: its file,
-        `parent` the id); `hearth` says its state."""
+        `parent` the id); `hearth` says its state (and a loaded model's vision projector)."""
         return [self.card(slot, name) for slot in self.slots for name in slot.spec.names]
 
     def card(self, slot: _Slot, name: str) -> dict:
@@ -311,7 +311,7 @@ class ModelPool:
                 "root": spec.name if adapter is None else adapter, "parent": None if adapter is None else spec.name,
                 "max_model_len": served.max_model_len if served else spec.max_model_len,
                 "hearth": {"loaded": served is not None, "loading": slot.loading is not None and served is None,
-                           "pinned": spec.pinned, "memory_bytes": spec.footprint}}
+                           "pinned": spec.pinned, "memory_bytes": spec.footprint, **_vision(served)}}
 
     # -- loading and unloading --
 
@@ -405,3 +405,13 @@ def _share(spec: ModelSpec) -> str:
 
 def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
+
+
+def _vision(served) -> dict:
+    """A card's `vision` (a loaded model served with an mmproj): its projector type and file, as /api/show's
+    projector_info and /props' modalities say it reads images; {} otherwise (a file's facts before its load
+    hold none)."""
+    vision = getattr(served, "vision", None)
+    if vision is None:
+        return {}
+    return {"vision": {"projector": vision.cfg.projector, "mmproj": vision.path or None}}

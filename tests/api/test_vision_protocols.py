@@ -29,7 +29,8 @@ def test_anthropic_base64_and_url_images():
             {"role": "user", "content": [{"type": "image", "source": {"type": "base64", "media_type": "image/png",
                                                                      "data": b64(a)}}]}]})
     prompt = engine.added[-1].prompt
-    assert prompt == f"<|im_start|>user\ncompare\n{rows(2)}\n{rows(3)}<|im_end|>\n<|im_start|>assistant\n"
+    # no newline beside an image, as OpenAI's parts join (HF's processors' layout: Qwen-VL's prompt ids as its own)
+    assert prompt == f"<|im_start|>user\ncompare{rows(2)}{rows(3)}<|im_end|>\n<|im_start|>assistant\n"
     assert [(m.offset, m.length, m.digest) for m in engine.media[-1]] == [
         (prompt.index(PLACEHOLDER), 2, digest(a)), (prompt.rindex(PLACEHOLDER) - 2, 3, digest(b))]
     assert r.json()["usage"]["input_tokens"] == len(prompt)
