@@ -793,3 +793,14 @@ def test_a_root_path_without_its_slash_and_ollamas_v(capsys):
     assert main(["-v"]) == 0 and capsys.readouterr().out.startswith("hearth ")
     assert main(["run-batch", "-i", "https://example.com/x.jsonl", "-o", "o.jsonl"]) == 1
     assert "a URL; download it" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key", ["", " ", ","])
+def test_an_empty_api_key_is_refused_not_an_open_server(key, capsys, monkeypatch):
+    """`--api-key "$KEY"` with KEY unset started a server open to anyone, without a word."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    assert main(["serve", "m", "--api-key", key]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"hearth: error: --api-key {key!r} (or $HEARTH_API_KEY) names no key") and err.count("\n") == 1

@@ -126,3 +126,4 @@ def test_run_s_interactive_and_wordwrap_flags_are_warnings(started, capsys):
 def test_ollama_s_stop_command_names_hearth_s_way(capsys):
     assert main(["stop", "m"]) == 2
     assert "unknown command 'stop' (ollama's: " in capsys.readouterr().err
+
