@@ -555,7 +555,31 @@ def test_interactive_run_answers_an_unknown_command_without_the_model(tiny_model
     monkeypatch.setattr("sys.stdin", io.StringIO("/foo\n/set x 1\n" + "\n".join(texts) + "\n"))
     out, err = run_stdout(capsys, str(base), *GREEDY)
     assert out == "".join(e + "\n" for e in expected)  # only the two texts were answered
-    assert err[1:] == ["Unknown command '/foo'. Type /help for help", "Unknown command '/set'. Type /help for help"]
+    assert err[1] == "Unknown command '/foo'. Type /help for help"
+    assert err[2].startswith("Unknown command '/set' (hearth run takes its settings as flags at start")
+
+
+@pytest.mark.parametrize("command", ["/set parameter temperature 0.2", "/show info", "/load llama3", "/save s"])
+def test_interactive_run_says_what_hearth_does_for_ollama_s_commands(command, tiny_models, capsys, monkeypatch):
+    """ollama's /set, /show, /load, /save were a bare "Unknown command"."""
+    import io
+
+    from hearth.commands.run import OTHER_COMMANDS
+
+    base, _ = tiny_models
+    monkeypatch.setattr("sys.stdin", io.StringIO(command + "\n"))
+    out, err = run_stdout(capsys, str(base), *GREEDY)
+    word = command.split()[0]
+    assert out == "" and err[1:] == [f"Unknown command '{word}' ({OTHER_COMMANDS[word]}). Type /help for help"]
+
+
+def test_interactive_run_s_clear_says_so(tiny_models, capsys, monkeypatch):
+    """As ollama's "Cleared session context": /clear said nothing."""
+    import io
+
+    _, instruct = tiny_models
+    monkeypatch.setattr("sys.stdin", io.StringIO("/clear\n"))
+    assert run_stdout(capsys, str(instruct), *GREEDY) == ("", ["Cleared session context"])
 
 
 def test_interactive_run_reads_a_fenced_block_as_one_message(tiny_models, capsys, monkeypatch):

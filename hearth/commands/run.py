@@ -34,6 +34,16 @@ FENCE = '"""'  # ollama's: a line opening with it begins one message of several 
 # (`/usr/bin/env is ...`) is text a user may mean for the model, so it goes to it (ollama refuses any
 # leading slash): a path names no command, and a word is what a mistyped command looks like.
 COMMAND = re.compile(r"/[A-Za-z?][\w?-]*")
+OTHER_COMMANDS = {
+    "/set": "hearth run takes its settings as flags at start (--temperature, --top-k, --system, --max-tokens, ...: "
+            "hearth run --help); /bye and run again to change them",
+    "/show": "hearth plan MODEL shows the model's architecture, sizes and limits; a server's GET /props its chat "
+             "template",
+    "/load": "hearth run chats with one model: /bye and hearth run OTHER",
+    "/save": "hearth run keeps no sessions; hearth serve --kv-disk-dir keeps prompts' KV on disk",
+}
+"""ollama's commands that hearth run has not -> what it does instead (said after "Unknown command")."""
+CLEARED = "Cleared session context"  # ollama's words for /clear
 INTERRUPTED = "Use Ctrl + d or /bye to exit."  # ollama's words when Ctrl-C meets its prompt
 INTERRUPTED_ANSWER, CONTEXT_FULL = "interrupted", "context full"  # how an answer may end early (_answer)
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
@@ -170,6 +180,7 @@ def main(args: argparse.Namespace) -> int:
             return 1 if failed else 0
         if text == "/clear":  # a fresh start: --image's images go with its first message again
             history, pending = history[:1] if args.system else [], list(images)
+            print(CLEARED, file=sys.stderr)
             continue
         if text in ("/help", "/?"):
             print(help_line, file=sys.stderr)
@@ -183,7 +194,8 @@ def main(args: argparse.Namespace) -> int:
             continue
         word = text.split(maxsplit=1)[0] if text else ""
         if COMMAND.fullmatch(word):  # ollama's words; nothing reaches the model
-            print(f"Unknown command '{word}'. Type /help for help", file=sys.stderr)
+            hint = f" ({OTHER_COMMANDS[word]})" if word in OTHER_COMMANDS else ""
+            print(f"Unknown command '{word}'{hint}. Type /help for help", file=sys.stderr)
             continue
         if text:
             try:
