@@ -472,6 +472,22 @@ def test_run_with_a_prompt_reads_what_is_piped_first(tiny_models, capsys, monkey
         assert run_stdout(capsys, str(instruct), PROMPT, *GREEDY) == (greedy_text(instruct, as_chat) + "\n", [])
 
 
+@pytest.mark.parametrize("model", [0, 1], ids=["base", "instruct"])
+def test_run_without_a_prompt_reads_a_pipe_whole_as_one_prompt(model, tiny_models, capsys, monkeypatch):
+    """`printf 'a\\nb\\nc\\n' | hearth run m`, as ollama run reads it: one prompt, one answer (each line was a turn)."""
+    path = tiny_models[model]
+    piped = "a\nb\nc"
+    encode = as_chat if model else as_text
+    expected = greedy_text(path, lambda llm: encode(llm, piped))
+    read, write = os.pipe()
+    os.write(write, f"{piped}\n".encode())
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        monkeypatch.setattr("sys.stdin", pipe)
+        out, _ = run_stdout(capsys, str(path), *GREEDY)
+    assert out == expected + "\n"
+
+
 def test_interactive_run_completes_each_line_on_its_own_without_a_template(tiny_models, capsys, monkeypatch):
     import io
 

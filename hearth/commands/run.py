@@ -49,7 +49,8 @@ INTERRUPTED_ANSWER, CONTEXT_FULL = "interrupted", "context full"  # how an answe
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
           "a user message, and the conversation is remembered. A model without one (a base model such as "
           "gemma3-270m) completes text instead, as llama-cli does: PROMPT, or each line on its own, is "
-          "continued as written, and stdout gets the continuation. --chat or --raw picks either for any model.")
+          "continued as written, and stdout gets the continuation. --chat or --raw picks either for any model. "
+          "A pipe or file on stdin is one prompt, read whole (before PROMPT, if given), as ollama run reads it.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -117,8 +118,11 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
         raise HearthError("the prompt is empty")
-    if args.prompt is not None:
-        args.prompt = _after_piped_input(args.prompt)
+    piped = _piped_input()
+    if args.prompt is not None:  # `cat notes.md | hearth run m "summarize"`: the notes, then PROMPT
+        args.prompt = f"{piped}\n\n{args.prompt}" if piped else args.prompt
+    elif piped:  # `printf 'a\nb\n' | hearth run m`: one prompt, as ollama run reads it (was a turn per line)
+        args.prompt = piped
     if args.verbose:
         from hearth.commands.logs import configure_logging
 
@@ -234,18 +238,18 @@ def read_block(first: str, read, prompt: str) -> str:
     return "\n".join([*lines, line.removesuffix(FENCE)])
 
 
-def _after_piped_input(prompt: str) -> str:
-    """PROMPT after the text a pipe or a file on stdin holds (`cat notes.md | hearth run m "summarize"`,
-    as `ollama run` and `llm` read it; it was dropped without a word). A terminal, /dev/null or a stream
-    without a descriptor (pytest's capture) gives nothing; a pipe is read to its end."""
+def _piped_input() -> str:
+    """The text a pipe or a file on stdin holds: before PROMPT (`cat notes.md | hearth run m "summarize"`, as
+    `ollama run` and `llm` read it; it was dropped without a word), or the prompt itself without one (ollama's
+    too: a piped file was a chat turn per line). A terminal, /dev/null or a stream without a descriptor
+    (pytest's capture, where a test types lines) gives ""; a pipe is read to its end."""
     try:
         mode = os.fstat(sys.stdin.fileno()).st_mode
     except (AttributeError, OSError, ValueError):  # no stdin, or none with a descriptor (UnsupportedOperation)
-        return prompt
+        return ""
     if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
-        return prompt
-    piped = sys.stdin.read().strip()
-    return f"{piped}\n\n{prompt}" if piped else prompt
+        return ""
+    return sys.stdin.read().strip()
 
 
 def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: int | None) -> None:
