@@ -92,6 +92,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "until an end token or the context is full (llama-cli's) "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left; -n/--n-predict: "
                         "llama-cli's spelling)")
+    p.add_argument("--format", choices=["json"], default=None,
+                   help="json: each answer is one JSON object, held to it by a grammar (ollama run's --format json)")
     p.add_argument("--seed", "-s", type=int, default=None,
                    help="seed of the sampler; -s: llama-cli's spelling (default: none, a new draw each time)")
     p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
@@ -265,7 +267,7 @@ def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: in
 
 def sampling_params(args: argparse.Namespace):
     """The flags' SamplingParams; a bad value is one line naming its flag (--top-p), not the API's field."""
-    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput
 
     if args.max_tokens is not None and args.max_tokens < 1 and args.max_tokens not in UNTIL_FULL:
         raise HearthError(f"--max-tokens must be at least 1, or -1 / -2 (until an end token or the context is full), "
@@ -274,7 +276,8 @@ def sampling_params(args: argparse.Namespace):
         return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                               typical_p=args.typical_p, repetition_penalty=args.repetition_penalty,
                               presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
-                              max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed)
+                              max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed,
+                              structured_output=StructuredOutput(json_object=True) if args.format == "json" else None)
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
