@@ -24,7 +24,7 @@ def started(monkeypatch):
 def test_a_pasted_llama_server_line_starts_with_one_warning_per_peer_flag(started, capsys):
     assert main(["serve", *LLAMA_SERVER]) == 0
     args = started[0]
-    assert (args.model_flag if hasattr(args, "model_flag") else args.model) and args.max_model_len == 4096
+    assert args.model_flag == ["qwen2.5-coder-0.5b"] and args.max_model_len == 4096
     assert args.port == 8181 and args.max_num_seqs == 4
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and all(line.startswith("hearth: warning: ") for line in err), err
