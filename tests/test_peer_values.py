@@ -127,3 +127,11 @@ def test_ollama_s_stop_command_names_hearth_s_way(capsys):
     assert main(["stop", "m"]) == 2
     assert "unknown command 'stop' (ollama's: " in capsys.readouterr().err
 
+
+
+def test_a_peer_flag_is_read_one_way():
+    """A warning (peer_values) or an error (foreign_flags), never both tables."""
+    from hearth.commands.foreign_flags import FOREIGN
+    from hearth.commands.peer_values import PEER_VALUES
+
+    assert not set(PEER_VALUES) & set(FOREIGN)

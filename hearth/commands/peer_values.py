@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from hearth.commands.foreign_flags import FOREIGN
-
 
 class PeerFlagError(Exception):
     """A peer flag's value asks for what hearth cannot do: the one-line error (naming the flag)."""
@@ -201,6 +199,3 @@ def _value(takes: str | tuple[str, ...], argv: list[str], i: int) -> tuple[str |
     if isinstance(takes, tuple) and nxt is not None and nxt.lower() in takes:
         return nxt, i + 2
     return None, i + 1
-
-
-assert not set(PEER_VALUES) & set(FOREIGN), "a peer flag is read one way: a warning here or an error there"
