@@ -157,12 +157,26 @@ def _run(argv: list[str] | None) -> int:
         return split
     sub, rest = split
     from hearth.commands.foreign_flags import foreign_flag
+    from hearth.commands.peer_values import PeerFlagError, translate
 
     # one parser per command, parsed intermixed so options may sit between positionals
     parser = command_parser(name, sub)
-    if (why := foreign_flag(rest, set(parser._option_string_actions))) is not None:  # llama.cpp's -ngl, ...
+    taken = set(parser._option_string_actions)
+    options = rest[:rest.index("--")] if "--" in rest else rest
+    if "--version" in options and "--version" not in taken:  # `llama-server --version`, `vllm serve --version`
+        print(version())
+        return 0
+    try:  # a pasted llama-server line: -ngl 99, -fa on, -tp 1 ... run, each said in one line
+        translated = translate(rest, taken)
+    except PeerFlagError as e:
+        print(f"hearth: error: {e}", file=sys.stderr)
+        return 2
+    if (why := foreign_flag(translated.argv, taken)) is not None:  # llama.cpp's -sm, ...
         print(f"hearth: error: {why}", file=sys.stderr)
         return 2
+    for note in translated.notes:
+        print(f"hearth: warning: {note}", file=sys.stderr)
+    rest = translated.argv
     args = parser.parse_intermixed_args(rest)
     module = SUBCOMMANDS[name][sub][0] if sub is not None else COMMANDS[name][0]
     from hearth.loader.store import check_home

@@ -23,6 +23,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from hearth.api.named_templates import NAMED
 from hearth.errors import HearthError
 from hearth.media.marker import MARKER
 from hearth.tool_parsers import FORMATS, detect_format
@@ -66,7 +67,7 @@ CHATML_TEMPLATE = """
 {%- if add_generation_prompt -%}{{ '<|im_start|>assistant\n' }}{%- endif -%}
 """
 
-BUILT_IN = {"chatml": CHATML_TEMPLATE, "gemma": GEMMA_TEMPLATE}
+BUILT_IN = {"chatml": CHATML_TEMPLATE, "gemma": GEMMA_TEMPLATE, **NAMED}
 """Templates a --chat-template may name (llama-server's names for them)."""
 
 # general.architecture -> template used when the GGUF has none; anything else gets ChatML

@@ -6,38 +6,23 @@ arguments". Flags hearth takes under their own names (-c/--ctx-size, -md, --draf
 from __future__ import annotations
 
 _GPU_LAYERS = "llama.cpp's GPU offload: hearth runs a whole model on one device, --device cuda (or cpu)"
-_IN_PLACE = "llama.cpp's: hearth reads the GGUF's weights in place from its memory map, nothing to set"
-_FLASH = "llama.cpp's flash attention: hearth's attention is always computed in blocks with an online softmax"
-_TP = "vLLM's: hearth runs an engine on one device; for more engines, hearth cluster serve --replicas N"
 _HF = "llama.cpp's Hugging Face download: give hearth the hub file as MODEL, org/repo:file.gguf (HF_ENDPOINT, HF_TOKEN)"
-_KV = "llama.cpp's KV cache type: hearth keeps K and V in one format, --kv-cache-dtype (f16, bf16, q8_0, q4_0, ...)"
-_BATCHING = "llama.cpp's continuous batching: hearth always batches continuously, nothing to set"
+_REASONING = ("llama-server's: hearth reads <think> and harmony reasoning into reasoning_content always; a request's "
+              "chat_template_kwargs (enable_thinking) or reasoning_effort asks for less")
+_SAMPLING = ("llama-server's default sampling: hearth serve samples by each request's own fields (temperature, "
+             "top_k, ...), else the OpenAI API's defaults; hearth run takes --temp, --top-k")
+_LOG_FILE = "llama-server's: hearth logs to stderr; redirect it (2> FILE)"
+_GPU_ONLY = "llama.cpp's GPU placement: hearth runs a whole model on one device, --device cuda (or cpu)"
+_GRAMMAR = ("llama.cpp's default grammar: hearth constrains a request's output by its response_format, grammar or "
+            "tools; hearth run --format json for JSON")
 
 FOREIGN: dict[str, str] = {
-    "-ngl": _GPU_LAYERS,
-    "--n-gpu-layers": _GPU_LAYERS,
-    "--gpu-layers": _GPU_LAYERS,
-    "-fa": _FLASH,
-    "--flash-attn": _FLASH,
-    "--mlock": _IN_PLACE,
-    "--no-mmap": _IN_PLACE,
-    "--gpu-memory-utilization": "vLLM's: hearth sizes its KV cache with --kv-cache-memory-gb (several models: --max-memory)",
-    "--tensor-parallel-size": _TP,
-    "-tp": _TP,
-    # argparse read these as other flags: -hf as -h (help, exit 0), -ctk/-ctv/-cb as -c ("tk"), -tb as -t
+    # argparse read these as other flags: -hf as -h (help, exit 0)
     **dict.fromkeys(["-hf", "-hfr", "--hf-repo", "-hff", "--hf-file"], _HF),
-    **dict.fromkeys(["-ctk", "--cache-type-k", "-ctv", "--cache-type-v"], _KV),
-    **dict.fromkeys(["-cb", "--cont-batching"], _BATCHING),
-    **dict.fromkeys(["-tb", "--threads-batch"], "llama.cpp's prompt-processing threads: hearth's --threads (-t) run "
-                                                "prefill and decode alike"),
-    **dict.fromkeys(["-ub", "--ubatch-size"], "llama.cpp's physical batch: hearth splits a step's tokens itself; "
-                                              "--max-num-batched-tokens (-b) is the step's budget"),
     # argparse read llama-server's -n as an abbreviation of -np (its slots)
     **dict.fromkeys(["-n", "--predict", "--n-predict"], "llama-server's default n_predict: hearth's "
                                                          "--max-tokens-limit caps a request's max_tokens and is the "
                                                          "max_tokens of one that asks none"),
-    "--dtype": "vLLM's: hearth keeps each weight in its GGUF's format and computes in what the CPU tier or GPU runs "
-               "best; --kv-cache-dtype sets the KV cache's",
     **dict.fromkeys(["-q", "--quantization"], "vLLM's: a GGUF's quantization is its own; serve the GGUF file of the "
                                               "quantization you want"),
     "--block-size": "vLLM's: hearth's KV blocks are 16 tokens, the unit its KV formats and prefix hashes share",
@@ -46,17 +31,40 @@ FOREIGN: dict[str, str] = {
     "--no-enable-chunked-prefill": "vLLM's: hearth always prefills in chunks; --max-num-batched-tokens sizes them",
     "--props": "llama-server's POST /props: hearth has no property to change there; GET /props reads them",
     "--swap-space": "vLLM's CPU swap: hearth recomputes a preempted request's KV (--kv-disk-dir keeps prefixes on disk)",
-    "--cpu-offload-gb": _GPU_LAYERS,
     **dict.fromkeys(["-sm", "--split-mode", "-ts", "--tensor-split", "-mg", "--main-gpu"], _GPU_LAYERS),
-    **dict.fromkeys(["-pp", "--pipeline-parallel-size"], _TP),
     "--threads-http": "llama-server's: hearth answers HTTP on one event loop; --threads are the model's",
-    "--cache-reuse": "llama.cpp's KV shifting: hearth reuses a cached prompt prefix in 16-token blocks (on unless "
-                     "--no-prefix-caching)",
     **dict.fromkeys(["-mmu", "--mmproj-url"], "llama.cpp's download of a projector: hearth reads local files; "
                                                  "download it and pass --mmproj FILE"),
     "--load-format": "vLLM's: hearth reads GGUF files only, memory-mapped in place",
     "--tokenizer": "vLLM's: hearth reads the tokenizer from the GGUF itself",
     "--download-dir": "vLLM's: hearth keeps models in $HEARTH_HOME/models (hearth pull NAME)",
+    "--reasoning-format": _REASONING,
+    "--reasoning-budget": _REASONING,
+    "--log-file": _LOG_FILE,
+    **dict.fromkeys(["--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty"], _SAMPLING),
+    "--numa": "llama.cpp's NUMA placement: hearth's --threads (-t) run on the cores the OS gives them",
+    **dict.fromkeys(["-dev", "--device-list"], _GPU_ONLY),
+    **dict.fromkeys(["--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe", "-ot", "--override-tensor"], _GPU_ONLY),
+    "--cache-ram": "llama-server's prompt cache in RAM: hearth reuses cached prefixes within --kv-cache-memory-gb, "
+                   "and --kv-disk-dir keeps them on disk",
+    "--swa-full": "llama.cpp's full-size SWA cache: hearth keeps a sliding-window layer's whole context in its KV "
+                  "blocks, nothing to set",
+    **dict.fromkeys(["-kvo", "--kv-offload", "-nkvo", "--no-kv-offload"], "llama.cpp's KV offload: hearth keeps the "
+                                                                          "KV cache on the model's device"),
+    "--grammar": _GRAMMAR,
+    "--grammar-file": _GRAMMAR,
+    "--generation-config": "vLLM's: hearth samples by each request's own fields, else the OpenAI API's "
+                           "defaults",
+    "--guided-decoding-backend": "vLLM's: hearth constrains output with llguidance always (response_format, grammar, "
+                                 "tools)",
+    "--chat-template-content-format": "vLLM's: hearth gives a template a message's content as the template reads it "
+                                      "(a string, or a list of parts for one that loops over them)",
+    "--response-role": "vLLM's: hearth's answers are the assistant's role",
+    "--distributed-executor-backend": "vLLM's: hearth runs an engine in one process; for more engines, hearth cluster "
+                                      "serve --replicas N (on Ray)",
+    "--keepalive": "ollama's: hearth run holds the model while it runs; hearth serve --keep-alive DURATION unloads an "
+                   "idle one",
+    "--format": "ollama's: hearth run --format json; a server's request asks for JSON by response_format",
 }
 """flag -> what hearth does instead."""
 
@@ -80,6 +88,8 @@ FOREIGN_COMMANDS: dict[str, str] = {
     "rm": "ollama's: a model is a plain GGUF file under $HEARTH_HOME/models/NAME (hearth models prints its path): "
           "delete that folder",
     "ps": "ollama's: a server's GET /v1/models says which models are loaded (hearth.loaded)",
+    "stop": "ollama's: hearth run holds its model only while it runs; a server's keep_alive 0 (or --keep-alive) unloads "
+            "one, Ctrl-C stops the server",
     "show": "ollama's: hearth plan MODEL shows a model's architecture, sizes and limits; a server's GET /props its "
             "chat template",
 }

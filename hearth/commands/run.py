@@ -34,12 +34,23 @@ FENCE = '"""'  # ollama's: a line opening with it begins one message of several 
 # (`/usr/bin/env is ...`) is text a user may mean for the model, so it goes to it (ollama refuses any
 # leading slash): a path names no command, and a word is what a mistyped command looks like.
 COMMAND = re.compile(r"/[A-Za-z?][\w?-]*")
+OTHER_COMMANDS = {
+    "/set": "hearth run takes its settings as flags at start (--temperature, --top-k, --system, --max-tokens, ...: "
+            "hearth run --help); /bye and run again to change them",
+    "/show": "hearth plan MODEL shows the model's architecture, sizes and limits; a server's GET /props its chat "
+             "template",
+    "/load": "hearth run chats with one model: /bye and hearth run OTHER",
+    "/save": "hearth run keeps no sessions; hearth serve --kv-disk-dir keeps prompts' KV on disk",
+}
+"""ollama's commands that hearth run has not -> what it does instead (said after "Unknown command")."""
+CLEARED = "Cleared session context"  # ollama's words for /clear
 INTERRUPTED = "Use Ctrl + d or /bye to exit."  # ollama's words when Ctrl-C meets its prompt
 INTERRUPTED_ANSWER, CONTEXT_FULL = "interrupted", "context full"  # how an answer may end early (_answer)
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
           "a user message, and the conversation is remembered. A model without one (a base model such as "
           "gemma3-270m) completes text instead, as llama-cli does: PROMPT, or each line on its own, is "
-          "continued as written, and stdout gets the continuation. --chat or --raw picks either for any model.")
+          "continued as written, and stdout gets the continuation. --chat or --raw picks either for any model. "
+          "A pipe or file on stdin is one prompt, read whole (before PROMPT, if given), as ollama run reads it.")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -81,6 +92,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "until an end token or the context is full (llama-cli's) "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left; -n/--n-predict: "
                         "llama-cli's spelling)")
+    p.add_argument("--format", choices=["json"], default=None,
+                   help="json: each answer is one JSON object, held to it by a grammar (ollama run's --format json)")
     p.add_argument("--seed", "-s", type=int, default=None,
                    help="seed of the sampler; -s: llama-cli's spelling (default: none, a new draw each time)")
     p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
@@ -107,8 +120,11 @@ def main(args: argparse.Namespace) -> int:
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
         raise HearthError("the prompt is empty")
-    if args.prompt is not None:
-        args.prompt = _after_piped_input(args.prompt)
+    piped = _piped_input()
+    if args.prompt is not None:  # `cat notes.md | hearth run m "summarize"`: the notes, then PROMPT
+        args.prompt = f"{piped}\n\n{args.prompt}" if piped else args.prompt
+    elif piped:  # `printf 'a\nb\n' | hearth run m`: one prompt, as ollama run reads it (was a turn per line)
+        args.prompt = piped
     if args.verbose:
         from hearth.commands.logs import configure_logging
 
@@ -170,6 +186,7 @@ def main(args: argparse.Namespace) -> int:
             return 1 if failed else 0
         if text == "/clear":  # a fresh start: --image's images go with its first message again
             history, pending = history[:1] if args.system else [], list(images)
+            print(CLEARED, file=sys.stderr)
             continue
         if text in ("/help", "/?"):
             print(help_line, file=sys.stderr)
@@ -183,7 +200,8 @@ def main(args: argparse.Namespace) -> int:
             continue
         word = text.split(maxsplit=1)[0] if text else ""
         if COMMAND.fullmatch(word):  # ollama's words; nothing reaches the model
-            print(f"Unknown command '{word}'. Type /help for help", file=sys.stderr)
+            hint = f" ({OTHER_COMMANDS[word]})" if word in OTHER_COMMANDS else ""
+            print(f"Unknown command '{word}'{hint}. Type /help for help", file=sys.stderr)
             continue
         if text:
             try:
@@ -222,18 +240,18 @@ def read_block(first: str, read, prompt: str) -> str:
     return "\n".join([*lines, line.removesuffix(FENCE)])
 
 
-def _after_piped_input(prompt: str) -> str:
-    """PROMPT after the text a pipe or a file on stdin holds (`cat notes.md | hearth run m "summarize"`,
-    as `ollama run` and `llm` read it; it was dropped without a word). A terminal, /dev/null or a stream
-    without a descriptor (pytest's capture) gives nothing; a pipe is read to its end."""
+def _piped_input() -> str:
+    """The text a pipe or a file on stdin holds: before PROMPT (`cat notes.md | hearth run m "summarize"`, as
+    `ollama run` and `llm` read it; it was dropped without a word), or the prompt itself without one (ollama's
+    too: a piped file was a chat turn per line). A terminal, /dev/null or a stream without a descriptor
+    (pytest's capture, where a test types lines) gives ""; a pipe is read to its end."""
     try:
         mode = os.fstat(sys.stdin.fileno()).st_mode
     except (AttributeError, OSError, ValueError):  # no stdin, or none with a descriptor (UnsupportedOperation)
-        return prompt
+        return ""
     if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
-        return prompt
-    piped = sys.stdin.read().strip()
-    return f"{piped}\n\n{prompt}" if piped else prompt
+        return ""
+    return sys.stdin.read().strip()
 
 
 def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: int | None) -> None:
@@ -249,7 +267,7 @@ def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: in
 
 def sampling_params(args: argparse.Namespace):
     """The flags' SamplingParams; a bad value is one line naming its flag (--top-p), not the API's field."""
-    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput
 
     if args.max_tokens is not None and args.max_tokens < 1 and args.max_tokens not in UNTIL_FULL:
         raise HearthError(f"--max-tokens must be at least 1, or -1 / -2 (until an end token or the context is full), "
@@ -258,7 +276,8 @@ def sampling_params(args: argparse.Namespace):
         return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                               typical_p=args.typical_p, repetition_penalty=args.repetition_penalty,
                               presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
-                              max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed)
+                              max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed,
+                              structured_output=StructuredOutput(json_object=True) if args.format == "json" else None)
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 

@@ -1,0 +1,137 @@
+"""A pasted llama-server or `vllm serve` command line runs: a peer flag whose value asks for nothing hearth
+would do otherwise is one warning line, one that asks for what hearth cannot do is one error line."""
+
+import pytest
+
+from hearth.cli import main
+
+LLAMA_SERVER = ["-m", "qwen2.5-coder-0.5b", "-c", "4096", "-ngl", "99", "--port", "8181", "-np", "4", "--jinja",
+                "-fa", "on"]
+
+
+@pytest.fixture
+def started(monkeypatch):
+    """The command's main, replaced: the parsed args of each start."""
+    import hearth.commands.run
+    import hearth.commands.serve
+
+    seen = []
+    for module in (hearth.commands.serve, hearth.commands.run):
+        monkeypatch.setattr(module, "main", lambda args: seen.append(args) or 0)
+    return seen
+
+
+def test_a_pasted_llama_server_line_starts_with_one_warning_per_peer_flag(started, capsys):
+    assert main(["serve", *LLAMA_SERVER]) == 0
+    args = started[0]
+    assert args.model_flag == ["qwen2.5-coder-0.5b"] and args.max_model_len == 4096
+    assert args.port == 8181 and args.max_num_seqs == 4
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and all(line.startswith("hearth: warning: ") for line in err), err
+    assert err[0].startswith("hearth: warning: -ngl 99 is llama.cpp's GPU offload: hearth runs a whole model on one "
+                             "device, here the CPU") and err[0].endswith("; ignored")
+    assert err[1].startswith("hearth: warning: -fa on is llama.cpp's flash attention")
+
+
+@pytest.mark.parametrize("argv", [
+    ["-ngl", "0"], ["--n-gpu-layers=35"], ["-fa"], ["-fa", "off"], ["--flash-attn", "auto"], ["--mlock"],
+    ["--no-mmap"], ["-cb"], ["--cont-batching"], ["-ub", "512"], ["-tb", "8"], ["--cache-reuse", "256"],
+    ["--dtype", "auto"], ["--gpu-memory-utilization", "0.9"], ["--cpu-offload-gb", "0"],
+    ["--tensor-parallel-size", "1"], ["-tp", "1"], ["--pipeline-parallel-size", "1"], ["--no-warmup"],
+], ids=" ".join)
+def test_a_peer_flag_with_nothing_to_do_is_one_warning_and_the_server_starts(argv, started, capsys):
+    assert main(["serve", "m", *argv]) == 0 and started
+    err = capsys.readouterr().err.splitlines()
+    flag = argv[0].split("=")[0]
+    assert len(err) == 1 and err[0].startswith(f"hearth: warning: {flag}") and "ignored" in err[0], err
+
+
+def test_a_peer_flag_s_value_is_not_taken_for_the_model(started, capsys):
+    """-fa without a value, then the model: the model is not -fa's value."""
+    assert main(["serve", "-fa", "m"]) == 0 and started[0].model == ["m"]
+    assert main(["run", "m", "hi", "-ngl", "99"]) == 0 and started[1].prompt == "hi"
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["-tp", "2"], "-tp 2: -tp is vLLM's: hearth runs an engine on one device"),
+    (["--pipeline-parallel-size", "4"], "--pipeline-parallel-size 4: --pipeline-parallel-size is vLLM's"),
+    (["--dtype", "float32"], "--dtype float32: --dtype is vLLM's: hearth keeps each weight in its GGUF's format"),
+    (["--cpu-offload-gb", "4"], "--cpu-offload-gb 4: --cpu-offload-gb is vLLM's: hearth runs a whole model on one"),
+    (["-ngl", "all"], "-ngl takes a number of layers, not 'all'"),
+    (["-ctk", "q8_0", "-ctv", "f16"], "-ctk q8_0 -ctv f16: hearth keeps K and V in one format"),
+    (["-ctk", "iq4_nl", "-ctv", "iq4_nl"], "hearth has no KV cache type 'iq4_nl'; --kv-cache-dtype takes f16"),
+    (["-ub"], "-ub takes a value"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_a_peer_flag_asking_what_hearth_cannot_do_is_one_error_naming_it(argv, says, started, capsys):
+    assert main(["serve", "m", *argv]) == 2 and not started
+    err = capsys.readouterr().err
+    assert err.startswith("hearth: error: ") and says in err and err.count("\n") == 1, err
+
+
+def test_llama_cpp_s_kv_cache_types_are_hearth_s_kv_cache_dtype(started, capsys):
+    assert main(["serve", "m", "-ctk", "q8_0", "-ctv", "q8_0"]) == 0
+    assert started[0].kv_cache_dtype == "q8_0"
+    assert capsys.readouterr().err == ("hearth: warning: -ctk q8_0 -ctv q8_0 is llama.cpp's KV cache type: "
+                                       "--kv-cache-dtype q8_0\n")
+
+
+@pytest.mark.parametrize("argv,field,value", [
+    (["--slot-save-path", "slots"], "kv_disk_dir", "slots"),
+    (["-v"], "log_level", "debug"), (["--verbose"], "log_level", "debug"), (["--log-disable"], "log_level", "error"),
+])
+def test_a_peer_flag_hearth_has_under_its_own_name_is_that_flag(argv, field, value, started, capsys):
+    assert main(["serve", "m", *argv]) == 0
+    assert getattr(started[0], field) == value
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hearth: warning: {argv[0]}"), err
+
+
+def test_run_s_verbose_is_its_own_and_v_is_it(started, capsys):
+    assert main(["run", "m", "hi", "-v"]) == 0 and started[0].verbose
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv", [["serve", "m", "--version"], ["run", "--version"]])
+def test_a_command_s_version_flag_is_hearth_s_version(argv, started, capsys):
+    from hearth.cli import version
+
+    assert main(argv) == 0 and not started
+    assert capsys.readouterr().out == version() + "\n"
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "m", "--reasoning-format", "deepseek"], ["serve", "m", "--reasoning-budget", "0"],
+    ["serve", "m", "--log-file", "x"], ["serve", "m", "--temp", "0.2"], ["serve", "m", "--top-k", "20"],
+    ["serve", "m", "--numa", "distribute"], ["serve", "m", "-dev", "CUDA0"], ["serve", "m", "--n-cpu-moe", "8"],
+    ["serve", "m", "-ot", "exps=CPU"], ["serve", "m", "--cache-ram", "8192"], ["serve", "m", "--swa-full"],
+    ["serve", "m", "-kvo"], ["serve", "m", "--grammar", "root ::= x"], ["serve", "m", "--generation-config", "vllm"],
+    ["serve", "m", "--guided-decoding-backend", "xgrammar"], ["serve", "m", "--chat-template-content-format", "openai"],
+    ["serve", "m", "--response-role", "assistant"], ["serve", "m", "--distributed-executor-backend", "mp"],
+    ["run", "m", "--keepalive", "5m"],
+], ids=" ".join)
+def test_a_peer_flag_without_a_hint_before_has_one(argv, started, capsys):
+    """These were argparse's bare "unrecognized arguments"."""
+    assert main(argv) == 2 and not started
+    err = capsys.readouterr().err
+    flag = argv[2]
+    assert err.startswith(f"hearth: error: {flag} is ") and err.count("\n") == 1, err
+
+
+def test_run_s_interactive_and_wordwrap_flags_are_warnings(started, capsys):
+    assert main(["run", "m", "-i", "--nowordwrap"]) == 0 and started[0].prompt is None
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("hearth: warning: -i is llama-cli's interactive mode"), err
+
+
+def test_ollama_s_stop_command_names_hearth_s_way(capsys):
+    assert main(["stop", "m"]) == 2
+    assert "unknown command 'stop' (ollama's: " in capsys.readouterr().err
+
+
+
+def test_a_peer_flag_is_read_one_way():
+    """A warning (peer_values) or an error (foreign_flags), never both tables."""
+    from hearth.commands.foreign_flags import FOREIGN
+    from hearth.commands.peer_values import PEER_VALUES
+
+    assert not set(PEER_VALUES) & set(FOREIGN)
