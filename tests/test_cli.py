@@ -843,13 +843,16 @@ def test_an_empty_api_key_is_refused_not_an_open_server(key, capsys, monkeypatch
     monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
     assert main(["serve", "m", "--api-key", key]) == 1
     err = capsys.readouterr().err
-    assert err.startswith(f"hearth: error: --api-key {key!r} (or $HEARTH_API_KEY) names no key") and err.count("\n") == 1
+    assert err.startswith(f"hearth: error: --api-key {key!r} names no key") and err.count("\n") == 1
 
 
-def test_run_format_json_holds_each_answer_to_a_json_object(tiny_models, capsys):
-    """ollama run's --format json was "unrecognized arguments"."""
-    import json
+def test_an_empty_api_key_variable_is_no_key(monkeypatch):
+    """`export HEARTH_API_KEY=` reads as unset (an open server, as without it), not as a refused empty key."""
+    import argparse
 
-    _, instruct = tiny_models
-    out, _ = run_stdout(capsys, str(instruct), PROMPT, "--format", "json", "--temperature", "0", "-n", "64")
-    assert isinstance(json.loads(out), dict)  # greedy: this tiny random model's object closes within 64 tokens
+    from hearth.commands.serve import add_arguments, server_config
+
+    monkeypatch.setenv("HEARTH_API_KEY", "")
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert server_config(p.parse_args(["m"])).api_key is None

@@ -180,10 +180,10 @@ def _add_listen_arguments(net) -> None:
                      help="requests that may wait beyond --max-num-seqs before new ones get 429 (default: %(default)s)")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     net.add_argument("--port", type=int, default=8080, help="port to listen on (default: %(default)s)")
-    net.add_argument("--api-key", default=os.environ.get("HEARTH_API_KEY"),
+    net.add_argument("--api-key", default=os.environ.get("HEARTH_API_KEY") or None,  # an empty variable: unset
                      help="require this key (Bearer or x-api-key) on every route but /health and /; several: "
-                          "K1,K2, as llama-server's; an empty one is refused, not an open server (default: $HEARTH_API_KEY, "
-                          "else none)")
+                          "K1,K2, as llama-server's; an empty one is refused, not an open server (default: $HEARTH_API_KEY "
+                          "unless empty, else none)")
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
                      help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
     net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
@@ -269,7 +269,7 @@ def server_config(args: argparse.Namespace):
     origins = getattr(args, "cors_origins", "")
     keys = [k.strip() for k in (getattr(args, "api_key", None) or "").split(",") if k.strip()]  # llama-server's K1,K2
     if getattr(args, "api_key", None) is not None and not keys:  # `--api-key "$KEY"` with KEY unset: an open server
-        raise HearthError(f"--api-key {args.api_key!r} (or $HEARTH_API_KEY) names no key, and the server would be "
+        raise HearthError(f"--api-key {args.api_key!r} names no key, and the server would be "
                           "open to anyone who reaches it: give a key, or leave --api-key out for an open server")
     return ServerConfig(api_key=keys[0] if keys else None, api_keys=keys[1:] + api_keys(args),
                         cors_origins=[o.strip() for o in origins.split(',') if o.strip()],
