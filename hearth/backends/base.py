@@ -113,6 +113,10 @@ class Backend:
         """How this backend runs `layer` (built: its weights are in place)."""
         return TORCH_OPS
 
+    def conv_ops(self, layer) -> LayerOps:
+        """The ops of a short-conv layer (hearth.models.short_conv: its norms and MLP; the conv itself is torch's)."""
+        return TORCH_OPS
+
     def stack(self, layers: list[DecoderLayer]):
         """Something with run(x, positions, meta, kv_caches, out_rows) -> (layers run, x after them:
         out_rows' rows when every layer ran), that takes a step through many layers in one call; None."""

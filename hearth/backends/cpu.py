@@ -219,6 +219,14 @@ class CpuBackend(Backend):
             return TORCH_OPS
         return kind(layer, spec)
 
+    def conv_ops(self, layer) -> LayerOps:
+        """Torch's ops over the layer's native linears; its rows invariant (row_regimes) where every linear is
+        native (the conv's sums are elementwise, in one order whatever the rows)."""
+        ops = LayerOps()
+        ops.invariant_rows = all(native_part(lin) for lin in (layer.in_proj, layer.out_proj, layer.mlp.gate_up,
+                                                               layer.mlp.down))
+        return ops
+
     def stack(self, layers):
         if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):
             return NativeStack(layers)
@@ -264,7 +272,8 @@ class CpuBackend(Backend):
         row is bit-identical whatever the rest of the step (attention splits a row's keys by the number
         of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
         batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
-        ops = model.layers[0].ops
+        # the first attention layer's (an lfm2 model's first layer is a short convolution)
+        ops = next((layer.ops for layer in model.layers if isinstance(layer.ops, NativeLayerOps)), None)
         if (not isinstance(ops, NativeLayerOps) or not all(layer.ops.invariant_rows for layer in model.layers)
                 or not native.has("paged_attention")):
             return None

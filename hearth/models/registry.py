@@ -21,6 +21,7 @@ ARCHITECTURES: dict[str, str] = {
     "granitemoe": "hearth.models.granite:GraniteMoeForCausalLM",
     "smollm3": "hearth.models.smollm3:SmolLM3ForCausalLM",
     "olmo2": "hearth.models.olmo2:Olmo2ForCausalLM",
+    "lfm2": "hearth.models.lfm2:Lfm2ForCausalLM",
     # encoders: embeddings only (hearth.models.encoder)
     "bert": "hearth.models.bert:BertModel",
     "nomic-bert": "hearth.models.nomic_bert:NomicBertModel",
