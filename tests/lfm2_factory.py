@@ -15,7 +15,7 @@ import transformers
 from tests.gguf_factory import TinyDims, _add_tensor, _write_tokenizer, MATRIX_TYPES
 
 LAYER_TYPES = ("conv", "conv", "full_attention", "conv", "full_attention", "conv")
-DIMS = TinyDims(layers=len(LAYER_TYPES), hidden=64, heads=4, kv_heads=2, head_dim=16, ffn=96, vocab=320, context=256,
+DIMS = TinyDims(layers=len(LAYER_TYPES), hidden=64, heads=4, kv_heads=1, head_dim=16, ffn=96, vocab=320, context=256,
                 rms_eps=1e-5)
 
 NAMES = {  # transformers' name of a layer's tensor -> llama.cpp's

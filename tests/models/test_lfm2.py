@@ -44,7 +44,7 @@ def test_config_from_the_file(tiny):
     _, _, model, cfg = tiny
     assert cfg.conv_layers == (True, True, False, True, False, True) and cfg.conv_kernel == 3
     assert (cfg.num_kv_heads, cfg.head_dim) == (DIMS.kv_heads, DIMS.head_dim)
-    assert [c.shape(8, 4) for c in layer_caches(cfg)[1:3]] == [(1, 8, 4, 1, DIMS.hidden), (2, 8, 4, 2, DIMS.head_dim)]
+    assert [c.shape(8, 4) for c in layer_caches(cfg)[1:3]] == [(1, 8, 4, 1, DIMS.hidden), (2, 8, 4, 1, DIMS.head_dim)]
 
 
 def test_prefill_logits_equal_transformers(tiny):
@@ -125,49 +125,63 @@ def test_whole_blocks_save_and_load(tiny):
 
 @pytest.fixture(scope="module")
 def q8_path(tmp_path_factory):
-    return write_lfm2_gguf(tmp_path_factory.mktemp("lfm2q8") / "tiny-lfm2-q8.gguf", hf_lfm2(seed=4), qtype="Q8_0")
+    """A Q8_0 file whose blocks add little to the stream (tests/lfm2_factory.hf_lfm2): its greedy text repeats
+    short runs, so n-gram drafts get accepted."""
+    return write_lfm2_gguf(tmp_path_factory.mktemp("lfm2q8") / "tiny-lfm2-q8.gguf", hf_lfm2(seed=4, blocks=0.2),
+                           qtype="Q8_0")
 
 
-GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True)
+GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=1)
+LOGPROB_TOL = 1e-3  # exact f32 linears: a cache hit or a recompute changes only the matmuls' row blocking
 
 
-def _tokens(llm, prompts, params=GREEDY) -> list[list[int]]:
-    return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+def _exact_llm(path, **kw) -> LLM:
+    with use_linear_policy(exact=True):
+        return LLM(str(path), progress=False, **kw)
 
 
-def test_prefix_cache_hit_equals_miss(q8_path):
-    llm = LLM(str(q8_path), progress=False, block_size=16)
+def _generate(llm, prompts, params=GREEDY) -> list:
+    return [o.outputs[0] for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)]
+
+
+def _assert_same(got, want) -> None:
+    assert list(got.token_ids) == list(want.token_ids)
+    for a, b, t in zip(got.logprobs, want.logprobs, want.token_ids):
+        assert abs(a[t] - b[t]) < LOGPROB_TOL
+
+
+def test_prefix_cache_hit_equals_miss(tiny):
+    llm = _exact_llm(tiny[1], block_size=16)
     ids = prompt(DIMS.vocab, n=40, seed=2)
     llm.engine.scheduler.kv.pool.reset_prefix_cache()
     miss = llm.generate({"prompt_token_ids": ids}, GREEDY)[0]
     hit = llm.generate({"prompt_token_ids": ids}, GREEDY)[0]
     assert miss.num_cached_tokens == 0 and hit.num_cached_tokens >= 32
-    assert list(hit.outputs[0].token_ids) == list(miss.outputs[0].token_ids)
+    _assert_same(hit.outputs[0], miss.outputs[0])
 
 
-def test_preempted_and_recomputed_equals_uninterrupted(q8_path):
+def test_preempted_and_recomputed_equals_uninterrupted(tiny):
     prompts = [prompt(DIMS.vocab, n=20, seed=s) for s in range(4)]
-    alone = [_tokens(LLM(str(q8_path), progress=False), [p])[0] for p in prompts]
+    plain = _exact_llm(tiny[1])
+    alone = [_generate(plain, [p])[0] for p in prompts]
     # 6 blocks of 16 tokens cannot hold 4 sequences of 44 tokens: the newest are preempted
-    small = LLM(str(q8_path), progress=False, num_kv_blocks=6, block_size=16)
-    assert _tokens(small, prompts) == alone
+    small = _exact_llm(tiny[1], num_kv_blocks=6, block_size=16)
+    for got, want in zip(_generate(small, prompts), alone):
+        _assert_same(got, want)
     assert small.engine.scheduler.num_preemptions > 0
 
 
 def test_ngram_speculation_is_lossless(q8_path):
-    """Greedy with n-gram drafts is greedy without them, token for token, with drafts accepted: the verify rows'
-    conv reads the drafts before them from their slots, and a rejected draft's B * x is overwritten. The prompt
-    repeats its start after the model's own continuation of it, so n-gram lookup drafts that continuation."""
+    """Greedy with n-gram drafts is greedy without them, token for token, with drafts accepted (the native
+    kernels: verify rows computed as decode rows): the verify rows' conv reads the drafts before them from their
+    slots, and a rejected draft's B * x is overwritten."""
     spec = {"method": "ngram", "num_speculative_tokens": 4, "cost_aware": False, "prompt_lookup_min": 1}
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
-    plain = LLM(str(q8_path), progress=False)
-    ids = prompt(DIMS.vocab, n=8, seed=5)
-    ids = ids + _tokens(plain, [ids], params)[0] + ids
-    plain.engine.scheduler.kv.pool.reset_prefix_cache()  # both prefill it whole: the same rows
-    want = _tokens(plain, [ids], params)
+    prompts = [prompt(DIMS.vocab, n=8, seed=s) for s in (5, 6)]
+    want = [list(o.token_ids) for o in _generate(LLM(str(q8_path), progress=False), prompts, params)]
     llm = LLM(str(q8_path), progress=False, speculative_config=spec)
     assert llm.speculation_off == ""
-    assert _tokens(llm, [ids], params) == want
+    assert [list(o.token_ids) for o in _generate(llm, prompts, params)] == want
     stats = llm.engine.spec.stats
     assert stats.num_draft_tokens > 0 and stats.num_accepted_tokens > 0
 
@@ -186,3 +200,24 @@ def test_conv_taps_follow_a_trees_paths():
                                           [s[4], s[5], s[8]], [s[5], s[8], s[9]]]
     chain = AttentionMetadata([0, 2], [2], [[5]], torch.tensor([20, 21]), bs)
     assert chain.conv_taps(3).tolist() == [[-1, -1, 20], [-1, 20, 21]]
+
+
+def test_the_planner_counts_what_the_runner_allocates(tiny):
+    """`hearth plan`'s bytes a token (conv layers: their input, 64 values; attention: K+V, 2 x 16) == the runner's."""
+    from hearth.kvstore.codecs import CODECS, cache_block_bytes
+    from hearth.memory.gguf_shape import shape_from_gguf
+    from hearth.memory.kv_cache import token_bytes
+    from hearth.memory.kv_formats import KV_FORMATS
+
+    _, path, _, cfg = tiny
+    shape = shape_from_gguf(GGUFFile(path))
+    assert shape.conv_dims == (64, 64, 0, 64, 0, 64) and shape.conv_kernel == 3
+    assert token_bytes(shape, KV_FORMATS["f16"], 16) * 16 == cache_block_bytes(CODECS["f16"], layer_caches(cfg), 16)
+    assert token_bytes(shape, KV_FORMATS["f16"], 16) == 2 * (4 * 64 + 2 * 2 * 16)  # f16: 2 B a value
+
+
+def test_a_quantized_kv_cache_is_refused_by_name(q8_path):
+    from hearth.errors import UnsupportedError
+
+    with pytest.raises(UnsupportedError, match="fp8_e4m3: not yet for a model with short-convolution layers"):
+        LLM(str(q8_path), progress=False, kv_cache_dtype="fp8_e4m3")
