@@ -145,6 +145,10 @@ class CudaBackend(Backend):
             raise UnsupportedError(f"the CUDA backend cannot run this model yet: {why}")
         return TRITON_OPS
 
+    def conv_ops(self, layer) -> LayerOps:
+        layer.to(self.device)  # its norms' weights and conv taps; the conv itself: torch's, on the device
+        return TRITON_OPS
+
     def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         if norm.weight.device != self.device:  # the model's final norm, built after the layers
             norm.to(self.device)

@@ -30,7 +30,7 @@ class ShortConvLayer(nn.Module):
         self.in_proj = backend.linear(g.tensor(p + "shortconv.in_proj.weight"))  # [3 hidden, hidden]: rows B | C | x
         self.out_proj = backend.linear(g.tensor(p + "shortconv.out_proj.weight"))
         # the file's [hidden, L] (HF's conv [hidden, 1, L] squeezed) -> [L, hidden]; tap L - 1: the row's own
-        self.taps = f32(g, p + "shortconv.conv.weight").t().contiguous()
+        self.register_buffer("taps", f32(g, p + "shortconv.conv.weight").t().contiguous(), persistent=False)
         self.width = self.taps.shape[0]
         self.mlp = MLP(cfg, spec, g, i, backend)
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)  # HF's operator_norm
