@@ -221,3 +221,12 @@ def test_a_quantized_kv_cache_is_refused_by_name(q8_path):
 
     with pytest.raises(UnsupportedError, match="fp8_e4m3: not yet for a model with short-convolution layers"):
         LLM(str(q8_path), progress=False, kv_cache_dtype="fp8_e4m3")
+
+
+def test_lora_adapters_are_refused_by_name(q8_path, tmp_path):
+    from hearth.errors import ModelLoadError
+    from tests.lora_factory import write_lora_gguf
+
+    write_lora_gguf(tmp_path / "adapter.gguf", q8_path, ["blk.2.attn_q.weight"])
+    with pytest.raises(ModelLoadError, match="LoRA adapters on a model with short-convolution layers"):
+        LLM(str(q8_path), progress=False, lora=[(str(tmp_path / "adapter.gguf"), 1.0)])
