@@ -171,11 +171,12 @@ def test_preempted_and_recomputed_equals_uninterrupted(tiny):
     assert small.engine.scheduler.num_preemptions > 0
 
 
-def test_ngram_speculation_is_lossless(q8_path):
+@pytest.mark.parametrize("tree", [{}, {"tree_budget": 8, "prompt_lookup_max": 3}], ids=["chain", "tree"])
+def test_ngram_speculation_is_lossless(q8_path, tree):
     """Greedy with n-gram drafts is greedy without them, token for token, with drafts accepted (the native
     kernels: verify rows computed as decode rows): the verify rows' conv reads the drafts before them from their
-    slots, and a rejected draft's B * x is overwritten."""
-    spec = {"method": "ngram", "num_speculative_tokens": 4, "cost_aware": False, "prompt_lookup_min": 1}
+    slots (a tree node: its path's), a rejected draft's B * x is overwritten, an accepted path's moved."""
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "cost_aware": False, "prompt_lookup_min": 1, **tree}
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     prompts = [prompt(DIMS.vocab, n=8, seed=s) for s in (5, 6)]
     want = [list(o.token_ids) for o in _generate(LLM(str(q8_path), progress=False), prompts, params)]
