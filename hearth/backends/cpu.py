@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hearth.backends.base import TORCH_OPS, Backend, LayerOps
+from hearth.backends.base import TORCH_CONV_OPS, TORCH_OPS, Backend, ConvOps, LayerOps
 from hearth.backends.cpu_experts import NativeExperts
 from hearth.backends.cpu_full_attention import full_attention_native
 from hearth.backends.cpu_linear import native_linear, native_part
@@ -103,6 +103,34 @@ class NativeLayerOps(LayerOps):
     def mlp_add(self, layer, x):
         return native.mlp_add_to(self.mms[2], self.mms[3], layer.mlp.activation, x, *_norm_args(layer.ffn_norm),
                                  *_norm_args(layer.post_ffn_norm))
+
+
+class NativeConvOps(ConvOps):
+    """A short-conv layer (hearth.models.short_conv) whose four linears are each one NativePart: its norm fused
+    into in_proj's matmul, out_proj's added into the stream, the MLP one call as an attention layer's; the conv
+    between them torch's."""
+
+    @staticmethod
+    def linears(layer) -> tuple[QuantLinear, ...]:
+        return layer.in_proj, layer.out_proj, layer.mlp.gate_up, layer.mlp.down
+
+    def __init__(self, layer):
+        self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # in_proj, out_proj, gate_up, down
+        self.max_rows = native_part(layer.in_proj).gemm_min_rows
+
+    def for_rows(self, rows: int) -> LayerOps:  # as NativeLayerOps'
+        return self if rows < self.max_rows or native.has("gemm") or native.has("many_rows") else TORCH_CONV_OPS
+
+    def conv_in(self, layer, x):
+        n = layer.attn_norm
+        return self.mms[0](x, norm=n.weight, eps=n.eps)
+
+    def conv_out_add(self, layer, y, x):
+        return self.mms[1].add_to(y, x.contiguous())
+
+    def mlp_add(self, layer, x):
+        return native.mlp_add_to(self.mms[2], self.mms[3], layer.mlp.activation, x, *_norm_args(layer.ffn_norm),
+                                 *_norm_args(None))
 
 
 class NativeMoeLayerOps(NativeLayerOps):
@@ -219,12 +247,14 @@ class CpuBackend(Backend):
             return TORCH_OPS
         return kind(layer, spec)
 
-    def conv_ops(self, layer) -> LayerOps:
-        """Torch's ops over the layer's native linears; its rows invariant (row_regimes) where every linear is
-        native (the conv's sums are elementwise, in one order whatever the rows)."""
-        ops = LayerOps()
-        ops.invariant_rows = all(native_part(lin) for lin in (layer.in_proj, layer.out_proj, layer.mlp.gate_up,
-                                                               layer.mlp.down))
+    def conv_ops(self, layer) -> ConvOps:
+        """NativeConvOps where each of the layer's linears is one NativePart and the library has the fused ops
+        (its rows then invariant within a row regime: the conv's sums are elementwise, in one order whatever the
+        rows); else torch's ops, whose rows are not (row_regimes: None)."""
+        if all(native_part(lin) for lin in NativeConvOps.linears(layer)) and native.has("fused_ops"):
+            return NativeConvOps(layer)
+        ops = ConvOps()
+        ops.invariant_rows = False
         return ops
 
     def stack(self, layers):

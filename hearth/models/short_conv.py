@@ -37,13 +37,13 @@ class ShortConvLayer(nn.Module):
         self.ffn_norm = RMSNorm(f32(g, p + "ffn_norm.weight"), eps)
         self.attn_norm.out_dtype, self.ffn_norm.out_dtype = self.in_proj.in_dtype, self.mlp.in_dtype
         self.post_ffn_norm = None
-        self.ops = backend.conv_ops(self)  # its norm and MLP steps (LayerOps), and whether rows stay invariant
+        self.ops = backend.conv_ops(self)  # its steps around the conv (ConvOps), and whether rows stay invariant
 
     def forward(self, x, positions, meta, cache, out_rows: list[int] | None = None):
         """x: [T, hidden] f32, the residual stream; cache: [1, num_blocks, block_size, 1, hidden] (LayerCache)
         -> after this layer, every row or only out_rows (every row's B * x is stored)."""
-        H, ops = self.hidden, self.ops
-        b, c, h = self.in_proj(ops.norm(self.attn_norm, x)).float().split(H, dim=-1)  # [T, hidden] each
+        H, ops = self.hidden, self.ops.for_rows(x.shape[0])
+        b, c, h = ops.conv_in(self, x).split(H, dim=-1)  # [T, hidden] each
         flat = cache.view(-1, H)  # [num_blocks * block_size, hidden]
         flat.index_copy_(0, meta.slot_mapping.to(flat.device), (b * h).to(flat.dtype))
         taps = meta.conv_taps(self.width)  # [T, L] slots, -1 before position 0
@@ -57,5 +57,4 @@ class ShortConvLayer(nn.Module):
         y = window[:, 0] * self.taps[0]
         for k in range(1, self.width):  # one product at a time, in tap order: the same sums whatever the rows
             y += window[:, k] * self.taps[k]
-        y = self.out_proj((c * y).to(self.out_proj.in_dtype))
-        return ops.mlp_add(self, x + y)
+        return ops.mlp_add(self, ops.conv_out_add(self, c * y, x))

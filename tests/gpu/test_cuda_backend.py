@@ -58,7 +58,7 @@ def test_lfm2_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path):
         driver.kv = [torch.zeros(c.shape(64, 4), device=driver.kv[0].device) for c in layer_caches(cfg)]
         logits[backend.name] = torch.cat([driver.step({"a": ids[:9], "b": ids[:4]})["a"]]
                                          + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[9:]])
-    assert all(layer.ops is TRITON_OPS for layer in model.layers)
+    assert {type(layer.ops).__name__ for layer in model.layers} == {"TritonLayerOps", "TritonConvOps"}
     # measured 0.042, nearly all the torch backend's bf16 activations (the interpreter's: 2e-6 from exact f32
     # linears): the conv's B * x * C amplifies them (6 conv layers: 0.03-0.05 from exact, 6 attention: 0.011-0.016)
     assert rel_err(logits["cuda"], logits["torch"]) < 3 * REL_TOL_FAST
