@@ -19,8 +19,8 @@ from hearth.models.registry import load_model
 from tests.lfm2_factory import DIMS, hf_lfm2, write_lfm2_gguf
 from tests.models.test_logits_vs_transformers import REL_TOL, PagedDriver, prompt, rel_err
 
-CHUNK_TOL = 1e-5  # chunked vs whole, exact f32 linears: only the matmuls' row blocking differs (measured ~1e-7)
-FAR = 0.05  # the conv reading no history, or the wrong slot: this far off at least (measured 0.3 .. 1.2)
+CHUNK_TOL = 1e-5  # chunked vs whole, exact f32 linears: only the matmuls' row blocking differs (measured 1.1e-6)
+FAR = 0.05  # the conv reading no history, or the wrong slot: this far off at least (measured 1.3, 1.5)
 
 
 class Driver(PagedDriver):
@@ -238,7 +238,7 @@ FAST_TOL = 0.15  # the CPU's fast paths (int8 activations) from exact f32 linear
 
 
 @pytest.mark.skipif(not native.has("fused_ops"), reason="no fused native ops at this tier")
-def test_the_cpu_backends_paths_near_exact(tiny, q8_path):
+def test_the_cpu_backends_paths_near_exact(q8_path):
     """Conv layers on NativeConvOps (norm fused into in_proj, out_proj added into the stream, the MLP in one call),
     attention layers on the fused C++ layer one by one (no whole-model stack): a prefill, then decode steps, near
     the same file's exact f32 linears."""
