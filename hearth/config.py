@@ -140,6 +140,37 @@ class ModelConfig:
     pooling: str = DEFAULT_POOLING
     """How /v1/embeddings pools a prompt's final hidden states: the GGUF's `{arch}.pooling_type` (mean,
     last), else "last" (a decoder's last token has read the whole prompt: vLLM's default for one)."""
+    conv_layers: tuple[bool, ...] = ()
+    """Per layer: True where the layer is a gated short convolution, not attention (lfm2); empty: none is."""
+    conv_kernel: int = 0
+    """The short convolution's width in tokens (lfm2's shortconv.l_cache, 3)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCache:
+    """What one layer keeps per token in the paged cache, under the block ids every layer shares: `parts`
+    tensors of [heads, dim] values. Its tensor: [parts, num_blocks, block_size, heads, dim], the block axis
+    second in every layer (so whole blocks move, save and load alike)."""
+
+    parts: int
+    """2: an attention layer's K and V; 1: a short-conv layer's input (B * x)."""
+    heads: int
+    dim: int
+
+    def shape(self, num_blocks: int, block_size: int) -> tuple[int, ...]:
+        return (self.parts, num_blocks, block_size, self.heads, self.dim)
+
+    @property
+    def values(self) -> int:
+        """Values one token holds in this layer."""
+        return self.parts * self.heads * self.dim
+
+
+def layer_caches(cfg: ModelConfig) -> tuple[LayerCache, ...]:
+    """Each layer's LayerCache: K/V of [kv_heads, head_dim], or a conv layer's [1, hidden] (its input, read
+    back conv_kernel - 1 tokens like past keys)."""
+    attn, conv = LayerCache(2, cfg.num_kv_heads, cfg.head_dim), LayerCache(1, 1, cfg.hidden_size)
+    return tuple(conv if cfg.conv_layers and cfg.conv_layers[i] else attn for i in range(cfg.num_layers))
 
 
 DEFAULT_MODEL = "smollm2-135m"

@@ -19,14 +19,14 @@ import torch
 from hearth import llm_draft, llm_lora, llm_vision
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
-from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
+from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
 from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError
-from hearth.kvstore.codecs import get_codec
+from hearth.kvstore.codecs import cache_block_bytes, get_codec
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.context import context_in_cache, context_to_run
@@ -149,10 +149,9 @@ class LLM:
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
-        block_bytes = mc.num_layers * codec.block_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        block_bytes = cache_block_bytes(codec, layer_caches(mc), cfg.block_size)  # refuses what it cannot hold
         if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
-            dmc = draft[1]
-            block_bytes += dmc.num_layers * get_codec("f16").block_bytes(cfg.block_size, dmc.num_kv_heads, dmc.head_dim)
+            block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
         staging = mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
         num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs,
                                  self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)

@@ -77,6 +77,23 @@ class LayerOps:
 TORCH_OPS = LayerOps()
 
 
+class ConvOps(LayerOps):
+    """The steps of ShortConvLayer.forward around its conv (hearth.models.short_conv), as torch ops; its MLP is
+    LayerOps.mlp_add."""
+
+    def conv_in(self, layer, x: torch.Tensor) -> torch.Tensor:
+        """x: the residual stream f32 [T, hidden] -> B | C | x of its norm, f32 [T, 3 hidden]."""
+        return layer.in_proj(self.norm(layer.attn_norm, x)).float()
+
+    def conv_out_add(self, layer, y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """x + out_proj(y); y: f32 [T, hidden] (C * conv), x: [T, hidden] f32."""
+        o = layer.out_proj
+        return x + o(y.to(o.in_dtype))
+
+
+TORCH_CONV_OPS = ConvOps()
+
+
 class Backend:
     """The torch backend; other backends subclass it and override what they run faster."""
 
@@ -112,6 +129,11 @@ class Backend:
     def layer_ops(self, layer: DecoderLayer, spec: ArchSpec) -> LayerOps:
         """How this backend runs `layer` (built: its weights are in place)."""
         return TORCH_OPS
+
+    def conv_ops(self, layer) -> ConvOps:
+        """The ops of a short-conv layer (hearth.models.short_conv: its linears, norms and MLP; the conv itself is
+        torch's)."""
+        return TORCH_CONV_OPS
 
     def stack(self, layers: list[DecoderLayer]):
         """Something with run(x, positions, meta, kv_caches, out_rows) -> (layers run, x after them:

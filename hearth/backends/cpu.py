@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from hearth.backends.base import TORCH_OPS, Backend, LayerOps
+from hearth.backends.base import TORCH_CONV_OPS, TORCH_OPS, Backend, ConvOps, LayerOps
 from hearth.backends.cpu_experts import NativeExperts
 from hearth.backends.cpu_full_attention import full_attention_native
 from hearth.backends.cpu_linear import native_linear, native_part
@@ -112,6 +112,34 @@ class NativeLayerOps(LayerOps):
     def mlp_add(self, layer, x):
         return native.mlp_add_to(self.mms[2], self.mms[3], layer.mlp.activation, x, *_norm_args(layer.ffn_norm),
                                  *_norm_args(layer.post_ffn_norm))
+
+
+class NativeConvOps(ConvOps):
+    """A short-conv layer (hearth.models.short_conv) whose four linears are each one NativePart: its norm fused
+    into in_proj's matmul, out_proj's added into the stream, the MLP one call as an attention layer's; the conv
+    between them torch's."""
+
+    @staticmethod
+    def linears(layer) -> tuple[QuantLinear, ...]:
+        return layer.in_proj, layer.out_proj, layer.mlp.gate_up, layer.mlp.down
+
+    def __init__(self, layer):
+        self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # in_proj, out_proj, gate_up, down
+        self.max_rows = native_part(layer.in_proj).gemm_min_rows
+
+    def for_rows(self, rows: int) -> LayerOps:  # as NativeLayerOps'
+        return self if rows < self.max_rows or native.has("gemm") or native.has("many_rows") else TORCH_CONV_OPS
+
+    def conv_in(self, layer, x):
+        n = layer.attn_norm
+        return self.mms[0](x, norm=n.weight, eps=n.eps)
+
+    def conv_out_add(self, layer, y, x):
+        return self.mms[1].add_to(y, x.contiguous())
+
+    def mlp_add(self, layer, x):
+        return native.mlp_add_to(self.mms[2], self.mms[3], layer.mlp.activation, x, *_norm_args(layer.ffn_norm),
+                                 *_norm_args(None))
 
 
 class NativeMoeLayerOps(NativeLayerOps):
@@ -237,6 +265,16 @@ class CpuBackend(Backend):
             return TORCH_OPS
         return kind(layer, spec)
 
+    def conv_ops(self, layer) -> ConvOps:
+        """NativeConvOps where each of the layer's linears is one NativePart and the library has the fused ops
+        (its rows then invariant within a row regime: the conv's sums are elementwise, in one order whatever the
+        rows); else torch's ops, whose rows are not (row_regimes: None)."""
+        if all(native_part(lin) for lin in NativeConvOps.linears(layer)) and native.has("fused_ops"):
+            return NativeConvOps(layer)
+        ops = ConvOps()
+        ops.invariant_rows = False
+        return ops
+
     def stack(self, layers):
         if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):
             return NativeStack(layers)
@@ -282,7 +320,8 @@ class CpuBackend(Backend):
         row is bit-identical whatever the rest of the step (attention splits a row's keys by the number
         of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
         batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
-        ops = model.layers[0].ops
+        # the first attention layer's (an lfm2 model's first layer is a short convolution)
+        ops = next((layer.ops for layer in model.layers if isinstance(layer.ops, NativeLayerOps)), None)
         if (not isinstance(ops, NativeLayerOps) or not all(layer.ops.invariant_rows for layer in model.layers)
                 or not native.has("paged_attention")):
             return None

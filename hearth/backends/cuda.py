@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from hearth.backends.base import Backend, LayerOps
+from hearth.backends.base import Backend, ConvOps, LayerOps
 from hearth.errors import UnsupportedError
 from hearth.formats.weights import WEIGHT_FORMATS
 from hearth.kernels.gpu import gguf_matmul as gm
@@ -109,6 +109,15 @@ class TritonLayerOps(LayerOps):
 TRITON_OPS = TritonLayerOps()
 
 
+class TritonConvOps(ConvOps):
+    """A short-conv layer's steps with its norms on the Triton kernel."""
+
+    norm = TritonLayerOps.norm
+
+
+TRITON_CONV_OPS = TritonConvOps()
+
+
 def _device_tables(rope, positions, meta: AttentionMetadata, device) -> tuple[torch.Tensor, torch.Tensor]:
     """The rope's (cos, sin) for the step, on the device: once per step and rope configuration."""
     key = (*rope.key, "device")
@@ -144,6 +153,10 @@ class CudaBackend(Backend):
         if why := refusal(TRITON_OPS.NAME, TRITON_OPS.IMPLEMENTS, spec):  # torch's ops read host tables: no fallback
             raise UnsupportedError(f"the CUDA backend cannot run this model yet: {why}")
         return TRITON_OPS
+
+    def conv_ops(self, layer) -> ConvOps:
+        layer.to(self.device)  # its norms' weights and conv taps; the conv itself: torch's, on the device
+        return TRITON_CONV_OPS
 
     def norm(self, norm: RMSNorm, x: torch.Tensor) -> torch.Tensor:
         if norm.weight.device != self.device:  # the model's final norm, built after the layers

@@ -41,6 +41,8 @@ class StepMemo:
     """The fused C++ layer's packed per-step arguments, by cache kind (hearth.kernels.fused_layer)."""
     temperature: dict[tuple, torch.Tensor] = field(default_factory=dict)
     """hearth.layers.attn_temperature's (beta, floor scale) -> the queries' factors for the step's positions."""
+    conv_taps: dict[int, torch.Tensor] = field(default_factory=dict)
+    """width -> [T, width] the slots a short convolution reads (AttentionMetadata.conv_taps)."""
 
 
 @dataclass(slots=True)
@@ -86,6 +88,32 @@ class AttentionMetadata:
             table = torch.tensor(self.block_tables[i], dtype=torch.long)
             memo[i] = table[pos // self.block_size] * self.block_size + pos % self.block_size
         return memo[i]
+
+    def conv_taps(self, width: int) -> torch.Tensor:
+        """[T, width] int64: for each row, the flat cache slots of the tokens width - 1 .. 0 back along its
+        sequence, oldest first (-1: before position 0). The step's rows are read at their own slots (a tree
+        node's predecessors are its path's, as a decode of that path would read); earlier tokens by position."""
+        if width not in self.memo.conv_taps:
+            slots, qsl, bs = self.slot_mapping.tolist(), self.query_start_loc, self.block_size
+            taps = []
+            for i, table in enumerate(self.block_tables):
+                a, n = qsl[i], qsl[i + 1] - qsl[i]
+                before, parents = self.trees.get(i, (n, []))
+                start = self.seq_lens[i] - before - len(parents)  # the first new row's position
+                prev = list(range(-1, before - 1)) + [before + p if p >= 0 else before - 1 for p in parents]
+                for j in range(n):
+                    row, r, back = [], j, 0  # r: the step's row reached; back: tokens before `start` reached
+                    for _ in range(width):
+                        if r >= 0:
+                            row.append(slots[a + r])
+                            r = prev[r]
+                        else:
+                            back += 1
+                            p = start - back
+                            row.append(table[p // bs] * bs + p % bs if p >= 0 else -1)
+                    taps.append(row[::-1])
+            self.memo.conv_taps[width] = torch.tensor(taps, dtype=torch.long).view(-1, width)
+        return self.memo.conv_taps[width]
 
     def context_blocks(self, i: int, start: int) -> tuple[int, int] | tuple[torch.Tensor, int]:
         """How to read positions [start, seq_lens[i]) of sequence i: (first slot, -1) when their

@@ -3,7 +3,8 @@ saved snapshots, in the cache's own format (nothing is re-encoded, so a block re
 bit-identical to the one written).
 
 A payload is one block of every layer, layer after layer:
-  plain (f16, bf16): per layer [2 (k, v), block_size, kv_heads, head_dim] in the cache's dtype;
+  plain (f16, bf16): per layer [parts, block_size, heads, dim] in the cache's dtype (LayerCache: K and V, or
+  a short conv's input);
   quantized: per layer K's fields then V's fields in codec order, each one block's raw bytes;
   then, for a KVarN first block whose f16 copy ("sink") is kept, per layer [2, bs, kvh, hd] f16,
   so a restored first block is read exactly as the request that computed it read it."""
@@ -12,15 +13,14 @@ from __future__ import annotations
 
 import torch
 
-from hearth.config import ModelConfig
-from hearth.kvstore.codecs import STAGING_DTYPE, PlainCodec, QuantCodec
+from hearth.config import ModelConfig, layer_caches
+from hearth.kvstore.codecs import STAGING_DTYPE, PlainCodec, QuantCodec, cache_block_bytes
 from hearth.kvstore.disk_format import BlockFormat
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 
 
 def block_format(codec: PlainCodec | QuantCodec, cfg: ModelConfig, block_size: int) -> BlockFormat:
-    per_layer = codec.block_bytes(block_size, cfg.num_kv_heads, cfg.head_dim)
-    base = cfg.num_layers * per_layer
+    base = cache_block_bytes(codec, layer_caches(cfg), block_size)
     sizes = (base,)
     if codec.quantized and codec.sink:
         sizes += (base + cfg.num_layers * 2 * block_size * cfg.num_kv_heads * cfg.head_dim * STAGING_DTYPE.itemsize,)
@@ -58,9 +58,9 @@ class BlockIO:
     def export(self, block_ids: list[int]) -> list[bytes]:
         """The payload of each block (its content as the last step left it)."""
         ids = torch.tensor(block_ids, dtype=torch.long)
-        if not self.quantized:  # [L, 2, n, B] -> [n, L, 2, B]
-            pages = torch.stack([_rows(c, 1).index_select(1, ids) for c in self.caches])
-            rows = pages.permute(2, 0, 1, 3).reshape(len(block_ids), -1)
+        if not self.quantized:  # per layer [parts, n, B] -> [n, parts * B]; layers side by side (they differ: lfm2)
+            rows = torch.cat([_rows(c, 1).index_select(1, ids).transpose(0, 1).reshape(len(block_ids), -1)
+                              for c in self.caches], 1)
         else:
             rows = torch.cat([f.index_select(0, ids) for f in self._fields()], 1)  # [n, L * block bytes]
         out = [bytes(r) for r in rows.contiguous().numpy()]
@@ -79,9 +79,12 @@ class BlockIO:
         base = self.fmt.block_bytes
         rows = _joined(payloads, 0, base)
         if not self.quantized:
-            pages = rows.view(len(loads), len(self.caches), 2, -1)
-            for layer, c in enumerate(self.caches):
-                _rows(c, 1).index_copy_(1, ids, pages[:, layer].transpose(0, 1))
+            off = 0
+            for c in self.caches:  # [parts, num_blocks, B] <- this layer's [n, parts * B] of the payloads
+                view = _rows(c, 1)
+                size = view.shape[0] * view.shape[2]
+                view.index_copy_(1, ids, rows[:, off:off + size].reshape(len(loads), view.shape[0], -1).transpose(0, 1))
+                off += size
             return
         off = 0
         for f in self._fields():

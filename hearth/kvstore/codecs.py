@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hearth.config import LayerCache
 from hearth.errors import UnsupportedError
 from hearth.formats.kv import KV_FORMATS, KVFormat, canonical, kv_format
 from hearth.kvstore.fp8 import FP8E4M3
@@ -140,3 +141,19 @@ def get_codec(name: str) -> PlainCodec | QuantCodec:
         raise UnsupportedError(f"KV cache dtype {name!r} is not supported; "
                                f"supported: auto, {', '.join(ALL_CODECS)}")
     return ALL_CODECS[key]
+
+
+def cache_block_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache, ...], block_size: int) -> int:
+    """Bytes of one block of every layer (hearth.config.layer_caches): K/V in the codec's format; another
+    layer's state (a short conv's input) plain. A quantized codec is refused for such a model (not yet: its
+    blocks, staging and disk payloads hold K/V only)."""
+    total = 0
+    for c in caches:
+        if c.parts == 2:
+            total += codec.block_bytes(block_size, c.heads, c.dim)
+        elif codec.quantized:
+            raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with short-convolution "
+                                   "layers (lfm2); use f16 or bf16")
+        else:
+            total += block_size * c.values * codec.dtype.itemsize
+    return total

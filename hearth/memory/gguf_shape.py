@@ -26,6 +26,8 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
     kv_heads = tuple(int(k) for k in kv) if isinstance(kv, list) else (int(kv),) * layers
     head_k = int(g.arch_get("attention.key_length", hidden // heads))
     window = int(g.arch_get("attention.sliding_window", 0) or 0)
+    conv = int(g.arch_get("shortconv.l_cache", 0) or 0)  # lfm2: its layers with no KV heads are short convolutions
+    conv_dims = tuple(hidden if conv and not k else 0 for k in kv_heads) if conv else ()
     return ModelShape(
         name=str(g.get("general.name", g.path.name)),
         arch=g.arch,
@@ -43,6 +45,8 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
         expert_ffn=_expert_ffn(g),
         shared_ffn=int(g.arch_get("expert_shared_feed_forward_length", 0)),
         sliding_window=window,
+        conv_dims=conv_dims,
+        conv_kernel=conv,
         sliding=_sliding(g, layers) if window else (),
         tied_embeddings="output.weight" not in g.tensors,
     )

@@ -18,10 +18,14 @@ from hearth.memory.shape import ModelShape
 
 
 def layer_token_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
+    if dim := shape.conv_dim(layer):  # a short conv's input: plain (the runtime refuses quantized formats for it)
+        return (KV_FORMATS["f16"] if fmt.quantized else fmt).k.vector_bytes(dim, block)
     return fmt.token_layer_bytes(shape.kv_heads[layer], shape.head_dim_k, shape.head_dim_v, block)
 
 
 def layer_tokens(shape: ModelShape, layer: int, tokens: int) -> int:
+    if shape.conv_dim(layer):  # the conv reads its last `conv_kernel` inputs
+        return min(tokens, shape.conv_kernel)
     return min(tokens, shape.sliding_window) if shape.is_sliding(layer) else tokens
 
 

@@ -32,10 +32,18 @@ class ModelShape:
     """Per layer: True where the layer attends only to the last `sliding_window` tokens."""
     tied_embeddings: bool = False
     """The output head reuses token_embd (then the whole table is read for every token's logits)."""
+    conv_dims: tuple[int, ...] = ()
+    """Per layer: values a short-convolution layer keeps per token in the cache (lfm2: its input, hidden wide);
+    0 (or empty): an attention layer."""
+    conv_kernel: int = 0
+    """Tokens a short convolution reads (its width)."""
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    def conv_dim(self, layer: int) -> int:
+        return self.conv_dims[layer] if self.conv_dims else 0
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.sliding_window) and bool(self.sliding) and self.sliding[layer]

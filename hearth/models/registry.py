@@ -24,6 +24,7 @@ ARCHITECTURES: dict[str, str] = {
     "smollm3": "hearth.models.smollm3:SmolLM3ForCausalLM",
     "olmo2": "hearth.models.olmo2:Olmo2ForCausalLM",
     "mistral3": "hearth.models.mistral3:Mistral3ForCausalLM",
+    "lfm2": "hearth.models.lfm2:Lfm2ForCausalLM",
     # encoders: embeddings only (hearth.models.encoder)
     "bert": "hearth.models.bert:BertModel",
     "nomic-bert": "hearth.models.nomic_bert:NomicBertModel",

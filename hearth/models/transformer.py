@@ -181,6 +181,8 @@ class CausalLM(nn.Module):
     rank_head_class: type | None = None
     """The head its reranker files (pooling_type 4) score with (qwen3: hearth.models.rank_head.RankHead); None:
     such a file is refused (hearth.models.registry), as llama.cpp builds cls.output for qwen3 alone."""
+    final_norm = "output_norm.weight"
+    """The GGUF tensor of the norm before the head."""
 
     def __init__(self, cfg: ModelConfig, g: GGUFFile, backend, progress=None):
         super().__init__()
@@ -199,19 +201,22 @@ class CausalLM(nn.Module):
         swa_factors = rope_factors(g, replace(cfg, rope_theta=cfg.rope_swa_theta)) if cfg.rope_swa_theta else factors
         for i in range(cfg.num_layers):
             sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
-            layers.append(DecoderLayer(cfg, self.spec, g, i, backend, swa_factors if sliding else factors,
-                                       self.moe_block))
+            layers.append(self.block(cfg, g, i, backend, swa_factors if sliding else factors))
             if progress is not None:
                 progress(i + 1, cfg.num_layers)
         self.layers = nn.ModuleList(layers)
         self.stack = backend.stack(layers)  # a prefill chunk through many layers in one call, or None
         # logits / logit_scale (granite) as the final norm's weight / logit_scale: the head is linear, and every
         # reader of the logits (a reduced draft head too) gets them
-        self.norm = RMSNorm(f32(g, "output_norm.weight") / cfg.logit_scale, cfg.rms_norm_eps)
+        self.norm = RMSNorm(f32(g, self.final_norm) / cfg.logit_scale, cfg.rms_norm_eps)
         self.lm_head = backend.head(head_tensor(g))
         # a reranker's pooled last row goes through it (hearth.runner.pooling); its lm_head still samples the
         # one token an engine request computes past its prompt
         self.rank_head = self.rank_head_class(g, cfg.hidden_size) if cfg.pooling == "rank" else None
+
+    def block(self, cfg: ModelConfig, g: GGUFFile, i: int, backend, factors: RopeFactors | None) -> nn.Module:
+        """Layer i (an architecture with other kinds of layers builds those here: lfm2's short convolutions)."""
+        return DecoderLayer(cfg, self.spec, g, i, backend, factors, self.moe_block)
 
     @classmethod
     def config_from_gguf(cls, g: GGUFFile) -> ModelConfig:
@@ -221,7 +226,8 @@ class CausalLM(nn.Module):
         """It will run sequences of up to n tokens (LLM sizes the context after the load): the rope's
         factors for that context (Rotary.fit_context)."""
         for layer in self.layers:
-            layer.attn.rope.fit_context(n)
+            if hasattr(layer, "attn"):  # not a short convolution's (lfm2)
+                layer.attn.rope.fit_context(n)
 
     def forward(self, ids, positions, meta, kv_caches: list,
                 out_rows: list[int] | None = None, embeds: tuple[torch.Tensor, torch.Tensor] | None = None):
@@ -322,6 +328,8 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
     """The fields every architecture reads the same way from `{arch}.*` keys."""
     hidden, heads = int(require(g, "embedding_length")), int(require(g, "attention.head_count"))
     kv_heads = g.arch_get("attention.head_count_kv", heads)
+    if isinstance(kv_heads, list):  # per layer (lfm2: 0 on its conv layers): the attention layers'
+        kv_heads = max(kv_heads)
     head_dim = int(g.arch_get("attention.key_length", hidden // heads))
     vocab = g.arch_get("vocab_size") or g.tensor("token_embd.weight").shape[0]
     fields = dict(

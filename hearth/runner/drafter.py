@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from hearth.config import ModelConfig
+from hearth.config import ModelConfig, layer_caches
 from hearth.kvstore.codecs import CODECS
 from hearth.runner.draft_tree import best_first_tree
 from hearth.runner.draft_vocab import DraftVocab
@@ -61,9 +61,9 @@ class DraftModel:
         self.model, self.cfg, self.block_size, self.max_rows = model, cfg, block_size, max_rows
         self.vocab = vocab
         codec = CODECS["f16"]  # the draft's own format: plain, whatever the target's is
-        # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
-        shape = codec.shape(num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
-        self.kv_caches = [model.backend.kv_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
+        # one tensor per layer (LayerCache): [parts, num_blocks, block_size, heads, dim]
+        self.kv_caches = [model.backend.kv_zeros(c.shape(num_blocks, block_size), codec.dtype)
+                          for c in layer_caches(cfg)]
         self.states: dict[str, _DraftState] = {}
         self.valid_blocks: set[int] = set()
         """Full blocks whose draft K/V the draft wrote for the tokens they hold now."""

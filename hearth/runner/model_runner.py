@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import torch
 
-from hearth.config import ModelConfig
+from hearth.config import ModelConfig, layer_caches
 from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
-from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec
+from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
@@ -83,10 +83,12 @@ class ModelRunner:
     def _allocate_kv(self, codec, num_blocks: int, max_num_seqs: int) -> None:
         cfg, bs = self.cfg, self.block_size
         self.staging = None
+        caches = layer_caches(cfg)
+        cache_block_bytes(codec, caches, bs)  # refuses what the codec cannot hold
         if not codec.quantized:
-            # one tensor per layer: [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
-            shape = codec.shape(num_blocks, bs, cfg.num_kv_heads, cfg.head_dim)
-            self.kv_caches = [self.backend.kv_zeros(shape, codec.dtype) for _ in range(cfg.num_layers)]
+            # one tensor per layer (LayerCache): [parts, num_blocks, block_size, heads, dim]; attention's
+            # [2 (k, v), num_blocks, block_size, kv_heads, head_dim], a short conv's [1, ..., 1, hidden]
+            self.kv_caches = [self.backend.kv_zeros(c.shape(num_blocks, bs), codec.dtype) for c in caches]
             return
         # encoded blocks + f16 staging: codec.staging_blocks slots per sequence (as `hearth plan` counts)
         slots = codec.staging_blocks * max_num_seqs
@@ -348,8 +350,8 @@ class ModelRunner:
             return
         src = torch.tensor([a for a, _ in moves])
         dst = torch.tensor([b for _, b in moves])
-        for kv in self.kv_caches:  # [2, num_blocks, block_size, kv_heads, head_dim]
-            flat = kv.view(2, -1, kv.shape[-2], kv.shape[-1])
+        for kv in self.kv_caches:  # [parts, num_blocks, block_size, heads, dim] (LayerCache)
+            flat = kv.view(kv.shape[0], -1, kv.shape[-2], kv.shape[-1])
             flat.index_copy_(1, dst, flat.index_select(1, src))
 
     def _constrain_tree(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None) -> int:

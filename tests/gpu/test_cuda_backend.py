@@ -44,6 +44,26 @@ def test_cuda_backend_in_the_interpreter_is_held_to_the_torch_backend(tmp_path, 
     assert rel_err(logits["cuda"], logits["torch"]) < 2 * REL_TOL_FAST
 
 
+def test_lfm2_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path):
+    """lfm2's short-conv layers (torch's conv over the device cache, Triton norms) beside Triton attention layers:
+    a prefill of 9 and 4 tokens, then decode steps, each reading the conv's inputs back from the device's slots."""
+    from hearth.config import layer_caches
+    from tests.lfm2_factory import hf_lfm2, write_lfm2_gguf
+
+    path = write_lfm2_gguf(tmp_path / "tiny-lfm2.gguf", hf_lfm2(), qtype="Q8_0")
+    ids, logits = prompt(300, 11), {}
+    for backend in (Backend(), CudaBackend(DEV)):
+        model, cfg = load_model(GGUFFile(path), backend)
+        driver = PagedDriver(model, cfg, device=getattr(backend, "device", "cpu"))
+        driver.kv = [torch.zeros(c.shape(64, 4), device=driver.kv[0].device) for c in layer_caches(cfg)]
+        logits[backend.name] = torch.cat([driver.step({"a": ids[:9], "b": ids[:4]})["a"]]
+                                         + [driver.step({"a": [t], "b": [t]})["a"] for t in ids[9:]])
+    assert {type(layer.ops).__name__ for layer in model.layers} == {"TritonLayerOps", "TritonConvOps"}
+    # measured 0.042, nearly all the torch backend's bf16 activations (the interpreter's: 2e-6 from exact f32
+    # linears): the conv's B * x * C amplifies them (6 conv layers: 0.03-0.05 from exact, 6 attention: 0.011-0.016)
+    assert rel_err(logits["cuda"], logits["torch"]) < 3 * REL_TOL_FAST
+
+
 def test_olmo2_is_refused_with_the_reason(tmp_path):
     """The Triton ops implement neither of olmo2's norms, and torch's ops read host tables: a clear refusal."""
     from hearth.errors import UnsupportedError
