@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hearth.api.llama_names import LLAMA_WIRE_NAMES
 from hearth.api.unserved import unserved
 from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStepError
 from hearth.engine.engine_core import MediaEncodeError
@@ -74,8 +75,6 @@ def is_ollama(path: str) -> bool:
 
 LLAMA_ROUTES = ("/infill", "/completion", "/completions", "/props", "/embedding", "/embeddings", "/slots")
 """Routes that speak llama-server's wire (format_error_response in tools/server/server-common.cpp)."""
-LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
-"""SamplingParams fields by their llama-server names."""
 
 
 def error_body(path: str, status: int, message: str, param: str | None = None,
