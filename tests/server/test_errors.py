@@ -588,6 +588,22 @@ def test_api_key(make_fake, headers, status):
     assert fake.client.get("/").status_code == 200
 
 
+@pytest.mark.parametrize("headers,why", [
+    ({}, "missing API key"),
+    ({"Authorization": "sekrit"}, "malformed Authorization header: it must be 'Authorization: Bearer KEY'"),
+    ({"Authorization": "Bearer"}, "malformed Authorization header"),
+    ({"Authorization": "Basic c2Vrcml0"}, "malformed Authorization header"),
+    ({"Authorization": "Bearer nope"}, "invalid API key"),
+])
+def test_api_key_refusals_say_what_was_wrong(make_fake, headers, why):
+    """`Authorization: sk-local` (no "Bearer ") was "missing API key": the header was there, malformed."""
+    fake = make_fake(api_key="sekrit")
+    r = fake.client.get("/v1/models", headers=headers)
+    assert r.status_code == 401 and r.json()["error"]["message"].startswith(why), r.text
+    assert "sekrit" not in r.text and "c2Vrcml0" not in r.text  # the header's value is not echoed
+    assert fake.client.get("/v1/models", headers={"Authorization": "sekrit", "x-api-key": "sekrit"}).status_code == 200
+
+
 def test_no_webui_is_an_api_only_server(make_fake):
     """llama-server's --no-webui: no chat page (/ answers Ollama's heartbeat text, /static/ a 404), the APIs as
     before; `hearth serve --no-webui` sets it."""
