@@ -627,14 +627,32 @@ def test_cors(make_fake):
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://ok.example"
     assert "authorization" in r.headers["access-control-allow-headers"].lower()
     r = fake.client.options(CHAT, headers={"Origin": "http://evil.example", **preflight})
-    assert "access-control-allow-origin" not in r.headers
+    assert "access-control-allow-origin" not in r.headers and "--cors-origins" in r.text
+    r = fake.client.options(CHAT, headers={"Origin": "http://localhost:3000", **preflight})
+    assert r.headers["access-control-allow-origin"] == "http://localhost:3000"  # added to the local ones, as Ollama's
     r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example", "Authorization": "Bearer k"})
     assert r.headers["access-control-allow-origin"] == "http://ok.example"
 
 
-def test_no_cors_by_default(fake):
+PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+
+
+def test_only_local_pages_by_default(fake):
+    """Without --cors-origins, as Ollama's default origins: pages on this machine and desktop apps' schemes are
+    let in; another origin is not, and its preflight is a 403 naming --cors-origins (it was a bare 405)."""
     r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example"})
     assert "access-control-allow-origin" not in r.headers
+    for origin in ("http://localhost:3000", "http://127.0.0.1:8080", "https://localhost", "http://[::1]:5173",
+                   "app://obsidian.md", "vscode-webview://abc"):
+        r = fake.client.options(CHAT, headers={"Origin": origin, **PREFLIGHT})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == origin, (origin, r.text)
+    assert fake.client.get("/v1/models", headers={"Origin": "http://localhost:3000"}).headers[
+        "access-control-allow-origin"] == "http://localhost:3000"
+    for origin in ("http://ok.example", "http://localhost.evil.example", "http://127.0.0.1.evil.example:80",
+                   "https://evil.example/http://localhost"):
+        r = fake.client.options(CHAT, headers={"Origin": origin, **PREFLIGHT})
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers, (origin, r.text)
+        assert f"--cors-origins {origin}" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("path,body,hint", [
