@@ -61,7 +61,7 @@ TABLE = [
     ("/v1/responses", {"input": "hi", "temperature": 2.01}, 400, "temperature"),
     ("/v1/responses", {"input": []}, 400, "input: is empty: it must hold a message"),  # it read "is required"
     ("/v1/responses", {}, 400, "input: is required"),
-    (CHAT, {"messages": USER, "top_p": 0}, 400, "top_p"),
+    (CHAT, {"messages": USER, "top_p": -0.1}, 400, "top_p"),
     (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
     (CHAT, {"messages": USER, "n": 0}, 400, "n"),
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
