@@ -152,8 +152,9 @@ class SamplingFields(SamplingScalars):
             if theirs is None:
                 continue
             value = LLAMA_READS.get(field, lambda v: v)(theirs)
-            given = [f for f in _OPENAI_SPELLINGS[field] if f in self.model_fields_set]
-            ours = next((getattr(self, f) for f in given if getattr(self, f) is not None), None)
+            # a null is not given (llama-server's json_value reads it so): only a value can disagree
+            given = [f for f in _OPENAI_SPELLINGS[field] if f in self.model_fields_set and getattr(self, f) is not None]
+            ours = getattr(self, given[0]) if given else None
             if given and ours != value:
                 raise APIError(400, f"{wire}: {theirs} disagrees with {given[0]} ({ours}): send one of them",
                                param=wire)

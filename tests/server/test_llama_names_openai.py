@@ -45,6 +45,13 @@ def test_both_spellings_agreeing_run(fake, route):
     assert fake.last.params.max_tokens == 4 and fake.last.params.repetition_penalty == 1.2
 
 
+@pytest.mark.parametrize("route", ROUTES)
+def test_a_null_spelling_is_not_given(fake, route):
+    r = fake.client.post(route, json={**ROUTES[route], "max_tokens": None, "n_predict": 4})
+    assert r.status_code == 200, r.text
+    assert fake.last.params.max_tokens == 4
+
+
 def test_chat_max_completion_tokens_disagreeing(fake):
     r = fake.client.post("/v1/chat/completions", json={**ROUTES["/v1/chat/completions"],
                                                        "max_completion_tokens": 8, "n_predict": 4})
