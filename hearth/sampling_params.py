@@ -123,7 +123,8 @@ class SamplingParams:
             (self.n >= 1, "n", f"must be at least 1, got {self.n}"),
             (self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}"),
             (math.isfinite(self.temperature), "temperature", f"must be a finite number, got {self.temperature}"),
-            (0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}"),
+            # 0: the most likely token alone (llama.cpp's top-p keeps min_keep, 1; OpenAI documents 0..1)
+            (0 <= self.top_p <= 1, "top_p", f"must be in [0, 1], got {self.top_p}"),
             (self.top_k >= -1, "top_k", f"must be -1, 0 or positive, got {self.top_k}"),
             (0 <= self.min_p <= 1, "min_p", f"must be in [0, 1], got {self.min_p}"),
             (0 <= self.typical_p <= 1, "typical_p", f"must be in [0, 1], got {self.typical_p}"),

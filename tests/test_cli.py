@@ -524,7 +524,7 @@ def test_run_an_empty_prompt_is_an_error_not_interactive(prompt, capsys, no_mode
     assert capsys.readouterr().err.strip() == "hearth: error: the prompt is empty"
 
 @pytest.mark.parametrize("argv,error", [
-    (["--top-p", "0"], "--top-p must be in (0, 1], got 0.0"),
+    (["--top-p", "1.5"], "--top-p must be in [0, 1], got 1.5"),
     (["--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
     (["--max-tokens", "0"], "--max-tokens must be at least 1, or -1 / -2 (until an end token or the context is full), "
                             "got 0"),

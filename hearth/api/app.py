@@ -8,12 +8,12 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from fastapi import FastAPI, Request
-from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import PlainTextResponse, Response
 
 from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddings, infill_routes, llama_embedding,
                         lora_routes, ollama_embed, ollama_models, ollama_routes, openai_chat, openai_completions,
                         openai_routes, props, rerank_routes, responses_routes, slots, slots_monitor)
+from hearth.api.cors import Cors
 from hearth.api.errors import install_handlers
 from hearth.api.embeddings_only import refusing
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware, StallTimeoutMiddleware
@@ -39,7 +39,7 @@ class ServerConfig:
     api_keys: list[str] = field(default_factory=list)
     """More keys, each taken as api_key is (llama-server's --api-key-file)."""
     cors_origins: list[str] = field(default_factory=list)
-    """Origins allowed by CORS; ["*"] allows any."""
+    """Origins allowed by CORS besides the local ones (hearth.api.cors.LOCAL_ORIGINS); ["*"] allows any."""
     max_body_bytes: int = 32 * 2**20
     max_n: int = 16
     max_tokens: int = 0
@@ -107,10 +107,8 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     keys = [k for k in (config.api_key, *config.api_keys) if k]
     if keys:
         app.add_middleware(APIKeyMiddleware, keys=keys)
-    if config.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=config.cors_origins, allow_methods=["*"],
-                           allow_headers=["*"], allow_credentials="*" not in config.cors_origins,
-                           expose_headers=[IGNORED_HEADER, "Retry-After", "x-should-retry"])  # SDKs in a browser read them
+    app.add_middleware(Cors, origins=config.cors_origins,  # local pages by default, as Ollama's (hearth.api.cors)
+                       expose_headers=[IGNORED_HEADER, "Retry-After", "x-should-retry"])  # SDKs in a browser read them
     if config.timeout_s:  # the other middlewares' reads and writes are timed too
         app.add_middleware(StallTimeoutMiddleware, seconds=config.timeout_s)
     app.add_middleware(RoutePathMiddleware)  # outermost: every check below reads the route's own path

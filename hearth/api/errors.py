@@ -15,6 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from hearth.api.llama_names import LLAMA_WIRE_NAMES
 from hearth.api.unserved import unserved
 from hearth.engine.async_engine import EngineFullError, EngineShutdownError, EngineStepError
 from hearth.engine.engine_core import MediaEncodeError
@@ -28,6 +29,7 @@ log = logging.getLogger("hearth.api")
 _TYPES = {
     400: ("invalid_request_error", "invalid_request_error"),
     401: ("authentication_error", "authentication_error"),
+    403: ("permission_error", "permission_error"),
     404: ("not_found_error", "not_found_error"),
     405: ("invalid_request_error", "invalid_request_error"),
     413: ("invalid_request_error", "request_too_large"),
@@ -74,8 +76,6 @@ def is_ollama(path: str) -> bool:
 
 LLAMA_ROUTES = ("/infill", "/completion", "/completions", "/props", "/embedding", "/embeddings", "/slots")
 """Routes that speak llama-server's wire (format_error_response in tools/server/server-common.cpp)."""
-LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
-"""SamplingParams fields by their llama-server names."""
 
 
 def error_body(path: str, status: int, message: str, param: str | None = None,

@@ -39,13 +39,25 @@ class APIKeyMiddleware:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         given = headers.get(b"x-api-key", b"")
-        auth = headers.get(b"authorization", b"")
-        if auth[:7].lower() == b"bearer ":
+        auth = headers.get(b"authorization")
+        bearer = auth is not None and auth[:7].lower() == b"bearer "
+        if bearer:
             given = auth[7:].strip()
         if not any([hmac.compare_digest(given, key) for key in self.keys]):  # a list: every key compared
-            why = "invalid API key" if given else "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
-            return await _send_error(scope, send, 401, why, [(b"www-authenticate", b"Bearer")])
+            return await _send_error(scope, send, 401, _why_refused(given, auth is not None and not bearer),
+                                     [(b"www-authenticate", b"Bearer")])
         await self.app(scope, receive, send)
+
+
+def _why_refused(given: bytes, malformed: bool) -> str:
+    """The 401's words: a key that did not match, an Authorization header without its scheme (`Authorization:
+    sk-local` was "missing API key", which sent its user looking for a header that was there), or none."""
+    if given:
+        return "invalid API key"
+    if malformed:
+        return ("malformed Authorization header: it must be 'Authorization: Bearer KEY' (the word Bearer, a space, "
+                "then the key), or send the key as 'x-api-key: KEY'")
+    return "missing API key: send 'Authorization: Bearer KEY' or 'x-api-key: KEY'"
 
 
 class BodyLimitMiddleware:

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
+from hearth.api.llama_names import predict_limit
 from hearth.api.openai_protocol import LoraEntry, _Request
 
 
@@ -67,8 +68,7 @@ class LlamaOptions(_Request):
 
     def limit(self) -> int | None:
         """The answer's token limit (None: none, any negative n_predict; 0: the prompt only)."""
-        n = self.n_predict_read()
-        return None if n < 0 else n
+        return predict_limit(self.n_predict_read())
 
 
 class LlamaCompletionRequest(LlamaOptions):

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 import time
 
-from hearth.api.errors import LLAMA_WIRE_NAMES, error_body, from_hearth_error
+from hearth.api.errors import error_body, from_hearth_error
 from hearth.api.guided import guided
 from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
+from hearth.api.llama_names import LLAMA_WIRE_NAMES
 from hearth.api.llama_protocol import LlamaOptions
 from hearth.api.sampling import logit_bias, lora_scales, make_params
 from hearth.api.sse import SSEResponse, data_event

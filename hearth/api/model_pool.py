@@ -27,6 +27,9 @@ from hearth.engine.async_engine import EngineShutdownError
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import RouterConfig
 
+TAG = ":latest"
+"""Ollama's default tag: a model's name with it names the model (ModelPool.resolve), on every route."""
+
 GiB = 2**30
 
 
@@ -190,8 +193,9 @@ class ModelPool:
         """The slot a request's `model` names; none given: the first model (a one-model server takes any client)."""
         if not requested:
             return self.slots[0]
-        slot = self._by_name.get(requested)
-        files = self._by_file.get(requested, [])
+        name = self._untagged(requested)
+        slot = self._by_name.get(name)
+        files = self._by_file.get(name, [])
         if slot is None and len(files) > 1:  # as `ollama` and vLLM never guess a model: say which ids to use
             raise APIError(400, f"model {requested!r} is ambiguous: it names the file of {len(files)} models this "
                            f"server serves ({', '.join(repr(s.spec.name) for s in files)}); give one of those ids",
@@ -201,6 +205,13 @@ class ModelPool:
             raise APIError(404, f"model {requested!r} does not exist; this server serves {self.ids_text()}",
                            param="model", code="model_not_found")
         return slot
+
+    def _untagged(self, requested: str) -> str:
+        """A name as served: `NAME:latest` is NAME (Ollama's default tag, which /api/tags lists and its clients send
+        to every route, OpenAI's too) unless the tagged name is itself served."""
+        if requested in self._by_name or requested in self._by_file:
+            return requested
+        return requested.removesuffix(TAG)
 
     async def get(self, requested: str | None) -> ServedModel:
         """The served model for a request, loaded if need be. Call Generation before the next await:

@@ -19,12 +19,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.background import BackgroundTask
 
 from hearth.api.errors import APIError
+from hearth.api.model_pool import TAG
 from hearth.api.ollama_protocol import ShowRequest, rfc3339
 from hearth.api.infill import has_fim
 
 router = APIRouter()
 
-TAG = ":latest"
 API_VERSION = "0.33.0"
 """The Ollama release whose API (docs/api.md, api/types.go) these routes follow: clients that check the
 server's version for a feature see one that has it."""
@@ -48,13 +48,13 @@ REFUSED = {
 
 
 def resolve(pool, requested: str | None):
-    """The pool's slot for `requested` (an id, an alias, either with `:latest`); unknown: Ollama's 404."""
-    for name in (requested, requested.removesuffix(TAG)) if requested else (requested,):
-        try:
-            return pool.resolve(name)
-        except APIError as e:
-            if e.status != 404:
-                raise
+    """The pool's slot for `requested` (an id, an alias, either with `:latest`: ModelPool.resolve); unknown:
+    Ollama's 404."""
+    try:
+        return pool.resolve(requested)
+    except APIError as e:
+        if e.status != 404:
+            raise
     raise APIError(404, f"model '{requested}' not found", param="model", code="model_not_found")
 
 

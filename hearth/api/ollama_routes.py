@@ -4,7 +4,8 @@
 /api/chat goes the way /v1/chat/completions and /v1/messages go: the messages (hearth.api.ollama_messages)
 and tools rendered by the model's template, the tool guard and a router as configured
 (hearth.api.tool_router), the reply from the parsed updates (hearth.api.ollama_reply). /api/generate
-renders `system` + `prompt` as one user turn, or takes the prompt as it is (`raw`), or lays a
+renders `system` + `prompt` as one user turn, or takes the prompt as it is (`raw`, and a model whose GGUF has no
+chat template: Ollama's template for one is `{{ .Prompt }}`, a base model's plain completion), or lays a
 fill-in-the-middle prompt out with `suffix` (hearth.api.infill). An empty conversation or prompt loads
 the model and answers done (done_reason "load"), as Ollama does; `keep_alive: 0` unloads it instead (a 409
 saying why where it stays: pinned), or, on a request that generates, once the answer is sent; any other
@@ -23,6 +24,7 @@ from hearth.api.errors import OLLAMA_OPTIONS, APIError
 from hearth.api.generate import Generation, until_disconnect
 from hearth.api.choices import PlainChoices
 from hearth.api.guard_extras import RequestGuard
+from hearth.api.ignored_fields import note
 from hearth.api.infill import suffix_fim, suffix_prompt
 from hearth.api.media_parts import RequestImages
 from hearth.api.media_prompt import shifted
@@ -134,7 +136,7 @@ async def generate(body: GenerateRequest, request: Request):
               "structured_output": structured_output(body.format), "logprobs": k, "lora": _lora(body, served)}
     params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))
-    templated = not body.raw and not body.suffix  # a raw or FIM answer is plain text: nothing to parse
+    templated = not _plain(served, body) and not body.suffix  # a raw or FIM answer is plain text: nothing to parse
     parser = output_parser(served, ToolPlan(), text, body.stream) if templated else OutputParser()
     reply = OllamaReply(name, PlainChoices(gen, [parser]), False, started, load_s, context, "/api/generate",
                         (served.tokenizer, k))
@@ -175,12 +177,23 @@ def _generate_prompt(served, body: GenerateRequest, images=None,
         return body.prompt, served.encode_chat_text(prompt, images, [{"content": prompt}]), None
     if body.raw:
         return body.prompt, served.encode_text(body.prompt), None
+    context = token_ids("context", body.context, served.vocab_size)
+    if _plain(served, body):  # {{ .Prompt }}: the system prompt has no place in it, as Ollama's drops it (named)
+        note({"system": None} if body.system else {}, frozenset())
+        text = marks + body.prompt
+        ids = shifted(context, served.encode_chat_text(text, images, [{"content": text}]))
+        return body.prompt, ids, None if images else ids
     messages = openai_messages(([{"role": "system", "content": body.system}] if body.system else []) +
                                [{"role": "user", "content": marks + body.prompt}])
     text = served.render_chat(messages, template_kwargs=think_kwargs(body.think, thinks(served)))
-    context = token_ids("context", body.context, served.vocab_size)
     ids = shifted(context, served.encode_chat_text(text, images, messages))
     return text, ids, None if images else ids
+
+
+def _plain(served, body: GenerateRequest) -> bool:
+    """The prompt runs as it is: `raw`, or a GGUF without a chat template (a base model: the built-in
+    /api/chat falls back to would wrap it in turns it never learned, as gemma-3-270m's answered wrong)."""
+    return body.raw or served.chat_template.is_fallback
 
 
 def _loaded(head: dict) -> JSONResponse:

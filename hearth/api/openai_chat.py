@@ -55,7 +55,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                             max_tokens, served.model_context)
     fields = _sampling_fields(body, plan, served)
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
-             "logprobs": "top_logprobs"}
+             "logprobs": "top_logprobs", **body.llama_names()}
     ask = Ask(guard.tools, tool_choice, history, body.n,
               token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids
                                or fields["prompt_logprobs"] is not None),  # the main model's, not the router's

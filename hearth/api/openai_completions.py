@@ -62,7 +62,7 @@ async def completions(body: CompletionRequest, request: Request):
         "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos,
         "skip_special_tokens": body.skip_special_tokens, "include_stop_str_in_output": body.include_stop_str_in_output,
         "structured_output": guided(body, {"response_format": response_format(body.response_format)})},
-        state.limits, served.max_model_len, prompt_tokens=longest)
+        state.limits, served.max_model_len, body.llama_names(), prompt_tokens=longest)
     gen = Generation(served.engine, prompts, params, state.metrics.of(served.name), prompt_only=scoring)
     reply = _Reply(served, gen, (texts, prompts) if body.echo else None, k, (prompts, asked), served.answer_name(body.model))
     if body.stream:

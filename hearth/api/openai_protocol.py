@@ -14,7 +14,9 @@ from typing import Any, Literal, get_args
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, field_validator,
                       model_validator)
 
+from hearth.api.errors import APIError
 from hearth.api.ignored_fields import note
+from hearth.api.llama_names import LLAMA_READS, LLAMA_WIRE_NAMES
 
 
 class _Body(BaseModel):
@@ -104,6 +106,10 @@ class SamplingScalars(_Request):
     """llama-server's per-request LoRA scales; the adapters not listed run at 0 (hearth.api.sampling.lora_scales)."""
 
 
+_OPENAI_SPELLINGS = {"max_tokens": ("max_completion_tokens", "max_tokens"), "repetition_penalty": ("repetition_penalty",)}
+"""The OpenAI/vLLM fields that say what a llama-server name does (chat's max_completion_tokens before max_tokens)."""
+
+
 class SamplingFields(SamplingScalars):
     """What both OpenAI endpoints share; the names are OpenAI's and vLLM's."""
 
@@ -131,6 +137,33 @@ class SamplingFields(SamplingScalars):
     grammar: Any = None
     prompt_logprobs: StrictInt | None = None
     """vLLM's: each prompt token's logprob and rank, and its top N alternatives (hearth.api.logprobs)."""
+    n_predict: StrictInt | None = None
+    """llama-server's max_tokens, as its /v1 routes take it (hearth.api.llama_names): -1 (any negative) no limit."""
+    repeat_penalty: StrictFloat | None = None
+    """llama-server's repetition_penalty, as its /v1 routes take it."""
+
+    @model_validator(mode="after")
+    def _llama_spellings(self):
+        """llama-server's names -> OpenAI's fields (a client written for llama-server sends n_predict, and it
+        ran ~2,000 tokens ignored); both spellings given and different is a 400 naming llama-server's, not
+        one of them silently."""
+        for field, wire in LLAMA_WIRE_NAMES.items():
+            theirs = getattr(self, wire)
+            if theirs is None:
+                continue
+            value = LLAMA_READS.get(field, lambda v: v)(theirs)
+            # a null is not given (llama-server's json_value reads it so): only a value can disagree
+            given = [f for f in _OPENAI_SPELLINGS[field] if f in self.model_fields_set and getattr(self, f) is not None]
+            ours = getattr(self, given[0]) if given else None
+            if given and ours != value:
+                raise APIError(400, f"{wire}: {theirs} disagrees with {given[0]} ({ours}): send one of them",
+                               param=wire)
+            setattr(self, field, value)  # and into model_fields_set: asked, not a default (completions' 16)
+        return self
+
+    def llama_names(self) -> dict[str, str]:
+        """SamplingParams fields this body gave by llama-server's names -> those names, for its errors."""
+        return {field: wire for field, wire in LLAMA_WIRE_NAMES.items() if getattr(self, wire) is not None}
 
     @field_validator("stream_options")
     @classmethod

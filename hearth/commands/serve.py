@@ -185,7 +185,9 @@ def _add_listen_arguments(net) -> None:
                           "K1,K2, as llama-server's; an empty one is refused, not an open server (default: $HEARTH_API_KEY "
                           "unless empty, else none)")
     net.add_argument("--cors-origins", "--allowed-origins", default="", metavar="ORIGINS",
-                     help="comma-separated origins allowed by CORS, e.g. http://localhost:3000 or '*' (default: none)")
+                     help="comma-separated origins allowed by CORS besides this machine's (http(s)://localhost, 127.0.0.1, "
+                          "0.0.0.0, [::1] on any port, and app://, file://, tauri://, vscode-webview:// pages, as "
+                          "Ollama's default), e.g. https://chat.example or '*' (default: only those)")
     net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
                      help="unload a model once idle this long (what Ollama's OLLAMA_KEEP_ALIVE sets, not read "
                           "from it: 5m, 1h30m, 300 seconds, -1 forever); its next request loads it again. A request's keep_alive sets its model's own; "

@@ -97,10 +97,12 @@ def filter_top_k_top_p_min_p(logits: torch.Tensor, top_k: torch.Tensor, top_p: t
         sorted_logits = sorted_logits.masked_fill(sorted_logits < kth, float("-inf"))
     probs = sorted_logits.softmax(-1)  # renormalized over what min-p and top-k left
     # keep the smallest prefix whose mass reaches top_p: drop a token once the mass before it
-    # (an exclusive cumsum, not cumsum - p, which cancels) reaches top_p; the first is always kept.
+    # (an exclusive cumsum, not cumsum - p, which cancels) reaches top_p; the first is always kept
+    # (top_p 0: it alone, llama.cpp's min_keep 1; the lowest id of tied maxima, as the stable sort puts it).
     # Rows at top_p = 1 drop nothing, even where a float32 cumsum reaches 1.0 before the tail.
     before = torch.cat([torch.zeros_like(probs[:, :1]), probs[:, :-1].cumsum(-1)], dim=-1)
     drop = (before >= top_p.unsqueeze(1)) & use_p.unsqueeze(1)
+    drop[:, 0] = False
     sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, order, sorted_logits)
 

@@ -56,8 +56,8 @@ def filtered(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0) -> np.ndarr
     if top_p < 1:  # smallest prefix (by probability, then id) whose renormalized mass reaches top_p
         q = np.where(keep, p, 0.0) / p[keep].sum()
         mass = 0.0
-        for t in sorted(np.flatnonzero(keep), key=lambda t: (-q[t], t)):
-            if mass >= top_p:
+        for i, t in enumerate(sorted(np.flatnonzero(keep), key=lambda t: (-q[t], t))):
+            if i and mass >= top_p:  # the first is always kept (top_p 0: it alone)
                 keep[t] = False
             mass += q[t]
     out = np.where(keep, p, 0.0)

@@ -102,3 +102,16 @@ def test_a_single_finite_logit_is_always_drawn(options):
 
 def test_logit_bias_minus_100_moves_greedy_to_the_next_token():
     assert draw(LOGITS, SamplingParams(temperature=0, logit_bias={3: -100.0}), n=100)[11] == 100
+
+
+def test_top_p_0_keeps_the_argmax_alone():
+    """top_p 0 (accepted as llama-server and Ollama take it; OpenAI documents 0..1) keeps exactly the most
+    likely token, llama.cpp's min_keep 1; it dropped every token before."""
+    x = torch.tensor(np.stack([LOGITS, np.zeros(len(LOGITS), np.float32)]))
+    x[1, 5] = x[1, 9] = 3.0  # tied maxima: the lower id is kept, as the stable sort orders them
+    out = filter_top_k_top_p_min_p(x.clone(), torch.tensor([0, 0]), torch.tensor([0.0, 0.0]), torch.zeros(2))
+    kept = [torch.isfinite(row).nonzero().flatten().tolist() for row in out]
+    assert kept == [[int(np.argmax(LOGITS))], [5]]
+    assert np.flatnonzero(filtered(LOGITS, top_p=0.0)).tolist() == [int(np.argmax(LOGITS))]
+    counts = draw(LOGITS, SamplingParams(top_p=0.0), n=200)
+    assert counts[int(np.argmax(LOGITS))] == 200

@@ -61,7 +61,7 @@ TABLE = [
     ("/v1/responses", {"input": "hi", "temperature": 2.01}, 400, "temperature"),
     ("/v1/responses", {"input": []}, 400, "input: is empty: it must hold a message"),  # it read "is required"
     ("/v1/responses", {}, 400, "input: is required"),
-    (CHAT, {"messages": USER, "top_p": 0}, 400, "top_p"),
+    (CHAT, {"messages": USER, "top_p": -0.1}, 400, "top_p"),
     (CHAT, {"messages": USER, "n": 1000}, 400, "n"),
     (CHAT, {"messages": USER, "n": 0}, 400, "n"),
     (CHAT, {"messages": USER, "logprobs": True, "top_logprobs": 50}, 400, "top_logprobs"),
@@ -588,6 +588,22 @@ def test_api_key(make_fake, headers, status):
     assert fake.client.get("/").status_code == 200
 
 
+@pytest.mark.parametrize("headers,why", [
+    ({}, "missing API key"),
+    ({"Authorization": "sekrit"}, "malformed Authorization header: it must be 'Authorization: Bearer KEY'"),
+    ({"Authorization": "Bearer"}, "malformed Authorization header"),
+    ({"Authorization": "Basic c2Vrcml0"}, "malformed Authorization header"),
+    ({"Authorization": "Bearer nope"}, "invalid API key"),
+])
+def test_api_key_refusals_say_what_was_wrong(make_fake, headers, why):
+    """`Authorization: sk-local` (no "Bearer ") was "missing API key": the header was there, malformed."""
+    fake = make_fake(api_key="sekrit")
+    r = fake.client.get("/v1/models", headers=headers)
+    assert r.status_code == 401 and r.json()["error"]["message"].startswith(why), r.text
+    assert "sekrit" not in r.text and "c2Vrcml0" not in r.text  # the header's value is not echoed
+    assert fake.client.get("/v1/models", headers={"Authorization": "sekrit", "x-api-key": "sekrit"}).status_code == 200
+
+
 def test_no_webui_is_an_api_only_server(make_fake):
     """llama-server's --no-webui: no chat page (/ answers Ollama's heartbeat text, /static/ a 404), the APIs as
     before; `hearth serve --no-webui` sets it."""
@@ -611,14 +627,32 @@ def test_cors(make_fake):
     assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "http://ok.example"
     assert "authorization" in r.headers["access-control-allow-headers"].lower()
     r = fake.client.options(CHAT, headers={"Origin": "http://evil.example", **preflight})
-    assert "access-control-allow-origin" not in r.headers
+    assert "access-control-allow-origin" not in r.headers and "--cors-origins" in r.text
+    r = fake.client.options(CHAT, headers={"Origin": "http://localhost:3000", **preflight})
+    assert r.headers["access-control-allow-origin"] == "http://localhost:3000"  # added to the local ones, as Ollama's
     r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example", "Authorization": "Bearer k"})
     assert r.headers["access-control-allow-origin"] == "http://ok.example"
 
 
-def test_no_cors_by_default(fake):
+PREFLIGHT = {"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization,content-type"}
+
+
+def test_only_local_pages_by_default(fake):
+    """Without --cors-origins, as Ollama's default origins: pages on this machine and desktop apps' schemes are
+    let in; another origin is not, and its preflight is a 403 naming --cors-origins (it was a bare 405)."""
     r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example"})
     assert "access-control-allow-origin" not in r.headers
+    for origin in ("http://localhost:3000", "http://127.0.0.1:8080", "https://localhost", "http://[::1]:5173",
+                   "app://obsidian.md", "vscode-webview://abc"):
+        r = fake.client.options(CHAT, headers={"Origin": origin, **PREFLIGHT})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == origin, (origin, r.text)
+    assert fake.client.get("/v1/models", headers={"Origin": "http://localhost:3000"}).headers[
+        "access-control-allow-origin"] == "http://localhost:3000"
+    for origin in ("http://ok.example", "http://localhost.evil.example", "http://127.0.0.1.evil.example:80",
+                   "https://evil.example/http://localhost"):
+        r = fake.client.options(CHAT, headers={"Origin": origin, **PREFLIGHT})
+        assert r.status_code == 403 and "access-control-allow-origin" not in r.headers, (origin, r.text)
+        assert f"--cors-origins {origin}" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("path,body,hint", [
