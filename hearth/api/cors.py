@@ -6,15 +6,20 @@ and a web page the user merely visits must not drive it without their consent; a
 from the machine itself (a local UI in development, Open WebUI on its default port).
 
 A preflight from an origin not let in is a 403 that names the flag (Starlette's answer is a bare "Disallowed CORS
-origin"; with no CORS at all it was a 405 that said nothing of CORS)."""
+origin"; with no CORS at all it was a 405 that said nothing of CORS). So is any other request such a page sends:
+a cross-origin POST with a text/plain body needs no preflight, and hearth reads every body as JSON
+(hearth.api.json_body), so without this check any site could make the user's server generate. A request from the
+server's own pages (its Origin names the Host it was sent to) and one with no Origin (curl, the SDKs) pass."""
 
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
 from fastapi.middleware.cors import CORSMiddleware
 from starlette.datastructures import Headers
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from hearth.api.errors import error_body
 
@@ -34,9 +39,24 @@ class Cors(CORSMiddleware):
         origin = request_headers["origin"]
         if self.is_allowed_origin(origin):
             return super().preflight_response(request_headers)
-        message = (f"CORS: origin {origin!r} may not call this server from a browser; start it with --cors-origins "
-                   f"{origin} (comma-separated, '*' for any) to let it in (pages on localhost and 127.0.0.1 are let "
-                   "in by default)")
-        body = error_body("", 403, message)
-        return Response(json.dumps(body), status_code=403, media_type="application/json",
-                        headers={"Vary": "Origin"})
+        return _refused(origin)
+
+    async def simple_response(self, scope: Scope, receive: Receive, send: Send, request_headers: Headers) -> None:
+        origin = request_headers.get("origin")
+        if origin is None or self.is_allowed_origin(origin) or _same_origin(origin, request_headers.get("host")):
+            await super().simple_response(scope, receive, send, request_headers)
+        else:
+            await _refused(origin)(scope, receive, send)
+
+
+def _same_origin(origin: str, host: str | None) -> bool:
+    """The page was served by this server (its chat page, reached at a LAN address with --host 0.0.0.0)."""
+    return host is not None and urlsplit(origin).netloc == host
+
+
+def _refused(origin: str) -> Response:
+    message = (f"CORS: origin {origin!r} may not call this server from a browser; start it with --cors-origins "
+               f"{origin} (comma-separated, '*' for any) to let it in (pages on localhost and 127.0.0.1 are let "
+               "in by default)")
+    return Response(json.dumps(error_body("", 403, message)), status_code=403, media_type="application/json",
+                    headers={"Vary": "Origin"})

@@ -641,7 +641,7 @@ def test_only_local_pages_by_default(fake):
     """Without --cors-origins, as Ollama's default origins: pages on this machine and desktop apps' schemes are
     let in; another origin is not, and its preflight is a 403 naming --cors-origins (it was a bare 405)."""
     r = fake.client.get("/v1/models", headers={"Origin": "http://ok.example"})
-    assert "access-control-allow-origin" not in r.headers
+    assert r.status_code == 403 and "access-control-allow-origin" not in r.headers
     for origin in ("http://localhost:3000", "http://127.0.0.1:8080", "https://localhost", "http://[::1]:5173",
                    "app://obsidian.md", "vscode-webview://abc"):
         r = fake.client.options(CHAT, headers={"Origin": origin, **PREFLIGHT})
@@ -653,6 +653,17 @@ def test_only_local_pages_by_default(fake):
         r = fake.client.options(CHAT, headers={"Origin": origin, **PREFLIGHT})
         assert r.status_code == 403 and "access-control-allow-origin" not in r.headers, (origin, r.text)
         assert f"--cors-origins {origin}" in r.json()["error"]["message"]
+
+
+def test_a_page_on_another_origin_cannot_make_the_server_generate(fake):
+    """A cross-origin POST with a text/plain body needs no preflight, and hearth reads any body as JSON: it ran
+    (the page could not read the answer, but any site the user visited could spend their server). Refused; the
+    server's own pages (Origin = the Host it was sent to) and clients that send no Origin still pass."""
+    body = json.dumps({"messages": USER, "max_tokens": 2})
+    r = fake.client.post(CHAT, content=body, headers={"Origin": "http://evil.example", "Content-Type": "text/plain"})
+    assert r.status_code == 403 and "--cors-origins http://evil.example" in r.text and not fake.engine.added
+    for headers in ({"Origin": "http://testserver"}, {"Origin": "http://localhost:3000"}, {}):
+        assert fake.client.post(CHAT, content=body, headers={**headers, "Content-Type": "text/plain"}).status_code == 200
 
 
 @pytest.mark.parametrize("path,body,hint", [
