@@ -13,8 +13,10 @@ from tests.gguf_factory import TinyDims
 from tests.hf_built import NAMES
 
 
-def hf_qwen3_vl(path, d: TinyDims) -> torch.nn.Module:
-    """transformers' f32 Qwen3VLForConditionalGeneration (eager attention) with the weights of the GGUF at `path`."""
+def hf_qwen3_vl(path, d: TinyDims, vision: dict | None = None, **top) -> torch.nn.Module:
+    """transformers' f32 Qwen3VLForConditionalGeneration (eager attention) with the weights of the GGUF at `path`;
+    vision: its vision config (a one-block tower by default, its weights as random as the config's init leaves
+    them); `top`: other top-level settings (image_token_id, ...)."""
     from hearth.loader.gguf_loader import GGUFFile
 
     g = GGUFFile(path)
@@ -26,9 +28,9 @@ def hf_qwen3_vl(path, d: TinyDims) -> torch.nn.Module:
                 max_position_embeddings=d.context, tie_word_embeddings=d.tied, bos_token_id=None, eos_token_id=None,
                 rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta, "mrope_interleaved": True,
                                  "mrope_section": list(d.rope_sections[:3])})
-    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=d.hidden,
+    vision = vision or dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=d.hidden,
                   num_position_embeddings=16, deepstack_visual_indexes=[0] * d.deepstack)
-    cfg = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=d.tied)
+    cfg = transformers.Qwen3VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=d.tied, **top)
     cfg._attn_implementation = "eager"
     model = transformers.Qwen3VLForConditionalGeneration(cfg).eval()
     lm = "model.language_model."

@@ -1,7 +1,7 @@
-"""`hearth serve LM.gguf --mmproj MM.gguf` with a tiny Qwen2-VL / Qwen2.5-VL (tests.test_llm_vision_qwen_e2e's
-files): an image as OpenAI's image_url, Anthropic's image block and Ollama's images answers as transformers'
-model does (greedy, exact linears), and /props, /api/show and /v1/models say the model reads images through
-that projector."""
+"""`hearth serve LM.gguf --mmproj MM.gguf` with a tiny Qwen2-VL / Qwen2.5-VL / Qwen3-VL
+(tests.test_llm_vision_qwen_e2e's files): an image as OpenAI's image_url, Anthropic's image block and Ollama's
+images answers as transformers' model does (greedy, exact linears), and /props, /api/show and /v1/models say the
+model reads images through that projector."""
 
 from __future__ import annotations
 
