@@ -21,6 +21,7 @@ from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMid
 from hearth.api.json_body import JSONBodyMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
 from hearth.api.model_pool import ModelPool
+from hearth.api.responses_background import stop_all
 from hearth.api.responses_store import ResponseStore
 from hearth.api.sampling import Limits
 from hearth.api.served import ServedModel
@@ -79,6 +80,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
         try:
             yield
         finally:
+            await stop_all(app.state.background)  # background responses still running end cancelled
             await pool.close()
 
     app = FastAPI(title="hearth", lifespan=lifespan, docs_url=None, redoc_url=None,
@@ -88,6 +90,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     app.state.limits = Limits(config.max_n, config.max_tokens)
     app.state.metrics = Metrics(pool.loaded)
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
+    app.state.background = set()  # the background responses' tasks not yet ended (hearth.api.responses_background)
     install_handlers(app)
     webui = config.webui and not config.embeddings_only  # a chat page that cannot chat is none
     app.state.webui = webui

@@ -9,56 +9,69 @@ cancel and a reconnect all find it by the response's id."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
+from hearth.engine.async_engine import EngineStepError
 from hearth.errors import HearthError
 
+log = logging.getLogger("hearth.api")
+
 ACTIVE = ("queued", "in_progress")
-_TASKS: set[asyncio.Task] = set()
-"""Runs not yet ended: the loop holds only weak references to its tasks."""
 
 
 class Run:
-    def __init__(self, reply, streamed: bool):
-        """reply: hearth.api.responses_routes' _Reply; streamed: whether its stream events are kept."""
+    def __init__(self, reply, streamed: bool, tasks: set[asyncio.Task]):
+        """reply: hearth.api.responses_routes' _Reply; streamed: whether its stream events are kept; tasks: the
+        app's runs not yet ended (the loop holds only weak references to its tasks; the app cancels them at
+        shutdown)."""
         self.reply, self.streamed = reply, streamed
         self.status = "queued"
+        self.final: dict | None = None
+        """The response once ended: a run keeps no reference to its model then (a stored record outlives it)."""
         self.events: list[str] = []
         """Each stream event's SSE text, at its sequence_number (streamed runs only)."""
         self._changed = asyncio.Event()
         reply.run = self
         self.task = asyncio.get_running_loop().create_task(self._generate())
-        _TASKS.add(self.task)
-        self.task.add_done_callback(_TASKS.discard)
+        tasks.add(self.task)
+        self.task.add_done_callback(tasks.discard)
 
     @property
     def active(self) -> bool:
         return self.status in ACTIVE
 
     def body(self) -> dict:
-        """The response object as it stands (its final one once stored)."""
-        return self.reply.response(self.status)
+        """The response object as it stands."""
+        return self.final if self.final is not None else self.reply.response(self.status)
 
     async def _generate(self) -> None:
+        reply = self.reply
         try:
             if self.streamed:
-                async for sse in self.reply.events():
+                async for sse in reply.events(first="queued"):
                     self.status = "in_progress"
                     self.events.append(sse)
                     self._wake()
             else:
                 self.status = "in_progress"
-                await self.reply.whole()
-            if self.reply.error is None:
-                self.status = self.reply.status
+                await reply.whole()
+            if reply.error is None:
+                self.status = reply.status
             else:
                 self._end("failed")
         except HearthError as e:  # whole() raises what a stream reports as an error event
-            self.reply.error = e
+            reply.error = e
             self._end("failed")
         except asyncio.CancelledError:
             self._end("cancelled")
+        except Exception as e:  # a bug: the run ends failed, never stays in_progress with its followers waiting
+            log.exception("background response %s failed", reply.id)
+            reply.error = EngineStepError(f"the answer failed: {type(e).__name__}: {e}")
+            self._end("failed")
         finally:
+            self.final = reply.ended or reply.response(self.status)
+            self.reply = None
             self._wake()
 
     def _end(self, status: str) -> None:
@@ -88,3 +101,10 @@ class Run:
             if not self.active:
                 return
             await changed.wait()
+
+
+async def stop_all(tasks: set[asyncio.Task]) -> None:
+    """At shutdown: the runs still going are cancelled (each ends as a cancelled response)."""
+    for task in list(tasks):
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -8,6 +8,7 @@ new part's, so the prefix cache serves everything but the new tokens."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from dataclasses import replace
@@ -121,7 +122,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     limit = body.max_output_tokens if body.max_output_tokens is not None else state.limits.max_tokens or None
     reply = _Reply(served, store, body, source, conversation, prompt, ids, items, logprobs, limit, images)
     if body.background:
-        run = Run(reply, streamed=bool(body.stream))
+        run = Run(reply, bool(body.stream), state.background)
         store.put(reply.id, StoredResponse(run.body(), conversation, None, [], input_items=items, run=run))
         return SSEResponse(run.follow()) if body.stream else run.body()  # a dropped stream leaves it running
     if body.stream:
@@ -142,7 +143,7 @@ async def get_response(response_id: str, request: Request, stream: str = "false"
     if record.run is None or not record.run.streamed:
         raise APIError(400, f"stream: only a response created with background=true and stream=true can be "
                        f"streamed again, and {response_id!r} was not", param="stream")
-    if not starting_after.lstrip("-").isdigit() or int(starting_after) < -1:
+    if not re.fullmatch(r"-1|[0-9]+", starting_after):
         raise APIError(400, f"starting_after: must be a sequence number (a whole number), not {starting_after!r}",
                        param="starting_after")
     return SSEResponse(record.run.follow(int(starting_after)))
@@ -221,6 +222,7 @@ class _Reply:
         self.images = images
         self.run: Run | None = None  # set by a background run
         self.error: HearthError | None = None  # what ended it early, if anything did
+        self.ended: dict | None = None  # the response once stored
         self.k, self.logprobs = top_logprobs, MessageLogprobs()
         self.served, self.store, self.body, self.gen = served, store, body, gen
         self.conversation, self.prompt, self.ids, self.items = conversation, prompt, ids, items
@@ -298,12 +300,15 @@ class _Reply:
             images = self.images.continued(self.images.vision) if self.images else None  # bytes only
             self.store.put(self.id, StoredResponse(body, messages, text, ids, input_items=self.items, images=images,
                                                    run=self.run))
+        self.ended = body
         return body
 
     def store_unfinished(self, status: str) -> None:
         """A background run that failed or was cancelled: what it had said by then, for GET and follow-ups."""
         messages = self.conversation + assistant_messages(self.builder.items)
-        self.store.put(self.id, StoredResponse(self.response(status), messages, None, [], input_items=self.items,
+        images = self.images.continued(self.images.vision) if self.images else None  # a follow-up shows them again
+        self.ended = self.response(status)
+        self.store.put(self.id, StoredResponse(self.ended, messages, None, [], input_items=self.items, images=images,
                                                run=self.run))
 
     async def whole(self) -> dict:
@@ -321,8 +326,9 @@ class _Reply:
         self.seq += 1
         return named_event(payload["type"], payload)
 
-    async def events(self):
-        yield self._event({"type": "response.created", "response": self.response("in_progress")})
+    async def events(self, first: str = "in_progress"):
+        """first: the status response.created says (a background run's: queued)."""
+        yield self._event({"type": "response.created", "response": self.response(first)})
         yield self._event({"type": "response.in_progress", "response": self.response("in_progress")})
         try:
             async for _, out in self.gen.updates():

@@ -1,6 +1,6 @@
 """Stored responses (`store`, `previous_response_id`, GET/DELETE /v1/responses/{id}, its
 input_items), bounded in number and age: the oldest goes first when the store is full, and an
-expired one is gone. Images' bytes have a budget of their own: the oldest go first.
+expired one is gone (a background response still running stays). Images' bytes have a budget of their own: the oldest go first.
 
 A record keeps what a follow-up needs to continue through the prefix cache: the conversation as
 chat messages (input and output, without `instructions`, which OpenAI does not carry over), and
@@ -56,8 +56,9 @@ class ResponseStore:
             self._items[response_id] = record
             self._items.move_to_end(response_id)
             self._expire()
-            while len(self._items) > self.max_count:
-                self._items.popitem(last=False)
+            over = len(self._items) - self.max_count
+            for rid in [rid for rid, r in self._items.items() if not _running(r)][:max(over, 0)]:
+                del self._items[rid]
             self._trim_images()
 
     def get(self, response_id: str) -> StoredResponse | None:
@@ -87,11 +88,14 @@ class ResponseStore:
 
     def _expire(self) -> None:
         oldest = self.clock() - self.max_age_s
-        while self._items:
-            first = next(iter(self._items.values()))
-            if first.created >= oldest:
-                return
-            self._items.popitem(last=False)
+        for rid in [rid for rid, r in self._items.items() if r.created < oldest and not _running(r)]:
+            del self._items[rid]
+
+
+def _running(record: StoredResponse) -> bool:
+    """A background response still generating stays, past the count and the age: it is polled, cancelled and
+    resumed by its id, and it stores its answer when it ends."""
+    return record.run is not None and record.run.active
 
 
 def items_page(items: list[dict], after: str | None, limit: int, order: str) -> dict:

@@ -91,3 +91,54 @@ def test_bad_background_requests_are_400s_naming_the_field(fake):
     r.close()
     bad = fake.client.get(f"/v1/responses/{rid}", params={"stream": "true", "starting_after": "x"})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_bug_in_the_run_ends_it_failed_not_in_progress_forever(fake, monkeypatch, stream):
+    """Only engine errors were caught: any other exception left the run in_progress, its followers waiting."""
+    import hearth.api.responses_routes as routes
+
+    def broken(self, *a, **k):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(routes._Reply, "_on_output", broken)
+    if stream:
+        events = list(fake.openai.responses.create(model="fake-model", input="script:hello", background=True,
+                                                   stream=True))  # ends: a follower never waits on a dead run
+        rid = events[0].response.id
+    else:
+        rid = fake.openai.responses.create(model="fake-model", input="script:hello", background=True).id
+    failed = _poll(fake, rid)
+    assert failed.status == "failed" and "KeyError" in failed.error.message
+    assert fake.openai.responses.cancel(rid).status == "failed"
+
+
+def test_an_ended_run_keeps_no_model_and_a_running_one_is_never_evicted(make_fake):
+    fake = make_fake(max_stored_responses=2)
+    slow = fake.openai.responses.create(model="fake-model", input="script:slow", background=True)
+    done = fake.openai.responses.create(model="fake-model", input="script:hello", background=True)
+    _poll(fake, done.id)
+    for _ in range(3):  # the store's bound passes: the oldest ended ones go, the running one stays
+        fake.openai.responses.create(model="fake-model", input="hi")
+    assert fake.openai.responses.cancel(slow.id).status == "cancelled"
+    store = fake.client.app.state.responses
+    assert store.get(slow.id).run.reply is None  # its record outlives the model it ran on
+    assert store.get(done.id) is None and len(store) <= 3
+
+
+def test_runs_still_going_at_shutdown_end_cancelled(make_fake):
+    fake = make_fake()
+    rid = fake.openai.responses.create(model="fake-model", input="script:slow", background=True).id
+    _poll(fake, rid, until=lambda r: r.status == "in_progress")
+    app = fake.client.app
+    fake.client.__exit__(None, None, None)
+    assert not app.state.background and app.state.responses.get(rid).body["status"] == "cancelled"
+
+
+@pytest.mark.parametrize("after", ["--1", "²", "-2", "1.5"])
+def test_a_bad_starting_after_is_a_400(fake, after):
+    r = fake.openai.responses.create(model="fake-model", input="script:hello", background=True, stream=True)
+    rid = next(iter(r)).response.id
+    r.close()
+    bad = fake.client.get(f"/v1/responses/{rid}", params={"stream": "true", "starting_after": after})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
