@@ -108,12 +108,20 @@ class Scheduler:
         return SchedulerOutput(seqs, finished, loads, saves, media_ahead=ahead)
 
     def _announce(self) -> list[tuple[str, object]]:
-        """The images of the requests seen for the first time (in arrival order: the runner encodes FCFS)."""
+        """The images the runner has not been asked for whose rows a request still has to compute (in arrival
+        order: the runner encodes FCFS). A waiting request's images inside its cached prefix are not asked
+        for (a hit needs no rows); should the hit shrink before admission, a later step asks."""
         out = []
         for req in (*self.running, *self.waiting):
-            if req.media and not req.media_announced:
-                req.media_announced = True
-                out += [(req.request_id, m) for m in req.media]
+            todo = [m for m in req.media if m.end > req.num_computed_tokens
+                    and m.digest not in req.media_announced and m.digest not in req.media_ready]
+            if todo and not req.num_computed_tokens and not (req.needs_prompt_logprobs or req.pools_every_row):
+                cached = self.kv.find_cached_prefix(req)
+                hit = hit_blocks(req.media, len(cached), self.kv.block_size) * self.kv.block_size
+                todo = [m for m in todo if m.end > hit]
+            for m in todo:
+                req.media_announced.add(m.digest)
+                out.append((req.request_id, m))
         return out
 
     def _admit(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
@@ -270,9 +278,9 @@ class Scheduler:
         if out.kv_saves:
             self.kv.unsaved(out.kv_saves)
         live = {r.request_id: r for r in (*self.running, *self.waiting)}
-        for rid, _ in out.media_ahead:  # the runner may not have them: announced again next step
+        for rid, m in out.media_ahead:  # the runner may not have them: announced again next step
             if rid in live:
-                live[rid].media_announced = False
+                live[rid].media_announced.discard(m.digest)
 
     def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, list[SampledToken]]]:
         """Advance every scheduled request; returns those that got new tokens (some now finished)."""
