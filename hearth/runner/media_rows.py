@@ -23,10 +23,6 @@ class MediaRows:
         run; False: every image is encoded inside the step that first reads its rows (`encode`)."""
         self.vision, self.width = vision, width
         self.worker = EncodeWorker(self._encoded_rows) if ahead else None
-        if self.worker is not None:
-            self.worker.busy = self._others_stepping
-        self.stepping: set[str] = set()
-        """The requests of the step being run (the worker leaves it a thread while others are stepped)."""
         self.waiters: dict[bytes, list[tuple[str, MediaInput]]] = {}
         """digest -> (request id, image) of the live requests waiting for its job on the worker."""
         self._ready: dict[str, list[bytes]] = {}
@@ -41,8 +37,9 @@ class MediaRows:
     def encode(self, seqs: list) -> dict[str, str]:
         """Encode the images of the step's sequences before its batch is built, each request on its own:
         request id -> why one of its images failed (those requests leave the step; the others go on).
-        This runs inside the engine step, on its thread (as vLLM's model runner and llama-server's slot
-        loop encode), so it holds up the step's other sequences for its duration: a SmolVLM-256M-sized image
+        An image not encoded ahead (ahead=False, or a caller that never submitted it) is encoded here, inside
+        the engine step (as vLLM's model runner and llama-server's slot loop encode), one on the worker is
+        waited for; either holds up the step's other sequences for its duration: a SmolVLM-256M-sized image
         (SigLIP 12 x 768, 512 px, 64 rows, F16 mmproj) took 4.5-6.9 s where a 4-sequence SmolLM2-135M decode
         step took 0.13-0.3 s (2026-12-07, 2 shared cores at load ~8: 30-64x a step; noisy)."""
         failed = {}
@@ -104,9 +101,23 @@ class MediaRows:
                 self._ready.setdefault(rid, []).append(digest)
         self._trim()
 
-    def _others_stepping(self, digest: bytes) -> bool:
-        waiting = {rid for rid, _ in list(self.waiters.get(digest, ()))}
-        return bool(set(self.stepping) - waiting)
+    def hand_over(self, new: MediaRows | None) -> None:
+        """This encoder is replaced (ModelRunner.set_vision): its worker stops; the images requests still
+        wait for, and what they were not told yet, go to `new` (its encoder encodes them)."""
+        if self.worker is None:
+            return
+        self.worker.close()
+        waiting = [w for ws in self.waiters.values() for w in ws]
+        if new is None or new.worker is None:  # read in-step from now on: ready as far as the scheduler knows
+            ready = new._ready if new is not None else {}
+            for rid, m in waiting:
+                ready.setdefault(rid, []).append(m.digest)
+            waiting = []
+        if new is not None:
+            for rid, digests in self._ready.items():
+                new._ready.setdefault(rid, []).extend(digests)
+            new._errors.update(self._errors)
+            new.submit(waiting)
 
     def rows(self, seqs: list, qsl: list[int]) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(batch rows [R] int64, their values [R, width] f32) for every media row among the step's

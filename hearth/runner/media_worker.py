@@ -4,8 +4,12 @@ first served, so a step never waits for an image (a SigLIP-400M image at 896 px 
 Only this thread calls the encoder; the step thread hands it jobs and takes back finished ones (the
 rows or the exception), so MediaRows' caches are touched by the step thread alone. The native kernels
 keep their scratch buffers thread_local (hearth/kernels/csrc) and torch runs each calling thread's
-parallel regions in its own OpenMP team, so the two threads share no mutable state. While other requests'
-rows are being stepped, an encode runs on all but one of torch's threads: the step keeps a core."""
+parallel regions in its own OpenMP team, so the two threads share no mutable state (and the rows are the
+step thread's bit for bit: checked on a SmolVLM-256M-shaped tower, 1 and 2 threads). The encode keeps all
+of torch's threads: the OS shares the cores between the two teams. Capping it (torch.set_num_threads(1)
+in this thread) also sets MKL's process-wide count and the one later threads start with, and measured
+worse on 2 cores: the other request's median inter-token gap 0.02-0.22 s vs 0.013 s uncapped, the
+image's first token later too (benchmarks/bench_encode_ahead.py, 2026-12-07, load ~9: noisy)."""
 
 from __future__ import annotations
 
@@ -25,10 +29,7 @@ class EncodeWorker:
         self._running: bytes | None = None
         self._done: list[tuple[bytes, torch.Tensor | BaseException]] = []
         self._thread: threading.Thread | None = None
-        self.busy: Callable[[bytes], bool] = lambda digest: False
-        """Whether requests other than those waiting for this digest are being stepped (read at a job's
-        start): the encode then leaves the step a thread."""
-        self.threads = torch.get_num_threads()
+        self._closed = False
 
     def submit(self, digest: bytes, item) -> None:
         with self._cv:
@@ -41,21 +42,24 @@ class EncodeWorker:
     def drop(self, digest: bytes) -> bool:
         """Remove a queued job (its requests ended); False when it is running or finished already."""
         with self._cv:
-            for job in self._queue:
-                if job[0] == digest:
-                    self._queue.remove(job)
+            for i, (d, _) in enumerate(self._queue):
+                if d == digest:
+                    del self._queue[i]
                     return True
         return False
+
+    def close(self) -> None:
+        """Drop the queued jobs; the thread ends after the one it runs (its result is never taken)."""
+        with self._cv:
+            self._queue.clear()
+            self._closed = True
+            self._cv.notify_all()
 
     def take(self) -> list[tuple[bytes, torch.Tensor | BaseException]]:
         """The jobs finished since the last take, in order."""
         with self._cv:
             done, self._done = self._done, []
         return done
-
-    def pending(self, digest: bytes) -> bool:
-        with self._cv:
-            return digest == self._running or any(d == digest for d, _ in self._queue)
 
     def wait(self, timeout: float | None = None, digest: bytes | None = None) -> None:
         """Until a job has finished (or `digest`'s job: it must be pending), or timeout seconds."""
@@ -69,18 +73,16 @@ class EncodeWorker:
     def _serve(self) -> None:
         while True:
             with self._cv:
-                self._cv.wait_for(lambda: self._queue)
+                self._cv.wait_for(lambda: self._queue or self._closed)
+                if self._closed:
+                    return
                 digest, item = self._queue.popleft()
                 self._running = digest
-            threads = max(1, self.threads - 1) if self.busy(digest) else self.threads
-            torch.set_num_threads(threads)  # this thread's OpenMP team (and MKL's): the step's stays
             try:
                 with torch.inference_mode():
                     result = self.encode(item)
             except Exception as e:  # noqa: BLE001 - the job's result: it ends its requests only
                 result = e
-            finally:
-                torch.set_num_threads(self.threads)  # threads started later inherit the full count
             with self._cv:
                 self._done.append((digest, result))
                 self._running = None

@@ -80,9 +80,12 @@ class ModelRunner:
         """The image encoder (an mmproj's VisionEncoder: encode(pixels) -> [length, hidden]), or None: text only.
         Set between steps (a loader may attach it after the LM is up); the engine reads `vision` to refuse
         images without one."""
+        old = getattr(self, "media", None)
         self.vision = vision
         width = self.cfg.hidden_size * (1 + self.cfg.deepstack_layers)  # Qwen3-VL's rows carry deepstack parts
         self.media = None if vision is None else MediaRows(vision, width, self.encode_ahead)
+        if old is not None:
+            old.hand_over(self.media)  # the images the scheduler waits for: encoded by this one
 
     encode_ahead = True
     """Images are encoded on a background thread from when the scheduler announces them (SchedulerOutput.
@@ -157,7 +160,6 @@ class ModelRunner:
             self.block_io.load(so.kv_loads)
         failed, ready = {}, {}
         if self.media is not None:
-            self.media.stepping = {s.request_id for s in so.seqs}
             if so.media_ahead:
                 self.media.submit(so.media_ahead)
             if not so.seqs and self.media.encoding and not self.media.has_news:

@@ -185,3 +185,17 @@ def test_an_image_encoded_already_or_inside_a_prefix_cache_hit_is_not_encoded_ag
     assert drain(engine, {})[hit][0] == want[0]
     assert engine.runner.vision.seeds == [3]
     assert chunks(steps, hit)[0] == (24, 2)  # the hit: past the image
+
+
+def test_a_new_encoder_takes_over_the_images_being_encoded(engine):
+    """ModelRunner.set_vision between steps: the image a request waits for is encoded by the new encoder."""
+    engine, dims, steps = engine
+    old = engine.runner.vision
+    old.held.add(4)
+    rid = engine.add_request(prompt_ids(), GREEDY, media=[image(4)])
+    drain(engine, {}, steps=2)
+    engine.runner.set_vision(Gated(dims.hidden))
+    old.gate.set()  # the old worker's job ends unread
+    outs = drain(engine, {}, steps=100)  # (an image nobody encodes would wait forever: 50 ms a step)
+    assert len(outs[rid][0]) == 6 and outs[rid][2] is None
+    assert engine.runner.vision.seeds == [4]
