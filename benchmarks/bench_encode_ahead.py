@@ -29,6 +29,10 @@ def one(llm, ahead: bool, tag: int, pixels, rows: int, with_text: bool) -> tuple
     engine, runner = llm.engine, llm.engine.runner
     runner.encode_ahead = ahead
     runner.set_vision(runner.vision)  # a fresh MediaRows in this mode, nothing encoded
+    engine.add_request([tag + 200] * 8 + [0] * rows, SamplingParams(temperature=0, max_tokens=1),
+                              media=[MediaInput(8, rows, bytes([tag, 255]) * 4, pixels)])  # the worker thread's first encode
+    while engine.has_unfinished():
+        engine.step()
     engine.scheduler.kv.pool.reset_prefix_cache()
     text = None
     if with_text:
