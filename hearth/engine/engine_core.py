@@ -178,8 +178,8 @@ class EngineCore:
     def step(self) -> list[EngineOutput]:
         self.executing = None
         grammar_drafted = self._propose() if self.spec is not None or self.forced else set()
+        self.scheduler.encode_ahead = getattr(self.runner, "encodes_ahead", False)  # set_vision may come late
         so = self.scheduler.schedule()
-        self.stalled = not (so.seqs or so.kv_loads or so.kv_saves)
         t0 = time.perf_counter()
         self.executing = [s.request_id for s in so.seqs]
         try:
@@ -189,6 +189,8 @@ class EngineCore:
             raise
         self.executing = None
         seconds = time.perf_counter() - t0
+        # nothing could run: the loop waits for a command, unless an image is being encoded for a request
+        self.stalled = not (so.seqs or so.kv_loads or so.kv_saves or result.media_encoding or result.media_ready)
         # ended before update, which then skips them: none of their blocks is cached uncomputed
         failed = [o for rid, why in result.media_errors.items() if (o := self._media_failed(rid, why))]
         changed = self.scheduler.update(so, result)

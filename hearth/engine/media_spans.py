@@ -54,6 +54,17 @@ def chunk_tokens(media: Sequence[MediaInput], start: int, n: int) -> int:
     return n
 
 
+def encoded_tokens(media: Sequence[MediaInput], ready: set[bytes], start: int, n: int) -> int:
+    """Of n tokens from position start, those before the first image among them whose rows the runner
+    has not encoded yet (0: that image starts at start; the chunk waits for its rows)."""
+    for m in media:
+        if m.offset >= start + n:
+            break
+        if m.end > start and m.digest not in ready:
+            return max(0, m.offset - start)
+    return n
+
+
 def hit_blocks(media: Sequence[MediaInput], blocks: int, block_size: int) -> int:
     """A cached prefix of `blocks` full blocks cut back to whole blocks ending outside every
     bidirectional span (rounding down to a block may land inside an earlier span: again)."""

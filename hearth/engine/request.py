@@ -31,6 +31,10 @@ class Request:
         self.media = tuple(media)
         """Image rows in the prompt (sorted, disjoint: EngineCore.check_media): the runner writes their
         embeddings over the placeholder ids' at those positions."""
+        self.media_announced: set[bytes] = set()
+        """Digests of its images handed to the runner to encode ahead (SchedulerOutput.media_ahead)."""
+        self.media_ready: set[bytes] = set()
+        """Digests of its images the runner has encoded (RunnerOutput.media_ready): only their rows may be scheduled."""
         self.params = params
         self.output_token_ids: list[int] = []
         self.num_computed_tokens = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import deque
 
 from hearth.engine.kv_cache_manager import KVCacheManager
-from hearth.engine.media_spans import chunk_tokens, hit_blocks
+from hearth.engine.media_spans import chunk_tokens, encoded_tokens, hit_blocks
 from hearth.engine.request import Request, RequestStatus
 from hearth.media.inputs import overlapping
 from hearth.media.mrope import delta_before
@@ -42,6 +42,10 @@ class Scheduler:
         """Requests admitted this step with a prefix-cache hit: their message carries the prefix."""
         self.spec_results: list[DraftOutcome] = []
         """Per sequence with drafts since last taken: how many were verified and accepted."""
+        self.encode_ahead = False
+        """The runner encodes images beside the steps (ModelRunner.encodes_ahead): each request's images are
+        announced when it is first seen, and no chunk reaches an image before the runner reports its rows
+        ready; the others' rows go on meanwhile (and the text before the image)."""
 
     def add(self, req: Request) -> None:
         self.waiting.append(req)
@@ -83,12 +87,15 @@ class Scheduler:
         budget = self.max_num_batched_tokens
         scheduled: list[tuple[Request, int]] = []  # (request, new tokens)
         self._admitted_with_hit = set()
+        ahead = self._announce() if self.encode_ahead else []
         for req in list(self.running):
             if req not in self.running:  # preempted earlier in this loop
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if req.media:  # a bidirectional span comes whole: it waits for a step with room for it
                 n = chunk_tokens(req.media, req.num_computed_tokens, n)
+                if self.encode_ahead:  # and an image's rows wait for its encoder
+                    n = encoded_tokens(req.media, req.media_ready, req.num_computed_tokens, n)
             if n <= 0 or not self._allocate_or_preempt(req, n):
                 continue
             scheduled.append((req, n))
@@ -98,7 +105,24 @@ class Scheduler:
         seqs = [self._message(r, n, k) for r, n, k in with_drafts]
         finished, self._finished_ids = self._finished_ids, []  # taken last: a failure before keeps them
         loads, saves = self.kv.take_transfers()
-        return SchedulerOutput(seqs, finished, loads, saves)
+        return SchedulerOutput(seqs, finished, loads, saves, media_ahead=ahead)
+
+    def _announce(self) -> list[tuple[str, object]]:
+        """The images the runner has not been asked for whose rows a request still has to compute (in arrival
+        order: the runner encodes FCFS). A waiting request's images inside its cached prefix are not asked
+        for (a hit needs no rows); should the hit shrink before admission, a later step asks."""
+        out = []
+        for req in (*self.running, *self.waiting):
+            todo = [m for m in req.media if m.end > req.num_computed_tokens
+                    and m.digest not in req.media_announced and m.digest not in req.media_ready]
+            if todo and not req.num_computed_tokens and not (req.needs_prompt_logprobs or req.pools_every_row):
+                cached = self.kv.find_cached_prefix(req)
+                hit = hit_blocks(req.media, len(cached), self.kv.block_size) * self.kv.block_size
+                todo = [m for m in todo if m.end > hit]
+            for m in todo:
+                req.media_announced.add(m.digest)
+                out.append((req.request_id, m))
+        return out
 
     def _admit(self, scheduled: list[tuple[Request, int]], budget: int) -> int:
         """Waiting requests in arrival order while the budget, max_num_seqs and free blocks allow;
@@ -125,6 +149,9 @@ class Scheduler:
             n = min(req.num_tokens - hit, budget)
             if req.media and (n := chunk_tokens(req.media, hit, n)) == 0:  # its span waits for a roomier step
                 break
+            if req.media and self.encode_ahead and (n := encoded_tokens(req.media, req.media_ready, hit, n)) == 0:
+                i += 1  # its image is being encoded: the others go on
+                continue
             if not self.kv.allocate_slots(req, n, cached, loads):
                 break
             if req.status is RequestStatus.WAITING:
@@ -250,11 +277,20 @@ class Scheduler:
         K/V all the same, so a later step saves them (KVCacheManager.unsaved: once)."""
         if out.kv_saves:
             self.kv.unsaved(out.kv_saves)
+        live = {r.request_id: r for r in (*self.running, *self.waiting)}
+        for rid, m in out.media_ahead:  # the runner may not have them: announced again next step
+            if rid in live:
+                live[rid].media_announced.discard(m.digest)
 
     def update(self, out: SchedulerOutput, result: RunnerOutput) -> list[tuple[Request, list[SampledToken]]]:
         """Advance every scheduled request; returns those that got new tokens (some now finished)."""
         if out.kv_saves:
             self.kv.saved(out.kv_saves, result.kv_saved)
+        if result.media_ready:
+            live = {r.request_id: r for r in (*self.running, *self.waiting)}
+            for rid, digests in result.media_ready.items():
+                if rid in live:
+                    live[rid].media_ready.update(digests)
         running = {r.request_id: r for r in self.running}
         changed = []
         for seq in out.seqs:

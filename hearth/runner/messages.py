@@ -77,6 +77,9 @@ class SchedulerOutput:
     """(block id, payload): blocks found in the disk tier, verified; written before this step runs."""
     kv_saves: list[tuple[int, bytes]] = field(default_factory=list)
     """(block id, hash): full blocks to read out, as the last step left them, before anything else."""
+    media_ahead: list[tuple[str, MediaInput]] = field(default_factory=list)
+    """(request id, image) the runner starts encoding now, beside the steps (only where it encodes ahead:
+    ModelRunner.encodes_ahead), each once per request: RunnerOutput.media_ready says when its rows are in."""
     prefault_blocks: range = range(0)
     """Sent alone while no request is left: the never-used blocks the next prompt will get, whose
     pages the runner makes resident until its next step (hearth.kvstore.prefault)."""
@@ -124,6 +127,11 @@ class RunnerOutput:
     media_errors: dict[str, str] = field(default_factory=dict)
     """request_id -> why its image could not be encoded (the vision encoder raised, or made rows of
     another shape): the step ran without it and computed none of its rows; it ends with this error."""
+    media_ready: dict[str, list[bytes]] = field(default_factory=dict)
+    """request_id -> digests of its SchedulerOutput.media_ahead images whose rows are now encoded: the
+    scheduler may schedule their positions from the next step."""
+    media_encoding: int = 0
+    """Images still being encoded beside the steps (a step with nothing to run waits for one of them)."""
     grammar_errors: dict[str, str] = field(default_factory=dict)
     """request_id -> why its grammar engine gave up this step (llguidance's parser or lexer limits, met
     mid-answer: its mask then allowed only the end, so its last token is no answer's)."""

@@ -32,6 +32,10 @@ from hearth.sample.speculative import verify
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
 
 
+IDLE_WAIT = 0.05
+"""Seconds a step with nothing to run waits for an image being encoded (then the engine takes new requests)."""
+
+
 def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
     """Let glibc reuse freed memory instead of returning it to the OS: every layer's ~1 MB
     temporaries (a cast KV context, prefill activations) would otherwise be page-faulted in anew
@@ -76,9 +80,22 @@ class ModelRunner:
         """The image encoder (an mmproj's VisionEncoder: encode(pixels) -> [length, hidden]), or None: text only.
         Set between steps (a loader may attach it after the LM is up); the engine reads `vision` to refuse
         images without one."""
+        old = getattr(self, "media", None)
         self.vision = vision
         width = self.cfg.hidden_size * (1 + self.cfg.deepstack_layers)  # Qwen3-VL's rows carry deepstack parts
-        self.media = None if vision is None else MediaRows(vision, width)
+        self.media = None if vision is None else MediaRows(vision, width, self.encode_ahead)
+        if old is not None:
+            old.hand_over(self.media)  # the images the scheduler waits for: encoded by this one
+
+    encode_ahead = True
+    """Images are encoded on a background thread from when the scheduler announces them (SchedulerOutput.
+    media_ahead), so the other sequences' steps go on meanwhile; False: inside the step that first reads
+    their rows (every sequence of that step waits for the encoder). Read by set_vision."""
+
+    @property
+    def encodes_ahead(self) -> bool:
+        """The scheduler announces images ahead and schedules none of an image's rows before it is encoded."""
+        return self.media is not None and self.media.worker is not None
 
     def _allocate_kv(self, codec, num_blocks: int, max_num_seqs: int) -> None:
         cfg, bs = self.cfg, self.block_size
@@ -143,11 +160,21 @@ class ModelRunner:
             if self.drafter is not None:  # the disk tier holds the target's K/V only
                 self.drafter.invalidate([b for b, _ in so.kv_loads])
             self.block_io.load(so.kv_loads)
-        failed = self.media.encode(so.seqs) if self.media is not None and any(s.media for s in so.seqs) else {}
+        failed, ready = {}, {}
+        if self.media is not None:
+            if so.media_ahead:
+                self.media.submit(so.media_ahead)
+            if not so.seqs and self.media.encoding and not self.media.has_news:
+                self.media.worker.wait(IDLE_WAIT)  # nothing else to run: wake when an image is in
+            failed = self.media.encode(so.seqs) if any(s.media for s in so.seqs) else {}
         if failed:  # a bad image ends its request only: the step runs the others
             so = replace(so, seqs=[s for s in so.seqs if s.request_id not in failed])
         out = self._execute(so)
-        out.media_errors = failed
+        if self.media is not None and self.media.worker is not None:
+            ready, late = self.media.report()
+            failed = {**late, **failed}
+            out.media_encoding = self.media.encoding
+        out.media_errors, out.media_ready = failed, ready
         out.kv_saved = saved
         out.grammar_errors = {s.request_id: m.error for s in so.seqs
                               if (m := self.matchers.get(s.request_id)) is not None and m.error}
