@@ -85,7 +85,7 @@ def test_hearth_run_refuses_a_reranker(llm, capsys):
 
 
 def test_a_decoder_reranker_without_a_rank_head_is_refused_at_load(tmp_path):
-    """llama.cpp builds cls.output for qwen3 alone: another decoder's pooling_type 4 names those hearth reranks
+    """llama.cpp builds cls.output for qwen3 and qwen3vl alone: another decoder's pooling_type 4 names those hearth reranks
     with (a qwen3 one: tests/test_llm_rerank_decoder.py)."""
     from hearth.errors import UnsupportedError
     from tests.gguf_factory import write_tiny_gguf
@@ -93,5 +93,5 @@ def test_a_decoder_reranker_without_a_rank_head_is_refused_at_load(tmp_path):
     path = tmp_path / "tiny-llama-rerank.gguf"
     write_tiny_gguf(path, "llama", pooling_type=4)
     with pytest.raises(UnsupportedError, match=r"a decoder reranker \(llama with pooling_type 4, rank\) is not "
-                                               r"supported; hearth reranks with qwen3 decoders"):
+                                               r"supported; hearth reranks with qwen3, qwen3vl decoders"):
         LLM(str(path), progress=False)

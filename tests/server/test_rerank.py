@@ -274,9 +274,9 @@ BAD_DECODER_RERANKERS = {  # case -> (arch, rank_rows, serve's flags, its error)
     # three labels: the first one's probability is no relevance
     "qwen3, 3 labels": ("qwen3", (5, 6, 7), [], r"cls.output.weight has 3 rows \(3 labels named: \['yes', 'no', "
                                             r"'maybe'\]\); hearth scores a decoder reranker with 2 labels"),
-    # llama.cpp builds cls.output for qwen3 alone
+    # llama.cpp builds cls.output for qwen3 and qwen3vl alone
     "llama": ("llama", (5, 6), [], r"a decoder reranker \(llama with pooling_type 4, rank\) is not supported; "
-                               r"hearth reranks with qwen3 decoders"),
+                               r"hearth reranks with qwen3, qwen3vl decoders"),
 }
 
 
