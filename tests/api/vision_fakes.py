@@ -75,6 +75,12 @@ def vision_client(vision: bool = True, template: str = TEMPLATE, max_images: int
     return TestClient(create_app(served, ServerConfig()), raise_server_exceptions=False), engine
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address):
+        """/slow's answer to a client that gave up (the fetch deadline's tests) fails with a broken pipe seconds
+        later, in whatever test runs then: socketserver printed its traceback into that test's stderr."""
+
+
 @dataclass
 class ImageServer:
     """127.0.0.1, a free port: GET /NAME answers files[NAME] (a 1-tuple: a redirect to its URL; 404 where
@@ -106,7 +112,7 @@ class ImageServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         return self

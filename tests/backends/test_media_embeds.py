@@ -378,7 +378,7 @@ class BadImages(FakeEncoder):
 @pytest.mark.parametrize("bad", [66, 67], ids=["encoder-raises", "rows-short"])
 def test_a_bad_image_ends_its_request_only(tiny, bad):
     """Its request ends with a MediaEncodeError naming why; the step's other request goes on, as it
-    would alone, and none of the bad one's blocks is cached."""
+    would alone, and none of the bad one's blocks with image rows is cached."""
     from hearth.api.errors import from_hearth_error
     from hearth.engine.engine_core import MediaEncodeError
 
@@ -416,7 +416,9 @@ def test_a_bad_image_ends_its_request_only(tiny, bad):
             outs = engine.step()
         assert_same((tokens, logprobs), want)
         attach(llm, vision)
-        assert run(llm, [image(bad)], ids=other_ids)[2] == 0  # nothing of the failed request was cached
+        # no block holding the failed image's rows was cached (the text before it may be: images encode beside the
+        # steps, and that text's K/V, prefilled meanwhile, does not depend on the image)
+        assert run(llm, [image(bad)], ids=other_ids)[2] <= IMAGE_AT
     finally:
         engine.scheduler.max_num_seqs = 1
         attach(llm, vision)

@@ -29,7 +29,7 @@ class RecordingModel(torch.nn.Module):
 
 
 class Cfg:
-    num_kv_heads, head_dim, num_layers = 1, 2, 1
+    num_kv_heads, head_dim, num_layers, hidden_size, conv_layers = 1, 2, 1, 2, ()
 
 
 def drafter(bs=4):
