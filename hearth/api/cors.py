@@ -9,10 +9,11 @@ A preflight from an origin not let in is a 403 that names the flag (Starlette's 
 origin"; with no CORS at all it was a 405 that said nothing of CORS). So is any other request such a page sends:
 a cross-origin POST with a text/plain body needs no preflight, and hearth reads every body as JSON
 (hearth.api.json_body), so without this check any site could make the user's server generate. A request from the
-server's own pages (its Origin names the Host it was sent to) and one with no Origin (curl, the SDKs) pass."""
+server's own pages (its Origin names the address it was sent to) and one with no Origin (curl, the SDKs) pass."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from urllib.parse import urlsplit
 
@@ -50,8 +51,17 @@ class Cors(CORSMiddleware):
 
 
 def _same_origin(origin: str, host: str | None) -> bool:
-    """The page was served by this server (its chat page, reached at a LAN address with --host 0.0.0.0)."""
-    return host is not None and urlsplit(origin).netloc == host
+    """The page was served by this server (its chat page, reached at a LAN address with --host 0.0.0.0). Only at an
+    address: a page of evil.example whose name an attacker re-points at 127.0.0.1 (DNS rebinding) is same-origin
+    with what it reaches by that name, so a name other than localhost must be let in with --cors-origins."""
+    if host is None or urlsplit(origin).netloc != host:
+        return False
+    name = urlsplit(origin).hostname or ""
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return name == "localhost"
+    return True
 
 
 def _refused(origin: str) -> Response:

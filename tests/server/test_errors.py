@@ -662,8 +662,12 @@ def test_a_page_on_another_origin_cannot_make_the_server_generate(fake):
     body = json.dumps({"messages": USER, "max_tokens": 2})
     r = fake.client.post(CHAT, content=body, headers={"Origin": "http://evil.example", "Content-Type": "text/plain"})
     assert r.status_code == 403 and "--cors-origins http://evil.example" in r.text and not fake.engine.added
-    for headers in ({"Origin": "http://testserver"}, {"Origin": "http://localhost:3000"}, {}):
+    for headers in ({"Origin": "http://192.168.1.5:8080", "Host": "192.168.1.5:8080"},
+                    {"Origin": "http://localhost:3000"}, {}):
         assert fake.client.post(CHAT, content=body, headers={**headers, "Content-Type": "text/plain"}).status_code == 200
+    # a name re-pointed at this machine (DNS rebinding) is same-origin with itself: refused unless let in
+    rebound = {"Origin": "http://evil.example:8080", "Host": "evil.example:8080", "Content-Type": "text/plain"}
+    assert fake.client.post(CHAT, content=body, headers=rebound).status_code == 403
 
 
 @pytest.mark.parametrize("path,body,hint", [
