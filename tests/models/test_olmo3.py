@@ -5,9 +5,7 @@ paths it runs on the CPU backend, and the engine's chunked prefill giving what o
 from __future__ import annotations
 
 import pytest
-import torch
 
-from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.backends.cpu import NativeLayerOps
 from hearth.kernels import native
@@ -15,8 +13,8 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.olmo2 import swa_pattern
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
-from tests.models.test_granite_smollm3_olmo2 import FAR, _exact, _logits, _reference
-from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, PagedDriver, prompt, rel_err
+from tests.models.test_granite_smollm3_olmo2 import FAR, _check_chunked_equals_whole, _exact, _f16_steps, _logits, _reference
+from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, prompt, rel_err
 
 YARN = {"context": 64, "yarn_original_context": 16, "yarn_betas": (4.0, 0.1), "rope_theta": 10000.0}
 # measured: without the window 1.09; YaRN on the sliding layers too 0.27; each of them with it 9e-7
@@ -96,10 +94,8 @@ def test_the_one_call_layers_near_transformers(tmp_path, monkeypatch):
     calls = []
     decode = fused_layer.FusedStack.decode
     monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
-    driver = PagedDriver(model, cfg, seed=5)
-    driver.kv = [kv.half() for kv in driver.kv]
     ids = prompt(cfg.vocab_size)
-    ours = torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+    ours = _f16_steps(model, cfg, ids)
     assert len(calls) == len(ids) - 5 and set(calls) == {cfg.num_layers}
     assert rel_err(ours, _reference(d / name, "olmo3", dims, ids)) < TOL_FAST
 
@@ -108,18 +104,4 @@ def test_llm_chunked_prefill_equals_whole(tmp_path):
     """Through LLM: a 40-token prompt (5 windows) in chunks of 16 and whole give the same greedy tokens and
     logprobs, each token within its error of transformers' best."""
     d, name, dims = tiny_dir(tmp_path, "olmo3", qtype="Q8_0", context=512)
-    ids = prompt(dims.vocab, n=40, seed=5)
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
-    runs = []
-    for chunk in (16, 512):
-        llm = LLM(str(d / name), progress=False, enable_prefix_caching=False, max_num_batched_tokens=chunk)
-        runs.append(llm.generate([{"prompt_token_ids": ids}], params)[0].outputs[0])
-        llm.close()
-    chunked, whole = runs
-    assert chunked.token_ids == whole.token_ids and len(whole.token_ids) == 12
-    for a, b, t in zip(chunked.logprobs, whole.logprobs, whole.token_ids):
-        assert abs(a[t] - b[t]) < 0.05
-    new = list(whole.token_ids)
-    ref = _reference(d / name, "olmo3", dims, ids + new[:-1])[len(ids) - 1:]
-    picked = ref.gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
-    assert bool((picked >= ref.amax(-1) - 2 * TOL_FAST * ref.abs().max()).all())
+    _check_chunked_equals_whole(d / name, "olmo3", dims, 512, TOL_FAST)
