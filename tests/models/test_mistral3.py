@@ -15,7 +15,8 @@ from hearth.layers.attn_temperature import AttnTemperature
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
-from tests.models.test_granite_smollm3_olmo2 import FAR, _check_chunked_equals_whole, _exact, _f16_steps, _logits, _reference
+from tests.models.test_granite_smollm3_olmo2 import (FAR, _check_chunked_equals_whole, _exact, _f16_steps, _logits,
+                                                    _reference)
 from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, prompt, rel_err
 
 # measured: without the temperature 0.16 from transformers, with it 4e-7; the Q8_0 native parts over an f16 cache

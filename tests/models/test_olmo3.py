@@ -13,7 +13,8 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.olmo2 import swa_pattern
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
-from tests.models.test_granite_smollm3_olmo2 import FAR, _check_chunked_equals_whole, _exact, _f16_steps, _logits, _reference
+from tests.models.test_granite_smollm3_olmo2 import (FAR, _check_chunked_equals_whole, _exact, _f16_steps, _logits,
+                                                    _reference)
 from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, prompt, rel_err
 
 YARN = {"context": 64, "yarn_original_context": 16, "yarn_betas": (4.0, 0.1), "rope_theta": 10000.0}
