@@ -17,7 +17,7 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
 from tests.hf_built import hf_model
-from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, PagedDriver, prompt, rel_err
+from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, PagedDriver, prompt, rel_err
 
 ARCHS = ("granite", "granitemoe", "smollm3", "olmo2")
 FAR = 0.02  # a model without the feature is this far from the reference at least (with it: REL_TOL)
@@ -35,6 +35,15 @@ def _logits(model, cfg, ids) -> torch.Tensor:
     return PagedDriver(model, cfg).step({"a": ids})["a"]
 
 
+def _built(tmp_path, arch: str, **dims):
+    """(exact model fit to SEQ_LEN, cfg, ids, transformers' logits) of a tiny `arch` file with `dims`."""
+    d, name, dims = tiny_dir(tmp_path, arch, **dims)
+    model, cfg = _exact(d / name)
+    model.fit_context(SEQ_LEN)
+    ids = prompt(cfg.vocab_size)
+    return model, cfg, ids, _reference(d / name, arch, dims, ids)
+
+
 def _reference(path, arch, dims, ids) -> torch.Tensor:
     with torch.no_grad():
         return hf_model(path, arch, dims)(torch.tensor([ids])).logits[0]  # [T, vocab]
@@ -46,6 +55,16 @@ def _f16_steps(model, cfg, ids) -> torch.Tensor:
     driver = PagedDriver(model, cfg, seed=5)
     driver.kv = [kv.half() for kv in driver.kv]
     return torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+
+
+def _stack_calls(monkeypatch) -> list[int]:
+    """The layers each fused-stack decode call ran, one entry per call (FusedStack.decode patched to record)."""
+    from hearth.kernels import fused_layer
+
+    calls = []
+    decode = fused_layer.FusedStack.decode
+    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
+    return calls
 
 
 def _check_chunked_equals_whole(path, arch, dims, whole_chunk: int, tol: float) -> None:
@@ -183,13 +202,9 @@ def test_the_paths_each_runs_on_the_cpu_backend(tmp_path):
 def test_the_one_call_layers_near_transformers(tmp_path, monkeypatch, arch):
     """Over an f16 cache (the one the fused layer reads; the f32 one of the other tests runs it in parts) a
     prefill and decode steps go through every layer in one C++ call (hk_stack_forward): near transformers."""
-    from hearth.kernels import fused_layer
-
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
     model, cfg = load_model(GGUFFile(d / name), select())
-    calls = []
-    decode = fused_layer.FusedStack.decode
-    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
+    calls = _stack_calls(monkeypatch)
     ids = prompt(cfg.vocab_size)
     ours = _f16_steps(model, cfg, ids)
     assert len(calls) == len(ids) - 5 and set(calls) == {cfg.num_layers}

@@ -15,20 +15,12 @@ from hearth.layers.attn_temperature import AttnTemperature
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
-from tests.models.test_granite_smollm3_olmo2 import (FAR, _check_chunked_equals_whole, _exact, _f16_steps, _logits,
-                                                    _reference)
+from tests.models.test_granite_smollm3_olmo2 import (FAR, _built, _check_chunked_equals_whole, _f16_steps, _logits,
+                                                     _reference)
 from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, prompt, rel_err
 
 # measured: without the temperature 0.16 from transformers, with it 4e-7; the Q8_0 native parts over an f16 cache
 # 0.009 .. 0.012 over 3 seeds
-
-
-def _built(tmp_path, **dims):
-    d, name, dims = tiny_dir(tmp_path, "mistral3", **dims)
-    model, cfg = _exact(d / name)
-    model.fit_context(SEQ_LEN)
-    ids = prompt(cfg.vocab_size)
-    return model, cfg, ids, _reference(d / name, "mistral3", dims, ids)
 
 
 def test_the_factors():
@@ -40,7 +32,7 @@ def test_the_factors():
 
 
 def test_the_temperature_shows_in_the_logits(tmp_path):
-    model, cfg, ids, ref = _built(tmp_path)
+    model, cfg, ids, ref = _built(tmp_path, "mistral3")
     assert (cfg.attn_temperature_scale, cfg.attn_temperature_floor) == (0.5, 8) and model.spec.attn_temperature
     assert rel_err(_logits(model, cfg, ids), ref) < REL_TOL
     for layer in model.layers:
