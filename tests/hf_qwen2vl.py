@@ -25,11 +25,6 @@ def hf_qwen_vl(path, variant: str, d: TinyDims, vision: dict | None = None, **to
     """transformers' f32 model (eager attention) with the text weights of the GGUF at `path`; vision: its vision
     config (VARIANTS' by default), the tower's weights as random as the config's init leaves them; `top`: other
     top-level settings (image_token_id, ...)."""
-    from hearth.loader.gguf_loader import GGUFFile
-
-    g = GGUFFile(path)
-    t = {n: torch.from_numpy(dequantize(np.asarray(x.data), x.qtype).astype(np.float32).reshape(x.shape))
-         for n, x in g.tensors.items()}
     config_cls, model_cls, default_vision = VARIANTS[variant]
     text = dict(vocab_size=d.vocab, hidden_size=d.hidden, intermediate_size=d.ffn, num_hidden_layers=d.layers,
                 num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, rms_norm_eps=d.rms_eps,
@@ -38,7 +33,16 @@ def hf_qwen_vl(path, variant: str, d: TinyDims, vision: dict | None = None, **to
                                  "mrope_section": list(d.rope_sections[:3])})
     cfg = config_cls(text_config=text, vision_config=vision or default_vision(d), tie_word_embeddings=d.tied, **top)
     cfg._attn_implementation = "eager"
-    model = model_cls(cfg).eval()
+    return load_text_weights(model_cls(cfg).eval(), path, d)
+
+
+def load_text_weights(model, path, d: TinyDims) -> torch.nn.Module:
+    """`model` (a Qwen VL ForConditionalGeneration) with its language model's weights from the GGUF at `path`,
+    dequantized to f32; only the vision tower's (and a tied head's) may stay as the config's init left them."""
+    from hearth.loader.gguf_loader import GGUFFile
+
+    t = {n: torch.from_numpy(dequantize(np.asarray(x.data), x.qtype).astype(np.float32).reshape(x.shape))
+         for n, x in GGUFFile(path).tensors.items()}
     lm = "model.language_model."
     state = {lm + "embed_tokens.weight": t.pop("token_embd.weight"), lm + "norm.weight": t.pop("output_norm.weight")}
     if "output.weight" in t:

@@ -90,9 +90,14 @@ def write_state(path, projector: str, vc, lm_hidden: int, sd: dict[str, np.ndarr
         w.add_vision_use_silu(True)
         w.add_vision_n_wa_pattern(vc.fullatt_block_indexes[0] + 1)
     w.add_vision_attention_layernorm_eps(1e-6)
+    finish(w, _tensors(sd), qtype, max_pixels)
+
+
+def finish(w: gguf.GGUFWriter, tensors, qtype: str, max_pixels: int | None) -> None:
+    """The optional clip.vision.image_max_pixels key, then the (name, array) `tensors` in `qtype`; writes the file."""
     if max_pixels:
         w.add_uint32("clip.vision.image_max_pixels", max_pixels)
-    for name, value in _tensors(sd):
+    for name, value in tensors:
         _add(w, name, value, qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -123,8 +128,8 @@ def _tensors(sd: dict[str, np.ndarray]):
 def _add(w: gguf.GGUFWriter, name: str, value: np.ndarray, qtype: str) -> None:
     if name == "v.patch_embd.weight":  # MmprojModel.tensor_force_quant: F16 in an F16 file, else F32
         w.add_tensor(name, value.astype(np.float16) if qtype == "F16" else value)
-    elif value.ndim == 1 or qtype == "F32" or not name.endswith(".weight"):  # .weight.1 included
-        w.add_tensor(name, value)
+    elif value.ndim == 1 or qtype == "F32" or not name.endswith(".weight") or name == "v.position_embd.weight":
+        w.add_tensor(name, value)  # V_ENC_EMBD_POS and .weight.1 always F32
     elif qtype == "F16" or value.shape[-1] % 32:
         w.add_tensor(name, value.astype(np.float16))
     else:

@@ -16,11 +16,12 @@ from __future__ import annotations
 import gguf
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType as Q
 
 import transformers
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLConfig
+
+from tests.mmproj_qwen import finish
 
 NAME = "qwen3vl_merger"
 UNIT = 32 * 32
@@ -91,14 +92,7 @@ def write_mmproj(path, model, qtype: str = "F32", max_pixels: int | None = None,
     w.add_vision_attention_layernorm_eps(model.config.text_config.rms_norm_eps)
     if deepstack_key:
         w.add_vision_is_deepstack_layers([i in vc.deepstack_visual_indexes for i in range(vc.depth)])
-    if max_pixels:
-        w.add_uint32("clip.vision.image_max_pixels", max_pixels)
-    for name, value in _tensors(model):
-        _add(w, name, value, qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w, _tensors(model), qtype, max_pixels)
 
 
 def _tensors(model):
@@ -124,13 +118,3 @@ def _tensors(model):
             _, j, hf = head.split(".", 2)
             yield f"v.deepstack.{visual.deepstack_visual_indexes[int(j)]}.{MERGER_NAMES[hf]}.{part}", value
 
-
-def _add(w: gguf.GGUFWriter, name: str, value: np.ndarray, qtype: str) -> None:
-    if name == "v.patch_embd.weight":  # MmprojModel.tensor_force_quant: F16 in an F16 file, else F32
-        w.add_tensor(name, value.astype(np.float16) if qtype == "F16" else value)
-    elif value.ndim == 1 or qtype == "F32" or not name.endswith(".weight") or name == "v.position_embd.weight":
-        w.add_tensor(name, value)  # V_ENC_EMBD_POS and .weight.1 always F32
-    elif qtype == "F16" or value.shape[-1] % 32:
-        w.add_tensor(name, value.astype(np.float16))
-    else:
-        w.add_tensor(name, gguf.quants.quantize(value, Q.Q8_0), raw_dtype=Q.Q8_0)

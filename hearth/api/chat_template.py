@@ -23,7 +23,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from hearth.api.named_templates import NAMED
+from hearth.api.named_templates import NAMED, TEXT_MACRO
 from hearth.errors import HearthError
 from hearth.media.marker import MARKER
 from hearth.tool_parsers import FORMATS, detect_format
@@ -34,13 +34,7 @@ class ChatTemplateError(HearthError):
 
 
 # Gemma's turn format; a system message is folded into the first user turn.
-GEMMA_TEMPLATE = """{{ bos_token }}
-{%- macro text(content) -%}
-{%- if content is string -%}{{ content }}
-{%- else -%}{% for part in content if part['type'] == 'text' %}{{ part['text'] }}{% endfor %}
-{%- endif -%}
-{%- endmacro -%}
-{%- set ns = namespace(prefix='', turns=messages) -%}
+GEMMA_TEMPLATE = "{{ bos_token }}\n" + TEXT_MACRO + """{%- set ns = namespace(prefix='', turns=messages) -%}
 {%- if messages and messages[0]['role'] == 'system' -%}
 {%- set ns.prefix = text(messages[0]['content']) ~ '\n\n' -%}
 {%- set ns.turns = messages[1:] -%}

@@ -6,7 +6,7 @@ hearth.api.chat_template's (they are also the fallbacks of a GGUF without a temp
 from __future__ import annotations
 
 # a message's text: a string, or the text parts of a list of parts
-_TEXT = """{%- macro text(content) -%}
+TEXT_MACRO = """{%- macro text(content) -%}
 {%- if content is string -%}{{ content }}
 {%- else -%}{% for part in content if part['type'] == 'text' %}{{ part['text'] }}{% endfor %}
 {%- endif -%}
@@ -14,7 +14,7 @@ _TEXT = """{%- macro text(content) -%}
 """
 
 # Llama 2 chat: <s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U2 [/INST]
-LLAMA2 = _TEXT + """{%- set ns = namespace(system='', turns=messages) -%}
+LLAMA2 = TEXT_MACRO + """{%- set ns = namespace(system='', turns=messages) -%}
 {%- if messages and messages[0]['role'] == 'system' -%}
 {%- set ns.system = '<<SYS>>\n' ~ text(messages[0]['content']) ~ '\n<</SYS>>\n\n' -%}
 {%- set ns.turns = messages[1:] -%}
@@ -32,7 +32,7 @@ LLAMA2 = _TEXT + """{%- set ns = namespace(system='', turns=messages) -%}
 """
 
 # Llama 3 (3.1, 3.2, 3.3 without tools): <|start_header_id|>ROLE<|end_header_id|>\n\nTEXT<|eot_id|>
-LLAMA3 = _TEXT + """{{ bos_token }}
+LLAMA3 = TEXT_MACRO + """{{ bos_token }}
 {%- for message in messages -%}
 {{ '<|start_header_id|>' ~ message['role'] ~ '<|end_header_id|>\n\n' ~ text(message['content']) | trim ~ '<|eot_id|>' }}
 {%- endfor -%}
@@ -40,7 +40,7 @@ LLAMA3 = _TEXT + """{{ bos_token }}
 """
 
 # Mistral's v7 tokenizer (Mistral Small 3, Large 2411): [SYSTEM_PROMPT] S[/SYSTEM_PROMPT][INST] U[/INST] A</s>
-MISTRAL_V7 = _TEXT + """{{ bos_token }}
+MISTRAL_V7 = TEXT_MACRO + """{{ bos_token }}
 {%- for message in messages -%}
 {%- if message['role'] == 'system' -%}{{ '[SYSTEM_PROMPT] ' ~ text(message['content']) ~ '[/SYSTEM_PROMPT]' }}
 {%- elif message['role'] == 'user' -%}{{ '[INST] ' ~ text(message['content']) ~ '[/INST]' }}
@@ -50,14 +50,14 @@ MISTRAL_V7 = _TEXT + """{{ bos_token }}
 """
 
 # Phi-3 (and 3.5): <|ROLE|>\nTEXT<|end|>\n
-PHI3 = _TEXT + """{%- for message in messages -%}
+PHI3 = TEXT_MACRO + """{%- for message in messages -%}
 {{ '<|' ~ message['role'] ~ '|>\n' ~ text(message['content']) ~ '<|end|>\n' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<|assistant|>\n' }}{%- endif -%}
 """
 
 # DeepSeek LLM chat: S\n\nUser: U\n\nAssistant: A<｜end▁of▁sentence｜>User: ...
-DEEPSEEK = _TEXT + """{{ bos_token }}
+DEEPSEEK = TEXT_MACRO + """{{ bos_token }}
 {%- for message in messages -%}
 {%- if message['role'] == 'system' -%}{{ text(message['content']) ~ '\n\n' }}
 {%- elif message['role'] == 'user' -%}{{ 'User: ' ~ text(message['content']) ~ '\n\n' }}
@@ -68,7 +68,7 @@ DEEPSEEK = _TEXT + """{{ bos_token }}
 """
 
 # DeepSeek V3 and R1: S<｜User｜>U<｜Assistant｜>A<｜end▁of▁sentence｜>
-DEEPSEEK3 = _TEXT + """{{ bos_token }}
+DEEPSEEK3 = TEXT_MACRO + """{{ bos_token }}
 {%- for message in messages -%}
 {%- if message['role'] == 'system' -%}{{ text(message['content']) }}
 {%- elif message['role'] == 'user' -%}{{ '<｜User｜>' ~ text(message['content']) }}

@@ -6,14 +6,12 @@ merge-unit order, each patch's two equal frames), the grid the LM's M-RoPE reads
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
-from PIL import Image
 
 from hearth.media.config import read_vision_config
 from hearth.media.images import prepare_image
+from tests.media.qwen_pixels import assert_same_as_hf, hf_pixels, png
 from tests.mmproj_factory import tiny_hf
 from tests.mmproj_qwen3 import MAX_PIXELS, MIN_PIXELS, NAME, PATCH, UNIT, hf_processor, write_mmproj
 
@@ -30,12 +28,6 @@ def configs(tmp_path_factory):
         write_mmproj(path, model, max_pixels=limit)
         out[limit] = read_vision_config(path)
     return out
-
-
-def png(w: int, h: int, seed: int = 0) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)).save(buf, "PNG")
-    return buf.getvalue()
 
 
 SIZES = {  # (w, h) -> (rows, cols) of merged rows with llama.cpp's limits (8 to 4096 rows)
@@ -55,11 +47,7 @@ def test_pixels_grid_and_text_equal_the_hf_processor(configs, case):
     (w, h), grid = SIZES[case]
     data = png(w, h, seed=w * h)
     got = prepare_image(data, configs[None])
-    hf = hf_processor()(images=Image.open(io.BytesIO(data)), return_tensors="np")
-    (t, gh, gw), = hf["image_grid_thw"]
-    assert (t, gh // 2, gw // 2) == (1, *grid) and got.grid == grid and got.num_embeds == grid[0] * grid[1]
-    assert got.pixels.dtype == np.float32 and got.pixels.shape == (1, *grid, 4, PATCH)
-    np.testing.assert_array_equal(got.pixels.reshape(-1, PATCH), hf["pixel_values"])
+    assert_same_as_hf(got, hf_pixels(hf_processor(), data), grid, PATCH)
     assert (got.befores, got.placeholder, got.after) == (("<|vision_start|>",), "<|image_pad|>", "<|vision_end|>")
     assert not got.bidirectional and len(got.digests) == 1
 
@@ -70,7 +58,7 @@ def test_max_pixels_from_the_file(configs, size):
     cfg = configs[SMALL_MAX]
     data = png(*size)
     got = prepare_image(data, cfg)
-    hf = hf_processor(max_pixels=SMALL_MAX)(images=Image.open(io.BytesIO(data)), return_tensors="np")
+    hf = hf_pixels(hf_processor(max_pixels=SMALL_MAX), data)
     np.testing.assert_array_equal(got.pixels.reshape(-1, PATCH), hf["pixel_values"])
     assert got.num_embeds <= 40 and got.num_embeds * 4 == len(hf["pixel_values"])
     assert (cfg.min_pixels, cfg.max_pixels, cfg.num_embeds) == (MIN_PIXELS, SMALL_MAX, 40)

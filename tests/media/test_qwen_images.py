@@ -21,6 +21,7 @@ from hearth.media.config import read_vision_config
 from hearth.media.images import prepare_image
 from hearth.media.marker import MARKER
 from hearth.media.merge_units import smart_resize
+from tests.media.qwen_pixels import assert_same_as_hf, hf_pixels, png
 from tests.mmproj_factory import tiny_hf, write_settings_only
 from tests.mmproj_qwen import MAX_PIXELS, MIN_PIXELS, QWEN, UNIT, hf_processor, write_mmproj
 
@@ -41,12 +42,6 @@ def configs(tmp_path_factory):
     return out
 
 
-def png(w: int, h: int, seed: int = 0) -> bytes:
-    buf = io.BytesIO()
-    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8)).save(buf, "PNG")
-    return buf.getvalue()
-
-
 SIZES = {  # (w, h) -> (rows, cols) of merged rows with llama.cpp's limits (8 to 4096 rows)
     "wide-odd": ((71, 45), (3, 4)),  # 45 x 71 -> 56 x 84 is 6 rows: up to 8 by min_pixels
     "tall": ((30, 97), (6, 2)),
@@ -65,11 +60,7 @@ def test_pixels_and_grid_equal_the_hf_processor(configs, name, case):
     (w, h), grid = SIZES[case]
     data = png(w, h, seed=w * h)
     got = prepare_image(data, configs[name, None])
-    hf = hf_processor()(images=Image.open(io.BytesIO(data)), return_tensors="np")
-    (t, gh, gw), = hf["image_grid_thw"]
-    assert (t, gh // 2, gw // 2) == (1, *grid) and got.grid == grid and got.num_embeds == grid[0] * grid[1]
-    assert got.pixels.dtype == np.float32 and got.pixels.shape == (1, *grid, 4, 3 * 2 * 14 * 14)
-    np.testing.assert_array_equal(got.pixels.reshape(-1, 3 * 2 * 14 * 14), hf["pixel_values"])
+    assert_same_as_hf(got, hf_pixels(hf_processor(), data), grid, 3 * 2 * 14 * 14)
     assert len(got.befores) == len(got.digests) == 1
 
 
@@ -79,7 +70,7 @@ def test_max_pixels_from_the_file(configs, size):
     cfg = configs["qwen2.5vl_merger", SMALL_MAX]
     data = png(*size)
     got = prepare_image(data, cfg)
-    hf = hf_processor(max_pixels=SMALL_MAX)(images=Image.open(io.BytesIO(data)), return_tensors="np")
+    hf = hf_pixels(hf_processor(max_pixels=SMALL_MAX), data)
     np.testing.assert_array_equal(got.pixels.reshape(-1, 3 * 2 * 14 * 14), hf["pixel_values"])
     assert got.num_embeds <= 40 and got.num_embeds * 4 == len(hf["pixel_values"])
     assert (cfg.min_pixels, cfg.max_pixels, cfg.num_embeds) == (MIN_PIXELS, SMALL_MAX, 40)

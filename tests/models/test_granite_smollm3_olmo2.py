@@ -17,7 +17,7 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
 from tests.hf_built import hf_model
-from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, PagedDriver, prompt, rel_err
+from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, PagedDriver, prompt, rel_err
 
 ARCHS = ("granite", "granitemoe", "smollm3", "olmo2")
 FAR = 0.02  # a model without the feature is this far from the reference at least (with it: REL_TOL)
@@ -35,9 +35,56 @@ def _logits(model, cfg, ids) -> torch.Tensor:
     return PagedDriver(model, cfg).step({"a": ids})["a"]
 
 
+def _built(tmp_path, arch: str, **dims):
+    """(exact model fit to SEQ_LEN, cfg, ids, transformers' logits) of a tiny `arch` file with `dims`."""
+    d, name, dims = tiny_dir(tmp_path, arch, **dims)
+    model, cfg = _exact(d / name)
+    model.fit_context(SEQ_LEN)
+    ids = prompt(cfg.vocab_size)
+    return model, cfg, ids, _reference(d / name, arch, dims, ids)
+
+
 def _reference(path, arch, dims, ids) -> torch.Tensor:
     with torch.no_grad():
         return hf_model(path, arch, dims)(torch.tensor([ids])).logits[0]  # [T, vocab]
+
+
+def _f16_steps(model, cfg, ids) -> torch.Tensor:
+    """[T, vocab]: ids[:6] as one prefill, then a decode step per token, over an f16 cache (the one the fused
+    layer reads; the f32 one of the other tests runs it in parts)."""
+    driver = PagedDriver(model, cfg, seed=5)
+    driver.kv = [kv.half() for kv in driver.kv]
+    return torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+
+
+def _stack_calls(monkeypatch) -> list[int]:
+    """The layers each fused-stack decode call ran, one entry per call (FusedStack.decode patched to record)."""
+    from hearth.kernels import fused_layer
+
+    calls = []
+    decode = fused_layer.FusedStack.decode
+    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
+    return calls
+
+
+def _check_chunked_equals_whole(path, arch, dims, whole_chunk: int, tol: float) -> None:
+    """Through LLM: a 40-token prompt in chunks of 16 and in one chunk of `whole_chunk` give the same greedy tokens
+    and logprobs, each token within 2 * tol (of the logits' range) of transformers' best."""
+    ids = prompt(dims.vocab, n=40, seed=5)
+    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
+    runs = []
+    for chunk in (16, whole_chunk):
+        llm = LLM(str(path), progress=False, enable_prefix_caching=False, max_num_batched_tokens=chunk)
+        runs.append(llm.generate([{"prompt_token_ids": ids}], params)[0].outputs[0])
+        llm.close()
+    chunked, whole = runs
+    assert chunked.token_ids == whole.token_ids and len(whole.token_ids) == 12
+    for a, b, t in zip(chunked.logprobs, whole.logprobs, whole.token_ids):
+        assert abs(a[t] - b[t]) < 0.05
+    new = list(whole.token_ids)
+    ref = _reference(path, arch, dims, ids + new[:-1])[len(ids) - 1:]
+    picked = ref.gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
+    assert bool((picked >= ref.amax(-1) - 2 * tol * ref.abs().max()).all())
 
 
 @pytest.fixture(scope="module")
@@ -155,17 +202,11 @@ def test_the_paths_each_runs_on_the_cpu_backend(tmp_path):
 def test_the_one_call_layers_near_transformers(tmp_path, monkeypatch, arch):
     """Over an f16 cache (the one the fused layer reads; the f32 one of the other tests runs it in parts) a
     prefill and decode steps go through every layer in one C++ call (hk_stack_forward): near transformers."""
-    from hearth.kernels import fused_layer
-
     d, name, dims = tiny_dir(tmp_path, arch, qtype="Q8_0")
     model, cfg = load_model(GGUFFile(d / name), select())
-    calls = []
-    decode = fused_layer.FusedStack.decode
-    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
-    driver = PagedDriver(model, cfg, seed=5)
-    driver.kv = [kv.half() for kv in driver.kv]
+    calls = _stack_calls(monkeypatch)
     ids = prompt(cfg.vocab_size)
-    ours = torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+    ours = _f16_steps(model, cfg, ids)
     assert len(calls) == len(ids) - 5 and set(calls) == {cfg.num_layers}
     assert rel_err(ours, _reference(d / name, arch, dims, ids)) < REL_TOL_FAST
 

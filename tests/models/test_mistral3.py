@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.backends.cpu import NativeLayerOps
 from hearth.kernels import native
@@ -16,19 +15,12 @@ from hearth.layers.attn_temperature import AttnTemperature
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
-from tests.models.test_granite_smollm3_olmo2 import FAR, _exact, _logits, _reference
-from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, PagedDriver, prompt, rel_err
+from tests.models.test_granite_smollm3_olmo2 import (FAR, _built, _check_chunked_equals_whole, _f16_steps, _logits,
+                                                     _reference)
+from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, prompt, rel_err
 
 # measured: without the temperature 0.16 from transformers, with it 4e-7; the Q8_0 native parts over an f16 cache
 # 0.009 .. 0.012 over 3 seeds
-
-
-def _built(tmp_path, **dims):
-    d, name, dims = tiny_dir(tmp_path, "mistral3", **dims)
-    model, cfg = _exact(d / name)
-    model.fit_context(SEQ_LEN)
-    ids = prompt(cfg.vocab_size)
-    return model, cfg, ids, _reference(d / name, "mistral3", dims, ids)
 
 
 def test_the_factors():
@@ -40,7 +32,7 @@ def test_the_factors():
 
 
 def test_the_temperature_shows_in_the_logits(tmp_path):
-    model, cfg, ids, ref = _built(tmp_path)
+    model, cfg, ids, ref = _built(tmp_path, "mistral3")
     assert (cfg.attn_temperature_scale, cfg.attn_temperature_floor) == (0.5, 8) and model.spec.attn_temperature
     assert rel_err(_logits(model, cfg, ids), ref) < REL_TOL
     for layer in model.layers:
@@ -72,10 +64,8 @@ def test_the_one_call_stack_within_the_original_context_then_the_parts(tmp_path,
     lens = []
     decode = fused_layer.FusedStack.decode
     monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: lens.append(max(a[4].seq_lens)) or decode(*a))
-    driver = PagedDriver(model, cfg, seed=5)
-    driver.kv = [kv.half() for kv in driver.kv]
     ids = prompt(cfg.vocab_size)
-    ours = torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+    ours = _f16_steps(model, cfg, ids)
     assert lens[-2:] == [7, 8] and max(lens) == 8  # the steps past 8 positions: the parts
     assert rel_err(ours, _reference(d / name, "mistral3", dims, ids)) < REL_TOL_FAST
 
@@ -84,18 +74,4 @@ def test_llm_chunked_prefill_equals_whole(tmp_path):
     """Through LLM: a 40-token prompt (five original contexts of 8) in chunks of 16 and whole give the same greedy
     tokens and logprobs, each token within its error of transformers' best."""
     d, name, dims = tiny_dir(tmp_path, "mistral3", qtype="Q8_0")
-    ids = prompt(dims.vocab, n=40, seed=5)
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
-    runs = []
-    for chunk in (16, 64):
-        llm = LLM(str(d / name), progress=False, enable_prefix_caching=False, max_num_batched_tokens=chunk)
-        runs.append(llm.generate([{"prompt_token_ids": ids}], params)[0].outputs[0])
-        llm.close()
-    chunked, whole = runs
-    assert chunked.token_ids == whole.token_ids and len(whole.token_ids) == 12
-    for a, b, t in zip(chunked.logprobs, whole.logprobs, whole.token_ids):
-        assert abs(a[t] - b[t]) < 0.05
-    new = list(whole.token_ids)
-    ref = _reference(d / name, "mistral3", dims, ids + new[:-1])[len(ids) - 1:]
-    picked = ref.gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
-    assert bool((picked >= ref.amax(-1) - 2 * REL_TOL_FAST * ref.abs().max()).all())
+    _check_chunked_equals_whole(d / name, "mistral3", dims, 64, REL_TOL_FAST)

@@ -5,9 +5,7 @@ paths it runs on the CPU backend, and the engine's chunked prefill giving what o
 from __future__ import annotations
 
 import pytest
-import torch
 
-from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.backends.cpu import NativeLayerOps
 from hearth.kernels import native
@@ -15,21 +13,14 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.olmo2 import swa_pattern
 from hearth.models.registry import load_model
 from tests.gguf_factory import tiny_dir
-from tests.models.test_granite_smollm3_olmo2 import FAR, _exact, _logits, _reference
-from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, PagedDriver, prompt, rel_err
+from tests.models.test_granite_smollm3_olmo2 import (FAR, _built, _check_chunked_equals_whole, _f16_steps, _logits,
+                                                     _reference, _stack_calls)
+from tests.models.test_logits_vs_transformers import REL_TOL, REL_TOL_FAST, SEQ_LEN, prompt, rel_err
 
 YARN = {"context": 64, "yarn_original_context": 16, "yarn_betas": (4.0, 0.1), "rope_theta": 10000.0}
 # measured: without the window 1.09; YaRN on the sliding layers too 0.27; each of them with it 9e-7
 TOL_FAST = 2 * REL_TOL_FAST  # Q8_0 over an f16 cache: 0.019 .. 0.029 over 3 seeds (the exact linears: 6e-4): the
 # bf16 rounding of the un-normed residual stream its linears read (olmo2's 3 layers: 0.014)
-
-
-def _built(tmp_path, **dims):
-    d, name, dims = tiny_dir(tmp_path, "olmo3", **dims)
-    model, cfg = _exact(d / name)
-    model.fit_context(SEQ_LEN)
-    ids = prompt(cfg.vocab_size)
-    return model, cfg, ids, _reference(d / name, "olmo3", dims, ids)
 
 
 def test_the_pattern_llama_cpp_reads():
@@ -56,7 +47,7 @@ def test_the_planner_counts_the_models_sliding_layers(tmp_path, arch):
 
 def test_the_sliding_window_shows_in_the_logits(tmp_path):
     """The 24-token prompt runs past the window of 8: with every layer full, another model."""
-    model, cfg, ids, ref = _built(tmp_path)
+    model, cfg, ids, ref = _built(tmp_path, "olmo3")
     assert cfg.sliding_window_pattern == (True, True, True, False)
     assert [layer.attn.window for layer in model.layers] == [8, 8, 8, 0]
     assert rel_err(_logits(model, cfg, ids), ref) < REL_TOL
@@ -68,7 +59,7 @@ def test_the_sliding_window_shows_in_the_logits(tmp_path):
 def test_yarn_on_the_full_layers_only(tmp_path):
     """A YaRN file (OLMo 3's long-context ones): the full layers scaled, the sliding ones plain (llama.cpp's olmo2
     graph, transformers' per-layer-type rope); YaRN on the sliding layers too is another model."""
-    model, cfg, ids, ref = _built(tmp_path, **YARN)
+    model, cfg, ids, ref = _built(tmp_path, "olmo3", **YARN)
     assert cfg.rope_yarn is not None
     assert rel_err(_logits(model, cfg, ids), ref) < REL_TOL
     full = model.layers[3].attn.rope
@@ -88,18 +79,12 @@ def test_the_fused_layer_runs_it(tmp_path):
 @pytest.mark.skipif(not native.has("layer"), reason="no fused C++ layer at this tier")
 def test_the_one_call_layers_near_transformers(tmp_path, monkeypatch):
     """Over an f16 cache, a prefill and decode steps past the window, every layer in one C++ call."""
-    from hearth.kernels import fused_layer
-
     d, name, dims = tiny_dir(tmp_path, "olmo3", qtype="Q8_0", **YARN)
     model, cfg = load_model(GGUFFile(d / name), select())
     model.fit_context(SEQ_LEN)
-    calls = []
-    decode = fused_layer.FusedStack.decode
-    monkeypatch.setattr(fused_layer.FusedStack, "decode", lambda *a: calls.append(decode(*a)) or calls[-1])
-    driver = PagedDriver(model, cfg, seed=5)
-    driver.kv = [kv.half() for kv in driver.kv]
+    calls = _stack_calls(monkeypatch)
     ids = prompt(cfg.vocab_size)
-    ours = torch.cat([driver.step({"a": ids[:6]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[6:]])
+    ours = _f16_steps(model, cfg, ids)
     assert len(calls) == len(ids) - 5 and set(calls) == {cfg.num_layers}
     assert rel_err(ours, _reference(d / name, "olmo3", dims, ids)) < TOL_FAST
 
@@ -108,18 +93,4 @@ def test_llm_chunked_prefill_equals_whole(tmp_path):
     """Through LLM: a 40-token prompt (5 windows) in chunks of 16 and whole give the same greedy tokens and
     logprobs, each token within its error of transformers' best."""
     d, name, dims = tiny_dir(tmp_path, "olmo3", qtype="Q8_0", context=512)
-    ids = prompt(dims.vocab, n=40, seed=5)
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
-    runs = []
-    for chunk in (16, 512):
-        llm = LLM(str(d / name), progress=False, enable_prefix_caching=False, max_num_batched_tokens=chunk)
-        runs.append(llm.generate([{"prompt_token_ids": ids}], params)[0].outputs[0])
-        llm.close()
-    chunked, whole = runs
-    assert chunked.token_ids == whole.token_ids and len(whole.token_ids) == 12
-    for a, b, t in zip(chunked.logprobs, whole.logprobs, whole.token_ids):
-        assert abs(a[t] - b[t]) < 0.05
-    new = list(whole.token_ids)
-    ref = _reference(d / name, "olmo3", dims, ids + new[:-1])[len(ids) - 1:]
-    picked = ref.gather(1, torch.tensor(new).unsqueeze(1)).squeeze(1)
-    assert bool((picked >= ref.amax(-1) - 2 * TOL_FAST * ref.abs().max()).all())
+    _check_chunked_equals_whole(d / name, "olmo3", dims, 512, TOL_FAST)

@@ -5,8 +5,6 @@ on the native paths too (t = h = w is ordinary rope)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import pytest
 import torch
 
@@ -14,23 +12,15 @@ from hearth import LLM, SamplingParams
 from hearth.layers.linear import use_linear_policy
 from hearth.media.inputs import MediaInput
 
-from tests.backends.test_media_embeds import FakeEncoder, assert_same, attach, rel_err, runner_logits
+from tests.backends.test_media_embeds import FakeEncoder, assert_same, rel_err, runner_logits
 from tests.gguf_factory import write_tiny_gguf
 from tests.hf_qwen2vl import VARIANTS, hf_logits, hf_qwen_vl, rope_index
+from tests.models.qwen_vl_runs import (MEDIA, PROMPT, check_chunked_prefill_and_decode, check_image_and_text_batched,
+                                       check_preempted_recompute, check_speculation_lossless,
+                                       check_text_alone_bit_for_bit, generate, llm_with, prompt_ids, run)
 
-PROMPT = [5 + (7 * i) % 300 for i in range(30)]
-PLACEHOLDER = 3
-MEDIA = [MediaInput(3, 6, b"a", (1, 6), grid=(2, 3)),  # rows 3..8, then text from position 3 + 3
-         MediaInput(12, 8, b"b", (2, 8), grid=(4, 2))]  # rows 12..19: cut by 4-token blocks
 REL_TOL = 1e-3  # exact linears, hearth's K/V in f16 (measured ~1e-4)
 REL_TOL_FAST = 1e-2  # the fast paths round activations to bf16: measured 5e-3 (image rows at t alone: 4e-2)
-
-
-def prompt_ids(ids=PROMPT, media=MEDIA) -> list[int]:
-    ids = list(ids)
-    for m in media:
-        ids[m.offset:m.end] = [PLACEHOLDER] * m.length
-    return ids
 
 
 def embeds(hf, dims, ids: list[int], media) -> torch.Tensor:
@@ -47,9 +37,7 @@ def reference(hf, dims, ids, media=MEDIA) -> torch.Tensor:
 
 
 def llm_of(path, dims, **kw) -> LLM:
-    llm = LLM(str(path), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=128, **kw)
-    attach(llm, FakeEncoder(dims.hidden))
-    return llm
+    return llm_with(path, FakeEncoder(dims.hidden), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -69,29 +57,6 @@ def fast(tmp_path_factory):
     path = tmp_path_factory.mktemp("qwen2vl-q8") / "tiny.gguf"
     dims = write_tiny_gguf(path, "qwen2vl", qtype="Q8_0")
     return llm_of(path, dims), hf_qwen_vl(path, "qwen2-vl", dims), dims, path
-
-
-def generate(llm: LLM, media=MEDIA, budget: int = 128, ids=None, **kw):
-    """(greedy tokens, their logprobs, cached prompt tokens) through the engine, nothing cached before."""
-    llm.engine.scheduler.kv.pool.reset_prefix_cache()
-    return run(llm, media, budget, ids, **kw)
-
-
-def run(llm: LLM, media=MEDIA, budget: int = 128, ids=None, **kw):
-    engine = llm.engine
-    engine.scheduler.max_num_batched_tokens = budget
-    try:
-        params = SamplingParams(**{"temperature": 0, "max_tokens": 6, "ignore_eos": True, "logprobs": 3, **kw})
-        engine.add_request(ids or prompt_ids(), params, media=media)
-        tokens, logprobs, cached = [], [], None
-        while engine.has_unfinished():
-            for o in engine.step():
-                tokens += o.new_token_ids
-                logprobs += o.new_logprobs
-                cached = o.num_cached_tokens
-        return tokens, logprobs, cached
-    finally:
-        engine.scheduler.max_num_batched_tokens = 128
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -117,14 +82,7 @@ def test_chunked_prefill_and_decode_follow_transformers(exact):
     """Every budget cuts the images elsewhere; each generated token's logprobs are transformers' over the prompt
     and the tokens before it (the decode's positions: index + the images' delta)."""
     llm, hfs, dims = exact
-    whole = generate(llm)
-    ids = prompt_ids() + whole[0][:-1]
-    ref = torch.log_softmax(reference(hfs["qwen2-vl"], dims, ids)[len(PROMPT) - 1:], -1)
-    for row, lp in zip(ref, whole[1]):
-        # logprobs down to -40 here: f16 K/V puts them ~5e-3 off (a decode at its index, not index + delta: 0.1+)
-        assert int(row.argmax()) in lp and all(abs(v - row[t].item()) < 2e-2 for t, v in lp.items())
-    for budget in (3, 5, 8, 11):  # logprobs to -42: f32 sums in other orders ~4e-4 apart (a cut image's rows
-        assert_same(generate(llm, budget=budget), whole, tol=2e-3)  # at the wrong positions: 0.1+)
+    check_chunked_prefill_and_decode(llm, lambda ids: reference(hfs["qwen2-vl"], dims, ids))
 
 
 def test_a_prefix_cache_hit_is_the_miss_and_keys_the_grid(exact):
@@ -151,42 +109,14 @@ def test_n_sequences_of_one_prompt_each_decode_as_one(exact):
 def test_a_step_with_image_rows_beside_text_only_sequences_computes_each_as_alone(exact):
     """Batched: one request's image rows make the step's positions [3, T]; the other's text rows take three equal
     ones (and its decode the 1-D path at its own positions): each ends as it would alone."""
-    llm, _, _ = exact
-    text = PROMPT[::-1]
-    want = [generate(llm), generate(llm, [], ids=text)]
-    engine = llm.engine
-    engine.scheduler.kv.pool.reset_prefix_cache()
-    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)
-    rids = [engine.add_request(prompt_ids(), params, media=MEDIA), engine.add_request(text, params)]
-    got = {rid: ([], []) for rid in rids}
-    while engine.has_unfinished():
-        for o in engine.step():
-            got[o.request_id][0].extend(o.new_token_ids)
-            got[o.request_id][1].extend(o.new_logprobs)
-    for rid, w in zip(rids, want):
-        assert_same(got[rid], w[:2], tol=2e-3)
+    check_image_and_text_batched(exact[0], text_first=False)
 
 
 def test_preempted_requests_recompute_their_images_as_they_were(exact):
     """Three requests with their own images in a cache too small for all: the preempted ones recompute their
     prompts (their positions from the indices again) and end as each alone."""
     llm, _, dims = exact
-    media = [[MediaInput(3, 6, bytes([i]), (10 + i, 6), grid=(2, 3)),
-              MediaInput(12, 8, bytes([9, i]), (20 + i, 8), grid=(4, 2))] for i in range(3)]
-    want = [generate(llm, m, max_tokens=12) for m in media]
-    with use_linear_policy(exact=True):
-        small = llm_of(llm.config.model, dims, num_kv_blocks=20, max_num_seqs=3)  # 80 tokens for 3 x 42
-    engine = small.engine
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3)
-    rids = [engine.add_request(prompt_ids(), params, media=m) for m in media]
-    got = {rid: ([], []) for rid in rids}
-    while engine.has_unfinished():
-        for o in engine.step():
-            got[o.request_id][0].extend(o.new_token_ids)
-            got[o.request_id][1].extend(o.new_logprobs)
-    assert engine.scheduler.num_preemptions > 0
-    for rid, w in zip(rids, want):
-        assert_same(got[rid], w, tol=2e-3)
+    check_preempted_recompute(llm, lambda p, **kw: llm_of(p, dims, **kw))
 
 
 @pytest.mark.parametrize("length", [30, 80], ids=["decode-sized", "prefill-sized"])
@@ -214,35 +144,15 @@ def test_speculation_over_a_prompt_with_images_is_lossless(fast, spec):
     """Verify rows, a tree's nodes at their depths (and a draft model's catch-up, at its own positions) after
     images: greedy output unchanged."""
     llm, _, dims, path = fast
-    config = ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1} if spec == "ngram" else
-              {"method": "draft", "model": str(path), "num_speculative_tokens": 3})
-    config["cost_aware"] = False  # drafts every step, whatever they would pay on this machine
-    if spec == "draft-tree":
-        config["tree_budget"] = 8
-    spec_llm = llm_of(path, dims, speculative_config=config)
-    if spec_llm.speculation_off:  # the torch tier (HEARTH_NATIVE=0): verify rows are not decode rows
-        pytest.skip(spec_llm.speculation_off)
-    ids = prompt_ids() * 2  # text that repeats: the n-gram proposer finds drafts
-    want = generate(llm, ids=ids, max_tokens=24)
-    got = generate(spec_llm, ids=ids, max_tokens=24)
-    assert got[0] == want[0]
-    assert spec_llm.engine.spec.stats.num_draft_tokens > 0
+    check_speculation_lossless(llm, lambda p, **kw: llm_of(p, dims, **kw), path, spec)
 
 
 def test_text_alone_is_qwen2_bit_for_bit(fast, tmp_path):
     """The same weights as a qwen2 file: equal logits on the fused decode stack and the fused prefill, and equal
     greedy tokens and logprobs with n-gram speculation."""
     llm, _, dims, _ = fast
-    fields = {k: v for k, v in asdict(dims).items() if k != "rope_sections"}
-    write_tiny_gguf(tmp_path / "qwen2.gguf", "qwen2", qtype="Q8_0", **fields)
-    qwen2 = llm_of(tmp_path / "qwen2.gguf", dims)
-    for length in (30, 80):
-        ids = (PROMPT * 3)[:length]
-        assert torch.equal(runner_logits(llm, ids, []), runner_logits(qwen2, ids, []))
-    config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "cost_aware": False}
-    outs = [generate(llm_of(p, dims, speculative_config=config), [], ids=PROMPT * 2, max_tokens=16)
-            for p in (llm.config.model, tmp_path / "qwen2.gguf")]
-    assert outs[0] == outs[1]
+    check_text_alone_bit_for_bit(llm, lambda p, **kw: llm_of(p, dims, **kw), dims, "qwen2", ("rope_sections",),
+                                 tmp_path)
 
 
 @pytest.mark.parametrize("sections,why", [

@@ -8,20 +8,19 @@ from __future__ import annotations
 
 import re
 
-from dataclasses import asdict
-
 import pytest
 import torch
 
 from hearth import LLM, SamplingParams
 from hearth.layers.linear import use_linear_policy
-from hearth.media.inputs import MediaInput
 
 from tests.backends.test_media_embeds import FakeEncoder, assert_same, attach, rel_err, runner_logits
 from tests.gguf_factory import write_tiny_gguf
 from tests.hf_qwen2vl import rope_index
 from tests.hf_qwen3vl import hf_logits, hf_qwen3_vl
-from tests.models.test_qwen2vl import MEDIA, PROMPT, generate, prompt_ids, run
+from tests.models.qwen_vl_runs import (MEDIA, PROMPT, check_chunked_prefill_and_decode, check_image_and_text_batched,
+                                       check_preempted_recompute, check_speculation_lossless,
+                                       check_text_alone_bit_for_bit, generate, llm_with, prompt_ids, run)
 
 REL_TOL = 1e-3  # exact linears, hearth's K/V in f16 (as qwen2vl's)
 REL_TOL_FAST = 1e-2  # the fast paths round activations to bf16
@@ -49,9 +48,7 @@ def reference(hf, dims, ids, media=MEDIA, parts: int | None = None, positions=No
 
 
 def llm_of(path, dims, **kw) -> LLM:
-    llm = LLM(str(path), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=128, **kw)
-    attach(llm, wide(dims))
-    return llm
+    return llm_with(path, wide(dims), **kw)
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +86,7 @@ def test_chunked_prefill_and_decode_follow_transformers(exact):
     """Every budget cuts the images (their deepstack parts with them) elsewhere; each generated token's logprobs are
     transformers' over the prompt and the tokens before it."""
     llm, hf, dims = exact
-    whole = generate(llm)
-    ids = prompt_ids() + whole[0][:-1]
-    ref = torch.log_softmax(reference(hf, dims, ids)[len(PROMPT) - 1:], -1)
-    for row, lp in zip(ref, whole[1]):
-        assert int(row.argmax()) in lp and all(abs(v - row[t].item()) < 2e-2 for t, v in lp.items())
-    for budget in (3, 5, 8, 11):
-        assert_same(generate(llm, budget=budget), whole, tol=2e-3)
+    check_chunked_prefill_and_decode(llm, lambda ids: reference(hf, dims, ids))
 
 
 def test_a_prefix_cache_hit_is_the_miss(exact):
@@ -108,42 +99,14 @@ def test_a_prefix_cache_hit_is_the_miss(exact):
 
 def test_a_step_with_image_rows_beside_a_text_only_sequence_computes_each_as_alone(exact):
     """The image rows' deepstack parts land at their batch rows only: the other sequence's text is untouched."""
-    llm, _, _ = exact
-    text = PROMPT[::-1]
-    want = [generate(llm), generate(llm, [], ids=text)]
-    engine = llm.engine
-    engine.scheduler.kv.pool.reset_prefix_cache()
-    params = SamplingParams(temperature=0, max_tokens=6, ignore_eos=True, logprobs=3)
-    rids = [engine.add_request(text, params), engine.add_request(prompt_ids(), params, media=MEDIA)]
-    got = {rid: ([], []) for rid in rids}
-    while engine.has_unfinished():
-        for o in engine.step():
-            got[o.request_id][0].extend(o.new_token_ids)
-            got[o.request_id][1].extend(o.new_logprobs)
-    for rid, w in zip(rids, want[::-1]):
-        assert_same(got[rid], w[:2], tol=2e-3)
+    check_image_and_text_batched(exact[0], text_first=True)
 
 
 def test_preempted_requests_recompute_their_images_with_their_deepstack_parts(exact):
     """Three requests with their own images in a cache too small for all: the preempted ones recompute their
     prompts (each image's rows, all parts, from the encoded cache or again) and end as each alone."""
     llm, _, dims = exact
-    media = [[MediaInput(3, 6, bytes([i]), (10 + i, 6), grid=(2, 3)),
-              MediaInput(12, 8, bytes([9, i]), (20 + i, 8), grid=(4, 2))] for i in range(3)]
-    want = [generate(llm, m, max_tokens=12) for m in media]
-    with use_linear_policy(exact=True):
-        small = llm_of(llm.config.model, dims, num_kv_blocks=20, max_num_seqs=3)  # 80 tokens for 3 x 42
-    engine = small.engine
-    params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=3)
-    rids = [engine.add_request(prompt_ids(), params, media=m) for m in media]
-    got = {rid: ([], []) for rid in rids}
-    while engine.has_unfinished():
-        for o in engine.step():
-            got[o.request_id][0].extend(o.new_token_ids)
-            got[o.request_id][1].extend(o.new_logprobs)
-    assert engine.scheduler.num_preemptions > 0
-    for rid, w in zip(rids, want):
-        assert_same(got[rid], w, tol=2e-3)
+    check_preempted_recompute(llm, lambda p, **kw: llm_of(p, dims, **kw))
 
 
 @pytest.mark.parametrize("length", [30, 80], ids=["decode-sized", "prefill-sized"])
@@ -177,35 +140,15 @@ def test_layer_by_layer_is_the_stacks_bits(fast, monkeypatch):
 @pytest.mark.parametrize("spec", ["ngram", "draft", "draft-tree"])
 def test_speculation_over_a_prompt_with_images_is_lossless(fast, spec):
     llm, _, dims, path = fast
-    config = ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1} if spec == "ngram" else
-              {"method": "draft", "model": str(path), "num_speculative_tokens": 3})
-    config["cost_aware"] = False
-    if spec == "draft-tree":
-        config["tree_budget"] = 8
-    spec_llm = llm_of(path, dims, speculative_config=config)
-    if spec_llm.speculation_off:
-        pytest.skip(spec_llm.speculation_off)
-    ids = prompt_ids() * 2
-    want = generate(llm, ids=ids, max_tokens=24)
-    got = generate(spec_llm, ids=ids, max_tokens=24)
-    assert got[0] == want[0]
-    assert spec_llm.engine.spec.stats.num_draft_tokens > 0
+    check_speculation_lossless(llm, lambda p, **kw: llm_of(p, dims, **kw), path, spec)
 
 
 def test_text_alone_is_qwen3_bit_for_bit(fast, tmp_path):
     """The same weights as a qwen3 file: equal logits on the fused decode stack and the fused prefill, and equal
     greedy tokens and logprobs with n-gram speculation."""
     llm, _, dims, _ = fast
-    fields = {k: v for k, v in asdict(dims).items() if k not in ("rope_sections", "deepstack")}
-    write_tiny_gguf(tmp_path / "qwen3.gguf", "qwen3", qtype="Q8_0", **fields)
-    qwen3 = llm_of(tmp_path / "qwen3.gguf", dims)
-    for length in (30, 80):
-        ids = (PROMPT * 3)[:length]
-        assert torch.equal(runner_logits(llm, ids, []), runner_logits(qwen3, ids, []))
-    config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1, "cost_aware": False}
-    outs = [generate(llm_of(p, dims, speculative_config=config), [], ids=PROMPT * 2, max_tokens=16)
-            for p in (llm.config.model, tmp_path / "qwen3.gguf")]
-    assert outs[0] == outs[1]
+    check_text_alone_bit_for_bit(llm, lambda p, **kw: llm_of(p, dims, **kw), dims, "qwen3",
+                                 ("rope_sections", "deepstack"), tmp_path)
 
 
 def test_rows_without_their_deepstack_parts_end_their_request_with_why(exact):
