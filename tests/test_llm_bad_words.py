@@ -72,3 +72,19 @@ def test_sequences_outside_the_vocabulary_are_refused_by_name(smol_llm):
     with pytest.raises(InvalidSamplingParams) as e:
         smol_llm.generate(["hi"], params)
     assert e.value.field == "bad_words" and e.value.why.startswith("token id 10000000 is outside the vocabulary")
+
+
+def test_bad_words_are_tokenized_once_per_request(smol_llm, monkeypatch):
+    """check_request finds the words' ids and the params it returns carry them: add_request does not
+    tokenize them again (LLM.generate checks, then queues checked; EngineCore.add_request checks itself)."""
+    import hearth.engine.engine_core as engine_core
+    calls = []
+    real = engine_core.word_token_ids
+    monkeypatch.setattr(engine_core, "word_token_ids", lambda words, encode: calls.append(words) or real(words, encode))
+    params = SamplingParams(temperature=0, max_tokens=2, bad_words=["Paris"])
+    smol_llm.generate(["The capital of France is"], params)
+    assert calls == [["Paris"]] and params.bad_words_token_ids == []  # the caller's params stay as given
+    calls.clear()
+    rid = smol_llm.engine.add_request([1, 2, 3], params)
+    smol_llm.engine.abort(rid)
+    assert calls == [["Paris"]]

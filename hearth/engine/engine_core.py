@@ -113,13 +113,18 @@ class EngineCore:
         check_prompt(prompt_token_ids, self.max_model_len, self.vocab_size, self.model_context)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                      media: Sequence[MediaInput] = ()) -> None:
+                      media: Sequence[MediaInput] = ()) -> SamplingParams:
+        """Raises naming what is wrong; returns the params to queue: bad_words' token ids on (a copy where
+        they were found here, so add_request(checked=True) does not tokenize them again)."""
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs, self.reranker)
-        self.bad_word_ids(params)
+        sequences = self.bad_word_ids(params)
         (self.lora or NO_ADAPTERS).check(params.lora)
         if media:
             self.check_media(prompt_token_ids, media)
+        if sequences and not params.bad_words_token_ids:  # a copy: the caller's params stay as given
+            params = replace(params, bad_words_token_ids=sequences)
+        return params
 
     def bad_word_ids(self, params: SamplingParams) -> list[list[int]]:
         """params.bad_words' token sequences (vLLM's rule: hearth.sample.bad_words), each id in the model's
@@ -148,18 +153,17 @@ class EngineCore:
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False,
                     media: Sequence[MediaInput] = ()) -> str:
-        """checked: the caller already ran check_request (it compiles any grammar: not twice).
+        """checked: the caller already ran check_request and passes the params it returned (it compiles any
+        grammar and tokenizes bad_words: not twice).
         media: image spans in the prompt (sorted, disjoint), each's rows written over its positions."""
         if not checked:
-            self.check_request(prompt_token_ids, params, media)
+            params = self.check_request(prompt_token_ids, params, media)
         rid = request_id if request_id is not None else str(next(self._ids))
         if rid in self.detokenizers:  # a second one would take over the first's detokenizer and state
             raise ValueError(f"request id {rid!r} is already in the engine")
         eos = frozenset(self.tokenizer.eog_ids)
         if self.lora is not None:  # every adapter's scale, fixed for the request (its K/V's cache key)
             params = replace(params, lora=self.lora.resolve(params.lora))
-        if params.bad_words and not params.bad_words_token_ids:  # a copy: the caller's params stay as given
-            params = replace(params, bad_words_token_ids=self.bad_word_ids(params))
         self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len, media))
         self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)
         return rid
