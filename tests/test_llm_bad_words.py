@@ -5,6 +5,8 @@ token for token the output without speculation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hearth import LLM, SamplingParams
@@ -88,3 +90,33 @@ def test_bad_words_are_tokenized_once_per_request(smol_llm, monkeypatch):
     rid = smol_llm.engine.add_request([1, 2, 3], params)
     smol_llm.engine.abort(rid)
     assert calls == [["Paris"]]
+
+
+def test_bad_words_that_leave_a_grammar_no_token_end_the_request_naming_them(smol_llm):
+    """Banning every token that opens a JSON object (those starting with `{` or whitespace) under json_object
+    left the first row no finite logit: the sampler took token 0 and the grammar then blamed the constraint
+    ("too complex"). The request ends with a bad_words error (a 400 on the API), and no token is sent."""
+    from hearth.api.errors import from_hearth_error
+    from hearth.sample.grammar import GrammarStopped
+    from hearth.sampling_params import InvalidSamplingParams, StructuredOutput
+
+    tok = smol_llm.engine.tokenizer
+    opening = [[t] for t in range(smol_llm.engine.vocab_size)
+               if (s := tok.decode([t])) and (s[0] == "{" or s[0].isspace())]
+    params = SamplingParams(temperature=0, max_tokens=8, structured_output=StructuredOutput(json_object=True),
+                            bad_words_token_ids=opening)
+    with pytest.raises(InvalidSamplingParams) as e:
+        smol_llm.generate(["Give me a JSON object:"], params)
+    assert not isinstance(e.value, GrammarStopped)
+    assert str(e.value) == "bad_words left no token the json_object allows after 0 generated tokens (ban fewer words)"
+    err = from_hearth_error(e.value, "/v1/chat/completions")
+    assert (err.status, err.param) == (400, "bad_words") and err.message.startswith("bad_words: left no token")
+    engine = smol_llm.engine
+    rid, outs = engine.add_request(tok.encode("Give me a JSON object:"), params), []
+    while engine.has_unfinished():
+        outs += [o for o in engine.step() if o.request_id == rid]
+    assert outs[-1].finished and isinstance(outs[-1].error, InvalidSamplingParams)
+    assert not any(o.new_token_ids for o in outs)  # token 0, sampled from no finite logit, is never sent
+    # a ban that leaves the grammar a token still answers, and the engine runs on
+    few = replace(params, bad_words_token_ids=opening[:10], max_tokens=4)
+    assert smol_llm.generate(["Give me a JSON object:"], few)[0].outputs[0].text.lstrip().startswith("{")

@@ -196,7 +196,9 @@ class EngineCore:
         # nothing could run: the loop waits for a command, unless an image is being encoded for a request
         self.stalled = not (so.seqs or so.kv_loads or so.kv_saves or result.media_encoding or result.media_ready)
         # ended before update, which then skips them: none of their blocks is cached uncomputed
-        failed = [o for rid, why in result.media_errors.items() if (o := self._media_failed(rid, why))]
+        failed = [o for rid, why in result.media_errors.items() if (o := self._failed(rid, MediaEncodeError(why)))]
+        failed += [o for rid, why in result.dead_ends.items()
+                   if (o := self._failed(rid, InvalidSamplingParams("bad_words", why)))]
         changed = self.scheduler.update(so, result)
         for rid in result.sampled:  # forced tokens hold for the step right after this one
             self.forced.pop(rid, None)
@@ -220,9 +222,10 @@ class EngineCore:
             self._idle()
         return failed + outputs
 
-    def _media_failed(self, request_id: str, why: str) -> EngineOutput | None:
-        """The runner could not encode one of the request's images: it ends now with that error (its
-        blocks freed uncomputed); None where it ended while the step ran."""
+    def _failed(self, request_id: str, error: HearthError) -> EngineOutput | None:
+        """The runner could not run the request this step (an image it could not encode, a row with no token
+        to sample): it ends now with that error, its token unsent (its blocks freed uncomputed); None where it
+        ended while the step ran."""
         req = self.scheduler.finish_request(request_id)
         if req is None:
             return None
@@ -230,7 +233,7 @@ class EngineCore:
         self.last_sequence = req.all_token_ids
         return EngineOutput(request_id=request_id, new_token_ids=[], new_text="", finished=True,
                             finish_reason="abort", num_prompt_tokens=len(req.prompt_token_ids),
-                            num_cached_tokens=req.num_cached_tokens, error=MediaEncodeError(why))
+                            num_cached_tokens=req.num_cached_tokens, error=error)
 
     def _grammar_gave_up(self, req: Request, o: EngineOutput, why: str) -> None:
         """The request's grammar engine gave up this step: it ends with that error (o.error), not with

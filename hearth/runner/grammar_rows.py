@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hearth.sample.grammar import GrammarMatcher
+from hearth.sample.grammar import GrammarMatcher, constraint_kind
 from hearth.sampling_params import raw_pattern
 
 SCORED_SHARE = 1 / 8
@@ -88,3 +88,17 @@ def mask_row(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: 
     before = row.logsumexp(-1) if keep_raw and bool(banned.any()) else None
     row.masked_fill_(banned, float("-inf"))
     return None if before is None else float(row.logsumexp(-1) - before)
+
+
+def dead_ends(seqs: list, logits: torch.Tensor, rows: list[int]) -> dict[str, str]:
+    """logits: [R, V] after sampling's bans (the sampler bans bad words in place). Request id -> why, for
+    the constrained rows (`rows`) whose bad words removed every token their grammar allows: such a row has
+    no finite logit, so its sampled token (the first, 0) is none the grammar allows. Only rows with bad
+    words can end so: one [len(rows)] check a step, none without them."""
+    rows = [i for i in rows if seqs[i].params.bad_words_token_ids]
+    if not rows:
+        return {}
+    dead = (logits[rows].amax(-1) == float("-inf")).tolist()
+    return {seqs[i].request_id: f"left no token the {constraint_kind(seqs[i].params.structured_output)} allows "
+                                f"after {len(seqs[i].output_token_ids)} generated tokens (ban fewer words)"
+            for i, d in zip(rows, dead) if d}
