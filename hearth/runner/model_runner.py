@@ -242,7 +242,7 @@ class ModelRunner:
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
         tokens, logprobs = sample(logits, [s.params for s in seqs], gens, histories)  # logprobs: None if nobody asked
-        dead = dead_ends(seqs, logits, [i for i, _ in matchers])  # their token is none the grammar allows
+        dead = dead_ends(logits, [(i, seqs[i]) for i, _ in matchers])  # their token is none the grammar allows
         matchers = [(i, m) for i, m in matchers if seqs[i].request_id not in dead]
         for i, m in matchers:
             m.accept(int(tokens[i]))
@@ -338,6 +338,9 @@ class ModelRunner:
         want_lp = any(p.logprobs is not None for p in params)
         committed, logprobs, rows = verify(logits, params, histories, gens, drafts, want_lp, qs,
                                            [s.spec_parents for s in seqs])
+        # a row with no finite logit sampled its last token: the request ends (no matcher moves past it)
+        dead = dead_ends(logits, [(rows[seqs.index(s)][-1], s) for s, _ in grammar])
+        grammar = [(s, consumed) for s, consumed in grammar if s.request_id not in dead]
         for s, consumed in grammar:  # back to the accepted path, then on by the bonus token
             toks = committed[seqs.index(s)]
             m = self.matchers[s.request_id]
@@ -356,7 +359,7 @@ class ModelRunner:
                 accepted[s.request_id] = res[:-1]
             if s.is_tree:
                 self._move_path(s, [r - rs[0] - 1 for r in rs[1:]])
-        return RunnerOutput(sampled, accepted=accepted, forced=self._forced(s for s, _ in grammar))
+        return RunnerOutput(sampled, accepted=accepted, forced=self._forced(s for s, _ in grammar), dead_ends=dead)
 
     def _forced(self, seqs) -> dict[str, list[int]]:
         """The grammar-forced next tokens of these constrained sequences (their matchers are past
