@@ -18,7 +18,7 @@ from hearth.memory.shape import ModelShape
 
 
 def layer_token_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
-    if dim := shape.conv_dim(layer):  # a short conv's input: plain; refused as the runtime refuses it (codecs.cache_block_bytes)
+    if dim := shape.conv_dim(layer):  # a short conv's input: plain; quantized refused as codecs.cache_block_bytes does
         if fmt.quantized:
             raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with short-convolution layers (lfm2); "
                             "use f16 or bf16")
