@@ -264,11 +264,9 @@ class LLM:
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
         encoded = [self._prompt_ids(prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
         media = [_media(prompt) for prompt in prompts]
-        for (_, ids), p, m in zip(encoded, params, media):  # validate every request before queueing any
-            if m:
-                self.engine.check_request(ids, p, m)
-            else:
-                self.engine.check_request(ids, p)
+        # validate every request before queueing any; queue the checked params (bad_words' ids on; an encoder's: None)
+        params = [(self.engine.check_request(ids, p, m) if m else self.engine.check_request(ids, p)) or p
+                  for (_, ids), p, m in zip(encoded, params, media)]
         with self._driving("generate"):
             return self._run(encoded, params, media)
 

@@ -5,6 +5,8 @@ token for token the output without speculation."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from hearth import LLM, SamplingParams
@@ -72,3 +74,74 @@ def test_sequences_outside_the_vocabulary_are_refused_by_name(smol_llm):
     with pytest.raises(InvalidSamplingParams) as e:
         smol_llm.generate(["hi"], params)
     assert e.value.field == "bad_words" and e.value.why.startswith("token id 10000000 is outside the vocabulary")
+
+
+def test_bad_words_are_tokenized_once_per_request(smol_llm, monkeypatch):
+    """check_request finds the words' ids and the params it returns carry them: add_request does not
+    tokenize them again (LLM.generate checks, then queues checked; EngineCore.add_request checks itself)."""
+    import hearth.engine.engine_core as engine_core
+    calls = []
+    real = engine_core.word_token_ids
+    monkeypatch.setattr(engine_core, "word_token_ids", lambda words, encode: calls.append(words) or real(words, encode))
+    params = SamplingParams(temperature=0, max_tokens=2, bad_words=["Paris"])
+    smol_llm.generate(["The capital of France is"], params)
+    assert calls == [["Paris"]] and params.bad_words_token_ids == []  # the caller's params stay as given
+    calls.clear()
+    rid = smol_llm.engine.add_request([1, 2, 3], params)
+    smol_llm.engine.abort(rid)
+    assert calls == [["Paris"]]
+
+
+def test_bad_words_that_leave_a_grammar_no_token_end_the_request_naming_them(smol_llm):
+    """Banning every token that opens a JSON object (those starting with `{` or whitespace) under json_object
+    left the first row no finite logit: the sampler took token 0 and the grammar then blamed the constraint
+    ("too complex"). The request ends with a bad_words error (a 400 on the API), and no token is sent."""
+    from hearth.api.errors import from_hearth_error
+    from hearth.sample.grammar import GrammarStopped
+    from hearth.sampling_params import InvalidSamplingParams, StructuredOutput
+
+    tok = smol_llm.engine.tokenizer
+    opening = [[t] for t in range(smol_llm.engine.vocab_size)
+               if (s := tok.decode([t])) and (s[0] == "{" or s[0].isspace())]
+    params = SamplingParams(temperature=0, max_tokens=8, structured_output=StructuredOutput(json_object=True),
+                            bad_words_token_ids=opening)
+    with pytest.raises(InvalidSamplingParams) as e:
+        smol_llm.generate(["Give me a JSON object:"], params)
+    assert not isinstance(e.value, GrammarStopped)
+    assert str(e.value) == "bad_words left no token the json_object allows at this point of the answer (ban fewer words)"
+    err = from_hearth_error(e.value, "/v1/chat/completions")
+    assert (err.status, err.param) == (400, "bad_words") and err.message.startswith("bad_words: left no token")
+    engine = smol_llm.engine
+    rid, outs = engine.add_request(tok.encode("Give me a JSON object:"), params), []
+    while engine.has_unfinished():
+        outs += [o for o in engine.step() if o.request_id == rid]
+    assert outs[-1].finished and isinstance(outs[-1].error, InvalidSamplingParams)
+    assert not any(o.new_token_ids for o in outs)  # token 0, sampled from no finite logit, is never sent
+    # a ban that leaves the grammar a token still answers, and the engine runs on
+    few = replace(params, bad_words_token_ids=opening[:10], max_tokens=4)
+    assert smol_llm.generate(["Give me a JSON object:"], few)[0].outputs[0].text.lstrip().startswith("{")
+
+
+def test_a_dead_end_on_a_verify_row_ends_the_request_too(spec_llm, monkeypatch):
+    """With drafts, the row after `{` (the only opening token left) is a verify row: its grammar allows
+    whitespace, `"` or `}`, all banned; the drafted `"a` is rejected there and the resample had no finite
+    logit. The request ends with the bad_words error; `{` stays its only token sent."""
+    from hearth.sampling_params import InvalidSamplingParams, StructuredOutput
+
+    engine, tok = spec_llm.engine, spec_llm.engine.tokenizer
+    (brace,) = tok.encode("{", add_special_tokens=False)
+    ban = [[t] for t in range(engine.vocab_size)
+           if t != brace and (s := tok.decode([t])) and (s[0] in '{"}' or s[0].isspace())]
+    draft = tok.encode('"a": 1}', add_special_tokens=False)
+    monkeypatch.setattr(engine.spec, "propose", lambda decoding, n: {r.request_id: list(draft) for r in decoding})
+    verified = []
+    real = engine.runner._verify
+    monkeypatch.setattr(engine.runner, "_verify", lambda seqs, *a, **k: verified.append(1) or real(seqs, *a, **k))
+    params = SamplingParams(temperature=0, max_tokens=8, structured_output=StructuredOutput(json_object=True),
+                            bad_words_token_ids=ban)
+    rid, outs = engine.add_request(tok.encode("Copy: {\"a\": 1}. Copy: ", add_special_tokens=False), params), []
+    while engine.has_unfinished():
+        outs += [o for o in engine.step() if o.request_id == rid]
+    assert verified and [t for o in outs for t in o.new_token_ids] == [brace]
+    assert outs[-1].finished and isinstance(outs[-1].error, InvalidSamplingParams)
+    assert "left no token the json_object allows" in str(outs[-1].error)

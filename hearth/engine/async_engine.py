@@ -172,7 +172,7 @@ class AsyncEngine:
             raise _fresh(self._closing)
         if self._stopping:  # its loop answers nothing more (a model unloaded between get() and here)
             raise EngineShutdownError("the model was unloaded as this request reached it; send it again")
-        self.core.check_request(prompt_token_ids, params, media)
+        params = self.core.check_request(prompt_token_ids, params, media) or params  # an encoder's: None
         if self._in_flight >= self.max_in_flight:
             raise EngineFullError(f"{self._in_flight} requests are in flight (limit {self.max_in_flight}); "
                                   "retry later")

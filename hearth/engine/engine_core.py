@@ -113,13 +113,18 @@ class EngineCore:
         check_prompt(prompt_token_ids, self.max_model_len, self.vocab_size, self.model_context)
 
     def check_request(self, prompt_token_ids: list[int], params: SamplingParams,
-                      media: Sequence[MediaInput] = ()) -> None:
+                      media: Sequence[MediaInput] = ()) -> SamplingParams:
+        """Raises naming what is wrong; returns the params to queue: bad_words' token ids on (a copy where
+        they were found here, so add_request(checked=True) does not tokenize them again)."""
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs, self.reranker)
-        self.bad_word_ids(params)
+        sequences = self.bad_word_ids(params)
         (self.lora or NO_ADAPTERS).check(params.lora)
         if media:
             self.check_media(prompt_token_ids, media)
+        if sequences and not params.bad_words_token_ids:  # a copy: the caller's params stay as given
+            params = replace(params, bad_words_token_ids=sequences)
+        return params
 
     def bad_word_ids(self, params: SamplingParams) -> list[list[int]]:
         """params.bad_words' token sequences (vLLM's rule: hearth.sample.bad_words), each id in the model's
@@ -148,18 +153,17 @@ class EngineCore:
     def add_request(self, prompt_token_ids: list[int], params: SamplingParams,
                     request_id: str | None = None, checked: bool = False,
                     media: Sequence[MediaInput] = ()) -> str:
-        """checked: the caller already ran check_request (it compiles any grammar: not twice).
+        """checked: the caller already ran check_request and passes the params it returned (it compiles any
+        grammar and tokenizes bad_words: not twice).
         media: image spans in the prompt (sorted, disjoint), each's rows written over its positions."""
         if not checked:
-            self.check_request(prompt_token_ids, params, media)
+            params = self.check_request(prompt_token_ids, params, media)
         rid = request_id if request_id is not None else str(next(self._ids))
         if rid in self.detokenizers:  # a second one would take over the first's detokenizer and state
             raise ValueError(f"request id {rid!r} is already in the engine")
         eos = frozenset(self.tokenizer.eog_ids)
         if self.lora is not None:  # every adapter's scale, fixed for the request (its K/V's cache key)
             params = replace(params, lora=self.lora.resolve(params.lora))
-        if params.bad_words and not params.bad_words_token_ids:  # a copy: the caller's params stay as given
-            params = replace(params, bad_words_token_ids=self.bad_word_ids(params))
         self.scheduler.add(Request(rid, prompt_token_ids, params, eos, self.max_model_len, media))
         self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)
         return rid
@@ -192,7 +196,9 @@ class EngineCore:
         # nothing could run: the loop waits for a command, unless an image is being encoded for a request
         self.stalled = not (so.seqs or so.kv_loads or so.kv_saves or result.media_encoding or result.media_ready)
         # ended before update, which then skips them: none of their blocks is cached uncomputed
-        failed = [o for rid, why in result.media_errors.items() if (o := self._media_failed(rid, why))]
+        failed = [o for rid, why in result.media_errors.items() if (o := self._failed(rid, MediaEncodeError(why)))]
+        failed += [o for rid, why in result.dead_ends.items()
+                   if (o := self._failed(rid, InvalidSamplingParams("bad_words", why)))]
         changed = self.scheduler.update(so, result)
         for rid in result.sampled:  # forced tokens hold for the step right after this one
             self.forced.pop(rid, None)
@@ -216,9 +222,10 @@ class EngineCore:
             self._idle()
         return failed + outputs
 
-    def _media_failed(self, request_id: str, why: str) -> EngineOutput | None:
-        """The runner could not encode one of the request's images: it ends now with that error (its
-        blocks freed uncomputed); None where it ended while the step ran."""
+    def _failed(self, request_id: str, error: HearthError) -> EngineOutput | None:
+        """The runner could not run the request this step (an image it could not encode, a row with no token
+        to sample): it ends now with that error, its token unsent (its blocks freed uncomputed); None where it
+        ended while the step ran."""
         req = self.scheduler.finish_request(request_id)
         if req is None:
             return None
@@ -226,7 +233,7 @@ class EngineCore:
         self.last_sequence = req.all_token_ids
         return EngineOutput(request_id=request_id, new_token_ids=[], new_text="", finished=True,
                             finish_reason="abort", num_prompt_tokens=len(req.prompt_token_ids),
-                            num_cached_tokens=req.num_cached_tokens, error=MediaEncodeError(why))
+                            num_cached_tokens=req.num_cached_tokens, error=error)
 
     def _grammar_gave_up(self, req: Request, o: EngineOutput, why: str) -> None:
         """The request's grammar engine gave up this step: it ends with that error (o.error), not with

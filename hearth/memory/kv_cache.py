@@ -12,14 +12,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hearth.errors import HearthError
+from hearth.errors import HearthError, PlanError
 from hearth.memory.kv_formats import KV_FORMATS, KVFormat
 from hearth.memory.shape import ModelShape
 
 
 def layer_token_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
-    if dim := shape.conv_dim(layer):  # a short conv's input: plain (the runtime refuses quantized formats for it)
-        return (KV_FORMATS["f16"] if fmt.quantized else fmt).k.vector_bytes(dim, block)
+    if dim := shape.conv_dim(layer):  # a short conv's input: plain; quantized refused as codecs.cache_block_bytes does
+        if fmt.quantized:
+            raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with short-convolution layers (lfm2); "
+                            "use f16 or bf16")
+        return fmt.k.vector_bytes(dim, block)
     return fmt.token_layer_bytes(shape.kv_heads[layer], shape.head_dim_k, shape.head_dim_v, block)
 
 

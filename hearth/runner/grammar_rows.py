@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from hearth.sample.grammar import GrammarMatcher
+from hearth.sample.grammar import GrammarMatcher, constraint_kind
 from hearth.sampling_params import raw_pattern
 
 SCORED_SHARE = 1 / 8
@@ -88,3 +88,17 @@ def mask_row(row: torch.Tensor, m: GrammarMatcher, keep_raw: bool = False, ban: 
     before = row.logsumexp(-1) if keep_raw and bool(banned.any()) else None
     row.masked_fill_(banned, float("-inf"))
     return None if before is None else float(row.logsumexp(-1) - before)
+
+
+def dead_ends(logits: torch.Tensor, rows: list[tuple[int, object]]) -> dict[str, str]:
+    """logits: [R, V] after sampling's bans (the sampler bans bad words in place); rows: (row, sequence) of
+    the constrained sequences' last sampled rows. Request id -> why, for those whose bad words removed every
+    token their grammar allows: such a row has no finite logit, so its sampled token (the first, 0) is none
+    the grammar allows. Only rows with bad words can end so: one [len(rows)] check a step, none without them."""
+    rows = [(r, s) for r, s in rows if s.params.bad_words_token_ids]
+    if not rows:
+        return {}
+    dead = (logits[[r for r, _ in rows]].amax(-1) == float("-inf")).tolist()
+    return {s.request_id: f"left no token the {constraint_kind(s.params.structured_output)} allows "
+                          "at this point of the answer (ban fewer words)"
+            for (_, s), d in zip(rows, dead) if d}

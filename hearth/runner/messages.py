@@ -132,6 +132,9 @@ class RunnerOutput:
     scheduler may schedule their positions from the next step."""
     media_encoding: int = 0
     """Images still being encoded beside the steps (a step with nothing to run waits for one of them)."""
+    dead_ends: dict[str, str] = field(default_factory=dict)
+    """request_id -> why its row had no token to sample (its bad_words removed every token its grammar
+    allows): its token this step is no answer's; it ends with this error (the bad_words field's)."""
     grammar_errors: dict[str, str] = field(default_factory=dict)
     """request_id -> why its grammar engine gave up this step (llguidance's parser or lexer limits, met
     mid-answer: its mask then allowed only the end, so its last token is no answer's)."""

@@ -17,7 +17,7 @@ from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_by
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
-from hearth.runner.grammar_rows import allowed_of, mask_row, reached, scored_ids, wants_raw
+from hearth.runner.grammar_rows import allowed_of, dead_ends, mask_row, reached, scored_ids, wants_raw
 from hearth.runner.media_rows import MediaRows
 from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
 from hearth.runner.pooling import pooled_sums, pooling_rows
@@ -242,13 +242,15 @@ class ModelRunner:
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
         tokens, logprobs = sample(logits, [s.params for s in seqs], gens, histories)  # logprobs: None if nobody asked
+        dead = dead_ends(logits, [(i, seqs[i]) for i, _ in matchers])  # their token is none the grammar allows
+        matchers = [(i, m) for i, m in matchers if seqs[i].request_id not in dead]
         for i, m in matchers:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
         return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
                                                         raw_known=scored is None)
                              for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers),
-                            prompt_logprobs=prompt, prompt_ranks=ranks, pooled=pooled)
+                            prompt_logprobs=prompt, prompt_ranks=ranks, pooled=pooled, dead_ends=dead)
 
     def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
         """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers
@@ -336,6 +338,9 @@ class ModelRunner:
         want_lp = any(p.logprobs is not None for p in params)
         committed, logprobs, rows = verify(logits, params, histories, gens, drafts, want_lp, qs,
                                            [s.spec_parents for s in seqs])
+        # a row with no finite logit sampled its last token: the request ends (no matcher moves past it)
+        dead = dead_ends(logits, [(rows[seqs.index(s)][-1], s) for s, _ in grammar])
+        grammar = [(s, consumed) for s, consumed in grammar if s.request_id not in dead]
         for s, consumed in grammar:  # back to the accepted path, then on by the bonus token
             toks = committed[seqs.index(s)]
             m = self.matchers[s.request_id]
@@ -354,7 +359,7 @@ class ModelRunner:
                 accepted[s.request_id] = res[:-1]
             if s.is_tree:
                 self._move_path(s, [r - rs[0] - 1 for r in rs[1:]])
-        return RunnerOutput(sampled, accepted=accepted, forced=self._forced(s for s, _ in grammar))
+        return RunnerOutput(sampled, accepted=accepted, forced=self._forced(s for s, _ in grammar), dead_ends=dead)
 
     def _forced(self, seqs) -> dict[str, list[int]]:
         """The grammar-forced next tokens of these constrained sequences (their matchers are past

@@ -37,11 +37,16 @@ class GrammarStopped(InvalidStructuredOutput):
     mask then allows only the end, and the answer ended there, cut and invalid, as if whole."""
 
 
+def constraint_kind(so: StructuredOutput) -> str:
+    """The field that holds the constraint (the API names the request field from it)."""
+    return "json_schema" if so.json_schema is not None else "json_object" if so.json_object else \
+        "grammar" if so.grammar is not None else "regex"
+
+
 def stopped(so: StructuredOutput, error: str) -> GrammarStopped:
     """The error of a request whose grammar engine gave up (llguidance's first line: the reason; the
     rest is its state and the grammar)."""
-    kind = "json_schema" if so.json_schema is not None else "json_object" if so.json_object else \
-        "grammar" if so.grammar is not None else "regex"
+    kind = constraint_kind(so)
     reason = error.strip().splitlines()[0] if error.strip() else "no reason given"
     return GrammarStopped(f"the grammar engine gave up mid-answer, the {kind} being too complex for it: {reason}", kind)
 
