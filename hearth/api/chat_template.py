@@ -23,7 +23,7 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from hearth.api.named_templates import NAMED, TEXT_MACRO
+from hearth.api.named_templates import NAMED, folded_turns
 from hearth.errors import HearthError
 from hearth.media.marker import MARKER
 from hearth.tool_parsers import FORMATS, detect_format
@@ -34,17 +34,9 @@ class ChatTemplateError(HearthError):
 
 
 # Gemma's turn format; a system message is folded into the first user turn.
-GEMMA_TEMPLATE = "{{ bos_token }}\n" + TEXT_MACRO + """{%- set ns = namespace(prefix='', turns=messages) -%}
-{%- if messages and messages[0]['role'] == 'system' -%}
-{%- set ns.prefix = text(messages[0]['content']) ~ '\n\n' -%}
-{%- set ns.turns = messages[1:] -%}
-{%- endif -%}
-{%- for message in ns.turns -%}
-{%- if (message['role'] == 'user') != (loop.index0 is even) -%}
-{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
-{%- endif -%}
-{{ '<start_of_turn>' ~ ('model' if message['role'] == 'assistant' else message['role']) ~ '\n' }}
-{{- (ns.prefix if loop.first else '') ~ text(message['content']) | trim ~ '<end_of_turn>\n' }}
+GEMMA_TEMPLATE = "{{ bos_token }}\n" + folded_turns("sys ~ '\\n\\n'") + """
+{{- '<start_of_turn>' ~ ('model' if message['role'] == 'assistant' else message['role']) ~ '\n' }}
+{{- (ns.system if loop.first else '') ~ text(message['content']) | trim ~ '<end_of_turn>\n' }}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{ '<start_of_turn>model\n' }}{%- endif -%}
 """

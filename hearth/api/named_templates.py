@@ -13,17 +13,27 @@ TEXT_MACRO = """{%- macro text(content) -%}
 {%- endmacro -%}
 """
 
-# Llama 2 chat: <s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U2 [/INST]
-LLAMA2 = TEXT_MACRO + """{%- set ns = namespace(system='', turns=messages) -%}
+
+
+def folded_turns(system: str) -> str:
+    """The head of a template whose first user turn carries the system message: `ns.system` is `system` (a Jinja
+    expression over `sys`, the system text) or '', and the loop over ns.turns, user and assistant alternating, is
+    open for the turn's own text."""
+    return TEXT_MACRO + """{%- set ns = namespace(system='', turns=messages) -%}
 {%- if messages and messages[0]['role'] == 'system' -%}
-{%- set ns.system = '<<SYS>>\n' ~ text(messages[0]['content']) ~ '\n<</SYS>>\n\n' -%}
+{%- set sys = text(messages[0]['content']) -%}
+{%- set ns.system = """ + system + """ -%}
 {%- set ns.turns = messages[1:] -%}
 {%- endif -%}
 {%- for message in ns.turns -%}
 {%- if (message['role'] == 'user') != (loop.index0 is even) -%}
 {{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
 {%- endif -%}
-{%- if message['role'] == 'user' -%}
+"""
+
+
+# Llama 2 chat: <s>[INST] <<SYS>>\nS\n<</SYS>>\n\nU [/INST] A </s><s>[INST] U2 [/INST]
+LLAMA2 = folded_turns("'<<SYS>>\\n' ~ sys ~ '\\n<</SYS>>\\n\\n'") + """{%- if message['role'] == 'user' -%}
 {{ bos_token ~ '[INST] ' ~ (ns.system if loop.first else '') ~ text(message['content']) | trim ~ ' [/INST]' }}
 {%- else -%}
 {{ ' ' ~ text(message['content']) | trim ~ ' ' ~ eos_token }}
