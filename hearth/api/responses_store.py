@@ -88,7 +88,13 @@ class ResponseStore:
 
     def _expire(self) -> None:
         oldest = self.clock() - self.max_age_s
-        for rid in [rid for rid, r in self._items.items() if r.created < oldest and not _running(r)]:
+        expired = []
+        for rid, r in self._items.items():  # oldest first: the scan ends at the first one still young
+            if r.created >= oldest:
+                break
+            if not _running(r):
+                expired.append(rid)
+        for rid in expired:
             del self._items[rid]
 
 
