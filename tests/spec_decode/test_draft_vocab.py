@@ -67,6 +67,7 @@ def test_special_tokens_are_scored_for_every_request(tiny):
     assert torch.isfinite(got).sum(-1).tolist() == [103, 102]
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_the_llm_keeps_the_vocabularys_special_tokens_in_the_drafts_head(tmp_path):
     path = tmp_path / "t.gguf"
     write_tiny_gguf(path, "qwen2", vocab=320, qtype="Q8_0")  # native kernels: speculation on
@@ -95,6 +96,7 @@ def test_past_many_special_tokens_only_the_end_of_generation_ones_are_kept(tiny,
     assert many.kept == [319]
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_an_unset_draft_vocab_reduces_a_larger_vocabularys_head(tmp_path):
     path = tmp_path / "t.gguf"
     write_tiny_gguf(path, "qwen2", vocab=DEFAULT_DRAFT_VOCAB + 64, qtype="Q8_0", hidden=32, heads=2, head_dim=16,

@@ -53,6 +53,7 @@ def q8_model_and_spy(tmp_path, monkeypatch):
     return path, made
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_run_speculates_with_the_flags(capsys, monkeypatch, tmp_path):
     """Speculation runs (a Q8_0 model: the native kernels verify rows bit for bit), and greedy output
     with it equals greedy output without it."""
@@ -81,6 +82,7 @@ def test_k_past_the_context_is_one_line_naming_the_flag(capsys, tiny, command, a
     assert_one_line_error(*run_cli(capsys, command, str(tiny), *(["hi"] if command == "run" else []), *argv), needle)
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_a_default_k_past_the_context_is_lowered_to_fit_and_said_in_verbose(capsys, monkeypatch, tmp_path):
     """suffix's default K (64) at --ctx 64 failed with "the default num_speculative_tokens (64) must be
     below the context", a value the user never set: a default K is lowered to fit (said with --verbose);
@@ -93,6 +95,7 @@ def test_a_default_k_past_the_context_is_lowered_to_fit_and_said_in_verbose(caps
     assert "drafts up to 63 tokens a step, not method suffix's default 64" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_llm_lowers_a_default_k_to_the_context(tmp_path, monkeypatch):
     from hearth.llm import LLM
 
@@ -127,6 +130,7 @@ def test_a_context_past_the_model_s_is_said_once_with_speculation(caplog, tiny):
     assert sum("the model's context is 256 tokens" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_run_verbose_says_what_speculation_drafted_and_accepted(capsys, monkeypatch, tmp_path):
     """As llama-speculative's n_drafted / n_accept: the --verbose line carries each answer's own drafts
     (the engine's counters run over the session), and nothing without speculation."""

@@ -31,6 +31,7 @@ def _steps(llm: LLM) -> list[tuple[int, int]]:
 
 
 @pytest.mark.parametrize("method", ["ngram", "draft"])
+@pytest.mark.usefixtures("native_speculation")
 def test_k_past_the_step_budget_trims_drafts_within_it(tiny, method):
     spec = {"method": method, "num_speculative_tokens": 8, "cost_aware": False}
     if method == "draft":
