@@ -11,13 +11,21 @@ forced grammar of hearth.tool_parsers.schema, constrained from the first token."
 from __future__ import annotations
 
 import json
+import re
 
-from hearth.tool_guard.triggers import ARGUMENTS_KEY, FUNCTION_TAG, NAMED, OPEN_OBJECT, TAGGED, Trigger, triggers_for
+from hearth.tool_guard.triggers import (ARGUMENTS_KEY, FUNCTION_TAG, GEMMA, NAMED, OPEN_OBJECT, TAGGED, Trigger,
+                                        triggers_for)
+from hearth.tool_parsers.gemma4 import END as GEMMA_END
+from hearth.tool_parsers.gemma4_grammar import call_rules
+from hearth.tool_parsers.reasoning import MARKERS
 from hearth.tool_parsers.schema import TOOL_JSON, bounded_arguments, declared_only
 from hearth.tool_parsers.types import tool_parameters
 
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever
 _GAP = r"/[ \t\n]{0,4}/"
+# a reasoning channel at the start of the output, any of the marks hearth.tool_parsers.reasoning reads
+_OPENS = "|".join(re.escape(opens).replace("/", "\\/") for opens, _ in MARKERS)
+_THOUGHT = "|".join(f"{re.escape(o)}(.|\\n)*{re.escape(c)}".replace("/", "\\/") for o, c in MARKERS)
 
 
 def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reasoning: bool = False,
@@ -33,11 +41,12 @@ def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reason
     key = ARGUMENTS_KEY.get(fmt, "arguments")
     anywhere = [t for t in triggers if not t.at_start]
     lines = ["%llguidance {}", "TEXT: /(.|\\n)*/",
-             # the first text of a reasoning-aware output: anything but an opening <think>
-             "TEXT0: /(.|\\n)*/ & ~/[ \\t\\n]*<think>(.|\\n)*/",
+             # the first text of a reasoning-aware output: anything but an opening reasoning mark
+             f"TEXT0: /(.|\\n)*/ & ~/[ \\t\\n]*({_OPENS})(.|\\n)*/",
              f"ARGS_GAP: {_GAP}", "END_WS: /[ \\t\\n]*/"]
     lines += _tool_rules(params, key)
     lines += _named_rules(params, [t for t in triggers if t.body == NAMED])
+    lines += call_rules(params, "gemma_call") if any(t.body == GEMMA for t in triggers) else []
     lines += _call_rules(anywhere, "TEXT", "")
     lines += _call_rules(anywhere, "TEXT0", "0")
     lines += _start_rules(triggers, bool(anywhere), parallel)
@@ -84,6 +93,8 @@ def _body(t: Trigger) -> str:
         return "fn_rest"
     if t.body == NAMED:
         return f"named_{t.name}"
+    if t.body == GEMMA:
+        return f"gemma_call {json.dumps(GEMMA_END)}"
     raise ValueError(f"unknown trigger body {t.body!r}")
 
 
@@ -126,5 +137,5 @@ def _entry(reasoning: bool, starts_in_reasoning: bool) -> list[str]:
     if starts_in_reasoning:  # free until </think>; an output that never closes it stays free
         return ['think_rest[lazy]: /(.|\\n)*<\\/think>/', "start: think_rest main | TEXT"]
     if reasoning:
-        return ['think[lazy]: /[ \\t\\n]*<think>(.|\\n)*<\\/think>/', "start: think main | main0"]
+        return [f"think[lazy]: /[ \\t\\n]*({_THOUGHT})/", "start: think main | main0"]
     return ["start: main"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from hearth.tool_parsers import harmony
+from hearth.tool_parsers import gemma4, harmony
 
 # body kinds: what follows the trigger
 TAGGED = "tagged"
@@ -24,6 +24,8 @@ FUNCTION_TAG = "function_tag"
 NAMED = "named"
 """The trigger addressed a message to a function: NAME, the text `between`, the arguments as JSON
 (harmony's `to=functions.NAME <|constrain|>json<|message|>{...}`; the call ends the output)."""
+GEMMA = "gemma"
+"""NAME, then the arguments in Gemma 4's object syntax, then `<tool_call|>` (hearth.tool_parsers.gemma4)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,7 @@ HARMONY_ROLE = Trigger("harmony_role", re.escape(harmony.ROLE_CALL_TEXT[0]).repl
                        between=harmony.ROLE_CALL_TEXT[1])
 HARMONY_ROLE_FIRST = Trigger("harmony_role_first", " ?to=functions\\.", NAMED, at_start=True,
                              between=harmony.ROLE_CALL_TEXT[1])
+GEMMA4_CALL = Trigger("gemma4_call", re.escape(gemma4.START + gemma4.CALL), GEMMA)
 
 TRIGGERS: dict[str, list[Trigger]] = {
     "hermes": [HERMES_TAG, JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT, FUNCTION_EQ],
@@ -73,6 +76,7 @@ TRIGGERS: dict[str, list[Trigger]] = {
     "bare_json": [JSON_FENCE, DOUBLED_BRACE, JSON_OBJECT],
     "llama3_json": [JSON_FENCE, JSON_OBJECT],
     "harmony": [HARMONY_CHANNEL, HARMONY_ROLE, HARMONY_ROLE_FIRST],
+    "gemma4": [GEMMA4_CALL],
 }
 """Formats without an entry (mistral: its opener is a special token) get no lazy grammar. harmony's
 opener is text (gpt-oss's markers are printed tokens), but its call has no `"name"` key: the decline

@@ -18,6 +18,8 @@ The rule (JSON call bodies: hermes, llama3_json, bare_json, mistral's list, JSON
   for it: a named tool_choice's name only stands in for a region's first call).
 A region that is whole but for its END marker parses as usual.
 
+Gemma 4's bodies (`call:NAME{key:value`): the name when written whole and offered, arguments "".
+
 XML bodies (qwen_xml, and hermes' `<function=NAME>`): a region whose last `<function=NAME>` has no
 `</function>` is cut inside that call (qwen_xml's lenient reading would make `<parameter=city>\nPa`
 a clean `{"city": "Pa"}`). The functions before it are whole calls; the cut one, when NAME is whole
@@ -30,7 +32,7 @@ from __future__ import annotations
 import json
 import re
 
-from hearth.tool_parsers import qwen_xml
+from hearth.tool_parsers import gemma4, qwen_xml
 from hearth.tool_parsers.early_call import EarlyCall, as_written
 from hearth.tool_parsers.lenient_json import leading_values, object_error, split_values
 from hearth.tool_parsers.rescue import calls_from_json
@@ -58,6 +60,8 @@ def cut_calls(region: str, tools: list[dict] | None, named: str | None, early: E
     arguments go on from what was sent."""
     if qwen_xml.is_xml(region):
         return _xml_calls(region, tools, named)
+    if region.lstrip().startswith(gemma4.CALL):
+        return _gemma_calls(region.lstrip(), tools, named)
     values = _call_values(region)
     calls: list[ToolCall] = []
     if early is not None and early.started:  # the region's first call, announced
@@ -114,6 +118,17 @@ def _xml_calls(region: str, tools: list[dict] | None, named: str | None) -> list
         return calls if calls or named is None else [_call(new_call_id(), named, "")]
     properties = parameters.get(name, {}).get("properties", {})
     return calls + [_call(new_call_id(), name, _xml_arguments(region[k + head.end():], properties))]
+
+
+def _gemma_calls(region: str, tools: list[dict] | None, named: str | None) -> list[ToolCall]:
+    """A Gemma 4 call cut off: its name once written whole (its `{` came) and offered, with no
+    arguments (they are not JSON: nothing of them can be passed on as written)."""
+    name, brace, _ = region[len(gemma4.CALL):].partition("{")
+    name = name.strip() if brace else None
+    if name is not None and tools is not None and name not in tool_parameters(tools):
+        name = None
+    name = name if name is not None else named
+    return [] if name is None else [_call(new_call_id(), name, "")]
 
 
 def _xml_arguments(body: str, properties: dict) -> str:

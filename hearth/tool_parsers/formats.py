@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from hearth.tool_parsers import bare_json, harmony, hermes, llama3_json, mistral, qwen_xml
+from hearth.tool_parsers import bare_json, gemma4, harmony, hermes, llama3_json, mistral, qwen_xml
 from hearth.tool_parsers.types import ToolParserError
 
 FORMATS: dict[str, ModuleType] = {
@@ -25,12 +25,14 @@ FORMATS: dict[str, ModuleType] = {
     "qwen_xml": qwen_xml,
     "bare_json": bare_json,
     "harmony": harmony,
+    "gemma4": gemma4,
 }
 
 # First match wins. harmony's channel marker is its own. Qwen3-Coder templates also write <tool_call>,
 # so <function= comes first; Llama 3.2's template writes custom calls as '"parameters": ' without the python tag.
 _SIGNATURES = (
     (harmony.SIGNATURE, "harmony"),
+    (gemma4.START, "gemma4"),
     ("<function=", "qwen_xml"),
     ("[TOOL_CALLS]", "mistral"),
     ("<tool_call>", "hermes"),

@@ -1,6 +1,7 @@
-"""The reasoning channel: `<think>...</think>` (Qwen3, QwQ, DeepSeek-R1, SmolLM3).
+"""The reasoning channel: `<think>...</think>` (Qwen3, QwQ, DeepSeek-R1, SmolLM3), or Gemma 4's
+`<|channel>thought...<channel|>` (MARKERS).
 
-An output opens reasoning only with `<think>` at its very start; `<think>` later in an answer is
+An output opens reasoning only with an open mark at its very start; `<think>` later in an answer is
 just text, so content never waits on a `<` once it has begun. Templates that write `<think>` into
 the generation prompt (DeepSeek-R1, QwQ) make the output start inside reasoning, with only
 `</think>` to come: `starts_in_reasoning`. A repeated `<think>` at the start is then dropped.
@@ -14,6 +15,8 @@ from hearth.tool_parsers.holdback import Trim, held_prefix
 from hearth.tool_parsers.types import ContentDelta, Event, ReasoningDelta
 
 OPEN, CLOSE = "<think>", "</think>"
+MARKERS = ((OPEN, CLOSE), ("<|channel>thought", "<channel|>"))
+"""Each reasoning channel's open and close marks. Only `<think>` is ever opened by a prompt."""
 _START, _REASONING, _CONTENT = "start", "reasoning", "content"
 # a string literal written after add_generation_prompt that opens <think> without closing it
 _OPENS_IN_PROMPT = re.compile(r"""(['"])(?:(?!\1).)*<think>(?:(?!\1|</think>).)*\1""", re.DOTALL)
@@ -23,6 +26,7 @@ class StreamingReasoningParser:
     def __init__(self, starts_in_reasoning: bool = False):
         self._starts_in_reasoning = starts_in_reasoning
         self._state = _START
+        self._close = CLOSE  # the open mark's own close mark
         self._buf = ""
         self._reasoning = Trim(after_boundary=True)
         self._content = Trim()
@@ -50,25 +54,26 @@ class StreamingReasoningParser:
 
     def _start(self, events: list[Event]) -> bool:
         head = self._buf.lstrip()
-        if head.startswith(OPEN):
-            self._buf, self._state = head[len(OPEN):], _REASONING
-            return True
-        if OPEN.startswith(head):
-            return False  # whitespace or a prefix of <think>: wait
+        for opens, closes in MARKERS:
+            if head.startswith(opens):
+                self._buf, self._state, self._close = head[len(opens):], _REASONING, closes
+                return True
+        if any(opens.startswith(head) for opens, _ in MARKERS):
+            return False  # whitespace or a prefix of an open mark: wait
         self._state = _REASONING if self._starts_in_reasoning else _CONTENT
         return True
 
     def _think(self, events: list[Event]) -> bool:
-        i = self._buf.find(CLOSE)
+        i = self._buf.find(self._close)
         if i < 0:
-            keep = len(self._buf) - held_prefix(self._buf, CLOSE)
+            keep = len(self._buf) - held_prefix(self._buf, self._close)
             _emit(events, ReasoningDelta, self._reasoning.text(self._buf[:keep]))
             self._buf = self._buf[keep:]
             return False
         _emit(events, ReasoningDelta, self._reasoning.text(self._buf[:i]))
         self._reasoning.boundary()
         self._content.boundary()
-        self._buf, self._state = self._buf[i + len(CLOSE):], _CONTENT
+        self._buf, self._state = self._buf[i + len(self._close):], _CONTENT
         return True
 
     def _answer(self, events: list[Event]) -> bool:
@@ -93,7 +98,7 @@ def split_reasoning(text: str, starts_in_reasoning: bool = False) -> tuple[str, 
 def detect_reasoning(template_source: str | None) -> tuple[bool, bool]:
     """(the template knows a reasoning channel, its generation prompt opens `<think>`).
     From the source alone this is a guess; prompt_opens_reasoning on the rendered prompt is exact."""
-    if not template_source or OPEN not in template_source and CLOSE not in template_source:
+    if not template_source or not any(mark in template_source for pair in MARKERS for mark in pair):
         return False, False
     tail = template_source.rsplit("add_generation_prompt", 1)[-1]
     return True, bool(_OPENS_IN_PROMPT.search(tail))

@@ -14,6 +14,7 @@ import llguidance
 
 from hearth.sample.schema_bounds import with_bounded_numbers
 from hearth.tool_parsers.formats import get_format
+from hearth.tool_parsers.gemma4_grammar import Gemma4CallConstraint
 from hearth.tool_parsers.types import ToolParserError, tool_parameters
 
 # format -> (prefix, suffix, key of the arguments): what its parser reads back as one call.
@@ -26,6 +27,8 @@ _WRAPPERS = {
     "llama3_json": ("", "", "parameters"),
     "bare_json": ("", "", "arguments"),
 }
+_OWN_GRAMMARS = {"gemma4": Gemma4CallConstraint}
+"""Formats whose arguments are not JSON: a grammar of their own syntax, from each tool's schema."""
 TOOL_JSON = {"whitespace_pattern": r"[ \t\n]{0,4}", "lenient": True}
 """llguidance's options for a tool's arguments in a call grammar: bounded layout between JSON
 tokens (with any amount a small model may pad forever), and lenient: a keyword it cannot enforce
@@ -118,16 +121,19 @@ def tool_call_schema(tools: list[dict] | None, tool_choice: str | dict,
 
 
 def call_constraint(fmt: str, tools: list[dict] | None,
-                    tool_choice: str | dict) -> CallConstraint | NamedCallConstraint:
+                    tool_choice: str | dict) -> CallConstraint | NamedCallConstraint | Gemma4CallConstraint:
     """Schema and wrapper for one forced call in format `fmt`."""
     record = get_format(fmt)  # a clear error for an unknown name
     named = getattr(record, "CALL_TEXT", None)
-    if named is not None:  # the name is text of its own: one grammar branch per tool
+    if named is not None or fmt in _OWN_GRAMMARS:  # the name is text of its own: one grammar branch per tool
         params = tool_parameters(tools)
         names = forced_tools(tools, tool_choice)
         if not names:
             raise ToolParserError(f"tool_choice {tool_choice!r} forces no call (or no tools were given)")
-        return NamedCallConstraint(*named, {n: params[n] for n in names}, getattr(record, "REASONING_TEXT", None))
+        schemas = {n: params[n] for n in names}
+        if named is None:
+            return _OWN_GRAMMARS[fmt](schemas)
+        return NamedCallConstraint(*named, schemas, getattr(record, "REASONING_TEXT", None))
     prefix, suffix, key = _WRAPPERS[fmt]
     return CallConstraint(prefix, tool_call_schema(tools, tool_choice, key), suffix, key)
 

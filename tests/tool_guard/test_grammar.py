@@ -245,3 +245,20 @@ def test_an_anthropic_client_tools_documented_schema_constrains_its_calls():
     assert not accepts(call % '{"command": "view"}', tools=editor)
     assert not accepts(call % '{"command": "undo_edit", "path": "a.py"}', tools=editor)
     assert not accepts(call % '{"command": "view", "path": "a.py", "view_range": [1]}', tools=editor)
+
+
+GEMMA_CALL = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_call|>'
+
+
+@pytest.mark.parametrize("text, ok", [
+    ("Free text, then " + GEMMA_CALL, True),
+    (GEMMA_CALL + GEMMA_CALL.replace("Paris", "Rome"), True),
+    ('<|tool_call>call:add{a:1.5}<tool_call|>', True),
+    ('<|tool_call>call:get_weather{city:2}<tool_call|>', False),  # an integer for a string
+    ('<|tool_call>call:get_weather{town:<|"|>Paris<|"|>}<tool_call|>', False),
+    ('<|tool_call>call:nope{}<tool_call|>', False),
+    ("<|channel>thought\nI could write <|tool_call>call:x{<channel|>" + GEMMA_CALL, True),  # a thought stays free
+])
+def test_gemma4_calls_are_constrained_once_they_start(text, ok):
+    assert accepts(text, fmt="gemma4", reasoning=True) == ok
+    assert accepts(GEMMA_CALL, fmt="gemma4", parallel=False) and not accepts(GEMMA_CALL * 2, fmt="gemma4", parallel=False)

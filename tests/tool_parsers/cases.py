@@ -45,6 +45,12 @@ def harmony_call(name: str, args: str, end: str = "<|call|>", role: bool = False
     return f"<|channel|>commentary to=functions.{name} <|constrain|>json<|message|>{args}{end}"
 
 
+def gemma(name: str, body: str) -> str:
+    """A Gemma 4 call: `body` between the braces, strings written between <|"|> marks (Q)."""
+    return f"<|tool_call>call:{name}{{{body}}}<tool_call|>"
+
+
+Q = '<|"|>'
 THOUGHT = "<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant"
 
 
@@ -214,6 +220,19 @@ CASES = {
     "harmony_unicode": Case("harmony", "<|channel|>final<|message|>café ☕ <|end|>", "café ☕ ", []),
     "harmony_header_without_body": Case("harmony", "<|channel|>final<|end|><|start|>assistant<|channel|>final"
                                         "<|message|>ok", "ok", []),
+    # gemma4: <|tool_call>call:NAME{key:value,...}<tool_call|>, strings between <|"|> marks
+    "gemma4_one": Case("gemma4", gemma("get_weather", f"city:{Q}Paris{Q}"), "", [PARIS]),
+    "gemma4_numbers": Case("gemma4", gemma("add", "a:1,b:2"), "", [ADD]),
+    "gemma4_string_stays_string": Case("gemma4", gemma("search", "query:042"), "", [("search", {"query": "042"})]),
+    "gemma4_multiline_with_marks": Case("gemma4", gemma("search", f"query:{Q}def f(a, b):\n    return {{a: [b]}}{Q}"),
+                                        "", [("search", {"query": "def f(a, b):\n    return {a: [b]}"})]),
+    "gemma4_untyped_values": Case("gemma4", gemma("x", f"flag:true,obj:{{k:[1,2.5],s:{Q}a,b}}{Q}}},n:None"), "",
+                                  [("x", {"flag": True, "obj": {"k": [1, 2.5], "s": "a,b}"}, "n": None})], None),
+    "gemma4_text_around_two": Case("gemma4", "Sure. " + gemma("search", f"query:{Q}a{Q}") + gemma("add", "a:1, b:2")
+                                   + " Done", "Sure.  Done", [("search", {"query": "a"}), ADD]),
+    "gemma4_cut_off": Case("gemma4", "<|tool_call>call:add{a:1,b:2", "", [ADD]),
+    "gemma4_unknown": Case("gemma4", gemma("nope", ""), gemma("nope", ""), []),
+    "gemma4_not_a_call": Case("gemma4", "<|tool_call>add(1, 2)<tool_call|>", "<|tool_call>add(1, 2)<tool_call|>", []),
     # bare_json: the whole output is the call(s)
     "bare_object": Case("bare_json", ADD_JSON, "", [ADD]),
     "bare_list": Case("bare_json", f"[{GW}, {ADD_JSON}]", "", [PARIS, ADD]),

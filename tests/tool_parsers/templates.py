@@ -62,3 +62,13 @@ HARMONY = """{{- "<|start|>system<|message|>Reasoning: medium\\n\\n# Valid chann
 {%- endif -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}"""
+# Gemma 4: calls in its own object syntax, a thought channel that the generation prompt closes empty
+# unless enable_thinking (the markers of google/gemma-4-*-it's template, cut to what detection reads)
+GEMMA4 = """{{- bos_token -}}{%- if tools -%}{{- '<|turn>system\\n' -}}{%- for tool in tools %}
+{{- '<|tool>declaration:' + tool['function']['name'] + '<tool|>' -}}{%- endfor %}{{- '<turn|>\\n' -}}{%- endif %}
+{%- for message in messages -%}{{- '<|turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\\n' }}
+{%- for tool_call in message.get('tool_calls') or [] -%}
+{{- '<|tool_call>call:' + tool_call['function']['name'] + '{' -}}{{- '}<tool_call|>' -}}{%- endfor -%}
+{{- message['content'] }}<turn|>{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|turn>model\\n' -}}
+{%- if not enable_thinking | default(false) -%}{{- '<|channel>thought\\n<channel|>' -}}{%- endif -%}{%- endif -%}"""

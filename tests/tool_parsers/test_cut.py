@@ -69,6 +69,11 @@ CASES = [
      [("get_time", '{"tz": "UTC"', True)]),
     ("qwen_xml", "<tool_call>\n<function=get_time>\n<parameter=tz>\nUTC\n</parameter>\n</function>\n</tool", AUTO, "",
      [("get_time", '{"tz": "UTC"}', False)]),
+    # gemma4: its arguments are not JSON: the name once whole (its `{` written), no arguments
+    ("gemma4", '<|tool_call>call:get_time{tz:<|"|>Asia/To', AUTO, "", [("get_time", "", True)]),
+    ("gemma4", "<|tool_call>call:get_ti", NAMED, "", [("get_time", "", True)]),
+    ("gemma4", "<|tool_call>call:get_ti", REQUIRED, "", []),
+    ("gemma4", 'Sure. <|tool_call>call:get_time{tz:<|"|>UTC<|"|>}', AUTO, "Sure.", [("get_time", '{"tz": "UTC"}', False)]),
     # harmony: the header names the call; its body as far as written
     ("harmony", '<|channel|>commentary to=functions.get_time <|constrain|>json<|message|>{"tz": "Asia/To', AUTO, "",
      [("get_time", ASIA, True)]),

@@ -22,7 +22,8 @@ TEMPLATES = [
     (t.MISTRAL, "mistral", (False, False), True),
     (t.LLAMA31, "llama3_json", (False, False), True),
     (t.LLAMA32, "llama3_json", (False, False), True),
-    (t.HARMONY, "harmony", (False, False), True),  # its reasoning is a channel (detect_channels), not <think>
+    (t.HARMONY, "harmony", (False, False), True),
+    (t.GEMMA4, "gemma4", (True, False), True),  # its reasoning is a channel (detect_channels), not <think>
     (t.CHATML, None, (False, False), False),
     (t.TOOLS_ONLY_IN_TEXT, None, (False, False), False),
     (None, None, (False, False), False),

@@ -31,6 +31,9 @@ REASONING_CASES = [
     ("<think>\n\n</think>\n\nHello\n", False, "", "Hello\n"),
     ("<think>a < b </thin but not closed", False, "a < b </thin but not closed", ""),
     ("  plain  ", False, "", "  plain  "),
+    ("<|channel>thought\nThe user greets.<channel|>Hello!", False, "The user greets.", "Hello!"),  # Gemma 4
+    ("<|channel>thought\nno close </think>", False, "no close </think>", ""),
+    ("Hi <|channel>thought x<channel|>", False, "", "Hi <|channel>thought x<channel|>"),
 ]
 
 
@@ -73,6 +76,8 @@ OUTPUT_CASES = [
     ("qwen_xml", TOOLS, False, False, "ok\n<tool_call>\n<function=add>\n<parameter=a>\n1\n</parameter>\n"
      "<parameter=b>\n2\n</parameter>\n</function>\n</tool_call>", "", "ok", [ADD]),
     ("mistral", TOOLS, True, True, f"plan</think>[TOOL_CALLS][{ADD_JSON}]", "plan", "", [ADD]),
+    ("gemma4", TOOLS, True, False, "<|channel>thought\nAdd them.<channel|><|tool_call>call:add{a:1,b:2}<tool_call|>",
+     "Add them.", "", [ADD]),
 ]
 
 

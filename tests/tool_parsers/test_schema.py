@@ -98,3 +98,25 @@ def test_grammar_output_parses_back(fmt, byte_tokenizer):
     assert _accepts(byte_tokenizer, grammar, good) and not _accepts(byte_tokenizer, grammar, bad)
     content, calls = parse_tool_calls(good, fmt, TOOLS)
     assert content == "" and [(c.name, json.loads(c.arguments)) for c in calls] == [("add", {"a": 1, "b": 2})]
+
+
+BOOK = [{"type": "function", "function": {"name": "book", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string"}, "nights": {"type": "integer"}, "unit": {"type": "string", "enum": ["c", "f"]},
+    "rooms": {"type": "array", "items": {"type": "object", "properties": {"beds": {"type": "integer"}}}},
+    "flexible": {"type": "boolean"}, "note": {}}}}}] + TOOLS
+
+
+@pytest.mark.parametrize("text, ok", [
+    ('<|tool_call>call:book{city:<|"|>Paris, FR<|"|>,nights:2,unit:<|"|>c<|"|>}<tool_call|>', True),
+    ('<|tool_call>call:book{rooms:[{beds:2},{beds:1}],flexible:true,note:{any:[1,<|"|>x<|"|>]}}<tool_call|>', True),
+    ('<|channel>thought\nBook it.<channel|><|tool_call>call:book{}<tool_call|>', True),
+    ('<|tool_call>call:book{nights:<|"|>2<|"|>}<tool_call|>', False),  # a string for an integer
+    ('<|tool_call>call:book{unit:<|"|>k<|"|>}<tool_call|>', False),  # not one of the enum
+    ('<|tool_call>call:book{town:<|"|>Paris<|"|>}<tool_call|>', False),  # a key the tool does not declare
+    ('<|tool_call>call:book{rooms:[{beds:<|"|>two<|"|>}]}<tool_call|>', False),
+    ('<|tool_call>call:add{a:1,b:2}<tool_call|>', False),  # tool_choice names book
+    ('Sure. <|tool_call>call:book{}<tool_call|>', False),
+])
+def test_a_forced_gemma4_call_follows_each_declared_keys_type(byte_tokenizer, text, ok):
+    grammar = call_constraint("gemma4", BOOK, {"type": "function", "function": {"name": "book"}}).lark()
+    assert _accepts(byte_tokenizer, grammar, text) == ok
