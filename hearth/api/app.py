@@ -15,6 +15,7 @@ from hearth.api import (anthropic_routes, chat_page, completion_routes, embeddin
                         openai_routes, props, rerank_routes, responses_routes, slots, slots_monitor)
 from hearth.api.cors import Cors
 from hearth.api.errors import install_handlers
+from hearth.api.hosts import HostCheckMiddleware, host_check_on
 from hearth.api.embeddings_only import refusing
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware, StallTimeoutMiddleware
 from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
@@ -41,6 +42,11 @@ class ServerConfig:
     """More keys, each taken as api_key is (llama-server's --api-key-file)."""
     cors_origins: list[str] = field(default_factory=list)
     """Origins allowed by CORS besides the local ones (hearth.api.cors.LOCAL_ORIGINS); ["*"] allows any."""
+    listen_host: str | None = None
+    """The address `hearth serve` listens on: at a loopback one, a request must name a loopback host or one of
+    allowed_hosts (hearth.api.hosts: DNS rebinding). None: an app no server of ours binds, no Host check."""
+    allowed_hosts: list[str] = field(default_factory=list)
+    """Host names let in besides the loopback ones when listening on a loopback address; ["*"]: any."""
     max_body_bytes: int = 32 * 2**20
     max_n: int = 16
     max_tokens: int = 0
@@ -114,6 +120,8 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
                        expose_headers=[IGNORED_HEADER, "Retry-After", "x-should-retry"])  # SDKs in a browser read them
     if config.timeout_s:  # the other middlewares' reads and writes are timed too
         app.add_middleware(StallTimeoutMiddleware, seconds=config.timeout_s)
+    if host_check_on(config.listen_host, config.allowed_hosts):  # before CORS: a rebound page's preflight too
+        app.add_middleware(HostCheckMiddleware, listen=config.listen_host, allowed=config.allowed_hosts)
     app.add_middleware(RoutePathMiddleware)  # outermost: every check below reads the route's own path
     return app
 

@@ -18,6 +18,10 @@ from hearth.errors import HearthError
 log = logging.getLogger("hearth.api")
 
 ACTIVE = ("queued", "in_progress")
+TERMINAL_EVENTS = {"cancelled": "response.cancelled", "failed": "response.failed"}
+"""A streamed run that ends so -> its last event, with the response as it then stands (as response.completed
+ends a whole answer; response.cancelled: OpenAI's name for a cancelled background response's event), so a
+follower never sees the stream just stop. A run ended by an engine error's `error` event adds none."""
 
 
 class Run:
@@ -71,8 +75,14 @@ class Run:
             self._end("failed")
         finally:
             self.final = reply.ended or reply.response(self.status)
+            if self.streamed and self.status in TERMINAL_EVENTS and not self._ended_by_error():
+                self.events.append(reply._event({"type": TERMINAL_EVENTS[self.status], "response": self.final}))
             self.reply = None
             self._wake()
+
+    def _ended_by_error(self) -> bool:
+        """The stream ended on an engine error's `error` event already (_Reply.events)."""
+        return bool(self.events) and self.events[-1].startswith("event: error\n")
 
     def _end(self, status: str) -> None:
         self.status = status

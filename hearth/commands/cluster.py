@@ -93,7 +93,8 @@ def _serve(args: argparse.Namespace, spec, ray, started: bool) -> int:
         engine = start_replicas(spec)
         print(f"hearth: {args.replicas} replicas loaded in {time.perf_counter() - t0:.1f}s "
               f"(context {engine.max_model_len} tokens, routing {args.routing})", file=sys.stderr, flush=True)
-        app = build_app(args.model, args.served_model_name, engine, serve.server_config(args), scaler_for(spec, engine),
+        config = serve.server_config(args, listen=True)
+        app = build_app(args.model, args.served_model_name, engine, config, scaler_for(spec, engine),
                         template=chat_template(args))
         return serve.run_server(app, args, app.state.models.ids_text())
     finally:

@@ -188,6 +188,11 @@ def _add_listen_arguments(net) -> None:
                      help="comma-separated origins allowed by CORS besides this machine's (http(s)://localhost, 127.0.0.1, "
                           "0.0.0.0, [::1] on any port, and app://, file://, tauri://, vscode-webview:// pages, as "
                           "Ollama's default), e.g. https://chat.example or '*' (default: only those)")
+    net.add_argument("--allowed-hosts", default="", metavar="HOSTS",
+                     help="comma-separated host names requests may be sent to besides localhost and the loopback "
+                          "addresses while --host is a loopback address (a name re-pointed at 127.0.0.1 by a web page, "
+                          "DNS rebinding, is refused with a 403, as Ollama's), e.g. llm.home.arpa or '*' for any; with "
+                          "--host 0.0.0.0 or a LAN address no Host is checked (default: only those)")
     net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
                      help="unload a model once idle this long (what Ollama's OLLAMA_KEEP_ALIVE sets, not read "
                           "from it: 5m, 1h30m, 300 seconds, -1 forever); its next request loads it again. A request's keep_alive sets its model's own; "
@@ -207,7 +212,7 @@ def main(args: argparse.Namespace) -> int:
     from hearth.commands.serve_models import build_pool
 
     configure_logging(args.log_level)  # before the load, whose notes are hearth's log lines
-    config = server_config(args)  # a bad --tool-guard fails before any model loads
+    config = server_config(args, listen=True)  # a bad --tool-guard fails before any model loads
     uvicorn_options(args)  # so does half an --ssl-* pair
     EngineConfig(**engine_args(args))  # so does a bad engine flag (checked again for each model)
     pool = build_pool(args)  # reads the files' headers, no weights
@@ -263,7 +268,9 @@ def check_port(host: str, port: int) -> None:
                 raise HearthError(f"cannot listen on port {port} on {host}: {e.strerror}") from None
 
 
-def server_config(args: argparse.Namespace):
+def server_config(args: argparse.Namespace, listen: bool = False):
+    """The app's options from the flags. listen: the app will be served on --host (`hearth serve`, the cluster's front
+    end), so a loopback --host turns the Host check on (hearth.api.hosts); an app driven in-process has none."""
     from hearth import __version__
     from hearth.api.app import ServerConfig
 
@@ -275,6 +282,8 @@ def server_config(args: argparse.Namespace):
                           "open to anyone who reaches it: give a key, or leave --api-key out for an open server")
     return ServerConfig(api_key=keys[0] if keys else None, api_keys=keys[1:] + api_keys(args),
                         cors_origins=[o.strip() for o in origins.split(',') if o.strip()],
+                        listen_host=args.host if listen else None,
+                        allowed_hosts=[h.strip() for h in getattr(args, "allowed_hosts", "").split(",") if h.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
                         max_tokens=args.max_tokens_limit,
                         tool_guard=tool_guard(args),

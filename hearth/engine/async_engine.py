@@ -109,7 +109,7 @@ class RequestStream:
     def abort(self) -> None:
         if not self.finished:
             self._end()
-            self.engine._send(("abort", self.request_id))
+            self.engine._abort(self.request_id)
 
     def _end(self) -> None:
         self.finished = True
@@ -207,6 +207,14 @@ class AsyncEngine:
         """The requests being run now, in the scheduler's order (an encoder's queue runs none between steps)."""
         return [RunningRequest(r.request_id, list(r.prompt_token_ids), list(r.output_token_ids), r.params,
                                r.num_computed_tokens, r.num_cached_tokens) for r in list(self.core.scheduler.running)]
+
+    def _abort(self, request_id: str) -> None:
+        """The engine thread takes the abort between steps; the runner's queued work for the request (an image
+        not yet encoding: ModelRunner.abort_soon) goes at once, not after the step that runs now."""
+        soon = getattr(getattr(self.core, "runner", None), "abort_soon", None)
+        if soon is not None:
+            soon(request_id)
+        self._send(("abort", request_id))
 
     def _send(self, command: tuple) -> None:
         self._commands.put(command)

@@ -65,9 +65,11 @@ class MediaRows:
                 self._ready.setdefault(rid, []).append(m.digest)
             elif m.digest in self.waiters:
                 self.waiters[m.digest].append((rid, m))
+                if not self.worker.join(m.digest, rid):  # its job went with an abort not yet forgotten here
+                    self.worker.submit(m.digest, m, rid)
             else:
                 self.waiters[m.digest] = [(rid, m)]
-                self.worker.submit(m.digest, m)
+                self.worker.submit(m.digest, m, rid)
 
     @property
     def encoding(self) -> int:
@@ -151,11 +153,19 @@ class MediaRows:
                 out[i] = spans
         return out
 
+    def abort(self, request_id: str) -> None:
+        """The request was aborted: its queued encodes that no other request waits for are dropped now, from the
+        abort's own thread, before the worker can start them (its end reaches `forget` only at the engine's next
+        step, after the step that runs now, which may be long). Thread-safe: touches the worker alone."""
+        if self.worker is not None:
+            self.worker.abort(request_id)
+
     def forget(self, request_id: str) -> None:
         """A request ended: its images are kept only among the MAX_UNUSED most recent unused ones; its
         queued encodes that no other request waits for are dropped."""
         self._ready.pop(request_id, None)
         self._errors.pop(request_id, None)
+        self.abort(request_id)  # the worker's side: it waits for no job any more
         for digest in list(self.waiters):
             left = self.waiters[digest] = [(rid, m) for rid, m in self.waiters[digest] if rid != request_id]
             if not left and self.worker.drop(digest):

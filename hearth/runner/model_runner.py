@@ -180,6 +180,14 @@ class ModelRunner:
                               if (m := self.matchers.get(s.request_id)) is not None and m.error}
         return out
 
+    def abort_soon(self, request_id: str) -> None:
+        """The request is being aborted (AsyncEngine, from the abort's thread): its queued image encodes go now,
+        not after the step that runs (its end still comes in SchedulerOutput.finished_request_ids, to `forget`).
+        Thread-safe: reaches the encode worker alone (MediaRows.abort)."""
+        media = self.media
+        if media is not None:
+            media.abort(request_id)
+
     def forget(self, request_ids: list[str]) -> None:
         """Drop the per-request state of requests that ended (repeating an id is harmless)."""
         for rid in request_ids:

@@ -1,8 +1,9 @@
 """Images encoded ahead of and beside the steps (MediaRows' EncodeWorker): while one request's image is
 being encoded (a fake encoder held on an Event), the other requests' steps go on and finish; no chunk
 reaches an image before its rows are in (the text before it goes meanwhile); the image request then
-gives what the in-step encode gives, from the same rows; an aborted request's queued encode is dropped;
-a failing encode ends its request only; an image encoded already is not encoded again."""
+gives what the in-step encode gives, from the same rows; an aborted request's queued encode is dropped (an
+abort during a step too, before the worker reaches it); a failing encode ends its request only; an image
+encoded already is not encoded again."""
 
 from __future__ import annotations
 
@@ -155,6 +156,27 @@ def test_an_aborted_requests_queued_encode_is_dropped_and_the_engine_goes_idle(e
     outs = drain(engine, {})
     assert list(outs) == [text] and len(outs[text][0]) == 8
     assert not engine.runner.media.waiters and image(7).digest in engine.runner.media.encoded  # kept, unused
+
+
+def test_an_abort_during_a_step_drops_the_queued_encode_before_the_next_step(engine):
+    """AsyncEngine hands an abort to the runner at once (ModelRunner.abort_soon) while the engine thread may be
+    inside a long step: the aborted request's queued encode goes before the worker reaches it, not only at the
+    next step's finished_request_ids (by then the worker had started it: ~50 s of a SigLIP encode for nobody)."""
+    engine, dims, steps = engine
+    vision = engine.runner.vision
+    vision.held.add(7)
+    first = engine.add_request(prompt_ids(), GREEDY, media=[image(7)])
+    second = engine.add_request([9] + prompt_ids()[1:], GREEDY, media=[image(8)])  # queued behind 7
+    drain(engine, {}, steps=2)
+    engine.runner.abort_soon(second)  # no engine step runs from here until the worker has settled
+    vision.gate.set()
+    for m in (image(7), image(8)):
+        engine.runner.media.worker.wait(5, digest=m.digest)
+    assert vision.seeds == [7]  # 8 never encoded
+    engine.abort(second)  # the engine thread takes it between steps
+    outs = drain(engine, {})
+    assert list(outs) == [first] and len(outs[first][0]) == 6 and outs[first][2] is None
+    assert not engine.runner.media.waiters and engine.runner.media.encoding == 0
 
 
 def test_a_failing_encode_ends_its_request_only_while_the_others_go_on(engine):

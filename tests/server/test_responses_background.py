@@ -142,3 +142,54 @@ def test_a_bad_starting_after_is_a_400(fake, after):
     r.close()
     bad = fake.client.get(f"/v1/responses/{rid}", params={"stream": "true", "starting_after": after})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "starting_after"
+
+
+def _rest(stream, timeout: float = 10) -> list:
+    """The stream's events to its end, on a thread: a stream that never ends fails the test, not hangs it."""
+    import threading
+
+    got, done = [], threading.Event()
+
+    def read():
+        try:
+            got.extend(stream)
+        finally:
+            done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert done.wait(timeout), f"the stream did not end within {timeout} s (got {[e.type for e in got]})"
+    return got
+
+
+def test_a_cancelled_streamed_run_ends_its_stream_with_response_cancelled(fake):
+    """A follower of a cancelled streamed run got no terminal event: the stream just stopped (OpenAI's SDK
+    helpers then say "Didn't receive a response.completed"), and a resumed one the same."""
+    stream = fake.openai.responses.create(model="fake-model", input="script:slow", background=True, stream=True)
+    seen = [next(stream) for _ in range(4)]
+    rid = seen[0].response.id
+    assert fake.openai.responses.cancel(rid).status == "cancelled"
+    rest = _rest(stream)
+    assert rest and rest[-1].type == "response.cancelled", [e.type for e in rest]
+    last = rest[-1].response  # a dict: the SDK has no model for the event (OpenAI sends it as a webhook's too)
+    assert last["id"] == rid and last["status"] == "cancelled"
+    assert last["output"][0]["content"][0]["text"].startswith("tick")  # what it had said by then
+    numbers = [e.sequence_number for e in seen + rest]
+    assert numbers == list(range(len(numbers)))
+    resumed = _rest(fake.openai.responses.retrieve(rid, stream=True, starting_after=numbers[-2]))
+    assert [e.model_dump() for e in resumed] == [rest[-1].model_dump()]  # a reconnect ends the same way
+    assert fake.openai.responses.retrieve(rid).status == "cancelled"
+
+
+def test_a_streamed_run_failed_by_a_bug_ends_with_response_failed(fake, monkeypatch):
+    failing = _rest(fake.openai.responses.create(model="fake-model", input="script:fail", background=True,
+                                                 stream=True))
+    assert failing[-1].type == "error" and "boom" in failing[-1].message  # an engine error's event ends it, alone
+    import hearth.api.responses_routes as routes
+
+    def broken(self, *a, **k):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(routes._Reply, "_on_output", broken)
+    events = _rest(fake.openai.responses.create(model="fake-model", input="script:hello", background=True,
+                                                stream=True))
+    assert events[-1].type == "response.failed" and "KeyError" in events[-1].response.error.message
