@@ -229,3 +229,13 @@ def smol_llm(model_path):
 
     # no max_logprobs cap: equivalence tests compare the top 1000 logprobs of two runs
     return LLM(str(model_path("smollm2-135m")), progress=False, max_model_len=2048, max_logprobs=-1)
+
+
+SPECULATION_OFF = "speculation is off on the torch tier (verify rows differ from decode rows there)"
+
+
+@pytest.fixture
+def native_speculation():
+    """For a test whose model must speculate: skipped where hearth keeps speculation off (LLM.speculation_off)."""
+    if tiers.active() == "torch":
+        pytest.skip(SPECULATION_OFF)

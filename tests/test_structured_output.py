@@ -78,11 +78,13 @@ def test_exactly_one_constraint():
 
 
 @pytest.mark.parametrize("mode", ["plain", "grammar drafts", "draft tree"])
-def test_min_tokens_past_the_grammar_s_end_ends_where_the_grammar_does(tmp_path, mode):
+def test_min_tokens_past_the_grammar_s_end_ends_where_the_grammar_does(tmp_path, mode, request):
     """min_tokens holds back end-of-generation and stop ids only (vLLM): where the grammar allows
     nothing but its end, the grammar wins. The ban left no token: garbage ids with NaN logprobs."""
     import math
 
+    if mode != "plain":
+        request.getfixturevalue("native_speculation")
     from hearth import LLM
     from tests.gguf_factory import write_tiny_gguf
 

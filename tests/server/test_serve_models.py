@@ -114,6 +114,7 @@ def _footprint(path, kv: str, blocks: int, gb: float):
     return served_footprint(GGUFFile(path), 512, kv, 4, gb, 2048, blocks)
 
 
+@pytest.mark.usefixtures("native_speculation")
 @pytest.mark.parametrize("kv,blocks,gb,same", [
     ("auto", 0, 2.0, False), ("q8_0", 0, 2.0, False), ("auto", 40, 2.0, False), ("q8_0", 10, 2.0, False),
     ("auto", 0, 0.0002, False), ("q8_0", 0, 0.0002, False),  # the bound holds fewer blocks: the context is lowered
@@ -302,6 +303,7 @@ def test_bad_router_settings_are_one_line(capsys, tmp_path, argv, toml, needles)
     assert_one_line_error(code, err, *needles)
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_serve_says_what_speculation_runs(tmp_path, capsys, caplog):
     """A config naming a draft model and no method used to run ngram without a word: the load says the
     method, K and the draft's file, or that the backend turned speculation off, once (the LLM's warning;
@@ -326,6 +328,7 @@ def test_serve_says_what_speculation_runs(tmp_path, capsys, caplog):
     assert "backend" not in said
 
 
+@pytest.mark.usefixtures("native_speculation")
 def test_a_draft_model_speculates_for_the_models_whose_vocabulary_it_shares(tmp_path, capsys):
     """`hearth serve A B -md A` where B has another vocabulary: every request to B got `503
     model_load_failed: ... vocabulary differs`. B is served without speculation, one startup line says

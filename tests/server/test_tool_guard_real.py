@@ -17,7 +17,8 @@ BODY = {"model": "qwen", "messages": [{"role": "user", "content": "Tell me a jok
 def test_a_declined_call_is_the_models_own_text(qwen_client):
     own = qwen_client.post("/v1/chat/completions", json={**BODY, "hearth": {"tool_guard": "off"}}).json()
     own_text = own["choices"][0]["message"]["content"]
-    assert '"name": "Cat Joke"' in own_text, own_text  # the trial's answer: no offered tool
+    # the trial's answer: a call of no offered tool ("Cat Joke"; "cat joke" on the torch tier's arithmetic)
+    assert '"name": "cat joke"' in own_text.lower(), own_text
     r = qwen_client.post("/v1/chat/completions", json=BODY).json()
     msg = r["choices"][0]["message"]
     assert msg["content"] == own_text and not msg.get("tool_calls") and r["choices"][0]["finish_reason"] == "stop"

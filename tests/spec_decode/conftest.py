@@ -4,18 +4,10 @@ bit-identical to decode rows, so the runner turns speculation off there (and not
 import pytest
 
 from hearth.kernels import tiers
-
-SPECULATION_OFF = "speculation is off on the torch tier (verify rows differ from decode rows there)"
+from tests.conftest import SPECULATION_OFF
 
 
 @pytest.fixture(autouse=True)
 def _speculation_runs_here(request):
     if tiers.active() == "torch" and {"smol_llm", "model_path"} & set(request.fixturenames):
-        pytest.skip(SPECULATION_OFF)
-
-
-@pytest.fixture
-def native_speculation():
-    """For a test whose tiny model must speculate: skipped where hearth keeps speculation off."""
-    if tiers.active() == "torch":
         pytest.skip(SPECULATION_OFF)
