@@ -179,9 +179,10 @@ def test_greedy_with_a_reduced_draft_vocabulary_equals_plain_greedy(smol_llm, re
     assert_greedy_equals_plain(smol_llm, reduced_draft, which, min_drafted=40, min_rate=0.35)
     assert drafter.vocab is not None and drafter.vocab._qtype.name == "Q4_0"  # the head re-encoded
     # every draft is an id the reduced head scored (mapped back to the full vocabulary's ids), and
-    # drafts past the first 4096 ids (the request's own, through its rows) were accepted too
+    # drafts past the first 4096 ids (the request's own, through its rows) were accepted too: the code
+    # repeats its identifiers (3-5 such on each tier); the story may draft none (the avx2 tier's greedy text)
     assert all(t < 4096 or t in allowed for drafts, _, allowed in seen for t in drafts)
-    assert any(t >= 4096 for _, accepted, _ in seen for t in accepted)
+    assert which == "story" or any(t >= 4096 for _, accepted, _ in seen for t in accepted)
 
 
 def _record_drafts(drafter, monkeypatch) -> list[tuple[list[int], list[int], set[int]]]:
