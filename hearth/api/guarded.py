@@ -451,7 +451,8 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
 
     def make_parser(log: GuardLog, announce: bool):
         parser = OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts,
-                              announce=announce, required=plan.required, named=plan.named, channels=served.channels)
+                              announce=announce, required=plan.required, named=plan.named, channels=served.channels,
+                              marks=served.reasoning_marks)
         return RescuingParser(parser, callable_tools, log) if guard and callable_tools else parser
 
     token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())

@@ -15,7 +15,7 @@ def output_parser(served, plan: ToolPlan, prompt_text: str, streaming: bool = Tr
     starts = served.starts_in_reasoning(prompt_text)
     return OutputParser(plan.parse_format, plan.tools, reasoning=served.knows_reasoning or starts,
                         starts_in_reasoning=starts, announce=streaming, required=plan.required, named=plan.named,
-                        channels=served.channels)
+                        channels=served.channels, marks=served.reasoning_marks)
 
 
 def openai_finish(reason: str | None, called: bool) -> str:

@@ -17,8 +17,8 @@ from gguf import constants as gguf_constants
 from hearth.api.chat_template import ChatTemplate
 from hearth.api.media_prompt import encode_with_images
 from hearth.config import MAX_LOGPROBS
-from hearth.tool_parsers import (detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
-                                 supports_tools)
+from hearth.tool_parsers import (Marks, detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
+                                 reasoning_marks, supports_tools)
 
 
 # template variables a request's chat_template_kwargs may not override
@@ -123,6 +123,10 @@ class ServedModel:
     @cached_property
     def knows_reasoning(self) -> bool:
         return detect_reasoning(self.template_source)[0]
+
+    @cached_property
+    def reasoning_marks(self) -> Marks | None:
+        return reasoning_marks(self.template_source)
 
     @cached_property
     def channels(self) -> str | None:

@@ -90,8 +90,10 @@ EOG_TEXTS = ("<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<
              "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
              "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
              "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~[")
-# gpt-oss (harmony) markers that llama.cpp always parses and always prints
-_ALWAYS_USER_DEFINED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>")
+# markers the output parsers read, printed whatever the file says: gpt-oss's (harmony), which llama.cpp always
+# parses and prints, and Gemma 4's (its converter writes them USER_DEFINED; some files retype them CONTROL)
+_ALWAYS_USER_DEFINED = ("<|channel|>", "<|message|>", "<|start|>", "<|constrain|>",
+                        "<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>')
 # (tokens that must all be EOG, the one then dropped from EOG and its new attribute)
 _EOG_EXCEPTIONS = ((("<|return|>", "<|call|>", "<|end|>"), "<|end|>", Attr.USER_DEFINED),
                    (("<|calls|>", "<|flush|>", "<|end|>"), "<|end|>", Attr.USER_DEFINED),

@@ -24,8 +24,8 @@ from hearth.tool_parsers.types import tool_parameters
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever
 _GAP = r"/[ \t\n]{0,4}/"
 # a reasoning channel at the start of the output, any of the marks hearth.tool_parsers.reasoning reads
-_OPENS = "|".join(re.escape(opens).replace("/", "\\/") for opens, _ in MARKERS)
-_THOUGHT = "|".join(f"{re.escape(o)}(.|\\n)*{re.escape(c)}".replace("/", "\\/") for o, c in MARKERS)
+_OPENS = "|".join(re.escape(m.open).replace("/", "\\/") for m in MARKERS)
+_THOUGHT = "|".join(f"{re.escape(m.open)}(.|\\n)*{re.escape(m.close)}".replace("/", "\\/") for m in MARKERS)
 
 
 def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reasoning: bool = False,
@@ -46,7 +46,8 @@ def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reason
              f"ARGS_GAP: {_GAP}", "END_WS: /[ \\t\\n]*/"]
     lines += _tool_rules(params, key)
     lines += _named_rules(params, [t for t in triggers if t.body == NAMED])
-    lines += call_rules(params, "gemma_call") if any(t.body == GEMMA for t in triggers) else []
+    if any(t.body == GEMMA for t in triggers):
+        lines += call_rules({name: declared_only(schema) for name, schema in params.items()}, "gemma_call")
     lines += _call_rules(anywhere, "TEXT", "")
     lines += _call_rules(anywhere, "TEXT0", "0")
     lines += _start_rules(triggers, bool(anywhere), parallel)
@@ -83,19 +84,18 @@ def _with_layout(schema: dict) -> dict:
     return {**schema, "x-guidance": {**TOOL_JSON, **schema.get("x-guidance", {})}}
 
 
+_BODIES = {
+    TAGGED: lambda t: f'/[ \\t\\n]{{0,2}}/ object "}}" /[ \\t\\n]{{0,2}}/ "</tool_call>"',
+    OPEN_OBJECT: lambda t: f"rest {t.close}",
+    FUNCTION_TAG: lambda t: "fn_rest",
+    NAMED: lambda t: f"named_{t.name}",
+    GEMMA: lambda t: f"gemma_call {json.dumps(GEMMA_END)}",
+}
+"""What follows a trigger of each body kind, up to the end of the call."""
+
+
 def _body(t: Trigger) -> str:
-    """What follows trigger t, up to the end of the call."""
-    if t.body == TAGGED:
-        return f'/[ \\t\\n]{{0,2}}/ object "}}" /[ \\t\\n]{{0,2}}/ "</tool_call>"'
-    if t.body == OPEN_OBJECT:
-        return f"rest {t.close}"
-    if t.body == FUNCTION_TAG:
-        return "fn_rest"
-    if t.body == NAMED:
-        return f"named_{t.name}"
-    if t.body == GEMMA:
-        return f"gemma_call {json.dumps(GEMMA_END)}"
-    raise ValueError(f"unknown trigger body {t.body!r}")
+    return _BODIES[t.body](t)
 
 
 def _call_rules(anywhere: list[Trigger], text: str, suffix: str) -> list[str]:

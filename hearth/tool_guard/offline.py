@@ -9,7 +9,7 @@ from hearth.sampling_params import StructuredOutput
 from hearth.tool_guard.grammar import lazy_tool_grammar
 from hearth.tool_guard.modes import check_mode
 from hearth.tool_parsers import (OutputParser, call_constraint, detect_channels, detect_format, detect_reasoning,
-                                 forced_tools, prompt_opens_reasoning, supports_tools)
+                                 forced_tools, prompt_opens_reasoning, reasoning_marks, supports_tools)
 
 
 def chat_constraint(template_source: str | None, tools: list[dict] | None, tool_choice, mode: str,
@@ -39,7 +39,8 @@ def chat_message(template_source: str | None, tools: list[dict] | None, tool_cho
     forced = forced_tools(tools, tool_choice) if fmt else None
     named = forced[0] if forced and isinstance(tool_choice, dict) else None
     parsed = OutputParser(fmt, tools, reasoning=knows, starts_in_reasoning=starts, announce=False,
-                          required=bool(forced), named=named, channels=detect_channels(template_source)).parse(text, cut)
+                          required=bool(forced), named=named, channels=detect_channels(template_source),
+                          marks=reasoning_marks(template_source)).parse(text, cut)
     message: dict = {"role": "assistant", "content": parsed.content}
     if parsed.tool_calls:
         message["tool_calls"] = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}

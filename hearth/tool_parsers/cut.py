@@ -44,13 +44,7 @@ _NAME = re.compile(r'\s*(?:```(?:json|JSON)?\s*)?\[?\s*\{\{?\s*"name"\s*:\s*"([^
 _ARGUMENTS = re.compile(r'\s*,\s*"(?:arguments|parameters)"\s*:\s*')
 
 
-_FUNCTION_END = "</function>"
 _PARAMETER, _PARAMETER_END = "<parameter=", "</parameter>"
-
-
-def xml_open(region: str) -> bool:
-    """Whether a region holds XML calls and its last function has no `</function>` (a cut call)."""
-    return qwen_xml.is_xml(region) and _FUNCTION_END not in region[region.rfind(qwen_xml.FUNCTION):]
 
 
 def cut_calls(region: str, tools: list[dict] | None, named: str | None, early: EarlyCall | None) -> list[ToolCall]:

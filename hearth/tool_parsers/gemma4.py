@@ -21,8 +21,6 @@ START = "<|tool_call>"
 END = "<tool_call|>"
 CALL = "call:"
 QUOTE = '<|"|>'
-REASONING_TEXT = ("<|channel>thought", "<channel|>")
-"""The reasoning channel a forced call may follow (the template's thinking mode)."""
 _SCALARS = {"true": True, "false": False, "null": None, "True": True, "False": False, "None": None}
 
 

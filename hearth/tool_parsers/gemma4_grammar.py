@@ -1,8 +1,12 @@
 """A forced Gemma 4 call as an llguidance Lark grammar. Its arguments are not JSON, so no JSON schema
-grammar fits: each tool's schema becomes rules of Gemma's object syntax instead — its declared keys
-only, each with its own value's type (strings between `<|"|>` marks, integers, numbers, booleans,
-enums, nested objects and lists); what a schema leaves open takes any Gemma value. Keys may come in
-any order, so required ones are not enforced here (the guard's schema check reports a missing one)."""
+grammar fits: each tool's schema becomes rules of Gemma's object syntax instead — each value typed as
+its schema says (strings between `<|"|>` marks, integers, numbers, booleans, enums, objects, lists),
+an object's declared keys, and any other key where the object is open (JSON Schema's default; the
+callers close a tool's own arguments as the JSON formats' grammars do, hearth.tool_parsers.schema.
+declared_only). Numbers are bounded as hearth.sample.schema_bounds bounds JSON's: at most 16 integer
+digits, 15 before and 10 after a point, no exponent (a small model writes digits without end, and
+`1e999` reads back as no number). Keys may come in any order, so required ones are not enforced here
+(the guard's schema check reports a missing one); nor are minimum and maximum."""
 
 from __future__ import annotations
 
@@ -11,22 +15,24 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from hearth.tool_parsers.gemma4 import CALL, END, QUOTE, REASONING_TEXT, START
+from hearth.tool_parsers.gemma4 import CALL, END, QUOTE, START
+from hearth.tool_parsers.reasoning import GEMMA_THOUGHT
 
 _TERMINALS = {
     "string": "gstr",
     "integer": "G_INT",
     "number": "G_NUM",
     "boolean": '("true" | "false")',
-    "null": '"null"',
+    "null": '("null" | "None")',  # Jinja writes Python's None
 }
 _COMMON = [
     f"gstr[lazy]: /{re.escape(QUOTE)}(.|\\n)*{re.escape(QUOTE)}/",
-    "G_INT: /-?(0|[1-9][0-9]*)/",
-    "G_NUM: /-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][-+]?[0-9]+)?/",
-    "gvalue: gstr | G_NUM | \"true\" | \"false\" | \"null\" | gobject | glist",
-    "gobject: \"{\" (gkey \":\" gvalue (\",\" gkey \":\" gvalue)*)? \"}\"",
-    "glist: \"[\" (gvalue (\",\" gvalue)*)? \"]\"",
+    "G_INT: /-?(0|[1-9][0-9]{0,15})/",
+    "G_NUM: /-?(0|[1-9][0-9]{0,14})(\\.[0-9]{1,10})?/",
+    'gvalue: gstr | G_NUM | "true" | "false" | "null" | "None" | gobject | glist',
+    'gobject: "{" (gmember ("," gmember)*)? "}"',
+    'gmember: gkey ":" gvalue',
+    'glist: "[" (gvalue ("," gvalue)*)? "]"',
     "gkey: /[^:{}\\[\\],<]+/ | gstr",
 ]
 
@@ -42,16 +48,22 @@ class _Rules:
         if isinstance(schema.get("enum"), list) and schema["enum"]:
             return "(" + " | ".join(json.dumps(_literal(v)) for v in schema["enum"]) + ")"
         kind = schema.get("type")
-        if kind == "object" and isinstance(schema.get("properties"), dict) and schema["properties"]:
-            return self.object(schema["properties"])
+        if kind == "object":
+            return self.object(schema)
         if kind == "array" and isinstance(schema.get("items"), dict):
             item = self.value(schema["items"])
             return self._rule(f'"[" ({item} ("," {item})*)? "]"')
         return _TERMINALS.get(kind, "gvalue") if isinstance(kind, str) else "gvalue"
 
-    def object(self, properties: dict) -> str:
-        members = " | ".join(f"{json.dumps(str(key) + ':')} {self.value(schema)}" for key, schema in properties.items())
-        member = self._rule(members)
+    def object(self, schema: dict) -> str:
+        """An object: its declared keys typed, and any other key unless additionalProperties is false."""
+        properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        members = [f"{json.dumps(str(key) + ':')} {self.value(sub)}" for key, sub in properties.items()]
+        if schema.get("additionalProperties") is not False:
+            members.append("gmember")
+        if not members:
+            return '("{" "}")'
+        member = self._rule(" | ".join(members))
         return self._rule(f'"{{" ({member} ("," {member})*)? "}}"')
 
     def _rule(self, body: str) -> str:
@@ -68,28 +80,25 @@ def _literal(value: Any) -> str:
 
 
 def call_rules(schemas: dict[str, dict], rule: str) -> list[str]:
-    """Lark rules where `rule` is one call after `call:`: a tool's name, then its arguments, each
-    declared key typed by that tool's schema."""
+    """Lark rules where `rule` is one call after `call:`: a tool's name, then its arguments as that
+    tool's schema types them."""
     rules = _Rules()
-    branches = []
-    for name, schema in schemas.items():
-        properties = schema.get("properties") if isinstance(schema, dict) else None
-        args = rules.object(properties) if isinstance(properties, dict) and properties else "gobject"
-        branches.append(f"{json.dumps(name)} {args}")
+    branches = [f"{json.dumps(name)} {rules.object(schema if isinstance(schema, dict) else {})}"
+                for name, schema in schemas.items()]
     return [f"{rule}: {' | '.join(branches)}", *rules.lines, *_COMMON]
 
 
 @dataclass(frozen=True, slots=True)
 class Gemma4CallConstraint:
     schemas: dict[str, dict]
-    """Each callable tool's arguments schema, by name."""
+    """Each callable tool's arguments schema, by name (closed as declared_only closes it)."""
 
     def lark(self) -> str:
-        opens, closes = REASONING_TEXT
+        thought = f"{re.escape(GEMMA_THOUGHT.open)}(.|\\n)*{re.escape(GEMMA_THOUGHT.close)}"
         return "\n".join([
             "%llguidance {}",
             f"start: thought? {json.dumps(START + CALL)} call {json.dumps(END)}",
-            f"thought[lazy]: /{re.escape(opens)}(.|\\n)*{re.escape(closes)}/",
+            f"thought[lazy]: /{thought}/",
             *call_rules(self.schemas, "call")]) + "\n"
 
     def call_text(self, name: str, arguments: dict) -> str:

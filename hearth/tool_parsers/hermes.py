@@ -15,6 +15,7 @@ END = "</tool_call>"
 # fenced, or as `<function=NAME>{...}</function>`): an output that begins so is held to the end
 # and parsed as a call region (the tool guard's lazy grammar triggers on the same openers)
 LEADS = ("{", "```json", "<function=")
+is_open = qwen_xml.is_open  # an XML body cut inside its function
 
 
 def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:

@@ -4,7 +4,7 @@ parsed from the content that remains. Streaming (feed/finish) and whole-output (
 from __future__ import annotations
 
 from hearth.tool_parsers.formats import get_format
-from hearth.tool_parsers.reasoning import StreamingReasoningParser
+from hearth.tool_parsers.reasoning import Marks, StreamingReasoningParser
 from hearth.tool_parsers.stream import StreamingToolParser
 from hearth.tool_parsers.types import ContentDelta, Event, ParsedOutput, collect
 
@@ -16,15 +16,17 @@ class OutputParser:
 
     def __init__(self, tool_format: str | None = None, tools: list[dict] | None = None,
                  reasoning: bool = False, starts_in_reasoning: bool = False, announce: bool = True,
-                 required: bool = False, named: str | None = None, channels: str | None = None):
+                 required: bool = False, named: str | None = None, channels: str | None = None,
+                 marks: Marks | None = None):
         """announce: calls stream as written (a streaming client; StreamingToolParser); required /
         named: what tool_choice forces, for an output max_tokens cuts (hearth.tool_parsers.cut);
         channels: a format that parses the whole output itself (hearth.tool_parsers.formats.detect_channels:
-        harmony's analysis and final channels), which then does, calls only where tool_format is set."""
-        self._config = (tool_format, tools, reasoning, starts_in_reasoning, announce, required, named, channels)
+        harmony's analysis and final channels), which then does, calls only where tool_format is set;
+        marks: the template's reasoning marks (hearth.tool_parsers.reasoning.reasoning_marks)."""
+        self._config = (tool_format, tools, reasoning, starts_in_reasoning, announce, required, named, channels, marks)
         own = getattr(get_format(channels), "Stream", None) if channels else None
         self._whole = own(tools, announce, required, named, calls=tool_format is not None) if own else None
-        self._reasoning = (StreamingReasoningParser(starts_in_reasoning)
+        self._reasoning = (StreamingReasoningParser(starts_in_reasoning, marks)
                            if reasoning or starts_in_reasoning else None)
         self._tools = StreamingToolParser(tool_format, tools, announce, required, named) if tool_format else None
 

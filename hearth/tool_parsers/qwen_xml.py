@@ -47,6 +47,11 @@ def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:
     return calls
 
 
+def is_open(region: str) -> bool:
+    """Whether a region holds XML calls and its last function has no `</function>` (a cut call)."""
+    return is_xml(region) and "</function>" not in region[region.rfind(FUNCTION):]
+
+
 def is_xml(text: str) -> bool:
     """Whether a region holds XML calls (a JSON call may mention `<function=` in a string)."""
     return text.lstrip().startswith(FUNCTION)

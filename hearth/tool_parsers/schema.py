@@ -124,16 +124,15 @@ def call_constraint(fmt: str, tools: list[dict] | None,
                     tool_choice: str | dict) -> CallConstraint | NamedCallConstraint | Gemma4CallConstraint:
     """Schema and wrapper for one forced call in format `fmt`."""
     record = get_format(fmt)  # a clear error for an unknown name
-    named = getattr(record, "CALL_TEXT", None)
-    if named is not None or fmt in _OWN_GRAMMARS:  # the name is text of its own: one grammar branch per tool
+    named, own = getattr(record, "CALL_TEXT", None), _OWN_GRAMMARS.get(fmt)
+    if named is not None or own is not None:  # the name is text of its own: one grammar branch per tool
         params = tool_parameters(tools)
         names = forced_tools(tools, tool_choice)
         if not names:
             raise ToolParserError(f"tool_choice {tool_choice!r} forces no call (or no tools were given)")
-        schemas = {n: params[n] for n in names}
-        if named is None:
-            return _OWN_GRAMMARS[fmt](schemas)
-        return NamedCallConstraint(*named, schemas, getattr(record, "REASONING_TEXT", None))
+        if own is not None:
+            return own({n: declared_only(params[n]) for n in names})
+        return NamedCallConstraint(*named, {n: params[n] for n in names}, getattr(record, "REASONING_TEXT", None))
     prefix, suffix, key = _WRAPPERS[fmt]
     return CallConstraint(prefix, tool_call_schema(tools, tool_choice, key), suffix, key)
 

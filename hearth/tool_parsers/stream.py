@@ -9,8 +9,7 @@ that max_tokens cut off (finish(cut=True)) inside a call keeps it as a call: hea
 
 from __future__ import annotations
 
-from hearth.tool_parsers import gemma4
-from hearth.tool_parsers.cut import cut_calls, xml_open
+from hearth.tool_parsers.cut import cut_calls
 from hearth.tool_parsers.early_call import JSON_FORMATS, EarlyCall
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.holdback import Trim, held_prefix
@@ -60,8 +59,8 @@ class StreamingToolParser:
         events: list[Event] = []
         if self._state == _CALL:
             self._announced(events, self._buf)
-            if cut and (cut_off(self._buf) or xml_open(self._buf) or gemma4.is_open(self._buf)
-                        or not self._parse(self._buf)):
+            is_open = getattr(self._fmt, "is_open", None)  # a body of its own cut off (XML, Gemma's)
+            if cut and (cut_off(self._buf) or (is_open is not None and is_open(self._buf)) or not self._parse(self._buf)):
                 self._cut(events, self._buf)
             else:
                 self._close(events, self._buf, "")

@@ -393,3 +393,19 @@ def test_harmony_markers_print_and_only_return_and_call_end_generation(tmp_path)
     out = tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=True)
     assert out == text.removesuffix("<|call|>")
     assert tok.decode([ids["<|end|>"], ids["<|start|>"]], skip_special_tokens=True) == "<|end|><|start|>"
+
+
+GEMMA4_MARKERS = ["<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<|tool_response>"]
+
+
+def test_gemma4_markers_print_even_where_a_file_marks_them_control(tmp_path):
+    """Gemma 4's converter writes its thought and call markers USER_DEFINED; files that retype them
+    CONTROL would hide them from the output parser (hearth.tool_parsers.gemma4) when special tokens are
+    skipped. They print either way; <|tool_response> stays an end of generation."""
+    tokens, types, merges, _ = bpe_vocab()
+    tokens, types = tokens[:-len(GEMMA4_MARKERS)] + GEMMA4_MARKERS, types[:-len(GEMMA4_MARKERS)] + [CTRL] * 6
+    g = write_vocab_gguf(tmp_path / "gemma4.gguf", "gpt2", tokens, types, pre="gpt-2", merges=merges)
+    tok = Tokenizer.from_gguf(g)
+    text = '<|channel>thought\nx<channel|><|tool_call>call:f{a:<|"|>b<|"|>}<tool_call|>'
+    assert tok.decode(tok.encode(text, add_special_tokens=False), skip_special_tokens=True) == text
+    assert tokens.index("<|tool_response>") in tok.eog_ids

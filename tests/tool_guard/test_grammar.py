@@ -257,6 +257,8 @@ GEMMA_CALL = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_cal
     ('<|tool_call>call:get_weather{city:2}<tool_call|>', False),  # an integer for a string
     ('<|tool_call>call:get_weather{town:<|"|>Paris<|"|>}<tool_call|>', False),
     ('<|tool_call>call:nope{}<tool_call|>', False),
+    ('<|tool_call>call:add{a:1e999}<tool_call|>', False),  # read back as no number
+    ('<|tool_call>call:get_weather{city:<|"|>P<|"|>,more:1}<tool_call|>', False),  # the tool's arguments are closed
     ("<|channel>thought\nI could write <|tool_call>call:x{<channel|>" + GEMMA_CALL, True),  # a thought stays free
 ])
 def test_gemma4_calls_are_constrained_once_they_start(text, ok):

@@ -8,6 +8,7 @@ import pytest
 
 from hearth.tool_parsers import (ContentDelta, OutputParser, ReasoningDelta, StreamingReasoningParser,
                                  collect, split_reasoning)
+from hearth.tool_parsers.reasoning import GEMMA_THOUGHT
 from tests.tool_parsers.cases import ADD, ADD_JSON, GW, PARIS, TOOLS
 from tests.tool_parsers.splits import splits
 
@@ -99,3 +100,31 @@ def test_parse_does_not_disturb_a_stream_in_progress():
     parser.parse("<think>zzz</think>other")
     events += parser.feed("</think>b") + parser.finish()
     assert collect(events).reasoning == "a" and collect(events).content == "b"
+
+
+# Gemma 4's marks are special tokens: read wherever they come once the template says they are its own
+GEMMA_CASES = [
+    ("It is sunny in Paris.<|channel>thought\n<channel|>", "", "It is sunny in Paris."),  # an empty thought at the end
+    ("It is sunny.<channel|>", "", "It is sunny."),  # a lone close mark
+    ("Let me check.<|channel>thought\nneed weather<channel|>Sunny.", "need weather", "Let me check.Sunny."),
+    ("<|channel>thought\na<channel|>b<|channel>thought\nc<channel|>", "a\nc", "b"),
+    ("x < y and <|chan is text", "", "x < y and <|chan is text"),
+]
+
+
+@pytest.mark.parametrize("text, reasoning, content", GEMMA_CASES)
+def test_gemma4_thoughts_are_read_anywhere(text, reasoning, content):
+    assert split_reasoning(text, marks=GEMMA_THOUGHT) == (reasoning, content)
+    for deltas in splits(text):
+        parser = StreamingReasoningParser(marks=GEMMA_THOUGHT)
+        got = collect([e for d in deltas for e in parser.feed(d)] + parser.finish())
+        assert (got.reasoning, got.content) == (reasoning, content), deltas
+    # without the template's marks (another model) such text after content is content
+    assert split_reasoning("Hi.<channel|>")[1] == "Hi.<channel|>"
+
+
+def test_gemma4_thought_before_a_call_after_text():
+    text = "Let me check.<|channel>thought\nneed weather<channel|><|tool_call>call:add{a:1,b:2}<tool_call|>"
+    parsed = OutputParser("gemma4", TOOLS, True, marks=GEMMA_THOUGHT).parse(text)
+    assert (parsed.reasoning, parsed.content) == ("need weather", "Let me check.")
+    assert [(c.name, json.loads(c.arguments)) for c in parsed.tool_calls] == [ADD]

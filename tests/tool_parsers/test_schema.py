@@ -116,7 +116,29 @@ BOOK = [{"type": "function", "function": {"name": "book", "parameters": {"type":
     ('<|tool_call>call:book{rooms:[{beds:<|"|>two<|"|>}]}<tool_call|>', False),
     ('<|tool_call>call:add{a:1,b:2}<tool_call|>', False),  # tool_choice names book
     ('Sure. <|tool_call>call:book{}<tool_call|>', False),
+    ('<|tool_call>call:book{nights:1e999}<tool_call|>', False),  # no exponent: 1e999 reads back as no number
+    ('<|tool_call>call:book{nights:12345678901234567}<tool_call|>', False),  # past 16 digits
+    ('<|tool_call>call:book{nights:1234567890123456}<tool_call|>', True),
+    ('<|tool_call>call:book{note:{x:None,y:-0.5}}<tool_call|>', True),  # Jinja writes None
+    ('<|tool_call>call:book{note:{y:0.12345678901}}<tool_call|>', False),  # past 10 fraction digits
 ])
 def test_a_forced_gemma4_call_follows_each_declared_keys_type(byte_tokenizer, text, ok):
     grammar = call_constraint("gemma4", BOOK, {"type": "function", "function": {"name": "book"}}).lark()
     assert _accepts(byte_tokenizer, grammar, text) == ok
+
+
+
+@pytest.mark.parametrize("params, text, ok", [
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "additionalProperties": True},
+     'a:<|"|>x<|"|>,b:1', True),  # open, as the tool says
+    ({"type": "object", "properties": {"q": {"type": "object", "properties": {"a": {"type": "string"}}}}},
+     'q:{a:<|"|>x<|"|>,b:1}', True),  # a nested object is open unless it says otherwise
+    ({"type": "object", "properties": {"q": {"type": "object", "properties": {}, "additionalProperties": False}}},
+     "q:{b:1}", False),
+    ({"type": "object", "properties": {}}, "b:1", False),  # the tool's own arguments: its declared keys only
+    ({"type": "object", "properties": {}}, "", True),
+])
+def test_a_forced_gemma4_call_s_objects_are_open_or_closed_as_the_json_formats(byte_tokenizer, params, text, ok):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
+    grammar = call_constraint("gemma4", tools, "required").lark()
+    assert _accepts(byte_tokenizer, grammar, f"<|tool_call>call:f{{{text}}}<tool_call|>") == ok
