@@ -1,8 +1,8 @@
 """DNS rebinding: a page of evil.example whose name the attacker re-points at 127.0.0.1 is same-origin with what it
 reaches by that name, so no CORS check sees it (hearth.api.cors: its GETs carry no Origin, its POSTs their own), and
 it could drive a server that trusts the loopback address. Its requests still say `Host: evil.example:PORT`: a server
-listening on a loopback address answers only requests that name it by a loopback name or address (or the address it
-listens on), as Ollama's allowedHostsMiddleware does. Listening on 0.0.0.0 or a LAN address there is no check, as
+listening on a loopback address answers only requests that name it by localhost, an IP address or its own host name
+(or the address it listens on), as Ollama's allowedHostsMiddleware does. Listening on 0.0.0.0 or a LAN address there is no check, as
 Ollama: the user chose the exposure (and --api-key is the guard there). --allowed-hosts lets more names in (a
 reverse proxy's, an /etc/hosts alias); '*' turns the check off."""
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import socket
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -38,15 +39,16 @@ def host_name(header: str) -> str:
 
 
 def _local_name(name: str) -> bool:
-    """A name no attacker can re-point: a loopback address, localhost, *.localhost (browsers resolve those to the
-    loopback themselves, RFC 6761) and 0.0.0.0 (a page at http://0.0.0.0:PORT reaches this machine; an address is
-    never rebound)."""
+    """A name no attacker can re-point: localhost, *.localhost (browsers resolve those to the loopback
+    themselves, RFC 6761) and any IP address (an address is never rebound: a page at http://0.0.0.0:PORT or
+    http://[::ffff:127.0.0.1]:PORT reaches this machine by address, as Ollama lets in)."""
     if name.endswith(".localhost") or loopback(name):
         return True
     try:
-        return ipaddress.ip_address(name).is_unspecified
+        ipaddress.ip_address(name)
     except ValueError:
         return False
+    return True
 
 
 def host_check_on(listen: str | None, allowed: list[str]) -> bool:
@@ -61,7 +63,8 @@ class HostCheckMiddleware:
 
     def __init__(self, app: ASGIApp, listen: str, allowed: list[str]):
         self.app, self.listen = app, listen
-        self.allowed = {host_name(listen), *(host_name(a) for a in allowed)} - {""}
+        # this machine's own name too (Ollama's): resolved by its own resolver, not an attacker's DNS
+        self.allowed = {host_name(listen), socket.gethostname().lower(), *(host_name(a) for a in allowed)} - {""}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = dict(scope["headers"]).get(b"host") if scope["type"] == "http" else None

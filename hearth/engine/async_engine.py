@@ -210,8 +210,8 @@ class AsyncEngine:
 
     def _abort(self, request_id: str) -> None:
         """The engine thread takes the abort between steps; the runner's queued work for the request (an image
-        not yet encoding: ModelRunner.abort_soon) goes at once, not after the step that runs now."""
-        soon = getattr(getattr(self.core, "runner", None), "abort_soon", None)
+        not yet encoding) goes at once, not after the step that runs now (EngineCore.abort_soon)."""
+        soon = getattr(self.core, "abort_soon", None)  # an encoder-only core (EncoderCore) queues no such work
         if soon is not None:
             soon(request_id)
         self._send(("abort", request_id))

@@ -168,6 +168,13 @@ class EngineCore:
         self.detokenizers[rid] = IncrementalDetokenizer(self.tokenizer, params)
         return rid
 
+    def abort_soon(self, request_id: str) -> None:
+        """From the abort's own thread, before the engine thread takes the abort between steps: the runner's
+        queued work for the request (an image not yet encoding) goes now. Thread-safe where the runner's is."""
+        soon = getattr(self.runner, "abort_soon", None)  # a runner without encoders has nothing queued
+        if soon is not None:
+            soon(request_id)
+
     def abort(self, request_id: str) -> None:
         ended = self.scheduler.finish_request(request_id)
         if ended is not None:

@@ -62,6 +62,7 @@ class EncodeWorker:
                 job[2].discard(owner)
                 if not job[2]:
                     self._queue.remove(job)
+            self._cv.notify_all()  # a wait on a removed job's digest ends now
 
     def drop(self, digest: bytes) -> bool:
         """Remove a queued job (its requests ended); False when it is running or finished already (it reports)."""

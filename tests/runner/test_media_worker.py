@@ -12,6 +12,7 @@ import weakref
 import torch
 
 from hearth.engine.async_engine import AsyncEngine
+from hearth.engine.engine_core import EngineCore
 from hearth.media.inputs import MediaInput
 from hearth.runner import media_rows
 from hearth.runner.media_rows import MediaRows
@@ -115,6 +116,7 @@ class _Scheduler:
 
 class _Core:
     scheduler, runner = _Scheduler(), _Runner()
+    abort_soon = EngineCore.abort_soon
 
     @staticmethod
     def check_request(*args):
@@ -123,7 +125,7 @@ class _Core:
 
 def test_a_streams_abort_reaches_the_runner_at_once():
     """AsyncEngine: the engine thread takes an abort between steps; the runner hears of it from the abort's own
-    thread first (ModelRunner.abort_soon: its queued encodes go)."""
+    thread first (EngineCore.abort_soon -> ModelRunner.abort_soon: its queued encodes go)."""
     import asyncio
 
     core = _Core()
@@ -136,3 +138,19 @@ def test_a_streams_abort_reaches_the_runner_at_once():
 
     rid = asyncio.run(run())
     assert core.runner.aborted == [(rid, threading.current_thread().name)]
+
+
+def test_a_wait_on_an_aborted_job_ends_when_it_is_dropped():
+    """A wait for a queued job's digest ends when an abort takes the job out, not at its timeout."""
+    vision = Slow()
+    rows = MediaRows(vision, WIDTH)
+    rows.submit([("a", image(1)), ("b", image(2))])
+    assert vision.started.wait(5)  # 1 encodes, 2 is queued
+    waiter = threading.Thread(target=rows.worker.wait, args=(None,), kwargs={"digest": bytes([2])}, daemon=True)
+    waiter.start()
+    on_another_thread(rows.abort, "b")
+    waiter.join(5)
+    alive = waiter.is_alive()
+    vision.gate.set()
+    settled(rows, 1)
+    assert not alive  # without a notify it waits forever (timeout None)

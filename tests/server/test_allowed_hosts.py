@@ -4,6 +4,8 @@ or a same-origin one (its POSTs), which CORS lets through."""
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from hearth.cli import command_parser
@@ -18,7 +20,8 @@ EVIL = {"Host": "evil.example:8080"}
 def test_a_loopback_server_refuses_a_rebound_name(make_fake, listen):
     fake = make_fake(listen_host=listen)
     for host in ("127.0.0.1:8080", "localhost:8080", "localhost", "[::1]:8080", "LocalHost:8080", "app.localhost:1",
-                 "localhost.:8080", "0.0.0.0:8080", f"[{listen}]:8080" if ":" in listen else f"{listen}:8080"):
+                 "localhost.:8080", "0.0.0.0:8080", f"[{listen}]:8080" if ":" in listen else f"{listen}:8080",
+                 "[::ffff:127.0.0.1]:8080", "192.168.1.5:8080", f"{socket.gethostname()}:8080"):  # addresses, its name
         assert fake.client.get("/v1/models", headers={"Host": host}).status_code == 200, host
     assert fake.client.post(CHAT, json=BODY, headers={"Host": "localhost:8080"}).status_code == 200
     r = fake.client.get("/v1/models", headers=EVIL)
