@@ -97,7 +97,7 @@ class ChatTemplate:
         if self.typed_content:
             messages = [_typed(m) for m in messages]
         if self._history is not None:
-            messages = self._history(messages)
+            messages = self._history(messages, self.source)
         context = _plain({**kwargs, "messages": messages, "tools": tools,
                           "add_generation_prompt": add_generation_prompt})
         context.setdefault("bos_token", self.bos_token)

@@ -9,7 +9,8 @@ custom tools and bare JSON have no marker). harmony's record adds more: `Stream`
 of the whole output, its channels as well as its calls, which then parses in place of the machine of
 hearth.tool_parsers.stream, with or without tools (detect_channels); `SIGNATURE`, how its templates
 are known; `CALL_TEXT`, a call's text around its name (forced and lazy call grammars); and
-`history(messages)`, the chat history laid out as its template reads it (hearth.api.chat_template).
+`history(messages, template_source)`, the chat history laid out as its template reads it
+(hearth.api.chat_template; gemma4 has one too).
 A format whose calls are not JSON adds `is_open(region)`: a region max_tokens cut inside a call
 (hearth.tool_parsers.cut)."""
 

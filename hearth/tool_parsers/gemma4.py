@@ -162,3 +162,46 @@ class _Reader:
             self.pos += 1
             return True
         return False
+
+
+def history(messages: list[dict], template_source: str) -> list[dict]:
+    """Chat history as an older Gemma 4 template reads it (hearth.api.chat_template applies it): one that
+    knows no `role: tool` messages (the first GGUFs' templates; the official one now reads both) takes an
+    assistant turn's results in its own `tool_responses` ({name, response}: the result's JSON parsed where
+    it is JSON), and its answer after them in the same turn, as llama.cpp's compatibility step does."""
+    if _READS_TOOL_MESSAGES in template_source:
+        return messages
+    out: list[dict] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        i += 1
+        calls = m.get("tool_calls") if m.get("role") == "assistant" else None
+        if not calls:
+            out.append(m)
+            continue
+        responses = []
+        while i < len(messages) and messages[i].get("role") == "tool":
+            responses.append(_response(messages[i], calls, len(responses)))
+            i += 1
+        turn = {**m, "tool_responses": responses}
+        after = messages[i] if i < len(messages) else None
+        if after is not None and after.get("role") == "assistant" and not after.get("tool_calls") and after.get("content"):
+            turn["content"], i = after["content"], i + 1
+        out.append(turn)
+    return out
+
+
+_READS_TOOL_MESSAGES = "{#- OpenAI Chat Completions:"
+"""What the official template says where it reads `role: tool` messages (llama.cpp's test for an older one)."""
+
+
+def _response(message: dict, calls: list[dict], k: int) -> dict:
+    """A tool message as a `tool_responses` entry: named by the call in its place, else by its tool_call_id."""
+    name = (calls[k].get("function") or {}).get("name") if k < len(calls) else None
+    content = message.get("content")
+    try:
+        response = json.loads(content) if isinstance(content, str) else content
+    except ValueError:
+        response = content
+    return {"name": name or message.get("tool_call_id", ""), "response": response}

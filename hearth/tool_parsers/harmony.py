@@ -230,7 +230,7 @@ def parse(text: str, tools: list[dict] | None) -> list[ToolCall]:
 _REASONING_KEYS = ("thinking", "reasoning_content", "reasoning")
 
 
-def history(messages: list[dict]) -> list[dict]:
+def history(messages: list[dict], template_source: str = "") -> list[dict]:
     """Chat history as the gpt-oss template reads it (hearth.api.chat_template applies it). The
     template writes only an assistant message's first call and names a tool result after the last
     call written, so a message with several calls becomes one message per call, each followed by its

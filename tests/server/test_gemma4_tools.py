@@ -95,3 +95,23 @@ def test_a_forced_call_and_the_guard_use_gemma_s_syntax(fake):
     chat(fake, "gemma_tool", tools=[WEATHER])
     lazy = fake.last.params.structured_output.grammar
     assert "[lazy]" in lazy and "gemma_call" in lazy and '"days:" G_INT' in lazy
+
+
+def test_an_older_template_gets_the_results_in_its_tool_responses(make_fake):
+    """The first Gemma 4 GGUFs' template knows no `role: tool` message: the results go into the calling turn's
+    tool_responses (JSON parsed, named by the call in their place), its answer after them in the same turn."""
+    from tests.tool_parsers.templates import GEMMA4_OLD
+
+    fake = make_fake(GEMMA4_OLD)
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    history = [{"role": "user", "content": "Paris and Rome?"},
+               {"role": "assistant", "content": None, "tool_calls": [{**call, "id": "p"}, {**call, "id": "r"}]},
+               {"role": "tool", "tool_call_id": "p", "content": '{"temp": 20}'},
+               {"role": "tool", "tool_call_id": "r", "content": "rain"},
+               {"role": "assistant", "content": "Warm in Paris, rain in Rome."},
+               {"role": "user", "content": "script:gemma_final"}]
+    fake.openai.chat.completions.create(model="fake-model", messages=history, tools=[WEATHER])
+    turn = ("<|turn>model\n" + "<|tool_call>call:get_weather{}<tool_call|>" * 2
+            + "<|tool_response>response:get_weather{temp:20}<tool_response|>"
+            + "<|tool_response>response:get_weather{value:rain}<tool_response|>Warm in Paris, rain in Rome.<turn|>")
+    assert turn in fake.last.prompt and "<|turn>tool" not in fake.last.prompt

@@ -72,3 +72,12 @@ GEMMA4 = """{{- bos_token -}}{%- if tools -%}{{- '<|turn>system\\n' -}}{%- for t
 {{- message['content'] }}<turn|>{%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|turn>model\\n' -}}
 {%- if not enable_thinking | default(false) -%}{{- '<|channel>thought\\n<channel|>' -}}{%- endif -%}{%- endif -%}"""
+# an older Gemma 4 template (the first GGUFs'): no `role: tool` messages, an assistant turn's `tool_responses`
+GEMMA4_OLD = """{%- if tools -%}{{- '<|turn>system\n<|tool>' + tools | length | string + '<tool|><turn|>\n' -}}{%- endif -%}
+{%- for message in messages -%}{{- '<|turn>' + ('model' if message['role'] == 'assistant' else message['role']) + '\\n' }}
+{%- for tool_call in message.get('tool_calls') or [] -%}
+{{- '<|tool_call>call:' + tool_call['function']['name'] + '{}<tool_call|>' -}}{%- endfor -%}
+{%- for r in message.get('tool_responses') or [] -%}{{- '<|tool_response>response:' + r['name'] + '{' -}}
+{%- if r['response'] is mapping -%}{%- for k, v in r['response'] | dictsort -%}{{ k }}:{{ v }}{%- endfor -%}
+{%- else -%}value:{{ r['response'] }}{%- endif -%}{{- '}<tool_response|>' -}}{%- endfor -%}
+{{- message['content'] or '' }}<turn|>{%- endfor -%}{%- if add_generation_prompt -%}{{- '<|turn>model\\n' -}}{%- endif -%}"""
