@@ -237,7 +237,8 @@ def build_pool(args: argparse.Namespace):
     """The server's ModelPool: specs with friendly ids and the planner's footprints and keep-alives, the budget,
     the loader. One model is pinned (unless a keep-alive is given) and unbudgeted unless --max-memory is given
     (as before: it just loads)."""
-    from hearth.api.model_pool import GiB, ModelPool, ModelSpec
+    from hearth.api.model_pool import GiB, ModelPool
+    from hearth.api.model_spec import ModelSpec
     from hearth.commands.serve import router_threshold, router_tool_floor
     from hearth.commands.serve_router import router_configs, with_router
     from hearth.commands.serve_speculation import check_drafts_fit, k_flag, per_model, speculative_config
