@@ -1,7 +1,8 @@
 """The models one server serves: each loaded on its first request (in a worker thread, so the server
 keeps answering), unloaded least-recently-used when the next one would not fit the memory budget, or
 once idle for its keep-alive (Ollama's keep_alive: --keep-alive, a --models entry's, a request's:
-hearth.api.model_keep_alive). Each model's ModelSpec is hearth.api.model_spec's.
+hearth.api.model_keep_alive). Each model's ModelSpec is hearth.api.model_spec's, its /v1/models card
+hearth.api.model_cards'.
 
 A pinned model is never unloaded; a model with requests in flight is not unloaded under them (its
 turn waits up to `busy_wait_s`, then the request that needed the room gets a 503 saying why, with
@@ -22,6 +23,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
 from hearth.api.errors import RETRY_AFTER_S, APIError
+from hearth.api.model_cards import card
 from hearth.api.model_keep_alive import KeepAlive
 from hearth.api.model_spec import Loader, ModelSpec
 from hearth.api.served import ServedModel
@@ -218,16 +220,7 @@ class ModelPool(KeepAlive):
         """/v1/models: each model's id and the aliases the user gave (not its file's names, which clients'
         pickers would show as more models); `root` is the id an alias belongs to (a --lora-modules adapter's: its file,
         `parent` the id); `hearth` says its state (and a loaded model's vision projector)."""
-        return [self.card(slot, name) for slot in self.slots for name in slot.spec.names]
-
-    def card(self, slot: _Slot, name: str) -> dict:
-        served, spec = slot.served, slot.spec
-        adapter = spec.adapters.get(name)
-        return {"id": name, "object": "model", "created": slot.created, "owned_by": "hearth",
-                "root": spec.name if adapter is None else adapter, "parent": None if adapter is None else spec.name,
-                "max_model_len": served.max_model_len if served else spec.max_model_len,
-                "hearth": {"loaded": served is not None, "loading": slot.loading is not None and served is None,
-                           "pinned": spec.pinned, "memory_bytes": spec.footprint, **_vision(served)}}
+        return [card(slot, name) for slot in self.slots for name in slot.spec.names]
 
     # -- loading and unloading --
 
@@ -321,13 +314,3 @@ def _share(spec: ModelSpec) -> str:
 
 def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
-
-
-def _vision(served) -> dict:
-    """A card's `vision` (a loaded model served with an mmproj): its projector type and file, as /api/show's
-    projector_info and /props' modalities say it reads images; {} otherwise (a file's facts before its load
-    hold none)."""
-    vision = getattr(served, "vision", None)
-    if vision is None:
-        return {}
-    return {"vision": {"projector": vision.cfg.projector, "mmproj": vision.path or None}}
