@@ -166,7 +166,7 @@ def test_llama_server_s_model_flag_is_the_model_not_a_draft(flag):
     """`hearth serve -m FILE` (llama-server's, vLLM's --model) was read as -md FILE: the default model served with
     FILE as its draft; `hearth run -m FILE hi` (llama-cli's) as the draft FILE and the model `hi`."""
     from hearth.cli import command_parser
-    from hearth.commands.run import _model_flag
+    from hearth.commands.run_input import model_flag
     from hearth.commands.serve_models import entries
 
     args = command_parser("serve").parse_intermixed_args([flag, "x.gguf", "--port", "0"])
@@ -174,10 +174,10 @@ def test_llama_server_s_model_flag_is_the_model_not_a_draft(flag):
     args = command_parser("serve").parse_intermixed_args(["a.gguf", flag, "b.gguf"])
     assert [e.model for e in entries(args)] == ["b.gguf", "a.gguf"]  # -m's is the default model, as the peers
     args = command_parser("run").parse_intermixed_args([flag, "x.gguf", "hi there"])
-    _model_flag(args)
+    model_flag(args)
     assert (args.model, args.prompt, args.model_draft) == ("x.gguf", "hi there", None)
     args = command_parser("run").parse_intermixed_args([flag, "x.gguf"])
-    _model_flag(args)
+    model_flag(args)
     assert (args.model, args.prompt) == ("x.gguf", None)
 
 
@@ -345,10 +345,10 @@ def test_run_defaults_to_the_default_model():
     from hearth.config import DEFAULT_MODEL
     from hearth.loader.catalog import CATALOG
 
-    from hearth.commands.run import _model_flag
+    from hearth.commands.run_input import model_flag
 
     args = command_parser("run").parse_intermixed_args([])
-    _model_flag(args)  # MODEL or -m FILE, read when the command runs
+    model_flag(args)  # MODEL or -m FILE, read when the command runs
     assert args.model == DEFAULT_MODEL and DEFAULT_MODEL in CATALOG
 
 
@@ -631,7 +631,7 @@ def test_run_n_minus_one_or_two_runs_until_the_context_is_full(tiny_models, caps
     """llama-cli's `-n -1` (until an end token) and `-n -2` (until the context is full) were a refusal
     ("--max-tokens must be at least 1"); now each takes all the room left, past the default cap."""
     _, instruct = tiny_models
-    monkeypatch.setattr("hearth.commands.run.DEFAULT_MAX_TOKENS", 4)
+    monkeypatch.setattr("hearth.commands.run_answer.DEFAULT_MAX_TOKENS", 4)
     greedy = ["--temperature", "0", "--ctx", "64"]
     out, err = run_stdout(capsys, str(instruct), PROMPT, *greedy)
     assert err == []  # the default cap (4 here) stops it, before the context's end

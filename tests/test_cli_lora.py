@@ -54,6 +54,7 @@ def test_an_adapter_named_as_a_model_is_one_line(files, argv):  # noqa: F811
 def test_a_modules_base_model_name_is_the_first_model(files):  # noqa: F811
     """vLLM's JSON form's base_model_name (its /v1/models parent) was ignored: the adapter went to the first model
     whatever it named; now a name that is not the first model's is one line, and one that is, its parent."""
+    from hearth.api.model_cards import card
     from hearth.commands.serve_models import build_pool
     from hearth.errors import HearthError
 
@@ -65,7 +66,7 @@ def test_a_modules_base_model_name_is_the_first_model(files):  # noqa: F811
     for name, more, parent in (("base", [], "base"), (base, [], "base"), ("base.gguf", [], "base"),
                                ("sm", ["--served-model-name", "sm"], "sm")):
         served = pool(name, *more)
-        assert served.card(served.slots[0], "ada")["parent"] == parent
+        assert card(served.slots[0], "ada")["parent"] == parent
     with pytest.raises(HearthError, match=r"^--lora-modules ada: base_model_name 'other' is not the first model "
                                           r"\('base'\), the one hearth applies --lora-modules adapters to$"):
         pool("other")

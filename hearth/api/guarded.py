@@ -13,78 +13,32 @@ a broken rule is a problem too, answered by a nudge (a re-prompt with the rule's
 time; the last one of a premature answer forces a call of the missing tools), at most the policy's
 max_nudges, apart from the retries. In guard mode the parser rescues calls written without the
 format's markers when it found none (hearth.tool_guard.rescue_parser), and those are checked as any
-other. When retries run out, the last attempt is returned as it parsed. Never a 500."""
+other. When retries run out, the last attempt is returned as it parsed. Never a 500.
+
+What the route hands it is hearth.api.guard_setup's; how the next attempt is made, hearth.api.guard_retry's."""
 
 from __future__ import annotations
 
 import json
-import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field, replace
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
 
 from hearth.api.choices import Update
-from hearth.api.errors import APIError
 from hearth.api.generate import Generation, check_fits, interleave
+from hearth.api.guard_retry import ChoiceRetries
+from hearth.api.guard_setup import GuardSetup
 from hearth.api.guard_stream import CallStream, StreamRules, as_sent
-from hearth.errors import HearthError
 from hearth.sample.grammar import GrammarStopped
-from hearth.sampling_params import SamplingParams, StructuredOutput
-from hearth.tool_guard import (GuardConfig, GuardReport, Retry, TokenTrace, call_spans, check_calls, retry_messages,
-                               triggers_for)
-from hearth.tool_guard.checks import NO_CALL, Checked, Problem
+from hearth.sampling_params import SamplingParams
+from hearth.tool_guard import GuardReport, TokenTrace, call_spans, check_calls, triggers_for
+from hearth.tool_guard.checks import Checked
 from hearth.tool_guard.confidence import CLOSERS
 from hearth.tool_guard.declined import name_prob, overridden
-from hearth.tool_guard.guard_event import GuardEvent, GuardLog
-from hearth.tool_guard.held import schema_held
-from hearth.tool_guard.nudge import Verdict, nudge_messages
-from hearth.tool_guard.repeats import REPEATED_CALL, PastCall, repeated
-from hearth.tool_guard.rescue_parser import RescuingParser
-from hearth.tool_parsers import ContentDelta, OutputParser, ReasoningDelta, ToolCallEvent, call_constraint
-from hearth.tool_parsers.types import tool_parameters
+from hearth.tool_guard.guard_event import GuardLog
+from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent
 
 NO_RETRY_FINISH = ("length", "abort")
 """A call cut by max_tokens would be cut again: reported, not retried."""
-
-
-@dataclass(slots=True)
-class GuardSetup:
-    """What the route hands the guard for one request."""
-    engine: object
-    metrics: object
-    prompt_ids: list[int]
-    params: SamplingParams
-    make_parser: Callable[[GuardLog, bool], object]
-    """A fresh OutputParser that accepts any tool name (the guard checks names itself); in guard
-    mode it rescues calls of offered tools from text, logging them."""
-    schemas: dict[str, dict]
-    """Callable tool name -> its arguments schema."""
-    required: bool
-    fmt: str
-    grammar: str
-    """"lazy", "forced" or "none": what the first attempt's params carry."""
-    forced: StructuredOutput | None
-    """The call grammar from the first token, for resampling a failed call."""
-    reprompt: Callable[[list[dict]], list[int]]
-    """Extra OpenAI messages -> the prompt ids of the conversation with them appended."""
-    config: GuardConfig
-    token_bytes: Callable[[int], bytes]
-    client_logprobs: bool
-    request_id: str
-    events: list[GuardEvent] = field(default_factory=list)
-    """What the request-side parts did (tools_ranked, compacted: also a re-prompt's compaction),
-    the request's log itself: read when a choice ends."""
-    policy: object | None = None
-    """hearth.workflow's review (hearth.api.guard_extras.Policy), or None."""
-    parallel: bool = True
-    """parallel_tool_calls: false ends the lazy grammar after one call."""
-    streaming: bool = False
-    """The client streams: only then does a held call go out while written (and bar later re-prompts)."""
-    held: frozenset[str] = frozenset()
-    """The callable tools whose schemas the call grammars hold (hearth.tool_guard.held)."""
-    last_step: list[PastCall] = field(default_factory=list)
-    """The last assistant turn's calls, when the conversation ends with their results: in guard mode
-    an attempt that makes one again after an error result, or after the same result twice in a row,
-    is re-prompted once with the result (hearth.tool_guard.repeats)."""
 
 
 class GuardedChoices:
@@ -136,7 +90,7 @@ class GuardedChoices:
             self.abort()
 
 
-class _Choice:
+class _Choice(ChoiceRetries):
     def __init__(self, setup: GuardSetup, index: int, params: SamplingParams):
         self.s, self.index, self.params = setup, index, params
         self.report = GuardReport(setup.config.mode, setup.grammar)
@@ -246,97 +200,6 @@ class _Choice:
         return StreamRules(open_, validated, grammar, s.parallel, s.fmt, s.held,
                            s.config.decline_below if first_lazy else None, kept)
 
-    def _repeats(self, checked: Checked, retry_left: bool) -> None:
-        """A clean attempt that makes a call of the last step again where that is useless (its result
-        an error, or a loop: repeats.repeated) gets that as its problem, once a request: the re-prompt
-        quotes the result; a model that repeats the call after it means it. Only where a re-prompt can
-        follow (`retry_left`): else the valid call stands, no problem reported.
-        A hearth.workflow's own max_repeats decides instead, when the request has one."""
-        s = self.s
-        if (not retry_left or s.config.mode != "guard" or s.policy is not None or not s.last_step or not checked.ok
-                or self._sent or any(r.reason == REPEATED_CALL for r in self.report.retries)):
-            return
-        problem = repeated(checked.calls, s.last_step)
-        if problem is not None:
-            checked.problems.append(problem)
-
-    def _review(self, checked: Checked) -> Verdict | None:
-        """hearth.workflow's verdict on an attempt whose calls are clean, as a problem of the attempt."""
-        policy = self.s.policy
-        if policy is None or not checked.ok:
-            return None
-        verdict = policy.verdict(checked.calls)
-        if verdict is not None:
-            at = checked.calls[verdict.call_index] if verdict.call_index is not None else None
-            checked.problems.append(Problem(verdict.rule, verdict.why, at))
-        return verdict
-
-    def _nudge(self, verdict: Verdict, level: int, said: str, checked: Checked):
-        """A re-prompt with the broken rule's reason (hearth.tool_guard.nudge); None: no room for it."""
-        s = self.s
-        forced = s.policy.forcing(verdict, level)
-        self._kept, self.report.calls = [], []
-        self.report.retries.append(Retry("nudge", verdict.rule, verdict.why, forced=verdict.force if forced else ()))
-        try:
-            new_ids = s.reprompt(nudge_messages(verdict, level, said, checked.calls))
-        except (APIError, HearthError) as e:
-            self.report.retries.pop()
-            self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
-            return None
-        return new_ids, replace(self.params, structured_output=forced or self.params.structured_output,
-                                raw_logprobs=False, prompt_logprobs=None)
-
-    def _retry(self, attempt: int, checked: Checked, held: list, trace: TokenTrace, last, ids: list[int],
-               params: SamplingParams) -> tuple[list[int], SamplingParams] | None:
-        """The next attempt's prompt and params: resample first, then re-prompt; None: no retry possible."""
-        s, problem = self.s, checked.problems[0]
-        if attempt == 0 and s.forced is not None and problem.kind != REPEATED_CALL:  # a resample writes it again
-            before = self._before(problem, held, checked, trace, last)
-            if len(self._kept) >= self._sent:  # the resample keeps every call the client has
-                self.report.retries.append(Retry("resample", problem.kind, problem.message))
-                # the answer's budget counts what it continues from (the longer prompt must still fit)
-                room = None if params.max_tokens is None else max(1, params.max_tokens - len(before))
-                return ids + before, replace(params, structured_output=s.forced, raw_logprobs=False, max_tokens=room,
-                                             prompt_logprobs=None)
-            self._kept, self.report.calls = [], []
-        if self._sent:  # a re-prompt answers afresh: it would take back the calls the client has
-            self.report.notes["retry_stopped"] = f"{self._sent} call(s) already streamed to the client"
-            return None
-        self._kept, self.report.calls = [], []  # a re-prompt answers afresh
-        self.report.retries.append(Retry("reprompt", problem.kind, problem.message))
-        try:
-            new_ids = s.reprompt(retry_messages(trace.text, problem, list(s.schemas)))
-        except (APIError, HearthError) as e:  # the conversation no longer fits: keep what there is
-            self.report.retries.pop()
-            self.report.notes["retry_stopped"] = getattr(e, "message", str(e))
-            if problem.kind == REPEATED_CALL:  # no re-prompt follows: the valid call stands (_repeats)
-                checked.problems.remove(problem)
-                self.report.validation_errors.remove(problem.message)
-            return None
-        return new_ids, replace(self.params, raw_logprobs=False, prompt_logprobs=None)
-
-    def _before(self, problem, held: list, checked: Checked, trace: TokenTrace, last) -> list[int]:
-        """The tokens the resample continues from: all of a text answer (less its end-of-turn token),
-        or what precedes the failed call (the valid calls before it are kept)."""
-        self._resumed = None  # all of the text: said before the calls, or a text answer continued
-        if problem.kind == NO_CALL:
-            ended = last is not None and last.finish_reason == "stop" and not isinstance(last.stop_reason, str)
-            return trace.token_ids[:-1] if ended and trace.token_ids else list(trace.token_ids)
-        # a leading region's calls are one span: a resample of its later call starts over (keeping its first
-        # calls and writing the rest in tags made Qwen2.5-Coder-0.5B repeat one call to max_tokens in an
-        # openai-agents loop, tests/server/test_responses_real.py)
-        spans = call_spans(trace.text, triggers_for(self.s.fmt), CLOSERS, per_call=False)
-        k = next((i for i, c in enumerate(held) if c is problem.call), 0)
-        if len(spans) != len(held):  # calls not all at openers: resample from the first
-            self._kept, k = [], 0
-        else:
-            self._kept = checked.calls[:k]
-            self.report.calls = [{"id": c.id, "name": c.name, "confidence": trace.min_prob(*spans[i])}
-                                 for i, c in enumerate(self._kept)]
-        at = spans[k][0] if spans else 0
-        self._resumed = trace.prefix_text(at)
-        return trace.prefix_tokens(at)
-
     def _count(self, trace: TokenTrace) -> None:
         gen = self._gen
         self._done[0] += gen.num_prompt_tokens
@@ -435,31 +298,6 @@ class _Choice:
 
     def _logprobs(self, out):
         return out.new_logprobs if self.s.client_logprobs else None
-
-
-def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: SamplingParams, config: GuardConfig,
-                client_logprobs: bool, grammar: str, reprompt: Callable[[list[dict]], list[int]]) -> GuardSetup:
-    """The setup of a request with tools under `config` (grammar or guard)."""
-    callable_tools = plan.callable or []
-    forced = plan.constraint
-    if forced is None and config.retries:
-        forced = StructuredOutput(grammar=call_constraint(plan.parse_format, callable_tools, "required").lark())
-    # the guard sees calls of unknown tools (to retry them); the grammar alone parses as the server always did
-    guard = config.mode == "guard"
-    tools = None if guard else plan.tools
-    starts = served.starts_in_reasoning(prompt)
-
-    def make_parser(log: GuardLog, announce: bool):
-        parser = OutputParser(plan.parse_format, tools, reasoning=served.knows_reasoning or starts, starts_in_reasoning=starts,
-                              announce=announce, required=plan.required, named=plan.named, channels=served.channels,
-                              marks=served.reasoning_marks)
-        return RescuingParser(parser, callable_tools, log) if guard and callable_tools else parser
-
-    token_bytes = getattr(served.tokenizer, "token_to_bytes", None) or (lambda t: served.tokenizer.decode([t]).encode())
-    schemas = tool_parameters(callable_tools)
-    held = frozenset(n for n, schema in schemas.items() if schema_held(schema))
-    return GuardSetup(served.engine, metrics, ids, params, make_parser, schemas, plan.required, plan.parse_format,
-                      grammar, forced, reprompt, config, token_bytes, client_logprobs, uuid.uuid4().hex, held=held)
 
 
 @dataclass(slots=True)

@@ -1,6 +1,8 @@
 """The models one server serves: each loaded on its first request (in a worker thread, so the server
 keeps answering), unloaded least-recently-used when the next one would not fit the memory budget, or
-once idle for its keep-alive (Ollama's keep_alive: --keep-alive, a --models entry's, a request's).
+once idle for its keep-alive (Ollama's keep_alive: --keep-alive, a --models entry's, a request's:
+hearth.api.model_keep_alive). Each model's ModelSpec is hearth.api.model_spec's, its /v1/models card
+hearth.api.model_cards'.
 
 A pinned model is never unloaded; a model with requests in flight is not unloaded under them (its
 turn waits up to `busy_wait_s`, then the request that needed the room gets a 503 saying why, with
@@ -20,9 +22,11 @@ from collections.abc import Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
-from hearth.api.durations import spelled
 from hearth.api.errors import RETRY_AFTER_S, APIError
-from hearth.api.served import FileFacts, ServedModel
+from hearth.api.model_cards import card
+from hearth.api.model_keep_alive import KeepAlive
+from hearth.api.model_spec import Loader, ModelSpec
+from hearth.api.served import ServedModel
 from hearth.engine.async_engine import EngineShutdownError
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import RouterConfig
@@ -31,44 +35,6 @@ TAG = ":latest"
 """Ollama's default tag: a model's name with it names the model (ModelPool.resolve), on every route."""
 
 GiB = 2**30
-
-
-@dataclass
-class ModelSpec:
-    names: list[str]
-    """What clients may put in `model` and /v1/models lists: the id first (never a path), then the
-    aliases the user gave (vLLM lists each --served-model-name); unique across the pool."""
-    footprint: int = 0
-    """Bytes it holds once loaded (the planner's weights + KV budget); counted against the budget."""
-    pinned: bool = False
-    """Loaded at start and never unloaded."""
-    max_model_len: int = 0
-    """Its context, for /v1/models before it is loaded; 0 = not known yet."""
-    router: RouterConfig | None = None
-    """A small model of this pool that answers its single-turn tool calls when sure (hearth.api.tool_router)."""
-    kv_bytes: int = 0
-    """The KV cache's part of footprint (what --kv-cache-memory-gb and a shorter context lower); 0: not known."""
-    file_names: list[str] = field(default_factory=list)
-    """Other names `model` may give, never listed (MODEL as given, its file's stem and name): one that
-    several models share (the same file served twice) is a 400 naming them, not a guess."""
-    facts: FileFacts | None = None
-    """Its file's header facts (hearth.api.served.FileFacts) for Ollama's routes while it is not loaded."""
-    adapters: dict[str, str] = field(default_factory=dict)
-    """vLLM's --lora-modules of this model: NAME (one of `names`) -> the adapter's file as given; /v1/models lists
-    each as its own model, `parent` this model's id and `root` the file, as vLLM's."""
-    keep_alive: float = math.inf
-    """Seconds it stays loaded once idle, each time it loads (a request's keep_alive sets its own until the
-    next); inf: until another model needs its room."""
-    pinned_why: str = ""
-    """Why it is pinned, in the words a refused unload (`ollama stop`) says; "": its pinned flag alone."""
-
-    @property
-    def name(self) -> str:
-        return self.names[0]
-
-
-Loader = Callable[[ModelSpec], ServedModel]
-"""Loads one model (blocking: it runs in a worker thread) and returns it with its engine not started."""
 
 
 @dataclass
@@ -92,7 +58,7 @@ class _Slot:
         return self.pending > 0 or (engine is not None and engine.num_in_flight > 0)
 
 
-class ModelPool:
+class ModelPool(KeepAlive):
     def __init__(self, specs: list[ModelSpec], loader: Loader | None, max_memory: int = 0,
                  busy_wait_s: float = 30.0, clock: Callable[[], float] = time.monotonic, tick_s: float = 1.0):
         """`max_memory`: bytes all loaded models may hold together; 0 = no limit. `clock` (seconds) and
@@ -235,65 +201,6 @@ class ModelPool:
         finally:
             slot.pending -= 1
 
-    async def unload(self, requested: str | None) -> str | None:
-        """Unload a model now, as Ollama's keep_alive 0 asks (`ollama stop`): None where it goes (now, or once
-        the requests it is serving end), else why it stays (pinned, a model this server could not load again,
-        one still loading), in a sentence an unload request's refusal says. The check and the unload are one
-        step under the pool's lock: a load that begins while this waits for the lock is seen, never answered
-        "unloaded" (checked before the wait, it was)."""
-        slot = self.resolve(requested)
-        async with self._room:
-            if why := self._kept(slot):
-                return why
-            if slot.served is None:
-                return None
-            if slot.busy():  # it goes once its requests end, as Ollama's runner with a zero keep_alive
-                slot.keep_alive = 0
-                return None
-            await self._unload(slot, "(keep_alive 0)")
-            return None
-
-    def _kept(self, slot: _Slot) -> str | None:
-        """Why unload() leaves this model loaded; None: it goes. Read under the pool's lock."""
-        if slot.spec.pinned or self.loader is None:
-            return slot.spec.pinned_why or "it is pinned on this server"
-        if slot.served is None and slot.loading is not None:
-            return "it is still loading: ask again once it has loaded"
-        return None
-
-    def keep(self, requested: str | None, seconds: float) -> None:
-        """A request's keep_alive: how long the model it named stays loaded once idle, until the next request
-        that gives one (Ollama's scheduler sets its runner's session duration so); pinned models stay."""
-        slot = self.resolve(requested)
-        if not slot.spec.pinned:
-            slot.keep_alive = seconds
-
-    def expires_at(self, slot: _Slot) -> float | None:
-        """When (Unix time) the idle check unloads it if no request comes; None: never (pinned, kept forever)."""
-        if slot.spec.pinned or self.loader is None or slot.keep_alive == math.inf:
-            return None
-        now = self.clock()
-        since = now if slot.idle_since is None or slot.busy() else slot.idle_since
-        return time.time() + max(0.0, since + slot.keep_alive - now)
-
-    async def check_idle(self) -> None:
-        """Unload each model idle for its keep-alive. A model is idle from the first check that sees no request
-        of it running, queued or choosing it: a request's get() marks it in use again."""
-        now = self.clock()
-        for slot in self.slots:
-            if slot.served is None or slot.busy():
-                slot.idle_since = None
-                continue
-            slot.idle_since = now if slot.idle_since is None else slot.idle_since
-            if self._expired(slot, now):
-                async with self._room:
-                    if self._expired(slot, self.clock()):  # a request may have come while the lock was held
-                        await self._unload(slot, f"(idle for {spelled(slot.keep_alive)}, its keep_alive)")
-
-    def _expired(self, slot: _Slot, now: float) -> bool:
-        # no await between this check and _unload's first line: a request that comes later loads it again
-        return (slot.served is not None and not slot.spec.pinned and not slot.busy() and slot.idle_since is not None
-                and now - slot.idle_since >= slot.keep_alive)
 
     async def _check_idle_forever(self) -> None:
         while True:
@@ -313,16 +220,7 @@ class ModelPool:
         """/v1/models: each model's id and the aliases the user gave (not its file's names, which clients'
         pickers would show as more models); `root` is the id an alias belongs to (a --lora-modules adapter's: its file,
         `parent` the id); `hearth` says its state (and a loaded model's vision projector)."""
-        return [self.card(slot, name) for slot in self.slots for name in slot.spec.names]
-
-    def card(self, slot: _Slot, name: str) -> dict:
-        served, spec = slot.served, slot.spec
-        adapter = spec.adapters.get(name)
-        return {"id": name, "object": "model", "created": slot.created, "owned_by": "hearth",
-                "root": spec.name if adapter is None else adapter, "parent": None if adapter is None else spec.name,
-                "max_model_len": served.max_model_len if served else spec.max_model_len,
-                "hearth": {"loaded": served is not None, "loading": slot.loading is not None and served is None,
-                           "pinned": spec.pinned, "memory_bytes": spec.footprint, **_vision(served)}}
+        return [card(slot, name) for slot in self.slots for name in slot.spec.names]
 
     # -- loading and unloading --
 
@@ -416,13 +314,3 @@ def _share(spec: ModelSpec) -> str:
 
 def _gib(n: int) -> str:
     return f"{n / GiB:.2f} GiB"
-
-
-def _vision(served) -> dict:
-    """A card's `vision` (a loaded model served with an mmproj): its projector type and file, as /api/show's
-    projector_info and /props' modalities say it reads images; {} otherwise (a file's facts before its load
-    hold none)."""
-    vision = getattr(served, "vision", None)
-    if vision is None:
-        return {}
-    return {"vision": {"projector": vision.cfg.projector, "mmproj": vision.path or None}}

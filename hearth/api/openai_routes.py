@@ -12,6 +12,7 @@ from hearth.api.logprobs import token_bytes
 from hearth.api.media_parts import RequestImages
 from hearth.api.media_prompt import shown
 from hearth.api.messages import openai_messages
+from hearth.api.model_cards import card
 from hearth.api.openai_protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
 from hearth.api.sampling import outside_vocabulary
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
@@ -28,7 +29,7 @@ async def list_models(request: Request):
 @router.get("/v1/models/{model_id:path}")
 async def get_model(model_id: str, request: Request):
     pool = request.app.state.models
-    return pool.card(pool.resolve(model_id), model_id)
+    return card(pool.resolve(model_id), model_id)
 
 
 @router.post("/tokenize")

@@ -47,7 +47,7 @@ class ServedModel:
     max_logprobs: int = MAX_LOGPROBS
     """The engine's EngineConfig.max_logprobs (-1: no cap), which the routes name by their wire's field."""
     file_names: list[str] = field(default_factory=list)
-    """More names `model` may give, never listed (hearth.api.model_pool.ModelSpec.file_names)."""
+    """More names `model` may give, never listed (hearth.api.model_spec.ModelSpec.file_names)."""
     path: str = ""
     """The model's file (/props' model_path; "": not known)."""
     pooling: str = "last"

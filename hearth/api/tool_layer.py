@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from hearth.api.choices import PlainChoices
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.generate import Generation
-from hearth.api.guarded import GuardedChoices, guard_setup
+from hearth.api.guard_setup import guard_setup
+from hearth.api.guarded import GuardedChoices
 from hearth.api.parsing import output_parser
 from hearth.api.sampling import make_params
 from hearth.api.tools import ToolPlan, guard_constraint

@@ -24,7 +24,8 @@ from hearth.models.transformer import POOLING_TYPES
 def served_model(model: str, names: list[str] | None, engine: ClusterEngine, template: str | None = None) -> ServedModel:
     """names: None -> as `hearth serve` names it (catalog name or file stem, with aliases); template: one
     in place of the file's (--chat-template), as the replicas were given."""
-    from hearth.commands.serve_models import ModelEntry, file_names, model_names
+    from hearth.commands.models_file import ModelEntry
+    from hearth.commands.serve_models import file_names, model_names
 
     path = resolve_model(model)
     g = GGUFFile(path)

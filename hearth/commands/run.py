@@ -1,29 +1,28 @@
 """`hearth run [MODEL] [PROMPT]`: stream a chat answer to the terminal (interactive without PROMPT),
 in the manner of `ollama run`; a model without a chat template of its own (a base model) completes
-the text instead, as llama-cli does (its conversation mode is on only when the GGUF has a template)."""
+the text instead, as llama-cli does (its conversation mode is on only when the GGUF has a template).
+Here: its flags, the interactive loop and the checks made before the first answer; the model and prompt
+are read by hearth.commands.run_input, each answer streamed by hearth.commands.run_answer."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import re
-import stat
 import sys
-import time
-from dataclasses import replace
 
 from hearth.commands.human_ints import token_count
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
+from hearth.commands.run_answer import CONTEXT_FULL, DEFAULT_MAX_TOKENS, INTERRUPTED_ANSWER, answer, full_notice
+from hearth.commands.run_input import model_flag, piped_input
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
-from hearth.errors import (HearthError, MaxTokensTooLargeError, PromptTooLongError, can_raise_context, check_room,
-                           too_long)
+from hearth.errors import HearthError, can_raise_context
 
-DEFAULT_MAX_TOKENS = 1024
 UNTIL_FULL = (-1, -2)  # llama-cli's -n: -1 until an end token (its "infinity"), -2 until the context is full; here,
 # without a context shift, both run to an end token or the context's end
 HELP = ('/bye (or Ctrl-D) to quit, /clear to forget the conversation, """ to begin and end a message of '
@@ -45,7 +44,6 @@ OTHER_COMMANDS = {
 """ollama's commands that hearth run has not -> what it does instead (said after "Unknown command")."""
 CLEARED = "Cleared session context"  # ollama's words for /clear
 INTERRUPTED = "Use Ctrl + d or /bye to exit."  # ollama's words when Ctrl-C meets its prompt
-INTERRUPTED_ANSWER, CONTEXT_FULL = "interrupted", "context full"  # how an answer may end early (_answer)
 EPILOG = ("A model with a chat template of its own (an instruct model) chats: PROMPT, or each line typed, is "
           "a user message, and the conversation is remembered. A model without one (a base model such as "
           "gemma3-270m) completes text instead, as llama-cli does: PROMPT, or each line on its own, is "
@@ -115,12 +113,12 @@ def main(args: argparse.Namespace) -> int:
     from hearth.llm import LLM
     from hearth.llm_vision import reads_images
 
-    _model_flag(args)
+    model_flag(args)
     if args.system and args.mode == "text":
         raise HearthError("--system is a chat's, and --raw completes text: drop one of them")
     if args.prompt is not None and not args.prompt.strip():  # omitted: interactive; given empty: a slip
         raise HearthError("the prompt is empty")
-    piped = _piped_input()
+    piped = piped_input()
     if args.prompt is not None:  # `cat notes.md | hearth run m "summarize"`: the notes, then PROMPT
         args.prompt = f"{piped}\n\n{args.prompt}" if piped else args.prompt
     elif piped:  # `printf 'a\nb\n' | hearth run m`: one prompt, as ollama run reads it (was a turn per line)
@@ -155,9 +153,9 @@ def main(args: argparse.Namespace) -> int:
                           "built-in template")
     history = [{"role": "system", "content": args.system}] if args.system else []
     if args.prompt is not None:  # 130 after Ctrl-C (128 + SIGINT, the shell's): a script tells a cut answer from a whole one
-        end = _answer(llm, history if chat else None, args.prompt, params, args.verbose, note, until_full, images)
+        end = answer(llm, history if chat else None, args.prompt, params, args.verbose, note, until_full, images)
         if end == CONTEXT_FULL:
-            print(_full_notice(llm), file=sys.stderr)
+            print(full_notice(llm), file=sys.stderr)
         return 130 if end == INTERRUPTED_ANSWER else 0
     if note:
         print(note, file=sys.stderr)
@@ -205,11 +203,11 @@ def main(args: argparse.Namespace) -> int:
             continue
         if text:
             try:
-                end = _answer(llm, history if chat else None, text, params, args.verbose, until_full=until_full,
-                              images=pending)
+                end = answer(llm, history if chat else None, text, params, args.verbose, until_full=until_full,
+                             images=pending)
                 pending = []  # sent (a message refused keeps them for the next one)
                 if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
-                    print(_full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
+                    print(full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
                 failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
@@ -240,20 +238,6 @@ def read_block(first: str, read, prompt: str) -> str:
     return "\n".join([*lines, line.removesuffix(FENCE)])
 
 
-def _piped_input() -> str:
-    """The text a pipe or a file on stdin holds: before PROMPT (`cat notes.md | hearth run m "summarize"`, as
-    `ollama run` and `llm` read it; it was dropped without a word), or the prompt itself without one (ollama's
-    too: a piped file was a chat turn per line). A terminal, /dev/null or a stream without a descriptor
-    (pytest's capture, where a test types lines) gives ""; a pipe is read to its end."""
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-    except (AttributeError, OSError, ValueError):  # no stdin, or none with a descriptor (UnsupportedOperation)
-        return ""
-    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
-        return ""
-    return sys.stdin.read().strip()
-
-
 def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: int | None) -> None:
     """--max-tokens that leaves no room for a prompt of even one token fails every prompt: said once,
     before the first (context: the one that runs, --ctx clamped to the model's own, model_context).
@@ -282,34 +266,6 @@ def sampling_params(args: argparse.Namespace):
         raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
 
 
-def _model_flag(args: argparse.Namespace) -> None:
-    """args.model from MODEL or llama-cli's -m FILE, where MODEL's place then holds the prompt; args.prompt
-    from PROMPT, -p PROMPT or -f FILE (one of them)."""
-    if args.model_flag is not None:
-        if args.prompt is not None:
-            raise HearthError(f"-m {args.model_flag} names the model: give the prompt alone after it, not "
-                              f"{args.model!r} and {args.prompt!r}")
-        args.model, args.prompt = args.model_flag, args.model
-    args.model = args.model or DEFAULT_MODEL
-    given = [(flag, text) for flag, text in (("PROMPT", args.prompt), ("-p", args.prompt_flag),
-                                              ("-f", _file_text(args.prompt_file))) if text is not None]
-    if len(given) > 1:
-        raise HearthError(f"{given[0][0]} and {given[1][0]} both give the prompt: give one")
-    args.prompt = given[0][1] if given else None
-
-
-def _file_text(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise HearthError(f"-f {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise HearthError(f"-f {path}: not UTF-8 text") from None
-
-
 def header_context(model, ctx: int, rope: dict | None = None) -> tuple[int, int]:
     """(the context --ctx runs at, the model's own: stretched by the rope scaling flags' `rope`), read from the
     file's header (no weights): the model's own at most. model: a catalog name or a path."""
@@ -332,93 +288,3 @@ def conversation(args: argparse.Namespace, llm) -> tuple[bool, str | None]:
         return True, f"hearth: {args.model} has no chat template: chatting in a built-in one for {llm.gguf.arch}"
     what = "the prompt" if args.prompt else "each line, on its own,"
     return False, f"hearth: {args.model} has no chat template: completing {what} as text (--chat to chat in a built-in one)"
-
-
-def _answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None,
-            until_full: bool = False, images: list[dict] = ()) -> str | None:
-    """Stream the answer to `text` and add both to `history` (None: complete `text` as it is, no
-    chat); INTERRUPTED_ANSWER when Ctrl-C stopped it, CONTEXT_FULL when the context's end did (not
-    max_tokens), else None. A prompt that does not fit the context raises (naming --ctx) and leaves
-    `history` as it was. `note` is said once the request is accepted, so that a refusal stays one line.
-    until_full: -n -1 / -2 (params.max_tokens None): all the room left, not the default. images: --image's
-    content parts, ahead of `text` in its message."""
-    from hearth.llm_vision import tokens_prompt  # beside LLM's import: the command's flags read first
-
-    message = {"role": "user", "content": [*images, {"type": "text", "text": text}] if images else text}
-    ids = _prompt_ids(llm, history, message)
-    if params.max_tokens is None:  # not given: the default (or -n -1: no cap), within the room left
-        cap = llm.max_model_len if until_full else DEFAULT_MAX_TOKENS
-        params = replace(params, max_tokens=max(1, min(cap, llm.max_model_len - len(ids))))
-    try:
-        check_room(len(ids), params.max_tokens, llm.max_model_len, "--max-tokens",  # named as run's flag
-                   llm.engine.model_context)
-        llm.engine.check_request(ids, params)
-    except MaxTokensTooLargeError as e:
-        raise HearthError(f"{e}; lower it{' or raise --ctx' if e.can_raise else ''}") from None
-    except PromptTooLongError as e:
-        raise HearthError(f"{too_long(e.prompt_tokens, e.max_context)}; "
-                          f"shorten it{' or raise --ctx' if e.can_raise else ''}") from None
-    if note:
-        print(note, file=sys.stderr, flush=True)
-    if history is not None:
-        history.append(message)
-    spec = llm.engine.spec  # its counters run over the session: this answer's are the difference
-    before = spec.stats.snapshot() if spec is not None else None
-    start, first, parts, n, stop = time.perf_counter(), None, [], 0, None
-    try:
-        for out in llm.stream(tokens_prompt(ids), params):
-            if first is None:
-                first = time.perf_counter()
-            n += len(out.new_token_ids)
-            parts.append(out.new_text)
-            sys.stdout.write(out.new_text)
-            sys.stdout.flush()
-            if out.finish_reason == "length" and len(ids) + n >= llm.max_model_len:
-                stop = CONTEXT_FULL  # the room left capped max_tokens (or it asked for all of it)
-    except KeyboardInterrupt:
-        stop = INTERRUPTED_ANSWER
-    print()
-    if history is not None:
-        history.append({"role": "assistant", "content": "".join(parts)})
-    if verbose and first is not None:
-        end = time.perf_counter()
-        rate = (n - 1) / (end - first) if n > 1 and end > first else 0.0
-        print(f"prompt: {len(ids)} tokens, {first - start:.2f}s to first token; "
-              f"answer: {n} tokens, {rate:.1f} tok/s{_speculation_text(before, spec, n)}", file=sys.stderr)
-    return stop
-
-
-def _full_notice(llm, remedy: str | None = None) -> str:
-    """The line said when an answer stopped at the context's end; remedy: what else this mode can do."""
-    ways = [remedy] if remedy else []
-    if can_raise_context(llm.max_model_len, llm.engine.model_context):
-        ways.append("run with a larger --ctx")
-    how = f"; {', or '.join(ways)}" if ways else " (the model's own context)"
-    return f"hearth: the context ({llm.max_model_len} tokens) is full, so the answer stopped there{how}"
-
-
-def _speculation_text(before, spec, n: int) -> str:
-    """This answer's drafts, as llama-speculative's n_drafted / n_accept, and the acceptance length:
-    its n tokens per target forward (each forward commits one token plus the drafts it accepted, as
-    hearth bench counts it), and the steps the policy paused, why as hearth bench says it (`-md` on a
-    CPU where the draft cannot pay read "0 drafted" and nothing more); "" without speculation."""
-    if spec is None:
-        return ""
-    now = spec.stats
-    drafted, accepted = now.num_draft_tokens - before.num_draft_tokens, now.num_accepted_tokens - before.num_accepted_tokens
-    share = f" ({100 * accepted / drafted:.0f}%)" if drafted else ""
-    length = f", acceptance length {n / (n - accepted):.2f}" if 0 <= accepted < n else ""
-    failing = now.num_paused_failing - before.num_paused_failing
-    not_paying = now.num_paused_not_paying - before.num_paused_not_paying
-    paused = (f", {failing + not_paying} steps paused ({failing} as the drafts kept failing, {not_paying} as they "
-              "would not pay on this machine)") if failing or not_paying else ""
-    return f"; speculation: {drafted} drafted, {accepted} accepted{share}{length}{paused}"
-
-
-def _prompt_ids(llm, history: list[dict] | None, message: dict) -> list[int]:
-    if history is None:
-        return llm.tokenizer.encode(message["content"])  # as LLM.generate encodes a plain prompt
-    try:
-        return llm.encode_chat(history + [message])
-    except ValueError as e:  # an image that is none (the server's 400)
-        raise HearthError(str(e)) from None

@@ -10,7 +10,7 @@ from hearth.errors import HearthError
 
 def with_router(given: list, router: str | None) -> list:
     """The entries, plus --router's model when none of them is it."""
-    from hearth.commands.serve_models import ModelEntry
+    from hearth.commands.models_file import ModelEntry
 
     if not router or any(router in (e.name, e.model, *e.aliases) for e in given):
         return given

@@ -15,7 +15,8 @@ from starlette.testclient import TestClient
 
 from hearth.api.app import create_app
 from hearth.api.errors import APIError
-from hearth.api.model_pool import ModelPool, ModelSpec
+from hearth.api.model_pool import ModelPool
+from hearth.api.model_spec import ModelSpec
 from tests.server.fakes import FakeTokenizer, fake_served
 
 USER = [{"role": "user", "content": "hi"}]

@@ -18,7 +18,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from hearth.api.app import create_app
-from hearth.api.model_pool import ModelPool, ModelSpec
+from hearth.api.model_pool import ModelPool
+from hearth.api.model_spec import ModelSpec
 from hearth.api.ollama_options import unloads_now
 from hearth.api.served import gguf_facts
 from hearth.loader.gguf_loader import GGUFFile

@@ -8,8 +8,8 @@ import pytest
 
 from hearth.api.errors import APIError
 from hearth.cli import command_parser
-from hearth.commands.serve_models import (ModelEntry, build_pool, file_names, model_names, read_models_file,
-                                          unique_names)
+from hearth.commands.models_file import ModelEntry, read_models_file
+from hearth.commands.serve_models import build_pool, file_names, model_names, unique_names
 from hearth.errors import HearthError
 from tests.gguf_factory import write_tiny_gguf
 from tests.test_bad_input import assert_one_line_error, run_cli

@@ -163,7 +163,7 @@ def test_run_verbose_says_why_the_policy_paused_drafting():
     says them; a line without pauses is unchanged."""
     from types import SimpleNamespace
 
-    from hearth.commands.run import _speculation_text
+    from hearth.commands.run_answer import _speculation_text
     from hearth.spec_decode.policy import SpecDecodeStats
 
     before = SpecDecodeStats(num_paused_failing=1, num_paused_not_paying=2)

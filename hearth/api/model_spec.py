@@ -1,0 +1,49 @@
+"""What a server knows of each model it serves before loading it (hearth.api.model_pool loads them):
+its names, its footprint against the memory budget, whether it is pinned, its keep-alive."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hearth.api.served import FileFacts, ServedModel
+from hearth.tool_guard.routing import RouterConfig
+
+
+@dataclass
+class ModelSpec:
+    names: list[str]
+    """What clients may put in `model` and /v1/models lists: the id first (never a path), then the
+    aliases the user gave (vLLM lists each --served-model-name); unique across the pool."""
+    footprint: int = 0
+    """Bytes it holds once loaded (the planner's weights + KV budget); counted against the budget."""
+    pinned: bool = False
+    """Loaded at start and never unloaded."""
+    max_model_len: int = 0
+    """Its context, for /v1/models before it is loaded; 0 = not known yet."""
+    router: RouterConfig | None = None
+    """A small model of this pool that answers its single-turn tool calls when sure (hearth.api.tool_router)."""
+    kv_bytes: int = 0
+    """The KV cache's part of footprint (what --kv-cache-memory-gb and a shorter context lower); 0: not known."""
+    file_names: list[str] = field(default_factory=list)
+    """Other names `model` may give, never listed (MODEL as given, its file's stem and name): one that
+    several models share (the same file served twice) is a 400 naming them, not a guess."""
+    facts: FileFacts | None = None
+    """Its file's header facts (hearth.api.served.FileFacts) for Ollama's routes while it is not loaded."""
+    adapters: dict[str, str] = field(default_factory=dict)
+    """vLLM's --lora-modules of this model: NAME (one of `names`) -> the adapter's file as given; /v1/models lists
+    each as its own model, `parent` this model's id and `root` the file, as vLLM's."""
+    keep_alive: float = math.inf
+    """Seconds it stays loaded once idle, each time it loads (a request's keep_alive sets its own until the
+    next); inf: until another model needs its room."""
+    pinned_why: str = ""
+    """Why it is pinned, in the words a refused unload (`ollama stop`) says; "": its pinned flag alone."""
+
+    @property
+    def name(self) -> str:
+        return self.names[0]
+
+
+Loader = Callable[[ModelSpec], ServedModel]
+"""Loads one model (blocking: it runs in a worker thread) and returns it with its engine not started."""
