@@ -17,6 +17,7 @@ from dataclasses import fields, replace
 import torch
 
 from hearth import llm_draft, llm_lora, llm_vision
+from hearth.llm_recurrent import recurrent_engine
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling
@@ -125,6 +126,7 @@ class LLM:
             torch.set_num_threads(threads)
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         mc = self.model_config
+        self.config = cfg = recurrent_engine(cfg, mc, spec is not None)  # qwen35: no prefix cache, no drafts
         if self.embeds_only:
             self._encoder_engine(spec, t0)
             return
@@ -133,7 +135,8 @@ class LLM:
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         # with an adapter on, a verify step's rows are not yet held to a decode row's bits (its prefill chunks
         # run op by op, its decode steps the fused LoRA stack: hearth.backends.cpu_lora)
-        regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
+        # a recurrent layer's state cannot roll a draft back: no drafts, grammar-forced ones neither
+        regimes = None if self.lora or any(mc.recurrent_layers) else self.backend.row_regimes(self.model, codec.quantized)
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
             why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else
@@ -175,7 +178,8 @@ class LLM:
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.gguf.parts, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk,
-                            seals_full_blocks=codec.quantized, lora=self.lora)
+                            seals_full_blocks=codec.quantized, lora=self.lora,
+                            state_slots=cfg.max_num_seqs if any(mc.recurrent_layers) else 0)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         if spec is not None and draft is not None:
