@@ -20,7 +20,7 @@ from hearth import llm_draft, llm_lora, llm_vision
 from hearth.llm_recurrent import recurrent_engine
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
-from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling
+from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling, recurrent_state_bytes
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
 from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
 from hearth.engine.engine_core import EngineCore
@@ -155,7 +155,9 @@ class LLM:
         block_bytes = cache_block_bytes(codec, layer_caches(mc), cfg.block_size)  # refuses what it cannot hold
         if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
             block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
-        staging = mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot
+        staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+                   + recurrent_state_bytes(mc))
         num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs,
                                  self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
         # one sequence may hold every block: a longer context would never be admitted
