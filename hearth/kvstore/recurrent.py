@@ -14,12 +14,13 @@ from dataclasses import dataclass
 import torch
 
 from hearth.config import ModelConfig, RecurrentShape
+from hearth.kvstore.paged import lazy_zeros
 
 
 class RecurrentStates:
     """Per recurrent layer: conv [slots, channels, kernel - 1] and delta [slots, v_heads, k_dim, v_dim], f32."""
 
-    def __init__(self, cfg: ModelConfig, slots: int, zeros: Callable = torch.zeros):
+    def __init__(self, cfg: ModelConfig, slots: int, zeros: Callable = lazy_zeros):
         """zeros(shape, dtype): the backend's (Backend.kv_zeros: host pages resident only where written)."""
         shape: RecurrentShape = cfg.recurrent
         layers = [i for i, r in enumerate(cfg.recurrent_layers) if r]
