@@ -94,9 +94,10 @@ def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int,
 def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, ctx: int,
                 kv_cache_memory_gb: float | None, num_kv_blocks: int = 0) -> int:
     """The pool's block count: num_kv_blocks when given, else max_num_seqs sequences of ctx tokens
-    within the memory bound less max_num_seqs sequences' `stage` bytes (the f16 staging the runner
-    allocates beside the pool). hearth.llm sizes its pool with this. Staging that leaves no block of
-    the bound is an error naming both settings (a one-block pool would cut the context to one block)."""
+    within the memory bound less max_num_seqs sequences' `stage` bytes (what the runner allocates per
+    sequence beside the pool: a quantized format's f16 staging, a recurrent model's state slot). hearth.llm
+    sizes its pool with this. Staging that leaves no block of the bound is an error naming both settings (a
+    one-block pool would cut the context to one block)."""
     if num_kv_blocks:
         return num_kv_blocks
     wanted = max_num_seqs * math.ceil(ctx / block)
@@ -105,6 +106,7 @@ def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, c
     bound = int((int(kv_cache_memory_gb * 2**30) - max_num_seqs * stage) // per_block)
     if bound < 1:
         raise HearthError(f"kv_cache_memory_gb {kv_cache_memory_gb:g} leaves no room for KV blocks beside "
-                          f"the staging of max_num_seqs {max_num_seqs} sequences ({stage / 2**20:.2f} MiB each, "
-                          "a quantized KV cache's): raise --kv-cache-memory-gb or lower --max-num-seqs")
+                          f"what max_num_seqs {max_num_seqs} sequences keep ({stage / 2**20:.2f} MiB each: a "
+                          "quantized KV cache's staging, a recurrent model's state): raise --kv-cache-memory-gb or "
+                          "lower --max-num-seqs")
     return min(wanted, bound)

@@ -269,3 +269,13 @@ def test_a_q8_0_file_runs_on_the_backends_fast_paths(q8_path):
         [{"prompt_token_ids": ids[:5]}, {"prompt_token_ids": ids}], params)
     assert [len(o.outputs[0].token_ids) for o in outs] == [12, 12]
     assert all(abs(lp[t]) < float("inf") for o in outs for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids))
+
+
+def test_the_state_slots_take_their_share_of_the_kv_bound(tiny):
+    """max_num_seqs state slots (4 x 12.5 KiB here) come out of kv_cache_memory_gb before the blocks: a bound they
+    fill is one line naming both settings."""
+    from hearth.errors import HearthError
+
+    with pytest.raises(HearthError, match="a recurrent model's state\\): raise --kv-cache-memory-gb or lower "
+                                          "--max-num-seqs"):
+        LLM(str(tiny[1]), progress=False, kv_cache_memory_gb=40 / 2**20, max_num_seqs=4)
