@@ -20,6 +20,15 @@ def causal_conv(x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor) -> 
     return F.silu(F.conv1d(full[None], weight[:, None], groups=c)[0].t())  # [n, C]
 
 
+def causal_conv_rows(x: torch.Tensor, windows: torch.Tensor, slots: list[int], weight: torch.Tensor) -> torch.Tensor:
+    """One new input per sequence (a decode batch): x [S, C], sequence i's window windows[slots[i]] [C, K - 1]
+    (updated in place) -> silu(conv) [S, C], the S windows gathered and written back once."""
+    index = torch.tensor(slots, dtype=torch.long, device=windows.device)
+    full = torch.cat([windows.index_select(0, index), x[..., None]], dim=-1)  # [S, C, K]
+    windows.index_copy_(0, index, full[..., 1:])
+    return F.silu((full * weight).sum(-1))
+
+
 def l2_normed(x: torch.Tensor, eps: float) -> torch.Tensor:
     """x / |x| over the last dim (transformers' l2norm: rsqrt(sum x^2 + eps))."""
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import ModelConfig
-from hearth.layers.delta_rule import causal_conv, gated_delta_rule, l2_normed
+from hearth.layers.delta_rule import causal_conv, causal_conv_rows, gated_delta_rule, l2_normed
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.arch_spec import ArchSpec
@@ -53,8 +53,10 @@ class DeltaNetLayer(nn.Module):
         step = meta.recurrent
         windows, states = step.layer(self.index)
         qsl = meta.query_start_loc
-        mixed = torch.cat([causal_conv(qkv[a:b], windows[s], self.conv_w)
-                           for a, b, s in zip(qsl, qsl[1:], step.slots)])  # [T, channels]
+        if meta.is_decode:  # [T, channels]
+            mixed = causal_conv_rows(qkv, windows, step.slots, self.conv_w)
+        else:
+            mixed = torch.cat([causal_conv(qkv[a:b], windows[s], self.conv_w) for a, b, s in zip(qsl, qsl[1:], step.slots)])
         kd = r.k_heads * r.k_dim
         q, k, v = mixed.split([kd, kd, r.v_heads * r.v_dim], dim=-1)
         rep = r.v_heads // r.k_heads  # tiled: value head j reads key head j % k_heads

@@ -53,3 +53,15 @@ def test_a_flat_batch_continues_each_sequences_own_slot():
         want, want_state = _token_by_token(q[rows], k[rows], v[rows], decay[rows], beta[rows], before[slot])
         assert _rel(out[rows], want) < TOL and _rel(states[slot], want_state) < TOL
     assert torch.equal(states[1], before[1])
+
+
+def test_a_decode_batchs_conv_equals_each_sequences_own():
+    from hearth.layers.delta_rule import causal_conv, causal_conv_rows
+
+    g = torch.Generator().manual_seed(5)
+    x, weight = torch.randn(3, 12, generator=g), torch.randn(12, 4, generator=g)
+    windows = torch.randn(5, 12, 3, generator=g)
+    want_windows = windows.clone()
+    want = torch.cat([causal_conv(x[i:i + 1], want_windows[s], weight) for i, s in enumerate([4, 0, 2])])
+    got = causal_conv_rows(x, windows, [4, 0, 2], weight)
+    assert _rel(got, want) < TOL and torch.equal(windows, want_windows)
