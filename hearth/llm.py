@@ -136,7 +136,8 @@ class LLM:
         # with an adapter on, a verify step's rows are not yet held to a decode row's bits (its prefill chunks
         # run op by op, its decode steps the fused LoRA stack: hearth.backends.cpu_lora)
         # a recurrent layer's state cannot roll a draft back: no drafts, grammar-forced ones neither
-        regimes = None if self.lora or any(mc.recurrent_layers) else self.backend.row_regimes(self.model, codec.quantized)
+        regimes = (None if self.lora or any(mc.recurrent_layers)
+                   else self.backend.row_regimes(self.model, codec.quantized))
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
             why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else

@@ -44,7 +44,8 @@ class KVCacheManager:
         with one adapter or scale is never reused for another. state_slots: the recurrent state pool's size
         (0: the model has no recurrent layers)."""
         if state_slots and enable_prefix_caching:
-            raise ValueError("a model with recurrent layers runs without the prefix cache (no state at a block boundary)")
+            raise ValueError("a model with recurrent layers runs without the prefix cache "
+                             "(no state at a block boundary)")
         self.free_states = list(range(state_slots))[::-1]
         """Free recurrent state slots (popped from the end: slot 0 first)."""
         self.needs_state = state_slots > 0

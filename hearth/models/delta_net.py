@@ -56,7 +56,8 @@ class DeltaNetLayer(nn.Module):
         if meta.is_decode:  # [T, channels]
             mixed = causal_conv_rows(qkv, windows, step.slots, self.conv_w)
         else:
-            mixed = torch.cat([causal_conv(qkv[a:b], windows[s], self.conv_w) for a, b, s in zip(qsl, qsl[1:], step.slots)])
+            mixed = torch.cat([causal_conv(qkv[a:b], windows[s], self.conv_w)
+                               for a, b, s in zip(qsl, qsl[1:], step.slots)])
         kd = r.k_heads * r.k_dim
         q, k, v = mixed.split([kd, kd, r.v_heads * r.v_dim], dim=-1)
         rep = r.v_heads // r.k_heads  # tiled: value head j reads key head j % k_heads
