@@ -1,7 +1,7 @@
 """Qwen3.5's Gated DeltaNet layer (transformers' Qwen3_5GatedDeltaNet, llama.cpp's build_layer_attn_linear):
 q | k | v = in_proj(norm(h)), a causal conv over those channels then silu; q and k L2-normed per head; the
 gated delta rule with decay ssm_a * softplus(alpha + dt) and write strength sigmoid(beta); each head's output
-RMS-normed and gated by silu(z); out_proj; then the same SwiGLU MLP as an attention layer.
+RMS-normed and gated by silu(z); out_proj; then the same MLP as an attention layer (qwen35moe: routed experts).
 
 Its state is a per-sequence slot's (hearth.kvstore.recurrent), found through the step's metadata. llama.cpp's
 converter reorders the value heads from grouped by key head to tiled (conversion/qwen.py,
@@ -19,13 +19,14 @@ from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.arch_spec import ArchSpec
 from hearth.models.gguf_tensors import f32
-from hearth.models.transformer import MLP
+from hearth.models.moe import MoE
+from hearth.models.transformer import feed_forward
 
 
 class DeltaNetLayer(nn.Module):
     lora_ops = None
 
-    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend):
+    def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, moe_block: type[MoE] = MoE):
         super().__init__()
         p, eps, r = f"blk.{i}.", cfg.rms_norm_eps, cfg.recurrent
         self.index, self.shape, self.eps = i, r, eps
@@ -38,7 +39,7 @@ class DeltaNetLayer(nn.Module):
         self.register_buffer("a", f32(g, p + "ssm_a"), persistent=False)  # [v_heads]: -exp(A_log), the converter's
         self.register_buffer("dt", f32(g, p + "ssm_dt.bias"), persistent=False)  # [v_heads]
         self.head_norm = RMSNorm(f32(g, p + "ssm_norm.weight"), eps)  # [v_dim], no +1 (the converter adds none)
-        self.mlp = MLP(cfg, spec, g, i, backend)
+        self.mlp = feed_forward(cfg, spec, g, i, backend, moe_block)  # qwen35moe: routed experts
         self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
         self.ffn_norm = RMSNorm(f32(g, p + "post_attention_norm.weight"), eps)  # before the MLP
         self.attn_norm.out_dtype, self.ffn_norm.out_dtype = self.in_proj.in_dtype, self.mlp.in_dtype

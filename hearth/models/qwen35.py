@@ -6,15 +6,20 @@ rope); the norm after attention (post_attention_norm) is the MLP's input norm.
 
 The converter (conversion/qwen.py, Qwen3NextModel.modify_tensors) folds Qwen3.5's zero-centred norms' +1 into
 every `*norm.weight` but the DeltaNet's gated head norm, so every norm here multiplies by its weight as stored.
-Which layers recur: `{arch}.attention.recurrent_layers` where written, else every layer but each interval-th."""
+Which layers recur: `{arch}.attention.recurrent_layers` where written, else every layer but each interval-th.
+`qwen35moe` (Qwen3.5-MoE): the same layers over routed experts and a gated shared expert (hearth.models.moe_shared)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
 from hearth.config import RecurrentShape
 from hearth.errors import UnsupportedError
 from hearth.models.delta_net import DeltaNetLayer
+from hearth.models.moe import moe_config
+from hearth.models.moe_shared import SharedExpertMoE
 from hearth.models.qwen2vl import mrope_sections
 from hearth.models.transformer import ArchSpec, CausalLM, DecoderLayer, base_config, require
 
@@ -48,12 +53,14 @@ class Qwen35ForCausalLM(CausalLM):
 
     def block(self, cfg, g, i, backend, factors):
         if cfg.recurrent_layers[i]:
-            return DeltaNetLayer(cfg, self.spec, g, i, backend)
+            return DeltaNetLayer(cfg, self.spec, g, i, backend, self.moe_block)
         return GatedAttentionLayer(cfg, self.spec, g, i, backend, factors, self.moe_block)
 
     @classmethod
     def config_from_gguf(cls, g):
-        cfg = base_config(g, rope_layout="interleaved")
+        # routed experts only (qwen35moe): the converter writes no feed_forward_length
+        dense = {} if g.arch_get("feed_forward_length") or not g.arch_get("expert_count") else {"intermediate_size": 0}
+        cfg = base_config(g, rope_layout="interleaved", **dense)
         cfg.rope_sections = mrope_sections(g, cfg)
         # multi-token-prediction blocks follow the trunk's (llama.cpp's n_layer_nextn): not run, as llama.cpp's
         # main pass runs none of them
@@ -71,4 +78,19 @@ class Qwen35ForCausalLM(CausalLM):
         cfg.recurrent = RecurrentShape(k_heads=k_heads, v_heads=v_heads, k_dim=int(require(g, "ssm.state_size")),
                                        v_dim=int(require(g, "ssm.inner_size")) // v_heads,
                                        conv_kernel=int(require(g, "ssm.conv_kernel")))
+        return cfg
+
+
+class Qwen35MoeForCausalLM(Qwen35ForCausalLM):
+    """Qwen3.5-MoE (llama.cpp's `qwen35moe`): the same layers, each MLP routed experts (softmax, top-k renormalized,
+    as llama.cpp's graph passes norm_w) plus a sigmoid-gated shared expert."""
+
+    spec = replace(Qwen35ForCausalLM.spec, moe=True)
+    moe_block = SharedExpertMoE
+
+    @classmethod
+    def config_from_gguf(cls, g):
+        cfg = super().config_from_gguf(g)
+        for name, value in moe_config(g, weights_norm=True).items():
+            setattr(cfg, name, value)
         return cfg
