@@ -10,7 +10,11 @@ _LinearAttentionVReorderBase + Qwen3NextModel (+ conversion/base.py's TextModel.
   heads the value heads reordered from grouped to tiled (_reorder_v_heads) in in_proj_qkv's v rows, in_proj_z,
   in_proj_a/b, A_log, dt_bias, conv1d's v channels and out_proj's columns;
 - names: gguf-py's tensor map for MODEL_ARCH.QWEN35 (in_proj_qkv -> attn_qkv, in_proj_z -> attn_gate,
-  in_proj_b -> ssm_beta, in_proj_a -> ssm_alpha, post_attention_layernorm -> post_attention_norm, ...)."""
+  in_proj_b -> ssm_beta, in_proj_a -> ssm_alpha, post_attention_layernorm -> post_attention_norm, ...).
+The MoE variant (Qwen3_5MoeForCausalLM, `qwen35moe`; Qwen3_5MoeTextModel, + Qwen2MoeModel's): expert_count,
+expert_used_count, expert_feed_forward_length, expert_shared_feed_forward_length and no feed_forward_length; the
+experts' gate_up_proj [E, 2 ffn, hidden] split into ffn_gate_exps and ffn_up_exps, down_proj -> ffn_down_exps,
+the router mlp.gate -> ffn_gate_inp, the shared expert -> ffn_*_shexp and its gate -> ffn_gate_inp_shexp."""
 
 from __future__ import annotations
 
@@ -41,14 +45,28 @@ class Linear:
 
 
 LIN = Linear()
+
+
+@dataclass(frozen=True)
+class Experts:
+    count: int = 4
+    used: int = 2
+    ffn: int = 32
+    shared_ffn: int = 48
+
+
+EXPERTS = Experts()
 SECTIONS = [2, 1, 1]  # 4 rotated pairs: head_dim 32 x partial 0.25 = 8 dims
 
 
-def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN) -> transformers.Qwen3_5ForCausalLM:
-    """transformers' f32 model, every weight random: norms near their zero centre (+-0.2), matrices with
-    ~unit-variance outputs, A_log and dt_bias in the ranges the model's init draws."""
-    cfg = transformers.Qwen3_5TextConfig(
-        vocab_size=d.vocab, hidden_size=d.hidden, intermediate_size=d.ffn, num_hidden_layers=d.layers,
+def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN, moe: Experts | None = None):
+    """transformers' f32 model (Qwen3_5ForCausalLM, or with `moe` Qwen3_5MoeForCausalLM), every weight random:
+    norms near their zero centre (+-0.2), matrices with ~unit-variance outputs, A_log and dt_bias in the ranges
+    the model's init draws."""
+    ffn = (dict(num_experts=moe.count, num_experts_per_tok=moe.used, moe_intermediate_size=moe.ffn,
+                shared_expert_intermediate_size=moe.shared_ffn) if moe else dict(intermediate_size=d.ffn))
+    cfg = (transformers.Qwen3_5MoeTextConfig if moe else transformers.Qwen3_5TextConfig)(
+        vocab_size=d.vocab, hidden_size=d.hidden, num_hidden_layers=d.layers, **ffn,
         num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, head_dim=d.head_dim,
         max_position_embeddings=d.context, rms_norm_eps=d.rms_eps, tie_word_embeddings=True,
         layer_types=list(LAYER_TYPES), linear_conv_kernel_dim=lin.kernel, linear_key_head_dim=lin.k_dim,
@@ -56,7 +74,7 @@ def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN) -> transform
         rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta, "partial_rotary_factor": 0.25,
                          "mrope_section": SECTIONS, "mrope_interleaved": True})
     cfg._attn_implementation = "eager"
-    model = transformers.Qwen3_5ForCausalLM(cfg).eval()
+    model = (transformers.Qwen3_5MoeForCausalLM if moe else transformers.Qwen3_5ForCausalLM)(cfg).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -70,7 +88,7 @@ def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN) -> transform
                 p.copy_(torch.randn(p.shape, generator=g))
             elif "conv1d" in name:  # [C, 1, K]
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            else:
+            else:  # (a router's too: near-even odds, so top-k choices stay apart from ties)
                 p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
     return model
 
@@ -106,14 +124,35 @@ def _converted(name: str, t: torch.Tensor, lin: Linear) -> torch.Tensor:
     return t
 
 
-def write_qwen35_gguf(path, model: transformers.Qwen3_5ForCausalLM, qtype: str = "F32", d: TinyDims = DIMS,
-                      lin: Linear = LIN) -> Path:
-    w = gguf.GGUFWriter(str(path), "qwen35")
-    w.add_name("tiny-qwen35")
+def _split_experts(state: dict):
+    """(name, tensor), the experts' gate_up_proj as Qwen2MoeModel.modify_tensors yields it: gate_proj, up_proj."""
+    for name, t in state.items():
+        if name.endswith("mlp.experts.gate_up_proj"):
+            gate, up = t.chunk(2, dim=-2)
+            base = name.removesuffix(".gate_up_proj")
+            yield base + ".gate_proj.weight", gate
+            yield base + ".up_proj.weight", up
+        elif name.endswith("mlp.experts.down_proj"):
+            yield name + ".weight", t
+        else:
+            yield name, t
+
+
+def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: Linear = LIN,
+                      moe: Experts | None = None) -> Path:
+    arch = "qwen35moe" if moe else "qwen35"
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_name(f"tiny-{arch}")
     w.add_context_length(d.context)
     w.add_embedding_length(d.hidden)
     w.add_block_count(d.layers)
-    w.add_feed_forward_length(d.ffn)
+    if moe:
+        w.add_expert_count(moe.count)
+        w.add_expert_used_count(moe.used)
+        w.add_expert_feed_forward_length(moe.ffn)
+        w.add_expert_shared_feed_forward_length(moe.shared_ffn)
+    else:
+        w.add_feed_forward_length(d.ffn)
     w.add_head_count(d.heads)
     w.add_head_count_kv(d.kv_heads)
     w.add_rope_freq_base(d.rope_theta)
@@ -127,22 +166,23 @@ def write_qwen35_gguf(path, model: transformers.Qwen3_5ForCausalLM, qtype: str =
     w.add_ssm_group_count(lin.k_heads)
     w.add_ssm_time_step_rank(lin.v_heads)
     w.add_ssm_inner_size(lin.v_dim * lin.v_heads)
-    w.add_array("qwen35.attention.recurrent_layers", [t == "linear_attention" for t in LAYER_TYPES])
+    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in LAYER_TYPES])
     w.add_full_attention_interval(4)
     w.add_rope_dimension_count(int(d.head_dim * 0.25))
     w.add_file_type(0)
     _write_tokenizer(w, d)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35, d.layers)
-    for name, value in model.state_dict().items():
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35MOE if moe else gguf.MODEL_ARCH.QWEN35, d.layers)
+    for name, t in _split_experts(model.state_dict()):
         if name == "lm_head.weight":
             continue  # tied
-        t = _converted(name, value.detach().float(), lin)
+        t = _converted(name, t.detach().float(), lin)
         base, suffix = (name[:-len(".weight")], ".weight") if name.endswith(".weight") else (name, "")
         if name.endswith(".dt_bias"):  # Qwen3NextModel: renamed to dt_proj.bias, which maps to ssm_dt.bias
             base, suffix = name.removesuffix(".dt_bias") + ".dt_proj", ".bias"
         mapped = names.get_name(base)
         assert mapped is not None, name
-        kind = "F32" if t.ndim == 1 or "conv1d" in name or "in_proj_a" in name or "in_proj_b" in name else qtype
+        small = ("conv1d", "in_proj_a", "in_proj_b", "shared_expert_gate")
+        kind = "F32" if t.ndim == 1 or any(s in name for s in small) else qtype
         _add_tensor(w, mapped + suffix, t.numpy(), MATRIX_TYPES[kind])
     w.write_header_to_file()
     w.write_kv_data_to_file()
