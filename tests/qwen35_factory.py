@@ -40,7 +40,7 @@ class Linear:
     k_heads: int = 2
     v_heads: int = 4
     k_dim: int = 16
-    v_dim: int = 8
+    v_dim: int = 16  # = k_dim, as llama.cpp requires (its loader sizes the value heads by ssm.state_size)
     kernel: int = 4
 
 
@@ -61,8 +61,8 @@ SECTIONS = [2, 1, 1]  # 4 rotated pairs: head_dim 32 x partial 0.25 = 8 dims
 
 def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN, moe: Experts | None = None):
     """transformers' f32 model (Qwen3_5ForCausalLM, or with `moe` Qwen3_5MoeForCausalLM), every weight random:
-    norms near their zero centre (+-0.2), matrices with ~unit-variance outputs, A_log and dt_bias in the ranges
-    the model's init draws."""
+    norms near their zero centre (+-0.2), matrices with ~unit-variance outputs, A (exp(A_log)) in [0.02, 1]: each
+    state forgets slowly, so a state carried where it should not be, or lost, changes the text."""
     ffn = (dict(num_experts=moe.count, num_experts_per_tok=moe.used, moe_intermediate_size=moe.ffn,
                 shared_expert_intermediate_size=moe.shared_ffn) if moe else dict(intermediate_size=d.ffn))
     cfg = (transformers.Qwen3_5MoeTextConfig if moe else transformers.Qwen3_5TextConfig)(
@@ -82,8 +82,8 @@ def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN, moe: Experts
                 p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
             elif "norm" in name:
                 p.copy_(0.2 * torch.randn(p.shape, generator=g))
-            elif name.endswith("A_log"):
-                p.copy_(torch.log(torch.empty(p.shape).uniform_(0.5, 8, generator=g)))
+            elif name.endswith("A_log"):  # slow decays: a state that remembers far back (a stale one shows)
+                p.copy_(torch.log(torch.empty(p.shape).uniform_(0.02, 1, generator=g)))
             elif name.endswith("dt_bias"):
                 p.copy_(torch.randn(p.shape, generator=g))
             elif "conv1d" in name:  # [C, 1, K]
@@ -189,3 +189,23 @@ def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: 
     w.write_tensors_to_file()
     w.close()
     return Path(path)
+
+
+FILES = {"qwen35": "tiny-qwen35.gguf", "qwen35moe": "tiny-qwen35moe.gguf"}
+"""The files benchmarks/make_qwen35_golden.py runs llama.cpp on (write_files)."""
+PROMPTS = [[int(t) for t in torch.randint(0, DIMS.vocab, (n,), generator=torch.Generator().manual_seed(n))]
+           for n in (3, 11, 26)]
+NEW = 16
+
+
+def write_files(folder: Path) -> dict[str, Path]:
+    """FILES in folder, F32: qwen35 (seed 0) and qwen35moe (seed 2)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return {"qwen35": write_qwen35_gguf(folder / FILES["qwen35"], hf_qwen35()),
+            "qwen35moe": write_qwen35_gguf(folder / FILES["qwen35moe"], hf_qwen35(seed=2, moe=EXPERTS), moe=EXPERTS)}
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(write_files(Path(sys.argv[1])))
