@@ -3,7 +3,7 @@ twin), and a flat batch of sequences with their own slots against each alone."""
 
 import torch
 
-from hearth.layers.delta_rule import CHUNK, LONG, delta_chunked, delta_step, gated_delta_rule, l2_normed
+from hearth.layers.delta_rule import CHUNK, LONG, delta_chunked, delta_step_, gated_delta_rule, l2_normed
 
 TOL = 1e-5  # f32 rounding of the two orders of summation (measured 2e-6 at 150 rows)
 
@@ -19,10 +19,9 @@ def _inputs(n: int, heads: int = 4, dk: int = 16, dv: int = 8, seed: int = 0):
 
 
 def _token_by_token(q, k, v, decay, beta, state):
-    s, outs = state[None], []
+    s, outs = state[None].clone(), []
     for t in range(q.shape[0]):
-        o, s = delta_step(q[t:t + 1], k[t:t + 1], v[t:t + 1], decay[t:t + 1], beta[t:t + 1], s)
-        outs.append(o)
+        outs.append(delta_step_(q[t:t + 1], k[t:t + 1], v[t:t + 1], decay[t:t + 1], beta[t:t + 1], s))
     return torch.cat(outs), s[0]
 
 
@@ -65,3 +64,26 @@ def test_a_decode_batchs_conv_equals_each_sequences_own():
     want = torch.cat([causal_conv(x[i:i + 1], want_windows[s], weight) for i, s in enumerate([4, 0, 2])])
     got = causal_conv_rows(x, windows, [4, 0, 2], weight)
     assert _rel(got, want) < TOL and torch.equal(windows, want_windows)
+
+
+def test_a_decode_batch_in_slot_order_updates_the_slots_in_place():
+    """Slots 1, 2 in order: stepped on a view of the states (no gather), each equal to its sequence alone."""
+    q, k, v, decay, beta = _inputs(2, seed=6)
+    states = torch.randn(4, 4, 16, 8, generator=torch.Generator().manual_seed(3))
+    before = states.clone()
+    out = gated_delta_rule(q, k, v, decay, beta, states, [0, 1, 2], [1, 2])
+    for i, slot in enumerate([1, 2]):
+        want, want_state = _token_by_token(q[i:i + 1], k[i:i + 1], v[i:i + 1], decay[i:i + 1], beta[i:i + 1],
+                                           before[slot])
+        assert _rel(out[i:i + 1], want) < TOL and _rel(states[slot], want_state) < TOL
+    assert torch.equal(states[0], before[0]) and torch.equal(states[3], before[3])
+
+
+def test_a_decayed_state_holds_no_denormals():
+    """A state fading in a fast-decaying head: its values end 0 or normal, never denormal (slow arithmetic)."""
+    q, k, v, decay, beta = _inputs(1, seed=7)
+    state = torch.full((1, 4, 16, 8), 1e-36)
+    state[..., 0, 0] = 1.0
+    delta_step_(q, k, v, torch.full_like(decay, -10.0), beta * 0, state)  # no write: only the decay, to 4.5e-41
+    tiny = (state != 0) & (state.abs() < torch.finfo(torch.float32).tiny)
+    assert not tiny.any() and (state[..., 0, 0] > 4e-5).all()
