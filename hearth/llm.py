@@ -17,7 +17,7 @@ from dataclasses import fields, replace
 import torch
 
 from hearth import llm_draft, llm_lora, llm_vision
-from hearth.llm_recurrent import recurrent_engine
+from hearth.llm_recurrent import no_drafts, recurrent_engine
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling, recurrent_state_bytes
@@ -126,7 +126,7 @@ class LLM:
             torch.set_num_threads(threads)
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         mc = self.model_config
-        self.config = cfg = recurrent_engine(cfg, mc, spec is not None)  # qwen35: no prefix cache, no drafts
+        self.config = cfg = recurrent_engine(cfg, mc)  # qwen35: no prefix cache, no disk tier
         if self.embeds_only:
             self._encoder_engine(spec, t0)
             return
@@ -143,8 +143,8 @@ class LLM:
             why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else
                    "in a MoE model (its experts' matmuls depend on how many rows chose them)" if mc.num_experts
                    else "without the native kernels")
-            self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "
-                                    "would not be lossless"
+            self.speculation_off = ((no_drafts(mc) or f"{why} a verify row is not computed bit for bit as a decode "
+                                     "row, so drafts would not be lossless")
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
             log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None

@@ -2,7 +2,8 @@
 model written as llama.cpp's converter writes it (tests/qwen35_factory.py): prefill logits, decode token by token
 against transformers with its own cache, and the engine's per-sequence state slots (hearth.kvstore.recurrent):
 greedy text of several prompts batched equals transformers' with chunked prefill forced and with preemption forced;
-what cannot work yet is refused with one line."""
+what cannot work yet is turned off (prefix cache, disk tier, speculation) or refused (quantized KV, LoRA) with one
+line each."""
 
 from __future__ import annotations
 
@@ -169,17 +170,21 @@ def test_prefix_caching_is_off_with_a_log_line(tiny, caplog):
     assert "prefix caching is off for a model with recurrent layers (qwen35)" in caplog.text
 
 
-@pytest.mark.parametrize("args, flag", [
-    ({"speculative_config": {"method": "ngram", "num_speculative_tokens": 2}}, "--speculative-config"),
-    ({"kv_disk_dir": "DIR"}, "--kv-disk-dir"),
-], ids=["speculation", "disk tier"])
-def test_what_cannot_work_yet_is_refused_in_one_line(tiny, tmp_path, args, flag):
-    from hearth.errors import HearthError
-
-    args = {k: (str(tmp_path) if v == "DIR" else v) for k, v in args.items()}
-    with pytest.raises(HearthError, match=f"^{flag}: not yet for a model with recurrent layers \\(qwen35\\)") as e:
-        LLM(str(tiny[1]), progress=False, **args)
-    assert "\n" not in str(e.value)
+def test_speculation_and_the_disk_tier_are_off_with_a_line_each(tiny, tmp_path, caplog, hf_greedy):
+    """Asked for, both are turned off with one warning each (as where speculation cannot be lossless): the text is
+    the plain engine's, nothing is written to the disk tier."""
+    spec = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1}
+    with caplog.at_level(logging.WARNING, logger="hearth"):
+        llm = _exact_llm(tiny[1], speculative_config=spec, kv_disk_dir=str(tmp_path))
+    lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert ("hearth: speculative decoding is off: in a model with recurrent layers (qwen35) every row is folded "
+            "into their state, so a rejected draft could not be rolled back") in lines
+    assert ("hearth: the KV disk tier (--kv-disk-dir) is off for a model with recurrent layers (qwen35): their "
+            "state is kept per sequence, not per block") in lines
+    assert llm.speculation_off and llm.engine.spec is None and llm.disk is None and llm.config.kv_disk_dir == ""
+    assert not llm.runner.forced_drafts  # a grammar's forced tokens are not drafted either
+    prompts, want = hf_greedy
+    assert _generate(llm, prompts) == want and not any(tmp_path.iterdir())
 
 
 def test_a_quantized_kv_cache_is_refused_by_name(tiny):
