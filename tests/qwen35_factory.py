@@ -181,8 +181,7 @@ def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: 
             base, suffix = name.removesuffix(".dt_bias") + ".dt_proj", ".bias"
         mapped = names.get_name(base)
         assert mapped is not None, name
-        small = ("conv1d", "in_proj_a", "in_proj_b", "shared_expert_gate")
-        kind = "F32" if t.ndim == 1 or any(s in name for s in small) else qtype
+        kind = "F32" if t.ndim == 1 or "conv1d" in name else qtype  # llama-quantize keeps ssm_conv1d (and routers)
         _add_tensor(w, mapped + suffix, t.numpy(), MATRIX_TYPES[kind])
     w.write_header_to_file()
     w.write_kv_data_to_file()
