@@ -53,12 +53,17 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
     )
 
 
+DELTA_NET_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
+"""Architectures whose recurrent layers are Gated DeltaNets with qwen35's ssm.* keys (Mamba's files have such keys
+too, for another state: not priced here)."""
+
+
 def _recurrent(g: GGUFFile, layers: int) -> dict:
     """ModelShape's recurrent and state_bytes for a Gated DeltaNet file (qwen35's ssm.* keys, as
     hearth.models.qwen35 reads them: recurrent_layers, else every full_attention_interval-th layer attends;
     trailing multi-token-prediction layers are not run); {} for any other."""
     v_heads, k_heads = g.arch_get("ssm.time_step_rank"), g.arch_get("ssm.group_count")
-    if not v_heads or not k_heads or g.arch_get("ssm.inner_size") is None:
+    if g.arch not in DELTA_NET_ARCHS or not v_heads or not k_heads or g.arch_get("ssm.inner_size") is None:
         return {}
     n = layers - int(g.arch_get("nextn_predict_layers", 0) or 0)
     stated = g.arch_get("attention.recurrent_layers")
