@@ -39,8 +39,8 @@ FLOOR = -80.0
 times slower (as the C++ attention drops softmax weights below e^-80). State values below ~2^-124 are dropped
 alike (_flushed_)."""
 SHIFT = 2.0 ** -100
-"""(x + SHIFT) - SHIFT is x to within ~1e-30, and 0 or a normal number: every sum is a multiple of
-ulp(SHIFT) = 2^-123 / 2, never a denormal (two in-place passes, where a |x| < tiny mask took three and two
+"""(x + SHIFT) - SHIFT is x to within ~1e-37, and 0 or at least 2^-124 in size, never a denormal (below 2^-126):
+near SHIFT the floats are 2^-124 apart (two in-place passes, where a |x| < tiny mask took three and two
 temporaries)."""
 
 
