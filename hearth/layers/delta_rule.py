@@ -39,9 +39,9 @@ FLOOR = -80.0
 times slower (as the C++ attention drops softmax weights below e^-80). State values below ~2^-124 are dropped
 alike (_flushed_)."""
 SHIFT = 2.0 ** -100
-"""(x + SHIFT) - SHIFT is x to within ~1e-30 (x itself from ~1e-23 up), and 0 or at least 2^-124 in size, never a denormal (below 2^-126):
-near SHIFT the floats are 2^-124 apart (two in-place passes, where a |x| < tiny mask took three and two
-temporaries)."""
+"""(x + SHIFT) - SHIFT is x to within ~1e-30 (x itself from ~1e-23 up), and 0 or at least 2^-124 in size,
+never a denormal (below 2^-126): near SHIFT the floats are 2^-124 apart. Two in-place passes, where a
+|x| < tiny mask took three and two temporaries."""
 
 
 def _decayed(x: torch.Tensor) -> torch.Tensor:
