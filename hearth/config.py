@@ -144,6 +144,52 @@ class ModelConfig:
     """Per layer: True where the layer is a gated short convolution, not attention (lfm2); empty: none is."""
     conv_kernel: int = 0
     """The short convolution's width in tokens (lfm2's shortconv.l_cache, 3)."""
+    recurrent_layers: tuple[bool, ...] = ()
+    """Per layer: True where the layer is a Gated DeltaNet (qwen35), whose state is a per-sequence slot's
+    (RecurrentShape), not the paged cache's; empty: none is."""
+    recurrent: RecurrentShape | None = None
+    """The recurrent layers' dimensions (qwen35's ssm.* keys)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecurrentShape:
+    """A Gated DeltaNet layer's dimensions (llama.cpp's qwen35 ssm.* keys): a causal conv of conv_kernel taps over
+    the q | k | v channels, then the delta rule over a state of [v_heads, k_dim, v_dim] per sequence."""
+
+    k_heads: int
+    """ssm.group_count: q and k heads (each serves v_heads / k_heads value heads)."""
+    v_heads: int
+    """ssm.time_step_rank."""
+    k_dim: int
+    """ssm.state_size."""
+    v_dim: int
+    """ssm.inner_size / v_heads."""
+    conv_kernel: int
+
+    @property
+    def conv_channels(self) -> int:
+        """q | k | v: 2 k_heads k_dim + v_heads v_dim."""
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    def conv_shape(self, slots: int) -> tuple[int, int, int]:
+        """[slots, channels, kernel - 1]: each sequence's last kernel - 1 conv inputs, oldest first."""
+        return (slots, self.conv_channels, self.conv_kernel - 1)
+
+    def delta_shape(self, slots: int) -> tuple[int, int, int, int]:
+        """[slots, v_heads, k_dim, v_dim]: each sequence's delta-rule state."""
+        return (slots, self.v_heads, self.k_dim, self.v_dim)
+
+    @property
+    def slot_values(self) -> int:
+        """f32 values one sequence's state holds in one layer."""
+        return self.conv_channels * (self.conv_kernel - 1) + self.v_heads * self.k_dim * self.v_dim
+
+
+def recurrent_state_bytes(cfg: ModelConfig) -> int:
+    """Bytes of one sequence's state slot over every recurrent layer (f32), 0 for a model without them."""
+    if cfg.recurrent is None:
+        return 0
+    return 4 * cfg.recurrent.slot_values * sum(cfg.recurrent_layers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +199,8 @@ class LayerCache:
     second in every layer (so whole blocks move, save and load alike)."""
 
     parts: int
-    """2: an attention layer's K and V; 1: a short-conv layer's input (B * x)."""
+    """2: an attention layer's K and V; 1: a short-conv layer's input (B * x); 0: nothing (a recurrent layer's
+    state is a per-sequence slot's: RecurrentShape)."""
     heads: int
     dim: int
 
@@ -167,10 +214,12 @@ class LayerCache:
 
 
 def layer_caches(cfg: ModelConfig) -> tuple[LayerCache, ...]:
-    """Each layer's LayerCache: K/V of [kv_heads, head_dim], or a conv layer's [1, hidden] (its input, read
-    back conv_kernel - 1 tokens like past keys)."""
+    """Each layer's LayerCache: K/V of [kv_heads, head_dim], a conv layer's [1, hidden] (its input, read
+    back conv_kernel - 1 tokens like past keys), or none for a recurrent layer."""
     attn, conv = LayerCache(2, cfg.num_kv_heads, cfg.head_dim), LayerCache(1, 1, cfg.hidden_size)
-    return tuple(conv if cfg.conv_layers and cfg.conv_layers[i] else attn for i in range(cfg.num_layers))
+    none = LayerCache(0, 1, 1)
+    return tuple(none if cfg.recurrent_layers and cfg.recurrent_layers[i] else
+                 conv if cfg.conv_layers and cfg.conv_layers[i] else attn for i in range(cfg.num_layers))
 
 
 DEFAULT_MODEL = "smollm2-135m"

@@ -17,9 +17,10 @@ from dataclasses import fields, replace
 import torch
 
 from hearth import llm_draft, llm_lora, llm_vision
+from hearth.llm_recurrent import no_drafts, recurrent_engine
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
-from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling
+from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling, recurrent_state_bytes
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
 from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
 from hearth.engine.engine_core import EngineCore
@@ -125,6 +126,7 @@ class LLM:
             torch.set_num_threads(threads)
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         mc = self.model_config
+        self.config = cfg = recurrent_engine(cfg, mc)  # qwen35: no prefix cache, no disk tier
         if self.embeds_only:
             self._encoder_engine(spec, t0)
             return
@@ -133,14 +135,16 @@ class LLM:
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         # with an adapter on, a verify step's rows are not yet held to a decode row's bits (its prefill chunks
         # run op by op, its decode steps the fused LoRA stack: hearth.backends.cpu_lora)
-        regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
+        # a recurrent layer's state cannot roll a draft back: no drafts, grammar-forced ones neither
+        regimes = (None if self.lora or any(mc.recurrent_layers)
+                   else self.backend.row_regimes(self.model, codec.quantized))
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
             why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else
                    "in a MoE model (its experts' matmuls depend on how many rows chose them)" if mc.num_experts
                    else "without the native kernels")
-            self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "
-                                    "would not be lossless"
+            self.speculation_off = ((no_drafts(mc) or f"{why} a verify row is not computed bit for bit as a decode "
+                                     "row, so drafts would not be lossless")
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
             log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
@@ -152,7 +156,9 @@ class LLM:
         block_bytes = cache_block_bytes(codec, layer_caches(mc), cfg.block_size)  # refuses what it cannot hold
         if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
             block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
-        staging = mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+        # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot
+        staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+                   + recurrent_state_bytes(mc))
         num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs,
                                  self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
         # one sequence may hold every block: a longer context would never be admitted
@@ -175,7 +181,8 @@ class LLM:
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.gguf.parts, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk,
-                            seals_full_blocks=codec.quantized, lora=self.lora)
+                            seals_full_blocks=codec.quantized, lora=self.lora,
+                            state_slots=cfg.max_num_seqs if any(mc.recurrent_layers) else 0)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         if spec is not None and draft is not None:

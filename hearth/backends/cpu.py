@@ -269,7 +269,8 @@ class CpuBackend(Backend):
         """NativeConvOps where each of the layer's linears is one NativePart and the library has the fused ops
         (its rows then invariant within a row regime: the conv's sums are elementwise, in one order whatever the
         rows); else torch's ops, whose rows are not (row_regimes: None)."""
-        if all(native_part(lin) for lin in NativeConvOps.linears(layer)) and native.has("fused_ops"):
+        dense = hasattr(layer.mlp, "gate_up")  # not routed experts (qwen35moe's DeltaNet layers): torch's MLP step
+        if dense and all(native_part(lin) for lin in NativeConvOps.linears(layer)) and native.has("fused_ops"):
             return NativeConvOps(layer)
         ops = ConvOps()
         ops.invariant_rows = False

@@ -6,7 +6,11 @@ in the disk tier (hearth.kvstore.disk), which continues a prefix where memory en
 disk get fresh block ids and travel to the runner as `kv_loads` (verified bytes, written into the
 cache before the step reads them; findable by their hash once that step has run, like computed
 blocks); full blocks newly computed go out as `kv_saves` (the runner returns their bytes, which are
-queued for writing)."""
+queued for writing).
+
+A model with recurrent layers (qwen35) also needs a state slot per running request: a pool of `state_slots`
+(max_num_seqs) handed out with a request's first blocks and taken back with them (finish, abort, preemption).
+Such a model has no state at a block boundary, so it runs without the prefix cache (the engine turns it off)."""
 
 from __future__ import annotations
 
@@ -35,9 +39,16 @@ class PrefixCacheStats:
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, cache_key: bytes = b"",
                  enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, seals_full_blocks: bool = False,
-                 lora: LoraAdapters | None = None):
+                 lora: LoraAdapters | None = None, state_slots: int = 0):
         """lora: the model's adapters; a request's nonzero ones key its blocks (its root), so K/V computed
-        with one adapter or scale is never reused for another."""
+        with one adapter or scale is never reused for another. state_slots: the recurrent state pool's size
+        (0: the model has no recurrent layers)."""
+        if state_slots and enable_prefix_caching:
+            raise ValueError("a model with recurrent layers runs without the prefix cache "
+                             "(no state at a block boundary)")
+        self.free_states = list(range(state_slots))[::-1]
+        """Free recurrent state slots (popped from the end: slot 0 first)."""
+        self.needs_state = state_slots > 0
         self.lora = lora
         self.block_size = block_size
         self.seals_full_blocks = seals_full_blocks
@@ -123,6 +134,10 @@ class KVCacheManager:
         need = self.blocks_needed(total) - len(req.block_ids) - len(cached)
         if need > self.pool.num_free - reused_free:
             return False
+        if self.needs_state and req.state_slot < 0:
+            if not self.free_states:  # never while running requests <= max_num_seqs, the pool's size
+                return False
+            req.state_slot = self.free_states.pop()
         if req.num_computed_tokens == 0:  # an admission: count it for the hit rate
             self.stats.queries += req.num_tokens
             self.stats.hits += hit * self.block_size
@@ -231,6 +246,9 @@ class KVCacheManager:
         self.pool.free(req.block_ids[::-1])
         req.block_ids = []
         req.num_registered_blocks = 0
+        if req.state_slot >= 0:
+            self.free_states.append(req.state_slot)
+            req.state_slot = -1
 
     @property
     def num_used_blocks(self) -> int:

@@ -44,6 +44,8 @@ class Request:
         """Chained prefix-cache hashes of the full blocks so far (tokens never change once full)."""
         self.num_registered_blocks = 0
         """Leading blocks of block_ids already findable in the prefix cache."""
+        self.state_slot = -1
+        """Its recurrent layers' state slot while it holds blocks (a model with such layers: qwen35), else -1."""
         self.disk_payloads: list[tuple[bytes, bytes]] = []
         """(hash, payload) read from the disk tier while waiting for admission; dropped at admission."""
         self.status = RequestStatus.WAITING

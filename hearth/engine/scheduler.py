@@ -262,6 +262,7 @@ class Scheduler:
             prompt_targets=req.prompt_token_ids[start + 1:start + n + 1] if req.needs_prompt_logprobs else [],
             media=overlapping(req.media, start, start + n) if req.media else [],
             rope_delta=delta_before(req.media, start) if req.media else 0,
+            state_slot=req.state_slot,
         )
 
     @staticmethod

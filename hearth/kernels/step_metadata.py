@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hearth.kvstore.recurrent import StepStates
+
 NATIVE_MAX_Q = 64
 """Sequences with at least this many new tokens attend through SDPA (faster for long chunks)."""
 
@@ -75,6 +77,8 @@ class AttentionMetadata:
     keys its causal (and window) rule allows, or in its span (an OR, as HF's or_mask_function). Only
     the torch attentions honor it (f16/bf16 and quantized caches): the native kernels and fused layers
     step aside for such a step."""
+    recurrent: StepStates | None = None
+    """The recurrent layers' states and each sequence's slot (a model with such layers: qwen35's DeltaNet)."""
 
     @property
     def is_decode(self) -> bool:

@@ -28,8 +28,10 @@ def block_format(codec: PlainCodec | QuantCodec, cfg: ModelConfig, block_size: i
 
 
 def _rows(t: torch.Tensor, dim: int = 0) -> torch.Tensor:
-    """A raw-byte view of a contiguous tensor with blocks along `dim`: [..., num_blocks, bytes]."""
-    return t.view(torch.uint8).reshape(*t.shape[:dim + 1], -1)
+    """A raw-byte view of a contiguous tensor with blocks along `dim`: [..., num_blocks, bytes] (bytes named, not
+    inferred: a recurrent layer's cache holds none)."""
+    return t.view(torch.uint8).reshape(*t.shape[:dim + 1], t[(0,) * (dim + 1)].numel() * t.element_size()
+                                       if t.numel() else 0)
 
 
 def _joined(payloads: list, start: int, stop: int) -> torch.Tensor:
@@ -59,7 +61,8 @@ class BlockIO:
         """The payload of each block (its content as the last step left it)."""
         ids = torch.tensor(block_ids, dtype=torch.long)
         if not self.quantized:  # per layer [parts, n, B] -> [n, parts * B]; layers side by side (they differ: lfm2)
-            rows = torch.cat([_rows(c, 1).index_select(1, ids).transpose(0, 1).reshape(len(block_ids), -1)
+            rows = torch.cat([(r := _rows(c, 1)).index_select(1, ids).transpose(0, 1).reshape(len(block_ids),
+                                                                                              r.shape[0] * r.shape[2])
                               for c in self.caches], 1)
         else:
             rows = torch.cat([f.index_select(0, ids) for f in self._fields()], 1)  # [n, L * block bytes]

@@ -145,15 +145,20 @@ def get_codec(name: str) -> PlainCodec | QuantCodec:
 
 def cache_block_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache, ...], block_size: int) -> int:
     """Bytes of one block of every layer (hearth.config.layer_caches): K/V in the codec's format; another
-    layer's state (a short conv's input) plain. A quantized codec is refused for such a model (not yet: its
-    blocks, staging and disk payloads hold K/V only)."""
+    layer's state (a short conv's input) plain; a recurrent layer's none (its state is a slot's). A quantized
+    codec is refused for a model with other layers (not yet: its blocks, staging and disk payloads hold K/V
+    only, in every layer)."""
     total = 0
     for c in caches:
         if c.parts == 2:
             total += codec.block_bytes(block_size, c.heads, c.dim)
         elif codec.quantized:
-            raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with short-convolution "
-                                   "layers (lfm2); use f16 or bf16")
+            raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with {OTHER_LAYERS[c.parts]}; "
+                                   "use f16 or bf16")
         else:
             total += block_size * c.values * codec.dtype.itemsize
     return total
+
+
+OTHER_LAYERS = {1: "short-convolution layers (lfm2)", 0: "recurrent layers (qwen35)"}
+"""LayerCache.parts of a layer that is not attention -> what such layers are called in a refusal."""

@@ -48,8 +48,34 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
         conv_dims=conv_dims,
         conv_kernel=conv,
         sliding=_sliding(g, layers) if window else (),
+        **_recurrent(g, layers),
         tied_embeddings="output.weight" not in g.tensors,
     )
+
+
+DELTA_NET_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
+"""Architectures whose recurrent layers are Gated DeltaNets with qwen35's ssm.* keys (Mamba's files have such keys
+too, for another state: not priced here)."""
+
+
+def _recurrent(g: GGUFFile, layers: int) -> dict:
+    """ModelShape's recurrent and state_bytes for a Gated DeltaNet file (qwen35's ssm.* keys, as
+    hearth.models.qwen35 reads them: recurrent_layers, else every full_attention_interval-th layer attends;
+    trailing multi-token-prediction layers are not run); {} for any other."""
+    v_heads, k_heads = g.arch_get("ssm.time_step_rank"), g.arch_get("ssm.group_count")
+    if g.arch not in DELTA_NET_ARCHS or not v_heads or not k_heads or g.arch_get("ssm.inner_size") is None:
+        return {}
+    n = layers - int(g.arch_get("nextn_predict_layers", 0) or 0)
+    stated = g.arch_get("attention.recurrent_layers")
+    every = int(g.arch_get("full_attention_interval", 4))
+    recurrent = (tuple(bool(r) for r in stated[:n]) if isinstance(stated, list) and len(stated) == layers
+                 else tuple((i + 1) % every != 0 for i in range(n)))
+    recurrent += (False,) * (layers - n)
+    k_dim, inner, kernel = int(_require(g, "ssm.state_size")), int(_require(g, "ssm.inner_size")), \
+        int(_require(g, "ssm.conv_kernel"))
+    channels = 2 * int(k_heads) * k_dim + inner
+    per_layer = 4 * (channels * (kernel - 1) + k_dim * inner)  # conv window + delta state [v_heads, k_dim, v_dim]
+    return {"recurrent": recurrent, "state_bytes": per_layer * sum(recurrent)}
 
 
 def _sliding(g: GGUFFile, layers: int) -> tuple[bool, ...]:

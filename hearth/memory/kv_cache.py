@@ -18,6 +18,11 @@ from hearth.memory.shape import ModelShape
 
 
 def layer_token_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
+    if shape.is_recurrent(layer):  # its state is a sequence's (state_bytes); quantized refused as codecs does
+        if fmt.quantized:
+            raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with recurrent layers (qwen35); "
+                            "use f16 or bf16")
+        return 0.0
     if dim := shape.conv_dim(layer):  # a short conv's input: plain; quantized refused as codecs.cache_block_bytes does
         if fmt.quantized:
             raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with short-convolution layers (lfm2); "
@@ -33,9 +38,10 @@ def layer_tokens(shape: ModelShape, layer: int, tokens: int) -> int:
 
 
 def kv_bytes_read(shape: ModelShape, fmt: KVFormat, block: int, tokens: int) -> float:
-    """K and V one decode step of a sequence holding `tokens` tokens reads, all layers (windows applied)."""
-    return sum(layer_token_bytes(shape, fmt, block, i) * layer_tokens(shape, i, tokens)
-               for i in range(shape.num_layers))
+    """K and V one decode step of a sequence holding `tokens` tokens reads, all layers (windows applied), and
+    a recurrent model's state."""
+    return shape.state_bytes + sum(layer_token_bytes(shape, fmt, block, i) * layer_tokens(shape, i, tokens)
+                                   for i in range(shape.num_layers))
 
 
 def token_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
@@ -46,6 +52,12 @@ def token_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
 def staging_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
     """Per sequence: the full-precision (f16) blocks a quantized format keeps beside its storage."""
     return fmt.staging_blocks * block * token_bytes(shape, KV_FORMATS["f16"], block)
+
+
+def sequence_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
+    """Per sequence, beside the pool's blocks: a quantized format's staging and a recurrent model's state slot
+    (the runner allocates both for max_num_seqs sequences)."""
+    return staging_bytes(shape, fmt, block) + shape.state_bytes
 
 
 def pool_block_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
@@ -72,7 +84,7 @@ def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int,
     (`hearth plan` asks what a workload needs, then whether it fits the device). draft: the speculative
     draft model, whose f16 K/V sits under the same block ids (hearth.llm adds it to each block's bytes,
     so it takes its share of the bound; it has no staging)."""
-    per_block, stage = pool_block_bytes(shape, fmt, block), staging_bytes(shape, fmt, block)
+    per_block, stage = pool_block_bytes(shape, fmt, block), sequence_bytes(shape, fmt, block)
     if draft is not None:
         per_block += pool_block_bytes(draft, KV_FORMATS["f16"], block)
     blocks = pool_blocks(per_block, stage, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks)
@@ -82,9 +94,10 @@ def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int,
 def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, ctx: int,
                 kv_cache_memory_gb: float | None, num_kv_blocks: int = 0) -> int:
     """The pool's block count: num_kv_blocks when given, else max_num_seqs sequences of ctx tokens
-    within the memory bound less max_num_seqs sequences' `stage` bytes (the f16 staging the runner
-    allocates beside the pool). hearth.llm sizes its pool with this. Staging that leaves no block of
-    the bound is an error naming both settings (a one-block pool would cut the context to one block)."""
+    within the memory bound less max_num_seqs sequences' `stage` bytes (what the runner allocates per
+    sequence beside the pool: a quantized format's f16 staging, a recurrent model's state slot). hearth.llm
+    sizes its pool with this. Staging that leaves no block of the bound is an error naming both settings (a
+    one-block pool would cut the context to one block)."""
     if num_kv_blocks:
         return num_kv_blocks
     wanted = max_num_seqs * math.ceil(ctx / block)
@@ -93,6 +106,7 @@ def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, c
     bound = int((int(kv_cache_memory_gb * 2**30) - max_num_seqs * stage) // per_block)
     if bound < 1:
         raise HearthError(f"kv_cache_memory_gb {kv_cache_memory_gb:g} leaves no room for KV blocks beside "
-                          f"the staging of max_num_seqs {max_num_seqs} sequences ({stage / 2**20:.2f} MiB each, "
-                          "a quantized KV cache's): raise --kv-cache-memory-gb or lower --max-num-seqs")
+                          f"what max_num_seqs {max_num_seqs} sequences keep ({stage / 2**20:.2f} MiB each: a "
+                          "quantized KV cache's staging, a recurrent model's state): raise --kv-cache-memory-gb or "
+                          "lower --max-num-seqs")
     return min(wanted, bound)

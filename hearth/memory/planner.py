@@ -151,6 +151,8 @@ def _kv_token_reason(req: PlanRequest) -> str:
     layer_text = f"{per_layer.pop():,.2f}".rstrip("0").rstrip(".") if len(per_layer) == 1 else "varies by layer"
     text = (f"{f.name} ({f.about}): K+V of {max(s.kv_heads)} KV head(s) x {s.head_dim_k} dims = {layer_text} B a layer "
             f"x {s.num_layers} layers")
+    if recurrent := sum(s.recurrent):
+        text += f"; {recurrent} of them recurrent, holding none (their state is a sequence's)"
     if convs := sum(1 for i in range(s.num_layers) if s.conv_dim(i)):
         text += (f"; {convs} of them short convolutions, each holding its input ({max(s.conv_dims):,} values a "
                  f"token, read {s.conv_kernel} back)")
@@ -167,6 +169,8 @@ def _kv_cache_reason(req: PlanRequest) -> str:
     stage = staging_bytes(req.shape, req.kv, req.block_size)
     if stage:
         text += f" + per sequence {req.kv.staging_blocks} f16 staging block(s) ({nbytes(stage)})"
+    if state := req.shape.state_bytes:
+        text += f" + per sequence the {sum(req.shape.recurrent)} recurrent layers' state ({nbytes(state)}, f32)"
     return text
 
 

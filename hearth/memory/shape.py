@@ -37,10 +37,18 @@ class ModelShape:
     0 (or empty): an attention layer."""
     conv_kernel: int = 0
     """Tokens a short convolution reads (its width)."""
+    recurrent: tuple[bool, ...] = ()
+    """Per layer: True where the layer is recurrent (qwen35's Gated DeltaNet): no values per token, a state per
+    sequence instead (state_bytes); empty: none is."""
+    state_bytes: int = 0
+    """Per sequence: the recurrent layers' state slot, all of them (f32, as the runner holds it)."""
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    def is_recurrent(self, layer: int) -> bool:
+        return bool(self.recurrent) and self.recurrent[layer]
 
     def conv_dim(self, layer: int) -> int:
         return self.conv_dims[layer] if self.conv_dims else 0

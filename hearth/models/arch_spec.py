@@ -39,6 +39,9 @@ class ArchSpec:
     attn_temperature: bool = False
     """Queries scaled after rope by a factor of their position (mistral3: hearth.layers.attn_temperature); set
     by CausalLM where the file gives the scale."""
+    attn_output_gate: bool = False
+    """q_proj emits per head the query and a gate; attention's output is multiplied by sigmoid(gate) before o
+    (qwen35: hearth.models.qwen35.GatedAttentionLayer)."""
 
 
 Implements = Mapping[str, Collection | None]

@@ -36,9 +36,9 @@ def attach_lora(model, g: GGUFFile, adapters: list[LoraFile]) -> LoraRows:
     """Wrap model's adapted linears (adapter j's scale is column j of the rows' scales); one
     ModelLoadError line for an adapter of another architecture, a tensor the model lacks or does not
     adapt, or shapes that differ from the base's."""
-    if any(model.cfg.conv_layers):  # their layers run no LoRA ops yet (hearth.models.short_conv)
-        raise ModelLoadError(f"{g.path.name}: LoRA adapters on a model with short-convolution layers ({g.arch}): "
-                             "not yet")
+    for kinds, name in ((model.cfg.conv_layers, "short-convolution"), (model.cfg.recurrent_layers, "recurrent")):
+        if any(kinds):  # their layers run no LoRA ops yet (hearth.models.short_conv, hearth.models.delta_net)
+            raise ModelLoadError(f"{g.path.name}: LoRA adapters on a model with {name} layers ({g.arch}): not yet")
     rows = LoraRows(len(adapters))
     terms: dict[tuple[int, str], list[LoraTerm]] = {}
     for j, f in enumerate(adapters):

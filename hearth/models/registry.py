@@ -25,6 +25,8 @@ ARCHITECTURES: dict[str, str] = {
     "olmo2": "hearth.models.olmo2:Olmo2ForCausalLM",
     "mistral3": "hearth.models.mistral3:Mistral3ForCausalLM",
     "lfm2": "hearth.models.lfm2:Lfm2ForCausalLM",
+    "qwen35": "hearth.models.qwen35:Qwen35ForCausalLM",
+    "qwen35moe": "hearth.models.qwen35:Qwen35MoeForCausalLM",
     # encoders: embeddings only (hearth.models.encoder)
     "bert": "hearth.models.bert:BertModel",
     "nomic-bert": "hearth.models.nomic_bert:NomicBertModel",

@@ -116,6 +116,14 @@ class MLP(nn.Module):
         return self.down(self.act(gate).mul_(up))
 
 
+def feed_forward(cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, moe_block: type[MoE] = MoE):
+    """Layer i's MLP: the dense SwiGLU, or where the file routes it (a MoE model's dense layers have no router)
+    the architecture's routed experts."""
+    if spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors:
+        return moe_block(cfg, g, i, backend, spec.activation)
+    return MLP(cfg, spec, g, i, backend)
+
+
 class DecoderLayer(nn.Module):
     lora_ops = None
     """With LoRA adapters (hearth.models.lora): the ops of the steps where one is on (idle(): none is)."""
@@ -126,8 +134,7 @@ class DecoderLayer(nn.Module):
         p, eps = f"blk.{i}.", cfg.rms_norm_eps
         self.backend = backend
         self.attn = Attention(cfg, spec, g, i, backend, factors)
-        moe = spec.moe and f"blk.{i}.ffn_gate_inp.weight" in g.tensors  # a MoE model's dense layers have none
-        self.mlp = moe_block(cfg, g, i, backend, spec.activation) if moe else MLP(cfg, spec, g, i, backend)
+        self.mlp = feed_forward(cfg, spec, g, i, backend, moe_block)
         if spec.pre_norm:
             self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
             # gpt-oss names its one norm before the MLP post_attention_norm (llama.cpp's attn_post_norm)
@@ -339,7 +346,8 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
         num_heads=heads,
         num_kv_heads=int(kv_heads),
         head_dim=head_dim,
-        intermediate_size=int(require(g, "feed_forward_length")),
+        # given: a file of routed experts only may have none (qwen35moe's converter writes none)
+        intermediate_size=0 if "intermediate_size" in overrides else int(require(g, "feed_forward_length")),
         vocab_size=int(vocab),
         context_length=int(g.arch_get("context_length", 2048)),
         rms_norm_eps=float(g.arch_get("attention.layer_norm_rms_epsilon", 1e-5)),

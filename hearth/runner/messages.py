@@ -53,6 +53,9 @@ class ScheduledSequence:
     rope_delta: int = 0
     """M-RoPE's position delta at start_pos from the request's images before it (hearth.media.mrope.delta_before):
     a token that is no image row rotates at its index + the delta (with the shifts of `media` past it)."""
+    state_slot: int = -1
+    """Its recurrent layers' state slot (hearth.kvstore.recurrent: a model with such layers), else -1; the
+    runner zeroes it when start_pos is 0 and continues from it otherwise."""
 
     @property
     def is_tree(self) -> bool:

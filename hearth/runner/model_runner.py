@@ -16,6 +16,7 @@ from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
+from hearth.kvstore.recurrent import RecurrentStates, StepStates
 from hearth.runner.drafter import DraftModel
 from hearth.runner.grammar_rows import allowed_of, dead_ends, mask_row, reached, scored_ids, wants_raw
 from hearth.runner.media_rows import MediaRows
@@ -63,6 +64,9 @@ class ModelRunner:
         self.mrope = bool(cfg.rope_sections)  # images move its rope positions (rope_positions)
         self.backend = model.backend  # the one the model was built on (hearth.backends)
         self._allocate_kv(codec, num_blocks, max_num_seqs)
+        # the recurrent layers' state, a slot per running sequence (the KV manager hands them out)
+        self.states = (RecurrentStates(cfg, max_num_seqs, self.backend.kv_zeros) if any(cfg.recurrent_layers)
+                       else None)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
         host = all(c.device.type == "cpu" for c in self.kv_caches)
@@ -137,8 +141,9 @@ class ModelRunner:
 
     @property
     def kv_bytes(self) -> int:
-        return sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
-                   for t in self.kv_caches)
+        states = 0 if self.states is None else self.states.nbytes
+        return states + sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
+                            for t in self.kv_caches)
 
     @torch.inference_mode()
     def forward(self, so: SchedulerOutput) -> torch.Tensor:
@@ -298,6 +303,11 @@ class ModelRunner:
             seq_lens.append(s.start_pos + n)
             tables.append(s.block_ids)
         meta = self.backend.metadata(qsl, seq_lens, tables, slots, bs, trees)
+        if self.states is not None:  # a sequence at position 0 starts from a zero state (new, or recomputed)
+            if any(s.state_slot < 0 for s in so.seqs):
+                raise ValueError("a sequence without a state slot reached a model with recurrent layers")
+            self.states.reset([s.state_slot for s in so.seqs if s.start_pos == 0])
+            meta.recurrent = StepStates(self.states, [s.state_slot for s in so.seqs])
         if (rows := getattr(self.model, "lora", None)) is not None:  # each sequence's adapter scales on its rows
             rows.set([tuple((s.params.lora or {}).get(j, 0.0) for j in range(rows.num_adapters)) for s in so.seqs],
                      [s.num_tokens for s in so.seqs])
