@@ -38,6 +38,7 @@ def test_a_pasted_llama_server_line_starts_with_one_warning_per_peer_flag(starte
     ["--no-mmap"], ["-cb"], ["--cont-batching"], ["-ub", "512"], ["-tb", "8"], ["--cache-reuse", "256"],
     ["--dtype", "auto"], ["--gpu-memory-utilization", "0.9"], ["--cpu-offload-gb", "0"],
     ["--tensor-parallel-size", "1"], ["-tp", "1"], ["--pipeline-parallel-size", "1"], ["--no-warmup"],
+    ["--block-size", "16"], ["--load-format", "gguf"], ["--quantization", "gguf"], ["-q", "GGUF"],
 ], ids=" ".join)
 def test_a_peer_flag_with_nothing_to_do_is_one_warning_and_the_server_starts(argv, started, capsys):
     assert main(["serve", "m", *argv]) == 0 and started
@@ -61,6 +62,9 @@ def test_a_peer_flag_s_value_is_not_taken_for_the_model(started, capsys):
     (["-ctk", "q8_0", "-ctv", "f16"], "-ctk q8_0 -ctv f16: hearth keeps K and V in one format"),
     (["-ctk", "iq4_nl", "-ctv", "iq4_nl"], "hearth has no KV cache type 'iq4_nl'; --kv-cache-dtype takes f16"),
     (["-ub"], "-ub takes a value"),
+    (["--block-size", "32"], "--block-size 32: --block-size is vLLM's KV block size: hearth's KV blocks are 16"),
+    (["--load-format", "safetensors"], "--load-format safetensors: --load-format is vLLM's: hearth reads GGUF"),
+    (["--quantization", "awq"], "--quantization awq: --quantization is vLLM's: a GGUF's quantization is its own"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_a_peer_flag_asking_what_hearth_cannot_do_is_one_error_naming_it(argv, says, started, capsys):
     assert main(["serve", "m", *argv]) == 2 and not started

@@ -23,9 +23,6 @@ FOREIGN: dict[str, str] = {
     **dict.fromkeys(["-n", "--predict", "--n-predict"], "llama-server's default n_predict: hearth's "
                                                          "--max-tokens-limit caps a request's max_tokens and is the "
                                                          "max_tokens of one that asks none"),
-    **dict.fromkeys(["-q", "--quantization"], "vLLM's: a GGUF's quantization is its own; serve the GGUF file of the "
-                                              "quantization you want"),
-    "--block-size": "vLLM's: hearth's KV blocks are 16 tokens, the unit its KV formats and prefix hashes share",
     "--context-shift": "llama.cpp's: hearth never drops the start of a conversation; an answer that fills the context "
                        "ends with finish_reason length (a request's hearth.compaction compacts old turns)",
     "--no-enable-chunked-prefill": "vLLM's: hearth always prefills in chunks; --max-num-batched-tokens sizes them",
@@ -35,7 +32,6 @@ FOREIGN: dict[str, str] = {
     "--threads-http": "llama-server's: hearth answers HTTP on one event loop; --threads are the model's",
     **dict.fromkeys(["-mmu", "--mmproj-url"], "llama.cpp's download of a projector: hearth reads local files; "
                                                  "download it and pass --mmproj FILE"),
-    "--load-format": "vLLM's: hearth reads GGUF files only, memory-mapped in place",
     "--tokenizer": "vLLM's: hearth reads the tokenizer from the GGUF itself",
     "--download-dir": "vLLM's: hearth keeps models in $HEARTH_HOME/models (hearth pull NAME)",
     "--reasoning-format": _REASONING,
