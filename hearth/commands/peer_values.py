@@ -154,6 +154,9 @@ PEER_VALUES: dict[str, PeerFlag] = {
                                                                            "own; serve the GGUF file of the "
                                                                            "quantization you want"))),
     "--load-format": PeerFlag("one", _only("gguf", "vLLM's: hearth reads GGUF files only, memory-mapped in place")),
+    "--generation-config": PeerFlag("one", _only("vllm", "vLLM's source of default sampling: hearth reads none from "
+                                                         "the model (vLLM's 'vllm'); --temp, --top-p, ... or "
+                                                         "--override-generation-config set the server's")),
     "--no-warmup": PeerFlag("none", _ignored("llama.cpp's: hearth runs no warm-up pass")),
     "--nowordwrap": PeerFlag("none", _ignored("ollama's: hearth run never wraps words")),
     "-i": PeerFlag("none", _ignored("llama-cli's interactive mode: hearth run without a prompt is interactive")),

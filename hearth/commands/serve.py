@@ -21,6 +21,7 @@ from hearth.commands.listen_flags import add_listen_flags, api_keys, scheme, uvi
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.vision_flags import add_vision_arguments
 from hearth.commands.peer_flags import add_peer_arguments
+from hearth.commands.sampling_flags import add_sampling_arguments, sampling_defaults
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
@@ -162,6 +163,7 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     add_speculation_arguments(p)
     add_lora_arguments(p)
     add_vision_arguments(p)
+    add_sampling_arguments(p)
     add_peer_arguments(p)
 
 
@@ -285,7 +287,7 @@ def server_config(args: argparse.Namespace, listen: bool = False):
                         listen_host=args.host if listen else None,
                         allowed_hosts=[h.strip() for h in getattr(args, "allowed_hosts", "").split(",") if h.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
-                        max_tokens=args.max_tokens_limit,
+                        max_tokens=args.max_tokens_limit, sampling_defaults=sampling_defaults(args),
                         tool_guard=tool_guard(args),
                         router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args),
                         build_info=f"hearth {__version__}", webui=getattr(args, "webui", True),
