@@ -11,6 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
+from hearth.api.llama_names import LLAMA_WIRE_NAMES
 from hearth.api.llama_protocol import LlamaOptions
 from hearth.api.llama_reply import generation_settings
 
@@ -20,7 +21,8 @@ router = APIRouter()
 @router.get("/props")
 async def props(request: Request, model: str | None = None):
     served = await request.app.state.models.get(model)
-    defaults = {**generation_settings(LlamaOptions()), "max_tokens": -1, "n_probs": 0,
+    server = {LLAMA_WIRE_NAMES.get(k, k): v for k, v in request.app.state.limits.defaults.items()}  # serve --temp ...
+    defaults = {**generation_settings(LlamaOptions(**server)), "max_tokens": -1, "n_probs": 0,
                 # hearth.sample's fixed order, in llama-server's names
                 "samplers": ["penalties", "temperature", "min_p", "top_k", "typ_p", "top_p"]}
     return {

@@ -39,3 +39,9 @@ def test_without_defaults_llama_server_s_route_keeps_its_own(fake):
     assert fake.last.params.temperature == 0.8 and fake.last.params.top_k == 40
     fake.client.post("/v1/chat/completions", json=ROUTES["/v1/chat/completions"])
     assert fake.last.params.temperature == 1.0 and fake.last.params.top_k == 0
+
+
+def test_props_shows_the_server_s_defaults(make_fake):
+    """llama-server's /props: default_generation_settings are what a /completion without the fields samples with."""
+    params = make_fake(sampling_defaults=DEFAULTS).client.get("/props").json()["default_generation_settings"]["params"]
+    assert params["temperature"] == 0.3 and params["top_k"] == 20 and params["repeat_penalty"] == 1.05
