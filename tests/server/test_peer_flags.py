@@ -80,7 +80,7 @@ def test_the_server_runs_uvicorn_with_them(tmp_path, monkeypatch, capsys):
     def run(self):
         seen.update(vars(self.config))
         self.started = True
-        print(self.ready, flush=True)
+        print(self.ready(self.bound_port()), flush=True)
 
     monkeypatch.setattr(serve._Server, "run", run)
     args = serve_args("--ssl-keyfile", str(key), "--ssl-certfile", str(cert), "--root-path", "/llm", "--port", "8443")
@@ -279,7 +279,7 @@ def test_the_banner_names_a_chat_page_only_where_one_is_served(monkeypatch, caps
     import hearth.commands.serve as serve
     from hearth.api.app import ServerConfig
 
-    monkeypatch.setattr(serve._Server, "run", lambda self: (setattr(self, "started", True), print(self.ready)))
+    monkeypatch.setattr(serve._Server, "run", lambda self: (setattr(self, "started", True), print(self.ready(self.bound_port()))))
     for config, page in ((ServerConfig(), True), (ServerConfig(webui=False), False)):
         assert serve.run_server(create_app(fake_served(), config), serve_args("--port", "8081"), "'m'") == 0
         assert ("(chat page http://127.0.0.1:8081/, API" in capsys.readouterr().out) == page
