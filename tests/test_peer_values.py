@@ -175,7 +175,7 @@ def test_vllm_s_override_generation_config_sets_the_same_defaults(started):
 
 @pytest.mark.parametrize("argv,says", [
     (["--temp", "-1"], "--temp must be >= 0, got -1.0"),
-    (["--temp", "nan"], "--temp must be >= 0, got nan"),
+    (["--temp", "nan"], "--temp must be a finite number, got nan"),
     (["--top-p", "1.5"], "--top-p must be in [0, 1], got 1.5"),
     (["--top-k", "-2"], "--top-k must be -1, 0 or positive, got -2"),
     (["--min-p", "2"], "--min-p must be in [0, 1], got 2.0"),
