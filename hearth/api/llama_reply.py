@@ -36,7 +36,10 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
     """llama-server's sampling options -> SamplingParams, errors named by llama-server's fields (n_predict 0:
     no max_tokens, which the prompt-only Generation sets)."""
     return make_params({
-        **_sampling(body, state.limits.defaults), "logit_bias": logit_bias(body.logit_bias, served),
+        "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
+        "typical_p": body.typical_p, "repetition_penalty": body.repeat_penalty,
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty, "logit_bias": logit_bias(body.logit_bias, served),
         "seed": None if body.seed < 0 else body.seed,
         "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
         "structured_output": guided(body, {}), "lora": lora_scales(body, served)},
@@ -44,23 +47,19 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
         prompt_tokens=prompt_tokens)
 
 
-_SAMPLING = ("temperature", "top_k", "top_p", "min_p", "typical_p", "repetition_penalty", "presence_penalty",
-             "frequency_penalty")
-
-
-def _sampling(body: LlamaOptions, defaults: dict) -> dict:
-    """The body's sampling fields; one it does not give is the server's default where it has one (--temp ...),
-    else llama-server's (LlamaOptions'), as llama-server's own flags set its defaults."""
-    out = {}
-    for name in _SAMPLING:
-        wire = LLAMA_WIRE_NAMES.get(name, name)
-        out[name] = getattr(body, wire) if wire in body.model_fields_set or name not in defaults else None
-    return out
+def with_server_defaults(body: LlamaOptions, defaults: dict) -> LlamaOptions:
+    """The body with the server's default sampling (hearth serve --temp ...; SamplingParams names) in place of
+    llama-server's (LlamaOptions') for each field it does not give, as llama-server's own flags set its defaults:
+    what it samples with and what its generation_settings say."""
+    unset = {LLAMA_WIRE_NAMES.get(k, k): v for k, v in defaults.items()}
+    unset = {k: v for k, v in unset.items() if k not in body.model_fields_set}
+    return body.model_copy(update=unset) if unset else body
 
 
 async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped()):
     """Run `ids` with the body's options; the reply whole, or its stream."""
     state = request.app.state
+    body = with_server_defaults(body, state.limits.defaults)
     params = llama_params(body, state, served, len(ids))
     if dropped:  # said once the request is valid: a 400 for its options dropped nothing
         log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)

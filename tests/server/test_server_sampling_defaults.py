@@ -45,3 +45,9 @@ def test_props_shows_the_server_s_defaults(make_fake):
     """llama-server's /props: default_generation_settings are what a /completion without the fields samples with."""
     params = make_fake(sampling_defaults=DEFAULTS).client.get("/props").json()["default_generation_settings"]["params"]
     assert params["temperature"] == 0.3 and params["top_k"] == 20 and params["repeat_penalty"] == 1.05
+
+
+def test_a_completion_s_generation_settings_show_what_it_sampled_with(make_fake):
+    fake = make_fake(sampling_defaults=DEFAULTS)
+    settings = fake.client.post("/completion", json={**ROUTES["/completion"], "top_k": 5}).json()["generation_settings"]
+    assert (settings["temperature"], settings["top_k"], settings["repeat_penalty"]) == (0.3, 5, 1.05)
