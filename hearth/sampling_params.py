@@ -51,6 +51,9 @@ class StructuredOutput:
                                         f"grammar, regex; got {sum(given)}")
 
 
+_FLOATS = ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+
+
 @dataclass(slots=True)
 class SamplingParams:
     n: int = 1
@@ -120,9 +123,10 @@ class SamplingParams:
             # a string would read as a list of its characters, each one banned
             (isinstance(self.bad_words, list) and all(isinstance(w, str) and w.strip() for w in self.bad_words),
              "bad_words", f"must be a list of words (non-empty strings), got {self.bad_words!r}"),
+            # NaN and inf named as such (a NaN fails every range check), on every route alike
+            *((math.isfinite(getattr(self, f)), f, f"must be a finite number, got {getattr(self, f)}") for f in _FLOATS),
             (self.n >= 1, "n", f"must be at least 1, got {self.n}"),
             (self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}"),
-            (math.isfinite(self.temperature), "temperature", f"must be a finite number, got {self.temperature}"),
             # 0: the most likely token alone (llama.cpp's top-p keeps min_keep, 1; OpenAI documents 0..1)
             (0 <= self.top_p <= 1, "top_p", f"must be in [0, 1], got {self.top_p}"),
             (self.top_k >= -1, "top_k", f"must be -1, 0 or positive, got {self.top_k}"),

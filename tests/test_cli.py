@@ -128,7 +128,10 @@ def test_a_foreign_flag_that_is_a_command_s_own_is_that_command_s():
     for command, flag in (("plan", "--block-size"), ("pull", "-q")):
         assert flag in command_parser(command)._option_string_actions
         assert foreign_flag(["x", flag], set(command_parser(command)._option_string_actions)) is None
-    assert foreign_flag(["x", "--block-size"], set(command_parser("serve")._option_string_actions)) is not None
+    from hearth.commands.peer_values import PeerFlagError, translate
+
+    with pytest.raises(PeerFlagError, match="--block-size 32: --block-size is vLLM's"):  # serve's is vLLM's
+        translate(["x", "--block-size", "32"], set(command_parser("serve")._option_string_actions))
 
 
 def _already():

@@ -38,6 +38,8 @@ def test_a_pasted_llama_server_line_starts_with_one_warning_per_peer_flag(starte
     ["--no-mmap"], ["-cb"], ["--cont-batching"], ["-ub", "512"], ["-tb", "8"], ["--cache-reuse", "256"],
     ["--dtype", "auto"], ["--gpu-memory-utilization", "0.9"], ["--cpu-offload-gb", "0"],
     ["--tensor-parallel-size", "1"], ["-tp", "1"], ["--pipeline-parallel-size", "1"], ["--no-warmup"],
+    ["--block-size", "16"], ["--load-format", "gguf"], ["--quantization", "gguf"], ["-q", "GGUF"],
+    ["--generation-config", "vllm"],
 ], ids=" ".join)
 def test_a_peer_flag_with_nothing_to_do_is_one_warning_and_the_server_starts(argv, started, capsys):
     assert main(["serve", "m", *argv]) == 0 and started
@@ -61,6 +63,10 @@ def test_a_peer_flag_s_value_is_not_taken_for_the_model(started, capsys):
     (["-ctk", "q8_0", "-ctv", "f16"], "-ctk q8_0 -ctv f16: hearth keeps K and V in one format"),
     (["-ctk", "iq4_nl", "-ctv", "iq4_nl"], "hearth has no KV cache type 'iq4_nl'; --kv-cache-dtype takes f16"),
     (["-ub"], "-ub takes a value"),
+    (["--block-size", "32"], "--block-size 32: --block-size is vLLM's KV block size: hearth's KV blocks are 16"),
+    (["--load-format", "safetensors"], "--load-format safetensors: --load-format is vLLM's: hearth reads GGUF"),
+    (["--quantization", "awq"], "--quantization awq: --quantization is vLLM's: a GGUF's quantization is its own"),
+    (["--generation-config", "auto"], "--generation-config auto: --generation-config is vLLM's source of default"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_a_peer_flag_asking_what_hearth_cannot_do_is_one_error_naming_it(argv, says, started, capsys):
     assert main(["serve", "m", *argv]) == 2 and not started
@@ -101,10 +107,10 @@ def test_a_command_s_version_flag_is_hearth_s_version(argv, started, capsys):
 
 @pytest.mark.parametrize("argv", [
     ["serve", "m", "--reasoning-format", "deepseek"], ["serve", "m", "--reasoning-budget", "0"],
-    ["serve", "m", "--log-file", "x"], ["serve", "m", "--temp", "0.2"], ["serve", "m", "--top-k", "20"],
+    ["serve", "m", "--log-file", "x"], ["serve", "m", "--chat-template-kwargs", '{"enable_thinking": false}'],
     ["serve", "m", "--numa", "distribute"], ["serve", "m", "-dev", "CUDA0"], ["serve", "m", "--n-cpu-moe", "8"],
     ["serve", "m", "-ot", "exps=CPU"], ["serve", "m", "--cache-ram", "8192"], ["serve", "m", "--swa-full"],
-    ["serve", "m", "-kvo"], ["serve", "m", "--grammar", "root ::= x"], ["serve", "m", "--generation-config", "vllm"],
+    ["serve", "m", "-kvo"], ["serve", "m", "--grammar", "root ::= x"],
     ["serve", "m", "--guided-decoding-backend", "xgrammar"], ["serve", "m", "--chat-template-content-format", "openai"],
     ["serve", "m", "--response-role", "assistant"], ["serve", "m", "--distributed-executor-backend", "mp"],
     ["run", "m", "--keepalive", "5m"],
@@ -135,3 +141,60 @@ def test_a_peer_flag_is_read_one_way():
     from hearth.commands.peer_values import PEER_VALUES
 
     assert not set(PEER_VALUES) & set(FOREIGN)
+
+
+LLAMA_SAMPLING = ["--temp", "0.7", "--top-p", "0.8", "--top-k", "20", "--min-p", "0.05", "--repeat-penalty", "1.05",
+                  "--presence-penalty", "1.5", "--frequency-penalty", "0.5"]
+SET = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.05, "repetition_penalty": 1.05,
+       "presence_penalty": 1.5, "frequency_penalty": 0.5}
+
+
+@pytest.mark.parametrize("command", ["serve", "run-batch"])
+def test_llama_server_s_sampling_flags_are_the_server_s_defaults(command, started, capsys, monkeypatch):
+    from hearth.commands.serve import server_config
+
+    if command == "run-batch":
+        import hearth.commands.run_batch
+        monkeypatch.setattr(hearth.commands.run_batch, "main", lambda args: started.append(args) or 0)
+        argv = ["run-batch", "-i", "in.jsonl", "-o", "out.jsonl", "m", *LLAMA_SAMPLING]
+    else:
+        argv = ["serve", "m", *LLAMA_SAMPLING]
+    assert main(argv) == 0 and capsys.readouterr().err == ""
+    assert server_config(started[0]).sampling_defaults == SET
+
+
+def test_vllm_s_override_generation_config_sets_the_same_defaults(started):
+    from hearth.commands.serve import server_config
+
+    assert main(["serve", "m", "--override-generation-config", '{"temperature": 0.7, "top_p": 0.8, "top_k": 20, '
+                 '"min_p": 0.05, "repetition_penalty": 1.05, "presence_penalty": 1.5, "frequency_penalty": 0.5}']) == 0
+    assert server_config(started[0]).sampling_defaults == SET
+    assert main(["serve", "m", "--override-generation-config", '{"temperature": 0.2}', "--temp", "0.5"]) == 0
+    assert server_config(started[1]).sampling_defaults == {"temperature": 0.5}  # the flag wins over its key
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--temp", "-1"], "--temp must be >= 0, got -1.0"),
+    (["--temp", "nan"], "--temp must be a finite number, got nan"),
+    (["--top-p", "1.5"], "--top-p must be in [0, 1], got 1.5"),
+    (["--top-k", "-2"], "--top-k must be -1, 0 or positive, got -2"),
+    (["--min-p", "2"], "--min-p must be in [0, 1], got 2.0"),
+    (["--repeat-penalty", "0"], "--repeat-penalty must be > 0, got 0.0"),
+    (["--presence-penalty", "3"], "--presence-penalty must be in [-2, 2], got 3.0"),
+    (["--frequency-penalty", "-3"], "--frequency-penalty must be in [-2, 2], got -3.0"),
+    (["--override-generation-config", '{"temprature": 0.7}'],
+     "--override-generation-config: hearth has no generation-config key 'temprature'; it takes temperature, "),
+    (["--override-generation-config", '{"top_p": 2}'], "--override-generation-config top_p must be in [0, 1], got 2"),
+    (["--override-generation-config", '{"top_k": 2.5}'], "--override-generation-config top_k must be an integer"),
+    (["--override-generation-config", "temperature=0.7"], "--override-generation-config: not JSON"),
+])
+def test_a_bad_default_is_one_line_naming_its_flag(argv, says, capsys):
+    from hearth.commands.serve import server_config
+
+    from hearth.cli import command_parser
+    from hearth.errors import HearthError
+
+    args = command_parser("serve").parse_intermixed_args(["m", *argv])
+    with pytest.raises(HearthError) as e:
+        server_config(args)
+    assert says in str(e.value) and "\n" not in str(e.value), str(e.value)

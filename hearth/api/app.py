@@ -51,6 +51,8 @@ class ServerConfig:
     max_n: int = 16
     max_tokens: int = 0
     """Largest max_tokens a request may ask for, and one's that asks none; 0 = the context length."""
+    sampling_defaults: dict[str, float] = field(default_factory=dict)
+    """hearth.api.sampling.Limits.defaults: sampling a request that omits a field gets (hearth serve --temp ...)."""
     max_stored_responses: int = 1000
     """Responses kept for previous_response_id and GET /v1/responses/{id}; the oldest go first."""
     stored_response_max_age_s: float = 3600.0
@@ -93,7 +95,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
                   openapi_url="/openapi.json" if config.openapi else None)
     app.state.models = pool
     app.state.config = config
-    app.state.limits = Limits(config.max_n, config.max_tokens)
+    app.state.limits = Limits(config.max_n, config.max_tokens, dict(config.sampling_defaults))
     app.state.metrics = Metrics(pool.loaded)
     app.state.responses = ResponseStore(config.max_stored_responses, config.stored_response_max_age_s)
     app.state.background = set()  # the background responses' tasks not yet ended (hearth.api.responses_background)

@@ -32,6 +32,7 @@ _TYPES = {
     403: ("permission_error", "permission_error"),
     404: ("not_found_error", "not_found_error"),
     405: ("invalid_request_error", "invalid_request_error"),
+    408: ("invalid_request_error", "timeout_error"),
     413: ("invalid_request_error", "request_too_large"),
     429: ("rate_limit_exceeded", "rate_limit_error"),
     500: ("server_error", "api_error"),
@@ -186,6 +187,26 @@ def validation_message(errors: list, body: object = None) -> tuple[str, str | No
     return f"{param}: {why}", param
 
 
+STALLED = "hearth.stalled"
+"""Scope key: {"seconds": S} once the client sent none of its body for S seconds (hearth.api.guards'
+StallTimeoutMiddleware)."""
+BODY_PARSE_ERROR = "There was an error parsing the body"
+"""FastAPI's 400 for a body it could not read, whatever the cause."""
+
+
+def _unread_body(request: Request, e: Exception) -> JSONResponse:
+    """A body that stalled past --timeout (408, as llama-server's HTTP library answers) or nests too deep for
+    Python's JSON reader (a RecursionError), each named; else FastAPI's 400."""
+    path = request.url.path
+    if stalled := request.scope.get(STALLED):
+        return error_response(path, 408, f"the client sent none of its request body for {stalled['seconds']:g} s "
+                                         "(the server's --timeout); send the whole body at once", code="timeout")
+    if isinstance(e.__cause__, RecursionError):
+        return error_response(path, 400, "the JSON body nests arrays or objects too deep to be read "
+                                         "(a request needs a few levels; this one has hundreds or more)")
+    return error_response(path, 400, BODY_PARSE_ERROR)
+
+
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def _api_error(request: Request, e: APIError):
@@ -206,6 +227,8 @@ def install_handlers(app: FastAPI) -> None:
         if e.status_code == 404 and message == "Not Found":
             why = unserved(request.url.path)
             message = f"no route {request.method} {request.url.path}" + (f": {why}" if why else "")
+        if e.status_code == 400 and message == BODY_PARSE_ERROR:  # FastAPI's words for any failed read: say which
+            return _unread_body(request, e)
         return error_response(request.url.path, e.status_code, message, headers=getattr(e, "headers", None))
 
     @app.exception_handler(Exception)

@@ -65,11 +65,12 @@ class GuardedChoices:
 
     @property
     def num_prompt_tokens(self) -> int:
-        return sum(c.prompt_tokens for c in self.choices)
+        """The request's prompt once (OpenAI's and vLLM's count for n > 1), plus every choice's retries."""
+        return sum(c.prompt_tokens - (c.first.num_prompt_tokens if j else 0) for j, c in enumerate(self.choices))
 
     @property
     def num_cached_tokens(self) -> int:
-        return sum(c.cached_tokens for c in self.choices)
+        return sum(c.cached_tokens - (c.first.num_cached_tokens if j else 0) for j, c in enumerate(self.choices))
 
     def report(self, i: int) -> dict:
         return self.choices[i].report.as_dict()
@@ -99,6 +100,7 @@ class _Choice(ChoiceRetries):
         self._kept: list = []  # valid calls before a resampled one: the resample writes only the rest
         self._resumed: str | None = None  # the text a resample continues from (None: all the attempt said)
         self._gen = self._start(setup.prompt_ids, params, 0)
+        self.first = self._gen  # the request's prompt: counted once per request, not per choice
         self._counted = False
         self._name_probs: dict[str, float | None] = {}  # call id -> its name's raw first-token probability
         self._sent = 0  # calls the client has had while they were written (the first ones): never retried away

@@ -10,7 +10,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hearth.api.errors import error_body
+from hearth.api.errors import STALLED, error_body
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/", "/index.html", "/favicon.ico"})
 PUBLIC_PREFIXES = ("/static/",)  # the chat page's assets: the page asks for the key, so they cannot need it
@@ -110,6 +110,8 @@ class StallTimeoutMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         body_read = False
+        stall: dict = {}  # shared by the scopes the inner middlewares copy: the error handler reads it
+        scope = {**scope, STALLED: stall}
 
         async def timed_receive() -> Message:
             nonlocal body_read
@@ -117,7 +119,8 @@ class StallTimeoutMiddleware:
                 return await receive()
             try:
                 message = await asyncio.wait_for(receive(), self.seconds)
-            except asyncio.TimeoutError:
+            except asyncio.TimeoutError:  # the body's read fails on it: a 408 (hearth.api.errors), if anyone hears
+                stall["seconds"] = self.seconds
                 return {"type": "http.disconnect"}
             body_read = message["type"] != "http.request" or not message.get("more_body", False)
             return message

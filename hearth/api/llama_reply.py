@@ -47,9 +47,19 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
         prompt_tokens=prompt_tokens)
 
 
+def with_server_defaults(body: LlamaOptions, defaults: dict) -> LlamaOptions:
+    """The body with the server's default sampling (hearth serve --temp ...; SamplingParams names) in place of
+    llama-server's (LlamaOptions') for each field it does not give, as llama-server's own flags set its defaults:
+    what it samples with and what its generation_settings say."""
+    unset = {LLAMA_WIRE_NAMES.get(k, k): v for k, v in defaults.items()}
+    unset = {k: v for k, v in unset.items() if k not in body.model_fields_set}
+    return body.model_copy(update=unset) if unset else body
+
+
 async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped()):
     """Run `ids` with the body's options; the reply whole, or its stream."""
     state = request.app.state
+    body = with_server_defaults(body, state.limits.defaults)
     params = llama_params(body, state, served, len(ids))
     if dropped:  # said once the request is valid: a 400 for its options dropped nothing
         log.info("/infill: dropped %s tokens to fit the context (%d)", dropped.as_dict(), served.max_model_len)

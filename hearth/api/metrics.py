@@ -200,6 +200,8 @@ def _engine_series(s) -> list[tuple[type, str, str, float]]:
         (G, "hearth:kv_cache_blocks_total", "KV-cache blocks allocated.", s.kv_blocks_total),
         (C, "hearth:prefix_cache_queries", "Prefix-cache queries, in tokens.", s.prefix_cache_queries),
         (C, "hearth:prefix_cache_hits", "Prefix-cache hits, in tokens.", s.prefix_cache_hits),
+        (C, "hearth:num_preemptions", "Requests the scheduler preempted for KV-cache room (recomputed later).",
+         s.num_preemptions),
     ]
     if s.disk is not None:
         d = s.disk

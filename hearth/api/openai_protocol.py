@@ -8,6 +8,7 @@ hearth.api.messages checks them by hand so a bad one is named precisely (`messag
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Any, Literal, get_args
 
@@ -36,6 +37,11 @@ class _Body(BaseModel):
         return {k: v for k, v in data.items() if v is not None or k not in not_nullable}
 
 
+FLOAT_SAMPLING = ("temperature", "top_p", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
+                  "repetition_penalty", "repeat_penalty")
+"""Every request's float sampling fields (OpenAI's, Anthropic's, llama-server's names)."""
+
+
 class _Request(_Body):
     """A whole request body: the top-level names no field knows are noted for the response's
     `x-hearth-ignored-fields` header and the server log (hearth.api.ignored_fields)."""
@@ -46,6 +52,15 @@ class _Request(_Body):
         if isinstance(data, dict):
             note(data, _known(cls))
         return data
+
+    @field_validator(*FLOAT_SAMPLING, mode="before", check_fields=False)
+    @classmethod
+    def _finite(cls, v: Any) -> Any:
+        """Python's json reads NaN and Infinity: named as such (as SamplingParams names them), before a range
+        check would say "less than or equal to 2" of a NaN."""
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"must be a finite number, got {v}")
+        return v
 
 
 @cache

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
 from hearth.api.llama_protocol import LlamaOptions
-from hearth.api.llama_reply import generation_settings
+from hearth.api.llama_reply import generation_settings, with_server_defaults
 
 router = APIRouter()
 
@@ -20,7 +20,8 @@ router = APIRouter()
 @router.get("/props")
 async def props(request: Request, model: str | None = None):
     served = await request.app.state.models.get(model)
-    defaults = {**generation_settings(LlamaOptions()), "max_tokens": -1, "n_probs": 0,
+    options = with_server_defaults(LlamaOptions(), request.app.state.limits.defaults)  # hearth serve --temp ...
+    defaults = {**generation_settings(options), "max_tokens": -1, "n_probs": 0,
                 # hearth.sample's fixed order, in llama-server's names
                 "samplers": ["penalties", "temperature", "min_p", "top_k", "typ_p", "top_p"]}
     return {

@@ -3,7 +3,7 @@ a 400 that names the field (InvalidSamplingParams.field, by the wire's name)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.errors import MaxTokensTooLargeError, check_room
@@ -32,6 +32,9 @@ class Limits:
     max_n: int = 16
     max_tokens: int = 0
     """Largest max_tokens a request may ask for, and one's that asks none; 0 = the model's context length."""
+    defaults: dict[str, float] = field(default_factory=dict)
+    """SamplingParams field -> the server's value for a request that does not give it (hearth serve --temp,
+    --override-generation-config: llama-server's and vLLM's server-side defaults); a request's own wins."""
 
 
 def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: dict | None = None,
@@ -40,7 +43,7 @@ def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: d
     wire's names for error messages (max_tokens -> max_completion_tokens, stop -> stop_sequences);
     prompt_tokens: the (longest) prompt's, which an explicit max_tokens must leave room for."""
     names = field_names or {}
-    kwargs = {k: v for k, v in fields.items() if v is not None}
+    kwargs = {**limits.defaults, **{k: v for k, v in fields.items() if v is not None}}
     n = kwargs.get("n", 1)
     if n > limits.max_n:
         raise _bad(names.get("n", "n"), f"must be at most {limits.max_n} on this server, got {n}")

@@ -9,8 +9,6 @@ _GPU_LAYERS = "llama.cpp's GPU offload: hearth runs a whole model on one device,
 _HF = "llama.cpp's Hugging Face download: give hearth the hub file as MODEL, org/repo:file.gguf (HF_ENDPOINT, HF_TOKEN)"
 _REASONING = ("llama-server's: hearth reads <think> and harmony reasoning into reasoning_content always; a request's "
               "chat_template_kwargs (enable_thinking) or reasoning_effort asks for less")
-_SAMPLING = ("llama-server's default sampling: hearth serve samples by each request's own fields (temperature, "
-             "top_k, ...), else the OpenAI API's defaults; hearth run takes --temp, --top-k")
 _LOG_FILE = "llama-server's: hearth logs to stderr; redirect it (2> FILE)"
 _GPU_ONLY = "llama.cpp's GPU placement: hearth runs a whole model on one device, --device cuda (or cpu)"
 _GRAMMAR = ("llama.cpp's default grammar: hearth constrains a request's output by its response_format, grammar or "
@@ -23,9 +21,6 @@ FOREIGN: dict[str, str] = {
     **dict.fromkeys(["-n", "--predict", "--n-predict"], "llama-server's default n_predict: hearth's "
                                                          "--max-tokens-limit caps a request's max_tokens and is the "
                                                          "max_tokens of one that asks none"),
-    **dict.fromkeys(["-q", "--quantization"], "vLLM's: a GGUF's quantization is its own; serve the GGUF file of the "
-                                              "quantization you want"),
-    "--block-size": "vLLM's: hearth's KV blocks are 16 tokens, the unit its KV formats and prefix hashes share",
     "--context-shift": "llama.cpp's: hearth never drops the start of a conversation; an answer that fills the context "
                        "ends with finish_reason length (a request's hearth.compaction compacts old turns)",
     "--no-enable-chunked-prefill": "vLLM's: hearth always prefills in chunks; --max-num-batched-tokens sizes them",
@@ -35,13 +30,11 @@ FOREIGN: dict[str, str] = {
     "--threads-http": "llama-server's: hearth answers HTTP on one event loop; --threads are the model's",
     **dict.fromkeys(["-mmu", "--mmproj-url"], "llama.cpp's download of a projector: hearth reads local files; "
                                                  "download it and pass --mmproj FILE"),
-    "--load-format": "vLLM's: hearth reads GGUF files only, memory-mapped in place",
     "--tokenizer": "vLLM's: hearth reads the tokenizer from the GGUF itself",
     "--download-dir": "vLLM's: hearth keeps models in $HEARTH_HOME/models (hearth pull NAME)",
     "--reasoning-format": _REASONING,
     "--reasoning-budget": _REASONING,
     "--log-file": _LOG_FILE,
-    **dict.fromkeys(["--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty"], _SAMPLING),
     "--numa": "llama.cpp's NUMA placement: hearth's --threads (-t) run on the cores the OS gives them",
     **dict.fromkeys(["-dev", "--device-list"], _GPU_ONLY),
     **dict.fromkeys(["--n-cpu-moe", "-ncmoe", "--cpu-moe", "-cmoe", "-ot", "--override-tensor"], _GPU_ONLY),
@@ -53,8 +46,9 @@ FOREIGN: dict[str, str] = {
                                                                           "KV cache on the model's device"),
     "--grammar": _GRAMMAR,
     "--grammar-file": _GRAMMAR,
-    "--generation-config": "vLLM's: hearth samples by each request's own fields, else the OpenAI API's "
-                           "defaults",
+    "--chat-template-kwargs": "llama-server's template variables for every request: hearth takes them per request "
+                              "(chat_template_kwargs, e.g. {\"enable_thinking\": false}; Ollama's think, "
+                              "Anthropic's thinking), or a --chat-template that sets them",
     "--guided-decoding-backend": "vLLM's: hearth constrains output with llguidance always (response_format, grammar, "
                                  "tools)",
     "--chat-template-content-format": "vLLM's: hearth gives a template a message's content as the template reads it "

@@ -148,6 +148,15 @@ PEER_VALUES: dict[str, PeerFlag] = {
     "--log-disable": PeerFlag("none", _log_level("error", "llama-server's: fewer log lines")),
     "--slot-save-path": PeerFlag("one", _as("--kv-disk-dir", "llama-server's slot files: hearth's disk tier of the "
                                                              "KV cache, which serves POST /slots/save and restore")),
+    "--block-size": PeerFlag("one", _only("16", "vLLM's KV block size: hearth's KV blocks are 16 tokens, the unit its "
+                                                "KV formats and prefix hashes share", number=True)),
+    **dict.fromkeys(["-q", "--quantization"], PeerFlag("one", _only("gguf", "vLLM's: a GGUF's quantization is its "
+                                                                           "own; serve the GGUF file of the "
+                                                                           "quantization you want"))),
+    "--load-format": PeerFlag("one", _only("gguf", "vLLM's: hearth reads GGUF files only, memory-mapped in place")),
+    "--generation-config": PeerFlag("one", _only("vllm", "vLLM's source of default sampling: hearth reads none from "
+                                                         "the model (vLLM's 'vllm'); --temp, --top-p, ... or "
+                                                         "--override-generation-config set the server's")),
     "--no-warmup": PeerFlag("none", _ignored("llama.cpp's: hearth runs no warm-up pass")),
     "--nowordwrap": PeerFlag("none", _ignored("ollama's: hearth run never wraps words")),
     "-i": PeerFlag("none", _ignored("llama-cli's interactive mode: hearth run without a prompt is interactive")),

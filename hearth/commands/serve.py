@@ -21,6 +21,7 @@ from hearth.commands.listen_flags import add_listen_flags, api_keys, scheme, uvi
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.vision_flags import add_vision_arguments
 from hearth.commands.peer_flags import add_peer_arguments
+from hearth.commands.sampling_flags import add_sampling_arguments, sampling_defaults
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
@@ -162,6 +163,7 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     add_speculation_arguments(p)
     add_lora_arguments(p)
     add_vision_arguments(p)
+    add_sampling_arguments(p)
     add_peer_arguments(p)
 
 
@@ -285,7 +287,7 @@ def server_config(args: argparse.Namespace, listen: bool = False):
                         listen_host=args.host if listen else None,
                         allowed_hosts=[h.strip() for h in getattr(args, "allowed_hosts", "").split(",") if h.strip()],
                         max_body_bytes=int(args.max_body_mb * 2**20), max_n=args.max_n,
-                        max_tokens=args.max_tokens_limit,
+                        max_tokens=args.max_tokens_limit, sampling_defaults=sampling_defaults(args),
                         tool_guard=tool_guard(args),
                         router_threshold=router_threshold(args), router_tool_floor=router_tool_floor(args),
                         build_info=f"hearth {__version__}", webui=getattr(args, "webui", True),
@@ -324,9 +326,12 @@ def router_tool_floor(args: argparse.Namespace) -> float:
 def run_server(app, args: argparse.Namespace, names: str) -> int:
     """Serve until interrupted; the URL is announced once the socket listens. names: what is served, as text."""
     options = uvicorn_options(args)
-    url = f"{scheme(args)}://{_url_host(args.host)}:{args.port}{args.root_path}"
-    page = f"chat page {url}/, " if app.state.webui else ""
-    ready = f"hearth: serving {names} at {url} ({page}API {url}/v1)"
+
+    def ready(port: int) -> str:  # the bound port: --port 0 is one the OS picks
+        url = f"{scheme(args)}://{_url_host(args.host)}:{port}{args.root_path}"
+        page = f"chat page {url}/, " if app.state.webui else ""
+        return f"hearth: serving {names} at {url} ({page}API {url}/v1)"
+
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=5, **options), ready, app.state.models.end_streams)
     server.run()
@@ -344,7 +349,7 @@ class _Server(uvicorn.Server):
     answers in flight first, each with an error event, as llama-server and vLLM exit promptly:
     uvicorn alone waits timeout_graceful_shutdown for them, then cancels them with a traceback."""
 
-    def __init__(self, config: uvicorn.Config, ready: str, end_streams: Callable[[], None]):
+    def __init__(self, config: uvicorn.Config, ready: Callable[[int], str], end_streams: Callable[[], None]):
         super().__init__(config)
         self.ready, self.end_streams = ready, end_streams
 
@@ -355,4 +360,12 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets=None) -> None:
         await super().startup(sockets)
         if self.started:
-            print(self.ready, file=sys.stderr, flush=True)
+            print(self.ready(self.bound_port()), file=sys.stderr, flush=True)
+
+    def bound_port(self) -> int:
+        """The port the listening socket has (--port 0: the OS's pick), else the one asked for."""
+        for server in getattr(self, "servers", []):
+            for sock in server.sockets:
+                if isinstance(address := sock.getsockname(), tuple):
+                    return address[1]
+        return self.config.port

@@ -52,6 +52,8 @@ class EngineStats:
     """The disk tier's counters, when there is one."""
     spec: SpecDecodeStats | None = None
     """Speculative decoding's counters, when it is on."""
+    num_preemptions: int = 0
+    """Requests the scheduler preempted for KV room (freed, recomputed later): vLLM's num_preemptions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +203,7 @@ class AsyncEngine:
         spec = self.core.spec
         return EngineStats(len(s.running), len(s.waiting), s.kv.num_used_blocks, s.kv.pool.num_blocks,
                            s.kv.stats.queries, s.kv.stats.hits, s.kv.stats.disk_hits, disk,
-                           None if spec is None else spec.stats.snapshot())
+                           None if spec is None else spec.stats.snapshot(), s.num_preemptions)
 
     def running_requests(self) -> list[RunningRequest]:
         """The requests being run now, in the scheduler's order (an encoder's queue runs none between steps)."""

@@ -80,7 +80,7 @@ def test_the_server_runs_uvicorn_with_them(tmp_path, monkeypatch, capsys):
     def run(self):
         seen.update(vars(self.config))
         self.started = True
-        print(self.ready, flush=True)
+        print(self.ready(self.bound_port()), flush=True)
 
     monkeypatch.setattr(serve._Server, "run", run)
     args = serve_args("--ssl-keyfile", str(key), "--ssl-certfile", str(cert), "--root-path", "/llm", "--port", "8443")
@@ -279,7 +279,42 @@ def test_the_banner_names_a_chat_page_only_where_one_is_served(monkeypatch, caps
     import hearth.commands.serve as serve
     from hearth.api.app import ServerConfig
 
-    monkeypatch.setattr(serve._Server, "run", lambda self: (setattr(self, "started", True), print(self.ready)))
+    monkeypatch.setattr(serve._Server, "run", lambda self: (setattr(self, "started", True), print(self.ready(self.bound_port()))))
     for config, page in ((ServerConfig(), True), (ServerConfig(webui=False), False)):
         assert serve.run_server(create_app(fake_served(), config), serve_args("--port", "8081"), "'m'") == 0
         assert ("(chat page http://127.0.0.1:8081/, API" in capsys.readouterr().out) == page
+
+
+def test_a_body_that_stalls_past_timeout_is_a_408_naming_it():
+    """A client that stops mid-body for --timeout: a 408 saying so (was FastAPI's "400 There was an error parsing
+    the body")."""
+    import json
+
+    from tests.server.fakes import fake_app
+
+    app, _ = fake_app(timeout_s=0.2)
+    parts, sent = [{"type": "http.request", "body": b'{"model": "fake-model", "mess', "more_body": True}], []
+
+    async def receive():
+        if parts:
+            return parts.pop()
+        await asyncio.sleep(60)
+
+    async def send(message):
+        sent.append(message)
+
+    path = "/v1/chat/completions"
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
+             "root_path": "", "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(asyncio.wait_for(app(scope, receive, send), 10))
+    assert sent[0]["status"] == 408
+    error = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))["error"]
+    assert error["message"].startswith("the client sent none of its request body for 0.2 s (the server's --timeout)")
+    assert error["code"] == "timeout"
+
+
+def test_a_body_nested_too_deep_is_a_400_saying_so(fake):
+    r = fake.client.post("/v1/chat/completions", content="[" * 100000, headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "nests arrays or objects too deep" in r.json()["error"]["message"], r.text

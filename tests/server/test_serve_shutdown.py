@@ -75,3 +75,27 @@ def test_anthropic_stream_ended_by_shutdown_gets_an_error_event(fake):
     assert event == "event: error"
     assert json.loads(data.removeprefix("data: ")) == {
         "type": "error", "error": {"type": "overloaded_error", "message": "the server is shutting down"}}
+
+
+def test_port_0_announces_the_port_it_listens_on(tiny, tmp_path):
+    """--port 0: the OS picks the port; the banner says it (it said :0), so a script can read the URL."""
+    import re
+    import subprocess
+    import sys
+
+    from tests.server.conftest import REPO, wait_ready
+
+    log = tmp_path / "serve.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "hearth", "serve", str(tiny), "--port", "0", "--max-model-len",
+                                 "256"], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (found := re.search(r"serving .* at http://127\.0\.0\.1:(\d+) ", log.read_text())):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        port = int(found.group(1))
+        assert port != 0, log.read_text()
+        wait_ready(f"http://127.0.0.1:{port}", proc, log)
+    finally:
+        stop(proc)

@@ -500,3 +500,18 @@ def test_the_call_grammar_giving_up_names_the_tools(fake, monkeypatch):
     r = fake.client.post("/v1/chat/completions", json=body)
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools", r.text
     assert r.json()["error"]["message"].startswith("tools: the call grammar of these tools: the grammar engine gave up")
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_usage_counts_the_prompt_once_for_n_choices(fake, n):
+    """OpenAI and vLLM count the prompt once for n > 1; completion tokens are every choice's."""
+    def usage(**kw):
+        fake.engine.attempts.clear()
+        fake.engine.added.clear()
+        return post(fake, "guard_coerce", temperature=0, tools=[LOOSE], tool_choice="required", **kw)["usage"]
+    fake.engine.cached = 5  # each attempt says 5 of its prompt came from the prefix cache
+    one = usage(hearth={"tool_guard": "off"})
+    guarded, off = usage(n=n), usage(n=n, hearth={"tool_guard": "off"})
+    assert guarded["prompt_tokens"] == off["prompt_tokens"] == one["prompt_tokens"]
+    assert guarded["prompt_tokens_details"]["cached_tokens"] == off["prompt_tokens_details"]["cached_tokens"]
+    assert guarded["completion_tokens"] == off["completion_tokens"] == n * one["completion_tokens"]
