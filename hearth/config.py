@@ -259,6 +259,9 @@ class EngineConfig:
     """Token budget of one engine step (prefill chunks and decodes together)."""
     enable_prefix_caching: bool = True
     """Reuse the K/V of full blocks whose prompt prefix was seen before."""
+    state_snapshots: int = 8
+    """A model with recurrent layers (qwen35): copies of a sequence's state kept at block boundaries, where a
+    prefix-cache hit may start (LRU; each one sequence's state, out of kv_cache_memory_gb); 0 = no hits."""
     kv_disk_dir: str = ""
     """Directory of the KV disk tier (full prefix blocks kept across restarts, and saved
     conversations); empty = no disk tier."""
@@ -325,6 +328,7 @@ _LOWEST = {
     "num_kv_blocks": (0, "a number of blocks (0: sized from the rest)"),
     "kv_cache_memory_gb": (1e-9, "a positive number of GB"),
     "max_num_seqs": (1, "at least 1"),
+    "state_snapshots": (0, "a number of snapshots (0: none)"),
     "max_num_batched_tokens": (1, "at least 1"),
     "threads": (0, "a number of threads (0: torch's default)"),
     "max_logprobs": (-1, "a number of logprobs per token (-1: no cap)"),
