@@ -237,6 +237,10 @@ MAX_LOGPROBS = 20
 THREADS_ZERO = "0: torch's default, one per physical core (or $OMP_NUM_THREADS when set)"
 """What --threads 0 means: hearth leaves torch's thread count as torch chose it at start."""
 
+STATE_SNAPSHOTS = 8
+"""EngineConfig.state_snapshots' default (as llama.cpp's server keeps a few context checkpoints a slot)."""
+
+
 @dataclass(slots=True)
 class EngineConfig:
     """How the engine runs a model: memory, batching and threads."""
@@ -259,7 +263,7 @@ class EngineConfig:
     """Token budget of one engine step (prefill chunks and decodes together)."""
     enable_prefix_caching: bool = True
     """Reuse the K/V of full blocks whose prompt prefix was seen before."""
-    state_snapshots: int = 8
+    state_snapshots: int = STATE_SNAPSHOTS
     """A model with recurrent layers (qwen35): copies of a sequence's state kept at block boundaries, where a
     prefix-cache hit may start (LRU; each one sequence's state, out of kv_cache_memory_gb); 0 = no hits."""
     kv_disk_dir: str = ""

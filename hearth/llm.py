@@ -74,6 +74,7 @@ class LLM:
       kv_cache_dtype: auto | f16 | bf16 | fp8_e4m3 | q8_0 | q4_0 | kvarn_k4v2 | kvarn_k4v4
       kv_cache_memory_gb, num_kv_blocks, block_size: the KV cache's size
       enable_prefix_caching: reuse the K/V of a seen prompt prefix; kv_disk_dir: keep it on disk
+      state_snapshots: a recurrent model's (qwen35) states kept at block boundaries, where prefix hits start
       speculative_config: vLLM's dict (or JSON), e.g. {"method": "ngram", "num_speculative_tokens": 4}
       rope_scaling: {"rope_type": "yarn" | "linear", "factor": 4, "original_max_position_embeddings": 32768} over the file's
         ({"rope_type": "none"}: none; {"factor": 4}: the file's kind); rope_freq_base: theta over the file's (0: its)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hearth.config import EngineConfig
+from hearth.config import STATE_SNAPSHOTS
 from hearth.errors import HearthError, PlanError
 from hearth.memory.kv_formats import KV_FORMATS, KVFormat
 from hearth.memory.shape import ModelShape
@@ -78,7 +78,7 @@ class EnginePool:
     """Tokens one sequence can hold: the context is lowered to it where longer."""
 
 
-SNAPSHOTS = EngineConfig.state_snapshots
+SNAPSHOTS = STATE_SNAPSHOTS
 """A recurrent model's state snapshots (prefix-cache hits) the engine keeps by default."""
 
 

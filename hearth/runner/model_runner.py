@@ -145,7 +145,7 @@ class ModelRunner:
 
     @property
     def kv_bytes(self) -> int:
-        states = 0 if self.states is None else self.states.nbytes
+        states = sum(s.nbytes for s in (self.states, self.snapshots) if s is not None)
         return states + sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
                             for t in self.kv_caches)
 
