@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hearth.engine.block_pool import BlockPool
 from hearth.engine.lora_adapters import LoraAdapters
-from hearth.engine.media_spans import block_salt
+from hearth.engine.media_spans import block_salt, chunk_tokens
 from hearth.engine.request import Request
 from hearth.engine.state_snapshots import SnapshotIndex
 from hearth.kvstore.block_hash import chain_hashes, hash_block, root_hash
@@ -109,9 +109,13 @@ class KVCacheManager:
         return num_blocks
 
     def snapshot_chunk(self, req: Request, start: int, n: int) -> int:
-        """n, or fewer so that a chunk crossing the prompt's last full block ends on it (its state is saved)."""
+        """n, or fewer so that a chunk crossing the prompt's last full block ends on it (its state is saved);
+        never inside a bidirectional image span (it comes whole: no snapshot there)."""
         boundary = len(req.prompt_token_ids) // self.block_size * self.block_size
-        return boundary - start if self.snapshots.capacity and start < boundary < start + n else n
+        if not (self.snapshots.capacity and start < boundary < start + n):
+            return n
+        cut = boundary - start
+        return cut if not req.media or chunk_tokens(req.media, start, cut) == cut else n
 
     def snapshot_after(self, req: Request, start: int, n: int) -> int:
         """The snapshot slot the runner saves req's state into after computing n tokens from start (-1: none):
