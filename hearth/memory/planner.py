@@ -171,7 +171,7 @@ def _kv_cache_reason(req: PlanRequest) -> str:
         text += f" + per sequence {req.kv.staging_blocks} f16 staging block(s) ({nbytes(stage)})"
     if state := req.shape.state_bytes:
         text += f" + per sequence the {sum(req.shape.recurrent)} recurrent layers' state ({nbytes(state)}, f32)"
-        text += f" + {SNAPSHOTS} snapshots of such a state (where prefix-cache hits start)"
+        text += f" + {SNAPSHOTS} snapshots of such a state ({nbytes(SNAPSHOTS * state)}: where prefix-cache hits start)"
     return text
 
 
