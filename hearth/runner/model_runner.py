@@ -191,14 +191,13 @@ class ModelRunner:
         return out
 
     def _save_snapshots(self, seqs: list) -> list[int]:
-        """After the step: copy the states the scheduler asked for into their snapshot slots (in order: two
-        saves to one slot leave the last, as the scheduler's index has it); returns the slots written."""
+        """After the step (its restores read first): copy the states the scheduler asked for into their snapshot
+        slots (distinct: hearth.engine.state_snapshots.SnapshotIndex.reserve); returns the slots written."""
         pairs = [(s.state_slot, s.state_snapshot) for s in seqs if s.state_snapshot >= 0]
-        if pairs and self.snapshots is not None:
-            for pair in pairs:
-                self.snapshots.copy(self.states, [pair])
-            return [b for _, b in pairs]
-        return []
+        if not pairs or self.snapshots is None:
+            return []
+        self.snapshots.copy(self.states, pairs)
+        return [b for _, b in pairs]
 
     def abort_soon(self, request_id: str) -> None:
         """The request is being aborted (AsyncEngine, from the abort's thread): its queued image encodes go now,
