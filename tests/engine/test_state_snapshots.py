@@ -206,7 +206,7 @@ def test_a_chunk_is_not_cut_inside_a_bidirectional_image_span():
 
     kv = KVCacheManager(64, 4, state_slots=2, state_snapshots=2)
     plain = Request("a", PROMPT, SamplingParams(), frozenset(), 256)
-    assert [kv.snapshot_chunk(plain, 0, 16), kv.snapshot_chunk(plain, 0, 5), kv.snapshot_chunk(plain, 8, 2)] == [8, 5, 2]
+    assert [kv.snapshot_chunk(plain, start, n) for start, n in ((0, 16), (0, 5), (8, 2))] == [8, 5, 2]
     for bidirectional, want in ((True, 16), (False, 8)):  # rows 6..9 cross the boundary at 8
         image = MediaInput(offset=6, length=4, digest=b"x", pixels=None, bidirectional=bidirectional)
         req = Request("b", PROMPT, SamplingParams(), frozenset(), 256, media=[image])
