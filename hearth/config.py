@@ -237,6 +237,10 @@ MAX_LOGPROBS = 20
 THREADS_ZERO = "0: torch's default, one per physical core (or $OMP_NUM_THREADS when set)"
 """What --threads 0 means: hearth leaves torch's thread count as torch chose it at start."""
 
+STATE_SNAPSHOTS = 8
+"""EngineConfig.state_snapshots' default (as llama.cpp's server keeps a few context checkpoints a slot)."""
+
+
 @dataclass(slots=True)
 class EngineConfig:
     """How the engine runs a model: memory, batching and threads."""
@@ -259,6 +263,9 @@ class EngineConfig:
     """Token budget of one engine step (prefill chunks and decodes together)."""
     enable_prefix_caching: bool = True
     """Reuse the K/V of full blocks whose prompt prefix was seen before."""
+    state_snapshots: int = STATE_SNAPSHOTS
+    """A model with recurrent layers (qwen35): copies of a sequence's state kept at block boundaries, where a
+    prefix-cache hit may start (LRU; each one sequence's state, out of kv_cache_memory_gb); 0 = no hits."""
     kv_disk_dir: str = ""
     """Directory of the KV disk tier (full prefix blocks kept across restarts, and saved
     conversations); empty = no disk tier."""
@@ -325,6 +332,7 @@ _LOWEST = {
     "num_kv_blocks": (0, "a number of blocks (0: sized from the rest)"),
     "kv_cache_memory_gb": (1e-9, "a positive number of GB"),
     "max_num_seqs": (1, "at least 1"),
+    "state_snapshots": (0, "a number of snapshots (0: none)"),
     "max_num_batched_tokens": (1, "at least 1"),
     "threads": (0, "a number of threads (0: torch's default)"),
     "max_logprobs": (-1, "a number of logprobs per token (-1: no cap)"),

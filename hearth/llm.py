@@ -74,6 +74,7 @@ class LLM:
       kv_cache_dtype: auto | f16 | bf16 | fp8_e4m3 | q8_0 | q4_0 | kvarn_k4v2 | kvarn_k4v4
       kv_cache_memory_gb, num_kv_blocks, block_size: the KV cache's size
       enable_prefix_caching: reuse the K/V of a seen prompt prefix; kv_disk_dir: keep it on disk
+      state_snapshots: a recurrent model's (qwen35) states kept at block boundaries, where prefix hits start
       speculative_config: vLLM's dict (or JSON), e.g. {"method": "ngram", "num_speculative_tokens": 4}
       rope_scaling: {"rope_type": "yarn" | "linear", "factor": 4, "original_max_position_embeddings": 32768} over the file's
         ({"rope_type": "none"}: none; {"factor": 4}: the file's kind); rope_freq_base: theta over the file's (0: its)
@@ -126,7 +127,7 @@ class LLM:
             torch.set_num_threads(threads)
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         mc = self.model_config
-        self.config = cfg = recurrent_engine(cfg, mc)  # qwen35: no prefix cache, no disk tier
+        self.config = cfg = recurrent_engine(cfg, mc)  # qwen35: no disk tier
         if self.embeds_only:
             self._encoder_engine(spec, t0)
             return
@@ -159,15 +160,18 @@ class LLM:
         # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot
         staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
                    + recurrent_state_bytes(mc))
-        num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs,
-                                 self.max_model_len, cfg.kv_cache_memory_gb, cfg.num_kv_blocks)
+        # and once: a recurrent model's state snapshots, where its prefix-cache hits start
+        snapshots = cfg.state_snapshots if cfg.enable_prefix_caching and any(mc.recurrent_layers) else 0
+        num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs, self.max_model_len,
+                                 cfg.kv_cache_memory_gb, cfg.num_kv_blocks, snapshots * recurrent_state_bytes(mc))
         # one sequence may hold every block: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
         self.model.fit_context(self.max_model_len)
         if spec is not None:  # K set: a default one lowered to fit this context
             spec = spec.fit_context(self.max_model_len)
         self.runner = ModelRunner(self.model, mc, num_blocks, cfg.block_size, codec, cfg.seed,
-                                  GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs)
+                                  GrammarCompiler(self.tokenizer, mc.vocab_size), cfg.max_num_seqs,
+                                  state_snapshots=snapshots)
         self.runner.forced_drafts = cfg.grammar_drafts and regimes is not None
         llm_vision.attach(self, self.vision_config, self.backend)
         self.disk = self.snapshots = None
@@ -182,7 +186,8 @@ class LLM:
         kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.gguf.parts, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk,
                             seals_full_blocks=codec.quantized, lora=self.lora,
-                            state_slots=cfg.max_num_seqs if any(mc.recurrent_layers) else 0)
+                            state_slots=cfg.max_num_seqs if any(mc.recurrent_layers) else 0,
+                            state_snapshots=snapshots)
         if self.disk is not None:
             self.snapshots = SnapshotStore(cfg.kv_disk_dir, kv.cache_key, self.disk)
         if spec is not None and draft is not None:

@@ -1,7 +1,8 @@
 """What the engine does not do yet for a model with recurrent layers (qwen35's Gated DeltaNet), decided once
-its config is read: their state is one per sequence (hearth.kvstore.recurrent), not per block, so a prefix-cache
-hit (in memory or from the disk tier) has no state to start from, and a rejected draft would stay folded into it.
-Each is turned off with one log line, as where speculation cannot be lossless (hearth.llm)."""
+its config is read: their state is one per sequence (hearth.kvstore.recurrent), not per block, so a block from
+the disk tier has no state to start from, and a rejected draft would stay folded into it. Each is turned off with
+one log line, as where speculation cannot be lossless (hearth.llm). In-memory prefix-cache hits work through state
+snapshots at block boundaries (hearth.engine.state_snapshots)."""
 
 from __future__ import annotations
 
@@ -19,17 +20,14 @@ def recurrent(mc: ModelConfig) -> str:
 
 
 def recurrent_engine(cfg: EngineConfig, mc: ModelConfig) -> EngineConfig:
-    """cfg as such a model runs it: no prefix cache (a log line), no KV disk tier (a warning: it was asked for);
-    cfg unchanged for any other model."""
+    """cfg as such a model runs it: no KV disk tier (a warning: it was asked for); cfg unchanged for any other
+    model."""
     if not (kind := recurrent(mc)):
         return cfg
     if cfg.kv_disk_dir:
         log.warning("hearth: the KV disk tier (--kv-disk-dir) is off for %s: their state is kept per sequence, "
                     "not per block", kind)
         cfg = replace(cfg, kv_disk_dir="")
-    if cfg.enable_prefix_caching:
-        log.info("hearth: prefix caching is off for %s: their state is kept per sequence, not per block", kind)
-        cfg = replace(cfg, enable_prefix_caching=False)
     return cfg
 
 

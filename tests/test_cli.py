@@ -249,16 +249,22 @@ def test_kv_cache_memory_abbreviated_is_refused(capsys):
 
 def test_peer_spellings_of_serve_flags_are_taken():
     """vLLM's --enable-prefix-caching / --no-enable-prefix-caching, --uvicorn-log-level and --enable-auto-tool-choice
-    and llama-server's -a/--alias A,B were "unrecognized arguments"."""
+    and llama-server's -a/--alias A,B were "unrecognized arguments"; llama-server's --ctx-checkpoints is hearth's
+    --state-snapshots."""
     from hearth.cli import command_parser
     from hearth.commands.serve import engine_args
     from hearth.commands.serve_models import entries
+    from hearth.config import EngineConfig
 
     def parsed(*argv: str):
         return command_parser("serve").parse_intermixed_args(["m.gguf", *argv])
     assert [engine_args(parsed(*f))["enable_prefix_caching"] for f in
             ([], ["--enable-prefix-caching"], ["--no-enable-prefix-caching"], ["--no-prefix-caching"])] == \
         [True, True, False, False]
+    assert [engine_args(parsed(*f))["state_snapshots"] for f in
+            ([], ["--state-snapshots", "3"], ["--ctx-checkpoints", "0"])] == [8, 3, 0]  # llama-server's spelling
+    with pytest.raises(HearthError, match="--state-snapshots must be a number of snapshots \\(0: none\\), not -1"):
+        EngineConfig(**engine_args(parsed("--state-snapshots", "-1")))
     assert parsed("--uvicorn-log-level", "warning").log_level == "warning"
     assert parsed("--enable-auto-tool-choice").enable_auto_tool_choice
     for flag in ("-a", "--alias"):

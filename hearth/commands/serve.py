@@ -14,7 +14,7 @@ from collections.abc import Callable
 import uvicorn
 
 from hearth.api.durations import seconds
-from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, THREADS_ZERO, EngineConfig
+from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, STATE_SNAPSHOTS, THREADS_ZERO, EngineConfig
 from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
 from hearth.commands.listen_flags import add_listen_flags, api_keys, scheme, uvicorn_options
@@ -145,6 +145,9 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
                      help="do not reuse the KV of repeated prefixes (--no-enable-prefix-caching: vLLM's spelling)")
     eng.add_argument("--enable-prefix-caching", dest="no_prefix_caching", action="store_false",
                      help="vLLM's switch: prefix caching is on unless --no-prefix-caching")
+    eng.add_argument("--state-snapshots", "--ctx-checkpoints", type=int, default=STATE_SNAPSHOTS, metavar="N",
+                     help="a model with recurrent layers (qwen35): states kept at block boundaries, where "
+                          "prefix-cache hits start (LRU; --ctx-checkpoints: llama.cpp's name; default: %(default)s)")
     eng.add_argument("--no-grammar-drafts", action="store_true",
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")
@@ -229,7 +232,8 @@ def engine_args(args: argparse.Namespace) -> dict:
     return dict(max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                 max_num_batched_tokens=args.max_num_batched_tokens, num_kv_blocks=args.num_kv_blocks,
                 kv_cache_memory_gb=args.kv_cache_memory_gb, kv_cache_dtype=args.kv_cache_dtype,
-                enable_prefix_caching=not args.no_prefix_caching, grammar_drafts=not args.no_grammar_drafts,
+                enable_prefix_caching=not args.no_prefix_caching, state_snapshots=args.state_snapshots,
+                grammar_drafts=not args.no_grammar_drafts,
                 threads=args.threads, seed=args.seed, max_logprobs=args.max_logprobs,
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
                 speculative_config=speculative_config(args), device=args.device, rope_scaling=rope_scaling(args),

@@ -10,7 +10,10 @@ queued for writing).
 
 A model with recurrent layers (qwen35) also needs a state slot per running request: a pool of `state_slots`
 (max_num_seqs) handed out with a request's first blocks and taken back with them (finish, abort, preemption).
-Such a model has no state at a block boundary, so it runs without the prefix cache (the engine turns it off)."""
+Its prefix-cache hits end at a block whose hash has a state snapshot (hearth.engine.state_snapshots): one is
+taken at a prompt's last full block (its chunk is cut to end there) and at each full block a decode completes
+(the request's previous one dropped: the next turn of a conversation resends prompt + answer); a hit's first
+step restores the snapshot into the request's slot."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ from dataclasses import dataclass
 
 from hearth.engine.block_pool import BlockPool
 from hearth.engine.lora_adapters import LoraAdapters
-from hearth.engine.media_spans import block_salt
+from hearth.engine.media_spans import block_salt, chunk_tokens
 from hearth.engine.request import Request
+from hearth.engine.state_snapshots import SnapshotIndex
 from hearth.kvstore.block_hash import chain_hashes, hash_block, root_hash
 from hearth.kvstore.disk import DiskKVStore
 
@@ -39,13 +43,12 @@ class PrefixCacheStats:
 class KVCacheManager:
     def __init__(self, num_blocks: int, block_size: int, cache_key: bytes = b"",
                  enable_prefix_caching: bool = True, disk: DiskKVStore | None = None, seals_full_blocks: bool = False,
-                 lora: LoraAdapters | None = None, state_slots: int = 0):
+                 lora: LoraAdapters | None = None, state_slots: int = 0, state_snapshots: int = 0):
         """lora: the model's adapters; a request's nonzero ones key its blocks (its root), so K/V computed
         with one adapter or scale is never reused for another. state_slots: the recurrent state pool's size
-        (0: the model has no recurrent layers)."""
-        if state_slots and enable_prefix_caching:
-            raise ValueError("a model with recurrent layers runs without the prefix cache "
-                             "(no state at a block boundary)")
+        (0: the model has no recurrent layers); state_snapshots: how many snapshots of a state the runner
+        holds for prefix-cache hits (with prefix caching on; 0: no hit for such a model)."""
+        self.snapshots = SnapshotIndex(state_snapshots if state_slots and enable_prefix_caching else 0)
         self.free_states = list(range(state_slots))[::-1]
         """Free recurrent state slots (popped from the end: slot 0 first)."""
         self.needs_state = state_slots > 0
@@ -93,7 +96,41 @@ class KVCacheManager:
             if block is None:
                 break
             found.append(block)
-        return found
+        return found[:self.restorable(req, len(found))]
+
+    def restorable(self, req: Request, num_blocks: int) -> int:
+        """How many of req's first num_blocks cached blocks a hit may take: all of them, or for a model with
+        recurrent layers up to the last one whose state is held (the blocks past it are computed again)."""
+        if not self.needs_state:
+            return num_blocks
+        hashes = self.block_hashes(req, num_blocks)
+        while num_blocks and not self.snapshots.has(hashes[num_blocks - 1]):
+            num_blocks -= 1
+        return num_blocks
+
+    def snapshot_chunk(self, req: Request, start: int, n: int) -> int:
+        """n, or fewer so that a chunk crossing the prompt's last full block ends on it (its state is saved);
+        never inside a bidirectional image span (it comes whole: no snapshot there)."""
+        boundary = len(req.prompt_token_ids) // self.block_size * self.block_size
+        if not (self.snapshots.capacity and start < boundary < start + n):
+            return n
+        cut = boundary - start
+        return cut if not req.media or chunk_tokens(req.media, start, cut) == cut else n
+
+    def snapshot_after(self, req: Request, start: int, n: int) -> int:
+        """The snapshot slot the runner saves req's state into after computing n tokens from start (-1: none):
+        where they end on the prompt's last full block, or on a full block of its answer (which replaces the
+        request's previous answer snapshot: one per conversation is what the next turn can use)."""
+        end, bs, prompt = start + n, self.block_size, len(req.prompt_token_ids)
+        if not self.snapshots.capacity or not end or end % bs or end < prompt // bs * bs:
+            return -1
+        h = self.block_hashes(req, end // bs)[-1]
+        slot = self.snapshots.reserve(h)
+        if slot >= 0 and end > prompt:
+            if req.decode_snapshot is not None:
+                self.snapshots.drop(req.decode_snapshot)
+            req.decode_snapshot = h
+        return slot
 
     def pending_hashes(self, req: Request) -> list[bytes]:
         """Hashes of req's full blocks of known tokens (prompt, and output so far) not registered
@@ -101,6 +138,10 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         n = req.num_tokens // self.block_size
+        if self.needs_state:  # only a snapshot makes a hit: the one at its prompt's last full block, if ahead
+            n = len(req.prompt_token_ids) // self.block_size
+            behind = n and self.snapshots.capacity and req.num_computed_tokens < n * self.block_size
+            return self.block_hashes(req, n)[-1:] if behind else []
         self.block_hashes(req, n)  # computes what is missing, once per request
         return req.block_hashes[req.num_registered_blocks:n]
 
@@ -154,6 +195,8 @@ class KVCacheManager:
         if hit:
             req.num_computed_tokens += hit * self.block_size
             req.num_registered_blocks = len(cached)
+            if self.needs_state:  # its first step starts from the state after its last hit block
+                req.state_restore = self.snapshots.take(self.block_hashes(req, hit)[-1])
         req.disk_payloads = []
         return True
 
@@ -246,6 +289,7 @@ class KVCacheManager:
         self.pool.free(req.block_ids[::-1])
         req.block_ids = []
         req.num_registered_blocks = 0
+        req.state_restore = -1
         if req.state_slot >= 0:
             self.free_states.append(req.state_slot)
             req.state_slot = -1

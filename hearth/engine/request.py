@@ -46,6 +46,10 @@ class Request:
         """Leading blocks of block_ids already findable in the prefix cache."""
         self.state_slot = -1
         """Its recurrent layers' state slot while it holds blocks (a model with such layers: qwen35), else -1."""
+        self.state_restore = -1
+        """The snapshot slot its next step restores into state_slot (admitted with a prefix-cache hit), else -1."""
+        self.decode_snapshot: bytes | None = None
+        """Hash of the last snapshot taken on a full block of its answer (a newer one replaces it)."""
         self.disk_payloads: list[tuple[bytes, bytes]] = []
         """(hash, payload) read from the disk tier while waiting for admission; dropped at admission."""
         self.status = RequestStatus.WAITING

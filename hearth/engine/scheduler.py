@@ -96,6 +96,7 @@ class Scheduler:
                 n = chunk_tokens(req.media, req.num_computed_tokens, n)
                 if self.encode_ahead:  # and an image's rows wait for its encoder
                     n = encoded_tokens(req.media, req.media_ready, req.num_computed_tokens, n)
+            n = self.kv.snapshot_chunk(req, req.num_computed_tokens, n)
             if n <= 0 or not self._allocate_or_preempt(req, n):
                 continue
             scheduled.append((req, n))
@@ -137,8 +138,9 @@ class Scheduler:
             # cached positions would have no logits (as vLLM) nor hidden states: none taken
             fresh = req.needs_prompt_logprobs or req.pools_every_row
             cached = [] if fresh else self.kv.find_cached_prefix(req)
-            if req.media:  # a hit ends outside every bidirectional span
+            if req.media:  # a hit ends outside every bidirectional span (and on a held state snapshot)
                 cached = cached[:hit_blocks(req.media, len(cached), self.kv.block_size)]
+                cached = cached[:self.kv.restorable(req, len(cached))]
             if not fresh and self._next_block_in(req, len(cached), computing):
                 i += 1
                 continue
@@ -146,7 +148,7 @@ class Scheduler:
             if req.media and loads:
                 loads = loads[:hit_blocks(req.media, len(cached) + len(loads), self.kv.block_size) - len(cached)]
             hit = (len(cached) + len(loads)) * self.kv.block_size
-            n = min(req.num_tokens - hit, budget)
+            n = self.kv.snapshot_chunk(req, hit, min(req.num_tokens - hit, budget))
             if req.media and (n := chunk_tokens(req.media, hit, n)) == 0:  # its span waits for a roomier step
                 break
             if req.media and self.encode_ahead and (n := encoded_tokens(req.media, req.media_ready, hit, n)) == 0:
@@ -178,6 +180,8 @@ class Scheduler:
         if not computing:
             return False
         hashes = self.kv.block_hashes(req, (req.num_tokens - 1) // self.kv.block_size)
+        if self.kv.needs_state:  # a recurrent model's hit needs a snapshot: one being computed further on
+            return any(h in computing for h in hashes[num_cached:])
         return num_cached < len(hashes) and hashes[num_cached] in computing
 
     def idle_output(self) -> SchedulerOutput | None:
@@ -239,6 +243,7 @@ class Scheduler:
 
     def _message(self, req: Request, n: int, k: int) -> ScheduledSequence:
         start = req.num_computed_tokens
+        restore, req.state_restore = req.state_restore, -1  # once: its first step after a hit
         p = req.params
         # the token history travels only when a penalty reads it: a copy per step is O(length)
         penalties = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
@@ -263,6 +268,8 @@ class Scheduler:
             media=overlapping(req.media, start, start + n) if req.media else [],
             rope_delta=delta_before(req.media, start) if req.media else 0,
             state_slot=req.state_slot,
+            state_restore=restore,
+            state_snapshot=self.kv.snapshot_after(req, start, n) if req.state_slot >= 0 else -1,
         )
 
     @staticmethod
@@ -278,6 +285,7 @@ class Scheduler:
         K/V all the same, so a later step saves them (KVCacheManager.unsaved: once)."""
         if out.kv_saves:
             self.kv.unsaved(out.kv_saves)
+        self.kv.snapshots.cancel()  # saves it may not have made: their slots go back empty
         live = {r.request_id: r for r in (*self.running, *self.waiting)}
         for rid, m in out.media_ahead:  # the runner may not have them: announced again next step
             if rid in live:
@@ -287,6 +295,7 @@ class Scheduler:
         """Advance every scheduled request; returns those that got new tokens (some now finished)."""
         if out.kv_saves:
             self.kv.saved(out.kv_saves, result.kv_saved)
+        self.kv.snapshots.written(result.snapshots)
         if result.media_ready:
             live = {r.request_id: r for r in (*self.running, *self.waiting)}
             for rid, digests in result.media_ready.items():

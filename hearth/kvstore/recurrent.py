@@ -3,8 +3,10 @@
 A recurrent layer keeps no value per token: its whole history is a conv window and a delta-rule state, megabytes
 per sequence and layer, so the paged cache cannot hold it. The KV manager hands each running request a slot
 from a pool of max_num_seqs (hearth.engine.kv_cache_manager); the runner owns these tensors and zeroes a slot
-when its sequence's step starts at position 0 (a new request, or one recomputed after preemption); a chunk or a
-decode continues from what the slot holds."""
+when its sequence's step starts at position 0 (a new request, or one recomputed after preemption), or copies a
+snapshot into it on the first step after a prefix-cache hit; a chunk or a decode continues from what the slot
+holds. The snapshots are a second RecurrentStates of the runner's, slots the scheduler side hands out by block
+hash (hearth.engine.state_snapshots)."""
 
 from __future__ import annotations
 
@@ -34,6 +36,16 @@ class RecurrentStates:
             return
         for t in (*self.conv.values(), *self.delta.values()):
             t[slots] = 0.0
+
+    def copy(self, src: RecurrentStates, pairs: list[tuple[int, int]]) -> None:
+        """For each (src slot, slot): this slot takes src's slot's state in every layer (a snapshot saved from
+        the running states, or restored into them: hearth.engine.state_snapshots)."""
+        if not pairs:
+            return
+        frm, to = [a for a, _ in pairs], [b for _, b in pairs]
+        for i in self.conv:
+            self.conv[i][to] = src.conv[i][frm]
+            self.delta[i][to] = src.delta[i][frm]
 
     @property
     def nbytes(self) -> int:

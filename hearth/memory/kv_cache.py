@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from hearth.config import STATE_SNAPSHOTS
 from hearth.errors import HearthError, PlanError
 from hearth.memory.kv_formats import KV_FORMATS, KVFormat
 from hearth.memory.shape import ModelShape
@@ -77,33 +78,40 @@ class EnginePool:
     """Tokens one sequence can hold: the context is lowered to it where longer."""
 
 
+SNAPSHOTS = STATE_SNAPSHOTS
+"""A recurrent model's state snapshots (prefix-cache hits) the engine keeps by default."""
+
+
 def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int, ctx: int,
-                kv_cache_memory_gb: float | None = None, num_kv_blocks: int = 0, draft: ModelShape | None = None
-                ) -> EnginePool:
+                kv_cache_memory_gb: float | None = None, num_kv_blocks: int = 0, draft: ModelShape | None = None,
+                state_snapshots: int = SNAPSHOTS) -> EnginePool:
     """kv_cache_memory_gb None: no bound, every block max_num_seqs sequences of ctx tokens want
     (`hearth plan` asks what a workload needs, then whether it fits the device). draft: the speculative
     draft model, whose f16 K/V sits under the same block ids (hearth.llm adds it to each block's bytes,
-    so it takes its share of the bound; it has no staging)."""
+    so it takes its share of the bound; it has no staging). state_snapshots: a recurrent model's snapshot
+    pool (one sequence's state each; hearth.llm's with prefix caching on)."""
     per_block, stage = pool_block_bytes(shape, fmt, block), sequence_bytes(shape, fmt, block)
     if draft is not None:
         per_block += pool_block_bytes(draft, KV_FORMATS["f16"], block)
-    blocks = pool_blocks(per_block, stage, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks)
-    return EnginePool(blocks, blocks * per_block + max_num_seqs * stage, blocks * block)
+    fixed = state_snapshots * shape.state_bytes
+    blocks = pool_blocks(per_block, stage, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks, fixed)
+    return EnginePool(blocks, blocks * per_block + max_num_seqs * stage + fixed, blocks * block)
 
 
 def pool_blocks(per_block: float, stage: float, block: int, max_num_seqs: int, ctx: int,
-                kv_cache_memory_gb: float | None, num_kv_blocks: int = 0) -> int:
+                kv_cache_memory_gb: float | None, num_kv_blocks: int = 0, fixed: float = 0) -> int:
     """The pool's block count: num_kv_blocks when given, else max_num_seqs sequences of ctx tokens
     within the memory bound less max_num_seqs sequences' `stage` bytes (what the runner allocates per
     sequence beside the pool: a quantized format's f16 staging, a recurrent model's state slot). hearth.llm
-    sizes its pool with this. Staging that leaves no block of the bound is an error naming both settings (a
+    sizes its pool with this. fixed: bytes allocated once beside them (a recurrent model's state snapshots),
+    out of the bound too. Staging that leaves no block of the bound is an error naming both settings (a
     one-block pool would cut the context to one block)."""
     if num_kv_blocks:
         return num_kv_blocks
     wanted = max_num_seqs * math.ceil(ctx / block)
     if kv_cache_memory_gb is None:
         return wanted
-    bound = int((int(kv_cache_memory_gb * 2**30) - max_num_seqs * stage) // per_block)
+    bound = int((int(kv_cache_memory_gb * 2**30) - max_num_seqs * stage - fixed) // per_block)
     if bound < 1:
         raise HearthError(f"kv_cache_memory_gb {kv_cache_memory_gb:g} leaves no room for KV blocks beside "
                           f"what max_num_seqs {max_num_seqs} sequences keep ({stage / 2**20:.2f} MiB each: a "

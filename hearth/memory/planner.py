@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hearth.memory import PlanError
 from hearth.memory.budget import SEARCH_LIMIT, Budget
 from hearth.memory.devices import KINDS, Device
-from hearth.memory.kv_cache import layer_token_bytes, staging_bytes, token_bytes
+from hearth.memory.kv_cache import SNAPSHOTS, layer_token_bytes, staging_bytes, token_bytes
 from hearth.memory.kv_formats import KVFormat
 from hearth.memory.layouts import LAYOUTS, resident_weight_bytes
 from hearth.memory.overhead import (LOGIT_COPIES, TOKENIZER_BYTES_PER_ENTRY, activation_values_per_token,
@@ -171,6 +171,7 @@ def _kv_cache_reason(req: PlanRequest) -> str:
         text += f" + per sequence {req.kv.staging_blocks} f16 staging block(s) ({nbytes(stage)})"
     if state := req.shape.state_bytes:
         text += f" + per sequence the {sum(req.shape.recurrent)} recurrent layers' state ({nbytes(state)}, f32)"
+        text += f" + {SNAPSHOTS} snapshots of such a state ({nbytes(SNAPSHOTS * state)}: where prefix-cache hits start)"
     return text
 
 

@@ -56,6 +56,12 @@ class ScheduledSequence:
     state_slot: int = -1
     """Its recurrent layers' state slot (hearth.kvstore.recurrent: a model with such layers), else -1; the
     runner zeroes it when start_pos is 0 and continues from it otherwise."""
+    state_restore: int = -1
+    """Only on its first step after a prefix-cache hit: the snapshot slot whose state (right after start_pos)
+    the runner copies into state_slot before computing (hearth.engine.state_snapshots), else -1."""
+    state_snapshot: int = -1
+    """The snapshot slot the runner copies state_slot into after this step (its tokens end on a block whose
+    state a later hit may start from: RunnerOutput.snapshots reports it written), else -1."""
 
     @property
     def is_tree(self) -> bool:
@@ -147,6 +153,9 @@ class RunnerOutput:
     prompt_ranks: dict[str, list[int]] = field(default_factory=dict)
     """request_id -> per prompt_targets token its rank in the vocabulary (1: the most likely; 1 + the
     tokens strictly more likely), beside prompt_logprobs."""
+    snapshots: list[int] = field(default_factory=list)
+    """The ScheduledSequence.state_snapshot slots the runner wrote this step (one it skipped, e.g. a request whose
+    image failed, stays empty)."""
     pooled: dict[str, list[float]] = field(default_factory=dict)
     """request_id -> the sum of the final hidden states of the rows its SamplingParams.pooling reads
     this step (hearth.runner.pooling): [hidden]."""

@@ -55,9 +55,10 @@ class ModelRunner:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
                  codec: PlainCodec | QuantCodec = CODECS["f16"], seed: int = 0,
                  grammar: GrammarCompiler | None = None, max_num_seqs: int = 16, drafter: DraftModel | None = None,
-                 vision=None):
+                 vision=None, state_snapshots: int = 0):
         """drafter: the draft model that fills draft slots (speculative method draft). vision: what turns
-        an image's pixels into the LM's rows, encode(pixels) -> [length, hidden] (None: text only)."""
+        an image's pixels into the LM's rows, encode(pixels) -> [length, hidden] (None: text only).
+        state_snapshots: recurrent-state snapshots kept for prefix-cache hits (a model with recurrent layers)."""
         keep_freed_pages()
         self.drafter = drafter
         self.model, self.cfg, self.block_size, self.codec = model, cfg, block_size, codec
@@ -67,6 +68,9 @@ class ModelRunner:
         # the recurrent layers' state, a slot per running sequence (the KV manager hands them out)
         self.states = (RecurrentStates(cfg, max_num_seqs, self.backend.kv_zeros) if any(cfg.recurrent_layers)
                        else None)
+        # copies of a sequence's state right after a block, by slot: where a prefix-cache hit starts from
+        self.snapshots = (RecurrentStates(cfg, state_snapshots, self.backend.kv_zeros)
+                          if self.states is not None and state_snapshots else None)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
         host = all(c.device.type == "cpu" for c in self.kv_caches)
@@ -141,7 +145,7 @@ class ModelRunner:
 
     @property
     def kv_bytes(self) -> int:
-        states = 0 if self.states is None else self.states.nbytes
+        states = sum(s.nbytes for s in (self.states, self.snapshots) if s is not None)
         return states + sum(t.nbytes if isinstance(t, QuantizedKVCache) else t.numel() * t.element_size()
                             for t in self.kv_caches)
 
@@ -175,6 +179,7 @@ class ModelRunner:
         if failed:  # a bad image ends its request only: the step runs the others
             so = replace(so, seqs=[s for s in so.seqs if s.request_id not in failed])
         out = self._execute(so)
+        out.snapshots = self._save_snapshots(so.seqs)
         if self.media is not None and self.media.worker is not None:
             ready, late = self.media.report()
             failed = {**late, **failed}
@@ -184,6 +189,15 @@ class ModelRunner:
         out.grammar_errors = {s.request_id: m.error for s in so.seqs
                               if (m := self.matchers.get(s.request_id)) is not None and m.error}
         return out
+
+    def _save_snapshots(self, seqs: list) -> list[int]:
+        """After the step (its restores read first): copy the states the scheduler asked for into their snapshot
+        slots (distinct: hearth.engine.state_snapshots.SnapshotIndex.reserve); returns the slots written."""
+        pairs = [(s.state_slot, s.state_snapshot) for s in seqs if s.state_snapshot >= 0]
+        if not pairs or self.snapshots is None:
+            return []
+        self.snapshots.copy(self.states, pairs)
+        return [b for _, b in pairs]
 
     def abort_soon(self, request_id: str) -> None:
         """The request is being aborted (AsyncEngine, from the abort's thread): its queued image encodes go now,
@@ -307,6 +321,11 @@ class ModelRunner:
             if any(s.state_slot < 0 for s in so.seqs):
                 raise ValueError("a sequence without a state slot reached a model with recurrent layers")
             self.states.reset([s.state_slot for s in so.seqs if s.start_pos == 0])
+            restores = [(s.state_restore, s.state_slot) for s in so.seqs if s.state_restore >= 0]
+            if restores:  # a prefix-cache hit continues from the state right after its last cached block
+                if self.snapshots is None:
+                    raise ValueError("a state snapshot to restore reached a runner that keeps none")
+                self.states.copy(self.snapshots, restores)
             meta.recurrent = StepStates(self.states, [s.state_slot for s in so.seqs])
         if (rows := getattr(self.model, "lora", None)) is not None:  # each sequence's adapter scales on its rows
             rows.set([tuple((s.params.lora or {}).get(j, 0.0) for j in range(rows.num_adapters)) for s in so.seqs],

@@ -2,8 +2,6 @@
 per running request, handed out with its first blocks, carried by each ScheduledSequence, taken back with its
 blocks on finish, abort and preemption; exact slot ids, model-free (tests/engine/fakes.py)."""
 
-import pytest
-
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
@@ -73,9 +71,16 @@ def test_abort_and_preemption_give_the_slot_back():
                 held[s.state_slot] = s.request_id
 
 
-def test_a_model_with_state_slots_has_no_prefix_cache():
-    with pytest.raises(ValueError, match="without the prefix cache"):
-        KVCacheManager(8, 4, state_slots=2)
+def test_a_model_with_state_slots_and_no_snapshots_gets_no_prefix_cache_hit():
+    """Its hits end on a held state snapshot (tests/engine/test_state_snapshots.py): with none, there is none."""
+    engine, sched, runner = make_engine()
+    sched.kv = kv = KVCacheManager(64, 4, state_slots=3)
+    assert kv.snapshots.capacity == 0
+    for rid in "ab":
+        engine.add_request(list(range(1, 11)), SamplingParams(max_tokens=2, temperature=0), rid)
+        run_all(engine)
+    assert [s.start_pos for so in runner.steps for s in so.seqs if s.request_id == "b"][0] == 0
+    assert all(s.state_snapshot == -1 for so in runner.steps for s in so.seqs)
 
 
 def test_a_model_without_recurrent_layers_gets_no_slot():

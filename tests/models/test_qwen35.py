@@ -2,8 +2,8 @@
 model written as llama.cpp's converter writes it (tests/qwen35_factory.py): prefill logits, decode token by token
 against transformers with its own cache, and the engine's per-sequence state slots (hearth.kvstore.recurrent):
 greedy text of several prompts batched equals transformers' with chunked prefill forced and with preemption forced;
-what cannot work yet is turned off (prefix cache, disk tier, speculation) or refused (quantized KV, LoRA) with one
-line each."""
+what cannot work yet is turned off (disk tier, speculation) or refused (quantized KV, LoRA) with one line each
+(prefix-cache hits: tests/models/test_qwen35_prefix.py)."""
 
 from __future__ import annotations
 
@@ -163,11 +163,14 @@ def test_the_engine_tests_fail_when_a_slot_is_not_zeroed(tiny, hf_greedy, monkey
     assert _generate(llm, prompts) != want
 
 
-def test_prefix_caching_is_off_with_a_log_line(tiny, caplog):
-    with caplog.at_level(logging.INFO, logger="hearth"):
-        llm = _exact_llm(tiny[1])
-    assert not llm.config.enable_prefix_caching and not llm.engine.scheduler.kv.enable_prefix_caching
-    assert "prefix caching is off for a model with recurrent layers (qwen35)" in caplog.text
+def test_prefix_caching_is_on_through_state_snapshots(tiny):
+    """Hits start from a snapshot of the state (tests/models/test_qwen35_prefix.py); without prefix caching the
+    runner keeps none."""
+    llm = _exact_llm(tiny[1])
+    assert llm.config.enable_prefix_caching and llm.engine.scheduler.kv.snapshots.capacity == 8
+    assert llm.runner.snapshots.slots == 8
+    llm = _exact_llm(tiny[1], enable_prefix_caching=False)
+    assert llm.runner.snapshots is None and llm.engine.scheduler.kv.snapshots.capacity == 0
 
 
 def test_speculation_and_the_disk_tier_are_off_with_a_line_each(tiny, tmp_path, caplog, hf_greedy):
