@@ -143,6 +143,8 @@ class LLM:
         if spec is not None and regimes is None:
             why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else
                    "in a MoE model (its experts' matmuls depend on how many rows chose them)" if mc.num_experts
+                   else f"over a {cfg.kv_cache_dtype} KV cache on this CPU tier (its kernels attend over bf16/f16 "
+                   "caches only)" if codec.quantized and self.backend.row_regimes(self.model, False) is not None
                    else "without the native kernels")
             self.speculation_off = ((no_drafts(mc) or f"{why} a verify row is not computed bit for bit as a decode "
                                      "row, so drafts would not be lossless")

@@ -16,8 +16,9 @@ def test_measured_once_then_cached(plan_home, monkeypatch):
     device = this_device(plan_home)
     assert device.memory_bytes == system_memory()
     assert system_memory() <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    # sane physics for any machine hearth runs on
-    assert 0.5e9 < device.bandwidth < 20e12 and 5e9 < device.peak_flops < 5e15
+    # sane physics for any machine hearth runs on, even measured beside other busy processes (a loaded
+    # 2-core host read 0.2 GFLOP/s once)
+    assert 0.5e9 < device.bandwidth < 20e12 and 5e7 < device.peak_flops < 5e15
     assert 50 * 2**20 < device.runtime < 4 * 2**30
     cached = json.loads((plan_home / CACHE).read_text())
     assert cached["key"] == this_machine.machine_key() and cached["bandwidth"] == device.bandwidth

@@ -152,16 +152,16 @@ def test_stop_string_max_tokens_and_stop_token_inside_accepted_runs(smol_llm, sp
 
 
 def test_structured_output_with_drafts_equals_without(smol_llm, spec_llm):
-    schema = {"type": "object", "properties": {"fruits": {"type": "array", "maxItems": 6,
-                                                  "items": {"type": "string", "maxLength": 12}}},
-              "required": ["fruits"]}
+    # the list copied into one string: drafts from the prompt are accepted on every tier (a list of items
+    # cut to 12 characters was SmolLM2's own text, 0 of 6 drafts accepted at avx2)
+    schema = {"type": "object", "properties": {"list": {"type": "string", "maxLength": 160}}, "required": ["list"]}
     p = SamplingParams(temperature=0, max_tokens=200, structured_output=StructuredOutput(json_schema=schema))
-    prompt = chat(smol_llm, LIST + " Answer in JSON as {\"fruits\": [...]}.")
+    prompt = chat(smol_llm, LIST + " Answer in JSON as {\"list\": \"...\"}.")
     want, _, _ = generate(smol_llm, prompt, p)
     got, drafted, accepted = generate(spec_llm, prompt, p)
     assert drafted > 0 and accepted > 0
     assert got.token_ids == want.token_ids
-    assert isinstance(json.loads(got.text)["fruits"], list)
+    assert json.loads(got.text)["list"].startswith("apple, banana")
 
 
 def test_seeded_sampling_with_drafts_is_reproducible(spec_llm):
@@ -178,6 +178,8 @@ def test_quantized_kv_and_prefix_cache_hits_with_drafts_equal_plain(model_path):
     from committed tokens. The second run of each prompt starts from cached blocks that the
     speculative run registered."""
     plain, spec = load(model_path, kv_cache_dtype="q8_0"), load(model_path, kv_cache_dtype="q8_0", speculative_config=SPEC)
+    if spec.speculation_off:  # the avx2 tier attends over bf16/f16 caches only
+        pytest.skip(spec.speculation_off)
     prompts = [CODE, CODE + "    return a * b\n\n\ndef div(a, b):\n"]
     want = [generate(plain, x, GREEDY, fresh=i == 0)[0] for i, x in enumerate(prompts)]
     got = [generate(spec, x, GREEDY, fresh=i == 0) for i, x in enumerate(prompts)]

@@ -90,6 +90,8 @@ def test_seeded_sampling_with_trees_is_reproducible(tree_llm):
 def test_quantized_kv_with_trees_verifies_chains_and_equals_plain(model_path):
     plain = load(model_path, kv_cache_dtype="q8_0")
     spec = load(model_path, kv_cache_dtype="q8_0", speculative_config=TREE)
+    if spec.speculation_off:  # the avx2 tier attends over bf16/f16 caches only
+        pytest.skip(spec.speculation_off)
     steps = []
     run = spec.runner._run
     spec.runner._run = lambda so: steps.append([s.spec_parents for s in so.seqs]) or run(so)
