@@ -148,7 +148,14 @@ def cache_block_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache, 
     layer's state (a short conv's input) plain. A quantized codec is refused for such a model (not yet: its
     blocks, staging and disk payloads hold K/V only)."""
     total = 0
+    attn = [c for c in caches if c.parts != 1]  # K/V (own or shared), not a short conv's input
+    if codec.quantized and any(c.parts == 0 or (c.heads, c.dim) != (attn[0].heads, attn[0].dim) for c in attn):
+        # QuantizedKVCache, its staging and the disk payloads are sized by one [kv_heads, head_dim] for every layer
+        raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with KV-shared layers or "
+                               "per-layer head dims (gemma4); use f16 or bf16")
     for c in caches:
+        if c.parts == 0:  # a KV-shared layer reads its source's blocks
+            continue
         if c.parts == 2:
             total += codec.block_bytes(block_size, c.heads, c.dim)
         elif codec.quantized:
