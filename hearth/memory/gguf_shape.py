@@ -28,6 +28,8 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
     window = int(g.arch_get("attention.sliding_window", 0) or 0)
     conv = int(g.arch_get("shortconv.l_cache", 0) or 0)  # lfm2: its layers with no KV heads are short convolutions
     conv_dims = tuple(hidden if conv and not k else 0 for k in kv_heads) if conv else ()
+    sliding = _sliding(g, layers) if window else ()
+    shared = int(g.arch_get("attention.shared_kv_layers", 0) or 0)  # gemma4: the last layers keep no K/V
     return ModelShape(
         name=str(g.get("general.name", g.path.name)),
         arch=g.arch,
@@ -47,9 +49,17 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
         sliding_window=window,
         conv_dims=conv_dims,
         conv_kernel=conv,
-        sliding=_sliding(g, layers) if window else (),
+        sliding=sliding,
         tied_embeddings="output.weight" not in g.tensors,
+        head_dims=_head_dims(g, head_k, sliding),
+        kv_shared=tuple(i >= layers - shared for i in range(layers)) if shared else (),
     )
+
+
+def _head_dims(g: GGUFFile, head_k: int, sliding: tuple[bool, ...]) -> tuple[int, ...]:
+    """Per layer where the sliding layers have their own (attention.key_length_swa: gemma4); else ()."""
+    swa = int(g.arch_get("attention.key_length_swa", 0) or 0)
+    return tuple(swa if s else head_k for s in sliding) if swa and sliding else ()
 
 
 def _sliding(g: GGUFFile, layers: int) -> tuple[bool, ...]:

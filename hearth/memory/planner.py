@@ -154,6 +154,8 @@ def _kv_token_reason(req: PlanRequest) -> str:
     if convs := sum(1 for i in range(s.num_layers) if s.conv_dim(i)):
         text += (f"; {convs} of them short convolutions, each holding its input ({max(s.conv_dims):,} values a "
                  f"token, read {s.conv_kernel} back)")
+    if shared := sum(s.kv_shared):
+        text += f"; the last {shared} keep none (they attend over earlier layers' K/V)"
     if s.num_sliding:  # hearth.llm sizes one block for all layers: the window saves reads, not memory
         text += (f"; blocks hold every layer, the {s.num_sliding} sliding ones too (hearth's pool): "
                  f"their {s.sliding_window:,}-token window cuts reads only")
