@@ -148,7 +148,8 @@ class ModelConfig:
     """Head dim of the sliding-window layers where it differs from the global ones' head_dim (gemma4: 256 vs 512;
     llama.cpp's attention.key_length_swa); 0 = head_dim."""
     rope_dim_swa: int = 0
-    """Rotated dims of the sliding-window layers where they differ (llama.cpp's rope.dimension_count_swa); 0 = rope_dim."""
+    """Rotated dims of the sliding-window layers where they differ (llama.cpp's rope.dimension_count_swa);
+    0 = rope_dim."""
     layer_kv_heads: tuple[int, ...] = ()
     """Per layer: its KV heads, where they differ by layer (gemma4 31B's global layers); empty: num_kv_heads."""
     per_layer_input: int = 0

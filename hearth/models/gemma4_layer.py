@@ -61,7 +61,8 @@ class Gemma4Layer(DecoderLayer):
         y = ops.qkv(self, x)  # [T, q | k | v] f32 (q alone on a shared layer; q | k where k is v)
         if not a.shared:
             k = y[:, a.q_size:a.q_size + a.kv_size].view(T, a.kv_heads, a.head_dim)
-            v = k.clone() if a.k_is_v else y[:, a.q_size + a.kv_size:].view(T, a.kv_heads, a.head_dim)  # k before its norm
+            # K reused as V: a copy of k before its norm
+            v = k.clone() if a.k_is_v else y[:, a.q_size + a.kv_size:].view(T, a.kv_heads, a.head_dim)
             a.v_norm(v, out=v)
         qk = y[:, :a.q_size + (0 if a.shared else a.kv_size)]
         ops.qk_rope(self, qk.view(T, -1, a.head_dim), positions, meta)  # q's heads (and k's): normed, rotated
