@@ -37,8 +37,8 @@ class Gemma4Dims:
     kv_heads: int = 1
     global_kv_heads: int | None = None
     """num_global_key_value_heads (the 31B's; with attention_k_eq_v)."""
-    head_dim: int = 16
-    global_head_dim: int = 32
+    head_dim: int = 32
+    global_head_dim: int = 64
     ffn: int = 96
     vocab: int = 320
     per_layer: int = 8
@@ -58,8 +58,9 @@ E2B_LIKE = Gemma4Dims()
 """PLE, KV sharing, two head dims, double-wide MLPs on the shared layers (E2B/E4B's shape)."""
 DENSE_LIKE = Gemma4Dims(layer_types=("sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
                                      "full_attention"), kv_shared=0, per_layer=0, double_wide=False, k_eq_v=True,
-                        kv_heads=2, global_kv_heads=1)
-"""The 31B's shape: no PLE, no sharing, K reused as V and their own KV heads on the global layers."""
+                        kv_heads=2, global_kv_heads=1, global_head_dim=48)
+"""The 31B's shape: no PLE, no sharing, K reused as V and their own KV heads on the global layers, whose head dim
+the native attention kernel declines (as it declines the real 512: torch attends those layers)."""
 
 
 def hf_gemma4(d: Gemma4Dims = E2B_LIKE, seed: int = 0) -> transformers.Gemma4ForCausalLM:

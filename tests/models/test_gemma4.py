@@ -14,14 +14,19 @@ import torch
 from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.config import layer_caches
+from hearth.kernels import native
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
 from tests.gemma4_factory import DENSE_LIKE, E2B_LIKE, hf_gemma4, write_gemma4_gguf
 from tests.models.test_logits_vs_transformers import REL_TOL, PagedDriver, prompt, rel_err
 
-FAR = 0.05  # a feature broken (BREAKS): this far off at least (measured 0.13 .. 1.05)
-FAST_TOL = 0.1  # the fast linears (int8 or bf16 activations), Q8_0 file, from its exact ones (measured 0.012 .. 0.026)
+FAR = 0.05  # a feature broken (BREAKS): this far off at least (measured 0.17 .. 0.98)
+FAST_MEDIAN, FAST_MAX = 0.08, 0.5
+"""The fast linears (int8 or bf16 activations) on a Q8_0 file from its exact ones, per position: the median and the
+worst (measured over 4 seeds a shape, native steps or torch's: medians 0.014 .. 0.047, worst 0.025 .. 0.35 where a
+near-tie in a tiny random model's attention amplifies the activations' 0.5-1% rounding, each step's alike; a
+feature broken is 0.17 .. 0.98 off)."""
 SHAPES = {"e2b": E2B_LIKE, "dense": DENSE_LIKE}
 
 
@@ -55,12 +60,12 @@ def test_config_and_caches_from_the_file(tmp_path):
 
     path = write_gemma4_gguf(tmp_path / "e2b.gguf", hf_gemma4(E2B_LIKE), E2B_LIKE)
     caches = layer_caches(model_config(GGUFFile(path)))
-    assert [(c.parts, c.dim, c.source) for c in caches] == [(2, 16, -1), (2, 32, -1), (2, 16, -1), (2, 16, -1),
-                                                            (2, 32, -1), (0, 16, 3), (0, 32, 4)]
-    assert [c.shape(8, 4) for c in caches[4:6]] == [(2, 8, 4, 1, 32), (0, 8, 4, 1, 16)]
+    assert [(c.parts, c.dim, c.source) for c in caches] == [(2, 32, -1), (2, 64, -1), (2, 32, -1), (2, 32, -1),
+                                                            (2, 64, -1), (0, 32, 3), (0, 64, 4)]
+    assert [c.shape(8, 4) for c in caches[4:6]] == [(2, 8, 4, 1, 64), (0, 8, 4, 1, 32)]
     path = write_gemma4_gguf(tmp_path / "dense.gguf", hf_gemma4(DENSE_LIKE), DENSE_LIKE)
-    assert [(c.heads, c.dim) for c in layer_caches(model_config(GGUFFile(path)))] == [(2, 16), (2, 16), (1, 32),
-                                                                                      (2, 16), (1, 32)]
+    assert [(c.heads, c.dim) for c in layer_caches(model_config(GGUFFile(path)))] == [(2, 32), (2, 32), (1, 48),
+                                                                                      (2, 32), (1, 48)]
 
 
 def test_prefill_logits_equal_transformers(tiny):
@@ -196,7 +201,7 @@ def test_the_planner_prices_what_the_runner_allocates(tiny):
     values = sum(2 * c.heads * c.dim for c in layer_caches(cfg) if c.parts)
     assert token_bytes(shape, KV_FORMATS["f16"], 16) == 2 * values
     if d is E2B_LIKE:
-        assert values == 2 * (16 + 32 + 16 + 16 + 32)  # five layers of one KV head; the last two none
+        assert values == 2 * (32 + 64 + 32 + 32 + 64)  # five layers of one KV head; the last two none
 
 
 def test_plan_runs_on_the_file(tiny, capsys):
@@ -237,14 +242,48 @@ def test_the_fast_paths_near_exact(tiny, tmp_path):
             model, cfg = load_model(GGUFFile(path), select())
         driver = Driver(model, cfg)
         runs[exact] = torch.cat([driver.step({"a": ids[:10]})["a"]] + [driver.step({"a": [t]})["a"] for t in ids[10:]])
-    assert rel_err(runs[False], runs[True]) < FAST_TOL
+    if native.has("fused_ops"):  # the native layer's steps around torch's V norm and per-layer input
+        assert {type(layer.ops).__name__ for layer in model.layers} == {"NativeLayerParts"}
+    errs = torch.tensor([rel_err(runs[False][i], runs[True][i]) for i in range(len(ids))])
+    assert errs.median() < FAST_MEDIAN and errs.max() < FAST_MAX, errs
+
+
+def test_native_attention_covers_some_head_dims():
+    from hearth.kernels.attention import native_covers
+
+    if not native.has("paged_attention"):
+        pytest.skip("no native attention at this tier")
+    assert native_covers(4, 1, 32) and native_covers(8, 2, 256)
+    assert not native_covers(4, 1, 48) and not native_covers(8, 1, 512)
+
+
+def test_ngram_speculation_is_lossless_or_off(tiny, tmp_path):
+    """Greedy with n-gram drafts is greedy without them, token for token, drafts accepted, where every layer's
+    attention runs on the native kernel (the E2B shape: KV-shared layers verifying over their source's cache); off,
+    saying why, where a layer's head dim is one it declines (the 31B shape's global layers, as the real 512): torch
+    attends those, whose verify rows differ from decode rows in the last bits."""
+    hf, _, _, _, d = tiny
+    path = write_gemma4_gguf(tmp_path / "q8.gguf", hf_gemma4(d, seed=4), d, qtype="Q8_0")
+    spec = {"method": "ngram", "num_speculative_tokens": 4, "cost_aware": False, "prompt_lookup_min": 1}
+    params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
+    prompts = [{"prompt_token_ids": prompt(d.vocab, n=8, seed=s)} for s in (5, 6)]
+    llm = LLM(str(path), progress=False, speculative_config=spec)
+    if not native.has("paged_attention"):
+        pytest.skip(llm.speculation_off)
+    if d is DENSE_LIKE:
+        assert "head shape they do not cover" in llm.speculation_off
+        return
+    want = [list(o.outputs[0].token_ids) for o in LLM(str(path), progress=False).generate(prompts, params)]
+    assert [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params)] == want
+    stats = llm.engine.spec.stats
+    assert stats.num_draft_tokens > 0 and stats.num_accepted_tokens > 0
 
 
 def test_a_quantized_kv_cache_is_refused_by_name(tiny):
     from hearth.errors import UnsupportedError
 
-    with pytest.raises(UnsupportedError, match="q8_0: not yet for a model with KV-shared layers or per-layer head"):
-        LLM(str(tiny[1]), progress=False, kv_cache_dtype="q8_0")
+    with pytest.raises(UnsupportedError, match="fp8_e4m3: not yet for a model with KV-shared layers or per-layer"):
+        LLM(str(tiny[1]), progress=False, kv_cache_dtype="fp8_e4m3")
 
 
 GOLDEN_TOKENS = {  # llama.cpp (libllama built from the vendored tree) tokenizing with add_special, parse_special
