@@ -1,6 +1,7 @@
-"""Gemma 4 (text; llama.cpp's `gemma4` architecture: E2B, E4B, 31B; the 26B-A4B's MoE layers are refused): Gemma 3's
+"""Gemma 4 (text; llama.cpp's `gemma4` architecture: E2B, E4B, 31B, 26B-A4B's routed experts): Gemma 3's
 block with each layer's own head dim and rope, V normed, KV-shared last layers and per-layer embeddings
-(hearth.models.gemma4_layer, hearth.models.per_layer_inputs), attention scale 1, logits soft-capped.
+(hearth.models.gemma4_layer, hearth.models.per_layer_inputs), MoE layers with a dense MLP beside the experts
+(hearth.models.gemma4_moe), attention scale 1, logits soft-capped.
 
 The file (llama.cpp's conversion/gemma.py Gemma4Model) states what Gemma 3's did not: which layers slide
 (attention.sliding_window_pattern, a bool per layer), the sliding layers' head dim and rotated dims
@@ -16,6 +17,7 @@ from dataclasses import replace
 from hearth.config import is_sliding, kv_source
 from hearth.errors import UnsupportedError
 from hearth.models.gemma4_layer import Gemma4Layer
+from hearth.models.moe import moe_config
 from hearth.models.per_layer_inputs import PerLayerInputs
 from hearth.models.transformer import ArchSpec, CausalLM, base_config, require
 
@@ -55,8 +57,6 @@ class Gemma4ForCausalLM(CausalLM):
     @classmethod
     def config_from_gguf(cls, g):
         layers = int(require(g, "block_count"))
-        if "blk.0.ffn_gate_inp.weight" in g.tensors or g.arch_get("expert_count"):
-            raise UnsupportedError(f"{g.path}: gemma4 with routed experts (26B-A4B): not implemented yet")
         pattern = tuple(bool(s) for s in require(g, "attention.sliding_window_pattern"))
         kv = require(g, "attention.head_count_kv")
         kv_heads = tuple(int(k) for k in kv) if isinstance(kv, list) else ()
@@ -76,6 +76,7 @@ class Gemma4ForCausalLM(CausalLM):
             rms_norm_eps=float(g.arch_get("attention.layer_norm_rms_epsilon", 1e-6)),
             per_layer_input=int(g.arch_get("embedding_length_per_layer_input", 0)),
             kv_shared_layers=int(g.arch_get("attention.shared_kv_layers", 0)),
+            **(moe_config(g, weights_norm=True) if g.arch_get("expert_count") else {}),
         )
         _check(g, cfg, layers)
         return cfg

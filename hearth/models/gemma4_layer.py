@@ -19,8 +19,9 @@ from hearth.layers.activation import ACTIVATIONS
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.arch_spec import ArchSpec
+from hearth.models.gemma4_moe import Gemma4MoE
 from hearth.models.gguf_tensors import f32, maybe_f32
-from hearth.models.transformer import Attention, DecoderLayer
+from hearth.models.transformer import MLP, Attention, DecoderLayer
 
 
 class Gemma4Attention(Attention):
@@ -41,8 +42,14 @@ class Gemma4Layer(DecoderLayer):
     attention_class = Gemma4Attention
 
     def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors):
-        super().__init__(cfg, spec, g, i, backend, factors)
+        super().__init__(cfg, spec, g, i, backend, factors, Gemma4MoE)  # self.mlp: the experts on a MoE layer
         p = f"blk.{i}."
+        self.dense = None
+        if isinstance(self.mlp, Gemma4MoE):  # the dense MLP beside them, each branch normed before and after
+            self.dense = MLP(cfg, spec, g, i, backend)
+            self.dense_post, self.moe_pre, self.moe_post = (RMSNorm(f32(g, p + n + ".weight"), cfg.rms_norm_eps)
+                                                            for n in ("post_ffw_norm_1", "pre_ffw_norm_2",
+                                                                      "post_ffw_norm_2"))
         self.gate = self.proj = self.ple_norm = None
         if cfg.per_layer_input:
             self.gate = backend.linear(g.tensor(p + "inp_gate.weight"))  # [width, hidden]
@@ -76,12 +83,19 @@ class Gemma4Layer(DecoderLayer):
                 return x[:0]
             x, attn = x[out_rows], attn[out_rows]
             per_layer = None if per_layer is None else per_layer[out_rows]
-        x = ops.mlp_add(self, ops.out_add(self, attn, x))
+        x = ops.out_add(self, attn, x)
+        x = ops.mlp_add(self, x) if self.dense is None else self.moe_add(x)
         if self.gate is not None:
             x = self.add_per_layer_input(x, per_layer)
         if self.out_scale is not None:
             x.mul_(self.out_scale)
         return x
+
+    def moe_add(self, x: torch.Tensor) -> torch.Tensor:
+        """x + post(post_1(dense(norm(x))) + post_2(experts(norm_2(x)))), the experts routed from x; f32 [T, hidden]."""
+        h = self.dense_post(self.dense(self.ffn_norm(x).to(self.dense.in_dtype)).float())
+        h += self.moe_post(self.mlp.mixed(x, self.moe_pre(x)))
+        return x.add_(self.post_ffn_norm(h))
 
     def add_per_layer_input(self, x: torch.Tensor, per_layer: torch.Tensor) -> torch.Tensor:
         """x + norm(proj(gelu(gate(x)) * per_layer)); x: [T, hidden] f32, per_layer: [T, width] f32."""
