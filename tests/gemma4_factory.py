@@ -14,7 +14,7 @@ conversion/base.py) and gguf-py's tensor map for MODEL_ARCH.GEMMA4:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import gguf
@@ -48,6 +48,8 @@ class Gemma4Dims:
     k_eq_v: bool = False
     softcap: float = 30.0
     rms_eps: float = 1e-6
+    experts: int = 0
+    """enable_moe_block: routed experts beside each layer's dense MLP (the 26B-A4B's), top 2, each 32 wide."""
 
     @property
     def layers(self) -> int:
@@ -61,12 +63,18 @@ DENSE_LIKE = Gemma4Dims(layer_types=("sliding_attention", "sliding_attention", "
                         kv_heads=2, global_kv_heads=1, global_head_dim=48)
 """The 31B's shape: no PLE, no sharing, K reused as V and their own KV heads on the global layers, whose head dim
 the native attention kernel declines (as it declines the real 512: torch attends those layers)."""
+MOE_LIKE = replace(DENSE_LIKE, experts=4, global_head_dim=64)
+"""The 26B-A4B's shape: the 31B's with routed experts in every layer."""
+EXPERTS_USED, EXPERT_FFN = 2, 32
 
 
 def hf_gemma4(d: Gemma4Dims = E2B_LIKE, seed: int = 0) -> transformers.Gemma4ForCausalLM:
     """transformers' f32 model, every weight random (norms and layer scalars near 1, q/k norms near head_dim^-1/4,
     matrices ~unit-variance outputs)."""
     extra = {"num_global_key_value_heads": d.global_kv_heads} if d.global_kv_heads else {}
+    if d.experts:
+        extra.update(enable_moe_block=True, num_experts=d.experts, top_k_experts=EXPERTS_USED,
+                     moe_intermediate_size=EXPERT_FFN)
     cfg = transformers.Gemma4TextConfig(
         vocab_size=d.vocab, hidden_size=d.hidden, intermediate_size=d.ffn, num_hidden_layers=d.layers,
         num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, head_dim=d.head_dim,
@@ -82,8 +90,10 @@ def hf_gemma4(d: Gemma4Dims = E2B_LIKE, seed: int = 0) -> transformers.Gemma4For
             if name.endswith(("q_norm.weight", "k_norm.weight")):  # q.k of O(1): attention scale 1 with unit-RMS
                 # heads would put scores at O(head_dim), softmaxes so peaked that bf16 rounding flips them
                 p.copy_((1 + 0.2 * torch.randn(p.shape, generator=g)) * p.shape[-1] ** -0.25)
-            elif "norm" in name:
+            elif "norm" in name or name.endswith(("router.scale", "per_expert_scale")):
                 p.copy_(1 + 0.2 * torch.randn(p.shape, generator=g))
+            elif name.endswith("router.proj.weight"):  # decisive routing: no near-tie in a token's top k
+                p.copy_(4 * torch.randn(p.shape, generator=g))
             else:
                 p.copy_(torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
         for layer in model.model.layers:
@@ -130,6 +140,10 @@ def _write_metadata(w: gguf.GGUFWriter, d: Gemma4Dims) -> None:
     w.add_sliding_window_pattern(swa)
     w.add_rope_dimension_count(d.global_head_dim)  # "proportional": rope_freqs.weight stops the other pairs
     w.add_rope_dimension_count_swa(d.head_dim)
+    if d.experts:
+        w.add_expert_count(d.experts)
+        w.add_expert_used_count(EXPERTS_USED)
+        w.add_expert_feed_forward_length(EXPERT_FFN)
     w.add_file_type(0)
 
 
@@ -162,11 +176,15 @@ def write_gemma4_gguf(path, model: transformers.Gemma4ForCausalLM, d: Gemma4Dims
             continue  # tied
         base = name.removesuffix(".weight")
         gguf_name = names.get_name(base)
+        if name.endswith(("router.scale", "per_expert_scale")):  # Gemma4Model.modify_tensors' own names
+            gguf_name = base.replace("model.layers.", "blk.").replace("router.scale", "ffn_gate_inp.scale")
+            gguf_name = gguf_name.replace("router.per_expert_scale", "ffn_down_exps.scale")
         assert gguf_name is not None, name
-        kind = qtype if value.dim() == 2 else "F32"
+        kind = qtype if value.dim() >= 2 and "ffn_gate_inp" not in gguf_name else "F32"
         if kind == "Q8_0" and value.shape[-1] % 32:  # rows no block fits: the converter falls back to F16
             kind = "F16"
-        _add_tensor(w, gguf_name + ".weight", value.detach().float().numpy(), MATRIX_TYPES[kind])
+        suffix = "" if gguf_name.endswith(".scale") else ".weight"
+        _add_tensor(w, gguf_name + suffix, value.detach().float().numpy(), MATRIX_TYPES[kind])
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
