@@ -45,7 +45,7 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
         num_experts=int(g.arch_get("expert_count", 0)),
         active_experts=int(g.arch_get("expert_used_count", 0)),
         expert_ffn=_expert_ffn(g),
-        shared_ffn=int(g.arch_get("expert_shared_feed_forward_length", 0)),
+        shared_ffn=_shared_ffn(g),
         sliding_window=window,
         conv_dims=conv_dims,
         conv_kernel=conv,
@@ -70,6 +70,15 @@ def _sliding(g: GGUFFile, layers: int) -> tuple[bool, ...]:
         return tuple(bool(s) for s in stated)
     rule = SLIDING_PATTERNS.get(g.arch)
     return rule(layers) if rule else ()
+
+
+def _shared_ffn(g: GGUFFile) -> int:
+    """The always-active MLP beside the routed experts: the file's shared expert, or a dense MLP in the experts'
+    layers (gemma4's 26B-A4B: ffn_gate beside ffn_gate_inp)."""
+    stated = int(g.arch_get("expert_shared_feed_forward_length", 0) or 0)
+    if not stated and "blk.0.ffn_gate_inp.weight" in g.tensors and "blk.0.ffn_gate.weight" in g.tensors:
+        return int(g.tensors["blk.0.ffn_gate.weight"].shape[0])  # [ffn, hidden] in torch order
+    return stated
 
 
 def _expert_ffn(g: GGUFFile) -> int:

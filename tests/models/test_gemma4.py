@@ -221,6 +221,8 @@ def test_the_planner_prices_what_the_runner_allocates(tiny):
     assert token_bytes(shape, KV_FORMATS["f16"], 16) == 2 * values
     if d is E2B_LIKE:
         assert values == 2 * (32 + 64 + 32 + 32 + 64)  # five layers of one KV head; the last two none
+    if d.experts:  # the dense MLP beside the experts runs for every token, as a shared expert
+        assert (shape.shared_ffn, shape.active_ffn) == (d.ffn, d.ffn + 2 * 32)
 
 
 def test_plan_runs_on_the_file(tiny, capsys):
