@@ -207,6 +207,27 @@ def test_engine_greedy_equals_transformers_batched_chunked_and_cached(tiny):
         assert all(c == 0 for c in cached) if run == "miss" else all(c >= 8 for c in cached), (run, cached)
 
 
+GOLDEN_GREEDY = {  # llama.cpp's greedy tokens on these files (libllama from the vendored tree, f16 KV, the same
+    # prompts: prompt(vocab, 19, seed)); transformers' greedy gives the same
+    "e2b": {11: [154, 312, 223, 223, 154, 138, 138, 138, 229, 130, 42, 189, 130, 130, 222, 109],
+            12: [118] * 16},
+    "dense": {11: [25, 25, 16, 69, 318, 318, 118, 303, 303, 133, 133, 133, 133, 133, 133, 133],
+              12: [309, 67, 86, 86, 86, 86, 137, 276, 160, 160, 160, 59, 207, 194, 41, 41]},
+    "moe": {11: [24, 260, 292, 264, 247, 247, 290, 290, 290, 290, 72, 87, 205, 205, 10, 61],
+            12: [140, 140, 140, 93, 93, 181, 181, 181, 20, 270, 270, 93, 93, 93, 93, 93]},
+}
+
+
+def test_engine_greedy_equals_llamacpps_golden_tokens(tiny):
+    """The engine as it runs by default (this tier's fast paths, an f16 cache), both prompts batched."""
+    _, path, _, _, d = tiny
+    golden = GOLDEN_GREEDY[next(n for n, shape in SHAPES.items() if shape is d)]
+    llm = LLM(str(path), progress=False)
+    outs = llm.generate([{"prompt_token_ids": prompt(d.vocab, n=19, seed=s)} for s in golden],
+                        SamplingParams(temperature=0, max_tokens=16, ignore_eos=True))
+    assert [list(o.outputs[0].token_ids) for o in outs] == list(golden.values())
+
+
 def test_the_planner_prices_what_the_runner_allocates(tiny):
     """`hearth plan`'s bytes a token == the runner's cache: each layer at its head dim, the shared layers nothing."""
     from hearth.kvstore.codecs import CODECS, cache_block_bytes
