@@ -62,7 +62,7 @@ DENSE_LIKE = Gemma4Dims(layer_types=("sliding_attention", "sliding_attention", "
                                      "full_attention"), kv_shared=0, per_layer=0, double_wide=False, k_eq_v=True,
                         kv_heads=2, global_kv_heads=1, global_head_dim=48)
 """The 31B's shape: no PLE, no sharing, K reused as V and their own KV heads on the global layers, whose head dim
-the native attention kernel declines (as it declines the real 512: torch attends those layers)."""
+(48) the native attention kernel declines: torch attends those layers."""
 MOE_LIKE = replace(DENSE_LIKE, experts=4, global_head_dim=64)
 """The 26B-A4B's shape: the 31B's with routed experts in every layer."""
 EXPERTS_USED, EXPERT_FFN = 2, 32
