@@ -138,7 +138,7 @@ class LLM:
         if spec is not None and regimes is None:
             why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else
                    "in a MoE model (its experts' matmuls depend on how many rows chose them)" if mc.num_experts
-                   else "without the native kernels for every layer (or a head shape they do not cover),")
+                   else "without the native kernels")
             self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "
                                     "would not be lossless"
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))

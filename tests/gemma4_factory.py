@@ -60,10 +60,9 @@ E2B_LIKE = Gemma4Dims()
 """PLE, KV sharing, two head dims, double-wide MLPs on the shared layers (E2B/E4B's shape)."""
 DENSE_LIKE = Gemma4Dims(layer_types=("sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
                                      "full_attention"), kv_shared=0, per_layer=0, double_wide=False, k_eq_v=True,
-                        kv_heads=2, global_kv_heads=1, global_head_dim=48)
-"""The 31B's shape: no PLE, no sharing, K reused as V and their own KV heads on the global layers, whose head dim
-(48) the native attention kernel declines: torch attends those layers."""
-MOE_LIKE = replace(DENSE_LIKE, experts=4, global_head_dim=64)
+                        kv_heads=2, global_kv_heads=1)
+"""The 31B's shape: no PLE, no sharing, K reused as V and their own KV heads on the global layers."""
+MOE_LIKE = replace(DENSE_LIKE, experts=4)
 """The 26B-A4B's shape: the 31B's with routed experts in every layer."""
 EXPERTS_USED, EXPERT_FFN = 2, 32
 

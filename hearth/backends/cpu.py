@@ -10,8 +10,6 @@ layer in one call (FusedStack). A MoE layer's experts are one native call over t
 
 from __future__ import annotations
 
-import logging
-
 import torch
 
 from hearth.backends.base import TORCH_CONV_OPS, TORCH_OPS, Backend, ConvOps, LayerOps
@@ -20,15 +18,13 @@ from hearth.backends.cpu_full_attention import full_attention_native
 from hearth.backends.cpu_linear import native_linear, native_part
 from hearth.backends.cpu_lora import native_lora_stack
 from hearth.kernels import native, tiers
-from hearth.kernels.attention import AttentionMetadata, native_covers, paged_attention, write_kv_pair
+from hearth.kernels.attention import AttentionMetadata, paged_attention, write_kv_pair
 from hearth.kernels.fused_layer import FusedLayer, FusedStack
 from hearth.layers.embedding import Embedding
 from hearth.layers.linear import QuantLinear, linear_policy
 from hearth.layers.norm import RMSNorm, WholeQKNorm
 from hearth.loader.gguf_loader import GGUFTensor
 from hearth.models.arch_spec import ArchSpec, admits, refusal
-
-log = logging.getLogger("hearth.backends")
 
 
 class NativeEmbedding(Embedding):
@@ -345,11 +341,6 @@ class CpuBackend(Backend):
         ops = next((layer.ops for layer in model.layers if isinstance(layer.ops, NativeLayerOps)), None)
         if (not isinstance(ops, NativeLayerOps) or not all(layer.ops.invariant_rows for layer in model.layers)
                 or not native.has("paged_attention")):
-            return None
-        attns = [layer.attn for layer in model.layers if hasattr(layer, "attn")]
-        if uncovered := sorted({a.head_dim for a in attns if not native_covers(a.heads, a.kv_heads, a.head_dim)}):
-            log.info("hearth: the native attention kernel does not cover head dim %s: torch attends those layers",
-                     ", ".join(map(str, uncovered)))
             return None
         if quantized_kv and not native.has("kv_quant"):
             return None

@@ -21,8 +21,6 @@ work in the codec's rotated space if it has one (KVarN: queries rotated, outputs
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 
@@ -110,19 +108,6 @@ def _long_chunk_dtype(precise: bool) -> torch.dtype:
     ms f32 / bf16 at 12 heads x 128, one thread) and exact, where bf16 SDPA there put gemma3-270m a
     whole logit off llama.cpp's pick at a golden position (KL 0.18 from the f32 reference; 0.009 in f32)."""
     return torch.bfloat16 if native.bf16_tiles() and not precise else torch.float32
-
-
-@functools.lru_cache(maxsize=None)
-def native_covers(heads: int, kv_heads: int, head_dim: int) -> bool:
-    """The C++ paged-attention kernel attends this head shape: asked of the kernel once (it declines a head dim
-    outside its specializations, gemma4's global 512 among them, or a grouping it does not tile); torch's
-    attention takes the others, whose rows are not invariant to the step's other rows."""
-    if not native.has("paged_attention"):
-        return False
-    one = torch.ones(1, dtype=torch.long)
-    q = torch.zeros(1, heads, head_dim)
-    return native.paged_attention(q, torch.zeros(2, 1, 1, kv_heads, head_dim, dtype=torch.float16), one - 1, one,
-                                  one, (one - 1).view(1, 1), 1.0, 0, 0.0, torch.empty_like(q))
 
 
 def native_pages(x: torch.Tensor, kv_cache) -> bool:
