@@ -144,6 +144,20 @@ class ModelConfig:
     """Per layer: True where the layer is a gated short convolution, not attention (lfm2); empty: none is."""
     conv_kernel: int = 0
     """The short convolution's width in tokens (lfm2's shortconv.l_cache, 3)."""
+    head_dim_swa: int = 0
+    """Head dim of the sliding-window layers where it differs from the global ones' head_dim (gemma4: 256 vs 512;
+    llama.cpp's attention.key_length_swa); 0 = head_dim."""
+    rope_dim_swa: int = 0
+    """Rotated dims of the sliding-window layers where they differ (llama.cpp's rope.dimension_count_swa);
+    0 = rope_dim."""
+    layer_kv_heads: tuple[int, ...] = ()
+    """Per layer: its KV heads, where they differ by layer (gemma4 31B's global layers); empty: num_kv_heads."""
+    per_layer_input: int = 0
+    """Width of gemma4's per-layer embeddings (PLE: hidden_size_per_layer_input, llama.cpp's
+    embedding_length_per_layer_input); 0: none."""
+    kv_shared_layers: int = 0
+    """The last this many layers compute no K/V: each attends over the cache of the last earlier layer of its kind
+    (sliding or global), transformers' num_kv_shared_layers (gemma4's E2B/E4B; llama.cpp's n_layer_kv_from_start)."""
     recurrent_layers: tuple[bool, ...] = ()
     """Per layer: True where the layer is a Gated DeltaNet (qwen35), whose state is a per-sequence slot's
     (RecurrentShape), not the paged cache's; empty: none is."""
@@ -199,10 +213,12 @@ class LayerCache:
     second in every layer (so whole blocks move, save and load alike)."""
 
     parts: int
-    """2: an attention layer's K and V; 1: a short-conv layer's input (B * x); 0: nothing (a recurrent layer's
-    state is a per-sequence slot's: RecurrentShape)."""
+    """2: an attention layer's K and V; 1: a short-conv layer's input (B * x); 0: nothing of its own (a recurrent
+    layer's state is a per-sequence slot's: RecurrentShape; a KV-shared layer reads its source's)."""
     heads: int
     dim: int
+    source: int = -1
+    """A KV-shared layer (ModelConfig.kv_shared_layers): the layer whose cache it attends over; -1: its own."""
 
     def shape(self, num_blocks: int, block_size: int) -> tuple[int, ...]:
         return (self.parts, num_blocks, block_size, self.heads, self.dim)
@@ -214,12 +230,42 @@ class LayerCache:
 
 
 def layer_caches(cfg: ModelConfig) -> tuple[LayerCache, ...]:
-    """Each layer's LayerCache: K/V of [kv_heads, head_dim], a conv layer's [1, hidden] (its input, read
-    back conv_kernel - 1 tokens like past keys), or none for a recurrent layer."""
-    attn, conv = LayerCache(2, cfg.num_kv_heads, cfg.head_dim), LayerCache(1, 1, cfg.hidden_size)
-    none = LayerCache(0, 1, 1)
-    return tuple(none if cfg.recurrent_layers and cfg.recurrent_layers[i] else
-                 conv if cfg.conv_layers and cfg.conv_layers[i] else attn for i in range(cfg.num_layers))
+    """Each layer's LayerCache: K/V of [kv_heads, head_dim] (its own: layer_kv_heads, head_dim_swa), a conv
+    layer's [1, hidden] (its input, read back conv_kernel - 1 tokens like past keys), a KV-shared layer's
+    nothing (it reads its source's), or a recurrent layer's nothing (its state is a slot's)."""
+    def one(i: int) -> LayerCache:
+        if cfg.recurrent_layers and cfg.recurrent_layers[i]:
+            return LayerCache(0, 1, 1)
+        if cfg.conv_layers and cfg.conv_layers[i]:
+            return LayerCache(1, 1, cfg.hidden_size)
+        own = LayerCache(2, layer_kv_heads(cfg, i), layer_head_dim(cfg, i))
+        source = kv_source(cfg, i)
+        return own if source == i else LayerCache(0, own.heads, own.dim, source)
+    return tuple(one(i) for i in range(cfg.num_layers))
+
+
+def is_sliding(cfg: ModelConfig, i: int) -> bool:
+    return bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
+
+
+def layer_head_dim(cfg: ModelConfig, i: int) -> int:
+    return cfg.head_dim_swa if cfg.head_dim_swa and is_sliding(cfg, i) else cfg.head_dim
+
+
+def layer_kv_heads(cfg: ModelConfig, i: int) -> int:
+    return cfg.layer_kv_heads[i] if cfg.layer_kv_heads else cfg.num_kv_heads
+
+
+def kv_source(cfg: ModelConfig, i: int) -> int:
+    """The layer whose K/V layer i attends over: itself, or for one of the last kv_shared_layers the last
+    layer before them of its kind (transformers' Gemma4TextConfig.kv_sharing_modes; llama.cpp's reuse callback,
+    n_layer_kv_from_start - 1 or - 2, picks the same layers in every released file: the last unshared layer
+    global, the one before it sliding)."""
+    first = cfg.num_layers - cfg.kv_shared_layers
+    if i < first:
+        return i
+    kind = is_sliding(cfg, i)
+    return next(j for j in range(first - 1, -1, -1) if is_sliding(cfg, j) == kind)
 
 
 DEFAULT_MODEL = "smollm2-135m"

@@ -24,7 +24,7 @@ from hearth.layers.embedding import Embedding
 from hearth.layers.linear import QuantLinear, linear_policy
 from hearth.layers.norm import RMSNorm, WholeQKNorm
 from hearth.loader.gguf_loader import GGUFTensor
-from hearth.models.arch_spec import ArchSpec, admits
+from hearth.models.arch_spec import ArchSpec, admits, refusal
 
 
 class NativeEmbedding(Embedding):
@@ -112,6 +112,20 @@ class NativeLayerOps(LayerOps):
     def mlp_add(self, layer, x):
         return native.mlp_add_to(self.mms[2], self.mms[3], layer.mlp.activation, x, *_norm_args(layer.ffn_norm),
                                  *_norm_args(layer.post_ffn_norm))
+
+
+class NativeLayerParts(NativeLayerOps):
+    """NativeLayerOps' steps without the whole-layer call or the stack: for a layer whose forward does more
+    between them than the fused C++ layer implements (gemma4's V norm and per-layer input, hearth.models.
+    gemma4_layer), which it runs in torch around these native steps (every one of them row-invariant)."""
+
+    NAME = "the native layer's steps"
+    IMPLEMENTS = {**NativeLayerOps.IMPLEMENTS, "v_norm": None, "per_layer_input": None}
+
+    def __init__(self, layer, spec: ArchSpec):
+        self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o, gate_up, down
+        self.max_rows = native_part(layer.attn.qkv).gemm_min_rows
+        self.fused, self.rope, self.precise = None, layer.attn.rope, layer.attn.precise_scores
 
 
 class NativeConvOps(ConvOps):
@@ -257,6 +271,9 @@ class CpuBackend(Backend):
         alone); else the torch ops (over the same native linears)."""
         moe = isinstance(getattr(layer.mlp, "experts", None), NativeExperts)
         kind = NativeMoeLayerOps if moe else NativeLayerOps
+        if not moe and refusal(kind.NAME, kind.IMPLEMENTS, spec) and not refusal(NativeLayerParts.NAME,
+                                                                                  NativeLayerParts.IMPLEMENTS, spec):
+            kind = NativeLayerParts  # the whole-layer call refuses the block, its steps do not
         if not admits(kind.NAME, kind.IMPLEMENTS, spec):  # first: a MoE layer has no gate_up
             return TORCH_OPS
         lins = kind.linears(layer)

@@ -42,7 +42,9 @@ def _joined(payloads: list, start: int, stop: int) -> torch.Tensor:
 
 class BlockIO:
     def __init__(self, kv_caches: list, staging: StagingTable | None, fmt: BlockFormat):
-        self.caches, self.staging, self.fmt = kv_caches, staging, fmt
+        # a KV-shared layer's cache holds nothing (0 parts): its blocks are its source's
+        self.caches = [c for c in kv_caches if not (isinstance(c, torch.Tensor) and c.numel() == 0)]
+        self.staging, self.fmt = staging, fmt
         self.quantized = isinstance(kv_caches[0], QuantizedKVCache)
 
     def regions(self) -> list[tuple[torch.Tensor, int, int]]:

@@ -149,16 +149,23 @@ def cache_block_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache, 
     codec is refused for a model with other layers (not yet: its blocks, staging and disk payloads hold K/V
     only, in every layer)."""
     total = 0
+    kv = [c for c in caches if c.parts == 2]
+    if codec.quantized and (any(c.source >= 0 for c in caches)
+                            or any((c.heads, c.dim) != (kv[0].heads, kv[0].dim) for c in kv)):
+        # QuantizedKVCache, its staging and the disk payloads are sized by one [kv_heads, head_dim] for every layer
+        raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with KV-shared layers or "
+                               "per-layer head dims (gemma4); use f16 or bf16")
     for c in caches:
         if c.parts == 2:
             total += codec.block_bytes(block_size, c.heads, c.dim)
+        elif c.source >= 0:  # a KV-shared layer reads its source's blocks
+            continue
         elif codec.quantized:
             raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with {OTHER_LAYERS[c.parts]}; "
                                    "use f16 or bf16")
         else:
             total += block_size * c.values * codec.dtype.itemsize
     return total
-
 
 OTHER_LAYERS = {1: "short-convolution layers (lfm2)", 0: "recurrent layers (qwen35)"}
 """LayerCache.parts of a layer that is not attention -> what such layers are called in a refusal."""

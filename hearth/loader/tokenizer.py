@@ -217,7 +217,7 @@ def _bpe_pieces(tokens: list[str]) -> list[bytes]:
 
 
 # WordPiece as llama.cpp stores it: "\u2581" starts a word, a continuation has no mark
-_NORMAL_PIECES = {"llama": _spm_pieces, "gpt2": _bpe_pieces, "bert": _spm_pieces}
+_NORMAL_PIECES = {"llama": _spm_pieces, "gpt2": _bpe_pieces, "bert": _spm_pieces, "gemma4": _spm_pieces}
 
 # llama_detokenize's clean_spaces passes: " ?" -> "?" (also ! . ,), " ' " -> "'", " 's" -> "'s" etc.
 _SPACE_PUNCT = re.compile(rb" ([?!.,])")

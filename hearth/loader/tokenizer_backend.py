@@ -47,6 +47,22 @@ def _build_spm(vocab: GGUFVocab) -> Tokenizer:
     return tk
 
 
+def _build_gemma4(vocab: GGUFVocab) -> Tokenizer:
+    """Gemma 4's BPE over SentencePiece pieces (tokenizer.ggml.model == "gemma4"), as llama.cpp's
+    llm_tokenizer_bpe runs LLAMA_VOCAB_PRE_TYPE_GEMMA4: spaces become U+2581, the text is split into runs of
+    newlines and runs of anything else (no word splitting), the file's merges by rank, a piece outside the
+    vocabulary as its <0xXX> byte tokens. A run of newlines that is itself a token is that token (llama.cpp's
+    fix, PR 21343): those tokens are added tokens here, so a longer run than any of them splits longest first
+    where llama.cpp would merge it."""
+    unk = vocab.special["unk"]
+    tk = Tokenizer(models.BPE(vocab.token_to_id, _bpe_merges(vocab), byte_fallback=True,
+                              unk_token=None if unk is None else vocab.tokens[unk]))
+    tk.normalizer = normalizers.Replace(" ", _SPACE)
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex("[^\\n]+|[\\n]+"), behavior="isolated")
+    tk.add_tokens([AddedToken(t, normalized=False) for t in vocab.tokens if t and not t.strip("\n")])
+    return tk
+
+
 def _build_wpm(vocab: GGUFVocab) -> Tokenizer:
     """WordPiece (tokenizer.ggml.model == "bert") as the model's own tokenizer (HF's BertNormalizer +
     BertPreTokenizer + WordPiece) runs it: lowercased, accents stripped, control characters dropped,
@@ -86,7 +102,7 @@ def _wordpiece_vocab(vocab: GGUFVocab) -> list[str]:
     return out
 
 
-_BUILDERS = {"gpt2": _build_bpe, "llama": _build_spm, "bert": _build_wpm}
+_BUILDERS = {"gpt2": _build_bpe, "llama": _build_spm, "bert": _build_wpm, "gemma4": _build_gemma4}
 
 
 def _bpe_merges(vocab: GGUFVocab) -> list[tuple[str, str]]:

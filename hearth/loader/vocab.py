@@ -48,6 +48,10 @@ class _ModelDefaults:
     add_space_prefix: bool
     slots: tuple[tuple[str, int], ...] = ()
     """Defaults of further special slots (slot, id)."""
+    clean_spaces: bool = False
+    """llama_detokenize's clean_spaces for a model without a gpt2 pre-tokenizer (gpt2's: its spec's)."""
+    merges: bool = False
+    """The tokenizer runs the file's BPE merges (refused without them)."""
 
 
 # llama.cpp's per-model defaults, used when the GGUF does not say
@@ -57,8 +61,14 @@ _MODELS = {
     # WordPiece (BERT): [CLS] is the BOS, [SEP] closes the text (add_sep); the space prefix is the
     # converter's phantom "\u2581" word start, which decoding drops from the first word
     "bert": _ModelDefaults(bos=101, eos=None, unk=100, add_bos=True, add_space_prefix=True,
-                           slots=(("sep", 102), ("pad", 0), ("mask", 103))),
+                           slots=(("sep", 102), ("pad", 0), ("mask", 103)), clean_spaces=True),
+    # Gemma 4's SentencePiece-style BPE (llama.cpp's LLAMA_VOCAB_PRE_TYPE_GEMMA4): ids from the file, BOS always
+    # added (llama.cpp overrides a false add_bos_token for it), BPE's clean_spaces
+    "gemma4": _ModelDefaults(bos=None, eos=None, unk=None, add_bos=True, add_space_prefix=False, clean_spaces=True,
+                             merges=True),
 }
+_ALWAYS_ADD_BOS = ("gemma4",)
+"""Models whose BOS llama.cpp adds whatever the file's add_bos_token says."""
 
 # slot -> (GGUF keys, texts llama.cpp recognises when no key names the token)
 _SPECIAL_SLOTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -103,7 +113,8 @@ _EOG_EXCEPTIONS = ((("<|return|>", "<|call|>", "<|end|>"), "<|end|>", Attr.USER_
 @dataclass(slots=True)
 class GGUFVocab:
     model: str
-    """tokenizer.ggml.model: "gpt2" (byte-level BPE), "llama" (SentencePiece) or "bert" (WordPiece)."""
+    """tokenizer.ggml.model: "gpt2" (byte-level BPE), "llama" (SentencePiece), "bert" (WordPiece) or "gemma4"
+    (BPE over SentencePiece pieces)."""
     pre: str
     tokens: list[str]
     token_to_id: dict[str, int]
@@ -152,7 +163,7 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
     special, by_text = _special_ids(g, defaults, spec, token_to_id, len(tokens))
     eog = _eog_ids(special, token_to_id)
     _fix_attrs(attrs, by_text, token_to_id, eog, str(g.get("general.name", "")).lower())
-    add_bos = bool(g.get(K.ADD_BOS, spec.add_bos if spec else defaults.add_bos))
+    add_bos = bool(g.get(K.ADD_BOS, spec.add_bos if spec else defaults.add_bos)) or model in _ALWAYS_ADD_BOS
     add_eos = bool(g.get(K.ADD_EOS, False))
     # WPM: llama.cpp's tokenize always wraps the text in [CLS] ... [SEP] (bos, sep), whatever the file's
     # add_* flags say (a converted BERT says add_eos with eos [SEP], and add_sep false)
@@ -164,7 +175,7 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
         if flag and special[slot] is None:
             raise ModelLoadError(f"{g.path}: add_{slot}_token is true but no {slot} token id is set")
     merges = g.field_array(K.MERGES)
-    if model == "gpt2" and merges is None:
+    if (model == "gpt2" or defaults.merges) and merges is None:
         raise ModelLoadError(f"{g.path}: BPE tokenizer without tokenizer.ggml.merges")
     scores = g.field_array(K.SCORES)
     return GGUFVocab(
@@ -172,7 +183,7 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
         scores=None if scores is None else np.asarray(scores, dtype=np.float32), attrs=attrs,
         merges=merges, special=special, add_bos=add_bos, add_eos=add_eos, add_sep=add_sep, pair_sep=pair_sep,
         add_space_prefix=bool(g.get(K.ADD_PREFIX, defaults.add_space_prefix)),
-        clean_spaces=spec.clean_spaces if spec else model == "bert",
+        clean_spaces=spec.clean_spaces if spec else defaults.clean_spaces,
         ignore_merges=spec.ignore_merges if spec else False,
         regexes=spec.regexes if spec else (), eog_ids=frozenset(eog),
         chat_template=g.get(K.CHAT_TEMPLATE), rerank_template=g.get(K.CHAT_TEMPLATE_N.format(name="rerank")))

@@ -28,6 +28,8 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
     window = int(g.arch_get("attention.sliding_window", 0) or 0)
     conv = int(g.arch_get("shortconv.l_cache", 0) or 0)  # lfm2: its layers with no KV heads are short convolutions
     conv_dims = tuple(hidden if conv and not k else 0 for k in kv_heads) if conv else ()
+    sliding = _sliding(g, layers) if window else ()
+    shared = int(g.arch_get("attention.shared_kv_layers", 0) or 0)  # gemma4: the last layers keep no K/V
     return ModelShape(
         name=str(g.get("general.name", g.path.name)),
         arch=g.arch,
@@ -43,13 +45,15 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
         num_experts=int(g.arch_get("expert_count", 0)),
         active_experts=int(g.arch_get("expert_used_count", 0)),
         expert_ffn=_expert_ffn(g),
-        shared_ffn=int(g.arch_get("expert_shared_feed_forward_length", 0)),
+        shared_ffn=_shared_ffn(g),
         sliding_window=window,
         conv_dims=conv_dims,
         conv_kernel=conv,
-        sliding=_sliding(g, layers) if window else (),
+        sliding=sliding,
         **_recurrent(g, layers),
         tied_embeddings="output.weight" not in g.tensors,
+        head_dims=_head_dims(g, head_k, sliding),
+        kv_shared=tuple(i >= layers - shared for i in range(layers)) if shared else (),
     )
 
 
@@ -78,6 +82,12 @@ def _recurrent(g: GGUFFile, layers: int) -> dict:
     return {"recurrent": recurrent, "state_bytes": per_layer * sum(recurrent)}
 
 
+def _head_dims(g: GGUFFile, head_k: int, sliding: tuple[bool, ...]) -> tuple[int, ...]:
+    """Per layer where the sliding layers have their own (attention.key_length_swa: gemma4); else ()."""
+    swa = int(g.arch_get("attention.key_length_swa", 0) or 0)
+    return tuple(swa if s else head_k for s in sliding) if swa and sliding else ()
+
+
 def _sliding(g: GGUFFile, layers: int) -> tuple[bool, ...]:
     """The file's own per-layer pattern when it has one, else the architecture's known rule; an
     unknown architecture counts every layer as global (an over-estimate, never an under-one)."""
@@ -86,6 +96,15 @@ def _sliding(g: GGUFFile, layers: int) -> tuple[bool, ...]:
         return tuple(bool(s) for s in stated)
     rule = SLIDING_PATTERNS.get(g.arch)
     return rule(layers) if rule else ()
+
+
+def _shared_ffn(g: GGUFFile) -> int:
+    """The always-active MLP beside the routed experts: the file's shared expert, or a dense MLP in the experts'
+    layers (gemma4's 26B-A4B: ffn_gate beside ffn_gate_inp)."""
+    stated = int(g.arch_get("expert_shared_feed_forward_length", 0) or 0)
+    if not stated and "blk.0.ffn_gate_inp.weight" in g.tensors and "blk.0.ffn_gate.weight" in g.tensors:
+        return int(g.tensors["blk.0.ffn_gate.weight"].shape[0])  # [ffn, hidden] in torch order
+    return stated
 
 
 def _expert_ffn(g: GGUFFile) -> int:

@@ -19,17 +19,27 @@ from hearth.memory.shape import ModelShape
 
 
 def layer_token_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
-    if shape.is_recurrent(layer):  # its state is a sequence's (state_bytes); quantized refused as codecs does
+    """What the layer keeps per token: nothing where it is KV-shared (it reads its source's) or recurrent (its
+    state is a sequence's: state_bytes)."""
+    if shape.is_recurrent(layer):  # quantized refused as codecs does
         if fmt.quantized:
             raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with recurrent layers (qwen35); "
                             "use f16 or bf16")
         return 0.0
+    return 0.0 if shape.is_kv_shared(layer) else layer_read_bytes(shape, fmt, block, layer)
+
+
+def layer_read_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
+    """What the layer reads per token of its context (a KV-shared layer: its source's K/V, of its own shape)."""
     if dim := shape.conv_dim(layer):  # a short conv's input: plain; quantized refused as codecs.cache_block_bytes does
         if fmt.quantized:
             raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with short-convolution layers (lfm2); "
                             "use f16 or bf16")
         return fmt.k.vector_bytes(dim, block)
-    return fmt.token_layer_bytes(shape.kv_heads[layer], shape.head_dim_k, shape.head_dim_v, block)
+    if fmt.quantized and (shape.kv_shared or shape.head_dims):  # as codecs.cache_block_bytes refuses it
+        raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with KV-shared layers or per-layer head "
+                        "dims (gemma4); use f16 or bf16")
+    return fmt.token_layer_bytes(shape.kv_heads[layer], *shape.head_dim(layer), block)
 
 
 def layer_tokens(shape: ModelShape, layer: int, tokens: int) -> int:
@@ -41,8 +51,8 @@ def layer_tokens(shape: ModelShape, layer: int, tokens: int) -> int:
 def kv_bytes_read(shape: ModelShape, fmt: KVFormat, block: int, tokens: int) -> float:
     """K and V one decode step of a sequence holding `tokens` tokens reads, all layers (windows applied), and
     a recurrent model's state."""
-    return shape.state_bytes + sum(layer_token_bytes(shape, fmt, block, i) * layer_tokens(shape, i, tokens)
-                                   for i in range(shape.num_layers))
+    return shape.state_bytes + sum(layer_read_bytes(shape, fmt, block, i) * layer_tokens(shape, i, tokens)
+                                   for i in range(shape.num_layers) if not shape.is_recurrent(i))
 
 
 def token_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:

@@ -148,14 +148,18 @@ def _speed(req: PlanRequest, r: Roofline) -> dict[str, Figure]:
 def _kv_token_reason(req: PlanRequest) -> str:
     s, f, bs = req.shape, req.kv, req.block_size
     per_layer = {layer_token_bytes(s, f, bs, i) for i in range(s.num_layers)}
-    layer_text = f"{per_layer.pop():,.2f}".rstrip("0").rstrip(".") if len(per_layer) == 1 else "varies by layer"
-    text = (f"{f.name} ({f.about}): K+V of {max(s.kv_heads)} KV head(s) x {s.head_dim_k} dims = {layer_text} B a layer "
+    layer_text = (f"{per_layer.pop():,.2f}".rstrip("0").rstrip(".") + " B a layer" if len(per_layer) == 1
+                  else "bytes that vary by layer")
+    dims = "/".join(map(str, sorted(set(s.head_dims)))) if s.head_dims else str(s.head_dim_k)
+    text = (f"{f.name} ({f.about}): K+V of {max(s.kv_heads)} KV head(s) x {dims} dims = {layer_text} "
             f"x {s.num_layers} layers")
     if recurrent := sum(s.recurrent):
         text += f"; {recurrent} of them recurrent, holding none (their state is a sequence's)"
     if convs := sum(1 for i in range(s.num_layers) if s.conv_dim(i)):
         text += (f"; {convs} of them short convolutions, each holding its input ({max(s.conv_dims):,} values a "
                  f"token, read {s.conv_kernel} back)")
+    if shared := sum(s.kv_shared):
+        text += f"; the last {shared} keep none (they attend over earlier layers' K/V)"
     if s.num_sliding:  # hearth.llm sizes one block for all layers: the window saves reads, not memory
         text += (f"; blocks hold every layer, the {s.num_sliding} sliding ones too (hearth's pool): "
                  f"their {s.sliding_window:,}-token window cuts reads only")

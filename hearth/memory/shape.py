@@ -42,6 +42,11 @@ class ModelShape:
     sequence instead (state_bytes); empty: none is."""
     state_bytes: int = 0
     """Per sequence: the recurrent layers' state slot, all of them (f32, as the runner holds it)."""
+    head_dims: tuple[int, ...] = ()
+    """Per layer: the head dim of its K and V where it differs by layer (gemma4: sliding 256, global 512); empty:
+    head_dim_k and head_dim_v."""
+    kv_shared: tuple[bool, ...] = ()
+    """Per layer: True where the layer keeps no K/V (gemma4's KV-shared layers attend over an earlier layer's)."""
 
     @property
     def is_moe(self) -> bool:
@@ -52,6 +57,13 @@ class ModelShape:
 
     def conv_dim(self, layer: int) -> int:
         return self.conv_dims[layer] if self.conv_dims else 0
+
+    def head_dim(self, layer: int) -> tuple[int, int]:
+        """(K's, V's) head dim in this layer."""
+        return (self.head_dims[layer],) * 2 if self.head_dims else (self.head_dim_k, self.head_dim_v)
+
+    def is_kv_shared(self, layer: int) -> bool:
+        return bool(self.kv_shared) and self.kv_shared[layer]
 
     def is_sliding(self, layer: int) -> bool:
         return bool(self.sliding_window) and bool(self.sliding) and self.sliding[layer]

@@ -51,6 +51,8 @@ def role(t: WeightTensor, shape: ModelShape) -> str:
         return "head" if shape.tied_embeddings else "embedding"
     if t.name == "output.weight":
         return "head"
+    if t.name == "per_layer_token_embd.weight":  # gemma4's per-layer embeddings: a token reads its row
+        return "embedding"
     return "experts" if "_exps." in t.name else "dense"
 
 

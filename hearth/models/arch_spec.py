@@ -36,6 +36,11 @@ class ArchSpec:
     """RMSNorm before attention and before the MLP; False: only sandwich_norm's after them (olmo2)."""
     qk_norm_whole: bool = False
     """qk_norm over each projection whole (all of q's heads together, all of k's: olmo2), not per head."""
+    v_norm: bool = False
+    """V RMS-normed (no weight) before the cache; K reused as V where a layer has no attn_v (gemma4)."""
+    per_layer_input: bool = False
+    """Gemma 4's per-layer embeddings (PLE): a per-layer input added after the MLP through a gate and a projection,
+    and a per-layer output scalar (hearth.models.gemma4_layer)."""
     attn_temperature: bool = False
     """Queries scaled after rope by a factor of their position (mistral3: hearth.layers.attn_temperature); set
     by CausalLM where the file gives the scale."""

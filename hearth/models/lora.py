@@ -39,6 +39,8 @@ def attach_lora(model, g: GGUFFile, adapters: list[LoraFile]) -> LoraRows:
     for kinds, name in ((model.cfg.conv_layers, "short-convolution"), (model.cfg.recurrent_layers, "recurrent")):
         if any(kinds):  # their layers run no LoRA ops yet (hearth.models.short_conv, hearth.models.delta_net)
             raise ModelLoadError(f"{g.path.name}: LoRA adapters on a model with {name} layers ({g.arch}): not yet")
+    if why := getattr(model, "lora_refusal", None):  # layers whose forward runs no LoRA ops (gemma4's)
+        raise ModelLoadError(f"{g.path.name}: LoRA adapters on {why}")
     rows = LoraRows(len(adapters))
     terms: dict[tuple[int, str], list[LoraTerm]] = {}
     for j, f in enumerate(adapters):

@@ -18,6 +18,7 @@ ARCHITECTURES: dict[str, str] = {
     "qwen3moe": "hearth.models.qwen3moe:Qwen3MoeForCausalLM",
     "gemma2": "hearth.models.gemma2:Gemma2ForCausalLM",
     "gemma3": "hearth.models.gemma3:Gemma3ForCausalLM",
+    "gemma4": "hearth.models.gemma4:Gemma4ForCausalLM",
     "gpt-oss": "hearth.models.gpt_oss:GptOssForCausalLM",
     "granite": "hearth.models.granite:GraniteForCausalLM",
     "granitemoe": "hearth.models.granite:GraniteMoeForCausalLM",

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from hearth.config import (FileScaling, LinearScaling, ModelConfig, NoScaling, RopeScaling, YarnScaling,
-                           stretched_context)
+                           is_sliding, layer_head_dim, layer_kv_heads, stretched_context)
 from hearth.errors import ModelLoadError
 from hearth.layers.activation import ACTIVATIONS
 from hearth.layers.attn_temperature import AttnTemperature
@@ -58,9 +58,9 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors: RopeFactors | None):
         super().__init__()
         p = f"blk.{i}."
-        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.heads, self.kv_heads, self.head_dim = cfg.num_heads, layer_kv_heads(cfg, i), layer_head_dim(cfg, i)
         self.q_size, self.kv_size = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        names = [p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"]
+        names = [p + "attn_q.weight", *self.kv_names(g, p)]
         if p + "attn_qkv.weight" in g.tensors:  # one matrix, rows [q | k | v] (phi3)
             names = [p + "attn_qkv.weight"]
         biases = [maybe_f32(g, n.replace(".weight", ".bias")) for n in names]
@@ -70,13 +70,14 @@ class Attention(nn.Module):
         self.o = backend.linear(g.tensor(p + "attn_output.weight"), bias=maybe_f32(g, p + "attn_output.bias"))
         self.qk_norm = None
         if spec.qk_norm:
-            qw, kw = f32(g, p + "attn_q_norm.weight"), f32(g, p + "attn_k_norm.weight")
+            qw, kw = f32(g, p + "attn_q_norm.weight"), maybe_f32(g, p + "attn_k_norm.weight")
             if spec.qk_norm_whole:  # qw: [heads * head_dim], kw: [kv_heads * head_dim]
                 self.qk_norm = WholeQKNorm(RMSNorm(qw, cfg.rms_norm_eps), RMSNorm(kw, cfg.rms_norm_eps), self.heads)
-            else:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim]
-                w = torch.cat([qw.expand(self.heads, -1), kw.expand(self.kv_heads, -1)])
+            else:  # one norm over q's and k's heads together: rows [heads + kv_heads, head_dim] (q's alone where
+                # the layer projects no k: gemma4's KV-shared layers)
+                w = torch.cat([qw.expand(self.heads, -1)] + ([] if kw is None else [kw.expand(self.kv_heads, -1)]))
                 self.qk_norm = RMSNorm(w, cfg.rms_norm_eps)
-        sliding = bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
+        sliding = is_sliding(cfg, i)
         self.window = cfg.sliding_window if sliding else 0
         theta = (cfg.rope_local_theta or cfg.rope_swa_theta or cfg.rope_theta) if sliding else cfg.rope_theta
         local = sliding and bool(cfg.rope_local_theta)  # gemma3's sliding layers: their own base, unscaled
@@ -85,14 +86,19 @@ class Attention(nn.Module):
         if sliding:
             scale = 1.0 if local else cfg.rope_swa_scale or scale
         rotates = not cfg.rope_layers or cfg.rope_layers[i]  # a NoPE layer rotates no dims (every path's no-op)
-        self.rope = Rotary((cfg.rope_dim or cfg.head_dim) if rotates else 0, theta, spec.neox_rope, scale,
+        rot = (cfg.rope_dim_swa if sliding and cfg.rope_dim_swa else cfg.rope_dim) or self.head_dim
+        self.rope = Rotary(rot if rotates else 0, theta, spec.neox_rope, scale,
                            None if local or not rotates else factors, cfg.rope_sections if rotates else (),
                            cfg.rope_layout)
-        self.scale = cfg.attn_scale or 1.0 / math.sqrt(cfg.head_dim)
+        self.scale = cfg.attn_scale or 1.0 / math.sqrt(self.head_dim)
         self.temperature = (AttnTemperature(cfg.attn_temperature_scale, cfg.attn_temperature_floor)
                             if spec.attn_temperature else None)
         self.softcap = cfg.attn_logit_softcap
         self.sinks = f32(g, p + "attn_sinks.weight") if spec.attn_sinks else None  # [heads]
+
+    def kv_names(self, g: GGUFFile, p: str) -> list[str]:
+        """The tensors of the layer's k and v projections, after q's in its one qkv linear."""
+        return [p + "attn_k.weight", p + "attn_v.weight"]
 
 
 class MLP(nn.Module):
@@ -106,7 +112,7 @@ class MLP(nn.Module):
         self.down = backend.linear(g.tensor(p + "ffn_down.weight"))
         self.act = ACTIVATIONS[spec.activation]
         self.activation = spec.activation
-        self.inter = cfg.intermediate_size
+        self.inter = self.gate_up.out_features // 2  # its own (gemma4's double-wide layers: twice the file's first)
         self.in_dtype = self.gate_up.in_dtype
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
@@ -127,13 +133,14 @@ def feed_forward(cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend,
 class DecoderLayer(nn.Module):
     lora_ops = None
     """With LoRA adapters (hearth.models.lora): the ops of the steps where one is on (idle(): none is)."""
+    attention_class: type[Attention] = Attention
 
     def __init__(self, cfg: ModelConfig, spec: ArchSpec, g: GGUFFile, i: int, backend, factors: RopeFactors | None,
                  moe_block: type[MoE] = MoE):
         super().__init__()
         p, eps = f"blk.{i}.", cfg.rms_norm_eps
         self.backend = backend
-        self.attn = Attention(cfg, spec, g, i, backend, factors)
+        self.attn = self.attention_class(cfg, spec, g, i, backend, factors)
         self.mlp = feed_forward(cfg, spec, g, i, backend, moe_block)
         if spec.pre_norm:
             self.attn_norm = RMSNorm(f32(g, p + "attn_norm.weight"), eps)
@@ -338,6 +345,10 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
     if isinstance(kv_heads, list):  # per layer (lfm2: 0 on its conv layers): the attention layers'
         kv_heads = max(kv_heads)
     head_dim = int(g.arch_get("attention.key_length", hidden // heads))
+    # given: a file of routed experts only may have none (qwen35moe's converter writes none)
+    ffn = 0 if "intermediate_size" in overrides else require(g, "feed_forward_length")
+    if isinstance(ffn, list):  # per layer (gemma4's double-wide MLPs): the widest; each MLP reads its own
+        ffn = max(ffn)
     vocab = g.arch_get("vocab_size") or g.tensor("token_embd.weight").shape[0]
     fields = dict(
         arch=g.arch,
@@ -346,8 +357,7 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
         num_heads=heads,
         num_kv_heads=int(kv_heads),
         head_dim=head_dim,
-        # given: a file of routed experts only may have none (qwen35moe's converter writes none)
-        intermediate_size=0 if "intermediate_size" in overrides else int(require(g, "feed_forward_length")),
+        intermediate_size=int(ffn),
         vocab_size=int(vocab),
         context_length=int(g.arch_get("context_length", 2048)),
         rms_norm_eps=float(g.arch_get("attention.layer_norm_rms_epsilon", 1e-5)),

@@ -420,7 +420,7 @@ class ModelRunner:
         src = torch.tensor([a for a, _ in moves])
         dst = torch.tensor([b for _, b in moves])
         for kv in self.kv_caches:  # [parts, num_blocks, block_size, heads, dim] (LayerCache)
-            flat = kv.view(kv.shape[0], -1, kv.shape[-2], kv.shape[-1])
+            flat = kv.flatten(1, 2)  # [parts, slots, heads, dim]; a KV-shared layer's holds 0 parts
             flat.index_copy_(1, dst, flat.index_select(1, src))
 
     def _constrain_tree(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None) -> int:

@@ -52,6 +52,7 @@ CASES = [  # heads, kv_heads, head_dim, q_lens, ctx_lens, window, softcap
     (4, 1, 256, [300], [900], 512, 0.0),  # gemma3's sliding window over a long chunk
     (8, 8, 128, [70], [70], 0, 50.0),  # softcap on a long chunk
     (4, 2, 80, [70], [90], 0, 0.0),  # head_dim 80: the tile kernel declines, SDPA in bf16 takes the chunk
+    (8, 1, 512, [1, 4, 1], [300, 40, 1], 0, 0.0),  # gemma4's global head dim: decodes, a verify-sized chunk
 ]
 
 

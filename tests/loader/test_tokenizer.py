@@ -349,7 +349,7 @@ def test_unknown_pre_and_model_are_clear_errors(tmp_path):
     with pytest.raises(UnsupportedError, match=r"'no-such-pre'.*known:.*llama-bpe.*smollm"):
         Tokenizer.from_gguf(g)
     g = write_vocab_gguf(tmp_path / "b.gguf", "ugm", tokens, types)
-    with pytest.raises(UnsupportedError, match=r"'ugm'.*supported: bert, gpt2, llama"):
+    with pytest.raises(UnsupportedError, match=r"'ugm'.*supported: bert, gemma4, gpt2, llama"):
         Tokenizer.from_gguf(g)
 
 

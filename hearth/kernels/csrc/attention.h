@@ -210,6 +210,7 @@ AttendFn pick_attend(int64_t dv, bool bf16) {
     case 6: return attend_for<6>(bf16);
     case 8: return attend_for<8>(bf16);
     case 16: return attend_for<16>(bf16);
+    case 32: return attend_for<32>(bf16);  // gemma4's global layers (512)
     default: return nullptr;
   }
 }
@@ -299,6 +300,7 @@ AttendRowsFn pick_attend_rows(int64_t dv, bool bf16) {  // dv = head_dim / 16
     case 6: return attend_rows_for<6>(bf16);
     case 8: return attend_rows_for<8>(bf16);
     case 16: return attend_rows_for<16>(bf16);
+    case 32: return attend_rows_for<32>(bf16);
     default: return nullptr;
   }
 }

@@ -148,6 +148,7 @@ AttendFn pick_attend(int64_t dv, bool bf16) {  // dv = head_dim / 8
     case 12: return attend_for<12>(bf16);
     case 16: return attend_for<16>(bf16);
     case 32: return attend_for<32>(bf16);
+    case 64: return attend_for<64>(bf16);  // gemma4's global layers (512)
     default: return nullptr;
   }
 }
@@ -237,6 +238,7 @@ AttendRowsFn pick_attend_rows(int64_t dv, bool bf16) {  // dv = head_dim / 8
     case 12: return attend_rows_for<12>(bf16);
     case 16: return attend_rows_for<16>(bf16);
     case 32: return attend_rows_for<32>(bf16);
+    case 64: return attend_rows_for<64>(bf16);
     default: return nullptr;
   }
 }
