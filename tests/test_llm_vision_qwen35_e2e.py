@@ -106,3 +106,15 @@ def test_a_state_snapshot_never_restores_across_another_image(pair):
     assert hit_b <= a.media[0].offset  # nothing past B's first row comes from A
     assert (out_a, 0) == run(plain_llm, a, extra) and (out_b, 0) == run(plain_llm, b, extra)
     assert out_a != out_b  # the images tell apart (else this would show nothing)
+
+
+def test_a_chunked_prefill_cuts_through_the_images(pair):
+    """Steps of 8 tokens: each image's rows come over several steps (Qwen's images are causal: cut anywhere), the
+    DeltaNet state and each cut image's M-RoPE rows carried across the cuts; the answer is the one-step prefill's."""
+    llm, _, _ = pair
+    ids = llm.encode_chat(chats(TWO)[0])
+    prompt = {"prompt_token_ids": list(ids), "media": list(ids.media)}
+    chunked = exact_llm(llm.config.model, llm.config.mmproj, max_num_batched_tokens=8, enable_prefix_caching=False)
+    llm.engine.scheduler.kv.pool.reset_prefix_cache()
+    whole = llm.generate([prompt], GREEDY)[0].outputs[0].token_ids
+    assert chunked.generate([prompt], GREEDY)[0].outputs[0].token_ids == whole
