@@ -15,7 +15,10 @@ import torch
 import transformers
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config
 
+from transformers import AutoTokenizer
+
 from tests import mmproj_factory, mmproj_qwen3
+from tests.gguf_factory import QWEN_VL_TOKENS, tiny_dir
 from tests.qwen35_factory import DIMS, hf_qwen35, write_qwen35_gguf
 
 VISION = dict(depth=3, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=16, spatial_merge_size=2,
@@ -47,3 +50,14 @@ def write_pair(folder: Path, chat_template: str, ids: dict[str, int], seed: int 
                          vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
     mmproj_qwen3.write_mmproj(folder / "mmproj.gguf", model)
     return lm, folder / "mmproj.gguf", model
+
+
+def tiny_qwen35_vl(folder: Path, chat_template: str):
+    """(LM GGUF, mmproj GGUF, transformers' model of both, its (tokenizer, image processor, chat template)) in
+    folder. transformers' GGUF reader knows no qwen35: the same tokenizer from a one-layer qwen2 file."""
+    (folder / "tok").mkdir()
+    tok_dir, tok_name, _ = tiny_dir(folder / "tok", "qwen2", vl_tokens=True, layers=1, vocab=DIMS.vocab)
+    tokenizer = AutoTokenizer.from_pretrained(tok_dir, gguf_file=tok_name)
+    ids = dict(zip(QWEN_VL_TOKENS, tokenizer.convert_tokens_to_ids(list(QWEN_VL_TOKENS)), strict=True))
+    lm, mmproj, model = write_pair(folder, chat_template, ids)
+    return lm, mmproj, model, (tokenizer, mmproj_factory.hf_processor(mmproj_qwen3.NAME), chat_template)

@@ -5,22 +5,19 @@ same chat as Qwen3VLProcessor writes it (tests/test_llm_vision_qwen_e2e.py's hel
 step's logits close, greedy tokens the same. What counts: the tower's rows (no deepstack parts: Qwen3.5's tower has
 none), each image's M-RoPE rows through the gated attention layers' partial interleaved rope (the positions
 Qwen3-VL's text model takes: Qwen3_5Model.get_rope_index is Qwen3-VL's), the text after an image at index + delta,
-and the DeltaNet layers reading the image rows as any rows."""
+and the DeltaNet layers reading the image rows as any rows. Beside it: a prefix-cache hit restores a recurrent state
+snapshot only behind the same image, and a chunked prefill that cuts through the images answers as one step."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from hearth import LLM, SamplingParams
 from hearth.layers.linear import use_linear_policy
 from hearth.runner.messages import ScheduledSequence, SchedulerOutput
-from tests import mmproj_factory
 from tests.backends.test_media_embeds import rel_err
-from tests.gguf_factory import QWEN_VL_TOKENS, tiny_dir
-from tests.hf_qwen35vl import write_pair
-from tests.qwen35_factory import DIMS
+from tests.hf_qwen35vl import tiny_qwen35_vl
 from tests.test_llm_vision_qwen_e2e import ONE, QWEN3_VL_TEMPLATE, STEPS, TWO, chats, png, theirs
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
@@ -48,13 +45,8 @@ def runner_logits(llm: LLM, ids: list[int], media: list) -> torch.Tensor:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     """(hearth's LLM on exact linears, transformers' model, (tokenizer, image processor, template))."""
-    d = tmp_path_factory.mktemp("qwen35vl")
-    (d / "tok").mkdir()  # transformers' GGUF reader knows no qwen35: the same tokenizer in a one-layer qwen2 file
-    tok_dir, tok_name, _ = tiny_dir(d / "tok", "qwen2", vl_tokens=True, layers=1, vocab=DIMS.vocab)
-    tokenizer = AutoTokenizer.from_pretrained(tok_dir, gguf_file=tok_name)
-    ids = dict(zip(QWEN_VL_TOKENS, tokenizer.convert_tokens_to_ids(list(QWEN_VL_TOKENS)), strict=True))
-    lm, mmproj, hf = write_pair(d, QWEN3_VL_TEMPLATE, ids)
-    return exact_llm(lm, mmproj), hf, (tokenizer, mmproj_factory.hf_processor("qwen3vl_merger"), QWEN3_VL_TEMPLATE)
+    lm, mmproj, hf, processor = tiny_qwen35_vl(tmp_path_factory.mktemp("qwen35vl"), QWEN3_VL_TEMPLATE)
+    return exact_llm(lm, mmproj), hf, processor
 
 
 def exact_llm(lm, mmproj, **kw) -> LLM:
