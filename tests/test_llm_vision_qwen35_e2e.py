@@ -1,7 +1,7 @@
 """Qwen3.5 with images end to end (`hearth serve QWEN35.gguf --mmproj MMPROJ.gguf`): a tiny random transformers
-Qwen3_5ForConditionalGeneration written as llama.cpp's converter writes its `qwen35` LM and its qwen3vl_merger
-mmproj (tests/hf_qwen35vl.py), then hearth's LLM.chat with one image and with two against transformers fed the
-same chat as Qwen3VLProcessor writes it (tests/test_llm_vision_qwen_e2e.py's helpers): prompt ids equal, the first
+Qwen3_5ForConditionalGeneration (and Qwen3_5MoeForConditionalGeneration) written as llama.cpp's converter writes its
+`qwen35` (`qwen35moe`) LM and its qwen3vl_merger mmproj (tests/hf_qwen35vl.py), then hearth's LLM.chat with one
+image and with two against transformers fed the same chat as Qwen3VLProcessor writes it (tests/test_llm_vision_qwen_e2e.py's helpers): prompt ids equal, the first
 step's logits close, greedy tokens the same. What counts: the tower's rows (no deepstack parts: Qwen3.5's tower has
 none), each image's M-RoPE rows through the gated attention layers' partial interleaved rope (the positions
 Qwen3-VL's text model takes: Qwen3_5Model.get_rope_index is Qwen3-VL's), the text after an image at index + delta,
@@ -23,7 +23,7 @@ from tests.test_llm_vision_qwen_e2e import ONE, QWEN3_VL_TEMPLATE, STEPS, TWO, c
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 REL_TOL = 2e-3
 """First-step logits at the last row, max |ours - theirs| / max |theirs| (exact linears over an f32 file, hearth's
-K/V f16): measured 5.6e-5 (one image) and 3.3e-4 (two). Broken: every image row at (t, t, t) (its h and w lost)
+K/V f16): measured 5.6e-5 (one image) and 3.3e-4 (two); MoE 3.1e-4 and 3.2e-4. Broken: every image row at (t, t, t) (its h and w lost)
 gives 7.3e-3 / 5.9e-2; no M-RoPE at all (1-D positions without the images' delta) 0.07 / 0.10."""
 LOGPROB_TOL = 5e-3
 """Each generated token's logprob (measured within 1e-4)."""
@@ -42,10 +42,12 @@ def runner_logits(llm: LLM, ids: list[int], media: list) -> torch.Tensor:
         runner.forget(["ref"])
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """(hearth's LLM on exact linears, transformers' model, (tokenizer, image processor, template))."""
-    lm, mmproj, hf, processor = tiny_qwen35_vl(tmp_path_factory.mktemp("qwen35vl"), QWEN3_VL_TEMPLATE)
+@pytest.fixture(scope="module", params=["qwen35", "qwen35moe"])
+def pair(request, tmp_path_factory):
+    """(hearth's LLM on exact linears, transformers' model, (tokenizer, image processor, template)) of the dense
+    Qwen3.5 and of Qwen3.5-MoE."""
+    lm, mmproj, hf, processor = tiny_qwen35_vl(tmp_path_factory.mktemp(request.param), QWEN3_VL_TEMPLATE,
+                                               request.param)
     return exact_llm(lm, mmproj), hf, processor
 
 
