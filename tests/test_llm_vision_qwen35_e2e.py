@@ -1,12 +1,14 @@
 """Qwen3.5 with images end to end (`hearth serve QWEN35.gguf --mmproj MMPROJ.gguf`): a tiny random transformers
 Qwen3_5ForConditionalGeneration (and Qwen3_5MoeForConditionalGeneration) written as llama.cpp's converter writes its
 `qwen35` (`qwen35moe`) LM and its qwen3vl_merger mmproj (tests/hf_qwen35vl.py), then hearth's LLM.chat with one
-image and with two against transformers fed the same chat as Qwen3VLProcessor writes it (tests/test_llm_vision_qwen_e2e.py's helpers): prompt ids equal, the first
-step's logits close, greedy tokens the same. What counts: the tower's rows (no deepstack parts: Qwen3.5's tower has
-none), each image's M-RoPE rows through the gated attention layers' partial interleaved rope (the positions
-Qwen3-VL's text model takes: Qwen3_5Model.get_rope_index is Qwen3-VL's), the text after an image at index + delta,
-and the DeltaNet layers reading the image rows as any rows. Beside it: a prefix-cache hit restores a recurrent state
-snapshot only behind the same image, and a chunked prefill that cuts through the images answers as one step."""
+image and with two against transformers fed the same chat as Qwen3VLProcessor writes it
+(tests/test_llm_vision_qwen_e2e.py's helpers): prompt ids equal, the first step's logits close, greedy tokens the
+same. What counts: the tower's rows (no deepstack parts: Qwen3.5's tower has none), each image's M-RoPE rows through
+the gated attention layers' partial interleaved rope (the positions Qwen3-VL's text model takes:
+Qwen3_5Model.get_rope_index is Qwen3-VL's), the text after an image at index + delta, and the DeltaNet layers
+reading the image rows as any rows. Beside it: a prefix-cache hit restores a recurrent state snapshot only behind
+the same image, also one that ends inside an image, and a chunked prefill that cuts through the images answers as
+one step."""
 
 from __future__ import annotations
 
@@ -21,10 +23,15 @@ from tests.hf_qwen35vl import tiny_qwen35_vl
 from tests.test_llm_vision_qwen_e2e import ONE, QWEN3_VL_TEMPLATE, STEPS, TWO, chats, png, theirs
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+WITH_LOGPROBS = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=1)
+SAME_TOL = 1e-4
+"""A cached prefix against the engine's own uncached run: each token's logprob (measured within 1.3e-5; a cut
+image's rows at text positions: 0.05 to 0.1)."""
 REL_TOL = 2e-3
 """First-step logits at the last row, max |ours - theirs| / max |theirs| (exact linears over an f32 file, hearth's
-K/V f16): measured 5.6e-5 (one image) and 3.3e-4 (two); MoE 3.1e-4 and 3.2e-4. Broken: every image row at (t, t, t) (its h and w lost)
-gives 7.3e-3 / 5.9e-2; no M-RoPE at all (1-D positions without the images' delta) 0.07 / 0.10."""
+K/V f16): measured 5.6e-5 (one image) and 3.3e-4 (two); MoE 3.1e-4 and 3.2e-4. Broken: every image row at
+(t, t, t) (its h and w lost) gives 7.3e-3 / 5.9e-2; no M-RoPE at all (1-D positions without the images' delta)
+0.07 / 0.10."""
 LOGPROB_TOL = 5e-3
 """Each generated token's logprob (measured within 1e-4)."""
 
@@ -112,3 +119,26 @@ def test_a_chunked_prefill_cuts_through_the_images(pair):
     llm.engine.scheduler.kv.pool.reset_prefix_cache()
     whole = llm.generate([prompt], GREEDY)[0].outputs[0].token_ids
     assert chunked.generate([prompt], GREEDY)[0].outputs[0].token_ids == whole
+
+
+def test_a_hit_that_ends_inside_an_image_restores_there_and_encodes_the_rest(pair):
+    """Blocks of 8, the image's rows at [11, 23): a first prompt ending with them leaves its snapshot at 16, inside the
+    image; the whole prompt then hits those 16 tokens, restores that state and takes rows 16.. from the encoder."""
+    llm, _, _ = pair
+    ids = llm.encode_chat(chats(ONE)[0])
+    (image,) = ids.media
+    assert image.offset < 16 < image.end
+    cached_llm = exact_llm(llm.config.model, llm.config.mmproj, block_size=8)
+    plain_llm = exact_llm(llm.config.model, llm.config.mmproj, block_size=8, enable_prefix_caching=False)
+    cut = {"prompt_token_ids": list(ids)[:image.end], "media": [image]}  # its last full block ends at 16
+    whole = {"prompt_token_ids": list(ids), "media": [image]}
+    cached_llm.generate([cut], GREEDY)
+    out = cached_llm.generate([whole], WITH_LOGPROBS)[0]
+    assert out.num_cached_tokens == 16
+    ref = plain_llm.generate([whole], WITH_LOGPROBS)[0].outputs[0]
+    assert out.outputs[0].token_ids == ref.token_ids
+    assert picked(out.outputs[0]) == pytest.approx(picked(ref), abs=SAME_TOL)
+
+
+def picked(out) -> list[float]:
+    return [lp[t] for lp, t in zip(out.logprobs, out.token_ids, strict=True)]
