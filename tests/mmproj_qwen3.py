@@ -121,5 +121,5 @@ def _tensors(model):
             yield f"mm.{ {'linear_fc1': 0, 'linear_fc2': 2}[head.split('.')[1]] }.{part}", value
         else:  # deepstack_merger_list.{j}.{norm,linear_fc1,linear_fc2}
             _, j, hf = head.split(".", 2)
-            yield f"v.deepstack.{_deepstack(visual.config)[int(j)]}.{MERGER_NAMES[hf]}.{part}", value
+            yield f"v.deepstack.{visual.deepstack_visual_indexes[int(j)]}.{MERGER_NAMES[hf]}.{part}", value
 
