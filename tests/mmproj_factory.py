@@ -91,7 +91,8 @@ HALF_STORED = {"LlavaForConditionalGeneration": "patch_embedding.weight",  # 4-d
                "Gemma3ForConditionalGeneration": "mm_input_projection_weight",  # forced F16
                "Idefics3ForConditionalGeneration": "(none)",
                "Qwen2VLForConditionalGeneration": "(none)", "Qwen2_5_VLForConditionalGeneration": "(none)",
-               "Qwen3VLForConditionalGeneration": "(none)"}
+               "Qwen3VLForConditionalGeneration": "(none)", "Qwen3_5ForConditionalGeneration": "(none)",
+               "Qwen3_5MoeForConditionalGeneration": "(none)"}
 
 
 def _randomize(model) -> None:

@@ -91,8 +91,13 @@ def write_mmproj(path, model, qtype: str = "F32", max_pixels: int | None = None,
     w.add_vision_spatial_merge_size(vc.spatial_merge_size)
     w.add_vision_attention_layernorm_eps(model.config.text_config.rms_norm_eps)
     if deepstack_key:
-        w.add_vision_is_deepstack_layers([i in vc.deepstack_visual_indexes for i in range(vc.depth)])
+        w.add_vision_is_deepstack_layers([i in _deepstack(vc) for i in range(vc.depth)])
     finish(w, _tensors(model), qtype, max_pixels)
+
+
+def _deepstack(vc) -> list[int]:
+    """The deepstack blocks (Qwen3.5's tower has none: the converter still writes the key, all false)."""
+    return list(getattr(vc, "deepstack_visual_indexes", None) or [])
 
 
 def _tensors(model):

@@ -139,7 +139,8 @@ def _split_experts(state: dict):
 
 
 def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: Linear = LIN,
-                      moe: Experts | None = None) -> Path:
+                      moe: Experts | None = None, chat_template: str | None = None) -> Path:
+    """chat_template: tokenizer.chat_template (none by default, as a base model's file)."""
     arch = "qwen35moe" if moe else "qwen35"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tiny-{arch}")
@@ -171,6 +172,8 @@ def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: 
     w.add_rope_dimension_count(int(d.head_dim * 0.25))
     w.add_file_type(0)
     _write_tokenizer(w, d)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35MOE if moe else gguf.MODEL_ARCH.QWEN35, d.layers)
     for name, t in _split_experts(model.state_dict()):
         if name == "lm_head.weight":

@@ -1,8 +1,13 @@
-"""Qwen3.5 (dense 0.8B-27B; llama.cpp's `qwen35`, transformers' Qwen3_5ForCausalLM), text only: most layers a
+"""Qwen3.5 (dense 0.8B-27B; llama.cpp's `qwen35`, transformers' Qwen3_5ForCausalLM): most layers a
 Gated DeltaNet (hearth.models.delta_net, its state a per-sequence slot's), every `full_attention_interval`-th
 (4) gated attention: q_proj emits per head the query and a gate, the attention's output times sigmoid(gate);
 q/k RMSNorm per head, partial neox rope with interleaved M-RoPE sections (text: every component equal, so plain
 rope); the norm after attention (post_attention_norm) is the MLP's input norm.
+
+Images (--mmproj: the converter's qwen3vl_merger file of Qwen3_5ForConditionalGeneration): their rows take the
+positions Qwen3-VL's text model takes (Qwen3_5Model.get_rope_index is Qwen3-VL's; the runner's
+hearth.runner.rope_positions, as for any ModelConfig.rope_sections), and no deepstack parts (Qwen3.5's tower has
+none; llama.cpp's qwen35.cpp adds none); the DeltaNet layers read image rows as any rows.
 
 The converter (conversion/qwen.py, Qwen3NextModel.modify_tensors) folds Qwen3.5's zero-centred norms' +1 into
 every `*norm.weight` but the DeltaNet's gated head norm, so every norm here multiplies by its weight as stored.
