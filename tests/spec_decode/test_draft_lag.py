@@ -30,8 +30,8 @@ class RecordingModel(torch.nn.Module):
 
 class Cfg:
     num_kv_heads, head_dim, num_layers, hidden_size, conv_layers = 1, 2, 1, 2, ()
-    # what hearth.config.layer_caches also reads: one head dim, no KV-shared layers
-    head_dim_swa, layer_kv_heads, kv_shared_layers, sliding_window_pattern = 0, (), 0, ()
+    # what hearth.config.layer_caches also reads: one head dim, no KV-shared nor recurrent layers
+    head_dim_swa, layer_kv_heads, kv_shared_layers, sliding_window_pattern, recurrent_layers = 0, (), 0, (), ()
 
 
 def drafter(bs=4):
