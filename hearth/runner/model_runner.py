@@ -4,53 +4,34 @@ Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, 
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from dataclasses import replace
 
 import torch
 
 from hearth.config import ModelConfig, layer_caches
-from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
-from hearth.kvstore.recurrent import RecurrentStates, StepStates
 from hearth.runner.drafter import DraftModel
+from hearth.runner.freed_pages import keep_freed_pages
 from hearth.runner.grammar_matchers import constrain, constrain_rows, constrain_tree, forced, matched
 from hearth.runner.grammar_rows import dead_ends, reached, scored_ids, wants_raw
 from hearth.runner.media_rows import MediaRows
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
 from hearth.runner.pooling import pooled_sums, pooling_rows
 from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, with_prompt_rows
-from hearth.runner.rope_positions import mrope_positions
 from hearth.runner.sampled_tokens import sampled_token
-from hearth.runner.tree_paths import depths, move_path, node_paths
+from hearth.runner.state_slots import save_snapshots, state_tables
+from hearth.runner.step_inputs import step_inputs
+from hearth.runner.tree_paths import move_path, node_paths
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
 from hearth.sample.speculative import verify
 
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-
-
 IDLE_WAIT = 0.05
 """Seconds a step with nothing to run waits for an image being encoded (then the engine takes new requests)."""
-
-
-def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
-    """Let glibc reuse freed memory instead of returning it to the OS: every layer's ~1 MB
-    temporaries (a cast KV context, prefill activations) would otherwise be page-faulted in anew
-    (SmolLM2 prefill measured ~1.3k -> ~1.9k tok/s here with this). No-op off glibc."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, mmap_max)
-        libc.mallopt(M_TRIM_THRESHOLD, trim)
-    except (OSError, AttributeError):
-        pass
 
 
 class ModelRunner:
@@ -67,12 +48,8 @@ class ModelRunner:
         self.mrope = bool(cfg.rope_sections)  # images move its rope positions (rope_positions)
         self.backend = model.backend  # the one the model was built on (hearth.backends)
         self._allocate_kv(codec, num_blocks, max_num_seqs)
-        # the recurrent layers' state, a slot per running sequence (the KV manager hands them out)
-        self.states = (RecurrentStates(cfg, max_num_seqs, self.backend.kv_zeros) if any(cfg.recurrent_layers)
-                       else None)
-        # copies of a sequence's state right after a block, by slot: where a prefix-cache hit starts from
-        self.snapshots = (RecurrentStates(cfg, state_snapshots, self.backend.kv_zeros)
-                          if self.states is not None and state_snapshots else None)
+        # recurrent layers: a state slot per running sequence, and snapshots where prefix-cache hits start
+        self.states, self.snapshots = state_tables(cfg, max_num_seqs, state_snapshots, self.backend.kv_zeros)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
         host = all(c.device.type == "cpu" for c in self.kv_caches)
@@ -156,7 +133,7 @@ class ModelRunner:
         """[T, hidden]: the final hidden states of every scheduled token (K/V written to the cache),
         without sampling: what `hearth eval perplexity` scores."""
         self.forget(so.finished_request_ids)
-        ids, positions, meta, embeds = self._prepare(so)
+        ids, positions, meta, embeds = step_inputs(self, so)
         return self.model(ids, positions, meta, self.kv_caches, **embeds)
 
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
@@ -181,7 +158,7 @@ class ModelRunner:
         if failed:  # a bad image ends its request only: the step runs the others
             so = replace(so, seqs=[s for s in so.seqs if s.request_id not in failed])
         out = self._execute(so)
-        out.snapshots = self._save_snapshots(so.seqs)
+        out.snapshots = save_snapshots(self.states, self.snapshots, so.seqs)
         if self.media is not None and self.media.worker is not None:
             ready, late = self.media.report()
             failed = {**late, **failed}
@@ -191,15 +168,6 @@ class ModelRunner:
         out.grammar_errors = {s.request_id: m.error for s in so.seqs
                               if (m := self.matchers.get(s.request_id)) is not None and m.error}
         return out
-
-    def _save_snapshots(self, seqs: list) -> list[int]:
-        """After the step (its restores read first): copy the states the scheduler asked for into their snapshot
-        slots (distinct: hearth.engine.state_snapshots.SnapshotIndex.reserve); returns the slots written."""
-        pairs = [(s.state_slot, s.state_snapshot) for s in seqs if s.state_snapshot >= 0]
-        if not pairs or self.snapshots is None:
-            return []
-        self.snapshots.copy(self.states, pairs)
-        return [b for _, b in pairs]
 
     def abort_soon(self, request_id: str) -> None:
         """The request is being aborted (AsyncEngine, from the abort's thread): its queued image encodes go now,
@@ -236,7 +204,7 @@ class ModelRunner:
         return out
 
     def _run(self, so: SchedulerOutput) -> RunnerOutput:
-        ids, positions, meta, embeds = self._prepare(so)
+        ids, positions, meta, embeds = step_inputs(self, so)
         # a sequence's sampled rows: its last one, or with k drafts its last k + 1
         rows = [r for i, s in enumerate(so.seqs) if s.sample
                 for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
@@ -285,55 +253,6 @@ class ModelRunner:
     def _logits(self, hidden: torch.Tensor, scored: torch.Tensor | None) -> torch.Tensor:
         """[R, vocab] f32: every token's logits, or only scored's (the rest -inf)."""
         return (self.model.compute_logits(hidden) if scored is None else self.model.compute_logits(hidden, scored)).float()
-
-    def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict]:
-        """(ids [T], positions [T] (or [3, T]: M-RoPE's, for a step with image rows), the step's metadata, the
-        model's extra arguments: image rows' embeds). A token's KV slot follows its index, its rope the position."""
-        ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
-        trees = {}
-        bs = self.block_size
-        for i, s in enumerate(so.seqs):
-            n = s.num_tokens  # drafts follow the committed tokens: their K/V is written too
-            ids.extend(s.token_ids + s.spec_token_ids)
-            pos = range(s.start_pos, s.start_pos + n)
-            slots.extend(s.block_ids[p // bs] * bs + p % bs for p in pos)
-            if s.is_tree:  # K/V in node order, each node's rope position the one on its path
-                trees[i] = (len(s.token_ids), s.spec_parents)
-                base = s.start_pos + len(s.token_ids)
-                positions.extend(range(s.start_pos, base))
-                positions.extend(base - 1 + d for d in depths(s.spec_parents))
-            else:
-                positions.extend(pos)
-            qsl.append(qsl[-1] + n)
-            seq_lens.append(s.start_pos + n)
-            tables.append(s.block_ids)
-        meta = self.backend.metadata(qsl, seq_lens, tables, slots, bs, trees)
-        if self.states is not None:  # a sequence at position 0 starts from a zero state (new, or recomputed)
-            if any(s.state_slot < 0 for s in so.seqs):
-                raise ValueError("a sequence without a state slot reached a model with recurrent layers")
-            self.states.reset([s.state_slot for s in so.seqs if s.start_pos == 0])
-            restores = [(s.state_restore, s.state_slot) for s in so.seqs if s.state_restore >= 0]
-            if restores:  # a prefix-cache hit continues from the state right after its last cached block
-                if self.snapshots is None:
-                    raise ValueError("a state snapshot to restore reached a runner that keeps none")
-                self.states.copy(self.snapshots, restores)
-            meta.recurrent = StepStates(self.states, [s.state_slot for s in so.seqs])
-        if (rows := getattr(self.model, "lora", None)) is not None:  # each sequence's adapter scales on its rows
-            rows.set([tuple((s.params.lora or {}).get(j, 0.0) for j in range(rows.num_adapters)) for s in so.seqs],
-                     [s.num_tokens for s in so.seqs])
-        if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
-            meta.kv_plan = self.staging.plan(
-                [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
-        embeds = {}
-        if any(s.media for s in so.seqs):
-            if self.media is None:
-                raise ValueError("a request with images reached a runner without a vision encoder")
-            embeds = {"embeds": self.media.rows(so.seqs, qsl)}
-            meta.bidirectional = self.media.bidirectional(so.seqs)
-        positions = torch.tensor(positions, dtype=torch.long)
-        if self.mrope:
-            positions = mrope_positions(so.seqs, positions, qsl)
-        return torch.tensor(ids, dtype=torch.long), positions, meta, embeds
 
     def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True,
                 masks: dict[str, list[torch.Tensor]] | None = None) -> RunnerOutput:
