@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import operator
 import os
 import sys
 import threading
@@ -17,6 +16,7 @@ from dataclasses import fields, replace
 import torch
 
 from hearth import llm_draft, llm_lora, llm_vision
+from hearth.llm_prompts import PromptType, chat_ids, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import no_drafts, recurrent_engine
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
@@ -51,9 +51,6 @@ from hearth.spec_decode.policy import SpeculativeDecoder
 from hearth.tool_guard import DEFAULT_MODE
 from hearth.tool_guard.offline import chat_constraint, chat_message
 
-PromptType = str | dict
-PROMPT_TYPES = "a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}"
-"""What one prompt may be (vLLM's PromptType: a string, a TextPrompt or a TokensPrompt)."""
 log = logging.getLogger("hearth")
 
 
@@ -270,14 +267,14 @@ class LLM:
         prompt or a list of them, each a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}; a dict
         may add 'media': [hearth.media.inputs.MediaInput, ...], image rows in the prompt (a model with a
         vision encoder)."""
-        prompts = _prompt_list(prompts)
+        prompts = prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
-        encoded = [self._prompt_ids(prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
-        media = [_media(prompt) for prompt in prompts]
+        encoded = [prompt_ids(self.tokenizer, prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
+        media = [prompt_media(prompt) for prompt in prompts]
         # validate every request before queueing any; queue the checked params (bad_words' ids on; an encoder's: None)
         params = [(self.engine.check_request(ids, p, m) if m else self.engine.check_request(ids, p)) or p
                   for (_, ids), p, m in zip(encoded, params, media)]
@@ -373,8 +370,8 @@ class LLM:
     def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None):
         """Yield EngineOutput deltas of one request as they are generated. The engine is this
         stream's (other threads' calls wait) until it ends or is closed."""
-        _, ids = self._prompt_ids(prompt, "prompt")
-        media = _media(prompt)
+        _, ids = prompt_ids(self.tokenizer, prompt, "prompt")
+        media = prompt_media(prompt)
         with self._driving("stream"):
             rid = self.engine.add_request(ids, sampling_params or SamplingParams(),
                                           request_id=str(next(self._request_ids)), media=media)
@@ -418,60 +415,7 @@ class LLM:
         messages = _template_messages(messages, images.images)
         text = self.chat_template.render(messages, tools=tools)
         with _as_value_error():
-            return text, images.encode(text, messages) if images.images else self._chat_ids(text)
-
-    def _chat_ids(self, text: str) -> list[int]:
-        tok = self.tokenizer
-        # BOS exactly once, as llama.cpp does: whether or not the template wrote it
-        if tok.add_bos and tok.bos_token and text.startswith(tok.bos_token):
-            text = text[len(tok.bos_token):]
-        return tok.encode(text, add_special_tokens=True, parse_special=True)
-
-    def _prompt_ids(self, prompt: PromptType, name: str) -> tuple[str | None, list[int]]:
-        """name: where the prompt sits in the call (prompts[2]), for the error."""
-        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            return prompt.get("prompt"), _token_ids(prompt["prompt_token_ids"], f"{name}['prompt_token_ids']")
-        text = prompt.get("prompt") if isinstance(prompt, dict) else prompt
-        if isinstance(text, str):
-            return text, self.tokenizer.encode(text)
-        raise TypeError(f"{name} must be {PROMPT_TYPES}, not {_type_name(prompt)}")
-
-
-def _media(prompt: PromptType) -> tuple:
-    """A prompt dict's image spans ('media'), else ()."""
-    return tuple(prompt.get("media") or ()) if isinstance(prompt, dict) else ()
-
-
-def _prompt_list(prompts) -> list:
-    """generate's prompts as a list: one prompt, or a list (any iterable) of them."""
-    if isinstance(prompts, (str, dict)):
-        return [prompts]
-    if not isinstance(prompts, (bytes, bytearray)):
-        try:
-            return list(prompts)
-        except TypeError:
-            pass
-    raise TypeError(f"prompts must be one prompt ({PROMPT_TYPES}) or a list of them, not {_type_name(prompts)}")
-
-
-def _token_ids(ids, name: str) -> list[int]:
-    if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
-        raise TypeError(f"{name} must be a list of int token ids, not {type(ids).__name__}")
-    out = []
-    for k, t in enumerate(ids):
-        try:  # index(): ints (numpy's too), never a float cut short nor a digit string
-            out.append(operator.index(t))
-        except TypeError:
-            raise TypeError(f"{name}[{k}] must be an int token id, not {type(t).__name__}") from None
-    return out
-
-
-def _type_name(value) -> str:
-    if not isinstance(value, dict):
-        return type(value).__name__
-    if "prompt" in value:
-        return f"{{'prompt': {type(value['prompt']).__name__}}}"
-    return f"a dict without 'prompt' or 'prompt_token_ids' (keys: {', '.join(map(str, value)) or 'none'})"
+            return text, images.encode(text, messages) if images.images else chat_ids(self.tokenizer, text)
 
 
 def _template_messages(messages: list[dict], images=None) -> list[dict]:
