@@ -16,7 +16,8 @@ from dataclasses import fields, replace
 import torch
 
 from hearth import llm_draft, llm_lora, llm_vision
-from hearth.llm_prompts import PromptType, chat_ids, prompt_ids, prompt_list, prompt_media
+from hearth.llm_chat import chat_prompt
+from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import no_drafts, recurrent_engine
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
@@ -394,7 +395,7 @@ class LLM:
         token when tool_choice forces one), "off" leaves the output free; the server's guard also
         validates and retries (hearth.api.guarded). Each output's `message` is its answer as an
         assistant message: content, parsed `tool_calls`, reasoning."""
-        text, ids = self._chat_prompt(messages, tools)
+        text, ids = chat_prompt(self, messages, tools)
         params = sampling_params or SamplingParams()
         so = chat_constraint(self.chat_template.source, tools, tool_choice, tool_guard, text)
         if so is not None and params.structured_output is None:
@@ -408,37 +409,7 @@ class LLM:
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The chat's prompt ids; with images, a hearth.api.media_prompt.PromptIds whose `media` are their
         rows' spans (llm_vision.tokens_prompt makes either a prompt for generate and stream)."""
-        return self._chat_prompt(messages, tools)[1]
-
-    def _chat_prompt(self, messages: list[dict], tools: list[dict] | None) -> tuple[str, list[int]]:
-        images = llm_vision.ChatImages(self)
-        messages = _template_messages(messages, images.images)
-        text = self.chat_template.render(messages, tools=tools)
-        with _as_value_error():
-            return text, images.encode(text, messages) if images.images else chat_ids(self.tokenizer, text)
-
-
-def _template_messages(messages: list[dict], images=None) -> list[dict]:
-    """Chat messages read as the server reads them (hearth.api.messages: the same roles, checks and
-    mapping, developer -> system) less OpenAI's wire-only rules: Hugging Face's convention holds (a tool
-    message needs no tool_call_id; keys hearth does not read reach the template). A bad message is a
-    ValueError naming the field, as the server's 400. images: hearth.api.media_parts.RequestImages, which
-    takes the image parts (their markers in the text); None: an image part is refused."""
-    from hearth.api.messages import openai_messages
-
-    with _as_value_error():
-        return openai_messages(messages, wire=False, images=images)
-
-
-@contextmanager
-def _as_value_error():
-    """The server's 400 (an APIError naming the field) as the library's ValueError."""
-    from hearth.api.errors import APIError  # here: it imports fastapi, which the library need not load
-
-    try:
-        yield
-    except APIError as e:
-        raise ValueError(e.message) from None
+        return chat_prompt(self, messages, tools)[1]
 
 
 def _cache_key(files: list[Path], codec: str, block_size: int) -> bytes:
