@@ -19,6 +19,7 @@ from hearth import llm_draft, llm_lora, llm_vision
 from hearth.llm_chat import chat_prompt
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import no_drafts, recurrent_engine
+from hearth.llm_requests import run_requests
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling, recurrent_state_bytes
@@ -40,8 +41,7 @@ from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
 from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import embeds_only as encoder_arch, load_model
-from hearth.outputs import (CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput,
-                            ScoringRequestOutput)
+from hearth.outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput, ScoringRequestOutput
 from hearth.runner.encoder_runner import EncoderRunner
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
@@ -280,7 +280,7 @@ class LLM:
         params = [(self.engine.check_request(ids, p, m) if m else self.engine.check_request(ids, p)) or p
                   for (_, ids), p, m in zip(encoded, params, media)]
         with self._driving("generate"):
-            return self._run(encoded, params, media)
+            return run_requests(self.engine, self._request_ids, encoded, params, media)
 
     def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
         """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
@@ -311,48 +311,6 @@ class LLM:
         return [ScoringRequestOutput(r.request_id, r.prompt_token_ids,
                                      ScoringOutput(activated(r.embedding[0], use_activation)))
                 for r in self.generate(prompts, params)]
-
-    def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams],
-             media: list[tuple] | None = None) -> list[RequestOutput]:
-        """generate's work, under the engine's lock: each (text, ids) runs with its params (and media)."""
-        results, children = [], {}
-        try:
-            for i, ((text, ids), p) in enumerate(zip(encoded, params)):
-                m = media[i] if media else ()
-                result = RequestOutput(str(next(self._request_ids)), text, ids, [])
-                results.append(result)
-                for j in range(p.n):
-                    child = p if p.seed is None else replace(p, seed=p.seed + j)
-                    # the first child's prompt logprobs are the result's: the rest hit its prefix
-                    if j and p.prompt_logprobs is not None:
-                        child = replace(child, prompt_logprobs=None)
-                    rid = self.engine.add_request(ids, child, request_id=f"{result.request_id}-{j}", checked=True,
-                                                  media=m)
-                    result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
-                    children[rid] = (result, result.outputs[j])
-            while self.engine.has_unfinished():
-                for out in self.engine.step():
-                    if out.error is not None:  # the others are aborted below
-                        raise out.error
-                    result, comp = children[out.request_id]
-                    if comp.index == 0:  # the prompt's, as the server counts it: siblings hit the first's blocks
-                        result.num_cached_tokens = out.num_cached_tokens
-                    comp.token_ids.extend(out.new_token_ids)
-                    comp.text += out.new_text
-                    if out.new_logprobs is not None:
-                        comp.logprobs.extend(out.new_logprobs)
-                    if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
-                        result.prompt_logprobs, result.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
-                    if out.embedding is not None:
-                        result.embedding = out.embedding
-                    if out.finished:
-                        comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
-                        result.finished = all(c.finish_reason for c in result.outputs)
-        except BaseException:  # a failed step (or ^C): the requests left would join the next call's
-            for rid in children:
-                self.engine.abort(rid)
-            raise
-        return results
 
     def close(self) -> None:
         """Finish the disk tier's queued writes (they are lost if the process exits first), after any
