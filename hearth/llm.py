@@ -6,10 +6,8 @@ import itertools
 import logging
 import os
 import sys
-import threading
 import time
 import weakref
-from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import fields, replace
 
@@ -20,6 +18,7 @@ from hearth.llm_chat import chat_prompt
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import no_drafts, recurrent_engine
 from hearth.llm_requests import run_requests
+from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling, recurrent_state_bytes
@@ -53,10 +52,6 @@ from hearth.tool_guard import DEFAULT_MODE
 from hearth.tool_guard.offline import chat_constraint, chat_message
 
 log = logging.getLogger("hearth")
-
-
-class LLMClosedError(HearthError):
-    """A call that would run the engine after LLM.close()."""
 
 
 class LLM:
@@ -239,28 +234,8 @@ class LLM:
 
     def _ready(self, t0: float) -> None:
         self.load_time = time.perf_counter() - t0
-        self._lock = threading.Lock()
-        """Held by the call that steps the engine: each steps it until its own requests end, and would
-        take (and drop) another thread's outputs on the way."""
-        self._holder: int | None = None  # the thread that holds _lock (an open stream's may call again)
-        self._closed = False
+        self._turns = EngineTurns()  # one call steps the engine at a time, none after close()
         self._request_ids = itertools.count()  # across calls: ids never collide in the engine
-
-    @contextmanager
-    def _driving(self, call: str, closing: bool = False):
-        """Run the engine for one call: after any other thread's call, never after close() (closing:
-        the call is close(), which may come twice)."""
-        if self._holder == threading.get_ident():  # a plain Lock would wait for itself forever
-            raise RuntimeError(f"LLM.{call}: a stream of this LLM is still open in this thread: "
-                               "exhaust or close() it first")
-        with self._lock:
-            if self._closed and not closing:
-                raise LLMClosedError(f"LLM.{call}: this LLM is closed (LLM.close() was called): load a new LLM")
-            self._holder = threading.get_ident()
-            try:
-                yield
-            finally:
-                self._holder = None
 
     def generate(self, prompts: PromptType | list[PromptType],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
@@ -279,7 +254,7 @@ class LLM:
         # validate every request before queueing any; queue the checked params (bad_words' ids on; an encoder's: None)
         params = [(self.engine.check_request(ids, p, m) if m else self.engine.check_request(ids, p)) or p
                   for (_, ids), p, m in zip(encoded, params, media)]
-        with self._driving("generate"):
+        with self._turns.driving("generate"):
             return run_requests(self.engine, self._request_ids, encoded, params, media)
 
     def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
@@ -315,9 +290,9 @@ class LLM:
     def close(self) -> None:
         """Finish the disk tier's queued writes (they are lost if the process exits first), after any
         call in progress; later calls that would run the engine raise LLMClosedError."""
-        with self._driving("close", closing=True):
-            if not self._closed:
-                self._closed = True
+        with self._turns.driving("close", closing=True):
+            if not self._turns.closed:
+                self._turns.closed = True
                 try:
                     while self.engine.has_unfinished():  # saves a failed step gave back: no request is left
                         self.engine.step()
@@ -331,7 +306,7 @@ class LLM:
         stream's (other threads' calls wait) until it ends or is closed."""
         _, ids = prompt_ids(self.tokenizer, prompt, "prompt")
         media = prompt_media(prompt)
-        with self._driving("stream"):
+        with self._turns.driving("stream"):
             rid = self.engine.add_request(ids, sampling_params or SamplingParams(),
                                           request_id=str(next(self._request_ids)), media=media)
             try:
