@@ -15,30 +15,29 @@ import torch
 
 from hearth import llm_draft, llm_lora, llm_vision
 from hearth.llm_chat import chat_prompt
+from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import no_drafts, recurrent_engine
 from hearth.llm_requests import run_requests
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
-from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling, recurrent_state_bytes
+from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
 from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError
-from hearth.kvstore.codecs import cache_block_bytes, get_codec
+from hearth.kvstore.codecs import get_codec
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.context import context_in_cache, context_to_run
 from hearth.loader.store import folder_problem
-from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
-from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import embeds_only as encoder_arch, load_model
 from hearth.outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput, ScoringRequestOutput
 from hearth.runner.encoder_runner import EncoderRunner
@@ -149,16 +148,7 @@ class LLM:
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
-        block_bytes = cache_block_bytes(codec, layer_caches(mc), cfg.block_size)  # refuses what it cannot hold
-        if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
-            block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
-        # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot
-        staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-                   + recurrent_state_bytes(mc))
-        # and once: a recurrent model's state snapshots, where its prefix-cache hits start
-        snapshots = cfg.state_snapshots if cfg.enable_prefix_caching and any(mc.recurrent_layers) else 0
-        num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs, self.max_model_len,
-                                 cfg.kv_cache_memory_gb, cfg.num_kv_blocks, snapshots * recurrent_state_bytes(mc))
+        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len)
         # one sequence may hold every block: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
         self.model.fit_context(self.max_model_len)
@@ -178,7 +168,7 @@ class LLM:
             self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format,
                                     owner=cfg.kv_disk_owner)
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
-        kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.gguf.parts, codec.name, cfg.block_size),
+        kv = KVCacheManager(num_blocks, cfg.block_size, cache_key(self.gguf.parts, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk,
                             seals_full_blocks=codec.quantized, lora=self.lora,
                             state_slots=cfg.max_num_seqs if any(mc.recurrent_layers) else 0,
@@ -343,13 +333,6 @@ class LLM:
         """The chat's prompt ids; with images, a hearth.api.media_prompt.PromptIds whose `media` are their
         rows' spans (llm_vision.tokens_prompt makes either a prompt for generate and stream)."""
         return chat_prompt(self, messages, tools)[1]
-
-
-def _cache_key(files: list[Path], codec: str, block_size: int) -> bytes:
-    """What makes cached K/V reusable, here or in the disk tier after a restart: the same model
-    files' content (see model_fingerprint; every file of a split model), the same KV format and the
-    same block size."""
-    return f"{'+'.join(model_fingerprint(f) for f in files)}|{codec}|{block_size}".encode()
 
 
 def _layer_progress(enabled: bool):
