@@ -4,43 +4,42 @@ from __future__ import annotations
 
 import itertools
 import logging
-import operator
 import os
 import sys
-import threading
 import time
 import weakref
-from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import fields, replace
 
 import torch
 
 from hearth import llm_draft, llm_lora, llm_vision
+from hearth.llm_chat import chat_prompt
+from hearth.llm_kv import cache_key, pool_size
+from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import no_drafts, recurrent_engine
+from hearth.llm_requests import run_requests
+from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
-from hearth.config import DEFAULT_MODEL, EngineConfig, layer_caches, parse_rope_scaling, recurrent_state_bytes
+from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
 from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
 from hearth.errors import HearthError
-from hearth.kvstore.codecs import cache_block_bytes, get_codec
+from hearth.kvstore.codecs import get_codec
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.context import context_in_cache, context_to_run
 from hearth.loader.store import folder_problem
-from hearth.loader.fingerprint import model_fingerprint
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
-from hearth.memory.kv_cache import pool_blocks
 from hearth.models.registry import embeds_only as encoder_arch, load_model
-from hearth.outputs import (CompletionOutput, EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput,
-                            ScoringRequestOutput)
+from hearth.outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput, ScoringRequestOutput
 from hearth.runner.encoder_runner import EncoderRunner
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
@@ -51,14 +50,7 @@ from hearth.spec_decode.policy import SpeculativeDecoder
 from hearth.tool_guard import DEFAULT_MODE
 from hearth.tool_guard.offline import chat_constraint, chat_message
 
-PromptType = str | dict
-PROMPT_TYPES = "a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}"
-"""What one prompt may be (vLLM's PromptType: a string, a TextPrompt or a TokensPrompt)."""
 log = logging.getLogger("hearth")
-
-
-class LLMClosedError(HearthError):
-    """A call that would run the engine after LLM.close()."""
 
 
 class LLM:
@@ -156,16 +148,7 @@ class LLM:
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
-        block_bytes = cache_block_bytes(codec, layer_caches(mc), cfg.block_size)  # refuses what it cannot hold
-        if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
-            block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
-        # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot
-        staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-                   + recurrent_state_bytes(mc))
-        # and once: a recurrent model's state snapshots, where its prefix-cache hits start
-        snapshots = cfg.state_snapshots if cfg.enable_prefix_caching and any(mc.recurrent_layers) else 0
-        num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs, self.max_model_len,
-                                 cfg.kv_cache_memory_gb, cfg.num_kv_blocks, snapshots * recurrent_state_bytes(mc))
+        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len)
         # one sequence may hold every block: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
         self.model.fit_context(self.max_model_len)
@@ -185,7 +168,7 @@ class LLM:
             self.disk = DiskKVStore(cfg.kv_disk_dir, cfg.kv_disk_space_mb << 20, self.runner.block_format,
                                     owner=cfg.kv_disk_owner)
             weakref.finalize(self, self.disk.close)  # at the latest at exit: queued writes land
-        kv = KVCacheManager(num_blocks, cfg.block_size, _cache_key(self.gguf.parts, codec.name, cfg.block_size),
+        kv = KVCacheManager(num_blocks, cfg.block_size, cache_key(self.gguf.parts, codec.name, cfg.block_size),
                             cfg.enable_prefix_caching, self.disk,
                             seals_full_blocks=codec.quantized, lora=self.lora,
                             state_slots=cfg.max_num_seqs if any(mc.recurrent_layers) else 0,
@@ -241,28 +224,8 @@ class LLM:
 
     def _ready(self, t0: float) -> None:
         self.load_time = time.perf_counter() - t0
-        self._lock = threading.Lock()
-        """Held by the call that steps the engine: each steps it until its own requests end, and would
-        take (and drop) another thread's outputs on the way."""
-        self._holder: int | None = None  # the thread that holds _lock (an open stream's may call again)
-        self._closed = False
+        self._turns = EngineTurns()  # one call steps the engine at a time, none after close()
         self._request_ids = itertools.count()  # across calls: ids never collide in the engine
-
-    @contextmanager
-    def _driving(self, call: str, closing: bool = False):
-        """Run the engine for one call: after any other thread's call, never after close() (closing:
-        the call is close(), which may come twice)."""
-        if self._holder == threading.get_ident():  # a plain Lock would wait for itself forever
-            raise RuntimeError(f"LLM.{call}: a stream of this LLM is still open in this thread: "
-                               "exhaust or close() it first")
-        with self._lock:
-            if self._closed and not closing:
-                raise LLMClosedError(f"LLM.{call}: this LLM is closed (LLM.close() was called): load a new LLM")
-            self._holder = threading.get_ident()
-            try:
-                yield
-            finally:
-                self._holder = None
 
     def generate(self, prompts: PromptType | list[PromptType],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
@@ -270,19 +233,19 @@ class LLM:
         prompt or a list of them, each a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}; a dict
         may add 'media': [hearth.media.inputs.MediaInput, ...], image rows in the prompt (a model with a
         vision encoder)."""
-        prompts = _prompt_list(prompts)
+        prompts = prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
-        encoded = [self._prompt_ids(prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
-        media = [_media(prompt) for prompt in prompts]
+        encoded = [prompt_ids(self.tokenizer, prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
+        media = [prompt_media(prompt) for prompt in prompts]
         # validate every request before queueing any; queue the checked params (bad_words' ids on; an encoder's: None)
         params = [(self.engine.check_request(ids, p, m) if m else self.engine.check_request(ids, p)) or p
                   for (_, ids), p, m in zip(encoded, params, media)]
-        with self._driving("generate"):
-            return self._run(encoded, params, media)
+        with self._turns.driving("generate"):
+            return run_requests(self.engine, self._request_ids, encoded, params, media)
 
     def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
         """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
@@ -314,54 +277,12 @@ class LLM:
                                      ScoringOutput(activated(r.embedding[0], use_activation)))
                 for r in self.generate(prompts, params)]
 
-    def _run(self, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams],
-             media: list[tuple] | None = None) -> list[RequestOutput]:
-        """generate's work, under the engine's lock: each (text, ids) runs with its params (and media)."""
-        results, children = [], {}
-        try:
-            for i, ((text, ids), p) in enumerate(zip(encoded, params)):
-                m = media[i] if media else ()
-                result = RequestOutput(str(next(self._request_ids)), text, ids, [])
-                results.append(result)
-                for j in range(p.n):
-                    child = p if p.seed is None else replace(p, seed=p.seed + j)
-                    # the first child's prompt logprobs are the result's: the rest hit its prefix
-                    if j and p.prompt_logprobs is not None:
-                        child = replace(child, prompt_logprobs=None)
-                    rid = self.engine.add_request(ids, child, request_id=f"{result.request_id}-{j}", checked=True,
-                                                  media=m)
-                    result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
-                    children[rid] = (result, result.outputs[j])
-            while self.engine.has_unfinished():
-                for out in self.engine.step():
-                    if out.error is not None:  # the others are aborted below
-                        raise out.error
-                    result, comp = children[out.request_id]
-                    if comp.index == 0:  # the prompt's, as the server counts it: siblings hit the first's blocks
-                        result.num_cached_tokens = out.num_cached_tokens
-                    comp.token_ids.extend(out.new_token_ids)
-                    comp.text += out.new_text
-                    if out.new_logprobs is not None:
-                        comp.logprobs.extend(out.new_logprobs)
-                    if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
-                        result.prompt_logprobs, result.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
-                    if out.embedding is not None:
-                        result.embedding = out.embedding
-                    if out.finished:
-                        comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
-                        result.finished = all(c.finish_reason for c in result.outputs)
-        except BaseException:  # a failed step (or ^C): the requests left would join the next call's
-            for rid in children:
-                self.engine.abort(rid)
-            raise
-        return results
-
     def close(self) -> None:
         """Finish the disk tier's queued writes (they are lost if the process exits first), after any
         call in progress; later calls that would run the engine raise LLMClosedError."""
-        with self._driving("close", closing=True):
-            if not self._closed:
-                self._closed = True
+        with self._turns.driving("close", closing=True):
+            if not self._turns.closed:
+                self._turns.closed = True
                 try:
                     while self.engine.has_unfinished():  # saves a failed step gave back: no request is left
                         self.engine.step()
@@ -373,9 +294,9 @@ class LLM:
     def stream(self, prompt: PromptType, sampling_params: SamplingParams | None = None):
         """Yield EngineOutput deltas of one request as they are generated. The engine is this
         stream's (other threads' calls wait) until it ends or is closed."""
-        _, ids = self._prompt_ids(prompt, "prompt")
-        media = _media(prompt)
-        with self._driving("stream"):
+        _, ids = prompt_ids(self.tokenizer, prompt, "prompt")
+        media = prompt_media(prompt)
+        with self._turns.driving("stream"):
             rid = self.engine.add_request(ids, sampling_params or SamplingParams(),
                                           request_id=str(next(self._request_ids)), media=media)
             try:
@@ -397,7 +318,7 @@ class LLM:
         token when tool_choice forces one), "off" leaves the output free; the server's guard also
         validates and retries (hearth.api.guarded). Each output's `message` is its answer as an
         assistant message: content, parsed `tool_calls`, reasoning."""
-        text, ids = self._chat_prompt(messages, tools)
+        text, ids = chat_prompt(self, messages, tools)
         params = sampling_params or SamplingParams()
         so = chat_constraint(self.chat_template.source, tools, tool_choice, tool_guard, text)
         if so is not None and params.structured_output is None:
@@ -411,97 +332,7 @@ class LLM:
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The chat's prompt ids; with images, a hearth.api.media_prompt.PromptIds whose `media` are their
         rows' spans (llm_vision.tokens_prompt makes either a prompt for generate and stream)."""
-        return self._chat_prompt(messages, tools)[1]
-
-    def _chat_prompt(self, messages: list[dict], tools: list[dict] | None) -> tuple[str, list[int]]:
-        images = llm_vision.ChatImages(self)
-        messages = _template_messages(messages, images.images)
-        text = self.chat_template.render(messages, tools=tools)
-        with _as_value_error():
-            return text, images.encode(text, messages) if images.images else self._chat_ids(text)
-
-    def _chat_ids(self, text: str) -> list[int]:
-        tok = self.tokenizer
-        # BOS exactly once, as llama.cpp does: whether or not the template wrote it
-        if tok.add_bos and tok.bos_token and text.startswith(tok.bos_token):
-            text = text[len(tok.bos_token):]
-        return tok.encode(text, add_special_tokens=True, parse_special=True)
-
-    def _prompt_ids(self, prompt: PromptType, name: str) -> tuple[str | None, list[int]]:
-        """name: where the prompt sits in the call (prompts[2]), for the error."""
-        if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            return prompt.get("prompt"), _token_ids(prompt["prompt_token_ids"], f"{name}['prompt_token_ids']")
-        text = prompt.get("prompt") if isinstance(prompt, dict) else prompt
-        if isinstance(text, str):
-            return text, self.tokenizer.encode(text)
-        raise TypeError(f"{name} must be {PROMPT_TYPES}, not {_type_name(prompt)}")
-
-
-def _media(prompt: PromptType) -> tuple:
-    """A prompt dict's image spans ('media'), else ()."""
-    return tuple(prompt.get("media") or ()) if isinstance(prompt, dict) else ()
-
-
-def _prompt_list(prompts) -> list:
-    """generate's prompts as a list: one prompt, or a list (any iterable) of them."""
-    if isinstance(prompts, (str, dict)):
-        return [prompts]
-    if not isinstance(prompts, (bytes, bytearray)):
-        try:
-            return list(prompts)
-        except TypeError:
-            pass
-    raise TypeError(f"prompts must be one prompt ({PROMPT_TYPES}) or a list of them, not {_type_name(prompts)}")
-
-
-def _token_ids(ids, name: str) -> list[int]:
-    if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
-        raise TypeError(f"{name} must be a list of int token ids, not {type(ids).__name__}")
-    out = []
-    for k, t in enumerate(ids):
-        try:  # index(): ints (numpy's too), never a float cut short nor a digit string
-            out.append(operator.index(t))
-        except TypeError:
-            raise TypeError(f"{name}[{k}] must be an int token id, not {type(t).__name__}") from None
-    return out
-
-
-def _type_name(value) -> str:
-    if not isinstance(value, dict):
-        return type(value).__name__
-    if "prompt" in value:
-        return f"{{'prompt': {type(value['prompt']).__name__}}}"
-    return f"a dict without 'prompt' or 'prompt_token_ids' (keys: {', '.join(map(str, value)) or 'none'})"
-
-
-def _template_messages(messages: list[dict], images=None) -> list[dict]:
-    """Chat messages read as the server reads them (hearth.api.messages: the same roles, checks and
-    mapping, developer -> system) less OpenAI's wire-only rules: Hugging Face's convention holds (a tool
-    message needs no tool_call_id; keys hearth does not read reach the template). A bad message is a
-    ValueError naming the field, as the server's 400. images: hearth.api.media_parts.RequestImages, which
-    takes the image parts (their markers in the text); None: an image part is refused."""
-    from hearth.api.messages import openai_messages
-
-    with _as_value_error():
-        return openai_messages(messages, wire=False, images=images)
-
-
-@contextmanager
-def _as_value_error():
-    """The server's 400 (an APIError naming the field) as the library's ValueError."""
-    from hearth.api.errors import APIError  # here: it imports fastapi, which the library need not load
-
-    try:
-        yield
-    except APIError as e:
-        raise ValueError(e.message) from None
-
-
-def _cache_key(files: list[Path], codec: str, block_size: int) -> bytes:
-    """What makes cached K/V reusable, here or in the disk tier after a restart: the same model
-    files' content (see model_fingerprint; every file of a split model), the same KV format and the
-    same block size."""
-    return f"{'+'.join(model_fingerprint(f) for f in files)}|{codec}|{block_size}".encode()
+        return chat_prompt(self, messages, tools)[1]
 
 
 def _layer_progress(enabled: bool):

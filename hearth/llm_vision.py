@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 
 from hearth.errors import HearthError
+from hearth.llm_prompts import chat_ids
 from hearth.media.config import VisionConfig, check_lm_hidden, read_vision_config
 from hearth.media.vision_stats import VisionStats
 
@@ -63,7 +64,8 @@ class ChatImages:
 
         # the caller's own messages: their URLs may name this machine (the server's requests may not)
         self.vision = Vision(llm.vision_config, fetch_policy=USER_GIVEN) if llm.vision_config is not None else None
-        self.tokenizer, self.name, self.encode_chat_text = llm.tokenizer, llm.config.model, llm._chat_ids
+        self.tokenizer, self.name = llm.tokenizer, llm.config.model
+        self.encode_chat_text = lambda text: chat_ids(llm.tokenizer, text)
         self.images = RequestImages(self.vision)
 
     def encode(self, text: str, messages: list[dict]) -> list[int]:

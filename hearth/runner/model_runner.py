@@ -4,51 +4,34 @@ Owns the KV tensors and per-request sampling generators; reads SchedulerOutput, 
 
 from __future__ import annotations
 
-import ctypes
-import sys
 from dataclasses import replace
 
 import torch
 
 from hearth.config import ModelConfig, layer_caches
-from hearth.kernels.attention import AttentionMetadata
 from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
-from hearth.kvstore.recurrent import RecurrentStates, StepStates
 from hearth.runner.drafter import DraftModel
-from hearth.runner.grammar_rows import allowed_of, dead_ends, mask_row, reached, scored_ids, wants_raw
+from hearth.runner.freed_pages import keep_freed_pages
+from hearth.runner.grammar_matchers import constrain, constrain_rows, constrain_tree, forced, matched
+from hearth.runner.grammar_rows import dead_ends, reached, scored_ids, wants_raw
 from hearth.runner.media_rows import MediaRows
-from hearth.runner.messages import RunnerOutput, SampledToken, SchedulerOutput
+from hearth.runner.messages import RunnerOutput, SchedulerOutput
 from hearth.runner.pooling import pooled_sums, pooling_rows
-from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, top_logprobs, with_prompt_rows
-from hearth.runner.rope_positions import mrope_positions
-from hearth.runner.tree_paths import depths, node_paths, tree_moves
+from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, with_prompt_rows
+from hearth.runner.sampled_tokens import sampled_token
+from hearth.runner.state_slots import save_snapshots, state_tables
+from hearth.runner.step_inputs import step_inputs
+from hearth.runner.tree_paths import move_path, node_paths
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
 from hearth.sample.sampler import sample
 from hearth.sample.speculative import verify
 
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc mallopt parameters (malloc.h)
-
-
 IDLE_WAIT = 0.05
 """Seconds a step with nothing to run waits for an image being encoded (then the engine takes new requests)."""
-
-
-def keep_freed_pages(mmap_max: int = 32 << 20, trim: int = 128 << 20) -> None:
-    """Let glibc reuse freed memory instead of returning it to the OS: every layer's ~1 MB
-    temporaries (a cast KV context, prefill activations) would otherwise be page-faulted in anew
-    (SmolLM2 prefill measured ~1.3k -> ~1.9k tok/s here with this). No-op off glibc."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(M_MMAP_THRESHOLD, mmap_max)
-        libc.mallopt(M_TRIM_THRESHOLD, trim)
-    except (OSError, AttributeError):
-        pass
 
 
 class ModelRunner:
@@ -65,12 +48,8 @@ class ModelRunner:
         self.mrope = bool(cfg.rope_sections)  # images move its rope positions (rope_positions)
         self.backend = model.backend  # the one the model was built on (hearth.backends)
         self._allocate_kv(codec, num_blocks, max_num_seqs)
-        # the recurrent layers' state, a slot per running sequence (the KV manager hands them out)
-        self.states = (RecurrentStates(cfg, max_num_seqs, self.backend.kv_zeros) if any(cfg.recurrent_layers)
-                       else None)
-        # copies of a sequence's state right after a block, by slot: where a prefix-cache hit starts from
-        self.snapshots = (RecurrentStates(cfg, state_snapshots, self.backend.kv_zeros)
-                          if self.states is not None and state_snapshots else None)
+        # recurrent layers: a state slot per running sequence, and snapshots where prefix-cache hits start
+        self.states, self.snapshots = state_tables(cfg, max_num_seqs, state_snapshots, self.backend.kv_zeros)
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
         host = all(c.device.type == "cpu" for c in self.kv_caches)
@@ -154,7 +133,7 @@ class ModelRunner:
         """[T, hidden]: the final hidden states of every scheduled token (K/V written to the cache),
         without sampling: what `hearth eval perplexity` scores."""
         self.forget(so.finished_request_ids)
-        ids, positions, meta, embeds = self._prepare(so)
+        ids, positions, meta, embeds = step_inputs(self, so)
         return self.model(ids, positions, meta, self.kv_caches, **embeds)
 
     def execute(self, so: SchedulerOutput) -> RunnerOutput:
@@ -179,7 +158,7 @@ class ModelRunner:
         if failed:  # a bad image ends its request only: the step runs the others
             so = replace(so, seqs=[s for s in so.seqs if s.request_id not in failed])
         out = self._execute(so)
-        out.snapshots = self._save_snapshots(so.seqs)
+        out.snapshots = save_snapshots(self.states, self.snapshots, so.seqs)
         if self.media is not None and self.media.worker is not None:
             ready, late = self.media.report()
             failed = {**late, **failed}
@@ -189,15 +168,6 @@ class ModelRunner:
         out.grammar_errors = {s.request_id: m.error for s in so.seqs
                               if (m := self.matchers.get(s.request_id)) is not None and m.error}
         return out
-
-    def _save_snapshots(self, seqs: list) -> list[int]:
-        """After the step (its restores read first): copy the states the scheduler asked for into their snapshot
-        slots (distinct: hearth.engine.state_snapshots.SnapshotIndex.reserve); returns the slots written."""
-        pairs = [(s.state_slot, s.state_snapshot) for s in seqs if s.state_snapshot >= 0]
-        if not pairs or self.snapshots is None:
-            return []
-        self.snapshots.copy(self.states, pairs)
-        return [b for _, b in pairs]
 
     def abort_soon(self, request_id: str) -> None:
         """The request is being aborted (AsyncEngine, from the abort's thread): its queued image encodes go now,
@@ -234,7 +204,7 @@ class ModelRunner:
         return out
 
     def _run(self, so: SchedulerOutput) -> RunnerOutput:
-        ids, positions, meta, embeds = self._prepare(so)
+        ids, positions, meta, embeds = step_inputs(self, so)
         # a sequence's sampled rows: its last one, or with k drafts its last k + 1
         rows = [r for i, s in enumerate(so.seqs) if s.sample
                 for r in range(meta.query_start_loc[i + 1] - 1 - len(s.spec_token_ids), meta.query_start_loc[i + 1])]
@@ -258,14 +228,14 @@ class ModelRunner:
                 out = self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None, masks=masks)
                 out.prompt_logprobs, out.prompt_ranks, out.pooled = prompt, ranks, pooled
                 return out
-            allowed = self._matched(seqs)
+            allowed = matched(self.matchers, self.grammar, self.cfg.vocab_size, seqs)
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)
                                 or len(allowed) < len(seqs) else list(allowed.values()))
             logits = self._logits(hidden, scored)  # [R, vocab]
         for i, s in enumerate(seqs):
             if s.banned_token_ids and s.params.structured_output is None:  # a grammar's rows: in mask_row
                 logits[i, s.banned_token_ids] = float("-inf")
-        matchers, raw = self._constrain(seqs, logits, allowed, raw_known=scored is None)
+        matchers, raw = constrain(self.matchers, seqs, logits, allowed, raw_known=scored is None)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
         tokens, logprobs = sample(logits, [s.params for s in seqs], gens, histories)  # logprobs: None if nobody asked
@@ -274,75 +244,15 @@ class ModelRunner:
         for i, m in matchers:
             m.accept(int(tokens[i]))
         rows_lp = [None] * len(seqs) if logprobs is None else logprobs
-        return RunnerOutput({s.request_id: self._result(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
-                                                        raw_known=scored is None)
-                             for i, s in enumerate(seqs)}, forced=self._forced(seqs[i] for i, _ in matchers),
+        return RunnerOutput({s.request_id: sampled_token(s.params, int(tokens[i]), rows_lp[i], raw.get(i),
+                                                         raw_known=scored is None)
+                             for i, s in enumerate(seqs)},
+                            forced=forced(self.matchers, (seqs[i] for i, _ in matchers), self.forced_drafts),
                             prompt_logprobs=prompt, prompt_ranks=ranks, pooled=pooled, dead_ends=dead)
-
-    def _matched(self, seqs: list) -> dict[int, torch.Tensor]:
-        """Row -> [V] bool, the tokens its grammar allows next, for the rows under one (their matchers
-        made on a request's first row), before the head: where they are few, only they are scored."""
-        out = {}
-        for i, s in enumerate(seqs):
-            if s.params.structured_output is not None:
-                m = self.matchers.get(s.request_id)
-                if m is None:
-                    m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
-                out[i] = allowed_of(m, self.cfg.vocab_size)
-        return out
 
     def _logits(self, hidden: torch.Tensor, scored: torch.Tensor | None) -> torch.Tensor:
         """[R, vocab] f32: every token's logits, or only scored's (the rest -inf)."""
         return (self.model.compute_logits(hidden) if scored is None else self.model.compute_logits(hidden, scored)).float()
-
-    def _prepare(self, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata, dict]:
-        """(ids [T], positions [T] (or [3, T]: M-RoPE's, for a step with image rows), the step's metadata, the
-        model's extra arguments: image rows' embeds). A token's KV slot follows its index, its rope the position."""
-        ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
-        trees = {}
-        bs = self.block_size
-        for i, s in enumerate(so.seqs):
-            n = s.num_tokens  # drafts follow the committed tokens: their K/V is written too
-            ids.extend(s.token_ids + s.spec_token_ids)
-            pos = range(s.start_pos, s.start_pos + n)
-            slots.extend(s.block_ids[p // bs] * bs + p % bs for p in pos)
-            if s.is_tree:  # K/V in node order, each node's rope position the one on its path
-                trees[i] = (len(s.token_ids), s.spec_parents)
-                base = s.start_pos + len(s.token_ids)
-                positions.extend(range(s.start_pos, base))
-                positions.extend(base - 1 + d for d in depths(s.spec_parents))
-            else:
-                positions.extend(pos)
-            qsl.append(qsl[-1] + n)
-            seq_lens.append(s.start_pos + n)
-            tables.append(s.block_ids)
-        meta = self.backend.metadata(qsl, seq_lens, tables, slots, bs, trees)
-        if self.states is not None:  # a sequence at position 0 starts from a zero state (new, or recomputed)
-            if any(s.state_slot < 0 for s in so.seqs):
-                raise ValueError("a sequence without a state slot reached a model with recurrent layers")
-            self.states.reset([s.state_slot for s in so.seqs if s.start_pos == 0])
-            restores = [(s.state_restore, s.state_slot) for s in so.seqs if s.state_restore >= 0]
-            if restores:  # a prefix-cache hit continues from the state right after its last cached block
-                if self.snapshots is None:
-                    raise ValueError("a state snapshot to restore reached a runner that keeps none")
-                self.states.copy(self.snapshots, restores)
-            meta.recurrent = StepStates(self.states, [s.state_slot for s in so.seqs])
-        if (rows := getattr(self.model, "lora", None)) is not None:  # each sequence's adapter scales on its rows
-            rows.set([tuple((s.params.lora or {}).get(j, 0.0) for j in range(rows.num_adapters)) for s in so.seqs],
-                     [s.num_tokens for s in so.seqs])
-        if self.staging is not None:  # quantized KV: which blocks seal, which rows stage, how to read
-            meta.kv_plan = self.staging.plan(
-                [(s.request_id, s.start_pos, s.num_tokens, s.block_ids) for s in so.seqs], qsl)
-        embeds = {}
-        if any(s.media for s in so.seqs):
-            if self.media is None:
-                raise ValueError("a request with images reached a runner without a vision encoder")
-            embeds = {"embeds": self.media.rows(so.seqs, qsl)}
-            meta.bidirectional = self.media.bidirectional(so.seqs)
-        positions = torch.tensor(positions, dtype=torch.long)
-        if self.mrope:
-            positions = mrope_positions(so.seqs, positions, qsl)
-        return torch.tensor(ids, dtype=torch.long), positions, meta, embeds
 
     def _verify(self, seqs: list, logits: torch.Tensor, raw_known: bool = True,
                 masks: dict[str, list[torch.Tensor]] | None = None) -> RunnerOutput:
@@ -366,8 +276,9 @@ class ModelRunner:
                 if s.banned_token_ids and len(path) < s.banned_rows and p.structured_output is None:
                     logits[r + j, s.banned_token_ids] = float("-inf")  # a grammar's rows: in mask_row
             if p.structured_output is not None:
-                grammar.append((s, self._constrain_tree(s, logits, r, raw) if s.is_tree else
-                                self._constrain_rows(s, logits, r, raw, (masks or {}).get(s.request_id))))
+                grammar.append((s, constrain_tree(self.matchers, self.grammar, s, logits, r, raw) if s.is_tree else
+                                constrain_rows(self.matchers, self.grammar, s, logits, r, raw,
+                                               (masks or {}).get(s.request_id))))
             gens.append(self._generator(s.request_id, p))
             drafts.append(s.spec_token_ids)
             qs.append(None if self.drafter is None else self.drafter.probs.get(s.request_id))  # None: point masses
@@ -389,106 +300,15 @@ class ModelRunner:
             m.accept(toks[-1])
         sampled, accepted = {}, {}
         for s, toks, rs in zip(seqs, committed, rows):
-            res = [self._result(s.params, t, None if logprobs is None else logprobs[r], raw.get(r) if raw else None, raw_known)
+            res = [sampled_token(s.params, t, None if logprobs is None else logprobs[r], raw.get(r) if raw else None, raw_known)
                    for t, r in zip(toks, rs)]
             sampled[s.request_id] = res[-1]
             if s.spec_token_ids:
                 accepted[s.request_id] = res[:-1]
             if s.is_tree:
-                self._move_path(s, [r - rs[0] - 1 for r in rs[1:]])
-        return RunnerOutput(sampled, accepted=accepted, forced=self._forced(s for s, _ in grammar), dead_ends=dead)
-
-    def _forced(self, seqs) -> dict[str, list[int]]:
-        """The grammar-forced next tokens of these constrained sequences (their matchers are past
-        this step's tokens), where forced_drafts is on."""
-        if not self.forced_drafts:
-            return {}
-        out = {}
-        for s in seqs:
-            tokens = self.matchers[s.request_id].forced()
-            if tokens:
-                out[s.request_id] = tokens
-        return out
-
-    def _move_path(self, s, path: list[int]) -> None:
-        """The accepted path's K/V from its nodes' slots to the path's positions (node c sat at base
-        + c, its depth d puts it at base + d - 1), in every layer: as a decode would have left them.
-        All rows are read before any is written (a node's slot may be a later one's destination)."""
-        moves = tree_moves(s.start_pos + len(s.token_ids), path, s.block_ids, self.block_size)
-        if not moves:
-            return
-        src = torch.tensor([a for a, _ in moves])
-        dst = torch.tensor([b for _, b in moves])
-        for kv in self.kv_caches:  # [parts, num_blocks, block_size, heads, dim] (LayerCache)
-            flat = kv.flatten(1, 2)  # [parts, slots, heads, dim]; a KV-shared layer's holds 0 parts
-            flat.index_copy_(1, dst, flat.index_select(1, src))
-
-    def _constrain_tree(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None) -> int:
-        """Mask the rows of a constrained sequence's tree: each node's row by the grammar state after
-        its path, found by walking the tree depth first (accept, recurse, roll back). A node the
-        grammar forbids is masked in its parent's row, so rejected, and its subtree never reached.
-        The matcher ends where it began; the caller then feeds it the committed tokens. `raw` gets,
-        per row it narrows, the log of the probability mass the mask kept (mask_row), when the request
-        asked for raw logprobs."""
-        m = self.matchers.get(s.request_id)
-        if m is None:
-            m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
-        kids: list[list[int]] = [[] for _ in range(len(s.spec_parents) + 1)]
-        for c, p in enumerate(s.spec_parents):
-            kids[p + 1].append(c)
-
-        keep = raw is not None and s.params.raw_logprobs
-
-        def visit(node: int, depth: int) -> None:  # node -1: the row before the tree
-            row = r0 + 1 + node
-            kept = mask_row(logits[row], m, keep, s.banned_token_ids if depth < s.banned_rows else ())
-            if kept is not None:
-                raw[row] = kept
-            for c in kids[node + 1]:
-                if m.valid_prefix([s.spec_token_ids[c]]) == 1:
-                    m.accept(s.spec_token_ids[c])
-                    visit(c, depth + 1)
-                    m.rollback(1)
-
-        visit(-1, 0)
-        return 0
-
-    def _constrain_rows(self, s, logits: torch.Tensor, r0: int, raw: dict | None = None,
-                        masks: list[torch.Tensor] | None = None) -> int:
-        """Mask rows r0.. of a constrained sequence with drafts: the matcher walks the drafts the
-        grammar allows (a forbidden one is masked, so rejected; the rows after it are never
-        reached). Returns how many drafts it consumed (the caller rolls back the rejected ones);
-        `raw` as in _constrain_tree. masks: the reached rows' [V] masks where already read (as
-        many as the valid drafts + 1, grammar_rows.reached), else read here."""
-        m = self.matchers.get(s.request_id)
-        if m is None:
-            m = self.matchers[s.request_id] = self.grammar.matcher(s.params.structured_output)
-        valid = m.valid_prefix(s.spec_token_ids) if masks is None else len(masks) - 1
-        keep = raw is not None and s.params.raw_logprobs
-        for j in range(valid + 1):
-            kept = mask_row(logits[r0 + j], m, keep, s.banned_token_ids if j < s.banned_rows else (),
-                              None if masks is None else masks[j])
-            if kept is not None:
-                raw[r0 + j] = kept
-            if j < valid:
-                m.accept(s.spec_token_ids[j])
-        return valid
-
-    def _constrain(self, seqs: list, logits: torch.Tensor, allowed: dict[int, torch.Tensor], raw_known: bool = True
-                   ) -> tuple[list[tuple[int, GrammarMatcher]], dict[int, float]]:
-        """Mask (in place) the logits of rows under a structured-output constraint (allowed: row ->
-        its grammar's mask, from _matched): (row, matcher) per such row, and row -> the log of the
-        mass its mask kept where raw logprobs were asked for and every token was scored (raw_known)."""
-        out, raw = [], {}
-        for i, s in enumerate(seqs):
-            if i not in allowed:
-                continue
-            m = self.matchers[s.request_id]
-            kept = mask_row(logits[i], m, s.params.raw_logprobs and raw_known, s.banned_token_ids, allowed[i])
-            if kept is not None:
-                raw[i] = kept
-            out.append((i, m))
-        return out, raw
+                move_path(self.kv_caches, self.block_size, s, [r - rs[0] - 1 for r in rs[1:]])
+        return RunnerOutput(sampled, accepted=accepted,
+                            forced=forced(self.matchers, (s for s, _ in grammar), self.forced_drafts), dead_ends=dead)
 
     def _generator(self, request_id: str, params) -> torch.Generator | None:
         if params.greedy:
@@ -499,15 +319,3 @@ class ModelRunner:
         if g is None:
             g = self.generators[request_id] = torch.Generator().manual_seed(params.seed)
         return g
-
-    @staticmethod
-    def _result(params, token: int, logprobs: torch.Tensor | None, kept: float | None = None,
-                raw_known: bool = True) -> SampledToken:
-        """logprobs: [V] the row's after the masks; kept: log of the mass the grammar's mask kept
-        (None: the grammar removed nothing, or the request did not ask); raw_known: False where
-        only what the grammar allowed was scored (no raw logprob then)."""
-        if params.logprobs is None:
-            return SampledToken(token)
-        top = top_logprobs(logprobs[None], params.logprobs)[0]
-        unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs and raw_known else None
-        return SampledToken(token, float(logprobs[token]), top, unmasked)

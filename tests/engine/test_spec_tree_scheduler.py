@@ -8,9 +8,8 @@ from __future__ import annotations
 import torch
 
 from hearth.kvstore.block_hash import chain_hashes
-from hearth.runner.model_runner import ModelRunner
 from hearth.runner.messages import ScheduledSequence
-from hearth.runner.tree_paths import tree_moves
+from hearth.runner.tree_paths import move_path, tree_moves
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.tree import DraftTree
 
@@ -65,12 +64,9 @@ def test_the_accepted_paths_kv_moves_to_the_path_positions():
     cache = torch.arange(2 * 16 * bs, dtype=torch.float16).view(2, 16, bs, 1, 1)
     before = cache.clone()
 
-    class Runner:
-        block_size, kv_caches = bs, [cache]
-
     s = ScheduledSequence("a", [4], base - 1, table, True, SamplingParams(), [], spec_token_ids=SIDE.tokens,
                           spec_parents=SIDE.parents)
-    ModelRunner._move_path(Runner(), s, [1, 3, 5])
+    move_path([cache], bs, s, [1, 3, 5])
     flat, old = cache.view(2, -1), before.view(2, -1)
     for src, dst in ((5, 4), (7, 5), (9, 6)):
         assert torch.equal(flat[:, slot(dst)], old[:, slot(src)])

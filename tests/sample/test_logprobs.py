@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 import torch
 
-from hearth.runner.model_runner import ModelRunner
+from hearth.runner.sampled_tokens import sampled_token
 from hearth.sample.sampler import sample
 from hearth.sampling_params import SamplingParams
 
@@ -65,10 +65,10 @@ def test_top_logprobs_are_the_n_largest_and_the_sampled_token_is_reported():
     tokens, logprobs = run()
     expected = raw_logprobs(rows())
     for i, p in enumerate(PARAMS[:3]):
-        out = ModelRunner._result(p, int(tokens[i]), logprobs[i])
+        out = sampled_token(p, int(tokens[i]), logprobs[i])
         assert out.token_id == int(tokens[i])
         assert abs(out.logprob - expected[i, out.token_id]) < 1e-5
         assert sorted(out.top_logprobs) == sorted(np.argsort(-expected[i], kind="stable")[:p.logprobs].tolist())
         for t, lp in out.top_logprobs.items():
             assert abs(lp - expected[i, t]) < 1e-5
-    assert ModelRunner._result(PARAMS[3], int(tokens[3]), None).logprob is None
+    assert sampled_token(PARAMS[3], int(tokens[3]), None).logprob is None

@@ -1,4 +1,4 @@
-"""The grammar follows each branch of a token tree (ModelRunner._constrain_tree): every node's row is
+"""The grammar follows each branch of a token tree (grammar_matchers.constrain_tree): every node's row is
 masked by the grammar state after its path, a node the grammar forbids is masked out of its
 parent's row and its subtree never visited, and the matcher ends where it began (the runner then
 feeds it only the committed path). A fake matcher whose rule is exact: after token t, only t + 1
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
+from hearth.runner import grammar_matchers
 from hearth.runner.messages import ScheduledSequence
-from hearth.runner.model_runner import ModelRunner
 from hearth.sampling_params import SamplingParams, StructuredOutput
 
 V = 8
@@ -54,13 +54,10 @@ def test_each_node_row_is_masked_by_its_paths_grammar_state():
     tokens, parents = [1, 2, 5, 3, 4, 6], [-1, -1, -1, 0, 1, 2]
     m = StepMatcher()
 
-    class Runner:
-        matchers = {"a": m}
-
     s = ScheduledSequence("a", [0], 5, [0], True, SamplingParams(structured_output=StructuredOutput(regex="x")), [],
                           spec_token_ids=tokens, spec_parents=parents)
     logits = torch.zeros(1 + len(tokens), V)
-    ModelRunner._constrain_tree(Runner(), s, logits, 0)
+    grammar_matchers.constrain_tree({"a": m}, None, s, logits, 0)
     allowed = [set(torch.nonzero(row > float("-inf")).flatten().tolist()) for row in logits]
     assert allowed[0] == {1, 2}  # the root row: node 2's token 5 is masked out, so rejected
     assert allowed[1] == {2, 3} and allowed[2] == {3, 4}  # after 1; after 2

@@ -1,0 +1,53 @@
+"""LLM.generate's run: each prompt's requests (n of them, one per sampled answer) added to the engine, stepped
+until all end, their deltas gathered into RequestOutputs; a failed step (or ^C) aborts the ones left."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hearth.outputs import CompletionOutput, RequestOutput
+from hearth.sampling_params import SamplingParams
+
+
+def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams],
+                 media: list[tuple] | None = None) -> list[RequestOutput]:
+    """generate's work, under the engine's lock: each (text, ids) runs with its params (and media).
+    request_ids: the LLM's counter, so ids never collide in the engine across calls."""
+    results, children = [], {}
+    try:
+        for i, ((text, ids), p) in enumerate(zip(encoded, params)):
+            m = media[i] if media else ()
+            result = RequestOutput(str(next(request_ids)), text, ids, [])
+            results.append(result)
+            for j in range(p.n):
+                child = p if p.seed is None else replace(p, seed=p.seed + j)
+                # the first child's prompt logprobs are the result's: the rest hit its prefix
+                if j and p.prompt_logprobs is not None:
+                    child = replace(child, prompt_logprobs=None)
+                rid = engine.add_request(ids, child, request_id=f"{result.request_id}-{j}", checked=True,
+                                         media=m)
+                result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
+                children[rid] = (result, result.outputs[j])
+        while engine.has_unfinished():
+            for out in engine.step():
+                if out.error is not None:  # the others are aborted below
+                    raise out.error
+                result, comp = children[out.request_id]
+                if comp.index == 0:  # the prompt's, as the server counts it: siblings hit the first's blocks
+                    result.num_cached_tokens = out.num_cached_tokens
+                comp.token_ids.extend(out.new_token_ids)
+                comp.text += out.new_text
+                if out.new_logprobs is not None:
+                    comp.logprobs.extend(out.new_logprobs)
+                if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
+                    result.prompt_logprobs, result.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
+                if out.embedding is not None:
+                    result.embedding = out.embedding
+                if out.finished:
+                    comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
+                    result.finished = all(c.finish_reason for c in result.outputs)
+    except BaseException:  # a failed step (or ^C): the requests left would join the next call's
+        for rid in children:
+            engine.abort(rid)
+        raise
+    return results
