@@ -133,8 +133,9 @@ def _gguf_name(hf: str, tmap) -> str | None:
                                              ".output_min"))
 
 
-def write_mmproj(path, model: TinyVision, qtype: str = "F32") -> None:
-    """The mmproj of `model`; matrices F32, F16 or Q8_0 (norms, the position table, the conv weight and scalars F32)."""
+def write_mmproj(path, model: TinyVision, qtype: str = "F32", min_pixels: int = 0) -> None:
+    """The mmproj of `model`; matrices F32, F16 or Q8_0 (norms, the position table, the conv weight and scalars F32);
+    min_pixels: a clip.vision.image_min_pixels key (hearth reads it: small images stay small)."""
     vc = model.config
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_name("tiny-gemma4v")
@@ -152,6 +153,8 @@ def write_mmproj(path, model: TinyVision, qtype: str = "F32") -> None:
     w.add_vision_use_gelu(True)
     w.add_clip_vision_projector_type("gemma4v")
     w.add_vision_attention_layernorm_eps(1e-6)
+    if min_pixels:
+        w.add_uint32("clip.vision.image_min_pixels", min_pixels)
     tmap = gguf.get_tensor_name_map(gguf.MODEL_ARCH.MMPROJ, vc.num_hidden_layers)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     for hf, t in state.items():
