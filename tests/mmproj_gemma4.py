@@ -4,7 +4,8 @@ over MmprojModel): clip.vision.projector_type "gemma4v", image_size 224 (unused)
 HF names mapped by gguf-py's MMPROJ table after the converter's renames (model.vision_tower.encoder. ->
 vision_model.model., .linear.weight -> .weight, position_embedding_table -> .weight), the patch projection
 [hidden, p * p * 3] reshaped to a conv weight [hidden, 3, p, p], scalar clamp bounds as 1-element tensors.
-Sizes: 16 px patches, 3 x 3 pooling as the real ones; width 32, 2 heads of 16, 2 blocks, a 64-row position table (images up to 1024 px a side)."""
+Sizes: 16 px patches, 3 x 3 pooling as the real ones; width 32, 2 heads of 16, 2 blocks, a 64-row position table
+(images up to 1024 px a side)."""
 
 from __future__ import annotations
 

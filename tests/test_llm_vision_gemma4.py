@@ -47,10 +47,8 @@ def png(w: int, h: int, seed: int = 0) -> bytes:
     return buf.getvalue()
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory):
-    """(hearth's LLM on exact linears, transformers' whole model, the LLM with the small-image mmproj)."""
-    d = tmp_path_factory.mktemp("gemma4v")
+def tiny_gemma4v(d):
+    """(LM GGUF, mmproj, the small-image mmproj, transformers' whole model of them) written in folder d."""
     text = hf_gemma4(DIMS)
     write_gemma4_gguf(d / "lm.gguf", text, DIMS, chat_template=ROLES)
     vision = mmproj_gemma4.tiny_hf(lm_hidden=DIMS.hidden, seed=1)
@@ -60,17 +58,23 @@ def pair(tmp_path_factory):
     cfg = Gemma4Config(text_config=text.config.to_dict(), vision_config=vision.config.to_dict(), audio_config=None,
                        boi_token_id=first, image_token_id=first + 1, eoi_token_id=first + 2)
     cfg.text_config.pad_token_id = 0
-    cfg._attn_implementation = "eager"
-    for sub in (cfg.text_config, cfg.vision_config):
+    for sub in (cfg, cfg.text_config, cfg.vision_config):
         sub._attn_implementation = "eager"
     hf = Gemma4ForConditionalGeneration(cfg).eval()
     hf.model.language_model.load_state_dict(text.model.state_dict())
     hf.model.vision_tower.load_state_dict(vision.vision_tower.state_dict())
     hf.model.embed_vision.load_state_dict(vision.embed_vision.state_dict())
     hf.lm_head.weight = hf.model.language_model.embed_tokens.weight
+    return d / "lm.gguf", d / "mmproj.gguf", d / "small.gguf", hf
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """(hearth's LLM on exact linears, transformers' whole model, the LLM with the small-image mmproj)."""
+    lm, mmproj, small, hf = tiny_gemma4v(tmp_path_factory.mktemp("gemma4v"))
     with use_linear_policy(exact=True):
-        llm = LLM(str(d / "lm.gguf"), mmproj=str(d / "mmproj.gguf"), max_model_len=256, progress=False)
-        small = LLM(str(d / "lm.gguf"), mmproj=str(d / "small.gguf"), max_model_len=256, progress=False)
+        llm = LLM(str(lm), mmproj=str(mmproj), max_model_len=256, progress=False)
+        small = LLM(str(lm), mmproj=str(small), max_model_len=256, progress=False)
     return llm, hf, small
 
 

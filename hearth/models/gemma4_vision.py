@@ -80,7 +80,8 @@ class Gemma4VisionBlock(nn.Module):
         self.ln1, self.ln2 = _norm(g, p + "ln1", eps), _norm(g, p + "ln2", eps)
         self.attn_post, self.ffn_post = _norm(g, p + "attn_post_norm", eps), _norm(g, p + "ffn_post_norm", eps)
         self.q_norm, self.k_norm = _norm(g, p + "attn_q_norm", eps), _norm(g, p + "attn_k_norm", eps)
-        self.q, self.k, self.v, self.o = (Clipped(g, backend, p + n) for n in ("attn_q", "attn_k", "attn_v", "attn_out"))
+        self.q, self.k, self.v, self.o = (Clipped(g, backend, p + n)
+                                          for n in ("attn_q", "attn_k", "attn_v", "attn_out"))
         self.gate, self.up, self.down = (Clipped(g, backend, p + n) for n in ("ffn_gate", "ffn_up", "ffn_down"))
         self.backend = backend
 
