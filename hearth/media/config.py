@@ -99,6 +99,11 @@ def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model", de
     if cfg.lm_hidden != hidden:
         raise ModelLoadError(f"the mmproj makes rows of width {cfg.lm_hidden} but {where} has hidden size {hidden}: "
                              "pass the mmproj made for this model")
+    if cfg.spec.causal_widths and hidden not in cfg.spec.causal_widths:
+        raise UnsupportedError(f"{where} (hidden size {hidden}) reads {cfg.projector} images with attention both ways "
+                               "within an image on its sliding layers, which hearth does not run yet; images run "
+                               f"on the models of hidden size {' or '.join(map(str, cfg.spec.causal_widths))} "
+                               "(Gemma 4 E2B, E4B)")
     if cfg.deepstack != deepstack:
         raise ModelLoadError(f"the mmproj's rows carry {cfg.deepstack} DeepStack part(s) but {where} adds "
                              f"{deepstack}: pass the mmproj made for this model")

@@ -61,6 +61,10 @@ class Projector:
     token_limits: tuple[int, int] = (8, 4096)
     """A smart-sized image's fewest and most rows where the file names no pixel bounds (llama.cpp's
     set_limit_image_tokens for the type)."""
+    causal_widths: tuple[int, ...] = ()
+    """Where set, the only LM widths whose image rows attend causally (gemma4v: E2B's 1536 and E4B's 2560, llama.cpp's
+    mtmd_decode_use_non_causal); with another width the rows attend both ways on the sliding layers (transformers'
+    use_bidirectional_attention "vision": the 31B, the 26B-A4B), which hearth does not run yet."""
     half_up: bool = False
     """The smart resize rounds halves up (llama.cpp's std::round), not to even (HF's Python round)."""
     learned_positions: bool = False
@@ -106,5 +110,5 @@ PROJECTORS: dict[str, Projector] = {p.name: p for p in (
     # max_soft_tokens budget), bicubic, no normalization (mean 0, std 1); the tower: hearth.models.gemma4_vision
     Projector("gemma4v", "smart", "BICUBIC", "avg_pool", 3, "mm.input_projection.weight", 0, "<|image>", "<image|>",
               "<|image|>", tower="gemma4v", norm="rms", token_limits=(70, 1120),
-              half_up=True),
+              half_up=True, causal_widths=(1536, 2560)),
 )}

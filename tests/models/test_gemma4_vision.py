@@ -15,7 +15,8 @@ from PIL import Image
 
 from hearth.backends import select
 from hearth.layers.linear import use_linear_policy
-from hearth.media.config import read_vision_config
+from hearth.errors import UnsupportedError
+from hearth.media.config import check_lm_hidden, read_vision_config
 from hearth.media.images import prepare_image
 from hearth.models import gemma4_vision
 from hearth.models.vision import VisionEncoder
@@ -122,3 +123,17 @@ def test_images_are_sized_as_llama_cpp_sizes_them(tmp_path, w, h):
     want_h, want_w = mmproj_gemma4.llamacpp_size(h, w)
     assert piece.shape == (3, want_h, want_w) and image.num_embeds == want_h * want_w // 48 ** 2
     assert 70 <= image.num_embeds <= 1120 and image.befores == ("<|image>",)
+
+
+def test_a_model_whose_images_attend_both_ways_is_refused(tmp_path):
+    """llama.cpp runs images causally on E2B / E4B (widths 1536, 2560) only; the 31B and 26B-A4B attend both ways
+    within an image on their sliding layers (transformers' use_bidirectional_attention "vision"): refused by name."""
+    for width, refused in ((1536, False), (2560, False), (5376, True), (2816, True)):
+        path = tmp_path / f"g4-{width}.gguf"
+        mmproj_gemma4.write_mmproj(path, mmproj_gemma4.tiny_hf(lm_hidden=width))
+        cfg = read_vision_config(path)
+        if refused:
+            with pytest.raises(UnsupportedError, match="attention both ways .* 1536 or 2560"):
+                check_lm_hidden(cfg, width)
+        else:
+            check_lm_hidden(cfg, width)
