@@ -49,6 +49,8 @@ class Gemma4Dims:
     softcap: float = 30.0
     rms_eps: float = 1e-6
     experts: int = 0
+    specials: tuple[str, ...] = ()
+    """Control tokens at the vocabulary's end (Gemma 4's image tokens for tests/test_llm_vision_gemma4.py)."""
     """enable_moe_block: routed experts beside each layer's dense MLP (the 26B-A4B's), top 2, each 32 wide."""
 
     @property
@@ -104,15 +106,16 @@ NEWLINES = ("\n", "\n\n")
 """Runs of newlines that are tokens (Gemma's vocabulary has them; llama.cpp takes such a run whole)."""
 
 
-def _gemma4_vocab(vocab: int):
-    """_spm_vocab's pieces and NEWLINES, with the merges that build the pieces (Gemma 4's tokenizer.json is a
-    BPE)."""
-    n = vocab - len(NEWLINES)
+def _gemma4_vocab(vocab: int, specials: tuple[str, ...] = ()):
+    """_spm_vocab's pieces, NEWLINES and `specials` (control tokens), with the merges that build the pieces (Gemma 4's
+    tokenizer.json is a BPE)."""
+    n = vocab - len(NEWLINES) - len(specials)
     tokens, types, scores, _, ids = _spm_vocab(n)
     base = ["▁", *sorted(set(WORDS.replace(" ", "")))]
     _, merges = _grow(["▁" + wd for wd in WORDS.split()], set(base), n - 4 - 256 - len(base))
-    return (tokens + list(NEWLINES), types + [int(gguf.TokenType.NORMAL)] * len(NEWLINES),
-            scores + [-1000.0] * len(NEWLINES), merges, ids)
+    return (tokens + list(NEWLINES) + list(specials),
+            types + [int(gguf.TokenType.NORMAL)] * len(NEWLINES) + [int(gguf.TokenType.CONTROL)] * len(specials),
+            scores + [-1000.0] * (len(NEWLINES) + len(specials)), merges, ids)
 
 
 def _write_metadata(w: gguf.GGUFWriter, d: Gemma4Dims) -> None:
@@ -147,7 +150,7 @@ def _write_metadata(w: gguf.GGUFWriter, d: Gemma4Dims) -> None:
 
 
 def _write_tokenizer(w: gguf.GGUFWriter, d: Gemma4Dims) -> None:
-    tokens, types, scores, merges, ids = _gemma4_vocab(d.vocab)
+    tokens, types, scores, merges, ids = _gemma4_vocab(d.vocab, d.specials)
     w.add_tokenizer_model("gemma4")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
@@ -162,11 +165,13 @@ def _write_tokenizer(w: gguf.GGUFWriter, d: Gemma4Dims) -> None:
 
 
 def write_gemma4_gguf(path, model: transformers.Gemma4ForCausalLM, d: Gemma4Dims = E2B_LIKE,
-                      qtype: str = "F32") -> Path:
+                      qtype: str = "F32", chat_template: str = "") -> Path:
     w = gguf.GGUFWriter(str(path), "gemma4")
     w.add_name("tiny-gemma4")
     _write_metadata(w, d)
     _write_tokenizer(w, d)
+    if chat_template:
+        w.add_chat_template(chat_template)
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GEMMA4, d.layers)
     rot = int(d.global_head_dim * 0.25 / 2)  # the proportional rope's turning pairs (partial_rotary_factor 0.25)
     w.add_tensor("rope_freqs.weight", np.array([1.0] * rot + [1e30] * (d.global_head_dim // 2 - rot), np.float32))

@@ -8,6 +8,7 @@ vision tower + projector written as llama.cpp's converters write an mmproj GGUF:
   idefics3  convert_hf_to_gguf.py --mmproj (SmolVLMModel): scale_factor, preproc_image_size, mm.model.fc
   qwen2vl_merger, qwen2.5vl_merger  convert_hf_to_gguf.py --mmproj (Qwen2VLVisionModel, tests.mmproj_qwen)
   qwen3vl_merger  convert_hf_to_gguf.py --mmproj (Qwen3VLVisionModel, tests.mmproj_qwen3)
+  gemma4v   convert_hf_to_gguf.py --mmproj (Gemma4VisionAudioModel, tests.mmproj_gemma4)
 Sizes: 64 px images (LLaVA 32), 8 px patches, width 32: each file is a few hundred kB."""
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from transformers.models.gemma3.image_processing_pil_gemma3 import Gemma3ImagePr
 from transformers.models.idefics3.configuration_idefics3 import Idefics3VisionConfig
 from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
-from tests import mmproj_qwen, mmproj_qwen3
+from tests import mmproj_gemma4, mmproj_qwen, mmproj_qwen3
 
 transformers.logging.set_verbosity_error()
 
@@ -47,6 +48,8 @@ def tiny_hf(projector: str, seed: int = 0, lm_hidden: int | None = None, **confi
     (vision_feature_layer, mm_tokens_per_image, scale_factor)."""
     torch.manual_seed(seed)
     text = {**TEXT, **({"hidden_size": lm_hidden} if lm_hidden else {})}
+    if projector == mmproj_gemma4.NAME:
+        return mmproj_gemma4.tiny_hf(text["hidden_size"], seed, **config)
     if projector in mmproj_qwen.QWEN:
         model = mmproj_qwen.tiny_hf(projector, text, **config)
     elif projector == mmproj_qwen3.NAME:
@@ -110,6 +113,8 @@ def _randomize(model) -> None:
 def hf_processor(projector: str, preproc: int = IDEFICS3_PREPROC):
     """The HF image processor (PIL backend) of each tiny model, as its preprocessor_config would say (idefics3:
     its default do_image_splitting, the first resize's longest edge `preproc`)."""
+    if projector == mmproj_gemma4.NAME:
+        return mmproj_gemma4.hf_processor()
     if projector in mmproj_qwen.QWEN:
         return mmproj_qwen.hf_processor()
     if projector == mmproj_qwen3.NAME:
@@ -126,6 +131,8 @@ def hf_processor(projector: str, preproc: int = IDEFICS3_PREPROC):
 @torch.no_grad()
 def hf_features(projector: str, model, pixels: np.ndarray) -> torch.Tensor:
     """get_image_features of the model for one image's pixels [3, S, S] -> [rows, lm_hidden] f32."""
+    if projector == mmproj_gemma4.NAME:
+        return model.features(pixels[0] if pixels.ndim == 4 else pixels)
     if projector in mmproj_qwen.QWEN:
         return mmproj_qwen.hf_features(model, pixels)
     if projector == mmproj_qwen3.NAME:
@@ -153,6 +160,8 @@ def write_mmproj(path, projector: str, model, qtype: str = "F32", feature_key: b
     file that names its feature layer (clip.vision.feature_layer, as the legacy converter writes one from a
     config with vision_feature_layer); feature_layers: that key as given, whatever the model (a broken file);
     preproc: idefics3's clip.vision.preproc_image_size (its processor's size.longest_edge)."""
+    if projector == mmproj_gemma4.NAME:
+        return mmproj_gemma4.write_mmproj(path, model, qtype)
     if projector in mmproj_qwen.QWEN:
         return mmproj_qwen.write_mmproj(path, projector, model, qtype)
     if projector == mmproj_qwen3.NAME:

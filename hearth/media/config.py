@@ -99,6 +99,11 @@ def check_lm_hidden(cfg: VisionConfig, hidden: int, where: str = "the model", de
     if cfg.lm_hidden != hidden:
         raise ModelLoadError(f"the mmproj makes rows of width {cfg.lm_hidden} but {where} has hidden size {hidden}: "
                              "pass the mmproj made for this model")
+    if cfg.spec.causal_widths and hidden not in cfg.spec.causal_widths:
+        raise UnsupportedError(f"{where} (hidden size {hidden}) reads {cfg.projector} images with attention both ways "
+                               "within an image on its sliding layers, which hearth does not run yet; images run "
+                               f"on the models of hidden size {' or '.join(map(str, cfg.spec.causal_widths))} "
+                               "(Gemma 4 E2B, E4B)")
     if cfg.deepstack != deepstack:
         raise ModelLoadError(f"the mmproj's rows carry {cfg.deepstack} DeepStack part(s) but {where} adds "
                              f"{deepstack}: pass the mmproj made for this model")
@@ -175,8 +180,9 @@ def _smart(g: GGUFFile, spec: Projector, unit: int) -> dict:
     """A smart resize's area bounds (llama.cpp's set_limit_image_tokens(8, 4096) where the file names none)."""
     if spec.resize != "smart":
         return {}
-    return {"min_pixels": int(g.get(CLIP + "image_min_pixels", 8 * unit)),
-            "max_pixels": int(g.get(CLIP + "image_max_pixels", 4096 * unit))}
+    fewest, most = spec.token_limits
+    return {"min_pixels": int(g.get(CLIP + "image_min_pixels", fewest * unit)),
+            "max_pixels": int(g.get(CLIP + "image_max_pixels", most * unit))}
 
 
 def _windows(g: GGUFFile, spec: Projector, need) -> dict:
@@ -202,7 +208,7 @@ def _check(g: GGUFFile, cfg: VisionConfig) -> None:
     if cfg.image_size % cfg.patch_size or cfg.hidden % cfg.heads:
         raise ModelLoadError(f"{g.path}: mmproj image_size {cfg.image_size} / patch_size {cfg.patch_size} or "
                              f"embedding_length {cfg.hidden} / head_count {cfg.heads} is not whole")
-    if cfg.patches_per_side % cfg.merge:
+    if cfg.patches_per_side % cfg.merge and not cfg.max_pixels:  # a smart-sized image reads no image_size
         raise ModelLoadError(f"{g.path}: mmproj's {cfg.patches_per_side} patches per side do not merge by "
                              f"{cfg.merge} ({cfg.projector})")
     unit = cfg.patch_size * cfg.merge

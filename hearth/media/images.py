@@ -191,5 +191,6 @@ def _multiples(w: int, h: int, s: int) -> tuple[int, int]:
 RESIZES = {"crop": _crop, "square": _square, "split": _split, "smart": smart_resize}
 """Projector.resize -> (RGB image, cfg) -> (uint8 [pieces, H, W, 3], rows, cols of the tile grid: 0, 0 for one)."""
 
-LAYOUTS = {"vit": lambda pixels, cfg: (pixels, cfg.num_embeds, None), "qwen2vl": patchify}
+LAYOUTS = {"vit": lambda pixels, cfg: (pixels, cfg.num_embeds, None), "qwen2vl": patchify,
+           "gemma4v": lambda pixels, cfg: (pixels, pixels[0, 0].size // (cfg.patch_size * cfg.merge) ** 2, None)}
 """Projector.tower -> (f32 [pieces, 3, H, W], cfg) -> (the pixels that tower reads, rows a piece, M-RoPE grid)."""

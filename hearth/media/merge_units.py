@@ -15,12 +15,16 @@ MAX_ASPECT = 200
 """smart_resize refuses a longer side more than this many times the shorter (HF's ValueError)."""
 
 
-def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int,
+                 half_up: bool = False) -> tuple[int, int]:
     """(height, width) as Qwen2VLImageProcessor sizes an image: rounded to multiples of factor, then scaled down
-    (floored) or up (ceiled) into [min_pixels, max_pixels] by one ratio. Python's round (to even), as HF's."""
+    (floored) or up (ceiled) into [min_pixels, max_pixels] by one ratio. Python's round (to even), as HF's;
+    half_up: std::round's halves away from zero, as llama.cpp's calc_size_preserved_ratio (gemma4v's only reference)."""
     if max(height, width) / min(height, width) > MAX_ASPECT:
         raise ValueError(f"image is {width}x{height} pixels: one side is more than {MAX_ASPECT} times the other")
     h, w = round(height / factor) * factor, round(width / factor) * factor
+    if half_up:  # and at least one unit a side (HF's may round a thin side to 0, which then scales up)
+        h, w = (max(factor, math.floor(s / factor + 0.5) * factor) for s in (height, width))
     if h * w > max_pixels:
         beta = math.sqrt(height * width / max_pixels)
         h = max(factor, math.floor(height / beta / factor) * factor)
@@ -34,7 +38,7 @@ def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixe
 def resize(img: Image.Image, cfg):
     """RESIZES' "smart": uint8 [1, H, W, 3] (one piece), no tile grid."""
     factor = cfg.patch_size * cfg.merge
-    h, w = smart_resize(img.height, img.width, factor, cfg.min_pixels, cfg.max_pixels)
+    h, w = smart_resize(img.height, img.width, factor, cfg.min_pixels, cfg.max_pixels, cfg.spec.half_up)
     return np.asarray(img.resize((w, h), resample=Image.Resampling[cfg.spec.resample]))[None], 0, 0
 
 

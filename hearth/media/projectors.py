@@ -48,7 +48,8 @@ class Projector:
     tower: str = "vit"
     """Which tower reads the pixels (hearth.models.vision.TOWERS) and so how they are laid out
     (hearth.media.images.LAYOUTS): "vit" (one [3, S, S] image a piece, positions from a table), "qwen2vl"
-    (Qwen-VL's flattened patches in merge-unit order, any aspect, 2-D rotary positions)."""
+    (Qwen-VL's flattened patches in merge-unit order, any aspect, 2-D rotary positions), "gemma4v" (one [3, H, W]
+    image, any aspect: x and y position tables, 2-D rotary positions)."""
     norm: str = "layer"
     """The tower's norms and the merger's: "layer" (LayerNorm) or "rms" (Qwen2.5-VL's RMSNorm)."""
     frames: int = 1
@@ -57,6 +58,15 @@ class Projector:
     windows: bool = False
     """Window attention in the blocks between the full-attention ones (Qwen2.5-VL): needs
     clip.vision.n_wa_pattern, as llama.cpp does."""
+    token_limits: tuple[int, int] = (8, 4096)
+    """A smart-sized image's fewest and most rows where the file names no pixel bounds (llama.cpp's
+    set_limit_image_tokens for the type)."""
+    causal_widths: tuple[int, ...] = ()
+    """Where set, the only LM widths whose image rows attend causally (gemma4v: E2B's 1536 and E4B's 2560, llama.cpp's
+    mtmd_decode_use_non_causal); with another width the rows attend both ways on the sliding layers (transformers'
+    use_bidirectional_attention "vision": the 31B, the 26B-A4B), which hearth does not run yet."""
+    half_up: bool = False
+    """The smart resize rounds halves up (llama.cpp's std::round), not to even (HF's Python round)."""
     learned_positions: bool = False
     """A learned square table of positions (v.position_embd.weight) resampled to each image's patch grid and
     added after the patch embedding, besides the blocks' 2-D rotary (Qwen3-VL)."""
@@ -95,4 +105,10 @@ PROJECTORS: dict[str, Projector] = {p.name: p for p in (
     # Qwen3-VL: Qwen2-VL's processor (16 px patches, mean / std 0.5 from the file) and prompt text; its tower adds
     # learned positions, and mergers on some blocks' outputs (DeepStack) whose rows the LM adds after its layers
     Projector("qwen3vl_merger", **QWEN, learned_positions=True, deepstack=True),
+    # Gemma 4 (llama.cpp's mtmd.cpp): "<|image>" + one "<|image|>" per row + "<image|>"; llama.cpp's dyn_size resize
+    # (Qwen's smart resize: aligned to 3 x 3 pooled 16 px patches, 70..1120 rows; HF's processor instead fills a
+    # max_soft_tokens budget), bicubic, no normalization (mean 0, std 1); the tower: hearth.models.gemma4_vision
+    Projector("gemma4v", "smart", "BICUBIC", "avg_pool", 3, "mm.input_projection.weight", 0, "<|image>", "<image|>",
+              "<|image|>", tower="gemma4v", norm="rms", token_limits=(70, 1120),
+              half_up=True, causal_widths=(1536, 2560)),
 )}

@@ -21,6 +21,7 @@ from hearth.models.moe import moe_config
 from hearth.models.per_layer_inputs import PerLayerInputs
 from hearth.models.transformer import ArchSpec, CausalLM, base_config, require
 
+PAD_ID = 0  # Gemma's <pad>
 SLIDING_ROPE_BASE = 10000.0  # transformers' default for sliding_attention where the file has no freq_base_swa
 
 
@@ -41,10 +42,15 @@ class Gemma4ForCausalLM(CausalLM):
 
     def forward(self, ids, positions, meta, kv_caches: list, out_rows: list[int] | None = None, embeds=None):
         """As CausalLM.forward, each layer given its per-layer input and the cache it attends over (a KV-shared
-        layer's source's); text only."""
-        if embeds is not None:
-            raise UnsupportedError("gemma4: images are not supported yet")
+        layer's source's); embeds: (rows [R], values [R, hidden]) an image's rows over those token embeddings."""
         x = self.embed(ids).mul_(self.embed_scale)  # [T, hidden]
+        if embeds is not None:  # unscaled, after the scale (Gemma4Model's masked_scatter)
+            rows, values = embeds
+            rows = rows.to(x.device)
+            x.index_copy_(0, rows, values.to(x.device, x.dtype))
+            # the per-layer lookup takes the pad id at an image's rows (transformers' pad_token_id, llama.cpp's
+            # TAG_GEMMA4_IMG_PADDING: id 0); the projected half reads the image's rows
+            ids = ids.index_fill(0, rows, PAD_ID)
         per_layer = self.per_layer(ids, x) if self.per_layer is not None else None  # [T, layers, width]
         if out_rows is not None and len(out_rows) == len(ids):
             out_rows = None

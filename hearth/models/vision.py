@@ -12,11 +12,12 @@ from torch import nn
 
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.media.config import VisionConfig, vision_config
+from hearth.models.gemma4_vision import Gemma4VisionTower
 from hearth.models.qwen_vision import QwenVisionTower
 from hearth.models.vision_projector import PROJECTORS
 from hearth.models.vision_tower import VisionTower
 
-TOWERS = {"vit": VisionTower, "qwen2vl": QwenVisionTower}
+TOWERS = {"vit": VisionTower, "qwen2vl": QwenVisionTower, "gemma4v": Gemma4VisionTower}
 """hearth.media.projectors.Projector.tower -> the module; each checks the pixels it reads (check) first."""
 
 
@@ -36,7 +37,7 @@ class VisionEncoder(nn.Module):
 
     @torch.inference_mode()
     def encode(self, pixels: np.ndarray) -> torch.Tensor:
-        """pixels: float32 [3, S, S] (Qwen-VL: [rows, cols, m * m, 3 * T * p * p]), one piece of
+        """pixels: float32 [3, S, S] (Gemma 4: [3, H, W]; Qwen-VL: [rows, cols, m * m, 3 * T * p * p]), one piece of
         hearth.media.images.prepare_image's -> f32 [num_embeds, lm_hidden] (Qwen3-VL: [num_embeds, lm_hidden *
         (1 + deepstack)], the main rows then each DeepStack part)."""
         self.tower.check(pixels)

@@ -5,6 +5,7 @@ per llama.cpp projector type, each the math of transformers' own:
             -> x @ mm_input_projection_weight
   idefics3  Idefics3Connector: pixel shuffle by s -> modality_projection (mm.model.fc, no bias)
   qwen2vl_merger, qwen2.5vl_merger  PatchMerger (hearth.models.qwen_vision.QwenMerger)
+  gemma4v   Gemma4VisionPooler + Gemma4MultimodalEmbedder (hearth.models.gemma4_vision)
   qwen3vl_merger  Qwen3VLVisionPatchMerger and its DeepStack twins (hearth.models.qwen_deepstack.Qwen3Merger)"""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from hearth.layers.norm import RMSNorm
 from hearth.layers.quant import dequantize
 from hearth.loader.gguf_loader import GGUFFile, GGUFTensor
 from hearth.media.config import VisionConfig
+from hearth.models.gemma4_vision import Gemma4VisionProjector
 from hearth.models.gguf_tensors import f32, maybe_f32
 from hearth.models.qwen_deepstack import Qwen3Merger
 from hearth.models.qwen_vision import QwenMerger
@@ -90,5 +92,6 @@ def _transposed(t: GGUFTensor) -> GGUFTensor:
 
 
 PROJECTORS = {"mlp": MlpProjector, "gemma3": Gemma3Projector, "idefics3": Idefics3Projector,
-              "qwen2vl_merger": QwenMerger, "qwen2.5vl_merger": QwenMerger, "qwen3vl_merger": Qwen3Merger}
+              "qwen2vl_merger": QwenMerger, "qwen2.5vl_merger": QwenMerger, "qwen3vl_merger": Qwen3Merger,
+              "gemma4v": Gemma4VisionProjector}
 """clip.projector_type -> its module (the torch-free facts: hearth.media.projectors)."""

@@ -1,5 +1,6 @@
 """VisionEncoder on tiny random mmproj files (tests/mmproj_factory.py) against transformers' own
-get_image_features on the same weights and the same pixels: LLaVA-1.5 (mlp), Gemma 3, Idefics3/SmolVLM.
+get_image_features on the same weights and the same pixels: LLaVA-1.5 (mlp), Gemma 3, Idefics3/SmolVLM, Qwen-VL,
+Gemma 4 (tests/models/test_gemma4_vision.py has its own).
 Each feature was broken once by hand to see the test catch it (max error relative to the largest value;
 REL_TOL is 1e-5): the feature layer one block short 0.74, no pre-LayerNorm 0.47, quick_gelu as gelu 6e-3,
 the projector's erf gelu as tanh 1.3e-4, no post-LayerNorm 0.87 (gemma3) / 1.3 (idefics3), the soft norm
@@ -25,6 +26,9 @@ from tests.mmproj_factory import hf_features, hf_processor, tiny_hf, write_mmpro
 
 REL_TOL = 1e-5  # max |hearth - transformers| relative to the largest |value|, f32 math on the file's weights
 REL_TOL_FAST = 3e-2  # the fast linear paths round activations (and F16 weights) to bf16; Q8_0 its blocks
+LOOSER = {"gemma4v-q8_0": 0.1}
+"""Gemma 4's tower (scale-1 attention over RMS-normed q and k, norms after each part) carries Q8_0's rounding
+further: measured 0.039 and 0.046 (two seeds) with f32 math on the Q8_0 weights, 0.06 on the fast path."""
 CASES = {  # case -> (projector, matrix type, feature_layer key written, model settings)
     **{name: (name, "F32", False, {}) for name in PROJECTORS},
     "mlp-feature-key": ("mlp", "F32", True, {}),
@@ -76,7 +80,7 @@ def test_rows_equal_transformers(tmp_path, models, image, case):
     want = hf_features(name, model, prepared.pixels[-1])
     width = enc.cfg.lm_hidden * (1 + enc.cfg.deepstack)  # Qwen3-VL's: the deepstack parts beside the main rows
     assert got.dtype == torch.float32 and got.shape == want.shape == (prepared.num_embeds, width)
-    assert rel_err(got, want) < (REL_TOL if exact else REL_TOL_FAST)
+    assert rel_err(got, want) < (REL_TOL if exact else LOOSER.get(case, REL_TOL_FAST))
 
 
 @pytest.mark.parametrize("size", [(71, 45), (30, 97), (20, 20)])
