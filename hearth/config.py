@@ -353,6 +353,9 @@ class EngineConfig:
     --rope-freq-base, vLLM's rope_theta); sliding-window layers keep the file's, as llama.cpp's; 0 = the file's."""
     chat_template: str | None = None
     """A Jinja chat template in place of the GGUF's (vLLM's --chat-template); None = the file's."""
+    chat_template_kwargs: dict = field(default_factory=dict)
+    """Template variables every chat renders with (llama-server's --chat-template-kwargs, e.g.
+    {"enable_thinking": false}); a request's own chat_template_kwargs win."""
     lora: list = field(default_factory=list)
     """LoRA adapters (llama.cpp's GGUF adapters) as [(path, scale), ...], llama-server's --lora FILE
     (scale 1) / --lora-scaled FILE SCALE: adapter j is id j (GET/POST /lora-adapters, a request's `lora`)."""

@@ -191,7 +191,7 @@ class LLM:
                                  self.max_model_len, max_logprobs=cfg.max_logprobs, lora=self.lora,
                                  reranker=self.reranker)
         self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
-                                          self.tokenizer.eos_token, self.gguf.arch)
+                                          self.tokenizer.eos_token, self.gguf.arch, cfg.chat_template_kwargs)
         self._ready(t0)
 
     @property
@@ -219,7 +219,7 @@ class LLM:
         self.engine = EncoderCore(self.runner, self.tokenizer, mc.arch, self.max_model_len, mc.vocab_size,
                                   cfg.max_num_seqs, mc.context_length, reranker=self.reranker)
         self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
-                                          self.tokenizer.eos_token, self.gguf.arch)
+                                          self.tokenizer.eos_token, self.gguf.arch, cfg.chat_template_kwargs)
         self._ready(t0)
 
     def _ready(self, t0: float) -> None:

@@ -63,3 +63,32 @@ def test_each_spelling_reaches_the_engine(flag, value, tmp_path, monkeypatch):
     args = parser.parse_args(["m.gguf", flag, str(file) if value == "FILE" else value])
     text = serve.engine_args(args)["chat_template"]
     assert text.startswith("\n{%- for message in messages") if value == "chatml" else text == MARKED
+
+
+def test_chat_template_kwargs_are_every_render_s_defaults_a_request_s_own_win(tmp_path):
+    """llama-server's --chat-template-kwargs '{"enable_thinking": false}' (Qwen3's switch, as model cards give
+    it): every chat renders with it; a request's chat_template_kwargs still set their own."""
+    from hearth.api.chat_template import ChatTemplate
+    from hearth.cli import command_parser
+    from hearth.commands.template_flags import chat_template_kwargs
+    from hearth.errors import HearthError
+
+    args = command_parser("serve").parse_args(["m", "--chat-template-kwargs", '{"enable_thinking": false}'])
+    defaults = chat_template_kwargs(args)
+    assert defaults == {"enable_thinking": False}
+    t = ChatTemplate("{{ 'think' if enable_thinking | default(true) else 'no' }}", None, None, "", defaults)
+    assert t.render([]) == "no" and t.render([], enable_thinking=True) == "think"
+    for bad, why in [("{", "not JSON"), ("[1]", "a JSON object")]:
+        with pytest.raises(HearthError, match=f"--chat-template-kwargs.*{why}"):
+            chat_template_kwargs(command_parser("serve").parse_args(["m", "--chat-template-kwargs", bad]))
+
+
+def test_an_llm_renders_with_the_server_s_template_kwargs(tmp_path):
+    from hearth import LLM
+    from tests.gguf_factory import write_tiny_gguf
+
+    path = tmp_path / "t.gguf"
+    write_tiny_gguf(path, "llama")
+    template = "{{ messages[0]['content'] }}{{ ' /no_think' if not enable_thinking | default(true) else '' }}"
+    llm = LLM(str(path), progress=False, chat_template=template, chat_template_kwargs={"enable_thinking": False})
+    assert llm.chat_template.render([{"role": "user", "content": "hi"}]) == "hi /no_think"

@@ -107,7 +107,7 @@ def test_a_command_s_version_flag_is_hearth_s_version(argv, started, capsys):
 
 @pytest.mark.parametrize("argv", [
     ["serve", "m", "--reasoning-format", "deepseek"], ["serve", "m", "--reasoning-budget", "0"],
-    ["serve", "m", "--log-file", "x"], ["serve", "m", "--chat-template-kwargs", '{"enable_thinking": false}'],
+    ["serve", "m", "--log-file", "x"],
     ["serve", "m", "--numa", "distribute"], ["serve", "m", "-dev", "CUDA0"], ["serve", "m", "--n-cpu-moe", "8"],
     ["serve", "m", "-ot", "exps=CPU"], ["serve", "m", "--cache-ram", "8192"], ["serve", "m", "--swa-full"],
     ["serve", "m", "-kvo"], ["serve", "m", "--grammar", "root ::= x"],

@@ -75,7 +75,10 @@ def template_text(value: str) -> str:
 
 
 class ChatTemplate:
-    def __init__(self, template: str | None, bos_token: str | None, eos_token: str | None, arch: str):
+    def __init__(self, template: str | None, bos_token: str | None, eos_token: str | None, arch: str,
+                 defaults: dict | None = None):
+        """defaults: template variables every render gets unless it gives its own (--chat-template-kwargs)."""
+        self.defaults = dict(defaults or {})
         self.is_fallback = not template
         self.source: str = template or FALLBACK_TEMPLATES.get(arch, CHATML_TEMPLATE)
         self.bos_token = bos_token or ""
@@ -98,7 +101,7 @@ class ChatTemplate:
             messages = [_typed(m) for m in messages]
         if self._history is not None:
             messages = self._history(messages, self.source)
-        context = _plain({**kwargs, "messages": messages, "tools": tools,
+        context = _plain({**self.defaults, **kwargs, "messages": messages, "tools": tools,
                           "add_generation_prompt": add_generation_prompt})
         context.setdefault("bos_token", self.bos_token)
         context.setdefault("eos_token", self.eos_token)

@@ -21,16 +21,17 @@ from hearth.config import DEFAULT_POOLING
 from hearth.models.transformer import POOLING_TYPES
 
 
-def served_model(model: str, names: list[str] | None, engine: ClusterEngine, template: str | None = None) -> ServedModel:
+def served_model(model: str, names: list[str] | None, engine: ClusterEngine, template: str | None = None,
+                 template_kwargs: dict | None = None) -> ServedModel:
     """names: None -> as `hearth serve` names it (catalog name or file stem, with aliases); template: one
-    in place of the file's (--chat-template), as the replicas were given."""
+    in place of the file's (--chat-template), as the replicas were given; template_kwargs: --chat-template-kwargs."""
     from hearth.commands.models_file import ModelEntry
     from hearth.commands.serve_models import file_names, model_names
 
     path = resolve_model(model)
     g = GGUFFile(path)
     tok = Tokenizer.from_gguf(g)
-    template = ChatTemplate(template or tok.chat_template, tok.bos_token, tok.eos_token, g.arch)
+    template = ChatTemplate(template or tok.chat_template, tok.bos_token, tok.eos_token, g.arch, template_kwargs)
     names = names or model_names(ModelEntry(model), path)
     pooling = POOLING_TYPES.get(g.arch_get("pooling_type"), DEFAULT_POOLING)  # as config_from_gguf reads it
     return ServedModel(names, tok, template, engine, engine.max_model_len, engine.vocab_size,

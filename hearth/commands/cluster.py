@@ -10,7 +10,7 @@ import time
 
 from hearth.commands import serve
 from hearth.commands.logs import configure_logging
-from hearth.commands.template_flags import chat_template
+from hearth.commands.template_flags import chat_template, chat_template_kwargs
 from hearth.config import DEFAULT_MODEL
 
 ROUTINGS = ("prefix", "round-robin", "least-loaded")
@@ -95,20 +95,21 @@ def _serve(args: argparse.Namespace, spec, ray, started: bool) -> int:
               f"(context {engine.max_model_len} tokens, routing {args.routing})", file=sys.stderr, flush=True)
         config = serve.server_config(args, listen=True)
         app = build_app(args.model, args.served_model_name, engine, config, scaler_for(spec, engine),
-                        template=chat_template(args))
+                        template=chat_template(args), template_kwargs=chat_template_kwargs(args))
         return serve.run_server(app, args, app.state.models.ids_text())
     finally:
         if started:
             ray.shutdown()
 
 
-def build_app(model: str, names, engine, config, scaler=None, template: str | None = None):
+def build_app(model: str, names, engine, config, scaler=None, template: str | None = None,
+              template_kwargs: dict | None = None):
     """`hearth serve`'s app around the cluster's engine, its metrics, and POST /cluster/replicas
     when given a scaler."""
     from hearth.api.app import create_app
     from hearth.cluster.front import install_metrics, install_scaling, served_model
 
-    served = served_model(model, names, engine, template)
+    served = served_model(model, names, engine, template, template_kwargs)
     app = create_app(served, config)
     install_metrics(app, engine, served.name)
     if scaler is not None:

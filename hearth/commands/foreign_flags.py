@@ -46,9 +46,6 @@ FOREIGN: dict[str, str] = {
                                                                           "KV cache on the model's device"),
     "--grammar": _GRAMMAR,
     "--grammar-file": _GRAMMAR,
-    "--chat-template-kwargs": "llama-server's template variables for every request: hearth takes them per request "
-                              "(chat_template_kwargs, e.g. {\"enable_thinking\": false}; Ollama's think, "
-                              "Anthropic's thinking), or a --chat-template that sets them",
     "--guided-decoding-backend": "vLLM's: hearth constrains output with llguidance always (response_format, grammar, "
                                  "tools)",
     "--chat-template-content-format": "vLLM's: hearth gives a template a message's content as the template reads it "

@@ -18,7 +18,7 @@ from hearth.commands.run_answer import CONTEXT_FULL, DEFAULT_MAX_TOKENS, INTERRU
 from hearth.commands.run_input import model_flag, piped_input
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
-from hearth.commands.template_flags import add_template_arguments, chat_template
+from hearth.commands.template_flags import add_template_arguments, chat_template, chat_template_kwargs
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
 from hearth.errors import HearthError, can_raise_context
@@ -136,7 +136,8 @@ def main(args: argparse.Namespace) -> int:
     until_full = args.max_tokens in UNTIL_FULL
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, rope_freq_base=rope_freq_base(args),
-              chat_template=template, lora=lora_entries(args), mmproj=args.mmproj)
+              chat_template=template, chat_template_kwargs=chat_template_kwargs(args), lora=lora_entries(args),
+              mmproj=args.mmproj)
     if llm.embeds_only or llm.reranker:  # as llama-cli refuses an --embedding model's prompt
         route = "/v1/rerank" if llm.reranker else "/v1/embeddings"
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "

@@ -23,7 +23,7 @@ from hearth.commands.vision_flags import add_vision_arguments
 from hearth.commands.peer_flags import add_peer_arguments
 from hearth.commands.sampling_flags import add_sampling_arguments, sampling_defaults
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
-from hearth.commands.template_flags import add_template_arguments, chat_template
+from hearth.commands.template_flags import add_template_arguments, chat_template, chat_template_kwargs
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
@@ -238,7 +238,8 @@ def engine_args(args: argparse.Namespace) -> dict:
                 kv_disk_dir=args.kv_disk_dir, kv_disk_space_mb=args.kv_disk_space_mb,
                 speculative_config=speculative_config(args), device=args.device, rope_scaling=rope_scaling(args),
                 rope_freq_base=rope_freq_base(args),
-                chat_template=chat_template(args), lora=lora_entries(args), mmproj=args.mmproj)
+                chat_template=chat_template(args), chat_template_kwargs=chat_template_kwargs(args),
+                lora=lora_entries(args), mmproj=args.mmproj)
 
 
 _SERVER_LOWEST = {"port": (0, 65535), "max_n": (1, None), "max_queued": (0, None), "max_tokens_limit": (0, None),

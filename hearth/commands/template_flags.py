@@ -1,11 +1,13 @@
 """A chat template in place of the GGUF's, on `hearth serve`, `hearth run` and `hearth cluster serve`:
 vLLM's --chat-template (a file or the template itself) and llama-server's --chat-template NAME (a
-built-in) and --chat-template-file FILE -> EngineConfig.chat_template (its text). A bad one is one line
-naming the flag, before any model loads."""
+built-in) and --chat-template-file FILE -> EngineConfig.chat_template (its text); llama-server's
+--chat-template-kwargs JSON -> EngineConfig.chat_template_kwargs. A bad one is one line naming the flag, before any
+model loads."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from hearth.api.chat_template import BUILT_IN, ChatTemplate, ChatTemplateError, template_text
 from hearth.errors import HearthError
@@ -17,6 +19,9 @@ def add_template_arguments(p: argparse.ArgumentParser) -> None:
                         f"built-in ({', '.join(BUILT_IN)})")
     p.add_argument("--chat-template-file", default=None, metavar="FILE",
                    help="the chat template instead of the model's, from a file (llama-server's spelling)")
+    p.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                   help="template variables for every chat, as a JSON object (llama-server's: e.g. "
+                        "'{\"enable_thinking\": false}'); a request's own chat_template_kwargs win")
 
 
 def chat_template(args: argparse.Namespace) -> str | None:
@@ -38,3 +43,17 @@ def chat_template(args: argparse.Namespace) -> str | None:
     except (OSError, ChatTemplateError) as e:
         raise HearthError(f"{flag}: {e}") from None
     return text
+
+
+def chat_template_kwargs(args: argparse.Namespace) -> dict:
+    """--chat-template-kwargs as a dict ({} when not given); not a JSON object: one line naming the flag."""
+    text = getattr(args, "chat_template_kwargs", None)
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HearthError(f"--chat-template-kwargs: not JSON ({e.msg}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise HearthError(f"--chat-template-kwargs takes a JSON object of template variables, got {text!r}")
+    return value
