@@ -61,11 +61,15 @@ def draft_model(g: GGUFFile, backend):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as for the target: repacking is many small ops
     try:
-        return load_model(g, backend)
+        model, cfg = load_model(g, backend)
     except HearthError as e:
         raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
     finally:
         torch.set_num_threads(threads)
+    if any(cfg.recurrent_layers):  # its state would take a rejected draft's tokens with no way back
+        raise InvalidSpeculativeConfig(f"speculative_config.model: {g.path.name} has recurrent layers ({g.arch}): "
+                                       "such a model cannot draft yet; choose a draft without them")
+    return model, cfg
 
 
 KEPT_SPECIAL_MAX = 512

@@ -90,7 +90,7 @@ def score_window(runner, window: list[int], rid: str, batch: int, finished: list
     nll = []
     for p in range(0, ctx, batch):
         chunk = window[p:p + batch]
-        seq = ScheduledSequence(rid, chunk, p, blocks, False, params, [])
+        seq = ScheduledSequence(rid, chunk, p, blocks, False, params, [], state_slot=0)  # a recurrent model's (qwen35)
         hidden = runner.forward(SchedulerOutput([seq], finished if p == 0 else []))  # [n, hidden]
         lo, hi = max(first, p), min(p + len(chunk), ctx - 1)  # positions whose next token is scored
         for r0 in range(lo, hi, LOGIT_ROWS):
@@ -127,7 +127,7 @@ def greedy(runner, prompt: list[int], n: int, rid: str = "greedy", feed: list[in
     blocks = list(range(-(-(len(prompt) + n) // runner.block_size)))
     out, todo, pos = [], list(prompt), 0
     while len(out) < n:
-        seq = ScheduledSequence(rid, todo, pos, blocks, True, params, [])
+        seq = ScheduledSequence(rid, todo, pos, blocks, True, params, [], state_slot=0)  # one request at a time
         token = runner.execute(SchedulerOutput([seq])).sampled[rid].token_id
         pos += len(todo)
         out.append(token)

@@ -11,9 +11,9 @@ queued for writing).
 A model with recurrent layers (qwen35) also needs a state slot per running request: a pool of `state_slots`
 (max_num_seqs) handed out with a request's first blocks and taken back with them (finish, abort, preemption).
 Its prefix-cache hits end at a block whose hash has a state snapshot (hearth.engine.state_snapshots): one is
-taken at a prompt's last full block (its chunk is cut to end there) and at each full block a decode completes
-(the request's previous one dropped: the next turn of a conversation resends prompt + answer); a hit's first
-step restores the snapshot into the request's slot."""
+taken at the last block boundary before a prompt's last token (its chunk is cut to end there) and at each full
+block a decode completes (the request's previous one dropped: the next turn of a conversation resends prompt +
+answer); a hit's first step restores the snapshot into the request's slot."""
 
 from __future__ import annotations
 
@@ -108,10 +108,15 @@ class KVCacheManager:
             num_blocks -= 1
         return num_blocks
 
+    def snapshot_boundary(self, req: Request) -> int:
+        """The last block boundary before the prompt's last token: as far as a hit on this prompt can reach (its
+        last token is always computed, for its logits), so its snapshot is taken there."""
+        return (len(req.prompt_token_ids) - 1) // self.block_size * self.block_size
+
     def snapshot_chunk(self, req: Request, start: int, n: int) -> int:
-        """n, or fewer so that a chunk crossing the prompt's last full block ends on it (its state is saved);
+        """n, or fewer so that a chunk crossing the prompt's snapshot boundary ends on it (its state is saved);
         never inside a bidirectional image span (it comes whole: no snapshot there)."""
-        boundary = len(req.prompt_token_ids) // self.block_size * self.block_size
+        boundary = self.snapshot_boundary(req)
         if not (self.snapshots.capacity and start < boundary < start + n):
             return n
         cut = boundary - start
@@ -119,10 +124,10 @@ class KVCacheManager:
 
     def snapshot_after(self, req: Request, start: int, n: int) -> int:
         """The snapshot slot the runner saves req's state into after computing n tokens from start (-1: none):
-        where they end on the prompt's last full block, or on a full block of its answer (which replaces the
+        where they end on the prompt's snapshot boundary, or on a full block of its answer (which replaces the
         request's previous answer snapshot: one per conversation is what the next turn can use)."""
         end, bs, prompt = start + n, self.block_size, len(req.prompt_token_ids)
-        if not self.snapshots.capacity or not end or end % bs or end < prompt // bs * bs:
+        if not self.snapshots.capacity or not end or end % bs or end < self.snapshot_boundary(req):
             return -1
         h = self.block_hashes(req, end // bs)[-1]
         slot = self.snapshots.reserve(h)
@@ -138,8 +143,8 @@ class KVCacheManager:
         if not self.enable_prefix_caching:
             return []
         n = req.num_tokens // self.block_size
-        if self.needs_state:  # only a snapshot makes a hit: the one at its prompt's last full block, if ahead
-            n = len(req.prompt_token_ids) // self.block_size
+        if self.needs_state:  # only a snapshot makes a hit: the one at its prompt's snapshot boundary, if ahead
+            n = self.snapshot_boundary(req) // self.block_size
             behind = n and self.snapshots.capacity and req.num_computed_tokens < n * self.block_size
             return self.block_hashes(req, n)[-1:] if behind else []
         self.block_hashes(req, n)  # computes what is missing, once per request

@@ -302,3 +302,26 @@ def test_the_state_slots_take_their_share_of_the_kv_bound(tiny):
     with pytest.raises(HearthError, match="a recurrent model's state\\): raise --kv-cache-memory-gb or lower "
                                           "--max-num-seqs"):
         LLM(str(tiny[1]), progress=False, kv_cache_memory_gb=40 / 2**20, max_num_seqs=4)
+
+
+def test_eval_perplexity_runs_its_windows_on_a_state_slot(tiny, tmp_path, capsys):
+    """`hearth eval perplexity` builds its own steps: each carries a state slot (it was a traceback)."""
+    from hearth.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("one two three four five six seven eight nine ten " * 20)
+    assert main(["eval", "perplexity", str(tiny[1]), "--ctx", "64", "--text", str(text), "--chunks", "1"]) == 0
+    assert "Final estimate: PPL = " in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("native_speculation")
+def test_a_recurrent_model_cannot_draft(tiny, tmp_path):
+    """A rejected draft's tokens would stay in its state: refused by name at the load (it crashed the first step)."""
+    from hearth.spec_decode.config import InvalidSpeculativeConfig
+    from tests.gguf_factory import write_tiny_gguf
+
+    target = tmp_path / "t.gguf"
+    write_tiny_gguf(target, "qwen2", vocab=DIMS.vocab, qtype="Q8_0")
+    spec = {"method": "draft", "model": str(tiny[1]), "num_speculative_tokens": 3}
+    with pytest.raises(InvalidSpeculativeConfig, match="recurrent layers .*cannot draft"):
+        LLM(str(target), progress=False, speculative_config=spec)

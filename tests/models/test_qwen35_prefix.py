@@ -119,3 +119,14 @@ def test_the_planner_counts_the_snapshot_pool(tiny):
     assert llm.runner.snapshots.nbytes == 5 * shape.state_bytes
     pool = engine_pool(shape, KV_FORMATS["f16"], BLOCK, 3, 256, num_kv_blocks=10, state_snapshots=5)
     assert pool.bytes == llm.runner.kv_bytes  # the slots, the snapshots and the blocks
+
+
+def test_a_prompt_of_whole_blocks_sent_again_hits(tiny):
+    """A hit stops a block short of a prompt of whole blocks (its last token is computed for its logits): the
+    snapshot is taken there, so an exact resend (a retry, an n > 1 sibling) hits too."""
+    hf, path = tiny
+    aligned = LONG[:32]
+    llm = exact_llm(path)
+    (first, c0), = generate(llm, [aligned])
+    (again, c1), = generate(llm, [aligned])
+    assert (c0, c1) == (0, 24) and first == again == hf_greedy(hf, aligned)
