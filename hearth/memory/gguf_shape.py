@@ -33,7 +33,7 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
     return ModelShape(
         name=str(g.get("general.name", g.path.name)),
         arch=g.arch,
-        num_layers=layers,
+        num_layers=layers - _mtp_layers(g),  # the multi-token-prediction layers never run: no K/V, no compute
         hidden_size=hidden,
         num_heads=heads,
         kv_heads=kv_heads,
@@ -62,6 +62,11 @@ DELTA_NET_ARCHS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 too, for another state: not priced here)."""
 
 
+def _mtp_layers(g: GGUFFile) -> int:
+    """The trailing multi-token-prediction layers a Gated DeltaNet file carries (hearth.models.qwen35 skips them)."""
+    return int(g.arch_get("nextn_predict_layers", 0) or 0) if g.arch in DELTA_NET_ARCHS else 0
+
+
 def _recurrent(g: GGUFFile, layers: int) -> dict:
     """ModelShape's recurrent and state_bytes for a Gated DeltaNet file (qwen35's ssm.* keys, as
     hearth.models.qwen35 reads them: recurrent_layers, else every full_attention_interval-th layer attends;
@@ -69,7 +74,7 @@ def _recurrent(g: GGUFFile, layers: int) -> dict:
     v_heads, k_heads = g.arch_get("ssm.time_step_rank"), g.arch_get("ssm.group_count")
     if g.arch not in DELTA_NET_ARCHS or not v_heads or not k_heads or g.arch_get("ssm.inner_size") is None:
         return {}
-    n = layers - int(g.arch_get("nextn_predict_layers", 0) or 0)
+    n = layers - _mtp_layers(g)
     stated = g.arch_get("attention.recurrent_layers")
     every = int(g.arch_get("full_attention_interval", 4))
     recurrent = (tuple(bool(r) for r in stated[:n]) if isinstance(stated, list) and len(stated) == layers

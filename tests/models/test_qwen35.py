@@ -325,3 +325,21 @@ def test_a_recurrent_model_cannot_draft(tiny, tmp_path):
     spec = {"method": "draft", "model": str(tiny[1]), "num_speculative_tokens": 3}
     with pytest.raises(InvalidSpeculativeConfig, match="recurrent layers .*cannot draft"):
         LLM(str(target), progress=False, speculative_config=spec)
+
+
+def test_the_planner_leaves_out_the_multi_token_prediction_layers(tiny, monkeypatch):
+    """A file's trailing MTP layers (nextn_predict_layers) never run: no K/V priced for them."""
+    from hearth.memory.gguf_shape import shape_from_gguf
+    from hearth.memory.kv_cache import token_bytes
+    from hearth.memory.kv_formats import KV_FORMATS
+
+    g = GGUFFile(tiny[1])
+    plain = shape_from_gguf(g)
+    arch_get = g.arch_get
+    stated = arch_get("attention.recurrent_layers")
+    extra = {"block_count": plain.num_layers + 1, "nextn_predict_layers": 1,
+             "attention.recurrent_layers": None if stated is None else [*stated, False]}
+    monkeypatch.setattr(g, "arch_get", lambda key, default=None: extra.get(key, arch_get(key, default)))
+    with_mtp = shape_from_gguf(g)
+    assert with_mtp.num_layers == plain.num_layers and with_mtp.state_bytes == plain.state_bytes
+    assert token_bytes(with_mtp, KV_FORMATS["f16"], 16) == token_bytes(plain, KV_FORMATS["f16"], 16)
