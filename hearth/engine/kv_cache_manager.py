@@ -30,6 +30,11 @@ from hearth.kvstore.disk import DiskKVStore
 __all__ = ["KVCacheManager", "PrefixCacheStats", "hash_block"]
 
 
+GENERATION_TAIL = 16
+"""Tokens a chat template's generation prompt may add after the history (Qwen3.5's `<|im_start|>assistant\n<think>
+\n\n</think>\n\n`: ~9): a snapshot this far before a prompt's end survives the next turn's re-render."""
+
+
 @dataclass(slots=True)
 class PrefixCacheStats:
     queries: int = 0
@@ -113,13 +118,21 @@ class KVCacheManager:
         last token is always computed, for its logits), so its snapshot is taken there."""
         return (len(req.prompt_token_ids) - 1) // self.block_size * self.block_size
 
+    def snapshot_boundaries(self, req: Request) -> tuple[int, ...]:
+        """Where a prompt's state is saved: its snapshot boundary (an exact resend hits there), and the last block
+        boundary GENERATION_TAIL tokens before its end, where the chat so far ends: a conversation's next turn
+        re-renders the last turn without the generation prompt's tail (Qwen3.5's `<think>\n\n</think>\n\n`), so it
+        leaves this prompt within its last few tokens (llama.cpp's server checkpoints before a prompt's end too)."""
+        last = self.snapshot_boundary(req)
+        chat = (len(req.prompt_token_ids) - 1 - GENERATION_TAIL) // self.block_size * self.block_size
+        return (chat, last) if 0 < chat < last else (last,)
+
     def snapshot_chunk(self, req: Request, start: int, n: int) -> int:
-        """n, or fewer so that a chunk crossing the prompt's snapshot boundary ends on it (its state is saved);
-        never inside a bidirectional image span (it comes whole: no snapshot there)."""
-        boundary = self.snapshot_boundary(req)
-        if not (self.snapshots.capacity and start < boundary < start + n):
+        """n, or fewer so that a chunk crossing one of the prompt's snapshot boundaries ends on it (its state is
+        saved); never inside a bidirectional image span (it comes whole: no snapshot there)."""
+        if not self.snapshots.capacity:
             return n
-        cut = boundary - start
+        cut = next((b - start for b in self.snapshot_boundaries(req) if start < b < start + n), n)
         return cut if not req.media or chunk_tokens(req.media, start, cut) == cut else n
 
     def snapshot_after(self, req: Request, start: int, n: int) -> int:
@@ -127,7 +140,8 @@ class KVCacheManager:
         where they end on the prompt's snapshot boundary, or on a full block of its answer (which replaces the
         request's previous answer snapshot: one per conversation is what the next turn can use)."""
         end, bs, prompt = start + n, self.block_size, len(req.prompt_token_ids)
-        if not self.snapshots.capacity or not end or end % bs or end < self.snapshot_boundary(req):
+        at = self.snapshot_boundaries(req)
+        if not self.snapshots.capacity or not end or end % bs or end < at[-1] and end not in at:
             return -1
         h = self.block_hashes(req, end // bs)[-1]
         slot = self.snapshots.reserve(h)

@@ -130,3 +130,17 @@ def test_a_prompt_of_whole_blocks_sent_again_hits(tiny):
     (first, c0), = generate(llm, [aligned])
     (again, c1), = generate(llm, [aligned])
     assert (c0, c1) == (0, 24) and first == again == hf_greedy(hf, aligned)
+
+
+def test_the_next_turn_hits_though_it_rewrites_the_last_prompt_s_tail(tiny):
+    """A chat template renders a turn's generation prompt (Qwen3.5's `<think>\\n\\n</think>\\n\\n`) one way and the
+    same turn as history another: the next turn leaves the last prompt within its last few tokens. A snapshot
+    GENERATION_TAIL tokens before the prompt's end is still a hit (there was none: every turn recomputed)."""
+    hf, path = tiny
+    history = LONG[:36]
+    turn1 = history + prompt(DIMS.vocab, n=5, seed=5)  # 41 tokens: snapshots at 24 (16 before its end) and 40
+    turn2 = history + prompt(DIMS.vocab, n=12, seed=12)  # the tail re-rendered otherwise, then more
+    llm = exact_llm(path)
+    generate(llm, [turn1])
+    (got, cached), = generate(llm, [turn2])
+    assert cached == 24 and got == hf_greedy(hf, turn2)
