@@ -5,8 +5,9 @@ an object's declared keys, and any other key where the object is open (JSON Sche
 callers close a tool's own arguments as the JSON formats' grammars do, hearth.tool_parsers.schema.
 declared_only). Numbers are bounded as hearth.sample.schema_bounds bounds JSON's: at most 16 integer
 digits, 15 before and 10 after a point, no exponent (a small model writes digits without end, and
-`1e999` reads back as no number). Keys may come in any order, so required ones are not enforced here
-(the guard's schema check reports a missing one); nor are minimum and maximum."""
+`1e999` reads back as no number). Keys come in the sorted order the template writes them in (its tool
+declarations and past calls alike), so the required ones are enforced; minimum, maximum and string lengths
+are left to the guard's schema check."""
 
 from __future__ import annotations
 
@@ -56,20 +57,34 @@ class _Rules:
         return _TERMINALS.get(kind, "gvalue") if isinstance(kind, str) else "gvalue"
 
     def object(self, schema: dict) -> str:
-        """An object: its declared keys typed, and any other key unless additionalProperties is false."""
+        """An object: its declared keys typed, in the sorted order the template writes them (its `dictsort`), the
+        required ones present, then any other key unless additionalProperties is false."""
         properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-        members = [f"{json.dumps(str(key) + ':')} {self.value(sub)}" for key, sub in properties.items()]
-        if schema.get("additionalProperties") is not False:
-            members.append("gmember")
-        if not members:
-            return '("{" "}")'
-        member = self._rule(" | ".join(members))
-        return self._rule(f'"{{" ({member} ("," {member})*)? "}}"')
+        required = set(schema.get("required") or ()) if isinstance(schema.get("required"), list) else set()
+        members = [(f"{json.dumps(str(key) + ':')} {self.value(properties[key])}", key in required)
+                   for key in sorted(properties, key=str)]
+        open_ = schema.get("additionalProperties") is not False
+        body = _members(members, open_, first=True)
+        return self._rule(f'"{{" {body} "}}"' if body else '"{" "}"')
 
     def _rule(self, body: str) -> str:
         name = f"g_{len(self.lines)}"
         self.lines.append(f"{name}: {body}")
         return name
+
+
+def _members(members: list[tuple[str, bool]], open_: bool, first: bool) -> str:
+    """The members from here on, each (Lark, required), separated by commas; first: none has come yet."""
+    if not members:
+        extra = '(gmember ("," gmember)*)?' if first else '("," gmember)*'
+        return extra if open_ else ""
+    (member, required), rest = members[0], members[1:]
+    after = _members(rest, open_, first=False)
+    this = f"{member} {after}".strip() if first else f'"," {member} {after}'.strip()
+    if required:
+        return this
+    skip = _members(rest, open_, first)
+    return f"(({this}) | {skip})" if skip else f"({this})?"
 
 
 def _literal(value: Any) -> str:

@@ -108,7 +108,8 @@ BOOK = [{"type": "function", "function": {"name": "book", "parameters": {"type":
 
 @pytest.mark.parametrize("text, ok", [
     ('<|tool_call>call:book{city:<|"|>Paris, FR<|"|>,nights:2,unit:<|"|>c<|"|>}<tool_call|>', True),
-    ('<|tool_call>call:book{rooms:[{beds:2},{beds:1}],flexible:true,note:{any:[1,<|"|>x<|"|>]}}<tool_call|>', True),
+    ('<|tool_call>call:book{flexible:true,note:{any:[1,<|"|>x<|"|>]},rooms:[{beds:2},{beds:1}]}<tool_call|>', True),
+    ('<|tool_call>call:book{rooms:[{beds:2}],flexible:true}<tool_call|>', False),  # not the template's sorted order
     ('<|channel>thought\nBook it.<channel|><|tool_call>call:book{}<tool_call|>', True),
     ('<|tool_call>call:book{nights:<|"|>2<|"|>}<tool_call|>', False),  # a string for an integer
     ('<|tool_call>call:book{unit:<|"|>k<|"|>}<tool_call|>', False),  # not one of the enum
@@ -137,6 +138,14 @@ def test_a_forced_gemma4_call_follows_each_declared_keys_type(byte_tokenizer, te
      "q:{b:1}", False),
     ({"type": "object", "properties": {}}, "b:1", False),  # the tool's own arguments: its declared keys only
     ({"type": "object", "properties": {}}, "", True),
+    ({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]},
+     "", False),  # a required key missing (a random Gemma 4 wrote {} under tool_choice required)
+    ({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]},
+     "days:2", False),
+    ({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]},
+     'city:<|"|>P<|"|>', True),
+    ({"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]},
+     'city:<|"|>P<|"|>,days:2', True),
 ])
 def test_a_forced_gemma4_call_s_objects_are_open_or_closed_as_the_json_formats(byte_tokenizer, params, text, ok):
     tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
