@@ -6,8 +6,8 @@ A bad value is one line naming the flag (or the JSON key), before any model load
 from __future__ import annotations
 
 import argparse
-import json
 
+from hearth.commands.json_flag import json_flag
 from hearth.errors import HearthError
 
 SAMPLING_FLAGS: dict[str, tuple[tuple[str, ...], type]] = {
@@ -54,14 +54,7 @@ def sampling_defaults(args: argparse.Namespace) -> dict[str, float]:
 def _override(text: str | None) -> dict[str, float]:
     """vLLM's --override-generation-config JSON -> {field: value}; an unknown key or a value of the wrong type
     is one line naming it."""
-    if text is None:
-        return {}
-    try:
-        given = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HearthError(f"{_OVERRIDE}: not JSON ({e.msg}): {text!r}") from None
-    if not isinstance(given, dict):
-        raise HearthError(f"{_OVERRIDE} takes a JSON object of sampling defaults, got {text!r}")
+    given = json_flag(_OVERRIDE, text, "sampling defaults")
     out = {}
     for key, value in given.items():
         if key not in SAMPLING_FLAGS:

@@ -7,9 +7,9 @@ model loads."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from hearth.api.chat_template import BUILT_IN, ChatTemplate, ChatTemplateError, template_text
+from hearth.commands.json_flag import json_flag
 from hearth.errors import HearthError
 
 
@@ -47,13 +47,4 @@ def chat_template(args: argparse.Namespace) -> str | None:
 
 def chat_template_kwargs(args: argparse.Namespace) -> dict:
     """--chat-template-kwargs as a dict ({} when not given); not a JSON object: one line naming the flag."""
-    text = getattr(args, "chat_template_kwargs", None)
-    if text is None:
-        return {}
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise HearthError(f"--chat-template-kwargs: not JSON ({e.msg}): {text!r}") from None
-    if not isinstance(value, dict):
-        raise HearthError(f"--chat-template-kwargs takes a JSON object of template variables, got {text!r}")
-    return value
+    return json_flag("--chat-template-kwargs", getattr(args, "chat_template_kwargs", None), "template variables")
