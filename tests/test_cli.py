@@ -94,8 +94,8 @@ def test_llama_cpp_s_context_flag_is_taken(command, argv, field):
     (["serve", "-hf", "ggml-org/gemma-3-1b-it-GGUF"], "-hf is llama.cpp's Hugging Face download: give hearth the "
      "hub file as MODEL, org/repo:file.gguf"),  # was -h: the help, exit 0
     (["serve", "m", "-ctk", "q8_0", "-ctv", "q4_0"], "-ctk q8_0 -ctv q4_0: hearth keeps K and V in one format"),
-    (["run", "m", "hi", "--cache-type-v=q4_0"], "--cache-type-v q4_0 is llama.cpp's KV cache type: hearth's is serve's "
-     "--kv-cache-dtype"),
+    (["run", "m", "hi", "--cache-type-v=q4_0"], "--cache-type-v q4_0: hearth keeps K and V in one format"),
+    (["pull", "m", "-ctk", "q8_0"], "-ctk q8_0 is llama.cpp's KV cache type: hearth's is serve's --kv-cache-dtype"),
     (["serve", "m", "-n", "128"], "-n is llama-server's default n_predict"),  # was -np 128: 128 slots
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_another_engines_flag_names_hearths_way(argv, says, capsys):
@@ -542,6 +542,26 @@ def test_run_a_bad_sampling_flag_is_named_as_the_flag_before_the_load(argv, erro
     """The API's field names (top_p) are no flag of `hearth run`: the error names the flag typed."""
     assert main(["run", "no-such-model.gguf", "hi", *argv]) == 1
     assert capsys.readouterr().err.strip() == f"hearth: error: {error}"
+
+
+def test_run_a_bad_kv_cache_dtype_is_one_line_before_the_load(capsys, no_model_load):
+    assert main(["run", "no-such-model.gguf", "hi", "--kv-cache-dtype", "q5_9"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("hearth: error: --kv-cache-dtype: KV cache dtype 'q5_9' is not supported") and err.count("\n") == 1
+
+
+def test_run_takes_llama_cli_s_kv_cache_types(tiny_models, capsys, monkeypatch):
+    """-ctk bf16 -ctv bf16 (llama-cli's) run the answer over a bf16 KV cache, as --kv-cache-dtype bf16."""
+    import hearth.llm
+
+    _, instruct = tiny_models
+    formats = []
+    init = hearth.llm.LLM.__init__
+    monkeypatch.setattr(hearth.llm.LLM, "__init__",
+                        lambda self, *a, **k: (formats.append(k.get("kv_cache_dtype")), init(self, *a, **k))[1])
+    out, err = run_stdout(capsys, str(instruct), PROMPT, *GREEDY, "-ctk", "bf16", "-ctv", "bf16")
+    assert formats == ["bf16"] and out.strip()
+    assert err == ["hearth: warning: -ctk bf16 -ctv bf16 is llama.cpp's KV cache type: --kv-cache-dtype bf16"]
 
 
 def _interrupt_after_first_output(monkeypatch):

@@ -20,7 +20,9 @@ from hearth.commands.vision_flags import add_vision_arguments, image_part, image
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template, chat_template_kwargs
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
+from hearth.commands.models_file import check_kv
 from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
+from hearth.formats.kv import SERVED_KV
 from hearth.errors import HearthError, can_raise_context
 
 UNTIL_FULL = (-1, -2)  # llama-cli's -n: -1 until an end token (its "infinity"), -2 until the context is full; here,
@@ -99,6 +101,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", "-c", "--ctx-size", type=token_count, default=4096, metavar="N",
                    help="context length in tokens (or 32k, 32K, auto), at most the model's; 0: the model's; "
                         "-c/--ctx-size: llama-cli's spelling (default: %(default)s)")
+    p.add_argument("--kv-cache-dtype", default="auto",  # llama-cli's -ctk/-ctv become it (hearth.commands.peer_values)
+                   help=f"KV-cache format: auto (f16), {', '.join(SERVED_KV)}, as serve takes them (default: %(default)s)")
     p.add_argument("--verbose", action="store_true", help="print timings after each answer (with speculation: drafted and accepted tokens, acceptance length), "
                                                       "and hearth's notes on the load (its info log lines: a default speculative K lowered to fit --ctx)")
     add_rope_arguments(p)  # serve's flags, parsed and checked by the same code
@@ -128,6 +132,7 @@ def main(args: argparse.Namespace) -> int:
 
         configure_logging("info")
     speculation = speculative_config(args)  # a bad value is one line before the model loads
+    check_kv(args.kv_cache_dtype, "--kv-cache-dtype")
     rope, template = rope_scaling(args), chat_template(args)
     if speculation is not None:
         check_drafts_fit(speculation, header_context(args.model, args.ctx, rope)[0], k_flag(args))
@@ -137,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
     llm = LLM(args.model, threads=args.threads, max_model_len=args.ctx, max_num_seqs=1, device=args.device,
               speculative_config=speculation, rope_scaling=rope, rope_freq_base=rope_freq_base(args),
               chat_template=template, chat_template_kwargs=chat_template_kwargs(args), lora=lora_entries(args),
-              mmproj=args.mmproj)
+              mmproj=args.mmproj, kv_cache_dtype=args.kv_cache_dtype)
     if llm.embeds_only or llm.reranker:  # as llama-cli refuses an --embedding model's prompt
         route = "/v1/rerank" if llm.reranker else "/v1/embeddings"
         raise HearthError(f"{args.model}: {embedding_only(llm.model_config.arch, llm.reranker)}: serve it with "
