@@ -64,27 +64,27 @@ class _Rules:
         members = [(f"{json.dumps(str(key) + ':')} {self.value(properties[key])}", key in required)
                    for key in sorted(properties, key=str)]
         open_ = schema.get("additionalProperties") is not False
-        body = _members(members, open_, first=True)
+        body = self._members(members, open_)
         return self._rule(f'"{{" {body} "}}"' if body else '"{" "}"')
+
+    def _members(self, members: list[tuple[str, bool]], open_: bool) -> str:
+        """The members, each (Lark, required), separated by commas: one rule per member and state (none has come
+        yet, or some has), each naming the next member's, so the grammar grows linearly with the members (written
+        out inline, each optional member doubled what followed it)."""
+        first = '(gmember ("," gmember)*)?' if open_ else ""  # after the last member: any other key if open
+        rest = '("," gmember)*' if open_ else ""
+        for member, required in reversed(members):
+            here = f'"," {member} {rest}'.strip()
+            new_first = f"{member} {rest}".strip()
+            rest = self._rule(here if required else f'("," {member})? {rest}'.strip())
+            new_first = new_first if required else f"{new_first} | {first}" if first else f"({new_first})?"
+            first = self._rule(new_first)
+        return first
 
     def _rule(self, body: str) -> str:
         name = f"g_{len(self.lines)}"
         self.lines.append(f"{name}: {body}")
         return name
-
-
-def _members(members: list[tuple[str, bool]], open_: bool, first: bool) -> str:
-    """The members from here on, each (Lark, required), separated by commas; first: none has come yet."""
-    if not members:
-        extra = '(gmember ("," gmember)*)?' if first else '("," gmember)*'
-        return extra if open_ else ""
-    (member, required), rest = members[0], members[1:]
-    after = _members(rest, open_, first=False)
-    this = f"{member} {after}".strip() if first else f'"," {member} {after}'.strip()
-    if required:
-        return this
-    skip = _members(rest, open_, first)
-    return f"(({this}) | {skip})" if skip else f"({this})?"
 
 
 def _literal(value: Any) -> str:

@@ -151,3 +151,25 @@ def test_a_forced_gemma4_call_s_objects_are_open_or_closed_as_the_json_formats(b
     tools = [{"type": "function", "function": {"name": "f", "parameters": params}}]
     grammar = call_constraint("gemma4", tools, "required").lark()
     assert _accepts(byte_tokenizer, grammar, f"<|tool_call>call:f{{{text}}}<tool_call|>") == ok
+
+
+@pytest.mark.parametrize("open_", [False, True])
+def test_a_gemma4_call_grammar_grows_linearly_with_optional_keys(byte_tokenizer, open_):
+    """Each optional key once doubled the text of the keys after it: 16 were an invalid grammar (llguidance's
+    nesting limit), 24 a 327 MB one (an MCP tool has as many)."""
+    def grammar(n):
+        keys = {f"k{i:02}": {"type": "object" if i == 0 else "integer", "properties": {
+            f"n{j:02}": {"type": "string"} for j in range(n)}} if i == 0 else {"type": "integer"} for i in range(n)}
+        params = {"type": "object", "properties": keys, "required": ["k05"], "additionalProperties": open_}
+        return call_constraint("gemma4", [{"type": "function", "function": {"name": "f", "parameters": params}}],
+                               "required").lark()
+
+    assert len(grammar(16)) < 2.5 * len(grammar(8))  # before the 40 keys, which that doubling never wrote out
+    big = grammar(40)
+    assert LLMatcher.validate_grammar(big, byte_tokenizer) == ""
+    call = "<|tool_call>call:f{%s}<tool_call|>"
+    assert _accepts(byte_tokenizer, big, call % 'k00:{n03:<|"|>x<|"|>,n39:<|"|>y<|"|>},k05:1,k39:2')
+    assert _accepts(byte_tokenizer, big, call % "k05:1")
+    assert not _accepts(byte_tokenizer, big, call % "k04:1")  # k05 is required
+    for other in ("zz:2", "k03:2"):  # another key, or a declared one out of the template's order: open objects only
+        assert _accepts(byte_tokenizer, big, call % f"k05:1,{other}") == open_
