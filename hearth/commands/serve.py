@@ -147,7 +147,8 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
                      help="vLLM's switch: prefix caching is on unless --no-prefix-caching")
     eng.add_argument("--state-snapshots", "--ctx-checkpoints", type=int, default=STATE_SNAPSHOTS, metavar="N",
                      help="a model with recurrent layers (qwen35): states kept at block boundaries, where "
-                          "prefix-cache hits start (LRU; --ctx-checkpoints: llama.cpp's name; default: %(default)s)")
+                          "prefix-cache hits start, for all sequences together (LRU; each running one holds up to "
+                          "3; --ctx-checkpoints: llama.cpp's name, which counts them per slot; default: %(default)s)")
     eng.add_argument("--no-grammar-drafts", action="store_true",
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")

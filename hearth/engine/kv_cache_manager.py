@@ -144,10 +144,11 @@ class KVCacheManager:
         if not self.snapshots.capacity or not end or end % bs or end < at[-1] and end not in at:
             return -1
         h = self.block_hashes(req, end // bs)[-1]
+        if end > prompt and req.decode_snapshot is not None:  # dropped first: its slot takes the new one, which
+            self.snapshots.drop(req.decode_snapshot)  # else evicted another conversation's at every block
+            req.decode_snapshot = None
         slot = self.snapshots.reserve(h)
         if slot >= 0 and end > prompt:
-            if req.decode_snapshot is not None:
-                self.snapshots.drop(req.decode_snapshot)
             req.decode_snapshot = h
         return slot
 

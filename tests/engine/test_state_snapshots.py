@@ -189,6 +189,19 @@ def test_the_checks_fail_when_a_hit_skips_its_restore():
     assert run(engine, PROMPT + [20, 21], "b") != without_cache(PROMPT + [20, 21])
 
 
+def test_a_long_answer_s_snapshots_take_its_own_slot_not_another_conversation_s():
+    """Each full block of an answer replaces that answer's snapshot: its own slot is freed first, so a finished
+    conversation's snapshots survive another's long answer in a pool that holds both (a reviewer's resend got 0
+    cached tokens: every block of the other answer evicted one)."""
+    engine, kv, runner = make_engine(snapshots=3)
+    run(engine, PROMPT, "a", n=2)  # held: its prompt's block 8 (its answer fills no block)
+    run(engine, [30 + i for i in range(10)], "b", n=40)  # its prompt's block 8, then its answer's latest block
+    assert kv.snapshots.evictions == 0
+    engine.add_request(PROMPT, SamplingParams(max_tokens=2, temperature=0, ignore_eos=True), "a2")
+    resend = engine.scheduler.waiting[-1]
+    assert finish(engine)["a2"] == without_cache(PROMPT, n=2) and resend.num_cached_tokens == 8
+
+
 def test_the_index_evicts_least_recently_used_and_skips_what_it_holds():
     idx = SnapshotIndex(2)
     assert [idx.reserve(b"a"), idx.reserve(b"b"), idx.reserve(b"a")] == [0, 1, -1]  # a is being saved already
