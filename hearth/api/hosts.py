@@ -4,7 +4,7 @@ it could drive a server that trusts the loopback address. Its requests still say
 listening on a loopback address answers only requests that name it by localhost, an IP address or its own host name
 (or the address it listens on), as Ollama's allowedHostsMiddleware does. Listening on 0.0.0.0 or a LAN address there is no check, as
 Ollama: the user chose the exposure (and --api-key is the guard there). --allowed-hosts lets more names in (a
-reverse proxy's, an /etc/hosts alias); '*' turns the check off."""
+reverse proxy's, an /etc/hosts alias; '*.example.com' any name under one); '*' turns the check off."""
 
 from __future__ import annotations
 
@@ -31,11 +31,20 @@ def loopback(host: str) -> bool:
 
 def host_name(header: str) -> str:
     """A Host header's or --allowed-hosts entry's name, without its port: 'Evil.example:8080' -> 'evil.example',
-    '[::1]:8080' -> '::1'; a trailing dot dropped ('localhost.' is localhost)."""
+    '[::1]:8080' -> '::1'; a trailing dot dropped ('localhost.' is localhost); "" for what is no host[:port]
+    ('evil@localhost', 'localhost/x': a URL's other parts, which no browser sends as a Host)."""
+    header = header.strip()
+    if any(c in header for c in "@/?#\\ "):
+        return ""
     try:
-        return (urlsplit("//" + header.strip()).hostname or "").rstrip(".")
+        return (urlsplit("//" + header).hostname or "").rstrip(".")
     except ValueError:  # an unclosed '[': no name
         return ""
+
+
+def _allowed(name: str, allowed: set[str]) -> bool:
+    """name is an --allowed-hosts entry, or under a '*.example.com' one (any name ending in .example.com)."""
+    return name in allowed or any(a.startswith("*.") and name.endswith(a[1:]) for a in allowed)
 
 
 def _local_name(name: str) -> bool:
@@ -64,7 +73,9 @@ class HostCheckMiddleware:
     def __init__(self, app: ASGIApp, listen: str, allowed: list[str]):
         self.app, self.listen = app, listen
         # this machine's own name too (Ollama's): resolved by its own resolver, not an attacker's DNS
-        self.allowed = {host_name(listen), socket.gethostname().lower(), *(host_name(a) for a in allowed)} - {""}
+        wildcards = {a.strip().lower().rstrip(".") for a in allowed if a.strip().startswith("*.")}
+        self.allowed = {host_name(listen), socket.gethostname().lower(), *wildcards,
+                        *(host_name(a) for a in allowed if a not in wildcards)} - {""}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = dict(scope["headers"]).get(b"host") if scope["type"] == "http" else None
@@ -72,7 +83,7 @@ class HostCheckMiddleware:
             return await self.app(scope, receive, send)
         host = header.decode("latin-1")
         name = host_name(host)
-        if _local_name(name) or name in self.allowed:
+        if _local_name(name) or _allowed(name, self.allowed):
             return await self.app(scope, receive, send)
         body = json.dumps(error_body(scope["path"], 403, self._why(host, name))).encode()
         await send({"type": "http.response.start", "status": 403,

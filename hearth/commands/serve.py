@@ -197,7 +197,8 @@ def _add_listen_arguments(net) -> None:
     net.add_argument("--allowed-hosts", default="", metavar="HOSTS",
                      help="comma-separated host names requests may be sent to besides localhost and the loopback "
                           "addresses while --host is a loopback address (a name re-pointed at 127.0.0.1 by a web page, "
-                          "DNS rebinding, is refused with a 403, as Ollama's), e.g. llm.home.arpa or '*' for any; with "
+                          "DNS rebinding, is refused with a 403, as Ollama's), e.g. llm.home.arpa, '*.home.arpa' for the "
+                          "names under it or '*' for any; with "
                           "--host 0.0.0.0 or a LAN address no Host is checked (default: only those)")
     net.add_argument("--keep-alive", type=keep_alive, default=None, metavar="DURATION",
                      help="unload a model once idle this long (what Ollama's OLLAMA_KEEP_ALIVE sets, not read "

@@ -31,7 +31,8 @@ def test_a_loopback_server_refuses_a_rebound_name(make_fake, listen):
     assert "--allowed-hosts evil.example" in error["message"]
     added = len(fake.engine.added)
     for headers in (EVIL, {**EVIL, "Origin": "http://evil.example:8080"}, {"Host": "localhost.evil.example"},
-                    {"Host": "127.0.0.1.evil.example:8080"}):
+                    {"Host": "127.0.0.1.evil.example:8080"}, {"Host": "evil.example@localhost"},
+                    {"Host": "localhost/.evil.example"}, {"Host": "localhost#.evil.example"}):  # no host[:port]
         r = fake.client.post(CHAT, json=BODY, headers=headers)
         assert r.status_code == 403 and "--allowed-hosts" in r.text, (headers, r.text)
     preflight = {"Origin": "http://evil.example:8080", "Access-Control-Request-Method": "POST"}
@@ -46,6 +47,10 @@ def test_allowed_hosts_let_names_in(make_fake):
     assert fake.client.post(CHAT, json=BODY, headers=EVIL).status_code == 200
     assert fake.client.get("/v1/models", headers={"Host": "LLM.home.arpa"}).status_code == 200  # any port, any case
     assert fake.client.get("/v1/models", headers={"Host": "other.example"}).status_code == 403
+    under = make_fake(listen_host="127.0.0.1", allowed_hosts=["*.home.arpa"])  # was never matched: a silent 403
+    for host, status in [("llm.home.arpa:8080", 200), ("a.b.Home.Arpa", 200), ("home.arpa", 403),
+                         ("evilhome.arpa", 403), ("llm.home.arpa.evil.example", 403)]:
+        assert under.client.get("/v1/models", headers={"Host": host}).status_code == status, host
     anyone = make_fake(listen_host="127.0.0.1", allowed_hosts=["*"])
     assert anyone.client.post(CHAT, json=BODY, headers=EVIL).status_code == 200
 
