@@ -186,3 +186,17 @@ def test_a_snapshot_taken_after_the_accepted_drafts_misleads_the_next_turn(q8, p
     monkeypatch.setattr(model_runner, "keep_accepted", slot_copies)
     with pytest.raises(AssertionError):
         test_a_snapshot_after_a_verify_step_holds_no_draft(q8, prompts)
+
+
+def test_grammar_forced_drafts_are_lossless(q8):
+    """Under a regex, the tokens it forces next are drafted (EngineConfig.grammar_drafts) and verified over the
+    DeltaNet layers like any chain."""
+    from hearth.sampling_params import StructuredOutput
+
+    params = SamplingParams(temperature=0, max_tokens=40, structured_output=StructuredOutput(regex="(abc|abd){6}"))
+    want = LLM(str(q8), progress=False).generate("hello", params)[0].outputs[0]
+    llm = _speculative(q8, NGRAM)
+    got = llm.generate("hello", params)[0].outputs[0]
+    assert list(got.token_ids) == list(want.token_ids) and len(got.text) == 18
+    stats = llm.engine.grammar_drafts
+    assert stats.drafted > 0 and stats.accepted > 0, (stats.drafted, stats.accepted)
