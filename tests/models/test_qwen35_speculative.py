@@ -200,3 +200,25 @@ def test_grammar_forced_drafts_are_lossless(q8):
     assert list(got.token_ids) == list(want.token_ids) and len(got.text) == 18
     stats = llm.engine.grammar_drafts
     assert stats.drafted > 0 and stats.accepted > 0, (stats.drafted, stats.accepted)
+
+
+def test_the_state_copies_take_their_share_of_the_kv_bound(q8):
+    """With drafts, each of max_num_seqs sequences keeps a copy of its state for a verify step's rollback: it comes
+    out of kv_cache_memory_gb as the slots do (a recurrent draft's state and copy too, per sequence)."""
+    from hearth.config import layer_caches, recurrent_state_bytes
+    from hearth.kvstore.codecs import CODECS, cache_block_bytes
+
+    kw = {"kv_cache_memory_gb": 0.6 / 1024, "max_num_seqs": 4}  # fewer blocks than 4 whole contexts want
+    blocks = lambda llm: llm.engine.scheduler.kv.pool.num_blocks  # noqa: E731
+    plain = LLM(str(q8), progress=False, **kw)
+    mc = plain.model_config
+    block = cache_block_bytes(CODECS["f16"], layer_caches(mc), plain.config.block_size)
+    copies = 4 * recurrent_state_bytes(mc)
+    ngram = _speculative(q8, NGRAM, **kw)
+    lost = blocks(plain) - blocks(ngram)
+    assert copies - block < lost * block <= copies + block, (lost, block, copies)
+    # the draft's K/V shares each block, its state and copy each sequence: fewer blocks again
+    draft_bytes = cache_block_bytes(CODECS["f16"], layer_caches(mc), plain.config.block_size) + block
+    state = recurrent_state_bytes(mc)
+    left = int(0.6 * 2**20) - 4 * 4 * state - 8 * state  # the slots and copies, the 8 snapshots
+    assert blocks(_speculative(q8, _self_draft(q8), **kw)) == left // draft_bytes
