@@ -79,7 +79,7 @@ class DraftModel:
         """A recurrent draft's per-request states (None for any other draft)."""
         self.valid_blocks: set[int] = set()
         """Full blocks whose draft K/V the draft wrote for the tokens they hold now."""
-        self._prefix_work: list[tuple[int, list[int], list[int]]] = []
+        self._prefix_work: list[tuple[int, list[int], list[int], str]] = []
         self._last: dict[str, tuple[int, list[int]]] = {}
         """request id -> (start of its drafts, the drafts) of the step being verified."""
         self._lookup: list[str] = []
