@@ -17,7 +17,7 @@ from hearth import llm_draft, llm_lora, llm_vision
 from hearth.llm_chat import chat_prompt
 from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
-from hearth.llm_recurrent import no_drafts, recurrent_engine
+from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import run_requests
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
@@ -128,9 +128,8 @@ class LLM:
         # decided before the draft loads: where speculation is off, its weights are never read nor re-encoded
         # with an adapter on, a verify step's rows are not yet held to a decode row's bits (its prefill chunks
         # run op by op, its decode steps the fused LoRA stack: hearth.backends.cpu_lora)
-        # a recurrent layer's state cannot roll a draft back: no drafts, grammar-forced ones neither
-        regimes = (None if self.lora or any(mc.recurrent_layers)
-                   else self.backend.row_regimes(self.model, codec.quantized))
+        # a recurrent layer's state is rolled back to the accepted drafts (hearth.layers.delta_log)
+        regimes = None if self.lora else self.backend.row_regimes(self.model, codec.quantized)
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)
         if spec is not None and regimes is None:
             why = ("with LoRA adapters on, the layers' steps are not all fused alike, where" if self.lora else
@@ -138,17 +137,18 @@ class LLM:
                    else f"over a {cfg.kv_cache_dtype} KV cache on this CPU tier (its kernels attend over bf16/f16 "
                    "caches only)" if codec.quantized and self.backend.row_regimes(self.model, False) is not None
                    else "without the native kernels")
-            self.speculation_off = ((no_drafts(mc) or f"{why} a verify row is not computed bit for bit as a decode "
-                                     "row, so drafts would not be lossless")
+            self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "
+                                    "would not be lossless"
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
             log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
+        spec = chains_only(spec, mc)  # a recurrent model verifies chains: a line where trees were asked for
         draft_gguf = llm_draft.draft_weights(spec, draft_gguf, self.backend)
         draft = llm_draft.draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
-        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len)
+        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len, speculating=spec is not None)
         # one sequence may hold every block: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
         self.model.fit_context(self.max_model_len)
@@ -178,7 +178,8 @@ class LLM:
         if spec is not None and draft is not None:
             self.runner.drafter = DraftModel(*draft, num_blocks, cfg.block_size, cfg.max_num_batched_tokens,
                                              llm_draft.draft_vocab(spec, draft_gguf, draft[1], self.backend,
-                                                                   self.tokenizer.special_ids, self.tokenizer.eog_ids))
+                                                                   self.tokenizer.special_ids, self.tokenizer.eog_ids),
+                                             cfg.max_num_seqs)
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),

@@ -66,10 +66,7 @@ def draft_model(g: GGUFFile, backend):
         raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
     finally:
         torch.set_num_threads(threads)
-    if any(cfg.recurrent_layers):  # its state would take a rejected draft's tokens with no way back
-        raise InvalidSpeculativeConfig(f"speculative_config.model: {g.path.name} has recurrent layers ({g.arch}): "
-                                       "such a model cannot draft yet; choose a draft without them")
-    return model, cfg
+    return model, cfg  # a recurrent draft's state is rolled back by the drafter (hearth.runner.draft_states)
 
 
 KEPT_SPECIAL_MAX = 512

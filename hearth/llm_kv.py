@@ -12,14 +12,19 @@ from hearth.loader.fingerprint import model_fingerprint
 from hearth.memory.kv_cache import pool_blocks
 
 
-def pool_size(cfg: EngineConfig, mc: ModelConfig, codec, draft, max_model_len: int) -> tuple[int, int]:
-    """(num_blocks, state snapshots) for cfg's budget. draft: the draft model (module, its ModelConfig) or None."""
+def pool_size(cfg: EngineConfig, mc: ModelConfig, codec, draft, max_model_len: int,
+              speculating: bool = False) -> tuple[int, int]:
+    """(num_blocks, state snapshots) for cfg's budget. draft: the draft model (module, its ModelConfig) or None;
+    speculating: drafts are verified (any method)."""
     block_bytes = cache_block_bytes(codec, layer_caches(mc), cfg.block_size)  # refuses what it cannot hold
     if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
         block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
-    # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot
+    # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot (and with
+    # drafts its copy before a verify step: hearth.layers.delta_log), a recurrent draft's state and its copy
+    # (hearth.runner.draft_states)
     staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-               + recurrent_state_bytes(mc))
+               + recurrent_state_bytes(mc) * (2 if speculating else 1)
+               + (2 * recurrent_state_bytes(draft[1]) if draft is not None else 0))
     # and once: a recurrent model's state snapshots, where its prefix-cache hits start
     snapshots = cfg.state_snapshots if cfg.enable_prefix_caching and any(mc.recurrent_layers) else 0
     num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs, max_model_len,

@@ -46,6 +46,15 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
     return keep if out_rows is None or out_rows == list(range(T - keep, T)) else None
 
 
+def _native_linears(layer) -> bool:
+    """A layer on torch's ops (qwen35's gated attention) sums a row as a decode row only where its linears are
+    native (torch's matmuls sum by the step's rows); any other layer's ops say so themselves (invariant_rows)."""
+    if type(layer.ops) is not LayerOps:
+        return True
+    lins = (layer.attn.qkv, layer.attn.o, getattr(layer.mlp, "gate_up", None), getattr(layer.mlp, "down", None))
+    return all(lin is not None and native_part(lin) for lin in lins)
+
+
 class NativeLayerOps(LayerOps):
     """A layer whose four linears are each one NativePart: its steps fused around them in C++. With
     ArchSpec.attn_temperature the whole-layer call (which forms the queries itself, unscaled) runs only steps
@@ -338,9 +347,11 @@ class CpuBackend(Backend):
         row is bit-identical whatever the rest of the step (attention splits a row's keys by the number
         of sequences, not of rows). The avx2 library has one GEMV below max_rows (no batch GEMMs:
         batch_min_rows() 0); without native attention for the cache (torch's) rows differ: None."""
-        # the first attention layer's (an lfm2 model's first layer is a short convolution)
-        ops = next((layer.ops for layer in model.layers if isinstance(layer.ops, NativeLayerOps)), None)
-        if (not isinstance(ops, NativeLayerOps) or not all(layer.ops.invariant_rows for layer in model.layers)
+        # the first native attention layer's (an lfm2 model's first layer is a short convolution), else the first
+        # native conv layer's (qwen35: its gated attention runs torch's ops over native linears)
+        ops = next((layer.ops for kind in (NativeLayerOps, NativeConvOps) for layer in model.layers
+                    if isinstance(layer.ops, kind)), None)
+        if (ops is None or not all(layer.ops.invariant_rows and _native_linears(layer) for layer in model.layers)
                 or not native.has("paged_attention")):
             return None
         if quantized_kv and not native.has("kv_quant"):

@@ -71,11 +71,13 @@ class Scheduler:
         number of draft slots. A sealing (quantized) KV format takes only a tree's top-1 chain: its
         drafts sit in the f16 staging of a block being filled, where moving an accepted side
         branch's K/V to its path slots is not implemented (the native quantized kernels have no
-        per-row key remap either)."""
+        per-row key remap either). So does a model with recurrent layers: their state follows one path
+        (the suffix proposer's trees; hearth.llm_recurrent.chains_only turns tree_budget off)."""
         req.spec_token_ids, req.spec_parents, req.num_draft_slots = [], [], 0
         if isinstance(drafts, int):
             req.num_draft_slots = drafts
-        elif isinstance(drafts, DraftTree) and not drafts.is_chain and not self.kv.seals_full_blocks:
+        elif (isinstance(drafts, DraftTree) and not drafts.is_chain and not self.kv.seals_full_blocks
+              and not self.kv.needs_state):
             req.spec_token_ids, req.spec_parents = list(drafts.tokens), list(drafts.parents)
         else:
             req.spec_token_ids = drafts.chain() if isinstance(drafts, DraftTree) else list(drafts)

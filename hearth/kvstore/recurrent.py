@@ -59,6 +59,9 @@ class StepStates:
     states: RecurrentStates
     slots: list[int]
     """len S: sequence i's state slot."""
+    log: object | None = None
+    """A verify step's hearth.layers.delta_log.VerifyLog: the sequences with drafts, whose rows the layers run
+    token by token and record so the runner can keep the state after the accepted ones; None without drafts."""
 
     def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Layer i's (conv, delta) tensors over every slot."""

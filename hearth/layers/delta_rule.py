@@ -7,8 +7,14 @@ that each continue from their slot's state. The slow, obvious twin of any faster
 
 from __future__ import annotations
 
+from collections.abc import Callable, Container
+
 import torch
 import torch.nn.functional as F
+
+KeepRows = Callable[[list[int], torch.Tensor, torch.Tensor, torch.Tensor], None]
+"""keep(rows, factor [S, H], k [S, H, dk], delta [S, H, dv]): what one token step folded into the states of the
+step's flat rows `rows` (hearth.kvstore.recurrent_log replays it to roll a verify step's state back)."""
 
 
 def causal_conv(x: torch.Tensor, window: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -27,6 +33,37 @@ def causal_conv_rows(x: torch.Tensor, windows: torch.Tensor, slots: list[int], w
     full = torch.cat([windows.index_select(0, index), x[..., None]], dim=-1)  # [S, C, K]
     windows.index_copy_(0, index, full[..., 1:])
     return F.silu((full * weight).sum(-1))
+
+
+def causal_conv_batch(x: torch.Tensor, windows: torch.Tensor, qsl: list[int], slots: list[int],
+                      weight: torch.Tensor, token_steps: Container[int] = ()) -> torch.Tensor:
+    """A flat batch: sequence i's rows qsl[i]:qsl[i + 1] continue windows[slots[i]] (updated in place) -> silu(conv)
+    [T, C]. A sequence of fewer than LONG rows, or named in token_steps, runs token by token with the others'
+    (causal_conv_rows: a decode row's ops, so a verify row's bits are a decode row's); a longer one in one conv."""
+    out = x.new_empty(x.shape)
+    lens = [b - a for a, b in zip(qsl, qsl[1:])]
+    short = [i for i, n in enumerate(lens) if n < LONG or i in token_steps]
+    for i in (i for i in range(len(lens)) if i not in short):
+        out[qsl[i]:qsl[i + 1]] = causal_conv(x[qsl[i]:qsl[i + 1]], windows[slots[i]], weight)
+    for t in range(max((lens[i] for i in short), default=0)):
+        live = [i for i in short if lens[i] > t]
+        rows = [qsl[i] + t for i in live]
+        out[rows] = causal_conv_rows(x[rows], windows, [slots[i] for i in live], weight)
+    return out
+
+
+LANES = 64
+"""Floats a row of a [rows, heads] transcendental op is padded to (row_safe). torch's CPU kernels run a contiguous
+tensor's elements through Sleef's vector functions in blocks of two vectors and the last few through the scalar
+libm ones, which differ in the last bit (softplus, sigmoid: measured on 3,489 and 1,950 of 4,096 rows of 16 heads):
+so a row's bits would hang on how many rows share its step. Padded to whole blocks (2 x 16 floats on AVX-512,
+less elsewhere) every row takes the vector path."""
+
+
+def row_safe(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """fn(x) for an elementwise fn over x [rows, heads], each row's bits whatever the other rows (LANES)."""
+    h = x.shape[-1]
+    return fn(x) if h % LANES == 0 else fn(F.pad(x, (0, -h % LANES)))[..., :h]
 
 
 def l2_normed(x: torch.Tensor, eps: float) -> torch.Tensor:
@@ -56,17 +93,31 @@ def _flushed_(state: torch.Tensor) -> torch.Tensor:
 
 
 def delta_step_(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: torch.Tensor, beta: torch.Tensor,
-                state: torch.Tensor) -> torch.Tensor:
+                state: torch.Tensor, kept: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> torch.Tensor:
     """One token of S sequences: q, k [S, H, dk] (q scaled, both normed), v [S, H, dv], decay (log, <= 0) and
     beta [S, H], state [S, H, dk, dv] (updated in place) -> out [S, H, dv]. Four passes over the state: the
     decay, one matmul for k's and q's reads (q's output is q.S' + (q.k) delta, S' the decayed state), the
-    write, the flush."""
-    state.mul_(_decayed(decay)[..., None, None])
+    write, the flush. kept(factor [S, H], delta [S, H, dv]): told what the state took (replay_ redoes it)."""
+    factor = row_safe(_decayed, decay)  # [S, H]
+    state.mul_(factor[..., None, None])
     read = torch.stack([k, q], dim=-2) @ state  # [S, H, 2, dv]: what the state recalls for k, and for q
     delta = (v - read[..., 0, :]) * beta[..., None]
+    _written_(state, k, delta)
+    if kept is not None:
+        kept(factor, delta)
+    return read[..., 1, :] + (q * k).sum(-1, keepdim=True) * delta
+
+
+def _written_(state: torch.Tensor, k: torch.Tensor, delta: torch.Tensor) -> None:
     state.addcmul_(k[..., :, None], delta[..., None, :])
     _flushed_(state)
-    return read[..., 1, :] + (q * k).sum(-1, keepdim=True) * delta
+
+
+def replay_(state: torch.Tensor, factor: torch.Tensor, k: torch.Tensor, delta: torch.Tensor) -> None:
+    """delta_step_'s state update again from what it kept: state [..., H, dk, dv] in place, factor [..., H],
+    k [..., H, dk], delta [..., H, dv]. The same elementwise ops on the same values: the same bits."""
+    state.mul_(factor[..., None, None])
+    _written_(state, k, delta)
 
 
 CHUNK = 64
@@ -108,27 +159,29 @@ LONG = 16
 
 
 def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, decay: torch.Tensor, beta: torch.Tensor,
-                     states: torch.Tensor, qsl: list[int], slots: list[int]) -> torch.Tensor:
+                     states: torch.Tensor, qsl: list[int], slots: list[int], token_steps: Container[int] = (),
+                     keep: KeepRows | None = None) -> torch.Tensor:
     """A flat batch: sequence i's rows qsl[i]:qsl[i + 1] continue from states[slots[i]] (updated in place).
     q, k: [T, H, dk], v: [T, H, dv], decay, beta: [T, H], states: [slots, H, dk, dv] -> [T, H, dv].
-    A sequence of LONG rows or more runs chunked (delta_chunked); the others in steps, step t running the t-th
-    row of every one that has one: a decode batch is one step."""
+    A sequence of LONG rows or more runs chunked (delta_chunked) unless named in token_steps (a verify step's:
+    its rows as decode rows); the others in steps, step t running the t-th row of every one that has one: a
+    decode batch is one step. keep: told what each step folded into its rows' states (KeepRows)."""
     out = v.new_empty(v.shape)
     lens = [b - a for a, b in zip(qsl, qsl[1:])]
+    short = [i for i, n in enumerate(lens) if n < LONG or i in token_steps]
     for i, n in enumerate(lens):  # long prompt chunks: in matmuls
-        if n >= LONG:
+        if i not in short:
             rows = slice(qsl[i], qsl[i + 1])
             out[rows], states[slots[i]] = delta_chunked(q[rows], k[rows], v[rows], decay[rows], beta[rows],
                                                         states[slots[i]])
-    short = [i for i, n in enumerate(lens) if n < LONG]
     if short:
         _stepwise(q, k, v, decay, beta, states, out, [qsl[i] for i in short], [lens[i] for i in short],
-                  [slots[i] for i in short])
+                  [slots[i] for i in short], keep)
     return out
 
 
 def _stepwise(q, k, v, decay, beta, states: torch.Tensor, out: torch.Tensor, starts: list[int], lens: list[int],
-              slots: list[int]) -> None:
+              slots: list[int], keep: KeepRows | None = None) -> None:
     """gated_delta_rule for the sequences whose rows start at `starts`, token by token: step t takes the t-th
     row of each that has one (into out), on their states in place: a view where the slots run in order (a
     decode batch, mostly), else gathered once and scattered back."""
@@ -137,13 +190,16 @@ def _stepwise(q, k, v, decay, beta, states: torch.Tensor, out: torch.Tensor, sta
     s = states[slots[0]:slots[0] + len(slots)] if in_order else states.index_select(0, index)  # [S, H, dk, dv]
     for t in range(max(lens)):
         live = [i for i, n in enumerate(lens) if n > t]
-        rows = torch.tensor([starts[i] + t for i in live], dtype=torch.long, device=q.device)
+        flat = [starts[i] + t for i in live]
+        rows = torch.tensor(flat, dtype=torch.long, device=q.device)
+        kt = k[rows]
+        kept = None if keep is None else (lambda factor, delta: keep(flat, factor, kt, delta))  # noqa: E731
         if len(live) == len(lens):
-            out[rows] = delta_step_(q[rows], k[rows], v[rows], decay[rows], beta[rows], s)
+            out[rows] = delta_step_(q[rows], kt, v[rows], decay[rows], beta[rows], s, kept)
         else:
             at = torch.tensor(live, dtype=torch.long, device=s.device)
             part = s.index_select(0, at)
-            out[rows] = delta_step_(q[rows], k[rows], v[rows], decay[rows], beta[rows], part)
+            out[rows] = delta_step_(q[rows], kt, v[rows], decay[rows], beta[rows], part, kept)
             s.index_copy_(0, at, part)
     if not in_order:
         states.index_copy_(0, index, s)

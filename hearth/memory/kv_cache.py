@@ -98,11 +98,14 @@ def engine_pool(shape: ModelShape, fmt: KVFormat, block: int, max_num_seqs: int,
     """kv_cache_memory_gb None: no bound, every block max_num_seqs sequences of ctx tokens want
     (`hearth plan` asks what a workload needs, then whether it fits the device). draft: the speculative
     draft model, whose f16 K/V sits under the same block ids (hearth.llm adds it to each block's bytes,
-    so it takes its share of the bound; it has no staging). state_snapshots: a recurrent model's snapshot
-    pool (one sequence's state each; hearth.llm's with prefix caching on)."""
+    so it takes its share of the bound; it has no staging; with recurrent layers, the target's state copy
+    before a verify step and the draft's state and copy, per sequence, as hearth.llm_kv.pool_size counts them).
+    state_snapshots: a recurrent model's snapshot pool (one sequence's state each; hearth.llm's with prefix
+    caching on)."""
     per_block, stage = pool_block_bytes(shape, fmt, block), sequence_bytes(shape, fmt, block)
     if draft is not None:
         per_block += pool_block_bytes(draft, KV_FORMATS["f16"], block)
+        stage += shape.state_bytes + 2 * draft.state_bytes
     fixed = state_snapshots * shape.state_bytes
     blocks = pool_blocks(per_block, stage, block, max_num_seqs, ctx, kv_cache_memory_gb, num_kv_blocks, fixed)
     return EnginePool(blocks, blocks * per_block + max_num_seqs * stage + fixed, blocks * block)

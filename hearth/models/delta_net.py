@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import ModelConfig
-from hearth.layers.delta_rule import causal_conv, causal_conv_rows, gated_delta_rule, l2_normed
+from hearth.layers.delta_rule import causal_conv_batch, causal_conv_rows, gated_delta_rule, l2_normed, row_safe
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.arch_spec import ArchSpec
@@ -54,18 +54,24 @@ class DeltaNetLayer(nn.Module):
         step = meta.recurrent
         windows, states = step.layer(self.index)
         qsl = meta.query_start_loc
+        log = step.log  # a verify step: its drafting sequences' rows run as decode rows, recorded for the rollback
+        token_steps = () if log is None else log.seqs
+        if log is not None:
+            log.conv_inputs(self.index, qkv)
         if meta.is_decode:  # [T, channels]
             mixed = causal_conv_rows(qkv, windows, step.slots, self.conv_w)
         else:
-            mixed = torch.cat([causal_conv(qkv[a:b], windows[s], self.conv_w)
-                               for a, b, s in zip(qsl, qsl[1:], step.slots)])
+            mixed = causal_conv_batch(qkv, windows, qsl, step.slots, self.conv_w, token_steps)
         kd = r.k_heads * r.k_dim
         q, k, v = mixed.split([kd, kd, r.v_heads * r.v_dim], dim=-1)
         rep = r.v_heads // r.k_heads  # tiled: value head j reads key head j % k_heads
         q = l2_normed(q.view(T, r.k_heads, r.k_dim), self.eps).repeat(1, rep, 1) * r.k_dim ** -0.5
         k = l2_normed(k.view(T, r.k_heads, r.k_dim), self.eps).repeat(1, rep, 1)
-        decay = self.a * F.softplus(alpha + self.dt)  # [T, v_heads], log of the state's decay
-        y = gated_delta_rule(q, k, v.reshape(T, r.v_heads, r.v_dim), decay, beta.sigmoid(), states, qsl, step.slots)
+        # [T, v_heads]: the log of the state's decay, the write strength; each row's bits whatever the step's rows
+        decay = self.a * row_safe(F.softplus, alpha + self.dt)
+        beta = row_safe(torch.sigmoid, beta)
+        y = gated_delta_rule(q, k, v.reshape(T, r.v_heads, r.v_dim), decay, beta, states, qsl, step.slots,
+                             token_steps, None if log is None else log.keeper(self.index))
         y = self.head_norm(y) * F.silu(z.view(T, r.v_heads, r.v_dim))  # [T, v_heads, v_dim]
         y = y.reshape(T, -1)
         if out_rows is not None:

@@ -12,7 +12,15 @@ at most max_rows rows), which also gives the first draft; k - 1 batched one-toke
 rest. Its K/V only shape the proposals, never the output (the target verifies every draft), so the
 lag costs nothing in correctness. Blocks shared through the prefix cache keep their draft K/V only
 where the draft wrote them for their present tokens (valid_blocks): a block loaded from the disk
-tier, or filled while its owner's draft lagged, is caught up by the next request that hits it. Greedy requests draft the draft model's argmax; sampled ones draw
+tier, or filled while its owner's draft lagged, is caught up by the next request that hits it.
+
+A draft with recurrent layers (a small qwen35 drafting for a bigger one) keeps its state per request in a slot of
+its own (draft_states), zeroed where its K/V start at position 0; a prefix-cache hit's tokens are caught up from
+position 0 (its blocks hold no state). Its drafts fold into that state, so the state right after the catch-up (the
+request's next token) is copied aside before they are fed, and restored after the verification where a fed draft
+was rejected: the accepted ones are then re-fed with the next step's catch-up, a row each.
+
+Greedy requests draft the draft model's argmax; sampled ones draw
 each draft from q, the draft's distribution after the request's temperature / top-k / top-p / min-p,
 with the request's generator, and hand q to the target's rejection sampling
 (hearth.sample.speculative), so the output stays distributed as the target's."""
@@ -27,6 +35,7 @@ import torch
 from hearth.config import ModelConfig, layer_caches
 from hearth.kvstore.codecs import CODECS
 from hearth.runner.draft_tree import best_first_tree
+from hearth.runner.draft_states import DraftStates
 from hearth.runner.draft_vocab import DraftVocab
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
 from hearth.sample.sampler import target_probs
@@ -55,9 +64,10 @@ class _DraftState:
 
 class DraftModel:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
-                 max_rows: int = 512, vocab: DraftVocab | None = None):
+                 max_rows: int = 512, vocab: DraftVocab | None = None, max_seqs: int = 16):
         """max_rows: most rows of one catch-up forward (the step's token budget is a fair size);
-        vocab: a reduced-vocabulary head to draft from (speculative_config.draft_vocab), or None."""
+        vocab: a reduced-vocabulary head to draft from (speculative_config.draft_vocab), or None;
+        max_seqs: requests a recurrent draft keeps a state for (the target's max_num_seqs)."""
         self.model, self.cfg, self.block_size, self.max_rows = model, cfg, block_size, max_rows
         self.vocab = vocab
         codec = CODECS["f16"]  # the draft's own format: plain, whatever the target's is
@@ -65,9 +75,11 @@ class DraftModel:
         self.kv_caches = [model.backend.kv_zeros(c.shape(num_blocks, block_size), codec.dtype)
                           for c in layer_caches(cfg)]
         self.states: dict[str, _DraftState] = {}
+        self.recurrent = DraftStates(cfg, max_seqs, model.backend.kv_zeros) if any(cfg.recurrent_layers) else None
+        """A recurrent draft's per-request states (None for any other draft)."""
         self.valid_blocks: set[int] = set()
         """Full blocks whose draft K/V the draft wrote for the tokens they hold now."""
-        self._prefix_work: list[tuple[int, list[int], list[int]]] = []
+        self._prefix_work: list[tuple[int, list[int], list[int], str]] = []
         self._last: dict[str, tuple[int, list[int]]] = {}
         """request id -> (start of its drafts, the drafts) of the step being verified."""
         self._lookup: list[str] = []
@@ -89,6 +101,8 @@ class DraftModel:
 
     def forget(self, request_id: str) -> None:
         self.states.pop(request_id, None)
+        if self.recurrent is not None:
+            self.recurrent.forget(request_id)
         self._due.pop(request_id, None)
         if self.vocab is not None:
             self.vocab.forget(request_id)
@@ -130,8 +144,10 @@ class DraftModel:
         tops: dict[int, list] = {i: [] for i, (k, n) in enumerate(zip(slots, k_of)) if k > n}  # trees
         drafts: list[list[int]] = [[] for _ in seqs_w]
         live = list(range(len(work)))
-        logits = self._catch_up([(*catch_up[i][1:], so.seqs[i].block_ids) for i in work], live,
-                                [s.request_id for s in seqs_w])
+        logits = self._catch_up([(*catch_up[i][1:], so.seqs[i].block_ids, so.seqs[i].request_id) for i in work],
+                                live, [s.request_id for s in seqs_w])
+        if self.recurrent is not None:  # the state after each one's next token: where a rejection goes back to
+            self.recurrent.keep([s.request_id for s in seqs_w])
         tokens = self._pick(seqs_w, live, logits, qs, generator, tops)
         for step in range(1, max(k_of) + 1):
             for i, t in zip(live, tokens):
@@ -141,7 +157,7 @@ class DraftModel:
                 break
             # draft j - 1 (at its position) gives draft j; its K/V written as it goes
             batch = [(seqs_w[i].start_pos + len(seqs_w[i].token_ids) + step - 1, [drafts[i][-1]],
-                      seqs_w[i].block_ids) for i in live]
+                      seqs_w[i].block_ids, seqs_w[i].request_id) for i in live]
             logits = self._forward(batch, list(range(len(live))), [seqs_w[i].request_id for i in live])
             tokens = self._pick(seqs_w, live, logits, qs, generator, tops)
         filled = dict(zip(work, self._fill(seqs_w, drafts, slots, tops, qs)))
@@ -173,6 +189,9 @@ class DraftModel:
             accepted = [t.token_id for t in out.accepted.get(rid, [])]
             on_chain = next((j for j, (a, c) in enumerate(zip(accepted, d)) if a != c), min(len(accepted), len(d)))
             v = min(on_chain, len(d) - 1)  # drafts 1..k-1 were fed through the draft
+            if self.recurrent is not None and v < len(d) - 1:  # a fed draft rejected: back to before the drafts
+                self.recurrent.restore(rid)
+                v = 0
             st.valid = start + v
             st.pending = accepted[v:]
             self._due[rid] = len(st.pending) + 1
@@ -202,7 +221,7 @@ class DraftModel:
         if not now:
             return before, st.valid, []
         if st.hit:  # a hit's blocks without valid draft K/V: a prefill, as the target computed them
-            self._prefix_work.append((st.valid, st.pending[: st.hit], s.block_ids))
+            self._prefix_work.append((st.valid, st.pending[: st.hit], s.block_ids, s.request_id))
             st.valid, st.pending, st.hit = st.valid + st.hit, st.pending[st.hit :], 0
         start, tokens = st.valid, st.pending
         st.valid, st.pending = start + len(tokens), []
@@ -212,10 +231,13 @@ class DraftModel:
         """The state of a request starting at s.start_pos: its prefix blocks' draft K/V are valid up
         to the first block not in valid_blocks, the rest is queued from s.prefix_token_ids (without
         them, as a caller that sends none: trusted)."""
+        if self.recurrent is not None:  # its state starts at 0 where its K/V do (a hit's blocks hold none)
+            self.recurrent.start(s.request_id, zeroed=bool(s.prefix_token_ids) or s.start_pos == 0)
         if not s.prefix_token_ids:
             return _DraftState(s.start_pos)
         bs, n = self.block_size, s.start_pos // self.block_size
-        first = next((j for j, b in enumerate(s.block_ids[:n]) if b not in self.valid_blocks), n)
+        first = 0 if self.recurrent is not None else next(
+            (j for j, b in enumerate(s.block_ids[:n]) if b not in self.valid_blocks), n)
         return _DraftState(first * bs, list(s.prefix_token_ids[first * bs : s.start_pos]))
 
     def _track_blocks(self, so: SchedulerOutput, was_valid: list[int]) -> None:
@@ -229,7 +251,7 @@ class DraftModel:
             end = s.start_pos + s.num_tokens  # the target writes [start_pos, end): tokens and drafts
             self.valid_blocks.difference_update(table[max(st.valid, s.start_pos) // bs : -(-end // bs)])
 
-    def _catch_up(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int],
+    def _catch_up(self, batch: list[tuple[int, list[int], list[int], str]], out_seqs: list[int],
                   rids: list[str]) -> torch.Tensor:
         """_forward over batch, giving the logits after each sequence's last token. A queue longer
         than LAG is computed as a prefill first, in pieces of at most max_rows rows, and its last
@@ -238,27 +260,27 @@ class DraftModel:
         (SmolLM2 drafting for itself on a story: 75 of 77 drafts accepted with the last token in
         the prefill, at least 98% apart)."""
         head, rest = [], []
-        for pos, toks, table in batch:
+        for pos, toks, table, rid in batch:
             if len(toks) > LAG:
-                head.append((pos, toks[:-1], table))
+                head.append((pos, toks[:-1], table, rid))
                 pos, toks = pos + len(toks) - 1, toks[-1:]
-            rest.append((pos, toks, table))
+            rest.append((pos, toks, table, rid))
         self._prefill(head)
         return self._forward(rest, out_seqs, rids)
 
-    def _prefill(self, head: list[tuple[int, list[int], list[int]]]) -> None:
-        """K/V only for head's (first position, tokens, block table), in pieces of at most max_rows
+    def _prefill(self, head: list[tuple[int, list[int], list[int], str]]) -> None:
+        """K/V only for head's (first position, tokens, block table, request id), in pieces of at most max_rows
         rows; their rows and time added to caught_up."""
-        t0, rows = time.perf_counter(), sum(len(toks) for _, toks, _ in head)
+        t0, rows = time.perf_counter(), sum(len(toks) for _, toks, _, _ in head)
         while head:
             room, piece, left = self.max_rows, [], []
-            for pos, toks, table in head:
+            for pos, toks, table, rid in head:
                 take = min(len(toks), room)
                 if take:
-                    piece.append((pos, toks[:take], table))
+                    piece.append((pos, toks[:take], table, rid))
                     room -= take
                 if take < len(toks):
-                    left.append((pos + take, toks[take:], table))
+                    left.append((pos + take, toks[take:], table, rid))
             self._forward(piece, [])
             head = left
         if rows:
@@ -287,14 +309,15 @@ class DraftModel:
                 tops[i].append((list(zip(idx.tolist(), vals.tolist())), float(dist[out[j]])))
         return out
 
-    def _forward(self, batch: list[tuple[int, list[int], list[int]]], out_seqs: list[int],
+    def _forward(self, batch: list[tuple[int, list[int], list[int], str]], out_seqs: list[int],
                  rids: list[str] = ()) -> torch.Tensor:
-        """batch: (first position, tokens, block table) per sequence; K/V written for every token.
+        """batch: (first position, tokens, block table, request id) per sequence; K/V written for every token
+        (a recurrent draft's state moved along).
         -> [len(out_seqs), V] f32: the logits after the last token of each sequence in out_seqs
         (rids: their request ids, for a reduced vocabulary's per-request rows)."""
         ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
         bs = self.block_size
-        for start, toks, table in batch:
+        for start, toks, table, _ in batch:
             pos = range(start, start + len(toks))
             ids.extend(toks)
             positions.extend(pos)
@@ -303,6 +326,8 @@ class DraftModel:
             seq_lens.append(start + len(toks))
             tables.append(table)
         meta = self.model.backend.metadata(qsl, seq_lens, tables, slots, bs)
+        if self.recurrent is not None:
+            meta.recurrent = self.recurrent.step([rid for *_, rid in batch])
         rows = [qsl[i + 1] - 1 for i in out_seqs]
         hidden = self.model(torch.tensor(ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
                             meta, self.kv_caches, out_rows=rows)  # [len(rows), hidden]

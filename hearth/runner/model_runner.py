@@ -13,6 +13,7 @@ from hearth.kvstore.block_io import BlockIO, block_format
 from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
+from hearth.kvstore.recurrent import RecurrentStates
 from hearth.runner.drafter import DraftModel
 from hearth.runner.freed_pages import keep_freed_pages
 from hearth.runner.grammar_matchers import constrain, constrain_rows, constrain_tree, forced, matched
@@ -22,7 +23,7 @@ from hearth.runner.messages import RunnerOutput, SchedulerOutput
 from hearth.runner.pooling import pooled_sums, pooling_rows
 from hearth.runner.prompt_logprobs import prompt_rows, score_prompts, with_prompt_rows
 from hearth.runner.sampled_tokens import sampled_token
-from hearth.runner.state_slots import save_snapshots, state_tables
+from hearth.runner.state_slots import keep_accepted, save_snapshots, state_tables
 from hearth.runner.step_inputs import step_inputs
 from hearth.runner.tree_paths import move_path, node_paths
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
@@ -50,6 +51,7 @@ class ModelRunner:
         self._allocate_kv(codec, num_blocks, max_num_seqs)
         # recurrent layers: a state slot per running sequence, and snapshots where prefix-cache hits start
         self.states, self.snapshots = state_tables(cfg, max_num_seqs, state_snapshots, self.backend.kv_zeros)
+        self._before: RecurrentStates | None = None  # a verify step's drafting sequences' states before it
         self.block_format = block_format(codec, cfg, block_size)
         self.block_io = BlockIO(self.kv_caches, self.staging, self.block_format)
         host = all(c.device.type == "cpu" for c in self.kv_caches)
@@ -122,6 +124,13 @@ class ModelRunner:
         """How a verify step's cost grows with its rows (StepCost.passes): (first, rows, tail)."""
         return self.backend.row_passes() if self.verify_rows else (0, 0, 0)
 
+    def before_verify(self) -> RecurrentStates:
+        """The table a verify step copies its drafting sequences' recurrent states into, slot for slot: made at
+        the first one (host pages resident only where written: one state a drafting sequence)."""
+        if self._before is None:
+            self._before = RecurrentStates(self.cfg, self.states.slots, self.backend.kv_zeros)
+        return self._before
+
     @property
     def kv_bytes(self) -> int:
         states = sum(s.nbytes for s in (self.states, self.snapshots) if s is not None)
@@ -158,7 +167,7 @@ class ModelRunner:
         if failed:  # a bad image ends its request only: the step runs the others
             so = replace(so, seqs=[s for s in so.seqs if s.request_id not in failed])
         out = self._execute(so)
-        out.snapshots = save_snapshots(self.states, self.snapshots, so.seqs)
+        out.snapshots = save_snapshots(self.states, self.snapshots, so.seqs, out.snapshots)
         if self.media is not None and self.media.worker is not None:
             ready, late = self.media.report()
             failed = {**late, **failed}
@@ -227,6 +236,8 @@ class ModelRunner:
                 scored = scored_ids([a for s in seqs for a in masks[s.request_id]] if narrow else None)
                 out = self._verify(seqs, self._logits(hidden, scored), raw_known=scored is None, masks=masks)
                 out.prompt_logprobs, out.prompt_ranks, out.pooled = prompt, ranks, pooled
+                if meta.recurrent is not None:  # each drafting sequence's state after its accepted rows only
+                    out.snapshots = keep_accepted(meta.recurrent, self.snapshots, so.seqs, out.accepted)
                 return out
             allowed = matched(self.matchers, self.grammar, self.cfg.vocab_size, seqs)
             scored = scored_ids(None if any(wants_raw(s, self.matchers.get(s.request_id)) for s in seqs)

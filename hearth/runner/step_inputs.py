@@ -37,7 +37,7 @@ def step_inputs(runner, so: SchedulerOutput) -> tuple[torch.Tensor, torch.Tensor
         tables.append(s.block_ids)
     meta = runner.backend.metadata(qsl, seq_lens, tables, slots, bs, trees)
     if runner.states is not None:  # recurrent layers: each sequence's state slot, ready to continue
-        meta.recurrent = step_states(runner.states, runner.snapshots, so.seqs)
+        meta.recurrent = step_states(runner.states, runner.snapshots, so.seqs, runner.before_verify)
     if (rows := getattr(runner.model, "lora", None)) is not None:  # each sequence's adapter scales on its rows
         rows.set([tuple((s.params.lora or {}).get(j, 0.0) for j in range(rows.num_adapters)) for s in so.seqs],
                  [s.num_tokens for s in so.seqs])

@@ -87,3 +87,33 @@ def test_a_decayed_state_holds_no_denormals():
     delta_step_(q, k, v, torch.full_like(decay, -10.0), beta * 0, state)  # no write: only the decay, to 4.5e-41
     tiny = (state != 0) & (state.abs() < torch.finfo(torch.float32).tiny)
     assert not tiny.any() and (state[..., 0, 0] > 4e-5).all()
+
+
+def test_row_safe_gives_a_row_the_same_bits_whatever_the_rows_beside_it():
+    """softplus / sigmoid over [rows, 16 heads] (Qwen3.5's value heads): a row alone equals it among many (a decode
+    row and the same row in a verify step); torch's own kernels take a tail through other functions."""
+    import torch.nn.functional as F
+
+    from hearth.layers.delta_rule import row_safe
+
+    x = 3 * torch.randn(301, 16, generator=torch.Generator().manual_seed(8))
+    for fn in (F.softplus, torch.sigmoid):
+        alone = torch.cat([row_safe(fn, x[i:i + 1]) for i in range(x.shape[0])])
+        assert torch.equal(row_safe(fn, x), alone)
+        if torch.backends.cpu.get_cpu_capability() == "AVX512":  # where it was measured: the plain op differs
+            assert not torch.equal(fn(x), torch.cat([fn(x[i:i + 1]) for i in range(x.shape[0])]))
+
+
+def test_a_flat_batchs_conv_runs_short_sequences_as_decode_rows():
+    """causal_conv_batch: a sequence of a few rows (a verify step's) takes the decode batch's op, row by row, equal
+    bit for bit to feeding its rows one decode step at a time; a long one its own conv."""
+    from hearth.layers.delta_rule import causal_conv_batch, causal_conv_rows
+
+    g = torch.Generator().manual_seed(9)
+    x, weight = torch.randn(LONG + 4 + 3, 12, generator=g), torch.randn(12, 4, generator=g)
+    windows = torch.randn(3, 12, 3, generator=g)
+    want_windows = windows.clone()
+    qsl, slots = [0, LONG + 4, LONG + 7], [2, 0]
+    got = causal_conv_batch(x, windows, qsl, slots, weight)
+    rows = [causal_conv_rows(x[r:r + 1], want_windows, [0], weight) for r in range(qsl[1], qsl[2])]
+    assert torch.equal(got[qsl[1]:], torch.cat(rows)) and torch.equal(windows[0], want_windows[0])

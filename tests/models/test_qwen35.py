@@ -2,7 +2,7 @@
 model written as llama.cpp's converter writes it (tests/qwen35_factory.py): prefill logits, decode token by token
 against transformers with its own cache, and the engine's per-sequence state slots (hearth.kvstore.recurrent):
 greedy text of several prompts batched equals transformers' with chunked prefill forced and with preemption forced;
-what cannot work yet is turned off (disk tier, speculation) or refused (quantized KV, LoRA) with one line each
+what cannot work yet is turned off (the disk tier) or refused (quantized KV, LoRA) with one line each
 (prefix-cache hits: tests/models/test_qwen35_prefix.py)."""
 
 from __future__ import annotations
@@ -173,19 +173,15 @@ def test_prefix_caching_is_on_through_state_snapshots(tiny):
     assert llm.runner.snapshots is None and llm.engine.scheduler.kv.snapshots.capacity == 0
 
 
-def test_speculation_and_the_disk_tier_are_off_with_a_line_each(tiny, tmp_path, caplog, hf_greedy):
-    """Asked for, both are turned off with one warning each (as where speculation cannot be lossless): the text is
-    the plain engine's, nothing is written to the disk tier."""
-    spec = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_min": 1}
+def test_the_disk_tier_is_off_with_a_line(tiny, tmp_path, caplog, hf_greedy):
+    """Asked for, it is turned off with one warning: the text is the plain engine's, nothing is written to the
+    disk tier (speculation: tests/models/test_qwen35_speculative.py)."""
     with caplog.at_level(logging.WARNING, logger="hearth"):
-        llm = _exact_llm(tiny[1], speculative_config=spec, kv_disk_dir=str(tmp_path))
+        llm = _exact_llm(tiny[1], kv_disk_dir=str(tmp_path))
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert ("hearth: speculative decoding is off: in a model with recurrent layers (qwen35) every row is folded "
-            "into their state, so a rejected draft could not be rolled back") in lines
     assert ("hearth: the KV disk tier (--kv-disk-dir) is off for a model with recurrent layers (qwen35): their "
             "state is kept per sequence, not per block") in lines
-    assert llm.speculation_off and llm.engine.spec is None and llm.disk is None and llm.config.kv_disk_dir == ""
-    assert not llm.runner.forced_drafts  # a grammar's forced tokens are not drafted either
+    assert llm.disk is None and llm.config.kv_disk_dir == ""
     prompts, want = hf_greedy
     assert _generate(llm, prompts) == want and not any(tmp_path.iterdir())
 
@@ -312,19 +308,6 @@ def test_eval_perplexity_runs_its_windows_on_a_state_slot(tiny, tmp_path, capsys
     text.write_text("one two three four five six seven eight nine ten " * 20)
     assert main(["eval", "perplexity", str(tiny[1]), "--ctx", "64", "--text", str(text), "--chunks", "1"]) == 0
     assert "Final estimate: PPL = " in capsys.readouterr().out
-
-
-@pytest.mark.usefixtures("native_speculation")
-def test_a_recurrent_model_cannot_draft(tiny, tmp_path):
-    """A rejected draft's tokens would stay in its state: refused by name at the load (it crashed the first step)."""
-    from hearth.spec_decode.config import InvalidSpeculativeConfig
-    from tests.gguf_factory import write_tiny_gguf
-
-    target = tmp_path / "t.gguf"
-    write_tiny_gguf(target, "qwen2", vocab=DIMS.vocab, qtype="Q8_0")
-    spec = {"method": "draft", "model": str(tiny[1]), "num_speculative_tokens": 3}
-    with pytest.raises(InvalidSpeculativeConfig, match="recurrent layers .*cannot draft"):
-        LLM(str(target), progress=False, speculative_config=spec)
 
 
 def test_the_planner_leaves_out_the_multi_token_prediction_layers(tiny, monkeypatch):
