@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hearth.config import EngineConfig, ModelConfig, layer_caches, recurrent_state_bytes
-from hearth.kvstore.codecs import cache_block_bytes, get_codec
+from hearth.kvstore.codecs import cache_block_bytes, cache_staging_bytes, get_codec
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.memory.kv_cache import pool_blocks
 
@@ -18,8 +18,7 @@ def pool_size(cfg: EngineConfig, mc: ModelConfig, codec, draft, max_model_len: i
     if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
         block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
     # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot
-    staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
-               + recurrent_state_bytes(mc))
+    staging = cache_staging_bytes(codec, layer_caches(mc), cfg.block_size) + recurrent_state_bytes(mc)
     # and once: a recurrent model's state snapshots, where its prefix-cache hits start
     snapshots = cfg.state_snapshots if cfg.enable_prefix_caching and any(mc.recurrent_layers) else 0
     num_blocks = pool_blocks(block_bytes, staging, cfg.block_size, cfg.max_num_seqs, max_model_len,
