@@ -151,16 +151,17 @@ def own_kv(caches: tuple[LayerCache, ...]) -> list[LayerCache]:
 
 def cache_block_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache, ...], block_size: int) -> int:
     """Bytes of one block of every layer (hearth.config.layer_caches): K/V in the codec's format, each layer at its
-    own [heads, dim]; another layer's state (a short conv's input) plain (a quantized codec keeps it f16, as its
-    staging: those few values a token are read back every step, never sealed); a KV-shared or recurrent layer's
-    none (its source's blocks; a slot's state). Raises where the codec cannot hold a layer's geometry."""
+    own [heads, dim]; another layer's state (a short conv's input) plain (f16 under a quantized codec: its taps are
+    read back as computed, as llama.cpp keeps its conv state in full precision; encoding it too is another change);
+    a KV-shared or recurrent layer's none (its source's blocks; a slot's state). Raises where the codec cannot hold
+    a layer's geometry."""
     total = 0
     for c in caches:
         if c.parts == 2:
             codec.check(block_size, c.dim)
             total += codec.block_bytes(block_size, c.heads, c.dim)
         else:  # parts 1: [1, heads, dim] plain; parts 0: nothing
-            total += block_size * c.values * state_dtype(codec).itemsize
+            total += block_size * c.values * plain_dtype(codec).itemsize
     return total
 
 
@@ -169,7 +170,7 @@ def cache_staging_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache
     return sum(codec.staging_bytes(block_size, c.heads, c.dim) for c in own_kv(caches))
 
 
-def state_dtype(codec: PlainCodec | QuantCodec) -> torch.dtype:
-    """The dtype of a layer's plain per-token state (a short conv's input) under the codec: its own, or for a
-    quantized codec the staging's."""
+def plain_dtype(codec: PlainCodec | QuantCodec) -> torch.dtype:
+    """The dtype of what a layer keeps as a plain tensor under the codec: a plain codec's own (K/V and all); under
+    a quantized one a short conv's input, in the staging's f16."""
     return STAGING_DTYPE if codec.quantized else codec.dtype

@@ -28,8 +28,8 @@ def layer_token_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) 
 
 def layer_read_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
     """What the layer reads per token of its context (a KV-shared layer: its source's K/V, of its own shape)."""
-    if dim := shape.conv_dim(layer):  # a short conv's input: plain (f16 beside a quantized format's K/V, as
-        return state_format(fmt).k.vector_bytes(dim, block)  # hearth.kvstore.codecs.state_dtype keeps it)
+    if dim := shape.conv_dim(layer):  # a short conv's input: plain (hearth.kvstore.codecs.plain_dtype)
+        return state_format(fmt).k.vector_bytes(dim, block)
     return fmt.token_layer_bytes(shape.kv_heads[layer], *shape.head_dim(layer), block)
 
 

@@ -10,7 +10,7 @@ import torch
 
 from hearth.config import LayerCache, ModelConfig, layer_caches
 from hearth.kvstore.block_io import BlockIO, block_format
-from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes, state_dtype
+from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes, plain_dtype
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.runner.drafter import DraftModel
@@ -89,10 +89,10 @@ class ModelRunner:
         self.staging = None
         caches = layer_caches(cfg)
         cache_block_bytes(codec, caches, bs)  # refuses what the codec cannot hold
-        if codec.quantized:  # encoded blocks + f16 staging: codec.staging_blocks slots per sequence (as `hearth plan` counts)
-            slots = codec.staging_blocks * max_num_seqs
+        slots = codec.staging_blocks * max_num_seqs  # a quantized codec's f16 staging (as `hearth plan` counts)
+        if codec.quantized:
             self.staging = StagingTable(bs, slots, codec.sink)
-        self.kv_caches = [self._layer_cache(codec, c, num_blocks, slots if codec.quantized else 0) for c in caches]
+        self.kv_caches = [self._layer_cache(codec, c, num_blocks, slots) for c in caches]
 
     def _layer_cache(self, codec, c: LayerCache, num_blocks: int, slots: int):
         """One layer's cache (LayerCache c): K/V of its own [heads, dim] in the codec's format (a QuantizedKVCache
@@ -101,7 +101,7 @@ class ModelRunner:
         or a recurrent one (its state is a slot's)."""
         if codec.quantized and c.parts == 2:
             return QuantizedKVCache(codec, num_blocks, self.block_size, c.heads, c.dim, slots, self.backend.kv_zeros)
-        return self.backend.kv_zeros(c.shape(num_blocks, self.block_size), state_dtype(codec))
+        return self.backend.kv_zeros(c.shape(num_blocks, self.block_size), plain_dtype(codec))
 
     @property
     def row_regimes(self) -> tuple[int, ...] | None:
