@@ -13,11 +13,14 @@ from tests.lfm2_factory import DIMS as LFM2_DIMS
 from tests.lfm2_factory import hf_lfm2, write_lfm2_gguf
 from tests.qwen35_factory import hf_qwen35, write_qwen35_gguf
 
+GEMMA4_512 = replace(E2B_LIKE, head_dim=256, global_head_dim=512)
+"""The E2B shape at the real head dims (256 sliding, 512 global): the native kernels' widest."""
 LFM2_32 = replace(LFM2_DIMS, hidden=128, head_dim=32)
 
 WRITERS = {
     "gemma4-e2b": lambda p: write_gemma4_gguf(p, hf_gemma4(E2B_LIKE), E2B_LIKE),
     "gemma4-e2b-q8": lambda p: write_gemma4_gguf(p, hf_gemma4(E2B_LIKE, seed=4), E2B_LIKE, qtype="Q8_0"),
+    "gemma4-512-q8": lambda p: write_gemma4_gguf(p, hf_gemma4(GEMMA4_512, seed=4), GEMMA4_512, qtype="Q8_0"),
     "gemma4-31b": lambda p: write_gemma4_gguf(p, hf_gemma4(DENSE_LIKE), DENSE_LIKE),
     "qwen35": lambda p: write_qwen35_gguf(p, hf_qwen35()),
     "lfm2": lambda p: write_lfm2_gguf(p, hf_lfm2(d=LFM2_32), d=LFM2_32),

@@ -88,10 +88,12 @@ def test_gemma4_restart_serves_the_prompt_from_disk(files, kv, tmp_path):
     assert_same(restored.outputs[0], cold.outputs[0])
 
 
-def test_gemma4_speculation_is_lossless_or_off(files):
-    """n-gram drafts over a quantized cache: verify rows computed as decode rows (the native kernel takes both head
-    dims) so greedy text is the plain engine's; where they are not, hearth keeps speculation off and says why."""
-    path = files("gemma4-e2b-q8")  # Q8_0: the native layers (exact f32 linears are torch's: speculation off)
+@pytest.mark.parametrize("name", ["gemma4-e2b-q8", "gemma4-512-q8"])
+def test_gemma4_speculation_is_lossless_or_off(files, name):
+    """n-gram drafts over a quantized cache: verify rows computed as decode rows (the native kernel takes every
+    head dim, 512 too) so greedy text is the plain engine's; where they are not, hearth keeps speculation off and
+    says why. Q8_0 files: the native layers (exact f32 linears are torch's, where speculation is off)."""
+    path = files(name)
     spec = {"method": "ngram", "num_speculative_tokens": 4, "cost_aware": False, "prompt_lookup_min": 1}
     params = SamplingParams(temperature=0, max_tokens=32, ignore_eos=True)
     prompts = [prompt(VOCAB, n=8, seed=s) for s in (5, 6)]
