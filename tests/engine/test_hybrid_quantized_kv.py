@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from hearth import LLM, SamplingParams
+from hearth.kernels import native
 from hearth.layers.linear import use_linear_policy
 from tests.hybrid_models import write
 from tests.models.test_logits_vs_transformers import prompt
@@ -89,7 +90,7 @@ def test_gemma4_restart_serves_the_prompt_from_disk(files, kv, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["gemma4-e2b-q8", "gemma4-512-q8"])
-def test_gemma4_speculation_is_lossless_or_off(files, name):
+def test_gemma4_speculation_is_lossless_or_off(files, name, monkeypatch):
     """n-gram drafts over a quantized cache: verify rows computed as decode rows (the native kernel takes every
     head dim, 512 too) so greedy text is the plain engine's; where they are not, hearth keeps speculation off and
     says why. Q8_0 files: the native layers (exact f32 linears are torch's, where speculation is off)."""
@@ -102,7 +103,11 @@ def test_gemma4_speculation_is_lossless_or_off(files, name):
         pytest.skip(llm.speculation_off)
     plain = LLM(str(path), progress=False, kv_cache_dtype="q8_0")
     want = [list(o.outputs[0].token_ids) for o in run(plain, prompts, params)]
+    taken = []  # whether the native kernel took each call (False: torch attended, a verify row is no decode row)
+    kernel = native.quantized_paged_attention
+    monkeypatch.setattr(native, "quantized_paged_attention", lambda *a: taken.append(kernel(*a)) or taken[-1])
     assert [list(o.outputs[0].token_ids) for o in run(llm, prompts, params)] == want
+    assert taken and all(taken)
     assert llm.engine.spec.stats.num_draft_tokens > 0
 
 
