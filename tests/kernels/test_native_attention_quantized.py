@@ -142,20 +142,25 @@ def test_hadamard_is_the_rotation_matrix(d):
     torch.testing.assert_close(native.hadamard(x), x @ hadamard(d), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["q8_0", "kvarn_k4v2"])
-def test_native_staging_write_equals_torch(name):
+def test_hadamard_declines_other_dims():
+    """Outside 32..512 native.hadamard says so (None) and the caller multiplies by the matrix."""
+    assert native.hadamard(torch.randn(3, 2, 16)) is None
+
+
+@pytest.mark.parametrize("name, d", [("q8_0", 64), ("kvarn_k4v2", 64), ("kvarn_k4v2", 16)])
+def test_native_staging_write_equals_torch(name, d):
     """A decode step staged by the native kernels holds what the torch write stages: the same f16
     rounding (bit for bit without a rotation; within one f16 step where the rotations' f32 results
-    straddle a rounding boundary)."""
+    straddle a rounding boundary). Head dim 16 (a tiny lfm2's): the rotation by the matrix (it raised)."""
     codec = get_codec(name)
     bs, g = codec.block_size(None), torch.Generator().manual_seed(7)
-    caches = [QuantizedKVCache(codec, 4, bs, 2, 64, 2) for _ in range(2)]
+    caches = [QuantizedKVCache(codec, 4, bs, 2, d, 2) for _ in range(2)]
     plan = StagingTable(bs, 2, codec.sink).plan([("r", 5, 1, [2, 0])], [0, 1])
-    kv = torch.randn(1, 2, 2, 64, generator=g)
+    kv = torch.randn(1, 2, 2, d, generator=g)
     caches[0].write(kv, plan)
     caches[1].write(kv, plan, native)
     got, want = caches[1].staging.float(), caches[0].staging.float()
-    torch.testing.assert_close(got, want, atol=0, rtol=0 if codec.rotation(64) is None else 2 ** -10)
+    torch.testing.assert_close(got, want, atol=0, rtol=0 if codec.rotation(d) is None else 2 ** -10)
     assert got.abs().sum() > 0
 
 
