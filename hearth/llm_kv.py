@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hearth.config import EngineConfig, ModelConfig, layer_caches, recurrent_state_bytes
-from hearth.kvstore.codecs import cache_block_bytes, get_codec
+from hearth.kvstore.codecs import cache_block_bytes, cache_staging_bytes, get_codec
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.memory.kv_cache import pool_blocks
 
@@ -22,7 +22,7 @@ def pool_size(cfg: EngineConfig, mc: ModelConfig, codec, draft, max_model_len: i
     # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot (and with
     # drafts its copy before a verify step: hearth.layers.delta_log), a recurrent draft's state and its copy
     # (hearth.runner.draft_states)
-    staging = (mc.num_layers * codec.staging_bytes(cfg.block_size, mc.num_kv_heads, mc.head_dim)
+    staging = (cache_staging_bytes(codec, layer_caches(mc), cfg.block_size)
                + recurrent_state_bytes(mc) * (2 if speculating else 1)
                + (2 * recurrent_state_bytes(draft[1]) if draft is not None else 0))
     # and once: a recurrent model's state snapshots, where its prefix-cache hits start

@@ -577,16 +577,17 @@ def quantized_paged_attention(q: torch.Tensor, cache, q_start: torch.Tensor, q_l
     return rc == 0
 
 
-def hadamard(x: torch.Tensor) -> torch.Tensor:
-    """x @ hearth.kvstore.kvarn.hadamard(d) over the last dim d (a power of two, 32..256) of f32 x
+def hadamard(x: torch.Tensor) -> torch.Tensor | None:
+    """x @ hearth.kvstore.kvarn.hadamard(d) over the last dim d (a power of two, 32..512) of f32 x
     [T, ..., d] (each row's trailing dims contiguous, rows may be strided), by a fast Walsh-Hadamard
-    transform: no [d, d] matrix streamed through the cache. -> a new contiguous f32 tensor."""
+    transform: no [d, d] matrix streamed through the cache. -> a new contiguous f32 tensor, or None for
+    another d (the caller multiplies by the matrix: a tiny model's head dim 16 raised here)."""
     d, rows = x.shape[-1], x.reshape(x.shape[0], -1)  # a view when only the rows are strided
     assert x.dtype == torch.float32 and rows.stride(-1) == 1
     out = torch.empty(x.shape)
     if lib().hk_hadamard(rows.data_ptr(), rows.stride(0), rows.shape[0], rows.shape[1], d, out.data_ptr(),
                          rows.shape[1]):
-        raise ValueError(f"hk_hadamard: head_dim {d} is not a power of two from 32 to 256")
+        return None
     return out
 
 

@@ -143,29 +143,34 @@ def get_codec(name: str) -> PlainCodec | QuantCodec:
     return ALL_CODECS[key]
 
 
+def own_kv(caches: tuple[LayerCache, ...]) -> list[LayerCache]:
+    """The layers that keep K/V of their own (a KV-shared layer reads its source's; a recurrent or conv layer has
+    none): the ones a quantized codec encodes and stages."""
+    return [c for c in caches if c.parts == 2]
+
+
 def cache_block_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache, ...], block_size: int) -> int:
-    """Bytes of one block of every layer (hearth.config.layer_caches): K/V in the codec's format; another
-    layer's state (a short conv's input) plain; a recurrent layer's none (its state is a slot's). A quantized
-    codec is refused for a model with other layers (not yet: its blocks, staging and disk payloads hold K/V
-    only, in every layer)."""
+    """Bytes of one block of every layer (hearth.config.layer_caches): K/V in the codec's format, each layer at its
+    own [heads, dim]; another layer's state (a short conv's input) plain (f16 under a quantized codec: its taps are
+    read back as computed, as llama.cpp keeps its conv state in full precision; encoding it too is another change);
+    a KV-shared or recurrent layer's none (its source's blocks; a slot's state). Raises where the codec cannot hold
+    a layer's geometry."""
     total = 0
-    kv = [c for c in caches if c.parts == 2]
-    if codec.quantized and (any(c.source >= 0 for c in caches)
-                            or any((c.heads, c.dim) != (kv[0].heads, kv[0].dim) for c in kv)):
-        # QuantizedKVCache, its staging and the disk payloads are sized by one [kv_heads, head_dim] for every layer
-        raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with KV-shared layers or "
-                               "per-layer head dims (gemma4); use f16 or bf16")
     for c in caches:
         if c.parts == 2:
+            codec.check(block_size, c.dim)
             total += codec.block_bytes(block_size, c.heads, c.dim)
-        elif c.source >= 0:  # a KV-shared layer reads its source's blocks
-            continue
-        elif codec.quantized:
-            raise UnsupportedError(f"KV cache dtype {codec.name}: not yet for a model with {OTHER_LAYERS[c.parts]}; "
-                                   "use f16 or bf16")
-        else:
-            total += block_size * c.values * codec.dtype.itemsize
+        else:  # parts 1: [1, heads, dim] plain; parts 0: nothing
+            total += block_size * c.values * plain_dtype(codec).itemsize
     return total
 
-OTHER_LAYERS = {1: "short-convolution layers (lfm2)", 0: "recurrent layers (qwen35)"}
-"""LayerCache.parts of a layer that is not attention -> what such layers are called in a refusal."""
+
+def cache_staging_bytes(codec: PlainCodec | QuantCodec, caches: tuple[LayerCache, ...], block_size: int) -> int:
+    """Per sequence, every layer: the f16 staging of each layer with K/V of its own, at its own [heads, dim]."""
+    return sum(codec.staging_bytes(block_size, c.heads, c.dim) for c in own_kv(caches))
+
+
+def plain_dtype(codec: PlainCodec | QuantCodec) -> torch.dtype:
+    """The dtype of what a layer keeps as a plain tensor under the codec: a plain codec's own (K/V and all); under
+    a quantized one a short conv's input, in the staging's f16."""
+    return STAGING_DTYPE if codec.quantized else codec.dtype

@@ -240,7 +240,8 @@ class QuantizedKVCache:
         self.ensure_slots(plan.num_slots)
         native = fast is not None and kv.dtype == torch.float32
         if self.rotation is not None:
-            kv = fast.hadamard(kv) if native else kv.float() @ self.rotation
+            rotated = fast.hadamard(kv) if native else None
+            kv = rotated if rotated is not None else kv.float() @ self.rotation
         if native and not plan.seal_blocks.numel():
             fast.kv_write(kv.reshape(kv.shape[0], -1), plan.stage_dst, self.staging)  # every row is staged, in order
             return

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from hearth.config import STATE_SNAPSHOTS
-from hearth.errors import HearthError, PlanError
+from hearth.errors import HearthError
 from hearth.memory.kv_formats import KV_FORMATS, KVFormat
 from hearth.memory.shape import ModelShape
 
@@ -21,25 +21,26 @@ from hearth.memory.shape import ModelShape
 def layer_token_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
     """What the layer keeps per token: nothing where it is KV-shared (it reads its source's) or recurrent (its
     state is a sequence's: state_bytes)."""
-    if shape.is_recurrent(layer):  # quantized refused as codecs does
-        if fmt.quantized:
-            raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with recurrent layers (qwen35); "
-                            "use f16 or bf16")
+    if shape.is_recurrent(layer) or shape.is_kv_shared(layer):
         return 0.0
-    return 0.0 if shape.is_kv_shared(layer) else layer_read_bytes(shape, fmt, block, layer)
+    return layer_read_bytes(shape, fmt, block, layer)
 
 
 def layer_read_bytes(shape: ModelShape, fmt: KVFormat, block: int, layer: int) -> float:
     """What the layer reads per token of its context (a KV-shared layer: its source's K/V, of its own shape)."""
-    if dim := shape.conv_dim(layer):  # a short conv's input: plain; quantized refused as codecs.cache_block_bytes does
-        if fmt.quantized:
-            raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with short-convolution layers (lfm2); "
-                            "use f16 or bf16")
-        return fmt.k.vector_bytes(dim, block)
-    if fmt.quantized and (shape.kv_shared or shape.head_dims):  # as codecs.cache_block_bytes refuses it
-        raise PlanError(f"KV cache dtype {fmt.name}: not yet for a model with KV-shared layers or per-layer head "
-                        "dims (gemma4); use f16 or bf16")
+    if dim := shape.conv_dim(layer):  # a short conv's input: plain (hearth.kvstore.codecs.plain_dtype)
+        return state_format(fmt).k.vector_bytes(dim, block)
     return fmt.token_layer_bytes(shape.kv_heads[layer], *shape.head_dim(layer), block)
+
+
+def state_format(fmt: KVFormat) -> KVFormat:
+    """The format of a layer's plain per-token state (a short conv's input): fmt's own, f16 for a quantized one."""
+    return KV_FORMATS["f16"] if fmt.quantized else fmt
+
+
+def own_kv(shape: ModelShape, layer: int) -> bool:
+    """The layer keeps K/V of its own (what a quantized format encodes and stages): attention, not KV-shared."""
+    return not (shape.is_recurrent(layer) or shape.is_kv_shared(layer) or shape.conv_dim(layer))
 
 
 def layer_tokens(shape: ModelShape, layer: int, tokens: int) -> int:
@@ -62,7 +63,9 @@ def token_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
 
 def staging_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:
     """Per sequence: the full-precision (f16) blocks a quantized format keeps beside its storage."""
-    return fmt.staging_blocks * block * token_bytes(shape, KV_FORMATS["f16"], block)
+    f16 = KV_FORMATS["f16"]  # every layer with K/V of its own, at its own shape; no conv, shared or recurrent one
+    return fmt.staging_blocks * block * sum(layer_token_bytes(shape, f16, block, i)
+                                            for i in range(shape.num_layers) if own_kv(shape, i))
 
 
 def sequence_bytes(shape: ModelShape, fmt: KVFormat, block: int) -> float:

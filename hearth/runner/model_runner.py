@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import torch
 
-from hearth.config import ModelConfig, layer_caches
+from hearth.config import LayerCache, ModelConfig, layer_caches
 from hearth.kvstore.block_io import BlockIO, block_format
-from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes
+from hearth.kvstore.codecs import CODECS, PlainCodec, QuantCodec, cache_block_bytes, plain_dtype
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
 from hearth.kvstore.prefault import Prefaulter
 from hearth.kvstore.recurrent import RecurrentStates
@@ -91,16 +91,19 @@ class ModelRunner:
         self.staging = None
         caches = layer_caches(cfg)
         cache_block_bytes(codec, caches, bs)  # refuses what the codec cannot hold
-        if not codec.quantized:
-            # one tensor per layer (LayerCache): [parts, num_blocks, block_size, heads, dim]; attention's
-            # [2 (k, v), num_blocks, block_size, kv_heads, head_dim], a short conv's [1, ..., 1, hidden]
-            self.kv_caches = [self.backend.kv_zeros(c.shape(num_blocks, bs), codec.dtype) for c in caches]
-            return
-        # encoded blocks + f16 staging: codec.staging_blocks slots per sequence (as `hearth plan` counts)
-        slots = codec.staging_blocks * max_num_seqs
-        self.staging = StagingTable(bs, slots, codec.sink)
-        self.kv_caches = [QuantizedKVCache(codec, num_blocks, bs, cfg.num_kv_heads, cfg.head_dim, slots,
-                                           self.backend.kv_zeros) for _ in range(cfg.num_layers)]
+        slots = codec.staging_blocks * max_num_seqs  # a quantized codec's f16 staging (as `hearth plan` counts)
+        if codec.quantized:
+            self.staging = StagingTable(bs, slots, codec.sink)
+        self.kv_caches = [self._layer_cache(codec, c, num_blocks, slots) for c in caches]
+
+    def _layer_cache(self, codec, c: LayerCache, num_blocks: int, slots: int):
+        """One layer's cache (LayerCache c): K/V of its own [heads, dim] in the codec's format (a QuantizedKVCache
+        when quantized), else a plain tensor [parts, num_blocks, block_size, heads, dim]: a short conv's input
+        [1, ..., 1, hidden] (f16 beside quantized K/V), or [0, ...] for a KV-shared layer (it reads its source's)
+        or a recurrent one (its state is a slot's)."""
+        if codec.quantized and c.parts == 2:
+            return QuantizedKVCache(codec, num_blocks, self.block_size, c.heads, c.dim, slots, self.backend.kv_zeros)
+        return self.backend.kv_zeros(c.shape(num_blocks, self.block_size), plain_dtype(codec))
 
     @property
     def row_regimes(self) -> tuple[int, ...] | None:

@@ -2,7 +2,7 @@
 .paged_attention) against the torch reference (paged_attention_quantized_torch), for every codec, on
 caches with scattered block tables: decode batches (partial last blocks, a token that completes its
 block, a first token), a short chunk across a block boundary, a long chunk (torch path in the same
-step), a window, a softcap, groups of 1 to 8 query heads, head_dim 64, 128 and 256, and KVarN with and
+step), a window, a softcap, groups of 1 to 8 query heads, head_dim 64, 128, 256 and 512, and KVarN with and
 without its f16 sink copy.
 
 Tolerance: both paths decode the same blocks with the same f32 operations (bit-identical K and V)
@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from hearth.kernels import native
-from hearth.kernels.attention import NATIVE_MAX_Q, AttentionMetadata, paged_attention, paged_attention_quantized_torch
+from hearth.kernels.attention import (NATIVE_MAX_Q, AttentionMetadata, paged_attention, paged_attention_quantized_torch,
+                                     quantized_native_args)
 from hearth.kvstore.codecs import QUANTIZED, get_codec
 from hearth.kvstore.kvarn import hadamard
 from hearth.kvstore.paged import QuantizedKVCache, StagingTable
@@ -67,6 +68,7 @@ CASES = [  # heads, kv_heads, head_dim, (cached, new) per sequence, window, soft
     (4, 1, 256, [(700, 1), (3, 20), (250, 9)], 512, 0.0),  # gemma3-270m, sliding window, short chunks across blocks
     (8, 2, 64, [(40, 1), (100, 2)], 0, 30.0),  # softcap
     (4, 4, 128, [(90, 1), (33, 2)], 0, 0.0),  # no grouping, head_dim 128
+    (8, 1, 512, [(90, 1), (33, 2)], 0, 0.0),  # gemma4's global layers: head_dim 512
     (16, 2, 64, [(1000, 5)], 100, 0.0),  # group of 8, a window cut inside a block
     (6, 3, 64, [(10, NATIVE_MAX_Q + 3), (50, 1)], 0, 0.0),  # a long chunk takes the torch path in the same step
 ]
@@ -94,6 +96,20 @@ def test_native_matches_torch(name, case):
     torch.testing.assert_close(got[long], want[long], atol=BF16_ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("name", list(QUANTIZED))
+@pytest.mark.parametrize("d", [256, 512])
+def test_the_kernel_takes_gemma4s_head_dims(name, d):
+    """Both of gemma4's head dims (sliding 256, global 512) are attended natively, not left to torch (which
+    would make a verify row differ from a decode row: speculation's row_regimes counts on the kernel)."""
+    g = torch.Generator().manual_seed(d)
+    cache, meta = step(name, 1, d, [(70, 1), (20, 2)], g)
+    q = torch.randn(3, 8, d, generator=g)
+    _, args = quantized_native_args(meta, cache.bs)
+    out = torch.zeros_like(q)
+    assert native.quantized_paged_attention(q, cache, *args, d ** -0.5, 0, 0.0, out)
+    torch.testing.assert_close(out, paged_attention_quantized_torch(q, cache, meta, d ** -0.5), atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("name", ["kvarn_k4v2", "kvarn_k4v4"])
 def test_first_block_without_its_sink_copy(name):
     """When a first block's f16 copy was evicted, both paths read its encoded form."""
@@ -117,7 +133,7 @@ def test_native_reads_the_encoded_blocks():
     torch.testing.assert_close(after, paged_attention_quantized_torch(q, cache, meta, 0.3, 0, 0.0), atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("d", [32, 64, 128, 256])
+@pytest.mark.parametrize("d", [32, 64, 128, 256, 512])
 def test_hadamard_is_the_rotation_matrix(d):
     """native.hadamard (how write_kv_pair rotates KVarN's K/V) = x @ kvarn.hadamard(d), to f32 rounding
     (sums of d unit-scale terms: ~1e-6)."""
@@ -126,20 +142,25 @@ def test_hadamard_is_the_rotation_matrix(d):
     torch.testing.assert_close(native.hadamard(x), x @ hadamard(d), atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["q8_0", "kvarn_k4v2"])
-def test_native_staging_write_equals_torch(name):
+def test_hadamard_declines_other_dims():
+    """Outside 32..512 native.hadamard says so (None) and the caller multiplies by the matrix."""
+    assert native.hadamard(torch.randn(3, 2, 16)) is None
+
+
+@pytest.mark.parametrize("name, d", [("q8_0", 64), ("kvarn_k4v2", 64), ("kvarn_k4v2", 16)])
+def test_native_staging_write_equals_torch(name, d):
     """A decode step staged by the native kernels holds what the torch write stages: the same f16
     rounding (bit for bit without a rotation; within one f16 step where the rotations' f32 results
-    straddle a rounding boundary)."""
+    straddle a rounding boundary). Head dim 16 (a tiny lfm2's): the rotation by the matrix (it raised)."""
     codec = get_codec(name)
     bs, g = codec.block_size(None), torch.Generator().manual_seed(7)
-    caches = [QuantizedKVCache(codec, 4, bs, 2, 64, 2) for _ in range(2)]
+    caches = [QuantizedKVCache(codec, 4, bs, 2, d, 2) for _ in range(2)]
     plan = StagingTable(bs, 2, codec.sink).plan([("r", 5, 1, [2, 0])], [0, 1])
-    kv = torch.randn(1, 2, 2, 64, generator=g)
+    kv = torch.randn(1, 2, 2, d, generator=g)
     caches[0].write(kv, plan)
     caches[1].write(kv, plan, native)
     got, want = caches[1].staging.float(), caches[0].staging.float()
-    torch.testing.assert_close(got, want, atol=0, rtol=0 if codec.rotation(64) is None else 2 ** -10)
+    torch.testing.assert_close(got, want, atol=0, rtol=0 if codec.rotation(d) is None else 2 ** -10)
     assert got.abs().sum() > 0
 
 

@@ -312,13 +312,6 @@ def test_ngram_speculation_is_lossless_or_off(tiny, tmp_path):
     assert stats.num_draft_tokens > 0 and stats.num_accepted_tokens > 0
 
 
-def test_a_quantized_kv_cache_is_refused_by_name(tiny):
-    from hearth.errors import UnsupportedError
-
-    with pytest.raises(UnsupportedError, match="fp8_e4m3: not yet for a model with KV-shared layers or per-layer"):
-        LLM(str(tiny[1]), progress=False, kv_cache_dtype="fp8_e4m3")
-
-
 GOLDEN_TOKENS = {  # llama.cpp (libllama built from the vendored tree) tokenizing with add_special, parse_special
     "the capital of france is paris\n\nhello world  zq \u00e9!\n":
         [2, 276, 267, 265, 290, 292, 298, 300, 305, 319, 267, 265, 269, 269, 272, 315, 260, 260, 126, 117, 260, 199,

@@ -2,7 +2,7 @@
 model written as llama.cpp's converter writes it (tests/qwen35_factory.py): prefill logits, decode token by token
 against transformers with its own cache, and the engine's per-sequence state slots (hearth.kvstore.recurrent):
 greedy text of several prompts batched equals transformers' with chunked prefill forced and with preemption forced;
-what cannot work yet is turned off (the disk tier) or refused (quantized KV, LoRA) with one line each
+what cannot work yet is turned off (the disk tier) or refused (LoRA) with one line each
 (prefix-cache hits: tests/models/test_qwen35_prefix.py)."""
 
 from __future__ import annotations
@@ -186,13 +186,6 @@ def test_the_disk_tier_is_off_with_a_line(tiny, tmp_path, caplog, hf_greedy):
     assert _generate(llm, prompts) == want and not any(tmp_path.iterdir())
 
 
-def test_a_quantized_kv_cache_is_refused_by_name(tiny):
-    from hearth.errors import UnsupportedError
-
-    with pytest.raises(UnsupportedError, match="q8_0: not yet for a model with recurrent layers \\(qwen35\\)"):
-        LLM(str(tiny[1]), progress=False, kv_cache_dtype="q8_0")
-
-
 def test_lora_adapters_are_refused_by_name(tiny, tmp_path):
     from hearth.errors import ModelLoadError
     from tests.lora_factory import write_lora_gguf
@@ -217,17 +210,6 @@ def test_the_planner_counts_what_the_runner_allocates(tiny):
     assert shape.state_bytes == 4 * state
     pool = engine_pool(shape, KV_FORMATS["f16"], 16, 3, 256, num_kv_blocks=10)
     assert pool.bytes == llm.runner.kv_bytes
-
-
-def test_plan_refuses_a_quantized_kv_cache_as_the_runtime_does(tiny, capsys):
-    from hearth.cli import main
-
-    path = tiny[1]
-    assert main(["plan", str(path), "--device", "H200", "--ctx", "256", "--kv-cache-dtype", "fp8_e4m3"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert err.endswith("KV cache dtype fp8_e4m3: not yet for a model with recurrent layers (qwen35); use f16 or bf16")
-    assert len(err.splitlines()) == 1
-    assert main(["plan", str(path), "--device", "H200", "--ctx", "256", "--kv-cache-dtype", "f16"]) == 0
 
 
 @pytest.fixture(scope="module")

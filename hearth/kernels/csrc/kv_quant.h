@@ -214,6 +214,7 @@ bool pick_kvq(int64_t dv, int kfmt, int vfmt, KvqCache& a, AttendKvq& fn, Rotate
     case 6: return pick_kvq_dv<6>(kfmt, vfmt, a, fn, rot);
     case 8: return pick_kvq_dv<8>(kfmt, vfmt, a, fn, rot);
     case 16: return pick_kvq_dv<16>(kfmt, vfmt, a, fn, rot);
+    case 32: return pick_kvq_dv<32>(kfmt, vfmt, a, fn, rot);  // gemma4's global layers (512), as attention.h
     default: return false;
   }
 }
@@ -273,7 +274,7 @@ int hk_kvq_attention(const float* q, int64_t ldq, int kfmt, int vfmt, const int6
 
 // T rows (row stride ldx) of width f32 values, each width / d vectors of d -> out [T, width] (row
 // stride ldo; out may be x): every vector times kvarn.hadamard(d) (x @ H / sqrt(d), H symmetric), d a
-// power of two from 32 to 256.
+// power of two from 32 to 512.
 int hk_hadamard(const float* x, int64_t ldx, int64_t T, int64_t width, int64_t d, float* out, int64_t ldo) {
   KvqCache a{};
   a.rotate = true;
