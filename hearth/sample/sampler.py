@@ -1,12 +1,20 @@
 """Sampling as a pure function of (logits, per-request options, per-request generators).
 
-Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`):
-logit bias -> bad words -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> typical-p
--> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain, and
-reads the distribution before temperature, which that chain applies last; vLLM has no typical-p).
+Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`), with the
+samplers llama.cpp has and vLLM lacks where llama.cpp's default chain (common_params_sampling.samplers:
+penalties, dry, top_n_sigma, top_k, typical_p, top_p, min_p, xtc, temperature) puts them:
+logit bias -> bad words -> repetition / frequency / presence penalties (over llama.cpp's window where
+repeat_last_n is given: hearth.sample.history) -> DRY (hearth.sample.dry) -> temperature -> top-nσ -> min-p
+-> top-k -> typical-p -> top-p -> XTC -> sample.
+Typical-p sits between top-k and top-p, as in llama.cpp's chain, and reads the distribution before
+temperature, which that chain applies last; top-nσ reads the same either side of temperature (a ratio of
+logit gaps), and XTC, last of the filters as there, reads its threshold before temperature too (vLLM has
+none of these three). Greedy (temperature 0) is the first maximum after bias, penalties and DRY: the
+filters never move it (XTC, which could, is skipped there, as every filter is).
 Each filter sees what the one before left, renormalized (HF's warpers do the same, but
 run min-p last; min-p commutes with top-k, not with top-p). Each row draws its noise from its own
-generator, so a seeded request gives the same tokens alone or batched."""
+generator, so a seeded request gives the same tokens alone or batched; XTC's coin is folded into the
+distribution the row draws from (hearth.sample.xtc), so it takes no draw of its own."""
 
 from __future__ import annotations
 
@@ -15,6 +23,10 @@ import itertools
 import torch
 
 from hearth.sample.bad_words import banned_last_tokens
+from hearth.sample.dry import dry_penalties
+from hearth.sample.history import dry_window, penalty_tokens
+from hearth.sample.top_n_sigma import filter_top_n_sigma
+from hearth.sample.xtc import xtc_mixture
 from hearth.sampling_params import GREEDY_EPS, SamplingParams
 
 
@@ -41,24 +53,32 @@ def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
     if bad:
         r, t = zip(*bad)
         logits[torch.tensor(r), torch.tensor(t)] = float("-inf")
-    rep = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
+    # (repetition's tokens, presence / frequency's): vLLM's rule, or llama.cpp's window (repeat_last_n)
+    reads = [penalty_tokens(p, *histories[i]) if p.penalized else ([], []) for i, p in enumerate(params)]
+    rep = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0 and reads[i][0]]
     if rep:
         # HF/vLLM rule over prompt and output: divide positive logits, multiply the others.
         # A repeated id gathers the same old value, so writing it twice writes the same new one.
-        r, c = _pairs(rep, [histories[i][0] + histories[i][1] for i in rep])
+        r, c = _pairs(rep, [reads[i][0] for i in rep])
         pen = torch.tensor([p.repetition_penalty for p in params], dtype=logits.dtype)[r]
         vals = logits[r, c]
         logits[r, c] = torch.where(vals > 0, vals / pen, vals * pen)
-    pf = [i for i, p in enumerate(params) if (p.presence_penalty or p.frequency_penalty) and histories[i][1]]
+    pf = [i for i, p in enumerate(params) if (p.presence_penalty or p.frequency_penalty) and reads[i][1]]
     if pf:
         # OpenAI rule, over output tokens only: logit -= frequency * count + presence * (count > 0)
-        r, c = _pairs(pf, [histories[i][1] for i in pf])
+        r, c = _pairs(pf, [reads[i][1] for i in pf])
         V = logits.shape[-1]
         flat, counts = torch.unique(r * V + c, return_counts=True)
         r, c = flat // V, flat % V
         freq = torch.tensor([p.frequency_penalty for p in params], dtype=logits.dtype)[r]
         pres = torch.tensor([p.presence_penalty for p in params], dtype=logits.dtype)[r]
         logits[r, c] -= freq * counts.to(logits.dtype) + pres
+    dry = [(i, t, d) for i, p in enumerate(params) if p.dry
+           for t, d in dry_penalties(dry_window(p, *histories[i]), p.dry_breaker_ids or {}, p.dry_multiplier,
+                                     p.dry_base, p.dry_allowed_length).items()]
+    if dry:
+        r, t, d = zip(*dry)  # one (row, token) each: a plain subtraction
+        logits[torch.tensor(r), torch.tensor(t)] -= torch.tensor(d, dtype=logits.dtype)
     return logits
 
 
@@ -182,16 +202,24 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
 
 
 def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """logits: [S, V] after bias and penalties -> [S, V] the distribution each row samples from
-    (temperature, then min-p / top-k / typical-p / top-p, renormalized); greedy rows at temperature 1, unused."""
+    """logits: [S, V] after bias, penalties and DRY -> [S, V] the distribution each row samples from
+    (temperature, then top-nσ / min-p / top-k / typical-p / top-p, renormalized, then XTC's mixture);
+    greedy rows at temperature 1, unused."""
     greedy = [p.greedy for p in params]
     temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
+    logits = logits / temp
+    if any(p.top_n_sigma > 0 for p in params):
+        logits = filter_top_n_sigma(logits, torch.tensor([-1.0 if g else p.top_n_sigma for p, g in zip(params, greedy)]))
     logits = filter_top_k_top_p_min_p(
-        logits / temp,
+        logits,
         torch.tensor([0 if g else max(p.top_k, 0) for p, g in zip(params, greedy)]),
         torch.tensor([1.0 if g else p.top_p for p, g in zip(params, greedy)]),
         torch.tensor([0.0 if g else p.min_p for p, g in zip(params, greedy)]),
         torch.tensor([1.0 if g else p.typical_p for p, g in zip(params, greedy)]),
         temp.squeeze(1),
     )
-    return logits.softmax(-1)
+    if not any(p.xtc and not g for p, g in zip(params, greedy)):
+        return logits.softmax(-1)
+    return xtc_mixture(logits, temp.squeeze(1),
+                       torch.tensor([p.xtc_probability if p.xtc and not g else 0.0 for p, g in zip(params, greedy)]),
+                       torch.tensor([p.xtc_threshold for p in params]))
