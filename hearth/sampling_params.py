@@ -52,7 +52,8 @@ class StructuredOutput:
 
 
 _FLOATS = ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
-           "dry_multiplier", "dry_base", "xtc_probability", "xtc_threshold", "top_n_sigma")
+           "dry_multiplier", "dry_base", "xtc_probability", "xtc_threshold", "top_n_sigma", "mirostat_tau",
+           "mirostat_eta")
 
 DRY_SEQUENCE_BREAKERS = ("\n", ":", "\"", "*")
 """llama.cpp's default DRY sequence breakers (common_params_sampling.dry_sequence_breakers)."""
@@ -98,6 +99,13 @@ class SamplingParams:
     top_n_sigma: float = -1.0
     """Keep the tokens whose logit is within n standard deviations of the largest (hearth.sample.top_n_sigma);
     0 or below: off."""
+    mirostat: int = 0
+    """Mirostat (hearth.sample.mirostat): 1 or 2, llama.cpp's versions; 0: off. It replaces top-k, top-p, min-p,
+    typical-p, top-nσ and XTC, and its request drafts nothing under speculative decoding."""
+    mirostat_tau: float = 5.0
+    """Mirostat's target surprise (bits): lower is more focused."""
+    mirostat_eta: float = 0.1
+    """Mirostat's learning rate."""
     logit_bias: dict[int, float] | None = None
     bad_words: list[str] = field(default_factory=list)
     """vLLM's: words whose token sequences are never generated, at the start of the text or after a space
@@ -179,6 +187,8 @@ class SamplingParams:
              "dry_sequence_breakers", f"must be a list of non-empty strings, got {self.dry_sequence_breakers!r}"),
             (0 <= self.xtc_probability <= 1, "xtc_probability", f"must be in [0, 1], got {self.xtc_probability}"),
             (0 <= self.xtc_threshold <= 1, "xtc_threshold", f"must be in [0, 1], got {self.xtc_threshold}"),
+            (self.mirostat in (0, 1, 2), "mirostat", f"must be 0 (off), 1 or 2, got {self.mirostat}"),
+            (self.mirostat_eta >= 0, "mirostat_eta", f"must be >= 0, got {self.mirostat_eta}"),
             (self.max_tokens is None or self.max_tokens >= 1, "max_tokens",
              f"must be at least 1, got {self.max_tokens}"),
             (self.min_tokens >= 0, "min_tokens", f"must be >= 0, got {self.min_tokens}"),

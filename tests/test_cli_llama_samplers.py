@@ -1,6 +1,6 @@
 """llama.cpp's samplers as flags: `hearth run` takes llama-cli's spellings (--repeat-last-n, --dry-multiplier,
 --dry-sequence-breaker, --xtc-probability, --top-nsigma, ...), `hearth serve` the same as the server's defaults;
-a bad value is one line naming the flag typed, and --mirostat one line saying why it is not run."""
+a bad value is one line naming the flag typed (--mirostat-lr, --mirostat-ent: llama-cli's eta and tau)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from hearth.errors import HearthError
 
 LLAMA = ["--repeat-last-n", "128", "--dry-multiplier", "0.8", "--dry-base", "2", "--dry-allowed-length", "3",
          "--dry-penalty-last-n", "-1", "--xtc-probability", "0.5", "--xtc-threshold", "0.2", "--top-nsigma", "1.5",
-         "--dry-sequence-breaker", "\\n", "--dry-sequence-breaker", "###"]
+         "--dry-sequence-breaker", "\\n", "--dry-sequence-breaker", "###", "--mirostat", "2", "--mirostat-lr", "0.2",
+         "--mirostat-ent", "4"]
 SET = {"repeat_last_n": 128, "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3, "dry_penalty_last_n": -1,
-       "xtc_probability": 0.5, "xtc_threshold": 0.2, "top_n_sigma": 1.5, "dry_sequence_breakers": ["\n", "###"]}
+       "xtc_probability": 0.5, "xtc_threshold": 0.2, "top_n_sigma": 1.5, "dry_sequence_breakers": ["\n", "###"],
+       "mirostat": 2, "mirostat_eta": 0.2, "mirostat_tau": 4.0}
 
 
 @pytest.fixture
@@ -39,12 +41,11 @@ def test_run_takes_llama_cli_s_sampler_flags():
     (["--dry-base", "0.5"], "--dry-base must be >= 1, got 0.5"),
     (["--xtc-probability", "2"], "--xtc-probability must be in [0, 1], got 2.0"),
     (["--top-n-sigma", "inf"], "--top-nsigma must be a finite number, got inf"),
-    (["--mirostat", "2"], "--mirostat is llama.cpp's Mirostat: hearth does not run it (it replaces the whole sampler "
-                          "chain and keeps a state each token moves); for long text try --dry-multiplier 0.8, "
-                          "--xtc-probability 0.5 or --top-nsigma 1"),
+    (["--mirostat", "3"], "--mirostat must be 0 (off), 1 or 2, got 3"),
+    (["--mirostat-lr", "-1"], "--mirostat-lr must be >= 0, got -1.0"),
 ])
 def test_a_bad_sampler_flag_is_one_line_naming_it(argv, error, capsys, no_model_load):
-    assert main(["run", "no-such-model.gguf", "hi", *argv]) == (2 if argv[0] == "--mirostat" else 1)  # 2: argparse's
+    assert main(["run", "no-such-model.gguf", "hi", *argv]) == 1
     assert capsys.readouterr().err.strip() == f"hearth: error: {error}"
 
 

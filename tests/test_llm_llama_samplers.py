@@ -86,3 +86,15 @@ def test_seeded_xtc_reproduces_with_speculation(plain_llm, spec_llm):
     for llm in (plain_llm, spec_llm):
         first = llm.generate([COUNTING], params)[0].outputs[0].token_ids
         assert llm.generate([COUNTING], params)[0].outputs[0].token_ids == first
+
+
+def test_mirostat_drafts_nothing_and_samples_as_without_speculation(plain_llm, spec_llm):
+    """Its state moves with each sampled token's distribution, which a draft's row would not know: the scheduler
+    gives such a request no drafts, so with speculation on it samples step by step, as a plain engine does."""
+    params = SamplingParams(temperature=0.8, max_tokens=16, seed=3, mirostat=2, mirostat_tau=3.0)
+    stats = spec_llm.engine.spec.stats
+    drafted = stats.num_draft_tokens
+    out = spec_llm.generate([COUNTING], params)[0].outputs[0].token_ids
+    assert stats.num_draft_tokens == drafted  # the prompt's count would have been drafted
+    assert out == plain_llm.generate([COUNTING], params)[0].outputs[0].token_ids
+    assert plain_llm.engine.runner.mirostat == {}  # a finished request's state is dropped

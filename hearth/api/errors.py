@@ -100,6 +100,7 @@ OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_
                   "typical_p": "typical_p", "seed": "seed",
                   "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
                   "repeat_penalty": "repetition_penalty", "repeat_last_n": "repeat_last_n",
+                  "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
                   "num_predict": "max_tokens", "stop": "stop"}
 """Ollama's `options` hearth applies -> their SamplingParams fields (hearth.api.ollama_options reads them)."""
 _PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", "/v1/embeddings": "input",

@@ -2,9 +2,7 @@
 that takes them: its own /completion and /infill (hearth.api.llama_protocol, hearth.api.llama_reply),
 and OpenAI's /v1 routes, which llama-server's handlers read them on too (its params_from_json merges
 its own names into an OpenAI body: n_predict beside max_tokens, repeat_penalty), and its samplers vLLM lacks
-(LLAMA_SAMPLERS: repeat_last_n, dry_*, xtc_*, top_n_sigma), named as SamplingParams names them. Its mirostat
-has no hearth equivalent (it replaces the whole chain with per-sequence state, and Ollama dropped it):
-ignored and named in x-hearth-ignored-fields."""
+(LLAMA_SAMPLERS: repeat_last_n, dry_*, xtc_*, top_n_sigma, mirostat*), named as SamplingParams names them."""
 
 from __future__ import annotations
 
@@ -15,7 +13,8 @@ LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_pen
 
 
 LLAMA_SAMPLERS = ("repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
-                  "dry_sequence_breakers", "xtc_probability", "xtc_threshold", "top_n_sigma")
+                  "dry_sequence_breakers", "xtc_probability", "xtc_threshold", "top_n_sigma", "mirostat", "mirostat_tau",
+                  "mirostat_eta")
 """llama.cpp's samplers hearth runs (hearth.sample), by llama-server's names, which SamplingParams shares: read on
 its own routes and, as extension fields, on OpenAI's (llama-server's /v1 handlers read them too)."""
 

@@ -2,8 +2,8 @@
 shares, with llama-server's defaults where hearth's API routes differ (temperature 0.8, top_k 40, top_p
 0.95, min_p 0.05, n_predict -1: no limit), so a client written against llama-server (Tabby, Continue,
 llama.vscode, llama.vim) gets the sampling it expects, its samplers vLLM lacks too (repeat_last_n 64, DRY,
-XTC, top_n_sigma: hearth.api.llama_names.LLAMA_SAMPLERS). Fields llama-server has and hearth does not
-(samplers, n_probs, response_fields, t_max_prompt_ms, mirostat ...) are ignored and named in
+XTC, top_n_sigma, mirostat: hearth.api.llama_names.LLAMA_SAMPLERS). Fields llama-server has and hearth does not
+(samplers, n_probs, response_fields, t_max_prompt_ms, dynatemp_range ...) are ignored and named in
 `x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields)."""
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ class LlamaOptions(_Request):
     xtc_probability: StrictFloat = 0.0
     xtc_threshold: StrictFloat = 0.1
     top_n_sigma: StrictFloat = -1.0
+    mirostat: StrictInt = 0
+    mirostat_tau: StrictFloat = 5.0
+    mirostat_eta: StrictFloat = 0.1
     logit_bias: dict[str, Any] | list[Any] | None = None
     """[[token id or text, bias or false], ...] or {"id or text": bias} (hearth.api.sampling.logit_bias)."""
     seed: StrictInt = -1

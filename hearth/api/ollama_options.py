@@ -8,7 +8,7 @@ penalty Ollama's request does not give, as before: Ollama's own repeat_penalty d
 Modelfile docs, is not applied, as none of its Modelfile defaults is); `num_ctx` sizes nothing here (hearth's
 context is set when the model loads): one past it is ignored and named, as a prompt too long for the
 served context is a 400 of its own (clients send a large num_ctx with every request); any other key,
-Ollama's (mirostat, which newer Ollama dropped too; num_gpu, ...) or unknown, is ignored as Ollama ignores an unknown one, and named in
+Ollama's (num_gpu, tfs_z, ...) or unknown, is ignored as Ollama ignores an unknown one, and named in
 `x-hearth-ignored-fields` as `options.KEY`. Types are checked as Ollama's Options.FromMap checks them
 (an integer option takes a number, a float option a number, `stop` a list of strings)."""
 
@@ -23,7 +23,7 @@ from hearth.api.messages import _kind
 from hearth.api.sampling import check_logprobs
 from hearth.sampling_params import StructuredOutput
 
-_INTEGERS = frozenset({"top_k", "seed", "num_predict", "num_ctx", "repeat_last_n"})
+_INTEGERS = frozenset({"top_k", "seed", "num_predict", "num_ctx", "repeat_last_n", "mirostat"})
 REPEAT_LAST_N = 64
 """Ollama's default repeat_last_n (api.DefaultOptions; 0: off, -1: num_ctx, here the whole context)."""
 THINK_LEVELS = ("low", "medium", "high", "max")

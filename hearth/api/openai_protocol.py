@@ -39,7 +39,7 @@ class _Body(BaseModel):
 
 FLOAT_SAMPLING = ("temperature", "top_p", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
                   "repetition_penalty", "repeat_penalty", "dry_multiplier", "dry_base", "xtc_probability",
-                  "xtc_threshold", "top_n_sigma")
+                  "xtc_threshold", "top_n_sigma", "mirostat_tau", "mirostat_eta")
 """Every request's float sampling fields (OpenAI's, Anthropic's, llama-server's names)."""
 
 
@@ -129,6 +129,10 @@ class SamplingScalars(_Request):
     xtc_probability: StrictFloat | None = None
     xtc_threshold: StrictFloat | None = None
     top_n_sigma: StrictFloat | None = None
+    mirostat: StrictInt | None = None
+    """1 or 2 (llama.cpp's versions), 0 off: replaces the filters, and its request drafts nothing."""
+    mirostat_tau: StrictFloat | None = None
+    mirostat_eta: StrictFloat | None = None
     stream: StrictBool = False
     user: str | None = None
     lora: list[LoraEntry] | None = None

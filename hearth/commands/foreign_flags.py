@@ -56,9 +56,6 @@ FOREIGN: dict[str, str] = {
     "--keepalive": "ollama's: hearth run holds the model while it runs; hearth serve --keep-alive DURATION unloads an "
                    "idle one",
     "--format": "ollama's: hearth run --format json; a server's request asks for JSON by response_format",
-    **dict.fromkeys(["--mirostat", "--mirostat-lr", "--mirostat-ent"],
-                    "llama.cpp's Mirostat: hearth does not run it (it replaces the whole sampler chain and keeps a state "
-                    "each token moves); for long text try --dry-multiplier 0.8, --xtc-probability 0.5 or --top-nsigma 1"),
 }
 """flag -> what hearth does instead."""
 

@@ -31,6 +31,9 @@ LLAMA_SAMPLER_FLAGS: dict[str, tuple[tuple[str, ...], type]] = {
     "xtc_probability": (("--xtc-probability",), float),
     "xtc_threshold": (("--xtc-threshold",), float),
     "top_n_sigma": (("--top-nsigma", "--top-n-sigma"), float),
+    "mirostat": (("--mirostat",), int),
+    "mirostat_eta": (("--mirostat-lr",), float),
+    "mirostat_tau": (("--mirostat-ent",), float),
 }
 """llama.cpp's samplers vLLM lacks (hearth.sample), by llama-cli's and llama-server's spellings (common/arg.cpp);
 `hearth run` takes them as well as `hearth serve`."""
@@ -45,6 +48,9 @@ _HELP = {
     "xtc_probability": "XTC: with this probability drop every top choice but the least likely (0: off)",
     "xtc_threshold": "XTC: a top choice has at least this probability (default 0.1)",
     "top_n_sigma": "keep the tokens within N standard deviations of the top logit (<= 0: off)",
+    "mirostat": "Mirostat 1 or 2 (0: off): replaces top-k/top-p/min-p/typical/top-nsigma/XTC; no drafts for it",
+    "mirostat_eta": "Mirostat's learning rate, eta (default 0.1)",
+    "mirostat_tau": "Mirostat's target entropy, tau (default 5.0)",
 }
 
 BREAKER_FLAG = "--dry-sequence-breaker"

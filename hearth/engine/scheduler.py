@@ -218,7 +218,8 @@ class Scheduler:
         sealing KV format, before the next block's last slot. Only a request decoding its one next
         token verifies drafts."""
         want = len(req.spec_token_ids) or req.num_draft_slots
-        if n != 1 or not want or room <= 0:
+        # mirostat: a verify row's state would need each draft's distribution (hearth.sample.mirostat)
+        if n != 1 or not want or room <= 0 or req.params.mirostat:
             return 0
         left = req.max_len - req.num_tokens - 1
         if req.params.max_tokens is not None:

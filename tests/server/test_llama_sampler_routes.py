@@ -1,4 +1,4 @@
-"""llama.cpp's samplers (repeat_last_n, DRY, XTC, top_n_sigma) reach the sampler from every route that takes
+"""llama.cpp's samplers (repeat_last_n, DRY, XTC, top_n_sigma, mirostat) reach the sampler from every route that takes
 them by llama-server's names (OpenAI chat, completions and Responses as extension fields, llama-server's
 /completion with its defaults, Ollama's repeat_last_n), never named as ignored; a bad value is a 400 naming it."""
 
@@ -8,7 +8,8 @@ import pytest
 
 USER = [{"role": "user", "content": "hi"}]
 GIVEN = {"repeat_last_n": 32, "dry_multiplier": 0.8, "dry_base": 2.0, "dry_allowed_length": 3, "dry_penalty_last_n": 128,
-         "dry_sequence_breakers": ["\n", "###"], "xtc_probability": 0.5, "xtc_threshold": 0.2, "top_n_sigma": 1.5}
+         "dry_sequence_breakers": ["\n", "###"], "xtc_probability": 0.5, "xtc_threshold": 0.2, "top_n_sigma": 1.5,
+         "mirostat": 2, "mirostat_tau": 4.0, "mirostat_eta": 0.2}
 ROUTES = {
     "/v1/chat/completions": {"model": "fake-model", "messages": USER},
     "/v1/completions": {"model": "fake-model", "prompt": "hi"},
@@ -17,7 +18,7 @@ ROUTES = {
 }
 BAD = [("repeat_last_n", -2), ("dry_multiplier", -1.0), ("dry_base", 0.5), ("dry_allowed_length", -1),
        ("dry_penalty_last_n", -5), ("dry_sequence_breakers", [""]), ("xtc_probability", 2.0), ("xtc_threshold", -1.0),
-       ("top_n_sigma", "x")]
+       ("top_n_sigma", "x"), ("mirostat", 3), ("mirostat_eta", -0.1), ("mirostat_tau", "5")]
 
 
 @pytest.mark.parametrize("route", ROUTES)
@@ -70,9 +71,15 @@ def test_ollama_bad_repeat_last_n_is_named(fake):
         assert r.status_code == 400 and "options.repeat_last_n" in r.text, r.text
 
 
-def test_mirostat_stays_ignored_and_named(fake):
-    r = fake.client.post("/v1/chat/completions", json={**ROUTES["/v1/chat/completions"], "mirostat": 2})
-    assert r.status_code == 200 and r.headers["x-hearth-ignored-fields"] == "mirostat"
+def test_ollama_mirostat(fake):
+    r = fake.client.post("/api/chat", json={"model": "fake-model", "messages": USER, "stream": False,
+                                            "options": {"mirostat": 1, "mirostat_tau": 3.0, "mirostat_eta": 0.05}})
+    assert r.status_code == 200 and "mirostat" not in r.headers.get("x-hearth-ignored-fields", "")
+    p = fake.last.params
+    assert (p.mirostat, p.mirostat_tau, p.mirostat_eta) == (1, 3.0, 0.05)
+    r = fake.client.post("/api/chat", json={"model": "fake-model", "messages": USER, "stream": False,
+                                            "options": {"mirostat": 5}})
+    assert r.status_code == 400 and "options.mirostat" in r.text
 
 
 SERVER = {"repeat_last_n": 128, "dry_multiplier": 0.8, "xtc_probability": 0.3, "top_n_sigma": 1.0,
