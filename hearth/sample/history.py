@@ -23,10 +23,11 @@ def penalty_tokens(p: SamplingParams, prompt: list[int], output: list[int]) -> t
     sampler, which reads one window of the context (the prompt too: llama-server accepts its tokens) for all three."""
     if not p.penalized:
         return [], []
+    rep = p.repetition_penalty != 1.0  # else its list is not built: O(context) a step for nothing
     if p.repeat_last_n is None:
-        return prompt + output, output
+        return prompt + output if rep else [], output
     window = last_tokens(prompt, output, p.repeat_last_n)
-    return window, window
+    return window if rep else [], window
 
 
 def dry_window(p: SamplingParams, prompt: list[int], output: list[int]) -> list[int]:

@@ -76,10 +76,27 @@ def test_dry_matches_llama_cpp(last, want, mult, base, allowed, breakers):
 def test_dry_repeat_lengths_as_llama_cpp_documents_them():
     # llama-sampling.cpp's example: a b c c b c y a b c -> repeat counts 0 0 3 1 0 2 0 0 0 0; the token after
     # each repeat would extend it: c (3 -> 4), b (1 -> 2), y (2 -> 3)
-    w = list("abccbcyabc")
+    a, b, c, y = 0, 1, 2, 3
+    w = [a, b, c, c, b, c, y, a, b, c]
     assert suffix_matches(w, 99) == [0, 0, 3, 1, 0, 2, 0, 0, 0, 0]
-    assert dry_penalties(w, {}, 1.0, 2.0, 1) == {"c": 4.0, "b": 1.0, "y": 2.0}  # 2 ** (length - 1)
-    assert dry_penalties(w, {}, 1.0, 2.0, 3) == {"c": 1.0}
+    assert suffix_matches(w, 2) == [0, 0, 2, 1, 0, 2, 0, 0, 0, 0]
+    assert dry_penalties(w, {}, 1.0, 2.0, 1) == {c: 4.0, b: 1.0, y: 2.0}  # 2 ** (length - 1)
+    assert dry_penalties(w, {}, 1.0, 2.0, 3) == {c: 1.0}
+
+
+def test_repeat_lengths_equal_the_rule_written_out():
+    # the longest stretch ending at j that also ends the window, one position at a time; tiny alphabets repeat
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        w = rng.integers(0, 3, size=int(rng.integers(1, 30))).tolist()
+        limit = int(rng.integers(0, 30))
+        naive = []
+        for j in range(len(w)):
+            m = 0
+            while j < len(w) - 1 and m <= j and w[j - m] == w[len(w) - 1 - m]:
+                m += 1
+            naive.append(min(m, limit))
+        assert suffix_matches(w, limit) == naive, (w, limit)
 
 
 def test_a_breaker_bounds_the_repeat_and_spans_tokens():
