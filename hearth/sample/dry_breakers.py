@@ -5,7 +5,9 @@
   (at most MAX_TAIL tokens): the breaker is found where those tokens follow it.
 Breakers are cut to MAX_BYTES bytes first (llama.cpp's MAX_CHAR_LEN, which counts a std::string's bytes).
 The rest is tokenized alone, so a breaker the model writes with other token boundaries for that rest is
-missed, as in llama.cpp."""
+missed, as in llama.cpp. One difference: a token's bytes here are its piece as generated text holds it, where
+llama.cpp detokenizes each token alone, which for a SentencePiece vocabulary drops a leading space: only a
+breaker that begins with a space can match differently."""
 
 from __future__ import annotations
 
