@@ -4,8 +4,10 @@ the model stays loaded once idle (0: unload it now).
 
 Options hearth applies are hearth.api.errors.OLLAMA_OPTIONS; `repeat_last_n` is Ollama's 64 where not given
 (the window its repeat_penalty, presence_penalty and frequency_penalty read, as llama.cpp's; hearth applies no
-penalty Ollama's request does not give, as before: Ollama's own repeat_penalty default, 1.1 in its older
-Modelfile docs, is not applied, as none of its Modelfile defaults is); `num_ctx` sizes nothing here (hearth's
+penalty Ollama's request does not give, as before: Ollama's own repeat_penalty default, 1.1 in its
+api.DefaultOptions beside RepeatLastN 64 (the snapshot read; newer engines may differ), is not applied, as none
+of its defaults is (temperature 0.8, top_k 40 ...)); mirostat, mirostat_tau and mirostat_eta (its older
+Options) apply too; `num_ctx` sizes nothing here (hearth's
 context is set when the model loads): one past it is ignored and named, as a prompt too long for the
 served context is a 400 of its own (clients send a large num_ctx with every request); any other key,
 Ollama's (num_gpu, tfs_z, ...) or unknown, is ignored as Ollama ignores an unknown one, and named in
