@@ -203,7 +203,8 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
                          for g, gen in zip(greedy, generators)])
     sampled = (probs / noise).argmax(-1)
     tokens = torch.where(torch.tensor(greedy), tokens, sampled)
-    mirostat_step(probs, tokens.tolist(), params, mirostat)
+    if mirostat is not None and any(st is not None for st in mirostat):
+        mirostat_step(probs, tokens.tolist(), params, mirostat)
     return tokens, logprobs
 
 
@@ -246,6 +247,8 @@ def target_probs(logits: torch.Tensor, params: list[SamplingParams],
 def mirostat_step(probs: torch.Tensor, tokens: list[int], params: list[SamplingParams],
                   mirostat: list[MirostatState | None] | None) -> None:
     """Each mirostat row's state moved by the token it sampled from probs [S, V] (target_probs')."""
+    if mirostat is None:
+        return
     for i, (p, t) in enumerate(zip(params, tokens)):
         if p.mirostat and not p.greedy and mirostat is not None and mirostat[i] is not None:
             update(mirostat[i], float(probs[i, t]), p.mirostat_tau, p.mirostat_eta)

@@ -59,7 +59,7 @@ def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[t
     logits = apply_bias_and_penalties(logits, params, histories)
     best = first_max(logits).tolist()  # first maxima, as the sampler's greedy
     row_states = None
-    if mirostat is not None:  # each sequence's state on each of its rows
+    if mirostat is not None and any(st is not None for st in mirostat):  # each sequence's state on each of its rows
         row_states = [st for st, d in zip(mirostat, drafts) for _ in range(len(d) + 1)]
     probs = None if all(p.greedy for p in params) else target_probs(logits, params, row_states)
     out, rows, r0 = [], [], 0
