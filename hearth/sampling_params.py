@@ -51,7 +51,12 @@ class StructuredOutput:
                                         f"grammar, regex; got {sum(given)}")
 
 
-_FLOATS = ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "presence_penalty", "frequency_penalty")
+_FLOATS = ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
+           "dry_multiplier", "dry_base", "xtc_probability", "xtc_threshold", "top_n_sigma", "mirostat_tau",
+           "mirostat_eta")
+
+DRY_SEQUENCE_BREAKERS = ("\n", ":", "\"", "*")
+"""llama.cpp's default DRY sequence breakers (common_params_sampling.dry_sequence_breakers)."""
 
 
 @dataclass(slots=True)
@@ -69,6 +74,38 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    repeat_last_n: int | None = None
+    """llama.cpp's penalty window: the repetition, presence and frequency penalties read the context's last N
+    tokens (prompt then output), as llama.cpp's penalties sampler; 0: no penalty; -1: the whole context. None
+    (the OpenAI/vLLM routes' default): vLLM's rule, repetition over the prompt and output, presence and
+    frequency over the output only."""
+    dry_multiplier: float = 0.0
+    """DRY ("don't repeat yourself", hearth.sample.dry): a token that would extend a repeat of at least
+    dry_allowed_length tokens loses multiplier * base ** (length - allowed_length) from its logit; 0: off."""
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64
+    """How many of the context's last tokens DRY scans (llama.cpp's default 64); -1: the whole context; 0: off."""
+    dry_sequence_breakers: list[str] = field(default_factory=lambda: list(DRY_SEQUENCE_BREAKERS))
+    """Strings a repeat may not run across (llama.cpp's defaults: newline, colon, quote, asterisk)."""
+    dry_breaker_ids: dict[int, list[list[int]]] | None = None
+    """dry_sequence_breakers as token sequences, which the engine fills from its vocabulary (hearth.sample.
+    dry_breakers): a head token -> the tails that complete a breaker after it ([]: the head holds one)."""
+    xtc_probability: float = 0.0
+    """XTC (exclude top choices, hearth.sample.xtc): with this probability a row drops every token at or above
+    xtc_threshold but the least likely of them; 0: off."""
+    xtc_threshold: float = 0.1
+    """Above 0.5 XTC never acts (at most one token can reach it)."""
+    top_n_sigma: float = -1.0
+    """Keep the tokens whose logit is within n standard deviations of the largest (hearth.sample.top_n_sigma);
+    0 or below: off."""
+    mirostat: int = 0
+    """Mirostat (hearth.sample.mirostat): 1 or 2, llama.cpp's versions; 0: off. It replaces top-k, top-p, min-p,
+    typical-p, top-nσ and XTC, and its request drafts nothing under speculative decoding."""
+    mirostat_tau: float = 5.0
+    """Mirostat's target surprise (bits): lower is more focused."""
+    mirostat_eta: float = 0.1
+    """Mirostat's learning rate."""
     logit_bias: dict[int, float] | None = None
     bad_words: list[str] = field(default_factory=list)
     """vLLM's: words whose token sequences are never generated, at the start of the text or after a space
@@ -119,6 +156,8 @@ class SamplingParams:
             self.stop = [self.stop]
         if isinstance(self.bad_words, tuple):
             self.bad_words = list(self.bad_words)
+        if isinstance(self.dry_sequence_breakers, tuple):
+            self.dry_sequence_breakers = list(self.dry_sequence_breakers)
         checks = [
             # a string would read as a list of its characters, each one banned
             (isinstance(self.bad_words, list) and all(isinstance(w, str) and w.strip() for w in self.bad_words),
@@ -137,6 +176,19 @@ class SamplingParams:
              f"must be in [-2, 2], got {self.presence_penalty}"),
             (-2 <= self.frequency_penalty <= 2, "frequency_penalty",
              f"must be in [-2, 2], got {self.frequency_penalty}"),
+            (self.repeat_last_n is None or self.repeat_last_n >= -1, "repeat_last_n",
+             f"must be -1 (the whole context), 0 (off) or a number of tokens, got {self.repeat_last_n}"),
+            (self.dry_multiplier >= 0, "dry_multiplier", f"must be >= 0, got {self.dry_multiplier}"),
+            (self.dry_base >= 1, "dry_base", f"must be >= 1, got {self.dry_base}"),
+            (self.dry_allowed_length >= 0, "dry_allowed_length", f"must be >= 0, got {self.dry_allowed_length}"),
+            (self.dry_penalty_last_n >= -1, "dry_penalty_last_n",
+             f"must be -1 (the whole context), 0 (off) or a number of tokens, got {self.dry_penalty_last_n}"),
+            (isinstance(self.dry_sequence_breakers, list) and all(isinstance(b, str) and b for b in self.dry_sequence_breakers),
+             "dry_sequence_breakers", f"must be a list of non-empty strings, got {self.dry_sequence_breakers!r}"),
+            (0 <= self.xtc_probability <= 1, "xtc_probability", f"must be in [0, 1], got {self.xtc_probability}"),
+            (0 <= self.xtc_threshold <= 1, "xtc_threshold", f"must be in [0, 1], got {self.xtc_threshold}"),
+            (self.mirostat in (0, 1, 2), "mirostat", f"must be 0 (off), 1 or 2, got {self.mirostat}"),
+            (self.mirostat_eta >= 0, "mirostat_eta", f"must be >= 0, got {self.mirostat_eta}"),
             (self.max_tokens is None or self.max_tokens >= 1, "max_tokens",
              f"must be at least 1, got {self.max_tokens}"),
             (self.min_tokens >= 0, "min_tokens", f"must be >= 0, got {self.min_tokens}"),
@@ -166,6 +218,22 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_EPS or self.top_k == 1
+
+    @property
+    def penalized(self) -> bool:
+        """A repetition, presence or frequency penalty applies (repeat_last_n 0 turns them off)."""
+        on = self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+        return on and self.repeat_last_n != 0
+
+    @property
+    def dry(self) -> bool:
+        """DRY applies (llama.cpp's llama_sampler_init_dry: multiplier non-zero, a window)."""
+        return self.dry_multiplier != 0.0 and self.dry_penalty_last_n != 0
+
+    @property
+    def xtc(self) -> bool:
+        """XTC can act (llama.cpp's llama_sampler_init_xtc: above 0.5 one token at most reaches the threshold)."""
+        return self.xtc_probability > 0.0 and self.xtc_threshold <= 0.5
 
 
 def over_max_logprobs(k: int, max_logprobs: int, setting: str = "max_logprobs") -> str | None:

@@ -99,7 +99,9 @@ def error_response(path: str, status: int, message: str, param: str | None = Non
 OLLAMA_OPTIONS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
                   "typical_p": "typical_p", "seed": "seed",
                   "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-                  "repeat_penalty": "repetition_penalty", "num_predict": "max_tokens", "stop": "stop"}
+                  "repeat_penalty": "repetition_penalty", "repeat_last_n": "repeat_last_n",
+                  "mirostat": "mirostat", "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta",
+                  "num_predict": "max_tokens", "stop": "stop"}
 """Ollama's `options` hearth applies -> their SamplingParams fields (hearth.api.ollama_options reads them)."""
 _PROMPT_FIELD = {"/v1/completions": "prompt", "/v1/responses": "input", "/v1/embeddings": "input",
                  "/api/generate": "prompt",

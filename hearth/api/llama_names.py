@@ -1,13 +1,34 @@
 """llama-server's spellings of sampling fields hearth names as OpenAI/vLLM do, one table for every route
 that takes them: its own /completion and /infill (hearth.api.llama_protocol, hearth.api.llama_reply),
 and OpenAI's /v1 routes, which llama-server's handlers read them on too (its params_from_json merges
-its own names into an OpenAI body: n_predict beside max_tokens, repeat_penalty). Its repeat_last_n,
-mirostat, dry_* ... have no hearth equivalent: ignored and named in x-hearth-ignored-fields."""
+its own names into an OpenAI body: n_predict beside max_tokens, repeat_penalty), and its samplers vLLM lacks
+(LLAMA_SAMPLERS: repeat_last_n, dry_*, xtc_*, top_n_sigma, mirostat*), named as SamplingParams names them."""
 
 from __future__ import annotations
 
+import json
+
 LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
 """SamplingParams fields by their llama-server names."""
+
+
+LLAMA_SAMPLERS = ("repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_length", "dry_penalty_last_n",
+                  "dry_sequence_breakers", "xtc_probability", "xtc_threshold", "top_n_sigma", "mirostat", "mirostat_tau",
+                  "mirostat_eta")
+"""llama.cpp's samplers hearth runs (hearth.sample), by llama-server's names, which SamplingParams shares: read on
+its own routes and, as extension fields, on OpenAI's (llama-server's /v1 handlers read them too)."""
+
+
+def breakers(value):
+    """dry_sequence_breakers as llama-server takes it (a list of strings) or as text-generation-webui and
+    SillyTavern send it (that list JSON-encoded in a string), else the value itself (SamplingParams names it)."""
+    if isinstance(value, str):
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            return value
+        return decoded if isinstance(decoded, list) else value
+    return value
 
 
 def predict_limit(n: int) -> int | None:

@@ -1,8 +1,9 @@
 """llama-server's own request bodies (tools/server/README.md): the `/completion` options, which `/infill`
 shares, with llama-server's defaults where hearth's API routes differ (temperature 0.8, top_k 40, top_p
 0.95, min_p 0.05, n_predict -1: no limit), so a client written against llama-server (Tabby, Continue,
-llama.vscode, llama.vim) gets the sampling it expects. Fields llama-server has and hearth does not
-(samplers, n_probs, response_fields, t_max_prompt_ms, penalty_last_n ...) are ignored and named in
+llama.vscode, llama.vim) gets the sampling it expects, its samplers vLLM lacks too (repeat_last_n 64, DRY,
+XTC, top_n_sigma, mirostat: hearth.api.llama_names.LLAMA_SAMPLERS). Fields llama-server has and hearth does not
+(samplers, n_probs, response_fields, t_max_prompt_ms, dynatemp_range ...) are ignored and named in
 `x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields)."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_valida
 
 from hearth.api.llama_names import predict_limit
 from hearth.api.openai_protocol import LoraEntry, _Request
+from hearth.sampling_params import DRY_SEQUENCE_BREAKERS
 
 
 class LlamaOptions(_Request):
@@ -32,6 +34,20 @@ class LlamaOptions(_Request):
     repeat_penalty: StrictFloat = 1.0
     presence_penalty: StrictFloat = 0.0
     frequency_penalty: StrictFloat = 0.0
+    repeat_last_n: StrictInt = 64
+    """The penalties' window, the context's last N tokens (llama-server's default 64; 0: off, -1: all)."""
+    dry_multiplier: StrictFloat = 0.0
+    dry_base: StrictFloat = 1.75
+    dry_allowed_length: StrictInt = 2
+    dry_penalty_last_n: StrictInt = 64
+    dry_sequence_breakers: list[str] | str = list(DRY_SEQUENCE_BREAKERS)
+    """A list of strings, or text-generation-webui's JSON-encoded list (hearth.api.llama_names.breakers)."""
+    xtc_probability: StrictFloat = 0.0
+    xtc_threshold: StrictFloat = 0.1
+    top_n_sigma: StrictFloat = -1.0
+    mirostat: StrictInt = 0
+    mirostat_tau: StrictFloat = 5.0
+    mirostat_eta: StrictFloat = 0.1
     logit_bias: dict[str, Any] | list[Any] | None = None
     """[[token id or text, bias or false], ...] or {"id or text": bias} (hearth.api.sampling.logit_bias)."""
     seed: StrictInt = -1

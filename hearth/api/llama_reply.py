@@ -15,7 +15,7 @@ from hearth.api.guided import guided
 from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
-from hearth.api.llama_names import LLAMA_WIRE_NAMES
+from hearth.api.llama_names import LLAMA_SAMPLERS, LLAMA_WIRE_NAMES, breakers
 from hearth.api.llama_protocol import LlamaOptions
 from hearth.api.sampling import logit_bias, lora_scales, make_params
 from hearth.api.sse import SSEResponse, data_event
@@ -40,6 +40,8 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
         "typical_p": body.typical_p, "repetition_penalty": body.repeat_penalty,
         "presence_penalty": body.presence_penalty,
         "frequency_penalty": body.frequency_penalty, "logit_bias": logit_bias(body.logit_bias, served),
+        **{k: getattr(body, k) for k in LLAMA_SAMPLERS},
+        "dry_sequence_breakers": breakers(body.dry_sequence_breakers),
         "seed": None if body.seed < 0 else body.seed,
         "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
         "structured_output": guided(body, {}), "lora": lora_scales(body, served)},
@@ -77,7 +79,8 @@ def generation_settings(b: LlamaOptions) -> dict:
     return {"n_predict": b.n_predict_read(), "temperature": b.temperature, "top_k": b.top_k, "top_p": b.top_p,
             "min_p": b.min_p, "typical_p": b.typical_p, "repeat_penalty": b.repeat_penalty,
             "presence_penalty": b.presence_penalty,
-            "frequency_penalty": b.frequency_penalty, "seed": b.seed, "stop": list(b.stop),
+            "frequency_penalty": b.frequency_penalty, **{k: getattr(b, k) for k in LLAMA_SAMPLERS},
+            "dry_sequence_breakers": breakers(b.dry_sequence_breakers), "seed": b.seed, "stop": list(b.stop),
             "ignore_eos": b.ignore_eos, "stream": b.stream}
 
 

@@ -2,10 +2,15 @@
 `format` -> a structured-output constraint, `think` -> the chat template's variables, `keep_alive` -> how long
 the model stays loaded once idle (0: unload it now).
 
-Options hearth applies are hearth.api.errors.OLLAMA_OPTIONS; `num_ctx` sizes nothing here (hearth's
+Options hearth applies are hearth.api.errors.OLLAMA_OPTIONS; `repeat_last_n` is Ollama's 64 where not given
+(the window its repeat_penalty, presence_penalty and frequency_penalty read, as llama.cpp's; hearth applies no
+penalty Ollama's request does not give, as before: Ollama's own repeat_penalty default, 1.1 in its
+api.DefaultOptions beside RepeatLastN 64 (the snapshot read; newer engines may differ), is not applied, as none
+of its defaults is (temperature 0.8, top_k 40 ...)); mirostat, mirostat_tau and mirostat_eta (its older
+Options) apply too; `num_ctx` sizes nothing here (hearth's
 context is set when the model loads): one past it is ignored and named, as a prompt too long for the
 served context is a 400 of its own (clients send a large num_ctx with every request); any other key,
-Ollama's (mirostat, num_gpu, ...) or unknown, is ignored as Ollama ignores an unknown one, and named in
+Ollama's (num_gpu, tfs_z, ...) or unknown, is ignored as Ollama ignores an unknown one, and named in
 `x-hearth-ignored-fields` as `options.KEY`. Types are checked as Ollama's Options.FromMap checks them
 (an integer option takes a number, a float option a number, `stop` a list of strings)."""
 
@@ -20,7 +25,9 @@ from hearth.api.messages import _kind
 from hearth.api.sampling import check_logprobs
 from hearth.sampling_params import StructuredOutput
 
-_INTEGERS = frozenset({"top_k", "seed", "num_predict", "num_ctx"})
+_INTEGERS = frozenset({"top_k", "seed", "num_predict", "num_ctx", "repeat_last_n", "mirostat"})
+REPEAT_LAST_N = 64
+"""Ollama's default repeat_last_n (api.DefaultOptions; 0: off, -1: num_ctx, here the whole context)."""
 THINK_LEVELS = ("low", "medium", "high", "max")
 
 
@@ -43,8 +50,9 @@ def _stop(value: Any) -> list[str]:
     return list(value)
 
 
-def sampling_fields(options: dict | None, max_model_len: int) -> dict:
-    """SamplingParams fields (None = not given) from `options`; a num_ctx past the served context is noted."""
+def sampling_fields(options: dict | None, max_model_len: int, defaults: dict | None = None) -> dict:
+    """SamplingParams fields (None = not given) from `options`; a num_ctx past the served context is noted.
+    defaults: the server's (hearth serve --repeat-last-n ...), which win over Ollama's own repeat_last_n."""
     options = options or {}
     fields: dict[str, Any] = dict.fromkeys(OLLAMA_OPTIONS.values())
     for name, value in options.items():
@@ -63,6 +71,8 @@ def sampling_fields(options: dict | None, max_model_len: int) -> dict:
     if fields["seed"] is not None and fields["seed"] < 0:  # Ollama's -1: a random seed
         fields["seed"] = None
     fields["stop"] = fields["stop"] or []
+    if fields["repeat_last_n"] is None:
+        fields["repeat_last_n"] = (defaults or {}).get("repeat_last_n", REPEAT_LAST_N)
     return fields
 
 

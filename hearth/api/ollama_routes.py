@@ -71,7 +71,8 @@ async def chat(body: ChatRequest, request: Request):
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
     template, prefill = think_kwargs(body.think, thinks(served)), _continued(history)
-    fields = {**sampling_fields(body.options, served.max_model_len), "logprobs": k, "lora": _lora(body, served)}
+    fields = {**sampling_fields(body.options, served.max_model_len, state.limits.defaults), "logprobs": k,
+              "lora": _lora(body, served)}
 
     def fit(msgs: list[dict], continued: bool = prefill) -> tuple[str, list[int]]:
         return guard.fit(lambda m: _render(served, plan, m, template, continued, images), msgs, served.max_model_len,
@@ -132,7 +133,8 @@ async def generate(body: GenerateRequest, request: Request):
     marks = _generate_images(body.images, images)
     await images.load()
     text, ids, context = _generate_prompt(served, body, images, marks)
-    fields = {**within_context(sampling_fields(body.options, served.max_model_len), len(ids), served.max_model_len),
+    options = sampling_fields(body.options, served.max_model_len, state.limits.defaults)
+    fields = {**within_context(options, len(ids), served.max_model_len),
               "structured_output": structured_output(body.format), "logprobs": k, "lora": _lora(body, served)}
     params = make_params(fields, state.limits, served.max_model_len, FIELD_NAMES, len(ids))
     gen = Generation(served.engine, ids, params, state.metrics.of(served.name))

@@ -38,7 +38,8 @@ class _Body(BaseModel):
 
 
 FLOAT_SAMPLING = ("temperature", "top_p", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
-                  "repetition_penalty", "repeat_penalty")
+                  "repetition_penalty", "repeat_penalty", "dry_multiplier", "dry_base", "xtc_probability",
+                  "xtc_threshold", "top_n_sigma", "mirostat_tau", "mirostat_eta")
 """Every request's float sampling fields (OpenAI's, Anthropic's, llama-server's names)."""
 
 
@@ -115,6 +116,23 @@ class SamplingScalars(_Request):
     frequency_penalty: StrictFloat | None = None
     repetition_penalty: StrictFloat | None = None
     seed: StrictInt | None = None
+    # llama.cpp's samplers by llama-server's names (hearth.api.llama_names.LLAMA_SAMPLERS), extension fields here
+    repeat_last_n: StrictInt | None = None
+    """The repetition / presence / frequency penalties over the context's last N tokens (llama.cpp's rule);
+    not given: vLLM's (hearth.sampling_params.SamplingParams.repeat_last_n)."""
+    dry_multiplier: StrictFloat | None = None
+    dry_base: StrictFloat | None = None
+    dry_allowed_length: StrictInt | None = None
+    dry_penalty_last_n: StrictInt | None = None
+    dry_sequence_breakers: list[str] | str | None = None
+    """A list of strings, or text-generation-webui's JSON-encoded list (hearth.api.llama_names.breakers)."""
+    xtc_probability: StrictFloat | None = None
+    xtc_threshold: StrictFloat | None = None
+    top_n_sigma: StrictFloat | None = None
+    mirostat: StrictInt | None = None
+    """1 or 2 (llama.cpp's versions), 0 off: replaces the filters, and its request drafts nothing."""
+    mirostat_tau: StrictFloat | None = None
+    mirostat_eta: StrictFloat | None = None
     stream: StrictBool = False
     user: str | None = None
     lora: list[LoraEntry] | None = None

@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hearth.api.errors import APIError, from_hearth_error
+from hearth.api.llama_names import LLAMA_SAMPLERS, breakers
 from hearth.errors import MaxTokensTooLargeError, check_room
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput, over_max_logprobs
 
 # OpenAI/Anthropic field -> SamplingParams field, copied when the request sets it
 _COMMON = ("temperature", "top_p", "top_k", "min_p", "typical_p", "presence_penalty", "frequency_penalty",
-           "repetition_penalty", "seed")
+           "repetition_penalty", "seed", *LLAMA_SAMPLERS)
 
 
 def check_logprobs(param: str, k: int | None, served) -> int | None:
@@ -72,7 +73,9 @@ def _over_cap(max_tokens: int, limit: int, max_model_len: int) -> str | None:
 
 
 def common_fields(body, served=None) -> dict:
-    return {**{k: getattr(body, k, None) for k in _COMMON}, "lora": lora_scales(body, served)}
+    fields = {k: getattr(body, k, None) for k in _COMMON}
+    return {**fields, "dry_sequence_breakers": breakers(fields["dry_sequence_breakers"]),
+            "lora": lora_scales(body, served)}
 
 
 def lora_scales(body, served, model: str | None = None) -> dict[int, float] | None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
+from hearth.api.llama_names import LLAMA_SAMPLERS
 
 router = APIRouter()
 
@@ -60,5 +61,7 @@ def _params(p) -> dict:
     return {"n_predict": -1 if p.max_tokens is None else p.max_tokens, "temperature": p.temperature,
             "top_k": p.top_k, "top_p": p.top_p, "min_p": p.min_p, "typical_p": p.typical_p,
             "repeat_penalty": p.repetition_penalty, "presence_penalty": p.presence_penalty,
-            "frequency_penalty": p.frequency_penalty, "seed": -1 if p.seed is None else p.seed,
+            "frequency_penalty": p.frequency_penalty, **{k: getattr(p, k) for k in LLAMA_SAMPLERS},
+            "repeat_last_n": -1 if p.repeat_last_n is None else p.repeat_last_n,  # vLLM's rule reads all of it
+            "seed": -1 if p.seed is None else p.seed,
             "stop": list(p.stop), "ignore_eos": p.ignore_eos, "n_probs": p.logprobs or 0}

@@ -16,6 +16,7 @@ from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.run_answer import CONTEXT_FULL, DEFAULT_MAX_TOKENS, INTERRUPTED_ANSWER, answer, full_notice
 from hearth.commands.run_input import model_flag, piped_input
+from hearth.commands.sampling_flags import LLAMA_SAMPLER_FLAGS, add_llama_sampler_arguments, breaker_list, sampler_flag
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template, chat_template_kwargs
@@ -86,6 +87,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="1: off; --repeat-penalty: llama-cli's spelling (default: %(default)s)")
     p.add_argument("--presence-penalty", type=float, default=0.0, help="(default: %(default)s)")
     p.add_argument("--frequency-penalty", type=float, default=0.0, help="(default: %(default)s)")
+    add_llama_sampler_arguments(p.add_argument_group("llama.cpp's samplers (default: off; --repeat-last-n unset: "
+                                                     "the penalties read the whole context)"))
     # -n spelled out: argparse read llama-cli's `-n 10` as an abbreviation of -no-cnv and 10 as the prompt
     p.add_argument("--max-tokens", "-n", "--n-predict", type=int, default=None,
                    help="longest answer in tokens; more than the context has left is an error; -1 or -2: "
@@ -262,14 +265,17 @@ def sampling_params(args: argparse.Namespace):
     if args.max_tokens is not None and args.max_tokens < 1 and args.max_tokens not in UNTIL_FULL:
         raise HearthError(f"--max-tokens must be at least 1, or -1 / -2 (until an end token or the context is full), "
                           f"got {args.max_tokens}")
+    llama = {k: v for k in LLAMA_SAMPLER_FLAGS if (v := getattr(args, k)) is not None}
+    if (breakers := breaker_list(args.dry_sequence_breakers)) is not None:
+        llama["dry_sequence_breakers"] = breakers
     try:
-        return SamplingParams(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        return SamplingParams(**llama, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
                               typical_p=args.typical_p, repetition_penalty=args.repetition_penalty,
                               presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
                               max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed,
                               structured_output=StructuredOutput(json_object=True) if args.format == "json" else None)
-    except InvalidSamplingParams as e:  # every field set here is a flag of the same name
-        raise HearthError(f"--{e.field.replace('_', '-')} {e.why}") from None
+    except InvalidSamplingParams as e:  # every field set here is a flag of the same name, or llama-cli's
+        raise HearthError(f"{sampler_flag(e.field)} {e.why}") from None
 
 
 def header_context(model, ctx: int, rope: dict | None = None) -> tuple[int, int]:

@@ -22,17 +22,87 @@ SAMPLING_FLAGS: dict[str, tuple[tuple[str, ...], type]] = {
 }
 """SamplingParams field (vLLM's generation-config key too) -> its flags (llama-server's spelling first), type."""
 
+LLAMA_SAMPLER_FLAGS: dict[str, tuple[tuple[str, ...], type]] = {
+    "repeat_last_n": (("--repeat-last-n",), int),
+    "dry_multiplier": (("--dry-multiplier",), float),
+    "dry_base": (("--dry-base",), float),
+    "dry_allowed_length": (("--dry-allowed-length",), int),
+    "dry_penalty_last_n": (("--dry-penalty-last-n",), int),
+    "xtc_probability": (("--xtc-probability",), float),
+    "xtc_threshold": (("--xtc-threshold",), float),
+    "top_n_sigma": (("--top-nsigma", "--top-n-sigma"), float),
+    "mirostat": (("--mirostat",), int),
+    "mirostat_eta": (("--mirostat-lr",), float),
+    "mirostat_tau": (("--mirostat-ent",), float),
+}
+"""llama.cpp's samplers vLLM lacks (hearth.sample), by llama-cli's and llama-server's spellings (common/arg.cpp);
+`hearth run` takes them as well as `hearth serve`."""
+SAMPLING_FLAGS.update(LLAMA_SAMPLER_FLAGS)
+_HELP = {
+    "repeat_last_n": "the repeat/presence/frequency penalties read the context's last N tokens (0: off, -1: all; "
+                     "unset: vLLM's rule, the whole prompt and output)",
+    "dry_multiplier": "DRY: a token extending a repeat loses N * base ** (length - allowed length) (0: off)",
+    "dry_base": "DRY's base (default 1.75)",
+    "dry_allowed_length": "DRY: repeats up to this long are free (default 2)",
+    "dry_penalty_last_n": "DRY scans the context's last N tokens (default 64; -1: all)",
+    "xtc_probability": "XTC: with this probability drop every top choice but the least likely (0: off)",
+    "xtc_threshold": "XTC: a top choice has at least this probability (default 0.1)",
+    "top_n_sigma": "keep the tokens within N standard deviations of the top logit (<= 0: off)",
+    "mirostat": "Mirostat 1 or 2 (0: off): replaces top-k/top-p/min-p/typical/top-nsigma/XTC; no drafts for it",
+    "mirostat_eta": "Mirostat's learning rate, eta (default 0.1)",
+    "mirostat_tau": "Mirostat's target entropy, tau (default 5.0)",
+}
+
+BREAKER_FLAG = "--dry-sequence-breaker"
+_ESCAPES = {"\\n": "\n", "\\t": "\t", "\\r": "\r"}
+
+
+def add_llama_sampler_arguments(group, default_prefix: str = "") -> None:
+    """LLAMA_SAMPLER_FLAGS and --dry-sequence-breaker on `group`, each None where not given (dest: the field,
+    after default_prefix)."""
+    for name, (flags, kind) in LLAMA_SAMPLER_FLAGS.items():
+        group.add_argument(*flags, dest=f"{default_prefix}{name}", type=kind, default=None, metavar="N",
+                           help=_HELP[name])
+    group.add_argument(BREAKER_FLAG, dest=f"{default_prefix}dry_sequence_breakers", action="append", default=None,
+                       metavar="STRING", help="a DRY sequence breaker (repeat for more; the first clears llama.cpp's "
+                                              "defaults \\n : \" *; 'none': no breakers; \\n \\t read as escapes)")
+
+
+def sampler_flag(field: str) -> str:
+    """The flag that sets SamplingParams' `field` (its llama-cli spelling where it has one), for a one-line error."""
+    if field == "dry_sequence_breakers":
+        return BREAKER_FLAG
+    return SAMPLING_FLAGS[field][0][0] if field in LLAMA_SAMPLER_FLAGS else f"--{field.replace('_', '-')}"
+
+
+def breaker_list(given: list[str] | None) -> list[str] | None:
+    """--dry-sequence-breaker's values as llama-cli reads them: 'none' clears the list; None: not given."""
+    if given is None:
+        return None
+    out: list[str] = []
+    for value in given:
+        if value == "none":
+            out = []
+            continue
+        for escaped, char in _ESCAPES.items():
+            value = value.replace(escaped, char)
+        out.append(value)
+    return out
+
 _OVERRIDE = "--override-generation-config"
 
 
 def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     group = p.add_argument_group("default sampling (a request's own fields win)")
     for name, (flags, kind) in SAMPLING_FLAGS.items():
+        if name in LLAMA_SAMPLER_FLAGS:
+            continue  # add_llama_sampler_arguments'
         group.add_argument(*flags, dest=f"default_{name}", type=kind, default=None, metavar="X",
                            help=f"{name} of a request that gives none (llama-server's {flags[0]}; default: the API's)")
     group.add_argument(_OVERRIDE, default=None, metavar="JSON",
                        help="vLLM's: the same defaults as a JSON object of its keys "
                             f"({', '.join(SAMPLING_FLAGS)}); a flag above wins over its key")
+    add_llama_sampler_arguments(group, "default_")
 
 
 def sampling_defaults(args: argparse.Namespace) -> dict[str, float]:
@@ -43,6 +113,8 @@ def sampling_defaults(args: argparse.Namespace) -> dict[str, float]:
     for name, (flags, _) in SAMPLING_FLAGS.items():
         if (v := getattr(args, f"default_{name}", None)) is not None:
             given[name] = (flags[0], v)
+    if (breakers := breaker_list(getattr(args, "default_dry_sequence_breakers", None))) is not None:
+        given["dry_sequence_breakers"] = (BREAKER_FLAG, breakers)
     for name, (flag, value) in given.items():
         try:
             SamplingParams(**{name: value})

@@ -19,6 +19,7 @@ from hearth.media.inputs import MediaInput
 from hearth.outputs import EngineOutput
 from hearth.runner.messages import SampledToken, SchedulerOutput
 from hearth.sample.bad_words import word_token_ids
+from hearth.sample.dry_breakers import breaker_sequences
 from hearth.sample.grammar import compile_grammar, stopped
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, over_max_logprobs
 from hearth.spec_decode.policy import SpeculativeDecoder
@@ -98,6 +99,8 @@ class EngineCore:
         self.max_model_len, self.vocab_size, self.model_context = max_model_len, vocab_size, model_context
         self.max_logprobs = max_logprobs
         self.detokenizers: dict[str, IncrementalDetokenizer] = {}
+        self._dry_breakers: dict[tuple[str, ...], dict[int, list[list[int]]]] = {}
+        """DRY's sequence breakers -> their token sequences (dry_breakers), found once each."""
         self.stalled = False
         """The last step ran nothing and moved no K/V: only requests that cannot be admitted now wait,
         and only a new request or an abort changes that (the async loop then sleeps, never spins)."""
@@ -119,12 +122,27 @@ class EngineCore:
         check_request(prompt_token_ids, params, self.max_model_len, self.vocab_size, self.model_context,
                       self.max_logprobs, self.reranker)
         sequences = self.bad_word_ids(params)
+        breakers = self.dry_breakers(params)
         (self.lora or NO_ADAPTERS).check(params.lora)
         if media:
             self.check_media(prompt_token_ids, media)
         if sequences and not params.bad_words_token_ids:  # a copy: the caller's params stay as given
             params = replace(params, bad_words_token_ids=sequences)
+        if breakers is not params.dry_breaker_ids:
+            params = replace(params, dry_breaker_ids=breakers)
         return params
+
+    def dry_breakers(self, params: SamplingParams) -> dict[int, list[list[int]]] | None:
+        """DRY's sequence breakers as token sequences (hearth.sample.dry_breakers) where DRY is on and the
+        caller gave none: found once per list of breakers (every vocabulary token is read), then shared."""
+        if not params.dry or params.dry_breaker_ids is not None:
+            return params.dry_breaker_ids
+        key = tuple(params.dry_sequence_breakers)
+        if key not in self._dry_breakers:
+            encode = lambda t: self.tokenizer.encode(t, add_special_tokens=False)  # noqa: E731
+            pieces = self.tokenizer.token_pieces()[:self.vocab_size]  # ids the model's head scores
+            self._dry_breakers[key] = breaker_sequences(key, pieces, encode)
+        return self._dry_breakers[key]
 
     def bad_word_ids(self, params: SamplingParams) -> list[list[int]]:
         """params.bad_words' token sequences (vLLM's rule: hearth.sample.bad_words), each id in the model's

@@ -17,6 +17,7 @@ from hearth.media.inputs import overlapping
 from hearth.media.mrope import delta_before
 from hearth.runner.messages import RunnerOutput, SampledToken, ScheduledSequence, SchedulerOutput
 from hearth.sample.bad_words import history_needed
+from hearth.sample.history import context_needed, tail
 from hearth.spec_decode.policy import DraftOutcome
 from hearth.spec_decode.tree import DraftTree
 
@@ -219,7 +220,8 @@ class Scheduler:
         sealing KV format, before the next block's last slot. Only a request decoding its one next
         token verifies drafts."""
         want = len(req.spec_token_ids) or req.num_draft_slots
-        if n != 1 or not want or room <= 0:
+        # mirostat: a verify row's state would need each draft's distribution (hearth.sample.mirostat)
+        if n != 1 or not want or room <= 0 or req.params.mirostat:
             return 0
         left = req.max_len - req.num_tokens - 1
         if req.params.max_tokens is not None:
@@ -247,10 +249,10 @@ class Scheduler:
         start = req.num_computed_tokens
         restore, req.state_restore = req.state_restore, -1  # once: its first step after a hit
         p = req.params
-        # the token history travels only when a penalty reads it: a copy per step is O(length)
-        penalties = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
-        out = req.output_token_ids  # bad words read only its last few
-        tail = out if penalties else out[max(0, len(out) - history_needed(p.bad_words_token_ids)):]
+        # the token history travels only as far back as a penalty, DRY or a bad word reads it: a copy per
+        # step is O(length)
+        prompt, out = tail(req.prompt_token_ids, req.output_token_ids, context_needed(p),
+                           history_needed(p.bad_words_token_ids))
         return ScheduledSequence(
             request_id=req.request_id,
             token_ids=req.token_slice(start, n),
@@ -258,8 +260,8 @@ class Scheduler:
             block_ids=list(req.block_ids),
             sample=start + n == req.num_tokens,
             params=p,
-            output_token_ids=list(tail),
-            prompt_token_ids=req.prompt_token_ids if penalties else [],
+            output_token_ids=list(out),
+            prompt_token_ids=prompt,
             banned_token_ids=self._banned(req),
             banned_rows=p.min_tokens - len(req.output_token_ids),
             spec_token_ids=req.spec_token_ids[:k],

@@ -131,6 +131,11 @@ class Tokenizer:
         self._checked([token_id])
         return self._piece_tables()[1 if skip_special_tokens else 0][token_id]
 
+    def token_pieces(self) -> list[bytes]:
+        """Every token's bytes, by id, control tokens as their text (llama.cpp's detokenize with special):
+        what DRY's sequence breakers are matched against (hearth.sample.dry_breakers). Not to be modified."""
+        return self._piece_tables()[0]
+
     def id_to_piece(self, token_id: int) -> str:
         """The vocabulary entry itself (e.g. "Ġhello", "▁world", "<0x0A>")."""
         self._checked([token_id])

@@ -27,6 +27,7 @@ from hearth.runner.state_slots import keep_accepted, save_snapshots, state_table
 from hearth.runner.step_inputs import step_inputs
 from hearth.runner.tree_paths import move_path, node_paths
 from hearth.sample.grammar import GrammarCompiler, GrammarMatcher
+from hearth.sample.mirostat import MirostatState, start
 from hearth.sample.sampler import sample
 from hearth.sample.speculative import verify
 
@@ -57,6 +58,8 @@ class ModelRunner:
         host = all(c.device.type == "cpu" for c in self.kv_caches)
         self.prefaulter = Prefaulter(self.block_io.regions() if host else [])  # host pages only
         self.generators: dict[str, torch.Generator] = {}
+        self.mirostat: dict[str, MirostatState] = {}
+        """request id -> its mirostat state (hearth.sample.mirostat), which each token it samples moves."""
         self.grammar = grammar
         self.matchers: dict[str, GrammarMatcher] = {}
         self.forced_drafts = False
@@ -193,6 +196,7 @@ class ModelRunner:
         """Drop the per-request state of requests that ended (repeating an id is harmless)."""
         for rid in request_ids:
             self.generators.pop(rid, None)
+            self.mirostat.pop(rid, None)
             self.matchers.pop(rid, None)
             if self.staging is not None:
                 self.staging.release(rid)
@@ -252,7 +256,8 @@ class ModelRunner:
         matchers, raw = constrain(self.matchers, seqs, logits, allowed, raw_known=scored is None)
         gens = [self._generator(s.request_id, s.params) for s in seqs]
         histories = [(s.prompt_token_ids, s.output_token_ids) for s in seqs]
-        tokens, logprobs = sample(logits, [s.params for s in seqs], gens, histories)  # logprobs: None if nobody asked
+        tokens, logprobs = sample(logits, [s.params for s in seqs], gens, histories,  # logprobs: None if nobody asked
+                                  [self._mirostat(s.request_id, s.params) for s in seqs])
         dead = dead_ends(logits, [(i, seqs[i]) for i, _ in matchers])  # their token is none the grammar allows
         matchers = [(i, m) for i, m in matchers if seqs[i].request_id not in dead]
         for i, m in matchers:
@@ -299,7 +304,8 @@ class ModelRunner:
             r += k + 1
         want_lp = any(p.logprobs is not None for p in params)
         committed, logprobs, rows = verify(logits, params, histories, gens, drafts, want_lp, qs,
-                                           [s.spec_parents for s in seqs])
+                                           [s.spec_parents for s in seqs],
+                                           [self._mirostat(s.request_id, s.params) for s in seqs])
         # a row with no finite logit sampled its last token: the request ends (no matcher moves past it)
         dead = dead_ends(logits, [(rows[seqs.index(s)][-1], s) for s, _ in grammar])
         grammar = [(s, consumed) for s, consumed in grammar if s.request_id not in dead]
@@ -323,6 +329,14 @@ class ModelRunner:
                 move_path(self.kv_caches, self.block_size, s, [r - rs[0] - 1 for r in rs[1:]])
         return RunnerOutput(sampled, accepted=accepted,
                             forced=forced(self.matchers, (s for s, _ in grammar), self.forced_drafts), dead_ends=dead)
+
+    def _mirostat(self, request_id: str, params) -> MirostatState | None:
+        """The request's mirostat state, started on its first sampled token; None where it runs none."""
+        if not params.mirostat or params.greedy:
+            return None
+        if request_id not in self.mirostat:
+            self.mirostat[request_id] = start(params.mirostat_tau)
+        return self.mirostat[request_id]
 
     def _generator(self, request_id: str, params) -> torch.Generator | None:
         if params.greedy:

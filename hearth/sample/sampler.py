@@ -1,12 +1,21 @@
 """Sampling as a pure function of (logits, per-request options, per-request generators).
 
-Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`):
-logit bias -> bad words -> repetition / frequency / presence penalties -> temperature -> min-p -> top-k -> typical-p
--> top-p -> sample (typical-p sits between top-k and top-p, as in llama.cpp's default sampler chain, and
-reads the distribution before temperature, which that chain applies last; vLLM has no typical-p).
+Fixed order, as vLLM's v1 sampler (`v1/sample/sampler.py`, `v1/worker/gpu/sample/sampler.py`), with the
+samplers llama.cpp has and vLLM lacks where llama.cpp's default chain (common_params_sampling.samplers:
+penalties, dry, top_n_sigma, top_k, typical_p, top_p, min_p, xtc, temperature) puts them:
+logit bias -> bad words -> repetition / frequency / presence penalties (over llama.cpp's window where
+repeat_last_n is given: hearth.sample.history) -> DRY (hearth.sample.dry) -> temperature -> top-nσ -> min-p
+-> top-k -> typical-p -> top-p -> XTC -> sample; a mirostat row (hearth.sample.mirostat) replaces top-nσ ...
+XTC by its truncation, as llama.cpp's mirostat chain does, and its state moves with the token sampled.
+Typical-p sits between top-k and top-p, as in llama.cpp's chain, and reads the distribution before
+temperature, which that chain applies last; top-nσ reads the same either side of temperature (a ratio of
+logit gaps), and XTC, last of the filters as there, reads its threshold before temperature too (vLLM has
+none of these three). Greedy (temperature 0) is the first maximum after bias, penalties and DRY: the
+filters never move it (XTC, which could, is skipped there, as every filter is).
 Each filter sees what the one before left, renormalized (HF's warpers do the same, but
 run min-p last; min-p commutes with top-k, not with top-p). Each row draws its noise from its own
-generator, so a seeded request gives the same tokens alone or batched."""
+generator, so a seeded request gives the same tokens alone or batched; XTC's coin is folded into the
+distribution the row draws from (hearth.sample.xtc), so it takes no draw of its own."""
 
 from __future__ import annotations
 
@@ -15,6 +24,11 @@ import itertools
 import torch
 
 from hearth.sample.bad_words import banned_last_tokens
+from hearth.sample.dry import dry_penalties
+from hearth.sample.history import dry_window, penalty_tokens
+from hearth.sample.mirostat import MirostatState, mirostat_probs, start, update
+from hearth.sample.top_n_sigma import filter_top_n_sigma
+from hearth.sample.xtc import xtc_mixture
 from hearth.sampling_params import GREEDY_EPS, SamplingParams
 
 
@@ -41,24 +55,32 @@ def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
     if bad:
         r, t = zip(*bad)
         logits[torch.tensor(r), torch.tensor(t)] = float("-inf")
-    rep = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0]
+    # (repetition's tokens, presence / frequency's): vLLM's rule, or llama.cpp's window (repeat_last_n)
+    reads = [penalty_tokens(p, *histories[i]) if p.penalized else ([], []) for i, p in enumerate(params)]
+    rep = [i for i, p in enumerate(params) if p.repetition_penalty != 1.0 and reads[i][0]]
     if rep:
         # HF/vLLM rule over prompt and output: divide positive logits, multiply the others.
         # A repeated id gathers the same old value, so writing it twice writes the same new one.
-        r, c = _pairs(rep, [histories[i][0] + histories[i][1] for i in rep])
+        r, c = _pairs(rep, [reads[i][0] for i in rep])
         pen = torch.tensor([p.repetition_penalty for p in params], dtype=logits.dtype)[r]
         vals = logits[r, c]
         logits[r, c] = torch.where(vals > 0, vals / pen, vals * pen)
-    pf = [i for i, p in enumerate(params) if (p.presence_penalty or p.frequency_penalty) and histories[i][1]]
+    pf = [i for i, p in enumerate(params) if (p.presence_penalty or p.frequency_penalty) and reads[i][1]]
     if pf:
         # OpenAI rule, over output tokens only: logit -= frequency * count + presence * (count > 0)
-        r, c = _pairs(pf, [histories[i][1] for i in pf])
+        r, c = _pairs(pf, [reads[i][1] for i in pf])
         V = logits.shape[-1]
         flat, counts = torch.unique(r * V + c, return_counts=True)
         r, c = flat // V, flat % V
         freq = torch.tensor([p.frequency_penalty for p in params], dtype=logits.dtype)[r]
         pres = torch.tensor([p.presence_penalty for p in params], dtype=logits.dtype)[r]
         logits[r, c] -= freq * counts.to(logits.dtype) + pres
+    dry = [(i, t, d) for i, p in enumerate(params) if p.dry
+           for t, d in dry_penalties(dry_window(p, *histories[i]), p.dry_breaker_ids or {}, p.dry_multiplier,
+                                     p.dry_base, p.dry_allowed_length).items()]
+    if dry:
+        r, t, d = zip(*dry)  # one (row, token) each: a plain subtraction
+        logits[torch.tensor(r), torch.tensor(t)] -= torch.tensor(d, dtype=logits.dtype)
     return logits
 
 
@@ -154,7 +176,8 @@ def first_max(logits: torch.Tensor) -> torch.Tensor:
 
 def sample(logits: torch.Tensor, params: list[SamplingParams],
            generators: list[torch.Generator | None],
-           histories: list[tuple[list[int], list[int]]]) -> tuple[torch.Tensor, torch.Tensor | None]:
+           histories: list[tuple[list[int], list[int]]],
+           mirostat: list[MirostatState | None] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """logits: [S, V] f32 (modified in place) -> (token ids [S], logprobs [S, V] of the raw logits,
     or None when no request asked for logprobs: a full-vocab log_softmax is ~0.2 ms at 262k).
 
@@ -164,34 +187,68 @@ def sample(logits: torch.Tensor, params: list[SamplingParams],
     continuations, which the tool guard's call confidence reads (raw, a token the grammar forces
     reads p ~ 0 whenever the model would have formatted otherwise; the runner adds the pre-mask one
     where a request asks: SamplingParams.raw_logprobs). A temperature below GREEDY_EPS is greedy;
-    greedy is the first maximum after bias and penalties."""
+    greedy is the first maximum after bias and penalties. mirostat: per row its state
+    (hearth.sample.mirostat), which the token sampled moves in place; None: every mirostat row at its start."""
     logprobs = logits.log_softmax(-1) if any(p.logprobs is not None for p in params) else None
     logits = apply_bias_and_penalties(logits, params, histories)
     tokens = first_max(logits)  # the first maximum, like argmax
     greedy = [p.greedy for p in params]
     if all(greedy):
         return tokens, logprobs
-    probs = target_probs(logits, params)
+    probs = target_probs(logits, params, mirostat)
     # exponential race: argmax(p / E) with E ~ Exp(1) draws from p; one generator per row, and
     # greedy rows draw nothing, so a seeded row's noise never depends on its neighbours
     V = probs.shape[-1]
     noise = torch.stack([torch.ones(V) if g else torch.empty(V).exponential_(generator=gen)
                          for g, gen in zip(greedy, generators)])
     sampled = (probs / noise).argmax(-1)
-    return torch.where(torch.tensor(greedy), tokens, sampled), logprobs
+    tokens = torch.where(torch.tensor(greedy), tokens, sampled)
+    if mirostat is not None and any(st is not None for st in mirostat):
+        mirostat_step(probs, tokens.tolist(), params, mirostat)
+    return tokens, logprobs
 
 
-def target_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-    """logits: [S, V] after bias and penalties -> [S, V] the distribution each row samples from
-    (temperature, then min-p / top-k / typical-p / top-p, renormalized); greedy rows at temperature 1, unused."""
+def target_probs(logits: torch.Tensor, params: list[SamplingParams],
+                 mirostat: list[MirostatState | None] | None = None) -> torch.Tensor:
+    """logits: [S, V] after bias, penalties and DRY -> [S, V] the distribution each row samples from
+    (temperature, then top-nσ / min-p / top-k / typical-p / top-p, renormalized, then XTC's mixture; a
+    mirostat row's truncation by its state's mu instead, mirostat[i], None: its start); greedy rows at
+    temperature 1, unused."""
     greedy = [p.greedy for p in params]
+    off = [g or p.mirostat != 0 for p, g in zip(params, greedy)]  # rows the filters leave alone
     temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
+    tempered = logits / temp
+    logits = tempered
+    if any(p.top_n_sigma > 0 for p in params):
+        logits = filter_top_n_sigma(logits, torch.tensor([-1.0 if o else p.top_n_sigma for p, o in zip(params, off)]))
     logits = filter_top_k_top_p_min_p(
-        logits / temp,
-        torch.tensor([0 if g else max(p.top_k, 0) for p, g in zip(params, greedy)]),
-        torch.tensor([1.0 if g else p.top_p for p, g in zip(params, greedy)]),
-        torch.tensor([0.0 if g else p.min_p for p, g in zip(params, greedy)]),
-        torch.tensor([1.0 if g else p.typical_p for p, g in zip(params, greedy)]),
+        logits,
+        torch.tensor([0 if o else max(p.top_k, 0) for p, o in zip(params, off)]),
+        torch.tensor([1.0 if o else p.top_p for p, o in zip(params, off)]),
+        torch.tensor([0.0 if o else p.min_p for p, o in zip(params, off)]),
+        torch.tensor([1.0 if o else p.typical_p for p, o in zip(params, off)]),
         temp.squeeze(1),
     )
-    return logits.softmax(-1)
+    if not any(p.xtc and not o for p, o in zip(params, off)):
+        probs = logits.softmax(-1)
+    else:
+        probs = xtc_mixture(logits, temp.squeeze(1),
+                            torch.tensor([p.xtc_probability if p.xtc and not o else 0.0 for p, o in zip(params, off)]),
+                            torch.tensor([p.xtc_threshold for p in params]))
+    miro = [i for i, (p, g) in enumerate(zip(params, greedy)) if p.mirostat and not g]
+    if miro:
+        states = mirostat or [None] * len(params)
+        mu = torch.tensor([(states[i] or start(params[i].mirostat_tau)).mu for i in miro])
+        version = torch.tensor([params[i].mirostat for i in miro])
+        probs[miro] = mirostat_probs(tempered[miro], version, mu)
+    return probs
+
+
+def mirostat_step(probs: torch.Tensor, tokens: list[int], params: list[SamplingParams],
+                  mirostat: list[MirostatState | None] | None) -> None:
+    """Each mirostat row's state moved by the token it sampled from probs [S, V] (target_probs')."""
+    if mirostat is None:
+        return
+    for i, (p, t) in enumerate(zip(params, tokens)):
+        if p.mirostat and not p.greedy and mirostat is not None and mirostat[i] is not None:
+            update(mirostat[i], float(probs[i, t]), p.mirostat_tau, p.mirostat_eta)

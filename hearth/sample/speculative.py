@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import torch
 
-from hearth.sample.sampler import apply_bias_and_penalties, first_max, target_probs
+from hearth.sample.mirostat import MirostatState
+from hearth.sample.sampler import apply_bias_and_penalties, first_max, mirostat_step, target_probs
 from hearth.sampling_params import SamplingParams
 
 
@@ -44,18 +45,23 @@ def race(weights: torch.Tensor, gen: torch.Generator | None) -> int:
 def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[tuple[list[int], list[int]]],
            generators: list[torch.Generator | None], drafts: list[list[int]],
            want_logprobs: bool, draft_probs: list[torch.Tensor | None] | None = None,
-           parents: list[list[int]] | None = None,
+           parents: list[list[int]] | None = None, mirostat: list[MirostatState | None] | None = None,
            ) -> tuple[list[list[int]], torch.Tensor | None, list[list[int]]]:
     """logits: [R, V] f32, masked already (banned ids, grammar); R = sum(1 + len(d) for d in drafts);
     params / histories per row, generators and drafts per sequence; draft_probs: per sequence the
     [k, V] distributions its drafts were drawn from (None: point masses); parents: per sequence its
-    drafts' parent indices ([] or None: a chain).
+    drafts' parent indices ([] or None: a chain); mirostat: per sequence its state (hearth.sample.mirostat),
+    moved in place by the committed tokens (such a request drafts nothing: the scheduler's _num_drafts, so its
+    one row is exact; a row after a draft would need the state the draft's distribution left).
     -> (per sequence its committed tokens: accepted drafts then the bonus; raw logprobs [R, V] or
     None; per sequence the row each committed token was decided on)."""
     logprobs = logits.log_softmax(-1) if want_logprobs else None
     logits = apply_bias_and_penalties(logits, params, histories)
     best = first_max(logits).tolist()  # first maxima, as the sampler's greedy
-    probs = None if all(p.greedy for p in params) else target_probs(logits, params)
+    row_states = None
+    if mirostat is not None and any(st is not None for st in mirostat):  # each sequence's state on each of its rows
+        row_states = [st for st, d in zip(mirostat, drafts) for _ in range(len(d) + 1)]
+    probs = None if all(p.greedy for p in params) else target_probs(logits, params, row_states)
     out, rows, r0 = [], [], 0
     qs = draft_probs if draft_probs is not None else [None] * len(drafts)
     trees = parents if parents is not None else [None] * len(drafts)
@@ -76,6 +82,10 @@ def verify(logits: torch.Tensor, params: list[SamplingParams], histories: list[t
             out.append(_rejection_sample(probs[r0 : r0 + len(draft) + 1], draft, gen, q))
         rows.append(list(range(r0, r0 + len(out[-1]))))
         r0 += len(draft) + 1
+    if probs is not None and row_states is not None:
+        committed = [(r, t) for toks, rs in zip(out, rows) for r, t in zip(rs, toks)]
+        mirostat_step(probs[[r for r, _ in committed]], [t for _, t in committed], [params[r] for r, _ in committed],
+                      [row_states[r] for r, _ in committed])
     return out, logprobs, rows
 
 

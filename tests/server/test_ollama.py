@@ -204,15 +204,15 @@ def test_format_json_or_a_schema(fake):
 def test_options_map_to_sampling(fake):
     options = {"temperature": 0.5, "top_p": 0.9, "top_k": 20, "min_p": 0.05, "seed": 7, "repeat_penalty": 1.1,
                "presence_penalty": 0.2, "frequency_penalty": 0.3, "stop": ["\n\n"], "num_predict": 9, "num_ctx": 2048,
-               "mirostat": 2, "num_gpu": 1, "no_such_option": True}
+               "mirostat": 2, "tfs_z": 1.0, "num_gpu": 1, "no_such_option": True}
     r = chat(fake, "hi", stream=False, options=options)
     assert r.status_code == 200, r.text
     p = fake.last.params
     assert (p.temperature, p.top_p, p.top_k, p.min_p, p.seed) == (0.5, 0.9, 20, 0.05, 7)
     assert (p.repetition_penalty, p.presence_penalty, p.frequency_penalty) == (1.1, 0.2, 0.3)
-    assert p.stop == ["\n\n"] and p.max_tokens == 9
+    assert p.stop == ["\n\n"] and p.max_tokens == 9 and p.mirostat == 2
     ignored = r.headers["x-hearth-ignored-fields"].split(",")
-    assert set(ignored) == {"options.mirostat", "options.num_gpu", "options.no_such_option"}
+    assert set(ignored) == {"options.tfs_z", "options.num_gpu", "options.no_such_option"}
     chat(fake, "hi", stream=False, options={"num_predict": -1, "seed": -1, "stop": "x", "top_k": 3.0})
     p = fake.last.params
     assert p.max_tokens is None and p.seed is None and p.stop == ["x"] and p.top_k == 3
