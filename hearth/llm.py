@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from hearth import llm_draft, llm_lora, llm_vision
+from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_chat import chat_prompt
 from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
@@ -105,6 +105,7 @@ class LLM:
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
             spec.check_context(context_to_run(cfg.max_model_len, run_context(self.gguf, cfg.rope_scaling), quiet=True))
         draft_gguf = llm_draft.draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
+        llm_mtp.check_mtp(spec, self.gguf)  # so does method mtp (no MTP head; the runner's half not built)
         if cfg.lora and encoder_arch(self.gguf.arch):
             raise HearthError(f"--lora: {self.gguf.arch} is an embedding model; LoRA adapters apply to decoder models")
         adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load

@@ -1,0 +1,150 @@
+"""Qwen3.5's MTP head (hearth.models.mtp_head) on a tiny file with the block the converter writes (tests/qwen35_factory.py
+hf_mtp): its logits equal a plain torch reference written from the definition over the checkpoint's mtp.* tensors
+(each broken variant of that reference, concat swapped or a norm dropped, is far off: the comparison sees them);
+drafting with it recursively follows the reference's recursion; a file without the block refuses method mtp with one
+line, and one with it too until the runner drafts with it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from hearth import LLM
+from hearth.backends import select
+from hearth.errors import UnsupportedError
+from hearth.layers.linear import use_linear_policy
+from hearth.loader.gguf_loader import GGUFFile
+from hearth.models.mtp_head import NoMtpLayer, mtp_head
+from hearth.models.registry import load_model
+from tests.models.test_logits_vs_transformers import REL_TOL, prompt, rel_err
+from tests.qwen35_factory import DIMS, hf_mtp, hf_qwen35, write_qwen35_gguf
+
+FAR = 0.05  # a broken reference is at least this far off (measured: hearth.md-style rel_err, 0.2 and more)
+BLOCK = 4
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(transformers' trunk, the mtp.* tensors, path with the MTP block, path without, hearth's exact trunk, head)."""
+    hf, mtp = hf_qwen35(), hf_mtp()
+    d = tmp_path_factory.mktemp("qwen35mtp")
+    path = write_qwen35_gguf(d / "tiny-qwen35-mtp.gguf", hf, mtp=mtp)
+    plain = write_qwen35_gguf(d / "tiny-qwen35.gguf", hf)
+    g = GGUFFile(path)
+    with use_linear_policy(exact=True):
+        model, cfg = load_model(g, select())
+        head = mtp_head(model, g)
+    return hf, mtp, path, plain, model, head
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+    """Qwen3.5's zero-centred RMSNorm (the checkpoint's weight + 1); w None: the norm dropped."""
+    x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + DIMS.rms_eps)
+    return x if w is None else x * (1 + w)
+
+
+def _rope(x: torch.Tensor, positions: torch.Tensor, rot: int = 8) -> torch.Tensor:
+    """Neox rope over each head's first `rot` dims (partial_rotary_factor 0.25; text: every M-RoPE section alike)."""
+    inv = 1.0 / DIMS.rope_theta ** (torch.arange(0, rot, 2, dtype=torch.float32) / rot)
+    ang = positions[:, None].float() * inv  # [T, rot / 2]
+    cos, sin = ang.cos()[:, None], ang.sin()[:, None]
+    a, b, rest = x[..., :rot // 2], x[..., rot // 2:rot], x[..., rot:]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin, rest], dim=-1)
+
+
+def reference(mtp: dict, embed: torch.Tensor, ids: torch.Tensor, h: torch.Tensor, positions: torch.Tensor,
+              broken: str = "") -> tuple[torch.Tensor, torch.Tensor]:
+    """The definition, one sequence: ids [T] (t at p+1), h [T, hidden] (h_p) -> (h_{p+1} [T, hidden], logits [T, vocab]).
+    broken: "swap" (concat hidden first), "enorm" / "hnorm" / "head_norm" (that norm dropped)."""
+    w = {k.removeprefix("mtp.").removesuffix(".weight"): v for k, v in mtp.items()}
+    L, d = "layers.0.", DIMS
+    e = _rms(embed[ids], None if broken == "enorm" else w["pre_fc_norm_embedding"])
+    hn = _rms(h, None if broken == "hnorm" else w["pre_fc_norm_hidden"])
+    x = torch.cat([hn, e] if broken == "swap" else [e, hn], dim=-1) @ w["fc"].T  # [T, hidden]
+    T = len(ids)
+    a = _rms(x, w[L + "input_layernorm"])
+    qg = (a @ w[L + "self_attn.q_proj"].T).view(T, d.heads, 2 * d.head_dim)  # per head [query | gate]
+    q, gate = qg[..., :d.head_dim], qg[..., d.head_dim:].reshape(T, -1)
+    k = (a @ w[L + "self_attn.k_proj"].T).view(T, d.kv_heads, d.head_dim)
+    v = (a @ w[L + "self_attn.v_proj"].T).view(T, d.kv_heads, d.head_dim)
+    q = _rope(_rms(q, w[L + "self_attn.q_norm"]), positions)
+    k = _rope(_rms(k, w[L + "self_attn.k_norm"]), positions)
+    rep = d.heads // d.kv_heads  # head j reads kv head j // rep (transformers' repeat_kv)
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    o = F.scaled_dot_product_attention(q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True)
+    o = o.transpose(0, 1).reshape(T, -1) * gate.sigmoid()
+    x = x + o @ w[L + "self_attn.o_proj"].T
+    m = _rms(x, w[L + "post_attention_layernorm"])
+    x = x + (F.silu(m @ w[L + "mlp.gate_proj"].T) * (m @ w[L + "mlp.up_proj"].T)) @ w[L + "mlp.down_proj"].T
+    out = _rms(x, None if broken == "head_norm" else w["norm"])
+    return out, out @ embed.T  # tied head
+
+
+def run_head(head, ids: list[int], h: torch.Tensor, positions: list[int], kv: torch.Tensor, table: list[int],
+             seq_len: int) -> torch.Tensor:
+    """The head over rows at `positions` of one sequence whose cache holds seq_len positions -> its hidden rows."""
+    slots = [table[p // BLOCK] * BLOCK + p % BLOCK for p in positions]
+    meta = head.backend.metadata([0, len(ids)], [seq_len], [table], slots, BLOCK)
+    with torch.no_grad():
+        return head(torch.tensor(ids), h, torch.tensor(positions), meta, kv)
+
+
+def _inputs(hf, n: int = 12):
+    """ids [n] and the trunk's h rows paired as the head reads them: row j = (t_j, h_{j-1}), row 0's h zeros (as
+    llama.cpp's first pending row), at positions 0..n-1."""
+    ids = torch.tensor(prompt(DIMS.vocab, n=n))
+    with torch.no_grad():
+        trunk = hf.model(ids[None]).last_hidden_state[0]  # [n, hidden], after the final norm (llama.cpp's h_nextn)
+    return ids, torch.cat([torch.zeros(1, DIMS.hidden), trunk[:-1]])
+
+
+def test_the_trunk_leaves_the_mtp_block_out(tiny):
+    _, _, path, _, model, _ = tiny
+    assert model.cfg.num_layers == DIMS.layers and len(model.cfg.recurrent_layers) == DIMS.layers
+    assert GGUFFile(path).arch_get("block_count") == DIMS.layers + 1
+
+
+def test_head_logits_equal_the_definition(tiny):
+    hf, mtp, _, _, _, head = tiny
+    ids, h = _inputs(hf)
+    kv = torch.zeros(2, 8, BLOCK, DIMS.kv_heads, DIMS.head_dim)
+    table = [5, 2, 7]  # scrambled pages
+    ours = head.compute_logits(run_head(head, ids.tolist(), h, list(range(len(ids))), kv, table, len(ids)))
+    embed = hf.model.embed_tokens.weight.detach()
+    ref = reference(mtp, embed, ids, h, torch.arange(len(ids)))[1]
+    assert rel_err(ours, ref) < REL_TOL
+    for broken in ("swap", "enorm", "hnorm", "head_norm"):  # the comparison tells each apart
+        assert rel_err(ours, reference(mtp, embed, ids, h, torch.arange(len(ids)), broken)[1]) > FAR, broken
+
+
+def test_drafting_recursively_on_its_own_hidden_row(tiny):
+    """A prefill of the head's rows, then K drafts each from the last draft's token and the head's own output row
+    (llama.cpp's single-head recursion), one position a step, over its paged K/V: the reference's recursion."""
+    hf, mtp, _, _, _, head = tiny
+    ids, h = _inputs(hf, n=9)
+    kv = torch.zeros(2, 8, BLOCK, DIMS.kv_heads, DIMS.head_dim)
+    table = [3, 6, 1, 4]
+    embed = hf.model.embed_tokens.weight.detach()
+    row, n = run_head(head, ids.tolist(), h, list(range(len(ids))), kv, table, len(ids))[-1:], len(ids)
+    seq_ids, seq_h = ids, h
+    ref_row = reference(mtp, embed, seq_ids, seq_h, torch.arange(n))[0][-1:]
+    for _ in range(3):
+        t = int(head.compute_logits(row).argmax())
+        row = run_head(head, [t], row, [n], kv, table, n + 1)  # [1, hidden]: the next draft's h
+        seq_ids, seq_h = torch.cat([seq_ids, torch.tensor([t])]), torch.cat([seq_h, ref_row])
+        n += 1
+        ref_row = reference(mtp, embed, seq_ids, seq_h, torch.arange(n))[0][-1:]
+        assert rel_err(row, ref_row) < REL_TOL
+
+
+def test_no_mtp_layer_is_one_line(tiny):
+    _, _, _, plain, _, _ = tiny
+    with pytest.raises(NoMtpLayer, match="has no MTP layer.*convert it with.*ngram or suffix, or a draft model"):
+        LLM(str(plain), speculative_config={"method": "mtp", "num_speculative_tokens": 2})
+
+
+def test_mtp_is_refused_until_the_runner_drafts_with_it(tiny):
+    _, _, path, _, _, _ = tiny
+    with pytest.raises(UnsupportedError, match='method "mtp".*does not draft with it yet'):
+        LLM(str(path), speculative_config={"method": "mtp"})
