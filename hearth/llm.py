@@ -105,7 +105,7 @@ class LLM:
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
             spec.check_context(context_to_run(cfg.max_model_len, run_context(self.gguf, cfg.rope_scaling), quiet=True))
         draft_gguf = llm_draft.draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
-        llm_mtp.check_mtp(spec, self.gguf)  # so does method mtp (no MTP head; the runner's half not built)
+        llm_mtp.check_mtp(spec, self.gguf)  # so does method mtp on a file without an MTP head
         if cfg.lora and encoder_arch(self.gguf.arch):
             raise HearthError(f"--lora: {self.gguf.arch} is an embedding model; LoRA adapters apply to decoder models")
         adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load
@@ -183,6 +183,9 @@ class LLM:
                                              cfg.max_num_seqs)
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
+        if (mtp := llm_mtp.mtp_drafter(spec, self.model, self.gguf, mc, num_blocks, cfg.block_size,
+                                       cfg.max_num_batched_tokens)) is not None:
+            self.runner.drafter = mtp
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
                               self.runner.verify_rows)
         policy = None if spec is None else SpeculativeDecoder(

@@ -10,13 +10,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hearth import LLM
+from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.errors import UnsupportedError
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.mtp_head import NoMtpLayer, mtp_head
 from hearth.models.registry import load_model
+from hearth.runner.mtp_drafter import MtpDrafter
 from tests.models.test_logits_vs_transformers import REL_TOL, prompt, rel_err
 from tests.qwen35_factory import DIMS, hf_mtp, hf_qwen35, write_qwen35_gguf
 
@@ -144,7 +145,40 @@ def test_no_mtp_layer_is_one_line(tiny):
         LLM(str(plain), speculative_config={"method": "mtp", "num_speculative_tokens": 2})
 
 
-def test_mtp_is_refused_until_the_runner_drafts_with_it(tiny):
-    _, _, path, _, _, _ = tiny
-    with pytest.raises(UnsupportedError, match='method "mtp".*does not draft with it yet'):
-        LLM(str(path), speculative_config={"method": "mtp"})
+GREEDY = SamplingParams(temperature=0, max_tokens=40, ignore_eos=True)
+MTP = {"method": "mtp", "num_speculative_tokens": 3, "cost_aware": False}
+
+
+@pytest.fixture(scope="module")
+def q8(tmp_path_factory):
+    """The tiny qwen35 with its MTP block, Q8_0 matrices (the native kernels' linears: verify rows as decode rows)."""
+    return write_qwen35_gguf(tmp_path_factory.mktemp("qwen35mtpq8") / "tiny-qwen35-mtp-q8.gguf", hf_qwen35(),
+                             qtype="Q8_0", mtp=hf_mtp())
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    return [prompt(DIMS.vocab, n=n, seed=s) for n, s in ((8, 5), (13, 6))]
+
+
+@pytest.fixture(scope="module")
+def plain(q8, prompts):
+    return _generate(LLM(str(q8), progress=False), prompts)
+
+
+def _generate(llm: LLM, prompts) -> list[list[int]]:
+    return [list(o.outputs[0].token_ids) for o in llm.generate([{"prompt_token_ids": p} for p in prompts], GREEDY)]
+
+
+def _mtp(q8) -> LLM:
+    llm = LLM(str(q8), progress=False, speculative_config=MTP)
+    assert not llm.speculation_off, llm.speculation_off
+    assert isinstance(llm.runner.drafter, MtpDrafter)
+    return llm
+
+
+@pytest.mark.usefixtures("native_speculation")
+def test_mtp_drafts_are_lossless(q8, prompts, plain):
+    llm = _mtp(q8)
+    assert _generate(llm, prompts) == plain
+    assert llm.engine.spec.stats.num_draft_tokens > 0  # the head drafted: the equality is not vacuous
