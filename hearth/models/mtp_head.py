@@ -33,8 +33,16 @@ def mtp_layers(g) -> int:
     return int(g.arch_get("nextn_predict_layers", 0) or 0)
 
 
+MTP_ARCHS = ("qwen35",)
+"""Architectures whose MTP block this head runs (its layer: the trunk's attention_block). qwen35moe's would be the
+same with routed experts, but a MoE model does not speculate (its verify rows are not decode rows)."""
+
+
 def require_mtp(g) -> None:
-    """The file has an MTP block to draft with, else one line saying what to do instead."""
+    """The file has an MTP block this head runs, else one line saying what to do instead."""
+    if mtp_layers(g) and g.arch not in MTP_ARCHS:
+        raise NoMtpLayer(f"{g.path}: drafting with {g.arch}'s MTP layer is not supported (only {', '.join(MTP_ARCHS)}'s"
+                         "): use method ngram or suffix, or a draft model")
     if not mtp_layers(g):
         raise NoMtpLayer(f"{g.path}: {g.arch} has no MTP layer (no {g.arch}.nextn_predict_layers): convert it with "
                          "llama.cpp's convert_hf_to_gguf.py from a checkpoint with its mtp.* tensors (without "

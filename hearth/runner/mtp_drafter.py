@@ -19,6 +19,7 @@ target verifies each)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -79,6 +80,7 @@ class MtpDrafter:
         """so with the slots of each sequence decoding one new token filled with the head's chain (any other
         sequence's slots dropped: its new tokens' h are computed in this very step)."""
         self._last, self.probs, self._rows = {}, {}, {}
+        self.steady, self.caught_up = True, (0, 0.0)
         qs: dict[int, list[torch.Tensor]] = {}
         for s in so.seqs:
             self._state(s)
@@ -112,7 +114,7 @@ class MtpDrafter:
     def _catch_up(self, work: list) -> torch.Tensor:
         """Each sequence's queued pairs and its new token (with the last committed h) through the head, in pieces
         of at most max_rows rows -> [len(work), hidden]: the head's row at each new token."""
-        todo = []
+        todo, t0 = [], time.perf_counter()
         for s in work:
             st = self.states[s.request_id]
             h = st.last_h if st.last_h is not None else torch.zeros(self.hidden)
@@ -120,7 +122,7 @@ class MtpDrafter:
             todo.append((st.valid, pairs, s.block_ids))
             st.valid, st.pairs, st.last_h = s.start_pos + 1, [], None
         last = torch.zeros(len(work), self.hidden)
-        todo = [(i, *t) for i, t in enumerate(todo)]  # (work index, first position, pairs, block table)
+        todo = rows_of = [(i, *t) for i, t in enumerate(todo)]  # (work index, first position, pairs, block table)
         while todo:
             room, piece, at, left = self.max_rows, [], [], []
             for i, pos, pairs, table in todo:
@@ -136,6 +138,10 @@ class MtpDrafter:
                 if i >= 0:
                     last[i] = out[j]
             todo = left
+        # more than a step's catch-up (a prompt, the tokens of a pause): that step's time is not what its rows cost
+        rows = sum(len(pairs) for _, _, pairs, _ in rows_of)
+        self.steady = all(len(pairs) <= s.num_draft_slots + 1 for (_, _, pairs, _), s in zip(rows_of, work))
+        self.caught_up = (0, 0.0) if self.steady else (rows, time.perf_counter() - t0)
         return last
 
     def _forward(self, batch: list[tuple[int, list[int], torch.Tensor, list[int]]]) -> torch.Tensor:
