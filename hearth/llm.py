@@ -149,7 +149,8 @@ class LLM:
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
-        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len, speculating=spec is not None)
+        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len, speculating=spec is not None,
+                                          mtp=spec is not None and spec.method == "mtp")
         # one sequence may hold every block: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
         self.model.fit_context(self.max_model_len)

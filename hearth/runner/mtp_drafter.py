@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from hearth.config import ModelConfig, layer_caches
+from hearth.config import ModelConfig, mtp_cache
 from hearth.kvstore.codecs import CODECS
 from hearth.runner.drafter import DraftModel
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
@@ -46,9 +46,8 @@ class MtpDrafter:
 
     def __init__(self, head, cfg: ModelConfig, num_blocks: int, block_size: int, max_rows: int = 512):
         self.head, self.block_size, self.max_rows, self.hidden = head, block_size, max_rows, cfg.hidden_size
-        attn = next(c for c, r in zip(layer_caches(cfg), cfg.recurrent_layers) if not r)  # the trunk's attention's
         # [2 (k, v), num_blocks, block_size, kv_heads, head_dim]
-        self.kv_cache = head.backend.kv_zeros(attn.shape(num_blocks, block_size), CODECS["f16"].dtype)
+        self.kv_cache = head.backend.kv_zeros(mtp_cache(cfg).shape(num_blocks, block_size), CODECS["f16"].dtype)
         self.states: dict[str, _MtpState] = {}
         self._rows: dict[str, torch.Tensor] = {}
         """request id -> the target's hidden rows [tokens + drafts, hidden] of the step being run."""

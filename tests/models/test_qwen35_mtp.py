@@ -274,3 +274,22 @@ def test_a_prefix_hit_and_sampling_with_mtp_drafts(q8, prompts, plain):
             for _ in range(2)]
     assert runs[0] == runs[1]
     assert llm.engine.spec.stats.num_draft_tokens > 0
+
+
+@pytest.mark.usefixtures("native_speculation")
+def test_the_heads_kv_takes_its_share_of_the_kv_bound(q8):
+    """Each block holds the head's K/V beside the target's: kv_cache_memory_gb buys fewer blocks than with ngram, by
+    exactly one f16 attention layer's bytes a block."""
+    from hearth.config import layer_caches, mtp_cache, recurrent_state_bytes
+    from hearth.kvstore.codecs import CODECS, cache_block_bytes
+
+    kw = {"kv_cache_memory_gb": 0.6 / 1024, "max_num_seqs": 4}
+    blocks = lambda llm: llm.engine.scheduler.kv.pool.num_blocks  # noqa: E731
+    ngram = LLM(str(q8), progress=False, speculative_config={"method": "ngram"}, **kw)
+    mtp = LLM(str(q8), progress=False, speculative_config=MTP, **kw)
+    bs, mc = ngram.config.block_size, ngram.model_config
+    target = cache_block_bytes(CODECS["f16"], layer_caches(mc), bs)
+    head = cache_block_bytes(CODECS["f16"], [mtp_cache(mc)], bs)
+    state = recurrent_state_bytes(mc)
+    left = int(0.6 * 2**20) - 4 * 2 * state - 8 * state  # each sequence's slot and copy, the 8 snapshots
+    assert (blocks(ngram), blocks(mtp)) == (left // target, left // (target + head))
