@@ -293,3 +293,15 @@ def test_the_heads_kv_takes_its_share_of_the_kv_bound(q8):
     state = recurrent_state_bytes(mc)
     left = int(0.6 * 2**20) - 4 * 2 * state - 8 * state  # each sequence's slot and copy, the 8 snapshots
     assert (blocks(ngram), blocks(mtp)) == (left // target, left // (target + head))
+
+
+@pytest.mark.usefixtures("native_speculation")
+def test_mtp_drafts_beside_prefill_chunks_are_lossless(q8):
+    """A long prompt prefilled in chunks while a short one decodes with drafts: steps mixing prefill rows and verify
+    rows (the trunk's last layer then runs every row, for the head's hidden states) give plain greedy's text."""
+    prompts = [prompt(DIMS.vocab, n=6, seed=7), prompt(DIMS.vocab, n=120, seed=8)]
+    kw = {"max_num_batched_tokens": 16, "progress": False}
+    plain = _generate(LLM(str(q8), **kw), prompts)
+    llm = LLM(str(q8), speculative_config=MTP, **kw)
+    assert _generate(llm, prompts) == plain
+    assert llm.engine.spec.stats.num_draft_tokens > 0
