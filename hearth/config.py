@@ -244,6 +244,11 @@ def layer_caches(cfg: ModelConfig) -> tuple[LayerCache, ...]:
     return tuple(one(i) for i in range(cfg.num_layers))
 
 
+def mtp_cache(cfg: ModelConfig) -> LayerCache:
+    """The MTP head's attention layer's K/V (hearth.runner.mtp_drafter): a trunk attention layer's shape."""
+    return LayerCache(2, cfg.num_kv_heads, cfg.head_dim)
+
+
 def is_sliding(cfg: ModelConfig, i: int) -> bool:
     return bool(cfg.sliding_window_pattern) and cfg.sliding_window_pattern[i]
 

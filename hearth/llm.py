@@ -13,7 +13,7 @@ from dataclasses import fields, replace
 
 import torch
 
-from hearth import llm_draft, llm_lora, llm_vision
+from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_chat import chat_prompt
 from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
@@ -105,6 +105,7 @@ class LLM:
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
             spec.check_context(context_to_run(cfg.max_model_len, run_context(self.gguf, cfg.rope_scaling), quiet=True))
         draft_gguf = llm_draft.draft_gguf(spec, self.tokenizer)  # a draft with another vocabulary fails here
+        llm_mtp.check_mtp(spec, self.gguf)  # so does method mtp on a file without an MTP head
         if cfg.lora and encoder_arch(self.gguf.arch):
             raise HearthError(f"--lora: {self.gguf.arch} is an embedding model; LoRA adapters apply to decoder models")
         adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load
@@ -148,7 +149,8 @@ class LLM:
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)
         self.config = cfg = replace(cfg, block_size=codec.block_size(cfg.block_size))  # KVarN: its tile
         codec.check(cfg.block_size, mc.head_dim)  # q8_0 on a head_dim under 32: no block fits, 0 bytes
-        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len, speculating=spec is not None)
+        num_blocks, snapshots = pool_size(cfg, mc, codec, draft, self.max_model_len, speculating=spec is not None,
+                                          mtp=spec is not None and spec.method == "mtp")
         # one sequence may hold every block: a longer context would never be admitted
         self.max_model_len = context_in_cache(self.max_model_len, num_blocks * cfg.block_size)
         self.model.fit_context(self.max_model_len)
@@ -182,6 +184,9 @@ class LLM:
                                              cfg.max_num_seqs)
             if spec.tree_budget and not codec.quantized:  # a quantized cache verifies chains (Scheduler.set_drafts)
                 self.runner.drafter.tree_depth = spec.num_speculative_tokens
+        if (mtp := llm_mtp.mtp_drafter(spec, self.model, self.gguf, mc, num_blocks, cfg.block_size,
+                                       cfg.max_num_batched_tokens)) is not None:
+            self.runner.drafter = mtp
         scheduler = Scheduler(kv, cfg.max_num_seqs, cfg.max_num_batched_tokens, regimes or (),
                               self.runner.verify_rows)
         policy = None if spec is None else SpeculativeDecoder(

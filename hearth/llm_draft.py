@@ -26,7 +26,7 @@ log = logging.getLogger("hearth")
 
 def step_cost(spec: SpeculativeConfig, passes: tuple[int, int, int]) -> StepCost:
     """A draft token's cost, measured on this engine's steps from a prior for the method."""
-    if spec.method == "draft":
+    if spec.method in ("draft", "mtp"):  # a forward per draft token, as a draft model's
         return StepCost(POLICY.draft_model_token_cost, catch_up_prior=POLICY.draft_catch_up_cost, passes=passes)
     return StepCost(POLICY.draft_token_cost, passes=passes)
 

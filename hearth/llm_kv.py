@@ -6,19 +6,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hearth.config import EngineConfig, ModelConfig, layer_caches, recurrent_state_bytes
+from hearth.config import EngineConfig, ModelConfig, layer_caches, mtp_cache, recurrent_state_bytes
 from hearth.kvstore.codecs import cache_block_bytes, cache_staging_bytes, get_codec
 from hearth.loader.fingerprint import model_fingerprint
 from hearth.memory.kv_cache import pool_blocks
 
 
 def pool_size(cfg: EngineConfig, mc: ModelConfig, codec, draft, max_model_len: int,
-              speculating: bool = False) -> tuple[int, int]:
+              speculating: bool = False, mtp: bool = False) -> tuple[int, int]:
     """(num_blocks, state snapshots) for cfg's budget. draft: the draft model (module, its ModelConfig) or None;
-    speculating: drafts are verified (any method)."""
+    speculating: drafts are verified (any method); mtp: the model's MTP head drafts (hearth.runner.mtp_drafter)."""
     block_bytes = cache_block_bytes(codec, layer_caches(mc), cfg.block_size)  # refuses what it cannot hold
     if draft is not None:  # the draft's K/V sits under the same block ids: each block costs both
         block_bytes += cache_block_bytes(get_codec("f16"), layer_caches(draft[1]), cfg.block_size)
+    if mtp:  # so does the MTP head's one attention layer (f16, as a draft's)
+        block_bytes += cache_block_bytes(get_codec("f16"), [mtp_cache(mc)], cfg.block_size)
     # per sequence beside the blocks: a quantized format's staging, a recurrent model's state slot (and with
     # drafts its copy before a verify step: hearth.layers.delta_log), a recurrent draft's state and its copy
     # (hearth.runner.draft_states)

@@ -11,6 +11,11 @@ _LinearAttentionVReorderBase + Qwen3NextModel (+ conversion/base.py's TextModel.
   in_proj_a/b, A_log, dt_bias, conv1d's v channels and out_proj's columns;
 - names: gguf-py's tensor map for MODEL_ARCH.QWEN35 (in_proj_qkv -> attn_qkv, in_proj_z -> attn_gate,
   in_proj_b -> ssm_beta, in_proj_a -> ssm_alpha, post_attention_layernorm -> post_attention_norm, ...).
+With `mtp` (hf_mtp: transformers' model drops a checkpoint's mtp.* tensors, so they are made here), the multi-token-
+prediction block as _QwenMtpMixin writes it: block_count + 1, nextn_predict_layers 1, recurrent_layers + [False],
+mtp.fc -> blk.{n}.nextn.eh_proj, pre_fc_norm_embedding -> nextn.enorm, pre_fc_norm_hidden -> nextn.hnorm,
+norm -> nextn.shared_head_norm (each + 1, as every `*norm.weight`), mtp.layers.0.* -> blk.{n}.* (a full-attention
+layer's names).
 The MoE variant (Qwen3_5MoeForCausalLM, `qwen35moe`; Qwen3_5MoeTextModel, + Qwen2MoeModel's): expert_count,
 expert_used_count, expert_feed_forward_length, expert_shared_feed_forward_length and no feed_forward_length; the
 experts' gate_up_proj [E, 2 ffn, hidden] split into ffn_gate_exps and ffn_up_exps, down_proj -> ffn_down_exps,
@@ -93,6 +98,42 @@ def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN, moe: Experts
     return model
 
 
+MTP_NAMES = {"fc": "eh_proj", "pre_fc_norm_embedding": "enorm", "pre_fc_norm_hidden": "hnorm",
+             "norm": "shared_head.norm"}
+"""_QwenMtpMixin.filter_tensors' remapper: mtp.{key}.weight -> model.layers.{n}.{value}.weight."""
+
+
+def hf_mtp(seed: int = 1, d: TinyDims = DIMS) -> dict[str, torch.Tensor]:
+    """A checkpoint's mtp.* tensors (Qwen3_5 MTP: fc [hidden, 2 hidden] over [embedding | hidden], its three norms
+    zero-centred, one full-attention layer whose q_proj emits per head [query | gate]), random as hf_qwen35's."""
+    h, q, kv = d.hidden, d.heads * d.head_dim, d.kv_heads * d.head_dim
+    shapes = {"fc": (h, 2 * h), "pre_fc_norm_embedding": (h,), "pre_fc_norm_hidden": (h,), "norm": (h,),
+              "layers.0.input_layernorm": (h,), "layers.0.post_attention_layernorm": (h,),
+              "layers.0.self_attn.q_proj": (2 * q, h), "layers.0.self_attn.k_proj": (kv, h),
+              "layers.0.self_attn.v_proj": (kv, h), "layers.0.self_attn.o_proj": (h, q),
+              "layers.0.self_attn.q_norm": (d.head_dim,), "layers.0.self_attn.k_norm": (d.head_dim,),
+              "layers.0.mlp.gate_proj": (d.ffn, h), "layers.0.mlp.up_proj": (d.ffn, h),
+              "layers.0.mlp.down_proj": (h, d.ffn)}
+    g = torch.Generator().manual_seed(seed)
+    return {f"mtp.{k}.weight": 0.2 * torch.randn(s, generator=g) if len(s) == 1
+            else torch.randn(s, generator=g) / s[-1] ** 0.5 for k, s in shapes.items()}
+
+
+def _mtp_named(mtp: dict[str, torch.Tensor], n: int):
+    """(model.layers.{n}.* name, tensor): _QwenMtpMixin.filter_tensors' renaming."""
+    for name, t in mtp.items():
+        key = name.removeprefix("mtp.").removesuffix(".weight")
+        key = key.removeprefix("layers.0.") if key.startswith("layers.0.") else MTP_NAMES[key]
+        yield f"model.layers.{n}.{key}.weight", t
+
+
+def _nextn_name(base: str, n: int) -> str | None:
+    """gguf-py's constants.py name of an MTP-only tensor (blk.{n}.nextn.*): the tensor map of the gguf-py installed
+    here lists none of them for QWEN35 (llama.cpp's newer one does)."""
+    key = base.removeprefix(f"model.layers.{n}.")
+    return f"blk.{n}.nextn.{key.replace('.', '_')}" if key in MTP_NAMES.values() else None
+
+
 def _tiled(t: torch.Tensor, dim: int, lin: Linear, head_dim: int) -> torch.Tensor:
     """_LinearAttentionVReorderBase._reorder_v_heads: value heads grouped by key head -> tiled."""
     shape = list(t.shape)
@@ -139,14 +180,19 @@ def _split_experts(state: dict):
 
 
 def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: Linear = LIN,
-                      moe: Experts | None = None, chat_template: str | None = None) -> Path:
-    """chat_template: tokenizer.chat_template (none by default, as a base model's file)."""
+                      moe: Experts | None = None, chat_template: str | None = None,
+                      mtp: dict[str, torch.Tensor] | None = None) -> Path:
+    """chat_template: tokenizer.chat_template (none by default, as a base model's file); mtp: hf_mtp's tensors,
+    written as the converter writes the MTP block (none by default)."""
+    blocks = d.layers + (1 if mtp else 0)
     arch = "qwen35moe" if moe else "qwen35"
     w = gguf.GGUFWriter(str(path), arch)
     w.add_name(f"tiny-{arch}")
     w.add_context_length(d.context)
     w.add_embedding_length(d.hidden)
-    w.add_block_count(d.layers)
+    w.add_block_count(blocks)
+    if mtp:
+        w.add_nextn_predict_layers(1)
     if moe:
         w.add_expert_count(moe.count)
         w.add_expert_used_count(moe.used)
@@ -167,22 +213,24 @@ def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: 
     w.add_ssm_group_count(lin.k_heads)
     w.add_ssm_time_step_rank(lin.v_heads)
     w.add_ssm_inner_size(lin.v_dim * lin.v_heads)
-    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in LAYER_TYPES])
+    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in LAYER_TYPES]
+                + [False] * (blocks - d.layers))
     w.add_full_attention_interval(4)
     w.add_rope_dimension_count(int(d.head_dim * 0.25))
     w.add_file_type(0)
     _write_tokenizer(w, d)
     if chat_template is not None:
         w.add_chat_template(chat_template)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35MOE if moe else gguf.MODEL_ARCH.QWEN35, d.layers)
-    for name, t in _split_experts(model.state_dict()):
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35MOE if moe else gguf.MODEL_ARCH.QWEN35, blocks)
+    tensors = [*_split_experts(model.state_dict()), *_mtp_named(mtp or {}, d.layers)]
+    for name, t in tensors:
         if name == "lm_head.weight":
             continue  # tied
         t = _converted(name, t.detach().float(), lin)
         base, suffix = (name[:-len(".weight")], ".weight") if name.endswith(".weight") else (name, "")
         if name.endswith(".dt_bias"):  # Qwen3NextModel: renamed to dt_proj.bias, which maps to ssm_dt.bias
             base, suffix = name.removesuffix(".dt_bias") + ".dt_proj", ".bias"
-        mapped = names.get_name(base)
+        mapped = _nextn_name(base, d.layers) or names.get_name(base)
         assert mapped is not None, name
         kind = "F32" if t.ndim == 1 or "conv1d" in name else qtype  # llama-quantize keeps ssm_conv1d (and routers)
         _add_tensor(w, mapped + suffix, t.numpy(), MATRIX_TYPES[kind])

@@ -22,6 +22,11 @@ ENTRY_FIELD = "a table of speculative_config keys (as --speculative-config), or 
 """What a models-file entry's speculative_config must be."""
 
 
+SPEC_TYPES = {"draft-simple": "draft", "draft-mtp": "mtp", "ngram-simple": "ngram"}
+"""llama-server's --spec-type values (common/speculative.cpp) hearth runs, as speculative_config methods: its
+draft model (with -md), the model's own MTP head, n-gram prompt lookup."""
+
+
 def entry_config(value, where: str, base: Path) -> dict | bool:
     """A models-file entry's speculative_config, validated as the flag's is (one line naming the entry):
     the record's keys as a dict, or False; a relative draft .gguf path is the models file's."""
@@ -66,6 +71,9 @@ def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
                       default=None, metavar="N", action=Spelled,
                       help="llama-server's spellings: up to N draft tokens per step (num_speculative_tokens): the "
                            "draft model's K with -md, else n-gram prompt lookup's")
+    spec.add_argument("--spec-type", default=None, choices=sorted(SPEC_TYPES), action=Spelled,
+                      help="llama-server's spelling of the method: draft-mtp drafts with the model's own MTP head "
+                           "(method mtp), draft-simple with -md's draft model, ngram-simple by prompt lookup")
     spec.add_argument("--model-draft", "-md", default=None, metavar="PATH", action=Spelled,
                       help="llama-server's spelling: speculative decoding with this draft model (a catalog "
                            "name or .gguf; sets method draft and model). With several models, those whose "
@@ -89,6 +97,12 @@ def speculative_config(args: argparse.Namespace) -> dict | None:
         over["num_speculative_tokens"] = args.spec_draft_n_max
     if getattr(args, "model_draft", None):
         over.update(method="draft", model=args.model_draft)
+    if getattr(args, "spec_type", None):
+        method = SPEC_TYPES[args.spec_type]
+        if over.get("method", method) != method:
+            raise HearthError(f"--spec-type {args.spec_type} runs method {method} but "
+                              f"{spelled(args, 'model_draft', '--model-draft')} runs method draft: give one of them")
+        over["method"] = method
     if not over:
         return None if spec is None else _as_dict(spec)
     if spec is not None:
@@ -101,6 +115,9 @@ def _flags_agree(spec, given: dict, over: dict, args: argparse.Namespace) -> Non
     """The keys -md and --spec-draft-n-max set are the config's own where it gives them (the same
     draft model under another name too); each flag named as typed."""
     md = spelled(args, "model_draft", "--model-draft")
+    if getattr(args, "spec_type", None) and over["method"] != spec.method:
+        raise HearthError(f"--spec-type {args.spec_type} runs method {over['method']!r} but --speculative-config "
+                          f"gives method {spec.method!r}: give one of them")
     if "model" in over and spec.method != "draft":
         raise HearthError(f"{md} runs method draft but --speculative-config gives method "
                           f"{spec.method!r}: give one of them")

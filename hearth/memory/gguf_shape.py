@@ -33,7 +33,7 @@ def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape
     return ModelShape(
         name=str(g.get("general.name", g.path.name)),
         arch=g.arch,
-        num_layers=layers - _mtp_layers(g),  # the multi-token-prediction layers never run: no K/V, no compute
+        num_layers=layers - _mtp_layers(g),  # the multi-token-prediction layers: only method mtp runs one (llm_kv)
         hidden_size=hidden,
         num_heads=heads,
         kv_heads=kv_heads,

@@ -59,6 +59,10 @@ class Qwen35ForCausalLM(CausalLM):
     def block(self, cfg, g, i, backend, factors):
         if cfg.recurrent_layers[i]:
             return DeltaNetLayer(cfg, self.spec, g, i, backend, self.moe_block)
+        return self.attention_block(cfg, g, i, backend, factors)
+
+    def attention_block(self, cfg, g, i, backend, factors) -> GatedAttentionLayer:
+        """Layer i as a gated attention layer (the MTP block's too: hearth.models.mtp_head)."""
         return GatedAttentionLayer(cfg, self.spec, g, i, backend, factors, self.moe_block)
 
     @classmethod
@@ -68,7 +72,7 @@ class Qwen35ForCausalLM(CausalLM):
         cfg = base_config(g, rope_layout="interleaved", **dense)
         cfg.rope_sections = mrope_sections(g, cfg)
         # multi-token-prediction blocks follow the trunk's (llama.cpp's n_layer_nextn): not run, as llama.cpp's
-        # main pass runs none of them
+        # main pass runs none of them (the MTP proposer builds its head: hearth.models.mtp_head)
         n_all = cfg.num_layers
         n = cfg.num_layers = n_all - int(g.arch_get("nextn_predict_layers", 0) or 0)
         stated = g.arch_get("attention.recurrent_layers")

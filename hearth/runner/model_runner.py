@@ -232,7 +232,11 @@ class ModelRunner:
         with self.backend.batch_invariant(self.verify_rows if lift else 0):
             out_rows = with_prompt_rows(rows, targets, pooling)
             # [len(out_rows), hidden]; embeds: image rows over their placeholders' embeddings
-            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=out_rows, **embeds)
+            keep = getattr(self.drafter, "wants_hidden", False)  # the MTP head reads every row's (runner.mtp_drafter)
+            hidden = self.model(ids, positions, meta, self.kv_caches, out_rows=None if keep else out_rows, **embeds)
+            if keep:
+                self.drafter.see_hidden(so.seqs, hidden, meta.query_start_loc)
+                hidden = hidden[out_rows]  # [len(out_rows), hidden]
             pooled = pooled_sums(hidden, out_rows, pooling, so.seqs, getattr(self.model, "rank_head", None))
             prompt, ranks, hidden = score_prompts(hidden, out_rows, rows, targets, so.seqs,
                                                   lambda h: self._logits(h, None))

@@ -43,7 +43,8 @@ class SpeculativeConfig:
     method: str = "ngram"
     """Proposer: ngram (prompt lookup over the request's prompt and output), suffix (a suffix cache
     over the request's text and the requests finished before) or draft (a small model with the
-    target's vocabulary, `model`; vLLM's name draft_model too). Parsed from JSON, as vLLM reads it: unset
+    target's vocabulary, `model`; vLLM's name draft_model too) or mtp (the target's own multi-token-prediction
+    head: Qwen3.5's; hearth.spec_decode.mtp). Parsed from JSON, as vLLM reads it: unset
     with a `model` is draft, unset without one an error (the default here serves code that builds the record)."""
     model: str = ""
     """The draft model of method draft: a catalog name or a .gguf path."""

@@ -61,4 +61,4 @@ class Proposer:
         """The request finished: drop whatever was kept for it."""
 
 
-from hearth.spec_decode import draft_slots, ngram, suffix  # noqa: E402,F401  (registers the built-in proposers)
+from hearth.spec_decode import draft_slots, mtp, ngram, suffix  # noqa: E402,F401  (registers the built-in proposers)

@@ -4,10 +4,13 @@ field, in LLM(...)), before any weights load."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hearth.cli import command_parser, main
 from hearth.commands.serve_speculation import speculative_config
+from hearth.errors import HearthError
 from tests.gguf_factory import write_tiny_gguf
 from tests.test_bad_input import assert_one_line_error, run_cli
 
@@ -174,3 +177,27 @@ def test_run_verbose_says_why_the_policy_paused_drafting():
     spec = SimpleNamespace(stats=SpecDecodeStats(num_draft_tokens=4, num_accepted_tokens=2, num_paused_failing=1,
                                                  num_paused_not_paying=2))
     assert _speculation_text(before, spec, 5) == "; speculation: 4 drafted, 2 accepted (50%), acceptance length 1.67"
+
+
+@pytest.mark.parametrize("argv, method", [
+    (["--spec-type", "draft-mtp"], "mtp"),
+    (["--spec-type", "draft-mtp", "--draft-max", "3"], "mtp"),
+    (["--spec-type", "ngram-simple"], "ngram"),
+    (["--spec-type", "draft-simple", "-md", "d.gguf"], "draft"),
+    (["--spec-type", "draft-mtp", "--speculative-config", '{"method": "mtp"}'], "mtp"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_llama_servers_spec_type_names_the_method(argv, method):
+    for name in ("run", "serve"):
+        args = command_parser(name).parse_intermixed_args(["m.gguf", *(["hi"] if name == "run" else []), *argv])
+        assert speculative_config(args)["method"] == method
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--spec-type", "draft-mtp", "-md", "d.gguf"], "--spec-type draft-mtp runs method mtp but -md runs method draft"),
+    (["--spec-type", "draft-mtp", "--speculative-config", '{"method": "suffix"}'],
+     "--spec-type draft-mtp runs method 'mtp' but --speculative-config gives method 'suffix'"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_a_spec_type_another_flag_contradicts_is_one_line(argv, says):
+    args = command_parser("serve").parse_intermixed_args(["m.gguf", *argv])
+    with pytest.raises(HearthError, match=re.escape(says)):
+        speculative_config(args)
