@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from hearth.backends.base import TORCH_CONV_OPS, TORCH_OPS, Backend, ConvOps, LayerOps
+from hearth.backends.cpu_delta_net import delta_mix_native
 from hearth.backends.cpu_experts import NativeExperts
 from hearth.backends.cpu_full_attention import full_attention_native
 from hearth.backends.cpu_linear import native_linear, native_part
@@ -292,6 +293,10 @@ class CpuBackend(Backend):
         ops = ConvOps()
         ops.invariant_rows = False
         return ops
+
+    def delta_mixer(self, layer):
+        """One native call (hearth.backends.cpu_delta_net) where the library has it; else torch's."""
+        return delta_mix_native if native.has("delta_net") else super().delta_mixer(layer)
 
     def stack(self, layers):
         if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):

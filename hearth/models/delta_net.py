@@ -9,12 +9,9 @@ _LinearAttentionVReorderBase): value head j reads key head j % k_heads, so q and
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import ModelConfig
-from hearth.layers.delta_rule import causal_conv, causal_conv_rows, gated_delta_rule, l2_normed
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.arch_spec import ArchSpec
@@ -45,29 +42,14 @@ class DeltaNetLayer(nn.Module):
         self.attn_norm.out_dtype, self.ffn_norm.out_dtype = self.in_proj.in_dtype, self.mlp.in_dtype
         self.post_ffn_norm = None
         self.ops = backend.conv_ops(self)  # in_proj, out_proj and the MLP, as a short-conv layer's
+        self.mix = backend.delta_mixer(self)  # conv .. gated norm: hearth.layers.delta_mixer's, or a native twin
 
     def forward(self, x, positions, meta, cache, out_rows: list[int] | None = None):
         """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows (every row
         moves its sequence's state). cache: unused (LayerCache of 0 parts): the state is meta.recurrent's."""
-        T, r, ops = x.shape[0], self.shape, self.ops.for_rows(x.shape[0])
+        ops = self.ops.for_rows(x.shape[0])
         qkv, z, beta, alpha = ops.conv_in(self, x).split(self.splits, dim=-1)
-        step = meta.recurrent
-        windows, states = step.layer(self.index)
-        qsl = meta.query_start_loc
-        if meta.is_decode:  # [T, channels]
-            mixed = causal_conv_rows(qkv, windows, step.slots, self.conv_w)
-        else:
-            mixed = torch.cat([causal_conv(qkv[a:b], windows[s], self.conv_w)
-                               for a, b, s in zip(qsl, qsl[1:], step.slots)])
-        kd = r.k_heads * r.k_dim
-        q, k, v = mixed.split([kd, kd, r.v_heads * r.v_dim], dim=-1)
-        rep = r.v_heads // r.k_heads  # tiled: value head j reads key head j % k_heads
-        q = l2_normed(q.view(T, r.k_heads, r.k_dim), self.eps).repeat(1, rep, 1) * r.k_dim ** -0.5
-        k = l2_normed(k.view(T, r.k_heads, r.k_dim), self.eps).repeat(1, rep, 1)
-        decay = self.a * F.softplus(alpha + self.dt)  # [T, v_heads], log of the state's decay
-        y = gated_delta_rule(q, k, v.reshape(T, r.v_heads, r.v_dim), decay, beta.sigmoid(), states, qsl, step.slots)
-        y = self.head_norm(y) * F.silu(z.view(T, r.v_heads, r.v_dim))  # [T, v_heads, v_dim]
-        y = y.reshape(T, -1)
+        y = self.mix(self, qkv, z, beta, alpha, meta)  # [T, v_heads * v_dim]
         if out_rows is not None:
             if not out_rows:
                 return x[:0]

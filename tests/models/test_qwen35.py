@@ -16,6 +16,7 @@ from hearth import LLM, SamplingParams
 from hearth.backends import select
 from hearth.config import layer_caches
 from hearth.kvstore.recurrent import RecurrentStates, StepStates
+from hearth.layers.delta_mixer import delta_mix_torch
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
@@ -100,11 +101,15 @@ def test_decode_token_by_token_equals_transformers_with_its_cache(tiny):
 
 
 def test_the_value_heads_follow_the_converters_tiled_order(tiny, monkeypatch):
-    """Value head j reads key head j % k_heads (the converter's reorder): grouped order (repeat_interleave) is off."""
+    """Value head j reads key head j % k_heads (the converter's reorder): grouped order (repeat_interleave) is off.
+    On torch's mixer (the native one's order: tests/kernels/test_native_delta_net.py, against it)."""
     hf, _, model, cfg = tiny
     ids = prompt(cfg.vocab_size, n=12)
     with torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0]
+    for layer in model.layers:
+        if hasattr(layer, "mix"):
+            monkeypatch.setattr(layer, "mix", delta_mix_torch)
     monkeypatch.setattr(torch.Tensor, "repeat", lambda t, *s: t.repeat_interleave(s[1], dim=1))
     assert rel_err(Driver(model, cfg).step({"a": ids})["a"], ref) > FAR
 
