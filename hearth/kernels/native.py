@@ -612,17 +612,19 @@ def kv_encode(quantizer, x: torch.Tensor) -> dict | None:
 
 def delta_net(qkv: torch.Tensor, z: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, qsl: torch.Tensor,
               slots: torch.Tensor, windows: torch.Tensor, states: torch.Tensor, conv_w: torch.Tensor, a: torch.Tensor,
-              dt: torch.Tensor, norm_w: torch.Tensor, eps: float, k_heads: int) -> torch.Tensor:
+              dt: torch.Tensor, norm_w: torch.Tensor, eps: float, k_heads: int, so: ctypes.CDLL | None = None
+              ) -> torch.Tensor:
     """The Gated DeltaNet mixer (csrc/delta_net.h): qkv [T, C], z [T, v_heads * v_dim], beta, alpha [T, v_heads]
     f32, unit stride, one row stride (columns of in_proj's output); qsl int64 [S + 1], slots int64 [S]; windows
     [slots, C, K - 1] and states [slots, v_heads, k_dim, v_dim] f32 contiguous (updated in place); conv_w [C, K],
-    a, dt [v_heads], norm_w [v_dim] f32 contiguous -> f32 [T, v_heads * v_dim]."""
+    a, dt [v_heads], norm_w [v_dim] f32 contiguous -> f32 [T, v_heads * v_dim]. so: another tier's library
+    (open_tier), else the selected one's."""
     _, v_heads, k_dim, v_dim = states.shape
     ld = qkv.stride(0)
     assert all(t.dtype == torch.float32 and t.stride(-1) == 1 and t.stride(0) == ld for t in (qkv, z, beta, alpha))
     assert windows.is_contiguous() and states.is_contiguous() and qsl.dtype == slots.dtype == torch.int64
     out = torch.empty(qkv.shape[0], v_heads * v_dim)
-    rc = lib().hk_delta_net(qkv.data_ptr(), z.data_ptr(), beta.data_ptr(), alpha.data_ptr(), ld, slots.shape[0],
+    rc = (so or lib()).hk_delta_net(qkv.data_ptr(), z.data_ptr(), beta.data_ptr(), alpha.data_ptr(), ld, slots.shape[0],
                             qsl.data_ptr(), slots.data_ptr(), windows.data_ptr(), states.data_ptr(), conv_w.data_ptr(),
                             a.data_ptr(), dt.data_ptr(), norm_w.data_ptr(), eps, k_heads, v_heads, k_dim, v_dim,
                             conv_w.shape[1], out.data_ptr(), out.stride(0))

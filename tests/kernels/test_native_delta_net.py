@@ -12,7 +12,7 @@ import torch
 
 from hearth.backends.cpu_delta_net import delta_mix_native
 from hearth.config import RecurrentShape
-from hearth.kernels import native
+from hearth.kernels import native, tiers
 from hearth.kvstore.recurrent import StepStates
 from hearth.layers.delta_mixer import delta_mix_torch
 from hearth.layers.norm import RMSNorm
@@ -108,3 +108,25 @@ def test_the_cpu_backend_takes_the_native_mixer_and_torchs_stays_the_twin():
 
     assert select("cpu").delta_mixer(None) is delta_mix_native
     assert Backend().delta_mixer(None) is delta_mix_torch
+
+
+@pytest.mark.parametrize("tier", [t for t in ("avx512", "avx2", "neon") if tiers.why_not(t) is None])
+def test_every_tier_the_machine_runs_equals_torch(tier):
+    """Each tier's library compiles delta_net.h with its own flags (its own vector width): each is checked."""
+    so = native.open_tier(tier)
+
+    def mix(layer, qkv, z, beta, alpha, meta):
+        step = meta.recurrent
+        windows, states = step.layer(layer.index)
+        return native.delta_net(qkv, z, beta, alpha, torch.tensor(meta.query_start_loc), torch.tensor(step.slots),
+                                windows, states, layer.conv_w, layer.a, layer.dt, layer.head_norm.weight, layer.eps,
+                                layer.shape.k_heads, so=so)
+
+    g = torch.Generator().manual_seed(3)
+    r, layer = SHAPE, _layer(SHAPE, g)
+    lens, slots = [20, 1], [2, 0]
+    proj = torch.randn(sum(lens), r.conv_channels + r.v_heads * r.v_dim + 2 * r.v_heads, generator=g)
+    conv, delta = torch.randn(3, r.conv_channels, r.conv_kernel - 1), torch.randn(3, r.v_heads, r.k_dim, r.v_dim)
+    y0, c0, d0 = _run(delta_mix_torch, layer, proj, lens, slots, conv, delta)
+    y1, c1, d1 = _run(mix, layer, proj, lens, slots, conv, delta)
+    assert _rel(y1, y0) < TOL and torch.equal(c1, c0) and _rel(d1, d0) < TOL
