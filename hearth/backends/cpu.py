@@ -118,10 +118,11 @@ class NativeLayerOps(LayerOps):
 class NativeLayerParts(NativeLayerOps):
     """NativeLayerOps' steps without the whole-layer call or the stack: for a layer whose forward does more
     between them than the fused C++ layer implements (gemma4's V norm and per-layer input, hearth.models.
-    gemma4_layer), which it runs in torch around these native steps (every one of them row-invariant)."""
+    gemma4_layer; qwen35's output gate, hearth.models.qwen35.GatedAttentionLayer), which it runs in torch around
+    these native steps (every one of them row-invariant)."""
 
     NAME = "the native layer's steps"
-    IMPLEMENTS = {**NativeLayerOps.IMPLEMENTS, "v_norm": None, "per_layer_input": None}
+    IMPLEMENTS = {**NativeLayerOps.IMPLEMENTS, "v_norm": None, "per_layer_input": None, "attn_output_gate": None}
 
     def __init__(self, layer, spec: ArchSpec):
         self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o, gate_up, down

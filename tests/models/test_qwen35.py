@@ -14,6 +14,7 @@ import torch
 
 from hearth import LLM, SamplingParams
 from hearth.backends import select
+from hearth.backends.cpu_delta_net import delta_mix_native
 from hearth.config import layer_caches
 from hearth.kvstore.recurrent import RecurrentStates, StepStates
 from hearth.layers.delta_mixer import delta_mix_torch
@@ -291,9 +292,11 @@ def test_a_q8_0_file_runs_on_the_backends_fast_paths(q8_path):
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
     llm = LLM(str(q8_path), progress=False, max_num_batched_tokens=8)
     if native.has("fused_ops"):  # DeltaNet layers on the short conv's native ops (all their linears Q8_0, as
-        # llama-quantize leaves them); gated attention op by op over native linears
+        # llama-quantize leaves them); gated attention on the native layer's steps, the gate between them
         assert [type(layer.ops).__name__ for layer in llm.model.layers] == ["NativeConvOps"] * 3 + [
-            "LayerOps", "NativeConvOps", "LayerOps"]
+            "NativeLayerParts", "NativeConvOps", "NativeLayerParts"]
+    if native.has("delta_net"):  # their mixer one native call (csrc/delta_net.h)
+        assert {layer.mix for layer in llm.model.layers if hasattr(layer, "mix")} == {delta_mix_native}
     outs = llm.generate([{"prompt_token_ids": ids[:5]}, {"prompt_token_ids": ids}], params)
     assert [len(o.outputs[0].token_ids) for o in outs] == [12, 12]
     assert all(abs(lp[t]) < float("inf") for o in outs for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids))
