@@ -3,7 +3,9 @@ q | k | v = in_proj(norm(h)), a causal conv over those channels then silu; q and
 gated delta rule with decay ssm_a * softplus(alpha + dt) and write strength sigmoid(beta); each head's output
 RMS-normed and gated by silu(z); out_proj; then the same MLP as an attention layer (qwen35moe: routed experts).
 
-Its state is a per-sequence slot's (hearth.kvstore.recurrent), found through the step's metadata. llama.cpp's
+Between in_proj and out_proj (the conv .. the gated norm) is the backend's mixer (Backend.delta_mixer: torch's in
+hearth.layers.delta_mixer, one native call on the CPU backend). Its state is a per-sequence slot's
+(hearth.kvstore.recurrent), found through the step's metadata. llama.cpp's
 converter reorders the value heads from grouped by key head to tiled (conversion/qwen.py,
 _LinearAttentionVReorderBase): value head j reads key head j % k_heads, so q and k repeat whole, not per head."""
 
