@@ -181,9 +181,11 @@ def _split_experts(state: dict):
 
 def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: Linear = LIN,
                       moe: Experts | None = None, chat_template: str | None = None,
-                      mtp: dict[str, torch.Tensor] | None = None) -> Path:
+                      mtp: dict[str, torch.Tensor] | None = None, layer_types: tuple[str, ...] = LAYER_TYPES,
+                      sections: list[int] = SECTIONS) -> Path:
     """chat_template: tokenizer.chat_template (none by default, as a base model's file); mtp: hf_mtp's tensors,
-    written as the converter writes the MTP block (none by default)."""
+    written as the converter writes the MTP block (none by default). layer_types, sections: the model's
+    (mrope_section; a bigger one than the tiny model's: benchmarks/qwen35_shapes.py)."""
     blocks = d.layers + (1 if mtp else 0)
     arch = "qwen35moe" if moe else "qwen35"
     w = gguf.GGUFWriter(str(path), arch)
@@ -207,13 +209,13 @@ def write_qwen35_gguf(path, model, qtype: str = "F32", d: TinyDims = DIMS, lin: 
     w.add_key_length(d.head_dim)
     w.add_value_length(d.head_dim)
     w.add_vocab_size(d.vocab)
-    w.add_rope_dimension_sections(SECTIONS + [0])
+    w.add_rope_dimension_sections(list(sections) + [0])
     w.add_ssm_conv_kernel(lin.kernel)
     w.add_ssm_state_size(lin.k_dim)
     w.add_ssm_group_count(lin.k_heads)
     w.add_ssm_time_step_rank(lin.v_heads)
     w.add_ssm_inner_size(lin.v_dim * lin.v_heads)
-    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in LAYER_TYPES]
+    w.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in layer_types]
                 + [False] * (blocks - d.layers))
     w.add_full_attention_interval(4)
     w.add_rope_dimension_count(int(d.head_dim * 0.25))

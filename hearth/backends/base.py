@@ -16,6 +16,7 @@ import torch
 from hearth.kernels.attention import (AttentionMetadata, paged_attention_quantized_torch, paged_attention_torch,
                                       write_kv_pair_torch)
 from hearth.kvstore.paged import lazy_zeros
+from hearth.layers.delta_mixer import delta_mix_torch
 from hearth.layers.embedding import Embedding
 from hearth.layers.experts import Experts
 from hearth.layers.linear import TORCH_HEAD_PATHS, QuantLinear, build_linear
@@ -134,6 +135,11 @@ class Backend:
         """The ops of a short-conv layer (hearth.models.short_conv: its linears, norms and MLP; the conv itself is
         torch's)."""
         return TORCH_CONV_OPS
+
+    def delta_mixer(self, layer):
+        """How a Gated DeltaNet layer (hearth.models.delta_net) runs between its in_proj and out_proj: a callable
+        (layer, qkv, z, beta, alpha, meta) -> [T, v_heads * v_dim], here torch's (hearth.layers.delta_mixer)."""
+        return delta_mix_torch
 
     def stack(self, layers: list[DecoderLayer]):
         """Something with run(x, positions, meta, kv_caches, out_rows) -> (layers run, x after them:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from hearth.backends.base import TORCH_CONV_OPS, TORCH_OPS, Backend, ConvOps, LayerOps
+from hearth.backends.cpu_delta_net import delta_mix_native
 from hearth.backends.cpu_experts import NativeExperts
 from hearth.backends.cpu_full_attention import full_attention_native
 from hearth.backends.cpu_linear import native_linear, native_part
@@ -126,10 +127,11 @@ class NativeLayerOps(LayerOps):
 class NativeLayerParts(NativeLayerOps):
     """NativeLayerOps' steps without the whole-layer call or the stack: for a layer whose forward does more
     between them than the fused C++ layer implements (gemma4's V norm and per-layer input, hearth.models.
-    gemma4_layer), which it runs in torch around these native steps (every one of them row-invariant)."""
+    gemma4_layer; qwen35's output gate, hearth.models.qwen35.GatedAttentionLayer), which it runs in torch around
+    these native steps (every one of them row-invariant)."""
 
     NAME = "the native layer's steps"
-    IMPLEMENTS = {**NativeLayerOps.IMPLEMENTS, "v_norm": None, "per_layer_input": None}
+    IMPLEMENTS = {**NativeLayerOps.IMPLEMENTS, "v_norm": None, "per_layer_input": None, "attn_output_gate": None}
 
     def __init__(self, layer, spec: ArchSpec):
         self.mms = tuple(native_part(lin).mm for lin in self.linears(layer))  # qkv, o, gate_up, down
@@ -301,6 +303,10 @@ class CpuBackend(Backend):
         ops = ConvOps()
         ops.invariant_rows = False
         return ops
+
+    def delta_mixer(self, layer):
+        """One native call (hearth.backends.cpu_delta_net) where the library has it; else torch's."""
+        return delta_mix_native if native.has("delta_net") else super().delta_mixer(layer)
 
     def stack(self, layers):
         if all(isinstance(layer.ops, NativeLayerOps) and layer.ops.fused is not None for layer in layers):

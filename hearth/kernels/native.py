@@ -54,6 +54,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "kv_quant": ("hk_kvq_attention", "hk_hadamard", "hk_kvarn_encode", "hk_layer_forward_kvq"),
     "peaks": ("hk_read_pass", "hk_int8_dot_pass"),  # the roofline's passes (csrc/peaks.h): every library
     "moe": ("hk_moe",),  # a MoE block's routed experts over the stacked tensors (csrc/moe.h): every library
+    "delta_net": ("hk_delta_net",),  # qwen35's Gated DeltaNet mixer (csrc/delta_net.h): every library
 }
 """What a kernel library may implement: each capability is a set of entry points, present or absent
 together; callers ask has(capability) and take the torch path where it is missing."""
@@ -76,7 +77,8 @@ class Library:
 AVX512_LIBRARY = Library("gguf_kernels.cpp", ("-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512vnni", "-mavx512bf16",
                                               "-mamx-tile", "-mamx-int8", "-mamx-bf16", "-mf16c", "-mfma", "-mbmi2"),
                          frozenset(CAPABILITIES) - {"many_rows"}, "avx512")
-DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "lora", "peaks", "moe"})
+DECODE_CAPABILITIES = frozenset({"linear", "fused_ops", "paged_attention", "layer", "lora", "peaks", "moe",
+                                 "delta_net"})
 """What the decode-tier libraries (csrc/decode_library.h: avx2, neon) implement."""
 AVX2_LIBRARY = Library("gguf_kernels_avx2.cpp", ("-mavx2", "-mfma", "-mf16c", "-mbmi2"),
                        DECODE_CAPABILITIES | {"many_rows"}, "avx2")
@@ -338,6 +340,8 @@ SIGNATURES = {  # name: (restype, argtypes)
     "hk_kvq_attention": (_int, [_p, _i64, _int, _int, _p, _p, _i64, _p, _i64, _i64, _i64, _i64, _i64, _i64,
                                 _p, _p, _p, _p, _i64, _p, _p, _i64, _int, _f32, _i64, _f32, _p, _i64]),
     "hk_hadamard": (_int, [_p, _i64, _i64, _i64, _i64, _p, _i64]),
+    "hk_delta_net": (_int, [_p, _p, _p, _p, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _f32, _i64, _i64, _i64, _i64,
+                            _i64, _p, _i64]),
     "hk_kvarn_encode": (None, [_p, _i64, _i64, _i64, _i64, _int, _int, _int, _f32, _f32, _f32, _f32, _p, _p, _p,
                                _p]),
 }
@@ -605,3 +609,26 @@ def kv_encode(quantizer, x: torch.Tensor) -> dict | None:
                           kvarn.STD_MIN, kvarn.STD_MAX, kvarn.LOG_S_MIN, kvarn.LOG_S_MAX, f["codes"].data_ptr(),
                           scale.data_ptr(), zero.data_ptr(), side.data_ptr())
     return f
+
+
+def delta_net(qkv: torch.Tensor, z: torch.Tensor, beta: torch.Tensor, alpha: torch.Tensor, qsl: torch.Tensor,
+              slots: torch.Tensor, windows: torch.Tensor, states: torch.Tensor, conv_w: torch.Tensor, a: torch.Tensor,
+              dt: torch.Tensor, norm_w: torch.Tensor, eps: float, k_heads: int, so: ctypes.CDLL | None = None
+              ) -> torch.Tensor:
+    """The Gated DeltaNet mixer (csrc/delta_net.h): qkv [T, C], z [T, v_heads * v_dim], beta, alpha [T, v_heads]
+    f32, unit stride, one row stride (columns of in_proj's output); qsl int64 [S + 1], slots int64 [S]; windows
+    [slots, C, K - 1] and states [slots, v_heads, k_dim, v_dim] f32 contiguous (updated in place); conv_w [C, K],
+    a, dt [v_heads], norm_w [v_dim] f32 contiguous -> f32 [T, v_heads * v_dim]. so: another tier's library
+    (open_tier), else the selected one's."""
+    _, v_heads, k_dim, v_dim = states.shape
+    ld = qkv.stride(0)
+    assert all(t.dtype == torch.float32 and t.stride(-1) == 1 and t.stride(0) == ld for t in (qkv, z, beta, alpha))
+    assert windows.is_contiguous() and states.is_contiguous() and qsl.dtype == slots.dtype == torch.int64
+    out = torch.empty(qkv.shape[0], v_heads * v_dim)
+    rc = (so or lib()).hk_delta_net(qkv.data_ptr(), z.data_ptr(), beta.data_ptr(), alpha.data_ptr(), ld, slots.shape[0],
+                            qsl.data_ptr(), slots.data_ptr(), windows.data_ptr(), states.data_ptr(), conv_w.data_ptr(),
+                            a.data_ptr(), dt.data_ptr(), norm_w.data_ptr(), eps, k_heads, v_heads, k_dim, v_dim,
+                            conv_w.shape[1], out.data_ptr(), out.stride(0))
+    if rc:
+        raise ValueError(f"hk_delta_net: {v_heads} value heads over {k_heads} key heads")
+    return out

@@ -3,18 +3,17 @@ q | k | v = in_proj(norm(h)), a causal conv over those channels then silu; q and
 gated delta rule with decay ssm_a * softplus(alpha + dt) and write strength sigmoid(beta); each head's output
 RMS-normed and gated by silu(z); out_proj; then the same MLP as an attention layer (qwen35moe: routed experts).
 
-Its state is a per-sequence slot's (hearth.kvstore.recurrent), found through the step's metadata. llama.cpp's
+Between in_proj and out_proj (the conv .. the gated norm) is the backend's mixer (Backend.delta_mixer: torch's in
+hearth.layers.delta_mixer, one native call on the CPU backend). Its state is a per-sequence slot's
+(hearth.kvstore.recurrent), found through the step's metadata. llama.cpp's
 converter reorders the value heads from grouped by key head to tiled (conversion/qwen.py,
 _LinearAttentionVReorderBase): value head j reads key head j % k_heads, so q and k repeat whole, not per head."""
 
 from __future__ import annotations
 
-import torch
-import torch.nn.functional as F
 from torch import nn
 
 from hearth.config import ModelConfig
-from hearth.layers.delta_rule import causal_conv_batch, causal_conv_rows, gated_delta_rule, l2_normed, row_safe
 from hearth.layers.norm import RMSNorm
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.arch_spec import ArchSpec
@@ -45,35 +44,14 @@ class DeltaNetLayer(nn.Module):
         self.attn_norm.out_dtype, self.ffn_norm.out_dtype = self.in_proj.in_dtype, self.mlp.in_dtype
         self.post_ffn_norm = None
         self.ops = backend.conv_ops(self)  # in_proj, out_proj and the MLP, as a short-conv layer's
+        self.mix = backend.delta_mixer(self)  # conv .. gated norm: hearth.layers.delta_mixer's, or a native twin
 
     def forward(self, x, positions, meta, cache, out_rows: list[int] | None = None):
         """x: [T, hidden] f32, the residual stream -> after this layer, every row or only out_rows (every row
         moves its sequence's state). cache: unused (LayerCache of 0 parts): the state is meta.recurrent's."""
-        T, r, ops = x.shape[0], self.shape, self.ops.for_rows(x.shape[0])
+        ops = self.ops.for_rows(x.shape[0])
         qkv, z, beta, alpha = ops.conv_in(self, x).split(self.splits, dim=-1)
-        step = meta.recurrent
-        windows, states = step.layer(self.index)
-        qsl = meta.query_start_loc
-        log = step.log  # a verify step: its drafting sequences' rows run as decode rows, recorded for the rollback
-        token_steps = () if log is None else log.seqs
-        if log is not None:
-            log.conv_inputs(self.index, qkv)
-        if meta.is_decode:  # [T, channels]
-            mixed = causal_conv_rows(qkv, windows, step.slots, self.conv_w)
-        else:
-            mixed = causal_conv_batch(qkv, windows, qsl, step.slots, self.conv_w, token_steps)
-        kd = r.k_heads * r.k_dim
-        q, k, v = mixed.split([kd, kd, r.v_heads * r.v_dim], dim=-1)
-        rep = r.v_heads // r.k_heads  # tiled: value head j reads key head j % k_heads
-        q = l2_normed(q.view(T, r.k_heads, r.k_dim), self.eps).repeat(1, rep, 1) * r.k_dim ** -0.5
-        k = l2_normed(k.view(T, r.k_heads, r.k_dim), self.eps).repeat(1, rep, 1)
-        # [T, v_heads]: the log of the state's decay, the write strength; each row's bits whatever the step's rows
-        decay = self.a * row_safe(F.softplus, alpha + self.dt)
-        beta = row_safe(torch.sigmoid, beta)
-        y = gated_delta_rule(q, k, v.reshape(T, r.v_heads, r.v_dim), decay, beta, states, qsl, step.slots,
-                             token_steps, None if log is None else log.keeper(self.index))
-        y = self.head_norm(y) * F.silu(z.view(T, r.v_heads, r.v_dim))  # [T, v_heads, v_dim]
-        y = y.reshape(T, -1)
+        y = self.mix(self, qkv, z, beta, alpha, meta)  # [T, v_heads * v_dim]
         if out_rows is not None:
             if not out_rows:
                 return x[:0]

@@ -16,3 +16,11 @@ def test_the_layer_struct_is_one_header_every_library_includes(tier):
     (avx2, neon): a field added to one library's could silently miss the other's."""
     defining = [f.name for f in sources(LIBRARIES[tier]) if re.search(r"^struct Layer\b", f.read_text(), re.M)]
     assert defining == ["layer.h"]
+
+
+@pytest.mark.parametrize("tier", sorted(LIBRARIES))
+def test_every_library_builds_the_delta_net_from_one_source(tier):
+    """hk_delta_net (qwen35's Gated DeltaNet mixer) is plain C++ in delta_net.h, which every tier's library
+    compiles with its own flags: one definition, none per tier."""
+    defining = [f.name for f in sources(LIBRARIES[tier]) if re.search(r"^int hk_delta_net\(", f.read_text(), re.M)]
+    assert defining == ["delta_net.h"] and "delta_net" in LIBRARIES[tier].provides

@@ -14,8 +14,10 @@ import torch
 
 from hearth import LLM, SamplingParams
 from hearth.backends import select
+from hearth.backends.cpu_delta_net import delta_mix_native
 from hearth.config import layer_caches
 from hearth.kvstore.recurrent import RecurrentStates, StepStates
+from hearth.layers.delta_mixer import delta_mix_torch
 from hearth.layers.linear import use_linear_policy
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.models.registry import load_model
@@ -100,11 +102,15 @@ def test_decode_token_by_token_equals_transformers_with_its_cache(tiny):
 
 
 def test_the_value_heads_follow_the_converters_tiled_order(tiny, monkeypatch):
-    """Value head j reads key head j % k_heads (the converter's reorder): grouped order (repeat_interleave) is off."""
+    """Value head j reads key head j % k_heads (the converter's reorder): grouped order (repeat_interleave) is off.
+    On torch's mixer (the native one's order: tests/kernels/test_native_delta_net.py, against it)."""
     hf, _, model, cfg = tiny
     ids = prompt(cfg.vocab_size, n=12)
     with torch.no_grad():
         ref = hf(torch.tensor([ids])).logits[0]
+    for layer in model.layers:
+        if hasattr(layer, "mix"):
+            monkeypatch.setattr(layer, "mix", delta_mix_torch)
     monkeypatch.setattr(torch.Tensor, "repeat", lambda t, *s: t.repeat_interleave(s[1], dim=1))
     assert rel_err(Driver(model, cfg).step({"a": ids})["a"], ref) > FAR
 
@@ -264,9 +270,11 @@ def test_a_q8_0_file_runs_on_the_backends_fast_paths(q8_path):
     params = SamplingParams(temperature=0, max_tokens=12, ignore_eos=True, logprobs=1)
     llm = LLM(str(q8_path), progress=False, max_num_batched_tokens=8)
     if native.has("fused_ops"):  # DeltaNet layers on the short conv's native ops (all their linears Q8_0, as
-        # llama-quantize leaves them); gated attention op by op over native linears
+        # llama-quantize leaves them); gated attention on the native layer's steps, the gate between them
         assert [type(layer.ops).__name__ for layer in llm.model.layers] == ["NativeConvOps"] * 3 + [
-            "LayerOps", "NativeConvOps", "LayerOps"]
+            "NativeLayerParts", "NativeConvOps", "NativeLayerParts"]
+    if native.has("delta_net"):  # their mixer one native call (csrc/delta_net.h)
+        assert {layer.mix for layer in llm.model.layers if hasattr(layer, "mix")} == {delta_mix_native}
     outs = llm.generate([{"prompt_token_ids": ids[:5]}, {"prompt_token_ids": ids}], params)
     assert [len(o.outputs[0].token_ids) for o in outs] == [12, 12]
     assert all(abs(lp[t]) < float("inf") for o in outs for lp, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids))

@@ -390,3 +390,4 @@ int hk_layer_forward(const void* layer, float* x, int64_t M, const float* cos, c
 #include "stack_forward.h"  // hk_stack_forward over this library's hk_layer_forward
 #include "lora_layer.h"  // hk_stack_forward_lora: that stack with LoRA terms, over the entry points above
 #include "moe.h"  // hk_moe over this library's matmul
+#include "delta_net.h"  // hk_delta_net: the Gated DeltaNet mixer (plain C++, every library)

@@ -968,3 +968,4 @@ int hk_vnni_gemm() { return amx_usable() ? 0 : 1; }
 #include "stack_forward.h"  // hk_stack_forward over this library's hk_layer_forward
 #include "lora_layer.h"  // hk_stack_forward_lora: that stack with LoRA terms, over the entry points above
 #include "moe.h"  // hk_moe over this library's matmul
+#include "delta_net.h"  // hk_delta_net: the Gated DeltaNet mixer (plain C++, every library)
