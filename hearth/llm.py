@@ -17,7 +17,7 @@ from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_chat import chat_prompt
 from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
-from hearth.llm_recurrent import chains_only, recurrent_engine, torch_mixers
+from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import run_requests
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
@@ -144,8 +144,6 @@ class LLM:
             log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
         spec = chains_only(spec, mc)  # a recurrent model verifies chains: a line where trees were asked for
-        if spec is not None and any(mc.recurrent_layers):
-            torch_mixers(self.model)
         draft_gguf = llm_draft.draft_weights(spec, draft_gguf, self.backend)
         draft = llm_draft.draft_model(draft_gguf, self.backend) if draft_gguf is not None else None
         self.max_model_len = context = context_to_run(cfg.max_model_len, mc.context_length)

@@ -3,8 +3,7 @@ config is read: their state is one per sequence (hearth.kvstore.recurrent), not 
 tier has no state to start from (the tier is off, with one log line), and a verify step's drafts are a chain (a
 tree's branches would each need their own state: its top-1 chain is verified, with one log line). In-memory
 prefix-cache hits work through state snapshots at block boundaries (hearth.engine.state_snapshots); a rejected
-draft's rows are taken out of the state by replaying the accepted ones (hearth.layers.delta_log), which torch's
-mixer records: a speculating model's DeltaNet layers mix in torch, decode steps too (torch_mixers)."""
+draft's rows are taken out of the state by replaying the accepted ones (hearth.layers.delta_log)."""
 
 from __future__ import annotations
 
@@ -43,13 +42,3 @@ def chains_only(spec, mc: ModelConfig):
                 "recurrent state follows one path)", kind)
     return replace(spec, tree_budget=0)
 
-
-def torch_mixers(model) -> None:
-    """Every DeltaNet layer of model on torch's mixer (hearth.layers.delta_mixer), decode steps included: with drafts
-    verified, its verify rows are recorded for the rollback and must be computed as its decode rows, and the native
-    mixer (one call over a step's rows: hearth.backends.cpu_delta_net) records none yet."""
-    from hearth.layers.delta_mixer import delta_mix_torch
-
-    for layer in model.layers:
-        if hasattr(layer, "mix"):
-            layer.mix = delta_mix_torch

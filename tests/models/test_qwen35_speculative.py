@@ -121,7 +121,10 @@ def test_a_snapshot_after_a_verify_step_holds_no_draft(q8, prompts):
     again = llm.generate({"prompt_token_ids": turn}, params)[0]
     assert again.num_cached_tokens > len(ids) + 8  # a block of the answer's hit: its snapshot was a verify step's
     cold = LLM(str(q8), progress=False, enable_prefix_caching=False)
-    assert list(again.outputs[0].token_ids) == _generate(cold, [turn], params)[0]
+    # the first tokens: a hit's K/V and state were computed by decode rows, a cold prompt's by prefill chunks, so
+    # rounding (~0.02-0.07 in a logprob on this tiny random model, with or without drafts) may flip a later near tie;
+    # a snapshot holding 4 more tokens is another state from the first token on
+    assert list(again.outputs[0].token_ids)[:8] == _generate(cold, [turn], params)[0][:8]
 
 
 def _self_draft(q8) -> dict:
