@@ -186,13 +186,18 @@ class QuantizedDriver(PagedDriver):
             del self.model.backend.metadata
 
 
-@pytest.mark.parametrize("arch, kv, bs, n", [("qwen3", "fp8_e4m3", 4, 9), ("gemma3", "q8_0", 16, 20), ("qwen3", "q4_0", 4, 9)])
-def test_a_quantized_kv_cache_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path, arch, kv, bs, n):
+# steps: decode steps after the prefill. qwen3's 3 on 4-token blocks end at position 11, sealing a's third
+# block; gemma3's 16-token blocks seal none in 3 (positions 20-22): one step reads the prefill's two encoded
+# blocks through the window as the next two would (3 until 2026-12-07, ~1/4 of the row's interpreter time).
+@pytest.mark.parametrize("arch, kv, bs, n, steps", [("qwen3", "fp8_e4m3", 4, 9, 3), ("gemma3", "q8_0", 16, 20, 1),
+                                                    ("qwen3", "q4_0", 4, 9, 3)])
+def test_a_quantized_kv_cache_on_the_cuda_backend_is_held_to_the_torch_backend(tmp_path, arch, kv, bs, n, steps):
     """The whole model over an fp8/q8_0/q4_0 cache (head_dim 32): its blocks encoded and read on the device
     by the Triton kernels, against the torch backend over the same format: a prefill of n tokens across
-    blocks (20 on 16-token blocks: the flash tiles, gemma3's window), then decodes that seal blocks."""
+    blocks (20 on 16-token blocks: the flash tiles, gemma3's window), then decodes (on 4-token blocks, ones
+    that seal a block)."""
     d, name, _ = tiny_dir(tmp_path, arch, qtype="Q8_0")
-    ids = prompt(300, n + 3)
+    ids = prompt(300, n + steps)
     logits = {}
     for backend in (Backend(), CudaBackend(DEV)):
         model, cfg = load_model(GGUFFile(d / name), backend)
