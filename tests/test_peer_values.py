@@ -62,6 +62,11 @@ def test_a_peer_flag_s_value_is_not_taken_for_the_model(started, capsys):
     (["-ngl", "all"], "-ngl takes a number of layers, not 'all'"),
     (["-ctk", "q8_0", "-ctv", "f16"], "-ctk q8_0 -ctv f16: hearth keeps K and V in one format"),
     (["-ctk", "iq4_nl", "-ctv", "iq4_nl"], "hearth has no KV cache type 'iq4_nl'; --kv-cache-dtype takes f16"),
+    (["-ctk", "q4_1"], "-ctk q4_1: hearth has no KV cache type 'q4_1'"),  # not "K and V in one format"
+    (["-ctk", "q8_0", "-ctv", "q8_0", "--kv-cache-dtype", "q4_0"], "-ctk q8_0 -ctv q8_0 and --kv-cache-dtype q4_0 "
+     "differ: give one of them"),  # q8_0 won, silently
+    (["--kv-cache-dtype=q4_0", "-ctk", "q8_0", "-ctv", "q8_0"], "and --kv-cache-dtype q4_0 differ"),
+    (["--samplers", "top_k;temperature"], "--samplers is llama.cpp's sampler order: hearth's is llama.cpp's default"),
     (["-ub"], "-ub takes a value"),
     (["--block-size", "32"], "--block-size 32: --block-size is vLLM's KV block size: hearth's KV blocks are 16"),
     (["--load-format", "safetensors"], "--load-format safetensors: --load-format is vLLM's: hearth reads GGUF"),
@@ -74,9 +79,18 @@ def test_a_peer_flag_asking_what_hearth_cannot_do_is_one_error_naming_it(argv, s
     assert err.startswith("hearth: error: ") and says in err and err.count("\n") == 1, err
 
 
+def test_llama_cli_s_single_turn_is_what_run_does_with_a_prompt(started, capsys):
+    assert main(["serve", "m", "-st"]) == 0 and started
+    assert capsys.readouterr().err == ("hearth: warning: -st is llama-cli's single turn: hearth run answers a PROMPT "
+                                       "given on the command line (or piped) and exits; ignored\n")
+
+
 def test_llama_cpp_s_kv_cache_types_are_hearth_s_kv_cache_dtype(started, capsys):
     assert main(["serve", "m", "-ctk", "q8_0", "-ctv", "q8_0"]) == 0
     assert started[0].kv_cache_dtype == "q8_0"
+    capsys.readouterr()
+    assert main(["serve", "m", "-ctk", "q8_0", "-ctv", "q8_0", "--kv-cache-dtype", "Q8_0"]) == 0  # the same: fine
+    assert started[1].kv_cache_dtype == "q8_0"
     assert capsys.readouterr().err == ("hearth: warning: -ctk q8_0 -ctv q8_0 is llama.cpp's KV cache type: "
                                        "--kv-cache-dtype q8_0\n")
 

@@ -68,7 +68,8 @@ def host_check_on(listen: str | None, allowed: list[str]) -> bool:
 
 class HostCheckMiddleware:
     """403 for a request whose Host names neither this machine's loopback, the address listened on, nor an
-    --allowed-hosts entry. A request without Host (HTTP/1.0) passes: a browser always sends one."""
+    --allowed-hosts entry. A request without Host (HTTP/1.0), or with an empty one, passes: a browser always sends
+    one."""
 
     def __init__(self, app: ASGIApp, listen: str, allowed: list[str]):
         self.app, self.listen = app, listen
@@ -79,7 +80,7 @@ class HostCheckMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         header = dict(scope["headers"]).get(b"host") if scope["type"] == "http" else None
-        if header is None:
+        if header is None or not header.strip():  # as Ollama: a browser always sends a name
             return await self.app(scope, receive, send)
         host = header.decode("latin-1")
         name = host_name(host)

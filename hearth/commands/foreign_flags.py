@@ -32,6 +32,9 @@ FOREIGN: dict[str, str] = {
                                                  "download it and pass --mmproj FILE"),
     "--tokenizer": "vLLM's: hearth reads the tokenizer from the GGUF itself",
     "--download-dir": "vLLM's: hearth keeps models in $HEARTH_HOME/models (hearth pull NAME)",
+    **dict.fromkeys(["--samplers", "--sampling-seq", "--sampler-seq"], "llama.cpp's sampler order: hearth's is "
+                    "llama.cpp's default chain, fixed (penalties, DRY, top-n-sigma, min-p, top-k, typical-p, top-p, "
+                    "XTC; temperature first); set a sampler to its off value to leave it out"),
     "--reasoning-format": _REASONING,
     "--reasoning-budget": _REASONING,
     "--log-file": _LOG_FILE,

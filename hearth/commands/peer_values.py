@@ -106,12 +106,12 @@ def kv_cache_dtype(types: dict[str, tuple[str, str]], taken: set[str]) -> Taken:
     if "--kv-cache-dtype" not in taken:
         raise PeerFlagError(f"{given} is llama.cpp's KV cache type: hearth's is serve's --kv-cache-dtype, which this "
                             "command has not")
+    if unknown := next((t for t in (k, v) if t not in SERVED_KV), None):
+        raise PeerFlagError(f"{given}: hearth has no KV cache type {unknown!r}; --kv-cache-dtype takes "
+                            f"{', '.join(SERVED_KV)}")
     if k != v:
         raise PeerFlagError(f"{given}: hearth keeps K and V in one format (llama.cpp's default is f16), so K and V "
                             f"need the same type: --kv-cache-dtype ({', '.join(SERVED_KV)})")
-    if k not in SERVED_KV:
-        raise PeerFlagError(f"{given}: hearth has no KV cache type {k!r}; --kv-cache-dtype takes "
-                            f"{', '.join(SERVED_KV)}")
     return Taken(("--kv-cache-dtype", k), f"{given} is llama.cpp's KV cache type: --kv-cache-dtype {k}")
 
 
@@ -127,8 +127,10 @@ PEER_VALUES: dict[str, PeerFlag] = {
     **dict.fromkeys(["-cb", "--cont-batching"], PeerFlag("none", _ignored(
         "llama.cpp's continuous batching: hearth always batches continuously"))),
     **dict.fromkeys(["-ub", "--ubatch-size"], PeerFlag("one", _ignored(
-        "llama.cpp's physical batch: hearth splits a step's tokens itself (--max-num-batched-tokens, -b, is the "
-        "step's budget)"))),
+        "llama.cpp's physical batch: hearth splits a step's tokens itself (serve's --max-num-batched-tokens, -b, is "
+        "the step's budget)"))),
+    **dict.fromkeys(["-st", "--single-turn"], PeerFlag("none", _ignored(
+        "llama-cli's single turn: hearth run answers a PROMPT given on the command line (or piped) and exits"))),
     **dict.fromkeys(["-tb", "--threads-batch"], PeerFlag("one", _ignored(
         "llama.cpp's prompt-processing threads: hearth's --threads (-t) run prefill and decode alike"))),
     "--cache-reuse": PeerFlag("one", _ignored(
@@ -194,7 +196,15 @@ def translate(argv: list[str], taken: set[str]) -> Translated:
         out.extend(done.args)
         notes += [done.note] if done.note else []
     if kv:
+        from hearth.formats.kv import canonical
+
         done = kv_cache_dtype(kv, taken)
+        own = next((a.partition("=")[2] or (out[j + 1] if j + 1 < len(out) else "") for j, a in enumerate(out)
+                    if a.partition("=")[0] == "--kv-cache-dtype"), None)
+        if own is not None and canonical(own) not in (done.args[1], "auto" if done.args[1] == "f16" else ""):
+            # both given, and apart: which one would win is no answer
+            given = " ".join(f"{flag} {t}" for flag, t in kv.values())
+            raise PeerFlagError(f"{given} and --kv-cache-dtype {own} differ: give one of them")
         out.extend(done.args)
         notes.append(done.note)
     return Translated(out, notes)

@@ -8,6 +8,7 @@ import json
 import os
 from pathlib import Path
 
+from hearth.commands.human_ints import token_count
 from hearth.loader.catalog import CATALOG
 from hearth.memory.devices import THIS, known_devices
 from hearth.memory.figure_text import FIGURES
@@ -27,8 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                  "(llama-70b, mixtral-8x7b, ...) or description "
                                  "(layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,quant=Q4_K_M)")
     p.add_argument("--device", default=THIS, help=f"one of: {', '.join(known_devices())} (default: %(default)s)")
-    p.add_argument("--ctx", type=int, default=None,
-                   help="context length in tokens, at most the model's; 0: the model's (default: the model's)")
+    p.add_argument("--ctx", "-c", "--ctx-size", type=token_count, default=None, metavar="N",
+                   help="context length in tokens (or 32k, 32K), at most the model's; 0: the model's; -c/--ctx-size: "
+                        "llama.cpp's spelling (default: the model's)")
     p.add_argument("--concurrency", type=int, default=None,
                    help=f"sequences served at once (default: 1; with --target-rps, per replica: {SERVE_MAX_NUM_SEQS})")
     p.add_argument("--kv-cache-dtype", default="auto",

@@ -23,6 +23,7 @@ def test_a_loopback_server_refuses_a_rebound_name(make_fake, listen):
                  "localhost.:8080", "0.0.0.0:8080", f"[{listen}]:8080" if ":" in listen else f"{listen}:8080",
                  "[::ffff:127.0.0.1]:8080", "192.168.1.5:8080", f"{socket.gethostname()}:8080"):  # addresses, its name
         assert fake.client.get("/v1/models", headers={"Host": host}).status_code == 200, host
+    assert fake.client.get("/v1/models", headers={"Host": ""}).status_code == 200  # as none (Ollama's)
     assert fake.client.post(CHAT, json=BODY, headers={"Host": "localhost:8080"}).status_code == 200
     r = fake.client.get("/v1/models", headers=EVIL)
     assert r.status_code == 403, r.text

@@ -326,7 +326,8 @@ def test_serve_says_what_speculation_runs(tmp_path, capsys, caplog):
     write_tiny_gguf(f32, "qwen2")  # F32 weights: no native kernels, on the CPU backend too
     caplog.clear()
     said = lines(f32, '{"method": "ngram"}') + "".join(r.getMessage() + "\n" for r in caplog.records)
-    assert said.count("speculative decoding is off: without the native kernels a verify row is not computed") == 1
+    assert said.count("speculative decoding is off: where a layer's matrices are not of a block type the native kernels "
+                      "run (F32, F16 and BF16 run torch's matmul: a quantized GGUF such as Q8_0 speculates)") == 1
     assert "backend" not in said
 
 
