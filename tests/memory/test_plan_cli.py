@@ -19,7 +19,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out.out, out.err.strip()
 
 
-@pytest.mark.parametrize("ctx", [["--ctx", "2k"], ["-c", "2048"], ["--ctx-size", "2K"]])
+@pytest.mark.parametrize("ctx", [["--ctx", "2K"], ["-c", "2048"], ["--ctx-size", "2K"]])
 def test_the_context_as_run_and_llama_cpp_spell_it(capsys, ctx):
     code, out, _ = run(capsys, "llama-7b", "--device", "h200", *ctx, "--json")
     assert code == 0 and json.loads(out)["inputs"]["ctx"] == 2048
