@@ -62,6 +62,21 @@ class _DraftState:
     never pays for them."""
 
 
+
+def paged_rows(batch: list[tuple[int, list[int], list[int]]], bs: int):
+    """(first position, tokens, block table) per sequence -> a step's flat rows over blocks of bs tokens: (ids,
+    positions, KV slots, query_start_loc, seq_lens, block tables)."""
+    ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
+    for start, toks, table in batch:
+        pos = range(start, start + len(toks))
+        ids.extend(toks)
+        positions.extend(pos)
+        slots.extend(table[p // bs] * bs + p % bs for p in pos)
+        qsl.append(qsl[-1] + len(toks))
+        seq_lens.append(start + len(toks))
+        tables.append(table)
+    return ids, positions, slots, qsl, seq_lens, tables
+
 class DraftModel:
     def __init__(self, model: torch.nn.Module, cfg: ModelConfig, num_blocks: int, block_size: int,
                  max_rows: int = 512, vocab: DraftVocab | None = None, max_seqs: int = 16):
@@ -315,17 +330,8 @@ class DraftModel:
         (a recurrent draft's state moved along).
         -> [len(out_seqs), V] f32: the logits after the last token of each sequence in out_seqs
         (rids: their request ids, for a reduced vocabulary's per-request rows)."""
-        ids, positions, slots, qsl, seq_lens, tables = [], [], [], [0], [], []
-        bs = self.block_size
-        for start, toks, table, _ in batch:
-            pos = range(start, start + len(toks))
-            ids.extend(toks)
-            positions.extend(pos)
-            slots.extend(table[p // bs] * bs + p % bs for p in pos)
-            qsl.append(qsl[-1] + len(toks))
-            seq_lens.append(start + len(toks))
-            tables.append(table)
-        meta = self.model.backend.metadata(qsl, seq_lens, tables, slots, bs)
+        ids, positions, slots, qsl, seq_lens, tables = paged_rows([(a, t, b) for a, t, b, _ in batch], self.block_size)
+        meta = self.model.backend.metadata(qsl, seq_lens, tables, slots, self.block_size)
         if self.recurrent is not None:
             meta.recurrent = self.recurrent.step([rid for *_, rid in batch])
         rows = [qsl[i + 1] - 1 for i in out_seqs]

@@ -26,7 +26,7 @@ import torch
 
 from hearth.config import ModelConfig, mtp_cache
 from hearth.kvstore.codecs import CODECS
-from hearth.runner.drafter import DraftModel
+from hearth.runner.drafter import DraftModel, paged_rows
 from hearth.runner.messages import RunnerOutput, SchedulerOutput
 
 
@@ -146,18 +146,9 @@ class MtpDrafter:
     def _forward(self, batch: list[tuple[int, list[int], torch.Tensor, list[int]]]) -> torch.Tensor:
         """batch: (first position, tokens, their h rows [n, hidden], block table) per sequence; K/V written for
         every row -> [len(batch), hidden]: the head's row at each sequence's last token."""
-        ids, positions, slots, qsl, seq_lens, tables, hs = [], [], [], [0], [], [], []
-        bs = self.block_size
-        for start, toks, h, table in batch:
-            pos = range(start, start + len(toks))
-            ids.extend(toks)
-            positions.extend(pos)
-            slots.extend(table[p // bs] * bs + p % bs for p in pos)
-            qsl.append(qsl[-1] + len(toks))
-            seq_lens.append(start + len(toks))
-            tables.append(table)
-            hs.append(h)
-        meta = self.head.backend.metadata(qsl, seq_lens, tables, slots, bs)
+        ids, positions, slots, qsl, seq_lens, tables = paged_rows([(a, t, b) for a, t, _, b in batch], self.block_size)
+        hs = [h for _, _, h, _ in batch]
+        meta = self.head.backend.metadata(qsl, seq_lens, tables, slots, self.block_size)
         out = self.head(torch.tensor(ids, dtype=torch.long), torch.cat(hs).float(),
                         torch.tensor(positions, dtype=torch.long), meta, self.kv_cache)  # [T, hidden]
         return out[[q - 1 for q in qsl[1:]]]
