@@ -22,6 +22,7 @@ from hearth.llm_requests import run_requests
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
+from hearth.kernels import native
 from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
 from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
@@ -137,8 +138,9 @@ class LLM:
                    "in a MoE model (its experts' matmuls depend on how many rows chose them)" if mc.num_experts
                    else f"over a {cfg.kv_cache_dtype} KV cache on this CPU tier (its kernels attend over bf16/f16 "
                    "caches only)" if codec.quantized and self.backend.row_regimes(self.model, False) is not None
+                   else "without the native kernels" if self.backend.name != "cpu" or not native.available()
                    else "where a layer's matrices are not of a block type the native kernels run (F32, F16 and "
-                   "BF16 run torch's matmul: a quantized GGUF such as Q8_0 speculates) or without the native kernels,")
+                   "BF16 run torch's matmul: a quantized GGUF such as Q8_0 speculates),")
             self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "
                                     "would not be lossless"
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
