@@ -92,6 +92,8 @@ class EngineOutput:
     """Only for SamplingParams.raw_logprobs: per new token its logprob before a grammar's mask."""
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    drafts: tuple[int, int] = (0, 0)
+    """(draft tokens verified, accepted) for this request so far (speculative decoding)."""
     prompt_logprobs: list[dict[int, float] | None] | None = None
     """Only for SamplingParams.prompt_logprobs, on a request's first output: as RequestOutput's."""
     prompt_ranks: list[int | None] | None = None

@@ -61,6 +61,7 @@ class Generation:
         self.num_prompt_tokens = sum(len(ids) for ids in batch)
         self.n_per_prompt = params.n
         self._cached: dict[int, int] = {}
+        self._drafts: dict[int, tuple[int, int]] = {}  # child -> (drafts verified, accepted) so far
         self._share = params.prompt_logprobs is not None and params.n > 1
         self._prompt_logprobs: dict[int, tuple[list, list]] = {}
         """First child's index -> its prompt's logprobs and ranks, once they came."""
@@ -92,6 +93,11 @@ class Generation:
     def num_cached_tokens(self) -> int:
         """Prompt tokens served from the prefix cache, counted once per prompt (its first child)."""
         return sum(self._cached.get(i, 0) for i in range(0, self.n, self.n_per_prompt))
+
+    @property
+    def drafts(self) -> tuple[int, int]:
+        """(draft tokens verified, accepted) over every child so far: llama-server's draft_n, draft_n_accepted."""
+        return sum(d[0] for d in self._drafts.values()), sum(d[1] for d in self._drafts.values())
 
     def abort(self) -> None:
         for s in self.streams:
@@ -148,6 +154,7 @@ class Generation:
         if self.timers[i] is not None:
             self.timers[i].on_output(out)
         self._cached.setdefault(i, out.num_cached_tokens)
+        self._drafts[i] = out.drafts
         return out
 
 

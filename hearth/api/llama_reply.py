@@ -132,17 +132,21 @@ class LlamaReply:
         return body
 
     def _timings(self) -> dict:
-        """llama-server's timings: the prompt until the first token, the rest for the predicted ones."""
+        """llama-server's timings: the prompt until the first token, the rest for the predicted ones; with
+        speculative decoding the request's drafts verified and accepted."""
         end = time.monotonic()
         first = self.first or end
         prompt_n, predicted_n = len(self.ids) - self.gen.num_cached_tokens, len(self.tokens)
         prompt_ms, predicted_ms = (first - self.start) * 1e3, (end - first) * 1e3
+        drafted, accepted = self.gen.drafts
         return {"prompt_n": prompt_n, "prompt_ms": prompt_ms,
                 "prompt_per_token_ms": prompt_ms / prompt_n if prompt_n else 0.0,
                 "prompt_per_second": prompt_n / prompt_ms * 1e3 if prompt_ms else 0.0,
                 "predicted_n": predicted_n, "predicted_ms": predicted_ms,
                 "predicted_per_token_ms": predicted_ms / predicted_n if predicted_n else 0.0,
-                "predicted_per_second": predicted_n / predicted_ms * 1e3 if predicted_ms else 0.0}
+                "predicted_per_second": predicted_n / predicted_ms * 1e3 if predicted_ms else 0.0,
+                # as llama-server: only where this request drafted
+                **({"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {})}
 
     async def body(self) -> dict:
         end = (None, None)

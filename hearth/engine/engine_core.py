@@ -355,6 +355,7 @@ class EngineCore:
             new_raw_logprobs=raw,
             num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=req.num_cached_tokens,
+            drafts=req.drafts,
             prompt_logprobs=[None, *req.prompt_logprobs] if first else None,
             prompt_ranks=[None, *req.prompt_ranks] if first else None,
             embedding=req.embedding() if finished and req.params.pooling else None,

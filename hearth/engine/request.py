@@ -68,6 +68,8 @@ class Request:
         """[] for a chain, else the tree's parent of each draft (hearth.spec_decode.tree.DraftTree)."""
         self.num_draft_slots = 0
         """Or: how many drafts the runner's draft model may write for the next step (method draft)."""
+        self.drafts = (0, 0)
+        """(drafts verified, accepted) so far: llama-server's draft_n, draft_n_accepted."""
         self.prompt_logprobs: list[dict[int, float]] = []
         """Only for params.prompt_logprobs: those of prompt tokens 1, 2, ... so far (RunnerOutput's)."""
         self.prompt_ranks: list[int] = []

@@ -344,6 +344,8 @@ class Scheduler:
                 self.spec_results.append(DraftOutcome.of(req.request_id, seq.spec_token_ids, seq.spec_parents, ids))
             else:  # slots, as a chain
                 self.spec_results.append(DraftOutcome(req.request_id, drafted, len(ids), drafted))
+            outcome = self.spec_results[-1]
+            req.drafts = (req.drafts[0] + outcome.drafted, req.drafts[1] + outcome.accepted)
         done = []
         for t in accepted + [sampled]:
             req.append_token(t.token_id)
