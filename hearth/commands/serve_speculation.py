@@ -22,9 +22,11 @@ ENTRY_FIELD = "a table of speculative_config keys (as --speculative-config), or 
 """What a models-file entry's speculative_config must be."""
 
 
-SPEC_TYPES = {"draft-simple": "draft", "draft-mtp": "mtp", "ngram-simple": "ngram"}
+SPEC_TYPES = {"draft-simple": "draft", "draft-mtp": "mtp", "ngram-simple": "ngram", "ngram-mod": "suffix",
+              "ngram-cache": "suffix"}
 """llama-server's --spec-type values (common/speculative.cpp) hearth runs, as speculative_config methods: its
-draft model (with -md), the model's own MTP head, n-gram prompt lookup."""
+draft model (with -md), the model's own MTP head, n-gram prompt lookup; its n-grams kept across requests
+(ngram-mod's shared pool, ngram-cache's) as hearth's cross-request suffix cache."""
 
 
 def entry_config(value, where: str, base: Path) -> dict | bool:
@@ -73,7 +75,8 @@ def add_speculation_arguments(p: argparse.ArgumentParser) -> None:
                            "draft model's K with -md, else n-gram prompt lookup's")
     spec.add_argument("--spec-type", default=None, choices=sorted(SPEC_TYPES), action=Spelled,
                       help="llama-server's spelling of the method: draft-mtp drafts with the model's own MTP head "
-                           "(method mtp), draft-simple with -md's draft model, ngram-simple by prompt lookup")
+                           "(method mtp), draft-simple with -md's draft model, ngram-simple by prompt lookup, "
+                           "ngram-mod and ngram-cache from earlier requests' text (method suffix)")
     spec.add_argument("--model-draft", "-md", default=None, metavar="PATH", action=Spelled,
                       help="llama-server's spelling: speculative decoding with this draft model (a catalog "
                            "name or .gguf; sets method draft and model). With several models, those whose "

@@ -183,6 +183,8 @@ def test_run_verbose_says_why_the_policy_paused_drafting():
     (["--spec-type", "draft-mtp"], "mtp"),
     (["--spec-type", "draft-mtp", "--draft-max", "3"], "mtp"),
     (["--spec-type", "ngram-simple"], "ngram"),
+    (["--spec-type", "ngram-mod"], "suffix"),  # n-grams across requests: argparse's "invalid choice"
+    (["--spec-type", "ngram-cache"], "suffix"),
     (["--spec-type", "draft-simple", "-md", "d.gguf"], "draft"),
     (["--spec-type", "draft-mtp", "--speculative-config", '{"method": "mtp"}'], "mtp"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
