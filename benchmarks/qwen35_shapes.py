@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.gguf_factory import TinyDims  # noqa: E402
-from tests.qwen35_factory import Linear, write_qwen35_gguf  # noqa: E402
+from tests.qwen35_factory import Linear, hf_config, write_qwen35_gguf  # noqa: E402
 
 LAYERS = 24
 LAYER_TYPES = tuple("full_attention" if (i + 1) % 4 == 0 else "linear_attention" for i in range(LAYERS))
@@ -34,15 +34,7 @@ SECTIONS = [11, 11, 10]  # 64 rotated dims: head_dim 256 x partial 0.25
 
 def meta_model() -> torch.nn.Module:
     """Qwen3.5-0.8B's text model without storage: its parameter names and shapes."""
-    d, lin = DIMS, LIN
-    cfg = transformers.Qwen3_5TextConfig(
-        vocab_size=d.vocab, hidden_size=d.hidden, num_hidden_layers=d.layers, intermediate_size=d.ffn,
-        num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, head_dim=d.head_dim,
-        max_position_embeddings=d.context, rms_norm_eps=d.rms_eps, tie_word_embeddings=True,
-        layer_types=list(LAYER_TYPES), linear_conv_kernel_dim=lin.kernel, linear_key_head_dim=lin.k_dim,
-        linear_value_head_dim=lin.v_dim, linear_num_key_heads=lin.k_heads, linear_num_value_heads=lin.v_heads,
-        rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta, "partial_rotary_factor": 0.25,
-                         "mrope_section": SECTIONS, "mrope_interleaved": True})
+    cfg = hf_config(DIMS, LIN, layer_types=LAYER_TYPES, sections=SECTIONS)
     with torch.device("meta"):
         return transformers.Qwen3_5ForCausalLM(cfg)
 

@@ -64,20 +64,26 @@ EXPERTS = Experts()
 SECTIONS = [2, 1, 1]  # 4 rotated pairs: head_dim 32 x partial 0.25 = 8 dims
 
 
+def hf_config(d: TinyDims = DIMS, lin: Linear = LIN, moe: Experts | None = None,
+              layer_types: tuple[str, ...] = LAYER_TYPES, sections: list[int] = SECTIONS):
+    """transformers' text config of these shapes (benchmarks/qwen35_shapes.py's too)."""
+    ffn = (dict(num_experts=moe.count, num_experts_per_tok=moe.used, moe_intermediate_size=moe.ffn,
+                shared_expert_intermediate_size=moe.shared_ffn) if moe else dict(intermediate_size=d.ffn))
+    return (transformers.Qwen3_5MoeTextConfig if moe else transformers.Qwen3_5TextConfig)(
+        vocab_size=d.vocab, hidden_size=d.hidden, num_hidden_layers=d.layers, **ffn,
+        num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, head_dim=d.head_dim,
+        max_position_embeddings=d.context, rms_norm_eps=d.rms_eps, tie_word_embeddings=True,
+        layer_types=list(layer_types), linear_conv_kernel_dim=lin.kernel, linear_key_head_dim=lin.k_dim,
+        linear_value_head_dim=lin.v_dim, linear_num_key_heads=lin.k_heads, linear_num_value_heads=lin.v_heads,
+        rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta, "partial_rotary_factor": 0.25,
+                         "mrope_section": sections, "mrope_interleaved": True})
+
+
 def hf_qwen35(seed: int = 0, d: TinyDims = DIMS, lin: Linear = LIN, moe: Experts | None = None):
     """transformers' f32 model (Qwen3_5ForCausalLM, or with `moe` Qwen3_5MoeForCausalLM), every weight random:
     norms near their zero centre (+-0.2), matrices with ~unit-variance outputs, A (exp(A_log)) in [0.02, 1]: each
     state forgets slowly, so a state carried where it should not be, or lost, changes the text."""
-    ffn = (dict(num_experts=moe.count, num_experts_per_tok=moe.used, moe_intermediate_size=moe.ffn,
-                shared_expert_intermediate_size=moe.shared_ffn) if moe else dict(intermediate_size=d.ffn))
-    cfg = (transformers.Qwen3_5MoeTextConfig if moe else transformers.Qwen3_5TextConfig)(
-        vocab_size=d.vocab, hidden_size=d.hidden, num_hidden_layers=d.layers, **ffn,
-        num_attention_heads=d.heads, num_key_value_heads=d.kv_heads, head_dim=d.head_dim,
-        max_position_embeddings=d.context, rms_norm_eps=d.rms_eps, tie_word_embeddings=True,
-        layer_types=list(LAYER_TYPES), linear_conv_kernel_dim=lin.kernel, linear_key_head_dim=lin.k_dim,
-        linear_value_head_dim=lin.v_dim, linear_num_key_heads=lin.k_heads, linear_num_value_heads=lin.v_heads,
-        rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta, "partial_rotary_factor": 0.25,
-                         "mrope_section": SECTIONS, "mrope_interleaved": True})
+    cfg = hf_config(d, lin, moe)
     cfg._attn_implementation = "eager"
     model = (transformers.Qwen3_5MoeForCausalLM if moe else transformers.Qwen3_5ForCausalLM)(cfg).eval()
     g = torch.Generator().manual_seed(seed)
