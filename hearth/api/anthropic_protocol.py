@@ -9,6 +9,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt
 
 # the same rules as OpenAI bodies: unknown fields ignored (and named), null means not given, strict scalars
 from hearth.api.openai_protocol import _Body, _Request
+from hearth.api.sampler_fields import SamplerExtensions
 
 
 class ThinkingConfig(_Body):
@@ -29,7 +30,11 @@ class OutputConfig(_Body):
     format: OutputFormat | None = None
 
 
-class MessagesRequest(_Request):
+class MessagesRequest(_Request, SamplerExtensions):
+    """Anthropic's fields, and (not in Anthropic's API) the OpenAI routes' sampling extensions: top_k is
+    Anthropic's own too; seed, min_p, the penalties, llama.cpp's samplers by llama-server's names
+    (hearth.api.sampler_fields)."""
+
     model: str | None = None
     messages: list[dict[str, Any]]
     max_tokens: StrictInt
@@ -39,7 +44,6 @@ class MessagesRequest(_Request):
     temperature: StrictFloat | None = Field(None, ge=0, le=1)
     """Anthropic's range is [0, 1] (OpenAI's [0, 2])."""
     top_p: StrictFloat | None = None
-    top_k: StrictInt | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
     thinking: ThinkingConfig | None = None
@@ -49,13 +53,6 @@ class MessagesRequest(_Request):
     """The same format in its beta's spelling (structured-outputs-2025-11-13), which the SDK's
     `beta.messages.create(output_format=...)` still sends."""
     metadata: dict[str, Any] | None = None
-    # not in Anthropic's API; accepted like vLLM's extra fields
-    seed: StrictInt | None = None
-    min_p: StrictFloat | None = None
-    typical_p: StrictFloat | None = None
-    presence_penalty: StrictFloat | None = None
-    frequency_penalty: StrictFloat | None = None
-    repetition_penalty: StrictFloat | None = None
     hearth: Any = None
     """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 

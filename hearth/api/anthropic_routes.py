@@ -102,7 +102,8 @@ async def messages(body: MessagesRequest, request: Request):
     history = guard.history
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
-    req = ChoicesRequest(served, plan, text, ids, fields, {"stop": "stop_sequences"}, guard, parallel,
+    names = {"stop": "stop_sequences", **body.llama_names()}
+    req = ChoicesRequest(served, plan, text, ids, fields, names, guard, parallel,
                          lambda extra: _reprompt(served, body, guard, plan, images, extra),
                          streaming=bool(body.stream))
     source, _ = await routed_choices(state, body.model, ask, lambda s, p: _render(s, body, p, history, images), req)

@@ -7,6 +7,9 @@ its own names into an OpenAI body: n_predict beside max_tokens, repeat_penalty),
 from __future__ import annotations
 
 import json
+from typing import Annotated
+
+from pydantic import BeforeValidator, StrictInt
 
 LLAMA_WIRE_NAMES = {"max_tokens": "n_predict", "repetition_penalty": "repeat_penalty"}
 """SamplingParams fields by their llama-server names."""
@@ -17,6 +20,23 @@ LLAMA_SAMPLERS = ("repeat_last_n", "dry_multiplier", "dry_base", "dry_allowed_le
                   "mirostat_eta")
 """llama.cpp's samplers hearth runs (hearth.sample), by llama-server's names, which SamplingParams shares: read on
 its own routes and, as extension fields, on OpenAI's (llama-server's /v1 handlers read them too)."""
+
+
+def _whole(value):
+    """An integral float as its int (2.0 -> 2); a fraction is named, not truncated to 2 as llama-server's get<int>
+    does without a word; anything else is StrictInt's to judge (a bool or a string stays a 400)."""
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError(f"must be an integer, got {value}")
+        return int(value)
+    return value
+
+
+LlamaInt = Annotated[StrictInt, BeforeValidator(_whole)]
+"""An integer field by llama-server's name, read as its params parser reads one (nlohmann json's get<int> takes any
+JSON number: Python clients send `"mirostat": 2.0`, and llama-server serves them): an integral float is that
+integer. OpenAI's and Anthropic's own integers (max_tokens, n, seed, top_logprobs) stay StrictInt, as those APIs
+answer a decimal number there with a 400."""
 
 
 def breakers(value):

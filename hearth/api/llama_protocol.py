@@ -4,7 +4,8 @@ shares, with llama-server's defaults where hearth's API routes differ (temperatu
 llama.vscode, llama.vim) gets the sampling it expects, its samplers vLLM lacks too (repeat_last_n 64, DRY,
 XTC, top_n_sigma, mirostat: hearth.api.llama_names.LLAMA_SAMPLERS). Fields llama-server has and hearth does not
 (samplers, n_probs, response_fields, t_max_prompt_ms, dynatemp_range ...) are ignored and named in
-`x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields)."""
+`x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields). Every integer option takes an
+integral float, as llama-server's params parser reads one (hearth.api.llama_names.LlamaInt)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,21 @@ from typing import Any
 
 from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
-from hearth.api.llama_names import predict_limit
+from hearth.api.llama_names import LlamaInt, predict_limit
 from hearth.api.openai_protocol import LoraEntry, _Request
 from hearth.sampling_params import DRY_SEQUENCE_BREAKERS
 
 
 class LlamaOptions(_Request):
     model: str | None = None
-    n_predict: StrictInt | None = None
+    n_predict: LlamaInt | None = None
     """-1 (llama-server's default): until an end token or the context is full, and so any negative here
     (hearth's choice: llama-server stops a -2 or -7 after one token); 0: evaluate the prompt into the
     cache and answer nothing (editors warm the cache so). null: not given."""
-    max_tokens: StrictInt | None = None
+    max_tokens: LlamaInt | None = None
     """llama-server's alias of n_predict, read where n_predict is absent."""
     temperature: StrictFloat = 0.8
-    top_k: StrictInt = 40
+    top_k: LlamaInt = 40
     top_p: StrictFloat = 0.95
     min_p: StrictFloat = 0.05
     typical_p: StrictFloat = 1.0
@@ -34,31 +35,31 @@ class LlamaOptions(_Request):
     repeat_penalty: StrictFloat = 1.0
     presence_penalty: StrictFloat = 0.0
     frequency_penalty: StrictFloat = 0.0
-    repeat_last_n: StrictInt = 64
+    repeat_last_n: LlamaInt = 64
     """The penalties' window, the context's last N tokens (llama-server's default 64; 0: off, -1: all)."""
     dry_multiplier: StrictFloat = 0.0
     dry_base: StrictFloat = 1.75
-    dry_allowed_length: StrictInt = 2
-    dry_penalty_last_n: StrictInt = 64
+    dry_allowed_length: LlamaInt = 2
+    dry_penalty_last_n: LlamaInt = 64
     dry_sequence_breakers: list[str] | str = list(DRY_SEQUENCE_BREAKERS)
     """A list of strings, or text-generation-webui's JSON-encoded list (hearth.api.llama_names.breakers)."""
     xtc_probability: StrictFloat = 0.0
     xtc_threshold: StrictFloat = 0.1
     top_n_sigma: StrictFloat = -1.0
-    mirostat: StrictInt = 0
+    mirostat: LlamaInt = 0
     mirostat_tau: StrictFloat = 5.0
     mirostat_eta: StrictFloat = 0.1
     logit_bias: dict[str, Any] | list[Any] | None = None
     """[[token id or text, bias or false], ...] or {"id or text": bias} (hearth.api.sampling.logit_bias)."""
-    seed: StrictInt = -1
+    seed: LlamaInt = -1
     """-1: a random seed (llama-server's default)."""
     stop: list[StrictStr] | StrictStr = []
     """Stop strings; one given as a string is one stop (llama-server takes both)."""
     ignore_eos: StrictBool = False
     stream: StrictBool = False
-    n_indent: StrictInt = 0
+    n_indent: LlamaInt = 0
     """Lines after the answer's first must be indented at least this much (hearth.api.infill_stops)."""
-    t_max_predict_ms: StrictInt = 0
+    t_max_predict_ms: LlamaInt = 0
     """Past this many ms of generation the next new line ends the answer (hearth.api.infill_stops)."""
     return_tokens: StrictBool = False
     """The generated token ids in `tokens` (else `tokens` is empty, as llama-server's)."""

@@ -15,9 +15,9 @@ from typing import Any, Literal, get_args
 from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationInfo, field_validator,
                       model_validator)
 
-from hearth.api.errors import APIError
 from hearth.api.ignored_fields import note
-from hearth.api.llama_names import LLAMA_READS, LLAMA_WIRE_NAMES
+from hearth.api.llama_names import LlamaInt
+from hearth.api.sampler_fields import SamplerExtensions
 
 
 class _Body(BaseModel):
@@ -100,47 +100,19 @@ class LoraEntry(_Body):
     scale: StrictFloat
 
 
-class SamplingScalars(_Request):
-    """The sampling knobs every OpenAI request body has (chat, completions, Responses)."""
+class SamplingScalars(_Request, SamplerExtensions):
+    """The sampling knobs every OpenAI request body has (chat, completions, Responses); the fields beyond
+    OpenAI's (vLLM's, llama.cpp's samplers) are hearth.api.sampler_fields', which Anthropic's body shares."""
 
     model: str | None = None
     temperature: StrictFloat | None = Field(None, le=2)
     """OpenAI's range is 0 to 2 (a 400 above; below 0 is SamplingParams' error). llama-server's routes
     (hearth.api.llama_protocol) keep its unbounded temperature."""
     top_p: StrictFloat | None = None
-    top_k: StrictInt | None = None
-    min_p: StrictFloat | None = None
-    typical_p: StrictFloat | None = None
-    """Locally typical sampling (llama-server's and vLLM's older versions' field); 1 = off."""
-    presence_penalty: StrictFloat | None = None
-    frequency_penalty: StrictFloat | None = None
-    repetition_penalty: StrictFloat | None = None
-    seed: StrictInt | None = None
-    # llama.cpp's samplers by llama-server's names (hearth.api.llama_names.LLAMA_SAMPLERS), extension fields here
-    repeat_last_n: StrictInt | None = None
-    """The repetition / presence / frequency penalties over the context's last N tokens (llama.cpp's rule);
-    not given: vLLM's (hearth.sampling_params.SamplingParams.repeat_last_n)."""
-    dry_multiplier: StrictFloat | None = None
-    dry_base: StrictFloat | None = None
-    dry_allowed_length: StrictInt | None = None
-    dry_penalty_last_n: StrictInt | None = None
-    dry_sequence_breakers: list[str] | str | None = None
-    """A list of strings, or text-generation-webui's JSON-encoded list (hearth.api.llama_names.breakers)."""
-    xtc_probability: StrictFloat | None = None
-    xtc_threshold: StrictFloat | None = None
-    top_n_sigma: StrictFloat | None = None
-    mirostat: StrictInt | None = None
-    """1 or 2 (llama.cpp's versions), 0 off: replaces the filters, and its request drafts nothing."""
-    mirostat_tau: StrictFloat | None = None
-    mirostat_eta: StrictFloat | None = None
     stream: StrictBool = False
     user: str | None = None
     lora: list[LoraEntry] | None = None
     """llama-server's per-request LoRA scales; the adapters not listed run at 0 (hearth.api.sampling.lora_scales)."""
-
-
-_OPENAI_SPELLINGS = {"max_tokens": ("max_completion_tokens", "max_tokens"), "repetition_penalty": ("repetition_penalty",)}
-"""The OpenAI/vLLM fields that say what a llama-server name does (chat's max_completion_tokens before max_tokens)."""
 
 
 class SamplingFields(SamplingScalars):
@@ -170,33 +142,8 @@ class SamplingFields(SamplingScalars):
     grammar: Any = None
     prompt_logprobs: StrictInt | None = None
     """vLLM's: each prompt token's logprob and rank, and its top N alternatives (hearth.api.logprobs)."""
-    n_predict: StrictInt | None = None
+    n_predict: LlamaInt | None = None
     """llama-server's max_tokens, as its /v1 routes take it (hearth.api.llama_names): -1 (any negative) no limit."""
-    repeat_penalty: StrictFloat | None = None
-    """llama-server's repetition_penalty, as its /v1 routes take it."""
-
-    @model_validator(mode="after")
-    def _llama_spellings(self):
-        """llama-server's names -> OpenAI's fields (a client written for llama-server sends n_predict, and it
-        ran ~2,000 tokens ignored); both spellings given and different is a 400 naming llama-server's, not
-        one of them silently."""
-        for field, wire in LLAMA_WIRE_NAMES.items():
-            theirs = getattr(self, wire)
-            if theirs is None:
-                continue
-            value = LLAMA_READS.get(field, lambda v: v)(theirs)
-            # a null is not given (llama-server's json_value reads it so): only a value can disagree
-            given = [f for f in _OPENAI_SPELLINGS[field] if f in self.model_fields_set and getattr(self, f) is not None]
-            ours = getattr(self, given[0]) if given else None
-            if given and ours != value:
-                raise APIError(400, f"{wire}: {theirs} disagrees with {given[0]} ({ours}): send one of them",
-                               param=wire)
-            setattr(self, field, value)  # and into model_fields_set: asked, not a default (completions' 16)
-        return self
-
-    def llama_names(self) -> dict[str, str]:
-        """SamplingParams fields this body gave by llama-server's names -> those names, for its errors."""
-        return {field: wire for field, wire in LLAMA_WIRE_NAMES.items() if getattr(self, wire) is not None}
 
     @field_validator("stream_options")
     @classmethod

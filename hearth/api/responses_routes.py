@@ -113,7 +113,7 @@ async def create_response(body: ResponsesRequest, request: Request):
                                  model_plan.tools if model_plan.in_template else None)
         return text, model.encode_chat_text(text, images, msgs)
 
-    names = {"max_tokens": "max_output_tokens", "logprobs": "top_logprobs"}
+    names = {"max_tokens": "max_output_tokens", "logprobs": "top_logprobs", **body.llama_names()}
     req = ChoicesRequest(served, plan, prompt, ids, fields, names, guard,
                          body.parallel_tool_calls, reprompt, request_id=f"resp_{_hex()}", streaming=bool(body.stream))
     source, _ = await routed_choices(state, model, ask, render_for, req)
