@@ -215,15 +215,16 @@ def target_probs(logits: torch.Tensor, params: list[SamplingParams],
     mirostat row's truncation by its state's mu instead, mirostat[i], None: its start); greedy rows at
     temperature 1, unused."""
     greedy = [p.greedy for p in params]
+    V = logits.shape[-1]
     off = [g or p.mirostat != 0 for p, g in zip(params, greedy)]  # rows the filters leave alone
     temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
     tempered = logits / temp
     logits = tempered
     if any(p.top_n_sigma > 0 for p in params):
         logits = filter_top_n_sigma(logits, torch.tensor([-1.0 if o else p.top_n_sigma for p, o in zip(params, off)]))
-    logits = filter_top_k_top_p_min_p(
+    logits = filter_top_k_top_p_min_p(  # a top_k past V keeps all: clamped, so 10**20 is no int64 overflow
         logits,
-        torch.tensor([0 if o else max(p.top_k, 0) for p, o in zip(params, off)]),
+        torch.tensor([0 if o else min(max(p.top_k, 0), V) for p, o in zip(params, off)]),
         torch.tensor([1.0 if o else p.top_p for p, o in zip(params, off)]),
         torch.tensor([0.0 if o else p.min_p for p, o in zip(params, off)]),
         torch.tensor([1.0 if o else p.typical_p for p, o in zip(params, off)]),

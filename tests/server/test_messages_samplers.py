@@ -49,3 +49,8 @@ def test_a_bad_value_is_anthropics_400_naming_it(client):
     assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
                                                    "message": "dry_multiplier: must be >= 0, got -1.0"}}
 
+
+@pytest.mark.parametrize("top_k", [10**20, 1e20])
+def test_a_top_k_past_the_vocabulary_keeps_every_token(client, top_k):
+    """Not an int64 overflow in the engine's step (a 500 for every request in it): the same as no top_k."""
+    assert answer(client, **SEEDED, top_k=top_k) == answer(client, **SEEDED)
