@@ -1,7 +1,7 @@
 # `make run`: set up .venv and serve the default model on http://$(HOST):$(PORT) (chat page at /).
 # `make test`: set up and run every test, the tier-sensitive ones once per CPU tier this machine runs.
-# `make test-fast`: the unit tests only (no real model, server or browser) but the emulated ones (Triton's
-# interpreter, qemu-user: minutes of CPU), for the inner loop.
+# `make test-fast`: the unit tests only (no real model, server, browser or other process) but the emulated ones
+# (Triton's interpreter, qemu-user: minutes of CPU), for the inner loop.
 # `make test-arm`: the neon tier's kernels cross-compiled for aarch64 and run under qemu-user.
 PYTHON ?= python3
 VENV := .venv
@@ -63,6 +63,11 @@ test: setup browser
 	  echo "== tier $$t: pytest -m tiered $(PYTEST_ARGS)"; cat $$dir/$$t.log; \
 	  rc=$$(cat $$dir/$$t.rc 2>/dev/null || echo 1); [ $$rc -eq 0 ] || [ $$rc -eq 5 ] || status=1; done; \
 	rm -rf $$dir; echo "tiers run: $$tiers"; exit $$status
+
+# Bytecode for the test runs even where the environment turns it off (PYTHONDONTWRITEBYTECODE=1, as some sandboxes
+# set): without __pycache__ every pytest process rewrites each test module's asserts and compiles hearth again,
+# 27 CPU-s to collect the whole suite against ~10 (2026-12-07; the second run on a checkout gains).
+test test-fast test-arm: export PYTHONDONTWRITEBYTECODE :=
 
 test-fast: setup
 	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "unit and not emulated" $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -5,14 +5,15 @@ downloading it once into $HEARTH_HOME (default ~/.cache/hearth) so later runs re
 
 Every test gets markers by what it needs (pyproject.toml registers them), set here rather than in
 hundreds of files: `real_model` (the model_path fixture), `server` (a real `hearth serve` under
-tests/server), `browser` (headless Chromium), `unit` (none of those), `emulated` (another machine's
-code run here: the CUDA backend in Triton's interpreter, the neon tier under qemu-user; `make test-fast`
-runs the unit tests but these), and `tiered` for the modules whose code differs per CPU tier, which
-`make test` runs once per tier."""
+tests/server), `browser` (headless Chromium), `process` (starts another program: PROCESSES), `unit` (none of
+those), `emulated` (another machine's code run here: the CUDA backend in Triton's interpreter, the neon tier
+under qemu-user; `make test-fast` runs the unit tests but these), and `tiered` for the modules whose code
+differs per CPU tier, which `make test` runs once per tier."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -53,6 +54,37 @@ UNTIERED = {  # modules under TIERED whose code is the same at every tier: run o
 BROWSER = ("server/test_chat_page.py",)
 EMULATED = ("gpu/", "arm/")
 """Triton's interpreter and qemu-user: single-threaded emulation, minutes of CPU together (make test only)."""
+PROCESSES = {  # tests that start another program (tests/`module` or `module::function`), by what they start
+    "bench/test_bench_spec_script.py": "the speculation benchmark against fake servers",
+    "bench/test_readme_performance.py::test_whole_run_against_fake_servers": "the README benchmark against fake servers",
+    "bench/test_rss.py": "a child whose peak RSS is read",
+    "cluster/test_cluster_bad_input.py::test_one_model_only": "hearth cluster serve",
+    "cluster/test_join.py": "ray start",
+    "evals/test_bfcl_data.py::test_fetch_refuses_a_wheel_with_another_hash": "pip download",
+    "evals/test_eval_tools_cli.py": "hearth eval tools",
+    "evals/test_eval_tools_url.py": "a served fake model",
+    "evals/test_tool_eval.py": "BFCL's tool backends",
+    "kernels/test_atomic_build.py": "a (fake) compiler",
+    "kernels/test_native_avx2.py::test_a_compiler_without_avx512_builds_the_avx2_tier": "g++",
+    "kvstore/test_disk_store.py::test_leftover_temporary_file_of_a_dead_writer_is_removed": "a writer killed mid-file",
+    "kvstore/test_prefault.py::test_the_worker_stops_before_the_interpreter_finalizes": "an interpreter that exits",
+    "layers/test_linear.py::test_int4_expansion_reads_the_layout_of_each_cpu_capability": "torch at each ATen capability",
+    "loader/test_catalog_header.py": "pip download",
+    "loader/test_download.py": "pip download",
+    "memory/test_this_machine.py": "the bandwidth measurement",
+    "server/test_embeddings_encoder.py::test_hearth_serve_an_encoder_gguf": "hearth serve",
+    "server/test_peer_flags.py::test_https_with_a_self_signed_certificate": "openssl",
+    "server/test_rerank.py::test_hearth_serve_a_reranker_with_llama_servers_flag": "hearth serve",
+    "server/test_serve_shutdown.py": "hearth serve",
+    "test_cli.py::test_a_broken_pipe_other_than_stdout_is_an_error": "the CLI",
+    "test_cli.py::test_a_reader_that_closed_stdout_early_ends_it_quietly": "the CLI",
+    "test_cli_run_prompt.py::test_ctrl_c_at_the_prompt_gives_a_fresh_prompt_every_time": "hearth run in a terminal",
+    "test_doctor.py": "hearth doctor",
+    "test_layering.py::test_the_commands_load_no_torch_before_they_must": "the CLI's commands",
+    "test_openmp.py": "interpreters that load torch",
+}
+"""A test that starts a program (the CLI, a server, Ray, a compiler) takes seconds where a unit test takes
+milliseconds: `process`, not `unit` (a `unit` test that starts one fails naming it)."""
 PULLS = ("loader/test_catalog.py::test_real_pull_of_default_model_via_cli",)
 """Tests that download a real model themselves, into a temporary HEARTH_HOME (not through model_path)."""
 
@@ -106,6 +138,8 @@ def markers(rel: str, fixtures, params: str = "", name: str = "") -> set[str]:
             kinds.add("server")
     if rel in BROWSER:
         kinds.add("browser")
+    if rel in PROCESSES or f"{rel}::{name}" in PROCESSES:
+        kinds.add("process")
     if not kinds:
         kinds.add("unit")
     if rel.startswith(EMULATED):
@@ -160,7 +194,7 @@ def pytest_xdist_make_scheduler(config, log):
     return Scheduling(config, log)
 
 
-HEAVY = ("real_model", "server", "browser", "emulated")
+HEAVY = ("real_model", "server", "browser", "emulated", "process")
 """Kinds of test that take seconds each, where a unit test takes milliseconds."""
 
 
@@ -176,6 +210,25 @@ def pytest_collection_modifyitems(config, items):
     # the modules with the most heavy tests first, each module's order kept: make test's xdist workers take
     # whole modules in this order, so the long ones start at once and the short ones even out the end
     items.sort(key=lambda item: -heavy[Path(str(item.fspath)).resolve().relative_to(TESTS).as_posix()])
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """A `unit` test that starts a process fails naming it (see PROCESSES); the emulated ones start qemu-user
+    and stay out of make test-fast as such."""
+    node = request.node
+    if node.get_closest_marker("unit") is None or node.get_closest_marker("emulated") is not None:
+        yield
+        return
+    started, real = [], subprocess.Popen.__init__
+
+    def record(self, args, *rest, **kw):
+        started.append(args if isinstance(args, str) else " ".join(map(str, args)))
+        return real(self, args, *rest, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", record)
+    yield
+    assert not started, f"a unit test started {started[0][:200]!r}: list it in PROCESSES (tests/conftest.py)"
 
 
 @pytest.fixture(autouse=True)

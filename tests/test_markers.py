@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import EMULATED, ONCE, TIERED, UNTIERED, holds_tiered, markers
+from tests.conftest import EMULATED, ONCE, PROCESSES, TIERED, UNTIERED, holds_tiered, markers
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
@@ -33,6 +33,12 @@ def test_kinds_by_path_and_fixtures(rel, fixtures, params, kinds):
     assert markers(rel, fixtures, params) == kinds
 
 
+def test_a_test_that_starts_a_program_is_process_not_unit():
+    assert markers("test_doctor.py", ["tmp_path"], "", "test_doctor_explains_a_forced_tier_it_cannot_use") == {"process"}
+    assert markers("test_cli.py", ["capsys"], "", "test_a_broken_pipe_other_than_stdout_is_an_error") == {"process"}
+    assert markers("test_cli.py", ["capsys"], "", "test_version") == {"unit"}
+
+
 def test_a_test_that_pulls_a_model_itself_is_real_model():
     assert markers("loader/test_catalog.py", ["home"], "", "test_real_pull_of_default_model_via_cli") == {"real_model"}
 
@@ -49,8 +55,11 @@ def test_a_tiered_pass_imports_only_what_holds_tiered_tests(rel, is_dir, held):
 
 def test_every_kind_is_registered_and_every_tiered_path_exists():
     registered = {m.split(":")[0] for m in tomllib.loads(PYPROJECT.read_text())["tool"]["pytest"]["ini_options"]["markers"]}
-    assert registered == {"unit", "real_model", "server", "browser", "emulated", "tiered"}
+    assert registered == {"unit", "real_model", "server", "browser", "emulated", "tiered", "process"}
     tests = PYPROJECT.parent / "tests"
     assert all((tests / rel).exists() for rel in TIERED + EMULATED)
     assert all((tests / rel).is_file() for rel, _ in ONCE)
     assert all((tests / rel).is_file() and rel.startswith(TIERED) for rel in UNTIERED)
+    for entry in PROCESSES:  # a module, or a function in it
+        rel, _, function = entry.partition("::")
+        assert (tests / rel).is_file() and (not function or f"def {function}(" in (tests / rel).read_text()), entry
