@@ -4,9 +4,9 @@
 downloading it once into $HEARTH_HOME (default ~/.cache/hearth) so later runs reuse it.
 
 Every test gets markers by what it needs (pyproject.toml registers them), set here rather than in
-hundreds of files: `real_model` (the model_path fixture), `server` (a real `hearth serve` under
-tests/server), `browser` (headless Chromium), `process` (starts another program: PROCESSES), `unit` (none of
-those), `emulated` (another machine's code run here: the CUDA backend in Triton's interpreter, the neon tier
+hundreds of files: `real_model` (the model_path fixture), `server` (tests/server: the HTTP app in-process
+or a real `hearth serve`), `browser` (headless Chromium), `process` (starts another program: PROCESSES),
+`unit` (none of those), `emulated` (another machine's code run here: the CUDA backend in Triton's interpreter, the neon tier
 under qemu-user; `make test-fast` runs the unit tests but these), and `tiered` for the modules whose code
 differs per CPU tier, which `make test` runs once per tier."""
 
@@ -72,10 +72,6 @@ PROCESSES = {  # tests that start another program (tests/`module` or `module::fu
     "loader/test_catalog_header.py": "pip download",
     "loader/test_download.py": "pip download",
     "memory/test_this_machine.py": "the bandwidth measurement",
-    "server/test_embeddings_encoder.py::test_hearth_serve_an_encoder_gguf": "hearth serve",
-    "server/test_peer_flags.py::test_https_with_a_self_signed_certificate": "openssl",
-    "server/test_rerank.py::test_hearth_serve_a_reranker_with_llama_servers_flag": "hearth serve",
-    "server/test_serve_shutdown.py": "hearth serve",
     "test_cli.py::test_a_broken_pipe_other_than_stdout_is_an_error": "the CLI",
     "test_cli.py::test_a_reader_that_closed_stdout_early_ends_it_quietly": "the CLI",
     "test_cli_run_prompt.py::test_ctrl_c_at_the_prompt_gives_a_fresh_prompt_every_time": "hearth run in a terminal",
@@ -84,7 +80,7 @@ PROCESSES = {  # tests that start another program (tests/`module` or `module::fu
     "test_openmp.py": "interpreters that load torch",
 }
 """A test that starts a program (the CLI, a server, Ray, a compiler) takes seconds where a unit test takes
-milliseconds: `process`, not `unit` (a `unit` test that starts one fails naming it)."""
+milliseconds: `process`, not `unit` (a `unit` test that starts one fails naming it; tests/server's are `server`)."""
 PULLS = ("loader/test_catalog.py::test_real_pull_of_default_model_via_cli",)
 """Tests that download a real model themselves, into a temporary HEARTH_HOME (not through model_path)."""
 
@@ -134,8 +130,8 @@ def markers(rel: str, fixtures, params: str = "", name: str = "") -> set[str]:
     kinds = set()
     if "model_path" in fixtures or f"{rel}::{name}" in PULLS:
         kinds.add("real_model")
-        if rel.startswith("server/"):
-            kinds.add("server")
+    if rel.startswith("server/"):
+        kinds.add("server")
     if rel in BROWSER:
         kinds.add("browser")
     if rel in PROCESSES or f"{rel}::{name}" in PROCESSES:
@@ -194,7 +190,7 @@ def pytest_xdist_make_scheduler(config, log):
     return Scheduling(config, log)
 
 
-HEAVY = ("real_model", "server", "browser", "emulated", "process")
+HEAVY = ("real_model", "browser", "emulated", "process")
 """Kinds of test that take seconds each, where a unit test takes milliseconds."""
 
 

@@ -16,7 +16,7 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
     ("loader/test_catalog.py", ["home"], "", {"unit"}),
     ("sample/test_edge_cases.py", ["tmp_path"], "", {"unit"}),
     ("loader/test_tokenizer.py", ["model_path"], "", {"real_model"}),
-    ("server/test_requests.py", ["make_fake"], "", {"unit"}),  # the app in-process around a fake engine
+    ("server/test_requests.py", ["make_fake"], "", {"server"}),  # the app in-process around a fake engine
     ("server/test_real_server.py", ["real_server", "model_path"], "", {"real_model", "server"}),
     ("server/test_chat_page.py", ["browser", "real_server", "model_path"], "", {"real_model", "server", "browser"}),
     ("kernels/test_native.py", [], "Q4_K", {"unit", "tiered"}),
