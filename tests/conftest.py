@@ -6,9 +6,9 @@ downloading it once into $HEARTH_HOME (default ~/.cache/hearth) so later runs re
 Every test gets markers by what it needs (pyproject.toml registers them), set here rather than in
 hundreds of files: `real_model` (the model_path fixture), `server` (tests/server: the HTTP app in-process
 or a real `hearth serve`), `browser` (headless Chromium), `process` (starts another program: PROCESSES),
-`unit` (none of those), `emulated` (another machine's code run here: the CUDA backend in Triton's interpreter, the neon tier
-under qemu-user; `make test-fast` runs the unit tests but these), and `tiered` for the modules whose code
-differs per CPU tier, which `make test` runs once per tier."""
+`unit` (none of those), `emulated` (another machine's code run here: the CUDA backend in Triton's
+interpreter, the neon tier under qemu-user; `make test-fast` runs the unit tests but these), and `tiered`
+for the modules whose code differs per CPU tier, which `make test` runs once per tier."""
 
 from __future__ import annotations
 

@@ -33,8 +33,9 @@ def at_lower_tier() -> bool:
 LOWER_TIER_CASES = {"smollm2-135m": 12, "qwen2.5-coder-0.5b": 6}
 """Golden cases teacher-forced at a lower tier: their first ones (the KL test's prefill rows and the goldens',
 shared). With the 0.5B's free-running ones (tests/test_golden_llamacpp.py) they were ~1/2 of the tiered passes'
-CPU at all 34 and 12 (2026-12-07, Zen 4: avx2 and torch 131 CPU-s each, 63 and 58 of it these). Measured then, hearth's prefill KL
-over llama.cpp's on SmolLM2's first 12 cases and on all 34: avx2 0.577x and 0.580x, torch 0.328x and 0.345x."""
+CPU at all 34 and 12 (2026-12-07, Zen 4: avx2 and torch 131 CPU-s each, 63 and 58 of it these). Measured then,
+hearth's prefill KL over llama.cpp's on SmolLM2's first 12 cases and on all 34: avx2 0.577x and 0.580x, torch
+0.328x and 0.345x."""
 
 
 @dataclass(frozen=True)
