@@ -150,11 +150,12 @@ def _local(args: argparse.Namespace, workload):
         get_device(args.device)
     # run's check, before the load and before a first run measures this machine (a doomed run waits for nothing)
     check_max_tokens_fit(args.max_tokens, *header_context(str(path), args.ctx))
-    device = get_device(args.device)
     llm = LLM(str(path), max_num_seqs=workload.max_concurrency, max_model_len=args.ctx, threads=args.threads,
               speculative_config=None if spec is None else asdict(spec))
     cfg = llm.config
     client = LocalClient(llm.engine, llm.encode_chat, llm.max_model_len, args.seed, args.ignore_eos)
+    client.prepare(workload)  # every prompt fits, or one line before a first run measures this machine
+    device = get_device(args.device)
     roof = decode_roofline(llm.gguf, device, cfg.kv_cache_dtype, cfg.block_size)
     target = {"model": model, "model_path": str(llm.path), "max_model_len": llm.max_model_len,
               "kv_cache_dtype": cfg.kv_cache_dtype, "device": device.name, "load_s": llm.load_time,
