@@ -20,6 +20,7 @@ from hearth.api.embeddings_only import refusing
 from hearth.api.guards import APIKeyMiddleware, BodyLimitMiddleware, StallTimeoutMiddleware
 from hearth.api.ignored_fields import HEADER as IGNORED_HEADER, IgnoredFieldsMiddleware
 from hearth.api.json_body import JSONBodyMiddleware
+from hearth.api.json_values import JSONValuesMiddleware
 from hearth.api.metrics import CONTENT_TYPE, Metrics
 from hearth.api.model_pool import ModelPool
 from hearth.api.responses_background import stop_all
@@ -114,6 +115,7 @@ def create_app(models: ServedModel | ModelPool, config: ServerConfig | None = No
     # added innermost first: CORS answers preflights before auth, the body limit runs after auth
     app.add_middleware(IgnoredFieldsMiddleware)
     app.add_middleware(JSONBodyMiddleware)
+    app.add_middleware(JSONValuesMiddleware)  # NaN, 1e400, a lone surrogate: a 400 naming the field
     app.add_middleware(BodyLimitMiddleware, max_bytes=config.max_body_bytes)
     keys = [k for k in (config.api_key, *config.api_keys) if k]
     if keys:

@@ -78,21 +78,21 @@ class BodyLimitMiddleware:
         while more:  # read the body here, so an oversized one never reaches the app
             message = await receive()
             if message["type"] != "http.request":
-                return await self.app(scope, _replay([message], receive), send)
+                return await self.app(scope, replay([message], receive), send)
             body.append(message.get("body", b""))
             size += len(body[-1])
             more = message.get("more_body", False)
             if size > self.max_bytes:
                 return await _send_error(scope, send, 413, self._why(size))
         whole = {"type": "http.request", "body": b"".join(body), "more_body": False}
-        await self.app(scope, _replay([whole], receive), send)
+        await self.app(scope, replay([whole], receive), send)
 
     def _why(self, size: int) -> str:
         return (f"request body is {size} bytes or more; this server takes at most {self.max_bytes} "
                 "(hearth serve --max-body-mb)")
 
 
-def _replay(messages: list[Message], receive: Receive) -> Receive:
+def replay(messages: list[Message], receive: Receive) -> Receive:
     async def replay() -> Message:
         return messages.pop(0) if messages else await receive()
     return replay
