@@ -166,7 +166,8 @@ class RequestImages:
 
 def read_part(part: dict, at: str, images: RequestImages | None) -> str | None:
     """The marker of an image content part (any protocol's, READERS); None: not an image part."""
-    reader = READERS.get(part.get("type"))
+    kind = part.get("type")
+    reader = READERS.get(kind) if isinstance(kind, str) else None  # a list is no key (a 500); the text reader names it
     if reader is None:
         return None
     if images is None:  # the library's messages (LLM.chat): no images come that way

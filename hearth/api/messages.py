@@ -54,6 +54,8 @@ def _openai_message(m: dict, where: str, wire: bool = True, images=None) -> dict
     role = m.get("role")
     if role is None:
         raise bad(f"{where}.role", "is required")
+    if not isinstance(role, str):  # a list or object was looked up in ROLES: a TypeError, a 500
+        raise bad(f"{where}.role", f"must be a string, not {_kind(role)}")
     if role not in ROLES:
         raise bad(f"{where}.role", f"unknown role {role!r}; expected one of {', '.join(sorted(ROLES))}")
     if role == "function":  # legacy: a function's result, answered by name

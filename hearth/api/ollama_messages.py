@@ -59,13 +59,13 @@ def _with_images(given: Any, content: Any, where: str, images) -> Any:
 
 def _calls(calls: Any, where: str, i: int) -> Any:
     """Ollama's calls as OpenAI's (an id where none was given; arguments stay the object they are)."""
-    if not isinstance(calls, list):
-        return calls  # openai_messages names it
+    if not isinstance(calls, list):  # the tool results after it pair with these: named here, not a 500 there
+        raise bad(f"{where}.tool_calls", f"must be a list, not {_kind(calls)}")
     out = []
     for j, call in enumerate(calls):
-        if isinstance(call, dict):
-            call = {"type": "function", **call, "id": call.get("id") or f"call_{i}_{j}"}
-        out.append(call)
+        if not isinstance(call, dict):
+            raise bad(f"{where}.tool_calls[{j}]", f"must be an object, not {_kind(call)}")
+        out.append({"type": "function", **call, "id": call.get("id") or f"call_{i}_{j}"})
     return out
 
 

@@ -33,7 +33,7 @@ def input_messages(given: str | list | None, before: list[dict] = (), images=Non
         if not isinstance(item, dict):
             raise bad(where, f"must be an item object, not {_kind(item)}")
         kind = item.get("type", "message" if "role" in item else None)
-        handler = _ITEMS.get(kind)
+        handler = _ITEMS.get(kind) if isinstance(kind, str) else None  # a list is no key: a TypeError was a 500
         if handler is None:
             known = ", ".join(sorted(_ITEMS))
             raise bad(f"{where}.type", f"unknown item type {kind!r}; expected one of {known}")
@@ -67,7 +67,7 @@ def as_items(given: str | list | None) -> list[dict]:
 
 def _message(item: dict, where: str, out: list[dict], pending: dict) -> None:
     role = item.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         raise bad(f"{where}.role", f"unknown role {role!r}; expected one of {', '.join(sorted(_ROLES))}")
     m = {"role": _ROLES[role], "content": part_text(item.get("content"), f"{where}.content", pending["images"])}
     if m["role"] == "assistant" and pending["reasoning"] is not None:

@@ -145,8 +145,8 @@ def declared_only(schema: dict | None) -> dict:
     left as it is."""
     schema = schema if isinstance(schema, dict) else {}
     props, required = schema.get("properties"), schema.get("required", [])
-    if (isinstance(props, dict) and "additionalProperties" not in schema
-            and isinstance(required, list) and set(required) <= set(props)):
+    names = isinstance(required, list) and all(isinstance(r, str) for r in required)  # [[1]] is no set: a 500
+    if isinstance(props, dict) and "additionalProperties" not in schema and names and set(required) <= set(props):
         return {**schema, "additionalProperties": False}
     return schema or {"type": "object"}
 
