@@ -158,6 +158,8 @@ class SamplingParams:
             self.bad_words = list(self.bad_words)
         if isinstance(self.dry_sequence_breakers, tuple):
             self.dry_sequence_breakers = list(self.dry_sequence_breakers)
+        for f in _FLOATS:  # an int given (Ollama's options, a library call) is the float the sampler's tensors hold:
+            self._as_float(f)  # torch.tensor([1.0, 10**20]) overflowed int64 in the engine step, a 500 for all in it
         checks = [
             # a string would read as a list of its characters, each one banned
             (isinstance(self.bad_words, list) and all(isinstance(w, str) and w.strip() for w in self.bad_words),
@@ -214,6 +216,14 @@ class SamplingParams:
         for ok, field, why in checks:  # field: named on its own, so the API needs no parsing
             if not ok:
                 raise InvalidSamplingParams(field, why)
+
+    def _as_float(self, name: str) -> None:
+        v = getattr(self, name)
+        if isinstance(v, int) and not isinstance(v, bool):
+            try:
+                setattr(self, name, float(v))
+            except OverflowError:  # past a double (10**400): named by the finite check as inf
+                setattr(self, name, math.inf if v > 0 else -math.inf)
 
     @property
     def greedy(self) -> bool:

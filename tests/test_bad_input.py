@@ -240,6 +240,19 @@ def test_sampling_params_out_of_range_name_the_field(field, value):
         SamplingParams(**{field: value})
 
 
+def test_an_integer_in_a_float_field_is_a_float_and_one_past_a_double_is_named():
+    """Ollama's options (read without pydantic) gave temperature 10**20 as an int: torch.tensor([1.0, 10**20])
+    overflowed int64 in the engine step, a 500 for every request in it."""
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+
+    p = SamplingParams(temperature=10**20, top_p=1, mirostat_tau=3)
+    assert (p.temperature, p.top_p, p.mirostat_tau) == (1e20, 1.0, 3.0)
+    assert all(type(v) is float for v in (p.temperature, p.top_p, p.mirostat_tau))
+    for value, got in ((10**400, "inf"), (-(10**400), "-inf")):
+        with pytest.raises(InvalidSamplingParams, match=f"^temperature must be a finite number, got {got}$"):
+            SamplingParams(temperature=value)
+
+
 def test_seed_limits_are_the_generator_s():
     """The extremes of the accepted range seed a torch generator (a seed outside it failed the step)."""
     import torch

@@ -32,6 +32,12 @@ from hearth.sample.xtc import xtc_mixture
 from hearth.sampling_params import GREEDY_EPS, SamplingParams
 
 
+MAX_TEMPERATURE = 1e30
+"""A larger temperature samples as this one does (logits / 1e30 are all ~0: uniform over the tokens left). Past
+float32's 3.4e38 it was inf, and a filtered token's -inf / inf is NaN: a grammar's banned token was sampled
+(llama-server's and Ollama's routes keep an unbounded temperature)."""
+
+
 def _pairs(rows: list[int], token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """(row index, token id) of every token in token_lists[j], which belongs to row rows[j]."""
     lengths = torch.tensor([len(t) for t in token_lists])
@@ -217,7 +223,8 @@ def target_probs(logits: torch.Tensor, params: list[SamplingParams],
     greedy = [p.greedy for p in params]
     V = logits.shape[-1]
     off = [g or p.mirostat != 0 for p, g in zip(params, greedy)]  # rows the filters leave alone
-    temp = torch.tensor([1.0 if g else p.temperature for p, g in zip(params, greedy)]).unsqueeze(1)
+    temp = torch.tensor([1.0 if g else min(p.temperature, MAX_TEMPERATURE) for p, g in zip(params, greedy)])
+    temp = temp.unsqueeze(1)
     tempered = logits / temp
     logits = tempered
     if any(p.top_n_sigma > 0 for p in params):

@@ -93,6 +93,15 @@ def test_minus_inf_logits_are_never_drawn(options):
     check(counts, exact, filtered(np.where(np.isinf(NEG_INF), -3.0, NEG_INF), params.temperature))
 
 
+@pytest.mark.parametrize("temperature", [1e39, 1e300])
+def test_a_temperature_past_float32_is_uniform_over_the_finite_logits(temperature):
+    """It was inf in the sampler's float32 tensor, and -inf / inf is NaN: a -inf (a grammar's banned) token was drawn
+    (llama-server's and Ollama's routes take any temperature)."""
+    counts = draw(NEG_INF, SamplingParams(temperature=temperature))
+    assert counts[[1, 4, 7, 11]].sum() == 0
+    check(counts, np.where(np.isinf(NEG_INF), 0.0, 1.0 / 8), uniform(8))
+
+
 @pytest.mark.parametrize("options", [dict(temperature=0), dict(temperature=2.0, top_p=0.3, min_p=0.5, top_k=4)])
 def test_a_single_finite_logit_is_always_drawn(options):
     x = np.full(16, -np.inf, dtype=np.float32)
