@@ -8,6 +8,8 @@ import math
 import re
 
 FOREVER = math.inf
+_LONGEST = 1e300
+"""More seconds than this is forever (10**400 is no float: float() of it raised, a 500)."""
 
 _SECONDS = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _DURATION = re.compile(f"({_SECONDS.pattern})(ns|us|µs|ms|s|m|h)")
@@ -19,7 +21,7 @@ def seconds(value: str | int | float) -> float:
     if isinstance(value, bool):
         raise ValueError(value)
     if isinstance(value, (int, float)):
-        return FOREVER if value < 0 else float(value)
+        return FOREVER if value < 0 or value > _LONGEST else float(value)
     text = value.strip()
     negative = text.startswith("-")
     text = text.lstrip("+-")

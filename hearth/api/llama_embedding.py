@@ -19,6 +19,7 @@ from hearth.api.openai_protocol import _Request, prompt_shapes
 router = APIRouter()
 
 INT16_RANGE = 32760.0  # common_embd_normalize's max-absolute scale: "make an int16 range"
+INT32_MAX = 2**31 - 1
 
 
 class LlamaEmbeddingRequest(_Request):
@@ -45,9 +46,9 @@ async def embedding(body: LlamaEmbeddingRequest, request: Request):
         raise APIError(400, "embd_normalize: -1 (no normalization) is not supported: hearth's embeddings come "
                             "L2-normalized from the engine, without their length; use 2 (the default), 1, 0 or "
                             "a p-norm > 2", param="embd_normalize")
-    if body.embd_normalize < -1:
-        raise APIError(400, f"embd_normalize: must be -1, 0, 1, 2 or a p-norm > 2, got {body.embd_normalize}",
-                       param="embd_normalize")
+    if not -1 <= body.embd_normalize <= INT32_MAX:  # llama-server reads an int; 10**400 was no float, a 500
+        raise APIError(400, f"embd_normalize: must be -1, 0, 1, 2 or a p-norm > 2 (at most {INT32_MAX}), got "
+                            f"{body.embd_normalize}", param="embd_normalize")
     served = await request.app.state.models.get(body.model)
     check_embeds(served)
     prompts = inputs(served, value, field=field)
@@ -64,6 +65,7 @@ def normalized(unit: list[float], p: int) -> list[float]:
         return unit
     if p == 0:
         size = max(map(abs, unit), default=0.0) / INT16_RANGE
-    else:
-        size = sum(abs(x) ** p for x in unit) ** (1.0 / p)
+    else:  # over the largest |x|: each |x| ** p of a unit vector underflowed to 0 at a large p (a zero vector)
+        top = max(map(abs, unit), default=0.0)
+        size = top * sum((abs(x) / top) ** p for x in unit) ** (1 / p) if top else 0.0
     return [x / size for x in unit] if size > 0 else [0.0] * len(unit)

@@ -57,10 +57,11 @@ def test_one_text_and_a_list_answer_llama_server_s_shape(client, path, field):
     assert np.allclose(got[0]["embedding"][0], want[1], atol=1e-6)
 
 
-@pytest.mark.parametrize("p", [0, 1, 2, 3, 5])
+@pytest.mark.parametrize("p", [0, 1, 2, 3, 5, 1000])  # 1000: each |x| ** p of the unit vector underflowed to 0
 def test_embd_normalize_is_llama_cpp_s(client, p):
     unit = openai_vectors(client, TEXTS[0])[0]
-    raw = unit * 7.25  # each norm is scale-free: any length gives the same answer
+    raw = unit / np.abs(unit).max() * 1.25  # each norm is scale-free: any length gives the same answer (this one
+    # keeps the reference's |x| ** 1000 within a double)
     got = np.array(client.post("/embedding", json={"content": TEXTS[0], "embd_normalize": p}).json()[0]["embedding"][0])
     assert np.allclose(got, common_embd_normalize(raw, p), rtol=1e-5, atol=1e-6)
     if p == 0:
@@ -70,6 +71,7 @@ def test_embd_normalize_is_llama_cpp_s(client, p):
 @pytest.mark.parametrize("body,words", [
     ({"content": TEXTS[0], "embd_normalize": -1}, "embd_normalize: -1 (no normalization) is not supported"),
     ({"content": TEXTS[0], "embd_normalize": -2}, "embd_normalize: must be -1, 0, 1, 2"),
+    ({"content": TEXTS[0], "embd_normalize": 10**400}, "embd_normalize: must be -1, 0, 1, 2"),  # no float: a 500
     ({}, '"input" or "content" must be provided'),
     ({"content": ""}, "content: must not be empty"),
     ({"content": {"text": "x"}}, "content"),

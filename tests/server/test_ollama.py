@@ -628,7 +628,8 @@ def test_a_request_s_keep_alive_sets_its_model_s_timer_and_api_ps_says_when():
 
 @pytest.mark.parametrize("value, seconds", [(300, 300), (2.5, 2.5), ("300", 300), ("5m", 300), ("1h30m", 5400),
                                             ("250ms", 0.25), ("1m0.5s", 60.5), (-1, math.inf), ("-1", math.inf),
-                                            ("-5m", math.inf), ("0", 0), ("-0s", 0)])
+                                            ("-5m", math.inf), ("0", 0), ("-0s", 0),
+                                            (10**400, math.inf)])  # no float: float() of it raised, a 500
 def test_durations_read_as_go_reads_them(value, seconds):
     from hearth.api.durations import seconds as read
 
