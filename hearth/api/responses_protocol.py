@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import StrictBool, StrictInt
 
+from hearth.api.llama_names import LlamaInt
 from hearth.api.openai_protocol import SamplingScalars
 
 
@@ -22,6 +23,8 @@ class ResponsesRequest(SamplingScalars):
     """{"format": {"type": "text" | "json_object" | "json_schema", "name", "schema", "strict"}}."""
     reasoning: dict[str, Any] | None = None
     max_output_tokens: StrictInt | None = None
+    n_predict: LlamaInt | None = None
+    """llama-server's max_tokens, as on chat and completions (hearth.api.sampler_fields): -1 (any negative) no limit."""
     store: StrictBool = True
     background: StrictBool = False
     """Answer at once with status "queued" and generate in the background (hearth.api.responses_background)."""

@@ -12,8 +12,10 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, model_valida
 from hearth.api.errors import APIError
 from hearth.api.llama_names import LLAMA_READS, LLAMA_WIRE_NAMES, LlamaInt
 
-_OPENAI_SPELLINGS = {"max_tokens": ("max_completion_tokens", "max_tokens"), "repetition_penalty": ("repetition_penalty",)}
-"""The OpenAI/vLLM fields that say what a llama-server name does (chat's max_completion_tokens before max_tokens)."""
+_OPENAI_SPELLINGS = {"max_tokens": ("max_completion_tokens", "max_tokens", "max_output_tokens"),
+                     "repetition_penalty": ("repetition_penalty",)}
+"""The OpenAI/vLLM fields that say what a llama-server name does (chat's max_completion_tokens before max_tokens;
+Responses' max_output_tokens); the llama-server value goes into the last one a body declares."""
 
 
 class SamplerExtensions(BaseModel):
@@ -52,8 +54,8 @@ class SamplerExtensions(BaseModel):
 
     @model_validator(mode="after")
     def _llama_spellings(self):
-        """llama-server's names -> OpenAI's fields, each pair the body declares (n_predict is chat's and
-        completions', not Anthropic's, whose max_tokens is required): a client written for llama-server sends
+        """llama-server's names -> OpenAI's fields, each pair the body declares (n_predict is chat's,
+        completions' and Responses', not Anthropic's, whose max_tokens is required): a client written for llama-server sends
         n_predict, and it ran ~2,000 tokens ignored. Both spellings given and different is a 400 naming
         llama-server's, not one of them silently."""
         declared = type(self).model_fields
@@ -69,7 +71,8 @@ class SamplerExtensions(BaseModel):
             if given and ours != value:
                 raise APIError(400, f"{wire}: {theirs} disagrees with {given[0]} ({ours}): send one of them",
                                param=wire)
-            setattr(self, field, value)  # and into model_fields_set: asked, not a default (completions' 16)
+            target = [f for f in _OPENAI_SPELLINGS[field] if f in declared][-1]
+            setattr(self, target, value)  # and into model_fields_set: asked, not a default (completions' 16)
         return self
 
     def llama_names(self) -> dict[str, str]:
