@@ -64,3 +64,22 @@ def test_serve_takes_them_as_the_server_s_defaults(monkeypatch, capsys):
         server_config(started[2])
     started[2].default_dry_base = None
     assert server_config(started[2]).sampling_defaults == {"dry_sequence_breakers": []}
+
+
+def test_an_integer_flag_takes_an_integral_float_as_llama_server_does(monkeypatch, capsys):
+    """llama-server reads `--mirostat 2.0` (std::stoi) and hearth refused it; a fraction is named, where stoi would cut
+    2.5 to 2 without a word."""
+    import hearth.commands.serve
+    from hearth.commands.run import sampling_params
+    from hearth.commands.serve import server_config
+
+    started = []
+    monkeypatch.setattr(hearth.commands.serve, "main", lambda args: started.append(args) or 0)
+    assert main(["serve", "m", "--mirostat", "2.0", "--top-k", "40.0", "--repeat-last-n", "-1.0"]) == 0
+    assert server_config(started[0]).sampling_defaults == {"mirostat": 2, "top_k": 40, "repeat_last_n": -1}
+    p = sampling_params(command_parser("run").parse_intermixed_args(["m", "--mirostat", "1.0", "--top-k", "5.0"]))
+    assert (p.mirostat, p.top_k) == (1, 5)
+    for command in ("serve", "run"):
+        with pytest.raises(SystemExit):
+            command_parser(command).parse_intermixed_args(["m", "--mirostat", "2.5"])
+        assert "argument --mirostat: must be an integer, not '2.5'" in capsys.readouterr().err

@@ -16,7 +16,8 @@ from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
 from hearth.commands.run_answer import CONTEXT_FULL, DEFAULT_MAX_TOKENS, INTERRUPTED_ANSWER, answer, full_notice
 from hearth.commands.run_input import model_flag, piped_input
-from hearth.commands.sampling_flags import LLAMA_SAMPLER_FLAGS, add_llama_sampler_arguments, breaker_list, sampler_flag
+from hearth.commands.sampling_flags import (LLAMA_SAMPLER_FLAGS, add_llama_sampler_arguments, breaker_list, llama_int,
+                                            sampler_flag)
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template, chat_template_kwargs
@@ -78,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--temperature", "--temp", type=float, default=0.7,
                    help="0: greedy; --temp: llama-cli's spelling (default: %(default)s)")
     p.add_argument("--top-p", type=float, default=0.95, help="(default: %(default)s)")
-    p.add_argument("--top-k", type=int, default=0, help="0: off (default: %(default)s)")
+    p.add_argument("--top-k", type=llama_int, default=0, help="0: off (default: %(default)s)")
     p.add_argument("--min-p", type=float, default=0.0, help="0: off (default: %(default)s)")
     p.add_argument("--typical-p", "--typical", type=float, default=1.0,
                    help="locally typical sampling's mass, 1: off; --typical: llama-cli's spelling "

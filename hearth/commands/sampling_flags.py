@@ -53,6 +53,26 @@ _HELP = {
     "mirostat_tau": "Mirostat's target entropy, tau (default 5.0)",
 }
 
+def llama_int(text: str) -> int:
+    """An integer sampler flag as llama-server reads one (std::stoi): `--mirostat 2.0` is 2, as the API's integral
+    floats are (hearth.api.llama_names.LlamaInt); a fraction is named, not cut to its integer as stoi cuts it."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"must be an integer, not {text!r}")
+    return int(value)
+
+
+def _flag_type(kind: type):
+    return llama_int if kind is int else kind
+
+
 BREAKER_FLAG = "--dry-sequence-breaker"
 _ESCAPES = {"\\n": "\n", "\\t": "\t", "\\r": "\r"}
 
@@ -61,7 +81,7 @@ def add_llama_sampler_arguments(group, default_prefix: str = "") -> None:
     """LLAMA_SAMPLER_FLAGS and --dry-sequence-breaker on `group`, each None where not given (dest: the field,
     after default_prefix)."""
     for name, (flags, kind) in LLAMA_SAMPLER_FLAGS.items():
-        group.add_argument(*flags, dest=f"{default_prefix}{name}", type=kind, default=None, metavar="N",
+        group.add_argument(*flags, dest=f"{default_prefix}{name}", type=_flag_type(kind), default=None, metavar="N",
                            help=_HELP[name])
     group.add_argument(BREAKER_FLAG, dest=f"{default_prefix}dry_sequence_breakers", action="append", default=None,
                        metavar="STRING", help="a DRY sequence breaker (repeat for more; the first clears llama.cpp's "
@@ -97,7 +117,7 @@ def add_sampling_arguments(p: argparse.ArgumentParser) -> None:
     for name, (flags, kind) in SAMPLING_FLAGS.items():
         if name in LLAMA_SAMPLER_FLAGS:
             continue  # add_llama_sampler_arguments'
-        group.add_argument(*flags, dest=f"default_{name}", type=kind, default=None, metavar="X",
+        group.add_argument(*flags, dest=f"default_{name}", type=_flag_type(kind), default=None, metavar="X",
                            help=f"{name} of a request that gives none (llama-server's {flags[0]}; default: the API's)")
     group.add_argument(_OVERRIDE, default=None, metavar="JSON",
                        help="vLLM's: the same defaults as a JSON object of its keys "
