@@ -39,6 +39,8 @@ async def tokenize(body: TokenizeRequest, request: Request):
         if body.prompt is not None or body.messages is not None:
             raise APIError(400, "content: give content (llama-server's) or prompt/messages, not both", param="content")
         ids = served.encode_text(body.content, add_special_tokens=body.add_special)
+    elif body.prompt is None and body.messages is None:  # the shared check below names only vLLM's two
+        raise APIError(400, "content: give content (llama-server's), prompt or messages", param="content")
     else:
         images = RequestImages(served.vision)  # a chat's images count their rows, as the chat's prompt holds them
         history = chat_history(body, images)

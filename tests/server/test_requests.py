@@ -337,6 +337,14 @@ def test_models_and_small_endpoints(fake):
     assert "/v1/chat/completions" in c.get("/static/stream.js").text  # the page's modules, served by hearth
 
 
+@pytest.mark.parametrize("body", [{}, {"content": None}])
+def test_tokenize_without_text_names_llama_server_s_field_too(fake, body):
+    """It said "give exactly one of prompt and messages": a llama-server client sends content."""
+    r = fake.client.post("/tokenize", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["message"] == "content: give content (llama-server's), prompt or messages"
+
+
 def test_anthropic_prefill_continues_the_assistant_turn(fake):
     fake.anthropic.messages.create(model="fake-model", max_tokens=8, messages=[
         {"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure, here"}])
