@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt
+from pydantic import ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 # the same rules as OpenAI bodies: unknown fields ignored (and named), null means not given, strict scalars
 from hearth.api.openai_protocol import _Body, _Request
@@ -24,6 +24,13 @@ class ThinkingConfig(_Body):
 class OutputFormat(_Body):
     type: Literal["json_schema"]
     schema_: dict[str, Any] = Field(alias="schema")
+
+
+class Metadata(_Body):
+    """Anthropic's metadata: only `user_id`, kept nowhere here; another key is Anthropic's 400 too."""
+    model_config = ConfigDict(extra="forbid")
+    user_id: StrictStr | None = Field(None, max_length=256)
+    """Anthropic's limit: 256 characters."""
 
 
 class OutputConfig(_Body):
@@ -52,7 +59,7 @@ class MessagesRequest(_Request, SamplerExtensions):
     output_format: OutputFormat | None = None
     """The same format in its beta's spelling (structured-outputs-2025-11-13), which the SDK's
     `beta.messages.create(output_format=...)` still sends."""
-    metadata: dict[str, Any] | None = None
+    metadata: Metadata | None = None
     hearth: Any = None
     """hearth's extensions: the keys of hearth.api.extensions.KEYS (tool guard, workflow, compaction, max_tools, router)."""
 

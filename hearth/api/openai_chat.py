@@ -26,6 +26,7 @@ from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
 from hearth.api.tools import legacy_functions, openai_tools, plan_tools, prompt_messages
+from hearth.api.typed_options import effort_kwargs
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import Ask
 from hearth.tool_parsers import (ContentDelta, ReasoningDelta, ToolCallArgumentsDelta, ToolCallEvent,
@@ -79,7 +80,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
 def _render(served, plan, messages: list[dict], body: ChatCompletionRequest, images=None) -> tuple[str, list[int]]:
     text = served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
                               add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
-                              continue_final=body.continue_final_message, template_kwargs=body.chat_template_kwargs)
+                              continue_final=body.continue_final_message, template_kwargs=effort_kwargs(body.reasoning_effort, body.chat_template_kwargs))
     return text, served.encode_chat_text(text, images, messages)
 
 
@@ -89,7 +90,7 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, co
     hearth.compaction), as prompt ids."""
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
-                                  template_kwargs=body.chat_template_kwargs)
+                                  template_kwargs=effort_kwargs(body.reasoning_effort, body.chat_template_kwargs))
         return text, served.encode_chat_text(text, images, msgs)
     text, ids = guard.fit(render, conversation, served.max_model_len, max_tokens, served.model_context)
     return reprompt_ids(served, text, max_tokens, ids)

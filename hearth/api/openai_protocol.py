@@ -18,6 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
 from hearth.api.ignored_fields import note
 from hearth.api.llama_names import LlamaInt
 from hearth.api.sampler_fields import SamplerExtensions
+from hearth.api.typed_options import Effort, Metadata
 
 
 class _Body(BaseModel):
@@ -178,6 +179,10 @@ class ChatCompletionRequest(SamplingFields):
     add_generation_prompt: StrictBool = True
     continue_final_message: StrictBool = False
     chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: Effort | None = None
+    """OpenAI's; the template's `reasoning_effort` unless chat_template_kwargs sets one (hearth.api.typed_options)."""
+    metadata: Metadata | None = None
+    """OpenAI's tags for a stored completion: typed as OpenAI's, and kept nowhere (hearth stores no chats)."""
     hearth: Any = None
 
     @model_validator(mode="after")

@@ -181,23 +181,19 @@ def chat_tool_choice(choice: str | dict | None) -> str | dict | None:
     return {"type": "function", "function": {"name": choice["name"]}}
 
 
-def text_format(text: dict | None) -> StructuredOutput | None:
-    """`text.format` -> a constraint (None for plain text)."""
-    fmt = (text or {}).get("format")
-    if fmt is None:
+def text_format(text) -> StructuredOutput | None:
+    """`text.format` (a TextConfig, its types checked) -> a constraint (None for plain text); json_schema
+    needs a name and a schema, as OpenAI requires them."""
+    fmt = text.format if text is not None else None
+    if fmt is None or fmt.type == "text":
         return None
-    if not isinstance(fmt, dict):
-        raise bad("text.format", f"must be an object, not {_kind(fmt)}")
-    kind = fmt.get("type")
-    if kind == "text":
-        return None
-    if kind == "json_object":
+    if fmt.type == "json_object":
         return StructuredOutput(json_object=True)
-    if kind != "json_schema":
-        raise bad("text.format.type", f"unknown format {kind!r}; expected text, json_object or json_schema")
-    if not isinstance(fmt.get("schema"), dict):
+    if fmt.name is None:
+        raise bad("text.format.name", "is required when type is 'json_schema' (a string)")
+    if fmt.schema_ is None:
         raise bad("text.format.schema", "is required when type is 'json_schema' (a JSON schema object)")
-    return StructuredOutput(json_schema=fmt["schema"])
+    return StructuredOutput(json_schema=fmt.schema_)
 
 
 def with_instructions(instructions: str | None, messages: list[dict]) -> list[dict]:

@@ -34,6 +34,7 @@ from hearth.api.sse import SSEResponse, named_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
+from hearth.api.typed_options import effort_kwargs
 from hearth.errors import HearthError
 from hearth.tool_guard.routing import Ask
 
@@ -83,9 +84,11 @@ async def create_response(body: ResponsesRequest, request: Request):
     k = check_logprobs("top_logprobs", body.top_logprobs, served)
     logprobs = (k or 0) if wants_logprobs(body.include) else None  # top_logprobs alone: none, as OpenAI's
 
+    effort = effort_kwargs(body.reasoning.effort if body.reasoning else None)
+
     def render_whole(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, with_instructions(body.instructions, msgs)),
-                                  plan.tools if plan.in_template else None)
+                                  plan.tools if plan.in_template else None, template_kwargs=effort)
         return text, _prompt_ids(served, text, prev, images, msgs)
 
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
@@ -110,7 +113,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     def render_for(model, model_plan) -> tuple[str, list[int]]:
         msgs = with_instructions(body.instructions, conversation)
         text = model.render_chat(prompt_messages(model, model_plan, msgs),
-                                 model_plan.tools if model_plan.in_template else None)
+                                 model_plan.tools if model_plan.in_template else None, template_kwargs=effort)
         return text, model.encode_chat_text(text, images, msgs)
 
     names = {"max_tokens": "max_output_tokens", "logprobs": "top_logprobs", **body.llama_names()}
@@ -240,7 +243,9 @@ class _Reply:
 
     def response(self, status: str) -> dict:
         b = self.body
-        fmt = (b.text or {}).get("format") or {"type": "text"}
+        text = b.text.model_dump(by_alias=True, exclude_none=True) if b.text else {}
+        text["format"] = text.get("format") or {"type": "text"}
+        r = b.reasoning
         incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
         running = status in ("queued", "in_progress")
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
@@ -249,8 +254,8 @@ class _Reply:
                 "max_output_tokens": self.max_output_tokens, "model": self.served.answer_name(self.body.model),
                 "output": self.builder.items if not running else [],
                 "parallel_tool_calls": b.parallel_tool_calls, "previous_response_id": b.previous_response_id,
-                "reasoning": {k: (b.reasoning or {}).get(k) for k in ("effort", "summary")},
-                "store": b.store, "temperature": b.temperature, "top_p": b.top_p, "text": {"format": fmt},
+                "reasoning": {"effort": r.effort if r else None, "summary": (r.summary or r.generate_summary) if r else None},
+                "store": b.store, "temperature": b.temperature, "top_p": b.top_p, "text": text,
                 "tool_choice": b.tool_choice if b.tool_choice is not None else "auto", "tools": b.tools or [],
                 "truncation": b.truncation, "user": b.user, "metadata": b.metadata or {},
                 "usage": self.usage() if not running else None}
