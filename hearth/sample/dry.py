@@ -13,6 +13,11 @@ from __future__ import annotations
 import math
 
 FLOAT_MAX_LOG = 88.7228391  # log of float32's max: llama.cpp's bound on base ** exponent
+MAX_PENALTY = 1e30
+"""The most DRY subtracts. multiplier * base ** exponent past float32's max was inf (and 1e300 ** 2 a Python
+OverflowError that failed the engine step): a token at -inf, and a row whose every allowed token DRY hit (a
+grammar's one choice) was all -inf, NaN, and drew a banned token. llama.cpp takes any multiplier and base, so it
+is clamped, not refused: -1e30 already puts a token below every other, yet above a mask's -inf."""
 
 
 def repeat_limit(window: list[int], breakers: dict[int, list[list[int]]]) -> int:
@@ -71,5 +76,9 @@ def dry_penalties(window: list[int], breakers: dict[int, list[list[int]]], multi
         exponent = length - allowed_length
         if max_exponent > 0:
             exponent = min(exponent, max_exponent)
-        out[token] = multiplier * base ** exponent
+        try:
+            penalty = multiplier * base ** exponent
+        except OverflowError:  # a base past ~1e154, where max_exponent is 0 (llama.cpp's pow gives inf)
+            penalty = math.inf
+        out[token] = min(penalty, MAX_PENALTY)
     return out

@@ -36,6 +36,11 @@ MAX_TEMPERATURE = 1e30
 """A larger temperature samples as this one does (logits / 1e30 are all ~0: uniform over the tokens left). Past
 float32's 3.4e38 it was inf, and a filtered token's -inf / inf is NaN: a grammar's banned token was sampled
 (llama-server's and Ollama's routes keep an unbounded temperature)."""
+REPETITION_PENALTY_RANGE = (1e-30, 1e30)
+"""repetition_penalty as applied, clamped: past float32's range 1e39 was inf and 1e-50 zero, and a zero logit
+* inf (a positive one / 0: inf, then softmax) was NaN, which greedy picks first. Clamped, not refused: vLLM and
+llama.cpp take any positive value, and past these bounds a repeated token's logit is already ~0 or far below
+every other (the bound's behaviour), with float32 room left for temperature's division."""
 
 
 def _pairs(rows: list[int], token_lists: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,7 +73,8 @@ def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
         # HF/vLLM rule over prompt and output: divide positive logits, multiply the others.
         # A repeated id gathers the same old value, so writing it twice writes the same new one.
         r, c = _pairs(rep, [reads[i][0] for i in rep])
-        pen = torch.tensor([p.repetition_penalty for p in params], dtype=logits.dtype)[r]
+        lo, hi = REPETITION_PENALTY_RANGE
+        pen = torch.tensor([min(max(p.repetition_penalty, lo), hi) for p in params], dtype=logits.dtype)[r]
         vals = logits[r, c]
         logits[r, c] = torch.where(vals > 0, vals / pen, vals * pen)
     pf = [i for i, p in enumerate(params) if (p.presence_penalty or p.frequency_penalty) and reads[i][1]]

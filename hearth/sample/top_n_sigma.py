@@ -19,5 +19,7 @@ def filter_top_n_sigma(logits: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     vals = logits.masked_fill(~finite, 0.0)
     mean = vals.sum(-1, keepdim=True) / count
     std = ((vals - mean).square().masked_fill(~finite, 0.0).sum(-1, keepdim=True) / count).sqrt()  # [S, 1]
+    # an n past float32 (inf) makes the floor -inf, or NaN where σ is 0: no token falls below it, all are kept, as
+    # a huge n asks; it only masks, so it makes no NaN logit and needs no cap (llama.cpp's float does the same)
     floor = logits.amax(-1, keepdim=True) - n.unsqueeze(1) * std
     return logits.masked_fill((logits < floor) & use.unsqueeze(1), float("-inf"))
