@@ -47,8 +47,9 @@ def near_miss(name: str, known: frozenset[str]) -> str | None:
 
 
 def header_value(names: list[str]) -> str:
-    """Names percent-encoded where not plain ASCII identifiers, so any key is a valid header value."""
-    shown = [quote(n, safe="") for n in names[:_MAX_NAMES]]
+    """Names percent-encoded where not plain ASCII identifiers, so any key is a valid header value; an index's
+    brackets stay (`samplers[1]`: visible ASCII, no separator)."""
+    shown = [quote(n, safe="[]") for n in names[:_MAX_NAMES]]
     if len(names) > _MAX_NAMES:
         shown.append(f"+{len(names) - _MAX_NAMES} more")
     return ",".join(shown)

@@ -2,9 +2,9 @@
 shares, with llama-server's defaults where hearth's API routes differ (temperature 0.8, top_k 40, top_p
 0.95, min_p 0.05, n_predict -1: no limit), so a client written against llama-server (Tabby, Continue,
 llama.vscode, llama.vim) gets the sampling it expects, its samplers vLLM lacks too (repeat_last_n 64, DRY,
-XTC, top_n_sigma, mirostat: hearth.api.llama_names.LLAMA_SAMPLERS). Fields llama-server has and hearth does not
-(samplers, n_probs, response_fields, t_max_prompt_ms, dynatemp_range ...) are ignored and named in
-`x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields). Every integer option takes an
+XTC, top_n_sigma, mirostat: hearth.api.llama_names.LLAMA_SAMPLERS) and which of them run (`samplers`,
+hearth.api.llama_chain). Fields llama-server has and hearth does not (n_probs, response_fields,
+t_max_prompt_ms, dynatemp_range ...) are ignored and named in `x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields). Every integer option takes an
 integral float, as llama-server's params parser reads one (hearth.api.llama_names.LlamaInt)."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import StrictBool, StrictFloat, StrictInt, StrictStr, field_validator
 
+from hearth.api.llama_chain import sampler_names
 from hearth.api.llama_names import LlamaInt, predict_limit
 from hearth.api.openai_protocol import LoraEntry, _Request
 from hearth.sampling_params import DRY_SEQUENCE_BREAKERS
@@ -69,8 +70,15 @@ class LlamaOptions(_Request):
     """The answer follows this GBNF grammar (or Lark in llguidance's dialect); "" is none."""
     lora: list[LoraEntry] | None = None
     """Per-request LoRA scales, the adapters not listed at 0 (as llama-server's)."""
+    samplers: list[StrictStr] | None = None
+    """Which samplers run, by name or one character each (hearth.api.llama_chain); not given: all of them."""
     cache_prompt: StrictBool = True
     """Accepted, and always true here: hearth's prefix cache gives the same tokens either way."""
+
+    @field_validator("samplers", mode="before")
+    @classmethod
+    def _sampler_names(cls, v):
+        return sampler_names(v)
 
     @field_validator("stop")
     @classmethod

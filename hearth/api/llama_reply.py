@@ -15,6 +15,7 @@ from hearth.api.guided import guided
 from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
+from hearth.api.llama_chain import left_out
 from hearth.api.llama_names import LLAMA_SAMPLERS, LLAMA_WIRE_NAMES, breakers
 from hearth.api.llama_protocol import LlamaOptions
 from hearth.api.sampling import logit_bias, lora_scales, make_params
@@ -44,7 +45,8 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
         "dry_sequence_breakers": breakers(body.dry_sequence_breakers),
         "seed": None if body.seed < 0 else body.seed,
         "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
-        "structured_output": guided(body, {}), "lora": lora_scales(body, served)},
+        "structured_output": guided(body, {}), "lora": lora_scales(body, served),
+        **left_out(body.samplers, body.mirostat)},
         state.limits, served.max_model_len, LLAMA_WIRE_NAMES,
         prompt_tokens=prompt_tokens)
 
