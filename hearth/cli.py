@@ -4,6 +4,7 @@ add_arguments(parser) and main(args) -> int."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import platform
@@ -68,6 +69,22 @@ class _Parser(argparse.ArgumentParser):
     def _get_option_tuples(self, option_string):
         return [t for t in super()._get_option_tuples(option_string) if len(t[1]) == 2]
 
+    def error(self, message: str):
+        """One line, as every other CLI error here: argparse printed the whole usage first (30 lines for
+        run, 60 for serve) above the line that said what was wrong. A mistyped flag names its closest one."""
+        print(f"{self.prog}: error: {message}{_closest_flag(message, self._option_string_actions)} "
+              f"({self.prog} --help lists the options)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _closest_flag(message: str, flags) -> str:
+    """"; did you mean --temp?" for argparse's "unrecognized arguments: --tmep 0.5", else ""."""
+    if not message.startswith("unrecognized arguments: "):
+        return ""
+    first = message.removeprefix("unrecognized arguments: ").split()[0].split("=", 1)[0]
+    close = difflib.get_close_matches(first, [f for f in flags if f.startswith("--")], n=1, cutoff=0.75)
+    return f"; did you mean {close[0]}?" if first.startswith("--") and close else ""
+
 
 def command_parser(name: str, sub: str | None = None) -> argparse.ArgumentParser:
     """The parser of `hearth NAME` (or of `hearth NAME SUB`, a command with subcommands)."""
@@ -111,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(argv)
         finally:  # what is still buffered fails here, inside the try (argparse's --help exits through it too)
             sys.stdout.flush()
+    except KeyboardInterrupt:  # Ctrl-C while a command's modules import (seconds: torch) was a traceback
+        return 130
     except BrokenPipeError as e:
         if not _stdout_closed():
             print(f"hearth: error: {e} (a connection or pipe hearth wrote to was closed)", file=sys.stderr)
@@ -187,8 +206,6 @@ def _run(argv: list[str] | None) -> int:
     except HearthError as e:
         print(f"hearth: error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        return 130
 
 
 if __name__ == "__main__":

@@ -225,9 +225,9 @@ def test_vllm_s_max_model_len_takes_its_human_readable_forms(value, tokens):
 def test_a_bad_max_model_len_is_one_line_naming_it(value, capsys):
     with pytest.raises(SystemExit):
         main(["serve", "m", "--max-model-len", value])
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.endswith(f"argument --max-model-len/--ctx/-c/--ctx-size: must be a number of tokens (8192, 32k, 32K "
-                        f"or auto), not {value!r}")
+    assert capsys.readouterr().err == (f"hearth serve: error: argument --max-model-len/--ctx/-c/--ctx-size: must be a "
+                                       f"number of tokens (8192, 32k, 32K or auto), not {value!r} (hearth serve --help "
+                                       "lists the options)\n")  # one line: the usage above it is gone
 
 
 @pytest.mark.parametrize("value, gib", [("4294967296", 4.0), ("4G", 4.0), ("512M", 0.5), ("1g", 1e9 / 2**30)])

@@ -426,5 +426,6 @@ def test_keep_alive_from_the_flag_and_per_entry(tiny, tmp_path):
 def test_a_bad_keep_alive_flag_is_argparse_s_line_naming_it(capsys, value):
     with pytest.raises(SystemExit):
         serve_args("m", "--keep-alive", value)
-    assert capsys.readouterr().err.strip().splitlines()[-1].endswith(
-        f"argument --keep-alive: must be a duration such as 5m, 1h30m, 300 (seconds) or -1 (forever), not {value!r}")
+    assert capsys.readouterr().err == (  # one line: argparse's usage above it is gone
+        f"hearth serve: error: argument --keep-alive: must be a duration such as 5m, 1h30m, 300 (seconds) or -1 "
+        f"(forever), not {value!r} (hearth serve --help lists the options)\n")
