@@ -37,3 +37,90 @@ def test_ctrl_c_while_a_command_loads_its_modules_exits_130_quietly(monkeypatch,
     monkeypatch.setattr(hearth.cli, "command_parser", interrupted)
     assert main(["serve"]) == 130
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("argv,model,prompt", [
+    (["m", "why", "is", "the", "sky", "blue"], "m", "why is the sky blue"),  # ollama run's unquoted words
+    (["m", "why", "--temp", "0", "blue"], "m", "why blue"),
+    (["-m", "x.gguf", "a", "b"], "x.gguf", "a b"),  # was "-m x.gguf names the model: give the prompt alone"
+    (["m", "hi"], "m", "hi"),
+    (["m"], "m", None),
+])
+def test_run_takes_the_prompt_s_words_unquoted(argv, model, prompt):
+    """`hearth run m why is the sky blue` was "unrecognized arguments: is the sky blue"."""
+    from hearth.cli import command_parser
+    from hearth.commands.run_input import model_flag
+
+    args = command_parser("run").parse_intermixed_args(argv)
+    model_flag(args)
+    assert (args.model, args.prompt) == (model, prompt)
+
+
+def test_run_s_words_are_the_prompt_a_quoted_one_is(tiny_models, capsys):  # noqa: F811
+    _, instruct = tiny_models
+    assert main(["run", str(instruct), PROMPT, *GREEDY]) == 0
+    quoted = capsys.readouterr().out
+    assert main(["run", str(instruct), *PROMPT.split(), *GREEDY]) == 0
+    assert capsys.readouterr().out == quoted
+
+
+def test_an_answer_cut_at_the_default_max_tokens_says_so(tiny_models, capsys, monkeypatch):  # noqa: F811
+    """hearth run's own cap (1024 tokens when -n is not given) cut an answer without a word."""
+    import hearth.commands.run_answer as run_answer
+
+    _, instruct = tiny_models
+    monkeypatch.setattr(run_answer, "DEFAULT_MAX_TOKENS", 2)  # the tiny model's greedy answer is longer
+    assert main(["run", str(instruct), PROMPT, "--temperature", "0", "--ctx", "256"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[-1] == ("hearth: the answer stopped at 2 tokens, the default --max-tokens (-n); -n N for a longer one, "
+                       "-n -1 until an end token")
+    assert main(["run", str(instruct), PROMPT, "--temperature", "0", "--ctx", "256", "-n", "2"]) == 0
+    assert capsys.readouterr().err == ""  # asked for: llama-cli's silence
+
+
+def test_cut_notice():
+    from hearth.commands.run_answer import cut_notice
+
+    assert cut_notice(8, structured=False) is None
+    assert cut_notice(8, structured=True) == ("hearth: the answer stopped at --max-tokens 8 before its format was "
+                                              "complete; raise -n")
+    assert "the default --max-tokens" in cut_notice(None, structured=False)
+
+
+def _output(argv):
+    from hearth.cli import command_parser
+    from hearth.commands.output_flags import structured_output
+
+    return structured_output(command_parser("run").parse_intermixed_args(["m", "hi", *argv]))
+
+
+def test_llama_cli_s_grammar_and_json_schema_flags(tmp_path):
+    """llama-cli's --grammar was refused ("hearth run --format json for JSON"), its -j / --json-schema were
+    unrecognized arguments; each is a StructuredOutput as a request's grammar or json_schema."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    (tmp_path / "s.json").write_text(json.dumps(schema))
+    (tmp_path / "g.gbnf").write_text('root ::= "yes" | "no"')
+    for argv in (["-j", json.dumps(schema)], ["--json-schema", json.dumps(schema)],
+                 ["-jf", str(tmp_path / "s.json")], ["--json-schema-file", str(tmp_path / "s.json")]):
+        assert _output(argv).json_schema == schema
+    for argv in (["--grammar", 'root ::= "yes" | "no"'], ["--grammar-file", str(tmp_path / "g.gbnf")]):
+        assert _output(argv).grammar == 'root ::= "yes" | "no"'
+    assert _output(["--format", "json"]).json_object and _output([]) is None
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["--grammar", "root ::= ("], "--grammar: invalid grammar"),
+    (["-j", '{"type": "nope"}'], "--json-schema: invalid json_schema: "),
+    (["-j", "nope"], "--json-schema: not JSON (Expecting value): 'nope'"),
+    (["-jf", "/nonexistent/s.json"], "--json-schema-file /nonexistent/s.json: No such file or directory"),
+])
+def test_a_bad_grammar_or_schema_is_one_line_naming_its_flag(argv, says):
+    with pytest.raises(HearthError) as e:
+        _output(argv)
+    assert str(e.value).startswith(says) and "\n" not in str(e.value)
+
+
+def test_run_holds_the_answer_to_a_grammar(tiny_models, capsys):  # noqa: F811
+    _, instruct = tiny_models
+    assert main(["run", str(instruct), PROMPT, *GREEDY, "--grammar", 'root ::= "yes" | "no"']) == 0
+    assert capsys.readouterr().out in ("yes\n", "no\n")

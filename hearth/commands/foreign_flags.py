@@ -12,7 +12,7 @@ _REASONING = ("llama-server's: hearth reads <think> and harmony reasoning into r
 _LOG_FILE = "llama-server's: hearth logs to stderr; redirect it (2> FILE)"
 _GPU_ONLY = "llama.cpp's GPU placement: hearth runs a whole model on one device, --device cuda (or cpu)"
 _GRAMMAR = ("llama.cpp's default grammar: hearth constrains a request's output by its response_format, grammar or "
-            "tools; hearth run --format json for JSON")
+            "tools; hearth run takes --grammar and -j")
 
 FOREIGN: dict[str, str] = {
     # argparse read these as other flags: -hf as -h (help, exit 0)

@@ -14,8 +14,10 @@ import sys
 from hearth.commands.human_ints import token_count
 from hearth.commands.prompt_line import TerminalLines
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
-from hearth.commands.run_answer import CONTEXT_FULL, DEFAULT_MAX_TOKENS, INTERRUPTED_ANSWER, answer, full_notice
-from hearth.commands.run_input import model_flag, piped_input
+from hearth.commands.output_flags import add_output_arguments, structured_output
+from hearth.commands.run_answer import (CONTEXT_FULL, DEFAULT_MAX_TOKENS, INTERRUPTED_ANSWER, MAX_TOKENS, answer,
+                                        cut_notice, full_notice)
+from hearth.commands.run_input import Words, model_flag, piped_input
 from hearth.commands.sampling_flags import (LLAMA_SAMPLER_FLAGS, add_llama_sampler_arguments, breaker_list, llama_int,
                                             sampler_flag)
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
@@ -61,8 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     # llama-cli's -m: without it argparse read `-m FILE` as -md FILE (a draft model) and the prompt as the model
     p.add_argument("-m", "--model", dest="model_flag", default=None, metavar="MODEL",
                    help="MODEL as llama-cli's -m spells it; a word after it is then the prompt")
-    p.add_argument("prompt", nargs="?", help="answer (or complete) this prompt and exit, after what a pipe or file "
-                                             "on stdin holds, as ollama run takes it (default: interactive)")
+    p.add_argument("prompt", nargs="*", action=Words, help="answer (or complete) this prompt and exit, after what a pipe or file "
+                                             "on stdin holds, as ollama run takes it: several words are one prompt "
+                                             "(default: interactive)")
     p.epilog = EPILOG
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--chat", "-cnv", dest="mode", action="store_const", const="chat",
@@ -96,8 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "until an end token or the context is full (llama-cli's) "
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left; -n/--n-predict: "
                         "llama-cli's spelling)")
-    p.add_argument("--format", choices=["json"], default=None,
-                   help="json: each answer is one JSON object, held to it by a grammar (ollama run's --format json)")
+    add_output_arguments(p)
     p.add_argument("--seed", "-s", type=int, default=None,
                    help="seed of the sampler; -s: llama-cli's spelling (default: none, a new draw each time)")
     p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
@@ -166,6 +168,8 @@ def main(args: argparse.Namespace) -> int:
         end = answer(llm, history if chat else None, args.prompt, params, args.verbose, note, until_full, images)
         if end == CONTEXT_FULL:
             print(full_notice(llm), file=sys.stderr)
+        elif end == MAX_TOKENS and (cut := cut_notice(args.max_tokens, params.structured_output is not None)):
+            print(cut, file=sys.stderr)
         return 130 if end == INTERRUPTED_ANSWER else 0
     if note:
         print(note, file=sys.stderr)
@@ -218,6 +222,8 @@ def main(args: argparse.Namespace) -> int:
                 pending = []  # sent (a message refused keeps them for the next one)
                 if end == CONTEXT_FULL:  # said, not mended: no old turn is dropped behind the user's back
                     print(full_notice(llm, "/clear to start over" if chat else "a shorter line"), file=sys.stderr)
+                elif end == MAX_TOKENS and (cut := cut_notice(args.max_tokens, params.structured_output is not None)):
+                    print(cut, file=sys.stderr)
             except HearthError as e:  # the chat goes on: this message was not added to it
                 failed = failed or not interactive
                 print(f"hearth: error: {e}" + ("; /clear to start over" if len(history) > 1 else ""),
@@ -261,7 +267,7 @@ def check_max_tokens_fit(max_tokens: int | None, context: int, model_context: in
 
 def sampling_params(args: argparse.Namespace):
     """The flags' SamplingParams; a bad value is one line naming its flag (--top-p), not the API's field."""
-    from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
 
     if args.max_tokens is not None and args.max_tokens < 1 and args.max_tokens not in UNTIL_FULL:
         raise HearthError(f"--max-tokens must be at least 1, or -1 / -2 (until an end token or the context is full), "
@@ -274,7 +280,7 @@ def sampling_params(args: argparse.Namespace):
                               typical_p=args.typical_p, repetition_penalty=args.repetition_penalty,
                               presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
                               max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed,
-                              structured_output=StructuredOutput(json_object=True) if args.format == "json" else None)
+                              structured_output=structured_output(args))
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name, or llama-cli's
         raise HearthError(f"{sampler_flag(e.field)} {e.why}") from None
 

@@ -11,14 +11,15 @@ from hearth.errors import (HearthError, MaxTokensTooLargeError, PromptTooLongErr
                            too_long)
 
 DEFAULT_MAX_TOKENS = 1024
-INTERRUPTED_ANSWER, CONTEXT_FULL = "interrupted", "context full"  # how an answer may end early (answer)
+INTERRUPTED_ANSWER, CONTEXT_FULL, MAX_TOKENS = "interrupted", "context full", "max tokens"  # how an answer may
+# end early (answer)
 
 
 def answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None,
            until_full: bool = False, images: list[dict] = ()) -> str | None:
     """Stream the answer to `text` and add both to `history` (None: complete `text` as it is, no
-    chat); INTERRUPTED_ANSWER when Ctrl-C stopped it, CONTEXT_FULL when the context's end did (not
-    max_tokens), else None. A prompt that does not fit the context raises (naming --ctx) and leaves
+    chat); INTERRUPTED_ANSWER when Ctrl-C stopped it, CONTEXT_FULL when the context's end did, MAX_TOKENS
+    when max_tokens did, else None. A prompt that does not fit the context raises (naming --ctx) and leaves
     `history` as it was. `note` is said once the request is accepted, so that a refusal stays one line.
     until_full: -n -1 / -2 (params.max_tokens None): all the room left, not the default. images: --image's
     content parts, ahead of `text` in its message."""
@@ -53,8 +54,8 @@ def answer(llm, history: list[dict] | None, text: str, params, verbose: bool, no
             parts.append(out.new_text)
             sys.stdout.write(out.new_text)
             sys.stdout.flush()
-            if out.finish_reason == "length" and len(ids) + n >= llm.max_model_len:
-                stop = CONTEXT_FULL  # the room left capped max_tokens (or it asked for all of it)
+            if out.finish_reason == "length":  # the room left capped max_tokens (or it asked for all of it)
+                stop = CONTEXT_FULL if len(ids) + n >= llm.max_model_len else MAX_TOKENS
     except KeyboardInterrupt:
         stop = INTERRUPTED_ANSWER
     print()
@@ -66,6 +67,18 @@ def answer(llm, history: list[dict] | None, text: str, params, verbose: bool, no
         print(f"prompt: {len(ids)} tokens, {first - start:.2f}s to first token; "
               f"answer: {n} tokens, {rate:.1f} tok/s{_speculation_text(before, spec, n)}", file=sys.stderr)
     return stop
+
+
+def cut_notice(max_tokens: int | None, structured: bool) -> str | None:
+    """The line said when --max-tokens stopped an answer (max_tokens: the flag, None when not given), else None.
+    A cut at hearth's own default, or in an answer held to a format (its JSON left open), was silent; a cut
+    that -n asked for stays silent, as llama-cli's."""
+    if max_tokens is None:
+        return (f"hearth: the answer stopped at {DEFAULT_MAX_TOKENS} tokens, the default --max-tokens (-n); "
+                "-n N for a longer one, -n -1 until an end token")
+    if structured:
+        return f"hearth: the answer stopped at --max-tokens {max_tokens} before its format was complete; raise -n"
+    return None
 
 
 def full_notice(llm, remedy: str | None = None) -> str:

@@ -26,14 +26,20 @@ def piped_input() -> str:
     return sys.stdin.read().strip()
 
 
+class Words(argparse.Action):
+    """PROMPT's words as one prompt, joined by spaces, as `ollama run m why is the sky blue` takes them (the
+    second word was "unrecognized arguments"); None when there are none."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, " ".join(values) if values else None)
+
+
 def model_flag(args: argparse.Namespace) -> None:
-    """args.model from MODEL or llama-cli's -m FILE, where MODEL's place then holds the prompt; args.prompt
-    from PROMPT, -p PROMPT or -f FILE (one of them)."""
+    """args.model from MODEL or llama-cli's -m FILE, where MODEL's place then holds the prompt's first word;
+    args.prompt from PROMPT, -p PROMPT or -f FILE (one of them)."""
     if args.model_flag is not None:
-        if args.prompt is not None:
-            raise HearthError(f"-m {args.model_flag} names the model: give the prompt alone after it, not "
-                              f"{args.model!r} and {args.prompt!r}")
-        args.model, args.prompt = args.model_flag, args.model
+        words = [w for w in (args.model, args.prompt) if w is not None]
+        args.model, args.prompt = args.model_flag, " ".join(words) if words else None
     args.model = args.model or DEFAULT_MODEL
     given = [(flag, text) for flag, text in (("PROMPT", args.prompt), ("-p", args.prompt_flag),
                                               ("-f", _file_text(args.prompt_file))) if text is not None]
