@@ -124,3 +124,22 @@ def test_run_holds_the_answer_to_a_grammar(tiny_models, capsys):  # noqa: F811
     _, instruct = tiny_models
     assert main(["run", str(instruct), PROMPT, *GREEDY, "--grammar", 'root ::= "yes" | "no"']) == 0
     assert capsys.readouterr().out in ("yes\n", "no\n")
+
+
+def test_bench_takes_the_model_as_run_does_and_llama_bench_s_n(capsys):
+    """`hearth bench smollm2-135m` and `-m` were unrecognized arguments, and `-n 8` said serve's
+    --max-tokens-limit, which bench has not."""
+    from hearth.cli import command_parser
+
+    args = command_parser("bench").parse_intermixed_args(["m", "-n", "8"])
+    assert (args.model_word, args.max_tokens) == ("m", 8)
+    assert command_parser("bench").parse_intermixed_args(["-m", "m"]).model == "m"
+    assert main(["bench", "a", "--model", "b"]) == 1
+    assert capsys.readouterr().err == "hearth: error: MODEL 'a' and --model 'b' both name the model: give one\n"
+
+
+def test_perplexity_takes_llama_perplexity_s_file_and_batch_flags():
+    from hearth.cli import command_parser
+
+    args = command_parser("eval", "perplexity").parse_intermixed_args(["m", "-f", "wiki.txt", "-b", "256"])
+    assert (args.text, args.batch) == ("wiki.txt", 256)

@@ -22,9 +22,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workload", default="chat", help=f"{about} (default: %(default)s)")
     p.add_argument("--url", help="an OpenAI-compatible server (http://host:port, its /v1, or its "
                                  "/v1/chat/completions) to measure instead of the in-process engine")
-    p.add_argument("--model", help=f"in-process: the model to load (default: {DEFAULT_MODEL}); with --url: "
-                                   "the model name to request, or a local GGUF of the served model to "
-                                   "compare with the decode ceiling")
+    # MODEL and -m, as hearth run and serve take a model (and llama-bench's -m): `hearth bench m` was unrecognized
+    p.add_argument("model_word", nargs="?", default=None, metavar="MODEL", help="the model, as --model")
+    p.add_argument("--model", "-m", help=f"in-process: the model to load (default: {DEFAULT_MODEL}); with --url: "
+                                         "the model name to request, or a local GGUF of the served model to "
+                                         "compare with the decode ceiling")
     p.add_argument("--served-model", help="with --url: the model name to request (default: --model when it "
                                           "is not a local file, else the first one the server lists)")
     p.add_argument("--api-key", help="with --url: sent as a bearer token")
@@ -33,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--levels", help="concurrency levels to run one after the other, e.g. 1,8,32 "
                                     "(default: --concurrency; for concurrency-sweep 1, 2, 4, ... up to it)")
     p.add_argument("--requests", type=int, help="requests to send (per level in a sweep; default: the workload's)")
-    p.add_argument("--max-tokens", type=int, help="tokens to generate per request (default: the workload's)")
+    p.add_argument("--max-tokens", "-n", type=int, help="tokens to generate per request (default: the workload's; "
+                                                        "-n: llama-bench's spelling)")
     p.add_argument("--seed", type=int, default=0, help="picks the prompts; same seed, same prompts (default: 0)")
     p.add_argument("--warmup", type=int, default=1, help="untimed requests sent first (default: %(default)s)")
     p.add_argument("--ignore-eos", action="store_true", help="generate --max-tokens tokens whatever the model says")
@@ -74,6 +77,10 @@ def main(args: argparse.Namespace) -> int:
     from hearth.bench.saved import load_plans, load_results
     from hearth.bench.session import bench_setup, run_bench
 
+    if args.model_word is not None:
+        if args.model is not None and args.model != args.model_word:
+            raise BenchError(f"MODEL {args.model_word!r} and --model {args.model!r} both name the model: give one")
+        args.model = args.model_word
     plans = load_plans(args.plan)
     if args.report:
         if args.url:

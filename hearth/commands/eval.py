@@ -33,10 +33,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=512,
                    help="window (context) length in tokens, at most the model's; -c/--ctx-size: llama-perplexity's "
                         "spelling (default: %(default)s)")
-    p.add_argument("--text", help="UTF-8 text file to score (default: the text hearth ships)")
+    p.add_argument("--text", "-f", "--file", help="UTF-8 text file to score (default: the text hearth ships; "
+                                                  "-f/--file: llama-perplexity's spelling)")
     p.add_argument("--chunks", type=int, default=-1, metavar="N",
                    help="score only the first N windows; -1 (llama-perplexity's spelling) or 0: all (default: all)")
-    p.add_argument("--batch", type=int, default=512, help="tokens per forward pass, at least 1 (default: %(default)s)")
+    p.add_argument("--batch", "-b", "--batch-size", type=int, default=512,
+                   help="tokens per forward pass, at least 1; -b/--batch-size: llama-perplexity's spelling "
+                        "(default: %(default)s)")
     p.add_argument("--block-size", type=int, default=None, help="KV block size, at least 1 (default: the format's)")
     p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
 
