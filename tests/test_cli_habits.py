@@ -143,3 +143,25 @@ def test_perplexity_takes_llama_perplexity_s_file_and_batch_flags():
 
     args = command_parser("eval", "perplexity").parse_intermixed_args(["m", "-f", "wiki.txt", "-b", "256"])
     assert (args.text, args.batch) == ("wiki.txt", 256)
+
+
+@pytest.mark.parametrize("name,meant", [("smollm2", "smollm2-135m"), ("smollm2-135n", "smollm2-135m"),
+                                        ("smollm2:135m", "smollm2-135m"), ("SmolLM2-135M", "smollm2-135m"),
+                                        ("qwen2.5-coder", "qwen2.5-coder-0.5b or qwen2.5-coder-1.5b")])
+def test_an_unknown_model_close_to_a_catalog_name_names_it(name, meant, tmp_path, monkeypatch):
+    from hearth.errors import ModelNotFoundError
+    from hearth.loader.resolve import resolve_model
+
+    monkeypatch.chdir(tmp_path)  # no file of that name here
+    with pytest.raises(ModelNotFoundError, match=f"^unknown model '{name}' \\(did you mean {meant}\\?\\): use "):
+        resolve_model(name, download=False)
+    with pytest.raises(ModelNotFoundError, match="^unknown model 'llama3': use "):
+        resolve_model("llama3", download=False)
+
+
+def test_sampling_params_given_as_a_dict_is_a_type_error_naming_them():
+    """LLM.generate(prompts, {"max_tokens": 8}) was AttributeError: 'dict' object has no attribute 'pooling'."""
+    from hearth.engine.engine_core import check_request
+
+    with pytest.raises(TypeError, match="sampling params must be a hearth.SamplingParams .*, not dict$"):
+        check_request([1, 2], {"max_tokens": 8}, 64, 100)

@@ -55,6 +55,9 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model
     which holds no engine). A max_tokens past the room left is the API's and the CLI's error (where a
     client set it: hearth.errors.check_room); here it ends the answer. reranker: a decoder reranker's engine
     (pooling_type 4), which scores pairs (pooling "rank") and nothing else."""
+    if not isinstance(params, SamplingParams):  # LLM.generate(p, {"max_tokens": 8}) was "'dict' has no attribute"
+        raise TypeError(f"sampling params must be a hearth.SamplingParams (SamplingParams(max_tokens=...)), "
+                        f"not {type(params).__name__}")
     check_prompt(prompt_token_ids, max_model_len, vocab_size, model_context)
     if params.pooling == "cls":  # an encoder's [CLS] token: a decoder's first token has seen nothing else
         raise InvalidSamplingParams("pooling", "cls pools an encoder's first token; a decoder pools mean or last")

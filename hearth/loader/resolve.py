@@ -9,6 +9,7 @@ Anything else is a ModelNotFoundError that lists what would have worked."""
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
@@ -25,7 +26,18 @@ def resolve_model(name: str, home=None, download: bool = True, progress: bool = 
         path = resolver(name, home, download, progress)
         if path is not None:
             return path
-    raise ModelNotFoundError(f"unknown model {name!r}: use {accepted_forms()}")
+    raise ModelNotFoundError(f"unknown model {name!r}{_did_you_mean(name)}: use {accepted_forms()}")
+
+
+def _did_you_mean(name: str) -> str:
+    """" (did you mean smollm2-135m?)" for a catalog name mistyped, cut short or spelled as ollama's tag
+    (smollm2-135n, smollm2, smollm2:135m), else ""."""
+    typed = name.lower().replace(":", "-")
+    if not typed:
+        return ""
+    close = [n for n in CATALOG if n.startswith(typed)] or difflib.get_close_matches(typed, list(CATALOG), n=2,
+                                                                                      cutoff=0.75)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 def accepted_forms() -> str:
