@@ -110,6 +110,10 @@ def speculative_config(args: argparse.Namespace) -> dict | None:
         return None if spec is None else _as_dict(spec)
     if spec is not None:
         _flags_agree(spec, given, over, args)
+    if over.get("method") == "draft" and "model" not in over and (spec is None or spec.model is None):
+        # was 'speculative_config.model is required with method "draft"', a key the user never typed
+        raise HearthError(f"--spec-type {args.spec_type} drafts with a draft model: add -md MODEL (a catalog name "
+                          "or a .gguf)")
     base = _as_dict(spec) if spec is not None else {"method": "ngram"}
     return _as_dict(SpeculativeConfig.parse({**base, **over}))
 

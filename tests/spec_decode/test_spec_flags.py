@@ -198,6 +198,8 @@ def test_llama_servers_spec_type_names_the_method(argv, method):
     (["--spec-type", "draft-mtp", "-md", "d.gguf"], "--spec-type draft-mtp runs method mtp but -md runs method draft"),
     (["--spec-type", "draft-mtp", "--speculative-config", '{"method": "suffix"}'],
      "--spec-type draft-mtp runs method 'mtp' but --speculative-config gives method 'suffix'"),
+    # was 'speculative_config.model is required with method "draft"', a key the user never typed
+    (["--spec-type", "draft-simple"], "--spec-type draft-simple drafts with a draft model: add -md MODEL"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
 def test_a_spec_type_another_flag_contradicts_is_one_line(argv, says):
     args = command_parser("serve").parse_intermixed_args(["m.gguf", *argv])
