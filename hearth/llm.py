@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import logging
 import os
@@ -54,6 +55,19 @@ from hearth.tool_guard.offline import chat_constraint, chat_message
 log = logging.getLogger("hearth")
 
 
+PEER_ARGS = {"n_ctx": "max_model_len", "n_threads": "threads", "n_batch": "max_num_batched_tokens",
+             "model_path": "model", "max_seq_len": "max_model_len", "max_model_length": "max_model_len"}
+"""llama-cpp-python's Llama(...) and other engines' argument names -> LLM's (vLLM's names are LLM's own)."""
+
+
+def _meant(name: str) -> str:
+    """`n_ctx (LLM's max_model_len)`, `max_model_lenn (did you mean max_model_len?)`, or the name alone."""
+    if name in PEER_ARGS:
+        return f"{name} (LLM's {PEER_ARGS[name]})"
+    close = difflib.get_close_matches(name, [f.name for f in fields(EngineConfig)], n=1, cutoff=0.8)
+    return f"{name} (did you mean {close[0]}?)" if close else name
+
+
 class LLM:
     """A model loaded for offline generation (vLLM's `LLM`): `generate(prompts, SamplingParams)`,
     `chat(messages, ...)` (with `tools`, `tool_choice` and `tool_guard`: "guard" | "grammar" | "off"),
@@ -79,7 +93,7 @@ class LLM:
         known = {f.name for f in fields(EngineConfig)}
         unknown = sorted(set(engine_args) - known)
         if unknown:
-            raise TypeError(f"unknown engine argument(s): {', '.join(unknown)}")
+            raise TypeError(f"unknown engine argument(s): {', '.join(map(_meant, unknown))}")
         self.config = EngineConfig(model=model, **engine_args)
         cfg = self.config
         spec = SpeculativeConfig.parse(cfg.speculative_config)  # bad input fails before the load
