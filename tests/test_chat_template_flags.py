@@ -25,7 +25,9 @@ BAD = [
     (["--chat-template", "{% for m in messages %}{{ m"], "--chat-template: the chat template does not parse: "),
     (["--chat-template", "nosuch"], "--chat-template: 'nosuch' is not a file, a Jinja template nor a built-in "
                                     "(chatml, gemma, llama2, llama3, mistral-v7, phi3, deepseek, deepseek3)"),
-    (["--chat-template-file", "/no/such/file.jinja"], "--chat-template-file: [Errno 2] No such file or directory"),
+    # was "--chat-template-file: [Errno 2] No such file or directory: '/no/such/file.jinja'"
+    (["--chat-template-file", "/no/such/file.jinja"], "--chat-template-file /no/such/file.jinja: No such file or "
+                                                      "directory"),
     (["--chat-template", "chatml", "--chat-template-file", "x.jinja"],
      "--chat-template and --chat-template-file both give the template: give one of them"),
 ]

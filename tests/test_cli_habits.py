@@ -180,3 +180,16 @@ def test_llm_s_unknown_argument_names_what_it_is_called_here(kwargs, says):
     with pytest.raises(TypeError) as e:
         LLM("no-such-model", **kwargs)
     assert str(e.value) == f"unknown engine argument(s): {says}"
+
+
+def test_stdin_that_is_not_utf8_is_one_line_naming_stdin(tmp_path, monkeypatch, capsys):
+    """`hearth run m < photo.jpg` said "messages[0].content: holds a lone UTF-16 surrogate", the chat API's
+    field, after the load; -f says "not UTF-8 text" and so does stdin now, before it."""
+    import hearth.llm
+
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **k: pytest.fail("loaded a model for bad input"))
+    (tmp_path / "bin").write_bytes(b"ok \xff\xfe\xb2 then")
+    with open(tmp_path / "bin", encoding="utf-8", errors="surrogateescape") as stdin:  # as Python's own stdin
+        monkeypatch.setattr("sys.stdin", stdin)
+        assert main(["run", "m.gguf"]) == 1
+    assert capsys.readouterr().err == "hearth: error: stdin: not UTF-8 text\n"

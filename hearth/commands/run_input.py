@@ -23,7 +23,12 @@ def piped_input() -> str:
         return ""
     if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
         return ""
-    return sys.stdin.read().strip()
+    text = sys.stdin.read().strip()
+    try:  # bytes that are not UTF-8 arrive as lone surrogates: said as -f says it, not as the chat API's field
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise HearthError("stdin: not UTF-8 text") from None
+    return text
 
 
 class Words(argparse.Action):

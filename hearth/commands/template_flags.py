@@ -40,7 +40,11 @@ def chat_template(args: argparse.Namespace) -> str | None:
         else:
             text = template_text(value)
         ChatTemplate(text, None, None, "")  # a template that does not parse fails here, not at the first request
-    except (OSError, ChatTemplateError) as e:
+    except OSError as e:  # was "--chat-template-file: [Errno 2] No such file or directory: 'x'"
+        raise HearthError(f"{flag} {value}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise HearthError(f"{flag} {value}: not UTF-8 text") from None
+    except ChatTemplateError as e:
         raise HearthError(f"{flag}: {e}") from None
     return text
 
