@@ -178,8 +178,10 @@ def main(args: argparse.Namespace) -> int:
     text_path = Path(args.text) if args.text else DEFAULT_TEXT
     try:
         text = text_path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise HearthError(f"cannot read text {text_path}: {e}") from None
+    except OSError as e:  # was "cannot read text X: [Errno 2] No such file or directory: 'X'"
+        raise HearthError(f"--text {text_path}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise HearthError(f"--text {text_path}: not UTF-8 text") from None
     get_codec(args.kv_cache_dtype).block_size(args.block_size)  # a bad format fails before loading
     # as `run --ctx`: past the model's own context, that one, said in one line (hearth.loader.context);
     # read from the header first, so that no cache is sized for the longer window

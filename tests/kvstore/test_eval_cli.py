@@ -81,3 +81,13 @@ def test_chunks_minus_one_and_zero_score_every_window(model_path, capsys, tmp_pa
         assert rc == 0, out.err
         n = int(out.err.split(" windows of ")[0].rsplit(" ", 1)[1])
         assert n >= 2 and f"[{n}]" in out.out and "Final estimate: PPL = " in out.out
+
+
+def test_a_text_that_cannot_be_read_is_one_line_naming_it(capsys, tmp_path):
+    """Was "cannot read text X: [Errno 2] No such file or directory: 'X'" (and a codec's repr for bytes)."""
+    missing, binary = tmp_path / "none.txt", tmp_path / "bin.txt"
+    binary.write_bytes(b"\xff\xfe\xb2")
+    for flags, line in ((["-f", str(missing)], f"--text {missing}: No such file or directory"),
+                        (["--text", str(binary)], f"--text {binary}: not UTF-8 text")):
+        assert main(["eval", "perplexity", str(tmp_path / "m.gguf"), *flags]) == 1
+        assert capsys.readouterr().err == f"hearth: error: {line}\n"
