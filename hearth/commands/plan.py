@@ -90,11 +90,20 @@ def shown_name(model: str) -> str | None:
     return Path(model.rsplit(":", 1)[-1]).name if model.endswith(".gguf") else None  # org/repo:file.gguf
 
 
+def _not_run(arch: str) -> str:
+    """A file of an architecture hearth cannot load was planned without a word (hearth run then refused it)."""
+    from hearth.models.registry import ARCHITECTURES
+
+    if arch == "described" or arch in ARCHITECTURES:
+        return ""
+    return f"; hearth does not run {arch} models: the figures are the file's sizes, for another engine"
+
+
 def format_plan(p: Plan, name: str | None = None) -> str:
     r, s = p.request, p.request.shape
     lines = [f"model     {name or s.name} ({s.arch}, {s.num_layers} layers"
              f"{f', {s.active_experts} of {s.num_experts} experts' if s.is_moe else ''}"
-             f"{f', {s.num_sliding} sliding-window layers' if s.num_sliding else ''})",
+             f"{f', {s.num_sliding} sliding-window layers' if s.num_sliding else ''}){_not_run(s.arch)}",
              f"device    {r.device.name}",
              f"workload  {r.ctx:,} tokens x {r.concurrency} sequence(s), KV {r.kv.name} in blocks of {r.block_size}"]
     section = None

@@ -110,3 +110,23 @@ def test_plan_serve_and_eval_list_the_kv_formats_serve_builds():
     for name in (("plan",), ("serve",), ("eval", "perplexity")):
         text = " ".join(command_parser(*name).format_help().split())
         assert listed in text and "f32" not in text, name
+
+
+def test_a_file_of_an_architecture_hearth_does_not_run_says_so(capsys, tmp_path):
+    """A mamba GGUF was planned without a word; `hearth run` then refused it ("unsupported architecture")."""
+    from dataclasses import replace
+
+    import tests.gguf_factory as factory
+
+    for arch, path in (("llama", tmp_path / "llama.gguf"), ("mamba", tmp_path / "mamba.gguf")):
+        layouts = {**factory.LAYOUTS, "other": replace(factory.LAYOUTS["llama"], file_arch=arch)}
+        dims = {**factory.DEFAULT_DIMS, "other": factory.DEFAULT_DIMS["llama"]}
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(factory, "LAYOUTS", layouts)
+            m.setattr(factory, "DEFAULT_DIMS", dims)
+            factory.write_tiny_gguf(path, "other")
+        code, out, _ = run(capsys, str(path), "--device", "h200")
+        first = out.splitlines()[0]
+        assert code == 0 and first.startswith(f"model     {path.name} ({arch}, ")
+        assert first.endswith("; hearth does not run mamba models: the figures are the file's sizes, for another "
+                              "engine") == (arch == "mamba")
