@@ -36,11 +36,12 @@ from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.context import context_in_cache, context_to_run
 from hearth.loader.store import folder_problem
+from hearth.loader.gguf_kind import check_model_file
 from hearth.loader.resolve import resolve_model
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
-from hearth.models.registry import embeds_only as encoder_arch, load_model
+from hearth.models.registry import embeds_only as encoder_arch, load_model, model_class
 from hearth.outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput, ScoringRequestOutput
 from hearth.runner.encoder_runner import EncoderRunner
 from hearth.runner.model_runner import ModelRunner
@@ -116,6 +117,8 @@ class LLM:
         t0 = time.perf_counter()
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
+        check_model_file(self.gguf)  # an adapter or projector given as MODEL: said as what it is
+        model_class(self.gguf.arch)  # an architecture hearth has not, said before its tokenizer is read
         self.tokenizer = Tokenizer.from_gguf(self.gguf)
         if spec is not None:  # K past the context fails before the weights load (again once the cache is sized)
             spec.check_context(context_to_run(cfg.max_model_len, run_context(self.gguf, cfg.rope_scaling), quiet=True))

@@ -146,6 +146,8 @@ class GGUFVocab:
 def read_vocab(g: GGUFFile) -> GGUFVocab:
     model = str(g.get(K.MODEL, ""))
     defaults = _MODELS.get(model)
+    if not model:  # was "tokenizer model '' (tokenizer.ggml.model) is not supported"
+        raise ModelLoadError(f"{g.path}: this GGUF has no tokenizer (no tokenizer.ggml.model)")
     if defaults is None:
         raise UnsupportedError(f"{g.path}: tokenizer model {model!r} (tokenizer.ggml.model) is not "
                                f"supported; supported: {', '.join(sorted(_MODELS))}")

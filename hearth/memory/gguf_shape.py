@@ -4,6 +4,7 @@ architecture llama.cpp writes, including ones hearth cannot run yet (planning co
 from __future__ import annotations
 
 from hearth.config import parse_rope_scaling, stretched_context
+from hearth.loader.gguf_kind import check_model_file
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.memory import PlanError
 from hearth.memory.shape import SLIDING_PATTERNS, ModelShape
@@ -20,6 +21,7 @@ def run_context(g: GGUFFile, rope_scaling: dict | None = None) -> int:
 
 def shape_from_gguf(g: GGUFFile, rope_scaling: dict | None = None) -> ModelShape:
     """rope_scaling: the engine's (its context_length is then the stretched one)."""
+    check_model_file(g)  # plan, serve's memory budget and --ctx read the shape before any load
     layers = int(_require(g, "block_count"))
     hidden, heads = int(_require(g, "embedding_length")), int(_require(g, "attention.head_count"))
     kv = g.arch_get("attention.head_count_kv", heads)
