@@ -82,7 +82,8 @@ def _closest_flag(message: str, flags) -> str:
     if not message.startswith("unrecognized arguments: "):
         return ""
     first = message.removeprefix("unrecognized arguments: ").split()[0].split("=", 1)[0]
-    close = difflib.get_close_matches(first, [f for f in flags if f.startswith("--")], n=1, cutoff=0.75)
+    # a typo only: --tmep is --temp's (0.833), --top_k --top-k's; --min-keep is not --min-p's (0.824)
+    close = difflib.get_close_matches(first, [f for f in flags if f.startswith("--")], n=1, cutoff=0.83)
     return f"; did you mean {close[0]}?" if first.startswith("--") and close else ""
 
 

@@ -193,3 +193,50 @@ def test_stdin_that_is_not_utf8_is_one_line_naming_stdin(tmp_path, monkeypatch, 
         monkeypatch.setattr("sys.stdin", stdin)
         assert main(["run", "m.gguf"]) == 1
     assert capsys.readouterr().err == "hearth: error: stdin: not UTF-8 text\n"
+
+
+def test_run_takes_stop_strings_and_ignore_eos_as_llama_cli_and_ollama_do():
+    """llama-cli's -r/--reverse-prompt and --ignore-eos, ollama's stop, were unrecognized arguments."""
+    from hearth.cli import command_parser
+    from hearth.commands.run import sampling_params
+
+    args = command_parser("run").parse_intermixed_args(["m", "hi", "-r", "User:", "--stop", "\n\n", "--ignore-eos"])
+    params = sampling_params(args)
+    assert (params.stop, params.ignore_eos) == (["User:", "\n\n"], True)
+    params = sampling_params(command_parser("run").parse_intermixed_args(["m", "hi"]))
+    assert (params.stop, params.ignore_eos) == ([], False)
+
+
+def test_run_ends_the_answer_at_a_stop_string(tiny_models, capsys):  # noqa: F811
+    _, instruct = tiny_models
+    assert main(["run", str(instruct), PROMPT, *GREEDY]) == 0
+    whole = capsys.readouterr().out.rstrip("\n")
+    cut = whole[len(whole) // 2:][:2]  # two characters from its middle: the answer ends before them
+    assert cut and main(["run", str(instruct), PROMPT, *GREEDY, "-r", cut]) == 0
+    assert capsys.readouterr().out == whole[:whole.index(cut)] + "\n"
+
+
+@pytest.mark.parametrize("flag,says", [
+    (["-co"], "-co is llama-cli's colors: hearth prints plain text; ignored"),  # was read as -c o
+    (["--color", "on"], "--color on is llama-cli's colors: hearth prints plain text; ignored"),
+    (["--no-display-prompt"], "--no-display-prompt is llama-cli's: hearth run prints the answer only"),
+    (["-e"], "-e is llama-cli's escapes"),
+    (["-b", "512"], "-b 512 is llama.cpp's logical batch: hearth sizes a step's tokens itself; ignored"),
+])
+def test_llama_cli_s_display_flags_are_warnings(flag, says, capsys, monkeypatch):
+    import hearth.commands.run as run
+
+    started = []
+    monkeypatch.setattr(run, "main", lambda args: started.append(args) or 0)
+    assert main(["run", "m", "hi", *flag]) == 0 and started[0].ctx == 4096
+    assert capsys.readouterr().err.startswith(f"hearth: warning: {says}")
+
+
+def test_a_far_flag_gets_no_suggestion(capsys):
+    """--color was "did you mean --lora?" (a cutoff of 0.75); a suggestion is for a typo only."""
+    from hearth.cli import _closest_flag, command_parser
+
+    flags = command_parser("run")._option_string_actions
+    assert _closest_flag("unrecognized arguments: --colour", flags) == ""
+    assert _closest_flag("unrecognized arguments: --min-keep 2", flags) == ""  # not --min-p
+    assert _closest_flag("unrecognized arguments: --temperatur 2", flags) == "; did you mean --temperature?"

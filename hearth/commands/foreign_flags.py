@@ -21,6 +21,11 @@ FOREIGN: dict[str, str] = {
     **dict.fromkeys(["-n", "--predict", "--n-predict"], "llama-server's default n_predict: hearth's "
                                                          "--max-tokens-limit caps a request's max_tokens and is the "
                                                          "max_tokens of one that asks none"),
+    "--keep": "llama.cpp's tokens kept at a context shift: hearth never drops the start of a conversation; an "
+              "answer that fills the context ends there, said",
+    **dict.fromkeys(["--think", "--hidethinking"], "ollama's: hearth run prints a model's reasoning as it comes; "
+                                                   "--chat-template-kwargs '{\"enable_thinking\": false}' asks a "
+                                                   "Qwen3 model for none"),
     "--context-shift": "llama.cpp's: hearth never drops the start of a conversation; an answer that fills the context "
                        "ends with finish_reason length (a request's hearth.compaction compacts old turns)",
     "--no-enable-chunked-prefill": "vLLM's: hearth always prefills in chunks; --max-num-batched-tokens sizes them",

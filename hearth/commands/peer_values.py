@@ -162,6 +162,15 @@ PEER_VALUES: dict[str, PeerFlag] = {
     "--no-warmup": PeerFlag("none", _ignored("llama.cpp's: hearth runs no warm-up pass")),
     "--nowordwrap": PeerFlag("none", _ignored("ollama's: hearth run never wraps words")),
     "-i": PeerFlag("none", _ignored("llama-cli's interactive mode: hearth run without a prompt is interactive")),
+    # llama-cli's display flags: -co was read as -c o, a context of "o"
+    **dict.fromkeys(["-co", "--color"], PeerFlag(_ON_OFF, _ignored("llama-cli's colors: hearth prints plain text"))),
+    "--no-display-prompt": PeerFlag("none", _ignored("llama-cli's: hearth run prints the answer only, never the "
+                                                     "prompt")),
+    "--simple-io": PeerFlag("none", _ignored("llama-cli's: hearth run reads and writes plain lines")),
+    **dict.fromkeys(["-e", "--escape"], PeerFlag("none", _ignored(
+        "llama-cli's escapes (\\n in -p): hearth run takes the prompt as typed; a shell's $'...' writes escapes"))),
+    **dict.fromkeys(["-b", "--batch-size"], PeerFlag("one", _ignored(
+        "llama.cpp's logical batch: hearth sizes a step's tokens itself"))),
 }
 """flag -> how it is read; its warning names it and what hearth does instead."""
 

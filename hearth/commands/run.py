@@ -100,6 +100,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         f"(default: {DEFAULT_MAX_TOKENS}, or what the context has left; -n/--n-predict: "
                         "llama-cli's spelling)")
     add_output_arguments(p)
+    p.add_argument("--stop", "-r", "--reverse-prompt", action="append", default=[], metavar="STRING",
+                   help="end the answer where this text comes, without it (repeat for more; ollama's stop, "
+                        "llama-cli's -r)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="go on past the model's end token, to --max-tokens (llama-cli's)")
     p.add_argument("--seed", "-s", type=int, default=None,
                    help="seed of the sampler; -s: llama-cli's spelling (default: none, a new draw each time)")
     p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
@@ -280,6 +285,7 @@ def sampling_params(args: argparse.Namespace):
                               typical_p=args.typical_p, repetition_penalty=args.repetition_penalty,
                               presence_penalty=args.presence_penalty, frequency_penalty=args.frequency_penalty,
                               max_tokens=None if args.max_tokens in UNTIL_FULL else args.max_tokens, seed=args.seed,
+                              stop=list(args.stop), ignore_eos=args.ignore_eos,
                               structured_output=structured_output(args))
     except InvalidSamplingParams as e:  # every field set here is a flag of the same name, or llama-cli's
         raise HearthError(f"{sampler_flag(e.field)} {e.why}") from None
