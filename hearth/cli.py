@@ -169,7 +169,9 @@ def _run(argv: list[str] | None) -> int:
     if name not in COMMANDS:
         from hearth.commands.foreign_flags import FOREIGN_COMMANDS
 
-        hint = f" ({FOREIGN_COMMANDS[name]})" if name in FOREIGN_COMMANDS else ""
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1, cutoff=0.75)  # serv, server, rnu
+        hint = (f" ({FOREIGN_COMMANDS[name]})" if name in FOREIGN_COMMANDS
+                else f" (did you mean {close[0]}?)" if close else "")
         print(f"hearth: error: unknown command {name!r}{hint}; commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
     split = _split(name, argv[1:])

@@ -240,3 +240,16 @@ def test_a_far_flag_gets_no_suggestion(capsys):
     assert _closest_flag("unrecognized arguments: --colour", flags) == ""
     assert _closest_flag("unrecognized arguments: --min-keep 2", flags) == ""  # not --min-p
     assert _closest_flag("unrecognized arguments: --temperatur 2", flags) == "; did you mean --temperature?"
+
+
+@pytest.mark.parametrize("name,hint", [
+    ("serv", " (did you mean serve?)"), ("server", " (did you mean serve?)"), ("bnech", " (did you mean bench?)"),
+    ("chat", " (vLLM's: hearth run MODEL chats in the terminal)"), ("frobnicate", ""),
+])
+def test_an_unknown_command_names_the_one_meant(name, hint, capsys):
+    """`hearth server` (llama-server's name) and vLLM's `chat` were a bare "unknown command"."""
+    from hearth.cli import COMMANDS
+
+    assert main([name]) == 2
+    assert capsys.readouterr().err == (f"hearth: error: unknown command {name!r}{hint}; commands: "
+                                       f"{', '.join(COMMANDS)}\n")

@@ -91,5 +91,10 @@ FOREIGN_COMMANDS: dict[str, str] = {
             "one, Ctrl-C stops the server",
     "show": "ollama's: hearth plan MODEL shows a model's architecture, sizes and limits; a server's GET /props its "
             "chat template",
+    "chat": "vLLM's: hearth run MODEL chats in the terminal",
+    "complete": "vLLM's: hearth run MODEL --raw PROMPT completes the text",
+    **dict.fromkeys(["create", "cp", "push"], "ollama's: hearth runs a GGUF file as it is, no Modelfile or registry: "
+                                               "give its path as MODEL (--chat-template, --system, the sampling "
+                                               "flags set what a Modelfile would)"),
 }
 """Commands that users of ollama type from habit -> what hearth does instead."""
