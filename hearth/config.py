@@ -4,9 +4,10 @@ Field docstrings (the string right under each field) double as CLI help."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from hearth.errors import HearthError
+from hearth.errors import HearthError, wrong_number_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,6 +373,10 @@ class EngineConfig:
     def __post_init__(self) -> None:
         """A value no engine can run is one line naming its flag (--threads -1 hung the server: the
         engine thread died setting it; --max-num-seqs 0 scheduled nothing, ever)."""
+        if not isinstance(self.model, (str, os.PathLike)):  # LLM(None) was "expected str, bytes or os.PathLike"
+            raise HearthError(f"model must be a catalog name, a .gguf path or org/repo:file.gguf, not {self.model!r}")
+        if (wrong := wrong_number_field(self)) is not None:
+            raise HearthError(f"{_FLAGS.get(wrong[0], wrong[0])} {wrong[1]}")
         parse_rope_scaling(self.rope_scaling)
         for name, (lowest, why) in _LOWEST.items():
             value = getattr(self, name)

@@ -1,6 +1,9 @@
 """Errors a user can cause. Each carries one line that names what was wrong; the CLI prints it
 without a traceback and the API turns it into a 400-class body."""
 
+import dataclasses
+import numbers
+
 
 class HearthError(Exception):
     """Base for every error that is the user's input, not a bug."""
@@ -78,3 +81,19 @@ def check_room(prompt_tokens: int, max_tokens: int | None, max_context: int, fie
     answer (None: the room left caps it, and the answer ends with finish_reason "length")."""
     if max_tokens is not None and prompt_tokens < max_context and prompt_tokens + max_tokens > max_context:
         raise MaxTokensTooLargeError(prompt_tokens, max_tokens, max_context, field, model_context)
+
+
+_NUMBERS = {"int": (numbers.Integral,), "int | None": (numbers.Integral, type(None)),
+            "float": (numbers.Real,), "float | None": (numbers.Real, type(None))}
+"""A dataclass field's annotation -> the types its value may have (numpy's numbers are numbers too)."""
+
+
+def wrong_number_field(obj) -> tuple[str, str] | None:
+    """(field, why) for the first number field of the dataclass `obj` that holds something else
+    (LLM(max_model_len="4k"), SamplingParams(top_p="x")), else None: the range checks then raised
+    TypeError "'>=' not supported between instances of 'str' and 'int'", naming no field."""
+    for f in dataclasses.fields(obj):
+        kinds, value = _NUMBERS.get(f.type), getattr(obj, f.name)
+        if kinds is not None and not isinstance(value, kinds):
+            return f.name, f"must be {'an integer' if f.type.startswith('int') else 'a number'}, got {value!r}"
+    return None

@@ -7,7 +7,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from hearth.errors import HearthError
+from hearth.errors import HearthError, wrong_number_field
 
 
 POOLINGS = ("last", "mean", "cls", "rank")
@@ -158,6 +158,8 @@ class SamplingParams:
             self.bad_words = list(self.bad_words)
         if isinstance(self.dry_sequence_breakers, tuple):
             self.dry_sequence_breakers = list(self.dry_sequence_breakers)
+        if (wrong := wrong_number_field(self)) is not None:  # a string or None in a number field, named
+            raise InvalidSamplingParams(*wrong)
         for f in _FLOATS:  # an int given (Ollama's options, a library call) is the float the sampler's tensors hold:
             self._as_float(f)  # torch.tensor([1.0, 10**20]) overflowed int64 in the engine step, a 500 for all in it
         checks = [

@@ -253,3 +253,48 @@ def test_an_unknown_command_names_the_one_meant(name, hint, capsys):
     assert main([name]) == 2
     assert capsys.readouterr().err == (f"hearth: error: unknown command {name!r}{hint}; commands: "
                                        f"{', '.join(COMMANDS)}\n")
+
+
+@pytest.mark.parametrize("kwargs,says", [
+    ({"max_model_len": "4k"}, "--ctx / --max-model-len must be an integer, got '4k'"),
+    ({"threads": "2"}, "threads must be an integer, got '2'"),
+    ({"kv_cache_memory_gb": "1"}, "kv_cache_memory_gb must be a number, got '1'"),
+])
+def test_llm_s_number_argument_of_another_type_names_it(kwargs, says):
+    """LLM(max_model_len="4k") was TypeError "'>=' not supported between instances of 'str' and 'int'"."""
+    from hearth import LLM
+
+    with pytest.raises(HearthError) as e:
+        LLM("no-such-model", **kwargs)
+    assert str(e.value) == says
+
+
+@pytest.mark.parametrize("model", [None, 5])
+def test_llm_of_no_model_name_says_what_a_model_is(model):
+    """LLM(None) was "expected str, bytes or os.PathLike object, not NoneType"."""
+    from hearth import LLM
+
+    with pytest.raises(HearthError, match=f"^model must be a catalog name, a .gguf path or org/repo:file.gguf, "
+                                          f"not {model}$"):
+        LLM(model)
+
+
+@pytest.mark.parametrize("kwargs,field,why", [
+    ({"top_p": "x"}, "top_p", "must be a number, got 'x'"),  # was "must be real number, not str"
+    ({"max_tokens": "5"}, "max_tokens", "must be an integer, got '5'"),
+    ({"seed": 1.5}, "seed", "must be an integer, got 1.5"),
+])
+def test_a_sampling_param_of_another_type_names_its_field(kwargs, field, why):
+    from hearth.sampling_params import InvalidSamplingParams, SamplingParams
+
+    with pytest.raises(InvalidSamplingParams) as e:
+        SamplingParams(**kwargs)
+    assert (e.value.field, e.value.why) == (field, why)
+
+
+def test_numpy_numbers_are_numbers():
+    import numpy as np
+
+    from hearth.sampling_params import SamplingParams
+
+    assert SamplingParams(max_tokens=np.int64(5), top_p=np.float32(0.5)).max_tokens == 5
