@@ -48,7 +48,7 @@ def structured_output(args: argparse.Namespace):
     text = getattr(args, dest)
     shown = f"{flag} {text}" if is_file else flag
     if is_file:
-        text = _read(flag, text)
+        text = read_text_file(flag, text)
     value = json_flag(shown, text, "JSON schema keywords") if field == "json_schema" else text
     try:
         so = StructuredOutput(**{field: value})
@@ -58,7 +58,8 @@ def structured_output(args: argparse.Namespace):
     return so
 
 
-def _read(flag: str, path: str) -> str:
+def read_text_file(flag: str, path: str) -> str:
+    """The UTF-8 text of the file a flag names; one line naming the flag and the reason if it cannot be read."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()

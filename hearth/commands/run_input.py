@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 
+from hearth.commands.output_flags import read_text_file
 from hearth.config import DEFAULT_MODEL
 from hearth.errors import HearthError
 
@@ -54,12 +55,4 @@ def model_flag(args: argparse.Namespace) -> None:
 
 
 def _file_text(path: str | None) -> str | None:
-    if path is None:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise HearthError(f"-f {path}: {e.strerror}") from None
-    except UnicodeDecodeError:
-        raise HearthError(f"-f {path}: not UTF-8 text") from None
+    return None if path is None else read_text_file("-f", path)
