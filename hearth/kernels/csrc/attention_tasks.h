@@ -111,9 +111,14 @@ inline bool& row_groups() {
 
 struct NoRowGroups {};  // run_attention without a row-group kernel: every task on its own
 
+// Keys a task attends to at most: a long row is split into ranges of about this many, merged after
+// (flash-decoding). Until 2026-12-07 the split followed the threads and the batch (4 tasks a thread over the
+// sequences), so a decode's bits, and greedy tokens, changed with --threads and with the requests beside it.
+constexpr int64_t KEYS_PER_RANGE = 256;
+
 // Rows of S sequences (sequence s: rows q_start[s] .. + q_len[s], the last of its seq_lens[s] tokens)
-// cut into tasks of (row, group g of G query heads, key range; `groups` per row): enough to keep
-// every thread busy, none shorter than 32 keys. attend(task, m, l, acc) fills per head the max, the
+// cut into tasks of (row, group g of G query heads, key range; `groups` per row), ranges of at most
+// KEYS_PER_RANGE keys. attend(task, m, l, acc) fills per head the max, the
 // sum of exp(s - max) and the unnormalized accumulator (into out directly when the row is not split);
 // split rows are merged by their maxima and sums (flash-decoding). tree (null: none): int64 [rows,
 // ldtree], a row's own position along its tree path in column 0 (-1: an ordinary row, its position
@@ -141,10 +146,10 @@ void run_attention(int64_t S, const int64_t* q_start, const int64_t* q_len, cons
       const int64_t pos = tree && tree[t * ldtree] >= 0 ? tree[t * ldtree] : seq_lens[s] - (q_start[s] + q_len[s] - t);
       const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
       const int64_t n = pos + 1 - lo;
-      // batch-invariant: from the number of sequences, not of rows, so a row gets the same key ranges
-      // (the same bits) whether its sequence decodes one token or verifies drafts in 1 + k rows
-      const int64_t want = (4 * nt + S * groups - 1) / (S * groups);
-      const int64_t split = std::max<int64_t>(1, std::min(want, n / 32));
+      // from the row's own key count alone: a row gets the same key ranges (the same bits: each range's
+      // probabilities are rounded for p.V against its own max) at any thread count, beside any other
+      // sequences, and whether its sequence decodes one token or verifies drafts in 1 + k rows
+      const int64_t split = (n + KEYS_PER_RANGE - 1) / KEYS_PER_RANGE;
       for (int64_t g = 0; g < groups; ++g)
         for (int64_t j = 0; j < split; ++j) {
           tasks.push_back({t, s, g, lo + n * j / split, lo + n * (j + 1) / split, split > 1 ? parts++ : -1, split, j});
