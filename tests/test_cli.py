@@ -880,3 +880,13 @@ def test_an_empty_api_key_variable_is_no_key(monkeypatch):
     p = argparse.ArgumentParser()
     add_arguments(p)
     assert server_config(p.parse_args(["m"])).api_key is None
+
+
+def test_serve_names_a_bad_model_file_once(tmp_path, capsys, no_model_load):
+    """`hearth serve /tmp/x.gguf` said the path twice: "MODEL '/tmp/x.gguf': /tmp/x.gguf: not a GGUF file"."""
+    bad = tmp_path / "x.gguf"
+    bad.write_bytes(b"hi\n")
+    for model, why in ((bad, "not a GGUF file"), (tmp_path / "none.gguf", "model file not found")):
+        assert main(["serve", str(model)]) == 1
+        err = capsys.readouterr().err
+        assert err.count(str(model)) == 1 and why in err and len(err.splitlines()) == 1, err

@@ -169,9 +169,15 @@ def _resolve(e: ModelEntry) -> Path:
     try:
         return resolve_model(e.model)
     except HearthError as err:
-        if e.where.startswith("MODEL ") and repr(e.model) in str(err):  # it names the argument already
-            raise HearthError(f"MODEL: {err}") from None
-        raise HearthError(f"{e.where}: model: {err}") from None
+        raise _blamed(e, err, e.model, "model: ") from None
+
+
+def _blamed(e: ModelEntry, err: HearthError, named: str, field: str = "") -> HearthError:
+    """err with the entry it is about named once: a MODEL argument the message already names (`named`: as
+    given, or the file it resolved to) is `MODEL: ...`, not `MODEL '/tmp/x.gguf': /tmp/x.gguf: not a GGUF file`."""
+    if e.where.startswith("MODEL ") and named in str(err):
+        return HearthError(f"MODEL: {err}")
+    return HearthError(f"{e.where}: {field}{err}")
 
 
 def check_pooling(pooling: str | None, facts, where: str) -> None:
@@ -209,4 +215,4 @@ def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path 
                                 args.num_kv_blocks, None if draft is None else GGUFFile(draft),
                                 rope_scaling(args)), file_facts(g, embeds_only(g.arch), model_config(g).pooling)
     except HearthError as err:
-        raise HearthError(f"{e.where}: {err}") from None
+        raise _blamed(e, err, str(path)) from None
