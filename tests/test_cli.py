@@ -890,3 +890,19 @@ def test_serve_names_a_bad_model_file_once(tmp_path, capsys, no_model_load):
         assert main(["serve", str(model)]) == 1
         err = capsys.readouterr().err
         assert err.count(str(model)) == 1 and why in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+@pytest.mark.parametrize("flags, said", [
+    (["--spec-type", "draft-simple", "-md", "smollm2"], "-md: unknown model 'smollm2' (did you mean smollm2-135m?)"),
+    (["--model-draft", "nosuch"], "--model-draft: unknown model 'nosuch': use a catalog name"),
+    (["--speculative-config", '{"method": "draft", "model": "nosuch"}'],
+     "--speculative-config's model: unknown model 'nosuch': use a catalog name"),
+])
+def test_an_unknown_draft_model_is_the_flag_s_before_a_load(tiny_models, capsys, no_model_load, command, flags, said):
+    """-md nosuch was 'speculative_config.model ...', a key never typed, and `hearth run` said it after the
+    target model loaded."""
+    args = [command, str(tiny_models[1]), *flags] + (["hi"] if command == "run" else [])
+    assert main(args) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"hearth: error: {said}"), err

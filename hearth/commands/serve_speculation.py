@@ -107,7 +107,7 @@ def speculative_config(args: argparse.Namespace) -> dict | None:
                               f"{spelled(args, 'model_draft', '--model-draft')} runs method draft: give one of them")
         over["method"] = method
     if not over:
-        return None if spec is None else _as_dict(spec)
+        return None if spec is None else _found(_as_dict(spec), args)
     if spec is not None:
         _flags_agree(spec, given, over, args)
     if over.get("method") == "draft" and "model" not in over and (spec is None or spec.model is None):
@@ -115,7 +115,25 @@ def speculative_config(args: argparse.Namespace) -> dict | None:
         raise HearthError(f"--spec-type {args.spec_type} drafts with a draft model: add -md MODEL (a catalog name "
                           "or a .gguf)")
     base = _as_dict(spec) if spec is not None else {"method": "ngram"}
-    return _as_dict(SpeculativeConfig.parse({**base, **over}))
+    return _found(_as_dict(SpeculativeConfig.parse({**base, **over})), args)
+
+
+def _found(config: dict, args: argparse.Namespace) -> dict:
+    """config, once its draft model is found as the target is (a catalog name, a .gguf, a hub file): a wrong one
+    was `speculative_config.model ...`, a key the user never typed, and `hearth run` said it after the target
+    loaded. The error names the flag as typed (-md, --model-draft) or the JSON's key."""
+    from hearth.loader.resolve import resolve_model
+
+    if config["method"] != "draft":
+        return config
+    model = config["model"]
+    flag = (spelled(args, "model_draft", "--model-draft") if getattr(args, "model_draft", None)
+            else "--speculative-config's model")
+    try:
+        resolve_model(model)
+    except HearthError as e:
+        raise HearthError(f"{flag}: {e}" if model in str(e) else f"{flag} {model!r}: {e}") from None
+    return config
 
 
 def _flags_agree(spec, given: dict, over: dict, args: argparse.Namespace) -> None:

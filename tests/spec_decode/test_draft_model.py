@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -62,9 +63,12 @@ def test_missing_draft_model_names_the_field(tmp_path):
         LLM(str(target), progress=False, speculative_config={"method": "draft", "model": "no-such-model"})
 
 
-def test_serve_model_draft_flag_sets_method_draft():
+def test_serve_model_draft_flag_sets_method_draft(monkeypatch):
     from hearth.commands import serve
+    from hearth.loader import resolve
 
+    # the draft is found as the flags are read: found here without a download or a file
+    monkeypatch.setattr(resolve, "resolve_model", lambda name, **kw: Path(name))
     p = argparse.ArgumentParser()
     serve.add_arguments(p)
     c = serve.speculative_config(p.parse_args(["-md", "qwen2.5-coder-0.5b", "--spec-draft-n-max", "6"]))

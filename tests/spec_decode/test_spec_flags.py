@@ -24,6 +24,14 @@ def tiny(tmp_path):
     return path
 
 
+@pytest.fixture
+def draft_here(tmp_path, monkeypatch):
+    """d.gguf in the working directory: a draft model is found when the flags are read (the file's contents
+    are read at the load, which these tests never reach)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "d.gguf").touch()
+
+
 @pytest.mark.parametrize("argv", [
     ["-md", "d.gguf", "--spec-draft-n-max", "6"],
     ["--model-draft", "d.gguf", "--draft-max", "6"],
@@ -32,7 +40,7 @@ def tiny(tmp_path):
     ["--draft-n", "2"],
     [],
 ], ids=" ".join)
-def test_run_takes_serve_s_speculative_flags(argv):
+def test_run_takes_serve_s_speculative_flags(argv, draft_here):
     run = command_parser("run").parse_intermixed_args(["m.gguf", "hi", *argv])
     serve = command_parser("serve").parse_intermixed_args(["m.gguf", *argv])
     assert speculative_config(run) == speculative_config(serve)
@@ -188,7 +196,7 @@ def test_run_verbose_says_why_the_policy_paused_drafting():
     (["--spec-type", "draft-simple", "-md", "d.gguf"], "draft"),
     (["--spec-type", "draft-mtp", "--speculative-config", '{"method": "mtp"}'], "mtp"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else v)
-def test_llama_servers_spec_type_names_the_method(argv, method):
+def test_llama_servers_spec_type_names_the_method(argv, method, draft_here):
     for name in ("run", "serve"):
         args = command_parser(name).parse_intermixed_args(["m.gguf", *(["hi"] if name == "run" else []), *argv])
         assert speculative_config(args)["method"] == method
