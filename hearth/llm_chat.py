@@ -14,7 +14,7 @@ def chat_prompt(llm, messages: list[dict], tools: list[dict] | None) -> tuple[st
     """(the rendered text, its ids) of llm's chat template over messages and tools."""
     images = llm_vision.ChatImages(llm)
     messages = template_messages(messages, images.images)
-    text = llm.chat_template.render(messages, tools=tools)
+    text = llm.chat_template.render(messages, tools=template_tools(tools))
     with as_value_error():
         return text, images.encode(text, messages) if images.images else chat_ids(llm.tokenizer, text)
 
@@ -29,6 +29,18 @@ def template_messages(messages: list[dict], images=None) -> list[dict]:
 
     with as_value_error():
         return openai_messages(messages, wire=False, images=images)
+
+
+def template_tools(tools: list[dict] | None) -> list[dict] | None:
+    """Tools checked as the server checks them (hearth.api.tools.openai_tools: a function with a name, its
+    parameters a schema), in OpenAI's shape; a malformed one is a ValueError naming it (`tools[0]...`), not a
+    tool the template renders without a name."""
+    from hearth.api.tools import openai_tools
+
+    if tools is None:
+        return None
+    with as_value_error():
+        return openai_tools(tools)
 
 
 @contextmanager

@@ -35,6 +35,19 @@ def test_an_unknown_role_names_it_and_the_allowed_ones(llm):
     assert not llm.engine.has_unfinished()
 
 
+@pytest.mark.parametrize("tools, expected", [
+    ([{"type": "function"}], "tools[0].function.name: is required (a string)"),  # was rendered, nameless
+    ([{"type": "function", "function": {"name": "f", "parameters": 3}}], "tools[0].function.parameters"),
+])
+def test_a_malformed_tool_is_named_as_the_server_names_it(llm, tools, expected):
+    messages = [{"role": "user", "content": "hi"}]
+    for call in (lambda: llm.chat(messages, SamplingParams(max_tokens=1), tools=tools),
+                 lambda: llm.encode_chat(messages, tools)):
+        with pytest.raises(ValueError, match=re.escape(expected)):
+            call()
+    assert not llm.engine.has_unfinished()
+
+
 def test_roles_map_as_the_server_maps_them(llm):
     """developer is a system prompt, as /v1/chat/completions renders it."""
     same = llm.encode_chat([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}])
