@@ -201,8 +201,10 @@ def _run(argv: list[str] | None) -> int:
     rest = translated.argv
     args = parser.parse_intermixed_args(rest)
     module = SUBCOMMANDS[name][sub][0] if sub is not None else COMMANDS[name][0]
+    from hearth.commands.logs import configure_logging
     from hearth.loader.store import check_home
 
+    configure_logging("warning", terminal=True)  # hearth's log warnings as its other lines; serve sets its own
     try:
         check_home()  # every command keeps models or caches there: an unusable one is one line, before a build
         return int(importlib.import_module(module).main(args) or 0)

@@ -508,7 +508,7 @@ def test_run_system_prompt_needs_a_chat(tiny_models, capsys, monkeypatch):
     import hearth.llm
 
     base, _ = tiny_models
-    assert main(["run", str(base), PROMPT, "--system", "be brief"]) == 1
+    assert main(["run", str(base), PROMPT, "--system", "be brief", "--ctx", "256"]) == 1
     err = capsys.readouterr().err.strip()
     assert err == (f"hearth: error: {base} has no chat template, so --system has no place in its prompt: "
                    "add --chat to chat in a built-in template, or drop --system")
@@ -906,3 +906,35 @@ def test_an_unknown_draft_model_is_the_flag_s_before_a_load(tiny_models, capsys,
     assert main(args) == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"hearth: error: {said}"), err
+
+
+def test_hearth_s_log_warnings_read_as_the_cli_s_other_lines(tiny_models, capsys):
+    """A hearth log warning (LLM's --threads note) printed bare outside `hearth serve`: the CLI now sets the
+    `hearth` logger up once, so it reads `hearth: warning: ...` (its message's own `hearth: ` not said twice)."""
+    import os
+
+    import torch
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    before = torch.get_num_threads()
+    try:
+        _, err = run_stdout(capsys, str(tiny_models[0]), PROMPT, *GREEDY, "--threads", str(cpus + 1))
+    finally:
+        torch.set_num_threads(before)
+    said = [line for line in err if "CPUs this process may use" in line]
+    assert said == [f"hearth: warning: --threads {cpus + 1} is more than the {cpus} CPUs this process may use: "
+                    "steps run slower, not faster"], err
+
+
+def test_the_terminal_format_labels_warnings_and_not_notes(capsys):
+    """`hearth run --verbose`'s info lines read as its other lines (were uvicorn's `INFO:     hearth: ...`)."""
+    import logging
+
+    from hearth.commands.logs import configure_logging
+
+    configure_logging("info", terminal=True)
+    logging.getLogger("hearth.loader").info("hearth: draft d.gguf: matrices at q8_0")
+    logging.getLogger("hearth.kvstore").warning("KV disk tier: ignoring %s", "x.kv")
+    logging.getLogger("hearth.kvstore").debug("not at info")
+    assert capsys.readouterr().err.splitlines() == ["hearth: draft d.gguf: matrices at q8_0",
+                                                    "hearth: warning: KV disk tier: ignoring x.kv"]

@@ -1,14 +1,13 @@
 """hearth's own log lines (the `hearth` logger and its children: hearth.api's "dropped to fit", the
-loader's and backends' notes) on stderr at `--log-level`, in uvicorn's format. uvicorn configures only
-its own loggers; without this, Python's last-resort handler printed hearth's warnings bare and its
-info and debug lines never."""
+loader's and backends' notes) on stderr. hearth.cli sets them up once for every command as its other lines
+read (`hearth: warning: ...`); a server (serve, cluster, run-batch) writes them at `--log-level` in uvicorn's
+format, beside uvicorn's own. uvicorn configures only its own loggers; without this, Python's last-resort
+handler printed hearth's warnings bare and its info and debug lines never."""
 
 from __future__ import annotations
 
 import logging
 import sys
-
-from uvicorn.logging import DefaultFormatter
 
 LOGGER = "hearth"
 
@@ -25,14 +24,31 @@ class _Stderr(logging.StreamHandler):
         pass
 
 
-def configure_logging(level: str) -> logging.Handler:
+class TerminalFormatter(logging.Formatter):
+    """`hearth: warning: ...` (`hearth: ...` below warning), as hearth.cli writes its own lines. Many messages
+    start `hearth: ` already, which sets them apart from uvicorn's lines in a server's log: not said twice."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record).removeprefix("hearth: ")
+        level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
+        return f"hearth: {level}{text}"
+
+
+def _uvicorn_formatter() -> logging.Formatter:
+    from uvicorn.logging import DefaultFormatter  # here: a command that serves nothing need not import uvicorn
+
+    return DefaultFormatter("%(levelprefix)s %(message)s")
+
+
+def configure_logging(level: str, terminal: bool = False) -> logging.Handler:
     """One stderr handler on the `hearth` logger at `level` (critical ... debug), replacing one an
-    earlier call added; the records still propagate, so a host's root handlers (pytest's) see them."""
+    earlier call added; the records still propagate, so a host's root handlers (pytest's) see them.
+    terminal: hearth.cli's line format (TerminalFormatter), else uvicorn's, as a server's log reads."""
     logger = logging.getLogger(LOGGER)
     for old in [h for h in logger.handlers if getattr(h, "hearth_serve", False)]:
         logger.removeHandler(old)
     handler = _Stderr()
-    handler.setFormatter(DefaultFormatter("%(levelprefix)s %(message)s"))
+    handler.setFormatter(TerminalFormatter() if terminal else _uvicorn_formatter())
     handler.hearth_serve = True
     logger.addHandler(handler)
     logger.setLevel(level.upper())

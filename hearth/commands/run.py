@@ -141,7 +141,7 @@ def main(args: argparse.Namespace) -> int:
     if args.verbose:
         from hearth.commands.logs import configure_logging
 
-        configure_logging("info")
+        configure_logging("info", terminal=True)
     speculation = speculative_config(args)  # a bad value is one line before the model loads
     check_kv(args.kv_cache_dtype, "--kv-cache-dtype")
     rope, template = rope_scaling(args), chat_template(args)
