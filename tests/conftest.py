@@ -37,10 +37,10 @@ TESTS = Path(__file__).resolve().parent
 TIERED = ("kernels/", "backends/", "layers/test_linear.py", "models/test_logits_vs_transformers.py", "models/test_native_decode.py",
           "test_golden_llamacpp.py", "test_engine_equivalence.py", "models/test_fidelity.py", "memory/test_layouts.py",
           "models/test_lora.py", "models/test_gpt_oss.py",
-          "models/test_granite_smollm3_olmo2.py", "models/test_qwen35_llamacpp.py")
+          "models/test_granite_smollm3_olmo2.py", "models/test_qwen35_llamacpp.py", "models/test_thread_invariance.py")
 """Kernels, quantized linears, model logits vs transformers, llama.cpp goldens (qwen35's tiny files too), engine
 equivalence, fidelity, the planner's weight layouts (priced as the tier holds them), LoRA adapters over each
-tier's linears."""
+tier's linears, the same bits at any thread count."""
 ONCE = {  # (module, parameter id): slow cases of tiered modules left to the best tier's run, and why
     ("test_golden_llamacpp.py", "gemma3-270m"): "its kernels run per tier on the tiny gemma3 files; 4x SmolLM2's time",
     ("test_golden_llamacpp.py", "qwen2.5-coder-1.5b"): "the 0.5B (same architecture and quant types) runs per tier; 3x its time",
