@@ -8,6 +8,7 @@ import argparse
 import errno
 import os
 import socket
+import signal
 import sys
 from collections.abc import Callable
 
@@ -341,7 +342,9 @@ def run_server(app, args: argparse.Namespace, names: str) -> int:
 
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                     timeout_graceful_shutdown=5, **options), ready, app.state.models.end_streams)
-    server.run()
+    server.run()  # a Ctrl-C is raised again once uvicorn has stopped: KeyboardInterrupt, exit 130 (hearth.cli)
+    if server.interrupted:  # ... unless a handler installed since (Ray's, in a cluster's driver) took it
+        return 130
     return 0 if server.started else 1
 
 
@@ -359,6 +362,11 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, ready: Callable[[int], str], end_streams: Callable[[], None]):
         super().__init__(config)
         self.ready, self.end_streams = ready, end_streams
+        self.interrupted = False
+
+    def handle_exit(self, sig, frame) -> None:
+        self.interrupted |= sig == signal.SIGINT
+        super().handle_exit(sig, frame)
 
     async def shutdown(self, sockets=None) -> None:
         self.end_streams()

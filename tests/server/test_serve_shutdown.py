@@ -99,3 +99,41 @@ def test_port_0_announces_the_port_it_listens_on(tiny, tmp_path):
         wait_ready(f"http://127.0.0.1:{port}", proc, log)
     finally:
         stop(proc)
+
+
+def test_a_ctrl_c_that_a_later_handler_takes_still_exits_130():
+    """uvicorn raises a Ctrl-C again once it has stopped, so the process exits as interrupted (130); where a
+    SIGINT handler installed since takes it instead (Ray's, in `hearth cluster serve`'s driver: seen once as
+    exit 0 under load), run_server says 130 itself."""
+    import os
+    import socket
+    from types import SimpleNamespace
+
+    from starlette.applications import Starlette
+
+    from hearth.commands.serve import run_server
+
+    app = Starlette()
+    app.state.webui, app.state.models = False, SimpleNamespace(end_streams=lambda: None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = SimpleNamespace(host="127.0.0.1", port=port, root_path="", log_level="warning", ssl_keyfile=None,
+                           ssl_certfile=None, disable_uvicorn_access_log=True)
+
+    def interrupt_once_listening():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    previous = signal.signal(signal.SIGINT, lambda *_: None)  # takes the signal uvicorn raises again
+    try:
+        threading.Thread(target=interrupt_once_listening, daemon=True).start()
+        assert run_server(app, args, "nothing") == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
