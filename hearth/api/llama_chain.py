@@ -31,6 +31,9 @@ OFF = {
 }
 """llama-server's sampler name -> the SamplingParams values that leave it out."""
 
+ORDER = ("penalties", "dry", "temperature", "top_n_sigma", "min_p", "top_k", "typ_p", "top_p", "xtc")
+"""OFF's samplers in the order hearth.sample.sampler runs them (its fixed chain), as the replies list them."""
+
 LACKING = ("infill", "adaptive_p")
 """llama.cpp's samplers hearth does not run."""
 
@@ -43,6 +46,15 @@ def sampler_names(value):
     """`samplers` as a list: a string's characters as their names (an unknown one stays as it is, to be named);
     anything else as given, for the field's type to judge."""
     return [CHARS.get(c, c) for c in value] if isinstance(value, str) else value
+
+
+def ran(samplers: list[str] | None) -> list[str]:
+    """The names of the samplers a request runs, in ORDER (generation_settings' `samplers`): all of them where no list
+    is given or it names one hearth lacks (left_out keeps the whole chain then), else the list's known ones. With
+    mirostat too: llama-server echoes the list it read, though its mirostat chain does not read it."""
+    if samplers is None or any(name in LACKING for name in samplers):
+        return list(ORDER)
+    return [name for name in ORDER if name in samplers]
 
 
 def left_out(samplers: list[str] | None, mirostat: int) -> dict:

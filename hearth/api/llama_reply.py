@@ -15,7 +15,7 @@ from hearth.api.guided import guided
 from hearth.api.generate import PROMPT_ONLY_TOKENS, Generation, until_disconnect
 from hearth.api.infill import Dropped
 from hearth.api.infill_stops import EditorStops
-from hearth.api.llama_chain import left_out
+from hearth.api.llama_chain import left_out, ran
 from hearth.api.llama_names import LLAMA_SAMPLERS, LLAMA_WIRE_NAMES, breakers
 from hearth.api.llama_protocol import LlamaOptions
 from hearth.api.sampling import logit_bias, lora_scales, make_params
@@ -83,7 +83,7 @@ def generation_settings(b: LlamaOptions) -> dict:
             "presence_penalty": b.presence_penalty,
             "frequency_penalty": b.frequency_penalty, **{k: getattr(b, k) for k in LLAMA_SAMPLERS},
             "dry_sequence_breakers": breakers(b.dry_sequence_breakers), "seed": b.seed, "stop": list(b.stop),
-            "ignore_eos": b.ignore_eos, "stream": b.stream}
+            "ignore_eos": b.ignore_eos, "stream": b.stream, "samplers": ran(b.samplers)}
 
 
 class LlamaReply:

@@ -21,9 +21,7 @@ router = APIRouter()
 async def props(request: Request, model: str | None = None):
     served = await request.app.state.models.get(model)
     options = with_server_defaults(LlamaOptions(), request.app.state.limits.defaults)  # hearth serve --temp ...
-    defaults = {**generation_settings(options), "max_tokens": -1, "n_probs": 0,
-                # hearth.sample's fixed order, in llama-server's names
-                "samplers": ["penalties", "temperature", "min_p", "top_k", "typ_p", "top_p"]}
+    defaults = {**generation_settings(options), "max_tokens": -1, "n_probs": 0}  # samplers: the whole chain
     return {
         "default_generation_settings": {
             "id": 0, "id_task": -1, "n_ctx": served.max_model_len, "speculative": served.speculative,

@@ -4,6 +4,8 @@ in x-hearth-ignored-fields; a non-string entry is a 400 naming it. It was ignore
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 BODY = {"prompt": "hi", "n_predict": 4, "temperature": 0.5, "top_k": 7, "top_p": 0.9, "min_p": 0.1, "typical_p": 0.8,
@@ -79,3 +81,21 @@ def test_mirostat_reads_no_list(fake):
     r = fake.client.post("/completion", json={**BODY, "mirostat": 2, "samplers": ["top_k", "nope"]})
     assert r.status_code == 200 and r.headers["x-hearth-ignored-fields"] == "samplers[1]"
     assert (fake.last.params.mirostat, fake.last.params.temperature) == (2, 0.5)
+
+
+@pytest.mark.parametrize("samplers,named", [
+    (None, ["penalties", "dry", "temperature", "top_n_sigma", "min_p", "top_k", "typ_p", "top_p", "xtc"]),
+    (["temperature", "top_k", "nope"], ["temperature", "top_k"]),  # hearth's order; the unknown name skipped
+    ("xkd", ["dry", "top_k", "xtc"]),
+    ([], []),
+    (["top_k", "top_p", "infill"], ["penalties", "dry", "temperature", "top_n_sigma", "min_p", "top_k", "typ_p",
+                                    "top_p", "xtc"]),  # the whole chain ran
+])
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_reply_names_the_samplers_that_ran(fake, samplers, named, stream):
+    """llama-server's generation_settings.samplers: the names of the chain the request ran."""
+    body = {**BODY, "stream": stream} if samplers is None else {**BODY, "stream": stream, "samplers": samplers}
+    r = fake.client.post("/completion", json=body)
+    assert r.status_code == 200, r.text
+    last = json.loads(r.text.strip().split("\n\n")[-1].removeprefix("data: ")) if stream else r.json()
+    assert last["generation_settings"]["samplers"] == named

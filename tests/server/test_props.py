@@ -23,6 +23,9 @@ def test_props_has_llama_servers_shape(fake):
     params = settings["params"]  # the /completion defaults (llama-server's), as its replies name them
     assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"]) == (0.8, 40, 0.95, 0.05)
     assert params["n_predict"] == -1 and params["seed"] == -1 and params["stop"] == []
+    # llama-server's default chain, every sampler hearth runs, in the order hearth.sample.sampler runs them
+    assert params["samplers"] == ["penalties", "dry", "temperature", "top_n_sigma", "min_p", "top_k", "typ_p",
+                                  "top_p", "xtc"]
     assert body["chat_template"] == TEMPLATE and body["chat_template_caps"]["supports_tools"] is True
     assert body["modalities"] == {"vision": False, "audio": False} and body["total_slots"] == 1
     assert body["build_info"] == "hearth" and body["is_sleeping"] is False and body["model"] == "fake-model"
