@@ -18,7 +18,7 @@ from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Str
 from hearth.api.ignored_fields import note
 from hearth.api.llama_names import LlamaInt
 from hearth.api.sampler_fields import SamplerExtensions
-from hearth.api.typed_options import Effort, Metadata
+from hearth.api.typed_options import Effort, Metadata, SchemaName
 
 
 class _Body(BaseModel):
@@ -84,7 +84,7 @@ def stream_usage(options: StreamOptions | None) -> tuple[bool, bool]:
 
 
 class JSONSchemaFormat(_Body):
-    name: str = "response"
+    name: SchemaName = "response"
     description: str | None = None
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
     strict: StrictBool | None = None

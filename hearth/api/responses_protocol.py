@@ -9,7 +9,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from hearth.api.llama_names import LlamaInt
 from hearth.api.openai_protocol import SamplingScalars, _Body
-from hearth.api.typed_options import Effort, Metadata
+from hearth.api.typed_options import Effort, Metadata, SchemaName
 
 
 class Reasoning(_Body):
@@ -25,7 +25,7 @@ class TextFormat(_Body):
     "description"?}: the types here; what json_schema requires, hearth.api.responses_items.text_format (so
     the 400 names the missing field)."""
     type: Literal["text", "json_object", "json_schema"]
-    name: StrictStr | None = None
+    name: SchemaName | None = None
     schema_: dict[str, Any] | None = Field(None, alias="schema")
     strict: StrictBool | None = None
     description: StrictStr | None = None

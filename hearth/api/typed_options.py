@@ -6,6 +6,8 @@ where it was echoed back as sent (`"reasoning": {"effort": 5}`) or ignored.
   values of at most 512 (OpenAI's limits). Anthropic's (`user_id` only) is hearth.api.anthropic_protocol's.
 - reasoning effort (chat's `reasoning_effort`, Responses' `reasoning.effort`): one of OpenAI's levels,
   handed to the template as `reasoning_effort` (gpt-oss's variable; vLLM passes it the same way).
+- a schema's name (chat's `response_format.json_schema.name`, Responses' `text.format.name`): a-z, A-Z, 0-9,
+  underscores and dashes, at most 64 characters (OpenAI's rule; it names the schema, which OpenAI shows the model).
 Responses' `reasoning` and `text` objects are hearth.api.responses_protocol's."""
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ Metadata = Annotated[dict[Annotated[str, Field(max_length=MAX_METADATA_KEY)],
                           Annotated[StrictStr, Field(max_length=MAX_METADATA_VALUE)]],
                      Field(max_length=MAX_METADATA_PAIRS)]
 """Each bad key or value named (`metadata.k: String should have at most 512 characters`)."""
+
+
+SchemaName = Annotated[StrictStr, Field(max_length=64, pattern=r"^[a-zA-Z0-9_-]+$")]
+"""A bad one named with the rule it breaks (`text.format.name: String should match pattern '^[a-zA-Z0-9_-]+$'`)."""
 
 
 def effort_kwargs(effort: str | None, kwargs: dict | None = None) -> dict | None:

@@ -37,6 +37,17 @@ CASES = [
     ("/v1/chat/completions", {"metadata": {"a": None}}, "metadata.a: Input should be a valid string"),
     ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": 5}}},
      "response_format.json_schema.name: Input should be a valid string"),
+    # OpenAI's rule for a schema's name: a-z, A-Z, 0-9, underscores and dashes, at most 64 characters
+    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "my schema"}}},
+     "response_format.json_schema.name: String should match pattern '^[a-zA-Z0-9_-]+$'"),
+    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": ""}}},
+     "response_format.json_schema.name: String should match pattern"),
+    ("/v1/chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "n" * 65}}},
+     "response_format.json_schema.name: String should have at most 64 characters"),
+    ("/v1/responses", {"text": {"format": {"type": "json_schema", "name": "pet.v1", "schema": SCHEMA}}},
+     "text.format.name: String should match pattern '^[a-zA-Z0-9_-]+$'"),
+    ("/v1/responses", {"text": {"format": {"type": "json_schema", "name": "n" * 65, "schema": SCHEMA}}},
+     "text.format.name: String should have at most 64 characters"),
     ("/v1/messages", {"metadata": {"user_id": 5}}, "metadata.user_id: Input should be a valid string"),
     ("/v1/messages", {"metadata": {"session": "x"}}, "metadata.session: Extra inputs are not permitted"),
     ("/v1/messages", {"metadata": {"user_id": "u" * 257}}, "metadata.user_id: String should have at most 256"),
@@ -59,7 +70,7 @@ def test_a_badly_typed_option_is_a_400_naming_it(fake, route, fields, words):
 def test_responses_echo_what_was_typed(fake):
     body = {"model": "fake-model", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"},
             "metadata": {"k": "x" * 512, "l" * 64: ""},
-            "text": {"format": {"type": "json_schema", "name": "n", "schema": SCHEMA, "strict": True},
+            "text": {"format": {"type": "json_schema", "name": "Pet_v1-" + "n" * 57, "schema": SCHEMA, "strict": True},
                      "verbosity": "low"}}
     r = fake.client.post("/v1/responses", json=body)
     assert r.status_code == 200, r.text
@@ -90,3 +101,10 @@ def test_chat_template_kwargs_win_over_reasoning_effort(make_fake):
                                                        "chat_template_kwargs": {"reasoning_effort": "low"}})
     assert r.status_code == 200 and fake.last.prompt.startswith("low|")
     assert "x-hearth-ignored-fields" not in r.headers
+
+
+def test_a_chat_schema_name_by_openais_rule_is_taken(fake):
+    name = "Pet_v1-" + "n" * 57  # every kind of character allowed, 64 of them
+    r = fake.client.post("/v1/chat/completions", json={"model": "fake-model", "messages": USER, "response_format": {
+        "type": "json_schema", "json_schema": {"name": name, "schema": SCHEMA}}})
+    assert r.status_code == 200, r.text
