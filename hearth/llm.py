@@ -112,8 +112,8 @@ class LLM:
             torch.set_num_threads(cfg.threads)
             if cfg.threads > (cpus := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()):
                 # every step waits for its slowest thread, and the extra ones are always descheduled
-                log.warning("hearth: --threads %d is more than the %d CPUs this process may use: steps run slower, "
-                            "not faster", cfg.threads, cpus)  # "hearth: " as the other lines hearth run says
+                log.warning("--threads %d is more than the %d CPUs this process may use: steps run slower, not faster",
+                            cfg.threads, cpus)
         t0 = time.perf_counter()
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)

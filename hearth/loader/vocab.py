@@ -157,7 +157,7 @@ def read_vocab(g: GGUFFile) -> GGUFVocab:
         raise ModelLoadError(f"{g.path}: the vocabulary has duplicate tokens")
     pre = str(g.get(K.PRE, "")) if model == "gpt2" else "default"
     if not pre:
-        log.warning("hearth: %s: no tokenizer.ggml.pre; using the 'default' pre-tokenizer as llama.cpp does "
+        log.warning("%s: no tokenizer.ggml.pre; using the 'default' pre-tokenizer as llama.cpp does "
                     "(tokenization may differ from the original model's)", g.path)
         pre = "default"
     spec = pre_tokenizer_spec(pre) if model == "gpt2" else None
