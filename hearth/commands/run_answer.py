@@ -11,8 +11,8 @@ from hearth.errors import (HearthError, MaxTokensTooLargeError, PromptTooLongErr
                            too_long)
 
 DEFAULT_MAX_TOKENS = 1024
-INTERRUPTED_ANSWER, CONTEXT_FULL, MAX_TOKENS = "interrupted", "context full", "max tokens"  # how an answer may
-# end early (answer)
+# how an answer may end early (answer)
+INTERRUPTED_ANSWER, CONTEXT_FULL, MAX_TOKENS = "interrupted", "context full", "max tokens"
 
 
 def answer(llm, history: list[dict] | None, text: str, params, verbose: bool, note: str | None = None,
