@@ -4,8 +4,9 @@ shares, with llama-server's defaults where hearth's API routes differ (temperatu
 llama.vscode, llama.vim) gets the sampling it expects, its samplers vLLM lacks too (repeat_last_n 64, DRY,
 XTC, top_n_sigma, mirostat: hearth.api.llama_names.LLAMA_SAMPLERS) and which of them run (`samplers`,
 hearth.api.llama_chain). Fields llama-server has and hearth does not (n_probs, response_fields,
-t_max_prompt_ms, dynatemp_range ...) are ignored and named in `x-hearth-ignored-fields`, as on every route (hearth.api.ignored_fields). Every integer option takes an
-integral float, as llama-server's params parser reads one (hearth.api.llama_names.LlamaInt)."""
+t_max_prompt_ms, dynatemp_range ...) are ignored and named in `x-hearth-ignored-fields`, as on every route
+(hearth.api.ignored_fields). Every integer option takes an integral float, as llama-server's params parser
+reads one (hearth.api.llama_names.LlamaInt)."""
 
 from __future__ import annotations
 

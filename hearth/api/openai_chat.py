@@ -77,10 +77,14 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     return result if result is not None else {}
 
 
+def _template_kwargs(body: ChatCompletionRequest) -> dict | None:
+    return effort_kwargs(body.reasoning_effort, body.chat_template_kwargs)
+
+
 def _render(served, plan, messages: list[dict], body: ChatCompletionRequest, images=None) -> tuple[str, list[int]]:
     text = served.render_chat(prompt_messages(served, plan, messages), plan.tools if plan.in_template else None,
                               add_generation_prompt=body.add_generation_prompt and not body.continue_final_message,
-                              continue_final=body.continue_final_message, template_kwargs=effort_kwargs(body.reasoning_effort, body.chat_template_kwargs))
+                              continue_final=body.continue_final_message, template_kwargs=_template_kwargs(body))
     return text, served.encode_chat_text(text, images, messages)
 
 
@@ -90,7 +94,7 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, co
     hearth.compaction), as prompt ids."""
     def render(msgs: list[dict]) -> tuple[str, list[int]]:
         text = served.render_chat(prompt_messages(served, plan, msgs), plan.tools if plan.in_template else None,
-                                  template_kwargs=effort_kwargs(body.reasoning_effort, body.chat_template_kwargs))
+                                  template_kwargs=_template_kwargs(body))
         return text, served.encode_chat_text(text, images, msgs)
     text, ids = guard.fit(render, conversation, served.max_model_len, max_tokens, served.model_context)
     return reprompt_ids(served, text, max_tokens, ids)

@@ -53,6 +53,7 @@ _HELP = {
     "mirostat_tau": "Mirostat's target entropy, tau (default 5.0)",
 }
 
+
 def llama_int(text: str) -> int:
     """An integer sampler flag as llama-server reads one (std::stoi): `--mirostat 2.0` is 2, as the API's integral
     floats are (hearth.api.llama_names.LlamaInt); a fraction is named, not cut to its integer as stoi cuts it."""
