@@ -12,6 +12,7 @@ for the modules whose code differs per CPU tier, which `make test` runs once per
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -227,17 +228,23 @@ def _unit_tests_start_no_process(request, monkeypatch):
     assert not started, f"a unit test started {started[0][:200]!r}: list it in PROCESSES (tests/conftest.py)"
 
 
+_HEARTH_LOGGER = logging.getLogger("hearth")
+_PRISTINE_LOGGER = list(_HEARTH_LOGGER.handlers), _HEARTH_LOGGER.level
+
+
+def _reset_hearth_logger():
+    _HEARTH_LOGGER.handlers[:] = _PRISTINE_LOGGER[0]
+    _HEARTH_LOGGER.setLevel(_PRISTINE_LOGGER[1])  # not .level =: setLevel clears the children's cached isEnabledFor
+
+
 @pytest.fixture(autouse=True)
 def _hearth_logger_restored():
-    """`hearth serve`'s main configures the `hearth` logger (hearth.commands.logs); a test that runs it
-    must not leave its level and handler to the tests after it."""
-    import logging
-
-    logger = logging.getLogger("hearth")
-    handlers, level = list(logger.handlers), logger.level
+    """hearth.cli's main configures the `hearth` logger (hearth.commands.logs): each test starts and leaves
+    it as it was at import, so neither a test nor a module-scoped fixture that ran the CLI (its terminal
+    handler printed every later test's warnings to stderr: counted twice there) sets it for the tests after."""
+    _reset_hearth_logger()
     yield
-    logger.handlers[:] = handlers
-    logger.setLevel(level)  # not .level =: setLevel clears the children's cached isEnabledFor
+    _reset_hearth_logger()
 
 
 @pytest.fixture(scope="session")
