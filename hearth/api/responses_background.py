@@ -21,7 +21,8 @@ ACTIVE = ("queued", "in_progress")
 TERMINAL_EVENTS = {"cancelled": "response.cancelled", "failed": "response.failed"}
 """A streamed run that ends so -> its last event, with the response as it then stands (as response.completed
 ends a whole answer; response.cancelled: OpenAI's name for a cancelled background response's event), so a
-follower never sees the stream just stop. A run ended by an engine error's `error` event adds none."""
+follower never sees the stream just stop. A run an engine error ended has its response.failed already
+(_Reply.events: the `error` event, then response.failed)."""
 
 
 class Run:
@@ -81,8 +82,8 @@ class Run:
             self._wake()
 
     def _ended_by_error(self) -> bool:
-        """The stream ended on an engine error's `error` event already (_Reply.events)."""
-        return bool(self.events) and self.events[-1].startswith("event: error\n")
+        """The stream ended on an engine error's response.failed already (_Reply.events)."""
+        return bool(self.events) and self.events[-1].startswith("event: response.failed\n")
 
     def _end(self, status: str) -> None:
         self.status = status

@@ -344,6 +344,9 @@ class _Reply:
             err = from_hearth_error(e, "/v1/responses")
             yield self._event({"type": "error", "code": err.code or "server_error", "message": err.message,
                                "param": err.param})
+            # a stream ends with a lifecycle event (completed, incomplete or failed): clients that wait for
+            # one (Codex) read a stream without it as a dropped connection and retry
+            yield self._event({"type": "response.failed", "response": self.response("failed")})
             return
         body = self._finish()
         kind = "response.completed" if body["status"] == "completed" else "response.incomplete"

@@ -253,9 +253,10 @@ def test_nulls_mean_not_given(fake):
     assert r.status_code == 200 and r.json()["output"][0]["content"][0]["text"] == "Hello there!"
 
 
-def test_error_mid_stream_is_an_error_event(fake):
+def test_error_mid_stream_is_an_error_event_then_response_failed(fake):
     events = _events(fake.openai.responses.create(model="fake-model", input="script:fail", stream=True))
-    assert events[-1].type == "error" and "boom" in events[-1].message
+    assert events[-2].type == "error" and "boom" in events[-2].message
+    assert events[-1].type == "response.failed" and "boom" in events[-1].response.error.message
 
 
 def test_template_without_tools_gets_them_in_the_system_prompt(make_fake):

@@ -183,7 +183,9 @@ def test_a_cancelled_streamed_run_ends_its_stream_with_response_cancelled(fake):
 def test_a_streamed_run_failed_by_a_bug_ends_with_response_failed(fake, monkeypatch):
     failing = _rest(fake.openai.responses.create(model="fake-model", input="script:fail", background=True,
                                                  stream=True))
-    assert failing[-1].type == "error" and "boom" in failing[-1].message  # an engine error's event ends it, alone
+    assert [e.type for e in failing[-2:]] == ["error", "response.failed"]  # an engine error's: response.failed once
+    assert "boom" in failing[-2].message and "boom" in failing[-1].response.error.message
+    assert [e.type for e in failing].count("response.failed") == 1
     import hearth.api.responses_routes as routes
 
     def broken(self, *a, **k):
