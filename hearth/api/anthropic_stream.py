@@ -1,6 +1,6 @@
 """Anthropic's streaming events for one message: message_start, ping, then per content block
-content_block_start / content_block_delta... / content_block_stop, then message_delta (stop_reason,
-usage) and message_stop. A call announced while it is written (ToolCallStart) opens its tool_use
+content_block_start / content_block_delta... / content_block_stop (a thinking block's last delta is its
+signature_delta), then message_delta (stop_reason, usage) and message_stop. A call announced while it is written (ToolCallStart) opens its tool_use
 block at once and its arguments follow as input_json_delta pieces, as Anthropic streams tool input;
 a call that arrives whole is one delta. An engine failure mid-stream is an `error` event, then the
 stream ends."""
@@ -67,8 +67,13 @@ class _Blocks:
     def close(self) -> list[str]:
         if self.open_kind is None:
             return []
+        # Anthropic ends a thinking block with its signature_delta (clients keep it to send the block back);
+        # hearth signs nothing: the empty signature a whole message's thinking block has
+        signed = ([_event({"type": "content_block_delta", "index": self.index,
+                           "delta": {"type": "signature_delta", "signature": ""}})]
+                  if self.open_kind == "thinking" else [])
         self.open_kind, self._streaming = None, None
-        return [_event({"type": "content_block_stop", "index": self.index})]
+        return signed + [_event({"type": "content_block_stop", "index": self.index})]
 
     def _open(self, kind: str, block: dict) -> list[str]:
         out = self.close()

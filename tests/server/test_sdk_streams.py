@@ -220,6 +220,16 @@ def _blocks_well_formed(events) -> None:
     assert open_index is None
 
 
+def test_messages_thinking_block_ends_with_its_signature(fake):
+    events, final = message_stream(fake, "think")
+    _blocks_well_formed(events)
+    thinking = [e.delta.type for e in events if e.type == "content_block_delta" and e.index == 0]
+    assert thinking[-1] == "signature_delta" and set(thinking[:-1]) == {"thinking_delta"}
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert final.content[0].thinking == "The user wants a greeting." and final.content[1].text == "Hi!"
+    assert isinstance(final.content[0].signature, str)
+
+
 def test_messages_text_stream_skips_thinking(fake):
     with fake.anthropic.messages.stream(model="fake-model", max_tokens=64, messages=_user("think")) as s:
         assert "".join(s.text_stream) == "Hi!"
