@@ -2,7 +2,8 @@
 
 One builder serves both paths: streamed, its events go out as SSE; whole, only the items are kept.
 Items open as channel events arrive (reasoning, message text, function calls) and close when the
-channel changes or the output ends; every event carries the `sequence_number` the caller stamps."""
+channel changes or the output ends: one item at a time, added, filled and done before the next is added,
+as OpenAI streams them. Every event carries the `sequence_number` the caller stamps."""
 
 from __future__ import annotations
 
@@ -51,6 +52,8 @@ class OutputBuilder:
         if item is None:
             return []
         index = self.items.index(item)
+        if item["type"] == "function_call":  # a streamed call the next item (or the end) closes: all of it is sent
+            return self._call_closed(item, self.status)
         item["status"] = self.status
         if item["type"] == "message":
             part = item["content"][0]
@@ -109,28 +112,38 @@ class OutputBuilder:
         out = self.close()
         item = {"id": item_id("fc"), "type": "function_call", "status": "in_progress", "call_id": call_id,
                 "name": name, "arguments": ""}
-        self._calls[index] = item
+        self._calls[index] = self._open = item
         return out + self._add(item)
 
     def _call_arguments(self, index: int, text: str) -> list[dict]:
         item = self._calls[index]
+        if item is not self._open:  # ended when the next item opened (OpenAI sends one item at a time)
+            return []
         item["arguments"] += text
         return [{"type": "response.function_call_arguments.delta", "item_id": item["id"],
                  "output_index": self.items.index(item), "delta": text}]
 
     def _call_done(self, e: ToolCallEvent) -> list[dict]:
+        """A call's end. A streamed call whose item the next item closed already stays as it was sent (the
+        guard streams only calls it will not change: hearth.api.guard_stream)."""
         out = [] if e.index in self._calls else self._call_start(e.index, e.call.id, e.call.name)
         item = self._calls[e.index]
+        if item is not self._open:
+            return out
         rest = arguments_rest(e.call.arguments, item["arguments"])
         if rest:
             out += self._call_arguments(e.index, rest)
+        self._open = None
+        item["arguments"] = e.call.arguments
         # arguments that are not JSON (cut by max_tokens, or broken): the call is not complete
-        item["arguments"], item["status"] = e.call.arguments, "incomplete" if e.call.unparsed else "completed"
-        index = self.items.index(item)
-        return out + [{"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": index,
-                       "name": item["name"], "arguments": item["arguments"]},
-                      {"type": "response.output_item.done", "output_index": index, "item": dict(item)}]
+        return out + self._call_closed(item, "incomplete" if e.call.unparsed else "completed")
 
+    def _call_closed(self, item: dict, status: str) -> list[dict]:
+        item["status"] = status
+        index = self.items.index(item)
+        return [{"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": index,
+                 "name": item["name"], "arguments": item["arguments"]},
+                {"type": "response.output_item.done", "output_index": index, "item": dict(item)}]
 
 def assistant_messages(items: list[dict]) -> list[dict]:
     """Output items -> chat messages for the stored conversation (one assistant turn)."""

@@ -163,6 +163,14 @@ def test_responses_call_after_text(fake):
     assert final.status == "completed"
 
 
+def test_responses_parallel_calls_one_item_at_a_time(fake):
+    events, final = responses_stream(fake, "two_tools", tools=[R_WEATHER])
+    _items_well_formed(events)
+    calls = [o for o in final.output if o.type == "function_call"]
+    assert [json.loads(c.arguments) for c in calls] == [{"city": "Paris"}, {"city": "Rome"}]
+    assert calls[0].call_id != calls[1].call_id
+
+
 def test_responses_split_call_arguments(fake):
     events, final = responses_stream(fake, "tool_pieces", tools=[R_WEATHER])
     _items_well_formed(events)
