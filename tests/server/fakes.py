@@ -27,6 +27,7 @@ SCRIPTS = {
     "tool_pieces": ['<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris", "da', 'ys": 3',
                     "}}\n</tool_call>"],
     "two_tools": [WEATHER_CALL, "\n", WEATHER_CALL.replace("Paris", "Rome")],
+    "tool_then_text": [WEATHER_CALL, "\nI asked for the weather."],
     # text, then a call whose arguments come in pieces, as the tool guard streams a held call
     "guard_stream": ["Let me ", "check.", '\n<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa',
                      'ris", "da', 'ys": 3', "}}\n</tool_call>"],

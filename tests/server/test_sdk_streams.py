@@ -11,6 +11,8 @@ import anthropic
 import openai
 import pytest
 
+from hearth.tool_guard import GuardConfig
+from hearth.tool_guard.modes import MODES
 from tests.server.fakes import SCRIPTS
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
@@ -163,12 +165,25 @@ def test_responses_call_after_text(fake):
     assert final.status == "completed"
 
 
-def test_responses_parallel_calls_one_item_at_a_time(fake):
-    events, final = responses_stream(fake, "two_tools", tools=[R_WEATHER])
+@pytest.mark.parametrize("mode", MODES)
+def test_responses_parallel_calls_one_item_at_a_time(make_fake, mode):
+    """Under the guard a streamed call's end came once the answer ended: fc 1 was added before fc 0 was done."""
+    events, final = responses_stream(make_fake(tool_guard=GuardConfig(mode=mode)), "two_tools", tools=[R_WEATHER])
     _items_well_formed(events)
     calls = [o for o in final.output if o.type == "function_call"]
     assert [json.loads(c.arguments) for c in calls] == [{"city": "Paris"}, {"city": "Rome"}]
     assert calls[0].call_id != calls[1].call_id
+    done = [e.item for e in events if e.type == "response.output_item.done"]
+    assert [d.model_dump() for d in done] == [c.model_dump(exclude={"parsed_arguments"}) for c in final.output]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_responses_text_after_a_call(make_fake, mode):
+    events, final = responses_stream(make_fake(tool_guard=GuardConfig(mode=mode)), "tool_then_text", tools=[R_WEATHER])
+    _items_well_formed(events)
+    call, msg = final.output
+    assert call.type == "function_call" and json.loads(call.arguments) == {"city": "Paris"}
+    assert msg.type == "message" and final.output_text == "I asked for the weather."
 
 
 def test_responses_split_call_arguments(fake):
@@ -248,6 +263,13 @@ def test_messages_parallel_calls(fake):
     _blocks_well_formed(events)
     assert [b.input for b in final.content] == [{"city": "Paris"}, {"city": "Rome"}]
     assert final.content[0].id != final.content[1].id and final.stop_reason == "tool_use"
+
+
+def test_messages_text_after_a_call(fake):
+    events, final = message_stream(fake, "tool_then_text", tools=[A_WEATHER])
+    _blocks_well_formed(events)
+    assert [b.type for b in final.content] == ["tool_use", "text"] and final.content[1].text == "I asked for the weather."
+    assert final.content[0].input == {"city": "Paris"} and final.stop_reason == "tool_use"
 
 
 def test_messages_call_after_text_with_split_input(fake):
