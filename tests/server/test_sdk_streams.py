@@ -9,6 +9,7 @@ import json
 
 import anthropic
 import openai
+import pydantic
 import pytest
 
 from hearth.tool_guard import GuardConfig
@@ -109,6 +110,29 @@ def test_chat_max_tokens_is_finish_reason_length(fake):
     assert choice.finish_reason == "length" and choice.message.content == "Hello "
 
 
+class GetWeather(pydantic.BaseModel):
+    city: str
+    days: int
+
+
+class Answer(pydantic.BaseModel):
+    answer: str
+
+
+def test_chat_strict_tool_arguments_parse_as_they_stream(fake):
+    tool = openai.pydantic_function_tool(GetWeather, name="get_weather")
+    events, final = chat_stream(fake, "tool_pieces", tools=[tool])
+    partial = [e.parsed_arguments for e in events if e.type == "tool_calls.function.arguments.delta"]
+    assert partial[-1] == {"city": "Paris", "days": 3}
+    assert final.choices[0].message.tool_calls[0].function.parsed_arguments == GetWeather(city="Paris", days=3)
+
+
+def test_chat_response_format_parses_as_it_streams(fake):
+    events, final = chat_stream(fake, "json", response_format=Answer)
+    assert [e.parsed for e in events if e.type == "content.delta"][-1] == {"answer": "yes"}
+    assert final.choices[0].message.parsed == Answer(answer="yes")
+
+
 def test_chat_error_mid_stream_raises_api_error(fake):
     with pytest.raises(openai.APIError, match="boom"):
         chat_stream(fake, "fail")
@@ -200,6 +224,23 @@ def test_responses_reasoning_item_then_message(fake):
     rs, msg = final.output
     assert rs.type == "reasoning" and rs.summary[0].text == "The user wants a greeting."
     assert msg.type == "message" and final.output_text == "Hi!"
+
+
+def test_responses_text_format_parses(fake):
+    _, final = responses_stream(fake, "json", text_format=Answer)
+    assert final.output_parsed == Answer(answer="yes")
+
+
+def test_responses_stream_resumed_after_a_sequence_number(fake):
+    """The SDK resumes a background stream by reading it from response.created and skipping to starting_after."""
+    first = fake.openai.responses.create(model="fake-model", input="script:hello", background=True, stream=True)
+    rid = next(iter(first)).response.id
+    first.close()
+    with fake.openai.responses.stream(response_id=rid, starting_after=2) as s:
+        events = list(s)
+        final = s.get_final_response()
+    assert [e.sequence_number for e in events] == list(range(3, 3 + len(events)))
+    assert events[-1].type == "response.completed" and final.id == rid and final.output_text == "Hello there!"
 
 
 def test_responses_max_output_tokens_is_incomplete(fake):
