@@ -145,6 +145,7 @@ class OutputBuilder:
                  "name": item["name"], "arguments": item["arguments"]},
                 {"type": "response.output_item.done", "output_index": index, "item": dict(item)}]
 
+
 def assistant_messages(items: list[dict]) -> list[dict]:
     """Output items -> chat messages for the stored conversation (one assistant turn)."""
     m: dict = {"role": "assistant", "content": ""}
