@@ -19,6 +19,7 @@ from hearth.errors import HearthError
 from hearth.sample.regex_ascii import ascii_classes
 from hearth.sample.schema_bounds import ANY_OBJECT, with_bounded_numbers
 from hearth.sample.schema_closed import closed_objects
+from hearth.sample.schema_lark import value_rules, with_terminals
 from hearth.sampling_params import StructuredOutput
 
 
@@ -124,19 +125,39 @@ def _from_schema(schema: dict) -> str:
     bounded numbers, or without the bounds where the bounded copy does not compile (hearth.sample.schema_bounds)."""
     if not isinstance(schema, dict):
         raise InvalidStructuredOutput(f"invalid json_schema: a schema is a JSON object, not {type(schema).__name__}")
+    closed = closed_objects(schema)
     try:
-        return with_bounded_numbers(closed_objects(schema), _schema_grammar)
+        return _with_exponents(closed) or with_bounded_numbers(closed, _schema_grammar)
     except ValueError as e:
         raise InvalidStructuredOutput(f"invalid json_schema: {_reason(str(e))}") from None
 
 
+COMPACT = {"whitespace_flexible": False}
+"""Whitespace as compact JSON allows: small models otherwise pad with newlines forever."""
+
+
 def _schema_grammar(schema: dict) -> str:
-    # whitespace as compact JSON allows: small models otherwise pad with newlines forever
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides={"whitespace_flexible": False})
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema), overrides=COMPACT)
     error = llguidance.LLMatcher.validate_grammar(grammar)
     if error:
         raise ValueError(error)
     return grammar
+
+
+def _with_exponents(schema) -> str | None:
+    """The schema's grammar with its plain numbers keeping an exponent (hearth.sample.schema_lark); None
+    where it has none, or where that grammar does not compile (the one-%json path then says why)."""
+    rules = value_rules("start", schema, _bounded_compact, gap=False)
+    if rules[0].startswith("start: %json"):  # nothing spelled out
+        return None
+    grammar = llguidance.LLMatcher.grammar_from_lark("\n".join(with_terminals(rules)))
+    return None if llguidance.LLMatcher.validate_grammar(grammar) else grammar
+
+
+def _bounded_compact(schema: dict) -> dict:
+    """A sub-value's `%json` schema: bounded, compact. Not compiled alone: a bounded copy that cannot hold
+    fails the whole grammar's compile, and the one-%json path then keeps the schema as given."""
+    return {**with_bounded_numbers(schema, lambda bounded: bounded), "x-guidance": COMPACT}
 
 
 class _Vocab:

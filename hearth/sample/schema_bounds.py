@@ -3,8 +3,9 @@ output, tool calls' arguments): a grammar that takes any number of digits lets a
 `"pop": 1000000...` until max_tokens (a new user's trial: 13,600 zeros), or a float's digits
 `0.333333...` without end. llama.cpp's json-schema-to-grammar caps a number's integer part at 16
 digits and its fraction and exponent at 16 each; llguidance takes bounds only as minimum/maximum and
-multipleOf, so hearth bounds the value and the fraction's digits (an exponent is then not taken: a
-bounded llguidance number has none).
+multipleOf, so hearth bounds the value and the fraction's digits (a bounded llguidance number has no
+exponent: where the schema leaves a number plain, hearth.sample.schema_lark writes it as a terminal
+bounded in digits that keeps one).
 
 No grammar engine here: the caller's own compile says whether the bounded copy holds."""
 

@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 import re
 
+from hearth.sample.schema_lark import with_terminals
 from hearth.tool_guard.triggers import (ARGUMENTS_KEY, FUNCTION_TAG, GEMMA, NAMED, OPEN_OBJECT, TAGGED, Trigger,
                                         triggers_for)
 from hearth.tool_parsers.gemma4 import END as GEMMA_END
 from hearth.tool_parsers.gemma4_grammar import call_rules
 from hearth.tool_parsers.reasoning import MARKERS
-from hearth.tool_parsers.schema import TOOL_JSON, bounded_arguments, declared_only
+from hearth.tool_parsers.schema import declared_only, json_rules
 from hearth.tool_parsers.types import tool_parameters
 
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever
@@ -52,7 +53,7 @@ def lazy_tool_grammar(fmt: str, tools: list[dict], parallel: bool = True, reason
     lines += _call_rules(anywhere, "TEXT0", "0")
     lines += _start_rules(triggers, bool(anywhere), parallel)
     lines += _entry(reasoning, starts_in_reasoning)
-    return "\n".join(lines) + "\n"
+    return "\n".join(with_terminals(lines)) + "\n"
 
 
 def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
@@ -61,7 +62,7 @@ def _tool_rules(params: dict[str, dict], key: str) -> list[str]:
     rules, rest, fn = [], [], []
     for i, (name, schema) in enumerate(params.items()):
         quoted = json.dumps(json.dumps(name))  # the JSON string "name", as a Lark literal
-        rules.append(f"args_{i}: %json {json.dumps(_with_layout(schema))}")
+        rules += json_rules(f"args_{i}", declared_only(schema))
         rules.append(f'rest_{i}: ":" ARGS_GAP {quoted} ARGS_GAP "," ARGS_GAP "\\"{key}\\"" ARGS_GAP ":" '
                      f"ARGS_GAP args_{i} ARGS_GAP")
         rest.append(f"rest_{i}")
@@ -77,11 +78,6 @@ def _named_rules(params: dict[str, dict], triggers: list[Trigger]) -> list[str]:
         branches = [f"{json.dumps(name)} {json.dumps(t.between)} args_{i}" for i, name in enumerate(params)]
         rules.append(f"named_{t.name}: {' | '.join(branches)}")
     return rules
-
-
-def _with_layout(schema: dict) -> dict:
-    schema = bounded_arguments(declared_only(schema))
-    return {**schema, "x-guidance": {**TOOL_JSON, **schema.get("x-guidance", {})}}
 
 
 _BODIES = {

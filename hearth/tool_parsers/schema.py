@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import llguidance
 
 from hearth.sample.schema_bounds import with_bounded_numbers
+from hearth.sample.schema_lark import value_rules, with_terminals
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.gemma4_grammar import Gemma4CallConstraint
 from hearth.tool_parsers.types import ToolParserError, tool_parameters
@@ -50,8 +51,7 @@ class CallConstraint:
         model's vocabulary ([TOOL_CALLS], <|python_tag|>) need the grammar's token syntax instead."""
         body = [json.dumps(self.prefix)] if self.prefix else []
         body += ["call"] + ([json.dumps(self.suffix)] if self.suffix else [])
-        schema = {**bounded_arguments(self.schema), "x-guidance": TOOL_JSON}
-        return f"start: {' '.join(body)}\ncall: %json {json.dumps(schema)}\n"
+        return "\n".join(with_terminals([f"start: {' '.join(body)}", *json_rules("call", self.schema)])) + "\n"
 
     def call_text(self, name: str, arguments: dict) -> str:
         """A call of `name` as this grammar writes it."""
@@ -73,8 +73,7 @@ class NamedCallConstraint:
         lines = ["%llguidance {}", f"start: {'reasoning? ' if self.reasoning else ''}{json.dumps(self.head)} call"]
         branches = []
         for i, (name, schema) in enumerate(self.schemas.items()):
-            args = {**bounded_arguments(declared_only(schema)), "x-guidance": TOOL_JSON}
-            lines.append(f"args_{i}: %json {json.dumps(args)}")
+            lines += json_rules(f"args_{i}", declared_only(schema))
             branches.append(f"{json.dumps(name)} {json.dumps(self.between)} args_{i}")
         lines.append(f"call: {' | '.join(branches)}")
         if self.reasoning:
@@ -82,7 +81,7 @@ class NamedCallConstraint:
             end = closes.index(">") + 1  # a lazy lexeme: the thought runs to its end marker's first occurrence
             lines += [f"reasoning: thought {json.dumps(closes[end:])}",
                       f"thought[lazy]: /{re.escape(opens)}(.|\\n)*{re.escape(closes[:end])}/"]
-        return "\n".join(lines) + "\n"
+        return "\n".join(with_terminals(lines)) + "\n"
 
     def call_text(self, name: str, arguments: dict) -> str:
         """A call of `name` as this grammar writes it."""
@@ -167,6 +166,18 @@ def bounded_arguments(schema: dict) -> dict:
         return with_bounded_numbers(schema, _compiled)
     except ValueError:
         return schema
+
+
+def call_json(schema: dict) -> dict:
+    """What a call grammar's `%json` embeds for `schema`: its numbers bounded, TOOL_JSON's options."""
+    schema = bounded_arguments(schema)
+    return {**schema, "x-guidance": {**TOOL_JSON, **schema.get("x-guidance", {})}}
+
+
+def json_rules(rule: str, schema: dict) -> list[str]:
+    """Lark rules for `rule`, one JSON value of `schema` (a number keeps its exponent: hearth.sample.schema_lark);
+    a grammar holding them ends with_terminals."""
+    return value_rules(rule, schema, call_json, gap=True)
 
 
 def _compiled(schema: dict) -> dict:

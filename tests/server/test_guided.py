@@ -165,8 +165,8 @@ def test_an_integer_without_bounds_ends_within_a_safe_integer(schema, good, bad)
 
 
 @pytest.mark.parametrize("schema,good,bad", [
-    ({"type": "number"}, ["1.5", "-2", "0", "0.0000000001", "9" * 15 + ".25"],
-     ["0." + "3" * 11, "1" + "0" * 15, "-1" + "0" * 15, "1e5"]),  # a bounded number takes no exponent
+    ({"type": "number"}, ["1.5", "-2", "0", "0.0000000001", "9" * 15 + ".25", "1e5", "6.02E+23", "-1.5e-07"],
+     ["0." + "3" * 11, "1" + "0" * 15, "-1" + "0" * 15, "1e999", "1e"]),  # an exponent of two digits
     ({"type": ["number", "null"]}, ["null", "2.5"], ["0." + "1" * 11]),
     ({"type": "object", "properties": {"t": {"type": "number", "minimum": 0, "maximum": 1}}, "required": ["t"]},
      ['{"t":0.5}', '{"t":1}'], ['{"t":0.' + "1" * 11 + "}", '{"t":2}']),

@@ -236,6 +236,17 @@ def test_a_number_argument_ends_within_15_integer_and_10_fraction_digits(number,
     assert feed(forced, TOK.encode(text)) == ok
 
 
+@pytest.mark.parametrize("number,ok", [("12.57e10", True), ("-1.5E-07", True), ("1e+99", True), ("1e999", False),
+                                       ("1.5e", False), ("1" + "0" * 15 + "e1", False)])
+def test_a_number_argument_keeps_its_exponent(number, ok):
+    """The bounded number had none: the grammar ended `12.57e10` at the `e` and the call carried 12.57
+    (BFCL simple_python_40 in guard mode, both Qwen2.5-Coder models). Bounded in digits, exponent included."""
+    text = '<tool_call>\n{"name": "add", "arguments": {"a": ' + number + "}}\n</tool_call>"
+    assert accepts(text) == ok
+    forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [ADD], "required").lark()))
+    assert (feed(forced, TOK.encode(text)) and TOK.eos_id in allowed(forced)) == ok
+
+
 def test_an_anthropic_client_tools_documented_schema_constrains_its_calls():
     """The text editor sent as a type and a name (no input_schema) gets its documented schema: the call
     grammar takes a valid call and refuses one without the required `path` or with an unknown command."""

@@ -173,3 +173,32 @@ def test_a_gemma4_call_grammar_grows_linearly_with_optional_keys(byte_tokenizer,
     assert not _accepts(byte_tokenizer, big, call % "k04:1")  # k05 is required
     for other in ("zz:2", "k03:2"):  # another key, or a declared one out of the template's order: open objects only
         assert _accepts(byte_tokenizer, big, call % f"k05:1,{other}") == open_
+
+
+PERMEABILITY = [{"type": "function", "function": {"name": "field", "parameters": {"type": "object", "properties": {
+    "permeability": {"type": "number", "description": "in H/m"}, "turns": {"type": "integer"},
+    "core": {"type": "object", "properties": {"mu": {"type": "number"}}, "required": ["mu"],
+             "additionalProperties": False}},
+    "required": ["permeability"]}}}] + TOOLS
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "gemma4"])  # gemma4's arguments are not JSON
+@pytest.mark.parametrize("arguments, ok", [
+    ('{"permeability": 12.57e10}', True),  # was cut at the `e`: 12.57, off by 10^10 (BFCL simple_python_40)
+    ('{"permeability": -1.5E-7, "turns": 3, "core": {"mu": 4e-07}}', True),
+    ('{"permeability": 1e999}', False),  # an exponent of two digits: a double's range, never inf
+    ('{"permeability": 1' + "0" * 16 + "}", False),  # past 15 integer digits, as without an exponent
+    ('{"permeability": 0.12345678901}', False),  # past 10 fraction digits
+    ('{"turns": 3}', False),  # a required member missing
+    ('{"turns": 3, "permeability": 1}', False),  # llguidance's order: the schema's
+    ('{"permeability": 1, "volts": 2}', False),  # a member the tool does not declare
+    ('{"permeability": 1, "turns": 1e3}', False),  # an integer takes no exponent
+])
+def test_a_forced_calls_numbers_keep_their_exponent(byte_tokenizer, fmt, arguments, ok):
+    constraint = call_constraint(fmt, PERMEABILITY, {"type": "function", "function": {"name": "field"}})
+    grammar = constraint.lark()
+    text = constraint.call_text("field", {}).replace("{}", arguments)
+    assert _accepts(byte_tokenizer, grammar, text) == ok, text
+    if ok:
+        _, calls = parse_tool_calls(text, fmt, PERMEABILITY)
+        assert [json.loads(c.arguments) for c in calls] == [json.loads(arguments)]
