@@ -23,6 +23,7 @@ from hearth.llm_requests import run_requests
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
+from hearth.backends.cpu import uncovered_heads
 from hearth.kernels import native
 from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
@@ -156,6 +157,9 @@ class LLM:
                    else f"over a {cfg.kv_cache_dtype} KV cache on this CPU tier (its kernels attend over bf16/f16 "
                    "caches only)" if codec.quantized and self.backend.row_regimes(self.model, False) is not None
                    else "without the native kernels" if self.backend.name != "cpu" or not native.available()
+                   else f"with head_dim {heads[0][2]}, which the native attention does not take (torch's sums a row by "
+                   "the step's rows)," if (heads := uncovered_heads(self.model))
+                   and self.backend.linear_row_regimes(self.model, codec.quantized) is not None
                    else "where a layer's matrices are not of a block type the native kernels run (F32, F16 and "
                    "BF16 run torch's matmul: a quantized GGUF such as Q8_0 speculates),")
             self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "

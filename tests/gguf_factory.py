@@ -85,6 +85,11 @@ class TinyDims:
     """qwen3vl's `{arch}.n_deepstack_layers` (0: the key is absent)."""
 
 
+SPECULATES = {"heads": 2, "kv_heads": 1, "head_dim": 32}
+"""llama / qwen2 dims (hidden 64 as 2 heads of 32) whose attention the native kernels take, so a Q8_0 file
+speculates: the default head_dim 16 runs torch's attention, whose verify rows are not decode rows (speculation off)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ArchLayout:
     """What the converter writes for an architecture beyond the llama basics."""

@@ -47,6 +47,14 @@ def _kept_tail(out_rows: list[int] | None, T: int) -> int | None:
     return keep if out_rows is None or out_rows == list(range(T - keep, T)) else None
 
 
+def uncovered_heads(model) -> list[tuple[int, int, int]]:
+    """The (heads, kv_heads, head_dim) of the model's attention layers the native paged attention does not
+    take (their attention runs torch's, whose rows sum by the step's rows: no lossless verify rows)."""
+    shapes = {(a.heads, a.kv_heads, a.head_dim) for layer in model.layers
+              if (a := getattr(layer, "attn", None)) is not None and getattr(a, "head_dim", 0)}
+    return sorted(s for s in shapes if not native.paged_attention_covers(*s))
+
+
 def _native_linears(layer) -> bool:
     """A layer on torch's ops (qwen35's gated attention) sums a row as a decode row only where its linears are
     native (torch's matmuls sum by the step's rows); any other layer's ops say so themselves (invariant_rows)."""
@@ -346,7 +354,7 @@ class CpuBackend(Backend):
         logits = part(hidden)
         return logits if ids is None else logits[:, ids]
 
-    def row_regimes(self, model, quantized_kv: bool) -> tuple[int, ...] | None:
+    def linear_row_regimes(self, model, quantized_kv: bool) -> tuple[int, ...] | None:
         """The int8 VNNI GEMV below native.batch_min_rows(), batch GEMMs below the layers' max_rows
         (AMX int8 tiles, or without AMX the int8 VNNI GEMM: lanes along outputs, so sums unlike the
         GEMV's), prefill GEMMs from there (AMX bf16 tiles; without AMX the same int8 GEMM). Within a regime a
@@ -363,6 +371,12 @@ class CpuBackend(Backend):
         if quantized_kv and not native.has("kv_quant"):
             return None
         return tuple(r for r in (native.batch_min_rows(), ops.max_rows) if r > 0)
+
+    def row_regimes(self, model, quantized_kv: bool) -> tuple[int, ...] | None:
+        """linear_row_regimes where the native paged attention takes every layer's heads (else torch's
+        attention runs, whose rows sum by the step's rows: None)."""
+        regimes = self.linear_row_regimes(model, quantized_kv)
+        return None if regimes is None or uncovered_heads(model) else regimes
 
     def batch_min_rows(self) -> int:
         return native.batch_min_rows()

@@ -516,6 +516,17 @@ def paged_attention(q: torch.Tensor, kv_cache: torch.Tensor, q_start: torch.Tens
     return rc == 0
 
 
+@functools.cache
+def paged_attention_covers(heads: int, kv_heads: int, head_dim: int) -> bool:
+    """Whether paged_attention takes this head shape (head_dim 16 or 48 it does not: attention then runs
+    torch's, which sums a verify row unlike a decode row): a 1-row call over a 1-block f16 cache."""
+    if not has("paged_attention") or kv_heads <= 0 or heads % kv_heads:
+        return False
+    one, zero = torch.ones(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    return paged_attention(torch.zeros(1, heads, head_dim), torch.zeros(2, 1, 16, kv_heads, head_dim, dtype=torch.float16),
+                           zero, one, one, zero.view(1, 1), 1.0, 0, 0.0, torch.empty(1, heads, head_dim))
+
+
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, table: torch.Tensor, ctx: int, scale: float,
                       window: int, softcap: float, out: torch.Tensor, precise: bool = False) -> bool:
     """Causal attention of one sequence's T new rows (the last T of its ctx tokens) over an f16/bf16

@@ -10,7 +10,7 @@ from hearth.api.app import create_app
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import AsyncEngine
 from hearth.llm import LLM
-from tests.gguf_factory import write_tiny_gguf
+from tests.gguf_factory import SPECULATES, write_tiny_gguf
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "cost_aware": False}
 
@@ -18,7 +18,7 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
 @pytest.fixture
 def client(tmp_path):
     path = tmp_path / "tiny.gguf"
-    write_tiny_gguf(path, "qwen2", qtype="Q8_0")
+    write_tiny_gguf(path, "qwen2", qtype="Q8_0", **SPECULATES)
     llm = LLM(str(path), max_model_len=256, progress=False, speculative_config=NGRAM)
     with TestClient(create_app(ServedModel.from_llm(llm, ["tiny"], AsyncEngine(llm.engine)))) as c:
         yield c, llm

@@ -11,7 +11,7 @@ from hearth.cli import command_parser
 from hearth.commands.models_file import ModelEntry, read_models_file
 from hearth.commands.serve_models import build_pool, file_names, model_names, unique_names
 from hearth.errors import HearthError
-from tests.gguf_factory import write_tiny_gguf
+from tests.gguf_factory import SPECULATES, write_tiny_gguf
 from tests.test_bad_input import assert_one_line_error, run_cli
 
 
@@ -316,7 +316,7 @@ def test_serve_says_what_speculation_runs(tmp_path, capsys, caplog):
         return capsys.readouterr().err
 
     native = tmp_path / "q8.gguf"
-    write_tiny_gguf(native, "qwen2", qtype="Q8_0")  # the native kernels' type: speculation on
+    write_tiny_gguf(native, "qwen2", qtype="Q8_0", **SPECULATES)  # the native kernels' type: speculation on
     assert "q8: speculative decoding: ngram (num_speculative_tokens 3)" in lines(
         native, '{"method": "ngram", "num_speculative_tokens": 3}')
     said = lines(native, f'{{"model": "{native}"}}')  # a path: named once (the summary names it)
@@ -340,7 +340,7 @@ def test_a_draft_model_speculates_for_the_models_whose_vocabulary_it_shares(tmp_
     from hearth.memory.serving import served_footprint
 
     coder, small = tmp_path / "coder.gguf", tmp_path / "small.gguf"
-    write_tiny_gguf(coder, "qwen2", qtype="Q8_0", vocab=320)
+    write_tiny_gguf(coder, "qwen2", qtype="Q8_0", vocab=320, **SPECULATES)
     write_tiny_gguf(small, "qwen2", qtype="Q8_0", vocab=384)
     pool = build_pool(serve_args(str(coder), str(small), "-md", str(coder), "--max-model-len", "64",
                                  "--max-memory", "4"))

@@ -18,7 +18,7 @@ from hearth.runner import draft_quant
 from hearth.runner.draft_quant import requantized
 from hearth.spec_decode.config import InvalidSpeculativeConfig, SpeculativeConfig
 
-from tests.gguf_factory import write_tiny_gguf
+from tests.gguf_factory import SPECULATES, write_tiny_gguf
 
 
 def reference(t, to):
@@ -97,8 +97,8 @@ def test_where_speculation_is_off_the_draft_is_neither_re_encoded_nor_loaded(tmp
     from hearth.kernels import native
 
     target, draft = tmp_path / "t.gguf", tmp_path / "d.gguf"
-    write_tiny_gguf(target, "qwen2", qtype="Q8_0")  # the native kernels' type (the control below)
-    write_tiny_gguf(draft, "qwen2", qtype="F32")  # the same vocabulary, every matrix wider than Q4_0
+    write_tiny_gguf(target, "qwen2", qtype="Q8_0", **SPECULATES)  # the native kernels' type (the control below)
+    write_tiny_gguf(draft, "qwen2", qtype="F32", **SPECULATES)  # the same vocabulary, every matrix wider than Q4_0
     spec = {"method": "draft", "model": str(draft), "num_speculative_tokens": 2, "draft_quant": "q4_0"}
     encoded, loaded = [], []
     monkeypatch.setattr(llm_draft, "requantized", lambda g, *a: encoded.append(g.path) or requantized(g, *a))

@@ -18,7 +18,7 @@ from hearth.runner.draft_vocab import DraftVocab
 from hearth.sample.sampler import target_probs
 from hearth.spec_decode.config import DEFAULT_DRAFT_VOCAB, InvalidSpeculativeConfig, SpeculativeConfig
 
-from tests.gguf_factory import write_tiny_gguf
+from tests.gguf_factory import SPECULATES, write_tiny_gguf
 from tests.spec_decode.test_real_model import STORY, assert_greedy_equals_plain, chat, generate
 
 
@@ -70,7 +70,7 @@ def test_special_tokens_are_scored_for_every_request(tiny):
 @pytest.mark.usefixtures("native_speculation")
 def test_the_llm_keeps_the_vocabularys_special_tokens_in_the_drafts_head(tmp_path):
     path = tmp_path / "t.gguf"
-    write_tiny_gguf(path, "qwen2", vocab=320, qtype="Q8_0")  # native kernels: speculation on
+    write_tiny_gguf(path, "qwen2", vocab=320, qtype="Q8_0", **SPECULATES)  # native kernels: speculation on
     llm = LLM(str(path), progress=False, speculative_config={"method": "draft", "model": str(path), "draft_vocab": 100})
     assert llm.tokenizer.special_ids == [318, 319]  # the tiny vocabulary's BOS and EOS (CONTROL)
     assert llm.runner.drafter.vocab.kept == [318, 319]
@@ -99,7 +99,7 @@ def test_past_many_special_tokens_only_the_end_of_generation_ones_are_kept(tiny,
 @pytest.mark.usefixtures("native_speculation")
 def test_an_unset_draft_vocab_reduces_a_larger_vocabularys_head(tmp_path):
     path = tmp_path / "t.gguf"
-    write_tiny_gguf(path, "qwen2", vocab=DEFAULT_DRAFT_VOCAB + 64, qtype="Q8_0", hidden=32, heads=2, head_dim=16,
+    write_tiny_gguf(path, "qwen2", vocab=DEFAULT_DRAFT_VOCAB + 64, qtype="Q8_0", hidden=32, heads=1, kv_heads=1, head_dim=32,
                     ffn=32)
     llm = LLM(str(path), progress=False, speculative_config={"method": "draft", "model": str(path)})
     vocab = llm.runner.drafter.vocab

@@ -11,7 +11,7 @@ import pytest
 from hearth.cli import command_parser, main
 from hearth.commands.serve_speculation import speculative_config
 from hearth.errors import HearthError
-from tests.gguf_factory import write_tiny_gguf
+from tests.gguf_factory import SPECULATES, write_tiny_gguf
 from tests.test_bad_input import assert_one_line_error, run_cli
 
 GREEDY = ["--temperature", "0", "--max-tokens", "4"]
@@ -52,7 +52,7 @@ def q8_model_and_spy(tmp_path, monkeypatch):
     import hearth.llm
 
     path = tmp_path / "q8.gguf"
-    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    write_tiny_gguf(path, "llama", qtype="Q8_0", **SPECULATES)
     made = []
 
     class Spy(hearth.llm.LLM):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from hearth import LLM, SamplingParams
-from tests.gguf_factory import write_tiny_gguf
+from tests.gguf_factory import SPECULATES, write_tiny_gguf
 
 BUDGET = 4
 PROMPTS = ["one two three one two three one two three one two", "a b a b a b a b a"]
@@ -18,7 +18,7 @@ PROMPTS = ["one two three one two three one two three one two", "a b a b a b a b
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("budget") / "q8.gguf"  # Q8_0: the native kernels verify rows bit for bit
-    write_tiny_gguf(path, "llama", qtype="Q8_0")
+    write_tiny_gguf(path, "llama", qtype="Q8_0", **SPECULATES)
     return str(path)
 
 
