@@ -202,18 +202,25 @@ class GrammarCompiler:
 
     def matcher(self, so: StructuredOutput) -> GrammarMatcher:
         return GrammarMatcher(llguidance.LLMatcher(self.ll_tokenizer, compile_grammar(so), log_level=0),
-                              self.tokenizer.token_to_bytes)
+                              self.tokenizer.token_to_bytes, frozenset(self.tokenizer.eog_ids))
 
 
 class GrammarMatcher:
     TAIL = 16
     """Accepted tokens kept for ends_with: a call's name opening is a few tokens long."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, token_bytes: Callable[[int], bytes] | None = None):
+    def __init__(self, matcher: llguidance.LLMatcher, token_bytes: Callable[[int], bytes] | None = None,
+                 ends: frozenset[int] = frozenset()):
+        """ends: the end-of-generation ids (the llguidance tokenizer's eos_token list), which a complete
+        grammar allows again and again (with ignore_eos the answer goes on after its end)."""
         self._m = matcher
         self._bytes = token_bytes
+        self._ends = ends
         self._ids: list[int] = []
         """The accepted tokens (the last TAIL or more, with rollback's)."""
+        self._past_stop = 0
+        """End tokens accepted after llguidance stopped: it takes them but records none, so rollback
+        must not hand their count to llguidance (it would undo that many real tokens)."""
 
     def ends_with(self, pattern: re.Pattern[bytes]) -> bool:
         """Whether the text accepted so far (its last TAIL tokens' bytes) ends with a match."""
@@ -227,15 +234,28 @@ class GrammarMatcher:
         return self._m.compute_bitmask()
 
     def accept(self, token_id: int) -> bool:
+        past_stop = self._m.is_stopped() and not self._m.is_error()
         ok = self._m.consume_token(token_id)
         if ok:
+            self._past_stop += past_stop
             self._ids.append(token_id)
             del self._ids[: -(self.TAIL + 128)]  # bounded, with room for a verify step's rollback
         return ok
 
     def valid_prefix(self, token_ids: list[int]) -> int:
-        """How many of token_ids, in order, the grammar allows from here (nothing is consumed)."""
-        return self._m.validate_tokens(token_ids) if token_ids else 0
+        """How many of token_ids, in order, the grammar allows from here (nothing is consumed): as
+        bitmask and accept have it, so end tokens after the grammar's end count too (llguidance's
+        validate_tokens counts none past its stop, where its mask allows them: a verify row after
+        such a draft went unmasked, and an EOS draft after the end took a row the grammar never saw)."""
+        n = self._m.validate_tokens(token_ids) if token_ids else 0
+        if n == len(token_ids) or token_ids[n] not in self._ends:
+            return n
+        valid = n
+        if self._m.consume_tokens(token_ids[:n]) and self._m.is_stopped() and not self._m.is_error():
+            while valid < len(token_ids) and token_ids[valid] in self._ends:
+                valid += 1
+        self._m.rollback(n)
+        return valid
 
     def forced(self) -> list[int]:
         """The tokens the grammar allows as the only way on from here (llguidance's fast-forward
@@ -245,7 +265,9 @@ class GrammarMatcher:
     def rollback(self, n: int) -> None:
         """Undo the last n accepted tokens (drafts the target rejected)."""
         if n > 0:
-            self._m.rollback(n)
+            past_stop = min(n, self._past_stop)  # the last accepted: only end tokens follow a stop
+            self._past_stop -= past_stop
+            self._m.rollback(n - past_stop)
             del self._ids[-n:]
 
     @property
