@@ -200,6 +200,11 @@ class Scheduler:
         the first kernel regime boundary above the step's real rows (or to verify_rows), and in KV slots that are free
         now (the request's last block, then free blocks): never by preempting anyone."""
         plain = sum(n for _, n in scheduled)
+        # a draft's row is the one the next step would decode without drafts: a step whose prompt chunks
+        # put it in another regime than the decode rows alone (16 rows, 3 of them decodes) sums it unlike that
+        decoding = sum(1 for r, n in scheduled if r.num_computed_tokens + n == r.num_tokens)
+        if self._regime(plain) != self._regime(decoding):
+            return [(req, n, 0) for req, n in scheduled]
         cap = min((b - 1 for b in self.row_regimes if b > plain), default=plain + budget)
         if self.verify_rows and self.row_regimes and plain < self.row_regimes[0]:
             cap = self.verify_rows
@@ -213,6 +218,10 @@ class Scheduler:
             room -= k
             out.append((req, n, k))
         return out
+
+    def _regime(self, rows: int) -> int:
+        """Which of the kernels' row regimes a step of `rows` rows runs in (0: below the first boundary)."""
+        return sum(rows >= b for b in self.row_regimes)
 
     def _num_drafts(self, req: Request, n: int, room: int) -> int:
         """How many of req's drafts fit this step: within room (what is left of the step's tokens),

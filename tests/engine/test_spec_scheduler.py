@@ -201,6 +201,26 @@ def test_drafts_never_push_a_step_into_the_next_kernel_regime():
     assert sched.kv.pool.num_free == 64
 
 
+def test_no_drafts_in_a_step_whose_prompt_chunk_puts_it_in_another_regime_than_its_decodes():
+    """A draft's row is the one the next step would decode without drafts: 2 decodes beside a 12-token
+    prompt chunk (14 rows, past the first regime at 10) would sum it in the batch GEMMs, where the next
+    plain step (3 decodes) runs the GEMV, so that step drafts nothing; the steps around it draft."""
+    engine, sched, runner = make_spec_engine(lambda r: [r.output_token_ids[-1] + 1 + i for i in range(3)],
+                                             num_blocks=64, budget=64, k=3)
+    sched.row_regimes, sched.verify_rows = (10, 64), 63
+    for i in range(2):
+        engine.add_request([1 + i], SamplingParams(max_tokens=12, temperature=0), str(i))
+    engine.step()  # the two prompts
+    engine.step()  # two decodes, drafting
+    engine.add_request(list(range(30, 42)), SamplingParams(max_tokens=12, temperature=0), "late")
+    engine.step()
+    engine.step()
+    before, mixed, after = runner.steps[-3:]
+    assert [len(s.spec_token_ids) for s in before.seqs] == [3, 3]
+    assert mixed.num_tokens == 14 and [len(s.spec_token_ids) for s in mixed.seqs] == [0, 0, 0]
+    assert [len(s.spec_token_ids) for s in after.seqs] == [3, 3, 3]
+
+
 def test_verify_rows_lift_the_cap_while_the_real_rows_stay_in_the_first_regime():
     """With regimes at 10 and 64 and verify_rows 20: one decoding request verifies 19 drafts (20
     rows, past the first regime: the runner keeps such a step on the GEMV); with 10 real rows the
