@@ -89,7 +89,8 @@ def test_min_tokens_past_the_grammar_s_end_ends_where_the_grammar_does(tmp_path,
     from tests.gguf_factory import SPECULATES, write_tiny_gguf
 
     path = tmp_path / "tiny.gguf"
-    write_tiny_gguf(path, "llama", qtype="F32" if mode == "plain" else "Q8_0", **SPECULATES)  # Q8_0: native rows, drafts verified
+    # Q8_0: native rows, drafts verified
+    write_tiny_gguf(path, "llama", qtype="F32" if mode == "plain" else "Q8_0", **SPECULATES)
     spec = {"method": "draft", "model": str(path), "num_speculative_tokens": 4, "tree_budget": 8, "cost_aware": False}
     llm = LLM(str(path), max_model_len=128, progress=False, speculative_config=spec if mode == "draft tree" else None)
     eos = set(llm.tokenizer.eog_ids)

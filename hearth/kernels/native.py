@@ -523,8 +523,9 @@ def paged_attention_covers(heads: int, kv_heads: int, head_dim: int) -> bool:
     if not has("paged_attention") or kv_heads <= 0 or heads % kv_heads:
         return False
     one, zero = torch.ones(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
-    return paged_attention(torch.zeros(1, heads, head_dim), torch.zeros(2, 1, 16, kv_heads, head_dim, dtype=torch.float16),
-                           zero, one, one, zero.view(1, 1), 1.0, 0, 0.0, torch.empty(1, heads, head_dim))
+    cache = torch.zeros(2, 1, 16, kv_heads, head_dim, dtype=torch.float16)
+    return paged_attention(torch.zeros(1, heads, head_dim), cache, zero, one, one, zero.view(1, 1), 1.0, 0, 0.0,
+                           torch.empty(1, heads, head_dim))
 
 
 def prefill_attention(q: torch.Tensor, kv_cache: torch.Tensor, table: torch.Tensor, ctx: int, scale: float,

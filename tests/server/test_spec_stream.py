@@ -55,7 +55,7 @@ def test_a_stop_inside_an_accepted_run_ends_the_stream_as_without_speculation(cl
     body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 32, "temperature": 0}
     whole, again = (c.post("/v1/completions", json=body).json()["choices"][0]["text"] for c in (plain, fast))
     assert again == whole  # (and both servers' prefix caches hold the same prompt)
-    stop = next(whole[i:i + 2] for i in range(at, len(whole)) if whole[i:i + 2].isprintable() and whole[i:i + 2].strip())
+    stop = next(s for i in range(at, len(whole)) if (s := whole[i:i + 2]).isprintable() and s.strip())
     accepted = llm.engine.spec.stats.num_accepted_tokens
     opts = {"stop": [stop], "stream_options": {"include_usage": True}}
     want, got = stream(plain, {**body, **opts}), stream(fast, {**body, **opts})

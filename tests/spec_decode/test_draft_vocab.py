@@ -99,8 +99,8 @@ def test_past_many_special_tokens_only_the_end_of_generation_ones_are_kept(tiny,
 @pytest.mark.usefixtures("native_speculation")
 def test_an_unset_draft_vocab_reduces_a_larger_vocabularys_head(tmp_path):
     path = tmp_path / "t.gguf"
-    write_tiny_gguf(path, "qwen2", vocab=DEFAULT_DRAFT_VOCAB + 64, qtype="Q8_0", hidden=32, heads=1, kv_heads=1, head_dim=32,
-                    ffn=32)
+    write_tiny_gguf(path, "qwen2", vocab=DEFAULT_DRAFT_VOCAB + 64, qtype="Q8_0", hidden=32, heads=1, kv_heads=1,
+                    head_dim=32, ffn=32)
     llm = LLM(str(path), progress=False, speculative_config={"method": "draft", "model": str(path)})
     vocab = llm.runner.drafter.vocab
     assert (vocab.size, vocab.kept) == (DEFAULT_DRAFT_VOCAB, [DEFAULT_DRAFT_VOCAB + 62, DEFAULT_DRAFT_VOCAB + 63])
