@@ -63,6 +63,7 @@ class Attention(nn.Module):
         names = [p + "attn_q.weight", *self.kv_names(g, p)]
         if p + "attn_qkv.weight" in g.tensors:  # one matrix, rows [q | k | v] (phi3)
             names = [p + "attn_qkv.weight"]
+        _check_heads(g, p, names, self.q_size, self.kv_size, self.heads, self.head_dim)
         biases = [maybe_f32(g, n.replace(".weight", ".bias")) for n in names]
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.qkv = backend.linear([g.tensor(n) for n in names], bias=bias)
@@ -99,6 +100,19 @@ class Attention(nn.Module):
     def kv_names(self, g: GGUFFile, p: str) -> list[str]:
         """The tensors of the layer's k and v projections, after q's in its one qkv linear."""
         return [p + "attn_k.weight", p + "attn_v.weight"]
+
+
+def _check_heads(g: GGUFFile, p: str, names: list[str], q_size: int, kv_size: int, heads: int, head_dim: int) -> None:
+    """The layer's k/v rows and attn_output's columns as its heads x head_dim say (q's may hold more: a gate),
+    before any kernel reads them: a file whose header gives other heads or head_dim (key_length missing
+    where heads x head_dim is not the hidden size) ran the native matmuls out of bounds (a heap abort)."""
+    wanted = [(p + "attn_output.weight", 1, q_size)]
+    wanted += [(n, 0, kv_size) for n in names if n.endswith(("attn_k.weight", "attn_v.weight"))]
+    for name, axis, size in wanted:
+        if g.tensor(name).shape[axis] != size:
+            raise ModelLoadError(f"{g.path}: {name} has shape {list(g.tensor(name).shape)}, where the header's "
+                                 f"{heads} heads x head_dim {head_dim} ({g.arch}.attention.key_length) need "
+                                 f"{size} {'columns' if axis else 'rows'}")
 
 
 class MLP(nn.Module):

@@ -1,0 +1,28 @@
+"""A file whose header gives other heads than its tensors hold is refused at the load, naming the tensor and
+the key: the native matmuls read past the weights (a glibc heap abort at Q8_0; a bare reshape error at F32)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hearth import LLM
+from hearth.errors import ModelLoadError
+from tests.gguf_factory import write_tiny_gguf
+
+
+@pytest.mark.parametrize("qtype", ["F32", "Q8_0"])
+def test_heads_the_tensors_do_not_hold_are_one_error(tmp_path, qtype):
+    path = tmp_path / "odd.gguf"
+    # 2 heads of 16 = 32, hidden 64, and no attention.key_length: the header's head_dim is 64 / 2 = 32
+    write_tiny_gguf(path, "llama", qtype=qtype, heads=2, kv_heads=1, head_dim=16)
+    with pytest.raises(ModelLoadError, match=r"blk\.0\.attn_output\.weight has shape \[64, 32\].*2 heads x "
+                                             r"head_dim 32 \(llama\.attention\.key_length\) need 64 columns"):
+        LLM(str(path), max_model_len=64, progress=False)
+
+
+def test_kv_rows_are_checked_too(tmp_path):
+    path = tmp_path / "odd.gguf"
+    write_tiny_gguf(path, "qwen3", qtype="Q8_0", heads=2, kv_heads=1, head_dim=32,
+                    adjust=lambda name, a: a[:16] if name == "blk.0.attn_v.weight" else a)
+    with pytest.raises(ModelLoadError, match=r"blk\.0\.attn_v\.weight has shape \[16, 64\].*need 32 rows"):
+        LLM(str(path), max_model_len=64, progress=False)
