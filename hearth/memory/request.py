@@ -22,9 +22,9 @@ def build_request(model: str, device: str = THIS, ctx: int | None = None, concur
     fit_ctx: serve's and run's rule (hearth.loader.context): 0 is the model's own context, one past it
     is the model's with their notice; else both are errors."""
     fmt = served_kv_format(kv_cache_dtype)
+    if block_size is not None and block_size <= 0:  # before the format's default: 0 was planned as 16, unsaid
+        raise PlanError(f"--block-size must be positive, got {block_size}")
     block = fmt.block_size(block_size, DEFAULT_BLOCK)
-    if block <= 0:
-        raise PlanError(f"--block-size must be positive, got {block}")
     m = model_input(model, progress=progress)
     if ctx is None:
         ctx = m.shape.context_length

@@ -87,6 +87,9 @@ def test_ctx_0_is_the_model_s_own_as_in_serve_and_run(capsys, caplog):
                                                                   "known: auto, f16, bf16, fp8_e4m3, q8_0"),
     (["llama-7b", "--device", "h200", "--kv-cache-dtype", "kvarn_k4v2", "--block-size", "16"], "128 or 64"),
     (["llama-7b", "--device", "h200", "--memory-gib", "-1"], "--memory-gib must be positive"),
+    # 0 was planned as the default 16 without a word (serve refuses it)
+    (["llama-7b", "--device", "h200", "--block-size", "0"], "--block-size must be positive, got 0"),
+    (["llama-7b", "--device", "h200", "--block-size", "-16"], "--block-size must be positive, got -16"),
     (["llama-7b,quant=Q3_X", "--device", "h200"], "unknown weight quantization 'Q3_X'"),
     (["layers=32,hidden=4096", "--device", "h200"], "description is missing heads, vocab"),
     (["llama-7b,heads=x", "--device", "h200"], "heads='x' is not a whole number"),
