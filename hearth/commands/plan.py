@@ -16,7 +16,8 @@ from hearth.memory.kv_formats import SERVED_KV
 from hearth.memory.overhead import DEFAULT_BATCH_TOKENS
 from hearth.memory import PlanError
 from hearth.memory.planner import Plan, PlanRequest
-from hearth.memory.replicas import Machine, ReplicaPlan, Workload, check_workload, parse_machines, plan_replicas
+from hearth.memory.replicas import (Machine, ReplicaPlan, Workload, check_workload, parse_machines, plan_replicas,
+                                    request_tokens)
 from hearth.memory.request import DEFAULT_BLOCK, build_request, plan_for
 from hearth.memory.units import flops, nbytes, rate
 
@@ -130,7 +131,7 @@ def replicas_main(args: argparse.Namespace) -> int:
     req = build_request(args.model, device=args.device, ctx=args.prompt_tokens + args.output_tokens,
                         concurrency=seqs, kv_cache_dtype=args.kv_cache_dtype,
                         block_size=args.block_size, batch_tokens=args.batch_tokens, memory_gib=args.memory_gib,
-                        remeasure=args.remeasure, progress=not args.json)
+                        remeasure=args.remeasure, progress=not args.json, ctx_named=request_tokens(work))
     here = Machine(cores, req.device.memory_bytes)
     machines = machines and [here if m.memory_bytes == 0 else m for m in machines]  # a count: like this one
     rp = plan_replicas(req, work, here, machines)

@@ -66,11 +66,13 @@ def _plain(v):
     return int(v) if isinstance(v, float) and v.is_integer() else v
 
 
-def check_request(shape: ModelShape, ctx: int, concurrency: int, batch_tokens: int) -> None:
+def check_request(shape: ModelShape, ctx: int, concurrency: int, batch_tokens: int, ctx_named: str = "") -> None:
+    """ctx_named: how errors name the context where the user gave no --ctx (replica planning's request sizes)."""
     if ctx <= 0:
-        raise PlanError(f"--ctx must be a positive number of tokens, got {ctx}")
+        raise PlanError(f"{ctx_named or '--ctx'} must be a positive number of tokens, got {ctx}")
     if ctx > shape.context_length:
-        raise PlanError(f"--ctx {ctx} is beyond the model's context length ({shape.context_length} tokens)")
+        raise PlanError(f"{ctx_named or f'--ctx {ctx}'} is beyond the model's context length "
+                        f"({shape.context_length} tokens)")
     if concurrency <= 0:
         raise PlanError(f"--concurrency must be at least 1, got {concurrency}")
     if concurrency > SEARCH_LIMIT:

@@ -96,6 +96,12 @@ def check_workload(w: Workload) -> None:
         raise PlanError(f"--threads-per-replica must be at least 1, got {w.threads}")
 
 
+def request_tokens(w: Workload) -> str:
+    """A request's context as the user gave it, for errors: they typed no --ctx."""
+    return (f"--prompt-tokens {w.prompt_tokens:,} + --output-tokens {w.output_tokens:,} "
+            f"({w.prompt_tokens + w.output_tokens:,} tokens)")
+
+
 def plan_replicas(req: PlanRequest, w: Workload, here: Machine, machines: list[Machine] | None) -> ReplicaPlan:
     """`req`: the device measured here and C = req.concurrency sequences per replica; `machines`
     None: machines like `here`, as many as it takes."""
@@ -106,7 +112,7 @@ def plan_replicas(req: PlanRequest, w: Workload, here: Machine, machines: list[M
     if machines is None and w.threads > here.cores:
         raise PlanError(f"--threads-per-replica {w.threads} is more than this machine's {here.cores} cores")
     ctx = w.prompt_tokens + w.output_tokens
-    check_request(req.shape, ctx, req.concurrency, req.batch_tokens)
+    check_request(req.shape, ctx, req.concurrency, req.batch_tokens, request_tokens(w))
     share = w.threads / here.cores
     dev: Device = replace(req.device, bandwidth=req.device.bandwidth * share,
                           peak_flops=req.device.peak_flops * share, int8_ops=req.device.int8_ops * share)

@@ -17,10 +17,12 @@ DEFAULT_BLOCK = 16  # EngineConfig.block_size
 def build_request(model: str, device: str = THIS, ctx: int | None = None, concurrency: int = 1,
                   kv_cache_dtype: str = "auto", block_size: int | None = None,
                   batch_tokens: int = DEFAULT_BATCH_TOKENS, memory_gib: float | None = None,
-                  remeasure: bool = False, progress: bool = False, fit_ctx: bool = False) -> PlanRequest:
+                  remeasure: bool = False, progress: bool = False, fit_ctx: bool = False,
+                  ctx_named: str = "") -> PlanRequest:
     """Checks the cheap things first (names, numbers) so bad input never waits on a measurement.
     fit_ctx: serve's and run's rule (hearth.loader.context): 0 is the model's own context, one past it
-    is the model's with their notice; else both are errors."""
+    is the model's with their notice; else both are errors. ctx_named: how an error names a ctx the user
+    gave as other flags (hearth.memory.planner.check_request)."""
     fmt = served_kv_format(kv_cache_dtype)
     if block_size is not None and block_size <= 0:  # before the format's default: 0 was planned as 16, unsaid
         raise PlanError(f"--block-size must be positive, got {block_size}")
@@ -32,7 +34,7 @@ def build_request(model: str, device: str = THIS, ctx: int | None = None, concur
         raise PlanError(f"--ctx must be a number of tokens (0: the model's own), got {ctx}")
     elif fit_ctx:
         ctx = context_to_run(ctx, m.shape.context_length)
-    check_request(m.shape, ctx, concurrency, batch_tokens)
+    check_request(m.shape, ctx, concurrency, batch_tokens, ctx_named)
     dev = get_device(device, memory_gib, refresh=remeasure)
     return PlanRequest(m.shape, m.tensors, m.weights_source, dev, ctx, concurrency, fmt, block, batch_tokens)
 

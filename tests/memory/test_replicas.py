@@ -105,7 +105,9 @@ def test_report_and_json(capsys, fake_this):
     (["--target-rps", "5", "--output-tokens", "0"], "--output-tokens must be at least 1"),
     (["--target-rps", "5", "--machines", "16x64"], "--machines: '16x64' is not CORES:MEMORY_GIB"),
     (["--target-rps", "5", "--ctx", "1024"], "--ctx does not apply with --target-rps"),
-    (["--target-rps", "5", "--prompt-tokens", "1000000"], "beyond the model's context length"),
+    # named the --ctx the user had not typed ("--ctx 1000128 is beyond ...")
+    (["--target-rps", "5", "--prompt-tokens", "1000000"],
+     "--prompt-tokens 1,000,000 + --output-tokens 128 (1,000,128 tokens) is beyond the model's context length"),
     (["--target-rps", "5", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["--target-rps", "5", "--device", "h200"], "replica planning is for CPU machines"),
     # without --target-rps a replica flag was ignored without a word (a new user's trial: --machines 16:xx)
