@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.parse import quote, urlsplit
 
 from hearth.errors import DownloadError, ModelNotFoundError
-from hearth.loader.gguf_loader import SPLIT_NAME
+from hearth.loader.gguf_loader import GGUF_MAGIC, SPLIT_NAME
 from hearth.loader.store import CHUNK, byte_bar, copy_hashed, hearth_home, install_file
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -182,3 +182,9 @@ def _check_complete(part: Path, url: str, total: int | None, sha256: str, expect
     if expected is not None and sha256 != expected:
         part.unlink()
         raise DownloadError(f"{url}: sha256 mismatch (got {sha256}, expected {expected})")
+    with open(part, "rb") as f:
+        head = f.read(len(GGUF_MAGIC))
+    if head != GGUF_MAGIC:  # a login or proxy page, a git pointer: it was kept, listed and "pulled" (exit 0)
+        part.unlink()
+        raise DownloadError(f"{url}: what came is not a GGUF file (it begins {head!r}, not {GGUF_MAGIC!r}); "
+                            "check the file name, or HF_ENDPOINT and HF_TOKEN")

@@ -22,7 +22,8 @@ from hearth.loader.resolve import resolve_model
 
 
 def _payload(n: int, seed: int) -> bytes:
-    return random.Random(seed).randbytes(n)
+    """n bytes that begin as a GGUF file does (the hub path checks that much)."""
+    return b"GGUF" + random.Random(seed).randbytes(n - 4)
 
 
 # ---------------------------------------------------------------- fake hub
@@ -153,6 +154,17 @@ def test_hub_sha256_mismatch_leaves_nothing(hub, tmp_path):
     hub.files["/cdn/m.gguf"] = _payload(10_000, seed=3)
     with pytest.raises(DownloadError, match="sha256 mismatch"):
         resolve_model("org/repo:m.gguf", progress=False)
+    assert list((tmp_path / "home" / "hub" / "org" / "repo").iterdir()) == []
+
+
+def test_hub_file_that_is_not_a_gguf_is_refused_and_not_kept(hub, tmp_path):
+    """An HTML page (a proxy's or a login's) with HTTP 200 was stored as the model: `hearth pull` printed its
+    path and exited 0, `hearth models` listed it, and only the first run said "not a GGUF file"."""
+    hub.files["/org/repo/resolve/main/m.gguf"] = b"<html>sign in</html>"
+    with pytest.raises(DownloadError, match=r"/org/repo/resolve/main/m\.gguf: what came is not a GGUF file "
+                                            r"\(it begins b'<htm', not b'GGUF'\)") as e:
+        resolve_model("org/repo:m.gguf", progress=False)
+    assert "\n" not in str(e.value)
     assert list((tmp_path / "home" / "hub" / "org" / "repo").iterdir()) == []
 
 
