@@ -272,7 +272,7 @@ def test_seed_limits_are_the_generator_s():
     (["--port", "99999"], "--port must be in [0, 65535]"),  # was uvicorn's traceback
     (["--max-n", "0"], "--max-n"),
     (["--max-body-mb", "0"], "--max-body-mb"),
-    (["--threads", "-1"], "--threads"),  # the engine thread died setting it: the server hung
+    (["--threads", "-2"], "--threads"),  # the engine thread died setting it: the server hung (-1: llama.cpp's 0)
     (["--max-num-seqs", "0"], "--max-num-seqs"),  # nothing was ever scheduled
     (["--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
     (["--ctx", "-1"], "--ctx"),

@@ -758,8 +758,20 @@ def test_threads_0_is_torch_s_default_and_says_so(tiny_models, capsys):
     before = torch.get_num_threads()
     run_stdout(capsys, str(tiny_models[0]), PROMPT, *GREEDY, "--threads", "0")
     assert torch.get_num_threads() == before  # left as torch chose it
-    assert main(["run", str(tiny_models[0]), PROMPT, "--threads", "-1"]) == 1
-    assert capsys.readouterr().err.strip() == "hearth: error: --threads must be a number of threads (0: torch's default), not -1"
+    assert main(["run", str(tiny_models[0]), PROMPT, "--threads", "-2"]) == 1
+    assert capsys.readouterr().err.strip() == "hearth: error: --threads must be a number of threads (0: torch's default), not -2"
+
+
+def test_threads_minus_1_is_llama_cpp_s_default_as_0():
+    """llama.cpp's -t default is -1 (every core): a pasted `llama-server -t -1` line was an error here."""
+    from hearth.cli import command_parser
+
+    for name, flag in ((("run",), "-t"), (("serve",), "-t"), (("eval", "perplexity"), "--threads"),
+                       (("eval", "tools"), "--threads"), (("bench",), "--threads")):
+        parser = command_parser(*name)
+        assert parser.parse_args([flag, "-1"]).threads == 0, name
+        assert parser.parse_args([flag, "3"]).threads == 3, name
+        assert "-1: llama.cpp's spelling of the same" in " ".join(parser.format_help().split()), name
 
 
 def test_serve_log_level_reaches_hearths_own_loggers(capsys, no_model_load):

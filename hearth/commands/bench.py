@@ -12,7 +12,8 @@ from pathlib import Path
 
 from hearth.bench import BenchError
 from hearth.bench.workloads import WORKLOADS
-from hearth.config import DEFAULT_MODEL, THREADS_ZERO
+from hearth.commands.threads_flag import THREADS_HELP, thread_count
+from hearth.config import DEFAULT_MODEL
 from hearth.errors import HearthError
 from hearth.memory.devices import THIS, known_devices
 
@@ -44,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reference", help="an earlier run's reference.json to compare greedy outputs with; "
                                        "written by this run when it does not exist yet")
     p.add_argument("--ctx", type=int, default=4096, help="in-process: context length (default: %(default)s)")
-    p.add_argument("--threads", type=int, default=0, help=f"in-process: CPU threads; {THREADS_ZERO} (default: 0); "
-                                                          "with --url: the server's, stated in the report")
+    p.add_argument("--threads", type=thread_count, default=0,
+                   help=f"in-process: CPU threads; {THREADS_HELP} (default: 0); with --url: the server's, stated in "
+                        "the report")
     p.add_argument("--speculative-config", default=None, metavar="JSON",
                    help='in-process: speculative decoding, vLLM\'s config as `hearth serve` takes it, e.g. '
                         '\'{"method": "suffix"}\'; the report gives the acceptance length and scales the '

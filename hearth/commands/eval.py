@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hearth.config import DEFAULT_MODEL, THREADS_ZERO
+from hearth.commands.threads_flag import THREADS_HELP, thread_count
+from hearth.config import DEFAULT_MODEL
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
 
@@ -41,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="tokens per forward pass, at least 1; -b/--batch-size: llama-perplexity's spelling "
                         "(default: %(default)s)")
     p.add_argument("--block-size", type=int, default=None, help="KV block size, at least 1 (default: the format's)")
-    p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
+    p.add_argument("--threads", type=thread_count, default=0, help=f"CPU threads; {THREADS_HELP} (default: 0)")
 
 
 @dataclass(slots=True)

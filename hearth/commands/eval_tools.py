@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from hearth.config import DEFAULT_MODEL, THREADS_ZERO
+from hearth.commands.threads_flag import THREADS_HELP, thread_count
+from hearth.config import DEFAULT_MODEL
 from hearth.errors import HearthError
 
 EVAL_CONTEXT = 16384  # the eval server's context unless --max-model-len: BFCL's multi-turn prompts fit
@@ -21,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", nargs="?", default=DEFAULT_MODEL,
                    help=f"catalog name, path to a .gguf file, or org/repo:file.gguf (default: {DEFAULT_MODEL}); "
                         "with --url the name sent")
-    p.add_argument("--threads", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
+    p.add_argument("--threads", type=thread_count, default=0, help=f"CPU threads; {THREADS_HELP} (default: 0)")
     p.add_argument("--mode", default="bare", help="the server's tool handling, sent as hearth.tool_guard: bare "
                    "(parse-only; `off` is a synonym, serve --tool-guard's name for it), grammar, guard "
                    "(default: %(default)s)")

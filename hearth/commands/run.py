@@ -23,9 +23,10 @@ from hearth.commands.sampling_flags import (LLAMA_SAMPLER_FLAGS, add_llama_sampl
 from hearth.commands.vision_flags import add_vision_arguments, image_part, image_parts
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template, chat_template_kwargs
+from hearth.commands.threads_flag import THREADS_HELP, thread_count
 from hearth.commands.serve_speculation import add_speculation_arguments, check_drafts_fit, k_flag, speculative_config
 from hearth.commands.models_file import check_kv
-from hearth.config import DEFAULT_MODEL, DEVICES, THREADS_ZERO
+from hearth.config import DEFAULT_MODEL, DEVICES
 from hearth.formats.kv import SERVED_KV
 from hearth.errors import HearthError, can_raise_context
 
@@ -107,7 +108,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="go on past the model's end token, to --max-tokens (llama-cli's)")
     p.add_argument("--seed", "-s", type=int, default=None,
                    help="seed of the sampler; -s: llama-cli's spelling (default: none, a new draw each time)")
-    p.add_argument("--threads", "-t", type=int, default=0, help=f"CPU threads; {THREADS_ZERO} (default: 0)")
+    p.add_argument("--threads", "-t", type=thread_count, default=0, help=f"CPU threads; {THREADS_HELP} (default: 0)")
     p.add_argument("--device", default="auto", choices=DEVICES, help="cpu, torch (the reference) or cuda (default: %(default)s)")
     p.add_argument("--ctx", "-c", "--ctx-size", type=token_count, default=4096, metavar="N",
                    help="context length in tokens (or 32k, 32K, auto), at most the model's; 0: the model's; "

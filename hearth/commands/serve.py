@@ -15,7 +15,7 @@ from collections.abc import Callable
 import uvicorn
 
 from hearth.api.durations import seconds
-from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, STATE_SNAPSHOTS, THREADS_ZERO, EngineConfig
+from hearth.config import DEFAULT_MODEL, DEVICES, MAX_LOGPROBS, STATE_SNAPSHOTS, EngineConfig
 from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
 from hearth.commands.listen_flags import add_listen_flags, api_keys, scheme, uvicorn_options
@@ -25,6 +25,7 @@ from hearth.commands.peer_flags import add_peer_arguments
 from hearth.commands.sampling_flags import add_sampling_arguments, sampling_defaults
 from hearth.commands.rope_flags import add_rope_arguments, rope_freq_base, rope_scaling
 from hearth.commands.template_flags import add_template_arguments, chat_template, chat_template_kwargs
+from hearth.commands.threads_flag import THREADS_HELP, thread_count
 from hearth.commands.serve_speculation import add_speculation_arguments, speculative_config
 from hearth.errors import HearthError
 from hearth.formats.kv import SERVED_KV
@@ -153,8 +154,8 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     eng.add_argument("--no-grammar-drafts", action="store_true",
                      help="under a grammar (structured output, tool calls), decode the tokens it forces one "
                           "step each instead of verifying them as drafts in one step")
-    eng.add_argument("--threads", "-t", type=int, default=0,
-                     help=f"CPU threads per model; {THREADS_ZERO}; a --models entry's `threads` overrides it "
+    eng.add_argument("--threads", "-t", type=thread_count, default=0,
+                     help=f"CPU threads per model; {THREADS_HELP}; a --models entry's `threads` overrides it "
                           "(default: 0)")
     eng.add_argument("--seed", type=int, default=0,
                      help="seed of the engine's sampler at start, as vLLM's: requests that give no `seed` draw from "
