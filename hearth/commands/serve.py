@@ -20,6 +20,7 @@ from hearth.commands.human_ints import gib_of_bytes, token_count
 from hearth.commands.logs import configure_logging
 from hearth.commands.listen_flags import add_listen_flags, api_keys, scheme, uvicorn_options
 from hearth.commands.lora_flags import add_lora_arguments, lora_entries
+from hearth.commands.models_file import FIELDS
 from hearth.commands.vision_flags import add_vision_arguments
 from hearth.commands.peer_flags import add_peer_arguments
 from hearth.commands.sampling_flags import add_sampling_arguments, sampling_defaults
@@ -57,8 +58,7 @@ def add_arguments(p: argparse.ArgumentParser, listen: bool = True) -> None:
     p.add_argument("-m", "--model", dest="model_flag", action="append", default=[], metavar="MODEL",
                    help="MODEL as llama-server's -m and vLLM's --model spell it (after any MODEL given)")
     p.add_argument("--models", default=None, metavar="FILE",
-                   help="a TOML file of [[models]] entries (name, model, aliases, context, kv_cache_dtype, threads, "
-                        "pinned, router, speculative_config), served beside any MODEL given")
+                   help=f"a TOML file of [[models]] entries ({', '.join(FIELDS)}), served beside any MODEL given")
     p.add_argument("--max-memory", type=float, default=0, metavar="GIB",
                    help="GiB all loaded models may hold together; the least recently used is unloaded to make "
                         "room (default with several models: `hearth plan`'s usable memory less the runtime)")

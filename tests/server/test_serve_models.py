@@ -240,6 +240,16 @@ def test_negative_max_memory_is_one_line(capsys, tiny):
     assert_one_line_error(code, err, "--max-memory must be a positive number of GiB, not -1")
 
 
+def test_the_models_flag_s_help_lists_every_field_an_entry_takes():
+    """serve's and run-batch's --models help listed 9 of the 13 fields (no keep_alive, mmproj, router_threshold,
+    router_tool_floor): a reader took it for the whole list."""
+    from hearth.commands.models_file import FIELDS
+
+    for command in ("serve", "run-batch"):
+        text = " ".join(command_parser(command).format_help().split())
+        assert f"[[models]] entries ({', '.join(FIELDS)})" in text, command
+
+
 def test_missing_models_file_is_one_line(capsys, tmp_path):
     code, err = run_cli(capsys, "serve", "--models", str(tmp_path / "nope.toml"))
     assert_one_line_error(code, err, "--models", "nope.toml", "cannot read it")
