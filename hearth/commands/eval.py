@@ -32,8 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-dtype", default="auto",
                    help=f"KV cache format: auto (f16), {', '.join(SERVED_KV)}")
     p.add_argument("--ctx", "-c", "--ctx-size", type=int, default=512,
-                   help="window (context) length in tokens, at most the model's; -c/--ctx-size: llama-perplexity's "
-                        "spelling (default: %(default)s)")
+                   help="window (context) length in tokens, at most the model's; 0: the model's own, as "
+                        "llama-perplexity's -c 0; -c/--ctx-size: llama-perplexity's spelling (default: %(default)s)")
     p.add_argument("--text", "-f", "--file", help="UTF-8 text file to score (default: the text hearth ships; "
                                                   "-f/--file: llama-perplexity's spelling)")
     p.add_argument("--chunks", type=int, default=-1, metavar="N",
@@ -155,15 +155,16 @@ def perplexity(runner, tokenizer, tokens: list[int], ctx: int, batch: int = 512,
     return result
 
 
-_LOWEST = {"ctx": (16, "at least 16"), "chunks": (-1, "a number of windows, or -1 or 0 for all"),
-           "batch": (1, "at least 1"), "block_size": (1, "at least 1")}
-"""Flag -> (its lowest value, what it must be): checked before the text is read or any model loads."""
+_CHECKS = {"ctx": (lambda v: v == 0 or v >= 16, "at least 16, or 0 for the model's own"),
+           "chunks": (lambda v: v >= -1, "a number of windows, or -1 or 0 for all"),
+           "batch": (lambda v: v >= 1, "at least 1"), "block_size": (lambda v: v >= 1, "at least 1")}
+"""Flag -> (what a value must pass, what it must be): checked before the text is read or any model loads."""
 
 
 def check_flags(args: argparse.Namespace) -> None:
-    for name, (lo, what) in _LOWEST.items():
+    for name, (ok, what) in _CHECKS.items():
         value = getattr(args, name)
-        if value is not None and value < lo:
+        if value is not None and not ok(value):
             raise HearthError(f"--{name.replace('_', '-')} must be {what}, not {value}")
 
 

@@ -50,6 +50,17 @@ def test_a_ctx_past_the_model_s_is_the_model_s_said_once(model_path, capsys, cap
     assert "fewer than one window of 8192" in err and "longer than the model's context" not in err
 
 
+def test_ctx_0_is_the_model_s_own_as_llama_perplexity_s_and_serve_s(model_path, capsys, caplog, tmp_path):
+    """llama-perplexity's -c 0 (and hearth serve's, run's, plan's --ctx 0) is the model's context: here it was
+    "--ctx must be at least 16, not 0"."""
+    short = tmp_path / "short.txt"
+    short.write_text("too short")
+    with caplog.at_level("WARNING", logger="hearth"):
+        assert main(["eval", "perplexity", str(model_path("smollm2-135m")), "-c", "0", "--text", str(short)]) == 1
+    assert not [r for r in caplog.records if "context" in r.getMessage()]  # asked for, so not said
+    assert "fewer than one window of 8192" in capsys.readouterr().err
+
+
 def test_a_negative_limit_is_every_window_as_llama_perplexity_s_minus_one():
     toks = list(range(12))
     assert windows(toks, 4, None, -1) == windows(toks, 4, None, 0) == [toks[0:4], toks[4:8], toks[8:12]]
@@ -65,7 +76,8 @@ def test_bad_numbers_are_one_line_before_any_model_loads(capsys, tmp_path):
              ("--batch", "-5"): "--batch must be at least 1, not -5",
              ("--block-size", "0"): "--block-size must be at least 1, not 0",
              ("--block-size", "-16"): "--block-size must be at least 1, not -16",
-             ("--ctx", "0"): "--ctx must be at least 16, not 0"}
+             ("--ctx", "8"): "--ctx must be at least 16, or 0 for the model's own, not 8",
+             ("--ctx", "-1"): "--ctx must be at least 16, or 0 for the model's own, not -1"}
     for flag, line in cases.items():
         assert main(["eval", "perplexity", missing, *flag]) == 1, flag
         assert capsys.readouterr().err.strip() == f"hearth: error: {line}"
