@@ -62,6 +62,32 @@ def test_an_unusable_hearth_home_is_one_line_before_any_work(argv, tmp_path, cap
                                            f"to: {reason}; set HEARTH_HOME to one that is\n")
 
 
+@pytest.mark.parametrize("argv", [["pull", "smollm2-135m"], ["plan", "smollm2-135m"], ["models"]])
+def test_a_folder_of_hearth_home_that_is_a_file_is_one_line(argv, tmp_path, capsys, monkeypatch):
+    """HEARTH_HOME/models (or tmp/, plan/ ...) a file was a NotADirectoryError or FileExistsError traceback at the
+    command's first write into it."""
+    from hearth.loader.store import HOME_FOLDERS
+
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    for name in HOME_FOLDERS:
+        (tmp_path / name).write_text("")
+        assert main(argv) == 1, name
+        assert capsys.readouterr().err == (f"hearth: error: HEARTH_HOME ({tmp_path}): its {name}/ is not a folder "
+                                           "hearth can write to: it is a file; remove it or make it this user's, or "
+                                           "set HEARTH_HOME to another folder\n")
+        (tmp_path / name).unlink()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_folder_of_hearth_home_this_user_cannot_write_is_one_line(tmp_path, capsys, monkeypatch):
+    """models/ left read-only to this user (a `sudo hearth pull` makes it root's) was a PermissionError traceback."""
+    monkeypatch.setenv("HEARTH_HOME", str(tmp_path))
+    (tmp_path / "models").mkdir(mode=0o555)
+    assert main(["pull", "smollm2-135m"]) == 1
+    assert capsys.readouterr().err.startswith(f"hearth: error: HEARTH_HOME ({tmp_path}): its models/ is not a folder "
+                                              "hearth can write to: it is not writable (Permission denied)")
+
+
 @pytest.fixture
 def no_model_load(monkeypatch):
     """Bad input is refused before any model loads: a load fails the test."""

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import BinaryIO
 
@@ -35,27 +36,42 @@ def hearth_home(home: str | os.PathLike | None = None) -> Path:
     return Path(os.environ.get("HEARTH_HOME") or "~/.cache/hearth").expanduser()
 
 
+HOME_FOLDERS = ("models", "hub", "tmp", "plan", "evals")
+"""HEARTH_HOME's folders that commands write without a fallback (kernels/ and cache/ have theirs): one that is
+a file or not writable (left by a `sudo hearth pull`, a container's root) was a traceback at its first write."""
+
+
 def check_home(home: str | os.PathLike | None = None) -> Path:
-    """hearth_home(), created if missing; a HearthError naming HEARTH_HOME and why where it cannot be
-    a folder hearth writes to (a file, a read-only place): said once, before a command builds or pulls."""
+    """hearth_home(), created if missing; a HearthError naming HEARTH_HOME and why where it, or one of its
+    HOME_FOLDERS already there, cannot be a folder hearth writes to (a file, a read-only place): said once,
+    before a command builds or pulls."""
     path = hearth_home(home)
+    where = f"HEARTH_HOME ({path})" if os.environ.get("HEARTH_HOME") else f"the default HEARTH_HOME ({path})"
     if (reason := folder_problem(path)) is not None:
-        where = f"HEARTH_HOME ({path})" if os.environ.get("HEARTH_HOME") else f"the default HEARTH_HOME ({path})"
         raise HearthError(f"{where} is not a folder hearth can write to: {reason}; set HEARTH_HOME to one that is")
+    for name in HOME_FOLDERS:
+        if (path / name).exists() and (reason := folder_problem(path / name)) is not None:
+            raise HearthError(f"{where}: its {name}/ is not a folder hearth can write to: {reason}; remove it or "
+                              "make it this user's, or set HEARTH_HOME to another folder")
     return path
 
 
 def folder_problem(path: Path) -> str | None:
-    """Why `path` cannot be a folder hearth writes to (it is created if missing), or None."""
+    """Why `path` cannot be a folder hearth writes to (it is created if missing), or None. Writing is tried,
+    not asked: os.access says yes to root on a folder a filesystem refuses (NFS root squash, sysfs)."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        return None if os.access(path, os.W_OK | os.X_OK) else "it is not writable"
     except FileExistsError:
         return "it is a file"
     except NotADirectoryError:
         return "a folder above it is a file"
     except OSError as e:  # PermissionError, a read-only filesystem, ...
         return f"it cannot be created ({e.strerror or e})"
+    try:
+        with tempfile.TemporaryFile(dir=path):
+            return None
+    except OSError as e:
+        return f"it is not writable ({e.strerror or e})"
 
 
 def catalog_path(entry: CatalogEntry, home: str | os.PathLike | None = None) -> Path:
