@@ -245,6 +245,10 @@ def test_a_far_flag_gets_no_suggestion(capsys):
 @pytest.mark.parametrize("name,hint", [
     ("serv", " (did you mean serve?)"), ("server", " (did you mean serve?)"), ("bnech", " (did you mean bench?)"),
     ("chat", " (vLLM's: hearth run MODEL chats in the terminal)"), ("frobnicate", ""),
+    # were bare "unknown command"s: vllm collect-env (hearth doctor), llama-perplexity (hearth eval perplexity)
+    ("collect-env", " (vLLM's: hearth doctor prints the versions, CPU tier, GPU, memory and models a bug report "
+                    "needs)"),
+    ("perplexity", " (llama.cpp's llama-perplexity: hearth eval perplexity MODEL (-f FILE, -c N, --chunks N))"),
 ])
 def test_an_unknown_command_names_the_one_meant(name, hint, capsys):
     """`hearth server` (llama-server's name) and vLLM's `chat` were a bare "unknown command"."""

@@ -93,8 +93,10 @@ FOREIGN_COMMANDS: dict[str, str] = {
             "chat template",
     "chat": "vLLM's: hearth run MODEL chats in the terminal",
     "complete": "vLLM's: hearth run MODEL --raw PROMPT completes the text",
+    "collect-env": "vLLM's: hearth doctor prints the versions, CPU tier, GPU, memory and models a bug report needs",
+    "perplexity": "llama.cpp's llama-perplexity: hearth eval perplexity MODEL (-f FILE, -c N, --chunks N)",
     **dict.fromkeys(["create", "cp", "push"], "ollama's: hearth runs a GGUF file as it is, no Modelfile or registry: "
                                                "give its path as MODEL (--chat-template, --system, the sampling "
                                                "flags set what a Modelfile would)"),
 }
-"""Commands that users of ollama type from habit -> what hearth does instead."""
+"""Commands that users of ollama, vLLM and llama.cpp type from habit -> what hearth does instead."""
