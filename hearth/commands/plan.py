@@ -28,7 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="a .gguf path, catalog name, org/repo:file.gguf, architecture preset "
                                  "(llama-70b, mixtral-8x7b, ...) or description "
                                  "(layers=32,hidden=4096,heads=32,kv_heads=8,ffn=14336,vocab=128256,quant=Q4_K_M)")
-    p.add_argument("--device", default=THIS, help=f"one of: {', '.join(known_devices())} (default: %(default)s)")
+    p.add_argument("--device", default=THIS, help=f"one of: {', '.join(known_devices())}; cpu: this, as serve's "
+                                                  "--device cpu (default: %(default)s)")
     p.add_argument("--ctx", "-c", "--ctx-size", type=token_count, default=None, metavar="N",
                    help="context length in tokens (or 32k, 32K), at most the model's; 0: the model's; -c/--ctx-size: "
                         "llama.cpp's spelling (default: the model's)")

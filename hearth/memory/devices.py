@@ -102,9 +102,12 @@ PRESETS: dict[str, Device] = {d.name.lower().replace(" ", "-"): d for d in (
     _preset("M4 Max", "apple", 128, 546, 16.1, "Apple spec (40-core GPU, 128 GB); FLOP/s estimated"),
     _preset("Jetson AGX Orin", "jetson", 64, 204.8, 42.5, "NVIDIA Jetson AGX Orin 64GB datasheet (dense FP16)"),
 )}
-ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "orin": "jetson-agx-orin", "jetson-orin": "jetson-agx-orin",
-           "3090": "rtx-3090", "4090": "rtx-4090", "5090": "rtx-5090"}
 THIS = "this"
+ALIASES = {"h100": "h100-sxm", "a100": "a100-80gb", "orin": "jetson-agx-orin", "jetson-orin": "jetson-agx-orin",
+           "3090": "rtx-3090", "4090": "rtx-4090", "5090": "rtx-5090",
+           "cpu": THIS}  # serve's and run's --device cpu: this machine's CPU, the one `this` measures
+GPU_WORDS = ("cuda", "gpu")
+"""serve's --device cuda and its like: no GPU is measured here; a plan names the GPU's model."""
 
 
 def known_devices() -> list[str]:
@@ -126,6 +129,9 @@ def get_device(name: str, memory_gib: float | None = None, refresh: bool = False
         device = this_device(refresh=refresh)
     elif key in PRESETS:
         device = PRESETS[key]
+    elif key in GPU_WORDS:
+        gpus = ", ".join(k for k, d in PRESETS.items() if d.kind == "cuda")
+        raise PlanError(f"--device {name}: a plan names the GPU's model ({gpus}); this (or cpu): this machine's CPU")
     else:
         raise PlanError(f"unknown device {name!r}; known: {', '.join(known_devices())}")
     if memory_gib is not None:

@@ -70,6 +70,16 @@ def test_a_ctx_past_the_model_s_is_the_model_s_with_serve_s_notice(capsys, caplo
         "hearth: the model's context is 4,096 tokens; using that, not the 1,000,000 asked for"]
 
 
+def test_device_cpu_is_this_machine_as_serve_s_device_cpu(capsys, monkeypatch):
+    """`hearth serve --device cpu` runs on this machine's CPU; `hearth plan --device cpu` was "unknown device"."""
+    import hearth.memory.this_machine as this_machine
+    from hearth.memory.devices import PRESETS
+
+    monkeypatch.setattr(this_machine, "this_device", lambda refresh=False: PRESETS["rtx-3090"])  # no measuring
+    code, out, _ = run(capsys, "llama-7b", "--device", "cpu", "--json")
+    assert code == 0 and json.loads(out)["inputs"]["device"] == PRESETS["rtx-3090"].name
+
+
 def test_ctx_0_is_the_model_s_own_as_in_serve_and_run(capsys, caplog):
     """hearth.loader.context's one rule: --ctx 0 plans the model's 4,096 tokens, without a notice."""
     code, out, _ = run(capsys, "llama-7b", "--device", "h200", "--ctx", "0", "--json")
@@ -78,6 +88,10 @@ def test_ctx_0_is_the_model_s_own_as_in_serve_and_run(capsys, caplog):
 
 @pytest.mark.parametrize("argv,needle", [
     (["llama-7b", "--device", "tpu"], "unknown device 'tpu'; known: this, h200"),
+    # serve's --device cuda was "unknown device 'cuda'" with a list of names that said nothing of it
+    (["llama-7b", "--device", "cuda"], "--device cuda: a plan names the GPU's model (h200, h100-sxm, b200, "
+                                       "a100-80gb, l40s, rtx-3090, rtx-4090, rtx-5090); this (or cpu): this "
+                                       "machine's CPU"),
     (["llama-7b", "--device", "h200", "--ctx", "-3"], "--ctx must be a number of tokens (0: the model's own), got -3"),
     (["llama-7b", "--device", "h200", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--concurrency", "-2"], "--concurrency must be at least 1"),
