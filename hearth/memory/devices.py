@@ -131,7 +131,8 @@ def get_device(name: str, memory_gib: float | None = None, refresh: bool = False
         device = PRESETS[key]
     elif key in GPU_WORDS:
         gpus = ", ".join(k for k, d in PRESETS.items() if d.kind == "cuda")
-        raise PlanError(f"--device {name}: a plan names the GPU's model ({gpus}); this (or cpu): this machine's CPU")
+        raise PlanError(f"--device {name}: name the GPU's model for its figures ({gpus}); this (or cpu): this "
+                        "machine's CPU, measured")
     else:
         raise PlanError(f"unknown device {name!r}; known: {', '.join(known_devices())}")
     if memory_gib is not None:

@@ -89,9 +89,9 @@ def test_ctx_0_is_the_model_s_own_as_in_serve_and_run(capsys, caplog):
 @pytest.mark.parametrize("argv,needle", [
     (["llama-7b", "--device", "tpu"], "unknown device 'tpu'; known: this, h200"),
     # serve's --device cuda was "unknown device 'cuda'" with a list of names that said nothing of it
-    (["llama-7b", "--device", "cuda"], "--device cuda: a plan names the GPU's model (h200, h100-sxm, b200, "
-                                       "a100-80gb, l40s, rtx-3090, rtx-4090, rtx-5090); this (or cpu): this "
-                                       "machine's CPU"),
+    (["llama-7b", "--device", "cuda"], "--device cuda: name the GPU's model for its figures (h200, h100-sxm, "
+                                       "b200, a100-80gb, l40s, rtx-3090, rtx-4090, rtx-5090); this (or cpu): this "
+                                       "machine's CPU, measured"),
     (["llama-7b", "--device", "h200", "--ctx", "-3"], "--ctx must be a number of tokens (0: the model's own), got -3"),
     (["llama-7b", "--device", "h200", "--concurrency", "0"], "--concurrency must be at least 1"),
     (["llama-7b", "--device", "h200", "--concurrency", "-2"], "--concurrency must be at least 1"),
