@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from hearth.bench import BenchError, corpus
+
+log = logging.getLogger("hearth")
 
 LONG_PROMPT_WORDS = 2000
 """Words of prose in a long-prompt request: ~2,600 tokens for a 50k-vocabulary BPE tokenizer."""
@@ -225,6 +228,18 @@ def warmup_request(max_tokens: int) -> BenchRequest:
     return BenchRequest(-1, [{"role": "user", "content": "Say hello in one word."}], max_tokens)
 
 
+def _in_flight(levels: list[int], requests: int) -> list[tuple[int, int]]:
+    """(concurrency, requests) per level for --requests N: a level of more than N in flight never had them (its
+    report said concurrency 4 for one request at a time, and priced it against 4 sequences' ceiling); such a
+    level runs at N, once, said in one line."""
+    over = [c for c in levels if c > requests]
+    if over:
+        log.warning(f"hearth: --requests {requests} keeps at most {requests} in flight: concurrency "
+                    f"{', '.join(map(str, over))} {'runs' if len(over) == 1 else 'run'} as {requests}")
+    ran = dict.fromkeys(min(c, requests) for c in levels)  # in order, each once
+    return [(c, requests) for c in ran]
+
+
 def build_workload(name: str, seed: int = 0, requests: int | None = None, concurrency: int | None = None,
                    max_tokens: int | None = None, levels: list[int] | None = None) -> Workload:
     """None takes the workload's default; `levels` replaces the concurrency levels (a sweep's 1, 2,
@@ -235,7 +250,7 @@ def build_workload(name: str, seed: int = 0, requests: int | None = None, concur
     top = concurrency or spec.concurrency
     max_tokens = max_tokens or spec.max_tokens
     levels = levels or (sweep_levels(top) if spec.sweep else [top])
-    counts = [(c, requests or spec.requests or 2 * c) for c in levels]
+    counts = _in_flight(levels, requests) if requests else [(c, max(spec.requests or 2 * c, c)) for c in levels]
     all_prompts = prompts(spec.family, seed, sum(n for _, n in counts))
     levels, start = [], 0
     for c, n in counts:

@@ -71,12 +71,31 @@ def test_chosen_levels():
     w = build_workload("concurrency-sweep", levels=[1, 8, 32])
     assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 2), (8, 16), (32, 64)]
     assert [r.index for lv in w.levels for r in lv.requests] == list(range(82))  # still no prompt twice
-    w = build_workload("chat", levels=[2, 3], requests=1)
-    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(2, 1), (3, 1)]
+    w = build_workload("chat", levels=[1, 2, 3], requests=2)
+    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 2), (2, 2)]  # 3 in flight: never
     with pytest.raises(BenchError, match="give --concurrency or --levels, not both"):
         build_workload("chat", levels=[2], concurrency=2)
     with pytest.raises(BenchError, match=r"--levels must each be between 1 and 1024, got \[\]"):
         build_workload("chat", levels=[])
+
+
+def test_a_level_runs_at_most_its_requests_in_flight(caplog):
+    """`hearth bench --requests 1` reported concurrency 4 (chat's) for one request at a time, and its % of ceiling
+    against 4 sequences' share: a level runs at most --requests in flight, said once; without --requests a level
+    gets at least as many requests as its concurrency."""
+    with caplog.at_level("WARNING", logger="hearth"):
+        w = build_workload("chat", requests=1)
+    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 1)] and w.max_concurrency == 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "hearth: --requests 1 keeps at most 1 in flight: concurrency 4 runs as 1"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="hearth"):
+        w = build_workload("concurrency-sweep", concurrency=8, requests=3)
+    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 3), (2, 3), (3, 3)]
+    assert [r.getMessage() for r in caplog.records] == [
+        "hearth: --requests 3 keeps at most 3 in flight: concurrency 4, 8 run as 3"]
+    w = build_workload("chat", concurrency=16)  # chat's 8 requests would keep 8 in flight
+    assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(16, 16)]
 
 
 def test_warmup_prompt_is_no_workloads():
