@@ -29,7 +29,7 @@ _FORMS = (
 )
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # What each refusal usually means for a hub user.
-_HTTP_HINTS = {
+HTTP_HINTS = {
     401: "set HF_TOKEN to a token that can read this repo",
     403: "the repo may be gated: accept its terms on the hub and set HF_TOKEN",
     404: "check the org/repo, the revision and the file name",
@@ -87,7 +87,7 @@ def _download_file(ref: HubRef, home, progress: bool, timeout: float) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     url = hub_url(ref)
-    redirects = _HubRedirects()
+    redirects = HubRedirects()
     with _open(url, part, redirects, timeout) as resp:
         offset = _resume_offset(resp, part, url)
         total = _content_length(resp, offset)
@@ -105,7 +105,7 @@ def _download_file(ref: HubRef, home, progress: bool, timeout: float) -> Path:
     return install_file(part, dest)
 
 
-class _HubRedirects(urllib.request.HTTPRedirectHandler):
+class HubRedirects(urllib.request.HTTPRedirectHandler):
     """Follows hub -> CDN redirects. The token goes only to the host it was meant for, and the
     sha256 the hub announces on the redirect (X-Linked-Etag, for LFS files) is kept."""
 
@@ -120,11 +120,17 @@ class _HubRedirects(urllib.request.HTTPRedirectHandler):
         return new
 
 
-def _open(url: str, part: Path, redirects: _HubRedirects, timeout: float):
-    have = part.stat().st_size if part.is_file() else 0
+def auth_headers() -> dict[str, str]:
+    """A hub request's headers: $HF_TOKEN as a Bearer token when set (HubRedirects keeps it off other hosts)."""
     headers = {"User-Agent": "hearth"}
     if token := os.environ.get("HF_TOKEN"):
         headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
+def _open(url: str, part: Path, redirects: HubRedirects, timeout: float):
+    have = part.stat().st_size if part.is_file() else 0
+    headers = auth_headers()
     if have:
         headers["Range"] = f"bytes={have}-"
     opener = urllib.request.build_opener(redirects)
@@ -134,7 +140,7 @@ def _open(url: str, part: Path, redirects: _HubRedirects, timeout: float):
         if e.code == 416 and have:  # the partial file is not a prefix the server knows: start over
             part.unlink()
             return _open(url, part, redirects, timeout)
-        hint = _HTTP_HINTS.get(e.code)
+        hint = HTTP_HINTS.get(e.code)
         raise DownloadError(f"{url}: HTTP {e.code} {e.reason}" + (f"; {hint}" if hint else "")) from None
     except (urllib.error.URLError, OSError) as e:
         raise DownloadError(f"cannot reach {url}: {getattr(e, 'reason', e)}") from None

@@ -1,7 +1,7 @@
 """What `hearth plan MODEL` was given -> (shape, weight inventory, a line on where the bytes come
 from). MODEL is a local .gguf, a catalog name (its header only: the first wheel part(s)), a hub
-reference (pulled on first use, as `hearth run` does), an architecture preset, or a key=value
-description (hearth.memory.describe)."""
+reference (its header only, by HTTP Range requests: hearth.loader.hub_header), an architecture
+preset, or a key=value description (hearth.memory.describe)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from hearth.errors import ModelNotFoundError
 from hearth.loader.catalog import CATALOG
 from hearth.loader.catalog_header import catalog_header
 from hearth.loader.gguf_loader import GGUFFile
+from hearth.loader.hub import parse_hub_ref
+from hearth.loader.hub_header import hub_header
 from hearth.loader.resolve import resolve_model
 from hearth.memory import PlanError
 from hearth.memory.describe import PRESETS, describe, is_description
@@ -37,6 +39,9 @@ def model_input(text: str, download: bool = True, progress: bool = True) -> Mode
         return from_description(text)
     if not local and text in CATALOG and download:  # its header: the first wheel part(s), not the model
         with catalog_header(CATALOG[text], progress=progress) as g:
+            return from_gguf(g)
+    if not local and download and (ref := parse_hub_ref(text)) is not None:  # its first MiBs, not the model
+        with hub_header(ref, progress=progress) as g:
             return from_gguf(g)
     try:
         path = resolve_model(text, download=download, progress=progress)

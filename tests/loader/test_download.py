@@ -37,6 +37,7 @@ class FakeHub:
         self.redirects: dict[str, tuple[str, str | None]] = {}  # path -> (location, X-Linked-Etag)
         self.truncate: set[str] = set()  # paths whose body is cut in half (Content-Length stays full)
         self.requests: list[tuple[str, dict[str, str]]] = []
+        self.sent = 0  # body bytes sent, all requests together
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -67,13 +68,16 @@ class FakeHub:
         if body is None:
             h.send_error(404, "Entry not found")
             return
-        start = int(h.headers["Range"].removeprefix("bytes=").rstrip("-")) if h.headers.get("Range") else 0
-        h.send_response(206 if start else 200)
-        if start:
-            h.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-        h.send_header("Content-Length", str(len(body) - start))
+        first, _, last = h.headers.get("Range", "bytes=0-").removeprefix("bytes=").partition("-")
+        start, end = int(first), min(int(last or len(body) - 1), len(body) - 1)
+        ranged = start > 0 or end < len(body) - 1
+        h.send_response(206 if ranged else 200)
+        if ranged:
+            h.send_header("Content-Range", f"bytes {start}-{end}/{len(body)}")
+        h.send_header("Content-Length", str(end + 1 - start))
         h.end_headers()
-        sent = body[start:]
+        sent = body[start:end + 1]
+        self.sent += len(sent)
         if h.path in self.truncate:
             sent = sent[: len(sent) // 2]
             h.close_connection = True
