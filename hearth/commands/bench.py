@@ -12,6 +12,7 @@ from pathlib import Path
 
 from hearth.bench import BenchError
 from hearth.bench.workloads import WORKLOADS
+from hearth.commands.human_ints import token_count
 from hearth.commands.threads_flag import THREADS_HELP, thread_count
 from hearth.config import DEFAULT_MODEL
 from hearth.errors import HearthError
@@ -44,7 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output", help="folder for results (default: ./bench-results/<timestamp>)")
     p.add_argument("--reference", help="an earlier run's reference.json to compare greedy outputs with; "
                                        "written by this run when it does not exist yet")
-    p.add_argument("--ctx", type=int, default=4096, help="in-process: context length (default: %(default)s)")
+    p.add_argument("--ctx", "-c", "--ctx-size", type=token_count, default=4096, metavar="N",
+                   help="in-process: context length in tokens (or 32k, 32K, auto), at most the model's; 0: the "
+                        "model's; -c/--ctx-size: llama.cpp's spelling, as run's (default: %(default)s)")
     p.add_argument("--threads", type=thread_count, default=0,
                    help=f"in-process: CPU threads; {THREADS_HELP} (default: 0); with --url: the server's, stated in "
                         "the report")
@@ -137,8 +140,8 @@ def _write_markdown(dest: str, text: str) -> None:
 
 
 def _local(args: argparse.Namespace, workload):
-    if args.ctx < 1:
-        raise BenchError(f"--ctx must be a positive number of tokens, got {args.ctx}")
+    if args.ctx < 0:  # 0: the model's own, as run's and serve's
+        raise BenchError(f"--ctx must be a number of tokens (0: the model's own), got {args.ctx}")
     if args.server_pid is not None:
         raise BenchError("--server-pid goes with --url; an in-process run measures its own memory")
     from dataclasses import asdict

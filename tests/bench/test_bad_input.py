@@ -35,7 +35,7 @@ CASES = [
     (["--requests", "0"], "--requests must be at least 1, got 0"),
     (["--max-tokens", "-3"], "--max-tokens must be at least 1, got -3"),
     (["--warmup", "-1"], "--warmup must be 0 or more, got -1"),
-    (["--ctx", "0"], "--ctx must be a positive number of tokens, got 0"),
+    (["--ctx", "-1"], "--ctx must be a number of tokens (0: the model's own), got -1"),
     (["--threads", "-2"], "--threads must be 0 (all cores) or more, got -2"),
     (["--model", "{d}/missing.gguf"], "missing.gguf"),
     (["--device", "tpu9000", "--model", "{d}/a-file"], "unknown device 'tpu9000'"),
@@ -88,6 +88,19 @@ def test_max_tokens_past_the_context_is_one_line_before_the_load(tmp_path, capsy
                  "--output", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err == (f"hearth: error: --max-tokens {context} leaves no room for a prompt in the "
                                        f"context of {context} tokens (--ctx); {remedy}\n")
+
+
+@pytest.mark.parametrize("argv, context", [(["--ctx", "0"], 256), (["-c", "auto"], 256), (["--ctx-size", "0.1k"], 100)])
+def test_the_context_as_run_spells_it(tmp_path, capsys, monkeypatch, argv, context):
+    """bench's --ctx took a plain positive int: 0 (the model's own), auto, 32k and -c were errors, unlike run's."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    import hearth.llm
+    write_tiny_gguf(tmp_path / "m.gguf", "llama")  # its own context: 256
+    monkeypatch.setattr(hearth.llm, "LLM", lambda *a, **kw: pytest.fail("the model loaded"))
+    assert main(["bench", "--model", str(tmp_path / "m.gguf"), *argv, "--max-tokens", str(context),
+                 "--output", str(tmp_path / "out")]) == 1
+    assert f"leaves no room for a prompt in the context of {context} tokens" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("ctx, max_tokens, remedy", [("128", "120", "lower --max-tokens or raise --ctx"),
