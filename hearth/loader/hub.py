@@ -1,6 +1,8 @@
 """Hugging Face hub references, fetched with the standard library.
 
 Accepted forms:  org/repo:file.gguf   org/repo@rev:file.gguf   hf://org/repo[@rev]/path/file.gguf
+and the file's link as the hub's page gives it, https://huggingface.co/org/repo/resolve/rev/path/file.gguf
+(or .../blob/..., hf.co, or $HF_ENDPOINT's host).
 The file comes from $HF_ENDPOINT (default https://huggingface.co) at /{org}/{repo}/resolve/{rev}/{file},
 with $HF_TOKEN as a Bearer token when set. It streams into `<dest>.part`, which a later try resumes
 with a Range request, and is renamed to its final name only once complete (layout: hearth.loader.store)."""
@@ -27,6 +29,19 @@ _FORMS = (
     re.compile(rf"^(?P<org>{_NAME})/(?P<repo>{_NAME})(?:@(?P<rev>[^/:@]+))?:(?P<file>.+)$"),
     re.compile(rf"^hf://(?P<org>{_NAME})/(?P<repo>{_NAME})(?:@(?P<rev>[^/:@]+))?/(?P<file>.+)$"),
 )
+_LINK = re.compile(rf"^https?://(?P<host>[^/]+)/(?P<org>{_NAME})/(?P<repo>{_NAME})/(?:resolve|blob)/(?P<rev>[^/?#]+)/"
+                   r"(?P<file>[^?#]+)(?:[?#].*)?$")
+"""A file's link copied from the hub's page (its download button adds ?download=true)."""
+HUB_HOSTS = ("huggingface.co", "hf.co")
+_OLLAMA_HOST = re.compile(r"^(?:hf\.co|huggingface\.co)/", re.IGNORECASE)
+_REPO_PAGE = re.compile(rf"^https?://(?P<host>[^/]+)/(?P<org>{_NAME})/(?P<repo>{_NAME})(?:/(?:tree|blob)/[^?#]*)?/?"
+                        r"(?:[?#].*)?$")
+
+
+def repo_page(text: str) -> str | None:
+    """org/repo when `text` is a repo's page on the hub (a link with no file in it), else None."""
+    m = _REPO_PAGE.match(text)
+    return f"{m['org']}/{m['repo']}" if m and m["host"].lower().removeprefix("www.") in _hosts() else None
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # What each refusal usually means for a hub user.
 HTTP_HINTS = {
@@ -51,12 +66,25 @@ class HubRef:
 
 def parse_hub_ref(text: str) -> HubRef | None:
     """A HubRef when `text` has one of the accepted forms, else None."""
+    bare = _OLLAMA_HOST.sub("", text)  # ollama's hf.co/org/repo:... names the same repo
     for form in _FORMS:
-        if m := form.match(text):
-            if any(seg in ("", ".", "..") for seg in m["file"].split("/")):
-                raise ModelNotFoundError(f"hub reference {text!r} has an unsafe file path")
-            return HubRef(m["org"], m["repo"], m["file"], m["rev"] or "main")
+        if m := form.match(bare):
+            return _ref(text, m)
+    if (m := _LINK.match(text)) and m["host"].lower().removeprefix("www.") in _hosts():
+        return _ref(text, m)
     return None
+
+
+def _ref(text: str, m: re.Match) -> HubRef:
+    if any(seg in ("", ".", "..") for seg in m["file"].split("/")):
+        raise ModelNotFoundError(f"hub reference {text!r} has an unsafe file path")
+    return HubRef(m["org"], m["repo"], m["file"], m["rev"] or "main")
+
+
+def _hosts() -> tuple[str, ...]:
+    """The hosts whose file links are hub references: the hub's, and $HF_ENDPOINT's (a mirror)."""
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).netloc.lower()
+    return (*HUB_HOSTS, endpoint.removeprefix("www."))
 
 
 def hub_path(ref: HubRef, home=None) -> Path:

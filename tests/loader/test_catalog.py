@@ -95,10 +95,36 @@ def test_hub_reference_already_on_disk(home):
     assert resolve_model("hf://org/repo/m.gguf") == stored
 
 
+@pytest.mark.parametrize("link", [
+    "https://huggingface.co/org/repo/resolve/main/m.gguf",  # the hub page's download link ...
+    "https://huggingface.co/org/repo/resolve/main/m.gguf?download=true",  # ... as its button gives it
+    "https://huggingface.co/org/repo/blob/main/m.gguf",  # the file's page
+    "https://hf.co/org/repo/resolve/main/m.gguf",
+    "http://127.0.0.1:9/org/repo/resolve/main/m.gguf",  # HF_ENDPOINT's host: a mirror's link
+    "hf.co/org/repo:m.gguf",  # ollama's hf.co/ prefix
+])
+def test_a_hub_file_s_link_is_a_hub_reference(home, link):
+    """A link copied from the hub's page was "model file not found: https://..." without the forms that work."""
+    stored = home / "hub" / "org" / "repo" / "m.gguf"
+    stored.parent.mkdir(parents=True)
+    stored.write_bytes(b"GGUF")
+    assert resolve_model(link) == stored
+    if "/main/" in link:  # a link's revision and folders are the reference's
+        at_rev = home / "hub" / "org" / "repo@v2" / "sub" / "m.gguf"
+        at_rev.parent.mkdir(parents=True)
+        at_rev.write_bytes(b"GGUF")
+        assert resolve_model(link.replace("main/m.gguf", "v2/sub/m.gguf")) == at_rev
+
+
 @pytest.mark.parametrize("name, message", [
     ("org/repo:README.md", "must name a .gguf file"),
     ("org/repo:../../escape.gguf", "unsafe file path"),
     ("hf://org/repo/a//b.gguf", "unsafe file path"),
+    ("https://huggingface.co/org/repo/resolve/main/a/../../b.gguf", "unsafe file path"),
+    ("https://huggingface.co/org/repo", "is a repo's page: name one of its .gguf files, org/repo:FILE.gguf"),
+    ("https://huggingface.co/org/repo/tree/main", "is a repo's page: name one of its .gguf files, org/repo:FILE.gguf"),
+    ("https://example.com/m.gguf", "hearth downloads Hugging Face hub files only"),
+    ("hf.co/org/repo:Q4_K_M", "must name a .gguf file: org/repo:FILE.gguf (not a quantization tag, as ollama's)"),
 ])
 def test_bad_hub_references(home, name, message):
     with pytest.raises(ModelNotFoundError, match=re.escape(message)):
