@@ -97,6 +97,18 @@ def test_a_bad_output_path_fails_before_a_model_loads(tmp_path, capsys, monkeypa
     assert "No such file or directory" in capsys.readouterr().err
 
 
+def test_a_byte_order_mark_is_no_bad_line(tmp_path, capsys, monkeypatch):
+    """A file saved with a UTF-8 BOM (Notepad, PowerShell 5's Out-File) was "line 1: not JSON (Unexpected UTF-8
+    BOM ...)"; here line 2 is the only bad one, and the check runs before any model loads."""
+    import hearth.commands.serve_models
+
+    monkeypatch.setattr(hearth.commands.serve_models, "build_pool", lambda *a: pytest.fail("loaded a model"))
+    src, out = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("\ufeff" + "\n".join([_line("a", **CHAT), _line("b", method="GET")]), encoding="utf-8")
+    assert main(["run-batch", "-i", str(src), "-o", str(out)]) == 1
+    assert capsys.readouterr().err == f"hearth: error: {src} line 2: method must be \"POST\", not 'GET'\n"
+
+
 def test_many_choices_a_line_are_answered_not_refused(instruct, tmp_path):
     """Lines of n=4 on two sequences overran the engine's queue (its --max-queued): 429 rows a batch cannot
     retry."""

@@ -125,11 +125,11 @@ def _counts(statuses: Counter) -> str:
 
 def _read(path: str) -> list[str]:
     if path == "-":
-        return sys.stdin.read().splitlines()
+        return sys.stdin.read().removeprefix("\ufeff").splitlines()
     if path.startswith(("http://", "https://")):  # vLLM's run-batch fetches one; hearth reads files
         raise HearthError(f"--input-file {path}: a URL; download it and give the file (or - for stdin)")
     try:
-        with open(path, encoding="utf-8") as f:
+        with open(path, encoding="utf-8-sig") as f:  # a BOM (Windows editors, PowerShell 5) was line 1's "not JSON"
             return f.read().splitlines()
     except OSError as e:
         raise HearthError(f"--input-file {path}: {e.strerror}") from None
