@@ -93,7 +93,7 @@ FIELDS = {
 def read_models_file(path: str) -> list[ModelEntry]:
     p = Path(path).expanduser()
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
+        data = tomllib.loads(p.read_text(encoding="utf-8-sig"))  # a BOM was "Invalid statement (at line 1, column 1)"
     except OSError as e:
         raise HearthError(f"--models {path}: cannot read it ({e.strerror or e})") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:

@@ -255,6 +255,13 @@ def test_missing_models_file_is_one_line(capsys, tmp_path):
     assert_one_line_error(code, err, "--models", "nope.toml", "cannot read it")
 
 
+def test_a_models_file_with_a_byte_order_mark_reads(tmp_path):
+    """A file saved with a UTF-8 BOM (Notepad) was "not valid TOML: Invalid statement (at line 1, column 1)"."""
+    (path := tmp_path / "models.toml").write_text('\ufeff[[models]]\nmodel = "smollm2-135m"\nname = "a"\n',
+                                                  encoding="utf-8")
+    assert [(e.model, e.name) for e in read_models_file(str(path))] == [("smollm2-135m", "a")]
+
+
 def test_read_models_file_resolves_relative_paths(tmp_path, tiny):
     (tmp_path / "m.toml").write_text(f'[[models]]\nmodel = "{tiny.name}"\n')
     assert read_models_file(str(tmp_path / "m.toml"))[0].model == str(tiny)
