@@ -114,8 +114,13 @@ def _split(name: str, rest: list[str]) -> tuple[str | None, list[str]] | int:
         print(_sub_usage(name))
         raise SystemExit(0)
     if rest[0] not in SUBCOMMANDS[name]:
-        print(f"hearth: error: unknown {name} command {rest[0]!r}; {name} commands: {', '.join(SUBCOMMANDS[name])}",
-              file=sys.stderr)
+        later = next((a for a in rest if a in SUBCOMMANDS[name]), None)
+        if rest[0].startswith("-") and later is not None:  # `hearth eval --limit 2 tools`, as git takes no such order
+            moved = " ".join([later, *(a for a in rest if a is not later)])
+            print(f"hearth: error: options go after the {name} command: hearth {name} {moved}", file=sys.stderr)
+        else:
+            print(f"hearth: error: unknown {name} command {rest[0]!r}; {name} commands: "
+                  f"{', '.join(SUBCOMMANDS[name])}", file=sys.stderr)
         return 2
     return rest[0], rest[1:]
 

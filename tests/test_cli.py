@@ -47,6 +47,18 @@ def test_cluster_serve_is_a_subcommand_with_its_own_usage(capsys):
     assert capsys.readouterr().err == "hearth: error: unknown cluster command 'bogus'; cluster commands: serve\n"
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["eval", "--limit", "2", "tools"], "options go after the eval command: hearth eval tools --limit 2"),
+    (["cluster", "--replicas", "2", "serve", "m"], "options go after the cluster command: hearth cluster serve "
+                                                   "--replicas 2 m"),
+    (["eval", "--limit", "2"], "unknown eval command '--limit'; eval commands: perplexity, tools"),
+])
+def test_options_before_a_subcommand_say_where_they_go(argv, line, capsys):
+    """`hearth eval --limit 2 tools` was "unknown eval command '--limit'"."""
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"hearth: error: {line}\n"
+
+
 @pytest.mark.parametrize("argv", [["pull", "smollm2-135m"], ["run", "smollm2-135m", "hi"], ["doctor"]])
 def test_an_unusable_hearth_home_is_one_line_before_any_work(argv, tmp_path, capsys, monkeypatch):
     """HEARTH_HOME naming a file was a NotADirectoryError traceback (after a minute of kernel build for run)."""
