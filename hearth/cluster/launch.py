@@ -43,7 +43,8 @@ class ClusterSpec:
             if value < 1:
                 raise ClusterError(f"{flag} must be at least 1, not {value}")
         if not self.startup_timeout_s > 0:  # 0 started Ray and a replica, then gave up at once
-            raise ClusterError(f"--startup-timeout must be a positive number of seconds, not {self.startup_timeout_s:g}")
+            raise ClusterError(f"--startup-timeout must be a positive number of seconds, "
+                               f"not {self.startup_timeout_s:g}")
         make_router(self.routing, self.replicas, load_factor=self.load_factor)
 
 

@@ -49,8 +49,10 @@ def test_bad_settings_fail_before_ray_starts(capsys, tmp_path):
                          (["--mmproj", "mmproj.gguf"], "takes no images yet (--mmproj)"),
                          (["--pooling", "mean"], "takes no --pooling yet"),
                          # 0 started Ray, then gave up on the replicas at once
-                         (["--startup-timeout", "0"], "--startup-timeout must be a positive number of seconds, not 0"),
-                         (["--startup-timeout", "-5"], "--startup-timeout must be a positive number of seconds, not -5"),
+                         (["--startup-timeout", "0"], "--startup-timeout must be a positive number of seconds, "
+                                                      "not 0"),
+                         (["--startup-timeout", "-5"], "--startup-timeout must be a positive number of seconds, "
+                                                       "not -5"),
                          (["--startup-timeout", "nan"], "--startup-timeout must be a positive number of seconds")):
         assert main(["cluster", "serve", str(tmp_path / "never-read.gguf"), *argv]) == 1
         assert needle in _one_error_line(capsys.readouterr().err)
