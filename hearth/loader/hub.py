@@ -220,5 +220,10 @@ def _check_complete(part: Path, url: str, total: int | None, sha256: str, expect
         head = f.read(len(GGUF_MAGIC))
     if head != GGUF_MAGIC:  # a login or proxy page, a git pointer: it was kept, listed and "pulled" (exit 0)
         part.unlink()
-        raise DownloadError(f"{url}: what came is not a GGUF file (it begins {head!r}, not {GGUF_MAGIC!r}); "
-                            "check the file name, or HF_ENDPOINT and HF_TOKEN")
+        raise not_gguf(url, head)
+
+
+def not_gguf(url: str, head: bytes) -> DownloadError:
+    """What came from url begins with `head`, not GGUF's magic."""
+    return DownloadError(f"{url}: what came is not a GGUF file (it begins {head[:len(GGUF_MAGIC)]!r}, not "
+                         f"{GGUF_MAGIC!r}); check the file name, or HF_ENDPOINT and HF_TOKEN")

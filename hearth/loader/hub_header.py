@@ -16,7 +16,8 @@ from pathlib import Path
 
 from hearth.errors import DownloadError
 from hearth.loader.gguf_loader import GGUF_MAGIC, SPLIT_NAME, GGUFFile, TruncatedHeader
-from hearth.loader.hub import HTTP_HINTS, HubRedirects, HubRef, auth_headers, download_hub, hub_path, hub_url
+from hearth.loader.hub import (HTTP_HINTS, HubRedirects, HubRef, auth_headers, download_hub, hub_path, hub_url,
+                               not_gguf)
 from hearth.loader.store import byte_bar, staging_dir
 
 FIRST_BYTES = 4 << 20
@@ -41,8 +42,7 @@ def _read_header(url: str, head: Path, ref: HubRef, progress: bool, timeout: flo
         while True:
             data, total = _fetch(url, have, have + want - 1, timeout)
             if have == 0 and not data.startswith(GGUF_MAGIC):
-                raise DownloadError(f"{url}: what came is not a GGUF file (it begins {data[:4]!r}, not "
-                                    f"{GGUF_MAGIC!r}); check the file name, or HF_ENDPOINT and HF_TOKEN")
+                raise not_gguf(url, data)
             out.write(data)
             out.flush()
             have += len(data)
