@@ -17,7 +17,7 @@ from hearth.layers.linear import use_linear_policy
 from hearth.media.inputs import MediaInput
 from hearth.runner.messages import ScheduledSequence, SchedulerOutput
 
-from tests.gguf_factory import tiny_dir
+from tests.gguf_factory import SPECULATES, tiny_dir
 from tests.models.test_logits_vs_transformers import tf_overrides
 
 REL_TOL = 1e-3  # exact linears on both sides, hearth's K/V in f16 (measured 2e-4 here; an image's rows
@@ -207,7 +207,8 @@ def tiny_fast(request, tmp_path_factory):
     """(arch, LLM on the tier's fast paths over Q8_0 weights: the fused C++ layers and stack, the native
     attention; transformers' model of the same file, dims)."""
     arch = request.param
-    d, name, dims = tiny_dir(tmp_path_factory.mktemp(arch), arch, qtype="Q8_0")
+    # llama's default head_dim 16 runs torch's attention, where speculation is off: heads the native kernels take
+    d, name, dims = tiny_dir(tmp_path_factory.mktemp(arch), arch, qtype="Q8_0", **(SPECULATES if arch == "llama" else {}))
     llm = LLM(str(d / name), max_model_len=128, block_size=4, progress=False, max_num_batched_tokens=128)
     attach(llm, FakeEncoder(dims.hidden))
     hf = transformers.AutoModelForCausalLM.from_pretrained(

@@ -6,6 +6,8 @@ blocks saved and loaded (the disk tier's payloads)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -128,8 +130,9 @@ def test_whole_blocks_save_and_load(tiny):
 def q8_path(tmp_path_factory):
     """A Q8_0 file whose blocks add little to the stream (tests/lfm2_factory.hf_lfm2): its greedy text repeats
     short runs, so n-gram drafts get accepted."""
-    return write_lfm2_gguf(tmp_path_factory.mktemp("lfm2q8") / "tiny-lfm2-q8.gguf", hf_lfm2(seed=4, blocks=0.2),
-                           qtype="Q8_0")
+    d = replace(DIMS, heads=2, head_dim=32)  # heads the native attention takes (head_dim 16: speculation off)
+    return write_lfm2_gguf(tmp_path_factory.mktemp("lfm2q8") / "tiny-lfm2-q8.gguf", hf_lfm2(seed=1, d=d, blocks=0.2),
+                           qtype="Q8_0", d=d)
 
 
 GREEDY = SamplingParams(temperature=0, max_tokens=24, ignore_eos=True, logprobs=1)
