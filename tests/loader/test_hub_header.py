@@ -7,19 +7,9 @@ import pytest
 
 from hearth.errors import DownloadError
 from tests.gguf_factory import write_tiny_gguf
-from tests.loader.test_download import FakeHub
+from tests.loader.test_download import FakeHub, hub  # noqa: F401 (hub: the fake hub's fixture)
 
 URL = "/org/repo/resolve/main/m.gguf"
-
-
-@pytest.fixture
-def hub(tmp_path, monkeypatch):
-    server = FakeHub()
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HEARTH_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
-    yield server
-    server.close()
 
 
 def test_plan_of_a_hub_model_reads_its_header_only(hub, tmp_path, monkeypatch):
