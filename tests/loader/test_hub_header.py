@@ -7,7 +7,7 @@ import pytest
 
 from hearth.errors import DownloadError
 from tests.gguf_factory import write_tiny_gguf
-from tests.loader.test_download import FakeHub, hub  # noqa: F401 (hub: the fake hub's fixture)
+from tests.loader.test_download import hub  # noqa: F401 (the fake hub's fixture)
 
 URL = "/org/repo/resolve/main/m.gguf"
 
