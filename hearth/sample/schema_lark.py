@@ -21,11 +21,16 @@ from collections.abc import Callable
 
 NUMBER = "JSON_NUMBER"
 GAP = "JSON_GAP"
+CALL_LAYOUT = r"[ \t]{0,4}(\n{1,2}[ \t]{0,20})?"
+"""The whitespace a tool call's JSON takes between two tokens: a few spaces, or a line break or two and an
+indent of up to 20 (llama.cpp's schema grammars' `space` rule), as pretty-printed JSON writes a nested
+object's members: a newline and 4 spaces were refused under `[ \t\n]{0,4}` (BFCL simple_python_260's `area`,
+both Qwen2.5-Coder models in guard mode). Bounded, so a small model cannot pad forever."""
 TERMINALS = {
     # at most 15 integer digits and 10 of fraction, as schema_bounds' NUMBER_LIMIT and NUMBER_STEP allow,
     # and an exponent of two: a double's range, never inf
     NUMBER: r"/-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,10})?([eE][+-]?[0-9]{1,2})?/",
-    GAP: r"/[ \t\n]{0,4}/",  # a tool call's layout between tokens (hearth.tool_parsers.schema.TOOL_JSON)
+    GAP: f"/{CALL_LAYOUT}/",
 }
 
 _WORDS = frozenset({"title", "description", "default", "examples"})

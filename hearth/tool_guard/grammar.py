@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 
-from hearth.sample.schema_lark import with_terminals
+from hearth.sample.schema_lark import CALL_LAYOUT, with_terminals
 from hearth.tool_guard.triggers import (ARGUMENTS_KEY, FUNCTION_TAG, GEMMA, NAMED, OPEN_OBJECT, TAGGED, Trigger,
                                         triggers_for)
 from hearth.tool_parsers.gemma4 import END as GEMMA_END
@@ -23,7 +23,7 @@ from hearth.tool_parsers.schema import declared_only, json_rules
 from hearth.tool_parsers.types import tool_parameters
 
 # one gap of layout inside a call: bounded, so a small model cannot pad with newlines forever
-_GAP = r"/[ \t\n]{0,4}/"
+_GAP = f"/{CALL_LAYOUT}/"
 # a reasoning channel at the start of the output, any of the marks hearth.tool_parsers.reasoning reads
 _OPENS = "|".join(re.escape(m.open).replace("/", "\\/") for m in MARKERS)
 _THOUGHT = "|".join(f"{re.escape(m.open)}(.|\\n)*{re.escape(m.close)}".replace("/", "\\/") for m in MARKERS)

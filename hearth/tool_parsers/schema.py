@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import llguidance
 
 from hearth.sample.schema_bounds import with_bounded_numbers
-from hearth.sample.schema_lark import value_rules, with_terminals
+from hearth.sample.schema_lark import CALL_LAYOUT, value_rules, with_terminals
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.gemma4_grammar import Gemma4CallConstraint
 from hearth.tool_parsers.types import ToolParserError, tool_parameters
@@ -30,7 +30,7 @@ _WRAPPERS = {
 }
 _OWN_GRAMMARS = {"gemma4": Gemma4CallConstraint}
 """Formats whose arguments are not JSON: a grammar of their own syntax, from each tool's schema."""
-TOOL_JSON = {"whitespace_pattern": r"[ \t\n]{0,4}", "lenient": True}
+TOOL_JSON = {"whitespace_pattern": CALL_LAYOUT, "lenient": True}
 """llguidance's options for a tool's arguments in a call grammar: bounded layout between JSON
 tokens (with any amount a small model may pad forever), and lenient: a keyword it cannot enforce
 (uniqueItems, not, if/then, contains, an unknown format, overlapping oneOf: valid JSON Schema,

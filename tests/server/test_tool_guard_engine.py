@@ -69,7 +69,7 @@ def test_a_held_call_streams_as_the_grammar_writes_it(client):
     the engine writes it (id and name, then pieces), and the guard finds it valid at the end."""
     closed = {"type": "function", "function": {"name": "w", "parameters": {
         "type": "object", "properties": {"c": {"enum": ["xy", "z"]}}, "required": ["c"], "additionalProperties": False}}}
-    body = {"model": "tiny", "max_tokens": 120, "temperature": 0, "tools": [closed], "tool_choice": "required",
+    body = {"model": "tiny", "max_tokens": 400, "temperature": 0, "tools": [closed], "tool_choice": "required",
             "messages": [{"role": "user", "content": "hi"}], "stream": True}
     with client.stream("POST", "/v1/chat/completions", json=body) as s:
         chunks = [json.loads(line[6:]) for line in s.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
@@ -89,7 +89,7 @@ def test_a_dotted_tool_name_round_trips_through_the_grammar_and_parser(client, c
     dotted = {"type": "function", "function": {"name": "weather.get", "parameters": {
         "type": "object", "properties": {"c": {"enum": ["xy", "z"]}}, "required": ["c"], "additionalProperties": False}}}
     other = {"type": "function", "function": {"name": "weather", "parameters": {"type": "object"}}}
-    body = {"model": "tiny", "max_tokens": 120, "temperature": 0, "tools": [other, dotted], "tool_choice": choice,
+    body = {"model": "tiny", "max_tokens": 300, "temperature": 0, "tools": [other, dotted], "tool_choice": choice,
             "messages": [{"role": "user", "content": "hi"}]}
     r = client.post("/v1/chat/completions", json=body)
     assert r.status_code == 200, r.text

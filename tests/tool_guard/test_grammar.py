@@ -4,6 +4,8 @@ a token straddles either of its ends; `<think>` free; parallel_tool_calls false 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from hearth.api.tools import anthropic_tools
@@ -275,3 +277,26 @@ GEMMA_CALL = '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:2}<tool_cal
 def test_gemma4_calls_are_constrained_once_they_start(text, ok):
     assert accepts(text, fmt="gemma4", reasoning=True) == ok
     assert accepts(GEMMA_CALL, fmt="gemma4", parallel=False) and not accepts(GEMMA_CALL * 2, fmt="gemma4", parallel=False)
+
+
+AREA = {"type": "function", "function": {"name": "area", "parameters": {"type": "object", "properties": {
+    "shape": {"type": "string"}, "dims": {"type": "object", "properties": {
+        "width": {"type": "integer"}, "height": {"type": "number"}}, "required": ["width", "height"]}},
+    "required": ["dims"]}}}
+
+
+@pytest.mark.parametrize("indent", [None, 2, 4, "\t"])
+def test_a_pretty_printed_call_is_taken(indent):
+    """A newline and 4 spaces before a nested member were refused (at most 4 whitespace characters a gap):
+    the 1.5B then wrote `"area": {}` and the 0.5B the parameter's schema (BFCL simple_python_260, guard mode)."""
+    call = {"name": "area", "arguments": {"shape": "rect", "dims": {"width": 20, "height": 1.2e1}}}
+    text = "<tool_call>\n" + json.dumps(call, indent=indent) + "\n</tool_call>"
+    assert accepts(text, tools=[AREA])
+    forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [AREA], "required").lark()))
+    assert feed(forced, TOK.encode(text)) and TOK.eos_id in allowed(forced)
+
+
+@pytest.mark.parametrize("gap", ["\n\n\n", " " * 5, "\n" + " " * 21])
+def test_a_calls_layout_stays_bounded(gap):
+    text = '<tool_call>\n{"name": "area", "arguments": {' + gap + '"dims": {"width": 1, "height": 2}}}\n</tool_call>'
+    assert not accepts(text, tools=[AREA])
