@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from typing import NamedTuple
 
 NUMBER = "JSON_NUMBER"
 GAP = "JSON_GAP"
@@ -54,9 +55,10 @@ def with_terminals(lines: list[str]) -> list[str]:
     return lines + [f"{name}: {rx}" for name, rx in TERMINALS.items() if any(name in ln for ln in lines)]
 
 
-class _Spell:
-    def __init__(self, as_json: Callable[[dict], dict], sep: str):
-        self.as_json, self.sep = as_json, sep
+class _Spell(NamedTuple):
+    as_json: Callable[[dict], dict]
+    sep: str
+    """Between two tokens: " GAP " (a tool call's layout) or " " (compact JSON)."""
 
 
 def _named(rule: str, schema, spell: _Spell, rules: list[str]) -> str:
