@@ -165,7 +165,7 @@ class LLM:
             self.speculation_off = (f"{why} a verify row is not computed bit for bit as a decode row, so drafts "
                                     "would not be lossless"
                                     + (" (the draft model is not loaded)" if draft_gguf is not None else ""))
-            log.warning("hearth: speculative decoding is off: %s", self.speculation_off)
+            log.warning("speculative decoding is off: %s", self.speculation_off)
             spec = draft_gguf = None
         spec = chains_only(spec, mc)  # a recurrent model verifies chains: a line where trees were asked for
         draft_gguf = llm_draft.draft_weights(spec, draft_gguf, self.backend)
@@ -317,7 +317,7 @@ class LLM:
                     while self.engine.has_unfinished():  # saves a failed step gave back: no request is left
                         self.engine.step()
                 except Exception as e:  # the caller saw this error from its call already: say it, close anyway
-                    log.warning("hearth: KV disk saves given back by a failed step were lost: %s", e)
+                    log.warning("KV disk saves given back by a failed step were lost: %s", e)
                 finally:
                     self.engine.close()
 

@@ -52,7 +52,7 @@ def draft_weights(spec: SpeculativeConfig | None, g: GGUFFile | None, backend) -
     once speculation is known to run: the encoding is the load's slowest part)."""
     if g is None or not spec.draft_quant:
         return g
-    log.info(f"hearth: draft {g.path.name}: matrices at {spec.draft_quant} (encoded at the first load, then cached)")
+    log.info(f"draft {g.path.name}: matrices at {spec.draft_quant} (encoded at the first load, then cached)")
     return requantized(g, spec.draft_quant, backend)
 
 

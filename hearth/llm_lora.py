@@ -33,6 +33,6 @@ def attach(model, g, files: list[LoraFile], entries: list) -> LoraAdapters | Non
         return None
     attach_lora(model, g, files)
     for j, (f, (_, scale)) in enumerate(zip(files, entries)):  # as llama-server lists them at start
-        log.info("hearth: LoRA adapter %d: %s at scale %g", j, f.path, scale)
+        log.info("LoRA adapter %d: %s at scale %g", j, f.path, scale)
     return LoraAdapters([str(f.path) for f in files], [float(s) for _, s in entries],
                         [model_fingerprint(f.path) for f in files])

@@ -26,7 +26,7 @@ def recurrent_engine(cfg: EngineConfig, mc: ModelConfig) -> EngineConfig:
     if not (kind := recurrent(mc)):
         return cfg
     if cfg.kv_disk_dir:
-        log.warning("hearth: the KV disk tier (--kv-disk-dir) is off for %s: their state is kept per sequence, "
+        log.warning("the KV disk tier (--kv-disk-dir) is off for %s: their state is kept per sequence, "
                     "not per block", kind)
         cfg = replace(cfg, kv_disk_dir="")
     return cfg
@@ -38,7 +38,7 @@ def chains_only(spec, mc: ModelConfig):
     where a tree was asked for. Degraded rather than refused: the same --speculative-config serves every model."""
     if spec is None or not spec.tree_budget or not (kind := recurrent(mc)):
         return spec
-    log.warning("hearth: speculative_config.tree_budget is ignored for %s: its drafts are verified as chains (the "
+    log.warning("speculative_config.tree_budget is ignored for %s: its drafts are verified as chains (the "
                 "recurrent state follows one path)", kind)
     return replace(spec, tree_budget=0)
 

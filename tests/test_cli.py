@@ -983,7 +983,7 @@ def test_the_terminal_format_labels_warnings_and_not_notes(capsys):
     from hearth.commands.logs import configure_logging
 
     configure_logging("info", terminal=True)
-    logging.getLogger("hearth.loader").info("hearth: draft d.gguf: matrices at q8_0")
+    logging.getLogger("hearth.loader").info("draft d.gguf: matrices at q8_0")
     logging.getLogger("hearth.kvstore").warning("KV disk tier: ignoring %s", "x.kv")
     logging.getLogger("hearth.kvstore").debug("not at info")
     assert capsys.readouterr().err.splitlines() == ["hearth: draft d.gguf: matrices at q8_0",

@@ -29,7 +29,7 @@ def select(device: str = "auto") -> Backend:
         missing = cuda_missing()
         if missing is None:
             return _backend("cuda")
-        log.warning(f"hearth: --device cuda: {missing}; running on the CPU")
+        log.warning(f"--device cuda: {missing}; running on the CPU")
     return _backend("torch" if device == "torch" else "cpu")
 
 

@@ -234,7 +234,7 @@ def _in_flight(levels: list[int], requests: int) -> list[tuple[int, int]]:
     level runs at N, once, said in one line."""
     over = [c for c in levels if c > requests]
     if over:
-        log.warning(f"hearth: --requests {requests} keeps at most {requests} in flight: concurrency "
+        log.warning(f"--requests {requests} keeps at most {requests} in flight: concurrency "
                     f"{', '.join(map(str, over))} {'runs' if len(over) == 1 else 'run'} as {requests}")
     ran = dict.fromkeys(min(c, requests) for c in levels)  # in order, each once
     return [(c, requests) for c in ran]

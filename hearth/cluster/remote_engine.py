@@ -149,7 +149,7 @@ class ClusterEngine:
 
     def replica_failed(self, slot: ReplicaSlot, error: BaseException) -> None:
         if slot.up:
-            log.warning("hearth: replica %s failed (%s); Ray restarts it", slot.name, type(error).__name__)
+            log.warning("replica %s failed (%s); Ray restarts it", slot.name, type(error).__name__)
             slot.up = False
 
     async def _health_loop(self) -> None:
@@ -171,7 +171,7 @@ class ClusterEngine:
         if isinstance(result, ReplicaInfo):  # a slow answer to a poll also lands here: same pid
             slot.restarts += result.pid != slot.info.pid
             slot.info, slot.up, slot.stats = result, True, None
-            log.warning("hearth: replica %s is back (pid %d)", slot.name, result.pid)
+            log.warning("replica %s is back (pid %d)", slot.name, result.pid)
 
 
 async def _await(ref):

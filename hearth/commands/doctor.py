@@ -69,7 +69,7 @@ def _tier_lines() -> list[str]:
     tier, warning = tiers.choose(os.environ, flags, arch)
     best = tiers.choose({}, flags, arch)[0]
     if warning:
-        why = warning.removeprefix("hearth: ")
+        why = warning
     elif tiers.forced():
         why = "forced by the environment"
     else:

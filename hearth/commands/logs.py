@@ -2,7 +2,8 @@
 loader's and backends' notes) on stderr. hearth.cli sets them up once for every command as its other lines
 read (`hearth: warning: ...`); a server (serve, cluster, run-batch) writes them at `--log-level` in uvicorn's
 format, beside uvicorn's own. uvicorn configures only its own loggers; without this, Python's last-resort
-handler printed hearth's warnings bare and its info and debug lines never."""
+handler printed hearth's warnings bare and its info and debug lines never. The format says who is talking, so
+no message starts `hearth: ` itself (tests/test_log_lines.py): `WARNING:  ...` in a server's log, as uvicorn's."""
 
 from __future__ import annotations
 
@@ -25,11 +26,10 @@ class _Stderr(logging.StreamHandler):
 
 
 class TerminalFormatter(logging.Formatter):
-    """`hearth: warning: ...` (`hearth: ...` below warning), as hearth.cli writes its own lines. Many messages
-    start `hearth: ` already, which sets them apart from uvicorn's lines in a server's log: not said twice."""
+    """`hearth: warning: ...` (`hearth: ...` below warning), as hearth.cli writes its own lines."""
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record).removeprefix("hearth: ")
+        text = super().format(record)
         level = f"{record.levelname.lower()}: " if record.levelno >= logging.WARNING else ""
         return f"hearth: {level}{text}"
 

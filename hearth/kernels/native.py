@@ -132,7 +132,7 @@ def lib() -> ctypes.CDLL | None:
                 library_path = None
         if load_error is not None:
             used = loaded_tier.name if loaded_tier else tiers.TORCH.name
-            tiers.log.warning(f"hearth: the {tier.name} tier's kernels are unavailable ({load_error}); using {used}")
+            tiers.log.warning(f"the {tier.name} tier's kernels are unavailable ({load_error}); using {used}")
     return _lib
 
 

@@ -99,10 +99,10 @@ def choose(env: dict, flags: set[str], arch: str | None = "x86_64") -> tuple[Tie
         return best, None
     tier = BY_NAME.get(forced)
     if tier is None:
-        return best, f"hearth: HEARTH_CPU_TIER={forced} is not a tier; use one of {', '.join(BY_NAME)}; using {best.name}"
+        return best, f"HEARTH_CPU_TIER={forced} is not a tier; use one of {', '.join(BY_NAME)}; using {best.name}"
     why = missing(tier, flags, arch)
     if why is not None:
-        return best, f"hearth: HEARTH_CPU_TIER={forced} needs {why}; using {best.name}"
+        return best, f"HEARTH_CPU_TIER={forced} needs {why}; using {best.name}"
     return tier, None
 
 

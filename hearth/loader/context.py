@@ -14,7 +14,7 @@ log = logging.getLogger("hearth")
 def context_to_run(asked: int, trained: int, quiet: bool = False) -> int:
     """quiet: no warning (a check before the load, which says it once itself)."""
     if asked > trained and not quiet:
-        log.warning(f"hearth: the model's context is {trained:,} tokens; using that, not the {asked:,} asked for")
+        log.warning(f"the model's context is {trained:,} tokens; using that, not the {asked:,} asked for")
     return min(asked or trained, trained)
 
 
@@ -25,7 +25,7 @@ def context_in_cache(context: int, cache_tokens: int) -> int:
     largest that fits; `run --ctx 200000` and a models-file `context` past the cache once failed)."""
     if context <= cache_tokens:
         return context
-    log.warning(f"hearth: context lowered to {cache_tokens:,} tokens (from {context:,}): the KV cache holds "
+    log.warning(f"context lowered to {cache_tokens:,} tokens (from {context:,}): the KV cache holds "
                 f"{cache_tokens:,} tokens for one sequence; a larger KV cache (kv_cache_memory_gb / "
                 "num_kv_blocks) raises it, or, with a quantized KV cache, fewer max_num_seqs (their staging "
                 "shares the bound)")

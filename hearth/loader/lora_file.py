@@ -67,7 +67,7 @@ def read_lora(path: str | os.PathLike) -> LoraFile:
         suffix = next((s for s in SUFFIXES if name.endswith(s)), None)
         if suffix is None:
             if name.endswith("_norm.weight"):  # llama.cpp skips these too
-                log.warning("hearth: %s: %s is not a LoRA pair: skipped", path.name, name)
+                log.warning("%s: %s is not a LoRA pair: skipped", path.name, name)
                 continue
             raise ModelLoadError(f"{path}: tensor {name!r} is neither a .lora_a nor a .lora_b")
         halves.setdefault(name[:-len(suffix)], {})[suffix] = t

@@ -75,5 +75,5 @@ def admits(name: str, implements: Implements, spec: ArchSpec) -> bool:
     reason = refusal(name, implements, spec)
     if reason is not None and reason not in _logged:
         _logged.add(reason)
-        log.info(f"hearth: {reason}; those layers run op by op")
+        log.info(f"{reason}; those layers run op by op")
     return reason is None

@@ -392,7 +392,7 @@ def base_config(g: GGUFFile, **overrides) -> ModelConfig:
         # longrope without its factors, or a type hearth does not know: positions past the original context would be off
         original = fields["rope_original_context"] or fields["context_length"]
         fields["context_length"] = min(fields["context_length"], original)
-        log.warning("hearth: %s: rope scaling %r is not implemented: the context is kept to the model's original "
+        log.warning("%s: rope scaling %r is not implemented: the context is kept to the model's original "
                     "%d tokens", g.path.name, scaling, fields["context_length"])
     fields.update(overrides)
     return ModelConfig(**fields)

@@ -175,7 +175,7 @@ class SpeculativeConfig:
             return self
         k = max(1, min(self.k, max_model_len - 1))
         if k < self.k:
-            log.info(f"hearth: speculative decoding drafts up to {k} tokens a step, not method {self.method}'s "
+            log.info(f"speculative decoding drafts up to {k} tokens a step, not method {self.method}'s "
                      f"default {self.k}: a step verifies them and the next token within the {max_model_len}-token "
                      "context")
         return replace(self, num_speculative_tokens=k)

@@ -87,13 +87,13 @@ def test_a_level_runs_at_most_its_requests_in_flight(caplog):
         w = build_workload("chat", requests=1)
     assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 1)] and w.max_concurrency == 1
     assert [r.getMessage() for r in caplog.records] == [
-        "hearth: --requests 1 keeps at most 1 in flight: concurrency 4 runs as 1"]
+        "--requests 1 keeps at most 1 in flight: concurrency 4 runs as 1"]
     caplog.clear()
     with caplog.at_level("WARNING", logger="hearth"):
         w = build_workload("concurrency-sweep", concurrency=8, requests=3)
     assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(1, 3), (2, 3), (3, 3)]
     assert [r.getMessage() for r in caplog.records] == [
-        "hearth: --requests 3 keeps at most 3 in flight: concurrency 4, 8 run as 3"]
+        "--requests 3 keeps at most 3 in flight: concurrency 4, 8 run as 3"]
     w = build_workload("chat", concurrency=16)  # chat's 8 requests would keep 8 in flight
     assert [(lv.concurrency, len(lv.requests)) for lv in w.levels] == [(16, 16)]
 

@@ -42,7 +42,7 @@ def test_a_context_asked_for_past_the_cache_is_lowered_in_one_warning_line(model
         llm = LLM(str(model_file), num_kv_blocks=2, block_size=16, max_model_len=256, progress=False)
     assert llm.max_model_len == 32
     lines = [r.getMessage() for r in caplog.records if "KV cache" in r.getMessage()]
-    assert lines == ["hearth: context lowered to 32 tokens (from 256): the KV cache holds 32 tokens for one "
+    assert lines == ["context lowered to 32 tokens (from 256): the KV cache holds 32 tokens for one "
                      "sequence; a larger KV cache (kv_cache_memory_gb / num_kv_blocks) raises it, or, with a quantized "
                      "KV cache, fewer max_num_seqs (their staging shares the bound)"], lines
     assert LLM(str(model_file), num_kv_blocks=2, block_size=16, max_model_len=32, progress=False).max_model_len == 32

@@ -273,7 +273,7 @@ def test_a_failed_build_falls_back_with_one_warning_line(monkeypatch, caplog, fr
     assert native.lib() is None and native.lib() is None  # decided once: no second warning
     lines = [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"]
     # the tier, the compiler's first error, the tier used instead
-    assert lines == [f"hearth: the {tier} tier's kernels are unavailable (g++ failed: gguf_kernels.cpp:1:10: "
+    assert lines == [f"the {tier} tier's kernels are unavailable (g++ failed: gguf_kernels.cpp:1:10: "
                      "error: boom); using torch"]
     assert tiers.active() == "torch"
 
@@ -297,7 +297,7 @@ def test_a_failed_avx512_build_falls_back_to_the_avx2_library(monkeypatch, caplo
     assert tiers.active() == "avx2" and native.has("paged_attention") and not native.has("kv_quant")
     assert native.library_path.name.startswith("gguf_kernels_avx2-")
     lines = [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"]
-    assert lines == [f"hearth: the {tier} tier's kernels are unavailable (g++ failed: cc1plus: error: "
+    assert lines == [f"the {tier} tier's kernels are unavailable (g++ failed: cc1plus: error: "
                      "unrecognized command-line option '-mavx512f'); using avx2"]
 
 

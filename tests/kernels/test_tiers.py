@@ -45,17 +45,17 @@ def test_native_0_means_torch():
 
 @pytest.mark.parametrize("env,flags,line", [
     ({"HEARTH_CPU_TIER": "amx"}, NO_TILES,
-     "hearth: HEARTH_CPU_TIER=amx needs CPU flag amx_tile, which this CPU lacks; using avx512"),
+     "HEARTH_CPU_TIER=amx needs CPU flag amx_tile, which this CPU lacks; using avx512"),
     ({"HEARTH_CPU_TIER": "avx512"}, AVX2,
-     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512f, which this CPU lacks; using avx2"),
+     "HEARTH_CPU_TIER=avx512 needs CPU flag avx512f, which this CPU lacks; using avx2"),
     ({"HEARTH_CPU_TIER": "avx512"}, set(AVX512) - {"avx512_vnni"},
-     "hearth: HEARTH_CPU_TIER=avx512 needs CPU flag avx512_vnni, which this CPU lacks; using avx2"),
+     "HEARTH_CPU_TIER=avx512 needs CPU flag avx512_vnni, which this CPU lacks; using avx2"),
     ({"HEARTH_CPU_TIER": "avx2"}, NO_F16C,
-     "hearth: HEARTH_CPU_TIER=avx2 needs CPU flag f16c, which this CPU lacks; using torch"),
+     "HEARTH_CPU_TIER=avx2 needs CPU flag f16c, which this CPU lacks; using torch"),
     ({"HEARTH_CPU_TIER": "neon"}, AVX2,
-     f"hearth: HEARTH_CPU_TIER=neon needs aarch64 Linux (this is {sys.platform}/{platform.machine()}); using avx2"),
+     f"HEARTH_CPU_TIER=neon needs aarch64 Linux (this is {sys.platform}/{platform.machine()}); using avx2"),
     ({"HEARTH_CPU_TIER": "avx9000"}, NO_TILES,
-     "hearth: HEARTH_CPU_TIER=avx9000 is not a tier; use one of amx, avx512, avx2, neon, torch; using avx512"),
+     "HEARTH_CPU_TIER=avx9000 is not a tier; use one of amx, avx512, avx2, neon, torch; using avx512"),
 ])
 def test_a_tier_that_cannot_run_is_one_line_naming_why_and_what_runs(env, flags, line):
     tier, warning = choose(env, flags)
@@ -65,10 +65,10 @@ def test_a_tier_that_cannot_run_is_one_line_naming_why_and_what_runs(env, flags,
 
 def test_a_tier_on_the_wrong_platform_names_it():
     _, warning = choose({"HEARTH_CPU_TIER": "avx512"}, SPR, arch=None)
-    assert warning.startswith("hearth: HEARTH_CPU_TIER=avx512 needs x86-64 Linux (this is ")
+    assert warning.startswith("HEARTH_CPU_TIER=avx512 needs x86-64 Linux (this is ")
     assert warning.endswith("; using torch")
     _, warning = choose({"HEARTH_CPU_TIER": "avx2"}, ARM, arch="aarch64")
-    assert warning.startswith("hearth: HEARTH_CPU_TIER=avx2 needs x86-64 Linux (this is ")
+    assert warning.startswith("HEARTH_CPU_TIER=avx2 needs x86-64 Linux (this is ")
     assert warning.endswith("; using neon")
 
 
@@ -84,7 +84,7 @@ def test_selected_warns_once_through_the_log(monkeypatch, caplog):
     finally:
         tiers.selected.cache_clear()
     assert [r.getMessage() for r in caplog.records if r.name == "hearth.kernels"] == [
-        "hearth: HEARTH_CPU_TIER=amx needs CPU flag amx_tile, which this CPU lacks; using avx512"]
+        "HEARTH_CPU_TIER=amx needs CPU flag amx_tile, which this CPU lacks; using avx512"]
 
 
 def test_every_tier_needs_what_the_one_below_needs():

@@ -45,7 +45,7 @@ def test_a_ctx_past_the_model_s_is_the_model_s_said_once(model_path, capsys, cap
     with caplog.at_level("WARNING", logger="hearth"):
         assert main(args) == 1  # the text is shorter than one window of 8,192: that is the error, not --ctx
     notes = [r.getMessage() for r in caplog.records if "context" in r.getMessage()]
-    assert notes == ["hearth: the model's context is 8,192 tokens; using that, not the 99,999 asked for"]
+    assert notes == ["the model's context is 8,192 tokens; using that, not the 99,999 asked for"]
     err = capsys.readouterr().err
     assert "fewer than one window of 8192" in err and "longer than the model's context" not in err
 

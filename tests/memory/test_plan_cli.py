@@ -67,7 +67,7 @@ def test_a_ctx_past_the_model_s_is_the_model_s_with_serve_s_notice(capsys, caplo
     code, out, _ = run(capsys, "llama-7b", "--device", "h200", "--ctx", "1000000", "--json")
     assert code == 0 and json.loads(out)["inputs"]["ctx"] == 4096
     assert [r.getMessage() for r in caplog.records] == [
-        "hearth: the model's context is 4,096 tokens; using that, not the 1,000,000 asked for"]
+        "the model's context is 4,096 tokens; using that, not the 1,000,000 asked for"]
 
 
 def test_device_cpu_is_this_machine_as_serve_s_device_cpu(capsys, monkeypatch):

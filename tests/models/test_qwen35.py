@@ -185,7 +185,7 @@ def test_the_disk_tier_is_off_with_a_line(tiny, tmp_path, caplog, hf_greedy):
     with caplog.at_level(logging.WARNING, logger="hearth"):
         llm = _exact_llm(tiny[1], kv_disk_dir=str(tmp_path))
     lines = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    assert ("hearth: the KV disk tier (--kv-disk-dir) is off for a model with recurrent layers (qwen35): their "
+    assert ("the KV disk tier (--kv-disk-dir) is off for a model with recurrent layers (qwen35): their "
             "state is kept per sequence, not per block") in lines
     assert llm.disk is None and llm.config.kv_disk_dir == ""
     prompts, want = hf_greedy

@@ -83,7 +83,7 @@ def test_a_tree_budget_is_verified_as_chains_with_a_line(q8, prompts, plain, cap
     with caplog.at_level(logging.WARNING, logger="hearth"):
         llm = _speculative(q8, {**NGRAM, "tree_budget": 8, "prompt_lookup_max": 3})
     lines = [r.getMessage() for r in caplog.records]
-    assert ("hearth: speculative_config.tree_budget is ignored for a model with recurrent layers (qwen35): its "
+    assert ("speculative_config.tree_budget is ignored for a model with recurrent layers (qwen35): its "
             "drafts are verified as chains (the recurrent state follows one path)") in lines
     assert _generate(llm, prompts) == plain
     assert _drafted_accepted(llm)[1] > 0
