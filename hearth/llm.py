@@ -89,9 +89,11 @@ class LLM:
         ({"rope_type": "none"}: none; {"factor": 4}: the file's kind); rope_freq_base: theta over the file's (0: its)
       max_logprobs: most top logprobs per token a request may ask (-1: no cap)
       threads: CPU threads (0: torch's default); device: auto | cpu | cuda | torch; seed: default seed
-    progress: a loading bar on a terminal."""
+    progress: a loading bar on a terminal; threads_named: what a warning calls `threads`, before its number
+    (serve's --models entries name their field)."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, **engine_args):
+    def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, threads_named: str = "--threads",
+                 **engine_args):
         known = {f.name for f in fields(EngineConfig)}
         unknown = sorted(set(engine_args) - known)
         if unknown:
@@ -113,8 +115,8 @@ class LLM:
             torch.set_num_threads(cfg.threads)
             if cfg.threads > (cpus := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()):
                 # every step waits for its slowest thread, and the extra ones are always descheduled
-                log.warning("--threads %d is more than the %d CPUs this process may use: steps run slower, not faster",
-                            cfg.threads, cpus)
+                log.warning("%s %d is more than the %d CPUs this process may use: steps run slower, not faster",
+                            threads_named, cfg.threads, cpus)
         t0 = time.perf_counter()
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)

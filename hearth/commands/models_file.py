@@ -7,7 +7,8 @@ checked (hearth.commands.serve_models turns them into the pool's ModelSpecs).
     aliases = ["gpt-4o-mini"]      # more names for it
     context = 8192                 # default: --max-model-len, else the model's own
     kv_cache_dtype = "q8_0"        # default: --kv-cache-dtype
-    threads = 2                    # its engine thread's CPU threads (default: --threads, else all cores)
+    threads = 2                    # its engine thread's CPU threads (default: --threads, else all cores;
+                                   #   -1: all cores, as llama.cpp's -t -1)
     pinned = true                  # loaded at start and never unloaded (default: false)
     keep_alive = "10m"             # unloaded once idle this long (default: --keep-alive, else forever)
     router = "small"               # a model of this server that answers its single-turn tool calls when
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from hearth.api.durations import seconds
 from hearth.commands.serve_speculation import ENTRY_FIELD, entry_config
+from hearth.commands.threads_flag import LLAMA_DEFAULT
 from hearth.errors import HearthError
 
 
@@ -39,6 +41,7 @@ class ModelEntry:
     context: int = 0
     kv_cache_dtype: str = ""
     threads: int = 0
+    """Its CPU threads; 0: --threads's; -1 (LLAMA_DEFAULT): every core, as the flag's -1 (serve_loader)."""
     pinned: bool = False
     where: str = field(default="", compare=False)
     """How errors name it: `models.toml: models[2] ('coder')`, or `MODEL 'x'`."""
@@ -79,7 +82,7 @@ FIELDS = {
     "aliases": (lambda v: isinstance(v, list) and all(_text(a) for a in v), "a list of non-empty strings"),
     "context": (_count, "a whole number of tokens (0: the model's own)"),
     "kv_cache_dtype": (_text, "a KV-cache format name"),
-    "threads": (_count, "a whole number of threads (0: all cores)"),
+    "threads": (lambda v: _count(v) or v == LLAMA_DEFAULT, "a whole number of threads (0: --threads's; -1: all cores)"),
     "pinned": (lambda v: isinstance(v, bool), "true or false"),
     "router": (_text, "the name of another model this server serves"),
     "router_threshold": (_unit, "a number in [0, 1]"),

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hearth.commands.lora_flags import lora_names
 from hearth.commands.models_file import ModelEntry
+from hearth.commands.threads_flag import LLAMA_DEFAULT
 
 
 class Loader:
@@ -23,7 +24,12 @@ class Loader:
 
         self.args, self.by_id, self.mmproj = args, by_id, mmproj or {}
         self.first = next(iter(by_id), None)  # the model --lora's adapters are for
-        self.default_threads = args.threads or torch.get_num_threads()
+        self.all_cores = torch.get_num_threads()  # torch's default, before any load sets it
+        self.default_threads = args.threads or self.all_cores
+
+    def threads(self, entry: ModelEntry) -> int:
+        """Its entry's threads: its own, else --threads's, else every core (-1: every core, as llama.cpp's)."""
+        return {0: self.default_threads, LLAMA_DEFAULT: self.all_cores}.get(entry.threads, entry.threads)
 
     def __call__(self, spec):
         from functools import partial
@@ -40,12 +46,15 @@ class Loader:
 
         a = self.args
         (entry, path, speculation), mmproj = self.by_id[spec.name], self.mmproj.get(spec.name, "")
-        threads = entry.threads or self.default_threads
-        llm = LLM(str(path), **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
-                                "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
-                                "speculative_config": speculation,
-                                "lora": engine_args(a)["lora"] if spec.name == self.first else [],
-                                "mmproj": mmproj})
+        threads = self.threads(entry)
+        # a warning names the entry's field, not a --threads the user did not type
+        named = f"{entry.where}: threads =" if entry.threads > 0 else "--threads"
+        llm = LLM(str(path), threads_named=named,
+                  **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
+                     "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
+                     "speculative_config": speculation,
+                     "lora": engine_args(a)["lora"] if spec.name == self.first else [],
+                     "mmproj": mmproj})
         if getattr(a, "pooling", None):  # llama-server's --pooling, over the GGUF's (check_pooling took it)
             llm.model_config.pooling = a.pooling
         if not llm.embeds_only:  # an encoder samples nothing: no grammar vocabulary

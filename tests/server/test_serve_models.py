@@ -446,3 +446,37 @@ def test_a_bad_keep_alive_flag_is_argparse_s_line_naming_it(capsys, value):
     assert capsys.readouterr().err == (  # one line: argparse's usage above it is gone
         f"hearth serve: error: argument --keep-alive: must be a duration such as 5m, 1h30m, 300 (seconds) or -1 "
         f"(forever), not {value!r} (hearth serve --help lists the options)\n")
+
+
+def test_an_entry_s_threads_minus_one_is_every_core_as_the_flag_s(tiny, tmp_path):
+    """`threads = -1` was refused while `--threads -1` (llama.cpp's default) runs on every core: an entry's -1 is
+    every core too, whatever --threads says; its 0 is --threads's."""
+    import torch
+
+    (tmp_path / "models.toml").write_text(
+        '[[models]]\nname = "all"\nmodel = "tiny-llama-q8.gguf"\nthreads = -1\n'
+        '[[models]]\nname = "flag"\nmodel = "tiny-llama-q8.gguf"\n'
+        '[[models]]\nname = "own"\nmodel = "tiny-llama-q8.gguf"\nthreads = 3\n')
+    pool = build_pool(serve_args("--models", str(tmp_path / "models.toml"), "--threads", "1"))
+    got = {name: pool.loader.threads(entry) for name, (entry, _, _) in pool.loader.by_id.items()}
+    assert got == {"all": torch.get_num_threads(), "flag": 1, "own": 3}
+
+
+def test_an_entry_s_threads_past_the_cpus_is_said_naming_its_field(tiny, tmp_path, caplog):
+    """`threads = 999` warned "--threads 999 is more than ...": a flag the user did not type."""
+    import os
+
+    import torch
+
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    (tmp_path / "models.toml").write_text(f'[[models]]\nname = "big"\nmodel = "tiny-llama-q8.gguf"\nthreads = {cpus + 1}\n')
+    pool = build_pool(serve_args("--models", str(tmp_path / "models.toml"), "--max-model-len", "64"))
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level("WARNING", logger="hearth"):
+            pool.loader(pool.slots[0].spec)  # its engine thread starts with the server: nothing to stop
+    finally:
+        torch.set_num_threads(before)
+    said = [r.getMessage() for r in caplog.records if "CPUs this process may use" in r.getMessage()]
+    assert said == [f"models.toml: models[1] ('big'): threads = {cpus + 1} is more than the {cpus} CPUs this process "
+                    "may use: steps run slower, not faster"]
