@@ -105,9 +105,21 @@ def read_models_file(path: str) -> list[ModelEntry]:
     if extra:
         raise HearthError(f"{p.name}: unknown table or key {extra[0]!r}: list models as [[models]] entries")
     entries = data.get("models")
+    if isinstance(entries, dict):  # [models] or [models.coder]: TOML's one table, not its array of tables
+        table = _table(entries)
+        named = "" if table == "[models]" else " with its `name`"
+        raise HearthError(f"{p.name}: {table} is one table: write each model as an [[models]] entry (double "
+                          f"brackets){named}")
     if not isinstance(entries, list) or not entries:
         raise HearthError(f"{p.name}: no models: add [[models]] entries with at least `model = ...`")
     return [_entry(raw, f"{p.name}: models[{i}]", p.parent) for i, raw in enumerate(entries, 1)]
+
+
+def _table(models: dict) -> str:
+    """The table header the user wrote: [models], or [models.NAME] when every key holds a table."""
+    if models and all(isinstance(v, dict) for v in models.values()):
+        return f"[models.{next(iter(models))}]"
+    return "[models]"
 
 
 def _entry(raw, where: str, base: Path) -> ModelEntry:

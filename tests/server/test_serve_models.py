@@ -197,7 +197,11 @@ def test_several_models_default_to_the_planners_usable_memory(tiny, tmp_path):
     ('[[models]]\nname = "n"\nmodel = "no-such-model"\n', ["models[1] ('n'): model: unknown model 'no-such-model'"]),
     ('[[models]]\nname = "a"\nmodel = "tiny.gguf"\n[[models]]\nname = "a"\nmodel = "tiny.gguf"\n',
      ["models[2] ('a'): name 'a' is already"]),
-    ('[models]\nmodel = "x"\n', ["models.toml: no models"]),
+    ('[models]\nmodel = "x"\n', ["models.toml: [models] is one table: write each model as an [[models]] entry "
+                                "(double brackets)"]),
+    ('[models.coder]\nmodel = "x"\n', ["models.toml: [models.coder] is one table: write each model as an [[models]] "
+                                      "entry (double brackets) with its `name`"]),
+    ('models = []\n', ["models.toml: no models: add [[models]] entries"]),
     ('[[models]\n', ["not valid TOML"]),
     ('model = "x"\n', ["unknown table or key 'model'"]),
 ])
