@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hearth.loader.catalog import DEFAULT_MODEL
+from hearth.loader.gguf_loader import check_header
 from hearth.loader.resolve import resolve_model
 
 
@@ -17,5 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     # an already-downloaded model is verified (size + cached checksum) and not fetched again
-    print(resolve_model(args.model, download=True, progress=not args.quiet))
+    path = resolve_model(args.model, download=True, progress=not args.quiet)
+    check_header(path)  # a local path is any file: one `hearth run` would refuse is said now, not printed as pulled
+    print(path)
     return 0

@@ -131,7 +131,7 @@ class GGUFFile:
     def _read(self, path: Path, size: int | None, first: bool) -> int:
         """One file's header: its metadata (the first file's is the model's), its tensors over its own
         map. Returns the GGUF version."""
-        _check_header(path)
+        check_header(path)
         buf = np.memmap(path, dtype=np.uint8, mode="r")
         cur = _Cursor(buf, path)
         cur.pos = 4
@@ -263,7 +263,8 @@ def expert_views(t: GGUFTensor) -> list[GGUFTensor]:
             for e in range(t.shape[0])]
 
 
-def _check_header(path: Path) -> None:
+def check_header(path: Path) -> None:
+    """A file that is there and begins as a GGUF (its magic), else one line saying which it is not."""
     if not path.exists():
         raise ModelLoadError(f"model file not found: {path}")
     if not path.is_file():

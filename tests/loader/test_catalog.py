@@ -161,3 +161,16 @@ def test_cli_pull_unknown_model_is_one_error_line(home, capsys, monkeypatch):
     rc, out, err = run_cli(["pull", "llama-9000"], capsys, monkeypatch)
     assert (rc, out) == (1, "")
     assert err.startswith("hearth: error: unknown model 'llama-9000'") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("head", [b"not a model\n", b""])
+def test_cli_pull_of_a_local_file_not_a_gguf_is_one_error_line(home, tmp_path, capsys, monkeypatch, head):
+    """`hearth pull notes.txt` printed its path and exited 0, and `hearth run` then refused it: checked as run
+    checks it (its magic); a GGUF is its own path, as before."""
+    f = tmp_path / "notes.txt"
+    f.write_bytes(head)
+    rc, out, err = run_cli(["pull", str(f)], capsys, monkeypatch)
+    assert (rc, out) == (1, "")
+    assert err.splitlines() == [f"hearth: error: {f}: not a GGUF file (bad magic {head[:4]!r}, expected b'GGUF')"]
+    f.write_bytes(b"GGUF")
+    assert run_cli(["pull", str(f)], capsys, monkeypatch) == (0, f"{f}\n", "")
