@@ -7,16 +7,14 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from gguf import constants as gguf_constants
-
 from hearth.api.chat_template import ChatTemplate
 from hearth.api.media_prompt import encode_with_images
 from hearth.config import MAX_LOGPROBS
+from hearth.loader.file_type import quantization
 from hearth.tool_parsers import (Marks, detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
                                  reasoning_marks, supports_tools)
 
@@ -181,25 +179,9 @@ def gguf_facts(gguf) -> dict:
         return isinstance(v, plain) or listed and all(isinstance(x, plain) for x in v)
 
     metadata = {k: v for k, v in gguf.metadata.items() if k != "tokenizer.chat_template" and small(v)}
-    count, types = 0, Counter()
-    for t in gguf.tensors.values():
-        n = math.prod(t.shape)
-        count += n
-        if len(t.shape) == 2:
-            types[t.qtype.name] += n
+    count = sum(math.prod(t.shape) for t in gguf.tensors.values())
     return {"metadata": metadata, "parameter_count": count, "file_size": gguf.file_size,
-            "quantization": _file_type(gguf.metadata.get("general.file_type"))
-            or (types.most_common(1)[0][0] if types else "")}
-
-
-def _file_type(value) -> str:
-    """general.file_type as llama.cpp and Ollama name it (15: Q4_K_M; its matrices are Q4_K, Q6_K and Q5_0 or
-    Q8_0 by layer, so the commonest type misnames it); "" where absent or unknown."""
-    try:
-        name = gguf_constants.LlamaFileType(int(value)).name
-    except (TypeError, ValueError):
-        return ""
-    return "" if name == "GUESSED" else name.removeprefix("MOSTLY_").removeprefix("ALL_")
+            "quantization": quantization(gguf)}
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hearth.errors import HearthError
 from hearth.loader.catalog import CATALOG, CatalogEntry
+from hearth.loader.file_type import quantization
+from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.store import catalog_path, hearth_home, marker_matches
 
 HEADER = ("NAME", "SIZE", "ARCH/QUANT", "DOWNLOADED")
@@ -43,8 +46,17 @@ def _hub_rows(home: Path) -> list[tuple[str, ...]]:
             continue
         repo, _, rev = parts[1].partition("@")
         ref = f"{parts[0]}/{repo}{'@' + rev if rev else ''}:{'/'.join(parts[2:])}"
-        rows.append((ref, human_size(path.stat().st_size), "-", f"yes  {path}"))
+        rows.append((ref, human_size(path.stat().st_size), _arch_quant(path), f"yes  {path}"))
     return rows
+
+
+def _arch_quant(path: Path) -> str:
+    """`llama/Q4_K_M` from the file's header alone (its own part of a split model); "-" where it does not read."""
+    try:
+        g = GGUFFile(path, size=path.stat().st_size)  # size: this file only, its tensors without data
+    except (OSError, ValueError, HearthError):
+        return "-"
+    return f"{g.arch}/{quantization(g) or '-'}"
 
 
 def human_size(n: int) -> str:

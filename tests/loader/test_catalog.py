@@ -174,3 +174,17 @@ def test_cli_pull_of_a_local_file_not_a_gguf_is_one_error_line(home, tmp_path, c
     assert err.splitlines() == [f"hearth: error: {f}: not a GGUF file (bad magic {head[:4]!r}, expected b'GGUF')"]
     f.write_bytes(b"GGUF")
     assert run_cli(["pull", str(f)], capsys, monkeypatch) == (0, f"{f}\n", "")
+
+
+def test_models_lists_a_hub_file_s_arch_and_quant_from_its_header(home, capsys, monkeypatch):
+    """`hearth models` showed "-" under ARCH/QUANT for every downloaded hub file; a file whose header does not
+    read (a partial download) stays "-", the listing goes on."""
+    from tests.gguf_factory import write_tiny_gguf
+
+    repo = home / "hub" / "org" / "repo"
+    repo.mkdir(parents=True)
+    write_tiny_gguf(repo / "tiny.gguf", "llama", qtype="Q8_0")  # no general.file_type: its matrices' type
+    (repo / "cut.gguf").write_bytes(b"GGUF")
+    rc, out, _ = run_cli(["models"], capsys, monkeypatch)
+    rows = {line.split()[0]: line.split()[3] for line in out.splitlines() if line.startswith("org/")}
+    assert rc == 0 and rows == {"org/repo:cut.gguf": "-", "org/repo:tiny.gguf": "llama/Q8_0"}, out
