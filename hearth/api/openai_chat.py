@@ -20,6 +20,7 @@ from hearth.api.media_parts import RequestImages
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
+from hearth.api.reasoning_tokens import reasoning_tokens
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, response_format, stop_list, token_ids
 from hearth.api.sampling import asked_prompt_logprobs
 from hearth.api.sse import DONE, SSEResponse, data_event
@@ -137,13 +138,20 @@ class _Reply:
         self.id = f"chatcmpl-{source.request_id}"
         self.created = int(time.time())
         self.completion_tokens = 0
+        self.reasoning = [""] * source.n
+        """Each choice's reasoning text so far: its tokens are usage's reasoning_tokens."""
         self.continuous = False
         """stream_options.continuous_usage_stats (with include_usage): every chunk carries the usage so far."""
 
-    def usage(self) -> dict:
+    def usage(self, final: bool = True) -> dict:
+        """final: with completion_tokens_details where the answer reasoned (OpenAI's shape), which a continuous
+        stream's other chunks leave out: encoding the reasoning again at every chunk would be quadratic."""
         p, c = self.src.num_prompt_tokens, self.completion_tokens
-        return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
-                "prompt_tokens_details": {"cached_tokens": self.src.num_cached_tokens}}
+        out = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c,
+               "prompt_tokens_details": {"cached_tokens": self.src.num_cached_tokens}}
+        if final and any(self.reasoning):
+            out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens(self.served, self.reasoning, c)}
+        return out
 
     def extension(self) -> dict | None:
         """The `hearth` field: what the tool guard did (choice 0's report; every choice's when n > 1)."""
@@ -161,7 +169,7 @@ class _Reply:
             calls = parsed.tool_calls if self.parallel else parsed.tool_calls[:1]
             message: dict = {"role": "assistant", "content": parsed.content or (None if calls else "")}
             if parsed.reasoning:
-                message["reasoning_content"] = message["reasoning"] = parsed.reasoning
+                message["reasoning_content"] = message["reasoning"] = self.reasoning[c.index] = parsed.reasoning
             if calls and self.legacy:
                 message["function_call"] = {"name": calls[0].name, "arguments": calls[0].arguments}
             elif calls:
@@ -188,8 +196,8 @@ class _Reply:
     def _chunk(self, choices: list, usage: bool, usage_value=None, ext: dict | None = None) -> str:
         payload = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                    "model": self.model, "system_fingerprint": None, "choices": choices}
-        if usage:
-            payload["usage"] = self.usage() if self.continuous else usage_value
+        if usage:  # the last chunk's usage; with continuous stats, every other chunk's so far
+            payload["usage"] = self.usage(final=False) if self.continuous and usage_value is None else usage_value
         if ext is not None:
             payload["hearth"] = ext
         return data_event(payload)
@@ -203,6 +211,7 @@ class _Reply:
         try:
             async for i, out in self.src.updates():
                 self.completion_tokens += len(out.token_ids)
+                self.reasoning[i] += "".join(e.text for e in out.events if isinstance(e, ReasoningDelta))
                 deltas = _deltas(out.events, called, i, self.parallel, self.legacy, sent[i])
                 logprobs = None
                 if self.k is not None and out.logprobs:

@@ -21,6 +21,7 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard, answer_room
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.media_parts import RequestImages
+from hearth.api.reasoning_tokens import reasoning_tokens
 from hearth.api.responses_background import Run
 from hearth.api.messages import openai_messages
 from hearth.api.responses_items import (as_items, chat_tool_choice, chat_tools, input_messages, text_format,
@@ -266,11 +267,11 @@ class _Reply:
 
     def usage(self) -> dict:
         p, c = self.gen.num_prompt_tokens, len(self.output_ids)
-        reasoning = sum(len(self.served.encode_text(i["summary"][0]["text"], add_special_tokens=False))
-                        for i in self.builder.items if i["type"] == "reasoning")
+        reasoning = reasoning_tokens(self.served, [i["summary"][0]["text"] for i in self.builder.items
+                                                   if i["type"] == "reasoning"], c)
         return {"input_tokens": p, "input_tokens_details": {"cached_tokens": self.gen.num_cached_tokens,
                                                             "cache_write_tokens": 0},
-                "output_tokens": c, "output_tokens_details": {"reasoning_tokens": min(reasoning, c)},
+                "output_tokens": c, "output_tokens_details": {"reasoning_tokens": reasoning},
                 "total_tokens": p + c}
 
     def _on_output(self, out, logprobs: list[dict] | None = None) -> list[dict]:

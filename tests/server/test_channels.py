@@ -8,6 +8,7 @@ import json
 import pytest
 
 from hearth.api.parsing import anthropic_stop, openai_finish
+from tests.server.fakes import SCRIPTS
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "weather in a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -139,6 +140,24 @@ def test_reasoning_split_whole_and_streamed(fake):
     assert "".join(getattr(d, "reasoning_content", None) or "" for d in deltas) == "The user wants a greeting."
     assert "".join(getattr(d, "reasoning", None) or "" for d in deltas) == "The user wants a greeting."
     assert "".join(d.content or "" for d in deltas) == "Hi!"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_chat_usage_counts_reasoning_tokens_as_responses_does(fake, monkeypatch, stream):
+    """Chat completions' usage had no completion_tokens_details.reasoning_tokens (OpenAI's shape) where
+    /v1/responses reported them: the same count (the reasoning's text in tokens), where the answer reasoned."""
+    monkeypatch.setitem(SCRIPTS, "brief_think", ["<think>", "ok", "</think>", "Hi", " there", "!"])
+
+    def usage(script):
+        if not stream:
+            return chat(fake, script).usage
+        return stream_chat(fake, script, stream_options={"include_usage": True})[-1].usage
+
+    u = usage("brief_think")
+    assert (u.completion_tokens, u.completion_tokens_details.reasoning_tokens) == (6, 2)
+    r = fake.openai.responses.create(model="fake-model", input="script:brief_think")
+    assert r.usage.output_tokens_details.reasoning_tokens == 2
+    assert usage("hello").completion_tokens_details is None
 
 
 def test_unclosed_reasoning_is_all_reasoning(fake):
