@@ -310,7 +310,8 @@ class _Reply:
         return body
 
     def store_unfinished(self, status: str) -> None:
-        """A background run that failed or was cancelled: what it had said by then, for GET and follow-ups."""
+        """A response that failed (streamed, or a background run) or was cancelled: what it had said by then,
+        for GET and follow-ups."""
         messages = self.conversation + assistant_messages(self.builder.items)
         images = self.images.continued(self.images.vision) if self.images else None  # a follow-up shows them again
         self.ended = self.response(status)
@@ -345,9 +346,11 @@ class _Reply:
             err = from_hearth_error(e, "/v1/responses")
             yield self._event({"type": "error", "code": err.code or "server_error", "message": err.message,
                                "param": err.param})
+            if self.body.store and self.run is None:  # kept failed, as OpenAI keeps it (a run stores its own)
+                self.store_unfinished("failed")
             # a stream ends with a lifecycle event (completed, incomplete or failed): clients that wait for
             # one (Codex) read a stream without it as a dropped connection and retry
-            yield self._event({"type": "response.failed", "response": self.response("failed")})
+            yield self._event({"type": "response.failed", "response": self.ended or self.response("failed")})
             return
         body = self._finish()
         kind = "response.completed" if body["status"] == "completed" else "response.incomplete"

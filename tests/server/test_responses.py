@@ -259,6 +259,18 @@ def test_error_mid_stream_is_an_error_event_then_response_failed(fake):
     assert events[-1].type == "response.failed" and "boom" in events[-1].response.error.message
 
 
+def test_a_failed_stream_is_stored_failed_with_its_error(fake):
+    """A streamed response that failed was not stored (a GET of its id: 404); OpenAI keeps it, failed."""
+    events = _events(fake.openai.responses.create(model="fake-model", input="script:fail", stream=True))
+    failed = events[-1].response
+    got = fake.openai.responses.retrieve(failed.id)
+    assert got.status == "failed" and got.error.code == failed.error.code and "boom" in got.error.message
+    assert got.model_dump() == failed.model_dump()
+    gone = _events(fake.openai.responses.create(model="fake-model", input="script:fail", stream=True, store=False))
+    with pytest.raises(openai.NotFoundError):
+        fake.openai.responses.retrieve(gone[-1].response.id)
+
+
 def test_template_without_tools_gets_them_in_the_system_prompt(make_fake):
     f = make_fake(CHATML_NO_TOOLS)
     r = f.openai.responses.create(model="fake-model", input="Weather? script:tool", tools=[WEATHER],
