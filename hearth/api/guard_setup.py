@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from hearth.api.model_holds import Holds
 from hearth.sampling_params import SamplingParams, StructuredOutput
 from hearth.tool_guard import GuardConfig
 from hearth.tool_guard.guard_event import GuardEvent, GuardLog
@@ -56,6 +57,8 @@ class GuardSetup:
     """The last assistant turn's calls, when the conversation ends with their results: in guard mode
     an attempt that makes one again after an error result, or after the same result twice in a row,
     is re-prompted once with the result (hearth.tool_guard.repeats)."""
+    holds: Holds | None = None
+    """The served model's holds: the choices hold it from their first attempt to their end, retries between."""
 
 
 def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: SamplingParams, config: GuardConfig,
@@ -80,4 +83,5 @@ def guard_setup(served, metrics, plan, prompt: str, ids: list[int], params: Samp
     schemas = tool_parameters(callable_tools)
     held = frozenset(n for n, schema in schemas.items() if schema_held(schema))
     return GuardSetup(served.engine, metrics, ids, params, make_parser, schemas, plan.required, plan.parse_format,
-                      grammar, forced, reprompt, config, token_bytes, client_logprobs, uuid.uuid4().hex, held=held)
+                      grammar, forced, reprompt, config, token_bytes, client_logprobs, uuid.uuid4().hex, held=held,
+                      holds=served.holds)

@@ -50,6 +50,8 @@ class GuardedChoices:
         p = setup.params
         check_fits(setup.engine, 1, p.n)  # its choices are n requests of n = 1 each
         self.choices: list[_Choice] = []
+        # between an attempt and its retry no engine request of ours is in flight: the model must stay loaded
+        self._release = setup.holds.take() if setup.holds is not None else _no_hold
         try:  # the first attempts are queued now: a prompt the engine refuses is the request's error
             for j in range(p.n):
                 # the request's prompt logprobs: its first choice's first attempt scores them, once
@@ -82,6 +84,7 @@ class GuardedChoices:
     def abort(self) -> None:
         for c in self.choices:
             c.abort()
+        self._release()
 
     async def updates(self) -> AsyncIterator[tuple[int, Update]]:
         try:
@@ -307,6 +310,10 @@ class _Rewrite:
     """What _rewrite wrote: its text from the declined call's opener on, and its last output."""
     text: str = ""
     last: object | None = None
+
+
+def _no_hold() -> None:
+    pass
 
 
 def _call_text(call) -> str:

@@ -4,11 +4,11 @@ once idle for its keep-alive (Ollama's keep_alive: --keep-alive, a --models entr
 hearth.api.model_keep_alive). Each model's ModelSpec is hearth.api.model_spec's, its /v1/models card
 hearth.api.model_cards'.
 
-A pinned model is never unloaded; a model with requests in flight is not unloaded under them (its
-turn waits up to `busy_wait_s`, then the request that needed the room gets a 503 saying why, with
-`Retry-After`; one that can never fit gets a 503 its SDK does not retry). The
-loading itself is the `loader` that `hearth serve` injects (tests inject fakes): nothing here
-touches torch."""
+A pinned model is never unloaded; a model with requests in flight (or an answer that holds it between its
+engine requests: hearth.api.model_holds) is not unloaded under them (its turn waits up to `busy_wait_s`,
+then the request that needed the room gets a 503 saying why, with `Retry-After`; one that can never fit
+gets a 503 its SDK does not retry). The loading itself is the `loader` that `hearth serve` injects (tests
+inject fakes): nothing here touches torch."""
 
 from __future__ import annotations
 
@@ -54,8 +54,8 @@ class _Slot:
     """When (the pool's clock) the idle check first saw it idle since its last request; None: in use since."""
 
     def busy(self) -> bool:
-        engine = self.served.engine if self.served is not None else None
-        return self.pending > 0 or (engine is not None and engine.num_in_flight > 0)
+        served = self.served
+        return self.pending > 0 or (served is not None and (served.engine.num_in_flight > 0 or served.holds.count > 0))
 
 
 class ModelPool(KeepAlive):

@@ -13,6 +13,7 @@ from typing import Any
 
 from hearth.api.chat_template import ChatTemplate
 from hearth.api.media_prompt import encode_with_images
+from hearth.api.model_holds import Holds
 from hearth.config import MAX_LOGPROBS
 from hearth.loader.file_type import quantization
 from hearth.tool_parsers import (Marks, detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
@@ -73,6 +74,8 @@ class ServedModel:
     it reads text only, and an image part is a 400 naming --mmproj."""
     vision_stats: Any = None
     """Its image counters (hearth.media.vision_stats.VisionStats: /metrics); None: none kept."""
+    holds: Holds = field(default_factory=Holds)
+    """Answers under way that may queue more engine requests (a guarded one between attempts): it stays loaded."""
 
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = (),

@@ -1,0 +1,81 @@
+"""A guarded request is one HTTP request and several engine requests: between an attempt that ended and
+its retry none is in flight, and the model pool (hearth.api.model_pool) must not take that for idle. The
+app is called as raw ASGI (as tests/server/test_disconnect.py), its `send` the moment the server writes
+a chunk of the stream, which a slow client (uvicorn waits for the socket to drain) or any other await
+there gives the event loop to other requests: one for another model, in a budget of one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from hearth.api.app import create_app
+from hearth.api.errors import APIError
+from hearth.api.model_pool import ModelPool
+from hearth.api.model_spec import ModelSpec
+from hearth.engine.async_engine import EngineShutdownError
+from tests.server.fakes import FakeEngine, fake_served
+from tests.server.test_tool_guard import WEATHER
+
+
+class UnloadableEngine(FakeEngine):
+    """Refuses requests once shut down, as AsyncEngine does (a model unloaded under a request)."""
+
+    def add_request(self, *args, **kw):
+        if self.stopped:
+            raise EngineShutdownError("the model was unloaded as this request reached it; send it again")
+        return super().add_request(*args, **kw)
+
+
+def _pool() -> ModelPool:
+    specs = [ModelSpec([name], 4 << 30, max_model_len=4096) for name in ("a", "b")]
+    return ModelPool(specs, lambda spec: fake_served(engine=UnloadableEngine(), names=spec.names), 4 << 30,
+                     busy_wait_s=0)
+
+
+async def _stream_while_b_is_asked(pool: ModelPool, body: dict) -> tuple[list[str], list]:
+    """a's streamed answer, with b asked for (no wait for a busy model) at the first chunk written while a's engine
+    has nothing in flight and one request added (the first attempt ended, its retry not yet queued): its stream
+    lines, and what b's ask got."""
+    app = create_app(pool)
+    a = await pool.get("a")
+    pending = [{"type": "http.request", "body": json.dumps(body).encode(), "more_body": False}]
+    chunks, asked = [], []
+    forever = asyncio.Event()
+
+    async def receive():
+        if pending:
+            return pending.pop(0)
+        await forever.wait()
+
+    async def send(message):
+        if message["type"] == "http.response.body" and message.get("body"):
+            chunks.append(message["body"].decode())
+            if a.engine.num_in_flight == 0 and len(a.engine.added) == 1 and not asked:
+                try:
+                    asked.append(await pool.get("b"))
+                except APIError as e:
+                    asked.append(e)
+
+    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.4"}, "http_version": "1.1",
+             "method": "POST", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
+             "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "state": {}}
+    await asyncio.wait_for(app(scope, receive, send), timeout=30)
+    await pool.close()
+    return [line for c in chunks for line in c.splitlines() if line.startswith("data: ")], asked
+
+
+def test_a_guarded_request_between_attempts_keeps_its_model_loaded():
+    """tool_choice required and a first attempt in text: the guard retries. The retry was refused by an engine
+    unloaded between the two (an error event where the call should be), b having found a idle."""
+    body = {"model": "a", "messages": [{"role": "user", "content": "script:guard_text"}], "tools": [WEATHER],
+            "tool_choice": "required", "stream": True}
+    lines, asked = asyncio.run(_stream_while_b_is_asked(_pool(), body))
+    assert lines[-1] == "data: [DONE]"
+    events = [json.loads(line[6:]) for line in lines[:-1]]
+    assert not [e for e in events if "error" in e], events
+    calls = [tc for e in events for tc in e["choices"][0]["delta"].get("tool_calls") or []]
+    assert json.loads("".join(tc["function"].get("arguments") or "" for tc in calls)) == {"city": "Paris"}
+    (refused,) = asked  # b waited for no one: a was serving its request
+    assert isinstance(refused, APIError) and refused.status == 503 and refused.code == "model_busy"
