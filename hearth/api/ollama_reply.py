@@ -10,7 +10,6 @@ shape can carry: it is reported in the `hearth` field (`unparsed_call` events), 
 
 from __future__ import annotations
 
-import json
 import time
 
 from hearth.api.anthropic_stream import tool_input
@@ -18,6 +17,7 @@ from hearth.api.choices import settle
 from hearth.api.errors import from_hearth_error
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.ollama_protocol import now
+from hearth.api.sse import one_line_json
 from hearth.errors import HearthError
 from hearth.tool_parsers import ContentDelta, ReasoningDelta, ToolCallEvent, collect
 
@@ -25,7 +25,7 @@ NDJSON = "application/x-ndjson"
 
 
 def line(payload: dict) -> str:
-    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")) + "\n"
+    return one_line_json(payload) + "\n"
 
 
 def _ns(seconds: float) -> int:

@@ -14,16 +14,24 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 DONE = "data: [DONE]\n\n"
+_LINE_BREAKS = str.maketrans({"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"})
+"""Characters str.splitlines ends a line at that JSON leaves raw in a string; httpx's iter_lines splits so, and
+with it the `ollama` client's NDJSON reader and many SSE readers: a model that wrote one broke the line mid-JSON."""
+
+
+def one_line_json(payload: dict) -> str:
+    """`payload` as JSON on one line however a reader splits lines (the same value to any JSON parser)."""
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).translate(_LINE_BREAKS)
 
 
 def data_event(payload: dict) -> str:
     """OpenAI: `data: {...}`."""
-    return f"data: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return f"data: {one_line_json(payload)}\n\n"
 
 
 def named_event(event: str, payload: dict) -> str:
     """Anthropic: `event: type` then `data: {...}`."""
-    return f"event: {event}\ndata: {json.dumps(payload, ensure_ascii=False, separators=(',', ':'))}\n\n"
+    return f"event: {event}\ndata: {one_line_json(payload)}\n\n"
 
 
 class SSEResponse(StreamingResponse):

@@ -22,6 +22,9 @@ WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Pari
 SCRIPTS = {
     "hello": ["Hel", "lo ", "there", "!"],
     "chars": ["H", "i", "!"],
+    # the characters str.splitlines (httpx's iter_lines, the ollama client's reader) breaks a line at and JSON
+    # may leave raw in a string
+    "line_breaks": ["one\u2028two", "\u2029three\x85", "four"],
     "tool": ["Let me check.", "\n<tool_", 'call>\n{"name": "get_weather", ', '"arguments": {"city": "Paris"}}',
              "\n</tool_call>"],
     "tool_pieces": ['<tool_call>\n{"name": "get_weather", "arguments": {"ci', 'ty": "Pa', 'ris", "da', 'ys": 3',
