@@ -1,6 +1,7 @@
 """A seeded storm of concurrent requests on a real server of three tiny random models: uvicorn on a loopback
 port in this process (so the engines' bookkeeping can be read after), built as `hearth serve --models FILE
---max-memory` builds it, with room for two models, so requests for the third load it and unload another.
+--max-memory` builds it, with room for two models, so requests for the third load it and unload another; one
+model keeps its KV cache in q8_0, one speculates (prompt lookup).
 
 From SEED: chat (tools under the guard, JSON mode), completions (batches of prompts, logprobs, echo), messages,
 responses (background ones polled or cancelled) and Ollama's chat and generate (keep_alive 0 unloads), streamed
@@ -39,7 +40,9 @@ REQUESTS = 150
 CONCURRENCY = 16
 """Requests in flight at once: enough to batch, queue and preempt; few enough that a model waiting for room
 mostly finds one idle (a busy one is waited for, then a 503: allowed, but slow)."""
-MODELS = ("m0", "m1", "m2")
+MODELS = {"m0": "", "m1": 'kv_cache_dtype = "q8_0"\n',
+          "m2": 'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 1 }\n'}
+"""Each model's own lines in the models file: one of each KV format's and speculation's bookkeeping."""
 TIMEOUT = 300  # seconds per request: a shared 2-core machine under load is slow, never stuck this long
 SETTLE = 120  # seconds for the engines to take the last aborts once every client is done
 HI = [{"role": "user", "content": "Say hi."}]
@@ -109,10 +112,11 @@ class Server:
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("stress")
     lines = []
-    for i, name in enumerate(MODELS):
-        path = tmp / f"{name}.gguf"
-        write_tiny_gguf(path, "qwen2", seed=i, chat_template=TEMPLATE, context=1024, tied=False)
-        lines.append(f'[[models]]\nname = "{name}"\nmodel = "{path}"\n')
+    for i, (name, own) in enumerate(MODELS.items()):
+        path = tmp / f"{name}.gguf"  # Q8_0 weights: the native kernels, which speculation needs; q8_0's head_dim 32
+        write_tiny_gguf(path, "qwen2", seed=i, qtype="Q8_0", chat_template=TEMPLATE, context=1024, tied=False,
+                        hidden=128, heads=4, kv_heads=2, head_dim=32)
+        lines.append(f'[[models]]\nname = "{name}"\nmodel = "{path}"\n{own}')
     (tmp / "models.toml").write_text("".join(lines))
     with Server(tmp / "models.toml") as s:
         yield s
@@ -149,7 +153,7 @@ def _limits(rng: random.Random) -> tuple[int, list[str] | None]:
 
 
 def make_call(rng: random.Random) -> Call:
-    model = rng.choice(MODELS)
+    model = rng.choice(list(MODELS))
     kind = rng.choices(["chat", "tools", "completions", "messages", "responses", "ollama", "invalid"],
                        [4, 1, 3, 3, 2, 2, 1])[0]
     max_tokens, stop = _limits(rng)
