@@ -83,7 +83,7 @@ async def count_tokens(body: CountTokensRequest, request: Request):
     served = await request.app.state.models.get(body.model)
     images = RequestImages(served.vision)
     guard, plan, _ = _guarded(served, body, request.app.state.config.tool_guard, images)  # the tools a request renders
-    await images.load()  # each image counts its rows
+    await served.load_images(images)  # each image counts its rows
     _, ids = _prompt(served, body, guard, plan, images)
     return {"input_tokens": len(ids)}
 
@@ -95,7 +95,7 @@ async def messages(body: MessagesRequest, request: Request):
     served = await state.models.get(body.model)
     images = RequestImages(served.vision)
     guard, plan, parallel = _guarded(served, body, state.config.tool_guard, images, body.hearth)
-    await images.load()
+    await served.load_images(images)
     text, ids = _prompt(served, body, guard, plan, images)
     fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}

@@ -1,8 +1,8 @@
 """A request's images: each protocol's image part becomes a marker in its message's text, and the
 image's source is kept, in order, in the request's RequestImages. A marker carries a random per-request
 nonce, so no text a client writes can stand for an image: a forged one stays text. The route awaits
-`load()` (fetches and prepares every image in threads) before it renders; hearth.api.media_prompt then
-splits the rendered prompt at the markers.
+`load()` (fetches and prepares every image in threads; through ServedModel.load_images, which keeps the model
+loaded meanwhile) before it renders; hearth.api.media_prompt then splits the rendered prompt at the markers.
 
 The parts, by protocol (READERS): OpenAI chat `image_url` ({"url"} or a string; `detail` ignored),
 Responses `input_image` (`image_url`; `file_id` refused: hearth keeps no files), Anthropic `image`

@@ -1,11 +1,13 @@
-"""Holds on a served model: answers under way that may queue more engine requests while none of theirs is
-in flight (a guarded request between an attempt and its retry). The model pool counts a held model busy, as
-it counts its engine's requests in flight (hearth.api.model_pool), so no other model's load or keep-alive
-unloads it under the answer: the retry found the engine shut down, and the client an error event."""
+"""Holds on a served model: requests under way that will queue engine requests while none of theirs is in
+flight (a guarded request between an attempt and its retry; a request whose images load before its first).
+The model pool counts a held model busy, as it counts its engine's requests in flight (hearth.api.model_pool),
+so no other model's load or keep-alive unloads it under them: their engine requests found the engine shut
+down, and the client a 503 or an error event ("the model was unloaded as this request reached it")."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class Holds:
@@ -25,3 +27,12 @@ class Holds:
                 self.count -= 1
 
         return release
+
+    @contextmanager
+    def held(self) -> Iterator[None]:
+        """One hold for the block (awaits in it included)."""
+        release = self.take()
+        try:
+            yield
+        finally:
+            release()

@@ -66,7 +66,7 @@ async def chat(body: ChatRequest, request: Request):
         return _loaded({"model": name, "created_at": now(), "message": {"role": "assistant", "content": ""}})
     images = RequestImages(served.vision)
     history = ollama_messages(body.messages, images)
-    await images.load()
+    await served.load_images(images)
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
@@ -131,7 +131,7 @@ async def generate(body: GenerateRequest, request: Request):
         return _loaded({"model": name, "created_at": now(), "response": ""})
     images = RequestImages(served.vision)
     marks = _generate_images(body.images, images)
-    await images.load()
+    await served.load_images(images)
     text, ids, context = _generate_prompt(served, body, images, marks)
     options = sampling_fields(body.options, served.max_model_len, state.limits.defaults)
     fields = {**within_context(options, len(ids), served.max_model_len),

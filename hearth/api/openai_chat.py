@@ -46,7 +46,7 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
                           else (body.tools, body.tool_choice))
     images = RequestImages(served.vision)
     history = openai_messages(body.messages, images=images)
-    await images.load()
+    await served.load_images(images)
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")

@@ -44,7 +44,7 @@ async def tokenize(body: TokenizeRequest, request: Request):
     else:
         images = RequestImages(served.vision)  # a chat's images count their rows, as the chat's prompt holds them
         history = chat_history(body, images)
-        await images.load()
+        await served.load_images(images)
         ids = conversation_ids(served, body, request.app.state.config.tool_guard, history, images)
     tokens = [_piece(served.tokenizer, i) for i in ids] if body.with_pieces else ids
     return {"count": len(ids), "max_model_len": served.max_model_len, "tokens": tokens}
@@ -103,7 +103,7 @@ async def apply_template(body: ApplyTemplateRequest, request: Request):
     served = await request.app.state.models.get(body.model)
     images = RequestImages(served.vision)
     history = chat_history(body, images)
-    await images.load()
+    await served.load_images(images)
     text, _ = rendered_chat(served, body, request.app.state.config.tool_guard, history, images)
     return {"prompt": shown(text, images)}  # an image where llama-server's marker shows it
 

@@ -67,7 +67,7 @@ async def create_response(body: ResponsesRequest, request: Request):
     before = prev.messages if prev else []
     images = prev.images.continued(served.vision) if prev and prev.images else RequestImages(served.vision)
     conversation = before + input_messages(body.input, before, images)
-    await images.load()
+    await served.load_images(images)
     items = (prev.input_items + prev.body.get("output", []) if prev else []) + as_items(body.input)
     if not conversation:  # `[]` or "" read "is required", as if none had been sent
         why = "is required" if body.input is None else "is empty: it must hold a message"

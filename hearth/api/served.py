@@ -77,6 +77,12 @@ class ServedModel:
     holds: Holds = field(default_factory=Holds)
     """Answers under way that may queue more engine requests (a guarded one between attempts): it stays loaded."""
 
+    async def load_images(self, images) -> None:
+        """A request's images fetched and prepared (RequestImages.load, in threads) with this model held: the
+        request chose it and queues its engine requests only after (hearth.api.model_holds)."""
+        with self.holds.held():
+            await images.load()
+
     @classmethod
     def from_llm(cls, llm, names: list[str], engine, file_names: list[str] = (),
                  lora_names: dict[str, int] | None = None, vision=None) -> ServedModel:

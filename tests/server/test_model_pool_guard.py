@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import httpx
+
 from hearth.api.app import create_app
 from hearth.api.errors import APIError
 from hearth.api.model_pool import ModelPool
@@ -79,3 +81,52 @@ def test_a_guarded_request_between_attempts_keeps_its_model_loaded():
     assert json.loads("".join(tc["function"].get("arguments") or "" for tc in calls)) == {"city": "Paris"}
     (refused,) = asked  # b waited for no one: a was serving its request
     assert isinstance(refused, APIError) and refused.status == 503 and refused.code == "model_busy"
+
+
+def test_a_request_whose_images_load_keeps_its_model_loaded():
+    """A request's images load in threads after it chose its model and before its engine request queues: the
+    model another request needed room for was unloaded under it then, and it got a 503 "the model was unloaded
+    as this request reached it"."""
+    import threading
+
+    import numpy as np
+
+    from hearth.api.media_parts import Vision
+    from hearth.media.images import PreparedImage
+
+    preparing, go = threading.Event(), threading.Event()
+
+    def prepare(data: bytes) -> PreparedImage:  # a slow decode, held until b has asked for room
+        preparing.set()
+        assert go.wait(timeout=30)
+        return PreparedImage(np.zeros((1, 3, 2, 2), np.float32), 1, ("",), "", None, False, (b"d",))
+
+    def load(spec):
+        served = fake_served(engine=UnloadableEngine(), names=spec.names)
+        served.vision = Vision(cfg=None, prepare=prepare)
+        return served
+
+    async def scenario():
+        pool = ModelPool([ModelSpec([n], 4 << 30, max_model_len=4096) for n in ("a", "b")], load, 4 << 30,
+                         busy_wait_s=0)
+        app = create_app(pool)
+        await pool.get("a")
+        image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        body = {"model": "a", "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, image]}]}
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            answer = asyncio.ensure_future(client.post("/v1/chat/completions", json=body))
+            while not preparing.is_set():
+                await asyncio.sleep(0.01)
+            try:
+                asked = await pool.get("b")
+            except APIError as e:
+                asked = e
+            go.set()
+            r = await answer
+        await pool.close()
+        return r, asked
+
+    r, asked = asyncio.run(scenario())
+    assert r.status_code == 200, r.text
+    assert isinstance(asked, APIError) and asked.status == 503 and asked.code == "model_busy"
