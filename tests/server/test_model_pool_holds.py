@@ -1,8 +1,11 @@
-"""A guarded request is one HTTP request and several engine requests: between an attempt that ended and
-its retry none is in flight, and the model pool (hearth.api.model_pool) must not take that for idle. The
-app is called as raw ASGI (as tests/server/test_disconnect.py), its `send` the moment the server writes
-a chunk of the stream, which a slow client (uvicorn waits for the socket to drain) or any other await
-there gives the event loop to other requests: one for another model, in a budget of one."""
+"""A request keeps its model loaded from the moment it chose it to its last engine request, even where none of
+its engine requests is in flight (hearth.api.model_holds): between a guarded attempt and its retry, while its
+images load. Each test asks for another model in a budget of one right there; it found the first idle and
+unloaded it, and the request's next engine request met a shut-down engine.
+
+The guarded one calls the app as raw ASGI (as tests/server/test_disconnect.py), its `send` the moment the server
+writes a chunk of the stream, which a slow client (uvicorn waits for the socket to drain) or any other await
+there gives the event loop to other requests."""
 
 from __future__ import annotations
 
@@ -130,3 +133,4 @@ def test_a_request_whose_images_load_keeps_its_model_loaded():
     r, asked = asyncio.run(scenario())
     assert r.status_code == 200, r.text
     assert isinstance(asked, APIError) and asked.status == 503 and asked.code == "model_busy"
+
