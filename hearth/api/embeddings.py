@@ -73,20 +73,21 @@ async def _waves(served, prompts: list[list[int]], metrics, pair_starts: list[in
     limit = getattr(engine, "max_in_flight", None)
     vectors: list[list[float]] = []
     waited = 0.0
-    while len(vectors) < len(prompts):
-        rest = prompts[len(vectors):]
-        room = len(rest) if limit is None else max(1, limit - engine.num_in_flight)
-        try:
-            starts = None if pair_starts is None else pair_starts[len(vectors):len(vectors) + room]
-            gen = Generation(engine, rest[:room], params, metrics, prompt_only=True, pair_starts=starts)
-        except EngineFullError:
-            if waited >= FULL_WAIT_S:
-                raise
-            await asyncio.sleep(FULL_POLL_S)
-            waited += FULL_POLL_S
-            continue
-        waited = 0.0
-        vectors += [c.embedding for c in await gen.collect()]
+    with served.holds.held():  # waiting for room, none of its requests is in flight: the model must stay loaded
+        while len(vectors) < len(prompts):
+            rest = prompts[len(vectors):]
+            room = len(rest) if limit is None else max(1, limit - engine.num_in_flight)
+            try:
+                starts = None if pair_starts is None else pair_starts[len(vectors):len(vectors) + room]
+                gen = Generation(engine, rest[:room], params, metrics, prompt_only=True, pair_starts=starts)
+            except EngineFullError:
+                if waited >= FULL_WAIT_S:
+                    raise
+                await asyncio.sleep(FULL_POLL_S)
+                waited += FULL_POLL_S
+                continue
+            waited = 0.0
+            vectors += [c.embedding for c in await gen.collect()]
     return vectors
 
 

@@ -1,5 +1,6 @@
 """Holds on a served model: requests under way that will queue engine requests while none of theirs is in
-flight (a guarded request between an attempt and its retry; a request whose images load before its first).
+flight (a guarded request between an attempt and its retry; a request whose images load before its first;
+embeddings waiting for room between waves).
 The model pool counts a held model busy, as it counts its engine's requests in flight (hearth.api.model_pool),
 so no other model's load or keep-alive unloads it under them: their engine requests found the engine shut
 down, and the client a 503 or an error event ("the model was unloaded as this request reached it")."""

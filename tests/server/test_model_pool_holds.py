@@ -19,6 +19,7 @@ from hearth.api.errors import APIError
 from hearth.api.model_pool import ModelPool
 from hearth.api.model_spec import ModelSpec
 from hearth.engine.async_engine import EngineShutdownError
+from hearth.sampling_params import SamplingParams
 from tests.server.fakes import FakeEngine, fake_served
 from tests.server.test_tool_guard import WEATHER
 
@@ -134,3 +135,37 @@ def test_a_request_whose_images_load_keeps_its_model_loaded():
     assert r.status_code == 200, r.text
     assert isinstance(asked, APIError) and asked.status == 503 and asked.code == "model_busy"
 
+
+def test_an_embedding_request_waiting_for_room_keeps_its_model_loaded():
+    """Its inputs go in waves that fit the engine's room; a full engine is waited on with none of them in flight.
+    The other requests ended there, b found a idle and unloaded it, and the wave got a 503."""
+    full = asyncio.Event()
+
+    class OneSlot(UnloadableEngine):
+        def add_request(self, *args, **kw):
+            if len(self.live) >= self.max_in_flight:
+                full.set()  # the embedding request waits for room now
+            return super().add_request(*args, **kw)
+
+    async def scenario():
+        pool = ModelPool([ModelSpec([n], 4 << 30, max_model_len=4096) for n in ("a", "b")],
+                         lambda spec: fake_served(engine=OneSlot(max_in_flight=1), names=spec.names), 4 << 30,
+                         busy_wait_s=0)
+        app = create_app(pool)
+        a = await pool.get("a")
+        other = a.engine.add_request([1, 2], SamplingParams(max_tokens=5), request_id="other")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app), base_url="http://test") as client:
+            answer = asyncio.ensure_future(client.post("/v1/embeddings", json={"model": "a", "input": ["x", "y"]}))
+            await asyncio.wait_for(full.wait(), 30)
+            other.abort()  # the engine is free, and nothing of the embedding request is in flight
+            try:
+                asked = await pool.get("b")
+            except APIError as e:
+                asked = e
+            r = await answer
+        await pool.close()
+        return r, asked
+
+    r, asked = asyncio.run(scenario())
+    assert r.status_code == 200, r.text
+    assert isinstance(asked, APIError) and asked.status == 503 and asked.code == "model_busy"
