@@ -88,7 +88,7 @@ class Server:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
-        app = create_app(self.pool, server_config(args, listen=True))
+        self.app = app = create_app(self.pool, server_config(args, listen=True))
         self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
@@ -496,6 +496,12 @@ def test_a_storm_of_requests_breaks_no_client_and_leaks_nothing(server):
     loaded = [e.core for e in server.engines().values()]
     kept = [r() for r in server.cores if r() is not None and all(r() is not core for core in loaded)]
     assert len(server.cores) > len(MODELS) and not kept, "an unloaded model's engine is still referenced"
+    assert not server.app.state.background  # every background response ended
+    cards = httpx.get(f"{server.url}/v1/models", timeout=TIMEOUT).json()["data"]
+    assert {c["id"] for c in cards if c["hearth"]["loaded"]} == set(server.engines())
+    assert not [c["id"] for c in cards if c["hearth"]["loading"]]
+    ps = httpx.get(f"{server.url}/api/ps", timeout=TIMEOUT).json()["models"]  # Ollama's list agrees
+    assert {m["name"].removesuffix(":latest") for m in ps} == set(server.engines())
     metrics = httpx.get(f"{server.url}/metrics", timeout=TIMEOUT).text
     for name in server.engines():
         for gauge in ("num_requests_running", "num_requests_waiting", "kv_cache_blocks_used"):
