@@ -141,6 +141,9 @@ class Call:
     outcome: str = ""
     problems: list[str] = field(default_factory=list)
 
+    def body_model(self) -> str | None:
+        return self.body.get("model") if isinstance(self.body, dict) else None
+
 
 def _prompt(rng: random.Random, most: int = 30) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(rng.randint(2, most)))
@@ -412,13 +415,14 @@ async def poll(client: httpx.AsyncClient, done: asyncio.Event, seen: list[str]) 
         await asyncio.sleep(0.05)
 
 
-def samples(text: str, name: str) -> dict[str, float]:
-    """model_name -> the value of gauge `name` in a /metrics text."""
+def samples(text: str, name: str, *more: str) -> dict:
+    """model_name (with `more` labels: a tuple of theirs, then it) -> the value of series `name` in a /metrics text."""
     out = {}
     for line in text.splitlines():
         if line.startswith(f"hearth:{name}{{"):
             labels, value = line.rsplit(" ", 1)
-            out[labels.split('model_name="')[1].split('"')[0]] = float(value)
+            keys = tuple(labels.split(f'{k}="')[1].split('"')[0] for k in (*more, "model_name"))
+            out[keys if more else keys[0]] = float(value)
     return out
 
 
@@ -507,3 +511,16 @@ def test_a_storm_of_requests_breaks_no_client_and_leaks_nothing(server):
         for gauge in ("num_requests_running", "num_requests_waiting", "kv_cache_blocks_used"):
             assert f'hearth:{gauge}{{model_name="{name}"}} 0.0' in metrics, (gauge, name)
     assert {m: greedy(server.url, m) for m in MODELS} == before
+    finished = httpx.get(f"{server.url}/metrics", timeout=TIMEOUT).text
+    answered = {m: 2 + sum(answered_choices(c) for c in calls if c.body_model() == m) for m in MODELS}  # 2: greedy's
+    counted = {m: sum(v for k, v in samples(finished, "request_success_total", "finished_reason").items()
+                      if k[1] == m) for m in MODELS}
+    assert all(counted[m] >= answered[m] for m in MODELS), (counted, answered)  # more: retries, cancels too late
+
+
+def answered_choices(call: Call) -> int:
+    """Engine requests a whole answer or an ended stream of `call` finished (each counts in request_success)."""
+    b = call.body
+    if call.invalid or call.outcome not in ("200", "streamed") or call.route == "/api/generate" and not b["prompt"]:
+        return 0
+    return b.get("n", 1) * (len(b["prompt"]) if isinstance(b.get("prompt"), list) else 1)
