@@ -133,7 +133,8 @@ class Call:
     leave_after: int | None = None
     """Stream lines read before the client goes away (None: reads it all)."""
     cancel: bool = False
-    """The client gives up before any byte of the answer."""
+    """The client gives up (its task cancelled) after 0 to 0.5 s: before sending, before the first byte or
+    before the whole answer; an answer that came first is checked as any other."""
     then: str = ""
     """A background response's follow-up: poll it to its end, or cancel it."""
     invalid: bool = False
@@ -322,7 +323,7 @@ def _texts(call: Call, body: dict) -> list[str]:
 
 async def send(client: httpx.AsyncClient, call: Call) -> None:
     kw = {"content": call.body} if isinstance(call.body, str) else {"json": call.body}
-    if call.cancel:  # gone before the first byte: the task is cancelled as it waits for the answer
+    if call.cancel:  # the task is cancelled as it waits for the answer: the connection closes under it
         task = asyncio.ensure_future(client.post(call.route, **kw))
         await asyncio.sleep(random.Random(str(call.body)).choice([0, 0.001, 0.01, 0.05, 0.2, 0.5]))
         task.cancel()
