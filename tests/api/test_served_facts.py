@@ -2,7 +2,8 @@
 
 import pytest
 
-from hearth.api.served import _file_type, gguf_facts
+from hearth.api.served import gguf_facts
+from hearth.loader.file_type import _file_type
 from hearth.loader.gguf_loader import GGUFFile
 
 
