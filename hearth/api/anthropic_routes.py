@@ -18,7 +18,7 @@ from hearth.api.guard_extras import RequestGuard
 from hearth.api.media_parts import RequestImages
 from hearth.api.messages import _kind, bad, openai_messages
 from hearth.api.parsing import anthropic_stop
-from hearth.api.sampling import common_fields
+from hearth.api.sampling import check_before_load, common_fields
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
@@ -92,6 +92,7 @@ async def count_tokens(body: CountTokensRequest, request: Request):
 async def messages(body: MessagesRequest, request: Request):
     _check_thinking(body)
     state = request.app.state
+    check_before_load(state.models, body.model, state.limits, {"max_tokens": body.max_tokens})
     served = await state.models.get(body.model)
     images = RequestImages(served.vision)
     guard, plan, parallel = _guarded(served, body, state.config.tool_guard, images, body.hearth)

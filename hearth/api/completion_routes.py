@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 
 from hearth.api.errors import APIError
 from hearth.api.llama_protocol import LlamaCompletionRequest
-from hearth.api.llama_reply import respond
+from hearth.api.llama_reply import check_options, respond
 from hearth.api.sampling import prompt_token_ids
 
 router = APIRouter()
@@ -23,6 +23,7 @@ async def completion(body: LlamaCompletionRequest, request: Request):
         raise APIError(400, "multimodal_data: /completion takes a raw text prompt only here; images go in through "
                             "a chat template: send them as image_url parts to /v1/chat/completions",
                        param="multimodal_data")
+    check_options(request, body)
     served = await request.app.state.models.get(body.model)
     return await respond(request, served, _prompt_ids(served, body.prompt), body)
 

@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError
 from hearth.api.infill import DoesNotFit, Dropped, NoFIMTokens, extra_context, fim_tokens, fit
 from hearth.api.infill_protocol import InfillRequest
-from hearth.api.llama_reply import answer_room, respond
+from hearth.api.llama_reply import answer_room, check_options, respond
 
 router = APIRouter()
 
@@ -25,6 +25,7 @@ most of what is asked, and its prompt (a file around the cursor) is cut more rea
 
 @router.post("/infill")
 async def infill(body: InfillRequest, request: Request):
+    check_options(request, body)
     served = await request.app.state.models.get(body.model)
     try:
         fim = fim_tokens(served.tokenizer)

@@ -18,7 +18,7 @@ from hearth.api.infill_stops import EditorStops
 from hearth.api.llama_chain import left_out, ran
 from hearth.api.llama_names import LLAMA_SAMPLERS, LLAMA_WIRE_NAMES, breakers
 from hearth.api.llama_protocol import LlamaOptions
-from hearth.api.sampling import logit_bias, lora_scales, make_params
+from hearth.api.sampling import check_before_load, logit_bias, lora_scales, make_params
 from hearth.api.sse import SSEResponse, data_event
 from hearth.errors import HearthError
 
@@ -58,6 +58,13 @@ def with_server_defaults(body: LlamaOptions, defaults: dict) -> LlamaOptions:
     unset = {LLAMA_WIRE_NAMES.get(k, k): v for k, v in defaults.items()}
     unset = {k: v for k, v in unset.items() if k not in body.model_fields_set}
     return body.model_copy(update=unset) if unset else body
+
+
+def check_options(request, body: LlamaOptions) -> None:
+    """What llama_params checks without the model loaded (n_predict against the context), before the route loads
+    it (hearth.api.sampling.check_before_load)."""
+    state = request.app.state
+    check_before_load(state.models, body.model, state.limits, {"max_tokens": body.limit() or None}, LLAMA_WIRE_NAMES)
 
 
 async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped()):

@@ -179,6 +179,14 @@ class ModelPool(KeepAlive):
             return requested
         return requested.removesuffix(TAG)
 
+    def context(self, requested: str | None) -> int:
+        """The context (tokens) of the model a request names, loaded or not: a route checks what needs no engine
+        against it before the load (hearth.api.sampling.check_before_load). Before its load, its file's header
+        and the planner's (ModelSpec.max_model_len, which the loaded engine's equals: tests/server/
+        test_serve_models.py); 0: not known."""
+        slot = self.resolve(requested)
+        return slot.served.max_model_len if slot.served is not None else slot.spec.max_model_len
+
     async def get(self, requested: str | None) -> ServedModel:
         """The served model for a request, loaded if need be. Call Generation before the next await:
         from then on the engine's requests in flight keep it loaded."""

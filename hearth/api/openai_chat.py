@@ -22,7 +22,7 @@ from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
 from hearth.api.reasoning_tokens import reasoning_tokens
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, response_format, stop_list, token_ids
-from hearth.api.sampling import asked_prompt_logprobs
+from hearth.api.sampling import asked_prompt_logprobs, check_before_load
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
@@ -40,6 +40,10 @@ router = APIRouter()
 @router.post("/chat/completions", include_in_schema=False)  # llama-server's too: clients given a base URL without /v1
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
+             "logprobs": "top_logprobs", **body.llama_names()}
+    check_before_load(state.models, body.model, state.limits, {"n": body.n, "max_tokens": max_tokens}, names)
     served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
@@ -52,12 +56,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     parallel = body.parallel_tool_calls and not legacy
     guard.prompt_hint(plan, parallel)
-    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     prompt, ids = guard.fit(lambda msgs: _render(served, plan, msgs, body, images), history, served.max_model_len,
                             max_tokens, served.model_context)
     fields = _sampling_fields(body, plan, served)
-    names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
-             "logprobs": "top_logprobs", **body.llama_names()}
     ask = Ask(guard.tools, tool_choice, history, body.n,
               token_level=bool(body.logprobs or body.logit_bias or body.stop_token_ids
                                or fields["prompt_logprobs"] is not None),  # the main model's, not the router's

@@ -23,7 +23,7 @@ from hearth.api.infill import has_fim, suffix_fim, suffix_prompt
 from hearth.api.logprobs import completion_logprobs, prompt_logprobs
 from hearth.api.openai_protocol import CompletionRequest, stream_usage
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, make_params, response_format, stop_list
-from hearth.api.sampling import asked_prompt_logprobs, prompt_token_ids, token_ids
+from hearth.api.sampling import asked_prompt_logprobs, check_before_load, prompt_token_ids, token_ids
 from hearth.api.sse import DONE, SSEResponse, data_event
 from hearth.errors import HearthError
 from hearth.loader.tokenizer import lone_surrogate
@@ -34,6 +34,8 @@ router = APIRouter()
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     state = request.app.state
+    asked = body.max_tokens if "max_tokens" in body.model_fields_set else None  # OpenAI's default 16: fitted below
+    check_before_load(state.models, body.model, state.limits, {"n": body.n, "max_tokens": asked}, body.llama_names())
     served = await state.models.get(body.model)
     texts, prompts = _prompts(served, body.prompt, body.suffix)
     if body.suffix is not None and body.echo:  # the echo would be the prefix alone, not the prompt run

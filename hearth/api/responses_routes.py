@@ -30,7 +30,7 @@ from hearth.api.responses_options import MessageLogprobs, truncate_oldest, wants
 from hearth.api.responses_output import OutputBuilder, assistant_messages
 from hearth.api.responses_protocol import ResponsesRequest
 from hearth.api.responses_store import StoredResponse, items_page
-from hearth.api.sampling import check_logprobs, common_fields
+from hearth.api.sampling import check_before_load, check_logprobs, common_fields
 from hearth.api.sse import SSEResponse, named_event
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
@@ -63,6 +63,8 @@ async def create_response(body: ResponsesRequest, request: Request):
                        "by its id", param="background")
     # no `model` (OpenAI requires one; hearth takes it missing): a follow-up stays on its conversation's model
     model = body.model or (prev.body.get("model") if prev else None)
+    check_before_load(state.models, model, state.limits, {"max_tokens": body.max_output_tokens},
+                      {"max_tokens": "max_output_tokens"})
     served = await state.models.get(model)
     before = prev.messages if prev else []
     images = prev.images.continued(served.vision) if prev and prev.images else RequestImages(served.vision)

@@ -45,12 +45,8 @@ def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: d
     prompt_tokens: the (longest) prompt's, which an explicit max_tokens must leave room for."""
     names = field_names or {}
     kwargs = {**limits.defaults, **{k: v for k, v in fields.items() if v is not None}}
-    n = kwargs.get("n", 1)
-    if n > limits.max_n:
-        raise _bad(names.get("n", "n"), f"must be at most {limits.max_n} on this server, got {n}")
+    _check_asked(kwargs, limits, max_model_len, names)
     max_tokens = kwargs.get("max_tokens")
-    if max_tokens is not None and (why := _over_cap(max_tokens, limits.max_tokens, max_model_len)):
-        raise _bad(names.get("max_tokens", "max_tokens"), why)
     try:
         check_room(prompt_tokens, max_tokens, max_model_len, names.get("max_tokens", "max_tokens"))
     except MaxTokensTooLargeError as e:
@@ -61,6 +57,26 @@ def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: d
         return SamplingParams(**kwargs)
     except InvalidSamplingParams as e:
         raise _bad(names.get(e.field, e.field), e.why) from None
+
+
+def check_before_load(pool, model: str | None, limits: Limits, fields: dict, field_names: dict | None = None) -> None:
+    """make_params' checks that need no loaded model (n, an asked max_tokens against the server's cap and the
+    model's context, which the pool knows from its file's header: ModelPool.context), run before the route's
+    model loads, so a bad request never loads one (nor unloads another for it). The prompt's room for
+    max_tokens needs the prompt's tokens, so the engine's tokenizer: make_params checks that after the load."""
+    kwargs = {**limits.defaults, **{k: v for k, v in fields.items() if v is not None}}
+    _check_asked(kwargs, limits, pool.context(model), field_names or {})
+
+
+def _check_asked(kwargs: dict, limits: Limits, max_model_len: int, names: dict) -> None:
+    """n and max_tokens (kwargs: SamplingParams names, the server's defaults in) against the server's limits
+    and the context (0: not known, not checked)."""
+    n = kwargs.get("n", 1)
+    if n > limits.max_n:
+        raise _bad(names.get("n", "n"), f"must be at most {limits.max_n} on this server, got {n}")
+    max_tokens = kwargs.get("max_tokens")
+    if max_tokens is not None and max_model_len and (why := _over_cap(max_tokens, limits.max_tokens, max_model_len)):
+        raise _bad(names.get("max_tokens", "max_tokens"), why)
 
 
 def _over_cap(max_tokens: int, limit: int, max_model_len: int) -> str | None:
