@@ -82,6 +82,11 @@ class ModelPool(KeepAlive):
                     self._by_file.setdefault(name, []).append(slot)
         self._clock = itertools.count(1)
         self._room = asyncio.Lock()
+        self._closing = False
+        """Set as a shutdown begins (end_streams, close): requests waiting for a load end, no load starts."""
+        self._waiting: set[asyncio.Future] = set()
+        """One per request waiting for a load, set as a shutdown begins (not an asyncio.Event: a pool may
+        outlive its event loop, as a test's app served twice)."""
 
     @classmethod
     def of(cls, served: list[ServedModel], routers: dict[str, RouterConfig] | None = None) -> ModelPool:
@@ -127,6 +132,7 @@ class ModelPool(KeepAlive):
 
     async def start(self) -> None:
         """Start the engines of models given loaded; load the pinned ones (before the port opens)."""
+        self._closing = False  # an app served again (tests) serves again
         for slot in self.slots:
             if slot.served is not None:
                 slot.served.engine.start()
@@ -138,16 +144,31 @@ class ModelPool(KeepAlive):
 
     def end_streams(self) -> None:
         """A shutdown begins: every request in flight ends now with an error its client sees (an SSE
-        error event, else a 503), so that the server need not wait for (or cancel) long answers."""
+        error event, else a 503), so that the server need not wait for (or cancel) long answers; so does
+        every request still waiting for its model to load (_ensure_loaded), which no engine holds yet."""
+        self._shut()
         for slot in self.slots:
             # a test's fake engine has none: its requests run to the end
             end = getattr(slot.served.engine, "end_streams", None) if slot.served is not None else None
             if end is not None:
-                end(EngineShutdownError("the server is shutting down"))
+                end(_shutting_down())
+
+    def _shut(self) -> None:
+        self._closing = True
+        for waiting in self._waiting:
+            if not waiting.done():
+                waiting.set_result(None)
 
     async def close(self) -> None:
+        self._shut()  # a shutdown without end_streams (an app's lifespan alone) ends the waiters too
         if self._idle_check is not None:
             self._idle_check.cancel()
+        # a load under way cannot be stopped in its thread: wait for it, so its engine is shut down below
+        loads = [s.loading for s in self.slots if s.loading is not None]
+        if loads:
+            await asyncio.wait(loads)
+        for load in loads:  # read: a load that failed (or was refused by the shutdown) with no request left to tell
+            load.cancelled() or load.exception()
         for slot in self.slots:
             if slot.served is not None:
                 served, slot.served = slot.served, None
@@ -233,17 +254,31 @@ class ModelPool(KeepAlive):
     # -- loading and unloading --
 
     async def _ensure_loaded(self, slot: _Slot) -> ServedModel:
+        if self._closing:  # its engine would refuse it too; an unloaded model is not loaded for it
+            raise _shutting_down()
         if slot.served is not None:
             return slot.served
         if slot.loading is None:  # one load per model; every request for it waits on the same one
             slot.loading = asyncio.ensure_future(self._load(slot))
-        return await asyncio.shield(slot.loading)
+        # until the load ends or a shutdown begins: end_streams reaches no request that no engine holds yet.
+        # asyncio.wait cancels neither (a request that leaves does not cancel the load the others wait on)
+        loading, closing = slot.loading, asyncio.get_running_loop().create_future()
+        self._waiting.add(closing)
+        try:
+            await asyncio.wait([loading, closing], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._waiting.discard(closing)
+        if not loading.done():
+            raise _shutting_down()
+        return loading.result()
 
     async def _load(self, slot: _Slot) -> ServedModel:
         spec = slot.spec
         try:
             async with self._room:
                 await self._make_room(slot)
+                if self._closing:  # its requests have ended: nothing to load it for
+                    raise _shutting_down()
                 slot.reserved = True
             _say(f"loading {spec.name} ({_gib(spec.footprint)} with its KV cache) ...")
             t0 = time.perf_counter()
@@ -281,6 +316,8 @@ class ModelPool(KeepAlive):
                            param="model", code="model_too_large", permanent=True)
         deadline = time.monotonic() + self.busy_wait_s
         while self._used() + need > budget:
+            if self._closing:  # its requests have ended: nothing to make room for
+                raise _shutting_down()
             idle = [s for s in self.slots if s.served is not None and not s.spec.pinned and not s.busy()]
             if idle:
                 await self._unload(min(idle, key=lambda s: s.last_used),
@@ -302,6 +339,11 @@ class ModelPool(KeepAlive):
         del engine
         await asyncio.to_thread(gc.collect)  # the model's tensors may sit in reference cycles: free them now
         victim.reserved = False
+
+
+def _shutting_down() -> EngineShutdownError:
+    """What a request that a shutdown ends gets (as end_streams' engines give theirs): a 503, or its stream's error."""
+    return EngineShutdownError("the server is shutting down")
 
 
 def _say(line: str) -> None:
