@@ -92,7 +92,8 @@ async def count_tokens(body: CountTokensRequest, request: Request):
 async def messages(body: MessagesRequest, request: Request):
     _check_thinking(body)
     state = request.app.state
-    check_before_load(state.models, body.model, state.limits, {"max_tokens": body.max_tokens})
+    check_before_load(state.models, body.model, state.limits, {**common_fields(body), "max_tokens": body.max_tokens,
+                      "stop": list(body.stop_sequences or [])}, {"stop": "stop_sequences", **body.llama_names()})
     served = await state.models.get(body.model)
     images = RequestImages(served.vision)
     guard, plan, parallel = _guarded(served, body, state.config.tool_guard, images, body.hearth)

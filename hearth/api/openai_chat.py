@@ -43,7 +43,9 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs", **body.llama_names()}
-    check_before_load(state.models, body.model, state.limits, {"n": body.n, "max_tokens": max_tokens}, names)
+    asked = {**common_fields(body), "n": body.n, "max_tokens": max_tokens, "min_tokens": body.min_tokens,
+             "stop": stop_list(body.stop)}
+    check_before_load(state.models, body.model, state.limits, asked, names)
     served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy

@@ -34,21 +34,23 @@ router = APIRouter()
 @router.post("/v1/completions")
 async def completions(body: CompletionRequest, request: Request):
     state = request.app.state
-    asked = body.max_tokens if "max_tokens" in body.model_fields_set else None  # OpenAI's default 16: fitted below
-    check_before_load(state.models, body.model, state.limits, {"n": body.n, "max_tokens": asked}, body.llama_names())
-    served = await state.models.get(body.model)
-    texts, prompts = _prompts(served, body.prompt, body.suffix)
     if body.suffix is not None and body.echo:  # the echo would be the prefix alone, not the prompt run
         raise APIError(400, "echo: is not supported with suffix", param="echo")
     if body.best_of is not None and body.best_of != body.n:
         raise APIError(400, "best_of: is not supported (use n)", param="best_of")
-    k = check_logprobs("logprobs", body.logprobs, served)
-    longest = max(len(ids) for ids in prompts)
     # prompt scoring (lm-eval's loglikelihood: echo, max_tokens 0, logprobs N), as vLLM answers it: the
     # echoed prompt and its logprobs alone (Generation's prompt_only)
     scoring = body.echo and body.max_tokens == 0
     if scoring and body.min_tokens:  # named with the client's 0, not the token computed
         raise APIError(400, f"min_tokens: must be at most max_tokens (0), got {body.min_tokens}", param="min_tokens")
+    # OpenAI's default 16 is fitted to the prompt below; scoring's 0 limits no answer
+    limit = body.max_tokens if "max_tokens" in body.model_fields_set and not scoring else None
+    check_before_load(state.models, body.model, state.limits, {**common_fields(body), "n": body.n, "max_tokens": limit,
+                      "stop": stop_list(body.stop)}, body.llama_names())
+    served = await state.models.get(body.model)
+    texts, prompts = _prompts(served, body.prompt, body.suffix)
+    k = check_logprobs("logprobs", body.logprobs, served)
+    longest = max(len(ids) for ids in prompts)
     max_tokens = None if scoring else body.max_tokens  # scoring: Generation's prompt_only sets it
     asked = asked_prompt_logprobs(body, served)
     echo_k = k if body.echo else None  # the echo's logprobs are the prompt's too

@@ -63,8 +63,8 @@ async def create_response(body: ResponsesRequest, request: Request):
                        "by its id", param="background")
     # no `model` (OpenAI requires one; hearth takes it missing): a follow-up stays on its conversation's model
     model = body.model or (prev.body.get("model") if prev else None)
-    check_before_load(state.models, model, state.limits, {"max_tokens": body.max_output_tokens},
-                      {"max_tokens": "max_output_tokens"})
+    check_before_load(state.models, model, state.limits, {**common_fields(body), "max_tokens": body.max_output_tokens},
+                      {"max_tokens": "max_output_tokens", **body.llama_names()})
     served = await state.models.get(model)
     before = prev.messages if prev else []
     images = prev.images.continued(served.vision) if prev and prev.images else RequestImages(served.vision)

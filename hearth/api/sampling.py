@@ -46,26 +46,34 @@ def make_params(fields: dict, limits: Limits, max_model_len: int, field_names: d
     names = field_names or {}
     kwargs = {**limits.defaults, **{k: v for k, v in fields.items() if v is not None}}
     _check_asked(kwargs, limits, max_model_len, names)
-    max_tokens = kwargs.get("max_tokens")
     try:
-        check_room(prompt_tokens, max_tokens, max_model_len, names.get("max_tokens", "max_tokens"))
+        check_room(prompt_tokens, kwargs.get("max_tokens"), max_model_len, names.get("max_tokens", "max_tokens"))
     except MaxTokensTooLargeError as e:
         raise from_hearth_error(e) from None
-    if max_tokens is None:  # not asked: the server's limit, else until the context is full (the engine
-        kwargs["max_tokens"] = limits.max_tokens or None  # ends either where the context's room does)
+    return _built(kwargs, limits, names)
+
+
+def check_before_load(pool, model: str | None, limits: Limits, fields: dict, field_names: dict | None = None) -> None:
+    """make_params' checks that need no loaded model, run before the route's model loads, so a bad request never
+    loads one (nor unloads another for it): n, an asked max_tokens against the server's cap and the model's
+    context (which the pool knows from its file's header: ModelPool.context), and SamplingParams' own checks of
+    the `fields` a route reads without its model (the sampler fields, n, max_tokens, min_tokens, stop). The
+    prompt's room for max_tokens needs the prompt's tokens, and logit_bias, stop_token_ids, logprobs and
+    structured output the engine's vocabulary, tokenizer or settings: make_params and the route check those
+    after the load."""
+    names = field_names or {}
+    kwargs = {**limits.defaults, **{k: v for k, v in fields.items() if v is not None}}
+    _check_asked(kwargs, limits, pool.context(model), names)
+    _built(kwargs, limits, names)
+
+
+def _built(kwargs: dict, limits: Limits, names: dict) -> SamplingParams:
+    if kwargs.get("max_tokens") is None:  # not asked: the server's limit, else until the context is full
+        kwargs = {**kwargs, "max_tokens": limits.max_tokens or None}  # (the engine ends either where its room does)
     try:
         return SamplingParams(**kwargs)
     except InvalidSamplingParams as e:
         raise _bad(names.get(e.field, e.field), e.why) from None
-
-
-def check_before_load(pool, model: str | None, limits: Limits, fields: dict, field_names: dict | None = None) -> None:
-    """make_params' checks that need no loaded model (n, an asked max_tokens against the server's cap and the
-    model's context, which the pool knows from its file's header: ModelPool.context), run before the route's
-    model loads, so a bad request never loads one (nor unloads another for it). The prompt's room for
-    max_tokens needs the prompt's tokens, so the engine's tokenizer: make_params checks that after the load."""
-    kwargs = {**limits.defaults, **{k: v for k, v in fields.items() if v is not None}}
-    _check_asked(kwargs, limits, pool.context(model), field_names or {})
 
 
 def _check_asked(kwargs: dict, limits: Limits, max_model_len: int, names: dict) -> None:

@@ -1,7 +1,7 @@
 """A bad request is refused before its model loads (hearth.api.sampling.check_before_load): an asked token limit
-past the model's context (ModelSpec.max_model_len, from its file's header) or n past the server's limit is a 400
-with nothing loaded and nothing unloaded. Before: the model loaded first, unloading another under
---max-memory (seconds each way) just to answer 400."""
+past the model's context (ModelSpec.max_model_len, from its file's header), n past the server's limit or a sampler
+field out of its range is a 400 with nothing loaded and nothing unloaded. Before: the model loaded first, unloading
+another under --max-memory (seconds each way) just to answer 400."""
 
 from __future__ import annotations
 
@@ -18,6 +18,12 @@ BAD = [
     ("/v1/messages", {"messages": USER, "max_tokens": TOO_MANY}, "max_tokens"),
     ("/v1/completions", {"prompt": "hi", "max_tokens": TOO_MANY}, "max_tokens"),
     ("/v1/completions", {"prompt": "hi", "n": 100}, "n"),
+    ("/v1/chat/completions", {"messages": USER, "temperature": -1}, "temperature"),
+    ("/v1/chat/completions", {"messages": USER, "max_tokens": 8, "min_tokens": 9}, "min_tokens"),
+    ("/v1/chat/completions", {"messages": USER, "stop": [""]}, "stop"),
+    ("/v1/responses", {"input": "hi", "top_p": 2}, "top_p"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "stop_sequences": [""]}, "stop_sequences"),
+    ("/v1/completions", {"prompt": "hi", "presence_penalty": 5}, "presence_penalty"),
     ("/completion", {"prompt": "hi", "n_predict": TOO_MANY}, "n_predict"),
     ("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": TOO_MANY}, "n_predict"),
 ]
