@@ -13,6 +13,7 @@ keep_alive is how long it stays loaded once idle."""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Awaitable, Callable
 
@@ -36,7 +37,7 @@ from hearth.api.ollama_options import (asked_logprobs, keep_alive_seconds, sampl
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
 from hearth.api.ollama_reply import NDJSON, OllamaReply
 from hearth.api.parsing import output_parser
-from hearth.api.sampling import lora_scales, make_params, token_ids
+from hearth.api.sampling import check_before_load, lora_scales, make_params, token_ids
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
 from hearth.api.tool_router import routed_choices
@@ -59,6 +60,8 @@ async def chat(body: ChatRequest, request: Request):
         return await _unload(state.models, body.model, {"message": {"role": "assistant", "content": ""}})
     if body.messages and state.config.embeddings_only:  # a load answers there, as `ollama run`'s preload
         await refuse()
+    if body.messages:
+        _check_options(state, body)
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
@@ -97,6 +100,14 @@ async def chat(body: ChatRequest, request: Request):
     return await _answer(request, body.stream, reply, unload_after(state.models, served.name, keep_alive))
 
 
+def _check_options(state, body: ChatRequest | GenerateRequest) -> None:
+    """The options' checks that need no loaded model (their ranges: hearth.api.sampling.check_before_load), before
+    its load; a num_predict past the context is no 400 here either (within_context)."""
+    context = state.models.context(resolve(state.models, body.model).spec.name) or math.inf  # 0: not known
+    fields = within_context(sampling_fields(body.options, context, state.limits.defaults), 0, context)
+    check_before_load(state.models, body.model, state.limits, fields, FIELD_NAMES)
+
+
 def _lora(body, served) -> dict[int, float] | None:
     """The adapter a `--lora-modules` NAME (or NAME:latest) selects, as on the OpenAI routes."""
     return lora_scales(body, served, (body.model or "").removesuffix(TAG))
@@ -124,6 +135,8 @@ async def generate(body: GenerateRequest, request: Request):
         return await _unload(state.models, body.model, {"response": ""})
     if (body.prompt or body.suffix) and state.config.embeddings_only:
         await refuse()
+    if body.prompt or body.suffix:
+        _check_options(state, body)
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)

@@ -24,6 +24,8 @@ BAD = [
     ("/v1/responses", {"input": "hi", "top_p": 2}, "top_p"),
     ("/v1/messages", {"messages": USER, "max_tokens": 8, "stop_sequences": [""]}, "stop_sequences"),
     ("/v1/completions", {"prompt": "hi", "presence_penalty": 5}, "presence_penalty"),
+    ("/api/chat", {"messages": USER, "options": {"temperature": -1}}, "options.temperature"),
+    ("/api/generate", {"prompt": "hi", "options": {"top_p": 2}}, "options.top_p"),
     ("/completion", {"prompt": "hi", "n_predict": TOO_MANY}, "n_predict"),
     ("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": TOO_MANY}, "n_predict"),
 ]
@@ -38,6 +40,16 @@ def test_a_bad_request_is_refused_before_its_model_loads(serve, path, body, para
     assert r.status_code == 400, r.text
     assert param in r.text
     assert loader.loads == ["a"] and loaded(client) == {"a": True, "b": False}
+
+
+def test_ollama_s_num_predict_past_the_context_is_still_no_400(serve):
+    """Ollama reads a num_predict past the context as "until the context is full" (within_context): the check
+    before the load keeps that."""
+    pool, loader = pool_of(("a", 1))
+    client = serve(pool)
+    r = client.post("/api/chat", json={"model": "a", "messages": USER, "stream": False,
+                                       "options": {"num_predict": TOO_MANY}})
+    assert r.status_code == 200, r.text
 
 
 def test_a_loaded_model_s_own_context_bounds_it(serve):
