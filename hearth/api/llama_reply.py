@@ -36,19 +36,25 @@ def answer_room(body: LlamaOptions) -> int | None:
 def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
     """llama-server's sampling options -> SamplingParams, errors named by llama-server's fields (n_predict 0:
     no max_tokens, which the prompt-only Generation sets)."""
-    return make_params({
+    return make_params(_fields(body, served), state.limits, served.max_model_len, LLAMA_WIRE_NAMES,
+                       prompt_tokens=prompt_tokens)
+
+
+def _fields(body: LlamaOptions, served) -> dict:
+    """The options as SamplingParams fields; served None (before the load): logit_bias and lora, which read the
+    model's vocabulary and adapters, left out."""
+    loaded = served is not None
+    return {
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
         "typical_p": body.typical_p, "repetition_penalty": body.repeat_penalty,
         "presence_penalty": body.presence_penalty,
-        "frequency_penalty": body.frequency_penalty, "logit_bias": logit_bias(body.logit_bias, served),
+        "frequency_penalty": body.frequency_penalty, "logit_bias": logit_bias(body.logit_bias, served) if loaded else None,
         **{k: getattr(body, k) for k in LLAMA_SAMPLERS},
         "dry_sequence_breakers": breakers(body.dry_sequence_breakers),
         "seed": None if body.seed < 0 else body.seed,
         "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
-        "structured_output": guided(body, {}), "lora": lora_scales(body, served),
-        **left_out(body.samplers, body.mirostat)},
-        state.limits, served.max_model_len, LLAMA_WIRE_NAMES,
-        prompt_tokens=prompt_tokens)
+        "structured_output": guided(body, {}), "lora": lora_scales(body, served) if loaded else None,
+        **left_out(body.samplers, body.mirostat)}
 
 
 def with_server_defaults(body: LlamaOptions, defaults: dict) -> LlamaOptions:
@@ -61,10 +67,11 @@ def with_server_defaults(body: LlamaOptions, defaults: dict) -> LlamaOptions:
 
 
 def check_options(request, body: LlamaOptions) -> None:
-    """What llama_params checks without the model loaded (n_predict against the context), before the route loads
-    it (hearth.api.sampling.check_before_load)."""
+    """What llama_params checks without the model loaded (n_predict against the context, the samplers' ranges),
+    before the route loads it (hearth.api.sampling.check_before_load)."""
     state = request.app.state
-    check_before_load(state.models, body.model, state.limits, {"max_tokens": body.limit() or None}, LLAMA_WIRE_NAMES)
+    body = with_server_defaults(body, state.limits.defaults)
+    check_before_load(state.models, body.model, state.limits, _fields(body, None), LLAMA_WIRE_NAMES)
 
 
 async def respond(request, served, ids: list[int], body: LlamaOptions, dropped: Dropped = Dropped()):

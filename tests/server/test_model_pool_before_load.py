@@ -27,6 +27,8 @@ BAD = [
     ("/api/chat", {"messages": USER, "options": {"temperature": -1}}, "options.temperature"),
     ("/api/generate", {"prompt": "hi", "options": {"top_p": 2}}, "options.top_p"),
     ("/completion", {"prompt": "hi", "n_predict": TOO_MANY}, "n_predict"),
+    ("/completion", {"prompt": "hi", "dry_base": 0.5}, "dry_base"),
+    ("/infill", {"input_prefix": "a", "input_suffix": "b", "temperature": -1}, "temperature"),
     ("/infill", {"input_prefix": "a", "input_suffix": "b", "n_predict": TOO_MANY}, "n_predict"),
 ]
 
