@@ -40,6 +40,8 @@ router = APIRouter()
 @router.post("/chat/completions", include_in_schema=False)  # llama-server's too: clients given a base URL without /v1
 async def chat_completions(body: ChatCompletionRequest, request: Request):
     state = request.app.state
+    if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
+        raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     names = {"max_tokens": "max_completion_tokens" if body.max_completion_tokens is not None else "max_tokens",
              "logprobs": "top_logprobs", **body.llama_names()}
@@ -106,8 +108,6 @@ def _reprompt(served, plan, body: ChatCompletionRequest, guard: RequestGuard, co
 
 def _sampling_fields(body: ChatCompletionRequest, plan, served) -> dict:
     k = check_logprobs("top_logprobs", body.top_logprobs, served)
-    if body.top_logprobs is not None and not body.logprobs:  # OpenAI's rule: it was dropped without a word
-        raise APIError(400, "top_logprobs: logprobs must be true when top_logprobs is used", param="top_logprobs")
     return {**common_fields(body, served), "n": body.n, "stop": stop_list(body.stop),
             "max_tokens": body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
             "stop_token_ids": token_ids("stop_token_ids", body.stop_token_ids, served.vocab_size),

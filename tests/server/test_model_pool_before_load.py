@@ -21,6 +21,7 @@ BAD = [
     ("/v1/chat/completions", {"messages": USER, "temperature": -1}, "temperature"),
     ("/v1/chat/completions", {"messages": USER, "max_tokens": 8, "min_tokens": 9}, "min_tokens"),
     ("/v1/chat/completions", {"messages": USER, "stop": [""]}, "stop"),
+    ("/v1/chat/completions", {"messages": USER, "top_logprobs": 2}, "top_logprobs"),
     ("/v1/responses", {"input": "hi", "top_p": 2}, "top_p"),
     ("/v1/messages", {"messages": USER, "max_tokens": 8, "stop_sequences": [""]}, "stop_sequences"),
     ("/v1/completions", {"prompt": "hi", "presence_penalty": 5}, "presence_penalty"),
