@@ -20,6 +20,7 @@ from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import run_requests
+from hearth.llm_vllm_args import take_vllm_args
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
@@ -94,6 +95,7 @@ class LLM:
 
     def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, threads_named: str = "--threads",
                  **engine_args):
+        engine_args = take_vllm_args(model, engine_args)  # gpu_memory_utilization, dtype, ...: mapped or noted
         known = {f.name for f in fields(EngineConfig)}
         unknown = sorted(set(engine_args) - known)
         if unknown:
@@ -258,6 +260,10 @@ class LLM:
         self.load_time = time.perf_counter() - t0
         self._turns = EngineTurns()  # one call steps the engine at a time, none after close()
         self._request_ids = itertools.count()  # across calls: ids never collide in the engine
+
+    def get_tokenizer(self) -> Tokenizer:
+        """The model's tokenizer (vLLM's llm.get_tokenizer()): encode(text), decode(ids), read from the GGUF."""
+        return self.tokenizer
 
     def generate(self, prompts: PromptType | list[PromptType],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:

@@ -1,0 +1,55 @@
+"""hearth.LLM called as vLLM's documentation and examples call vllm.LLM (offline inference): its constructor's
+arguments, generate's and chat's keywords, SamplingParams' fields and the outputs' shapes."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from hearth import SamplingParams
+from hearth.llm import LLM
+from tests.gguf_factory import write_tiny_gguf
+from tests.test_llm import TEMPLATE
+
+GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf"
+    write_tiny_gguf(path, "llama", chat_template=TEMPLATE)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def llm(tiny):
+    return LLM(tiny, max_model_len=256, max_num_seqs=4, progress=False)
+
+
+def test_vllm_constructor_arguments_are_taken_each_noted_in_one_line(tiny, caplog):
+    """LLM(model, dtype=..., gpu_memory_utilization=..., trust_remote_code=True) was a TypeError ("unknown
+    engine argument") before anything loaded: every vLLM quickstart passes some of them."""
+    with caplog.at_level(logging.WARNING, logger="hearth"):
+        llm = LLM(tiny, max_model_len=128, progress=False, dtype="bfloat16", gpu_memory_utilization=0.5,
+                  trust_remote_code=True, tensor_parallel_size=1, enforce_eager=False, tokenizer=tiny)
+    notes = [r.getMessage() for r in caplog.records if "vLLM's" in r.getMessage()]
+    assert len(notes) == 3  # the three that differ from what hearth does; vLLM's defaults say nothing
+    assert any("gpu_memory_utilization=0.5" in n and "kv_cache_memory_gb" in n for n in notes)
+    assert llm.generate("hi", GREEDY)[0].outputs[0].token_ids
+
+
+def test_kv_cache_memory_bytes_sets_the_kv_cache_budget(tiny):
+    llm = LLM(tiny, max_model_len=128, progress=False, kv_cache_memory_bytes=2**30)
+    assert llm.config.kv_cache_memory_gb == 1.0
+
+
+def test_an_unknown_argument_is_still_a_type_error(tiny):
+    with pytest.raises(TypeError, match="gpu_memory_utilisation"):
+        LLM(tiny, progress=False, gpu_memory_utilisation=0.9)
+
+
+def test_get_tokenizer_encodes_and_decodes(llm):
+    tok = llm.get_tokenizer()
+    ids = tok.encode("hello")
+    assert ids and isinstance(tok.decode(ids), str)
