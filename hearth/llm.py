@@ -9,17 +9,18 @@ import os
 import sys
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from dataclasses import fields, replace
 
 import torch
 
 from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
-from hearth.llm_chat import chat_prompt
+from hearth.llm_chat import ChatOptions, chat_prompt, conversations
 from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import chains_only, recurrent_engine
-from hearth.llm_requests import run_requests
+from hearth.llm_requests import prompts_bar, run_requests
 from hearth.llm_vllm_args import take_vllm_args
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
@@ -266,24 +267,32 @@ class LLM:
         return self.tokenizer
 
     def generate(self, prompts: PromptType | list[PromptType],
-                 sampling_params: SamplingParams | list[SamplingParams] | None = None) -> list[RequestOutput]:
+                 sampling_params: SamplingParams | list[SamplingParams] | None = None, *,
+                 use_tqdm: bool | Callable = True, lora_request=None) -> list[RequestOutput]:
         """Run prompts to completion together; one RequestOutput per prompt, in order. prompts: one
         prompt or a list of them, each a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}; a dict
         may add 'media': [hearth.media.inputs.MediaInput, ...], image rows in the prompt (a model with a
-        vision encoder)."""
+        vision encoder). use_tqdm (vLLM's): a bar of finished prompts on a terminal (or a tqdm-like class to
+        make it); lora_request: a hearth.llm_lora.LoRARequest (vLLM's) naming an adapter the LLM loaded, or
+        a list of them, one per prompt (None: the LLM's scales)."""
         prompts = prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
         params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
+        loras = lora_request if isinstance(lora_request, list) else [lora_request] * len(prompts)
+        if len(loras) != len(prompts):
+            raise ValueError(f"{len(loras)} LoRA requests for {len(prompts)} prompts")
+        params = [p if r is None else replace(p, lora=llm_lora.request_lora(self.lora, r))
+                  for p, r in zip(params, loras)]
         encoded = [prompt_ids(self.tokenizer, prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
         media = [prompt_media(prompt) for prompt in prompts]
         # validate every request before queueing any; queue the checked params (bad_words' ids on; an encoder's: None)
         params = [(self.engine.check_request(ids, p, m) if m else self.engine.check_request(ids, p)) or p
                   for (_, ids), p, m in zip(encoded, params, media)]
-        with self._turns.driving("generate"):
-            return run_requests(self.engine, self._request_ids, encoded, params, media)
+        with self._turns.driving("generate"), prompts_bar(use_tqdm, len(prompts)) as bar:
+            return run_requests(self.engine, self._request_ids, encoded, params, media, bar)
 
     def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
         """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
@@ -349,23 +358,41 @@ class LLM:
             finally:
                 self.engine.abort(rid)  # a consumer that stops early frees the request's blocks
 
-    def chat(self, messages: list[dict], sampling_params: SamplingParams | None = None,
+    def chat(self, messages: list[dict] | list[list[dict]],
+             sampling_params: SamplingParams | list[SamplingParams] | None = None,
              tools: list[dict] | None = None, *, tool_choice: str | dict | None = None,
-             tool_guard: str = DEFAULT_MODE) -> RequestOutput:
-        """tool_guard: "guard" or "grammar" constrain a call once the model starts one (from the first
+             tool_guard: str = DEFAULT_MODE, use_tqdm: bool | Callable = True, lora_request=None,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             continue_final_message: bool = False, chat_template_kwargs: dict | None = None,
+             chat_template_content_format: str = "auto") -> list[RequestOutput]:
+        """One RequestOutput per conversation, as vLLM's llm.chat: `messages` one conversation (a list of
+        messages) or a list of them, run together; sampling_params one for all or one per conversation.
+        tool_guard: "guard" or "grammar" constrain a call once the model starts one (from the first
         token when tool_choice forces one), "off" leaves the output free; the server's guard also
         validates and retries (hearth.api.guarded). Each output's `message` is its answer as an
-        assistant message: content, parsed `tool_calls`, reasoning."""
-        text, ids = chat_prompt(self, messages, tools)
-        params = sampling_params or SamplingParams()
-        so = chat_constraint(self.chat_template.source, tools, tool_choice, tool_guard, text)
-        if so is not None and params.structured_output is None:
-            params = replace(params, structured_output=so)
-        out = self.generate(llm_vision.tokens_prompt(ids), params)[0]
-        for o in out.outputs:  # each answer also as the message to append for the next turn
-            o.message = chat_message(self.chat_template.source, tools, tool_choice, text, o.text,
-                                     cut=o.finish_reason == "length")
-        return out
+        assistant message: content, parsed `tool_calls`, reasoning. chat_template, add_generation_prompt,
+        continue_final_message, chat_template_kwargs: vLLM's (hearth.llm_chat.ChatOptions); use_tqdm and
+        lora_request: as generate's. chat_template_content_format: vLLM's, taken; hearth finds which content form
+        the template reads (ChatTemplate.typed_content)."""
+        options = ChatOptions(add_generation_prompt, continue_final_message, chat_template, chat_template_kwargs)
+        source = chat_template if chat_template is not None else self.chat_template.source
+        chats = conversations(messages)
+        rendered = [chat_prompt(self, m, tools, options) for m in chats]
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(chats)
+        if len(params) != len(chats):
+            raise ValueError(f"{len(params)} sampling params for {len(chats)} conversations")
+        params = [p or SamplingParams() for p in params]
+        for i, ((text, _), p) in enumerate(zip(rendered, params)):
+            so = chat_constraint(source, tools, tool_choice, tool_guard, text)
+            if so is not None and p.structured_output is None:
+                params[i] = replace(p, structured_output=so)
+        # each RequestOutput's prompt is its rendered chat, as vLLM's
+        outs = self.generate([{**llm_vision.tokens_prompt(ids), "prompt": text} for text, ids in rendered], params,
+                             use_tqdm=use_tqdm, lora_request=lora_request)
+        for out, (text, _) in zip(outs, rendered):
+            for o in out.outputs:  # each answer also as the message to append for the next turn
+                o.message = chat_message(source, tools, tool_choice, text, o.text, cut=o.finish_reason == "length")
+        return outs
 
     def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         """The chat's prompt ids; with images, a hearth.api.media_prompt.PromptIds whose `media` are their

@@ -5,18 +5,64 @@ their ids (with images, each image's rows: llm_vision.ChatImages). A bad message
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from hearth import llm_vision
+from hearth.api.chat_template import RESERVED_VARS, ChatTemplate
 from hearth.llm_prompts import chat_ids
 
 
-def chat_prompt(llm, messages: list[dict], tools: list[dict] | None) -> tuple[str, list[int]]:
-    """(the rendered text, its ids) of llm's chat template over messages and tools."""
+@dataclass(frozen=True, slots=True)
+class ChatOptions:
+    """How a chat renders (vLLM's LLM.chat keywords)."""
+
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    """The last (assistant) message is continued, not closed: the prompt ends right after its text."""
+    chat_template: str | None = None
+    """A Jinja template in place of the LLM's."""
+    chat_template_kwargs: dict | None = None
+    """Template variables over the LLM's (enable_thinking, ...)."""
+
+    def __post_init__(self) -> None:
+        if self.add_generation_prompt and self.continue_final_message:  # vLLM's apply_hf_chat_template's rule
+            raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+
+
+def chat_prompt(llm, messages: list[dict], tools: list[dict] | None,
+                options: ChatOptions = ChatOptions()) -> tuple[str, list[int]]:
+    """(the rendered text, its ids) of llm's chat template (or options') over messages and tools."""
     images = llm_vision.ChatImages(llm)
     messages = template_messages(messages, images.images)
-    text = llm.chat_template.render(messages, tools=template_tools(tools))
+    template = llm.chat_template
+    if options.chat_template is not None:
+        template = ChatTemplate(options.chat_template, template.bos_token, template.eos_token, llm.gguf.arch,
+                                llm.config.chat_template_kwargs)
+    kwargs = {k: v for k, v in (options.chat_template_kwargs or {}).items() if k not in RESERVED_VARS}
+    text = template.render(messages, tools=template_tools(tools), add_generation_prompt=options.add_generation_prompt,
+                           **kwargs)
+    if options.continue_final_message:
+        text = continued(text, messages)
     with as_value_error():
         return text, images.encode(text, messages) if images.images else chat_ids(llm.tokenizer, text)
+
+
+def conversations(messages) -> list[list[dict]]:
+    """LLM.chat's messages as a list of conversations: one conversation (a list of messages), or a list of them
+    (vLLM's batch: its first item a list)."""
+    if not isinstance(messages, (list, tuple)) or not messages or not isinstance(messages[0], (list, tuple)):
+        return [messages]
+    return [list(m) for m in messages]
+
+
+def continued(text: str, messages: list[dict]) -> str:
+    """The rendered chat cut right after its last message's text (vLLM's continue_final_message, as the
+    server's hearth.api.served.render_chat)."""
+    final = messages[-1].get("content") or "" if messages else ""
+    if not isinstance(final, str):
+        final = "".join(p.get("text", "") for p in final if isinstance(p, dict))
+    at = text.rfind(final) if final else -1
+    return text[:at + len(final)] if at >= 0 else text
 
 
 def template_messages(messages: list[dict], images=None) -> list[dict]:

@@ -3,16 +3,35 @@ until all end, their deltas gathered into RequestOutputs; a failed step (or ^C) 
 
 from __future__ import annotations
 
+import sys
+from contextlib import contextmanager
 from dataclasses import replace
 
 from hearth.outputs import CompletionOutput, RequestOutput
 from hearth.sampling_params import SamplingParams
 
 
+@contextmanager
+def prompts_bar(use_tqdm, total: int):
+    """vLLM's use_tqdm: a bar of finished prompts (True: tqdm's, on a terminal only, as the loading bar; a
+    callable: that class, anywhere) or None."""
+    if not use_tqdm or use_tqdm is True and not sys.stderr.isatty():
+        yield None
+        return
+    if use_tqdm is True:
+        from tqdm import tqdm as use_tqdm
+    bar = use_tqdm(total=total, desc="Processed prompts", unit="prompt", leave=False)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
 def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]], params: list[SamplingParams],
-                 media: list[tuple] | None = None) -> list[RequestOutput]:
+                 media: list[tuple] | None = None, bar=None) -> list[RequestOutput]:
     """generate's work, under the engine's lock: each (text, ids) runs with its params (and media).
-    request_ids: the LLM's counter, so ids never collide in the engine across calls."""
+    request_ids: the LLM's counter, so ids never collide in the engine across calls. bar: updated by 1 as
+    each prompt's answers are all in (prompts_bar)."""
     results, children = [], {}
     try:
         for i, ((text, ids), p) in enumerate(zip(encoded, params)):
@@ -46,6 +65,8 @@ def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]
                 if out.finished:
                     comp.finish_reason, comp.stop_reason = out.finish_reason, out.stop_reason
                     result.finished = all(c.finish_reason for c in result.outputs)
+                    if result.finished and bar is not None:
+                        bar.update(1)
     except BaseException:  # a failed step (or ^C): the requests left would join the next call's
         for rid in children:
             engine.abort(rid)

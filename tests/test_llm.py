@@ -53,7 +53,7 @@ def test_roles_map_as_the_server_maps_them(llm):
     same = llm.encode_chat([{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}])
     assert same == llm.encode_chat([{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}])
     parts = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]  # content parts, as the server takes
-    out = llm.chat(parts, SamplingParams(max_tokens=2, temperature=0))
+    out = llm.chat(parts, SamplingParams(max_tokens=2, temperature=0))[0]
     assert len(out.outputs[0].token_ids) == 2
 
 
@@ -73,7 +73,7 @@ def test_hugging_face_tool_messages_render_and_unknown_keys_reach_the_template(t
           {"role": "tool", "name": "f", "content": "cold"}]
     text = llm.tokenizer.decode(llm.encode_chat(hf))
     assert "w?[img]" in text and '{"city": "Oslo"}' in text and "cold(f)" in text
-    out = llm.chat(hf, SamplingParams(max_tokens=1, temperature=0))
+    out = llm.chat(hf, SamplingParams(max_tokens=1, temperature=0))[0]
     assert len(out.outputs[0].token_ids) == 1
 
 

@@ -32,9 +32,9 @@ def test_a_word_of_the_greedy_answer_is_never_generated_once_banned(smol_llm):
                                SamplingParams(temperature=0, max_tokens=12, bad_words=["Paris"]))[0].outputs[0]
     assert "Paris" not in banned.text and not any(s[0] in banned.token_ids for s in paris)
     chat = [{"role": "user", "content": "What is the capital of France? One word."}]
-    assert "Paris" in smol_llm.chat(chat, SamplingParams(temperature=0, max_tokens=8)).outputs[0].text
+    assert "Paris" in smol_llm.chat(chat, SamplingParams(temperature=0, max_tokens=8))[0].outputs[0].text
     assert "Paris" not in smol_llm.chat(chat, SamplingParams(temperature=0, max_tokens=8,
-                                                             bad_words=["Paris"])).outputs[0].text
+                                                             bad_words=["Paris"]))[0].outputs[0].text
 
 
 def test_a_two_token_word_is_banned_after_its_first_token(smol_llm):

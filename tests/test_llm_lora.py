@@ -76,3 +76,15 @@ def test_bad_adapters_and_ids_are_one_line(files):
         llm.generate(PROMPT, greedy(lora={1: 0.5}))
     with pytest.raises(InvalidSamplingParams, match="no adapters"):
         make(files / "base.gguf").generate(PROMPT, greedy(lora={0: 0.5}))
+
+
+def test_vllms_lora_request_runs_the_loaded_adapter_alone(files, runs):
+    """vLLM's generate(..., lora_request=LoRARequest(name, id, path)) was a TypeError: it runs that adapter at
+    scale 1 whatever the global scale, and a prompt without one runs the global scales."""
+    from hearth.llm_lora import LoRARequest
+
+    llm = make(files / "base.gguf", lora=[(str(files / "adapter.gguf"), 0.0)])
+    asked = LoRARequest("adapter", 1, str(files / "adapter.gguf"))
+    outs = llm.generate([PROMPT, PROMPT], greedy(), lora_request=[asked, None])
+    assert [o.outputs[0].token_ids for o in outs] == [runs["merged"], runs["base"]]
+    assert llm.generate(PROMPT, greedy(), lora_request=asked)[0].outputs[0].token_ids == runs["merged"]

@@ -59,11 +59,11 @@ def test_an_image_is_read_where_the_message_puts_it(llm):
     ids = llm.encode_chat(asking(png((200, 30, 30))))
     (span,) = ids.media
     assert span.length == llm.vision_config.num_embeds and span.bidirectional
-    red = llm.chat(asking(png((200, 30, 30))), GREEDY).outputs[0]
+    red = llm.chat(asking(png((200, 30, 30))), GREEDY)[0].outputs[0]
     again = llm.generate(tokens_prompt(ids), GREEDY)[0].outputs[0]
     assert again.token_ids == red.token_ids  # its blocks from the prefix cache: their rows' bits may differ
     assert again.logprobs[0] == pytest.approx(red.logprobs[0], abs=1e-4)
-    blue = llm.chat(asking(png((20, 30, 220))), GREEDY).outputs[0]
+    blue = llm.chat(asking(png((20, 30, 220))), GREEDY)[0].outputs[0]
     assert blue.logprobs[0] != pytest.approx(red.logprobs[0], abs=1e-2)  # the rows are the image's
 
 
@@ -71,8 +71,8 @@ def test_the_same_image_again_is_a_prefix_cache_hit(llm):
     messages = asking(png((10, 160, 40)), "and this one?")
     (span,) = llm.encode_chat(messages).media
     bs = llm.config.block_size
-    first = llm.chat(messages, GREEDY)
-    second = llm.chat(messages, GREEDY)
+    first = llm.chat(messages, GREEDY)[0]
+    second = llm.chat(messages, GREEDY)[0]
     assert first.num_cached_tokens <= span.offset  # a new image: no block holding its rows is found
     assert second.num_cached_tokens >= span.end // bs * bs > span.offset
     assert second.outputs[0].token_ids == first.outputs[0].token_ids
@@ -91,7 +91,7 @@ def test_another_mmprojs_weights_never_read_the_disk_tiers_image_blocks(files, t
         run = LLM(str(model), mmproj=str(path), max_model_len=256, progress=False,
                   kv_disk_dir=str(tmp_path / "kv"), kv_disk_space_mb=16)
         (span,) = run.encode_chat(messages).media
-        out = run.chat(messages, GREEDY)
+        out = run.chat(messages, GREEDY)[0]
         cached.append(out.num_cached_tokens)
         bs = run.config.block_size
         run.close()
@@ -119,7 +119,7 @@ def test_serve_with_mmproj_answers_as_the_library(files, llm):
     model, mmproj, _ = files
     args = command_parser("serve").parse_intermixed_args([str(model), "--mmproj", str(mmproj), "--max-model-len", "256"])
     messages = asking(png((90, 90, 10)))
-    want = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4)).outputs[0].text
+    want = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4))[0].outputs[0].text
     with TestClient(create_app(build_pool(args), server_config(args))) as c:
         r = c.post("/v1/chat/completions", json={"messages": messages, "temperature": 0, "max_tokens": 4})
         assert r.status_code == 200, r.text
@@ -132,7 +132,7 @@ def test_run_with_an_image(files, llm, tmp_path, capsys):
     model, mmproj, _ = files
     image = tmp_path / "a.png"
     image.write_bytes(png((5, 99, 180)))
-    want = llm.chat(asking(image.read_bytes(), "hi"), SamplingParams(temperature=0, max_tokens=4)).outputs[0].text
+    want = llm.chat(asking(image.read_bytes(), "hi"), SamplingParams(temperature=0, max_tokens=4))[0].outputs[0].text
     argv = ["run", str(model), "hi", "--temperature", "0", "-n", "4", "--ctx", "256"]
     assert main([*argv, "--mmproj", str(mmproj), "--image", str(image)]) == 0
     assert capsys.readouterr().out == want + "\n"

@@ -121,7 +121,7 @@ def test_chat_equals_transformers(pair, case):
     ours = runner_logits(llm, list(ids), list(ids.media))
     assert rel_err(ours, their_logits) < (REL_TOL if small else REL_TOL_LONG)  # every position
     llm.engine.scheduler.kv.pool.reset_prefix_cache()
-    got = llm.chat(messages, SamplingParams(temperature=0, max_tokens=STEPS, ignore_eos=True)).outputs[0]
+    got = llm.chat(messages, SamplingParams(temperature=0, max_tokens=STEPS, ignore_eos=True))[0].outputs[0]
     assert got.token_ids == out[0, len(ids):].tolist()
 
 

@@ -41,8 +41,8 @@ def test_an_images_rows_are_its_own_grid(llm, size):
     rows, cols = image.grid
     assert span.length == image.num_embeds == rows * cols and span.pixels.shape == (rows, cols, 4, 1176)
     assert not span.bidirectional
-    red = llm.chat(asking(data), GREEDY).outputs[0]
-    blue = llm.chat(asking(png(size, (20, 30, 220))), GREEDY).outputs[0]
+    red = llm.chat(asking(data), GREEDY)[0].outputs[0]
+    blue = llm.chat(asking(png(size, (20, 30, 220))), GREEDY)[0].outputs[0]
     assert blue.logprobs[0] != pytest.approx(red.logprobs[0], abs=1e-3)  # the rows are the image's
 
 

@@ -74,7 +74,7 @@ def test_chat_equals_transformers_through_its_processor(pair, images):
     ours = runner_logits(llm, list(ids), list(ids.media))[-1]
     assert rel_err(ours, their_logits) < REL_TOL
     llm.engine.scheduler.kv.pool.reset_prefix_cache()
-    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=STEPS, ignore_eos=True, logprobs=1)).outputs[0]
+    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=STEPS, ignore_eos=True, logprobs=1))[0].outputs[0]
     assert out.token_ids == their_tokens
     ours_lp = [lp[t] for lp, t in zip(out.logprobs, out.token_ids, strict=True)]
     assert ours_lp == pytest.approx(their_logprobs, abs=LOGPROB_TOL)

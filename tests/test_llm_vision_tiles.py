@@ -54,7 +54,7 @@ def test_a_split_image_is_a_span_per_tile_in_the_processors_order(llm, size, pie
         np.testing.assert_array_equal(m.pixels, pixels)
     for a, b in zip(ids.media, ids.media[1:]):
         assert b.offset > a.end  # the next tile's tag between them
-    out = llm.chat(asking(data), GREEDY)
+    out = llm.chat(asking(data), GREEDY)[0]
     again = llm.generate(tokens_prompt(ids), GREEDY)[0]
     assert len(out.outputs[0].token_ids) == 4 and again.outputs[0].token_ids == out.outputs[0].token_ids
     assert again.num_cached_tokens >= ids.media[-1].offset  # every tile's blocks found again
@@ -71,7 +71,7 @@ def test_a_tile_changed_is_its_span_changed(llm):
         buf = io.BytesIO()
         Image.fromarray(pixels).save(buf, "PNG")
         spans.append([m.digest for m in llm.encode_chat(asking(buf.getvalue())).media])
-        answers.append(llm.chat(asking(buf.getvalue()), GREEDY).outputs[0])
+        answers.append(llm.chat(asking(buf.getvalue()), GREEDY)[0].outputs[0])
     (a, b) = spans
     assert len(a) == 5 and [x == y for x, y in zip(a, b)] == [True, False, True, False, False]
     assert answers[1].logprobs[0] != pytest.approx(answers[0].logprobs[0], abs=1e-3)

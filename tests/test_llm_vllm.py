@@ -53,3 +53,57 @@ def test_get_tokenizer_encodes_and_decodes(llm):
     tok = llm.get_tokenizer()
     ids = tok.encode("hello")
     assert ids and isinstance(tok.decode(ids), str)
+
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+def test_chat_returns_one_request_output_per_conversation(llm):
+    """vLLM's llm.chat returns list[RequestOutput] (`outputs[0].outputs[0].text` in every example): hearth
+    returned the RequestOutput itself, so that line was a TypeError; a list of conversations was a ValueError."""
+    one = llm.chat(HI, GREEDY)
+    assert isinstance(one, list) and len(one) == 1
+    assert one[0].prompt.endswith("<|im_start|>assistant\n")  # the rendered chat, as vLLM's
+    two = llm.chat([HI, [{"role": "user", "content": "yo"}]], GREEDY)
+    assert len(two) == 2 and two[0].outputs[0].token_ids == one[0].outputs[0].token_ids
+    assert two[0].prompt_token_ids != two[1].prompt_token_ids
+    assert two[0].outputs[0].message["role"] == "assistant"
+
+
+def test_chat_takes_vllms_rendering_keywords(llm):
+    asked = HI + [{"role": "assistant", "content": "Sure thing"}]
+    out = llm.chat(asked, GREEDY, add_generation_prompt=False, continue_final_message=True, use_tqdm=False)[0]
+    assert out.prompt.endswith("Sure thing")  # continued, not closed nor followed by a new turn
+    plain = llm.chat(HI, GREEDY, chat_template="{{ messages[0]['content'] }}|")[0]
+    assert plain.prompt == "hi|"
+    kw = llm.chat(HI, GREEDY, chat_template="{{ greeting }} {{ messages[0]['content'] }}",
+                  chat_template_kwargs={"greeting": "hello"})[0]
+    assert kw.prompt == "hello hi"
+    with pytest.raises(ValueError, match="continue_final_message"):
+        llm.chat(asked, GREEDY, continue_final_message=True)  # vLLM refuses both at once, as here
+
+
+def test_generate_takes_use_tqdm_and_a_tqdm_class(llm):
+    """use_tqdm=False was a TypeError; a tqdm-like class (vLLM's use_tqdm: Callable) makes the bar."""
+    seen = []
+
+    class Bar:
+        def __init__(self, total, **_):
+            seen.append(total)
+
+        def update(self, k):
+            seen.append(k)
+
+        def close(self):
+            seen.append("closed")
+
+    assert llm.generate(["a", "b"], GREEDY, use_tqdm=False)[1].outputs[0].token_ids
+    llm.generate(["a", "b"], GREEDY, use_tqdm=Bar)
+    assert seen == [2, 1, 1, "closed"]
+
+
+def test_a_lora_request_the_llm_did_not_load_says_how_to_load_it(llm):
+    from hearth.llm_lora import LoRARequest
+
+    with pytest.raises(ValueError, match=r"lora=\[\(path, 1.0\)\]"):
+        llm.generate("hi", GREEDY, lora_request=LoRARequest("sql", 1, "/no/such/adapter"))

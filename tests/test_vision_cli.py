@@ -88,7 +88,7 @@ def test_a_bad_image_is_named_by_its_flag_before_the_model_loads(files, tmp_path
 def test_image_given_as_a_data_url(files, llm, capsys):
     model, mmproj, _ = files
     data = png((5, 99, 180))
-    want = llm.chat([asking(data, "hi")], SAMPLE).outputs[0].text
+    want = llm.chat([asking(data, "hi")], SAMPLE)[0].outputs[0].text
     assert main(["run", str(model), "hi", *ARGS, "--mmproj", str(mmproj), "--image", data_url(data), "--verbose"]) == 0
     out, err = capsys.readouterr()
     assert out == want + "\n"
@@ -102,9 +102,9 @@ def test_image_command_adds_an_image_to_the_next_message(files, llm, tmp_path, c
     (tmp_path / "red.png").write_bytes(red)
     (tmp_path / "blue.png").write_bytes(blue)
     (tmp_path / "bad.png").write_bytes(b"no")
-    first = llm.chat([asking(red, "hi")], SAMPLE).outputs[0].text
+    first = llm.chat([asking(red, "hi")], SAMPLE)[0].outputs[0].text
     history = [asking(red, "hi"), {"role": "assistant", "content": first}, asking(blue, "and this?")]
-    second = llm.chat(history, SAMPLE).outputs[0].text
+    second = llm.chat(history, SAMPLE)[0].outputs[0].text
     lines = [f"/image {tmp_path / 'bad.png'}", f"/image {tmp_path / 'red.png'}", "hi",
              f"/image {tmp_path / 'blue.png'}", "and this?"]
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(lines) + "\n"))
@@ -123,12 +123,12 @@ def test_a_url_on_this_machine_is_fetched_for_run_and_llm_chat(files, llm, capsy
 
     model, mmproj, _ = files
     data = png((90, 160, 20))
-    want = llm.chat([asking(data, "hi")], SAMPLE).outputs[0].text
+    want = llm.chat([asking(data, "hi")], SAMPLE)[0].outputs[0].text
     with ImageServer({"cat.png": data}) as server:
         url = server.url("cat.png")
         fetched = {"role": "user", "content": [{"type": "image_url", "image_url": {"url": url}},
                                                {"type": "text", "text": "hi"}]}
-        assert llm.chat([fetched], SAMPLE).outputs[0].text == want
+        assert llm.chat([fetched], SAMPLE)[0].outputs[0].text == want
         assert main(["run", str(model), "hi", *ARGS, "--mmproj", str(mmproj), "--image", url]) == 0
         assert capsys.readouterr().out == want + "\n"
         monkeypatch.setattr("sys.stdin", io.StringIO(f"/image {url}\nhi\n"))

@@ -32,7 +32,7 @@ def files(tmp_path_factory):
         out = hf.generate(**hf_inputs(llm, hf, image, ids), max_new_tokens=STEPS, do_sample=False, eos_token_id=None,
                           pad_token_id=0)
     # the answer's text as hearth detokenizes it (byte pieces of a random model: partial UTF-8), of the same tokens
-    got = llm.chat(messages, SamplingParams(temperature=0, max_tokens=STEPS, ignore_eos=True)).outputs[0]
+    got = llm.chat(messages, SamplingParams(temperature=0, max_tokens=STEPS, ignore_eos=True))[0].outputs[0]
     assert got.token_ids == out[0, len(ids):].tolist()
     return lm, mmproj, len(ids), got.text
 

@@ -29,6 +29,10 @@ from hearth.media.marker import MARKER
 from hearth.tool_parsers import FORMATS, detect_format
 
 
+RESERVED_VARS = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+"""Template variables a request's chat_template_kwargs may not set: the renderer's own."""
+
+
 class ChatTemplateError(HearthError):
     """The chat template refused the conversation (raise_exception) or failed to render."""
 

@@ -11,17 +11,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from hearth.api.chat_template import ChatTemplate
+from hearth.api.chat_template import RESERVED_VARS, ChatTemplate
 from hearth.api.media_prompt import encode_with_images
 from hearth.api.model_holds import Holds
 from hearth.config import MAX_LOGPROBS
 from hearth.loader.file_type import quantization
 from hearth.tool_parsers import (Marks, detect_channels, detect_format, detect_reasoning, prompt_opens_reasoning,
                                  reasoning_marks, supports_tools)
-
-
-# template variables a request's chat_template_kwargs may not override
-_RESERVED = frozenset({"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
 
 
 @dataclass
@@ -145,7 +141,7 @@ class ServedModel:
                     add_generation_prompt: bool = True, continue_final: bool = False,
                     template_kwargs: dict | None = None) -> str:
         """`template_kwargs`: extra template variables (chat_template_kwargs: enable_thinking, ...)."""
-        kwargs = {k: v for k, v in (template_kwargs or {}).items() if k not in _RESERVED}
+        kwargs = {k: v for k, v in (template_kwargs or {}).items() if k not in RESERVED_VARS}
         if not continue_final:
             return self.chat_template.render(messages, tools=tools, add_generation_prompt=add_generation_prompt,
                                              **kwargs)
