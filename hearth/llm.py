@@ -18,7 +18,7 @@ import torch
 from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_chat import ChatOptions, chat_prompt, conversations
 from hearth.llm_kv import cache_key, pool_size
-from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
+from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import prompts_bar, run_requests
 from hearth.llm_vllm_args import take_vllm_args
@@ -288,6 +288,8 @@ class LLM:
                   for p, r in zip(params, loras)]
         encoded = [prompt_ids(self.tokenizer, prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]
         media = [prompt_media(prompt) for prompt in prompts]
+        encoded = [truncated(e, p.truncate_prompt_tokens, self.max_model_len, bool(m))
+                   for e, p, m in zip(encoded, params, media)]
         # validate every request before queueing any; queue the checked params (bad_words' ids on; an encoder's: None)
         params = [(self.engine.check_request(ids, p, m) if m else self.engine.check_request(ids, p)) or p
                   for (_, ids), p, m in zip(encoded, params, media)]

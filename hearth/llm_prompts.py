@@ -21,6 +21,19 @@ def prompt_ids(tokenizer, prompt: PromptType, name: str) -> tuple[str | None, li
     raise TypeError(f"{name} must be {PROMPT_TYPES}, not {type_name(prompt)}")
 
 
+def truncated(encoded: tuple[str | None, list[int]], keep: int | None, max_model_len: int,
+              media: bool) -> tuple[str | None, list[int]]:
+    """(text, ids) with only the last `keep` ids (vLLM's truncate_prompt_tokens; -1: max_model_len of them);
+    the text stays the one given, as vLLM's RequestOutput.prompt. A prompt with images is not cut."""
+    text, ids = encoded
+    keep = max_model_len if keep == -1 else keep
+    if keep is None or len(ids) <= keep:
+        return encoded
+    if media:
+        raise ValueError("truncate_prompt_tokens: a prompt with images is not cut (an image's rows would split)")
+    return text, list(ids[-keep:])
+
+
 def chat_ids(tokenizer, text: str) -> list[int]:
     """A rendered chat prompt's ids."""
     tok = tokenizer

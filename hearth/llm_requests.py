@@ -32,7 +32,7 @@ def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]
     """generate's work, under the engine's lock: each (text, ids) runs with its params (and media).
     request_ids: the LLM's counter, so ids never collide in the engine across calls. bar: updated by 1 as
     each prompt's answers are all in (prompts_bar)."""
-    results, children = [], {}
+    results, children, p_of = [], {}, {}
     try:
         for i, ((text, ids), p) in enumerate(zip(encoded, params)):
             m = media[i] if media else ()
@@ -47,6 +47,7 @@ def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]
                                          media=m)
                 result.outputs.append(CompletionOutput(j, "", [], logprobs=[] if p.logprobs is not None else None))
                 children[rid] = (result, result.outputs[j])
+                p_of[rid] = p
         while engine.has_unfinished():
             for out in engine.step():
                 if out.error is not None:  # the others are aborted below
@@ -55,7 +56,8 @@ def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]
                 if comp.index == 0:  # the prompt's, as the server counts it: siblings hit the first's blocks
                     result.num_cached_tokens = out.num_cached_tokens
                 comp.token_ids.extend(out.new_token_ids)
-                comp.text += out.new_text
+                if p_of[out.request_id].detokenize:  # vLLM's detokenize=False: token ids only
+                    comp.text += out.new_text
                 if out.new_logprobs is not None:
                     comp.logprobs.extend(out.new_logprobs)
                 if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -49,6 +50,54 @@ class StructuredOutput:
         if sum(given) != 1:
             raise InvalidSamplingParams("structured_output", "needs exactly one of json_schema, json_object, "
                                         f"grammar, regex; got {sum(given)}")
+
+
+@dataclass(slots=True)
+class StructuredOutputsParams:
+    """vLLM's constraint record (vllm.sampling_params.StructuredOutputsParams; GuidedDecodingParams before
+    v0.12): one of json (a schema, dict or JSON text), regex, choice (the output is one of the strings), grammar
+    (hearth: Lark or GBNF, StructuredOutput.grammar) or json_object. SamplingParams(structured_outputs=...)
+    turns it into its StructuredOutput."""
+
+    json: str | dict | None = None
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    disable_fallback: bool = False
+    """Taken: hearth has one grammar engine, nothing to fall back from."""
+    disable_any_whitespace: bool = False
+    """Taken: hearth's JSON grammar writes no whitespace between tokens anyway."""
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+    structural_tag: str | None = None
+    backend: str | None = None
+    """Older vLLM's engine choice: taken, hearth has one (llguidance)."""
+
+    def constraint(self, name: str) -> StructuredOutput:
+        """name: how the caller named this record (structured_outputs), for the error."""
+        for unsupported in ("disable_additional_properties", "whitespace_pattern", "structural_tag"):
+            if getattr(self, unsupported):
+                raise InvalidSamplingParams(f"{name}.{unsupported}", "is not supported (hearth reads json, regex, "
+                                            "choice, grammar, json_object)")
+        kinds = [k for k in ("json", "regex", "choice", "grammar", "json_object") if getattr(self, k)]
+        if len(kinds) != 1:  # vLLM's rule: one kind of constraint
+            raise InvalidSamplingParams(name, f"needs exactly one of json, regex, choice, grammar, json_object; "
+                                        f"got {', '.join(kinds) or 'none'}")
+        if self.json is not None:
+            schema = json.loads(self.json) if isinstance(self.json, str) else self.json
+            return StructuredOutput(json_schema=schema)
+        if self.choice is not None:
+            if not all(isinstance(c, str) for c in self.choice):
+                raise InvalidSamplingParams(f"{name}.choice", f"must be a list of strings, got {self.choice!r}")
+            return StructuredOutput(regex="|".join(f"({re.escape(c)})" for c in self.choice))  # one literal
+        if self.json_object:
+            return StructuredOutput(json_object=True)
+        return StructuredOutput(regex=self.regex) if self.regex is not None else StructuredOutput(grammar=self.grammar)
+
+
+GuidedDecodingParams = StructuredOutputsParams
+"""vLLM's name for it before v0.12 (SamplingParams.guided_decoding)."""
 
 
 _FLOATS = ("temperature", "top_p", "min_p", "typical_p", "repetition_penalty", "presence_penalty", "frequency_penalty",
@@ -151,7 +200,30 @@ class SamplingParams:
     adapters it does not name run at 0. None: the engine's scales (--lora, POST /lora-adapters). The
     engine replaces it with every adapter's scale (hearth.engine.lora_adapters)."""
 
+    best_of: int | None = None
+    """vLLM's: None or n (hearth returns the n answers it samples; it draws no more to rank)."""
+    detokenize: bool = True
+    """vLLM's: False leaves each output's text "" (token ids only); stop strings then cannot match (refused)."""
+    spaces_between_special_tokens: bool = True
+    """vLLM's; taken either way: hearth writes each token's own text (llama.cpp's rule), adding no spaces."""
+    allowed_token_ids: list[int] | None = None
+    """vLLM's: only these tokens may be sampled (the others' logits -inf, before bias and penalties)."""
+    truncate_prompt_tokens: int | None = None
+    """vLLM's: the prompt's last k tokens only (-1: as many as max_model_len); None: the whole prompt."""
+    structured_outputs: StructuredOutputsParams | None = None
+    """vLLM's constraint; it sets structured_output."""
+    guided_decoding: StructuredOutputsParams | None = None
+    """structured_outputs' name before vLLM v0.12 (GuidedDecodingParams)."""
+    extra_args: dict | None = None
+    """vLLM's free-form arguments for custom samplers: kept, read by nothing in hearth."""
+
     def __post_init__(self) -> None:
+        for name in ("structured_outputs", "guided_decoding"):
+            if (given := getattr(self, name)) is not None:
+                so = given.constraint(name)
+                if self.structured_output is not None and self.structured_output != so:  # (replace() brings both)
+                    raise InvalidSamplingParams(name, "cannot be combined with another constraint (one per request)")
+                self.structured_output = so
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         if isinstance(self.bad_words, tuple):
@@ -202,6 +274,13 @@ class SamplingParams:
             (self.seed is None or -(1 << 63) <= self.seed <= (1 << 64) - self.n,  # choice j draws with seed + j
              "seed", f"must be in [-2**63, 2**64 - n] (n = {self.n}), got {self.seed}"),
             (all(self.stop), "stop", "must not hold an empty string (it would match before any text)"),
+            (self.detokenize or not self.stop, "stop", "needs detokenize (a stop string matches text)"),
+            (self.best_of is None or self.best_of == self.n, "best_of",
+             f"is not supported (use n: hearth returns every answer it samples), got {self.best_of} with n {self.n}"),
+            (self.allowed_token_ids is None or len(self.allowed_token_ids) > 0, "allowed_token_ids",
+             "must not be empty (no token could be sampled)"),
+            (self.truncate_prompt_tokens is None or self.truncate_prompt_tokens == -1 or self.truncate_prompt_tokens >= 1,
+             "truncate_prompt_tokens", f"must be -1 or at least 1, got {self.truncate_prompt_tokens}"),
             (self.logprobs is None or self.logprobs >= 0, "logprobs", f"must be >= 0, got {self.logprobs}"),
             (self.prompt_logprobs is None or self.prompt_logprobs >= 0,
              "prompt_logprobs", f"must be >= 0, got {self.prompt_logprobs}"),

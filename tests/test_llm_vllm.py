@@ -107,3 +107,51 @@ def test_a_lora_request_the_llm_did_not_load_says_how_to_load_it(llm):
 
     with pytest.raises(ValueError, match=r"lora=\[\(path, 1.0\)\]"):
         llm.generate("hi", GREEDY, lora_request=LoRARequest("sql", 1, "/no/such/adapter"))
+
+
+def test_structured_outputs_params_constrain_as_vllms_do(llm):
+    """SamplingParams(structured_outputs=StructuredOutputsParams(choice=[...])) (vLLM >= 0.12) and
+    guided_decoding=GuidedDecodingParams(...) (before) were TypeErrors: vLLM's structured-output examples."""
+    from hearth.sampling_params import GuidedDecodingParams, StructuredOutputsParams
+
+    sp = SamplingParams(temperature=0, max_tokens=12, structured_outputs=StructuredOutputsParams(choice=["yes", "no"]))
+    assert llm.generate("Answer:", sp)[0].outputs[0].text in ("yes", "no")
+    sp = SamplingParams(temperature=0, max_tokens=8, guided_decoding=GuidedDecodingParams(regex=r"[0-9]{3}"))
+    assert llm.generate("Number:", sp)[0].outputs[0].text.isdigit()
+    schema = '{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}'
+    assert SamplingParams(structured_outputs=StructuredOutputsParams(json=schema)).structured_output.json_schema[
+        "required"] == ["a"]
+    with pytest.raises(ValueError, match="exactly one of"):
+        SamplingParams(structured_outputs=StructuredOutputsParams(regex="a", choice=["b"]))
+
+
+def test_allowed_token_ids_are_the_only_tokens_sampled(llm):
+    allowed = [7, 11, 13]
+    for temperature in (0.0, 1.0):
+        sp = SamplingParams(max_tokens=8, temperature=temperature, seed=1, ignore_eos=True, allowed_token_ids=allowed)
+        assert set(llm.generate("hi", sp)[0].outputs[0].token_ids) <= set(allowed)
+    with pytest.raises(ValueError, match="allowed_token_ids"):
+        llm.generate("hi", SamplingParams(allowed_token_ids=[10**6]))
+
+
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(llm):
+    ids = list(range(5, 25))
+    out = llm.generate({"prompt_token_ids": ids}, SamplingParams(max_tokens=2, truncate_prompt_tokens=4))[0]
+    assert out.prompt_token_ids == ids[-4:]
+
+
+def test_detokenize_false_returns_token_ids_only(llm):
+    out = llm.generate("hi", SamplingParams(max_tokens=4, temperature=0, ignore_eos=True, detokenize=False))[0]
+    assert out.outputs[0].text == "" and len(out.outputs[0].token_ids) == 4
+    with pytest.raises(ValueError, match="detokenize"):
+        SamplingParams(detokenize=False, stop=["x"])
+
+
+@pytest.mark.parametrize("kw", [{"best_of": 1}, {"spaces_between_special_tokens": False}, {"extra_args": {"k": 1}}])
+def test_vllms_other_fields_are_taken(kw):
+    SamplingParams(**kw)
+
+
+def test_best_of_above_n_is_refused_by_name():
+    with pytest.raises(ValueError, match="best_of"):
+        SamplingParams(n=1, best_of=3)

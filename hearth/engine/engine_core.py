@@ -71,6 +71,9 @@ def check_request(prompt_token_ids: list[int], params: SamplingParams, max_model
             raise InvalidSamplingParams(field, why)
         if k is not None and k > vocab_size:
             raise InvalidSamplingParams(field, f"must be at most the vocabulary's size ({vocab_size}), got {k}")
+    bad = next((t for t in params.allowed_token_ids or () if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise InvalidSamplingParams("allowed_token_ids", f"token id {bad} is outside the vocabulary (0..{vocab_size - 1})")
     if params.structured_output is not None:
         compile_grammar(params.structured_output)
 

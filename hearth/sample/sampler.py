@@ -55,6 +55,12 @@ def apply_bias_and_penalties(logits: torch.Tensor, params: list[SamplingParams],
     """logits: [S, V], modified in place; histories[i] = (prompt ids, output ids: at least the tail its bad
     words read, all of them where a penalty reads them).
     Rows without options are untouched; one batched op per option, not one per row."""
+    allowed = [i for i, p in enumerate(params) if p.allowed_token_ids]
+    if allowed:  # vLLM's allowed_token_ids: every other token -inf, first (a bias cannot lift it back)
+        r, c = _pairs(allowed, [params[i].allowed_token_ids for i in allowed])
+        kept = logits[r, c]
+        logits[torch.tensor(allowed)] = float("-inf")
+        logits[r, c] = kept
     bias = [(i, t, b) for i, p in enumerate(params) if p.logit_bias for t, b in p.logit_bias.items()]
     if bias:
         r, t, b = zip(*bias)
