@@ -3,10 +3,12 @@ until all end, their deltas gathered into RequestOutputs; a failed step (or ^C) 
 
 from __future__ import annotations
 
+import functools
 import sys
 from contextlib import contextmanager
 from dataclasses import replace
 
+from hearth.llm_logprobs import as_vllm
 from hearth.outputs import CompletionOutput, RequestOutput
 from hearth.sampling_params import SamplingParams
 
@@ -32,7 +34,7 @@ def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]
     """generate's work, under the engine's lock: each (text, ids) runs with its params (and media).
     request_ids: the LLM's counter, so ids never collide in the engine across calls. bar: updated by 1 as
     each prompt's answers are all in (prompts_bar)."""
-    results, children, p_of = [], {}, {}
+    results, children, p_of, ranks = [], {}, {}, {}
     try:
         for i, ((text, ids), p) in enumerate(zip(encoded, params)):
             m = media[i] if media else ()
@@ -60,6 +62,7 @@ def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]
                     comp.text += out.new_text
                 if out.new_logprobs is not None:
                     comp.logprobs.extend(out.new_logprobs)
+                    ranks.setdefault(out.request_id, []).extend(out.new_ranks or [None] * len(out.new_logprobs))
                 if out.prompt_logprobs is not None and result.prompt_logprobs is None:  # every child's are the same
                     result.prompt_logprobs, result.prompt_ranks = out.prompt_logprobs, out.prompt_ranks
                 if out.embedding is not None:
@@ -69,6 +72,9 @@ def run_requests(engine, request_ids, encoded: list[tuple[str | None, list[int]]
                     result.finished = all(c.finish_reason for c in result.outputs)
                     if result.finished and bar is not None:
                         bar.update(1)
+        decode = functools.lru_cache(maxsize=None)(lambda t: engine.tokenizer.decode([t]))
+        for result in results:  # vLLM's Logprob records, each token's text decoded once
+            as_vllm(result, {c.index: ranks.get(f"{result.request_id}-{c.index}") for c in result.outputs}, decode)
     except BaseException:  # a failed step (or ^C): the requests left would join the next call's
         for rid in children:
             engine.abort(rid)

@@ -155,3 +155,29 @@ def test_vllms_other_fields_are_taken(kw):
 def test_best_of_above_n_is_refused_by_name():
     with pytest.raises(ValueError, match="best_of"):
         SamplingParams(n=1, best_of=3)
+
+
+def test_logprobs_are_vllms_logprob_records_with_ranks_and_a_cumulative_sum(llm):
+    """vLLM's `lp[token_id].logprob` / `.rank` / `.decoded_token` were AttributeErrors (hearth held floats),
+    and CompletionOutput had no cumulative_logprob."""
+    import pickle
+
+    from hearth.outputs import Logprob
+
+    k = 3
+    sp = SamplingParams(max_tokens=6, temperature=1.0, seed=7, ignore_eos=True, logprobs=k, prompt_logprobs=1)
+    out = llm.generate({"prompt_token_ids": [5, 9, 14, 3]}, sp)[0]
+    comp = out.outputs[0]
+    for token, position in zip(comp.token_ids, comp.logprobs):
+        chosen = position[token]
+        assert isinstance(chosen, Logprob) and chosen.logprob == float(chosen)
+        assert chosen.decoded_token == llm.tokenizer.decode([token])
+        others = [lp for t, lp in position.items() if t != token]
+        assert all(lp.rank == 1 + sum(o > lp for o in position.values()) for lp in others)  # the top k's places
+        assert chosen.rank == 1 + sum(o > chosen for o in others) if chosen.rank <= k else all(o > chosen for o in others)
+    assert comp.cumulative_logprob == pytest.approx(sum(p[t].logprob for p, t in zip(comp.logprobs, comp.token_ids)))
+    assert out.prompt_logprobs[0] is None and out.prompt_logprobs[1][9].rank == out.prompt_ranks[1]
+    assert pickle.loads(pickle.dumps(comp.logprobs)) == comp.logprobs
+    greedy = llm.generate("hi", SamplingParams(max_tokens=4, temperature=0, logprobs=0))[0].outputs[0]
+    assert [p[t].rank for p, t in zip(greedy.logprobs, greedy.token_ids)] == [1] * len(greedy.token_ids)
+    assert llm.generate("hi", GREEDY)[0].outputs[0].cumulative_logprob is None  # vLLM's: none without logprobs

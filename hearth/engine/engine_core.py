@@ -358,6 +358,7 @@ class EngineCore:
             finish_reason=req.status.value if finished else None,
             stop_reason=req.stop_reason,
             new_logprobs=logprobs,
+            new_ranks=[t.rank for t in tokens] if logprobs is not None else None,
             new_raw_logprobs=raw,
             num_prompt_tokens=len(req.prompt_token_ids),
             num_cached_tokens=req.num_cached_tokens,

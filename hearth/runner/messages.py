@@ -107,6 +107,9 @@ class SampledToken:
     raw_logprob: float | None = None
     """Only for params.raw_logprobs: the same before the grammar's mask (equal to logprob where the
     grammar removed nothing); None otherwise."""
+    rank: int | None = None
+    """With logprob: the token's rank among the row's (1: the most likely; 1 + the tokens strictly more
+    likely), as vLLM's Logprob.rank."""
 
 
 @dataclass(slots=True)

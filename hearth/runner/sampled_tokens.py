@@ -18,4 +18,5 @@ def sampled_token(params, token: int, logprobs: torch.Tensor | None, kept: float
         return SampledToken(token)
     top = top_logprobs(logprobs[None], params.logprobs)[0]
     unmasked = float(logprobs[token]) + (kept or 0.0) if params.raw_logprobs and raw_known else None
-    return SampledToken(token, float(logprobs[token]), top, unmasked)
+    rank = int((logprobs > logprobs[token]).sum()) + 1  # as prompt_ranks: 1 + the tokens strictly more likely
+    return SampledToken(token, float(logprobs[token]), top, unmasked, rank)
