@@ -181,3 +181,23 @@ def test_logprobs_are_vllms_logprob_records_with_ranks_and_a_cumulative_sum(llm)
     greedy = llm.generate("hi", SamplingParams(max_tokens=4, temperature=0, logprobs=0))[0].outputs[0]
     assert [p[t].rank for p, t in zip(greedy.logprobs, greedy.token_ids)] == [1] * len(greedy.token_ids)
     assert llm.generate("hi", GREEDY)[0].outputs[0].cumulative_logprob is None  # vLLM's: none without logprobs
+
+
+def test_a_stop_token_ends_the_token_ids_but_not_the_text(llm):
+    """vLLM leaves the stop_token_ids token's text out of CompletionOutput.text (include_stop_str_in_output
+    puts it in) and keeps its id in token_ids; hearth wrote its text."""
+    prompt = {"prompt_token_ids": [5, 9, 14, 3]}
+    free = llm.generate(prompt, GREEDY)[0].outputs[0].token_ids
+    at = next(i for i, t in enumerate(free) if t not in free[:i] and i >= 1)  # the first time this id comes
+    stop = free[at]
+
+    def run(**kw):
+        return llm.generate(prompt, SamplingParams(temperature=0, max_tokens=6, stop_token_ids=[stop], **kw))[0].outputs[0]
+
+    def text_of(n):
+        return llm.generate(prompt, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))[0].outputs[0].text
+
+    cut = run()
+    assert cut.token_ids == free[:at + 1] and cut.stop_reason == stop and cut.finish_reason == "stop"
+    assert cut.text == text_of(at)
+    assert run(include_stop_str_in_output=True).text == text_of(at + 1)

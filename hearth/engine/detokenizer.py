@@ -20,10 +20,15 @@ class IncrementalDetokenizer:
         self._hold = max((len(s) for s in params.stop), default=1) - 1
         self._emitted = 0
 
-    def add(self, token_id: int, final: bool = False, check_stop: bool = True) -> str | None:
+    def add(self, token_id: int, final: bool = False, check_stop: bool = True, stop_token: bool = False) -> str | None:
         """Append one token; returns the stop string if one now appears (text is cut before it).
-        check_stop=False (before min_tokens, as vLLM) only appends."""
-        piece = self.tokenizer.token_to_bytes(token_id, skip_special_tokens=self.params.skip_special_tokens)
+        check_stop=False (before min_tokens, as vLLM) only appends. stop_token: the token of stop_token_ids
+        that ended the request, whose text is left out unless include_stop_str_in_output (vLLM's rule: it
+        stays in the token ids)."""
+        if stop_token and not self.params.include_stop_str_in_output:
+            piece = b""
+        else:
+            piece = self.tokenizer.token_to_bytes(token_id, skip_special_tokens=self.params.skip_special_tokens)
         start = max(0, len(self.text) - self._hold)
         self.text += self._decoder.decode(piece, final=final)
         if not check_stop:

@@ -330,7 +330,8 @@ class EngineCore:
         for i, t in enumerate(tokens):
             last = i == len(tokens) - 1
             stop = detok.add(t.token_id, final=last and req.status.finished,
-                             check_stop=n_before + i + 1 >= req.params.min_tokens)
+                             check_stop=n_before + i + 1 >= req.params.min_tokens,
+                             stop_token=last and req.status.finished and req.stop_reason == t.token_id)
             if stop is None:
                 continue
             del req.output_token_ids[n_before + i + 1:]  # the tokens after the stop never happened
