@@ -224,6 +224,9 @@ class SamplingParams:
                 if self.structured_output is not None and self.structured_output != so:  # (replace() brings both)
                     raise InvalidSamplingParams(name, "cannot be combined with another constraint (one per request)")
                 self.structured_output = so
+        for name in ("stop", "stop_token_ids", "bad_words"):  # vLLM's types are Optional: None is none
+            if getattr(self, name) is None:
+                setattr(self, name, [])
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         if isinstance(self.bad_words, tuple):

@@ -201,3 +201,11 @@ def test_a_stop_token_ends_the_token_ids_but_not_the_text(llm):
     assert cut.token_ids == free[:at + 1] and cut.stop_reason == stop and cut.finish_reason == "stop"
     assert cut.text == text_of(at)
     assert run(include_stop_str_in_output=True).text == text_of(at + 1)
+
+
+def test_none_for_vllms_optional_lists_is_none_of_them(llm):
+    """vLLM types stop, stop_token_ids and bad_words as Optional: stop=None was a TypeError here, and
+    stop_token_ids=None passed SamplingParams and then failed the engine step."""
+    sp = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True, stop=None, stop_token_ids=None, bad_words=None)
+    assert (sp.stop, sp.stop_token_ids, sp.bad_words) == ([], [], [])
+    assert len(llm.generate("hi", sp)[0].outputs[0].token_ids) == 3
