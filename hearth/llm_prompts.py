@@ -5,6 +5,21 @@ TypeError naming where it sat in the call."""
 from __future__ import annotations
 
 import operator
+from typing import TypedDict
+
+
+class TextPrompt(TypedDict, total=False):
+    """vLLM's TextPrompt (vllm.inputs): {'prompt': text}."""
+
+    prompt: str
+
+
+class TokensPrompt(TypedDict, total=False):
+    """vLLM's TokensPrompt (vllm.inputs): {'prompt_token_ids': ids}, used as they are."""
+
+    prompt_token_ids: list[int]
+    prompt: str
+
 
 PromptType = str | dict
 PROMPT_TYPES = "a str, {'prompt': str} or {'prompt_token_ids': [int, ...]}"

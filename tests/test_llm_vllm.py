@@ -209,3 +209,12 @@ def test_none_for_vllms_optional_lists_is_none_of_them(llm):
     sp = SamplingParams(max_tokens=3, temperature=0, ignore_eos=True, stop=None, stop_token_ids=None, bad_words=None)
     assert (sp.stop, sp.stop_token_ids, sp.bad_words) == ([], [], [])
     assert len(llm.generate("hi", sp)[0].outputs[0].token_ids) == 3
+
+
+def test_vllms_top_level_names_import_from_hearth(llm):
+    """`from vllm import LLM, SamplingParams, TokensPrompt, RequestOutput` ported to hearth: TokensPrompt was
+    an ImportError."""
+    from hearth import CompletionOutput, LoRARequest, RequestOutput, TextPrompt, TokensPrompt  # noqa: F401
+
+    out = llm.generate([TokensPrompt(prompt_token_ids=[5, 9]), TextPrompt(prompt="hi")], GREEDY)
+    assert isinstance(out[0], RequestOutput) and out[0].prompt_token_ids == [5, 9] and out[1].prompt == "hi"
