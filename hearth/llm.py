@@ -296,19 +296,21 @@ class LLM:
         with self._turns.driving("generate"), prompts_bar(use_tqdm, len(prompts)) as bar:
             return run_requests(self.engine, self._request_ids, encoded, params, media, bar)
 
-    def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None) -> list[EmbeddingRequestOutput]:
+    def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None, *,
+              truncate_prompt_tokens: int | None = None, use_tqdm: bool | Callable = True) -> list[EmbeddingRequestOutput]:
         """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
         the prompt's final hidden states pooled as `pooling` says ("last", "mean"; None: the model's
         own, ModelConfig.pooling; an encoder's may also be "cls"). A decoder computes one token more for
-        each prompt, which is dropped."""
+        each prompt, which is dropped. truncate_prompt_tokens, use_tqdm: vLLM's, as generate's."""
         if self.reranker:
             raise EmbeddingOnlyError(embedding_only(self.model_config.arch, reranker=True))
-        params = SamplingParams(max_tokens=1, temperature=0.0, pooling=pooling or self.model_config.pooling)
+        params = SamplingParams(max_tokens=1, temperature=0.0, pooling=pooling or self.model_config.pooling,
+                                truncate_prompt_tokens=truncate_prompt_tokens)
         return [EmbeddingRequestOutput(r.request_id, r.prompt_token_ids, EmbeddingOutput(r.embedding))
-                for r in self.generate(prompts, params)]
+                for r in self.generate(prompts, params, use_tqdm=use_tqdm)]
 
     def score(self, data_1: str | list[str], data_2: str | list[str], *, use_activation: bool = True,
-              truncate_prompt_tokens: int | None = None) -> list[ScoringRequestOutput]:
+              truncate_prompt_tokens: int | None = None, use_tqdm: bool | Callable = True) -> list[ScoringRequestOutput]:
         """A reranker's relevance of each pair, as vLLM's llm.score: `[i].outputs.score`. data_1 one text
         (scored against each of data_2) or as many as data_2 (zipped); each pair runs in the file's rerank template
         where it has one (Qwen3-Reranker's), else as [CLS] text_1 [SEP] text_2 [SEP] with token types 0 then 1
@@ -324,7 +326,7 @@ class LLM:
         params = [SamplingParams(max_tokens=1, temperature=0.0, pooling="rank", pair_start=s) for s in starts]
         return [ScoringRequestOutput(r.request_id, r.prompt_token_ids,
                                      ScoringOutput(activated(r.embedding[0], use_activation)))
-                for r in self.generate(prompts, params)]
+                for r in self.generate(prompts, params, use_tqdm=use_tqdm)]
 
     def close(self) -> None:
         """Finish the disk tier's queued writes (they are lost if the process exits first), after any

@@ -218,3 +218,10 @@ def test_vllms_top_level_names_import_from_hearth(llm):
 
     out = llm.generate([TokensPrompt(prompt_token_ids=[5, 9]), TextPrompt(prompt="hi")], GREEDY)
     assert isinstance(out[0], RequestOutput) and out[0].prompt_token_ids == [5, 9] and out[1].prompt == "hi"
+
+
+def test_embed_takes_vllms_use_tqdm_and_truncate_prompt_tokens(llm):
+    ids = [5, 9, 14, 3, 8]
+    cut = llm.embed({"prompt_token_ids": ids}, use_tqdm=False, truncate_prompt_tokens=3)[0]
+    assert cut.prompt_token_ids == ids[-3:]
+    assert cut.outputs.embedding == llm.embed({"prompt_token_ids": ids[-3:]})[0].outputs.embedding
