@@ -41,6 +41,7 @@ from hearth.loader.context import context_in_cache, context_to_run
 from hearth.loader.store import folder_problem
 from hearth.loader.gguf_kind import check_model_file
 from hearth.loader.resolve import resolve_model
+from hearth.loader.sampling_defaults import file_sampling
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
@@ -265,6 +266,11 @@ class LLM:
     def get_tokenizer(self) -> Tokenizer:
         """The model's tokenizer (vLLM's llm.get_tokenizer()): encode(text), decode(ids), read from the GGUF."""
         return self.tokenizer
+
+    def get_default_sampling_params(self) -> SamplingParams:
+        """vLLM's: SamplingParams with the model's own defaults (the GGUF's general.sampling.* keys, its
+        generation_config's), else SamplingParams()'s."""
+        return SamplingParams(**file_sampling(self.gguf))
 
     def generate(self, prompts: PromptType | list[PromptType],
                  sampling_params: SamplingParams | list[SamplingParams] | None = None, *,

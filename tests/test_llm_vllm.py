@@ -225,3 +225,13 @@ def test_embed_takes_vllms_use_tqdm_and_truncate_prompt_tokens(llm):
     cut = llm.embed({"prompt_token_ids": ids}, use_tqdm=False, truncate_prompt_tokens=3)[0]
     assert cut.prompt_token_ids == ids[-3:]
     assert cut.outputs.embedding == llm.embed({"prompt_token_ids": ids[-3:]})[0].outputs.embedding
+
+
+def test_default_sampling_params_are_the_files_own(llm):
+    """vLLM's examples start from llm.get_default_sampling_params() (the model's generation_config): an
+    AttributeError here. A GGUF carries the same defaults as general.sampling.*."""
+    from hearth.loader.sampling_defaults import file_sampling
+
+    assert llm.get_default_sampling_params() == SamplingParams()  # the tiny file has none
+    meta = {"general.sampling.temp": 0.6, "general.sampling.top_k": 20, "general.sampling.top_p": 0.95}
+    assert SamplingParams(**file_sampling(meta)) == SamplingParams(temperature=0.6, top_k=20, top_p=0.95)
