@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import MISSING, fields
 from typing import Any
+
+from hearth.config import EngineConfig
 
 log = logging.getLogger("hearth")
 
@@ -60,8 +63,11 @@ VLLM_ARGS: dict[str, Rule] = {
 
 
 def take_vllm_args(model: str, engine_args: dict) -> dict:
-    """engine_args less vLLM's arguments in VLLM_ARGS, each mapped into the result or noted in one log line."""
-    out = {k: v for k, v in engine_args.items() if k not in VLLM_ARGS}
+    """engine_args less vLLM's arguments in VLLM_ARGS, each mapped into the result or noted in one log line, and
+    less a None where EngineConfig's default is not None."""
+    # vLLM's engine arguments are Optional, None meaning the engine's default (max_model_len=None: the model's)
+    dropped = {f.name for f in fields(EngineConfig) if f.default is not None or f.default_factory is not MISSING}
+    out = {k: v for k, v in engine_args.items() if k not in VLLM_ARGS and not (v is None and k in dropped)}
     out["model"] = model  # what `tokenizer` is compared with
     for name, value in engine_args.items():
         if name in VLLM_ARGS and (note := VLLM_ARGS[name](value, out)) is not None:

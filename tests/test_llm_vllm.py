@@ -235,3 +235,11 @@ def test_default_sampling_params_are_the_files_own(llm):
     assert llm.get_default_sampling_params() == SamplingParams()  # the tiny file has none
     meta = {"general.sampling.temp": 0.6, "general.sampling.top_k": 20, "general.sampling.top_p": 0.95}
     assert SamplingParams(**file_sampling(meta)) == SamplingParams(temperature=0.6, top_k=20, top_p=0.95)
+
+
+def test_none_engine_arguments_are_hearths_defaults(tiny):
+    """vLLM's EngineArgs are Optional (None: the engine's choice): max_model_len=None was an error here, and
+    enable_prefix_caching=None turned prefix caching off."""
+    llm = LLM(tiny, progress=False, max_model_len=None, seed=None, max_num_seqs=None, enable_prefix_caching=None,
+              block_size=None, speculative_config=None)
+    assert llm.config.enable_prefix_caching is True and llm.config.seed == 0 and llm.config.block_size == 16
