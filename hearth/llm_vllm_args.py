@@ -58,6 +58,12 @@ VLLM_ARGS: dict[str, Rule] = {
     "max_lora_rank": _unused("an adapter's rank is its file's"),
     "max_loras": _unused("every adapter in lora=[...] is loaded"),
     "max_cpu_loras": _unused("every adapter in lora=[...] is loaded"),
+    "enable_chunked_prefill": _unused("hearth always chunks a prompt to max_num_batched_tokens per step", True),
+    "max_seq_len_to_capture": _unused("hearth captures no CUDA graphs"),
+    "hf_token": _unused("models are GGUF files; a hub reference org/repo:file.gguf reads HF_TOKEN"),
+    "generation_config": _unused("get_default_sampling_params() reads the GGUF's general.sampling.* keys", "auto"),
+    "limit_mm_per_prompt": _unused("images are limited by max_num_batched_tokens (an mmproj's rows per step)"),
+    "enable_sleep_mode": _unused("hearth has no sleep mode", False),
 }
 """vLLM's argument -> how hearth takes it."""
 
