@@ -21,6 +21,7 @@ from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import prompts_bar, run_requests
+from hearth.llm_tokenizer import ChatTokenizer
 from hearth.llm_vllm_args import take_vllm_args
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
@@ -263,9 +264,10 @@ class LLM:
         self._turns = EngineTurns()  # one call steps the engine at a time, none after close()
         self._request_ids = itertools.count()  # across calls: ids never collide in the engine
 
-    def get_tokenizer(self) -> Tokenizer:
-        """The model's tokenizer (vLLM's llm.get_tokenizer()): encode(text), decode(ids), read from the GGUF."""
-        return self.tokenizer
+    def get_tokenizer(self) -> ChatTokenizer:
+        """The model's tokenizer as vLLM's llm.get_tokenizer() is used (hearth.llm_tokenizer): encode(text),
+        decode(ids), apply_chat_template(messages, ...), eos_token_id; read from the GGUF."""
+        return ChatTokenizer(self)
 
     def get_default_sampling_params(self) -> SamplingParams:
         """vLLM's: SamplingParams with the model's own defaults (the GGUF's general.sampling.* keys, its

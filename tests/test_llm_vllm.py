@@ -13,6 +13,7 @@ from tests.gguf_factory import write_tiny_gguf
 from tests.test_llm import TEMPLATE
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
+HI = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
@@ -49,13 +50,17 @@ def test_an_unknown_argument_is_still_a_type_error(tiny):
         LLM(tiny, progress=False, gpu_memory_utilisation=0.9)
 
 
-def test_get_tokenizer_encodes_and_decodes(llm):
+def test_get_tokenizer_is_used_as_vllms_hugging_face_tokenizer(llm):
+    """llm.get_tokenizer() was an AttributeError; vLLM scripts then call apply_chat_template on it."""
     tok = llm.get_tokenizer()
     ids = tok.encode("hello")
-    assert ids and isinstance(tok.decode(ids), str)
-
-
-HI = [{"role": "user", "content": "hi"}]
+    assert ids and isinstance(tok.decode(ids), str) and len(tok) == llm.tokenizer.vocab_size
+    assert tok.eos_token_id == llm.tokenizer.eos_id
+    text = tok.apply_chat_template(HI, tokenize=False, add_generation_prompt=True)
+    assert text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tok.apply_chat_template(HI, add_generation_prompt=True) == llm.encode_chat(HI)
+    assert not tok.apply_chat_template(HI, tokenize=False).endswith("assistant\n")  # Hugging Face's default: no prompt
+    assert llm.generate(text, GREEDY)[0].outputs[0].token_ids == llm.chat(HI, GREEDY)[0].outputs[0].token_ids
 
 
 def test_chat_returns_one_request_output_per_conversation(llm):
