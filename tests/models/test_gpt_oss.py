@@ -216,7 +216,7 @@ def test_chat_through_the_files_own_template(tmp_path):
     assert llm.chat_template.source == HARMONY_LIKE
     messages = [{"role": "user", "content": "Hi"}]
     assert llm.chat_template.render(messages).endswith("<|start|>user<|message|>Hi<|end|><|start|>assistant")
-    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))[0]
     assert len(out.outputs[0].token_ids) == 4
 
 

@@ -239,5 +239,5 @@ def test_chat_through_the_files_own_template(tmp_path, arch):
     assert llm.chat_template.source == CHATML
     messages = [{"role": "user", "content": "Hi"}]
     assert llm.chat_template.render(messages).endswith("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
-    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+    out = llm.chat(messages, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))[0]
     assert len(out.outputs[0].token_ids) == 4

@@ -31,7 +31,7 @@ def llm(tmp_path_factory):
 
 
 def test_forced_call_holds_on_random_weights(llm):
-    out = llm.chat(MESSAGES, SamplingParams(temperature=0, max_tokens=300), tools=[WEATHER], tool_choice="required")
+    out = llm.chat(MESSAGES, SamplingParams(temperature=0, max_tokens=300), tools=[WEATHER], tool_choice="required")[0]
     text = out.outputs[0].text
     assert text.startswith("<tool_call>\n") and text.rstrip().endswith("</tool_call>"), text
     call = json.loads(text[len("<tool_call>"):text.rindex("</tool_call>")])
@@ -41,7 +41,7 @@ def test_forced_call_holds_on_random_weights(llm):
     assert message["role"] == "assistant" and message["content"] == ""
     [parsed] = message["tool_calls"]
     assert parsed["function"]["name"] == "get_weather" and json.loads(parsed["function"]["arguments"]) == call["arguments"]
-    again = llm.chat([*MESSAGES, message, {"role": "tool", "content": "sunny"}], SamplingParams(max_tokens=2))
+    again = llm.chat([*MESSAGES, message, {"role": "tool", "content": "sunny"}], SamplingParams(max_tokens=2))[0]
     assert again.outputs[0].message["role"] == "assistant"  # it renders back as a turn
 
 
