@@ -169,7 +169,8 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     logprobs: int | None = None
-    """Return this many top logprobs per generated token (0: only the sampled token's)."""
+    """Return this many top logprobs per generated token (0: only the sampled token's; -1: the whole vocabulary's,
+    vLLM's, within EngineConfig.max_logprobs)."""
     prompt_logprobs: int | None = None
     """Return this many top logprobs per prompt token (0: only the prompt token's own), from the
     model's raw logits; the first token has none (RequestOutput.prompt_logprobs). Every prompt
@@ -284,9 +285,10 @@ class SamplingParams:
              "must not be empty (no token could be sampled)"),
             (self.truncate_prompt_tokens is None or self.truncate_prompt_tokens == -1 or self.truncate_prompt_tokens >= 1,
              "truncate_prompt_tokens", f"must be -1 or at least 1, got {self.truncate_prompt_tokens}"),
-            (self.logprobs is None or self.logprobs >= 0, "logprobs", f"must be >= 0, got {self.logprobs}"),
-            (self.prompt_logprobs is None or self.prompt_logprobs >= 0,
-             "prompt_logprobs", f"must be >= 0, got {self.prompt_logprobs}"),
+            # -1: vLLM's whole vocabulary, which the engine's max_logprobs (-1 there too) lets through or refuses
+            (self.logprobs is None or self.logprobs >= -1, "logprobs", f"must be >= 0 (or -1), got {self.logprobs}"),
+            (self.prompt_logprobs is None or self.prompt_logprobs >= -1,
+             "prompt_logprobs", f"must be >= 0 (or -1), got {self.prompt_logprobs}"),
             (not self.raw_logprobs or self.logprobs is not None, "raw_logprobs", "needs logprobs (0 or more)"),
             (self.pooling is None or self.pooling in POOLINGS, "pooling",
              f"must be one of {', '.join(POOLINGS)}, got {self.pooling!r}"),

@@ -230,7 +230,7 @@ def test_run_max_tokens_past_the_context_is_one_line(capsys, tiny):
 @pytest.mark.parametrize("field,value", [
     ("n", 0), ("temperature", -1), ("top_p", 1.5), ("top_p", -0.1), ("top_k", -2), ("min_p", 2), ("max_tokens", 0),
     ("repetition_penalty", 0), ("presence_penalty", 3), ("frequency_penalty", -3), ("min_tokens", -1),
-    ("logprobs", -1), ("temperature", float("inf")), ("seed", 2**64), ("seed", -(2**63) - 1), ("stop", [""]),
+    ("logprobs", -2), ("temperature", float("inf")), ("seed", 2**64), ("seed", -(2**63) - 1), ("stop", [""]),
     ("min_tokens", 17),  # above the default max_tokens of 16
 ])
 def test_sampling_params_out_of_range_name_the_field(field, value):

@@ -248,3 +248,13 @@ def test_none_engine_arguments_are_hearths_defaults(tiny):
     llm = LLM(tiny, progress=False, max_model_len=None, seed=None, max_num_seqs=None, enable_prefix_caching=None,
               block_size=None, speculative_config=None)
     assert llm.config.enable_prefix_caching is True and llm.config.seed == 0 and llm.config.block_size == 16
+
+
+def test_logprobs_minus_one_is_the_whole_vocabulary_where_max_logprobs_allows(tiny, llm):
+    """vLLM's logprobs=-1: every token's logprob, within max_logprobs (-1 there too); it was refused here."""
+    whole = LLM(tiny, max_model_len=128, progress=False, max_logprobs=-1)
+    out = whole.generate("hi", SamplingParams(max_tokens=2, temperature=0, logprobs=-1, prompt_logprobs=-1))[0]
+    vocab = whole.model_config.vocab_size
+    assert all(len(p) == vocab for p in out.outputs[0].logprobs) and len(out.prompt_logprobs[-1]) == vocab
+    with pytest.raises(ValueError, match="whole vocabulary"):
+        llm.generate("hi", SamplingParams(logprobs=-1))  # the default cap refuses it, naming why

@@ -136,7 +136,8 @@ class EngineCore:
             params = replace(params, bad_words_token_ids=sequences)
         if breakers is not params.dry_breaker_ids:
             params = replace(params, dry_breaker_ids=breakers)
-        return params
+        whole = {f: self.vocab_size for f in ("logprobs", "prompt_logprobs") if getattr(params, f) == -1}
+        return replace(params, **whole) if whole else params  # vLLM's -1, where max_logprobs -1 lets it through
 
     def dry_breakers(self, params: SamplingParams) -> dict[int, list[list[int]]] | None:
         """DRY's sequence breakers as token sequences (hearth.sample.dry_breakers) where DRY is on and the
