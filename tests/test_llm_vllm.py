@@ -9,23 +9,10 @@ import pytest
 
 from hearth import SamplingParams
 from hearth.llm import LLM
-from tests.gguf_factory import write_tiny_gguf
-from tests.test_llm import TEMPLATE
+from tests.test_llm_calls import llm, tiny  # noqa: F401 (a tiny llama with a chat template, and its LLM)
 
 GREEDY = SamplingParams(max_tokens=6, temperature=0, ignore_eos=True)
 HI = [{"role": "user", "content": "hi"}]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "tiny-llama.gguf"
-    write_tiny_gguf(path, "llama", chat_template=TEMPLATE)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def llm(tiny):
-    return LLM(tiny, max_model_len=256, max_num_seqs=4, progress=False)
 
 
 def test_vllm_constructor_arguments_are_taken_each_noted_in_one_line(tiny, caplog):

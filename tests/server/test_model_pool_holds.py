@@ -122,10 +122,7 @@ def test_a_request_whose_images_load_keeps_its_model_loaded():
             answer = asyncio.ensure_future(client.post("/v1/chat/completions", json=body))
             while not preparing.is_set():
                 await asyncio.sleep(0.01)
-            try:
-                asked = await pool.get("b")
-            except APIError as e:
-                asked = e
+            asked = await _ask(pool, "b")
             go.set()
             r = await answer
         await pool.close()
@@ -158,10 +155,7 @@ def test_an_embedding_request_waiting_for_room_keeps_its_model_loaded():
             answer = asyncio.ensure_future(client.post("/v1/embeddings", json={"model": "a", "input": ["x", "y"]}))
             await asyncio.wait_for(full.wait(), 30)
             other.abort()  # the engine is free, and nothing of the embedding request is in flight
-            try:
-                asked = await pool.get("b")
-            except APIError as e:
-                asked = e
+            asked = await _ask(pool, "b")
             r = await answer
         await pool.close()
         return r, asked
@@ -169,3 +163,11 @@ def test_an_embedding_request_waiting_for_room_keeps_its_model_loaded():
     r, asked = asyncio.run(scenario())
     assert r.status_code == 200, r.text
     assert isinstance(asked, APIError) and asked.status == 503 and asked.code == "model_busy"
+
+
+async def _ask(pool, name: str):
+    """The model pool's answer for `name`: its ServedModel, or the APIError it refused with."""
+    try:
+        return await pool.get(name)
+    except APIError as e:
+        return e

@@ -23,8 +23,6 @@ import asyncio
 import gc
 import json
 import random
-import socket
-import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -33,6 +31,7 @@ import httpx
 import pytest
 
 from tests.gguf_factory import write_tiny_gguf
+from tests.server.chat_browser import PageServer
 from tests.server.fakes import TEMPLATE
 
 SEED = 20261207
@@ -60,12 +59,10 @@ def serve_args(*argv: str):
     return command_parser("serve").parse_intermixed_args(list(argv))
 
 
-class Server:
+class Server(PageServer):
     """The app `hearth serve --models FILE` builds, under uvicorn on a free loopback port in a thread."""
 
     def __init__(self, models_file):
-        import uvicorn
-
         from hearth.api.app import create_app
         from hearth.commands.serve import server_config
         from hearth.commands.serve_models import build_pool
@@ -84,25 +81,8 @@ class Server:
         self.pool.loader = loader
         self.pool.busy_wait_s = 60  # a model waits this long for a busy one's room: longer than any answer here
         self.pool.preload()
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-        self.app = app = create_app(self.pool, server_config(args, listen=True))
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        deadline = time.monotonic() + TIMEOUT
-        while not self.server.started:
-            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc):
-        self.server.should_exit = True
-        self.thread.join(TIMEOUT)
+        self.app = create_app(self.pool, server_config(args, listen=True))
+        super().__init__(self.app)
 
     def engines(self) -> dict:
         return {slot.spec.name: slot.served.engine for slot in self.pool.slots if slot.served is not None}
