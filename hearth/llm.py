@@ -22,7 +22,7 @@ from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media
 from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import prompts_bar, run_requests
 from hearth.llm_tokenizer import ChatTokenizer
-from hearth.llm_vllm_args import take_vllm_args
+from hearth.llm_vllm_args import VLLM_ARGS, take_vllm_args
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
@@ -70,7 +70,7 @@ def _meant(name: str) -> str:
     """`n_ctx (LLM's max_model_len)`, `max_model_lenn (did you mean max_model_len?)`, or the name alone."""
     if name in PEER_ARGS:
         return f"{name} (LLM's {PEER_ARGS[name]})"
-    close = difflib.get_close_matches(name, [f.name for f in fields(EngineConfig)], n=1, cutoff=0.8)
+    close = difflib.get_close_matches(name, [f.name for f in fields(EngineConfig)] + list(VLLM_ARGS), n=1, cutoff=0.8)
     return f"{name} (did you mean {close[0]}?)" if close else name
 
 

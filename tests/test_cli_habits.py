@@ -171,7 +171,7 @@ def test_sampling_params_given_as_a_dict_is_a_type_error_naming_them():
     ({"n_ctx": 512}, "n_ctx (LLM's max_model_len)"),  # llama-cpp-python's Llama(n_ctx=...)
     ({"model_path": "m.gguf"}, "model_path (LLM's model)"),
     ({"max_model_lenn": 512}, "max_model_lenn (did you mean max_model_len?)"),
-    ({"gpu_memory_utilization": 0.9}, "gpu_memory_utilization"),
+    ({"gpu_memory_utilisation": 0.9}, "gpu_memory_utilisation (did you mean gpu_memory_utilization?)"),
 ])
 def test_llm_s_unknown_argument_names_what_it_is_called_here(kwargs, says):
     """LLM(n_ctx=512) said only "unknown engine argument(s): n_ctx"; it fails before any model loads."""
