@@ -63,7 +63,7 @@ class Attention(nn.Module):
         names = [p + "attn_q.weight", *self.kv_names(g, p)]
         if p + "attn_qkv.weight" in g.tensors:  # one matrix, rows [q | k | v] (phi3)
             names = [p + "attn_qkv.weight"]
-        _check_heads(g, p, names, self.q_size, self.kv_size, self.heads, self.head_dim)
+        _check_heads(g, p, names, cfg, spec, self)
         biases = [maybe_f32(g, n.replace(".weight", ".bias")) for n in names]
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         self.qkv = backend.linear([g.tensor(n) for n in names], bias=bias)
@@ -102,16 +102,25 @@ class Attention(nn.Module):
         return [p + "attn_k.weight", p + "attn_v.weight"]
 
 
-def _check_heads(g: GGUFFile, p: str, names: list[str], q_size: int, kv_size: int, heads: int, head_dim: int) -> None:
-    """The layer's k/v rows and attn_output's columns as its heads x head_dim say (q's may hold more: a gate),
+def _check_heads(g: GGUFFile, p: str, names: list[str], cfg: ModelConfig, spec: ArchSpec, attn) -> None:
+    """The layer's q/k/v rows and attn_output's shape as the header's heads x head_dim and hidden size say,
     before any kernel reads them: a file whose header gives other heads or head_dim (key_length missing
     where heads x head_dim is not the hidden size) ran the native matmuls out of bounds (a heap abort)."""
-    wanted = [(p + "attn_output.weight", 1, q_size)]
-    wanted += [(n, 0, kv_size) for n in names if n.endswith(("attn_k.weight", "attn_v.weight"))]
-    for name, axis, size in wanted:
+    heads = f"the header's {attn.heads} heads x head_dim {attn.head_dim} ({g.arch}.attention.key_length)"
+    kv = f"the header's {attn.kv_heads} KV heads x head_dim {attn.head_dim}"
+    hidden = f"the hidden size ({g.arch}.embedding_length)"
+    checks = [(p + "attn_output.weight", 1, attn.q_size, heads), (p + "attn_output.weight", 0, cfg.hidden_size, hidden)]
+    checks += [(n, 0, attn.kv_size, kv) for n in names if n.endswith(("attn_k.weight", "attn_v.weight"))]
+    checks += [(n, 0, attn.q_size * (2 if spec.attn_output_gate else 1), heads)  # a gated q: [query | gate]
+               for n in names if n.endswith("attn_q.weight")]
+    _check_shapes(g, checks + [(n, 1, cfg.hidden_size, hidden) for n in names])
+
+
+def _check_shapes(g: GGUFFile, checks: list[tuple[str, int, int, str]]) -> None:
+    """Each (tensor, axis, size, what says so): the tensor's rows (axis 0) or columns (1) are that size."""
+    for name, axis, size, why in checks:
         if g.tensor(name).shape[axis] != size:
-            raise ModelLoadError(f"{g.path}: {name} has shape {list(g.tensor(name).shape)}, where the header's "
-                                 f"{heads} heads x head_dim {head_dim} ({g.arch}.attention.key_length) need "
+            raise ModelLoadError(f"{g.path}: {name} has shape {list(g.tensor(name).shape)}, where {why} need "
                                  f"{size} {'columns' if axis else 'rows'}")
 
 
@@ -121,6 +130,11 @@ class MLP(nn.Module):
         p = f"blk.{i}."
         # phi3 holds both in ffn_up, rows [gate | up]
         fused = p + "ffn_gate.weight" not in g.tensors
+        up, hidden = g.tensor(p + "ffn_up.weight"), (cfg.hidden_size, f"the hidden size ({g.arch}.embedding_length)")
+        inter = (up.shape[0] // 2 if fused else up.shape[0], f"{p}ffn_up.weight's {'half ' if fused else ''}rows")
+        _check_shapes(g, [(p + "ffn_down.weight", 1, *inter), (p + "ffn_down.weight", 0, *hidden),
+                          (p + "ffn_up.weight", 1, *hidden)]
+                      + ([] if fused else [(p + "ffn_gate.weight", 0, *inter), (p + "ffn_gate.weight", 1, *hidden)]))
         self.gate_up = backend.linear([g.tensor(p + "ffn_up.weight")] if fused else
                                       [g.tensor(p + "ffn_gate.weight"), g.tensor(p + "ffn_up.weight")])
         self.down = backend.linear(g.tensor(p + "ffn_down.weight"))
