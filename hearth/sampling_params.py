@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from hearth.errors import HearthError, wrong_number_field
+from hearth.json_object import json_object
 
 
 POOLINGS = ("last", "mean", "cls", "rank")
@@ -52,6 +54,41 @@ class StructuredOutput:
                                         f"grammar, regex; got {sum(given)}")
 
 
+def _json(v: Any) -> StructuredOutput:
+    return StructuredOutput(json_schema=json_object(v, "a JSON schema object"))  # vLLM takes JSON text too
+
+
+def _text(make: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:
+    def build(v: Any) -> StructuredOutput:
+        if not isinstance(v, str) or not v:
+            raise ValueError(f"must be a non-empty string, not {v!r}")
+        return make(v)
+    return build
+
+
+def _choice(v: Any) -> StructuredOutput:
+    if not isinstance(v, list) or not v or not all(isinstance(c, str) for c in v):
+        raise ValueError("must be a non-empty list of strings")
+    return StructuredOutput(regex="|".join(f"({re.escape(c)})" for c in v))  # exactly one of the literals
+
+
+def _json_object(v: Any) -> StructuredOutput | None:
+    if not isinstance(v, bool):
+        raise ValueError(f"must be a boolean, not {v!r}")
+    return StructuredOutput(json_object=True) if v else None
+
+
+CONSTRAINT_KINDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
+    "json": _json,
+    "regex": _text(lambda v: StructuredOutput(regex=v)),
+    "choice": _choice,
+    "grammar": _text(lambda v: StructuredOutput(grammar=v)),
+    "json_object": _json_object,
+}
+"""vLLM's constraint kinds (structured_outputs' keys, guided_<key>'s) -> the constraint from the value, or a
+ValueError saying what is wrong with it: the server's fields (hearth.api.guided) and StructuredOutputsParams."""
+
+
 @dataclass(slots=True)
 class StructuredOutputsParams:
     """vLLM's constraint record (vllm.sampling_params.StructuredOutputsParams; GuidedDecodingParams before
@@ -80,20 +117,14 @@ class StructuredOutputsParams:
             if getattr(self, unsupported):
                 raise InvalidSamplingParams(f"{name}.{unsupported}", "is not supported (hearth reads json, regex, "
                                             "choice, grammar, json_object)")
-        kinds = [k for k in ("json", "regex", "choice", "grammar", "json_object") if getattr(self, k)]
+        kinds = [k for k in CONSTRAINT_KINDS if getattr(self, k)]
         if len(kinds) != 1:  # vLLM's rule: one kind of constraint
-            raise InvalidSamplingParams(name, f"needs exactly one of json, regex, choice, grammar, json_object; "
+            raise InvalidSamplingParams(name, f"needs exactly one of {', '.join(CONSTRAINT_KINDS)}; "
                                         f"got {', '.join(kinds) or 'none'}")
-        if self.json is not None:
-            schema = json.loads(self.json) if isinstance(self.json, str) else self.json
-            return StructuredOutput(json_schema=schema)
-        if self.choice is not None:
-            if not all(isinstance(c, str) for c in self.choice):
-                raise InvalidSamplingParams(f"{name}.choice", f"must be a list of strings, got {self.choice!r}")
-            return StructuredOutput(regex="|".join(f"({re.escape(c)})" for c in self.choice))  # one literal
-        if self.json_object:
-            return StructuredOutput(json_object=True)
-        return StructuredOutput(regex=self.regex) if self.regex is not None else StructuredOutput(grammar=self.grammar)
+        try:
+            return CONSTRAINT_KINDS[kinds[0]](getattr(self, kinds[0]))
+        except ValueError as e:
+            raise InvalidSamplingParams(f"{name}.{kinds[0]}", str(e)) from None
 
 
 GuidedDecodingParams = StructuredOutputsParams

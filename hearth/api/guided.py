@@ -6,48 +6,14 @@ grammar | json_object: ...}`, and llama-server's `json_schema` and `grammar` (al
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from typing import Any
 
 from hearth.api.errors import APIError
 from hearth.sample.grammar import InvalidStructuredOutput, compile_grammar
+from hearth.sampling_params import CONSTRAINT_KINDS as KINDS
 from hearth.sampling_params import StructuredOutput
-from hearth.json_object import json_object
 
 
-def _json(v: Any) -> StructuredOutput:
-    return StructuredOutput(json_schema=json_object(v, "a JSON schema object"))  # vLLM takes JSON text too
-
-
-def _text(make: Callable[[str], StructuredOutput]) -> Callable[[Any], StructuredOutput]:
-    def build(v: Any) -> StructuredOutput:
-        if not isinstance(v, str) or not v:
-            raise ValueError(f"must be a non-empty string, not {v!r}")
-        return make(v)
-    return build
-
-
-def _choice(v: Any) -> StructuredOutput:
-    if not isinstance(v, list) or not v or not all(isinstance(c, str) for c in v):
-        raise ValueError("must be a non-empty list of strings")
-    return StructuredOutput(regex="|".join(f"({re.escape(c)})" for c in v))  # exactly one of the literals
-
-
-def _json_object(v: Any) -> StructuredOutput | None:
-    if not isinstance(v, bool):
-        raise ValueError(f"must be a boolean, not {v!r}")
-    return StructuredOutput(json_object=True) if v else None
-
-
-KINDS: dict[str, Callable[[Any], StructuredOutput | None]] = {
-    "json": _json,
-    "regex": _text(lambda v: StructuredOutput(regex=v)),
-    "choice": _choice,
-    "grammar": _text(lambda v: StructuredOutput(grammar=v)),
-    "json_object": _json_object,
-}
-"""structured_outputs' keys (and guided_<key>'s, json_object aside) -> the constraint from the value."""
 NO_OPS = frozenset({"disable_any_whitespace", "disable_fallback"})
 """structured_outputs' option keys that change nothing here (booleans, taken): hearth writes JSON without
 whitespace between its tokens anyway, and has one grammar engine, so nothing to fall back from. They were
