@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable
 
 from hearth.outputs import Logprob, RequestOutput
@@ -13,8 +14,8 @@ def position(logprobs: dict[int, float], rank: int | None, decode: Callable[[int
     engine's, over the whole vocabulary); an alternative's 1 + the entries strictly more likely (every token
     more likely than a top-k one is in the top k: the same rule, hearth's prompt_ranks')."""
     chosen = next(iter(logprobs), None)
-    values = list(logprobs.values())
-    return {t: Logprob(lp, rank if t == chosen and rank is not None else 1 + sum(v > lp for v in values), decode(t))
+    neg = sorted(-v for v in logprobs.values())  # ascending -lp: entries before -lp's first are strictly likelier
+    return {t: Logprob(lp, rank if t == chosen and rank is not None else 1 + bisect_left(neg, -lp), decode(t))
             for t, lp in logprobs.items()}
 
 
