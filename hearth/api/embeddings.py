@@ -32,6 +32,7 @@ FULL_POLL_S, FULL_WAIT_S = 0.05, 60.0
 @router.post("/v1/embeddings")
 async def embeddings(body: EmbeddingRequest, request: Request):
     state = request.app.state
+    check_before_load(state.models, body.model, body.input, body.dimensions, keep_last=body.truncate_prompt_tokens)
     served = await state.models.get(body.model)
     check_embeds(served)
     check_dimensions(served, body.dimensions)
@@ -46,6 +47,19 @@ async def embeddings(body: EmbeddingRequest, request: Request):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
+def check_before_load(pool, model: str | None, value, dimensions: int | None, truncate: bool | None = None,
+                      field: str = "input", keep_last: int | None = None) -> None:
+    """The embedding routes' checks that need no loaded model, against what the pool knows of the one `model`
+    names (ModelPool.known: its header's pooling, width, vocabulary and context), before the route loads it:
+    a bad request loads nothing (nor unloads another for it). A text's length needs the tokenizer: `inputs`
+    checks it after the load, with the rest again. Arguments: inputs' (value None: none to check)."""
+    known = pool.known(model)
+    check_embeds(known)
+    check_dimensions(known, dimensions)
+    if value is not None:
+        _read(known, value, truncate, field, keep_last, None)
+
+
 def check_embeds(served) -> None:
     """A reranker's pooled states are no embedding: its requests are pairs (hearth.api.rerank_routes)."""
     if served.pooling == "rank":
@@ -53,7 +67,8 @@ def check_embeds(served) -> None:
 
 
 def check_dimensions(served, dimensions: int | None) -> None:
-    if dimensions is not None and dimensions != served.embedding_size:
+    """`dimensions` as the model's width (None: not known before its load, not checked)."""
+    if dimensions is not None and served.embedding_size is not None and dimensions != served.embedding_size:
         raise APIError(400, f"dimensions: this model's embeddings have {served.embedding_size} dimensions "
                             f"(no shortening), got {dimensions}", param="dimensions")
 
@@ -91,15 +106,27 @@ async def _waves(served, prompts: list[list[int]], metrics, pair_starts: list[in
     return vectors
 
 
+def room(served) -> int:
+    """Tokens one prompt alone may hold: a decoder computes one token past it (an encoder, or a model not yet
+    known to be a decoder, the whole context)."""
+    return served.max_model_len - (served.embeds_only is False)
+
+
 def inputs(served, value, truncate: bool | None = None, field: str = "input",
            keep_last: int | None = None) -> list[list[int]]:
     """Token ids per input; an empty one, or one the context cannot hold (unless `truncate`: its first
     tokens that fit, as asked), is a 400 naming it (OpenAI refuses "" too); `field`: the body's name for them.
     truncate None: the route has no such field (False: Ollama's, which the 400 names). keep_last: vLLM's
     truncate_prompt_tokens k (-1: the context's room): an input past k tokens keeps its last k."""
-    room = served.max_model_len - (not served.embeds_only)  # a decoder computes one token past a prompt alone
-    if keep_last is not None and not (keep_last == -1 or 1 <= keep_last <= room):
-        raise APIError(400, f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context's room), got {keep_last}",
+    return _read(served, value, truncate, field, keep_last, served.encode_text)
+
+
+def _read(served, value, truncate: bool | None, field: str, keep_last: int | None, encode) -> list[list[int]]:
+    """inputs', where `served` may be a model not yet loaded (hearth.api.model_spec.Known: its context 0 when
+    not known, then not checked) and encode None (no tokenizer yet: a text is checked, not encoded)."""
+    limit = room(served) if served.max_model_len else None
+    if keep_last is not None and limit is not None and not (keep_last == -1 or 1 <= keep_last <= limit):
+        raise APIError(400, f"truncate_prompt_tokens: must be -1 or 1 to {limit} (the context's room), got {keep_last}",
                        param="truncate_prompt_tokens")
     if isinstance(value, str) or value and isinstance(value[0], int):
         value = [value]
@@ -113,17 +140,19 @@ def inputs(served, value, truncate: bool | None = None, field: str = "input",
                 raise APIError(400, f"{where}: must not be empty", param=field)
             if why := lone_surrogate(v):
                 raise APIError(400, f"{where}: {why}", param=field)
-            ids.append(served.encode_text(v))
+            if encode is None:
+                continue
+            ids.append(encode(v))
         else:
             ids.append(prompt_token_ids(v, served.vocab_size, where))
-        if keep_last is not None:
-            ids[-1] = ids[-1][-(room if keep_last == -1 else keep_last):]
-        if len(ids[-1]) > room and truncate:
-            ids[-1] = ids[-1][:room]
-        elif len(ids[-1]) > room:
+        if keep_last is not None and limit is not None:
+            ids[-1] = ids[-1][-(limit if keep_last == -1 else keep_last):]
+        if limit is not None and len(ids[-1]) > limit and truncate:
+            ids[-1] = ids[-1][:limit]
+        elif limit is not None and len(ids[-1]) > limit:
             raise APIError(400, f"{where}: {len(ids[-1])} tokens, more than the context holds for one "
-                                f"({room}); shorten it or send " + ('"truncate": true' if truncate is False
-                                                                  else '"truncate_prompt_tokens": -1'),
+                                f"({limit}); shorten it or send " + ('"truncate": true' if truncate is False
+                                                                   else '"truncate_prompt_tokens": -1'),
                                 param=field, code="context_length_exceeded")
     return ids
 

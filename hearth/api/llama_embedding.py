@@ -12,7 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from pydantic import StrictInt, field_validator
 
-from hearth.api.embeddings import check_embeds, embed, inputs
+from hearth.api.embeddings import check_before_load, check_embeds, embed, inputs
 from hearth.api.errors import APIError
 from hearth.api.openai_protocol import _Request, prompt_shapes
 
@@ -49,6 +49,7 @@ async def embedding(body: LlamaEmbeddingRequest, request: Request):
     if not -1 <= body.embd_normalize <= INT32_MAX:  # llama-server reads an int; 10**400 was no float, a 500
         raise APIError(400, f"embd_normalize: must be -1, 0, 1, 2 or a p-norm > 2 (at most {INT32_MAX}), got "
                             f"{body.embd_normalize}", param="embd_normalize")
+    check_before_load(request.app.state.models, body.model, value, None, field=field)
     served = await request.app.state.models.get(body.model)
     check_embeds(served)
     prompts = inputs(served, value, field=field)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from hearth.api.errors import RETRY_AFTER_S, APIError
 from hearth.api.model_cards import card
 from hearth.api.model_keep_alive import KeepAlive
-from hearth.api.model_spec import Loader, ModelSpec
+from hearth.api.model_spec import Known, Loader, ModelSpec
 from hearth.api.served import ServedModel
 from hearth.engine.async_engine import EngineShutdownError
 from hearth.errors import HearthError
@@ -205,8 +205,16 @@ class ModelPool(KeepAlive):
         against it before the load (hearth.api.sampling.check_before_load). Before its load, its file's header
         and the planner's (ModelSpec.max_model_len, which the loaded engine's equals: tests/server/
         test_serve_models.py); 0: not known."""
+        return self.known(requested).max_model_len
+
+    def known(self, requested: str | None) -> Known:
+        """What a route checks the request against before the model it names loads (its context, vocabulary,
+        width, pooling: hearth.api.model_spec.Known), so a bad request loads nothing and unloads nothing; an
+        unknown model is its 404 here."""
         slot = self.resolve(requested)
-        return slot.served.max_model_len if slot.served is not None else slot.spec.max_model_len
+        if slot.served is not None:
+            return Known.of(slot.spec.name, slot.served.max_model_len, slot.served)
+        return Known.of(slot.spec.name, slot.spec.max_model_len, slot.spec.facts)
 
     async def get(self, requested: str | None) -> ServedModel:
         """The served model for a request, loaded if need be. Call Generation before the next await:

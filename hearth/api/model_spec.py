@@ -45,5 +45,28 @@ class ModelSpec:
         return self.names[0]
 
 
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What a route checks a request against before its model loads (ModelPool.known), under ServedModel's
+    names: the loaded model's own figures, else its file header's (ModelSpec.facts). Not known (a pool built
+    without facts): 0 for the context, None for the rest, and then not checked; the route checks again after
+    the load."""
+
+    name: str
+    max_model_len: int = 0
+    vocab_size: int | None = None
+    embedding_size: int | None = None
+    embeds_only: bool | None = None
+    pooling: str | None = None
+    """ModelConfig.pooling ("rank": a reranker)."""
+
+    @classmethod
+    def of(cls, name: str, max_model_len: int, model) -> Known:
+        """model: a ServedModel or FileFacts (the same names), or None."""
+        if model is None:
+            return cls(name, max_model_len)
+        return cls(name, max_model_len, model.vocab_size, model.embedding_size, model.embeds_only, model.pooling)
+
+
 Loader = Callable[[ModelSpec], ServedModel]
 """Loads one model (blocking: it runs in a worker thread) and returns it with its engine not started."""

@@ -10,8 +10,8 @@ import time
 
 from fastapi import APIRouter, Request
 
-from hearth.api.embeddings import check_dimensions, check_embeds, embed, inputs
-from hearth.api.ollama_models import answered, served_model, unload_after
+from hearth.api.embeddings import check_before_load, check_dimensions, check_embeds, embed, inputs
+from hearth.api.ollama_models import answered, resolve, served_model, unload_after
 from hearth.api.ollama_options import keep_alive_seconds
 from hearth.api.ollama_protocol import EmbedRequest
 
@@ -22,12 +22,15 @@ router = APIRouter()
 async def embed_texts(body: EmbedRequest, request: Request):
     started = time.perf_counter()
     keep_alive = keep_alive_seconds(body.keep_alive)  # a bad one: a 400 before any work
-    served, load_s = await served_model(request.app.state.models, body.model, keep_alive)
-    check_embeds(served)
-    then = unload_after(request.app.state.models, served.name, keep_alive)
-    check_dimensions(served, body.dimensions)
     texts = [body.input] if isinstance(body.input, str) else body.input or []
+    pool = request.app.state.models
+    name = resolve(pool, body.model).spec.name  # an unknown model: Ollama's 404, before the checks
     # no text (none, "" or []): the model is loaded and nothing embedded, as Ollama answers a preload
+    check_before_load(pool, name, texts if any(texts) else None, body.dimensions, body.truncate is True)
+    served, load_s = await served_model(pool, body.model, keep_alive)
+    check_embeds(served)
+    then = unload_after(pool, served.name, keep_alive)
+    check_dimensions(served, body.dimensions)
     prompts = inputs(served, texts, truncate=body.truncate is True) if any(texts) else []
     vectors = await embed(request, served, prompts) if prompts else []
     if vectors is None:
@@ -40,7 +43,11 @@ async def embed_texts(body: EmbedRequest, request: Request):
 @router.post("/api/embeddings")
 async def embed_prompt(body: EmbedRequest, request: Request):
     keep_alive = keep_alive_seconds(body.keep_alive)
-    served, _ = await served_model(request.app.state.models, body.model, keep_alive)
+    pool = request.app.state.models
+    name = resolve(pool, body.model).spec.name
+    check_before_load(pool, name, [body.prompt] if body.prompt else None, None, body.truncate is True,
+                      field="prompt")
+    served, _ = await served_model(pool, body.model, keep_alive)
     check_embeds(served)
     then = unload_after(request.app.state.models, served.name, keep_alive)
     if not body.prompt:  # a preload, as Ollama answers it

@@ -34,13 +34,15 @@ async def get_model(model_id: str, request: Request):
 
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request):
+    request.app.state.models.known(body.model)  # before the load, as every check here: an unknown model's 404
+    if body.content is not None and (body.prompt is not None or body.messages is not None):
+        raise APIError(400, "content: give content (llama-server's) or prompt/messages, not both", param="content")
+    if body.content is None:
+        one_of_prompt_and_messages(body, APIError(400, "content: give content (llama-server's), prompt or messages",
+                                                  param="content"))
     served = await request.app.state.models.get(body.model)
     if body.content is not None:  # llama-server's shape
-        if body.prompt is not None or body.messages is not None:
-            raise APIError(400, "content: give content (llama-server's) or prompt/messages, not both", param="content")
         ids = served.encode_text(body.content, add_special_tokens=body.add_special)
-    elif body.prompt is None and body.messages is None:  # the shared check below names only vLLM's two
-        raise APIError(400, "content: give content (llama-server's), prompt or messages", param="content")
     else:
         images = RequestImages(served.vision)  # a chat's images count their rows, as the chat's prompt holds them
         history = chat_history(body, images)
@@ -71,13 +73,22 @@ def conversation_ids(served, body, server_guard, history: list[dict] | None = No
     tool guard (`server_guard`: its tool cap, its system sentence), so a saved slot is the chat's prefix.
     history, images: body's messages as chat_history read them, and their images, loaded (None: read here,
     images refused)."""
-    if (body.prompt is None) == (body.messages is None):
-        raise APIError(400, "give exactly one of prompt and messages", param="prompt")
+    one_of_prompt_and_messages(body)
     if isinstance(body.prompt, list):
         return list(body.prompt)
     if body.prompt is not None:
         return served.encode_text(body.prompt, add_special_tokens=body.add_special_tokens)
     return rendered_chat(served, body, server_guard, history, images)[1]
+
+
+def one_of_prompt_and_messages(body, neither: APIError | None = None) -> None:
+    """A body that gives a conversation gives exactly one of `prompt` and `messages`; `neither`: the 400 for
+    none, where the route has other fields. Needs no model: a route runs it before the load."""
+    given = (body.prompt is not None) + (body.messages is not None)
+    if given == 0 and neither is not None:
+        raise neither
+    if given != 1:
+        raise APIError(400, "give exactly one of prompt and messages", param="prompt")
 
 
 def rendered_chat(served, body, server_guard, history: list[dict] | None = None, images=None) -> tuple[str, list[int]]:
@@ -110,9 +121,14 @@ async def apply_template(body: ApplyTemplateRequest, request: Request):
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request):
+    _check_tokens(body.tokens, request.app.state.models.known(body.model))  # before the load: from its header
     served = await request.app.state.models.get(body.model)
-    why = outside_vocabulary(body.tokens, served.vocab_size)
-    if why:
-        raise APIError(400, f"tokens: {why}", param="tokens")
+    _check_tokens(body.tokens, served)
     text = served.tokenizer.decode(body.tokens)
     return {"prompt": text, "content": text}  # vLLM's name and llama-server's
+
+
+def _check_tokens(tokens: list[int], model) -> None:
+    """Each token in the vocabulary of `model` (a ServedModel, or hearth.api.model_spec.Known: None, not known)."""
+    if why := outside_vocabulary(tokens, model.vocab_size):
+        raise APIError(400, f"tokens: {why}", param="tokens")

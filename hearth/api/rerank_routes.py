@@ -14,10 +14,10 @@ import uuid
 
 from fastapi import APIRouter, Request
 
-from hearth.api.embeddings import embed
+from hearth.api.embeddings import embed, room
 from hearth.api.errors import APIError
 from hearth.api.rerank_protocol import RerankRequest, ScoreRequest
-from hearth.engine.pairs import PairError, activated, not_a_reranker, pair_prompts, paired
+from hearth.engine.pairs import PairError, activated, check_truncate, not_a_reranker, pair_prompts, paired
 from hearth.loader.tokenizer import lone_surrogate
 
 router = APIRouter()
@@ -27,22 +27,12 @@ SCORE_PATHS = ("/score", "/v1/score")
 
 
 async def rerank(body: RerankRequest, request: Request):
-    served = await reranker(request, body.model)
-    if body.documents is not None and body.texts is not None:
-        raise APIError(400, "texts: give documents or texts (TEI's), not both", param="texts")
-    tei = body.texts is not None
-    field, texts = "texts" if tei else "documents", body.document_texts()
-    if not texts:
-        raise APIError(400, f"{field}: must not be empty (give at least one document)", param=field)
-    if body.top_n is not None and body.top_n < 0:
-        raise APIError(400, f"top_n: must be 0 (all) or more, got {body.top_n}", param="top_n")
-    if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < 1:
-        raise APIError(400, f"max_tokens_per_doc: must be at least 1, got {body.max_tokens_per_doc}",
-                       param="max_tokens_per_doc")
-    _check_text(body.query, "query", "query")
-    for i, t in enumerate(texts):
-        _check_text(t, f"{field}[{i}]", field)
+    # every check before the load: a bad request loads nothing (nor unloads another model for it)
+    known = check_reranker(request.app.state.models.known(body.model))
+    tei, field, texts = _documents(body)
     truncate = -1 if body.truncate and body.truncate_prompt_tokens is None else body.truncate_prompt_tokens
+    _check_truncate(known, truncate)
+    served = await reranker(request, body.model)
     scored = await _scores(request, served, [(body.query, t) for t in texts], truncate,
                            [f"{field}[{i}]" for i in range(len(texts))], field, body.max_tokens_per_doc)
     if scored is None:  # the client went away: its requests are aborted
@@ -62,7 +52,7 @@ async def rerank(body: RerankRequest, request: Request):
 
 
 async def score(body: ScoreRequest, request: Request):
-    served = await reranker(request, body.model)
+    known = check_reranker(request.app.state.models.known(body.model))
     names = body.pair_fields()  # (text_1, text_2) or vLLM's other names for them
     first, second = (getattr(body, n) for n in names)
     for name, value in zip(names, (first, second)):
@@ -74,6 +64,8 @@ async def score(body: ScoreRequest, request: Request):
         pairs = paired(first, second, names)
     except ValueError as e:
         raise APIError(400, f"{names[1]}: {e}", param=names[1]) from None
+    _check_truncate(known, body.truncate_prompt_tokens)
+    served = await reranker(request, body.model)
     many = not isinstance(second, str)
     scored = await _scores(request, served, pairs, body.truncate_prompt_tokens,
                            [f"{names[1]}[{i}]" if many else names[1] for i in range(len(pairs))], names[1])
@@ -92,13 +84,47 @@ for _path in SCORE_PATHS:
     router.add_api_route(_path, score, methods=["POST"])
 
 
+def _documents(body: RerankRequest) -> tuple[bool, str, list[str]]:
+    """(TEI's shape, the documents' field, their texts), each checked: a 400 naming what is wrong."""
+    if body.documents is not None and body.texts is not None:
+        raise APIError(400, "texts: give documents or texts (TEI's), not both", param="texts")
+    tei = body.texts is not None
+    field, texts = "texts" if tei else "documents", body.document_texts()
+    if not texts:
+        raise APIError(400, f"{field}: must not be empty (give at least one document)", param=field)
+    if body.top_n is not None and body.top_n < 0:
+        raise APIError(400, f"top_n: must be 0 (all) or more, got {body.top_n}", param="top_n")
+    if body.max_tokens_per_doc is not None and body.max_tokens_per_doc < 1:
+        raise APIError(400, f"max_tokens_per_doc: must be at least 1, got {body.max_tokens_per_doc}",
+                       param="max_tokens_per_doc")
+    _check_text(body.query, "query", "query")
+    for i, t in enumerate(texts):
+        _check_text(t, f"{field}[{i}]", field)
+    return tei, field, texts
+
+
+def check_reranker(model):
+    """`model` (a ServedModel, or what the pool knows before its load: hearth.api.model_spec.Known, its pooling
+    None where not known) must be a reranker: any other is a 400 naming it and why. Returns it."""
+    if model.pooling not in ("rank", None):
+        kind = "an embedding model" if model.embeds_only else "a text generation model"
+        raise APIError(400, not_a_reranker(f"model: {model.name!r}", kind), param="model")
+    return model
+
+
 async def reranker(request: Request, model: str | None):
-    """The served model `model` names, which must be a reranker: any other is a 400 naming it and why."""
-    served = await request.app.state.models.get(model)
-    if served.pooling != "rank":
-        kind = "an embedding model" if served.embeds_only else "a text generation model"
-        raise APIError(400, not_a_reranker(f"model: {served.name!r}", kind), param="model")
-    return served
+    """The served model `model` names, loaded, which must be a reranker (check_reranker)."""
+    return check_reranker(await request.app.state.models.get(model))
+
+
+def _check_truncate(known, truncate: int | None) -> None:
+    """truncate_prompt_tokens' range against the context (before the load: not checked where it is not known)."""
+    if not known.max_model_len:
+        return
+    try:
+        check_truncate(truncate, room(known))
+    except PairError as e:
+        raise APIError(400, str(e), param="truncate_prompt_tokens") from None
 
 
 async def _scores(request: Request, served, pairs: list[tuple[str, str]], truncate: int | None,
@@ -107,8 +133,7 @@ async def _scores(request: Request, served, pairs: list[tuple[str, str]], trunca
     cannot hold is a 400 naming it and both numbers, unless `truncate` cuts it (hearth.engine.pairs);
     doc_tokens (max_tokens_per_doc) cuts each document first."""
     try:
-        room = served.max_model_len - (not served.embeds_only)  # a decoder computes one token past each pair
-        prompts, starts = pair_prompts(served.tokenizer, pairs, truncate, room, where, doc_tokens)
+        prompts, starts = pair_prompts(served.tokenizer, pairs, truncate, room(served), where, doc_tokens)
     except PairError as e:
         if e.index is None:
             raise APIError(400, str(e), param="truncate_prompt_tokens") from None

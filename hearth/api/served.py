@@ -203,6 +203,10 @@ class FileFacts:
     embeds_only: bool
     pooling: str
     """ModelConfig.pooling ("rank": a reranker)."""
+    vocab_size: int | None = None
+    embedding_size: int | None = None
+    """ModelConfig's vocab_size and hidden_size, as ServedModel's (None: not known): what a request's token ids
+    and `dimensions` are checked against before the load (hearth.api.model_pool.ModelPool.known)."""
     tokenizer = None  # not built before the load: FIM ("insert") is said once loaded
 
     @property
@@ -214,7 +218,8 @@ class FileFacts:
         return detect_channels(self.template_source)
 
 
-def file_facts(gguf, embeds_only: bool, pooling: str) -> FileFacts:
-    """FileFacts of an open GGUFFile (its header: nothing is read from the weights)."""
+def file_facts(gguf, embeds_only: bool, config) -> FileFacts:
+    """FileFacts of an open GGUFFile (its header: nothing is read from the weights) and its ModelConfig."""
     return FileFacts(str(gguf.path), template_source=str(gguf.metadata.get("tokenizer.chat_template") or ""),
-                     embeds_only=embeds_only, pooling=pooling, **gguf_facts(gguf))
+                     embeds_only=embeds_only, pooling=config.pooling, vocab_size=config.vocab_size,
+                     embedding_size=config.hidden_size, **gguf_facts(gguf))

@@ -25,8 +25,8 @@ from hearth.api.errors import APIError
 from hearth.api.generate import Generation
 from hearth.api.openai_protocol import _Request
 from hearth.api.media_parts import RequestImages
-from hearth.api.openai_routes import chat_history, conversation_ids
-from hearth.kvstore.snapshot import SnapshotError, SnapshotNameError, SnapshotNotFoundError
+from hearth.api.openai_routes import chat_history, conversation_ids, one_of_prompt_and_messages
+from hearth.kvstore.snapshot import SnapshotError, SnapshotNameError, SnapshotNotFoundError, check_name
 from hearth.sampling_params import SamplingParams
 
 router = APIRouter()
@@ -46,8 +46,11 @@ class SlotRequest(_Request):
 
 @router.post("/slots/save")
 async def save(body: SlotRequest, request: Request):
+    name, field = _named(request, body)
+    if body.prompt is not None or body.messages is not None:
+        one_of_prompt_and_messages(body)
     async with request.app.state.models.lease(body.model) as served:  # loaded until the export is written
-        snapshots, name, field = _target(served, body)
+        snapshots = _store(served)
         if served.lora is not None and any(served.lora.scales):  # its blocks are cached under the adapters' keys
             raise APIError(400, "model: slots save the base model's K/V, and this server runs LoRA adapters "
                            "(set their scales to 0 with POST /lora-adapters to save)", param="model")
@@ -73,8 +76,9 @@ async def save(body: SlotRequest, request: Request):
 
 @router.post("/slots/restore")
 async def restore(body: SlotRequest, request: Request):
+    name, field = _named(request, body)
     async with request.app.state.models.lease(body.model) as served:
-        snapshots, name, field = _target(served, body)
+        snapshots = _store(served)
         t0 = time.perf_counter()
         info = await _run(snapshots.restore, name, field)
     return {"name": name, "filename": info.path.name, "n_restored": info.num_tokens, "n_read": info.num_bytes,
@@ -86,20 +90,26 @@ async def slot_action(slot_id: int, action: Literal["save", "restore"], body: Sl
     return await (save if action == "save" else restore)(body, request)
 
 
-def _target(served, body: SlotRequest) -> tuple[Any, str, str]:
-    """(snapshot store, name, the field it came in) or a 400 naming what is wrong."""
-    if served.snapshots is None:
-        raise APIError(400, "saving and restoring KV state needs a disk tier: start the server with "
-                       "--kv-disk-dir DIR", code="kv_disk_disabled")
+def _named(request: Request, body: SlotRequest) -> tuple[str, str]:
+    """(name, the field it came in), checked before the model loads (as an unknown model's 404), or a 400."""
+    request.app.state.models.known(body.model)
     field = "name" if body.name is not None or body.filename is None else "filename"
     name = body.name if field == "name" else body.filename
     if name is None:
         raise APIError(400, "name: is required", param="name")
     try:
-        served.snapshots.path(name)
+        check_name(name)
     except SnapshotNameError as e:
         raise APIError(400, f"{field}: {e}", param=field) from None
-    return served.snapshots, name, field
+    return name, field
+
+
+def _store(served):
+    """The model's snapshot store, or a 400: the server has no disk tier."""
+    if served.snapshots is None:
+        raise APIError(400, "saving and restoring KV state needs a disk tier: start the server with "
+                       "--kv-disk-dir DIR", code="kv_disk_disabled")
+    return served.snapshots
 
 
 async def _run(method, name: str, field: str, *args):

@@ -213,6 +213,6 @@ def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path 
         return served_footprint(g, e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
                                 args.num_kv_blocks, None if draft is None else GGUFFile(draft),
-                                rope_scaling(args)), file_facts(g, embeds_only(g.arch), model_config(g).pooling)
+                                rope_scaling(args)), file_facts(g, embeds_only(g.arch), model_config(g))
     except HearthError as err:
         raise _blamed(e, err, str(path)) from None

@@ -84,8 +84,7 @@ def pair_prompts(tokenizer, pairs: list[tuple[str, str]], truncate: int | None, 
     first cuts each second text to its first that many tokens. truncate (vLLM's truncate_prompt_tokens):
     k cuts a pair past k tokens, -1 past the context (`room`), None refuses it; a pair that cannot fit, or a
     truncate out of range, raises PairError naming it (where[i]; default "pair i") and both numbers."""
-    if truncate is not None and (isinstance(truncate, bool) or not (truncate == -1 or 1 <= truncate <= room)):
-        raise PairError(f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context), got {truncate!r}")
+    check_truncate(truncate, room)
     limit = room if truncate in (None, -1) else truncate
     fmt = pair_format(tokenizer)
     prompts, starts = [], []
@@ -103,6 +102,12 @@ def pair_prompts(tokenizer, pairs: list[tuple[str, str]], truncate: int | None, 
         prompts.append(cut)
         starts.append(start)
     return prompts, starts
+
+
+def check_truncate(truncate: int | None, room: int) -> None:
+    """truncate_prompt_tokens: None, -1 or 1 to `room` (the context's), else a PairError naming the range."""
+    if truncate is not None and (isinstance(truncate, bool) or not (truncate == -1 or 1 <= truncate <= room)):
+        raise PairError(f"truncate_prompt_tokens: must be -1 or 1 to {room} (the context), got {truncate!r}")
 
 
 def a_reranker(subject: str) -> str:

@@ -41,6 +41,13 @@ class SnapshotNotFoundError(SnapshotError):
     pass
 
 
+def check_name(name: str) -> None:
+    """A snapshot's name is a plain file name (no store needed: the server checks it before loading a model)."""
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise SnapshotNameError(f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter "
+                                "or digit")
+
+
 @dataclass(slots=True)
 class SnapshotInfo:
     name: str
@@ -57,9 +64,7 @@ class SnapshotStore:
         self.root, self.disk, self.fmt = root, disk, disk.fmt
 
     def path(self, name: str) -> Path:
-        if not isinstance(name, str) or not NAME.fullmatch(name):
-            raise SnapshotNameError(f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', "
-                                    "starting with a letter or digit")
+        check_name(name)
         path = (self.dir / f"{name}{SUFFIX}").resolve()
         if path.parent != self.dir.resolve():  # belt and braces: the pattern already forbids it
             raise SnapshotNameError(f"{name!r} leaves the snapshot directory")
