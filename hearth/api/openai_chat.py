@@ -1,6 +1,7 @@
 """POST /v1/chat/completions: messages (+ tools) -> prompt -> n engine requests -> a chat.completion
 body, or chat.completion.chunk events (role chunk, deltas, finish chunk, optional usage chunk,
-`data: [DONE]`). vLLM's `prompt_logprobs: N` puts the prompt's logprobs, ranks and top N in the
+`data: [DONE]`; a choice's role chunk goes out with its first delta, its content null before a tool
+call). vLLM's `prompt_logprobs: N` puts the prompt's logprobs, ranks and top N in the
 body's top-level `prompt_logprobs` (whole replies only, as vLLM: hearth.api.openai_protocol)."""
 
 from __future__ import annotations
@@ -209,8 +210,7 @@ class _Reply:
         n = self.src.n
         called = [False] * n
         sent: list[dict[int, int]] = [{} for _ in range(n)]  # per choice: call index -> argument chars sent
-        for i in range(n):
-            yield self._chunk([_choice(i, {"role": "assistant", "content": ""})], usage)
+        opened = [False] * n  # its role chunk went out (with its first delta: _role)
         try:
             async for i, out in self.src.updates():
                 self.completion_tokens += len(out.token_ids)
@@ -221,6 +221,9 @@ class _Reply:
                     lp = chat_logprobs(self.served.tokenizer, out.token_ids, out.logprobs, self.k)
                     logprobs = {"content": lp}
                     deltas = deltas or [{}]
+                if not opened[i] and (deltas or out.finished):
+                    opened[i] = True
+                    yield self._chunk([_choice(i, _role(deltas))], usage)
                 for j, delta in enumerate(deltas):
                     yield self._chunk([_choice(i, delta, logprobs if j == 0 else None)], usage)
                 if out.finished:
@@ -261,6 +264,14 @@ class Choice:
     stop_reason: int | str | None = None
     prompt_logprobs: list[dict[int, float] | None] | None = None
     prompt_ranks: list[int | None] | None = None
+
+
+def _role(deltas: list[dict]) -> dict:
+    """A choice's first delta, sent with what comes first: OpenAI's `"content": ""` before text (or an answer of
+    nothing), null before a tool call (OpenAI's; a reasoning channel's too), so that an SDK's stream accumulator
+    ends a tool-call answer with the content null the whole (non-streamed) answer has, not ""."""
+    first = deltas[0] if deltas else {}
+    return {"role": "assistant", "content": "" if not first or "content" in first else None}
 
 
 def _choice(i: int, delta: dict, logprobs=None, finish: str | None = None, stop_reason=None) -> dict:

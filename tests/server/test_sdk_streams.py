@@ -54,6 +54,19 @@ def test_chat_parallel_calls_id_and_name_once_arguments_by_index(fake):
     assert final.choices[0].finish_reason == "tool_calls"
 
 
+@pytest.mark.parametrize("script,content", [("two_tools", None), ("think_tool", None), ("hello", "Hello there!")])
+def test_chat_role_delta_s_content_is_null_before_a_tool_call(fake, script, content):
+    """OpenAI's first delta of a tool-call answer says `"content": null` (of a text answer ""): the helper's
+    final message then has the non-streamed answer's content, None, not "" (and no content.delta of "")."""
+    events, final = chat_stream(fake, script, tools=[WEATHER])
+    first = _chunks(events)[0].choices[0].delta
+    assert first.role == "assistant" and first.content == ("" if content else None)
+    assert final.choices[0].message.content == content
+    whole = fake.openai.chat.completions.create(model="fake-model", messages=_user(script), tools=[WEATHER])
+    assert whole.choices[0].message.content == content
+    assert content or not [e for e in events if e.type == "content.delta"]
+
+
 def test_chat_call_arguments_split_across_chunks(fake):
     events, final = chat_stream(fake, "tool_pieces", tools=[WEATHER])
     pieces = [e.arguments_delta for e in events if e.type == "tool_calls.function.arguments.delta" and e.arguments_delta]
