@@ -41,8 +41,8 @@ def llama_params(body: LlamaOptions, state, served, prompt_tokens: int):
 
 
 def _fields(body: LlamaOptions, served) -> dict:
-    """The options as SamplingParams fields; served None (before the load): logit_bias and lora, which read the
-    model's vocabulary and adapters, left out."""
+    """The options as SamplingParams fields; served None (before the load): logit_bias, which reads the model's
+    vocabulary, left out (a `lora` list's ids are checked against the adapters the pool knows of)."""
     loaded = served is not None
     return {
         "temperature": body.temperature, "top_k": body.top_k, "top_p": body.top_p, "min_p": body.min_p,
@@ -53,7 +53,7 @@ def _fields(body: LlamaOptions, served) -> dict:
         "dry_sequence_breakers": breakers(body.dry_sequence_breakers),
         "seed": None if body.seed < 0 else body.seed,
         "max_tokens": body.limit() or None, "stop": list(body.stop), "ignore_eos": body.ignore_eos,
-        "structured_output": guided(body, {}), "lora": lora_scales(body, served) if loaded else None,
+        "structured_output": guided(body, {}), "lora": lora_scales(body, served),
         **left_out(body.samplers, body.mirostat)}
 
 

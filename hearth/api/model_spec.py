@@ -39,6 +39,9 @@ class ModelSpec:
     next); inf: until another model needs its room."""
     pinned_why: str = ""
     """Why it is pinned, in the words a refused unload (`ollama stop`) says; "": its pinned flag alone."""
+    lora_count: int | None = None
+    """Its LoRA adapters (--lora, --lora-scaled, --lora-modules: the first model's; 0 the others'), which a request's
+    `lora` ids and POST /lora-adapters are checked against before its load; None: not known."""
 
     @property
     def name(self) -> str:
@@ -59,13 +62,16 @@ class Known:
     embeds_only: bool | None = None
     pooling: str | None = None
     """ModelConfig.pooling ("rank": a reranker)."""
+    lora_count: int | None = None
+    """Its LoRA adapters (ModelSpec.lora_count)."""
 
     @classmethod
-    def of(cls, name: str, max_model_len: int, model) -> Known:
+    def of(cls, name: str, max_model_len: int, model, lora_count: int | None = None) -> Known:
         """model: a ServedModel or FileFacts (the same names), or None."""
         if model is None:
-            return cls(name, max_model_len)
-        return cls(name, max_model_len, model.vocab_size, model.embedding_size, model.embeds_only, model.pooling)
+            return cls(name, max_model_len, lora_count=lora_count)
+        return cls(name, max_model_len, model.vocab_size, model.embedding_size, model.embeds_only, model.pooling,
+                   lora_count)
 
 
 Loader = Callable[[ModelSpec], ServedModel]

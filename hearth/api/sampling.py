@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hearth.api.errors import APIError, from_hearth_error
 from hearth.api.llama_names import LLAMA_SAMPLERS, breakers
+from hearth.engine.lora_adapters import check_lora
 from hearth.errors import MaxTokensTooLargeError, check_room
 from hearth.sampling_params import InvalidSamplingParams, SamplingParams, StructuredOutput, over_max_logprobs
 
@@ -60,11 +61,24 @@ def check_before_load(pool, model: str | None, limits: Limits, fields: dict, fie
     the `fields` a route reads without its model (the sampler fields, n, max_tokens, min_tokens, stop). The
     prompt's room for max_tokens needs the prompt's tokens, and logit_bias, stop_token_ids, logprobs and
     structured output the engine's vocabulary, tokenizer or settings: make_params and the route check those
-    after the load."""
+    after the load. A `lora` field's ids are checked against the model's adapters (ModelPool.known) too."""
     names = field_names or {}
+    known = pool.known(model)
     kwargs = {**limits.defaults, **{k: v for k, v in fields.items() if v is not None}}
-    _check_asked(kwargs, limits, pool.context(model), names)
+    _check_asked(kwargs, limits, known.max_model_len, names)
     _built(kwargs, limits, names)
+    check_lora_before_load(known, kwargs.get("lora"), names.get("lora", "lora"))
+
+
+def check_lora_before_load(known, asked: dict[int, float] | None, param: str = "lora") -> None:
+    """asked (adapter id -> scale) against the adapters of a model not yet loaded (hearth.api.model_spec.Known;
+    lora_count None: not known, the engine checks it after the load)."""
+    if known.lora_count is None:
+        return
+    try:
+        check_lora(asked, known.lora_count, param)
+    except InvalidSamplingParams as e:
+        raise _bad(e.field, e.why) from None
 
 
 def _built(kwargs: dict, limits: Limits, names: dict) -> SamplingParams:

@@ -139,7 +139,8 @@ def build_pool(args: argparse.Namespace):
         alone = not several and keep is None
         specs.append(ModelSpec(n, fp.total, e.pinned or alone or n[0] in routing, fp.context, router, fp.kv,
                                f, facts, lora_files(args) if not specs else {},
-                               math.inf if keep is None else keep, _pinned_why(e, alone, n[0] in routing)))
+                               math.inf if keep is None else keep, _pinned_why(e, alone, n[0] in routing),
+                               lora_count=0 if specs else len(getattr(args, "lora_adapters", None) or [])))
     mmprojs = [e.mmproj or (getattr(args, "mmproj", "") if i == 0 else "") for i, e in enumerate(given)]
     if several and any(mmprojs):  # --mmproj is the first model's alone: say who reads images
         readers = ", ".join(n[0] for n, m in zip(names, mmprojs) if m)

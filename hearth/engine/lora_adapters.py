@@ -28,16 +28,7 @@ class LoraAdapters:
 
     def check(self, asked: dict[int, float] | None, name: str = "lora") -> dict[int, float] | None:
         """asked (id -> scale) with every id known and every scale finite, or InvalidSamplingParams(name)."""
-        if asked is None:
-            return None
-        n = len(self.paths)
-        for j, s in asked.items():
-            if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < n:
-                known = f"ids 0..{n - 1}" if n else "no adapters (start it with --lora FILE)"
-                raise InvalidSamplingParams(name, f"names adapter id {j!r}, but the server has {known}")
-            if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
-                raise InvalidSamplingParams(name, f"scale of adapter {j} must be a finite number, got {s!r}")
-        return asked
+        return check_lora(asked, len(self.paths), name)
 
     def resolve(self, asked: dict[int, float] | None) -> dict[int, float]:
         """Every adapter's scale for a request: its own (the rest 0), else the global ones."""
@@ -56,6 +47,20 @@ class LoraAdapters:
         (b"": none, the base model's blocks)."""
         on = sorted((j, s) for j, s in (scales or {}).items() if s)
         return "|".join(f"{self.keys[j]}*{s!r}" for j, s in on).encode()
+
+
+def check_lora(asked: dict[int, float] | None, n: int, name: str = "lora") -> dict[int, float] | None:
+    """asked (id -> scale) against `n` adapters (ids 0..n-1; the server checks it before the model loads, from
+    its flags): every id known and every scale finite, or InvalidSamplingParams(name)."""
+    if asked is None:
+        return None
+    for j, s in asked.items():
+        if isinstance(j, bool) or not isinstance(j, int) or not 0 <= j < n:
+            known = f"ids 0..{n - 1}" if n else "no adapters (start it with --lora FILE)"
+            raise InvalidSamplingParams(name, f"names adapter id {j!r}, but the server has {known}")
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            raise InvalidSamplingParams(name, f"scale of adapter {j} must be a finite number, got {s!r}")
+    return asked
 
 
 NO_ADAPTERS = LoraAdapters([], [], [])

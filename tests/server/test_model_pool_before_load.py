@@ -76,10 +76,10 @@ def _facts(pooling: str = "last", embeds_only: bool = False) -> FileFacts:
 
 
 def _pool(budget_gib: int = 1) -> tuple[ModelPool, FakeLoader]:
-    """a and b: text models (a loaded first); r: a reranker; room for one model at a time."""
+    """a and b: text models (a loaded first; b with two LoRA adapters); r: a reranker; room for one model."""
     loader = FakeLoader()
-    spec = [ModelSpec([n], 1 << 30, max_model_len=4096, facts=_facts(*p)) for n, p in
-            (("a", ()), ("b", ()), ("r", ("rank", True)))]
+    spec = [ModelSpec([n], 1 << 30, max_model_len=4096, facts=_facts(*p), lora_count=k) for n, p, k in
+            (("a", (), 0), ("b", (), 2), ("r", ("rank", True), 0))]
     return ModelPool(spec, loader, budget_gib << 30), loader
 
 
@@ -123,6 +123,8 @@ OTHER = [  # (path, body, model, status, param): bodies are POSTed; a model that
     ("/slots/save", {}, "b", 400, "name"),
     ("/slots/save", {"name": "x", "prompt": "y", "messages": USER}, "b", 400, "prompt"),
     ("/slots/restore", {"filename": "a/b"}, "b", 400, "filename"),
+    ("/v1/chat/completions", {"messages": USER, "lora": [{"id": 2, "scale": 1.0}]}, "b", 400, "lora"),
+    ("/completion", {"prompt": "x", "lora": [{"id": 0, "scale": 1.0}]}, "r", 400, "lora"),  # r has none
 ]
 
 
@@ -147,4 +149,14 @@ def test_a_get_route_s_unknown_model_is_a_404_with_nothing_loaded(serve, path):
     client = serve(pool)
     r = client.get(path, params={"model": "nope"})
     assert r.status_code == 404 and "nope" in r.text
+    assert loader.loads == []
+
+
+@pytest.mark.parametrize("model,ids", [("b", [2]), ("r", [0])])
+def test_lora_adapters_s_bad_ids_are_refused_before_the_model_loads(serve, model, ids):
+    """POST /lora-adapters?model=: the server's flags say each model's adapters (b: two, r: none)."""
+    pool, loader = _pool()
+    client = serve(pool)
+    r = client.post("/lora-adapters", params={"model": model}, json=[{"id": j, "scale": 1.0} for j in ids])
+    assert r.status_code == 400 and r.json()["error"]["param"] in ("lora", "lora-adapters"), r.text
     assert loader.loads == []

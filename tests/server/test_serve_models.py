@@ -484,3 +484,15 @@ def test_an_entry_s_threads_past_the_cpus_is_said_naming_its_field(tiny, tmp_pat
     said = [r.getMessage() for r in caplog.records if "CPUs this process may use" in r.getMessage()]
     assert said == [f"models.toml: models[1] ('big'): threads = {cpus + 1} is more than the {cpus} CPUs this process "
                     "may use: steps run slower, not faster"]
+
+
+def test_an_unloaded_model_s_known_facts_come_from_its_header_and_the_flags(tiny, tmp_path):
+    """What the routes check a request against before the load (ModelPool.known): the header's vocabulary, width
+    and pooling, and the LoRA adapters the flags give the first model (hearth.api.model_spec.Known)."""
+    other = tmp_path / "other.gguf"
+    write_tiny_gguf(other, "qwen2")
+    pool = build_pool(serve_args(str(tiny), str(other), "--lora", "a.gguf", "--lora-modules", "ada=b.gguf"))
+    first, second = (pool.known(s.spec.name) for s in pool.slots)
+    assert (first.lora_count, second.lora_count) == (2, 0)
+    assert first.vocab_size and first.embedding_size and first.pooling and first.embeds_only is False
+    assert first.max_model_len == pool.slots[0].spec.max_model_len > 0
