@@ -7,14 +7,30 @@ do not change, so they are listed once per module here; each call still wraps ex
 are builtins at that moment, as the original does (measured: ~1/4 of the interpreted tests' time).
 A helper's call inside a launch that already patched the language modules its globals see skips the
 patching altogether: the launch's own scope restores the modules when it ends (another ~1/10).
-Any other triton version keeps its own functions."""
+Any other triton version keeps its own functions.
+
+Whole-model tests in the interpreter run the GGUF matmul on tiles 4x wider (wide_tiles)."""
 
 from __future__ import annotations
 
 import inspect
 
+import pytest
 import triton
 from triton.runtime import interpreter
+
+import hearth.kernels.gpu.gguf_matmul as gm
+from tests.gpu.test_triton_kernels import DEV
+
+
+@pytest.fixture(autouse=True)
+def wide_tiles(request, monkeypatch):
+    """In the interpreter a program is a Python loop, so a matmul's time is its program count: tiles of 128
+    output features take a quarter of 32's (measured 3.7-4.2x less CPU a matmul at decode and prefill shapes,
+    ~1/3 of these tests' time). The same kernel code at another constexpr; the GPU's tiles, partial ones
+    included, are held by the kernel tests (test_triton_kernels.py), which keep them."""
+    if DEV == "cpu" and request.module.__name__ != "tests.gpu.test_triton_kernels":
+        monkeypatch.setattr(gm, "TILE_N", 4 * gm.TILE_N)
 
 _BUILTIN_NAMES: dict[int, tuple[object, list[str]]] = {}
 """id(module or class) -> (it, names of its members that are triton builtins when first scanned)."""

@@ -131,12 +131,15 @@ def gguf_tiled(x, w, y, M, N, K, row_bytes, QTYPE: tl.constexpr, BM: tl.constexp
 
 GEMV_MAX_ROWS = 8
 """Below this many activation rows the GEMV form (each weight tile read once per row: decode)."""
+TILE_N, TILE_M = 32, 16
+"""A program's output features (both forms) and activation rows (the tiled form)."""
 
 
 def gguf_matmul(x: torch.Tensor, w: torch.Tensor, qtype: Q, n: int, k: int, form: str | None = None,
-                bn: int = 32, bm: int = 16) -> torch.Tensor:
+                bn: int | None = None, bm: int | None = None) -> torch.Tensor:
     """x: f32/f16 [M, K], w: uint8 [N, bytes per row] GGUF blocks -> f32 [M, N].
-    form: "gemv" | "tiled", or None to pick by row count."""
+    form: "gemv" | "tiled", or None to pick by row count; bn, bm: the tiles (None: TILE_N, TILE_M)."""
+    bn, bm = bn or TILE_N, bm or TILE_M
     if qtype not in QTYPES:
         raise UnsupportedError(f"the Triton GGUF matmul reads {', '.join(q.name for q in QTYPES)}, not {qtype.name}")
     fmt = WEIGHT_FORMATS[qtype]
