@@ -6,21 +6,26 @@ without end): the grammar cut `"permeability": 12.57e10` to `12.57` at the `e`, 
 that the arguments' validation then passed (BFCL simple_python_40, both Qwen2.5-Coder models in
 `guard` mode; `bare` kept it), and a structured output's `6.02e23` likewise. Here a number the schema
 leaves plain (a type and words about it, nothing else) is a Lark terminal instead, bounded in digits
-as schema_bounds bounds them, exponent included, wherever it is reached through closed objects, arrays
-and anyOf; every other value stays llguidance's `%json` of its bounded schema, and a schema with no such
-number is one `%json` as before.
+as schema_bounds bounds them, exponent included, and so is every number of a value the schema leaves
+untyped (`{}`, an open object's other members: any JSON, whose numbers llguidance left unbounded, 1e999
+included), wherever it is reached through objects, arrays, anyOf and `$ref`s to the root's `$defs`;
+every other value stays llguidance's `%json` of its bounded schema, and a schema with no such number is
+one `%json` as before. A number with bounds of its own keeps llguidance's, which enforces them and
+takes no exponent: a range over exponents is no regex this file writes.
 
 An object is spelled out only where llguidance reads it alike: `type: object`, its properties in
-their order (llguidance's order too), each optional one omissible, no other member
-(`additionalProperties: false`, as schema_closed and the tool grammars' declared_only make it)."""
+their order (llguidance's order too), each optional one omissible, then, where it is open
+(`additionalProperties` true, a schema or absent), other members, keyed by any string but the
+properties' names (llguidance's key there takes any `\\u` escape, this one only a control character's)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass, field
 
 NUMBER = "JSON_NUMBER"
+STRING = "JSON_STRING"
 GAP = "JSON_GAP"
 CALL_LAYOUT = r"[ \t]{0,4}(\n{1,2}[ \t]{0,20})?"
 """The whitespace a tool call's JSON takes between two tokens: a few spaces, or a line break or two and an
@@ -31,67 +36,199 @@ TERMINALS = {
     # at most 15 integer digits and 10 of fraction, as schema_bounds' NUMBER_LIMIT and NUMBER_STEP allow,
     # and an exponent of two: a double's range, never inf
     NUMBER: r"/-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,10})?([eE][+-]?[0-9]{1,2})?/",
+    # llguidance's string: no raw control character or DEL, escapes of one letter, \u only for those (no \/)
+    STRING: r'/"([^"\\\x00-\x1f\x7f]|\\(["\\bfnrt]|u00[01][0-9a-fA-F]|u007[fF]))*"/',
     GAP: f"/{CALL_LAYOUT}/",
 }
+ANY = {" ": "json_any", f" {GAP} ": "call_any"}
+"""The rule of any JSON value (its numbers JSON_NUMBER) for each separator: compact JSON, a tool call's layout."""
 
 _WORDS = frozenset({"title", "description", "default", "examples"})
 """Keywords that constrain nothing: a schema with only these and its type is plain."""
 _OBJECT = _WORDS | {"type", "properties", "required", "additionalProperties"}
+_DEFS = ("$defs", "definitions")
+_UNFOLLOWED = frozenset({"$id", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"})
+"""Keywords that move what a `$ref` names: a schema with any of them stays one `%json`."""
 
 
 def value_rules(rule: str, schema, as_json: Callable[[dict], dict], gap: bool) -> list[str]:
     """Lark rules defining `rule` as one JSON value valid against `schema`: as_json(subschema) is the
     schema a `%json` embeds (bounded, with its layout options); gap: a tool call's layout between
-    tokens (GAP), else compact JSON. The terminals they name are added by with_terminals, once."""
-    if not _has_plain_number(schema) or _refers(schema):
+    tokens (GAP), else compact JSON. The terminals and ANY rules they name are added by with_terminals, once."""
+    defs = _definitions(schema)
+    if defs is None:
         return [f"{rule}: %json {json.dumps(as_json(schema))}"]
-    rules: list[str] = []
-    _named(rule, schema, _Spell(as_json, f" {GAP} " if gap else " "), rules)
-    return rules
+    body = {k: v for k, v in schema.items() if k not in _DEFS} if isinstance(schema, dict) else schema
+    spell = _Spell(as_json, f" {GAP} " if gap else " ", rule, defs)
+    if not spell.has_number(body):
+        return [f"{rule}: %json {json.dumps(as_json(schema))}"]
+    name = spell.named(rule, body)
+    return spell.rules + ([f"{rule}: {name}"] if name != rule else [])
 
 
 def with_terminals(lines: list[str]) -> list[str]:
-    """A grammar's `lines` with the terminal definitions its value_rules name, each once."""
+    """A grammar's `lines` with the ANY rules and terminal definitions its value_rules name, each once."""
+    lines = lines + [r for sep, name in ANY.items() if any(name in ln for ln in lines) for r in _any_rules(name, sep)]
     return lines + [f"{name}: {rx}" for name, rx in TERMINALS.items() if any(name in ln for ln in lines)]
 
 
-class _Spell(NamedTuple):
+def _any_rules(name: str, s: str) -> list[str]:
+    """Any JSON value as llguidance's `{}` takes it (duplicate keys included), its numbers JSON_NUMBER."""
+    member = f'{STRING}{s}":"{s}{name}'
+    return [f'{name}: "null" | "true" | "false" | {NUMBER} | {STRING} | {name}_array | {name}_object',
+            f'{name}_array: "["{s}({name}({s}","{s}{name})*)?{s}"]"',
+            f'{name}_object: "{{"{s}({member}({s}","{s}{member})*)?{s}"}}"']
+
+
+@dataclass
+class _Spell:
     as_json: Callable[[dict], dict]
     sep: str
     """Between two tokens: " GAP " (a tool call's layout) or " " (compact JSON)."""
+    top: str
+    defs: dict[str, object]
+    """The root's definitions by the `$ref` that names them (`#/$defs/point`)."""
+    rules: list[str] = field(default_factory=list)
+    _ref_rules: dict[str, str] = field(default_factory=dict)
+
+    def named(self, rule: str, schema) -> str:
+        """Defines `rule` as `schema`'s expression (each sub-value gets a rule of its own) and returns it;
+        a `$ref` returns its definition's rule instead, an untyped value the ANY rule."""
+        if _ref(schema, self.defs):
+            return self._definition(schema["$ref"])
+        if _any(schema):
+            return ANY[self.sep]
+        if _plain_number(schema):
+            body = NUMBER
+        elif _plain_object(schema) and self.has_number(schema):
+            body = self._object(rule, schema)
+        elif _plain_array(schema) and self.has_number(schema):
+            s, item = self.sep, self.named(f"{rule}_item", schema.get("items", True))
+            body = f'"["{s}({item}({s}","{s}{item})*)?{s}"]"'
+        elif _plain_any_of(schema) and self.has_number(schema):
+            body = " | ".join(self.named(f"{rule}_{i}", s) for i, s in enumerate(schema["anyOf"]))
+        else:
+            body = f"%json {json.dumps(self.as_json(self._with_defs(schema)))}"
+        self.rules.append(f"{rule}: {body}")
+        return rule
+
+    def has_number(self, schema, seen: frozenset[str] = frozenset()) -> bool:
+        """Whether a number that keeps its exponent is reached from here through objects, arrays, anyOf
+        and `$ref`s (each definition once: a recursive one ends)."""
+        if _ref(schema, self.defs):
+            ref = schema["$ref"]
+            return ref not in seen and self.has_number(self.defs[ref], seen | {ref})
+        if _plain_number(schema) or _any(schema):
+            return True
+        if _plain_object(schema):
+            extra = schema.get("additionalProperties", True)
+            return any(self.has_number(s, seen) for s in [*schema.get("properties", {}).values(), extra]
+                       if s is not False)
+        if _plain_array(schema):
+            return self.has_number(schema.get("items", True), seen)
+        return _plain_any_of(schema) and any(self.has_number(s, seen) for s in schema["anyOf"])
+
+    def _definition(self, ref: str) -> str:
+        """The rule of a definition, defined on its first use (named before its body: it may refer to itself)."""
+        if ref not in self._ref_rules:
+            self._ref_rules[ref] = rule = f"{self.top}_def_{len(self._ref_rules)}"
+            self.named(rule, self.defs[ref])
+        return self._ref_rules[ref]
+
+    def _object(self, rule: str, schema: dict) -> str:
+        """`{`, the members in order, each optional one omissible, then (open) any others, commas between, `}`."""
+        s, required, props = self.sep, set(schema.get("required", [])), schema.get("properties", {})
+        # (member, how often): 1 required, "?" optional, "*" the open object's others
+        members = [(f'{json.dumps(json.dumps(key, ensure_ascii=False))}{s}":"{s}{self.named(f"{rule}_{i}", sub)}',
+                    1 if key in required else "?") for i, (key, sub) in enumerate(props.items())]
+        extra = schema.get("additionalProperties", True)
+        if extra is not False:
+            members.append((f'{self._key(rule, props)}{s}":"{s}{self.named(f"{rule}_extra", extra)}', "*"))
+        # the first member present: any optional one before the first required, or that one
+        heads = []
+        for i, (member, often) in enumerate(members):
+            rest = [f'{s}","{s}{m}' if n == 1 else f'({s}","{s}{m}){n}' for m, n in members[i + 1:]]
+            head = f'{member}({s}","{s}{member})*' if often == "*" else member
+            heads.append(f"({head}{''.join(rest)})")
+            if often == 1:
+                break
+        body = " | ".join(heads)
+        return f'"{{"{s}({body}){"" if required else "?"}{s}"}}"'
+
+    def _key(self, rule: str, props: dict) -> str:
+        """The key of an open object's other members: a string, none of its properties' (a terminal of its own)."""
+        if not props:
+            return STRING
+        name = f"{rule.upper()}_KEY"
+        names = "|".join(_escaped(json.dumps(k, ensure_ascii=False)) for k in props)
+        self.rules.append(f"{name}: {TERMINALS[STRING]} & ~/{names}/")
+        return name
+
+    def _with_defs(self, schema):
+        """A `%json` sub-value with the definitions its `$ref`s reach: its own document has no others."""
+        refs, todo = set(), [schema]
+        while todo:
+            for ref in _refs(todo.pop()):
+                if ref in self.defs and ref not in refs:
+                    refs.add(ref)
+                    todo.append(self.defs[ref])
+        if not refs or not isinstance(schema, dict):
+            return schema
+        out = dict(schema)
+        for ref in sorted(refs):
+            where, name = ref[2:].split("/", 1)
+            out.setdefault(where, {})[_unpointer(name)] = self.defs[ref]
+        return out
 
 
-def _named(rule: str, schema, spell: _Spell, rules: list[str]) -> str:
-    """Defines `rule` as `schema`'s expression (each sub-value gets a rule of its own) and returns it."""
-    if _plain_number(schema):
-        body = NUMBER
-    elif _plain_object(schema) and _has_plain_number(schema):
-        body = _object(rule, schema, spell, rules)
-    elif _plain_array(schema) and _has_plain_number(schema):
-        s, item = spell.sep, _named(f"{rule}_item", schema["items"], spell, rules)
-        body = f'"["{s}({item}({s}","{s}{item})*)?{s}"]"'
-    elif _plain_any_of(schema) and _has_plain_number(schema):
-        body = " | ".join(_named(f"{rule}_{i}", s, spell, rules) for i, s in enumerate(schema["anyOf"]))
-    else:
-        body = f"%json {json.dumps(spell.as_json(schema))}"
-    rules.append(f"{rule}: {body}")
-    return rule
+def _definitions(schema) -> dict[str, object] | None:
+    """The root's definitions by the `$ref` naming them; None where a `$ref` names something else, where
+    definitions stand below the root or a keyword moves what refs name (the schema is one `%json`)."""
+    if not isinstance(schema, dict):
+        return {}
+    defs = {f"#/{where}/{_pointer(name)}": s for where in _DEFS if isinstance(schema.get(where), dict)
+            for name, s in schema[where].items()}
+    inner = [schema[k] for k in schema if k not in _DEFS] + list(defs.values())
+    if any(_keys(s) & ({*_DEFS} | _UNFOLLOWED) for s in inner) or {*_UNFOLLOWED} & schema.keys():
+        return None
+    return defs if all(ref in defs for s in inner for ref in _refs(s)) else None
 
 
-def _object(rule: str, schema: dict, spell: _Spell, rules: list[str]) -> str:
-    """`{`, the members in order, each optional one omissible, commas between those present, `}`."""
-    s, required = spell.sep, set(schema.get("required", []))
-    members = [(f'{json.dumps(json.dumps(key, ensure_ascii=False))}{s}":"{s}{_named(f"{rule}_{i}", sub, spell, rules)}',
-                key in required) for i, (key, sub) in enumerate(schema["properties"].items())]
-    # the first member present: any optional one before the first required, or that one
-    heads = []
-    for i, (member, needed) in enumerate(members):
-        rest = [f'{s}","{s}{m}' if req else f'({s}","{s}{m})?' for m, req in members[i + 1:]]
-        heads.append(f"({member}{''.join(rest)})")
-        if needed:
-            break
-    body = " | ".join(heads)
-    return f'"{{"{s}({body}){"" if required else "?"}{s}"}}"'
+def _keys(schema) -> set[str]:
+    """Every key anywhere in `schema` (data in `const`/`enum` included: a `$ref` there is counted, to be safe)."""
+    if isinstance(schema, dict):
+        return set(schema).union(*(_keys(v) for v in schema.values()))
+    return set().union(*(_keys(v) for v in schema)) if isinstance(schema, list) else set()
+
+
+def _refs(schema) -> list:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")  # not a string (a property named $ref): None, which no definition is
+        own = [ref if isinstance(ref, str) else None] if "$ref" in schema else []
+        return own + [r for v in schema.values() for r in _refs(v)]
+    return [r for v in schema for r in _refs(v)] if isinstance(schema, list) else []
+
+
+def _pointer(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _unpointer(name: str) -> str:
+    return name.replace("~1", "/").replace("~0", "~")
+
+
+def _escaped(literal: str) -> str:
+    """A literal as llguidance's regex reads it, inside a Lark `/.../`."""
+    return "".join(f"\\{c}" if c in r"\.+*?()|[]{}^$#&-~/" else c for c in literal)
+
+
+def _ref(schema, defs: dict) -> bool:
+    return isinstance(schema, dict) and schema.get("$ref") in defs and set(schema) <= _WORDS | {"$ref"}
+
+
+def _any(schema) -> bool:
+    """Any JSON value: `true`, or a schema of words alone."""
+    return schema is True or isinstance(schema, dict) and set(schema) <= _WORDS
 
 
 def _plain_number(schema) -> bool:
@@ -101,34 +238,17 @@ def _plain_number(schema) -> bool:
 def _plain_object(schema) -> bool:
     if not (isinstance(schema, dict) and schema.get("type") == "object" and set(schema) <= _OBJECT):
         return False
-    props, required = schema.get("properties"), schema.get("required", [])
-    return (isinstance(props, dict) and bool(props) and all(isinstance(s, dict) for s in props.values())
-            and schema.get("additionalProperties") is False
+    props, required = schema.get("properties", {}), schema.get("required", [])
+    extra = schema.get("additionalProperties", True)
+    return (isinstance(props, dict) and all(isinstance(s, dict) for s in props.values())
+            and (isinstance(extra, dict) or isinstance(extra, bool))
             and isinstance(required, list) and all(isinstance(r, str) and r in props for r in required))
 
 
 def _plain_array(schema) -> bool:
     return (isinstance(schema, dict) and schema.get("type") == "array" and set(schema) <= _WORDS | {"type", "items"}
-            and isinstance(schema.get("items"), dict))
+            and isinstance(schema.get("items", True), dict | bool) and schema.get("items") is not False)
 
 
 def _plain_any_of(schema) -> bool:
     return isinstance(schema, dict) and isinstance(schema.get("anyOf"), list) and set(schema) <= _WORDS | {"anyOf"}
-
-
-def _has_plain_number(schema) -> bool:
-    """Whether a number that keeps its exponent is reached from here through closed objects, arrays and anyOf."""
-    if _plain_number(schema):
-        return True
-    if _plain_object(schema):
-        return any(_has_plain_number(s) for s in schema["properties"].values())
-    if _plain_array(schema):
-        return _has_plain_number(schema["items"])
-    return _plain_any_of(schema) and any(_has_plain_number(s) for s in schema["anyOf"])
-
-
-def _refers(schema) -> bool:
-    """A `$ref` or `$defs` anywhere: a sub-value's `%json` would lose the definitions it names."""
-    if isinstance(schema, dict):
-        return any(k in ("$ref", "$defs", "definitions") or _refers(v) for k, v in schema.items())
-    return isinstance(schema, list) and any(_refers(v) for v in schema)

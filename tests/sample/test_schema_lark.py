@@ -11,8 +11,9 @@ import llguidance
 import pytest
 
 from hearth.sample import grammar
-from hearth.sample.schema_bounds import with_bounded_numbers
+from hearth.sample.schema_bounds import ANY_OBJECT, with_bounded_numbers
 from hearth.sample.schema_closed import closed_objects
+from hearth.sampling_params import StructuredOutput
 from tests.tool_guard.tiny_vocab import TinyTokenizer
 
 TOK = TinyTokenizer()
@@ -43,12 +44,23 @@ SCHEMAS = [
      "required": ["points", "scale"]},
     {"type": "object", "properties": {"v": {"anyOf": [{"type": "number"}, {"type": "string"}]},
                                       "w": {"type": "number", "minimum": 0, "maximum": 10}}, "required": ["v", "w"]},
+    # under $refs, once or recursively
+    {"$defs": {"P": POINT}, "type": "object", "properties": {
+        "a": {"$ref": "#/$defs/P"}, "b": {"type": "array", "items": {"$ref": "#/$defs/P", "title": "b"}}},
+     "required": ["a"]},
+    {"definitions": {"T": {"type": "object", "properties": {"v": {"type": "number"}, "kids": {
+        "type": "array", "items": {"$ref": "#/definitions/T"}}}, "required": ["v"]}}, "$ref": "#/definitions/T"},
+    # open objects: others after the properties, keyed by any other string; their values any JSON or a schema's
+    {**POINT, "additionalProperties": True},
+    {"type": "object", "properties": {"x": {"type": "number"}}, "additionalProperties": {"type": "integer"}},
+    {"type": "object", "properties": {"x": {}, "tags": {"type": "array"}}, "required": ["x"]},
+    ANY_OBJECT,  # response_format json_object
 ]
 
 
 def _variants(value, rng: random.Random):
     """Texts near a valid instance: as is, members dropped, reordered, added, values of another type."""
-    yield json.dumps(value, separators=(",", ":"))
+    yield json.dumps(value, separators=(",", ":"), ensure_ascii=False)
     if isinstance(value, dict) and value:
         keys = list(value)
         for k in keys:
@@ -61,20 +73,34 @@ def _variants(value, rng: random.Random):
     yield json.dumps(value)  # with spaces: compact JSON only
 
 
-def _instance(schema, rng: random.Random):
+ANY_VALUES = [None, False, 0, -2.5, "ab", 'q"\\\n\t/', "é", "\x01\x7f", [], [1, "x"], {}, {"k": [None, {"q": 1.5}]}]
+"""Values of an untyped schema: escapes (a control character's \\u), nested ones."""
+
+
+def _instance(schema, rng: random.Random, root=None, depth: int = 0):
+    root = root or schema
+    if schema is True or not set(schema) - {"title", "description"}:
+        return rng.choice(ANY_VALUES)
+    if "$ref" in schema:
+        where, name = schema["$ref"][2:].split("/")
+        return _instance(root[where][name], rng, root, depth)
     if "anyOf" in schema:
-        return _instance(rng.choice(schema["anyOf"]), rng)
+        return _instance(rng.choice(schema["anyOf"]), rng, root, depth)
     kind = schema["type"]
     if kind == "object":
-        return {k: _instance(s, rng) for k, s in schema["properties"].items()
-                if k in schema.get("required", []) or rng.random() < 0.6}
+        value = {k: _instance(s, rng, root, depth + 1) for k, s in schema.get("properties", {}).items()
+                 if k in schema.get("required", []) or rng.random() < 0.6}
+        if schema.get("additionalProperties", True) is not False and rng.random() < 0.5:
+            value["zz"] = _instance(schema.get("additionalProperties", True), rng, root, depth + 1)
+        return value
     if kind == "array":
-        return [_instance(schema["items"], rng) for _ in range(rng.randrange(3))]
+        return [_instance(schema.get("items", True), rng, root, depth + 1) for _ in range(rng.randrange(max(1, 3 - depth)))]
     return {"number": lambda: rng.choice([0, -2, 1.5, 3.25, 7]), "integer": lambda: rng.randrange(-5, 5),
-            "string": lambda: "ab", "boolean": lambda: True}[kind]()
+            "string": lambda: "ab", "boolean": lambda: True, "null": lambda: None}[kind]()
 
 
-@pytest.mark.parametrize("schema", SCHEMAS, ids=["point", "optional-only", "nested-array", "any-of"])
+@pytest.mark.parametrize("schema", SCHEMAS, ids=["point", "optional-only", "nested-array", "any-of", "refs",
+                                                 "recursive-ref", "open", "open-schema", "untyped", "json-object"])
 def test_spelled_out_takes_what_llguidance_takes_without_an_exponent(schema):
     rng = random.Random(7)
     ours, theirs = spelled(schema), llguidances(schema)
@@ -96,9 +122,75 @@ def test_a_plain_number_keeps_its_exponent(text, ok):
 
 @pytest.mark.parametrize("schema", [
     {"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}},  # a bound given: llguidance's range
-    {"type": "object", "properties": {"n": {"type": "number"}}, "additionalProperties": True},  # open: not spelled
-    {"$defs": {"n": {"type": "number"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/n"}}},
+    {"$defs": {"n": {"type": "number"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/n", "minimum": 0}}},
+    {"type": "object", "properties": {"n": {"$ref": "#/properties/m"}, "m": {"type": "number"}}},  # not a definition
+    {"$id": "https://example.com/s", "type": "object", "properties": {"n": {"type": "number"}}},  # moves refs
+    {"type": "object", "properties": {"n": {"type": "number"}}, "patternProperties": {"^x": {}}},
     {"type": ["number", "null"]},
 ])
 def test_what_is_not_plain_stays_one_json_grammar(schema):
     assert grammar._with_exponents(closed_objects(schema)) is None
+
+
+NUMBER_TEXTS = [("6.626e-27", True), ("1E+5", True), ("-0.5e3", True), ("12.57e10", True), ("-2.5", True),
+                ("0", True), ("1e", False), ("01", False), (".5", False), ("1.", False), ("1e999", False),
+                ("+1", False), ("1" + "0" * 15, False), ("0." + "3" * 11, False)]
+"""A JSON number in the schema's grammar: with an exponent (of two digits, never inf) or without, and
+texts that are no JSON number, or past the digit bounds (hearth.sample.schema_bounds)."""
+_N = {"type": "number"}
+_POINT = {"type": "object", "properties": {"x": _N}, "required": ["x"]}
+REACHED = {  # a schema, and a text of it with `%s` where a number goes
+    "ref": ({"$defs": {"n": _N}, "type": "object", "properties": {"x": {"$ref": "#/$defs/n", "title": "x"}},
+             "required": ["x"]}, '{"x":%s}'),
+    "ref-object": ({"$defs": {"P": _POINT}, "type": "object", "properties": {"p": {"$ref": "#/$defs/P"}},
+                    "required": ["p"]}, '{"p":{"x":%s}}'),
+    "ref-root-recursive": ({"$defs": {"T": {"type": "object", "properties": {
+        "v": _N, "kids": {"type": "array", "items": {"$ref": "#/$defs/T"}}}, "required": ["v"]}},
+        "$ref": "#/$defs/T"}, '{"v":1,"kids":[{"v":%s,"kids":[]}]}'),
+    "definitions": ({"definitions": {"n": _N}, "type": "array", "items": {"$ref": "#/definitions/n"}}, "[1,%s]"),
+    "open-property": ({**_POINT, "additionalProperties": True}, '{"x":%s}'),
+    "open-extra": ({**_POINT, "additionalProperties": True}, '{"x":1,"y":%s}'),
+    "open-schema": ({"type": "object", "additionalProperties": _N}, '{"y":%s}'),
+    "any-object": ({"type": "object"}, '{"y":[{"z":%s}]}'),
+    "any-value": ({"type": "object", "properties": {"x": {}}, "required": ["x"]}, '{"x":%s}'),
+}
+
+
+@pytest.mark.parametrize("text, ok", NUMBER_TEXTS)
+@pytest.mark.parametrize("where", REACHED)
+def test_a_number_keeps_its_exponent_wherever_the_schema_leaves_it_plain(where, text, ok):
+    """Under a `$ref`, in an open object and in any JSON value the number was llguidance's bounded one (no
+    exponent: `6.626e-27` cut at the `e`), or, in an open object's untyped values, unbounded in digits."""
+    schema, around = REACHED[where]
+    assert takes(grammar.compile_grammar(StructuredOutput(json_schema=schema)), around % text) == ok
+
+
+@pytest.mark.parametrize("text, ok", NUMBER_TEXTS)
+@pytest.mark.parametrize("around", ['{"a":%s}', '{"a":{"b":[true,%s]}}'])
+def test_a_json_objects_numbers_keep_their_exponent(around, text, ok):
+    """response_format json_object (any JSON object) bounded its numbers with llguidance's, without an exponent."""
+    assert takes(grammar.compile_grammar(StructuredOutput(json_object=True)), around % text) == ok
+
+
+@pytest.mark.parametrize("text, ok", [("5", True), ("0.25", True), ("-1", False), ("11", False),
+                                      ("5e0", False), ("1e", False)])
+def test_a_bounded_number_keeps_its_bounds_and_takes_no_exponent(text, ok):
+    """llguidance enforces a bound only on its own number, which has no exponent: the bound is kept."""
+    schema = {"type": "object", "properties": {"x": {"type": "number", "minimum": 0, "maximum": 10}}, "required": ["x"]}
+    assert takes(grammar.compile_grammar(StructuredOutput(json_schema=schema)), '{"x":%s}' % text) == ok
+
+
+_UNTYPED = {"type": "object", "properties": {"x": {}}, "required": ["x"]}
+_OPEN = {**POINT, "additionalProperties": True}
+
+
+@pytest.mark.parametrize("schema, text", [
+    *((_UNTYPED, t) for t in [r'{"x":"\u0061"}', r'{"x":"\u001F\u007f"}', r'{"x":"\u0020"}', r'{"x":"\/"}',
+                              r'{"x":"\U0001"}', r'{"x":{"\u0001":[]}}', r'{"x":{"\u0041":1}}', '{"x":"\x7f"}']),
+    *((_OPEN, t) for t in ['{"y":1,"x":2}', '{"x":1,"y":2,"zz":3,"zz":4}', '{"y":1,"zz":2,"y":3}',
+                           '{"y":1,"zz":2,"label":"a"}', '{"y":1,"label":"a","labels":1,"x ":2,"":3}', '{"zz":1}']),
+])
+def test_spelled_out_takes_what_llguidance_takes_where_instances_do_not_reach(schema, text):
+    """Strings with `\\u` escapes (json.dumps writes only a control character's) and an open object's other
+    members: keyed by any string but a property's name, after the properties, a key again as llguidance allows."""
+    assert takes(spelled(schema), text) == takes(llguidances(schema), text)

@@ -202,3 +202,26 @@ def test_a_forced_calls_numbers_keep_their_exponent(byte_tokenizer, fmt, argumen
     if ok:
         _, calls = parse_tool_calls(text, fmt, PERMEABILITY)
         assert [json.loads(c.arguments) for c in calls] == [json.loads(arguments)]
+
+
+FIT = [{"type": "function", "function": {"name": "fit", "parameters": {"type": "object", "properties": {
+    "options": {"type": "object"}, "extra": {"type": "object", "properties": {"k": {"type": "number", "minimum": 0}}},
+    "data": {}}, "required": ["options"]}}}]
+
+
+@pytest.mark.parametrize("arguments, ok", [
+    ('{"options": {"tol": 1e-9, "steps": [1.5E+3, {"w": -0.5e3}]}}', True),  # any object's numbers: were unbounded
+    ('{"options": {}, "extra": {"k": 2.5, "z": 6.626e-27}, "data": 12.57e10}', True),  # an open object's others
+    ('{"options": {\n    "tol": 1e-9\n}}', True),  # the call's layout inside any value too
+    ('{"options": {"tol": 1e999}}', False), ('{"options": {"tol": 01}}', False), ('{"options": {}, "data": 1e}', False),
+    ('{"options": {"tol": ' + "1" * 16 + "}}", False),  # bounded in digits as a plain number is
+    ('{"options": {}, "extra": {"k": -1}}', False),  # a bound given is kept
+    ('{"options": {}, "extra": {"z": 1, "k": 2}}', False),  # an open object's properties come first
+    ('{"options": {}, "volts": 2}', False),  # the arguments themselves are closed (declared_only)
+])
+def test_a_forced_calls_untyped_values_take_bounded_numbers_with_an_exponent(byte_tokenizer, arguments, ok):
+    """Any JSON (`{"type": "object"}`, `{}`) and an open object's other members took llguidance's unbounded
+    number (1e999 is inf); they take JSON_NUMBER now, and a number of the open object's properties keeps its own."""
+    constraint = call_constraint("hermes", FIT, "required")
+    text = constraint.call_text("fit", {}).replace("{}", arguments, 1)
+    assert _accepts(byte_tokenizer, constraint.lark(), text) == ok, text
