@@ -8,7 +8,8 @@ that the arguments' validation then passed (BFCL simple_python_40, both Qwen2.5-
 leaves plain (a type and words about it, nothing else) is a Lark terminal instead, bounded in digits
 as schema_bounds bounds them, exponent included, and so is every number of a value the schema leaves
 untyped (`{}`, an open object's other members: any JSON, whose numbers llguidance left unbounded, 1e999
-included), wherever it is reached through objects, arrays, anyOf and `$ref`s to the root's `$defs`;
+included), wherever it is reached through objects, arrays, anyOf and local `$ref`s (a sub-value's `%json`
+gets what its refs reach beside it: hearth.sample.schema_refs);
 every other value stays llguidance's `%json` of its bounded schema, and a schema with no such number is
 one `%json` as before. A number with bounds of its own keeps llguidance's, which enforces them and
 takes no exponent: a range over exponents is no regex this file writes.
@@ -23,6 +24,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+from hearth.sample.schema_refs import MISSING, pointer, refs, resolve, rewritten
 
 NUMBER = "JSON_NUMBER"
 STRING = "JSON_STRING"
@@ -43,10 +46,10 @@ TERMINALS = {
 ANY = {" ": "json_any", f" {GAP} ": "call_any"}
 """The rule of any JSON value (its numbers JSON_NUMBER) for each separator: compact JSON, a tool call's layout."""
 
-_WORDS = frozenset({"title", "description", "default", "examples"})
-"""Keywords that constrain nothing: a schema with only these and its type is plain."""
+_WORDS = frozenset({"title", "description", "default", "examples", "$comment", "$schema", "$defs", "definitions"})
+"""Keywords that constrain nothing (definitions only where a `$ref` names them): a schema with only these
+and its type is plain."""
 _OBJECT = _WORDS | {"type", "properties", "required", "additionalProperties"}
-_DEFS = ("$defs", "definitions")
 _UNFOLLOWED = frozenset({"$id", "$anchor", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor"})
 """Keywords that move what a `$ref` names: a schema with any of them stays one `%json`."""
 
@@ -56,13 +59,10 @@ def value_rules(rule: str, schema, as_json: Callable[[dict], dict], gap: bool) -
     schema a `%json` embeds (bounded, with its layout options); gap: a tool call's layout between
     tokens (GAP), else compact JSON. The terminals and ANY rules they name are added by with_terminals, once."""
     defs = _definitions(schema)
-    if defs is None:
+    spell = _Spell(as_json, f" {GAP} " if gap else " ", rule, defs or {})
+    if defs is None or not spell.has_number(schema):
         return [f"{rule}: %json {json.dumps(as_json(schema))}"]
-    body = {k: v for k, v in schema.items() if k not in _DEFS} if isinstance(schema, dict) else schema
-    spell = _Spell(as_json, f" {GAP} " if gap else " ", rule, defs)
-    if not spell.has_number(body):
-        return [f"{rule}: %json {json.dumps(as_json(schema))}"]
-    name = spell.named(rule, body)
+    name = spell.named(rule, schema)
     return spell.rules + ([f"{rule}: {name}"] if name != rule else [])
 
 
@@ -87,7 +87,7 @@ class _Spell:
     """Between two tokens: " GAP " (a tool call's layout) or " " (compact JSON)."""
     top: str
     defs: dict[str, object]
-    """The root's definitions by the `$ref` that names them (`#/$defs/point`)."""
+    """What each `$ref` in the schema names (`#/$defs/point`: the definition)."""
     rules: list[str] = field(default_factory=list)
     _ref_rules: dict[str, str] = field(default_factory=dict)
 
@@ -165,56 +165,38 @@ class _Spell:
         return name
 
     def _with_defs(self, schema):
-        """A `%json` sub-value with the definitions its `$ref`s reach: its own document has no others."""
-        refs, todo = set(), [schema]
+        """A `%json` sub-value with what its `$ref`s reach, in `$defs` of its own (its refs renamed to them):
+        its own document has nothing else."""
+        reached, todo = [], refs(schema)
         while todo:
-            for ref in _refs(todo.pop()):
-                if ref in self.defs and ref not in refs:
-                    refs.add(ref)
-                    todo.append(self.defs[ref])
-        if not refs or not isinstance(schema, dict):
+            ref = todo.pop()
+            if ref not in reached:
+                reached.append(ref)
+                todo += refs(self.defs[ref])
+        if not reached or not isinstance(schema, dict):
             return schema
-        out = dict(schema)
-        for ref in sorted(refs):
-            where, name = ref[2:].split("/", 1)
-            out.setdefault(where, {})[_unpointer(name)] = self.defs[ref]
-        return out
+        names = {ref: f"hearth_ref_{i}" for i, ref in enumerate(reached)}
+        moved = {names[ref]: rewritten(self.defs[ref], lambda r: "#" + pointer("$defs", names[r])) for ref in reached}
+        out = rewritten(schema, lambda r: "#" + pointer("$defs", names[r]))
+        own = out.get("$defs") if isinstance(out.get("$defs"), dict) else {}
+        return {**out, "$defs": {**own, **moved}}
 
 
 def _definitions(schema) -> dict[str, object] | None:
-    """The root's definitions by the `$ref` naming them; None where a `$ref` names something else, where
-    definitions stand below the root or a keyword moves what refs name (the schema is one `%json`)."""
-    if not isinstance(schema, dict):
-        return {}
-    defs = {f"#/{where}/{_pointer(name)}": s for where in _DEFS if isinstance(schema.get(where), dict)
-            for name, s in schema[where].items()}
-    inner = [schema[k] for k in schema if k not in _DEFS] + list(defs.values())
-    if any(_keys(s) & ({*_DEFS} | _UNFOLLOWED) for s in inner) or {*_UNFOLLOWED} & schema.keys():
+    """What each `$ref` in the schema names; None where one names nothing in it (or not by a local pointer)
+    or a keyword moves what refs name: the schema is then one `%json`."""
+    found = refs(schema)
+    if _keys(schema) & _UNFOLLOWED or not all(isinstance(r, str) for r in found):
         return None
-    return defs if all(ref in defs for s in inner for ref in _refs(s)) else None
+    defs = {ref: resolve(schema, ref) for ref in found}
+    return None if any(d is MISSING for d in defs.values()) else defs
 
 
 def _keys(schema) -> set[str]:
-    """Every key anywhere in `schema` (data in `const`/`enum` included: a `$ref` there is counted, to be safe)."""
+    """Every key anywhere in `schema` (properties' names and data included: a `$id` there is counted, to be safe)."""
     if isinstance(schema, dict):
         return set(schema).union(*(_keys(v) for v in schema.values()))
     return set().union(*(_keys(v) for v in schema)) if isinstance(schema, list) else set()
-
-
-def _refs(schema) -> list:
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")  # not a string (a property named $ref): None, which no definition is
-        own = [ref if isinstance(ref, str) else None] if "$ref" in schema else []
-        return own + [r for v in schema.values() for r in _refs(v)]
-    return [r for v in schema for r in _refs(v)] if isinstance(schema, list) else []
-
-
-def _pointer(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
-
-
-def _unpointer(name: str) -> str:
-    return name.replace("~1", "/").replace("~0", "~")
 
 
 def _escaped(literal: str) -> str:
@@ -223,7 +205,8 @@ def _escaped(literal: str) -> str:
 
 
 def _ref(schema, defs: dict) -> bool:
-    return isinstance(schema, dict) and schema.get("$ref") in defs and set(schema) <= _WORDS | {"$ref"}
+    return isinstance(schema, dict) and isinstance(schema.get("$ref"), str) and schema["$ref"] in defs \
+        and set(schema) <= _WORDS | {"$ref"}
 
 
 def _any(schema) -> bool:

@@ -14,6 +14,7 @@ import llguidance
 
 from hearth.sample.schema_bounds import with_bounded_numbers
 from hearth.sample.schema_lark import CALL_LAYOUT, value_rules, with_terminals
+from hearth.sample.schema_refs import pointer, rebased
 from hearth.tool_parsers.formats import get_format
 from hearth.tool_parsers.gemma4_grammar import Gemma4CallConstraint
 from hearth.tool_parsers.types import ToolParserError, tool_parameters
@@ -116,7 +117,8 @@ def tool_call_schema(tools: list[dict] | None, tool_choice: str | dict,
         raise ToolParserError(f"tool_choice {tool_choice!r} forces no call (or no tools were given)")
     params = tool_parameters(tools)
     branches = [_call_schema(name, params[name], arguments_key) for name in names]
-    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+    return branches[0] if len(branches) == 1 else {"anyOf": [rebased(b, pointer("anyOf", str(i)))
+                                                             for i, b in enumerate(branches)]}
 
 
 def call_constraint(fmt: str, tools: list[dict] | None,
@@ -151,7 +153,9 @@ def declared_only(schema: dict | None) -> dict:
 
 
 def _call_schema(name: str, parameters: dict, arguments_key: str) -> dict:
-    arguments = declared_only(parameters)
+    """The call object's schema; the arguments' local `$ref`s point where they now stand (they named nothing:
+    llguidance refused the grammar of a tool whose parameters have `$defs`, as a pydantic model's nested ones)."""
+    arguments = rebased(declared_only(parameters), pointer("properties", arguments_key))
     return {"type": "object",
             "properties": {"name": {"const": name}, arguments_key: arguments},
             "required": ["name", arguments_key], "additionalProperties": False}

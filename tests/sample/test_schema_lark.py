@@ -48,6 +48,8 @@ SCHEMAS = [
     {"$defs": {"P": POINT}, "type": "object", "properties": {
         "a": {"$ref": "#/$defs/P"}, "b": {"type": "array", "items": {"$ref": "#/$defs/P", "title": "b"}}},
      "required": ["a"]},
+    {"$defs": {"P": POINT}, "type": "object", "properties": {
+        "ps": {"type": "array", "items": {"$ref": "#/$defs/P"}, "minItems": 1}, "n": {"type": "number"}}},
     {"definitions": {"T": {"type": "object", "properties": {"v": {"type": "number"}, "kids": {
         "type": "array", "items": {"$ref": "#/definitions/T"}}}, "required": ["v"]}}, "$ref": "#/definitions/T"},
     # open objects: others after the properties, keyed by any other string; their values any JSON or a schema's
@@ -100,7 +102,7 @@ def _instance(schema, rng: random.Random, root=None, depth: int = 0):
 
 
 @pytest.mark.parametrize("schema", SCHEMAS, ids=["point", "optional-only", "nested-array", "any-of", "refs",
-                                                 "recursive-ref", "open", "open-schema", "untyped", "json-object"])
+                                                 "ref-in-json", "recursive-ref", "open", "open-schema", "untyped", "json-object"])
 def test_spelled_out_takes_what_llguidance_takes_without_an_exponent(schema):
     rng = random.Random(7)
     ours, theirs = spelled(schema), llguidances(schema)
@@ -123,7 +125,8 @@ def test_a_plain_number_keeps_its_exponent(text, ok):
 @pytest.mark.parametrize("schema", [
     {"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}},  # a bound given: llguidance's range
     {"$defs": {"n": {"type": "number"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/n", "minimum": 0}}},
-    {"type": "object", "properties": {"n": {"$ref": "#/properties/m"}, "m": {"type": "number"}}},  # not a definition
+    {"type": "object", "properties": {"n": {"$ref": "#/$defs/m"}}},  # names nothing
+    {"type": "object", "properties": {"n": {"$ref": "https://example.com/n.json"}}},  # not in the document
     {"$id": "https://example.com/s", "type": "object", "properties": {"n": {"type": "number"}}},  # moves refs
     {"type": "object", "properties": {"n": {"type": "number"}}, "patternProperties": {"^x": {}}},
     {"type": ["number", "null"]},
@@ -148,6 +151,12 @@ REACHED = {  # a schema, and a text of it with `%s` where a number goes
         "v": _N, "kids": {"type": "array", "items": {"$ref": "#/$defs/T"}}}, "required": ["v"]}},
         "$ref": "#/$defs/T"}, '{"v":1,"kids":[{"v":%s,"kids":[]}]}'),
     "definitions": ({"definitions": {"n": _N}, "type": "array", "items": {"$ref": "#/definitions/n"}}, "[1,%s]"),
+    "ref-in-json": ({"$defs": {"P": _POINT}, "type": "object", "properties": {  # the array's %json needs P beside it
+        "ps": {"type": "array", "items": {"$ref": "#/$defs/P"}, "minItems": 1}, "n": _N}, "required": ["ps", "n"]},
+        '{"ps":[{"x":1}],"n":%s}'),
+    "pointer": ({"type": "object", "properties": {"m": _N, "n": {"$ref": "#/properties/m"}}}, '{"n":%s}'),
+    "defs-below-root": ({"type": "object", "properties": {"args": {"$defs": {"P": _POINT}, "type": "object", "properties": {
+        "p": {"$ref": "#/properties/args/$defs/P"}}}}}, '{"args":{"p":{"x":%s}}}'),  # a forced call's arguments
     "open-property": ({**_POINT, "additionalProperties": True}, '{"x":%s}'),
     "open-extra": ({**_POINT, "additionalProperties": True}, '{"x":1,"y":%s}'),
     "open-schema": ({"type": "object", "additionalProperties": _N}, '{"y":%s}'),

@@ -43,7 +43,12 @@ def test_vllm_fields_become_the_engines_constraint(fake, path, extra, field, wan
 
 
 def _accepts(regex: str, text: str, kind: str = "regex") -> bool:
-    m = COMPILER.matcher(KINDS[kind](regex))
+    return takes(KINDS[kind](regex), text)
+
+
+def takes(so, text: str) -> bool:
+    """Whether the constraint takes `text` whole (the end of generation allowed after it)."""
+    m = COMPILER.matcher(so)
     if not all(m.accept(t) for t in TOK.encode(text)):
         return False
     mask = m.bitmask()
@@ -284,3 +289,22 @@ def test_vllms_no_op_structured_output_options_are_taken(fake, path):
     assert fake.last.params.structured_output.json_schema == SCHEMA
     r = _post(fake, path, {"structured_outputs": {"json": SCHEMA, "disable_any_whitespace": "yes"}})
     assert r.status_code == 400 and r.json()["error"]["param"] == "structured_outputs.disable_any_whitespace"
+
+
+EXPONENT_SCHEMA = {"$defs": {"q": {"type": "object", "properties": {"v": {"type": "number"}}, "required": ["v"]}},
+                   "type": "object", "properties": {"q": {"$ref": "#/$defs/q"}, "meta": {"type": "object"}},
+                   "required": ["q"]}
+
+
+@pytest.mark.parametrize("extra", [
+    {"guided_json": EXPONENT_SCHEMA}, {"structured_outputs": {"json": EXPONENT_SCHEMA}},
+    {"response_format": {"type": "json_schema", "json_schema": {"name": "q", "schema": EXPONENT_SCHEMA}}},
+    {"response_format": {"type": "json_object"}}, {"structured_outputs": {"json_object": True}},
+], ids=["guided_json", "structured_outputs.json", "response_format", "json_object", "structured_outputs.json_object"])
+def test_every_json_field_keeps_a_numbers_exponent(fake, extra):
+    """Each field reaches the one schema grammar: a number under a `$ref`, in any JSON value and in json_object
+    keeps `6.626e-27` (llguidance's bounded number cut it at the `e`), and `1e999` (inf) stays refused."""
+    assert _post(fake, CHAT, extra).status_code == 200
+    so = fake.last.params.structured_output
+    assert takes(so, '{"q":{"v":6.626e-27},"meta":{"w":[-0.5E3]}}')
+    assert not takes(so, '{"q":{"v":1e999}}') and not takes(so, '{"q":{"v":1e}}')

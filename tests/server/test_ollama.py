@@ -24,6 +24,7 @@ from hearth.api.ollama_options import unloads_now
 from hearth.api.served import gguf_facts
 from hearth.loader.gguf_loader import GGUFFile
 from tests.gguf_factory import write_tiny_gguf
+from tests.server import test_guided
 from tests.server.conftest import API_KEY, TIMEOUT
 from tests.server.fakes import CHATML_NO_TOOLS, FakeEngine, FakeTokenizer, fake_served
 
@@ -199,6 +200,14 @@ def test_format_json_or_a_schema(fake):
     assert fake.last.params.structured_output.json_schema == schema
     r = chat(fake, "hi", format="xml")
     assert r.status_code == 400 and r.json() == {"error": "format: must be \"json\" or a JSON schema object, got 'xml'"}
+
+
+@pytest.mark.parametrize("fmt", ["json", test_guided.EXPONENT_SCHEMA])
+def test_format_keeps_a_numbers_exponent(fake, fmt):
+    """`format` reaches the schema grammar the OpenAI routes' fields do (tests/server/test_guided.py)."""
+    chat(fake, "hi", stream=False, format=fmt)
+    so = fake.last.params.structured_output
+    assert test_guided.takes(so, '{"q":{"v":6.626e-27}}') and not test_guided.takes(so, '{"q":{"v":1e999}}')
 
 
 def test_options_map_to_sampling(fake):

@@ -249,6 +249,17 @@ def test_a_number_argument_keeps_its_exponent(number, ok):
     assert (feed(forced, TOK.encode(text)) and TOK.eos_id in allowed(forced)) == ok
 
 
+@pytest.mark.parametrize("number,ok", [("6.626e-27", True), ("-0.5E3", True), ("1e", False), ("01", False)])
+def test_a_number_under_a_ref_keeps_its_exponent(number, ok):
+    """A tool whose parameters refer to their `$defs` (a pydantic model's nested one) was one `%json`, whose
+    bounded numbers have no exponent."""
+    from tests.tool_parsers.test_schema import MEASURE
+    text = '<tool_call>\n{"name": "measure", "arguments": {"mass": {"value": ' + number + "}}}\n</tool_call>"
+    assert accepts(text, tools=[MEASURE, ADD]) == ok
+    forced = COMPILER.matcher(StructuredOutput(grammar=call_constraint("hermes", [MEASURE, ADD], "required").lark()))
+    assert (feed(forced, TOK.encode(text)) and TOK.eos_id in allowed(forced)) == ok
+
+
 def test_an_anthropic_client_tools_documented_schema_constrains_its_calls():
     """The text editor sent as a type and a name (no input_schema) gets its documented schema: the call
     grammar takes a valid call and refuses one without the required `path` or with an unknown command."""

@@ -225,3 +225,32 @@ def test_a_forced_calls_untyped_values_take_bounded_numbers_with_an_exponent(byt
     constraint = call_constraint("hermes", FIT, "required")
     text = constraint.call_text("fit", {}).replace("{}", arguments, 1)
     assert _accepts(byte_tokenizer, constraint.lark(), text) == ok, text
+
+
+_QUANTITY = {"properties": {"value": {"type": "number"}, "unit": {"type": "string"}}, "required": ["value"],
+             "title": "Quantity", "type": "object"}
+MEASURE = {"type": "function", "function": {"name": "measure", "parameters": {  # as pydantic writes a nested model
+    "$defs": {"Quantity": _QUANTITY}, "properties": {"mass": {"$ref": "#/$defs/Quantity"},
+                                                    "parts": {"type": "array", "items": {"$ref": "#/$defs/Quantity"}}},
+    "required": ["mass"], "title": "Measure", "type": "object"}}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "measure"}}])
+@pytest.mark.parametrize("arguments, ok", [
+    ('{"mass": {"value": 6.626e-27, "unit": "kg"}}', True), ('{"mass": {"value": 1}, "parts": [{"value": -0.5e3}]}', True),
+    ('{"mass": {"value": 1e}}', False), ('{"mass": {"value": .5}}', False), ('{"mass": {"unit": "kg"}}', False),
+    ('{"mass": 3}', False),
+])
+def test_a_forced_call_of_a_tool_with_definitions(byte_tokenizer, choice, arguments, ok):
+    """The arguments' `#/$defs/...` named nothing once they stood under the call object's `arguments`: llguidance
+    refused the grammar ("Pointer '/$defs/Quantity' does not exist"), tool_choice required or named alike.
+    Their numbers keep the exponent."""
+    tools = [MEASURE, *TOOLS]
+    constraint = call_constraint("hermes", tools, choice)
+    text = constraint.call_text("measure", {}).replace("{}", arguments, 1)
+    assert _accepts(byte_tokenizer, constraint.lark(), text) == ok, text
+    schema = tool_call_schema(tools, choice)  # the call object's schema is a document its refs resolve in
+    jsonschema.Draft202012Validator.check_schema(schema)
+    if not arguments.endswith(("1e}}", ".5}}")):  # JSON
+        call = {"name": "measure", "arguments": json.loads(arguments)}
+        assert jsonschema.Draft202012Validator(schema).is_valid(call) == ok
