@@ -22,6 +22,7 @@ properties' names (llguidance's key there takes any `\\u` escape, this one only 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -35,10 +36,20 @@ CALL_LAYOUT = r"[ \t]{0,4}(\n{1,2}[ \t]{0,20})?"
 indent of up to 20 (llama.cpp's schema grammars' `space` rule), as pretty-printed JSON writes a nested
 object's members: a newline and 4 spaces were refused under `[ \t\n]{0,4}` (BFCL simple_python_260's `area`,
 both Qwen2.5-Coder models in guard mode). Bounded, so a small model cannot pad forever."""
+_DIGITS = r"(0|[1-9][0-9]{0,14})(\.[0-9]{1,10})?([eE][+-]?[0-9]{1,2})?"
+_ZERO = r"0(\.0+)?([eE][+-]?[0-9]+)?"
+SIGNED = {"minimum": "JSON_NONNEGATIVE", "exclusiveMinimum": "JSON_POSITIVE", "maximum": "JSON_NONPOSITIVE",
+          "exclusiveMaximum": "JSON_NEGATIVE"}
+"""A number whose one bound is 0 (`minimum: 0`, common in tools' parameters) is a sign: exactly a terminal."""
 TERMINALS = {
     # at most 15 integer digits and 10 of fraction, as schema_bounds' NUMBER_LIMIT and NUMBER_STEP allow,
     # and an exponent of two: a double's range, never inf
-    NUMBER: r"/-?(0|[1-9][0-9]{0,14})(\.[0-9]{1,10})?([eE][+-]?[0-9]{1,2})?/",
+    NUMBER: f"/-?{_DIGITS}/",
+    # a zero as llguidance's bounded numbers write it: `0.0` >= 0, `0` alone <= 0, never `-0`
+    "JSON_NONNEGATIVE": f"/{_DIGITS}/",
+    "JSON_POSITIVE": f"/{_DIGITS}/ & ~/{_ZERO}/",
+    "JSON_NONPOSITIVE": '"0" | JSON_NEGATIVE',
+    "JSON_NEGATIVE": f"/-{_DIGITS}/ & ~/-{_ZERO}/",
     # llguidance's string: no raw control character or DEL, escapes of one letter, \u only for those (no \/)
     STRING: r'/"([^"\\\x00-\x1f\x7f]|\\(["\\bfnrt]|u00[01][0-9a-fA-F]|u007[fF]))*"/',
     GAP: f"/{CALL_LAYOUT}/",
@@ -68,8 +79,15 @@ def value_rules(rule: str, schema, as_json: Callable[[dict], dict], gap: bool) -
 
 def with_terminals(lines: list[str]) -> list[str]:
     """A grammar's `lines` with the ANY rules and terminal definitions its value_rules name, each once."""
-    lines = lines + [r for sep, name in ANY.items() if any(name in ln for ln in lines) for r in _any_rules(name, sep)]
-    return lines + [f"{name}: {rx}" for name, rx in TERMINALS.items() if any(name in ln for ln in lines)]
+    lines = lines + [r for sep, name in ANY.items() if _names(name, lines) for r in _any_rules(name, sep)]
+    for name, rx in TERMINALS.items():  # in order: a terminal's definition may name one further on
+        if _names(name, lines):
+            lines = [*lines, f"{name}: {rx}"]
+    return lines
+
+
+def _names(name: str, lines: list[str]) -> bool:
+    return any(re.search(rf"\b{name}\b", ln) for ln in lines)
 
 
 def _any_rules(name: str, s: str) -> list[str]:
@@ -100,6 +118,8 @@ class _Spell:
             return ANY[self.sep]
         if _plain_number(schema):
             body = NUMBER
+        elif _signed(schema):
+            body = _signed(schema)
         elif _plain_object(schema) and self.has_number(schema):
             body = self._object(rule, schema)
         elif _plain_array(schema) and self.has_number(schema):
@@ -118,7 +138,7 @@ class _Spell:
         if _ref(schema, self.defs):
             ref = schema["$ref"]
             return ref not in seen and self.has_number(self.defs[ref], seen | {ref})
-        if _plain_number(schema) or _any(schema):
+        if _plain_number(schema) or _signed(schema) or _any(schema):
             return True
         if _plain_object(schema):
             extra = schema.get("additionalProperties", True)
@@ -216,6 +236,16 @@ def _any(schema) -> bool:
 
 def _plain_number(schema) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "number" and set(schema) <= _WORDS | {"type"}
+
+
+def _signed(schema) -> str | None:
+    """The SIGNED terminal of a number whose one bound is 0 (and nothing else but words), or None."""
+    if not (isinstance(schema, dict) and schema.get("type") == "number"):
+        return None
+    bounds = set(schema) - _WORDS - {"type"}
+    bound = bounds.pop() if len(bounds) == 1 else None
+    value = schema.get(bound)
+    return SIGNED.get(bound) if isinstance(value, int | float) and not isinstance(value, bool) and value == 0 else None
 
 
 def _plain_object(schema) -> bool:

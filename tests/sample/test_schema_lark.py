@@ -13,6 +13,7 @@ import pytest
 from hearth.sample import grammar
 from hearth.sample.schema_bounds import ANY_OBJECT, with_bounded_numbers
 from hearth.sample.schema_closed import closed_objects
+from hearth.sample.schema_lark import SIGNED
 from hearth.sampling_params import StructuredOutput
 from tests.tool_guard.tiny_vocab import TinyTokenizer
 
@@ -57,6 +58,7 @@ SCHEMAS = [
     {"type": "object", "properties": {"x": {"type": "number"}}, "additionalProperties": {"type": "integer"}},
     {"type": "object", "properties": {"x": {}, "tags": {"type": "array"}}, "required": ["x"]},
     ANY_OBJECT,  # response_format json_object
+    {"type": "object", "properties": {k: {"type": "number", bound: 0} for k, bound in zip("abcd", SIGNED)}},
 ]
 
 
@@ -97,12 +99,13 @@ def _instance(schema, rng: random.Random, root=None, depth: int = 0):
         return value
     if kind == "array":
         return [_instance(schema.get("items", True), rng, root, depth + 1) for _ in range(rng.randrange(max(1, 3 - depth)))]
-    return {"number": lambda: rng.choice([0, -2, 1.5, 3.25, 7]), "integer": lambda: rng.randrange(-5, 5),
+    return {"number": lambda: rng.choice([0, 0.0, -2, -0.5, 1.5, 3.25, 7]), "integer": lambda: rng.randrange(-5, 5),
             "string": lambda: "ab", "boolean": lambda: True, "null": lambda: None}[kind]()
 
 
 @pytest.mark.parametrize("schema", SCHEMAS, ids=["point", "optional-only", "nested-array", "any-of", "refs",
-                                                 "ref-in-json", "recursive-ref", "open", "open-schema", "untyped", "json-object"])
+                                                 "ref-in-json", "recursive-ref", "open", "open-schema", "untyped", "json-object",
+                                                 "signed"])
 def test_spelled_out_takes_what_llguidance_takes_without_an_exponent(schema):
     rng = random.Random(7)
     ours, theirs = spelled(schema), llguidances(schema)
@@ -123,7 +126,8 @@ def test_a_plain_number_keeps_its_exponent(text, ok):
 
 
 @pytest.mark.parametrize("schema", [
-    {"type": "object", "properties": {"n": {"type": "number", "minimum": 0}}},  # a bound given: llguidance's range
+    {"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}},  # a bound given: llguidance's range
+    {"type": "object", "properties": {"n": {"type": "number", "minimum": 0, "maximum": 1}}},
     {"$defs": {"n": {"type": "number"}}, "type": "object", "properties": {"n": {"$ref": "#/$defs/n", "minimum": 0}}},
     {"type": "object", "properties": {"n": {"$ref": "#/$defs/m"}}},  # names nothing
     {"type": "object", "properties": {"n": {"$ref": "https://example.com/n.json"}}},  # not in the document
@@ -203,3 +207,16 @@ def test_spelled_out_takes_what_llguidance_takes_where_instances_do_not_reach(sc
     """Strings with `\\u` escapes (json.dumps writes only a control character's) and an open object's other
     members: keyed by any string but a property's name, after the properties, a key again as llguidance allows."""
     assert takes(spelled(schema), text) == takes(llguidances(schema), text)
+
+
+@pytest.mark.parametrize("bound, text, ok", [
+    ("minimum", "6.626e-27", True), ("minimum", "0.0", True), ("minimum", "-0.5e3", False), ("minimum", "-0", False),
+    ("exclusiveMinimum", "1E+5", True), ("exclusiveMinimum", "0e5", False), ("exclusiveMinimum", "0.0", False),
+    ("maximum", "-0.5e3", True), ("maximum", "0", True), ("maximum", "1e-3", False),
+    ("exclusiveMaximum", "-2.5E-7", True), ("exclusiveMaximum", "-0.0e1", False), ("exclusiveMaximum", "0", False),
+    ("minimum", "1e999", False), ("maximum", "-1e", False),
+])
+def test_a_number_bounded_at_zero_keeps_its_bound_and_its_exponent(bound, text, ok):
+    """`minimum: 0` and its kin say only the number's sign: a terminal enforces the bound, exponent included."""
+    schema = {"type": "object", "properties": {"x": {"type": "number", bound: 0}}, "required": ["x"]}
+    assert takes(grammar.compile_grammar(StructuredOutput(json_schema=schema)), '{"x":%s}' % text) == ok
