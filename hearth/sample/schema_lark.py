@@ -9,10 +9,10 @@ leaves plain (a type and words about it, nothing else) is a Lark terminal instea
 as schema_bounds bounds them, exponent included, and so is every number of a value the schema leaves
 untyped (`{}`, an open object's other members: any JSON, whose numbers llguidance left unbounded, 1e999
 included), wherever it is reached through objects, arrays, anyOf and local `$ref`s (a sub-value's `%json`
-gets what its refs reach beside it: hearth.sample.schema_refs);
-every other value stays llguidance's `%json` of its bounded schema, and a schema with no such number is
-one `%json` as before. A number with bounds of its own keeps llguidance's, which enforces them and
-takes no exponent: a range over exponents is no regex this file writes.
+gets what its refs reach beside it: hearth.sample.schema_refs); every other value stays llguidance's
+`%json` of its bounded schema, and a schema with no such number is one `%json` as before. A number bounded at 0 on one side (`minimum: 0`, ...) is a terminal of its sign
+(SIGNED), exponent included; one with other bounds keeps llguidance's, which enforces them and takes no
+exponent: a range over exponents is no regex this file writes.
 
 An object is spelled out only where llguidance reads it alike: `type: object`, its properties in
 their order (llguidance's order too), each optional one omissible, then, where it is open
