@@ -515,3 +515,13 @@ def test_usage_counts_the_prompt_once_for_n_choices(fake, n):
     assert guarded["prompt_tokens"] == off["prompt_tokens"] == one["prompt_tokens"]
     assert guarded["prompt_tokens_details"]["cached_tokens"] == off["prompt_tokens_details"]["cached_tokens"]
     assert guarded["completion_tokens"] == off["completion_tokens"] == n * one["completion_tokens"]
+
+
+def test_a_forced_call_of_a_tool_with_definitions_is_taken(fake):
+    """A pydantic model's tool (its nested model in `$defs`) under tool_choice required was a 400: "invalid
+    grammar ... Pointer '/$defs/Quantity' does not exist" (its refs stood under the call object's `arguments`)."""
+    from tests.tool_parsers.test_schema import MEASURE
+    body = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}], "tools": [MEASURE],
+            "tool_choice": "required", "max_tokens": 4}
+    r = fake.client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200, r.text
