@@ -112,6 +112,7 @@ class _Spell:
     def named(self, rule: str, schema) -> str:
         """Defines `rule` as `schema`'s expression (each sub-value gets a rule of its own) and returns it;
         a `$ref` returns its definition's rule instead, an untyped value the ANY rule."""
+        schema = _types_apart(schema)
         if _ref(schema, self.defs):
             return self._definition(schema["$ref"])
         if _any(schema):
@@ -135,6 +136,7 @@ class _Spell:
     def has_number(self, schema, seen: frozenset[str] = frozenset()) -> bool:
         """Whether a number that keeps its exponent is reached from here through objects, arrays, anyOf
         and `$ref`s (each definition once: a recursive one ends)."""
+        schema = _types_apart(schema)
         if _ref(schema, self.defs):
             ref = schema["$ref"]
             return ref not in seen and self.has_number(self.defs[ref], seen | {ref})
@@ -236,6 +238,15 @@ def _any(schema) -> bool:
 
 def _plain_number(schema) -> bool:
     return isinstance(schema, dict) and schema.get("type") == "number" and set(schema) <= _WORDS | {"type"}
+
+
+def _types_apart(schema):
+    """`{"type": ["number", "null"]}` (OpenAI's strict mode writes a nullable field so) as the anyOf of its
+    types, where nothing but words stands beside the list; any other schema as it is."""
+    kinds = schema.get("type") if isinstance(schema, dict) else None
+    if not (isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds) and set(schema) <= _WORDS | {"type"}):
+        return schema
+    return {"anyOf": [{"type": k} for k in kinds]}
 
 
 def _signed(schema) -> str | None:

@@ -59,6 +59,7 @@ SCHEMAS = [
     {"type": "object", "properties": {"x": {}, "tags": {"type": "array"}}, "required": ["x"]},
     ANY_OBJECT,  # response_format json_object
     {"type": "object", "properties": {k: {"type": "number", bound: 0} for k, bound in zip("abcd", SIGNED)}},
+    {"type": "object", "properties": {"a": {"type": ["number", "null"]}, "b": {"type": ["integer", "number", "string"]}}},
 ]
 
 
@@ -90,7 +91,7 @@ def _instance(schema, rng: random.Random, root=None, depth: int = 0):
         return _instance(root[where][name], rng, root, depth)
     if "anyOf" in schema:
         return _instance(rng.choice(schema["anyOf"]), rng, root, depth)
-    kind = schema["type"]
+    kind = schema["type"] if isinstance(schema["type"], str) else rng.choice(schema["type"])
     if kind == "object":
         value = {k: _instance(s, rng, root, depth + 1) for k, s in schema.get("properties", {}).items()
                  if k in schema.get("required", []) or rng.random() < 0.6}
@@ -105,7 +106,7 @@ def _instance(schema, rng: random.Random, root=None, depth: int = 0):
 
 @pytest.mark.parametrize("schema", SCHEMAS, ids=["point", "optional-only", "nested-array", "any-of", "refs",
                                                  "ref-in-json", "recursive-ref", "open", "open-schema", "untyped", "json-object",
-                                                 "signed"])
+                                                 "signed", "type-lists"])
 def test_spelled_out_takes_what_llguidance_takes_without_an_exponent(schema):
     rng = random.Random(7)
     ours, theirs = spelled(schema), llguidances(schema)
@@ -133,7 +134,7 @@ def test_a_plain_number_keeps_its_exponent(text, ok):
     {"type": "object", "properties": {"n": {"$ref": "https://example.com/n.json"}}},  # not in the document
     {"$id": "https://example.com/s", "type": "object", "properties": {"n": {"type": "number"}}},  # moves refs
     {"type": "object", "properties": {"n": {"type": "number"}}, "patternProperties": {"^x": {}}},
-    {"type": ["number", "null"]},
+    {"type": ["number", "null"], "minimum": 1},
 ])
 def test_what_is_not_plain_stays_one_json_grammar(schema):
     assert grammar._with_exponents(closed_objects(schema)) is None
@@ -165,6 +166,7 @@ REACHED = {  # a schema, and a text of it with `%s` where a number goes
     "open-extra": ({**_POINT, "additionalProperties": True}, '{"x":1,"y":%s}'),
     "open-schema": ({"type": "object", "additionalProperties": _N}, '{"y":%s}'),
     "any-object": ({"type": "object"}, '{"y":[{"z":%s}]}'),
+    "type-list": ({"type": "object", "properties": {"x": {"type": ["number", "null"], "title": "x"}}}, '{"x":%s}'),
     "any-value": ({"type": "object", "properties": {"x": {}}, "required": ["x"]}, '{"x":%s}'),
 }
 
