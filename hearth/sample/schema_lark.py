@@ -10,9 +10,10 @@ as schema_bounds bounds them, exponent included, and so is every number of a val
 untyped (`{}`, an open object's other members: any JSON, whose numbers llguidance left unbounded, 1e999
 included), wherever it is reached through objects, arrays, anyOf and local `$ref`s (a sub-value's `%json`
 gets what its refs reach beside it: hearth.sample.schema_refs); every other value stays llguidance's
-`%json` of its bounded schema, and a schema with no such number is one `%json` as before. A number bounded at 0 on one side (`minimum: 0`, ...) is a terminal of its sign
-(SIGNED), exponent included; one with other bounds keeps llguidance's, which enforces them and takes no
-exponent: a range over exponents is no regex this file writes.
+`%json` of its bounded schema, and a schema with no such number is one `%json` as before. A number
+bounded at 0 on one side (`minimum: 0`, ...) is a terminal of its sign (SIGNED), exponent included; one
+with other bounds keeps llguidance's, which enforces them and takes no exponent: a range over exponents
+is no regex this file writes.
 
 An object is spelled out only where llguidance reads it alike: `type: object`, its properties in
 their order (llguidance's order too), each optional one omissible, then, where it is open
@@ -244,7 +245,8 @@ def _types_apart(schema):
     """`{"type": ["number", "null"]}` (OpenAI's strict mode writes a nullable field so) as the anyOf of its
     types, where nothing but words stands beside the list; any other schema as it is."""
     kinds = schema.get("type") if isinstance(schema, dict) else None
-    if not (isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds) and set(schema) <= _WORDS | {"type"}):
+    if not (isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds)
+            and set(schema) <= _WORDS | {"type"}):
         return schema
     return {"anyOf": [{"type": k} for k in kinds]}
 

@@ -59,7 +59,8 @@ SCHEMAS = [
     {"type": "object", "properties": {"x": {}, "tags": {"type": "array"}}, "required": ["x"]},
     ANY_OBJECT,  # response_format json_object
     {"type": "object", "properties": {k: {"type": "number", bound: 0} for k, bound in zip("abcd", SIGNED)}},
-    {"type": "object", "properties": {"a": {"type": ["number", "null"]}, "b": {"type": ["integer", "number", "string"]}}},
+    {"type": "object", "properties": {"a": {"type": ["number", "null"]},
+                                      "b": {"type": ["integer", "number", "string"]}}},
 ]
 
 
@@ -99,13 +100,15 @@ def _instance(schema, rng: random.Random, root=None, depth: int = 0):
             value["zz"] = _instance(schema.get("additionalProperties", True), rng, root, depth + 1)
         return value
     if kind == "array":
-        return [_instance(schema.get("items", True), rng, root, depth + 1) for _ in range(rng.randrange(max(1, 3 - depth)))]
+        items = schema.get("items", True)
+        return [_instance(items, rng, root, depth + 1) for _ in range(rng.randrange(max(1, 3 - depth)))]
     return {"number": lambda: rng.choice([0, 0.0, -2, -0.5, 1.5, 3.25, 7]), "integer": lambda: rng.randrange(-5, 5),
             "string": lambda: "ab", "boolean": lambda: True, "null": lambda: None}[kind]()
 
 
 @pytest.mark.parametrize("schema", SCHEMAS, ids=["point", "optional-only", "nested-array", "any-of", "refs",
-                                                 "ref-in-json", "recursive-ref", "open", "open-schema", "untyped", "json-object",
+                                                 "ref-in-json", "recursive-ref", "open", "open-schema", "untyped",
+                                                 "json-object",
                                                  "signed", "type-lists"])
 def test_spelled_out_takes_what_llguidance_takes_without_an_exponent(schema):
     rng = random.Random(7)
@@ -160,8 +163,9 @@ REACHED = {  # a schema, and a text of it with `%s` where a number goes
         "ps": {"type": "array", "items": {"$ref": "#/$defs/P"}, "minItems": 1}, "n": _N}, "required": ["ps", "n"]},
         '{"ps":[{"x":1}],"n":%s}'),
     "pointer": ({"type": "object", "properties": {"m": _N, "n": {"$ref": "#/properties/m"}}}, '{"n":%s}'),
-    "defs-below-root": ({"type": "object", "properties": {"args": {"$defs": {"P": _POINT}, "type": "object", "properties": {
-        "p": {"$ref": "#/properties/args/$defs/P"}}}}}, '{"args":{"p":{"x":%s}}}'),  # a forced call's arguments
+    "defs-below-root": ({"type": "object", "properties": {"args": {  # as a forced call's arguments stand
+        "$defs": {"P": _POINT}, "type": "object", "properties": {"p": {"$ref": "#/properties/args/$defs/P"}}}}},
+        '{"args":{"p":{"x":%s}}}'),
     "open-property": ({**_POINT, "additionalProperties": True}, '{"x":%s}'),
     "open-extra": ({**_POINT, "additionalProperties": True}, '{"x":1,"y":%s}'),
     "open-schema": ({"type": "object", "additionalProperties": _N}, '{"y":%s}'),

@@ -237,7 +237,8 @@ MEASURE = {"type": "function", "function": {"name": "measure", "parameters": {  
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "measure"}}])
 @pytest.mark.parametrize("arguments, ok", [
-    ('{"mass": {"value": 6.626e-27, "unit": "kg"}}', True), ('{"mass": {"value": 1}, "parts": [{"value": -0.5e3}]}', True),
+    ('{"mass": {"value": 6.626e-27, "unit": "kg"}}', True),
+    ('{"mass": {"value": 1}, "parts": [{"value": -0.5e3}]}', True),
     ('{"mass": {"value": 1e}}', False), ('{"mass": {"value": .5}}', False), ('{"mass": {"unit": "kg"}}', False),
     ('{"mass": 3}', False),
 ])
