@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import unquote
 
-from hearth.sample.schema_bounds import AS_GIVEN, NAMED_SCHEMAS
+from hearth.sample.schema_bounds import NAMED_SCHEMAS
 
+DATA = frozenset({"const", "enum", "default", "examples"})
+"""Keywords whose values are JSON data, not schemas: a `$ref` key there is no reference."""
 MISSING = object()
 """What resolve returns for a `$ref` that names nothing in the document (or is not a local pointer)."""
 
@@ -64,6 +66,6 @@ def _walk(schema, on_ref: Callable):
         return [_walk(s, on_ref) for s in schema]
     if not isinstance(schema, dict):
         return schema
-    return {k: on_ref(v) if k == "$ref" else v if k in AS_GIVEN else
+    return {k: on_ref(v) if k == "$ref" else v if k in DATA else
             {name: _walk(s, on_ref) for name, s in v.items()} if k in NAMED_SCHEMAS and isinstance(v, dict) else
             _walk(v, on_ref) for k, v in schema.items()}
