@@ -38,30 +38,33 @@ def llguidances(schema: dict) -> str:
 
 POINT = {"type": "object", "properties": {"x": {"type": "number"}, "y": {"type": "number", "title": "y"},
                                           "label": {"type": "string"}}, "required": ["y"]}
-SCHEMAS = [
-    POINT,
-    {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}, "c": {"type": "boolean"}}},
-    {"type": "object", "properties": {"points": {"type": "array", "items": POINT}, "scale": {"type": "number"}},
-     "required": ["points", "scale"]},
-    {"type": "object", "properties": {"v": {"anyOf": [{"type": "number"}, {"type": "string"}]},
-                                      "w": {"type": "number", "minimum": 0, "maximum": 10}}, "required": ["v", "w"]},
+SCHEMAS = {
+    "point": POINT,
+    "optional-only": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"},
+                                                       "c": {"type": "boolean"}}},
+    "nested-array": {"type": "object", "properties": {"points": {"type": "array", "items": POINT},
+                                                      "scale": {"type": "number"}}, "required": ["points", "scale"]},
+    "any-of": {"type": "object", "properties": {"v": {"anyOf": [{"type": "number"}, {"type": "string"}]},
+                                                "w": {"type": "number", "minimum": 0, "maximum": 10}},
+               "required": ["v", "w"]},
     # under $refs, once or recursively
-    {"$defs": {"P": POINT}, "type": "object", "properties": {
+    "refs": {"$defs": {"P": POINT}, "type": "object", "properties": {
         "a": {"$ref": "#/$defs/P"}, "b": {"type": "array", "items": {"$ref": "#/$defs/P", "title": "b"}}},
-     "required": ["a"]},
-    {"$defs": {"P": POINT}, "type": "object", "properties": {
+        "required": ["a"]},
+    "ref-in-json": {"$defs": {"P": POINT}, "type": "object", "properties": {
         "ps": {"type": "array", "items": {"$ref": "#/$defs/P"}, "minItems": 1}, "n": {"type": "number"}}},
-    {"definitions": {"T": {"type": "object", "properties": {"v": {"type": "number"}, "kids": {
+    "recursive-ref": {"definitions": {"T": {"type": "object", "properties": {"v": {"type": "number"}, "kids": {
         "type": "array", "items": {"$ref": "#/definitions/T"}}}, "required": ["v"]}}, "$ref": "#/definitions/T"},
     # open objects: others after the properties, keyed by any other string; their values any JSON or a schema's
-    {**POINT, "additionalProperties": True},
-    {"type": "object", "properties": {"x": {"type": "number"}}, "additionalProperties": {"type": "integer"}},
-    {"type": "object", "properties": {"x": {}, "tags": {"type": "array"}}, "required": ["x"]},
-    ANY_OBJECT,  # response_format json_object
-    {"type": "object", "properties": {k: {"type": "number", bound: 0} for k, bound in zip("abcd", SIGNED)}},
-    {"type": "object", "properties": {"a": {"type": ["number", "null"]},
-                                      "b": {"type": ["integer", "number", "string"]}}},
-]
+    "open": {**POINT, "additionalProperties": True},
+    "open-schema": {"type": "object", "properties": {"x": {"type": "number"}},
+                    "additionalProperties": {"type": "integer"}},
+    "untyped": {"type": "object", "properties": {"x": {}, "tags": {"type": "array"}}, "required": ["x"]},
+    "json-object": ANY_OBJECT,  # response_format json_object
+    "signed": {"type": "object", "properties": {k: {"type": "number", bound: 0} for k, bound in zip("abcd", SIGNED)}},
+    "type-lists": {"type": "object", "properties": {"a": {"type": ["number", "null"]},
+                                                    "b": {"type": ["integer", "number", "string"]}}},
+}
 
 
 def _variants(value, rng: random.Random):
@@ -106,10 +109,7 @@ def _instance(schema, rng: random.Random, root=None, depth: int = 0):
             "string": lambda: "ab", "boolean": lambda: True, "null": lambda: None}[kind]()
 
 
-@pytest.mark.parametrize("schema", SCHEMAS, ids=["point", "optional-only", "nested-array", "any-of", "refs",
-                                                 "ref-in-json", "recursive-ref", "open", "open-schema", "untyped",
-                                                 "json-object",
-                                                 "signed", "type-lists"])
+@pytest.mark.parametrize("schema", SCHEMAS.values(), ids=SCHEMAS)
 def test_spelled_out_takes_what_llguidance_takes_without_an_exponent(schema):
     rng = random.Random(7)
     ours, theirs = spelled(schema), llguidances(schema)
@@ -226,3 +226,24 @@ def test_a_number_bounded_at_zero_keeps_its_bound_and_its_exponent(bound, text, 
     """`minimum: 0` and its kin say only the number's sign: a terminal enforces the bound, exponent included."""
     schema = {"type": "object", "properties": {"x": {"type": "number", bound: 0}}, "required": ["x"]}
     assert takes(grammar.compile_grammar(StructuredOutput(json_schema=schema)), '{"x":%s}' % text) == ok
+
+
+@pytest.mark.parametrize("name", ["refs", "open", "untyped", "signed"])
+def test_a_calls_spelled_arguments_take_what_llguidance_takes_without_an_exponent(name):
+    """A tool call's arguments are spelled with its layout between tokens (JSON_GAP, call_any) and
+    llguidance's lenient options: the same texts as its one `%json`, compact, spaced and indented."""
+    from hearth.sample.schema_lark import with_terminals
+    from hearth.tool_parsers.schema import call_json, json_rules
+
+    def lark(lines: list[str]) -> str:
+        return llguidance.LLMatcher.grammar_from_lark("\n".join(with_terminals(lines)))
+
+    schema = SCHEMAS[name]
+    ours, theirs = lark(json_rules("start", schema)), lark([f"start: %json {json.dumps(call_json(schema))}"])
+    assert "JSON_GAP" in ours  # spelled, not llguidance's own
+    rng = random.Random(3)
+    texts = set()
+    for t in itertools.chain.from_iterable(_variants(_instance(schema, rng), rng) for _ in range(4)):
+        texts |= {t, json.dumps(json.loads(t), ensure_ascii=False), json.dumps(json.loads(t), indent=4)}
+    differ = [t for t in sorted(texts) if takes(ours, t) != takes(theirs, t)]
+    assert not differ, differ[:3]
