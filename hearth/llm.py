@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import itertools
 import logging
 import os
@@ -11,24 +10,24 @@ import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import torch
 
 from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
+from hearth.llm_args import engine_config
 from hearth.llm_chat import ChatOptions, chat_prompt, conversations
 from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import prompts_bar, run_requests
 from hearth.llm_tokenizer import ChatTokenizer
-from hearth.llm_vllm_args import VLLM_ARGS, take_vllm_args
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
 from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.backends.cpu import uncovered_heads
 from hearth.kernels import native
-from hearth.config import DEFAULT_MODEL, EngineConfig, parse_rope_scaling
+from hearth.config import DEFAULT_MODEL, parse_rope_scaling
 from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
 from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
 from hearth.engine.engine_core import EngineCore
@@ -61,19 +60,6 @@ from hearth.tool_guard.offline import chat_constraint, chat_message
 log = logging.getLogger("hearth")
 
 
-PEER_ARGS = {"n_ctx": "max_model_len", "n_threads": "threads", "n_batch": "max_num_batched_tokens",
-             "model_path": "model", "max_seq_len": "max_model_len", "max_model_length": "max_model_len"}
-"""llama-cpp-python's Llama(...) and other engines' argument names -> LLM's (vLLM's names are LLM's own)."""
-
-
-def _meant(name: str) -> str:
-    """`n_ctx (LLM's max_model_len)`, `max_model_lenn (did you mean max_model_len?)`, or the name alone."""
-    if name in PEER_ARGS:
-        return f"{name} (LLM's {PEER_ARGS[name]})"
-    close = difflib.get_close_matches(name, [f.name for f in fields(EngineConfig)] + list(VLLM_ARGS), n=1, cutoff=0.8)
-    return f"{name} (did you mean {close[0]}?)" if close else name
-
-
 class LLM:
     """A model loaded for offline generation (vLLM's `LLM`): `generate(prompts, SamplingParams)`,
     `chat(messages, ...)` (with `tools`, `tool_choice` and `tool_guard`: "guard" | "grammar" | "off"),
@@ -98,13 +84,7 @@ class LLM:
 
     def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, threads_named: str = "--threads",
                  **engine_args):
-        engine_args = take_vllm_args(model, engine_args)  # gpu_memory_utilization, dtype, ...: mapped or noted
-        known = {f.name for f in fields(EngineConfig)}
-        unknown = sorted(set(engine_args) - known)
-        if unknown:
-            raise TypeError(f"unknown engine argument(s): {', '.join(map(_meant, unknown))}")
-        self.config = EngineConfig(model=model, **engine_args)
-        cfg = self.config
+        self.config = cfg = engine_config(model, engine_args)  # vLLM's names taken, an unknown one refused
         spec = SpeculativeConfig.parse(cfg.speculative_config)  # bad input fails before the load
         if spec is not None:
             spec.check_step_budget(cfg.max_num_batched_tokens)
