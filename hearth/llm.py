@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import sys
 import time
 import weakref
 from collections.abc import Callable
-from pathlib import Path
 from dataclasses import replace
 
 import torch
@@ -17,6 +14,7 @@ import torch
 from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_args import engine_config
 from hearth.llm_chat import ChatOptions, chat_prompt, conversations
+from hearth.llm_load import check_settings, layer_progress, use_threads
 from hearth.llm_kv import cache_key, pool_size
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import chains_only, recurrent_engine
@@ -38,7 +36,6 @@ from hearth.kvstore.codecs import get_codec
 from hearth.kvstore.disk import DiskKVStore
 from hearth.kvstore.snapshot import SnapshotStore
 from hearth.loader.context import context_in_cache, context_to_run
-from hearth.loader.store import folder_problem
 from hearth.loader.gguf_kind import check_model_file
 from hearth.loader.resolve import resolve_model
 from hearth.loader.sampling_defaults import file_sampling
@@ -90,18 +87,8 @@ class LLM:
             spec.check_step_budget(cfg.max_num_batched_tokens)
         self.backend = select_backend(cfg.device)  # chosen once: the target and the draft run on it
         codec = get_codec(cfg.kv_cache_dtype)
-        if why := self.backend.kv_refusal(codec):
-            raise HearthError(f"--device {self.backend.name} has {why}")
-        if self.backend.name == "cuda" and cfg.kv_disk_dir:
-            raise HearthError("--device cuda has no KV disk tier yet: drop --kv-disk-dir")
-        if cfg.kv_disk_dir and (why := folder_problem(Path(cfg.kv_disk_dir))) is not None:
-            raise HearthError(f"--kv-disk-dir {cfg.kv_disk_dir} is not a folder hearth can write to: {why}")
-        if cfg.threads > 0:
-            torch.set_num_threads(cfg.threads)
-            if cfg.threads > (cpus := len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()):
-                # every step waits for its slowest thread, and the extra ones are always descheduled
-                log.warning("%s %d is more than the %d CPUs this process may use: steps run slower, not faster",
-                            threads_named, cfg.threads, cpus)
+        check_settings(cfg, self.backend, codec)
+        use_threads(cfg.threads, threads_named)
         t0 = time.perf_counter()
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)
@@ -120,7 +107,7 @@ class LLM:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
         try:
-            self.model, self.model_config = load_model(self.gguf, self.backend, _layer_progress(progress),
+            self.model, self.model_config = load_model(self.gguf, self.backend, layer_progress(progress),
                                                        parse_rope_scaling(cfg.rope_scaling), cfg.rope_freq_base)
         finally:
             torch.set_num_threads(threads)
@@ -390,19 +377,3 @@ class LLM:
         """The chat's prompt ids; with images, a hearth.api.media_prompt.PromptIds whose `media` are their
         rows' spans (llm_vision.tokens_prompt makes either a prompt for generate and stream)."""
         return chat_prompt(self, messages, tools)[1]
-
-
-def _layer_progress(enabled: bool):
-    if not enabled or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    bar = tqdm(total=None, desc="loading layers", unit="layer", leave=False, file=sys.stderr)
-
-    def update(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-        if done == total:
-            bar.close()
-
-    return update
