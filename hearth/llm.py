@@ -76,11 +76,9 @@ class LLM:
         ({"rope_type": "none"}: none; {"factor": 4}: the file's kind); rope_freq_base: theta over the file's (0: its)
       max_logprobs: most top logprobs per token a request may ask (-1: no cap)
       threads: CPU threads (0: torch's default); device: auto | cpu | cuda | torch; seed: default seed
-    progress: a loading bar on a terminal; threads_named: what a warning calls `threads`, before its number
-    (serve's --models entries name their field)."""
+    progress: a loading bar on a terminal."""
 
-    def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, threads_named: str = "--threads",
-                 **engine_args):
+    def __init__(self, model: str = DEFAULT_MODEL, *, progress: bool = True, **engine_args):
         self.config = cfg = engine_config(model, engine_args)  # vLLM's names taken, an unknown one refused
         spec = SpeculativeConfig.parse(cfg.speculative_config)  # bad input fails before the load
         if spec is not None:
@@ -88,7 +86,7 @@ class LLM:
         self.backend = select_backend(cfg.device)  # chosen once: the target and the draft run on it
         codec = get_codec(cfg.kv_cache_dtype)
         check_settings(cfg, self.backend, codec)
-        use_threads(cfg.threads, threads_named)
+        use_threads(cfg.threads)
         t0 = time.perf_counter()
         self.path = resolve_model(model)
         self.gguf = GGUFFile(self.path)

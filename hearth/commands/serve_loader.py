@@ -42,16 +42,18 @@ class Loader:
         from hearth.commands.serve import engine_args
         from hearth.engine.async_engine import AsyncEngine
         from hearth.llm import LLM
+        from hearth.llm_load import use_threads
         from hearth.llm_vision import reads_images
 
         a = self.args
         (entry, path, speculation), mmproj = self.by_id[spec.name], self.mmproj.get(spec.name, "")
         threads = self.threads(entry)
-        # a warning names the entry's field, not a --threads the user did not type
-        named = f"{entry.where}: threads =" if entry.threads > 0 else "--threads"
-        llm = LLM(str(path), threads_named=named,
+        # set here for the load (LLM's threads=0 keeps them): a warning names the entry's field, not a --threads
+        # the user did not type
+        use_threads(threads, f"{entry.where}: threads =" if entry.threads > 0 else "--threads")
+        llm = LLM(str(path),
                   **{**engine_args(a), "max_model_len": entry.context or a.max_model_len,
-                     "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": threads,
+                     "kv_cache_dtype": entry.kv_cache_dtype or a.kv_cache_dtype, "threads": 0,
                      "speculative_config": speculation,
                      "lora": engine_args(a)["lora"] if spec.name == self.first else [],
                      "mmproj": mmproj})
