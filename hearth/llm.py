@@ -16,6 +16,7 @@ from hearth.llm_args import engine_config
 from hearth.llm_chat import ChatOptions, chat_prompt, conversations
 from hearth.llm_load import check_settings, layer_progress, use_threads
 from hearth.llm_kv import cache_key, pool_size
+from hearth.llm_pooling import PoolingCalls
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import chains_only, recurrent_engine
 from hearth.llm_requests import prompts_bar, run_requests
@@ -26,8 +27,7 @@ from hearth.backends import select as select_backend
 from hearth.backends.cpu import uncovered_heads
 from hearth.kernels import native
 from hearth.config import DEFAULT_MODEL, parse_rope_scaling
-from hearth.engine.encoder_core import EmbeddingOnlyError, EncoderCore, embedding_only
-from hearth.engine.pairs import activated, not_a_reranker, pair_prompts, paired
+from hearth.engine.encoder_core import EncoderCore, embedding_only
 from hearth.engine.engine_core import EngineCore
 from hearth.engine.kv_cache_manager import KVCacheManager
 from hearth.engine.scheduler import Scheduler
@@ -43,7 +43,7 @@ from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
 from hearth.models.registry import embeds_only as encoder_arch, load_model, model_class
-from hearth.outputs import EmbeddingOutput, EmbeddingRequestOutput, RequestOutput, ScoringOutput, ScoringRequestOutput
+from hearth.outputs import RequestOutput
 from hearth.runner.encoder_runner import EncoderRunner
 from hearth.runner.model_runner import ModelRunner
 from hearth.sample.grammar import GrammarCompiler
@@ -57,7 +57,7 @@ from hearth.tool_guard.offline import chat_constraint, chat_message
 log = logging.getLogger("hearth")
 
 
-class LLM:
+class LLM(PoolingCalls):
     """A model loaded for offline generation (vLLM's `LLM`): `generate(prompts, SamplingParams)`,
     `chat(messages, ...)` (with `tools`, `tool_choice` and `tool_guard`: "guard" | "grammar" | "off"),
     `stream(prompt)`, then `close()`; an embedding GGUF's `embed(prompts)`, a reranker's `score(query,
@@ -196,18 +196,6 @@ class LLM:
                                           self.tokenizer.eos_token, self.gguf.arch, cfg.chat_template_kwargs)
         self._ready(t0)
 
-    @property
-    def embeds_only(self) -> bool:
-        """An encoder (bert, nomic-bert): it serves embed() and /v1/embeddings (a reranker: score() and
-        /v1/rerank), never text."""
-        return getattr(self.model, "embeds_only", False)
-
-    @property
-    def reranker(self) -> bool:
-        """A reranker (its GGUF's pooling_type 4): score() pairs with its classification head (a decoder's: its
-        rank head over the last token, hearth.models.rank_head), no embed() nor text."""
-        return self.model_config.pooling == "rank"
-
     def _encoder_engine(self, spec, t0: float) -> None:
         """An encoder's engine: whole inputs batched into one forward each, no KV cache nor scheduler
         (hearth.engine.encoder_core), under the same max_num_seqs / max_num_batched_tokens limits."""
@@ -268,38 +256,6 @@ class LLM:
                   for (_, ids), p, m in zip(encoded, params, media)]
         with self._turns.driving("generate"), prompts_bar(use_tqdm, len(prompts)) as bar:
             return run_requests(self.engine, self._request_ids, encoded, params, media, bar)
-
-    def embed(self, prompts: PromptType | list[PromptType], pooling: str | None = None, *,
-              truncate_prompt_tokens: int | None = None, use_tqdm: bool | Callable = True) -> list[EmbeddingRequestOutput]:
-        """One L2-normalized embedding per prompt, in order, as vLLM's llm.embed: `[i].outputs.embedding`,
-        the prompt's final hidden states pooled as `pooling` says ("last", "mean"; None: the model's
-        own, ModelConfig.pooling; an encoder's may also be "cls"). A decoder computes one token more for
-        each prompt, which is dropped. truncate_prompt_tokens, use_tqdm: vLLM's, as generate's."""
-        if self.reranker:
-            raise EmbeddingOnlyError(embedding_only(self.model_config.arch, reranker=True))
-        params = SamplingParams(max_tokens=1, temperature=0.0, pooling=pooling or self.model_config.pooling,
-                                truncate_prompt_tokens=truncate_prompt_tokens)
-        return [EmbeddingRequestOutput(r.request_id, r.prompt_token_ids, EmbeddingOutput(r.embedding))
-                for r in self.generate(prompts, params, use_tqdm=use_tqdm)]
-
-    def score(self, data_1: str | list[str], data_2: str | list[str], *, use_activation: bool = True,
-              truncate_prompt_tokens: int | None = None, use_tqdm: bool | Callable = True) -> list[ScoringRequestOutput]:
-        """A reranker's relevance of each pair, as vLLM's llm.score: `[i].outputs.score`. data_1 one text
-        (scored against each of data_2) or as many as data_2 (zipped); each pair runs in the file's rerank template
-        where it has one (Qwen3-Reranker's), else as [CLS] text_1 [SEP] text_2 [SEP] with token types 0 then 1
-        (hearth.engine.pairs). use_activation False: the head's logit, not its sigmoid (a decoder reranker's
-        sigmoid is llama.cpp's score, p("yes")). truncate_prompt_tokens k (-1: the context): a pair past k tokens
-        loses its second text's last tokens; else it is a ValueError naming the pair and both numbers."""
-        if not self.reranker:
-            kind = "an embedding model" if self.embeds_only else "a text generation model"
-            raise EmbeddingOnlyError(not_a_reranker(f"LLM.score: this model ({self.model_config.arch})", kind))
-        room = self.max_model_len - (not self.embeds_only)  # a decoder computes one token past each pair
-        ids, starts = pair_prompts(self.tokenizer, paired(data_1, data_2), truncate_prompt_tokens, room)
-        prompts = [{"prompt_token_ids": p} for p in ids]
-        params = [SamplingParams(max_tokens=1, temperature=0.0, pooling="rank", pair_start=s) for s in starts]
-        return [ScoringRequestOutput(r.request_id, r.prompt_token_ids,
-                                     ScoringOutput(activated(r.embedding[0], use_activation)))
-                for r in self.generate(prompts, params, use_tqdm=use_tqdm)]
 
     def close(self) -> None:
         """Finish the disk tier's queued writes (they are lost if the process exits first), after any
