@@ -1,15 +1,20 @@
-"""LLM.chat's prompt: the messages read as the server reads them, rendered by the model's chat template, and
-their ids (with images, each image's rows: llm_vision.ChatImages). A bad message is a ValueError, the server's
-400 as the library raises it."""
+"""LLM.chat (vLLM's llm.chat) and its prompt: the messages read as the server reads them, rendered by the model's
+chat template, and their ids (with images, each image's rows: llm_vision.ChatImages). A bad message is a
+ValueError, the server's 400 as the library raises it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hearth import llm_vision
 from hearth.api.chat_template import RESERVED_VARS, ChatTemplate
 from hearth.llm_prompts import chat_ids
+from hearth.outputs import RequestOutput
+from hearth.sampling_params import SamplingParams
+from hearth.tool_guard import DEFAULT_MODE
+from hearth.tool_guard.offline import chat_constraint, chat_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +32,51 @@ class ChatOptions:
     def __post_init__(self) -> None:
         if self.add_generation_prompt and self.continue_final_message:  # vLLM's apply_hf_chat_template's rule
             raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+
+
+class ChatCalls:
+    """LLM's chat() and encode_chat() (a mixin: it reads LLM's chat_template, runs LLM.generate)."""
+
+    def chat(self, messages: list[dict] | list[list[dict]],
+             sampling_params: SamplingParams | list[SamplingParams] | None = None,
+             tools: list[dict] | None = None, *, tool_choice: str | dict | None = None,
+             tool_guard: str = DEFAULT_MODE, use_tqdm: bool | Callable = True, lora_request=None,
+             chat_template: str | None = None, add_generation_prompt: bool = True,
+             continue_final_message: bool = False, chat_template_kwargs: dict | None = None,
+             chat_template_content_format: str = "auto") -> list[RequestOutput]:
+        """One RequestOutput per conversation, as vLLM's llm.chat: `messages` one conversation (a list of
+        messages) or a list of them, run together; sampling_params one for all or one per conversation.
+        tool_guard: "guard" or "grammar" constrain a call once the model starts one (from the first
+        token when tool_choice forces one), "off" leaves the output free; the server's guard also
+        validates and retries (hearth.api.guarded). Each output's `message` is its answer as an
+        assistant message: content, parsed `tool_calls`, reasoning. chat_template, add_generation_prompt,
+        continue_final_message, chat_template_kwargs: vLLM's (hearth.llm_chat.ChatOptions); use_tqdm and
+        lora_request: as generate's. chat_template_content_format: vLLM's, taken; hearth finds which content form
+        the template reads (ChatTemplate.typed_content)."""
+        options = ChatOptions(add_generation_prompt, continue_final_message, chat_template, chat_template_kwargs)
+        source = chat_template if chat_template is not None else self.chat_template.source
+        chats = conversations(messages)
+        rendered = [chat_prompt(self, m, tools, options) for m in chats]
+        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(chats)
+        if len(params) != len(chats):
+            raise ValueError(f"{len(params)} sampling params for {len(chats)} conversations")
+        params = [p or SamplingParams() for p in params]
+        for i, ((text, _), p) in enumerate(zip(rendered, params)):
+            so = chat_constraint(source, tools, tool_choice, tool_guard, text)
+            if so is not None and p.structured_output is None:
+                params[i] = replace(p, structured_output=so)
+        # each RequestOutput's prompt is its rendered chat, as vLLM's
+        outs = self.generate([{**llm_vision.tokens_prompt(ids), "prompt": text} for text, ids in rendered], params,
+                             use_tqdm=use_tqdm, lora_request=lora_request)
+        for out, (text, _) in zip(outs, rendered):
+            for o in out.outputs:  # each answer also as the message to append for the next turn
+                o.message = chat_message(source, tools, tool_choice, text, o.text, cut=o.finish_reason == "length")
+        return outs
+
+    def encode_chat(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """The chat's prompt ids; with images, a hearth.api.media_prompt.PromptIds whose `media` are their
+        rows' spans (llm_vision.tokens_prompt makes either a prompt for generate and stream)."""
+        return chat_prompt(self, messages, tools)[1]
 
 
 def chat_prompt(llm, messages: list[dict], tools: list[dict] | None,
