@@ -11,7 +11,7 @@ ROOT = Path(hearth.__file__).parent
 # Highest first: a package may import itself, anything after it in this list, and SHARED.
 # memory (the planner) sits above the kernels, as in DESIGN.md: it prices weights as this process's CPU tier holds them
 ORDER = ["entry", "evals", "api", "tool_guard", "bench", "tool_parsers", "engine", "spec_decode", "memory", "runner", "backends", "models", "layers", "kernels", "kvstore", "media", "formats", "loader", "sample"]
-ENTRY = {"__init__", "__main__", "cli", "llm", "llm_chat", "llm_draft", "llm_kv", "llm_load", "llm_lora", "llm_mtp", "llm_pooling", "llm_prompts",
+ENTRY = {"__init__", "__main__", "cli", "llm", "llm_chat", "llm_draft", "llm_engine", "llm_kv", "llm_load", "llm_lora", "llm_mtp", "llm_pooling", "llm_prompts",
          "llm_args", "llm_recurrent", "llm_requests", "llm_turns", "llm_vision", "llm_vllm_args", "llm_logprobs", "llm_tokenizer", "commands", "cluster"}  # cluster: replicas build an LLM
 SHARED = {"config", "sampling_params", "outputs", "errors", "openmp", "json_object"}
 NO_TORCH = {"api", "tool_guard", "tool_parsers", "engine", "spec_decode", "media"}
