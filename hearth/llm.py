@@ -8,13 +8,11 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-import torch
-
 from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_args import engine_config
 from hearth.llm_chat import ChatCalls
 from hearth.llm_engine import EngineBuilding
-from hearth.llm_load import check_settings, layer_progress, use_threads
+from hearth.llm_load import check_settings, layer_progress, one_thread, use_threads
 from hearth.llm_pooling import PoolingCalls
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import recurrent_engine
@@ -86,13 +84,9 @@ class LLM(ChatCalls, PoolingCalls, EngineBuilding):
         adapters = llm_lora.read_adapters(cfg.lora)  # a file that is no adapter fails before the weights load
         self.vision_config = llm_vision.vision_config(cfg.mmproj, encoder_arch(self.gguf.arch))  # so does an mmproj
         self.vision_stats = None  # its prepares and encodes, with an mmproj (llm_vision.attach)
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)  # repacking is hundreds of small ops: threads only add stalls
-        try:
+        with one_thread():  # repacking is hundreds of small ops: threads only add stalls
             self.model, self.model_config = load_model(self.gguf, self.backend, layer_progress(progress),
                                                        parse_rope_scaling(cfg.rope_scaling), cfg.rope_freq_base)
-        finally:
-            torch.set_num_threads(threads)
         self.lora = llm_lora.attach(self.model, self.gguf, adapters, cfg.lora)  # before the fused paths are asked
         self.config = recurrent_engine(cfg, self.model_config)  # qwen35: no disk tier
         self.speculation_off = ""  # why speculation asked for does not run ("": it runs, or none was asked)

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import logging
 
-import torch
-
 from hearth.errors import HearthError
+from hearth.llm_load import one_thread
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.loader.resolve import resolve_model
 from hearth.loader.tokenizer import Tokenizer
@@ -58,14 +57,11 @@ def draft_weights(spec: SpeculativeConfig | None, g: GGUFFile | None, backend) -
 
 def draft_model(g: GGUFFile, backend):
     """The draft model's (module, ModelConfig); its K/V comes later, in the target's block layout."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as for the target: repacking is many small ops
-    try:
-        model, cfg = load_model(g, backend)
-    except HearthError as e:
-        raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
-    finally:
-        torch.set_num_threads(threads)
+    with one_thread():  # as for the target: repacking is many small ops
+        try:
+            model, cfg = load_model(g, backend)
+        except HearthError as e:
+            raise InvalidSpeculativeConfig(f"speculative_config.model: {e}") from None
     return model, cfg  # a recurrent draft's state is rolled back by the drafter (hearth.runner.draft_states)
 
 
