@@ -12,7 +12,7 @@ from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_args import engine_config
 from hearth.llm_chat import ChatCalls
 from hearth.llm_engine import EngineBuilding
-from hearth.llm_load import check_settings, layer_progress, one_thread, use_threads
+from hearth.llm_load import check_settings, layer_progress, use_threads
 from hearth.llm_pooling import PoolingCalls
 from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import recurrent_engine
@@ -31,6 +31,7 @@ from hearth.loader.sampling_defaults import file_sampling
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
+from hearth.openmp import one_thread
 from hearth.models.registry import embeds_only as encoder_arch, load_model, model_class
 from hearth.outputs import RequestOutput
 from hearth.sampling_params import SamplingParams

@@ -8,12 +8,12 @@ from __future__ import annotations
 import logging
 
 from hearth.errors import HearthError
-from hearth.llm_load import one_thread
 from hearth.loader.gguf_loader import GGUFFile, head_tensor
 from hearth.loader.resolve import resolve_model
 from hearth.loader.tokenizer import Tokenizer
 from hearth.loader.vocab import read_vocab, vocab_difference
 from hearth.models.registry import load_model
+from hearth.openmp import one_thread
 from hearth.runner.draft_quant import requantized
 from hearth.runner.draft_vocab import DraftVocab
 from hearth.spec_decode.config import DEFAULT_DRAFT_VOCAB, InvalidSpeculativeConfig, SpeculativeConfig

@@ -1,12 +1,11 @@
 """What LLM(...) does around reading the model: the settings refused before anything loads, torch's CPU
-threads for its steps (one for the load itself), and the loading bar."""
+threads for its steps, and the loading bar."""
 
 from __future__ import annotations
 
 import logging
 import os
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -38,18 +37,6 @@ def use_threads(threads: int, named: str = "--threads") -> None:
             # every step waits for its slowest thread, and the extra ones are always descheduled
             log.warning("%s %d is more than the %d CPUs this process may use: steps run slower, not faster",
                         named, threads, cpus)
-
-
-@contextmanager
-def one_thread():
-    """torch on one thread for a model's load: repacking is hundreds of small ops, where threads only add
-    stalls; its threads back after."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def layer_progress(enabled: bool):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import contextmanager
 
 SPIN_COUNT = "10000"
 """libgomp's busy-wait loops before a waiting thread sleeps (its own default: 300,000)."""
@@ -36,3 +37,20 @@ def peer_env(env: dict[str, str] | None = None) -> dict[str, str]:
     if env.pop(MARK, None) == "1" and env.get("GOMP_SPINCOUNT") == SPIN_COUNT:
         del env["GOMP_SPINCOUNT"]
     return env
+
+
+@contextmanager
+def one_thread():
+    """torch on one thread for what is hundreds of small ops (a model's repacking, a KV block's copies): a
+    second thread only adds sync stalls; its threads back after. torch is imported here, not with the package."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import mmap
 from collections import OrderedDict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
 from hearth.kvstore.codecs import STAGING_DTYPE, QuantCodec
+from hearth.openmp import one_thread
 
 
 def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -172,19 +172,6 @@ class StagingTable:
             sink = self._sink_slot(table[0], rid)
             self.sinks.move_to_end(table[0])
         return SeqRead(ctx, _long(table[:nb]), sink, tail, start)
-
-
-@contextmanager
-def one_thread():
-    threads = torch.get_num_threads()
-    if threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
