@@ -14,7 +14,7 @@ from hearth.llm_chat import ChatCalls
 from hearth.llm_engine import EngineBuilding
 from hearth.llm_load import check_settings, layer_progress, use_threads
 from hearth.llm_pooling import PoolingCalls
-from hearth.llm_prompts import PromptType, prompt_ids, prompt_list, prompt_media, truncated
+from hearth.llm_prompts import PromptType, one_each, prompt_ids, prompt_list, prompt_media, truncated
 from hearth.llm_recurrent import recurrent_engine
 from hearth.llm_requests import prompts_bar, run_requests
 from hearth.llm_tokenizer import ChatTokenizer
@@ -125,12 +125,8 @@ class LLM(ChatCalls, PoolingCalls, EngineBuilding):
         prompts = prompt_list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(prompts)
-        if len(params) != len(prompts):
-            raise ValueError(f"{len(params)} sampling params for {len(prompts)} prompts")
-        loras = lora_request if isinstance(lora_request, list) else [lora_request] * len(prompts)
-        if len(loras) != len(prompts):
-            raise ValueError(f"{len(loras)} LoRA requests for {len(prompts)} prompts")
+        params = one_each(sampling_params, len(prompts), "sampling params")
+        loras = one_each(lora_request, len(prompts), "LoRA requests")
         params = [p if r is None else replace(p, lora=llm_lora.request_lora(self.lora, r))
                   for p, r in zip(params, loras)]
         encoded = [prompt_ids(self.tokenizer, prompt, f"prompts[{i}]") for i, prompt in enumerate(prompts)]

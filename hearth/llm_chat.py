@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from hearth import llm_vision
 from hearth.api.chat_template import RESERVED_VARS, ChatTemplate
-from hearth.llm_prompts import chat_ids
+from hearth.llm_prompts import chat_ids, one_each
 from hearth.outputs import RequestOutput
 from hearth.sampling_params import SamplingParams
 from hearth.tool_guard import DEFAULT_MODE
@@ -57,9 +57,7 @@ class ChatCalls:
         source = chat_template if chat_template is not None else self.chat_template.source
         chats = conversations(messages)
         rendered = [chat_prompt(self, m, tools, options) for m in chats]
-        params = sampling_params if isinstance(sampling_params, list) else [sampling_params] * len(chats)
-        if len(params) != len(chats):
-            raise ValueError(f"{len(params)} sampling params for {len(chats)} conversations")
+        params = one_each(sampling_params, len(chats), "sampling params", "conversations")
         params = [p or SamplingParams() for p in params]
         for i, ((text, _), p) in enumerate(zip(rendered, params)):
             so = chat_constraint(source, tools, tool_choice, tool_guard, text)

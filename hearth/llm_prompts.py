@@ -75,6 +75,15 @@ def prompt_list(prompts) -> list:
     raise TypeError(f"prompts must be one prompt ({PROMPT_TYPES}) or a list of them, not {type_name(prompts)}")
 
 
+def one_each(value, count: int, what: str, items: str = "prompts") -> list:
+    """A keyword given for all or as a list with one per prompt (vLLM's sampling_params, lora_request): a list
+    of `count`; a list of another length is a ValueError (`2 sampling params for 3 prompts`)."""
+    values = value if isinstance(value, list) else [value] * count
+    if len(values) != count:
+        raise ValueError(f"{len(values)} {what} for {count} {items}")
+    return values
+
+
 def token_ids(ids, name: str) -> list[int]:
     if isinstance(ids, (str, bytes, dict)) or not hasattr(ids, "__iter__"):
         raise TypeError(f"{name} must be a list of int token ids, not {type(ids).__name__}")

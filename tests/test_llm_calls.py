@@ -126,6 +126,18 @@ def test_a_prompt_of_the_wrong_type_names_what_a_prompt_may_be(llm, prompts, exp
     assert not llm.engine.has_unfinished()
 
 
+@pytest.mark.parametrize("call, expected", [
+    (lambda llm: llm.generate(["a", "b"], [GREEDY]), "1 sampling params for 2 prompts"),
+    (lambda llm: llm.generate("a", GREEDY, lora_request=[None, None]), "2 LoRA requests for 1 prompts"),
+    (lambda llm: llm.chat([[{"role": "user", "content": "hi"}]] * 2, [GREEDY] * 3),
+     "3 sampling params for 2 conversations"),
+])
+def test_a_keyword_listed_per_prompt_must_have_one_per_prompt(llm, call, expected):
+    """sampling_params and lora_request: one for all, or a list as long as the prompts (conversations)."""
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        call(llm)
+    assert not llm.engine.has_unfinished()
+
 def test_every_prompt_form_runs_the_same_tokens(llm):
     """vLLM's forms: a string, a TextPrompt, a TokensPrompt (numpy ints too), one or a list (or tuple)."""
     ids = llm.tokenizer.encode("Number 7:")
