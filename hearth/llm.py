@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from hearth import llm_draft, llm_lora, llm_mtp, llm_vision
 from hearth.llm_args import engine_config
-from hearth.llm_chat import ChatCalls
+from hearth.llm_chat import ChatCalls, template_of
 from hearth.llm_engine import EngineBuilding
 from hearth.llm_load import check_settings, layer_progress, use_threads
 from hearth.llm_pooling import PoolingCalls
@@ -19,7 +19,6 @@ from hearth.llm_recurrent import recurrent_engine
 from hearth.llm_requests import prompts_bar, run_requests
 from hearth.llm_tokenizer import ChatTokenizer
 from hearth.llm_turns import EngineTurns, LLMClosedError  # noqa: F401 (LLMClosedError: public, raised after close())
-from hearth.api.chat_template import ChatTemplate
 from hearth.backends import select as select_backend
 from hearth.config import DEFAULT_MODEL, parse_rope_scaling
 from hearth.errors import HearthError
@@ -96,9 +95,7 @@ class LLM(ChatCalls, PoolingCalls, EngineBuilding):
             self._encoder_engine(spec)
         else:
             self._decoder_engine(spec, draft_gguf, codec)
-        cfg = self.config
-        self.chat_template = ChatTemplate(cfg.chat_template or self.tokenizer.chat_template, self.tokenizer.bos_token,
-                                          self.tokenizer.eos_token, self.gguf.arch, cfg.chat_template_kwargs)
+        self.chat_template = template_of(self, self.config.chat_template or self.tokenizer.chat_template)
         self.load_time = time.perf_counter() - t0
         self._turns = EngineTurns()  # one call steps the engine at a time, none after close()
         self._request_ids = itertools.count()  # across calls: ids never collide in the engine

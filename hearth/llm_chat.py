@@ -82,10 +82,7 @@ def chat_prompt(llm, messages: list[dict], tools: list[dict] | None,
     """(the rendered text, its ids) of llm's chat template (or options') over messages and tools."""
     images = llm_vision.ChatImages(llm)
     messages = template_messages(messages, images.images)
-    template = llm.chat_template
-    if options.chat_template is not None:
-        template = ChatTemplate(options.chat_template, template.bos_token, template.eos_token, llm.gguf.arch,
-                                llm.config.chat_template_kwargs)
+    template = llm.chat_template if options.chat_template is None else template_of(llm, options.chat_template)
     kwargs = {k: v for k, v in (options.chat_template_kwargs or {}).items() if k not in RESERVED_VARS}
     text = template.render(messages, tools=template_tools(tools), add_generation_prompt=options.add_generation_prompt,
                            **kwargs)
@@ -93,6 +90,13 @@ def chat_prompt(llm, messages: list[dict], tools: list[dict] | None,
         text = continued(text, messages)
     with as_value_error():
         return text, images.encode(text, messages) if images.images else chat_ids(llm.tokenizer, text)
+
+
+def template_of(llm, source: str | None) -> ChatTemplate:
+    """A chat template (its Jinja source; None or "": the architecture's fallback) over llm's tokens,
+    architecture and chat_template_kwargs: the LLM's own, and a chat's chat_template=."""
+    return ChatTemplate(source, llm.tokenizer.bos_token, llm.tokenizer.eos_token, llm.gguf.arch,
+                        llm.config.chat_template_kwargs)
 
 
 def conversations(messages) -> list[list[dict]]:
