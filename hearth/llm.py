@@ -30,8 +30,8 @@ from hearth.loader.sampling_defaults import file_sampling
 from hearth.loader.gguf_loader import GGUFFile
 from hearth.loader.tokenizer import Tokenizer
 from hearth.memory.gguf_shape import run_context
-from hearth.openmp import one_thread
 from hearth.models.registry import embeds_only as encoder_arch, load_model, model_class
+from hearth.openmp import one_thread
 from hearth.outputs import RequestOutput
 from hearth.sampling_params import SamplingParams
 from hearth.spec_decode.config import SpeculativeConfig
