@@ -86,3 +86,29 @@ def test_metrics_count_images(files):
     assert samples[f"hearth:images_prepared_total{label}"] == 2
     assert samples[f"hearth:images_encoded_total{label}"] >= 1  # the second: rows cached (prefix cache, runner's)
     assert samples[f"hearth:image_encode_seconds_total{label}"] > 0
+
+
+def test_which_model_reads_images_is_known_before_its_load(files, tmp_path):
+    """The pool records each model's Vision from its mmproj's header and the image flags (FileFacts.vision, as the
+    loaded model's): an image for a model that reads text only, or one past --limit-mm-per-prompt, is refused with
+    nothing loaded for it, and /v1/models says which model reads images before it loads."""
+    model, mmproj, _ = files
+    for name in ("b.gguf", "c.gguf", "mm.gguf"):
+        shutil.copy(mmproj if name == "mm.gguf" else model, tmp_path / name)
+    (tmp_path / "models.toml").write_text(f'[[models]]\nmodel = "{model}"\nname = "a"\n\n[[models]]\nmodel = "b.gguf"\n'
+                                          'name = "b"\nmmproj = "mm.gguf"\n\n[[models]]\nmodel = "c.gguf"\nname = "c"\n')
+    args = command_parser("serve").parse_intermixed_args(["--models", str(tmp_path / "models.toml"),
+                                                          "--limit-mm-per-prompt", "image=1", "--max-model-len", "256"])
+    pool = build_pool(args)
+    a, b, c = (pool.known(s.spec.name) for s in pool.slots)
+    assert a.vision is None and c.vision is None and b.vision.max_images == 1
+    assert b.vision.cfg.num_embeds == read_vision_config(mmproj).num_embeds
+    with TestClient(create_app(pool, server_config(args))) as client:
+        assert client.get("/v1/models").json()["data"][1]["hearth"]["vision"]["mmproj"] == str(tmp_path / "mm.gguf")
+        assert ask(client, "c") == 400
+        two = asking(png((9, 80, 9)), "hi")
+        two["content"].insert(0, two["content"][0])
+        r = client.post("/v1/chat/completions", json={"model": "b", "messages": [two], "max_tokens": 2})
+        assert r.status_code == 400 and "--limit-mm-per-prompt" in r.text
+        assert [s.served for s in pool.slots] == [None, None, None]  # nothing loaded to answer them
+        assert ask(client, "b") == 200 and pool.known("b").vision.max_images == 1  # loaded: its own, the same flags

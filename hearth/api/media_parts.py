@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,11 @@ class Vision:
             return self.prepare(data)
         from hearth.media.images import prepare_image  # the vision-encoder's; Pillow loads only with an mmproj
         return prepare_image(data, self.cfg)
+
+
+ANY_IMAGES = Vision(None, max_images=sys.maxsize)
+"""What a model not yet loaded takes where the pool does not know its projector (hearth.api.model_spec.Known, a pool
+built without its files' facts): any image part passes the reading before its load; its own Vision decides after."""
 
 
 def text_only(field: str) -> APIError:

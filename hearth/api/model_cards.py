@@ -16,13 +16,12 @@ def card(slot: _Slot, name: str) -> dict:
             "root": spec.name if adapter is None else adapter, "parent": None if adapter is None else spec.name,
             "max_model_len": served.max_model_len if served else spec.max_model_len,
             "hearth": {"loaded": served is not None, "loading": slot.loading is not None and served is None,
-                       "pinned": spec.pinned, "memory_bytes": spec.footprint, **_vision(served)}}
+                       "pinned": spec.pinned, "memory_bytes": spec.footprint, **_vision(served or spec.facts)}}
 
 
 def _vision(served) -> dict:
-    """A card's `vision` (a loaded model served with an mmproj): its projector type and file, as /api/show's
-    projector_info and /props' modalities say it reads images; {} otherwise (a file's facts before its load
-    hold none)."""
+    """A card's `vision` (a model served with an mmproj: before its load, its file's facts hold it), its projector
+    type and file, as /api/show's projector_info and /props' modalities say it reads images; {} otherwise."""
     vision = getattr(served, "vision", None)
     if vision is None:
         return {}

@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from hearth.api.media_parts import ANY_IMAGES
 from hearth.api.served import FileFacts, ServedModel
 from hearth.tool_guard.routing import RouterConfig
 
@@ -30,7 +32,8 @@ class ModelSpec:
     """Other names `model` may give, never listed (MODEL as given, its file's stem and name): one that
     several models share (the same file served twice) is a 400 naming them, not a guess."""
     facts: FileFacts | None = None
-    """Its file's header facts (hearth.api.served.FileFacts) for Ollama's routes while it is not loaded."""
+    """Its file's header facts (hearth.api.served.FileFacts), its vision projector's with them, for Ollama's routes
+    while it is not loaded and the routes' checks before its load (ModelPool.known)."""
     adapters: dict[str, str] = field(default_factory=dict)
     """vLLM's --lora-modules of this model: NAME (one of `names`) -> the adapter's file as given; /v1/models lists
     each as its own model, `parent` this model's id and `root` the file, as vLLM's."""
@@ -64,6 +67,10 @@ class Known:
     """ModelConfig.pooling ("rank": a reranker)."""
     lora_count: int | None = None
     """Its LoRA adapters (ModelSpec.lora_count)."""
+    vision: Any = ANY_IMAGES
+    """How it takes images (hearth.api.media_parts.Vision: how many a request may hold; None: it reads text only):
+    what a request's messages are read against before the load (hearth.api.read_before_load). Not known: ANY_IMAGES,
+    which takes any image (None says text only here)."""
 
     @classmethod
     def of(cls, name: str, max_model_len: int, model, lora_count: int | None = None) -> Known:
@@ -71,7 +78,7 @@ class Known:
         if model is None:
             return cls(name, max_model_len, lora_count=lora_count)
         return cls(name, max_model_len, model.vocab_size, model.embedding_size, model.embeds_only, model.pooling,
-                   lora_count)
+                   lora_count, model.vision)
 
 
 Loader = Callable[[ModelSpec], ServedModel]

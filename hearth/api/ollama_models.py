@@ -161,7 +161,7 @@ def _capabilities(served) -> list[str]:
         caps.append("insert")
     if served is not None and thinks(served):
         caps.append("thinking")
-    if getattr(served, "vision", None) is not None:  # served with an mmproj (a file's facts before its load: none)
+    if getattr(served, "vision", None) is not None:  # served with an mmproj (before its load: its file's facts say)
         caps.append("vision")
     return caps
 

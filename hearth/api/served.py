@@ -207,6 +207,10 @@ class FileFacts:
     embedding_size: int | None = None
     """ModelConfig's vocab_size and hidden_size, as ServedModel's (None: not known): what a request's token ids
     and `dimensions` are checked against before the load (hearth.api.model_pool.ModelPool.known)."""
+    vision: Any = None
+    """How it will take images, as ServedModel.vision (hearth.api.media_parts.Vision: its mmproj's header config, the
+    server's --limit-mm-per-prompt and fetch policy; `hearth serve` adds it to the header's facts); None: it reads
+    text only. A request's images are checked against it before the load (ModelPool.known)."""
     tokenizer = None  # not built before the load: FIM ("insert") is said once loaded
 
     @property
@@ -218,8 +222,9 @@ class FileFacts:
         return detect_channels(self.template_source)
 
 
-def file_facts(gguf, embeds_only: bool, config) -> FileFacts:
-    """FileFacts of an open GGUFFile (its header: nothing is read from the weights) and its ModelConfig."""
+def file_facts(gguf, embeds_only: bool, config, vision=None) -> FileFacts:
+    """FileFacts of an open GGUFFile (its header: nothing is read from the weights) and its ModelConfig; vision:
+    FileFacts.vision."""
     return FileFacts(str(gguf.path), template_source=str(gguf.metadata.get("tokenizer.chat_template") or ""),
                      embeds_only=embeds_only, pooling=config.pooling, vocab_size=config.vocab_size,
-                     embedding_size=config.hidden_size, **gguf_facts(gguf))
+                     embedding_size=config.hidden_size, vision=vision, **gguf_facts(gguf))

@@ -36,8 +36,6 @@ class Loader:
 
         import torch
 
-        from hearth.api.media_fetch import FetchPolicy
-        from hearth.api.media_parts import MAX_IMAGES, Vision
         from hearth.api.served import ServedModel
         from hearth.commands.serve import engine_args
         from hearth.engine.async_engine import AsyncEngine
@@ -67,18 +65,32 @@ class Loader:
             print(f"hearth: {spec.name} {reads_images(llm.vision_config, mmproj)}", file=sys.stderr, flush=True)
         # torch's CPU threads are the OpenMP setting of the thread that runs the model: set on its engine thread
         engine = AsyncEngine(llm.engine, max_queued=a.max_queued, thread_init=partial(torch.set_num_threads, threads))
-        vision = None
+        prepare = None
         if llm.vision_config is not None:  # its prepares counted for /metrics, as the runner counts its encodes
             from hearth.media.images import prepare_image
 
             prepare = llm.vision_stats.preparing(partial(prepare_image, cfg=llm.vision_config))
-            vision = Vision(llm.vision_config, prepare=prepare, path=llm.config.mmproj, fetch_policy=FetchPolicy(
-                tuple(getattr(a, "allowed_media_domains", None) or ()), bool(getattr(a, "allow_private_media_urls", False))),
-                max_images=MAX_IMAGES if getattr(a, "limit_mm_per_prompt", None) is None else a.limit_mm_per_prompt)
+        vision = served_vision(a, llm.vision_config, llm.config.mmproj, prepare)
         served = ServedModel.from_llm(llm, spec.names, engine, spec.file_names,
                                       lora_names(a) if spec.name == self.first else None, vision=vision)
         served.vision_stats = llm.vision_stats
         return served
+
+
+def served_vision(args: argparse.Namespace, cfg, mmproj: str, prepare=None):
+    """A model's hearth.api.media_parts.Vision under the server's image flags (where its http(s) images may come
+    from, how many one request holds), cfg its mmproj's VisionConfig (None: it reads text only, and so None). The
+    pool's spec holds one from the mmproj's header (hearth.commands.serve_models: a request's messages are read
+    against it before the load), the loaded model one with its counted preparer: the same flags read once, here."""
+    from hearth.api.media_fetch import FetchPolicy
+    from hearth.api.media_parts import MAX_IMAGES, Vision
+
+    if cfg is None:
+        return None
+    limit = getattr(args, "limit_mm_per_prompt", None)  # run-batch has none
+    return Vision(cfg, prepare=prepare, path=mmproj, fetch_policy=FetchPolicy(
+        tuple(getattr(args, "allowed_media_domains", None) or ()), bool(getattr(args, "allow_private_media_urls", False))),
+        max_images=MAX_IMAGES if limit is None else limit)
 
 
 def _speculation(llm, asked: dict | None) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 from hearth.commands.lora_flags import lora_bases, lora_files, lora_names
 from hearth.commands.models_file import ModelEntry, check_kv, read_models_file
 from hearth.commands.rope_flags import rope_scaling
-from hearth.commands.serve_loader import Loader
+from hearth.commands.serve_loader import Loader, served_vision
 from hearth.errors import HearthError
 
 
@@ -124,9 +124,10 @@ def build_pool(args: argparse.Namespace):
     speculation = per_model(given, paths, [n[0] for n in names], speculative_config(args))
     several = len(given) > 1
     flag_keep = getattr(args, "keep_alive", None)  # run-batch has none
+    mmprojs = [e.mmproj or (getattr(args, "mmproj", "") if i == 0 else "") for i, e in enumerate(given)]
     specs = []
-    for e, path, n, f, router, spec in zip(given, paths, names, files, routers, speculation):
-        fp, facts = _footprint(e, path, args, spec.draft)
+    for e, path, n, f, router, spec, mmproj in zip(given, paths, names, files, routers, speculation, mmprojs):
+        fp, facts = _footprint(e, path, args, spec.draft, mmproj)
         if getattr(args, "reranking", False) and not reranks(facts):
             kind = "an embedding model" if facts.embeds_only else "a text generation model"
             raise HearthError(f"--reranking: {not_a_reranker(e.where, kind)}; or drop --reranking")
@@ -141,7 +142,6 @@ def build_pool(args: argparse.Namespace):
                                f, facts, lora_files(args) if not specs else {},
                                math.inf if keep is None else keep, _pinned_why(e, alone, n[0] in routing),
                                lora_count=0 if specs else len(getattr(args, "lora_adapters", None) or [])))
-    mmprojs = [e.mmproj or (getattr(args, "mmproj", "") if i == 0 else "") for i, e in enumerate(given)]
     if several and any(mmprojs):  # --mmproj is the first model's alone: say who reads images
         readers = ", ".join(n[0] for n, m in zip(names, mmprojs) if m)
         print(f"hearth: images: {readers} (--mmproj is the first model's; a --models entry's `mmproj` gives "
@@ -202,18 +202,22 @@ def reranks(facts) -> bool:
     return facts.pooling == "rank"
 
 
-def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None):
-    """(the planner's footprint, the header's facts) of one model's file, read once."""
+def _footprint(e: ModelEntry, path: Path, args: argparse.Namespace, draft: Path | None, mmproj: str = ""):
+    """(the planner's footprint, the header's facts) of one model's file, read once; the facts with how it takes
+    images (FileFacts.vision: its mmproj's header under the server's flags, as its load will read them)."""
     from hearth.api.served import file_facts
+    from hearth.llm_vision import vision_config
     from hearth.loader.gguf_loader import GGUFFile
     from hearth.memory.serving import served_footprint
     from hearth.models.registry import embeds_only, model_config
 
     try:
         g = GGUFFile(path)
+        encoder = embeds_only(g.arch)
+        facts = file_facts(g, encoder, model_config(g), served_vision(args, vision_config(mmproj, encoder), mmproj))
         return served_footprint(g, e.context or args.max_model_len, e.kv_cache_dtype or args.kv_cache_dtype,
                                 args.max_num_seqs, args.kv_cache_memory_gb, args.max_num_batched_tokens,
                                 args.num_kv_blocks, None if draft is None else GGUFFile(draft),
-                                rope_scaling(args)), file_facts(g, embeds_only(g.arch), model_config(g))
+                                rope_scaling(args)), facts
     except HearthError as err:
         raise _blamed(e, err, str(path)) from None
