@@ -15,9 +15,9 @@ from hearth.api.errors import APIError
 from hearth.api.choices import settle
 from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
-from hearth.api.media_parts import RequestImages
 from hearth.api.messages import _kind, bad, openai_messages
 from hearth.api.parsing import anthropic_stop
+from hearth.api.read_before_load import read_before_load
 from hearth.api.sampling import check_before_load, common_fields
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
@@ -31,12 +31,15 @@ from hearth.tool_parsers import collect
 router = APIRouter()
 
 
-def _guarded(served, body, server_guard, images, hearth=None) -> tuple[RequestGuard, object, bool]:
+def _read(pool, body):
+    """The request's messages (hearth.api.anthropic_messages), read before its model loads (read_before_load)."""
+    return read_before_load(pool, body.model, lambda images: anthropic_messages(body.messages, body.system, images))
+
+
+def _guarded(served, body, server_guard, history: list[dict], hearth=None) -> tuple[RequestGuard, object, bool]:
     """The request's guard (its extensions checked, its tools ranked), tool plan and whether calls may
-    be parallel (read once here: the reply and the stream use the same answer); its image blocks go to
-    `images` (hearth.api.media_parts.RequestImages), which the caller loads."""
-    guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools),
-                         anthropic_messages(body.messages, body.system, images), body.tool_choice)
+    be parallel (read once here: the reply and the stream use the same answer)."""
+    guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools), history, body.tool_choice)
     plan, parallel = plan_tools(served, guard.tools, body.tool_choice), _parallel(body)
     guard.prompt_hint(plan, parallel)
     return guard, plan, parallel
@@ -80,9 +83,10 @@ def _render(served, body, plan, conversation: list[dict], images=None) -> tuple[
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
+    reading = _read(request.app.state.models, body)
     served = await request.app.state.models.get(body.model)
-    images = RequestImages(served.vision)
-    guard, plan, _ = _guarded(served, body, request.app.state.config.tool_guard, images)  # the tools a request renders
+    history, images = reading.on(served)
+    guard, plan, _ = _guarded(served, body, request.app.state.config.tool_guard, history)  # the tools a request renders
     await served.load_images(images)  # each image counts its rows
     _, ids = _prompt(served, body, guard, plan, images)
     return {"input_tokens": len(ids)}
@@ -94,14 +98,14 @@ async def messages(body: MessagesRequest, request: Request):
     state = request.app.state
     check_before_load(state.models, body.model, state.limits, {**common_fields(body), "max_tokens": body.max_tokens,
                       "stop": list(body.stop_sequences or [])}, {"stop": "stop_sequences", **body.llama_names()})
+    reading = _read(state.models, body)
     served = await state.models.get(body.model)
-    images = RequestImages(served.vision)
-    guard, plan, parallel = _guarded(served, body, state.config.tool_guard, images, body.hearth)
+    history, images = reading.on(served)
+    guard, plan, parallel = _guarded(served, body, state.config.tool_guard, history, body.hearth)
     await served.load_images(images)
     text, ids = _prompt(served, body, guard, plan, images)
     fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),
               "structured_output": _constraint(body, plan)}
-    history = guard.history
     ask = Ask(guard.tools, body.tool_choice, history, structured=fields["structured_output"] is not plan.constraint,
               workflow=guard.ext.workflow is not None, prefill=bool(history) and history[-1]["role"] == "assistant")
     names = {"stop": "stop_sequences", **body.llama_names()}

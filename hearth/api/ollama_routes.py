@@ -37,6 +37,7 @@ from hearth.api.ollama_options import (asked_logprobs, keep_alive_seconds, sampl
 from hearth.api.ollama_protocol import ChatRequest, GenerateRequest, now
 from hearth.api.ollama_reply import NDJSON, OllamaReply
 from hearth.api.parsing import output_parser
+from hearth.api.read_before_load import read_before_load
 from hearth.api.sampling import check_before_load, lora_scales, make_params, token_ids
 from hearth.api.sse import SSEResponse
 from hearth.api.tool_layer import ChoicesRequest, reprompt_ids
@@ -62,13 +63,13 @@ async def chat(body: ChatRequest, request: Request):
         await refuse()
     if body.messages:
         _check_options(state, body)
+        reading = read_before_load(state.models, body.model, lambda images: ollama_messages(body.messages, images))
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
     if not body.messages:
         return _loaded({"model": name, "created_at": now(), "message": {"role": "assistant", "content": ""}})
-    images = RequestImages(served.vision)
-    history = ollama_messages(body.messages, images)
+    history, images = reading.on(served)
     await served.load_images(images)
     guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(body.tools), history)
     plan = plan_tools(served, guard.tools, None)
@@ -137,13 +138,13 @@ async def generate(body: GenerateRequest, request: Request):
         await refuse()
     if body.prompt or body.suffix:
         _check_options(state, body)
+        reading = read_before_load(state.models, body.model, lambda images: _generate_images(body.images, images))
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
     if not body.prompt and not body.suffix:
         return _loaded({"model": name, "created_at": now(), "response": ""})
-    images = RequestImages(served.vision)
-    marks = _generate_images(body.images, images)
+    marks, images = reading.on(served)
     await served.load_images(images)
     text, ids, context = _generate_prompt(served, body, images, marks)
     options = sampling_fields(body.options, served.max_model_len, state.limits.defaults)

@@ -17,10 +17,10 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.guided import guided
 from hearth.api.logprobs import chat_logprobs, prompt_logprobs
-from hearth.api.media_parts import RequestImages
 from hearth.api.messages import openai_messages
 from hearth.api.openai_protocol import ChatCompletionRequest, stream_usage
 from hearth.api.parsing import openai_finish
+from hearth.api.read_before_load import read_before_load
 from hearth.api.reasoning_tokens import reasoning_tokens
 from hearth.api.sampling import check_logprobs, common_fields, logit_bias, response_format, stop_list, token_ids
 from hearth.api.sampling import asked_prompt_logprobs, check_before_load
@@ -49,12 +49,12 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
     asked = {**common_fields(body), "n": body.n, "max_tokens": max_tokens, "min_tokens": body.min_tokens,
              "stop": stop_list(body.stop)}
     check_before_load(state.models, body.model, state.limits, asked, names)
+    reading = read_before_load(state.models, body.model, lambda images: openai_messages(body.messages, images=images))
     served = await state.models.get(body.model)
     legacy = body.functions is not None and body.tools is None
     tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
                           else (body.tools, body.tool_choice))
-    images = RequestImages(served.vision)
-    history = openai_messages(body.messages, images=images)
+    history, images = reading.on(served)
     await served.load_images(images)
     offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)

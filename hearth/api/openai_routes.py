@@ -9,11 +9,11 @@ from fastapi import APIRouter, Request
 from hearth.api.errors import APIError
 from hearth.api.guard_extras import RequestGuard
 from hearth.api.logprobs import token_bytes
-from hearth.api.media_parts import RequestImages
 from hearth.api.media_prompt import shown
 from hearth.api.messages import openai_messages
 from hearth.api.model_cards import card
 from hearth.api.openai_protocol import ApplyTemplateRequest, DetokenizeRequest, TokenizeRequest
+from hearth.api.read_before_load import read_before_load
 from hearth.api.sampling import outside_vocabulary
 from hearth.api.tools import openai_tools, plan_tools, prompt_messages
 
@@ -40,12 +40,13 @@ async def tokenize(body: TokenizeRequest, request: Request):
     if body.content is None:
         one_of_prompt_and_messages(body, APIError(400, "content: give content (llama-server's), prompt or messages",
                                                   param="content"))
+    # a chat's images count their rows, as the chat's prompt holds them
+    reading = read_before_load(request.app.state.models, body.model, lambda images: chat_history(body, images))
     served = await request.app.state.models.get(body.model)
     if body.content is not None:  # llama-server's shape
         ids = served.encode_text(body.content, add_special_tokens=body.add_special)
     else:
-        images = RequestImages(served.vision)  # a chat's images count their rows, as the chat's prompt holds them
-        history = chat_history(body, images)
+        history, images = reading.on(served)
         await served.load_images(images)
         ids = conversation_ids(served, body, request.app.state.config.tool_guard, history, images)
     tokens = [_piece(served.tokenizer, i) for i in ids] if body.with_pieces else ids
@@ -111,9 +112,9 @@ def rendered_chat(served, body, server_guard, history: list[dict] | None = None,
 @router.post("/apply-template")
 async def apply_template(body: ApplyTemplateRequest, request: Request):
     """llama-server's: the prompt a chat request's messages render to, nothing run."""
+    reading = read_before_load(request.app.state.models, body.model, lambda images: chat_history(body, images))
     served = await request.app.state.models.get(body.model)
-    images = RequestImages(served.vision)
-    history = chat_history(body, images)
+    history, images = reading.on(served)
     await served.load_images(images)
     text, _ = rendered_chat(served, body, request.app.state.config.tool_guard, history, images)
     return {"prompt": shown(text, images)}  # an image where llama-server's marker shows it

@@ -21,6 +21,7 @@ from hearth.api.generate import until_disconnect
 from hearth.api.guard_extras import RequestGuard, answer_room
 from hearth.api.logprobs import chat_logprobs
 from hearth.api.media_parts import RequestImages
+from hearth.api.read_before_load import read_before_load
 from hearth.api.reasoning_tokens import reasoning_tokens
 from hearth.api.responses_background import Run
 from hearth.api.messages import openai_messages
@@ -65,15 +66,13 @@ async def create_response(body: ResponsesRequest, request: Request):
     model = body.model or (prev.body.get("model") if prev else None)
     check_before_load(state.models, model, state.limits, {**common_fields(body), "max_tokens": body.max_output_tokens},
                       {"max_tokens": "max_output_tokens", **body.llama_names()})
+    reading = read_before_load(state.models, model, lambda images: _conversation(body, prev, images),
+                               lambda vision: prev.images.continued(vision) if prev and prev.images
+                               else RequestImages(vision))
     served = await state.models.get(model)
-    before = prev.messages if prev else []
-    images = prev.images.continued(served.vision) if prev and prev.images else RequestImages(served.vision)
-    conversation = before + input_messages(body.input, before, images)
+    conversation, images = reading.on(served)
     await served.load_images(images)
     items = (prev.input_items + prev.body.get("output", []) if prev else []) + as_items(body.input)
-    if not conversation:  # `[]` or "" read "is required", as if none had been sent
-        why = "is required" if body.input is None else "is empty: it must hold a message"
-        raise APIError(400, f"input: {why} (a string or a list of items)", param="input")
     choice = chat_tool_choice(body.tool_choice)
     offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, conversation, choice)
@@ -197,6 +196,16 @@ async def cancel_response(response_id: str, request: Request):
 def _not_found(response_id: str) -> APIError:
     return APIError(404, f"no stored response {response_id!r} (never stored, deleted, or expired)",
                     param="response_id", code="not_found")
+
+
+def _conversation(body: ResponsesRequest, prev: StoredResponse | None, images: RequestImages) -> list[dict]:
+    """The stored conversation a follow-up continues, then `input`'s messages (their images added to `images`)."""
+    before = prev.messages if prev else []
+    conversation = before + input_messages(body.input, before, images)
+    if not conversation:  # `[]` or "" read "is required", as if none had been sent
+        why = "is required" if body.input is None else "is empty: it must hold a message"
+        raise APIError(400, f"input: {why} (a string or a list of items)", param="input")
+    return conversation
 
 
 def _hex() -> str:

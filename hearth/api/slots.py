@@ -26,6 +26,7 @@ from hearth.api.generate import Generation
 from hearth.api.openai_protocol import _Request
 from hearth.api.media_parts import RequestImages
 from hearth.api.openai_routes import chat_history, conversation_ids, one_of_prompt_and_messages
+from hearth.api.read_before_load import read_before_load
 from hearth.kvstore.snapshot import SnapshotError, SnapshotNameError, SnapshotNotFoundError, check_name
 from hearth.sampling_params import SamplingParams
 
@@ -49,6 +50,7 @@ async def save(body: SlotRequest, request: Request):
     name, field = _named(request, body)
     if body.prompt is not None or body.messages is not None:
         one_of_prompt_and_messages(body)
+    reading = read_before_load(request.app.state.models, body.model, lambda images: _text_history(body, images))
     async with request.app.state.models.lease(body.model) as served:  # loaded until the export is written
         snapshots = _store(served)
         if served.lora is not None and any(served.lora.scales):  # its blocks are cached under the adapters' keys
@@ -61,11 +63,7 @@ async def save(body: SlotRequest, request: Request):
                 raise APIError(400, "nothing was served yet to save: give the conversation as messages or "
                                "prompt", param="messages")
         else:
-            images = RequestImages(served.vision)
-            history = chat_history(body, images)
-            if images:  # a snapshot is keyed by token ids: an image's placeholder rows would match any image
-                raise APIError(400, f"{images.parts[0].field}: a slot saves a text conversation (images are not saved)",
-                               param=images.parts[0].field)
+            history, _ = reading.on(served)
             ids = conversation_ids(served, body, request.app.state.config.tool_guard, history)
             await Generation(served.engine, ids, SamplingParams(max_tokens=1, temperature=0)).collect()
         payloads = await served.engine.export_prefix(ids)
@@ -88,6 +86,16 @@ async def restore(body: SlotRequest, request: Request):
 @router.post("/slots/{slot_id}")
 async def slot_action(slot_id: int, action: Literal["save", "restore"], body: SlotRequest, request: Request):
     return await (save if action == "save" else restore)(body, request)
+
+
+def _text_history(body: SlotRequest, images: RequestImages) -> list[dict] | None:
+    """body's messages (None: it has none), with no image: a snapshot is keyed by token ids, where an image's
+    placeholder rows would match any image."""
+    history = chat_history(body, images)
+    if images:
+        raise APIError(400, f"{images.parts[0].field}: a slot saves a text conversation (images are not saved)",
+                       param=images.parts[0].field)
+    return history
 
 
 def _named(request: Request, body: SlotRequest) -> tuple[str, str]:

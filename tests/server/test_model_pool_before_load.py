@@ -6,9 +6,12 @@ another under --max-memory (seconds each way) just to answer 400."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
+from hearth.api.media_parts import Vision
 from hearth.api.model_pool import ModelPool
 from hearth.api.model_spec import ModelSpec
 from hearth.api.served import FileFacts
@@ -160,3 +163,91 @@ def test_lora_adapters_s_bad_ids_are_refused_before_the_model_loads(serve, model
     r = client.post("/lora-adapters", params={"model": model}, json=[{"id": j, "scale": 1.0} for j in ids])
     assert r.status_code == 400 and r.json()["error"]["param"] in ("lora", "lora-adapters"), r.text
     assert loader.loads == []
+
+
+PNG = "data:image/png;base64,iVBORw0KGgo="  # decodes (what the check before the load reads); no image is prepared
+IMAGE = {"type": "image_url", "image_url": {"url": PNG}}
+ROBOT = [{"role": "robot", "content": "x"}]
+ANSWER = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]
+OUTPUT = [{"type": "function_call_output", "call_id": "c1", "output": "x"}]
+MESSAGES = [  # (path, body, model, param): a bad conversation; b reads text only, v takes one image a request
+    ("/v1/chat/completions", {"messages": []}, "b", "messages"),
+    ("/v1/chat/completions", {"messages": ROBOT}, "b", "messages[0].role"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "bogus"}]}]}, "b",
+     "messages[0].content[0].type"),
+    ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, "b", "messages[0].tool_call_id"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [IMAGE]}]}, "b", "messages[0].content[0].type"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [IMAGE, IMAGE]}]}, "v",
+     "messages[0].content[1].image_url.url"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,!!"}}]}]}, "v",
+     "messages[0].content[0].image_url.url"),
+    ("/v1/responses", {"input": []}, "b", "input"),
+    ("/v1/responses", {"input": [{"type": "bogus"}]}, "b", "input[0].type"),
+    ("/v1/responses", {"input": OUTPUT}, "b", "input[0].call_id"),
+    ("/v1/responses", {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": PNG}]}]}, "b",
+     "input[0].content[0].type"),
+    ("/v1/messages", {"messages": [], "max_tokens": 8}, "b", "messages"),
+    ("/v1/messages", {"messages": [{"role": "system", "content": "x"}], "max_tokens": 8}, "b", "messages[0].role"),
+    ("/v1/messages", {"messages": ANSWER, "max_tokens": 8}, "b", "messages[0].content[0].tool_use_id"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": [{"type": "text", "text": " "}]}], "max_tokens": 8},
+     "b", "messages[0].content[0].text"),
+    ("/v1/messages", {"messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}]}],
+        "max_tokens": 8}, "b", "messages[0].content[0].type"),
+    ("/v1/messages/count_tokens", {"messages": ROBOT}, "b", "messages[0].role"),
+    ("/api/chat", {"messages": ROBOT}, "b", "messages[0].role"),
+    ("/api/chat", {"messages": [{"role": "user", "content": "x", "images": ["iVBORw0KGgo="]}]}, "b",
+     "messages[0].images"),
+    ("/api/generate", {"prompt": "x", "images": ["iVBORw0KGgo="]}, "b", "images"),
+    ("/apply-template", {"messages": ROBOT}, "b", "messages[0].role"),
+    ("/tokenize", {"messages": ROBOT}, "b", "messages[0].role"),
+    ("/slots/save", {"name": "x", "messages": ROBOT}, "b", "messages[0].role"),
+    ("/slots/save", {"name": "x", "messages": [{"role": "user", "content": [IMAGE]}]}, "v",
+     "messages[0].content[0].image_url.url"),  # a slot saves text: refused where the model takes images too
+]
+
+
+PROJECTOR = SimpleNamespace(projector="gemma3")
+"""What /v1/models reads of a VisionConfig (its mmproj's header)."""
+
+
+def _vision_pool() -> tuple[ModelPool, FakeLoader]:
+    """_pool's a and b, and v: served with a vision projector that takes one image a request (its header read
+    with the pool's: ModelSpec.facts.vision); room for one model."""
+    pool, loader = _pool()
+    v = ModelSpec(["v"], 1 << 30, max_model_len=4096, facts=replace(_facts(), vision=Vision(PROJECTOR, max_images=1)),
+                  lora_count=0)
+    return ModelPool([s.spec for s in pool.slots] + [v], loader, 1 << 30), loader
+
+
+@pytest.mark.parametrize("path,body,model,param", MESSAGES,
+                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES)])
+def test_a_bad_conversation_is_refused_before_its_model_loads(serve, path, body, model, param):
+    """The messages (roles, content parts, tool results without their call, images a model does not take or too
+    many of them) are read before the load, against what the pool knows of the model (hearth.api.model_spec.Known:
+    its vision projector and --limit-mm-per-prompt); the loaded model's reading stays the ground truth."""
+    pool, loader = _vision_pool()
+    client = serve(pool)
+    assert client.post("/v1/chat/completions", json={"model": "a", "messages": USER}).status_code == 200
+    r = client.post(path, json={**body, "model": model})
+    assert r.status_code == 400, r.text
+    assert _param(r.json()["error"]) == param, r.text
+    assert loader.loads == ["a"] and loaded(client) == {"a": True, "b": False, "r": False, "v": False}
+
+
+def _param(error) -> str:
+    """The field a 400 names: OpenAI's `param`, else its message's opening (Anthropic's error, Ollama's string)."""
+    if isinstance(error, str):
+        return error.split(": ")[0]
+    return error.get("param") or error["message"].split(": ")[0]
+
+
+def test_a_model_whose_images_are_not_known_reads_them_after_its_load(serve):
+    """A pool built without its files' facts (ModelPool.of's, tests') knows nothing of a model's projector: an image
+    passes the check before the load, and the loaded model's own (here: text only) answers."""
+    pool, loader = pool_of(("a", 1))
+    client = serve(pool)
+    r = client.post("/v1/chat/completions", json={"model": "a", "messages": [{"role": "user", "content": [IMAGE]}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages[0].content[0].type", r.text
+    assert loader.loads == ["a"]
