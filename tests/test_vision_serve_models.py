@@ -95,8 +95,9 @@ def test_which_model_reads_images_is_known_before_its_load(files, tmp_path):
     model, mmproj, _ = files
     for name in ("b.gguf", "c.gguf", "mm.gguf"):
         shutil.copy(mmproj if name == "mm.gguf" else model, tmp_path / name)
-    (tmp_path / "models.toml").write_text(f'[[models]]\nmodel = "{model}"\nname = "a"\n\n[[models]]\nmodel = "b.gguf"\n'
-                                          'name = "b"\nmmproj = "mm.gguf"\n\n[[models]]\nmodel = "c.gguf"\nname = "c"\n')
+    (tmp_path / "models.toml").write_text(f'[[models]]\nmodel = "{model}"\nname = "a"\n\n'
+                                          '[[models]]\nmodel = "b.gguf"\nname = "b"\nmmproj = "mm.gguf"\n\n'
+                                          '[[models]]\nmodel = "c.gguf"\nname = "c"\n')
     args = command_parser("serve").parse_intermixed_args(["--models", str(tmp_path / "models.toml"),
                                                           "--limit-mm-per-prompt", "image=1", "--max-model-len", "256"])
     pool = build_pool(args)

@@ -88,9 +88,10 @@ def served_vision(args: argparse.Namespace, cfg, mmproj: str, prepare=None):
     if cfg is None:
         return None
     limit = getattr(args, "limit_mm_per_prompt", None)  # run-batch has none
-    return Vision(cfg, prepare=prepare, path=mmproj, fetch_policy=FetchPolicy(
-        tuple(getattr(args, "allowed_media_domains", None) or ()), bool(getattr(args, "allow_private_media_urls", False))),
-        max_images=MAX_IMAGES if limit is None else limit)
+    policy = FetchPolicy(tuple(getattr(args, "allowed_media_domains", None) or ()),
+                         bool(getattr(args, "allow_private_media_urls", False)))
+    return Vision(cfg, prepare=prepare, path=mmproj, fetch_policy=policy,
+                  max_images=MAX_IMAGES if limit is None else limit)
 
 
 def _speculation(llm, asked: dict | None) -> str:
