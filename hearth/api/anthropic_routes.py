@@ -36,13 +36,15 @@ def _read(pool, body):
     return read_before_load(pool, body.model, lambda images: anthropic_messages(body.messages, body.system, images))
 
 
-def _guarded(served, body, server_guard, history: list[dict], hearth=None) -> tuple[RequestGuard, object, bool]:
-    """The request's guard (its extensions checked, its tools ranked), tool plan and whether calls may
-    be parallel (read once here: the reply and the stream use the same answer)."""
-    guard = RequestGuard(hearth, server_guard, anthropic_tools(body.tools), history, body.tool_choice)
-    plan, parallel = plan_tools(served, guard.tools, body.tool_choice), _parallel(body)
+def _guarded(served, body, server_guard, history: list[dict], offered: list[dict], parallel: bool,
+             hearth=None) -> tuple[RequestGuard, object]:
+    """The request's guard (its extensions checked, its tools ranked) and tool plan; offered: its tools
+    (anthropic_tools) and parallel: whether calls may be parallel (_parallel), read before the load (they need no
+    model) and once: the reply and the stream use the same answer."""
+    guard = RequestGuard(hearth, server_guard, offered, history, body.tool_choice)
+    plan = plan_tools(served, guard.tools, body.tool_choice)
     guard.prompt_hint(plan, parallel)
-    return guard, plan, parallel
+    return guard, plan
 
 
 def _parallel(body) -> bool:
@@ -83,10 +85,10 @@ def _render(served, body, plan, conversation: list[dict], images=None) -> tuple[
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request):
-    reading = _read(request.app.state.models, body)
+    reading, offered, parallel = _read(request.app.state.models, body), anthropic_tools(body.tools), _parallel(body)
     served = await request.app.state.models.get(body.model)
     history, images = reading.on(served)
-    guard, plan, _ = _guarded(served, body, request.app.state.config.tool_guard, history)  # the tools a request renders
+    guard, plan = _guarded(served, body, request.app.state.config.tool_guard, history, offered, parallel)  # as rendered
     await served.load_images(images)  # each image counts its rows
     _, ids = _prompt(served, body, guard, plan, images)
     return {"input_tokens": len(ids)}
@@ -98,10 +100,10 @@ async def messages(body: MessagesRequest, request: Request):
     state = request.app.state
     check_before_load(state.models, body.model, state.limits, {**common_fields(body), "max_tokens": body.max_tokens,
                       "stop": list(body.stop_sequences or [])}, {"stop": "stop_sequences", **body.llama_names()})
-    reading = _read(state.models, body)
+    reading, offered, parallel = _read(state.models, body), anthropic_tools(body.tools), _parallel(body)
     served = await state.models.get(body.model)
     history, images = reading.on(served)
-    guard, plan, parallel = _guarded(served, body, state.config.tool_guard, history, body.hearth)
+    guard, plan = _guarded(served, body, state.config.tool_guard, history, offered, parallel, body.hearth)
     await served.load_images(images)
     text, ids = _prompt(served, body, guard, plan, images)
     fields = {**common_fields(body, served), "max_tokens": body.max_tokens, "stop": list(body.stop_sequences or []),

@@ -64,6 +64,7 @@ async def chat(body: ChatRequest, request: Request):
     if body.messages:
         _check_options(state, body)
         reading = read_before_load(state.models, body.model, lambda images: ollama_messages(body.messages, images))
+        tools = openai_tools(body.tools)
     served, load_s = await served_model(state.models, body.model, keep_alive)
     name = body.model or served.name
     k = asked_logprobs(body, served)
@@ -71,7 +72,7 @@ async def chat(body: ChatRequest, request: Request):
         return _loaded({"model": name, "created_at": now(), "message": {"role": "assistant", "content": ""}})
     history, images = reading.on(served)
     await served.load_images(images)
-    guard = RequestGuard(body.hearth, state.config.tool_guard, openai_tools(body.tools), history)
+    guard = RequestGuard(body.hearth, state.config.tool_guard, tools, history)
     plan = plan_tools(served, guard.tools, None)
     guard.prompt_hint(plan, True)
     template, prefill = think_kwargs(body.think, thinks(served)), _continued(history)

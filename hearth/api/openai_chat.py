@@ -50,13 +50,13 @@ async def chat_completions(body: ChatCompletionRequest, request: Request):
              "stop": stop_list(body.stop)}
     check_before_load(state.models, body.model, state.limits, asked, names)
     reading = read_before_load(state.models, body.model, lambda images: openai_messages(body.messages, images=images))
-    served = await state.models.get(body.model)
-    legacy = body.functions is not None and body.tools is None
+    legacy = body.functions is not None and body.tools is None  # the tools need no model either: read before it loads
     tools, tool_choice = (legacy_functions(body.functions, body.function_call) if legacy
                           else (body.tools, body.tool_choice))
+    offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
+    served = await state.models.get(body.model)
     history, images = reading.on(served)
     await served.load_images(images)
-    offered = openai_tools(tools, "functions", "") if legacy else openai_tools(tools)
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, history, tool_choice, body.n)
     plan = plan_tools(served, guard.tools, tool_choice, "function_call" if legacy else "tool_choice")
     parallel = body.parallel_tool_calls and not legacy

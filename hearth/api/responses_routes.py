@@ -69,16 +69,16 @@ async def create_response(body: ResponsesRequest, request: Request):
     reading = read_before_load(state.models, model, lambda images: _conversation(body, prev, images),
                                lambda vision: prev.images.continued(vision) if prev and prev.images
                                else RequestImages(vision))
+    choice = chat_tool_choice(body.tool_choice)  # the tools and format need no model either: read before it loads
+    offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
+    fmt = text_format(body.text)
     served = await state.models.get(model)
     conversation, images = reading.on(served)
     await served.load_images(images)
     items = (prev.input_items + prev.body.get("output", []) if prev else []) + as_items(body.input)
-    choice = chat_tool_choice(body.tool_choice)
-    offered = openai_tools(chat_tools(body.tools), fn_at="")  # Responses' shape: name, parameters at the top
     guard = RequestGuard(body.hearth, state.config.tool_guard, offered, conversation, choice)
     plan = plan_tools(served, guard.tools, choice)
     guard.prompt_hint(plan, body.parallel_tool_calls)
-    fmt = text_format(body.text)
     if plan.constraint is not None and fmt is not None:
         raise APIError(400, "text.format: cannot be combined with a tool_choice that forces a call",
                        param="text.format")

@@ -207,6 +207,20 @@ MESSAGES = [  # (path, body, model, param): a bad conversation; b reads text onl
      "messages[0].content[0].image_url.url"),  # a slot saves text: refused where the model takes images too
 ]
 
+TOOLS = [  # (path, body, model, param): a bad tool definition or choice, which needs no model either
+    ("/v1/chat/completions", {"messages": USER, "tools": [{"type": "custom", "name": "x"}]}, "b", "tools[0].type"),
+    ("/v1/chat/completions", {"messages": USER, "functions": [{"name": "f"}], "function_call": {}}, "b",
+     "function_call.name"),
+    ("/v1/responses", {"input": "hi", "tools": [{"type": "web_search"}]}, "b", "tools[0].type"),
+    ("/v1/responses", {"input": "hi", "tool_choice": {"type": "file_search"}}, "b", "tool_choice.type"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "tools": [{"type": "web_search_20250305", "name": "w"}]},
+     "b", "tools[0].type"),
+    ("/v1/messages", {"messages": USER, "max_tokens": 8, "tool_choice": {"type": "auto",
+                                                                           "disable_parallel_tool_use": 1}},
+     "b", "tool_choice.disable_parallel_tool_use"),
+    ("/api/chat", {"messages": USER, "tools": [{"type": "custom", "name": "x"}]}, "b", "tools[0].type"),
+]
+
 
 PROJECTOR = SimpleNamespace(projector="gemma3")
 """What /v1/models reads of a VisionConfig (its mmproj's header)."""
@@ -221,12 +235,13 @@ def _vision_pool() -> tuple[ModelPool, FakeLoader]:
     return ModelPool([s.spec for s in pool.slots] + [v], loader, 1 << 30), loader
 
 
-@pytest.mark.parametrize("path,body,model,param", MESSAGES,
-                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES)])
+@pytest.mark.parametrize("path,body,model,param", MESSAGES + TOOLS,
+                         ids=[f"{p}-{m}-{f}-{i}" for i, (p, _, m, f) in enumerate(MESSAGES + TOOLS)])
 def test_a_bad_conversation_is_refused_before_its_model_loads(serve, path, body, model, param):
     """The messages (roles, content parts, tool results without their call, images a model does not take or too
-    many of them) are read before the load, against what the pool knows of the model (hearth.api.model_spec.Known:
-    its vision projector and --limit-mm-per-prompt); the loaded model's reading stays the ground truth."""
+    many of them) and the tools are read before the load, against what the pool knows of the model
+    (hearth.api.model_spec.Known: its vision projector and --limit-mm-per-prompt); the loaded model's reading stays
+    the ground truth."""
     pool, loader = _vision_pool()
     client = serve(pool)
     assert client.post("/v1/chat/completions", json={"model": "a", "messages": USER}).status_code == 200
